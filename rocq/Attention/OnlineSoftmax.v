@@ -114,7 +114,7 @@ Definition list_max (x : T) (xs : list T) : T := fold_left (sc_max o) xs x.
 Definition two_pass (d : nat) (keys : list key) : list T * option T :=
   match unmasked keys with
   | [] => (vzero o d, None)
-  | (s0, _) :: _ as ks =>
+  | ((s0, _) :: _) as ks =>
       let M := list_max s0 (map fst ks) in
       let ws := map (fun k => sc_exp o (sc_sub o (fst k) M)) ks in
       let Z := sc_sum o ws in
