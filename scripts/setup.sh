@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="coq libcoq-flocq libcoq-coquelicot libcoq-interval ocaml-nox ocaml-findlib libyojson-ocaml-dev"
-missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $APT_PACKAGES 2>/dev/null | awk '$1 != "ii" {print $2}' || true)
-if ! dpkg-query -W $APT_PACKAGES >/dev/null 2>&1 || [ -n "$missing" ]; then
+installed=$(dpkg-query -W -f='${Status}\n' $APT_PACKAGES 2>/dev/null | grep -c "install ok installed" || true)
+if [ "$installed" -ne "$(echo $APT_PACKAGES | wc -w)" ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   echo "setup: installing Debian packages: $APT_PACKAGES"
   $SUDO apt-get update -qq
