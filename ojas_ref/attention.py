@@ -1,0 +1,472 @@
+"""Online-softmax (flash) attention in pure PyTorch, step by step as the Coq spec.
+
+The forward pass is the streaming recurrence of ``rocq/Attention/OnlineSoftmax.v``
+(``block_step`` over key tiles, ``stream``, ``finalize``), run for every query
+tile; the backward pass is ``attention_backward`` of ``rocq/Attention/Backward.v``,
+which recomputes the probabilities from the saved log-sum-exp. The theorems this
+code implements:
+
+* ``Ojas.Attention.StreamCorrect``: the streamed output equals the two-pass
+  softmax for any key tiling, so the tile sizes below do not change the result
+  (in exact arithmetic).
+* ``Ojas.Attention.Mask``: a masked key (score ``-inf``, the Coq ``None``) is the
+  same as a dropped key; a row whose keys are all masked gives zeros and
+  ``lse = -inf``.
+* ``Ojas.Attention.Lse``: ``P_ij = exp(s_ij - lse_i)`` recomputed from the saved
+  ``lse`` is the softmax the forward pass used.
+* ``Ojas.Attention.BackwardCorrect``: ``dS = P * (dP - D)`` with
+  ``D_i = dO_i . O_i`` is the derivative of the attention output.
+
+Semantics follow :func:`torch.nn.functional.scaled_dot_product_attention`, with
+three differences, all written down in :func:`attention`: a fully masked row gives
+zeros and zero gradients (not NaN), ``attn_mask`` may be combined with
+``is_causal`` (the conjunction, as ``visibility`` in the Coq file), and
+``dropout_p`` must be 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["attention", "attention_forward"]
+
+# Query rows and keys per tile. The result does not depend on them
+# (Ojas.Attention.StreamCorrect); they bound the memory of one score block.
+_BLOCK_Q = 32
+_BLOCK_K = 16
+
+_SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_IMPLS = ("auto", "reference", "triton")
+_IMPL_ENV = "OJAS_ATTENTION_IMPL"
+
+
+# --------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------
+
+def _check_tensor(name: str, x: object, shape_doc: str) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {shape_doc}, got {type(x).__name__}")
+    if x.is_nested:
+        raise NotImplementedError(f"{name}: nested tensors are not supported, pass a dense {shape_doc} tensor")
+    if x.dim() != 4:
+        raise ValueError(f"{name} must be a 4-D tensor {shape_doc}, got shape {tuple(x.shape)}")
+    if x.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32, float64")
+
+
+def _check_inputs(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor],
+    dropout_p: float,
+    is_causal: bool,
+    scale: Optional[float],
+    enable_gqa: bool,
+    window: Optional[int],
+) -> float:
+    """Raise on a bad argument (the message names it); return the scale to use."""
+    _check_tensor("query", query, "[B, Hq, Sq, E]")
+    _check_tensor("key", key, "[B, Hkv, Sk, E]")
+    _check_tensor("value", value, "[B, Hkv, Sk, Ev]")
+    for name, x in (("key", key), ("value", value)):
+        if x.dtype != query.dtype:
+            raise TypeError(f"{name} has dtype {x.dtype} but query has dtype {query.dtype}; "
+                            "query, key and value must share one dtype")
+        if x.device != query.device:
+            raise ValueError(f"{name} is on {x.device} but query is on {query.device}")
+    B, Hq, _, E = query.shape
+    if key.shape[0] != B or value.shape[0] != B:
+        raise ValueError(f"batch size mismatch: query has B={B}, key has {key.shape[0]}, value has {value.shape[0]}")
+    if key.shape[3] != E:
+        raise ValueError(f"key must have the query's head dim E={E} in its last dimension, "
+                         f"got key shape {tuple(key.shape)}")
+    if E == 0:
+        raise ValueError("query must have a head dim E >= 1, got E=0")
+    if value.shape[2] != key.shape[2]:
+        raise ValueError(f"value must have as many rows Sk as key ({key.shape[2]}), "
+                         f"got value shape {tuple(value.shape)}")
+    Hkv = key.shape[1]
+    if value.shape[1] != Hkv:
+        raise ValueError(f"value must have as many heads as key ({Hkv}), got value shape {tuple(value.shape)}")
+    if enable_gqa:
+        if Hkv == 0 or Hq % Hkv != 0:
+            raise ValueError(f"enable_gqa=True needs the key/value heads ({Hkv}) to divide the query heads ({Hq})")
+    elif Hkv != Hq:
+        raise ValueError(f"key/value have {Hkv} heads but query has {Hq}; pass enable_gqa=True for grouped-query "
+                         "attention")
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"dropout is not supported (dropout_p={dropout_p!r}); pass dropout_p=0.0")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(f"window must be an int >= 1 or None, got {type(window).__name__}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1 (keys with |i - j| < window take part), got {window}")
+    if attn_mask is not None:
+        _check_mask(attn_mask, query, (B, Hq, query.shape[2], key.shape[2]))
+    if scale is None:
+        return 1.0 / math.sqrt(E)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
+
+
+def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, int, int, int]) -> None:
+    if not isinstance(attn_mask, Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.is_nested:
+        raise NotImplementedError("attn_mask: nested tensors are not supported")
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+        raise TypeError(f"attn_mask must have dtype torch.bool or the query's dtype {query.dtype}, "
+                        f"got {attn_mask.dtype}")
+    if attn_mask.device != query.device:
+        raise ValueError(f"attn_mask is on {attn_mask.device} but query is on {query.device}")
+    shape = tuple(attn_mask.shape)
+    padded = (1,) * (4 - len(shape)) + shape
+    if len(shape) > 4 or any(m != 1 and m != f for m, f in zip(padded, full)):
+        raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
+
+
+def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False)."""
+    if impl is None:
+        impl = os.environ.get(_IMPL_ENV, "auto")
+    if impl not in _IMPLS:
+        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    if impl == "reference":
+        return False
+    if impl == "auto":
+        return query.is_cuda and attn_mask is None
+    if attn_mask is not None:
+        raise ValueError("impl='triton' does not take attn_mask (the kernel supports is_causal and window only); "
+                         "use impl='reference'")
+    if not query.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    return True
+
+
+# --------------------------------------------------------------------------
+# One tile: scores, masks, the block step, finalize
+# --------------------------------------------------------------------------
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _tile_visibility(
+    q0: int, q1: int, k0: int, k1: int, is_causal: bool, window: Optional[int], device: torch.device
+) -> Optional[Tensor]:
+    """[q1 - q0, k1 - k0] bool: key j visible to query i by ``causal`` (j <= i) and
+    ``in_window`` (|i - j| < window) of rocq/Attention/OnlineSoftmax.v; None if neither is set."""
+    if not is_causal and window is None:
+        return None
+    i = torch.arange(q0, q1, device=device).unsqueeze(1)
+    j = torch.arange(k0, k1, device=device).unsqueeze(0)
+    visible = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool, device=device)
+    if is_causal:
+        visible = visible & (j <= i)
+    if window is not None:
+        visible = visible & ((i - j).abs() < window)
+    return visible
+
+
+def _key_tiles(q0: int, q1: int, n_keys: int, block_k: int, is_causal: bool, window: Optional[int]) -> range:
+    """Starts of the key tiles (multiples of block_k) that may hold a visible key for
+    query rows q0..q1-1. The others hold only masked keys, on which ``block_step``
+    leaves the state unchanged (max unchanged, rescale exp(0) = 1, zero weights), so
+    skipping them is the same ``stream``."""
+    lo, hi = 0, n_keys
+    if is_causal:
+        hi = min(hi, q1)
+    if window is not None:
+        lo = max(lo, q0 - window + 1)
+        hi = min(hi, q1 - 1 + window)
+    return range(lo // block_k * block_k, hi, block_k)
+
+
+def _tile_scores(
+    q_t: Tensor, k_t: Tensor, scale: float, mask_t: Optional[Tensor], visible_t: Optional[Tensor]
+) -> Tensor:
+    """Scores of one tile: ``scores`` (s_ij = scale * (q_i . k_j)) and ``masked_keys``
+    (masked keys get -inf, the Coq ``None``) of rocq/Attention/OnlineSoftmax.v; a float
+    mask is added to the scores as in SDPA.
+
+    q_t: [B, Hkv, G, tq, E] (G query heads per key/value head), k_t: [B, Hkv, tk, E],
+    mask_t: None or [B, Hkv, G, tq, tk]; returns [B, Hkv, G, tq, tk].
+    """
+    B, Hkv, G, tq, E = q_t.shape
+    s = (q_t.reshape(B, Hkv, G * tq, E) @ k_t.transpose(-1, -2)).mul_(scale).view(B, Hkv, G, tq, -1)
+    if mask_t is not None:
+        if mask_t.dtype == torch.bool:
+            visible_t = mask_t if visible_t is None else mask_t & visible_t
+        else:
+            s = s + mask_t.to(s.dtype)
+    if visible_t is not None:
+        s = s.masked_fill(~visible_t, -math.inf)
+    return s
+
+
+def _online_softmax_block_step(
+    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, value: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One key tile of the forward pass: ``block_step`` of rocq/Attention/OnlineSoftmax.v.
+
+        m'  = max(m, max_j s_j)
+        p_j = exp(s_j - m')                 (0 for a masked key, s_j = -inf)
+        l'  = exp(m - m') * l + sum_j p_j
+        acc'= exp(m - m') * acc + sum_j p_j v_j
+
+    The Coq state ``None`` (no unmasked key yet) is m = -inf, l = 0, acc = 0. While
+    m' = -inf the state stays None: the reference point is 0 instead of -inf there, so
+    that exp(-inf - 0) = 0 replaces exp(-inf + inf) = NaN. From None to a first
+    unmasked key, exp(m - m') = 0 gives l' = sum_j p_j, acc' = sum_j p_j v_j, the
+    Coq ``None`` branch.
+
+    m, l: [B, Hkv, G, tq]; acc: [B, Hkv, G, tq, Ev]; scores: [B, Hkv, G, tq, tk];
+    value: [B, Hkv, tk, Ev] (shared by the G query heads of a group).
+    """
+    m_new = torch.maximum(m, scores.amax(dim=-1))
+    m_ref = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+    p = torch.exp(scores - m_ref.unsqueeze(-1))
+    alpha = torch.exp(m - m_ref)
+    l_new = alpha * l + p.sum(dim=-1)
+    acc_new = alpha.unsqueeze(-1) * acc + (p.flatten(2, 3) @ value).view(acc.shape)
+    return m_new, l_new, acc_new
+
+
+def _finalize(m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor]:
+    """``finalize`` of rocq/Attention/OnlineSoftmax.v: out = acc / l, lse = m + ln l;
+    zeros and lse = -inf for a fully masked row (state None, m = -inf)."""
+    none = torch.isneginf(m)
+    out = torch.where(none.unsqueeze(-1), torch.zeros_like(acc), acc / torch.where(none, torch.ones_like(l), l).unsqueeze(-1))
+    lse = torch.where(none, m, m + torch.log(l))
+    return out, lse
+
+
+# --------------------------------------------------------------------------
+# Whole-head passes
+# --------------------------------------------------------------------------
+
+def _grouped(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dtype: torch.dtype):
+    """Views for grouped-query attention without repeating key/value: query
+    [B, Hkv, G, Sq, E], key/value [B, Hkv, Sk, *], mask [B, Hkv, G, Sq, Sk] (an expanded
+    view); query head h = hkv * G + g is served by key/value head hkv = h // G."""
+    B, Hq, Sq, E = query.shape
+    Hkv, Sk = key.shape[1], key.shape[2]
+    G = Hq // Hkv
+    q = query.to(dtype).view(B, Hkv, G, Sq, E)
+    mask = None
+    if attn_mask is not None:
+        mask = attn_mask.expand(B, Hq, Sq, Sk).view(B, Hkv, G, Sq, Sk)
+    return q, key.to(dtype), value.to(dtype), mask
+
+
+def _reference_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor],
+    is_causal: bool,
+    scale: float,
+    window: Optional[int],
+    block_q: int = _BLOCK_Q,
+    block_k: int = _BLOCK_K,
+) -> tuple[Tensor, Tensor]:
+    """``attention_forward`` of rocq/Attention/OnlineSoftmax.v for all heads: ``stream``
+    over key tiles of block_k keys, then ``finalize``, for each tile of block_q query rows.
+    Returns out [B, Hq, Sq, Ev] in the input dtype and lse [B, Hq, Sq] in the compute
+    dtype (float32, float64 for float64 inputs)."""
+    dtype = _compute_dtype(query.dtype)
+    q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
+    B, Hkv, G, Sq, _ = q.shape
+    Sk, Ev = k.shape[2], v.shape[3]
+    out = q.new_empty(B, Hkv, G, Sq, Ev)
+    lse = q.new_empty(B, Hkv, G, Sq)
+    for q0 in range(0, Sq, block_q):
+        q1 = min(q0 + block_q, Sq)
+        q_t = q[:, :, :, q0:q1]
+        m = q.new_full((B, Hkv, G, q1 - q0), -math.inf)
+        l = q.new_zeros(B, Hkv, G, q1 - q0)
+        acc = q.new_zeros(B, Hkv, G, q1 - q0, Ev)
+        for k0 in _key_tiles(q0, q1, Sk, block_k, is_causal, window):
+            k1 = min(k0 + block_k, Sk)
+            visible = _tile_visibility(q0, q1, k0, k1, is_causal, window, q.device)
+            mask_t = None if mask is None else mask[..., q0:q1, k0:k1]
+            s = _tile_scores(q_t, k[:, :, k0:k1], scale, mask_t, visible)
+            m, l, acc = _online_softmax_block_step(m, l, acc, s, v[:, :, k0:k1])
+        out[..., q0:q1, :], lse[..., q0:q1] = _finalize(m, l, acc)
+    Hq = Hkv * G
+    return out.view(B, Hq, Sq, Ev).to(query.dtype), lse.view(B, Hq, Sq)
+
+
+def _reference_backward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor],
+    out: Tensor,
+    lse: Tensor,
+    grad_out: Tensor,
+    is_causal: bool,
+    scale: float,
+    window: Optional[int],
+    mask_grad: bool,
+    block_q: int = _BLOCK_Q,
+    block_k: int = _BLOCK_K,
+) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """``attention_backward`` of rocq/Attention/Backward.v, tile by tile:
+    P = exp(S - lse) (0 for masked keys and fully masked rows; Ojas.Attention.Lse),
+    D = rowsum(dO * O), dP = dO V^T, dS = P * (dP - D) (Ojas.Attention.BackwardCorrect),
+    dQ = scale * dS K, dK = scale * dS^T Q, dV = P^T dO; for GQA dK and dV sum over the
+    query heads of a group. With mask_grad, also d(attn_mask) = dS summed over the mask's
+    broadcast dimensions. Gradients come back in the input dtypes."""
+    dtype = _compute_dtype(query.dtype)
+    q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
+    B, Hkv, G, Sq, E = q.shape
+    Sk, Ev = k.shape[2], v.shape[3]
+    do = grad_out.to(dtype).view(B, Hkv, G, Sq, Ev)
+    o = out.to(dtype).view(B, Hkv, G, Sq, Ev)
+    lse = lse.view(B, Hkv, G, Sq)
+    lse_ref = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    D = (do * o).sum(dim=-1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dmask4 = None
+    if mask_grad:
+        dmask4 = q.new_zeros((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
+    for q0 in range(0, Sq, block_q):
+        q1 = min(q0 + block_q, Sq)
+        tq = q1 - q0
+        q_t, do_t = q[:, :, :, q0:q1], do[:, :, :, q0:q1]
+        for k0 in _key_tiles(q0, q1, Sk, block_k, is_causal, window):
+            k1 = min(k0 + block_k, Sk)
+            visible = _tile_visibility(q0, q1, k0, k1, is_causal, window, q.device)
+            mask_t = None if mask is None else mask[..., q0:q1, k0:k1]
+            s = _tile_scores(q_t, k[:, :, k0:k1], scale, mask_t, visible)
+            p = torch.exp(s - lse_ref[..., q0:q1].unsqueeze(-1)).flatten(2, 3)
+            do_f = do_t.flatten(2, 3)
+            dv[:, :, k0:k1] += p.transpose(-1, -2) @ do_f
+            dp = do_f @ v[:, :, k0:k1].transpose(-1, -2)
+            ds = p * (dp - D[..., q0:q1].flatten(2, 3).unsqueeze(-1))
+            dq[:, :, :, q0:q1] += (scale * (ds @ k[:, :, k0:k1])).view(B, Hkv, G, tq, E)
+            dk[:, :, k0:k1] += scale * (ds.transpose(-1, -2) @ q_t.flatten(2, 3))
+            if dmask4 is not None:
+                _accumulate_mask_grad(dmask4, ds.view(B, Hkv * G, tq, k1 - k0), q0, q1, k0, k1)
+    dmask = None if dmask4 is None else dmask4.view(attn_mask.shape).to(attn_mask.dtype)
+    return (dq.view(query.shape).to(query.dtype), dk.to(key.dtype), dv.to(value.dtype), dmask)
+
+
+def _accumulate_mask_grad(dmask4: Tensor, ds: Tensor, q0: int, q1: int, k0: int, k1: int) -> None:
+    """Add a [B, Hq, tq, tk] tile of dS (the additive mask's gradient) into dmask4,
+    summing over the dimensions in which the mask is broadcast."""
+    dims = [d for d in range(4) if dmask4.shape[d] == 1]
+    if dims:
+        ds = ds.sum(dim=dims, keepdim=True)
+    rows = slice(None) if dmask4.shape[2] == 1 else slice(q0, q1)
+    cols = slice(None) if dmask4.shape[3] == 1 else slice(k0, k1)
+    dmask4[:, :, rows, cols] += ds
+
+
+class _OnlineSoftmaxAttention(torch.autograd.Function):
+    """Forward: the streamed recurrence; saves q, k, v, out and lse (not P).
+    Backward: P recomputed from lse (Ojas.Attention.Lse, Ojas.Attention.BackwardCorrect)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window):
+        out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
+        ctx.is_causal, ctx.scale, ctx.window = is_causal, scale, window
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, attn_mask, out, lse = ctx.saved_tensors
+        mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
+        dq, dk, dv, dmask = _reference_backward(
+            query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad
+        )
+        return dq, dk, dv, dmask, None, None, None
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+    *,
+    window: Optional[int] = None,
+    impl: Optional[str] = None,
+) -> Tensor:
+    """Scaled dot-product attention by online softmax, differentiable.
+
+    Same arguments and semantics as :func:`torch.nn.functional.scaled_dot_product_attention`
+    for 4-D inputs: query [B, Hq, Sq, E], key [B, Hkv, Sk, E], value [B, Hkv, Sk, Ev];
+    ``is_causal`` keeps key j for query i iff j <= i (top-left aligned, also when Sq != Sk);
+    ``attn_mask`` is bool (True = takes part) or of the query's dtype (added to the scores,
+    -inf masks), broadcastable to [B, Hq, Sq, Sk]; ``scale`` defaults to 1/sqrt(E);
+    ``enable_gqa`` lets Hkv divide Hq, key/value head h // (Hq // Hkv) serving query head h.
+    ``window=w`` keeps only keys with |i - j| < w (``in_window`` in
+    rocq/Attention/OnlineSoftmax.v). All masks given are combined by conjunction
+    (``visibility``); unlike SDPA, ``attn_mask`` together with ``is_causal`` is allowed.
+
+    A fully masked row gives output zeros, lse -inf and zero gradients
+    (Ojas.Attention.Mask; SDPA's math backend also gives zeros since torch 2.5, other
+    backends may give NaN). Dropout is not supported (``dropout_p`` must be 0).
+
+    ``impl``: "reference" runs the PyTorch recurrence (rocq/Attention/OnlineSoftmax.v,
+    Ojas.Attention.StreamCorrect; backward rocq/Attention/Backward.v,
+    Ojas.Attention.Lse and Ojas.Attention.BackwardCorrect); "triton" runs
+    ``ojas_kernels.attention.flash_attention`` (CUDA tensors, or CPU tensors under
+    TRITON_INTERPRET=1; no ``attn_mask``); "auto" runs the kernel for CUDA tensors
+    without ``attn_mask`` and the reference otherwise. ``None`` reads the environment
+    variable OJAS_ATTENTION_IMPL, default "auto".
+
+    Computation is in float32 (float64 for float64 inputs); the output has the input dtype.
+    """
+    scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
+    if _resolve_impl(impl, query, attn_mask):
+        from ojas_kernels.attention import flash_attention
+
+        return flash_attention(query, key, value, is_causal=is_causal, scale=scale, window=window)
+    return _OnlineSoftmaxAttention.apply(query, key, value, attn_mask, is_causal, scale, window)
+
+
+def attention_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+    *,
+    window: Optional[int] = None,
+) -> tuple[Tensor, Tensor]:
+    """Forward pass of :func:`attention` by the reference recurrence, without autograd.
+
+    Returns (out, lse): out [B, Hq, Sq, Ev] in the input dtype, lse [B, Hq, Sq] in the
+    compute dtype (float32, float64 for float64 inputs), -inf for a fully masked row.
+    ``stream`` / ``finalize`` of rocq/Attention/OnlineSoftmax.v; equal to the two-pass
+    softmax for any tiling by Ojas.Attention.StreamCorrect, masking as Ojas.Attention.Mask.
+    """
+    scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
+    with torch.no_grad():
+        return _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
