@@ -139,6 +139,9 @@ def attention_oracle(
     ``attention_two_pass``, and, when ``grad_out`` is given,
     ``grad_query``/``grad_key``/``grad_value`` from ``attention_backward``
     (``rocq/Attention/Backward.v``) fed with the streamed ``out`` and ``lse``.
+    Over the reals, ``out``/``lse`` equal ``out_two_pass``/``lse_two_pass``
+    (``attention_forward_correct``, ``rocq/Attention/StreamCorrect.v``); here
+    both are float64 runs of the extracted definitions.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() != 4:
