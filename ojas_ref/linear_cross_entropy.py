@@ -1,0 +1,407 @@
+"""Chunked linear cross-entropy in pure PyTorch, step by step as the Coq spec.
+
+The loss of a token with hidden state ``x`` is the cross-entropy of the logits
+``z = x W^T + b`` (optionally soft-capped, ``z = c tanh(z / c)``) against its
+target class. The logits of all tokens, an ``[N, V]`` tensor, are never built:
+tokens are taken ``token_chunk`` at a time and the vocabulary ``vocab_chunk`` at
+a time, and the log-sum-exp of each token is the online-softmax state
+``(max, sum)`` of ``rocq/Attention/OnlineSoftmax.v`` (``block_step`` with empty
+value rows) carried across the vocabulary chunks. The spec of the chunked loss
+is ``rocq/CrossEntropy/``; see :func:`linear_cross_entropy` for the theorems.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+__all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
+
+# Default chunk sizes. The result does not depend on them in exact arithmetic;
+# they bound the memory of one logits block ([token_chunk, vocab_chunk]).
+_TOKEN_CHUNK = 1024
+_VOCAB_CHUNK = 4096
+
+_SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_TARGET_DTYPES = (torch.int64, torch.int32)
+_REDUCTIONS = ("none", "mean", "sum")
+
+ChunkSize = Union[int, tuple[int, int], None]
+
+
+# --------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------
+
+def _check_float(name: str, value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    value = float(value)
+    too_low = value <= low if open_low else value < low
+    if not math.isfinite(value) or too_low or value > high:
+        bounds = f"({low}, {high}]" if open_low else f"[{low}, {high}]"
+        raise ValueError(f"{name} must be a finite float in {bounds}, got {value}")
+    return value
+
+
+def _check_chunk_size(chunk_size: ChunkSize) -> tuple[int, int]:
+    """(token_chunk, vocab_chunk) from ``chunk_size``: None, an int for both, or a pair."""
+    if chunk_size is None:
+        return _TOKEN_CHUNK, _VOCAB_CHUNK
+    pair = chunk_size if isinstance(chunk_size, tuple) else (chunk_size, chunk_size)
+    if len(pair) != 2 or any(isinstance(c, bool) or not isinstance(c, int) for c in pair):
+        raise TypeError(f"chunk_size must be None, an int or a pair (token_chunk, vocab_chunk) of ints, "
+                        f"got {chunk_size!r}")
+    if min(pair) < 1:
+        raise ValueError(f"chunk_size must be >= 1 (tokens and vocabulary entries per chunk), got {chunk_size!r}")
+    return pair
+
+
+def _check_inputs(
+    input: Tensor,
+    linear_weight: Tensor,
+    target: Tensor,
+    linear_bias: Optional[Tensor],
+    reduction: str,
+    ignore_index: int,
+    label_smoothing: float,
+    z_loss: float,
+    softcap: Optional[float],
+    chunk_size: ChunkSize,
+) -> tuple[float, float, Optional[float], tuple[int, int]]:
+    """Raise on a bad argument (the message names it); return the checked scalars."""
+    for name, x in (("input", input), ("linear_weight", linear_weight), ("target", target),
+                    ("linear_bias", linear_bias)):
+        if x is None and name == "linear_bias":
+            continue
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.device != input.device:
+            raise ValueError(f"{name} is on {x.device} but input is on {input.device}")
+    if input.dim() not in (2, 3):
+        raise ValueError(f"input must be a 2-D [N, D] or 3-D [B, S, D] tensor, got shape {tuple(input.shape)}")
+    if input.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"input has dtype {input.dtype}; supported: float16, bfloat16, float32, float64")
+    if linear_weight.dim() != 2:
+        raise ValueError(f"linear_weight must be a 2-D [V, D] tensor, got shape {tuple(linear_weight.shape)}")
+    V, D = linear_weight.shape
+    if D != input.shape[-1]:
+        raise ValueError(f"linear_weight has D={D} columns but input has D={input.shape[-1]} in its last "
+                         f"dimension (input {tuple(input.shape)}, linear_weight {tuple(linear_weight.shape)})")
+    if V == 0:
+        raise ValueError("linear_weight must have at least one row (vocabulary size V >= 1), got V=0")
+    if linear_weight.dtype != input.dtype:
+        raise TypeError(f"linear_weight has dtype {linear_weight.dtype} but input has dtype {input.dtype}; "
+                        "they must share one dtype")
+    if linear_bias is not None:
+        if tuple(linear_bias.shape) != (V,):
+            raise ValueError(f"linear_bias must have shape [V] = [{V}], got {tuple(linear_bias.shape)}")
+        if linear_bias.dtype != input.dtype:
+            raise TypeError(f"linear_bias has dtype {linear_bias.dtype} but input has dtype {input.dtype}")
+    if target.dtype not in _TARGET_DTYPES:
+        raise TypeError(f"target must hold class indices of dtype int64 or int32, got {target.dtype}")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise ValueError(f"target must have shape {list(input.shape[:-1])} (input's shape without D), "
+                         f"got {list(target.shape)}")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+    eps = _check_float("label_smoothing", label_smoothing, 0.0, 1.0)
+    lam = _check_float("z_loss", z_loss, 0.0)
+    if softcap is not None:
+        softcap = _check_float("softcap", softcap, 0.0, open_low=True)
+    chunks = _check_chunk_size(chunk_size)
+    bad = (target != ignore_index) & ((target < 0) | (target >= V))
+    if bad.any():
+        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
+                         f"{ignore_index}")
+    return eps, lam, softcap, chunks
+
+
+# --------------------------------------------------------------------------
+# One block of logits, the vocabulary step, the per-token loss, the reduction
+# --------------------------------------------------------------------------
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _logits_block(x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1: int,
+                  softcap: Optional[float]) -> Tensor:
+    """Logits of one block, [tokens, v1 - v0] in x's (compute) dtype:
+    z = x W[v0:v1]^T + b[v0:v1], then c * tanh(z / c) with softcap c."""
+    w = weight[v0:v1].to(x.dtype)
+    z = x @ w.T if bias is None else torch.addmm(bias[v0:v1].to(x.dtype), x, w.T)
+    if softcap is not None:
+        z = torch.tanh(z / softcap) * softcap
+    return z
+
+
+def _lse_block_step(m: Tensor, l: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+    """One vocabulary chunk of the log-sum-exp: ``block_step`` of
+    rocq/Attention/OnlineSoftmax.v with empty value rows.
+
+        m' = max(m, max_v z_v)
+        l' = exp(m - m') * l + sum_v exp(z_v - m')
+
+    The start state (Coq ``None``) is m = -inf, l = 0: the first chunk gives
+    exp(-inf) * 0 + sum_v exp(z_v - m') (the ``None`` branch). m, l: [tokens];
+    z: [tokens, vocab chunk] of finite logits.
+    """
+    m_new = torch.maximum(m, z.amax(dim=1))
+    l_new = torch.exp(m - m_new) * l + torch.exp(z - m_new.unsqueeze(1)).sum(dim=1)
+    return m_new, l_new
+
+
+def _target_logit(z: Tensor, target: Tensor, v0: int) -> Tensor:
+    """z[n, target_n - v0] for the tokens whose target lies in this chunk, 0 for the others."""
+    local = target - v0
+    inside = (local >= 0) & (local < z.shape[1])
+    picked = z.gather(1, local.clamp(0, z.shape[1] - 1).unsqueeze(1)).squeeze(1)
+    return torch.where(inside, picked, torch.zeros_like(picked))
+
+
+def _token_loss(lse: Tensor, z_target: Tensor, z_sum: Tensor, V: int, eps: float, lam: float) -> Tensor:
+    """(1 - eps) (lse - z_t) + eps (lse - sum_v z_v / V) + lam lse^2."""
+    return (1.0 - eps) * (lse - z_target) + eps * (lse - z_sum / V) + lam * lse * lse
+
+
+def _reduce(loss: Tensor, n_kept: int, reduction: str) -> Tensor:
+    """"sum" or "mean" of the per-token losses (0 at ignored tokens): the mean divides
+    by the number of kept (non-ignored) tokens, and is 0 when none is kept (Coq's
+    x / 0 = 0)."""
+    total = loss.sum()
+    if reduction == "sum" or n_kept == 0:
+        return total
+    return total / n_kept
+
+
+def _mean_scale(n_kept: int) -> float:
+    """d(mean) / d(loss of a kept token) = 1 / n_kept (no token kept: no gradient)."""
+    return 1.0 / n_kept if n_kept > 0 else 0.0
+
+
+# --------------------------------------------------------------------------
+# Forward and backward over the kept tokens
+# --------------------------------------------------------------------------
+
+def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, eps: float, lam: float,
+                  softcap: Optional[float], token_chunk: int, vocab_chunk: int) -> tuple[Tensor, Tensor]:
+    """Per-token losses and lse of the kept tokens (x [K, D] in the compute dtype), one
+    [token_chunk, vocab_chunk] block of logits at a time."""
+    K, V = x.shape[0], weight.shape[0]
+    loss = x.new_empty(K)
+    lse = x.new_empty(K)
+    for t0 in range(0, K, token_chunk):
+        t1 = min(t0 + token_chunk, K)
+        x_t, tgt = x[t0:t1], target[t0:t1]
+        m = x.new_full((t1 - t0,), -math.inf)
+        l = x.new_zeros(t1 - t0)
+        z_target = x.new_zeros(t1 - t0)
+        z_sum = x.new_zeros(t1 - t0)
+        for v0 in range(0, V, vocab_chunk):
+            z = _logits_block(x_t, weight, bias, v0, min(v0 + vocab_chunk, V), softcap)
+            m, l = _lse_block_step(m, l, z)
+            z_target += _target_logit(z, tgt, v0)
+            if eps != 0.0:
+                z_sum += z.sum(dim=1)
+        lse[t0:t1] = m + torch.log(l)
+        loss[t0:t1] = _token_loss(lse[t0:t1], z_target, z_sum, V, eps, lam)
+    return loss, lse
+
+
+def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, lse: Tensor, g: Tensor,
+                   eps: float, lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
+                   need_weight: bool, need_bias: bool) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """Gradients of sum_n g_n loss_n over the kept tokens, logits recomputed block by block.
+
+    d loss_n / d z_nv = softmax_v (1 + 2 lam lse_n) - (1 - eps) [v = t_n] - eps / V, with
+    softmax_v = exp(z_nv - lse_n) from the saved lse; through the soft cap
+    d z / d y = 1 - (z / c)^2. Returns grad x [K, D], grad W [V, D], grad b [V] in the
+    compute dtype (None where not needed).
+    """
+    K, V = x.shape[0], weight.shape[0]
+    grad_x = torch.zeros_like(x)
+    grad_w = x.new_zeros(weight.shape) if need_weight else None
+    grad_b = x.new_zeros(V) if need_bias else None
+    for t0 in range(0, K, token_chunk):
+        t1 = min(t0 + token_chunk, K)
+        x_t, tgt, g_t = x[t0:t1], target[t0:t1], g[t0:t1].unsqueeze(1)
+        lse_t = lse[t0:t1].unsqueeze(1)
+        for v0 in range(0, V, vocab_chunk):
+            v1 = min(v0 + vocab_chunk, V)
+            z = _logits_block(x_t, weight, bias, v0, v1, softcap)
+            dz = torch.exp(z - lse_t) * (1.0 + 2.0 * lam * lse_t) - eps / V
+            local = tgt - v0
+            inside = ((local >= 0) & (local < v1 - v0)).nonzero().squeeze(1)
+            dz[inside, local[inside]] -= 1.0 - eps
+            dz *= g_t
+            if softcap is not None:
+                dz *= 1.0 - (z / softcap) ** 2
+            grad_x[t0:t1] += dz @ weight[v0:v1].to(x.dtype)
+            if grad_w is not None:
+                grad_w[v0:v1] += dz.T @ x_t
+            if grad_b is not None:
+                grad_b[v0:v1] += dz.sum(dim=0)
+    return grad_x, grad_w, grad_b
+
+
+def _kept_rows(target: Tensor, ignore_index: int) -> Tensor:
+    """Indices of the tokens whose target is not ignore_index."""
+    return (target != ignore_index).nonzero().squeeze(1)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Forward: streamed lse and losses; saves input, weight, bias, target and lse [N_kept]
+    (not the logits, not their gradients). Backward: logits recomputed block by block,
+    softmax from the saved lse.
+
+    Why recompute in backward rather than computing the gradients in the forward chunk
+    loop: with ``reduction="none"`` the gradient of W is sum_n g_n dz_n^T x_n for a
+    per-token grad_output g that is only known in backward, so gradients computed in the
+    forward could not be rescaled afterwards; and a [V, D] grad_weight computed in the
+    forward would be held from the forward to the backward pass (and computed even if
+    backward never runs). Both ways run the logits matmul twice (forward: lse; the other
+    way: lse pass + gradient pass), so recomputing costs no extra matmul.
+    """
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, target, reduction, ignore_index, eps, lam, softcap, token_chunk,
+                vocab_chunk):
+        dtype = _compute_dtype(input.dtype)
+        flat_input = input.reshape(-1, input.shape[-1])
+        flat_target = target.reshape(-1)
+        kept = _kept_rows(flat_target, ignore_index)
+        x = flat_input.index_select(0, kept).to(dtype)
+        tgt = flat_target.index_select(0, kept).long()
+        loss_kept, lse = _forward_kept(x, weight, bias, tgt, eps, lam, softcap, token_chunk, vocab_chunk)
+        ctx.save_for_backward(input, weight, bias, kept, tgt, lse)
+        ctx.config = (reduction, eps, lam, softcap, token_chunk, vocab_chunk)
+        loss = x.new_zeros(flat_target.shape[0]).index_copy(0, kept, loss_kept)
+        if reduction == "none":
+            return loss.view(target.shape).to(input.dtype)
+        return _reduce(loss, kept.shape[0], reduction).to(input.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        input, weight, bias, kept, tgt, lse = ctx.saved_tensors
+        reduction, eps, lam, softcap, token_chunk, vocab_chunk = ctx.config
+        dtype = lse.dtype
+        K = kept.shape[0]
+        if reduction == "none":
+            g = grad_output.reshape(-1).index_select(0, kept).to(dtype)
+        else:
+            scale = _mean_scale(K) if reduction == "mean" else 1.0
+            g = (grad_output.to(dtype) * scale).expand(K)
+        flat_input = input.reshape(-1, input.shape[-1])
+        x = flat_input.index_select(0, kept).to(dtype)
+        need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
+        grad_x, grad_w, grad_b = _backward_kept(x, weight, bias, tgt, lse, g, eps, lam, softcap, token_chunk,
+                                                vocab_chunk, need_w, need_b)
+        grad_input = None
+        if ctx.needs_input_grad[0]:
+            grad_input = flat_input.new_zeros(flat_input.shape, dtype=dtype).index_copy(0, kept, grad_x)
+            grad_input = grad_input.view(input.shape).to(input.dtype)
+        grad_weight = None if grad_w is None else grad_w.to(weight.dtype)
+        grad_bias = None if grad_b is None else grad_b.to(bias.dtype)
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None, None
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+
+def linear_cross_entropy(
+    input: Tensor,
+    linear_weight: Tensor,
+    target: Tensor,
+    *,
+    linear_bias: Optional[Tensor] = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: Optional[float] = None,
+    chunk_size: ChunkSize = None,
+) -> Tensor:
+    """Cross-entropy of the logits ``input @ linear_weight.T + linear_bias``, chunked, differentiable.
+
+    input [N, D] or [B, S, D], target [N] or [B, S] (int64 or int32 class indices in
+    [0, V) or ``ignore_index``), linear_weight [V, D], linear_bias [V] or None; all
+    floating tensors share one dtype (float16, bfloat16, float32, float64). The logits
+    z = input W^T + b are soft-capped, z = c tanh(z / c), when ``softcap=c`` is given.
+    The loss of a token with target t is
+
+        (1 - eps) (lse - z_t) + eps (lse - mean_v z_v) + z_loss * lse^2,
+
+    lse = log sum_v exp z_v, eps = ``label_smoothing`` in [0, 1] (the smoothing of
+    :func:`torch.nn.functional.cross_entropy`), ``z_loss`` >= 0 (the PaLM auxiliary
+    loss). Tokens whose target is ``ignore_index`` are dropped before the projection.
+    ``reduction``: "none" gives the per-token losses in the shape of target (0 for
+    ignored tokens), "sum" their sum, "mean" the sum divided by the number of
+    non-ignored tokens. With no z-loss and no soft cap this is
+    :func:`torch.nn.functional.linear_cross_entropy` (and ``cross_entropy`` of the
+    materialised logits); unlike torch, "mean" over a batch whose tokens are all
+    ignored gives 0 and zero gradients, not NaN (Coq's x / 0 = 0).
+
+    ``chunk_size``: None (tokens 1024, vocabulary 4096), an int for both, or a pair
+    (token_chunk, vocab_chunk). At most one [token_chunk, vocab_chunk] block of
+    logits exists at a time; the result does not depend on the chunks in exact
+    arithmetic. The lse is the online-softmax state (max, sum) of
+    rocq/Attention/OnlineSoftmax.v (``block_step`` with empty value rows, ``stream``
+    over ``chunk vocab_chunk`` of the vocabulary); its equality with the two-pass
+    log-sum-exp for any chunking is Ojas.Attention.StreamCorrect.stream_correct.
+    The chunked loss is the spec in rocq/CrossEntropy/.
+
+    Backward recomputes each logits block and takes softmax = exp(z - lse) from the
+    saved lse (why, rather than gradients computed in the forward: see
+    ``_LinearCrossEntropy``); the gradient of linear_weight is a [V, D] tensor either
+    way. Computation is in float32 (float64 for float64 inputs): bf16/fp16 operands
+    are upcast block by block, gradients are accumulated in float32 and returned in
+    the input dtype, and the loss has the input dtype. Double backward is not supported.
+    """
+    eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
+        input, linear_weight, target, linear_bias, reduction, ignore_index, label_smoothing, z_loss, softcap,
+        chunk_size)
+    return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, eps, lam,
+                                     softcap, token_chunk, vocab_chunk)
+
+
+def linear_cross_entropy_forward(
+    input: Tensor,
+    linear_weight: Tensor,
+    target: Tensor,
+    *,
+    linear_bias: Optional[Tensor] = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: Optional[float] = None,
+    chunk_size: ChunkSize = None,
+) -> tuple[Tensor, Tensor]:
+    """Per-token losses and log-sum-exp of :func:`linear_cross_entropy`, without autograd.
+
+    Returns (loss, lse), both in the shape of target and in the compute dtype (float32,
+    float64 for float64 inputs): the ``reduction="none"`` losses (0 for ignored tokens)
+    and lse = log sum_v exp z_v, NaN for ignored tokens (their logits are never
+    computed). Same chunked computation and theorems as :func:`linear_cross_entropy`.
+    """
+    eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
+        input, linear_weight, target, linear_bias, "none", ignore_index, label_smoothing, z_loss, softcap,
+        chunk_size)
+    dtype = _compute_dtype(input.dtype)
+    flat_target = target.reshape(-1)
+    kept = _kept_rows(flat_target, ignore_index)
+    with torch.no_grad():
+        x = input.reshape(-1, input.shape[-1]).index_select(0, kept).to(dtype)
+        loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, flat_target.index_select(0, kept).long(),
+                                            eps, lam, softcap, token_chunk, vocab_chunk)
+        loss = x.new_zeros(flat_target.shape[0]).index_copy(0, kept, loss_kept)
+        lse = x.new_full((flat_target.shape[0],), math.nan).index_copy(0, kept, lse_kept)
+    return loss.view(target.shape), lse.view(target.shape)
