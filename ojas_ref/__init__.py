@@ -1,9 +1,6 @@
 """ojas-ref: formally verified reference implementations of memory-saving training primitives.
 
-``attention`` is online-softmax (flash) attention following rocq/Attention/OnlineSoftmax.v
-and rocq/Attention/Backward.v; see :mod:`ojas_ref.attention`.
+Online-softmax (flash) attention: :func:`ojas_ref.attention.attention`, following
+rocq/Attention/OnlineSoftmax.v and rocq/Attention/Backward.v. The function is not
+re-exported here, so that ``ojas_ref.attention`` always names the module.
 """
-
-from ojas_ref.attention import attention, attention_forward
-
-__all__ = ["attention", "attention_forward"]

@@ -1,0 +1,569 @@
+"""Differential tests of the PyTorch reference ``ojas_ref.attention``.
+
+* against ``torch.nn.functional.scaled_dot_product_attention`` (math backend), forward
+  and backward, in float64 and float32;
+* against the oracle extracted from the Coq spec (``ojas_ref.oracle``), forward with
+  the error bound of ``ojas_ref.error_bounds`` and backward with a norm-relative
+  tolerance, in float32 and bfloat16;
+* the result does not depend on the tiling (Ojas.Attention.StreamCorrect);
+* bad arguments raise errors that name the argument; ``impl`` dispatch.
+
+``oracle_mismatches`` is also the detector of tests/test_attention_mutations.py.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given
+from hypothesis import strategies as st
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import ojas_ref.attention as attn_mod
+from ojas_ref.attention import attention, attention_forward
+
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------
+# Test cases
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    grad_out: Tensor
+    attn_mask: Optional[Tensor] = None
+    is_causal: bool = False
+    scale: Optional[float] = None
+    enable_gqa: bool = False
+    window: Optional[int] = None
+
+    def kwargs(self) -> dict:
+        """Keyword arguments of ``attention`` (and of the oracle) besides q, k, v."""
+        return dict(attn_mask=self.attn_mask, is_causal=self.is_causal, scale=self.scale,
+                    enable_gqa=self.enable_gqa, window=self.window)
+
+
+MASK_SHAPES = {  # shape of an attn_mask that broadcasts to [B, Hq, Sq, Sk]
+    "full": lambda b, h, sq, sk: (b, h, sq, sk),
+    "rows": lambda b, h, sq, sk: (sq, sk),
+    "batch": lambda b, h, sq, sk: (b, 1, sq, sk),
+    "keys": lambda b, h, sq, sk: (b, 1, 1, sk),
+}
+
+
+def make_case(
+    seed: int,
+    *,
+    batch: int = 1,
+    kv_heads: int = 1,
+    group: int = 1,
+    sq: int,
+    sk: int,
+    e: int,
+    ev: int,
+    dtype: torch.dtype,
+    is_causal: bool = False,
+    window: Optional[int] = None,
+    mask: Optional[str] = None,
+    mask_shape: str = "full",
+    dead_rows: tuple[int, ...] = (),
+    regime: str = "normal",
+    scale: Optional[float] = None,
+) -> Case:
+    """A deterministic case. ``mask``: None, "bool" or "float" (random, about 25% of the
+    keys masked); ``dead_rows``: query rows whose keys are all masked (needs a mask shape
+    with an Sq dimension); ``regime``: "normal" (scores ~ N(0, 1)), "peaked" (~ N(0, 16^2)),
+    "large" (scores near +-1e4 with O(1) differences within a row)."""
+    g = torch.Generator().manual_seed(seed)
+    hq = kv_heads * group
+    q = torch.randn(batch, hq, sq, e, generator=g, dtype=F64)
+    k = torch.randn(batch, kv_heads, sk, e, generator=g, dtype=F64)
+    v = torch.randn(batch, kv_heads, sk, ev, generator=g, dtype=F64)
+    do = torch.randn(batch, hq, sq, ev, generator=g, dtype=F64)
+    s = 1.0 / math.sqrt(e) if scale is None else scale
+    if regime == "peaked":
+        q, k = 4 * q, 4 * k
+    elif regime == "large":
+        # A shared coordinate puts every score of row i near sign_i * 1e4.
+        c = math.sqrt(1e4 / abs(s))
+        sign = torch.randint(0, 2, (batch, hq, sq), generator=g, dtype=F64) * 2 - 1
+        q[..., 0] = c * sign
+        k[..., 0] = c
+    attn_mask = None
+    if mask is not None:
+        shape = MASK_SHAPES[mask_shape](batch, hq, sq, sk)
+        keep = torch.rand(shape, generator=g) >= 0.25
+        if dead_rows:
+            keep[..., list(dead_rows), :] = False
+        if mask == "bool":
+            attn_mask = keep
+        else:
+            attn_mask = (2 * torch.randn(shape, generator=g, dtype=F64)).masked_fill(~keep, -math.inf).to(dtype)
+    return Case(q.to(dtype), k.to(dtype), v.to(dtype), do.to(dtype), attn_mask, is_causal, scale,
+                group > 1, window)
+
+
+@st.composite
+def cases(draw, dtype: torch.dtype, *, max_s: int = 70, head_dims=(16, 32, 64, 128), float_masks: bool = True,
+          regimes=("normal",)) -> Case:
+    """Shapes: S = 1, S not a multiple of the tiles, Sq != Sk; GQA; causal; window; masks."""
+    sq = draw(st.integers(1, max_s))
+    sk = draw(st.integers(1, max_s))
+    mask = draw(st.sampled_from([None, "bool", "float"] if float_masks else [None, "bool"]))
+    mask_shape = draw(st.sampled_from(sorted(MASK_SHAPES)))
+    dead_rows: tuple[int, ...] = ()
+    if mask is not None and mask_shape != "keys":
+        dead_rows = tuple(draw(st.sets(st.integers(0, sq - 1), max_size=2)))
+    return make_case(
+        draw(st.integers(0, 2**31 - 1)),
+        batch=draw(st.integers(1, 2)),
+        kv_heads=draw(st.integers(1, 2)),
+        group=draw(st.sampled_from([1, 1, 2, 3])),
+        sq=sq,
+        sk=sk,
+        e=draw(st.sampled_from(head_dims)),
+        ev=draw(st.sampled_from([8, 16, 24])),
+        dtype=dtype,
+        is_causal=draw(st.booleans()),
+        window=draw(st.one_of(st.none(), st.integers(1, max_s))),
+        mask=mask,
+        mask_shape=mask_shape,
+        dead_rows=dead_rows,
+        regime=draw(st.sampled_from(regimes)),
+        scale=draw(st.one_of(st.none(), st.floats(0.05, 1.0))),
+    )
+
+
+def structural_visibility(case: Case) -> Tensor:
+    """[Sq, Sk] bool: ``causal`` and ``in_window`` of rocq/Attention/OnlineSoftmax.v."""
+    sq, sk = case.query.shape[2], case.key.shape[2]
+    i = torch.arange(sq)[:, None]
+    j = torch.arange(sk)[None, :]
+    visible = torch.ones(sq, sk, dtype=torch.bool)
+    if case.is_causal:
+        visible &= j <= i
+    if case.window is not None:
+        visible &= (i - j).abs() < case.window
+    return visible
+
+
+def full_visibility(case: Case) -> Tensor:
+    """[B, Hq, Sq, Sk] bool: every mask of the case combined (Coq ``visibility``)."""
+    b, hq, sq, _ = case.query.shape
+    visible = structural_visibility(case).expand(b, hq, sq, -1)
+    m = case.attn_mask
+    if m is not None:
+        visible = visible & (m if m.dtype == torch.bool else ~torch.isneginf(m))
+    return visible
+
+
+def dead_rows_of(case: Case) -> Tensor:
+    """[B, Hq, Sq] bool: the query rows with no visible key."""
+    return ~full_visibility(case).any(-1)
+
+
+def leaves(case: Case) -> list[Tensor]:
+    """Fresh leaves requiring grad: q, k, v and a float mask."""
+    ts = [case.query, case.key, case.value]
+    if case.attn_mask is not None and case.attn_mask.is_floating_point():
+        ts.append(case.attn_mask)
+    return [t.detach().clone().requires_grad_() for t in ts]
+
+
+# --------------------------------------------------------------------------
+# Against torch SDPA (math backend)
+# --------------------------------------------------------------------------
+
+def sdpa_run(case: Case) -> tuple[Tensor, list[Tensor]]:
+    """SDPA on the case, its causal/window masks folded into an explicit mask. Fully masked
+    rows (NaN or zeros depending on the torch version) are made visible and given a zero
+    upstream gradient, so that they add nothing to dK, dV, d(mask); callers skip them."""
+    xs = leaves(case)
+    q, k, v = xs[:3]
+    dead = dead_rows_of(case).unsqueeze(-1)
+    structural = structural_visibility(case)
+    b, hq, sq, sk = case.query.shape[0], case.query.shape[1], case.query.shape[2], case.key.shape[2]
+    if case.attn_mask is None:
+        mask = structural.expand(b, hq, sq, sk) | dead
+    elif case.attn_mask.dtype == torch.bool:
+        mask = (case.attn_mask & structural) | dead
+    else:
+        mask = xs[3].expand(b, hq, sq, sk).masked_fill(~structural, -math.inf).masked_fill(dead, 0.0)
+    with sdpa_kernel(SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=case.enable_gqa)
+    grads = torch.autograd.grad(out, xs, case.grad_out.masked_fill(dead, 0.0))
+    return out.detach(), list(grads)
+
+
+def ours_run(case: Case, **kw) -> tuple[Tensor, list[Tensor]]:
+    xs = leaves(case)
+    kwargs = case.kwargs()
+    if len(xs) == 4:
+        kwargs["attn_mask"] = xs[3]
+    out = attention(*xs[:3], impl="reference", **kwargs, **kw)
+    grads = torch.autograd.grad(out, xs, case.grad_out)
+    return out.detach(), list(grads)
+
+
+def assert_normwise_close(actual: Tensor, expected: Tensor, rtol: float, what: str) -> None:
+    """max |actual - expected| <= rtol * max(max |expected|, 1)."""
+    err = (actual.to(F64) - expected.to(F64)).abs().max().item() if actual.numel() else 0.0
+    ref = max(expected.to(F64).abs().max().item() if expected.numel() else 0.0, 1.0)
+    assert err <= rtol * ref, f"{what}: max error {err:.3g} > {rtol:.1g} * {ref:.3g}"
+
+
+SDPA_RTOL = {F64: 1e-10, torch.float32: 2e-5}
+
+
+def check_against_sdpa(case: Case) -> None:
+    out, grads = ours_run(case)
+    ref_out, ref_grads = sdpa_run(case)
+    dead = dead_rows_of(case)
+    rtol = SDPA_RTOL[case.query.dtype]
+    assert torch.all(out[dead] == 0), "fully masked rows must give zeros"
+    assert torch.all(grads[0][dead] == 0), "fully masked rows must give zero dQ"
+    assert_normwise_close(out[~dead], ref_out[~dead], rtol, "out")
+    for name, g, rg in zip(("grad_query", "grad_key", "grad_value", "grad_attn_mask"), grads, ref_grads):
+        assert g.shape == rg.shape and g.dtype == rg.dtype, name
+        assert_normwise_close(g, rg, rtol, name)
+
+
+EDGE_SHAPES = [  # (sq, sk, e): S = 1, S not a multiple of the tiles, Sq != Sk, every E
+    (1, 1, 16), (1, 37, 32), (37, 1, 64), (17, 17, 128), (33, 70, 16), (70, 33, 32), (16, 48, 64),
+]
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("sq,sk,e", EDGE_SHAPES)
+def test_edge_shapes_match_sdpa(sq, sk, e, dtype):
+    check_against_sdpa(make_case(sq * 1000 + sk, batch=2, kv_heads=2, group=2, sq=sq, sk=sk, e=e, ev=24,
+                                 dtype=dtype, is_causal=sq > 16))
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@given(data=st.data())
+def test_matches_sdpa(dtype, data):
+    check_against_sdpa(data.draw(cases(dtype)))
+
+
+# --------------------------------------------------------------------------
+# Tiling does not matter (Ojas.Attention.StreamCorrect)
+# --------------------------------------------------------------------------
+
+@given(case=cases(F64, max_s=40, head_dims=(16,)), block_q=st.integers(1, 40), block_k=st.integers(1, 40))
+def test_any_tiling_gives_the_same_result(case, block_q, block_k):
+    scale = 1.0 / math.sqrt(case.query.shape[-1]) if case.scale is None else case.scale
+    args = (case.query, case.key, case.value, case.attn_mask, case.is_causal, scale, case.window)
+    out, lse = attn_mod._reference_forward(*args, block_q=block_q, block_k=block_k)
+    ref_out, ref_lse = attn_mod._reference_forward(*args)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+    assert_normwise_close(out, ref_out, 1e-12, "out")
+    assert_normwise_close(lse.nan_to_num(neginf=0.0), ref_lse.nan_to_num(neginf=0.0), 1e-12, "lse")
+    grads = attn_mod._reference_backward(*args[:4], out, lse, case.grad_out, *args[4:], False,
+                                         block_q=block_q, block_k=block_k)
+    ref_grads = attn_mod._reference_backward(*args[:4], ref_out, ref_lse, case.grad_out, *args[4:], False)
+    for name, g, rg in zip(("grad_query", "grad_key", "grad_value"), grads, ref_grads):
+        assert_normwise_close(g, rg, 1e-12, name)
+
+
+# --------------------------------------------------------------------------
+# Against the oracle extracted from Coq
+# --------------------------------------------------------------------------
+
+# Relative error of a computed exp against exp of its (computed) argument. torch's CPU
+# float32 exp is SLEEF's expf_u10 (vectorised) or the C library's expf, both within 1 ulp,
+# i.e. relative error <= 2^-23; we take 4 ulp = 2^-21 as margin. The oracle's exp is OCaml's
+# Float.exp = glibc's double exp (< 1 ulp); margin 4 ulp = 2^-50.
+EXP_ERROR = {torch.float32: 2.0**-21, F64: 2.0**-50}
+
+
+def forward_tolerance(case: Case, oracle_out: Tensor) -> Tensor:
+    """Elementwise bound on |out - oracle_out| for the reference run on ``case``
+    (float32 computation) against the float64 oracle, shape [B, Hq, Sq, Ev].
+
+    By the triangle inequality through the exact attention out* of the inputs, it is the
+    sum of the two implementations' error bounds and of the output rounding:
+
+    * computed scores: the score of row i is fl(fl(scale) * fl(q_i . k_j)). The dot
+      product errs by at most gamma_E * sum_c |q_ic k_jc| (``dot_product_error_bound``),
+      rounding scale and the product add (2u + u^2)(1 + gamma_E) relative. So every score
+      moves by at most delta_i = |scale| * A_i * (gamma_E + (2u + u^2)(1 + gamma_E)),
+      A_i = max_j sum_c |q_ic k_jc|, and softmax with scores moved by <= delta_i differs
+      from the exact one by <= V * (exp(2 delta_i) - 1)
+      (``softmax_score_perturbation_bound``), V = max_j |v_j| of the head.
+    * the streamed recurrence on those scores: <= V * ``online_softmax_error_bound``(Sk,
+      u, u_exp) (the Coq rounding theorem; masked keys are keys of weight 0, so n = Sk),
+      u = 2^-24 for the float32 computation, u_exp = ``EXP_ERROR`` (see there).
+    * the oracle itself: the same two terms with u = 2^-53 and its exp error.
+    * output rounding: the float32 result is rounded to the output dtype, relative
+      error u_out = 2^-8 for bfloat16 (0 for float32), applied to
+      |out| <= |oracle_out| + (the bounds above).
+    """
+    from ojas_ref.error_bounds import (
+        UNIT_ROUNDOFF,
+        dot_product_error_bound,
+        online_softmax_error_bound,
+        softmax_score_perturbation_bound,
+    )
+
+    q, k, v = (t.to(F64) for t in (case.query, case.key, case.value))
+    b, hq, sq, e = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(e) if case.scale is None else case.scale
+    abs_qk = q.abs().view(b, hkv, -1, e) @ k.abs().transpose(-1, -2)  # [B, Hkv, G*Sq, Sk]
+    a = abs_qk.amax(-1, initial=0.0).view(b, hq, sq)
+    v_max = v.abs().amax(dim=(2, 3), initial=0.0).repeat_interleave(hq // hkv, dim=1)[..., None]  # [B, Hq, 1]
+
+    def implementation_bound(u: float, u_exp: float) -> Tensor:
+        gamma = dot_product_error_bound(e, u)
+        delta = abs(scale) * a * (gamma + (2 * u + u * u) * (1 + gamma))
+        perturbation = torch.tensor([softmax_score_perturbation_bound(d) for d in delta.flatten().tolist()],
+                                    dtype=F64).view_as(delta)
+        return v_max * (online_softmax_error_bound(sk, u, u_exp) + perturbation)
+
+    bound = (implementation_bound(UNIT_ROUNDOFF[torch.float32], EXP_ERROR[torch.float32])
+             + implementation_bound(UNIT_ROUNDOFF[F64], EXP_ERROR[F64])).unsqueeze(-1)
+    u_out = UNIT_ROUNDOFF[case.query.dtype] if case.query.dtype != torch.float32 else 0.0
+    return bound + u_out * (oracle_out.abs() + bound)
+
+
+def lse_tolerance(case: Case, oracle_lse: Tensor) -> Tensor:
+    """Bound used for |lse - oracle_lse|. Not a Coq theorem (none covers lse): by hand,
+    lse is 1-Lipschitz in the max-norm of the scores (the delta of ``forward_tolerance``,
+    bounded by A_i * scale * (E + 3) * u); the sum l of Sk positive terms, rescaled once
+    per tile, has relative error <= about (Sk + 2 * tiles) * (u + u_exp), which moves
+    ln l by as much; ln and the final addition add a few u * |lse|. Doubled as margin."""
+    u, u_exp = 2.0**-24, EXP_ERROR[torch.float32]
+    q, k = case.query.to(F64), case.key.to(F64)
+    b, hq, sq, e = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(e) if case.scale is None else case.scale
+    a = (q.abs().view(b, hkv, -1, e) @ k.abs().transpose(-1, -2)).amax(-1, initial=0.0).view(b, hq, sq)
+    tiles = math.ceil(sk / attn_mod._BLOCK_K)
+    hand = abs(scale) * a * (e + 3) * u + (sk + 2 * tiles + 2) * (u + u_exp) + 4 * u * oracle_lse.abs()
+    return 2 * hand
+
+
+def grad_rtol(case: Case) -> float:
+    """Norm-relative tolerance of the gradients. NOT proved (no Coq bound on the backward
+    pass): 16 times the worst relative forward bound (score perturbation and Sk roundings
+    in float32), plus 8 u_io for the rounding of the inputs' dtype (out is saved in it,
+    grads are returned in it)."""
+    from ojas_ref.error_bounds import UNIT_ROUNDOFF, softmax_score_perturbation_bound
+
+    q, k = case.query.to(F64), case.key.to(F64)
+    e, sk = q.shape[-1], k.shape[2]
+    scale = 1.0 / math.sqrt(e) if case.scale is None else case.scale
+    a = (q.abs().flatten(0, 2) @ k.abs().flatten(0, 2).T).max().item() if q.numel() and k.numel() else 0.0
+    u = UNIT_ROUNDOFF[torch.float32]
+    forward_rel = softmax_score_perturbation_bound(abs(scale) * a * (e + 3) * u) + (sk + 8) * u
+    return 16 * forward_rel + 8 * UNIT_ROUNDOFF[case.query.dtype]
+
+
+def oracle_mismatches(case: Case) -> list[str]:
+    """Run the reference and the oracle on ``case``; return what disagrees (empty = agree).
+
+    Forward: |out - oracle| <= ``forward_tolerance``, lse within ``lse_tolerance`` and -inf
+    exactly on the oracle's fully masked rows, zeros there. Backward: dQ, dK, dV within
+    ``grad_rtol`` (norm-relative), exactly zero dQ on fully masked rows."""
+    from ojas_ref.oracle import attention_oracle
+
+    ref = attention_oracle(case.query, case.key, case.value, grad_out=case.grad_out,
+                           block_size=attn_mod._BLOCK_K, **case.kwargs())
+    out, lse = attention_forward(case.query, case.key, case.value, **case.kwargs())
+    problems = []
+    dead = torch.isneginf(ref["lse"])
+    excess = (out.to(F64) - ref["out"]).abs() - forward_tolerance(case, ref["out"])
+    if not (excess <= 0).all():
+        bad = excess.nan_to_num(nan=math.inf)
+        problems.append(f"out: exceeds the error bound by {bad.max().item():.3g} "
+                        f"at {tuple(torch.nonzero(bad == bad.max())[0].tolist())}")
+    if not torch.equal(torch.isneginf(lse), dead):
+        problems.append("lse: -inf rows differ from the oracle's fully masked rows")
+    elif not torch.all(out[dead] == 0):
+        problems.append("out: fully masked rows are not zero")
+    else:
+        diff = (lse.to(F64) - ref["lse"]).masked_fill(dead, 0.0).abs()
+        if not (diff <= lse_tolerance(case, ref["lse"])).all():
+            problems.append(f"lse: max error {diff.nan_to_num(nan=math.inf).max().item():.3g} exceeds the tolerance")
+    xs = [t.detach().clone().requires_grad_() for t in (case.query, case.key, case.value)]
+    grads = torch.autograd.grad(attention(*xs, impl="reference", **case.kwargs()), xs, case.grad_out)
+    rtol = grad_rtol(case)
+    for name, g in zip(("grad_query", "grad_key", "grad_value"), grads):
+        try:
+            assert_normwise_close(g, ref[name], rtol, name)
+        except AssertionError as err:
+            problems.append(str(err))
+    if not torch.all(grads[0][dead] == 0):
+        problems.append("grad_query: fully masked rows are not zero")
+    return problems
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@given(data=st.data())
+def test_matches_oracle(dtype, data):
+    case = data.draw(cases(dtype, max_s=40, head_dims=(16, 32), float_masks=False,
+                           regimes=("normal", "peaked", "large")))
+    assert oracle_mismatches(case) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("regime", ["normal", "large"])
+def test_matches_oracle_fully_masked_rows(dtype, regime):
+    case = make_case(3, batch=2, kv_heads=2, group=2, sq=21, sk=35, e=16, ev=8, dtype=dtype, mask="bool",
+                     mask_shape="batch", dead_rows=(0, 7, 20), regime=regime, is_causal=True)
+    assert dead_rows_of(case).sum() == 2 * 4 * 3
+    assert oracle_mismatches(case) == []
+
+
+def test_every_row_masked_gives_zeros_and_zero_grads():
+    case = make_case(5, kv_heads=2, group=2, sq=9, sk=20, e=16, ev=8, dtype=torch.float32, window=3,
+                     mask="bool", mask_shape="rows", dead_rows=tuple(range(9)))
+    out, lse = attention_forward(case.query, case.key, case.value, **case.kwargs())
+    assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+    _, grads = ours_run(case)
+    assert all(torch.all(g == 0) for g in grads)
+    assert oracle_mismatches(case) == []
+
+
+# --------------------------------------------------------------------------
+# Bad arguments
+# --------------------------------------------------------------------------
+
+def _args(**over):
+    q = torch.randn(2, 4, 5, 8)
+    args = dict(query=q, key=torch.randn(2, 2, 6, 8), value=torch.randn(2, 2, 6, 3), enable_gqa=True)
+    args.update(over)
+    return args
+
+
+BAD_ARGUMENTS = [
+    (dict(query=torch.randn(4, 5, 8)), ValueError, "query must be a 4-D"),
+    (dict(key=torch.randn(2, 2, 6)), ValueError, "key must be a 4-D"),
+    (dict(value=torch.randn(1, 2, 2, 6, 3)), ValueError, "value must be a 4-D"),
+    (dict(query=[[1.0]]), TypeError, "query must be a torch.Tensor"),
+    (dict(key=torch.randn(3, 2, 6, 8)), ValueError, "batch size"),
+    (dict(key=torch.randn(2, 2, 6, 7)), ValueError, "key must have the query's head dim"),
+    (dict(value=torch.randn(2, 2, 7, 3)), ValueError, "value must have as many rows Sk"),
+    (dict(value=torch.randn(2, 1, 6, 3)), ValueError, "value must have as many heads as key"),
+    (dict(key=torch.randn(2, 3, 6, 8), value=torch.randn(2, 3, 6, 3)), ValueError, "enable_gqa=True needs"),
+    (dict(enable_gqa=False), ValueError, "pass enable_gqa=True"),
+    (dict(dropout_p=0.1), NotImplementedError, "dropout is not supported"),
+    (dict(query=torch.nested.nested_tensor([torch.randn(4, 5, 8)] * 2)), NotImplementedError, "query: nested"),
+    (dict(attn_mask=torch.ones(5, 6, dtype=torch.int32)), TypeError, "attn_mask must have dtype"),
+    (dict(attn_mask=torch.ones(5, 6, dtype=F64)), TypeError, "attn_mask must have dtype"),
+    (dict(attn_mask=torch.ones(5, 7, dtype=torch.bool)), ValueError, "attn_mask must be broadcastable"),
+    (dict(attn_mask=torch.ones(1, 2, 4, 5, 6, dtype=torch.bool)), ValueError, "attn_mask must be broadcastable"),
+    (dict(attn_mask=[[True]]), TypeError, "attn_mask must be a torch.Tensor"),
+    (dict(window=0), ValueError, "window must be >= 1"),
+    (dict(window=2.5), TypeError, "window must be an int"),
+    (dict(key=torch.randn(2, 2, 6, 8, dtype=F64)), TypeError, "key has dtype torch.float64 but query"),
+    (dict(value=torch.randn(2, 2, 6, 3, dtype=torch.float16)), TypeError, "value has dtype"),
+    (dict(query=torch.ones(2, 4, 5, 8, dtype=torch.int64)), TypeError, "query has dtype torch.int64"),
+    (dict(scale=math.inf), ValueError, "scale must be finite"),
+    (dict(scale=math.nan), ValueError, "scale must be finite"),
+    (dict(scale="1"), TypeError, "scale must be a float"),
+    (dict(is_causal=1), TypeError, "is_causal must be a bool"),
+    (dict(impl="cuda"), ValueError, "impl must be one of"),
+]
+
+
+@pytest.mark.parametrize("over,exc,message", BAD_ARGUMENTS, ids=[m for _, _, m in BAD_ARGUMENTS])
+def test_bad_arguments_raise(over, exc, message):
+    with pytest.raises(exc, match=message):
+        attention(**_args(**over))
+    if "impl" not in over:
+        with pytest.raises(exc, match=message):
+            attention_forward(**_args(**over))
+
+
+# --------------------------------------------------------------------------
+# impl dispatch
+# --------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """Replace ojas_kernels.attention by a recorder of flash_attention calls."""
+    calls = []
+
+    def flash_attention(query, key, value, is_causal, scale, window):
+        calls.append(dict(is_causal=is_causal, scale=scale, window=window))
+        return torch.zeros(query.shape[:3] + value.shape[3:], dtype=query.dtype)
+
+    package, module = types.ModuleType("ojas_kernels"), types.ModuleType("ojas_kernels.attention")
+    module.flash_attention = flash_attention
+    package.attention = module
+    monkeypatch.setitem(sys.modules, "ojas_kernels", package)
+    monkeypatch.setitem(sys.modules, "ojas_kernels.attention", module)
+    return calls
+
+
+def test_impl_triton_dispatches_to_the_kernel(fake_kernel, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    attention(**_args(is_causal=True, window=3, impl="triton"))
+    assert fake_kernel == [dict(is_causal=True, scale=1 / math.sqrt(8), window=3)]
+
+
+def test_impl_from_environment(fake_kernel, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
+    attention(**_args())
+    assert len(fake_kernel) == 1
+    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "reference")
+    attention(**_args())
+    assert len(fake_kernel) == 1
+    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "fast")
+    with pytest.raises(ValueError, match="OJAS_ATTENTION_IMPL"):
+        attention(**_args())
+
+
+def test_impl_auto_on_cpu_is_the_reference(fake_kernel, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    args = _args(is_causal=True)
+    out = attention(**args, impl="auto")
+    assert fake_kernel == []
+    torch.testing.assert_close(out, attention(**args, impl="reference"), rtol=0, atol=0)
+
+
+def test_impl_triton_refusals(fake_kernel, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1"):
+        attention(**_args(impl="triton"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(ValueError, match="impl='triton' does not take attn_mask"):
+        attention(**_args(attn_mask=torch.ones(5, 6, dtype=torch.bool), impl="triton"))
+    assert fake_kernel == []
+
+
+def test_lse_and_out_dtypes():
+    for dtype, lse_dtype in ((torch.bfloat16, torch.float32), (torch.float16, torch.float32), (F64, F64)):
+        case = make_case(1, sq=5, sk=7, e=16, ev=8, dtype=dtype)
+        out, lse = attention_forward(case.query, case.key, case.value)
+        assert out.dtype == dtype and lse.dtype == lse_dtype and out.shape == (1, 1, 5, 8)
+        _, grads = ours_run(case)
+        assert all(g.dtype == dtype for g in grads)
+
+
+def test_empty_key_sequence_gives_zeros():
+    case = make_case(2, sq=4, sk=0, e=16, ev=8, dtype=torch.float32)
+    out, lse = attention_forward(case.query, case.key, case.value)
+    assert out.shape == (1, 1, 4, 8) and torch.all(out == 0) and torch.all(torch.isneginf(lse))
+
+
+def test_attn_mask_with_is_causal_is_their_conjunction():
+    case = make_case(4, sq=20, sk=20, e=16, ev=8, dtype=F64, mask="bool", mask_shape="rows")
+    causal = replace(case, is_causal=True)
+    combined = replace(case, attn_mask=case.attn_mask & structural_visibility(causal))
+    torch.testing.assert_close(ours_run(causal)[0], ours_run(combined)[0], rtol=0, atol=0)
