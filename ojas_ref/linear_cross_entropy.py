@@ -131,10 +131,11 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _logits_block(x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1: int,
+def _chunk_logits(x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1: int,
                   softcap: Optional[float]) -> Tensor:
-    """Logits of one block, [tokens, v1 - v0] in x's (compute) dtype:
-    z = x W[v0:v1]^T + b[v0:v1], then c * tanh(z / c) with softcap c."""
+    """``chunk_logits`` of rocq/CrossEntropy/Definitions.v for a block of tokens:
+    z = softcap(x W[v0:v1]^T + b[v0:v1]), softcap(r) = c tanh(r / c) (identity without c);
+    [tokens, v1 - v0] in x's (compute) dtype."""
     w = weight[v0:v1].to(x.dtype)
     z = x @ w.T if bias is None else torch.addmm(bias[v0:v1].to(x.dtype), x, w.T)
     if softcap is not None:
@@ -143,8 +144,8 @@ def _logits_block(x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1
 
 
 def _lse_block_step(m: Tensor, l: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-    """One vocabulary chunk of the log-sum-exp: ``block_step`` of
-    rocq/Attention/OnlineSoftmax.v with empty value rows.
+    """The log-sum-exp part of one vocabulary chunk: ``block_step`` of
+    rocq/Attention/OnlineSoftmax.v on ``lse_keys`` (keys (Some z_v, []), empty value rows).
 
         m' = max(m, max_v z_v)
         l' = exp(m - m') * l + sum_v exp(z_v - m')
@@ -159,22 +160,57 @@ def _lse_block_step(m: Tensor, l: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _target_logit(z: Tensor, target: Tensor, v0: int) -> Tensor:
-    """z[n, target_n - v0] for the tokens whose target lies in this chunk, 0 for the others."""
+    """``target_logit``: z[n, target_n - v0] for the tokens whose target lies in the chunk
+    starting at v0, 0 for the others."""
     local = target - v0
     inside = (local >= 0) & (local < z.shape[1])
     picked = z.gather(1, local.clamp(0, z.shape[1] - 1).unsqueeze(1)).squeeze(1)
     return torch.where(inside, picked, torch.zeros_like(picked))
 
 
-def _token_loss(lse: Tensor, z_target: Tensor, z_sum: Tensor, V: int, eps: float, lam: float) -> Tensor:
-    """(1 - eps) (lse - z_t) + eps (lse - sum_v z_v / V) + lam lse^2."""
-    return (1.0 - eps) * (lse - z_target) + eps * (lse - z_sum / V) + lam * lse * lse
+_TokState = tuple[Tensor, Tensor, Tensor, Tensor]  # (m, l, z_t, z_sum) of a block of tokens
+
+
+def _tok_init(x: Tensor) -> _TokState:
+    """``tok_init`` for the tokens of x: lse state None (m = -inf, l = 0), z_t = z_sum = 0."""
+    n = x.shape[0]
+    return x.new_full((n,), -math.inf), x.new_zeros(n), x.new_zeros(n), x.new_zeros(n)
+
+
+def _vocab_step(st: _TokState, z: Tensor, target: Tensor, v0: int, need_sum: bool) -> _TokState:
+    """``vocab_step`` of rocq/CrossEntropy/Definitions.v: the lse state through
+    ``block_step``, z_t += ``target_logit``, z_sum += sum_v z_v (only needed, and only
+    computed, for label smoothing)."""
+    m, l, z_t, z_sum = st
+    m, l = _lse_block_step(m, l, z)
+    z_t = z_t + _target_logit(z, target, v0)
+    if need_sum:
+        z_sum = z_sum + z.sum(dim=1)
+    return m, l, z_t, z_sum
+
+
+def _token_loss(V: int, eps: float, lam: float, st: _TokState) -> tuple[Tensor, Tensor]:
+    """``token_loss``: lse = m + ln l (``finalize``) and
+    (1 - eps) (lse - z_t) + eps (lse - z_sum / V) + lam lse^2."""
+    m, l, z_t, z_sum = st
+    lse = m + torch.log(l)
+    return (1.0 - eps) * (lse - z_t) + eps * (lse - z_sum / V) + lam * (lse * lse), lse
+
+
+def _dlogit(z: Tensor, lse: Tensor, target: Tensor, v0: int, V: int, eps: float, lam: float) -> Tensor:
+    """``dlogit``: d loss_n / d z_nv = (1 + 2 lam lse_n) exp(z_nv - lse_n) - eps / V
+    - (1 - eps) [v = t_n], for the vocabulary chunk starting at v0. lse: [tokens, 1]."""
+    g = (1.0 + 2.0 * lam * lse) * torch.exp(z - lse) - eps / V
+    local = target - v0
+    rows = ((local >= 0) & (local < z.shape[1])).nonzero().squeeze(1)
+    g[rows, local[rows]] -= 1.0 - eps
+    return g
 
 
 def _reduce(loss: Tensor, n_kept: int, reduction: str) -> Tensor:
-    """"sum" or "mean" of the per-token losses (0 at ignored tokens): the mean divides
-    by the number of kept (non-ignored) tokens, and is 0 when none is kept (Coq's
-    x / 0 = 0)."""
+    """``ce_output`` for "sum" / "mean": the sum of the per-token losses (0 at ignored
+    tokens), divided for "mean" by the number of kept tokens; 0 when no token is kept
+    (the spec's 0 / 0 = 0 over R)."""
     total = loss.sum()
     if reduction == "sum" or n_kept == 0:
         return total
@@ -182,7 +218,8 @@ def _reduce(loss: Tensor, n_kept: int, reduction: str) -> Tensor:
 
 
 def _mean_scale(n_kept: int) -> float:
-    """d(mean) / d(loss of a kept token) = 1 / n_kept (no token kept: no gradient)."""
+    """``token_weight`` for "mean" per unit of upstream gradient: 1 / n_kept (0 with no
+    kept token)."""
     return 1.0 / n_kept if n_kept > 0 else 0.0
 
 
@@ -192,38 +229,33 @@ def _mean_scale(n_kept: int) -> float:
 
 def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, eps: float, lam: float,
                   softcap: Optional[float], token_chunk: int, vocab_chunk: int) -> tuple[Tensor, Tensor]:
-    """Per-token losses and lse of the kept tokens (x [K, D] in the compute dtype), one
-    [token_chunk, vocab_chunk] block of logits at a time."""
+    """``ce_forward`` restricted to the kept tokens (x [K, D] in the compute dtype): per
+    token chunk, ``vocab_loop`` over the vocabulary chunks, then ``token_loss``. One
+    [token_chunk, vocab_chunk] block of logits exists at a time. Returns (loss, lse), [K]."""
     K, V = x.shape[0], weight.shape[0]
     loss = x.new_empty(K)
     lse = x.new_empty(K)
     for t0 in range(0, K, token_chunk):
         t1 = min(t0 + token_chunk, K)
         x_t, tgt = x[t0:t1], target[t0:t1]
-        m = x.new_full((t1 - t0,), -math.inf)
-        l = x.new_zeros(t1 - t0)
-        z_target = x.new_zeros(t1 - t0)
-        z_sum = x.new_zeros(t1 - t0)
+        st = _tok_init(x_t)
         for v0 in range(0, V, vocab_chunk):
-            z = _logits_block(x_t, weight, bias, v0, min(v0 + vocab_chunk, V), softcap)
-            m, l = _lse_block_step(m, l, z)
-            z_target += _target_logit(z, tgt, v0)
-            if eps != 0.0:
-                z_sum += z.sum(dim=1)
-        lse[t0:t1] = m + torch.log(l)
-        loss[t0:t1] = _token_loss(lse[t0:t1], z_target, z_sum, V, eps, lam)
+            z = _chunk_logits(x_t, weight, bias, v0, min(v0 + vocab_chunk, V), softcap)
+            st = _vocab_step(st, z, tgt, v0, eps != 0.0)
+        loss[t0:t1], lse[t0:t1] = _token_loss(V, eps, lam, st)
     return loss, lse
 
 
 def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, lse: Tensor, g: Tensor,
                    eps: float, lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
                    need_weight: bool, need_bias: bool) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-    """Gradients of sum_n g_n loss_n over the kept tokens, logits recomputed block by block.
+    """``ce_backward`` restricted to the kept tokens, logits recomputed block by block.
 
-    d loss_n / d z_nv = softmax_v (1 + 2 lam lse_n) - (1 - eps) [v = t_n] - eps / V, with
-    softmax_v = exp(z_nv - lse_n) from the saved lse; through the soft cap
-    d z / d y = 1 - (z / c)^2. Returns grad x [K, D], grad W [V, D], grad b [V] in the
-    compute dtype (None where not needed).
+    G_nv = g_n * ``dlogit`` * softcap'(r_nv) (``grad_entry``, g_n the ``token_weight``,
+    softcap'(r) = 1 - tanh(r / c)^2 = 1 - (z / c)^2); per token chunk and vocabulary
+    chunk (``vocab_bwd_step``): grad x += G_blk W_blk, grad W[vc] += G_blk^T x_blk,
+    grad b[vc] += column sums of G_blk. Returns them in the compute dtype (None where not
+    needed).
     """
     K, V = x.shape[0], weight.shape[0]
     grad_x = torch.zeros_like(x)
@@ -235,19 +267,15 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Te
         lse_t = lse[t0:t1].unsqueeze(1)
         for v0 in range(0, V, vocab_chunk):
             v1 = min(v0 + vocab_chunk, V)
-            z = _logits_block(x_t, weight, bias, v0, v1, softcap)
-            dz = torch.exp(z - lse_t) * (1.0 + 2.0 * lam * lse_t) - eps / V
-            local = tgt - v0
-            inside = ((local >= 0) & (local < v1 - v0)).nonzero().squeeze(1)
-            dz[inside, local[inside]] -= 1.0 - eps
-            dz *= g_t
+            z = _chunk_logits(x_t, weight, bias, v0, v1, softcap)
+            G = _dlogit(z, lse_t, tgt, v0, V, eps, lam) * g_t
             if softcap is not None:
-                dz *= 1.0 - (z / softcap) ** 2
-            grad_x[t0:t1] += dz @ weight[v0:v1].to(x.dtype)
+                G *= 1.0 - (z / softcap) ** 2
+            grad_x[t0:t1] += G @ weight[v0:v1].to(x.dtype)
             if grad_w is not None:
-                grad_w[v0:v1] += dz.T @ x_t
+                grad_w[v0:v1] += G.T @ x_t
             if grad_b is not None:
-                grad_b[v0:v1] += dz.sum(dim=0)
+                grad_b[v0:v1] += G.sum(dim=0)
     return grad_x, grad_w, grad_b
 
 
