@@ -7,7 +7,8 @@
     sequence positions, tile sizes and window widths, far below [2^62].  *)
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlNatInt.
-From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Backward.
+From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Backward
+  Attention.Merge.
 
 (** [Nat.leb] as OCaml's integer [<=] ([ExtrOcamlNatInt] maps
     [Compare_dec.leb] but not [Nat.leb]; [Nat.ltb n m] is extracted from
@@ -15,4 +16,4 @@ From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Back
 Extract Inlined Constant Nat.leb => "(<=)".
 
 Extraction "_build/attention_spec.ml"
-  attention_forward attention_two_pass attention_backward visibility chunk.
+  attention_forward attention_two_pass attention_backward visibility chunk merge.
