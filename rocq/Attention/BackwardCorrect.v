@@ -556,3 +556,242 @@ Proof.
   fold n idx Z. destruct (vis j); [|ring].
   unfold N, a; ring.
 Qed.
+
+(** The loss of one row as a function of a parameter [x] on which the scores
+    and the value rows depend: its derivative. *)
+Lemma bw_is_derive_row : forall d vis n (ssx : R -> list R) (vsx : R -> list (list R)) dO
+    (s a : nat -> R -> R) (s' a' : nat -> R) (x0 : R),
+  (forall x, length (ssx x) = n) -> (forall x, length (vsx x) = n) ->
+  (forall x k, (k < n)%nat -> nth k (ssx x) 0 = s k x) ->
+  (forall x k, (k < n)%nat -> dot R_ops dO (nth k (vsx x) []) = a k x) ->
+  (forall k, (k < n)%nat -> is_derive (s k) x0 (s' k)) ->
+  (forall k, (k < n)%nat -> is_derive (a k) x0 (a' k)) ->
+  let idx := filter vis (seq 0 n) in
+  let N := rsum (map (fun k => exp (s k x0) * a k x0) idx) in
+  let Z := rsum (map (fun k => exp (s k x0)) idx) in
+  is_derive (fun x : R => dot R_ops dO (fst (two_pass R_ops d (masked_keys vis (ssx x) (vsx x)))))
+    x0 (rsum (map (fun k => exp (s k x0) / Z * (s' k * (a k x0 - N / Z) + a' k)) idx)).
+Proof.
+  intros d vis n ssx vsx dO s a s' a' x0 Hls Hlv Hs Ha Hds Hda idx N Z.
+  apply (is_derive_ext (fun x => rsum (map (fun k => exp (s k x) * a k x) idx) /
+                                 rsum (map (fun k => exp (s k x)) idx))).
+  { intros x; cbv beta.
+    assert (Hl : length (vsx x) = length (ssx x)) by (rewrite Hls, Hlv; reflexivity).
+    rewrite (bw_two_pass_index d vis _ _ Hl _ (bw_linear_dot dO)), Hls.
+    f_equal; apply rsum_map_ext; intros k Hk; apply filter_In in Hk;
+      destruct Hk as [Hk _]; apply in_seq in Hk;
+      rewrite Hs by lia; [rewrite Ha by lia|]; reflexivity. }
+  apply (bw_is_derive_softmax idx s a s' a' x0);
+    intros k Hk; apply filter_In in Hk; destruct Hk as [Hk _]; apply in_seq in Hk;
+    [apply Hds | apply Hda]; lia.
+Qed.
+
+Lemma bw_nth_scores : forall scale q ks k, (k < length ks)%nat ->
+  nth k (scores R_ops scale q ks) 0 = scale * dot R_ops q (nth k ks []).
+Proof.
+  intros scale q ks k Hk; unfold scores.
+  rewrite (bw_nth_map_lt _ _ _ _ []) by exact Hk; reflexivity.
+Qed.
+
+Lemma bw_length_scores : forall scale q ks, length (scores R_ops scale q ks) = length ks.
+Proof. intros; unfold scores; apply map_length. Qed.
+
+Lemma bw_is_derive_const : forall b x0 : R, is_derive (fun _ : R => b) x0 0.
+Proof. intros b x0; apply (is_derive_const b). Qed.
+
+Lemma bw_is_derive_affine : forall (b c x0 : R),
+  is_derive (fun x : R => b + c * (x - x0)) x0 c.
+Proof.
+  intros b c x0; eapply bw_is_derive_eq.
+  - apply (is_derive_plus (fun _ : R => b) (fun x : R => c * (x - x0))).
+    + apply is_derive_const.
+    + apply is_derive_scal.
+      apply (is_derive_minus (fun x : R => x) (fun _ : R => x0)).
+      * apply is_derive_id.
+      * apply is_derive_const.
+  - change (0 + c * (1 - 0) = c); ring.
+Qed.
+
+(** Theorem 3 (values): the derivative of [L] in coordinate [c] of the value
+    row [v_j] is [P_j * dO_c], row [i]'s term of [dV_j = sum_i P_ij dO_i]. *)
+Theorem dV_row_is_derive : forall d vis (ss : list R) vs dO j c,
+  length vs = length ss -> (j < length ss)%nat -> (c < length (nth j vs []))%nat ->
+  let K := masked_keys vis ss vs in
+  let p := row_probs R_ops K (snd (two_pass R_ops d K)) in
+  is_derive
+    (fun y : R => dot R_ops dO
+       (fst (two_pass R_ops d (masked_keys vis ss (replace_nth j (replace_nth c y (nth j vs [])) vs)))))
+    (nth c (nth j vs []) 0)
+    (nth j p 0 * nth c dO 0).
+Proof.
+  intros d vis ss vs dO j c Hlen Hj Hc K p.
+  set (vj := nth j vs []).
+  eapply bw_is_derive_eq.
+  { apply (bw_is_derive_row d vis (length ss) (fun _ => ss)
+             (fun y => replace_nth j (replace_nth c y vj) vs) dO
+             (fun k _ => nth k ss 0)
+             (fun k y => dot R_ops dO (nth k vs []) +
+                         (if Nat.eqb k j then nth c dO 0 else 0) * (y - nth c vj 0))
+             (fun _ => 0) (fun k => if Nat.eqb k j then nth c dO 0 else 0)).
+    - reflexivity.
+    - intros y; rewrite length_replace_nth; exact Hlen.
+    - reflexivity.
+    - intros y k Hk; rewrite nth_replace_nth by lia.
+      destruct (Nat.eqb_spec k j) as [->|Hne].
+      + rewrite dot_replace_nth_r by exact Hc; fold vj; ring.
+      + ring.
+    - intros k _; apply bw_is_derive_const.
+    - intros k _; apply bw_is_derive_affine. }
+  cbv beta.
+  rewrite (rsum_map_ext _ (fun k => if Nat.eqb k j
+              then exp (nth j ss 0) / rsum (map (fun k => exp (nth k ss 0))
+                                               (filter vis (seq 0 (length ss)))) * nth c dO 0
+              else 0)).
+  2:{ intros k _; destruct (Nat.eqb_spec k j); [subst|]; ring. }
+  rewrite bw_rsum_delta_filter by exact Hj.
+  unfold p, K; rewrite bw_row_probs_index by auto.
+  destruct (vis j); ring.
+Qed.
+
+(** Theorem 3 (query): the derivative of [L] in coordinate [c] of the query
+    [q] is coordinate [c] of the code's [dQ] row [scale * sum_j dS_j k_j]. *)
+Theorem dQ_row_is_derive : forall d vis scale q (ks vs : list (list R)) dO c,
+  length vs = length ks -> (c < length q)%nat ->
+  let K := masked_keys vis (scores R_ops scale q ks) vs in
+  let fw := two_pass R_ops d K in
+  let p := row_probs R_ops K (snd fw) in
+  is_derive
+    (fun x : R => dot R_ops dO
+       (fst (two_pass R_ops d (masked_keys vis (scores R_ops scale (replace_nth c x q) ks) vs))))
+    (nth c q 0)
+    (nth c (vscale R_ops scale (weighted_sum R_ops (row_dscores R_ops p vs dO (fst fw)) ks)) 0).
+Proof.
+  intros d vis scale q ks vs dO c Hlen Hc K fw p.
+  set (n := length ks). set (idx := filter vis (seq 0 n)).
+  set (S := fun k => scale * dot R_ops q (nth k ks [])).
+  set (A := fun k => dot R_ops dO (nth k vs [])).
+  set (G := fun k => scale * nth c (nth k ks []) 0).
+  eapply bw_is_derive_eq.
+  { apply (bw_is_derive_row d vis n (fun x => scores R_ops scale (replace_nth c x q) ks)
+             (fun _ => vs) dO
+             (fun k x => S k + G k * (x - nth c q 0)) (fun k _ => A k) G (fun _ => 0)).
+    - intros x; apply bw_length_scores.
+    - intros x; exact Hlen.
+    - intros x k Hk; rewrite bw_nth_scores by exact Hk.
+      rewrite dot_replace_nth_l by exact Hc; unfold S, G; ring.
+    - reflexivity.
+    - intros k _; apply bw_is_derive_affine.
+    - intros k _; apply bw_is_derive_const. }
+  cbv beta. fold idx.
+  assert (HS : forall k, S k + G k * (nth c q 0 - nth c q 0) = S k) by (intros; ring).
+  set (Z := rsum (map (fun k => exp (S k)) idx)).
+  set (N := rsum (map (fun k => exp (S k) * A k) idx)).
+  assert (HZ : rsum (map (fun k => exp (S k + G k * (nth c q 0 - nth c q 0))) idx) = Z)
+    by (apply rsum_map_ext; intros k _; rewrite HS; reflexivity).
+  assert (HN : rsum (map (fun k => exp (S k + G k * (nth c q 0 - nth c q 0)) * A k) idx) = N)
+    by (apply rsum_map_ext; intros k _; rewrite HS; reflexivity).
+  rewrite HZ, HN.
+  rewrite (rsum_map_ext _ (fun k => scale * (exp (S k) * ((A k - N / Z) * nth c (nth k ks []) 0) / Z)))
+    by (intros k _; rewrite HS; unfold G; unfold Rdiv; ring).
+  rewrite rsum_map_scal_l, rsum_map_div.
+  (* right-hand side *)
+  assert (HlenS : length vs = length (scores R_ops scale q ks)) by (rewrite bw_length_scores; auto).
+  assert (Hlp : length p = n)
+    by (unfold p, fw, K; rewrite bw_length_row_probs by exact HlenS; apply bw_length_scores).
+  assert (Hld : length (row_dscores R_ops p vs dO (fst fw)) = n)
+    by (unfold row_dscores; rewrite map_length, combine_length; lia).
+  rewrite nth_vscale, nth_weighted_sum.
+  rewrite (bw_combine_as_map _ ks 0 [] n) by auto.
+  rewrite map_map; cbn [fst snd].
+  rewrite (rsum_map_ext
+    (fun k => nth k (row_dscores R_ops p vs dO (fst fw)) 0 * nth c (nth k ks []) 0)
+    (fun k => nth k p 0 * ((A k - dot R_ops dO (fst fw)) * nth c (nth k ks []) 0))).
+  2:{ intros k Hk; apply in_seq in Hk; rewrite bw_nth_row_dscores by lia; unfold A; ring. }
+  unfold n; rewrite <- (bw_length_scores scale q ks).
+  unfold p, fw, K; rewrite (bw_rsum_probs d vis _ vs _ HlenS).
+  rewrite (bw_two_pass_index d vis _ vs HlenS _ (bw_linear_dot dO)).
+  rewrite bw_length_scores; fold n idx.
+  assert (Hsc : forall k, In k idx -> nth k (scores R_ops scale q ks) 0 = S k).
+  { intros k Hk; apply filter_In in Hk; destruct Hk as [Hk _]; apply in_seq in Hk.
+    apply bw_nth_scores; lia. }
+  rewrite (rsum_map_ext (fun k => exp (nth k (scores R_ops scale q ks) 0)) (fun k => exp (S k)))
+    by (intros k Hk; rewrite Hsc; auto).
+  fold Z.
+  rewrite (rsum_map_ext (fun k => exp (nth k (scores R_ops scale q ks) 0) * A k) (fun k => exp (S k) * A k))
+    by (intros k Hk; rewrite Hsc; auto).
+  fold N.
+  apply f_equal, f_equal2; [|reflexivity].
+  apply rsum_map_ext; intros k Hk; rewrite Hsc by exact Hk; reflexivity.
+Qed.
+
+(** Theorem 3 (keys): the derivative of [L] in coordinate [c] of the key
+    row [k_j] is [scale * dS_j * q_c], row [i]'s term of
+    [dK_j = scale * sum_i dS_ij q_i]. *)
+Theorem dK_row_is_derive : forall d vis scale q (ks vs : list (list R)) dO j c,
+  length vs = length ks -> (j < length ks)%nat -> (c < length (nth j ks []))%nat ->
+  let K := masked_keys vis (scores R_ops scale q ks) vs in
+  let fw := two_pass R_ops d K in
+  let p := row_probs R_ops K (snd fw) in
+  is_derive
+    (fun x : R => dot R_ops dO
+       (fst (two_pass R_ops d
+          (masked_keys vis (scores R_ops scale q (replace_nth j (replace_nth c x (nth j ks [])) ks)) vs))))
+    (nth c (nth j ks []) 0)
+    (scale * nth j (row_dscores R_ops p vs dO (fst fw)) 0 * nth c q 0).
+Proof.
+  intros d vis scale q ks vs dO j c Hlen Hj Hc K fw p.
+  set (n := length ks). set (idx := filter vis (seq 0 n)).
+  set (kj := nth j ks []).
+  set (S := fun k => scale * dot R_ops q (nth k ks [])).
+  set (A := fun k => dot R_ops dO (nth k vs [])).
+  set (G := fun k => if Nat.eqb k j then scale * nth c q 0 else 0).
+  eapply bw_is_derive_eq.
+  { apply (bw_is_derive_row d vis n
+             (fun x => scores R_ops scale q (replace_nth j (replace_nth c x kj) ks))
+             (fun _ => vs) dO
+             (fun k x => S k + G k * (x - nth c kj 0)) (fun k _ => A k) G (fun _ => 0)).
+    - intros x; rewrite bw_length_scores, length_replace_nth; reflexivity.
+    - intros x; exact Hlen.
+    - intros x k Hk; rewrite bw_nth_scores by (rewrite length_replace_nth; exact Hk).
+      rewrite nth_replace_nth by exact Hj.
+      unfold S, G; destruct (Nat.eqb_spec k j) as [->|Hne].
+      + rewrite dot_replace_nth_r by exact Hc; fold kj; ring.
+      + ring.
+    - reflexivity.
+    - intros k _; apply bw_is_derive_affine.
+    - intros k _; apply bw_is_derive_const. }
+  cbv beta. fold idx.
+  assert (HS : forall k, S k + G k * (nth c kj 0 - nth c kj 0) = S k) by (intros; ring).
+  set (Z := rsum (map (fun k => exp (S k)) idx)).
+  set (N := rsum (map (fun k => exp (S k) * A k) idx)).
+  assert (HZ : rsum (map (fun k => exp (S k + G k * (nth c kj 0 - nth c kj 0))) idx) = Z)
+    by (apply rsum_map_ext; intros k _; rewrite HS; reflexivity).
+  assert (HN : rsum (map (fun k => exp (S k + G k * (nth c kj 0 - nth c kj 0)) * A k) idx) = N)
+    by (apply rsum_map_ext; intros k _; rewrite HS; reflexivity).
+  rewrite HZ, HN.
+  rewrite (rsum_map_ext _ (fun k => if Nat.eqb k j
+              then exp (S j) / Z * (scale * nth c q 0 * (A j - N / Z)) else 0)).
+  2:{ intros k _; rewrite HS; unfold G; destruct (Nat.eqb_spec k j); [subst|]; ring. }
+  unfold idx, n; rewrite bw_rsum_delta_filter by exact Hj.
+  (* right-hand side *)
+  assert (HlenS : length vs = length (scores R_ops scale q ks)) by (rewrite bw_length_scores; auto).
+  assert (Hlp : length p = n)
+    by (unfold p, fw, K; rewrite bw_length_row_probs by exact HlenS; apply bw_length_scores).
+  rewrite bw_nth_row_dscores by (unfold n in Hlp; lia).
+  unfold p, fw, K; rewrite (bw_row_probs_index d vis _ vs HlenS) by (rewrite bw_length_scores; exact Hj).
+  rewrite (bw_two_pass_index d vis _ vs HlenS _ (bw_linear_dot dO)).
+  rewrite bw_length_scores; fold n idx.
+  assert (Hsc : forall k, (k < n)%nat -> nth k (scores R_ops scale q ks) 0 = S k)
+    by (intros k Hk; apply bw_nth_scores; exact Hk).
+  assert (Hsc' : forall k, In k idx -> nth k (scores R_ops scale q ks) 0 = S k).
+  { intros k Hk; apply filter_In in Hk; destruct Hk as [Hk _]; apply in_seq in Hk.
+    apply Hsc; lia. }
+  rewrite (rsum_map_ext (fun k => exp (nth k (scores R_ops scale q ks) 0)) (fun k => exp (S k)))
+    by (intros k Hk; rewrite Hsc'; auto).
+  fold Z.
+  rewrite (rsum_map_ext (fun k => exp (nth k (scores R_ops scale q ks) 0) * dot R_ops dO (nth k vs []))
+             (fun k => exp (S k) * A k))
+    by (intros k Hk; rewrite Hsc'; auto).
+  fold N. rewrite Hsc by exact Hj.
+  destruct (vis j); unfold A; ring.
+Qed.
