@@ -24,7 +24,7 @@ Definition vscale (k : T) (a : list T) : list T := map (sc_mul o k) a.
 (** [a / k], entry by entry (the final normalisation [acc / l]). *)
 Definition vdiv (a : list T) (k : T) : list T := map (fun x => sc_div o x k) a.
 
-(** Dot product, left to right. *)
+(** Dot product as a right fold: x0*y0 + (x1*y1 + (... + 0)). *)
 Fixpoint dot (a b : list T) : T :=
   match a, b with
   | x :: a', y :: b' => sc_add o (sc_mul o x y) (dot a' b')
