@@ -128,6 +128,12 @@ Definition chunk_logits (cap : option T) (bias : option (list T)) (h : list T)
     (blk : list (nat * list T)) : list (nat * T) :=
   map (fun e => (fst e, softcap cap (raw_logit bias h e))) blk.
 
+(** The whole logit row [z_v = cap (h . w_v + b_v)], [v = 0 .. V-1] (the
+    unchunked specification; the code never stores it). *)
+Definition logits_row (cap : option T) (bias : option (list T)) (W : list (list T))
+    (h : list T) : list T :=
+  map (fun e => softcap cap (raw_logit bias h e)) (vocab W).
+
 (** ** The vocabulary loop of one token *)
 
 (** The logits as online-softmax keys with empty value rows. *)
