@@ -146,7 +146,7 @@ def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor
     if impl == "reference":
         return False
     if impl == "auto":
-        return query.is_cuda and attn_mask is None
+        return query.is_cuda and attn_mask is None and query.dtype != torch.float64
     if attn_mask is not None:
         raise ValueError("impl='triton' does not take attn_mask (the kernel supports is_causal and window only); "
                          "use impl='reference'")
@@ -284,8 +284,8 @@ def _reference_forward(
 ) -> tuple[Tensor, Tensor]:
     """``attention_forward`` of rocq/Attention/OnlineSoftmax.v for all heads: ``stream``
     over key tiles of block_k keys, then ``finalize``, for each tile of block_q query rows.
-    Returns out [B, Hq, Sq, Ev] in the input dtype and lse [B, Hq, Sq] in the compute
-    dtype (float32, float64 for float64 inputs)."""
+    Returns out [B, Hq, Sq, Ev] and lse [B, Hq, Sq], both in the compute dtype (float32,
+    float64 for float64 inputs)."""
     dtype = _compute_dtype(query.dtype)
     q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
     B, Hkv, G, Sq, _ = q.shape
@@ -306,7 +306,7 @@ def _reference_forward(
             m, l, acc = _online_softmax_block_step(m, l, acc, s, v[:, :, k0:k1])
         out[..., q0:q1, :], lse[..., q0:q1] = _finalize(m, l, acc)
     Hq = Hkv * G
-    return out.view(B, Hq, Sq, Ev).to(query.dtype), lse.view(B, Hq, Sq)
+    return out.view(B, Hq, Sq, Ev), lse.view(B, Hq, Sq)
 
 
 def _reference_backward(
@@ -329,13 +329,14 @@ def _reference_backward(
     D = rowsum(dO * O), dP = dO V^T, dS = P * (dP - D) (Ojas.Attention.BackwardCorrect),
     dQ = scale * dS K, dK = scale * dS^T Q, dV = P^T dO; for GQA dK and dV sum over the
     query heads of a group. With mask_grad, also d(attn_mask) = dS summed over the mask's
-    broadcast dimensions. Gradients come back in the input dtypes."""
+    broadcast dimensions. out and lse are in the compute dtype (as the forward returns
+    them); the gradients come back in the input dtypes."""
     dtype = _compute_dtype(query.dtype)
     q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
     B, Hkv, G, Sq, E = q.shape
     Sk, Ev = k.shape[2], v.shape[3]
     do = grad_out.to(dtype).view(B, Hkv, G, Sq, Ev)
-    o = out.to(dtype).view(B, Hkv, G, Sq, Ev)
+    o = out.view(B, Hkv, G, Sq, Ev)
     lse = lse.view(B, Hkv, G, Sq)
     lse_ref = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
     D = (do * o).sum(dim=-1)
@@ -378,14 +379,18 @@ def _accumulate_mask_grad(dmask4: Tensor, ds: Tensor, q0: int, q1: int, k0: int,
 
 class _OnlineSoftmaxAttention(torch.autograd.Function):
     """Forward: the streamed recurrence; saves q, k, v, out and lse (not P).
-    Backward: P recomputed from lse (Ojas.Attention.Lse, Ojas.Attention.BackwardCorrect)."""
+    Backward: P recomputed from lse (Ojas.Attention.Lse, Ojas.Attention.BackwardCorrect).
+
+    out is saved in the compute dtype: D = rowsum(dO * O) from a float16/bfloat16 out
+    would err by u_io * |dO| |O|, and dQ = scale * sum_j P_ij (dP_ij - D_i) k_j does not
+    cancel that error against a component shared by all keys (large when the scores are)."""
 
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, window):
         out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
         ctx.save_for_backward(query, key, value, attn_mask, out, lse)
         ctx.is_causal, ctx.scale, ctx.window = is_causal, scale, window
-        return out
+        return out.to(query.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -427,16 +432,16 @@ def attention(
     (``visibility``); unlike SDPA, ``attn_mask`` together with ``is_causal`` is allowed.
 
     A fully masked row gives output zeros, lse -inf and zero gradients
-    (Ojas.Attention.Mask; SDPA's math backend also gives zeros since torch 2.5, other
-    backends may give NaN). Dropout is not supported (``dropout_p`` must be 0).
+    (Ojas.Attention.Mask; SDPA's math backend gives zeros too in torch 2.13, other
+    backends and versions may give NaN). Dropout is not supported (``dropout_p`` must be 0).
 
     ``impl``: "reference" runs the PyTorch recurrence (rocq/Attention/OnlineSoftmax.v,
     Ojas.Attention.StreamCorrect; backward rocq/Attention/Backward.v,
     Ojas.Attention.Lse and Ojas.Attention.BackwardCorrect); "triton" runs
     ``ojas_kernels.attention.flash_attention`` (CUDA tensors, or CPU tensors under
-    TRITON_INTERPRET=1; no ``attn_mask``); "auto" runs the kernel for CUDA tensors
-    without ``attn_mask`` and the reference otherwise. ``None`` reads the environment
-    variable OJAS_ATTENTION_IMPL, default "auto".
+    TRITON_INTERPRET=1; no ``attn_mask``, no float64); "auto" runs the kernel for CUDA
+    tensors without ``attn_mask`` that are not float64, and the reference otherwise.
+    ``None`` reads the environment variable OJAS_ATTENTION_IMPL, default "auto".
 
     Computation is in float32 (float64 for float64 inputs); the output has the input dtype.
     """
@@ -469,4 +474,5 @@ def attention_forward(
     """
     scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
     with torch.no_grad():
-        return _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
+        out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
+    return out.to(query.dtype), lse

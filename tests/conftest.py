@@ -12,7 +12,7 @@ settings.register_profile(
     "ci",
     deadline=None,
     derandomize=True,
-    max_examples=15,
+    max_examples=30,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
