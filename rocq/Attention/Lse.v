@@ -269,3 +269,12 @@ Proof.
   split; [apply (represents_sum_pos s (concat blocks) H)|].
   rewrite E; destruct H as (H1 & H2 & _); split; [reflexivity|split; assumption].
 Qed.
+
+(** The probabilities the backward pass recomputes from the lse saved by
+    the streamed forward pass (any tile size) are the two-pass weights. *)
+Theorem row_probs_stream_row : forall b d keys,
+  row_probs R_ops keys (snd (stream_row R_ops b d keys)) = two_pass_probs keys.
+Proof.
+  intros b d keys; destruct (stream_row_correct b d keys) as [_ H].
+  rewrite H; apply row_probs_two_pass.
+Qed.
