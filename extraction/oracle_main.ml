@@ -200,13 +200,136 @@ let response r =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
+(* ---- linear_cross_entropy (rocq/CrossEntropy/Definitions.v) ------------- *)
+
+type ce_request = {
+  lce_input : float list list;          (* [N][D] *)
+  lce_weight : float list list;         (* [V][D] *)
+  lce_bias : float list option;         (* [V] *)
+  lce_target : int list;                (* [N] *)
+  lce_config : float ce_config;
+  lce_token_chunk : int;
+  lce_vocab_chunk : int;
+  lce_grad_output : float list;         (* [N] for "none", [1] otherwise *)
+}
+
+let ce_known_fields =
+  [ "op"; "input"; "linear_weight"; "linear_bias"; "target"; "ignore_index";
+    "reduction"; "label_smoothing"; "z_loss"; "softcap"; "token_chunk";
+    "vocab_chunk"; "grad_output" ]
+
+(* Class indices and ignore_index: integers of magnitude below 2^53 (far from
+   the overflow of the [Z] -> [int] mapping of [ExtrOcamlZInt]). *)
+let small_int field path (j : Yojson.Safe.t) =
+  match j with
+  | `Int i when abs i < 1 lsl 53 -> i
+  | _ -> fail "%s: expected an integer of magnitude below 2^53 at %s" field path
+
+let parse_ce_request fields : ce_request =
+  List.iter (fun (name, _) ->
+      if not (List.mem name ce_known_fields) then fail "%s: unknown field" name)
+    fields;
+  let field name = List.assoc_opt name fields in
+  let required name = match field name with
+    | Some x -> x
+    | None -> fail "%s: missing" name
+  in
+  let dims : dims = Hashtbl.create 4 in
+  let tensor1 field names leaf j = level dims field names 0 (leaf field) field j in
+  let tensor2 field names leaf j =
+    let lv k child = level dims field names k child in
+    lv 0 (lv 1 (leaf field)) field j
+  in
+  let input = tensor2 "input" [| "N"; "D" |] number (required "input") in
+  let weight = tensor2 "linear_weight" [| "V"; "D" |] number (required "linear_weight") in
+  let bias = match field "linear_bias" with
+    | None | Some `Null -> None
+    | Some j -> Some (tensor1 "linear_bias" [| "V" |] number j)
+  in
+  let target = tensor1 "target" [| "N" |] small_int (required "target") in
+  let ignore_index = match field "ignore_index" with
+    | None -> -100
+    | Some j -> small_int "ignore_index" "ignore_index" j
+  in
+  let v = List.length weight in
+  List.iteri (fun i t ->
+      if t <> ignore_index && (t < 0 || t >= v) then
+        fail "target: %d at target[%d] is neither a class in [0, %d) nor ignore_index %d"
+          t i v ignore_index)
+    target;
+  let reduction = match field "reduction" with
+    | None | Some (`String "mean") -> Red_mean
+    | Some (`String "sum") -> Red_sum
+    | Some (`String "none") -> Red_none
+    | Some _ -> fail "reduction: expected \"none\", \"sum\" or \"mean\""
+  in
+  let scalar name default = match field name with
+    | None -> default
+    | Some j -> number name name j
+  in
+  let softcap = match field "softcap" with
+    | None | Some `Null -> None
+    | Some j ->
+      let c = number "softcap" "softcap" j in
+      if c <= 0.0 then fail "softcap: expected a number > 0 or null";
+      Some c
+  in
+  let chunk_size name = match required name with
+    | `Int b when b >= 1 -> b
+    | _ -> fail "%s: expected an integer >= 1" name
+  in
+  let n = List.length input in
+  let grad_output = match field "grad_output", reduction with
+    | (None | Some `Null), Red_none -> List.init n (fun _ -> 1.0)
+    | (None | Some `Null), _ -> [ 1.0 ]
+    | Some j, Red_none -> tensor1 "grad_output" [| "N" |] number j
+    | Some j, _ -> [ number "grad_output" "grad_output" j ]
+  in
+  { lce_input = input; lce_weight = weight; lce_bias = bias; lce_target = target;
+    lce_config = { ce_ignore_index = ignore_index;
+                   ce_smoothing = scalar "label_smoothing" 0.0;
+                   ce_z_loss = scalar "z_loss" 0.0;
+                   ce_softcap = softcap; ce_reduction = reduction };
+    lce_token_chunk = chunk_size "token_chunk"; lce_vocab_chunk = chunk_size "vocab_chunk";
+    lce_grad_output = grad_output }
+
+(* [ce_forward], [ce_output] and [ce_backward] (fed with the forward's
+   accumulators) of rocq/CrossEntropy/Definitions.v. *)
+let ce_response r =
+  let cfg = r.lce_config and bt = r.lce_token_chunk and bv = r.lce_vocab_chunk in
+  let fa = ce_forward float_ops cfg bt bv r.lce_input r.lce_weight r.lce_bias r.lce_target in
+  let (gin, gw), gb =
+    ce_backward float_ops cfg bt bv r.lce_input r.lce_weight r.lce_bias r.lce_target fa
+      r.lce_grad_output
+  in
+  let t1 = add_list add_float in
+  let t2 = add_list t1 in
+  let buf = Buffer.create 4096 in
+  Buffer.add_char buf '{';
+  (match cfg.ce_reduction, ce_output float_ops cfg fa with
+   | (Red_sum | Red_mean), [ loss ] -> add_field buf true "loss" add_float loss
+   | _, losses -> add_field buf true "loss" t1 losses);
+  add_field buf false "lse" t1 fa.fa_lses;
+  add_field buf false "grad_input" t2 gin;
+  add_field buf false "grad_weight" t2 gw;
+  add_field buf false "grad_bias" t1 gb;
+  Buffer.add_char buf '}';
+  Buffer.contents buf
+
+(* The response to a request, by its "op". *)
+let dispatch (j : Yojson.Safe.t) =
+  match j with
+  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "linear_cross_entropy") ->
+    ce_response (parse_ce_request fields)
+  | _ -> response (parse_request j)
+
 let error msg = Yojson.Safe.to_string (`Assoc [ ("error", `String msg) ])
 
 let answer line =
   match Yojson.Safe.from_string line with
   | exception Yojson.Json_error msg -> error ("invalid JSON: " ^ msg)
   | j ->
-    match response (parse_request j) with
+    match dispatch j with
     | s -> s
     | exception Bad_request msg -> error msg
     | exception Stack_overflow -> error "internal: stack overflow (request too large)"

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["attention_oracle", "oracle_binary", "oracle_request"]
+__all__ = ["attention_oracle", "linear_cross_entropy_oracle", "oracle_binary", "oracle_request"]
 
 _DEFAULT_BINARY = Path(__file__).resolve().parent.parent / "extraction" / "_build" / "ojas-oracle"
 
@@ -211,3 +211,80 @@ def attention_oracle(
             g = tensor(name)
             result[name] = g.unflatten(1, (hkv, groups)).sum(2)
     return result
+
+
+def linear_cross_entropy_oracle(
+    input: torch.Tensor,
+    linear_weight: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    linear_bias: torch.Tensor | None = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    token_chunk: int = 4,
+    vocab_chunk: int = 4,
+    grad_output: torch.Tensor | float | None = None,
+) -> dict[str, torch.Tensor]:
+    """Chunked linear cross-entropy computed by the oracle extracted from the Coq definitions.
+
+    Arguments as in ``ojas_ref.linear_cross_entropy.linear_cross_entropy``: input
+    ``[N, D]`` or ``[B, S, D]`` (flattened to ``[N, D]`` for the oracle), target of the
+    input's shape without ``D``, linear_weight ``[V, D]``, linear_bias ``[V]`` or None;
+    ``token_chunk`` / ``vocab_chunk`` are the ``bt`` / ``bv`` of ``ce_forward``.
+    ``grad_output`` is the upstream gradient (target-shaped for ``reduction="none"``,
+    a scalar otherwise); None means ones.
+
+    Returns float64 tensors on ``input.device``: ``loss`` (``ce_output`` of
+    ``ce_forward``, rocq/CrossEntropy/Definitions.v: target-shaped for "none", a
+    scalar otherwise; "mean" over no kept token is 0 / 0 = NaN in floats, 0 in the
+    spec over R), ``lse`` (target-shaped, for every token, ignored ones included) and
+    ``grad_input`` / ``grad_weight`` / ``grad_bias`` (``ce_backward`` fed with the
+    forward's accumulators; ``grad_bias`` is the column sums of G, returned also when
+    ``linear_bias`` is None).
+    """
+    if input.dim() not in (2, 3) or input.numel() == 0:
+        raise ValueError(f"input: expected a non-empty [N, D] or [B, S, D] tensor, got shape {tuple(input.shape)}")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise ValueError(f"target: expected shape {tuple(input.shape[:-1])}, got {tuple(target.shape)}")
+    if linear_weight.dim() != 2 or linear_weight.numel() == 0:
+        raise ValueError(f"linear_weight: expected a non-empty [V, D] tensor, got shape {tuple(linear_weight.shape)}")
+    flat_target = target.reshape(-1)
+    if grad_output is not None:
+        if reduction == "none":
+            grad_output = _as_list(torch.as_tensor(grad_output).reshape(flat_target.shape), "grad_output")
+        else:
+            grad_output = float(grad_output)
+    answer = oracle_request(
+        {
+            "op": "linear_cross_entropy",
+            "input": _as_list(input.reshape(-1, input.shape[-1]), "input"),
+            "linear_weight": _as_list(linear_weight, "linear_weight"),
+            "linear_bias": None if linear_bias is None else _as_list(linear_bias, "linear_bias"),
+            "target": flat_target.tolist(),
+            "ignore_index": int(ignore_index),
+            "reduction": reduction,
+            "label_smoothing": float(label_smoothing),
+            "z_loss": float(z_loss),
+            "softcap": None if softcap is None else float(softcap),
+            "token_chunk": token_chunk,
+            "vocab_chunk": vocab_chunk,
+            "grad_output": grad_output,
+        }
+    )
+    if "error" in answer:
+        raise ValueError(f"linear_cross_entropy oracle: {answer['error']}")
+
+    def tensor(name: str) -> torch.Tensor:
+        return torch.tensor(answer[name], dtype=torch.float64, device=input.device)
+
+    loss = tensor("loss")
+    return {
+        "loss": loss.view(target.shape) if reduction == "none" else loss,
+        "lse": tensor("lse").view(target.shape),
+        "grad_input": tensor("grad_input").view(input.shape),
+        "grad_weight": tensor("grad_weight"),
+        "grad_bias": tensor("grad_bias"),
+    }

@@ -402,3 +402,86 @@ def test_mutation_target_in_wrong_chunk_is_caught(monkeypatch):
     original = lce_module._target_logit
     monkeypatch.setattr(lce_module, "_target_logit", lambda z, target, v0: original(z, target, v0 + 1))
     assert any(s.startswith("loss") for s in _mismatches(p))
+
+
+# --------------------------------------------------------------------------
+# Against the oracle extracted from rocq/CrossEntropy/Definitions.v
+# --------------------------------------------------------------------------
+
+def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tensor) -> float:
+    """Norm-relative tolerance for reference vs oracle (no rounding bound for the chunked
+    loss is proved yet): a dot product of length D and a sum of V exponentials each add
+    at most about (D + V) unit roundoffs relative to the magnitude of what they sum, and
+    the loss, lse and gradients are of the size of the largest entry, so
+    ||ref - oracle||_inf <= 16 u (D + V + 2) max(1, ||oracle||_inf)."""
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    return 16 * unit_roundoff * (D + V + 2) * max(1.0, scale)
+
+
+def oracle_and_reference(p, dtype):
+    """(reference, oracle) pairs: loss, lse (kept tokens), grad_input, grad_weight, grad_bias."""
+    from ojas_ref.oracle import linear_cross_entropy_oracle
+
+    token_chunk, vocab_chunk = lce_module._check_chunk_size(p["chunks"])
+    kw = dict(linear_bias=None if p["b"] is None else p["b"].to(dtype), reduction=p["reduction"],
+              ignore_index=p["ignore_index"], label_smoothing=p["eps"], z_loss=p["lam"], softcap=p["cap"])
+    x, w = p["x"].to(dtype).requires_grad_(), p["w"].to(dtype).requires_grad_()
+    go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
+    oracle = linear_cross_entropy_oracle(x.detach(), w.detach(), p["t"], token_chunk=token_chunk,
+                                         vocab_chunk=vocab_chunk, grad_output=go, **kw)
+    if kw["linear_bias"] is not None:
+        kw["linear_bias"] = kw["linear_bias"].clone().requires_grad_()
+    loss = linear_cross_entropy(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk), **kw)
+    _, lse = linear_cross_entropy_forward(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk),
+                                          **{k: v for k, v in kw.items() if k != "reduction"})
+    leaves = (x, w) if kw["linear_bias"] is None else (x, w, kw["linear_bias"])
+    grads = torch.autograd.grad(loss, leaves, go.to(dtype))
+    kept = p["t"] != p["ignore_index"]
+    pairs = {"loss": (loss, oracle["loss"]), "lse": (lse[kept], oracle["lse"][kept])}
+    for name, g in zip(("grad_input", "grad_weight", "grad_bias"), grads):
+        pairs[name] = (g, oracle[name])
+    return pairs
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_reference_matches_oracle(p):
+    """float64 and float32 reference against the float64 oracle (same chunks), every option."""
+    D, V = p["w"].shape[1], p["w"].shape[0]
+    all_ignored_mean = p["reduction"] == "mean" and (p["t"] == p["ignore_index"]).all()
+    for dtype, u in ((F64, 2.0**-53), (torch.float32, 2.0**-24)):
+        for name, (a, e) in oracle_and_reference(p, dtype).items():
+            if name == "loss" and all_ignored_mean:
+                # the spec over R: 0 / 0 = 0 (the reference); the float oracle: 0.0 / 0.0 = NaN
+                assert a.item() == 0.0 and math.isnan(e.item())
+                continue
+            tol = oracle_tolerance(u, D, V, e)
+            assert_close(a, e, 0.0, tol, f"{dtype} {name}")
+
+
+@pytest.mark.parametrize("field, change", [
+    ("target", {"target": [0, 3]}),
+    ("target", {"target": [0, -1]}),
+    ("target", {"target": [0]}),
+    ("target", {"target": [0, 1.5]}),
+    ("linear_bias", {"linear_bias": [0.0, 1.0]}),
+    ("linear_weight", {"linear_weight": [[1.0], [2.0], [3.0]]}),
+    ("reduction", {"reduction": "avg"}),
+    ("token_chunk", {"token_chunk": 0}),
+    ("vocab_chunk", {"vocab_chunk": 1.0}),
+    ("softcap", {"softcap": 0.0}),
+    ("grad_output", {"reduction": "none", "grad_output": [1.0]}),
+    ("ignore_index", {"ignore_index": "x"}),
+    ("weight", {"weight": None}),
+])
+def test_oracle_rejects_malformed_requests(field, change):
+    from ojas_ref.oracle import oracle_request
+
+    req = {"op": "linear_cross_entropy", "input": [[1.0, 0.5], [0.0, 2.0]],
+           "linear_weight": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], "linear_bias": None, "target": [0, 2],
+           "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0, "z_loss": 0.0, "softcap": None,
+           "token_chunk": 1, "vocab_chunk": 2, "grad_output": None}
+    assert "error" not in oracle_request(req)
+    req.update(change)
+    answer = oracle_request(req)
+    assert set(answer) == {"error"} and answer["error"].startswith(field + ":"), answer
