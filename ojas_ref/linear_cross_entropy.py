@@ -6,8 +6,26 @@ target class. The logits of all tokens, an ``[N, V]`` tensor, are never built:
 tokens are taken ``token_chunk`` at a time and the vocabulary ``vocab_chunk`` at
 a time, and the log-sum-exp of each token is the online-softmax state
 ``(max, sum)`` of ``rocq/Attention/OnlineSoftmax.v`` (``block_step`` with empty
-value rows) carried across the vocabulary chunks. The spec of the chunked loss
-is ``rocq/CrossEntropy/``; see :func:`linear_cross_entropy` for the theorems.
+value rows) carried across the vocabulary chunks. The algorithm is ``ce_forward`` /
+``ce_output`` / ``ce_backward`` of ``rocq/CrossEntropy/Definitions.v``; the
+theorems it implements:
+
+* ``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk`` (and ``chunked_lse_correct``,
+  ``chunked_lse_any_chunking``): the streamed (max, sum) over vocabulary chunks of
+  any size gives lse = ln sum_v exp z_v, so the chunk sizes do not change the result
+  (in exact arithmetic).
+* ``Ojas.CrossEntropy.Loss.vocab_loop_correct``: the vocabulary loop ends with the
+  lse, the target logit and the sum of the logits, for any chunking.
+* ``Ojas.CrossEntropy.Loss.token_forward_correct`` / ``token_loss_chunked``: a
+  token's (loss, lse) from its hidden row is the specification's
+  (1 - eps)(lse - z_t) + eps(lse - mean_v z_v) + lam lse^2 of its logit row, and
+  ``Ojas.CrossEntropy.Loss.ce_token_loss_softmax``: that is F.cross_entropy's
+  label-smoothed loss -(1 - eps) ln p_t - (eps / V) sum_v ln p_v, plus the z-loss.
+
+The spec keeps ignored tokens in the token loop with loss 0 and gradient weight 0
+(``token_chunk_step``, ``token_weight``); here they are removed before the projection.
+The losses of the other tokens are the same: a token's loss depends on its own row
+only (``token_forward``), whatever the token chunks.
 """
 
 from __future__ import annotations
@@ -381,14 +399,16 @@ def linear_cross_entropy(
     ``chunk_size``: None (tokens 1024, vocabulary 4096), an int for both, or a pair
     (token_chunk, vocab_chunk). At most one [token_chunk, vocab_chunk] block of
     logits exists at a time; the result does not depend on the chunks in exact
-    arithmetic. The lse is the online-softmax state (max, sum) of
-    rocq/Attention/OnlineSoftmax.v (``block_step`` with empty value rows, ``stream``
-    over ``chunk vocab_chunk`` of the vocabulary); its equality with the two-pass
-    log-sum-exp for any chunking is Ojas.Attention.StreamCorrect.stream_correct.
-    The chunked loss is the spec in rocq/CrossEntropy/.
+    arithmetic (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk). The lse is the
+    online-softmax state (max, sum) of rocq/Attention/OnlineSoftmax.v (``block_step``
+    with empty value rows) streamed over the vocabulary chunks: ``ce_forward`` /
+    ``ce_output`` of rocq/CrossEntropy/Definitions.v, whose per-token result is the
+    loss above by Ojas.CrossEntropy.Loss.token_forward_correct and
+    Ojas.CrossEntropy.Loss.ce_token_loss_softmax (see the module docstring).
 
-    Backward recomputes each logits block and takes softmax = exp(z - lse) from the
-    saved lse (why, rather than gradients computed in the forward: see
+    Backward is ``ce_backward``: it recomputes each logits block and takes
+    softmax = exp(z - lse) from the saved lse (why, rather than gradients computed in
+    the forward: see
     ``_LinearCrossEntropy``); the gradient of linear_weight is a [V, D] tensor either
     way. Computation is in float32 (float64 for float64 inputs): bf16/fp16 operands
     are upcast block by block, gradients are accumulated in float32 and returned in
