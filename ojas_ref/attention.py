@@ -6,16 +6,25 @@ tile; the backward pass is ``attention_backward`` of ``rocq/Attention/Backward.v
 which recomputes the probabilities from the saved log-sum-exp. The theorems this
 code implements:
 
-* ``Ojas.Attention.StreamCorrect``: the streamed output equals the two-pass
+* ``Ojas.Attention.StreamCorrect`` (``stream_row_correct``,
+  ``attention_forward_correct``): the streamed output equals the two-pass
   softmax for any key tiling, so the tile sizes below do not change the result
   (in exact arithmetic).
-* ``Ojas.Attention.Mask``: a masked key (score ``-inf``, the Coq ``None``) is the
+* ``Ojas.Attention.Mask`` (``stream_row_masked_keys``, ``stream_row_fully_masked``,
+  ``visibility_true_iff``): a masked key (score ``-inf``, the Coq ``None``) is the
   same as a dropped key; a row whose keys are all masked gives zeros and
   ``lse = -inf``.
-* ``Ojas.Attention.Lse``: ``P_ij = exp(s_ij - lse_i)`` recomputed from the saved
-  ``lse`` is the softmax the forward pass used.
-* ``Ojas.Attention.BackwardCorrect``: ``dS = P * (dP - D)`` with
-  ``D_i = dO_i . O_i`` is the derivative of the attention output.
+* ``Ojas.Attention.Lse`` (``stream_lse``, ``row_probs_stream_row``):
+  ``P_ij = exp(s_ij - lse_i)`` recomputed from the saved ``lse`` is the softmax
+  the forward pass used.
+* ``Ojas.Attention.BackwardCorrect`` (``backward_D_identity``,
+  ``row_dscores_is_derive``, ``dQ_row_is_derive``, ``dK_row_is_derive``,
+  ``dV_row_is_derive``): ``dS = P * (dP - D)`` with ``D_i = dO_i . O_i`` and the
+  gradients built from it are the derivatives of the attention output.
+
+The rounding error of the forward recurrence is bounded by
+``Ojas.Attention.StreamError`` (``stream_row_error_bound``); the tests use it as
+their tolerance against the extracted oracle.
 
 Semantics follow :func:`torch.nn.functional.scaled_dot_product_attention`, with
 three differences, all written down in :func:`attention`: a fully masked row gives
@@ -183,8 +192,8 @@ def _tile_visibility(
 def _key_tiles(q0: int, q1: int, n_keys: int, block_k: int, is_causal: bool, window: Optional[int]) -> range:
     """Starts of the key tiles (multiples of block_k) that may hold a visible key for
     query rows q0..q1-1. The others hold only masked keys, on which ``block_step``
-    leaves the state unchanged (max unchanged, rescale exp(0) = 1, zero weights), so
-    skipping them is the same ``stream``."""
+    leaves the state unchanged (max unchanged, rescale exp(0) = 1, zero weights; masked
+    keys are dropped keys, Ojas.Attention.Mask), so skipping them is the same ``stream``."""
     lo, hi = 0, n_keys
     if is_causal:
         hi = min(hi, q1)

@@ -314,10 +314,16 @@ def forward_tolerance(case: Case, oracle_out: Tensor) -> Tensor:
       moves by at most delta_i = |scale| * A_i * (gamma_E + (2u + u^2)(1 + gamma_E)),
       A_i = max_j sum_c |q_ic k_jc|, and softmax with scores moved by <= delta_i differs
       from the exact one by <= V * (exp(2 delta_i) - 1)
-      (``softmax_score_perturbation_bound``), V = max_j |v_j| of the head.
+      (``softmax_score_perturbation_bound``; Ojas.Attention.ScorePerturbation,
+      ``softmax_output_perturbation``), V = max_j |v_j| of the head.
     * the streamed recurrence on those scores: <= V * ``online_softmax_error_bound``(Sk,
-      u, u_exp) (the Coq rounding theorem; masked keys are keys of weight 0, so n = Sk),
-      u = 2^-24 for the float32 computation, u_exp = ``EXP_ERROR`` (see there).
+      u, u_exp) (Ojas.Attention.StreamError, ``stream_row_error_bound``; masked keys
+      are keys of weight 0, so n = Sk), u = 2^-24 for the float32 computation, u_exp =
+      ``EXP_ERROR`` (see there). The theorem is about left-to-right sums; torch sums a
+      tile in another order (and fuses multiply-adds), which gives no term more roundings
+      than the proof counts. The model has no underflow: the float32 weights that
+      underflow (exp(s - m) < 2^-126) err by at most 2^-149 each, with Z >= 1 a change
+      of out below Sk * 2^-148 * V, far inside this bound.
     * the oracle itself: the same two terms with u = 2^-53 and its exp error.
     * output rounding: the float32 result is rounded to the output dtype, relative
       error u_out = 2^-8 for bfloat16 (0 for float32), applied to
