@@ -56,13 +56,15 @@ ChunkSize = Union[int, tuple[int, int], None]
 # --------------------------------------------------------------------------
 
 def _check_float(name: str, value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> float:
+    """A finite float in [low, high] ((low, high] with open_low), else an error naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
     value = float(value)
     too_low = value <= low if open_low else value < low
     if not math.isfinite(value) or too_low or value > high:
-        bounds = f"({low}, {high}]" if open_low else f"[{low}, {high}]"
-        raise ValueError(f"{name} must be a finite float in {bounds}, got {value}")
+        lower = f"> {low}" if open_low else f">= {low}"
+        upper = "" if high == math.inf else f" and <= {high}"
+        raise ValueError(f"{name} must be a finite float {lower}{upper}, got {value}")
     return value
 
 

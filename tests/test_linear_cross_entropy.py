@@ -213,6 +213,18 @@ def test_all_ignored(reduction):
         assert torch.isnan(F.cross_entropy((x @ w.T + b).reshape(6, 5), t.reshape(-1)))
 
 
+def test_empty_batch():
+    """N = 0 tokens: like all ignored (mean 0, empty "none", zero gradients)."""
+    x = torch.randn(2, 0, 3, dtype=F64, requires_grad=True)
+    w = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    t = torch.zeros(2, 0, dtype=torch.long)
+    for reduction in REDUCTIONS:
+        loss = linear_cross_entropy(x, w, t, reduction=reduction)
+        assert loss.shape == ((2, 0) if reduction == "none" else ()) and (loss == 0).all()
+        gx, gw = torch.autograd.grad(loss, (x, w), torch.ones_like(loss))
+        assert gx.shape == x.shape and (gw == 0).all()
+
+
 def test_chunking_does_not_change_the_result():
     """Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk: any chunk sizes give the same lse
     and loss (here up to float64 rounding)."""
