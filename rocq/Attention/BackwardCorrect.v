@@ -795,3 +795,303 @@ Proof.
   fold N. rewrite Hsc by exact Hj.
   destruct (vis j); unfold A; ring.
 Qed.
+
+(** ** Tiling of the backward sums *)
+
+Lemma bw_combine_app : forall {A B} (a1 a2 : list A) (b1 b2 : list B),
+  length a1 = length b1 -> combine (a1 ++ a2) (b1 ++ b2) = combine a1 b1 ++ combine a2 b2.
+Proof.
+  intros A B a1; induction a1 as [|x a1 IH]; intros a2 [|y b1] b2 H; simpl in *;
+    try discriminate; [reflexivity|].
+  rewrite IH by lia; reflexivity.
+Qed.
+
+(** Theorem 4: a weighted sum over a concatenation is, coordinate by
+    coordinate, the [vadd] of the weighted sums of the two parts. *)
+Theorem weighted_sum_app : forall ws1 ws2 vs1 vs2 c,
+  length ws1 = length vs1 ->
+  nth c (weighted_sum R_ops (ws1 ++ ws2) (vs1 ++ vs2)) 0 =
+  nth c (vadd R_ops (weighted_sum R_ops ws1 vs1) (weighted_sum R_ops ws2 vs2)) 0.
+Proof.
+  intros ws1 ws2 vs1 vs2 c H.
+  rewrite nth_vadd, !nth_weighted_sum, bw_combine_app, map_app, rsum_app by exact H.
+  reflexivity.
+Qed.
+
+Lemma bw_nth_fold_vadd : forall xs acc c,
+  nth c (fold_left (vadd R_ops) xs acc) 0 = nth c acc 0 + rsum (map (fun x => nth c x 0) xs).
+Proof.
+  induction xs as [|x xs IH]; intros acc c; cbn [fold_left map].
+  - unfold rsum; simpl; lra.
+  - rewrite IH, nth_vadd, rsum_cons; lra.
+Qed.
+
+(** Theorem 4: a weighted sum over any partition into tiles (pairs of
+    weights and vectors of equal lengths) is the [vadd]-accumulation of the
+    per-tile weighted sums, coordinate by coordinate. *)
+Theorem weighted_sum_tiles : forall (tiles : list (list R * list (list R))%type) c,
+  List.Forall (fun t => length (fst t) = length (snd t)) tiles ->
+  nth c (weighted_sum R_ops (concat (map fst tiles)) (concat (map snd tiles))) 0 =
+  nth c (fold_left (vadd R_ops) (map (fun t => weighted_sum R_ops (fst t) (snd t)) tiles) []) 0.
+Proof.
+  intros tiles c H; rewrite bw_nth_fold_vadd, map_map.
+  assert (E : nth c (@nil R) 0 = 0) by (destruct c; reflexivity); rewrite E.
+  induction H as [|t tiles Ht H IH]; cbn [map concat].
+  - rewrite nth_weighted_sum; unfold rsum; simpl; lra.
+  - rewrite weighted_sum_app, nth_vadd, IH, rsum_cons by exact Ht; lra.
+Qed.
+
+Lemma bw_concat_chunk_fuel : forall {A} fuel b (xs : list A),
+  (1 <= b)%nat -> (length xs <= fuel)%nat -> concat (chunk_fuel fuel b xs) = xs.
+Proof.
+  intros A fuel; induction fuel as [|fuel IH]; intros b xs Hb Hl.
+  - destruct xs; simpl in *; [reflexivity | lia].
+  - destruct xs as [|x xs']; [reflexivity|].
+    cbn [chunk_fuel concat]. rewrite IH; [apply firstn_skipn | exact Hb |].
+    rewrite skipn_length; cbn [length] in *; lia.
+Qed.
+
+Lemma bw_concat_chunk : forall {A} b (xs : list A), concat (chunk b xs) = xs.
+Proof. intros; apply bw_concat_chunk_fuel; lia. Qed.
+
+Lemma bw_chunk_fuel_tiles : forall {A B} fuel b (xs : list A) (ys : list B),
+  length xs = length ys ->
+  length (chunk_fuel fuel b xs) = length (chunk_fuel fuel b ys) /\
+  List.Forall (fun t => length (fst t) = length (snd t))
+         (combine (chunk_fuel fuel b xs) (chunk_fuel fuel b ys)).
+Proof.
+  intros A B fuel; induction fuel as [|fuel IH]; intros b xs ys H; [split; simpl; auto|].
+  destruct xs as [|x xs']; destruct ys as [|y ys']; simpl in H; try discriminate;
+    [split; simpl; auto|].
+  destruct (IH b (skipn b (x :: xs')) (skipn b (y :: ys'))) as [H1 H2].
+  { rewrite !skipn_length; cbn [length] in *; lia. }
+  cbn [chunk_fuel length combine]; split; [lia|].
+  constructor; [|exact H2].
+  cbn [fst snd]; rewrite !firstn_length; cbn [length] in *; lia.
+Qed.
+
+Lemma bw_map_fst_combine : forall {A B} (l1 : list A) (l2 : list B),
+  length l1 = length l2 -> map fst (combine l1 l2) = l1.
+Proof.
+  intros A B l1; induction l1 as [|x l1 IH]; intros [|y l2] H; simpl in *;
+    try discriminate; [reflexivity|]; rewrite IH by lia; reflexivity.
+Qed.
+
+Lemma bw_map_snd_combine : forall {A B} (l1 : list A) (l2 : list B),
+  length l1 = length l2 -> map snd (combine l1 l2) = l2.
+Proof.
+  intros A B l1; induction l1 as [|x l1 IH]; intros [|y l2] H; simpl in *;
+    try discriminate; [reflexivity|]; rewrite IH by lia; reflexivity.
+Qed.
+
+(** Theorem 4 with the code's tiles: cutting weights and vectors into tiles
+    of [b] ([chunk]) and accumulating the per-tile weighted sums gives the
+    weighted sum, coordinate by coordinate. *)
+Theorem weighted_sum_chunk : forall b ws vs c,
+  length ws = length vs ->
+  nth c (weighted_sum R_ops ws vs) 0 =
+  nth c (fold_left (vadd R_ops)
+           (map (fun t => weighted_sum R_ops (fst t) (snd t)) (combine (chunk b ws) (chunk b vs)))
+           []) 0.
+Proof.
+  intros b ws vs c H.
+  unfold chunk; rewrite H.
+  destruct (bw_chunk_fuel_tiles (length vs) (Nat.max 1 b) ws vs H) as [H1 H2].
+  rewrite <- weighted_sum_tiles by exact H2.
+  rewrite bw_map_fst_combine, bw_map_snd_combine by exact H1.
+  rewrite !bw_concat_chunk_fuel by lia; reflexivity.
+Qed.
+
+(** ** Tiling the query rows of [attention_backward] *)
+
+Definition bw_P (scale : R) (vis : nat -> nat -> bool) (qs ks vs : list (list R))
+    (lses : list (option R)) : list (list R) :=
+  map (fun '(i, q) => row_probs R_ops (masked_keys (vis i) (scores R_ops scale q ks) vs)
+                                (nth i lses None))
+      (combine (seq 0 (length qs)) qs).
+
+Definition bw_dS (vs outs dOs P : list (list R)) : list (list R) :=
+  map (fun '(i, p) => row_dscores R_ops p vs (nth i dOs []) (nth i outs []))
+      (combine (seq 0 (length P)) P).
+
+Lemma bw_attention_backward_eq : forall scale vis qs ks vs outs lses dOs,
+  attention_backward R_ops scale vis qs ks vs outs lses dOs =
+  (map (fun ds => vscale R_ops scale (weighted_sum R_ops ds ks))
+       (bw_dS vs outs dOs (bw_P scale vis qs ks vs lses)),
+   map (fun j => vscale R_ops scale
+          (weighted_sum R_ops (column R_ops (bw_dS vs outs dOs (bw_P scale vis qs ks vs lses)) j) qs))
+       (seq 0 (length ks)),
+   map (fun j => weighted_sum R_ops (column R_ops (bw_P scale vis qs ks vs lses) j) dOs)
+       (seq 0 (length ks))).
+Proof. reflexivity. Qed.
+
+Lemma bw_length_indexed : forall {A B} (f : nat * A -> B) (l : list A),
+  length (map f (combine (seq 0 (length l)) l)) = length l.
+Proof.
+  intros; rewrite map_length, combine_length, seq_length; lia.
+Qed.
+
+Lemma bw_combine_seq_shift : forall {A} k s n (l : list A),
+  combine (seq (k + s) n) l = map (fun p => ((k + fst p)%nat, snd p)) (combine (seq s n) l).
+Proof.
+  intros A k s n; revert s; induction n as [|n IH]; intros s l; [reflexivity|].
+  destruct l as [|x l]; [reflexivity|].
+  cbn [seq combine map fst snd].
+  replace (S (k + s)) with (k + S s)%nat by lia.
+  rewrite IH; reflexivity.
+Qed.
+
+(** Indexed maps over a concatenation: the second part sees shifted indices. *)
+Lemma bw_map_indexed_app : forall {A B} (f : nat * A -> B) (l1 l2 : list A),
+  map f (combine (seq 0 (length (l1 ++ l2))) (l1 ++ l2)) =
+  map f (combine (seq 0 (length l1)) l1) ++
+  map (fun p => f ((length l1 + fst p)%nat, snd p)) (combine (seq 0 (length l2)) l2).
+Proof.
+  intros A B f l1 l2.
+  rewrite app_length, seq_app, bw_combine_app by apply seq_length.
+  rewrite map_app; f_equal.
+  replace (0 + length l1)%nat with (length l1 + 0)%nat by lia.
+  rewrite bw_combine_seq_shift, map_map; reflexivity.
+Qed.
+
+Lemma bw_in_indexed : forall {A} (l : list A) i x,
+  In (i, x) (combine (seq 0 (length l)) l) -> (i < length l)%nat.
+Proof.
+  intros A l i x H; apply in_combine_l, in_seq in H; lia.
+Qed.
+
+Lemma bw_P_app : forall scale vis vis2 qs1 qs2 ks vs lses1 lses2,
+  length lses1 = length qs1 ->
+  (forall i j, vis2 i j = vis (length qs1 + i)%nat j) ->
+  bw_P scale vis (qs1 ++ qs2) ks vs (lses1 ++ lses2) =
+  bw_P scale vis qs1 ks vs lses1 ++ bw_P scale vis2 qs2 ks vs lses2.
+Proof.
+  intros scale vis vis2 qs1 qs2 ks vs lses1 lses2 Hl Hv.
+  unfold bw_P; rewrite bw_map_indexed_app; f_equal.
+  - apply map_ext_in; intros [i q] Hin; apply bw_in_indexed in Hin.
+    rewrite app_nth1 by lia; reflexivity.
+  - apply map_ext; intros [i q]; cbn [fst snd].
+    rewrite <- Hl, app_nth2_plus, Hl.
+    f_equal; unfold masked_keys; apply map_ext; intros [j [s v]]; rewrite Hv; reflexivity.
+Qed.
+
+Lemma bw_dS_app : forall vs outs1 outs2 dOs1 dOs2 P1 P2,
+  length outs1 = length P1 -> length dOs1 = length P1 ->
+  bw_dS vs (outs1 ++ outs2) (dOs1 ++ dOs2) (P1 ++ P2) =
+  bw_dS vs outs1 dOs1 P1 ++ bw_dS vs outs2 dOs2 P2.
+Proof.
+  intros vs outs1 outs2 dOs1 dOs2 P1 P2 Ho Hd.
+  unfold bw_dS; rewrite bw_map_indexed_app; f_equal.
+  - apply map_ext_in; intros [i p] Hin; apply bw_in_indexed in Hin.
+    rewrite !app_nth1 by lia; reflexivity.
+  - apply map_ext; intros [i p]; cbn [fst snd].
+    rewrite <- Ho at 2; rewrite app_nth2_plus.
+    rewrite <- Hd, app_nth2_plus; reflexivity.
+Qed.
+
+Lemma bw_length_P : forall scale vis qs ks vs lses, length (bw_P scale vis qs ks vs lses) = length qs.
+Proof. intros; apply bw_length_indexed. Qed.
+
+Lemma bw_length_dS : forall vs outs dOs P, length (bw_dS vs outs dOs P) = length P.
+Proof. intros; apply bw_length_indexed. Qed.
+
+Lemma bw_nth_map_seq_default : forall {A} (f : nat -> list A) n j,
+  nth j (map f (seq 0 n)) [] = if Nat.ltb j n then f j else [].
+Proof.
+  intros A f n j; destruct (Nat.ltb_spec j n).
+  - apply bw_nth_map_seq; exact H.
+  - apply nth_overflow; rewrite map_length, seq_length; exact H.
+Qed.
+
+(** Theorem 4 for the backward pass: splitting the query rows into two
+    blocks (the second one seeing its rows' global indices through [vis2]),
+    [dQ] is the concatenation of the blocks' [dQ], and [dK], [dV] are the
+    sums of the blocks' [dK], [dV], coordinate by coordinate. *)
+Theorem attention_backward_split_queries : forall scale vis vis2 qs1 qs2 ks vs
+    outs1 outs2 lses1 lses2 dOs1 dOs2,
+  length outs1 = length qs1 -> length lses1 = length qs1 -> length dOs1 = length qs1 ->
+  (forall i j, vis2 i j = vis (length qs1 + i)%nat j) ->
+  let B := attention_backward R_ops scale vis (qs1 ++ qs2) ks vs
+             (outs1 ++ outs2) (lses1 ++ lses2) (dOs1 ++ dOs2) in
+  let B1 := attention_backward R_ops scale vis qs1 ks vs outs1 lses1 dOs1 in
+  let B2 := attention_backward R_ops scale vis2 qs2 ks vs outs2 lses2 dOs2 in
+  fst (fst B) = fst (fst B1) ++ fst (fst B2) /\
+  (forall j c, nth c (nth j (snd (fst B)) []) 0 =
+               nth c (nth j (snd (fst B1)) []) 0 + nth c (nth j (snd (fst B2)) []) 0) /\
+  (forall j c, nth c (nth j (snd B) []) 0 =
+               nth c (nth j (snd B1) []) 0 + nth c (nth j (snd B2) []) 0).
+Proof.
+  intros scale vis vis2 qs1 qs2 ks vs outs1 outs2 lses1 lses2 dOs1 dOs2 Ho Hl Hd Hv B B1 B2.
+  unfold B, B1, B2; rewrite !bw_attention_backward_eq; cbn [fst snd].
+  rewrite (bw_P_app scale vis vis2 qs1 qs2 ks vs lses1 lses2 Hl Hv).
+  rewrite bw_dS_app by (rewrite bw_length_P; assumption).
+  split; [|split].
+  - apply map_app.
+  - intros j c; rewrite !bw_nth_map_seq_default.
+    destruct (Nat.ltb j (length ks)); [|destruct c; simpl; ring].
+    rewrite !nth_vscale; unfold column at 1; rewrite map_app.
+    rewrite weighted_sum_app, nth_vadd; [unfold column; ring|].
+    rewrite map_length, bw_length_dS, bw_length_P; reflexivity.
+  - intros j c; rewrite !bw_nth_map_seq_default.
+    destruct (Nat.ltb j (length ks)); [|destruct c; simpl; ring].
+    unfold column at 1; rewrite map_app.
+    rewrite weighted_sum_app, nth_vadd; [unfold column; ring|].
+    rewrite map_length, bw_length_P; auto.
+Qed.
+
+(** The backward pass run tile by tile over the query rows, as the tiled
+    kernel does: tile [t] holds its rows' (q, o, lse, dO) and sees the
+    visibility of its global row indices. *)
+Fixpoint backward_query_tiles (scale : R) (vis : nat -> nat -> bool)
+    (tiles : list (list (list R) * list (list R) * list (option R) * list (list R)))
+    (ks vs : list (list R)) : list (list (list R) * list (list R) * list (list R)) :=
+  match tiles with
+  | [] => []
+  | (qs, outs, lses, dOs) :: rest =>
+      attention_backward R_ops scale vis qs ks vs outs lses dOs
+      :: backward_query_tiles scale (fun i j => vis (length qs + i)%nat j) rest ks vs
+  end.
+
+Definition bw_tile_ok (t : list (list R) * list (list R) * list (option R) * list (list R)) : Prop :=
+  let '(qs, outs, lses, dOs) := t in
+  length outs = length qs /\ length lses = length qs /\ length dOs = length qs.
+
+(** Theorem 4, any partition of the query rows into tiles: [dQ] is the
+    concatenation of the tiles' [dQ]; [dK] and [dV] are the sums over the
+    tiles of their [dK], [dV], coordinate by coordinate. *)
+Theorem attention_backward_query_tiles : forall scale vis tiles ks vs,
+  List.Forall bw_tile_ok tiles ->
+  let qs := concat (map (fun t => fst (fst (fst t))) tiles) in
+  let outs := concat (map (fun t => snd (fst (fst t))) tiles) in
+  let lses := concat (map (fun t => snd (fst t)) tiles) in
+  let dOs := concat (map (fun t => snd t) tiles) in
+  let B := attention_backward R_ops scale vis qs ks vs outs lses dOs in
+  let Bs := backward_query_tiles scale vis tiles ks vs in
+  fst (fst B) = concat (map (fun b => fst (fst b)) Bs) /\
+  (forall j c, nth c (nth j (snd (fst B)) []) 0 =
+               rsum (map (fun b => nth c (nth j (snd (fst b)) []) 0) Bs)) /\
+  (forall j c, nth c (nth j (snd B) []) 0 =
+               rsum (map (fun b => nth c (nth j (snd b) []) 0) Bs)).
+Proof.
+  intros scale vis tiles ks vs H; revert vis.
+  induction H as [|[[[qs1 outs1] lses1] dOs1] tiles Ht H IH]; intros vis.
+  - cbv zeta; cbn [map concat backward_query_tiles].
+    rewrite bw_attention_backward_eq; unfold bw_P, bw_dS, column; cbn.
+    split; [reflexivity|].
+    split; intros j c; rewrite bw_nth_map_seq_default;
+      destruct (Nat.ltb j (length ks)); destruct c; unfold rsum; simpl; ring.
+  - destruct Ht as [Ho [Hl Hd]].
+    destruct (IH (fun i j => vis (length qs1 + i)%nat j)) as [IH1 [IH2 IH3]].
+    cbv zeta in *; cbn [map concat backward_query_tiles fst snd].
+    destruct (attention_backward_split_queries scale vis (fun i j => vis (length qs1 + i)%nat j)
+                qs1 (concat (map (fun t => fst (fst (fst t))) tiles)) ks vs
+                outs1 (concat (map (fun t => snd (fst (fst t))) tiles))
+                lses1 (concat (map (fun t => snd (fst t)) tiles))
+                dOs1 (concat (map (fun t => snd t) tiles)) Ho Hl Hd (fun i j => eq_refl))
+      as [S1 [S2 S3]].
+    cbv zeta in S1, S2, S3.
+    split; [|split].
+    + rewrite S1, IH1; reflexivity.
+    + intros j c; rewrite S2, IH2, rsum_cons; reflexivity.
+    + intros j c; rewrite S3, IH3, rsum_cons; reflexivity.
+Qed.
