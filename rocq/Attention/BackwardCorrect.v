@@ -1095,3 +1095,217 @@ Proof.
     + intros j c; rewrite S2, IH2, rsum_cons; reflexivity.
     + intros j c; rewrite S3, IH3, rsum_cons; reflexivity.
 Qed.
+
+(** ** The whole head: [attention_backward] is the gradient of [sum_i dO_i . o_i] *)
+
+(** The scalar whose gradient the backward pass computes: the sum over the
+    query rows of [dO_i . o_i], with [o_i] the two-pass softmax output. *)
+Definition attention_loss (d : nat) (scale : R) (vis : nat -> nat -> bool)
+    (qs ks vs dOs : list (list R)) : R :=
+  rsum (map (fun '(dO, r) => dot R_ops dO (fst r))
+            (combine dOs (attention_two_pass R_ops d scale vis qs ks vs))).
+
+Lemma bw_nth_indexed : forall {A B} (f : nat * A -> B) (l : list A) i d d',
+  (i < length l)%nat -> nth i (map f (combine (seq 0 (length l)) l)) d = f (i, nth i l d').
+Proof.
+  intros A B f l i d d' Hi.
+  rewrite (bw_combine_as_map (seq 0 (length l)) l 0%nat d' (length l)) by
+    (rewrite ?seq_length; reflexivity).
+  rewrite map_map, bw_nth_map_seq by exact Hi.
+  rewrite seq_nth by exact Hi; reflexivity.
+Qed.
+
+Lemma bw_length_attention_two_pass : forall d scale vis qs ks vs,
+  length (attention_two_pass R_ops d scale vis qs ks vs) = length qs.
+Proof. intros; apply bw_length_indexed. Qed.
+
+Lemma bw_nth_attention_two_pass : forall d scale vis qs ks vs i d0, (i < length qs)%nat ->
+  nth i (attention_two_pass R_ops d scale vis qs ks vs) d0 =
+  two_pass R_ops d (masked_keys (vis i) (scores R_ops scale (nth i qs []) ks) vs).
+Proof. intros; unfold attention_two_pass; rewrite (bw_nth_indexed _ _ _ _ []); auto. Qed.
+
+Lemma bw_attention_loss_index : forall d scale vis qs ks vs dOs,
+  length dOs = length qs ->
+  attention_loss d scale vis qs ks vs dOs =
+  rsum (map (fun i => dot R_ops (nth i dOs [])
+              (fst (two_pass R_ops d (masked_keys (vis i) (scores R_ops scale (nth i qs []) ks) vs))))
+            (seq 0 (length qs))).
+Proof.
+  intros d scale vis qs ks vs dOs H; unfold attention_loss.
+  rewrite (bw_combine_as_map dOs _ [] ([], None) (length qs))
+    by (rewrite ?bw_length_attention_two_pass; auto).
+  rewrite map_map; apply rsum_map_ext; intros i Hi; apply in_seq in Hi.
+  rewrite bw_nth_attention_two_pass by lia; reflexivity.
+Qed.
+
+Section Head.
+Variables (d : nat) (scale : R) (vis : nat -> nat -> bool) (qs ks vs dOs : list (list R)).
+Hypothesis Hvs : length vs = length ks.
+Hypothesis HdO : length dOs = length qs.
+
+Let fw := attention_two_pass R_ops d scale vis qs ks vs.
+Let B := attention_backward R_ops scale vis qs ks vs (map fst fw) (map snd fw) dOs.
+Let Krow i := masked_keys (vis i) (scores R_ops scale (nth i qs []) ks) vs.
+Let Prow i := row_probs R_ops (Krow i) (snd (two_pass R_ops d (Krow i))).
+Let dSrow i := row_dscores R_ops (Prow i) vs (nth i dOs []) (fst (two_pass R_ops d (Krow i))).
+
+Lemma bw_nth_P : forall i, (i < length qs)%nat ->
+  nth i (bw_P scale vis qs ks vs (map snd fw)) [] = Prow i.
+Proof.
+  intros i Hi; unfold bw_P; rewrite (bw_nth_indexed _ _ _ _ []) by exact Hi.
+  unfold Prow, Krow; f_equal.
+  rewrite (bw_nth_map_lt _ _ _ _ ([], None)) by (unfold fw; rewrite bw_length_attention_two_pass; exact Hi).
+  unfold fw; rewrite bw_nth_attention_two_pass by exact Hi; reflexivity.
+Qed.
+
+Lemma bw_nth_dS : forall i, (i < length qs)%nat ->
+  nth i (bw_dS vs (map fst fw) dOs (bw_P scale vis qs ks vs (map snd fw))) [] = dSrow i.
+Proof.
+  intros i Hi; unfold bw_dS.
+  rewrite (bw_nth_indexed _ _ _ _ []) by (rewrite bw_length_P; exact Hi).
+  rewrite bw_nth_P by exact Hi; unfold dSrow; f_equal.
+  rewrite (bw_nth_map_lt _ _ _ _ ([], None)) by (unfold fw; rewrite bw_length_attention_two_pass; exact Hi).
+  unfold fw; rewrite bw_nth_attention_two_pass by exact Hi; reflexivity.
+Qed.
+
+Lemma bw_nth_column_weighted_sum : forall (M xs : list (list R)) j c,
+  length M = length xs ->
+  nth c (weighted_sum R_ops (column R_ops M j) xs) 0 =
+  rsum (map (fun i => nth j (nth i M []) 0 * nth c (nth i xs []) 0) (seq 0 (length xs))).
+Proof.
+  intros M xs j c H.
+  rewrite nth_weighted_sum, (bw_combine_as_map _ xs 0 [] (length xs))
+    by (unfold column; rewrite ?map_length; auto).
+  rewrite map_map; apply rsum_map_ext; intros i Hi; apply in_seq in Hi; cbn [fst snd].
+  unfold column; rewrite (bw_nth_map_lt _ _ _ _ []) by lia; reflexivity.
+Qed.
+
+(** Whole head, values: coordinate [c] of [dV_j] is the derivative of the
+    loss [sum_i dO_i . o_i] in coordinate [c] of the value row [v_j]. *)
+Theorem attention_backward_dV_is_derive : forall j c,
+  (j < length ks)%nat -> (c < length (nth j vs []))%nat ->
+  is_derive
+    (fun y : R => attention_loss d scale vis qs ks
+                    (replace_nth j (replace_nth c y (nth j vs [])) vs) dOs)
+    (nth c (nth j vs []) 0)
+    (nth c (nth j (snd B) []) 0).
+Proof.
+  intros j c Hj Hc.
+  apply (is_derive_ext (fun y => rsum (map (fun i => dot R_ops (nth i dOs [])
+     (fst (two_pass R_ops d (masked_keys (vis i) (scores R_ops scale (nth i qs []) ks)
+                                 (replace_nth j (replace_nth c y (nth j vs [])) vs)))))
+     (seq 0 (length qs))))).
+  { intros y; rewrite bw_attention_loss_index by exact HdO; reflexivity. }
+  eapply bw_is_derive_eq.
+  { apply (bw_is_derive_rsum (seq 0 (length qs)) (fun i y => dot R_ops (nth i dOs [])
+     (fst (two_pass R_ops d (masked_keys (vis i) (scores R_ops scale (nth i qs []) ks)
+                                 (replace_nth j (replace_nth c y (nth j vs [])) vs)))))
+     (fun i => nth j (Prow i) 0 * nth c (nth i dOs []) 0)).
+    intros i _; apply dV_row_is_derive; rewrite ?bw_length_scores; auto. }
+  unfold B; rewrite bw_attention_backward_eq; cbn [snd].
+  rewrite bw_nth_map_seq by exact Hj.
+  rewrite bw_nth_column_weighted_sum by (rewrite bw_length_P; auto).
+  rewrite HdO; apply rsum_map_ext; intros i Hi; apply in_seq in Hi.
+  rewrite bw_nth_P by lia; reflexivity.
+Qed.
+
+(** Whole head, keys: coordinate [c] of [dK_j] is the derivative of the
+    loss in coordinate [c] of the key row [k_j]. *)
+Theorem attention_backward_dK_is_derive : forall j c,
+  (j < length ks)%nat -> (c < length (nth j ks []))%nat ->
+  is_derive
+    (fun x : R => attention_loss d scale vis qs
+                    (replace_nth j (replace_nth c x (nth j ks [])) ks) vs dOs)
+    (nth c (nth j ks []) 0)
+    (nth c (nth j (snd (fst B)) []) 0).
+Proof.
+  intros j c Hj Hc.
+  apply (is_derive_ext (fun x => rsum (map (fun i => dot R_ops (nth i dOs [])
+     (fst (two_pass R_ops d (masked_keys (vis i)
+        (scores R_ops scale (nth i qs []) (replace_nth j (replace_nth c x (nth j ks [])) ks)) vs))))
+     (seq 0 (length qs))))).
+  { intros x; rewrite bw_attention_loss_index by exact HdO; reflexivity. }
+  eapply bw_is_derive_eq.
+  { apply (bw_is_derive_rsum (seq 0 (length qs)) (fun i x => dot R_ops (nth i dOs [])
+     (fst (two_pass R_ops d (masked_keys (vis i)
+        (scores R_ops scale (nth i qs []) (replace_nth j (replace_nth c x (nth j ks [])) ks)) vs))))
+     (fun i => scale * nth j (dSrow i) 0 * nth c (nth i qs []) 0)).
+    intros i _; apply dK_row_is_derive; auto. }
+  unfold B; rewrite bw_attention_backward_eq; cbn [fst snd].
+  rewrite bw_nth_map_seq by exact Hj.
+  rewrite nth_vscale, bw_nth_column_weighted_sum
+    by (rewrite bw_length_dS, bw_length_P; auto).
+  rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros i Hi; apply in_seq in Hi.
+  rewrite bw_nth_dS by lia; ring.
+Qed.
+
+(** Whole head, queries: coordinate [c] of [dQ_i] is the derivative of the
+    loss in coordinate [c] of the query row [q_i]. *)
+Theorem attention_backward_dQ_is_derive : forall i c,
+  (i < length qs)%nat -> (c < length (nth i qs []))%nat ->
+  is_derive
+    (fun x : R => attention_loss d scale vis
+                    (replace_nth i (replace_nth c x (nth i qs [])) qs) ks vs dOs)
+    (nth c (nth i qs []) 0)
+    (nth c (nth i (fst (fst B)) []) 0).
+Proof.
+  intros i c Hi Hc.
+  set (qx := fun x => replace_nth i (replace_nth c x (nth i qs [])) qs).
+  assert (Hqx : forall x i', nth i' (qx x) [] =
+                             if Nat.eqb i' i then replace_nth c x (nth i qs []) else nth i' qs [])
+    by (intros x i'; unfold qx; apply nth_replace_nth; exact Hi).
+  apply (is_derive_ext (fun x => rsum (map (fun i' => dot R_ops (nth i' dOs [])
+     (fst (two_pass R_ops d (masked_keys (vis i') (scores R_ops scale (nth i' (qx x) []) ks) vs))))
+     (seq 0 (length qs))))).
+  { intros x; rewrite bw_attention_loss_index; unfold qx; rewrite ?length_replace_nth; auto. }
+  eapply bw_is_derive_eq.
+  { apply (bw_is_derive_rsum (seq 0 (length qs)) (fun i' x => dot R_ops (nth i' dOs [])
+     (fst (two_pass R_ops d (masked_keys (vis i') (scores R_ops scale (nth i' (qx x) []) ks) vs))))
+     (fun i' => if Nat.eqb i' i
+                then nth c (vscale R_ops scale (weighted_sum R_ops (dSrow i) ks)) 0 else 0)).
+    intros i' _; destruct (Nat.eqb_spec i' i) as [->|Hne].
+    - apply (is_derive_ext (fun x => dot R_ops (nth i dOs [])
+        (fst (two_pass R_ops d (masked_keys (vis i)
+           (scores R_ops scale (replace_nth c x (nth i qs [])) ks) vs))))).
+      { intros x; rewrite Hqx, Nat.eqb_refl; reflexivity. }
+      apply dQ_row_is_derive; auto.
+    - apply (is_derive_ext (fun _ => dot R_ops (nth i' dOs [])
+        (fst (two_pass R_ops d (masked_keys (vis i') (scores R_ops scale (nth i' qs []) ks) vs))))).
+      { intros x; rewrite Hqx; destruct (Nat.eqb_spec i' i); [congruence|reflexivity]. }
+      apply bw_is_derive_const. }
+  rewrite bw_rsum_delta by apply seq_NoDup.
+  destruct (in_dec Nat.eq_dec i (seq 0 (length qs))) as [_|Hn];
+    [|exfalso; apply Hn, in_seq; lia].
+  unfold B; rewrite bw_attention_backward_eq; cbn [fst snd].
+  rewrite (bw_nth_map_lt _ _ _ _ []) by (rewrite bw_length_dS, bw_length_P; exact Hi).
+  rewrite bw_nth_dS by exact Hi; reflexivity.
+Qed.
+
+(** Theorem 4, key tiles (what the kernel does for [dQ]): row [i] of [dQ]
+    accumulated over key tiles of size [b] ([chunk b]) is row [i] of the
+    [dQ] of [attention_backward], coordinate by coordinate. *)
+Theorem attention_backward_dQ_key_tiles : forall i b c, (i < length qs)%nat ->
+  nth c (nth i (fst (fst B)) []) 0 =
+  nth c (fold_left (vadd R_ops)
+           (map (fun t => vscale R_ops scale (weighted_sum R_ops (fst t) (snd t)))
+                (combine (chunk b (dSrow i)) (chunk b ks))) []) 0.
+Proof.
+  intros i b c Hi.
+  assert (Hl : length (dSrow i) = length ks).
+  { unfold dSrow, row_dscores; rewrite map_length, combine_length.
+    unfold Prow, Krow; rewrite bw_length_row_probs, bw_length_scores
+      by (rewrite bw_length_scores; exact Hvs).
+    lia. }
+  unfold B; rewrite bw_attention_backward_eq; cbn [fst snd].
+  rewrite (bw_nth_map_lt _ _ _ _ []) by (rewrite bw_length_dS, bw_length_P; exact Hi).
+  rewrite bw_nth_dS by exact Hi.
+  rewrite nth_vscale, (weighted_sum_chunk b) by exact Hl.
+  rewrite !bw_nth_fold_vadd, !map_map.
+  assert (E : nth c (@nil R) 0 = 0) by (destruct c; reflexivity); rewrite !E.
+  rewrite (rsum_map_ext (fun x => nth c (vscale R_ops scale (weighted_sum R_ops (fst x) (snd x))) 0)
+             (fun x => scale * nth c (weighted_sum R_ops (fst x) (snd x)) 0))
+    by (intros; apply nth_vscale).
+  rewrite rsum_map_scal_l; ring.
+Qed.
+
+End Head.
