@@ -1,0 +1,215 @@
+"""Benchmark: ojas_kernels flash attention against PyTorch SDPA (flash, cuDNN) and
+the naive materialised-scores attention, bf16, on one CUDA device.
+
+    python benchmarks/bench_attention.py [--quick] [--out FILE] [--tune]
+
+Forward FLOPs are counted as 4*B*H*Sq*Sk*E (two matrix products), backward as
+2.5 times that, both halved under a causal mask; forward+backward is 3.5 times
+the forward count.  Times are medians of ``triton.testing.do_bench`` (CUDA
+events, after warm-up, L2 flushed between runs).  Peak memory is the peak of
+``torch.cuda.max_memory_allocated`` over one forward+backward, less the inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ojas_kernels import attention as kattn  # noqa: E402  (pip install -e ., or a link ojas_kernels -> kernels)
+
+DTYPE = torch.bfloat16
+TOKENS = 16 * 1024
+HEADS = 16
+
+
+def naive_attention(q, k, v, is_causal, scale):
+    s = (q @ k.transpose(-1, -2)) * scale
+    if is_causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.softmax(s.float(), -1).to(q.dtype) @ v
+
+
+def sdpa(backend):
+    def run(q, k, v, is_causal, scale):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+    return run
+
+
+def ojas(config=None):
+    def run(q, k, v, is_causal, scale):
+        return kattn.flash_attention(q, k, v, is_causal, scale, None, config)
+    return run
+
+
+IMPLS = {
+    "ojas": ojas(),
+    "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+    "naive": naive_attention,
+}
+
+
+def flops(b, h, s, e, is_causal):
+    f = 4.0 * b * h * s * s * e
+    return f / 2 if is_causal else f
+
+
+def make_inputs(b, h, s, e):
+    q, k, v, do = (torch.randn(b, h, s, e, device="cuda", dtype=DTYPE) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_()
+    return q, k, v, do
+
+
+def measure(fn, b, h, s, e, is_causal):
+    """(forward ms, forward+backward ms, peak MiB above the inputs) or None if it does not fit."""
+    q, k, v, do = make_inputs(b, h, s, e)
+    scale = 1 / math.sqrt(e)
+    try:
+        with torch.no_grad():
+            fwd = triton.testing.do_bench(lambda: fn(q, k, v, is_causal, scale), warmup=25, rep=100,
+                                          return_mode="median")
+
+        def step():
+            fn(q, k, v, is_causal, scale).backward(do)
+
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        both = triton.testing.do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v], return_mode="median")
+    except (torch.cuda.OutOfMemoryError, RuntimeError) as err:
+        torch.cuda.empty_cache()
+        return None, str(err).splitlines()[0][:80]
+    finally:
+        del q, k, v, do
+    return (fwd, both, peak), None
+
+
+def fits_naive(b, h, s):
+    """Rough bytes of the materialised scores through forward and backward (~20 B per score)."""
+    return 20 * b * h * s * s < 0.8 * torch.cuda.mem_get_info()[0]
+
+
+def bench(dims, seqs, impls, out_path):
+    rows = []
+    header = ("| E | S | B | causal | impl | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
+    print(header, flush=True)
+    lines = [header]
+    for e in dims:
+        for s in seqs:
+            b = max(1, TOKENS // s)
+            for is_causal in (False, True):
+                res = {}
+                for name in impls:
+                    if name == "naive" and not fits_naive(b, HEADS, s):
+                        res[name] = (None, "skipped: scores would not fit in memory")
+                    else:
+                        res[name] = measure(IMPLS[name], b, HEADS, s, e, is_causal)
+                    f = flops(b, HEADS, s, e, is_causal)
+                    got, why = res[name]
+                    if got is None:
+                        line = f"| {e} | {s} | {b} | {is_causal} | {name} | - | - | - | - | {why} |"
+                    else:
+                        fwd, both, peak = got
+                        line = (f"| {e} | {s} | {b} | {is_causal} | {name} | {fwd:.3f} | {f / fwd / 1e9:.1f} | "
+                                f"{both:.3f} | {3.5 * f / both / 1e9:.1f} | {peak:.0f} |")
+                    print(line, flush=True)
+                    lines.append(line)
+                rows.append(((e, s, b, is_causal), res))
+    summary = ["", "| E | S | causal | fwd ojas/flash | fwd ojas/cudnn | fwd+bwd ojas/flash | fwd+bwd ojas/cudnn |",
+               "|---|---|---|---|---|---|---|"]
+    for (e, s, b, is_causal), res in rows:
+        def ratio(peer, i):
+            a, p = res.get("ojas", (None,))[0], res.get(peer, (None,))[0]
+            return f"{p[i] / a[i]:.2f}" if a and p else "-"
+        summary.append(f"| {e} | {s} | {is_causal} | {ratio('flash', 0)} | {ratio('cudnn', 0)} | "
+                       f"{ratio('flash', 1)} | {ratio('cudnn', 1)} |")
+    summary.insert(1, "Speed ratios (peer time / ojas time; above 1 = ojas faster):")
+    print("\n".join(summary), flush=True)
+    Path(out_path).write_text("\n".join(lines + summary) + "\n")
+
+
+def tune(dims, out_path, budget_s):
+    """Time kernel variants at S=4K, B=4, H=16: one launch parameter set changed at a time."""
+    K, A = kattn.KernelConfig, kattn.AttentionConfig
+    fwd_variants = [K(128, 64, 8, 3), K(128, 64, 4, 3), K(128, 128, 8, 3), K(128, 128, 8, 2), K(128, 32, 4, 3),
+                    K(64, 64, 4, 3), K(128, 64, 8, 4), K(64, 128, 4, 3)]
+    kv_variants = [K(64, 128, 8, 3), K(64, 128, 8, 2), K(32, 128, 4, 3), K(64, 64, 4, 3), K(128, 128, 8, 2),
+                   K(32, 64, 4, 4), K(64, 128, 4, 3)]
+    q_variants = [K(128, 64, 8, 3), K(128, 64, 8, 2), K(128, 32, 4, 3), K(64, 64, 4, 3), K(128, 128, 8, 2),
+                  K(64, 32, 4, 4), K(128, 64, 4, 3)]
+    start = time.time()
+    lines = ["| E | causal | kernel | variant (BM, BN, warps, stages) | ms | TFLOP/s |", "|---|---|---|---|---|---|"]
+    print(lines[0], flush=True)
+    b, s = 4, 4096
+    for e in dims:
+        base = kattn.default_config(e, DTYPE, torch.device("cuda"))
+        for is_causal in (False, True):
+            q, k, v, do = make_inputs(b, HEADS, s, e)
+            scale = 1 / math.sqrt(e)
+            f = flops(b, HEADS, s, e, is_causal)
+            with torch.no_grad():
+                out, lse = kattn._forward(q, k, v, is_causal, scale, None, base)
+            for kind, variants in (("fwd", fwd_variants), ("bwd_kv", kv_variants), ("bwd_q", q_variants)):
+                for var in variants:
+                    if time.time() - start > budget_s:
+                        print("tuning budget spent", flush=True)
+                        Path(out_path).write_text("\n".join(lines) + "\n")
+                        return
+                    cfg = A(var if kind == "fwd" else base.fwd, var if kind == "bwd_kv" else base.bwd_kv,
+                            var if kind == "bwd_q" else base.bwd_q)
+                    if kind == "fwd":
+                        fn = lambda: kattn._forward(q, k, v, is_causal, scale, None, cfg)  # noqa: E731
+                        work = f
+                    else:
+                        fn = lambda: kattn._backward(do, q, k, v, out, lse, is_causal, scale, None, cfg)  # noqa: E731
+                        work = 2.5 * f
+                    try:
+                        with torch.no_grad():
+                            ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                        line = (f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
+                                f"{var.num_stages} | {ms:.3f} | {work / ms / 1e9:.1f} |")
+                    except Exception as err:  # out of shared memory / registers
+                        line = (f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
+                                f"{var.num_stages} | - | {type(err).__name__} |")
+                    print(line, flush=True)
+                    lines.append(line)
+    Path(out_path).write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="E=128, S in {1K, 4K} only")
+    parser.add_argument("--out", default="attention_bench.md", help="file for the full table")
+    parser.add_argument("--impls", default="ojas,flash,cudnn,naive")
+    parser.add_argument("--tune", action="store_true", help="time kernel variants instead")
+    parser.add_argument("--tune-budget", type=float, default=240.0, help="seconds for --tune")
+    args = parser.parse_args()
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}",
+          flush=True)
+    impls = args.impls.split(",")
+    if args.tune:
+        tune([128, 64], args.out, args.tune_budget)
+    elif args.quick:
+        bench([128], [1024, 4096], impls, args.out)
+    else:
+        bench([64, 128], [1024, 2048, 4096, 8192, 16384], impls, args.out)
+
+
+if __name__ == "__main__":
+    main()

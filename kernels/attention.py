@@ -1,0 +1,615 @@
+"""Online-softmax (flash) attention in Triton: forward and backward.
+
+The forward kernel runs, for every query row, the streaming recurrence of
+``rocq/Attention/OnlineSoftmax.v`` (``block_step`` folded over the key tiles
+by ``stream``, then ``finalize``) and saves ``lse = m + ln l``.  The backward
+kernels run ``rocq/Attention/Backward.v`` (``attention_backward``): they
+recompute ``P = exp(s - lse)`` from the saved lse, take ``D = rowsum(dO * O)``
+and ``dS = P * (dP - D)``.
+
+Theorems implemented (Coq module ``Ojas.Attention``):
+
+* ``Ojas.Attention.StreamCorrect``: streaming the key tiles (any tile size)
+  gives the two-pass softmax; the kernels pick the tile sizes per device.
+* ``Ojas.Attention.Mask``: a masked key contributes nothing, so key tiles
+  masked for every row of a query tile are skipped (and query tiles masked
+  for every key of a key tile, in the backward pass).
+* ``Ojas.Attention.Lse``: ``lse = m + ln l`` is the log-sum-exp of the
+  visible scores (``-inf`` and a zero output for a fully masked row).
+* ``Ojas.Attention.BackwardCorrect``: the gradients from the recomputed P.
+
+Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
+``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.
+
+Layout: query ``[B, Hq, Sq, E]``, key ``[B, Hkv, Sk, E]``, value
+``[B, Hkv, Sk, Ev]`` with ``Hkv`` dividing ``Hq`` (query head ``h`` reads key
+head ``h // (Hq // Hkv)``).  Visibility of key ``j`` for query ``i``: causal
+``j <= i`` (top-left, as ``scaled_dot_product_attention``), window ``w``
+``|i - j| < w``, both when both are given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["KernelConfig", "AttentionConfig", "default_config", "flash_attention", "flash_attention_forward"]
+
+_LOG2E = 1.4426950408889634
+_MAX_HEAD_DIM = 256
+# Triton's CPU interpreter multiplies bfloat16 tiles as their raw uint16 bits;
+# there the operands of every dot go through float32 (exact for 16-bit inputs).
+_UPCAST_DOTS = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"))
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile shape and launch parameters of one kernel."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Launch parameters of the forward, dK/dV and dQ kernels."""
+
+    fwd: KernelConfig
+    bwd_kv: KernelConfig
+    bwd_q: KernelConfig
+
+
+def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
+    """Tile sizes chosen per head-dim block and element size (tuned on an H200,
+    see benchmarks/attention_tuning.md); small tiles for the CPU interpreter."""
+    if device.type != "cuda":
+        small = KernelConfig(16, 16)
+        return AttentionConfig(small, small, small)
+    block_e = _block_dim(head_dim)
+    if dtype == torch.float32:
+        if block_e <= 64:
+            return AttentionConfig(KernelConfig(64, 64, 4, 2), KernelConfig(32, 64, 4, 2), KernelConfig(64, 32, 4, 2))
+        if block_e <= 128:
+            return AttentionConfig(KernelConfig(64, 32, 4, 2), KernelConfig(32, 32, 4, 2), KernelConfig(32, 32, 4, 2))
+        return AttentionConfig(KernelConfig(32, 32, 4, 1), KernelConfig(16, 32, 4, 1), KernelConfig(32, 16, 4, 1))
+    if block_e <= 64:
+        return AttentionConfig(KernelConfig(128, 64, 4, 3), KernelConfig(64, 128, 8, 3), KernelConfig(128, 64, 8, 3))
+    if block_e <= 128:
+        return AttentionConfig(KernelConfig(128, 64, 8, 3), KernelConfig(64, 128, 8, 3), KernelConfig(128, 64, 8, 3))
+    return AttentionConfig(KernelConfig(64, 64, 4, 2), KernelConfig(32, 64, 4, 2), KernelConfig(64, 32, 4, 2))
+
+
+def _block_dim(d: int) -> int:
+    return max(16, triton.next_power_of_2(d))
+
+
+# ---------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _dot(a, b, acc, DOT_PREC: tl.constexpr):
+    """``acc + a @ b`` with float32 accumulation."""
+    if _UPCAST_DOTS:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _load_2d(ptrs, rows_ok, cols_ok, CHECK_ROWS: tl.constexpr, CHECK_COLS: tl.constexpr):
+    """Load a tile, bounds-checking rows and/or columns (zeros outside)."""
+    if CHECK_ROWS:
+        if CHECK_COLS:
+            return tl.load(ptrs, mask=rows_ok & cols_ok, other=0.0)
+        else:
+            return tl.load(ptrs, mask=rows_ok, other=0.0)
+    else:
+        if CHECK_COLS:
+            return tl.load(ptrs, mask=cols_ok, other=0.0)
+        else:
+            return tl.load(ptrs)
+
+
+@triton.jit
+def _visible(i, j, seq_q, seq_k, window, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """``visibility is_causal window None i j`` of OnlineSoftmax.v, restricted
+    to in-range rows and columns (out-of-range ones read as masked)."""
+    vis = (i < seq_q) & (j < seq_k)
+    if IS_CAUSAL:
+        vis = vis & (j <= i)
+    if HAS_WINDOW:
+        vis = vis & (i - j < window) & (j - i < window)
+    return vis
+
+
+@triton.jit
+def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Key tiles of the query tile ``[start_m, start_m + BLOCK_M)``.
+
+    Returns ``lo <= a <= b <= hi``: tiles starting in ``[lo, a)`` and
+    ``[b, hi)`` need the mask, tiles in ``[a, b)`` are visible for every row
+    and in bounds.  Keys outside ``[lo, hi)`` are masked for every row of
+    the tile and are dropped (Ojas.Attention.Mask)."""
+    last_m = tl.minimum(start_m + BLOCK_M, seq_q) - 1
+    lo = start_m * 0
+    hi = seq_k + start_m * 0
+    full_lo = start_m * 0
+    full_end = seq_k + start_m * 0
+    if IS_CAUSAL:
+        hi = tl.minimum(hi, last_m + 1)
+        full_end = tl.minimum(full_end, start_m + 1)
+    if HAS_WINDOW:
+        lo = tl.maximum(start_m - window + 1, 0)
+        hi = tl.minimum(hi, last_m + window)
+        full_lo = tl.maximum(last_m - window + 1, 0)
+        full_end = tl.minimum(full_end, start_m + window)
+    lo = (lo // BLOCK_N) * BLOCK_N
+    a = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), tl.maximum(hi, lo))
+    b = tl.maximum((full_end // BLOCK_N) * BLOCK_N, a)
+    return lo, a, b, hi
+
+
+@triton.jit
+def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Query tiles of the key tile ``[start_n, start_n + BLOCK_N)``, split as in
+    ``_key_tiles``: ``[a, b)`` needs no mask, rows outside ``[lo, hi)`` see
+    none of the tile's keys and are dropped (Ojas.Attention.Mask)."""
+    last_n = tl.minimum(start_n + BLOCK_N, seq_k) - 1
+    lo = start_n * 0
+    hi = seq_q + start_n * 0
+    full_lo = start_n * 0
+    full_end = seq_q + start_n * 0
+    if IS_CAUSAL:
+        lo = start_n + 0
+        full_lo = start_n + BLOCK_N - 1
+    if HAS_WINDOW:
+        lo = tl.maximum(lo, start_n - window + 1)
+        hi = tl.minimum(hi, last_n + window)
+        full_lo = tl.maximum(full_lo, start_n + BLOCK_N - window)
+        full_end = tl.minimum(full_end, start_n + window)
+    if start_n + BLOCK_N > seq_k:
+        full_end = full_end * 0
+    lo = (lo // BLOCK_M) * BLOCK_M
+    a = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_M) * BLOCK_M, lo), tl.maximum(hi, lo))
+    b = tl.maximum((full_end // BLOCK_M) * BLOCK_M, a)
+    return lo, a, b, hi
+
+
+# ---------------------------------------------------------------------------
+# Forward
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+              seq_q, seq_k, window, qk_scale,
+              HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``block_step`` of OnlineSoftmax.v on one key tile, for BLOCK_M rows."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    kt = _load_2d(k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
+                  offs_n[None, :] < seq_k, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
+    s = _dot(q, kt, None, DOT_PREC)
+    if MASKED:
+        vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
+        s = tl.where(vis, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # No visible key yet: the state stays "None" (m = -inf, l = 0, acc = 0).
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+    else:
+        if POS_SCALE:
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        else:
+            m_new = tl.maximum(m_i, tl.min(s, 1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load_2d(v_base + offs_n[:, None] * stride_vn + offs_ev[None, :],
+                 offs_n[:, None] < seq_k, offs_ev[None, :] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
+    acc = acc * alpha[:, None]
+    acc = _dot(p.to(v.dtype), v, acc, DOT_PREC)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, O, LSE,
+                stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                num_heads, group, seq_q, seq_k, window, qk_scale,
+                HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                HAS_WINDOW: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
+    ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l)."""
+    # Last query tiles first: under a causal mask they have the most keys.
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // num_heads).to(tl.int64)
+    h = pid_bh % num_heads
+    hk = (h // group).to(tl.int64)
+    h = h.to(tl.int64)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
+                mask=(offs_m[:, None] < seq_q) & (offs_e[None, :] < HEAD_E), other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    for start_n in range(lo, a, BLOCK_N):
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+                                  seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
+                                  BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, POS_SCALE, DOT_PREC)
+    for start_n in range(a, b_end, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+                                  seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
+                                  BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, POS_SCALE, DOT_PREC)
+    for start_n in range(b_end, hi, BLOCK_N):
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+                                  seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
+                                  BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, POS_SCALE, DOT_PREC)
+    # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    row_ok = offs_m < seq_q
+    tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
+             out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_ev[None, :] < HEAD_EV))
+    tl.store(LSE + pid_bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
+
+
+# ---------------------------------------------------------------------------
+# Backward
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _bwd_delta_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_om, stride_db, stride_dh, stride_dm,
+                      num_heads, seq_q, HEAD_EV: tl.constexpr, BLOCK_EV: tl.constexpr, BLOCK_M: tl.constexpr):
+    """``D_i = dO_i . o_i`` of Backward.v (``row_dscores``), in float32."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // num_heads).to(tl.int64)
+    h = (pid_bh % num_heads).to(tl.int64)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    mask = (offs_m[:, None] < seq_q) & (offs_ev[None, :] < HEAD_EV)
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
+                mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_dm + offs_ev[None, :],
+                 mask=mask, other=0.0).to(tl.float32)
+    tl.store(DELTA + pid_bh.to(tl.int64) * seq_q + offs_m, tl.sum(o * do, 1), mask=offs_m < seq_q)
+
+
+@triton.jit
+def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom, start_m, offs_n,
+               seq_q, seq_k, window, qk_scale,
+               HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+               BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One query tile's share of dK_j and dV_j (Backward.v), transposed: rows are keys."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    qt = _load_2d(q_base + offs_m[None, :] * stride_qm + offs_e[:, None],
+                  offs_m[None, :] < seq_q, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
+    do = _load_2d(do_base + offs_m[:, None] * stride_dom + offs_ev[None, :],
+                  offs_m[:, None] < seq_q, offs_ev[None, :] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
+    if MASKED:
+        lse2 = tl.load(lse_base + offs_m, mask=offs_m < seq_q, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_base + offs_m, mask=offs_m < seq_q, other=0.0)
+    else:
+        lse2 = tl.load(lse_base + offs_m) * 1.4426950408889634
+        delta = tl.load(delta_base + offs_m)
+    # P^T = exp(s - lse), recomputed (row_probs).
+    st = _dot(k, qt, None, DOT_PREC)
+    pt = tl.exp2(st * qk_scale - lse2[None, :])
+    if MASKED:
+        vis = _visible(offs_m[None, :], offs_n[:, None], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
+        pt = tl.where(vis, pt, 0.0)
+    dv = _dot(pt.to(do.dtype), do, dv, DOT_PREC)
+    # dS^T = P^T * (dP^T - D) (row_dscores).
+    dpt = _dot(v, tl.trans(do), None, DOT_PREC)
+    dst = pt * (dpt - delta[None, :])
+    dk = _dot(dst.to(qt.dtype), tl.trans(qt), dk, DOT_PREC)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
+                     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                     stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                     stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
+                     num_kv_heads, group, seq_q, seq_k, window, qk_scale, scale,
+                     HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                     HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
+    one key head, summed over the query heads of its group and over the query
+    tiles that see the key tile."""
+    start_n = tl.program_id(0) * BLOCK_N
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // num_kv_heads).to(tl.int64)
+    hk = pid_bh % num_kv_heads
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    n_ok = offs_n[:, None] < seq_k
+    k = tl.load(K + b * stride_kb + hk.to(tl.int64) * stride_kh + offs_n[:, None] * stride_kn + offs_e[None, :],
+                mask=n_ok & (offs_e[None, :] < HEAD_E), other=0.0)
+    v = tl.load(V + b * stride_vb + hk.to(tl.int64) * stride_vh + offs_n[:, None] * stride_vn + offs_ev[None, :],
+                mask=n_ok & (offs_ev[None, :] < HEAD_EV), other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
+    lo, a, b_end, hi = _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    for g in range(group):
+        h = (hk * group + g).to(tl.int64)
+        q_base = Q + b * stride_qb + h * stride_qh
+        do_base = DO + b * stride_dob + h * stride_doh
+        row_base = (b * num_kv_heads * group + h) * seq_q
+        for start_m in range(lo, a, BLOCK_M):
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, stride_qm,
+                                stride_dom, start_m, offs_n, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
+                                BLOCK_E, BLOCK_EV, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+        for start_m in range(a, b_end, BLOCK_M):
+            start_m = tl.multiple_of(start_m, BLOCK_M)
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, stride_qm,
+                                stride_dom, start_m, offs_n, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
+                                BLOCK_E, BLOCK_EV, BLOCK_M, False, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+        for start_m in range(b_end, hi, BLOCK_M):
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, stride_qm,
+                                stride_dom, start_m, offs_n, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
+                                BLOCK_E, BLOCK_EV, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+    dk = dk * scale
+    tl.store(DK + b * stride_dkb + hk.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkn + offs_e[None, :],
+             dk.to(DK.dtype.element_ty), mask=n_ok & (offs_e[None, :] < HEAD_E))
+    tl.store(DV + b * stride_dvb + hk.to(tl.int64) * stride_dvh + offs_n[:, None] * stride_dvn + offs_ev[None, :],
+             dv.to(DV.dtype.element_ty), mask=n_ok & (offs_ev[None, :] < HEAD_EV))
+
+
+@triton.jit
+def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+             seq_q, seq_k, window, qk_scale,
+             HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One key tile's share of dQ_i (Backward.v)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    kt = _load_2d(k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
+                  offs_n[None, :] < seq_k, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
+    vt = _load_2d(v_base + offs_n[None, :] * stride_vn + offs_ev[:, None],
+                  offs_n[None, :] < seq_k, offs_ev[:, None] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
+    s = _dot(q, kt, None, DOT_PREC)
+    p = tl.exp2(s * qk_scale - lse2[:, None])
+    if MASKED:
+        vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
+        p = tl.where(vis, p, 0.0)
+    dp = _dot(do, vt, None, DOT_PREC)
+    ds = p * (dp - delta[:, None])
+    dq = _dot(ds.to(kt.dtype), tl.trans(kt), dq, DOT_PREC)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
+                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                   stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                   stride_dqb, stride_dqh, stride_dqm,
+                   num_heads, group, seq_q, seq_k, window, qk_scale, scale,
+                   HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head."""
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // num_heads).to(tl.int64)
+    h = pid_bh % num_heads
+    hk = (h // group).to(tl.int64)
+    h = h.to(tl.int64)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    m_ok = offs_m < seq_q
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
+                mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E), other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_ev[None, :],
+                 mask=m_ok[:, None] & (offs_ev[None, :] < HEAD_EV), other=0.0)
+    row = pid_bh.to(tl.int64) * seq_q + offs_m
+    lse2 = tl.load(LSE + row, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + row, mask=m_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
+    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    for start_n in range(lo, a, BLOCK_N):
+        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+                      seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
+                      BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+    for start_n in range(a, b_end, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+                      seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
+                      BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+    for start_n in range(b_end, hi, BLOCK_N):
+        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
+                      seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
+                      BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+    dq = dq * scale
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_e[None, :],
+             dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E))
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None) -> None:
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise ValueError("flash_attention expects [B, H, S, E] query, key and value")
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"flash_attention supports float16, bfloat16 and float32 inputs of one dtype, "
+                         f"got {query.dtype}, {key.dtype}, {value.dtype}")
+    if not (query.device == key.device == value.device):
+        raise ValueError("query, key and value must be on one device")
+    bq, hq, _, e = query.shape
+    bk, hk, sk, ek = key.shape
+    if bk != bq or value.shape[0] != bq or value.shape[1] != hk or value.shape[2] != sk or ek != e:
+        raise ValueError(f"incompatible shapes: query {tuple(query.shape)}, key {tuple(key.shape)}, "
+                         f"value {tuple(value.shape)}")
+    if hk == 0 or hq % hk != 0:
+        raise ValueError(f"key heads ({hk}) must divide query heads ({hq})")
+    if max(e, value.shape[3]) > _MAX_HEAD_DIM:
+        raise ValueError(f"head dim {max(e, value.shape[3])} is above the kernel's limit of {_MAX_HEAD_DIM}")
+    if window is not None and window < 0:
+        raise ValueError(f"window must be non-negative, got {window}")
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: float,
+             window: int | None, config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(query, key, value, window)
+    query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
+    batch, heads, seq_q, e = query.shape
+    kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
+    out = torch.empty((batch, heads, seq_q, ev), dtype=query.dtype, device=query.device)
+    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=query.device)
+    if lse.numel() == 0:
+        return out, lse
+    if seq_k == 0 or window == 0:
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return out, lse
+    cfg = (config or default_config(max(e, ev), query.dtype, query.device)).fwd
+    grid = (triton.cdiv(seq_q, cfg.block_m), batch * heads)
+    _fwd_kernel[grid](
+        query, key, value, out, lse,
+        query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
+        value.stride(0), value.stride(1), value.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        heads, heads // kv_heads, seq_q, seq_k, _window_arg(window, seq_q, seq_k), scale * _LOG2E,
+        HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None,
+        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out, lse
+
+
+def _window_arg(window: int | None, seq_q: int, seq_k: int) -> int:
+    # A window wider than both sequences masks nothing; clamp to stay in int32.
+    return 0 if window is None else min(window, seq_q + seq_k + 1)
+
+
+def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float, window: int | None,
+              config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_out = _last_dim_contiguous(grad_out)
+    query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
+    batch, heads, seq_q, e = query.shape
+    kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
+    dq = torch.empty_like(query, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(key, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(value, memory_format=torch.contiguous_format)
+    if seq_q == 0 or seq_k == 0 or window == 0 or batch * heads == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    cfg = config or default_config(max(e, ev), query.dtype, query.device)
+    common = dict(HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev))
+    delta = torch.empty_like(lse)
+    block = 64 if query.device.type == "cuda" else 16
+    _bwd_delta_kernel[(triton.cdiv(seq_q, block), batch * heads)](
+        out, grad_out, delta, out.stride(0), out.stride(1), out.stride(2),
+        grad_out.stride(0), grad_out.stride(1), grad_out.stride(2), heads, seq_q,
+        HEAD_EV=ev, BLOCK_EV=common["BLOCK_EV"], BLOCK_M=block,
+    )
+    flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype))
+    w = _window_arg(window, seq_q, seq_k)
+    qk_scale = scale * _LOG2E
+    qkv_do_strides = (query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
+                      value.stride(0), value.stride(1), value.stride(2),
+                      grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
+    kv = cfg.bwd_kv
+    _bwd_dkdv_kernel[(triton.cdiv(seq_k, kv.block_n), batch * kv_heads)](
+        query, key, value, grad_out, lse, delta, dk, dv, *qkv_do_strides,
+        dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+        kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
+        BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, **common, **flags,
+        num_warps=kv.num_warps, num_stages=kv.num_stages,
+    )
+    qc = cfg.bwd_q
+    _bwd_dq_kernel[(triton.cdiv(seq_q, qc.block_m), batch * heads)](
+        query, key, value, grad_out, lse, delta, dq, *qkv_do_strides,
+        dq.stride(0), dq.stride(1), dq.stride(2),
+        heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
+        BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, **common, **flags,
+        num_warps=qc.num_warps, num_stages=qc.num_stages,
+    )
+    return dq, dk, dv
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal, scale, window, config):
+        out, lse = _forward(query, key, value, is_causal, scale, window, config)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.args = (is_causal, scale, window, config)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, out, lse = ctx.saved_tensors
+        is_causal, scale, window, config = ctx.args
+        dq, dk, dv = _backward(grad_out, query, key, value, out, lse, is_causal, scale, window, config)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+                            scale: float, window: int | None,
+                            config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward pass: ``(out, lse)``, lse float32 ``[B, Hq, Sq]`` (``-inf`` for a
+    fully masked row, whose output is zeros).
+
+    Implements ``attention_forward`` (rocq/Attention/OnlineSoftmax.v), proved
+    equal to the two-pass softmax by Ojas.Attention.StreamCorrect, with masked
+    key tiles dropped by Ojas.Attention.Mask and lse by Ojas.Attention.Lse."""
+    return _forward(query, key, value, is_causal, scale, window, config)
+
+
+def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+                    scale: float | None = None, window: int | None = None,
+                    config: AttentionConfig | None = None) -> torch.Tensor:
+    """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
+
+    Forward: ``attention_forward`` (OnlineSoftmax.v; Ojas.Attention.StreamCorrect,
+    Ojas.Attention.Mask, Ojas.Attention.Lse).  Backward: ``attention_backward``
+    (Backward.v; Ojas.Attention.BackwardCorrect), P recomputed from the saved lse."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    return _FlashAttention.apply(query, key, value, is_causal, float(scale), window, config)

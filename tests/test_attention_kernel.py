@@ -1,0 +1,301 @@
+"""The Triton flash-attention kernel (kernels/attention.py) against float64 references.
+
+Two kinds of test:
+
+* CPU tests run the kernels in Triton's interpreter.  The interpreter must be
+  on before the kernels are decorated, so this module sets
+  ``TRITON_INTERPRET=1`` before importing ``ojas_kernels`` when no CUDA device
+  is present; they are skipped (with the reason) if the kernels were already
+  imported compiled.  Small shapes, hypothesis-drawn, with drawn tile sizes
+  (any tiling computes the same function: Ojas.Attention.StreamCorrect),
+  against a materialised float64 softmax and against the oracle extracted
+  from the Coq spec (ojas_ref.oracle).
+* GPU tests (``-m gpu``, need CUDA): sizes up to 4K against
+  ``scaled_dot_product_attention``'s math backend on float64 copies.
+
+Errors are relative norm errors ``|x - ref| / |ref|``; on the small CPU
+shapes ``|ref|`` is floored at a tenth of the norm of the same sum over
+absolute values (a gradient that cancels to near zero, e.g. dQ with one key,
+is compared at the scale of its terms).  Tolerances: float32 inputs run ieee float32 dots,
+so 1e-5 (forward) and 1e-4 (gradients; the CPU tests use 1e-5 throughout);
+float16 2e-3 / 5e-3; bfloat16 1e-2 / 2e-2 (P and dS are rounded to the input
+type before their matrix products, as in FlashAttention-2; the output is
+rounded once).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+triton = pytest.importorskip("triton")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ojas_kernels import attention as kattn  # noqa: E402
+from ojas_kernels.attention import (  # noqa: E402
+    AttentionConfig,
+    KernelConfig,
+    flash_attention,
+    flash_attention_forward,
+)
+
+_INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
+cpu = pytest.mark.skipif(
+    not _INTERPRETED,
+    reason="CPU tests need TRITON_INTERPRET=1 before ojas_kernels is imported "
+    "(run `TRITON_INTERPRET=1 pytest tests/test_attention_kernel.py`)",
+)
+
+F64 = torch.float64
+TOL = {  # (forward, gradients)
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 5e-3),
+    torch.bfloat16: (1e-2, 2e-2),
+}
+
+
+def visible_mask(sq: int, sk: int, is_causal: bool, window: int | None, device=None) -> torch.Tensor:
+    """``visibility is_causal window None`` of OnlineSoftmax.v as a [Sq, Sk] matrix."""
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(sk, device=device)[None, :]
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if is_causal:
+        vis &= j <= i
+    if window is not None:
+        vis &= (i - j).abs() < window
+    return vis
+
+
+def materialised(q, k, v, is_causal, scale, window, grad_out):
+    """float64 softmax(scale q k^T) v with the mask, lse, autograd gradients, and
+    the norms of out/dq/dk/dv computed on absolute values (|P| |V|, ...), which
+    floor the relative errors where cancellation makes a result near zero."""
+    q, k, v = (t.detach().to(F64).requires_grad_() for t in (q, k, v))
+    do = grad_out.to(F64)
+    groups = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    vis = visible_mask(q.shape[2], k.shape[2], is_causal, window, q.device)
+    any_vis = vis.any(-1, keepdim=True)
+    s = (scale * q @ kr.transpose(-1, -2)).masked_fill(~vis, -math.inf).masked_fill(~any_vis, 0.0)
+    lse = torch.logsumexp(s, -1).masked_fill(~any_vis[..., 0], -math.inf)
+    p = torch.where(any_vis, torch.softmax(s, -1), 0.0)
+    out = p @ vr
+    gq, gk, gv = torch.autograd.grad(out, (q, k, v), do)
+    with torch.no_grad():
+        p, out = p.detach(), out.detach()
+        terms = p * ((do @ vr.transpose(-1, -2)).abs() + (do * out).sum(-1, keepdim=True).abs())
+        mags = [p @ vr.abs(), abs(scale) * terms @ kr.abs(),
+                (abs(scale) * terms.transpose(-1, -2) @ q.abs()).unflatten(1, (-1, groups)).sum(2),
+                (p.transpose(-1, -2) @ do.abs()).unflatten(1, (-1, groups)).sum(2)]
+    return (out, lse, gq, gk, gv), [m.norm().item() for m in mags]
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor, mag: float = 0.0) -> float:
+    """|x - ref| / max(|ref|, mag / 10) (mag: the norm of the same sum taken
+    over absolute values; 0 for the plain relative error)."""
+    assert not torch.isnan(x).any(), "NaN in the kernel's result"
+    den = max(ref.norm().item(), 0.1 * mag, 1e-300)
+    return ((x.to(F64) - ref).norm() / den).item()
+
+
+def check_lse(lse: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
+    assert lse.dtype == torch.float32
+    masked = torch.isinf(ref)
+    assert torch.equal(torch.isinf(lse) & (lse < 0), masked), "-inf lse exactly on fully masked rows"
+    if (~masked).any():
+        assert (lse.to(F64)[~masked] - ref[~masked]).abs().max().item() <= tol
+
+
+def run_kernel(q, k, v, is_causal, scale, window, grad_out, config=None):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out, lse = flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal, scale, window, config)
+    out2 = flash_attention(q, k, v, is_causal, scale, window, config)
+    assert torch.equal(out, out2.detach())
+    grads = torch.autograd.grad(out2, (q, k, v), grad_out)
+    return out, lse, *grads
+
+
+def compare(got, ref, tol_fwd, tol_grad, lse_tol, mags=(0.0, 0.0, 0.0, 0.0)):
+    out, lse, gq, gk, gv = got
+    rout, rlse, rq, rk, rv = ref
+    errs = {name: rel_err(x, r, m) for name, x, r, m in zip(("out", "dq", "dk", "dv"), (out, gq, gk, gv),
+                                                             (rout, rq, rk, rv), mags)}
+    check_lse(lse, rlse, lse_tol)
+    assert errs["out"] <= tol_fwd, errs
+    assert max(errs["dq"], errs["dk"], errs["dv"]) <= tol_grad, errs
+    return errs
+
+
+def make_inputs(b, hq, hkv, sq, sk, e, ev, dtype, device, seed):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(b, hq, sq, e, generator=gen)
+    k = torch.randn(b, hkv, sk, e, generator=gen)
+    v = torch.randn(b, hkv, sk, ev, generator=gen)
+    do = torch.randn(b, hq, sq, ev, generator=gen)
+    return (t.to(dtype=dtype, device=device) for t in (q, k, v, do))
+
+
+# ---------------------------------------------------------------------------
+# CPU, interpreter
+# ---------------------------------------------------------------------------
+
+BLOCKS = st.sampled_from([16, 32])
+
+
+@st.composite
+def small_problems(draw):
+    hkv, groups = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    e = draw(st.sampled_from([16, 32, 24]))
+    ev = draw(st.sampled_from([e, 16]))
+    return dict(
+        b=draw(st.integers(1, 2)), hq=hkv * groups, hkv=hkv,
+        sq=draw(st.integers(1, 40)), sk=draw(st.integers(1, 40)), e=e, ev=ev,
+        is_causal=draw(st.booleans()),
+        window=draw(st.one_of(st.none(), st.integers(0, 45))),
+        scale=draw(st.sampled_from([None, 0.5, -0.3])),
+        dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])),
+        config=AttentionConfig(*(KernelConfig(draw(BLOCKS), draw(BLOCKS)) for _ in range(3))),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@cpu
+@settings(max_examples=20)
+@given(small_problems())
+def test_kernel_matches_materialised_softmax(p):
+    q, k, v, do = make_inputs(p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["e"], p["ev"], p["dtype"], "cpu",
+                              p["seed"])
+    scale = 1 / math.sqrt(p["e"]) if p["scale"] is None else p["scale"]
+    got = run_kernel(q, k, v, p["is_causal"], scale, p["window"], do, p["config"])
+    ref, mags = materialised(q, k, v, p["is_causal"], scale, p["window"], do)
+    tol = 1e-5 if p["dtype"] == torch.float32 else 2e-2
+    compare(got, ref, tol, tol, 1e-4 if p["dtype"] == torch.float32 else 1e-2, mags)
+
+
+CASES = [  # b, hq, hkv, sq, sk, e, is_causal, window
+    (1, 1, 1, 1, 1, 16, False, None),  # S = 1
+    (1, 1, 1, 1, 1, 16, True, None),
+    (2, 2, 2, 33, 33, 32, True, None),  # causal, tiles not a multiple
+    (1, 4, 2, 40, 17, 16, False, None),  # GQA, Sq > Sk
+    (1, 2, 1, 17, 40, 32, True, None),  # causal with Sq < Sk
+    (1, 2, 2, 37, 37, 16, False, 5),  # window
+    (1, 2, 2, 37, 37, 16, True, 3),  # causal window
+    (1, 2, 1, 40, 8, 16, False, 4),  # rows past Sk + window - 1 are fully masked
+    (1, 1, 1, 9, 9, 16, False, 0),  # every row fully masked
+]
+
+
+@cpu
+@pytest.mark.parametrize("b,hq,hkv,sq,sk,e,is_causal,window", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_cases(b, hq, hkv, sq, sk, e, is_causal, window, dtype):
+    q, k, v, do = make_inputs(b, hq, hkv, sq, sk, e, e, dtype, "cpu", seed=sq * 100 + sk)
+    got = run_kernel(q, k, v, is_causal, 0.25, window, do)
+    ref, mags = materialised(q, k, v, is_causal, 0.25, window, do)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    compare(got, ref, tol, tol, 1e-4 if dtype == torch.float32 else 1e-2, mags)
+    masked_rows = ~visible_mask(sq, sk, is_causal, window).any(-1)
+    assert (got[0][:, :, masked_rows] == 0).all() and (got[2][:, :, masked_rows] == 0).all()
+
+
+@cpu
+def test_strided_inputs_and_head_dim_limit():
+    q, k, v, do = make_inputs(1, 2, 2, 20, 20, 16, 16, torch.float32, "cpu", seed=7)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, S, H, E] memory
+    got = run_kernel(qt, k, v, True, 0.3, None, do)
+    ref, mags = materialised(q, k, v, True, 0.3, None, do)
+    compare(got, ref, 1e-5, 1e-5, 1e-4, mags)
+    big = torch.zeros(1, 1, 4, 272)
+    with pytest.raises(ValueError, match="head dim"):
+        flash_attention_forward(big, big, big, False, 1.0, None)
+
+
+@st.composite
+def oracle_problems(draw):
+    hkv, groups = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    return dict(
+        hq=hkv * groups, hkv=hkv, sq=draw(st.integers(1, 24)), sk=draw(st.integers(1, 24)),
+        is_causal=draw(st.booleans()), window=draw(st.one_of(st.none(), st.integers(1, 12))),
+        block=draw(BLOCKS), seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@cpu
+@settings(max_examples=8)
+@given(oracle_problems())
+def test_kernel_matches_extracted_oracle(p):
+    oracle = pytest.importorskip("ojas_ref.oracle")
+    try:
+        oracle.oracle_binary()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    q, k, v, do = make_inputs(1, p["hq"], p["hkv"], p["sq"], p["sk"], 16, 16, torch.float32, "cpu", p["seed"])
+    cfg = AttentionConfig(*(KernelConfig(p["block"], p["block"]) for _ in range(3)))
+    got = run_kernel(q, k, v, p["is_causal"], 0.25, p["window"], do, cfg)
+    res = oracle.attention_oracle(q, k, v, is_causal=p["is_causal"], scale=0.25, enable_gqa=True,
+                                  window=p["window"], block_size=p["block"], grad_out=do)
+    ref = (res["out"], res["lse"], res["grad_query"], res["grad_key"], res["grad_value"])
+    mags = materialised(q, k, v, p["is_causal"], 0.25, p["window"], do)[1]
+    compare(got, ref, 1e-5, 1e-5, 1e-4, mags)
+
+
+# ---------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------
+
+GPU_CASES = [  # b, hq, hkv, sq, sk, e, dtype, is_causal, window
+    (1, 2, 2, 4096, 4096, 128, torch.bfloat16, True, None),
+    (1, 2, 2, 4096, 4096, 128, torch.bfloat16, False, None),
+    (1, 8, 2, 4096, 4096, 128, torch.bfloat16, True, 512),
+    (2, 4, 2, 2048, 2048, 64, torch.bfloat16, True, 256),
+    (1, 4, 1, 1000, 1000, 64, torch.float16, False, None),
+    (1, 2, 2, 777, 1500, 128, torch.float16, True, None),
+    (1, 2, 2, 1024, 1024, 64, torch.float32, True, None),
+    (1, 2, 2, 513, 513, 128, torch.float32, False, 100),
+    (1, 2, 2, 1024, 1024, 256, torch.bfloat16, True, None),
+    (1, 2, 1, 777, 777, 256, torch.float16, False, None),
+    (1, 2, 1, 300, 300, 256, torch.float32, True, None),
+    (1, 2, 2, 1000, 1000, 96, torch.bfloat16, False, 64),
+]
+
+
+def sdpa_reference(q, k, v, is_causal, scale, window, grad_out):
+    """float64 ``scaled_dot_product_attention`` (math backend) and its gradients.
+    Every row sees at least one key in GPU_CASES, so no row is fully masked."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (t.detach().to(F64).requires_grad_() for t in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    with sdpa_kernel(SDPBackend.MATH):
+        if window is None:
+            out = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=is_causal, scale=scale)
+        else:
+            mask = visible_mask(q.shape[2], k.shape[2], is_causal, window, q.device)
+            out = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=mask, scale=scale)
+    vis = visible_mask(q.shape[2], k.shape[2], is_causal, window, q.device)
+    s = (scale * q.detach() @ kr.detach().transpose(-1, -2)).masked_fill(~vis, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    gq, gk, gv = torch.autograd.grad(out, (q, k, v), grad_out.to(F64))
+    return out.detach(), lse, gq, gk, gv
+
+
+@pytest.mark.parametrize("b,hq,hkv,sq,sk,e,dtype,is_causal,window", GPU_CASES)
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_vs_sdpa_gpu(b, hq, hkv, sq, sk, e, dtype, is_causal, window):
+    q, k, v, do = make_inputs(b, hq, hkv, sq, sk, e, e, dtype, "cuda", seed=sq + e)
+    scale = 1 / math.sqrt(e)
+    got = run_kernel(q, k, v, is_causal, scale, window, do)
+    ref = sdpa_reference(q, k, v, is_causal, scale, window, do)
+    tol_fwd, tol_grad = TOL[dtype]
+    errs = compare(got, ref, tol_fwd, tol_grad, 1e-3 if dtype == torch.float32 else 2e-2)
+    print(f"\nrel errors {dtype} E={e} S={sq}x{sk} causal={is_causal} window={window}: "
+          + ", ".join(f"{n} {x:.2e}" for n, x in errs.items()))
