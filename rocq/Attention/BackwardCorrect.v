@@ -1,19 +1,28 @@
 (** * Correctness of the attention backward pass over [R].
 
     For one query row with scores [s_j], value rows [v_j], the forward
-    output [o = sum_j P_j v_j] (two-pass softmax, [P_j = exp s_j / Z] on
-    visible keys, [0] on masked ones) and an upstream gradient [dO], we
-    prove that the formulas of [Attention/Backward.v] are the gradient of
-    the scalar loss [L = dO . o]:
+    output [o = sum_j P_j v_j] (the two-pass softmax [two_pass]: [P_j =
+    exp s_j / Z] on visible keys, [0] on masked ones), the lse saved from
+    it and an upstream gradient [dO], the formulas of [Attention/Backward.v]
+    are the gradient of the scalar loss [L = dO . o]:
 
     - [backward_D_identity]: [D = dO . o = sum_j P_j dP_j];
     - [row_dscores_is_derive]: [dL/ds_j] is entry [j] of [row_dscores];
-    - [dV], [dQ], [dK] rows are the partial derivatives of [L] in the
-      values, the query and the keys (with [s_j = scale * q . k_j]);
-    - tiling: the sums of the backward pass may be split over any
-      partition of the rows into tiles.
+    - [dV_row_is_derive], [dQ_row_is_derive], [dK_row_is_derive]: the
+      partial derivatives of [L] in the values, the query and the keys
+      (with [s_j = scale * q . k_j]);
+    - [attention_backward_dV_is_derive], [attention_backward_dK_is_derive],
+      [attention_backward_dQ_is_derive]: for a whole head, the three
+      outputs of [attention_backward] are the partial derivatives of
+      [attention_loss = sum_i dO_i . o_i];
+    - tiling ([weighted_sum_app], [weighted_sum_tiles], [weighted_sum_chunk],
+      [attention_backward_split_queries], [attention_backward_query_tiles],
+      [attention_backward_dQ_key_tiles]): the sums of the backward pass may
+      be accumulated over any partition of the rows into tiles.
 
-    Derivatives are Coquelicot's [is_derive]. *)
+    Vectors are compared coordinate by coordinate ([nth c _ 0]).
+    Derivatives are Coquelicot's [is_derive].  Lemmas local to this file
+    are prefixed [bw_]. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Coquelicot Require Import Coquelicot.
@@ -23,6 +32,8 @@ Open Scope R_scope.
 
 (** ** Replacing one entry of a list *)
 
+(** [l] with entry [j] replaced by [x] (unchanged if [j] is out of range):
+    how a single score, query, key or value coordinate is varied. *)
 Fixpoint replace_nth {A} (j : nat) (x : A) (l : list A) : list A :=
   match l, j with
   | [], _ => []
@@ -41,14 +52,6 @@ Proof.
   intros A j x l; revert j; induction l as [|y l IH]; intros [|j] [|k] d H;
     simpl in *; try lia; auto.
   apply IH; lia.
-Qed.
-
-Lemma replace_nth_same : forall {A} j (l : list A) d, (j < length l)%nat ->
-  replace_nth j (nth j l d) l = l.
-Proof.
-  intros A j l; revert j; induction l as [|y l IH]; intros [|j] d H; simpl in *; try lia;
-    auto.
-  rewrite IH by lia; reflexivity.
 Qed.
 
 (** ** Sums over index lists *)
@@ -206,10 +209,10 @@ Proof.
   - destruct c; reflexivity.
 Qed.
 
-Lemma dot_nil_r : forall a, dot R_ops a [] = 0.
+Lemma bw_dot_nil_r : forall a, dot R_ops a [] = 0.
 Proof. intros [|x a]; reflexivity. Qed.
 
-Lemma dot_vadd_r : forall a x y,
+Lemma bw_dot_vadd_r : forall a x y,
   dot R_ops a (vadd R_ops x y) = dot R_ops a x + dot R_ops a y.
 Proof.
   induction a as [|z a IH]; intros x y; simpl; [lra|].
@@ -217,7 +220,7 @@ Proof.
   rewrite IH; lra.
 Qed.
 
-Lemma dot_vscale_r : forall a k x,
+Lemma bw_dot_vscale_r : forall a k x,
   dot R_ops a (vscale R_ops k x) = k * dot R_ops a x.
 Proof.
   induction a as [|z a IH]; intros k x; simpl; [lra|].
@@ -228,13 +231,13 @@ Qed.
 Lemma bw_linear_dot : forall a, bw_linear (dot R_ops a).
 Proof.
   intros a; split; [|split].
-  - apply dot_vadd_r.
-  - apply dot_vscale_r.
-  - apply dot_nil_r.
+  - apply bw_dot_vadd_r.
+  - apply bw_dot_vscale_r.
+  - apply bw_dot_nil_r.
 Qed.
 
 (** Changing one coordinate of either argument of a dot product. *)
-Lemma dot_replace_nth_r : forall a b c y, (c < length b)%nat ->
+Lemma bw_dot_replace_nth_r : forall a b c y, (c < length b)%nat ->
   dot R_ops a (replace_nth c y b) = dot R_ops a b + nth c a 0 * (y - nth c b 0).
 Proof.
   intros a b; revert a; induction b as [|z b IH]; intros a c y Hc; simpl in Hc; [lia|].
@@ -245,7 +248,7 @@ Proof.
   - rewrite IH by lia; lra.
 Qed.
 
-Lemma dot_replace_nth_l : forall a b c y, (c < length a)%nat ->
+Lemma bw_dot_replace_nth_l : forall a b c y, (c < length a)%nat ->
   dot R_ops (replace_nth c y a) b = dot R_ops a b + (y - nth c a 0) * nth c b 0.
 Proof.
   induction a as [|z a IH]; intros b c y Hc; simpl in Hc; [lia|].
@@ -638,7 +641,7 @@ Proof.
     - reflexivity.
     - intros y k Hk; rewrite nth_replace_nth by lia.
       destruct (Nat.eqb_spec k j) as [->|Hne].
-      + rewrite dot_replace_nth_r by exact Hc; fold vj; ring.
+      + rewrite bw_dot_replace_nth_r by exact Hc; fold vj; ring.
       + ring.
     - intros k _; apply bw_is_derive_const.
     - intros k _; apply bw_is_derive_affine. }
@@ -678,7 +681,7 @@ Proof.
     - intros x; apply bw_length_scores.
     - intros x; exact Hlen.
     - intros x k Hk; rewrite bw_nth_scores by exact Hk.
-      rewrite dot_replace_nth_l by exact Hc; unfold S, G; ring.
+      rewrite bw_dot_replace_nth_l by exact Hc; unfold S, G; ring.
     - reflexivity.
     - intros k _; apply bw_is_derive_affine.
     - intros k _; apply bw_is_derive_const. }
@@ -755,7 +758,7 @@ Proof.
     - intros x k Hk; rewrite bw_nth_scores by (rewrite length_replace_nth; exact Hk).
       rewrite nth_replace_nth by exact Hj.
       unfold S, G; destruct (Nat.eqb_spec k j) as [->|Hne].
-      + rewrite dot_replace_nth_r by exact Hc; fold kj; ring.
+      + rewrite bw_dot_replace_nth_r by exact Hc; fold kj; ring.
       + ring.
     - reflexivity.
     - intros k _; apply bw_is_derive_affine.
