@@ -1,0 +1,180 @@
+"""The proved error bounds of ``ojas_ref.error_bounds`` against real float32 runs.
+
+``emulated_stream_row`` runs ``stream_row`` of rocq/Attention/OnlineSoftmax.v
+(``block_step`` over tiles, ``finalize``) with every operation rounded to float32:
+numpy float32 scalars and arrays round each ``+ - * /`` and ``exp`` separately, and
+sums run left to right as in the Coq definitions. That is ``stream_row fl_ops``
+of rocq/RoundingModel.v with u = 2^-24, so by ``stream_row_error_bound``
+(rocq/Attention/StreamError.v) its distance to the exact softmax (computed here
+with mpmath at 40 digits) is at most ``online_softmax_error_bound(n, u, ue) * V``.
+
+Two caveats, both outside the theorem's model and written down where they apply:
+the float32 ``exp`` error ``ue`` is not documented by numpy, so it is measured
+(``test_float32_exp_error``); and scores spread over more than ~87 make weights
+underflow (exp(s - m) < 2^-126), which the model excludes. An underflowed weight
+errs by at most 2^-126 absolutely (flush to zero included) while the max weight is
+1, so it moves the output by at most about n * 2^-126 * V: the check on those rows
+is evidence, not a consequence of the theorem.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+from ojas_ref.error_bounds import (
+    UNIT_ROUNDOFF,
+    dot_product_error_bound,
+    online_softmax_error_bound,
+    softmax_score_perturbation_bound,
+)
+
+U32 = UNIT_ROUNDOFF[torch.float32]
+# Assumed relative error of numpy's float32 exp: 4 ulp (measured below).
+EXP_ERROR32 = 2.0**-21
+
+
+def emulated_stream_row(scores: np.ndarray, values: np.ndarray, block: int) -> np.ndarray:
+    """``finalize (stream (chunk block keys))`` in float32, one rounding per operation.
+
+    ``scores`` [n] (``-inf`` = masked key), ``values`` [n, d], both float32.
+    """
+    f32 = np.float32
+    m = l = acc = None
+    for start in range(0, len(scores), block):
+        s_blk, v_blk = scores[start:start + block], values[start:start + block]
+        unmasked = s_blk[np.isfinite(s_blk)]
+        blk_max = unmasked.max() if unmasked.size else None
+        m_new = blk_max if m is None else (m if blk_max is None else max(m, blk_max))
+        if m_new is None:
+            continue
+        ps = [np.exp(s - m_new) if np.isfinite(s) else f32(0.0) for s in s_blk]
+        l_blk = f32(0.0)
+        for p in ps:
+            l_blk = l_blk + p
+        acc_blk = None
+        for p, v in zip(ps, v_blk):
+            acc_blk = p * v if acc_blk is None else acc_blk + p * v
+        if m is None:
+            m, l, acc = m_new, l_blk, acc_blk
+        else:
+            alpha = np.exp(m - m_new)
+            m, l, acc = m_new, alpha * l + l_blk, alpha * acc + acc_blk
+    if m is None:
+        return np.zeros(values.shape[1], dtype=f32)
+    return acc / l
+
+
+def exact_softmax_row(scores: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The two-pass softmax of the unmasked keys, with mpmath at 40 digits."""
+    keep = np.isfinite(scores)
+    if not keep.any():
+        return np.zeros(values.shape[1])
+    with mpmath.workdps(40):
+        s = [mpmath.mpf(float(x)) for x in scores[keep]]
+        big = max(s)
+        w = [mpmath.exp(x - big) for x in s]
+        z = mpmath.fsum(w)
+        vs = values[keep].astype(np.float64)
+        return np.array([float(mpmath.fsum(wj * float(vj[c]) for wj, vj in zip(w, vs)) / z)
+                         for c in range(values.shape[1])])
+
+
+def make_row(n: int, spread: float, order: str, masked: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    scores = rng.uniform(-spread / 2, spread / 2, n)
+    if order == "ascending":  # the max changes at every key: a rescaling per key
+        scores = np.sort(scores)
+    elif order == "descending":
+        scores = np.sort(scores)[::-1]
+    scores = scores.astype(np.float32)
+    scores[rng.random(n) < masked] = -np.inf
+    values = rng.uniform(-1.0, 1.0, (n, 8)).astype(np.float32)
+    return scores, values
+
+
+def test_float32_exp_error() -> None:
+    """numpy's float32 exp (scalar calls, as in the emulation) is within EXP_ERROR32
+    relative of exp, on the normal range of its results."""
+    xs = np.linspace(-87.0, 0.0, 20001, dtype=np.float32)
+    worst = 0.0
+    for x in xs:
+        got = float(np.exp(x))
+        exact = mpmath.exp(mpmath.mpf(float(x)))
+        worst = max(worst, float(abs(got - exact) / exact))
+    print(f"float32 exp: worst relative error {worst:.3e} (assumed {EXP_ERROR32:.3e})")
+    assert worst <= EXP_ERROR32
+
+
+@pytest.mark.parametrize("n", [1, 33, 4096])
+@pytest.mark.parametrize("spread", [1.0, 30.0, 1e4])
+@pytest.mark.parametrize("order", ["random", "ascending"])
+@pytest.mark.parametrize("block", [1, 16])
+def test_stream_row_float32_within_bound(n: int, spread: float, order: str, block: int) -> None:
+    """Observed float32 error <= online_softmax_error_bound(n, u, ue) * V, V = max |v|."""
+    scores, values = make_row(n, spread, order, masked=0.1 if n > 1 else 0.0, seed=n + int(spread) + block)
+    out32 = emulated_stream_row(scores, values, block).astype(np.float64)
+    exact = exact_softmax_row(scores, values)
+    v_max = float(np.abs(values).max())
+    observed = float(np.abs(out32 - exact).max())
+    bound = online_softmax_error_bound(n, U32, EXP_ERROR32) * v_max
+    print(f"n={n} spread={spread:g} {order} block={block}: observed {observed:.3e}, bound {bound:.3e}")
+    assert observed <= bound
+
+
+def test_bound_is_useful_for_float32() -> None:
+    """For 4096 keys in float32 the bound stays below 1e-2 (relative to V)."""
+    e = online_softmax_error_bound(4096, U32, EXP_ERROR32)
+    print(f"E(4096, 2^-24, 2^-21) = {e:.3e}")
+    assert e < 1e-2
+
+
+def test_online_softmax_formula() -> None:
+    """The Python formula is stream_err of StreamError.v (evaluated here with mpmath)."""
+    for n, u, ue in [(1, 2.0**-24, 2.0**-21), (4096, 2.0**-24, 2.0**-23), (100, 2.0**-11, 2.0**-11),
+                     (10**6, 2.0**-53, 2.0**-50)]:
+        with mpmath.workdps(50):
+            u_, ue_ = mpmath.mpf(u), mpmath.mpf(ue)
+            k = (1 + u_) ** (2 * n) * (1 + ue_) ** n
+            beta = (k - 1) + n * u_ / ((1 - u_) * mpmath.e) * k
+            expected = (2 * beta + u_ * (1 + beta)) / (1 - beta)
+        got = online_softmax_error_bound(n, u, ue)
+        assert got >= expected
+        assert got == pytest.approx(float(expected), rel=1e-10)
+    assert online_softmax_error_bound(0, 2.0**-24, 2.0**-21) == pytest.approx(2.0**-24)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(-1, U32, 0.0), (4, 1.0, 0.0), (4, -1e-9, 0.0), (4, U32, -1.0), (4096, 2.0**-8, 2.0**-8), (10**9, U32, U32)],
+)
+def test_online_softmax_side_conditions(args: tuple[int, float, float]) -> None:
+    with pytest.raises(ValueError):
+        online_softmax_error_bound(*args)
+
+
+def test_dot_product_bound() -> None:
+    """gamma_n of DotError.v, its side condition n u < 1, and a float32 left fold
+    from the right (Vector.dot's order) within it."""
+    assert dot_product_error_bound(64, U32) == pytest.approx(64 * U32 / (1 - 64 * U32))
+    with pytest.raises(ValueError):
+        dot_product_error_bound(2**24, U32)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 1000)).astype(np.float32)
+    acc = np.float32(0.0)
+    for x, y in zip(a[::-1], b[::-1]):
+        acc = x * y + acc
+    exact = math.fsum(float(x) * float(y) for x, y in zip(a, b))
+    scale = math.fsum(abs(float(x) * float(y)) for x, y in zip(a, b))
+    assert abs(float(acc) - exact) <= dot_product_error_bound(1000, U32) * scale
+
+
+def test_softmax_score_perturbation_bound() -> None:
+    assert softmax_score_perturbation_bound(0.0) == 0.0
+    assert softmax_score_perturbation_bound(1e-3) == pytest.approx(math.expm1(2e-3))
+    with pytest.raises(ValueError):
+        softmax_score_perturbation_bound(-1.0)
