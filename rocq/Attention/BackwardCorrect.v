@@ -20,13 +20,18 @@
       [attention_backward_dQ_key_tiles]): the sums of the backward pass may
       be accumulated over any partition of the rows into tiles.
 
+    [row_dscores_is_derive_stream] and [attention_backward_forward_eq]
+    carry these over to the forward pass the code runs (streamed, tiled:
+    [stream_row], [attention_forward]), through [Attention/StreamCorrect.v].
+
     Vectors are compared coordinate by coordinate ([nth c _ 0]).
     Derivatives are Coquelicot's [is_derive].  Lemmas local to this file
     are prefixed [bw_]. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Coquelicot Require Import Coquelicot.
-From Ojas Require Import ScalarOps Vector VectorFacts Attention.OnlineSoftmax Attention.Backward.
+From Ojas Require Import ScalarOps Vector VectorFacts Attention.OnlineSoftmax Attention.Backward
+  Attention.StreamCorrect.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -1312,3 +1317,68 @@ Proof.
 Qed.
 
 End Head.
+
+(** ** With the forward pass the code runs (the streamed [stream_row]) *)
+
+Lemma bw_dot_cons : forall z a x,
+  dot R_ops (z :: a) x = z * nth 0 x 0 + dot R_ops a (tl x).
+Proof. intros z a [|x0 x]; simpl; [rewrite bw_dot_nil_r|]; ring. Qed.
+
+Lemma bw_dot_veq : forall a x y, veq x y -> dot R_ops a x = dot R_ops a y.
+Proof.
+  induction a as [|z a IH]; intros x y H; [reflexivity|].
+  rewrite !bw_dot_cons, (H 0%nat), (IH (tl x) (tl y)); [reflexivity|].
+  intros c; specialize (H (S c)); destruct x, y; destruct c; simpl in *; auto.
+Qed.
+
+Lemma bw_row_dscores_D : forall p vs dO out out',
+  dot R_ops dO out = dot R_ops dO out' ->
+  row_dscores R_ops p vs dO out = row_dscores R_ops p vs dO out'.
+Proof. intros p vs dO out out' H; unfold row_dscores; rewrite H; reflexivity. Qed.
+
+(** Theorem 2 with the forward pass of the code: [out] and [lse] saved by the
+    streamed forward pass (tiles of [b] keys), and [L] computed by it too. *)
+Theorem row_dscores_is_derive_stream : forall b d vis (ss : list R) vs dO j,
+  length vs = length ss -> (j < length ss)%nat ->
+  let K := masked_keys vis ss vs in
+  let fw := stream_row R_ops b d K in
+  let p := row_probs R_ops K (snd fw) in
+  is_derive
+    (fun x : R => dot R_ops dO (fst (stream_row R_ops b d (masked_keys vis (replace_nth j x ss) vs))))
+    (nth j ss 0)
+    (nth j (row_dscores R_ops p vs dO (fst fw)) 0).
+Proof.
+  intros b d vis ss vs dO j Hlen Hj K fw p.
+  apply (is_derive_ext
+    (fun x : R => dot R_ops dO (fst (two_pass R_ops d (masked_keys vis (replace_nth j x ss) vs))))).
+  { intros x; apply bw_dot_veq, veq_sym, stream_row_correct. }
+  destruct (stream_row_correct b d K) as [Hout Hlse].
+  unfold p, fw; rewrite Hlse, (bw_row_dscores_D _ _ _ _ _ (bw_dot_veq dO _ _ Hout)).
+  apply row_dscores_is_derive; assumption.
+Qed.
+
+(** The backward pass fed with the outputs and lse of the streamed forward
+    pass [attention_forward] (what the code saves) computes the same
+    [dQ, dK, dV] as when fed with the two-pass specification; so the
+    whole-head theorems above hold for the code's forward pass. *)
+Theorem attention_backward_forward_eq : forall b d scale vis qs ks vs dOs,
+  let fw := attention_forward R_ops b d scale vis qs ks vs in
+  let tp := attention_two_pass R_ops d scale vis qs ks vs in
+  attention_backward R_ops scale vis qs ks vs (map fst fw) (map snd fw) dOs =
+  attention_backward R_ops scale vis qs ks vs (map fst tp) (map snd tp) dOs.
+Proof.
+  intros b d scale vis qs ks vs dOs fw tp.
+  pose proof (attention_forward_correct b d scale vis qs ks vs) as H; fold fw tp in H.
+  assert (Hsnd : map snd fw = map snd tp).
+  { clear -H; induction H as [|x y l l' Hxy _ IH]; [reflexivity|].
+    destruct Hxy as [_ E]; simpl; rewrite E, IH; reflexivity. }
+  assert (Hfst : forall i, veq (nth i (map fst fw) []) (nth i (map fst tp) [])).
+  { clear -H; induction H as [|x y l l' Hxy _ IH]; intros i; [apply veq_refl|].
+    destruct i; simpl; [apply Hxy | apply IH]. }
+  rewrite !bw_attention_backward_eq, Hsnd.
+  assert (HdS : bw_dS vs (map fst fw) dOs (bw_P scale vis qs ks vs (map snd tp)) =
+                bw_dS vs (map fst tp) dOs (bw_P scale vis qs ks vs (map snd tp))).
+  { unfold bw_dS; apply map_ext; intros [i p].
+    apply bw_row_dscores_D, bw_dot_veq, Hfst. }
+  rewrite HdS; reflexivity.
+Qed.
