@@ -257,7 +257,8 @@ def _finalize(m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor]:
     """``finalize`` of rocq/Attention/OnlineSoftmax.v: out = acc / l, lse = m + ln l;
     zeros and lse = -inf for a fully masked row (state None, m = -inf)."""
     none = torch.isneginf(m)
-    out = torch.where(none.unsqueeze(-1), torch.zeros_like(acc), acc / torch.where(none, torch.ones_like(l), l).unsqueeze(-1))
+    l_safe = torch.where(none, torch.ones_like(l), l)
+    out = torch.where(none.unsqueeze(-1), torch.zeros_like(acc), acc / l_safe.unsqueeze(-1))
     lse = torch.where(none, m, m + torch.log(l))
     return out, lse
 

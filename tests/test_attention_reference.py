@@ -25,7 +25,7 @@ from typing import Optional
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -313,10 +313,10 @@ def forward_tolerance(case: Case, oracle_out: Tensor) -> Tensor:
       rounding scale and the product add (2u + u^2)(1 + gamma_E) relative. So every score
       moves by at most delta_i = |scale| * A_i * (gamma_E + (2u + u^2)(1 + gamma_E)),
       A_i = max_j sum_c |q_ic k_jc|, and softmax with scores moved by <= delta_i differs
-      from the exact one by <= V * (exp(2 delta_i) - 1)
+      from the exact one by <= V_c * (exp(2 delta_i) - 1) in coordinate c
       (``softmax_score_perturbation_bound``; Ojas.Attention.ScorePerturbation,
-      ``softmax_output_perturbation``), V = max_j |v_j| of the head.
-    * the streamed recurrence on those scores: <= V * ``online_softmax_error_bound``(Sk,
+      ``softmax_output_perturbation``), V_c = max_j |v_jc| over the head's keys.
+    * the streamed recurrence on those scores: <= V_c * ``online_softmax_error_bound``(Sk,
       u, u_exp) (Ojas.Attention.StreamError, ``stream_row_error_bound``; masked keys
       are keys of weight 0, so n = Sk), u = 2^-24 for the float32 computation, u_exp =
       ``EXP_ERROR`` (see there). The theorem is about left-to-right sums; torch sums a
@@ -339,17 +339,18 @@ def forward_tolerance(case: Case, oracle_out: Tensor) -> Tensor:
     b, hq, _, e = case.query.shape
     hkv, sk = case.key.shape[1], case.key.shape[2]
     scale, a = score_magnitude(case)
-    v_max = case.value.to(F64).abs().amax(dim=(2, 3)).repeat_interleave(hq // hkv, dim=1)[..., None]  # [B, Hq, 1]
+    # V_c = max_j |v_jc| of the head, per value coordinate c (the theorems are per coordinate)
+    v_max = case.value.to(F64).abs().amax(dim=2).repeat_interleave(hq // hkv, dim=1).unsqueeze(2)  # [B, Hq, 1, Ev]
 
     def implementation_bound(u: float, u_exp: float) -> Tensor:
         gamma = dot_product_error_bound(e, u)
         delta = abs(scale) * a * (gamma + (2 * u + u * u) * (1 + gamma))
         perturbation = torch.tensor([softmax_score_perturbation_bound(d) for d in delta.flatten().tolist()],
                                     dtype=F64).view_as(delta)
-        return v_max * (online_softmax_error_bound(sk, u, u_exp) + perturbation)
+        return v_max * (online_softmax_error_bound(sk, u, u_exp) + perturbation).unsqueeze(-1)
 
     bound = (implementation_bound(UNIT_ROUNDOFF[torch.float32], EXP_ERROR[torch.float32])
-             + implementation_bound(UNIT_ROUNDOFF[F64], EXP_ERROR[F64])).unsqueeze(-1)
+             + implementation_bound(UNIT_ROUNDOFF[F64], EXP_ERROR[F64]))
     u_out = UNIT_ROUNDOFF[case.query.dtype] if case.query.dtype != torch.float32 else 0.0
     return bound + u_out * (oracle_out.abs() + bound)
 
