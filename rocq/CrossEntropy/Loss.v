@@ -200,6 +200,56 @@ Proof.
   intros; unfold logits_loss; rewrite token_loss_chunked by assumption; reflexivity.
 Qed.
 
+(** The lse of the loop does not depend on the target (nor on its range). *)
+Lemma token_loss_chunked_lse : forall eps lam bv t (zs : list R),
+  zs <> [] ->
+  snd (token_loss R_ops (length zs) eps lam
+         (vocab_loop R_ops t (chunk bv (combine (seq 0 (length zs)) zs))))
+  = lse_row zs.
+Proof.
+  intros eps lam bv t zs Hne.
+  destruct (vocab_loop_correct t (chunk bv (combine (seq 0 (length zs)) zs)))
+    as (E1 & E2 & _ & _).
+  rewrite concat_chunk in E2.
+  unfold token_loss; rewrite E1, E2.
+  assert (HL : lse_R (combine (seq 0 (length zs)) zs) = lse_row zs).
+  { unfold lse_R, lse_row; rewrite <- (map_map snd exp), map_snd_combine_seq; reflexivity. }
+  assert (Hne' : combine (seq 0 (length zs)) zs <> [])
+    by (destruct zs; [contradiction|discriminate]).
+  destruct (combine (seq 0 (length zs)) zs) as [|p ps] eqn:Ec; [contradiction|].
+  rewrite <- Ec in *; rewrite HL; reflexivity.
+Qed.
+
+(** The token loop's per-token forward is the vocabulary loop over the
+    chunks of the logit row [z_v = cap (h . w_v + b_v)]. *)
+Lemma token_forward_logits : forall cfg bv W bias h t,
+  let zs := logits_row R_ops (ce_softcap cfg) bias W h in
+  token_forward R_ops cfg bv W bias h t
+  = token_loss R_ops (length zs) (ce_smoothing cfg) (ce_z_loss cfg)
+      (vocab_loop R_ops t (chunk bv (combine (seq 0 (length zs)) zs))).
+Proof.
+  intros cfg bv W bias h t zs.
+  assert (Hlen : length zs = length W)
+    by (unfold zs, logits_row; rewrite map_length; unfold vocab;
+        rewrite combine_length, seq_length; apply Nat.min_id).
+  unfold token_forward; rewrite Hlen; f_equal; f_equal.
+  unfold chunk_logits; rewrite <- chunk_map; f_equal.
+  rewrite (map_pair_fst (fun e => softcap R_ops (ce_softcap cfg) (raw_logit R_ops bias h e))).
+  unfold vocab at 1; rewrite map_fst_combine_seq.
+  reflexivity.
+Qed.
+
+Lemma logits_row_nil : forall cap bias (W : list (list R)) h,
+  W <> [] -> logits_row R_ops cap bias W h <> [].
+Proof. intros cap bias [|w W] h H; [contradiction|discriminate]. Qed.
+
+Lemma logits_row_length : forall cap bias (W : list (list R)) h,
+  length (logits_row R_ops cap bias W h) = length W.
+Proof.
+  intros; unfold logits_row, vocab; rewrite map_length, combine_length, seq_length.
+  apply Nat.min_id.
+Qed.
+
 (** The token loop's per-token forward from the hidden row [h]: the
     vocabulary chunks of [W] (and bias, softcap) give the logit row
     [z_v = cap (h . w_v + b_v)], and the result is the specification's
@@ -211,17 +261,19 @@ Theorem token_forward_correct : forall cfg bv W bias h t,
   = (ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) t zs, lse_row zs).
 Proof.
   intros cfg bv W bias h t HW Ht zs.
-  assert (Hlen : length zs = length W)
-    by (unfold zs, logits_row, vocab; rewrite map_length, combine_length, seq_length;
-        apply Nat.min_id).
-  unfold token_forward.
-  replace (map (chunk_logits R_ops (ce_softcap cfg) bias h) (chunk bv (vocab W)))
-    with (chunk bv (combine (seq 0 (length zs)) zs)).
-  - rewrite <- Hlen; apply token_loss_chunked;
-      [destruct W; [contradiction|]; unfold zs, logits_row, vocab; discriminate|lia].
-  - unfold chunk_logits; rewrite <- chunk_map; f_equal.
-    rewrite (map_pair_fst (fun e => softcap R_ops (ce_softcap cfg) (raw_logit R_ops bias h e))).
-    rewrite Hlen; unfold vocab at 1; rewrite map_fst_combine_seq; reflexivity.
+  rewrite token_forward_logits; fold zs.
+  apply token_loss_chunked; [apply logits_row_nil, HW|].
+  unfold zs; rewrite logits_row_length; exact Ht.
+Qed.
+
+(** The lse of the per-token forward, whatever the target (ignored or not). *)
+Theorem token_forward_lse : forall cfg bv W bias h t,
+  W <> [] ->
+  snd (token_forward R_ops cfg bv W bias h t)
+  = lse_row (logits_row R_ops (ce_softcap cfg) bias W h).
+Proof.
+  intros cfg bv W bias h t HW.
+  rewrite token_forward_logits; apply token_loss_chunked_lse, logits_row_nil, HW.
 Qed.
 
 (** ** The loss in terms of the softmax *)
