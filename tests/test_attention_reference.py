@@ -287,7 +287,8 @@ def test_any_tiling_gives_the_same_result(case, block_q, block_k):
 
 # Relative error of a computed exp against exp of its (computed) argument. torch's CPU
 # float32 exp is SLEEF's expf_u10 (vectorised) or the C library's expf, both within 1 ulp,
-# i.e. relative error <= 2^-23; we take 4 ulp = 2^-21 as margin. The oracle's exp is OCaml's
+# i.e. relative error <= 2^-23 (measured on this machine: <= 0.57 ulp over 8e6 arguments
+# in [-87, 0]); we take 4 ulp = 2^-21 as margin. The oracle's exp is OCaml's
 # Float.exp = glibc's double exp (< 1 ulp); margin 4 ulp = 2^-50.
 EXP_ERROR = {torch.float32: 2.0**-21, F64: 2.0**-50}
 
