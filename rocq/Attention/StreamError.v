@@ -29,11 +29,19 @@
       at most two roundings and one exponential per tile ([K n]).
     The exact sum [Z] is at least 1 (the max key has weight 1), so the
     computed sum and accumulator are within [beta Z] and [beta Z V] of the
-    exact ones, and the final rounded division costs [u (1+beta)/(1-beta)]. *)
+    exact ones, and the final rounded division costs [u (1+beta)/(1-beta)].
+
+    Exported theorems: [stream_error_bound] (any tiling),
+    [stream_keywise_error_bound] (tiles of one key), [stream_row_error_bound]
+    (the [stream_row] the code runs), and [attention_row_error_bound] (one
+    attention row including the rounding of its scores, via [DotError.v]
+    and [ScorePerturbation.v]).  Not covered: underflow (the model is
+    relative only), the log-sum-exp output, other summation orders. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Ojas Require Import ScalarOps Vector VectorFacts RoundingModel.
 From Ojas Require Import Attention.OnlineSoftmax Attention.StreamCorrect.
+From Ojas Require Import DotError Attention.ScorePerturbation.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -907,3 +915,128 @@ Proof.
 Qed.
 
 End StreamError.
+
+(** ** One attention row, scores included
+
+    The scores the code computes are [scores fl_ops scale q ks]
+    ([rnd (scale * dot q k_j)], each dot product rounded as in [DotError.v]);
+    the exact row is [two_pass R_ops] on the exact scores.  The error of
+    the computed scores moves the exact softmax by at most
+    [exp (2 delta) - 1] ([softmax_output_perturbation]), and streaming the
+    computed scores adds [stream_err n]. *)
+Section AttentionRow.
+
+Variables rnd rexp rln : R -> R.
+Variables u ue : R.
+Hypothesis u_nonneg : 0 <= u.
+Hypothesis ue_nonneg : 0 <= ue.
+Hypothesis rnd_rel : forall x, Rabs (rnd x - x) <= u * Rabs x.
+Hypothesis rexp_rel : forall x, Rabs (rexp x - exp x) <= ue * exp x.
+Hypothesis rnd_idem : forall x, rnd (rnd x) = rnd x.
+
+Local Notation fl := (fl_ops rnd rexp rln).
+
+(** Error of one computed score [rnd (scale * dot q k)], [A >= sum_c |q_c k_c|]. *)
+Lemma score_error_bound : forall scale (q k : list R) A,
+  length q = length k -> INR (length q) * u < 1 ->
+  rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine q k)) <= A ->
+  Rabs (sc_mul fl scale (dot fl q k) - sc_mul R_ops scale (dot R_ops q k))
+  <= Rabs scale * (gamma u (length q) + u * (1 + gamma u (length q))) * A.
+Proof.
+  intros scale q k A Hl Hn HA.
+  change (sc_mul fl scale (dot fl q k)) with (rnd (scale * dot fl q k)).
+  change (sc_mul R_ops scale (dot R_ops q k)) with (scale * dot R_ops q k).
+  pose proof (dot_error_bound rnd rexp rln u u_nonneg rnd_rel rnd_idem q k Hl Hn) as Hd.
+  set (g := gamma u (length q)) in *.
+  set (Sa := rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine q k))) in *.
+  assert (Hg : 0 <= g).
+  { unfold g, gamma, Rdiv; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | exact u_nonneg] |].
+    left; apply Rinv_0_lt_compat; lra. }
+  assert (HS : 0 <= Sa)
+    by (apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz; destruct Hz as [w [<- _]]; apply Rabs_pos).
+  assert (HD : Rabs (dot R_ops q k) <= Sa).
+  { unfold Sa; rewrite dot_R; clear.
+    induction (combine q k) as [|[x y] l IHl]; [unfold rsum; simpl; rewrite Rabs_R0; lra |].
+    cbn [map]; rewrite !rsum_cons; eapply Rle_trans; [apply Rabs_triang | cbn [fst snd]; lra]. }
+  destruct (rnd_err rnd u u_nonneg rnd_rel (scale * dot fl q k)) as [d [Hdd ->]].
+  replace (scale * dot fl q k * (1 + d) - scale * dot R_ops q k)
+    with (scale * ((dot fl q k - dot R_ops q k) + dot fl q k * d)) by ring.
+  rewrite Rabs_mult, Rmult_assoc; apply Rmult_le_compat_l; [apply Rabs_pos |].
+  eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult.
+  assert (Hf : Rabs (dot fl q k) <= (1 + g) * Sa).
+  { replace (dot fl q k) with ((dot fl q k - dot R_ops q k) + dot R_ops q k) by ring.
+    eapply Rle_trans; [apply Rabs_triang | lra]. }
+  assert (Rabs (dot fl q k) * Rabs d <= (1 + g) * Sa * u)
+    by (apply Rmult_le_compat; auto using Rabs_pos).
+  assert (g * Sa <= g * A) by (apply Rmult_le_compat_l; lra).
+  assert ((1 + g) * Sa * u <= (1 + g) * A * u)
+    by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_l; lra]).
+  nra.
+Qed.
+
+Lemma nth_map_lt : forall {A B} (f : A -> B) l d d' j,
+  (j < length l)%nat -> nth j (map f l) d' = f (nth j l d).
+Proof.
+  intros A B f l d d' j H; rewrite (nth_indep _ d' (f d)) by (rewrite map_length; exact H).
+  apply map_nth.
+Qed.
+
+Lemma in_masked_keys_value : forall vis (ss : list R) vs k,
+  In k (masked_keys vis ss vs) -> In (snd k) vs.
+Proof.
+  intros vis ss vs k H; unfold masked_keys in H.
+  apply in_map_iff in H; destruct H as [[j [s v]] [<- Hin]].
+  apply in_combine_r, in_combine_r in Hin; exact Hin.
+Qed.
+
+Lemma masked_keys_length : forall vis (ss : list R) vs,
+  length ss = length vs -> length (masked_keys vis ss vs) = length vs.
+Proof.
+  intros vis ss vs H; unfold masked_keys.
+  rewrite map_length, !combine_length, seq_length, H; lia.
+Qed.
+
+(** One row of the attention the code runs: the computed row (computed
+    scores [rnd (scale * dot q k_j)], streamed in tiles of [b] keys) is
+    within [(stream_err n + exp (2 delta) - 1) * V] of the exact attention
+    row, with [delta = |scale| (gamma_E + u (1 + gamma_E)) A],
+    [A >= sum_c |q_c k_jc|] for every key, [E = length q], [n] keys. *)
+Theorem attention_row_error_bound : forall b d c V A scale vis (q : list R) ks vs,
+  length ks = length vs -> (1 <= length vs)%nat ->
+  (forall k, In k ks -> length k = length q) -> INR (length q) * u < 1 ->
+  u < 1 -> stream_beta u ue (length vs) < 1 ->
+  (forall j, (j < length vs)%nat -> Rabs (nth c (nth j vs []) 0) <= V) ->
+  (forall k, In k ks -> rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine q k)) <= A) ->
+  Rabs (nth c (fst (stream_row fl b d (masked_keys vis (scores fl scale q ks) vs))) 0
+        - nth c (fst (two_pass R_ops d (masked_keys vis (scores R_ops scale q ks) vs))) 0)
+  <= (stream_err u ue (length vs)
+      + (exp (2 * (Rabs scale * (gamma u (length q) + u * (1 + gamma u (length q))) * A)) - 1)) * V.
+Proof.
+  intros b d c V A scale vis q ks vs Hl Hn Hk Hq Hu Hb HV HA.
+  set (ss' := scores fl scale q ks); set (ss := scores R_ops scale q ks).
+  assert (Hl' : length ss' = length vs) by (unfold ss', scores; rewrite map_length; exact Hl).
+  assert (Hl0 : length ss = length vs) by (unfold ss, scores; rewrite map_length; exact Hl).
+  assert (HV0 : 0 <= V) by (eapply Rle_trans; [apply Rabs_pos | apply (HV 0%nat); lia]).
+  replace (nth c (fst (stream_row fl b d (masked_keys vis ss' vs))) 0
+           - nth c (fst (two_pass R_ops d (masked_keys vis ss vs))) 0)
+    with ((nth c (fst (stream_row fl b d (masked_keys vis ss' vs))) 0
+           - nth c (fst (two_pass R_ops d (masked_keys vis ss' vs))) 0)
+          + (nth c (fst (two_pass R_ops d (masked_keys vis ss' vs))) 0
+             - nth c (fst (two_pass R_ops d (masked_keys vis ss vs))) 0)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |]; rewrite Rmult_plus_distr_r.
+  apply Rplus_le_compat.
+  - rewrite <- (masked_keys_length vis ss' vs Hl').
+    apply (stream_row_error_bound rnd rexp rln u ue u_nonneg ue_nonneg rnd_rel rexp_rel); auto.
+    + rewrite masked_keys_length; assumption.
+    + intros k Hin; apply in_masked_keys_value in Hin.
+      destruct (In_nth vs (snd k) [] Hin) as [j [Hj <-]]; apply HV, Hj.
+  - apply softmax_output_perturbation; auto.
+    intros j Hj; unfold ss', ss, scores.
+    assert (Hj' : (j < length ks)%nat) by lia.
+    rewrite !(nth_map_lt _ ks [] 0 j Hj').
+    assert (Hin : In (nth j ks []) ks) by (apply nth_In; exact Hj').
+    apply score_error_bound; auto.
+    symmetry; apply Hk, Hin.
+Qed.
+
+End AttentionRow.
