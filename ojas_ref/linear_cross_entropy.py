@@ -21,6 +21,17 @@ theorems it implements:
   (1 - eps)(lse - z_t) + eps(lse - mean_v z_v) + lam lse^2 of its logit row, and
   ``Ojas.CrossEntropy.Loss.ce_token_loss_softmax``: that is F.cross_entropy's
   label-smoothed loss -(1 - eps) ln p_t - (eps / V) sum_v ln p_v, plus the z-loss.
+* ``Ojas.CrossEntropy.Reduction.ce_loss_correct``: for any token and vocabulary chunk
+  sizes, "none" is the per-token loss (0 at ignored tokens), "sum" its sum over the
+  kept tokens, "mean" that sum over the number of kept tokens; and
+  ``Ojas.CrossEntropy.Reduction.ce_mean_all_ignored``: with every token ignored,
+  "mean" is 0 / 0 = 0.
+* ``Ojas.CrossEntropy.Gradient.ce_backward_correct``: the chunked backward computes
+  grad_input = G W, grad_weight = G^T H, grad_bias = column sums of G for any chunk
+  sizes; ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive`` (from
+  ``logits_loss_is_derive`` and ``raw_logits_loss_is_derive``): each entry of G is the
+  token's reduction weight times the derivative of its loss with respect to its raw
+  logit, soft cap included.
 
 The spec keeps ignored tokens in the token loop with loss 0 and gradient weight 0
 (``token_chunk_step``, ``token_weight``); here they are removed before the projection.
@@ -230,7 +241,7 @@ def _dlogit(z: Tensor, lse: Tensor, target: Tensor, v0: int, V: int, eps: float,
 def _reduce(loss: Tensor, n_kept: int, reduction: str) -> Tensor:
     """``ce_output`` for "sum" / "mean": the sum of the per-token losses (0 at ignored
     tokens), divided for "mean" by the number of kept tokens; 0 when no token is kept
-    (the spec's 0 / 0 = 0 over R)."""
+    (the spec's 0 / 0 = 0 over R, Ojas.CrossEntropy.Reduction.ce_mean_all_ignored)."""
     total = loss.sum()
     if reduction == "sum" or n_kept == 0:
         return total
@@ -274,8 +285,9 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Te
     G_nv = g_n * ``dlogit`` * softcap'(r_nv) (``grad_entry``, g_n the ``token_weight``,
     softcap'(r) = 1 - tanh(r / c)^2 = 1 - (z / c)^2); per token chunk and vocabulary
     chunk (``vocab_bwd_step``): grad x += G_blk W_blk, grad W[vc] += G_blk^T x_blk,
-    grad b[vc] += column sums of G_blk. Returns them in the compute dtype (None where not
-    needed).
+    grad b[vc] += column sums of G_blk (= G W, G^T H, colsum G:
+    Ojas.CrossEntropy.Gradient.ce_backward_correct). Returns them in the compute dtype
+    (None where not needed).
     """
     K, V = x.shape[0], weight.shape[0]
     grad_x = torch.zeros_like(x)
@@ -406,9 +418,11 @@ def linear_cross_entropy(
     with empty value rows) streamed over the vocabulary chunks: ``ce_forward`` /
     ``ce_output`` of rocq/CrossEntropy/Definitions.v, whose per-token result is the
     loss above by Ojas.CrossEntropy.Loss.token_forward_correct and
-    Ojas.CrossEntropy.Loss.ce_token_loss_softmax (see the module docstring).
+    Ojas.CrossEntropy.Loss.ce_token_loss_softmax, reduced as
+    Ojas.CrossEntropy.Reduction.ce_loss_correct says (see the module docstring).
 
-    Backward is ``ce_backward``: it recomputes each logits block and takes
+    Backward is ``ce_backward`` (Ojas.CrossEntropy.Gradient.ce_backward_correct,
+    Ojas.CrossEntropy.Gradient.grad_entry_is_derive): it recomputes each logits block and takes
     softmax = exp(z - lse) from the saved lse (why, rather than gradients computed in
     the forward: see
     ``_LinearCrossEntropy``); the gradient of linear_weight is a [V, D] tensor either
