@@ -158,8 +158,8 @@ def test_online_softmax_side_conditions(args: tuple[int, float, float]) -> None:
 
 
 def test_dot_product_bound() -> None:
-    """gamma_n of DotError.v, its side condition n u < 1, and a float32 left fold
-    from the right (Vector.dot's order) within it."""
+    """gamma_n of DotError.v, its side condition n u < 1, and a float32 dot product
+    accumulated from the right (Vector.dot's order) within it."""
     assert dot_product_error_bound(64, U32) == pytest.approx(64 * U32 / (1 - 64 * U32))
     with pytest.raises(ValueError):
         dot_product_error_bound(2**24, U32)
