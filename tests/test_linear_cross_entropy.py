@@ -62,26 +62,25 @@ def assert_close(actual, expected, rtol, atol, what=""):
     assert msg is None, f"{what}: {msg}"
 
 
-def run_both(p, dtype, *, grad=True):
+def run_both(p, dtype):
     """(reference, materialised) losses and gradients of problem p, inputs cast to dtype;
     the materialised side runs in float64 on the same (rounded) inputs."""
     kw = dict(reduction=p["reduction"], ignore_index=p["ignore_index"], label_smoothing=p["eps"],
               z_loss=p["lam"], softcap=p["cap"])
     leaves = [p["x"].to(dtype), p["w"].to(dtype)] + ([p["b"].to(dtype)] if p["b"] is not None else [])
-    ref_in = [t.clone().requires_grad_(grad) for t in leaves]
-    mat_in = [t.to(F64).requires_grad_(grad) for t in leaves]
+    ref_in = [t.clone().requires_grad_() for t in leaves]
+    mat_in = [t.to(F64).requires_grad_() for t in leaves]
     out = linear_cross_entropy(ref_in[0], ref_in[1], p["t"], linear_bias=ref_in[2] if len(ref_in) > 2 else None,
                                chunk_size=p["chunks"], **kw)
     exp = materialised(mat_in[0], mat_in[1], p["t"], b=mat_in[2] if len(mat_in) > 2 else None,
                        reduction=p["reduction"], ignore_index=p["ignore_index"], eps=p["eps"], lam=p["lam"],
                        cap=p["cap"])
+    go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
+    g_ref = torch.autograd.grad(out, ref_in, go.to(out.dtype))
+    g_mat = torch.autograd.grad(exp, mat_in, go)
     res = {"loss": (out, exp)}
-    if grad:
-        go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
-        g_ref = torch.autograd.grad(out, ref_in, go.to(out.dtype))
-        g_mat = torch.autograd.grad(exp, mat_in, go)
-        for name, a, e in zip(("grad_input", "grad_weight", "grad_bias"), g_ref, g_mat):
-            res[name] = (a, e)
+    for name, a, e in zip(("grad_input", "grad_weight", "grad_bias"), g_ref, g_mat):
+        res[name] = (a, e)
     return res
 
 
