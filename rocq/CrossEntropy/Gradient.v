@@ -550,6 +550,20 @@ Proof.
     (auto_derive; [repeat split; exact HSpos|field; split; lra]).
 Qed.
 
+(** The extractable [sc_tanh] is the real hyperbolic tangent of the
+    standard library ([tanh = sinh / cosh]). *)
+Lemma sc_tanh_R : forall x, sc_tanh R_ops x = tanh x.
+Proof.
+  intros x; unfold sc_tanh, sc_two, tanh, sinh, cosh; cbn -[exp].
+  replace ((1 + 1) * x) with (x + x) by ring; rewrite exp_plus, exp_Ropp.
+  pose proof (exp_pos x) as Hx.
+  field; split; [lra|nra].
+Qed.
+
+(** Over [R] the softcap is [z -> c * tanh (z / c)]. *)
+Theorem softcap_tanh : forall c z, softcap R_ops (Some c) z = c * tanh (z / c).
+Proof. intros c z; unfold softcap; rewrite sc_tanh_R; reflexivity. Qed.
+
 (** The softcap [c tanh (r / c)] has derivative [1 - tanh (r / c)^2]. *)
 Lemma softcap_is_derive : forall cap r,
   (forall c, cap = Some c -> c <> 0) ->
