@@ -109,6 +109,24 @@ Proof.
   rewrite E, ln_mult by (try apply exp_pos; exact Hpos); rewrite ln_exp; ring.
 Qed.
 
+(** Shifting by any reference point [M]: [M + ln (sum_v exp (z_v - M))]
+    is the lse of a nonempty list of logits. *)
+Lemma lse_R_shift : forall (zs : list (nat * R)) M,
+  zs <> [] -> M + ln (rsum (map (fun z => exp (snd z - M)) zs)) = lse_R zs.
+Proof.
+  intros zs M Hne.
+  assert (Hpos : 0 < rsum (map (fun z => exp (snd z - M)) zs)).
+  { destruct zs as [|z zs]; [contradiction|].
+    apply (rsum_pos _ (exp (snd z - M))); [|left; reflexivity|apply exp_pos].
+    intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; left; apply exp_pos. }
+  unfold lse_R.
+  assert (E : rsum (map (fun z => exp (snd z)) zs)
+              = exp M * rsum (map (fun z => exp (snd z - M)) zs)).
+  { rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros z _.
+    rewrite <- exp_plus; f_equal; ring. }
+  rewrite E, ln_mult by (try apply exp_pos; exact Hpos); rewrite ln_exp; ring.
+Qed.
+
 (** For a nonempty vocabulary, the streamed state over any vocabulary
     chunking is [(M, Z)] with [M] the max logit (attained, an upper
     bound), [1 <= Z <= V], and the chunked lse is [M + ln Z]. *)
