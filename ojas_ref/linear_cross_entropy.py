@@ -34,9 +34,13 @@ theorems it implements:
   logit, soft cap included.
 
 The spec keeps ignored tokens in the token loop with loss 0 and gradient weight 0
-(``token_chunk_step``, ``token_weight``); here they are removed before the projection.
-The losses of the other tokens are the same: a token's loss depends on its own row
-only (``token_forward``), whatever the token chunks.
+(``token_chunk_step``, ``token_weight``; their rows of G and grad_input are zero,
+``Ojas.CrossEntropy.Reduction.ignored_grad_zero``); here they are removed before the
+projection. ``Ojas.CrossEntropy.Reduction.ce_drop_ignored``: for "sum" and "mean",
+the forward and backward over the kept tokens only (any token chunks) give the same
+loss, grad_weight and grad_bias, and the kept rows of grad_input. For "none" the kept
+tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
+``token_loss_spec``), and the upstream gradient is taken at the kept positions.
 """
 
 from __future__ import annotations
