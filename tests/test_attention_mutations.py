@@ -2,7 +2,7 @@
 
 Each mutant below breaks ``ojas_ref.attention`` in one classic way (monkeypatched in,
 built by wrapping the real function rather than copying it); ``oracle_mismatches`` of
-tests/test_attention_reference.py, the comparison of the oracle tests, must report a
+ojas_ref/attention_check.py, the comparison of the oracle tests, must report a
 mismatch for it, and none for the unmutated code.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attention_reference import make_case, oracle_mismatches
 
 import ojas_ref.attention as attn_mod
+from ojas_ref.attention_check import make_case, oracle_mismatches
 
 _block_step = attn_mod._online_softmax_block_step
 _tile_visibility = attn_mod._tile_visibility

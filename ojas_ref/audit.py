@@ -1,0 +1,186 @@
+"""``ojas audit``: which theorem backs each implementation, and does it hold here.
+
+Three steps, with progress shown as they run:
+
+1. proofs: rebuild ``rocq/`` and audit its assumptions where ``coqc`` exists;
+   otherwise check the sources against the hashes in ``rocq/MANIFEST.json``;
+2. differential check: run every implementation available on this machine on
+   a few random inputs and compare it with the oracle extracted from the Coq
+   spec, within the tolerance derived from the proved error bounds;
+3. a table: implementation <-> theorem <-> proof status <-> differential status.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from ojas_ref import proof_audit as pa
+
+CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
+
+#: Differential cases (``ojas_ref.attention_check.make_case`` arguments): causal GQA with
+#: Sq != Sk, a window, scores near 1e4, one query row, bf16; the first three are --quick.
+ATTENTION_CASES = [
+    dict(dtype=torch.float32, kv_heads=2, group=2, sq=37, sk=53, e=16, ev=16, is_causal=True),
+    dict(dtype=torch.float32, batch=2, sq=33, sk=33, e=32, ev=8, window=7, is_causal=True),
+    dict(dtype=torch.float32, sq=19, sk=40, e=16, ev=16, regime="large"),
+    dict(dtype=torch.float32, sq=1, sk=70, e=64, ev=32, regime="peaked"),
+    dict(dtype=torch.bfloat16, kv_heads=1, group=3, sq=24, sk=24, e=16, ev=16, is_causal=True),
+    dict(dtype=torch.float32, sq=20, sk=20, e=16, ev=8, window=2),
+]
+
+
+@dataclass
+class Implementation:
+    name: str
+    function: Callable | None  # None when it cannot be imported here
+    impl: str  # the ``impl`` argument of ojas_ref.attention that selects it
+    unavailable: str | None = None  # why it cannot run on this machine
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cited_theorems(function: Callable) -> list[str]:
+    """The Coq modules or theorems a function's docstring names (``Ojas.X.Y``)."""
+    return sorted(set(CITATION_RE.findall(function.__doc__ or "")))
+
+
+def implementations() -> list[Implementation]:
+    """The implementations of this library, and whether each can run here."""
+    from ojas_ref.attention import attention
+
+    impls = [Implementation("ojas_ref.attention (PyTorch reference)", attention, "reference")]
+    try:
+        from ojas_kernels.attention import flash_attention
+    except ImportError as err:  # triton missing
+        impls.append(Implementation("ojas_kernels.attention (Triton)", None, "triton", f"cannot import: {err}"))
+    else:
+        why = None
+        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            why = "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)"
+        impls.append(Implementation("ojas_kernels.attention (Triton)", flash_attention, "triton", why))
+    return impls
+
+
+def proof_status(log=_say) -> tuple[dict[str, str], bool]:
+    """Status of every theorem and module: rebuilt and audited, or hash-checked."""
+    if pa.coq_available():
+        log("[1/3] proofs: coqc found: rebuilding rocq/ and running Print Assumptions")
+        try:
+            data = pa.run_audit(log=lambda m: log(f"      {m}"))
+        except pa.ProofAuditError as err:
+            log(f"      FAILED: {err}")
+            return {}, False
+        how = "proved, audited"
+        saved = data
+    else:
+        log("[1/3] proofs: coqc not found: checking sources against rocq/MANIFEST.json")
+        saved = pa.load_manifest()
+        stale = pa.stale_files(saved)
+        if stale:
+            log("      sources differ from the manifest: " + ", ".join(stale))
+            return {}, False
+        how = "hash matches manifest"
+    status: dict[str, str] = {}
+    for th in saved["theorems"]:
+        status[th["name"]] = how
+        module = th["name"].rsplit(".", 1)[0]
+        status.setdefault(module, how)
+    log(f"      {len(saved['theorems'])} theorems and lemmas: {how}")
+    return status, True
+
+
+def _describe(params: dict) -> str:
+    return " ".join(f"{k}={str(v).replace('torch.', '')}" for k, v in params.items())
+
+
+def differential_status(impls: list[Implementation], quick: bool, seed: int, log=_say) -> dict[str, str]:
+    """Run each available implementation against the oracle; 'pass', 'FAIL: ...' or 'skipped: ...'."""
+    from ojas_ref.attention_check import make_case, oracle_mismatches
+
+    cases = ATTENTION_CASES[:3] if quick else ATTENTION_CASES
+    log(f"[2/3] differential check against the extracted oracle: {len(cases)} cases per implementation")
+    results: dict[str, str] = {}
+    for impl in impls:
+        if impl.unavailable:
+            results[impl.name] = f"skipped: {impl.unavailable}"
+            log(f"      {impl.name}: {results[impl.name]}")
+            continue
+        t0 = time.perf_counter()
+        failures = []
+        for k, params in enumerate(cases, 1):
+            log(f"      {impl.name}: case {k}/{len(cases)}: {_describe(params)}")
+            case = make_case(seed + k, **params)
+            if impl.impl == "triton" and torch.cuda.is_available():
+                case = replace(case, **{f: getattr(case, f).cuda() for f in ("query", "key", "value", "grad_out")})
+            problems = oracle_mismatches(case, impl=impl.impl)
+            if problems:
+                failures.append(f"case {k}: {problems[0]}")
+        took = time.perf_counter() - t0
+        results[impl.name] = (f"FAIL ({len(failures)}/{len(cases)}) {failures[0]}" if failures
+                              else f"pass ({len(cases)} cases, {took:.1f} s)")
+    return results
+
+
+def ensure_oracle(log=_say) -> str | None:
+    """Build the oracle if it is missing and the tools exist; return why not, or None."""
+    from ojas_ref.oracle import oracle_binary
+
+    try:
+        oracle_binary()
+        return None
+    except RuntimeError:
+        pass
+    if not (pa.coq_available() and shutil.which("ocamlfind")):
+        return "the oracle is not built and coqc/ocamlfind are missing (run scripts/setup.sh)"
+    log("      building the oracle: make -C extraction")
+    proc = subprocess.run(["make", "-s", "-C", str(pa.REPO_ROOT / "extraction")],
+                          capture_output=True, text=True)
+    return None if proc.returncode == 0 else f"oracle build failed: {proc.stderr[-500:]}"
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    header = ("implementation", "theorem", "proof", "vs oracle")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    _say(line.format(*header))
+    _say(line.format(*("-" * w for w in widths)))
+    for r in rows:
+        _say(line.format(*r))
+
+
+def run(seed: int = 0, quick: bool = False) -> int:
+    """The main job; returns the process exit code (0 when everything holds)."""
+    statuses, proofs_ok = proof_status()
+    impls = implementations()
+    why_no_oracle = ensure_oracle()
+    if why_no_oracle:
+        _say(f"[2/3] differential check skipped: {why_no_oracle}")
+        diff = {impl.name: f"skipped: {why_no_oracle}" for impl in impls}
+    else:
+        diff = differential_status(impls, quick=quick, seed=seed)
+    _say("[3/3] theorem <-> implementation")
+    rows = []
+    ok = proofs_ok and not any(v.startswith("FAIL") for v in diff.values())
+    for impl in impls:
+        cited = cited_theorems(impl.function) if impl.function else ["(not importable)"]
+        if not cited:
+            cited, ok = ["(no theorem cited in its docstring)"], False
+        for k, name in enumerate(cited):
+            proof = statuses.get(name, "NOT FOUND" if proofs_ok else "unchecked")
+            if proof == "NOT FOUND" and impl.function:
+                ok = False
+            rows.append((impl.name if k == 0 else "", name, proof, diff[impl.name] if k == 0 else ""))
+    print_table(rows)
+    _say("audit: " + ("OK" if ok else "PROBLEMS FOUND (see above)"))
+    return 0 if ok else 1
