@@ -131,7 +131,7 @@ def bench(dims, seqs, impls, out_path):
                     print(line, flush=True)
                     lines.append(line)
                 rows.append(((e, s, b, is_causal), res))
-    summary = ["", "| E | S | causal | fwd ojas/flash | fwd ojas/cudnn | fwd+bwd ojas/flash | fwd+bwd ojas/cudnn |",
+    summary = ["", "| E | S | causal | fwd ojas/flash | fwd ojas/cuDNN | fwd+bwd ojas/flash | fwd+bwd ojas/cuDNN |",
                "|---|---|---|---|---|---|---|"]
     for (e, s, b, is_causal), res in rows:
         def ratio(peer, i):
@@ -139,24 +139,63 @@ def bench(dims, seqs, impls, out_path):
             return f"{p[i] / a[i]:.2f}" if a and p else "-"
         summary.append(f"| {e} | {s} | {is_causal} | {ratio('flash', 0)} | {ratio('cudnn', 0)} | "
                        f"{ratio('flash', 1)} | {ratio('cudnn', 1)} |")
-    summary.insert(1, "Speed ratios (peer time / ojas time; above 1 = ojas faster):")
+    summary.insert(1, "Throughput ratios, ojas TFLOP/s over the peer's (= peer time / ojas time; above 1: ojas faster):")
     print("\n".join(summary), flush=True)
     Path(out_path).write_text("\n".join(lines + summary) + "\n")
 
 
-def tune(dims, out_path, budget_s):
-    """Time kernel variants at S=4K, B=4, H=16: one launch parameter set changed at a time."""
+TUNE_VARIANTS = {  # (BM, BN, warps, stages); screened for register spills with ptxas first
+    "fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3),
+            (64, 128, 4, 2)],
+    "bwd_kv": [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 8, 3), (32, 64, 4, 3), (16, 128, 8, 4),
+               (64, 64, 4, 3)],
+    "bwd_q": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 4), (128, 128, 8, 2),
+              (64, 128, 8, 2)],
+}
+
+
+def tune_configs(e):
+    """(kind, variant, AttentionConfig) with one kernel's parameters changed from the default."""
     K, A = kattn.KernelConfig, kattn.AttentionConfig
-    fwd_variants = [K(128, 64, 8, 3), K(128, 64, 4, 3), K(128, 128, 8, 3), K(128, 128, 8, 2), K(128, 32, 4, 3),
-                    K(64, 64, 4, 3), K(128, 64, 8, 4), K(64, 128, 4, 3)]
-    kv_variants = [K(64, 128, 8, 3), K(64, 128, 8, 2), K(32, 128, 4, 3), K(64, 64, 4, 3), K(128, 128, 8, 2),
-                   K(32, 64, 4, 4), K(64, 128, 4, 3)]
-    q_variants = [K(128, 64, 8, 3), K(128, 64, 8, 2), K(128, 32, 4, 3), K(64, 64, 4, 3), K(128, 128, 8, 2),
-                  K(64, 32, 4, 4), K(128, 64, 4, 3)]
+    base = kattn.default_config(e, DTYPE, torch.device("cuda"))
+    out = []
+    for kind, variants in TUNE_VARIANTS.items():
+        for var in map(lambda v: K(*v), variants):
+            out.append((kind, var, A(var if kind == "fwd" else base.fwd, var if kind == "bwd_kv" else base.bwd_kv,
+                                     var if kind == "bwd_q" else base.bwd_q)))
+    return out
+
+
+def _compile_worker(jobs):
+    """Run each (e, is_causal, config) once on a small problem: fills Triton's disk cache.
+    S=256, H=16 give the kernels the same integer specialisations as the timed sizes."""
+    for e, is_causal, cfg in jobs:
+        q, k, v, do = make_inputs(1, HEADS, 256, e)
+        try:
+            kattn.flash_attention(q, k, v, is_causal, 1 / math.sqrt(e), None, cfg).backward(do)
+        except Exception:  # reported by the timing pass
+            pass
+    torch.cuda.synchronize()
+
+
+def precompile(jobs, workers):
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks = [jobs[i::workers] for i in range(workers)]
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_compile_worker, chunks))
+
+
+def tune(dims, out_path, budget_s, workers):
+    """Time kernel variants at S=4K, B=4, H=16: one kernel's parameters changed at a time."""
+    b, s = 4, 4096
+    t0 = time.time()
+    precompile([(e, c, cfg) for e in dims for c in (False, True) for _, _, cfg in tune_configs(e)], workers)
+    print(f"precompiled in {time.time() - t0:.0f} s", flush=True)
     start = time.time()
     lines = ["| E | causal | kernel | variant (BM, BN, warps, stages) | ms | TFLOP/s |", "|---|---|---|---|---|---|"]
     print(lines[0], flush=True)
-    b, s = 4, 4096
     for e in dims:
         base = kattn.default_config(e, DTYPE, torch.device("cuda"))
         for is_causal in (False, True):
@@ -165,30 +204,26 @@ def tune(dims, out_path, budget_s):
             f = flops(b, HEADS, s, e, is_causal)
             with torch.no_grad():
                 out, lse = kattn._forward(q, k, v, is_causal, scale, None, base)
-            for kind, variants in (("fwd", fwd_variants), ("bwd_kv", kv_variants), ("bwd_q", q_variants)):
-                for var in variants:
-                    if time.time() - start > budget_s:
-                        print("tuning budget spent", flush=True)
-                        Path(out_path).write_text("\n".join(lines) + "\n")
-                        return
-                    cfg = A(var if kind == "fwd" else base.fwd, var if kind == "bwd_kv" else base.bwd_kv,
-                            var if kind == "bwd_q" else base.bwd_q)
-                    if kind == "fwd":
-                        fn = lambda: kattn._forward(q, k, v, is_causal, scale, None, cfg)  # noqa: E731
-                        work = f
-                    else:
-                        fn = lambda: kattn._backward(do, q, k, v, out, lse, is_causal, scale, None, cfg)  # noqa: E731
-                        work = 2.5 * f
-                    try:
-                        with torch.no_grad():
-                            ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
-                        line = (f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
-                                f"{var.num_stages} | {ms:.3f} | {work / ms / 1e9:.1f} |")
-                    except Exception as err:  # out of shared memory / registers
-                        line = (f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
-                                f"{var.num_stages} | - | {type(err).__name__} |")
-                    print(line, flush=True)
-                    lines.append(line)
+            for kind, var, cfg in tune_configs(e):
+                if time.time() - start > budget_s:
+                    print("tuning budget spent", flush=True)
+                    Path(out_path).write_text("\n".join(lines) + "\n")
+                    return
+                if kind == "fwd":
+                    fn = lambda: kattn._forward(q, k, v, is_causal, scale, None, cfg)  # noqa: E731
+                    work = f
+                else:
+                    fn = lambda: kattn._backward(do, q, k, v, out, lse, is_causal, scale, None, cfg)  # noqa: E731
+                    work = 2.5 * f
+                label = f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, {var.num_stages} |"
+                try:
+                    with torch.no_grad():
+                        ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                    line = f"{label} {ms:.3f} | {work / ms / 1e9:.1f} |"
+                except Exception as err:  # out of shared memory / registers
+                    line = f"{label} - | {type(err).__name__} |"
+                print(line, flush=True)
+                lines.append(line)
     Path(out_path).write_text("\n".join(lines) + "\n")
 
 
@@ -198,13 +233,15 @@ def main() -> None:
     parser.add_argument("--out", default="attention_bench.md", help="file for the full table")
     parser.add_argument("--impls", default="ojas,flash,cudnn,naive")
     parser.add_argument("--tune", action="store_true", help="time kernel variants instead")
-    parser.add_argument("--tune-budget", type=float, default=240.0, help="seconds for --tune")
+    parser.add_argument("--tune-budget", type=float, default=240.0, help="seconds for --tune's timing")
+    parser.add_argument("--tune-dims", default="128,64")
+    parser.add_argument("--workers", type=int, default=12, help="processes compiling the --tune variants")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}",
           flush=True)
     impls = args.impls.split(",")
     if args.tune:
-        tune([128, 64], args.out, args.tune_budget)
+        tune([int(x) for x in args.tune_dims.split(",")], args.out, args.tune_budget, args.workers)
     elif args.quick:
         bench([128], [1024, 4096], impls, args.out)
     else:

@@ -67,23 +67,22 @@ class AttentionConfig:
 
 
 def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
-    """Tile sizes chosen per head-dim block and element size (tuned on an H200,
-    see benchmarks/attention_tuning.md); small tiles for the CPU interpreter."""
+    """Launch parameters per head-dim block and dtype, picked with ptxas's
+    register report and timings on an H200 (benchmarks/attention_tuning.md);
+    small tiles for the CPU interpreter."""
+    K = KernelConfig
     if device.type != "cuda":
-        small = KernelConfig(16, 16)
-        return AttentionConfig(small, small, small)
+        return AttentionConfig(K(16, 16), K(16, 16), K(16, 16))
     block_e = _block_dim(head_dim)
-    if dtype == torch.float32:
+    if dtype == torch.float32:  # ieee float32 dots run on the FMA units: small tiles
         if block_e <= 64:
-            return AttentionConfig(KernelConfig(64, 64, 4, 2), KernelConfig(32, 64, 4, 2), KernelConfig(64, 32, 4, 2))
-        if block_e <= 128:
-            return AttentionConfig(KernelConfig(64, 32, 4, 2), KernelConfig(32, 32, 4, 2), KernelConfig(32, 32, 4, 2))
-        return AttentionConfig(KernelConfig(32, 32, 4, 1), KernelConfig(16, 32, 4, 1), KernelConfig(32, 16, 4, 1))
+            return AttentionConfig(K(32, 32, 4, 2), K(16, 32, 4, 2), K(32, 16, 4, 2))
+        return AttentionConfig(K(32, 32, 8, 1), K(16, 32, 8, 1), K(32, 16, 8, 1))
     if block_e <= 64:
-        return AttentionConfig(KernelConfig(128, 64, 4, 3), KernelConfig(64, 128, 8, 3), KernelConfig(128, 64, 8, 3))
+        return AttentionConfig(K(128, 64, 8, 3), K(64, 128, 8, 3), K(128, 64, 8, 3))
     if block_e <= 128:
-        return AttentionConfig(KernelConfig(128, 64, 8, 3), KernelConfig(64, 128, 8, 3), KernelConfig(128, 64, 8, 3))
-    return AttentionConfig(KernelConfig(64, 64, 4, 2), KernelConfig(32, 64, 4, 2), KernelConfig(64, 32, 4, 2))
+        return AttentionConfig(K(128, 64, 8, 3), K(32, 128, 8, 3), K(128, 64, 8, 2))
+    return AttentionConfig(K(64, 64, 4, 2), K(32, 32, 8, 2), K(64, 32, 4, 2))
 
 
 def _block_dim(d: int) -> int:
