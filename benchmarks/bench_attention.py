@@ -144,20 +144,20 @@ def bench(dims, seqs, impls, out_path):
     Path(out_path).write_text("\n".join(lines + summary) + "\n")
 
 
-TUNE_VARIANTS = {  # (BM, BN, warps, stages); screened for register spills with ptxas first
-    "fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3),
-            (64, 128, 4, 2)],
-    "bwd_kv": [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 8, 3), (32, 64, 4, 3), (16, 128, 8, 4),
-               (64, 64, 4, 3)],
-    "bwd_q": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 4), (128, 128, 8, 2),
-              (64, 128, 8, 2)],
+TUNE_VARIANTS = {  # (BM, BN, warps, stages[, split]); screened for register spills with ptxas first
+    "fwd": [(64, 64, 4, 3), (64, 64, 4, 4), (64, 64, 4, 2), (64, 32, 4, 3), (64, 128, 4, 3), (128, 64, 8, 3),
+            (64, 64, 4, 3, False)],
+    "bwd_kv": [(32, 64, 4, 3), (32, 64, 4, 4), (32, 64, 4, 2), (64, 128, 8, 3), (64, 64, 4, 2), (16, 64, 4, 3),
+               (32, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 3, False), (64, 128, 8, 3, False)],
+    "bwd_q": [(128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 4), (128, 32, 8, 4), (64, 32, 4, 3), (128, 64, 4, 3),
+              (64, 64, 4, 3), (128, 64, 8, 3, False), (64, 64, 4, 3, False)],
 }
 
 
-def tune_configs(e):
+def tune_configs(e, is_causal):
     """(kind, variant, AttentionConfig) with one kernel's parameters changed from the default."""
     K, A = kattn.KernelConfig, kattn.AttentionConfig
-    base = kattn.default_config(e, DTYPE, torch.device("cuda"))
+    base = kattn.default_config(e, DTYPE, torch.device("cuda"), is_causal)
     out = []
     for kind, variants in TUNE_VARIANTS.items():
         for var in map(lambda v: K(*v), variants):
@@ -191,20 +191,21 @@ def tune(dims, out_path, budget_s, workers):
     """Time kernel variants at S=4K, B=4, H=16: one kernel's parameters changed at a time."""
     b, s = 4, 4096
     t0 = time.time()
-    precompile([(e, c, cfg) for e in dims for c in (False, True) for _, _, cfg in tune_configs(e)], workers)
+    precompile([(e, c, cfg) for e in dims for c in (False, True) for _, _, cfg in tune_configs(e, c)], workers)
     print(f"precompiled in {time.time() - t0:.0f} s", flush=True)
     start = time.time()
-    lines = ["| E | causal | kernel | variant (BM, BN, warps, stages) | ms | TFLOP/s |", "|---|---|---|---|---|---|"]
+    lines = ["| E | causal | kernel | variant (BM, BN, warps, stages, split) | ms | TFLOP/s |",
+             "|---|---|---|---|---|---|"]
     print(lines[0], flush=True)
     for e in dims:
-        base = kattn.default_config(e, DTYPE, torch.device("cuda"))
         for is_causal in (False, True):
+            base = kattn.default_config(e, DTYPE, torch.device("cuda"), is_causal)
             q, k, v, do = make_inputs(b, HEADS, s, e)
             scale = 1 / math.sqrt(e)
             f = flops(b, HEADS, s, e, is_causal)
             with torch.no_grad():
                 out, lse = kattn._forward(q, k, v, is_causal, scale, None, base)
-            for kind, var, cfg in tune_configs(e):
+            for kind, var, cfg in tune_configs(e, is_causal):
                 if time.time() - start > budget_s:
                     print("tuning budget spent", flush=True)
                     Path(out_path).write_text("\n".join(lines) + "\n")
@@ -215,7 +216,8 @@ def tune(dims, out_path, budget_s, workers):
                 else:
                     fn = lambda: kattn._backward(do, q, k, v, out, lse, is_causal, scale, None, cfg)  # noqa: E731
                     work = 2.5 * f
-                label = f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, {var.num_stages} |"
+                label = (f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
+                         f"{var.num_stages}, {var.split} |")
                 try:
                     with torch.no_grad():
                         ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")

@@ -55,6 +55,7 @@ class KernelConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    split: bool = True  # run the tiles that need no mask through a loop without masking
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class AttentionConfig:
     bwd_q: KernelConfig
 
 
-def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> AttentionConfig:
-    """Launch parameters per head-dim block and dtype, picked with ptxas's
+def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, is_causal: bool = False) -> AttentionConfig:
+    """Launch parameters per head-dim block, dtype and mask, picked with ptxas's
     register report and timings on an H200 (benchmarks/attention_tuning.md);
     small tiles for the CPU interpreter."""
     K = KernelConfig
@@ -79,9 +80,13 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> A
             return AttentionConfig(K(32, 32, 4, 2), K(16, 32, 4, 2), K(32, 16, 4, 2))
         return AttentionConfig(K(32, 32, 8, 1), K(16, 32, 8, 1), K(32, 16, 8, 1))
     if block_e <= 64:
-        return AttentionConfig(K(128, 64, 8, 3), K(64, 128, 8, 3), K(128, 64, 8, 3))
+        if is_causal:
+            return AttentionConfig(K(64, 64, 4, 3), K(32, 64, 4, 3), K(64, 64, 4, 3))
+        return AttentionConfig(K(64, 64, 4, 3), K(64, 64, 4, 3), K(128, 64, 8, 3))
     if block_e <= 128:
-        return AttentionConfig(K(128, 64, 8, 3), K(32, 128, 8, 3), K(128, 64, 8, 2))
+        if is_causal:
+            return AttentionConfig(K(64, 64, 4, 3), K(64, 128, 8, 3), K(128, 64, 8, 3))
+        return AttentionConfig(K(64, 64, 4, 3), K(32, 64, 4, 3), K(128, 64, 8, 3))
     return AttentionConfig(K(64, 64, 4, 2), K(32, 32, 8, 2), K(64, 32, 4, 2))
 
 
@@ -132,7 +137,7 @@ def _visible(i, j, seq_q, seq_k, window, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl
 
 @triton.jit
 def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr):
     """Key tiles of the query tile ``[start_m, start_m + BLOCK_M)``.
 
     Returns ``lo <= a <= b <= hi``: tiles starting in ``[lo, a)`` and
@@ -155,12 +160,15 @@ def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl
     lo = (lo // BLOCK_N) * BLOCK_N
     a = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), tl.maximum(hi, lo))
     b = tl.maximum((full_end // BLOCK_N) * BLOCK_N, a)
+    if not SPLIT:
+        a = tl.maximum(hi, lo)
+        b = a
     return lo, a, b, hi
 
 
 @triton.jit
 def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr):
     """Query tiles of the key tile ``[start_n, start_n + BLOCK_N)``, split as in
     ``_key_tiles``: ``[a, b)`` needs no mask, rows outside ``[lo, hi)`` see
     none of the tile's keys and are dropped (Ojas.Attention.Mask)."""
@@ -182,6 +190,9 @@ def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: 
     lo = (lo // BLOCK_M) * BLOCK_M
     a = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_M) * BLOCK_M, lo), tl.maximum(hi, lo))
     b = tl.maximum((full_end // BLOCK_M) * BLOCK_M, a)
+    if not SPLIT:
+        a = tl.maximum(hi, lo)
+        b = a
     return lo, a, b, hi
 
 
@@ -233,7 +244,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 num_heads, group, seq_q, seq_k, window, qk_scale,
                 HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                HAS_WINDOW: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
+                HAS_WINDOW: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
     ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l)."""
     # Last query tiles first: under a causal mask they have the most keys.
@@ -253,7 +264,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
-    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
         acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
                                   seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
@@ -341,7 +352,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                      num_kv_heads, group, seq_q, seq_k, window, qk_scale, scale,
                      HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                     HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+                     HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group and over the query
     tiles that see the key tile."""
@@ -359,7 +370,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                 mask=n_ok & (offs_ev[None, :] < HEAD_EV), other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
-    lo, a, b_end, hi = _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    lo, a, b_end, hi = _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for g in range(group):
         h = (hk * group + g).to(tl.int64)
         q_base = Q + b * stride_qb + h * stride_qh
@@ -418,7 +429,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
                    num_heads, group, seq_q, seq_k, window, qk_scale, scale,
                    HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+                   HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     pid_bh = tl.program_id(1)
@@ -440,7 +451,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
     lse2 = tl.load(LSE + row, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + row, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
-    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
         dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
                       seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
@@ -507,7 +518,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cau
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    cfg = (config or default_config(max(e, ev), query.dtype, query.device)).fwd
+    cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
     grid = (triton.cdiv(seq_q, cfg.block_m), batch * heads)
     _fwd_kernel[grid](
         query, key, value, out, lse,
@@ -516,7 +527,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cau
         heads, heads // kv_heads, seq_q, seq_k, _window_arg(window, seq_q, seq_k), scale * _LOG2E,
         HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None,
-        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype),
+        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype), SPLIT=cfg.split,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse
@@ -539,7 +550,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     dv = torch.empty_like(value, memory_format=torch.contiguous_format)
     if seq_q == 0 or seq_k == 0 or window == 0 or batch * heads == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    cfg = config or default_config(max(e, ev), query.dtype, query.device)
+    cfg = config or default_config(max(e, ev), query.dtype, query.device, is_causal)
     common = dict(HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev))
     delta = torch.empty_like(lse)
     block = 64 if query.device.type == "cuda" else 16
@@ -559,7 +570,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         query, key, value, grad_out, lse, delta, dk, dv, *qkv_do_strides,
         dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
         kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
-        BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, **common, **flags,
+        BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, SPLIT=kv.split, **common, **flags,
         num_warps=kv.num_warps, num_stages=kv.num_stages,
     )
     qc = cfg.bwd_q
@@ -567,7 +578,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         query, key, value, grad_out, lse, delta, dq, *qkv_do_strides,
         dq.stride(0), dq.stride(1), dq.stride(2),
         heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
-        BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, **common, **flags,
+        BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, SPLIT=qc.split, **common, **flags,
         num_warps=qc.num_warps, num_stages=qc.num_stages,
     )
     return dq, dk, dv

@@ -161,7 +161,8 @@ def small_problems(draw):
         window=draw(st.one_of(st.none(), st.integers(0, 45))),
         scale=draw(st.sampled_from([None, 0.5, -0.3])),
         dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])),
-        config=AttentionConfig(*(KernelConfig(draw(BLOCKS), draw(BLOCKS)) for _ in range(3))),
+        config=AttentionConfig(*(KernelConfig(draw(BLOCKS), draw(BLOCKS), split=draw(st.booleans()))
+                                 for _ in range(3))),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
