@@ -83,6 +83,9 @@ def proof_status(log=_say) -> tuple[dict[str, str], bool]:
             return {}, False
         how = "proved, audited"
         saved = data
+        if not pa.manifest_matches(data):
+            log("      rocq/MANIFEST.json is out of date: run `ojas proofs --write-manifest` and commit it")
+            return {}, False
     else:
         log("[1/3] proofs: coqc not found: checking sources against rocq/MANIFEST.json")
         saved = pa.load_manifest()
@@ -94,9 +97,10 @@ def proof_status(log=_say) -> tuple[dict[str, str], bool]:
     status: dict[str, str] = {}
     for th in saved["theorems"]:
         status[th["name"]] = how
-        module = th["name"].rsplit(".", 1)[0]
-        status.setdefault(module, how)
-    log(f"      {len(saved['theorems'])} theorems and lemmas: {how}")
+        status.setdefault(th["name"].rsplit(".", 1)[0], how)
+    for name in saved["lemmas"]:
+        status.setdefault(name, "lemma, used by the theorems")
+    log(f"      {len(saved['theorems'])} exported theorems: {how}")
     return status, True
 
 
