@@ -38,11 +38,22 @@ ATTENTION_CASES = [
 ]
 
 
+#: Linear cross-entropy cases (``ojas_ref.linear_cross_entropy_check.make_problem``):
+#: every reduction, smoothing, z-loss, softcap, V not a multiple of the vocabulary chunk.
+LINEAR_CROSS_ENTROPY_CASES = [
+    dict(shape=(9,), D=5, V=13, reduction="mean"),
+    dict(shape=(2, 4), D=4, V=11, reduction="none", eps=0.1, lam=1e-2),
+    dict(shape=(7,), D=6, V=17, reduction="sum", cap=5.0, ignored=0.5),
+    dict(shape=(12,), D=8, V=40, reduction="mean", eps=0.1, chunks=(5, 16), bias=False),
+]
+
+
 @dataclass
 class Implementation:
     name: str
     function: Callable | None  # None when it cannot be imported here
-    impl: str  # the ``impl`` argument of ojas_ref.attention that selects it
+    cases: list[dict]
+    check: Callable[[dict, int], list[str]] | None  # (case, seed) -> mismatches with the oracle
     unavailable: str | None = None  # why it cannot run on this machine
 
 
@@ -55,20 +66,44 @@ def cited_theorems(function: Callable) -> list[str]:
     return sorted(set(CITATION_RE.findall(function.__doc__ or "")))
 
 
+def _attention_check(impl: str) -> Callable[[dict, int], list[str]]:
+    def check(params: dict, seed: int) -> list[str]:
+        from ojas_ref.attention_check import make_case, oracle_mismatches
+
+        case = make_case(seed, **params)
+        if impl == "triton" and torch.cuda.is_available():
+            case = replace(case, **{f: getattr(case, f).cuda() for f in ("query", "key", "value", "grad_out")})
+        return oracle_mismatches(case, impl=impl)
+    return check
+
+
+def _linear_cross_entropy_check(params: dict, seed: int) -> list[str]:
+    from ojas_ref.linear_cross_entropy_check import make_problem, oracle_mismatches
+
+    return oracle_mismatches(make_problem(seed, **params))
+
+
 def implementations() -> list[Implementation]:
     """The implementations of this library, and whether each can run here."""
     from ojas_ref.attention import attention
+    from ojas_ref.linear_cross_entropy import linear_cross_entropy
 
-    impls = [Implementation("ojas_ref.attention (PyTorch reference)", attention, "reference")]
+    impls = [
+        Implementation("ojas_ref.attention (PyTorch reference)", attention, ATTENTION_CASES,
+                       _attention_check("reference")),
+        Implementation("ojas_ref.linear_cross_entropy (PyTorch reference)", linear_cross_entropy,
+                       LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check),
+    ]
+    name = "ojas_kernels.attention (Triton)"
     try:
         from ojas_kernels.attention import flash_attention
     except ImportError as err:  # triton missing
-        impls.append(Implementation("ojas_kernels.attention (Triton)", None, "triton", f"cannot import: {err}"))
+        impls.append(Implementation(name, None, [], None, f"cannot import: {err}"))
     else:
         why = None
         if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
             why = "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)"
-        impls.append(Implementation("ojas_kernels.attention (Triton)", flash_attention, "triton", why))
+        impls.append(Implementation(name, flash_attention, ATTENTION_CASES, _attention_check("triton"), why))
     return impls
 
 
@@ -110,24 +145,19 @@ def _describe(params: dict) -> str:
 
 def differential_status(impls: list[Implementation], quick: bool, seed: int, log=_say) -> dict[str, str]:
     """Run each available implementation against the oracle; 'pass', 'FAIL: ...' or 'skipped: ...'."""
-    from ojas_ref.attention_check import make_case, oracle_mismatches
-
-    cases = ATTENTION_CASES[:3] if quick else ATTENTION_CASES
-    log(f"[2/3] differential check against the extracted oracle: {len(cases)} cases per implementation")
+    log("[2/3] differential check against the oracle extracted from rocq/")
     results: dict[str, str] = {}
     for impl in impls:
         if impl.unavailable:
             results[impl.name] = f"skipped: {impl.unavailable}"
             log(f"      {impl.name}: {results[impl.name]}")
             continue
+        cases = impl.cases[:2] if quick else impl.cases
         t0 = time.perf_counter()
         failures = []
         for k, params in enumerate(cases, 1):
             log(f"      {impl.name}: case {k}/{len(cases)}: {_describe(params)}")
-            case = make_case(seed + k, **params)
-            if impl.impl == "triton" and torch.cuda.is_available():
-                case = replace(case, **{f: getattr(case, f).cuda() for f in ("query", "key", "value", "grad_out")})
-            problems = oracle_mismatches(case, impl=impl.impl)
+            problems = impl.check(params, seed + k)
             if problems:
                 failures.append(f"case {k}: {problems[0]}")
         took = time.perf_counter() - t0

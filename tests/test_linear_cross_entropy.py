@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 import ojas_ref.linear_cross_entropy as lce_module
 from ojas_ref.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+from ojas_ref.linear_cross_entropy_check import oracle_and_reference, oracle_tolerance
 
 F64 = torch.float64
 REDUCTIONS = ("none", "mean", "sum")
@@ -418,45 +419,6 @@ def test_mutation_target_in_wrong_chunk_is_caught(monkeypatch):
 # --------------------------------------------------------------------------
 # Against the oracle extracted from rocq/CrossEntropy/Definitions.v
 # --------------------------------------------------------------------------
-
-def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tensor) -> float:
-    """Norm-relative tolerance for reference vs oracle, a heuristic, not a theorem.
-
-    Ojas.CrossEntropy.LseError.chunk_lse_error_bound bounds the rounding error of the
-    chunked lse of given logits, but not that of the logits' dot products, the loss or
-    the gradients, and ojas_ref.error_bounds does not evaluate it; so: a dot product of
-    length D and a sum of V exponentials each add at most about (D + V) unit roundoffs
-    relative to the magnitude of what they sum, and the loss, lse and gradients are of
-    the size of the largest entry, so ||ref - oracle||_inf <= 16 u (D + V + 2)
-    max(1, ||oracle||_inf). Observed errors are below 1/10 of it."""
-    scale = float(expected.abs().max()) if expected.numel() else 0.0
-    return 16 * unit_roundoff * (D + V + 2) * max(1.0, scale)
-
-
-def oracle_and_reference(p, dtype):
-    """(reference, oracle) pairs: loss, lse (kept tokens), grad_input, grad_weight, grad_bias."""
-    from ojas_ref.oracle import linear_cross_entropy_oracle
-
-    token_chunk, vocab_chunk = lce_module._check_chunk_size(p["chunks"])
-    kw = dict(linear_bias=None if p["b"] is None else p["b"].to(dtype), reduction=p["reduction"],
-              ignore_index=p["ignore_index"], label_smoothing=p["eps"], z_loss=p["lam"], softcap=p["cap"])
-    x, w = p["x"].to(dtype).requires_grad_(), p["w"].to(dtype).requires_grad_()
-    go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
-    oracle = linear_cross_entropy_oracle(x.detach(), w.detach(), p["t"], token_chunk=token_chunk,
-                                         vocab_chunk=vocab_chunk, grad_output=go, **kw)
-    if kw["linear_bias"] is not None:
-        kw["linear_bias"] = kw["linear_bias"].clone().requires_grad_()
-    loss = linear_cross_entropy(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk), **kw)
-    _, lse = linear_cross_entropy_forward(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk),
-                                          **{k: v for k, v in kw.items() if k != "reduction"})
-    leaves = (x, w) if kw["linear_bias"] is None else (x, w, kw["linear_bias"])
-    grads = torch.autograd.grad(loss, leaves, go.to(dtype))
-    kept = p["t"] != p["ignore_index"]
-    pairs = {"loss": (loss, oracle["loss"]), "lse": (lse[kept], oracle["lse"][kept])}
-    for name, g in zip(("grad_input", "grad_weight", "grad_bias"), grads):
-        pairs[name] = (g, oracle[name])
-    return pairs
-
 
 @settings(max_examples=40, deadline=None)
 @given(problems())
