@@ -300,3 +300,21 @@ def test_kernel_vs_sdpa_gpu(b, hq, hkv, sq, sk, e, dtype, is_causal, window):
     errs = compare(got, ref, tol_fwd, tol_grad, 1e-3 if dtype == torch.float32 else 2e-2)
     print(f"\nrel errors {dtype} E={e} S={sq}x{sk} causal={is_causal} window={window}: "
           + ", ".join(f"{n} {x:.2e}" for n, x in errs.items()))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_masked_rows_and_strides_gpu(dtype):
+    """Rows past Sk + window - 1 see no key (zeros, -inf lse, zero gradients);
+    query/key/value laid out as [B, S, H, E] and transposed."""
+    b, hq, hkv, sq, sk, e, window = 2, 4, 2, 700, 300, 64, 40
+    q, k, v, do = make_inputs(b, hq, hkv, sq, sk, e, e, dtype, "cuda", seed=11)
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    got = run_kernel(q, k, v, False, 0.125, window, do)
+    ref, _ = materialised(q, k, v, False, 0.125, window, do)
+    tol_fwd, tol_grad = TOL[dtype]
+    compare(got, ref, tol_fwd, tol_grad, 1e-3 if dtype == torch.float32 else 2e-2)
+    masked_rows = ~visible_mask(sq, sk, False, window).any(-1)
+    assert masked_rows.sum() == sq - (sk + window - 1)
+    assert (got[0][:, :, masked_rows] == 0).all() and (got[2][:, :, masked_rows] == 0).all()
