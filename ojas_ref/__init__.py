@@ -1,6 +1,15 @@
 """ojas-ref: formally verified reference implementations of memory-saving training primitives.
 
-Online-softmax (flash) attention: :func:`ojas_ref.attention.attention`, following
-rocq/Attention/OnlineSoftmax.v and rocq/Attention/Backward.v. The function is not
-re-exported here, so that ``ojas_ref.attention`` always names the module.
+* :func:`attention`: online-softmax attention, a drop-in for
+  ``F.scaled_dot_product_attention`` (rocq/Attention/).
+* :func:`linear_cross_entropy`: chunked linear cross-entropy (rocq/CrossEntropy/).
+
+Each function lives in the module of the same name (``ojas_ref/attention.py``, ...);
+the package attribute is the function, so reach a module's internals with
+``importlib.import_module("ojas_ref.attention")``.
 """
+
+from ojas_ref.attention import attention
+from ojas_ref.linear_cross_entropy import linear_cross_entropy
+
+__all__ = ["attention", "linear_cross_entropy"]

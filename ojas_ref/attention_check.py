@@ -8,6 +8,7 @@ which runs an implementation and the oracle on a case and lists what disagrees.
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -15,7 +16,6 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-import ojas_ref.attention as attn_mod
 from ojas_ref.attention import attention, attention_forward
 from ojas_ref.error_bounds import (
     UNIT_ROUNDOFF,
@@ -23,6 +23,8 @@ from ojas_ref.error_bounds import (
     online_softmax_error_bound,
     softmax_score_perturbation_bound,
 )
+
+attn_mod = importlib.import_module("ojas_ref.attention")
 
 F64 = torch.float64
 

@@ -8,12 +8,14 @@ Shared by tests/test_linear_cross_entropy.py and ``ojas audit``: a problem is a 
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import torch
 
-import ojas_ref.linear_cross_entropy as lce_module
 from ojas_ref.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+
+lce_module = importlib.import_module("ojas_ref.linear_cross_entropy")
 
 F64 = torch.float64
 

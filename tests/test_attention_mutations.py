@@ -8,11 +8,14 @@ mismatch for it, and none for the unmutated code.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
-import ojas_ref.attention as attn_mod
 from ojas_ref.attention_check import make_case, oracle_mismatches
+
+attn_mod = importlib.import_module("ojas_ref.attention")
 
 _block_step = attn_mod._online_softmax_block_step
 _tile_visibility = attn_mod._tile_visibility
