@@ -1,0 +1,447 @@
+"""Reversible coupling layers: activation memory that does not grow with depth.
+
+A reversible block keeps a residual stream split in two halves ``(x1, x2)`` along
+the last dimension (``x = cat(x1, x2)``, so the stream has width ``2 d``) and
+changes it only by *additive half-updates*
+
+    x_t <- x_t + c * fn(x_{1-t})        (t = 0 or 1, c a constant)
+
+whose inverse ``x_t <- x_t - c * fn(x_{1-t})`` evaluates ``fn`` on a value it
+already has (the other half is not changed by the update). :class:`AdditiveCoupling`
+is two of them (y1 = x1 + f(x2), y2 = x2 + g(y1), as RevNet / Reformer / RevViT,
+with f = attention block and g = MLP block for a transformer);
+:class:`SymplecticCoupling` is a leapfrog step, three of them.
+
+:class:`ReversibleSequence` runs a stack of such blocks under one
+``torch.autograd.Function`` that saves only the stack's output: backward walks the
+blocks from the last, and for each half-update, from the last, evaluates ``fn`` with
+grad enabled on the reconstructed other half, subtracts its increment (the inverse:
+the half's value before the update) and back-propagates the update's local gradient
+to the other half and to ``fn``'s parameters. Each ``fn`` runs once in forward and
+once in backward, as with activation checkpointing, but no activation of any block
+is kept between the passes.
+
+Theorems (``rocq/Reversible/``) this code implements:
+
+* ``Ojas.Reversible.Coupling.coupling_inverse_forward`` (and
+  ``coupling_inverse_forward_list`` for vectors): over any commutative group the
+  inverse undoes the forward pass exactly, for arbitrary f and g (no continuity or
+  invertibility assumption). In exact mode (below) the group is Z (int64 fixed
+  point), so the reconstruction is bit-exact for any f and g.
+
+In floating point ``(x + f(a)) - f(a)`` is not ``x``: each half-update loses up to
+half an ulp of the updated half, and an error already in the reconstructed other
+half is amplified by the Lipschitz constant of ``fn``; ``check_reconstruction=True``
+measures it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+from torch.utils.checkpoint import get_device_states, set_device_states
+
+__all__ = ["AdditiveCoupling", "HalfUpdate", "ReversibleBlock", "ReversibleSequence", "SymplecticCoupling"]
+
+# Fixed-point states, increments and inputs must stay below 2^62 in magnitude, so
+# that the sum of a state and an increment (< 2^63) never wraps around in int64.
+_STATE_LIMIT = 2**62
+_MAX_FRACTION_BITS = 62
+
+
+# --------------------------------------------------------------------------
+# Half-updates and blocks
+# --------------------------------------------------------------------------
+
+class HalfUpdate(NamedTuple):
+    """``x[target] <- x[target] + scale * fn(x[1 - target])``; ``name`` is used in errors."""
+
+    target: int
+    fn: nn.Module
+    scale: float
+    name: str
+
+
+def split_halves(x: Tensor, name: str = "x") -> tuple[Tensor, Tensor]:
+    """The two halves (x1, x2) of x's last dimension (views), with clear errors."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() == 0 or x.shape[-1] % 2 != 0 or x.shape[-1] == 0:
+        raise ValueError(f"{name} must have an even, nonzero last dimension (the halves x1, x2 of the residual "
+                         f"stream), got shape {tuple(x.shape)}")
+    d = x.shape[-1] // 2
+    return x[..., :d], x[..., d:]
+
+
+def _call(update: HalfUpdate, inp: Tensor, where: str) -> Tensor:
+    """``update.fn(inp)``, checked: a floating tensor of inp's shape, inp not modified in place."""
+    version = inp._version
+    out = update.fn(inp)
+    if inp._version != version:
+        raise RuntimeError(f"{where}: {update.name} modified its input in place; the reconstruction needs it "
+                           "unchanged")
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{where}: {update.name} must return a torch.Tensor, got {type(out).__name__} (wrap "
+                        "modules that return tuples, e.g. nn.MultiheadAttention, in a module returning the tensor)")
+    if out.shape != inp.shape:
+        raise ValueError(f"{where}: {update.name} changed the shape: input {tuple(inp.shape)}, output "
+                         f"{tuple(out.shape)}; it must map a half of the stream to a tensor of the same shape")
+    if not out.is_floating_point():
+        raise TypeError(f"{where}: {update.name} returned dtype {out.dtype}; a floating dtype is needed")
+    return out
+
+
+def _float_increment(out: Tensor, scale: float) -> Tensor:
+    """``scale * out`` (``out`` itself for scale 1, so that x + f(x2) is bit-for-bit an ordinary residual)."""
+    return out if scale == 1.0 else out * scale
+
+
+class ReversibleBlock(nn.Module):
+    """A block of additive half-updates on the two halves of the last dimension.
+
+    Subclasses define :meth:`half_updates`. Called directly (``block(x)``), the block
+    runs with ordinary autograd (activations saved): ``nn.Sequential(*blocks)`` is the
+    ordinary stack that :class:`ReversibleSequence` computes with constant activation
+    memory.
+    """
+
+    def half_updates(self) -> tuple[HalfUpdate, ...]:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = list(split_halves(x))
+        for u in self.half_updates():
+            h[u.target] = h[u.target] + _float_increment(_call(u, h[1 - u.target], type(self).__name__), u.scale)
+        return torch.cat(h, dim=-1)
+
+    @torch.no_grad()
+    def inverse(self, y: Tensor) -> Tensor:
+        """The input x with ``self(x) = y`` (up to float rounding), from the half-updates in reverse.
+
+        Dropout or other randomness in the functions is not replayed here (see
+        :class:`ReversibleSequence`, which records the RNG states): call it in eval mode.
+        """
+        h = list(split_halves(y, "y"))
+        for u in reversed(self.half_updates()):
+            h[u.target] = h[u.target] - _float_increment(_call(u, h[1 - u.target], type(self).__name__), u.scale)
+        return torch.cat(h, dim=-1)
+
+
+def _check_module(name: str, m: object) -> None:
+    if not isinstance(m, nn.Module):
+        raise TypeError(f"{name} must be an nn.Module, got {type(m).__name__}")
+
+
+class AdditiveCoupling(ReversibleBlock):
+    """y1 = x1 + f(x2), y2 = x2 + g(y1) on x = cat(x1, x2) along the last dimension.
+
+    ``coupling_forward`` of rocq/Reversible/Coupling.v; its inverse x2 = y2 - g(y1),
+    x1 = y1 - f(x2) is ``coupling_inverse`` (Ojas.Reversible.Coupling.coupling_inverse_forward).
+    f and g are any modules mapping a half ``[..., d]`` to a tensor of the same shape.
+    For a reversible transformer (RevViT, Reformer) the stream is doubled, x1 = x2 = the
+    embedding [..., d_model] (so ``x = cat(e, e)``), f is the attention block
+    (LayerNorm + attention) and g the MLP block (LayerNorm + MLP), without their own
+    residual additions.
+    """
+
+    def __init__(self, f: nn.Module, g: nn.Module) -> None:
+        super().__init__()
+        _check_module("f", f)
+        _check_module("g", g)
+        self.f = f
+        self.g = g
+
+    def half_updates(self) -> tuple[HalfUpdate, ...]:
+        return HalfUpdate(0, self.f, 1.0, "f"), HalfUpdate(1, self.g, 1.0, "g")
+
+
+class SymplecticCoupling(ReversibleBlock):
+    """One leapfrog (velocity Verlet) step on x = cat(q, p): positions q, momenta p.
+
+        p <- p + (h/2) force(q)
+        q <- q + h velocity(p)
+        p <- p + (h/2) force(q)
+
+    three additive half-updates, so the step is exactly invertible (run them backwards
+    with the signs flipped) and symplectic. ``force`` maps positions to forces
+    (-grad V(q) for a Hamiltonian T(p) + V(q); any module here), ``velocity`` maps
+    momenta to velocities (dT/dp; default the identity, unit mass), ``step_size`` = h.
+    Both ``force`` calls are the same module, so its parameters get the sum of both
+    gradients.
+    """
+
+    def __init__(self, force: nn.Module, *, step_size: float = 1.0, velocity: Optional[nn.Module] = None) -> None:
+        super().__init__()
+        _check_module("force", force)
+        if velocity is not None:
+            _check_module("velocity", velocity)
+        if isinstance(step_size, bool) or not isinstance(step_size, (int, float)) or not math.isfinite(step_size):
+            raise ValueError(f"step_size must be a finite float, got {step_size!r}")
+        self.force = force
+        self.velocity = nn.Identity() if velocity is None else velocity
+        self.step_size = float(step_size)
+
+    def half_updates(self) -> tuple[HalfUpdate, ...]:
+        h = self.step_size
+        return (HalfUpdate(1, self.force, h / 2, "force"), HalfUpdate(0, self.velocity, h, "velocity"),
+                HalfUpdate(1, self.force, h / 2, "force"))
+
+
+# --------------------------------------------------------------------------
+# Fixed point (exact mode)
+# --------------------------------------------------------------------------
+
+def _to_fixed(v: Tensor, fraction_bits: int, what: str) -> Tensor:
+    """round(v * 2^fraction_bits) as int64 (round half to even), computed in float64;
+    OverflowError if a value is not finite or reaches 2^62."""
+    s = torch.round(v.detach().to(torch.float64) * 2.0**fraction_bits)
+    if s.numel() and not bool((s.abs() < _STATE_LIMIT).all()):
+        raise OverflowError(f"{what}: a value is not finite or |value| * 2^{fraction_bits} >= 2^62, outside the "
+                            f"int64 fixed-point range; lower fraction_bits (range is |x| < "
+                            f"2^{62 - fraction_bits})")
+    return s.to(torch.int64)
+
+
+def _from_fixed(s: Tensor, fraction_bits: int, dtype: torch.dtype) -> Tensor:
+    """s * 2^-fraction_bits in dtype (through float64: exact while |s| < 2^53, then one rounding)."""
+    return (s.to(torch.float64) * 2.0**-fraction_bits).to(dtype)
+
+
+def _fixed_add(state: Tensor, delta: Tensor, fraction_bits: int, where: str) -> Tensor:
+    """state + delta in int64, OverflowError if the sum reaches 2^62 (both are below 2^62,
+    so the sum itself cannot wrap)."""
+    s = state + delta
+    if s.numel() and not bool((s.abs() < _STATE_LIMIT).all()):
+        raise OverflowError(f"{where}: the fixed-point state reached 2^62 (|x| >= 2^{62 - fraction_bits}); "
+                            "lower fraction_bits")
+    return s
+
+
+# --------------------------------------------------------------------------
+# RNG and autocast state, recorded in forward and replayed in backward
+# --------------------------------------------------------------------------
+
+class _RngState:
+    """The CPU RNG state and that of x's accelerator, as torch.utils.checkpoint records them."""
+
+    def __init__(self, x: Tensor) -> None:
+        self.cpu = torch.get_rng_state()
+        self.devices, self.device_states = get_device_states(x)
+
+    def restore(self, device_type: str) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.devices:
+            set_device_states(self.devices, self.device_states, device_type=device_type)
+
+
+def _autocast_kwargs(device_type: str) -> list[tuple[str, dict]]:
+    """Autocast settings in force for x's device type and for the CPU."""
+    kinds = [device_type] + (["cpu"] if device_type != "cpu" else [])
+    return [(t, {"enabled": torch.is_autocast_enabled(t), "dtype": torch.get_autocast_dtype(t),
+                 "cache_enabled": torch.is_autocast_cache_enabled()})
+            for t in kinds if torch.amp.is_autocast_available(t)]
+
+
+# --------------------------------------------------------------------------
+# The stack
+# --------------------------------------------------------------------------
+
+class _Plan(NamedTuple):
+    """One half-update of the stack: its block, whether it is the block's first, the
+    indices (in the stack's parameter list) of its fn's parameters."""
+
+    layer: int
+    first: bool
+    update: HalfUpdate
+    params: tuple[int, ...]
+
+
+class _ReversibleFunction(torch.autograd.Function):
+    """Forward without autograd; saves the stack's output only (int64 state in exact mode).
+    Backward: per half-update from the last, fn recomputed with grad on the reconstructed
+    other half, the increment subtracted (inverse), the local vector-Jacobian product taken."""
+
+    @staticmethod
+    def forward(ctx, x, stack, *params):
+        exact, bits = stack.exact, stack.fraction_bits
+        plan = stack._plan(params)
+        ctx.stack, ctx.plan, ctx.params, ctx.x_dtype = stack, plan, params, x.dtype
+        ctx.device_type = x.device.type
+        ctx.autocast = _autocast_kwargs(ctx.device_type)
+        ctx.rng = []
+        ctx.stored = [] if stack.check_reconstruction else None
+        with torch.no_grad():
+            h = [_to_fixed(v, bits, "x") for v in split_halves(x)] if exact else list(split_halves(x))
+            for step in plan:
+                if ctx.stored is not None and step.first:
+                    ctx.stored.append([v.clone() for v in h])
+                if stack.preserve_rng_state:
+                    ctx.rng.append(_RngState(x))
+                h = stack._update(h, step, x.dtype, forward=True)[0]
+        y = torch.cat(h, dim=-1)
+        ctx.save_for_backward(y)
+        return _from_fixed(y, bits, x.dtype) if exact else y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y, *_):
+        stack, plan = ctx.stack, ctx.plan
+        (y,) = ctx.saved_tensors
+        h = list(split_halves(y))
+        g = list(split_halves(grad_y))
+        param_grads: list[Optional[Tensor]] = [None] * len(ctx.params)
+        errors = [math.nan] * len(stack.blocks) if ctx.stored is not None else None
+        rng_devices = ctx.rng[0].devices if ctx.rng else []
+        with contextlib.ExitStack() as es:
+            es.enter_context(torch.random.fork_rng(devices=rng_devices, enabled=bool(ctx.rng),
+                                                   device_type=ctx.device_type))
+            for device_type, kwargs in ctx.autocast:
+                es.enter_context(torch.amp.autocast(device_type, **kwargs))
+            for i in reversed(range(len(plan))):
+                step = plan[i]
+                if ctx.rng:
+                    ctx.rng[i].restore(ctx.device_type)
+                params = [ctx.params[j] for j in step.params]
+                h, g, grads = stack._update(h, step, ctx.x_dtype, forward=False, grad=g, params=params)
+                for j, gj in zip(step.params, grads):
+                    if gj is not None:
+                        param_grads[j] = gj if param_grads[j] is None else param_grads[j] + gj
+                if errors is not None and step.first:
+                    errors[step.layer] = stack._distance(h, ctx.stored[step.layer])
+                    ctx.stored[step.layer] = None
+        if errors is not None:
+            stack.reconstruction_errors = errors
+        grad_x = torch.cat(g, dim=-1).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
+        return (grad_x, None, *param_grads)
+
+
+class ReversibleSequence(nn.Module):
+    """A stack of reversible blocks whose activations are reconstructed in backward.
+
+    ``blocks``: a non-empty sequence of :class:`ReversibleBlock` (e.g.
+    :class:`AdditiveCoupling`, :class:`SymplecticCoupling`). ``forward(x)`` takes the
+    stream ``x = cat(x1, x2)`` [..., 2 d] and returns the same as
+    ``nn.Sequential(*blocks)(x)``; autograd keeps only the output (and the recorded RNG
+    states), not the activations of any block, so activation memory does not grow with
+    depth. Backward evaluates each function once more, on the reconstructed input, and
+    returns the gradients of ``x`` and of the blocks' parameters (``.grad`` accumulates
+    as with ordinary autograd; optimizers, hooks and ``torch.autograd.grad`` work).
+    Gradients reach the parameters registered in the blocks (``block.parameters()``),
+    not tensors a function closes over. Double backward is not supported.
+
+    The functions must be deterministic given the RNG state and must not modify their
+    input in place. With ``preserve_rng_state`` (default), the CPU RNG state and that of
+    x's device are recorded before every function call in forward and restored for its
+    recomputation (as torch.utils.checkpoint does), so dropout masks match; the autocast
+    state of forward is re-entered in backward. Modules with state updated by calls
+    (BatchNorm running statistics) are updated again by the recomputation.
+
+    Float mode (``exact=False``): the stream is computed in x's dtype (functions under
+    autocast may return lower precision; the sums take x's dtype by type promotion,
+    so keep x in float32 with bf16 autocast). The reconstructed inputs differ from the
+    true ones by float rounding, amplified by the functions' Lipschitz constants, and
+    the gradients are the ordinary ones evaluated at the reconstructed activations.
+
+    Exact mode (``exact=True``): the stream is carried in int64 fixed point,
+    s = round(x 2^k) with k = ``fraction_bits``; a half-update adds
+    round(c fn(s_other 2^-k) 2^k) (fn evaluated in x's dtype on the dequantised other
+    half, rounded half to even in float64). The inverse subtracts the same integers,
+    so the reconstruction is bit-exact for any functions (the group is Z:
+    Ojas.Reversible.Coupling.coupling_inverse_forward). The output is s 2^-k in x's
+    dtype, so it is quantised to a multiple of 2^-k (and rounded again to x's dtype);
+    the input is quantised likewise. Range: the input, every increment and every
+    state must be below 2^(62-k) in magnitude (OverflowError otherwise; one host sync
+    per half-update checks it). Gradients are straight-through: rounding is treated
+    as the identity, i.e. the ordinary gradients of the float updates at the
+    (dequantised) fixed-point activations. The saved output is the int64 state.
+
+    ``check_reconstruction=True`` (debugging): forward also stores every block's input,
+    and backward sets ``reconstruction_errors`` to the per-block maximum of
+    |reconstructed input - stored input| (float units; in exact mode 0.0 means
+    bit-exact), which costs the activation memory the stack otherwise saves.
+    """
+
+    def __init__(self, blocks: Iterable[ReversibleBlock], *, exact: bool = False, fraction_bits: int = 32,
+                 check_reconstruction: bool = False, preserve_rng_state: bool = True) -> None:
+        super().__init__()
+        if isinstance(blocks, nn.Module) and not isinstance(blocks, (nn.ModuleList, nn.Sequential)):
+            raise TypeError("blocks must be a sequence of ReversibleBlock modules, got a single "
+                            f"{type(blocks).__name__}; pass [block]")
+        blocks = list(blocks)
+        if not blocks:
+            raise ValueError("blocks must hold at least one ReversibleBlock")
+        for i, b in enumerate(blocks):
+            if not isinstance(b, ReversibleBlock):
+                raise TypeError(f"blocks[{i}] must be a ReversibleBlock (AdditiveCoupling, SymplecticCoupling or "
+                                f"a subclass), got {type(b).__name__}")
+        for name, flag in (("exact", exact), ("check_reconstruction", check_reconstruction),
+                           ("preserve_rng_state", preserve_rng_state)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if isinstance(fraction_bits, bool) or not isinstance(fraction_bits, int):
+            raise TypeError(f"fraction_bits must be an int, got {type(fraction_bits).__name__}")
+        if not 0 <= fraction_bits <= _MAX_FRACTION_BITS:
+            raise ValueError(f"fraction_bits must be in [0, {_MAX_FRACTION_BITS}], got {fraction_bits}")
+        self.blocks = nn.ModuleList(blocks)
+        self.exact = exact
+        self.fraction_bits = fraction_bits
+        self.check_reconstruction = check_reconstruction
+        self.preserve_rng_state = preserve_rng_state
+        self.reconstruction_errors: Optional[list[float]] = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        split_halves(x)
+        if not x.is_floating_point():
+            raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+        params = [p for p in self.parameters() if p.requires_grad]
+        return _ReversibleFunction.apply(x, self, *params)
+
+    # -- pieces shared by forward, backward and the no-grad helpers --------------
+
+    def _plan(self, params: Sequence[Tensor]) -> list[_Plan]:
+        index = {id(p): i for i, p in enumerate(params)}
+        return [_Plan(layer, k == 0, u, tuple(index[id(p)] for p in u.fn.parameters() if id(p) in index))
+                for layer, block in enumerate(self.blocks) for k, u in enumerate(block.half_updates())]
+
+    def _update(self, h: list[Tensor], step: _Plan, dtype: torch.dtype, *, forward: bool,
+                grad: Optional[list[Tensor]] = None, params: Sequence[Tensor] = ()):
+        """One half-update on the halves h (float, or int64 in exact mode), forward or inverse.
+
+        With ``grad`` (backward: ``forward=False``), fn is evaluated with grad enabled and
+        the vector-Jacobian product of x_t + c fn(x_o) with the gradient of the updated
+        half is taken (w.r.t. x_o and ``params``, fn's parameters): returns
+        (h, grad, parameter gradients); otherwise (h, None, ())."""
+        u, t = step.update, step.update.target
+        where = f"blocks[{step.layer}] ({type(self.blocks[step.layer]).__name__})"
+        other = _from_fixed(h[1 - t], self.fraction_bits, dtype) if self.exact else h[1 - t]
+        if grad is not None:
+            other = other.detach().requires_grad_(True)
+        with torch.enable_grad() if grad is not None else contextlib.nullcontext():
+            inc = _float_increment(_call(u, other, where), u.scale)
+        with torch.no_grad():
+            if self.exact:
+                delta = _to_fixed(inc.to(torch.float64), self.fraction_bits, f"{where}: {u.name}'s increment")
+                new = _fixed_add(h[t], delta if forward else -delta, self.fraction_bits, where)
+            else:
+                new = h[t] + inc if forward else h[t] - inc
+        h = list(h)
+        h[t] = new
+        if grad is None:
+            return h, None, ()
+        if not inc.requires_grad:  # fn ignores its input and has no trainable parameters
+            return h, grad, (None,) * len(params)
+        vjp = torch.autograd.grad(inc, [other, *params], grad[t].to(inc.dtype), allow_unused=True)
+        grad = list(grad)
+        if vjp[0] is not None:
+            grad[1 - t] = grad[1 - t] + vjp[0]
+        return h, grad, vjp[1:]
+
+    def _distance(self, h: list[Tensor], stored: list[Tensor]) -> float:
+        diff = max(float((a.to(torch.float64) - b.to(torch.float64)).abs().max()) if a.numel() else 0.0
+                   for a, b in zip(h, stored))
+        return diff * 2.0**-self.fraction_bits if self.exact else diff
