@@ -25,7 +25,7 @@ theorems it implements:
   sizes, "none" is the per-token loss (0 at ignored tokens), "sum" its sum over the
   kept tokens, "mean" that sum over the number of kept tokens; and
   ``Ojas.CrossEntropy.Reduction.ce_mean_all_ignored``: with every token ignored,
-  "mean" is 0 / 0 = 0.
+  "mean" is 0 (``ce_output`` divides by the kept count only when it is positive).
 * ``Ojas.CrossEntropy.Gradient.ce_backward_correct``: the chunked backward computes
   grad_input = G W, grad_weight = G^T H, grad_bias = column sums of G for any chunk
   sizes; ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive`` (from
@@ -245,7 +245,7 @@ def _dlogit(z: Tensor, lse: Tensor, target: Tensor, v0: int, V: int, eps: float,
 def _reduce(loss: Tensor, n_kept: int, reduction: str) -> Tensor:
     """``ce_output`` for "sum" / "mean": the sum of the per-token losses (0 at ignored
     tokens), divided for "mean" by the number of kept tokens; 0 when no token is kept
-    (the spec's 0 / 0 = 0 over R, Ojas.CrossEntropy.Reduction.ce_mean_all_ignored)."""
+    (the guard of the spec's ``ce_output``, Ojas.CrossEntropy.Reduction.ce_mean_all_ignored)."""
     total = loss.sum()
     if reduction == "sum" or n_kept == 0:
         return total
@@ -412,7 +412,7 @@ def linear_cross_entropy(
     non-ignored tokens. With no z-loss and no soft cap this is
     :func:`torch.nn.functional.linear_cross_entropy` (and ``cross_entropy`` of the
     materialised logits); unlike torch, "mean" over a batch whose tokens are all
-    ignored gives 0 and zero gradients, not NaN (Coq's x / 0 = 0).
+    ignored gives 0 and zero gradients, not NaN (the spec's ``ce_output`` defines it as 0).
 
     ``chunk_size``: None (tokens 1024, vocabulary 4096), an int for both, or a pair
     (token_chunk, vocab_chunk). At most one [token_chunk, vocab_chunk] block of

@@ -239,8 +239,9 @@ def linear_cross_entropy_oracle(
 
     Returns float64 tensors on ``input.device``: ``loss`` (``ce_output`` of
     ``ce_forward``, rocq/CrossEntropy/Definitions.v: target-shaped for "none", a
-    scalar otherwise; "mean" over no kept token is 0 / 0 = NaN in floats, 0 in the
-    spec over R), ``lse`` (target-shaped, for every token, ignored ones included) and
+    scalar otherwise; "mean" over no kept token is 0: the spec divides by the kept
+    count only when it is positive), ``lse`` (target-shaped, for every token, ignored
+    ones included) and
     ``grad_input`` / ``grad_weight`` / ``grad_bias`` (``ce_backward`` fed with the
     forward's accumulators; ``grad_bias`` is the column sums of G, returned also when
     ``linear_bias`` is None).

@@ -28,9 +28,11 @@
     backward.  Reductions: ["none"] (the per-token losses, 0 at ignored
     tokens), ["sum"] (sum over the kept tokens), ["mean"] (that sum
     divided by the number of kept tokens).  When every token is ignored
-    ["mean"] is [0 / 0]: over [R] this is [0] (Coq's [/ 0 = 0]), which
-    is the behaviour this specification defines; [F.cross_entropy]
-    returns NaN there ([CrossEntropy/Reduction.v]).
+    the kept count is 0 and ["mean"] is defined as [0]: the division is
+    guarded ([if 0 < count then total / count else 0]), so the real
+    instance and the float instance (the oracle) both give 0, where an
+    unguarded float [0 / 0] would be NaN; [F.cross_entropy] returns NaN
+    there ([CrossEntropy/Reduction.v]).
 
     Backward: with [w_i] the reduction weight of token [i] (0 if
     ignored; the upstream gradient for "none" / "sum"; the upstream
@@ -206,12 +208,13 @@ Definition ce_forward (cfg : ce_config T) (bt bv : nat) (H W : list (list T))
   fold_left (token_chunk_step cfg bv W bias) (chunk bt (combine H targets))
             (mk_fwd_acc [] [] zero zero).
 
-(** The reduced loss: "none" the per-token losses, "sum" / "mean" a single value. *)
+(** The reduced loss: "none" the per-token losses, "sum" / "mean" a single
+    value; "mean" with no kept token (count 0) is 0, not [0 / 0]. *)
 Definition ce_output (cfg : ce_config T) (fa : fwd_acc T) : list T :=
   match ce_reduction cfg with
   | Red_none => fa_losses fa
   | Red_sum => [fa_total fa]
-  | Red_mean => [fa_total fa / fa_count fa]
+  | Red_mean => [if sc_ltb o zero (fa_count fa) then fa_total fa / fa_count fa else zero]
   end.
 
 Definition ce_loss (cfg : ce_config T) (bt bv : nat) (H W : list (list T))

@@ -7,12 +7,16 @@
     - the reductions: "none" is the per-token losses with 0 at ignored
       tokens; "sum" is the sum over the kept tokens; "mean" is that sum
       divided by the number of kept tokens ([ce_loss_correct]);
-    - all tokens ignored: "mean" is [0 / 0], which over [R] is [0]
-      ([ce_mean_all_ignored]).  THIS IS THE DEFINED BEHAVIOUR OF THE
-      SPECIFICATION.  [F.cross_entropy(..., reduction="mean")] returns NaN
+    - all tokens ignored: the kept count is 0 and "mean" is [0], by the
+      guard of [ce_output] ([if 0 < count then total / count else 0];
+      [ce_mean_all_ignored]).  THIS IS THE DEFINED BEHAVIOUR OF THE
+      SPECIFICATION, and it is the same over [R] and over floats (the
+      oracle).  [F.cross_entropy(..., reduction="mean")] returns NaN
       there (a float 0/0); a reference following this specification
-      returns 0 (e.g. divides by [max(count, 1)], which agrees with [R]'s
-      [x / 0 = 0] since the sum is then 0);
+      returns 0 (e.g. divides by [max(count, 1)], which gives 0 since the
+      sum is then 0).  Over [R] the guard changes nothing: [x / 0 = 0]
+      ([mean_guard_R]), so [ce_loss_correct] states "mean" as a plain
+      division;
     - ignored tokens contribute nothing to the gradients: their rows of G
       and of grad_input are zero ([ignored_grad_zero]);
     - the ignored tokens can be dropped before the projection: for "sum"
@@ -179,6 +183,16 @@ End Forward.
 
 (** ** The reductions *)
 
+(** Over [R] the guarded mean of [ce_output] is the plain division by a
+    count ([x / 0 = 0] in Coq's reals). *)
+Lemma mean_guard_R : forall x n,
+  (if Rltb 0 (INR n) then x / INR n else 0) = x / INR n.
+Proof.
+  intros x n; unfold Rltb; destruct (Rlt_dec 0 (INR n)) as [_|Hn]; [reflexivity|].
+  assert (H0 : INR n = 0) by (pose proof (pos_INR n); lra).
+  rewrite H0; unfold Rdiv; rewrite Rinv_0; ring.
+Qed.
+
 (** The loss computed by the chunked forward (token chunks of [bt],
     vocabulary chunks of [bv]) and the reduction: "none" is the per-token
     specification loss with 0 at ignored tokens, "sum" the sum over the
@@ -207,12 +221,14 @@ Proof.
     rewrite token_forward_correct; [reflexivity|exact HW|].
     apply Ht; [apply in_combine_r in Hin; exact Hin|exact Ek]. }
   unfold ce_loss, ce_output; rewrite H1, H3, H4, E, rsum_filter; fold (kept_tokens cfg H targets).
-  destruct (ce_reduction cfg); reflexivity.
+  destruct (ce_reduction cfg); [reflexivity|reflexivity|].
+  exact (f_equal (fun y => [y]) (mean_guard_R _ _)).
 Qed.
 
 (** All tokens ignored: the kept sum and count are both 0 and "mean" is
-    [0 / 0 = 0] (Coq's real division by 0).  This is the defined
-    behaviour of the specification; [F.cross_entropy] returns NaN here. *)
+    0, by the guard of [ce_output] (no division by the zero count).  This
+    is the defined behaviour of the specification, the same over floats;
+    [F.cross_entropy] returns NaN here. *)
 Theorem ce_mean_all_ignored : forall cfg bt bv H W bias targets,
   ce_reduction cfg = Red_mean ->
   (forall t, In t targets -> kept cfg t = false) ->
@@ -230,8 +246,9 @@ Proof.
     fold (kept_tokens cfg H targets); rewrite Hk; reflexivity. }
   assert (Hc : fa_count fa = 0) by (unfold fa; rewrite H4, Hk; reflexivity).
   split; [exact Ht|split; [exact Hc|]].
-  unfold ce_loss, ce_output; rewrite Hr; fold fa; rewrite Ht, Hc.
-  change (sc_div R_ops) with Rdiv; unfold Rdiv; rewrite Rmult_0_l; reflexivity.
+  unfold ce_loss, ce_output; rewrite Hr; fold fa; rewrite Hc.
+  change (sc_ltb R_ops (sc_zero R_ops) 0) with (Rltb 0 0); unfold Rltb.
+  destruct (Rlt_dec 0 0) as [H0|_]; [lra|reflexivity].
 Qed.
 
 (** All tokens ignored with "sum": the loss is 0. *)
