@@ -1,0 +1,304 @@
+"""An optimizer fused into the backward pass: no persistent ``.grad`` buffers.
+
+:class:`InBackwardOptimizer` registers a post-accumulate-grad hook on every
+parameter.  When autograd has accumulated the whole gradient of a parameter
+(``p.grad``), the hook updates that parameter with ``torch.optim``'s own step and
+sets ``p.grad = None``, so at most the gradients still in flight in the backward
+pass are alive, instead of one gradient per parameter at the end of backward.
+
+The update of one parameter is the step of a one-parameter instance of
+``optimizer_class`` (per parameter, sharing :attr:`state` and reading the
+hyper-parameters of the parameter's group in :attr:`param_groups` at every
+update), so the arithmetic is ``torch.optim``'s, and the parameters and optimizer
+state are bitwise those of the standard loop ``loss.backward(); opt.step();
+opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
+
+Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/):
+
+* ``Ojas.OptimizerInBackward.Events``: a backward pass is a list of events,
+  gradient contributions and hooks; ``standard_run`` accumulates with frozen
+  parameters, then steps every parameter with a gradient once; ``fused_run``
+  updates ``p`` at ``Hook p`` and frees its gradient.
+* The two runs agree when every contributed parameter is hooked, no contribution
+  to ``p`` comes after its hook and no later event reads ``p``.  PyTorch's
+  post-accumulate-grad hook fires once per backward, after the last contribution
+  (tied weights included: the engine sums all uses before ``AccumulateGrad``),
+  and a node that read ``p`` sends ``p`` a contribution, so it ran before the
+  hook (if it saved ``p`` without sending a gradient, the in-place update is
+  caught by autograd's version counter: an error, not a wrong result).
+* Gradient accumulation over ``k`` micro-batches: updating at every micro-batch
+  is not the standard loop (the counterexample); the repair keeps accumulating in
+  micro-batches ``1..k-1`` and updates in the ``k``-th.  One gradient per
+  parameter is then alive between micro-batches, as in the standard loop: with
+  ``accumulation_steps > 1`` nothing is saved on gradient memory.
+* Global-norm clipping needs the norm of all gradients before any update (the
+  counterexample); the repair is two backward passes over the same graph: the
+  first only takes each gradient's norm and frees it, the second clips with the
+  total norm and updates (:meth:`InBackwardOptimizer.backward`).
+
+The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
+defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
+``optimizer_class``'s, so checkpoints load into either.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from enum import Enum
+from typing import Any, Callable, Iterable, Optional, Union
+
+import torch
+from torch import Tensor
+from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype, _has_foreach_support
+
+__all__ = ["InBackwardOptimizer"]
+
+# torch.nn.utils.clip_grad_norm_'s default norm type, the only one supported.
+_NORM_TYPE = 2.0
+
+
+class _Mode(Enum):
+    UPDATE = "update"  # hooks update (or accumulate, before the last micro-batch)
+    NORM = "norm"      # first pass of clipping: hooks record the gradient norm and free it
+    CLIP = "clip"      # second pass of clipping: hooks clip with the total norm, then update
+
+
+def _grad_norm(grad: Tensor) -> Tensor:
+    """The norm of one gradient as ``clip_grad_norm_`` (``foreach=None``) computes it."""
+    if _has_foreach_support([grad], grad.device):
+        return torch._foreach_norm([grad], _NORM_TYPE)[0]
+    return torch.linalg.vector_norm(grad, _NORM_TYPE)
+
+
+class InBackwardOptimizer(torch.optim.Optimizer):
+    """``optimizer_class`` applied to each parameter in its post-accumulate-grad hook.
+
+    Args:
+        params: the parameters or parameter groups, as for ``optimizer_class``.
+            Parameters that do not require grad at construction get no hook and
+            are never updated.
+        optimizer_class: a ``torch.optim.Optimizer`` subclass whose step updates
+            each parameter from its own gradient and state only (SGD, Adam, AdamW,
+            ...; not LBFGS).
+        accumulation_steps: ``k``; micro-batches ``1..k-1`` accumulate into
+            ``.grad``, the ``k``-th backward updates and frees (as the standard
+            loop with ``opt.step()`` every ``k`` backward passes).
+        max_grad_norm: clip as ``torch.nn.utils.clip_grad_norm_(params, max_norm)``
+            (2-norm, over the parameters in :attr:`param_groups` order) before
+            every update.  With ``accumulation_steps == 1`` run backward with
+            :meth:`backward` (two backward passes); with ``accumulation_steps > 1``
+            the gradients are whole at the end of the ``k``-th backward anyway, and
+            clipping and updates run there.
+        optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
+
+    ``step()`` and ``zero_grad()`` may stay in the training loop: ``step()`` does
+    nothing, ``zero_grad()`` clears the gradients that exist (none after an
+    update).  Learning-rate schedulers work: they change ``param_groups[i]["lr"]``
+    and the next update reads it.  Save checkpoints after an update (gradients of
+    an unfinished accumulation are not optimizer state, as in ``torch.optim``).
+
+    Exact equality with the standard loop also needs a deterministic backward
+    with clipping (the two passes must compute the same gradients), and the same
+    parameter order in the standard loop's ``clip_grad_norm_``.  Not supported
+    (errors say why): an enabled ``torch.amp.GradScaler``, ``step(closure)``,
+    sparse gradients, a parameter that already has a ``.grad``, reentrant
+    activation checkpointing with ``accumulation_steps > 1`` (its nested backward
+    passes would count as micro-batches; use ``use_reentrant=False``).
+    """
+
+    # GradScaler.step then calls step() directly, which raises with the reason.
+    _step_supports_amp_scaling = True
+
+    def __init__(
+        self,
+        params: Iterable[Union[Tensor, dict[str, Any]]],
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        *,
+        accumulation_steps: int = 1,
+        max_grad_norm: Optional[float] = None,
+        **optimizer_kwargs: Any,
+    ) -> None:
+        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+            raise TypeError(f"optimizer_class must be a torch.optim.Optimizer subclass, got {optimizer_class!r}")
+        if issubclass(optimizer_class, InBackwardOptimizer):
+            raise TypeError("optimizer_class cannot be InBackwardOptimizer itself")
+        if issubclass(optimizer_class, torch.optim.LBFGS):
+            raise ValueError("optimizer_class=LBFGS needs step(closure) over all parameters at once; "
+                             "it cannot update one parameter in its hook")
+        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
+            raise TypeError(f"accumulation_steps must be an int, got {type(accumulation_steps).__name__}")
+        if accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
+        if max_grad_norm is not None:
+            if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, (int, float)):
+                raise TypeError(f"max_grad_norm must be None or a float, got {type(max_grad_norm).__name__}")
+            if not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
+                raise ValueError(f"max_grad_norm must be a finite float > 0, got {max_grad_norm}")
+            max_grad_norm = float(max_grad_norm)
+        self.optimizer_class = optimizer_class
+        self.accumulation_steps = accumulation_steps
+        self.max_grad_norm = max_grad_norm
+        self._constructor_args = set(inspect.signature(optimizer_class).parameters) - {"params"}
+        # param -> (its one-parameter optimizer, index of its group in param_groups)
+        self._per_param: dict[Tensor, tuple[torch.optim.Optimizer, int]] = {}
+        self._hook_handles: list[Any] = []
+        self._mode = _Mode.UPDATE
+        self._micro_batch = 0           # backward passes since the last update
+        self._queued_task = None        # the backward pass whose end-of-backward callback is queued
+        self._norms: dict[Tensor, Tensor] = {}
+        self._total_norm: Optional[Tensor] = None
+        # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
+        # and it applies its own load_state_dict fix-ups to them (__setstate__).
+        self._template = optimizer_class(params, **optimizer_kwargs)
+        super().__init__(self._template.param_groups, self._template.defaults)
+
+    # ------------------------------------------------------------------
+    # torch.optim.Optimizer interface
+    # ------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group (as ``torch.optim.Optimizer``) and hook its parameters."""
+        super().add_param_group(param_group)
+        index = len(self.param_groups) - 1
+        group = self.param_groups[index]
+        with_grad = [i for i, p in enumerate(group["params"]) if p.grad is not None]
+        if with_grad:
+            self.param_groups.pop()
+            raise ValueError(
+                f"params: parameter(s) {with_grad} of group {index} already have a .grad; updates in backward "
+                "would add it to the next gradient. Call zero_grad(set_to_none=True) on them first")
+        for p in group["params"]:
+            if not p.requires_grad:
+                continue
+            kwargs = {k: v for k, v in group.items() if k in self._constructor_args}
+            single = self.optimizer_class([p], **kwargs)
+            single.state = self.state
+            self._per_param[p] = (single, index)
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
+
+    def step(self, closure: Optional[Callable[[], float]] = None) -> None:
+        """Nothing to do: the parameters were updated during backward."""
+        if closure is not None:
+            raise RuntimeError(
+                "InBackwardOptimizer.step(closure) is not supported: a closure re-evaluates the loss and "
+                "steps on the whole gradient, but here every parameter is updated inside backward")
+        if hasattr(self, "found_inf") or hasattr(self, "grad_scale"):
+            raise RuntimeError(
+                "InBackwardOptimizer cannot be used with an enabled torch.amp.GradScaler: unscaling and the "
+                "inf/NaN check need all gradients before any update, but each parameter was already updated "
+                "in backward with its scaled gradient. Use bfloat16 autocast (no scaler) instead")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients that exist (as ``torch.optim``); after an update there are none."""
+        super().zero_grad(set_to_none)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        if "_template" in self.__dict__:  # load_state_dict: optimizer_class's fix-ups, then share the state
+            self._template.__setstate__({"state": self.state, "param_groups": self.param_groups})
+            for single, _ in self._per_param.values():
+                single.state = self.state
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("InBackwardOptimizer cannot be pickled or copied (it holds hooks on the parameters); "
+                        "save and load state_dict() instead")
+
+    # ------------------------------------------------------------------
+    # Backward
+    # ------------------------------------------------------------------
+
+    def backward(self, loss: Tensor) -> None:
+        """``loss.backward()``, with the two passes of clipping when it needs them.
+
+        With ``max_grad_norm`` and ``accumulation_steps == 1``: a first backward
+        (``retain_graph=True``) whose hooks record the norm of each gradient and
+        free it, then the total norm and clip coefficient exactly as
+        ``clip_grad_norm_``, then a second backward whose hooks clip and update.
+        It costs a second backward pass (no second forward). Otherwise it is
+        ``loss.backward()``.
+        """
+        if self.max_grad_norm is None or self.accumulation_steps > 1:
+            loss.backward()
+            return
+        if self._mode is not _Mode.UPDATE:
+            raise RuntimeError("InBackwardOptimizer.backward cannot be nested in another backward pass")
+        self._norms = {}
+        try:
+            self._mode = _Mode.NORM
+            loss.backward(retain_graph=True)
+            self._total_norm = self._total_norm_of(self._norms)
+            self._mode = _Mode.CLIP
+            loss.backward()
+        finally:
+            self._mode = _Mode.UPDATE
+            self._norms = {}
+            self._total_norm = None
+
+    def _params(self) -> list[Tensor]:
+        """The hooked parameters in ``param_groups`` order."""
+        return [p for g in self.param_groups for p in g["params"] if p in self._per_param]
+
+    def _total_norm_of(self, norms: dict[Tensor, Tensor]) -> Optional[Tensor]:
+        """``clip_grad_norm_``'s total: the norm of the per-gradient norms, in its order."""
+        params = [p for p in self._params() if p in norms]
+        if not params:
+            return None
+        groups = _group_tensors_by_device_and_dtype([params], with_indices=True)
+        ordered = [norms[params[i]] for _, (_, indices) in groups.items() for i in indices]
+        first_device = params[0].device
+        return torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in ordered]), _NORM_TYPE)
+
+    @torch.no_grad()
+    def _hook(self, p: Tensor) -> None:
+        if p.grad.is_sparse:
+            raise RuntimeError(
+                "InBackwardOptimizer does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
+                "the sparse paths of torch.optim and clip_grad_norm_ are not mirrored here")
+        if self._mode is _Mode.NORM:
+            self._norms[p] = _grad_norm(p.grad)
+            p.grad = None
+            return
+        self._queue_end_of_backward()
+        if self._mode is _Mode.CLIP:
+            torch.nn.utils.clip_grads_with_norm_([p], self.max_grad_norm, self._total_norm)
+            self._update(p)
+        elif self.max_grad_norm is not None and self.accumulation_steps == 1:
+            raise RuntimeError(
+                "with max_grad_norm (and accumulation_steps=1) run the backward pass as "
+                "optimizer.backward(loss), not loss.backward(): clipping needs the norm of every gradient "
+                "before the first update, so the gradients are computed twice")
+        elif self._micro_batch + 1 == self.accumulation_steps and self.max_grad_norm is None:
+            self._update(p)
+        # else: an earlier micro-batch (or clipping after accumulation): keep accumulating in p.grad
+
+    def _queue_end_of_backward(self) -> None:
+        """Have :meth:`_end_of_backward` run once at the end of the current backward pass."""
+        task = torch._C._current_graph_task_id()
+        if task != self._queued_task:
+            self._queued_task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+
+    @torch.no_grad()
+    def _end_of_backward(self) -> None:
+        """Count the micro-batch; after the k-th, update what is left (clipped if asked)."""
+        self._queued_task = None
+        if self._mode is _Mode.CLIP:
+            return
+        self._micro_batch += 1
+        if self._micro_batch < self.accumulation_steps:
+            return
+        self._micro_batch = 0
+        params = [p for p in self._params() if p.grad is not None]
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        for p in params:
+            self._update(p)
+
+    def _update(self, p: Tensor) -> None:
+        """Step ``p``'s one-parameter optimizer with its group's current hyper-parameters; free the gradient."""
+        single, index = self._per_param[p]
+        single.param_groups[0].update(
+            (k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
+        single.step()
+        p.grad = None
