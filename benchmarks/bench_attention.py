@@ -1,7 +1,9 @@
 """Benchmark: ojas_kernels flash attention against PyTorch SDPA (flash, cuDNN) and
 the naive materialised-scores attention, bf16, on one CUDA device.
 
-    python benchmarks/bench_attention.py [--quick] [--out FILE] [--tune]
+    python benchmarks/bench_attention.py [--quick] [--out FILE]
+    python benchmarks/bench_attention.py --tune [--tune-budget S]   # kernel variants, S=4K
+    python benchmarks/bench_attention.py --overhead                 # host time per call
 
 Forward FLOPs are counted as 4*B*H*Sq*Sk*E (two matrix products), backward as
 2.5 times that, both halved under a causal mask; forward+backward is 3.5 times
@@ -139,7 +141,8 @@ def bench(dims, seqs, impls, out_path):
             return f"{p[i] / a[i]:.2f}" if a and p else "-"
         summary.append(f"| {e} | {s} | {is_causal} | {ratio('flash', 0)} | {ratio('cudnn', 0)} | "
                        f"{ratio('flash', 1)} | {ratio('cudnn', 1)} |")
-    summary.insert(1, "Throughput ratios, ojas TFLOP/s over the peer's (= peer time / ojas time; above 1: ojas faster):")
+    summary[1:1] = ["Throughput ratios, ojas TFLOP/s over the peer's "
+                    "(= peer time / ojas time; above 1: ojas faster):", ""]
     print("\n".join(summary), flush=True)
     Path(out_path).write_text("\n".join(lines + summary) + "\n")
 

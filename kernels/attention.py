@@ -7,16 +7,24 @@ kernels run ``rocq/Attention/Backward.v`` (``attention_backward``): they
 recompute ``P = exp(s - lse)`` from the saved lse, take ``D = rowsum(dO * O)``
 and ``dS = P * (dP - D)``.
 
-Theorems implemented (Coq module ``Ojas.Attention``):
+Theorems implemented (over the reals; files under ``rocq/Attention/``):
 
-* ``Ojas.Attention.StreamCorrect``: streaming the key tiles (any tile size)
-  gives the two-pass softmax; the kernels pick the tile sizes per device.
-* ``Ojas.Attention.Mask``: a masked key contributes nothing, so key tiles
-  masked for every row of a query tile are skipped (and query tiles masked
-  for every key of a key tile, in the backward pass).
-* ``Ojas.Attention.Lse``: ``lse = m + ln l`` is the log-sum-exp of the
-  visible scores (``-inf`` and a zero output for a fully masked row).
-* ``Ojas.Attention.BackwardCorrect``: the gradients from the recomputed P.
+* ``Ojas.Attention.StreamCorrect`` (StreamCorrect.v): ``stream_row_correct``,
+  ``attention_forward_correct``: streaming the key tiles, of any size, gives
+  the two-pass softmax; the kernels pick the tile sizes per device.
+* ``Ojas.Attention.Mask`` (Mask.v): ``stream_row_masked_keys`` (a masked key
+  is a dropped key, so key tiles masked for every row of a query tile are
+  skipped, and query tiles masked for every key of a key tile in the
+  backward pass), ``stream_row_fully_masked`` (zeros, lse ``None`` = -inf).
+* ``Ojas.Attention.Lse`` (Lse.v): ``stream_lse`` (``l > 0`` and
+  ``lse = m + ln l``), ``row_probs_stream_row`` (P recomputed from the saved
+  lse is the softmax).
+* ``Ojas.Attention.BackwardCorrect`` (BackwardCorrect.v):
+  ``attention_backward_{dQ,dK,dV}_is_derive`` (the gradients),
+  ``backward_D_identity`` (``D = dO . o``), ``attention_backward_dQ_key_tiles``
+  (dQ accumulated over key tiles), ``attention_backward_query_tiles`` (dK, dV
+  summed over query tiles), ``attention_backward_forward_eq`` (fed with the
+  streamed forward's out and lse).
 
 Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
 ``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.
@@ -145,7 +153,8 @@ def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl
     Returns ``lo <= a <= b <= hi``: tiles starting in ``[lo, a)`` and
     ``[b, hi)`` need the mask, tiles in ``[a, b)`` are visible for every row
     and in bounds.  Keys outside ``[lo, hi)`` are masked for every row of
-    the tile and are dropped (Ojas.Attention.Mask)."""
+    the tile and are dropped (Mask.v, ``stream_row_masked_keys``).  With
+    ``SPLIT`` off every tile goes through the masked loop (``a = b = hi``)."""
     last_m = tl.minimum(start_m + BLOCK_M, seq_q) - 1
     lo = start_m * 0
     hi = seq_k + start_m * 0
@@ -173,7 +182,7 @@ def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: 
                  IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr):
     """Query tiles of the key tile ``[start_n, start_n + BLOCK_N)``, split as in
     ``_key_tiles``: ``[a, b)`` needs no mask, rows outside ``[lo, hi)`` see
-    none of the tile's keys and are dropped (Ojas.Attention.Mask)."""
+    none of the tile's keys and are dropped (Mask.v, ``stream_row_masked_keys``)."""
     last_n = tl.minimum(start_n + BLOCK_N, seq_k) - 1
     lo = start_n * 0
     hi = seq_q + start_n * 0
@@ -340,7 +349,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                      HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group and over the query
-    tiles that see the key tile."""
+    tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``)."""
     start_n = tl.program_id(0) * BLOCK_N
     pid_bh = tl.program_id(1)
     b = (pid_bh // num_kv_heads).to(tl.int64)
@@ -415,9 +424,10 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, O, DELTA, DQ,
                    HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
-    """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head.
-    It first computes ``D_i = dO_i . o_i`` (``row_dscores``) in float32 and
-    saves it for the dK/dV kernel, launched after this one."""
+    """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head,
+    accumulated over key tiles (BackwardCorrect.v, ``attention_backward_dQ_key_tiles``).
+    It first computes ``D_i = dO_i . o_i`` (``row_dscores``; ``backward_D_identity``)
+    in float32 and saves it for the dK/dV kernel, launched after this one."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     pid_bh = tl.program_id(1)
     b = (pid_bh // num_heads).to(tl.int64)
@@ -472,7 +482,8 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
 def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None) -> None:
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError("flash_attention expects [B, H, S, E] query, key and value")
-    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+    dtypes = (torch.float16, torch.bfloat16, torch.float32)
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in dtypes:
         raise ValueError(f"flash_attention supports float16, bfloat16 and float32 inputs of one dtype, "
                          f"got {query.dtype}, {key.dtype}, {value.dtype}")
     if not (query.device == key.device == value.device):
@@ -590,9 +601,10 @@ def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     """Forward pass: ``(out, lse)``, lse float32 ``[B, Hq, Sq]`` (``-inf`` for a
     fully masked row, whose output is zeros).
 
-    Implements ``attention_forward`` (rocq/Attention/OnlineSoftmax.v), proved
-    equal to the two-pass softmax by Ojas.Attention.StreamCorrect, with masked
-    key tiles dropped by Ojas.Attention.Mask and lse by Ojas.Attention.Lse."""
+    Implements ``attention_forward`` (rocq/Attention/OnlineSoftmax.v), equal to
+    the two-pass softmax by ``attention_forward_correct`` (StreamCorrect.v), with
+    masked key tiles dropped by ``stream_row_masked_keys`` (Mask.v) and the lse of
+    ``stream_lse`` (Lse.v)."""
     return _forward(query, key, value, is_causal, scale, window, config)
 
 
@@ -601,9 +613,11 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     config: AttentionConfig | None = None) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
 
-    Forward: ``attention_forward`` (OnlineSoftmax.v; Ojas.Attention.StreamCorrect,
-    Ojas.Attention.Mask, Ojas.Attention.Lse).  Backward: ``attention_backward``
-    (Backward.v; Ojas.Attention.BackwardCorrect), P recomputed from the saved lse."""
+    Forward: ``attention_forward`` (OnlineSoftmax.v; ``attention_forward_correct``
+    in StreamCorrect.v, ``stream_row_masked_keys`` in Mask.v, ``stream_lse`` in
+    Lse.v).  Backward: ``attention_backward`` (Backward.v; the
+    ``attention_backward_*_is_derive`` theorems and ``attention_backward_forward_eq``
+    in BackwardCorrect.v), P recomputed from the saved lse (``row_probs_stream_row``, Lse.v)."""
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     return _FlashAttention.apply(query, key, value, is_causal, float(scale), window, config)
