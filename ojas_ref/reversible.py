@@ -78,10 +78,11 @@ def split_halves(x: Tensor, name: str = "x") -> tuple[Tensor, Tensor]:
     return x[..., :d], x[..., d:]
 
 
-def _call(update: HalfUpdate, inp: Tensor, where: str) -> Tensor:
-    """``update.fn(inp)``, checked: a floating tensor of inp's shape, inp not modified in place."""
+def _call(update: HalfUpdate, inp: Tensor, where: str, params: Optional[dict[str, Tensor]] = None) -> Tensor:
+    """``update.fn(inp)`` (with the parameters ``params``, by name, in place of fn's own),
+    checked: a floating tensor of inp's shape, inp not modified in place."""
     version = inp._version
-    out = update.fn(inp)
+    out = torch.func.functional_call(update.fn, params, (inp,)) if params else update.fn(inp)
     if inp._version != version:
         raise RuntimeError(f"{where}: {update.name} modified its input in place; the reconstruction needs it "
                            "unchanged")
@@ -161,18 +162,22 @@ class AdditiveCoupling(ReversibleBlock):
 
 
 class SymplecticCoupling(ReversibleBlock):
-    """One leapfrog (velocity Verlet) step on x = cat(q, p): positions q, momenta p.
+    """One leapfrog (velocity Verlet) step on x = cat(p, q): momenta p, positions q.
 
         p <- p + (h/2) force(q)
         q <- q + h velocity(p)
         p <- p + (h/2) force(q)
 
-    three additive half-updates, so the step is exactly invertible (run them backwards
-    with the signs flipped) and symplectic. ``force`` maps positions to forces
-    (-grad V(q) for a Hamiltonian T(p) + V(q); any module here), ``velocity`` maps
-    momenta to velocities (dT/dp; default the identity, unit mass), ``step_size`` = h.
-    Both ``force`` calls are the same module, so its parameters get the sum of both
-    gradients.
+    ``force`` maps positions to forces (-dV/dq for a Hamiltonian T(p) + V(q); any
+    module here), ``velocity`` maps momenta to velocities (dT/dp; default the
+    identity, unit mass), ``step_size`` = h. These are the two coupling layers
+    ``leapfrog_layers kick drift`` = [(kick, drift); (kick, 0)] of
+    rocq/Reversible/Stack.v with kick = (h/2) force and drift = h velocity (the zero
+    update of the second layer is skipped): Ojas.Reversible.Stack.leapfrog_step_R
+    (over R this is the textbook leapfrog step) and
+    Ojas.Reversible.Stack.leapfrog_inverse_steps (``stack_inverse`` undoes any number
+    of steps exactly, over any commutative group). Both ``force`` calls are the same
+    module, so its parameters get the sum of both gradients.
     """
 
     def __init__(self, force: nn.Module, *, step_size: float = 1.0, velocity: Optional[nn.Module] = None) -> None:
@@ -188,8 +193,8 @@ class SymplecticCoupling(ReversibleBlock):
 
     def half_updates(self) -> tuple[HalfUpdate, ...]:
         h = self.step_size
-        return (HalfUpdate(1, self.force, h / 2, "force"), HalfUpdate(0, self.velocity, h, "velocity"),
-                HalfUpdate(1, self.force, h / 2, "force"))
+        return (HalfUpdate(0, self.force, h / 2, "force"), HalfUpdate(1, self.velocity, h, "velocity"),
+                HalfUpdate(0, self.force, h / 2, "force"))
 
 
 # --------------------------------------------------------------------------
@@ -252,13 +257,13 @@ def _autocast_kwargs(device_type: str) -> list[tuple[str, dict]]:
 # --------------------------------------------------------------------------
 
 class _Plan(NamedTuple):
-    """One half-update of the stack: its block, whether it is the block's first, the
-    indices (in the stack's parameter list) of its fn's parameters."""
+    """One half-update of the stack: its block, whether it is the block's first, and the
+    names in fn and indices in the stack's parameter list of fn's trainable parameters."""
 
     layer: int
     first: bool
     update: HalfUpdate
-    params: tuple[int, ...]
+    params: tuple[tuple[str, int], ...]
 
 
 class _ReversibleFunction(torch.autograd.Function):
@@ -306,9 +311,8 @@ class _ReversibleFunction(torch.autograd.Function):
                 step = plan[i]
                 if ctx.rng:
                     ctx.rng[i].restore(ctx.device_type)
-                params = [ctx.params[j] for j in step.params]
-                h, g, grads = stack._update(h, step, ctx.x_dtype, forward=False, grad=g, params=params)
-                for j, gj in zip(step.params, grads):
+                h, g, grads = stack._update(h, step, ctx.x_dtype, forward=False, grad=g, params=ctx.params)
+                for (_, j), gj in zip(step.params, grads):
                     if gj is not None:
                         param_grads[j] = gj if param_grads[j] is None else param_grads[j] + gj
                 if errors is not None and step.first:
@@ -401,11 +405,51 @@ class ReversibleSequence(nn.Module):
         params = [p for p in self.parameters() if p.requires_grad]
         return _ReversibleFunction.apply(x, self, *params)
 
+    # -- no-grad access to the stack's maps (oracle comparisons, debugging) -------
+
+    def quantize(self, x: Tensor) -> Tensor:
+        """The int64 fixed-point state round(x 2^k) of a float stream x (k = ``fraction_bits``)."""
+        split_halves(x)
+        return _to_fixed(x, self.fraction_bits, "x")
+
+    def dequantize(self, state: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The float stream state 2^-k in ``dtype`` of an int64 fixed-point state."""
+        return _from_fixed(state, self.fraction_bits, dtype)
+
+    @torch.no_grad()
+    def stack_forward(self, state: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+        """The blocks' half-updates first to last, without autograd (``stack_forward`` of
+        rocq/Reversible/Stack.v). Float mode: ``state`` is a float stream. Exact mode: an
+        int64 fixed-point state, the functions run in ``dtype`` (default float32), and
+        the result is the int64 state. Randomness is not replayed: use eval mode."""
+        return self._run(state, dtype, inverse=False)
+
+    @torch.no_grad()
+    def stack_inverse(self, state: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+        """The half-updates' inverses last to first (``stack_inverse`` of
+        rocq/Reversible/Stack.v), without autograd; states as in :meth:`stack_forward`.
+        In exact mode ``stack_inverse(stack_forward(s)) == s`` bit for bit for any
+        functions (Ojas.Reversible.FixedPoint.fixed_point_stack_inverse_exact_list)."""
+        return self._run(state, dtype, inverse=True)
+
+    def _run(self, state: Tensor, dtype: Optional[torch.dtype], *, inverse: bool) -> Tensor:
+        h = list(split_halves(state, "state"))
+        if self.exact != (state.dtype == torch.int64):
+            want = "an int64 fixed-point state (see quantize)" if self.exact else "a float stream"
+            raise TypeError(f"state must be {want} in {'exact' if self.exact else 'float'} mode, "
+                            f"got dtype {state.dtype}")
+        dtype = dtype or (torch.float32 if self.exact else state.dtype)
+        plan = self._plan(())
+        for step in reversed(plan) if inverse else plan:
+            h = self._update(h, step, dtype, forward=not inverse)[0]
+        return torch.cat(h, dim=-1)
+
     # -- pieces shared by forward, backward and the no-grad helpers --------------
 
     def _plan(self, params: Sequence[Tensor]) -> list[_Plan]:
         index = {id(p): i for i, p in enumerate(params)}
-        return [_Plan(layer, k == 0, u, tuple(index[id(p)] for p in u.fn.parameters() if id(p) in index))
+        return [_Plan(layer, k == 0, u, tuple((name, index[id(p)]) for name, p in u.fn.named_parameters()
+                                             if id(p) in index))
                 for layer, block in enumerate(self.blocks) for k, u in enumerate(block.half_updates())]
 
     def _update(self, h: list[Tensor], step: _Plan, dtype: torch.dtype, *, forward: bool,
@@ -414,15 +458,19 @@ class ReversibleSequence(nn.Module):
 
         With ``grad`` (backward: ``forward=False``), fn is evaluated with grad enabled and
         the vector-Jacobian product of x_t + c fn(x_o) with the gradient of the updated
-        half is taken (w.r.t. x_o and ``params``, fn's parameters): returns
+        half is taken w.r.t. x_o and fn's parameters (``params`` is the stack's list; fn
+        runs on detached aliases of them, so that tensor hooks on the parameters fire
+        once, for the gradient backward returns, as with ordinary autograd): returns
         (h, grad, parameter gradients); otherwise (h, None, ())."""
         u, t = step.update, step.update.target
         where = f"blocks[{step.layer}] ({type(self.blocks[step.layer]).__name__})"
         other = _from_fixed(h[1 - t], self.fraction_bits, dtype) if self.exact else h[1 - t]
+        aliases = None
         if grad is not None:
             other = other.detach().requires_grad_(True)
+            aliases = {name: params[j].detach().requires_grad_(True) for name, j in step.params}
         with torch.enable_grad() if grad is not None else contextlib.nullcontext():
-            inc = _float_increment(_call(u, other, where), u.scale)
+            inc = _float_increment(_call(u, other, where, aliases), u.scale)
         with torch.no_grad():
             if self.exact:
                 delta = _to_fixed(inc.to(torch.float64), self.fraction_bits, f"{where}: {u.name}'s increment")
@@ -434,8 +482,8 @@ class ReversibleSequence(nn.Module):
         if grad is None:
             return h, None, ()
         if not inc.requires_grad:  # fn ignores its input and has no trainable parameters
-            return h, grad, (None,) * len(params)
-        vjp = torch.autograd.grad(inc, [other, *params], grad[t].to(inc.dtype), allow_unused=True)
+            return h, grad, (None,) * len(aliases)
+        vjp = torch.autograd.grad(inc, [other, *aliases.values()], grad[t].to(inc.dtype), allow_unused=True)
         grad = list(grad)
         if vjp[0] is not None:
             grad[1 - t] = grad[1 - t] + vjp[0]
