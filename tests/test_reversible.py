@@ -151,3 +151,236 @@ def test_shared_parameters_sum_their_gradients():
     _, g_seq = grads_of(seq, x, params, 1, rng_seed=0)
     for a, e in zip(g_rev, g_seq):
         assert max_rel_error(a, e) <= F64_TOL
+
+
+class Attention(nn.Module):
+    """Causal self-attention on [B, S, d] through ojas_ref.attention (LayerNorm first, no residual)."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from ojas_ref.attention import attention
+
+        q, k, v = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)
+        return self.out(attention(q, k, v, is_causal=True).transpose(1, 2).flatten(-2))
+
+
+def test_transformer_blocks_attention_and_mlp():
+    """f = attention block, g = MLP block on a doubled stream (RevViT / Reformer)."""
+    torch.manual_seed(0)
+    d = 8
+    blocks = [AdditiveCoupling(Attention(d, 2), nn.Sequential(nn.LayerNorm(d), mlp(d, 4 * d))).double()
+              for _ in range(3)]
+    rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
+    params = list(rev.parameters())
+    e = torch.randn(2, 5, d, dtype=F64)
+    x = torch.cat([e, e], dim=-1)
+    y_rev, g_rev = grads_of(rev, x, params, 0, rng_seed=0)
+    y_seq, g_seq = grads_of(seq, x, params, 0, rng_seed=0)
+    assert torch.equal(y_rev, y_seq)
+    for a, b in zip(g_rev, g_seq):
+        assert max_rel_error(a, b) <= F64_TOL
+
+
+# --------------------------------------------------------------------------
+# Exact (fixed-point) mode
+# --------------------------------------------------------------------------
+
+def straight_through_stack(blocks: list[ReversibleBlock], x: torch.Tensor, k: int) -> torch.Tensor:
+    """The fixed-point computation of exact mode with ordinary autograd, float64: every
+    increment z is replaced by round(z 2^k) 2^-k with the gradient of z (straight-through).
+    The values are multiples of 2^-k below 2^(53-k), so the float64 sums are exact."""
+
+    def st_round(z: torch.Tensor) -> torch.Tensor:
+        return torch.round(z.detach() * 2.0**k) * 2.0**-k + (z - z.detach())
+
+    h = list(st_round(x).chunk(2, dim=-1))
+    for block in blocks:
+        for u in block.half_updates():
+            out = u.fn(h[1 - u.target])
+            h[u.target] = h[u.target] + st_round(out if u.scale == 1.0 else out * u.scale)
+    return torch.cat(h, dim=-1)
+
+
+@given(stacks(), st.sampled_from([8, 20, 32]))
+def test_exact_mode_is_straight_through_fixed_point(p, k):
+    """Exact mode's output is the fixed-point computation (bitwise), its gradients those
+    of the straight-through estimator (rounding as identity), the inverse is bit-exact."""
+    blocks = make_blocks(p["seed"], p["depth"], p["d"], kinds=p["kinds"], dropout=p["dropout"])
+    rev = ReversibleSequence(blocks, exact=True, fraction_bits=k, check_reconstruction=True)
+    params = list(rev.parameters())
+    x = torch.randn(*p["batch"], 2 * p["d"], dtype=F64, generator=torch.Generator().manual_seed(p["seed"]))
+    y_rev, g_rev = grads_of(rev, x, params, p["seed"], rng_seed=p["seed"])
+    y_ref, g_ref = grads_of(lambda v: straight_through_stack(blocks, v, k), x, params, p["seed"],
+                            rng_seed=p["seed"])
+    assert torch.equal(y_rev, y_ref)
+    assert rev.reconstruction_errors == [0.0] * p["depth"]
+    for i, (a, e) in enumerate(zip(g_rev, g_ref)):
+        assert max_rel_error(a, e) <= F64_TOL, f"gradient {i}: {max_rel_error(a, e):.3g}"
+
+
+@given(st.integers(0, 2**16), st.integers(1, 12), st.sampled_from(["a", "s", "as"]), st.sampled_from([F32, F64]),
+       st.sampled_from([0.3, 1.0, 10.0]))
+def test_exact_inverse_is_bit_exact(seed, depth, kinds, dtype, scale):
+    """stack_inverse(stack_forward(s)) == s for any functions (FixedPoint.fixed_point_stack_inverse_exact_list),
+    badly conditioned ones (weights x10) included."""
+    blocks = make_blocks(seed, depth, 3, kinds=kinds, w1=scale, w2=scale, dtype=dtype)
+    rev = ReversibleSequence(blocks, exact=True, fraction_bits=24)
+    s = rev.quantize(torch.randn(6, 6, dtype=dtype, generator=torch.Generator().manual_seed(seed)))
+    y = rev.stack_forward(s, dtype)
+    assert y.dtype == torch.int64
+    assert torch.equal(rev.stack_inverse(y, dtype), s)
+
+
+def test_badly_conditioned_float_reconstruction_vs_exact():
+    """Weights x10, float32, depth 8: the float inverse is visibly off, the exact one is not."""
+    blocks = make_blocks(0, 8, 3, kinds="a", w1=10.0, w2=10.0, dtype=F32)
+    x = torch.randn(16, 6, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    float_rev = ReversibleSequence(blocks, check_reconstruction=True)
+    float_rev(x).sum().backward()
+    assert max(float_rev.reconstruction_errors) > 1e-4
+    assert float((float_rev.stack_inverse(float_rev.stack_forward(x.detach())) - x.detach()).abs().max()) > 1e-4
+    exact_rev = ReversibleSequence(blocks, exact=True, check_reconstruction=True)
+    exact_rev(x).sum().backward()
+    assert exact_rev.reconstruction_errors == [0.0] * 8
+
+
+# --------------------------------------------------------------------------
+# Memory: what autograd saves
+# --------------------------------------------------------------------------
+
+def saved_activation_bytes(module: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the tensors autograd saves for backward during module(x), parameters excluded."""
+    param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        if t.untyped_storage().data_ptr() not in param_storages:
+            total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)
+    return total
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_saved_tensors_do_not_grow_with_depth(exact):
+    x = torch.randn(4, 7, 16, requires_grad=True)
+    rev, ordinary = {}, {}
+    for depth in (1, 4, 16):
+        blocks = make_blocks(0, depth, 8, kinds="as", dtype=F32)
+        rev[depth] = saved_activation_bytes(ReversibleSequence(blocks, exact=exact), x)
+        ordinary[depth] = saved_activation_bytes(nn.Sequential(*blocks), x)
+    # reversible: the output only (its int64 state in exact mode)
+    assert rev[1] == rev[4] == rev[16] == x.numel() * (8 if exact else 4)
+    # ordinary: the same amount per pair of blocks ("as"), so affine in depth
+    per_block = (ordinary[16] - ordinary[4]) / 12
+    assert per_block > 0 and ordinary[4] - ordinary[1] == 3 * per_block
+
+
+def test_check_reconstruction_stores_inputs():
+    """Debug mode keeps every block's input (the memory the stack otherwise saves)."""
+    x = torch.randn(4, 16, requires_grad=True)
+    blocks = make_blocks(0, 4, 8, dtype=F32)
+    rev = ReversibleSequence(blocks, check_reconstruction=True)
+    rev(x).sum().backward()
+    assert len(rev.reconstruction_errors) == 4 and all(0.0 <= e < 1e-5 for e in rev.reconstruction_errors)
+
+
+# --------------------------------------------------------------------------
+# Autocast
+# --------------------------------------------------------------------------
+
+class AutocastProbe(nn.Module):
+    """An MLP that records whether CPU autocast is on at each call."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.net = mlp(d, 2 * d)
+        self.seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(torch.is_autocast_enabled("cpu"))
+        return self.net(x)
+
+
+def test_autocast_state_replayed_in_backward():
+    torch.manual_seed(0)
+    probes = [AutocastProbe(4) for _ in range(4)]
+    blocks = [AdditiveCoupling(probes[2 * i], probes[2 * i + 1]) for i in range(2)]
+    rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
+    params = list(rev.parameters())
+    x = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_rev, g_rev = grads_of(rev, x, params, 0, rng_seed=0)
+        y_seq, g_seq = grads_of(seq, x, params, 0, rng_seed=0)
+    assert all(all(p.seen) and len(p.seen) == 3 for p in probes)  # forward, backward, ordinary
+    assert y_rev.dtype == F32 and torch.equal(y_rev, y_seq)
+    # bf16 products: the reconstructed input may round to another bf16 value than the stored one
+    for a, e in zip(g_rev, g_seq):
+        assert max_rel_error(a, e) <= 2e-2
+
+
+# --------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------
+
+class Tupled(nn.Module):
+    def forward(self, x):
+        return x, x
+
+
+class Widen(nn.Module):
+    def forward(self, x):
+        return torch.cat([x, x], dim=-1)
+
+
+class InPlace(nn.Module):
+    def forward(self, x):
+        return x.mul_(2.0)
+
+
+class Huge(nn.Module):
+    def forward(self, x):
+        return x * 1e30
+
+
+def test_errors():
+    a = AdditiveCoupling(nn.Identity(), nn.Identity())
+    with pytest.raises(ValueError, match="even, nonzero last dimension"):
+        ReversibleSequence([a])(torch.randn(3, 5))
+    with pytest.raises(TypeError, match="floating dtype"):
+        ReversibleSequence([a])(torch.ones(3, 4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="f must be an nn.Module"):
+        AdditiveCoupling(lambda x: x, nn.Identity())
+    with pytest.raises(ValueError, match="step_size"):
+        SymplecticCoupling(nn.Identity(), step_size=math.nan)
+    with pytest.raises(ValueError, match="at least one"):
+        ReversibleSequence([])
+    with pytest.raises(TypeError, match=r"blocks\[1\] must be a ReversibleBlock"):
+        ReversibleSequence([a, nn.Linear(2, 2)])
+    with pytest.raises(TypeError, match="single Linear"):
+        ReversibleSequence(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="fraction_bits"):
+        ReversibleSequence([a], exact=True, fraction_bits=63)
+    with pytest.raises(TypeError, match=r"blocks\[0\] \(AdditiveCoupling\): g must return a torch.Tensor"):
+        ReversibleSequence([AdditiveCoupling(nn.Identity(), Tupled())])(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="f changed the shape"):
+        ReversibleSequence([AdditiveCoupling(Widen(), nn.Identity())])(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="f changed the shape"):
+        AdditiveCoupling(Widen(), nn.Identity())(torch.randn(2, 4))
+    with pytest.raises(RuntimeError, match="modified its input in place"):
+        ReversibleSequence([AdditiveCoupling(InPlace(), nn.Identity())])(torch.randn(2, 4))
+    with pytest.raises(OverflowError, match="fixed-point range"):
+        ReversibleSequence([a], exact=True, fraction_bits=40)(torch.full((2, 4), 2.0**30))
+    with pytest.raises(OverflowError, match="f's increment"):
+        ReversibleSequence([AdditiveCoupling(Huge(), nn.Identity())], exact=True)(torch.ones(2, 4))
+    with pytest.raises(TypeError, match="int64 fixed-point state"):
+        ReversibleSequence([a], exact=True).stack_forward(torch.ones(2, 4))
