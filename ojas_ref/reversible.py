@@ -23,16 +23,35 @@ is kept between the passes.
 
 Theorems (``rocq/Reversible/``) this code implements:
 
-* ``Ojas.Reversible.Coupling.coupling_inverse_forward`` (and
-  ``coupling_inverse_forward_list`` for vectors): over any commutative group the
-  inverse undoes the forward pass exactly, for arbitrary f and g (no continuity or
-  invertibility assumption). In exact mode (below) the group is Z (int64 fixed
-  point), so the reconstruction is bit-exact for any f and g.
+* ``Ojas.Reversible.Coupling.coupling_inverse_forward`` (``coupling_inverse_forward_list``
+  for vectors): over any commutative group, ``coupling_inverse`` undoes
+  ``coupling_forward`` exactly, for arbitrary f and g (no continuity or
+  invertibility assumption). A half-update is a coupling layer with one function
+  zero, so it is covered too.
+* ``Ojas.Reversible.Stack.stack_inverse_forward`` (``stack_inverse_forward_list``): the
+  layer inverses run last to first undo the stack exactly; backward walks the
+  half-updates in that order.
+* ``Ojas.Reversible.Stack.leapfrog_step_R`` and ``leapfrog_inverse_steps``: the
+  leapfrog step is the coupling stack ``leapfrog_layers`` (:class:`SymplecticCoupling`).
+* ``Ojas.Reversible.Gradient.backprop_reversible_correct`` (``backprop_coupling``,
+  ``coupling_stack_backward_correct``): backprop that reconstructs each layer's input
+  with the inverse and then calls the layer's local vector-Jacobian product on it
+  returns exactly the input and parameter gradients of ordinary backprop from stored
+  activations, whenever each layer is inverted exactly; the layers here are the
+  half-updates and the local VJP is autograd's on ``x_t + c fn(x_o)``.
+  ``Ojas.Reversible.Gradient.coupling_vjp_derive``: the RevNet backward of a coupling
+  layer (dz = dy1 + g'(y1)^T dy2, dx1 = dz, dx2 = dy2 + f'(x2)^T dz), which is what the
+  two half-updates' VJPs compose to, is the derivative.
+* ``Ojas.Reversible.FixedPoint.fixed_point_stack_inverse_exact_list`` (and
+  ``fixed_point_quantized_exact``): over Z (exact mode's int64 fixed point) the inverse
+  is exact for arbitrary integer-valued functions, here
+  ``fixed_residual 2^k round F``: dequantise, evaluate, scale, round.
 
 In floating point ``(x + f(a)) - f(a)`` is not ``x``: each half-update loses up to
 half an ulp of the updated half, and an error already in the reconstructed other
-half is amplified by the Lipschitz constant of ``fn``; ``check_reconstruction=True``
-measures it.
+half is amplified by the Lipschitz constant of ``fn``; the gradients are then the
+ordinary ones at slightly perturbed activations. ``check_reconstruction=True``
+measures the reconstruction error; exact mode removes it.
 """
 
 from __future__ import annotations
@@ -269,7 +288,15 @@ class _Plan(NamedTuple):
 class _ReversibleFunction(torch.autograd.Function):
     """Forward without autograd; saves the stack's output only (int64 state in exact mode).
     Backward: per half-update from the last, fn recomputed with grad on the reconstructed
-    other half, the increment subtracted (inverse), the local vector-Jacobian product taken."""
+    other half, the increment subtracted (inverse), the local vector-Jacobian product taken.
+
+    Why per half-update rather than "invert the whole block without grad, then re-run its
+    forward with grad": that evaluates every fn twice in backward. The half-update's other
+    half is already known when it is inverted, so one evaluation of fn with grad gives
+    both the increment to subtract and the local graph (the same value, fn being
+    deterministic given the replayed RNG state); each fn runs once in backward, as with
+    activation checkpointing. Ojas.Reversible.Gradient.backprop_reversible_correct covers
+    this order: its layers are the half-updates."""
 
     @staticmethod
     def forward(ctx, x, stack, *params):
