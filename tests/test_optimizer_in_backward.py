@@ -1,0 +1,421 @@
+"""InBackwardOptimizer against the standard torch.optim loop, bitwise.
+
+A small transformer (2 layers, d=32, vocabulary 50, input and output embeddings
+tied, no dropout) is trained for a few steps twice from the same initial weights
+and batches: with ``loss.backward(); clip_grad_norm_; opt.step(); opt.zero_grad()``
+and with the same loop over :class:`InBackwardOptimizer`.  Parameters and optimizer
+state must be ``torch.equal``.  CPU, float32, deterministic.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+
+VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 50, 32, 4, 2, 12, 3
+CLIP = 0.05  # below the gradient norms of this model (checked), so clipping is active
+
+OPTIMIZERS = {
+    "sgd": (torch.optim.SGD, dict(lr=0.1)),
+    "sgd_momentum": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+    "sgd_nesterov": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    "adam": (torch.optim.Adam, dict(lr=1e-2, weight_decay=0.01)),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-2, betas=(0.8, 0.95), weight_decay=0.1)),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: intra-op threads only cost time here (about 4x on 2 shared cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------
+# Model, data and training loop
+# --------------------------------------------------------------------------
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.fc, self.out = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, D))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class TinyLM(nn.Module):
+    """Decoder-only transformer whose output projection is the input embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D)
+        self.pos = nn.Parameter(0.02 * torch.randn(SEQ, D))
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.ln_f = nn.LayerNorm(D)
+
+    def loss(self, tokens, targets, weight_in: torch.Tensor, weight_out: torch.Tensor) -> torch.Tensor:
+        h = F.embedding(tokens, weight_in) + self.pos
+        for block in self.blocks:
+            h = block(h)
+        logits = F.linear(self.ln_f(h), weight_out)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def forward(self, tokens, targets) -> torch.Tensor:
+        return self.loss(tokens, targets, self.emb.weight, self.emb.weight)
+
+
+def make_model() -> TinyLM:
+    torch.manual_seed(0)
+    return TinyLM()
+
+
+def batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + micro)
+    tokens = torch.randint(VOCAB, (BATCH, SEQ + 1), generator=gen)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int = 1,
+          clip: Optional[float] = None, sched=None) -> list[float]:
+    """The usual loop; for InBackwardOptimizer only the backward call differs. Returns the clipped norms."""
+    norms = []
+    for step in steps:
+        for micro in range(k):
+            loss = model(*batch(step, micro)) / k
+            if isinstance(opt, InBackwardOptimizer):
+                opt.backward(loss)
+            else:
+                loss.backward()
+        if clip is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+    return norms
+
+
+def run(name: str, *, fused: bool, steps: int = 3, k: int = 1, clip: Optional[float] = None,
+        sched: Optional[Callable] = None) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
+    cls, kw = OPTIMIZERS[name]
+    model = make_model()
+    if fused:
+        opt = InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, **kw)
+    else:
+        opt = cls(model.parameters(), **kw)
+    norms = train(model, opt, range(steps), k=k, clip=clip, sched=None if sched is None else sched(opt))
+    return model, opt, norms
+
+
+def same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+def assert_same(model_a: nn.Module, opt_a, model_b: nn.Module, opt_b) -> None:
+    """Bitwise equal parameters, optimizer state and param_groups."""
+    for (name, a), b in zip(model_a.named_parameters(), model_b.parameters()):
+        assert torch.equal(a, b), f"parameter {name} differs: max |diff| {float((a - b).abs().max()):.3g}"
+    sa, sb = opt_a.state_dict(), opt_b.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    assert sa["state"].keys() == sb["state"].keys()
+    for i, state in sa["state"].items():
+        assert state.keys() == sb["state"][i].keys()
+        for key, value in state.items():
+            assert same_value(value, sb["state"][i][key]), f"state {key!r} of parameter {i} differs"
+
+
+def max_diff(model_a: nn.Module, model_b: nn.Module) -> float:
+    return max(float((a - b).detach().abs().max()) for a, b in zip(model_a.parameters(), model_b.parameters()))
+
+
+# --------------------------------------------------------------------------
+# Equality with the standard loop
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("clip", [None, CLIP], ids=["noclip", "clip"])
+@pytest.mark.parametrize("k", [1, 3], ids=["k1", "k3"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_matches_standard_loop(name: str, k: int, clip: Optional[float]) -> None:
+    model_s, opt_s, norms = run(name, fused=False, k=k, clip=clip)
+    model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip)
+    if clip is not None:
+        assert min(norms) > clip, "the test must exercise clipping"
+    assert len(opt_f.state) == len(list(model_f.parameters())) or name == "sgd"
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
+@pytest.mark.parametrize("sched", [
+    lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.3),
+    lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
+], ids=["StepLR", "LambdaLR"])
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
+def test_lr_scheduler(name: str, sched: Callable) -> None:
+    model_s, opt_s, _ = run(name, fused=False, steps=4, sched=sched)
+    model_f, opt_f, _ = run(name, fused=True, steps=4, sched=sched)
+    assert opt_f.param_groups[0]["lr"] != OPTIMIZERS[name][1]["lr"]
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
+def test_param_groups_with_their_own_hyperparameters() -> None:
+    models, opts = [], []
+    for cls in (torch.optim.AdamW, InBackwardOptimizer):
+        model = make_model()
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0, "lr": 3e-3}]
+        opt = InBackwardOptimizer(groups, torch.optim.AdamW, lr=1e-2) if cls is InBackwardOptimizer \
+            else torch.optim.AdamW(groups, lr=1e-2)
+        train(model, opt, range(3))
+        models.append(model)
+        opts.append(opt)
+    assert_same(models[0], opts[0], models[1], opts[1])
+
+
+def test_parameter_without_gradient_in_last_micro_batch() -> None:
+    """With accumulation, a parameter whose gradient came only from earlier micro-batches
+    is still updated at the end of the k-th backward (as opt.step() updates it)."""
+    results = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        first, second = nn.Linear(4, 4), nn.Linear(4, 1)
+        params = list(first.parameters()) + list(second.parameters())
+        opt = InBackwardOptimizer(params, torch.optim.Adam, accumulation_steps=3, lr=0.1) if fused \
+            else torch.optim.Adam(params, lr=0.1)
+        for step in range(2):
+            for micro in range(3):
+                x = torch.randn(5, 4, generator=torch.Generator().manual_seed(10 * step + micro))
+                h = first(x)
+                loss = (second(h) if micro == 0 else h).square().mean()
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+        assert all(p.grad is None for p in params)
+        results.append((params, opt))
+    (ps, os_), (pf, of) = results
+    assert all(torch.equal(a, b) for a, b in zip(ps, pf))
+    assert int(of.state_dict()["state"][3]["step"]) == 2
+
+
+# --------------------------------------------------------------------------
+# Gradients do not survive
+# --------------------------------------------------------------------------
+
+def test_no_grad_survives_backward() -> None:
+    model = make_model()
+    params = list(model.parameters())
+    opt = InBackwardOptimizer(params, torch.optim.AdamW, lr=1e-2)
+    live = []
+    for p in params:  # registered after the optimizer's hooks, so they run after each update
+        p.register_post_accumulate_grad_hook(lambda p: live.append(sum(q.grad is not None for q in params)))
+    model(*batch(0, 0)).backward()
+    assert all(p.grad is None for p in params)
+    assert len(live) == len(params) and max(live) == 0
+
+
+def test_accumulation_keeps_gradients_until_the_last_micro_batch() -> None:
+    model = make_model()
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    opt = InBackwardOptimizer(params, torch.optim.SGD, accumulation_steps=3, lr=0.1)
+    for micro in range(2):
+        (model(*batch(0, micro)) / 3).backward()
+        assert all(p.grad is not None for p in params)
+        assert all(torch.equal(p, b) for p, b in zip(params, before))
+    (model(*batch(0, 2)) / 3).backward()
+    assert all(p.grad is None for p in params)
+    assert not any(torch.equal(p, b) for p, b in zip(params, before))
+    assert opt.step() is None
+
+
+def test_clipping_first_pass_frees_every_gradient() -> None:
+    model = make_model()
+    params = list(model.parameters())
+    opt = InBackwardOptimizer(params, torch.optim.AdamW, lr=1e-2, max_grad_norm=CLIP)
+    live = []
+    for p in params:
+        p.register_post_accumulate_grad_hook(lambda p: live.append(sum(q.grad is not None for q in params)))
+    opt.backward(model(*batch(0, 0)))
+    assert len(live) == 2 * len(params) and max(live) == 0
+    assert all(p.grad is None for p in params)
+
+
+# --------------------------------------------------------------------------
+# Tied weights
+# --------------------------------------------------------------------------
+
+def test_tied_weight_hook_fires_once_with_the_summed_gradient() -> None:
+    """The embedding is used twice (input lookup, output projection); PyTorch's
+    post-accumulate-grad hook fires once, after both contributions."""
+    model = make_model()
+    w = model.emb.weight
+    w_in, w_out = w.view_as(w), w.view_as(w)
+    loss = model.loss(*batch(0, 0), w_in, w_out)
+    g_in, g_out = torch.autograd.grad(loss, [w_in, w_out], retain_graph=True)
+    seen = []
+    w.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone()))
+    loss.backward()
+    assert len(seen) == 1 and torch.equal(seen[0], g_out + g_in)
+
+
+def test_hook_per_use_on_tied_weights_differs() -> None:
+    """A design that updated at each use's gradient would take two Adam steps on the
+    tied embedding (one per use) instead of one with the sum."""
+    model = make_model()
+    w = model.emb.weight
+    w_in, w_out = w.view_as(w), w.view_as(w)
+    g_in, g_out = torch.autograd.grad(model.loss(*batch(0, 0), w_in, w_out), [w_in, w_out])
+    once, per_use = w.detach().clone(), w.detach().clone()
+    opt_once, opt_per_use = torch.optim.Adam([once], lr=1e-2), torch.optim.Adam([per_use], lr=1e-2)
+    once.grad = g_in + g_out
+    opt_once.step()
+    for g in (g_out, g_in):  # backward produces the output projection's gradient first
+        per_use.grad = g
+        opt_per_use.step()
+    assert float((once - per_use).abs().max()) > 1e-3
+
+
+# --------------------------------------------------------------------------
+# Counterexamples: what the repairs are for
+# --------------------------------------------------------------------------
+
+def test_naive_per_micro_batch_updates_differ() -> None:
+    """Updating in every micro-batch's hooks (no accumulation repair) is not the
+    standard accumulate-then-step loop."""
+    model_s, _, _ = run("adamw", fused=False, k=3)
+    model_n = make_model()
+    cls, kw = OPTIMIZERS["adamw"]
+    train(model_n, InBackwardOptimizer(model_n.parameters(), cls, **kw), range(3), k=3)
+    assert max_diff(model_s, model_n) > 1e-3
+
+
+def test_one_pass_clipping_differs() -> None:
+    """A single backward pass only has the gradients seen so far at each hook; clipping
+    each gradient by its own norm there is not clip_grad_norm_ over all gradients."""
+    model_s, _, _ = run("adamw", fused=False, clip=CLIP)
+    model_n = make_model()
+    def clip_alone(p: torch.Tensor) -> None:
+        torch.nn.utils.clip_grad_norm_([p], CLIP)
+
+    for p in model_n.parameters():  # runs before the optimizer's hook (registered first)
+        p.register_post_accumulate_grad_hook(clip_alone)
+    cls, kw = OPTIMIZERS["adamw"]
+    train(model_n, InBackwardOptimizer(model_n.parameters(), cls, **kw), range(3))
+    assert max_diff(model_s, model_n) > 1e-3
+
+
+# --------------------------------------------------------------------------
+# state_dict
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source,target", [("fused", "fused"), ("standard", "fused"), ("fused", "standard")])
+def test_state_dict_round_trip(source: str, target: str) -> None:
+    """Save after 2 steps, load into a fresh model and optimizer, 2 more steps: the
+    uninterrupted 4-step run.  The format is AdamW's, so checkpoints cross over."""
+    cls, kw = OPTIMIZERS["adamw"]
+
+    def new(kind: str, model: nn.Module) -> torch.optim.Optimizer:
+        return InBackwardOptimizer(model.parameters(), cls, **kw) if kind == "fused" else cls(model.parameters(), **kw)
+
+    model_u = make_model()
+    opt_u = new(target, model_u)
+    train(model_u, opt_u, range(4))
+
+    model_a = make_model()
+    opt_a = new(source, model_a)
+    train(model_a, opt_a, range(2))
+    saved = copy.deepcopy({"model": model_a.state_dict(), "opt": opt_a.state_dict()})
+    model_b = make_model()
+    opt_b = new(target, model_b)
+    model_b.load_state_dict(saved["model"])
+    opt_b.load_state_dict(saved["opt"])
+    train(model_b, opt_b, range(2, 4))
+    assert_same(model_u, opt_u, model_b, opt_b)
+
+
+# --------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------
+
+def small() -> tuple[nn.Linear, torch.Tensor]:
+    torch.manual_seed(0)
+    return nn.Linear(3, 2), torch.randn(4, 3)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(optimizer_class=nn.Linear), TypeError, "optimizer_class must be a torch.optim.Optimizer"),
+    (dict(optimizer_class=torch.optim.LBFGS), ValueError, "LBFGS needs step.closure."),
+    (dict(accumulation_steps=0), ValueError, "accumulation_steps must be >= 1"),
+    (dict(accumulation_steps=2.0), TypeError, "accumulation_steps must be an int"),
+    (dict(max_grad_norm=-1.0), ValueError, "max_grad_norm must be a finite float > 0"),
+    (dict(max_grad_norm=math.inf), ValueError, "max_grad_norm must be a finite float > 0"),
+    (dict(lr=-1.0), ValueError, "Invalid learning rate"),  # optimizer_class's own check
+])
+def test_bad_arguments(kwargs: dict, error: type, match: str) -> None:
+    layer, _ = small()
+    with pytest.raises(error, match=match):
+        InBackwardOptimizer(layer.parameters(), **kwargs)
+
+
+def test_existing_grad_raises() -> None:
+    layer, x = small()
+    layer(x).sum().backward()
+    with pytest.raises(ValueError, match=r"already have a \.grad"):
+        InBackwardOptimizer(layer.parameters())
+
+
+def test_step_closure_raises() -> None:
+    layer, _ = small()
+    opt = InBackwardOptimizer(layer.parameters())
+    with pytest.raises(RuntimeError, match=r"step\(closure\) is not supported"):
+        opt.step(lambda: 0.0)
+
+
+@pytest.mark.parametrize("unscale_first", [False, True])
+def test_grad_scaler_raises(unscale_first: bool) -> None:
+    layer, x = small()
+    opt = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(layer(x).sum()).backward()
+    if unscale_first:
+        scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="cannot be used with an enabled torch.amp.GradScaler"):
+        scaler.step(opt)
+
+
+def test_clipping_needs_optimizer_backward() -> None:
+    layer, x = small()
+    InBackwardOptimizer(layer.parameters(), max_grad_norm=1.0)
+    with pytest.raises(RuntimeError, match=r"optimizer.backward\(loss\), not loss.backward\(\)"):
+        layer(x).sum().backward()
+
+
+def test_sparse_gradient_raises() -> None:
+    emb = nn.Embedding(10, 4, sparse=True)
+    InBackwardOptimizer(emb.parameters(), torch.optim.SGD, lr=0.1)
+    with pytest.raises(RuntimeError, match="does not support sparse gradients"):
+        emb(torch.tensor([1, 2])).sum().backward()
+
+
+def test_cannot_be_pickled() -> None:
+    layer, _ = small()
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        copy.deepcopy(InBackwardOptimizer(layer.parameters()))
