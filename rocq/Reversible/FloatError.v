@@ -46,13 +46,21 @@
 
       err <= K^N e0 + delta (K^N - 1)/(K - 1)       ([geom K N] is the sum).
 
-    Covered: scalars ([R * R] states) and vectors (lists of one length
-    [n], coordinatewise rounding, max-norm: [vec_coupling_recon_error],
+    Covered: scalars ([R * R] states: [coupling_recon_error],
+    [stack_recon_error], [stack_recon_error_uniform]) and vectors (lists
+    of one length [n], coordinatewise rounding, max-norm:
+    [vec_coupling_recon_error], [vec_stack_recon_error],
     [vec_stack_recon_error_uniform]; there [X1 = ||x1||], ... are
-    max-norms).  Not covered: underflow (absolute error terms), overflow,
-    NaN. *)
+    max-norms and the Lipschitz bounds are in the max-norm).
+    [vec_stack_recon_error_flx] instantiates the model with Flocq's
+    round-to-nearest in precision [p] ([u = 2^-p]).  Not covered:
+    underflow (absolute error terms), overflow, NaN; the bound is a
+    worst case (it grows like [((1+LF)(1+LG))^N] even for [u = 0] in
+    [K], which is the known amplification of perturbations by the
+    inverse, not a rounding effect). *)
 
-From Coq Require Import List Reals Lra.
+From Coq Require Import List Reals Lra Lia.
+From Flocq Require Import Core.Zaux Core.Raux.
 From Ojas Require Import ScalarOps RoundingModel Reversible.Coupling
   Reversible.Stack Reversible.Gradient.
 Import ListNotations.
@@ -192,10 +200,13 @@ Proof.
   lra.
 Qed.
 
-(** The layers the bound applies to. *)
+(** The layers the bound applies to, and the states (e.g. vectors of
+    the right length) the forward pass keeps. *)
 Variable good : L -> Prop.
+Variable valid : St -> Prop.
+Hypothesis fwd_valid : forall l x, good l -> valid x -> valid (fwd l x).
 (** The per-layer bound. *)
-Hypothesis layer_error : forall l x a e, good l -> 0 <= e ->
+Hypothesis layer_error : forall l x a e, good l -> valid x -> 0 <= e ->
   close e a (fwd l x) -> close (K * e + delta l x) (inv l a) x.
 Hypothesis K_nonneg : 0 <= K.
 Hypothesis delta_nonneg : forall l x, 0 <= delta l x.
@@ -210,14 +221,14 @@ Qed.
 
 (** The inverse of the stack, started within [e0] of the stored output,
     reconstructs the input within [recon_bound]. *)
-Lemma run_recon_error : forall ls x a e0, Forall good ls -> 0 <= e0 ->
+Lemma run_recon_error : forall ls x a e0, Forall good ls -> valid x -> 0 <= e0 ->
   close e0 a (run_forward fwd ls x) ->
   close (recon_bound ls x e0) (run_inverse inv ls a) x.
 Proof.
-  induction ls as [|l ls IH]; intros x a e0 Hg He Ha; [exact Ha|].
+  induction ls as [|l ls IH]; intros x a e0 Hg Hv He Ha; [exact Ha|].
   inversion Hg as [|l' ls' Hl Hls]; subst.
   rewrite run_inverse_cons; simpl.
-  apply layer_error; [exact Hl | apply recon_bound_nonneg; exact He|].
+  apply layer_error; [exact Hl | exact Hv | apply recon_bound_nonneg; exact He|].
   apply IH; auto.
 Qed.
 
@@ -389,8 +400,8 @@ Theorem stack_recon_error : forall ls x a e0,
   close2 (stack_recon_bound ls x e0) (stack_inverse (rnd_group rnd) ls a) x.
 Proof.
   intros ls x a e0 Hok He Ha.
-  apply (run_recon_error _ _ close2 _ _ layer_ok); auto.
-  - intros l [x1 x2] a' e [Hf Hg] He' Ha'.
+  apply (run_recon_error _ _ close2 _ _ layer_ok (fun _ => True)); auto.
+  - intros l [x1 x2] a' e [Hf Hg] _ He' Ha'.
     apply (coupling_recon_error_combined rnd u u_nonneg rnd_rel _ _ LF LG dF dG); auto.
   - apply recon_factor_nonneg; auto.
   - intros l x'; apply recon_term_nonneg; auto using Rabs_pos.
@@ -438,3 +449,244 @@ Proof.
 Qed.
 
 End FloatStack.
+
+(** ** Vectors: lists of one length [n], coordinatewise rounding, max-norm *)
+
+(** [a] and [b] have length [n] and are within [e] coordinatewise. *)
+Definition vclose (n : nat) (e : R) (a b : list R) : Prop :=
+  length a = n /\ length b = n /\ forall i, (i < n)%nat -> Rabs (nth i a 0 - nth i b 0) <= e.
+
+(** Both halves within [e]. *)
+Definition vclose2 (n : nat) (e : R) (a b : list R * list R) : Prop :=
+  vclose n e (fst a) (fst b) /\ vclose n e (snd a) (snd b).
+
+(** The max-norm. *)
+Fixpoint vnorm (v : list R) : R :=
+  match v with [] => 0 | x :: v' => Rmax (Rabs x) (vnorm v') end.
+
+Lemma vnorm_nonneg : forall v, 0 <= vnorm v.
+Proof.
+  induction v as [|x v IH]; simpl; [lra|].
+  eapply Rle_trans; [exact IH | apply Rmax_r].
+Qed.
+
+Lemma vnorm_nth : forall v i, Rabs (nth i v 0) <= vnorm v.
+Proof.
+  induction v as [|x v IH]; intros [|i]; simpl.
+  - rewrite Rabs_R0; lra.
+  - rewrite Rabs_R0; lra.
+  - apply Rmax_l.
+  - eapply Rle_trans; [apply IH | apply Rmax_r].
+Qed.
+
+(** [f] maps vectors of length [n] to vectors of length [n] and is
+    [L]-Lipschitz up to [d] in the max-norm. *)
+Definition vapprox_lipschitz (n : nat) (L d : R) (f : list R -> list R) : Prop :=
+  forall e a b, 0 <= e -> vclose n e a b -> vclose n (L * e + d) (f a) (f b).
+
+Lemma vapprox_lipschitz_length : forall n L d f v,
+  vapprox_lipschitz n L d f -> length v = n -> length (f v) = n.
+Proof.
+  intros n L d f v Hf Hv.
+  destruct (Hf 0 v v (Rle_refl 0)) as [H _]; [|exact H].
+  repeat split; auto; intros; unfold Rminus; rewrite Rplus_opp_r, Rabs_R0; lra.
+Qed.
+
+Section ListNth.
+Context {T : Type} (o : group_ops T).
+
+Lemma nth_list_add : forall a b i d, length a = length b -> (i < length a)%nat ->
+  nth i (list_add o a b) d = g_add o (nth i a d) (nth i b d).
+Proof.
+  induction a as [|x a IH]; intros [|y b] [|i] d E Hi; simpl in *; try lia; auto.
+  apply IH; lia.
+Qed.
+
+Lemma nth_list_sub : forall a b i d, length a = length b -> (i < length a)%nat ->
+  nth i (list_sub o a b) d = g_sub o (nth i a d) (nth i b d).
+Proof.
+  induction a as [|x a IH]; intros [|y b] [|i] d E Hi; simpl in *; try lia; auto.
+  apply IH; lia.
+Qed.
+
+End ListNth.
+
+(** One coordinate with magnitude bounds [|x| <= X], [|v| <= P]. *)
+Lemma recon_coord_bound : forall rnd u, 0 <= u -> (forall x, Rabs (rnd x - x) <= u * Rabs x) ->
+  forall x v v' a e D X P,
+  Rabs (a - rnd (x + v)) <= e -> Rabs (v' - v) <= D -> Rabs x <= X -> Rabs v <= P ->
+  Rabs (rnd (a - v') - x) <= (1 + u) * (e + D + u * (X + P)) + u * X.
+Proof.
+  intros rnd u Hu Hr x v v' a e D X P Ha Hv HX HP.
+  eapply Rle_trans; [apply (recon_coord rnd u Hu Hr x v v' a e D); auto|].
+  assert (u * Rabs (x + v) <= u * (X + P))
+    by (apply Rmult_le_compat_l; auto; eapply Rle_trans; [apply Rabs_triang | lra]).
+  assert (u * Rabs x <= u * X) by (apply Rmult_le_compat_l; auto).
+  assert (0 <= 1 + u) by lra.
+  assert ((1 + u) * (e + D + u * Rabs (x + v)) <= (1 + u) * (e + D + u * (X + P)))
+    by (apply Rmult_le_compat_l; lra).
+  lra.
+Qed.
+
+Section VecLayer.
+Variable rnd : R -> R.
+Variable u : R.
+Hypothesis u_nonneg : 0 <= u.
+Hypothesis rnd_rel : forall x, Rabs (rnd x - x) <= u * Rabs x.
+Variable n : nat.
+Variables (f g : list R -> list R) (LF LG dF dG : R).
+Hypothesis f_lip : vapprox_lipschitz n LF dF f.
+Hypothesis g_lip : vapprox_lipschitz n LG dG g.
+Hypotheses (LF_nonneg : 0 <= LF) (LG_nonneg : 0 <= LG) (dF_nonneg : 0 <= dF) (dG_nonneg : 0 <= dG).
+
+Let vg := list_group (rnd_group rnd).
+
+(** One floating-point coupling layer on vectors of length [n]: the
+    inverse applied within [e] (max-norm) of the computed output
+    reconstructs each half of the input within [K e + delta], [delta]
+    taken at the max-norms of [x1], [x2], [f x2], [g y1]. *)
+Theorem vec_coupling_recon_error : forall x1 x2 a e, 0 <= e ->
+  length x1 = n -> length x2 = n ->
+  let b := coupling_forward vg f g (x1, x2) in
+  vclose2 n e a b ->
+  vclose2 n (recon_factor u LF LG * e
+             + recon_term u LF dF dG (vnorm x1) (vnorm x2) (vnorm (f x2)) (vnorm (g (fst b))))
+    (coupling_inverse vg f g a) (x1, x2).
+Proof.
+  intros x1 x2 [a1 a2] e He L1 L2 b [Ha1 Ha2]; unfold b in *; simpl in *.
+  set (b1 := list_add (rnd_group rnd) x1 (f x2)) in *.
+  set (b2 := list_add (rnd_group rnd) x2 (g b1)) in *.
+  assert (Lf2 : length (f x2) = n) by (eapply vapprox_lipschitz_length; eauto).
+  assert (Lb1 : length b1 = n) by (unfold b1; rewrite length_list_add; congruence).
+  assert (Lgb1 : length (g b1) = n) by (eapply vapprox_lipschitz_length; eauto).
+  destruct Ha1 as (La1 & _ & Ha1). destruct Ha2 as (La2 & _ & Ha2).
+  assert (Lga1 : length (g a1) = n) by (eapply vapprox_lipschitz_length; eauto).
+  destruct (g_lip e a1 b1 He) as (_ & _ & Hg); [repeat split; auto|].
+  set (E2 := (1 + u) * ((1 + LG) * e + dG + u * (vnorm x2 + vnorm (g b1))) + u * vnorm x2).
+  set (x2' := list_sub (rnd_group rnd) a2 (g a1)).
+  assert (Lx2' : length x2' = n) by (unfold x2'; rewrite length_list_sub; congruence).
+  assert (Hx2 : vclose n E2 x2' x2).
+  { repeat split; auto; intros i Hi.
+    unfold x2'; rewrite nth_list_sub by lia; simpl.
+    unfold E2; replace ((1 + LG) * e + dG) with (e + (LG * e + dG)) by ring.
+    apply (recon_coord_bound rnd u u_nonneg rnd_rel _ (nth i (g b1) 0)); auto using vnorm_nth.
+    specialize (Ha2 i Hi); unfold b2 in Ha2; rewrite nth_list_add in Ha2 by lia; exact Ha2. }
+  assert (E2_nonneg : 0 <= E2).
+  { unfold E2; pose proof (vnorm_nonneg x2); pose proof (vnorm_nonneg (g b1)).
+    repeat (apply Rplus_le_le_0_compat || apply Rmult_le_pos); lra. }
+  destruct (f_lip E2 x2' x2 E2_nonneg Hx2) as (Lfx2' & _ & Hf).
+  destruct (recon_combine u LF LG dF dG (vnorm x1) (vnorm x2) (vnorm (f x2)) (vnorm (g b1)) e)
+    as [C2 C1]; auto using vnorm_nonneg.
+  split; simpl.
+  - repeat split; [rewrite length_list_sub; congruence | auto |].
+    intros i Hi; rewrite nth_list_sub by lia; simpl.
+    eapply Rle_trans;
+      [apply (recon_coord_bound rnd u u_nonneg rnd_rel _ (nth i (f x2) 0) _ _ e (LF * E2 + dF));
+         [ | apply Hf; lia | apply vnorm_nth | apply vnorm_nth ] |].
+    + specialize (Ha1 i Hi); unfold b1 in Ha1; rewrite nth_list_add in Ha1 by lia; exact Ha1.
+    + eapply Rle_trans; [|exact C1]; right; unfold E2; ring.
+  - fold x2'; destruct Hx2 as (_ & _ & Hx2); repeat split; auto.
+    intros i Hi; eapply Rle_trans; [apply Hx2; auto | exact C2].
+Qed.
+
+End VecLayer.
+
+(** ** Vector stacks *)
+Section VecStack.
+Variable rnd : R -> R.
+Variable u : R.
+Hypothesis u_nonneg : 0 <= u.
+Hypothesis rnd_rel : forall x, Rabs (rnd x - x) <= u * Rabs x.
+Variable n : nat.
+Variables LF LG dF dG : R.
+Hypotheses (LF_nonneg : 0 <= LF) (LG_nonneg : 0 <= LG) (dF_nonneg : 0 <= dF) (dG_nonneg : 0 <= dG).
+
+Let vg := list_group (rnd_group rnd).
+
+(** Both functions of a layer satisfy the approximate Lipschitz bounds
+    on vectors of length [n]. *)
+Definition vlayer_ok (l : coupling_layer (list R)) : Prop :=
+  vapprox_lipschitz n LF dF (layer_f l) /\ vapprox_lipschitz n LG dG (layer_g l).
+
+(** The per-layer term at the stored input [x] of layer [l]. *)
+Definition vlayer_delta (l : coupling_layer (list R)) (x : list R * list R) : R :=
+  recon_term u LF dF dG (vnorm (fst x)) (vnorm (snd x)) (vnorm (layer_f l (snd x)))
+    (vnorm (layer_g l (fst (layer_forward vg l x)))).
+
+(** A floating-point stack of coupling layers on vectors of length [n]:
+    the inverse, started within [e0] (max-norm) of the computed output,
+    reconstructs the input within the recurrence [recon_bound]. *)
+Theorem vec_stack_recon_error : forall ls x a e0,
+  Forall vlayer_ok ls -> length (fst x) = n -> length (snd x) = n -> 0 <= e0 ->
+  vclose2 n e0 a (stack_forward vg ls x) ->
+  vclose2 n (recon_bound (layer_forward vg) (recon_factor u LF LG) vlayer_delta ls x e0)
+    (stack_inverse vg ls a) x.
+Proof.
+  intros ls x a e0 Hok L1 L2 He Ha.
+  apply (run_recon_error _ _ (vclose2 n) _ _ vlayer_ok
+           (fun x => length (fst x) = n /\ length (snd x) = n)); auto.
+  - intros l [x1 x2] [Hf Hg] [H1 H2]; simpl in *.
+    apply (length_coupling_forward_list (rnd_group rnd) n); auto;
+      intros v Hv; eapply vapprox_lipschitz_length; eauto.
+  - intros l [x1 x2] a' e [Hf Hg] [H1 H2] He' Ha'.
+    apply (vec_coupling_recon_error rnd u u_nonneg rnd_rel n _ _ LF LG dF dG); auto.
+  - apply recon_factor_nonneg; auto.
+  - intros l x'; apply recon_term_nonneg; auto using vnorm_nonneg.
+Qed.
+
+(** With max-norm bounds along the stored forward pass ([||x1|| <= X1],
+    [||x2|| <= X2], [||f x2|| <= PF], [||g y1|| <= PG] at every layer),
+    the reconstructed input of an [N]-layer vector stack is within
+    [K^N e0 + delta geom K N] of the stored one (max-norm, both halves). *)
+Theorem vec_stack_recon_error_uniform : forall ls x a e0 X1 X2 PF PG,
+  Forall vlayer_ok ls -> length (fst x) = n -> length (snd x) = n -> 0 <= e0 ->
+  (forall l s, In (l, s) (combine ls (fst (forward_acts (layer_forward vg) ls x))) ->
+     vnorm (fst s) <= X1 /\ vnorm (snd s) <= X2 /\ vnorm (layer_f l (snd s)) <= PF /\
+     vnorm (layer_g l (fst (layer_forward vg l s))) <= PG) ->
+  vclose2 n e0 a (stack_forward vg ls x) ->
+  let K := recon_factor u LF LG in
+  vclose2 n (K ^ length ls * e0 + recon_term u LF dF dG X1 X2 PF PG * geom K (length ls))
+    (stack_inverse vg ls a) x.
+Proof.
+  intros ls x a e0 X1 X2 PF PG Hok L1 L2 He Hb Ha K.
+  destruct (vec_stack_recon_error ls x a e0 Hok L1 L2 He Ha) as [(A1 & B1 & H1) (A2 & B2 & H2)].
+  assert (B : recon_bound (layer_forward vg) K vlayer_delta ls x e0 <=
+              K ^ length ls * e0 + recon_term u LF dF dG X1 X2 PF PG * geom K (length ls)).
+  { rewrite recon_bound_closed; apply Rplus_le_compat_l.
+    replace (length ls) with
+      (length (map (fun la => vlayer_delta (fst la) (snd la))
+         (combine ls (fst (forward_acts (layer_forward vg) ls x)))))
+      by (rewrite map_length, combine_length, length_forward_acts, Nat.min_id; reflexivity).
+    apply horner_le; [apply recon_factor_nonneg; auto|].
+    intros d Hd; apply in_map_iff in Hd; destruct Hd as [[l s] [Ed Hin]]; subst d; simpl.
+    destruct (Hb l s Hin) as (B1' & B2' & B3' & B4').
+    apply recon_term_mono; auto. }
+  split; repeat split; auto; intros i Hi; eapply Rle_trans; eauto.
+Qed.
+
+End VecStack.
+
+(** ** Instance: binary round-to-nearest-even in precision [p] (Flocq FLX) *)
+
+(** [vec_stack_recon_error_uniform] for Flocq's round-to-nearest in
+    precision [p] (FLX: no underflow, no overflow), [u = 2^-p]
+    ([p = 24] for float32, [53] for float64). *)
+Theorem vec_stack_recon_error_flx : forall p, (0 < p)%Z ->
+  forall n LF LG dF dG ls x a e0 X1 X2 PF PG,
+  0 <= LF -> 0 <= LG -> 0 <= dF -> 0 <= dG ->
+  let u := bpow radix2 (- p) in
+  let vg := list_group (rnd_group (flx_rnd p)) in
+  Forall (vlayer_ok n LF LG dF dG) ls -> length (fst x) = n -> length (snd x) = n -> 0 <= e0 ->
+  (forall l s, In (l, s) (combine ls (fst (forward_acts (layer_forward vg) ls x))) ->
+     vnorm (fst s) <= X1 /\ vnorm (snd s) <= X2 /\ vnorm (layer_f l (snd s)) <= PF /\
+     vnorm (layer_g l (fst (layer_forward vg l s))) <= PG) ->
+  vclose2 n e0 a (stack_forward vg ls x) ->
+  let K := recon_factor u LF LG in
+  vclose2 n (K ^ length ls * e0 + recon_term u LF dF dG X1 X2 PF PG * geom K (length ls))
+    (stack_inverse vg ls a) x.
+Proof.
+  intros p Hp n LF LG dF dG ls x a e0 X1 X2 PF PG HLF HLG HdF HdG u vg.
+  apply vec_stack_recon_error_uniform; auto.
+  - apply bpow_ge_0.
+  - apply flx_rnd_rel; exact Hp.
+Qed.
