@@ -1,0 +1,261 @@
+"""Benchmark: the optimizer fused into backward (InBackwardOptimizer) against the
+standard ``loss.backward(); opt.step(); opt.zero_grad()`` loop.
+
+    python benchmarks/bench_optimizer_in_backward.py [--quick] [--out FILE]
+
+A self-contained Llama-style decoder (RMSNorm, rotary position embeddings,
+SwiGLU MLP, causal SDPA attention, untied output head; no downloads), by default
+hidden 2048, 18 layers, 16 heads, intermediate 5632, vocabulary 32000 (1.06B
+parameters), batch 1, sequence 2048, trained in float32 and in bfloat16 (the
+parameters, gradients and optimizer state in that dtype) with SGD and AdamW, each
+with the standard loop and with InBackwardOptimizer, one after the other in one
+process from the same initial weights and batches.
+
+Per configuration: the peak of ``torch.cuda.max_memory_allocated`` over the timed
+steps (everything: weights, optimizer state, activations, gradients), the memory
+allocated between steps (weights and optimizer state), and the median wall time
+of a step (CUDA synchronised) after warm-up steps that create the optimizer
+state.  ``max_param_diff`` is the largest difference between the parameters
+after the standard and the in-backward runs (0 when bitwise equal; GPU backward
+kernels that are not deterministic can make it nonzero).  ``--max-grad-norm``
+clips in both loops (``clip_grad_norm_`` vs the two backward passes of
+``InBackwardOptimizer.backward``).  ``--quick`` runs a tiny model (on the CPU when
+there is no GPU; memory is then not measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ojas_ref.optimizer_in_backward import InBackwardOptimizer  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+OPTIMIZERS = {
+    "sgd": (torch.optim.SGD, dict(lr=1e-3)),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)),
+}
+MODES = ("standard", "in_backward")
+
+
+@dataclass
+class Config:
+    hidden: int = 2048
+    layers: int = 18
+    heads: int = 16
+    intermediate: int = 5632
+    vocab: int = 32000
+    batch: int = 1
+    seq: int = 2048
+
+
+QUICK = Config(hidden=64, layers=2, heads=4, intermediate=172, vocab=256, batch=2, seq=64)
+
+
+# --------------------------------------------------------------------------
+# Llama-style model
+# --------------------------------------------------------------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of the head dimension by the position's angles."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class Layer(nn.Module):
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.heads = c.heads
+        self.attn_norm, self.mlp_norm = RMSNorm(c.hidden), RMSNorm(c.hidden)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(c.hidden, c.hidden, bias=False) for _ in range(4))
+        self.gate = nn.Linear(c.hidden, c.intermediate, bias=False)
+        self.up = nn.Linear(c.hidden, c.intermediate, bias=False)
+        self.down = nn.Linear(c.intermediate, c.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        h = self.attn_norm(x)
+        q, k, v = (w(h).view(b, s, self.heads, d // self.heads).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        a = F.scaled_dot_product_attention(rotary(q, cos, sin), rotary(k, cos, sin), v, is_causal=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(c.vocab, c.hidden)
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c.layers))
+        self.norm = RMSNorm(c.hidden)
+        self.head = nn.Linear(c.hidden, c.vocab, bias=False)
+        half = c.hidden // c.heads // 2
+        angles = torch.outer(torch.arange(c.seq, dtype=torch.float32),
+                             10000.0 ** (-torch.arange(half, dtype=torch.float32) / half))
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+# --------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torch.device, warmup: int,
+        steps: int, max_grad_norm: Optional[float]) -> tuple[dict, list[torch.Tensor]]:
+    """Train ``warmup + steps`` steps; return the measurements and the final parameters (on the CPU)."""
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Llama(c).to(dtype)
+    cls, kwargs = OPTIMIZERS[opt_name]
+    if mode == "standard":
+        opt = cls(model.parameters(), **kwargs)
+    else:
+        opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=max_grad_norm, **kwargs)
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randint(c.vocab, (c.batch, c.seq + 1), generator=gen).to(device) for _ in range(2)]
+
+    def step(i: int) -> None:
+        tokens = batches[i % len(batches)]
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+        if mode == "standard":
+            loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        else:
+            opt.backward(loss)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for i in range(warmup):
+        step(i)
+    sync(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    static = torch.cuda.memory_allocated(device) if cuda else None
+    times = []
+    for i in range(warmup, warmup + steps):
+        t0 = time.perf_counter()
+        step(i)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    result = {
+        "dtype": next(k for k, v in DTYPES.items() if v == dtype), "optimizer": opt_name, "mode": mode,
+        "peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
+        "between_steps_bytes": static,
+        "median_step_ms": 1e3 * statistics.median(times),
+        "step_ms": [1e3 * t for t in times],
+    }
+    params = [p.detach().to("cpu", copy=True) for p in model.parameters()]
+    del model, opt, batches
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return result, params
+
+
+def gib(x: Optional[int]) -> str:
+    return "-" if x is None else f"{x / 2**30:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model (runs on the CPU)")
+    parser.add_argument("--out", type=Path, help="write the results as JSON to this path")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--max-grad-norm", type=float, default=None,
+                        help="clip in both loops (in backward: two backward passes)")
+    args = parser.parse_args()
+    c = QUICK if args.quick else Config()
+    device = torch.device(args.device)
+    n_params = sum(p.numel() for p in Llama(c).to("meta").parameters())
+    print(f"Llama-style model: {n_params / 1e6:.2f}M parameters, {asdict(c)}, device {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
+
+    results, comparisons = [], []
+    for dname in args.dtypes:
+        for opt_name in args.optimizers:
+            pair, params = {}, {}
+            for mode in MODES:
+                pair[mode], params[mode] = run(c, DTYPES[dname], opt_name, mode, device=device, warmup=args.warmup,
+                                               steps=args.steps, max_grad_norm=args.max_grad_norm)
+                results.append(pair[mode])
+            std, fused = pair["standard"], pair["in_backward"]
+            diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(params["standard"], params["in_backward"]))
+            comparisons.append({
+                "dtype": dname, "optimizer": opt_name,
+                "peak_ratio": None if std["peak_bytes"] is None else fused["peak_bytes"] / std["peak_bytes"],
+                "peak_saved_bytes": None if std["peak_bytes"] is None else std["peak_bytes"] - fused["peak_bytes"],
+                "time_ratio": fused["median_step_ms"] / std["median_step_ms"],
+                "max_param_diff": diff,
+            })
+            del params
+
+    print(f"\n{'dtype':5} {'opt':6} | {'peak GiB std':>12} {'in-bwd':>7} {'ratio':>6} | "
+          f"{'step ms std':>11} {'in-bwd':>8} {'ratio':>6} | {'max |param diff|':>16}")
+    for cmp in comparisons:
+        std, fused = (next(r for r in results if r["dtype"] == cmp["dtype"] and r["optimizer"] == cmp["optimizer"]
+                           and r["mode"] == m) for m in MODES)
+        ratio = "-" if cmp["peak_ratio"] is None else f"{cmp['peak_ratio']:.3f}"
+        print(f"{cmp['dtype']:5} {cmp['optimizer']:6} | {gib(std['peak_bytes']):>12} {gib(fused['peak_bytes']):>7} "
+              f"{ratio:>6} | {std['median_step_ms']:11.1f} {fused['median_step_ms']:8.1f} "
+              f"{cmp['time_ratio']:6.3f} | {cmp['max_param_diff']:16.3g}")
+
+    if args.out is not None:
+        report = {
+            "config": asdict(c), "parameters": n_params, "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps,
+            "max_grad_norm": args.max_grad_norm, "results": results, "comparisons": comparisons,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
