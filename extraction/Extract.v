@@ -7,11 +7,16 @@
     sequence positions, tile sizes and window widths, far below [2^62].
     Integers [Z] (class indices and [ignore_index] of the cross-entropy)
     become OCaml [int] too ([ExtrOcamlZInt]); the glue bounds them by
-    [2^53].  *)
+    [2^53].  The fixed-point states of the reversible coupling stacks
+    ([Z_group], rocq/Reversible/FixedPoint.v) are such integers too; the
+    glue keeps every state and increment below [2^60] in magnitude, so the
+    sums stay below OCaml's [2^62].  *)
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlNatInt ExtrOcamlZInt.
 From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Backward
   Attention.Merge CrossEntropy.Definitions.
+From Ojas Require Import Reversible.Coupling Reversible.Stack Reversible.FixedPoint
+  Reversible.Gradient.
 
 (** [Nat.leb] as OCaml's integer [<=] ([ExtrOcamlNatInt] maps
     [Compare_dec.leb] but not [Nat.leb]; [Nat.ltb n m] is extracted from
@@ -20,4 +25,6 @@ Extract Inlined Constant Nat.leb => "(<=)".
 
 Extraction "_build/attention_spec.ml"
   attention_forward attention_two_pass attention_backward visibility chunk merge
-  ce_forward ce_output ce_backward.
+  ce_forward ce_output ce_backward
+  scalar_group list_group coupling_forward coupling_inverse stack_forward stack_inverse
+  coupling_stack_backward Z_group.

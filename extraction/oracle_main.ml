@@ -316,11 +316,217 @@ let ce_response r =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
+(* ---- coupling_stack (rocq/Reversible/) ---------------------------------- *)
+
+(* The residual functions of the oracle's coupling stacks (glue, trusted): the
+   tanh MLP x |-> W2 tanh(W1 x + b1) + b2, W1 [h][d], b1 [h], W2 [d][h], b2 [d],
+   evaluated with the extracted [dot], [vadd], [weighted_sum] over [float_ops]
+   and libm's [tanh]; and its vector-Jacobian product for
+   [coupling_stack_backward].  The record also holds parameter gradients. *)
+type mlp = { w1 : float list list; b1 : float list; w2 : float list list; b2 : float list }
+
+let matvec w x = List.map (fun row -> dot float_ops row x) w
+
+(* W^T v for W [m][n] and v [m]: sum_i v_i W_i. *)
+let matvec_t w v = weighted_sum float_ops v w
+
+let mlp_hidden m x = List.map Float.tanh (vadd float_ops (matvec m.w1 x) m.b1)
+
+let mlp_apply m x = vadd float_ops (matvec m.w2 (mlp_hidden m x)) m.b2
+
+(* (d/dx, d/dparams) of <dz, mlp x>: dh = W2^T dz, da = dh (1 - h^2),
+   dx = W1^T da, dW1 = da x^T, db1 = da, dW2 = dz h^T, db2 = dz. *)
+let mlp_vjp m x dz =
+  let h = mlp_hidden m x in
+  let da = List.map2 (fun d hi -> d *. (1.0 -. hi *. hi)) (matvec_t m.w2 dz) h in
+  let outer u v = List.map (fun ui -> List.map (fun vj -> ui *. vj) v) u in
+  (matvec_t m.w1 da, { w1 = outer da x; b1 = da; w2 = outer dz h; b2 = dz })
+
+let mlp_add a b =
+  let add2 = List.map2 (List.map2 ( +. )) in
+  { w1 = add2 a.w1 b.w1; b1 = List.map2 ( +. ) a.b1 b.b1;
+    w2 = add2 a.w2 b.w2; b2 = List.map2 ( +. ) a.b2 b.b2 }
+
+(* Fixed point: states and increments are integers below 2^60 in magnitude,
+   so every sum or difference of two of them stays below OCaml's 2^62. *)
+let fixed_limit = 1 lsl 60
+
+let fixed_int field path (j : Yojson.Safe.t) =
+  match j with
+  | `Int i when abs i < fixed_limit -> i
+  | _ -> fail "%s: expected an integer of magnitude below 2^60 at %s" field path
+
+(* Round half to even, as torch.round. *)
+let round_half_even x =
+  if Float.abs (x -. Float.trunc x) = 0.5 then 2.0 *. Float.round (x /. 2.0)
+  else Float.round x
+
+(* The integer residual [fixed_residual (2^k) round_half_even (mlp_apply m)]
+   of rocq/Reversible/FixedPoint.v: dequantise, apply, scale, round. *)
+let fixed_mlp name k m z =
+  List.iter (fun zi -> if abs zi >= fixed_limit then
+                fail "%s: input state %d reaches 2^60" name zi) z;
+  let scale = Float.ldexp 1.0 k in
+  List.map (fun v ->
+      let r = round_half_even (v *. scale) in
+      if not (Float.abs r < Float.ldexp 1.0 60) then
+        fail "%s: increment %g * 2^%d is not finite or reaches 2^60" name v k;
+      int_of_float r)
+    (mlp_apply m (List.map (fun zi -> Float.ldexp (float_of_int zi) (-k)) z))
+
+(* The input halves x1, x2 [N][d]: floats, or fixed-point integers with the
+   fraction bits k ("int" mode). *)
+type cs_input =
+  | Float_rows of float list list * float list list
+  | Int_rows of int * int list list * int list list
+
+type cs_request = {
+  cs_x : cs_input;
+  cs_layers : (mlp * mlp) list;
+  cs_grad : (float list list * float list list) option;
+}
+
+let cs_known_fields =
+  [ "op"; "mode"; "fraction_bits"; "x1"; "x2"; "layers"; "grad_y1"; "grad_y2" ]
+
+let parse_cs_request fields : cs_request =
+  List.iter (fun (name, _) ->
+      if not (List.mem name cs_known_fields) then fail "%s: unknown field" name)
+    fields;
+  let field name = List.assoc_opt name fields in
+  let required name = match field name with
+    | Some x -> x
+    | None -> fail "%s: missing" name
+  in
+  let dims : dims = Hashtbl.create 8 in
+  let tensor1 field names leaf j = level dims field names 0 (leaf field) field j in
+  let tensor2 field names leaf j =
+    let lv k child = level dims field names k child in
+    lv 0 (lv 1 (leaf field)) field j
+  in
+  let fraction_bits = match field "mode" with
+    | None | Some (`String "float") ->
+      if field "fraction_bits" <> None && field "fraction_bits" <> Some `Null then
+        fail "fraction_bits: only in \"int\" mode";
+      None
+    | Some (`String "int") ->
+      (match required "fraction_bits" with
+       | `Int k when k >= 0 && k <= 60 -> Some k
+       | _ -> fail "fraction_bits: expected an integer in [0, 60]")
+    | Some _ -> fail "mode: expected \"float\" or \"int\""
+  in
+  let x = match fraction_bits with
+    | None -> Float_rows (tensor2 "x1" [| "N"; "d" |] number (required "x1"),
+                          tensor2 "x2" [| "N"; "d" |] number (required "x2"))
+    | Some k -> Int_rows (k, tensor2 "x1" [| "N"; "d" |] fixed_int (required "x1"),
+                          tensor2 "x2" [| "N"; "d" |] fixed_int (required "x2"))
+  in
+  let parse_mlp i fname (j : Yojson.Safe.t) =
+    let name = Printf.sprintf "layers[%d].%s" i fname in
+    let h = "h of " ^ name in
+    match j with
+    | `List [ w1; b1; w2; b2 ] ->
+      { w1 = tensor2 (name ^ "[0] (W1)") [| h; "d" |] number w1;
+        b1 = tensor1 (name ^ "[1] (b1)") [| h |] number b1;
+        w2 = tensor2 (name ^ "[2] (W2)") [| "d"; h |] number w2;
+        b2 = tensor1 (name ^ "[3] (b2)") [| "d" |] number b2 }
+    | _ -> fail "%s: expected [W1, b1, W2, b2]" name
+  in
+  let layers = match required "layers" with
+    | `List ls ->
+      List.mapi (fun i l -> match l with
+          | `Assoc fg ->
+            List.iter (fun (n, _) -> if n <> "f" && n <> "g" then
+                          fail "layers[%d].%s: unknown field" i n) fg;
+            let fn n = match List.assoc_opt n fg with
+              | Some j -> parse_mlp i n j
+              | None -> fail "layers[%d].%s: missing" i n
+            in
+            let f = fn "f" in
+            (f, fn "g")
+          | _ -> fail "layers[%d]: expected an object {\"f\": ..., \"g\": ...}" i) ls
+    | _ -> fail "layers: expected a list"
+  in
+  let grad = match field "grad_y1", field "grad_y2" with
+    | (None | Some `Null), (None | Some `Null) -> None
+    | Some g1, Some g2 when fraction_bits = None ->
+      Some (tensor2 "grad_y1" [| "N"; "d" |] number g1, tensor2 "grad_y2" [| "N"; "d" |] number g2)
+    | _ when fraction_bits <> None -> fail "grad_y1: gradients only in \"float\" mode"
+    | _ -> fail "grad_y1: grad_y1 and grad_y2 go together"
+  in
+  { cs_x = x; cs_layers = layers; cs_grad = grad }
+
+(* [stack_forward], [stack_inverse] (rocq/Reversible/Stack.v) per row over
+   [list_group (scalar_group float_ops)] or [list_group z_group], and
+   [coupling_stack_backward] (rocq/Reversible/Gradient.v) over floats with
+   the MLPs' vector-Jacobian products; parameter gradients summed over rows. *)
+let cs_response r =
+  let buf = Buffer.create 4096 in
+  let rows2 add xs = add_list (add_list add) buf xs in
+  let put first name add xs =
+    if not first then Buffer.add_char buf ',';
+    Buffer.add_string buf (Printf.sprintf "%S:" name);
+    rows2 add xs
+  in
+  let run group layers x1 x2 add =
+    let rows = List.combine x1 x2 in
+    let ys = List.map (stack_forward group layers) rows in
+    let xs = List.map (stack_inverse group layers) ys in
+    put true "y1" add (List.map fst ys);
+    put false "y2" add (List.map snd ys);
+    put false "x1" add (List.map fst xs);
+    put false "x2" add (List.map snd xs);
+    ys
+  in
+  Buffer.add_char buf '{';
+  (match r.cs_x with
+   | Int_rows (k, x1, x2) ->
+     let layers = List.mapi (fun i (mf, mg) ->
+         { layer_f = fixed_mlp (Printf.sprintf "layers[%d].f" i) k mf;
+           layer_g = fixed_mlp (Printf.sprintf "layers[%d].g" i) k mg }) r.cs_layers in
+     let add_int b i = Buffer.add_string b (string_of_int i) in
+     ignore (run (list_group z_group) layers x1 x2 add_int)
+   | Float_rows (x1, x2) ->
+     let table = List.map (fun (mf, mg) ->
+         ({ layer_f = mlp_apply mf; layer_g = mlp_apply mg }, (mf, mg))) r.cs_layers in
+     let layers = List.map fst table in
+     let group = list_group (scalar_group float_ops) in
+     let ys = run group layers x1 x2 add_float in
+     Option.iter (fun (g1, g2) ->
+         let vf l = mlp_vjp (fst (List.assq l table)) in
+         let vg l = mlp_vjp (snd (List.assq l table)) in
+         let back = List.map2 (fun y dy -> coupling_stack_backward group vf vg layers y dy)
+             ys (List.combine g1 g2) in
+         put false "grad_x1" add_float (List.map (fun ((_, (d1, _)), _) -> d1) back);
+         put false "grad_x2" add_float (List.map (fun ((_, (_, d2)), _) -> d2) back);
+         let sum = match List.map snd back with
+           | first :: rest ->
+             List.fold_left (List.map2 (fun (af, ag) (bf, bg) -> (mlp_add af bf, mlp_add ag bg)))
+               first rest
+           | [] -> []
+         in
+         let add_mlp b m =
+           let m2 = add_list (add_list add_float) and m1 = add_list add_float in
+           Buffer.add_char b '['; m2 b m.w1; Buffer.add_char b ','; m1 b m.b1;
+           Buffer.add_char b ','; m2 b m.w2; Buffer.add_char b ','; m1 b m.b2;
+           Buffer.add_char b ']'
+         in
+         Buffer.add_string buf ",\"grad_layers\":";
+         add_list (fun b (gf, gg) ->
+             Buffer.add_string b "{\"f\":"; add_mlp b gf;
+             Buffer.add_string b ",\"g\":"; add_mlp b gg; Buffer.add_char b '}')
+           buf sum)
+       r.cs_grad);
+  Buffer.add_char buf '}';
+  Buffer.contents buf
+
 (* The response to a request, by its "op". *)
 let dispatch (j : Yojson.Safe.t) =
   match j with
   | `Assoc fields when List.assoc_opt "op" fields = Some (`String "linear_cross_entropy") ->
     ce_response (parse_ce_request fields)
+  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "coupling_stack") ->
+    cs_response (parse_cs_request fields)
   | _ -> response (parse_request j)
 
 let error msg = Yojson.Safe.to_string (`Assoc [ ("error", `String msg) ])

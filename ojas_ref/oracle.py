@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["attention_oracle", "linear_cross_entropy_oracle", "oracle_binary", "oracle_request"]
+__all__ = ["attention_oracle", "coupling_stack_oracle", "linear_cross_entropy_oracle", "oracle_binary", "oracle_request"]
 
 _DEFAULT_BINARY = Path(__file__).resolve().parent.parent / "extraction" / "_build" / "ojas-oracle"
 
@@ -289,3 +289,82 @@ def linear_cross_entropy_oracle(
         "grad_weight": tensor("grad_weight"),
         "grad_bias": tensor("grad_bias"),
     }
+
+
+def coupling_stack_oracle(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    layers: list[tuple[list[torch.Tensor], list[torch.Tensor]]],
+    *,
+    fraction_bits: int | None = None,
+    grad_y1: torch.Tensor | None = None,
+    grad_y2: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """A stack of additive coupling layers computed by the oracle extracted from the Coq definitions.
+
+    ``x1``, ``x2``: the halves, ``[d]`` or ``[N, d]``. ``layers``: per layer
+    ``(f, g)``, each the weights ``[W1 [h, d], b1 [h], W2 [d, h], b2 [d]]`` of the tanh
+    MLP ``x -> W2 tanh(W1 x + b1) + b2`` (the oracle's only residual function, written
+    in its glue). A layer is ``y1 = x1 + f(x2)``, ``y2 = x2 + g(y1)``
+    (``coupling_forward``, rocq/Reversible/Coupling.v).
+
+    Float mode (``fraction_bits`` None): float64. Returns ``y1``, ``y2``
+    (``stack_forward``, rocq/Reversible/Stack.v) and ``x1``, ``x2`` (``stack_inverse`` of
+    that output, the reconstructed input); with ``grad_y1`` and ``grad_y2`` also
+    ``grad_x1``, ``grad_x2`` and ``grad_layers`` (per layer ``(f grads, g grads)``, each
+    ``[dW1, db1, dW2, db2]`` summed over the rows) from ``coupling_stack_backward``
+    (rocq/Reversible/Gradient.v), which reconstructs every layer's input from the output.
+
+    Int mode (``fraction_bits`` = k): ``x1``, ``x2`` are int64 fixed-point states
+    (values times 2^k) below 2^60 in magnitude; f and g become
+    ``fixed_residual 2^k round (mlp)`` (rocq/Reversible/FixedPoint.v: dequantise,
+    apply in float64, scale, round half to even) and the group is Z. Returns int64
+    ``y1``, ``y2``, ``x1``, ``x2``; no gradients.
+    """
+    exact = fraction_bits is not None
+    if x1.shape != x2.shape or x1.dim() not in (1, 2) or x1.numel() == 0:
+        raise ValueError(f"x1, x2: expected two non-empty [d] or [N, d] tensors of one shape, got "
+                         f"{tuple(x1.shape)} and {tuple(x2.shape)}")
+    if exact and (x1.dtype != torch.int64 or x2.dtype != torch.int64):
+        raise TypeError("x1, x2: int mode (fraction_bits given) takes int64 fixed-point states")
+    if exact and (grad_y1 is not None or grad_y2 is not None):
+        raise ValueError("grad_y1, grad_y2: the oracle gives gradients in float mode only")
+    if (grad_y1 is None) != (grad_y2 is None):
+        raise ValueError("grad_y1, grad_y2: give both or neither")
+    rows = (lambda t: t.reshape(1, -1)) if x1.dim() == 1 else (lambda t: t)
+
+    def halves(t: torch.Tensor, name: str) -> list:
+        return rows(t).tolist() if exact else _as_list(rows(t), name)
+
+    def weights(ws: list[torch.Tensor], name: str) -> list:
+        if len(ws) != 4:
+            raise ValueError(f"{name}: expected [W1, b1, W2, b2], got {len(ws)} tensors")
+        return [_as_list(w, f"{name}[{i}]") for i, w in enumerate(ws)]
+
+    req: dict[str, Any] = {
+        "op": "coupling_stack",
+        "mode": "int" if exact else "float",
+        "x1": halves(x1, "x1"),
+        "x2": halves(x2, "x2"),
+        "layers": [{"f": weights(f, f"layers[{i}].f"), "g": weights(g, f"layers[{i}].g")}
+                   for i, (f, g) in enumerate(layers)],
+    }
+    if exact:
+        req["fraction_bits"] = int(fraction_bits)
+    if grad_y1 is not None:
+        req["grad_y1"] = _as_list(rows(grad_y1), "grad_y1")
+        req["grad_y2"] = _as_list(rows(grad_y2), "grad_y2")
+    answer = oracle_request(req)
+    if "error" in answer:
+        raise ValueError(f"coupling_stack oracle: {answer['error']}")
+
+    def tensor(value: Any) -> torch.Tensor:
+        return torch.tensor(value, dtype=torch.int64 if exact else torch.float64, device=x1.device)
+
+    result: dict[str, Any] = {name: tensor(answer[name]).view(x1.shape) for name in ("y1", "y2", "x1", "x2")}
+    if grad_y1 is not None:
+        result["grad_x1"] = tensor(answer["grad_x1"]).view(x1.shape)
+        result["grad_x2"] = tensor(answer["grad_x2"]).view(x1.shape)
+        result["grad_layers"] = [tuple([tensor(w) for w in layer[fn]] for fn in ("f", "g"))
+                                 for layer in answer["grad_layers"]]
+    return result

@@ -18,7 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+from ojas_ref.oracle import coupling_stack_oracle
 from ojas_ref.reversible import AdditiveCoupling, ReversibleBlock, ReversibleSequence, SymplecticCoupling
+from ojas_ref.reversible_check import (make_problem, oracle_mismatches, reconstruction_bounds, tanh_mlp_constants,
+                                       unit_roundoff)
 
 F64 = torch.float64
 F32 = torch.float32
@@ -92,8 +95,9 @@ def test_gradients_match_ordinary_float64(p):
     x = torch.randn(*p["batch"], 2 * p["d"], dtype=F64, generator=torch.Generator().manual_seed(p["seed"]))
     y_rev, g_rev = grads_of(rev, x, params, p["seed"], rng_seed=p["seed"] + 1)
     y_seq, g_seq = grads_of(seq, x, params, p["seed"], rng_seed=p["seed"] + 1)
-    # Same operations on the same inputs with the same dropout masks: the forward is bitwise equal.
-    assert torch.equal(y_rev, y_seq)
+    # Same operations on the same inputs with the same dropout masks; not always bitwise
+    # equal: torch.matmul picks other kernels for inputs that require grad.
+    assert max_rel_error(y_rev, y_seq) <= F64_TOL
     for i, (a, e) in enumerate(zip(g_rev, g_seq)):
         assert max_rel_error(a, e) <= F64_TOL, f"gradient {i} (0 = input): {max_rel_error(a, e):.3g}"
 
@@ -182,7 +186,7 @@ def test_transformer_blocks_attention_and_mlp():
     x = torch.cat([e, e], dim=-1)
     y_rev, g_rev = grads_of(rev, x, params, 0, rng_seed=0)
     y_seq, g_seq = grads_of(seq, x, params, 0, rng_seed=0)
-    assert torch.equal(y_rev, y_seq)
+    assert max_rel_error(y_rev, y_seq) <= F64_TOL
     for a, b in zip(g_rev, g_seq):
         assert max_rel_error(a, b) <= F64_TOL
 
@@ -322,7 +326,7 @@ def test_autocast_state_replayed_in_backward():
         y_rev, g_rev = grads_of(rev, x, params, 0, rng_seed=0)
         y_seq, g_seq = grads_of(seq, x, params, 0, rng_seed=0)
     assert all(all(p.seen) and len(p.seen) == 3 for p in probes)  # forward, backward, ordinary
-    assert y_rev.dtype == F32 and torch.equal(y_rev, y_seq)
+    assert y_rev.dtype == F32 and max_rel_error(y_rev, y_seq) <= 1e-6
     # bf16 products: the reconstructed input may round to another bf16 value than the stored one
     for a, e in zip(g_rev, g_seq):
         assert max_rel_error(a, e) <= 2e-2
@@ -384,3 +388,83 @@ def test_errors():
         ReversibleSequence([AdditiveCoupling(Huge(), nn.Identity())], exact=True)(torch.ones(2, 4))
     with pytest.raises(TypeError, match="int64 fixed-point state"):
         ReversibleSequence([a], exact=True).stack_forward(torch.ones(2, 4))
+
+
+# --------------------------------------------------------------------------
+# float32: the Coq reconstruction bound, gradients
+# --------------------------------------------------------------------------
+
+def mlp_constants(dtype: torch.dtype):
+    u = unit_roundoff(dtype)
+    return lambda m, x_max: tanh_mlp_constants(m[0].weight, m[0].bias, m[3].weight, m[3].bias, x_max, u)
+
+
+@given(st.integers(0, 2**16), st.integers(1, 8), st.integers(1, 4), st.sampled_from([F32, F64]),
+       st.sampled_from([0.5, 1.0, 3.0]))
+def test_reconstruction_within_coq_bound(seed, depth, d, dtype, scale):
+    """Measured per-block reconstruction errors <= Ojas.Reversible.FloatError.vec_stack_recon_error
+    (evaluated by reversible_check.reconstruction_bounds; inf where not established)."""
+    blocks = make_blocks(seed, depth, d, kinds="a", w1=scale, w2=scale, dtype=dtype)
+    x = torch.randn(4, 2 * d, dtype=dtype, generator=torch.Generator().manual_seed(seed)).requires_grad_()
+    rev = ReversibleSequence(blocks, check_reconstruction=True)
+    rev(x).sum().backward()
+    bounds = reconstruction_bounds(blocks, x.detach(), mlp_constants(dtype))
+    assert math.isfinite(bounds[-1])
+    for i, (err, bound) in enumerate(zip(rev.reconstruction_errors, bounds)):
+        assert err <= bound, f"block {i}: reconstruction error {err:.3g} > bound {bound:.3g}"
+
+
+# float32 gradient tolerance, an estimate: the Coq bound above is rigorous but compounds
+# worst-case max-norm Lipschitz constants (K = 13..20 per block for these MLPs), so it is
+# established only for the last few blocks and cannot serve as a tolerance at depth 8.
+# The measured reconstruction error is a few u per block (u = 2^-24) and the gradients'
+# sensitivity to it is O(1) for default-init MLPs (observed relative gradient error
+# <= 6 u at depth 8), so 64 u per block leaves a margin of about 10 while an
+# algorithmic fault (a missed parameter, a wrong mask) gives errors of order 1.
+def f32_tol(depth: int) -> float:
+    return 64 * depth * 2.0**-24
+
+
+@given(stacks())
+def test_gradients_match_ordinary_float32(p):
+    blocks = make_blocks(p["seed"], p["depth"], p["d"], kinds=p["kinds"], dropout=p["dropout"], dtype=F32)
+    rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
+    params = list(rev.parameters())
+    x = torch.randn(*p["batch"], 2 * p["d"], generator=torch.Generator().manual_seed(p["seed"]))
+    y_rev, g_rev = grads_of(rev, x, params, p["seed"], rng_seed=p["seed"] + 1)
+    y_seq, g_seq = grads_of(seq, x, params, p["seed"], rng_seed=p["seed"] + 1)
+    assert max_rel_error(y_rev, y_seq) <= f32_tol(p["depth"])
+    for i, (a, e) in enumerate(zip(g_rev, g_seq)):
+        assert max_rel_error(a, e) <= f32_tol(p["depth"]), f"gradient {i}: {max_rel_error(a, e):.3g}"
+
+
+# --------------------------------------------------------------------------
+# The oracle extracted from rocq/Reversible (coupling_stack)
+# --------------------------------------------------------------------------
+
+@given(st.integers(0, 2**16), st.integers(1, 4), st.integers(1, 4), st.integers(1, 5), st.integers(1, 3),
+       st.sampled_from([0.5, 1.0, 2.0]))
+def test_oracle_float(seed, depth, d, hidden, rows, scale):
+    p = make_problem(seed, depth=depth, d=d, hidden=hidden, rows=rows, weight_scale=scale)
+    assert oracle_mismatches(p) == []
+
+
+@given(st.integers(0, 2**16), st.integers(1, 4), st.integers(1, 4), st.sampled_from([0, 8, 20, 40]),
+       st.sampled_from([1.0, 4.0]))
+def test_oracle_fixed_point(seed, depth, d, k, scale):
+    p = make_problem(seed, depth=depth, d=d, hidden=4, rows=2, weight_scale=scale, fraction_bits=k)
+    assert oracle_mismatches(p) == []
+
+
+def test_oracle_vector_and_errors():
+    """A single vector [d] is one row; the oracle names the field of a malformed request."""
+    p = make_problem(0, depth=2, d=3, rows=1)
+    one = coupling_stack_oracle(p["x1"][0], p["x2"][0], p["layers"])
+    rows = coupling_stack_oracle(p["x1"], p["x2"], p["layers"])
+    assert one["y1"].shape == (3,) and torch.equal(one["y1"], rows["y1"][0])
+    bad = [(f, g[:3]) for f, g in p["layers"]]
+    with pytest.raises(ValueError, match=r"layers\[0\].g"):
+        coupling_stack_oracle(p["x1"], p["x2"], bad)
+    with pytest.raises(ValueError, match="fixed-point range|2\\^60"):
+        coupling_stack_oracle(torch.full((1, 3), 2**61), torch.zeros(1, 3, dtype=torch.int64), p["layers"],
+                              fraction_bits=8)
