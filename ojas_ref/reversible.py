@@ -50,8 +50,13 @@ Theorems (``rocq/Reversible/``) this code implements:
 In floating point ``(x + f(a)) - f(a)`` is not ``x``: each half-update loses up to
 half an ulp of the updated half, and an error already in the reconstructed other
 half is amplified by the Lipschitz constant of ``fn``; the gradients are then the
-ordinary ones at slightly perturbed activations. ``check_reconstruction=True``
-measures the reconstruction error; exact mode removes it.
+ordinary ones at slightly perturbed activations. ``Ojas.Reversible.FloatError.
+vec_stack_recon_error`` (``vec_stack_recon_error_flx`` for round-to-nearest
+binary32/64) bounds the error of each block's reconstructed input by the recurrence
+e_l = K e_(l+1) + delta_l, K = (1 + u)^2 (1 + LF) (1 + LG), for f, g that are
+LF-, LG-Lipschitz up to dF, dG (``ojas_ref.reversible_check.reconstruction_bounds``
+evaluates it). ``check_reconstruction=True`` measures the error; exact mode removes
+it.
 """
 
 from __future__ import annotations
