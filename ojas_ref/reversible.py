@@ -276,6 +276,18 @@ def _autocast_kwargs(device_type: str) -> list[tuple[str, dict]]:
             for t in kinds if torch.amp.is_autocast_available(t)]
 
 
+def _recompute_context(autocast: Sequence[tuple[str, dict]]) -> contextlib.ExitStack:
+    """Grad enabled and forward's autocast settings, entered around one recomputation only:
+    leaving the outermost autocast context empties its cast cache, so casts of one
+    function's parameters do not pile up over the backward pass, and the vector-Jacobian
+    product runs outside autocast."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.enable_grad())
+    for device_type, kwargs in autocast:
+        stack.enter_context(torch.amp.autocast(device_type, **kwargs))
+    return stack
+
+
 # --------------------------------------------------------------------------
 # The stack
 # --------------------------------------------------------------------------
@@ -334,16 +346,13 @@ class _ReversibleFunction(torch.autograd.Function):
         param_grads: list[Optional[Tensor]] = [None] * len(ctx.params)
         errors = [math.nan] * len(stack.blocks) if ctx.stored is not None else None
         rng_devices = ctx.rng[0].devices if ctx.rng else []
-        with contextlib.ExitStack() as es:
-            es.enter_context(torch.random.fork_rng(devices=rng_devices, enabled=bool(ctx.rng),
-                                                   device_type=ctx.device_type))
-            for device_type, kwargs in ctx.autocast:
-                es.enter_context(torch.amp.autocast(device_type, **kwargs))
+        with torch.random.fork_rng(devices=rng_devices, enabled=bool(ctx.rng), device_type=ctx.device_type):
             for i in reversed(range(len(plan))):
                 step = plan[i]
                 if ctx.rng:
                     ctx.rng[i].restore(ctx.device_type)
-                h, g, grads = stack._update(h, step, ctx.x_dtype, forward=False, grad=g, params=ctx.params)
+                h, g, grads = stack._update(h, step, ctx.x_dtype, forward=False, grad=g, params=ctx.params,
+                                            autocast=ctx.autocast)
                 for (_, j), gj in zip(step.params, grads):
                     if gj is not None:
                         param_grads[j] = gj if param_grads[j] is None else param_grads[j] + gj
@@ -485,15 +494,17 @@ class ReversibleSequence(nn.Module):
                 for layer, block in enumerate(self.blocks) for k, u in enumerate(block.half_updates())]
 
     def _update(self, h: list[Tensor], step: _Plan, dtype: torch.dtype, *, forward: bool,
-                grad: Optional[list[Tensor]] = None, params: Sequence[Tensor] = ()):
+                grad: Optional[list[Tensor]] = None, params: Sequence[Tensor] = (),
+                autocast: Sequence[tuple[str, dict]] = ()):
         """One half-update on the halves h (float, or int64 in exact mode), forward or inverse.
 
         With ``grad`` (backward: ``forward=False``), fn is evaluated with grad enabled and
         the vector-Jacobian product of x_t + c fn(x_o) with the gradient of the updated
         half is taken w.r.t. x_o and fn's parameters (``params`` is the stack's list; fn
         runs on detached aliases of them, so that tensor hooks on the parameters fire
-        once, for the gradient backward returns, as with ordinary autograd): returns
-        (h, grad, parameter gradients); otherwise (h, None, ())."""
+        once, for the gradient backward returns, as with ordinary autograd), fn under the
+        ``autocast`` settings recorded in forward: returns (h, grad, parameter gradients);
+        otherwise (h, None, ())."""
         u, t = step.update, step.update.target
         where = f"blocks[{step.layer}] ({type(self.blocks[step.layer]).__name__})"
         other = _from_fixed(h[1 - t], self.fraction_bits, dtype) if self.exact else h[1 - t]
@@ -501,7 +512,7 @@ class ReversibleSequence(nn.Module):
         if grad is not None:
             other = other.detach().requires_grad_(True)
             aliases = {name: params[j].detach().requires_grad_(True) for name, j in step.params}
-        with torch.enable_grad() if grad is not None else contextlib.nullcontext():
+        with _recompute_context(autocast) if grad is not None else contextlib.nullcontext():
             inc = _float_increment(_call(u, other, where, aliases), u.scale)
         with torch.no_grad():
             if self.exact:
