@@ -376,7 +376,7 @@ class ReversibleSequence(nn.Module):
     depth. Backward evaluates each function once more, on the reconstructed input, and
     returns the gradients of ``x`` and of the blocks' parameters (``.grad`` accumulates
     as with ordinary autograd; optimizers, hooks and ``torch.autograd.grad`` work).
-    Gradients reach the parameters registered in the blocks (``block.parameters()``),
+    Gradients reach the parameters of the half-updates' functions (``fn.parameters()``),
     not tensors a function closes over. Double backward is not supported.
 
     The functions must be deterministic given the RNG state and must not modify their
@@ -488,6 +488,11 @@ class ReversibleSequence(nn.Module):
     # -- pieces shared by forward, backward and the no-grad helpers --------------
 
     def _plan(self, params: Sequence[Tensor]) -> list[_Plan]:
+        for i, block in enumerate(self.blocks):
+            for u in block.half_updates():
+                if not (isinstance(u, HalfUpdate) and u.target in (0, 1) and isinstance(u.fn, nn.Module)):
+                    raise TypeError(f"blocks[{i}].half_updates() must return HalfUpdate(target 0 or 1, an "
+                                    f"nn.Module, scale, name) tuples, got {u!r}")
         index = {id(p): i for i, p in enumerate(params)}
         return [_Plan(layer, k == 0, u, tuple((name, index[id(p)]) for name, p in u.fn.named_parameters()
                                              if id(p) in index))

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from ojas_ref.oracle import coupling_stack_oracle
-from ojas_ref.reversible import AdditiveCoupling, ReversibleBlock, ReversibleSequence, SymplecticCoupling
+from ojas_ref.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
+                                 SymplecticCoupling)
 from ojas_ref.reversible_check import (make_problem, oracle_mismatches, reconstruction_bounds, tanh_mlp_constants,
                                        unit_roundoff)
 
@@ -356,6 +357,11 @@ class Huge(nn.Module):
         return x * 1e30
 
 
+class BadBlock(ReversibleBlock):
+    def half_updates(self):
+        return (HalfUpdate(2, nn.Identity(), 1.0, "f"),)
+
+
 def test_errors():
     a = AdditiveCoupling(nn.Identity(), nn.Identity())
     with pytest.raises(ValueError, match="even, nonzero last dimension"):
@@ -388,6 +394,8 @@ def test_errors():
         ReversibleSequence([AdditiveCoupling(Huge(), nn.Identity())], exact=True)(torch.ones(2, 4))
     with pytest.raises(TypeError, match="int64 fixed-point state"):
         ReversibleSequence([a], exact=True).stack_forward(torch.ones(2, 4))
+    with pytest.raises(TypeError, match=r"blocks\[0\].half_updates\(\) must return HalfUpdate"):
+        ReversibleSequence([BadBlock()])(torch.randn(2, 4))
 
 
 # --------------------------------------------------------------------------
