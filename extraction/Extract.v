@@ -17,6 +17,7 @@ From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Back
   Attention.Merge CrossEntropy.Definitions.
 From Ojas Require Import Reversible.Coupling Reversible.Stack Reversible.FixedPoint
   Reversible.Gradient.
+From Ojas Require Import OptimizerInBackward.UpdateRules.
 
 (** [Nat.leb] as OCaml's integer [<=] ([ExtrOcamlNatInt] maps
     [Compare_dec.leb] but not [Nat.leb]; [Nat.ltb n m] is extracted from
@@ -27,4 +28,5 @@ Extraction "_build/attention_spec.ml"
   attention_forward attention_two_pass attention_backward visibility chunk merge
   ce_forward ce_output ce_backward
   scalar_group list_group coupling_forward coupling_inverse stack_forward stack_inverse
-  coupling_stack_backward Z_group.
+  coupling_stack_backward Z_group
+  sgd_update adamw_update.

@@ -520,6 +520,131 @@ let cs_response r =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
+(* ---- optimizer_update (rocq/OptimizerInBackward/UpdateRules.v) ----------- *)
+
+(* The float instance of [OptOps]: [sqrt] is IEEE (correctly rounded), [pow]
+   the C library's (as Python's [beta ** step] of the bias correction, with
+   the step as a float), [fma] the IEEE fused multiply-add. *)
+let float_opt_ops : float optOps = {
+  oo_sc = float_ops;
+  oo_sqrt = Float.sqrt;
+  oo_pow = (fun b t -> Float.pow b (float_of_int t));
+  oo_fma = Float.fma;
+}
+
+(* A rule with its hyper-parameters and the state of the whole parameter. *)
+type opt_rule =
+  | Sgd of float sgd_config * float list option            (* momentum buffer [n] *)
+  | Adamw of float adamw_config * int * float list * float list
+      (* step, exp_avg [n], exp_avg_sq [n] *)
+
+let opt_known_fields =
+  [ "op"; "rule"; "lr"; "weight_decay"; "momentum"; "dampening"; "nesterov";
+    "betas"; "eps"; "param"; "grad"; "state" ]
+
+let opt_rule_fields = function
+  | "sgd" -> [ "momentum"; "dampening"; "nesterov" ]
+  | _ -> [ "betas"; "eps" ]
+
+let parse_opt_request fields =
+  List.iter (fun (name, _) ->
+      if not (List.mem name opt_known_fields) then fail "%s: unknown field" name)
+    fields;
+  let field name = List.assoc_opt name fields in
+  let required name = match field name with
+    | Some x -> x
+    | None -> fail "%s: missing" name
+  in
+  let rule = match required "rule" with
+    | `String ("sgd" | "adamw" as r) -> r
+    | _ -> fail "rule: expected \"sgd\" or \"adamw\""
+  in
+  List.iter (fun (name, _) ->
+      if List.mem name (opt_rule_fields (if rule = "sgd" then "adamw" else "sgd")) then
+        fail "%s: not a hyper-parameter of rule %S" name rule)
+    fields;
+  let scalar name = number name name (required name) in
+  let dims : dims = Hashtbl.create 2 in
+  let vector name j = level dims name [| "n" |] 0 (number name) name j in
+  let param = vector "param" (required "param") in
+  let grad = vector "grad" (required "grad") in
+  let state_fields = match field "state" with
+    | None | Some `Null -> None
+    | Some (`Assoc l) -> Some l
+    | Some _ -> fail "state: expected an object or null"
+  in
+  let state_field known name =
+    match state_fields with
+    | None -> None
+    | Some l ->
+      List.iter (fun (k, _) -> if not (List.mem k known) then
+                    fail "state: unknown field %s for rule %S" k rule) l;
+      List.assoc_opt name l
+  in
+  let state_vector name = match state_field (if rule = "sgd" then [ "momentum_buffer" ]
+                                             else [ "step"; "exp_avg"; "exp_avg_sq" ]) name with
+    | None | Some `Null -> None
+    | Some j -> Some (level dims ("state." ^ name) [| "n" |] 0 (number ("state." ^ name))
+                        ("state." ^ name) j)
+  in
+  let lr = scalar "lr" and weight_decay = scalar "weight_decay" in
+  match rule with
+  | "sgd" ->
+    let momentum = match required "momentum" with
+      | `Null -> None
+      | j -> Some (number "momentum" "momentum" j)
+    in
+    let nesterov = boolean "nesterov" "nesterov" (required "nesterov") in
+    let cfg = { sgd_lr = lr; sgd_momentum = momentum; sgd_dampening = scalar "dampening";
+                sgd_weight_decay = weight_decay; sgd_nesterov = nesterov } in
+    (Sgd (cfg, state_vector "momentum_buffer"), param, grad)
+  | _ ->
+    let beta1, beta2 = match required "betas" with
+      | `List [ b1; b2 ] -> (number "betas" "betas[0]" b1, number "betas" "betas[1]" b2)
+      | _ -> fail "betas: expected a list of two numbers"
+    in
+    let step = match state_field [ "step"; "exp_avg"; "exp_avg_sq" ] "step" with
+      | None -> 0
+      | Some (`Int t) when t >= 0 && t < 1 lsl 53 -> t
+      | Some _ -> fail "state: step must be an integer >= 0"
+    in
+    let zeros = List.map (fun _ -> 0.0) param in
+    let m = Option.value (state_vector "exp_avg") ~default:zeros in
+    let v = Option.value (state_vector "exp_avg_sq") ~default:zeros in
+    let cfg = { aw_lr = lr; aw_beta1 = beta1; aw_beta2 = beta2; aw_eps = scalar "eps";
+                aw_weight_decay = weight_decay } in
+    (Adamw (cfg, step, m, v), param, grad)
+
+(* [sgd_update] / [adamw_update] applied to every element of the parameter. *)
+let opt_response (rule, param, grad) =
+  let t1 = add_list add_float in
+  let buf = Buffer.create 1024 in
+  Buffer.add_char buf '{';
+  (match rule with
+   | Sgd (cfg, bufs) ->
+     let olds = match bufs with None -> List.map (fun _ -> None) param
+                              | Some b -> List.map Option.some b in
+     let res = List.map2 (fun (p, b) g -> sgd_update float_opt_ops cfg p b g)
+         (List.combine param olds) grad in
+     add_field buf true "param" t1 (List.map fst res);
+     Buffer.add_string buf ",\"state\":{";
+     (match List.filter_map snd res with   (* every element has a buffer, or none has *)
+      | [] -> Buffer.add_string buf "\"momentum_buffer\":null"
+      | bs -> add_field buf true "momentum_buffer" t1 bs);
+     Buffer.add_char buf '}'
+   | Adamw (cfg, step, m, v) ->
+     let res = List.map2 (fun ((p, m), v) g ->
+         adamw_update float_opt_ops cfg p { ad_step = step; ad_m = m; ad_v = v } g)
+         (List.combine (List.combine param m) v) grad in
+     add_field buf true "param" t1 (List.map fst res);
+     Buffer.add_string buf ",\"state\":{";
+     add_field buf true "step" (fun b t -> Buffer.add_string b (string_of_int t)) (step + 1);
+     add_field buf false "exp_avg" t1 (List.map (fun (_, s) -> s.ad_m) res);
+     add_field buf false "exp_avg_sq" t1 (List.map (fun (_, s) -> s.ad_v) res);
+     Buffer.add_char buf '}');
+  Buffer.add_char buf '}';
+  Buffer.contents buf
+
 (* The response to a request, by its "op". *)
 let dispatch (j : Yojson.Safe.t) =
   match j with
@@ -527,6 +652,8 @@ let dispatch (j : Yojson.Safe.t) =
     ce_response (parse_ce_request fields)
   | `Assoc fields when List.assoc_opt "op" fields = Some (`String "coupling_stack") ->
     cs_response (parse_cs_request fields)
+  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "optimizer_update") ->
+    opt_response (parse_opt_request fields)
   | _ -> response (parse_request j)
 
 let error msg = Yojson.Safe.to_string (`Assoc [ ("error", `String msg) ])

@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["attention_oracle", "coupling_stack_oracle", "linear_cross_entropy_oracle", "oracle_binary", "oracle_request"]
+__all__ = ["attention_oracle", "coupling_stack_oracle", "linear_cross_entropy_oracle", "optimizer_update_oracle",
+           "oracle_binary", "oracle_request"]
 
 _DEFAULT_BINARY = Path(__file__).resolve().parent.parent / "extraction" / "_build" / "ojas-oracle"
 
@@ -368,3 +369,70 @@ def coupling_stack_oracle(
         result["grad_layers"] = [tuple([tensor(w) for w in layer[fn]] for fn in ("f", "g"))
                                  for layer in answer["grad_layers"]]
     return result
+
+
+def optimizer_update_oracle(
+    rule: str,
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    *,
+    lr: float,
+    weight_decay: float = 0.0,
+    momentum: float = 0.0,
+    dampening: float = 0.0,
+    nesterov: bool = False,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    state: dict[str, Any] | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """One optimizer update of one parameter computed by the oracle extracted from Coq.
+
+    ``rule`` is ``"sgd"`` (``sgd_update`` of rocq/OptimizerInBackward/UpdateRules.v:
+    ``torch.optim.SGD`` with ``lr``, ``momentum``, ``dampening``, ``weight_decay``,
+    ``nesterov``) or ``"adamw"`` (``adamw_update``: ``torch.optim.AdamW`` with ``lr``,
+    ``betas``, ``eps``, ``weight_decay``; no amsgrad, no maximize), applied to every
+    element. ``state`` is the parameter's ``torch.optim`` state (``optimizer.state[p]``):
+    ``{"momentum_buffer": Tensor}`` for SGD, ``{"step", "exp_avg", "exp_avg_sq"}`` for
+    AdamW; None or ``{}`` before the first step. ``momentum=0`` keeps no buffer, as torch.
+
+    Returns the new parameter (float64, on ``param.device``) and the new state in the
+    same format (``"step"`` an int; no ``"momentum_buffer"`` when ``momentum == 0``).
+    """
+    if rule not in ("sgd", "adamw"):
+        raise ValueError(f"rule: expected 'sgd' or 'adamw', got {rule!r}")
+    if param.numel() == 0 or grad.shape != param.shape:
+        raise ValueError(f"param and grad: expected one non-empty shape, got {tuple(param.shape)} "
+                         f"and {tuple(grad.shape)}")
+    state = state or {}
+
+    def vector(name: str, t: torch.Tensor) -> list:
+        if t.shape != param.shape:
+            raise ValueError(f"state[{name!r}]: expected shape {tuple(param.shape)}, got {tuple(t.shape)}")
+        return _as_list(t.reshape(-1), f"state[{name!r}]")
+
+    req: dict[str, Any] = {"op": "optimizer_update", "rule": rule, "lr": float(lr),
+                           "weight_decay": float(weight_decay),
+                           "param": _as_list(param.reshape(-1), "param"),
+                           "grad": _as_list(grad.reshape(-1), "grad")}
+    if rule == "sgd":
+        buf = state.get("momentum_buffer")
+        req.update(momentum=float(momentum) if momentum != 0 else None, dampening=float(dampening),
+                   nesterov=bool(nesterov),
+                   state=None if buf is None else {"momentum_buffer": vector("momentum_buffer", buf)})
+    else:
+        req.update(betas=[float(betas[0]), float(betas[1])], eps=float(eps))
+        if state:
+            req["state"] = {"step": int(state["step"]), "exp_avg": vector("exp_avg", state["exp_avg"]),
+                            "exp_avg_sq": vector("exp_avg_sq", state["exp_avg_sq"])}
+    answer = oracle_request(req)
+    if "error" in answer:
+        raise ValueError(f"optimizer_update oracle: {answer['error']}")
+
+    def tensor(values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float64, device=param.device).view(param.shape)
+
+    new_state: dict[str, Any] = {}
+    for key, value in answer["state"].items():
+        if value is not None:
+            new_state[key] = value if key == "step" else tensor(value)
+    return tensor(answer["param"]), new_state

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.optimizer_in_backward_check import make_case, oracle_mismatches, updates
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 50, 32, 4, 2, 12, 3
 CLIP = 0.05  # below the gradient norms of this model (checked), so clipping is active
@@ -419,3 +420,46 @@ def test_cannot_be_pickled() -> None:
     layer, _ = small()
     with pytest.raises(TypeError, match="cannot be pickled"):
         copy.deepcopy(InBackwardOptimizer(layer.parameters()))
+
+
+# --------------------------------------------------------------------------
+# One update against the oracle extracted from rocq/OptimizerInBackward/UpdateRules.v
+# --------------------------------------------------------------------------
+
+ORACLE_CASES = [
+    ("sgd", {}), ("sgd", {"fresh": True}), ("sgd", {"momentum": 0.0}),
+    ("sgd", {"nesterov": True, "dampening": 0.0}), ("sgd", {"momentum": 0.0, "weight_decay": 0.0}),
+    ("adamw", {}), ("adamw", {"fresh": True}), ("adamw", {"betas": (0.8, 0.95), "eps": 1e-6}),
+    ("adamw", {"weight_decay": 0.0, "shape": (64, 33)}),
+]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("rule,options", ORACLE_CASES)
+def test_update_matches_oracle(rule: str, options: dict, seed: int) -> None:
+    """float64 torch.optim step and InBackwardOptimizer's update in backward vs the oracle
+    (16 ulps of the magnitudes involved); and the two torch runs bitwise equal."""
+    case = make_case(seed, rule, **options)
+    assert oracle_mismatches(case) == []
+    (p_torch, s_torch), (p_fused, s_fused) = updates(case).values()
+    assert torch.equal(p_torch, p_fused)
+    assert all(same_value(v, s_fused[k]) for k, v in s_torch.items())
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"rule": "adam"}, "rule: expected"),
+    ({"eps": 1e-8}, "eps: not a hyper-parameter of rule \"sgd\""),
+    ({"grad": [1.0]}, "grad: dimension n has length 1"),
+    ({"state": {"exp_avg": [0.0, 0.0]}}, "state: unknown field exp_avg"),
+    ({"nesterov": 1}, "nesterov: expected a boolean"),
+    ({"lr": None}, "lr: expected a number"),
+    ({"extra": 0}, "extra: unknown field"),
+])
+def test_oracle_rejects_malformed_optimizer_requests(change: dict, message: str) -> None:
+    from ojas_ref.oracle import oracle_request
+
+    req = {"op": "optimizer_update", "rule": "sgd", "lr": 0.1, "weight_decay": 0.0, "momentum": 0.9,
+           "dampening": 0.0, "nesterov": False, "param": [1.0, 2.0], "grad": [0.5, -0.5]}
+    assert "error" not in oracle_request(req)
+    answer = oracle_request({**req, **change})
+    assert message in answer.get("error", ""), answer
