@@ -24,6 +24,16 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
 _U64 = 2.0**-53
 _ULPS = 16
 
+#: ``make_case`` arguments (besides the seed) covering both rules, the first step,
+#: momentum off, Nesterov, other betas and a parameter large enough for torch's
+#: vectorised CPU kernels.
+CASES = [
+    {"rule": "sgd"}, {"rule": "sgd", "fresh": True}, {"rule": "sgd", "momentum": 0.0},
+    {"rule": "sgd", "nesterov": True, "dampening": 0.0}, {"rule": "sgd", "momentum": 0.0, "weight_decay": 0.0},
+    {"rule": "adamw"}, {"rule": "adamw", "fresh": True}, {"rule": "adamw", "betas": (0.8, 0.95), "eps": 1e-6},
+    {"rule": "adamw", "weight_decay": 0.0, "shape": (64, 33)},
+]
+
 
 def make_case(seed: int, rule: str, *, shape: tuple[int, ...] = (4, 5), fresh: bool = False,
               **hyper: Any) -> dict:
