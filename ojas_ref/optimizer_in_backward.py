@@ -51,11 +51,15 @@ from typing import Any, Callable, Iterable, Optional, Union
 import torch
 from torch import Tensor
 from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype, _has_foreach_support
+from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["InBackwardOptimizer"]
 
 # torch.nn.utils.clip_grad_norm_'s default norm type, the only one supported.
 _NORM_TYPE = 2.0
+
+# Hooked parameter -> the InBackwardOptimizer whose hook it carries (keys held weakly).
+_OWNERS = WeakIdKeyDictionary()
 
 
 class _Mode(Enum):
@@ -93,8 +97,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     ``step()`` and ``zero_grad()`` may stay in the training loop: ``step()`` does
-    nothing, ``zero_grad()`` clears the gradients that exist (none after an
-    update).  Learning-rate schedulers work: they change ``param_groups[i]["lr"]``
+    nothing, ``zero_grad()`` (``torch.optim``'s) clears the gradients that exist,
+    none after an update.  A parameter has at most one InBackwardOptimizer:
+    :meth:`remove_hooks` detaches one.  Learning-rate schedulers work: they change ``param_groups[i]["lr"]``
     and the next update reads it.  Save checkpoints after an update (gradients of
     an unfinished accumulation are not optimizer state, as in ``torch.optim``).
 
@@ -163,11 +168,17 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         index = len(self.param_groups) - 1
         group = self.param_groups[index]
         with_grad = [i for i, p in enumerate(group["params"]) if p.grad is not None]
-        if with_grad:
+        hooked = [i for i, p in enumerate(group["params"]) if p in _OWNERS]
+        if with_grad or hooked:
             self.param_groups.pop()
+        if with_grad:
             raise ValueError(
                 f"params: parameter(s) {with_grad} of group {index} already have a .grad; updates in backward "
                 "would add it to the next gradient. Call zero_grad(set_to_none=True) on them first")
+        if hooked:
+            raise ValueError(
+                f"params: parameter(s) {hooked} of group {index} are already updated in backward by another "
+                "InBackwardOptimizer (they would be updated twice); call its remove_hooks() first")
         for p in group["params"]:
             if not p.requires_grad:
                 continue
@@ -176,6 +187,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             single.state = self.state
             self._per_param[p] = (single, index)
             self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
+            _OWNERS[p] = self
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> None:
         """Nothing to do: the parameters were updated during backward."""
@@ -189,9 +201,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 "inf/NaN check need all gradients before any update, but each parameter was already updated "
                 "in backward with its scaled gradient. Use bfloat16 autocast (no scaler) instead")
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the gradients that exist (as ``torch.optim``); after an update there are none."""
-        super().zero_grad(set_to_none)
+    def remove_hooks(self) -> None:
+        """Detach from the parameters: their hooks are removed, backward no longer updates them."""
+        for handle in self._hook_handles:
+            handle.remove()
+        self._hook_handles.clear()
+        for p in self._per_param:
+            if _OWNERS.get(p) is self:
+                del _OWNERS[p]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)

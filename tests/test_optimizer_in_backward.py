@@ -416,6 +416,21 @@ def test_sparse_gradient_raises() -> None:
         emb(torch.tensor([1, 2])).sum().backward()
 
 
+def test_second_optimizer_on_the_same_parameters_raises() -> None:
+    """Two optimizers on one parameter would update it twice; remove_hooks() detaches the first."""
+    layer, x = small()
+    first = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    with pytest.raises(ValueError, match="already updated in backward by another InBackwardOptimizer"):
+        InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    first.remove_hooks()
+    InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    params = list(layer.parameters())
+    grads = torch.autograd.grad(layer(x).sum(), params)
+    expected = [p.detach().add(g, alpha=-0.1) for p, g in zip(params, grads)]
+    layer(x).sum().backward()
+    assert all(torch.equal(p, e) for p, e in zip(params, expected))  # updated once
+
+
 def test_cannot_be_pickled() -> None:
     layer, _ = small()
     with pytest.raises(TypeError, match="cannot be pickled"):
