@@ -98,10 +98,11 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     ``step()`` and ``zero_grad()`` may stay in the training loop: ``step()`` does
     nothing, ``zero_grad()`` (``torch.optim``'s) clears the gradients that exist,
-    none after an update.  A parameter has at most one InBackwardOptimizer:
-    :meth:`remove_hooks` detaches one.  Learning-rate schedulers work: they change ``param_groups[i]["lr"]``
-    and the next update reads it.  Save checkpoints after an update (gradients of
-    an unfinished accumulation are not optimizer state, as in ``torch.optim``).
+    none after an update.  Learning-rate schedulers work: they change
+    ``param_groups[i]["lr"]`` and the next update reads it.  Save checkpoints
+    after an update (gradients of an unfinished accumulation are not optimizer
+    state, as in ``torch.optim``).  A parameter has at most one
+    InBackwardOptimizer; :meth:`remove_hooks` detaches one.
 
     Exact equality with the standard loop also needs a deterministic backward
     with clipping (the two passes must compute the same gradients), and the same
