@@ -3,6 +3,8 @@
 * :func:`attention`: online-softmax attention, a drop-in for
   ``F.scaled_dot_product_attention`` (rocq/Attention/).
 * :func:`linear_cross_entropy`: chunked linear cross-entropy (rocq/CrossEntropy/).
+* :class:`ReversibleSequence` of :class:`AdditiveCoupling` / :class:`SymplecticCoupling`
+  blocks: activations reconstructed in backward (rocq/Reversible/).
 
 Each function lives in the module of the same name (``ojas_ref/attention.py``, ...);
 the package attribute is the function, so reach a module's internals with
@@ -11,5 +13,6 @@ the package attribute is the function, so reach a module's internals with
 
 from ojas_ref.attention import attention
 from ojas_ref.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
 
-__all__ = ["attention", "linear_cross_entropy"]
+__all__ = ["attention", "linear_cross_entropy", "AdditiveCoupling", "ReversibleSequence", "SymplecticCoupling"]

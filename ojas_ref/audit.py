@@ -48,6 +48,16 @@ LINEAR_CROSS_ENTROPY_CASES = [
 ]
 
 
+#: Reversible coupling cases (``ojas_ref.reversible_check.make_problem``): float stacks
+#: (forward, inverse, gradients) and the exact fixed-point mode (bit-exact inverse).
+REVERSIBLE_CASES = [
+    dict(depth=3, d=3, hidden=5, rows=2),
+    dict(depth=2, d=4, hidden=6, rows=1, fraction_bits=20),
+    dict(depth=6, d=2, hidden=4, rows=3, weight_scale=2.0),
+    dict(depth=5, d=3, hidden=5, rows=2, weight_scale=4.0, fraction_bits=24),
+]
+
+
 @dataclass
 class Implementation:
     name: str
@@ -62,8 +72,12 @@ def _say(msg: str) -> None:
 
 
 def cited_theorems(function: Callable) -> list[str]:
-    """The Coq modules or theorems a function's docstring names (``Ojas.X.Y``)."""
-    return sorted(set(CITATION_RE.findall(function.__doc__ or "")))
+    """The Coq modules or theorems a function's docstring names (``Ojas.X.Y``); for a
+    class, its docstring and those of the methods it defines."""
+    docs = [function.__doc__ or ""]
+    if isinstance(function, type):
+        docs += [m.__doc__ or "" for m in vars(function).values() if callable(m)]
+    return sorted({name for doc in docs for name in CITATION_RE.findall(doc)})
 
 
 def _attention_check(impl: str) -> Callable[[dict, int], list[str]]:
@@ -83,16 +97,24 @@ def _linear_cross_entropy_check(params: dict, seed: int) -> list[str]:
     return oracle_mismatches(make_problem(seed, **params))
 
 
+def _reversible_check(params: dict, seed: int) -> list[str]:
+    from ojas_ref.reversible_check import make_problem, oracle_mismatches
+
+    return oracle_mismatches(make_problem(seed, **params))
+
+
 def implementations() -> list[Implementation]:
     """The implementations of this library, and whether each can run here."""
     from ojas_ref.attention import attention
     from ojas_ref.linear_cross_entropy import linear_cross_entropy
+    from ojas_ref.reversible import ReversibleSequence
 
     impls = [
         Implementation("ojas_ref.attention (PyTorch reference)", attention, ATTENTION_CASES,
                        _attention_check("reference")),
         Implementation("ojas_ref.linear_cross_entropy (PyTorch reference)", linear_cross_entropy,
                        LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check),
+        Implementation("ojas_ref.ReversibleSequence", ReversibleSequence, REVERSIBLE_CASES, _reversible_check),
     ]
     name = "ojas_kernels.attention (Triton)"
     try:

@@ -378,6 +378,11 @@ class ReversibleSequence(nn.Module):
     as with ordinary autograd; optimizers, hooks and ``torch.autograd.grad`` work).
     Gradients reach the parameters of the half-updates' functions (``fn.parameters()``),
     not tensors a function closes over. Double backward is not supported.
+    Theorems: the stack is inverted by the reversed inverses
+    (Ojas.Reversible.Stack.stack_inverse_forward), and backward through reconstructed
+    inputs gives the gradients of stored-activation backprop
+    (Ojas.Reversible.Gradient.backprop_reversible_correct); float drift is bounded by
+    Ojas.Reversible.FloatError.vec_stack_recon_error.
 
     The functions must be deterministic given the RNG state and must not modify their
     input in place. With ``preserve_rng_state`` (default), the CPU RNG state and that of
