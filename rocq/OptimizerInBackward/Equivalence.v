@@ -41,7 +41,7 @@
       [gadd]; over floats the roundings differ).  *)
 
 From Coq Require Import List Arith Bool.
-From Ojas Require Import OptimizerInBackward.Events.
+From Ojas Require Import ScalarOps OptimizerInBackward.Events OptimizerInBackward.UpdateRules.
 Import ListNotations.
 
 (** ** List lemmas *)
@@ -483,3 +483,52 @@ Proof.
 Qed.
 
 End Backprop.
+
+(** ** SGD and AdamW *)
+
+(** The equivalence holds over any scalars (float instance included):
+    the fused run performs the same operations on the same values. *)
+Section Instances.
+Context {T : Type} (o : OptOps T).
+
+(** SGD (per-parameter configurations [cfg], as with parameter groups)
+    updated in the post-accumulate-grad hooks of [loss.backward()] gives
+    the parameters and momentum buffers of backward then [SGD.step()]. *)
+Theorem sgd_fused_eq_standard :
+  forall (cfg : nat -> sgd_config T) (tape : list (tape_entry T T))
+         (st : Events.store T (option T) T),
+  (forall q, s_grad st q = None) ->
+  forall q,
+    s_param (fused_run (sc_add (oo_sc o)) (fun q => sgd_update o (cfg q))
+               (backward_events tape) st) q =
+    s_param (standard_run (sc_add (oo_sc o)) (fun q => sgd_update o (cfg q))
+               (backward_events tape) st) q /\
+    s_opt (fused_run (sc_add (oo_sc o)) (fun q => sgd_update o (cfg q))
+             (backward_events tape) st) q =
+    s_opt (standard_run (sc_add (oo_sc o)) (fun q => sgd_update o (cfg q))
+             (backward_events tape) st) q /\
+    s_grad (fused_run (sc_add (oo_sc o)) (fun q => sgd_update o (cfg q))
+              (backward_events tape) st) q = None.
+Proof. intros cfg tape st H0; apply backprop_fused_eq_standard, H0. Qed.
+
+(** AdamW updated in the post-accumulate-grad hooks of [loss.backward()]
+    gives the parameters and (step, m, v) states of backward then
+    [AdamW.step()]. *)
+Theorem adamw_fused_eq_standard :
+  forall (cfg : nat -> adamw_config T) (tape : list (tape_entry T T))
+         (st : Events.store T (adam_state T) T),
+  (forall q, s_grad st q = None) ->
+  forall q,
+    s_param (fused_run (sc_add (oo_sc o)) (fun q => adamw_update o (cfg q))
+               (backward_events tape) st) q =
+    s_param (standard_run (sc_add (oo_sc o)) (fun q => adamw_update o (cfg q))
+               (backward_events tape) st) q /\
+    s_opt (fused_run (sc_add (oo_sc o)) (fun q => adamw_update o (cfg q))
+             (backward_events tape) st) q =
+    s_opt (standard_run (sc_add (oo_sc o)) (fun q => adamw_update o (cfg q))
+             (backward_events tape) st) q /\
+    s_grad (fused_run (sc_add (oo_sc o)) (fun q => adamw_update o (cfg q))
+              (backward_events tape) st) q = None.
+Proof. intros cfg tape st H0; apply backprop_fused_eq_standard, H0. Qed.
+
+End Instances.

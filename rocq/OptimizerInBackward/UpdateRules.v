@@ -140,3 +140,70 @@ Definition adamw_update (c : adamw_config T) (p : T) (s : adam_state T) (g : T)
   (add p1 (div (mul (sub zero step_size) m) denom), mk_adam_state t m v).
 
 End AdamW.
+
+(** ** Over the reals: the formulas of the documentation *)
+
+(** [lerp] over [R] is [a + w (b - a)] on both branches. *)
+Lemma lerp_R : forall a b w, lerp R_opt_ops a b w = a + w * (b - a).
+Proof.
+  intros a b w; unfold lerp; cbn [R_opt_ops oo_sc oo_fma R_ops sc_add sc_sub sc_mul sc_div
+    sc_one sc_zero sc_ltb].
+  destruct (andb _ _); ring.
+Qed.
+
+(** SGD over [R]: [g = g + wd p]; [buf = g] at the first step, else
+    [mu buf + (1 - dampening) g]; [g = g + mu buf] (Nesterov) or [buf];
+    [p = p - lr g]. *)
+Theorem sgd_update_R : forall (c : sgd_config R) p buf g,
+  sgd_update R_opt_ops c p buf g =
+  let g1 := g + sgd_weight_decay c * p in
+  match sgd_momentum c with
+  | None => (p - sgd_lr c * g1, buf)
+  | Some mu =>
+      let b := match buf with
+               | None => g1
+               | Some b0 => mu * b0 + (1 - sgd_dampening c) * g1
+               end in
+      (p - sgd_lr c * (if sgd_nesterov c then g1 + mu * b else b), Some b)
+  end.
+Proof.
+  intros [lr [mu|] d wd nes] p buf g; unfold sgd_update;
+    cbn [R_opt_ops oo_sc oo_fma R_ops sc_add sc_sub sc_mul sc_one sc_zero
+         sgd_lr sgd_momentum sgd_dampening sgd_weight_decay sgd_nesterov].
+  - destruct buf as [b0|], nes; f_equal; [ring|f_equal; ring|ring|f_equal; ring
+      |ring|f_equal; ring|ring|f_equal; ring].
+  - f_equal; ring.
+Qed.
+
+Lemma pow_S_lt_1 : forall x n, 0 <= x < 1 -> x ^ S n < 1.
+Proof.
+  intros x n Hx; induction n as [|n IH]; simpl in *; [lra|].
+  assert (0 <= x * x ^ n) by (apply Rmult_le_pos; [lra|apply pow_le; lra]).
+  nra.
+Qed.
+
+(** AdamW over [R], for [0 <= b2 < 1]: [t = step + 1],
+    [m = b1 m + (1 - b1) g], [v = b2 v + (1 - b2) g^2],
+    [p = p (1 - lr wd) - lr mhat / (sqrt vhat + eps)] with
+    [mhat = m / (1 - b1^t)], [vhat = v / (1 - b2^t)]. *)
+Theorem adamw_update_R : forall (c : adamw_config R) p s g,
+  0 <= aw_beta2 c < 1 ->
+  adamw_update R_opt_ops c p s g =
+  let t := S (ad_step s) in
+  let m := aw_beta1 c * ad_m s + (1 - aw_beta1 c) * g in
+  let v := aw_beta2 c * ad_v s + (1 - aw_beta2 c) * g ^ 2 in
+  let mhat := m / (1 - aw_beta1 c ^ t) in
+  let vhat := v / (1 - aw_beta2 c ^ t) in
+  (p * (1 - aw_lr c * aw_weight_decay c) - aw_lr c * mhat / (sqrt vhat + aw_eps c),
+   mk_adam_state t m v).
+Proof.
+  intros [lr b1 b2 eps wd] p [n m0 v0] g Hb2; cbn in Hb2.
+  unfold adamw_update; rewrite lerp_R;
+    cbn [R_opt_ops oo_sc oo_fma oo_sqrt oo_pow R_ops sc_add sc_sub sc_mul sc_div
+         sc_one sc_zero aw_lr aw_beta1 aw_beta2 aw_eps aw_weight_decay ad_step ad_m ad_v].
+  assert (Hbc : 0 < 1 - b2 ^ S n) by (pose proof (pow_S_lt_1 b2 n Hb2); lra).
+  rewrite sqrt_div_alt by exact Hbc.
+  replace (m0 + (1 - b1) * (g - m0)) with (b1 * m0 + (1 - b1) * g) by ring.
+  replace ((1 - b2) * g * g + v0 * b2) with (b2 * v0 + (1 - b2) * g ^ 2) by ring.
+  f_equal; unfold Rdiv; ring.
+Qed.
