@@ -197,9 +197,10 @@ Proof.
 Qed.
 
 (** Optimizer in backward equals backward then [optimizer.step()], from
-    any starting gradients, if every parameter that has a gradient at the
-    start or receives a contribution is hooked, no contribution to [p]
-    and no read of [p] comes after a hook of [p]. *)
+    any starting gradients (gradient accumulation), if every parameter
+    that has a gradient at the start or receives a contribution is
+    hooked, and no contribution to [p] and no read of [p] comes after a
+    hook of [p]; the fused run frees every gradient. *)
 Theorem fused_eq_standard_from : forall (evs : list event) (st : store),
   (forall q, s_grad st q <> None \/ existsb (contributes_to q) evs = true ->
      existsb (is_hook q) evs = true) ->
@@ -207,7 +208,7 @@ Theorem fused_eq_standard_from : forall (evs : list event) (st : store),
   forall q,
     s_param (fused_run gadd update evs st) q = s_param (standard_run gadd update evs st) q /\
     s_opt (fused_run gadd update evs st) q = s_opt (standard_run gadd update evs st) q /\
-    (existsb (is_hook q) evs = true -> s_grad (fused_run gadd update evs st) q = None).
+    s_grad (fused_run gadd update evs st) q = None.
 Proof.
   intros evs st Hh Hc Hr q.
   pose proof (fused_inv_prefix evs st Hc Hr evs [] (eq_sym (app_nil_r evs)) q) as I.
@@ -221,9 +222,9 @@ Proof.
     destruct (s_grad st q) eqn:Eg;
       [assert (Hg : s_grad st q <> None) by (rewrite Eg; discriminate);
        specialize (Hh q (or_introl Hg)); congruence|].
-    destruct I as (I1 & I2 & _).
-    rewrite (backward_other (s_param st) evs (s_grad st) q Ec), Eg; simpl.
-    split; [exact I1|split; [exact I2|discriminate]].
+    destruct I as (I1 & I2 & I3).
+    rewrite (backward_other (s_param st) evs (s_grad st) q Ec), Eg in I3 |- *; simpl.
+    split; [exact I1|split; [exact I2|exact I3]].
 Qed.
 
 (** The fused optimizer equals the standard loop (gradients zeroed
@@ -242,14 +243,7 @@ Proof.
   assert (Hh' : forall q, s_grad st q <> None \/ existsb (contributes_to q) evs = true ->
                   existsb (is_hook q) evs = true).
   { intros x [Hx|Hx]; [congruence|apply Hh, Hx]. }
-  destruct (fused_eq_standard_from evs st Hh' Hc Hr q) as (E1 & E2 & E3).
-  split; [exact E1|split; [exact E2|]].
-  destruct (existsb (is_hook q) evs) eqn:Eh; [apply E3; reflexivity|].
-  pose proof (fused_inv_prefix evs st Hc Hr evs [] (eq_sym (app_nil_r evs)) q) as I.
-  unfold fused_inv in I; rewrite Eh in I; destruct I as (_ & _ & I3); rewrite I3.
-  rewrite backward_other; [apply H0|].
-  destruct (existsb (contributes_to q) evs) eqn:Ec; [|reflexivity].
-  rewrite (Hh q Ec) in Eh; discriminate.
+  exact (fused_eq_standard_from evs st Hh' Hc Hr q).
 Qed.
 
 End Equivalence.
