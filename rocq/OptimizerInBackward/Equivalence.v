@@ -283,6 +283,14 @@ Fixpoint bwd {V G} (seen : list nat) (tape : list (tape_entry V G)) : list (even
 Definition backward_events {V G} (tape : list (tape_entry V G)) : list (event V G) :=
   bwd [] tape.
 
+(** The parameters of the hooks, in order. *)
+Fixpoint hooked_params {V G} (evs : list (event V G)) : list nat :=
+  match evs with
+  | [] => []
+  | Hook p :: rest => p :: hooked_params rest
+  | Contribute _ _ _ :: rest => hooked_params rest
+  end.
+
 Section Backprop.
 Context {V S G : Type}.
 Local Notation event := (Events.event V G).
@@ -455,6 +463,75 @@ Proof.
       [discriminate|exact Hm].
   - apply no_contribution_of_no_read; [apply bwd_contrib_reads|apply bwd_no_read_after_hook].
   - apply bwd_no_read_after_hook.
+Qed.
+
+(** ** One hook per parameter *)
+
+Lemma hooked_params_app : forall (l1 l2 : list event),
+  hooked_params (l1 ++ l2) = hooked_params l1 ++ hooked_params l2.
+Proof.
+  intros l1 l2; induction l1 as [|[r rs f|r] l1 IH]; simpl; rewrite ?IH; reflexivity.
+Qed.
+
+Lemma hooked_params_contribs : forall (e : entry), hooked_params (entry_contribs e) = [].
+Proof.
+  intros e; unfold entry_contribs; induction (nodup Nat.eq_dec (te_reads e)); simpl; auto.
+Qed.
+
+Lemma hooked_params_hooks : forall seen (e : entry),
+  hooked_params (entry_hooks seen e) = filter (fun p => negb (mem p seen)) (nodup Nat.eq_dec (te_reads e)).
+Proof.
+  intros seen e; unfold entry_hooks; induction (filter _ _); simpl; rewrite ?IHl; reflexivity.
+Qed.
+
+Lemma NoDup_app_disjoint : forall (l1 l2 : list nat),
+  NoDup l1 -> NoDup l2 -> (forall x, In x l1 -> ~ In x l2) -> NoDup (l1 ++ l2).
+Proof.
+  intros l1; induction l1 as [|a l1 IH]; intros l2 H1 H2 Hd; simpl; [exact H2|].
+  apply NoDup_cons_iff in H1; destruct H1 as [Ha H1]; constructor.
+  - intros Hin; apply in_app_or in Hin; destruct Hin as [Hin|Hin]; [contradiction|].
+    apply (Hd a); [left; reflexivity|exact Hin].
+  - apply IH; auto; intros x Hx; apply Hd; right; exact Hx.
+Qed.
+
+Lemma bwd_hooked_In : forall (tape : list entry) seen q,
+  In q (hooked_params (bwd seen tape)) <->
+  (exists e, In e tape /\ In q (te_reads e)) /\ ~ In q seen.
+Proof.
+  intros tape; induction tape as [|e rest IH]; intros seen q; simpl.
+  - split; [intros []|intros ((e & [] & _) & _)].
+  - rewrite !hooked_params_app, hooked_params_contribs, hooked_params_hooks; simpl.
+    rewrite in_app_iff, IH, filter_In, nodup_In, negb_true_iff.
+    assert (Hs : mem q seen = false <-> ~ In q seen).
+    { rewrite <- mem_In; destruct (mem q seen); split; congruence. }
+    rewrite Hs, in_app_iff; split.
+    + intros [((e' & He' & Hq) & Hn)|(Hq & Hn)].
+      * split; [exists e'; split; [right; exact He'|exact Hq]|tauto].
+      * split; [exists e; split; [left; reflexivity|exact Hq]|exact Hn].
+    + intros ((e' & [<-|He'] & Hq) & Hn); [right; split; assumption|].
+      destruct (in_dec Nat.eq_dec q (te_reads e)) as [Hr|Hr]; [right; split; assumption|].
+      left; split; [exists e'; split; assumption|tauto].
+Qed.
+
+Lemma bwd_hooked_NoDup : forall (tape : list entry) seen, NoDup (hooked_params (bwd seen tape)).
+Proof.
+  intros tape; induction tape as [|e rest IH]; intros seen; simpl; [constructor|].
+  rewrite !hooked_params_app, hooked_params_contribs, hooked_params_hooks; simpl.
+  apply NoDup_app_disjoint; [apply IH|apply NoDup_filter, NoDup_nodup|].
+  intros x Hx Hy; apply bwd_hooked_In in Hx; destruct Hx as [_ Hx].
+  apply filter_In in Hy; destruct Hy as [Hy _]; apply nodup_In in Hy.
+  apply Hx, in_or_app; left; exact Hy.
+Qed.
+
+(** In the backprop order every parameter that the tape reads is hooked
+    exactly once (tied weights included), and no other parameter is. *)
+Theorem backward_events_hook_once : forall (tape : list entry),
+  NoDup (hooked_params (backward_events tape)) /\
+  (forall q, In q (hooked_params (backward_events tape)) <->
+             exists e, In e tape /\ In q (te_reads e)).
+Proof.
+  intros tape; split; [apply bwd_hooked_NoDup|].
+  intros q; unfold backward_events; rewrite bwd_hooked_In; simpl; tauto.
 Qed.
 
 Variable gadd : G -> G -> G.

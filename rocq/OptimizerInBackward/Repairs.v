@@ -114,4 +114,47 @@ Proof.
   rewrite <- Es; auto.
 Qed.
 
+(** ** For reverse-mode backprop orders *)
+
+(** Clipping by two backprop passes with hooks equals backward,
+    [clip_grad_norm_], step. *)
+Theorem two_pass_clip_backprop_eq_standard :
+  forall (ps : list nat) (max_norm : R) (tape : list (tape_entry V G)) (st : store),
+  (forall q, s_grad st q = None) ->
+  forall q,
+    s_param (two_pass_clip_run gadd update gnorm2 gscale ps max_norm (backward_events tape) st) q =
+      s_param (standard_clip_run gadd update gnorm2 gscale ps max_norm (backward_events tape) st) q /\
+    s_opt (two_pass_clip_run gadd update gnorm2 gscale ps max_norm (backward_events tape) st) q =
+      s_opt (standard_clip_run gadd update gnorm2 gscale ps max_norm (backward_events tape) st) q /\
+    s_grad (two_pass_clip_run gadd update gnorm2 gscale ps max_norm (backward_events tape) st) q = None.
+Proof.
+  intros ps max_norm tape st H0; destruct (backward_events_hypotheses tape) as (H1 & H2 & H3).
+  apply two_pass_clip_eq_standard; assumption.
+Qed.
+
+(** Gradient accumulation over backprop micro-batches, updates deferred
+    to the hooks of the last micro-batch, equals accumulate-then-step
+    when the last micro-batch contributes to every parameter that an
+    earlier one contributes to. *)
+Theorem deferred_accum_backprop_eq_standard :
+  forall (tapes : list (list (tape_entry V G))) (last : list (tape_entry V G)) (st : store),
+  (forall q, s_grad st q = None) ->
+  (forall q, existsb (contributes_to q) (concat (map backward_events tapes)) = true ->
+     existsb (contributes_to q) (backward_events last) = true) ->
+  forall q,
+    s_param (deferred_accum_run gadd update (map backward_events tapes) (backward_events last) st) q =
+      s_param (standard_run gadd update
+                 (concat (map backward_events tapes) ++ backward_events last) st) q /\
+    s_opt (deferred_accum_run gadd update (map backward_events tapes) (backward_events last) st) q =
+      s_opt (standard_run gadd update
+               (concat (map backward_events tapes) ++ backward_events last) st) q /\
+    s_grad (deferred_accum_run gadd update (map backward_events tapes) (backward_events last) st) q
+      = None.
+Proof.
+  intros tapes last st H0 Hl; destruct (backward_events_hypotheses last) as (H1 & H2 & H3).
+  apply deferred_accum_eq_standard; [exact H0| |exact H2|exact H3].
+  intros q Hq; apply H1; rewrite existsb_app in Hq; apply Bool.orb_true_iff in Hq.
+  destruct Hq as [Hq|Hq]; [apply Hl, Hq|exact Hq].
+Qed.
+
 End Repairs.
