@@ -10,11 +10,17 @@
     [pow] (the Python [beta ** step] of the bias correction) and [fma]
     ([fma a b c = a * b + c] rounded once).  PyTorch's CPU kernels for
     [add(alpha=)], [addcmul] and [lerp] are fused multiply-adds (checked
-    bit for bit against torch 2.13 on float64), so the rules use [fma]
-    exactly there.  Over floats the oracle still differs from torch by a
-    few ulps: the vectorised [sqrt] of torch's CPU kernels is not
-    correctly rounded (seen on float64), and other backends contract
-    differently.  Over [R] ([R_opt_ops]) the rules are the formulas of
+    bit for bit against torch 2.13 CPU on float64), so the rules use
+    [fma] exactly there; [addcdiv] and the division by a Python scalar
+    are not fused.  With [fma = Float.fma] and [pow b n = b ** n] the
+    extracted rules reproduced [torch.optim.SGD] / [AdamW] bit for bit
+    on the float64 cases tried, but that is not guaranteed: the
+    vectorised [torch.sqrt] on CPU is not always correctly rounded (1
+    ulp off on some float64 inputs), and other backends (CUDA, the
+    foreach and fused paths) contract and round differently.  Skipped
+    branches: torch skips the weight decay when [weight_decay == 0];
+    here [fma 0 p g = g] and [p * (1 - lr * 0) = p] (up to the sign of
+    a zero).  Over [R] ([R_opt_ops]) the rules are the formulas of
     the documentation ([sgd_update_R], [adamw_update_R]).
 
     Arguments of every rule: configuration, parameter value, optimizer
