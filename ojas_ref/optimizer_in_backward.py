@@ -13,28 +13,52 @@ update), so the arithmetic is ``torch.optim``'s, and the parameters and optimize
 state are bitwise those of the standard loop ``loss.backward(); opt.step();
 opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
 
-Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/):
+Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/;
+the theorems are over exact arithmetic for the schedule of events, for any
+per-parameter update rule; the arithmetic of each update is torch's own):
 
-* ``Ojas.OptimizerInBackward.Events``: a backward pass is a list of events,
-  gradient contributions and hooks; ``standard_run`` accumulates with frozen
+* ``Events``: a backward pass is a list of events, gradient contributions (each
+  reading some parameters) and hooks; ``standard_run`` accumulates with frozen
   parameters, then steps every parameter with a gradient once; ``fused_run``
   updates ``p`` at ``Hook p`` and frees its gradient.
-* The two runs agree when every contributed parameter is hooked, no contribution
-  to ``p`` comes after its hook and no later event reads ``p``.  PyTorch's
-  post-accumulate-grad hook fires once per backward, after the last contribution
-  (tied weights included: the engine sums all uses before ``AccumulateGrad``),
-  and a node that read ``p`` sends ``p`` a contribution, so it ran before the
-  hook (if it saved ``p`` without sending a gradient, the in-place update is
-  caught by autograd's version counter: an error, not a wrong result).
-* Gradient accumulation over ``k`` micro-batches: updating at every micro-batch
-  is not the standard loop (the counterexample); the repair keeps accumulating in
-  micro-batches ``1..k-1`` and updates in the ``k``-th.  One gradient per
-  parameter is then alive between micro-batches, as in the standard loop: with
-  ``accumulation_steps > 1`` nothing is saved on gradient memory.
-* Global-norm clipping needs the norm of all gradients before any update (the
-  counterexample); the repair is two backward passes over the same graph: the
-  first only takes each gradient's norm and frees it, the second clips with the
-  total norm and updates (:meth:`InBackwardOptimizer.backward`).
+* ``Ojas.OptimizerInBackward.Equivalence.fused_eq_standard``: the two runs give
+  the same parameters and optimizer states, and the fused run frees every
+  gradient, when each contributed parameter is hooked after all its
+  contributions and no event reads a parameter after its hook.
+  ``backward_events_hypotheses`` / ``backward_events_hook_once``: the reverse
+  order of a backprop tape satisfies this, every parameter read being hooked
+  exactly once, tied weights included (PyTorch's engine sums all uses before
+  ``AccumulateGrad``, then runs the post-accumulate-grad hook once; a node that
+  read ``p`` sends ``p`` a contribution, so it ran before the hook; one that saved
+  ``p`` without sending a gradient would trip autograd's version counter, an
+  error, not a wrong result).  ``backprop_fused_eq_standard``, and for the two
+  rules of ``UpdateRules`` ``sgd_fused_eq_standard`` / ``adamw_fused_eq_standard``:
+  updating in the hooks of ``loss.backward()`` is ``loss.backward();
+  optimizer.step()``.
+* Gradient accumulation over ``k`` micro-batches:
+  ``Counterexamples.accum_fused_neq_standard``: updating at every micro-batch is
+  not the standard loop.  ``Repairs.deferred_accum_eq_standard`` /
+  ``deferred_accum_backprop_eq_standard``: accumulating in micro-batches
+  ``1..k-1`` and updating at the hooks of the ``k``-th is, when the ``k``-th
+  contributes to every parameter an earlier one did.  A parameter without a
+  gradient in the ``k``-th micro-batch (outside that hypothesis) is stepped at
+  the end of the ``k``-th backward, which is what ``optimizer.step()`` does to it
+  (tested).  One gradient per parameter is alive between micro-batches, as in
+  the standard loop: with ``accumulation_steps > 1`` no gradient memory is saved.
+* Global-norm clipping: ``Counterexamples.clip_running_neq_standard`` /
+  ``clip_unclipped_neq_standard``: clipping at each hook with the norm of the
+  gradients seen so far, or not at all, is not ``clip_grad_norm_`` then step.
+  ``Repairs.two_pass_clip_eq_standard`` / ``two_pass_clip_backprop_eq_standard``:
+  two backward passes over the same graph are: the first records each gradient's
+  norm and frees it, the second updates at each hook with the clip coefficient of
+  the total norm (:meth:`InBackwardOptimizer.backward`).  The Coq total is
+  ``sqrt`` of the sum of squared norms; here it is ``clip_grad_norm_``'s norm of
+  the per-gradient norms, the same real number, in torch's float arithmetic.
+  With ``accumulation_steps > 1`` the gradients are whole at the end of the
+  ``k``-th backward anyway; ``clip_grad_norm_`` and the steps run there, as in
+  the standard loop.
+* ``Counterexamples.tied_per_use_neq_standard``: a hook per use of a tied weight
+  (an update per partial gradient) would not be the standard loop.
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
@@ -234,7 +258,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         free it, then the total norm and clip coefficient exactly as
         ``clip_grad_norm_``, then a second backward whose hooks clip and update.
         It costs a second backward pass (no second forward). Otherwise it is
-        ``loss.backward()``.
+        ``loss.backward()``.  ``Ojas.OptimizerInBackward.Repairs.two_pass_clip_backprop_eq_standard``:
+        this is backward, ``clip_grad_norm_``, step.
         """
         if self.max_grad_norm is None or self.accumulation_steps > 1:
             loss.backward()

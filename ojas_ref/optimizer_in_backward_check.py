@@ -6,6 +6,9 @@ state), ``updates`` runs one float64 step of ``torch.optim.SGD`` / ``AdamW`` and
 :class:`InBackwardOptimizer` (the update in the post-accumulate-grad hook of a backward
 pass) on it, and ``oracle_mismatches`` lists what disagrees with ``sgd_update`` /
 ``adamw_update`` of rocq/OptimizerInBackward/UpdateRules.v beyond ``oracle_tolerance``.
+Over the reals these rules are the documented SGD / AdamW formulas
+(``Ojas.OptimizerInBackward.UpdateRules.sgd_update_R`` / ``adamw_update_R``); the oracle
+runs them in float64 with fused multiply-adds where torch's CPU kernels have them.
 """
 
 from __future__ import annotations

@@ -265,7 +265,8 @@ def test_clipping_first_pass_frees_every_gradient() -> None:
 
 def test_tied_weight_hook_fires_once_with_the_summed_gradient() -> None:
     """The embedding is used twice (input lookup, output projection); PyTorch's
-    post-accumulate-grad hook fires once, after both contributions."""
+    post-accumulate-grad hook fires once, after both contributions (as
+    Equivalence.backward_events_hook_once assumes of the backprop order)."""
     model = make_model()
     w = model.emb.weight
     w_in, w_out = w.view_as(w), w.view_as(w)
@@ -279,7 +280,8 @@ def test_tied_weight_hook_fires_once_with_the_summed_gradient() -> None:
 
 def test_hook_per_use_on_tied_weights_differs() -> None:
     """A design that updated at each use's gradient would take two Adam steps on the
-    tied embedding (one per use) instead of one with the sum."""
+    tied embedding (one per use) instead of one with the sum
+    (Counterexamples.tied_per_use_neq_standard)."""
     model = make_model()
     w = model.emb.weight
     w_in, w_out = w.view_as(w), w.view_as(w)
@@ -300,7 +302,7 @@ def test_hook_per_use_on_tied_weights_differs() -> None:
 
 def test_naive_per_micro_batch_updates_differ() -> None:
     """Updating in every micro-batch's hooks (no accumulation repair) is not the
-    standard accumulate-then-step loop."""
+    standard accumulate-then-step loop (Counterexamples.accum_fused_neq_standard)."""
     model_s, _, _ = run("adamw", fused=False, k=3)
     model_n = make_model()
     cls, kw = OPTIMIZERS["adamw"]
@@ -310,7 +312,8 @@ def test_naive_per_micro_batch_updates_differ() -> None:
 
 def test_one_pass_clipping_differs() -> None:
     """A single backward pass only has the gradients seen so far at each hook; clipping
-    each gradient by its own norm there is not clip_grad_norm_ over all gradients."""
+    each gradient by its own norm there is not clip_grad_norm_ over all gradients
+    (Counterexamples.clip_running_neq_standard clips by the running norm)."""
     model_s, _, _ = run("adamw", fused=False, clip=CLIP)
     model_n = make_model()
     def clip_alone(p: torch.Tensor) -> None:
