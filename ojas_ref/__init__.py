@@ -5,6 +5,8 @@
 * :func:`linear_cross_entropy`: chunked linear cross-entropy (rocq/CrossEntropy/).
 * :class:`ReversibleSequence` of :class:`AdditiveCoupling` / :class:`SymplecticCoupling`
   blocks: activations reconstructed in backward (rocq/Reversible/).
+* :class:`InBackwardOptimizer`: each parameter updated in its post-accumulate-grad hook,
+  no persistent gradients (rocq/OptimizerInBackward/).
 
 Each function lives in the module of the same name (``ojas_ref/attention.py``, ...);
 the package attribute is the function, so reach a module's internals with
@@ -13,6 +15,8 @@ the package attribute is the function, so reach a module's internals with
 
 from ojas_ref.attention import attention
 from ojas_ref.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.optimizer_in_backward import InBackwardOptimizer
 from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
 
-__all__ = ["attention", "linear_cross_entropy", "AdditiveCoupling", "ReversibleSequence", "SymplecticCoupling"]
+__all__ = ["attention", "linear_cross_entropy", "AdditiveCoupling", "InBackwardOptimizer", "ReversibleSequence",
+           "SymplecticCoupling"]

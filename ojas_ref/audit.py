@@ -103,10 +103,18 @@ def _reversible_check(params: dict, seed: int) -> list[str]:
     return oracle_mismatches(make_problem(seed, **params))
 
 
+def _optimizer_in_backward_check(params: dict, seed: int) -> list[str]:
+    from ojas_ref.optimizer_in_backward_check import make_case, oracle_mismatches
+
+    return oracle_mismatches(make_case(seed, **params))
+
+
 def implementations() -> list[Implementation]:
     """The implementations of this library, and whether each can run here."""
     from ojas_ref.attention import attention
     from ojas_ref.linear_cross_entropy import linear_cross_entropy
+    from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+    from ojas_ref.optimizer_in_backward_check import CASES as OPTIMIZER_CASES
     from ojas_ref.reversible import ReversibleSequence
 
     impls = [
@@ -115,6 +123,8 @@ def implementations() -> list[Implementation]:
         Implementation("ojas_ref.linear_cross_entropy (PyTorch reference)", linear_cross_entropy,
                        LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check),
         Implementation("ojas_ref.ReversibleSequence", ReversibleSequence, REVERSIBLE_CASES, _reversible_check),
+        Implementation("ojas_ref.InBackwardOptimizer", InBackwardOptimizer, OPTIMIZER_CASES,
+                       _optimizer_in_backward_check),
     ]
     name = "ojas_kernels.attention (Triton)"
     try:

@@ -102,6 +102,10 @@ def _grad_norm(grad: Tensor) -> Tensor:
 class InBackwardOptimizer(torch.optim.Optimizer):
     """``optimizer_class`` applied to each parameter in its post-accumulate-grad hook.
 
+    Equal to backward-then-``step()`` by Ojas.OptimizerInBackward.Equivalence.backprop_fused_eq_standard
+    (reverse-mode hook order; ``sgd_fused_eq_standard`` and ``adamw_fused_eq_standard`` for
+    the rules); accumulation by Ojas.OptimizerInBackward.Repairs.deferred_accum_backprop_eq_standard.
+
     Args:
         params: the parameters or parameter groups, as for ``optimizer_class``.
             Parameters that do not require grad at construction get no hook and
