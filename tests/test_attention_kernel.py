@@ -318,3 +318,25 @@ def test_kernel_masked_rows_and_strides_gpu(dtype):
     masked_rows = ~visible_mask(sq, sk, False, window).any(-1)
     assert masked_rows.sum() == sq - (sk + window - 1)
     assert (got[0][:, :, masked_rows] == 0).all() and (got[2][:, :, masked_rows] == 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_ojas_ref_attention_runs_the_kernel_on_cuda(monkeypatch):
+    """``ojas_ref.attention`` with the default impl sends CUDA tensors to this kernel,
+    and its result matches SDPA like the kernel's own."""
+    calls = []
+    monkeypatch.setattr(kattn, "flash_attention",
+                        lambda *a, **kw: calls.append(1) or flash_attention(*a, **kw))
+    from ojas_ref import attention
+
+    b, hq, hkv, sq, sk, e = 2, 8, 2, 1000, 1000, 128
+    q, k, v, do = make_inputs(b, hq, hkv, sq, sk, e, e, torch.bfloat16, "cuda", seed=5)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = attention(q, k, v, is_causal=True, enable_gqa=True)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    assert calls == [1]
+    rout, _, rq, rk, rv = sdpa_reference(q, k, v, True, 1 / math.sqrt(e), None, do)
+    tol_fwd, tol_grad = TOL[torch.bfloat16]
+    assert rel_err(out.detach(), rout, 0.0) <= tol_fwd
+    assert max(rel_err(g, r, 0.0) for g, r in zip(grads, (rq, rk, rv))) <= tol_grad
