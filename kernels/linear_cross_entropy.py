@@ -1,0 +1,684 @@
+"""Chunked linear cross-entropy in Triton: forward and backward.
+
+Semantics are those of ``ojas_ref.linear_cross_entropy`` (the PyTorch reference):
+logits ``z = softcap(x W^T + b)``, per-token loss
+
+    (1 - eps) (lse - z_t) + eps (lse - mean_v z_v) + lam lse^2,
+
+ignored tokens dropped, reductions "none" / "sum" / "mean" (over the kept tokens,
+0 when none is kept).  The algorithm is ``ce_forward`` / ``ce_output`` /
+``ce_backward`` of ``rocq/CrossEntropy/Definitions.v`` with a particular choice of
+chunks; the theorems it relies on (over the reals):
+
+* ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse`` and ``chunked_lse_app_merge``:
+  one online-softmax state (max, sum) per group of vocabulary tiles, merged in any
+  order (``merge`` of ``rocq/Attention/Merge.v``), gives lse = ln sum_v exp z_v.  The
+  forward logits kernel streams its tiles with ``block_step`` (``chunked_lse_chunk``)
+  and writes one state per (token, group); the row kernel merges them.
+* ``Ojas.CrossEntropy.Loss.vocab_loop_correct`` / ``token_forward_correct``: the
+  per-token loss from the lse, the target logit and the logit sum.
+* ``Ojas.CrossEntropy.Reduction.ce_drop_ignored`` (tokens whose target is
+  ``ignore_index`` are removed before any matrix product, so they cost nothing),
+  ``ce_loss_correct`` (sum, mean over the kept count) and ``ce_mean_all_ignored``
+  (mean over no kept token is 0).
+* ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W,
+  grad_weight = G^T H, grad_bias = colsum G for any token and vocabulary chunks) and
+  ``grad_entry_is_derive`` (G_nv = token weight x dlogit x softcap', the derivative of
+  the loss with respect to the raw logit).
+
+Design
+------
+The [N, V] logits never exist, and neither does any [V, D] or [N, D] float32
+accumulator.  A gradient is a reduction over one of the two long dimensions of G:
+grad_input over the vocabulary, grad_weight over the tokens.  Each is computed by
+one matrix product whose reduction dimension is complete, so both are accumulated
+in float32 inside that product and rounded once:
+
+* **Forward**, token chunks x the whole vocabulary.  ``_logits_kernel`` (STATS)
+  computes logit tiles (float32 accumulation), streams each program's vocabulary
+  tiles through ``block_step`` and writes a partial state (m, l, sum z) per token,
+  the target logit, and, when grad_input is needed, the float32 logits of the chunk.
+  ``_rows_kernel`` merges the partial states (``merge_chunks_lse``), finalises lse
+  and the loss and writes the chunk's rows of G with token weight 1 (in [-1, 1]
+  without z-loss) in the input dtype.  A cuBLAS product G_chunk W gives the chunk's
+  rows of grad_input in float32 (the whole vocabulary reduction in one product);
+  they are multiplied by the token weight (1 / kept for "mean") and rounded once.
+  grad_input is kept from the forward to the backward, which multiplies it by
+  grad_output (exact for grad_output = 1, the usual ``loss.backward()``; for
+  "none" the per-token grad_output, a second rounding).  Since the token weight is
+  a factor of every entry of a row of G, (w G_row) W = w (G_row W).
+* **Backward**, vocabulary slabs x all kept tokens.  ``_logits_kernel`` (GRAD)
+  recomputes the logits of the slab and writes G (token weights included) in the
+  input dtype; grad_weight[slab] = G_slab^T H is one cuBLAS product over all the
+  kept tokens, written once into grad_weight; grad_bias[slab] = colsum G_slab.
+
+That is 4 products of 2 K D V FLOPs (K kept tokens): the minimum without an
+accumulator the size of a gradient (3 products must add one gradient up across
+chunks: Liger adds grad_weight in bf16 across token chunks, an fp32 one would be
+2 x the size of W).  Workspace: the forward chunk (float32 logits + G rows, at most
+the size of grad_weight, so below the backward's peak) and the backward slab (G,
+``workspace_fraction`` of the gradients' bytes, less the gathered kept rows), so the
+peak above the inputs is about (1 + workspace_fraction) x the gradients.  Gradients
+are exact: every entry of G enters both products (no filtering of small entries).
+
+Alternatives, for tuning (benchmarks/linear_cross_entropy_tuning.md): the logits
+products through cuBLAS with float32 output and the row kernel reading the logits
+twice; G written over the float32 logits in place (larger chunks); TMA tensor
+descriptors and a persistent grid in ``_logits_kernel``; the backward slab's G in
+the not yet written rows of grad_weight (larger slabs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from .attention import _dot
+
+__all__ = [
+    "GemmConfig",
+    "RowConfig",
+    "LinearCrossEntropyConfig",
+    "default_config",
+    "linear_cross_entropy",
+    "linear_cross_entropy_forward",
+]
+
+_REDUCTIONS = ("none", "mean", "sum")
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Tile shape and launch parameters of ``_logits_kernel``."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """Tile shape of ``_rows_kernel``: rows per program, vocabulary and partial-state columns per step."""
+
+    block_r: int = 4
+    block_v: int = 1024
+    block_p: int = 64
+    num_warps: int = 4
+
+
+@dataclass(frozen=True)
+class LinearCrossEntropyConfig:
+    """Launch parameters and chunking.
+
+    ``token_chunk`` (forward rows per chunk) and ``vocab_slab`` (backward vocabulary
+    rows per slab) default to what the workspace budget allows;
+    ``tiles_per_program`` (vocabulary tiles streamed by one forward program)
+    defaults to filling the device about four times over;
+    ``workspace_fraction`` is the backward slab's budget as a fraction of the
+    gradients' bytes."""
+
+    fwd: GemmConfig
+    bwd: GemmConfig
+    rows: RowConfig
+    token_chunk: Optional[int] = None
+    vocab_slab: Optional[int] = None
+    tiles_per_program: Optional[int] = None
+    workspace_fraction: float = 0.1
+
+
+def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntropyConfig:
+    """Starting points for the H200 (to be tuned: benchmarks/linear_cross_entropy_tuning.md);
+    16-wide tiles for the CPU interpreter."""
+    if device.type != "cuda":
+        small = GemmConfig(16, 16, 16, 2, 1, 1)
+        return LinearCrossEntropyConfig(small, small, RowConfig(16, 16, 16, 1))
+    if dtype == torch.float32:  # ieee float32 dots run on the FMA units: small tiles
+        gemm = GemmConfig(64, 64, 32, 8, 4, 2)
+        return LinearCrossEntropyConfig(gemm, gemm, RowConfig())
+    return LinearCrossEntropyConfig(GemmConfig(), GemmConfig(), RowConfig())
+
+
+# ---------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _softcap(r, softcap):
+    """``softcap`` of Definitions.v: c tanh(r / c), tanh(x) = 1 - 2 / (exp(2x) + 1) (``sc_tanh``)."""
+    return softcap * (1.0 - 2.0 / (tl.exp(2.0 * r / softcap) + 1.0))
+
+
+@triton.jit
+def _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP: tl.constexpr):
+    """``grad_entry`` of Definitions.v for a tile: w_n ((1 + 2 lam lse_n) exp(z - lse_n)
+    - eps / V - (1 - eps) [v = t_n]) softcap'(r), softcap'(r) = 1 - (z / c)^2
+    (``softcap_grad``; Ojas.CrossEntropy.Gradient.grad_entry_is_derive).
+    z: [M, N] capped logits; lse, w: [M]."""
+    g = (1.0 + 2.0 * lam * lse)[:, None] * tl.exp(z - lse[:, None]) - eps * inv_v
+    g = tl.where(is_target, g - (1.0 - eps), g)
+    if HAS_CAP:
+        zc = z / softcap
+        g = g * (1.0 - zc * zc)
+    return g * w[:, None]
+
+
+@triton.jit
+def _logits_kernel(
+    X, W, BIAS, ROWS, TGT, LSE, RW,
+    Z, PM, PL, PS, ZT, G,
+    row0, n_rows, v0, v1, D, n_groups, tiles_per_group,
+    stride_x, stride_w, stride_z, stride_p, stride_g, stride_rw,
+    softcap, eps, lam, inv_v,
+    STATS: tl.constexpr, WRITE_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_ROWS: tl.constexpr,
+    HAS_CAP: tl.constexpr, NEED_SUM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PREC: tl.constexpr,
+):
+    """Logits of the kept tokens ``row0 + [0, n_rows)`` against the vocabulary rows
+    ``[v0, v1)`` (``chunk_logits``), one token tile by one group of vocabulary tiles.
+
+    STATS (forward): the group's tiles go through ``block_step`` (online max and
+    rescaled sum, empty value rows; ``chunked_lse_chunk``); writes the group's
+    partial state (PM, PL, PS = sum z) per token, the target logit (ZT, from the
+    one tile holding it: ``target_logit``) and with WRITE_Z the float32 logits.
+    GRAD (backward): writes G = ``_grad_tile`` for each tile, from the saved lse and
+    the token weights RW.  Token ``i`` reads row ``ROWS[i]`` of X (the kept rows:
+    ``ce_drop_ignored``) or row ``i``."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(n_rows, BLOCK_M)
+    width = GROUP_M * n_groups
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_g = (pid % width) // size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < n_rows
+    tok = row0 + offs_m
+    if HAS_ROWS:
+        xrow = tl.load(ROWS + tok, mask=row_ok, other=0).to(tl.int64)
+    else:
+        xrow = tok.to(tl.int64)
+    x_base = X + xrow[:, None] * stride_x
+    tgt = tl.load(TGT + tok, mask=row_ok, other=-1)
+    offs_k = tl.arange(0, BLOCK_K)
+    out_rows = offs_m.to(tl.int64)[:, None]
+    if STATS:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        s_i = tl.zeros([BLOCK_M], tl.float32)
+    else:
+        lse = tl.load(LSE + tok, mask=row_ok, other=0.0)
+        w = tl.load(RW + tok * stride_rw, mask=row_ok, other=0.0)
+
+    t_first = pid_g * tiles_per_group
+    t_last = tl.minimum(t_first + tiles_per_group, tl.cdiv(v1 - v0, BLOCK_N))
+    for t in range(t_first, t_last):
+        cols = v0 + t * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < v1
+        w_base = W + cols.to(tl.int64)[None, :] * stride_w
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k in range(0, D, BLOCK_K):
+            kk = k + offs_k
+            if EVEN_K:
+                x = tl.load(x_base + kk[None, :], mask=row_ok[:, None], other=0.0)
+                wt = tl.load(w_base + kk[:, None], mask=col_ok[None, :], other=0.0)
+            else:
+                x = tl.load(x_base + kk[None, :], mask=row_ok[:, None] & (kk[None, :] < D), other=0.0)
+                wt = tl.load(w_base + kk[:, None], mask=col_ok[None, :] & (kk[:, None] < D), other=0.0)
+            acc = _dot(x, wt, acc, DOT_PREC)
+        if HAS_BIAS:
+            acc += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        if HAS_CAP:
+            z = _softcap(acc, softcap)
+        else:
+            z = acc
+        is_target = cols[None, :] == tgt[:, None]
+        out_cols = (cols - v0)[None, :]
+        if STATS:
+            zm = tl.where(col_ok[None, :], z, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(zm, 1))
+            l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(zm - m_new[:, None]), 1)
+            m_i = m_new
+            if NEED_SUM:
+                s_i += tl.sum(tl.where(col_ok[None, :], z, 0.0), 1)
+            has_t = (tgt >= v0 + t * BLOCK_N) & (tgt < v0 + (t + 1) * BLOCK_N) & (tgt < v1)
+            tl.store(ZT + tok, tl.sum(tl.where(is_target, z, 0.0), 1), mask=row_ok & has_t)
+            if WRITE_Z:
+                tl.store(Z + out_rows * stride_z + out_cols, z, mask=row_ok[:, None] & col_ok[None, :])
+        else:
+            g = _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP)
+            tl.store(G + out_rows * stride_g + out_cols, g.to(G.dtype.element_ty),
+                     mask=row_ok[:, None] & col_ok[None, :])
+    if STATS:
+        p = offs_m.to(tl.int64) * stride_p + pid_g
+        tl.store(PM + p, m_i, mask=row_ok)
+        tl.store(PL + p, l_i, mask=row_ok)
+        if NEED_SUM:
+            tl.store(PS + p, s_i, mask=row_ok)
+
+
+@triton.jit
+def _rows_kernel(
+    PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE,
+    row0, n_rows, n_groups, V, stride_p, stride_z, stride_g,
+    softcap, eps, lam, inv_v,
+    GRAD: tl.constexpr, NEED_SUM: tl.constexpr, HAS_CAP: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Per token of the chunk: merge the partial states of the vocabulary groups
+    (``merge`` of Merge.v; ``merge_chunks_lse``), lse = m + ln l (``finalize``), the
+    loss (``token_loss``); with GRAD, the token's row of G with weight 1 from the
+    float32 logits (``_grad_tile``)."""
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ok = offs_r < n_rows
+    tok = row0 + offs_r
+    prow = offs_r.to(tl.int64)[:, None] * stride_p
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_R], tl.float32)
+    s = tl.zeros([BLOCK_R], tl.float32)
+    for p0 in range(0, n_groups, BLOCK_P):
+        cols = p0 + tl.arange(0, BLOCK_P)
+        mask = ok[:, None] & (cols[None, :] < n_groups)
+        pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
+        pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
+        m_new = tl.maximum(m, tl.max(pm, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
+        l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
+        m = m_new
+        if NEED_SUM:
+            s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
+    lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
+    zt = tl.load(ZT + tok, mask=ok, other=0.0)
+    loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
+    tl.store(LOSS + tok, loss, mask=ok)
+    tl.store(LSE + tok, lse, mask=ok)
+    if GRAD:
+        tgt = tl.load(TGT + tok, mask=ok, other=-1)
+        ones = tl.full([BLOCK_R], 1.0, tl.float32)
+        zrow = offs_r.to(tl.int64)[:, None]
+        for c0 in range(0, V, BLOCK_V):
+            cols = c0 + tl.arange(0, BLOCK_V)
+            mask = ok[:, None] & (cols[None, :] < V)
+            z = tl.load(Z + zrow * stride_z + cols[None, :], mask=mask, other=0.0)
+            g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], ones, eps, lam, inv_v, softcap, HAS_CAP)
+            tl.store(G + zrow * stride_g + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Options:
+    eps: float
+    lam: float
+    softcap: Optional[float]
+
+    def kernel_args(self, V: int) -> dict:
+        return dict(softcap=1.0 if self.softcap is None else self.softcap, eps=self.eps, lam=self.lam,
+                    inv_v=1.0 / V)
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+@contextlib.contextmanager
+def _float32_reductions(device: torch.device):
+    """cuBLAS products with float32 reductions (no half-precision split-K sums)."""
+    if device.type != "cuda":
+        yield
+        return
+    mm = torch.backends.cuda.matmul
+    saved = (mm.allow_fp16_reduced_precision_reduction, mm.allow_bf16_reduced_precision_reduction)
+    mm.allow_fp16_reduced_precision_reduction = False
+    mm.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        mm.allow_fp16_reduced_precision_reduction, mm.allow_bf16_reduced_precision_reduction = saved
+
+
+_OUT_DTYPE_OK = [True]
+
+
+def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b in float32 (float32 accumulation and output)."""
+    if not a.is_cuda:
+        return torch.mm(a.float(), b.float())
+    if a.dtype == torch.float32:
+        return torch.mm(a, b)
+    with _float32_reductions(a.device):
+        if _OUT_DTYPE_OK[0]:
+            try:
+                return torch.mm(a, b, out_dtype=torch.float32)
+            except (RuntimeError, TypeError) as err:
+                _OUT_DTYPE_OK[0] = False
+                warnings.warn(f"torch.mm(out_dtype=float32) failed ({err}); rounding through {a.dtype}")
+        return torch.mm(a, b).float()
+
+
+def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out = a @ b, float32 accumulation, one rounding to out's dtype."""
+    if not a.is_cuda:
+        out.copy_(torch.mm(a.float(), b.float()))
+        return
+    with _float32_reductions(a.device):
+        torch.mm(a, b, out=out)
+
+
+def _round_down(x: int, multiple: int) -> int:
+    return max(multiple, x // multiple * multiple)
+
+
+def _launch_logits(x, weight, bias, rows, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
+                   tiles_per_program: int, *, stats=None, z=None, lse=None, token_weight=None, g=None):
+    """One launch of ``_logits_kernel`` over tokens ``row0 + [0, n_rows)`` and vocabulary
+    rows ``[v0, v1)``: STATS when ``stats = (pm, pl, ps, zt)`` is given (``z``: the
+    float32 logits, or None), else GRAD (``lse``, ``token_weight`` [K] or [1], ``g``)."""
+    D = x.shape[1]
+    n_groups = triton.cdiv(triton.cdiv(v1 - v0, cfg.block_n), tiles_per_program)
+    none = torch.empty(1, dtype=torch.float32, device=x.device)  # for the pointers a variant does not use
+    pm, pl, ps, zt = stats if stats is not None else (none,) * 4
+    _logits_kernel[(triton.cdiv(n_rows, cfg.block_m) * n_groups,)](
+        x, weight, none if bias is None else bias, tgt if rows is None else rows, tgt,
+        none if lse is None else lse, none if token_weight is None else token_weight,
+        none if z is None else z, pm, pl, ps, zt, none if g is None else g,
+        row0, n_rows, v0, v1, D, n_groups, tiles_per_program,
+        x.stride(0), weight.stride(0), 0 if z is None else z.stride(0), pm.stride(0) if stats is not None else 0,
+        0 if g is None else g.stride(0), 0 if token_weight is None or token_weight.numel() == 1 else 1,
+        **opts.kernel_args(V),
+        STATS=stats is not None, WRITE_Z=z is not None, HAS_BIAS=bias is not None, HAS_ROWS=rows is not None,
+        HAS_CAP=opts.softcap is not None, NEED_SUM=opts.eps != 0.0,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        EVEN_K=D % cfg.block_k == 0, DOT_PREC=_dot_precision(x.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+@dataclass
+class _Forward:
+    loss: torch.Tensor  # [K] float32, the kept tokens'
+    lse: torch.Tensor  # [K] float32
+    kept: Optional[torch.Tensor]  # [K] int64 indices of the kept tokens, None when all are kept
+    tgt: torch.Tensor  # [K] targets of the kept tokens
+    grad_input: Optional[torch.Tensor]  # [N, D] in the input dtype, token weights applied, or None
+
+
+def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
+             ignore_index: int, reduction: str, opts: _Options, need_grad_input: bool,
+             config: LinearCrossEntropyConfig) -> _Forward:
+    """Losses and lse of the kept tokens, and grad_input when asked (module docstring)."""
+    N, D = x.shape
+    V = weight.shape[0]
+    kept = (target != ignore_index).nonzero().squeeze(1)
+    K = kept.numel()
+    if K == N:
+        kept = None
+    tgt = target if kept is None else target.index_select(0, kept)
+    f32 = dict(dtype=torch.float32, device=x.device)
+    loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
+    grad_input = None
+    if need_grad_input:
+        grad_input = (torch.empty if kept is None else torch.zeros)(N, D, dtype=x.dtype, device=x.device)
+    if K == 0:
+        return _Forward(loss, lse, kept, tgt, grad_input)
+
+    cfg, rcfg = config.fwd, config.rows
+    if config.token_chunk is not None:
+        chunk = min(config.token_chunk, K)
+    elif need_grad_input:  # float32 logits, G rows and grad_input rows of a chunk within grad_weight's bytes
+        row_bytes = V * (4 + x.element_size()) + D * 4
+        chunk = min(_round_down(max(V * D * x.element_size(), 64 << 20) // row_bytes, cfg.block_m), K)
+    else:
+        chunk = K
+    n_tiles = triton.cdiv(V, cfg.block_n)
+    tiles_per_program = config.tiles_per_program or max(
+        1, triton.cdiv(triton.cdiv(chunk, cfg.block_m) * n_tiles, 4 * _num_sms(x.device)))
+    n_groups = triton.cdiv(n_tiles, tiles_per_program)
+    pm, pl, ps = (torch.empty(chunk, n_groups, **f32) for _ in range(3))
+    zt = torch.empty(K, **f32)
+    none = torch.empty(1, **f32)
+    z = torch.empty(chunk, V, **f32) if need_grad_input else none
+    g = torch.empty(chunk, V, dtype=x.dtype, device=x.device) if need_grad_input else none
+    token_weight = 1.0 / K if reduction == "mean" else 1.0
+    for r0 in range(0, K, chunk):
+        n = min(chunk, K - r0)
+        _launch_logits(x, weight, bias, kept, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
+                       stats=(pm, pl, ps, zt), z=z if need_grad_input else None)
+        _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
+            pm, pl, ps, zt, z, g, tgt, loss, lse,
+            r0, n, n_groups, V, pm.stride(0), z.stride(0), g.stride(0),
+            **opts.kernel_args(V),
+            GRAD=need_grad_input, NEED_SUM=opts.eps != 0.0, HAS_CAP=opts.softcap is not None,
+            BLOCK_R=rcfg.block_r, BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)),
+            BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps,
+        )
+        if need_grad_input:
+            rows_dx = _mm_f32(g[:n], weight)
+            if token_weight != 1.0:
+                rows_dx *= token_weight
+            if kept is None:
+                grad_input[r0:r0 + n] = rows_dx
+            else:
+                grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx.to(x.dtype))
+    return _Forward(loss, lse, kept, tgt, grad_input)
+
+
+def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     kept: Optional[torch.Tensor], tgt: torch.Tensor, lse: torch.Tensor, token_weight: torch.Tensor,
+                     need_weight: bool, need_bias: bool, opts: _Options, config: LinearCrossEntropyConfig
+                     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """grad_weight and grad_bias (float32): per vocabulary slab, G of all kept tokens
+    (``_logits_kernel`` GRAD), then G^T H and colsum G.  ``token_weight``: [K], or
+    [1] for one weight shared by all kept tokens, float32."""
+    N, D = x.shape
+    V = weight.shape[0]
+    K = lse.numel()
+    grad_weight = torch.zeros_like(weight) if need_weight else None
+    grad_bias = torch.zeros(V, dtype=torch.float32, device=x.device) if need_bias else None
+    if K == 0:
+        return grad_weight, grad_bias
+    hk = x if kept is None else x.index_select(0, kept)
+    cfg = config.bwd
+    itemsize = x.element_size()
+    # float16 G: the token weights (1 / K for "mean") would push its entries into
+    # subnormals; they are scaled by a power of two near 1 / max|w|, undone in float32.
+    half = x.dtype == torch.float16
+    if half:
+        top = token_weight.abs().max()
+        scale = torch.where(top > 0, torch.exp2(-torch.floor(torch.log2(top))), torch.ones_like(top))
+        token_weight = token_weight * scale
+    if config.vocab_slab is not None:
+        slab = min(config.vocab_slab, V)
+    else:
+        grads = (N * D + (V * D if need_weight else 0)) * itemsize
+        gathered = 0 if kept is None else K * D * itemsize
+        budget = max(int(config.workspace_fraction * grads) - gathered, 16 << 20)
+        slab = min(_round_down(budget // (K * itemsize + (D * 4 if half else 0)), cfg.block_n), V)
+    g = torch.empty(K, slab, dtype=x.dtype, device=x.device)
+    for v0 in range(0, V, slab):
+        v1 = min(v0 + slab, V)
+        _launch_logits(hk, weight, bias, None, tgt, 0, K, v0, v1, cfg, opts, V, 1, lse=lse,
+                       token_weight=token_weight, g=g)
+        gs = g[:, :v1 - v0]
+        if grad_weight is not None:
+            if half:
+                grad_weight[v0:v1] = _mm_f32(gs.t(), hk).div_(scale)
+            else:
+                _mm_into(grad_weight[v0:v1], gs.t(), hk)
+        if grad_bias is not None:
+            colsum = gs.sum(0, dtype=torch.float32)
+            grad_bias[v0:v1] = colsum / scale if half else colsum
+    return grad_weight, grad_bias
+
+
+def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
+           reduction: str) -> None:
+    if input.dtype not in _DTYPES or weight.dtype != input.dtype or (bias is not None and bias.dtype != input.dtype):
+        raise TypeError(f"the Triton linear cross-entropy takes float16, bfloat16 or float32 input, weight and bias "
+                        f"of one dtype, got {input.dtype}, {weight.dtype}, {None if bias is None else bias.dtype}")
+    if input.dim() not in (2, 3) or weight.dim() != 2 or weight.shape[1] != input.shape[-1] or weight.shape[0] == 0:
+        raise ValueError(f"expected input [N, D] or [B, S, D] and weight [V, D], V >= 1; got {tuple(input.shape)} "
+                         f"and {tuple(weight.shape)}")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise ValueError(f"target must have shape {list(input.shape[:-1])}, got {list(target.shape)}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"bias must have shape [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if any(t is not None and t.device != input.device for t in (weight, target, bias)):
+        raise ValueError("input, weight, target and bias must be on one device")
+
+
+def _prepare(input, weight, target, bias):
+    """2-D input with unit inner stride, contiguous weight/bias, flat target."""
+    x = input.reshape(-1, input.shape[-1])
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    return x, weight.contiguous(), None if bias is None else bias.contiguous(), target.reshape(-1)
+
+
+def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int, reduction: str) -> torch.Tensor:
+    """``ce_output``: per-token losses (0 at ignored tokens), their sum, or the sum over
+    the kept count (0 with no kept token: ``ce_mean_all_ignored``)."""
+    if reduction == "none":
+        if kept is None:
+            return loss_kept
+        return loss_kept.new_zeros(n_tokens).index_copy_(0, kept, loss_kept)
+    total = loss_kept.sum()
+    K = loss_kept.numel()
+    return total / K if reduction == "mean" and K > 0 else total
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Forward: losses, lse and (when input requires grad) grad_input; saves input,
+    weight, bias, the kept indices and targets and the lse [K].  Backward: grad_input
+    scaled by grad_output in place; grad_weight and grad_bias by vocabulary slabs."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need_grad_input):
+        x, w, b, t = _prepare(input, weight, target, bias)
+        fw = _forward(x, w, b, t, ignore_index, reduction, opts, need_grad_input, config)
+        loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
+        ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
+        ctx.grad_input = fw.grad_input
+        ctx.args = (reduction, opts, config)
+        return (loss.view(target.shape) if reduction == "none" else loss).to(input.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        input, weight, bias, kept, tgt, lse = ctx.saved_tensors
+        reduction, opts, config = ctx.args
+        K = lse.numel()
+        if reduction == "none":
+            g_all = grad_output.reshape(-1).float()
+            token_weight = g_all if kept is None else g_all.index_select(0, kept)
+            if kept is not None:  # ignored rows of grad_input are zeros: keep them so whatever grad_output says
+                g_all = torch.zeros_like(g_all).index_copy_(0, kept, token_weight)
+            g_rows = g_all[:, None]
+        else:
+            g_rows = grad_output.float().reshape(1)
+            token_weight = g_rows / K if reduction == "mean" and K > 0 else g_rows
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input, ctx.grad_input = ctx.grad_input, None
+            if grad_input is None:
+                raise RuntimeError("the Triton linear cross-entropy computes grad_input in the forward and scales "
+                                   "it in place in the backward, so backward runs once per forward (not twice "
+                                   "through a retained graph)")
+            grad_input = grad_input.mul_(g_rows).view(input.shape)
+        need_weight = ctx.needs_input_grad[1]
+        need_bias = bias is not None and ctx.needs_input_grad[2]
+        if need_weight or need_bias:
+            x, w, b, _ = _prepare(input, weight, tgt, bias)
+            grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
+                                               config)
+            grad_bias = None if gb is None else gb.to(bias.dtype)
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+
+
+def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) -> _Options:
+    return _Options(float(label_smoothing), float(z_loss), None if softcap is None else float(softcap))
+
+
+def linear_cross_entropy(
+    input: torch.Tensor,
+    linear_weight: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    linear_bias: Optional[torch.Tensor] = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: Optional[float] = None,
+    config: Optional[LinearCrossEntropyConfig] = None,
+) -> torch.Tensor:
+    """Differentiable linear cross-entropy; arguments and result as
+    ``ojas_ref.linear_cross_entropy.linear_cross_entropy`` (which checks them and
+    dispatches here with ``impl="triton"``); float16, bfloat16 or float32.
+
+    Forward: ``ce_forward`` / ``ce_output`` (Definitions.v), the lse by merged
+    vocabulary-chunk states (``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``), the
+    loss by ``Ojas.CrossEntropy.Loss.token_forward_correct``, ignored tokens dropped
+    (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) and reduced by
+    ``Ojas.CrossEntropy.Reduction.ce_loss_correct`` / ``ce_mean_all_ignored``.
+    Backward: ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` with the entries of
+    ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``; grad_input is computed in
+    the forward (when input requires grad and grad mode is on) and scaled by
+    grad_output in the backward, so backward runs once per forward.  Computation in
+    float32; see the module docstring for the design and its memory bound."""
+    _check(input, linear_weight, target, linear_bias, reduction)
+    opts = _options(label_smoothing, z_loss, softcap)
+    config = config or default_config(input.dtype, input.device)
+    return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, opts,
+                                     config, torch.is_grad_enabled() and input.requires_grad)
+
+
+def linear_cross_entropy_forward(
+    input: torch.Tensor,
+    linear_weight: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    linear_bias: Optional[torch.Tensor] = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: Optional[float] = None,
+    config: Optional[LinearCrossEntropyConfig] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token (loss, lse), float32, in the shape of target, without autograd: 0 and
+    NaN at ignored tokens (their logits are never computed).  One GEMM pass
+    (``ce_forward``; ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``,
+    ``Ojas.CrossEntropy.Loss.token_forward_correct``)."""
+    _check(input, linear_weight, target, linear_bias, "none")
+    config = config or default_config(input.dtype, input.device)
+    x, w, b, t = _prepare(input, linear_weight, target, linear_bias)
+    with torch.no_grad():
+        fw = _forward(x, w, b, t, ignore_index, "none", _options(label_smoothing, z_loss, softcap), False, config)
+        loss = _reduce(fw.loss, fw.kept, t.numel(), "none")
+        lse = fw.lse if fw.kept is None else fw.lse.new_full((t.numel(),), math.nan).index_copy_(0, fw.kept, fw.lse)
+    return loss.view(target.shape), lse.view(target.shape)
