@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from enum import Enum
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -82,8 +83,32 @@ __all__ = ["InBackwardOptimizer"]
 # torch.nn.utils.clip_grad_norm_'s default norm type, the only one supported.
 _NORM_TYPE = 2.0
 
-# Hooked parameter -> the InBackwardOptimizer whose hook it carries (keys held weakly).
+# Hooked parameter -> weak reference to the InBackwardOptimizer whose hook it carries.
+# Both sides are weak: a strong value would keep its own keys (the optimizer holds its
+# parameters) and so the whole model alive after the user drops it.
 _OWNERS = WeakIdKeyDictionary()
+
+
+def _weak_hook(opt: "InBackwardOptimizer") -> Callable[[Tensor], None]:
+    """The parameter's hook, holding the optimizer weakly: a parameter -> hook ->
+    optimizer -> parameter cycle through autograd's C++ hook table would never be
+    collected."""
+    ref = weakref.ref(opt)
+
+    def hook(p: Tensor) -> None:
+        owner = ref()
+        if owner is None:
+            raise RuntimeError(
+                "the InBackwardOptimizer of this parameter was garbage collected while its hooks remain: "
+                "keep a reference to it for as long as you train (it holds the optimizer state), or call "
+                "its remove_hooks() before dropping it")
+        owner._hook(p)
+    return hook
+
+
+def _owner(p: torch.Tensor) -> Optional["InBackwardOptimizer"]:
+    ref = _OWNERS.get(p)
+    return None if ref is None else ref()
 
 
 class _Mode(Enum):
@@ -105,6 +130,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     Equal to backward-then-``step()`` by Ojas.OptimizerInBackward.Equivalence.backprop_fused_eq_standard
     (reverse-mode hook order; ``sgd_fused_eq_standard`` and ``adamw_fused_eq_standard`` for
     the rules); accumulation by Ojas.OptimizerInBackward.Repairs.deferred_accum_backprop_eq_standard.
+
+    Keep a reference to the optimizer while training, as with any optimizer: the
+    parameters' hooks hold it weakly (so that dropping model and optimizer frees
+    them), and a backward after it was garbage collected raises.
 
     Args:
         params: the parameters or parameter groups, as for ``optimizer_class``.
@@ -197,7 +226,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         index = len(self.param_groups) - 1
         group = self.param_groups[index]
         with_grad = [i for i, p in enumerate(group["params"]) if p.grad is not None]
-        hooked = [i for i, p in enumerate(group["params"]) if p in _OWNERS]
+        hooked = [i for i, p in enumerate(group["params"]) if _owner(p) is not None]
         if with_grad or hooked:
             self.param_groups.pop()
         if with_grad:
@@ -215,8 +244,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             single = self.optimizer_class([p], **kwargs)
             single.state = self.state
             self._per_param[p] = (single, index)
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
-            _OWNERS[p] = self
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(_weak_hook(self)))
+            _OWNERS[p] = weakref.ref(self)
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> None:
         """Nothing to do: the parameters were updated during backward."""
@@ -236,7 +265,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             handle.remove()
         self._hook_handles.clear()
         for p in self._per_param:
-            if _OWNERS.get(p) is self:
+            if _owner(p) is self:
                 del _OWNERS[p]
 
     def __setstate__(self, state: dict[str, Any]) -> None:

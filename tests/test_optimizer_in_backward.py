@@ -407,16 +407,18 @@ def test_grad_scaler_raises(unscale_first: bool) -> None:
 
 def test_clipping_needs_optimizer_backward() -> None:
     layer, x = small()
-    InBackwardOptimizer(layer.parameters(), max_grad_norm=1.0)
+    opt = InBackwardOptimizer(layer.parameters(), max_grad_norm=1.0)
     with pytest.raises(RuntimeError, match=r"optimizer.backward\(loss\), not loss.backward\(\)"):
         layer(x).sum().backward()
+    del opt
 
 
 def test_sparse_gradient_raises() -> None:
     emb = nn.Embedding(10, 4, sparse=True)
-    InBackwardOptimizer(emb.parameters(), torch.optim.SGD, lr=0.1)
+    opt = InBackwardOptimizer(emb.parameters(), torch.optim.SGD, lr=0.1)
     with pytest.raises(RuntimeError, match="does not support sparse gradients"):
         emb(torch.tensor([1, 2])).sum().backward()
+    del opt
 
 
 def test_second_optimizer_on_the_same_parameters_raises() -> None:
@@ -426,12 +428,13 @@ def test_second_optimizer_on_the_same_parameters_raises() -> None:
     with pytest.raises(ValueError, match="already updated in backward by another InBackwardOptimizer"):
         InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
     first.remove_hooks()
-    InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    second = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
     params = list(layer.parameters())
     grads = torch.autograd.grad(layer(x).sum(), params)
     expected = [p.detach().add(g, alpha=-0.1) for p, g in zip(params, grads)]
     layer(x).sum().backward()
     assert all(torch.equal(p, e) for p, e in zip(params, expected))  # updated once
+    second.remove_hooks()
 
 
 def test_cannot_be_pickled() -> None:
@@ -473,3 +476,29 @@ def test_oracle_rejects_malformed_optimizer_requests(change: dict, message: str)
     assert "error" not in oracle_request(req)
     answer = oracle_request({**req, **change})
     assert message in answer.get("error", ""), answer
+
+
+def test_dropping_model_and_optimizer_frees_the_parameters():
+    """The registry of hooked parameters holds neither the parameters nor the optimizer:
+    once the user drops both, the parameters are freed (no leak across models)."""
+    import gc
+    import weakref
+
+    model = torch.nn.Linear(4, 3)
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-2)
+    before = model.weight.detach().clone()
+    model(torch.randn(2, 4)).sum().backward()
+    assert not torch.equal(model.weight, before) and opt.state  # it did update
+    alive = weakref.ref(model.weight)
+    del model, opt
+    gc.collect()
+    assert alive() is None
+
+
+def test_dropping_only_the_optimizer_raises_at_the_next_backward():
+    """Hooks hold their optimizer weakly; training on after dropping it is an error, not a silent no-op."""
+    model = torch.nn.Linear(4, 3)
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    del opt
+    with pytest.raises(RuntimeError, match="was garbage collected while its hooks remain"):
+        model(torch.randn(2, 4)).sum().backward()
