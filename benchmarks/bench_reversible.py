@@ -27,8 +27,12 @@ would be counted as activation memory).
 Measured per (depth, variant), on CUDA: ``step_ms``, the median over ``--steps`` timed
 forward+backward steps after ``--warmup`` (CUDA events); ``act_mib``, activation memory:
 the peak of ``torch.cuda.max_memory_allocated`` during one step minus the memory
-allocated before it (parameters, their gradients, the input and its gradient, the
-upstream gradient) minus the output; ``saved_mib``, the bytes autograd saves for backward
+allocated before it minus the output. Before the first step every parameter's and the
+input's ``.grad`` is set to zeros, so the steps accumulate into buffers that exist
+before the step and the memory before it holds the parameters, their ``.grad``
+buffers, the input, its ``.grad`` and the upstream gradient: ``act_mib`` excludes the
+gradient buffers (the same for every variant) but includes any gradient an
+implementation keeps alive transiently during backward; ``saved_mib``, the bytes autograd saves for backward
 (``saved_tensors_hooks``, parameters excluded), which is all the CPU run reports;
 ``grad_x_rel_diff``, max |grad x - grad x of ordinary| / max |grad x of ordinary|.
 Ratios to ``ordinary`` are in the JSON written to ``--out``.
@@ -147,10 +151,9 @@ def measure(run: Callable[[Tensor], Tensor], x: Tensor, gy: Tensor, params: list
     def step() -> None:
         run(x).backward(gy)
 
-    for p in params:
-        p.grad = None
-    x.grad = None
-    step()  # allocates the gradients, which then accumulate
+    for t in (x, *params):  # gradient buffers that exist before the step: not counted in act_mib
+        t.grad = torch.zeros_like(t)
+    step()
     grad_x = x.grad.detach().clone()
     result = {"saved_mib": saved_bytes(run, x, params) / MIB}
     if device.type == "cuda":
@@ -198,7 +201,7 @@ def bench(args: argparse.Namespace) -> dict:
         del blocks, params, x, gy, reference
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return {"config": {k: v for k, v in vars(args).items() if k != "out"},
+    return {"config": {k: v for k, v in vars(args).items() if k != "out"}, "act_mib_definition": ACT_MIB,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "results": rows, "ratios": ratios(rows)}
 
@@ -219,8 +222,13 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
+ACT_MIB = ("act_mib: peak allocated during a step - allocated before it (parameters, their preallocated .grad "
+           "buffers, x, x.grad, upstream gradient) - the output")
+
+
 def print_table(report: dict) -> None:
-    cols = ("depth", "impl", "step_ms", "act_mib", "saved_mib", "grad_x_rel_diff")
+    print(ACT_MIB)
+    cols = ("depth", "impl", "step_ms", "act_mib", "params_mib", "saved_mib", "grad_x_rel_diff")
     print(" | ".join(f"{c:>15}" for c in cols))
     for r in report["results"]:
         cells = []

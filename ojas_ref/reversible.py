@@ -12,14 +12,17 @@ is two of them (y1 = x1 + f(x2), y2 = x2 + g(y1), as RevNet / Reformer / RevViT,
 with f = attention block and g = MLP block for a transformer);
 :class:`SymplecticCoupling` is a leapfrog step, three of them.
 
-:class:`ReversibleSequence` runs a stack of such blocks under one
-``torch.autograd.Function`` that saves only the stack's output: backward walks the
-blocks from the last, and for each half-update, from the last, evaluates ``fn`` with
-grad enabled on the reconstructed other half, subtracts its increment (the inverse:
-the half's value before the update) and back-propagates the update's local gradient
-to the other half and to ``fn``'s parameters. Each ``fn`` runs once in forward and
-once in backward, as with activation checkpointing, but no activation of any block
-is kept between the passes.
+:class:`ReversibleSequence` runs a stack of such blocks as a chain of autograd nodes
+(one per block, between an input and an output node) of which only the output node
+saves a tensor, the stack's output: backward walks the blocks from the last, and for
+each half-update, from the last, evaluates ``fn`` with grad enabled on the
+reconstructed other half, back-propagates the update's local gradient to the other
+half and to ``fn``'s parameters, and subtracts the increment (the inverse: the half's
+value before the update). Each ``fn`` runs once in forward and once in backward, as
+with activation checkpointing, but no activation of any block is kept between the
+passes, and backward's working memory does not depend on depth: the reconstructed
+stream and its gradient live in two buffers updated in place, and each block node
+returns its parameters' gradients as soon as its block is done.
 
 Theorems (``rocq/Reversible/``) this code implements:
 
@@ -62,6 +65,7 @@ it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from typing import Iterable, NamedTuple, Optional, Sequence
 
@@ -241,10 +245,10 @@ def _from_fixed(s: Tensor, fraction_bits: int, dtype: torch.dtype) -> Tensor:
     return (s.to(torch.float64) * 2.0**-fraction_bits).to(dtype)
 
 
-def _fixed_add(state: Tensor, delta: Tensor, fraction_bits: int, where: str) -> Tensor:
-    """state + delta in int64, OverflowError if the sum reaches 2^62 (both are below 2^62,
-    so the sum itself cannot wrap)."""
-    s = state + delta
+def _fixed_add(state: Tensor, delta: Tensor, fraction_bits: int, where: str, *, inplace: bool = False) -> Tensor:
+    """state + delta in int64 (into ``state`` if ``inplace``), OverflowError if the sum
+    reaches 2^62 (both are below 2^62, so the sum itself cannot wrap)."""
+    s = state.add_(delta) if inplace else state + delta
     if s.numel() and not bool((s.abs() < _STATE_LIMIT).all()):
         raise OverflowError(f"{where}: the fixed-point state reached 2^62 (|x| >= 2^{62 - fraction_bits}); "
                             "lower fraction_bits")
@@ -302,67 +306,123 @@ class _Plan(NamedTuple):
     params: tuple[tuple[str, int], ...]
 
 
-class _ReversibleFunction(torch.autograd.Function):
-    """Forward without autograd; saves the stack's output only (int64 state in exact mode).
-    Backward: per half-update from the last, fn recomputed with grad on the reconstructed
-    other half, the increment subtracted (inverse), the local vector-Jacobian product taken.
+class _Tape:
+    """What the nodes of one ``ReversibleSequence`` call share: the stack, its plan and
+    trainable parameters, forward's autocast settings; in forward the current halves
+    ``h``; in backward the reconstructed stream ``state`` and its gradient ``grad`` (two
+    full-width buffers that the block nodes update in place, ``h`` and ``g`` their
+    halves) and the per-block reconstruction errors."""
+
+    def __init__(self, stack: "ReversibleSequence", plan: list[_Plan], params: Sequence[Tensor], x: Tensor) -> None:
+        self.stack, self.plan, self.params = stack, plan, params
+        self.x_dtype, self.device_type = x.dtype, x.device.type
+        self.autocast = _autocast_kwargs(self.device_type)
+        self.h: Optional[list[Tensor]] = None
+        self.g: Optional[list[Tensor]] = None
+        self.state: Optional[Tensor] = None
+        self.grad: Optional[Tensor] = None
+        self.errors: Optional[list[float]] = None
+
+    def release(self) -> None:
+        self.h = self.g = self.state = self.grad = None
+
+
+class _StackInput(torch.autograd.Function):
+    """First node: puts x's halves (int64 fixed point in exact mode) on the tape and returns
+    an empty link tensor; backward returns the gradient buffer as x's gradient."""
+
+    @staticmethod
+    def forward(ctx, x, tape):
+        ctx.tape = tape
+        stack = tape.stack
+        halves = split_halves(x)
+        tape.h = [_to_fixed(v, stack.fraction_bits, "x") for v in halves] if stack.exact else list(halves)
+        return x.new_empty(0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, _link):
+        tape = ctx.tape
+        grad_x = tape.grad.to(tape.x_dtype)
+        tape.release()
+        return grad_x, None
+
+
+class _BlockFunction(torch.autograd.Function):
+    """One block's half-updates: forward without autograd on the tape's halves (RNG states
+    recorded before every function call); backward per half-update from the last on the
+    tape's buffers (``ReversibleSequence._backward_step``), returning the gradients of the
+    block's trainable parameters, so that autograd accumulates (and frees) them block by
+    block rather than at the end of backward.
 
     Why per half-update rather than "invert the whole block without grad, then re-run its
     forward with grad": that evaluates every fn twice in backward. The half-update's other
     half is already known when it is inverted, so one evaluation of fn with grad gives
-    both the increment to subtract and the local graph (the same value, fn being
+    both the local graph and the increment to subtract (the same value, fn being
     deterministic given the replayed RNG state); each fn runs once in backward, as with
     activation checkpointing. Ojas.Reversible.Gradient.backprop_reversible_correct covers
     this order: its layers are the half-updates."""
 
     @staticmethod
-    def forward(ctx, x, stack, *params):
-        exact, bits = stack.exact, stack.fraction_bits
-        plan = stack._plan(params)
-        ctx.stack, ctx.plan, ctx.params, ctx.x_dtype = stack, plan, params, x.dtype
-        ctx.device_type = x.device.type
-        ctx.autocast = _autocast_kwargs(ctx.device_type)
+    def forward(ctx, link, tape, steps, param_ids, *params):
+        stack = tape.stack
+        ctx.tape, ctx.steps, ctx.param_pos = tape, steps, {j: i for i, j in enumerate(param_ids)}
+        ctx.stored = [v.clone() for v in tape.h] if stack.check_reconstruction else None
         ctx.rng = []
-        ctx.stored = [] if stack.check_reconstruction else None
-        with torch.no_grad():
-            h = [_to_fixed(v, bits, "x") for v in split_halves(x)] if exact else list(split_halves(x))
-            for step in plan:
-                if ctx.stored is not None and step.first:
-                    ctx.stored.append([v.clone() for v in h])
-                if stack.preserve_rng_state:
-                    ctx.rng.append(_RngState(x))
-                h = stack._update(h, step, x.dtype, forward=True)[0]
-        y = torch.cat(h, dim=-1)
-        ctx.save_for_backward(y)
-        return _from_fixed(y, bits, x.dtype) if exact else y
+        for step in steps:
+            if stack.preserve_rng_state:
+                ctx.rng.append(_RngState(tape.h[0]))
+            tape.h = stack._update(tape.h, step, tape.x_dtype, forward=True)
+        return link.new_empty(0)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_y, *_):
-        stack, plan = ctx.stack, ctx.plan
-        (y,) = ctx.saved_tensors
-        h = list(split_halves(y))
-        g = list(split_halves(grad_y))
-        param_grads: list[Optional[Tensor]] = [None] * len(ctx.params)
-        errors = [math.nan] * len(stack.blocks) if ctx.stored is not None else None
+    def backward(ctx, grad_link):
+        tape, stack = ctx.tape, ctx.tape.stack
+        grads: list[Optional[Tensor]] = [None] * len(ctx.param_pos)
         rng_devices = ctx.rng[0].devices if ctx.rng else []
-        with torch.random.fork_rng(devices=rng_devices, enabled=bool(ctx.rng), device_type=ctx.device_type):
-            for i in reversed(range(len(plan))):
-                step = plan[i]
+        with torch.random.fork_rng(devices=rng_devices, enabled=bool(ctx.rng), device_type=tape.device_type):
+            for i in reversed(range(len(ctx.steps))):
                 if ctx.rng:
-                    ctx.rng[i].restore(ctx.device_type)
-                h, g, grads = stack._update(h, step, ctx.x_dtype, forward=False, grad=g, params=ctx.params,
-                                            autocast=ctx.autocast)
-                for (_, j), gj in zip(step.params, grads):
+                    ctx.rng[i].restore(tape.device_type)
+                step = ctx.steps[i]
+                for (_, j), gj in zip(step.params, stack._backward_step(tape, step)):
+                    k = ctx.param_pos[j]
                     if gj is not None:
-                        param_grads[j] = gj if param_grads[j] is None else param_grads[j] + gj
-                if errors is not None and step.first:
-                    errors[step.layer] = stack._distance(h, ctx.stored[step.layer])
-                    ctx.stored[step.layer] = None
-        if errors is not None:
-            stack.reconstruction_errors = errors
-        grad_x = torch.cat(g, dim=-1).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
-        return (grad_x, None, *param_grads)
+                        grads[k] = gj if grads[k] is None else grads[k] + gj
+        if ctx.stored is not None:
+            tape.errors[ctx.steps[0].layer] = stack._distance(tape.h, ctx.stored)
+            ctx.stored = None
+        if not ctx.needs_input_grad[0]:  # no node below runs
+            tape.release()
+        return (grad_link, None, None, None, *grads)
+
+
+class _StackOutput(torch.autograd.Function):
+    """Last node: concatenates the tape's halves into the output y and saves y only (the
+    int64 state in exact mode; the output is then y 2^-k in x's dtype); backward copies y
+    and the output gradient into the tape's buffers for the block nodes."""
+
+    @staticmethod
+    def forward(ctx, link, tape):
+        ctx.tape = tape
+        y = torch.cat(tape.h, dim=-1)
+        tape.h = None
+        ctx.save_for_backward(y)
+        return _from_fixed(y, tape.stack.fraction_bits, tape.x_dtype) if tape.stack.exact else y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        tape = ctx.tape
+        (y,) = ctx.saved_tensors
+        tape.state = y.clone(memory_format=torch.contiguous_format)
+        tape.grad = grad_y.clone(memory_format=torch.contiguous_format)
+        tape.h, tape.g = list(split_halves(tape.state)), list(split_halves(tape.grad))
+        if tape.stack.check_reconstruction:
+            tape.errors = [math.nan] * len(tape.stack.blocks)
+            tape.stack.reconstruction_errors = tape.errors
+        return grad_y.new_empty(0), None
 
 
 class ReversibleSequence(nn.Module):
@@ -406,14 +466,21 @@ class ReversibleSequence(nn.Module):
     dtype, so it is quantised to a multiple of 2^-k (and rounded again to x's dtype);
     the input is quantised likewise. Range: the input, every increment and every
     state must be below 2^(62-k) in magnitude (OverflowError otherwise; one host sync
-    per half-update checks it). Gradients are straight-through: rounding is treated
+    per half-update, in forward and in backward, checks it; float mode has none). Gradients are straight-through: rounding is treated
     as the identity, i.e. the ordinary gradients of the float updates at the
     (dequantised) fixed-point activations. The saved output is the int64 state.
 
     ``check_reconstruction=True`` (debugging): forward also stores every block's input,
     and backward sets ``reconstruction_errors`` to the per-block maximum of
     |reconstructed input - stored input| (float units; in exact mode 0.0 means
-    bit-exact), which costs the activation memory the stack otherwise saves.
+    bit-exact; NaN for a block that backward did not reach, when nothing below it
+    needs a gradient), which costs the activation memory the stack otherwise saves.
+
+    Backward memory: two stream-sized buffers (the reconstructed stream and its
+    gradient, copied from the output and the output gradient and then updated in
+    place), one function's recomputation graph and one block's parameter gradients
+    (each block is its own autograd node, so autograd accumulates a block's gradients
+    before the next block runs), whatever the depth.
     """
 
     def __init__(self, blocks: Iterable[ReversibleBlock], *, exact: bool = False, fraction_bits: int = 32,
@@ -449,7 +516,14 @@ class ReversibleSequence(nn.Module):
         if not x.is_floating_point():
             raise TypeError(f"x must have a floating dtype, got {x.dtype}")
         params = [p for p in self.parameters() if p.requires_grad]
-        return _ReversibleFunction.apply(x, self, *params)
+        plan = self._plan(params)
+        tape = _Tape(self, plan, params, x)
+        link = _StackInput.apply(x, tape)
+        for _, group in itertools.groupby(plan, key=lambda step: step.layer):
+            steps = tuple(group)
+            param_ids = tuple(dict.fromkeys(j for step in steps for _, j in step.params))
+            link = _BlockFunction.apply(link, tape, steps, param_ids, *(params[j] for j in param_ids))
+        return _StackOutput.apply(link, tape)
 
     # -- no-grad access to the stack's maps (oracle comparisons, debugging) -------
 
@@ -487,7 +561,7 @@ class ReversibleSequence(nn.Module):
         dtype = dtype or (torch.float32 if self.exact else state.dtype)
         plan = self._plan(())
         for step in reversed(plan) if inverse else plan:
-            h = self._update(h, step, dtype, forward=not inverse)[0]
+            h = self._update(h, step, dtype, forward=not inverse)
         return torch.cat(h, dim=-1)
 
     # -- pieces shared by forward, backward and the no-grad helpers --------------
@@ -503,44 +577,62 @@ class ReversibleSequence(nn.Module):
                                              if id(p) in index))
                 for layer, block in enumerate(self.blocks) for k, u in enumerate(block.half_updates())]
 
-    def _update(self, h: list[Tensor], step: _Plan, dtype: torch.dtype, *, forward: bool,
-                grad: Optional[list[Tensor]] = None, params: Sequence[Tensor] = (),
-                autocast: Sequence[tuple[str, dict]] = ()):
-        """One half-update on the halves h (float, or int64 in exact mode), forward or inverse.
+    def _where(self, step: _Plan) -> str:
+        return f"blocks[{step.layer}] ({type(self.blocks[step.layer]).__name__})"
 
-        With ``grad`` (backward: ``forward=False``), fn is evaluated with grad enabled and
-        the vector-Jacobian product of x_t + c fn(x_o) with the gradient of the updated
-        half is taken w.r.t. x_o and fn's parameters (``params`` is the stack's list; fn
-        runs on detached aliases of them, so that tensor hooks on the parameters fire
-        once, for the gradient backward returns, as with ordinary autograd), fn under the
-        ``autocast`` settings recorded in forward: returns (h, grad, parameter gradients);
-        otherwise (h, None, ())."""
-        u, t = step.update, step.update.target
-        where = f"blocks[{step.layer}] ({type(self.blocks[step.layer]).__name__})"
-        other = _from_fixed(h[1 - t], self.fraction_bits, dtype) if self.exact else h[1 - t]
-        aliases = None
-        if grad is not None:
-            other = other.detach().requires_grad_(True)
-            aliases = {name: params[j].detach().requires_grad_(True) for name, j in step.params}
-        with _recompute_context(autocast) if grad is not None else contextlib.nullcontext():
-            inc = _float_increment(_call(u, other, where, aliases), u.scale)
-        with torch.no_grad():
-            if self.exact:
-                delta = _to_fixed(inc.to(torch.float64), self.fraction_bits, f"{where}: {u.name}'s increment")
-                new = _fixed_add(h[t], delta if forward else -delta, self.fraction_bits, where)
-            else:
-                new = h[t] + inc if forward else h[t] - inc
+    def _other(self, h: Sequence[Tensor], step: _Plan, dtype: torch.dtype) -> Tensor:
+        """The half fn reads (dequantised to dtype in exact mode)."""
+        other = h[1 - step.update.target]
+        return _from_fixed(other, self.fraction_bits, dtype) if self.exact else other
+
+    @torch.no_grad()
+    def _apply_increment(self, state: Tensor, inc: Tensor, step: _Plan, *, forward: bool, inplace: bool) -> Tensor:
+        """state + inc (forward) or state - inc (inverse); in exact mode the increment is
+        rounded to fixed point first. In place (into ``state``) if ``inplace``."""
+        if self.exact:
+            where = self._where(step)
+            delta = _to_fixed(inc.to(torch.float64), self.fraction_bits, f"{where}: {step.update.name}'s increment")
+            return _fixed_add(state, delta if forward else -delta, self.fraction_bits, where, inplace=inplace)
+        if inplace:
+            return state.add_(inc) if forward else state.sub_(inc)
+        return state + inc if forward else state - inc
+
+    def _update(self, h: list[Tensor], step: _Plan, dtype: torch.dtype, *, forward: bool) -> list[Tensor]:
+        """One half-update on the halves h (float, or int64 in exact mode), forward or
+        inverse, without autograd: the new halves (h is not modified)."""
+        u = step.update
+        inc = _float_increment(_call(u, self._other(h, step, dtype), self._where(step)), u.scale)
         h = list(h)
-        h[t] = new
-        if grad is None:
-            return h, None, ()
-        if not inc.requires_grad:  # fn ignores its input and has no trainable parameters
-            return h, grad, (None,) * len(aliases)
-        vjp = torch.autograd.grad(inc, [other, *aliases.values()], grad[t].to(inc.dtype), allow_unused=True)
-        grad = list(grad)
+        h[u.target] = self._apply_increment(h[u.target], inc, step, forward=forward, inplace=False)
+        return h
+
+    def _backward_step(self, tape: _Tape, step: _Plan) -> tuple[Optional[Tensor], ...]:
+        """Backward through one half-update, in place on the tape's buffers: fn evaluated with
+        grad (forward's autocast settings) on the other half; the vector-Jacobian product of
+        x_t + c fn(x_o) with the gradient of the updated half, taken w.r.t. x_o (added into
+        its gradient) and fn's parameters (fn runs on detached aliases of them, so that
+        tensor hooks on the parameters fire once, for the gradient autograd receives, as
+        with ordinary autograd); then the increment subtracted from the updated half
+        (after the product, which may read the other half: both halves share one buffer
+        and its version counter). Returns the parameter gradients in ``step.params`` order."""
+        u, t = step.update, step.update.target
+        h, g = tape.h, tape.g
+        other = self._other(h, step, tape.x_dtype).detach().requires_grad_(True)
+        aliases = {name: tape.params[j].detach().requires_grad_(True) for name, j in step.params}
+        with _recompute_context(tape.autocast):
+            inc = _float_increment(_call(u, other, self._where(step), aliases), u.scale)
+        if inc.requires_grad:
+            vjp = torch.autograd.grad(inc, [other, *aliases.values()], g[t].to(inc.dtype), allow_unused=True)
+        else:  # fn ignores its input and has no trainable parameters
+            vjp = (None,) * (1 + len(aliases))
+        del other
+        self._apply_increment(h[t], inc, step, forward=False, inplace=True)
         if vjp[0] is not None:
-            grad[1 - t] = grad[1 - t] + vjp[0]
-        return h, grad, vjp[1:]
+            g[1 - t].add_(vjp[0])
+        buffers = {tape.state.untyped_storage().data_ptr(), tape.grad.untyped_storage().data_ptr()}
+        # a gradient aliasing a buffer (fn = x + bias with a bias of x's shape) would change with it
+        return tuple(v.clone() if v is not None and v.untyped_storage().data_ptr() in buffers else v
+                     for v in vjp[1:])
 
     def _distance(self, h: list[Tensor], stored: list[Tensor]) -> float:
         diff = max(float((a.to(torch.float64) - b.to(torch.float64)).abs().max()) if a.numel() else 0.0

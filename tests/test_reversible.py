@@ -11,12 +11,15 @@ bit (Ojas.Reversible.FixedPoint).
 from __future__ import annotations
 
 import math
+import weakref
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from ojas_ref.oracle import coupling_stack_oracle
 from ojas_ref.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
@@ -158,6 +161,33 @@ def test_shared_parameters_sum_their_gradients():
         assert max_rel_error(a, e) <= F64_TOL
 
 
+class FullBias(nn.Module):
+    """x + b with b of x's full shape: the gradient of b is the output gradient itself."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(shape, dtype=F64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b
+
+
+def test_functions_aliasing_the_stream():
+    """Backward updates the stream and its gradient in place: gradients that alias them (an
+    identity velocity with step 1, a bias whose gradient is the output gradient) still match."""
+    torch.manual_seed(0)
+    blocks = [SymplecticCoupling(mlp(3, 5).double(), step_size=1.0),
+              AdditiveCoupling(FullBias((4, 3)), mlp(3, 5).double()),
+              AdditiveCoupling(mlp(3, 5).double(), FullBias((4, 3)))]
+    rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
+    params = list(rev.parameters())
+    x = torch.randn(4, 6, dtype=F64)
+    _, g_rev = grads_of(rev, x, params, 2, rng_seed=0)
+    _, g_seq = grads_of(seq, x, params, 2, rng_seed=0)
+    for a, e in zip(g_rev, g_seq):
+        assert max_rel_error(a, e) <= F64_TOL
+
+
 class Attention(nn.Module):
     """Causal self-attention on [B, S, d] through ojas_ref.attention (LayerNorm first, no residual)."""
 
@@ -288,6 +318,68 @@ def test_saved_tensors_do_not_grow_with_depth(exact):
     # ordinary: the same amount per pair of blocks ("as"), so affine in depth
     per_block = (ordinary[16] - ordinary[4]) / 12
     assert per_block > 0 and ordinary[4] - ordinary[1] == 3 * per_block
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak bytes of the storages allocated by the ops run under the mode and still alive
+    (a storage counts from the op that creates it until the last tensor object on it is
+    collected: weakref finalizers; views and in-place results of older storages are not
+    counted). For the transient memory of a backward pass on the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.tensors: dict[int, list[int]] = {}  # storage pointer -> [live tensors, bytes]
+
+    def _drop(self, key: int) -> None:
+        entry = self.tensors[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live -= self.tensors.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        older = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        out = func(*args, **kwargs)
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or t.untyped_storage().nbytes() == 0:
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key in self.tensors:
+                self.tensors[key][0] += 1
+            elif key in older:
+                continue
+            else:
+                self.tensors[key] = [1, t.untyped_storage().nbytes()]
+                self.live += self.tensors[key][1]
+                self.peak = max(self.peak, self.live)
+            weakref.finalize(t, self._drop, key)
+        return out
+
+
+def backward_peak_bytes(depth: int, d: int, rows: int, hidden: int) -> int:
+    """Peak live bytes allocated during backward of a float32 AdditiveCoupling stack, with
+    the gradients accumulated into .grad buffers that exist before the step."""
+    torch.manual_seed(0)
+    rev = ReversibleSequence([AdditiveCoupling(mlp(d, hidden), mlp(d, hidden)) for _ in range(depth)])
+    x = torch.randn(rows, 2 * d, requires_grad=True)
+    for t in [x, *rev.parameters()]:
+        t.grad = torch.zeros_like(t)
+    y = rev(x)
+    gy = torch.randn_like(y)
+    with LiveBytes() as mode:
+        y.backward(gy)
+    return mode.peak
+
+
+@pytest.mark.parametrize("d, rows, hidden", [(8, 4096, 16), (64, 64, 256)])
+def test_backward_peak_memory_does_not_grow_with_depth(d, rows, hidden):
+    """Backward's transient memory (reconstructed stream, its gradient, one function's
+    recomputation, one block's parameter gradients) is the same at depth 1 and 6, for
+    activation-heavy (rows 4096) and parameter-heavy (d 64, hidden 256, rows 64) stacks:
+    no per-block stream tensor and no parameter gradient of earlier blocks stays alive."""
+    peaks = [backward_peak_bytes(depth, d, rows, hidden) for depth in (1, 6)]
+    assert peaks[1] <= 1.05 * peaks[0], peaks
 
 
 def test_check_reconstruction_stores_inputs():
