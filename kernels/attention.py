@@ -602,9 +602,9 @@ def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     fully masked row, whose output is zeros).
 
     Implements ``attention_forward`` (rocq/Attention/OnlineSoftmax.v), equal to
-    the two-pass softmax by ``attention_forward_correct`` (StreamCorrect.v), with
-    masked key tiles dropped by ``stream_row_masked_keys`` (Mask.v) and the lse of
-    ``stream_lse`` (Lse.v)."""
+    the two-pass softmax by Ojas.Attention.StreamCorrect.attention_forward_correct,
+    with masked key tiles dropped by Ojas.Attention.Mask.stream_row_masked_keys and
+    the lse of Ojas.Attention.Lse.stream_lse."""
     return _forward(query, key, value, is_causal, scale, window, config)
 
 
@@ -613,11 +613,13 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     config: AttentionConfig | None = None) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
 
-    Forward: ``attention_forward`` (OnlineSoftmax.v; ``attention_forward_correct``
-    in StreamCorrect.v, ``stream_row_masked_keys`` in Mask.v, ``stream_lse`` in
-    Lse.v).  Backward: ``attention_backward`` (Backward.v; the
-    ``attention_backward_*_is_derive`` theorems and ``attention_backward_forward_eq``
-    in BackwardCorrect.v), P recomputed from the saved lse (``row_probs_stream_row``, Lse.v)."""
+    Forward: ``attention_forward`` (OnlineSoftmax.v;
+    Ojas.Attention.StreamCorrect.attention_forward_correct,
+    Ojas.Attention.Mask.stream_row_masked_keys, Ojas.Attention.Lse.stream_lse).
+    Backward: ``attention_backward`` (Backward.v;
+    Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive, ``_dK_``, ``_dV_``
+    and Ojas.Attention.BackwardCorrect.attention_backward_forward_eq), P recomputed
+    from the saved lse (Ojas.Attention.Lse.row_probs_stream_row)."""
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     return _FlashAttention.apply(query, key, value, is_causal, float(scale), window, config)
