@@ -46,6 +46,7 @@ tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional, Union
 
 import torch
@@ -62,6 +63,8 @@ _VOCAB_CHUNK = 4096
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TARGET_DTYPES = (torch.int64, torch.int32)
 _REDUCTIONS = ("none", "mean", "sum")
+_IMPLS = ("auto", "reference", "triton")
+_IMPL_ENV = "OJAS_LINEAR_CROSS_ENTROPY_IMPL"
 
 ChunkSize = Union[int, tuple[int, int], None]
 
@@ -156,6 +159,23 @@ def _check_inputs(
         raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
                          f"{ignore_index}")
     return eps, lam, softcap, chunks
+
+
+def _resolve_impl(impl: Optional[str], input: Tensor) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False)."""
+    if impl is None:
+        impl = os.environ.get(_IMPL_ENV, "auto")
+    if impl not in _IMPLS:
+        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    if impl == "reference":
+        return False
+    if impl == "auto":
+        return input.is_cuda and input.dtype != torch.float64
+    if input.dtype == torch.float64:
+        raise TypeError("impl='triton' takes float16, bfloat16 or float32 tensors; use impl='reference' for float64")
+    if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    return True
 
 
 # --------------------------------------------------------------------------
@@ -393,6 +413,7 @@ def linear_cross_entropy(
     z_loss: float = 0.0,
     softcap: Optional[float] = None,
     chunk_size: ChunkSize = None,
+    impl: Optional[str] = None,
 ) -> Tensor:
     """Cross-entropy of the logits ``input @ linear_weight.T + linear_bias``, chunked, differentiable.
 
@@ -433,10 +454,24 @@ def linear_cross_entropy(
     way. Computation is in float32 (float64 for float64 inputs): bf16/fp16 operands
     are upcast block by block, gradients are accumulated in float32 and returned in
     the input dtype, and the loss has the input dtype. Double backward is not supported.
+
+    ``impl``: "reference" runs the chunked PyTorch computation above; "triton" runs
+    ``ojas_kernels.linear_cross_entropy.linear_cross_entropy`` (CUDA tensors, or CPU
+    tensors under TRITON_INTERPRET=1; float16/bfloat16/float32; it picks its own chunks,
+    ``chunk_size`` is the reference's; it computes grad_input in the forward, so backward
+    runs once per forward); "auto" runs the kernel for CUDA tensors that are not
+    float64, the reference otherwise. ``None`` reads the environment variable
+    OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
     eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, reduction, ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
+    if _resolve_impl(impl, input):
+        from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
+
+        return triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias, reduction=reduction,
+                                           ignore_index=ignore_index, label_smoothing=eps, z_loss=lam,
+                                           softcap=softcap)
     return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, eps, lam,
                                      softcap, token_chunk, vocab_chunk)
 
