@@ -177,26 +177,29 @@ def _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP: tl.const
 
 @triton.jit
 def _logits_kernel(
-    X, W, BIAS, ROWS, TGT, LSE, RW,
+    X, W, BIAS, TGT, LSE, RW,
     Z, PM, PL, PS, ZT, G,
     row0, n_rows, v0, v1, D, n_groups, tiles_per_group,
-    stride_x, stride_w, stride_z, stride_p, stride_g, stride_rw,
+    stride_x, stride_w, stride_z, stride_p, stride_rw,
     softcap, eps, lam, inv_v,
-    STATS: tl.constexpr, WRITE_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_ROWS: tl.constexpr,
-    HAS_CAP: tl.constexpr, NEED_SUM: tl.constexpr,
+    STATS: tl.constexpr, WRITE_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr,
+    NEED_SUM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
-    """Logits of the kept tokens ``row0 + [0, n_rows)`` against the vocabulary rows
-    ``[v0, v1)`` (``chunk_logits``), one token tile by one group of vocabulary tiles.
+    """Logits of the tokens ``[0, n_rows)`` (rows of X; token ``row0 + i`` of the kept
+    tokens for TGT, LSE, RW, ZT) against the vocabulary rows ``[v0, v1)``
+    (``chunk_logits``), one token tile by one group of vocabulary tiles.
 
     STATS (forward): the group's tiles go through ``block_step`` (online max and
     rescaled sum, empty value rows; ``chunked_lse_chunk``); writes the group's
     partial state (PM, PL, PS = sum z) per token, the target logit (ZT, from the
     one tile holding it: ``target_logit``) and with WRITE_Z the float32 logits.
     GRAD (backward): writes G = ``_grad_tile`` for each tile, from the saved lse and
-    the token weights RW.  Token ``i`` reads row ``ROWS[i]`` of X (the kept rows:
-    ``ce_drop_ignored``) or row ``i``."""
+    the token weights RW.  Rows past ``n_rows`` and columns past ``v1`` are read
+    clamped to the last ones (no load masks); Z and G (row stride ``stride_z``) are
+    padded to whole tiles and their tiles stored whole (vectorised stores; the
+    padding is never read)."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(n_rows, BLOCK_M)
     width = GROUP_M * n_groups
@@ -205,41 +208,43 @@ def _logits_kernel(
     pid_m = first_m + (pid % width) % size_m
     pid_g = (pid % width) // size_m
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
     row_ok = offs_m < n_rows
-    tok = row0 + offs_m
-    if HAS_ROWS:
-        xrow = tl.load(ROWS + tok, mask=row_ok, other=0).to(tl.int64)
-    else:
-        xrow = tok.to(tl.int64)
-    x_base = X + xrow[:, None] * stride_x
-    tgt = tl.load(TGT + tok, mask=row_ok, other=-1)
+    in_m = tl.minimum(offs_m, n_rows - 1) - m0  # tile-relative rows, clamped
     offs_k = tl.arange(0, BLOCK_K)
-    out_rows = offs_m.to(tl.int64)[:, None]
+    x_tile = X + m0.to(tl.int64) * stride_x + (in_m * stride_x)[:, None] + offs_k[None, :]
+    tok = row0 + offs_m
+    tok_c = row0 + m0 + in_m  # clamped: rows past n_rows repeat the last row, all finite
+    tgt = tl.load(TGT + tok_c).to(tl.int32)
     if STATS:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         s_i = tl.zeros([BLOCK_M], tl.float32)
     else:
-        lse = tl.load(LSE + tok, mask=row_ok, other=0.0)
-        w = tl.load(RW + tok * stride_rw, mask=row_ok, other=0.0)
+        lse = tl.load(LSE + tok_c)
+        w = tl.load(RW + tok_c * stride_rw)
 
     t_first = pid_g * tiles_per_group
     t_last = tl.minimum(t_first + tiles_per_group, tl.cdiv(v1 - v0, BLOCK_N))
     for t in range(t_first, t_last):
-        cols = v0 + t * BLOCK_N + tl.arange(0, BLOCK_N)
+        n0 = v0 + t * BLOCK_N
+        cols = n0 + tl.arange(0, BLOCK_N)
         col_ok = cols < v1
-        w_base = W + cols.to(tl.int64)[None, :] * stride_w
+        in_n = tl.minimum(cols, v1 - 1) - n0
+        x_ptrs = x_tile
+        w_ptrs = W + n0.to(tl.int64) * stride_w + (in_n * stride_w)[None, :] + offs_k[:, None]
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for k in range(0, D, BLOCK_K):
-            kk = k + offs_k
             if EVEN_K:
-                x = tl.load(x_base + kk[None, :], mask=row_ok[:, None], other=0.0)
-                wt = tl.load(w_base + kk[:, None], mask=col_ok[None, :], other=0.0)
+                x = tl.load(x_ptrs)
+                wt = tl.load(w_ptrs)
             else:
-                x = tl.load(x_base + kk[None, :], mask=row_ok[:, None] & (kk[None, :] < D), other=0.0)
-                wt = tl.load(w_base + kk[:, None], mask=col_ok[None, :] & (kk[:, None] < D), other=0.0)
+                x = tl.load(x_ptrs, mask=offs_k[None, :] < D - k, other=0.0)
+                wt = tl.load(w_ptrs, mask=offs_k[:, None] < D - k, other=0.0)
             acc = _dot(x, wt, acc, DOT_PREC)
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
         if HAS_BIAS:
             acc += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_CAP:
@@ -247,7 +252,8 @@ def _logits_kernel(
         else:
             z = acc
         is_target = cols[None, :] == tgt[:, None]
-        out_cols = (cols - v0)[None, :]
+        base = m0.to(tl.int64) * stride_z + t * BLOCK_N
+        tile = ((offs_m - m0) * stride_z)[:, None] + (cols - n0)[None, :]
         if STATS:
             zm = tl.where(col_ok[None, :], z, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(zm, 1))
@@ -255,14 +261,13 @@ def _logits_kernel(
             m_i = m_new
             if NEED_SUM:
                 s_i += tl.sum(tl.where(col_ok[None, :], z, 0.0), 1)
-            has_t = (tgt >= v0 + t * BLOCK_N) & (tgt < v0 + (t + 1) * BLOCK_N) & (tgt < v1)
+            has_t = (tgt >= n0) & (tgt < n0 + BLOCK_N) & (tgt < v1)
             tl.store(ZT + tok, tl.sum(tl.where(is_target, z, 0.0), 1), mask=row_ok & has_t)
             if WRITE_Z:
-                tl.store(Z + out_rows * stride_z + out_cols, z, mask=row_ok[:, None] & col_ok[None, :])
+                tl.store(Z + base + tile, z)
         else:
             g = _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP)
-            tl.store(G + out_rows * stride_g + out_cols, g.to(G.dtype.element_ty),
-                     mask=row_ok[:, None] & col_ok[None, :])
+            tl.store(G + base + tile, g.to(G.dtype.element_ty))
     if STATS:
         p = offs_m.to(tl.int64) * stride_p + pid_g
         tl.store(PM + p, m_i, mask=row_ok)
@@ -274,7 +279,7 @@ def _logits_kernel(
 @triton.jit
 def _rows_kernel(
     PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE,
-    row0, n_rows, n_groups, V, stride_p, stride_z, stride_g,
+    row0, n_rows, n_groups, V, stride_p, stride_z,
     softcap, eps, lam, inv_v,
     GRAD: tl.constexpr, NEED_SUM: tl.constexpr, HAS_CAP: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -307,7 +312,7 @@ def _rows_kernel(
     tl.store(LOSS + tok, loss, mask=ok)
     tl.store(LSE + tok, lse, mask=ok)
     if GRAD:
-        tgt = tl.load(TGT + tok, mask=ok, other=-1)
+        tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
         ones = tl.full([BLOCK_R], 1.0, tl.float32)
         zrow = offs_r.to(tl.int64)[:, None]
         for c0 in range(0, V, BLOCK_V):
@@ -315,7 +320,7 @@ def _rows_kernel(
             mask = ok[:, None] & (cols[None, :] < V)
             z = tl.load(Z + zrow * stride_z + cols[None, :], mask=mask, other=0.0)
             g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], ones, eps, lam, inv_v, softcap, HAS_CAP)
-            tl.store(G + zrow * stride_g + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+            tl.store(G + zrow * stride_z + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
 
 
 # ---------------------------------------------------------------------------
@@ -392,24 +397,32 @@ def _round_down(x: int, multiple: int) -> int:
     return max(multiple, x // multiple * multiple)
 
 
-def _launch_logits(x, weight, bias, rows, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
-                   tiles_per_program: int, *, stats=None, z=None, lse=None, token_weight=None, g=None):
-    """One launch of ``_logits_kernel`` over tokens ``row0 + [0, n_rows)`` and vocabulary
-    rows ``[v0, v1)``: STATS when ``stats = (pm, pl, ps, zt)`` is given (``z``: the
-    float32 logits, or None), else GRAD (``lse``, ``token_weight`` [K] or [1], ``g``)."""
+def _round_up(x: int, multiple: int) -> int:
+    return triton.cdiv(x, multiple) * multiple
+
+
+def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
+                   tiles_per_program: int, *, stats=None, out=None, lse=None, token_weight=None):
+    """One launch of ``_logits_kernel`` over the rows ``[0, n_rows)`` of x (kept tokens
+    ``row0 + [0, n_rows)``) and vocabulary rows ``[v0, v1)``.  STATS when
+    ``stats = (pm, pl, ps, zt)`` is given, ``out`` the float32 logits or None; else
+    GRAD (``lse``, ``token_weight`` [K] or [1]), ``out`` the G buffer.  ``out`` has
+    whole tiles: at least ``round_up(n_rows, block_m)`` rows and
+    ``round_up(v1 - v0, block_n)`` columns."""
     D = x.shape[1]
     n_groups = triton.cdiv(triton.cdiv(v1 - v0, cfg.block_n), tiles_per_program)
     none = torch.empty(1, dtype=torch.float32, device=x.device)  # for the pointers a variant does not use
     pm, pl, ps, zt = stats if stats is not None else (none,) * 4
+    stats_out = out if stats is not None and out is not None else none
     _logits_kernel[(triton.cdiv(n_rows, cfg.block_m) * n_groups,)](
-        x, weight, none if bias is None else bias, tgt if rows is None else rows, tgt,
+        x, weight, none if bias is None else bias, tgt,
         none if lse is None else lse, none if token_weight is None else token_weight,
-        none if z is None else z, pm, pl, ps, zt, none if g is None else g,
+        stats_out, pm, pl, ps, zt, out if stats is None else none,
         row0, n_rows, v0, v1, D, n_groups, tiles_per_program,
-        x.stride(0), weight.stride(0), 0 if z is None else z.stride(0), pm.stride(0) if stats is not None else 0,
-        0 if g is None else g.stride(0), 0 if token_weight is None or token_weight.numel() == 1 else 1,
+        x.stride(0), weight.stride(0), 0 if out is None else out.stride(0), pm.stride(0),
+        0 if token_weight is None or token_weight.numel() == 1 else 1,
         **opts.kernel_args(V),
-        STATS=stats is not None, WRITE_Z=z is not None, HAS_BIAS=bias is not None, HAS_ROWS=rows is not None,
+        STATS=stats is not None, WRITE_Z=stats is not None and out is not None, HAS_BIAS=bias is not None,
         HAS_CAP=opts.softcap is not None, NEED_SUM=opts.eps != 0.0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=D % cfg.block_k == 0, DOT_PREC=_dot_precision(x.dtype),
@@ -446,11 +459,13 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         return _Forward(loss, lse, kept, tgt, grad_input)
 
     cfg, rcfg = config.fwd, config.rows
+    v_pad = _round_up(V, cfg.block_n)
+    itemsize = x.element_size()
     if config.token_chunk is not None:
         chunk = min(config.token_chunk, K)
-    elif need_grad_input:  # float32 logits, G rows and grad_input rows of a chunk within grad_weight's bytes
-        row_bytes = V * (4 + x.element_size()) + D * 4
-        chunk = min(_round_down(max(V * D * x.element_size(), 64 << 20) // row_bytes, cfg.block_m), K)
+    elif need_grad_input:  # a chunk's float32 logits, G rows, gathered rows and grad_input rows: grad_weight's bytes
+        row_bytes = v_pad * (4 + itemsize) + D * (4 + itemsize)
+        chunk = min(_round_down(max(V * D * itemsize, 64 << 20) // row_bytes, cfg.block_m), K)
     else:
         chunk = K
     n_tiles = triton.cdiv(V, cfg.block_n)
@@ -460,23 +475,27 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     pm, pl, ps = (torch.empty(chunk, n_groups, **f32) for _ in range(3))
     zt = torch.empty(K, **f32)
     none = torch.empty(1, **f32)
-    z = torch.empty(chunk, V, **f32) if need_grad_input else none
-    g = torch.empty(chunk, V, dtype=x.dtype, device=x.device) if need_grad_input else none
+    z = g = none
+    if need_grad_input:
+        rows = _round_up(chunk, cfg.block_m)
+        z = torch.empty(rows, v_pad, **f32)
+        g = torch.empty(rows, v_pad, dtype=x.dtype, device=x.device)
     token_weight = 1.0 / K if reduction == "mean" else 1.0
     for r0 in range(0, K, chunk):
         n = min(chunk, K - r0)
-        _launch_logits(x, weight, bias, kept, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
-                       stats=(pm, pl, ps, zt), z=z if need_grad_input else None)
+        x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
+        _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
+                       stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
         _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
             pm, pl, ps, zt, z, g, tgt, loss, lse,
-            r0, n, n_groups, V, pm.stride(0), z.stride(0), g.stride(0),
+            r0, n, n_groups, v_pad, pm.stride(0), z.stride(0),
             **opts.kernel_args(V),
             GRAD=need_grad_input, NEED_SUM=opts.eps != 0.0, HAS_CAP=opts.softcap is not None,
             BLOCK_R=rcfg.block_r, BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)),
             BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps,
         )
         if need_grad_input:
-            rows_dx = _mm_f32(g[:n], weight)
+            rows_dx = _mm_f32(g[:n, :V], weight)
             if token_weight != 1.0:
                 rows_dx *= token_weight
             if kept is None:
@@ -511,18 +530,19 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         scale = torch.where(top > 0, torch.exp2(-torch.floor(torch.log2(top))), torch.ones_like(top))
         token_weight = token_weight * scale
     if config.vocab_slab is not None:
-        slab = min(config.vocab_slab, V)
+        slab = min(_round_up(config.vocab_slab, cfg.block_n), _round_up(V, cfg.block_n))
     else:
         grads = (N * D + (V * D if need_weight else 0)) * itemsize
         gathered = 0 if kept is None else K * D * itemsize
         budget = max(int(config.workspace_fraction * grads) - gathered, 16 << 20)
-        slab = min(_round_down(budget // (K * itemsize + (D * 4 if half else 0)), cfg.block_n), V)
-    g = torch.empty(K, slab, dtype=x.dtype, device=x.device)
+        per_column = _round_up(K, cfg.block_m) * itemsize + (D * 4 if half else 0)
+        slab = min(_round_down(budget // per_column, cfg.block_n), _round_up(V, cfg.block_n))
+    g = torch.empty(_round_up(K, cfg.block_m), slab, dtype=x.dtype, device=x.device)
     for v0 in range(0, V, slab):
         v1 = min(v0 + slab, V)
-        _launch_logits(hk, weight, bias, None, tgt, 0, K, v0, v1, cfg, opts, V, 1, lse=lse,
-                       token_weight=token_weight, g=g)
-        gs = g[:, :v1 - v0]
+        _launch_logits(hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse,
+                       token_weight=token_weight)
+        gs = g[:K, :v1 - v0]
         if grad_weight is not None:
             if half:
                 grad_weight[v0:v1] = _mm_f32(gs.t(), hk).div_(scale)
