@@ -1,0 +1,405 @@
+"""Benchmark: the Triton linear cross-entropy (ojas_kernels.linear_cross_entropy)
+against Liger-Kernel's fused linear cross-entropy, Apple's Cut Cross-Entropy (CCE,
+filtered and exact), torch's F.linear_cross_entropy and materialised logits, forward
++ backward, bf16, one CUDA device.
+
+    python benchmarks/bench_linear_cross_entropy.py [--out FILE] [--impls a,b] [--shapes big,v32k]
+    python benchmarks/bench_linear_cross_entropy.py --tune [--shapes big]   # kernel variants
+    python benchmarks/bench_linear_cross_entropy.py --profile               # CUDA time per kernel, ojas
+    python benchmarks/bench_linear_cross_entropy.py --screen                # sm_90a registers/spills, no GPU
+    python benchmarks/bench_linear_cross_entropy.py --quick                 # tiny shapes on the CPU
+
+Shapes: N = 16384 tokens, D = 4096, V = 128256 ("big") and 32000 ("v32k"), a fraction
+0 or 0.5 of the targets ignored (-100), reduction "mean".  Inputs: x ~ N(0, 1),
+W ~ N(0, 1/D) times ``--logit-std`` (logits of about that standard deviation; CCE's
+default filter skips more blocks the peakier the softmax).  Times: median of
+``triton.testing.do_bench`` (CUDA events, L2 flushed) of forward + backward.  Peak:
+``torch.cuda.max_memory_allocated`` over one forward + backward, less the memory
+allocated before it (the inputs), so the gradients are part of it; "x grads" is peak
+over the gradients' bytes (dX + dW in bf16; the issue's bound is 1.15).  Errors: the
+gradients' norm-relative difference from ojas_ref's chunked reference in float32 on
+the same bf16 inputs.  FLOPs: each matrix product over the kept tokens is 2 K D V;
+"4 GEMM floor" is 4 of them at 790 TFLOP/s (the bf16 rate KINDS.md records for the
+H200), the minimum for exact gradients within the memory bound (kernel docstring).
+
+Peers are imported from the wheels in .whl/ (benchmarks/linear_cross_entropy_tuning.md
+says how to install them on the device); missing ones are reported and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {"big": (16384, 4096, 128256), "v32k": (16384, 4096, 32000)}
+QUICK_SHAPES = {"tiny": (48, 32, 300)}
+IGNORED = (0.0, 0.5)
+BF16_TFLOPS = 790.0
+HBM_TBS = 4.3
+
+
+def import_ojas_kernels():
+    """``ojas_kernels`` (the repo's kernels/ package) whether or not the project is installed."""
+    try:
+        return importlib.import_module("ojas_kernels.linear_cross_entropy")
+    except ImportError:
+        spec = importlib.util.spec_from_file_location("ojas_kernels", ROOT / "kernels" / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / "kernels")])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ojas_kernels"] = module
+        spec.loader.exec_module(module)
+        return importlib.import_module("ojas_kernels.linear_cross_entropy")
+
+
+# ---------------------------------------------------------------------------
+# Implementations: fn(x, w, t) -> loss ("mean" over the targets that are not -100)
+# ---------------------------------------------------------------------------
+
+
+def make_impls(torch, F, klce, cuda: bool) -> dict:
+    """name -> (fn or None, why not)."""
+    ref = importlib.import_module("ojas_ref.linear_cross_entropy")
+    impls = {
+        "ojas": (lambda x, w, t: klce.linear_cross_entropy(x, w, t), None),
+        "materialised": (lambda x, w, t: F.cross_entropy((x @ w.T).float(), t), None),
+    }
+    if hasattr(F, "linear_cross_entropy"):
+        if hasattr(torch.nn, "LinearCrossEntropyOptions"):
+            opts = torch.nn.LinearCrossEntropyOptions()
+            impls["torch_chunked"] = (lambda x, w, t: F.linear_cross_entropy(x, w, t, ignore_index=-100,
+                                                                             options=opts), None)
+        else:
+            impls["torch_chunked"] = (None, "torch has F.linear_cross_entropy but no LinearCrossEntropyOptions")
+    else:
+        impls["torch_chunked"] = (None, f"torch {torch.__version__} has no F.linear_cross_entropy")
+    if not cuda:
+        impls["ojas_reference"] = (lambda x, w, t: ref.linear_cross_entropy(x, w, t, impl="reference"), None)
+        for name in ("liger", "cce", "cce_exact"):
+            impls[name] = (None, "needs CUDA")
+        return impls
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+        impls["liger"] = (lambda x, w, t: liger_fused_linear_cross_entropy(x, w, t, ignore_index=-100), None)
+    except ImportError as err:
+        impls["liger"] = (None, f"liger_kernel not importable: {err}")
+    try:
+        from cut_cross_entropy import linear_cross_entropy as cce
+
+        impls["cce"] = (lambda x, w, t: cce(x, w, t, ignore_index=-100, impl="cce"), None)
+
+        def cce_exact(x, w, t):
+            try:  # newer releases: impl="cce_exact"; 25.1.1: filter_eps=None
+                return cce(x, w, t, ignore_index=-100, impl="cce_exact")
+            except (NotImplementedError, ValueError, KeyError):
+                return cce(x, w, t, ignore_index=-100, impl="cce", filter_eps=None)
+
+        impls["cce_exact"] = (cce_exact, None)
+    except ImportError as err:
+        impls["cce"] = impls["cce_exact"] = (None, f"cut_cross_entropy not importable: {err}")
+    return impls
+
+
+# ---------------------------------------------------------------------------
+# Measurement
+# ---------------------------------------------------------------------------
+
+
+def make_inputs(torch, N, D, V, ignored, device, logit_std, seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(N, D, generator=gen, device=device).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(V, D, generator=gen, device=device) * (logit_std / math.sqrt(D))).to(torch.bfloat16)
+    w.requires_grad_()
+    t = torch.randint(0, V, (N,), generator=gen, device=device)
+    t[torch.rand(N, generator=gen, device=device) < ignored] = -100
+    return x, w, t
+
+
+def reference_grads(torch, x, w, t):
+    """Loss and gradients of ojas_ref's chunked reference in float32 on the bf16 inputs."""
+    ref = importlib.import_module("ojas_ref.linear_cross_entropy")
+    xf, wf = (a.detach().float().requires_grad_() for a in (x, w))
+    loss = ref.linear_cross_entropy(xf, wf, t, impl="reference")
+    loss.backward()
+    return loss.detach(), xf.grad, wf.grad
+
+
+def rel(torch, a, b) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def run_once(fn, x, w, t):
+    x.grad = w.grad = None
+    loss = fn(x, w, t)
+    loss.backward()
+    return loss
+
+
+def measure(torch, fn, x, w, t, ref, cuda: bool, reps: int):
+    """(ms, peak MiB or None, errors dict) of forward + backward."""
+    import triton
+
+    loss = run_once(fn, x, w, t)  # warm-up (compilation, autotuning)
+    errs = {}
+    if ref is not None:
+        errs = {"loss": abs(loss.float().item() - ref[0].item()) / max(abs(ref[0].item()), 1e-30),
+                "dx": rel(torch, x.grad, ref[1]), "dw": rel(torch, w.grad, ref[2])}
+    x.grad = w.grad = None
+    del loss
+    if not cuda:
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            run_once(fn, x, w, t)
+            times.append((time.perf_counter() - start) * 1e3)
+        return sorted(times)[len(times) // 2], None, errs
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run_once(fn, x, w, t)
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    x.grad = w.grad = None
+    ms = triton.testing.do_bench(lambda: run_once(fn, x, w, t), warmup=200, rep=200 * reps,
+                                 grad_to_none=[x, w], return_mode="median")
+    return ms, peak, errs
+
+
+def floors(N, D, V, ignored):
+    K = round(N * (1 - ignored))
+    gemm = 2.0 * K * D * V
+    return gemm, 4 * gemm / (BF16_TFLOPS * 1e9), 3 * gemm / (BF16_TFLOPS * 1e9)
+
+
+def bench(args, torch, F, klce, cuda, shapes, device):
+    impls = make_impls(torch, F, klce, cuda)
+    names = [n for n in (args.impls.split(",") if args.impls else impls)]
+    lines = []
+
+    def emit(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    for sname, (N, D, V) in shapes.items():
+        grads_mib = (N * D + V * D) * 2 / 2**20
+        for ignored in IGNORED:
+            gemm, floor4, floor3 = floors(N, D, V, ignored)
+            emit(f"\n### {sname}: N={N} D={D} V={V} bf16, ignored {ignored}: one product 2KDV = {gemm / 1e12:.2f} "
+                 f"TFLOP; floors {floor4:.1f} ms (4 GEMMs) / {floor3:.1f} ms (3 GEMMs) at {BF16_TFLOPS:.0f} TFLOP/s; "
+                 f"gradients {grads_mib:.0f} MiB\n")
+            emit("| impl | fwd+bwd ms | 4-GEMM floor / time | peak MiB | x grads | loss err | dx err | dw err |")
+            emit("|---|---|---|---|---|---|---|---|")
+            x, w, t = make_inputs(torch, N, D, V, ignored, device, args.logit_std)
+            ref = None if args.no_check else reference_grads(torch, x, w, t)
+            results = {}
+            for name in names:
+                fn, why = impls[name]
+                if fn is None:
+                    emit(f"| {name} | - | - | - | - | - | - | {why} |")
+                    continue
+                if name == "materialised" and cuda and 12 * N * V > 0.8 * torch.cuda.mem_get_info()[0]:
+                    emit(f"| {name} | - | - | - | - | - | - | skipped: logits would not fit |")
+                    continue
+                try:
+                    ms, peak, errs = measure(torch, fn, x, w, t, ref, cuda, args.reps)
+                except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
+                    if cuda:
+                        torch.cuda.empty_cache()
+                    emit(f"| {name} | - | - | - | - | - | - | failed: {str(err).splitlines()[0][:90]} |")
+                    continue
+                results[name] = ms
+                e = {k: f"{v:.1e}" for k, v in errs.items()}
+                pk = "-" if peak is None else f"{peak:.0f}"
+                ratio = "-" if peak is None else f"{peak / grads_mib:.3f}"
+                emit(f"| {name} | {ms:.2f} | {floor4 / ms:.2f} | {pk} | {ratio} | {e.get('loss', '-')} | "
+                     f"{e.get('dx', '-')} | {e.get('dw', '-')} |")
+            if "ojas" in results:
+                emit("\nojas speed-up (peer time / ojas time): " + ", ".join(
+                    f"{n} {ms / results['ojas']:.2f}" for n, ms in results.items() if n != "ojas"))
+            del x, w, t, ref
+            if cuda:
+                torch.cuda.empty_cache()
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Tuning, profile, register screen
+# ---------------------------------------------------------------------------
+
+
+def tune_variants(klce, torch):
+    """(label, config) pairs: one change at a time from the default."""
+    base = klce.default_config(torch.bfloat16, torch.device("cuda"))
+    G, C = klce.GemmConfig, klce.LinearCrossEntropyConfig
+    out = [("default", base)]
+    for label, g in (("128x64x64 w8 s3", G(128, 64, 64, 8, 8, 3)), ("128x128x64 w8 s4", G(128, 128, 64, 8, 8, 4)),
+                     ("128x256x64 w8 s3", G(128, 256, 64, 8, 8, 3)), ("64x128x64 w4 s4", G(64, 128, 64, 8, 4, 4)),
+                     ("128x128x32 w8 s4", G(128, 128, 32, 8, 8, 4))):
+        out.append((f"fwd {label}", C(g, base.bwd, base.rows)))
+        out.append((f"bwd {label}", C(base.fwd, g, base.rows)))
+    for r in (klce.RowConfig(1, 2048, 64, 4), klce.RowConfig(8, 512, 64, 8), klce.RowConfig(2, 1024, 64, 4)):
+        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", C(base.fwd, base.bwd, r)))
+    for frac in (0.05, 0.15):
+        out.append((f"workspace {frac}", C(base.fwd, base.bwd, base.rows, workspace_fraction=frac)))
+    for tpp in (8, 64):
+        out.append((f"tiles/program {tpp}", C(base.fwd, base.bwd, base.rows, tiles_per_program=tpp)))
+    return out
+
+
+def tune(args, torch, klce, shapes):
+    for sname, (N, D, V) in shapes.items():
+        for ignored in IGNORED:
+            x, w, t = make_inputs(torch, N, D, V, ignored, "cuda", args.logit_std)
+            floor4 = floors(N, D, V, ignored)[1]
+            print(f"\n### tune {sname} ignored {ignored} (4-GEMM floor {floor4:.1f} ms)\n\n"
+                  "| variant | fwd+bwd ms | fwd ms | peak MiB |\n|---|---|---|---|", flush=True)
+            for label, cfg in tune_variants(klce, torch):
+                fn = (lambda c: lambda x, w, t: klce.linear_cross_entropy(x, w, t, config=c))(cfg)
+                try:
+                    ms, peak, _ = measure(torch, fn, x, w, t, None, True, args.reps)
+                    fwd = triton_bench(lambda: fn(x, w, t), args.reps)
+                except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
+                    print(f"| {label} | failed: {str(err).splitlines()[0][:90]} | | |", flush=True)
+                    continue
+                print(f"| {label} | {ms:.2f} | {fwd:.2f} | {peak:.0f} |", flush=True)
+            del x, w, t
+            torch.cuda.empty_cache()
+
+
+def triton_bench(fn, reps):
+    import triton
+
+    return triton.testing.do_bench(fn, warmup=200, rep=200 * reps, return_mode="median")
+
+
+def profile(args, torch, klce, shapes):
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    for sname, (N, D, V) in shapes.items():
+        for ignored in IGNORED:
+            x, w, t = make_inputs(torch, N, D, V, ignored, "cuda", args.logit_std)
+            fn = klce.linear_cross_entropy
+            run_once(fn, x, w, t)
+            torch.cuda.synchronize()
+            with prof(activities=[ProfilerActivity.CUDA]) as p:
+                run_once(fn, x, w, t)
+                torch.cuda.synchronize()
+            print(f"\n### profile {sname} ignored {ignored}\n")
+            print(p.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
+            del x, w, t
+            torch.cuda.empty_cache()
+
+
+def screen(klce):
+    """Compile ``_logits_kernel`` and ``_rows_kernel`` for sm_90a with Triton's bundled
+    ptxas (no GPU) and report registers, stack frame, local-memory instructions and
+    HGMMA count.  Signatures mimic the launches' specialisations (pointers, strides
+    and lengths divisible by 16)."""
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+    def compile_and_report(label, fn, types, constexprs, divisible, num_warps, num_stages=3):
+        sig = {n: ("constexpr" if n in constexprs else types.get(n, "*fp32")) for n in fn.arg_names}
+        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+        try:
+            c = triton.compile(ASTSource(fn, sig, constexprs=constexprs, attrs=attrs),
+                               target=GPUTarget("cuda", 90, 32),
+                               options=dict(num_warps=num_warps, num_stages=num_stages))
+        except Exception as err:  # noqa: BLE001  (a compile failure is a result here)
+            print(f"| {label} | compile failed: {str(err).splitlines()[0][:100]} |", flush=True)
+            return
+        with tempfile.TemporaryDirectory() as d:
+            cubin = Path(d) / "k.cubin"
+            cubin.write_bytes(c.asm["cubin"])
+            res = subprocess.run([tools / "cuobjdump", "--dump-resource-usage", cubin], capture_output=True,
+                                 text=True).stdout
+            sass = subprocess.run([tools / "cuobjdump", "--dump-sass", cubin], capture_output=True, text=True).stdout
+        regs, stack = re.search(r"REG:(\d+)", res).group(1), re.search(r"STACK:(\d+)", res).group(1)
+        print(f"| {label} | {regs} | {stack} | {len(re.findall(r'(LDL|STL)', sass))} | "
+              f"{len(re.findall('HGMMA', sass))} | {c.metadata.shared} |", flush=True)
+
+    ints = ["row0", "n_rows", "v0", "v1", "D", "n_groups", "tiles_per_group", "stride_x", "stride_w", "stride_z",
+            "stride_p", "stride_rw", "n_groups", "V"]
+    floats = ["softcap", "eps", "lam", "inv_v"]
+    print("| kernel | registers | stack B | LDL/STL | HGMMA | shared B |\n|---|---|---|---|---|---|")
+    for mode in ("fwd", "bwd"):
+        for (bm, bn, bk, warps, stages) in ((128, 128, 64, 8, 3), (128, 64, 64, 8, 3), (128, 256, 64, 8, 3),
+                                            (64, 128, 64, 4, 4), (128, 128, 32, 8, 4)):
+            for cap in (False, True):
+                types = {n: "i32" for n in ints} | {n: "fp32" for n in floats}
+                types |= {"X": "*bf16", "W": "*bf16", "BIAS": "*bf16", "TGT": "*i64", "G": "*bf16"}
+                ce = dict(STATS=mode == "fwd", WRITE_Z=mode == "fwd", HAS_BIAS=False, HAS_CAP=cap, NEED_SUM=False,
+                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, EVEN_K=True, DOT_PREC="tf32")
+                div = ["X", "W", "BIAS", "TGT", "LSE", "RW", "Z", "PM", "PL", "PS", "ZT", "G", "D", "stride_x",
+                       "stride_w", "stride_z", "v0", "v1", "row0", "n_rows"]
+                compile_and_report(f"{mode} {bm}x{bn}x{bk} w{warps} s{stages}{' softcap' if cap else ''}",
+                                   klce._logits_kernel, types, ce, div, warps, stages)
+    for r in (klce.RowConfig(), klce.RowConfig(1, 2048, 64, 4), klce.RowConfig(8, 512, 64, 8)):
+        types = {n: "i32" for n in ints} | {n: "fp32" for n in floats} | {"G": "*bf16", "TGT": "*i64"}
+        ce = dict(GRAD=True, NEED_SUM=True, HAS_CAP=True, BLOCK_R=r.block_r, BLOCK_P=r.block_p, BLOCK_V=r.block_v)
+        compile_and_report(f"rows {r.block_r}x{r.block_v} w{r.num_warps}", klce._rows_kernel, types, ce,
+                           ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "stride_z", "V"], r.num_warps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
+    parser.add_argument("--tune", action="store_true", help="ojas kernel variants, one change at a time")
+    parser.add_argument("--profile", action="store_true", help="CUDA time per kernel of one ojas forward+backward")
+    parser.add_argument("--screen", action="store_true", help="sm_90a registers/spills of kernel variants, no GPU")
+    parser.add_argument("--shapes", default=None, help=f"comma-separated of {sorted(SHAPES)} (default all)")
+    parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
+    parser.add_argument("--reps", type=int, default=10, help="timed repetitions (about)")
+    parser.add_argument("--logit-std", type=float, default=1.0, help="standard deviation of the logits")
+    parser.add_argument("--no-check", action="store_true", help="skip the float32 reference and the errors")
+    parser.add_argument("--out", default=None, help="also write the tables to this file")
+    args = parser.parse_args()
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if args.screen:
+        os.environ.pop("TRITON_INTERPRET", None)
+        screen(import_ojas_kernels())
+        return
+    if args.quick and not cuda:
+        os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are imported
+    klce = import_ojas_kernels()
+    import torch.nn.functional as F
+
+    if args.quick:
+        shapes = QUICK_SHAPES
+        cuda = cuda and not os.environ.get("TRITON_INTERPRET")
+        args.reps = min(args.reps, 3)
+    else:
+        if not cuda:
+            sys.exit("needs a CUDA device (or --quick / --screen)")
+        shapes = {k: SHAPES[k] for k in (args.shapes.split(",") if args.shapes else SHAPES)}
+        print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    if args.tune:
+        tune(args, torch, klce, shapes)
+    elif args.profile:
+        profile(args, torch, klce, shapes)
+    else:
+        bench(args, torch, F, klce, cuda, shapes, "cuda" if cuda else "cpu")
+
+
+if __name__ == "__main__":
+    main()
