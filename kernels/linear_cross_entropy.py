@@ -125,7 +125,7 @@ class LinearCrossEntropyConfig:
     ``token_chunk`` (forward rows per chunk) and ``vocab_slab`` (backward vocabulary
     rows per slab) default to what the workspace budget allows;
     ``tiles_per_program`` (vocabulary tiles streamed by one forward program)
-    defaults to filling the device about four times over;
+    defaults to the count that wastes least of the last wave of programs;
     ``workspace_fraction`` is the backward slab's budget as a fraction of the
     gradients' bytes."""
 
@@ -401,6 +401,15 @@ def _round_up(x: int, multiple: int) -> int:
     return triton.cdiv(x, multiple) * multiple
 
 
+def _tiles_per_program(num_m: int, n_tiles: int, sms: int) -> int:
+    """Vocabulary tiles per forward program: the fewest waves x tiles (one program per
+    multiprocessor at a time; a last wave that is nearly empty costs a whole one),
+    and among counts within 2 % of that the largest (fewer partial states)."""
+    cost = {t: triton.cdiv(num_m * triton.cdiv(n_tiles, t), sms) * t for t in range(1, n_tiles + 1)}
+    best = min(cost.values())
+    return max(t for t, c in cost.items() if c <= 1.02 * best)
+
+
 def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
                    tiles_per_program: int, *, stats=None, out=None, lse=None, token_weight=None):
     """One launch of ``_logits_kernel`` over the rows ``[0, n_rows)`` of x (kept tokens
@@ -469,8 +478,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     else:
         chunk = K
     n_tiles = triton.cdiv(V, cfg.block_n)
-    tiles_per_program = config.tiles_per_program or max(
-        1, triton.cdiv(triton.cdiv(chunk, cfg.block_m) * n_tiles, 4 * _num_sms(x.device)))
+    tiles_per_program = config.tiles_per_program or _tiles_per_program(
+        triton.cdiv(chunk, cfg.block_m), n_tiles, _num_sms(x.device))
     n_groups = triton.cdiv(n_tiles, tiles_per_program)
     pm, pl, ps = (torch.empty(chunk, n_groups, **f32) for _ in range(3))
     zt = torch.empty(K, **f32)
