@@ -94,6 +94,9 @@ __all__ = [
 
 _REDUCTIONS = ("none", "mean", "sum")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# float16 G is stored times a power of two so that probabilities down to 2^-24 / 256
+# stay normal numbers (|G| <= 1 + 2 lam |lse| before scaling); undone in float32.
+_FP16_HEADROOM = 256.0
 
 
 @dataclass(frozen=True)
@@ -279,15 +282,16 @@ def _logits_kernel(
 @triton.jit
 def _rows_kernel(
     PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE,
-    row0, n_rows, n_groups, V, stride_p, stride_z,
+    row0, n_rows, n_groups, V, stride_p, stride_z, g_scale,
     softcap, eps, lam, inv_v,
     GRAD: tl.constexpr, NEED_SUM: tl.constexpr, HAS_CAP: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Per token of the chunk: merge the partial states of the vocabulary groups
     (``merge`` of Merge.v; ``merge_chunks_lse``), lse = m + ln l (``finalize``), the
-    loss (``token_loss``); with GRAD, the token's row of G with weight 1 from the
-    float32 logits (``_grad_tile``)."""
+    loss (``token_loss``); with GRAD, the token's row of G with weight ``g_scale``
+    (1, or a power of two for float16) from the float32 logits (``_grad_tile``).
+    ``V``: the logits' padded width."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = offs_r < n_rows
     tok = row0 + offs_r
@@ -313,7 +317,7 @@ def _rows_kernel(
     tl.store(LSE + tok, lse, mask=ok)
     if GRAD:
         tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
-        ones = tl.full([BLOCK_R], 1.0, tl.float32)
+        ones = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
         zrow = offs_r.to(tl.int64)[:, None]
         for c0 in range(0, V, BLOCK_V):
             cols = c0 + tl.arange(0, BLOCK_V)
@@ -489,7 +493,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         rows = _round_up(chunk, cfg.block_m)
         z = torch.empty(rows, v_pad, **f32)
         g = torch.empty(rows, v_pad, dtype=x.dtype, device=x.device)
-    token_weight = 1.0 / K if reduction == "mean" else 1.0
+    g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
+    token_weight = (1.0 / K if reduction == "mean" else 1.0) / g_scale
     for r0 in range(0, K, chunk):
         n = min(chunk, K - r0)
         x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
@@ -497,7 +502,7 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
                        stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
         _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
             pm, pl, ps, zt, z, g, tgt, loss, lse,
-            r0, n, n_groups, v_pad, pm.stride(0), z.stride(0),
+            r0, n, n_groups, v_pad, pm.stride(0), z.stride(0), g_scale,
             **opts.kernel_args(V),
             GRAD=need_grad_input, NEED_SUM=opts.eps != 0.0, HAS_CAP=opts.softcap is not None,
             BLOCK_R=rcfg.block_r, BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)),
@@ -524,19 +529,20 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     N, D = x.shape
     V = weight.shape[0]
     K = lse.numel()
-    grad_weight = torch.zeros_like(weight) if need_weight else None
-    grad_bias = torch.zeros(V, dtype=torch.float32, device=x.device) if need_bias else None
+    new = torch.zeros if lse.numel() == 0 else torch.empty  # every slab writes its rows
+    grad_weight = new(weight.shape, dtype=weight.dtype, device=x.device) if need_weight else None
+    grad_bias = new(V, dtype=torch.float32, device=x.device) if need_bias else None
     if K == 0:
         return grad_weight, grad_bias
     hk = x if kept is None else x.index_select(0, kept)
     cfg = config.bwd
     itemsize = x.element_size()
     # float16 G: the token weights (1 / K for "mean") would push its entries into
-    # subnormals; they are scaled by a power of two near 1 / max|w|, undone in float32.
+    # subnormals; they are scaled by a power of two near 256 / max|w|, undone in float32.
     half = x.dtype == torch.float16
     if half:
         top = token_weight.abs().max()
-        scale = torch.where(top > 0, torch.exp2(-torch.floor(torch.log2(top))), torch.ones_like(top))
+        scale = _FP16_HEADROOM * torch.where(top > 0, torch.exp2(-torch.floor(torch.log2(top))), torch.ones_like(top))
         token_weight = token_weight * scale
     if config.vocab_slab is not None:
         slab = min(_round_up(config.vocab_slab, cfg.block_n), _round_up(V, cfg.block_n))

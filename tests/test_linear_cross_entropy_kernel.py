@@ -54,6 +54,7 @@ cpu = pytest.mark.skipif(
 
 F64 = torch.float64
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+GPU_TOL = {**TOL, torch.float32: 1e-4}  # sums over thousands of terms
 NAMES = ("loss", "grad_input", "grad_weight", "grad_bias")
 
 
@@ -88,14 +89,14 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return ((x.to(F64) - ref.to(F64)).norm() / ref.to(F64).norm()).item()
 
 
-def compare(got, want, dtype, floor=None):
+def compare(got, want, dtype, floor=None, tol=TOL):
     """Norm-relative errors of ``got`` against ``want``, each within TOL[dtype] or
     8 x its entry in ``floor`` (the float32 reference's own errors, for problems
     whose gradients cancel: e.g. a confident token, G_t = p_t - 1)."""
     errs = {name: rel_err(a, e) for name, a, e in zip(NAMES, got, want)}
     for a, e in zip(got, want):
         assert a.shape == e.shape and a.dtype == dtype
-    tols = {name: max(TOL[dtype], 8 * (floor or {}).get(name, 0.0)) for name in errs}
+    tols = {name: max(tol[dtype], 8 * (floor or {}).get(name, 0.0)) for name in errs}
     assert all(errs[n] <= tols[n] for n in errs), (errs, tols)
     return errs
 
@@ -316,7 +317,7 @@ def test_kernel_vs_reference_gpu(N, D, V, dtype, reduction, ignored, bias, eps, 
     p = make_problem(N + V, shape=(N,), D=D, V=V, reduction=reduction, ignored=ignored, bias=bias, eps=eps,
                      lam=lam, cap=cap)
     got = run(linear_cross_entropy, p, dtype, "cuda")
-    errs = compare(got, reference(p, dtype, "cuda"), dtype)
+    errs = compare(got, reference(p, dtype, "cuda"), dtype, tol=GPU_TOL)
     print(f"\nrel errors {dtype} N={N} D={D} V={V} {reduction} ignored={ignored}: "
           + ", ".join(f"{n} {e:.2e}" for n, e in errs.items()))
 
@@ -355,4 +356,4 @@ def test_dispatch_gpu(monkeypatch):
     p = make_problem(1, shape=(512,), D=256, V=5000)
     got = run(ref_module.linear_cross_entropy, p, torch.bfloat16, "cuda")
     assert calls == [1]
-    compare(got, reference(p, torch.bfloat16, "cuda"), torch.bfloat16)
+    compare(got, reference(p, torch.bfloat16, "cuda"), torch.bfloat16, tol=GPU_TOL)
