@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 
 SHAPES = {"big": (16384, 4096, 128256), "v32k": (16384, 4096, 32000)}
 QUICK_SHAPES = {"tiny": (48, 32, 300)}
-IGNORED = (0.0, 0.5)
 BF16_TFLOPS = 790.0
 HBM_TBS = 4.3
 
@@ -191,7 +190,7 @@ def bench(args, torch, F, klce, cuda, shapes, device):
 
     for sname, (N, D, V) in shapes.items():
         grads_mib = (N * D + V * D) * 2 / 2**20
-        for ignored in IGNORED:
+        for ignored in args.ignored:
             gemm, floor4, floor3 = floors(N, D, V, ignored)
             emit(f"\n### {sname}: N={N} D={D} V={V} bf16, ignored {ignored}: one product 2KDV = {gemm / 1e12:.2f} "
                  f"TFLOP; floors {floor4:.1f} ms (4 GEMMs) / {floor3:.1f} ms (3 GEMMs) at {BF16_TFLOPS:.0f} TFLOP/s; "
@@ -225,7 +224,7 @@ def bench(args, torch, F, klce, cuda, shapes, device):
             if "ojas" in results:
                 emit("\nojas speed-up (peer time / ojas time): " + ", ".join(
                     f"{n} {ms / results['ojas']:.2f}" for n, ms in results.items() if n != "ojas"))
-            del x, w, t, ref
+            x = w = t = ref = None
             if cuda:
                 torch.cuda.empty_cache()
     if args.out:
@@ -258,12 +257,14 @@ def tune_variants(klce, torch):
 
 def tune(args, torch, klce, shapes):
     for sname, (N, D, V) in shapes.items():
-        for ignored in IGNORED:
+        for ignored in args.ignored:
             x, w, t = make_inputs(torch, N, D, V, ignored, "cuda", args.logit_std)
             floor4 = floors(N, D, V, ignored)[1]
             print(f"\n### tune {sname} ignored {ignored} (4-GEMM floor {floor4:.1f} ms)\n\n"
                   "| variant | fwd+bwd ms | fwd ms | peak MiB |\n|---|---|---|---|", flush=True)
             for label, cfg in tune_variants(klce, torch):
+                if args.variants and label != "default" and not any(v in label for v in args.variants.split(",")):
+                    continue
                 fn = (lambda c: lambda x, w, t: klce.linear_cross_entropy(x, w, t, config=c))(cfg)
                 try:
                     ms, peak, _ = measure(torch, fn, x, w, t, None, True, args.reps)
@@ -272,7 +273,7 @@ def tune(args, torch, klce, shapes):
                     print(f"| {label} | failed: {str(err).splitlines()[0][:90]} | | |", flush=True)
                     continue
                 print(f"| {label} | {ms:.2f} | {fwd:.2f} | {peak:.0f} |", flush=True)
-            del x, w, t
+            x = w = t = None
             torch.cuda.empty_cache()
 
 
@@ -286,7 +287,7 @@ def profile(args, torch, klce, shapes):
     from torch.profiler import ProfilerActivity, profile as prof
 
     for sname, (N, D, V) in shapes.items():
-        for ignored in IGNORED:
+        for ignored in args.ignored:
             x, w, t = make_inputs(torch, N, D, V, ignored, "cuda", args.logit_std)
             fn = klce.linear_cross_entropy
             run_once(fn, x, w, t)
@@ -296,7 +297,7 @@ def profile(args, torch, klce, shapes):
                 torch.cuda.synchronize()
             print(f"\n### profile {sname} ignored {ignored}\n")
             print(p.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
-            del x, w, t
+            x = w = t = None
             torch.cuda.empty_cache()
 
 
@@ -366,11 +367,15 @@ def main() -> None:
     parser.add_argument("--screen", action="store_true", help="sm_90a registers/spills of kernel variants, no GPU")
     parser.add_argument("--shapes", default=None, help=f"comma-separated of {sorted(SHAPES)} (default all)")
     parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
+    parser.add_argument("--ignored", default="0,0.5", help="comma-separated ignored fractions (default 0,0.5)")
+    parser.add_argument("--variants", default=None, help="--tune: only variants whose label contains one of these "
+                        "comma-separated strings (and the default)")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions (about)")
     parser.add_argument("--logit-std", type=float, default=1.0, help="standard deviation of the logits")
     parser.add_argument("--no-check", action="store_true", help="skip the float32 reference and the errors")
     parser.add_argument("--out", default=None, help="also write the tables to this file")
     args = parser.parse_args()
+    args.ignored = [float(f) for f in args.ignored.split(",")]
 
     import torch
 
