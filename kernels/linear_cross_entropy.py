@@ -56,10 +56,14 @@ That is 4 products of 2 K D V FLOPs (K kept tokens): the minimum without an
 accumulator the size of a gradient (3 products must add one gradient up across
 chunks: Liger adds grad_weight in bf16 across token chunks, an fp32 one would be
 2 x the size of W).  Workspace: the forward chunk (float32 logits + G rows, at most
-the size of grad_weight, so below the backward's peak) and the backward slab (G,
-``workspace_fraction`` of the gradients' bytes, less the gathered kept rows), so the
-peak above the inputs is about (1 + workspace_fraction) x the gradients.  Gradients
-are exact: every entry of G enters both products (no filtering of small entries).
+grad_weight's bytes, so below the backward's peak) and the backward slab (G, within
+``workspace_fraction`` of the gradients' bytes less the kept rows of H gathered for
+the product, 16 MiB at least), so the peak above the inputs is about
+(1 + workspace_fraction) x the gradients, or the gradients + the gathered rows +
+16 MiB where those rows alone exceed the fraction (few vocabulary rows, many ignored
+tokens).  Gradients are exact: every entry of G enters both products (no filtering
+of small entries).  float16 G is stored times a power of two (no subnormals down to
+probabilities of 2^-32) and the products' float32 results divided by it.
 
 Alternatives, for tuning (benchmarks/linear_cross_entropy_tuning.md): the logits
 products through cuBLAS with float32 output and the row kernel reading the logits
