@@ -62,8 +62,8 @@ the product, 16 MiB at least), so the peak above the inputs is about
 (1 + workspace_fraction) x the gradients, or the gradients + the gathered rows +
 16 MiB where those rows alone exceed the fraction (few vocabulary rows, many ignored
 tokens).  Gradients are exact: every entry of G enters both products (no filtering
-of small entries).  float16 G is stored times a power of two (no subnormals down to
-probabilities of 2^-32) and the products' float32 results divided by it.
+of small entries).  float16 G is stored times a power of two (probabilities down to
+2^-22 stay normal numbers) and the products' float32 results divided by it.
 
 Alternatives, for tuning (benchmarks/linear_cross_entropy_tuning.md): the logits
 products through cuBLAS with float32 output and the row kernel reading the logits
@@ -98,7 +98,7 @@ __all__ = [
 
 _REDUCTIONS = ("none", "mean", "sum")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# float16 G is stored times a power of two so that probabilities down to 2^-24 / 256
+# float16 G is stored times a power of two so that probabilities down to 2^-14 / 256
 # stay normal numbers (|G| <= 1 + 2 lam |lse| before scaling); undone in float32.
 _FP16_HEADROOM = 256.0
 
