@@ -164,8 +164,9 @@ def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntro
 
 @triton.jit
 def _softcap(r, softcap):
-    """``softcap`` of Definitions.v: c tanh(r / c), tanh(x) = 1 - 2 / (exp(2x) + 1) (``sc_tanh``)."""
-    return softcap * (1.0 - 2.0 / (tl.exp(2.0 * r / softcap) + 1.0))
+    """``softcap`` of Definitions.v: c tanh(r / c), tanh(x) = 1 - 2 / (exp(2x) + 1) (``sc_tanh``;
+    2x capped at 80, past which the float32 result is 1 anyway, so exp does not overflow)."""
+    return softcap * (1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0))
 
 
 @triton.jit
