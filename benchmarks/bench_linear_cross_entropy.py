@@ -252,6 +252,7 @@ def tune_variants(klce, torch):
         out.append((f"workspace {frac}", C(base.fwd, base.bwd, base.rows, workspace_fraction=frac)))
     for tpp in (8, 64):
         out.append((f"tiles/program {tpp}", C(base.fwd, base.bwd, base.rows, tiles_per_program=tpp)))
+    out.append(("fwd logits cublas", C(base.fwd, base.bwd, base.rows, fwd_logits="cublas")))
     return out
 
 

@@ -134,7 +134,12 @@ class LinearCrossEntropyConfig:
     ``tiles_per_program`` (vocabulary tiles streamed by one forward program)
     defaults to the count that wastes least of the last wave of programs;
     ``workspace_fraction`` is the backward slab's budget as a fraction of the
-    gradients' bytes."""
+    gradients' bytes; ``fwd_logits`` "cublas" computes the forward's float32 logits
+    (when grad_input is needed) with cuBLAS and lets ``_rows_kernel`` stream them
+    (one more read of them), "triton" with ``_logits_kernel``, the backward's kernel:
+    with "cublas" the backward recomputes logits that differ from the forward's by
+    rounding (about |z| 2^-24 sqrt(D) in float32), which shows as relative error in
+    gradients that cancel (p_t - 1 of a confident token)."""
 
     fwd: GemmConfig
     bwd: GemmConfig
@@ -143,6 +148,7 @@ class LinearCrossEntropyConfig:
     vocab_slab: Optional[int] = None
     tiles_per_program: Optional[int] = None
     workspace_fraction: float = 0.1
+    fwd_logits: str = "triton"
 
 
 def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntropyConfig:
@@ -167,6 +173,16 @@ def _softcap(r, softcap):
     """``softcap`` of Definitions.v: c tanh(r / c), tanh(x) = 1 - 2 / (exp(2x) + 1) (``sc_tanh``;
     2x capped at 80, past which the float32 result is 1 anyway, so exp does not overflow)."""
     return softcap * (1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0))
+
+
+@triton.jit
+def _logits_of(r, BIAS, cols, col_ok, softcap, HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr):
+    """``softcap cap (raw_logit)``: r + b (``raw_logit``), capped.  r: [M, N] float32."""
+    if HAS_BIAS:
+        r += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_CAP:
+        r = _softcap(r, softcap)
+    return r
 
 
 @triton.jit
@@ -253,12 +269,7 @@ def _logits_kernel(
             acc = _dot(x, wt, acc, DOT_PREC)
             x_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
-        if HAS_BIAS:
-            acc += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        if HAS_CAP:
-            z = _softcap(acc, softcap)
-        else:
-            z = acc
+        z = _logits_of(acc, BIAS, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
         is_target = cols[None, :] == tgt[:, None]
         base = m0.to(tl.int64) * stride_z + t * BLOCK_N
         tile = ((offs_m - m0) * stride_z)[:, None] + (cols - n0)[None, :]
@@ -286,50 +297,74 @@ def _logits_kernel(
 
 @triton.jit
 def _rows_kernel(
-    PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE,
+    PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE, BIAS,
     row0, n_rows, n_groups, V, stride_p, stride_z, g_scale,
     softcap, eps, lam, inv_v,
-    GRAD: tl.constexpr, NEED_SUM: tl.constexpr, HAS_CAP: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
+    GRAD: tl.constexpr, STREAM: tl.constexpr, NEED_SUM: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_CAP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Per token of the chunk: merge the partial states of the vocabulary groups
-    (``merge`` of Merge.v; ``merge_chunks_lse``), lse = m + ln l (``finalize``), the
-    loss (``token_loss``); with GRAD, the token's row of G with weight ``g_scale``
-    (1, or a power of two for float16) from the float32 logits (``_grad_tile``).
-    ``V``: the logits' padded width."""
+    """Per token of the chunk: the lse state, lse = m + ln l (``finalize``), the loss
+    (``token_loss``); with GRAD, the token's row of G with weight ``g_scale`` (1, or a
+    power of two for float16) from the float32 logits (``_grad_tile``).
+
+    The state: the merge of the vocabulary groups' partial states PM, PL, PS, and the
+    target logit ZT, written by ``_logits_kernel`` (``merge`` of Merge.v;
+    ``merge_chunks_lse``); with STREAM, ``block_step`` over the row's logits Z, raw
+    (bias and cap applied here; ``chunked_lse_chunk``).  ``V``: the logits' width
+    (padded to whole tiles without STREAM)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = offs_r < n_rows
     tok = row0 + offs_r
-    prow = offs_r.to(tl.int64)[:, None] * stride_p
+    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
+    zrow = offs_r.to(tl.int64)[:, None] * stride_z
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_R], tl.float32)
     s = tl.zeros([BLOCK_R], tl.float32)
-    for p0 in range(0, n_groups, BLOCK_P):
-        cols = p0 + tl.arange(0, BLOCK_P)
-        mask = ok[:, None] & (cols[None, :] < n_groups)
-        pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
-        pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
-        m_new = tl.maximum(m, tl.max(pm, 1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
-        l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
-        m = m_new
-        if NEED_SUM:
-            s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
+    if STREAM:
+        zt = tl.zeros([BLOCK_R], tl.float32)
+        for c0 in range(0, V, BLOCK_V):
+            cols = c0 + tl.arange(0, BLOCK_V)
+            col_ok = cols < V
+            mask = ok[:, None] & col_ok[None, :]
+            z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0), BIAS, cols, col_ok, softcap,
+                           HAS_BIAS, HAS_CAP)
+            zm = tl.where(mask, z, float("-inf"))
+            m_new = tl.maximum(m, tl.max(zm, 1))
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
+            l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
+            m = m_new
+            if NEED_SUM:
+                s += tl.sum(tl.where(mask, z, 0.0), 1)
+            zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
+    else:
+        prow = offs_r.to(tl.int64)[:, None] * stride_p
+        for p0 in range(0, n_groups, BLOCK_P):
+            cols = p0 + tl.arange(0, BLOCK_P)
+            mask = ok[:, None] & (cols[None, :] < n_groups)
+            pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
+            pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
+            m_new = tl.maximum(m, tl.max(pm, 1))
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
+            l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
+            m = m_new
+            if NEED_SUM:
+                s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
+        zt = tl.load(ZT + tok, mask=ok, other=0.0)
     lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
-    zt = tl.load(ZT + tok, mask=ok, other=0.0)
     loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
     tl.store(LOSS + tok, loss, mask=ok)
     tl.store(LSE + tok, lse, mask=ok)
     if GRAD:
-        tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
-        ones = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
-        zrow = offs_r.to(tl.int64)[:, None]
+        weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
         for c0 in range(0, V, BLOCK_V):
             cols = c0 + tl.arange(0, BLOCK_V)
-            mask = ok[:, None] & (cols[None, :] < V)
-            z = tl.load(Z + zrow * stride_z + cols[None, :], mask=mask, other=0.0)
-            g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], ones, eps, lam, inv_v, softcap, HAS_CAP)
-            tl.store(G + zrow * stride_z + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+            col_ok = cols < V
+            mask = ok[:, None] & col_ok[None, :]
+            z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0)
+            if STREAM:
+                z = _logits_of(z, BIAS, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+            g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
+            tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
 
 
 # ---------------------------------------------------------------------------
@@ -374,32 +409,34 @@ def _float32_reductions(device: torch.device):
         mm.allow_fp16_reduced_precision_reduction, mm.allow_bf16_reduced_precision_reduction = saved
 
 
-_OUT_DTYPE_OK = [True]
-
-
-def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b in float32 (float32 accumulation and output)."""
-    if not a.is_cuda:
-        return torch.mm(a.float(), b.float())
-    if a.dtype == torch.float32:
-        return torch.mm(a, b)
-    with _float32_reductions(a.device):
-        if _OUT_DTYPE_OK[0]:
-            try:
-                return torch.mm(a, b, out_dtype=torch.float32)
-            except (RuntimeError, TypeError) as err:
-                _OUT_DTYPE_OK[0] = False
-                warnings.warn(f"torch.mm(out_dtype=float32) failed ({err}); rounding through {a.dtype}")
-        return torch.mm(a, b).float()
+_OUT_DTYPE_OK = [True]  # torch.mm(out_dtype=) works here (CUDA, torch >= 2.8)
 
 
 def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """out = a @ b, float32 accumulation, one rounding to out's dtype."""
+    """out = a @ b with float32 accumulation, rounded once to out's dtype (float32 or
+    a's dtype; out contiguous)."""
     if not a.is_cuda:
         out.copy_(torch.mm(a.float(), b.float()))
         return
     with _float32_reductions(a.device):
-        torch.mm(a, b, out=out)
+        if out.dtype == a.dtype:
+            torch.mm(a, b, out=out)
+            return
+        if _OUT_DTYPE_OK[0]:
+            try:
+                torch.mm(a, b, out_dtype=out.dtype, out=out)
+                return
+            except (RuntimeError, TypeError) as err:
+                _OUT_DTYPE_OK[0] = False
+                warnings.warn(f"torch.mm(out_dtype=float32) failed ({err}); rounding through {a.dtype}")
+        out.copy_(torch.mm(a, b))
+
+
+def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b in float32 (float32 accumulation and output)."""
+    out = torch.empty(a.shape[0], b.shape[1], dtype=torch.float32, device=a.device)
+    _mm_into(out, a, b)
+    return out
 
 
 def _round_down(x: int, multiple: int) -> int:
@@ -477,7 +514,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         return _Forward(loss, lse, kept, tgt, grad_input)
 
     cfg, rcfg = config.fwd, config.rows
-    v_pad = _round_up(V, cfg.block_n)
+    cublas = need_grad_input and config.fwd_logits == "cublas"
+    v_pad = V if cublas else _round_up(V, cfg.block_n)
     itemsize = x.element_size()
     if config.token_chunk is not None:
         chunk = min(config.token_chunk, K)
@@ -495,7 +533,7 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     none = torch.empty(1, **f32)
     z = g = none
     if need_grad_input:
-        rows = _round_up(chunk, cfg.block_m)
+        rows = chunk if cublas else _round_up(chunk, cfg.block_m)
         z = torch.empty(rows, v_pad, **f32)
         g = torch.empty(rows, v_pad, dtype=x.dtype, device=x.device)
     g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
@@ -503,15 +541,19 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     for r0 in range(0, K, chunk):
         n = min(chunk, K - r0)
         x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
-        _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
-                       stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
+        if cublas:  # raw logits; bias and cap applied by _rows_kernel
+            _mm_into(z[:n], x_chunk, weight.t())
+        else:
+            _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
+                           stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
         _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
-            pm, pl, ps, zt, z, g, tgt, loss, lse,
+            pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias,
             r0, n, n_groups, v_pad, pm.stride(0), z.stride(0), g_scale,
             **opts.kernel_args(V),
-            GRAD=need_grad_input, NEED_SUM=opts.eps != 0.0, HAS_CAP=opts.softcap is not None,
-            BLOCK_R=rcfg.block_r, BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)),
-            BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps,
+            GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0, HAS_BIAS=cublas and bias is not None,
+            HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r,
+            BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)), BLOCK_V=rcfg.block_v,
+            num_warps=rcfg.num_warps,
         )
         if need_grad_input:
             rows_dx = _mm_f32(g[:n, :V], weight)
