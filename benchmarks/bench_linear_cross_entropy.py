@@ -354,10 +354,14 @@ def screen(klce):
                 compile_and_report(f"{mode} {bm}x{bn}x{bk} w{warps} s{stages}{' softcap' if cap else ''}",
                                    klce._logits_kernel, types, ce, div, warps, stages)
     for r in (klce.RowConfig(), klce.RowConfig(1, 2048, 64, 4), klce.RowConfig(8, 512, 64, 8)):
-        types = {n: "i32" for n in ints} | {n: "fp32" for n in floats} | {"G": "*bf16", "TGT": "*i64"}
-        ce = dict(GRAD=True, NEED_SUM=True, HAS_CAP=True, BLOCK_R=r.block_r, BLOCK_P=r.block_p, BLOCK_V=r.block_v)
-        compile_and_report(f"rows {r.block_r}x{r.block_v} w{r.num_warps}", klce._rows_kernel, types, ce,
-                           ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "stride_z", "V"], r.num_warps)
+        for stream in (False, True):
+            types = {n: "i32" for n in ints} | {n: "fp32" for n in floats}
+            types |= {"G": "*bf16", "TGT": "*i64", "BIAS": "*bf16", "g_scale": "fp32"}
+            ce = dict(GRAD=True, STREAM=stream, NEED_SUM=True, HAS_BIAS=False, HAS_CAP=True, BLOCK_R=r.block_r,
+                      BLOCK_P=r.block_p, BLOCK_V=r.block_v)
+            compile_and_report(f"rows {r.block_r}x{r.block_v} w{r.num_warps}{' stream' if stream else ''}",
+                               klce._rows_kernel, types, ce,
+                               ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "stride_z", "V"], r.num_warps)
 
 
 def main() -> None:
