@@ -253,6 +253,8 @@ def tune_variants(klce, torch):
     for tpp in (8, 64):
         out.append((f"tiles/program {tpp}", C(base.fwd, base.bwd, base.rows, tiles_per_program=tpp)))
     out.append(("fwd logits cublas", C(base.fwd, base.bwd, base.rows, fwd_logits="cublas")))
+    out.append(("bwd logits cublas", C(base.fwd, base.bwd, base.rows, bwd_logits="cublas")))
+    out.append(("fwd+bwd logits cublas", C(base.fwd, base.bwd, base.rows, fwd_logits="cublas", bwd_logits="cublas")))
     return out
 
 
@@ -354,14 +356,14 @@ def screen(klce):
                 compile_and_report(f"{mode} {bm}x{bn}x{bk} w{warps} s{stages}{' softcap' if cap else ''}",
                                    klce._logits_kernel, types, ce, div, warps, stages)
     for r in (klce.RowConfig(), klce.RowConfig(1, 2048, 64, 4), klce.RowConfig(8, 512, 64, 8)):
-        for stream in (False, True):
+        for label, has_lse, stream in (("", False, False), (" stream", False, True), (" bwd", True, True)):
             types = {n: "i32" for n in ints} | {n: "fp32" for n in floats}
             types |= {"G": "*bf16", "TGT": "*i64", "BIAS": "*bf16", "g_scale": "fp32"}
-            ce = dict(GRAD=True, STREAM=stream, NEED_SUM=True, HAS_BIAS=False, HAS_CAP=True, BLOCK_R=r.block_r,
-                      BLOCK_P=r.block_p, BLOCK_V=r.block_v)
-            compile_and_report(f"rows {r.block_r}x{r.block_v} w{r.num_warps}{' stream' if stream else ''}",
-                               klce._rows_kernel, types, ce,
-                               ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "stride_z", "V"], r.num_warps)
+            ce = dict(HAS_LSE=has_lse, GRAD=True, STREAM=stream, NEED_SUM=not has_lse, HAS_BIAS=False, HAS_CAP=True,
+                      BLOCK_R=r.block_r, BLOCK_P=r.block_p, BLOCK_V=r.block_v)
+            compile_and_report(f"rows {r.block_r}x{r.block_v} w{r.num_warps}{label}", klce._rows_kernel, types, ce,
+                               ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "RW", "stride_z", "V", "v0"],
+                               r.num_warps)
 
 
 def main() -> None:

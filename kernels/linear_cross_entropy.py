@@ -139,7 +139,9 @@ class LinearCrossEntropyConfig:
     (one more read of them), "triton" with ``_logits_kernel``, the backward's kernel:
     with "cublas" the backward recomputes logits that differ from the forward's by
     rounding (about |z| 2^-24 sqrt(D) in float32), which shows as relative error in
-    gradients that cancel (p_t - 1 of a confident token)."""
+    gradients that cancel (p_t - 1 of a confident token).  ``bwd_logits`` "cublas":
+    the backward slab's float32 logits from cuBLAS and G from them by
+    ``_rows_kernel`` (slabs a third as wide: logits and G share the budget)."""
 
     fwd: GemmConfig
     bwd: GemmConfig
@@ -149,6 +151,7 @@ class LinearCrossEntropyConfig:
     tiles_per_program: Optional[int] = None
     workspace_fraction: float = 0.1
     fwd_logits: str = "triton"
+    bwd_logits: str = "triton"
 
 
 def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntropyConfig:
@@ -297,72 +300,80 @@ def _logits_kernel(
 
 @triton.jit
 def _rows_kernel(
-    PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE, BIAS,
-    row0, n_rows, n_groups, V, stride_p, stride_z, g_scale,
+    PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE, BIAS, RW,
+    row0, n_rows, n_groups, V, v0, stride_p, stride_z, stride_rw, g_scale,
     softcap, eps, lam, inv_v,
-    GRAD: tl.constexpr, STREAM: tl.constexpr, NEED_SUM: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_CAP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_LSE: tl.constexpr, GRAD: tl.constexpr, STREAM: tl.constexpr, NEED_SUM: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Per token of the chunk: the lse state, lse = m + ln l (``finalize``), the loss
-    (``token_loss``); with GRAD, the token's row of G with weight ``g_scale`` (1, or a
-    power of two for float16) from the float32 logits (``_grad_tile``).
+    """Per token (row ``i`` of Z and G, kept token ``row0 + i``), for the vocabulary
+    rows ``v0 + [0, V)`` held in Z.
 
-    The state: the merge of the vocabulary groups' partial states PM, PL, PS, and the
-    target logit ZT, written by ``_logits_kernel`` (``merge`` of Merge.v;
-    ``merge_chunks_lse``); with STREAM, ``block_step`` over the row's logits Z, raw
-    (bias and cap applied here; ``chunked_lse_chunk``).  ``V``: the logits' width
-    (padded to whole tiles without STREAM)."""
+    Forward (no HAS_LSE): the lse state, lse = m + ln l (``finalize``) and the loss
+    (``token_loss``), stored; the state is the merge of the vocabulary groups'
+    partial states PM, PL, PS and target logit ZT written by ``_logits_kernel``
+    (``merge`` of Merge.v; ``merge_chunks_lse``), or with STREAM ``block_step`` over
+    the row's raw logits Z (bias and cap applied here; ``chunked_lse_chunk``).  G's
+    token weight is ``g_scale`` (1, or a power of two for float16).
+    Backward (HAS_LSE): lse from LSE, token weights RW (times ``g_scale``).
+    With GRAD: the token's row of G (``_grad_tile``) from the float32 logits Z, raw
+    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = offs_r < n_rows
     tok = row0 + offs_r
-    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
+    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
     zrow = offs_r.to(tl.int64)[:, None] * stride_z
-    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_R], tl.float32)
-    s = tl.zeros([BLOCK_R], tl.float32)
-    if STREAM:
-        zt = tl.zeros([BLOCK_R], tl.float32)
-        for c0 in range(0, V, BLOCK_V):
-            cols = c0 + tl.arange(0, BLOCK_V)
-            col_ok = cols < V
-            mask = ok[:, None] & col_ok[None, :]
-            z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0), BIAS, cols, col_ok, softcap,
-                           HAS_BIAS, HAS_CAP)
-            zm = tl.where(mask, z, float("-inf"))
-            m_new = tl.maximum(m, tl.max(zm, 1))
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
-            l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
-            m = m_new
-            if NEED_SUM:
-                s += tl.sum(tl.where(mask, z, 0.0), 1)
-            zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
+    if HAS_LSE:
+        lse = tl.load(LSE + tok, mask=ok, other=0.0)
+        weight = tl.load(RW + tok * stride_rw, mask=ok, other=0.0) * g_scale
     else:
-        prow = offs_r.to(tl.int64)[:, None] * stride_p
-        for p0 in range(0, n_groups, BLOCK_P):
-            cols = p0 + tl.arange(0, BLOCK_P)
-            mask = ok[:, None] & (cols[None, :] < n_groups)
-            pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
-            pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
-            m_new = tl.maximum(m, tl.max(pm, 1))
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
-            l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
-            m = m_new
-            if NEED_SUM:
-                s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
-        zt = tl.load(ZT + tok, mask=ok, other=0.0)
-    lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
-    loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
-    tl.store(LOSS + tok, loss, mask=ok)
-    tl.store(LSE + tok, lse, mask=ok)
-    if GRAD:
+        m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_R], tl.float32)
+        s = tl.zeros([BLOCK_R], tl.float32)
+        if STREAM:
+            zt = tl.zeros([BLOCK_R], tl.float32)
+            for c0 in range(0, V, BLOCK_V):
+                cols = c0 + tl.arange(0, BLOCK_V)
+                col_ok = cols < V
+                mask = ok[:, None] & col_ok[None, :]
+                z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0), BIAS + v0, cols, col_ok,
+                               softcap, HAS_BIAS, HAS_CAP)
+                zm = tl.where(mask, z, float("-inf"))
+                m_new = tl.maximum(m, tl.max(zm, 1))
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
+                l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
+                m = m_new
+                if NEED_SUM:
+                    s += tl.sum(tl.where(mask, z, 0.0), 1)
+                zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
+        else:
+            prow = offs_r.to(tl.int64)[:, None] * stride_p
+            for p0 in range(0, n_groups, BLOCK_P):
+                cols = p0 + tl.arange(0, BLOCK_P)
+                mask = ok[:, None] & (cols[None, :] < n_groups)
+                pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
+                pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
+                m_new = tl.maximum(m, tl.max(pm, 1))
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
+                l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
+                m = m_new
+                if NEED_SUM:
+                    s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
+            zt = tl.load(ZT + tok, mask=ok, other=0.0)
+        lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
+        loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
+        tl.store(LOSS + tok, loss, mask=ok)
+        tl.store(LSE + tok, lse, mask=ok)
         weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
+    if GRAD:
         for c0 in range(0, V, BLOCK_V):
             cols = c0 + tl.arange(0, BLOCK_V)
             col_ok = cols < V
             mask = ok[:, None] & col_ok[None, :]
             z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0)
             if STREAM:
-                z = _logits_of(z, BIAS, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+                z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
             g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
             tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
 
@@ -547,11 +558,11 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
             _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
                            stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
         _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
-            pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias,
-            r0, n, n_groups, v_pad, pm.stride(0), z.stride(0), g_scale,
+            pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias, none,
+            r0, n, n_groups, v_pad, 0, pm.stride(0), z.stride(0), 0, g_scale,
             **opts.kernel_args(V),
-            GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0, HAS_BIAS=cublas and bias is not None,
-            HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r,
+            HAS_LSE=False, GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0,
+            HAS_BIAS=cublas and bias is not None, HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r,
             BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)), BLOCK_V=rcfg.block_v,
             num_warps=rcfg.num_warps,
         )
@@ -591,20 +602,40 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         top = token_weight.abs().max()
         scale = _FP16_HEADROOM * torch.where(top > 0, torch.exp2(-torch.floor(torch.log2(top))), torch.ones_like(top))
         token_weight = token_weight * scale
+    cublas = config.bwd_logits == "cublas"
     if config.vocab_slab is not None:
         slab = min(_round_up(config.vocab_slab, cfg.block_n), _round_up(V, cfg.block_n))
     else:
         grads = (N * D + (V * D if need_weight else 0)) * itemsize
         gathered = 0 if kept is None else K * D * itemsize
         budget = max(int(config.workspace_fraction * grads) - gathered, 16 << 20)
-        per_column = _round_up(K, cfg.block_m) * itemsize + (D * 4 if half else 0)
+        per_column = (K * (4 + itemsize) if cublas else _round_up(K, cfg.block_m) * itemsize) + (D * 4 if half else 0)
         slab = min(_round_down(budget // per_column, cfg.block_n), _round_up(V, cfg.block_n))
-    g = torch.empty(_round_up(K, cfg.block_m), slab, dtype=x.dtype, device=x.device)
+    if cublas:  # float32 logits of the slab from cuBLAS, G from them by _rows_kernel
+        z_flat = torch.empty(K * slab, dtype=torch.float32, device=x.device)
+        g_flat = torch.empty(K * slab, dtype=x.dtype, device=x.device)
+        rcfg = config.rows
+        none = torch.empty(1, dtype=torch.float32, device=x.device)
+    else:
+        g = torch.empty(_round_up(K, cfg.block_m), slab, dtype=x.dtype, device=x.device)
     for v0 in range(0, V, slab):
         v1 = min(v0 + slab, V)
-        _launch_logits(hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse,
-                       token_weight=token_weight)
-        gs = g[:K, :v1 - v0]
+        if cublas:
+            width = v1 - v0
+            z, gs = z_flat[:K * width].view(K, width), g_flat[:K * width].view(K, width)
+            _mm_into(z, hk, weight[v0:v1].t())
+            _rows_kernel[(triton.cdiv(K, rcfg.block_r),)](
+                none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias, token_weight,
+                0, K, 1, width, v0, 0, width, 0 if token_weight.numel() == 1 else 1, 1.0,
+                **opts.kernel_args(V),
+                HAS_LSE=True, GRAD=True, STREAM=True, NEED_SUM=False, HAS_BIAS=bias is not None,
+                HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r, BLOCK_P=16, BLOCK_V=rcfg.block_v,
+                num_warps=rcfg.num_warps,
+            )
+        else:
+            _launch_logits(hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse,
+                           token_weight=token_weight)
+            gs = g[:K, :v1 - v0]
         if grad_weight is not None:
             if half:
                 grad_weight[v0:v1] = _mm_f32(gs.t(), hk).div_(scale)

@@ -58,10 +58,11 @@ GPU_TOL = {**TOL, torch.float32: 1e-4}  # sums over thousands of terms
 NAMES = ("loss", "grad_input", "grad_weight", "grad_bias")
 
 
-def with_chunks(dtype, device, token_chunk=None, vocab_slab=None, tiles_per_program=None, fwd_logits="triton"):
+def with_chunks(dtype, device, token_chunk=None, vocab_slab=None, tiles_per_program=None, fwd_logits="triton",
+                bwd_logits="triton"):
     cfg = default_config(dtype, torch.device(device))
     return LinearCrossEntropyConfig(cfg.fwd, cfg.bwd, cfg.rows, token_chunk, vocab_slab, tiles_per_program,
-                                    fwd_logits=fwd_logits)
+                                    fwd_logits=fwd_logits, bwd_logits=bwd_logits)
 
 
 def run(fn, p, dtype, device="cpu", **kw):
@@ -125,12 +126,12 @@ def problems(draw):
         eps=draw(st.sampled_from([0.0, 0.1])), lam=draw(st.sampled_from([0.0, 1e-2])),
         cap=draw(st.sampled_from([None, 3.0])))
     p["dtype"] = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+    # "cublas": forward and backward logits from different products, whose rounding
+    # differences show in cancelling float32 gradients (p_t - 1)
+    paths = ["triton"] if p["dtype"] == torch.float32 else ["triton", "cublas"]
     p["config"] = with_chunks(p["dtype"], "cpu", draw(st.sampled_from([None, 5, 16])),
                               draw(st.sampled_from([None, 16, 32])), draw(st.sampled_from([None, 1, 2])),
-                              # "cublas": forward and backward logits from different products, their
-                              # rounding differences show in cancelling float32 gradients (p_t - 1)
-                              draw(st.sampled_from(["triton"] if p["dtype"] == torch.float32
-                                                   else ["triton", "cublas"])))
+                              draw(st.sampled_from(paths)), draw(st.sampled_from(paths)))
     if draw(st.booleans()):
         p["t"] = p["t"].int()
     return p
@@ -185,7 +186,7 @@ def test_all_ignored_and_empty(reduction):
 def test_large_logits_and_all_options():
     """Logits in the thousands (the lse is shifted by the running max), smoothing,
     z-loss, bias, softcap, 3-D input with targets as int32, several chunks and slabs,
-    both forward logits paths."""
+    the Triton and cuBLAS logits paths."""
     p = make_problem(5, shape=(2, 11), D=32, V=67, reduction="mean", eps=0.2, lam=1e-4, ignored=0.3, cap=900.0)
     p["w"] = p["w"] * 300.0
     p["t"] = p["t"].int()
@@ -193,8 +194,8 @@ def test_large_logits_and_all_options():
     # With logits near 1e3, the forward's and the backward's logits (different products
     # with "cublas") differ by rounding of about 1e3 x 2^-24 x sqrt(D): exp(z - lse)
     # moves by that much relative, hence 1e-4 rather than 1e-5.
-    for fwd_logits in ("triton", "cublas"):
-        cfg = with_chunks(torch.float32, "cpu", 7, 32, 1, fwd_logits)
+    for paths in (("triton", "triton"), ("cublas", "triton"), ("cublas", "cublas")):
+        cfg = with_chunks(torch.float32, "cpu", 7, 32, 1, *paths)
         compare(run(linear_cross_entropy, p, torch.float32, config=cfg), want, torch.float32,
                 tol={torch.float32: 1e-4})
 
