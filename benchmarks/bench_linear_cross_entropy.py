@@ -18,7 +18,8 @@ default filter skips more blocks the peakier the softmax).  Times: median of
 allocated before it (the inputs), so the gradients are part of it; "x grads" is peak
 over the gradients' bytes (dX + dW in bf16; the issue's bound is 1.15).  Errors: the
 gradients' norm-relative difference from ojas_ref's chunked reference in float32 on
-the same bf16 inputs.  FLOPs: each matrix product over the kept tokens is 2 K D V;
+the same bf16 inputs; ojas returns the loss in the input dtype, as ojas_ref does, so
+its "loss err" is that bf16 rounding (at most 2^-9; the peers return float32).  FLOPs: each matrix product over the kept tokens is 2 K D V;
 "4 GEMM floor" is 4 of them at 790 TFLOP/s (the bf16 rate KINDS.md records for the
 H200), the minimum for exact gradients within the memory bound (kernel docstring).
 
