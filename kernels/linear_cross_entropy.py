@@ -52,10 +52,10 @@ in float32 inside that product and rounded once:
   input dtype; grad_weight[slab] = G_slab^T H is one cuBLAS product over all the
   kept tokens, written once into grad_weight; grad_bias[slab] = colsum G_slab.
 
-That is 4 products of 2 K D V FLOPs (K kept tokens): the minimum without an
-accumulator the size of a gradient (3 products must add one gradient up across
-chunks: Liger adds grad_weight in bf16 across token chunks, an fp32 one would be
-2 x the size of W).  Workspace: the forward chunk (float32 logits + G rows, at most
+That is 4 products of 2 K D V FLOPs (K kept tokens): the minimum with float32
+accumulation and no float32 accumulator the size of W (3 products keep the logits of
+a token chunk, so they must add grad_weight up across token chunks: Liger does it in
+bf16; in float32 it would take 2 x the bytes of W).  Workspace: the forward chunk (float32 logits + G rows, at most
 grad_weight's bytes, so below the backward's peak) and the backward slab (G, within
 ``workspace_fraction`` of the gradients' bytes less the kept rows of H gathered for
 the product, 16 MiB at least), so the peak above the inputs is about
@@ -65,11 +65,12 @@ tokens).  Gradients are exact: every entry of G enters both products (no filteri
 of small entries).  float16 G is stored times a power of two (probabilities down to
 2^-22 stay normal numbers) and the products' float32 results divided by it.
 
-Alternatives, for tuning (benchmarks/linear_cross_entropy_tuning.md): the logits
-products through cuBLAS with float32 output and the row kernel reading the logits
-twice; G written over the float32 logits in place (larger chunks); TMA tensor
-descriptors and a persistent grid in ``_logits_kernel``; the backward slab's G in
-the not yet written rows of grad_weight (larger slabs).
+Options and alternatives, for tuning (benchmarks/linear_cross_entropy_tuning.md):
+the logits products through cuBLAS with float32 output, ``_rows_kernel`` then making
+the statistics or G from them (``fwd_logits`` / ``bwd_logits`` = "cublas" in
+``LinearCrossEntropyConfig``); G written over the float32 logits in place (larger
+chunks); TMA tensor descriptors and a persistent grid in ``_logits_kernel``; the
+backward slab's G in the not yet written rows of grad_weight (larger slabs).
 """
 
 from __future__ import annotations
