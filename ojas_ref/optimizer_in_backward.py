@@ -2,16 +2,21 @@
 
 :class:`InBackwardOptimizer` registers a post-accumulate-grad hook on every
 parameter.  When autograd has accumulated the whole gradient of a parameter
-(``p.grad``), the hook updates that parameter with ``torch.optim``'s own step and
-sets ``p.grad = None``, so at most the gradients still in flight in the backward
-pass are alive, instead of one gradient per parameter at the end of backward.
+(``p.grad``), the hook adds the parameter to the pending bucket of its parameter
+group; when the pending gradients of the group reach ``bucket_cap_mb``, the bucket
+is updated with ``torch.optim``'s own step and its gradients are set to ``None``.
+Every bucket left is updated at the end of the backward pass.  So at most the
+gradients in flight in the backward pass plus one bucket per group are alive,
+instead of one gradient per parameter at the end of backward.
 
-The update of one parameter is the step of a one-parameter instance of
-``optimizer_class`` (per parameter, sharing :attr:`state` and reading the
-hyper-parameters of the parameter's group in :attr:`param_groups` at every
-update), so the arithmetic is ``torch.optim``'s, and the parameters and optimizer
-state are bitwise those of the standard loop ``loss.backward(); opt.step();
-opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
+The update of a bucket is one ``step()`` of a per-group instance of
+``optimizer_class`` whose only group holds the bucket's parameters (sharing
+:attr:`state`, with the hyper-parameters of the group in :attr:`param_groups` at
+the time of the update): the arithmetic is ``torch.optim``'s, on the same
+per-parameter path as the standard loop (foreach kernels by default on CUDA,
+single-tensor ones on the CPU, fused ones with ``fused=True``), and the parameters
+and optimizer state are bitwise those of the standard loop ``loss.backward();
+opt.step(); opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
 
 Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/;
 the theorems are over exact arithmetic for the schedule of events, for any
@@ -57,6 +62,17 @@ per-parameter update rule; the arithmetic of each update is torch's own):
   With ``accumulation_steps > 1`` the gradients are whole at the end of the
   ``k``-th backward anyway; ``clip_grad_norm_`` and the steps run there, as in
   the standard loop.
+* Buckets: ``Ojas.OptimizerInBackward.Buckets.bucketed_eq_standard``: updating
+  each hooked parameter at any later flush (a flush updates some of the pending
+  parameters; everything pending is flushed at the end) is, under the hypotheses
+  of ``fused_eq_standard``, the standard loop; ``fused_is_flush_every_hook``: the
+  per-parameter run is the schedule that flushes at every hook;
+  ``backprop_bucketed_eq_standard`` for the reverse tape order and any flush rule,
+  ``backprop_cap_bucketed_eq_standard`` for the rule of this code (flush a group's
+  pending parameters when their gradients reach the cap).  Each step of
+  ``torch.optim``'s foreach, fused and single-tensor paths is per parameter (the
+  state ``step`` tensors included), so stepping a bucket is stepping each of its
+  parameters.
 * ``Counterexamples.tied_per_use_neq_standard``: a hook per use of a tied weight
   (an update per partial gradient) would not be the standard loop.
 
@@ -125,11 +141,13 @@ def _grad_norm(grad: Tensor) -> Tensor:
 
 
 class InBackwardOptimizer(torch.optim.Optimizer):
-    """``optimizer_class`` applied to each parameter in its post-accumulate-grad hook.
+    """``optimizer_class`` applied to buckets of parameters whose post-accumulate-grad hooks ran.
 
-    Equal to backward-then-``step()`` by Ojas.OptimizerInBackward.Equivalence.backprop_fused_eq_standard
-    (reverse-mode hook order; ``sgd_fused_eq_standard`` and ``adamw_fused_eq_standard`` for
-    the rules); accumulation by Ojas.OptimizerInBackward.Repairs.deferred_accum_backprop_eq_standard.
+    Equal to backward-then-``step()`` by Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard
+    (reverse-mode hook order, flush when a group's pending gradients reach the cap;
+    with ``bucket_cap_mb=0``, Ojas.OptimizerInBackward.Equivalence.backprop_fused_eq_standard;
+    ``sgd_fused_eq_standard`` and ``adamw_fused_eq_standard`` for the rules); accumulation by
+    Ojas.OptimizerInBackward.Repairs.deferred_accum_backprop_eq_standard.
 
     Keep a reference to the optimizer while training, as with any optimizer: the
     parameters' hooks hold it weakly (so that dropping model and optimizer frees
@@ -151,6 +169,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             :meth:`backward` (two backward passes); with ``accumulation_steps > 1``
             the gradients are whole at the end of the ``k``-th backward anyway, and
             clipping and updates run there.
+        bucket_cap_mb: a parameter group's pending parameters are updated together,
+            in one ``step()`` of ``optimizer_class``, when their gradients reach this
+            many MiB (and at the end of the backward pass).  Memory: besides the
+            gradients in flight, at most about one bucket of gradients per group
+            (``bucket_cap_mb`` plus the last parameter's gradient) stays alive, plus
+            the temporaries of one bucket's step (foreach AdamW: one
+            parameter-sized buffer per bucket parameter).  Larger buckets mean fewer
+            optimizer calls (host time, which short steps do not hide); ``0``
+            updates each parameter alone in its hook.
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     ``step()`` and ``zero_grad()`` may stay in the training loop: ``step()`` does
@@ -180,6 +207,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         *,
         accumulation_steps: int = 1,
         max_grad_norm: Optional[float] = None,
+        bucket_cap_mb: float = 64.0,
         **optimizer_kwargs: Any,
     ) -> None:
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -199,12 +227,23 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             if not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
                 raise ValueError(f"max_grad_norm must be a finite float > 0, got {max_grad_norm}")
             max_grad_norm = float(max_grad_norm)
+        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)):
+            raise TypeError(f"bucket_cap_mb must be a float, got {type(bucket_cap_mb).__name__}")
+        if not (math.isfinite(bucket_cap_mb) and bucket_cap_mb >= 0):
+            raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {bucket_cap_mb}")
+        self.bucket_cap_mb = float(bucket_cap_mb)
+        self._bucket_cap_bytes = int(bucket_cap_mb * 2**20)
         self.optimizer_class = optimizer_class
         self.accumulation_steps = accumulation_steps
         self.max_grad_norm = max_grad_norm
         self._constructor_args = set(inspect.signature(optimizer_class).parameters) - {"params"}
-        # param -> (its one-parameter optimizer, index of its group in param_groups)
-        self._per_param: dict[Tensor, tuple[torch.optim.Optimizer, int]] = {}
+        # hooked param -> index of its group in param_groups; per group: the optimizer_class
+        # instance that steps its buckets (None without hooked parameters), the pending
+        # bucket and the bytes of its gradients
+        self._group_of: dict[Tensor, int] = {}
+        self._group_opts: list[Optional[torch.optim.Optimizer]] = []
+        self._pending: list[list[Tensor]] = []
+        self._pending_bytes: list[int] = []
         self._hook_handles: list[Any] = []
         self._mode = _Mode.UPDATE
         self._micro_batch = 0           # backward passes since the last update
@@ -237,13 +276,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 f"params: parameter(s) {hooked} of group {index} are already updated in backward by another "
                 "InBackwardOptimizer (they would be updated twice); call its remove_hooks() first")
-        for p in group["params"]:
-            if not p.requires_grad:
-                continue
-            kwargs = {k: v for k, v in group.items() if k in self._constructor_args}
-            single = self.optimizer_class([p], **kwargs)
-            single.state = self.state
-            self._per_param[p] = (single, index)
+        hooked = [p for p in group["params"] if p.requires_grad]
+        bucket_opt = None
+        if hooked:
+            bucket_opt = self.optimizer_class(hooked, **{k: v for k, v in group.items() if k in self._constructor_args})
+            bucket_opt.state = self.state
+        self._group_opts.append(bucket_opt)
+        self._pending.append([])
+        self._pending_bytes.append(0)
+        for p in hooked:
+            self._group_of[p] = index
             self._hook_handles.append(p.register_post_accumulate_grad_hook(_weak_hook(self)))
             _OWNERS[p] = weakref.ref(self)
 
@@ -264,7 +306,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         for handle in self._hook_handles:
             handle.remove()
         self._hook_handles.clear()
-        for p in self._per_param:
+        for p in self._group_of:
             if _owner(p) is self:
                 del _OWNERS[p]
 
@@ -272,8 +314,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         super().__setstate__(state)
         if "_template" in self.__dict__:  # load_state_dict: optimizer_class's fix-ups, then share the state
             self._template.__setstate__({"state": self.state, "param_groups": self.param_groups})
-            for single, _ in self._per_param.values():
-                single.state = self.state
+            for bucket_opt in self._group_opts:
+                if bucket_opt is not None:
+                    bucket_opt.state = self.state
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("InBackwardOptimizer cannot be pickled or copied (it holds hooks on the parameters); "
@@ -313,7 +356,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     def _params(self) -> list[Tensor]:
         """The hooked parameters in ``param_groups`` order."""
-        return [p for g in self.param_groups for p in g["params"] if p in self._per_param]
+        return [p for g in self.param_groups for p in g["params"] if p in self._group_of]
 
     def _total_norm_of(self, norms: dict[Tensor, Tensor]) -> Optional[Tensor]:
         """``clip_grad_norm_``'s total: the norm of the per-gradient norms, in its order."""
@@ -337,15 +380,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             return
         self._queue_end_of_backward()
         if self._mode is _Mode.CLIP:
-            torch.nn.utils.clip_grads_with_norm_([p], self.max_grad_norm, self._total_norm)
-            self._update(p)
+            self._add_to_bucket(p)
         elif self.max_grad_norm is not None and self.accumulation_steps == 1:
             raise RuntimeError(
                 "with max_grad_norm (and accumulation_steps=1) run the backward pass as "
                 "optimizer.backward(loss), not loss.backward(): clipping needs the norm of every gradient "
                 "before the first update, so the gradients are computed twice")
         elif self._micro_batch + 1 == self.accumulation_steps and self.max_grad_norm is None:
-            self._update(p)
+            self._add_to_bucket(p)
         # else: an earlier micro-batch (or clipping after accumulation): keep accumulating in p.grad
 
     def _queue_end_of_backward(self) -> None:
@@ -357,8 +399,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _end_of_backward(self) -> None:
-        """Count the micro-batch; after the k-th, update what is left (clipped if asked)."""
+        """Update the pending buckets; count the micro-batch; after the k-th, update what is
+        left (parameters without a gradient in it; all of them, clipped, with clipping)."""
         self._queued_task = None
+        self._flush_all()
         if self._mode is _Mode.CLIP:
             return
         self._micro_batch += 1
@@ -369,12 +413,36 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         for p in params:
-            self._update(p)
+            self._add_to_bucket(p)
+        self._flush_all()
 
-    def _update(self, p: Tensor) -> None:
-        """Step ``p``'s one-parameter optimizer with its group's current hyper-parameters; free the gradient."""
-        single, index = self._per_param[p]
-        single.param_groups[0].update(
-            (k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
-        single.step()
-        p.grad = None
+    def _add_to_bucket(self, p: Tensor) -> None:
+        """Add ``p`` (whose gradient is whole) to its group's bucket; update the bucket once full."""
+        index = self._group_of[p]
+        self._pending[index].append(p)
+        self._pending_bytes[index] += p.grad.numel() * p.grad.element_size()
+        if self._pending_bytes[index] >= self._bucket_cap_bytes:
+            self._flush(index)
+
+    def _flush_all(self) -> None:
+        for index, bucket in enumerate(self._pending):
+            if bucket:
+                self._flush(index)
+
+    def _flush(self, index: int) -> None:
+        """One step of the group's optimizer over its bucket, with the group's current
+        hyper-parameters (clipped first in the second pass of clipping); free the gradients."""
+        bucket = self._pending[index]
+        self._pending[index], self._pending_bytes[index] = [], 0
+        if self._mode is _Mode.CLIP:
+            torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
+        bucket_opt = self._group_opts[index]
+        group = bucket_opt.param_groups[0]
+        group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
+        group["params"] = bucket
+        try:
+            bucket_opt.step()
+        finally:
+            group["params"] = []
+        for p in bucket:
+            p.grad = None

@@ -114,11 +114,15 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int 
 
 
 def run(name: str, *, fused: bool, steps: int = 3, k: int = 1, clip: Optional[float] = None,
-        sched: Optional[Callable] = None) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
+        sched: Optional[Callable] = None, bucket_cap_mb: float = 64.0,
+        options: Optional[dict] = None) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
+    """Train ``name`` (with extra ``options`` such as ``foreach=True``) in the standard loop or in backward."""
     cls, kw = OPTIMIZERS[name]
+    kw = {**kw, **(options or {})}
     model = make_model()
     if fused:
-        opt = InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, **kw)
+        opt = InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip,
+                                  bucket_cap_mb=bucket_cap_mb, **kw)
     else:
         opt = cls(model.parameters(), **kw)
     norms = train(model, opt, range(steps), k=k, clip=clip, sched=None if sched is None else sched(opt))
@@ -161,6 +165,60 @@ def test_matches_standard_loop(name: str, k: int, clip: Optional[float]) -> None
     if clip is not None:
         assert min(norms) > clip, "the test must exercise clipping"
     assert len(opt_f.state) == len(list(model_f.parameters())) or name == "sgd"
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
+# Buckets: a cap of 0.01 MiB (10 KiB) splits this model's one group (about 110 KB of
+# float32 gradients) into several buckets; 0 is one update per parameter.
+SPLIT_CAP = 0.01
+
+
+def count_bucket_steps(opt: InBackwardOptimizer) -> list[int]:
+    """A counter of the optimizer_class steps (one per bucket) of each group."""
+    calls = [0]
+
+    def count(*_: Any) -> None:
+        calls[0] += 1
+    for bucket_opt in opt._group_opts:
+        bucket_opt.register_step_post_hook(count)
+    return calls
+
+
+@pytest.mark.parametrize("clip", [None, CLIP], ids=["noclip", "clip"])
+@pytest.mark.parametrize("k", [1, 3], ids=["k1", "k3"])
+@pytest.mark.parametrize("cap", [0, SPLIT_CAP], ids=["cap0", "cap0.01"])
+@pytest.mark.parametrize("name", ["sgd", "sgd_momentum", "adam", "adamw"])
+def test_buckets_match_standard_loop(name: str, cap: float, k: int, clip: Optional[float]) -> None:
+    """Bitwise the standard loop whatever the bucket cap (Buckets.bucketed_eq_standard)."""
+    model_s, opt_s, _ = run(name, fused=False, k=k, clip=clip)
+    model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip, bucket_cap_mb=cap)
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
+@pytest.mark.parametrize("cap,buckets", [(0, "params"), (SPLIT_CAP, "several"), (64.0, "one")])
+def test_one_step_per_bucket(cap: float, buckets: str) -> None:
+    """A cap of 0 steps each parameter alone; a small cap splits the group; a large one
+    steps the whole group once, at the end of backward."""
+    model = make_model()
+    n = len(list(model.parameters()))
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=cap, lr=1e-2)
+    calls = count_bucket_steps(opt)
+    model(*batch(0, 0)).backward()
+    expected = {"params": range(n, n + 1), "several": range(3, n // 2), "one": range(1, 2)}[buckets]
+    assert calls[0] in expected, calls[0]
+
+
+@pytest.mark.parametrize("options", [dict(foreach=True), dict(fused=True)], ids=["foreach", "fused"])
+@pytest.mark.parametrize("cap", [SPLIT_CAP, 64.0], ids=["cap0.01", "cap64"])
+@pytest.mark.parametrize("name,k,clip", [
+    ("sgd", 1, None), ("sgd_momentum", 3, None), ("adam", 1, CLIP), ("adamw", 1, None), ("adamw", 3, CLIP),
+])
+def test_foreach_and_fused_buckets_match_standard_loop(name: str, k: int, clip: Optional[float], cap: float,
+                                                        options: dict) -> None:
+    """torch's foreach (the CUDA default) and fused paths run on the CPU too: a bucket
+    stepped by them is bitwise the standard loop stepping the whole group by them."""
+    model_s, opt_s, _ = run(name, fused=False, k=k, clip=clip, options=options)
+    model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip, bucket_cap_mb=cap, options=options)
     assert_same(model_s, opt_s, model_f, opt_f)
 
 
@@ -220,16 +278,44 @@ def test_parameter_without_gradient_in_last_micro_batch() -> None:
 # Gradients do not survive
 # --------------------------------------------------------------------------
 
+def live_grad_bytes(params: list[torch.Tensor]) -> int:
+    return sum(q.grad.numel() * q.grad.element_size() for q in params if q.grad is not None)
+
+
 def test_no_grad_survives_backward() -> None:
+    """Per-parameter updates (cap 0): no gradient is alive after any hook."""
     model = make_model()
     params = list(model.parameters())
-    opt = InBackwardOptimizer(params, torch.optim.AdamW, lr=1e-2)
+    opt = InBackwardOptimizer(params, torch.optim.AdamW, bucket_cap_mb=0, lr=1e-2)
     live = []
     for p in params:  # registered after the optimizer's hooks, so they run after each update
         p.register_post_accumulate_grad_hook(lambda p: live.append(sum(q.grad is not None for q in params)))
     model(*batch(0, 0)).backward()
     assert all(p.grad is None for p in params)
     assert len(live) == len(params) and max(live) == 0
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("cap", [SPLIT_CAP, 0.02])
+def test_at_most_one_bucket_of_gradients_is_alive(cap: float, groups: int) -> None:
+    """After the optimizer's hook of any parameter, the live gradients are those of the
+    pending buckets, less than the cap per group; none survives backward, in either pass
+    of clipping."""
+    model = make_model()
+    params = list(model.parameters())
+    param_groups = [{"params": params[i::groups]} for i in range(groups)]
+    for clip in (None, CLIP):
+        opt = InBackwardOptimizer(param_groups, torch.optim.AdamW, bucket_cap_mb=cap, max_grad_norm=clip, lr=1e-2)
+        live = []
+        handles = [p.register_post_accumulate_grad_hook(lambda p: live.append(live_grad_bytes(params)))
+                   for p in params]
+        opt.backward(model(*batch(0, 0)))
+        assert all(p.grad is None for p in params)
+        assert len(live) == len(params) * (1 if clip is None else 2)
+        assert 0 < max(live) < groups * cap * 2**20, (max(live), live)
+        for handle in handles:
+            handle.remove()
+        opt.remove_hooks()
 
 
 def test_accumulation_keeps_gradients_until_the_last_micro_batch() -> None:
@@ -250,7 +336,7 @@ def test_accumulation_keeps_gradients_until_the_last_micro_batch() -> None:
 def test_clipping_first_pass_frees_every_gradient() -> None:
     model = make_model()
     params = list(model.parameters())
-    opt = InBackwardOptimizer(params, torch.optim.AdamW, lr=1e-2, max_grad_norm=CLIP)
+    opt = InBackwardOptimizer(params, torch.optim.AdamW, lr=1e-2, max_grad_norm=CLIP, bucket_cap_mb=0)
     live = []
     for p in params:
         p.register_post_accumulate_grad_hook(lambda p: live.append(sum(q.grad is not None for q in params)))
@@ -371,6 +457,8 @@ def small() -> tuple[nn.Linear, torch.Tensor]:
     (dict(accumulation_steps=2.0), TypeError, "accumulation_steps must be an int"),
     (dict(max_grad_norm=-1.0), ValueError, "max_grad_norm must be a finite float > 0"),
     (dict(max_grad_norm=math.inf), ValueError, "max_grad_norm must be a finite float > 0"),
+    (dict(bucket_cap_mb=-1.0), ValueError, "bucket_cap_mb must be a finite float >= 0"),
+    (dict(bucket_cap_mb="64"), TypeError, "bucket_cap_mb must be a float"),
     (dict(lr=-1.0), ValueError, "Invalid learning rate"),  # optimizer_class's own check
 ])
 def test_bad_arguments(kwargs: dict, error: type, match: str) -> None:
