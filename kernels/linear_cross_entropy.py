@@ -28,49 +28,53 @@ chunks; the theorems it relies on (over the reals):
 
 Design
 ------
-The [N, V] logits never exist, and neither does any [V, D] or [N, D] float32
-accumulator.  A gradient is a reduction over one of the two long dimensions of G:
-grad_input over the vocabulary, grad_weight over the tokens.  Each is computed by
-one matrix product whose reduction dimension is complete, so both are accumulated
-in float32 inside that product and rounded once:
+The [N, V] logits never exist.  G (the gradient with respect to the logits) is
+reduced over the vocabulary for grad_input and over the tokens for grad_weight.
+Ignored tokens are removed before any product.  Two schedules
+(``LinearCrossEntropyConfig.products``):
 
-* **Forward**, token chunks x the whole vocabulary.  ``_logits_kernel`` (STATS)
+* **3 products** (the default, reductions "mean" and "sum"; ``_three_products``):
+  Liger-Kernel's schedule.  The forward goes over chunks of kept tokens, each
+  against the whole vocabulary: logits of the chunk by cuBLAS in the input dtype
+  (rounded as ``F.linear`` rounds them), ``_rows_kernel`` streams each row
+  (``block_step``), stores lse and loss and writes G over the logits in place,
+  then grad_input rows = w G W (one product over the whole vocabulary, rounded
+  once) and grad_weight += w G^T H (w: the token weight, 1 / kept for "mean").
+  The backward multiplies the gradients by grad_output (exact for 1, the usual
+  ``loss.backward()``).  Each logit is computed once, so grad_weight is summed
+  across token chunks in its own dtype: one rounding per chunk (about
+  K / chunk of them; ~30 at N = 16384, V = 128256), each chunk's product
+  accumulated in float32.  A float32 accumulator instead would take 2 x the
+  bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G and
+  gathered rows, ``workspace_fraction`` of the gradients' bytes.
+* **4 products** (reduction "none", whose per-token grad_output must weight G
+  before the token sum, and ``products=4``): every gradient is reduced inside one
+  product and rounded once, at the price of computing the logits twice.
+  *Forward*, token chunks x the whole vocabulary: ``_logits_kernel`` (STATS)
   computes logit tiles (float32 accumulation), streams each program's vocabulary
   tiles through ``block_step`` and writes a partial state (m, l, sum z) per token,
-  the target logit, and, when grad_input is needed, the float32 logits of the chunk.
-  ``_rows_kernel`` merges the partial states (``merge_chunks_lse``), finalises lse
-  and the loss and writes the chunk's rows of G with token weight 1 (in [-1, 1]
-  without z-loss) in the input dtype.  A cuBLAS product G_chunk W gives the chunk's
-  rows of grad_input in float32 (the whole vocabulary reduction in one product);
-  they are multiplied by the token weight (1 / kept for "mean") and rounded once.
-  grad_input is kept from the forward to the backward, which multiplies it by
-  grad_output (exact for grad_output = 1, the usual ``loss.backward()``; for
-  "none" the per-token grad_output, a second rounding).  Since the token weight is
-  a factor of every entry of a row of G, (w G_row) W = w (G_row W).
-* **Backward**, vocabulary slabs x all kept tokens.  ``_logits_kernel`` (GRAD)
-  recomputes the logits of the slab and writes G (token weights included) in the
-  input dtype; grad_weight[slab] = G_slab^T H is one cuBLAS product over all the
-  kept tokens, written once into grad_weight; grad_bias[slab] = colsum G_slab.
+  the target logit, and, when grad_input is needed, the float32 logits of the
+  chunk; ``_rows_kernel`` merges the partial states (``merge_chunks_lse``),
+  finalises lse and the loss and writes the chunk's rows of G with token weight 1;
+  a cuBLAS product G_chunk W gives the chunk's rows of grad_input, multiplied by
+  the token weight and rounded once, then by grad_output in the backward.
+  *Backward*, vocabulary slabs x all kept tokens: ``_logits_kernel`` (GRAD)
+  recomputes the slab's logits and writes G (token weights included);
+  grad_weight[slab] = G_slab^T H is one cuBLAS product over all the kept tokens;
+  grad_bias[slab] = colsum G_slab.  Workspace: the forward chunk (float32 logits +
+  G rows, at most grad_weight's bytes) and the backward slab (G, within
+  ``workspace_fraction`` of the gradients' bytes less the kept rows of H gathered
+  for the product, 16 MiB at least).
 
-That is 4 products of 2 K D V FLOPs (K kept tokens): the minimum with float32
-accumulation and no float32 accumulator the size of W (3 products keep the logits of
-a token chunk, so they must add grad_weight up across token chunks: Liger does it in
-bf16; in float32 it would take 2 x the bytes of W).  Workspace: the forward chunk (float32 logits + G rows, at most
-grad_weight's bytes, so below the backward's peak) and the backward slab (G, within
-``workspace_fraction`` of the gradients' bytes less the kept rows of H gathered for
-the product, 16 MiB at least), so the peak above the inputs is about
-(1 + workspace_fraction) x the gradients, or the gradients + the gathered rows +
-16 MiB where those rows alone exceed the fraction (few vocabulary rows, many ignored
-tokens).  Gradients are exact: every entry of G enters both products (no filtering
-of small entries).  float16 G is stored times a power of two (probabilities down to
-2^-22 stay normal numbers) and the products' float32 results divided by it.
+Either way the peak above the inputs is about (1 + workspace_fraction) x the
+gradients.  Gradients are exact in the sense that every entry of G enters the
+products (no filtering of small entries, unlike Cut Cross-Entropy's default).
+float16 G is stored times a power of two (probabilities down to 2^-22 stay normal
+numbers), undone in the products.
 
-Options and alternatives, for tuning (benchmarks/linear_cross_entropy_tuning.md):
-the logits products through cuBLAS with float32 output, ``_rows_kernel`` then making
-the statistics or G from them (``fwd_logits`` / ``bwd_logits`` = "cublas" in
-``LinearCrossEntropyConfig``); G written over the float32 logits in place (larger
-chunks); TMA tensor descriptors and a persistent grid in ``_logits_kernel``; the
-backward slab's G in the not yet written rows of grad_weight (larger slabs).
+Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
+the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
+statistics or G from them (``fwd_logits`` / ``bwd_logits`` = "cublas").
 """
 
 from __future__ import annotations
@@ -142,7 +146,9 @@ class LinearCrossEntropyConfig:
     rounding (about |z| 2^-24 sqrt(D) in float32), which shows as relative error in
     gradients that cancel (p_t - 1 of a confident token).  ``bwd_logits`` "cublas":
     the backward slab's float32 logits from cuBLAS and G from them by
-    ``_rows_kernel`` (slabs a third as wide: logits and G share the budget)."""
+    ``_rows_kernel`` (slabs a third as wide: logits and G share the budget).  ``products``:
+    3 computes every gradient in the forward (``_three_products``; reductions "mean"
+    and "sum"), 4 recomputes the logits in the backward (reduction "none" always)."""
 
     fwd: GemmConfig
     bwd: GemmConfig
@@ -150,9 +156,10 @@ class LinearCrossEntropyConfig:
     token_chunk: Optional[int] = None
     vocab_slab: Optional[int] = None
     tiles_per_program: Optional[int] = None
-    workspace_fraction: float = 0.1
+    workspace_fraction: float = 0.12
     fwd_logits: str = "triton"
     bwd_logits: str = "triton"
+    products: int = 3
 
 
 def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntropyConfig:
@@ -338,8 +345,8 @@ def _rows_kernel(
                 cols = c0 + tl.arange(0, BLOCK_V)
                 col_ok = cols < V
                 mask = ok[:, None] & col_ok[None, :]
-                z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0), BIAS + v0, cols, col_ok,
-                               softcap, HAS_BIAS, HAS_CAP)
+                z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32), BIAS + v0,
+                               cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
                 zm = tl.where(mask, z, float("-inf"))
                 m_new = tl.maximum(m, tl.max(zm, 1))
                 m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
@@ -372,7 +379,7 @@ def _rows_kernel(
             cols = c0 + tl.arange(0, BLOCK_V)
             col_ok = cols < V
             mask = ok[:, None] & col_ok[None, :]
-            z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0)
+            z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             if STREAM:
                 z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
             g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
@@ -648,6 +655,99 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     return grad_weight, grad_bias
 
 
+def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
+    """out = alpha a @ b + beta out, the product accumulated in float32 and the sum
+    rounded once to out's dtype (cuBLAS's epilogue; emulated so on the CPU)."""
+    if not a.is_cuda:
+        acc = torch.mm(a.float(), b.float()).mul_(alpha)
+        out.copy_(acc.add_(out.float(), alpha=beta) if beta else acc)
+        return
+    with _float32_reductions(a.device):
+        torch.addmm(out, a, b, beta=beta, alpha=alpha, out=out)
+
+
+@dataclass
+class _Gradients:
+    loss: torch.Tensor  # [K] float32, the kept tokens'
+    kept: Optional[torch.Tensor]  # [K] int64 indices of the kept tokens, None when all are kept
+    grad_input: Optional[torch.Tensor]  # [N, D], input dtype
+    grad_weight: Optional[torch.Tensor]  # [V, D], input dtype
+    grad_bias: Optional[torch.Tensor]  # [V] float32
+
+
+def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
+                    ignore_index: int, reduction: str, opts: _Options, need: tuple[bool, bool, bool],
+                    config: LinearCrossEntropyConfig) -> _Gradients:
+    """Losses of the kept tokens and the gradients for grad_output 1, in one pass over
+    chunks of kept tokens, each against the whole vocabulary: the chunk's logits
+    (cuBLAS, float32 accumulation, rounded to the input dtype as ``F.linear`` rounds
+    them), then ``_rows_kernel`` (STREAM, GRAD) streams each row with ``block_step``
+    (``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk``), stores lse and loss and
+    writes the row of G over its logits, then grad_input rows = w G W (the whole
+    vocabulary reduced in one product, rounded once), grad_weight += w G^T H and
+    grad_bias += w colsum G (``Ojas.CrossEntropy.Gradient.ce_backward_correct``: any
+    token chunking).  grad_weight is added up across token chunks in the input
+    dtype: each chunk's product is accumulated in float32 and the sum rounded once
+    per chunk, so a bfloat16 grad_weight carries one rounding per chunk, not one in
+    all.  Workspace: one chunk's logits and gathered rows, ``workspace_fraction`` of
+    the gradients' bytes (16 MiB at least).  ``need``: gradients wanted for
+    (input, weight, bias)."""
+    N, D = x.shape
+    V = weight.shape[0]
+    need_input, need_weight, need_bias = need
+    kept = (target != ignore_index).nonzero().squeeze(1)
+    K = kept.numel()
+    if K == N:
+        kept = None
+    tgt = target if kept is None else target.index_select(0, kept)
+    f32 = dict(dtype=torch.float32, device=x.device)
+    loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
+    new_input = torch.empty if kept is None and K > 0 else torch.zeros  # ignored rows are zeros
+    grad_input = new_input(N, D, dtype=x.dtype, device=x.device) if need_input else None
+    grad_weight = torch.zeros_like(weight) if need_weight else None
+    grad_bias = torch.zeros(V, **f32) if need_bias else None
+    if K == 0:
+        return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
+    itemsize = x.element_size()
+    if config.token_chunk is not None:
+        chunk = min(config.token_chunk, K)
+    else:
+        grads = (N * D * need_input + V * D * need_weight) * itemsize
+        budget = max(int(config.workspace_fraction * grads), 16 << 20)
+        chunk = min(_round_down(budget // ((V + 2 * D) * itemsize), 64), K)
+    rcfg = config.rows
+    z = torch.empty(chunk, V, dtype=x.dtype, device=x.device)  # a chunk's logits, then G over them
+    none = torch.empty(1, **f32)
+    # float16 G is stored times a power of two (_FP16_HEADROOM), undone by the products' alpha
+    g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
+    alpha = (1.0 / K if reduction == "mean" else 1.0) / g_scale
+    for r0 in range(0, K, chunk):
+        n = min(chunk, K - r0)
+        x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
+        g = z[:n]
+        _mm_into(g, x_chunk, weight.t())
+        _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
+            none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
+            r0, n, 1, V, 0, 0, V, 0, g_scale,
+            **opts.kernel_args(V),
+            HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
+            HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r, BLOCK_P=16, BLOCK_V=rcfg.block_v,
+            num_warps=rcfg.num_warps,
+        )
+        if need_input:
+            if kept is None:
+                _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
+            else:
+                rows_dx = torch.empty(n, D, dtype=x.dtype, device=x.device)
+                _addmm_into(rows_dx, g, weight, alpha, 0.0)
+                grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx)
+        if need_weight:
+            _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0)
+        if need_bias:
+            grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
+    return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
+
+
 def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
            reduction: str) -> None:
     if input.dtype not in _DTYPES or weight.dtype != input.dtype or (bias is not None and bias.dtype != input.dtype):
@@ -687,23 +787,37 @@ def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Forward: losses, lse and (when input requires grad) grad_input; saves input,
-    weight, bias, the kept indices and targets and the lse [K].  Backward: grad_input
-    scaled by grad_output in place; grad_weight and grad_bias by vocabulary slabs."""
+    """``products`` 3 ("mean" / "sum"): the forward computes the losses and every
+    gradient asked for (``_three_products``); the backward multiplies them by
+    grad_output in place.  Otherwise the forward computes the losses, lse and (when
+    input requires grad) grad_input, and the backward scales grad_input and computes
+    grad_weight and grad_bias by vocabulary slabs.  Either way backward runs once
+    per forward."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need_grad_input):
+    def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need):
         x, w, b, t = _prepare(input, weight, target, bias)
-        fw = _forward(x, w, b, t, ignore_index, reduction, opts, need_grad_input, config)
-        loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
-        ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
-        ctx.grad_input = fw.grad_input
         ctx.args = (reduction, opts, config)
+        ctx.three = config.products == 3 and reduction != "none" and any(need)
+        if ctx.three:
+            gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
+            ctx.grads = [None if gr.grad_input is None else gr.grad_input.view(input.shape), gr.grad_weight,
+                         gr.grad_bias]
+            ctx.dtypes = (input.dtype, weight.dtype, None if bias is None else bias.dtype)
+            ctx.grad_input = None
+            loss = _reduce(gr.loss, gr.kept, t.numel(), reduction)
+        else:
+            fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
+            loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
+            ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
+            ctx.grad_input = fw.grad_input
         return (loss.view(target.shape) if reduction == "none" else loss).to(input.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output):
+        if ctx.three:
+            return (*_scaled_gradients(ctx, grad_output), None, None, None, None, None, None)
         input, weight, bias, kept, tgt, lse = ctx.saved_tensors
         reduction, opts, config = ctx.args
         K = lse.numel()
@@ -720,9 +834,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_input, ctx.grad_input = ctx.grad_input, None
             if grad_input is None:
-                raise RuntimeError("the Triton linear cross-entropy computes grad_input in the forward and scales "
-                                   "it in place in the backward, so backward runs once per forward (not twice "
-                                   "through a retained graph)")
+                _raise_second_backward()
             grad_input = grad_input.mul_(g_rows).view(input.shape)
         need_weight = ctx.needs_input_grad[1]
         need_bias = bias is not None and ctx.needs_input_grad[2]
@@ -732,6 +844,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
                                                config)
             grad_bias = None if gb is None else gb.to(bias.dtype)
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+
+
+def _raise_second_backward():
+    raise RuntimeError("the Triton linear cross-entropy computes gradients in the forward and scales them in "
+                       "place in the backward, so backward runs once per forward (not twice through a retained "
+                       "graph)")
+
+
+def _scaled_gradients(ctx, grad_output: torch.Tensor) -> list[Optional[torch.Tensor]]:
+    """The forward's gradients (for grad_output 1) times grad_output, in place, in the
+    dtypes of input, weight and bias; handed over once.  Multiplying by 1, the usual
+    ``loss.backward()``, is exact."""
+    grads, ctx.grads = ctx.grads, None
+    if grads is None:
+        _raise_second_backward()
+    scale = grad_output.float().reshape(())
+    return [None if g is None else g.mul_(scale).to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
 
 
 def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) -> _Options:
@@ -762,15 +891,20 @@ def linear_cross_entropy(
     (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) and reduced by
     ``Ojas.CrossEntropy.Reduction.ce_loss_correct`` / ``ce_mean_all_ignored``.
     Backward: ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` with the entries of
-    ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``; grad_input is computed in
-    the forward (when input requires grad and grad mode is on) and scaled by
-    grad_output in the backward, so backward runs once per forward.  Computation in
-    float32; see the module docstring for the design and its memory bound."""
+    ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``.  With reduction "mean" or
+    "sum" every gradient is computed in the forward (3 products; grad_weight summed
+    across token chunks in its dtype, one rounding per chunk), with "none" (or
+    ``config.products=4``) grad_input in the forward and the rest by recomputing
+    the logits in the backward; the backward scales by grad_output, so it runs once
+    per forward.  Float32 accumulation in every product; see the module docstring
+    for the design and its memory bound."""
     _check(input, linear_weight, target, linear_bias, reduction)
     opts = _options(label_smoothing, z_loss, softcap)
     config = config or default_config(input.dtype, input.device)
+    grad = torch.is_grad_enabled()
+    need = tuple(grad and t is not None and t.requires_grad for t in (input, linear_weight, linear_bias))
     return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, opts,
-                                     config, torch.is_grad_enabled() and input.requires_grad)
+                                     config, need)
 
 
 def linear_cross_entropy_forward(

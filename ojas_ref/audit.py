@@ -12,6 +12,7 @@ Three steps, with progress shown as they run:
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from typing import Callable
 import torch
 
 from ojas_ref import proof_audit as pa
+from ojas_ref.linear_cross_entropy import _IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
 
 CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
 
@@ -91,10 +93,21 @@ def _attention_check(impl: str) -> Callable[[dict, int], list[str]]:
     return check
 
 
-def _linear_cross_entropy_check(params: dict, seed: int) -> list[str]:
-    from ojas_ref.linear_cross_entropy_check import make_problem, oracle_mismatches
+def _linear_cross_entropy_check(impl: str) -> Callable[[dict, int], list[str]]:
+    def check(params: dict, seed: int) -> list[str]:
+        from ojas_ref.linear_cross_entropy_check import make_problem, oracle_mismatches
 
-    return oracle_mismatches(make_problem(seed, **params))
+        device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
+        saved = os.environ.get(LINEAR_CROSS_ENTROPY_IMPL_ENV)
+        os.environ[LINEAR_CROSS_ENTROPY_IMPL_ENV] = impl
+        try:
+            return oracle_mismatches(make_problem(seed, **params), device=device)
+        finally:
+            if saved is None:
+                del os.environ[LINEAR_CROSS_ENTROPY_IMPL_ENV]
+            else:
+                os.environ[LINEAR_CROSS_ENTROPY_IMPL_ENV] = saved
+    return check
 
 
 def _reversible_check(params: dict, seed: int) -> list[str]:
@@ -121,21 +134,25 @@ def implementations() -> list[Implementation]:
         Implementation("ojas_ref.attention (PyTorch reference)", attention, ATTENTION_CASES,
                        _attention_check("reference")),
         Implementation("ojas_ref.linear_cross_entropy (PyTorch reference)", linear_cross_entropy,
-                       LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check),
+                       LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check("reference")),
         Implementation("ojas_ref.ReversibleSequence", ReversibleSequence, REVERSIBLE_CASES, _reversible_check),
         Implementation("ojas_ref.InBackwardOptimizer", InBackwardOptimizer, OPTIMIZER_CASES,
                        _optimizer_in_backward_check),
     ]
-    name = "ojas_kernels.attention (Triton)"
-    try:
-        from ojas_kernels.attention import flash_attention
-    except ImportError as err:  # triton missing
-        impls.append(Implementation(name, None, [], None, f"cannot import: {err}"))
-    else:
-        why = None
-        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-            why = "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)"
-        impls.append(Implementation(name, flash_attention, ATTENTION_CASES, _attention_check("triton"), why))
+    why = None
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        why = "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)"
+    for name, module, function, cases, check in (
+            ("ojas_kernels.attention (Triton)", "ojas_kernels.attention", "flash_attention", ATTENTION_CASES,
+             _attention_check("triton")),
+            ("ojas_kernels.linear_cross_entropy (Triton)", "ojas_kernels.linear_cross_entropy",
+             "linear_cross_entropy", LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check("triton"))):
+        try:
+            kernel = getattr(importlib.import_module(module), function)
+        except ImportError as err:  # triton missing
+            impls.append(Implementation(name, None, [], None, f"cannot import: {err}"))
+        else:
+            impls.append(Implementation(name, kernel, cases, check, why))
     return impls
 
 

@@ -49,24 +49,28 @@ def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tenso
     return 16 * unit_roundoff * (D + V + 2) * max(1.0, scale)
 
 
-def oracle_and_reference(p, dtype):
-    """(reference, oracle) pairs: loss, lse (kept tokens), grad_input, grad_weight, grad_bias."""
+def oracle_and_reference(p, dtype, device="cpu"):
+    """(result, oracle) pairs: loss, lse (kept tokens), grad_input, grad_weight, grad_bias;
+    ``linear_cross_entropy`` runs on ``device`` (where the dispatch sends it), the
+    lse is the reference's."""
     from ojas_ref.oracle import linear_cross_entropy_oracle
 
     token_chunk, vocab_chunk = lce_module._check_chunk_size(p["chunks"])
     kw = dict(linear_bias=None if p["b"] is None else p["b"].to(dtype), reduction=p["reduction"],
               ignore_index=p["ignore_index"], label_smoothing=p["eps"], z_loss=p["lam"], softcap=p["cap"])
-    x, w = p["x"].to(dtype).requires_grad_(), p["w"].to(dtype).requires_grad_()
+    x, w = p["x"].to(dtype), p["w"].to(dtype)
     go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
     oracle = linear_cross_entropy_oracle(x.detach(), w.detach(), p["t"], token_chunk=token_chunk,
                                          vocab_chunk=vocab_chunk, grad_output=go, **kw)
-    if kw["linear_bias"] is not None:
-        kw["linear_bias"] = kw["linear_bias"].clone().requires_grad_()
-    loss = linear_cross_entropy(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk), **kw)
     _, lse = linear_cross_entropy_forward(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk),
                                           **{k: v for k, v in kw.items() if k != "reduction"})
-    leaves = (x, w) if kw["linear_bias"] is None else (x, w, kw["linear_bias"])
-    grads = torch.autograd.grad(loss, leaves, go.to(dtype))
+    leaves = [t.to(device).requires_grad_() for t in (x, w, kw["linear_bias"]) if t is not None]
+    if kw["linear_bias"] is not None:
+        kw["linear_bias"] = leaves[2]
+    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"].to(device), chunk_size=(token_chunk, vocab_chunk),
+                                **kw)
+    grads = [g.cpu() for g in torch.autograd.grad(loss, leaves, go.to(device=device, dtype=dtype))]
+    loss = loss.cpu()
     kept = p["t"] != p["ignore_index"]
     pairs = {"loss": (loss, oracle["loss"]), "lse": (lse[kept], oracle["lse"][kept])}
     for name, g in zip(("grad_input", "grad_weight", "grad_bias"), grads):
@@ -74,12 +78,13 @@ def oracle_and_reference(p, dtype):
     return pairs
 
 
-def oracle_mismatches(p: dict, dtype: torch.dtype = torch.float32) -> list[str]:
-    """Reference (inputs cast to ``dtype``) vs oracle on problem ``p``: what disagrees."""
+def oracle_mismatches(p: dict, dtype: torch.dtype = torch.float32, device: str = "cpu") -> list[str]:
+    """``ojas_ref.linear_cross_entropy`` (inputs cast to ``dtype``, on ``device``) vs
+    the oracle on problem ``p``: what disagrees."""
     D, V = p["w"].shape[1], p["w"].shape[0]
     u = {F64: 2.0**-53, torch.float32: 2.0**-24}[dtype]
     problems = []
-    for name, (a, e) in oracle_and_reference(p, dtype).items():
+    for name, (a, e) in oracle_and_reference(p, dtype, device).items():
         err = (a.detach().to(F64) - e).abs().max().item() if a.numel() else 0.0
         if not err <= oracle_tolerance(u, D, V, e):
             problems.append(f"{name}: max error {err:.3g} exceeds the tolerance")

@@ -59,10 +59,10 @@ NAMES = ("loss", "grad_input", "grad_weight", "grad_bias")
 
 
 def with_chunks(dtype, device, token_chunk=None, vocab_slab=None, tiles_per_program=None, fwd_logits="triton",
-                bwd_logits="triton"):
+                bwd_logits="triton", products=3):
     cfg = default_config(dtype, torch.device(device))
     return LinearCrossEntropyConfig(cfg.fwd, cfg.bwd, cfg.rows, token_chunk, vocab_slab, tiles_per_program,
-                                    fwd_logits=fwd_logits, bwd_logits=bwd_logits)
+                                    fwd_logits=fwd_logits, bwd_logits=bwd_logits, products=products)
 
 
 def run(fn, p, dtype, device="cpu", **kw):
@@ -131,7 +131,8 @@ def problems(draw):
     paths = ["triton"] if p["dtype"] == torch.float32 else ["triton", "cublas"]
     p["config"] = with_chunks(p["dtype"], "cpu", draw(st.sampled_from([None, 5, 16])),
                               draw(st.sampled_from([None, 16, 32])), draw(st.sampled_from([None, 1, 2])),
-                              draw(st.sampled_from(paths)), draw(st.sampled_from(paths)))
+                              draw(st.sampled_from(paths)), draw(st.sampled_from(paths)),
+                              draw(st.sampled_from([3, 4])))
     if draw(st.booleans()):
         p["t"] = p["t"].int()
     return p
@@ -194,7 +195,7 @@ def test_large_logits_and_all_options():
     # With logits near 1e3, the forward's and the backward's logits (different products
     # with "cublas") differ by rounding of about 1e3 x 2^-24 x sqrt(D): exp(z - lse)
     # moves by that much relative, hence 1e-4 rather than 1e-5.
-    for paths in (("triton", "triton"), ("cublas", "triton"), ("cublas", "cublas")):
+    for paths in (("triton", "triton", 3), ("triton", "triton", 4), ("cublas", "triton", 4), ("cublas", "cublas", 4)):
         cfg = with_chunks(torch.float32, "cpu", 7, 32, 1, *paths)
         compare(run(linear_cross_entropy, p, torch.float32, config=cfg), want, torch.float32,
                 tol={torch.float32: 1e-4})
@@ -216,10 +217,11 @@ def test_grad_subsets_and_no_grad():
 
 
 @cpu
-def test_second_backward_through_retained_graph_raises():
+@pytest.mark.parametrize("products", [3, 4])
+def test_second_backward_through_retained_graph_raises(products):
     p = make_problem(2, shape=(9,), D=16, V=20)
     x = p["x"].float().requires_grad_()
-    loss = linear_cross_entropy(x, p["w"].float(), p["t"])
+    loss = linear_cross_entropy(x, p["w"].float(), p["t"], config=with_chunks(torch.float32, "cpu", products=products))
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="once per forward"):
         loss.backward()
@@ -261,13 +263,14 @@ class _Allocations(TorchDispatchMode):
 
 
 @cpu
-def test_workspace_is_one_chunk_or_slab():
-    """No [N, V] tensor: the forward holds [token_chunk, V] blocks, the backward [K, vocab_slab]."""
+@pytest.mark.parametrize("products", [3, 4])
+def test_workspace_is_one_chunk_or_slab(products):
+    """No [N, V] tensor: the forward holds [token_chunk, V] blocks, the backward (4 products) [K, vocab_slab]."""
     N, V = 24, 70
     p = make_problem(6, shape=(N,), D=16, V=V, reduction="mean", ignored=0.0)
     x, w = p["x"].float().requires_grad_(), p["w"].float().requires_grad_()
     with _Allocations() as mode:
-        loss = linear_cross_entropy(x, w, p["t"], config=with_chunks(torch.float32, "cpu", 8, 16))
+        loss = linear_cross_entropy(x, w, p["t"], config=with_chunks(torch.float32, "cpu", 8, 16, products=products))
         loss.backward()
     assert max(mode.sizes) < N * V, max(mode.sizes)
 
@@ -314,25 +317,27 @@ def test_kernel_rejects_bad_arguments():
 # GPU
 # ---------------------------------------------------------------------------
 
-GPU_CASES = [  # N, D, V, dtype, reduction, ignored, bias, eps, lam, cap
-    (4096, 1024, 32000, torch.bfloat16, "mean", 0.0, False, 0.0, 0.0, None),
-    (4096, 1024, 32000, torch.bfloat16, "mean", 0.5, False, 0.0, 0.0, None),
-    (3000, 1000, 50257, torch.bfloat16, "sum", 0.3, True, 0.1, 1e-4, 30.0),
-    (2048, 2048, 32003, torch.float16, "mean", 0.2, False, 0.1, 0.0, None),
-    (2048, 512, 32000, torch.float16, "none", 0.0, True, 0.0, 1e-4, 15.0),
-    (1024, 512, 10000, torch.float32, "mean", 0.3, True, 0.1, 1e-4, 30.0),
+GPU_CASES = [  # N, D, V, dtype, reduction, ignored, bias, eps, lam, cap, products
+    (4096, 1024, 32000, torch.bfloat16, "mean", 0.0, False, 0.0, 0.0, None, 3),
+    (4096, 1024, 32000, torch.bfloat16, "mean", 0.5, False, 0.0, 0.0, None, 3),
+    (4096, 1024, 32000, torch.bfloat16, "mean", 0.5, False, 0.0, 0.0, None, 4),
+    (3000, 1000, 50257, torch.bfloat16, "sum", 0.3, True, 0.1, 1e-4, 30.0, 3),
+    (3000, 1000, 50257, torch.bfloat16, "sum", 0.3, True, 0.1, 1e-4, 30.0, 4),
+    (2048, 2048, 32003, torch.float16, "mean", 0.2, False, 0.1, 0.0, None, 3),
+    (2048, 512, 32000, torch.float16, "none", 0.0, True, 0.0, 1e-4, 15.0, 4),
+    (1024, 512, 10000, torch.float32, "mean", 0.3, True, 0.1, 1e-4, 30.0, 3),
 ]
 
 
-@pytest.mark.parametrize("N,D,V,dtype,reduction,ignored,bias,eps,lam,cap", GPU_CASES)
+@pytest.mark.parametrize("N,D,V,dtype,reduction,ignored,bias,eps,lam,cap,products", GPU_CASES)
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_kernel_vs_reference_gpu(N, D, V, dtype, reduction, ignored, bias, eps, lam, cap):
+def test_kernel_vs_reference_gpu(N, D, V, dtype, reduction, ignored, bias, eps, lam, cap, products):
     p = make_problem(N + V, shape=(N,), D=D, V=V, reduction=reduction, ignored=ignored, bias=bias, eps=eps,
                      lam=lam, cap=cap)
-    got = run(linear_cross_entropy, p, dtype, "cuda")
+    got = run(linear_cross_entropy, p, dtype, "cuda", config=with_chunks(dtype, "cuda", products=products))
     errs = compare(got, reference(p, dtype, "cuda"), dtype, tol=GPU_TOL)
-    print(f"\nrel errors {dtype} N={N} D={D} V={V} {reduction} ignored={ignored}: "
+    print(f"\nrel errors {dtype} N={N} D={D} V={V} {reduction} ignored={ignored} products={products}: "
           + ", ".join(f"{n} {e:.2e}" for n, e in errs.items()))
 
 
