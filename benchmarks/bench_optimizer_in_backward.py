@@ -1,7 +1,8 @@
 """Benchmark: the optimizer fused into backward (InBackwardOptimizer) against the
 standard ``loss.backward(); opt.step(); opt.zero_grad()`` loop.
 
-    python benchmarks/bench_optimizer_in_backward.py [--quick] [--out FILE]
+    python benchmarks/bench_optimizer_in_backward.py [--quick] [--out FILE] [--checkpoint off on]
+        [--bucket-mb 64] [--repeat-standard]
 
 A self-contained Llama-style decoder (RMSNorm, rotary position embeddings,
 SwiGLU MLP, causal SDPA attention, untied output head; no downloads), by default
@@ -9,7 +10,14 @@ hidden 2048, 18 layers, 16 heads, intermediate 5632, vocabulary 32000 (1.06B
 parameters), batch 1, sequence 2048, trained in float32 and in bfloat16 (the
 parameters, gradients and optimizer state in that dtype) with SGD and AdamW, each
 with the standard loop and with InBackwardOptimizer, one after the other in one
-process from the same initial weights and batches.
+process from the same initial weights and batches.  ``--checkpoint on`` wraps every
+decoder layer in ``torch.utils.checkpoint.checkpoint(use_reentrant=False)`` in both
+loops: activations then no longer set the peak (it moves to the backward pass and
+the step, where the gradients are), which is where the fused update saves memory.
+The default runs both, without and with checkpointing.  ``--bucket-mb`` lists the
+``bucket_cap_mb`` values of InBackwardOptimizer to run (each against the same
+standard run); ``optimizer_calls`` is the number of ``optimizer_class`` steps (one per
+bucket) in the last step.
 
 Per configuration: the peak of ``torch.cuda.max_memory_allocated`` over the timed
 steps (everything: weights, optimizer state, activations, gradients), the memory
@@ -17,7 +25,9 @@ allocated between steps (weights and optimizer state), and the median wall time
 of a step (CUDA synchronised) after warm-up steps that create the optimizer
 state.  ``max_param_diff`` is the largest difference between the parameters
 after the standard and the in-backward runs (0 when bitwise equal; GPU backward
-kernels that are not deterministic can make it nonzero).  ``--max-grad-norm``
+kernels that are not deterministic can make it nonzero: ``--repeat-standard``
+runs the standard loop twice and reports that difference as
+``standard_repeat_diff``, the floor set by the backward itself).  ``--max-grad-norm``
 clips in both loops (``clip_grad_norm_`` vs the two backward passes of
 ``InBackwardOptimizer.backward``).  ``--quick`` runs a tiny model (on the CPU when
 there is no GPU; memory is then not measured).
@@ -28,7 +38,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import statistics
 import sys
 import time
@@ -48,7 +57,6 @@ OPTIMIZERS = {
     "sgd": (torch.optim.SGD, dict(lr=1e-3)),
     "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)),
 }
-MODES = ("standard", "in_backward")
 
 
 @dataclass
@@ -107,8 +115,9 @@ class Layer(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, c: Config) -> None:
+    def __init__(self, c: Config, checkpoint: bool = False) -> None:
         super().__init__()
+        self.checkpoint = checkpoint
         self.embed = nn.Embedding(c.vocab, c.hidden)
         self.layers = nn.ModuleList(Layer(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden)
@@ -126,7 +135,10 @@ class Llama(nn.Module):
         x = self.embed(tokens)
         cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin)
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
@@ -141,20 +153,26 @@ def sync(device: torch.device) -> None:
 
 
 def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torch.device, warmup: int,
-        steps: int, max_grad_norm: Optional[float]) -> tuple[dict, list[torch.Tensor]]:
+        steps: int, max_grad_norm: Optional[float], checkpoint: bool,
+        bucket_mb: Optional[float] = None) -> tuple[dict, list[torch.Tensor]]:
     """Train ``warmup + steps`` steps; return the measurements and the final parameters (on the CPU)."""
     torch.manual_seed(0)
     with torch.device(device):
-        model = Llama(c).to(dtype)
+        model = Llama(c, checkpoint=checkpoint).to(dtype)
     cls, kwargs = OPTIMIZERS[opt_name]
+    calls = [0]
     if mode == "standard":
         opt = cls(model.parameters(), **kwargs)
     else:
-        opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=max_grad_norm, **kwargs)
+        opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=max_grad_norm, bucket_cap_mb=bucket_mb,
+                                  **kwargs)
+        for bucket_opt in opt._group_opts:
+            bucket_opt.register_step_post_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randint(c.vocab, (c.batch, c.seq + 1), generator=gen).to(device) for _ in range(2)]
 
     def step(i: int) -> None:
+        calls[0] = 0
         tokens = batches[i % len(batches)]
         loss = model(tokens[:, :-1], tokens[:, 1:])
         if mode == "standard":
@@ -181,6 +199,8 @@ def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torc
         times.append(time.perf_counter() - t0)
     result = {
         "dtype": next(k for k, v in DTYPES.items() if v == dtype), "optimizer": opt_name, "mode": mode,
+        "checkpoint": checkpoint, "bucket_mb": bucket_mb,
+        "optimizer_calls": calls[0] if mode == "in_backward" else 1,
         "peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
         "between_steps_bytes": static,
         "median_step_ms": 1e3 * statistics.median(times),
@@ -209,52 +229,82 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="clip in both loops (in backward: two backward passes)")
+    parser.add_argument("--checkpoint", nargs="+", choices=("off", "on"), default=["off", "on"],
+                        help="activation checkpointing per decoder layer (use_reentrant=False), in both loops")
+    parser.add_argument("--bucket-mb", nargs="+", type=float, default=[64.0],
+                        help="bucket_cap_mb values of InBackwardOptimizer (0: one update per parameter)")
+    parser.add_argument("--repeat-standard", action="store_true",
+                        help="run the standard loop twice to measure the nondeterminism of the backward")
     args = parser.parse_args()
     c = QUICK if args.quick else Config()
     device = torch.device(args.device)
     n_params = sum(p.numel() for p in Llama(c).to("meta").parameters())
     print(f"Llama-style model: {n_params / 1e6:.2f}M parameters, {asdict(c)}, device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""), flush=True)
+
+    def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+        return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b))
 
     results, comparisons = [], []
-    for dname in args.dtypes:
-        for opt_name in args.optimizers:
-            pair, params = {}, {}
-            for mode in MODES:
-                pair[mode], params[mode] = run(c, DTYPES[dname], opt_name, mode, device=device, warmup=args.warmup,
-                                               steps=args.steps, max_grad_norm=args.max_grad_norm)
-                results.append(pair[mode])
-            std, fused = pair["standard"], pair["in_backward"]
-            diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(params["standard"], params["in_backward"]))
-            comparisons.append({
-                "dtype": dname, "optimizer": opt_name,
-                "peak_ratio": None if std["peak_bytes"] is None else fused["peak_bytes"] / std["peak_bytes"],
-                "peak_saved_bytes": None if std["peak_bytes"] is None else std["peak_bytes"] - fused["peak_bytes"],
-                "time_ratio": fused["median_step_ms"] / std["median_step_ms"],
-                "max_param_diff": diff,
-            })
-            del params
+    for ckpt in args.checkpoint:
+        for dname in args.dtypes:
+            for opt_name in args.optimizers:
+                common = dict(device=device, warmup=args.warmup, steps=args.steps,
+                              max_grad_norm=args.max_grad_norm, checkpoint=ckpt == "on")
+                std, std_params = run(c, DTYPES[dname], opt_name, "standard", **common)
+                results.append(std)
+                repeat_diff = None
+                if args.repeat_standard:
+                    again, again_params = run(c, DTYPES[dname], opt_name, "standard", **common)
+                    repeat_diff = max_diff(std_params, again_params)
+                    del again, again_params
+                for bucket_mb in args.bucket_mb:
+                    fused, fused_params = run(c, DTYPES[dname], opt_name, "in_backward", bucket_mb=bucket_mb, **common)
+                    results.append(fused)
+                    cmp = {
+                        "checkpoint": ckpt == "on", "dtype": dname, "optimizer": opt_name, "bucket_mb": bucket_mb,
+                        "peak_standard_bytes": std["peak_bytes"], "peak_in_backward_bytes": fused["peak_bytes"],
+                        "peak_ratio": None if std["peak_bytes"] is None else fused["peak_bytes"] / std["peak_bytes"],
+                        "peak_saved_bytes": None if std["peak_bytes"] is None else std["peak_bytes"] - fused["peak_bytes"],
+                        "step_ms_standard": std["median_step_ms"], "step_ms_in_backward": fused["median_step_ms"],
+                        "time_ratio": fused["median_step_ms"] / std["median_step_ms"],
+                        "optimizer_calls": fused["optimizer_calls"],
+                        "max_param_diff": max_diff(std_params, fused_params),
+                        "standard_repeat_diff": repeat_diff,
+                    }
+                    comparisons.append(cmp)
+                    print(row(cmp), flush=True)
+                    del fused_params
+                del std_params
 
-    print(f"\n{'dtype':5} {'opt':6} | {'peak GiB std':>12} {'in-bwd':>7} {'ratio':>6} | "
-          f"{'step ms std':>11} {'in-bwd':>8} {'ratio':>6} | {'max |param diff|':>16}")
+    print("\n" + HEADER)
     for cmp in comparisons:
-        std, fused = (next(r for r in results if r["dtype"] == cmp["dtype"] and r["optimizer"] == cmp["optimizer"]
-                           and r["mode"] == m) for m in MODES)
-        ratio = "-" if cmp["peak_ratio"] is None else f"{cmp['peak_ratio']:.3f}"
-        print(f"{cmp['dtype']:5} {cmp['optimizer']:6} | {gib(std['peak_bytes']):>12} {gib(fused['peak_bytes']):>7} "
-              f"{ratio:>6} | {std['median_step_ms']:11.1f} {fused['median_step_ms']:8.1f} "
-              f"{cmp['time_ratio']:6.3f} | {cmp['max_param_diff']:16.3g}")
+        print(row(cmp))
 
     if args.out is not None:
         report = {
             "config": asdict(c), "parameters": n_params, "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps,
-            "max_grad_norm": args.max_grad_norm, "results": results, "comparisons": comparisons,
+            "max_grad_norm": args.max_grad_norm, "checkpoint": args.checkpoint, "bucket_mb": args.bucket_mb,
+            "results": results, "comparisons": comparisons,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.out}")
+
+
+HEADER = (f"{'ckpt':4} {'dtype':5} {'opt':5} {'bucket':>6} | {'peak GiB std':>12} {'in-bwd':>7} {'saved':>6} | "
+          f"{'step ms std':>11} {'in-bwd':>8} {'ratio':>6} | {'calls':>5} | {'max |param diff|':>16} {'std vs std':>10}")
+
+
+def row(cmp: dict) -> str:
+    saved = "-" if cmp["peak_saved_bytes"] is None else f"{cmp['peak_saved_bytes'] / 2**30:.2f}"
+    repeat = "-" if cmp["standard_repeat_diff"] is None else f"{cmp['standard_repeat_diff']:.3g}"
+    return (f"{'on' if cmp['checkpoint'] else 'off':4} {cmp['dtype']:5} {cmp['optimizer']:5} {cmp['bucket_mb']:6g} | "
+            f"{gib(cmp['peak_standard_bytes']):>12} {gib(cmp['peak_in_backward_bytes']):>7} {saved:>6} | "
+            f"{cmp['step_ms_standard']:11.1f} {cmp['step_ms_in_backward']:8.1f} {cmp['time_ratio']:6.3f} | "
+            f"{cmp['optimizer_calls']:5d} | {cmp['max_param_diff']:16.3g} {repeat:>10}")
 
 
 if __name__ == "__main__":
