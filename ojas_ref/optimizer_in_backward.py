@@ -190,7 +190,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     Exact equality with the standard loop also needs a deterministic backward
     with clipping (the two passes must compute the same gradients), and the same
-    parameter order in the standard loop's ``clip_grad_norm_``.  Not supported
+    parameter order in the standard loop's ``clip_grad_norm_``.  On CUDA it also
+    needs the bucket's step to take the kernels the standard loop takes for the
+    whole group: it does (``torch.optim`` picks foreach or fused from the
+    devices and options, the same for a subset), except for SGD with momentum
+    when only some parameters of a group have a momentum buffer (a parameter
+    first given a gradient in a later step): torch's foreach step then falls back
+    to per-tensor ``mul_``/``add_`` for the whole group, a bucket without such
+    a parameter does not (equal on the CPU, where foreach ops are per-tensor
+    loops; possibly rounded differently on CUDA).  Not supported
     (errors say why): an enabled ``torch.amp.GradScaler``, ``step(closure)``,
     sparse gradients, a parameter that already has a ``.grad``, reentrant
     activation checkpointing with ``accumulation_steps > 1`` (its nested backward
