@@ -244,9 +244,9 @@ def tune_variants(klce, torch):
     base = klce.default_config(torch.bfloat16, torch.device("cuda"))
     C, R = klce.LinearCrossEntropyConfig, klce.RowConfig
     out = [("default", base)]
-    for r in (R(1, 1024, 64, 4), R(1, 2048, 64, 8), R(1, 4096, 64, 8), R(2, 2048, 64, 8), R(4, 1024, 64, 8)):
+    for r in (R(1, 2048, 64, 8), R(1, 8192, 64, 8), R(1, 8192, 64, 16), R(1, 4096, 64, 16), R(2, 4096, 64, 8)):
         out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", C(base.fwd, base.bwd, r)))
-    for frac in (0.06, 0.09):
+    for frac in (0.09, 0.12):
         out.append((f"workspace {frac}", C(base.fwd, base.bwd, base.rows, workspace_fraction=frac)))
     out.append(("products 4", C(base.fwd, base.bwd, base.rows, products=4)))
     out.append(("products 4, logits cublas", C(base.fwd, base.bwd, base.rows, fwd_logits="cublas",
