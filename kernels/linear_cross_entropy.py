@@ -705,7 +705,8 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
     new_input = torch.empty if kept is None and K > 0 else torch.zeros  # ignored rows are zeros
     grad_input = new_input(N, D, dtype=x.dtype, device=x.device) if need_input else None
-    grad_weight = torch.zeros_like(weight) if need_weight else None
+    # the first chunk writes grad_weight (beta 0), later ones add to it
+    grad_weight = (torch.empty_like if K > 0 else torch.zeros_like)(weight) if need_weight else None
     grad_bias = torch.zeros(V, **f32) if need_bias else None
     if K == 0:
         return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
@@ -743,7 +744,7 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                 _addmm_into(rows_dx, g, weight, alpha, 0.0)
                 grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx)
         if need_weight:
-            _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0)
+            _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0 if r0 > 0 else 0.0)
         if need_bias:
             grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
     return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
