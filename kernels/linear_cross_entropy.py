@@ -667,48 +667,6 @@ def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: floa
         torch.addmm(out, a, b, beta=beta, alpha=alpha, out=out)
 
 
-def _halves(n: int) -> list[tuple[int, int]]:
-    """Row ranges of a chunk: two halves (the first a multiple of 64 rows); one range below 128 rows."""
-    if n < 128:
-        return [(0, n)]
-    h = n // 2 // 64 * 64
-    return [(0, h), (h, n)]
-
-
-class _Streams:
-    """The current CUDA stream and a side stream for ``_rows_kernel`` (memory-bound),
-    so that it runs beside the products (compute-bound).  Work on the side stream
-    starts after everything issued so far on the main one; ``wait`` makes the main
-    stream wait for a mark of the side one, ``join`` for all of it.  On the CPU
-    everything runs in order and these do nothing."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        if self.cuda:
-            self.main = torch.cuda.current_stream(device)
-            self.other = torch.cuda.Stream(device)
-
-    @contextlib.contextmanager
-    def side(self):
-        if not self.cuda:
-            yield
-            return
-        self.other.wait_stream(self.main)
-        with torch.cuda.stream(self.other):
-            yield
-
-    def mark(self) -> Optional["torch.cuda.Event"]:
-        return self.other.record_event() if self.cuda else None
-
-    def wait(self, event: Optional["torch.cuda.Event"]) -> None:
-        if self.cuda:
-            self.main.wait_event(event)
-
-    def join(self) -> None:
-        if self.cuda:
-            self.main.wait_stream(self.other)
-
-
 @dataclass
 class _Gradients:
     loss: torch.Tensor  # [K] float32, the kept tokens'
@@ -765,40 +723,30 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     # float16 G is stored times a power of two (_FP16_HEADROOM), undone by the products' alpha
     g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
     alpha = (1.0 / K if reduction == "mean" else 1.0) / g_scale
-    streams = _Streams(x.device)
     for r0 in range(0, K, chunk):
         n = min(chunk, K - r0)
         x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
         g = z[:n]
-        halves = _halves(n)
-        rows_done = []
-        for a, b in halves:  # _rows_kernel of the first half runs beside the second half's logits
-            _mm_into(g[a:b], x_chunk[a:b], weight.t())
-            with streams.side():
-                _rows_kernel[(triton.cdiv(b - a, rcfg.block_r),)](
-                    none, none, none, none, g[a:b], g[a:b], tgt, loss, lse, none if bias is None else bias, none,
-                    r0 + a, b - a, 1, V, 0, 0, V, 0, g_scale,
-                    **opts.kernel_args(V),
-                    HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
-                    HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r, BLOCK_P=16, BLOCK_V=rcfg.block_v,
-                    num_warps=rcfg.num_warps,
-                )
-                rows_done.append(streams.mark())
-        for (a, b), done in zip(halves, rows_done):  # the second half's rows run beside the first's grad_input
-            streams.wait(done)
-            if not need_input:
-                continue
+        _mm_into(g, x_chunk, weight.t())
+        _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
+            none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
+            r0, n, 1, V, 0, 0, V, 0, g_scale,
+            **opts.kernel_args(V),
+            HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
+            HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r, BLOCK_P=16, BLOCK_V=rcfg.block_v,
+            num_warps=rcfg.num_warps,
+        )
+        if need_input:
             if kept is None:
-                _addmm_into(grad_input[r0 + a:r0 + b], g[a:b], weight, alpha, 0.0)
+                _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
             else:
-                rows_dx = torch.empty(b - a, D, dtype=x.dtype, device=x.device)
-                _addmm_into(rows_dx, g[a:b], weight, alpha, 0.0)
-                grad_input.index_copy_(0, kept[r0 + a:r0 + b], rows_dx)
+                rows_dx = torch.empty(n, D, dtype=x.dtype, device=x.device)
+                _addmm_into(rows_dx, g, weight, alpha, 0.0)
+                grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx)
         if need_weight:
             _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0 if r0 > 0 else 0.0)
         if need_bias:
             grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
-    streams.join()
     return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
 
 
@@ -913,11 +861,10 @@ def _scaled_gradients(ctx, grad_output: torch.Tensor) -> list[Optional[torch.Ten
     grads, ctx.grads = ctx.grads, None
     if grads is None:
         _raise_second_backward()
+    # grad_output has the loss's dtype, that of input and weight: a same-dtype 0-dim
+    # factor keeps the multiplication on the vectorised path (float32 internally)
     scale = grad_output.reshape(())
-    for g in grads:
-        if g is not None:  # foreach: a vectorised kernel that reads the factor on the device (no sync)
-            torch._foreach_mul_([g], scale.to(g.dtype))
-    return [None if g is None else g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
+    return [None if g is None else g.mul_(scale.to(g.dtype)).to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
 
 
 def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) -> _Options:

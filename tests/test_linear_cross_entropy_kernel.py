@@ -202,19 +202,6 @@ def test_large_logits_and_all_options():
 
 
 @cpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunk_halves(dtype):
-    """Chunks of 128 rows and more go through the 3-product loop in two halves (the
-    row kernel of one half beside the products of the other on the GPU); token chunks
-    of 150 and 130 rows, the last one ragged."""
-    p = make_problem(12, shape=(280,), D=16, V=40, reduction="mean", ignored=0.2, eps=0.1, lam=1e-3, cap=6.0)
-    want = reference(p, dtype)
-    for chunk in (150, 130):
-        got = run(linear_cross_entropy, p, dtype, config=with_chunks(dtype, "cpu", chunk))
-        compare(got, want, dtype, reference_errors(p, want, dtype))
-
-
-@cpu
 def test_grad_subsets_and_no_grad():
     """Only the weight, only the input, or nothing requiring grad: the same values."""
     p = make_problem(8, shape=(13,), D=16, V=30, reduction="sum", bias=False, ignored=0.4)
