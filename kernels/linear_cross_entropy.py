@@ -861,10 +861,11 @@ def _scaled_gradients(ctx, grad_output: torch.Tensor) -> list[Optional[torch.Ten
     grads, ctx.grads = ctx.grads, None
     if grads is None:
         _raise_second_backward()
-    # grad_output has the loss's dtype, that of input and weight: a same-dtype 0-dim
-    # factor keeps the multiplication on the vectorised path (float32 internally)
     scale = grad_output.reshape(())
-    return [None if g is None else g.mul_(scale.to(g.dtype)).to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
+    for g in grads:
+        if g is not None:  # foreach: a vectorised kernel that reads the factor on the device (no sync)
+            torch._foreach_mul_([g], scale.to(g.dtype))
+    return [None if g is None else g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
 
 
 def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) -> _Options:
