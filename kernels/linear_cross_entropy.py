@@ -514,17 +514,23 @@ class _Forward:
     grad_input: Optional[torch.Tensor]  # [N, D] in the input dtype, token weights applied, or None
 
 
+def _kept_tokens(target: torch.Tensor, ignore_index: int) -> tuple[Optional[torch.Tensor], int, torch.Tensor]:
+    """The kept tokens (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``): their indices
+    (None when all are kept), their count K (a host sync) and their targets."""
+    kept = (target != ignore_index).nonzero().squeeze(1)
+    K = kept.numel()
+    if K == target.numel():
+        return None, K, target
+    return kept, K, target.index_select(0, kept)
+
+
 def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
              ignore_index: int, reduction: str, opts: _Options, need_grad_input: bool,
              config: LinearCrossEntropyConfig) -> _Forward:
     """Losses and lse of the kept tokens, and grad_input when asked (module docstring)."""
     N, D = x.shape
     V = weight.shape[0]
-    kept = (target != ignore_index).nonzero().squeeze(1)
-    K = kept.numel()
-    if K == N:
-        kept = None
-    tgt = target if kept is None else target.index_select(0, kept)
+    kept, K, tgt = _kept_tokens(target, ignore_index)
     f32 = dict(dtype=torch.float32, device=x.device)
     loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
     grad_input = None
@@ -696,11 +702,7 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     N, D = x.shape
     V = weight.shape[0]
     need_input, need_weight, need_bias = need
-    kept = (target != ignore_index).nonzero().squeeze(1)
-    K = kept.numel()
-    if K == N:
-        kept = None
-    tgt = target if kept is None else target.index_select(0, kept)
+    kept, K, tgt = _kept_tokens(target, ignore_index)
     f32 = dict(dtype=torch.float32, device=x.device)
     loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
     new_input = torch.empty if kept is None and K > 0 else torch.zeros  # ignored rows are zeros
