@@ -497,8 +497,8 @@ def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: 
         raise ValueError(f"key heads ({hk}) must divide query heads ({hq})")
     if max(e, value.shape[3]) > _MAX_HEAD_DIM:
         raise ValueError(f"head dim {max(e, value.shape[3])} is above the kernel's limit of {_MAX_HEAD_DIM}")
-    if window is not None and window < 0:
-        raise ValueError(f"window must be non-negative, got {window}")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 (keys with |i - j| < window take part), got {window}")
 
 
 def _dot_precision(dtype: torch.dtype) -> str:

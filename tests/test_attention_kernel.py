@@ -216,6 +216,8 @@ def test_strided_inputs_and_head_dim_limit():
     big = torch.zeros(1, 1, 4, 272)
     with pytest.raises(ValueError, match="head dim"):
         flash_attention_forward(big, big, big, False, 1.0, None)
+    with pytest.raises(ValueError, match="window must be >= 1"):  # as ojas_ref.attention
+        flash_attention_forward(q, k, v, False, 1.0, 0)
 
 
 @st.composite
