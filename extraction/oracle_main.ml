@@ -66,6 +66,26 @@ let tensor4 dims field names leaf j =
   let lv k child = level dims field names k child in
   lv 0 (lv 1 (lv 2 (lv 3 (leaf field)))) field j
 
+(* [x] and [x][y] tensors whose dimensions are named [names]. *)
+let tensor1 dims field names leaf j = level dims field names 0 (leaf field) field j
+
+let tensor2 dims field names leaf j =
+  let lv k child = level dims field names k child in
+  lv 0 (lv 1 (leaf field)) field j
+
+(* The fields of a request object checked against [known]: [field name] is the
+   value if present, [required name] fails when it is missing. *)
+let request_fields known fields =
+  List.iter (fun (name, _) ->
+      if not (List.mem name known) then fail "%s: unknown field" name)
+    fields;
+  let field name = List.assoc_opt name fields in
+  let required name = match field name with
+    | Some x -> x
+    | None -> fail "%s: missing" name
+  in
+  field, required
+
 type request = {
   query : float list list list list;
   key : float list list list list;
@@ -87,20 +107,13 @@ let parse_request (j : Yojson.Safe.t) : request =
     | `Assoc l -> l
     | _ -> fail "request: expected a JSON object"
   in
-  List.iter (fun (name, _) ->
-      if not (List.mem name known_fields) then fail "%s: unknown field" name)
-    fields;
-  let field name = List.assoc_opt name fields in
+  let field, required = request_fields known_fields fields in
   (match field "op" with
    | Some (`String "attention") -> ()
    | Some (`String op) -> fail "op: unknown operation %S" op
    | Some _ -> fail "op: expected a string"
    | None -> fail "op: missing");
   let dims : dims = Hashtbl.create 8 in
-  let required name = match field name with
-    | Some x -> x
-    | None -> fail "%s: missing" name
-  in
   let optional name parse = match field name with
     | None | Some `Null -> None
     | Some x -> Some (parse x)
@@ -226,20 +239,9 @@ let small_int field path (j : Yojson.Safe.t) =
   | _ -> fail "%s: expected an integer of magnitude below 2^53 at %s" field path
 
 let parse_ce_request fields : ce_request =
-  List.iter (fun (name, _) ->
-      if not (List.mem name ce_known_fields) then fail "%s: unknown field" name)
-    fields;
-  let field name = List.assoc_opt name fields in
-  let required name = match field name with
-    | Some x -> x
-    | None -> fail "%s: missing" name
-  in
+  let field, required = request_fields ce_known_fields fields in
   let dims : dims = Hashtbl.create 4 in
-  let tensor1 field names leaf j = level dims field names 0 (leaf field) field j in
-  let tensor2 field names leaf j =
-    let lv k child = level dims field names k child in
-    lv 0 (lv 1 (leaf field)) field j
-  in
+  let tensor1 field = tensor1 dims field and tensor2 field = tensor2 dims field in
   let input = tensor2 "input" [| "N"; "D" |] number (required "input") in
   let weight = tensor2 "linear_weight" [| "V"; "D" |] number (required "linear_weight") in
   let bias = match field "linear_bias" with
@@ -390,20 +392,9 @@ let cs_known_fields =
   [ "op"; "mode"; "fraction_bits"; "x1"; "x2"; "layers"; "grad_y1"; "grad_y2" ]
 
 let parse_cs_request fields : cs_request =
-  List.iter (fun (name, _) ->
-      if not (List.mem name cs_known_fields) then fail "%s: unknown field" name)
-    fields;
-  let field name = List.assoc_opt name fields in
-  let required name = match field name with
-    | Some x -> x
-    | None -> fail "%s: missing" name
-  in
+  let field, required = request_fields cs_known_fields fields in
   let dims : dims = Hashtbl.create 8 in
-  let tensor1 field names leaf j = level dims field names 0 (leaf field) field j in
-  let tensor2 field names leaf j =
-    let lv k child = level dims field names k child in
-    lv 0 (lv 1 (leaf field)) field j
-  in
+  let tensor1 field = tensor1 dims field and tensor2 field = tensor2 dims field in
   let fraction_bits = match field "mode" with
     | None | Some (`String "float") ->
       if field "fraction_bits" <> None && field "fraction_bits" <> Some `Null then
@@ -547,14 +538,7 @@ let opt_rule_fields = function
   | _ -> [ "betas"; "eps" ]
 
 let parse_opt_request fields =
-  List.iter (fun (name, _) ->
-      if not (List.mem name opt_known_fields) then fail "%s: unknown field" name)
-    fields;
-  let field name = List.assoc_opt name fields in
-  let required name = match field name with
-    | Some x -> x
-    | None -> fail "%s: missing" name
-  in
+  let field, required = request_fields opt_known_fields fields in
   let rule = match required "rule" with
     | `String ("sgd" | "adamw" as r) -> r
     | _ -> fail "rule: expected \"sgd\" or \"adamw\""
