@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -241,6 +241,12 @@ def grad_rtol(case: Case) -> float:
     return 4 * forward_rel + 4 * UNIT_ROUNDOFF[case.query.dtype]
 
 
+def _on(case: Case, device: torch.device) -> Case:
+    """``case`` with its tensors on ``device``."""
+    fields = ("query", "key", "value", "grad_out", "attn_mask")
+    return replace(case, **{f: getattr(case, f).to(device) for f in fields if getattr(case, f) is not None})
+
+
 def _run_forward(case: Case, impl: str) -> tuple[Tensor, Tensor]:
     """(out, lse) of the implementation ``impl`` ("reference" or "triton") on ``case``."""
     if impl == "reference":
@@ -262,9 +268,11 @@ def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
     ``grad_rtol`` (norm-relative), exactly zero dQ on fully masked rows."""
     from ojas_ref.oracle import attention_oracle
 
+    device = case.query.device  # where the implementation runs; the comparison is on the CPU
+    case = _on(case, torch.device("cpu"))
     ref = attention_oracle(case.query, case.key, case.value, grad_out=case.grad_out,
                            block_size=attn_mod._BLOCK_K, **case.kwargs())
-    out, lse = _run_forward(case, impl)
+    out, lse = (t.cpu() for t in _run_forward(_on(case, device), impl))
     problems = []
     dead = torch.isneginf(ref["lse"])
     kernel_low_precision = impl == "triton" and case.query.dtype in (torch.bfloat16, torch.float16)
@@ -284,8 +292,10 @@ def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
         diff = (lse.to(F64) - ref["lse"]).masked_fill(dead, 0.0).abs()
         if not (diff <= lse_tolerance(case, ref["lse"])).all():
             problems.append(f"lse: max error {diff.nan_to_num(nan=math.inf).max().item():.3g} exceeds the tolerance")
-    xs = [t.detach().clone().requires_grad_() for t in (case.query, case.key, case.value)]
-    grads = torch.autograd.grad(attention(*xs, impl=impl, **case.kwargs()), xs, case.grad_out)
+    on_device = _on(case, device)
+    xs = [t.detach().clone().requires_grad_() for t in (on_device.query, on_device.key, on_device.value)]
+    grads = [g.cpu() for g in torch.autograd.grad(attention(*xs, impl=impl, **on_device.kwargs()), xs,
+                                                  on_device.grad_out)]
     rtol = grad_rtol(case)
     for name, g in zip(("grad_query", "grad_key", "grad_value"), grads):
         try:

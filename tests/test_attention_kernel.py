@@ -189,7 +189,7 @@ CASES = [  # b, hq, hkv, sq, sk, e, is_causal, window
     (1, 2, 2, 37, 37, 16, False, 5),  # window
     (1, 2, 2, 37, 37, 16, True, 3),  # causal window
     (1, 2, 1, 40, 8, 16, False, 4),  # rows past Sk + window - 1 are fully masked
-    (1, 1, 1, 9, 9, 16, False, 0),  # every row fully masked
+    (1, 1, 1, 9, 2, 16, False, 1),  # rows 2..8 fully masked (window 1: the diagonal only)
 ]
 
 
