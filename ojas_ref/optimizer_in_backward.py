@@ -181,8 +181,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     ``step()`` and ``zero_grad()`` may stay in the training loop: ``step()`` does
-    nothing, ``zero_grad()`` (``torch.optim``'s) clears the gradients that exist,
-    none after an update.  Learning-rate schedulers work: they change
+    nothing, ``zero_grad()`` clears the gradients that exist (none after an update)
+    and the updates left pending by a backward pass that raised; without it, the
+    next backward raises rather than step a parameter twice.  Learning-rate schedulers work: they change
     ``param_groups[i]["lr"]`` and the next update reads it.  Save checkpoints
     after an update (gradients of an unfinished accumulation are not optimizer
     state, as in ``torch.optim``).  A parameter has at most one
@@ -251,6 +252,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._group_of: dict[Tensor, int] = {}
         self._group_opts: list[Optional[torch.optim.Optimizer]] = []
         self._pending: list[list[Tensor]] = []
+        self._waiting: set[Tensor] = set()  # the parameters in the pending buckets
         self._pending_bytes: list[int] = []
         self._hook_handles: list[Any] = []
         self._mode = _Mode.UPDATE
@@ -308,6 +310,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 "InBackwardOptimizer cannot be used with an enabled torch.amp.GradScaler: unscaling and the "
                 "inf/NaN check need all gradients before any update, but each parameter was already updated "
                 "in backward with its scaled gradient. Use bfloat16 autocast (no scaler) instead")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``torch.optim.Optimizer.zero_grad``; also drops the updates still pending from a
+        backward pass that did not finish (one that raised): after an update no gradient
+        and nothing pending is left, so in a training loop this changes nothing."""
+        super().zero_grad(set_to_none)
+        for index in range(len(self._pending)):
+            self._pending[index], self._pending_bytes[index] = [], 0
+        self._waiting.clear()
 
     def remove_hooks(self) -> None:
         """Detach from the parameters: their hooks are removed, backward no longer updates them."""
@@ -426,7 +437,13 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     def _add_to_bucket(self, p: Tensor) -> None:
         """Add ``p`` (whose gradient is whole) to its group's bucket; update the bucket once full."""
+        if p in self._waiting:
+            raise RuntimeError(
+                "a parameter is already waiting for its update: an earlier backward pass did not finish (it "
+                "raised?), and its gradient would be stepped twice. Call optimizer.zero_grad() after a failed "
+                "backward pass; it drops the gradients and the pending updates")
         index = self._group_of[p]
+        self._waiting.add(p)
         self._pending[index].append(p)
         self._pending_bytes[index] += p.grad.numel() * p.grad.element_size()
         if self._pending_bytes[index] >= self._bucket_cap_bytes:
@@ -442,6 +459,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         hyper-parameters (clipped first in the second pass of clipping); free the gradients."""
         bucket = self._pending[index]
         self._pending[index], self._pending_bytes[index] = [], 0
+        self._waiting.difference_update(bucket)
         if self._mode is _Mode.CLIP:
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
         bucket_opt = self._group_opts[index]

@@ -590,3 +590,36 @@ def test_dropping_only_the_optimizer_raises_at_the_next_backward():
     del opt
     with pytest.raises(RuntimeError, match="was garbage collected while its hooks remain"):
         model(torch.randn(2, 4)).sum().backward()
+
+
+class _FailingBackward(torch.autograd.Function):
+    """Identity whose backward raises: a backward pass that stops midway."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("backward failed on purpose")
+
+
+def test_failed_backward_is_reported_then_dropped_by_zero_grad() -> None:
+    """A backward that raises after some hooks leaves updates pending (its end-of-backward
+    never runs); the next backward would step those parameters twice: it raises instead,
+    and zero_grad() drops the pending updates."""
+    torch.manual_seed(0)
+    first, second = nn.Linear(3, 3), nn.Linear(3, 2)
+    opt = InBackwardOptimizer(list(first.parameters()) + list(second.parameters()), torch.optim.SGD,
+                              bucket_cap_mb=64, lr=0.1)
+    x = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        second(_FailingBackward.apply(first(x))).sum().backward()
+    assert all(p.grad is not None for p in second.parameters())  # hooked, pending, not stepped
+    with pytest.raises(RuntimeError, match="already waiting for its update"):
+        second(first(x)).sum().backward()
+    opt.zero_grad()
+    before = [p.detach().clone() for p in second.parameters()]
+    second(first(x)).sum().backward()
+    assert all(p.grad is None for p in list(first.parameters()) + list(second.parameters()))
+    assert all(not torch.equal(a, p) for a, p in zip(before, second.parameters()))
