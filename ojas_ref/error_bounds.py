@@ -19,6 +19,9 @@ import torch
 __all__ = [
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
+    "chunked_sum_error_factor",
+    "linear_cross_entropy_reduction_error_bound",
+    "linear_cross_entropy_token_error_bound",
     "online_softmax_error_bound",
     "softmax_score_perturbation_bound",
 ]
@@ -37,6 +40,14 @@ _ROUND_UP = 1.0 + 2.0**-40
 def _check_roundoff(name: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must satisfy 0 <= {name} < 1, got {value}")
+
+
+def _stream_beta(n: int, u: float, ue: float) -> float:
+    """``stream_beta`` of ``Ojas.Attention.StreamError``: (K - 1) + n alpha K with
+    K = (1+u)^(2n) (1+ue)^n, alpha = u / ((1-u) e); ``inf`` when it is clearly >= 1."""
+    log_k = 2 * n * math.log1p(u) + n * math.log1p(ue)  # K - 1 >= log K, so beta >= 1 when log K >= 1
+    alpha = u / (1.0 - u) * math.exp(-1.0)
+    return math.inf if log_k >= 1.0 else math.expm1(log_k) + n * alpha * math.exp(log_k)
 
 
 def online_softmax_error_bound(n_keys: int, unit_roundoff: float, exp_error: float) -> float:
@@ -64,9 +75,7 @@ def online_softmax_error_bound(n_keys: int, unit_roundoff: float, exp_error: flo
     _check_roundoff("unit_roundoff", u)
     if not ue >= 0.0:
         raise ValueError(f"exp_error must be >= 0, got {ue}")
-    log_k = 2 * n * math.log1p(u) + n * math.log1p(ue)  # K - 1 >= log K, so beta >= 1 when log K >= 1
-    alpha = u / (1.0 - u) * math.exp(-1.0)
-    beta = math.inf if log_k >= 1.0 else math.expm1(log_k) + n * alpha * math.exp(log_k)
+    beta = _stream_beta(n, u, ue)
     if not beta < 1.0:
         raise ValueError(
             f"side condition beta(n, u, ue) < 1 of stream_row_error_bound fails: beta = {beta} "
@@ -109,3 +118,141 @@ def softmax_score_perturbation_bound(delta: float) -> float:
     if not delta >= 0.0:
         raise ValueError(f"delta must be >= 0, got {delta}")
     return math.expm1(2.0 * delta) * _ROUND_UP
+
+
+def _add_err(u: float, a, ea, b, eb):
+    """``add_err`` of ``Ojas.CrossEntropy.LossError``: fl(a' +- b') against a +- b."""
+    return ea + eb + u * (abs(a) + abs(b) + ea + eb)
+
+
+def _mul_err(u: float, a, ea, b, eb):
+    """``mul_err``: fl(a' * b') against a * b."""
+    return abs(a) * eb + abs(b) * ea + ea * eb + u * ((abs(a) + ea) * (abs(b) + eb))
+
+
+def _div_err(u: float, a, ea, b: float, eb: float):
+    """``div_err``: fl(a' / b') against a / b, for eb < |b|."""
+    return (ea * abs(b) + abs(a) * eb) / (abs(b) * (abs(b) - eb)) + u * ((abs(a) + ea) / (abs(b) - eb))
+
+
+def linear_cross_entropy_token_error_bound(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor, *,
+    label_smoothing: float, z_loss: float, unit_roundoff: float, exp_error: float, log_error: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token bounds (loss, lse), each [N], on |computed - exact| for the chunked
+    linear cross-entropy forward without softcap, tokens ``x`` [N, D] with targets in
+    ``[0, V)`` (kept tokens), any chunk sizes.
+
+    Implements ``Ojas.CrossEntropy.LossError.token_forward_error_bound``
+    (rocq/CrossEntropy/LossError.v) with ``dz`` from
+    ``Ojas.CrossEntropy.LossError.raw_logit_error_bound``: in the rounding model
+    (``u``, ``exp_error`` = ue relative, ``log_error`` = ul absolute, no
+    underflow), ``token_forward fl_ops`` is within ``lse_err`` (lse) and
+    ``token_loss_err`` (loss) of the exact ``(ce_token_loss_R, lse_row)``, where
+
+    * ``dz = max_v gamma_D sum_i |x_i w_vi| (+ u (|z_v| + gamma_D sum_i |x_i w_vi|)
+      with bias)`` bounds every logit's error,
+    * ``lse_err = dz + u (|L| + dz) + (1 + u) (ul - ln(1 - beta_V))``,
+    * ``token_loss_err`` composes ``add_err`` / ``mul_err`` / ``div_err`` over the
+      operations of ``(1 - eps)(L - z_t) + eps (L - S / V) + lam L^2`` with input
+      errors ``lse_err`` (L), ``dz + g (|z_t| + dz)`` (z_t) and
+      ``V dz + g (sum_v |z_v| + V dz)`` (S), ``g = (1+u)^(2V) - 1``, and the error
+      ``((1+u)^V - 1) V`` of V computed as 1 + ... + 1.
+
+    The exact magnitudes (|z_v|, |L|, |z_t|, |L - z_t|, ...) enter only as factors
+    of error terms; they are evaluated in float64 and enlarged by
+    ``4 (D + V + 4) 2^-53`` times their natural scale (sum_i |x_i w_vi| + |b_v|, and
+    |L| + 1), a bound of their float64 error; the result is rounded up by 2^-40.
+    The theorem is about ``dot``'s and the vocabulary loop's left-to-right sums;
+    a blocked matmul or pairwise sum satisfies the same gamma bounds (Higham 3.1),
+    not proved here. Raises ``ValueError`` unless ``D u < 1``, ``beta_V < 1`` and
+    ``((1+u)^V - 1) V < V``. The third tensor is an upper bound of |exact loss|
+    (for the bound of a reduction).
+    """
+    f64 = torch.float64
+    x, weight, u = x.to(f64), weight.to(f64), unit_roundoff
+    D = x.shape[1]
+    V = weight.shape[0]
+    _check_roundoff("unit_roundoff", u)
+    if not (exp_error >= 0.0 and log_error >= 0.0):
+        raise ValueError(f"exp_error and log_error must be >= 0, got {exp_error}, {log_error}")
+    if not D * u < 1.0:
+        raise ValueError(f"side condition D u < 1 of raw_logit_error_bound fails: D={D}, u={u}")
+    beta = _stream_beta(V, u, exp_error)
+    nat_err = math.expm1(V * math.log1p(u)) * V
+    if not (beta < 1.0 and nat_err < V):
+        raise ValueError(f"side conditions of token_forward_error_bound fail: beta={beta}, V={V}, u={u}")
+    slack = 4 * (D + V + 4) * 2.0**-53
+    absb = bias.to(f64).abs() if bias is not None else torch.zeros(V, dtype=f64)
+    prod = x.abs() @ weight.abs().T                                   # sum_i |x_i w_vi|, [N, V]
+    z = x @ weight.T + (bias.to(f64) if bias is not None else 0.0)   # exact logits, float64
+    scale = prod + absb
+    zmag = z.abs() + slack * scale
+    gdot = dot_product_error_bound(D, u) * prod
+    dz_v = gdot if bias is None else gdot + u * (zmag + gdot)
+    dz = dz_v.amax(dim=1)
+    L = torch.logsumexp(z, dim=1)
+    tok_scale = scale.amax(dim=1) + L.abs() + 1.0
+    slack_t = slack * tok_scale
+
+    def mag(t: torch.Tensor) -> torch.Tensor:  # |exact| <= |float64| + slack
+        return t.abs() + slack_t
+
+    zt = z.gather(1, target.long().view(-1, 1)).squeeze(1)
+    S, asum = z.sum(dim=1), zmag.sum(dim=1)
+    g = math.expm1(2 * V * math.log1p(u))
+    eL = dz + u * (mag(L) + dz) + (1.0 + u) * (log_error - math.log1p(-beta))
+    et = dz + g * (mag(zt) + dz)
+    eS = V * dz + g * (asum + V * dz)
+    eps, lam = label_smoothing, z_loss
+    q = S / V
+    e1 = _add_err(u, 1.0, 0.0, eps, 0.0)
+    e2 = _add_err(u, mag(L), eL, mag(zt), et)
+    e3 = _mul_err(u, 1.0 - eps, e1, mag(L - zt), e2)
+    e4 = _div_err(u, S.abs() + V * slack_t, eS, float(V), nat_err)
+    e5 = _add_err(u, mag(L), eL, mag(q), e4)
+    e6 = _mul_err(u, eps, 0.0, mag(L - q), e5)
+    a7, b7 = abs(1.0 - eps) * mag(L - zt), abs(eps) * mag(L - q)
+    e7 = _add_err(u, a7, e3, b7, e6)
+    e8 = _mul_err(u, mag(L), eL, mag(L), eL)
+    e9 = _mul_err(u, lam, 0.0, mag(L) * mag(L), e8)
+    loss_bound = _add_err(u, a7 + b7, e7, abs(lam) * mag(L) * mag(L), e9)
+    magnitude = a7 + b7 + abs(lam) * mag(L) * mag(L)
+    return loss_bound * _ROUND_UP, eL * _ROUND_UP, magnitude * _ROUND_UP
+
+
+def chunked_sum_error_factor(n_terms: int, unit_roundoff: float) -> float:
+    """(1+u)^(2n) - 1: a left-to-right sum of ``n_terms`` values cut into at most
+    ``n_terms`` chunks (each chunk summed, then added to the running total) is within
+    this factor times sum |x_i| of the exact sum.
+
+    Implements the bound of ``Ojas.CrossEntropy.LossError.chunked_sum_error_bound``
+    (exponent terms + chunks <= 2 n). Raises ``ValueError`` unless ``0 <= u < 1``."""
+    _check_roundoff("unit_roundoff", unit_roundoff)
+    return math.expm1(2 * n_terms * math.log1p(unit_roundoff)) * _ROUND_UP
+
+
+def linear_cross_entropy_reduction_error_bound(
+    token_bounds: torch.Tensor, loss_magnitudes: torch.Tensor, n_tokens: int, reduction: str,
+    unit_roundoff: float,
+) -> float:
+    """Bound on |computed - exact| of the "sum" or "mean" of per-token losses (0 at the
+    ignored tokens), from the kept tokens' error bounds B_i and upper bounds |loss_i|.
+
+    "sum": sum_i B_i + g (sum_i |loss_i| + sum_i B_i), g = ``chunked_sum_error_factor``
+    (n_tokens, u): ``Ojas.CrossEntropy.LossError.chunked_sum_error_bound`` for the sum
+    over token chunks, applied to losses known within B_i. "mean": that, then the
+    rounded division by the kept count K (computed as a sum of ones and zeros, within
+    g K): ``div_err`` of ``Ojas.CrossEntropy.LossError`` (``rnd_div_err``). This
+    composition is done here, by hand: it is not a Coq theorem about ``ce_forward``.
+    """
+    u = unit_roundoff
+    g = chunked_sum_error_factor(n_tokens, u)
+    b, m = float(token_bounds.sum()), float(loss_magnitudes.sum())
+    total = b + g * (m + b)
+    k = token_bounds.numel()
+    if reduction == "mean" and k > 0:
+        if not g * k < k:
+            raise ValueError(f"side condition of the mean's division fails: g={g}")
+        total = _div_err(u, m, total, float(k), g * k)
+    return total * _ROUND_UP

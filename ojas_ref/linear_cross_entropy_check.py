@@ -3,7 +3,9 @@
 Shared by tests/test_linear_cross_entropy.py and ``ojas audit``: a problem is a dict
 (x [.., D], w [V, D], b, t, ignore_index, chunks, reduction, eps, lam, cap, grad_out),
 ``oracle_and_reference`` runs the reference and the oracle on it, and
-``oracle_mismatches`` lists what disagrees beyond ``oracle_tolerance``.
+``oracle_mismatches`` lists what disagrees beyond the tolerances: the proved
+``forward_tolerances`` for the loss and lse (without softcap), the heuristic
+``oracle_tolerance`` for the gradients (and for the loss and lse with softcap).
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import math
 
 import torch
 
+from ojas_ref.attention_check import EXP_ERROR
+from ojas_ref.error_bounds import (
+    UNIT_ROUNDOFF,
+    linear_cross_entropy_reduction_error_bound,
+    linear_cross_entropy_token_error_bound,
+)
 from ojas_ref.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
 
 lce_module = importlib.import_module("ojas_ref.linear_cross_entropy")
@@ -36,17 +44,61 @@ def make_problem(seed: int, *, shape: tuple[int, ...], D: int, V: int, reduction
 
 
 def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tensor) -> float:
-    """Norm-relative tolerance for reference vs oracle, a heuristic, not a theorem.
+    """Norm-relative tolerance for reference vs oracle: a HEURISTIC, not a theorem, used
+    for the gradients (no rounding-error bound of the backward is proved) and for the
+    loss and lse with softcap (``forward_tolerances`` does not cover the softcap).
 
-    Ojas.CrossEntropy.LseError.chunk_lse_error_bound bounds the rounding error of the
-    chunked lse of given logits, but not that of the logits' dot products, the loss or
-    the gradients, and ojas_ref.error_bounds does not evaluate it; so: a dot product of
-    length D and a sum of V exponentials each add at most about (D + V) unit roundoffs
-    relative to the magnitude of what they sum, and the loss, lse and gradients are of
-    the size of the largest entry, so ||ref - oracle||_inf <= 16 u (D + V + 2)
-    max(1, ||oracle||_inf). Observed errors are below 1/10 of it."""
+    A dot product of length D and a sum of V exponentials each add at most about
+    (D + V) unit roundoffs relative to the magnitude of what they sum, and the
+    gradients are of the size of the largest entry, so ||ref - oracle||_inf <=
+    16 u (D + V + 2) max(1, ||oracle||_inf). Observed errors are below 1/10 of it."""
     scale = float(expected.abs().max()) if expected.numel() else 0.0
     return 16 * unit_roundoff * (D + V + 2) * max(1.0, scale)
+
+
+def _log_error(dtype: torch.dtype, V: int) -> float:
+    """Assumed absolute error of the computed ln on the lse sum l in [1 - beta, V (1 + beta)]:
+    ``EXP_ERROR`` (the assumed relative error of exp and ln, see attention_check) times
+    max |ln l| <= 1 + ln V. An assumption, like ``EXP_ERROR``."""
+    return EXP_ERROR[dtype] * (1.0 + math.log(V))
+
+
+def _forward_bounds(p: dict, dtype: torch.dtype, u: float) -> dict[str, torch.Tensor]:
+    """Bounds on |computed - exact| of "loss" (as the reference returns it) and "lse"
+    (kept tokens) when the whole forward runs in the rounding model with unit roundoff
+    ``u`` (``dtype``'s exp/ln errors). Per token: Ojas.CrossEntropy.LossError.
+    token_forward_error_bound (``linear_cross_entropy_token_error_bound``); ignored
+    tokens have loss 0 exactly. "sum" / "mean": ``linear_cross_entropy_reduction_error_bound``
+    (proved lemmas composed by hand, not a theorem about ``ce_forward``)."""
+    D, V = p["w"].shape[1], p["w"].shape[0]
+    x = p["x"].to(dtype).to(F64).reshape(-1, D)
+    t = p["t"].reshape(-1)
+    kept = t != p["ignore_index"]
+    b = None if p["b"] is None else p["b"].to(dtype)
+    loss_b, lse_b, loss_mag = linear_cross_entropy_token_error_bound(
+        x[kept], p["w"].to(dtype), b, t[kept], label_smoothing=p["eps"], z_loss=p["lam"],
+        unit_roundoff=u, exp_error=EXP_ERROR[dtype], log_error=_log_error(dtype, V))
+    per_token = torch.zeros(t.shape, dtype=F64)
+    per_token[kept] = loss_b
+    if p["reduction"] == "none":
+        loss = per_token.reshape(p["t"].shape)
+    else:
+        loss = torch.tensor(linear_cross_entropy_reduction_error_bound(loss_b, loss_mag, t.numel(),
+                                                                       p["reduction"], u), dtype=F64)
+    return {"loss": loss, "lse": lse_b}
+
+
+def forward_tolerances(p: dict, dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
+    """Elementwise tolerances for reference (``dtype``) vs oracle (float64) on "loss"
+    and "lse": the proved forward bound of each against the exact result, summed
+    (|ref - oracle| <= |ref - exact| + |exact - oracle|). ``None`` with softcap (not
+    covered by Ojas.CrossEntropy.LossError.token_forward_error_bound). The reference's
+    matmul and torch sums are not left to right: see
+    ``linear_cross_entropy_token_error_bound``."""
+    if p["cap"] is not None:
+        return None
+    ref, orc = _forward_bounds(p, dtype, UNIT_ROUNDOFF[dtype]), _forward_bounds(p, F64, UNIT_ROUNDOFF[F64])
+    return {name: ref[name] + orc[name] for name in ref}
 
 
 def oracle_and_reference(p, dtype, device="cpu"):
@@ -83,9 +135,18 @@ def oracle_mismatches(p: dict, dtype: torch.dtype = torch.float32, device: str =
     the oracle on problem ``p``: what disagrees."""
     D, V = p["w"].shape[1], p["w"].shape[0]
     u = {F64: 2.0**-53, torch.float32: 2.0**-24}[dtype]
+    proved = forward_tolerances(p, dtype) or {}
     problems = []
     for name, (a, e) in oracle_and_reference(p, dtype, device).items():
-        err = (a.detach().to(F64) - e).abs().max().item() if a.numel() else 0.0
-        if not err <= oracle_tolerance(u, D, V, e):
-            problems.append(f"{name}: max error {err:.3g} exceeds the tolerance")
+        diff = (a.detach().to(F64) - e).abs()
+        if name in proved:
+            bad = ~(diff <= proved[name])
+            if bad.any():
+                i = int(bad.reshape(-1).nonzero()[0])
+                problems.append(f"{name}: error {float(diff.reshape(-1)[i]):.3g} exceeds the proved bound "
+                                f"{float(proved[name].reshape(-1)[i]):.3g}")
+        else:
+            err = diff.max().item() if diff.numel() else 0.0
+            if not err <= oracle_tolerance(u, D, V, e):
+                problems.append(f"{name}: max error {err:.3g} exceeds the (heuristic) tolerance")
     return problems

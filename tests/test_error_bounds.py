@@ -26,9 +26,15 @@ import numpy as np
 import pytest
 import torch
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ojas_ref.error_bounds import (
     UNIT_ROUNDOFF,
+    chunked_sum_error_factor,
     dot_product_error_bound,
+    linear_cross_entropy_reduction_error_bound,
+    linear_cross_entropy_token_error_bound,
     online_softmax_error_bound,
     softmax_score_perturbation_bound,
 )
@@ -178,3 +184,59 @@ def test_softmax_score_perturbation_bound() -> None:
     assert softmax_score_perturbation_bound(1e-3) == pytest.approx(math.expm1(2e-3))
     with pytest.raises(ValueError):
         softmax_score_perturbation_bound(-1.0)
+
+
+# --------------------------------------------------------------------------
+# Linear cross-entropy forward (Ojas.CrossEntropy.LossError)
+# --------------------------------------------------------------------------
+
+U64 = UNIT_ROUNDOFF[torch.float64]
+
+
+def _lce_bounds(x, w, b, t, eps, lam, u, ue):
+    V = w.shape[0]
+    return linear_cross_entropy_token_error_bound(x, w, b, t, label_smoothing=eps, z_loss=lam, unit_roundoff=u,
+                                                  exp_error=ue, log_error=ue * (1.0 + math.log(V)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 20), st.integers(1, 4), st.sampled_from([1.0, 300.0]), st.booleans(),
+       st.sampled_from([0.0, 0.1]), st.sampled_from([0.0, 1e-2]), st.integers(1, 8), st.integers(0, 2**31 - 1))
+def test_linear_cross_entropy_forward_bound_holds(D, V, N, scale, bias, eps, lam, vocab_chunk, seed) -> None:
+    """The float32 reference forward (loss, lse per token) is within the proved bound of
+    the exact one: |ref32 - ref64| <= B(u32) + B(u64), on small problems including
+    weights x 300 (logits of several hundred, large lse and z-loss). Caveat as for the
+    attention bound: with logit spreads beyond ~87 some float32 exp(z - m) underflow,
+    outside the model (each errs by < 2^-126 against a sum >= 1)."""
+    from ojas_ref.linear_cross_entropy import linear_cross_entropy_forward
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(N, D, generator=gen, dtype=torch.float64).float()
+    w = (torch.randn(V, D, generator=gen, dtype=torch.float64) * scale * 2.0 / math.sqrt(D)).float()
+    b = torch.randn(V, generator=gen, dtype=torch.float64).float() if bias else None
+    t = torch.randint(0, V, (N,), generator=gen)
+    kw = dict(label_smoothing=eps, z_loss=lam, chunk_size=(3, vocab_chunk))
+    loss32, lse32 = linear_cross_entropy_forward(x, w, t, linear_bias=b, **kw)
+    loss64, lse64 = linear_cross_entropy_forward(x.double(), w.double(), t,
+                                                 linear_bias=None if b is None else b.double(), **kw)
+    lb32, eb32, _ = _lce_bounds(x, w, b, t, eps, lam, U32, EXP_ERROR32)
+    lb64, eb64, _ = _lce_bounds(x, w, b, t, eps, lam, U64, 2.0**-50)
+    assert ((loss32.double() - loss64).abs() <= lb32 + lb64).all()
+    assert ((lse32.double() - lse64).abs() <= eb32 + eb64).all()
+
+
+def test_linear_cross_entropy_forward_bound_not_vacuous() -> None:
+    """For a moderate problem the bound is a few hundred float32 ulps, not more, and it
+    grows with the logits' magnitude."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 16, generator=gen), torch.randn(64, 16, generator=gen) * 0.5
+    t = torch.randint(0, 64, (4,), generator=gen)
+    loss_b, lse_b, mag = _lce_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    assert (lse_b < 1e-4).all() and (loss_b < 2e-4).all() and (mag > 0).all()
+    big_loss_b, big_lse_b, _ = _lce_bounds(x, w * 300, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    assert (big_lse_b > lse_b).all() and (big_loss_b > loss_b).all()
+    with pytest.raises(ValueError):
+        _lce_bounds(x, w, None, t, 0.0, 0.0, 2.0**-8, 2.0**-8)  # beta >= 1
+    assert chunked_sum_error_factor(10, U32) == pytest.approx(20 * U32, rel=1e-5)
+    total = linear_cross_entropy_reduction_error_bound(loss_b, mag, 6, "mean", U32)
+    assert float(loss_b.mean()) <= total < float(loss_b.mean()) * 1.5
