@@ -116,7 +116,7 @@ def oracle_and_reference(p, dtype, device="cpu"):
                                          vocab_chunk=vocab_chunk, grad_output=go, **kw)
     _, lse = linear_cross_entropy_forward(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk),
                                           **{k: v for k, v in kw.items() if k != "reduction"})
-    leaves = [t.to(device).requires_grad_() for t in (x, w, kw["linear_bias"]) if t is not None]
+    leaves = [t.detach().to(device).requires_grad_() for t in (x, w, kw["linear_bias"]) if t is not None]
     if kw["linear_bias"] is not None:
         kw["linear_bias"] = leaves[2]
     loss = linear_cross_entropy(leaves[0], leaves[1], p["t"].to(device), chunk_size=(token_chunk, vocab_chunk),
