@@ -175,15 +175,8 @@ Proof.
   - assert (IH' : forall q, bucketed_inv st pre q)
       by (intros q'; apply (IH (e :: rest)); rewrite Hevs, <- app_assoc; reflexivity).
     assert (Hafter : forall x, existsb (is_hook x) pre = true ->
-              reads_param x e = false /\ contributes_to x e = false).
-    { intros x Hx; destruct (existsb_hook_split x pre Hx) as (a & b & Hab).
-      assert (E : evs = a ++ Hook x :: (b ++ e :: rest))
-        by (rewrite Hevs, Hab, <- !app_assoc; reflexivity).
-      specialize (Hr _ _ _ E); specialize (Hc _ _ _ E).
-      rewrite existsb_app in Hr, Hc; simpl in Hr, Hc.
-      apply orb_false_elim in Hr as [_ Hr]; apply orb_false_elim in Hc as [_ Hc].
-      apply orb_false_elim in Hr as [Hr _]; apply orb_false_elim in Hc as [Hc _].
-      split; assumption. }
+              reads_param x e = false /\ contributes_to x e = false)
+      by (intros x; apply (after_hook_untouched evs pre e rest x Hc Hr Hevs)).
     specialize (IH' q) as IHq; unfold bucketed_inv in IHq |- *.
     rewrite bucketed_step_app_single, backward_app_single, existsb_app_single.
     set (b := fold_left (bucketed_step choose) pre (st, [])) in *.

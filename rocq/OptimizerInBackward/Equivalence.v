@@ -60,6 +60,23 @@ Proof.
   apply Nat.eqb_eq in Hq; subst r; apply in_split; exact He.
 Qed.
 
+(** An event after a hook of [x] neither reads nor contributes to [x]. *)
+Lemma after_hook_untouched : forall {V G} (evs : list (event V G)) pre e rest x,
+  no_contribution_after_hook evs -> no_read_after_hook evs ->
+  evs = (pre ++ [e]) ++ rest -> existsb (is_hook x) pre = true ->
+  reads_param x e = false /\ contributes_to x e = false.
+Proof.
+  intros V G evs pre e rest x Hc Hr Hevs Hx.
+  destruct (existsb_hook_split x pre Hx) as (a & b & Hab).
+  assert (E : evs = a ++ Hook x :: (b ++ e :: rest))
+    by (rewrite Hevs, Hab, <- !app_assoc; reflexivity).
+  specialize (Hr _ _ _ E); specialize (Hc _ _ _ E).
+  rewrite existsb_app in Hr, Hc; simpl in Hr, Hc.
+  apply orb_false_elim in Hr as [_ Hr]; apply orb_false_elim in Hc as [_ Hc].
+  apply orb_false_elim in Hr as [Hr _]; apply orb_false_elim in Hc as [Hc _].
+  split; assumption.
+Qed.
+
 (** Where an element of a concatenation is. *)
 Lemma app_eq_split : forall {A} (l1 l2 pre post : list A) (x : A),
   l1 ++ l2 = pre ++ x :: post ->
@@ -141,17 +158,9 @@ Proof.
   - unfold fused_inv; simpl; auto.
   - assert (IH' : forall q, fused_inv st pre q)
       by (intros q'; apply (IH (e :: rest)); rewrite Hevs, <- app_assoc; reflexivity).
-    (* after a hook of [x] in [pre], [e] neither reads nor contributes to [x] *)
     assert (Hafter : forall x, existsb (is_hook x) pre = true ->
-              reads_param x e = false /\ contributes_to x e = false).
-    { intros x Hx; destruct (existsb_hook_split x pre Hx) as (a & b & Hab).
-      assert (E : evs = a ++ Hook x :: (b ++ e :: rest))
-        by (rewrite Hevs, Hab, <- !app_assoc; reflexivity).
-      specialize (Hr _ _ _ E); specialize (Hc _ _ _ E).
-      rewrite existsb_app in Hr, Hc; simpl in Hr, Hc.
-      apply orb_false_elim in Hr as [_ Hr]; apply orb_false_elim in Hc as [_ Hc].
-      apply orb_false_elim in Hr as [Hr _]; apply orb_false_elim in Hc as [Hc _].
-      split; assumption. }
+              reads_param x e = false /\ contributes_to x e = false)
+      by (intros x; apply (after_hook_untouched evs pre e rest x Hc Hr Hevs)).
     (* the values read by [e] are the frozen ones *)
     assert (Hreads : forall rs, (forall x, In x rs -> existsb (is_hook x) pre = false) ->
               map (s_param (fused_run gadd update pre st)) rs = map (s_param st) rs).
