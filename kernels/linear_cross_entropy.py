@@ -161,6 +161,13 @@ class LinearCrossEntropyConfig:
     bwd_logits: str = "triton"
     products: int = 3
 
+    def __post_init__(self) -> None:
+        if self.products not in (3, 4):
+            raise ValueError(f"products must be 3 or 4, got {self.products!r}")
+        for name in ("fwd_logits", "bwd_logits"):
+            if getattr(self, name) not in ("triton", "cublas"):
+                raise ValueError(f"{name} must be 'triton' or 'cublas', got {getattr(self, name)!r}")
+
 
 def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntropyConfig:
     """Starting points for the H200 (to be tuned: benchmarks/linear_cross_entropy_tuning.md);
@@ -801,20 +808,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need):
         x, w, b, t = _prepare(input, weight, target, bias)
-        ctx.args = (reduction, opts, config)
         ctx.three = config.products == 3 and reduction != "none" and any(need)
         if ctx.three:
             gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
             ctx.grads = [None if gr.grad_input is None else gr.grad_input.view(input.shape), gr.grad_weight,
                          gr.grad_bias]
             ctx.dtypes = (input.dtype, weight.dtype, None if bias is None else bias.dtype)
-            ctx.grad_input = None
             loss = _reduce(gr.loss, gr.kept, t.numel(), reduction)
         else:
             fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
             loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
             ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
             ctx.grad_input = fw.grad_input
+            ctx.args = (reduction, opts, config)
         return (loss.view(target.shape) if reduction == "none" else loss).to(input.dtype)
 
     @staticmethod

@@ -311,6 +311,8 @@ def test_kernel_rejects_bad_arguments():
         linear_cross_entropy(x, w, t, reduction="avg")
     with pytest.raises(ValueError, match="target"):
         linear_cross_entropy(x, w, t[:3])
+    with pytest.raises(ValueError, match="products must be 3 or 4"):
+        with_chunks(torch.float32, "cpu", products=2)
 
 
 # ---------------------------------------------------------------------------
