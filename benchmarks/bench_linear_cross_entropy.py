@@ -31,6 +31,7 @@ says how to install them on the device); missing ones are reported and skipped.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -242,15 +243,17 @@ def tune_variants(klce, torch):
     """(label, config) pairs: one change at a time from the default (3 products), and
     the 4-product design with its logits from Triton or cuBLAS."""
     base = klce.default_config(torch.bfloat16, torch.device("cuda"))
-    C, R = klce.LinearCrossEntropyConfig, klce.RowConfig
+    replace = dataclasses.replace
     out = [("default", base)]
-    for r in (R(1, 2048, 64, 8), R(1, 8192, 64, 8), R(1, 8192, 64, 16), R(1, 4096, 64, 16), R(2, 4096, 64, 8)):
-        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", C(base.fwd, base.bwd, r)))
-    for frac in (0.09, 0.12):
-        out.append((f"workspace {frac}", C(base.fwd, base.bwd, base.rows, workspace_fraction=frac)))
-    out.append(("products 4", C(base.fwd, base.bwd, base.rows, products=4)))
-    out.append(("products 4, logits cublas", C(base.fwd, base.bwd, base.rows, fwd_logits="cublas",
-                                                bwd_logits="cublas", products=4)))
+    for r in (replace(base.rows, programs_per_sm=k) for k in (1, 2, 4)):
+        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps} {r.programs_per_sm}/sm", replace(base, rows=r)))
+    for r in (klce.RowConfig(1, 2048, 64, 8), klce.RowConfig(1, 2048, 64, 4, 2)):
+        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps} {r.programs_per_sm}/sm", replace(base, rows=r)))
+    out.append(("no grad_input space", replace(base, grad_input_space=False)))
+    for frac in (0.12, 0.145):
+        out.append((f"workspace {frac}", replace(base, workspace_fraction=frac)))
+    out.append(("products 4", replace(base, products=4)))
+    out.append(("products 4, logits cublas", replace(base, fwd_logits="cublas", bwd_logits="cublas", products=4)))
     return out
 
 
@@ -291,11 +294,12 @@ def profile(args, torch, klce, shapes):
             fn = klce.linear_cross_entropy
             run_once(fn, x, w, t)
             torch.cuda.synchronize()
-            with prof(activities=[ProfilerActivity.CUDA]) as p:
+            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
                 run_once(fn, x, w, t)
                 torch.cuda.synchronize()
             print(f"\n### profile {sname} ignored {ignored}\n")
-            print(p.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
+            print(p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70),
+                  flush=True)
             x = w = t = None
             torch.cuda.empty_cache()
 

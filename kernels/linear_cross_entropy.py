@@ -40,13 +40,15 @@ Ignored tokens are removed before any product.  Two schedules
   (``block_step``), stores lse and loss and writes G over the logits in place,
   then grad_input rows = w G W (one product over the whole vocabulary, rounded
   once) and grad_weight += w G^T H (w: the token weight, 1 / kept for "mean").
-  The backward multiplies the gradients by grad_output (exact for 1, the usual
-  ``loss.backward()``).  Each logit is computed once, so grad_weight is summed
+  The backward multiplies the gradients by grad_output (``_scale_kernel``: no
+  sync, and no work for 1, the usual ``loss.backward()``).  Each logit is computed once, so grad_weight is summed
   across token chunks in its own dtype: one rounding per chunk (about
   K / chunk of them; ~30 at N = 16384, V = 128256), each chunk's product
   accumulated in float32.  A float32 accumulator instead would take 2 x the
   bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G and
-  gathered rows, ``workspace_fraction`` of the gradients' bytes.
+  gathered rows, ``workspace_fraction`` of the gradients' bytes; with no token
+  ignored, the first chunks may use the rows of grad_input that later chunks write
+  instead (larger chunks when V is small).
 * **4 products** (reduction "none", whose per-token grad_output must weight G
   before the token sum, and ``products=4``): every gradient is reduced inside one
   product and rounded once, at the price of computing the logits twice.
@@ -122,12 +124,16 @@ class GemmConfig:
 
 @dataclass(frozen=True)
 class RowConfig:
-    """Tile shape of ``_rows_kernel``: rows per program, vocabulary and partial-state columns per step."""
+    """Tile shape of ``_rows_kernel``: rows per block, vocabulary and partial-state
+    columns per step; ``programs_per_sm`` > 0 launches that many programs per
+    multiprocessor, each looping over row blocks (fewer rows in flight, so a row's
+    second sweep finds more of it in L2), 0 one program per row block."""
 
     block_r: int = 4
     block_v: int = 1024
     block_p: int = 64
     num_warps: int = 4
+    programs_per_sm: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,9 @@ class LinearCrossEntropyConfig:
     the backward slab's float32 logits from cuBLAS and G from them by
     ``_rows_kernel`` (slabs a third as wide: logits and G share the budget).  ``products``:
     3 computes every gradient in the forward (``_three_products``; reductions "mean"
-    and "sum"), 4 recomputes the logits in the backward (reduction "none" always)."""
+    and "sum"), 4 recomputes the logits in the backward (reduction "none" always).
+    ``grad_input_space`` (3 products, no token ignored): token chunks may hold their
+    logits in the rows of grad_input not yet written (``_token_chunks``)."""
 
     fwd: GemmConfig
     bwd: GemmConfig
@@ -160,6 +168,7 @@ class LinearCrossEntropyConfig:
     fwd_logits: str = "triton"
     bwd_logits: str = "triton"
     products: int = 3
+    grad_input_space: bool = True
 
     def __post_init__(self) -> None:
         if self.products not in (3, 4):
@@ -335,63 +344,79 @@ def _rows_kernel(
     Backward (HAS_LSE): lse from LSE, token weights RW (times ``g_scale``).
     With GRAD: the token's row of G (``_grad_tile``) from the float32 logits Z, raw
     with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM)."""
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    ok = offs_r < n_rows
-    tok = row0 + offs_r
-    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
-    zrow = offs_r.to(tl.int64)[:, None] * stride_z
-    if HAS_LSE:
-        lse = tl.load(LSE + tok, mask=ok, other=0.0)
-        weight = tl.load(RW + tok * stride_rw, mask=ok, other=0.0) * g_scale
-    else:
-        m = tl.full([BLOCK_R], float("-inf"), tl.float32)
-        l = tl.zeros([BLOCK_R], tl.float32)
-        s = tl.zeros([BLOCK_R], tl.float32)
-        if STREAM:
-            zt = tl.zeros([BLOCK_R], tl.float32)
-            for c0 in range(0, V, BLOCK_V):
-                cols = c0 + tl.arange(0, BLOCK_V)
+    for rb in range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):  # row blocks
+        offs_r = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+        ok = offs_r < n_rows
+        tok = row0 + offs_r
+        tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
+        zrow = offs_r.to(tl.int64)[:, None] * stride_z
+        if HAS_LSE:
+            lse = tl.load(LSE + tok, mask=ok, other=0.0)
+            weight = tl.load(RW + tok * stride_rw, mask=ok, other=0.0) * g_scale
+        else:
+            m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+            l = tl.zeros([BLOCK_R], tl.float32)
+            s = tl.zeros([BLOCK_R], tl.float32)
+            if STREAM:
+                zt = tl.zeros([BLOCK_R], tl.float32)
+                for c0 in range(0, V, BLOCK_V):
+                    cols = c0 + tl.arange(0, BLOCK_V)
+                    col_ok = cols < V
+                    mask = ok[:, None] & col_ok[None, :]
+                    z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32), BIAS + v0,
+                                   cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+                    zm = tl.where(mask, z, float("-inf"))
+                    m_new = tl.maximum(m, tl.max(zm, 1))
+                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
+                    l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
+                    m = m_new
+                    if NEED_SUM:
+                        s += tl.sum(tl.where(mask, z, 0.0), 1)
+                    zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
+            else:
+                prow = offs_r.to(tl.int64)[:, None] * stride_p
+                for p0 in range(0, n_groups, BLOCK_P):
+                    cols = p0 + tl.arange(0, BLOCK_P)
+                    mask = ok[:, None] & (cols[None, :] < n_groups)
+                    pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
+                    pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
+                    m_new = tl.maximum(m, tl.max(pm, 1))
+                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
+                    l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
+                    m = m_new
+                    if NEED_SUM:
+                        s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
+                zt = tl.load(ZT + tok, mask=ok, other=0.0)
+            lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
+            loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
+            tl.store(LOSS + tok, loss, mask=ok)
+            tl.store(LSE + tok, lse, mask=ok)
+            weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
+        if GRAD:  # last block first: the end of the rows just streamed may still be in L2
+            n_v = tl.cdiv(V, BLOCK_V)
+            for i in range(0, n_v):
+                cols = (n_v - 1 - i) * BLOCK_V + tl.arange(0, BLOCK_V)
                 col_ok = cols < V
                 mask = ok[:, None] & col_ok[None, :]
-                z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32), BIAS + v0,
-                               cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
-                zm = tl.where(mask, z, float("-inf"))
-                m_new = tl.maximum(m, tl.max(zm, 1))
-                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
-                l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
-                m = m_new
-                if NEED_SUM:
-                    s += tl.sum(tl.where(mask, z, 0.0), 1)
-                zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
-        else:
-            prow = offs_r.to(tl.int64)[:, None] * stride_p
-            for p0 in range(0, n_groups, BLOCK_P):
-                cols = p0 + tl.arange(0, BLOCK_P)
-                mask = ok[:, None] & (cols[None, :] < n_groups)
-                pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
-                pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
-                m_new = tl.maximum(m, tl.max(pm, 1))
-                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
-                l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
-                m = m_new
-                if NEED_SUM:
-                    s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
-            zt = tl.load(ZT + tok, mask=ok, other=0.0)
-        lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
-        loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
-        tl.store(LOSS + tok, loss, mask=ok)
-        tl.store(LSE + tok, lse, mask=ok)
-        weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
-    if GRAD:
-        for c0 in range(0, V, BLOCK_V):
-            cols = c0 + tl.arange(0, BLOCK_V)
-            col_ok = cols < V
-            mask = ok[:, None] & col_ok[None, :]
-            z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            if STREAM:
-                z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
-            g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
-            tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+                z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                if STREAM:
+                    z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+                g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
+                tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _scale_kernel(X, SCALE, n, BLOCK: tl.constexpr):
+    """X[:n] *= SCALE[0], the product in float32 and rounded once to X's dtype; when the
+    factor is 1 (the usual ``loss.backward()``) nothing is read or written."""
+    scale = tl.load(SCALE).to(tl.float32)
+    if scale != 1.0:
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, n, step):
+            offs = start + tl.arange(0, BLOCK)
+            ok = offs < n
+            x = tl.load(X + offs, mask=ok).to(tl.float32)
+            tl.store(X + offs, (x * scale).to(X.dtype.element_ty), mask=ok)
 
 
 # ---------------------------------------------------------------------------
@@ -481,6 +506,14 @@ def _tiles_per_program(num_m: int, n_tiles: int, sms: int) -> int:
     cost = {t: triton.cdiv(num_m * triton.cdiv(n_tiles, t), sms) * t for t in range(1, n_tiles + 1)}
     best = min(cost.values())
     return max(t for t, c in cost.items() if c <= 1.02 * best)
+
+
+def _launch_rows(n_rows: int, rcfg: RowConfig, device: torch.device, *args, **constexprs) -> None:
+    """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
+    blocks = triton.cdiv(n_rows, rcfg.block_r)
+    programs = blocks if rcfg.programs_per_sm <= 0 else min(blocks, rcfg.programs_per_sm * _num_sms(device))
+    _rows_kernel[(programs,)](*args, **constexprs, BLOCK_R=rcfg.block_r, BLOCK_V=rcfg.block_v,
+                              num_warps=rcfg.num_warps)
 
 
 def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
@@ -579,14 +612,13 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         else:
             _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
                            stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
-        _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
-            pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias, none,
+        _launch_rows(
+            n, rcfg, x.device, pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias, none,
             r0, n, n_groups, v_pad, 0, pm.stride(0), z.stride(0), 0, g_scale,
             **opts.kernel_args(V),
             HAS_LSE=False, GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0,
-            HAS_BIAS=cublas and bias is not None, HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r,
-            BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)), BLOCK_V=rcfg.block_v,
-            num_warps=rcfg.num_warps,
+            HAS_BIAS=cublas and bias is not None, HAS_CAP=opts.softcap is not None,
+            BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)),
         )
         if need_grad_input:
             rows_dx = _mm_f32(g[:n, :V], weight)
@@ -646,13 +678,12 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
             width = v1 - v0
             z, gs = z_flat[:K * width].view(K, width), g_flat[:K * width].view(K, width)
             _mm_into(z, hk, weight[v0:v1].t())
-            _rows_kernel[(triton.cdiv(K, rcfg.block_r),)](
-                none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias, token_weight,
-                0, K, 1, width, v0, 0, width, 0 if token_weight.numel() == 1 else 1, 1.0,
+            _launch_rows(
+                K, rcfg, x.device, none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias,
+                token_weight, 0, K, 1, width, v0, 0, width, 0 if token_weight.numel() == 1 else 1, 1.0,
                 **opts.kernel_args(V),
                 HAS_LSE=True, GRAD=True, STREAM=True, NEED_SUM=False, HAS_BIAS=bias is not None,
-                HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r, BLOCK_P=16, BLOCK_V=rcfg.block_v,
-                num_warps=rcfg.num_warps,
+                HAS_CAP=opts.softcap is not None, BLOCK_P=16,
             )
         else:
             _launch_logits(hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse,
@@ -667,6 +698,36 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
             colsum = gs.sum(0, dtype=torch.float32)
             grad_bias[v0:v1] = colsum / scale if half else colsum
     return grad_weight, grad_bias
+
+
+def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_rows: bool
+                  ) -> list[tuple[int, int, bool]]:
+    """(first kept token, count, inside) of each token chunk of ``_three_products``:
+    ``fixed`` tokens each, or as many as the workspace holds (``limit``), the chunks
+    made even.  With ``in_rows`` (every token kept, grad_input wanted) a chunk may put
+    its logits/G ("inside") in the rows of grad_input that later chunks write, from
+    element ``round_up((first + count) D, 64)`` on: while those rows hold more tokens
+    than the workspace, the chunks go there, as large as they fit."""
+    def fits(r0: int, n: int) -> bool:
+        return in_rows and _round_up((r0 + n) * D, 64) + n * V <= K * D
+
+    plan, r0 = [], 0
+    if fixed is not None:
+        for r0 in range(0, K, fixed):
+            n = min(fixed, K - r0)
+            plan.append((r0, n, fits(r0, n)))
+        return plan
+    while in_rows:
+        n = ((K - r0) * D - 64) // (V + D) // 8 * 8
+        if n <= limit or not fits(r0, n):
+            break
+        plan.append((r0, n, True))
+        r0 += n
+    rest = K - r0
+    if rest > 0:
+        size = min(limit, _round_up(triton.cdiv(rest, triton.cdiv(rest, limit)), 8))
+        plan += [(r, min(size, K - r), False) for r in range(r0, K, size)]
+    return plan
 
 
 def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
@@ -720,30 +781,33 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     if K == 0:
         return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
     itemsize = x.element_size()
-    if config.token_chunk is not None:
-        chunk = min(config.token_chunk, K)
-    else:
-        grads = (N * D * need_input + V * D * need_weight) * itemsize
-        budget = max(int(config.workspace_fraction * grads), 16 << 20)
-        chunk = min(_round_down(budget // ((V + 2 * D) * itemsize), 64), K)
+    gathered = kept is not None  # a chunk's rows of x gathered, and its grad_input rows before the scatter
+    grads = (N * D * need_input + V * D * need_weight) * itemsize
+    budget = max(int(config.workspace_fraction * grads), 16 << 20)
+    limit = _round_down(budget // ((V + 2 * D * gathered) * itemsize), 8)
+    in_rows = need_input and not gathered and config.grad_input_space
+    plan = _token_chunks(K, D, V, limit, config.token_chunk, in_rows)
     rcfg = config.rows
-    z = torch.empty(chunk, V, dtype=x.dtype, device=x.device)  # a chunk's logits, then G over them
+    workspace = max((n for _, n, inside in plan if not inside), default=0)
+    z = torch.empty(workspace, V, dtype=x.dtype, device=x.device)  # a chunk's logits, then G over them
     none = torch.empty(1, **f32)
     # float16 G is stored times a power of two (_FP16_HEADROOM), undone by the products' alpha
     g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
     alpha = (1.0 / K if reduction == "mean" else 1.0) / g_scale
-    for r0 in range(0, K, chunk):
-        n = min(chunk, K - r0)
+    for r0, n, inside in plan:
         x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
-        g = z[:n]
+        if inside:
+            start = _round_up((r0 + n) * D, 64)
+            g = grad_input.view(-1)[start:start + n * V].view(n, V)
+        else:
+            g = z[:n]
         _mm_into(g, x_chunk, weight.t())
-        _rows_kernel[(triton.cdiv(n, rcfg.block_r),)](
-            none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
+        _launch_rows(
+            n, rcfg, x.device, none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
             r0, n, 1, V, 0, 0, V, 0, g_scale,
             **opts.kernel_args(V),
             HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
-            HAS_CAP=opts.softcap is not None, BLOCK_R=rcfg.block_r, BLOCK_P=16, BLOCK_V=rcfg.block_v,
-            num_warps=rcfg.num_warps,
+            HAS_CAP=opts.softcap is not None, BLOCK_P=16,
         )
         if need_input:
             if kept is None:
@@ -862,17 +926,21 @@ def _raise_second_backward():
                        "graph)")
 
 
+_SCALE_BLOCK = 4096
+
+
 def _scaled_gradients(ctx, grad_output: torch.Tensor) -> list[Optional[torch.Tensor]]:
-    """The forward's gradients (for grad_output 1) times grad_output, in place, in the
-    dtypes of input, weight and bias; handed over once.  Multiplying by 1, the usual
-    ``loss.backward()``, is exact."""
+    """The forward's gradients (for grad_output 1) times grad_output, in place
+    (``_scale_kernel``: skipped when grad_output is 1), in the dtypes of input, weight
+    and bias; handed over once."""
     grads, ctx.grads = ctx.grads, None
     if grads is None:
         _raise_second_backward()
-    scale = grad_output.reshape(())
+    scale = grad_output.reshape(1).contiguous()
     for g in grads:
-        if g is not None:  # foreach: a vectorised kernel that reads the factor on the device (no sync)
-            torch._foreach_mul_([g], scale.to(g.dtype))
+        if g is not None and g.numel() > 0:  # the factor is read on the device: no sync
+            blocks = min(triton.cdiv(g.numel(), _SCALE_BLOCK), 4 * _num_sms(g.device))
+            _scale_kernel[(blocks,)](g, scale, g.numel(), BLOCK=_SCALE_BLOCK, num_warps=8)
     return [None if g is None else g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
 
 

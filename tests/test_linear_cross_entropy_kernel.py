@@ -19,7 +19,9 @@ its two products, and the results are rounded once).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import itertools
 import math
 import os
 
@@ -199,6 +201,73 @@ def test_large_logits_and_all_options():
         cfg = with_chunks(torch.float32, "cpu", 7, 32, 1, *paths)
         compare(run(linear_cross_entropy, p, torch.float32, config=cfg), want, torch.float32,
                 tol={torch.float32: 1e-4})
+
+
+@settings(max_examples=200)
+@given(st.integers(1, 5000), st.integers(1, 64), st.integers(1, 3000), st.integers(1, 600),
+       st.one_of(st.none(), st.integers(1, 700)), st.booleans())
+def test_token_chunks_plan(K, D, V, limit, fixed, in_rows):
+    """The chunks cover the kept tokens in order; a chunk in the workspace fits it; a
+    chunk inside grad_input lies in rows that neither it nor an earlier chunk has
+    written, and (automatic sizes) holds more tokens than the workspace would."""
+    limit = limit // 8 * 8 or 8
+    plan = klce._token_chunks(K, D, V, limit, fixed, in_rows)
+    assert [r0 for r0, _, _ in plan] == list(itertools.accumulate([n for _, n, _ in plan][:-1], initial=0))
+    assert sum(n for _, n, _ in plan) == K and all(n >= 1 for _, n, _ in plan)
+    for r0, n, inside in plan:
+        if fixed is not None:
+            assert n == min(fixed, K - r0)
+        if inside:
+            start = klce._round_up((r0 + n) * D, 64)
+            assert in_rows and start >= (r0 + n) * D and start + n * V <= K * D
+            assert fixed is not None or n > limit
+        elif fixed is None:
+            assert n <= limit
+
+
+def test_token_chunks_v32k():
+    """At N = 16384, D = 4096, V = 32000 with 864 tokens of workspace, the first seven
+    chunks (1856 tokens down to 904) lie in grad_input, the other nine in the workspace."""
+    plan = klce._token_chunks(16384, 4096, 32000, 864, None, True)
+    assert [n for _, n, inside in plan if inside] == [1856, 1648, 1456, 1296, 1144, 1016, 904]
+    assert len(plan) == 16 and all(n <= 864 for _, n, inside in plan if not inside)
+
+
+@cpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunks_inside_grad_input(dtype):
+    """Chunks whose logits lie in grad_input's unwritten rows give bit for bit the
+    result of chunks in the workspace (the same products, other memory)."""
+    p = make_problem(12, shape=(24,), D=16, V=30, reduction="mean", bias=True, eps=0.1, ignored=0.0)
+    assert [inside for _, _, inside in klce._token_chunks(24, 16, 30, 8, 5, True)] == [True] * 2 + [False] * 3
+    cfg = with_chunks(dtype, "cpu", 5)
+    got = run(linear_cross_entropy, p, dtype, config=cfg)
+    apart = run(linear_cross_entropy, p, dtype, config=dataclasses.replace(cfg, grad_input_space=False))
+    assert all(torch.equal(a, b) for a, b in zip(got, apart))
+    compare(got, reference(p, dtype), dtype)
+
+
+@cpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grad_output_scaling(dtype):
+    """The backward multiplies the forward's gradients by grad_output once, in float32,
+    rounded once to their dtype (bit for bit in float32; in bfloat16 within one unit in
+    the last place: the interpreter truncates where the GPU rounds to nearest);
+    grad_output 1 leaves them as they are."""
+    p = make_problem(13, shape=(17,), D=16, V=30, reduction="sum", bias=True, ignored=0.2)
+    leaves = [p[k].to(dtype).requires_grad_() for k in ("x", "w", "b")]
+    grads = {}
+    for go in (1.0, 0.3, 0.0):
+        loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2], reduction="sum")
+        grads[go] = (loss.detach(), *torch.autograd.grad(loss, leaves, torch.tensor(go, dtype=loss.dtype)))
+    factor = torch.tensor(0.3, dtype=dtype).item()
+    for g1, g03, g0 in zip(grads[1.0][1:], grads[0.3][1:], grads[0.0][1:]):
+        want = g1.float() * factor
+        ulp = 0.0 if dtype == torch.float32 else 2.0**-7
+        assert ((g03.float() - want).abs() <= ulp * want.abs()).all() and not torch.equal(g03, g1)
+        assert (g0 == 0).all()
+    want = reference(p, dtype)
+    compare(grads[1.0], [want[0], *[g / 1.7 for g in want[1:]]], dtype)
 
 
 @cpu
