@@ -245,10 +245,8 @@ def tune_variants(klce, torch):
     base = klce.default_config(torch.bfloat16, torch.device("cuda"))
     replace = dataclasses.replace
     out = [("default", base)]
-    for r in (replace(base.rows, programs_per_sm=k) for k in (1, 2, 4)):
-        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps} {r.programs_per_sm}/sm", replace(base, rows=r)))
-    for r in (klce.RowConfig(1, 2048, 64, 8), klce.RowConfig(1, 2048, 64, 4, 2)):
-        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps} {r.programs_per_sm}/sm", replace(base, rows=r)))
+    for r in (klce.RowConfig(1, 2048, 64, 8), klce.RowConfig(1, 8192, 64, 8), klce.RowConfig(2, 4096, 64, 8)):
+        out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", replace(base, rows=r)))
     out.append(("no grad_input space", replace(base, grad_input_space=False)))
     for frac in (0.12, 0.145):
         out.append((f"workspace {frac}", replace(base, workspace_fraction=frac)))

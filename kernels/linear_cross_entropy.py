@@ -124,16 +124,12 @@ class GemmConfig:
 
 @dataclass(frozen=True)
 class RowConfig:
-    """Tile shape of ``_rows_kernel``: rows per block, vocabulary and partial-state
-    columns per step; ``programs_per_sm`` > 0 launches that many programs per
-    multiprocessor, each looping over row blocks (fewer rows in flight, so a row's
-    second sweep finds more of it in L2), 0 one program per row block."""
+    """Tile shape of ``_rows_kernel``: rows per program, vocabulary and partial-state columns per step."""
 
     block_r: int = 4
     block_v: int = 1024
     block_p: int = 64
     num_warps: int = 4
-    programs_per_sm: int = 0
 
 
 @dataclass(frozen=True)
@@ -344,65 +340,64 @@ def _rows_kernel(
     Backward (HAS_LSE): lse from LSE, token weights RW (times ``g_scale``).
     With GRAD: the token's row of G (``_grad_tile``) from the float32 logits Z, raw
     with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM)."""
-    for rb in range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):  # row blocks
-        offs_r = rb * BLOCK_R + tl.arange(0, BLOCK_R)
-        ok = offs_r < n_rows
-        tok = row0 + offs_r
-        tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
-        zrow = offs_r.to(tl.int64)[:, None] * stride_z
-        if HAS_LSE:
-            lse = tl.load(LSE + tok, mask=ok, other=0.0)
-            weight = tl.load(RW + tok * stride_rw, mask=ok, other=0.0) * g_scale
-        else:
-            m = tl.full([BLOCK_R], float("-inf"), tl.float32)
-            l = tl.zeros([BLOCK_R], tl.float32)
-            s = tl.zeros([BLOCK_R], tl.float32)
-            if STREAM:
-                zt = tl.zeros([BLOCK_R], tl.float32)
-                for c0 in range(0, V, BLOCK_V):
-                    cols = c0 + tl.arange(0, BLOCK_V)
-                    col_ok = cols < V
-                    mask = ok[:, None] & col_ok[None, :]
-                    z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32), BIAS + v0,
-                                   cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
-                    zm = tl.where(mask, z, float("-inf"))
-                    m_new = tl.maximum(m, tl.max(zm, 1))
-                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
-                    l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
-                    m = m_new
-                    if NEED_SUM:
-                        s += tl.sum(tl.where(mask, z, 0.0), 1)
-                    zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
-            else:
-                prow = offs_r.to(tl.int64)[:, None] * stride_p
-                for p0 in range(0, n_groups, BLOCK_P):
-                    cols = p0 + tl.arange(0, BLOCK_P)
-                    mask = ok[:, None] & (cols[None, :] < n_groups)
-                    pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
-                    pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
-                    m_new = tl.maximum(m, tl.max(pm, 1))
-                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
-                    l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
-                    m = m_new
-                    if NEED_SUM:
-                        s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
-                zt = tl.load(ZT + tok, mask=ok, other=0.0)
-            lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
-            loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
-            tl.store(LOSS + tok, loss, mask=ok)
-            tl.store(LSE + tok, lse, mask=ok)
-            weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
-        if GRAD:  # last block first: the end of the rows just streamed may still be in L2
-            n_v = tl.cdiv(V, BLOCK_V)
-            for i in range(0, n_v):
-                cols = (n_v - 1 - i) * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ok = offs_r < n_rows
+    tok = row0 + offs_r
+    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
+    zrow = offs_r.to(tl.int64)[:, None] * stride_z
+    if HAS_LSE:
+        lse = tl.load(LSE + tok, mask=ok, other=0.0)
+        weight = tl.load(RW + tok * stride_rw, mask=ok, other=0.0) * g_scale
+    else:
+        m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_R], tl.float32)
+        s = tl.zeros([BLOCK_R], tl.float32)
+        if STREAM:
+            zt = tl.zeros([BLOCK_R], tl.float32)
+            for c0 in range(0, V, BLOCK_V):
+                cols = c0 + tl.arange(0, BLOCK_V)
                 col_ok = cols < V
                 mask = ok[:, None] & col_ok[None, :]
-                z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                if STREAM:
-                    z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
-                g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
-                tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+                z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32), BIAS + v0,
+                               cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+                zm = tl.where(mask, z, float("-inf"))
+                m_new = tl.maximum(m, tl.max(zm, 1))
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
+                l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(zm - m_ref[:, None]), 1)
+                m = m_new
+                if NEED_SUM:
+                    s += tl.sum(tl.where(mask, z, 0.0), 1)
+                zt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
+        else:
+            prow = offs_r.to(tl.int64)[:, None] * stride_p
+            for p0 in range(0, n_groups, BLOCK_P):
+                cols = p0 + tl.arange(0, BLOCK_P)
+                mask = ok[:, None] & (cols[None, :] < n_groups)
+                pm = tl.load(PM + prow + cols[None, :], mask=mask, other=float("-inf"))
+                pl = tl.load(PL + prow + cols[None, :], mask=mask, other=0.0)
+                m_new = tl.maximum(m, tl.max(pm, 1))
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing merged
+                l = l * tl.exp(m - m_ref) + tl.sum(pl * tl.exp(pm - m_ref[:, None]), 1)
+                m = m_new
+                if NEED_SUM:
+                    s += tl.sum(tl.load(PS + prow + cols[None, :], mask=mask, other=0.0), 1)
+            zt = tl.load(ZT + tok, mask=ok, other=0.0)
+        lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
+        loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
+        tl.store(LOSS + tok, loss, mask=ok)
+        tl.store(LSE + tok, lse, mask=ok)
+        weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
+    if GRAD:  # last block first: the end of the rows just streamed may still be in L2
+        n_v = tl.cdiv(V, BLOCK_V)
+        for i in range(0, n_v):
+            cols = (n_v - 1 - i) * BLOCK_V + tl.arange(0, BLOCK_V)
+            col_ok = cols < V
+            mask = ok[:, None] & col_ok[None, :]
+            z = tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if STREAM:
+                z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+            g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
+            tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -508,12 +503,10 @@ def _tiles_per_program(num_m: int, n_tiles: int, sms: int) -> int:
     return max(t for t, c in cost.items() if c <= 1.02 * best)
 
 
-def _launch_rows(n_rows: int, rcfg: RowConfig, device: torch.device, *args, **constexprs) -> None:
+def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
     """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
-    blocks = triton.cdiv(n_rows, rcfg.block_r)
-    programs = blocks if rcfg.programs_per_sm <= 0 else min(blocks, rcfg.programs_per_sm * _num_sms(device))
-    _rows_kernel[(programs,)](*args, **constexprs, BLOCK_R=rcfg.block_r, BLOCK_V=rcfg.block_v,
-                              num_warps=rcfg.num_warps)
+    _rows_kernel[(triton.cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
+                                                       BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps)
 
 
 def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
@@ -613,7 +606,7 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
             _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
                            stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
         _launch_rows(
-            n, rcfg, x.device, pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias, none,
+            n, rcfg, pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias, none,
             r0, n, n_groups, v_pad, 0, pm.stride(0), z.stride(0), 0, g_scale,
             **opts.kernel_args(V),
             HAS_LSE=False, GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0,
@@ -679,7 +672,7 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
             z, gs = z_flat[:K * width].view(K, width), g_flat[:K * width].view(K, width)
             _mm_into(z, hk, weight[v0:v1].t())
             _launch_rows(
-                K, rcfg, x.device, none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias,
+                K, rcfg, none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias,
                 token_weight, 0, K, 1, width, v0, 0, width, 0 if token_weight.numel() == 1 else 1, 1.0,
                 **opts.kernel_args(V),
                 HAS_LSE=True, GRAD=True, STREAM=True, NEED_SUM=False, HAS_BIAS=bias is not None,
@@ -803,7 +796,7 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             g = z[:n]
         _mm_into(g, x_chunk, weight.t())
         _launch_rows(
-            n, rcfg, x.device, none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
+            n, rcfg, none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
             r0, n, 1, V, 0, 0, V, 0, g_scale,
             **opts.kernel_args(V),
             HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
@@ -816,10 +809,12 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                 rows_dx = torch.empty(n, D, dtype=x.dtype, device=x.device)
                 _addmm_into(rows_dx, g, weight, alpha, 0.0)
                 grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx)
+                del rows_dx  # freed before the next chunk's are made (the bound counts one chunk's)
         if need_weight:
             _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0 if r0 > 0 else 0.0)
         if need_bias:
             grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
+        del x_chunk
     return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
 
 
