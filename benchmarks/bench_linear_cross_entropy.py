@@ -283,23 +283,44 @@ def triton_bench(fn, reps):
     return triton.testing.do_bench(fn, warmup=200, rep=200 * reps, return_mode="median")
 
 
-def profile(args, torch, klce, shapes):
+def profile(args, torch, F, klce, shapes):
+    """CUDA time per kernel of one forward+backward of each of ``--impls`` (default ojas),
+    and the GPU's idle time between its first and last kernel (the largest gaps named)."""
     from torch.profiler import ProfilerActivity, profile as prof
 
+    impls = make_impls(torch, F, klce, True)
     for sname, (N, D, V) in shapes.items():
         for ignored in args.ignored:
             x, w, t = make_inputs(torch, N, D, V, ignored, "cuda", args.logit_std)
-            fn = klce.linear_cross_entropy
-            run_once(fn, x, w, t)
-            torch.cuda.synchronize()
-            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            for name in args.impls.split(",") if args.impls else ["ojas"]:
+                fn = impls[name][0]
                 run_once(fn, x, w, t)
                 torch.cuda.synchronize()
-            print(f"\n### profile {sname} ignored {ignored}\n")
-            print(p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70),
-                  flush=True)
+                with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+                    run_once(fn, x, w, t)
+                    torch.cuda.synchronize()
+                print(f"\n### profile {name} {sname} ignored {ignored}\n")
+                print(p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70),
+                      flush=True)
+                print(gaps(torch, p.events()), flush=True)
             x = w = t = None
             torch.cuda.empty_cache()
+
+
+def gaps(torch, events) -> str:
+    """Busy and idle time of the GPU from its first kernel to its last, and the three largest gaps."""
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    busy, idle, end, holes, last = 0.0, 0.0, kernels[0][0], [], ""
+    for start, stop, name in kernels:
+        if start > end:
+            idle += start - end
+            holes.append((start - end, last, name))
+        busy += max(0.0, stop - max(start, end))
+        if stop > end:
+            end, last = stop, name
+    top = ", ".join(f"{g:.0f} us after {a[:40]} before {b[:40]}" for g, a, b in sorted(holes, reverse=True)[:3])
+    return f"GPU span {(end - kernels[0][0]) / 1e3:.2f} ms: busy {busy / 1e3:.2f} ms, idle {idle / 1e3:.2f} ms ({top})"
 
 
 def screen(klce):
@@ -368,7 +389,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
     parser.add_argument("--tune", action="store_true", help="ojas kernel variants, one change at a time")
-    parser.add_argument("--profile", action="store_true", help="CUDA time per kernel of one ojas forward+backward")
+    parser.add_argument("--profile", action="store_true",
+                        help="CUDA time per kernel of one forward+backward (--impls, default ojas), idle gaps")
     parser.add_argument("--screen", action="store_true", help="sm_90a registers/spills of kernel variants, no GPU")
     parser.add_argument("--shapes", default=None, help=f"comma-separated of {sorted(SHAPES)} (default all)")
     parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
@@ -406,7 +428,7 @@ def main() -> None:
     if args.tune:
         tune(args, torch, klce, shapes)
     elif args.profile:
-        profile(args, torch, klce, shapes)
+        profile(args, torch, F, klce, shapes)
     else:
         bench(args, torch, F, klce, cuda, shapes, "cuda" if cuda else "cpu")
 
