@@ -245,7 +245,8 @@ def tune_variants(klce, torch):
     base = klce.default_config(torch.bfloat16, torch.device("cuda"))
     replace = dataclasses.replace
     out = [("default", base)]
-    for r in (klce.RowConfig(1, 2048, 64, 8), klce.RowConfig(1, 8192, 64, 8), klce.RowConfig(2, 4096, 64, 8)):
+    R = klce.RowConfig
+    for r in (R(1, 2048, 64, 8), R(1, 8192, 64, 16), R(1, 16384, 64, 16), R(1, 16384, 64, 32), R(1, 32768, 64, 32)):
         out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", replace(base, rows=r)))
     out.append(("no grad_input space", replace(base, grad_input_space=False)))
     for frac in (0.12, 0.145):
