@@ -249,7 +249,7 @@ def tune_variants(klce, torch):
     for r in (R(1, 2048, 64, 8), R(1, 8192, 64, 16), R(1, 16384, 64, 16), R(1, 16384, 64, 32), R(1, 32768, 64, 32)):
         out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", replace(base, rows=r)))
     out.append(("no grad_input space", replace(base, grad_input_space=False)))
-    for frac in (0.12, 0.145):
+    for frac in (0.12, 0.148):
         out.append((f"workspace {frac}", replace(base, workspace_fraction=frac)))
     out.append(("products 4", replace(base, products=4)))
     out.append(("products 4, logits cublas", replace(base, fwd_logits="cublas", bwd_logits="cublas", products=4)))

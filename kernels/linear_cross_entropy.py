@@ -763,23 +763,32 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     N, D = x.shape
     V = weight.shape[0]
     need_input, need_weight, need_bias = need
-    kept, K, tgt = _kept_tokens(target, ignore_index)
+    mask = target != ignore_index
+    count = mask.sum()  # read after the host work below, which so overlaps the device's queue
     f32 = dict(dtype=torch.float32, device=x.device)
-    loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
-    new_input = torch.empty if kept is None and K > 0 else torch.zeros  # ignored rows are zeros
-    grad_input = new_input(N, D, dtype=x.dtype, device=x.device) if need_input else None
-    # the first chunk writes grad_weight (beta 0), later ones add to it
-    grad_weight = (torch.empty_like if K > 0 else torch.zeros_like)(weight) if need_weight else None
+    grad_input = torch.empty(N, D, dtype=x.dtype, device=x.device) if need_input else None
+    grad_weight = torch.empty_like(weight) if need_weight else None  # the first chunk writes it (beta 0)
     grad_bias = torch.zeros(V, **f32) if need_bias else None
-    if K == 0:
-        return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
     itemsize = x.element_size()
-    gathered = kept is not None  # a chunk's rows of x gathered, and its grad_input rows before the scatter
     grads = (N * D * need_input + V * D * need_weight) * itemsize
     budget = max(int(config.workspace_fraction * grads), 16 << 20)
-    limit = _round_down(budget // ((V + 2 * D * gathered) * itemsize), 8)
-    in_rows = need_input and not gathered and config.grad_input_space
-    plan = _token_chunks(K, D, V, limit, config.token_chunk, in_rows)
+    in_rows = need_input and config.grad_input_space
+    plan = _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
+    K = int(count)  # host sync: the kept tokens (Ojas.CrossEntropy.Reduction.ce_drop_ignored)
+    kept, tgt = None, target
+    loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
+    if K == 0:
+        for g in (grad_input, grad_weight):
+            if g is not None:
+                g.zero_()
+        return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
+    if K < N:  # a chunk's rows of x gathered, and its grad_input rows before the scatter
+        kept = mask.nonzero().squeeze(1)
+        tgt = target.index_select(0, kept)
+        limit = _round_down(budget // ((V + 2 * D) * itemsize), 8)
+        plan = _token_chunks(K, D, V, limit, config.token_chunk, False)
+        if grad_input is not None:
+            grad_input.zero_()  # the ignored rows
     rcfg = config.rows
     workspace = max((n for _, n, inside in plan if not inside), default=0)
     z = torch.empty(workspace, V, dtype=x.dtype, device=x.device)  # a chunk's logits, then G over them
