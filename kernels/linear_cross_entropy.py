@@ -41,10 +41,10 @@ Ignored tokens are removed before any product.  Two schedules
   then grad_input rows = w G W (one product over the whole vocabulary, rounded
   once) and grad_weight += w G^T H (w: the token weight, 1 / kept for "mean").
   The backward multiplies the gradients by grad_output (``_scale_kernel``: no
-  sync, and no work for 1, the usual ``loss.backward()``).  Each logit is computed once, so grad_weight is summed
-  across token chunks in its own dtype: one rounding per chunk (about
-  K / chunk of them; ~30 at N = 16384, V = 128256), each chunk's product
-  accumulated in float32.  A float32 accumulator instead would take 2 x the
+  sync, and no work for 1, the usual ``loss.backward()``).  Each logit is
+  computed once, so grad_weight is summed across token chunks in its own dtype:
+  one rounding per chunk (about K / chunk of them; 26 at N = 16384,
+  V = 128256), each chunk's product accumulated in float32.  A float32 accumulator instead would take 2 x the
   bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G and
   gathered rows, ``workspace_fraction`` of the gradients' bytes; with no token
   ignored, the first chunks may use the rows of grad_input that later chunks write
