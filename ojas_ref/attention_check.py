@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ojas_ref.attention import attention, attention_forward
 from ojas_ref.error_bounds import (
+    EXP_ERROR,
     UNIT_ROUNDOFF,
     dot_product_error_bound,
     online_softmax_error_bound,
@@ -142,14 +143,6 @@ def assert_normwise_close(actual: Tensor, expected: Tensor, rtol: float, what: s
     assert err <= rtol * ref, f"{what}: max error {err:.3g} > {rtol:.1g} * {ref:.3g}"
 
 
-# Relative error of a computed exp against exp of its (computed) argument. torch's CPU
-# float32 exp is SLEEF's expf_u10 (vectorised) or the C library's expf, both within 1 ulp,
-# i.e. relative error <= 2^-23 (measured on this machine: <= 0.57 ulp over 8e6 arguments
-# in [-87, 0]); we take 4 ulp = 2^-21 as margin. The oracle's exp is OCaml's
-# Float.exp = glibc's double exp (< 1 ulp); margin 4 ulp = 2^-50.
-EXP_ERROR = {torch.float32: 2.0**-21, F64: 2.0**-50}
-
-
 def score_magnitude(case: Case) -> tuple[float, Tensor]:
     """The scale and A_i = max_j sum_c |q_ic k_jc| for every query row, [B, Hq, Sq]."""
     q, k = case.query.to(F64), case.key.to(F64)
@@ -178,7 +171,7 @@ def forward_tolerance(case: Case, oracle_out: Tensor, *, score_roundings: int = 
     * the streamed recurrence on those scores: <= V_c * ``online_softmax_error_bound``(Sk,
       u, u_exp) (Ojas.Attention.StreamError, ``stream_row_error_bound``; masked keys
       are keys of weight 0, so n = Sk), u = 2^-24 for the float32 computation, u_exp =
-      ``EXP_ERROR`` (see there). The theorem is about left-to-right sums; torch sums a
+      ``error_bounds.EXP_ERROR`` (see there). The theorem is about left-to-right sums; torch sums a
       tile in another order (and fuses multiply-adds), which gives no term more roundings
       than the proof counts. The model has no underflow: the float32 weights that
       underflow (exp(s - m) < 2^-126) err by at most 2^-149 each, with Z >= 1 a change

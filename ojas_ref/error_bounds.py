@@ -17,6 +17,7 @@ import math
 import torch
 
 __all__ = [
+    "EXP_ERROR",
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
     "chunked_sum_error_factor",
@@ -33,6 +34,14 @@ UNIT_ROUNDOFF: dict[torch.dtype, float] = {
     torch.bfloat16: 2.0**-8,
     torch.float16: 2.0**-11,
 }
+
+# Relative error of a computed exp against exp of its (computed) argument: an assumption
+# about the libraries, not a theorem. torch's CPU float32 exp is SLEEF's expf_u10
+# (vectorised) or the C library's expf, both within 1 ulp, i.e. relative error <= 2^-23
+# (measured on this machine: <= 0.57 ulp over 8e6 arguments in [-87, 0]); we take
+# 4 ulp = 2^-21 as margin. The oracle's exp is OCaml's Float.exp = glibc's double exp
+# (< 1 ulp); margin 4 ulp = 2^-50.
+EXP_ERROR: dict[torch.dtype, float] = {torch.float32: 2.0**-21, torch.float64: 2.0**-50}
 
 _ROUND_UP = 1.0 + 2.0**-40
 

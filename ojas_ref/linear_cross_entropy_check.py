@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from ojas_ref.attention_check import EXP_ERROR
 from ojas_ref.error_bounds import (
+    EXP_ERROR,
     UNIT_ROUNDOFF,
     linear_cross_entropy_reduction_error_bound,
     linear_cross_entropy_token_error_bound,
@@ -58,7 +58,7 @@ def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tenso
 
 def _log_error(dtype: torch.dtype, V: int) -> float:
     """Assumed absolute error of the computed ln on the lse sum l in [1 - beta, V (1 + beta)]:
-    ``EXP_ERROR`` (the assumed relative error of exp and ln, see attention_check) times
+    ``EXP_ERROR`` (the assumed relative error of exp and ln, see error_bounds) times
     max |ln l| <= 1 + ln V. An assumption, like ``EXP_ERROR``."""
     return EXP_ERROR[dtype] * (1.0 + math.log(V))
 
