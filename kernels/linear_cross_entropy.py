@@ -547,13 +547,16 @@ class _Forward:
     grad_input: Optional[torch.Tensor]  # [N, D] in the input dtype, token weights applied, or None
 
 
-def _kept_tokens(target: torch.Tensor, ignore_index: int) -> tuple[Optional[torch.Tensor], int, torch.Tensor]:
-    """The kept tokens (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``): their indices
-    (None when all are kept), their count K (a host sync) and their targets."""
-    kept = (target != ignore_index).nonzero().squeeze(1)
-    K = kept.numel()
+def _kept_tokens(target: torch.Tensor, mask: torch.Tensor, count: torch.Tensor
+                 ) -> tuple[Optional[torch.Tensor], int, torch.Tensor]:
+    """The kept tokens (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) from ``mask`` =
+    (target != ignore_index) and ``count`` = its sum, launched by the caller before any
+    host work that does not need them: their indices (None when all are kept), their
+    count K (read here: the host sync) and their targets."""
+    K = int(count)
     if K == target.numel():
         return None, K, target
+    kept = mask.nonzero().squeeze(1)
     return kept, K, target.index_select(0, kept)
 
 
@@ -563,7 +566,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     """Losses and lse of the kept tokens, and grad_input when asked (module docstring)."""
     N, D = x.shape
     V = weight.shape[0]
-    kept, K, tgt = _kept_tokens(target, ignore_index)
+    mask = target != ignore_index
+    kept, K, tgt = _kept_tokens(target, mask, mask.sum())
     f32 = dict(dtype=torch.float32, device=x.device)
     loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
     grad_input = None
@@ -774,17 +778,14 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     budget = max(int(config.workspace_fraction * grads), 16 << 20)
     in_rows = need_input and config.grad_input_space
     plan = _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
-    K = int(count)  # host sync: the kept tokens (Ojas.CrossEntropy.Reduction.ce_drop_ignored)
-    kept, tgt = None, target
+    kept, K, tgt = _kept_tokens(target, mask, count)
     loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
     if K == 0:
         for g in (grad_input, grad_weight):
             if g is not None:
                 g.zero_()
         return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
-    if K < N:  # a chunk's rows of x gathered, and its grad_input rows before the scatter
-        kept = mask.nonzero().squeeze(1)
-        tgt = target.index_select(0, kept)
+    if kept is not None:  # a chunk's rows of x gathered, and its grad_input rows before the scatter
         limit = _round_down(budget // ((V + 2 * D) * itemsize), 8)
         plan = _token_chunks(K, D, V, limit, config.token_chunk, False)
         if grad_input is not None:
