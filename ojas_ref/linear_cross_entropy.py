@@ -246,10 +246,13 @@ def _vocab_step(st: _TokState, z: Tensor, target: Tensor, v0: int, need_sum: boo
 
 def _token_loss(V: int, eps: float, lam: float, st: _TokState) -> tuple[Tensor, Tensor]:
     """``token_loss``: lse = m + ln l (``finalize``) and
-    (1 - eps) (lse - z_t) + eps (lse - z_sum / V) + lam lse^2."""
+    (1 - eps) (lse - z_t) + eps (lse - z_sum / V) + lam lse^2. The z-loss term is left
+    out when lam = 0 (it is 0 then), not computed as 0 * lse^2: lse^2 overflows to inf
+    for |lse| above about 1.8e19 in float32 (finite logits), and 0 * inf is NaN."""
     m, l, z_t, z_sum = st
     lse = m + torch.log(l)
-    return (1.0 - eps) * (lse - z_t) + eps * (lse - z_sum / V) + lam * (lse * lse), lse
+    loss = (1.0 - eps) * (lse - z_t) + eps * (lse - z_sum / V)
+    return (loss + lam * (lse * lse) if lam != 0.0 else loss), lse
 
 
 def _dlogit(z: Tensor, lse: Tensor, target: Tensor, v0: int, V: int, eps: float, lam: float) -> Tensor:

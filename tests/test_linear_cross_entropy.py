@@ -261,6 +261,32 @@ def test_large_logits_do_not_overflow():
     assert_close(loss, F.cross_entropy(x @ w.T, t, reduction="none"), 1e-6, 1e-6, "loss")
 
 
+def huge_logits_problem():
+    """Logits +-1e20, finite in float32, whose lse^2 (1e40) is not: float32 x, w, targets."""
+    x = torch.tensor([[1e10], [-1e10]])
+    w = torch.tensor([[1e10], [-1e10], [0.0]])
+    return x, w, torch.tensor([1, 2])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_huge_logits_without_z_loss_are_finite(reduction):
+    """Issue 13 item 3: with z_loss = 0 the z-loss term is not computed as 0 * lse^2
+    (inf times 0, NaN): losses of 1e20 scale, and gradients, as torch's. Every value
+    here is a sum of one or two float32 products of powers of ten and an exp that is
+    exactly 0 or 1, so torch's and ours agree to a float32 rounding (rtol 1e-6)."""
+    x, w, t = huge_logits_problem()
+    x.requires_grad_()
+    w.requires_grad_()
+    ours = linear_cross_entropy(x, w, t, reduction=reduction, chunk_size=(1, 2))
+    theirs = F.cross_entropy(F.linear(x, w), t, reduction=reduction)
+    assert torch.isfinite(ours).all() and theirs.abs().max() >= 1e20
+    assert_close(ours, theirs, 1e-6, 0.0, "loss")
+    go = torch.ones_like(ours)
+    for name, a, e in zip(("grad_input", "grad_weight"), torch.autograd.grad(ours, (x, w), go),
+                          torch.autograd.grad(theirs, (x, w), go)):
+        assert_close(a, e, 1e-6, 0.0, name)
+
+
 # --------------------------------------------------------------------------
 # Errors name the argument
 # --------------------------------------------------------------------------
