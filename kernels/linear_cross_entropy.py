@@ -848,7 +848,7 @@ def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias
 
 def _prepare(input, weight, target, bias):
     """2-D input with unit inner stride, contiguous weight/bias, flat target."""
-    x = input.reshape(-1, input.shape[-1])
+    x = input.flatten(0, -2)
     if x.stride(-1) != 1:
         x = x.contiguous()
     return x, weight.contiguous(), None if bias is None else bias.contiguous(), target.reshape(-1)

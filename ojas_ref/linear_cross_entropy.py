@@ -361,7 +361,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, input, weight, bias, target, reduction, ignore_index, eps, lam, softcap, token_chunk,
                 vocab_chunk):
         dtype = _compute_dtype(input.dtype)
-        flat_input = input.reshape(-1, input.shape[-1])
+        flat_input = input.flatten(0, -2)
         flat_target = target.reshape(-1)
         kept = _kept_rows(flat_target, ignore_index)
         x = flat_input.index_select(0, kept).to(dtype)
@@ -386,7 +386,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         else:
             scale = _mean_scale(K) if reduction == "mean" else 1.0
             g = (grad_output.to(dtype) * scale).expand(K)
-        flat_input = input.reshape(-1, input.shape[-1])
+        flat_input = input.flatten(0, -2)
         x = flat_input.index_select(0, kept).to(dtype)
         need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
         grad_x, grad_w, grad_b = _backward_kept(x, weight, bias, tgt, lse, g, eps, lam, softcap, token_chunk,
@@ -505,7 +505,7 @@ def linear_cross_entropy_forward(
     flat_target = target.reshape(-1)
     kept = _kept_rows(flat_target, ignore_index)
     with torch.no_grad():
-        x = input.reshape(-1, input.shape[-1]).index_select(0, kept).to(dtype)
+        x = input.flatten(0, -2).index_select(0, kept).to(dtype)
         loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, flat_target.index_select(0, kept).long(),
                                             eps, lam, softcap, token_chunk, vocab_chunk)
         loss = x.new_zeros(flat_target.shape[0]).index_copy(0, kept, loss_kept)

@@ -227,6 +227,28 @@ def test_empty_batch():
         assert gx.shape == x.shape and (gw == 0).all()
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_hidden_size_zero(reduction, bias):
+    """Issue 13 item 5: D = 0 (input [B, S, 0], linear_weight [V, 0]) is torch's
+    F.cross_entropy(F.linear(x, w, b), t): the logits are the bias (zeros without one,
+    so each loss is ln V), grad_input and grad_weight are empty. float64, the same
+    operations on the same numbers up to the order of V-term sums: 1e-12."""
+    x = torch.randn(2, 3, 0, dtype=F64, requires_grad=True)
+    w = torch.randn(5, 0, dtype=F64, requires_grad=True)
+    b = torch.randn(5, dtype=F64, requires_grad=True) if bias else None
+    t = torch.tensor([[0, 1, -100], [4, 2, 3]])
+    leaves = (x, w) + ((b,) if bias else ())
+    ours = linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction)
+    theirs = F.cross_entropy(F.linear(x, w, b).transpose(1, 2), t, reduction=reduction)
+    if reduction == "none" and not bias:
+        assert_close(ours[t != -100], torch.full((5,), math.log(5.0), dtype=F64), 1e-12, 0.0, "ln V")
+    assert_close(ours, theirs, 1e-12, 1e-12, "loss")
+    go = torch.ones_like(ours)
+    for a, e in zip(torch.autograd.grad(ours, leaves, go), torch.autograd.grad(theirs, leaves, go)):
+        assert_close(a, e, 1e-12, 1e-12, "gradient")
+
+
 def test_chunking_does_not_change_the_result():
     """Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk: any chunk sizes give the same lse
     and loss (here up to float64 rounding)."""

@@ -296,6 +296,31 @@ def test_second_backward_through_retained_graph_raises(products):
         loss.backward()
 
 
+def check_hidden_size_zero(device):
+    """D = 0: the logits are the bias, each loss is F.cross_entropy's of them (ln V
+    without a bias), grad_input and grad_weight are empty, grad_bias the softmax less the
+    one-hot, for both schedules. float32: a softmax over V = 5 entries and a sum of 5
+    tokens, a few roundings (1e-6)."""
+    x = torch.randn(2, 3, 0, device=device, requires_grad=True)
+    w = torch.randn(5, 0, device=device, requires_grad=True)
+    b = torch.randn(5, device=device, requires_grad=True)
+    t = torch.tensor([[0, 1, -100], [4, 2, 3]], device=device)
+    for reduction, products in itertools.product(("none", "mean", "sum"), (3, 4)):
+        cfg = with_chunks(torch.float32, device, products=products)
+        loss = linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, config=cfg)
+        want = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b).transpose(1, 2), t,
+                                                 reduction=reduction)
+        go = torch.ones_like(loss)
+        for a, e in zip([loss, *torch.autograd.grad(loss, (x, w, b), go)],
+                        [want, *torch.autograd.grad(want, (x, w, b), go)]):
+            assert a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6), (reduction, products, a, e)
+
+
+@cpu
+def test_hidden_size_zero():
+    check_hidden_size_zero("cpu")
+
+
 @cpu
 def test_strided_input():
     """A [B, S, D] input viewed through a transpose, and rows with a stride above D."""
@@ -448,3 +473,10 @@ def test_dispatch_gpu(monkeypatch):
     got = run(ref_module.linear_cross_entropy, p, torch.bfloat16, "cuda")
     assert calls == [1]
     compare(got, reference(p, torch.bfloat16, "cuda"), torch.bfloat16, tol=GPU_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_hidden_size_zero_gpu():
+    """D = 0 on the device: the kernels get empty x and W (null pointers) and no K loop."""
+    check_hidden_size_zero("cuda")
