@@ -890,7 +890,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
             ctx.grad_input = fw.grad_input
             ctx.args = (reduction, opts, config)
-        return (loss.view(target.shape) if reduction == "none" else loss).to(input.dtype)
+        return loss.view(target.shape) if reduction == "none" else loss
 
     @staticmethod
     @once_differentiable
@@ -968,8 +968,9 @@ def linear_cross_entropy(
 ) -> torch.Tensor:
     """Differentiable linear cross-entropy; arguments and result as
     ``ojas_ref.linear_cross_entropy.linear_cross_entropy`` (which checks them and
-    dispatches here with ``impl="triton"``); float16, bfloat16 or float32.  Targets
-    must be in [0, V) or ``ignore_index``: not checked here (the check costs a sync).
+    dispatches here with ``impl="triton"``); float16, bfloat16 or float32, the loss
+    float32 whatever the input dtype.  Targets must be in [0, V) or ``ignore_index``:
+    not checked here (the check costs a sync).
 
     Forward: ``ce_forward`` / ``ce_output`` (Definitions.v), the lse by merged
     vocabulary-chunk states (``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``), the

@@ -370,9 +370,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(input, weight, bias, kept, tgt, lse)
         ctx.config = (reduction, eps, lam, softcap, token_chunk, vocab_chunk)
         loss = x.new_zeros(flat_target.shape[0]).index_copy(0, kept, loss_kept)
-        if reduction == "none":
-            return loss.view(target.shape).to(input.dtype)
-        return _reduce(loss, kept.shape[0], reduction).to(input.dtype)
+        return loss.view(target.shape) if reduction == "none" else _reduce(loss, kept.shape[0], reduction)
 
     @staticmethod
     @once_differentiable
@@ -456,7 +454,9 @@ def linear_cross_entropy(
     ``_LinearCrossEntropy``); the gradient of linear_weight is a [V, D] tensor either
     way. Computation is in float32 (float64 for float64 inputs): bf16/fp16 operands
     are upcast block by block, gradients are accumulated in float32 and returned in
-    the input dtype, and the loss has the input dtype. Double backward is not supported.
+    the dtype of each tensor, and the loss is returned in float32 (float64 for float64
+    inputs), as Hugging Face's loss (logits upcast to float32) and Liger return it.
+    Double backward is not supported.
 
     ``impl``: "reference" runs the chunked PyTorch computation above; "triton" runs
     ``ojas_kernels.linear_cross_entropy.linear_cross_entropy`` (CUDA tensors, or CPU
