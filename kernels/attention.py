@@ -33,7 +33,14 @@ Layout: query ``[B, Hq, Sq, E]``, key ``[B, Hkv, Sk, E]``, value
 ``[B, Hkv, Sk, Ev]`` with ``Hkv`` dividing ``Hq`` (query head ``h`` reads key
 head ``h // (Hq // Hkv)``).  Visibility of key ``j`` for query ``i``: causal
 ``j <= i`` (top-left, as ``scaled_dot_product_attention``), window ``w``
-``|i - j| < w``, both when both are given.
+``|i - j| < w``, a boolean ``attn_mask`` broadcast to ``[B, Hq, Sq, Sk]``: the
+conjunction of those given (``visibility``, Mask.v ``visibility_true_iff``).  An
+additive ``attn_mask`` is added to the scores (no theorem covers its values; see
+``flash_attention``).  Key tiles are skipped by causal/window only, and with a
+mask every remaining tile runs the masked loop, the mask read on visible entries.
+
+float32 dots follow torch's float32 matmul precision: TF32 unless it is
+"highest" (see ``_dot_precision``).
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ __all__ = ["KernelConfig", "AttentionConfig", "default_config", "flash_attention
 
 _LOG2E = 1.4426950408889634
 _MAX_HEAD_DIM = 256
+# Lowest additive-mask value kept apart from the others: times log2(e) it is -2^127,
+# finite in float32 with room for the score it is added to.
+_MASK_FLOOR = tl.constexpr(-(2.0**127) / _LOG2E)
 # Triton's CPU interpreter multiplies bfloat16 tiles as their raw uint16 bits;
 # there the operands of every dot go through float32 (exact for 16-bit inputs).
 _UPCAST_DOTS = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"))
@@ -63,7 +73,7 @@ class KernelConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
-    split: bool = True  # run the tiles that need no mask through a loop without masking
+    split: bool = True  # run the tiles that need no mask through a loop without masking (not with attn_mask)
 
 
 @dataclass(frozen=True)
@@ -77,13 +87,19 @@ class AttentionConfig:
 
 def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, is_causal: bool = False) -> AttentionConfig:
     """Launch parameters per head-dim block, dtype and mask, picked with ptxas's
-    register report and timings on an H200 (benchmarks/attention_tuning.md);
-    small tiles for the CPU interpreter."""
+    register report and timings on an H200 (benchmarks/attention_tuning.md), except
+    float32 under TF32 (untuned); small tiles for the CPU interpreter.  With an
+    ``attn_mask`` the same tiles run, every one through the masked loop (untuned)."""
     K = KernelConfig
     if device.type != "cuda":
         return AttentionConfig(K(16, 16), K(16, 16), K(16, 16))
     block_e = _block_dim(head_dim)
-    if dtype == torch.float32:  # ieee float32 dots run on the FMA units: small tiles
+    if dtype == torch.float32:
+        # TF32 dots (see _dot_precision) run on the tensor cores: tiles as the 16-bit
+        # ones', with fewer stages and more warps for twice the bytes per element;
+        # picked by that count, not tuned.  IEEE dots run on the FMA units: small tiles.
+        if _dot_precision(dtype) == "tf32" and block_e <= 128:
+            return AttentionConfig(K(64, 64, 4, 2), K(32, 64, 8, 2), K(64, 64, 8, 2))
         if block_e <= 64:
             return AttentionConfig(K(32, 32, 4, 2), K(16, 32, 4, 2), K(32, 16, 4, 2))
         return AttentionConfig(K(32, 32, 8, 1), K(16, 32, 8, 1), K(32, 16, 8, 1))
@@ -146,6 +162,26 @@ def _visible(i, j, seq_q, seq_k, window, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl
 
 
 @triton.jit
+def _apply_mask(s2, vis, i, j, mask_base, stride_mm, stride_mn, MASK_BOOL: tl.constexpr):
+    """``attn_mask`` on a tile of base-2 scores ``s2`` whose entry ``(i, j)`` is
+    visible where ``vis``: a boolean mask is one more conjunct of ``vis``
+    (``visibility`` of OnlineSoftmax.v); an additive mask is added (times
+    log2(e)) and its ``-inf`` entries leave ``vis``.  Only visible entries are
+    read, so keys hidden by causal/window cost no mask traffic.  Returns
+    ``(s2, vis)``."""
+    m = tl.load(mask_base + i.to(tl.int64) * stride_mm + j.to(tl.int64) * stride_mn, mask=vis, other=0)
+    if MASK_BOOL:
+        vis = vis & (m != 0)
+    else:
+        m = m.to(tl.float32)
+        vis = vis & (m != float("-inf"))
+        # Floored so that m * log2(e) stays finite: torch.finfo(bfloat16/float32).min
+        # (Hugging Face's "masked" value) then acts as in the reference, not as -inf.
+        s2 = s2 + tl.maximum(m, _MASK_FLOOR) * 1.4426950408889634
+    return s2, vis
+
+
+@triton.jit
 def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr):
     """Key tiles of the query tile ``[start_m, start_m + BLOCK_M)``.
@@ -154,7 +190,8 @@ def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl
     ``[b, hi)`` need the mask, tiles in ``[a, b)`` are visible for every row
     and in bounds.  Keys outside ``[lo, hi)`` are masked for every row of
     the tile and are dropped (Mask.v, ``stream_row_masked_keys``).  With
-    ``SPLIT`` off every tile goes through the masked loop (``a = b = hi``)."""
+    ``SPLIT`` off (always with ``attn_mask``) every tile goes through the masked
+    loop (``a = b = hi``)."""
     last_m = tl.minimum(start_m + BLOCK_M, seq_q) - 1
     lo = start_m * 0
     hi = seq_k + start_m * 0
@@ -213,11 +250,12 @@ def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: 
 
 
 @triton.jit
-def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-              seq_q, seq_k, window, qk_scale,
+def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm, stride_mn, start_n,
+              offs_m, seq_q, seq_k, window, qk_scale,
               HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
+              HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+              POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
     """``block_step`` of OnlineSoftmax.v on one key tile, for BLOCK_M rows."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
@@ -227,7 +265,10 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, o
     s = _dot(q, kt, None, DOT_PREC)
     if MASKED:
         vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
-        s = tl.where(vis, s * qk_scale, float("-inf"))
+        s = s * qk_scale
+        if HAS_MASK:
+            s, vis = _apply_mask(s, vis, offs_m[:, None], offs_n[None, :], mask_base, stride_mm, stride_mn, MASK_BOOL)
+        s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # No visible key yet: the state stays "None" (m = -inf, l = 0, acc = 0).
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -249,13 +290,15 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, o
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, O, LSE,
+def _fwd_kernel(Q, K, V, M, O, LSE,
                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
+                stride_ob, stride_oh, stride_om,
                 num_heads, group, seq_q, seq_k, window, qk_scale,
                 HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                HAS_WINDOW: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
+                HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+                POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
     ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l)."""
     # Last query tiles first: under a causal mask they have the most keys.
@@ -267,6 +310,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
     h = h.to(tl.int64)
     k_base = K + b * stride_kb + hk * stride_kh
     v_base = V + b * stride_vb + hk * stride_vh
+    mask_base = M + b * stride_mb + h * stride_mh
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -277,18 +321,21 @@ def _fwd_kernel(Q, K, V, O, LSE,
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
     lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
-        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-                                  seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
-                                  BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, POS_SCALE, DOT_PREC)
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
+                                  stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
+                                  HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW,
+                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC)
     for start_n in range(a, b_end, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-                                  seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
-                                  BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, POS_SCALE, DOT_PREC)
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
+                                  stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
+                                  HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW,
+                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC)
     for start_n in range(b_end, hi, BLOCK_N):
-        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-                                  seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
-                                  BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, POS_SCALE, DOT_PREC)
+        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
+                                  stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
+                                  HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW,
+                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC)
     # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -305,11 +352,11 @@ def _fwd_kernel(Q, K, V, O, LSE,
 
 
 @triton.jit
-def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom, start_m, offs_n,
-               seq_q, seq_k, window, qk_scale,
+def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, stride_qm, stride_dom,
+               stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k, window, qk_scale,
                HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+               HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr):
     """One query tile's share of dK_j and dV_j (Backward.v), transposed: rows are keys."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
@@ -325,11 +372,15 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, s
         lse2 = tl.load(lse_base + offs_m) * 1.4426950408889634
         delta = tl.load(delta_base + offs_m)
     # P^T = exp(s - lse), recomputed (row_probs).
-    st = _dot(k, qt, None, DOT_PREC)
-    pt = tl.exp2(st * qk_scale - lse2[None, :])
+    st = _dot(k, qt, None, DOT_PREC) * qk_scale
     if MASKED:
         vis = _visible(offs_m[None, :], offs_n[:, None], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
-        pt = tl.where(vis, pt, 0.0)
+        if HAS_MASK:
+            st, vis = _apply_mask(st, vis, offs_m[None, :], offs_n[:, None], mask_base, stride_mm, stride_mn,
+                                  MASK_BOOL)
+        pt = tl.where(vis, tl.exp2(st - lse2[None, :]), 0.0)
+    else:
+        pt = tl.exp2(st - lse2[None, :])
     dv = _dot(pt.to(do.dtype), do, dv, DOT_PREC)
     # dS^T = P^T * (dP^T - D) (row_dscores).
     dpt = _dot(v, tl.trans(do), None, DOT_PREC)
@@ -339,14 +390,16 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, s
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
+def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV,
                      stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                     stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                     stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
+                     stride_dob, stride_doh, stride_dom,
                      stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
                      num_kv_heads, group, seq_q, seq_k, window, qk_scale, scale,
                      HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                     HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
+                     HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+                     DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group and over the query
     tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``)."""
@@ -369,20 +422,24 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
         h = (hk * group + g).to(tl.int64)
         q_base = Q + b * stride_qb + h * stride_qh
         do_base = DO + b * stride_dob + h * stride_doh
+        mask_base = M + b * stride_mb + h * stride_mh
         row_base = (b * num_kv_heads * group + h) * seq_q
         for start_m in range(lo, a, BLOCK_M):
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, stride_qm,
-                                stride_dom, start_m, offs_n, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
-                                BLOCK_E, BLOCK_EV, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
+                                stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
+                                window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, True,
+                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
         for start_m in range(a, b_end, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, stride_qm,
-                                stride_dom, start_m, offs_n, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
-                                BLOCK_E, BLOCK_EV, BLOCK_M, False, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
+                                stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
+                                window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, False,
+                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
         for start_m in range(b_end, hi, BLOCK_M):
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, stride_qm,
-                                stride_dom, start_m, offs_n, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
-                                BLOCK_E, BLOCK_EV, BLOCK_M, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
+                                stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
+                                window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, True,
+                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
     dk = dk * scale
     tl.store(DK + b * stride_dkb + hk.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkn + offs_e[None, :],
              dk.to(DK.dtype.element_ty), mask=n_ok & (offs_e[None, :] < HEAD_E))
@@ -391,11 +448,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
 
 
 @triton.jit
-def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-             seq_q, seq_k, window, qk_scale,
+def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm, stride_mn,
+             start_n, offs_m, seq_q, seq_k, window, qk_scale,
              HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr):
+             HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr):
     """One key tile's share of dQ_i (Backward.v)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
@@ -404,11 +461,14 @@ def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start
                   offs_n[None, :] < seq_k, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
     vt = _load_2d(v_base + offs_n[None, :] * stride_vn + offs_ev[:, None],
                   offs_n[None, :] < seq_k, offs_ev[:, None] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
-    s = _dot(q, kt, None, DOT_PREC)
-    p = tl.exp2(s * qk_scale - lse2[:, None])
+    s = _dot(q, kt, None, DOT_PREC) * qk_scale
     if MASKED:
         vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
-        p = tl.where(vis, p, 0.0)
+        if HAS_MASK:
+            s, vis = _apply_mask(s, vis, offs_m[:, None], offs_n[None, :], mask_base, stride_mm, stride_mn, MASK_BOOL)
+        p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
+    else:
+        p = tl.exp2(s - lse2[:, None])
     dp = _dot(do, vt, None, DOT_PREC)
     ds = p * (dp - delta[:, None])
     dq = _dot(ds.to(kt.dtype), tl.trans(kt), dq, DOT_PREC)
@@ -416,14 +476,16 @@ def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, LSE, O, DELTA, DQ,
+def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ,
                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                   stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                   stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
+                   stride_dob, stride_doh, stride_dom,
                    stride_ob, stride_oh, stride_om, stride_dqb, stride_dqh, stride_dqm,
                    num_heads, group, seq_q, seq_k, window, qk_scale, scale,
                    HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
+                   HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
+                   DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head,
     accumulated over key tiles (BackwardCorrect.v, ``attention_backward_dQ_key_tiles``).
     It first computes ``D_i = dO_i . o_i`` (``row_dscores``; ``backward_D_identity``)
@@ -436,6 +498,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, O, DELTA, DQ,
     h = h.to(tl.int64)
     k_base = K + b * stride_kb + hk * stride_kh
     v_base = V + b * stride_vb + hk * stride_vh
+    mask_base = M + b * stride_mb + h * stride_mh
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -453,18 +516,18 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, O, DELTA, DQ,
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
     lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
-        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-                      seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
-                      BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
+                      stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
+                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
     for start_n in range(a, b_end, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-                      seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
-                      BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
+                      stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
+                      BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
     for start_n in range(b_end, hi, BLOCK_N):
-        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, start_n, offs_m,
-                      seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV,
-                      BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, DOT_PREC)
+        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
+                      stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
+                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
     dq = dq * scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_e[None, :],
              dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E))
@@ -479,7 +542,8 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None) -> None:
+def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None,
+           attn_mask: torch.Tensor | None) -> None:
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError("flash_attention expects [B, H, S, E] query, key and value")
     dtypes = (torch.float16, torch.bfloat16, torch.float32)
@@ -499,15 +563,59 @@ def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: 
         raise ValueError(f"head dim {max(e, value.shape[3])} is above the kernel's limit of {_MAX_HEAD_DIM}")
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1 (keys with |i - j| < window take part), got {window}")
+    if attn_mask is not None:
+        _check_mask(attn_mask, query, key)
+
+
+def _full_mask_shape(query: torch.Tensor, key: torch.Tensor) -> tuple[int, int, int, int]:
+    return (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+
+
+def _check_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> None:
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+        raise ValueError(f"attn_mask must have dtype torch.bool or the query's dtype {query.dtype}, "
+                         f"got {attn_mask.dtype}")
+    if attn_mask.device != query.device:
+        raise ValueError(f"attn_mask is on {attn_mask.device} but query is on {query.device}")
+    full = _full_mask_shape(query, key)
+    shape = tuple(attn_mask.shape)
+    padded = (1,) * (4 - len(shape)) + shape
+    if len(shape) > 4 or any(m != 1 and m != f for m, f in zip(padded, full)):
+        raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
+
+
+def _mask_args(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor):
+    """The kernels' mask pointer, its ``[B, Hq, Sq, Sk]`` strides (0 along broadcast
+    dimensions: the mask is never expanded in memory) and flags.  Without a mask the
+    query stands in for the pointer, which the kernels then never read."""
+    if attn_mask is None:
+        return query, (0, 0, 0, 0), dict(HAS_MASK=False, MASK_BOOL=False)
+    mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
+    mask = mask.expand(_full_mask_shape(query, key))
+    is_bool = mask.dtype == torch.bool
+    if is_bool:
+        mask = mask.view(torch.uint8)
+    return mask, mask.stride(), dict(HAS_MASK=True, MASK_BOOL=is_bool)
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
+    """float32 dots as torch's float32 matmuls: "tf32" when TF32 is allowed
+    (``torch.set_float32_matmul_precision`` other than "highest", or
+    ``torch.backends.cuda.matmul.allow_tf32``, or the newer
+    ``torch.backends[.cuda.matmul].fp32_precision = "tf32"``: all read back through
+    ``torch.backends.cuda.matmul.fp32_precision``, which, unlike
+    ``torch.get_float32_matmul_precision``, does not raise once the newer API is used),
+    "ieee" otherwise.  16-bit operands ignore the setting."""
+    if dtype != torch.float32:
+        return "tf32"
+    return "tf32" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "ieee"
 
 
-def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: float,
-             window: int | None, config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(query, key, value, window)
+def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+             is_causal: bool, scale: float, window: int | None,
+             config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
@@ -520,16 +628,18 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cau
         lse.fill_(float("-inf"))
         return out, lse
     cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
+    mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
     grid = (triton.cdiv(seq_q, cfg.block_m), batch * heads)
     _fwd_kernel[grid](
-        query, key, value, out, lse,
+        query, key, value, mask, out, lse,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
-        value.stride(0), value.stride(1), value.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        value.stride(0), value.stride(1), value.stride(2), *mask_strides,
+        out.stride(0), out.stride(1), out.stride(2),
         heads, heads // kv_heads, seq_q, seq_k, _window_arg(window, seq_q, seq_k), scale * _LOG2E,
         HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None,
-        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype), SPLIT=cfg.split,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype), SPLIT=cfg.split and attn_mask is None,
+        **mask_flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse
 
@@ -540,7 +650,8 @@ def _window_arg(window: int | None, seq_q: int, seq_k: int) -> int:
 
 
 def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float, window: int | None,
+              attn_mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
+              window: int | None,
               config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_out = _last_dim_contiguous(grad_out)
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
@@ -554,26 +665,28 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     cfg = config or default_config(max(e, ev), query.dtype, query.device, is_causal)
     common = dict(HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev))
     delta = torch.empty_like(lse)
-    flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype))
+    mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
+    flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype),
+                 **mask_flags)
     w = _window_arg(window, seq_q, seq_k)
     qk_scale = scale * _LOG2E
     qkv_do_strides = (query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
-                      value.stride(0), value.stride(1), value.stride(2),
+                      value.stride(0), value.stride(1), value.stride(2), *mask_strides,
                       grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
     qc = cfg.bwd_q
     _bwd_dq_kernel[(triton.cdiv(seq_q, qc.block_m), batch * heads)](
-        query, key, value, grad_out, lse, out, delta, dq, *qkv_do_strides,
+        query, key, value, mask, grad_out, lse, out, delta, dq, *qkv_do_strides,
         out.stride(0), out.stride(1), out.stride(2), dq.stride(0), dq.stride(1), dq.stride(2),
         heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
-        BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, SPLIT=qc.split, **common, **flags,
+        BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, SPLIT=qc.split and attn_mask is None, **common, **flags,
         num_warps=qc.num_warps, num_stages=qc.num_stages,
     )
     kv = cfg.bwd_kv
     _bwd_dkdv_kernel[(triton.cdiv(seq_k, kv.block_n), batch * kv_heads)](
-        query, key, value, grad_out, lse, delta, dk, dv, *qkv_do_strides,
+        query, key, value, mask, grad_out, lse, delta, dk, dv, *qkv_do_strides,
         dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
         kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
-        BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, SPLIT=kv.split, **common, **flags,
+        BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, SPLIT=kv.split and attn_mask is None, **common, **flags,
         num_warps=kv.num_warps, num_stages=kv.num_stages,
     )
     return dq, dk, dv
@@ -581,36 +694,38 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, is_causal, scale, window, config):
-        out, lse = _forward(query, key, value, is_causal, scale, window, config)
-        ctx.save_for_backward(query, key, value, out, lse)
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config):
+        out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config)
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
         ctx.args = (is_causal, scale, window, config)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        query, key, value, out, lse = ctx.saved_tensors
+        query, key, value, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, window, config = ctx.args
-        dq, dk, dv = _backward(grad_out, query, key, value, out, lse, is_causal, scale, window, config)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
-                            scale: float, window: int | None,
-                            config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                            scale: float, window: int | None, config: AttentionConfig | None = None, *,
+                            attn_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward pass: ``(out, lse)``, lse float32 ``[B, Hq, Sq]`` (``-inf`` for a
     fully masked row, whose output is zeros).
 
     Implements ``attention_forward`` (rocq/Attention/OnlineSoftmax.v), equal to
     the two-pass softmax by Ojas.Attention.StreamCorrect.attention_forward_correct,
     with masked key tiles dropped by Ojas.Attention.Mask.stream_row_masked_keys and
-    the lse of Ojas.Attention.Lse.stream_lse."""
-    return _forward(query, key, value, is_causal, scale, window, config)
+    the lse of Ojas.Attention.Lse.stream_lse.  ``attn_mask``: see :func:`flash_attention`."""
+    _check(query, key, value, window, attn_mask)
+    return _forward(query, key, value, attn_mask, is_causal, scale, window, config)
 
 
 def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
                     scale: float | None = None, window: int | None = None,
-                    config: AttentionConfig | None = None) -> torch.Tensor:
+                    config: AttentionConfig | None = None, *,
+                    attn_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
 
     Forward: ``attention_forward`` (OnlineSoftmax.v;
@@ -619,7 +734,31 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     Backward: ``attention_backward`` (Backward.v;
     Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive, ``_dK_``, ``_dV_``
     and Ojas.Attention.BackwardCorrect.attention_backward_forward_eq), P recomputed
-    from the saved lse (Ojas.Attention.Lse.row_probs_stream_row)."""
+    from the saved lse (Ojas.Attention.Lse.row_probs_stream_row).
+
+    ``attn_mask`` (optional), broadcastable to ``[B, Hq, Sq, Sk]`` and read with
+    stride 0 along its broadcast dimensions: bool (True = takes part) is one more
+    conjunct of ``visibility`` (Ojas.Attention.Mask.visibility_true_iff), so
+    masked keys are dropped keys (``stream_row_masked_keys``) and a row with none
+    left gives zeros, lse -inf and zero gradients (``stream_row_fully_masked``).
+    A mask of the query's dtype is added to the scores before the softmax; its
+    -inf entries are masked keys as above.  No theorem covers the added values:
+    the Coq scores are ``scale * (q . k)`` and its masks boolean (the streaming
+    theorems hold for any scores, but the spec never forms ``s + mask``).  Values
+    below -2^127 / log2(e) (about -1.2e38, e.g. ``torch.finfo(dtype).min``) are
+    raised to it, so that they stay finite in the kernels' base-2 scores: outputs
+    and gradients then match the reference, but the lse of a row made of such
+    values alone does not.  The kernel computes no gradient for the mask: one
+    requiring grad is refused (``ojas_ref.attention(impl="reference")`` has it).
+
+    float32 inputs: the dots run TF32 or IEEE float32 as torch's float32 matmuls
+    (``torch.backends.cuda.matmul.fp32_precision``, set by
+    ``torch.set_float32_matmul_precision`` and ``allow_tf32``): "ieee" only when
+    TF32 is off (precision "highest", the default)."""
+    _check(query, key, value, window, attn_mask)
+    if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
+        raise ValueError("attn_mask requires grad, but the kernel computes no gradient for the mask; "
+                         "detach it, or use ojas_ref.attention(..., impl='reference') for d(attn_mask)")
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    return _FlashAttention.apply(query, key, value, is_causal, float(scale), window, config)
+    return _FlashAttention.apply(query, key, value, attn_mask, is_causal, float(scale), window, config)
