@@ -7,6 +7,9 @@
   blocks: activations reconstructed in backward (rocq/Reversible/).
 * :class:`InBackwardOptimizer`: each parameter updated in its post-accumulate-grad hook,
   no persistent gradients (rocq/OptimizerInBackward/).
+* :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing
+  model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
+* :class:`MultiheadAttention`, :class:`LinearCrossEntropyLoss`: ``torch.nn`` modules on them.
 
 Each function lives in the module of the same name (``ojas_ref/attention.py``, ...);
 the package attribute is the function, so reach a module's internals with
@@ -15,8 +18,11 @@ the package attribute is the function, so reach a module's internals with
 
 from ojas_ref.attention import attention
 from ojas_ref.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.modules import LinearCrossEntropyLoss, MultiheadAttention
+from ojas_ref.optimize import optimize_model, revert_model
 from ojas_ref.optimizer_in_backward import InBackwardOptimizer
 from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
 
-__all__ = ["attention", "linear_cross_entropy", "AdditiveCoupling", "InBackwardOptimizer", "ReversibleSequence",
+__all__ = ["attention", "linear_cross_entropy", "optimize_model", "revert_model", "AdditiveCoupling",
+           "InBackwardOptimizer", "LinearCrossEntropyLoss", "MultiheadAttention", "ReversibleSequence",
            "SymplecticCoupling"]

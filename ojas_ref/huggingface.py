@@ -1,0 +1,280 @@
+"""Hugging Face adapters of :func:`ojas_ref.optimize_model`, through the library's public extension points.
+
+* Attention: :func:`ojas_attention_forward` is registered as ``"ojas"`` in
+  ``transformers.AttentionInterface``, with Hugging Face's own ``sdpa_mask`` registered
+  under the same name in ``AttentionMaskInterface`` (without it the model builds no mask
+  and left padding is silently ignored); the model is switched with
+  ``set_attn_implementation("ojas")``.
+* Loss: :class:`CausalLMLossHead` hooks the causal LM (forward pre- and post-hooks) and
+  its ``lm_head`` (a forward pre-hook) and sets the model's ``loss_function``. In
+  training mode with ``labels``, the head receives an empty sequence (so the model's
+  forward allocates no ``[tokens, vocabulary]`` logits), the loss is
+  :func:`ojas_ref.linear_cross_entropy` of the hidden states and the head's weight with
+  Hugging Face's semantics (labels shifted left, ``ignore_index``, mean over the kept
+  tokens or sum over ``num_items_in_batch``), and the output's ``logits`` is None, as
+  in Liger-Kernel. Otherwise the model runs unchanged.
+
+No modeling code is copied: the models' own forward passes run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ojas_ref.attention import attention
+from ojas_ref.linear_cross_entropy import linear_cross_entropy
+
+__all__ = ["ATTENTION_NAME", "CausalLMLossHead", "FamilySupport", "family_support", "ojas_attention_forward",
+           "register"]
+
+#: The name under which the attention function and its mask are registered.
+ATTENTION_NAME = "ojas"
+
+#: Model types tested in tests/test_optimize_huggingface.py (config.model_type).
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt2")
+
+
+def register() -> None:
+    """Register ``"ojas"`` in Hugging Face's attention-function and mask registries (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, ojas_attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+# --------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------
+
+# (id(mask), window) -> (weak reference to mask, its version, within): whether a bool mask
+# lies inside the causal pattern (and the window). Hugging Face builds one mask per layer
+# type per forward and hands the same tensor to every layer, so the check runs once per
+# forward and mask, not once per layer.
+_MASK_STRUCTURE: dict[tuple[int, Optional[int]], tuple[weakref.ref, int, bool]] = {}
+_MASK_CACHE_SIZE = 8
+
+
+def _within_causal(mask: Tensor, window: Optional[int]) -> bool:
+    """Whether every key the bool mask keeps has j <= i (and i - j < window): then the mask
+    AND the causal (and window) pattern is the mask itself, and passing ``is_causal`` lets
+    the kernel skip the tiles above the diagonal (Ojas.Attention.Mask.stream_row_masked_keys)."""
+    cached = _MASK_STRUCTURE.get((id(mask), window))
+    if cached is not None and cached[0]() is mask and cached[1] == mask._version:
+        return cached[2]
+    sq, sk = mask.shape[-2], mask.shape[-1]
+    i = torch.arange(sq, device=mask.device).unsqueeze(1)
+    j = torch.arange(sk, device=mask.device).unsqueeze(0)
+    allowed = j <= i
+    if window is not None:
+        allowed = allowed & (i - j < window)
+    within = not bool((mask & ~allowed).any())
+    if len(_MASK_STRUCTURE) >= _MASK_CACHE_SIZE:
+        _MASK_STRUCTURE.clear()
+    _MASK_STRUCTURE[(id(mask), window)] = (weakref.ref(mask), mask._version, within)
+    return within
+
+
+def ojas_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Optional[Tensor],
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    sliding_window: Optional[int] = None,
+    softcap: Optional[float] = None,
+    is_causal: Optional[bool] = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """Hugging Face attention function (``AttentionInterface``) computed by :func:`ojas_ref.attention`.
+
+    query [B, Hq, Sq, E], key/value [B, Hkv, Sk, E]; returns ([B, Sq, Hq, E], None), as
+    Hugging Face's ``sdpa_attention_forward``, whose masking rules it follows: without a
+    mask the attention is causal when the module is causal and Sq > 1 (top-left aligned);
+    a mask (bool, True = attend, from ``sdpa_mask``; or additive float) is applied as is.
+    A bool mask inside the causal pattern (checked once per mask) is also given as
+    ``is_causal`` (and ``sliding_window`` as ``window``) so the kernel skips masked tiles;
+    the conjunction changes nothing (Ojas.Attention.Mask.visibility_true_iff).
+
+    Theorems: those of :func:`ojas_ref.attention` (Ojas.Attention.StreamCorrect.attention_forward_correct,
+    Ojas.Attention.Mask.stream_row_masked_keys, Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive).
+    Not covered by a theorem: the mask Hugging Face builds, the head layout and GQA
+    (key/value head h // (Hq // Hkv) serves query head h, as ``repeat_kv``).
+    Refused (NotImplementedError): dropout, attention soft-capping, a position bias, sinks.
+    """
+    if dropout:
+        raise NotImplementedError(f"ojas attention has no dropout (module {type(module).__name__} passed "
+                                  f"dropout={dropout}); set the config's attention dropout to 0")
+    if softcap is not None:
+        raise NotImplementedError(f"ojas attention has no logit soft-capping (softcap={softcap}); "
+                                  "optimize_model leaves such models' attention alone")
+    for name in ("position_bias", "s_aux", "sinks"):
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(f"ojas attention does not take {name}")
+    causal_module = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    sq, sk = query.shape[2], key.shape[2]
+    window = None
+    if attention_mask is None:
+        causal = bool(causal_module) and sq > 1
+        if causal and sk > sq:  # prefill of an empty static cache, as sdpa_attention_forward
+            key, value = key[:, :, :sq], value[:, :, :sq]
+    else:
+        causal = False
+        if (attention_mask.dtype == torch.bool and causal_module and sq == sk > 1
+                and not torch.compiler.is_compiling()):
+            if sliding_window is not None and _within_causal(attention_mask, sliding_window):
+                causal, window = True, sliding_window
+            else:
+                causal = _within_causal(attention_mask, None)
+    out = attention(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,
+                    enable_gqa=query.shape[1] != key.shape[1], window=window)
+    return out.transpose(1, 2).contiguous(), None
+
+
+# --------------------------------------------------------------------------
+# Which parts of a model can be changed
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FamilySupport:
+    """What :func:`ojas_ref.optimize_model` can change in a Hugging Face model, and why not otherwise."""
+
+    attention: Optional[str]      # None if supported, else the reason it is left alone
+    cross_entropy: Optional[str]
+    softcap: Optional[float]      # the final-logit soft cap the loss applies
+
+
+def _text_config(model: nn.Module) -> Any:
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def family_support(model: nn.Module) -> FamilySupport:
+    """Check a ``PreTrainedModel`` against what the adapters support (no change made)."""
+    config = _text_config(model)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        reason = (f"model type {model_type!r} is not among the tested families {SUPPORTED_MODEL_TYPES}")
+        return FamilySupport(reason, reason, None)
+    attention_reason = None
+    dropout = getattr(config, "attention_dropout", None) or getattr(config, "attn_pdrop", None) or 0.0
+    if dropout:
+        attention_reason = f"attention dropout {dropout} (ojas attention has no dropout; set it to 0 to use it)"
+    elif getattr(config, "attn_logit_softcapping", None) is not None:
+        attention_reason = (f"attention logit soft-capping {config.attn_logit_softcapping} "
+                            "(not in the ojas attention kernel)")
+    elif getattr(config, "add_cross_attention", False):
+        attention_reason = "cross-attention layers (not tested)"
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    ce_reason = None
+    if type(head) is not nn.Linear:
+        ce_reason = (f"the output embedding is {type(head).__name__ if head is not None else 'absent'}, "
+                     "not a torch.nn.Linear (a causal-LM head)")
+    elif not hasattr(type(model), "loss_function"):
+        ce_reason = "the model has no loss_function"
+    softcap = getattr(config, "final_logit_softcapping", None)
+    return FamilySupport(attention_reason, ce_reason, None if softcap is None else float(softcap))
+
+
+# --------------------------------------------------------------------------
+# The loss
+# --------------------------------------------------------------------------
+
+class CausalLMLossHead:
+    """The hooks and loss function that compute a causal LM's training loss without logits.
+
+    Installed by :meth:`install`, removed by :meth:`remove`. The loss is
+    :func:`ojas_ref.linear_cross_entropy` (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk,
+    Ojas.CrossEntropy.Reduction.ce_loss_correct, Ojas.CrossEntropy.Gradient.ce_backward_correct);
+    the label shift and the ``num_items_in_batch`` division are Hugging Face's
+    ``ForCausalLMLoss`` and no theorem's. Differences: "mean" over a batch whose tokens
+    are all ignored gives 0, not NaN.
+    """
+
+    def __init__(self, model: nn.Module, softcap: Optional[float]) -> None:
+        self.model_ref = weakref.ref(model)
+        self.head: nn.Linear = model.get_output_embeddings()
+        self.softcap = softcap
+        self.original_loss = model.loss_function
+        self.had_loss_attr = "_loss_function" in model.__dict__
+        self._signature = inspect.signature(type(model).forward)
+        self._active = False
+        self._hidden: Optional[Tensor] = None
+        self._handles: list[Any] = []
+
+    def install(self) -> None:
+        model = self.model_ref()
+        self._handles = [
+            model.register_forward_pre_hook(self._model_pre_hook, with_kwargs=True),
+            model.register_forward_hook(self._model_post_hook, with_kwargs=True, always_call=True),
+            self.head.register_forward_pre_hook(self._head_pre_hook),
+        ]
+        model._loss_function = self.loss
+
+    def remove(self) -> None:
+        model = self.model_ref()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if model is not None:
+            if self.had_loss_attr:
+                model._loss_function = self.original_loss
+            else:
+                model.__dict__.pop("_loss_function", None)
+
+    def _labels(self, args: tuple, kwargs: dict) -> Optional[Tensor]:
+        if "labels" in kwargs:
+            return kwargs["labels"]
+        bound = self._signature.bind_partial(None, *args)
+        return bound.arguments.get("labels")
+
+    def _model_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._active = module.training and self._labels(args, kwargs) is not None
+        self._hidden = None
+
+    def _head_pre_hook(self, module: nn.Module, args: tuple) -> Optional[tuple]:
+        if not self._active:
+            return None
+        (hidden,) = args
+        self._hidden = hidden
+        return (hidden[..., :0, :],)  # logits of no token: [B, 0, V]
+
+    def _model_post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        active, self._active, self._hidden = self._active, False, None
+        if not active or getattr(output, "logits", None) is None:
+            return None
+        fields = {k: v for k, v in output.items() if k != "logits"}
+        return type(output)(**fields)
+
+    def loss(self, logits: Tensor, labels: Tensor, vocab_size: int, num_items_in_batch: Optional[Any] = None,
+             ignore_index: int = -100, shift_labels: Optional[Tensor] = None, **kwargs: Any) -> Tensor:
+        """Hugging Face's ``ForCausalLMLoss`` of the hidden states the head received, without logits."""
+        hidden, self._hidden = self._hidden, None
+        if hidden is None:  # eval mode, or no labels at the forward: the logits exist
+            return self.original_loss(logits, labels, vocab_size, num_items_in_batch=num_items_in_batch,
+                                      ignore_index=ignore_index, shift_labels=shift_labels, **kwargs)
+        if shift_labels is None:
+            shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+        if shift_labels.shape != hidden.shape[:-1]:
+            raise ValueError(f"labels of shape {tuple(shift_labels.shape)} do not match the {tuple(hidden.shape[:-1])} "
+                             "positions whose hidden states reach the head (logits_to_keep must be 0 in training)")
+        reduction = "sum" if num_items_in_batch is not None else "mean"
+        loss = linear_cross_entropy(hidden, self.head.weight, shift_labels.to(hidden.device),
+                                    linear_bias=self.head.bias, reduction=reduction, ignore_index=ignore_index,
+                                    softcap=self.softcap)
+        if loss.dtype != torch.float64:  # ForCausalLMLoss upcasts to float32 (it would round a float64 loss)
+            loss = loss.float()
+        if reduction == "sum":
+            if torch.is_tensor(num_items_in_batch):
+                num_items_in_batch = num_items_in_batch.to(loss.device)
+            loss = loss / num_items_in_batch
+        return loss

@@ -1,0 +1,269 @@
+"""``optimize_model``: the verified primitives applied to an existing model in one call.
+
+``model, report = optimize_model(model)`` rewrites the model in place:
+
+* Hugging Face causal LMs (the families of ``ojas_ref.huggingface.SUPPORTED_MODEL_TYPES``):
+  attention through :func:`ojas_ref.attention` (registered as ``attn_implementation="ojas"``),
+  the training loss through :func:`ojas_ref.linear_cross_entropy` (no ``[tokens,
+  vocabulary]`` logits when ``labels`` are given in training mode), optionally
+  per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant).
+* Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
+  ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
+  (:class:`ojas_ref.modules.MultiheadAttention`); for the loss use
+  :class:`ojas_ref.LinearCrossEntropyLoss`.
+
+Weights, ``state_dict()`` keys, ``save_pretrained`` / ``from_pretrained`` (a loaded
+model is a plain one: optimize it again), ``generate()``, eval-mode inference and PEFT
+adapters are unchanged. A second call is a no-op; :func:`revert_model` undoes the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+__all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
+
+_STATE_ATTR = "_ojas_optimized"
+
+ATTENTION_THEOREMS = ("Ojas.Attention.StreamCorrect.attention_forward_correct",
+                      "Ojas.Attention.Mask.stream_row_masked_keys",
+                      "Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive")
+CROSS_ENTROPY_THEOREMS = ("Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
+                          "Ojas.CrossEntropy.Reduction.ce_loss_correct",
+                          "Ojas.CrossEntropy.Gradient.ce_backward_correct")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A module that ``optimize_model`` changed."""
+
+    module: str
+    what: str
+    theorems: tuple[str, ...] = ()
+    not_covered: str = ""
+
+
+@dataclass(frozen=True)
+class LeftAlone:
+    """A module that ``optimize_model`` did not change, and why."""
+
+    module: str
+    reason: str
+
+
+@dataclass
+class OptimizationReport:
+    """What :func:`optimize_model` did. ``str(report)`` is a readable summary."""
+
+    changed: list[Change] = field(default_factory=list)
+    left_alone: list[LeftAlone] = field(default_factory=list)
+    #: bytes not allocated per training token by the loss (the logits, their float32
+    #: copy and their gradient that the standard loss holds at its peak); 0 if unchanged
+    loss_bytes_saved_per_token: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone"]
+        lines += [f"  changed  {c.module}: {c.what}" + (f" [{', '.join(c.theorems)}]" if c.theorems else "")
+                  + (f"; not proved: {c.not_covered}" if c.not_covered else "") for c in self.changed]
+        lines += [f"  left     {s.module}: {s.reason}" for s in self.left_alone]
+        if self.loss_bytes_saved_per_token:
+            lines.append(f"  expected: {self.loss_bytes_saved_per_token} bytes of logits and their gradient not "
+                         f"allocated per training token ({self.loss_bytes_saved_per_token * 4096 / 2**20:.0f} MiB "
+                         "at 4096 tokens)")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass
+class _State:
+    """What a call changed, so that :func:`revert_model` can undo it."""
+
+    report: OptimizationReport
+    attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
+    loss_head: Any = None                       # ojas_ref.huggingface.CausalLMLossHead
+    enabled_checkpointing: bool = False
+    swapped: list[nn.Module] = field(default_factory=list)  # MultiheadAttention modules
+
+
+def _is_hf_model(model: nn.Module) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return False
+    return isinstance(model, PreTrainedModel)
+
+
+def _hf_target(model: nn.Module) -> nn.Module:
+    """The ``PreTrainedModel`` inside a PEFT model, or the model itself."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base) and not _is_hf_model(model):
+        return get_base()
+    return model
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
+                   checkpoint: bool = False) -> tuple[nn.Module, OptimizationReport]:
+    """Apply ojas attention, ojas linear cross-entropy and (optionally) per-layer activation
+    checkpointing to ``model`` in place; return ``(model, report)``.
+
+    Args:
+        model: a Hugging Face ``PreTrainedModel`` (or a PEFT model around one), or any
+            ``nn.Module`` (its ``nn.MultiheadAttention`` modules are changed).
+        attention: compute attention by :func:`ojas_ref.attention` (the Triton kernel on CUDA).
+        cross_entropy: compute a Hugging Face causal LM's training loss by
+            :func:`ojas_ref.linear_cross_entropy` from the hidden states and ``lm_head``
+            (training mode with ``labels``: ``output.logits`` is None, as Liger-Kernel's).
+        checkpoint: per-layer activation checkpointing (Hugging Face models only:
+            ``gradient_checkpointing_enable(use_reentrant=False)``).
+
+    The report lists every module changed, with the theorems behind it and what they do
+    not cover, and every candidate left alone with the reason (dropout, soft-capped
+    attention, untested family, not a Linear head, ...). Calling it on an optimized model
+    changes nothing and returns the first report; :func:`revert_model` undoes it.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    attention = _check_flag("attention", attention)
+    cross_entropy = _check_flag("cross_entropy", cross_entropy)
+    checkpoint = _check_flag("checkpoint", checkpoint)
+    target = _hf_target(model)
+    existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
+    if existing is not None:
+        return model, existing.report
+    if _is_hf_model(target):
+        state = _optimize_hf(target, attention, cross_entropy, checkpoint)
+    else:
+        if checkpoint:
+            raise NotImplementedError("checkpoint=True is supported for Hugging Face models only; wrap the layers "
+                                      "of a plain model in torch.utils.checkpoint.checkpoint(use_reentrant=False)")
+        state = _optimize_torch(target, attention, cross_entropy)
+    setattr(target, _STATE_ATTR, state)
+    return model, state.report
+
+
+def revert_model(model: nn.Module) -> nn.Module:
+    """Undo :func:`optimize_model`: the model computes as before the call. A model that was
+    not optimized is returned unchanged."""
+    target = _hf_target(model)
+    state: Optional[_State] = target.__dict__.pop(_STATE_ATTR, None)
+    if state is None:
+        return model
+    if state.attn_implementation is not None:
+        target.set_attn_implementation(state.attn_implementation)
+    if state.loss_head is not None:
+        state.loss_head.remove()
+    if state.enabled_checkpointing:
+        (getattr(target, "activation_checkpointing_disable", None) or target.gradient_checkpointing_disable)()
+    for module in state.swapped:
+        module.__class__ = nn.MultiheadAttention
+    return model
+
+
+# --------------------------------------------------------------------------
+# Hugging Face
+# --------------------------------------------------------------------------
+
+def _attention_modules(model: nn.Module) -> list[str]:
+    """Names of the modules whose forward calls the attention interface (they carry
+    ``is_causal`` and a ``config`` in Hugging Face's models); reported, not changed."""
+    return [name for name, m in model.named_modules()
+            if hasattr(m, "is_causal") and hasattr(m, "config") and type(m).__name__.endswith("Attention")]
+
+
+def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool) -> _State:
+    from ojas_ref import huggingface as hf
+
+    hf.register()
+    support = hf.family_support(model)
+    report = OptimizationReport()
+    state = _State(report)
+    attn_names = _attention_modules(model) or ["(attention)"]
+    if attention:
+        if support.attention is None:
+            state.attn_implementation = model.config._attn_implementation
+            model.set_attn_implementation(hf.ATTENTION_NAME)
+            report.changed += [Change(n, f"attention: {state.attn_implementation} -> ojas_ref.attention "
+                                         "(Triton kernel on CUDA)", ATTENTION_THEOREMS,
+                                      "the kernel's floating-point rounding; Hugging Face's mask and GQA layout")
+                               for n in attn_names]
+        else:
+            report.left_alone += [LeftAlone(n, support.attention) for n in attn_names]
+    head_name = next((n for n, m in model.named_modules() if m is model.get_output_embeddings()), "lm_head")
+    if cross_entropy:
+        if support.cross_entropy is None:
+            state.loss_head = hf.CausalLMLossHead(model, support.softcap)
+            state.loss_head.install()
+            cap = f", final soft cap {support.softcap}" if support.softcap is not None else ""
+            report.changed.append(Change(
+                head_name, f"training loss with labels: logits + cross-entropy -> ojas_ref.linear_cross_entropy{cap}",
+                CROSS_ENTROPY_THEOREMS, "the label shift and num_items_in_batch division (Hugging Face's "
+                "ForCausalLMLoss, tested); the kernel's floating-point rounding"))
+            report.loss_bytes_saved_per_token = _logits_bytes_per_token(model)
+        else:
+            report.left_alone.append(LeftAlone(head_name, support.cross_entropy))
+    if checkpoint:
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise NotImplementedError(f"{type(model).__name__} does not support gradient checkpointing")
+        if not any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
+            kwargs = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            state.enabled_checkpointing = True
+        report.changed.append(Change("(decoder layers)", "per-layer activation checkpointing (non-reentrant)",
+                                     (), "recomputation equals the stored activations only for deterministic "
+                                     "layers (no dropout)"))
+    return state
+
+
+def _logits_bytes_per_token(model: nn.Module) -> int:
+    """Bytes per token the standard loss holds at its peak: the logits in the weight's dtype,
+    their float32 copy (``ForCausalLMLoss`` upcasts) when that dtype is narrower, and the
+    float32 gradient of the logits. An estimate from the shapes, not a theorem."""
+    weight = model.get_output_embeddings().weight
+    vocab = weight.shape[0]
+    size = weight.element_size()
+    return vocab * (size + (4 if size < 4 else 0) + 4)
+
+
+# --------------------------------------------------------------------------
+# Plain PyTorch
+# --------------------------------------------------------------------------
+
+def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool) -> _State:
+    from ojas_ref.modules import MultiheadAttention, unsupported_reason
+
+    report = OptimizationReport()
+    state = _State(report)
+    for name, module in model.named_modules():
+        if type(module) is not nn.MultiheadAttention:
+            continue
+        if not attention:
+            report.left_alone.append(LeftAlone(name or "(model)", "attention=False"))
+            continue
+        reason = unsupported_reason(module)
+        if reason is not None:
+            report.left_alone.append(LeftAlone(name or "(model)", reason))
+            continue
+        module.__class__ = MultiheadAttention
+        state.swapped.append(module)
+        report.changed.append(Change(name or "(model)", "nn.MultiheadAttention -> ojas_ref.attention",
+                                     ATTENTION_THEOREMS, "the kernel's floating-point rounding"))
+    if not report.changed and not report.left_alone:
+        report.notes.append("no nn.MultiheadAttention found")
+    if cross_entropy:
+        report.notes.append("a plain model computes its own loss: use ojas_ref.LinearCrossEntropyLoss on the hidden "
+                            "states and the output layer's weight")
+    return state
