@@ -30,11 +30,12 @@ Semantics follow :func:`torch.nn.functional.scaled_dot_product_attention`, with
 three differences, all written down in :func:`attention`: a fully masked row gives
 zeros and zero gradients (not NaN), ``attn_mask`` may be combined with
 ``is_causal`` (the conjunction, as ``visibility`` in the Coq file), and
-``dropout_p`` must be 0.
+``dropout_p`` must be 0. Under autocast the inputs are cast as SDPA's are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Optional
@@ -154,14 +155,45 @@ def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor
         raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
     if impl == "reference":
         return False
+    # The kernel computes no gradient for the mask.
+    mask_grad = attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()
     if impl == "auto":
-        return query.is_cuda and attn_mask is None and query.dtype != torch.float64
-    if attn_mask is not None:
-        raise ValueError("impl='triton' does not take attn_mask (the kernel supports is_causal and window only); "
-                         "use impl='reference'")
+        return query.is_cuda and query.dtype != torch.float64 and not mask_grad
+    if mask_grad:
+        raise ValueError("impl='triton' computes no gradient for attn_mask, and this float attn_mask requires grad; "
+                         "detach it, or use impl='reference' for d(attn_mask)")
     if not query.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
     return True
+
+
+def _autocast_inputs(
+    query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor]
+) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """torch's autocast rule for scaled_dot_product_attention (a "lower_precision_fp"
+    op): under autocast on the query's device type, the floating-point tensor arguments
+    other than float64 (query, key, value and a float attn_mask; not a bool mask) are
+    cast to the autocast dtype. Outside autocast, the arguments unchanged."""
+    device_type = query.device.type if isinstance(query, Tensor) else None
+    if (device_type is None or not torch.amp.is_autocast_available(device_type)
+            or not torch.is_autocast_enabled(device_type)):
+        return query, key, value, attn_mask
+    dtype = torch.get_autocast_dtype(device_type)
+
+    def cast(x):
+        eligible = (isinstance(x, Tensor) and x.is_floating_point() and x.dtype != torch.float64
+                    and x.device.type == device_type)
+        return x.to(dtype) if eligible else x
+
+    return cast(query), cast(key), cast(value), cast(attn_mask)
+
+
+def _autocast_off(device_type: str):
+    """A context in which autocast is off on device_type: the computation dtype stays
+    the one chosen here (float32, float64 for float64 inputs)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 # --------------------------------------------------------------------------
@@ -406,9 +438,10 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
-        dq, dk, dv, dmask = _reference_backward(
-            query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad
-        )
+        with _autocast_off(grad_out.device.type):  # backward may run under the caller's autocast
+            dq, dk, dv, dmask = _reference_backward(
+                query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad
+            )
         return dq, dk, dv, dmask, None, None, None
 
 
@@ -449,18 +482,37 @@ def attention(
     Ojas.Attention.StreamCorrect; backward rocq/Attention/Backward.v,
     Ojas.Attention.Lse and Ojas.Attention.BackwardCorrect); "triton" runs
     ``ojas_kernels.attention.flash_attention`` (CUDA tensors, or CPU tensors under
-    TRITON_INTERPRET=1; no ``attn_mask``, no float64); "auto" runs the kernel for CUDA
-    tensors without ``attn_mask`` that are not float64, and the reference otherwise.
-    ``None`` reads the environment variable OJAS_ATTENTION_IMPL, default "auto".
+    TRITON_INTERPRET=1; no float64, and no float ``attn_mask`` that requires grad:
+    the kernel computes no mask gradient); "auto" runs the kernel for CUDA tensors that
+    are not float64, unless a float ``attn_mask`` requires grad, and the reference
+    otherwise. ``None`` reads the environment variable OJAS_ATTENTION_IMPL, default "auto".
+    Both implement the visibility semantics of Ojas.Attention.Mask: a bool mask is one
+    conjunct of ``visibility`` (``visibility_true_iff``), masked keys are dropped keys
+    (``stream_row_masked_keys``), a row with no key left gives zeros
+    (``stream_row_fully_masked``). No theorem covers the values of a float mask: the Coq
+    spec's masks are boolean and its scores ``scale * (q . k)``; only its -inf entries
+    are covered, as masked keys. The kernel raises float-mask values below about -1.2e38
+    (e.g. ``torch.finfo(dtype).min``) to that value (see ``flash_attention``).
+
+    Autocast: as SDPA, under ``torch.autocast`` on the inputs' device type query, key,
+    value and a float ``attn_mask`` (unless float64) are cast to the autocast dtype
+    (``torch.get_autocast_dtype``), and the output has that dtype; gradients flow back
+    through the casts to the original tensors. The attention itself then runs with
+    autocast off, forward and backward.
 
     Computation is in float32 (float64 for float64 inputs); the output has the input dtype.
+    In the kernel, float32 dots run TF32 unless torch's float32 matmul precision is
+    "highest" (the default; ``torch.set_float32_matmul_precision``), as torch's matmuls.
     """
+    query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
     scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
-    if _resolve_impl(impl, query, attn_mask):
-        from ojas_kernels.attention import flash_attention
+    with _autocast_off(query.device.type):
+        if _resolve_impl(impl, query, attn_mask):
+            from ojas_kernels.attention import flash_attention
 
-        return flash_attention(query, key, value, is_causal=is_causal, scale=scale, window=window)
-    return _OnlineSoftmaxAttention.apply(query, key, value, attn_mask, is_causal, scale, window)
+            return flash_attention(query, key, value, is_causal=is_causal, scale=scale, window=window,
+                                   attn_mask=attn_mask)
+        return _OnlineSoftmaxAttention.apply(query, key, value, attn_mask, is_causal, scale, window)
 
 
 def attention_forward(
@@ -481,8 +533,10 @@ def attention_forward(
     compute dtype (float32, float64 for float64 inputs), -inf for a fully masked row.
     ``stream`` / ``finalize`` of rocq/Attention/OnlineSoftmax.v; equal to the two-pass
     softmax for any tiling by Ojas.Attention.StreamCorrect, masking as Ojas.Attention.Mask.
+    Under autocast the inputs are cast as in :func:`attention`.
     """
+    query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
     scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
-    with torch.no_grad():
+    with torch.no_grad(), _autocast_off(query.device.type):
         out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
     return out.to(query.dtype), lse

@@ -21,6 +21,7 @@ import sys
 import types
 import warnings
 from dataclasses import replace
+from typing import Optional
 
 import pytest
 import torch
@@ -274,8 +275,8 @@ def fake_kernel(monkeypatch):
     """Replace ojas_kernels.attention by a recorder of flash_attention calls."""
     calls = []
 
-    def flash_attention(query, key, value, is_causal, scale, window):
-        calls.append(dict(is_causal=is_causal, scale=scale, window=window))
+    def flash_attention(query, key, value, is_causal, scale, window, attn_mask):
+        calls.append(dict(is_causal=is_causal, scale=scale, window=window, attn_mask=attn_mask))
         return torch.zeros(query.shape[:3] + value.shape[3:], dtype=query.dtype)
 
     package, module = types.ModuleType("ojas_kernels"), types.ModuleType("ojas_kernels.attention")
@@ -289,7 +290,13 @@ def fake_kernel(monkeypatch):
 def test_impl_triton_dispatches_to_the_kernel(fake_kernel, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     attention(**_args(is_causal=True, window=3, impl="triton"))
-    assert fake_kernel == [dict(is_causal=True, scale=1 / math.sqrt(8), window=3)]
+    assert fake_kernel == [dict(is_causal=True, scale=1 / math.sqrt(8), window=3, attn_mask=None)]
+    bool_mask, float_mask = torch.rand(2, 1, 1, 6) < 0.5, torch.randn(5, 6)
+    attention(**_args(attn_mask=bool_mask, impl="triton"))
+    attention(**_args(attn_mask=float_mask, impl="triton"))
+    with torch.no_grad():  # no mask gradient wanted
+        attention(**_args(attn_mask=float_mask.requires_grad_(), impl="triton"))
+    assert [c["attn_mask"] for c in fake_kernel[1:]] == [bool_mask, float_mask, float_mask]
 
 
 def test_impl_from_environment(fake_kernel, monkeypatch):
@@ -318,8 +325,8 @@ def test_impl_triton_refusals(fake_kernel, monkeypatch):
     with pytest.raises(RuntimeError, match="impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1"):
         attention(**_args(impl="triton"))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    with pytest.raises(ValueError, match="impl='triton' does not take attn_mask"):
-        attention(**_args(attn_mask=torch.ones(5, 6, dtype=torch.bool), impl="triton"))
+    with pytest.raises(ValueError, match="impl='triton' computes no gradient for attn_mask"):
+        attention(**_args(attn_mask=torch.zeros(5, 6, requires_grad=True), impl="triton"))
     assert fake_kernel == []
 
 
@@ -328,7 +335,8 @@ import torch
 from ojas_ref.attention import attention
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(*s, generator=g, requires_grad=True) for s in ((1, 4, 20, 16), (1, 2, 27, 16), (1, 2, 27, 8)))
-kw = dict(is_causal=True, enable_gqa=True, window=5)
+pad = torch.ones(1, 1, 1, 27, dtype=torch.bool); pad[..., :4] = False  # left padding, with causal: rows 0-3 see nothing
+kw = dict(is_causal=True, enable_gqa=True, window=5, attn_mask=pad)
 outs = [attention(q, k, v, impl=impl, **kw) for impl in ("triton", "reference")]
 grads = [torch.autograd.grad(o, (q, k, v), torch.ones_like(o)) for o in outs]
 for a, b in zip((outs[0], *grads[0]), (outs[1], *grads[1])):
@@ -366,3 +374,77 @@ def test_attn_mask_with_is_causal_is_their_conjunction():
     causal = replace(case, is_causal=True)
     combined = replace(case, attn_mask=case.attn_mask & structural_visibility(causal))
     torch.testing.assert_close(ours_run(causal)[0], ours_run(combined)[0], rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------
+# Autocast: as scaled_dot_product_attention
+# --------------------------------------------------------------------------
+
+def _autocast_inputs(mask: Optional[str], dtype: torch.dtype = torch.float32) -> tuple[list[Tensor], dict]:
+    """Leaves q, k, v (and a float mask) of dtype, GQA, 37 keys (not a multiple of the tiles)."""
+    g = torch.Generator().manual_seed(17)
+    q, k, v = (torch.randn(*s, generator=g, dtype=dtype) for s in ((2, 4, 29, 16), (2, 2, 37, 16), (2, 2, 37, 8)))
+    kw: dict = dict(enable_gqa=True)
+    if mask is None:
+        kw["is_causal"] = True
+    elif mask == "bool":  # key padding
+        kw["attn_mask"] = torch.arange(37).expand(2, 1, 1, 37) < torch.tensor([37, 30]).view(2, 1, 1, 1)
+    else:  # every row keeps at least one key (column 0)
+        m = torch.randn(2, 1, 29, 37, generator=g, dtype=dtype)
+        hide = torch.rand(2, 1, 29, 37, generator=g) < 0.3
+        hide[..., 0] = False
+        kw["attn_mask"] = m.masked_fill(hide, -math.inf)
+    xs = [q, k, v] + ([kw.pop("attn_mask")] if mask == "float" else [])
+    return [x.requires_grad_() for x in xs], kw
+
+
+def _run_with_grads(fn, xs: list[Tensor], kw: dict, grad_seed: int = 3) -> tuple[Tensor, list[Tensor]]:
+    """fn(*xs, **kw) and the gradients of <out, dO> for a fixed random dO, backward
+    run inside the same (autocast) context as the forward."""
+    q, k, v = xs[:3]
+    if len(xs) == 4:
+        kw = dict(kw, attn_mask=xs[3])
+    out = fn(q, k, v, **kw)
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(grad_seed)).to(out.dtype)
+    return out, list(torch.autograd.grad(out, xs, do))
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_autocast_matches_sdpa(mask):
+    """Under torch.autocast("cpu", bfloat16) the output has SDPA's dtype (bfloat16) and
+    values; gradients reach the float32 leaves (the float mask's too) in float32.
+    Tolerance 2e-2 of max |ref| (as bfloat16 in tests/test_attention_kernel.py): both
+    sides round q, k, v, the mask and the output to bfloat16 (u = 2^-8); SDPA's CPU
+    kernel also rounds P and dS to bfloat16 before its matrix products, an error of a
+    few u relative to the sums of |terms|, which with these random inputs are within a
+    small factor of max |ref|."""
+    xs, kw = _autocast_inputs(mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = _run_with_grads(lambda *a, **k: attention(*a, impl="reference", **k), xs, kw)
+        ref, ref_grads = _run_with_grads(F.scaled_dot_product_attention, xs, kw)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    assert_normwise_close(out, ref, 2e-2, "out")
+    for name, g, rg, x in zip(("grad_query", "grad_key", "grad_value", "grad_attn_mask"), grads, ref_grads, xs):
+        assert g.dtype == rg.dtype == x.dtype == torch.float32, name
+        assert_normwise_close(g, rg, 2e-2, name)
+
+
+@pytest.mark.parametrize("mask", [None, "float"])
+def test_autocast_casts_then_computes_as_without_autocast(mask):
+    """Under autocast the result is bit for bit the one on inputs cast to bfloat16 outside
+    autocast, forward and backward: the casts come first, the computation (float32) is not
+    autocast. float64 inputs are not cast (as SDPA)."""
+    xs, kw = _autocast_inputs(mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = _run_with_grads(attention, xs, kw)
+    cast = [x.detach().to(torch.bfloat16).requires_grad_() for x in xs]
+    ref, ref_grads = _run_with_grads(attention, cast, kw)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+    for g, rg in zip(grads, ref_grads):
+        assert g.dtype == torch.float32 and torch.equal(g, rg.float())
+    xs64, kw = _autocast_inputs(mask, F64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out64, _ = _run_with_grads(attention, xs64, kw)
+        sdpa64 = _run_with_grads(F.scaled_dot_product_attention, xs64, kw)[0]
+    assert out64.dtype == sdpa64.dtype == F64
+    assert_normwise_close(out64, sdpa64, 1e-10, "out")
