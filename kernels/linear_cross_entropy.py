@@ -876,53 +876,55 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need):
-        x, w, b, t = _prepare(input, weight, target, bias)
-        ctx.three = config.products == 3 and reduction != "none" and any(need)
-        if ctx.three:
-            gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
-            ctx.grads = [None if gr.grad_input is None else gr.grad_input.view(input.shape), gr.grad_weight,
-                         gr.grad_bias]
-            ctx.dtypes = (input.dtype, weight.dtype, None if bias is None else bias.dtype)
-            loss = _reduce(gr.loss, gr.kept, t.numel(), reduction)
-        else:
-            fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
-            loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
-            ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
-            ctx.grad_input = fw.grad_input
-            ctx.args = (reduction, opts, config)
-        return loss.view(target.shape) if reduction == "none" else loss
+        with torch.autocast(input.device.type, enabled=False):  # products in their own precision
+            x, w, b, t = _prepare(input, weight, target, bias)
+            ctx.three = config.products == 3 and reduction != "none" and any(need)
+            if ctx.three:
+                gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
+                ctx.grads = [None if gr.grad_input is None else gr.grad_input.view(input.shape), gr.grad_weight,
+                             gr.grad_bias]
+                ctx.dtypes = (input.dtype, weight.dtype, None if bias is None else bias.dtype)
+                loss = _reduce(gr.loss, gr.kept, t.numel(), reduction)
+            else:
+                fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
+                loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
+                ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
+                ctx.grad_input = fw.grad_input
+                ctx.args = (reduction, opts, config)
+            return loss.view(target.shape) if reduction == "none" else loss
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output):
-        if ctx.three:
-            return (*_scaled_gradients(ctx, grad_output), None, None, None, None, None, None)
-        input, weight, bias, kept, tgt, lse = ctx.saved_tensors
-        reduction, opts, config = ctx.args
-        K = lse.numel()
-        if reduction == "none":
-            g_all = grad_output.reshape(-1).float()
-            token_weight = g_all if kept is None else g_all.index_select(0, kept)
-            if kept is not None:  # ignored rows of grad_input are zeros: keep them so whatever grad_output says
-                g_all = torch.zeros_like(g_all).index_copy_(0, kept, token_weight)
-            g_rows = g_all[:, None]
-        else:
-            g_rows = grad_output.float().reshape(1)
-            token_weight = g_rows / K if reduction == "mean" and K > 0 else g_rows
-        grad_input = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_input, ctx.grad_input = ctx.grad_input, None
-            if grad_input is None:
-                _raise_second_backward()
-            grad_input = grad_input.mul_(g_rows).view(input.shape)
-        need_weight = ctx.needs_input_grad[1]
-        need_bias = bias is not None and ctx.needs_input_grad[2]
-        if need_weight or need_bias:
-            x, w, b, _ = _prepare(input, weight, tgt, bias)
-            grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
-                                               config)
-            grad_bias = None if gb is None else gb.to(bias.dtype)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+        with torch.autocast(grad_output.device.type, enabled=False):  # the caller's state otherwise
+            if ctx.three:
+                return (*_scaled_gradients(ctx, grad_output), None, None, None, None, None, None)
+            input, weight, bias, kept, tgt, lse = ctx.saved_tensors
+            reduction, opts, config = ctx.args
+            K = lse.numel()
+            if reduction == "none":
+                g_all = grad_output.reshape(-1).float()
+                token_weight = g_all if kept is None else g_all.index_select(0, kept)
+                if kept is not None:  # ignored rows of grad_input are zeros: keep them so whatever grad_output says
+                    g_all = torch.zeros_like(g_all).index_copy_(0, kept, token_weight)
+                g_rows = g_all[:, None]
+            else:
+                g_rows = grad_output.float().reshape(1)
+                token_weight = g_rows / K if reduction == "mean" and K > 0 else g_rows
+            grad_input = grad_weight = grad_bias = None
+            if ctx.needs_input_grad[0]:
+                grad_input, ctx.grad_input = ctx.grad_input, None
+                if grad_input is None:
+                    _raise_second_backward()
+                grad_input = grad_input.mul_(g_rows).view(input.shape)
+            need_weight = ctx.needs_input_grad[1]
+            need_bias = bias is not None and ctx.needs_input_grad[2]
+            if need_weight or need_bias:
+                x, w, b, _ = _prepare(input, weight, tgt, bias)
+                grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
+                                                   config)
+                grad_bias = None if gb is None else gb.to(bias.dtype)
+            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 def _raise_second_backward():

@@ -45,6 +45,7 @@ tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Optional, Union
@@ -134,7 +135,7 @@ def _check_inputs(
         raise ValueError("linear_weight must have at least one row (vocabulary size V >= 1), got V=0")
     if linear_weight.dtype != input.dtype:
         raise TypeError(f"linear_weight has dtype {linear_weight.dtype} but input has dtype {input.dtype}; "
-                        "they must share one dtype")
+                        "they must share one dtype (as for F.linear; torch.autocast casts them to one)")
     if linear_bias is not None:
         if tuple(linear_bias.shape) != (V,):
             raise ValueError(f"linear_bias must have shape [V] = [{V}], got {tuple(linear_bias.shape)}")
@@ -159,6 +160,43 @@ def _check_inputs(
         raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
                          f"{ignore_index}")
     return eps, lam, softcap, chunks
+
+
+def _autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The autocast dtype when autocast is enabled for ``device_type``, else None."""
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+    """torch's autocast rule for ``F.linear`` (an op of autocast's lower-precision list):
+    with autocast enabled for input's device type, its floating-point tensors on that
+    device type other than float64 are cast to the autocast dtype; the rest (float64,
+    other devices, non-tensors) are left for the checks to judge. The casts are autograd
+    ops: each gradient comes back in its tensor's own dtype."""
+    if not isinstance(input, Tensor):
+        return input, weight, bias
+    device_type = input.device.type
+    dtype = _autocast_dtype(device_type)
+    if dtype is None:
+        return input, weight, bias
+
+    def cast(t):
+        eligible = (isinstance(t, Tensor) and t.device.type == device_type and t.is_floating_point()
+                    and t.dtype != torch.float64)
+        return t.to(dtype) if eligible else t
+
+    return cast(input), cast(weight), cast(bias)
+
+
+def _autocast_off(device_type: str):
+    """A context with autocast disabled for ``device_type``: the chunked computation picks
+    its own precision (float32 blocks), forward and backward (which runs under the
+    caller's autocast state)."""
+    if _autocast_dtype(device_type) is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
 
 
 def _resolve_impl(impl: Optional[str], input: Tensor) -> bool:
@@ -375,27 +413,28 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output):
-        input, weight, bias, kept, tgt, lse = ctx.saved_tensors
-        reduction, eps, lam, softcap, token_chunk, vocab_chunk = ctx.config
-        dtype = lse.dtype
-        K = kept.shape[0]
-        if reduction == "none":
-            g = grad_output.reshape(-1).index_select(0, kept).to(dtype)
-        else:
-            scale = _mean_scale(K) if reduction == "mean" else 1.0
-            g = (grad_output.to(dtype) * scale).expand(K)
-        flat_input = input.flatten(0, -2)
-        x = flat_input.index_select(0, kept).to(dtype)
-        need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
-        grad_x, grad_w, grad_b = _backward_kept(x, weight, bias, tgt, lse, g, eps, lam, softcap, token_chunk,
-                                                vocab_chunk, need_w, need_b)
-        grad_input = None
-        if ctx.needs_input_grad[0]:
-            grad_input = flat_input.new_zeros(flat_input.shape, dtype=dtype).index_copy(0, kept, grad_x)
-            grad_input = grad_input.view(input.shape).to(input.dtype)
-        grad_weight = None if grad_w is None else grad_w.to(weight.dtype)
-        grad_bias = None if grad_b is None else grad_b.to(bias.dtype)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None, None
+        with _autocast_off(grad_output.device.type):
+            input, weight, bias, kept, tgt, lse = ctx.saved_tensors
+            reduction, eps, lam, softcap, token_chunk, vocab_chunk = ctx.config
+            dtype = lse.dtype
+            K = kept.shape[0]
+            if reduction == "none":
+                g = grad_output.reshape(-1).index_select(0, kept).to(dtype)
+            else:
+                scale = _mean_scale(K) if reduction == "mean" else 1.0
+                g = (grad_output.to(dtype) * scale).expand(K)
+            flat_input = input.flatten(0, -2)
+            x = flat_input.index_select(0, kept).to(dtype)
+            need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
+            grad_x, grad_w, grad_b = _backward_kept(x, weight, bias, tgt, lse, g, eps, lam, softcap, token_chunk,
+                                                    vocab_chunk, need_w, need_b)
+            grad_input = None
+            if ctx.needs_input_grad[0]:
+                grad_input = flat_input.new_zeros(flat_input.shape, dtype=dtype).index_copy(0, kept, grad_x)
+                grad_input = grad_input.view(input.shape).to(input.dtype)
+            grad_weight = None if grad_w is None else grad_w.to(weight.dtype)
+            grad_bias = None if grad_b is None else grad_b.to(bias.dtype)
+            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None, None
 
 
 # --------------------------------------------------------------------------
@@ -420,7 +459,12 @@ def linear_cross_entropy(
 
     input [N, D] or [B, S, D], target [N] or [B, S] (int64 or int32 class indices in
     [0, V) or ``ignore_index``), linear_weight [V, D], linear_bias [V] or None; all
-    floating tensors share one dtype (float16, bfloat16, float32, float64). The logits
+    floating tensors share one dtype (float16, bfloat16, float32, float64), as for
+    :func:`torch.nn.functional.linear`, and as there, under :func:`torch.autocast`
+    enabled for input's device type, input, linear_weight and linear_bias are first cast
+    to the autocast dtype (float64 ones excepted), so a bf16 input with a float32 weight
+    works there; the gradients come back in each tensor's own dtype through the casts,
+    and the computation below runs with autocast disabled (forward and backward). The logits
     z = input W^T + b are soft-capped, z = c tanh(z / c), when ``softcap=c`` is given.
     The loss of a token with target t is
 
@@ -466,17 +510,19 @@ def linear_cross_entropy(
     float64, the reference otherwise. ``None`` reads the environment variable
     OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
+    input, linear_weight, linear_bias = _autocast(input, linear_weight, linear_bias)
     eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, reduction, ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
-    if _resolve_impl(impl, input):
-        from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
+    with _autocast_off(input.device.type):
+        if _resolve_impl(impl, input):
+            from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
 
-        return triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias, reduction=reduction,
-                                           ignore_index=ignore_index, label_smoothing=eps, z_loss=lam,
-                                           softcap=softcap)
-    return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, eps, lam,
-                                     softcap, token_chunk, vocab_chunk)
+            return triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
+                                               reduction=reduction, ignore_index=ignore_index, label_smoothing=eps,
+                                               z_loss=lam, softcap=softcap)
+        return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, eps,
+                                         lam, softcap, token_chunk, vocab_chunk)
 
 
 def linear_cross_entropy_forward(
@@ -498,13 +544,14 @@ def linear_cross_entropy_forward(
     and lse = log sum_v exp z_v, NaN for ignored tokens (their logits are never
     computed). Same chunked computation and theorems as :func:`linear_cross_entropy`.
     """
+    input, linear_weight, linear_bias = _autocast(input, linear_weight, linear_bias)
     eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, "none", ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
     dtype = _compute_dtype(input.dtype)
     flat_target = target.reshape(-1)
     kept = _kept_rows(flat_target, ignore_index)
-    with torch.no_grad():
+    with torch.no_grad(), _autocast_off(input.device.type):
         x = input.flatten(0, -2).index_select(0, kept).to(dtype)
         loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, flat_target.index_select(0, kept).long(),
                                             eps, lam, softcap, token_chunk, vocab_chunk)

@@ -6,6 +6,8 @@ Shared by tests/test_linear_cross_entropy.py and ``ojas audit``: a problem is a 
 ``oracle_mismatches`` lists what disagrees beyond the tolerances: the proved
 ``forward_tolerances`` for the loss and lse (without softcap), the heuristic
 ``oracle_tolerance`` for the gradients (and for the loss and lse with softcap).
+``autocast_mismatches`` (tests of the reference and of the kernel): the call under
+``torch.autocast`` against torch's autocast rule for F.linear.
 """
 
 from __future__ import annotations
@@ -149,4 +151,74 @@ def oracle_mismatches(p: dict, dtype: torch.dtype = torch.float32, device: str =
             err = diff.max().item() if diff.numel() else 0.0
             if not err <= oracle_tolerance(u, D, V, e):
                 problems.append(f"{name}: max error {err:.3g} exceeds the (heuristic) tolerance")
+    return problems
+
+
+def autocast_runs(impl: str, reduction: str = "mean", device: str = "cpu") -> dict[str, list[torch.Tensor]]:
+    """Loss and gradients (input, linear_weight, linear_bias) of a problem with a bfloat16
+    input and a float32 weight and bias, three ways:
+
+    * "autocast": ``linear_cross_entropy(impl=impl)`` under ``torch.autocast(device,
+      torch.bfloat16)``, its backward inside the autocast region too;
+    * "cast": the same with the weight and bias cast to bfloat16 by hand, autocast off
+      (what autocast's rule for F.linear makes of the call);
+    * "torch": ``F.cross_entropy(F.linear(input, weight, bias).float(), target)`` under
+      autocast (Hugging Face's loss), backward outside.
+
+    grad_output: the problem's for "none", 1.7 otherwise (float32). On ``device`` (where
+    the dispatch sends ``impl``)."""
+    import torch.nn.functional as F
+
+    p = make_problem(21, shape=(3, 5), D=16, V=37, reduction=reduction, ignored=0.2)
+    t = p["t"].to(device)
+    go = (p["grad_out"] if reduction == "none" else torch.tensor(1.7)).to(device=device, dtype=torch.float32)
+    kw = dict(reduction=reduction, ignore_index=p["ignore_index"])
+    runs = {}
+    for way in ("autocast", "cast", "torch"):
+        leaves = [p["x"].to(device=device, dtype=torch.bfloat16).requires_grad_(),
+                  p["w"].to(device=device, dtype=torch.float32).requires_grad_(),
+                  p["b"].to(device=device, dtype=torch.float32).requires_grad_()]
+        x, w, b = leaves
+        if way == "cast":
+            loss = linear_cross_entropy(x, w.to(torch.bfloat16), t, linear_bias=b.to(torch.bfloat16), impl=impl,
+                                        **kw)
+            grads = torch.autograd.grad(loss, leaves, go)
+        elif way == "autocast":
+            with torch.autocast(device, dtype=torch.bfloat16):
+                loss = linear_cross_entropy(x, w, t, linear_bias=b, impl=impl, **kw)
+                grads = torch.autograd.grad(loss, leaves, go)
+        else:
+            with torch.autocast(device, dtype=torch.bfloat16):
+                z = F.linear(x, w, b).float()
+            loss = F.cross_entropy(z.flatten(0, -2), t.reshape(-1), **kw)
+            loss = loss.view(t.shape) if reduction == "none" else loss
+            grads = torch.autograd.grad(loss, leaves, go)
+        runs[way] = [loss.detach(), *grads]
+    return runs
+
+
+def _norm_rel(a: torch.Tensor, e: torch.Tensor) -> float:
+    return float((a.to(F64) - e.to(F64)).norm() / e.to(F64).norm())
+
+
+def autocast_mismatches(impl: str, reduction: str = "mean", device: str = "cpu") -> list[str]:
+    """What of :func:`autocast_runs` disagrees with torch's autocast rule for F.linear: the
+    loss must be float32 and the gradients in each tensor's own dtype (bf16, float32,
+    float32), bit for bit the "cast" run (the computation runs with autocast disabled,
+    its backward too although called inside the autocast region), and close to "torch".
+    Tolerance against "torch": its logits are rounded to bf16 (unit roundoff u = 2^-8, of
+    |z| <= 6 here) and its G before its bf16 products, so each result differs by a few u
+    relative to its norm: 2e-2 (5u; observed <= 7e-3)."""
+    runs = autocast_runs(impl, reduction, device)
+    got = runs["autocast"]
+    names = ("loss", "grad_input", "grad_weight", "grad_bias")
+    problems = []
+    dtypes = [g.dtype for g in got]
+    if dtypes != [torch.float32, torch.bfloat16, torch.float32, torch.float32]:
+        problems.append(f"dtypes {dtypes}")
+    for name, a, c, e in zip(names, got, runs["cast"], runs["torch"]):
+        if not torch.equal(a, c):
+            problems.append(f"{name}: under autocast not the explicit cast's")
+        if not _norm_rel(a, e) <= 2e-2:
+            problems.append(f"{name}: relative error {_norm_rel(a, e):.3g} to torch's autocast F.linear above 2e-2")
     return problems

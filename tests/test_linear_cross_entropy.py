@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ojas_ref.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
-from ojas_ref.linear_cross_entropy_check import oracle_and_reference, oracle_mismatches
+from ojas_ref.linear_cross_entropy_check import autocast_mismatches, oracle_and_reference, oracle_mismatches
 
 lce_module = importlib.import_module("ojas_ref.linear_cross_entropy")
 
@@ -285,6 +285,15 @@ def test_large_logits_do_not_overflow():
     assert_close(loss, F.cross_entropy(x @ w.T, t, reduction="none"), 1e-6, 1e-6, "loss")
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_autocast_casts_as_f_linear(reduction):
+    """Under torch.autocast("cpu", bfloat16) a bf16 input with a float32 weight and bias
+    is cast as F.linear casts them: float32 loss, gradients in each tensor's dtype, the
+    explicit cast's bit for bit, close to Hugging Face's F.cross_entropy(F.linear(...).float())
+    (linear_cross_entropy_check.autocast_mismatches, which justifies the tolerance)."""
+    assert autocast_mismatches("reference", reduction) == []
+
+
 def huge_logits_problem():
     """Logits +-1e20, finite in float32, whose lse^2 (1e40) is not: float32 x, w, targets."""
     x = torch.tensor([[1e10], [-1e10]])
@@ -331,6 +340,9 @@ def _args():
     (dict(linear_bias=torch.randn(4)), ValueError, "linear_bias"),
     (dict(linear_bias=torch.randn(5, 1)), ValueError, "linear_bias"),
     (dict(linear_bias=torch.randn(5, dtype=F64)), TypeError, "linear_bias"),
+    (dict(input=torch.randn(4, 3, dtype=torch.bfloat16)), TypeError, "linear_weight"),  # no autocast, no cast
+    (dict(input=torch.randn(4, 3, dtype=torch.bfloat16), linear_weight=torch.randn(5, 3, dtype=torch.bfloat16),
+          linear_bias=torch.randn(5)), TypeError, "linear_bias"),
     (dict(target=torch.tensor([0, 1, 2])), ValueError, "target"),
     (dict(target=torch.tensor([[0, 1, 2, 3]])), ValueError, "target"),
     (dict(target=torch.tensor([0.0, 1.0, 2.0, 3.0])), TypeError, "target"),

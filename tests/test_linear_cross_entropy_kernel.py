@@ -43,7 +43,12 @@ from ojas_kernels.linear_cross_entropy import (  # noqa: E402
     linear_cross_entropy,
     linear_cross_entropy_forward,
 )
-from ojas_ref.linear_cross_entropy_check import make_problem, oracle_mismatches, oracle_tolerance  # noqa: E402
+from ojas_ref.linear_cross_entropy_check import (  # noqa: E402
+    autocast_mismatches,
+    make_problem,
+    oracle_mismatches,
+    oracle_tolerance,
+)
 
 ref_module = importlib.import_module("ojas_ref.linear_cross_entropy")
 
@@ -314,6 +319,14 @@ def check_hidden_size_zero(device):
         for a, e in zip([loss, *torch.autograd.grad(loss, (x, w, b), go)],
                         [want, *torch.autograd.grad(want, (x, w, b), go)]):
             assert a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6), (reduction, products, a, e)
+
+
+@cpu
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_autocast_casts_as_f_linear(reduction):
+    """ojas_ref.linear_cross_entropy(impl="triton") under torch.autocast: as the
+    reference's (linear_cross_entropy_check.autocast_mismatches)."""
+    assert autocast_mismatches("triton", reduction) == []
 
 
 @cpu
