@@ -90,7 +90,6 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from .attention import _dot
 
@@ -871,36 +870,55 @@ class _LinearCrossEntropy(torch.autograd.Function):
     gradient asked for (``_three_products``); the backward multiplies them by
     grad_output in place.  Otherwise the forward computes the losses, lse and (when
     input requires grad) grad_input, and the backward scales grad_input and computes
-    grad_weight and grad_bias by vocabulary slabs.  Either way backward runs once
-    per forward."""
+    grad_weight and grad_bias by vocabulary slabs.
+
+    The gradients made in the forward are handed over by the first backward.  A second
+    backward through a retained graph (``loss.backward(retain_graph=True)`` then
+    ``loss.backward()``, as ``InBackwardOptimizer``'s clipping runs it) recomputes them
+    from the saved input, weight, bias and target by the forward's own computation (the
+    same products in the same order, so the same gradients on a deterministic device).
+    Those saved tensors are references to the forward's arguments, no copies: the weight
+    is a parameter, and the input, alive during the forward (at its peak: gradients and
+    workspace), is held until the backward frees the graph, never beside the forward's
+    workspace, so the peak of forward + backward is the same.  Both run with autocast
+    disabled: each product has the precision ``_mm_into`` and ``_dot_precision`` give
+    it, whatever the caller's autocast state (the backward runs under the caller's)."""
 
     @staticmethod
     def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need):
-        with torch.autocast(input.device.type, enabled=False):  # products in their own precision
+        with torch.autocast(input.device.type, enabled=False):
             x, w, b, t = _prepare(input, weight, target, bias)
             ctx.three = config.products == 3 and reduction != "none" and any(need)
+            ctx.args = (reduction, ignore_index, opts, config, need)
             if ctx.three:
                 gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
-                ctx.grads = [None if gr.grad_input is None else gr.grad_input.view(input.shape), gr.grad_weight,
-                             gr.grad_bias]
-                ctx.dtypes = (input.dtype, weight.dtype, None if bias is None else bias.dtype)
+                ctx.grads = [gr.grad_input, gr.grad_weight, gr.grad_bias]
+                ctx.save_for_backward(input, weight, bias, target)
                 loss = _reduce(gr.loss, gr.kept, t.numel(), reduction)
             else:
                 fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
-                loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
-                ctx.save_for_backward(input, weight, bias, fw.kept, fw.tgt, fw.lse)
                 ctx.grad_input = fw.grad_input
-                ctx.args = (reduction, opts, config)
+                ctx.save_for_backward(input, weight, bias, target, fw.kept, fw.tgt, fw.lse)
+                loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
             return loss.view(target.shape) if reduction == "none" else loss
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_output):
-        with torch.autocast(grad_output.device.type, enabled=False):  # the caller's state otherwise
+        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
+            raise RuntimeError("the Triton linear cross-entropy does not support double backward "
+                               "(create_graph=True): its backward is not differentiable")
+        with torch.autocast(grad_output.device.type, enabled=False):
+            input, weight, bias, target, *kept_tgt_lse = ctx.saved_tensors
+            reduction, ignore_index, opts, config, need = ctx.args
             if ctx.three:
-                return (*_scaled_gradients(ctx, grad_output), None, None, None, None, None, None)
-            input, weight, bias, kept, tgt, lse = ctx.saved_tensors
-            reduction, opts, config = ctx.args
+                grads, ctx.grads = ctx.grads, None
+                if grads is None:  # a second backward through the retained graph: the forward's gradients again
+                    x, w, b, t = _prepare(input, weight, target, bias)
+                    gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
+                    grads = [gr.grad_input, gr.grad_weight, gr.grad_bias]
+                grads = _scaled_gradients(grads, grad_output, (input, weight, bias))
+                return (*grads, None, None, None, None, None, None)
+            kept, tgt, lse = kept_tgt_lse
             K = lse.numel()
             if reduction == "none":
                 g_all = grad_output.reshape(-1).float()
@@ -914,41 +932,35 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_input = grad_weight = grad_bias = None
             if ctx.needs_input_grad[0]:
                 grad_input, ctx.grad_input = ctx.grad_input, None
-                if grad_input is None:
-                    _raise_second_backward()
+                if grad_input is None:  # a second backward through the retained graph: the forward's again
+                    x, w, b, t = _prepare(input, weight, target, bias)
+                    grad_input = _forward(x, w, b, t, ignore_index, reduction, opts, True, config).grad_input
                 grad_input = grad_input.mul_(g_rows).view(input.shape)
             need_weight = ctx.needs_input_grad[1]
             need_bias = bias is not None and ctx.needs_input_grad[2]
             if need_weight or need_bias:
-                x, w, b, _ = _prepare(input, weight, tgt, bias)
+                x, w, b, _ = _prepare(input, weight, target, bias)
                 grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
                                                    config)
                 grad_bias = None if gb is None else gb.to(bias.dtype)
             return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
 
-def _raise_second_backward():
-    raise RuntimeError("the Triton linear cross-entropy computes gradients in the forward and scales them in "
-                       "place in the backward, so backward runs once per forward (not twice through a retained "
-                       "graph)")
-
-
 _SCALE_BLOCK = 4096
 
 
-def _scaled_gradients(ctx, grad_output: torch.Tensor) -> list[Optional[torch.Tensor]]:
-    """The forward's gradients (for grad_output 1) times grad_output, in place
-    (``_scale_kernel``: skipped when grad_output is 1), in the dtypes of input, weight
-    and bias; handed over once."""
-    grads, ctx.grads = ctx.grads, None
-    if grads is None:
-        _raise_second_backward()
+def _scaled_gradients(grads: list[Optional[torch.Tensor]], grad_output: torch.Tensor,
+                      leaves: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
+                      ) -> list[Optional[torch.Tensor]]:
+    """``_three_products``'s gradients (for grad_output 1) times grad_output, in place
+    (``_scale_kernel``: skipped when grad_output is 1), in the shape and dtype of
+    ``leaves`` (input, weight, bias)."""
     scale = grad_output.reshape(1).contiguous()
     for g in grads:
         if g is not None and g.numel() > 0:  # the factor is read on the device: no sync
             blocks = min(triton.cdiv(g.numel(), _SCALE_BLOCK), 4 * _num_sms(g.device))
             _scale_kernel[(blocks,)](g, scale, g.numel(), BLOCK=_SCALE_BLOCK, num_warps=8)
-    return [None if g is None else g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)]
+    return [None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, leaves)]
 
 
 def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) -> _Options:
@@ -984,9 +996,11 @@ def linear_cross_entropy(
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or
     ``config.products=4``) grad_input in the forward and the rest by recomputing
-    the logits in the backward; the backward scales by grad_output, so it runs once
-    per forward.  Float32 accumulation in every product; see the module docstring
-    for the design and its memory bound."""
+    the logits in the backward; the first backward scales the forward's gradients by
+    grad_output, a second one through a retained graph recomputes them first (the
+    same computation: the same gradients; ``_LinearCrossEntropy``).  Double backward
+    is not supported.  Float32 accumulation in every product; see the module
+    docstring for the design, the precision of each product and the memory bound."""
     _check(input, linear_weight, target, linear_bias, reduction)
     opts = _options(label_smoothing, z_loss, softcap)
     config = config or default_config(input.dtype, input.device)

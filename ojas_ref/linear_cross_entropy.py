@@ -52,7 +52,6 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
 
@@ -411,8 +410,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return loss.view(target.shape) if reduction == "none" else _reduce(loss, kept.shape[0], reduction)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_output):
+        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
+            raise RuntimeError("linear_cross_entropy does not support double backward (create_graph=True): its "
+                               "backward is not differentiable")
         with _autocast_off(grad_output.device.type):
             input, weight, bias, kept, tgt, lse = ctx.saved_tensors
             reduction, eps, lam, softcap, token_chunk, vocab_chunk = ctx.config
@@ -505,8 +506,9 @@ def linear_cross_entropy(
     ``impl``: "reference" runs the chunked PyTorch computation above; "triton" runs
     ``ojas_kernels.linear_cross_entropy.linear_cross_entropy`` (CUDA tensors, or CPU
     tensors under TRITON_INTERPRET=1; float16/bfloat16/float32; it picks its own chunks,
-    ``chunk_size`` is the reference's; it computes grad_input in the forward, so backward
-    runs once per forward); "auto" runs the kernel for CUDA tensors that are not
+    ``chunk_size`` is the reference's; it computes gradients in the forward and hands
+    them over in the first backward, a second backward through a retained graph
+    recomputes them); "auto" runs the kernel for CUDA tensors that are not
     float64, the reference otherwise. ``None`` reads the environment variable
     OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """

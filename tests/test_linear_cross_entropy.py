@@ -196,6 +196,17 @@ def test_gradcheck():
             (x, w, b))
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_double_backward_raises(reduction):
+    """Double backward is not supported: a backward with create_graph=True raises, rather
+    than returning gradients that would be taken for constants."""
+    x = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    w = torch.randn(5, 3, dtype=F64, requires_grad=True)
+    loss = linear_cross_entropy(x, w, torch.tensor([0, 1, 4, -100]), reduction=reduction)
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        torch.autograd.grad(loss, (x, w), torch.ones_like(loss), create_graph=True)
+
+
 # --------------------------------------------------------------------------
 # Edge cases
 # --------------------------------------------------------------------------

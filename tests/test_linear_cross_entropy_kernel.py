@@ -291,14 +291,91 @@ def test_grad_subsets_and_no_grad():
 
 
 @cpu
-@pytest.mark.parametrize("products", [3, 4])
-def test_second_backward_through_retained_graph_raises(products):
-    p = make_problem(2, shape=(9,), D=16, V=20)
-    x = p["x"].float().requires_grad_()
-    loss = linear_cross_entropy(x, p["w"].float(), p["t"], config=with_chunks(torch.float32, "cpu", products=products))
-    loss.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="once per forward"):
+@pytest.mark.parametrize("ignored", [0.0, 0.3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("products,reduction", [(3, "mean"), (3, "sum"), (4, "mean"), (4, "none")])
+def test_second_backward_through_retained_graph(products, reduction, dtype, ignored):
+    """Backward twice through a retained graph (InBackwardOptimizer's clipping): the
+    first hands over the gradients made in the forward, the second recomputes them by
+    the forward's own computation, so they are equal bit for bit (grad_output 1.7, or
+    per token, applied to both), and they are the reference's."""
+    p = make_problem(2, shape=(3, 5), D=16, V=40, reduction=reduction, ignored=ignored)
+    leaves = [p[k].to(dtype).requires_grad_() for k in ("x", "w", "b")]
+    cfg = with_chunks(dtype, "cpu", 5, 16, products=products)
+    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2], reduction=reduction, config=cfg)
+    go = (p["grad_out"] if reduction == "none" else torch.tensor(1.7)).float()
+    first = torch.autograd.grad(loss, leaves, go, retain_graph=True)
+    second = torch.autograd.grad(loss, leaves, go)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    compare([loss.detach(), *first], reference(p, dtype), dtype)
+
+
+@cpu
+@pytest.mark.parametrize("products,reduction", [(3, "mean"), (4, "none")])
+def test_double_backward_raises(products, reduction):
+    """Double backward is not supported: a backward with create_graph=True raises, rather
+    than returning gradients that would be taken for constants (what once_differentiable
+    does when grad_output does not require grad)."""
+    p = make_problem(3, shape=(9,), D=16, V=20, reduction=reduction)
+    x, w = p["x"].float().requires_grad_(), p["w"].float().requires_grad_()
+    loss = linear_cross_entropy(x, w, p["t"], reduction=reduction,
+                                config=with_chunks(torch.float32, "cpu", products=products))
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        torch.autograd.grad(loss, (x, w), torch.ones_like(loss), create_graph=True)
+
+
+class _TinyLM(torch.nn.Module):
+    """Embedding -> linear hidden layer (tanh) -> ojas_ref.linear_cross_entropy(impl="triton")."""
+
+    def __init__(self, V: int, D: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.embed = torch.nn.Embedding(V, D)
+        self.hidden = torch.nn.Linear(D, D)
+        self.head = torch.nn.Parameter(torch.randn(V, D, generator=gen) / math.sqrt(D))
+
+    def forward(self, tokens, targets):
+        h = torch.tanh(self.hidden(self.embed(tokens)))
+        return ref_module.linear_cross_entropy(h, self.head, targets, impl="triton")
+
+
+@cpu
+def test_in_backward_optimizer_clipping_matches_standard_loop():
+    """Gradient clipping with the kernel: InBackwardOptimizer(AdamW, max_grad_norm) runs
+    backward twice through a retained graph (norms, then clipped updates); 3 steps give
+    the standard loop's (loss.backward(); clip_grad_norm_; step) parameters and optimizer
+    state bit for bit: the second backward recomputes the kernel's gradients by the same
+    computation (test_second_backward_through_retained_graph), and InBackwardOptimizer is
+    the standard loop bitwise for equal gradients (tests/test_optimizer_in_backward.py),
+    so no tolerance is needed."""
+    from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+
+    V, D, clip = 30, 16, 0.05
+    torch.manual_seed(0)
+    standard = _TinyLM(V, D)
+    fused = _TinyLM(V, D)
+    fused.load_state_dict(standard.state_dict())
+    opt_s = torch.optim.AdamW(standard.parameters(), lr=1e-2)
+    opt_f = InBackwardOptimizer(fused.parameters(), torch.optim.AdamW, max_grad_norm=clip, lr=1e-2)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        tokens = torch.randint(V, (2, 9), generator=gen)
+        targets = torch.randint(V, (2, 9), generator=gen)
+        targets[0, :3] = -100
+        loss = standard(tokens, targets)
         loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(standard.parameters(), clip)
+        assert norm > clip, "the test must exercise clipping"
+        opt_s.step()
+        opt_s.zero_grad()
+        opt_f.backward(fused(tokens, targets))
+        opt_f.step()
+        opt_f.zero_grad()
+    for (name, a), b in zip(standard.named_parameters(), fused.parameters()):
+        assert torch.equal(a, b), name
+    state_s, state_f = opt_s.state_dict()["state"], opt_f.state_dict()["state"]
+    assert state_s.keys() == state_f.keys()
+    assert all(torch.equal(state_s[i][k], state_f[i][k]) for i in state_s for k in state_s[i])
 
 
 def check_hidden_size_zero(device):
@@ -380,6 +457,22 @@ def test_workspace_is_one_chunk_or_slab(products):
         loss = linear_cross_entropy(x, w, p["t"], config=with_chunks(torch.float32, "cpu", 8, 16, products=products))
         loss.backward()
     assert max(mode.sizes) < N * V, max(mode.sizes)
+
+
+@cpu
+@pytest.mark.parametrize("products", [3, 4])
+def test_saves_only_references_to_its_arguments(products):
+    """What autograd saves for a second backward are the forward's input, weight, bias and
+    target themselves (no copies: their memory is not added to) and, with 4 products, [K]
+    tensors (kept indices, their targets, lse)."""
+    N = 24
+    p = make_problem(7, shape=(N,), D=16, V=70, reduction="mean", ignored=0.3)
+    x, w, b = (p[k].float().requires_grad_() for k in ("x", "w", "b"))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        linear_cross_entropy(x, w, p["t"], linear_bias=b, config=with_chunks(torch.float32, "cpu", products=products))
+    arguments = {t.data_ptr() for t in (x, w, b, p["t"])}
+    assert saved and all(t.data_ptr() in arguments or t.numel() <= N for t in saved), [t.shape for t in saved]
 
 
 @cpu
