@@ -57,9 +57,6 @@ __all__ = ["KernelConfig", "AttentionConfig", "default_config", "flash_attention
 
 _LOG2E = 1.4426950408889634
 _MAX_HEAD_DIM = 256
-# Lowest additive-mask value kept apart from the others: times log2(e) it is -2^127,
-# finite in float32 with room for the score it is added to.
-_MASK_FLOOR = tl.constexpr(-(2.0**127) / _LOG2E)
 # Triton's CPU interpreter multiplies bfloat16 tiles as their raw uint16 bits;
 # there the operands of every dot go through float32 (exact for 16-bit inputs).
 _UPCAST_DOTS = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"))
@@ -166,18 +163,16 @@ def _apply_mask(s2, vis, i, j, mask_base, stride_mm, stride_mn, MASK_BOOL: tl.co
     """``attn_mask`` on a tile of base-2 scores ``s2`` whose entry ``(i, j)`` is
     visible where ``vis``: a boolean mask is one more conjunct of ``vis``
     (``visibility`` of OnlineSoftmax.v); an additive mask is added (times
-    log2(e)) and its ``-inf`` entries leave ``vis``.  Only visible entries are
-    read, so keys hidden by causal/window cost no mask traffic.  Returns
-    ``(s2, vis)``."""
+    log2(e)) and the entries it takes to -inf leave ``vis`` (masked keys, so a
+    row of them is fully masked: no ``-inf - (-inf)`` in the backward pass).
+    Only visible entries are read, so keys hidden by causal/window cost no mask
+    traffic.  Returns ``(s2, vis)``."""
     m = tl.load(mask_base + i.to(tl.int64) * stride_mm + j.to(tl.int64) * stride_mn, mask=vis, other=0)
     if MASK_BOOL:
         vis = vis & (m != 0)
     else:
-        m = m.to(tl.float32)
-        vis = vis & (m != float("-inf"))
-        # Floored so that m * log2(e) stays finite: torch.finfo(bfloat16/float32).min
-        # (Hugging Face's "masked" value) then acts as in the reference, not as -inf.
-        s2 = s2 + tl.maximum(m, _MASK_FLOOR) * 1.4426950408889634
+        s2 = s2 + m.to(tl.float32) * 1.4426950408889634
+        vis = vis & (s2 != float("-inf"))
     return s2, vis
 
 
@@ -745,10 +740,10 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     -inf entries are masked keys as above.  No theorem covers the added values:
     the Coq scores are ``scale * (q . k)`` and its masks boolean (the streaming
     theorems hold for any scores, but the spec never forms ``s + mask``).  Values
-    below -2^127 / log2(e) (about -1.2e38, e.g. ``torch.finfo(dtype).min``) are
-    raised to it, so that they stay finite in the kernels' base-2 scores: outputs
-    and gradients then match the reference, but the lse of a row made of such
-    values alone does not.  The kernel computes no gradient for the mask: one
+    below -FLT_MAX / log2(e) (about -2.4e38, e.g. ``torch.finfo(dtype).min`` of
+    bfloat16 and float32) overflow the kernels' base-2 scores and act as -inf: a
+    row made of them alone is fully masked here, while the reference and SDPA
+    average its values.  The kernel computes no gradient for the mask: one
     requiring grad is refused (``ojas_ref.attention(impl="reference")`` has it).
 
     float32 inputs: the dots run TF32 or IEEE float32 as torch's float32 matmuls

@@ -491,8 +491,9 @@ def attention(
     (``stream_row_masked_keys``), a row with no key left gives zeros
     (``stream_row_fully_masked``). No theorem covers the values of a float mask: the Coq
     spec's masks are boolean and its scores ``scale * (q . k)``; only its -inf entries
-    are covered, as masked keys. The kernel raises float-mask values below about -1.2e38
-    (e.g. ``torch.finfo(dtype).min``) to that value (see ``flash_attention``).
+    are covered, as masked keys. In the kernel, float-mask values below about -2.4e38
+    (``torch.finfo(dtype).min`` of bfloat16 and float32) act as -inf: a row made of
+    them alone gives zeros there, the mean of the values here (see ``flash_attention``).
 
     Autocast: as SDPA, under ``torch.autocast`` on the inputs' device type query, key,
     value and a float ``attn_mask`` (unless float64) are cast to the autocast dtype

@@ -73,17 +73,25 @@ def visible_mask(sq: int, sk: int, is_causal: bool, window: int | None, device=N
     return vis
 
 
-def materialised(q, k, v, is_causal, scale, window, grad_out):
-    """float64 softmax(scale q k^T) v with the mask, lse, autograd gradients, and
-    the norms of out/dq/dk/dv computed on absolute values (|P| |V|, ...), which
-    floor the relative errors where cancellation makes a result near zero."""
+def materialised(q, k, v, is_causal, scale, window, grad_out, attn_mask=None):
+    """float64 softmax(scale q k^T (+ additive mask)) v with the masks, lse, autograd
+    gradients, and the norms of out/dq/dk/dv computed on absolute values (|P| |V|, ...),
+    which floor the relative errors where cancellation makes a result near zero.
+    ``attn_mask``: bool (conjunction with causal/window) or additive (its -inf entries
+    mask), broadcastable to [B, Hq, Sq, Sk]."""
     q, k, v = (t.detach().to(F64).requires_grad_() for t in (q, k, v))
     do = grad_out.to(F64)
     groups = q.shape[1] // k.shape[1]
     kr, vr = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     vis = visible_mask(q.shape[2], k.shape[2], is_causal, window, q.device)
+    s = scale * q @ kr.transpose(-1, -2)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        vis = vis & attn_mask
+    elif attn_mask is not None:
+        vis = vis & (attn_mask != -math.inf)
+        s = s + attn_mask.to(F64)
     any_vis = vis.any(-1, keepdim=True)
-    s = (scale * q @ kr.transpose(-1, -2)).masked_fill(~vis, -math.inf).masked_fill(~any_vis, 0.0)
+    s = s.masked_fill(~vis, -math.inf).masked_fill(~any_vis, 0.0)
     lse = torch.logsumexp(s, -1).masked_fill(~any_vis[..., 0], -math.inf)
     p = torch.where(any_vis, torch.softmax(s, -1), 0.0)
     out = p @ vr
@@ -113,10 +121,11 @@ def check_lse(lse: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
         assert (lse.to(F64)[~masked] - ref[~masked]).abs().max().item() <= tol
 
 
-def run_kernel(q, k, v, is_causal, scale, window, grad_out, config=None):
+def run_kernel(q, k, v, is_causal, scale, window, grad_out, config=None, attn_mask=None):
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out, lse = flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal, scale, window, config)
-    out2 = flash_attention(q, k, v, is_causal, scale, window, config)
+    out, lse = flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal, scale, window, config,
+                                       attn_mask=attn_mask)
+    out2 = flash_attention(q, k, v, is_causal, scale, window, config, attn_mask=attn_mask)
     assert torch.equal(out, out2.detach())
     grads = torch.autograd.grad(out2, (q, k, v), grad_out)
     return out, lse, *grads
@@ -247,6 +256,158 @@ def test_kernel_matches_extracted_oracle(p):
     ref = (res["out"], res["lse"], res["grad_query"], res["grad_key"], res["grad_value"])
     mags = materialised(q, k, v, p["is_causal"], 0.25, p["window"], do)[1]
     compare(got, ref, 1e-5, 1e-5, 1e-4, mags)
+
+
+# ---------------------------------------------------------------------------
+# CPU, interpreter: attn_mask
+# ---------------------------------------------------------------------------
+
+
+def left_padding(b, sq, sk, pads, device=None):
+    """Hugging Face's bool mask for left-padded batches: causal and key j >= pads[b];
+    [B, 1, Sq, Sk].  Query rows i < pads[b] see no key (fully masked)."""
+    i = torch.arange(sq, device=device).view(1, 1, sq, 1)
+    j = torch.arange(sk, device=device).view(1, 1, 1, sk)
+    return (j <= i) & (j >= torch.tensor(pads, device=device).view(b, 1, 1, 1))
+
+
+def mask_case(kind, b, hq, sq, sk, dtype, gen):
+    """(attn_mask, is_causal, window) of one kind of mask."""
+    j = torch.arange(sk)
+    if kind == "key_padding":  # right padding of the keys, [B, 1, 1, Sk]
+        return (j < torch.tensor([sk, sk - 9]).view(b, 1, 1, 1))[:b], False, None
+    if kind == "hf_left_padding":  # causal & padding in the mask, as Hugging Face builds it
+        return left_padding(b, sq, sk, [0, 9][:b]), False, None
+    if kind == "causal_left_padding":  # key padding [B, 1, 1, Sk] combined with is_causal
+        return (j >= torch.tensor([0, 9]).view(b, 1, 1, 1))[:b], True, None
+    if kind == "packed":  # three sequences in one row: block-diagonal, causal by is_causal
+        seg = torch.bucketize(torch.arange(sq), torch.tensor([7, 20]), right=True)
+        return (seg[:, None] == seg[None, :]).view(1, 1, sq, sk), True, None
+    if kind == "dead_rows":  # random keys, rows 3 and Sq - 1 see none
+        keep = torch.rand(1, 1, sq, sk, generator=gen) < 0.7
+        keep[..., [3, sq - 1], :] = False
+        return keep, False, None
+    # Additive masks of the query dtype, some -inf entries and row 5 all -inf; entries
+    # hidden by the window / causal mask are NaN (never read, never used).
+    shape = (b, hq, sq, sk) if kind == "additive_window" else (1, 1, sq, sk)
+    add = 2 * torch.randn(*shape, generator=gen)
+    add = add.masked_fill(torch.rand(*shape, generator=gen) < 0.25, -math.inf)
+    add[..., 5, :] = -math.inf
+    is_causal, window = (False, 9) if kind == "additive_window" else (True, None)
+    hidden = ~visible_mask(sq, sk, is_causal, window)
+    return add.masked_fill(hidden, math.nan).to(dtype), is_causal, window
+
+
+MASK_KINDS = ["key_padding", "hf_left_padding", "causal_left_padding", "packed", "dead_rows", "additive_window",
+              "additive_causal"]
+MASK_SHAPES = {  # b, hq, hkv, sq, sk: GQA, sizes not multiples of the tiles (16, 32)
+    "key_padding": (2, 4, 2, 29, 45), "additive_window": (2, 4, 2, 21, 40),
+}
+MIXED_TILES = AttentionConfig(KernelConfig(32, 16), KernelConfig(16, 32), KernelConfig(32, 16))
+
+
+@cpu
+@pytest.mark.parametrize("kind", MASK_KINDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("config", [None, MIXED_TILES], ids=["tiles16", "tiles32x16"])
+def test_kernel_with_attn_mask(kind, dtype, config):
+    """Forward (out, lse) and dq/dk/dv with a mask against the float64 softmax.  The
+    tolerances are those of the unmasked tests: a bool mask only drops keys
+    (Ojas.Attention.Mask.stream_row_masked_keys), the same arithmetic on the kept ones;
+    an additive mask adds two float32 roundings to a base-2 score (m * log2 e, then the
+    sum), |s2| <= 15 here, a perturbation delta <= 2 * 2^-24 * 15 = 1.8e-6 of each score,
+    which moves the output by at most (e^(2 delta) - 1) max|v| = 3.6e-6 max|v|
+    (Ojas.Attention.ScorePerturbation, error_bounds.softmax_score_perturbation_bound),
+    under 1e-5 (float32) and negligible against 2e-2 (bfloat16)."""
+    b, hq, hkv, sq, sk = MASK_SHAPES.get(kind, (2, 4, 2, 37, 37))
+    gen = torch.Generator().manual_seed(MASK_KINDS.index(kind))
+    mask, is_causal, window = mask_case(kind, b, hq, sq, sk, dtype, gen)
+    q, k, v, do = make_inputs(b, hq, hkv, sq, sk, 16, 16, dtype, "cpu", seed=sq * 100 + sk)
+    got = run_kernel(q, k, v, is_causal, 0.25, window, do, config, attn_mask=mask)
+    ref, mags = materialised(q, k, v, is_causal, 0.25, window, do, attn_mask=mask)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    compare(got, ref, tol, tol, 1e-4 if dtype == torch.float32 else 1e-2, mags)
+    dead = torch.isneginf(ref[1])
+    if kind not in ("key_padding", "packed"):
+        assert dead.any(), "the case has fully masked rows"
+    assert (got[0][dead] == 0).all() and (got[2][dead] == 0).all(), "zeros on fully masked rows"
+
+
+@cpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_additive_mask_at_finfo_min(dtype):
+    """torch.finfo(dtype).min (Hugging Face's float "masked" value) overflows the base-2
+    scores and masks like -inf: where it covers some keys of a row the result is the
+    float64 softmax's; rows 2 and 11, covered throughout, are fully masked (zeros, lse
+    -inf, zero dq) where the float64 softmax averages the values, so they are left out
+    of the comparison and given dO = 0 (then they add nothing to dk, dv on either side)."""
+    b, hq, hkv, sq, sk = 1, 2, 1, 20, 23
+    mask = torch.zeros(b, 1, sq, sk, dtype=dtype)
+    mask[..., [2, 11], :] = torch.finfo(dtype).min
+    mask[..., :, 4:9] = torch.finfo(dtype).min
+    q, k, v, do = make_inputs(b, hq, hkv, sq, sk, 16, 16, dtype, "cpu", seed=4)
+    do[:, :, [2, 11]] = 0
+    got = run_kernel(q, k, v, False, 0.25, None, do, attn_mask=mask)
+    ref, mags = materialised(q, k, v, False, 0.25, None, do, attn_mask=mask)
+    rows = torch.ones(sq, dtype=torch.bool)
+    rows[[2, 11]] = False
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    compare([got[0][:, :, rows], got[1][..., rows], got[2][:, :, rows], *got[3:]],
+            [ref[0][:, :, rows], ref[1][..., rows], ref[2][:, :, rows], *ref[3:]],
+            tol, tol, 1e-4 if dtype == torch.float32 else 1e-2, mags)
+    assert (got[0][:, :, ~rows] == 0).all() and (got[2][:, :, ~rows] == 0).all()
+    assert torch.isneginf(got[1][..., ~rows]).all()
+
+
+@cpu
+def test_kernel_attn_mask_errors_and_strides():
+    q, k, v, _ = make_inputs(2, 4, 2, 5, 6, 16, 16, torch.float32, "cpu", seed=1)
+    bad = [
+        (torch.ones(2, 1, 6, 6, dtype=torch.bool), ValueError, r"attn_mask must be broadcastable to \[B, Hq, Sq, Sk\]"),
+        (torch.ones(3, 6, dtype=torch.bool), ValueError, "attn_mask must be broadcastable"),
+        (torch.ones(1, 1, 1, 1, 6, dtype=torch.bool), ValueError, "attn_mask must be broadcastable"),
+        (torch.zeros(5, 6, dtype=torch.float16), ValueError, "attn_mask must have dtype torch.bool or the query's"),
+        (torch.ones(5, 6, dtype=torch.int32), ValueError, "attn_mask must have dtype"),
+        ([[True] * 6] * 5, TypeError, "attn_mask must be a torch.Tensor"),
+    ]
+    for mask, exc, message in bad:
+        with pytest.raises(exc, match=message):
+            flash_attention_forward(q, k, v, False, 1.0, None, attn_mask=mask)
+        with pytest.raises(exc, match=message):
+            flash_attention(q, k, v, False, attn_mask=mask)
+    needs_grad = torch.zeros(5, 6, requires_grad=True)
+    with pytest.raises(ValueError, match="attn_mask requires grad, but the kernel computes no gradient"):
+        flash_attention(q, k, v, False, attn_mask=needs_grad)
+    with torch.no_grad():
+        flash_attention(q, k, v, False, attn_mask=needs_grad)
+    # A key-padding mask is read through stride 0, not expanded.
+    mask, strides, flags = kattn._mask_args(torch.ones(2, 1, 1, 6, dtype=torch.bool), q, k)
+    assert strides == (6, 0, 0, 1) and mask.dtype == torch.uint8 and flags == dict(HAS_MASK=True, MASK_BOOL=True)
+
+
+@pytest.fixture
+def matmul_precision():
+    """Restores torch's float32 matmul precision after the test."""
+    before = torch.get_float32_matmul_precision()
+    yield torch.set_float32_matmul_precision
+    torch.set_float32_matmul_precision(before)
+
+
+def test_float32_dots_follow_torch_matmul_precision(matmul_precision):
+    cuda = torch.device("cuda")
+    matmul_precision("highest")
+    assert kattn._dot_precision(torch.float32) == "ieee"
+    ieee_config = kattn.default_config(128, torch.float32, cuda)
+    for precision in ("high", "medium"):
+        matmul_precision(precision)
+        assert kattn._dot_precision(torch.float32) == "tf32"
+    assert kattn.default_config(128, torch.float32, cuda) != ieee_config
+    matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    assert kattn._dot_precision(torch.float32) == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    assert kattn._dot_precision(torch.float32) == "ieee"
+    assert kattn._dot_precision(torch.bfloat16) == "tf32"  # ignored by 16-bit dots
 
 
 # ---------------------------------------------------------------------------
