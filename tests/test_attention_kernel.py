@@ -10,8 +10,11 @@ Two kinds of test:
   (any tiling computes the same function: Ojas.Attention.StreamCorrect),
   against a materialised float64 softmax and against the oracle extracted
   from the Coq spec (ojas_ref.oracle).
+  With ``attn_mask`` (bool and additive; key and left padding, packed
+  sequences, fully masked rows) against the same float64 softmax.
 * GPU tests (``-m gpu``, need CUDA): sizes up to 4K against
-  ``scaled_dot_product_attention``'s math backend on float64 copies.
+  ``scaled_dot_product_attention``'s math backend on float64 copies, a
+  left-padded batch among them, and float32 under TF32.
 
 Errors are relative norm errors ``|x - ref| / |ref|``; on the small CPU
 shapes ``|ref|`` is floored at a tenth of the norm of the same sum over
@@ -20,7 +23,7 @@ is compared at the scale of its terms).  Tolerances: float32 inputs run ieee flo
 so 1e-5 (forward) and 1e-4 (gradients; the CPU tests use 1e-5 throughout);
 float16 2e-3 / 5e-3; bfloat16 1e-2 / 2e-2 (P and dS are rounded to the input
 type before their matrix products, as in FlashAttention-2; the output is
-rounded once).
+rounded once); float32 under TF32 5e-3 / 1e-2 (test_kernel_float32_tf32_gpu).
 """
 
 from __future__ import annotations
@@ -503,3 +506,94 @@ def test_ojas_ref_attention_runs_the_kernel_on_cuda(monkeypatch):
     tol_fwd, tol_grad = TOL[torch.bfloat16]
     assert rel_err(out.detach(), rout, 0.0) <= tol_fwd
     assert max(rel_err(g, r, 0.0) for g, r in zip(grads, (rq, rk, rv))) <= tol_grad
+
+
+def sdpa_masked_reference(q, k, v, mask, is_causal, scale, grad_out):
+    """float64 ``scaled_dot_product_attention`` (math backend) with the bool mask (and
+    causal, folded into it) and its gradients, under the kernel's convention for rows
+    that see no key: SDPA gives NaN or zeros there (by backend and version), so they are
+    made visible and given dO = 0 (they then add nothing to dK, dV and get dQ = 0), and
+    their output is set to zeros, their lse to -inf."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (t.detach().to(F64).requires_grad_() for t in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    full = mask & visible_mask(q.shape[2], k.shape[2], is_causal, None, q.device)
+    dead = ~full.any(-1, keepdim=True)
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=full | dead, scale=scale)
+    gq, gk, gv = torch.autograd.grad(out, (q, k, v), grad_out.to(F64).masked_fill(dead, 0.0))
+    with torch.no_grad():
+        lse = torch.logsumexp((scale * q @ kr.transpose(-1, -2)).masked_fill(~full, -math.inf), -1)
+    return out.detach().masked_fill(dead, 0.0), lse, gq, gk, gv
+
+
+@pytest.mark.parametrize("kind", ["hf_left_padding", "causal_key_padding"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_with_padding_mask_vs_sdpa_gpu(kind):
+    """A left-padded bfloat16 batch at a training size (GQA 16/4 heads, S = 2048, E = 128)
+    against SDPA with the same bool mask: Hugging Face's [B, 1, S, S] mask (causal and
+    padding, is_causal False), and a [B, 1, 1, S] key-padding mask with is_causal=True
+    (the tiles above the diagonal skipped)."""
+    b, hq, hkv, s, e, pads = 2, 16, 4, 2048, 128, [0, 300]
+    q, k, v, do = make_inputs(b, hq, hkv, s, s, e, e, torch.bfloat16, "cuda", seed=21)
+    if kind == "hf_left_padding":
+        mask, is_causal = left_padding(b, s, s, pads, "cuda"), False
+    else:
+        j = torch.arange(s, device="cuda").view(1, 1, 1, s)
+        mask, is_causal = j >= torch.tensor(pads, device="cuda").view(b, 1, 1, 1), True
+    scale = 1 / math.sqrt(e)
+    got = run_kernel(q, k, v, is_causal, scale, None, do, attn_mask=mask)
+    ref = sdpa_masked_reference(q, k, v, mask, is_causal, scale, do)
+    tol_fwd, tol_grad = TOL[torch.bfloat16]
+    errs = compare(got, ref, tol_fwd, tol_grad, 2e-2)
+    dead = torch.isneginf(ref[1])
+    assert dead.sum() == hq * pads[1]
+    assert (got[0][dead] == 0).all() and (got[2][dead] == 0).all()
+    print(f"\nrel errors {kind}: " + ", ".join(f"{n} {x:.2e}" for n, x in errs.items()))
+
+
+@pytest.mark.parametrize("e", [64, 128, 256])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernel_float32_tf32_gpu(e, matmul_precision):
+    """float32 under torch.set_float32_matmul_precision("high"): the dots run TF32 (with
+    the untuned TF32 tiles of default_config).  TF32 rounds the operands to 10 mantissa
+    bits (u = 2^-11, float16's), float32 inputs as well as P and dS, so the tolerances
+    are about float16's doubled (float16 inputs are not rounded): 5e-3 / 1e-2.  The
+    error is also above the IEEE tolerance (1e-5): the setting reached the kernel."""
+    matmul_precision("high")
+    b, hq, hkv, s = 1, 4, 2, 1024
+    q, k, v, do = make_inputs(b, hq, hkv, s, s, e, e, torch.float32, "cuda", seed=e)
+    got = run_kernel(q, k, v, True, 1 / math.sqrt(e), None, do)
+    ref = sdpa_reference(q, k, v, True, 1 / math.sqrt(e), None, do)
+    errs = compare(got, ref, 5e-3, 1e-2, 2e-2)
+    assert errs["out"] > TOL[torch.float32][0], errs
+    print(f"\nrel errors float32 TF32 E={e}: " + ", ".join(f"{n} {x:.2e}" for n, x in errs.items()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_ojas_ref_attention_sends_masks_to_the_kernel_gpu(monkeypatch):
+    """With the default impl, CUDA tensors with a bool mask or a float mask that needs no
+    gradient run this kernel; a float mask that requires grad runs the reference (which
+    computes d(attn_mask)), and both agree."""
+    calls = []
+    monkeypatch.setattr(kattn, "flash_attention",
+                        lambda *a, **kw: calls.append(kw["attn_mask"]) or flash_attention(*a, **kw))
+    from ojas_ref import attention
+
+    b, hq, hkv, s, e = 2, 8, 2, 500, 64
+    q, k, v, do = make_inputs(b, hq, hkv, s, s, e, e, torch.bfloat16, "cuda", seed=9)
+    pad = left_padding(b, s, s, [0, 37], "cuda")
+    attention(q, k, v, attn_mask=pad, enable_gqa=True)
+    additive = torch.zeros(b, 1, 1, s, dtype=torch.bfloat16, device="cuda").masked_fill(~pad[:, :, -1:], -math.inf)
+    out_kernel = attention(q, k, v, attn_mask=additive, is_causal=True, enable_gqa=True)
+    needs_grad = additive.clone().requires_grad_()
+    out_ref = attention(q, k, v, attn_mask=needs_grad, is_causal=True, enable_gqa=True)
+    (dmask,) = torch.autograd.grad(out_ref, needs_grad, do)
+    assert len(calls) == 2 and calls[0] is pad and calls[1] is additive
+    assert rel_err(out_kernel, out_ref.to(F64)) <= TOL[torch.bfloat16][0]
+    assert dmask.shape == additive.shape and torch.isfinite(dmask).all()

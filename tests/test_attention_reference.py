@@ -6,7 +6,8 @@
   the error bound of ``ojas_ref.error_bounds`` and backward with a norm-relative
   tolerance, in float32 and bfloat16;
 * the result does not depend on the tiling (Ojas.Attention.StreamCorrect);
-* bad arguments raise errors that name the argument; ``impl`` dispatch.
+* bad arguments raise errors that name the argument; ``impl`` dispatch;
+* autocast: the output and gradients of SDPA under ``torch.autocast``.
 
 ``oracle_mismatches`` is also the detector of tests/test_attention_mutations.py.
 """
