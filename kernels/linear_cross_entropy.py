@@ -72,7 +72,25 @@ Either way the peak above the inputs is about (1 + workspace_fraction) x the
 gradients.  Gradients are exact in the sense that every entry of G enters the
 products (no filtering of small entries, unlike Cut Cross-Entropy's default).
 float16 G is stored times a power of two (probabilities down to 2^-22 stay normal
-numbers), undone in the products.
+numbers), undone in the products.  A second backward through a retained graph
+recomputes the gradients the first one handed over, by the same computation
+(``_LinearCrossEntropy``).
+
+Precision of the products.  Every product accumulates in float32.  3 products: the
+logits x W^T (cuBLAS, ``_mm_into``, rounded to the input dtype), grad_input = w G W
+and grad_weight += w G^T H (cuBLAS, ``_addmm_into``).  4 products: the forward's
+and the backward's logits (Triton dots of ``_logits_kernel``, or cuBLAS with
+``fwd_logits`` / ``bwd_logits`` "cublas"), grad_input rows G W and grad_weight
+G^T H (cuBLAS, ``_mm_f32`` / ``_mm_into``).  float16/bfloat16 operands multiply
+exactly, and cuBLAS's reduced-precision (half) reductions are turned off
+(``_float32_reductions``).  float32 operands, Triton dots and cuBLAS alike, follow
+torch's own float32 matmul setting (``_tf32_matmuls``, ``_dot_precision``): TF32
+under ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` (or
+``torch.backends.cuda.matmul.allow_tf32 = True``), IEEE under ``"highest"``, torch's
+default.  Under the CPU interpreter the Triton dots go through float32 and IEEE
+(``_UPCAST_DOTS`` of kernels/attention.py), the torch products are CPU matmuls.
+No theorem covers this kernel's rounding (the theorems above are over the reals):
+the tests bound its errors against a float64 reference.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
 the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
@@ -429,8 +447,23 @@ class _Options:
                     inv_v=1.0 / V)
 
 
+def _tf32_matmuls() -> bool:
+    """Whether torch's own float32 matmuls on CUDA use TF32, read as cuBLAS reads it:
+    ``torch.backends.cuda.matmul.fp32_precision == "tf32"`` (torch >= 2.9; set by
+    ``torch.set_float32_matmul_precision("high")`` or ``"medium"``, by
+    ``torch.backends.cuda.matmul.allow_tf32 = True`` or by the new API), else
+    ``allow_tf32`` (older torch, where the two legacy settings are one flag)."""
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", None)
+    return matmul.allow_tf32 if precision is None else precision == "tf32"
+
+
 def _dot_precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
+    """``input_precision`` of the Triton dots: for float32 operands "tf32" when torch's
+    float32 matmuls use TF32 (``_tf32_matmuls``), else "ieee", as the cuBLAS products
+    beside them; float16/bfloat16 operands multiply exactly into the float32
+    accumulator whatever the argument."""
+    return "tf32" if dtype != torch.float32 or _tf32_matmuls() else "ieee"
 
 
 def _num_sms(device: torch.device) -> int:
@@ -441,7 +474,9 @@ def _num_sms(device: torch.device) -> int:
 
 @contextlib.contextmanager
 def _float32_reductions(device: torch.device):
-    """cuBLAS products with float32 reductions (no half-precision split-K sums)."""
+    """cuBLAS products of float16/bfloat16 operands with float32 reductions (no
+    half-precision split-K sums); float32 products are left to torch's TF32 setting
+    (``_tf32_matmuls``), which the Triton dots follow too (``_dot_precision``)."""
     if device.type != "cuda":
         yield
         return
@@ -460,7 +495,9 @@ _OUT_DTYPE_OK = [True]  # torch.mm(out_dtype=) works here (CUDA, torch >= 2.8)
 
 def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """out = a @ b with float32 accumulation, rounded once to out's dtype (float32 or
-    a's dtype; out contiguous)."""
+    a's dtype; out contiguous).  cuBLAS: float32 operands in TF32 or IEEE as torch's
+    setting says (``_tf32_matmuls``), 16-bit ones with float32 reductions; on the CPU
+    (the interpreter's runs) torch's float32 matmul."""
     if not a.is_cuda:
         out.copy_(torch.mm(a.float(), b.float()))
         return
@@ -728,7 +765,8 @@ def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_r
 
 def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
     """out = alpha a @ b + beta out, the product accumulated in float32 and the sum
-    rounded once to out's dtype (cuBLAS's epilogue; emulated so on the CPU)."""
+    rounded once to out's dtype (cuBLAS's epilogue; emulated so on the CPU); precision
+    as ``_mm_into``."""
     if not a.is_cuda:
         acc = torch.mm(a.float(), b.float()).mul_(alpha)
         out.copy_(acc.add_(out.float(), alpha=beta) if beta else acc)

@@ -502,6 +502,35 @@ def test_dispatch(monkeypatch):
         ref_module.linear_cross_entropy(p["x"], p["w"], p["t"], impl="triton")
 
 
+@pytest.fixture
+def restore_matmul_precision():
+    """Puts torch's float32 matmul setting back (through the legacy setter, which sets the
+    new API's value too, so the two stay consistent)."""
+    saved = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(saved)
+
+
+def _set_cuda_matmul(name, value):
+    return lambda: setattr(torch.backends.cuda.matmul, name, value)
+
+
+@pytest.mark.parametrize("setting, want", [
+    (lambda: torch.set_float32_matmul_precision("highest"), "ieee"),
+    (lambda: torch.set_float32_matmul_precision("high"), "tf32"),
+    (lambda: torch.set_float32_matmul_precision("medium"), "tf32"),
+    (_set_cuda_matmul("allow_tf32", True), "tf32"),
+    (_set_cuda_matmul("fp32_precision", "tf32"), "tf32"),
+    (_set_cuda_matmul("fp32_precision", "ieee"), "ieee"),
+], ids=["highest", "high", "medium", "allow_tf32", "fp32_precision_tf32", "fp32_precision_ieee"])
+def test_float32_dot_precision_follows_torch(setting, want, restore_matmul_precision):
+    """The Triton dots of float32 operands take torch's own float32 matmul setting, as
+    the cuBLAS products beside them do: TF32 unless the precision is "highest"."""
+    setting()
+    assert klce._dot_precision(torch.float32) == want
+    assert klce._tf32_matmuls() == (want == "tf32")
+
+
 @cpu
 def test_kernel_rejects_bad_arguments():
     x, w, t = torch.randn(4, 16), torch.randn(10, 16), torch.randint(0, 10, (4,))
@@ -586,3 +615,27 @@ def test_dispatch_gpu(monkeypatch):
 def test_hidden_size_zero_gpu():
     """D = 0 on the device: the kernels get empty x and W (null pointers) and no K loop."""
     check_hidden_size_zero("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_float32_precision_follows_torch_gpu(restore_matmul_precision):
+    """float32 products in TF32 under torch.set_float32_matmul_precision("high"), IEEE
+    under "highest": 4 products (Triton dots for the logits; reduction "none", the
+    per-token losses) and 3 (cuBLAS; reduction "mean", grad_input), against the float64
+    reference.  IEEE: errors at the float32 level (GPU_TOL, 1e-4); TF32 rounds each
+    operand to 10 bits (2^-11 relative), some 100 x the float32 sums' error at D = 512,
+    so at least 10 x the "highest" error."""
+    errs = {}
+    for reduction, products, which in (("none", 4, 0), ("mean", 3, 1)):  # 0: loss, 1: grad_input
+        p = make_problem(5, shape=(1024,), D=512, V=10000, reduction=reduction, ignored=0.2)
+        want = reference(p, torch.float32, "cuda")[which]
+        for precision in ("highest", "high"):
+            torch.set_float32_matmul_precision(precision)
+            got = run(linear_cross_entropy, p, torch.float32, "cuda",
+                      config=with_chunks(torch.float32, "cuda", products=products))[which]
+            errs[products, precision] = rel_err(got, want)
+    print(f"\nfloat32 relative errors (products, precision): {errs}")
+    for products in (3, 4):
+        assert errs[products, "highest"] <= GPU_TOL[torch.float32], errs
+        assert errs[products, "high"] >= 10 * errs[products, "highest"], errs
