@@ -1020,9 +1020,10 @@ def linear_cross_entropy(
 ) -> torch.Tensor:
     """Differentiable linear cross-entropy; arguments and result as
     ``ojas_ref.linear_cross_entropy.linear_cross_entropy`` (which checks them and
-    dispatches here with ``impl="triton"``); float16, bfloat16 or float32, the loss
-    float32 whatever the input dtype.  Targets must be in [0, V) or ``ignore_index``:
-    not checked here (the check costs a sync).
+    dispatches here with ``impl="triton"``, after ``torch.autocast``'s casts); input,
+    weight and bias of one dtype, float16, bfloat16 or float32, the loss float32
+    whatever it is; forward and backward run with autocast disabled.  Targets must be
+    in [0, V) or ``ignore_index``: not checked here (the check costs a sync).
 
     Forward: ``ce_forward`` / ``ce_output`` (Definitions.v), the lse by merged
     vocabulary-chunk states (``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``), the

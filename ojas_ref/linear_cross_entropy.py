@@ -466,7 +466,8 @@ def linear_cross_entropy(
     to the autocast dtype (float64 ones excepted), so a bf16 input with a float32 weight
     works there; the gradients come back in each tensor's own dtype through the casts,
     and the computation below runs with autocast disabled (forward and backward). The logits
-    z = input W^T + b are soft-capped, z = c tanh(z / c), when ``softcap=c`` is given.
+    z = input W^T + b are soft-capped, z = c tanh(z / c), when ``softcap=c`` is given
+    (D = 0 is allowed: z = b, or 0 without a bias, as F.linear gives).
     The loss of a token with target t is
 
         (1 - eps) (lse - z_t) + eps (lse - mean_v z_v) + z_loss * lse^2,

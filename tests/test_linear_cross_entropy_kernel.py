@@ -290,24 +290,30 @@ def test_grad_subsets_and_no_grad():
     assert max(rel_err(only_w, full[2]), rel_err(only_x, full[1]), rel_err(loss, full[0])) <= 1e-6
 
 
+def check_second_backward(p, dtype, products, device="cpu", cfg=None, tol=TOL):
+    """Backward twice through a retained graph (InBackwardOptimizer's clipping): the
+    first hands over the gradients made in the forward, the second recomputes them by
+    the forward's own computation, so they are equal bit for bit (grad_output 1.7, or
+    per token, applied to both; one device, one stream: cuBLAS and the kernels are
+    deterministic there), and they are the reference's."""
+    leaves = [p[k].to(device=device, dtype=dtype).requires_grad_() for k in ("x", "w", "b")]
+    cfg = cfg or with_chunks(dtype, device, products=products)
+    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"].to(device), linear_bias=leaves[2],
+                                reduction=p["reduction"], config=cfg)
+    go = (p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7)).to(device=device, dtype=torch.float32)
+    first = torch.autograd.grad(loss, leaves, go, retain_graph=True)
+    second = torch.autograd.grad(loss, leaves, go)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    compare([loss.detach(), *first], reference(p, dtype, device), dtype, tol=tol)
+
+
 @cpu
 @pytest.mark.parametrize("ignored", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("products,reduction", [(3, "mean"), (3, "sum"), (4, "mean"), (4, "none")])
 def test_second_backward_through_retained_graph(products, reduction, dtype, ignored):
-    """Backward twice through a retained graph (InBackwardOptimizer's clipping): the
-    first hands over the gradients made in the forward, the second recomputes them by
-    the forward's own computation, so they are equal bit for bit (grad_output 1.7, or
-    per token, applied to both), and they are the reference's."""
     p = make_problem(2, shape=(3, 5), D=16, V=40, reduction=reduction, ignored=ignored)
-    leaves = [p[k].to(dtype).requires_grad_() for k in ("x", "w", "b")]
-    cfg = with_chunks(dtype, "cpu", 5, 16, products=products)
-    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2], reduction=reduction, config=cfg)
-    go = (p["grad_out"] if reduction == "none" else torch.tensor(1.7)).float()
-    first = torch.autograd.grad(loss, leaves, go, retain_graph=True)
-    second = torch.autograd.grad(loss, leaves, go)
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
-    compare([loss.detach(), *first], reference(p, dtype), dtype)
+    check_second_backward(p, dtype, products, cfg=with_chunks(dtype, "cpu", 5, 16, products=products))
 
 
 @cpu
@@ -639,3 +645,11 @@ def test_float32_precision_follows_torch_gpu(restore_matmul_precision):
     for products in (3, 4):
         assert errs[products, "highest"] <= GPU_TOL[torch.float32], errs
         assert errs[products, "high"] >= 10 * errs[products, "highest"], errs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("products,reduction,ignored", [(3, "mean", 0.0), (3, "mean", 0.3), (4, "none", 0.3)])
+def test_second_backward_through_retained_graph_gpu(products, reduction, ignored):
+    p = make_problem(17, shape=(4096,), D=1024, V=32000, reduction=reduction, ignored=ignored)
+    check_second_backward(p, torch.bfloat16, products, "cuda", tol=GPU_TOL)
