@@ -916,9 +916,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     from the saved input, weight, bias and target by the forward's own computation (the
     same products in the same order, so the same gradients on a deterministic device).
     Those saved tensors are references to the forward's arguments, no copies: the weight
-    is a parameter, and the input, alive during the forward (at its peak: gradients and
-    workspace), is held until the backward frees the graph, never beside the forward's
-    workspace, so the peak of forward + backward is the same.  Both run with autocast
+    is a parameter, and the input was alive beside the gradients and the workspace at
+    the forward's peak anyway; holding it until the backward frees the graph adds
+    nothing to that peak, nor to the first backward's (which allocates nothing; the
+    recomputing one allocates what the forward did).  Both run with autocast
     disabled: each product has the precision ``_mm_into`` and ``_dot_precision`` give
     it, whatever the caller's autocast state (the backward runs under the caller's)."""
 
