@@ -918,8 +918,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     Those saved tensors are references to the forward's arguments, no copies: the weight
     is a parameter, and the input was alive beside the gradients and the workspace at
     the forward's peak anyway; holding it until the backward frees the graph adds
-    nothing to that peak, nor to the first backward's (which allocates nothing; the
-    recomputing one allocates what the forward did).  Both run with autocast
+    nothing to that peak, nor to the first backward's (which scales the gradients in
+    place; the recomputing one allocates what the forward did).  Both run with autocast
     disabled: each product has the precision ``_mm_into`` and ``_dot_precision`` give
     it, whatever the caller's autocast state (the backward runs under the caller's)."""
 
