@@ -75,6 +75,41 @@ per-parameter update rule; the arithmetic of each update is torch's own):
   parameters.
 * ``Counterexamples.tied_per_use_neq_standard``: a hook per use of a tied weight
   (an update per partial gradient) would not be the standard loop.
+* One backward pass is one update (the theorems are about one step): two
+  ``.backward()`` calls are two updates, not one on the summed gradient, so a
+  backward pass that would update again before ``step()`` raises.
+
+Data parallelism is not covered by a theorem: the equalities below are tested
+(``tests/test_distributed.py``: 2 CPU processes on gloo, SGD and AdamW, clipping,
+accumulation; every rank bitwise equal, equal to the single-process loop on the
+concatenated batch within float64 rounding, and under DDP bitwise equal to
+``torch.optim`` under DDP).
+
+* ``DistributedDataParallel``: the post-accumulate-grad hook sees this rank's
+  gradient, before DDP averages it.  The optimizer finds the DDP models of its
+  parameters at their forward (a global module forward pre-hook, installed when
+  it is constructed in a process group of several ranks and removed once each of
+  its parameters has its DDP), and defers their updates to an autograd callback
+  queued at the end of backward, after every callback queued during the pass:
+  DDP's reducer queues its ``finalize_backward`` (wait for the all-reduces, copy
+  the averages into ``.grad``) from its hooks, so the update reads the averaged
+  gradient, exactly what the standard DDP loop's ``step()`` reads (parameters no
+  rank used keep no gradient and are not stepped).  Memory: DDP's buckets hold a
+  copy of every gradient anyway (``gradient_as_bucket_view=True`` makes ``.grad``
+  that copy), so only the optimizer step's temporaries stay bucket-sized.  A
+  backward pass under ``no_sync()`` (DDP's last forward did not prepare a
+  reduction) accumulates and does not update: accumulate with ``no_sync()`` and
+  ``accumulation_steps=1``.  Clipping needs a single backward pass (the averaged
+  gradients are all there at the callback), with their global norm.
+* FSDP2 (``fully_shard``): FSDP2 runs the sharded parameter's post-accumulate-grad
+  hooks itself, after the reduce-scatter, with the reduced shard in ``.grad``; the
+  update of the local shard then runs in the hook as without FSDP (the memory
+  saving stays: each shard's gradient is freed at its update).  With clipping the
+  shards wait for an end-of-backward callback and ``clip_grad_norm_`` over the
+  DTensor gradients, whose norm is the global one.  Accumulate with
+  ``set_requires_gradient_sync(False)`` for micro-batches ``1..k-1`` and
+  ``accumulation_steps=1`` (unsynchronised passes fire no hook, so they cannot be
+  counted).
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
@@ -85,6 +120,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 import weakref
 from enum import Enum
 from typing import Any, Callable, Iterable, Optional, Union
@@ -98,6 +134,11 @@ __all__ = ["InBackwardOptimizer"]
 
 # torch.nn.utils.clip_grad_norm_'s default norm type, the only one supported.
 _NORM_TYPE = 2.0
+
+if torch.distributed.is_available():
+    from torch.distributed.tensor import DTensor
+else:  # a build without torch.distributed: no FSDP2
+    DTensor = ()
 
 # Hooked parameter -> weak reference to the InBackwardOptimizer whose hook it carries.
 # Both sides are weak: a strong value would keep its own keys (the optimizer holds its
@@ -125,6 +166,35 @@ def _weak_hook(opt: "InBackwardOptimizer") -> Callable[[Tensor], None]:
 def _owner(p: torch.Tensor) -> Optional["InBackwardOptimizer"]:
     ref = _OWNERS.get(p)
     return None if ref is None else ref()
+
+
+# Optimizers that may have parameters of a DistributedDataParallel model whose forward
+# they have not seen yet, and the global forward pre-hook that looks for DDP modules while
+# there are any (see _find_ddp).
+_WATCHING: "weakref.WeakSet[InBackwardOptimizer]" = weakref.WeakSet()
+_WATCH_HANDLE: list[Any] = []
+
+
+def _watch_for_ddp(opt: "InBackwardOptimizer") -> None:
+    _WATCHING.add(opt)
+    if not _WATCH_HANDLE:
+        _WATCH_HANDLE.append(torch.nn.modules.module.register_module_forward_pre_hook(_find_ddp))
+
+
+def _find_ddp(module: torch.nn.Module, args: Any) -> None:
+    """Global forward pre-hook: tell the optimizers of a DDP model's parameters which DDP
+    reduces their gradients; removed once every watched optimizer knows all its parameters'."""
+    if not isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        return
+    for p in module.parameters():
+        owner = _owner(p)
+        if owner is not None and not getattr(p, "_ddp_ignored", False):
+            owner._attach_ddp(module, p)
+    for opt in list(_WATCHING):
+        if all(p in opt._ddp_of for p in opt._group_of):
+            _WATCHING.discard(opt)
+    if not _WATCHING and _WATCH_HANDLE:
+        _WATCH_HANDLE.pop().remove()
 
 
 class _Mode(Enum):
@@ -156,7 +226,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     Args:
         params: the parameters or parameter groups, as for ``optimizer_class``.
             Parameters that do not require grad at construction get no hook and
-            are never updated.
+            are never updated: one of them found with a ``.grad`` (unfrozen after
+            construction) at the end of a backward pass or at ``step()`` raises;
+            construct the optimizer after unfreezing, or leave it out of
+            ``params`` and pass it to :meth:`add_param_group` when unfreezing it.
         optimizer_class: a ``torch.optim.Optimizer`` subclass whose step updates
             each parameter from its own gradient and state only (SGD, Adam, AdamW,
             ...; not LBFGS).
@@ -180,10 +253,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             updates each parameter alone in its hook.
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
-    ``step()`` and ``zero_grad()`` may stay in the training loop: ``step()`` does
-    nothing, ``zero_grad()`` clears the gradients that exist (none after an update)
-    and the updates left pending by a backward pass that raised; without it, the
-    next backward raises rather than step a parameter twice.  Learning-rate schedulers work: they change
+    Call ``step()`` after each update as in the standard loop: it updates nothing
+    (backward did) but marks the end of the step, and a backward pass that would
+    update again before it raises (two ``.backward()`` calls would otherwise be
+    two updates where ``torch.optim`` makes one on the summed gradient; back-propagate
+    the sum of the losses, or set ``accumulation_steps``).  ``zero_grad()`` may stay:
+    it clears the gradients that exist (none after an update) and the updates left
+    pending by a backward pass that raised; without it, the next backward raises
+    rather than step a parameter twice.  Learning-rate schedulers work: they change
     ``param_groups[i]["lr"]`` and the next update reads it.  Save checkpoints
     after an update (gradients of an unfinished accumulation are not optimizer
     state, as in ``torch.optim``).  A parameter has at most one
@@ -204,6 +281,19 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     sparse gradients, a parameter that already has a ``.grad``, reentrant
     activation checkpointing with ``accumulation_steps > 1`` (its nested backward
     passes would count as micro-batches; use ``use_reentrant=False``).
+
+    Data parallel (not covered by a theorem; tested, see the module docstring):
+    under ``DistributedDataParallel`` (construct the optimizer after
+    ``init_process_group`` and before the first forward) the updates wait for DDP's
+    averaged gradients at the end of backward; under FSDP2 (``fully_shard``,
+    construct the optimizer after sharding) each local shard is updated after its
+    reduce-scatter.  Clipping (``max_grad_norm``) uses the global norm in one
+    backward pass.  Accumulate with ``no_sync()`` (FSDP2:
+    ``set_requires_gradient_sync(False)``) and ``accumulation_steps=1``;
+    ``accumulation_steps > 1`` raises.  DDP with ``mixed_precision``, compiled DDP
+    or ``delay_all_reduce_named_params`` over every parameter raises.  In a job of
+    several ranks, a plain parameter updated with its local gradient (no DDP seen,
+    no FSDP2 shard) warns once.
     """
 
     # GradScaler.step then calls step() directly, which raises with the reason.
@@ -260,6 +350,20 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._queued_task = None        # the backward pass whose end-of-backward callback is queued
         self._norms: dict[Tensor, Tensor] = {}
         self._total_norm: Optional[Tensor] = None
+        # Distributed: the DDP module that all-reduces each parameter's gradient (weakly), the DDP
+        # modules that reduce the gradients of the current backward pass, whether a hooked
+        # parameter is an FSDP2 shard (DTensor), the parameters to update once the gradients are
+        # reduced (FSDP2 shards, and plain parameters, with clipping), whether the update after
+        # the reduction is due in this pass.
+        self._ddp_of: dict[Tensor, "weakref.ref[torch.nn.Module]"] = {}
+        self._synced: list[torch.nn.Module] = []
+        self._sharded = False
+        self._reduced: list[Tensor] = []
+        self._after_reduction = False
+        self._warned_local = False
+        # an update ran in this backward pass / since the last step()
+        self._updated = False
+        self._needs_step = False
         # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
@@ -298,9 +402,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._group_of[p] = index
             self._hook_handles.append(p.register_post_accumulate_grad_hook(_weak_hook(self)))
             _OWNERS[p] = weakref.ref(self)
+            self._sharded |= isinstance(p, DTensor)
+        if (hooked and torch.distributed.is_available() and torch.distributed.is_initialized()
+                and torch.distributed.get_world_size() > 1):
+            _watch_for_ddp(self)
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> None:
-        """Nothing to do: the parameters were updated during backward."""
+        """Nothing to update (the parameters were updated during backward): marks the end of
+        the step, so that the next backward pass may update again."""
+        self._check_unhooked()
+        self._needs_step = False
         if closure is not None:
             raise RuntimeError(
                 "InBackwardOptimizer.step(closure) is not supported: a closure re-evaluates the loss and "
@@ -319,6 +430,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         for index in range(len(self._pending)):
             self._pending[index], self._pending_bytes[index] = [], 0
         self._waiting.clear()
+        self._reduced, self._synced, self._after_reduction, self._updated = [], [], False, False
 
     def remove_hooks(self) -> None:
         """Detach from the parameters: their hooks are removed, backward no longer updates them."""
@@ -356,7 +468,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         ``loss.backward()``.  ``Ojas.OptimizerInBackward.Repairs.two_pass_clip_backprop_eq_standard``:
         this is backward, ``clip_grad_norm_``, step.
         """
-        if self.max_grad_norm is None or self.accumulation_steps > 1:
+        if self.max_grad_norm is None or self.accumulation_steps > 1 or self._distributed():
             loss.backward()
             return
         if self._mode is not _Mode.UPDATE:
@@ -372,6 +484,12 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._mode = _Mode.UPDATE
             self._norms = {}
             self._total_norm = None
+
+    def _distributed(self) -> bool:
+        """Whether DDP reduces some of the gradients or some parameters are FSDP2 shards: the
+        reduced gradients are then whole only after the reduction, and clipping runs at the
+        end of the (single) backward pass."""
+        return bool(self._ddp_of) or self._sharded
 
     def _params(self) -> list[Tensor]:
         """The hooked parameters in ``param_groups`` order."""
@@ -389,6 +507,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _hook(self, p: Tensor) -> None:
+        if self._needs_step:
+            p.grad = None  # the first hook of the pass: nothing else was accumulated or updated
+            raise RuntimeError(
+                "a second backward pass that updates the parameters without optimizer.step() after the first: "
+                "every backward pass (every accumulation_steps-th with accumulation) updates the parameters in "
+                "its hooks, so two backward passes are two updates, not one on the summed gradient. Call "
+                "optimizer.step() once per update (it marks the end of the step); to combine several losses "
+                "in one update, back-propagate their sum, or set accumulation_steps to the number of backward "
+                "passes per update")
         if p.grad.is_sparse:
             raise RuntimeError(
                 "InBackwardOptimizer does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
@@ -398,8 +525,31 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             p.grad = None
             return
         self._queue_end_of_backward()
+        ddp = self._ddp_of[p]() if p in self._ddp_of else None
+        distributed = ddp is not None or isinstance(p.grad, DTensor)
+        if distributed and self.accumulation_steps > 1:
+            raise RuntimeError(
+                "accumulation_steps > 1 is not supported under DistributedDataParallel or FSDP2 (fully_shard): "
+                "keep accumulation_steps=1 and run micro-batches 1..k-1 inside ddp_model.no_sync() (FSDP2: "
+                "after model.set_requires_gradient_sync(False), and True again for the k-th); the update then "
+                "runs once, when the accumulated gradient is reduced")
+        if ddp is not None:
+            # DDP copies the average of the ranks' gradients into p.grad in its own end-of-backward
+            # callback: update after it (_after_reduction). Under no_sync() (DDP's last forward did
+            # not prepare a reduction), keep accumulating.
+            if ddp.require_forward_param_sync:
+                self._after_reduction = True
+                if all(d is not ddp for d in self._synced):
+                    self._synced.append(ddp)
+            return
+        if distributed:  # FSDP2 runs the hook on the shard after the reduce-scatter
+            self._on_reduced(p)
+            return
+        self._warn_if_local(p)
         if self._mode is _Mode.CLIP:
             self._add_to_bucket(p)
+        elif self.max_grad_norm is not None and self.accumulation_steps == 1 and self._distributed():
+            self._reduced.append(p)  # not reduced, but clipped with them at the end of backward
         elif self.max_grad_norm is not None and self.accumulation_steps == 1:
             raise RuntimeError(
                 "with max_grad_norm (and accumulation_steps=1) run the backward pass as "
@@ -408,6 +558,43 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         elif self._micro_batch + 1 == self.accumulation_steps and self.max_grad_norm is None:
             self._add_to_bucket(p)
         # else: an earlier micro-batch (or clipping after accumulation): keep accumulating in p.grad
+
+    def _on_reduced(self, p: Tensor) -> None:
+        """``p.grad`` is FSDP2's reduce-scattered shard of the gradient: update in its bucket, or
+        with clipping after the reduction of every gradient, with their global norm."""
+        if self.max_grad_norm is None:
+            self._add_to_bucket(p)
+        else:
+            self._reduced.append(p)
+            self._after_reduction = True
+
+    def _attach_ddp(self, ddp: torch.nn.Module, p: Tensor) -> None:
+        """At a forward of DDP model ``ddp``: its reducer all-reduces the gradient of ``p``."""
+        unsupported = [name for name, on in (
+            ("mixed_precision", getattr(ddp, "mixed_precision", None) is not None),
+            ("a compiled DDP (python reducer)", getattr(ddp, "_use_python_reducer", False)),
+            ("delay_all_reduce_named_params covering every parameter",
+             getattr(ddp, "_delay_all_reduce_all_params", False))) if on]
+        if unsupported:
+            raise RuntimeError(f"InBackwardOptimizer does not support DistributedDataParallel with "
+                               f"{', '.join(unsupported)}: its gradients are not reduced where this optimizer "
+                               "waits for them. Use a torch.optim optimizer")
+        self._ddp_of[p] = weakref.ref(ddp)
+
+    def _warn_if_local(self, p: Tensor) -> None:
+        """Warn (once) that a plain parameter is updated with this rank's own gradient in a job
+        of several ranks: right for a parameter that is not data-parallel, wrong for one of a
+        DDP model whose first forward ran before this optimizer existed."""
+        if (self._warned_local or not torch.distributed.is_available() or not torch.distributed.is_initialized()
+                or torch.distributed.get_world_size() == 1 or getattr(p, "_ddp_ignored", False)):
+            return
+        self._warned_local = True
+        warnings.warn(
+            "InBackwardOptimizer updates a parameter with this rank's local gradient: it is neither reduced by "
+            "a DistributedDataParallel model whose forward this optimizer saw nor an FSDP2 shard. If it belongs "
+            "to a DDP model, construct the optimizer after torch.distributed.init_process_group (it then finds "
+            "DDP models at their forward); otherwise every rank updates with its own gradient",
+            RuntimeWarning, stacklevel=2)
 
     def _queue_end_of_backward(self) -> None:
         """Have :meth:`_end_of_backward` run once at the end of the current backward pass."""
@@ -419,21 +606,61 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def _end_of_backward(self) -> None:
         """Update the pending buckets; count the micro-batch; after the k-th, update what is
-        left (parameters without a gradient in it; all of them, clipped, with clipping)."""
+        left (parameters without a gradient in it; all of them, clipped, with clipping); then, if
+        reduced gradients wait (DDP, or clipping under FSDP2), queue their update."""
         self._queued_task = None
         self._flush_all()
-        if self._mode is _Mode.CLIP:
-            return
-        self._micro_batch += 1
-        if self._micro_batch < self.accumulation_steps:
-            return
-        self._micro_batch = 0
-        params = [p for p in self._params() if p.grad is not None]
+        if self._mode is not _Mode.CLIP and self.accumulation_steps > 1:
+            self._micro_batch += 1
+            if self._micro_batch == self.accumulation_steps:
+                self._micro_batch = 0
+                self._clip_and_update([p for p in self._params() if p.grad is not None])
+        if self._after_reduction:
+            # queued now, so after every callback queued during the backward pass: DDP's reducer
+            # queues its finalize_backward (wait for the all-reduces, copy the averages into
+            # .grad) from its hooks, FSDP2 its root post-backward callback
+            torch.autograd.Variable._execution_engine.queue_callback(self._after_reduction_callback)
+        else:
+            self._end_of_step()
+
+    @torch.no_grad()
+    def _after_reduction_callback(self) -> None:
+        """Update the parameters whose reduced gradients were waiting (with clipping, all of this
+        pass's, with their global norm): those of the DDP models that reduced this pass (including
+        parameters unused on this rank, to which DDP gave the average; not those no rank used,
+        which DDP leaves without a gradient and the standard loop does not step), and those held
+        for clipping."""
+        synced, reduced = self._synced, set(self._reduced)
+        self._synced, self._reduced, self._after_reduction = [], [], False
+        self._clip_and_update([p for p in self._params() if p.grad is not None and (
+            p in reduced or (p in self._ddp_of and any(self._ddp_of[p]() is d for d in synced)))])
+        self._end_of_step()
+
+    def _end_of_step(self) -> None:
+        """The backward pass is over: the next one needs step() first if this one updated."""
+        self._needs_step, self._updated = self._updated, False
+        self._check_unhooked()
+
+    def _clip_and_update(self, params: list[Tensor]) -> None:
+        """``clip_grad_norm_(params)`` (with ``max_grad_norm``; over DTensor shards its norm is the
+        global one), then update them."""
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         for p in params:
             self._add_to_bucket(p)
         self._flush_all()
+
+    def _check_unhooked(self) -> None:
+        """Raise if a parameter of param_groups without a hook (frozen at construction, unfrozen
+        since) has a gradient: it would never be updated while its ``.grad`` grows."""
+        unhooked = [(i, j) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])
+                    if p not in self._group_of and p.grad is not None]
+        if unhooked:
+            raise RuntimeError(
+                f"parameter(s) {unhooked} ((group, index) in param_groups) have a gradient but no hook: they did "
+                "not require grad when InBackwardOptimizer was constructed (unfrozen since?), so they are never "
+                "updated while their .grad accumulates. Construct the optimizer after unfreezing, or leave "
+                "frozen parameters out of params and pass them to add_param_group when you unfreeze them")
 
     def _add_to_bucket(self, p: Tensor) -> None:
         """Add ``p`` (whose gradient is whole) to its group's bucket; update the bucket once full."""
@@ -462,6 +689,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._waiting.difference_update(bucket)
         if self._mode is _Mode.CLIP:
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
+        self._updated = True
         bucket_opt = self._group_opts[index]
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))

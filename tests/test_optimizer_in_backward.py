@@ -392,7 +392,11 @@ def test_naive_per_micro_batch_updates_differ() -> None:
     model_s, _, _ = run("adamw", fused=False, k=3)
     model_n = make_model()
     cls, kw = OPTIMIZERS["adamw"]
-    train(model_n, InBackwardOptimizer(model_n.parameters(), cls, **kw), range(3), k=3)
+    opt = InBackwardOptimizer(model_n.parameters(), cls, **kw)
+    for step in range(3):
+        for micro in range(3):
+            (model_n(*batch(step, micro)) / 3).backward()
+            opt.step()  # every backward pass updates: a step per micro-batch
     assert max_diff(model_s, model_n) > 1e-3
 
 
@@ -623,3 +627,73 @@ def test_failed_backward_is_reported_then_dropped_by_zero_grad() -> None:
     second(first(x)).sum().backward()
     assert all(p.grad is None for p in list(first.parameters()) + list(second.parameters()))
     assert all(not torch.equal(a, p) for a, p in zip(before, second.parameters()))
+
+
+# --------------------------------------------------------------------------
+# Two backward passes in one step, a parameter unfrozen after construction
+# --------------------------------------------------------------------------
+
+def test_two_updating_backward_passes_without_step_raise() -> None:
+    """torch.optim makes one update of the summed gradient for loss1.backward();
+    loss2.backward(); step(); here each backward updates, so the second one raises
+    (before touching anything) until step() marks the end of the first update."""
+    layer, x = small()
+    opt = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    layer(x).sum().backward()
+    after_first = [p.detach().clone() for p in layer.parameters()]
+    with pytest.raises(RuntimeError, match=r"second backward pass that updates the parameters without "
+                                           r"optimizer.step\(\)"):
+        layer(x).square().sum().backward()
+    assert all(torch.equal(p, a) and p.grad is None for p, a in zip(layer.parameters(), after_first))
+    opt.step()
+    layer(x).square().sum().backward()  # after step(): the next update
+    assert not torch.equal(layer.weight, after_first[0])
+
+
+def test_accumulating_backward_passes_need_no_step() -> None:
+    """Micro-batches 1..k-1 do not update, so they need no step() before the k-th."""
+    layer, x = small()
+    opt = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, accumulation_steps=2, lr=0.1)
+    for _ in range(2):
+        for _ in range(2):
+            layer(x).sum().backward()
+        opt.step()
+    with pytest.raises(RuntimeError, match="without optimizer.step"):
+        for _ in range(3):
+            layer(x).sum().backward()
+
+
+@pytest.mark.parametrize("others_trainable", [True, False])
+def test_parameter_unfrozen_after_construction_raises(others_trainable: bool) -> None:
+    """Frozen at construction, so no hook; unfrozen later, its .grad would grow and it would
+    never be updated. Raises at the end of the backward pass (if another parameter has a
+    hook) or at step()."""
+    layer, x = small()
+    layer.bias.requires_grad_(False)
+    layer.weight.requires_grad_(others_trainable)
+    opt = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
+    layer.bias.requires_grad_(True)
+    message = r"parameter\(s\) \[\(0, 1\)\] .* have a gradient but no hook.*add_param_group"
+    if others_trainable:
+        with pytest.raises(RuntimeError, match=message):
+            layer(x).sum().backward()
+    else:
+        layer(x).sum().backward()
+        with pytest.raises(RuntimeError, match=message):
+            opt.step()
+    assert layer.bias.grad is not None
+
+
+def test_parameter_unfrozen_then_added_with_add_param_group() -> None:
+    """The remedy the error names: a frozen parameter left out of params and added when unfrozen."""
+    layer, x = small()
+    layer.bias.requires_grad_(False)
+    opt = InBackwardOptimizer([layer.weight], torch.optim.SGD, lr=0.1)
+    layer(x).sum().backward()
+    opt.step()
+    layer.bias.requires_grad_(True)
+    opt.add_param_group({"params": [layer.bias]})
+    before = layer.bias.detach().clone()
+    layer(x).sum().backward()
+    opt.step()
+    assert not torch.equal(layer.bias, before) and layer.bias.grad is None

@@ -1,0 +1,212 @@
+"""Two CPU processes on the gloo backend, for tests/test_distributed.py.
+
+:func:`spawn` runs ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes
+(torch.multiprocessing, the ``spawn`` start method, a process group over
+``tcp://127.0.0.1`` on a free port) and returns each rank's result.  The training
+runs below are what the ranks execute, and :func:`reference` is the single-process
+standard loop on the concatenated batch that they are compared with.
+
+Float64 throughout, so that the only difference between a distributed run and the
+single-process one is the order of the floating-point sums (see the tolerance in
+tests/test_distributed.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+
+from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+
+WORLD, ROWS, STEPS = 2, 4, 3  # ranks, rows per rank and micro-batch, optimizer steps
+F64 = torch.float64
+
+# name -> (optimizer_class, its kwargs, max_grad_norm, micro-batches per step)
+CONFIGS: dict[str, tuple[type, dict, Optional[float], int]] = {
+    "sgd": (torch.optim.SGD, dict(lr=0.1, momentum=0.9), None, 1),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1), None, 1),
+    "adamw_clip": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1), 0.05, 1),
+    "adamw_accumulate": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1), None, 2),
+    "sgd_accumulate_clip": (torch.optim.SGD, dict(lr=0.1, momentum=0.9), 0.05, 2),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, world_size: int, port: int, out_dir: str, fn: Callable, args: tuple) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        result = fn(rank, world_size, *args)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, os.path.join(out_dir, f"{rank}.pt"))
+
+
+def spawn(fn: Callable, *args: Any, world_size: int = WORLD) -> list[Any]:
+    """``fn(rank, world_size, *args)`` on each rank; the ranks' return values."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.spawn(_entry, (world_size, _free_port(), out_dir, fn, args), nprocs=world_size, join=True)
+        return [torch.load(os.path.join(out_dir, f"{r}.pt")) for r in range(world_size)]
+
+
+# --------------------------------------------------------------------------
+# Model, data, the standard loop
+# --------------------------------------------------------------------------
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)).to(F64)
+
+
+def global_batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch of all ranks, WORLD * ROWS rows; rank r takes rows r*ROWS:(r+1)*ROWS."""
+    gen = torch.Generator().manual_seed(100 * step + micro)
+    return (torch.randn(WORLD * ROWS, 8, generator=gen, dtype=F64),
+            torch.randn(WORLD * ROWS, 4, generator=gen, dtype=F64))
+
+
+def local_batch(step: int, micro: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = global_batch(step, micro)
+    return x[rank * ROWS:(rank + 1) * ROWS], y[rank * ROWS:(rank + 1) * ROWS]
+
+
+def reference(name: str) -> tuple[list[torch.Tensor], list[float]]:
+    """The single-process standard loop on the concatenated batch: parameters after STEPS
+    steps, and the gradient norms that clip_grad_norm_ saw (to check that clipping acts)."""
+    cls, kw, clip, micro_batches = CONFIGS[name]
+    model = make_model()
+    opt = cls(model.parameters(), **kw)
+    norms = []
+    for step in range(STEPS):
+        for micro in range(micro_batches):
+            (F.mse_loss(model(global_batch(step, micro)[0]), global_batch(step, micro)[1]) / micro_batches).backward()
+        if clip is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        opt.step()
+        opt.zero_grad()
+    return [p.detach().clone() for p in model.parameters()], norms
+
+
+def _train(wrapped: nn.Module, opt: torch.optim.Optimizer, rank: int, micro_batches: int,
+           no_sync: Callable[[bool], Any], clip: Optional[float]) -> None:
+    """The data-parallel loop: micro-batches 1..k-1 without gradient synchronisation
+    (``no_sync(True)`` is entered around them), the k-th synchronised; a torch.optim
+    optimizer is stepped after clip_grad_norm_."""
+    for step in range(STEPS):
+        for micro in range(micro_batches):
+            x, y = local_batch(step, micro, rank)
+            with no_sync(micro < micro_batches - 1):
+                loss = F.mse_loss(wrapped(x), y) / micro_batches
+                if isinstance(opt, InBackwardOptimizer):
+                    opt.backward(loss)
+                else:
+                    loss.backward()
+        if clip is not None and not isinstance(opt, InBackwardOptimizer):
+            torch.nn.utils.clip_grad_norm_(wrapped.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+
+
+def _error_of(run: Callable[[], Any]) -> str:
+    """The message of the RuntimeError that ``run`` raises ("" if none)."""
+    try:
+        run()
+    except RuntimeError as e:
+        return str(e)
+    return ""
+
+
+# --------------------------------------------------------------------------
+# DistributedDataParallel
+# --------------------------------------------------------------------------
+
+def _ddp_run(rank: int, name: str, *, in_backward: bool = True, bucket_view: bool = False,
+             accumulation_steps: int = 1, find_unused: bool = False) -> list[torch.Tensor]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    cls, kw, clip, micro_batches = CONFIGS[name]
+    model = make_model()
+    if find_unused:  # a layer that only rank 1 uses, and one that no rank uses
+        model.extend([nn.Linear(4, 4).to(F64), nn.Linear(4, 4).to(F64)])
+        model.forward = (lambda x: model[5](model[:5](x))) if rank == 1 else model[:5].forward
+    opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps,
+                              **kw) if in_backward else cls(model.parameters(), **kw)
+    # 1 KB buckets: the 3.8 KB of gradients go through several all-reduces
+    ddp = DDP(model, bucket_cap_mb=0.001, gradient_as_bucket_view=bucket_view, find_unused_parameters=find_unused)
+    _train(ddp, opt, rank, micro_batches, lambda off: ddp.no_sync() if off else contextlib.nullcontext(), clip)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Each config with InBackwardOptimizer (key: its name) and with torch.optim (name + "/torch");
+    gradient_as_bucket_view, find_unused_parameters; the error for accumulation_steps > 1."""
+    out: dict[str, Any] = {}
+    for name in CONFIGS:
+        out[name] = _ddp_run(rank, name)
+        out[name + "/torch"] = _ddp_run(rank, name, in_backward=False)
+    out["sgd/bucket_view"] = _ddp_run(rank, "sgd", bucket_view=True)
+    for impl in (True, False):
+        out["adamw/find_unused" + ("" if impl else "/torch")] = _ddp_run(rank, "adamw", in_backward=impl,
+                                                                         find_unused=True)
+    out["error/accumulation_steps"] = _error_of(lambda: _ddp_run(rank, "adamw_accumulate", accumulation_steps=2))
+    out["warning/local"] = _local_update_warnings()
+    return out
+
+
+def _local_update_warnings() -> list[str]:
+    """The warnings of one update of a model that no DDP wraps, in a job of several ranks."""
+    import warnings
+
+    model = make_model()
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(torch.zeros(1, 8, dtype=F64)).sum().backward()
+    opt.step()
+    return [str(w.message) for w in caught]
+
+
+# --------------------------------------------------------------------------
+# FSDP2 (fully_shard)
+# --------------------------------------------------------------------------
+
+def _fsdp_run(rank: int, name: str, *, accumulation_steps: int = 1) -> list[torch.Tensor]:
+    from torch.distributed.fsdp import fully_shard
+
+    cls, kw, clip, micro_batches = CONFIGS[name]
+    model = make_model()
+    for layer in model[::2]:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps,
+                              **kw)
+    _train(model, opt, rank, micro_batches, lambda off: _fsdp_sync(model, not off), clip)
+    return [p.detach().full_tensor() for p in model.parameters()]
+
+
+@contextlib.contextmanager
+def _fsdp_sync(model: nn.Module, sync: bool):
+    model.set_requires_gradient_sync(sync)
+    yield
+
+
+def fsdp_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Each config with InBackwardOptimizer; the error for accumulation_steps > 1."""
+    out: dict[str, Any] = {name: _fsdp_run(rank, name) for name in CONFIGS}
+    out["error/accumulation_steps"] = _error_of(lambda: _fsdp_run(rank, "adamw_accumulate", accumulation_steps=2))
+    return out

@@ -1,0 +1,114 @@
+"""InBackwardOptimizer under DistributedDataParallel and FSDP2 (fully_shard).
+
+Two CPU processes on the gloo backend (tests/_distributed.py) train a small float64
+MLP for 3 steps, each rank on its half of every batch; configs: SGD with momentum,
+AdamW, AdamW with clipping, gradient accumulation over 2 micro-batches (the first
+without gradient synchronisation: DDP's ``no_sync()``, FSDP2's
+``set_requires_gradient_sync(False)``), with and without clipping.  After the steps,
+every rank's parameters must be bitwise equal, and equal to those of the
+single-process standard loop on the concatenated batches within ``TOL``.  Before the
+fix, each rank updated with its own gradient before DDP averaged it, and the ranks
+differed by about 4e-2 after two SGD steps.
+
+One ``spawn`` per engine runs all its configs (process start-up is most of the
+cost: about 10 s in all on 2 cores).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="needs torch.distributed with the gloo backend")
+
+import _distributed as D  # noqa: E402  (tests/_distributed.py)
+
+# The distributed gradient is the mean over ranks of each rank's mean-loss gradient, the
+# single-process one the mean over all rows: the same real number summed in another order,
+# a few float64 ulps apart (unit roundoff 1.1e-16) on gradients of order 1. Three SGD/AdamW
+# steps with lr <= 0.1 on parameters of order 1 carry that into the parameters at the same
+# order (measured: at most 5.6e-17); 1e-14 leaves a factor of 100 and is 10^12 times below the
+# divergence of the bug (4e-2).
+TOL = 1e-14
+
+
+@pytest.fixture(scope="module")
+def ddp() -> list[dict]:
+    return D.spawn(D.ddp_worker)
+
+
+@pytest.fixture(scope="module")
+def fsdp() -> list[dict]:
+    return D.spawn(D.fsdp_worker)
+
+
+def ranks_equal(results: list[dict], key: str) -> list[torch.Tensor]:
+    """Rank 0's parameters, after checking every rank has bitwise the same."""
+    first = results[0][key]
+    for rank, other in enumerate(results[1:], 1):
+        for i, (a, b) in enumerate(zip(first, other[key])):
+            assert torch.equal(a, b), f"{key}: parameter {i} differs between rank 0 and rank {rank}: " \
+                                      f"max |diff| {float((a - b).abs().max()):.3g}"
+    return first
+
+
+def assert_close_to_reference(params: list[torch.Tensor], name: str) -> None:
+    expected, norms = D.reference(name)
+    if D.CONFIGS[name][2] is not None:
+        assert min(norms) > D.CONFIGS[name][2], "the test must exercise clipping"
+    assert len(params) == len(expected)
+    for i, (a, e) in enumerate(zip(params, expected)):
+        diff = float((a - e).abs().max())
+        assert diff <= TOL, f"{name}: parameter {i} differs from the single-process run by {diff:.3g}"
+
+
+@pytest.mark.parametrize("name", list(D.CONFIGS))
+def test_ddp_matches_single_process(ddp: list[dict], name: str) -> None:
+    assert_close_to_reference(ranks_equal(ddp, name), name)
+
+
+@pytest.mark.parametrize("name", list(D.CONFIGS))
+def test_ddp_is_torch_optim_under_ddp_bitwise(ddp: list[dict], name: str) -> None:
+    """The same reduced gradients and the same torch.optim arithmetic: bitwise the standard DDP loop."""
+    ours, theirs = ranks_equal(ddp, name), ranks_equal(ddp, name + "/torch")
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+def test_ddp_gradient_as_bucket_view(ddp: list[dict]) -> None:
+    assert_close_to_reference(ranks_equal(ddp, "sgd/bucket_view"), "sgd")
+
+
+def test_ddp_find_unused_parameters(ddp: list[dict]) -> None:
+    """A layer only rank 1 uses (rank 0 gets DDP's average and steps it too) and one no rank
+    uses (no gradient, not stepped, AdamW's weight decay included): as the standard DDP loop."""
+    ours, theirs = ranks_equal(ddp, "adamw/find_unused"), ranks_equal(ddp, "adamw/find_unused/torch")
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    model = D.make_model()  # the initial weights, built as _ddp_run builds them
+    model.extend([torch.nn.Linear(4, 4).to(D.F64), torch.nn.Linear(4, 4).to(D.F64)])
+    initial = [p.detach() for p in model.parameters()]
+    assert len(ours) == len(initial)
+    assert not torch.equal(ours[-4], initial[-4])  # used on rank 1: updated on both ranks
+    assert torch.equal(ours[-1], initial[-1])      # used nowhere: never stepped
+
+
+def test_ddp_accumulation_steps_is_refused(ddp: list[dict]) -> None:
+    assert "accumulation_steps > 1 is not supported under DistributedDataParallel" in ddp[0]["error/accumulation_steps"]
+    assert "no_sync()" in ddp[0]["error/accumulation_steps"]
+
+
+@pytest.mark.parametrize("name", list(D.CONFIGS))
+def test_fsdp2_matches_single_process(fsdp: list[dict], name: str) -> None:
+    """Updated on the local shard after the reduce-scatter; with clipping, the global norm."""
+    assert_close_to_reference(ranks_equal(fsdp, name), name)
+
+
+def test_fsdp2_accumulation_steps_is_refused(fsdp: list[dict]) -> None:
+    assert "set_requires_gradient_sync(False)" in fsdp[0]["error/accumulation_steps"]
+
+
+def test_local_update_in_a_distributed_job_warns(ddp: list[dict]) -> None:
+    """A parameter no DDP reduces, in a 2-rank job: updated with the local gradient, with one warning."""
+    assert len(ddp[0]["warning/local"]) == 1
+    assert "updates a parameter with this rank's local gradient" in ddp[0]["warning/local"][0]
