@@ -581,7 +581,8 @@ def _check_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor)
         raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
 
 
-def _mask_args(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor):
+def _mask_args(attn_mask: torch.Tensor | None, query: torch.Tensor,
+               key: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], dict[str, bool]]:
     """The kernels' mask pointer, its ``[B, Hq, Sq, Sk]`` strides (0 along broadcast
     dimensions: the mask is never expanded in memory) and flags.  Without a mask the
     query stands in for the pointer, which the kernels then never read."""
