@@ -346,14 +346,17 @@ class _TinyLM(torch.nn.Module):
 
 
 @cpu
-def test_in_backward_optimizer_clipping_matches_standard_loop():
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "autocast_bf16"])
+def test_in_backward_optimizer_clipping_matches_standard_loop(autocast):
     """Gradient clipping with the kernel: InBackwardOptimizer(AdamW, max_grad_norm) runs
     backward twice through a retained graph (norms, then clipped updates); 3 steps give
     the standard loop's (loss.backward(); clip_grad_norm_; step) parameters and optimizer
     state bit for bit: the second backward recomputes the kernel's gradients by the same
     computation (test_second_backward_through_retained_graph), and InBackwardOptimizer is
     the standard loop bitwise for equal gradients (tests/test_optimizer_in_backward.py),
-    so no tolerance is needed."""
+    so no tolerance is needed.  Also with float32 parameters and the forward under
+    torch.autocast("cpu", bfloat16), as Hugging Face's mixed precision runs it (the
+    head gets a bf16 hidden state and the float32 weight)."""
     from ojas_ref.optimizer_in_backward import InBackwardOptimizer
 
     V, D, clip = 30, 16, 0.05
@@ -368,13 +371,16 @@ def test_in_backward_optimizer_clipping_matches_standard_loop():
         tokens = torch.randint(V, (2, 9), generator=gen)
         targets = torch.randint(V, (2, 9), generator=gen)
         targets[0, :3] = -100
-        loss = standard(tokens, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = standard(tokens, targets)
+            loss_f = fused(tokens, targets)
+        assert loss.dtype == torch.float32
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(standard.parameters(), clip)
         assert norm > clip, "the test must exercise clipping"
         opt_s.step()
         opt_s.zero_grad()
-        opt_f.backward(fused(tokens, targets))
+        opt_f.backward(loss_f)
         opt_f.step()
         opt_f.zero_grad()
     for (name, a), b in zip(standard.named_parameters(), fused.parameters()):
