@@ -493,7 +493,8 @@ def attention(
     spec's masks are boolean and its scores ``scale * (q . k)``; only its -inf entries
     are covered, as masked keys. In the kernel, float-mask values below about -2.4e38
     (``torch.finfo(dtype).min`` of bfloat16 and float32) act as -inf: a row made of
-    them alone gives zeros there, the mean of the values here (see ``flash_attention``).
+    them alone gives zeros from the kernel, the mean of the values from the reference
+    (see ``flash_attention``).
 
     Autocast: as SDPA, under ``torch.autocast`` on the inputs' device type query, key,
     value and a float ``attn_mask`` (unless float64) are cast to the autocast dtype
