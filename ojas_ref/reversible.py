@@ -108,10 +108,11 @@ def split_halves(x: Tensor, name: str = "x") -> tuple[Tensor, Tensor]:
 
 def _call(update: HalfUpdate, inp: Tensor, where: str, params: Optional[dict[str, Tensor]] = None) -> Tensor:
     """``update.fn(inp)`` (with the parameters ``params``, by name, in place of fn's own),
-    checked: a floating tensor of inp's shape, inp not modified in place."""
-    version = inp._version
+    checked: a floating tensor of inp's shape, inp not modified in place (not checked for an
+    inference tensor, made under ``torch.inference_mode()``, which has no version counter)."""
+    version = None if inp.is_inference() else inp._version  # inference tensors have no version counter
     out = torch.func.functional_call(update.fn, params, (inp,)) if params else update.fn(inp)
-    if inp._version != version:
+    if version is not None and inp._version != version:
         raise RuntimeError(f"{where}: {update.name} modified its input in place; the reconstruction needs it "
                            "unchanged")
     if not isinstance(out, Tensor):
@@ -437,7 +438,8 @@ class ReversibleSequence(nn.Module):
     returns the gradients of ``x`` and of the blocks' parameters (``.grad`` accumulates
     as with ordinary autograd; optimizers, hooks and ``torch.autograd.grad`` work).
     Gradients reach the parameters of the half-updates' functions (``fn.parameters()``),
-    not tensors a function closes over. Double backward is not supported.
+    not tensors a function closes over. Double backward is not supported. Under
+    ``torch.no_grad()`` or ``torch.inference_mode()`` only the forward runs.
     Theorems: the stack is inverted by the reversed inverses
     (Ojas.Reversible.Stack.stack_inverse_forward), and backward through reconstructed
     inputs gives the gradients of stored-activation backprop

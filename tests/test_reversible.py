@@ -490,6 +490,23 @@ def test_errors():
         ReversibleSequence([BadBlock()])(torch.randn(2, 4))
 
 
+@pytest.mark.parametrize("exact", [False, True], ids=["float", "exact"])
+def test_inference_mode_runs_the_forward(exact: bool) -> None:
+    """Under torch.inference_mode() the stack computes what it computes with autograd
+    (inference tensors have no version counter: the in-place check skips them), for an
+    input made outside or inside inference mode; the block's own forward and inverse too."""
+    blocks = make_blocks(0, 3, 2, kinds="as", dropout=0.3)
+    stack = ReversibleSequence(blocks, exact=exact).eval()
+    x = torch.randn(5, 4, dtype=F64)
+    expected = stack(x.clone().requires_grad_()).detach()
+    with torch.inference_mode():
+        y = stack(x)
+        y_inside = stack(x.detach().clone())
+        inverse = blocks[0].inverse(blocks[0](x))
+    assert y.is_inference() and torch.equal(y, expected) and torch.equal(y_inside, expected)
+    assert float((inverse - x).abs().max()) < 1e-12
+
+
 # --------------------------------------------------------------------------
 # float32: the Coq reconstruction bound, gradients
 # --------------------------------------------------------------------------
