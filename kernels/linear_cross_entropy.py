@@ -539,6 +539,13 @@ def _tiles_per_program(num_m: int, n_tiles: int, sms: int) -> int:
     return max(t for t, c in cost.items() if c <= 1.02 * best)
 
 
+def _weight_stride(token_weight: torch.Tensor) -> int:
+    """The kernels' stride between the token weights (``RW``): 0 for one weight shared by
+    all tokens ([1]), else the tensor's own, which is 0 too for a grad_output expanded
+    from one value (``loss.sum().backward()`` with reduction "none")."""
+    return 0 if token_weight.numel() == 1 else token_weight.stride(0)
+
+
 def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
     """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
     _rows_kernel[(triton.cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
@@ -564,7 +571,7 @@ def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, 
         stats_out, pm, pl, ps, zt, out if stats is None else none,
         row0, n_rows, v0, v1, D, n_groups, tiles_per_program,
         x.stride(0), weight.stride(0), 0 if out is None else out.stride(0), pm.stride(0),
-        0 if token_weight is None or token_weight.numel() == 1 else 1,
+        0 if token_weight is None else _weight_stride(token_weight),
         **opts.kernel_args(V),
         STATS=stats is not None, WRITE_Z=stats is not None and out is not None, HAS_BIAS=bias is not None,
         HAS_CAP=opts.softcap is not None, NEED_SUM=opts.eps != 0.0,
@@ -713,7 +720,7 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
             _mm_into(z, hk, weight[v0:v1].t())
             _launch_rows(
                 K, rcfg, none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias,
-                token_weight, 0, K, 1, width, v0, 0, width, 0 if token_weight.numel() == 1 else 1, 1.0,
+                token_weight, 0, K, 1, width, v0, 0, width, _weight_stride(token_weight), 1.0,
                 **opts.kernel_args(V),
                 HAS_LSE=True, GRAD=True, STREAM=True, NEED_SUM=False, HAS_BIAS=bias is not None,
                 HAS_CAP=opts.softcap is not None, BLOCK_P=16,

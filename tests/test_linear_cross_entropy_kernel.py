@@ -424,6 +424,23 @@ def test_hidden_size_zero():
 
 
 @cpu
+@pytest.mark.parametrize("ignored", [0.0, 0.3])
+@pytest.mark.parametrize("products", [3, 4])
+def test_none_then_sum_or_mean(products, ignored):
+    """reduction "none" then loss.sum() or loss.mean(), as a training loop reduces
+    per-token losses itself: grad_output is one value expanded (stride 0), which the
+    kernels must read as such, not as K contiguous weights."""
+    p = make_problem(14, shape=(3, 7), D=16, V=30, reduction="none", ignored=ignored)
+    for reduce, weight in ((torch.sum, 1.0), (torch.mean, 1.0 / 21)):
+        leaves = [p[k].float().requires_grad_() for k in ("x", "w", "b")]
+        loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2], reduction="none",
+                                    config=with_chunks(torch.float32, "cpu", products=products))
+        got = [loss.detach(), *torch.autograd.grad(reduce(loss), leaves)]
+        compare(got, reference(dict(p, grad_out=torch.full((3, 7), weight, dtype=F64)), torch.float32),
+                torch.float32)
+
+
+@cpu
 def test_strided_input():
     """A [B, S, D] input viewed through a transpose, and rows with a stride above D."""
     p = make_problem(4, shape=(3, 5), D=16, V=40, reduction="none", ignored=0.2)
