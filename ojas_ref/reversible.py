@@ -126,6 +126,23 @@ def _call(update: HalfUpdate, inp: Tensor, where: str, params: Optional[dict[str
     return out
 
 
+def _foreign_leaf(out: Tensor, known: Iterable[Tensor]) -> Optional[Tensor]:
+    """A leaf tensor requiring grad that ``out``'s autograd graph reaches, other than ``known``
+    (None if there is none): the graph is walked back to its leaves (AccumulateGrad nodes)."""
+    known_ids = {id(t) for t in known}
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)
+        if leaf is not None and id(leaf) not in known_ids:
+            return leaf
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return None
+
+
 def _float_increment(out: Tensor, scale: float) -> Tensor:
     """``scale * out`` (``out`` itself for scale 1, so that x + f(x2) is bit-for-bit an ordinary residual)."""
     return out if scale == 1.0 else out * scale
@@ -437,8 +454,11 @@ class ReversibleSequence(nn.Module):
     depth. Backward evaluates each function once more, on the reconstructed input, and
     returns the gradients of ``x`` and of the blocks' parameters (``.grad`` accumulates
     as with ordinary autograd; optimizers, hooks and ``torch.autograd.grad`` work).
-    Gradients reach the parameters of the half-updates' functions (``fn.parameters()``),
-    not tensors a function closes over. Double backward is not supported. Under
+    Gradients reach the parameters of the half-updates' functions (``fn.parameters()``)
+    only: backward raises if a function's recomputation depends on another tensor that
+    requires grad (reached through a closure, a global, a plain tensor attribute; the
+    recomputed graph is searched for such leaves), which would otherwise silently get no
+    gradient. Double backward is not supported. Under
     ``torch.no_grad()`` or ``torch.inference_mode()`` only the forward runs.
     Theorems: the stack is inverted by the reversed inverses
     (Ojas.Reversible.Stack.stack_inverse_forward), and backward through reconstructed
@@ -624,6 +644,14 @@ class ReversibleSequence(nn.Module):
         with _recompute_context(tape.autocast):
             inc = _float_increment(_call(u, other, self._where(step), aliases), u.scale)
         if inc.requires_grad:
+            foreign = _foreign_leaf(inc, [other, *aliases.values()])
+            if foreign is not None:
+                raise RuntimeError(
+                    f"{self._where(step)}: {u.name} uses a tensor that requires grad (shape "
+                    f"{tuple(foreign.shape)}) and is not one of its parameters (a closure, a global, a plain "
+                    "tensor attribute, or a parameter of another module?). ReversibleSequence back-propagates "
+                    f"only to the stream and to {u.name}.parameters(), so that tensor would silently get no "
+                    "gradient: make it an nn.Parameter of the module (or of a submodule), or detach it")
             vjp = torch.autograd.grad(inc, [other, *aliases.values()], g[t].to(inc.dtype), allow_unused=True)
         else:  # fn ignores its input and has no trainable parameters
             vjp = (None,) * (1 + len(aliases))

@@ -507,6 +507,46 @@ def test_inference_mode_runs_the_forward(exact: bool) -> None:
     assert float((inverse - x).abs().max()) < 1e-12
 
 
+class Closure(nn.Module):
+    """x * w for a tensor w the module holds without registering it (as a closure would)."""
+
+    def __init__(self, w) -> None:
+        super().__init__()
+        self.get_w = lambda: w  # not an attribute nn.Module sees: no parameter, no buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.get_w()
+
+
+@pytest.mark.parametrize("kind", ["leaf", "derived", "other_block"])
+def test_tensor_reached_outside_the_parameters_raises(kind: str) -> None:
+    """A tensor requiring grad that a function reaches without it being one of its parameters
+    (a leaf, a tensor computed from one, a parameter of another block) would get no gradient
+    from the reversible backward, where ordinary autograd gives it one: backward raises."""
+    torch.manual_seed(0)
+    other = AdditiveCoupling(nn.Linear(2, 2), nn.Linear(2, 2))
+    w = {"leaf": nn.Parameter(torch.randn(2)), "derived": nn.Parameter(torch.randn(2)) * 2,
+         "other_block": other.f.bias}[kind]
+    blocks = [AdditiveCoupling(Closure(w), nn.Linear(2, 2)), other]
+    x = torch.randn(3, 4)
+    leaf = w if w.is_leaf else next(iter(w.grad_fn.next_functions))[0].variable
+    assert torch.autograd.grad(nn.Sequential(*blocks)(x).sum(), leaf)[0].abs().sum() > 0  # ordinary autograd
+    with pytest.raises(RuntimeError, match=r"blocks\[0\] \(AdditiveCoupling\): f uses a tensor that requires "
+                                           r"grad \(shape \(2,\)\) and is not one of its parameters"):
+        ReversibleSequence(blocks)(x).sum().backward()
+
+
+def test_tensor_reached_outside_the_parameters_without_grad_is_fine() -> None:
+    """A closed-over constant (no grad required) is not a lost gradient: no error, the
+    ordinary gradient (within F64_TOL, the float64 reconstruction tolerance above)."""
+    torch.manual_seed(0)
+    blocks = [AdditiveCoupling(Closure(torch.randn(2, dtype=F64)), nn.Linear(2, 2).to(F64))]
+    x = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    (gx,) = torch.autograd.grad(ReversibleSequence(blocks)(x).sum(), x)
+    (ex,) = torch.autograd.grad(nn.Sequential(*blocks)(x).sum(), x)
+    assert max_rel_error(gx, ex) <= F64_TOL
+
+
 # --------------------------------------------------------------------------
 # float32: the Coq reconstruction bound, gradients
 # --------------------------------------------------------------------------
