@@ -891,11 +891,12 @@ def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias
 
 
 def _prepare(input, weight, target, bias):
-    """2-D input with unit inner stride, contiguous weight/bias, flat target."""
+    """2-D input with unit inner stride, contiguous weight/bias, flat contiguous target
+    (the kernels read it with stride 1; a strided one, e.g. a column, is copied)."""
     x = input.flatten(0, -2)
     if x.stride(-1) != 1:
         x = x.contiguous()
-    return x, weight.contiguous(), None if bias is None else bias.contiguous(), target.reshape(-1)
+    return x, weight.contiguous(), None if bias is None else bias.contiguous(), target.reshape(-1).contiguous()
 
 
 def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int, reduction: str) -> torch.Tensor:

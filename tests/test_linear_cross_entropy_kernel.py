@@ -441,6 +441,19 @@ def test_none_then_sum_or_mean(products, ignored):
 
 
 @cpu
+@pytest.mark.parametrize("products,reduction", [(3, "mean"), (4, "none")])
+def test_strided_target(products, reduction):
+    """A target that is a column of a wider tensor (stride 2, every token kept): the
+    kernels read the column's values, not its neighbours'."""
+    p = make_problem(15, shape=(13,), D=16, V=30, reduction=reduction, ignored=0.0)
+    want = reference(p, torch.float32)
+    p["t"] = torch.stack([p["t"], (p["t"] + 1) % 30], 1)[:, 0]
+    assert p["t"].stride() == (2,)
+    got = run(linear_cross_entropy, p, torch.float32, config=with_chunks(torch.float32, "cpu", products=products))
+    compare(got, want, torch.float32)
+
+
+@cpu
 def test_strided_input():
     """A [B, S, D] input viewed through a transpose, and rows with a stride above D."""
     p = make_problem(4, shape=(3, 5), D=16, V=40, reduction="none", ignored=0.2)
