@@ -922,7 +922,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     backward through a retained graph (``loss.backward(retain_graph=True)`` then
     ``loss.backward()``, as ``InBackwardOptimizer``'s clipping runs it) recomputes them
     from the saved input, weight, bias and target by the forward's own computation (the
-    same products in the same order, so the same gradients on a deterministic device).
+    same products in the same order, so the same gradients on a deterministic device:
+    no theorem says so, the theorems are over the reals; tested bit for bit).
     Those saved tensors are references to the forward's arguments, no copies: the weight
     is a parameter, and the input was alive beside the gradients and the workspace at
     the forward's peak anyway; holding it until the backward frees the graph adds

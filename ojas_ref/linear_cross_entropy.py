@@ -173,7 +173,9 @@ def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Te
     with autocast enabled for input's device type, its floating-point tensors on that
     device type other than float64 are cast to the autocast dtype; the rest (float64,
     other devices, non-tensors) are left for the checks to judge. The casts are autograd
-    ops: each gradient comes back in its tensor's own dtype."""
+    ops: each gradient comes back in its tensor's own dtype. A dtype rule of torch's,
+    outside the Coq spec (which is over the reals): tested against F.linear under
+    autocast (linear_cross_entropy_check.autocast_mismatches)."""
     if not isinstance(input, Tensor):
         return input, weight, bias
     device_type = input.device.type
@@ -284,8 +286,9 @@ def _vocab_step(st: _TokState, z: Tensor, target: Tensor, v0: int, need_sum: boo
 def _token_loss(V: int, eps: float, lam: float, st: _TokState) -> tuple[Tensor, Tensor]:
     """``token_loss``: lse = m + ln l (``finalize``) and
     (1 - eps) (lse - z_t) + eps (lse - z_sum / V) + lam lse^2. The z-loss term is left
-    out when lam = 0 (it is 0 then), not computed as 0 * lse^2: lse^2 overflows to inf
-    for |lse| above about 1.8e19 in float32 (finite logits), and 0 * inf is NaN."""
+    out when lam = 0 (over the reals it is 0 then, so this is still ``token_loss``), not
+    computed as 0 * lse^2: lse^2 overflows to inf for |lse| above about 1.8e19 in
+    float32 (finite logits), and 0 * inf is NaN."""
     m, l, z_t, z_sum = st
     lse = m + torch.log(l)
     loss = (1.0 - eps) * (lse - z_t) + eps * (lse - z_sum / V)
