@@ -16,6 +16,7 @@ import importlib
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ojas_ref.error_bounds import (
     EXP_ERROR,
@@ -167,8 +168,6 @@ def autocast_runs(impl: str, reduction: str = "mean", device: str = "cpu") -> di
 
     grad_output: the problem's for "none", 1.7 otherwise (float32). On ``device`` (where
     the dispatch sends ``impl``)."""
-    import torch.nn.functional as F
-
     p = make_problem(21, shape=(3, 5), D=16, V=37, reduction=reduction, ignored=0.2)
     t = p["t"].to(device)
     go = (p["grad_out"] if reduction == "none" else torch.tensor(1.7)).to(device=device, dtype=torch.float32)
