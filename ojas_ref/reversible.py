@@ -74,6 +74,11 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import get_device_states, set_device_states
 
+if torch.distributed.is_available():
+    from torch.distributed.tensor import DTensor
+else:  # a build without torch.distributed: no FSDP2
+    DTensor = ()
+
 __all__ = ["AdditiveCoupling", "HalfUpdate", "ReversibleBlock", "ReversibleSequence", "SymplecticCoupling"]
 
 # Fixed-point states, increments and inputs must stay below 2^62 in magnitude, so
@@ -460,6 +465,10 @@ class ReversibleSequence(nn.Module):
     recomputed graph is searched for such leaves), which would otherwise silently get no
     gradient. Double backward is not supported. Under
     ``torch.no_grad()`` or ``torch.inference_mode()`` only the forward runs.
+    Data parallel (tested, no theorem: tests/test_distributed.py): under DDP as any
+    module; under FSDP2, ``fully_shard`` the stack or a module above it, not its
+    blocks (the stack calls the functions itself, so a block's FSDP hooks would never
+    all-gather its parameters; a sharded parameter with a plain ``x`` raises).
     Theorems: the stack is inverted by the reversed inverses
     (Ojas.Reversible.Stack.stack_inverse_forward), and backward through reconstructed
     inputs gives the gradients of stored-activation backprop
@@ -538,6 +547,13 @@ class ReversibleSequence(nn.Module):
         if not x.is_floating_point():
             raise TypeError(f"x must have a floating dtype, got {x.dtype}")
         params = [p for p in self.parameters() if p.requires_grad]
+        sharded = [name for name, p in self.named_parameters() if isinstance(p, DTensor)]
+        if sharded and not isinstance(x, DTensor):
+            raise RuntimeError(
+                f"parameter {sharded[0]} of the ReversibleSequence is a DTensor (still sharded) while x is a plain "
+                "tensor: with FSDP2, apply fully_shard to the ReversibleSequence or to a module above it, not to "
+                "its blocks or their functions (the stack calls the functions itself, so the blocks' FSDP "
+                "forward hooks that all-gather their parameters never run)")
         plan = self._plan(params)
         tape = _Tape(self, plan, params, x)
         link = _StackInput.apply(x, tape)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence
 
 WORLD, ROWS, STEPS = 2, 4, 3  # ranks, rows per rank and micro-batch, optimizer steps
 F64 = torch.float64
@@ -68,8 +69,15 @@ def spawn(fn: Callable, *args: Any, world_size: int = WORLD) -> list[Any]:
 # Model, data, the standard loop
 # --------------------------------------------------------------------------
 
-def make_model() -> nn.Sequential:
+def make_model(reversible: bool = False) -> nn.Sequential:
+    """An MLP 8 -> 16 -> 16 -> 4; ``reversible``: its middle is a ReversibleSequence of two
+    AdditiveCoupling blocks (f, g = Linear(8, 8) + tanh) on the 16-wide stream."""
     torch.manual_seed(0)
+    if reversible:
+        def half() -> nn.Module:
+            return nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        middle = ReversibleSequence([AdditiveCoupling(half(), half()) for _ in range(2)])
+        return nn.Sequential(nn.Linear(8, 16), middle, nn.Linear(16, 4)).to(F64)
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)).to(F64)
 
 
@@ -85,11 +93,11 @@ def local_batch(step: int, micro: int, rank: int) -> tuple[torch.Tensor, torch.T
     return x[rank * ROWS:(rank + 1) * ROWS], y[rank * ROWS:(rank + 1) * ROWS]
 
 
-def reference(name: str) -> tuple[list[torch.Tensor], list[float]]:
+def reference(name: str, reversible: bool = False) -> tuple[list[torch.Tensor], list[float]]:
     """The single-process standard loop on the concatenated batch: parameters after STEPS
     steps, and the gradient norms that clip_grad_norm_ saw (to check that clipping acts)."""
     cls, kw, clip, micro_batches = CONFIGS[name]
-    model = make_model()
+    model = make_model(reversible)
     opt = cls(model.parameters(), **kw)
     norms = []
     for step in range(STEPS):
@@ -136,18 +144,20 @@ def _error_of(run: Callable[[], Any]) -> str:
 # --------------------------------------------------------------------------
 
 def _ddp_run(rank: int, name: str, *, in_backward: bool = True, bucket_view: bool = False,
-             accumulation_steps: int = 1, find_unused: bool = False) -> list[torch.Tensor]:
+             accumulation_steps: int = 1, find_unused: bool = False, static_graph: bool = False,
+             reversible: bool = False) -> list[torch.Tensor]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     cls, kw, clip, micro_batches = CONFIGS[name]
-    model = make_model()
+    model = make_model(reversible)
     if find_unused:  # a layer that only rank 1 uses, and one that no rank uses
         model.extend([nn.Linear(4, 4).to(F64), nn.Linear(4, 4).to(F64)])
         model.forward = (lambda x: model[5](model[:5](x))) if rank == 1 else model[:5].forward
     opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps,
                               **kw) if in_backward else cls(model.parameters(), **kw)
     # 1 KB buckets: the 3.8 KB of gradients go through several all-reduces
-    ddp = DDP(model, bucket_cap_mb=0.001, gradient_as_bucket_view=bucket_view, find_unused_parameters=find_unused)
+    ddp = DDP(model, bucket_cap_mb=0.001, gradient_as_bucket_view=bucket_view, find_unused_parameters=find_unused,
+              static_graph=static_graph)
     _train(ddp, opt, rank, micro_batches, lambda off: ddp.no_sync() if off else contextlib.nullcontext(), clip)
     return [p.detach().clone() for p in model.parameters()]
 
@@ -160,6 +170,8 @@ def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
         out[name] = _ddp_run(rank, name)
         out[name + "/torch"] = _ddp_run(rank, name, in_backward=False)
     out["sgd/bucket_view"] = _ddp_run(rank, "sgd", bucket_view=True)
+    out["sgd/static_graph"] = _ddp_run(rank, "sgd", static_graph=True)
+    out["adamw_clip/reversible"] = _ddp_run(rank, "adamw_clip", reversible=True)
     for impl in (True, False):
         out["adamw/find_unused" + ("" if impl else "/torch")] = _ddp_run(rank, "adamw", in_backward=impl,
                                                                          find_unused=True)
@@ -185,18 +197,32 @@ def _local_update_warnings() -> list[str]:
 # FSDP2 (fully_shard)
 # --------------------------------------------------------------------------
 
-def _fsdp_run(rank: int, name: str, *, accumulation_steps: int = 1) -> list[torch.Tensor]:
+def _fsdp_run(rank: int, name: str, *, accumulation_steps: int = 1, reversible: bool = False) -> list[torch.Tensor]:
+    """FSDP2 on each Linear and on the root (a ReversibleSequence is sharded as one unit, by the
+    root: its blocks' forwards are not called, so they cannot be FSDP modules of their own)."""
     from torch.distributed.fsdp import fully_shard
 
     cls, kw, clip, micro_batches = CONFIGS[name]
-    model = make_model()
-    for layer in model[::2]:
-        fully_shard(layer)
+    model = make_model(reversible)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
     fully_shard(model)
     opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps,
                               **kw)
     _train(model, opt, rank, micro_batches, lambda off: _fsdp_sync(model, not off), clip)
     return [p.detach().full_tensor() for p in model.parameters()]
+
+
+def _shard_reversible_blocks() -> None:
+    """fully_shard on the blocks of a ReversibleSequence, whose forwards the stack never calls."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = make_model(reversible=True)
+    for block in model[1].blocks:
+        fully_shard(block)
+    fully_shard(model)
+    model(torch.zeros(1, 8, dtype=F64))
 
 
 @contextlib.contextmanager
@@ -208,5 +234,7 @@ def _fsdp_sync(model: nn.Module, sync: bool):
 def fsdp_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Each config with InBackwardOptimizer; the error for accumulation_steps > 1."""
     out: dict[str, Any] = {name: _fsdp_run(rank, name) for name in CONFIGS}
+    out["adamw_clip/reversible"] = _fsdp_run(rank, "adamw_clip", reversible=True)
+    out["error/reversible_blocks_sharded"] = _error_of(_shard_reversible_blocks)
     out["error/accumulation_steps"] = _error_of(lambda: _fsdp_run(rank, "adamw_accumulate", accumulation_steps=2))
     return out

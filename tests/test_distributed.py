@@ -1,4 +1,4 @@
-"""InBackwardOptimizer under DistributedDataParallel and FSDP2 (fully_shard).
+"""InBackwardOptimizer and ReversibleSequence under DistributedDataParallel and FSDP2 (fully_shard).
 
 Two CPU processes on the gloo backend (tests/_distributed.py) train a small float64
 MLP for 3 steps, each rank on its half of every batch; configs: SGD with momentum,
@@ -8,7 +8,8 @@ without gradient synchronisation: DDP's ``no_sync()``, FSDP2's
 every rank's parameters must be bitwise equal, and equal to those of the
 single-process standard loop on the concatenated batches within ``TOL``.  Before the
 fix, each rank updated with its own gradient before DDP averaged it, and the ranks
-differed by about 4e-2 after two SGD steps.
+differed by about 4e-2 after two SGD steps.  A model with a ReversibleSequence inside
+is trained the same way (AdamW, clipping) under both.
 
 One ``spawn`` per engine runs all its configs (process start-up is most of the
 cost: about 10 s in all on 2 cores).
@@ -54,8 +55,8 @@ def ranks_equal(results: list[dict], key: str) -> list[torch.Tensor]:
     return first
 
 
-def assert_close_to_reference(params: list[torch.Tensor], name: str) -> None:
-    expected, norms = D.reference(name)
+def assert_close_to_reference(params: list[torch.Tensor], name: str, reversible: bool = False) -> None:
+    expected, norms = D.reference(name, reversible)
     if D.CONFIGS[name][2] is not None:
         assert min(norms) > D.CONFIGS[name][2], "the test must exercise clipping"
     assert len(params) == len(expected)
@@ -76,8 +77,16 @@ def test_ddp_is_torch_optim_under_ddp_bitwise(ddp: list[dict], name: str) -> Non
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
 
 
-def test_ddp_gradient_as_bucket_view(ddp: list[dict]) -> None:
-    assert_close_to_reference(ranks_equal(ddp, "sgd/bucket_view"), "sgd")
+@pytest.mark.parametrize("option", ["bucket_view", "static_graph"])
+def test_ddp_options(ddp: list[dict], option: str) -> None:
+    """gradient_as_bucket_view=True (.grad is a view of DDP's bucket), static_graph=True (the
+    first iteration all-reduces in a callback of DDP's): the same result."""
+    assert_close_to_reference(ranks_equal(ddp, "sgd/" + option), "sgd")
+
+
+def test_ddp_reversible_sequence(ddp: list[dict]) -> None:
+    """A model with a ReversibleSequence inside, under DDP, clipped: as the single process."""
+    assert_close_to_reference(ranks_equal(ddp, "adamw_clip/reversible"), "adamw_clip", reversible=True)
 
 
 def test_ddp_find_unused_parameters(ddp: list[dict]) -> None:
@@ -102,6 +111,18 @@ def test_ddp_accumulation_steps_is_refused(ddp: list[dict]) -> None:
 def test_fsdp2_matches_single_process(fsdp: list[dict], name: str) -> None:
     """Updated on the local shard after the reduce-scatter; with clipping, the global norm."""
     assert_close_to_reference(ranks_equal(fsdp, name), name)
+
+
+def test_fsdp2_reversible_sequence(fsdp: list[dict]) -> None:
+    """A ReversibleSequence sharded by the root FSDP module (its parameters all-gathered again
+    for the reversible backward): as the single process, with the global-norm clipping."""
+    assert_close_to_reference(ranks_equal(fsdp, "adamw_clip/reversible"), "adamw_clip", reversible=True)
+
+
+def test_fsdp2_on_reversible_blocks_is_refused(fsdp: list[dict]) -> None:
+    """Sharding the blocks themselves: a clear error, not torch's "mixed torch.Tensor and DTensor"."""
+    assert "apply fully_shard to the ReversibleSequence or to a module above it" in \
+        fsdp[0]["error/reversible_blocks_sharded"]
 
 
 def test_fsdp2_accumulation_steps_is_refused(fsdp: list[dict]) -> None:
