@@ -9,7 +9,9 @@ float64 reference (ojas_ref.linear_cross_entropy) and the oracle extracted from 
   result (Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse,
   Ojas.CrossEntropy.Gradient.ce_backward_correct).
 * GPU tests (``-m gpu``, need CUDA): realistic shapes against the float64 reference,
-  the memory bound, and the dispatch of ``ojas_ref.linear_cross_entropy``.
+  the memory bound, the dispatch of ``ojas_ref.linear_cross_entropy``, a second
+  backward through a retained graph, D = 0, and float32 products under torch's
+  "high" and "highest" matmul precision.
 
 Errors are norm-relative, |x - ref| / |ref|, the reference computed in float64 on the
 inputs rounded to the kernel's dtype.  Tolerances: float32 1e-5 (the CPU run sees
