@@ -239,7 +239,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         max_grad_norm: clip as ``torch.nn.utils.clip_grad_norm_(params, max_norm)``
             (2-norm, over the parameters in :attr:`param_groups` order) before
             every update.  With ``accumulation_steps == 1`` run backward with
-            :meth:`backward` (two backward passes); with ``accumulation_steps > 1``
+            :meth:`backward` (two backward passes; one under DDP or FSDP2, see
+            below); with ``accumulation_steps > 1``
             the gradients are whole at the end of the ``k``-th backward anyway, and
             clipping and updates run there.
         bucket_cap_mb: a parameter group's pending parameters are updated together,

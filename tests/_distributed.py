@@ -58,11 +58,18 @@ def _entry(rank: int, world_size: int, port: int, out_dir: str, fn: Callable, ar
     torch.save(result, os.path.join(out_dir, f"{rank}.pt"))
 
 
-def spawn(fn: Callable, *args: Any, world_size: int = WORLD) -> list[Any]:
-    """``fn(rank, world_size, *args)`` on each rank; the ranks' return values."""
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_entry, (world_size, _free_port(), out_dir, fn, args), nprocs=world_size, join=True)
-        return [torch.load(os.path.join(out_dir, f"{r}.pt")) for r in range(world_size)]
+def spawn(fn: Callable, *args: Any, world_size: int = WORLD, attempts: int = 3) -> list[Any]:
+    """``fn(rank, world_size, *args)`` on each rank; the ranks' return values. The free port
+    is looked up before the processes bind it, so another process may take it in between:
+    that failure (and only that one) is retried on a new port."""
+    for attempt in range(attempts):
+        with tempfile.TemporaryDirectory() as out_dir:
+            try:
+                mp.spawn(_entry, (world_size, _free_port(), out_dir, fn, args), nprocs=world_size, join=True)
+                return [torch.load(os.path.join(out_dir, f"{r}.pt")) for r in range(world_size)]
+            except mp.ProcessRaisedException as e:
+                if "address already in use" not in str(e).lower() or attempt == attempts - 1:
+                    raise
 
 
 # --------------------------------------------------------------------------
