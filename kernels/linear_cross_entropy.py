@@ -84,7 +84,7 @@ and the backward's logits (Triton dots of ``_logits_kernel``, or cuBLAS with
 G^T H (cuBLAS, ``_mm_f32`` / ``_mm_into``).  float16/bfloat16 operands multiply
 exactly, and cuBLAS's reduced-precision (half) reductions are turned off
 (``_float32_reductions``).  float32 operands, Triton dots and cuBLAS alike, follow
-torch's own float32 matmul setting (``_tf32_matmuls``, ``_dot_precision``): TF32
+torch's own float32 matmul setting (``_dot_precision`` of kernels/attention.py): TF32
 under ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` (or
 ``torch.backends.cuda.matmul.allow_tf32 = True``), IEEE under ``"highest"``, torch's
 default.  Under the CPU interpreter the Triton dots go through float32 and IEEE
@@ -109,7 +109,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention import _dot
+from .attention import _dot, _dot_precision
 
 __all__ = [
     "GemmConfig",
@@ -447,25 +447,6 @@ class _Options:
                     inv_v=1.0 / V)
 
 
-def _tf32_matmuls() -> bool:
-    """Whether torch's own float32 matmuls on CUDA use TF32, read as cuBLAS reads it:
-    ``torch.backends.cuda.matmul.fp32_precision == "tf32"`` (torch >= 2.9; set by
-    ``torch.set_float32_matmul_precision("high")`` or ``"medium"``, by
-    ``torch.backends.cuda.matmul.allow_tf32 = True`` or by the new API), else
-    ``allow_tf32`` (older torch, where the two legacy settings are one flag)."""
-    matmul = torch.backends.cuda.matmul
-    precision = getattr(matmul, "fp32_precision", None)
-    return matmul.allow_tf32 if precision is None else precision == "tf32"
-
-
-def _dot_precision(dtype: torch.dtype) -> str:
-    """``input_precision`` of the Triton dots: for float32 operands "tf32" when torch's
-    float32 matmuls use TF32 (``_tf32_matmuls``), else "ieee", as the cuBLAS products
-    beside them; float16/bfloat16 operands multiply exactly into the float32
-    accumulator whatever the argument."""
-    return "tf32" if dtype != torch.float32 or _tf32_matmuls() else "ieee"
-
-
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -475,8 +456,8 @@ def _num_sms(device: torch.device) -> int:
 @contextlib.contextmanager
 def _float32_reductions(device: torch.device):
     """cuBLAS products of float16/bfloat16 operands with float32 reductions (no
-    half-precision split-K sums); float32 products are left to torch's TF32 setting
-    (``_tf32_matmuls``), which the Triton dots follow too (``_dot_precision``)."""
+    half-precision split-K sums); float32 products are left to torch's TF32 setting,
+    which the Triton dots follow too (``_dot_precision``)."""
     if device.type != "cuda":
         yield
         return
@@ -496,7 +477,7 @@ _OUT_DTYPE_OK = [True]  # torch.mm(out_dtype=) works here (CUDA, torch >= 2.8)
 def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """out = a @ b with float32 accumulation, rounded once to out's dtype (float32 or
     a's dtype; out contiguous).  cuBLAS: float32 operands in TF32 or IEEE as torch's
-    setting says (``_tf32_matmuls``), 16-bit ones with float32 reductions; on the CPU
+    setting says (as ``_dot_precision``), 16-bit ones with float32 reductions; on the CPU
     (the interpreter's runs) torch's float32 matmul."""
     if not a.is_cuda:
         out.copy_(torch.mm(a.float(), b.float()))
