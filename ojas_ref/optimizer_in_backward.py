@@ -76,8 +76,10 @@ per-parameter update rule; the arithmetic of each update is torch's own):
 * ``Counterexamples.tied_per_use_neq_standard``: a hook per use of a tied weight
   (an update per partial gradient) would not be the standard loop.
 * One backward pass is one update (the theorems are about one step): two
-  ``.backward()`` calls are two updates, not one on the summed gradient, so a
-  backward pass that would update again before ``step()`` raises.
+  ``.backward()`` calls would be two updates, not one on the summed gradient, so
+  a parameter that gets a gradient again after its update and before ``step()``
+  raises (nested backward passes, as in reentrant checkpointing, update each
+  parameter once and are fine).
 
 Data parallelism is not covered by a theorem: the equalities below are tested
 (``tests/test_distributed.py``: 2 CPU processes on gloo, SGD and AdamW, clipping,
@@ -255,10 +257,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     Call ``step()`` after each update as in the standard loop: it updates nothing
-    (backward did) but marks the end of the step, and a backward pass that would
-    update again before it raises (two ``.backward()`` calls would otherwise be
-    two updates where ``torch.optim`` makes one on the summed gradient; back-propagate
-    the sum of the losses, or set ``accumulation_steps``).  ``zero_grad()`` may stay:
+    (backward did) but marks the end of the step, and a parameter that gets a
+    gradient again after its update and before it raises (two ``.backward()`` calls
+    would otherwise be two updates where ``torch.optim`` makes one on the summed
+    gradient; back-propagate the sum of the losses, or set ``accumulation_steps``).  ``zero_grad()`` may stay:
     it clears the gradients that exist (none after an update) and the updates left
     pending by a backward pass that raised; without it, the next backward raises
     rather than step a parameter twice.  Learning-rate schedulers work: they change
@@ -362,9 +364,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._reduced: list[Tensor] = []
         self._after_reduction = False
         self._warned_local = False
-        # an update ran in this backward pass / since the last step()
-        self._updated = False
-        self._needs_step = False
+        # the parameters updated since the last step()
+        self._updated: set[Tensor] = set()
         # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
@@ -412,7 +413,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         """Nothing to update (the parameters were updated during backward): marks the end of
         the step, so that the next backward pass may update again."""
         self._check_unhooked()
-        self._needs_step = False
+        self._updated.clear()
         if closure is not None:
             raise RuntimeError(
                 "InBackwardOptimizer.step(closure) is not supported: a closure re-evaluates the loss and "
@@ -431,7 +432,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         for index in range(len(self._pending)):
             self._pending[index], self._pending_bytes[index] = [], 0
         self._waiting.clear()
-        self._reduced, self._synced, self._after_reduction, self._updated = [], [], False, False
+        self._reduced, self._synced, self._after_reduction = [], [], False
 
     def remove_hooks(self) -> None:
         """Detach from the parameters: their hooks are removed, backward no longer updates them."""
@@ -508,15 +509,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _hook(self, p: Tensor) -> None:
-        if self._needs_step:
-            p.grad = None  # the first hook of the pass: nothing else was accumulated or updated
+        if p in self._updated:
+            p.grad = None
             raise RuntimeError(
-                "a second backward pass that updates the parameters without optimizer.step() after the first: "
-                "every backward pass (every accumulation_steps-th with accumulation) updates the parameters in "
-                "its hooks, so two backward passes are two updates, not one on the summed gradient. Call "
-                "optimizer.step() once per update (it marks the end of the step); to combine several losses "
-                "in one update, back-propagate their sum, or set accumulation_steps to the number of backward "
-                "passes per update")
+                "a parameter already updated since the last optimizer.step() gets a gradient again (a second "
+                "backward pass without optimizer.step() after the first?): every backward pass (every "
+                "accumulation_steps-th with accumulation) updates the parameters in its hooks, so two backward "
+                "passes would be two updates, not one on the summed gradient. Call optimizer.step() once per "
+                "update (it marks the end of the step); to combine several losses in one update, back-propagate "
+                "their sum, or set accumulation_steps to the number of backward passes per update. This backward "
+                "pass is abandoned: call optimizer.zero_grad() before the next")
         if p.grad.is_sparse:
             raise RuntimeError(
                 "InBackwardOptimizer does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
@@ -622,7 +624,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             # .grad) from its hooks, FSDP2 its root post-backward callback
             torch.autograd.Variable._execution_engine.queue_callback(self._after_reduction_callback)
         else:
-            self._end_of_step()
+            self._check_unhooked()
 
     @torch.no_grad()
     def _after_reduction_callback(self) -> None:
@@ -635,11 +637,6 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._synced, self._reduced, self._after_reduction = [], [], False
         self._clip_and_update([p for p in self._params() if p.grad is not None and (
             p in reduced or (p in self._ddp_of and any(self._ddp_of[p]() is d for d in synced)))])
-        self._end_of_step()
-
-    def _end_of_step(self) -> None:
-        """The backward pass is over: the next one needs step() first if this one updated."""
-        self._needs_step, self._updated = self._updated, False
         self._check_unhooked()
 
     def _clip_and_update(self, params: list[Tensor]) -> None:
@@ -690,7 +687,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._waiting.difference_update(bucket)
         if self._mode is _Mode.CLIP:
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
-        self._updated = True
+        self._updated.update(bucket)
         bucket_opt = self._group_opts[index]
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
