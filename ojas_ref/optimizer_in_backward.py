@@ -90,8 +90,9 @@ concatenated batch within float64 rounding, and under DDP bitwise equal to
 * ``DistributedDataParallel``: the post-accumulate-grad hook sees this rank's
   gradient, before DDP averages it.  The optimizer finds the DDP models of its
   parameters at their forward (a global module forward pre-hook, installed when
-  it is constructed in a process group of several ranks and removed once each of
-  its parameters has its DDP), and defers their updates to an autograd callback
+  it is constructed in a process group of several ranks with parameters that are
+  not FSDP2 shards, removed once each of those has its DDP; while installed it
+  runs at every module call), and defers their updates to an autograd callback
   queued at the end of backward, after every callback queued during the pass:
   DDP's reducer queues its ``finalize_backward`` (wait for the all-reduces, copy
   the averages into ``.grad``) from its hooks, so the update reads the averaged
@@ -185,7 +186,8 @@ def _watch_for_ddp(opt: "InBackwardOptimizer") -> None:
 
 def _find_ddp(module: torch.nn.Module, args: Any) -> None:
     """Global forward pre-hook: tell the optimizers of a DDP model's parameters which DDP
-    reduces their gradients; removed once every watched optimizer knows all its parameters'."""
+    reduces their gradients; removed once every watched optimizer knows the DDP of each of its
+    parameters (FSDP2 shards, DTensors, need none)."""
     if not isinstance(module, torch.nn.parallel.DistributedDataParallel):
         return
     for p in module.parameters():
@@ -193,7 +195,7 @@ def _find_ddp(module: torch.nn.Module, args: Any) -> None:
         if owner is not None and not getattr(p, "_ddp_ignored", False):
             owner._attach_ddp(module, p)
     for opt in list(_WATCHING):
-        if all(p in opt._ddp_of for p in opt._group_of):
+        if all(p in opt._ddp_of or isinstance(p, DTensor) for p in opt._group_of):
             _WATCHING.discard(opt)
     if not _WATCHING and _WATCH_HANDLE:
         _WATCH_HANDLE.pop().remove()
@@ -405,8 +407,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._hook_handles.append(p.register_post_accumulate_grad_hook(_weak_hook(self)))
             _OWNERS[p] = weakref.ref(self)
             self._sharded |= isinstance(p, DTensor)
-        if (hooked and torch.distributed.is_available() and torch.distributed.is_initialized()
-                and torch.distributed.get_world_size() > 1):
+        if (any(not isinstance(p, DTensor) for p in hooked) and torch.distributed.is_available()
+                and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
             _watch_for_ddp(self)
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> None:
