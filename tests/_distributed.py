@@ -171,10 +171,15 @@ def _ddp_run(rank: int, name: str, *, in_backward: bool = True, bucket_view: boo
 
 def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Each config with InBackwardOptimizer (key: its name) and with torch.optim (name + "/torch");
-    gradient_as_bucket_view, find_unused_parameters; the error for accumulation_steps > 1."""
+    DDP options, a reversible model; the error for accumulation_steps > 1, the warning for a
+    local update; whether the DDP-finding hook was removed after the first run."""
+    from ojas_ref import optimizer_in_backward
+
     out: dict[str, Any] = {}
     for name in CONFIGS:
         out[name] = _ddp_run(rank, name)
+        if name == "sgd":  # the global forward pre-hook that found the DDP model is gone
+            out["watch_removed"] = not optimizer_in_backward._WATCH_HANDLE
         out[name + "/torch"] = _ddp_run(rank, name, in_backward=False)
     out["sgd/bucket_view"] = _ddp_run(rank, "sgd", bucket_view=True)
     out["sgd/static_graph"] = _ddp_run(rank, "sgd", static_graph=True)

@@ -102,6 +102,12 @@ def test_ddp_find_unused_parameters(ddp: list[dict]) -> None:
     assert torch.equal(ours[-1], initial[-1])      # used nowhere: never stepped
 
 
+def test_ddp_finding_hook_is_removed(ddp: list[dict]) -> None:
+    """The global forward pre-hook that finds DDP models (it runs at every module call) is
+    removed once the optimizer knows the DDP of each of its parameters."""
+    assert ddp[0]["watch_removed"] and ddp[1]["watch_removed"]
+
+
 def test_ddp_accumulation_steps_is_refused(ddp: list[dict]) -> None:
     assert "accumulation_steps > 1 is not supported under DistributedDataParallel" in ddp[0]["error/accumulation_steps"]
     assert "no_sync()" in ddp[0]["error/accumulation_steps"]
