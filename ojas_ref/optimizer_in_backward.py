@@ -94,8 +94,8 @@ concatenated batch within float64 rounding, and under DDP bitwise equal to
   not FSDP2 shards, removed once each of those has its DDP; while installed it
   runs at every module call), and defers their updates to an autograd callback
   queued at the end of backward, after every callback queued during the pass:
-  DDP's reducer queues its ``finalize_backward`` (wait for the all-reduces, copy
-  the averages into ``.grad``) from its hooks, so the update reads the averaged
+  DDP's reducer queues its ``finalize_backward`` (wait for the all-reduces; the
+  averages are then in ``.grad``) from its hooks, so the update reads the averaged
   gradient, exactly what the standard DDP loop's ``step()`` reads (parameters no
   rank used keep no gradient and are not stepped).  Memory: DDP's buckets hold a
   copy of every gradient anyway (``gradient_as_bucket_view=True`` makes ``.grad``
@@ -582,8 +582,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
              getattr(ddp, "_delay_all_reduce_all_params", False))) if on]
         if unsupported:
             raise RuntimeError(f"InBackwardOptimizer does not support DistributedDataParallel with "
-                               f"{', '.join(unsupported)}: its gradients are not reduced where this optimizer "
-                               "waits for them. Use a torch.optim optimizer")
+                               f"{', '.join(unsupported)}: the gradients are then reduced on low-precision copies "
+                               "of the parameters or outside DDP's reducer, not where this optimizer waits for the "
+                               "averages (the end of backward). Use a torch.optim optimizer")
         self._ddp_of[p] = weakref.ref(ddp)
 
     def _warn_if_local(self, p: Tensor) -> None:

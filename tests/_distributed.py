@@ -189,7 +189,19 @@ def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
                                                                          find_unused=True)
     out["error/accumulation_steps"] = _error_of(lambda: _ddp_run(rank, "adamw_accumulate", accumulation_steps=2))
     out["warning/local"] = _local_update_warnings()
+    out["error/mixed_precision"] = _error_of(_ddp_mixed_precision)
     return out
+
+
+def _ddp_mixed_precision() -> None:
+    """One forward of a DDP model with mixed_precision (not supported: raises)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel.distributed import _MixedPrecision
+
+    model = make_model().float()
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    DDP(model, mixed_precision=_MixedPrecision(param_dtype=torch.bfloat16))(torch.zeros(1, 8))
+    del opt  # alive until the forward (the hooks hold it weakly)
 
 
 def _local_update_warnings() -> list[str]:

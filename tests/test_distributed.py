@@ -102,6 +102,10 @@ def test_ddp_find_unused_parameters(ddp: list[dict]) -> None:
     assert torch.equal(ours[-1], initial[-1])      # used nowhere: never stepped
 
 
+def test_ddp_mixed_precision_is_refused(ddp: list[dict]) -> None:
+    assert "does not support DistributedDataParallel with mixed_precision" in ddp[0]["error/mixed_precision"]
+
+
 def test_ddp_finding_hook_is_removed(ddp: list[dict]) -> None:
     """The global forward pre-hook that finds DDP models (it runs at every module call) is
     removed once the optimizer knows the DDP of each of its parameters."""
