@@ -590,7 +590,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _warn_if_local(self, p: Tensor) -> None:
         """Warn (once) that a plain parameter is updated with this rank's own gradient in a job
         of several ranks: right for a parameter that is not data-parallel, wrong for one of a
-        DDP model whose first forward ran before this optimizer existed."""
+        DDP model whose forward this optimizer did not see (constructed before
+        ``init_process_group``, or after the forward of this backward pass)."""
         if (self._warned_local or not torch.distributed.is_available() or not torch.distributed.is_initialized()
                 or torch.distributed.get_world_size() == 1 or getattr(p, "_ddp_ignored", False)):
             return
