@@ -35,13 +35,14 @@ zeros and zero gradients (not NaN), ``attn_mask`` may be combined with
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from typing import Optional
 
 import torch
 from torch import Tensor
+
+from ojas_ref.autocast import autocast_off, cast_for_autocast
 
 __all__ = ["attention", "attention_forward"]
 
@@ -165,35 +166,6 @@ def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor
     if not query.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
     return True
-
-
-def _autocast_inputs(
-    query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor]
-) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
-    """torch's autocast rule for scaled_dot_product_attention (a "lower_precision_fp"
-    op): under autocast on the query's device type, the floating-point tensor arguments
-    other than float64 (query, key, value and a float attn_mask; not a bool mask) are
-    cast to the autocast dtype. Outside autocast, the arguments unchanged."""
-    device_type = query.device.type if isinstance(query, Tensor) else None
-    if (device_type is None or not torch.amp.is_autocast_available(device_type)
-            or not torch.is_autocast_enabled(device_type)):
-        return query, key, value, attn_mask
-    dtype = torch.get_autocast_dtype(device_type)
-
-    def cast(x):
-        eligible = (isinstance(x, Tensor) and x.is_floating_point() and x.dtype != torch.float64
-                    and x.device.type == device_type)
-        return x.to(dtype) if eligible else x
-
-    return cast(query), cast(key), cast(value), cast(attn_mask)
-
-
-def _autocast_off(device_type: str):
-    """A context in which autocast is off on device_type: the computation dtype stays
-    the one chosen here (float32, float64 for float64 inputs)."""
-    if torch.amp.is_autocast_available(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()
 
 
 # --------------------------------------------------------------------------
@@ -438,7 +410,7 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
-        with _autocast_off(grad_out.device.type):  # backward may run under the caller's autocast
+        with autocast_off(grad_out.device.type):  # backward may run under the caller's autocast
             dq, dk, dv, dmask = _reference_backward(
                 query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad
             )
@@ -506,9 +478,10 @@ def attention(
     In the kernel, float32 dots run TF32 unless torch's float32 matmul precision is
     "highest" (the default; ``torch.set_float32_matmul_precision``), as torch's matmuls.
     """
-    query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
+    if isinstance(query, Tensor):
+        query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
     scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
-    with _autocast_off(query.device.type):
+    with autocast_off(query.device.type):
         if _resolve_impl(impl, query, attn_mask):
             from ojas_kernels.attention import flash_attention
 
@@ -537,8 +510,9 @@ def attention_forward(
     softmax for any tiling by Ojas.Attention.StreamCorrect, masking as Ojas.Attention.Mask.
     Under autocast the inputs are cast as in :func:`attention`.
     """
-    query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
+    if isinstance(query, Tensor):
+        query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
     scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
-    with torch.no_grad(), _autocast_off(query.device.type):
+    with torch.no_grad(), autocast_off(query.device.type):
         out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
     return out.to(query.dtype), lse

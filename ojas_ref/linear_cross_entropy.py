@@ -45,13 +45,14 @@ tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
+
+from ojas_ref.autocast import autocast_off, cast_for_autocast
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
 
@@ -159,45 +160,6 @@ def _check_inputs(
         raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
                          f"{ignore_index}")
     return eps, lam, softcap, chunks
-
-
-def _autocast_dtype(device_type: str) -> Optional[torch.dtype]:
-    """The autocast dtype when autocast is enabled for ``device_type``, else None."""
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return None
-
-
-def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-    """torch's autocast rule for ``F.linear`` (an op of autocast's lower-precision list):
-    with autocast enabled for input's device type, its floating-point tensors on that
-    device type other than float64 are cast to the autocast dtype; the rest (float64,
-    other devices, non-tensors) are left for the checks to judge. The casts are autograd
-    ops: each gradient comes back in its tensor's own dtype. A dtype rule of torch's,
-    outside the Coq spec (which is over the reals): tested against F.linear under
-    autocast (linear_cross_entropy_check.autocast_mismatches)."""
-    if not isinstance(input, Tensor):
-        return input, weight, bias
-    device_type = input.device.type
-    dtype = _autocast_dtype(device_type)
-    if dtype is None:
-        return input, weight, bias
-
-    def cast(t):
-        eligible = (isinstance(t, Tensor) and t.device.type == device_type and t.is_floating_point()
-                    and t.dtype != torch.float64)
-        return t.to(dtype) if eligible else t
-
-    return cast(input), cast(weight), cast(bias)
-
-
-def _autocast_off(device_type: str):
-    """A context with autocast disabled for ``device_type``: the chunked computation picks
-    its own precision (float32 blocks), forward and backward (which runs under the
-    caller's autocast state)."""
-    if _autocast_dtype(device_type) is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type, enabled=False)
 
 
 def _resolve_impl(impl: Optional[str], input: Tensor) -> bool:
@@ -417,7 +379,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
             raise RuntimeError("linear_cross_entropy does not support double backward (create_graph=True): its "
                                "backward is not differentiable")
-        with _autocast_off(grad_output.device.type):
+        with autocast_off(grad_output.device.type):
             input, weight, bias, kept, tgt, lse = ctx.saved_tensors
             reduction, eps, lam, softcap, token_chunk, vocab_chunk = ctx.config
             dtype = lse.dtype
@@ -516,11 +478,12 @@ def linear_cross_entropy(
     float64, the reference otherwise. ``None`` reads the environment variable
     OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
-    input, linear_weight, linear_bias = _autocast(input, linear_weight, linear_bias)
+    if isinstance(input, Tensor):
+        input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
     eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, reduction, ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
-    with _autocast_off(input.device.type):
+    with autocast_off(input.device.type):
         if _resolve_impl(impl, input):
             from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
 
@@ -550,14 +513,15 @@ def linear_cross_entropy_forward(
     and lse = log sum_v exp z_v, NaN for ignored tokens (their logits are never
     computed). Same chunked computation and theorems as :func:`linear_cross_entropy`.
     """
-    input, linear_weight, linear_bias = _autocast(input, linear_weight, linear_bias)
+    if isinstance(input, Tensor):
+        input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
     eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, "none", ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
     dtype = _compute_dtype(input.dtype)
     flat_target = target.reshape(-1)
     kept = _kept_rows(flat_target, ignore_index)
-    with torch.no_grad(), _autocast_off(input.device.type):
+    with torch.no_grad(), autocast_off(input.device.type):
         x = input.flatten(0, -2).index_select(0, kept).to(dtype)
         loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, flat_target.index_select(0, kept).long(),
                                             eps, lam, softcap, token_chunk, vocab_chunk)
