@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
+import ojas_ref
 from ojas_ref.optimizer_in_backward import InBackwardOptimizer
 from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence
 
@@ -146,6 +147,67 @@ def _error_of(run: Callable[[], Any]) -> str:
     return ""
 
 
+class TinyLM(nn.Module):
+    """Embedding, one causal ojas_ref.attention layer (2 heads of 4), an ojas_ref.linear_cross_entropy head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.qkv, self.head = nn.Embedding(20, 8), nn.Linear(8, 24), nn.Linear(8, 20)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tokens)
+        q, k, v = self.qkv(h).view(*h.shape[:2], 3, 2, 4).permute(2, 0, 3, 1, 4)
+        h = h + ojas_ref.attention(q, k, v, is_causal=True).transpose(1, 2).reshape(h.shape)
+        return ojas_ref.linear_cross_entropy(h, self.head.weight, targets, linear_bias=self.head.bias)
+
+
+def make_lm() -> TinyLM:
+    torch.manual_seed(0)
+    return TinyLM().to(F64)
+
+
+def lm_batch(step: int, rank: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens and next-token targets of all ranks (WORLD * 2 sequences of 6), or of ``rank``."""
+    tokens = torch.randint(20, (WORLD * 2, 7), generator=torch.Generator().manual_seed(step))
+    if rank is not None:
+        tokens = tokens[2 * rank:2 * (rank + 1)]
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _lm_optimizer(model: nn.Module, in_backward: bool) -> torch.optim.Optimizer:
+    kw = dict(lr=0.1, momentum=0.9)
+    return InBackwardOptimizer(model.parameters(), torch.optim.SGD, **kw) if in_backward \
+        else torch.optim.SGD(model.parameters(), **kw)
+
+
+def lm_reference() -> list[torch.Tensor]:
+    """TinyLM, SGD with momentum, STEPS steps of the standard loop on the concatenated batches."""
+    model = make_lm()
+    opt = _lm_optimizer(model, in_backward=False)
+    for step in range(STEPS):
+        model(*lm_batch(step)).backward()
+        opt.step()
+        opt.zero_grad()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _lm_run(rank: int, engine: str, in_backward: bool) -> list[torch.Tensor]:
+    """TinyLM under DDP or FSDP2 (fully_shard on the root), STEPS steps on rank's sequences."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = make_lm()
+    if engine == "fsdp":
+        fully_shard(model)
+    opt = _lm_optimizer(model, in_backward)
+    wrapped = DDP(model) if engine == "ddp" else model
+    for step in range(STEPS):
+        wrapped(*lm_batch(step, rank)).backward()
+        opt.step()
+        opt.zero_grad()
+    return [(p.full_tensor() if engine == "fsdp" else p).detach().clone() for p in model.parameters()]
+
+
 # --------------------------------------------------------------------------
 # DistributedDataParallel
 # --------------------------------------------------------------------------
@@ -184,6 +246,7 @@ def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
     out["sgd/bucket_view"] = _ddp_run(rank, "sgd", bucket_view=True)
     out["sgd/static_graph"] = _ddp_run(rank, "sgd", static_graph=True)
     out["adamw_clip/reversible"] = _ddp_run(rank, "adamw_clip", reversible=True)
+    out["lm"], out["lm/torch"] = _lm_run(rank, "ddp", True), _lm_run(rank, "ddp", False)
     for impl in (True, False):
         out["adamw/find_unused" + ("" if impl else "/torch")] = _ddp_run(rank, "adamw", in_backward=impl,
                                                                          find_unused=True)
@@ -259,6 +322,7 @@ def fsdp_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Each config with InBackwardOptimizer; the error for accumulation_steps > 1."""
     out: dict[str, Any] = {name: _fsdp_run(rank, name) for name in CONFIGS}
     out["adamw_clip/reversible"] = _fsdp_run(rank, "adamw_clip", reversible=True)
+    out["lm"] = _lm_run(rank, "fsdp", True)
     out["error/reversible_blocks_sharded"] = _error_of(_shard_reversible_blocks)
     out["error/accumulation_steps"] = _error_of(lambda: _fsdp_run(rank, "adamw_accumulate", accumulation_steps=2))
     return out

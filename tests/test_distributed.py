@@ -9,7 +9,10 @@ every rank's parameters must be bitwise equal, and equal to those of the
 single-process standard loop on the concatenated batches within ``TOL``.  Before the
 fix, each rank updated with its own gradient before DDP averaged it, and the ranks
 differed by about 4e-2 after two SGD steps.  A model with a ReversibleSequence inside
-is trained the same way (AdamW, clipping) under both.
+is trained the same way (AdamW, clipping) under both, and a tiny LM made of
+ojas_ref.attention and ojas_ref.linear_cross_entropy (SGD with momentum; AdamW's
+division by sqrt(v) + eps amplifies the rounding of its near-zero embedding
+gradients to about 1e-12, beyond TOL).
 
 One ``spawn`` per engine runs all its configs (process start-up is most of the
 cost: about 10 s in all on 2 cores).
@@ -55,14 +58,18 @@ def ranks_equal(results: list[dict], key: str) -> list[torch.Tensor]:
     return first
 
 
-def assert_close_to_reference(params: list[torch.Tensor], name: str, reversible: bool = False) -> None:
-    expected, norms = D.reference(name, reversible)
-    if D.CONFIGS[name][2] is not None:
-        assert min(norms) > D.CONFIGS[name][2], "the test must exercise clipping"
+def assert_close(params: list[torch.Tensor], expected: list[torch.Tensor], name: str) -> None:
     assert len(params) == len(expected)
     for i, (a, e) in enumerate(zip(params, expected)):
         diff = float((a - e).abs().max())
         assert diff <= TOL, f"{name}: parameter {i} differs from the single-process run by {diff:.3g}"
+
+
+def assert_close_to_reference(params: list[torch.Tensor], name: str, reversible: bool = False) -> None:
+    expected, norms = D.reference(name, reversible)
+    if D.CONFIGS[name][2] is not None:
+        assert min(norms) > D.CONFIGS[name][2], "the test must exercise clipping"
+    assert_close(params, expected, name)
 
 
 @pytest.mark.parametrize("name", list(D.CONFIGS))
@@ -106,6 +113,15 @@ def test_ddp_mixed_precision_is_refused(ddp: list[dict]) -> None:
     assert "does not support DistributedDataParallel with mixed_precision" in ddp[0]["error/mixed_precision"]
 
 
+def test_ddp_attention_and_linear_cross_entropy(ddp: list[dict]) -> None:
+    """An LM with ojas_ref.attention and ojas_ref.linear_cross_entropy (CPU: their PyTorch
+    references), SGD with momentum in backward: as the single process, and bitwise
+    torch.optim under DDP."""
+    params = ranks_equal(ddp, "lm")
+    assert_close(params, D.lm_reference(), "lm")
+    assert all(torch.equal(a, b) for a, b in zip(params, ranks_equal(ddp, "lm/torch")))
+
+
 def test_ddp_finding_hook_is_removed(ddp: list[dict]) -> None:
     """The global forward pre-hook that finds DDP models (it runs at every module call) is
     removed once the optimizer knows the DDP of each of its parameters."""
@@ -127,6 +143,10 @@ def test_fsdp2_reversible_sequence(fsdp: list[dict]) -> None:
     """A ReversibleSequence sharded by the root FSDP module (its parameters all-gathered again
     for the reversible backward): as the single process, with the global-norm clipping."""
     assert_close_to_reference(ranks_equal(fsdp, "adamw_clip/reversible"), "adamw_clip", reversible=True)
+
+
+def test_fsdp2_attention_and_linear_cross_entropy(fsdp: list[dict]) -> None:
+    assert_close(ranks_equal(fsdp, "lm"), D.lm_reference(), "lm")
 
 
 def test_fsdp2_on_reversible_blocks_is_refused(fsdp: list[dict]) -> None:
