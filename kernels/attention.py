@@ -40,7 +40,12 @@ additive ``attn_mask`` is added to the scores (no theorem covers its values; see
 mask every remaining tile runs the masked loop, the mask read on visible entries.
 
 float32 dots follow torch's float32 matmul precision: TF32 unless it is
-"highest" (see ``_dot_precision``).
+"highest", and then 3xTF32 (``tf32x3``: each operand split into a TF32 high part and
+a TF32 remainder, three tensor-core products, the remainders' product dropped; about
+float32's accuracy: relative errors 4e-7 to 8e-7 at S=2048, E=128 on an H200, against
+5e-7 to 9e-7 for torch's float32 SDPA kernel and 5e-7 to 1e-6 for IEEE dots, which ran
+7x slower).  The rounding model of the proofs (one rounding of relative error u per
+operation) is not that of 3xTF32 products: no theorem bounds their error.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ import triton.language as tl
 __all__ = ["KernelConfig", "AttentionConfig", "default_config", "flash_attention", "flash_attention_forward"]
 
 _LOG2E = 1.4426950408889634
+_HIGHEST = "tf32x3"  # float32 dots under torch's "highest" precision (module docstring)
 _MAX_HEAD_DIM = 256
 # Triton's CPU interpreter multiplies bfloat16 tiles as their raw uint16 bits;
 # there the operands of every dot go through float32 (exact for 16-bit inputs).
@@ -92,13 +98,13 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, is_c
         return AttentionConfig(K(16, 16), K(16, 16), K(16, 16))
     block_e = _block_dim(head_dim)
     if dtype == torch.float32:
-        # TF32 dots (see _dot_precision) run on the tensor cores: tiles as the 16-bit
-        # ones', with fewer stages and more warps for twice the bytes per element;
-        # picked by that count, not tuned.  IEEE dots run on the FMA units: small tiles.
-        if _dot_precision(dtype) == "tf32" and block_e <= 128:
-            return AttentionConfig(K(64, 64, 4, 2), K(32, 64, 8, 2), K(64, 64, 8, 2))
-        if block_e <= 64:
-            return AttentionConfig(K(32, 32, 4, 2), K(16, 32, 4, 2), K(32, 16, 4, 2))
+        # TF32 and 3xTF32 dots (see _dot_precision) run on the tensor cores. Up to head
+        # dim 128: tiles timed for 3xTF32 on an H200 (E=128, S=2048, causal; forward 0.49
+        # ms, backward 1.84 ms; benchmarks/attention_tuning.md), used for TF32 too
+        # (untuned there). dQ tiles of 64 x 16 with 8 warps and dK/dV tiles of 16 x 64 with
+        # 8 warps made illegal memory accesses under 3xTF32 in that sweep: not used.
+        if block_e <= 128:
+            return AttentionConfig(K(32, 64, 4, 2), K(64, 32, 8, 1), K(32, 32, 4, 2))
         return AttentionConfig(K(32, 32, 8, 1), K(16, 32, 8, 1), K(32, 16, 8, 1))
     # Under a causal mask the dK/dV kernel runs one masked loop (split=False):
     # measured faster than splitting off its few diagonal tiles.
@@ -596,17 +602,20 @@ def _mask_args(attn_mask: torch.Tensor | None, query: torch.Tensor,
     return mask, mask.stride(), dict(HAS_MASK=True, MASK_BOOL=is_bool)
 
 
-def _dot_precision(dtype: torch.dtype) -> str:
+def _dot_precision(dtype: torch.dtype, highest: str = "ieee") -> str:
     """float32 dots as torch's float32 matmuls: "tf32" when TF32 is allowed
     (``torch.set_float32_matmul_precision`` other than "highest", or
     ``torch.backends.cuda.matmul.allow_tf32``, or the newer
     ``torch.backends[.cuda.matmul].fp32_precision = "tf32"``: all read back through
     ``torch.backends.cuda.matmul.fp32_precision``, which, unlike
-    ``torch.get_float32_matmul_precision``, does not raise once the newer API is used),
-    "ieee" otherwise.  16-bit operands ignore the setting."""
+    ``torch.get_float32_matmul_precision``, does not raise once the newer API is used;
+    ``allow_tf32`` before torch 2.9, which lacks it), ``highest`` otherwise ("ieee", or
+    "tf32x3" for the attention kernels).  16-bit operands ignore the setting."""
     if dtype != torch.float32:
         return "tf32"
-    return "tf32" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "ieee"
+    fp32_precision = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
+    tf32 = torch.backends.cuda.matmul.allow_tf32 if fp32_precision is None else fp32_precision == "tf32"
+    return "tf32" if tf32 else highest
 
 
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -634,7 +643,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
         heads, heads // kv_heads, seq_q, seq_k, _window_arg(window, seq_q, seq_k), scale * _LOG2E,
         HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None,
-        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype), SPLIT=cfg.split and attn_mask is None,
+        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype, _HIGHEST), SPLIT=cfg.split and attn_mask is None,
         **mask_flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse
@@ -662,7 +671,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     common = dict(HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev))
     delta = torch.empty_like(lse)
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
-    flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype),
+    flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype, _HIGHEST),
                  **mask_flags)
     w = _window_arg(window, seq_q, seq_k)
     qk_scale = scale * _LOG2E
