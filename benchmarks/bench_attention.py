@@ -4,12 +4,21 @@ the naive materialised-scores attention, bf16, on one CUDA device.
     python benchmarks/bench_attention.py [--quick] [--out FILE]
     python benchmarks/bench_attention.py --tune [--tune-budget S]   # kernel variants, S=4K
     python benchmarks/bench_attention.py --overhead                 # host time per call
+    python benchmarks/bench_attention.py --padding                  # masks, float32
+    python benchmarks/bench_attention.py --tune-fp32 fwd|kv|q       # float32 tiles, one kernel
 
 Forward FLOPs are counted as 4*B*H*Sq*Sk*E (two matrix products), backward as
 2.5 times that, both halved under a causal mask; forward+backward is 3.5 times
 the forward count.  Times are medians of ``triton.testing.do_bench`` (CUDA
 events, after warm-up, L2 flushed between runs).  Peak memory is the peak of
 ``torch.cuda.max_memory_allocated`` over one forward+backward, less the inputs.
+
+``--padding``: a left-padded bf16 batch (B=4, H=16, S=2048, E=128; 0, 256, 512 and 768
+padding tokens) with Hugging Face's [B, 1, S, S] bool mask (causal and key padding),
+ojas with the mask and ``is_causal=True`` (what ``ojas_ref.huggingface`` passes for a
+mask inside the causal pattern) and with the mask alone, against SDPA with the same mask
+(its default dispatch, and the memory-efficient kernel); then float32 causal attention
+(B=1, S=2048) under the default "highest" precision, ojas (3xTF32 dots) against SDPA.
 """
 
 from __future__ import annotations
@@ -247,6 +256,81 @@ def overhead(iters=200):
               flush=True)
 
 
+def padded_mask(b: int, s: int) -> torch.Tensor:
+    """[B, 1, S, S] bool: causal and key padding, row r padded by r * S / 8 tokens on the left."""
+    causal = torch.ones(s, s, dtype=torch.bool, device="cuda").tril()
+    keys = torch.arange(s, device="cuda")[None, :] >= (torch.arange(b, device="cuda")[:, None] * s // 8)
+    return causal[None, None] & keys[:, None, None, :]
+
+
+def padding() -> None:
+    b, h, s, e = 4, 16, 2048, 128
+    mask = padded_mask(b, s)
+    impls = {
+        "ojas mask+causal": lambda q, k, v, c, sc: kattn.flash_attention(q, k, v, True, sc, attn_mask=mask),
+        "ojas mask": lambda q, k, v, c, sc: kattn.flash_attention(q, k, v, False, sc, attn_mask=mask),
+        "SDPA mask (default)": lambda q, k, v, c, sc: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sc),
+        "SDPA mask (efficient)": lambda q, k, v, c, sc: sdpa_efficient_masked(q, k, v, mask, sc),
+    }
+    print("| bf16 padded batch | fwd ms | fwd+bwd ms | peak MiB |\n|---|---|---|---|", flush=True)
+    for name, fn in impls.items():
+        res, err = measure(fn, b, h, s, e, False)
+        print(f"| {name} | " + (" | ".join(f"{x:.3f}" for x in res) if res else err) + " |", flush=True)
+    global DTYPE
+    DTYPE = torch.float32
+    print("| float32 causal, B=1 | fwd ms | fwd+bwd ms | peak MiB |\n|---|---|---|---|", flush=True)
+    for name, fn in (("ojas (3xTF32)", ojas()), ("SDPA (default)", lambda q, k, v, c, sc:
+                     F.scaled_dot_product_attention(q, k, v, is_causal=c, scale=sc))):
+        res, err = measure(fn, 1, h, s, e, True)
+        print(f"| {name} | " + (" | ".join(f"{x:.3f}" for x in res) if res else err) + " |", flush=True)
+
+
+def tune_fp32(phase: str) -> None:
+    """Time float32 tiles of one kernel (3xTF32 dots under the default "highest" precision),
+    E=128, S=2048, H=16, causal; the other two kernels keep the defaults. One phase per
+    process: an illegal memory access (seen for some tiles) poisons the CUDA context, so the
+    sweep stops there and prints what it measured."""
+    import itertools
+
+    K, AC = kattn.KernelConfig, kattn.AttentionConfig
+    b, h, s, e = 1, 16, 2048, 128
+    q, k, v, do = (torch.randn(b, h, s, e, device="cuda") for _ in range(4))
+    scale = e ** -0.5
+    base = kattn.default_config(e, torch.float32, q.device, True)
+    out, lse = kattn.flash_attention_forward(q, k, v, True, scale, None, base)
+    if phase == "fwd":
+        cands = [K(*c) for c in itertools.product((32, 64), (32, 64), (4, 8), (1, 2, 3))]
+        make = lambda c: AC(c, base.bwd_kv, base.bwd_q)  # noqa: E731
+        run = lambda cfg: kattn.flash_attention_forward(q, k, v, True, scale, None, cfg)  # noqa: E731
+    else:
+        if phase == "kv":
+            cands = [K(*c) for c in itertools.product((32, 64), (32, 64), (4, 8), (1, 2), (False, True))]
+            make = lambda c: AC(base.fwd, c, base.bwd_q)  # noqa: E731
+        else:
+            cands = [K(*c) for c in itertools.product((32, 64, 128), (16, 32), (4, 8), (1, 2))]
+            make = lambda c: AC(base.fwd, base.bwd_kv, c)  # noqa: E731
+        run = lambda cfg: kattn._backward(do, q, k, v, None, out, lse, True, scale, None, cfg)  # noqa: E731
+    results = []
+    for c in cands:
+        cfg = make(c)
+        try:
+            results.append((triton.testing.do_bench(lambda: run(cfg), warmup=10, rep=60, return_mode="median"), c))
+        except triton.runtime.errors.OutOfResources:
+            continue
+        except RuntimeError as err:
+            print(f"{phase} {c}: {type(err).__name__} {str(err)[:100]}; sweep stopped", flush=True)
+            break
+    results.sort(key=lambda r: r[0])
+    for t, c in results[:5]:
+        print(f"| {phase} | {c.block_m}, {c.block_n}, {c.num_warps}, {c.num_stages}, {c.split} | {t:.3f} ms |",
+              flush=True)
+
+
+def sdpa_efficient_masked(q, k, v, mask, scale):
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="E=128, S in {1K, 4K} only")
@@ -257,12 +341,18 @@ def main() -> None:
     parser.add_argument("--tune-dims", default="128,64")
     parser.add_argument("--workers", type=int, default=12, help="processes compiling the --tune variants")
     parser.add_argument("--overhead", action="store_true", help="host time per call on a tiny problem")
+    parser.add_argument("--padding", action="store_true", help="left-padded batch with a mask; float32")
+    parser.add_argument("--tune-fp32", choices=("fwd", "kv", "q"), help="float32 tiles of one kernel")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}",
           flush=True)
     impls = args.impls.split(",")
     if args.overhead:
         overhead()
+    elif args.padding:
+        padding()
+    elif args.tune_fp32:
+        tune_fp32(args.tune_fp32)
     elif args.tune:
         tune([int(x) for x in args.tune_dims.split(",")], args.out, args.tune_budget, args.workers)
     elif args.quick:
