@@ -8,6 +8,9 @@ Three steps, with progress shown as they run:
    a few random inputs and compare it with the oracle extracted from the Coq
    spec, within the tolerance derived from the proved error bounds;
 3. a table: implementation <-> theorem <-> proof status <-> differential status.
+
+It reads the Coq sources and the manifest of a source checkout; from an install that
+has none it exits with status 2 and says what it needs (``proof_audit.require_sources``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, replace
@@ -224,8 +226,9 @@ def ensure_oracle(log=_say) -> str | None:
         return None
     except RuntimeError:
         pass
-    if not (pa.coq_available() and shutil.which("ocamlfind")):
-        return "the oracle is not built and coqc/ocamlfind are missing (run scripts/setup.sh)"
+    missing = pa.missing_tools(pa.ORACLE_TOOLS)
+    if missing:
+        return f"the oracle is not built and {', '.join(missing)} (needed to build it) not found (run scripts/setup.sh)"
     log("      building the oracle: make -C extraction")
     proc = subprocess.run(["make", "-s", "-C", str(pa.REPO_ROOT / "extraction")],
                           capture_output=True, text=True)
@@ -243,7 +246,14 @@ def print_table(rows: list[tuple[str, str, str, str]]) -> None:
 
 
 def run(seed: int = 0, quick: bool = False) -> int:
-    """The main job; returns the process exit code (0 when everything holds)."""
+    """The main job; returns the process exit code: 0 when everything holds, 1 when
+    something does not, 2 when the audit cannot run here (no source checkout: the
+    message says what it needs)."""
+    try:
+        pa.require_sources()
+    except pa.SourcesMissing as err:
+        _say(f"audit: cannot run: {err}")
+        return 2
     statuses, proofs_ok = proof_status()
     impls = implementations()
     why_no_oracle = ensure_oracle()

@@ -1,4 +1,8 @@
-"""The ``ojas`` command: ``ojas audit`` (the main job) and ``ojas proofs``."""
+"""The ``ojas`` command: ``ojas audit`` (the main job) and ``ojas proofs``.
+
+Exit status: 0 when everything holds, 1 when something does not, 2 when the command
+cannot run here (it needs a source checkout with rocq/ and extraction/, and coqc,
+coq_makefile and make to rebuild the proofs; the message says which is missing)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,9 @@ def _proofs(args: argparse.Namespace) -> int:
 
     try:
         data = pa.run_audit()
+    except pa.SourcesMissing as err:
+        print(f"ojas proofs: cannot run: {err}", file=sys.stderr)
+        return 2
     except pa.ProofAuditError as err:
         print(f"proof audit FAILED: {err}", file=sys.stderr)
         return 1

@@ -6,6 +6,11 @@ theorem (``Theorem``, ``Corollary``, ``Proposition``: what the code cites; the
 lemmas they use are covered by their assumptions), and fails if an assumption outside :data:`ALLOWED_AXIOMS` appears.  It
 writes (or checks) ``rocq/MANIFEST.json``: theorem -> file -> source hash, which
 ``ojas audit`` reads on machines without Coq.
+
+Both commands read the Coq sources, so they need a source checkout of the repository
+(``rocq/`` and ``extraction/``, which a wheel or a non-editable ``pip install`` does not
+ship): :func:`require_sources` says so, naming the tools the rebuild needs, instead of a
+bare error from ``make``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ END_RE = re.compile(r"^\s*End\s+([A-Za-z_][A-Za-z0-9_']*)\s*\.")
 
 class ProofAuditError(RuntimeError):
     """The proofs do not pass the audit."""
+
+
+class SourcesMissing(ProofAuditError):
+    """The audit cannot run here: no source checkout, or a tool it runs is missing."""
 
 
 @dataclass
@@ -155,8 +164,35 @@ def list_theorems(root: Path = REPO_ROOT) -> list[Theorem]:
     return found
 
 
+#: What rebuilding the proofs runs (``make -C rocq`` calls coq_makefile and coqc).
+PROOF_TOOLS = ("coqc", "coq_makefile", "make")
+#: What building the extracted oracle runs besides them (``make -C extraction``).
+ORACLE_TOOLS = (*PROOF_TOOLS, "ocamlfind")
+#: The files of a source checkout that the audit reads.
+SOURCE_FILES = ("rocq/_CoqProject", "rocq/MANIFEST.json", "extraction/Makefile")
+
+
+def missing_tools(tools: tuple[str, ...] = PROOF_TOOLS) -> list[str]:
+    """The programs of ``tools`` not found on PATH."""
+    return [t for t in tools if shutil.which(t) is None]
+
+
 def coq_available() -> bool:
-    return shutil.which("coqc") is not None and shutil.which("coq_makefile") is not None
+    return not missing_tools(PROOF_TOOLS)
+
+
+def require_sources(root: Path | None = None) -> None:
+    """Raise SourcesMissing, saying what is needed, unless ``root`` (default
+    :data:`REPO_ROOT`, read at call time) holds the Coq sources of a checkout."""
+    root = REPO_ROOT if root is None else root
+    missing = [f for f in SOURCE_FILES if not (root / f).is_file()]
+    if missing:
+        raise SourcesMissing(
+            f"this needs a source checkout of ojas-ref, with its rocq/ and extraction/ directories; "
+            f"{', '.join(missing)} not found under {root} (an install that is not editable ships the "
+            f"Python packages only). Clone the repository, run `pip install -e .` in it and run the command "
+            f"from that install; rebuilding the proofs and the oracle also needs {', '.join(ORACLE_TOOLS)} "
+            f"(scripts/setup.sh installs them)")
 
 
 def build(root: Path = REPO_ROOT) -> None:
@@ -235,6 +271,11 @@ def disallowed(theorems: list[Theorem]) -> list[str]:
 
 def run_audit(root: Path = REPO_ROOT, log=print) -> dict:
     """Build, scan and Print Assumptions; return the manifest, or raise ProofAuditError."""
+    require_sources(root)
+    missing = missing_tools(PROOF_TOOLS)
+    if missing:
+        raise SourcesMissing(f"rebuilding rocq/ needs {', '.join(missing)}, not found on PATH "
+                              "(scripts/setup.sh installs them)")
     problems = scan_sources(root)
     if problems:
         raise ProofAuditError("forbidden declarations in the Coq sources:\n" + "\n".join(problems))
