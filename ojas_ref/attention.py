@@ -391,6 +391,36 @@ def _accumulate_mask_grad(dmask4: Tensor, ds: Tensor, q0: int, q1: int, k0: int,
     dmask4[:, :, rows, cols] += ds
 
 
+def _refuse_double_backward() -> None:
+    """Raise in a backward pass run with create_graph=True (grad mode is on there).
+
+    Neither backward (the reference's below, the kernel's) is differentiable: their
+    gradients would go into the graph as constants and a second derivative through them
+    would silently miss terms. ``torch.autograd.function.once_differentiable`` is not
+    enough: it raises only when the incoming gradient requires grad, and the gradient of
+    ``out.sum()`` does not."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
+                           "gradient penalty or gradgradcheck): its backward is not differentiable; use "
+                           "torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Identity on the tensors given (views of them), whose backward refuses
+    create_graph=True and passes the gradients through otherwise. Put in front of the
+    kernel's autograd function (kernels/attention.py, whose backward does not check), so
+    that any gradient through the kernel comes through here."""
+
+    @staticmethod
+    def forward(ctx, *tensors):
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _refuse_double_backward()
+        return grads
+
+
 class _OnlineSoftmaxAttention(torch.autograd.Function):
     """Forward: the streamed recurrence; saves q, k, v, out and lse (not P).
     Backward: P recomputed from lse (Ojas.Attention.Lse, Ojas.Attention.BackwardCorrect).
@@ -408,6 +438,7 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        _refuse_double_backward()
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
         with autocast_off(grad_out.device.type):  # backward may run under the caller's autocast
@@ -474,6 +505,11 @@ def attention(
     through the casts to the original tensors. The attention itself then runs with
     autocast off, forward and backward.
 
+    First-order gradients only: a backward pass with ``create_graph=True`` through the
+    attention (a gradient penalty, ``torch.autograd.gradgradcheck``, Hessians) raises
+    RuntimeError, in both implementations. The backward is not differentiable, and no
+    theorem speaks of second derivatives.
+
     Computation is in float32 (float64 for float64 inputs); the output has the input dtype.
     In the kernel, float32 dots run TF32 unless torch's float32 matmul precision is
     "highest" (the default; ``torch.set_float32_matmul_precision``), as torch's matmuls.
@@ -485,6 +521,7 @@ def attention(
         if _resolve_impl(impl, query, attn_mask):
             from ojas_kernels.attention import flash_attention
 
+            query, key, value = _FirstOrderOnly.apply(query, key, value)
             return flash_attention(query, key, value, is_causal=is_causal, scale=scale, window=window,
                                    attn_mask=attn_mask)
         return _OnlineSoftmaxAttention.apply(query, key, value, attn_mask, is_causal, scale, window)
