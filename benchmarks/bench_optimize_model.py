@@ -13,6 +13,8 @@ intermediate 5632, vocabulary 32000, untied head (1.06B parameters), batch 1, se
 * ``standard+ckpt``: the same with ``gradient_checkpointing_enable(use_reentrant=False)``.
 * ``ojas`` / ``ojas+ckpt``: ``optimize_model(model, checkpoint=...)`` and
   ``InBackwardOptimizer`` (each bucket of parameters updated in backward).
+* ``ojas-attention`` / ``ojas-loss`` / ``ojas-optimizer`` (``--modes``, not run by
+  default): one of the three alone, the rest standard.
 
 Per configuration, in one process: the peak of ``torch.cuda.max_memory_allocated`` over
 the timed steps and tokens/s from the median step time (CUDA synchronised) after
@@ -38,6 +40,8 @@ from benchmarks.bench_optimizer_in_backward import DTYPES, OPTIMIZERS, QUICK, Co
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 
 MODES = ("standard", "standard+ckpt", "ojas", "ojas+ckpt")
+#: one piece of ``ojas`` alone (no checkpointing), to see which one costs time
+PIECES = ("ojas-attention", "ojas-loss", "ojas-optimizer")
 
 
 def build(c: Config, dtype: torch.dtype, device: torch.device):
@@ -61,8 +65,15 @@ def setup(model, mode: str, opt_name: str):
         if mode.endswith("+ckpt"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return opt_class(model.parameters(), **kwargs), None
-    _, report = optimize_model(model, checkpoint=mode.endswith("+ckpt"))
-    return InBackwardOptimizer(model.parameters(), opt_class, **kwargs), report
+    pieces = {"ojas-attention": (True, False, False), "ojas-loss": (False, True, False),
+              "ojas-optimizer": (False, False, True)}
+    attention, loss, fused = pieces.get(mode, (True, True, True))
+    report = None
+    if attention or loss:
+        _, report = optimize_model(model, attention=attention, cross_entropy=loss, checkpoint=mode.endswith("+ckpt"))
+    if fused:
+        return InBackwardOptimizer(model.parameters(), opt_class, **kwargs), report
+    return opt_class(model.parameters(), **kwargs), report
 
 
 def host_profile(model, opt, ids, device: torch.device) -> str:
@@ -160,7 +171,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=MODES + PIECES, default=list(MODES))
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--profile", nargs="*", choices=MODES, default=[],
