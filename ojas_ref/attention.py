@@ -107,7 +107,8 @@ def _check_inputs(
     if value.shape[1] != Hkv:
         raise ValueError(f"value must have as many heads as key ({Hkv}), got value shape {tuple(value.shape)}")
     if enable_gqa:
-        if Hkv == 0 or Hq % Hkv != 0:
+        divides = Hq % Hkv == 0 if Hkv else Hq == 0  # no key/value heads serve no query heads only
+        if not divides:
             raise ValueError(f"enable_gqa=True needs the key/value heads ({Hkv}) to divide the query heads ({Hq})")
     elif Hkv != Hq:
         raise ValueError(f"key/value have {Hkv} heads but query has {Hq}; pass enable_gqa=True for grouped-query "
@@ -218,7 +219,7 @@ def _tile_scores(
     mask_t: None or [B, Hkv, G, tq, tk]; returns [B, Hkv, G, tq, tk].
     """
     B, Hkv, G, tq, E = q_t.shape
-    s = (q_t.reshape(B, Hkv, G * tq, E) @ k_t.transpose(-1, -2)).mul_(scale).view(B, Hkv, G, tq, -1)
+    s = (q_t.reshape(B, Hkv, G * tq, E) @ k_t.transpose(-1, -2)).mul_(scale).view(B, Hkv, G, tq, k_t.shape[2])
     if mask_t is not None:
         if mask_t.dtype == torch.bool:
             visible_t = mask_t if visible_t is None else mask_t & visible_t
@@ -277,7 +278,7 @@ def _grouped(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tens
     view); query head h = hkv * G + g is served by key/value head hkv = h // G."""
     B, Hq, Sq, E = query.shape
     Hkv, Sk = key.shape[1], key.shape[2]
-    G = Hq // Hkv
+    G = Hq // Hkv if Hkv else 1  # no heads at all: one (empty) group of none
     q = query.to(dtype).view(B, Hkv, G, Sq, E)
     mask = None
     if attn_mask is not None:
@@ -481,6 +482,12 @@ def attention(
     (Ojas.Attention.Mask; SDPA's math backend gives zeros too in torch 2.13, other
     backends and versions may give NaN). Dropout is not supported (``dropout_p`` must be 0).
 
+    Empty dimensions (B, heads, Sq, Sk or Ev of 0) give what SDPA gives: an output of the
+    full shape, zeros when Sk = 0 (every row is fully masked: ``stream_row_fully_masked``
+    with no keys; SDPA's CPU backends give zeros too in torch 2.13), zero gradients; in
+    both implementations (with no heads the reference runs: the kernel needs Hkv >= 1).
+    A head dim E = 0 is refused (SDPA averages the values there).
+
     ``impl``: "reference" runs the PyTorch recurrence (rocq/Attention/OnlineSoftmax.v,
     Ojas.Attention.StreamCorrect; backward rocq/Attention/Backward.v,
     Ojas.Attention.Lse and Ojas.Attention.BackwardCorrect); "triton" runs
@@ -518,7 +525,9 @@ def attention(
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
     scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
     with autocast_off(query.device.type):
-        if _resolve_impl(impl, query, attn_mask):
+        # The kernel refuses Hkv = 0; with no heads there is nothing to compute, and the
+        # reference returns the empty output (and empty gradients).
+        if _resolve_impl(impl, query, attn_mask) and key.shape[1] > 0:
             from ojas_kernels.attention import flash_attention
 
             query, key, value = _FirstOrderOnly.apply(query, key, value)

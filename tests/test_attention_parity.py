@@ -69,3 +69,40 @@ def test_gradgradcheck_raises():
     q, k, v = _leaves((1, 1, 3, 4), (1, 1, 4, 4), (1, 1, 4, 2), dtype=F64)
     with pytest.raises(RuntimeError, match="does not support double backward"):
         torch.autograd.gradgradcheck(lambda *x: attention(*x, impl="reference"), (q, k, v))
+
+
+# --------------------------------------------------------------------------
+# Empty dimensions (item 5 of issue 13)
+# --------------------------------------------------------------------------
+
+EMPTY_SHAPES = {  # (query, key, value): one dimension 0 each; E > 0
+    "batch 0": ((0, 2, 3, 16), (0, 2, 5, 16), (0, 2, 5, 8)),
+    "0 heads": ((2, 0, 3, 16), (2, 0, 5, 16), (2, 0, 5, 8)),
+    "Sq 0": ((2, 2, 0, 16), (2, 2, 5, 16), (2, 2, 5, 8)),
+    "Sk 0": ((2, 2, 3, 16), (2, 2, 0, 16), (2, 2, 0, 8)),  # every row fully masked: zeros
+    "Ev 0": ((2, 2, 3, 16), (2, 2, 5, 16), (2, 2, 5, 0)),
+    "all": ((0, 0, 0, 16), (0, 0, 0, 16), (0, 0, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kw", [{}, dict(is_causal=True, enable_gqa=True), dict(mask=True)], ids=["plain", "causal-gqa", "mask"])
+@pytest.mark.parametrize("shapes", EMPTY_SHAPES.values(), ids=EMPTY_SHAPES.keys())
+def test_empty_dimensions_as_sdpa(shapes, kw, dtype, impl):
+    """What SDPA (math backend) returns, exactly: shape, dtype, values (zeros or empty),
+    and the gradients' shapes, dtypes and values. Exact equality: no arithmetic takes
+    place (Sk = 0 and Ev = 0 give zeros on both sides: no key, or no output column)."""
+    xs = _leaves(*shapes, dtype=dtype)
+    kw = dict(kw)
+    if kw.pop("mask", False):  # a key padding mask of the full batch
+        kw["attn_mask"] = torch.ones(shapes[0][0], 1, 1, shapes[1][2], dtype=torch.bool, device=DEVICE)
+    out = attention(*xs, impl=impl, **kw)
+    grads = torch.autograd.grad(out, xs, torch.ones_like(out))
+    ys = [x.detach().requires_grad_() for x in xs]
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(*ys, **kw)
+    ref_grads = torch.autograd.grad(ref, ys, torch.ones_like(ref))
+    for got, want in zip((out, *grads), (ref, *ref_grads)):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
