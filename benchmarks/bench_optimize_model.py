@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.bench_optimizer_in_backward import DTYPES, OPTIMIZERS, QUICK, Config, gib, sync  # noqa: E402
+from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 
 MODES = ("standard", "standard+ckpt", "ojas", "ojas+ckpt")
@@ -166,14 +167,8 @@ def markdown(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny model (runs on the CPU)")
-    parser.add_argument("--out", type=Path, help="write the results as JSON to this path")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
-    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
+    add_common_arguments(parser, warmup=2, steps=5)
     parser.add_argument("--modes", nargs="+", choices=MODES + PIECES, default=list(MODES))
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--profile", nargs="*", choices=MODES, default=[],
                         help="print the top CUDA kernels of one step of these modes")
     parser.add_argument("--host-profile", nargs="*", choices=MODES, default=[],

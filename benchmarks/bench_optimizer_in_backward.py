@@ -218,15 +218,20 @@ def gib(x: Optional[int]) -> str:
     return "-" if x is None else f"{x / 2**30:.2f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_common_arguments(parser: argparse.ArgumentParser, warmup: int, steps: int) -> None:
+    """The options this benchmark shares with bench_optimize_model.py."""
     parser.add_argument("--quick", action="store_true", help="tiny model (runs on the CPU)")
     parser.add_argument("--out", type=Path, help="write the results as JSON to this path")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--steps", type=int, default=steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, warmup=3, steps=10)
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="clip in both loops (in backward: two backward passes)")
     parser.add_argument("--checkpoint", nargs="+", choices=("off", "on"), default=["off", "on"],
