@@ -41,11 +41,19 @@ the forward and backward over the kept tokens only (any token chunks) give the s
 loss, grad_weight and grad_bias, and the kept rows of grad_input. For "none" the kept
 tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
 ``token_loss_spec``), and the upstream gradient is taken at the kept positions.
+
+Not in the spec, so covered by no theorem (tested against F.cross_entropy of the
+materialised logits instead): class weights (``weight=``) and probability targets. Both
+keep the chunked scheme: a token's target is a row c of weights over the classes
+(``_Targets``), the loss (sum_v c_v) lse - sum_v c_v z_v plus the smoothing term, so the
+vocabulary loop carries sum_v c_v z_v where the spec carries the target logit, and the
+gradient entry is the derivative of that loss.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import Optional, Union
 
@@ -75,8 +83,9 @@ ChunkSize = Union[int, tuple[int, int], None]
 # --------------------------------------------------------------------------
 
 def _check_float(name: str, value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> float:
-    """A finite float in [low, high] ((low, high] with open_low), else an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite float in [low, high] ((low, high] with open_low), else an error naming it.
+    Any real number is taken (a numpy float32 too), not a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
     value = float(value)
     too_low = value <= low if open_low else value < low
@@ -92,12 +101,12 @@ def _check_chunk_size(chunk_size: ChunkSize) -> tuple[int, int]:
     if chunk_size is None:
         return _TOKEN_CHUNK, _VOCAB_CHUNK
     pair = chunk_size if isinstance(chunk_size, tuple) else (chunk_size, chunk_size)
-    if len(pair) != 2 or any(isinstance(c, bool) or not isinstance(c, int) for c in pair):
+    if len(pair) != 2 or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) for c in pair):
         raise TypeError(f"chunk_size must be None, an int or a pair (token_chunk, vocab_chunk) of ints, "
                         f"got {chunk_size!r}")
     if min(pair) < 1:
         raise ValueError(f"chunk_size must be >= 1 (tokens and vocabulary entries per chunk), got {chunk_size!r}")
-    return pair
+    return int(pair[0]), int(pair[1])
 
 
 def _check_inputs(
@@ -105,24 +114,27 @@ def _check_inputs(
     linear_weight: Tensor,
     target: Tensor,
     linear_bias: Optional[Tensor],
+    weight: Optional[Tensor],
     reduction: str,
-    ignore_index: int,
+    ignore_index: Optional[int],
     label_smoothing: float,
     z_loss: float,
     softcap: Optional[float],
     chunk_size: ChunkSize,
-) -> tuple[float, float, Optional[float], tuple[int, int]]:
-    """Raise on a bad argument (the message names it); return the checked scalars."""
+) -> tuple[int, float, float, Optional[float], tuple[int, int]]:
+    """Raise on a bad argument (the message names it); return the checked ignore_index
+    (None -> -100, as torch maps it for class indices) and scalars."""
     for name, x in (("input", input), ("linear_weight", linear_weight), ("target", target),
-                    ("linear_bias", linear_bias)):
-        if x is None and name == "linear_bias":
+                    ("linear_bias", linear_bias), ("weight", weight)):
+        if x is None and name in ("linear_bias", "weight"):
             continue
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.device != input.device:
             raise ValueError(f"{name} is on {x.device} but input is on {input.device}")
-    if input.dim() not in (2, 3):
-        raise ValueError(f"input must be a 2-D [N, D] or 3-D [B, S, D] tensor, got shape {tuple(input.shape)}")
+    if input.dim() not in (1, 2, 3):
+        raise ValueError(f"input must be a 1-D [D], 2-D [N, D] or 3-D [B, S, D] tensor, got shape "
+                         f"{tuple(input.shape)}")
     if input.dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"input has dtype {input.dtype}; supported: float16, bfloat16, float32, float64")
     if linear_weight.dim() != 2:
@@ -141,29 +153,52 @@ def _check_inputs(
             raise ValueError(f"linear_bias must have shape [V] = [{V}], got {tuple(linear_bias.shape)}")
         if linear_bias.dtype != input.dtype:
             raise TypeError(f"linear_bias has dtype {linear_bias.dtype} but input has dtype {input.dtype}")
-    if target.dtype not in _TARGET_DTYPES:
-        raise TypeError(f"target must hold class indices of dtype int64 or int32, got {target.dtype}")
-    if tuple(target.shape) != tuple(input.shape[:-1]):
-        raise ValueError(f"target must have shape {list(input.shape[:-1])} (input's shape without D), "
-                         f"got {list(target.shape)}")
+    if weight is not None:
+        if tuple(weight.shape) != (V,):
+            raise ValueError(f"weight (the class weights) must have shape [V] = [{V}], got {tuple(weight.shape)}")
+        if not weight.is_floating_point():
+            raise TypeError(f"weight (the class weights) must be a floating-point tensor, got {weight.dtype}")
+    tokens = list(input.shape[:-1])
+    probs = target.is_floating_point()
+    if probs and list(target.shape) != tokens + [V]:
+        raise (TypeError if list(target.shape) == tokens else ValueError)(
+            f"target has floating dtype {target.dtype}, so it must hold class probabilities of shape "
+            f"{tokens + [V]} (input's shape without D, then V), got {list(target.shape)}; class indices must be "
+            f"int64 or int32 of shape {tokens}")
+    if not probs:
+        if target.dtype not in _TARGET_DTYPES:
+            raise TypeError(f"target must hold class indices of dtype int64 or int32 (or class probabilities of a "
+                            f"floating dtype), got {target.dtype}")
+        if list(target.shape) != tokens:
+            raise ValueError(f"target must have shape {tokens} (input's shape without D), got {list(target.shape)}")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral)):
+        raise TypeError(f"ignore_index must be an int or None, got {type(ignore_index).__name__}")
+    ignore_index = -100 if ignore_index is None else int(ignore_index)
+    if probs and ignore_index != -100:
+        raise ValueError(f"ignore_index={ignore_index} applies to class-index targets only; with probability "
+                         "targets (a floating target) pass ignore_index=None")
     eps = _check_float("label_smoothing", label_smoothing, 0.0, 1.0)
     lam = _check_float("z_loss", z_loss, 0.0)
+    if weight is not None and lam != 0.0:
+        raise NotImplementedError("z_loss with class weights (weight=) is not defined: torch has no z-loss to "
+                                  "follow and the spec no class weights; pass one or the other")
     if softcap is not None:
         softcap = _check_float("softcap", softcap, 0.0, open_low=True)
     chunks = _check_chunk_size(chunk_size)
-    bad = (target != ignore_index) & ((target < 0) | (target >= V))
-    if bad.any():
-        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
-                         f"{ignore_index}")
-    return eps, lam, softcap, chunks
+    if not probs:
+        bad = (target != ignore_index) & ((target < 0) | (target >= V))
+        if bad.any():
+            raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
+                             f"{ignore_index}")
+    return ignore_index, eps, lam, softcap, chunks
 
 
-def _resolve_impl(impl: Optional[str], input: Tensor) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False)."""
+def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False). ``unsupported``
+    names what the call has that the kernel lacks (class weights, probability targets),
+    or is None: "auto" runs the reference for it, "triton" raises NotImplementedError."""
     if impl is None:
         impl = os.environ.get(_IMPL_ENV, "auto")
     if impl not in _IMPLS:
@@ -171,7 +206,10 @@ def _resolve_impl(impl: Optional[str], input: Tensor) -> bool:
     if impl == "reference":
         return False
     if impl == "auto":
-        return input.is_cuda and input.dtype != torch.float64
+        return input.is_cuda and input.dtype != torch.float64 and unsupported is None
+    if unsupported is not None:
+        raise NotImplementedError(f"impl='triton' has no {unsupported}; use impl='reference' (or 'auto', which "
+                                  "runs the reference for it)")
     if input.dtype == torch.float64:
         raise TypeError("impl='triton' takes float16, bfloat16 or float32 tensors; use impl='reference' for float64")
     if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
@@ -224,6 +262,45 @@ def _target_logit(z: Tensor, target: Tensor, v0: int) -> Tensor:
     return torch.where(inside, picked, torch.zeros_like(picked))
 
 
+class _Targets:
+    """The targets of a block of kept tokens and the class weights w ([V], None for all 1).
+
+    Class indices ([T] int64, the spec's targets) or class probabilities ([T, V] in the
+    compute dtype; outside the spec). Both are a target row c_n per token: c_n = w_t e_t
+    for class t, c_n = p_n * w for probabilities p_n; the loss below needs its mass
+    ``mass`` s_n = sum_v c_nv (w_t; p_n . w; 1 for a class without weights) and, per
+    vocabulary chunk, sum_v c_nv z_nv (``term``: the spec's ``target_logit`` for a class,
+    to be scaled by w_t) and the chunk of c itself (``block``, for the gradient).
+    ``smooth_mass`` is (1/V) sum_v w_v, the mass of the uniform part of label smoothing
+    (1 without weights)."""
+
+    def __init__(self, target: Tensor, weight: Optional[Tensor], smooth_mass: Union[Tensor, float]) -> None:
+        self.target, self.weight, self.smooth_mass = target, weight, smooth_mass
+        self.probs = target.is_floating_point()
+        if self.probs:
+            self.mass = target.sum(1) if weight is None else target @ weight
+        else:
+            self.mass = 1.0 if weight is None else weight[target]
+
+    def rows(self, t0: int, t1: int) -> "_Targets":
+        return _Targets(self.target[t0:t1], self.weight, self.smooth_mass)
+
+    def weights(self, v0: int, v1: int) -> Union[Tensor, float]:
+        """w[v0:v1] as a row, 1 without class weights."""
+        return 1.0 if self.weight is None else self.weight[v0:v1]
+
+    def block(self, v0: int, v1: int) -> Tensor:
+        """c[:, v0:v1] of probability targets."""
+        return self.target[:, v0:v1] * self.weights(v0, v1)
+
+    def term(self, z: Tensor, v0: int) -> Tensor:
+        """The chunk's part of the target term: ``target_logit`` (class indices), or
+        sum_v c_nv z_nv (probabilities)."""
+        if self.probs:
+            return (z * self.block(v0, v0 + z.shape[1])).sum(dim=1)
+        return _target_logit(z, self.target, v0)
+
+
 _TokState = tuple[Tensor, Tensor, Tensor, Tensor]  # (m, l, z_t, z_sum) of a block of tokens
 
 
@@ -233,61 +310,86 @@ def _tok_init(x: Tensor) -> _TokState:
     return x.new_full((n,), -math.inf), x.new_zeros(n), x.new_zeros(n), x.new_zeros(n)
 
 
-def _vocab_step(st: _TokState, z: Tensor, target: Tensor, v0: int, need_sum: bool) -> _TokState:
+def _vocab_step(st: _TokState, z: Tensor, tg: _Targets, v0: int, need_sum: bool) -> _TokState:
     """``vocab_step`` of rocq/CrossEntropy/Definitions.v: the lse state through
-    ``block_step``, z_t += ``target_logit``, z_sum += sum_v z_v (only needed, and only
-    computed, for label smoothing)."""
+    ``block_step``, z_t += ``target_logit`` (``_Targets.term``), z_sum += sum_v w_v z_v
+    (the spec's sum_v z_v without class weights; only needed, and only computed, for
+    label smoothing)."""
     m, l, z_t, z_sum = st
     m, l = _lse_block_step(m, l, z)
-    z_t = z_t + _target_logit(z, target, v0)
+    z_t = z_t + tg.term(z, v0)
     if need_sum:
-        z_sum = z_sum + z.sum(dim=1)
+        z_sum = z_sum + (z.sum(dim=1) if tg.weight is None else z @ tg.weights(v0, v0 + z.shape[1]))
     return m, l, z_t, z_sum
 
 
-def _token_loss(V: int, eps: float, lam: float, st: _TokState) -> tuple[Tensor, Tensor]:
+def _token_loss(V: int, eps: float, lam: float, st: _TokState, tg: _Targets) -> tuple[Tensor, Tensor]:
     """``token_loss``: lse = m + ln l (``finalize``) and
-    (1 - eps) (lse - z_t) + eps (lse - z_sum / V) + lam lse^2. The z-loss term is left
-    out when lam = 0 (over the reals it is 0 then, so this is still ``token_loss``), not
-    computed as 0 * lse^2: lse^2 overflows to inf for |lse| above about 1.8e19 in
-    float32 (finite logits), and 0 * inf is NaN."""
+    (1 - eps) (lse - z_t) + eps (lse - z_sum / V) + lam lse^2, without class weights and
+    with class indices. With class weights w it is torch's weighted, smoothed loss
+    (1 - eps) w_t (lse - z_t) + (eps / V) sum_v w_v (lse - z_v); with probability targets
+    p it is sum_v c_v (lse - z_v) for the smoothed, weighted target row
+    c = ((1 - eps) p + eps / V) * w, i.e. (1 - eps) (s lse - sum_v p_v w_v z_v) + the same
+    smoothing term (s = p . w): F.cross_entropy's formulas (outside the spec). The z-loss
+    term is left out when lam = 0 (over the reals it is 0 then, so this is still
+    ``token_loss``), not computed as 0 * lse^2: lse^2 overflows to inf for |lse| above
+    about 1.8e19 in float32 (finite logits), and 0 * inf is NaN."""
     m, l, z_t, z_sum = st
     lse = m + torch.log(l)
-    loss = (1.0 - eps) * (lse - z_t) + eps * (lse - z_sum / V)
+    target_part = tg.mass * lse - z_t if tg.probs else tg.mass * (lse - z_t)
+    loss = (1.0 - eps) * target_part + eps * (tg.smooth_mass * lse - z_sum / V)
     return (loss + lam * (lse * lse) if lam != 0.0 else loss), lse
 
 
-def _dlogit(z: Tensor, lse: Tensor, target: Tensor, v0: int, V: int, eps: float, lam: float) -> Tensor:
+def _dlogit(z: Tensor, lse: Tensor, tg: _Targets, v0: int, V: int, eps: float, lam: float) -> Tensor:
     """``dlogit``: d loss_n / d z_nv = (1 + 2 lam lse_n) exp(z_nv - lse_n) - eps / V
-    - (1 - eps) [v = t_n], for the vocabulary chunk starting at v0. lse: [tokens, 1]."""
-    g = (1.0 + 2.0 * lam * lse) * torch.exp(z - lse) - eps / V
-    local = target - v0
+    - (1 - eps) [v = t_n], for the vocabulary chunk starting at v0 (lse: [tokens, 1]);
+    with class weights or probability targets, the derivative of ``_token_loss``'s loss,
+    ((1 - eps) s_n + eps smooth_mass + 2 lam lse_n) exp(z_nv - lse_n) - (eps / V) w_v
+    - (1 - eps) c_nv, which is the spec's when s = smooth_mass = w_v = 1 and c = e_t."""
+    v1 = v0 + z.shape[1]
+    mass = tg.mass.unsqueeze(1) if isinstance(tg.mass, Tensor) else tg.mass
+    g = ((1.0 - eps) * mass + eps * tg.smooth_mass + 2.0 * lam * lse) * torch.exp(z - lse) - eps / V * tg.weights(v0, v1)
+    if tg.probs:
+        return g - (1.0 - eps) * tg.block(v0, v1)
+    local = tg.target - v0
     rows = ((local >= 0) & (local < z.shape[1])).nonzero().squeeze(1)
-    g[rows, local[rows]] -= 1.0 - eps
+    g[rows, local[rows]] -= (1.0 - eps) * (mass if tg.weight is None else mass[rows, 0])
     return g
 
 
-def _reduce(loss: Tensor, n_kept: int, reduction: str) -> Tensor:
+def _reduce(loss: Tensor, n_kept: int, denominator: Union[Tensor, int], reduction: str) -> Tensor:
     """``ce_output`` for "sum" / "mean": the sum of the per-token losses (0 at ignored
-    tokens), divided for "mean" by the number of kept tokens; 0 when no token is kept
-    (the guard of the spec's ``ce_output``, Ojas.CrossEntropy.Reduction.ce_mean_all_ignored)."""
+    tokens), divided for "mean" by ``denominator`` (the number of kept tokens; with class
+    weights and class indices, the sum of the kept targets' weights, as torch divides);
+    0 when no token is kept (the guard of the spec's ``ce_output``,
+    Ojas.CrossEntropy.Reduction.ce_mean_all_ignored)."""
     total = loss.sum()
     if reduction == "sum" or n_kept == 0:
         return total
-    return total / n_kept
+    return total / denominator
 
 
-def _mean_scale(n_kept: int) -> float:
-    """``token_weight`` for "mean" per unit of upstream gradient: 1 / n_kept (0 with no
-    kept token)."""
-    return 1.0 / n_kept if n_kept > 0 else 0.0
+def _mean_scale(n_kept: int, denominator: Union[Tensor, int]) -> Union[Tensor, float]:
+    """``token_weight`` for "mean" per unit of upstream gradient: 1 / denominator (0 with
+    no kept token)."""
+    return 1.0 / denominator if n_kept > 0 else 0.0
+
+
+def _mean_denominator(tg: _Targets) -> Union[Tensor, int]:
+    """What "mean" divides by, as F.cross_entropy does: the sum of the kept targets'
+    class weights for class indices with ``weight``, else the number of kept tokens (for
+    probability targets too, weighted or not)."""
+    if tg.weight is not None and not tg.probs:
+        return tg.mass.sum()
+    return tg.target.shape[0]
 
 
 # --------------------------------------------------------------------------
 # Forward and backward over the kept tokens
 # --------------------------------------------------------------------------
 
-def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, eps: float, lam: float,
+def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targets, eps: float, lam: float,
                   softcap: Optional[float], token_chunk: int, vocab_chunk: int) -> tuple[Tensor, Tensor]:
     """``ce_forward`` restricted to the kept tokens (x [K, D] in the compute dtype): per
     token chunk, ``vocab_loop`` over the vocabulary chunks, then ``token_loss``. One
@@ -297,39 +399,44 @@ def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Ten
     lse = x.new_empty(K)
     for t0 in range(0, K, token_chunk):
         t1 = min(t0 + token_chunk, K)
-        x_t, tgt = x[t0:t1], target[t0:t1]
+        x_t, tg_t = x[t0:t1], tg.rows(t0, t1)
         st = _tok_init(x_t)
         for v0 in range(0, V, vocab_chunk):
             z = _chunk_logits(x_t, weight, bias, v0, min(v0 + vocab_chunk, V), softcap)
-            st = _vocab_step(st, z, tgt, v0, eps != 0.0)
-        loss[t0:t1], lse[t0:t1] = _token_loss(V, eps, lam, st)
+            st = _vocab_step(st, z, tg_t, v0, eps != 0.0)
+        loss[t0:t1], lse[t0:t1] = _token_loss(V, eps, lam, st, tg_t)
     return loss, lse
 
 
-def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor, lse: Tensor, g: Tensor,
+def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targets, lse: Tensor, g: Tensor,
                    eps: float, lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
-                   need_weight: bool, need_bias: bool) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+                   need_weight: bool, need_bias: bool, need_target: bool
+                   ) -> tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """``ce_backward`` restricted to the kept tokens, logits recomputed block by block.
 
     G_nv = g_n * ``dlogit`` * softcap'(r_nv) (``grad_entry``, g_n the ``token_weight``,
     softcap'(r) = 1 - tanh(r / c)^2 = 1 - (z / c)^2); per token chunk and vocabulary
     chunk (``vocab_bwd_step``): grad x += G_blk W_blk, grad W[vc] += G_blk^T x_blk,
     grad b[vc] += column sums of G_blk (= G W, G^T H, colsum G:
-    Ojas.CrossEntropy.Gradient.ce_backward_correct). Returns them in the compute dtype
-    (None where not needed).
+    Ojas.CrossEntropy.Gradient.ce_backward_correct). With probability targets and
+    ``need_target``, also grad p_nv = g_n (1 - eps) w_v (lse_n - z_nv) (outside the spec).
+    Returns them in the compute dtype (None where not needed).
     """
     K, V = x.shape[0], weight.shape[0]
     grad_x = torch.zeros_like(x)
     grad_w = x.new_zeros(weight.shape) if need_weight else None
     grad_b = x.new_zeros(V) if need_bias else None
+    grad_p = torch.zeros_like(tg.target) if need_target else None
     for t0 in range(0, K, token_chunk):
         t1 = min(t0 + token_chunk, K)
-        x_t, tgt, g_t = x[t0:t1], target[t0:t1], g[t0:t1].unsqueeze(1)
+        x_t, tg_t, g_t = x[t0:t1], tg.rows(t0, t1), g[t0:t1].unsqueeze(1)
         lse_t = lse[t0:t1].unsqueeze(1)
         for v0 in range(0, V, vocab_chunk):
             v1 = min(v0 + vocab_chunk, V)
             z = _chunk_logits(x_t, weight, bias, v0, v1, softcap)
-            G = _dlogit(z, lse_t, tgt, v0, V, eps, lam) * g_t
+            if grad_p is not None:
+                grad_p[t0:t1, v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
+            G = _dlogit(z, lse_t, tg_t, v0, V, eps, lam) * g_t
             if softcap is not None:
                 G *= 1.0 - (z / softcap) ** 2
             grad_x[t0:t1] += G @ weight[v0:v1].to(x.dtype)
@@ -337,12 +444,29 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], target: Te
                 grad_w[v0:v1] += G.T @ x_t
             if grad_b is not None:
                 grad_b[v0:v1] += G.sum(dim=0)
-    return grad_x, grad_w, grad_b
+    return grad_x, grad_w, grad_b, grad_p
 
 
-def _kept_rows(target: Tensor, ignore_index: int) -> Tensor:
-    """Indices of the tokens whose target is not ignore_index."""
-    return (target != ignore_index).nonzero().squeeze(1)
+def _flat_target(target: Tensor) -> Tensor:
+    """target with the token dimensions flattened (none for one token): [N] class indices
+    or [N, V] probabilities."""
+    return target.reshape(-1, target.shape[-1]) if target.is_floating_point() else target.reshape(-1)
+
+
+def _kept_targets(target: Tensor, ignore_index: int) -> tuple[Tensor, Tensor]:
+    """(indices of the kept tokens, their targets) of a flat target: class indices
+    (kept: not ignore_index; int64) or probabilities (every token kept)."""
+    if target.is_floating_point():
+        return torch.arange(target.shape[0], device=target.device), target
+    kept = (target != ignore_index).nonzero().squeeze(1)
+    return kept, target.index_select(0, kept).long()
+
+
+def _targets(kept_target: Tensor, class_weight: Optional[Tensor], dtype: torch.dtype) -> _Targets:
+    """The ``_Targets`` of the kept tokens, probabilities and class weights in the compute dtype."""
+    w = None if class_weight is None else class_weight.to(dtype)
+    tgt = kept_target.to(dtype) if kept_target.is_floating_point() else kept_target
+    return _Targets(tgt, w, 1.0 if w is None else w.sum() / w.shape[0])
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -360,19 +484,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, input, weight, bias, target, reduction, ignore_index, eps, lam, softcap, token_chunk,
-                vocab_chunk):
+    def forward(ctx, input, weight, bias, target, class_weight, reduction, ignore_index, eps, lam, softcap,
+                token_chunk, vocab_chunk):
         dtype = _compute_dtype(input.dtype)
         flat_input = input.flatten(0, -2)
-        flat_target = target.reshape(-1)
-        kept = _kept_rows(flat_target, ignore_index)
+        kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
+        tg = _targets(kept_target, class_weight, dtype)
         x = flat_input.index_select(0, kept).to(dtype)
-        tgt = flat_target.index_select(0, kept).long()
-        loss_kept, lse = _forward_kept(x, weight, bias, tgt, eps, lam, softcap, token_chunk, vocab_chunk)
-        ctx.save_for_backward(input, weight, bias, kept, tgt, lse)
-        ctx.config = (reduction, eps, lam, softcap, token_chunk, vocab_chunk)
-        loss = x.new_zeros(flat_target.shape[0]).index_copy(0, kept, loss_kept)
-        return loss.view(target.shape) if reduction == "none" else _reduce(loss, kept.shape[0], reduction)
+        loss_kept, lse = _forward_kept(x, weight, bias, tg, eps, lam, softcap, token_chunk, vocab_chunk)
+        denominator = _mean_denominator(tg)
+        ctx.save_for_backward(input, weight, bias, kept_target, class_weight, kept, lse)
+        ctx.config = (reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target.shape)
+        loss = x.new_zeros(flat_input.shape[0]).index_copy(0, kept, loss_kept)
+        if reduction == "none":
+            return loss.view(input.shape[:-1])
+        return _reduce(loss, kept.shape[0], denominator, reduction)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -380,27 +506,30 @@ class _LinearCrossEntropy(torch.autograd.Function):
             raise RuntimeError("linear_cross_entropy does not support double backward (create_graph=True): its "
                                "backward is not differentiable")
         with autocast_off(grad_output.device.type):
-            input, weight, bias, kept, tgt, lse = ctx.saved_tensors
-            reduction, eps, lam, softcap, token_chunk, vocab_chunk = ctx.config
+            input, weight, bias, kept_target, class_weight, kept, lse = ctx.saved_tensors
+            reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target_shape = ctx.config
             dtype = lse.dtype
             K = kept.shape[0]
             if reduction == "none":
                 g = grad_output.reshape(-1).index_select(0, kept).to(dtype)
             else:
-                scale = _mean_scale(K) if reduction == "mean" else 1.0
+                scale = _mean_scale(K, denominator) if reduction == "mean" else 1.0
                 g = (grad_output.to(dtype) * scale).expand(K)
             flat_input = input.flatten(0, -2)
+            tg = _targets(kept_target, class_weight, dtype)
             x = flat_input.index_select(0, kept).to(dtype)
             need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
-            grad_x, grad_w, grad_b = _backward_kept(x, weight, bias, tgt, lse, g, eps, lam, softcap, token_chunk,
-                                                    vocab_chunk, need_w, need_b)
+            grad_x, grad_w, grad_b, grad_p = _backward_kept(x, weight, bias, tg, lse, g, eps, lam, softcap,
+                                                            token_chunk, vocab_chunk, need_w, need_b,
+                                                            ctx.needs_input_grad[3])
             grad_input = None
             if ctx.needs_input_grad[0]:
                 grad_input = flat_input.new_zeros(flat_input.shape, dtype=dtype).index_copy(0, kept, grad_x)
                 grad_input = grad_input.view(input.shape).to(input.dtype)
             grad_weight = None if grad_w is None else grad_w.to(weight.dtype)
             grad_bias = None if grad_b is None else grad_b.to(bias.dtype)
-            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None, None
+            grad_target = None if grad_p is None else grad_p.view(target_shape).to(kept_target.dtype)
+            return grad_input, grad_weight, grad_bias, grad_target, None, None, None, None, None, None, None, None
 
 
 # --------------------------------------------------------------------------
@@ -413,8 +542,9 @@ def linear_cross_entropy(
     target: Tensor,
     *,
     linear_bias: Optional[Tensor] = None,
+    weight: Optional[Tensor] = None,
     reduction: str = "mean",
-    ignore_index: int = -100,
+    ignore_index: Optional[int] = None,
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
     softcap: Optional[float] = None,
@@ -423,9 +553,13 @@ def linear_cross_entropy(
 ) -> Tensor:
     """Cross-entropy of the logits ``input @ linear_weight.T + linear_bias``, chunked, differentiable.
 
-    input [N, D] or [B, S, D], target [N] or [B, S] (int64 or int32 class indices in
-    [0, V) or ``ignore_index``), linear_weight [V, D], linear_bias [V] or None; all
-    floating tensors share one dtype (float16, bfloat16, float32, float64), as for
+    The arguments of :func:`torch.nn.functional.linear_cross_entropy` (same names and
+    defaults; ``options`` aside), plus ``z_loss``, ``softcap``, ``chunk_size`` and ``impl``.
+    input [D] (one token), [N, D] or [B, S, D]; target of input's shape without D
+    (int64 or int32 class indices in [0, V) or ``ignore_index``), or class
+    probabilities: a floating tensor of input's shape with D replaced by V;
+    linear_weight [V, D], linear_bias [V] or None; input, linear_weight and linear_bias
+    share one dtype (float16, bfloat16, float32, float64), as for
     :func:`torch.nn.functional.linear`, and as there, under :func:`torch.autocast`
     enabled for input's device type, input, linear_weight and linear_bias are first cast
     to the autocast dtype (float64 ones excepted), so a bf16 input with a float32 weight
@@ -433,19 +567,36 @@ def linear_cross_entropy(
     and the computation below runs with autocast disabled (forward and backward). The logits
     z = input W^T + b are soft-capped, z = c tanh(z / c), when ``softcap=c`` is given
     (D = 0 is allowed: z = b, or 0 without a bias, as F.linear gives).
-    The loss of a token with target t is
+    The loss of a token with class target t is
 
         (1 - eps) (lse - z_t) + eps (lse - mean_v z_v) + z_loss * lse^2,
 
     lse = log sum_v exp z_v, eps = ``label_smoothing`` in [0, 1] (the smoothing of
     :func:`torch.nn.functional.cross_entropy`), ``z_loss`` >= 0 (the PaLM auxiliary
-    loss). Tokens whose target is ``ignore_index`` are dropped before the projection.
-    ``reduction``: "none" gives the per-token losses in the shape of target (0 for
-    ignored tokens), "sum" their sum, "mean" the sum divided by the number of
-    non-ignored tokens. With no z-loss and no soft cap this is
+    loss). Tokens whose target is ``ignore_index`` are dropped before the projection;
+    ``ignore_index=None`` (the default, as torch's) means -100, as torch maps it for
+    class indices. ``reduction``: "none" gives the per-token losses in input's shape
+    without D (0 for ignored tokens), "sum" their sum, "mean" the sum divided by the
+    number of non-ignored tokens. With no z-loss and no soft cap this is
     :func:`torch.nn.functional.linear_cross_entropy` (and ``cross_entropy`` of the
     materialised logits); unlike torch, "mean" over a batch whose tokens are all
-    ignored gives 0 and zero gradients, not NaN (the spec's ``ce_output`` defines it as 0).
+    ignored (or over no token) gives 0 and zero gradients, not NaN (the spec's
+    ``ce_output`` defines it as 0).
+
+    Outside the Coq spec, which has neither (no theorem covers them; they are tested
+    against F.cross_entropy of the materialised logits): ``weight`` ([V], floating, any
+    dtype: torch's per-class weights w) makes a class target's loss
+    (1 - eps) w_t (lse - z_t) + (eps / V) sum_v w_v (lse - z_v), and "mean" divides by
+    the sum of the kept targets' weights, as F.cross_entropy does (a zero sum gives what
+    torch gives, NaN or inf); it cannot be combined with ``z_loss`` (NotImplementedError),
+    and it gets no gradient (NotImplementedError if it requires one). Probability
+    targets p give sum_v c_v (lse - z_v), c = ((1 - eps) p + eps / V) * w (w = 1 without
+    ``weight``), plus the z-loss; "mean" divides by the number of tokens (weighted or
+    not, as torch); ``ignore_index`` must be None (or -100, F.cross_entropy's default);
+    p gets a gradient, g (1 - eps) w_v (lse - z_v). Both are streamed over the same
+    chunks (the target part of a chunk is sum_v c_v z_v); the weights and
+    probabilities are used in the compute dtype. The Triton kernel has neither: "auto"
+    runs this reference for them, ``impl="triton"`` raises NotImplementedError.
 
     ``chunk_size``: None (tokens 1024, vocabulary 4096), an int for both, or a pair
     (token_chunk, vocab_chunk). At most one [token_chunk, vocab_chunk] block of
@@ -456,7 +607,8 @@ def linear_cross_entropy(
     ``ce_output`` of rocq/CrossEntropy/Definitions.v, whose per-token result is the
     loss above by Ojas.CrossEntropy.Loss.token_forward_correct and
     Ojas.CrossEntropy.Loss.ce_token_loss_softmax, reduced as
-    Ojas.CrossEntropy.Reduction.ce_loss_correct says (see the module docstring).
+    Ojas.CrossEntropy.Reduction.ce_loss_correct says (see the module docstring). A 1-D
+    input is the batch of its one token (its loss, 0-dim for "none" too).
 
     Backward is ``ce_backward`` (Ojas.CrossEntropy.Gradient.ce_backward_correct,
     Ojas.CrossEntropy.Gradient.grad_entry_is_derive): it recomputes each logits block and takes
@@ -471,27 +623,37 @@ def linear_cross_entropy(
 
     ``impl``: "reference" runs the chunked PyTorch computation above; "triton" runs
     ``ojas_kernels.linear_cross_entropy.linear_cross_entropy`` (CUDA tensors, or CPU
-    tensors under TRITON_INTERPRET=1; float16/bfloat16/float32; it picks its own chunks,
+    tensors under TRITON_INTERPRET=1; float16/bfloat16/float32; class targets without
+    ``weight``; it picks its own chunks,
     ``chunk_size`` is the reference's; it computes gradients in the forward and hands
     them over in the first backward, a second backward through a retained graph
     recomputes them); "auto" runs the kernel for CUDA tensors that are not
-    float64, the reference otherwise. ``None`` reads the environment variable
-    OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
+    float64 (without ``weight`` or probability targets), the reference otherwise.
+    ``None`` reads the environment variable OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
     if isinstance(input, Tensor):
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
-    eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
-        input, linear_weight, target, linear_bias, reduction, ignore_index, label_smoothing, z_loss, softcap,
+    ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
+        input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
+    if weight is not None and weight.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError("weight (the class weights) gets no gradient here: pass weight.detach()")
+    unbatched = input.dim() == 1
+    if unbatched:
+        input, target = input.unsqueeze(0), target.unsqueeze(0)
+    unsupported = ("weight= (class weights)" if weight is not None else
+                   "probability targets (a floating target)" if target.is_floating_point() else None)
     with autocast_off(input.device.type):
-        if _resolve_impl(impl, input):
+        if _resolve_impl(impl, input, unsupported):
             from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
 
-            return triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
+            loss = triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
                                                reduction=reduction, ignore_index=ignore_index, label_smoothing=eps,
                                                z_loss=lam, softcap=softcap)
-        return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, eps,
-                                         lam, softcap, token_chunk, vocab_chunk)
+        else:
+            loss = _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, weight, reduction,
+                                             ignore_index, eps, lam, softcap, token_chunk, vocab_chunk)
+    return loss.squeeze(0) if unbatched and reduction == "none" else loss
 
 
 def linear_cross_entropy_forward(
@@ -500,7 +662,8 @@ def linear_cross_entropy_forward(
     target: Tensor,
     *,
     linear_bias: Optional[Tensor] = None,
-    ignore_index: int = -100,
+    weight: Optional[Tensor] = None,
+    ignore_index: Optional[int] = None,
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
     softcap: Optional[float] = None,
@@ -508,23 +671,24 @@ def linear_cross_entropy_forward(
 ) -> tuple[Tensor, Tensor]:
     """Per-token losses and log-sum-exp of :func:`linear_cross_entropy`, without autograd.
 
-    Returns (loss, lse), both in the shape of target and in the compute dtype (float32,
-    float64 for float64 inputs): the ``reduction="none"`` losses (0 for ignored tokens)
-    and lse = log sum_v exp z_v, NaN for ignored tokens (their logits are never
-    computed). Same chunked computation and theorems as :func:`linear_cross_entropy`.
+    Returns (loss, lse), both in input's shape without D and in the compute dtype
+    (float32, float64 for float64 inputs): the ``reduction="none"`` losses (0 for ignored
+    tokens) and lse = log sum_v exp z_v, NaN for ignored tokens (their logits are never
+    computed). Same arguments, chunked computation and theorems as
+    :func:`linear_cross_entropy` (Ojas.CrossEntropy.Loss.token_forward_correct).
     """
     if isinstance(input, Tensor):
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
-    eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
-        input, linear_weight, target, linear_bias, "none", ignore_index, label_smoothing, z_loss, softcap,
+    ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
+        input, linear_weight, target, linear_bias, weight, "none", ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
     dtype = _compute_dtype(input.dtype)
-    flat_target = target.reshape(-1)
-    kept = _kept_rows(flat_target, ignore_index)
+    flat_input = input.reshape(-1, input.shape[-1])
+    kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
     with torch.no_grad(), autocast_off(input.device.type):
-        x = input.flatten(0, -2).index_select(0, kept).to(dtype)
-        loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, flat_target.index_select(0, kept).long(),
+        x = flat_input.index_select(0, kept).to(dtype)
+        loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, _targets(kept_target, weight, dtype),
                                             eps, lam, softcap, token_chunk, vocab_chunk)
-        loss = x.new_zeros(flat_target.shape[0]).index_copy(0, kept, loss_kept)
-        lse = x.new_full((flat_target.shape[0],), math.nan).index_copy(0, kept, lse_kept)
-    return loss.view(target.shape), lse.view(target.shape)
+        loss = x.new_zeros(flat_input.shape[0]).index_copy(0, kept, loss_kept)
+        lse = x.new_full((flat_input.shape[0],), math.nan).index_copy(0, kept, lse_kept)
+    return loss.view(input.shape[:-1]), lse.view(input.shape[:-1])

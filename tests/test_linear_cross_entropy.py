@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from typing import Optional
 
 import pytest
@@ -340,7 +341,7 @@ def _args():
 
 
 @pytest.mark.parametrize("change, exc, words", [
-    (dict(input=torch.randn(3)), ValueError, "input"),
+    (dict(input=torch.randn(3)), ValueError, "target"),  # one token: target must be 0-dim
     (dict(input=torch.randn(1, 2, 4, 3)), ValueError, "input"),
     (dict(input=torch.randn(4, 3).long()), TypeError, "input"),
     (dict(input=[[0.0] * 3] * 4), TypeError, "input"),
@@ -390,6 +391,147 @@ def test_ignore_index_inside_the_vocabulary():
     ours = linear_cross_entropy(x, w, t, ignore_index=1, reduction="none")
     assert_close(ours, F.cross_entropy(x @ w.T, t, ignore_index=1, reduction="none"), 1e-12, 1e-12, "loss")
     assert (ours[[1, 3]] == 0).all()
+
+
+# --------------------------------------------------------------------------
+# Parity with F.cross_entropy / F.linear_cross_entropy (issue 13 item 7): class
+# weights, probability targets, ignore_index=None, one token (1-D input)
+# --------------------------------------------------------------------------
+
+@st.composite
+def parity_problems(draw):
+    """A float64 problem with class weights and/or probability targets, on any token
+    shape (a single token [D] included), ignored tokens for class targets."""
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    shape = draw(st.sampled_from([(), (1,), (5,), (2, 3)]))
+    D, V = draw(st.integers(1, 5)), draw(st.integers(1, 9))
+    x = torch.randn(*shape, D, generator=gen, dtype=F64)
+    w = torch.randn(V, D, generator=gen, dtype=F64) * 2.0
+    b = torch.randn(V, generator=gen, dtype=F64) if draw(st.booleans()) else None
+    if draw(st.booleans()):  # probabilities: a softmax, or rows not summing to 1 (torch does not check)
+        t = torch.rand(*shape, V, generator=gen, dtype=F64)
+        t = t.softmax(-1) if draw(st.booleans()) else t
+        ignore_index = None
+    else:
+        t = torch.randint(0, V, shape, generator=gen)
+        t = torch.where(torch.rand(shape, generator=gen) < draw(st.sampled_from([0.0, 0.4, 1.0])), -100, t)
+        ignore_index = draw(st.sampled_from([None, -100]))
+    weight = draw(st.sampled_from([None, "positive", "zeros"]))
+    if weight is not None:
+        weight = torch.rand(V, generator=gen, dtype=F64) + 0.1
+        if draw(st.booleans()):
+            weight[torch.rand(V, generator=gen) < 0.4] = 0.0  # classes of weight 0
+    return {"x": x, "w": w, "b": b, "t": t, "weight": weight, "ignore_index": ignore_index,
+            "reduction": draw(st.sampled_from(REDUCTIONS)), "eps": draw(st.sampled_from([0.0, 0.3, 1.0])),
+            "cap": draw(st.sampled_from([None, 2.0])), "chunks": draw(st.sampled_from([None, 1, (2, 3)])),
+            "grad_out": torch.randn(shape, generator=gen, dtype=F64)}
+
+
+def _parity_sides(p):
+    """(ours, torch's) loss and gradients (input, linear_weight, linear_bias, target when
+    it holds probabilities) of problem p: torch's F.cross_entropy on the materialised
+    float64 logits, the token dimensions flattened (a single token unflattened)."""
+    probs = p["t"].is_floating_point()
+    leaves = [p["x"], p["w"]] + ([p["b"]] if p["b"] is not None else []) + ([p["t"]] if probs else [])
+    sides = []
+    for mine in (True, False):
+        ins = [t.clone().requires_grad_() for t in leaves]
+        x, w = ins[0], ins[1]
+        b = ins[2] if p["b"] is not None else None
+        t = ins[-1] if probs else p["t"]
+        kw = dict(weight=p["weight"], reduction=p["reduction"], label_smoothing=p["eps"])
+        if mine:
+            out = linear_cross_entropy(x, w, t, linear_bias=b, ignore_index=p["ignore_index"], softcap=p["cap"],
+                                       chunk_size=p["chunks"], **kw)
+        else:
+            z = F.linear(x.reshape(-1, x.shape[-1]) if x.dim() > 1 else x, w, b)
+            z = z if p["cap"] is None else p["cap"] * torch.tanh(z / p["cap"])
+            tt = t.reshape(z.shape) if probs else t.reshape(z.shape[:-1])
+            out = F.cross_entropy(z, tt, **kw)
+            out = out.reshape(p["x"].shape[:-1]) if p["reduction"] == "none" else out
+        go = p["grad_out"] if p["reduction"] == "none" else torch.ones((), dtype=F64)
+        sides.append((out, torch.autograd.grad(out, ins, go, allow_unused=True)))
+    return sides
+
+
+@settings(max_examples=60, deadline=None)
+@given(parity_problems())
+def test_weights_and_probability_targets_match_torch(p):
+    """Loss and every gradient equal torch's (float64, 1e-10: a few hundred roundings of
+    values of size <= 1e2 at most, against 1e-10 relative), except torch's NaN for
+    "mean" over no kept token, where ours is 0 with zero gradients (documented)."""
+    (ours, our_grads), (theirs, their_grads) = _parity_sides(p)
+    assert ours.dtype == F64 and ours.shape == theirs.shape
+    probs = p["t"].is_floating_point()
+    none_kept = p["t"].numel() == 0 if probs else bool((p["t"] == -100).all())
+    if p["reduction"] == "mean" and none_kept:
+        assert torch.isnan(theirs) and ours.item() == 0.0
+        assert all(g is None or not g.any() for g in our_grads)
+        return
+    assert_close(ours, theirs, 1e-10, 1e-10, "loss")
+    for k, (a, e) in enumerate(zip(our_grads, their_grads)):
+        assert_close(a, e, 1e-10, 1e-10, f"gradient {k}")
+
+
+def test_ignore_index_none_is_torchs_default():
+    """``ignore_index=None`` (torch's F.linear_cross_entropy default, and ours) ignores -100
+    for class targets, as torch maps it; the defaults agree with torch's call."""
+    x, w = torch.randn(5, 3, dtype=F64), torch.randn(7, 3, dtype=F64)
+    t = torch.tensor([0, -100, 6, 2, -100])
+    for kw in ({}, {"ignore_index": None}, {"ignore_index": -100}):
+        for reduction in REDUCTIONS:
+            assert_close(linear_cross_entropy(x, w, t, reduction=reduction, **kw),
+                         F.linear_cross_entropy(x, w, t, reduction=reduction), 1e-12, 1e-12, f"{kw} {reduction}")
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_one_token(reduction):
+    """A 1-D input [D] with a 0-dim target is one token, as F.linear_cross_entropy takes it:
+    the loss is 0-dim for every reduction; the gradient has input's shape."""
+    x = torch.randn(4, dtype=F64, requires_grad=True)
+    w = torch.randn(6, 4, dtype=F64)
+    for t in (torch.tensor(3), torch.rand(6, dtype=F64).softmax(0)):
+        ours = linear_cross_entropy(x, w, t, reduction=reduction, label_smoothing=0.1)
+        theirs = F.linear_cross_entropy(x, w, t, reduction=reduction, label_smoothing=0.1)
+        assert ours.shape == theirs.shape == ()
+        assert_close(ours, theirs, 1e-12, 1e-12, "loss")
+        assert_close(torch.autograd.grad(ours, x)[0], torch.autograd.grad(theirs, x)[0], 1e-12, 1e-12, "grad")
+    loss, lse = linear_cross_entropy_forward(x, w, torch.tensor(3))
+    assert loss.shape == lse.shape == ()
+    assert_close(lse, torch.logsumexp(x @ w.T, 0), 1e-12, 1e-12, "lse")
+
+
+def test_weight_with_float32_inputs_and_numpy_scalars():
+    """Class weights of another floating dtype are used in the compute dtype (float32
+    here; torch requires the logits' dtype): float32 tolerance 1e-5. numpy scalars are
+    accepted for label_smoothing and ignore_index."""
+    np = pytest.importorskip("numpy")
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(6, 4, generator=gen), torch.randn(9, 4, generator=gen)
+    t, cw = torch.randint(0, 9, (6,), generator=gen), torch.rand(9, generator=gen, dtype=F64)
+    ours = linear_cross_entropy(x, w, t, weight=cw, label_smoothing=np.float32(0.25), ignore_index=np.int64(-100))
+    assert ours.dtype == torch.float32
+    assert_close(ours, F.cross_entropy(x @ w.T, t, weight=cw.float(), label_smoothing=0.25), 1e-5, 1e-5, "loss")
+
+
+@pytest.mark.parametrize("change, exc, words", [
+    (dict(weight=torch.rand(4)), ValueError, "weight"),
+    (dict(weight=torch.ones(5, dtype=torch.long)), TypeError, "weight"),
+    (dict(weight=[1.0] * 5), TypeError, "weight"),
+    (dict(weight=torch.rand(5), z_loss=0.1), NotImplementedError, "z_loss with class weights"),
+    (dict(weight=torch.rand(5, requires_grad=True)), NotImplementedError, "weight.detach()"),
+    (dict(weight=torch.rand(5), impl="triton"), NotImplementedError, "impl='triton' has no weight="),
+    (dict(target=torch.rand(4, 5), impl="triton"), NotImplementedError, "impl='triton' has no probability"),
+    (dict(target=torch.rand(4, 5), ignore_index=3), ValueError, "ignore_index=3 applies to class-index"),
+    (dict(target=torch.rand(4, 4)), ValueError, "target"),
+    (dict(target=torch.rand(5)), ValueError, "target"),
+    (dict(ignore_index=True), TypeError, "ignore_index"),
+])
+def test_parity_errors_name_the_argument(change, exc, words):
+    args = _args()
+    args.update(change)
+    with pytest.raises(exc, match=re.escape(words)):
+        linear_cross_entropy(args.pop("input"), args.pop("linear_weight"), args.pop("target"), **args)
 
 
 # --------------------------------------------------------------------------
@@ -479,7 +621,7 @@ def test_mutation_mean_over_all_tokens_is_caught(monkeypatch):
     """Counting ignored tokens in the mean's denominator is detected."""
     p = _mutation_problem("mean", ignored=True)
     assert _mismatches(p) == []
-    monkeypatch.setattr(lce_module, "_reduce", lambda loss, n_kept, reduction: loss.sum() / loss.numel())
+    monkeypatch.setattr(lce_module, "_reduce", lambda loss, n_kept, denominator, reduction: loss.sum() / loss.numel())
     assert any(s.startswith("loss") for s in _mismatches(p))
 
 
