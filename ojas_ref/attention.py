@@ -36,9 +36,11 @@ zeros and zero gradients (not NaN), ``attn_mask`` may be combined with
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -60,13 +62,33 @@ _IMPL_ENV = "OJAS_ATTENTION_IMPL"
 # Argument checks
 # --------------------------------------------------------------------------
 
+def _type_name(x: object) -> str:
+    """``float``, ``numpy.bool``, ``torch.Tensor``: the type of x, with its module unless builtin
+    (numpy 2's bool is called ``bool`` too)."""
+    t = type(x)
+    module = "torch" if t is Tensor else t.__module__
+    return t.__qualname__ if module == "builtins" else f"{module}.{t.__qualname__}"
+
+
+def _check_bool(name: str, x: object) -> bool:
+    """x as a bool: a Python bool or a numpy bool."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {_type_name(x)}")
+    return bool(x)
+
+
+def _heads(x: Tensor) -> int:
+    """The heads of [..., H, S, E]; [S, E] has one."""
+    return x.shape[-3] if x.dim() >= 3 else 1
+
+
 def _check_tensor(name: str, x: object, shape_doc: str) -> None:
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {shape_doc}, got {type(x).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor {shape_doc}, got {_type_name(x)}")
     if x.is_nested:
         raise NotImplementedError(f"{name}: nested tensors are not supported, pass a dense {shape_doc} tensor")
-    if x.dim() != 4:
-        raise ValueError(f"{name} must be a 4-D tensor {shape_doc}, got shape {tuple(x.shape)}")
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions {shape_doc}, got shape {tuple(x.shape)}")
     if x.dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32, float64")
 
@@ -81,61 +103,71 @@ def _check_inputs(
     scale: Optional[float],
     enable_gqa: bool,
     window: Optional[int],
-) -> float:
-    """Raise on a bad argument (the message names it); return the scale to use."""
-    _check_tensor("query", query, "[B, Hq, Sq, E]")
-    _check_tensor("key", key, "[B, Hkv, Sk, E]")
-    _check_tensor("value", value, "[B, Hkv, Sk, Ev]")
+) -> tuple[float, bool, Optional[int]]:
+    """Raise on a bad argument (the message names it); return the scale to use, is_causal
+    and window as Python scalars (numpy scalars are accepted)."""
+    _check_tensor("query", query, "[..., Hq, Sq, E]")
+    _check_tensor("key", key, "[..., Hkv, Sk, E]")
+    _check_tensor("value", value, "[..., Hkv, Sk, Ev]")
     for name, x in (("key", key), ("value", value)):
         if x.dtype != query.dtype:
             raise TypeError(f"{name} has dtype {x.dtype} but query has dtype {query.dtype}; "
                             "query, key and value must share one dtype")
         if x.device != query.device:
             raise ValueError(f"{name} is on {x.device} but query is on {query.device}")
-    B, Hq, _, E = query.shape
-    if key.shape[0] != B or value.shape[0] != B:
-        raise ValueError(f"batch size mismatch: query has B={B}, key has {key.shape[0]}, value has {value.shape[0]}")
-    if key.shape[3] != E:
+        if x.dim() != query.dim():
+            raise ValueError(f"{name} must have as many dimensions as query ({query.dim()}), "
+                             f"got {name} shape {tuple(x.shape)} and query shape {tuple(query.shape)}")
+    batch = query.shape[:-3]
+    if key.shape[:-3] != batch or value.shape[:-3] != batch:
+        raise ValueError(f"batch size mismatch: the dimensions before the heads are {list(batch)} in query, "
+                         f"{list(key.shape[:-3])} in key and {list(value.shape[:-3])} in value; they must be equal "
+                         "(they are not broadcast)")
+    Hq, Sq, E = _heads(query), query.shape[-2], query.shape[-1]
+    if key.shape[-1] != E:
         raise ValueError(f"key must have the query's head dim E={E} in its last dimension, "
                          f"got key shape {tuple(key.shape)}")
     if E == 0:
         raise ValueError("query must have a head dim E >= 1, got E=0")
-    if value.shape[2] != key.shape[2]:
-        raise ValueError(f"value must have as many rows Sk as key ({key.shape[2]}), "
-                         f"got value shape {tuple(value.shape)}")
-    Hkv = key.shape[1]
-    if value.shape[1] != Hkv:
+    Hkv, Sk = _heads(key), key.shape[-2]
+    if value.shape[-2] != Sk:
+        raise ValueError(f"value must have as many rows Sk as key ({Sk}), got value shape {tuple(value.shape)}")
+    if _heads(value) != Hkv:
         raise ValueError(f"value must have as many heads as key ({Hkv}), got value shape {tuple(value.shape)}")
-    if enable_gqa:
+    if _check_bool("enable_gqa", enable_gqa):
         divides = Hq % Hkv == 0 if Hkv else Hq == 0  # no key/value heads serve no query heads only
         if not divides:
             raise ValueError(f"enable_gqa=True needs the key/value heads ({Hkv}) to divide the query heads ({Hq})")
     elif Hkv != Hq:
         raise ValueError(f"key/value have {Hkv} heads but query has {Hq}; pass enable_gqa=True for grouped-query "
                          "attention")
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout is not supported (dropout_p={dropout_p!r}); pass dropout_p=0.0")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    if isinstance(dropout_p, np.bool_) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a float, got {_type_name(dropout_p)}")
+    if dropout_p != 0:
+        raise NotImplementedError(f"dropout_p={dropout_p!r}: attention dropout is not supported; pass dropout_p=0 "
+                                  "(torch.nn.functional.scaled_dot_product_attention has dropout)")
+    is_causal = _check_bool("is_causal", is_causal)
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int):
-            raise TypeError(f"window must be an int >= 1 or None, got {type(window).__name__}")
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+            raise TypeError(f"window must be an int >= 1 or None, got {_type_name(window)}")
+        window = int(window)
         if window < 1:
             raise ValueError(f"window must be >= 1 (keys with |i - j| < window take part), got {window}")
     if attn_mask is not None:
-        _check_mask(attn_mask, query, (B, Hq, query.shape[2], key.shape[2]))
+        full = (*batch, Hq, Sq, Sk) if query.dim() >= 3 else (Sq, Sk)
+        _check_mask(attn_mask, query, full)
     if scale is None:
-        return 1.0 / math.sqrt(E)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+        return 1.0 / math.sqrt(E), is_causal, window
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a float or None, got {_type_name(scale)}")
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
+    return float(scale), is_causal, window
 
 
-def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, int, int, int]) -> None:
+def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, ...]) -> None:
     if not isinstance(attn_mask, Tensor):
-        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {_type_name(attn_mask)}")
     if attn_mask.is_nested:
         raise NotImplementedError("attn_mask: nested tensors are not supported")
     if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
@@ -144,9 +176,29 @@ def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, int, int, int
     if attn_mask.device != query.device:
         raise ValueError(f"attn_mask is on {attn_mask.device} but query is on {query.device}")
     shape = tuple(attn_mask.shape)
-    padded = (1,) * (4 - len(shape)) + shape
-    if len(shape) > 4 or any(m != 1 and m != f for m, f in zip(padded, full)):
-        raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
+    padded = (1,) * (len(full) - len(shape)) + shape
+    if len(shape) > len(full) or any(m != 1 and m != f for m, f in zip(padded, full)):
+        raise ValueError(f"attn_mask must be broadcastable to [..., Hq, Sq, Sk] = {list(full)}, "
+                         f"got shape {list(shape)}")
+
+
+def _as_4d(query: Tensor, key: Tensor, value: Tensor,
+           attn_mask: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """The checked inputs as [B, H, S, E] (B the product of the dimensions before the heads;
+    [S, E] as [1, 1, S, E]; views where the strides allow), and the mask as one
+    broadcastable to [B, Hq, Sq, Sk]. A mask that broadcasts over some but not all of more
+    than one leading dimension is expanded over them (copied by the reshape)."""
+
+    def flat(x: Tensor) -> Tensor:
+        return x.reshape(math.prod(x.shape[:-3]), *(1,) * (3 - min(x.dim(), 3)), *x.shape[-3:])
+
+    if attn_mask is not None and query.dim() > 4:
+        batch = query.shape[:-3]
+        attn_mask = attn_mask.reshape((1,) * (query.dim() - attn_mask.dim()) + attn_mask.shape)
+        if any(d != 1 for d in attn_mask.shape[:-3]):
+            attn_mask = attn_mask.expand(*batch, *attn_mask.shape[-3:])
+        attn_mask = flat(attn_mask)
+    return flat(query), flat(key), flat(value), attn_mask
 
 
 def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]) -> bool:
@@ -468,19 +520,27 @@ def attention(
 ) -> Tensor:
     """Scaled dot-product attention by online softmax, differentiable.
 
-    Same arguments and semantics as :func:`torch.nn.functional.scaled_dot_product_attention`
-    for 4-D inputs: query [B, Hq, Sq, E], key [B, Hkv, Sk, E], value [B, Hkv, Sk, Ev];
+    Same arguments and semantics as :func:`torch.nn.functional.scaled_dot_product_attention`:
+    query [..., Hq, Sq, E], key [..., Hkv, Sk, E], value [..., Hkv, Sk, Ev], with any
+    number of leading batch dimensions, the same in all three (SDPA's CPU backends also
+    broadcast them; here they must be equal), or 2-D [Sq, E] (one head); the output is
+    [..., Hq, Sq, Ev]. The leading dimensions are flattened into one batch dimension and
+    back (every query row is a separate ``stream_row``: the theorems hold per row).
     ``is_causal`` keeps key j for query i iff j <= i (top-left aligned, also when Sq != Sk);
     ``attn_mask`` is bool (True = takes part) or of the query's dtype (added to the scores,
-    -inf masks), broadcastable to [B, Hq, Sq, Sk]; ``scale`` defaults to 1/sqrt(E);
+    -inf masks), broadcastable to [..., Hq, Sq, Sk]; ``scale`` defaults to 1/sqrt(E);
     ``enable_gqa`` lets Hkv divide Hq, key/value head h // (Hq // Hkv) serving query head h.
     ``window=w`` keeps only keys with |i - j| < w (``in_window`` in
     rocq/Attention/OnlineSoftmax.v). All masks given are combined by conjunction
     (``visibility``); unlike SDPA, ``attn_mask`` together with ``is_causal`` is allowed.
+    ``scale``, ``window``, ``dropout_p``, ``is_causal`` and ``enable_gqa`` may be numpy
+    scalars (``is_causal`` and ``enable_gqa`` a numpy bool, which SDPA refuses); ``scale``
+    may not be a tensor (SDPA takes a 0-d one).
 
     A fully masked row gives output zeros, lse -inf and zero gradients
     (Ojas.Attention.Mask; SDPA's math backend gives zeros too in torch 2.13, other
-    backends and versions may give NaN). Dropout is not supported (``dropout_p`` must be 0).
+    backends and versions may give NaN). Dropout is not supported: a nonzero ``dropout_p``
+    raises NotImplementedError (0 is accepted as a float, an int or a numpy scalar).
 
     Empty dimensions (B, heads, Sq, Sk or Ev of 0) give what SDPA gives: an output of the
     full shape, zeros when Sk = 0 (every row is fully masked: ``stream_row_fully_masked``
@@ -523,17 +583,20 @@ def attention(
     """
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
-    scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
+    scale, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                                             window)
+    q, k, v, mask = _as_4d(query, key, value, attn_mask)
     with autocast_off(query.device.type):
         # The kernel refuses Hkv = 0; with no heads there is nothing to compute, and the
         # reference returns the empty output (and empty gradients).
-        if _resolve_impl(impl, query, attn_mask) and key.shape[1] > 0:
+        if _resolve_impl(impl, query, attn_mask) and k.shape[1] > 0:
             from ojas_kernels.attention import flash_attention
 
-            query, key, value = _FirstOrderOnly.apply(query, key, value)
-            return flash_attention(query, key, value, is_causal=is_causal, scale=scale, window=window,
-                                   attn_mask=attn_mask)
-        return _OnlineSoftmaxAttention.apply(query, key, value, attn_mask, is_causal, scale, window)
+            q, k, v = _FirstOrderOnly.apply(q, k, v)
+            out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, window=window, attn_mask=mask)
+        else:
+            out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window)
+    return out.reshape(*query.shape[:-1], value.shape[-1])
 
 
 def attention_forward(
@@ -550,7 +613,7 @@ def attention_forward(
 ) -> tuple[Tensor, Tensor]:
     """Forward pass of :func:`attention` by the reference recurrence, without autograd.
 
-    Returns (out, lse): out [B, Hq, Sq, Ev] in the input dtype, lse [B, Hq, Sq] in the
+    Returns (out, lse): out [..., Hq, Sq, Ev] in the input dtype, lse [..., Hq, Sq] in the
     compute dtype (float32, float64 for float64 inputs), -inf for a fully masked row.
     ``stream`` / ``finalize`` of rocq/Attention/OnlineSoftmax.v; equal to the two-pass
     softmax for any tiling by Ojas.Attention.StreamCorrect, masking as Ojas.Attention.Mask.
@@ -558,7 +621,8 @@ def attention_forward(
     """
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
-    scale = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window)
+    scale, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                                             window)
     with torch.no_grad(), autocast_off(query.device.type):
-        out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
-    return out.to(query.dtype), lse
+        out, lse = _reference_forward(*_as_4d(query, key, value, attn_mask), is_causal, scale, window)
+    return out.to(query.dtype).reshape(*query.shape[:-1], value.shape[-1]), lse.reshape(query.shape[:-1])

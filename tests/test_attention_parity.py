@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ojas_ref.attention import attention  # noqa: E402
+from ojas_ref.attention import attention, attention_forward  # noqa: E402
 
 F64 = torch.float64
 
@@ -106,3 +107,85 @@ def test_empty_dimensions_as_sdpa(shapes, kw, dtype, impl):
     for got, want in zip((out, *grads), (ref, *ref_grads)):
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------
+# Leading batch dimensions, numpy scalars, dropout_p = 0 (item 7 of issue 13)
+# --------------------------------------------------------------------------
+
+# (query, key/value heads and rows, mask shape or None): SDPA's [..., H, S, E] layouts
+LEADING = {
+    "2-D": ((5, 16), (7,), (5, 7)),
+    "3-D": ((4, 5, 16), (2, 7), (5, 7)),
+    "5-D": ((2, 3, 4, 5, 16), (2, 3, 2, 7), (2, 1, 1, 5, 7)),  # mask broadcast over one of two batch dims
+    "5-D keys mask": ((2, 3, 4, 5, 16), (2, 3, 2, 7), (3, 1, 1, 7)),  # fewer dims than the query
+    "6-D": ((1, 2, 2, 2, 3, 16), (1, 2, 2, 2, 4), (1, 2, 2, 2, 3, 4)),  # a full mask
+}
+# Norm-relative tolerances against SDPA's math backend, as tests/test_attention_reference.py
+# (float64) and the interpreted-kernel check there (float32, S <= 7: a few ulps).
+PARITY_RTOL = {F64: 1e-10, torch.float32: 1e-5}
+
+
+def _normwise_close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert (got - want).norm() <= rtol * want.norm() + 1e-30, (got - want).abs().max()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
+@pytest.mark.parametrize("layout", LEADING.values(), ids=LEADING.keys())
+def test_leading_batch_dimensions_as_sdpa(layout, mask_kind, impl):
+    """Any number of leading batch dimensions (and 2-D inputs), GQA along dim -3, a mask
+    broadcast over some of them: output and gradients as SDPA's math backend (float64 for
+    the reference, float32 for the kernel, which has no float64); the float mask's
+    gradient too (reference only: the kernel computes none)."""
+    q_shape, (*kv_lead, sk), mask_shape = layout
+    dtype = F64 if impl == "reference" else torch.float32
+    k_shape, v_shape = (*kv_lead, sk, q_shape[-1]), (*kv_lead, sk, 8)
+    xs = _leaves(q_shape, k_shape, v_shape, dtype=dtype, seed=len(q_shape))
+    kw = dict(enable_gqa=len(q_shape) >= 3 and q_shape[-3] != k_shape[-3])
+    if mask_kind is not None:
+        g = torch.Generator().manual_seed(1)
+        if mask_kind == "bool":
+            mask = torch.rand(mask_shape, generator=g) < 0.7
+            mask[..., 0] = True  # no fully masked rows (SDPA's are NaN or zeros, depending on version)
+        else:
+            mask = torch.randn(mask_shape, generator=g, dtype=dtype)
+        mask = mask.to(DEVICE)
+        if mask_kind == "float" and impl == "reference":
+            mask.requires_grad_()
+            xs.append(mask)
+        kw["attn_mask"] = mask
+    out = attention(*xs[:3], impl=impl, **kw)
+    ys = [x.detach().requires_grad_() for x in xs]
+    if len(ys) == 4:
+        kw["attn_mask"] = ys[3]
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(*ys[:3], **kw)
+    grad_out = torch.randn(ref.shape, generator=torch.Generator().manual_seed(2), dtype=dtype).to(DEVICE)
+    grads = torch.autograd.grad(out, xs, grad_out)
+    ref_grads = torch.autograd.grad(ref, ys, grad_out)
+    for got, want in zip((out, *grads), (ref, *ref_grads)):
+        _normwise_close(got, want, PARITY_RTOL[dtype])
+
+
+def test_attention_forward_leading_dimensions():
+    """attention_forward: out [..., Hq, Sq, Ev] and lse [..., Hq, Sq], the rows of the 4-D run."""
+    q, k, v = (x.detach() for x in _leaves((2, 3, 4, 5, 16), (2, 3, 2, 7, 16), (2, 3, 2, 7, 8), dtype=F64))
+    out, lse = attention_forward(q, k, v, enable_gqa=True)
+    out4, lse4 = attention_forward(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), enable_gqa=True)
+    assert out.shape == (2, 3, 4, 5, 8) and lse.shape == (2, 3, 4, 5)
+    assert torch.equal(out.flatten(0, 1), out4) and torch.equal(lse.flatten(0, 1), lse4)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_numpy_scalars_as_python_scalars(impl):
+    """numpy scalars for scale, window, dropout_p = 0 (also a plain int 0), is_causal and
+    enable_gqa give bit for bit the result of the Python scalars."""
+    xs = _leaves((1, 4, 6, 16), (1, 2, 6, 16), (1, 2, 6, 8))
+    scale = np.float32(0.3)
+    want = attention(*xs, is_causal=True, scale=float(scale), enable_gqa=True, window=3, impl=impl)
+    for dropout_p in (0, np.float32(0), np.int64(0)):
+        got = attention(*xs, dropout_p=dropout_p, is_causal=np.bool_(True), scale=scale, enable_gqa=np.bool_(True),
+                        window=np.int64(3), impl=impl)
+        assert torch.equal(got, want)

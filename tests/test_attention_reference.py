@@ -24,6 +24,7 @@ import warnings
 from dataclasses import replace
 from typing import Optional
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -228,32 +229,48 @@ def _nested_query() -> Tensor:
 
 
 BAD_ARGUMENTS = [
-    (dict(query=torch.randn(4, 5, 8)), ValueError, "query must be a 4-D"),
-    (dict(key=torch.randn(2, 2, 6)), ValueError, "key must be a 4-D"),
-    (dict(value=torch.randn(1, 2, 2, 6, 3)), ValueError, "value must be a 4-D"),
+    (dict(query=torch.randn(8)), ValueError, "query must have at least 2 dimensions"),
+    (dict(query=torch.randn(4, 5, 8)), ValueError, r"key must have as many dimensions as query \(3\)"),
+    (dict(key=torch.randn(2, 2, 6)), ValueError, "key must have as many dimensions as query"),
+    (dict(value=torch.randn(1, 2, 2, 6, 3)), ValueError, "value must have as many dimensions as query"),
     (dict(query=[[1.0]]), TypeError, "query must be a torch.Tensor"),
     (dict(key=torch.randn(3, 2, 6, 8)), ValueError, "batch size"),
+    (dict(query=torch.randn(2, 3, 4, 5, 8), key=torch.randn(2, 1, 2, 6, 8), value=torch.randn(2, 1, 2, 6, 3)),
+     ValueError, r"batch size mismatch: .* \[2, 3\] in query, \[2, 1\] in key .* not broadcast"),
     (dict(key=torch.randn(2, 2, 6, 7)), ValueError, "key must have the query's head dim"),
     (dict(value=torch.randn(2, 2, 7, 3)), ValueError, "value must have as many rows Sk"),
     (dict(value=torch.randn(2, 1, 6, 3)), ValueError, "value must have as many heads as key"),
     (dict(key=torch.randn(2, 3, 6, 8), value=torch.randn(2, 3, 6, 3)), ValueError, "enable_gqa=True needs"),
     (dict(enable_gqa=False), ValueError, "pass enable_gqa=True"),
-    (dict(dropout_p=0.1), NotImplementedError, "dropout is not supported"),
+    (dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1: attention dropout is not supported"),
+    (dict(dropout_p=np.float32(0.5)), NotImplementedError, "dropout_p=.*0.5.*: attention dropout"),
+    (dict(dropout_p=True), NotImplementedError, "dropout_p=True: attention dropout"),
+    (dict(dropout_p="0"), TypeError, "dropout_p must be a float, got str"),
+    (dict(dropout_p=np.bool_(False)), TypeError, "dropout_p must be a float, got numpy.bool"),
     (dict(query=_nested_query()), NotImplementedError, "query: nested"),
     (dict(attn_mask=torch.ones(5, 6, dtype=torch.int32)), TypeError, "attn_mask must have dtype"),
     (dict(attn_mask=torch.ones(5, 6, dtype=F64)), TypeError, "attn_mask must have dtype"),
     (dict(attn_mask=torch.ones(5, 7, dtype=torch.bool)), ValueError, "attn_mask must be broadcastable"),
     (dict(attn_mask=torch.ones(1, 2, 4, 5, 6, dtype=torch.bool)), ValueError, "attn_mask must be broadcastable"),
+    (dict(query=torch.randn(5, 8), key=torch.randn(6, 8), value=torch.randn(6, 3), attn_mask=torch.ones(1, 5, 6) > 0),
+     ValueError, r"attn_mask must be broadcastable to \[\.\.\., Hq, Sq, Sk\] = \[5, 6\]"),
     (dict(attn_mask=[[True]]), TypeError, "attn_mask must be a torch.Tensor"),
     (dict(window=0), ValueError, "window must be >= 1"),
     (dict(window=2.5), TypeError, "window must be an int"),
+    (dict(window=np.float32(2)), TypeError, "window must be an int >= 1 or None, got numpy.float32"),
+    (dict(window=True), TypeError, "window must be an int >= 1 or None, got bool"),
+    (dict(window=np.int64(0)), ValueError, "window must be >= 1"),
     (dict(key=torch.randn(2, 2, 6, 8, dtype=F64)), TypeError, "key has dtype torch.float64 but query"),
     (dict(value=torch.randn(2, 2, 6, 3, dtype=torch.float16)), TypeError, "value has dtype"),
     (dict(query=torch.ones(2, 4, 5, 8, dtype=torch.int64)), TypeError, "query has dtype torch.int64"),
     (dict(scale=math.inf), ValueError, "scale must be finite"),
     (dict(scale=math.nan), ValueError, "scale must be finite"),
     (dict(scale="1"), TypeError, "scale must be a float"),
-    (dict(is_causal=1), TypeError, "is_causal must be a bool"),
+    (dict(scale=torch.tensor(0.5)), TypeError, "scale must be a float or None, got torch.Tensor"),
+    (dict(scale=np.float32(np.inf)), ValueError, "scale must be finite"),
+    (dict(is_causal=1), TypeError, "is_causal must be a bool, got int"),
+    (dict(is_causal=torch.tensor(True)), TypeError, "is_causal must be a bool, got torch.Tensor"),
+    (dict(enable_gqa=1), TypeError, "enable_gqa must be a bool, got int"),
     (dict(impl="cuda"), ValueError, "impl must be one of"),
 ]
 
