@@ -26,11 +26,14 @@ The rounding error of the forward recurrence is bounded by
 ``Ojas.Attention.StreamError`` (``stream_row_error_bound``); the tests use it as
 their tolerance against the extracted oracle.
 
-Semantics follow :func:`torch.nn.functional.scaled_dot_product_attention`, with
-three differences, all written down in :func:`attention`: a fully masked row gives
-zeros and zero gradients (not NaN), ``attn_mask`` may be combined with
-``is_causal`` (the conjunction, as ``visibility`` in the Coq file), and
-``dropout_p`` must be 0. Under autocast the inputs are cast as SDPA's are.
+Semantics follow :func:`torch.nn.functional.scaled_dot_product_attention` (its
+layouts [..., H, S, E], empty dimensions included), with these differences, all written
+down in :func:`attention`: a fully masked row gives zeros and zero gradients (not NaN),
+``attn_mask`` may be combined with ``is_causal`` (the conjunction, as ``visibility`` in
+the Coq file), ``dropout_p`` must be 0, double backward raises, the leading batch
+dimensions of query, key and value must be equal (not broadcast), E = 0 and a tensor
+``scale`` are refused, and numpy bools are accepted for the flags. Under autocast the
+inputs are cast as SDPA's are.
 """
 
 from __future__ import annotations
