@@ -707,6 +707,10 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
+            raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
+                               "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
+                               "use torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, window, config = ctx.args
         dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config)

@@ -450,7 +450,7 @@ def _accumulate_mask_grad(dmask4: Tensor, ds: Tensor, q0: int, q1: int, k0: int,
 def _refuse_double_backward() -> None:
     """Raise in a backward pass run with create_graph=True (grad mode is on there).
 
-    Neither backward (the reference's below, the kernel's) is differentiable: their
+    Neither backward (the reference's below, the kernel's, which checks the same) is differentiable: their
     gradients would go into the graph as constants and a second derivative through them
     would silently miss terms. ``torch.autograd.function.once_differentiable`` is not
     enough: it raises only when the incoming gradient requires grad, and the gradient of
@@ -459,22 +459,6 @@ def _refuse_double_backward() -> None:
         raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
                            "gradient penalty or gradgradcheck): its backward is not differentiable; use "
                            "torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
-
-
-class _FirstOrderOnly(torch.autograd.Function):
-    """Identity on the tensors given (views of them), whose backward refuses
-    create_graph=True and passes the gradients through otherwise. Put in front of the
-    kernel's autograd function (kernels/attention.py, whose backward does not check), so
-    that any gradient through the kernel comes through here."""
-
-    @staticmethod
-    def forward(ctx, *tensors):
-        return tuple(t.view_as(t) for t in tensors)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        _refuse_double_backward()
-        return grads
 
 
 class _OnlineSoftmaxAttention(torch.autograd.Function):
@@ -595,7 +579,6 @@ def attention(
         if _resolve_impl(impl, query, attn_mask) and k.shape[1] > 0:
             from ojas_kernels.attention import flash_attention
 
-            q, k, v = _FirstOrderOnly.apply(q, k, v)
             out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, window=window, attn_mask=mask)
         else:
             out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window)
