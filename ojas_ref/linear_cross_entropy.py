@@ -349,7 +349,8 @@ def _dlogit(z: Tensor, lse: Tensor, tg: _Targets, v0: int, V: int, eps: float, l
     - (1 - eps) c_nv, which is the spec's when s = smooth_mass = w_v = 1 and c = e_t."""
     v1 = v0 + z.shape[1]
     mass = tg.mass.unsqueeze(1) if isinstance(tg.mass, Tensor) else tg.mass
-    g = ((1.0 - eps) * mass + eps * tg.smooth_mass + 2.0 * lam * lse) * torch.exp(z - lse) - eps / V * tg.weights(v0, v1)
+    coefficient = (1.0 - eps) * mass + eps * tg.smooth_mass + 2.0 * lam * lse
+    g = coefficient * torch.exp(z - lse) - eps / V * tg.weights(v0, v1)
     if tg.probs:
         return g - (1.0 - eps) * tg.block(v0, v1)
     local = tg.target - v0
@@ -447,6 +448,11 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targe
     return grad_x, grad_w, grad_b, grad_p
 
 
+def _flat_input(input: Tensor) -> Tensor:
+    """input as [N, D], N the product of its token dimensions (1 for one token; D may be 0)."""
+    return input.reshape(math.prod(input.shape[:-1]), input.shape[-1])
+
+
 def _flat_target(target: Tensor) -> Tensor:
     """target with the token dimensions flattened (none for one token): [N] class indices
     or [N, V] probabilities."""
@@ -487,7 +493,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, input, weight, bias, target, class_weight, reduction, ignore_index, eps, lam, softcap,
                 token_chunk, vocab_chunk):
         dtype = _compute_dtype(input.dtype)
-        flat_input = input.flatten(0, -2)
+        flat_input = _flat_input(input)
         kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
         tg = _targets(kept_target, class_weight, dtype)
         x = flat_input.index_select(0, kept).to(dtype)
@@ -515,7 +521,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             else:
                 scale = _mean_scale(K, denominator) if reduction == "mean" else 1.0
                 g = (grad_output.to(dtype) * scale).expand(K)
-            flat_input = input.flatten(0, -2)
+            flat_input = _flat_input(input)
             tg = _targets(kept_target, class_weight, dtype)
             x = flat_input.index_select(0, kept).to(dtype)
             need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
@@ -683,7 +689,7 @@ def linear_cross_entropy_forward(
         input, linear_weight, target, linear_bias, weight, "none", ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
     dtype = _compute_dtype(input.dtype)
-    flat_input = input.reshape(-1, input.shape[-1])
+    flat_input = _flat_input(input)
     kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
     with torch.no_grad(), autocast_off(input.device.type):
         x = flat_input.index_select(0, kept).to(dtype)
