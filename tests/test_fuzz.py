@@ -137,6 +137,7 @@ def attention_calls(draw):
         else:  # values, not near finfo.min: their rounding error would be their size
             values = torch.tensor([0.0, -1.0, 2.5, -30.0, -math.inf], dtype=F64)
             mask = values[torch.randint(0, 5, shape, generator=gen)].to(dtype)
+            mask.requires_grad_(draw(st.booleans()))  # the reference differentiates a float mask too
     kw = dict(attn_mask=mask, is_causal=draw(st.booleans()), enable_gqa=group > 1 or draw(st.booleans()),
               window=draw(st.sampled_from([None, 1, 2, np.int64(3)])),
               scale=draw(st.sampled_from([None, 0.5, np.float32(0.25), 2])),
@@ -180,6 +181,10 @@ def _sdpa(q, k, v, kw, grad_out):
     q, k, v = (t.detach().to(F64).requires_grad_() for t in (q, k, v))
     Sq, Sk = q.shape[-2], k.shape[-2]
     mask = kw["attn_mask"]
+    leaves = (q, k, v)
+    if mask is not None and mask.requires_grad:
+        mask = mask.detach().to(F64).requires_grad_()
+        leaves += (mask,)
     keep = _visibility(kw, Sq, Sk)
     add = torch.zeros((), dtype=F64)
     if mask is not None:
@@ -192,8 +197,8 @@ def _sdpa(q, k, v, kw, grad_out):
     out = F.scaled_dot_product_attention(as4(q), as4(k), as4(v), attn_mask=as4(total), scale=scale,
                                          enable_gqa=bool(kw["enable_gqa"]))
     out = torch.where(alive, out.reshape(*q.shape[:-1], v.shape[-1]), 0.0)
-    grads = torch.autograd.grad(out, (q, k, v), grad_out.to(F64)) if out.numel() else (None,) * 3
-    return out, grads
+    grads = torch.autograd.grad(out, leaves, grad_out.to(F64), allow_unused=True) if out.numel() else ()
+    return out, [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]  # unused: a 0 gradient
 
 
 @settings(max_examples=1000, deadline=None)
@@ -207,7 +212,11 @@ def test_attention_fuzz(call):
         _expect_error(lambda: ojas_ref.attention(args.pop("query"), args.pop("key"), args.pop("value"), **args), arg)
         return
     ins = [t.clone().requires_grad_() for t in (q, k, v)]
-    out = ojas_ref.attention(*ins, **kw, impl="reference")
+    mask = kw["attn_mask"]
+    if mask is not None and mask.requires_grad:
+        kw = {**kw, "attn_mask": mask.detach().clone().requires_grad_()}
+        ins.append(kw["attn_mask"])
+    out = ojas_ref.attention(*ins[:3], **kw, impl="reference")
     assert out.dtype == q.dtype
     expected, expected_grads = _sdpa(q, k, v, kw, grad_out)
     dtype, u, r = q.dtype, _unit_roundoff(q.dtype), _out_rounding(q.dtype)
@@ -225,8 +234,10 @@ def test_attention_fuzz(call):
     # dS = P (dP - D) with |dP|, |D| <= Ev gmax vmax; dQ = scale dS K sums Sk terms,
     # dK = scale dS^T Q sums Sq, dV = P^T dO sums Sq of size gmax
     ds = 2 * Ev * gmax * vmax
-    bounds = (abs(scale) * ds * Sk * _amax(k), abs(scale) * ds * Sq * _amax(q), Sq * gmax)
-    for name, a, e, b in zip(("dq", "dk", "dv"), grads, expected_grads, bounds):
+    # d(attn_mask) is dS summed over the dimensions the mask is broadcast along
+    copies = math.prod(out.shape[:-1]) * Sk // max(1, mask.numel()) if len(ins) == 4 else 0
+    bounds = (abs(scale) * ds * Sk * _amax(k), abs(scale) * ds * Sq * _amax(q), Sq * gmax, ds * copies)
+    for name, a, e, b in zip(("dq", "dk", "dv", "dmask"), grads, expected_grads, bounds):
         _check_close(name, a, e, (c + r) * b + r * _amax(e))
 
 
