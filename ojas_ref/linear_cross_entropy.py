@@ -593,8 +593,9 @@ def linear_cross_entropy(
     against F.cross_entropy of the materialised logits): ``weight`` ([V], floating, any
     dtype: torch's per-class weights w) makes a class target's loss
     (1 - eps) w_t (lse - z_t) + (eps / V) sum_v w_v (lse - z_v), and "mean" divides by
-    the sum of the kept targets' weights, as F.cross_entropy does (a zero sum gives what
-    torch gives, NaN or inf); it cannot be combined with ``z_loss`` (NotImplementedError),
+    the sum of the kept targets' weights, as F.cross_entropy does (a zero sum, with kept
+    tokens, gives a non-finite loss: the sum over 0, so inf where torch gives NaN if the
+    smoothing term is nonzero); it cannot be combined with ``z_loss`` (NotImplementedError),
     and it gets no gradient (NotImplementedError if it requires one). Probability
     targets p give sum_v c_v (lse - z_v), c = ((1 - eps) p + eps / V) * w (w = 1 without
     ``weight``), plus the z-loss; "mean" divides by the number of tokens (weighted or
