@@ -456,6 +456,9 @@ def _parity_sides(p):
 
 @settings(max_examples=60, deadline=None)
 @given(parity_problems())
+@example({"x": torch.ones(2, 3, dtype=F64), "w": torch.eye(4, 3, dtype=F64), "b": None, "t": torch.tensor([1, -100]),
+          "weight": torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=F64), "ignore_index": None, "reduction": "mean",
+          "eps": 0.3, "cap": None, "chunks": None, "grad_out": torch.ones(2, dtype=F64)})  # kept weight 0
 def test_weights_and_probability_targets_match_torch(p):
     """Loss and every gradient equal torch's (float64, 1e-10: a few hundred roundings of
     values of size <= 1e2 at most, against 1e-10 relative), except torch's NaN for
@@ -467,6 +470,11 @@ def test_weights_and_probability_targets_match_torch(p):
     if p["reduction"] == "mean" and none_kept:
         assert torch.isnan(theirs) and ours.item() == 0.0
         assert all(g is None or not g.any() for g in our_grads)
+        return
+    kept_weight = None if p["weight"] is None or probs else p["weight"][p["t"][p["t"] != -100]].sum()
+    if p["reduction"] == "mean" and kept_weight == 0:
+        # kept targets of total weight 0: torch's 0/0 is NaN, ours the sum over 0 (NaN or inf; documented)
+        assert torch.isnan(theirs) and not torch.isfinite(ours)
         return
     assert_close(ours, theirs, 1e-10, 1e-10, "loss")
     for k, (a, e) in enumerate(zip(our_grads, their_grads)):
