@@ -249,8 +249,14 @@ class CausalLMLossHead:
         return (hidden[..., :0, :],)  # logits of no token: [B, 0, V]
 
     def _model_post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        """Drop the empty logits: ``logits=None`` in a ModelOutput; left out of a tuple
+        (``return_dict=False``), as ``ModelOutput.to_tuple`` leaves out None fields."""
         active, self._active, self._hidden = self._active, False, None
-        if not active or getattr(output, "logits", None) is None:
+        if not active:
+            return None
+        if isinstance(output, tuple):
+            return tuple(x for x in output if not (torch.is_tensor(x) and x.dim() == 3 and x.shape[1] == 0))
+        if getattr(output, "logits", None) is None:
             return None
         fields = {k: v for k, v in output.items() if k != "logits"}
         return type(output)(**fields)

@@ -123,23 +123,26 @@ class LinearCrossEntropyLoss(nn.Module):
     never forming the logits (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk,
     Ojas.CrossEntropy.Reduction.ce_loss_correct, Ojas.CrossEntropy.Gradient.ce_backward_correct).
 
-    Arguments as ``nn.CrossEntropyLoss`` (``ignore_index``, ``reduction``,
-    ``label_smoothing``) plus ``z_loss``, ``softcap``, ``chunk_size`` and ``impl`` of
-    :func:`ojas_ref.linear_cross_entropy`, which checks them and says what differs from torch.
+    Arguments as ``nn.CrossEntropyLoss`` (``weight``, a buffer as there, ``ignore_index``,
+    ``reduction``, ``label_smoothing``) plus ``z_loss``, ``softcap``, ``chunk_size`` and
+    ``impl`` of :func:`ojas_ref.linear_cross_entropy`, which checks them and says what
+    differs from torch (class weights are outside the Coq spec).
     """
 
-    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
-                 z_loss: float = 0.0, softcap: Optional[float] = None, chunk_size=None,
-                 impl: Optional[str] = None) -> None:
+    def __init__(self, weight: Optional[Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: Optional[float] = None,
+                 chunk_size=None, impl: Optional[str] = None) -> None:
         super().__init__()
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        self.register_buffer("weight", weight)
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
         self.z_loss, self.softcap, self.chunk_size, self.impl = z_loss, softcap, chunk_size, impl
 
     def forward(self, input: Tensor, linear_weight: Tensor, target: Tensor,
                 linear_bias: Optional[Tensor] = None) -> Tensor:
-        return linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias, reduction=self.reduction,
+        return linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias, weight=self.weight,
+                                    reduction=self.reduction,
                                     ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
                                     z_loss=self.z_loss, softcap=self.softcap, chunk_size=self.chunk_size,
                                     impl=self.impl)

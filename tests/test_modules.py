@@ -120,10 +120,12 @@ def test_linear_cross_entropy_loss_module(reduction):
     w = torch.randn(11, 7, dtype=torch.float64, requires_grad=True)
     t = torch.randint(0, 11, (2, 5))
     t[0, 1] = -100
-    loss_fn = ojas_ref.LinearCrossEntropyLoss(reduction=reduction, label_smoothing=0.1)
+    class_weight = torch.rand(11, dtype=torch.float64) + 0.5
+    loss_fn = ojas_ref.LinearCrossEntropyLoss(class_weight, reduction=reduction, label_smoothing=0.1)
     ours = loss_fn(x, w, t)
-    ref = F.cross_entropy((x @ w.T).reshape(-1, 11), t.reshape(-1), reduction=reduction,
+    ref = F.cross_entropy((x @ w.T).reshape(-1, 11), t.reshape(-1), weight=class_weight, reduction=reduction,
                           label_smoothing=0.1)
+    assert "weight" in dict(loss_fn.named_buffers())
     assert close(ours.reshape(-1), ref.reshape(-1))
     assert "reduction='" + reduction in repr(loss_fn)
     with pytest.raises(ValueError, match="reduction must be one of"):

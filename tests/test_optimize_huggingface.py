@@ -154,6 +154,59 @@ def test_accumulation_and_clipping(family):
     assert_same_parameters(ref, opt)
 
 
+def test_packed_sequences_by_position_ids():
+    """Two sequences packed in one row, told apart by position_ids restarting at 0: Hugging
+    Face builds a block-diagonal causal mask, so the packed row's summed loss is the sum of
+    the two sequences' losses computed alone (to 1e-9; attending across the boundary moves
+    it by ~1e-5 relative even in this tiny model, checked on the unpacked row)."""
+    ref = build("llama")
+    opt, _ = optimize_model(copy.deepcopy(ref))
+    data = batch(4, b=1)
+    ids, labels = data["input_ids"], data["labels"].clone()
+    labels[0, 5] = -100  # the second sequence's first token is not predicted from the first's
+    # Hugging Face looks for packing only without a cache: use_cache=False
+    packed = dict(input_ids=ids, labels=labels, position_ids=torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5]]),
+                  use_cache=False)
+
+    def summed(model, **kwargs):
+        kept = int((kwargs["labels"][:, 1:] != -100).sum())
+        return model(**kwargs).loss.item() * kept
+
+    for m in (ref, opt):
+        m.train()
+    alone = summed(opt, input_ids=ids[:, :5], labels=labels[:, :5]) + summed(opt, input_ids=ids[:, 5:],
+                                                                             labels=labels[:, 5:])
+    assert summed(opt, **packed) == pytest.approx(alone, rel=RTOL)
+    assert summed(opt, **packed) == pytest.approx(summed(ref, **packed), rel=RTOL)
+    unpacked = summed(opt, input_ids=ids, labels=labels, use_cache=False)
+    assert abs(unpacked - alone) > 1e-7 * abs(alone)
+    losses = train(ref, [[packed]] * 2), train(opt, [[packed]] * 2)
+    assert losses[0] == pytest.approx(losses[1], rel=RTOL)
+    assert_same_parameters(ref, opt)
+
+
+def test_bfloat16_autocast_follows_torch():
+    """float32 weights under torch.autocast(bfloat16): ojas casts as SDPA and F.linear do,
+    the loss is float32; against the unpatched model, 2e-2 relative (both round their
+    matrix products to bfloat16, in different orders: measured ~2e-3) on the loss and on
+    every gradient's norm."""
+    ref = build("llama").float()
+    opt, _ = optimize_model(copy.deepcopy(ref))
+    data = batch(6, padding=True)
+    losses = []
+    for m in (ref, opt):
+        m.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(**data).loss
+        assert loss.dtype == torch.float32
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=2e-2)
+    for (name, p), q in zip(ref.named_parameters(), opt.parameters()):
+        assert q.grad.dtype == torch.float32
+        assert q.grad.norm().item() == pytest.approx(p.grad.norm().item(), rel=2e-2, abs=1e-6), name
+
+
 def test_all_tokens_ignored_gives_zero_where_hugging_face_gives_nan():
     model, _ = optimize_model(build("llama"))
     model.train()
@@ -316,6 +369,16 @@ def test_bad_uses_raise_clear_errors():
     model.train()
     with pytest.raises(ValueError, match="logits_to_keep"):
         model(**batch(0), logits_to_keep=1)
+
+
+def test_return_dict_false_leaves_the_logits_out():
+    ref = build("llama")
+    opt, _ = optimize_model(copy.deepcopy(ref))
+    for m in (ref, opt):
+        m.train()
+    a, b = ref(**batch(0), return_dict=False), opt(**batch(0), return_dict=False)
+    assert len(b) == len(a) - 1 and close(a[0], b[0])
+    assert all(not torch.is_tensor(x) or x.numel() > 0 for x in b)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
