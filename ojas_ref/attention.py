@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.autocast import autocast_off, cast_for_autocast
+from ojas_ref.transforms import refuse_function_transforms
 
 __all__ = ["attention", "attention_forward"]
 
@@ -568,6 +569,7 @@ def attention(
     In the kernel, float32 dots run TF32 unless torch's float32 matmul precision is
     "highest" (the default; ``torch.set_float32_matmul_precision``), as torch's matmuls.
     """
+    refuse_function_transforms("attention")
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
     scale, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,

@@ -61,6 +61,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.autocast import autocast_off, cast_for_autocast
+from ojas_ref.transforms import refuse_function_transforms
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
 
@@ -638,6 +639,7 @@ def linear_cross_entropy(
     float64 (without ``weight`` or probability targets), the reference otherwise.
     ``None`` reads the environment variable OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
+    refuse_function_transforms("linear_cross_entropy")
     if isinstance(input, Tensor):
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
     ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(

@@ -74,6 +74,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import get_device_states, set_device_states
 
+from ojas_ref.transforms import refuse_function_transforms
+
 if torch.distributed.is_available():
     from torch.distributed.tensor import DTensor
 else:  # a build without torch.distributed: no FSDP2
@@ -543,6 +545,7 @@ class ReversibleSequence(nn.Module):
         self.reconstruction_errors: Optional[list[float]] = None
 
     def forward(self, x: Tensor) -> Tensor:
+        refuse_function_transforms("ReversibleSequence")
         split_halves(x)
         if not x.is_floating_point():
             raise TypeError(f"x must have a floating dtype, got {x.dtype}")
