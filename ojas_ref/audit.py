@@ -31,7 +31,9 @@ from ojas_ref.linear_cross_entropy import _IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL
 CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
 
 #: Differential cases (``ojas_ref.attention_check.make_case`` arguments): causal GQA with
-#: Sq != Sk, a window, scores near 1e4, one query row, bf16; the first three are --quick.
+#: Sq != Sk, a window, scores near 1e4, one query row, bf16, a key-padding bool mask with
+#: is_causal, a GQA mask with a fully masked row (the oracle takes bool masks only); the
+#: first three are --quick.
 ATTENTION_CASES = [
     dict(dtype=torch.float32, kv_heads=2, group=2, sq=37, sk=53, e=16, ev=16, is_causal=True),
     dict(dtype=torch.float32, batch=2, sq=33, sk=33, e=32, ev=8, window=7, is_causal=True),
@@ -39,6 +41,9 @@ ATTENTION_CASES = [
     dict(dtype=torch.float32, sq=1, sk=70, e=64, ev=32, regime="peaked"),
     dict(dtype=torch.bfloat16, kv_heads=1, group=3, sq=24, sk=24, e=16, ev=16, is_causal=True),
     dict(dtype=torch.float32, sq=20, sk=20, e=16, ev=8, window=2),
+    dict(dtype=torch.float32, batch=2, sq=21, sk=21, e=16, ev=16, is_causal=True, mask="bool", mask_shape="keys"),
+    dict(dtype=torch.float32, kv_heads=2, group=2, sq=18, sk=25, e=16, ev=8, mask="bool", mask_shape="batch",
+         dead_rows=(3,)),
 ]
 
 
