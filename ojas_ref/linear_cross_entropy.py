@@ -206,8 +206,8 @@ def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]
         raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
     if impl == "reference":
         return False
-    if impl == "auto":
-        return input.is_cuda and input.dtype != torch.float64 and unsupported is None
+    if impl == "auto":  # float16: see linear_cross_entropy's docstring (loss scaling)
+        return input.is_cuda and input.dtype in (torch.bfloat16, torch.float32) and unsupported is None
     if unsupported is not None:
         raise NotImplementedError(f"impl='triton' has no {unsupported}; use impl='reference' (or 'auto', which "
                                   "runs the reference for it)")
@@ -635,8 +635,14 @@ def linear_cross_entropy(
     ``weight``; it picks its own chunks,
     ``chunk_size`` is the reference's; it computes gradients in the forward and hands
     them over in the first backward, a second backward through a retained graph
-    recomputes them); "auto" runs the kernel for CUDA tensors that are not
-    float64 (without ``weight`` or probability targets), the reference otherwise.
+    recomputes them); "auto" runs the kernel for bfloat16 and float32 CUDA tensors
+    (without ``weight`` or probability targets), the reference otherwise. Not for
+    float16 by default: the kernel computes the gradients in the forward for a
+    grad_output of 1 and rounds them to float16 there, so a ``torch.amp.GradScaler``'s
+    scale, which arrives with grad_output in the backward, comes too late and gradients
+    below float16's range (about 6e-8, e.g. the 1/tokens-sized entries of a "mean" over
+    many tokens) are lost; the reference scales in float32 before rounding.
+    ``impl="triton"`` on float16 is for training without loss scaling.
     ``None`` reads the environment variable OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
     refuse_function_transforms("linear_cross_entropy")

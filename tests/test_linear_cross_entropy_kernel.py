@@ -656,6 +656,26 @@ def test_dispatch_gpu(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_float16_auto_runs_the_reference_gpu(monkeypatch):
+    """float16 CUDA tensors go to the reference under "auto": a GradScaler-sized grad_output
+    (2^16) keeps the small gradients the kernel's float16 forward-time gradients lose."""
+    calls = []
+    real = klce.linear_cross_entropy
+    monkeypatch.setattr(klce, "linear_cross_entropy", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.delenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", raising=False)
+    x = torch.randn(4096, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = torch.randn(8192, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    t = torch.randint(0, 8192, (4096,), device="cuda")
+    loss = ref_module.linear_cross_entropy(x, w, t)
+    (gw,) = torch.autograd.grad(loss * 2.0**16, w)
+    assert calls == []
+    exact = torch.autograd.grad(torch.nn.functional.cross_entropy((x.float() @ w.float().T), t) * 2.0**16,
+                                w)[0]
+    assert rel_err(gw.float(), exact) <= 5e-3  # float16 rounding of the scaled gradient
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_hidden_size_zero_gpu():
     """D = 0 on the device: the kernels get empty x and W (null pointers) and no K loop."""
     check_hidden_size_zero("cuda")
