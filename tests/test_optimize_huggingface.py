@@ -371,6 +371,23 @@ def test_bad_uses_raise_clear_errors():
         model(**batch(0), logits_to_keep=1)
 
 
+def test_torch_compile_of_an_optimized_model():
+    """torch.compile (the eager backend: Dynamo's tracing, with graph breaks where the
+    primitives need them) gives the uncompiled loss and gradients."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model, _ = optimize_model(build("llama"))
+    model.train()
+    data = batch(1, padding=True)
+    eager = model(**data).loss
+    grads = torch.autograd.grad(eager, list(model.parameters()))
+    compiled = torch.compile(model, backend="eager")(**data).loss
+    assert close(eager, compiled)
+    for g, h in zip(grads, torch.autograd.grad(compiled, list(model.parameters()))):
+        assert close(g, h)
+
+
 def test_return_dict_false_leaves_the_logits_out():
     ref = build("llama")
     opt, _ = optimize_model(copy.deepcopy(ref))
