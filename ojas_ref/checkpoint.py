@@ -1,0 +1,149 @@
+"""Checkpoint files that are written atomically and verified before they are loaded.
+
+A checkpoint is one file, ``MAGIC | payload | payload length (u64) | sha256(MAGIC | payload | length)``,
+where the payload is ``torch.save`` of a dict. :func:`atomic_write` writes it to a temporary
+file in the same directory, flushes, ``os.fsync``s it, ``os.replace``s it onto the final name
+and ``fsync``s the directory: after a crash (SIGKILL, power loss) the final name holds either
+the previous file or the complete new one, never a part. :func:`load_checkpoint` checks the
+magic, the length and the checksum before unpickling anything (``weights_only=True``), so a
+truncated or corrupted file is refused with :class:`CorruptCheckpointError`, never loaded partly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import torch
+
+__all__ = ["CorruptCheckpointError", "atomic_write", "checkpoint_path", "latest_checkpoint", "list_checkpoints",
+           "load_checkpoint", "prune_checkpoints", "remove_temporaries", "save_checkpoint"]
+
+MAGIC = b"OJASCKP1"
+_LENGTH = struct.Struct("<Q")
+_DIGEST_BYTES = hashlib.sha256().digest_size
+TEMP_SUFFIX = ".tmp"
+_NAME = re.compile(r"step-(\d{8,})\.ckpt")
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file that is truncated, corrupted or not a checkpoint at all."""
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path | str, chunks: Iterable[bytes]) -> Path:
+    """Write the concatenation of ``chunks`` to ``path`` atomically: temporary file in the same
+    directory, flush, fsync, ``os.replace``, fsync of the directory. Returns ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+    return path
+
+
+def save_checkpoint(path: Path | str, state: dict[str, Any]) -> Path:
+    """``torch.save(state)`` into ``path`` with length and sha256, atomically. Returns ``path``."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, got {type(state).__name__}")
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getbuffer()
+    length = _LENGTH.pack(len(payload))
+    digest = hashlib.sha256(MAGIC)
+    digest.update(payload)
+    digest.update(length)
+    return atomic_write(path, [MAGIC, payload, length, digest.digest()])
+
+
+def load_checkpoint(path: Path | str) -> dict[str, Any]:
+    """The state saved by :func:`save_checkpoint`, after checking magic, length and sha256.
+
+    Raises :class:`CorruptCheckpointError` (naming the file and what is wrong) for a
+    truncated, corrupted or foreign file; nothing is unpickled from such a file."""
+    path = Path(path)
+    data = path.read_bytes()
+    trailer = _LENGTH.size + _DIGEST_BYTES
+    if len(data) < len(MAGIC) + trailer or not data.startswith(MAGIC):
+        raise CorruptCheckpointError(
+            f"{path} is not an ojas checkpoint or is truncated: {len(data)} bytes, without the "
+            f"{MAGIC!r} header and trailer; refusing to load it (use an earlier checkpoint)")
+    body_end = len(data) - _DIGEST_BYTES
+    (length,) = _LENGTH.unpack_from(data, body_end - _LENGTH.size)
+    held = body_end - _LENGTH.size - len(MAGIC)
+    if length != held:
+        raise CorruptCheckpointError(
+            f"{path} is truncated or corrupted: its trailer records {length} payload bytes, the file holds {held}; "
+            "refusing to load it (use an earlier checkpoint)")
+    if hashlib.sha256(memoryview(data)[:body_end]).digest() != data[body_end:]:
+        raise CorruptCheckpointError(
+            f"{path} is corrupted: the sha256 of its contents does not match the one stored in it; "
+            "refusing to load it (use an earlier checkpoint)")
+    payload = memoryview(data)[len(MAGIC):body_end - _LENGTH.size]
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+
+
+def checkpoint_path(directory: Path | str, step: int) -> Path:
+    """The file name of the checkpoint after ``step`` optimizer steps."""
+    return Path(directory) / f"step-{step:08d}.ckpt"
+
+
+def list_checkpoints(directory: Path | str) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the complete checkpoints in ``directory`` (temporaries are not
+    listed), by step."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.fullmatch(p.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(directory: Path | str) -> Optional[Path]:
+    """The checkpoint of the highest step in ``directory``, or None."""
+    found = list_checkpoints(directory)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(directory: Path | str, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` latest checkpoints; return the deleted paths."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    doomed = [p for _, p in list_checkpoints(directory)[:-keep]]
+    for p in doomed:
+        p.unlink()
+    return doomed
+
+
+def remove_temporaries(directory: Path | str) -> list[Path]:
+    """Delete the temporary files that a writer killed before its rename left in ``directory``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX)]
+    for p in stale:
+        p.unlink()
+    return stale

@@ -1,0 +1,142 @@
+"""ojas_ref.checkpoint: atomic writes, verified loads, SIGKILL in the middle of a write."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ojas_ref import checkpoint as ckpt
+
+
+def _state(seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"step": seed, "model": {"w": torch.randn(64, 64, generator=g)}, "nested": [1, 2.5, "x", (3, None)]}
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return a["step"] == b["step"] and torch.equal(a["model"]["w"], b["model"]["w"]) and a["nested"] == b["nested"]
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = ckpt.save_checkpoint(tmp_path / "a.ckpt", _state(1))
+    assert _equal(ckpt.load_checkpoint(path), _state(1))
+    assert not _equal(ckpt.load_checkpoint(path), _state(2))  # the comparison can fail
+    assert list(tmp_path.iterdir()) == [path]  # no temporary left
+
+
+@pytest.mark.parametrize("keep", [0, 7, 100, -1])
+def test_truncated_is_refused(tmp_path: Path, keep: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = ckpt.save_checkpoint(tmp_path / "a.ckpt", _state(1))
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep >= 0 else data[:len(data) // 2])
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("a corrupt file reached torch.load"))
+    with pytest.raises(ckpt.CorruptCheckpointError, match="truncated") as info:
+        ckpt.load_checkpoint(path)
+    assert str(path) in str(info.value)
+
+
+def test_flipped_byte_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = ckpt.save_checkpoint(tmp_path / "a.ckpt", _state(1))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("a corrupt file reached torch.load"))
+    with pytest.raises(ckpt.CorruptCheckpointError, match="sha256"):
+        ckpt.load_checkpoint(path)
+
+
+def test_foreign_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "a.ckpt"
+    torch.save(_state(1), path)  # a plain torch file: no header
+    with pytest.raises(ckpt.CorruptCheckpointError, match="not an ojas checkpoint"):
+        ckpt.load_checkpoint(path)
+
+
+def test_failed_write_keeps_previous(tmp_path: Path) -> None:
+    path = ckpt.save_checkpoint(tmp_path / "a.ckpt", _state(1))
+
+    def chunks():
+        yield b"partial"
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.atomic_write(path, chunks())
+    assert _equal(ckpt.load_checkpoint(path), _state(1))
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_listing_and_pruning(tmp_path: Path) -> None:
+    for step in (3, 10, 7):
+        ckpt.save_checkpoint(ckpt.checkpoint_path(tmp_path, step), _state(step))
+    (tmp_path / ".step-00000011.ckpt.123.tmp").write_bytes(b"half")
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [3, 7, 10]
+    assert ckpt.latest_checkpoint(tmp_path) == ckpt.checkpoint_path(tmp_path, 10)
+    assert ckpt.prune_checkpoints(tmp_path, 2) == [ckpt.checkpoint_path(tmp_path, 3)]
+    assert [p.name for p in ckpt.remove_temporaries(tmp_path)] == [".step-00000011.ckpt.123.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000007.ckpt", "step-00000010.ckpt"]
+    with pytest.raises(ValueError, match="keep"):
+        ckpt.prune_checkpoints(tmp_path, 0)
+
+
+# The writer, in a subprocess: checkpoint 1 written whole, then checkpoint 2 stopped (it prints
+# READY and sleeps until killed) either half-way through writing the temporary file, or after
+# its fsync and before the rename.
+_WRITER = textwrap.dedent("""
+    import builtins, os, sys, time
+    import torch
+    from ojas_ref import checkpoint as ckpt
+
+    directory, where = sys.argv[1], sys.argv[2]
+    state = lambda seed: {"step": seed, "model": {"w": torch.randn(64, 64, generator=torch.Generator().manual_seed(seed))},
+                          "nested": [1, 2.5, "x", (3, None)]}
+    ckpt.save_checkpoint(ckpt.checkpoint_path(directory, 1), state(1))
+
+    def hang():
+        print("READY", flush=True)
+        time.sleep(600)
+
+    if where == "mid-write":
+        class HalfWriter:
+            def __init__(self, f): self.f = f
+            def __enter__(self): return self
+            def __exit__(self, *exc): self.f.close()
+            def fileno(self): return self.f.fileno()
+            def flush(self): self.f.flush()
+            def write(self, chunk):
+                if len(chunk) > 1000:  # the payload: half of it reaches the disk
+                    self.f.write(bytes(chunk)[:len(chunk) // 2]); self.f.flush(); os.fsync(self.f.fileno()); hang()
+                return self.f.write(chunk)
+        ckpt.open = lambda path, mode: HalfWriter(builtins.open(path, mode))
+    else:
+        ckpt.os.replace = lambda src, dst: hang()
+    ckpt.save_checkpoint(ckpt.checkpoint_path(directory, 2), state(2))
+""")
+
+
+@pytest.mark.parametrize("where", ["mid-write", "before-rename"])
+def test_sigkill_while_writing_keeps_previous(tmp_path: Path, where: str) -> None:
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), where], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "READY"
+        temporaries = [p for p in tmp_path.iterdir() if p.name.endswith(ckpt.TEMP_SUFFIX)]
+        assert len(temporaries) == 1 and temporaries[0].stat().st_size > 0  # killed with a partial file there
+        os.kill(writer.pid, signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+    assert writer.returncode == -signal.SIGKILL
+    assert ckpt.latest_checkpoint(tmp_path) == ckpt.checkpoint_path(tmp_path, 1)
+    assert _equal(ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path)), _state(1))
+    if where == "mid-write":  # the temporary is half a file, refused if loaded by name
+        with pytest.raises(ckpt.CorruptCheckpointError, match="truncated"):
+            ckpt.load_checkpoint(temporaries[0])
+    else:  # complete but never renamed: not picked, though it is checkpoint 2
+        assert _equal(ckpt.load_checkpoint(temporaries[0]), _state(2))
+    assert ckpt.remove_temporaries(tmp_path) == temporaries
