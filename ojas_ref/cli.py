@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     audit.add_argument("--seed", type=int, default=0, help="seed of the random differential inputs")
     audit.add_argument("--quick", action="store_true", help="fewer differential cases")
     audit.set_defaults(func=_audit)
+    from ojas_ref import plan
+
+    plan_parser = sub.add_parser("plan", help="predict the peak GPU memory of a training step (no GPU used)")
+    plan.add_arguments(plan_parser)
+    plan_parser.set_defaults(func=plan.run_command)
     proofs = sub.add_parser("proofs", help="build rocq/ and audit its assumptions")
     group = proofs.add_mutually_exclusive_group()
     group.add_argument("--write-manifest", action="store_true", help="write rocq/MANIFEST.json")

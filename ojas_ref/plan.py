@@ -1,0 +1,663 @@
+"""``ojas plan``: predict the peak of device memory of a training step before running it.
+
+``plan(model, setting)`` returns, without allocating anything on a device, the bytes
+alive at each candidate point of one steady-state step of Hugging Face's
+``LlamaForCausalLM`` (``model(input_ids=ids, labels=ids).loss.backward(); opt.step();
+opt.zero_grad(set_to_none=True)``, as benchmarks/bench_optimize_model.py runs it), broken
+down by tensor class, and the largest of them: the predicted
+``torch.cuda.max_memory_allocated``. Every term is one function below whose docstring
+says where its count comes from.
+
+What is modelled: weights, optimizer state and gradients in the run's dtype (no
+autocast, no master weights); SGD without momentum (the benchmark's ``lr`` only) or
+AdamW (torch's foreach path); the standard loop or :class:`ojas_ref.InBackwardOptimizer`
+(``bucket_cap_mb=64``); per-layer non-reentrant checkpointing; SDPA attention and
+Hugging Face's loss, or ``optimize_model``'s ojas attention and
+:func:`ojas_ref.linear_cross_entropy` (together, as ``--ojas``, or apart). Not modelled
+(yet): gradient accumulation, offload, reversible stacks, autocast, other model
+families, padding masks, and the time of a step (which needs a measured GEMM rate).
+
+The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
+on a small ``LlamaForCausalLM`` on the CPU, transformers 5.24) and the kernels' source;
+tests/test_plan.py checks the totals against the 16 peaks recorded on an H200 in
+benchmarks/results/bench_optimize_model_h200.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+__all__ = ["PRESETS", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset", "load_records", "record_model",
+           "measured_peak", "parse_bytes", "plan"]
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+OPTIMIZERS = ("sgd", "adamw")
+#: torch's default cuBLAS workspace on compute capability 9.x (one per handle and stream,
+#: allocated through the caching allocator, so counted by max_memory_allocated)
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+#: handles that run products in a step: the main thread (forward, optimizer step) and the
+#: autograd engine's device thread (backward)
+CUBLAS_HANDLES = 2
+#: InBackwardOptimizer's default ``bucket_cap_mb`` (64), in bytes
+BUCKET_CAP_BYTES = 64 * 2**20
+#: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/linear_cross_entropy.py
+LCE_WORKSPACE_FRACTION = 0.14
+#: the kernel's floor on its workspace budget (``16 << 20`` in ``_three_products``)
+LCE_WORKSPACE_FLOOR = 16 * 2**20
+#: the bound kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
+#: (1.128-1.139): the loss's peak above its inputs is at most this times the gradients
+LCE_PEAK_OVER_GRADIENTS = 1.15
+RECORDS_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_optimize_model_h200.json"
+
+
+# --------------------------------------------------------------------------
+# The model and the setting
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Model:
+    """The shape of a Llama-style decoder (``LlamaForCausalLM``: RMSNorm, rotary
+    attention with ``kv_heads`` key/value heads, SwiGLU MLP, no biases)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool = False
+    head_dim: Optional[int] = None
+    name: str = "custom"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field_name} must be an int >= 1, got {value!r}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}), "
+                                 "or head_dim given")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries and of the attention output: heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys and of the values: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer: q, k, v, o projections, gate, up and down
+        projections, two RMSNorm weights (``LlamaDecoderLayer``)."""
+        attention = self.hidden * (2 * self.q_width + 2 * self.kv_width)
+        mlp = 3 * self.hidden * self.intermediate
+        return attention + mlp + 2 * self.hidden
+
+    def head_params(self) -> int:
+        """The output layer's parameters: 0 when tied to the embedding."""
+        return 0 if self.tied else self.vocab * self.hidden
+
+    def params(self) -> int:
+        """All parameters: embedding, layers, final norm, head (if not tied)."""
+        return self.vocab * self.hidden + self.layers * self.layer_params() + self.hidden + self.head_params()
+
+    @classmethod
+    def from_config(cls, config: Any, name: str = "custom") -> "Model":
+        """From a Hugging Face config (``LlamaConfig`` or any object or mapping with its
+        attribute names). Biases (``attention_bias``, ``mlp_bias``) are refused."""
+        get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
+        for key in ("attention_bias", "mlp_bias"):
+            if get(key, False):
+                raise NotImplementedError(f"config.{key}=True: biases are not modelled by the planner")
+        values = {}
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+            if get(key) is None:
+                raise ValueError(f"config has no {key} (a LlamaConfig-like config is needed)")
+            values[key] = get(key)
+        heads = values["num_attention_heads"]
+        return cls(hidden=values["hidden_size"], layers=values["num_hidden_layers"], heads=heads,
+                   kv_heads=get("num_key_value_heads") or heads, intermediate=values["intermediate_size"],
+                   vocab=values["vocab_size"], tied=bool(get("tie_word_embeddings", False)),
+                   head_dim=get("head_dim"), name=name)
+
+
+#: Llama-shaped presets, smallest first (the family ``--fit`` searches).
+PRESETS: dict[str, Model] = {m.name: m for m in (
+    Model(896, 24, 14, 2, 4864, 151936, tied=True, name="llama-0.5b",
+          source="the dimensions of Qwen2.5-0.5B's config.json (tied, GQA 14/2), as a LlamaForCausalLM: "
+                 "Qwen2's q/k/v biases are left out"),
+    Model(2048, 18, 16, 16, 5632, 32000, name="llama-1b",
+          source="benchmarks/bench_optimize_model.py's 1.06B model (measured on the H200)"),
+    Model(3072, 28, 24, 8, 8192, 128256, tied=True, name="llama-3b",
+          source="meta-llama/Llama-3.2-3B's config.json"),
+    Model(4096, 32, 32, 32, 11008, 32000, name="llama-7b", source="meta-llama/Llama-2-7b-hf's config.json"),
+    Model(5120, 40, 40, 40, 13824, 32000, name="llama-13b", source="meta-llama/Llama-2-13b-hf's config.json"),
+)}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A training setting. ``ojas_attention`` / ``ojas_loss``: what ``optimize_model``
+    applies (``attention=`` / ``cross_entropy=``); ``fused``: the optimizer runs in
+    backward (``InBackwardOptimizer``, 64 MiB buckets); ``checkpoint``: per-layer
+    non-reentrant activation checkpointing."""
+
+    dtype: str = "bf16"
+    optimizer: str = "adamw"
+    fused: bool = False
+    batch: int = 1
+    seq: int = 2048
+    checkpoint: bool = False
+    ojas_attention: bool = False
+    ojas_loss: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        for name in ("batch", "seq"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+    @property
+    def size(self) -> int:
+        """Bytes per element of weights, gradients, optimizer state and activations."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per step: batch x sequence."""
+        return self.batch * self.seq
+
+    @property
+    def mode(self) -> str:
+        """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
+        description of a mix it did not run."""
+        ojas = self.ojas_attention and self.ojas_loss and self.fused
+        if ojas or not (self.ojas_attention or self.ojas_loss or self.fused):
+            return ("ojas" if ojas else "standard") + ("+ckpt" if self.checkpoint else "")
+        parts = [name for name, on in (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
+                                       ("fused", self.fused), ("ckpt", self.checkpoint)) if on]
+        return "+".join(parts)
+
+
+# --------------------------------------------------------------------------
+# The terms (bytes)
+# --------------------------------------------------------------------------
+
+def weights_bytes(m: Model, s: Setting) -> int:
+    """Parameters x dtype size (:meth:`Model.params`)."""
+    return m.params() * s.size
+
+
+def optimizer_state_bytes(m: Model, s: Setting) -> int:
+    """AdamW: exp_avg and exp_avg_sq, two parameter-sized tensors in the parameters' dtype
+    (torch.optim.AdamW). SGD without momentum keeps none."""
+    return 2 * m.params() * s.size if s.optimizer == "adamw" else 0
+
+
+def step_temporary_bytes(m: Model, s: Setting) -> int:
+    """The standard loop's ``opt.step()``: foreach AdamW's ``_foreach_sqrt`` of exp_avg_sq
+    (one parameter-sized buffer; the other updates are in place). SGD: none."""
+    return m.params() * s.size if s.optimizer == "adamw" else 0
+
+
+def rmsnorm_saved_bytes(m: Model, s: Setting) -> int:
+    """What ``LlamaRMSNorm`` saves: its input in float32 (``pow`` and ``mul``; the
+    ``.to(float32)`` copy, or the input itself in float32), ``rsqrt`` of the variance
+    ([tokens, 1] float32), ``x * rsqrt`` in the model dtype (``weight * ...``) and its
+    output (saved by the next projection): (4 + 2 size) x tokens x hidden + 4 tokens."""
+    return (4 + 2 * s.size) * s.tokens * m.hidden + 4 * s.tokens
+
+
+def attention_saved_bytes(m: Model, s: Setting) -> int:
+    """What attention saves: the rotated queries and keys and the values (the rotary
+    ``q * cos + rotate_half(q) * sin`` saves only cos and sin: they need no gradient), the
+    output, and the float32 log-sum-exp [batch, heads, seq] (SDPA's flash /
+    memory-efficient kernels and the ojas kernel alike). SDPA returns its output in the
+    [batch, seq, heads, dim] layout, so Hugging Face's ``transpose(1, 2).contiguous()`` is
+    free; the ojas kernel's output is [batch, heads, seq, dim] and
+    ``ojas_attention_forward`` copies it: one more [tokens, q width] tensor, which o_proj
+    saves."""
+    out_copies = 2 if s.ojas_attention else 1
+    return (s.size * s.tokens * ((1 + out_copies) * m.q_width + 2 * m.kv_width)
+            + 4 * s.batch * m.heads * s.seq)
+
+
+def mlp_saved_bytes(m: Model, s: Setting) -> int:
+    """``LlamaMLP``: gate output (SiLU's input), SiLU output and up output (the product's
+    factors), the product (down_proj's input): 4 x tokens x intermediate."""
+    return 4 * s.size * s.tokens * m.intermediate
+
+
+def layer_saved_bytes(m: Model, s: Setting) -> int:
+    """Saved for backward by one ``LlamaDecoderLayer`` (two norms, attention, MLP; the
+    residual additions save nothing): in float32 with SDPA, 10 x tokens x hidden + 4 x
+    tokens x intermediate elements."""
+    return 2 * rmsnorm_saved_bytes(m, s) + attention_saved_bytes(m, s) + mlp_saved_bytes(m, s)
+
+
+def checkpoint_bytes(m: Model, s: Setting) -> int:
+    """Non-reentrant checkpointing keeps each layer's input: layers x tokens x hidden."""
+    return m.layers * s.size * s.tokens * m.hidden
+
+
+def recomputed_layer_bytes(m: Model, s: Setting) -> int:
+    """A checkpointed layer recomputed in backward saves :func:`layer_saved_bytes`, less its
+    input in float32 models (the norm's ``.to(float32)`` is then the checkpoint itself)."""
+    shared = s.size * s.tokens * m.hidden if s.size == 4 else 0
+    return layer_saved_bytes(m, s) - shared
+
+
+def rotary_bytes(m: Model, s: Setting) -> int:
+    """cos and sin [1, seq, head_dim] in the model dtype, shared by the layers (the default
+    position ids are one row for the whole batch)."""
+    return 2 * s.size * s.seq * m.head_dim
+
+
+def inputs_bytes(m: Model, s: Setting) -> int:
+    """input_ids and the shifted labels, int64."""
+    return 2 * 8 * s.tokens
+
+
+def overhead_bytes(m: Model, s: Setting) -> int:
+    """cuBLAS workspaces: CUBLAS_HANDLES x CUBLAS_WORKSPACE_BYTES (64 MiB, the residual of
+    the fp32 AdamW standard record over 5 x weights: 64.06 MiB)."""
+    return CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES
+
+
+def standard_loss_forward_bytes(m: Model, s: Setting) -> int:
+    """Hugging Face's ``ForCausalLMLoss`` in the forward: the logits [tokens, V] in the
+    model dtype, their float32 copy (``logits.float()``, none in float32) and
+    ``log_softmax``'s float32 output, which cross_entropy saves."""
+    return (s.size + (4 if s.size < 4 else 0) + 4) * s.tokens * m.vocab
+
+
+def standard_loss_saved_bytes(m: Model, s: Setting) -> int:
+    """What the standard loss leaves saved at the end of the forward: ``log_softmax``'s
+    float32 output [tokens, V] (the logits themselves die with the model's output)."""
+    return 4 * s.tokens * m.vocab
+
+
+def standard_loss_backward_bytes(m: Model, s: Setting) -> int:
+    """The standard loss's peak, in ``log_softmax``'s backward: its saved output,
+    ``nll_loss``'s float32 gradient and its own float32 gradient, 3 x 4 x tokens x V."""
+    return 3 * 4 * s.tokens * m.vocab
+
+
+def lce_gradients_bytes(m: Model, s: Setting) -> int:
+    """:func:`ojas_ref.linear_cross_entropy` (the kernel's 3-product schedule, reductions
+    mean / sum) computes grad_input [tokens, hidden] and grad_weight [V, hidden] in the
+    forward and holds them until backward; no logits remain
+    (Ojas.CrossEntropy.Gradient.ce_backward_correct: the chunked backward is the gradient)."""
+    return s.size * (s.tokens + m.vocab) * m.hidden
+
+
+def lce_workspace_bytes(m: Model, s: Setting) -> int:
+    """One token chunk's logits [n, V] (G written over them) and its gathered rows and
+    grad_input rows (2 x [n, hidden]), and the float32 loss and lse [tokens]; n = round_down(budget / ((V + 2 hidden) size), 8),
+    budget = max(LCE_WORKSPACE_FRACTION x gradients, 16 MiB), as ``_three_products``
+    sizes it when some token is ignored (the last one, whose label is padding). That one
+    block suffices is Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk (lse streamed over
+    chunks of any size); the kernel's stated bound, gradients + workspace <=
+    LCE_PEAK_OVER_GRADIENTS x gradients, holds whenever the budget is not the floor."""
+    budget = max(int(LCE_WORKSPACE_FRACTION * lce_gradients_bytes(m, s)), LCE_WORKSPACE_FLOOR)
+    rows = min(max(budget // ((m.vocab + 2 * m.hidden) * s.size) // 8 * 8, 8), s.tokens)
+    return rows * s.size * (m.vocab + 2 * m.hidden) + 2 * 4 * s.tokens
+
+
+def head_gradient_bytes(m: Model, s: Setting) -> int:
+    """The output layer's weight gradient [V, hidden] (the embedding's, when tied)."""
+    return s.size * m.vocab * m.hidden
+
+
+def head_updated_first(m: Model, s: Setting) -> bool:
+    """Whether InBackwardOptimizer updates (and frees) the head's gradient as soon as it
+    exists: the head is untied (a tied weight's hook fires once, after the embedding's
+    contribution) and its gradient fills a bucket alone (at least BUCKET_CAP_BYTES)."""
+    return s.fused and not m.tied and head_gradient_bytes(m, s) >= BUCKET_CAP_BYTES
+
+
+def bucket_step_temporary_bytes(m: Model, s: Setting) -> int:
+    """InBackwardOptimizer's update of the head's bucket, the first of the backward when
+    :func:`head_updated_first`: foreach AdamW's step allocates one buffer of the
+    gradient's size (the sqrt of exp_avg_sq). SGD, or a head that waits: none."""
+    return head_gradient_bytes(m, s) if s.optimizer == "adamw" and head_updated_first(m, s) else 0
+
+
+def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
+    """The largest point of a decoder layer's backward, in the MLP: the gradient of the
+    product [tokens, I], the gradients of its two factors (2 x [tokens, I]), less the
+    product (freed with down_proj's node), plus down_proj's weight gradient [hidden, I]
+    (accumulated, or pending in a bucket)."""
+    return 2 * s.size * s.tokens * m.intermediate + s.size * m.hidden * m.intermediate
+
+
+def embedding_backward_bytes(m: Model, s: Setting) -> int:
+    """The embedding's backward, last of the pass: the incoming gradient [tokens, hidden]
+    in the model dtype and ``embedding_dense_backward``'s float32 per-segment partial
+    sums, at most one [tokens, hidden] row per token."""
+    return (s.size + 4) * s.tokens * m.hidden
+
+
+def last_backward_temporary_bytes(m: Model, s: Setting) -> int:
+    """The end of the backward: :func:`embedding_backward_bytes`, or, with the optimizer
+    fused, foreach AdamW's buffer for the embedding's update (after the embedding's
+    backward, so the larger of the two)."""
+    update = head_gradient_bytes(m, s) if s.fused and s.optimizer == "adamw" else 0
+    return max(embedding_backward_bytes(m, s), update)
+
+
+# --------------------------------------------------------------------------
+# Phases and the plan
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Term:
+    """One tensor class alive at a phase."""
+
+    name: str
+    bytes: int
+    formula: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A point of the step and what is alive there."""
+
+    name: str
+    terms: tuple[Term, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(t.bytes for t in self.terms)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The phases of one step; the peak is the largest."""
+
+    model: Model
+    setting: Setting
+    phases: tuple[Phase, ...]
+
+    @property
+    def peak_phase(self) -> Phase:
+        return max(self.phases, key=lambda p: p.total)
+
+    @property
+    def peak(self) -> int:
+        return self.peak_phase.total
+
+    def table(self) -> str:
+        """The breakdown at the peak and every phase's total."""
+        m, s = self.model, self.setting
+        peak = self.peak_phase
+        lines = [f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
+                 f"{' fused into backward' if s.fused else ''}, {s.mode}, batch {s.batch} x seq {s.seq} "
+                 "(predicted)",
+                 f"peak {gib(self.peak)} GiB at: {peak.name}", "",
+                 f"{'tensor class':<50} {'GiB':>8}  formula"]
+        lines += [f"{t.name:<50} {gib(t.bytes):>8}  {t.formula}" for t in peak.terms if t.bytes]
+        lines += ["", f"{'phase':<50} {'GiB':>8}"]
+        lines += [f"{p.name:<50} {gib(p.total):>8}" + ("  <- peak" if p is peak else "") for p in self.phases]
+        return "\n".join(lines)
+
+
+def gib(n: int) -> str:
+    """Bytes as GiB with three decimals."""
+    return f"{n / 2**30:.3f}"
+
+
+def _term(name: str, fn: Any, m: Model, s: Setting) -> Term:
+    return Term(name, fn(m, s), fn.__name__)
+
+
+def plan(model: Model | str, setting: Setting) -> Plan:
+    """The predicted phases of one steady-state training step of ``model`` (a :class:`Model`
+    or a preset name) under ``setting``."""
+    m = _model(model)
+    s = setting
+    if not isinstance(s, Setting):
+        raise TypeError(f"setting must be a Setting, got {type(s).__name__}")
+    fixed = (_term("weights", weights_bytes, m, s), _term("optimizer state", optimizer_state_bytes, m, s),
+             _term("cuBLAS workspaces", overhead_bytes, m, s), _term("input ids and labels", inputs_bytes, m, s))
+    if s.checkpoint:
+        stack = _term("saved activations: layer inputs (checkpoints)", checkpoint_bytes, m, s)
+        below = stack
+        last = _term("saved activations: recomputed last layer", recomputed_layer_bytes, m, s)
+    else:
+        stack = Term("saved activations: all layers", m.layers * layer_saved_bytes(m, s),
+                     "layers x layer_saved_bytes")
+        below = Term("saved activations: layers below the last", (m.layers - 1) * layer_saved_bytes(m, s),
+                     "(layers - 1) x layer_saved_bytes")
+        last = _term("saved activations: last layer", layer_saved_bytes, m, s)
+    head_in = (_term("saved activations: final norm", rmsnorm_saved_bytes, m, s),
+               _term("rotary cos/sin", rotary_bytes, m, s))
+    grad_flow = Term("gradient of the hidden states", s.size * s.tokens * m.hidden, "size x tokens x hidden")
+    head_grad = _term("gradient of the head weight", head_gradient_bytes, m, s)
+    phases = []
+    if s.ojas_loss:
+        phases.append(Phase("end of forward (linear cross-entropy)", fixed + (stack,) + head_in + (
+            _term("loss: gradients computed in the forward", lce_gradients_bytes, m, s),
+            _term("loss: kernel workspace (one token chunk)", lce_workspace_bytes, m, s))))
+    else:
+        phases.append(Phase("end of forward (loss)", fixed + (stack,) + head_in + (
+            _term("loss: logits, float32 copy, log-softmax", standard_loss_forward_bytes, m, s),)))
+        phases.append(Phase("start of backward (loss gradient)", fixed + (stack,) + head_in + (
+            _term("loss: log-softmax output and 2 gradients", standard_loss_backward_bytes, m, s),)))
+    phases.append(Phase("backward: head gradient" + (" and its bucket's update" if head_updated_first(m, s) else ""),
+                        fixed + (stack,) + head_in + (grad_flow, head_grad) + (
+                            _term("bucket update temporaries (head)", bucket_step_temporary_bytes, m, s),)))
+    held_head = () if head_updated_first(m, s) else (head_grad,)
+    phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + held_head + (
+        head_in[1], grad_flow, _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s))))
+    grads = (Term("gradients (all parameters)", m.params() * s.size, "params x size") if not s.fused else
+             Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes"))
+    tied = Term("tied embedding: second gradient before the sum", head_gradient_bytes(m, s) if m.tied else 0,
+                "head_gradient_bytes if tied")
+    phases.append(Phase("end of backward (embedding)", fixed + (grads, tied) + (
+        _term("embedding backward or its update temporaries", last_backward_temporary_bytes, m, s),)))
+    if not s.fused:
+        phases.append(Phase("optimizer step", fixed + (grads,) + (
+            _term("optimizer step temporaries", step_temporary_bytes, m, s),)))
+    return Plan(m, s, tuple(phases))
+
+
+def _model(model: Model | str) -> Model:
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, str):
+        if model not in PRESETS:
+            raise ValueError(f"unknown preset {model!r}; presets: {', '.join(PRESETS)}")
+        return PRESETS[model]
+    raise TypeError(f"model must be a Model or a preset name, got {type(model).__name__}")
+
+
+# --------------------------------------------------------------------------
+# Fitting and the measured records
+# --------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_bytes(text: str) -> int:
+    """'24GiB', '80GB', '139 GiB', '512MiB' or a plain byte count, as bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"GPU_MEMORY must be a number with a unit among B, KiB, MiB, GiB, TiB, KB, MB, GB, TB "
+                         f"(e.g. 24GiB), got {text!r}")
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value <= 0 or not math.isfinite(value):
+        raise ValueError(f"GPU_MEMORY must be positive, got {text!r}")
+    return int(value)
+
+
+def fit_preset(memory: int, setting: Setting, presets: Sequence[Model] = tuple(PRESETS.values())) -> Optional[Plan]:
+    """The plan of the largest preset (by parameters) whose predicted peak is at most
+    ``memory`` bytes under ``setting``; None if none fits."""
+    fitting = [p for p in (plan(m, setting) for m in presets) if p.peak <= memory]
+    return max(fitting, key=lambda p: p.model.params(), default=None)
+
+
+def fit_batch(memory: int, model: Model | str, setting: Setting, limit: int = 2**20) -> Optional[Plan]:
+    """The plan of the largest batch (at ``setting.seq``, up to ``limit``) whose predicted
+    peak is at most ``memory`` bytes; None if batch 1 does not fit. The peak grows with
+    the batch, so a bisection finds it."""
+    def at(batch: int) -> Plan:
+        return plan(model, replace(setting, batch=batch))
+
+    if at(1).peak > memory:
+        return None
+    low, high = 1, limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if at(mid).peak <= memory else (low, mid - 1)
+    return at(low)
+
+
+def load_records(path: Path = RECORDS_PATH) -> list[tuple[Setting, int]]:
+    """The measured peaks of benchmarks/results/bench_optimize_model_h200.json (the
+    llama-1b preset on an H200) as (setting, torch.cuda.max_memory_allocated bytes)."""
+    data = json.loads(Path(path).read_text())
+    config = data["config"]
+    dtypes = {"float32": "fp32", "bfloat16": "bf16"}
+    records = []
+    for r in data["results"]:
+        ojas = r["mode"].startswith("ojas")
+        setting = Setting(dtype=dtypes[r["dtype"]], optimizer=r["optimizer"], fused=ojas, batch=config["batch"],
+                          seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"), ojas_attention=ojas,
+                          ojas_loss=ojas)
+        records.append((setting, r["peak"]))
+    return records
+
+
+def record_model(path: Path = RECORDS_PATH) -> Model:
+    """The model the records were measured on, from their config."""
+    c = json.loads(Path(path).read_text())["config"]
+    return Model(c["hidden"], c["layers"], c["heads"], c["heads"], c["intermediate"], c["vocab"], name="llama-1b")
+
+
+# --------------------------------------------------------------------------
+# The command (``ojas plan``)
+# --------------------------------------------------------------------------
+
+#: the benchmark's four modes, as (fused, checkpoint, ojas attention and loss)
+MODES = ((False, False, False), (False, True, False), (True, False, True), (True, True, True))
+
+
+def add_arguments(parser: Any) -> None:
+    """The ``ojas plan`` arguments on an ``argparse`` parser."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", choices=list(PRESETS), help="a Llama-shaped preset (default llama-1b)")
+    source.add_argument("--config", help="a Hugging Face config.json (or a folder holding one)")
+    parser.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights, gradients, state (default bf16)")
+    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
+    parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets)")
+    parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
+    parser.add_argument("--ojas", action="store_true", help="ojas attention and linear cross-entropy")
+    parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
+    parser.add_argument("--ojas-loss", action="store_true", help="ojas linear cross-entropy only")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--fit", type=_memory_argument, metavar="GPU_MEMORY",
+                        help="e.g. 24GiB: for each dtype x optimizer x mode (the benchmark's four, or the one the "
+                             "flags give), the largest preset that fits (the largest batch with --preset/--config)")
+
+
+def _memory_argument(text: str) -> int:
+    import argparse
+
+    try:
+        return parse_bytes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _read_config(path: str) -> Model:
+    file = Path(path)
+    file = file / "config.json" if file.is_dir() else file
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"--config {path}: cannot read a JSON config ({err})") from None
+    return Model.from_config(config.get("text_config", config), name=file.parent.name or file.stem)
+
+
+def run_command(args: Any) -> int:
+    """``ojas plan``: the breakdown of one setting, or with ``--fit`` the table of fits."""
+    import sys
+
+    try:
+        model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
+        flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
+                     ojas_loss=args.ojas or args.ojas_loss)
+        setting = Setting(dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch,
+                          seq=args.seq, **flags)
+        if args.fit is None:
+            predicted = plan(model, setting)
+            print(predicted.table())
+            measured = measured_peak(model, setting)
+            if measured is not None:
+                print(f"\nmeasured on an H200: {gib(measured)} GiB (torch.cuda.max_memory_allocated, "
+                      f"{RECORDS_PATH.name}); predicted {100 * (predicted.peak - measured) / measured:+.2f}%")
+            return 0
+        modes = [tuple(flags.values())] if any(flags.values()) else [(f, c, o, o) for f, c, o in MODES]
+        settings = [Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, fused=f, checkpoint=c,
+                            ojas_attention=a, ojas_loss=lo)
+                    for d in ([args.dtype] if args.dtype else list(DTYPE_BYTES))
+                    for o in ([args.optimizer] if args.optimizer else list(OPTIMIZERS)) for f, c, a, lo in modes]
+    except (ValueError, TypeError, NotImplementedError) as err:
+        print(f"ojas plan: {err}", file=sys.stderr)
+        return 2
+    by_batch = bool(args.preset or args.config)
+    print(fit_table(args.fit, settings, model if by_batch else None))
+    return 0
+
+
+def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] = None) -> str:
+    """One row per setting: the largest preset that fits in ``memory`` (or, given a
+    ``model``, its largest batch), its predicted peak, and the measured peak where the row
+    is a recorded configuration (the llama-1b records)."""
+    what = f"largest batch of {model.name} at seq {settings[0].seq}" if model else "largest preset"
+    lines = [f"ojas plan --fit {gib(memory)} GiB: {what}; peak predicted by the formulas of ojas_ref/plan.py",
+             "| dtype | optimizer | mode | fits | tokens/step | peak GiB | at | measured on H200 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in settings:
+        found = fit_batch(memory, model, s) if model else fit_preset(memory, s)
+        if found is None:
+            lines.append(f"| {s.dtype} | {s.optimizer} | {s.mode} | nothing | - | - | - | predicted |")
+            continue
+        fs = found.setting
+        name = f"batch {fs.batch}" if model else found.model.name
+        peak = measured_peak(found.model, fs)
+        label = "predicted" if peak is None else f"measured {gib(peak)} GiB"
+        lines.append(f"| {s.dtype} | {s.optimizer} | {s.mode} | {name} | {fs.tokens} | {gib(found.peak)} | "
+                     f"{found.peak_phase.name} | {label} |")
+    return "\n".join(lines)
+
+
+def measured_peak(model: Model, setting: Setting) -> Optional[int]:
+    """The recorded peak of this model and setting (benchmarks/results/, a source checkout),
+    or None where nothing was measured."""
+    if not RECORDS_PATH.exists() or replace(model, name="", source="") != replace(record_model(), name="", source=""):
+        return None
+    return dict(load_records()).get(setting)
