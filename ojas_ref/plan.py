@@ -132,6 +132,22 @@ class Model:
                    vocab=values["vocab_size"], tied=bool(get("tie_word_embeddings", False)),
                    head_dim=get("head_dim"), name=name)
 
+    @classmethod
+    def from_module(cls, module: Any) -> "Model":
+        """From a Hugging Face ``PreTrainedModel`` on any device (the meta device included):
+        its config, refused when the module's parameter count is not the Llama formula's
+        (another architecture: biases, other norms or MLPs are not modelled)."""
+        config = getattr(module, "config", None)
+        if config is None or not hasattr(module, "parameters"):
+            raise TypeError(f"model must be a Hugging Face PreTrainedModel (with .config), got {type(module).__name__}")
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        model = cls.from_config(text, name=getattr(text, "model_type", None) or "custom")
+        count = sum(p.numel() for p in module.parameters())
+        if count != model.params():
+            raise NotImplementedError(f"the model has {count} parameters, a Llama decoder of its config "
+                                      f"{model.params()}: its architecture is not modelled")
+        return model
+
 
 #: Llama-shaped presets, smallest first (the family ``--fit`` searches).
 PRESETS: dict[str, Model] = {m.name: m for m in (
@@ -302,6 +318,12 @@ def standard_loss_backward_bytes(m: Model, s: Setting) -> int:
     return 3 * 4 * s.tokens * m.vocab
 
 
+def standard_loss_logits_gradient_bytes(m: Model, s: Setting) -> int:
+    """The gradient of the logits [tokens, V] in the model dtype, the head's backward input
+    with the standard loss (none with the linear cross-entropy: it has no logits)."""
+    return 0 if s.ojas_loss else s.size * s.tokens * m.vocab
+
+
 def lce_gradients_bytes(m: Model, s: Setting) -> int:
     """:func:`ojas_ref.linear_cross_entropy` (the kernel's 3-product schedule, reductions
     mean / sum) computes grad_input [tokens, hidden] and grad_weight [V, hidden] in the
@@ -348,6 +370,22 @@ def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
     product (freed with down_proj's node), plus down_proj's weight gradient [hidden, I]
     (accumulated, or pending in a bucket)."""
     return 2 * s.size * s.tokens * m.intermediate + s.size * m.hidden * m.intermediate
+
+
+def gradients_before_first_layer_bytes(m: Model, s: Setting) -> int:
+    """The standard loop's gradients accumulated when the first decoder layer's backward
+    starts: every parameter's but the embedding's and the first layer's (a tied head's
+    contribution waits in autograd's buffer for the embedding's: the same bytes)."""
+    return (m.params() - m.vocab * m.hidden - m.layer_params()) * s.size + (head_gradient_bytes(m, s) if m.tied else 0)
+
+
+def first_layer_saved_bytes(m: Model, s: Setting) -> int:
+    """The first decoder layer's saved tensors in its backward: :func:`layer_saved_bytes`,
+    or when checkpointed :func:`recomputed_layer_bytes` and its checkpoint (the
+    embedding's output)."""
+    if s.checkpoint:
+        return recomputed_layer_bytes(m, s) + s.size * s.tokens * m.hidden
+    return layer_saved_bytes(m, s)
 
 
 def embedding_backward_bytes(m: Model, s: Setting) -> int:
@@ -430,9 +468,10 @@ def _term(name: str, fn: Any, m: Model, s: Setting) -> Term:
     return Term(name, fn(m, s), fn.__name__)
 
 
-def plan(model: Model | str, setting: Setting) -> Plan:
-    """The predicted phases of one steady-state training step of ``model`` (a :class:`Model`
-    or a preset name) under ``setting``."""
+def plan(model: Any, setting: Setting) -> Plan:
+    """The predicted phases of one steady-state training step of ``model`` (a :class:`Model`,
+    a preset name, or a Hugging Face Llama-style ``PreTrainedModel``, e.g. on the meta
+    device) under ``setting``."""
     m = _model(model)
     s = setting
     if not isinstance(s, Setting):
@@ -465,10 +504,16 @@ def plan(model: Model | str, setting: Setting) -> Plan:
             _term("loss: log-softmax output and 2 gradients", standard_loss_backward_bytes, m, s),)))
     phases.append(Phase("backward: head gradient" + (" and its bucket's update" if head_updated_first(m, s) else ""),
                         fixed + (stack,) + head_in + (grad_flow, head_grad) + (
+                            _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),
                             _term("bucket update temporaries (head)", bucket_step_temporary_bytes, m, s),)))
     held_head = () if head_updated_first(m, s) else (head_grad,)
     phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + held_head + (
         head_in[1], grad_flow, _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s))))
+    if not s.fused:
+        phases.append(Phase("backward: first decoder layer (MLP)", fixed + (
+            _term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s),
+            _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow,
+            _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s))))
     grads = (Term("gradients (all parameters)", m.params() * s.size, "params x size") if not s.fused else
              Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes"))
     tied = Term("tied embedding: second gradient before the sum", head_gradient_bytes(m, s) if m.tied else 0,
@@ -481,14 +526,14 @@ def plan(model: Model | str, setting: Setting) -> Plan:
     return Plan(m, s, tuple(phases))
 
 
-def _model(model: Model | str) -> Model:
+def _model(model: Any) -> Model:
     if isinstance(model, Model):
         return model
     if isinstance(model, str):
         if model not in PRESETS:
             raise ValueError(f"unknown preset {model!r}; presets: {', '.join(PRESETS)}")
         return PRESETS[model]
-    raise TypeError(f"model must be a Model or a preset name, got {type(model).__name__}")
+    return Model.from_module(model)
 
 
 # --------------------------------------------------------------------------
@@ -518,7 +563,7 @@ def fit_preset(memory: int, setting: Setting, presets: Sequence[Model] = tuple(P
     return max(fitting, key=lambda p: p.model.params(), default=None)
 
 
-def fit_batch(memory: int, model: Model | str, setting: Setting, limit: int = 2**20) -> Optional[Plan]:
+def fit_batch(memory: int, model: Any, setting: Setting, limit: int = 2**20) -> Optional[Plan]:
     """The plan of the largest batch (at ``setting.seq``, up to ``limit``) whose predicted
     peak is at most ``memory`` bytes; None if batch 1 does not fit. The peak grows with
     the batch, so a bisection finds it."""

@@ -70,6 +70,22 @@ def test_param_count_with_head_dim():
     assert P.Model.from_config(config).params() == sum(p.numel() for p in model.parameters())
 
 
+def test_plan_of_a_meta_device_module():
+    config = _llama_config(num_key_value_heads=2, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    s = P.Setting(seq=64)
+    assert P.plan(model, s).peak == P.plan(P.Model.from_config(config), s).peak
+    with torch.device("meta"):
+        qwen = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+            vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2))
+    with pytest.raises(NotImplementedError, match="not modelled"):
+        P.plan(qwen, s)  # q/k/v biases
+    with pytest.raises(TypeError, match="model must be"):
+        P.plan(torch.nn.Linear(2, 2), s)
+
+
 def _saved_bytes(model, ids) -> int:
     """Bytes of the distinct storages autograd saves in one forward, parameters excluded."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
