@@ -1,4 +1,4 @@
-"""The ``ojas`` command: ``ojas audit`` (the main job) and ``ojas proofs``.
+"""The ``ojas`` command: ``ojas audit`` (the main job), ``ojas proofs`` and ``ojas train``.
 
 Exit status: 0 when everything holds, 1 when something does not, 2 when the command
 cannot run here (it needs a source checkout with rocq/ and extraction/, and coqc,
@@ -59,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--check-manifest", action="store_true",
                        help="fail if rocq/MANIFEST.json differs from what the audit finds")
     proofs.set_defaults(func=_proofs)
+    from ojas_ref import train
+
+    train_parser = sub.add_parser("train", help="train a Llama-style model from scratch (CPU default: minutes)",
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    train.add_arguments(train_parser)
+    train_parser.set_defaults(func=train.run_command)
     args = parser.parse_args(argv)
     return args.func(args)
 

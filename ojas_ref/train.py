@@ -1,0 +1,511 @@
+"""``train(TrainConfig(...))``: a Llama-style decoder trained from scratch on a text corpus, with
+``optimize_model``, AdamW (fused into backward by :class:`~ojas_ref.InBackwardOptimizer` or the
+standard loop), a warmup + cosine schedule, progress, logs, a loss plot and checkpoints.
+
+* Data (:mod:`ojas_ref.data`): the standard library's ``.py`` files by default, a byte-level
+  BPE, a hash-keyed token cache, a seeded resumable loader; ids checked against the model.
+* Schedule: the learning rate of step ``s`` is :func:`learning_rate` of ``s`` alone (no
+  scheduler state), so a resumed run cannot compound it.
+* Records: a tqdm bar from the first step (loss, lr, tokens/s, peak memory),
+  ``<out_dir>/train.jsonl`` (one record per step), ``<out_dir>/loss.png``.
+* Checkpoints (:mod:`ojas_ref.checkpoint`): model, optimizer, step, RNG states, loader position
+  and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
+  SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
+  ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses).
+* Guards: a non-finite loss (and, in the standard loop, gradient norm) stops the run before the
+  update with :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import resource
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ojas_ref import checkpoint as ckpt
+from ojas_ref.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
+
+__all__ = ["PRESETS", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments", "describe", "learning_rate",
+           "run_command", "train"]
+
+#: Llama shapes (the vocabulary comes from the tokenizer). ``tiny``: the CPU default;
+#: ``nano``: seconds-long smoke tests; ``1b``: benchmarks' 1.06B shape (with vocab 32000).
+PRESETS: dict[str, dict[str, int]] = {
+    "nano": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
+    "tiny": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4},
+    "1b": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 18, "num_attention_heads": 16},
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: settings a resumed run may change (they do not change the computation)
+RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "progress", "checkpoint_every", "keep_checkpoints",
+                               "cache_dir", "out_dir", "device"})
+LOG_NAME, PLOT_NAME, TOKENIZER_NAME, CHECKPOINT_DIR = "train.jsonl", "loss.png", "tokenizer.json", "checkpoints"
+
+
+def _default_cache() -> str:
+    return str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ojas")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The setting of a run (the fields of ``ojas train``'s options)."""
+
+    preset: str = "tiny"
+    seq_len: int = 128
+    batch_size: int = 8
+    accumulation_steps: int = 1
+    steps: int = 1000
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    max_grad_norm: Optional[float] = 1.0
+    in_backward: bool = True
+    ojas: bool = True
+    activation_checkpointing: bool = False
+    dtype: str = "float32"
+    device: str = "auto"
+    seed: int = 0
+    data_dir: Optional[str] = None
+    data_glob: str = "*.py"
+    max_bytes: int = 4_000_000
+    vocab: int = 2048
+    cache_dir: str = dataclasses.field(default_factory=_default_cache)
+    out_dir: str = "ojas-train"
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 2
+    resume: Optional[str] = None
+    stop_after: Optional[int] = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not (isinstance(self.warmup_steps, int) and 0 <= self.warmup_steps <= self.steps):
+            raise ValueError(f"warmup_steps must be an int in [0, steps={self.steps}], got {self.warmup_steps!r}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite float > 0, got {self.lr!r}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"max_grad_norm must be None or a finite float > 0, got {self.max_grad_norm!r}")
+        if self.stop_after is not None and not (isinstance(self.stop_after, int) and 1 <= self.stop_after <= self.steps):
+            raise ValueError(f"stop_after must be None or an int in [1, steps={self.steps}], got {self.stop_after!r}")
+
+    def model_config(self, vocab_size: int) -> Any:
+        """The ``transformers.LlamaConfig`` of the preset with ``vocab_size`` tokens."""
+        import transformers
+
+        shape = PRESETS[self.preset]
+        return transformers.LlamaConfig(
+            vocab_size=vocab_size, max_position_embeddings=self.seq_len, num_key_value_heads=shape["num_attention_heads"],
+            tie_word_embeddings=False, attention_dropout=0.0, use_cache=False, **shape)
+
+
+@dataclass
+class TrainResult:
+    """What a call of :func:`train` did."""
+
+    model: torch.nn.Module
+    #: optimizer steps done in all (the resumed ones included)
+    step: int
+    #: ``(step, loss)`` of the steps this call ran
+    losses: list[tuple[int, float]]
+    #: the last checkpoint written (None if none was)
+    checkpoint: Optional[Path]
+    #: None when all ``steps`` ran; ``"stop_after"``, or the signal's name (``"SIGTERM"``)
+    stopped: Optional[str]
+    log_path: Path
+    plot_path: Path
+
+
+class TrainingDiverged(RuntimeError):
+    """A non-finite loss or gradient; the message names the step, the tensor and the last checkpoint."""
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """The learning rate of optimizer step ``step`` (0-based): linear warmup to ``lr`` over
+    ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio`` at the last step. A function
+    of the step number alone."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    decay_steps = max(config.steps - 1 - config.warmup_steps, 1)
+    progress = min((step - config.warmup_steps) / decay_steps, 1.0)
+    floor = config.lr * config.min_lr_ratio
+    return floor + (config.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _device(config: TrainConfig) -> torch.device:
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(config.device)
+
+
+def _peak_memory(device: torch.device) -> int:
+    """Peak bytes: CUDA's ``max_memory_allocated``, or the process's maximum resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
+    """The setting in words: model shape and size, tokens, schedule, optimizer, data, outputs."""
+    import transformers
+
+    vocab = config.vocab if vocab_size is None else vocab_size
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in transformers.LlamaForCausalLM(config.model_config(vocab)).parameters())
+    tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
+    shape = PRESETS[config.preset]
+    data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
+    lines = [
+        f"model      Llama preset {config.preset!r}: hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
+        f"{shape['num_attention_heads']} heads, intermediate {shape['intermediate_size']}, vocabulary {vocab}"
+        + (" (the BPE's target; the trained tokenizer's size with added tokens is used)" if vocab_size is None else "")
+        + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
+        f"ojas       optimize_model {'on' if config.ojas else 'off'}"
+        + (", activation checkpointing" if config.activation_checkpointing else ""),
+        f"optimizer  AdamW {'fused into backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
+        f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
+        f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine to "
+        f"{config.lr * config.min_lr_ratio:g}",
+        f"batch      {config.batch_size} x {config.seq_len} tokens x {config.accumulation_steps} accumulation = "
+        f"{tokens_per_step} tokens/step, {tokens_per_step * config.steps:,} in all",
+        f"data       {data}, files {config.data_glob!r}, up to {config.max_bytes:,} bytes; byte-level BPE of "
+        f"{config.vocab} tokens; cache {config.cache_dir}",
+        f"outputs    {config.out_dir}: {LOG_NAME}, {PLOT_NAME}, {CHECKPOINT_DIR}/ every {config.checkpoint_every} "
+        f"steps (keep {config.keep_checkpoints})" + (f"; resume {config.resume}" if config.resume else ""),
+    ]
+    return "\n".join(lines)
+
+
+class _StopFlag:
+    """SIGTERM / SIGINT handlers (in the main thread) that record the signal for the loop to
+    save and return; a second SIGINT raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.signal_name: Optional[str] = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signal_name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+
+    def __enter__(self) -> "_StopFlag":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _build(config: TrainConfig, data: PreparedData, device: torch.device):
+    """Model (seeded init, ``optimize_model`` if asked) and optimizer."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    model = transformers.LlamaForCausalLM(config.model_config(data.vocab_size)).to(device=device,
+                                                                                    dtype=DTYPES[config.dtype])
+    model.train()
+    if config.ojas:
+        from ojas_ref import optimize_model
+
+        model, _ = optimize_model(model, checkpoint=config.activation_checkpointing)
+    elif config.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if config.in_backward:
+        from ojas_ref import InBackwardOptimizer
+
+        optimizer = InBackwardOptimizer(groups, torch.optim.AdamW, lr=config.lr, max_grad_norm=config.max_grad_norm,
+                                        accumulation_steps=config.accumulation_steps)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=config.lr)
+    return model, optimizer
+
+
+def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> None:
+    current = dataclasses.asdict(config)
+    for name, value in saved.items():
+        if name not in RESUMABLE_CHANGES and current.get(name) != value:
+            raise ValueError(f"cannot resume from {path}: it was written with {name}={value!r}, this run has "
+                             f"{name}={current.get(name)!r} (it changes the computation); use the checkpoint's "
+                             "setting or another out_dir")
+
+
+def _read_log(path: Path, up_to: int) -> list[dict[str, Any]]:
+    """The records of ``path`` of steps <= ``up_to`` (a resumed run redoes the later ones)."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill
+            continue
+        if record.get("step", math.inf) <= up_to:
+            records.append(record)
+    return records
+
+
+def _plot(records: list[dict[str, Any]], path: Path, device: torch.device) -> None:
+    """Loss and peak memory against the step, as a PNG (matplotlib, no display needed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    steps = [r["step"] for r in records]
+    figure = Figure(figsize=(8, 6))
+    FigureCanvasAgg(figure)
+    loss_axes, memory_axes = figure.subplots(2, 1, sharex=True)
+    losses = [r["loss"] for r in records]
+    window = max(1, len(losses) // 50)
+    smooth = [sum(losses[max(0, i - window + 1):i + 1]) / len(losses[max(0, i - window + 1):i + 1])
+              for i in range(len(losses))]
+    loss_axes.plot(steps, losses, alpha=0.35, label="per step")
+    loss_axes.plot(steps, smooth, label=f"mean of {window} steps")
+    loss_axes.legend()
+    loss_axes.set_ylabel("training loss (nats/token)")
+    loss_axes.grid(True, alpha=0.3)
+    memory_axes.plot(steps, [r["peak_memory_bytes"] / 2**20 for r in records])
+    memory_axes.set_ylabel("peak memory (MiB)\n" + ("CUDA allocated" if device.type == "cuda" else "process max RSS"))
+    memory_axes.set_xlabel("step")
+    memory_axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def _first_nonfinite_grad(model: torch.nn.Module) -> str:
+    return next((n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()),
+                "<none found>")
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Run (or resume) the training run of ``config``; see the module docstring."""
+    from tqdm import tqdm
+
+    device = _device(config)
+    out = Path(config.out_dir)
+    checkpoints = out / CHECKPOINT_DIR
+    log_path, plot_path = out / LOG_NAME, out / PLOT_NAME
+    resume_path: Optional[Path] = None
+    if config.resume == "latest":
+        resume_path = ckpt.latest_checkpoint(checkpoints)
+    elif config.resume is not None:
+        resume_path = Path(config.resume)
+        if not resume_path.is_file():
+            raise ValueError(f"resume: {config.resume!r} is neither 'latest' nor a checkpoint file")
+    elif ckpt.list_checkpoints(checkpoints) or log_path.exists():
+        raise ValueError(f"out_dir {str(out)!r} holds a run already: pass resume='latest' (--resume) to continue "
+                         "it, or another out_dir")
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    for stale in ckpt.remove_temporaries(checkpoints):
+        print(f"ojas train: removed {stale}, left by a writer killed before its rename", file=sys.stderr)
+
+    corpus = read_corpus(config.data_dir, config.data_glob, config.max_bytes)
+    data = prepare(corpus, config.vocab, config.cache_dir)
+    ckpt.atomic_write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()])
+    model, optimizer = _build(config, data, device)
+    loader = WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed, model.config.vocab_size)
+
+    start = 0
+    last_checkpoint: Optional[Path] = None
+    if resume_path is not None:
+        state = ckpt.load_checkpoint(resume_path)
+        _check_resumable(state["config"], config, resume_path)
+        if state["tokens_key"] != data.tokens_key:
+            raise ValueError(f"cannot resume from {resume_path}: it was trained on other token ids (corpus or "
+                             f"tokenizer changed: key {state['tokens_key'][:12]}..., now {data.tokens_key[:12]}...)")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])
+        _set_rng_state(state["rng"])
+        start, last_checkpoint = state["step"], resume_path
+    records = _read_log(log_path, start)
+    ckpt.atomic_write(log_path, [(json.dumps(r) + "\n").encode() for r in records])
+
+    def save(step: int) -> Path:
+        path = ckpt.save_checkpoint(ckpt.checkpoint_path(checkpoints, step), {
+            "format": 1, "step": step, "config": dataclasses.asdict(config), "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "rng": _rng_state(device),
+            "tokens_key": data.tokens_key, "tokenizer": data.tokenizer.to_str()})
+        ckpt.prune_checkpoints(checkpoints, config.keep_checkpoints)
+        return path
+
+    def diverged(step: int, what: str) -> TrainingDiverged:
+        _plot(records, plot_path, device)
+        where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+        return TrainingDiverged(f"training diverged at step {step}: {what}; the update was not applied; {where}. "
+                                "Lower lr, raise warmup_steps or set max_grad_norm, and resume from it")
+
+    end = config.steps if config.stop_after is None else config.stop_after
+    tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
+    losses: list[tuple[int, float]] = []
+    stopped: Optional[str] = None
+    print(describe(config, data.vocab_size), file=sys.stderr)
+    bar = tqdm(total=config.steps, initial=start, unit="step", disable=not config.progress, dynamic_ncols=True,
+               mininterval=0.25, desc="ojas train")
+    try:
+        with _StopFlag() as flag, log_path.open("a") as log:
+            began = time.perf_counter()
+            for step in range(start, end):
+                lr = learning_rate(step, config)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                t0 = time.perf_counter()
+                total = torch.zeros((), device=device)
+                grad_norm: Optional[float] = None
+                for micro in range(config.accumulation_steps):
+                    window = next(loader).to(device)
+                    inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()
+                    loss = model(input_ids=inputs, labels=targets, shift_labels=targets).loss
+                    if not torch.isfinite(loss):
+                        optimizer.zero_grad()
+                        raise diverged(step + 1, f"the loss of micro-batch {micro} is {loss.item()}")
+                    total += loss.detach()
+                    scaled = loss / config.accumulation_steps
+                    if config.in_backward:
+                        optimizer.backward(scaled)
+                    else:
+                        scaled.backward()
+                if not config.in_backward:
+                    grads = [p.grad for p in model.parameters() if p.grad is not None]
+                    norm = torch.nn.utils.get_total_norm(grads)
+                    if not torch.isfinite(norm):
+                        raise diverged(step + 1, f"the gradient norm is {norm.item()} (first non-finite gradient: "
+                                                 f"{_first_nonfinite_grad(model)})")
+                    if config.max_grad_norm is not None:
+                        torch.nn.utils.clip_grads_with_norm_(grads, config.max_grad_norm, norm)
+                    grad_norm = norm.item()
+                optimizer.step()
+                optimizer.zero_grad()
+                step_loss = (total / config.accumulation_steps).item()
+                seconds = time.perf_counter() - t0
+                done = step + 1
+                memory = _peak_memory(device)
+                record = {"step": done, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": done * tokens_per_step,
+                          "tokens_per_s": tokens_per_step / seconds, "step_s": seconds,
+                          "elapsed_s": time.perf_counter() - began, "peak_memory_bytes": memory}
+                records.append(record)
+                losses.append((done, step_loss))
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                bar.set_postfix_str(f"loss {step_loss:.4f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
+                                    f"mem {memory / 2**20:,.0f} MiB", refresh=False)
+                bar.update(1)
+                stopped = flag.signal_name or ("stop_after" if done == config.stop_after else None)
+                if stopped or done == config.steps or done % config.checkpoint_every == 0:
+                    last_checkpoint = save(done)
+                    bar.write(f"ojas train: step {done}: checkpoint {last_checkpoint}", file=sys.stderr)
+                if stopped:
+                    break
+    finally:
+        bar.close()
+    _plot(records, plot_path, device)
+    final = losses[-1][0] if losses else start
+    return TrainResult(model, final, losses, last_checkpoint, stopped, log_path, plot_path)
+
+
+_HELP = {
+    "preset": f"model shape: {', '.join(PRESETS)}", "seq_len": "tokens per sequence", "batch_size": "sequences per micro-batch",
+    "accumulation_steps": "micro-batches per optimizer step", "steps": "optimizer steps of the whole run",
+    "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine", "warmup_steps": "linear warmup steps",
+    "weight_decay": "AdamW weight decay (matrices only)", "max_grad_norm": "clip the gradient norm (0: no clipping)",
+    "in_backward": "AdamW fused into backward (InBackwardOptimizer) or the standard loop",
+    "ojas": "apply optimize_model (ojas attention and cross-entropy)",
+    "activation_checkpointing": "per-layer activation checkpointing", "dtype": "parameter dtype",
+    "device": "cpu, cuda, cuda:N or auto", "seed": "seed of the initialisation and the data order",
+    "data_dir": "directory of the corpus (default: the Python standard library)", "data_glob": "files of the corpus",
+    "max_bytes": "corpus bytes", "vocab": "BPE vocabulary (special tokens included)", "cache_dir": "tokenizer/token cache",
+    "out_dir": "log, plot and checkpoints", "checkpoint_every": "steps between checkpoints",
+    "keep_checkpoints": "checkpoints kept", "resume": "continue from a checkpoint file, or the latest in out_dir",
+    "stop_after": "save and stop after this step (the schedule stays that of --steps)", "progress": "progress bar",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ojas train``: one per :class:`TrainConfig` field, and ``--dry-run``."""
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        flag, default = "--" + f.name.replace("_", "-"), getattr(defaults, f.name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=_HELP[f.name])
+        elif f.name == "resume":
+            parser.add_argument(flag, nargs="?", const="latest", default=None, metavar="CHECKPOINT", help=_HELP[f.name])
+        else:
+            kind = {"max_grad_norm": float, "stop_after": int, "data_dir": str}.get(f.name, type(default))
+            choices = {"preset": sorted(PRESETS), "dtype": sorted(DTYPES)}.get(f.name)
+            parser.add_argument(flag, type=kind, default=default, choices=choices,
+                                help=_HELP[f.name])
+    parser.add_argument("--dry-run", action="store_true", help="print the setting and exit")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``ojas train``: 0 when the run finished, 1 when it diverged, 128 + N when stopped by signal N
+    (checkpoint written), 0 at ``--stop-after``; a bad setting exits 2 naming the option."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
+    if values["max_grad_norm"] == 0:
+        values["max_grad_norm"] = None
+    try:
+        config = TrainConfig(**values)
+    except ValueError as err:
+        print(f"ojas train: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(describe(config))
+        return 0
+    try:
+        result = train(config)
+    except TrainingDiverged as err:
+        print(f"ojas train: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        print(f"ojas train: {err}", file=sys.stderr)
+        return 2
+    first, last = (result.losses[0][1], result.losses[-1][1]) if result.losses else (math.nan, math.nan)
+    print(f"ojas train: step {result.step}, loss {first:.4f} -> {last:.4f}; log {result.log_path}, plot "
+          f"{result.plot_path}, checkpoint {result.checkpoint}"
+          + (f"; stopped by {result.stopped}, continue with --resume" if result.stopped else ""))
+    if result.stopped and result.stopped != "stop_after":
+        return 128 + signal.Signals[result.stopped].value
+    return 0

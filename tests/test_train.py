@@ -1,0 +1,226 @@
+"""ojas_ref.train / ``ojas train``: a real (tiny) run, bitwise resume, signals, SIGKILL while
+checkpointing, divergence, the schedule, the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ojas_ref import checkpoint as ckpt
+from ojas_ref.cli import main
+from ojas_ref.train import TrainConfig, TrainingDiverged, learning_rate, train
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("token-cache"))
+
+
+def small(out_dir: Path, cache: str, **changes) -> TrainConfig:
+    """The nano preset on 200 kB of the standard library: about 10 ms a step."""
+    settings = dict(preset="nano", seq_len=32, batch_size=4, steps=12, lr=1e-2, warmup_steps=3, max_bytes=200_000,
+                    vocab=512, cache_dir=cache, out_dir=str(out_dir), checkpoint_every=4, keep_checkpoints=10,
+                    progress=False)
+    return TrainConfig(**{**settings, **changes})
+
+
+def _parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _assert_bitwise(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"parameters differ: {different}"
+
+
+def _logged_losses(out_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in map(json.loads, (out_dir / "train.jsonl").read_text().splitlines())]
+
+
+def test_schedule_is_a_function_of_the_step() -> None:
+    config = TrainConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1)
+    lrs = [learning_rate(s, config) for s in range(100)]
+    assert lrs[:10] == pytest.approx([1e-4 * (s + 1) for s in range(10)])
+    assert lrs[10] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert lrs[55] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 45 / 89)))
+    assert [learning_rate(s, config) for s in range(100)] == lrs  # no state: a resume cannot compound it
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"preset": "huge"}, "preset"), ({"steps": 0}, "steps"), ({"lr": -1.0}, "lr"), ({"dtype": "fp8"}, "dtype"),
+    ({"warmup_steps": 20, "steps": 10}, "warmup_steps"), ({"stop_after": 11, "steps": 10, "warmup_steps": 1}, "stop_after"),
+    ({"max_grad_norm": float("nan")}, "max_grad_norm"), ({"accumulation_steps": 0}, "accumulation_steps")])
+def test_bad_setting_names_the_field(changes: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**changes)
+
+
+def test_loss_falls_and_records(tmp_path: Path, cache: str) -> None:
+    result = train(small(tmp_path, cache, steps=60, checkpoint_every=30))
+    losses = [loss for _, loss in result.losses]
+    assert [s for s, _ in result.losses] == list(range(1, 61)) and result.step == 60 and result.stopped is None
+    assert abs(losses[0] - math.log(512)) < 0.3  # starts at chance
+    assert sum(losses[-10:]) / 10 < losses[0] - 0.6  # and learns
+    assert _logged_losses(tmp_path) == result.losses
+    record = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
+    assert {"lr", "tokens_per_s", "peak_memory_bytes", "tokens"} <= record.keys() and record["tokens"] == 4 * 32
+    assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for _, p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == [
+        "step-00000030.ckpt", "step-00000060.ckpt"]
+
+
+RUNS = {  # fused AdamW with two-pass clipping; the standard loop with accumulation and clipping
+    "in-backward": {"in_backward": True},
+    "standard-accumulation": {"in_backward": False, "accumulation_steps": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, cache: str) -> dict[str, tuple]:
+    """The uninterrupted 12-step runs of RUNS: (parameters, losses)."""
+    runs = {}
+    for name, changes in RUNS.items():
+        result = train(small(tmp_path_factory.mktemp(name), cache, **changes))
+        runs[name] = (_parameters(result.model), result.losses)
+    return runs
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_resume_is_bitwise(tmp_path: Path, cache: str, reference: dict, name: str) -> None:
+    parameters, losses = reference[name]
+    stopped = train(small(tmp_path, cache, stop_after=7, **RUNS[name]))
+    assert stopped.stopped == "stop_after" and stopped.losses == losses[:7]
+    # resume from the step-4 checkpoint, not the latest (7): the log is cut back to step 4
+    resumed = train(small(tmp_path, cache, resume=str(ckpt.checkpoint_path(tmp_path / "checkpoints", 4)),
+                          **RUNS[name]))
+    assert resumed.losses == losses[4:] and resumed.step == 12
+    _assert_bitwise(_parameters(resumed.model), parameters)
+    assert _logged_losses(tmp_path) == losses
+    again = train(small(tmp_path, cache, resume="latest", **RUNS[name]))  # finished: nothing left to do
+    assert again.losses == [] and again.step == 12
+
+
+def test_resume_refuses_other_setting(tmp_path: Path, cache: str) -> None:
+    train(small(tmp_path, cache, steps=4))
+    with pytest.raises(ValueError, match="holds a run already"):
+        train(small(tmp_path, cache, steps=4))
+    with pytest.raises(ValueError, match=r"lr=0\.01.*lr=0\.02"):
+        train(small(tmp_path, cache, steps=4, lr=2e-2, resume="latest"))
+
+
+# A run in a subprocess, through the CLI, with a hook on the loader or on the checkpoint writer.
+_RUNNER = textwrap.dedent("""
+    import builtins, json, os, signal, sys, time
+    from ojas_ref import checkpoint as ckpt, data
+    from ojas_ref.cli import main
+
+    args, hook = json.loads(sys.argv[1]), sys.argv[2]
+    if hook == "sigterm":  # a real SIGTERM to this process while it fetches the batch of step 6
+        next_batch = data.WindowLoader.__next__
+        def sigterm_at_step_6(self):
+            if self.index == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return next_batch(self)
+        data.WindowLoader.__next__ = sigterm_at_step_6
+    else:  # hang half-way through writing the step-8 checkpoint, to be SIGKILLed there
+        class HalfWriter:
+            def __init__(self, f): self.f = f
+            def __enter__(self): return self
+            def __exit__(self, *exc): self.f.close()
+            def fileno(self): return self.f.fileno()
+            def flush(self): self.f.flush()
+            def write(self, chunk):
+                if len(chunk) > 1000:
+                    self.f.write(bytes(chunk)[:len(chunk) // 2]); self.f.flush()
+                    print("READY", flush=True); time.sleep(600)
+                return self.f.write(chunk)
+        ckpt.open = lambda path, mode: HalfWriter(builtins.open(path, mode)) if "step-00000008" in str(path) \\
+            else builtins.open(path, mode)
+    sys.exit(main(["train"] + args))
+""")
+
+
+def _cli_args(config: TrainConfig) -> list[str]:
+    args = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference: dict) -> None:
+    parameters, losses = reference["in-backward"]
+    config = small(tmp_path, cache, **RUNS["in-backward"])
+    run = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr
+    assert "stopped by SIGTERM" in run.stdout
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == ckpt.checkpoint_path(tmp_path / "checkpoints", 6)
+    assert _logged_losses(tmp_path) == losses[:6]
+    resumed = train(dataclasses.replace(config, resume="latest"))
+    assert resumed.losses == losses[6:]
+    _assert_bitwise(_parameters(resumed.model), parameters)
+
+
+def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache: str, reference: dict) -> None:
+    parameters, losses = reference["in-backward"]
+    config = small(tmp_path, cache, **RUNS["in-backward"])
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert runner.stdout.readline().strip() == "READY"
+        os.kill(runner.pid, signal.SIGKILL)
+    finally:
+        runner.kill()
+        runner.wait(timeout=30)
+    checkpoints = tmp_path / "checkpoints"
+    assert [s for s, _ in ckpt.list_checkpoints(checkpoints)] == [4]
+    assert any(p.name.endswith(ckpt.TEMP_SUFFIX) for p in checkpoints.iterdir())  # the half-written one
+    resumed = train(dataclasses.replace(config, resume="latest"))
+    assert resumed.losses == losses[4:]
+    _assert_bitwise(_parameters(resumed.model), parameters)
+    assert _logged_losses(tmp_path) == losses
+    assert not any(p.name.endswith(ckpt.TEMP_SUFFIX) for p in checkpoints.iterdir())
+
+
+@pytest.mark.parametrize("in_backward", [True, False])
+def test_nan_stops_naming_step_and_checkpoint(tmp_path: Path, cache: str, in_backward: bool) -> None:
+    config = small(tmp_path, cache, steps=10, in_backward=in_backward)
+    path = train(dataclasses.replace(config, stop_after=5)).checkpoint
+    state = ckpt.load_checkpoint(path)
+    state["model"]["model.norm.weight"][0] = float("nan")  # a valid checkpoint of a broken model
+    ckpt.save_checkpoint(path, state)
+    with pytest.raises(TrainingDiverged, match=rf"at step 6: the loss .* is nan.*not applied.*{re.escape(str(path))}"):
+        train(dataclasses.replace(config, resume="latest"))
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == path
+    assert (tmp_path / "loss.png").exists()
+
+
+def test_cli_dry_run_and_run(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+    config = small(tmp_path / "run", cache, steps=3)
+    assert main(["train", "--dry-run"] + _cli_args(config)) == 0
+    out = capsys.readouterr().out
+    assert "preset 'nano'" in out and "3 steps" in out and "128 tokens/step" in out
+    assert not (tmp_path / "run").exists()
+    assert main(["train"] + _cli_args(config)) == 0
+    assert "step 3, loss" in capsys.readouterr().out
+    assert len(_logged_losses(tmp_path / "run")) == 3 and (tmp_path / "run" / "loss.png").exists()
+    assert main(["train", "--steps", "0"]) == 2
+    assert "steps must be" in capsys.readouterr().err
