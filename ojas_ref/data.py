@@ -87,7 +87,8 @@ def train_tokenizer(texts: list[str], vocab: int, special_tokens: tuple[str, ...
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab < 256 + len(special_tokens):
-        raise ValueError(f"vocab must be >= {256 + len(special_tokens)} (256 bytes and the special tokens), got {vocab}")
+        raise ValueError(f"vocab must be >= {256 + len(special_tokens)} (256 bytes and the special tokens), "
+                         f"got {vocab}")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -186,7 +187,8 @@ class WindowLoader:
         self.windows = (len(tokens) - 1) // seq_len
         self.batches_per_epoch = self.windows // batch_size
         if self.batches_per_epoch == 0:
-            raise ValueError(f"the corpus's {len(tokens)} tokens make {self.windows} window(s) of seq_len {seq_len} + 1, "
+            raise ValueError(f"the corpus's {len(tokens)} tokens make {self.windows} window(s) of seq_len "
+                             f"{seq_len} + 1, "
                              f"fewer than batch_size {batch_size}: use more data (max_bytes) or smaller batches")
         self.epoch, self.index = 0, 0
         self._order_epoch, self._order = -1, np.empty(0, dtype=np.int64)
@@ -218,7 +220,8 @@ class WindowLoader:
         """Continue from a saved position; the settings must be those it was saved with."""
         for name in ("seed", "batch_size", "seq_len", "windows"):
             if state[name] != getattr(self, name):
-                raise ValueError(f"loader state is for {name}={state[name]}, this loader has {name}={getattr(self, name)}")
+                raise ValueError(f"loader state is for {name}={state[name]}, "
+                                 f"this loader has {name}={getattr(self, name)}")
         if not (0 <= state["index"] <= self.batches_per_epoch and state["epoch"] >= 0):
             raise ValueError(f"loader state has epoch {state['epoch']}, index {state['index']}, outside "
                              f"0..{self.batches_per_epoch} batches per epoch")

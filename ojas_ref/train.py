@@ -108,7 +108,8 @@ class TrainConfig:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
             raise ValueError(f"max_grad_norm must be None or a finite float > 0, got {self.max_grad_norm!r}")
-        if self.stop_after is not None and not (isinstance(self.stop_after, int) and 1 <= self.stop_after <= self.steps):
+        if self.stop_after is not None and not (isinstance(self.stop_after, int)
+                                                and 1 <= self.stop_after <= self.steps):
             raise ValueError(f"stop_after must be None or an int in [1, steps={self.steps}], got {self.stop_after!r}")
 
     def model_config(self, vocab_size: int) -> Any:
@@ -117,8 +118,9 @@ class TrainConfig:
 
         shape = PRESETS[self.preset]
         return transformers.LlamaConfig(
-            vocab_size=vocab_size, max_position_embeddings=self.seq_len, num_key_value_heads=shape["num_attention_heads"],
-            tie_word_embeddings=False, attention_dropout=0.0, use_cache=False, **shape)
+            vocab_size=vocab_size, max_position_embeddings=self.seq_len,
+            num_key_value_heads=shape["num_attention_heads"], tie_word_embeddings=False, attention_dropout=0.0,
+            use_cache=False, **shape)
 
 
 @dataclass
@@ -178,7 +180,8 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
     shape = PRESETS[config.preset]
     data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
     lines = [
-        f"model      Llama preset {config.preset!r}: hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
+        f"model      Llama preset {config.preset!r}: hidden {shape['hidden_size']}, "
+        f"{shape['num_hidden_layers']} layers, "
         f"{shape['num_attention_heads']} heads, intermediate {shape['intermediate_size']}, vocabulary {vocab}"
         + (" (the BPE's target; the trained tokenizer's size with added tokens is used)" if vocab_size is None else "")
         + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
@@ -423,7 +426,8 @@ def train(config: TrainConfig) -> TrainResult:
                 seconds = time.perf_counter() - t0
                 done = step + 1
                 memory = _peak_memory(device)
-                record = {"step": done, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": done * tokens_per_step,
+                record = {"step": done, "loss": step_loss, "lr": lr, "grad_norm": grad_norm,
+                          "tokens": done * tokens_per_step,
                           "tokens_per_s": tokens_per_step / seconds, "step_s": seconds,
                           "elapsed_s": time.perf_counter() - began, "peak_memory_bytes": memory}
                 records.append(record)
@@ -447,16 +451,19 @@ def train(config: TrainConfig) -> TrainResult:
 
 
 _HELP = {
-    "preset": f"model shape: {', '.join(PRESETS)}", "seq_len": "tokens per sequence", "batch_size": "sequences per micro-batch",
+    "preset": f"model shape: {', '.join(PRESETS)}", "seq_len": "tokens per sequence",
+    "batch_size": "sequences per micro-batch",
     "accumulation_steps": "micro-batches per optimizer step", "steps": "optimizer steps of the whole run",
-    "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine", "warmup_steps": "linear warmup steps",
+    "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine",
+    "warmup_steps": "linear warmup steps",
     "weight_decay": "AdamW weight decay (matrices only)", "max_grad_norm": "clip the gradient norm (0: no clipping)",
     "in_backward": "AdamW fused into backward (InBackwardOptimizer) or the standard loop",
     "ojas": "apply optimize_model (ojas attention and cross-entropy)",
     "activation_checkpointing": "per-layer activation checkpointing", "dtype": "parameter dtype",
     "device": "cpu, cuda, cuda:N or auto", "seed": "seed of the initialisation and the data order",
     "data_dir": "directory of the corpus (default: the Python standard library)", "data_glob": "files of the corpus",
-    "max_bytes": "corpus bytes", "vocab": "BPE vocabulary (special tokens included)", "cache_dir": "tokenizer/token cache",
+    "max_bytes": "corpus bytes", "vocab": "BPE vocabulary (special tokens included)",
+    "cache_dir": "tokenizer/token cache",
     "out_dir": "log, plot and checkpoints", "checkpoint_every": "steps between checkpoints",
     "keep_checkpoints": "checkpoints kept", "resume": "continue from a checkpoint file, or the latest in out_dir",
     "stop_after": "save and stop after this step (the schedule stays that of --steps)", "progress": "progress bar",

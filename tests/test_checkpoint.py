@@ -94,8 +94,9 @@ _WRITER = textwrap.dedent("""
     from ojas_ref import checkpoint as ckpt
 
     directory, where = sys.argv[1], sys.argv[2]
-    state = lambda seed: {"step": seed, "model": {"w": torch.randn(64, 64, generator=torch.Generator().manual_seed(seed))},
-                          "nested": [1, 2.5, "x", (3, None)]}
+    def state(seed):
+        w = torch.randn(64, 64, generator=torch.Generator().manual_seed(seed))
+        return {"step": seed, "model": {"w": w}, "nested": [1, 2.5, "x", (3, None)]}
     ckpt.save_checkpoint(ckpt.checkpoint_path(directory, 1), state(1))
 
     def hang():

@@ -61,7 +61,8 @@ def test_schedule_is_a_function_of_the_step() -> None:
 
 @pytest.mark.parametrize("changes, match", [
     ({"preset": "huge"}, "preset"), ({"steps": 0}, "steps"), ({"lr": -1.0}, "lr"), ({"dtype": "fp8"}, "dtype"),
-    ({"warmup_steps": 20, "steps": 10}, "warmup_steps"), ({"stop_after": 11, "steps": 10, "warmup_steps": 1}, "stop_after"),
+    ({"warmup_steps": 20, "steps": 10}, "warmup_steps"),
+    ({"stop_after": 11, "steps": 10, "warmup_steps": 1}, "stop_after"),
     ({"max_grad_norm": float("nan")}, "max_grad_norm"), ({"accumulation_steps": 0}, "accumulation_steps")])
 def test_bad_setting_names_the_field(changes: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -224,3 +225,12 @@ def test_cli_dry_run_and_run(tmp_path: Path, cache: str, capsys: pytest.CaptureF
     assert len(_logged_losses(tmp_path / "run")) == 3 and (tmp_path / "run" / "loss.png").exists()
     assert main(["train", "--steps", "0"]) == 2
     assert "steps must be" in capsys.readouterr().err
+
+
+def test_cli_refuses_truncated_checkpoint(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+    config = small(tmp_path, cache, steps=4)
+    path = train(config).checkpoint
+    path.write_bytes(path.read_bytes()[:-100])  # cut, as by a full disk outside the atomic writer
+    assert main(["train", "--resume"] + _cli_args(config)) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "truncated or corrupted" in err and "refusing to load it" in err
