@@ -12,8 +12,10 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
   SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
   ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses).
-* Guards: a non-finite loss (and, in the standard loop, gradient norm) stops the run before the
-  update with :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint.
+* Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
+  non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
+  is checked before the update; fused into backward, the update has run when the gradient is
+  whole, so the parameters are checked after it.
 """
 
 from __future__ import annotations
@@ -318,9 +320,12 @@ def _plot(records: list[dict[str, Any]], path: Path, device: torch.device) -> No
     figure.savefig(path, dpi=100)
 
 
-def _first_nonfinite_grad(model: torch.nn.Module) -> str:
-    return next((n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()),
-                "<none found>")
+def _first_nonfinite(model: torch.nn.Module, attribute: str) -> str:
+    """The first parameter whose ``.grad`` or ``.data`` (``attribute``) holds a NaN or inf, and how many do."""
+    bad = [n for n, p in model.named_parameters()
+           if getattr(p, attribute) is not None and not torch.isfinite(getattr(p, attribute)).all()]
+    total = sum(1 for _ in model.parameters())
+    return f"{bad[0]} (1st of {len(bad)} of {total})" if bad else "<none>"
 
 
 def train(config: TrainConfig) -> TrainResult:
@@ -375,10 +380,12 @@ def train(config: TrainConfig) -> TrainResult:
         ckpt.prune_checkpoints(checkpoints, config.keep_checkpoints)
         return path
 
-    def diverged(step: int, what: str) -> TrainingDiverged:
+    def diverged(step: int, what: str, applied: bool = False) -> TrainingDiverged:
         _plot(records, plot_path, device)
         where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
-        return TrainingDiverged(f"training diverged at step {step}: {what}; the update was not applied; {where}. "
+        update = ("the update was applied in backward (InBackwardOptimizer), so the model in memory is lost"
+                  if applied else "the update was not applied")
+        return TrainingDiverged(f"training diverged at step {step}: {what}; {update}; {where}. "
                                 "Lower lr, raise warmup_steps or set max_grad_norm, and resume from it")
 
     end = config.steps if config.stop_after is None else config.stop_after
@@ -416,12 +423,15 @@ def train(config: TrainConfig) -> TrainResult:
                     norm = torch.nn.utils.get_total_norm(grads)
                     if not torch.isfinite(norm):
                         raise diverged(step + 1, f"the gradient norm is {norm.item()} (first non-finite gradient: "
-                                                 f"{_first_nonfinite_grad(model)})")
+                                                 f"{_first_nonfinite(model, 'grad')})")
                     if config.max_grad_norm is not None:
                         torch.nn.utils.clip_grads_with_norm_(grads, config.max_grad_norm, norm)
                     grad_norm = norm.item()
                 optimizer.step()
                 optimizer.zero_grad()
+                if config.in_backward and not torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all():
+                    raise diverged(step + 1, f"parameter {_first_nonfinite(model, 'data')} is non-finite after its "
+                                             "update (a non-finite gradient)", applied=True)
                 step_loss = (total / config.accumulation_steps).item()
                 seconds = time.perf_counter() - t0
                 done = step + 1

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from ojas_ref import checkpoint as ckpt
+from ojas_ref import train as train_module
 from ojas_ref.cli import main
 from ojas_ref.train import TrainConfig, TrainingDiverged, learning_rate, train
 
@@ -234,3 +235,28 @@ def test_cli_refuses_truncated_checkpoint(tmp_path: Path, cache: str, capsys: py
     assert main(["train", "--resume"] + _cli_args(config)) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "truncated or corrupted" in err and "refusing to load it" in err
+
+
+@pytest.mark.parametrize("in_backward", [True, False])
+def test_nonfinite_gradient_stops_naming_parameter(tmp_path: Path, cache: str, in_backward: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN gradient with a finite loss (a hook poisons one parameter's gradient at step 3)."""
+    original = train_module._build
+    backward_passes = []
+
+    def poison(gradient: torch.Tensor) -> torch.Tensor:
+        backward_passes.append(None)
+        return gradient * float("nan") if len(backward_passes) == 3 else gradient  # one backward pass a step
+
+    def build_with_poison(*args):
+        model, optimizer = original(*args)
+        model.get_parameter("model.layers.1.mlp.up_proj.weight").register_hook(poison)
+        return model, optimizer
+
+    monkeypatch.setattr(train_module, "_build", build_with_poison)
+    applied = "was applied in backward" if in_backward else "was not applied"
+    # without clipping (a NaN norm would make every parameter NaN), only the poisoned one goes bad
+    with pytest.raises(TrainingDiverged, match=rf"at step 3: .*model\.layers\.1\.mlp\.up_proj\.weight "
+                                               rf"\(1st of 1 of 21\).*{applied}"):
+        train(small(tmp_path, cache, steps=6, checkpoint_every=2, in_backward=in_backward, max_grad_norm=None))
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == ckpt.checkpoint_path(tmp_path / "checkpoints", 2)
