@@ -366,10 +366,38 @@ def bucket_step_temporary_bytes(m: Model, s: Setting) -> int:
 
 def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
     """The largest point of a decoder layer's backward, in the MLP: the gradient of the
-    product [tokens, I], the gradients of its two factors (2 x [tokens, I]), less the
-    product (freed with down_proj's node), plus down_proj's weight gradient [hidden, I]
-    (accumulated, or pending in a bucket)."""
-    return 2 * s.size * s.tokens * m.intermediate + s.size * m.hidden * m.intermediate
+    product [tokens, I] and the gradients of its two factors (2 x [tokens, I]), less the
+    product (freed with down_proj's node). down_proj's weight gradient is counted with
+    the gradients (:func:`down_proj_gradient_bytes`, :func:`pending_gradients_bytes`)."""
+    return 2 * s.size * s.tokens * m.intermediate
+
+
+def down_proj_gradient_bytes(m: Model, s: Setting) -> int:
+    """down_proj's weight gradient [hidden, I], the first of a layer's backward."""
+    return s.size * m.hidden * m.intermediate
+
+
+def gradient_order(m: Model) -> list[int]:
+    """Parameter sizes (elements) in the order backward completes their gradients: the head
+    (untied), the final norm, per layer from the last down, up, gate, post-attention norm,
+    o, v, k, q, input norm, then the embedding (a tied weight's, summed, last)."""
+    layer = [m.hidden * m.intermediate] * 3 + [m.hidden, m.q_width * m.hidden, m.kv_width * m.hidden,
+                                               m.kv_width * m.hidden, m.q_width * m.hidden, m.hidden]
+    return ([] if m.tied else [m.vocab * m.hidden]) + [m.hidden] + layer * m.layers + [m.vocab * m.hidden]
+
+
+def pending_gradients_bytes(m: Model, s: Setting, count: int) -> int:
+    """InBackwardOptimizer's gradients not yet updated after the first ``count`` of
+    :func:`gradient_order`: a bucket is updated and freed when its gradients reach
+    BUCKET_CAP_BYTES (the rule of Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard).
+    A model whose gradients fit in one bucket keeps them all until the end, as the
+    standard loop."""
+    pending = 0
+    for n in gradient_order(m)[:count]:
+        pending += n * s.size
+        if pending >= BUCKET_CAP_BYTES:
+            pending = 0
+    return pending
 
 
 def gradients_before_first_layer_bytes(m: Model, s: Setting) -> int:
@@ -395,12 +423,10 @@ def embedding_backward_bytes(m: Model, s: Setting) -> int:
     return (s.size + 4) * s.tokens * m.hidden
 
 
-def last_backward_temporary_bytes(m: Model, s: Setting) -> int:
-    """The end of the backward: :func:`embedding_backward_bytes`, or, with the optimizer
-    fused, foreach AdamW's buffer for the embedding's update (after the embedding's
-    backward, so the larger of the two)."""
-    update = head_gradient_bytes(m, s) if s.fused and s.optimizer == "adamw" else 0
-    return max(embedding_backward_bytes(m, s), update)
+def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
+    """InBackwardOptimizer's last update, at the end of the backward: foreach AdamW's buffer
+    over the pending gradients and the embedding's."""
+    return pending_gradients_bytes(m, s, len(gradient_order(m)) - 1) + head_gradient_bytes(m, s)
 
 
 # --------------------------------------------------------------------------
@@ -502,25 +528,46 @@ def plan(model: Any, setting: Setting) -> Plan:
             _term("loss: logits, float32 copy, log-softmax", standard_loss_forward_bytes, m, s),)))
         phases.append(Phase("start of backward (loss gradient)", fixed + (stack,) + head_in + (
             _term("loss: log-softmax output and 2 gradients", standard_loss_backward_bytes, m, s),)))
-    phases.append(Phase("backward: head gradient" + (" and its bucket's update" if head_updated_first(m, s) else ""),
-                        fixed + (stack,) + head_in + (grad_flow, head_grad) + (
-                            _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),
-                            _term("bucket update temporaries (head)", bucket_step_temporary_bytes, m, s),)))
-    held_head = () if head_updated_first(m, s) else (head_grad,)
-    phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + held_head + (
-        head_in[1], grad_flow, _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s))))
+    at_head = fixed + (stack,) + head_in + (grad_flow, head_grad)
+    phases.append(Phase("backward: head gradient", at_head + (
+        _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),)))
+    if bucket_step_temporary_bytes(m, s):
+        phases.append(Phase("backward: head's bucket update", at_head + (
+            _term("bucket update temporaries (head)", bucket_step_temporary_bytes, m, s),)))
+    mlp = _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s)
+    tied_head = Term("tied head's gradient, waiting for the embedding's", head_gradient_bytes(m, s) if m.tied else 0,
+                     "head_gradient_bytes if tied")
+    first = len(gradient_order(m)) - 1 - 9 + 1  # up to the first layer's down_proj
+    if s.fused:
+        in_flight_last = (tied_head, Term("gradients pending in the bucket", pending_gradients_bytes(
+            m, s, 3 - m.tied), "pending_gradients_bytes(head, final norm, down_proj)"))
+        in_flight_first = (tied_head, Term("gradients pending in the bucket", pending_gradients_bytes(
+            m, s, first), "pending_gradients_bytes(..., first layer's down_proj)"))
+    else:
+        down = _term("down_proj weight gradient", down_proj_gradient_bytes, m, s)
+        in_flight_last = (head_grad, down)
+        in_flight_first = (_term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s), down)
+    phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + in_flight_last + (
+        head_in[1], grad_flow, mlp)))
+    phases.append(Phase("backward: first decoder layer (MLP)", fixed + in_flight_first + (
+        _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)))
+    if s.fused:
+        before = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, len(gradient_order(m)) - 1),
+                      "pending_gradients_bytes(all but the embedding)")
+    else:
+        before = Term("gradients of all but the embedding", (m.params() - m.vocab * m.hidden) * s.size,
+                      "(params - vocab x hidden) x size")
+    embedding = Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes")
+    phases.append(Phase("end of backward (embedding)", fixed + (before, embedding, tied_head) + (
+        _term("embedding backward temporaries", embedding_backward_bytes, m, s),)))
+    if m.tied:
+        phases.append(Phase("end of backward (tied gradients summed)", fixed + (before, embedding, tied_head) + (
+            Term("their sum", head_gradient_bytes(m, s), "head_gradient_bytes"),)))
+    if s.fused and s.optimizer == "adamw":
+        phases.append(Phase("end of backward (last bucket's update)", fixed + (before, embedding) + (
+            _term("bucket update temporaries (last)", last_bucket_temporary_bytes, m, s),)))
     if not s.fused:
-        phases.append(Phase("backward: first decoder layer (MLP)", fixed + (
-            _term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s),
-            _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow,
-            _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s))))
-    grads = (Term("gradients (all parameters)", m.params() * s.size, "params x size") if not s.fused else
-             Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes"))
-    tied = Term("tied embedding: second gradient before the sum", head_gradient_bytes(m, s) if m.tied else 0,
-                "head_gradient_bytes if tied")
-    phases.append(Phase("end of backward (embedding)", fixed + (grads, tied) + (
-        _term("embedding backward or its update temporaries", last_backward_temporary_bytes, m, s),)))
-    if not s.fused:
+        grads = Term("gradients (all parameters)", m.params() * s.size, "params x size")
         phases.append(Phase("optimizer step", fixed + (grads,) + (
             _term("optimizer step temporaries", step_temporary_bytes, m, s),)))
     return Plan(m, s, tuple(phases))
