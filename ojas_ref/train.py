@@ -102,8 +102,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not (isinstance(self.warmup_steps, int) and 0 <= self.warmup_steps <= self.steps):
-            raise ValueError(f"warmup_steps must be an int in [0, steps={self.steps}], got {self.warmup_steps!r}")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite float > 0, got {self.lr!r}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -148,8 +148,8 @@ class TrainingDiverged(RuntimeError):
 
 def learning_rate(step: int, config: TrainConfig) -> float:
     """The learning rate of optimizer step ``step`` (0-based): linear warmup to ``lr`` over
-    ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio`` at the last step. A function
-    of the step number alone."""
+    ``warmup_steps`` (the whole run if it has no more steps), then cosine decay to
+    ``lr * min_lr_ratio`` at the last step. A function of the step number alone."""
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     decay_steps = max(config.steps - 1 - config.warmup_steps, 1)
@@ -350,8 +350,11 @@ def train(config: TrainConfig) -> TrainResult:
     for stale in ckpt.remove_temporaries(checkpoints):
         print(f"ojas train: removed {stale}, left by a writer killed before its rename", file=sys.stderr)
 
+    print("ojas train: reading and tokenising the corpus (cached after the first run)", file=sys.stderr)
     corpus = read_corpus(config.data_dir, config.data_glob, config.max_bytes)
     data = prepare(corpus, config.vocab, config.cache_dir)
+    print(f"ojas train: {corpus.num_bytes:,} bytes in {len(corpus.documents)} files -> {len(data.tokens):,} tokens, "
+          f"vocabulary {data.vocab_size} (cache key {data.tokens_key[:12]})", file=sys.stderr)
     ckpt.atomic_write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()])
     model, optimizer = _build(config, data, device)
     loader = WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed, model.config.vocab_size)
@@ -447,6 +450,8 @@ def train(config: TrainConfig) -> TrainResult:
                 bar.set_postfix_str(f"loss {step_loss:.4f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
                                     f"mem {memory / 2**20:,.0f} MiB", refresh=False)
                 bar.update(1)
+                if done == start + 1:
+                    bar.refresh()  # the first step is shown however short it was
                 stopped = flag.signal_name or ("stop_after" if done == config.stop_after else None)
                 if stopped or done == config.steps or done % config.checkpoint_every == 0:
                     last_checkpoint = save(done)

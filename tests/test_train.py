@@ -58,11 +58,13 @@ def test_schedule_is_a_function_of_the_step() -> None:
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
     assert lrs[55] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 45 / 89)))
     assert [learning_rate(s, config) for s in range(100)] == lrs  # no state: a resume cannot compound it
+    short = TrainConfig(steps=5, warmup_steps=50, lr=1e-3)  # all warmup
+    assert [learning_rate(s, short) for s in range(5)] == pytest.approx([2e-5 * (s + 1) for s in range(5)])
 
 
 @pytest.mark.parametrize("changes, match", [
     ({"preset": "huge"}, "preset"), ({"steps": 0}, "steps"), ({"lr": -1.0}, "lr"), ({"dtype": "fp8"}, "dtype"),
-    ({"warmup_steps": 20, "steps": 10}, "warmup_steps"),
+    ({"warmup_steps": -1}, "warmup_steps"),
     ({"stop_after": 11, "steps": 10, "warmup_steps": 1}, "stop_after"),
     ({"max_grad_norm": float("nan")}, "max_grad_norm"), ({"accumulation_steps": 0}, "accumulation_steps")])
 def test_bad_setting_names_the_field(changes: dict, match: str) -> None:
