@@ -66,6 +66,7 @@ class TrainConfig:
     """The setting of a run (the fields of ``ojas train``'s options)."""
 
     preset: str = "tiny"
+    model_config_file: Optional[str] = None
     seq_len: int = 128
     batch_size: int = 8
     accumulation_steps: int = 1
@@ -96,6 +97,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.model_config_file is not None and not Path(self.model_config_file).exists():
+            raise ValueError(f"model_config_file {self.model_config_file!r} does not exist")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
@@ -115,9 +118,15 @@ class TrainConfig:
             raise ValueError(f"stop_after must be None or an int in [1, steps={self.steps}], got {self.stop_after!r}")
 
     def model_config(self, vocab_size: int) -> Any:
-        """The ``transformers.LlamaConfig`` of the preset with ``vocab_size`` tokens."""
+        """The ``transformers`` config of the model with ``vocab_size`` tokens: ``model_config_file``
+        (its vocabulary replaced, its positions raised to ``seq_len`` if fewer), else the preset's Llama."""
         import transformers
 
+        if self.model_config_file is not None:
+            config = transformers.AutoConfig.from_pretrained(self.model_config_file)
+            config.vocab_size, config.use_cache = vocab_size, False
+            config.max_position_embeddings = max(getattr(config, "max_position_embeddings", 0), self.seq_len)
+            return config
         shape = PRESETS[self.preset]
         return transformers.LlamaConfig(
             vocab_size=vocab_size, max_position_embeddings=self.seq_len,
@@ -176,15 +185,16 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
     import transformers
 
     vocab = config.vocab if vocab_size is None else vocab_size
+    model_config = config.model_config(vocab)
     with torch.device("meta"):
-        parameters = sum(p.numel() for p in transformers.LlamaForCausalLM(config.model_config(vocab)).parameters())
+        parameters = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(model_config).parameters())
     tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
-    shape = PRESETS[config.preset]
+    source = (f"{model_config.model_type} of {config.model_config_file}" if config.model_config_file
+              else f"Llama preset {config.preset!r}")
     data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
     lines = [
-        f"model      Llama preset {config.preset!r}: hidden {shape['hidden_size']}, "
-        f"{shape['num_hidden_layers']} layers, "
-        f"{shape['num_attention_heads']} heads, intermediate {shape['intermediate_size']}, vocabulary {vocab}"
+        f"model      {source}: hidden {model_config.hidden_size}, {model_config.num_hidden_layers} layers, "
+        f"{model_config.num_attention_heads} heads, intermediate {model_config.intermediate_size}, vocabulary {vocab}"
         + (" (the BPE's target; the trained tokenizer's size with added tokens is used)" if vocab_size is None else "")
         + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
         f"ojas       optimize_model {'on' if config.ojas else 'off'}"
@@ -248,8 +258,8 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     transformers.logging.set_verbosity_error()
     torch.manual_seed(config.seed)
     random.seed(config.seed)
-    model = transformers.LlamaForCausalLM(config.model_config(data.vocab_size)).to(device=device,
-                                                                                    dtype=DTYPES[config.dtype])
+    model = transformers.AutoModelForCausalLM.from_config(config.model_config(data.vocab_size))
+    model = model.to(device=device, dtype=DTYPES[config.dtype])
     model.train()
     if config.ojas:
         from ojas_ref import optimize_model
@@ -467,6 +477,7 @@ def train(config: TrainConfig) -> TrainResult:
 
 _HELP = {
     "preset": f"model shape: {', '.join(PRESETS)}", "seq_len": "tokens per sequence",
+    "model_config_file": "a Hugging Face config.json (file or directory) instead of the preset",
     "batch_size": "sequences per micro-batch",
     "accumulation_steps": "micro-batches per optimizer step", "steps": "optimizer steps of the whole run",
     "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine",
@@ -495,7 +506,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif f.name == "resume":
             parser.add_argument(flag, nargs="?", const="latest", default=None, metavar="CHECKPOINT", help=_HELP[f.name])
         else:
-            kind = {"max_grad_norm": float, "stop_after": int, "data_dir": str}.get(f.name, type(default))
+            kind = {"max_grad_norm": float, "stop_after": int}.get(f.name, str if default is None else type(default))
             choices = {"preset": sorted(PRESETS), "dtype": sorted(DTYPES)}.get(f.name)
             parser.add_argument(flag, type=kind, default=default, choices=choices,
                                 help=_HELP[f.name])

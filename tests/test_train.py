@@ -262,3 +262,19 @@ def test_nonfinite_gradient_stops_naming_parameter(tmp_path: Path, cache: str, i
                                                rf"\(1st of 1 of 21\).*{applied}"):
         train(small(tmp_path, cache, steps=6, checkpoint_every=2, in_backward=in_backward, max_grad_norm=None))
     assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == ckpt.checkpoint_path(tmp_path / "checkpoints", 2)
+
+
+def test_hugging_face_config_file(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+    from transformers import Qwen2Config
+
+    file = tmp_path / "config.json"
+    Qwen2Config(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=7, max_position_embeddings=8).to_json_file(file)
+    result = train(small(tmp_path / "run", cache, steps=3, model_config_file=str(file)))
+    config = result.model.config
+    assert (config.model_type, config.hidden_size, config.num_hidden_layers, config.num_key_value_heads) == (
+        "qwen2", 48, 1, 2)
+    assert config.vocab_size == 512 and config.max_position_embeddings == 32  # the tokenizer's, the run's
+    assert f"qwen2 of {file}: hidden 48, 1 layers" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="model_config_file 'nowhere.json' does not exist"):
+        small(tmp_path, cache, model_config_file="nowhere.json")
