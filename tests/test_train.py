@@ -278,3 +278,14 @@ def test_hugging_face_config_file(tmp_path: Path, cache: str, capsys: pytest.Cap
     assert f"qwen2 of {file}: hidden 48, 1 layers" in capsys.readouterr().err
     with pytest.raises(ValueError, match="model_config_file 'nowhere.json' does not exist"):
         small(tmp_path, cache, model_config_file="nowhere.json")
+
+
+def test_stop_flag_signals() -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with train_module._StopFlag() as flag:
+        assert flag.signal_name is None
+        os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C asks the loop to save and stop
+        assert flag.signal_name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):  # a second one interrupts at once
+            os.kill(os.getpid(), signal.SIGINT)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
