@@ -7,6 +7,8 @@ and ``fsync``s the directory: after a crash (SIGKILL, power loss) the final name
 the previous file or the complete new one, never a part. :func:`load_checkpoint` checks the
 magic, the length and the checksum before unpickling anything (``weights_only=True``), so a
 truncated or corrupted file is refused with :class:`CorruptCheckpointError`, never loaded partly.
+Saving and loading hold the whole payload in host memory (about 13 GB for a 1B-parameter
+model with float32 AdamW state).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
 * Checkpoints (:mod:`ojas_ref.checkpoint`): model, optimizer, step, RNG states, loader position
   and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
   SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
-  ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses).
+  ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
+  on the CPU, with both optimizers, accumulation and clipping; not yet on CUDA).
+* Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config.
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
   is checked before the update; fused into backward, the update has run when the gradient is
