@@ -89,32 +89,20 @@ def test_listing_and_pruning(tmp_path: Path) -> None:
 # READY and sleeps until killed) either half-way through writing the temporary file, or after
 # its fsync and before the rename.
 _WRITER = textwrap.dedent("""
-    import builtins, os, sys, time
+    import sys
     import torch
     from ojas_ref import checkpoint as ckpt
 
     directory, where = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, sys.argv[3])
+    from _half_writer import hang, stop_half_way
     def state(seed):
         w = torch.randn(64, 64, generator=torch.Generator().manual_seed(seed))
         return {"step": seed, "model": {"w": w}, "nested": [1, 2.5, "x", (3, None)]}
     ckpt.save_checkpoint(ckpt.checkpoint_path(directory, 1), state(1))
 
-    def hang():
-        print("READY", flush=True)
-        time.sleep(600)
-
-    if where == "mid-write":
-        class HalfWriter:
-            def __init__(self, f): self.f = f
-            def __enter__(self): return self
-            def __exit__(self, *exc): self.f.close()
-            def fileno(self): return self.f.fileno()
-            def flush(self): self.f.flush()
-            def write(self, chunk):
-                if len(chunk) > 1000:  # the payload: half of it reaches the disk
-                    self.f.write(bytes(chunk)[:len(chunk) // 2]); self.f.flush(); os.fsync(self.f.fileno()); hang()
-                return self.f.write(chunk)
-        ckpt.open = lambda path, mode: HalfWriter(builtins.open(path, mode))
+    if where == "mid-write":  # the payload: half of it reaches the disk
+        stop_half_way()
     else:
         ckpt.os.replace = lambda src, dst: hang()
     ckpt.save_checkpoint(ckpt.checkpoint_path(directory, 2), state(2))
@@ -123,7 +111,8 @@ _WRITER = textwrap.dedent("""
 
 @pytest.mark.parametrize("where", ["mid-write", "before-rename"])
 def test_sigkill_while_writing_keeps_previous(tmp_path: Path, where: str) -> None:
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), where], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), where, str(Path(__file__).parent)],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "READY"
         temporaries = [p for p in tmp_path.iterdir() if p.name.endswith(ckpt.TEMP_SUFFIX)]

@@ -127,11 +127,13 @@ def test_resume_refuses_other_setting(tmp_path: Path, cache: str) -> None:
 
 # A run in a subprocess, through the CLI, with a hook on the loader or on the checkpoint writer.
 _RUNNER = textwrap.dedent("""
-    import builtins, json, os, signal, sys, time
-    from ojas_ref import checkpoint as ckpt, data
+    import json, os, signal, sys
+    from ojas_ref import data
     from ojas_ref.cli import main
 
     args, hook = json.loads(sys.argv[1]), sys.argv[2]
+    sys.path.insert(0, sys.argv[3])
+    from _half_writer import stop_half_way
     if hook == "sigterm":  # a real SIGTERM to this process while it fetches the batch of step 6
         next_batch = data.WindowLoader.__next__
         def sigterm_at_step_6(self):
@@ -140,19 +142,7 @@ _RUNNER = textwrap.dedent("""
             return next_batch(self)
         data.WindowLoader.__next__ = sigterm_at_step_6
     else:  # hang half-way through writing the step-8 checkpoint, to be SIGKILLed there
-        class HalfWriter:
-            def __init__(self, f): self.f = f
-            def __enter__(self): return self
-            def __exit__(self, *exc): self.f.close()
-            def fileno(self): return self.f.fileno()
-            def flush(self): self.f.flush()
-            def write(self, chunk):
-                if len(chunk) > 1000:
-                    self.f.write(bytes(chunk)[:len(chunk) // 2]); self.f.flush()
-                    print("READY", flush=True); time.sleep(600)
-                return self.f.write(chunk)
-        ckpt.open = lambda path, mode: HalfWriter(builtins.open(path, mode)) if "step-00000008" in str(path) \\
-            else builtins.open(path, mode)
+        stop_half_way("step-00000008")
     sys.exit(main(["train"] + args))
 """)
 
@@ -172,7 +162,8 @@ def _cli_args(config: TrainConfig) -> list[str]:
 def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference: dict) -> None:
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
-    run = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm"],
+    run = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm",
+                          str(Path(__file__).parent)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 128 + signal.SIGTERM, run.stderr
     assert "stopped by SIGTERM" in run.stdout
@@ -186,7 +177,8 @@ def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference
 def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache: str, reference: dict) -> None:
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
-    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill"],
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill",
+                               str(Path(__file__).parent)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert runner.stdout.readline().strip() == "READY"
