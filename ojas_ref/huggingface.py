@@ -201,7 +201,6 @@ class CausalLMLossHead:
     """
 
     def __init__(self, model: nn.Module, softcap: Optional[float]) -> None:
-        self.model_ref = weakref.ref(model)
         self.head: nn.Linear = model.get_output_embeddings()
         self.softcap = softcap
         self.original_loss = model.loss_function
@@ -211,8 +210,8 @@ class CausalLMLossHead:
         self._hidden: Optional[Tensor] = None
         self._handles: list[Any] = []
 
-    def install(self) -> None:
-        model = self.model_ref()
+    def install(self, model: nn.Module) -> None:
+        """Hook ``model`` (the one this head was made for) and set its loss function."""
         self._handles = [
             model.register_forward_pre_hook(self._model_pre_hook, with_kwargs=True),
             model.register_forward_hook(self._model_post_hook, with_kwargs=True, always_call=True),
@@ -220,16 +219,15 @@ class CausalLMLossHead:
         ]
         model._loss_function = self.loss
 
-    def remove(self) -> None:
-        model = self.model_ref()
+    def remove(self, model: nn.Module) -> None:
+        """Undo :meth:`install` on ``model`` (a deep copy's own hooks go with the copy's handles)."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        if model is not None:
-            if self.had_loss_attr:
-                model._loss_function = self.original_loss
-            else:
-                model.__dict__.pop("_loss_function", None)
+        if self.had_loss_attr:
+            model._loss_function = self.original_loss
+        else:
+            model.__dict__.pop("_loss_function", None)
 
     def _labels(self, args: tuple, kwargs: dict) -> Optional[Tensor]:
         if "labels" in kwargs:

@@ -162,7 +162,7 @@ def revert_model(model: nn.Module) -> nn.Module:
     if state.attn_implementation is not None:
         target.set_attn_implementation(state.attn_implementation)
     if state.loss_head is not None:
-        state.loss_head.remove()
+        state.loss_head.remove(target)
     if state.enabled_checkpointing:
         (getattr(target, "activation_checkpointing_disable", None) or target.gradient_checkpointing_disable)()
     for module in state.swapped:
@@ -203,7 +203,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
     if cross_entropy:
         if support.cross_entropy is None:
             state.loss_head = hf.CausalLMLossHead(model, support.softcap)
-            state.loss_head.install()
+            state.loss_head.install(model)
             cap = f", final soft cap {support.softcap}" if support.softcap is not None else ""
             report.changed.append(Change(
                 head_name, f"training loss with labels: logits + cross-entropy -> ojas_ref.linear_cross_entropy{cap}",

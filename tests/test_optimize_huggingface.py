@@ -335,6 +335,18 @@ def test_second_call_is_a_no_op_and_revert_undoes():
     assert revert_model(model) is model  # reverting twice changes nothing
 
 
+def test_a_deep_copy_of_an_optimized_model_is_optimized_and_reverts_alone():
+    model, _ = optimize_model(build("llama"))
+    copied = copy.deepcopy(model)
+    data = batch(2, padding=True)
+    for m in (model, copied):
+        m.train()
+    assert copied(**data).logits is None
+    revert_model(copied)
+    assert copied(**data).logits is not None and model(**data).logits is None
+    assert model._loss_function is not copied._loss_function
+
+
 def test_report_names_what_is_left_alone():
     gemma = build("gemma2", attn_logit_softcapping=50.0)
     _, report = optimize_model(gemma)
