@@ -341,3 +341,140 @@ def test_cli_bad_arguments(capsys):
     assert exit_info.value.code == 2 and "--fit" in capsys.readouterr().err
     assert main(["plan", "--preset", "llama-1b", "--batch", "0"]) == 2
     assert "batch" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------
+# The picture (plot_plan, ojas plan --plot)
+# --------------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+OJAS_CKPT = P.Setting(dtype="bf16", optimizer="adamw", fused=True, checkpoint=True, ojas_attention=True,
+                      ojas_loss=True)
+
+
+def _stacked(ax, rows: int) -> list[float]:
+    """Per row, the summed widths of the axes' tensor-class bars (labelled "_class" on the
+    right panel, out of the legend)."""
+    classes = {name for name, _ in P.TENSOR_CLASSES}
+    sums = [0.0] * rows
+    for container in ax.containers:
+        if container.get_label().lstrip("_") in classes:
+            for i, patch in enumerate(container.patches):
+                sums[i] += patch.get_width()
+    return sums
+
+
+def _is_png(path) -> bool:
+    data = path.read_bytes()
+    return data[:8] == PNG_MAGIC and len(data) > 20_000
+
+
+def test_plot_plan_writes_a_png_with_the_measured_peak(tmp_path):
+    pytest.importorskip("matplotlib")
+    result = P.plan("llama-1b", OJAS_CKPT)
+    measured = P.measured_peak(result.model, result.setting)
+    assert measured == dict(RECORDS)[OJAS_CKPT]
+    path = tmp_path / "plan.png"
+    fig = P.plot_plan(result, path, measured)
+    assert _is_png(path)
+    full, zoom = fig.axes[:2]
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [fig.get_suptitle()]
+    assert any(f"{P.gib(measured)}  measured" in t for t in texts)
+    assert any(f"{P.gib(result.peak)}  peak" in t for t in texts)
+    labels = [t.get_text() for t in full.get_yticklabels()]
+    assert labels == [p.name for p in result.phases] + ["measured on an H200"]
+    # the measured bar and the dashed line are at the measured value (less weights and state on the right)
+    measured_bar = [c for c in full.containers if c.get_label().startswith("measured peak")]
+    assert len(measured_bar) == 1 and measured_bar[0].patches[0].get_width() == pytest.approx(measured / 2**30)
+    fixed = P.weights_bytes(result.model, OJAS_CKPT) + P.optimizer_state_bytes(result.model, OJAS_CKPT)
+    assert [line.get_xdata()[0] for line in full.lines] == [pytest.approx(measured / 2**30)]
+    assert [line.get_xdata()[0] for line in zoom.lines] == [pytest.approx((measured - fixed) / 2**30)]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == len(set(legend)) and legend[-1].startswith("measured peak")
+    assert set(legend[:-1]) == {P.tensor_class(t.name) for p in result.phases for t in p.terms if t.bytes}
+    # every phase's stack adds up to its predicted total
+    assert _stacked(full, len(result.phases)) == pytest.approx([p.total / 2**30 for p in result.phases])
+    assert _stacked(zoom, len(result.phases)) == pytest.approx([(p.total - fixed) / 2**30 for p in result.phases])
+
+
+def test_plot_plan_without_a_measured_peak(tmp_path):
+    pytest.importorskip("matplotlib")
+    result = P.plan("llama-3b", P.Setting(dtype="fp32", optimizer="sgd"))
+    assert P.measured_peak(result.model, result.setting) is None
+    path = tmp_path / "PLAN.PNG"
+    fig = P.plot_plan(result, path)
+    assert _is_png(path)
+    full = fig.axes[0]
+    assert not full.lines and "measured" not in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert len(full.get_yticks()) == len(result.phases)
+    assert _stacked(full, len(result.phases)) == pytest.approx([p.total / 2**30 for p in result.phases])
+
+
+def test_every_term_has_a_tensor_class():
+    for m in P.PRESETS.values():
+        for dtype in P.DTYPE_BYTES:
+            for optimizer in P.OPTIMIZERS:
+                for fused in (False, True):
+                    for checkpoint in (False, True):
+                        for ojas in (False, True):
+                            s = P.Setting(dtype=dtype, optimizer=optimizer, fused=fused, checkpoint=checkpoint,
+                                          ojas_attention=ojas, ojas_loss=ojas)
+                            for phase in P.plan(m, s).phases:
+                                for t in phase.terms:
+                                    assert P.tensor_class(t.name) != "other", t.name
+    assert P.tensor_class("something new") == "other"
+
+
+def test_plot_plan_bad_paths(tmp_path):
+    result = P.plan("llama-1b", P.Setting())
+    with pytest.raises(ValueError, match=r"must end in \.png"):
+        P.plot_plan(result, tmp_path / "plan.jpg")
+    with pytest.raises(ValueError, match="does not exist"):
+        P.plot_plan(result, tmp_path / "missing" / "plan.png")
+    (tmp_path / "dir.png").mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        P.plot_plan(result, tmp_path / "dir.png")
+    with pytest.raises(ValueError, match="measured"):
+        P.plot_plan(result, tmp_path / "plan.png", measured=-1)
+    with pytest.raises(TypeError, match="Plan"):
+        P.plot_plan(result.peak_phase, tmp_path / "plan.png")
+    assert not (tmp_path / "plan.png").exists()
+
+
+def test_plot_does_not_import_matplotlib_until_asked():
+    import subprocess
+    import sys
+
+    code = "import sys, ojas_ref.plan; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_cli_plot_passes_the_measured_peak(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    calls = []
+    original = P.plot_plan
+
+    def spy(result, path, measured=None):
+        calls.append((result.setting, measured))
+        return original(result, path, measured)
+
+    monkeypatch.setattr(P, "plot_plan", spy)
+    path = tmp_path / "plan.png"
+    assert main(["plan", "--preset", "llama-1b", "--dtype", "bf16", "--optimizer", "adamw", "--fused",
+                 "--checkpoint", "--ojas", "--plot", str(path)]) == 0
+    assert _is_png(path) and f"plot written to {path}" in capsys.readouterr().out
+    assert calls == [(OJAS_CKPT, dict(RECORDS)[OJAS_CKPT])]
+    assert main(["plan", "--preset", "llama-3b", "--plot", str(tmp_path / "3b.png")]) == 0
+    assert calls[-1][1] is None and _is_png(tmp_path / "3b.png")
+
+
+def test_cli_plot_bad_arguments(tmp_path, capsys):
+    assert main(["plan", "--preset", "llama-1b", "--plot", str(tmp_path / "plan.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert "ojas plan:" in err and ".png" in err
+    assert main(["plan", "--preset", "llama-1b", "--plot", str(tmp_path / "no" / "plan.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["plan", "--fit", "24GiB", "--plot", str(tmp_path / "plan.png")]) == 2
+    assert "--fit" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
