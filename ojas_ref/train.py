@@ -14,6 +14,10 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
   on the CPU, with both optimizers, accumulation and clipping; not yet on CUDA).
 * Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config.
+* Memory: on CUDA, before the model is built, :func:`check_fits` predicts the step's peak with
+  ``ojas plan``'s formulas (:mod:`ojas_ref.plan`) and refuses (:class:`PlanDoesNotFit`, exit 2)
+  when it exceeds ``torch.cuda.mem_get_info``'s free bytes; a setting the planner does not model
+  (accumulation, a non-Llama model) is run unchecked, with one line saying why. Not on the CPU.
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
   is checked before the update; fused into backward, the update has run when the gradient is
@@ -42,8 +46,8 @@ import torch
 from ojas_ref import checkpoint as ckpt
 from ojas_ref.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
 
-__all__ = ["PRESETS", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments", "describe", "learning_rate",
-           "run_command", "train"]
+__all__ = ["PRESETS", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments",
+           "check_fits", "describe", "learning_rate", "plan_line", "predict_peak", "run_command", "train"]
 
 #: Llama shapes (the vocabulary comes from the tokenizer). ``tiny``: the CPU default;
 #: ``nano``: seconds-long smoke tests; ``1b``: benchmarks' 1.06B shape (with vocab 32000).
@@ -155,6 +159,109 @@ class TrainResult:
 
 class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient; the message names the step, the tensor and the last checkpoint."""
+
+
+class PlanDoesNotFit(ValueError):
+    """The predicted peak of a step exceeds the free device memory (a bad setting: ``ojas train`` exits 2)."""
+
+
+#: TrainConfig's dtypes as the planner's
+_PLAN_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+def _meta_model(config: TrainConfig, vocab_size: int) -> torch.nn.Module:
+    """The run's model on the meta device (its shapes, no memory)."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config.model_config(vocab_size))
+
+
+def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool]:
+    """``(plan, lower_bound)``: :func:`ojas_ref.plan.plan` of the run's step, ``model`` being the
+    run's model (e.g. on the meta device). ``lower_bound``: the setting clips inside a fused
+    backward, whose first of two backward passes keeps the activations alive to its end; the
+    planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``
+    (the reason) for a setting the planner does not model."""
+    from ojas_ref import plan as planner
+
+    if config.accumulation_steps > 1:
+        raise NotImplementedError(f"gradient accumulation (accumulation_steps={config.accumulation_steps}) is not "
+                                  "modelled by the planner")
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type != "llama":
+        raise NotImplementedError(f"the model is {model_type!r}: the planner models Llama decoders only")
+    try:  # NotImplementedError for a Llama config of another architecture (biases, ...)
+        shape = planner.Model.from_module(model)
+    except (ValueError, TypeError) as err:  # a config the planner cannot read is not the run's error
+        raise NotImplementedError(f"the planner cannot read the model's config ({err})") from None
+    setting = planner.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", fused=config.in_backward,
+                              batch=config.batch_size, seq=config.seq_len,
+                              checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
+                              ojas_loss=config.ojas)
+    lower_bound = config.in_backward and config.max_grad_norm is not None
+    return planner.plan(shape, setting), lower_bound
+
+
+def _gib(n: int) -> str:
+    """Bytes as GiB (three decimals), or MiB (one) below 1 GiB."""
+    return f"{n / 2**30:.3f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def check_fits(config: TrainConfig, model: torch.nn.Module, available_bytes: int,
+               where: str = "the device") -> Optional[Any]:
+    """Refuse the run (:class:`PlanDoesNotFit`, naming the predicted peak, its largest terms and
+    ``available_bytes``) when its predicted peak (:func:`predict_peak`) exceeds ``available_bytes``;
+    return the plan when it fits. A setting the planner does not model is not checked: one line
+    on stderr says so and why, and None is returned."""
+    try:
+        predicted, lower_bound = predict_peak(config, model)
+    except NotImplementedError as err:
+        print(f"ojas train: memory plan not checked: {err}", file=sys.stderr)
+        return None
+    peak = predicted.peak_phase
+    bound = "at least " if lower_bound else ""
+    if predicted.peak > available_bytes:
+        largest = sorted((t for t in peak.terms if t.bytes), key=lambda t: t.bytes, reverse=True)[:3]
+        terms = ", ".join(f"{t.name} {_gib(t.bytes)}" for t in largest)
+        advice = [a for on, a in ((config.batch_size > 1, "lower batch_size"), (True, "lower seq_len"),
+                                  (not config.activation_checkpointing, "turn on activation_checkpointing"),
+                                  (not config.in_backward, "turn on in_backward"), (not config.ojas, "turn on ojas"),
+                                  (config.dtype == "float32", "use bfloat16")) if on]
+        advice_text = ", ".join(advice)
+        raise PlanDoesNotFit(
+            f"the run will not fit in the memory of {where}: predicted peak {bound}{_gib(predicted.peak)} "
+            f"({predicted.peak:,} bytes, at {peak.name}; largest terms: {terms}), available "
+            f"{_gib(available_bytes)} ({available_bytes:,} bytes free). "
+            f"{advice_text[0].upper() + advice_text[1:]} (`ojas plan --fit` lists what fits)")
+    note = (" (a lower bound: clipping in a fused backward runs two backward passes, the first keeping the "
+            "activations, which the planner does not model)") if lower_bound else ""
+    print(f"ojas train: memory plan: predicted peak {bound}{_gib(predicted.peak)} at {peak.name}, "
+          f"{_gib(available_bytes)} free on {where}{note}", file=sys.stderr)
+    return predicted
+
+
+def _check_memory(config: TrainConfig, vocab_size: int, device: torch.device) -> Optional[Any]:
+    """:func:`check_fits` with CUDA's free bytes; nothing on another device (the planner
+    predicts CUDA's allocator, ``--dry-run`` prints its peak)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return check_fits(config, _meta_model(config, vocab_size), free, str(device))
+
+
+def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
+    """``plan`` line of ``--dry-run``: the predicted peak on a GPU, or why it is not predicted."""
+    vocab = config.vocab if vocab_size is None else vocab_size
+    try:
+        predicted, lower_bound = predict_peak(config, _meta_model(config, vocab))
+    except NotImplementedError as err:
+        return f"plan       predicted peak on a GPU: not predicted ({err})"
+    return (f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
+            f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
+            + (", a lower bound: clipping in a fused backward runs two backward passes" if lower_bound else "")
+            + ")")
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -368,6 +475,7 @@ def train(config: TrainConfig) -> TrainResult:
     print(f"ojas train: {corpus.num_bytes:,} bytes in {len(corpus.documents)} files -> {len(data.tokens):,} tokens, "
           f"vocabulary {data.vocab_size} (cache key {data.tokens_key[:12]})", file=sys.stderr)
     ckpt.atomic_write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()])
+    _check_memory(config, data.vocab_size, device)  # before anything is allocated on the device
     model, optimizer = _build(config, data, device)
     loader = WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed, model.config.vocab_size)
 
@@ -512,12 +620,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             choices = {"preset": sorted(PRESETS), "dtype": sorted(DTYPES)}.get(f.name)
             parser.add_argument(flag, type=kind, default=default, choices=choices,
                                 help=_HELP[f.name])
-    parser.add_argument("--dry-run", action="store_true", help="print the setting and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the setting and its predicted peak on a GPU, and exit")
 
 
 def run_command(args: argparse.Namespace) -> int:
     """``ojas train``: 0 when the run finished, 1 when it diverged, 128 + N when stopped by signal N
-    (checkpoint written), 0 at ``--stop-after``; a bad setting exits 2 naming the option."""
+    (checkpoint written), 0 at ``--stop-after``; a bad setting, or one predicted not to fit in the
+    device's free memory (:class:`PlanDoesNotFit`), exits 2 naming it."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     if values["max_grad_norm"] == 0:
         values["max_grad_norm"] = None
@@ -528,6 +638,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if args.dry_run:
         print(describe(config))
+        print(plan_line(config))
         return 0
     try:
         result = train(config)

@@ -281,3 +281,117 @@ def test_stop_flag_signals() -> None:
         with pytest.raises(KeyboardInterrupt):  # a second one interrupts at once
             os.kill(os.getpid(), signal.SIGINT)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# The memory plan (ojas plan's formulas) checked before the first step.
+
+def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
+    """The planner's peak of ``config``'s model under the Setting written out here (not train's mapping)."""
+    from ojas_ref import plan as planner
+
+    shape = planner.Model.from_module(train_module._meta_model(config, vocab))
+    return planner.plan(shape, planner.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
+                                               **setting)).peak
+
+
+@pytest.mark.parametrize("changes, setting", [
+    ({"in_backward": False}, dict(dtype="fp32", fused=False, checkpoint=False, ojas_attention=True, ojas_loss=True)),
+    ({"in_backward": False, "ojas": False, "dtype": "bfloat16", "activation_checkpointing": True},
+     dict(dtype="bf16", fused=False, checkpoint=True, ojas_attention=False, ojas_loss=False)),
+    ({"in_backward": True, "max_grad_norm": None, "batch_size": 3, "seq_len": 64},
+     dict(dtype="fp32", fused=True, checkpoint=False, ojas_attention=True, ojas_loss=True)),
+])
+def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, cache: str, changes: dict,
+                                                               setting: dict, capsys: pytest.CaptureFixture) -> None:
+    config = small(tmp_path, cache, **changes)
+    model = train_module._meta_model(config, 512)
+    expected = _planned_peak(config, 512, **setting)
+    fits = train_module.check_fits(config, model, expected, "cuda:0")  # exactly enough
+    assert fits is not None and fits.peak == expected
+    assert dataclasses.asdict(fits.setting) == dict(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
+                                                    **setting)  # the mapping of TrainConfig to the planner's
+    assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
+    with pytest.raises(train_module.PlanDoesNotFit) as refused:
+        train_module.check_fits(config, model, expected - 1, "cuda:0")
+    assert f"predicted peak {expected / 2**20:.1f} MiB ({expected:,} bytes" in str(refused.value)
+    assert f"({expected - 1:,} bytes free)" in str(refused.value)
+    largest = max(fits.peak_phase.terms, key=lambda t: t.bytes)
+    with pytest.raises(ValueError, match=rf"will not fit in the memory of cuda:0: .*largest terms: "
+                                         rf"{re.escape(largest.name)} .*available 1\.0 MiB \(1,048,576 bytes free\)"):
+        train_module.check_fits(config, model, 2**20, "cuda:0")
+
+
+def test_check_fits_with_clipping_in_backward_is_a_lower_bound(tmp_path: Path, cache: str) -> None:
+    config = small(tmp_path, cache, in_backward=True, max_grad_norm=1.0)
+    expected = _planned_peak(config, 512, dtype="fp32", fused=True, ojas_attention=True, ojas_loss=True)
+    with pytest.raises(train_module.PlanDoesNotFit, match=rf"predicted peak at least {expected / 2**20:.1f} MiB"):
+        train_module.check_fits(config, train_module._meta_model(config, 512), 2**20)
+
+
+def test_check_fits_skips_what_the_planner_does_not_model(tmp_path: Path, cache: str,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    from transformers import LlamaConfig, Qwen2Config
+
+    accumulation = small(tmp_path, cache, accumulation_steps=2)
+    assert train_module.check_fits(accumulation, train_module._meta_model(accumulation, 512), 2**20) is None
+    assert capsys.readouterr().err == ("ojas train: memory plan not checked: gradient accumulation "
+                                       "(accumulation_steps=2) is not modelled by the planner\n")
+    qwen = tmp_path / "qwen2.json"
+    Qwen2Config(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2).to_json_file(qwen)
+    config = small(tmp_path, cache, model_config_file=str(qwen))
+    assert train_module.check_fits(config, train_module._meta_model(config, 512), 2**20) is None
+    assert "memory plan not checked: the model is 'qwen2': the planner models Llama decoders only" in (
+        capsys.readouterr().err)
+    biased = tmp_path / "llama-bias.json"
+    LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                mlp_bias=True).to_json_file(biased)
+    config = small(tmp_path, cache, model_config_file=str(biased))
+    assert train_module.check_fits(config, train_module._meta_model(config, 512), 2**20) is None
+    assert "memory plan not checked: config.mlp_bias=True" in capsys.readouterr().err
+
+
+def test_cuda_run_refused_before_the_model_is_built(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path on a CPU machine: mem_get_info and the model's construction stubbed."""
+    asked = []
+
+    def mem_get_info(device: torch.device) -> tuple[int, int]:
+        asked.append(str(device))
+        return free, 80 * 2**30
+
+    def build(*args):
+        raise RuntimeError("built")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(train_module, "_build", build)
+    config = small(tmp_path / "run", cache, device="cuda", in_backward=False)
+    expected = _planned_peak(config, 512, dtype="fp32", ojas_attention=True, ojas_loss=True)
+    free = 2**20
+    assert main(["train"] + _cli_args(config)) == 2
+    err = capsys.readouterr().err
+    assert asked == ["cuda"] and f"ojas train: the run will not fit in the memory of cuda: predicted peak " \
+                                 f"{expected / 2**20:.1f} MiB ({expected:,} bytes" in err
+    assert "(1,048,576 bytes free)" in err
+    assert not ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
+    free = expected  # fits: the check passes and the run goes on to build the model
+    with pytest.raises(RuntimeError, match="built"):
+        train(dataclasses.replace(config, out_dir=str(tmp_path / "run2")))
+    assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
+
+
+def test_cpu_run_is_not_checked_and_dry_run_prints_the_peak(tmp_path: Path, cache: str,
+                                                            capsys: pytest.CaptureFixture,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def mem_get_info(device: torch.device) -> tuple[int, int]:
+        raise AssertionError("mem_get_info called on a CPU run")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    config = small(tmp_path / "run", cache, steps=2, device="cpu")
+    expected = _planned_peak(config, 512, dtype="fp32", fused=True, ojas_attention=True, ojas_loss=True)
+    assert main(["train", "--dry-run"] + _cli_args(config)) == 0
+    assert f"predicted peak on a GPU: at least {expected / 2**20:.1f} MiB at " in capsys.readouterr().out
+    assert main(["train", "--dry-run"] + _cli_args(dataclasses.replace(config, accumulation_steps=2))) == 0
+    assert "predicted peak on a GPU: not predicted (gradient accumulation" in capsys.readouterr().out
+    assert main(["train"] + _cli_args(config)) == 0
+    assert "memory plan" not in capsys.readouterr().err  # the CPU: no check, no line
