@@ -103,7 +103,7 @@ def host_profile(model, opt, ids, device: torch.device) -> str:
 
 
 def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torch.device, warmup: int,
-        steps: int, profile: bool, cprofile: bool) -> dict:
+        steps: int, profile: bool, host: bool) -> dict:
     model = build(c, dtype, device)
     model.train()
     opt, report = setup(model, mode, opt_name)
@@ -139,7 +139,7 @@ def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torc
             step(0)
             sync(device)
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
-    if cprofile:
+    if host:
         table = (table or "") + host_profile(model, opt, batches[0], device)
     result = dict(dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=mode, peak=peak,
                   step_s=statistics.median(times), tokens_per_s=c.batch * c.seq / statistics.median(times),
@@ -181,7 +181,7 @@ def main() -> None:
         for opt_name in args.optimizers:
             for mode in args.modes:
                 r = run(c, DTYPES[dtype_name], opt_name, mode, device=device, warmup=args.warmup, steps=args.steps,
-                        profile=mode in args.profile, cprofile=mode in args.host_profile)
+                        profile=mode in args.profile, host=mode in args.host_profile)
                 if "profile" in r:
                     print(f"== profile {dtype_name} {opt_name} {mode}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)

@@ -261,7 +261,9 @@ class CausalLMLossHead:
 
     def loss(self, logits: Tensor, labels: Tensor, vocab_size: int, num_items_in_batch: Optional[Any] = None,
              ignore_index: int = -100, shift_labels: Optional[Tensor] = None, **kwargs: Any) -> Tensor:
-        """Hugging Face's ``ForCausalLMLoss`` of the hidden states the head received, without logits."""
+        """Hugging Face's ``ForCausalLMLoss`` of the hidden states the head received, without logits
+        (float32, as its upcast logits give, since ``linear_cross_entropy`` returns float32 for
+        16-bit inputs; float64 stays float64)."""
         hidden, self._hidden = self._hidden, None
         if hidden is None:  # eval mode, or no labels at the forward: the logits exist
             return self.original_loss(logits, labels, vocab_size, num_items_in_batch=num_items_in_batch,
@@ -275,8 +277,6 @@ class CausalLMLossHead:
         loss = linear_cross_entropy(hidden, self.head.weight, shift_labels.to(hidden.device),
                                     linear_bias=self.head.bias, reduction=reduction, ignore_index=ignore_index,
                                     softcap=self.softcap)
-        if loss.dtype != torch.float64:  # ForCausalLMLoss upcasts to float32 (it would round a float64 loss)
-            loss = loss.float()
         if reduction == "sum":
             if torch.is_tensor(num_items_in_batch):
                 num_items_in_batch = num_items_in_batch.to(loss.device)
