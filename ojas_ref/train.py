@@ -44,17 +44,26 @@ from typing import Any, Optional
 import torch
 
 from ojas_ref import checkpoint as ckpt
+from ojas_ref import plan as planner
 from ojas_ref.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
 
 __all__ = ["PRESETS", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments",
            "check_fits", "describe", "learning_rate", "plan_line", "predict_peak", "run_command", "train"]
 
+def _llama_shape(model: planner.Model) -> dict[str, int]:
+    """The config fields of a planner preset that ``ojas train`` takes (the vocabulary comes
+    from the tokenizer)."""
+    return {"hidden_size": model.hidden, "intermediate_size": model.intermediate,
+            "num_hidden_layers": model.layers, "num_attention_heads": model.heads}
+
+
 #: Llama shapes (the vocabulary comes from the tokenizer). ``tiny``: the CPU default;
-#: ``nano``: seconds-long smoke tests; ``1b``: benchmarks' 1.06B shape (with vocab 32000).
+#: ``nano``: seconds-long smoke tests; ``1b``: the planner's ``llama-1b``, the benchmarks'
+#: 1.06B shape (with vocab 32000).
 PRESETS: dict[str, dict[str, int]] = {
     "nano": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
     "tiny": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4},
-    "1b": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 18, "num_attention_heads": 16},
+    "1b": _llama_shape(planner.PRESETS["llama-1b"]),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: settings a resumed run may change (they do not change the computation)
@@ -184,7 +193,6 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
     backward, whose first of two backward passes keeps the activations alive to its end; the
     planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``
     (the reason) for a setting the planner does not model."""
-    from ojas_ref import plan as planner
 
     if config.accumulation_steps > 1:
         raise NotImplementedError(f"gradient accumulation (accumulation_steps={config.accumulation_steps}) is not "
