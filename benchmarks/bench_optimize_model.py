@@ -16,9 +16,11 @@ intermediate 5632, vocabulary 32000, untied head (1.06B parameters), batch 1, se
 * ``ojas-attention`` / ``ojas-loss`` / ``ojas-optimizer`` (``--modes``, not run by
   default): one of the three alone, the rest standard.
 
-Per configuration, in one process: the peak of ``torch.cuda.max_memory_allocated`` over
-the timed steps and tokens/s from the median step time (CUDA synchronised) after
-warm-up steps. ``--profile MODE`` prints torch.profiler's top CUDA kernels of one step
+Per dtype and optimizer, in one process: each mode is built in turn (those built before
+it kept, idle) and warmed up, and its peak is ``torch.cuda.max_memory_allocated`` over one
+step less the memory of the earlier modes; then the modes are timed together, one
+synchronised step of each per round with the order rotated (host drift hits all modes
+alike), and tokens/s comes from each mode's median step time. ``--profile MODE`` prints torch.profiler's top CUDA kernels of one step
 of that mode for each dtype/optimizer, ``--host-profile MODE ...`` the
 wall time of forward, backward and step and the operators' CPU times. ``--quick``: a tiny model on the CPU (no memory).
 """
@@ -102,54 +104,95 @@ def host_profile(model, opt, ids, device: torch.device) -> str:
     return f"phases {json.dumps(phases)}\n{table}"
 
 
-def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torch.device, warmup: int,
-        steps: int, profile: bool, host: bool) -> dict:
-    model = build(c, dtype, device)
-    model.train()
-    opt, report = setup(model, mode, opt_name)
-    g = torch.Generator(device="cpu").manual_seed(1)
-    batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
+class Runner:
+    """One mode's model, optimizer and batches, stepping as the training loop does."""
 
-    def step(i: int) -> float:
-        ids = batches[i % len(batches)]
-        loss = model(input_ids=ids, labels=ids).loss
+    def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device) -> None:
+        self.mode, self.c = mode, c
+        #: bytes held by the modes built before this one (idle while this one runs)
+        self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        self.model = build(c, dtype, device)
+        self.model.train()
+        self.opt, self.report = setup(self.model, mode, opt_name)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.peak: int | None = None
+
+    def step(self, i: int) -> float:
+        ids = self.batches[i % len(self.batches)]
+        loss = self.model(input_ids=ids, labels=ids).loss
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
         return loss.item()
 
+
+def measure_peak(r: Runner, device: torch.device, warmup: int) -> None:
+    """Warm up ``r``, then its peak over one more step, less the memory of the modes built before
+    it (idle, so constant): the peak it would have alone."""
     for i in range(warmup):
-        step(i)
+        r.step(i)
     sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times, losses = [], []
-    for i in range(steps):
+        r.step(warmup)
         sync(device)
-        t0 = time.perf_counter()
-        losses.append(step(i))
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    table = None
-    if profile and device.type == "cuda":
-        from torch.profiler import ProfilerActivity, profile as torch_profile
+        r.peak = torch.cuda.max_memory_allocated(device) - r.others
 
-        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-            step(0)
+
+def time_interleaved(runners: list[Runner], device: torch.device, steps: int) -> None:
+    """``steps`` rounds, one synchronised step of every mode per round, the order rotated each
+    round: every mode sees the same drift of the host (a bf16 step of this size is host-bound,
+    and the host's speed varied by 20% between and within runs)."""
+    for k in range(steps):
+        for j in range(len(runners)):
+            r = runners[(j + k) % len(runners)]
             sync(device)
-        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
-    if host:
-        table = (table or "") + host_profile(model, opt, batches[0], device)
-    result = dict(dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=mode, peak=peak,
-                  step_s=statistics.median(times), tokens_per_s=c.batch * c.seq / statistics.median(times),
-                  last_loss=losses[-1], changed=None if report is None else len(report.changed),
-                  left_alone=None if report is None else [s.reason for s in report.left_alone])
-    del model, opt, batches
+            t0 = time.perf_counter()
+            r.losses.append(r.step(k))
+            sync(device)
+            r.times.append(time.perf_counter() - t0)
+
+
+def profile_table(r: Runner, device: torch.device) -> str:
+    """torch.profiler's top CUDA kernels of one step."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        r.step(0)
+        sync(device)
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+
+
+def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
+              warmup: int, steps: int, profile: list[str], host: list[str]) -> list[dict]:
+    """Every mode of one dtype and optimizer in one process: each built and its peak measured in
+    turn (the earlier ones kept, idle), then all timed together (:func:`time_interleaved`)."""
+    runners = []
+    for mode in modes:
+        r = Runner(c, dtype, opt_name, mode, device)
+        measure_peak(r, device, warmup)
+        runners.append(r)
+    time_interleaved(runners, device, steps)
+    results = []
+    for r in runners:
+        table = profile_table(r, device) if r.mode in profile and device.type == "cuda" else None
+        if r.mode in host:
+            table = (table or "") + host_profile(r.model, r.opt, r.batches[0], device)
+        step_s = statistics.median(r.times)
+        results.append(dict(
+            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, peak=r.peak, step_s=step_s,
+            step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
+            last_loss=r.losses[-1], changed=None if r.report is None else len(r.report.changed),
+            left_alone=None if r.report is None else [s.reason for s in r.report.left_alone])
+            | ({"profile": table} if table else {}))
+    del runners, r
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return result | ({"profile": table} if table else {})
+    return results
 
 
 def markdown(results: list[dict]) -> str:
@@ -179,11 +222,10 @@ def main() -> None:
     results = []
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
-            for mode in args.modes:
-                r = run(c, DTYPES[dtype_name], opt_name, mode, device=device, warmup=args.warmup, steps=args.steps,
-                        profile=mode in args.profile, host=mode in args.host_profile)
+            for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
+                               steps=args.steps, profile=args.profile, host=args.host_profile):
                 if "profile" in r:
-                    print(f"== profile {dtype_name} {opt_name} {mode}\n{r.pop('profile')}", flush=True)
+                    print(f"== profile {dtype_name} {opt_name} {r['mode']}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)
                 results.append(r)
     env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")

@@ -149,10 +149,12 @@ else:  # a build without torch.distributed: no FSDP2
 _OWNERS = WeakIdKeyDictionary()
 
 
-def _weak_hook(opt: "InBackwardOptimizer") -> Callable[[Tensor], None]:
+def _weak_hook(opt: "InBackwardOptimizer", index: int, nbytes: int) -> Callable[[Tensor], None]:
     """The parameter's hook, holding the optimizer weakly: a parameter -> hook ->
     optimizer -> parameter cycle through autograd's C++ hook table would never be
-    collected."""
+    collected.  It carries the parameter's group ``index`` and gradient size
+    ``nbytes``, so that the common case (:meth:`InBackwardOptimizer._hook`) looks
+    nothing up."""
     ref = weakref.ref(opt)
 
     def hook(p: Tensor) -> None:
@@ -162,7 +164,7 @@ def _weak_hook(opt: "InBackwardOptimizer") -> Callable[[Tensor], None]:
                 "the InBackwardOptimizer of this parameter was garbage collected while its hooks remain: "
                 "keep a reference to it for as long as you train (it holds the optimizer state), or call "
                 "its remove_hooks() before dropping it")
-        owner._hook(p)
+        owner._hook(p, index, nbytes)
     return hook
 
 
@@ -347,7 +349,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._group_of: dict[Tensor, int] = {}
         self._group_opts: list[Optional[torch.optim.Optimizer]] = []
         self._pending: list[list[Tensor]] = []
-        self._waiting: set[Tensor] = set()  # the parameters in the pending buckets
+        self._waiting: set[int] = set()  # id() of the parameters in the pending buckets
         self._pending_bytes: list[int] = []
         self._hook_handles: list[Any] = []
         self._mode = _Mode.UPDATE
@@ -366,8 +368,11 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._reduced: list[Tensor] = []
         self._after_reduction = False
         self._warned_local = False
-        # the parameters updated since the last step()
-        self._updated: set[Tensor] = set()
+        # id() of the parameters updated since the last step() (ids, not tensors: a tensor's
+        # __hash__ is a Python call, and these sets are touched at every hook)
+        self._updated: set[int] = set()
+        # whether the current backward pass takes the plain path of _hook (set at its first hook)
+        self._plain_pass = False
         # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
@@ -404,7 +409,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._pending_bytes.append(0)
         for p in hooked:
             self._group_of[p] = index
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(_weak_hook(self)))
+            nbytes = p.numel() * p.element_size()  # a gradient has its parameter's shape and dtype
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(_weak_hook(self, index, nbytes)))
             _OWNERS[p] = weakref.ref(self)
             self._sharded |= isinstance(p, DTensor)
         if (any(not isinstance(p, DTensor) for p in hooked) and torch.distributed.is_available()
@@ -509,9 +515,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         first_device = params[0].device
         return torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in ordered]), _NORM_TYPE)
 
-    @torch.no_grad()
-    def _hook(self, p: Tensor) -> None:
-        if p in self._updated:
+    def _hook(self, p: Tensor, index: int, nbytes: int) -> None:
+        """Post-accumulate-grad hook of ``p`` (group ``index``, gradient of ``nbytes``).  The
+        plain case (one process, no accumulation, no clipping: see ``_plain_pass``) only adds
+        ``p`` to its bucket; everything else goes through :meth:`_hook_general`.  No
+        ``no_grad`` here: the update runs in ``optimizer_class.step()``, which sets its own
+        grad mode, and the norms of clipping in their own ``no_grad``."""
+        key = id(p)
+        if key in self._updated:
             p.grad = None
             raise RuntimeError(
                 "a parameter already updated since the last optimizer.step() gets a gradient again (a second "
@@ -521,15 +532,42 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 "update (it marks the end of the step); to combine several losses in one update, back-propagate "
                 "their sum, or set accumulation_steps to the number of backward passes per update. This backward "
                 "pass is abandoned: call optimizer.zero_grad() before the next")
+        self._queue_end_of_backward()
+        if not (self._plain_pass and self._mode is _Mode.UPDATE):
+            self._hook_general(p)
+            return
         if p.grad.is_sparse:
-            raise RuntimeError(
-                "InBackwardOptimizer does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
-                "the sparse paths of torch.optim and clip_grad_norm_ are not mirrored here")
+            self._refuse_sparse()
+        if key in self._waiting:
+            self._refuse_waiting()
+        self._waiting.add(key)
+        self._pending[index].append(p)
+        self._pending_bytes[index] += nbytes
+        if self._pending_bytes[index] >= self._bucket_cap_bytes:
+            self._flush(index)
+
+    @staticmethod
+    def _refuse_sparse() -> None:
+        raise RuntimeError(
+            "InBackwardOptimizer does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
+            "the sparse paths of torch.optim and clip_grad_norm_ are not mirrored here")
+
+    @staticmethod
+    def _refuse_waiting() -> None:
+        raise RuntimeError(
+            "a parameter is already waiting for its update: an earlier backward pass did not finish (it "
+            "raised?), and its gradient would be stepped twice. Call optimizer.zero_grad() after a failed "
+            "backward pass; it drops the gradients and the pending updates")
+
+    def _hook_general(self, p: Tensor) -> None:
+        """The hook with clipping, accumulation, DDP or FSDP2."""
+        if p.grad.is_sparse:
+            self._refuse_sparse()
         if self._mode is _Mode.NORM:
-            self._norms[p] = _grad_norm(p.grad)
+            with torch.no_grad():
+                self._norms[p] = _grad_norm(p.grad)
             p.grad = None
             return
-        self._queue_end_of_backward()
         ddp = self._ddp_of[p]() if p in self._ddp_of else None
         distributed = ddp is not None or isinstance(p.grad, DTensor)
         if distributed and self.accumulation_steps > 1:
@@ -604,11 +642,18 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             RuntimeWarning, stacklevel=2)
 
     def _queue_end_of_backward(self) -> None:
-        """Have :meth:`_end_of_backward` run once at the end of the current backward pass."""
+        """Have :meth:`_end_of_backward` run once at the end of the current backward pass; at
+        its first hook, decide whether the pass takes the plain path of :meth:`_hook`: no
+        accumulation, no clipping, no DDP or FSDP2, one process (else a plain parameter may
+        need :meth:`_warn_if_local`)."""
         task = torch._C._current_graph_task_id()
         if task != self._queued_task:
             self._queued_task = task
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            self._plain_pass = (
+                self.accumulation_steps == 1 and self.max_grad_norm is None and not self._distributed()
+                and not (torch.distributed.is_available() and torch.distributed.is_initialized()
+                         and torch.distributed.get_world_size() > 1))
 
     @torch.no_grad()
     def _end_of_backward(self) -> None:
@@ -666,13 +711,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     def _add_to_bucket(self, p: Tensor) -> None:
         """Add ``p`` (whose gradient is whole) to its group's bucket; update the bucket once full."""
-        if p in self._waiting:
-            raise RuntimeError(
-                "a parameter is already waiting for its update: an earlier backward pass did not finish (it "
-                "raised?), and its gradient would be stepped twice. Call optimizer.zero_grad() after a failed "
-                "backward pass; it drops the gradients and the pending updates")
+        if id(p) in self._waiting:
+            self._refuse_waiting()
         index = self._group_of[p]
-        self._waiting.add(p)
+        self._waiting.add(id(p))
         self._pending[index].append(p)
         self._pending_bytes[index] += p.grad.numel() * p.grad.element_size()
         if self._pending_bytes[index] >= self._bucket_cap_bytes:
@@ -688,10 +730,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         hyper-parameters (clipped first in the second pass of clipping); free the gradients."""
         bucket = self._pending[index]
         self._pending[index], self._pending_bytes[index] = [], 0
-        self._waiting.difference_update(bucket)
+        self._waiting.difference_update(map(id, bucket))
         if self._mode is _Mode.CLIP:
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
-        self._updated.update(bucket)
+        self._updated.update(map(id, bucket))
         bucket_opt = self._group_opts[index]
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
