@@ -1,0 +1,169 @@
+"""Fused RMSNorm in Triton: one kernel forward, one kernel backward plus a float32 sum for dW.
+
+Rows of ``x [rows, n]`` are normalised over their ``n`` entries in the compute dtype
+``c`` (float32, float64 for float64 inputs): ``r = 1 / sqrt(mean(x^2) + eps)``, saved
+per row (``rstd``, dtype ``c``). Two ways of applying the weight, as Hugging Face's two
+RMSNorm families do:
+
+* ``after_weight=False`` (Llama, Mistral, Qwen2/3, Phi-3): ``y = w * (x r).to(x.dtype)``;
+  the normalised value is rounded to the input dtype, then multiplied by the weight in
+  the dtype torch promotes ``w`` and ``x`` to (one rounding of the product, as torch's
+  16-bit multiply, whose exact product fits in float32).
+* ``after_weight=True`` (Gemma 2/3, offset 1): ``y = (x r (offset + w.to(c))).to(x.dtype)``.
+
+Backward, from the saved ``x`` and ``r`` alone, with ``g = (offset + w) dy`` in ``c``:
+``dx_j = r g_j - (r^3 / n) x_j sum_i g_i x_i`` and ``dw_i = sum over rows of dy_i n_i``
+(``n_i`` the value the forward multiplied by the weight: ``(x r).to(x.dtype)`` or ``x r``),
+each program summing its rows in registers, the per-program partial sums added in ``c``
+afterwards. That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
+reals: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0) and
+Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (weight ``1 + w``). The cast of the
+normalised value to the input dtype is treated as the identity (as torch's autograd
+treats ``.to()``); no theorem covers it, nor the rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["MAX_HIDDEN", "rms_norm_backward", "rms_norm_forward"]
+
+#: The largest normalised size: a row lives in registers (one block of columns).
+MAX_HIDDEN = 65536
+# Elements of x per program tile: rows per program = this / the column block.
+_TILE = 4096
+
+_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32,
+              torch.float64: tl.float64}
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _blocks(n: int) -> tuple[int, int, int]:
+    """(rows per program, column block, warps) for rows of n entries."""
+    block_n = triton.next_power_of_2(max(n, 1))
+    block_m = max(1, _TILE // block_n)
+    warps = min(16, max(1, block_m * block_n // 512))
+    return block_m, block_n, warps
+
+
+@triton.jit
+def _fwd_kernel(X, W, Y, RSTD, n_rows, n, stride_x, stride_y, eps, offset,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, AFTER_WEIGHT: tl.constexpr,
+                COMPUTE: tl.constexpr, PRODUCT: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    col_ok = cols < n
+    ok = row_ok[:, None] & col_ok[None, :]
+    x = tl.load(X + rows[:, None].to(tl.int64) * stride_x + cols[None, :], mask=ok, other=0.0).to(COMPUTE)
+    w = tl.load(W + cols, mask=col_ok, other=0.0)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / n + eps)
+    normed = x * r[:, None]
+    if AFTER_WEIGHT:
+        y = normed * (offset + w.to(COMPUTE))[None, :]
+    else:
+        rounded = normed.to(X.dtype.element_ty)
+        y = rounded.to(PRODUCT) * w.to(PRODUCT)[None, :]
+    tl.store(Y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=ok)
+    tl.store(RSTD + rows, r, mask=row_ok)
+
+
+@triton.jit
+def _bwd_kernel(DY, X, W, RSTD, DX, DW_PART, n_rows, n, stride_dy, stride_x, stride_dx, offset,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, AFTER_WEIGHT: tl.constexpr,
+                COMPUTE: tl.constexpr):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n
+    w = tl.load(W + cols, mask=col_ok, other=0.0).to(COMPUTE) + offset
+    dw = tl.zeros([BLOCK_N], dtype=COMPUTE)
+    for block in range(pid, tl.cdiv(n_rows, BLOCK_M), programs):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        ok = row_ok[:, None] & col_ok[None, :]
+        rows64 = rows[:, None].to(tl.int64)
+        x = tl.load(X + rows64 * stride_x + cols[None, :], mask=ok, other=0.0).to(COMPUTE)
+        dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=ok, other=0.0).to(COMPUTE)
+        r = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+        normed = x * r[:, None]
+        if not AFTER_WEIGHT:
+            normed = normed.to(X.dtype.element_ty).to(COMPUTE)
+        dw += tl.sum(dy * normed, axis=0)
+        g = dy * w[None, :]
+        dot = tl.sum(g * x, axis=1)
+        dx = r[:, None] * g - ((r * r * r) / n * dot)[:, None] * x
+        tl.store(DX + rows64 * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=ok)
+    tl.store(DW_PART + pid.to(tl.int64) * n + cols, dw, mask=col_ok)
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
+    if x.dim() != 2 or weight.dim() != 1 or weight.shape[0] != x.shape[1]:
+        raise ValueError(f"expected x [rows, n] and weight [n], got {tuple(x.shape)} and {tuple(weight.shape)}")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.dtype not in _TL_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
+    if x.device != weight.device:
+        raise ValueError(f"x and weight must be on one device, got {x.device} and {weight.device}")
+    if x.shape[1] > MAX_HIDDEN:
+        raise ValueError(f"the Triton RMSNorm normalises rows of at most {MAX_HIDDEN} entries, got {x.shape[1]}")
+
+
+def _row_major(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0,
+                     after_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, rstd)`` for ``x [rows, n]`` and ``weight [n]`` (see the module docstring).
+
+    ``y`` has the input dtype (``after_weight``) or torch's promotion of ``weight`` and
+    ``x``; ``rstd [rows]`` the compute dtype (float32; float64 for float64 ``x``)."""
+    _check(x, weight)
+    x, weight = _row_major(x), weight.contiguous()
+    rows, n = x.shape
+    out_dtype = x.dtype if after_weight else torch.promote_types(x.dtype, weight.dtype)
+    compute = _compute_dtype(x.dtype)
+    y = torch.empty((rows, n), dtype=out_dtype, device=x.device)
+    rstd = torch.empty(rows, dtype=compute, device=x.device)
+    if rows == 0 or n == 0:
+        return y, rstd.fill_(torch.nan if n == 0 else 0.0)
+    block_m, block_n, warps = _blocks(n)
+    _fwd_kernel[(triton.cdiv(rows, block_m),)](
+        x, weight, y, rstd, rows, n, x.stride(0), y.stride(0), float(eps), float(offset),
+        BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
+        PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)], num_warps=warps)
+    return y, rstd
+
+
+def _programs(device: torch.device, blocks: int) -> int:
+    """Backward programs: a few per multiprocessor on a GPU (each adds one partial dW row)."""
+    if device.type == "cuda":
+        return max(1, min(blocks, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
+    return max(1, min(blocks, 4))
+
+
+def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                      offset: float = 0.0, after_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx, dw)`` from the saved ``x`` and ``rstd`` (see the module docstring); ``dx`` in
+    the dtype of ``x``, ``dw`` in the dtype of ``weight`` (summed in the compute dtype)."""
+    _check(x, weight)
+    x, weight, grad_y = _row_major(x), weight.contiguous(), _row_major(grad_y)
+    rows, n = x.shape
+    compute = _compute_dtype(x.dtype)
+    dx = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    if rows == 0 or n == 0:
+        return dx, torch.zeros_like(weight)
+    block_m, block_n, warps = _blocks(n)
+    programs = _programs(x.device, triton.cdiv(rows, block_m))
+    partial = torch.empty((programs, n), dtype=compute, device=x.device)
+    _bwd_kernel[(programs,)](
+        grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), dx.stride(0), float(offset),
+        BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
+        num_warps=warps)
+    return dx, partial.sum(0).to(weight.dtype)

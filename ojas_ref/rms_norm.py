@@ -1,0 +1,215 @@
+"""RMSNorm with Hugging Face's casting semantics: the PyTorch reference and the fused Triton kernel.
+
+Over the last ``k`` dimensions (``normalized_shape``), in the compute dtype ``c``
+(float32; float64 for float64 inputs), ``r = 1 / sqrt(mean(x^2) + eps)`` and, by ``cast``:
+
+* ``"before_weight"`` (Llama, Mistral, Qwen2, Qwen3, Phi-3): ``weight * (x.to(c) * r).to(x.dtype)``:
+  the normalised value is rounded to the input dtype before the product, which has the
+  dtype torch promotes ``weight`` and ``x`` to. ``offset`` must be 0.
+* ``"after_weight"`` (Gemma 2, Gemma 3: ``offset=1``):
+  ``(x.to(c) * r * (offset + weight.to(c))).to(x.dtype)``.
+
+:func:`rms_norm_reference` is that formula in plain PyTorch ops, in Hugging Face's order
+(differentiated by torch's autograd); it runs on the CPU. On CUDA, :func:`rms_norm`
+runs the fused kernel ``ojas_kernels.rms_norm`` (one kernel forward, one backward and a
+sum of per-program dW partials), which saves only ``x`` and the per-row ``r``.
+
+Theorems (rocq/RMSNorm/Backward.v, over the reals): the kernel's backward
+``dx_j = r g_j - (r^3 / n) x_j sum_i g_i x_i`` with ``g_i = w_i dy_i`` and ``dw_i = dy_i x_i r``
+(summed over rows) is the vector-Jacobian product of ``y_i = w_i x_i r`` from the saved
+``x`` and ``r`` alone: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp; with weight
+``1 + w_i``: Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp. Not covered by a
+theorem: the floating-point rounding (tests/test_rms_norm.py justifies its tolerances),
+and the cast of the normalised value to the input dtype, which the kernel's backward
+treats as the identity, as torch's autograd does for ``.to()`` (checked numerically
+against torch's backward of Hugging Face's module in the tests: its bfloat16 gradient
+equals, to bfloat16 rounding, the formula with no cast at all). Offsets other than 0 and
+1 run the same formula with ``offset + w``; the theorems name weight ``w`` and ``1 + w``.
+
+Differences from ``torch.nn.functional.rms_norm``: the two casting rules above (torch
+multiplies in float32 and rounds once, like ``"after_weight"`` with ``offset=0``),
+``offset``, and double backward through the kernel raises. Differences from Hugging Face's
+modules: float64 inputs are normalised in float64 (Hugging Face's ``.to(torch.float32)``
+rounds them to float32; :func:`ojas_ref.optimize_model`'s swapped modules do the same).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor, nn
+
+from ojas_ref.transforms import refuse_function_transforms
+
+__all__ = ["RMSNorm", "rms_norm", "rms_norm_reference"]
+
+BACKWARD_THEOREMS = ("Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
+                     "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp")
+CASTS = ("before_weight", "after_weight")
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_IMPLS = ("auto", "reference", "triton")
+_IMPL_ENV = "OJAS_RMS_NORM_IMPL"
+
+
+def rms_norm_reference(input: Tensor, weight: Tensor, eps: float, dims: tuple[int, ...] = (-1,),
+                       offset: float = 0.0, cast: str = "before_weight") -> Tensor:
+    """The formula of the module docstring in plain PyTorch ops (no argument checks)."""
+    compute = torch.float64 if input.dtype == torch.float64 else torch.float32
+    x = input.to(compute)
+    normed = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    if cast == "after_weight":
+        return (normed * (offset + weight.to(compute))).to(input.dtype)
+    return weight * normed.to(input.dtype)
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """The Triton kernels on ``x [rows, n]`` and ``weight [n]``; saves ``x``, ``weight`` and ``rstd``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> Tensor:
+        from ojas_kernels.rms_norm import rms_norm_forward
+
+        y, rstd = rms_norm_forward(x, weight, eps, offset, after_weight)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.args = (offset, after_weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor):
+        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
+            raise RuntimeError("rms_norm does not support double backward (create_graph=True through it, e.g. a "
+                               "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
+                               "use impl='reference' for higher-order gradients")
+        from ojas_kernels.rms_norm import rms_norm_backward
+
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw = rms_norm_backward(grad_y, x, weight, rstd, *ctx.args)
+        return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None
+
+
+def _shape(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int, ...]:
+    if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
+        return (int(normalized_shape),)
+    if (not isinstance(normalized_shape, (Sequence, torch.Size)) or not normalized_shape
+            or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0
+                       for d in normalized_shape)):
+        raise TypeError(f"normalized_shape must be an int or a non-empty sequence of non-negative ints, "
+                        f"got {normalized_shape!r}")
+    return tuple(int(d) for d in normalized_shape)
+
+
+def _real(name: str, value: object, minimum: Optional[float] = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise TypeError(f"{name} must be a finite real number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return float(value)
+
+
+def _check(input: object, shape: tuple[int, ...], weight: object, offset: float, cast: object) -> None:
+    if not isinstance(input, Tensor) or input.dtype not in _DTYPES:
+        what = input.dtype if isinstance(input, Tensor) else type(input).__name__
+        raise TypeError(f"input must be a float16, bfloat16, float32 or float64 tensor, got {what}")
+    if tuple(input.shape[input.dim() - len(shape):]) != shape or input.dim() < len(shape):
+        raise ValueError(f"input of shape {tuple(input.shape)} does not end with normalized_shape {shape}")
+    if cast not in CASTS:
+        raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
+    if offset != 0.0 and cast == "before_weight":
+        raise ValueError(f"offset={offset} needs cast='after_weight' (Gemma's form); no Hugging Face family adds an "
+                         "offset to a weight applied after the cast")
+    if weight is None:
+        if offset != 0.0:
+            raise ValueError(f"offset={offset} needs a weight")
+        return
+    if not isinstance(weight, Tensor) or weight.dtype not in _DTYPES:
+        what = weight.dtype if isinstance(weight, Tensor) else type(weight).__name__
+        raise TypeError(f"weight must be None or a float16, bfloat16, float32 or float64 tensor, got {what}")
+    if tuple(weight.shape) != shape:
+        raise ValueError(f"weight must have shape normalized_shape {shape}, got {tuple(weight.shape)}")
+    if weight.device != input.device:
+        raise ValueError(f"weight is on {weight.device} but input on {input.device}")
+
+
+def _use_kernel(impl: Optional[str], input: Tensor, weight: Tensor, n: int) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False)."""
+    if impl is None:
+        impl = os.environ.get(_IMPL_ENV, "auto")
+    if impl not in _IMPLS:
+        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    if impl == "reference":
+        return False
+    from ojas_kernels.rms_norm import MAX_HIDDEN
+
+    if impl == "auto":
+        return input.is_cuda and torch.float64 not in (input.dtype, weight.dtype) and n <= MAX_HIDDEN
+    if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    if n > MAX_HIDDEN:
+        raise ValueError(f"impl='triton' normalises at most {MAX_HIDDEN} entries (prod(normalized_shape) = {n}); "
+                         "use impl='reference'")
+    return True
+
+
+def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Size], weight: Optional[Tensor] = None,
+             eps: Optional[float] = None, *, offset: float = 0.0, cast: str = "before_weight",
+             impl: Optional[str] = None) -> Tensor:
+    """RMSNorm of ``input`` over its last dimensions ``normalized_shape`` (the module docstring's formula).
+
+    Arguments as ``torch.nn.functional.rms_norm`` (``eps=None`` is ``torch.finfo(input.dtype).eps``;
+    ``weight=None`` multiplies by nothing), plus ``offset`` (Gemma: 1.0, with
+    ``cast="after_weight"``), ``cast`` (where the normalised value is rounded to the input
+    dtype: ``"before_weight"``, Llama's, or ``"after_weight"``, Gemma's) and ``impl``:
+    "triton" runs the fused kernel (CUDA, or the CPU under TRITON_INTERPRET=1;
+    ``prod(normalized_shape) <= 65536``), "reference" :func:`rms_norm_reference`, "auto"
+    the kernel for CUDA tensors other than float64 and the reference otherwise; None reads
+    OJAS_RMS_NORM_IMPL, default "auto".
+
+    Backward of the kernel: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0),
+    Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (offset 1); not covered: the
+    rounding and the cast to the input dtype (treated as the identity, as torch's autograd
+    does). Double backward through the kernel raises. Autocast changes nothing (the
+    formula casts for itself, as Hugging Face's, whose ops autocast leaves in float32).
+    """
+    refuse_function_transforms("rms_norm")
+    shape = _shape(normalized_shape)
+    offset = _real("offset", offset)
+    _check(input, shape, weight, offset, cast)
+    eps = torch.finfo(input.dtype).eps if eps is None else _real("eps", eps, minimum=0.0)
+    if weight is None:
+        weight = torch.ones(shape, dtype=input.dtype, device=input.device)
+    n = math.prod(shape)
+    if not _use_kernel(impl, input, weight, n):
+        return rms_norm_reference(input, weight, eps, tuple(range(-len(shape), 0)), offset, cast)
+    y = _FusedRMSNorm.apply(input.reshape(-1, n), weight.reshape(n), eps, offset, cast == "after_weight")
+    return y.reshape(input.shape)
+
+
+class RMSNorm(nn.Module):
+    """:func:`rms_norm` as a module, in the style of ``torch.nn.RMSNorm`` (same constructor and
+    ``weight``), plus ``offset`` and ``cast``; the weight starts at ``1 - offset`` (scale 1)."""
+
+    def __init__(self, normalized_shape: Union[int, Sequence[int], torch.Size], eps: Optional[float] = None,
+                 elementwise_affine: bool = True, *, offset: float = 0.0, cast: str = "before_weight",
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        self.normalized_shape = _shape(normalized_shape)
+        self.eps = None if eps is None else _real("eps", eps, minimum=0.0)
+        self.offset = _real("offset", offset)
+        if cast not in CASTS:
+            raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
+        self.cast = cast
+        if not elementwise_affine and self.offset:
+            raise ValueError(f"offset={offset} needs elementwise_affine=True")
+        self.weight = (nn.Parameter(torch.full(self.normalized_shape, 1.0 - self.offset, device=device, dtype=dtype))
+                       if elementwise_affine else None)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps, offset=self.offset, cast=self.cast)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+                f"offset={self.offset}, cast={self.cast!r}")
