@@ -1,0 +1,102 @@
+(** * The backward of SwiGLU from the saved gate and up projection only.
+
+    Elementwise, [h = silu a * b] with [silu a = a / (1 + exp (- a))]
+    ([= a * sigmoid a], [sigmoid a = 1 / (1 + exp (- a))]).  The kernel
+    saves [a] and [b] only (neither [silu a] nor [h]) and recomputes in
+    backward ([swiglu_backward]): [s = sigmoid a],
+    [da = (dh * b) * s * (1 + a * (1 - s))], [db = dh * silu a].
+
+    - [swiglu_is_derive_a], [swiglu_is_derive_b]: Coquelicot's partial
+      derivatives of [silu a * b];
+    - [swiglu_backward_eq_vjp]: [da = dh * d h / d a] and
+      [db = dh * d h / d b] (and [db = dh * a * s]).
+
+    [exp] is the standard library's real exponential (a definition, by
+    its power series).  The map is elementwise, so its Jacobian is
+    diagonal and these scalar identities are the whole vector-Jacobian
+    product, entry by entry.  No statement about rounding. *)
+
+From Coq Require Import Reals Lra.
+Set Warnings "-ambiguous-paths".
+From Coquelicot Require Import Coquelicot.
+Open Scope R_scope.
+
+(** ** The kernel *)
+
+Definition sigmoid (a : R) : R := 1 / (1 + exp (- a)).
+
+(** [silu a = a / (1 + exp (- a))], as the kernel computes it. *)
+Definition silu (a : R) : R := a / (1 + exp (- a)).
+
+Definition swiglu_forward (a b : R) : R := silu a * b.
+
+(** The backward from [(a, b, dh)]: [(da, db)]. *)
+Definition swiglu_backward (a b dh : R) : R * R :=
+  let s := sigmoid a in
+  let g := dh * b in
+  (g * s * (1 + a * (1 - s)), dh * silu a).
+
+(** ** Facts *)
+
+Lemma exp_denom_pos : forall a, 0 < 1 + exp (- a).
+Proof. intros a; pose proof (exp_pos (- a)); lra. Qed.
+
+Lemma silu_sigmoid : forall a, silu a = a * sigmoid a.
+Proof.
+  intros a; unfold silu, sigmoid; pose proof (exp_denom_pos a); field; lra.
+Qed.
+
+(** [sigmoid' = s (1 - s)], [silu' = s (1 + a (1 - s))]. *)
+Lemma silu_is_derive : forall a,
+  is_derive silu a (sigmoid a * (1 + a * (1 - sigmoid a))).
+Proof.
+  intros a; unfold silu, sigmoid; pose proof (exp_denom_pos a) as Hd.
+  auto_derive.
+  - lra.
+  - set (e := exp (- a)) in *; clearbody e.
+    field; lra.
+Qed.
+
+(** ** Derivatives of [h = silu a * b] *)
+
+Theorem swiglu_is_derive_a : forall a b,
+  is_derive (fun t => swiglu_forward t b) a (b * sigmoid a * (1 + a * (1 - sigmoid a))).
+Proof.
+  intros a b; unfold swiglu_forward.
+  apply (is_derive_ext (fun t => b * silu t)); [intros t; apply Rmult_comm|].
+  replace (b * sigmoid a * (1 + a * (1 - sigmoid a)))
+    with (b * (sigmoid a * (1 + a * (1 - sigmoid a)))) by ring.
+  apply is_derive_scal, silu_is_derive.
+Qed.
+
+Theorem swiglu_is_derive_b : forall a b,
+  is_derive (fun t => swiglu_forward a t) b (silu a).
+Proof.
+  intros a b; unfold swiglu_forward.
+  apply (is_derive_ext (fun t => silu a * t)); [reflexivity|].
+  pose proof (is_derive_scal (fun t => t) b (silu a) 1) as H.
+  rewrite Rmult_1_r in H; apply H.
+  auto_derive; [exact I|reflexivity].
+Qed.
+
+(** The kernel's backward, from [a], [b] and [dh] alone, is the
+    vector-Jacobian product of [h = silu a * b]. *)
+Theorem swiglu_backward_eq_vjp : forall a b dh,
+  ex_derive (fun t => swiglu_forward t b) a /\
+  ex_derive (fun t => swiglu_forward a t) b /\
+  fst (swiglu_backward a b dh) = dh * Derive (fun t => swiglu_forward t b) a /\
+  snd (swiglu_backward a b dh) = dh * Derive (fun t => swiglu_forward a t) b /\
+  snd (swiglu_backward a b dh) = dh * a * sigmoid a.
+Proof.
+  intros a b dh.
+  split; [eexists; apply swiglu_is_derive_a|].
+  split; [eexists; apply swiglu_is_derive_b|].
+  unfold swiglu_backward; cbn [fst snd].
+  replace (Derive (fun t => swiglu_forward t b) a)
+    with (b * sigmoid a * (1 + a * (1 - sigmoid a)))
+    by (symmetry; apply is_derive_unique, swiglu_is_derive_a).
+  replace (Derive (fun t => swiglu_forward a t) b) with (silu a)
+    by (symmetry; apply is_derive_unique, swiglu_is_derive_b).
+  rewrite silu_sigmoid.
+  split; [ring|split; ring].
+Qed.
