@@ -29,9 +29,11 @@ not), so the forward reproduces torch's operations one for one.  What can still 
 the compilers may contract ``1 + a * (1 - s)`` into a fused multiply-add differently
 (nvcc and Triton both contract by default), so ``da`` may differ from torch's in the
 last bit of the float32 value before rounding to T.  Under ``TRITON_INTERPRET=1`` (CPU)
-``exp`` is numpy's and torch's CPU kernels use SLEEF's; they differ in the last float32
-bit for some inputs, which changes a bfloat16 result only when it sits at a rounding
-boundary.  The interpreter rounds float32 to bfloat16 toward zero, so there ``_round``
+``exp`` is numpy's and torch's CPU kernels use SLEEF's or MKL's; they differ in the last
+float32 bit for some inputs, which changes a 16-bit result only when a value sits at a
+rounding boundary (then ``da`` by one unit, ``h`` and ``db``, products of the rounded
+silu, by up to three; a few in 10^4 elements).  torch's CPU float16 ``silu_backward``
+rounds intermediates to float16; its CUDA kernel, which this follows, does not.  The interpreter rounds float32 to bfloat16 toward zero, so there ``_round``
 does round-to-nearest-even by integer arithmetic.
 
 Layout: any shape, flattened into contiguous 1-D blocks of ``block_size`` elements
