@@ -1,0 +1,148 @@
+"""Benchmark: ``ojas_ref.swiglu(a, b)`` beside torch's ``F.silu(a) * b``, forward + backward.
+
+    python benchmarks/bench_swiglu.py [--out FILE] [--impl auto|reference|triton]
+    python benchmarks/bench_swiglu.py --quick          # tiny sizes, CPU, proves it runs
+
+Shapes ``[tokens, intermediate]``: [2048, 5632] (a 1B Llama's MLP at 2K tokens) and
+[8192, 14336] (Llama-3 8B's at 8K tokens), bfloat16 and float32.  One step is
+``h = fn(a, b); h.backward(dh)`` with ``a`` and ``b`` leaves that require grad.
+
+Measured per (shape, dtype, variant): ``step_ms``, the median of
+``triton.testing.do_bench`` on CUDA (their ``.grad`` reset to None between runs), the
+median of ``time.perf_counter`` over a few steps on the CPU; ``saved_mib``, the bytes
+autograd saves for backward (``saved_tensors_hooks``: ``a``, ``b`` and, for torch,
+``silu(a)``); ``peak_mib`` (CUDA only), ``torch.cuda.max_memory_allocated`` during one
+step minus the memory allocated before it (the inputs and ``dh``), so it counts ``h``, the
+saved tensors, the gradients and any temporaries; ``max_rel_diff``, the largest
+``max |x - x_torch| / max |x_torch|`` over ``h``, ``da``, ``db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ojas_ref.swiglu import swiglu  # noqa: E402
+
+MIB = 2.0**20
+SHAPES = [(2048, 5632), (8192, 14336)]
+QUICK_SHAPES = [(64, 176), (100, 300)]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def torch_swiglu(a: Tensor, b: Tensor) -> Tensor:
+    return F.silu(a) * b
+
+
+def step(fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, dh: Tensor) -> Tensor:
+    h = fn(a, b)
+    h.backward(dh)
+    return h
+
+
+def saved_bytes(fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> int:
+    seen: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        seen[t.data_ptr()] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(a, b)
+    return sum(seen.values())
+
+
+def time_ms(fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, dh: Tensor, reps: int) -> float:
+    if a.is_cuda:
+        import triton
+
+        return triton.testing.do_bench(lambda: step(fn, a, b, dh), warmup=25, rep=100, grad_to_none=[a, b],
+                                       return_mode="median")
+    times = []
+    for _ in range(reps):
+        a.grad = b.grad = None
+        t0 = time.perf_counter()
+        step(fn, a, b, dh)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def peak_mib(fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, dh: Tensor) -> float:
+    a.grad = b.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    h = step(fn, a, b, dh)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del h
+    return peak / MIB
+
+
+def rel_diff(x: Tensor, ref: Tensor) -> float:
+    scale = ref.abs().max().item()
+    return (x.float() - ref.float()).abs().max().item() / (scale or 1.0)
+
+
+def run_case(shape: tuple[int, int], dtype: torch.dtype, device: str, impl: str, reps: int) -> list[dict]:
+    g = torch.Generator(device).manual_seed(0)
+    a = (torch.randn(shape, device=device, generator=g) * 3).to(dtype).requires_grad_()
+    b = torch.randn(shape, device=device, generator=g).to(dtype).requires_grad_()
+    dh = torch.randn(shape, device=device, generator=g).to(dtype)
+    variants = {"torch": torch_swiglu, "ojas": lambda x, y: swiglu(x, y, impl=impl)}
+    outs = {}
+    for name, fn in variants.items():
+        a.grad = b.grad = None
+        h = step(fn, a, b, dh)
+        outs[name] = (h.detach(), a.grad, b.grad)
+    rows = []
+    for name, fn in variants.items():
+        row = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "variant": name,
+               "step_ms": time_ms(fn, a, b, dh, reps), "saved_mib": saved_bytes(fn, a, b) / MIB,
+               "max_rel_diff": max(rel_diff(x, r) for x, r in zip(outs[name], outs["torch"]))}
+        if a.is_cuda:
+            row["peak_mib"] = peak_mib(fn, a, b, dh)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (checks that it runs)")
+    parser.add_argument("--impl", default="auto", choices=["auto", "reference", "triton"],
+                        help="ojas_ref.swiglu's impl (auto: the Triton kernel on CUDA)")
+    parser.add_argument("--out", type=Path, help="write the rows as JSON")
+    args = parser.parse_args()
+    if args.quick:
+        device, shapes, reps = "cpu", QUICK_SHAPES, 5
+    elif torch.cuda.is_available():
+        device, shapes, reps = "cuda", SHAPES, 5
+    else:
+        parser.error("needs CUDA (or --quick for the CPU)")
+    rows = []
+    for shape in shapes:
+        for dtype in DTYPES.values():
+            rows.extend(run_case(shape, dtype, device, args.impl, reps))
+    header = f"{'shape':>14} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} {'peak MiB':>9} {'rel diff':>9}"
+    print(header)
+    for r in rows:
+        peak = f"{r['peak_mib']:9.1f}" if "peak_mib" in r else f"{'-':>9}"
+        print(f"{'x'.join(map(str, r['shape'])):>14} {r['dtype']:>9} {r['variant']:>7} {r['step_ms']:9.3f} "
+              f"{r['saved_mib']:10.2f} {peak} {r['max_rel_diff']:9.2e}")
+    if args.out:
+        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                                        "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
