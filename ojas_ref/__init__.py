@@ -7,6 +7,8 @@
   blocks: activations reconstructed in backward (rocq/Reversible/).
 * :class:`InBackwardOptimizer`: each parameter updated in its post-accumulate-grad hook,
   no persistent gradients (rocq/OptimizerInBackward/).
+* :func:`rms_norm` / :class:`RMSNorm`: RMSNorm with Hugging Face's casting rules, a fused
+  Triton kernel on CUDA (backward: rocq/RMSNorm/Backward.v).
 * :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing
   model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
 * :class:`MultiheadAttention`, :class:`LinearCrossEntropyLoss`: ``torch.nn`` modules on them.
@@ -22,7 +24,8 @@ from ojas_ref.modules import LinearCrossEntropyLoss, MultiheadAttention
 from ojas_ref.optimize import optimize_model, revert_model
 from ojas_ref.optimizer_in_backward import InBackwardOptimizer
 from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
+from ojas_ref.rms_norm import RMSNorm, rms_norm
 
-__all__ = ["attention", "linear_cross_entropy", "optimize_model", "revert_model", "AdditiveCoupling",
-           "InBackwardOptimizer", "LinearCrossEntropyLoss", "MultiheadAttention", "ReversibleSequence",
+__all__ = ["attention", "linear_cross_entropy", "optimize_model", "revert_model", "rms_norm", "AdditiveCoupling",
+           "InBackwardOptimizer", "LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm", "ReversibleSequence",
            "SymplecticCoupling"]

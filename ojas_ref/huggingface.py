@@ -13,6 +13,10 @@
   Hugging Face's semantics (labels shifted left, ``ignore_index``, mean over the kept
   tokens or sum over ``num_items_in_batch``), and the output's ``logits`` is None, as
   in Liger-Kernel. Otherwise the model runs unchanged.
+* RMSNorm: each module of a known Hugging Face RMSNorm class (:data:`RMS_NORM_FORMS`) whose
+  forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.rms_norm`
+  is turned (``__class__`` swap, same parameters and ``state_dict``) into a subclass that
+  computes :func:`ojas_ref.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
 
 No modeling code is copied: the models' own forward passes run.
 """
@@ -30,9 +34,10 @@ from torch import Tensor, nn
 
 from ojas_ref.attention import attention
 from ojas_ref.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.rms_norm import rms_norm, rms_norm_reference
 
-__all__ = ["ATTENTION_NAME", "CausalLMLossHead", "FamilySupport", "family_support", "ojas_attention_forward",
-           "register"]
+__all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
+           "ojas_attention_forward", "ojas_rms_norm_class", "register", "rms_norm_unsupported_reason"]
 
 #: The name under which the attention function and its mask are registered.
 ATTENTION_NAME = "ojas"
@@ -151,6 +156,7 @@ class FamilySupport:
     attention: Optional[str]      # None if supported, else the reason it is left alone
     cross_entropy: Optional[str]
     softcap: Optional[float]      # the final-logit soft cap the loss applies
+    rms_norm: Optional[str] = None
 
 
 def _text_config(model: nn.Module) -> Any:
@@ -164,7 +170,7 @@ def family_support(model: nn.Module) -> FamilySupport:
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         reason = (f"model type {model_type!r} is not among the tested families {SUPPORTED_MODEL_TYPES}")
-        return FamilySupport(reason, reason, None)
+        return FamilySupport(reason, reason, None, reason)
     attention_reason = None
     dropout = getattr(config, "attention_dropout", None) or getattr(config, "attn_pdrop", None) or 0.0
     if dropout:
@@ -282,3 +288,95 @@ class CausalLMLossHead:
                 num_items_in_batch = num_items_in_batch.to(loss.device)
             loss = loss / num_items_in_batch
         return loss
+
+
+# --------------------------------------------------------------------------
+# RMSNorm
+# --------------------------------------------------------------------------
+
+#: (module, class name) of Hugging Face's RMSNorm classes -> (eps attribute, cast, offset) of
+#: their formula (read from the modeling files of transformers 5.x): Llama's copies round the
+#: normalised value to the input dtype, then multiply by the weight; Gemma's multiply by
+#: ``1 + weight`` in float32 and round once. Qwen3's and Gemma 3's q_norm / k_norm (over the
+#: head dimension) are of the same classes.
+RMS_NORM_FORMS: dict[tuple[str, str], tuple[str, str, float]] = {
+    **{(f"transformers.models.{m}.modeling_{m}", f"{c}RMSNorm"): ("variance_epsilon", "before_weight", 0.0)
+       for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
+                    ("phi3", "Phi3"))},
+    **{(f"transformers.models.{m}.modeling_{m}", f"{c}RMSNorm"): ("eps", "after_weight", 1.0)
+       for m, c in (("gemma2", "Gemma2"), ("gemma3", "Gemma3"))},
+}
+
+_PROBED: dict[type, Optional[str]] = {}
+
+
+def _probe(cls: type, eps_attr: str, cast: str, offset: float) -> Optional[str]:
+    """Why ``cls``'s forward is not the formula of ``(cast, offset)``, or None: a fresh
+    instance with a random weight against :func:`rms_norm_reference`, bit for bit, in
+    float32 and bfloat16 (where the two casts differ), on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    try:
+        module = cls(24, eps=1e-5)
+    except TypeError as e:
+        return f"{cls.__name__}(hidden_size, eps=...) cannot be constructed to check its formula ({e})"
+    if not isinstance(getattr(module, "weight", None), nn.Parameter) or getattr(module, eps_attr, None) != 1e-5:
+        return f"{cls.__name__} has no weight Parameter or no {eps_attr!r} attribute"
+    for dtype in (torch.float32, torch.bfloat16):
+        module = module.to(dtype)
+        with torch.no_grad():
+            module.weight.copy_(torch.randn(24, generator=g))
+            x = (torch.randn(5, 24, generator=g) * 3).to(dtype)
+            if not torch.equal(module(x), rms_norm_reference(x, module.weight, 1e-5, (-1,), offset, cast)):
+                return (f"{cls.__name__}'s forward differs from the checked formula (cast {cast}, offset {offset}) "
+                        f"in {dtype}: this transformers version changed it")
+    return None
+
+
+def rms_norm_unsupported_reason(module: nn.Module) -> Optional[str]:
+    """Why ``module`` (a module whose class name ends in RMSNorm) is left alone, or None."""
+    cls = type(module)
+    form = RMS_NORM_FORMS.get((cls.__module__, cls.__name__))
+    if form is None:
+        return f"{cls.__module__}.{cls.__name__} is not among the checked RMSNorm classes"
+    if cls not in _PROBED:
+        _PROBED[cls] = _probe(cls, *form)
+    if _PROBED[cls] is not None:
+        return _PROBED[cls]
+    if module.weight.dim() != 1:
+        return f"weight of shape {tuple(module.weight.shape)} (expected 1-D)"
+    return None
+
+
+class _OjasRMSNorm:
+    """Mixin of the swapped RMSNorm classes: the Hugging Face module's forward by :func:`rms_norm`."""
+
+    _ojas_eps_attr: str
+    _ojas_cast: str
+    _ojas_offset: float
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        """Hugging Face's formula (Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp, or with weight
+        1 + w Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp, for the kernel's backward).
+        float64 inputs are rounded to float32 first, as Hugging Face's ``.to(torch.float32)``."""
+        x, weight = hidden_states, self.weight
+        if x.dtype == torch.float64:
+            x = x.to(torch.float32)
+            if self._ojas_cast == "before_weight":  # the product stays float64, as Hugging Face's
+                weight = weight.to(torch.float64)
+        y = rms_norm(x, weight.shape, weight, getattr(self, self._ojas_eps_attr), offset=self._ojas_offset,
+                     cast=self._ojas_cast)
+        return y.to(hidden_states.dtype) if self._ojas_cast == "after_weight" else y
+
+
+def ojas_rms_norm_class(cls: type) -> type:
+    """The subclass of a checked Hugging Face RMSNorm class computed by :func:`rms_norm`
+    (made once, named ``Ojas<Name>`` in this module, so that the models pickle)."""
+    name = f"Ojas{cls.__name__}"
+    swapped = globals().get(name)
+    if swapped is None or cls not in swapped.__bases__:
+        eps_attr, cast, offset = RMS_NORM_FORMS[(cls.__module__, cls.__name__)]
+        swapped = type(name, (_OjasRMSNorm, cls), dict(_ojas_eps_attr=eps_attr, _ojas_cast=cast,
+                                                        _ojas_offset=offset, __module__=__name__,
+                                                        __qualname__=name))
+        globals()[name] = swapped
+    return swapped

@@ -5,7 +5,8 @@
 * Hugging Face causal LMs (the families of ``ojas_ref.huggingface.SUPPORTED_MODEL_TYPES``):
   attention through :func:`ojas_ref.attention` (registered as ``attn_implementation="ojas"``),
   the training loss through :func:`ojas_ref.linear_cross_entropy` (no ``[tokens,
-  vocabulary]`` logits when ``labels`` are given in training mode), optionally
+  vocabulary]`` logits when ``labels`` are given in training mode), the RMSNorm modules
+  through :func:`ojas_ref.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
   per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
   ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
@@ -25,6 +26,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ojas_ref.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
+
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
 
 _STATE_ATTR = "_ojas_optimized"
@@ -35,6 +38,8 @@ ATTENTION_THEOREMS = ("Ojas.Attention.StreamCorrect.attention_forward_correct",
 CROSS_ENTROPY_THEOREMS = ("Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
                           "Ojas.CrossEntropy.Reduction.ce_loss_correct",
                           "Ojas.CrossEntropy.Gradient.ce_backward_correct")
+RMS_NORM_NOT_COVERED = ("the kernel's floating-point rounding; the cast to the input dtype "
+                        "(the backward treats it as the identity, as torch's autograd does)")
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ class _State:
     attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
     loss_head: Any = None                       # ojas_ref.huggingface.CausalLMLossHead
     enabled_checkpointing: bool = False
-    swapped: list[nn.Module] = field(default_factory=list)  # MultiheadAttention modules
+    swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -113,9 +118,9 @@ def _check_flag(name: str, value: object) -> bool:
 
 
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
-                   checkpoint: bool = False) -> tuple[nn.Module, OptimizationReport]:
-    """Apply ojas attention, ojas linear cross-entropy and (optionally) per-layer activation
-    checkpointing to ``model`` in place; return ``(model, report)``.
+                   checkpoint: bool = False, rms_norm: bool = True) -> tuple[nn.Module, OptimizationReport]:
+    """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and (optionally)
+    per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
     Args:
         model: a Hugging Face ``PreTrainedModel`` (or a PEFT model around one), or any
@@ -126,6 +131,10 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             (training mode with ``labels``: ``output.logits`` is None, as Liger-Kernel's).
         checkpoint: per-layer activation checkpointing (Hugging Face models only:
             ``gradient_checkpointing_enable(use_reentrant=False)``).
+        rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
+            (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
+            :func:`ojas_ref.rms_norm.rms_norm`, the same formula and casts (a class swap:
+            same parameters and ``state_dict``); plain models: no effect.
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
@@ -137,12 +146,13 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     attention = _check_flag("attention", attention)
     cross_entropy = _check_flag("cross_entropy", cross_entropy)
     checkpoint = _check_flag("checkpoint", checkpoint)
+    rms_norm = _check_flag("rms_norm", rms_norm)
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
         return model, existing.report
     if _is_hf_model(target):
-        state = _optimize_hf(target, attention, cross_entropy, checkpoint)
+        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm)
     else:
         if checkpoint:
             raise NotImplementedError("checkpoint=True is supported for Hugging Face models only; wrap the layers "
@@ -165,8 +175,8 @@ def revert_model(model: nn.Module) -> nn.Module:
         state.loss_head.remove(target)
     if state.enabled_checkpointing:
         (getattr(target, "activation_checkpointing_disable", None) or target.gradient_checkpointing_disable)()
-    for module in state.swapped:
-        module.__class__ = nn.MultiheadAttention
+    for module, cls in state.swapped:
+        module.__class__ = cls
     return model
 
 
@@ -181,7 +191,8 @@ def _attention_modules(model: nn.Module) -> list[str]:
             if hasattr(m, "is_causal") and hasattr(m, "config") and type(m).__name__.endswith("Attention")]
 
 
-def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool) -> _State:
+def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool,
+                 rms_norm: bool) -> _State:
     from ojas_ref import huggingface as hf
 
     hf.register()
@@ -199,6 +210,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
                                for n in attn_names]
         else:
             report.left_alone += [LeftAlone(n, support.attention) for n in attn_names]
+    _swap_rms_norms(model, rms_norm, support.rms_norm, state)
     head_name = next((n for n, m in model.named_modules() if m is model.get_output_embeddings()), "lm_head")
     if cross_entropy:
         if support.cross_entropy is None:
@@ -226,6 +238,28 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
                                      (), "recomputation equals the stored activations only for deterministic "
                                      "layers (no dropout)"))
     return state
+
+
+def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
+    """Swap the class of every checked Hugging Face RMSNorm module (report the others)."""
+    from ojas_ref import huggingface as hf
+
+    report = state.report
+    for name, module in model.named_modules():
+        cls = type(module)
+        if not cls.__name__.endswith("RMSNorm") or isinstance(module, hf._OjasRMSNorm):
+            continue
+        reason = ("rms_norm=False" if not enabled else family_reason) or hf.rms_norm_unsupported_reason(module)
+        if reason is not None:
+            report.left_alone.append(LeftAlone(name, reason))
+            continue
+        module.__class__ = hf.ojas_rms_norm_class(cls)
+        state.swapped.append((module, cls))
+        offset = module._ojas_offset
+        theorems = (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],)
+        report.changed.append(Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
+                                           f"{', weight 1 + w' if offset else ''}; fused Triton kernel on CUDA)",
+                                     theorems, RMS_NORM_NOT_COVERED))
 
 
 def _logits_bytes_per_token(model: nn.Module) -> int:
@@ -258,7 +292,7 @@ def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool) -> _
             report.left_alone.append(LeftAlone(name or "(model)", reason))
             continue
         module.__class__ = MultiheadAttention
-        state.swapped.append(module)
+        state.swapped.append((module, nn.MultiheadAttention))
         report.changed.append(Change(name or "(model)", "nn.MultiheadAttention -> ojas_ref.attention",
                                      ATTENTION_THEOREMS, "the kernel's floating-point rounding"))
     if not report.changed and not report.left_alone:

@@ -89,3 +89,13 @@ def test_no_op_twice_revert_and_errors():
         optimize_model(encoder(), checkpoint=True)
     with pytest.raises(TypeError, match="cross_entropy must be a bool"):
         optimize_model(encoder(), cross_entropy=1)
+
+
+def test_rms_norm_flag_on_a_plain_model():
+    """rms_norm changes only Hugging Face RMSNorm classes: a plain model's nn.RMSNorm is not
+    reported nor swapped; the flag is checked."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.RMSNorm(8))
+    _, report = optimize_model(model, rms_norm=True)
+    assert not report.changed and not report.left_alone and type(model[1]) is nn.RMSNorm
+    with pytest.raises(TypeError, match="rms_norm must be a bool"):
+        optimize_model(encoder(), rms_norm="yes")

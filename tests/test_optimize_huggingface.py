@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore", module="transformers")
 
 import ojas_ref  # noqa: E402
 from ojas_ref import huggingface as hf  # noqa: E402
-from ojas_ref.optimize import optimize_model, revert_model  # noqa: E402
+from ojas_ref.optimize import RMS_NORM_THEOREMS, optimize_model, revert_model  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.loss.loss_utils import fixed_cross_entropy  # noqa: E402
 
@@ -129,6 +129,18 @@ def assert_same_parameters(ref, opt, rtol=RTOL):
         assert close(p, q, rtol), f"{name}: max diff {(p - q).abs().max().item():.3e}"
 
 
+def assert_norms_swapped(model, report) -> None:
+    """Every RMSNorm module of the model is an ojas one (none for GPT-2, whose norms are
+    LayerNorms), each reported with its theorem."""
+    norms = {n: m for n, m in model.named_modules() if type(m).__name__.endswith("RMSNorm")}
+    assert all(isinstance(m, hf._OjasRMSNorm) for m in norms.values()), norms
+    reported = {c.module: c for c in report.changed if "rms_norm" in c.what}
+    assert set(reported) == {n.removeprefix("base_model.model.") for n in norms}
+    gemma = model.config.model_type.startswith("gemma")
+    theorem = RMS_NORM_THEOREMS[1 if gemma else 0]
+    assert all(c.theorems == (theorem,) and "cast to the input dtype" in c.not_covered for c in reported.values())
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("padding", [False, True])
 def test_family_trains_like_unpatched(family, padding):
@@ -136,6 +148,7 @@ def test_family_trains_like_unpatched(family, padding):
     opt, report = optimize_model(copy.deepcopy(ref))
     assert [c.module for c in report.changed][-1].endswith("lm_head"), str(report)
     assert not report.left_alone, str(report)
+    assert_norms_swapped(opt, report)
     steps = [[batch(seed, padding=padding)] for seed in range(3)]
     ref_losses, opt_losses = train(ref, steps), train(opt, steps)
     for a, b in zip(ref_losses, opt_losses):
@@ -327,8 +340,10 @@ def test_second_call_is_a_no_op_and_revert_undoes():
     optimized = model(**data)
     assert optimized.logits is None and close(optimized.loss, before.loss)
     assert len(model._forward_pre_hooks) == 1 and len(model.lm_head._forward_pre_hooks) == 1
+    assert type(model.model.norm) is hf.ojas_rms_norm_class(transformers.models.llama.modeling_llama.LlamaRMSNorm)
     revert_model(model)
     assert model.config._attn_implementation == "sdpa"
+    assert {type(m).__name__ for m in model.modules() if "RMSNorm" in type(m).__name__} == {"LlamaRMSNorm"}
     assert model._loss_function is float64_causal_lm_loss and not model._forward_pre_hooks
     after = model(**data)
     assert after.logits is not None and close(after.loss, before.loss)
@@ -352,7 +367,8 @@ def test_report_names_what_is_left_alone():
     _, report = optimize_model(gemma)
     assert len(report.left_alone) == 2 and all("soft-capping" in s.reason for s in report.left_alone)
     assert gemma.config._attn_implementation == "eager"
-    assert report.changed[0].module == "lm_head" and "soft cap 3.0" in report.changed[0].what
+    head = [c for c in report.changed if c.module == "lm_head"]
+    assert len(head) == 1 and "soft cap 3.0" in head[0].what
     gpt2 = build("gpt2", attn_pdrop=0.1)
     _, report = optimize_model(gpt2)
     assert [s.reason.startswith("attention dropout 0.1") for s in report.left_alone] == [True, True]
@@ -361,6 +377,40 @@ def test_report_names_what_is_left_alone():
     _, report = optimize_model(bert)
     assert not report.changed and all("not among the tested families" in s.reason for s in report.left_alone)
     assert "left" in str(report)
+
+
+def test_rms_norm_false_and_unchecked_norm_classes_are_left_alone():
+    model = build("qwen3")
+    _, report = optimize_model(model, rms_norm=False)
+    norms = [s for s in report.left_alone if s.reason == "rms_norm=False"]
+    assert len(norms) == 9 and not any("rms_norm" in c.what for c in report.changed)
+    assert not any(isinstance(m, hf._OjasRMSNorm) for m in model.modules())
+
+    class LlamaRMSNorm(transformers.models.llama.modeling_llama.LlamaRMSNorm):  # same name, another formula
+        def forward(self, hidden_states):
+            return super().forward(hidden_states) * 2
+
+    LlamaRMSNorm.__module__ = "transformers.models.llama.modeling_llama"
+    model = build("llama")
+    model.model.norm.__class__ = LlamaRMSNorm
+    _, report = optimize_model(model)
+    assert [s.module for s in report.left_alone] == ["model.norm"]
+    assert "differs from the checked formula" in report.left_alone[0].reason
+    assert type(model.model.norm) is LlamaRMSNorm
+    with pytest.raises(TypeError, match="rms_norm must be a bool"):
+        optimize_model(build("llama"), rms_norm=None)
+
+
+def test_an_optimized_model_pickles():
+    import pickle
+
+    model, _ = optimize_model(build("gemma3"))
+    copied = pickle.loads(pickle.dumps(model))
+    assert type(copied.model.norm) is type(model.model.norm)
+    data = batch(0)
+    for m in (model, copied):
+        m.eval()
+    assert torch.equal(model(**data).logits, copied(**data).logits)
 
 
 def test_soft_capped_attention_with_ojas_attention_refuses():
@@ -413,11 +463,12 @@ def test_return_dict_false_leaves_the_logits_out():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
                     reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels")
 def test_float32_kernels_through_the_model(monkeypatch):
-    """Both Triton kernels (interpreter on the CPU) inside a padded Llama, float32 against
+    """The Triton kernels (attention, loss, RMSNorm; interpreter on the CPU) inside a padded Llama, float32 against
     the unpatched model: relative 1e-4 on the loss and gradients (float32 accumulation over
     at most 64 terms per product and a different summation order: ~1e-6 expected)."""
     monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
     monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
+    monkeypatch.setenv("OJAS_RMS_NORM_IMPL", "triton")
     ref = build("llama").float()
     opt, _ = optimize_model(copy.deepcopy(ref))
     data = batch(5, padding=True)
