@@ -133,8 +133,8 @@ def main() -> None:
     for shape in shapes:
         for dtype in DTYPES.values():
             rows.extend(run_case(shape, dtype, device, args.impl, reps))
-    header = f"{'shape':>14} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} {'peak MiB':>9} {'rel diff':>9}"
-    print(header)
+    print(f"{'shape':>14} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} {'peak MiB':>9} "
+          f"{'rel diff':>9}")
     for r in rows:
         peak = f"{r['peak_mib']:9.1f}" if "peak_mib" in r else f"{'-':>9}"
         print(f"{'x'.join(map(str, r['shape'])):>14} {r['dtype']:>9} {r['variant']:>7} {r['step_ms']:9.3f} "

@@ -33,8 +33,9 @@ last bit of the float32 value before rounding to T.  Under ``TRITON_INTERPRET=1`
 float32 bit for some inputs, which changes a 16-bit result only when a value sits at a
 rounding boundary (then ``da`` by one unit, ``h`` and ``db``, products of the rounded
 silu, by up to three; a few in 10^4 elements).  torch's CPU float16 ``silu_backward``
-rounds intermediates to float16; its CUDA kernel, which this follows, does not.  The interpreter rounds float32 to bfloat16 toward zero, so there ``_round``
-does round-to-nearest-even by integer arithmetic.
+rounds intermediates to float16; its CUDA kernel, which this follows, does not.  The
+interpreter rounds float32 to bfloat16 toward zero (also with ``fp_downcast_rounding="rtne"``),
+so there ``_round`` rounds to nearest-even by integer arithmetic.
 
 Layout: any shape, flattened into contiguous 1-D blocks of ``block_size`` elements
 (non-contiguous inputs are copied); dtypes float16, bfloat16, float32.
