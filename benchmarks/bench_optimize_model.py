@@ -62,7 +62,7 @@ def build(c: Config, dtype: torch.dtype, device: torch.device):
     return model
 
 
-def setup(model, mode: str, opt_name: str):
+def setup(model, mode: str, opt_name: str, bucket_mb: float = 64.0):
     opt_class, kwargs = OPTIMIZERS[opt_name]
     if mode.startswith("standard"):
         if mode.endswith("+ckpt"):
@@ -75,7 +75,7 @@ def setup(model, mode: str, opt_name: str):
     if attention or loss:
         _, report = optimize_model(model, attention=attention, cross_entropy=loss, checkpoint=mode.endswith("+ckpt"))
     if fused:
-        return InBackwardOptimizer(model.parameters(), opt_class, **kwargs), report
+        return InBackwardOptimizer(model.parameters(), opt_class, bucket_cap_mb=bucket_mb, **kwargs), report
     return opt_class(model.parameters(), **kwargs), report
 
 
@@ -107,13 +107,14 @@ def host_profile(model, opt, ids, device: torch.device) -> str:
 class Runner:
     """One mode's model, optimizer and batches, stepping as the training loop does."""
 
-    def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device) -> None:
+    def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device,
+                 bucket_mb: float) -> None:
         self.mode, self.c = mode, c
         #: bytes held by the modes built before this one (idle while this one runs)
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         self.model = build(c, dtype, device)
         self.model.train()
-        self.opt, self.report = setup(self.model, mode, opt_name)
+        self.opt, self.report = setup(self.model, mode, opt_name, bucket_mb)
         g = torch.Generator(device="cpu").manual_seed(1)
         self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
         self.times: list[float] = []
@@ -167,12 +168,12 @@ def profile_table(r: Runner, device: torch.device) -> str:
 
 
 def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
-              warmup: int, steps: int, profile: list[str], host: list[str]) -> list[dict]:
+              warmup: int, steps: int, profile: list[str], host: list[str], bucket_mb: float) -> list[dict]:
     """Every mode of one dtype and optimizer in one process: each built and its peak measured in
     turn (the earlier ones kept, idle), then all timed together (:func:`time_interleaved`)."""
     runners = []
     for mode in modes:
-        r = Runner(c, dtype, opt_name, mode, device)
+        r = Runner(c, dtype, opt_name, mode, device, bucket_mb)
         measure_peak(r, device, warmup)
         runners.append(r)
     time_interleaved(runners, device, steps)
@@ -212,9 +213,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, warmup=2, steps=5)
     parser.add_argument("--modes", nargs="+", choices=MODES + PIECES, default=list(MODES))
+    parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
     parser.add_argument("--profile", nargs="*", choices=MODES, default=[],
                         help="print the top CUDA kernels of one step of these modes")
-    parser.add_argument("--host-profile", nargs="*", choices=MODES, default=[],
+    parser.add_argument("--host-profile", nargs="*", choices=MODES + PIECES, default=[],
                         help="print the phases' wall times and the operators' CPU times of one step of these modes")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -223,7 +225,8 @@ def main() -> None:
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
             for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
-                               steps=args.steps, profile=args.profile, host=args.host_profile):
+                               steps=args.steps, profile=args.profile, host=args.host_profile,
+                               bucket_mb=args.bucket_mb):
                 if "profile" in r:
                     print(f"== profile {dtype_name} {opt_name} {r['mode']}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)
