@@ -184,7 +184,8 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     n = math.prod(shape)
     if not _use_kernel(impl, input, weight, n):
         return rms_norm_reference(input, weight, eps, tuple(range(-len(shape), 0)), offset, cast)
-    y = _FusedRMSNorm.apply(input.reshape(-1, n), weight.reshape(n), eps, offset, cast == "after_weight")
+    rows = math.prod(input.shape[:input.dim() - len(shape)])
+    y = _FusedRMSNorm.apply(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight")
     return y.reshape(input.shape)
 
 
