@@ -53,10 +53,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import triton
 import triton.language as tl
+
+from .host import cdiv, next_power_of_2
 
 __all__ = ["KernelConfig", "AttentionConfig", "default_config", "flash_attention", "flash_attention_forward"]
 
@@ -88,11 +91,13 @@ class AttentionConfig:
     bwd_q: KernelConfig
 
 
+@lru_cache(maxsize=None)
 def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, is_causal: bool = False) -> AttentionConfig:
     """Launch parameters per head-dim block, dtype and mask, picked with ptxas's
     register report and timings on an H200 (benchmarks/attention_tuning.md), except
     float32 under TF32 (untuned); small tiles for the CPU interpreter.  With an
-    ``attn_mask`` the same tiles run, every one through the masked loop (untuned)."""
+    ``attn_mask`` the same tiles run, every one through the masked loop (untuned).
+    Cached (the configurations are frozen): the launch code asks at every call."""
     K = KernelConfig
     if device.type != "cuda":
         return AttentionConfig(K(16, 16), K(16, 16), K(16, 16))
@@ -120,7 +125,7 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, is_c
 
 
 def _block_dim(d: int) -> int:
-    return max(16, triton.next_power_of_2(d))
+    return max(16, next_power_of_2(d))
 
 
 # ---------------------------------------------------------------------------
@@ -634,7 +639,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
         return out, lse
     cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
-    grid = (triton.cdiv(seq_q, cfg.block_m), batch * heads)
+    grid = (cdiv(seq_q, cfg.block_m), batch * heads)
     _fwd_kernel[grid](
         query, key, value, mask, out, lse,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
@@ -679,7 +684,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
                       value.stride(0), value.stride(1), value.stride(2), *mask_strides,
                       grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
     qc = cfg.bwd_q
-    _bwd_dq_kernel[(triton.cdiv(seq_q, qc.block_m), batch * heads)](
+    _bwd_dq_kernel[(cdiv(seq_q, qc.block_m), batch * heads)](
         query, key, value, mask, grad_out, lse, out, delta, dq, *qkv_do_strides,
         out.stride(0), out.stride(1), out.stride(2), dq.stride(0), dq.stride(1), dq.stride(2),
         heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
@@ -687,7 +692,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         num_warps=qc.num_warps, num_stages=qc.num_stages,
     )
     kv = cfg.bwd_kv
-    _bwd_dkdv_kernel[(triton.cdiv(seq_k, kv.block_n), batch * kv_heads)](
+    _bwd_dkdv_kernel[(cdiv(seq_k, kv.block_n), batch * kv_heads)](
         query, key, value, mask, grad_out, lse, delta, dk, dv, *qkv_do_strides,
         dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
         kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,

@@ -109,6 +109,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .host import cdiv, next_power_of_2
+
 from .attention import _dot, _dot_precision
 
 __all__ = [
@@ -508,14 +510,14 @@ def _round_down(x: int, multiple: int) -> int:
 
 
 def _round_up(x: int, multiple: int) -> int:
-    return triton.cdiv(x, multiple) * multiple
+    return cdiv(x, multiple) * multiple
 
 
 def _tiles_per_program(num_m: int, n_tiles: int, sms: int) -> int:
     """Vocabulary tiles per forward program: the fewest waves x tiles (one program per
     multiprocessor at a time; a last wave that is nearly empty costs a whole one),
     and among counts within 2 % of that the largest (fewer partial states)."""
-    cost = {t: triton.cdiv(num_m * triton.cdiv(n_tiles, t), sms) * t for t in range(1, n_tiles + 1)}
+    cost = {t: cdiv(num_m * cdiv(n_tiles, t), sms) * t for t in range(1, n_tiles + 1)}
     best = min(cost.values())
     return max(t for t, c in cost.items() if c <= 1.02 * best)
 
@@ -529,7 +531,7 @@ def _weight_stride(token_weight: torch.Tensor) -> int:
 
 def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
     """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
-    _rows_kernel[(triton.cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
+    _rows_kernel[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
                                                        BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps)
 
 
@@ -542,11 +544,11 @@ def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, 
     whole tiles: at least ``round_up(n_rows, block_m)`` rows and
     ``round_up(v1 - v0, block_n)`` columns."""
     D = x.shape[1]
-    n_groups = triton.cdiv(triton.cdiv(v1 - v0, cfg.block_n), tiles_per_program)
+    n_groups = cdiv(cdiv(v1 - v0, cfg.block_n), tiles_per_program)
     none = torch.empty(1, dtype=torch.float32, device=x.device)  # for the pointers a variant does not use
     pm, pl, ps, zt = stats if stats is not None else (none,) * 4
     stats_out = out if stats is not None and out is not None else none
-    _logits_kernel[(triton.cdiv(n_rows, cfg.block_m) * n_groups,)](
+    _logits_kernel[(cdiv(n_rows, cfg.block_m) * n_groups,)](
         x, weight, none if bias is None else bias, tgt,
         none if lse is None else lse, none if token_weight is None else token_weight,
         stats_out, pm, pl, ps, zt, out if stats is None else none,
@@ -611,10 +613,10 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         chunk = min(_round_down(max(V * D * itemsize, 64 << 20) // row_bytes, cfg.block_m), K)
     else:
         chunk = K
-    n_tiles = triton.cdiv(V, cfg.block_n)
+    n_tiles = cdiv(V, cfg.block_n)
     tiles_per_program = config.tiles_per_program or _tiles_per_program(
-        triton.cdiv(chunk, cfg.block_m), n_tiles, _num_sms(x.device))
-    n_groups = triton.cdiv(n_tiles, tiles_per_program)
+        cdiv(chunk, cfg.block_m), n_tiles, _num_sms(x.device))
+    n_groups = cdiv(n_tiles, tiles_per_program)
     pm, pl, ps = (torch.empty(chunk, n_groups, **f32) for _ in range(3))
     zt = torch.empty(K, **f32)
     none = torch.empty(1, **f32)
@@ -639,7 +641,7 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
             **opts.kernel_args(V),
             HAS_LSE=False, GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0,
             HAS_BIAS=cublas and bias is not None, HAS_CAP=opts.softcap is not None,
-            BLOCK_P=min(rcfg.block_p, triton.next_power_of_2(n_groups)),
+            BLOCK_P=min(rcfg.block_p, next_power_of_2(n_groups)),
         )
         if need_grad_input:
             rows_dx = _mm_f32(g[:n, :V], weight)
@@ -746,7 +748,7 @@ def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_r
         r0 += n
     rest = K - r0
     if rest > 0:
-        size = min(limit, _round_up(triton.cdiv(rest, triton.cdiv(rest, limit)), 8))
+        size = min(limit, _round_up(cdiv(rest, cdiv(rest, limit)), 8))
         plan += [(r, min(size, K - r), False) for r in range(r0, K, size)]
     return plan
 
@@ -987,7 +989,7 @@ def _scaled_gradients(grads: list[Optional[torch.Tensor]], grad_output: torch.Te
     scale = grad_output.reshape(1).contiguous()
     for g in grads:
         if g is not None and g.numel() > 0:  # the factor is read on the device: no sync
-            blocks = min(triton.cdiv(g.numel(), _SCALE_BLOCK), 4 * _num_sms(g.device))
+            blocks = min(cdiv(g.numel(), _SCALE_BLOCK), 4 * _num_sms(g.device))
             _scale_kernel[(blocks,)](g, scale, g.numel(), BLOCK=_SCALE_BLOCK, num_warps=8)
     return [None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, leaves)]
 
