@@ -50,6 +50,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from .host import cdiv
+
 __all__ = ["DEFAULT_BLOCK_SIZE", "swiglu_forward", "swiglu_backward"]
 
 DEFAULT_BLOCK_SIZE = 1024  # elements per program; untuned
@@ -131,7 +133,7 @@ def swiglu_forward(a: torch.Tensor, b: torch.Tensor, block_size: int = DEFAULT_B
     h = torch.empty_like(a)
     n = a.numel()
     if n:
-        _swiglu_fwd_kernel[(triton.cdiv(n, block_size),)](a, b, h, n, BLOCK=block_size)
+        _swiglu_fwd_kernel[(cdiv(n, block_size),)](a, b, h, n, BLOCK=block_size)
     return h
 
 
@@ -145,5 +147,5 @@ def swiglu_backward(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
     da, db = torch.empty_like(a), torch.empty_like(b)
     n = a.numel()
     if n:
-        _swiglu_bwd_kernel[(triton.cdiv(n, block_size),)](a, b, grad_h, da, db, n, BLOCK=block_size)
+        _swiglu_bwd_kernel[(cdiv(n, block_size),)](a, b, grad_h, da, db, n, BLOCK=block_size)
     return da, db
