@@ -24,6 +24,8 @@ treats ``.to()``); no theorem covers it, nor the rounding.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -141,11 +143,14 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: 
     return y, rstd
 
 
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
 def _programs(device: torch.device, blocks: int) -> int:
     """Backward programs: a few per multiprocessor on a GPU (each adds one partial dW row)."""
-    if device.type == "cuda":
-        return max(1, min(blocks, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
-    return max(1, min(blocks, 4))
+    return max(1, min(blocks, 4 * _multiprocessors(device)))
 
 
 def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,

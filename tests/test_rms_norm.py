@@ -32,7 +32,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import os
 
 import pytest
@@ -165,8 +164,8 @@ def test_the_backward_treats_the_cast_as_the_identity_as_torch_does():
     x, dy = inputs((6, 72), torch.bfloat16)
     _, dx, dw = run(module, x, module.weight, dy)
     _, dx_exact, dw_exact = exact(x, module.weight, dy, 0.0)
-    assert rel_err(dx, dx_exact) <= 4 * UNIT[torch.bfloat16]
-    assert rel_err(dw, dw_exact, (dy.double() * x.double()).abs().sum(0)) <= 4 * UNIT[torch.bfloat16]
+    assert rel_err(dx, dx_exact) <= 2 * UNIT[torch.bfloat16]  # measured 2.5e-3
+    assert rel_err(dw, dw_exact, (dy.double() * x.double()).abs().sum(0)) <= 2 * UNIT[torch.bfloat16]
     assert dx.abs().sum() > 0  # not the zero derivative of the rounded step function
 
 
@@ -435,4 +434,3 @@ def test_gpu_peak_memory_below_hugging_face():
         peaks.append(torch.cuda.max_memory_allocated() - base)
         x.grad = module.weight.grad = None
     assert peaks[1] < 0.5 * peaks[0], peaks
-    assert math.isfinite(peaks[1])
