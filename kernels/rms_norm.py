@@ -16,7 +16,7 @@ Backward, from the saved ``x`` and ``r`` alone, with ``g = (offset + w) dy`` in 
 (``n_i`` the value the forward multiplied by the weight: ``(x r).to(x.dtype)`` or ``x r``),
 each program summing its rows in registers, the per-program partial sums added in ``c``
 afterwards. That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
-reals: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0) and
+reals, for ``eps > 0``: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0) and
 Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (weight ``1 + w``). The cast of the
 normalised value to the input dtype is treated as the identity (as torch's autograd
 treats ``.to()``); no theorem covers it, nor the rounding.
@@ -29,6 +29,8 @@ import functools
 import torch
 import triton
 import triton.language as tl
+
+from .host import cdiv, next_power_of_2
 
 __all__ = ["MAX_HIDDEN", "rms_norm_backward", "rms_norm_forward"]
 
@@ -47,7 +49,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _blocks(n: int) -> tuple[int, int, int]:
     """(rows per program, column block, warps) for rows of n entries."""
-    block_n = triton.next_power_of_2(max(n, 1))
+    block_n = next_power_of_2(max(n, 1))
     block_m = max(1, _TILE // block_n)
     warps = min(16, max(1, block_m * block_n // 512))
     return block_m, block_n, warps
@@ -136,7 +138,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: 
     if rows == 0 or n == 0:
         return y, rstd.fill_(torch.nan if n == 0 else 0.0)
     block_m, block_n, warps = _blocks(n)
-    _fwd_kernel[(triton.cdiv(rows, block_m),)](
+    _fwd_kernel[(cdiv(rows, block_m),)](
         x, weight, y, rstd, rows, n, x.stride(0), y.stride(0), float(eps), float(offset),
         BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
         PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)], num_warps=warps)
@@ -165,7 +167,7 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     if rows == 0 or n == 0:
         return dx, torch.zeros_like(weight)
     block_m, block_n, warps = _blocks(n)
-    programs = _programs(x.device, triton.cdiv(rows, block_m))
+    programs = _programs(x.device, cdiv(rows, block_m))
     partial = torch.empty((programs, n), dtype=compute, device=x.device)
     _bwd_kernel[(programs,)](
         grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), dx.stride(0), float(offset),
