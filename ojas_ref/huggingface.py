@@ -17,12 +17,17 @@
   forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.rms_norm`
   is turned (``__class__`` swap, same parameters and ``state_dict``) into a subclass that
   computes :func:`ojas_ref.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
+* SwiGLU: each gated MLP of a known class (:data:`SWIGLU_FORMS`) with a SiLU activation,
+  whose forward, probed once per class, is bit for bit ``down(silu(gate) * up)``, is turned
+  (``__class__`` swap) into a subclass whose gate product is :func:`ojas_ref.swiglu.swiglu`
+  (gate and up saved, silu recomputed in backward; one kernel each way on CUDA).
 
 No modeling code is copied: the models' own forward passes run.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import weakref
 from dataclasses import dataclass
@@ -35,9 +40,11 @@ from torch import Tensor, nn
 from ojas_ref.attention import attention
 from ojas_ref.linear_cross_entropy import linear_cross_entropy
 from ojas_ref.rms_norm import rms_norm, rms_norm_reference
+from ojas_ref.swiglu import swiglu
 
-__all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
-           "ojas_attention_forward", "ojas_rms_norm_class", "register", "rms_norm_unsupported_reason"]
+__all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
+           "is_gated_mlp", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class", "register",
+           "rms_norm_unsupported_reason", "swiglu_unsupported_reason"]
 
 #: The name under which the attention function and its mask are registered.
 ATTENTION_NAME = "ojas"
@@ -157,6 +164,7 @@ class FamilySupport:
     cross_entropy: Optional[str]
     softcap: Optional[float]      # the final-logit soft cap the loss applies
     rms_norm: Optional[str] = None
+    swiglu: Optional[str] = None
 
 
 def _text_config(model: nn.Module) -> Any:
@@ -170,7 +178,7 @@ def family_support(model: nn.Module) -> FamilySupport:
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         reason = (f"model type {model_type!r} is not among the tested families {SUPPORTED_MODEL_TYPES}")
-        return FamilySupport(reason, reason, None, reason)
+        return FamilySupport(reason, reason, None, reason, reason)
     attention_reason = None
     dropout = getattr(config, "attention_dropout", None) or getattr(config, "attn_pdrop", None) or 0.0
     if dropout:
@@ -368,15 +376,107 @@ class _OjasRMSNorm:
         return y.to(hidden_states.dtype) if self._ojas_cast == "after_weight" else y
 
 
-def ojas_rms_norm_class(cls: type) -> type:
-    """The subclass of a checked Hugging Face RMSNorm class computed by :func:`rms_norm`
-    (made once, named ``Ojas<Name>`` in this module, so that the models pickle)."""
+def _swapped_class(cls: type, mixin: type, attrs: dict[str, Any]) -> type:
+    """The subclass ``Ojas<Name>`` of ``cls`` with ``mixin``'s forward, made once and kept in
+    this module's namespace (so that the swapped models pickle)."""
     name = f"Ojas{cls.__name__}"
     swapped = globals().get(name)
     if swapped is None or cls not in swapped.__bases__:
-        eps_attr, cast, offset = RMS_NORM_FORMS[(cls.__module__, cls.__name__)]
-        swapped = type(name, (_OjasRMSNorm, cls), dict(_ojas_eps_attr=eps_attr, _ojas_cast=cast,
-                                                        _ojas_offset=offset, __module__=__name__,
-                                                        __qualname__=name))
+        swapped = type(name, (mixin, cls), dict(attrs, __module__=__name__, __qualname__=name))
         globals()[name] = swapped
     return swapped
+
+
+def ojas_rms_norm_class(cls: type) -> type:
+    """The subclass of a checked Hugging Face RMSNorm class computed by :func:`rms_norm`."""
+    eps_attr, cast, offset = RMS_NORM_FORMS[(cls.__module__, cls.__name__)]
+    return _swapped_class(cls, _OjasRMSNorm, dict(_ojas_eps_attr=eps_attr, _ojas_cast=cast, _ojas_offset=offset))
+
+
+# --------------------------------------------------------------------------
+# SwiGLU MLPs
+# --------------------------------------------------------------------------
+
+#: (module, class name) of Hugging Face's gated-MLP classes -> their layout (read from the
+#: modeling files of transformers 5.x): "separate", ``down_proj(act_fn(gate_proj(x)) *
+#: up_proj(x))``; "fused" (Phi-3), ``gate, up = gate_up_proj(x).chunk(2, -1)`` then
+#: ``down_proj(up * activation_fn(gate))``.
+SWIGLU_FORMS: dict[tuple[str, str], str] = {
+    **{(f"transformers.models.{m}.modeling_{m}", f"{c}MLP"): "separate"
+       for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"))},
+    ("transformers.models.phi3.modeling_phi3", "Phi3MLP"): "fused",
+}
+
+_PROBED_MLP: dict[type, Optional[str]] = {}
+
+
+def _probe_mlp(module: nn.Module, form: str) -> Optional[str]:
+    """Why the class of ``module`` does not compute ``down(silu(gate) * up)`` in its layout, or
+    None: a fresh instance of a small copy of its config against :func:`_swiglu_mlp_forward`,
+    bit for bit, in float32 and bfloat16, on the CPU."""
+    cls = type(module)
+    config = getattr(module, "config", None)
+    if config is None:
+        return f"{cls.__name__} has no config to build a small copy from"
+    small = copy.copy(config)
+    small.hidden_size, small.intermediate_size = 16, 24
+    g = torch.Generator().manual_seed(0)
+    try:
+        probe = cls(small)
+    except Exception as e:  # noqa: BLE001 - any failure means: not the checked class
+        return f"{cls.__name__}(config) cannot be built at a small size to check its formula ({e})"
+    for dtype in (torch.float32, torch.bfloat16):
+        probe = probe.to(dtype)
+        with torch.no_grad():
+            for p in probe.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+            x = torch.randn(3, 16, generator=g).to(dtype)
+            if not torch.equal(probe(x), _swiglu_mlp_forward(probe, x, form, impl="reference")):
+                return (f"{cls.__name__}'s forward differs from down(silu(gate) * up) in {dtype}: "
+                        "this transformers version changed it")
+    return None
+
+
+def is_gated_mlp(module: nn.Module) -> bool:
+    """Whether ``module`` is a Hugging Face gated MLP: a ``*MLP`` class with a down projection and
+    a gate (``gate_proj`` and ``up_proj``, or Phi-3's fused ``gate_up_proj``)."""
+    return (type(module).__name__.endswith("MLP") and hasattr(module, "down_proj")
+            and (hasattr(module, "gate_proj") and hasattr(module, "up_proj") or hasattr(module, "gate_up_proj")))
+
+
+def swiglu_unsupported_reason(module: nn.Module) -> Optional[str]:
+    """Why ``module`` (a gated MLP, :func:`is_gated_mlp`) is left alone, or None."""
+    cls = type(module)
+    act = getattr(module, "act_fn", None) or getattr(module, "activation_fn", None)
+    if not isinstance(act, nn.SiLU) and type(act).__name__ != "SiLUActivation":
+        return (f"activation {type(act).__name__} (the fused kernel is SwiGLU only; GeGLU has a theorem, "
+                "Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp, but no kernel)")
+    form = SWIGLU_FORMS.get((cls.__module__, cls.__name__))
+    if form is None:
+        return f"{cls.__module__}.{cls.__name__} is not among the checked gated-MLP classes"
+    if cls not in _PROBED_MLP:
+        _PROBED_MLP[cls] = _probe_mlp(module, form)
+    return _PROBED_MLP[cls]
+
+
+def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, impl: Optional[str] = None) -> Tensor:
+    if form == "separate":
+        return module.down_proj(swiglu(module.gate_proj(x), module.up_proj(x), impl=impl))
+    gate, up = module.gate_up_proj(x).chunk(2, dim=-1)
+    return module.down_proj(swiglu(gate, up, impl=impl))
+
+
+class _OjasSwiGLU:
+    """Mixin of the swapped MLP classes: ``silu(gate) * up`` by :func:`ojas_ref.swiglu.swiglu`."""
+
+    _ojas_form: str
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The module's formula with the gate product fused, silu recomputed in backward
+        (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp)."""
+        return _swiglu_mlp_forward(self, x, self._ojas_form)
+
+
+def ojas_swiglu_class(cls: type) -> type:
+    """The subclass of a checked Hugging Face gated-MLP class whose gate product is :func:`swiglu`."""
+    return _swapped_class(cls, _OjasSwiGLU, dict(_ojas_form=SWIGLU_FORMS[(cls.__module__, cls.__name__)]))

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ojas_ref.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
+from ojas_ref.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM
 
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
 
@@ -118,8 +119,9 @@ def _check_flag(name: str, value: object) -> bool:
 
 
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
-                   checkpoint: bool = False, rms_norm: bool = True) -> tuple[nn.Module, OptimizationReport]:
-    """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and (optionally)
+                   checkpoint: bool = False, rms_norm: bool = True,
+                   swiglu: bool = True) -> tuple[nn.Module, OptimizationReport]:
+    """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
     Args:
@@ -135,6 +137,11 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
             :func:`ojas_ref.rms_norm.rms_norm`, the same formula and casts (a class swap:
             same parameters and ``state_dict``); plain models: no effect.
+        swiglu: compute the gate product ``silu(gate) * up`` of a Hugging Face model's gated
+            MLPs of the checked classes (Llama, Mistral, Qwen2, Qwen3, Phi-3, with a SiLU
+            activation) by :func:`ojas_ref.swiglu.swiglu` (gate and up saved, silu
+            recomputed in backward: one [tokens, intermediate] tensor less per layer); a
+            class swap as for ``rms_norm``; plain models: no effect.
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
@@ -147,12 +154,13 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     cross_entropy = _check_flag("cross_entropy", cross_entropy)
     checkpoint = _check_flag("checkpoint", checkpoint)
     rms_norm = _check_flag("rms_norm", rms_norm)
+    swiglu = _check_flag("swiglu", swiglu)
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
         return model, existing.report
     if _is_hf_model(target):
-        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm)
+        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu)
     else:
         if checkpoint:
             raise NotImplementedError("checkpoint=True is supported for Hugging Face models only; wrap the layers "
@@ -192,7 +200,7 @@ def _attention_modules(model: nn.Module) -> list[str]:
 
 
 def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool,
-                 rms_norm: bool) -> _State:
+                 rms_norm: bool, swiglu: bool) -> _State:
     from ojas_ref import huggingface as hf
 
     hf.register()
@@ -211,6 +219,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
         else:
             report.left_alone += [LeftAlone(n, support.attention) for n in attn_names]
     _swap_rms_norms(model, rms_norm, support.rms_norm, state)
+    _swap_swiglu_mlps(model, swiglu, support.swiglu, state)
     head_name = next((n for n, m in model.named_modules() if m is model.get_output_embeddings()), "lm_head")
     if cross_entropy:
         if support.cross_entropy is None:
@@ -260,6 +269,27 @@ def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str
         report.changed.append(Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
                                            f"{', weight 1 + w' if offset else ''}; fused Triton kernel on CUDA)",
                                      theorems, RMS_NORM_NOT_COVERED))
+
+
+def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
+    """Swap the class of every checked Hugging Face gated MLP with a SiLU activation (report the
+    other gated MLPs, e.g. Gemma's GELU ones; an MLP without a gate, as GPT-2's, is no candidate)."""
+    from ojas_ref import huggingface as hf
+
+    report = state.report
+    for name, module in model.named_modules():
+        if not hf.is_gated_mlp(module) or isinstance(module, hf._OjasSwiGLU):
+            continue
+        cls = type(module)
+        reason = ("swiglu=False" if not enabled else family_reason) or hf.swiglu_unsupported_reason(module)
+        if reason is not None:
+            report.left_alone.append(LeftAlone(name, reason))
+            continue
+        module.__class__ = hf.ojas_swiglu_class(cls)
+        state.swapped.append((module, cls))
+        report.changed.append(Change(name, f"{cls.__name__}: silu(gate) * up -> ojas_ref.swiglu (gate and up saved, "
+                                           "silu recomputed in backward; fused Triton kernel on CUDA)",
+                                     (SWIGLU_THEOREM,), "the kernel's floating-point rounding"))
 
 
 def _logits_bytes_per_token(model: nn.Module) -> int:

@@ -40,7 +40,10 @@ from torch.nn import functional as F
 from ojas_ref.autocast import autocast_off
 from ojas_ref.transforms import refuse_function_transforms
 
-__all__ = ["SwiGLU", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
+__all__ = ["BACKWARD_THEOREM", "SwiGLU", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
+
+#: The theorem of the backward from the saved gate and up (cited by optimize_model's report).
+BACKWARD_THEOREM = "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp"
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore", module="transformers")
 
 import ojas_ref  # noqa: E402
 from ojas_ref import huggingface as hf  # noqa: E402
-from ojas_ref.optimize import RMS_NORM_THEOREMS, optimize_model, revert_model  # noqa: E402
+from ojas_ref.optimize import RMS_NORM_THEOREMS, SWIGLU_THEOREM, optimize_model, revert_model  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.loss.loss_utils import fixed_cross_entropy  # noqa: E402
 
@@ -141,14 +141,30 @@ def assert_norms_swapped(model, report) -> None:
     assert all(c.theorems == (theorem,) and "cast to the input dtype" in c.not_covered for c in reported.values())
 
 
+def assert_mlps_swapped(model, report) -> None:
+    """Every gated MLP with a SiLU activation is an ojas one, reported with its theorem; Gemma's
+    GELU ones are left alone with the reason; GPT-2's MLP, without a gate, is no candidate."""
+    mlps = {n.removeprefix("base_model.model."): m for n, m in model.named_modules() if hf.is_gated_mlp(m)}
+    reported = {c.module: c for c in report.changed if "ojas_ref.swiglu" in c.what}
+    gelu = {s.module: s.reason for s in report.left_alone if "GeGLU has a theorem" in s.reason}
+    if model.config.model_type.startswith("gemma"):
+        assert not reported and set(gelu) == set(mlps) and mlps, gelu
+    elif model.config.model_type == "gpt2":
+        assert not mlps and not reported and not gelu
+    else:
+        assert all(isinstance(m, hf._OjasSwiGLU) for m in mlps.values()) and set(reported) == set(mlps) and mlps
+        assert all(c.theorems == (SWIGLU_THEOREM,) for c in reported.values())
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("padding", [False, True])
 def test_family_trains_like_unpatched(family, padding):
     ref = build(family)
     opt, report = optimize_model(copy.deepcopy(ref))
     assert [c.module for c in report.changed][-1].endswith("lm_head"), str(report)
-    assert not report.left_alone, str(report)
+    assert all("GeGLU has a theorem" in s.reason for s in report.left_alone), str(report)
     assert_norms_swapped(opt, report)
+    assert_mlps_swapped(opt, report)
     steps = [[batch(seed, padding=padding)] for seed in range(3)]
     ref_losses, opt_losses = train(ref, steps), train(opt, steps)
     for a, b in zip(ref_losses, opt_losses):
@@ -365,7 +381,8 @@ def test_a_deep_copy_of_an_optimized_model_is_optimized_and_reverts_alone():
 def test_report_names_what_is_left_alone():
     gemma = build("gemma2", attn_logit_softcapping=50.0)
     _, report = optimize_model(gemma)
-    assert len(report.left_alone) == 2 and all("soft-capping" in s.reason for s in report.left_alone)
+    attention = [s for s in report.left_alone if "mlp" not in s.module]
+    assert len(attention) == 2 and all("soft-capping" in s.reason for s in attention)
     assert gemma.config._attn_implementation == "eager"
     head = [c for c in report.changed if c.module == "lm_head"]
     assert len(head) == 1 and "soft cap 3.0" in head[0].what
@@ -399,6 +416,29 @@ def test_rms_norm_false_and_unchecked_norm_classes_are_left_alone():
     assert type(model.model.norm) is LlamaRMSNorm
     with pytest.raises(TypeError, match="rms_norm must be a bool"):
         optimize_model(build("llama"), rms_norm=None)
+
+
+def test_swiglu_false_and_unchecked_mlp_classes_are_left_alone():
+    model = build("qwen3")
+    _, report = optimize_model(model, swiglu=False)
+    assert [s.reason for s in report.left_alone] == ["swiglu=False"] * 2
+    assert not any(isinstance(m, hf._OjasSwiGLU) for m in model.modules())
+
+    class LlamaMLP(transformers.models.llama.modeling_llama.LlamaMLP):  # same name, another formula
+        def forward(self, x):
+            return self.down_proj(torch.relu(self.gate_proj(x)) * self.up_proj(x))
+
+    LlamaMLP.__module__ = "transformers.models.llama.modeling_llama"
+    model = build("llama")
+    model.model.layers[1].mlp.__class__ = LlamaMLP
+    _, report = optimize_model(model)
+    assert [s.module for s in report.left_alone] == ["model.layers.1.mlp"]
+    assert "differs from down(silu(gate) * up)" in report.left_alone[0].reason
+    assert type(model.model.layers[1].mlp) is LlamaMLP and isinstance(model.model.layers[0].mlp, hf._OjasSwiGLU)
+    revert_model(model)
+    assert type(model.model.layers[0].mlp) is transformers.models.llama.modeling_llama.LlamaMLP
+    with pytest.raises(TypeError, match="swiglu must be a bool"):
+        optimize_model(build("llama"), swiglu=1)
 
 
 def test_an_optimized_model_pickles():
@@ -469,6 +509,7 @@ def test_float32_kernels_through_the_model(monkeypatch):
     monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
     monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
     monkeypatch.setenv("OJAS_RMS_NORM_IMPL", "triton")
+    monkeypatch.setenv("OJAS_SWIGLU_IMPL", "triton")
     ref = build("llama").float()
     opt, _ = optimize_model(copy.deepcopy(ref))
     data = batch(5, padding=True)
