@@ -105,6 +105,7 @@ def run_case(shape: tuple[int, int], dtype: torch.dtype, device: str, impl: str,
         a.grad = b.grad = None
         h = step(fn, a, b, dh)
         outs[name] = (h.detach(), a.grad, b.grad)
+        a.grad = b.grad = None  # the timed steps below would accumulate into these (do_bench's first call)
     rows = []
     for name, fn in variants.items():
         row = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "variant": name,

@@ -60,6 +60,7 @@ import triton
 import triton.language as tl
 
 from .host import cdiv, next_power_of_2
+from .launch import fast
 
 __all__ = ["KernelConfig", "AttentionConfig", "default_config", "flash_attention", "flash_attention_forward"]
 
@@ -640,7 +641,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
     cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
     grid = (cdiv(seq_q, cfg.block_m), batch * heads)
-    _fwd_kernel[grid](
+    fast(_fwd_kernel)[grid](
         query, key, value, mask, out, lse,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
         value.stride(0), value.stride(1), value.stride(2), *mask_strides,
@@ -684,7 +685,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
                       value.stride(0), value.stride(1), value.stride(2), *mask_strides,
                       grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
     qc = cfg.bwd_q
-    _bwd_dq_kernel[(cdiv(seq_q, qc.block_m), batch * heads)](
+    fast(_bwd_dq_kernel)[(cdiv(seq_q, qc.block_m), batch * heads)](
         query, key, value, mask, grad_out, lse, out, delta, dq, *qkv_do_strides,
         out.stride(0), out.stride(1), out.stride(2), dq.stride(0), dq.stride(1), dq.stride(2),
         heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
@@ -692,7 +693,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         num_warps=qc.num_warps, num_stages=qc.num_stages,
     )
     kv = cfg.bwd_kv
-    _bwd_dkdv_kernel[(cdiv(seq_k, kv.block_n), batch * kv_heads)](
+    fast(_bwd_dkdv_kernel)[(cdiv(seq_k, kv.block_n), batch * kv_heads)](
         query, key, value, mask, grad_out, lse, delta, dk, dv, *qkv_do_strides,
         dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
         kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,

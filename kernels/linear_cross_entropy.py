@@ -100,6 +100,7 @@ statistics or G from them (``fwd_logits`` / ``bwd_logits`` = "cublas").
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ import triton
 import triton.language as tl
 
 from .host import cdiv, next_power_of_2
+from .launch import fast
 
 from .attention import _dot, _dot_precision
 
@@ -449,6 +451,7 @@ class _Options:
                     inv_v=1.0 / V)
 
 
+@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -513,6 +516,7 @@ def _round_up(x: int, multiple: int) -> int:
     return cdiv(x, multiple) * multiple
 
 
+@functools.lru_cache(maxsize=256)
 def _tiles_per_program(num_m: int, n_tiles: int, sms: int) -> int:
     """Vocabulary tiles per forward program: the fewest waves x tiles (one program per
     multiprocessor at a time; a last wave that is nearly empty costs a whole one),
@@ -531,7 +535,7 @@ def _weight_stride(token_weight: torch.Tensor) -> int:
 
 def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
     """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
-    _rows_kernel[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
+    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
                                                        BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps)
 
 
@@ -548,7 +552,7 @@ def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, 
     none = torch.empty(1, dtype=torch.float32, device=x.device)  # for the pointers a variant does not use
     pm, pl, ps, zt = stats if stats is not None else (none,) * 4
     stats_out = out if stats is not None and out is not None else none
-    _logits_kernel[(cdiv(n_rows, cfg.block_m) * n_groups,)](
+    fast(_logits_kernel)[(cdiv(n_rows, cfg.block_m) * n_groups,)](
         x, weight, none if bias is None else bias, tgt,
         none if lse is None else lse, none if token_weight is None else token_weight,
         stats_out, pm, pl, ps, zt, out if stats is None else none,
@@ -990,7 +994,7 @@ def _scaled_gradients(grads: list[Optional[torch.Tensor]], grad_output: torch.Te
     for g in grads:
         if g is not None and g.numel() > 0:  # the factor is read on the device: no sync
             blocks = min(cdiv(g.numel(), _SCALE_BLOCK), 4 * _num_sms(g.device))
-            _scale_kernel[(blocks,)](g, scale, g.numel(), BLOCK=_SCALE_BLOCK, num_warps=8)
+            fast(_scale_kernel)[(blocks,)](g, scale, g.numel(), BLOCK=_SCALE_BLOCK, num_warps=8)
     return [None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, leaves)]
 
 

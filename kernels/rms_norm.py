@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from .host import cdiv, next_power_of_2
+from .launch import fast
 
 __all__ = ["MAX_HIDDEN", "rms_norm_backward", "rms_norm_forward"]
 
@@ -138,7 +139,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: 
     if rows == 0 or n == 0:
         return y, rstd.fill_(torch.nan if n == 0 else 0.0)
     block_m, block_n, warps = _blocks(n)
-    _fwd_kernel[(cdiv(rows, block_m),)](
+    fast(_fwd_kernel)[(cdiv(rows, block_m),)](
         x, weight, y, rstd, rows, n, x.stride(0), y.stride(0), float(eps), float(offset),
         BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
         PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)], num_warps=warps)
@@ -169,7 +170,7 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     block_m, block_n, warps = _blocks(n)
     programs = _programs(x.device, cdiv(rows, block_m))
     partial = torch.empty((programs, n), dtype=compute, device=x.device)
-    _bwd_kernel[(programs,)](
+    fast(_bwd_kernel)[(programs,)](
         grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), dx.stride(0), float(offset),
         BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
         num_warps=warps)

@@ -51,6 +51,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .host import cdiv
+from .launch import fast
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "swiglu_forward", "swiglu_backward"]
 
@@ -133,7 +134,7 @@ def swiglu_forward(a: torch.Tensor, b: torch.Tensor, block_size: int = DEFAULT_B
     h = torch.empty_like(a)
     n = a.numel()
     if n:
-        _swiglu_fwd_kernel[(cdiv(n, block_size),)](a, b, h, n, BLOCK=block_size)
+        fast(_swiglu_fwd_kernel)[(cdiv(n, block_size),)](a, b, h, n, BLOCK=block_size)
     return h
 
 
@@ -147,5 +148,5 @@ def swiglu_backward(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor,
     da, db = torch.empty_like(a), torch.empty_like(b)
     n = a.numel()
     if n:
-        _swiglu_bwd_kernel[(cdiv(n, block_size),)](a, b, grad_h, da, db, n, BLOCK=block_size)
+        fast(_swiglu_bwd_kernel)[(cdiv(n, block_size),)](a, b, grad_h, da, db, n, BLOCK=block_size)
     return da, db

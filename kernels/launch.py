@@ -1,0 +1,105 @@
+"""Launch a ``@triton.jit`` kernel with less host work once its specialization is compiled.
+
+``kernel[grid](*args, **kwargs)`` runs Triton's ``JITFunction.run`` at every call: it binds
+and specializes every argument, builds the cache key (``str`` of the compile options
+included), checks the kernel's globals and reads the launch hooks, before the C launcher
+runs.  On the H200's host that is tens of microseconds per launch, and the step of a
+small model is host-bound (benchmarks/RESULTS.md).  :class:`FastLaunch` keeps, per
+specialization, the compiled kernel Triton returned and calls its launcher directly.
+
+The key is finer than Triton's own specialization, so a kernel found by it is the one
+Triton would have compiled for these arguments: per tensor its dtype and whether its data
+pointer is 16-byte aligned; per int whether it is 0, 1 or a multiple of 16 and whether it
+fits 32 bits; per bool and per keyword argument (the constexprs and launch options) its
+value, except floats; per float only that it is a float (Triton does not specialize on
+float values).
+The arguments go to the launcher in signature order, constexprs included, as
+``JITFunction.run`` passes them since Triton 3.3.  Everything else takes Triton's own path:
+the CPU interpreter, Triton before 3.3, an active launch hook (profilers), a keyword
+argument that is a tensor, a parameter left to its default, a first call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import triton
+
+__all__ = ["FastLaunch", "fast"]
+
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+_VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2] if p.isdigit())
+_SUPPORTED = _VERSION >= (3, 3) and not _INTERPRETED
+_INT32 = range(-2**31, 2**31)
+
+
+def _spec(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.dtype, x.data_ptr() % 16 == 0
+    if isinstance(x, bool):
+        return "b", x
+    if isinstance(x, int):
+        return "i", x == 0, x == 1, x % 16 == 0, x in _INT32
+    if isinstance(x, float):
+        return "f"
+    return "v", x
+
+
+def _hashable(values: Any) -> bool:
+    try:
+        hash(values)
+    except TypeError:
+        return False
+    return True
+
+
+def _hooks_active() -> bool:
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    return runtime is None or runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+
+
+class FastLaunch:
+    """``FastLaunch(kernel)[grid](*args, **kwargs)`` launches as ``kernel[grid](*args, **kwargs)`` does."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self._arg_names = list(getattr(kernel, "arg_names", ()))
+        self._cache: dict[tuple, tuple[Any, list[str]]] = {}
+
+    def __getitem__(self, grid: tuple[int, ...]):
+        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def _launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any]) -> None:
+        constants = tuple((k, _spec(v) if isinstance(v, float) else v) for k, v in kwargs.items())
+        if (not _SUPPORTED or _hooks_active() or any(isinstance(v, torch.Tensor) for v in kwargs.values())
+                or not _hashable(constants)):
+            self.kernel[grid](*args, **kwargs)
+            return
+        device = torch.cuda.current_device()
+        key = (device, tuple(map(_spec, args)), constants)
+        hit = self._cache.get(key)
+        if hit is None:
+            compiled = self.kernel[grid](*args, **kwargs)
+            tail_names = self._arg_names[len(args):]
+            if (self._arg_names and all(name in kwargs for name in tail_names)
+                    and all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))):
+                self._cache[key] = (compiled, tail_names)
+            return
+        compiled, tail_names = hit
+        tail = [kwargs[name] for name in tail_names]
+        grid0, grid1, grid2 = (tuple(grid) + (1, 1))[:3]
+        compiled.run(grid0, grid1, grid2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
+                     compiled.packed_metadata, None, None, None, *args, *tail)
+
+
+_LAUNCHERS: dict[int, FastLaunch] = {}
+
+
+def fast(kernel: Any) -> FastLaunch:
+    """The :class:`FastLaunch` of ``kernel`` (one per kernel object)."""
+    launcher = _LAUNCHERS.get(id(kernel))
+    if launcher is None or launcher.kernel is not kernel:
+        launcher = _LAUNCHERS[id(kernel)] = FastLaunch(kernel)
+    return launcher
