@@ -130,9 +130,10 @@ class Runner:
         return loss.item()
 
 
-def measure_peak(r: Runner, device: torch.device, warmup: int) -> None:
+def measure_peak(r: Runner, device: torch.device, warmup: int, kept: int) -> None:
     """Warm up ``r``, then its peak over one more step, less the memory of the modes built before
-    it (idle, so constant): the peak it would have alone."""
+    it (idle, so constant), plus the ``kept`` bytes of :func:`allocate_workspaces`: the peak it
+    would have alone in a fresh process."""
     for i in range(warmup):
         r.step(i)
     sync(device)
@@ -140,7 +141,7 @@ def measure_peak(r: Runner, device: torch.device, warmup: int) -> None:
         torch.cuda.reset_peak_memory_stats(device)
         r.step(warmup)
         sync(device)
-        r.peak = torch.cuda.max_memory_allocated(device) - r.others
+        r.peak = torch.cuda.max_memory_allocated(device) - r.others + kept
 
 
 def time_interleaved(runners: list[Runner], device: torch.device, steps: int) -> None:
@@ -167,17 +168,35 @@ def profile_table(r: Runner, device: torch.device) -> str:
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
 
 
+def allocate_workspaces(device: torch.device) -> int:
+    """Bytes the process keeps once it has multiplied matrices: a Linear forward and backward per
+    dtype gives cuBLAS its workspaces (one per handle: the main thread's and the autograd
+    engine's), which the handles keep. Allocated before any mode is built, so that every mode's
+    peak counts them as a fresh process would (:func:`measure_peak`)."""
+    if device.type != "cuda":
+        return 0
+    for dtype in DTYPES.values():
+        layer = torch.nn.Linear(64, 64, device=device, dtype=dtype)
+        layer(torch.randn(8, 64, device=device, dtype=dtype, requires_grad=True)).sum().backward()
+    del layer
+    sync(device)
+    return torch.cuda.memory_allocated(device)
+
+
 def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
-              warmup: int, steps: int, profile: list[str], host: list[str], bucket_mb: float) -> list[dict]:
+              warmup: int, steps: int, profile: list[str], host: list[str], bucket_mb: float,
+              kept: int) -> list[dict]:
     """Every mode of one dtype and optimizer in one process: each built and its peak measured in
     turn (the earlier ones kept, idle), then all timed together (:func:`time_interleaved`)."""
     runners = []
     for mode in modes:
         r = Runner(c, dtype, opt_name, mode, device, bucket_mb)
-        measure_peak(r, device, warmup)
+        measure_peak(r, device, warmup, kept)
         runners.append(r)
     time_interleaved(runners, device, steps)
     results = []
+    applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True)  # optimize_model's defaults
+    pieces = {"ojas-attention": "attention", "ojas-loss": "cross_entropy"}
     for r in runners:
         table = profile_table(r, device) if r.mode in profile and device.type == "cuda" else None
         if r.mode in host:
@@ -187,6 +206,7 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
             dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, peak=r.peak, step_s=step_s,
             step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
             last_loss=r.losses[-1], changed=None if r.report is None else len(r.report.changed),
+            applied={k: r.mode in ("ojas", "ojas+ckpt") or pieces.get(r.mode) == k for k in applied},
             left_alone=None if r.report is None else [s.reason for s in r.report.left_alone])
             | ({"profile": table} if table else {}))
     del runners, r
@@ -222,11 +242,12 @@ def main() -> None:
     device = torch.device(args.device)
     c = QUICK if args.quick else Config()
     results = []
+    kept = allocate_workspaces(device)
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
             for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
                                steps=args.steps, profile=args.profile, host=args.host_profile,
-                               bucket_mb=args.bucket_mb):
+                               bucket_mb=args.bucket_mb, kept=kept):
                 if "profile" in r:
                     print(f"== profile {dtype_name} {opt_name} {r['mode']}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)

@@ -60,7 +60,11 @@ LCE_WORKSPACE_FLOOR = 16 * 2**20
 #: the bound kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
 #: (1.128-1.139): the loss's peak above its inputs is at most this times the gradients
 LCE_PEAK_OVER_GRADIENTS = 1.15
-RECORDS_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_optimize_model_h200.json"
+_RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+#: the H200 records of benchmarks/bench_optimize_model.py: before the fused RMSNorm and SwiGLU
+#: existed (its ojas modes: attention and loss), and with everything optimize_model applies
+RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_optimize_model_h200_fused.json")
+RECORDS_PATH = RECORDS_PATHS[-1]
 
 
 # --------------------------------------------------------------------------
@@ -173,8 +177,9 @@ PRESETS: dict[str, Model] = {m.name: m for m in (
 
 @dataclass(frozen=True)
 class Setting:
-    """A training setting. ``ojas_attention`` / ``ojas_loss``: what ``optimize_model``
-    applies (``attention=`` / ``cross_entropy=``); ``fused``: the optimizer runs in
+    """A training setting. ``ojas_attention`` / ``ojas_loss`` / ``ojas_rms_norm`` /
+    ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``cross_entropy=`` /
+    ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``fused``: the optimizer runs in
     backward (``InBackwardOptimizer``, 64 MiB buckets); ``checkpoint``: per-layer
     non-reentrant activation checkpointing."""
 
@@ -186,6 +191,8 @@ class Setting:
     checkpoint: bool = False
     ojas_attention: bool = False
     ojas_loss: bool = False
+    ojas_rms_norm: bool = False
+    ojas_swiglu: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -196,7 +203,7 @@ class Setting:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss"):
+        for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
 
@@ -214,11 +221,11 @@ class Setting:
     def mode(self) -> str:
         """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
         description of a mix it did not run."""
-        ojas = self.ojas_attention and self.ojas_loss and self.fused
-        if ojas or not (self.ojas_attention or self.ojas_loss or self.fused):
-            return ("ojas" if ojas else "standard") + ("+ckpt" if self.checkpoint else "")
-        parts = [name for name, on in (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
-                                       ("fused", self.fused), ("ckpt", self.checkpoint)) if on]
+        pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
+                  ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu), ("fused", self.fused))
+        if all(on for _, on in pieces) or not any(on for _, on in pieces):
+            return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "")
+        parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
         return "+".join(parts)
 
 
@@ -247,8 +254,12 @@ def rmsnorm_saved_bytes(m: Model, s: Setting) -> int:
     """What ``LlamaRMSNorm`` saves: its input in float32 (``pow`` and ``mul``; the
     ``.to(float32)`` copy, or the input itself in float32), ``rsqrt`` of the variance
     ([tokens, 1] float32), ``x * rsqrt`` in the model dtype (``weight * ...``) and its
-    output (saved by the next projection): (4 + 2 size) x tokens x hidden + 4 tokens."""
-    return (4 + 2 * s.size) * s.tokens * m.hidden + 4 * s.tokens
+    output (saved by the next projection): (4 + 2 size) x tokens x hidden + 4 tokens.
+    The fused ``ojas_ref.rms_norm`` (``ojas_rms_norm``) saves its input as it is and the
+    float32 rstd per row (``tests/test_rms_norm.py`` checks what it saves), and its output
+    is saved by the next projection: 2 size x tokens x hidden + 4 tokens."""
+    per_element = 2 * s.size if s.ojas_rms_norm else 4 + 2 * s.size
+    return per_element * s.tokens * m.hidden + 4 * s.tokens
 
 
 def attention_saved_bytes(m: Model, s: Setting) -> int:
@@ -267,8 +278,11 @@ def attention_saved_bytes(m: Model, s: Setting) -> int:
 
 def mlp_saved_bytes(m: Model, s: Setting) -> int:
     """``LlamaMLP``: gate output (SiLU's input), SiLU output and up output (the product's
-    factors), the product (down_proj's input): 4 x tokens x intermediate."""
-    return 4 * s.size * s.tokens * m.intermediate
+    factors), the product (down_proj's input): 4 x tokens x intermediate. With
+    ``ojas_swiglu`` the SiLU output is recomputed in backward, not saved
+    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp; ``tests/test_swiglu.py`` checks that only
+    gate and up are saved): 3 x tokens x intermediate."""
+    return (3 if s.ojas_swiglu else 4) * s.size * s.tokens * m.intermediate
 
 
 def layer_saved_bytes(m: Model, s: Setting) -> int:
@@ -285,8 +299,9 @@ def checkpoint_bytes(m: Model, s: Setting) -> int:
 
 def recomputed_layer_bytes(m: Model, s: Setting) -> int:
     """A checkpointed layer recomputed in backward saves :func:`layer_saved_bytes`, less its
-    input in float32 models (the norm's ``.to(float32)`` is then the checkpoint itself)."""
-    shared = s.size * s.tokens * m.hidden if s.size == 4 else 0
+    input when the first norm saves the input itself, which is then the checkpoint: in
+    float32 models (the norm's ``.to(float32)`` returns it) and with the fused RMSNorm."""
+    shared = s.size * s.tokens * m.hidden if s.size == 4 or s.ojas_rms_norm else 0
     return layer_saved_bytes(m, s) - shared
 
 
@@ -763,17 +778,21 @@ def fit_batch(memory: int, model: Any, setting: Setting, limit: int = 2**20) -> 
 
 
 def load_records(path: Path = RECORDS_PATH) -> list[tuple[Setting, int]]:
-    """The measured peaks of benchmarks/results/bench_optimize_model_h200.json (the
-    llama-1b preset on an H200) as (setting, torch.cuda.max_memory_allocated bytes)."""
+    """The measured peaks of one record file of :data:`RECORDS_PATHS` (the llama-1b preset on
+    an H200) as (setting, torch.cuda.max_memory_allocated bytes). What an ojas mode applied
+    is each result's ``applied`` (attention and loss only where it is absent: the first
+    file, measured before the fused RMSNorm and SwiGLU existed)."""
     data = json.loads(Path(path).read_text())
     config = data["config"]
     dtypes = {"float32": "fp32", "bfloat16": "bf16"}
     records = []
     for r in data["results"]:
         ojas = r["mode"].startswith("ojas")
+        applied = r.get("applied") or dict(attention=ojas, cross_entropy=ojas, rms_norm=False, swiglu=False)
         setting = Setting(dtype=dtypes[r["dtype"]], optimizer=r["optimizer"], fused=ojas, batch=config["batch"],
-                          seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"), ojas_attention=ojas,
-                          ojas_loss=ojas)
+                          seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"),
+                          ojas_attention=applied["attention"], ojas_loss=applied["cross_entropy"],
+                          ojas_rms_norm=applied["rms_norm"], ojas_swiglu=applied["swiglu"])
         records.append((setting, r["peak"]))
     return records
 
@@ -801,7 +820,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
     parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets)")
     parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
-    parser.add_argument("--ojas", action="store_true", help="ojas attention and linear cross-entropy")
+    parser.add_argument("--ojas", action="store_true",
+                        help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU")
     parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
     parser.add_argument("--ojas-loss", action="store_true", help="ojas linear cross-entropy only")
     parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
@@ -841,7 +861,7 @@ def run_command(args: Any) -> int:
     try:
         model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
         flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
-                     ojas_loss=args.ojas or args.ojas_loss)
+                     ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas)
         setting = Setting(dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch,
                           seq=args.seq, **flags)
         if args.plot is not None:
@@ -859,11 +879,12 @@ def run_command(args: Any) -> int:
                 plot_plan(predicted, args.plot, measured)
                 print(f"\nplot written to {args.plot}")
             return 0
-        modes = [tuple(flags.values())] if any(flags.values()) else [(f, c, o, o) for f, c, o in MODES]
-        settings = [Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, fused=f, checkpoint=c,
-                            ojas_attention=a, ojas_loss=lo)
+        modes = [flags] if any(flags.values()) else [
+            dict(fused=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
+            for f, c, o in MODES]
+        settings = [Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, **mode)
                     for d in ([args.dtype] if args.dtype else list(DTYPE_BYTES))
-                    for o in ([args.optimizer] if args.optimizer else list(OPTIMIZERS)) for f, c, a, lo in modes]
+                    for o in ([args.optimizer] if args.optimizer else list(OPTIMIZERS)) for mode in modes]
     except (ValueError, TypeError, NotImplementedError, OSError, ImportError) as err:
         print(f"ojas plan: {err}", file=sys.stderr)
         return 2
@@ -898,6 +919,7 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
 def measured_peak(model: Model, setting: Setting) -> Optional[int]:
     """The recorded peak of this model and setting (benchmarks/results/, a source checkout),
     or None where nothing was measured."""
-    if not RECORDS_PATH.exists() or replace(model, name="", source="") != replace(record_model(), name="", source=""):
+    paths = [p for p in RECORDS_PATHS if p.exists()]
+    if not paths or replace(model, name="", source="") != replace(record_model(), name="", source=""):
         return None
-    return dict(load_records()).get(setting)
+    return dict(r for p in paths for r in load_records(p)).get(setting)

@@ -207,7 +207,7 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
     setting = planner.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", fused=config.in_backward,
                               batch=config.batch_size, seq=config.seq_len,
                               checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
-                              ojas_loss=config.ojas)
+                              ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas)
     lower_bound = config.in_backward and config.max_grad_norm is not None
     return planner.plan(shape, setting), lower_bound
 
