@@ -1016,7 +1016,7 @@ def linear_cross_entropy(
     config: Optional[LinearCrossEntropyConfig] = None,
 ) -> torch.Tensor:
     """Differentiable linear cross-entropy; arguments and result as
-    ``ojas_ref.linear_cross_entropy.linear_cross_entropy`` (which checks them and
+    ``ojas_ref.primitives.linear_cross_entropy.linear_cross_entropy`` (which checks them and
     dispatches here with ``impl="triton"``, after ``torch.autocast``'s casts); input,
     weight and bias of one dtype, float16, bfloat16 or float32, the loss float32
     whatever it is; forward and backward run with autocast disabled.  Targets must be

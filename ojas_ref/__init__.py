@@ -9,23 +9,32 @@
   no persistent gradients (rocq/OptimizerInBackward/).
 * :func:`rms_norm` / :class:`RMSNorm`: RMSNorm with Hugging Face's casting rules, a fused
   Triton kernel on CUDA (backward: rocq/RMSNorm/Backward.v).
+* :func:`swiglu` / :class:`SwiGLU`: ``silu(gate) * up`` with gate and up saved and silu
+  recomputed in backward, a fused Triton kernel on CUDA (rocq/SwiGLU/Backward.v).
 * :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing
   model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
 * :class:`MultiheadAttention`, :class:`LinearCrossEntropyLoss`: ``torch.nn`` modules on them.
 
-Each function lives in the module of the same name (``ojas_ref/attention.py``, ...);
-the package attribute is the function, so reach a module's internals with
-``importlib.import_module("ojas_ref.attention")``.
+The package has four parts: ``ojas_ref.primitives`` (the references above and the rules they
+share), ``ojas_ref.integrations`` (``optimize_model``, the Hugging Face adapters, the
+``torch.nn`` modules), ``ojas_ref.tools`` (``ojas plan``, ``ojas train``, the ``ojas``
+command) and ``ojas_ref.verification`` (the oracle client, the differential checks, the
+proof audit and ``ojas audit``). Each primitive function lives in the module of the same
+name under ``ojas_ref/primitives/`` (``ojas_ref/primitives/attention.py``, ...;
+``optimize_model`` in ``ojas_ref/integrations/optimize.py``, the modules in
+``ojas_ref/integrations/modules.py``); the package attribute is the function, so reach a
+module's internals with ``importlib.import_module("ojas_ref.primitives.attention")``.
 """
 
-from ojas_ref.attention import attention
-from ojas_ref.linear_cross_entropy import linear_cross_entropy
-from ojas_ref.modules import LinearCrossEntropyLoss, MultiheadAttention
-from ojas_ref.optimize import optimize_model, revert_model
-from ojas_ref.optimizer_in_backward import InBackwardOptimizer
-from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
-from ojas_ref.rms_norm import RMSNorm, rms_norm
+from ojas_ref.integrations.modules import LinearCrossEntropyLoss, MultiheadAttention
+from ojas_ref.integrations.optimize import optimize_model, revert_model
+from ojas_ref.primitives.attention import attention
+from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
+from ojas_ref.primitives.rms_norm import RMSNorm, rms_norm
+from ojas_ref.primitives.swiglu import SwiGLU, swiglu
 
-__all__ = ["attention", "linear_cross_entropy", "optimize_model", "revert_model", "rms_norm", "AdditiveCoupling",
-           "InBackwardOptimizer", "LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm", "ReversibleSequence",
-           "SymplecticCoupling"]
+__all__ = ["attention", "linear_cross_entropy", "optimize_model", "revert_model", "rms_norm", "swiglu",
+           "AdditiveCoupling", "InBackwardOptimizer", "LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm",
+           "ReversibleSequence", "SwiGLU", "SymplecticCoupling"]

@@ -9,7 +9,7 @@ Two kinds of test:
   imported compiled.  Small shapes, hypothesis-drawn, with drawn tile sizes
   (any tiling computes the same function: Ojas.Attention.StreamCorrect),
   against a materialised float64 softmax and against the oracle extracted
-  from the Coq spec (ojas_ref.oracle).
+  from the Coq spec (ojas_ref.verification.oracle).
   With ``attn_mask`` (bool and additive; key and left padding, packed
   sequences, fully masked rows) against the same float64 softmax.
 * GPU tests (``-m gpu``, need CUDA): sizes up to 4K against
@@ -247,7 +247,7 @@ def oracle_problems(draw):
 @settings(max_examples=8)
 @given(oracle_problems())
 def test_kernel_matches_extracted_oracle(p):
-    oracle = pytest.importorskip("ojas_ref.oracle")
+    oracle = pytest.importorskip("ojas_ref.verification.oracle")
     try:
         oracle.oracle_binary()
     except RuntimeError as e:

@@ -2,7 +2,7 @@
 
 Each mutant below breaks ``ojas_ref.attention`` in one classic way (monkeypatched in,
 built by wrapping the real function rather than copying it); ``oracle_mismatches`` of
-ojas_ref/attention_check.py, the comparison of the oracle tests, must report a
+ojas_ref/verification/attention_check.py, the comparison of the oracle tests, must report a
 mismatch for it, and none for the unmutated code.
 """
 
@@ -13,9 +13,9 @@ import importlib
 import pytest
 import torch
 
-from ojas_ref.attention_check import make_case, oracle_mismatches
+from ojas_ref.verification.attention_check import make_case, oracle_mismatches
 
-attn_mod = importlib.import_module("ojas_ref.attention")
+attn_mod = importlib.import_module("ojas_ref.primitives.attention")
 
 _block_step = attn_mod._online_softmax_block_step
 _tile_visibility = attn_mod._tile_visibility

@@ -2,8 +2,8 @@
 
 * against ``torch.nn.functional.scaled_dot_product_attention`` (math backend), forward
   and backward, in float64 and float32;
-* against the oracle extracted from the Coq spec (``ojas_ref.oracle``), forward with
-  the error bound of ``ojas_ref.error_bounds`` and backward with a norm-relative
+* against the oracle extracted from the Coq spec (``ojas_ref.verification.oracle``), forward with
+  the error bound of ``ojas_ref.verification.error_bounds`` and backward with a norm-relative
   tolerance, in float32 and bfloat16;
 * the result does not depend on the tiling (Ojas.Attention.StreamCorrect);
 * bad arguments raise errors that name the argument; ``impl`` dispatch;
@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ojas_ref.attention import attention, attention_forward
-from ojas_ref.attention_check import (
+from ojas_ref.primitives.attention import attention, attention_forward
+from ojas_ref.verification.attention_check import (
     MASK_SHAPES,
     Case,
     assert_normwise_close,
@@ -44,7 +44,7 @@ from ojas_ref.attention_check import (
     structural_visibility,
 )
 
-attn_mod = importlib.import_module("ojas_ref.attention")
+attn_mod = importlib.import_module("ojas_ref.primitives.attention")
 F64 = torch.float64
 
 
@@ -350,7 +350,7 @@ def test_impl_triton_refusals(fake_kernel, monkeypatch):
 
 _INTERPRETED_KERNEL_CHECK = """
 import torch
-from ojas_ref.attention import attention
+from ojas_ref.primitives.attention import attention
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(*s, generator=g, requires_grad=True) for s in ((1, 4, 20, 16), (1, 2, 27, 16), (1, 2, 27, 8)))
 pad = torch.ones(1, 1, 1, 27, dtype=torch.bool); pad[..., :4] = False  # left padding, with causal: rows 0-3 see nothing

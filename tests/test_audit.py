@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ojas_ref import audit
-from ojas_ref import proof_audit as pa
+from ojas_ref.verification import audit
+from ojas_ref.verification import proof_audit as pa
 
 
 def _known_names() -> set[str]:
@@ -38,8 +38,8 @@ def test_audit_without_a_source_checkout_says_what_it_needs(tmp_path):
     extraction/ beside it) exit with status 2 and name what they need, instead of a bare
     ``make`` "No such file or directory" (issue 13 item 8)."""
     site = tmp_path / "site"
-    shutil.copytree(Path(audit.__file__).parent, site / "ojas_ref", ignore=shutil.ignore_patterns("__pycache__"))
-    script = ("import sys, ojas_ref.cli as cli\n"
+    shutil.copytree(Path(audit.__file__).parents[1], site / "ojas_ref", ignore=shutil.ignore_patterns("__pycache__"))
+    script = ("import sys, ojas_ref.tools.cli as cli\n"
               f"assert cli.__file__.startswith({str(site)!r}), cli.__file__\n"
               "sys.stdout.write('rc=%d %d\\n' % (cli.main(['audit', '--quick']), cli.main(['proofs'])))\n")
     env = {**os.environ, "PYTHONPATH": str(site)}

@@ -1,4 +1,4 @@
-"""ojas_ref.checkpoint: atomic writes, verified loads, SIGKILL in the middle of a write."""
+"""ojas_ref.tools.checkpoint: atomic writes, verified loads, SIGKILL in the middle of a write."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ojas_ref import checkpoint as ckpt
+from ojas_ref.tools import checkpoint as ckpt
 
 
 def _state(seed: int) -> dict:
@@ -91,7 +91,7 @@ def test_listing_and_pruning(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent("""
     import sys
     import torch
-    from ojas_ref import checkpoint as ckpt
+    from ojas_ref.tools import checkpoint as ckpt
 
     directory, where = sys.argv[1], sys.argv[2]
     sys.path.insert(0, sys.argv[3])

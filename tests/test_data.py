@@ -1,4 +1,4 @@
-"""ojas_ref.data: corpus, byte-level BPE, hash-keyed token cache, resumable loader, id guard."""
+"""ojas_ref.tools.data: corpus, byte-level BPE, hash-keyed token cache, resumable loader, id guard."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ojas_ref import data
+from ojas_ref.tools import data
 
 MAX_BYTES = 150_000
 VOCAB = 400

@@ -1,4 +1,4 @@
-"""The proved error bounds of ``ojas_ref.error_bounds`` against real float32 runs.
+"""The proved error bounds of ``ojas_ref.verification.error_bounds`` against real float32 runs.
 
 ``emulated_stream_row`` runs ``stream_row`` of rocq/Attention/OnlineSoftmax.v
 (``block_step`` over tiles, ``finalize``) with every operation rounded to float32:
@@ -29,7 +29,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ojas_ref.error_bounds import (
+from ojas_ref.verification.error_bounds import (
     UNIT_ROUNDOFF,
     chunked_sum_error_factor,
     dot_product_error_bound,
@@ -208,7 +208,7 @@ def test_linear_cross_entropy_forward_bound_holds(D, V, N, scale, bias, eps, lam
     weights x 300 (logits of several hundred, large lse and z-loss). Caveat as for the
     attention bound: with logit spreads beyond ~87 some float32 exp(z - m) underflow,
     outside the model (each errs by < 2^-126 against a sum >= 1)."""
-    from ojas_ref.linear_cross_entropy import linear_cross_entropy_forward
+    from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy_forward
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(N, D, generator=gen, dtype=torch.float64).float()

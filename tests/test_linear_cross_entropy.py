@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ojas_ref.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
-from ojas_ref.linear_cross_entropy_check import autocast_mismatches, oracle_and_reference, oracle_mismatches
+from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+from ojas_ref.verification.linear_cross_entropy_check import (autocast_mismatches, oracle_and_reference,
+                                                             oracle_mismatches)
 
-lce_module = importlib.import_module("ojas_ref.linear_cross_entropy")
+lce_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
 
 F64 = torch.float64
 REDUCTIONS = ("none", "mean", "sum")
@@ -676,7 +677,7 @@ def test_reference_matches_oracle(p):
     ("weight", {"weight": None}),
 ])
 def test_oracle_rejects_malformed_requests(field, change):
-    from ojas_ref.oracle import oracle_request
+    from ojas_ref.verification.oracle import oracle_request
 
     req = {"op": "linear_cross_entropy", "input": [[1.0, 0.5], [0.0, 2.0]],
            "linear_weight": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], "linear_bias": None, "target": [0, 2],

@@ -45,14 +45,14 @@ from ojas_kernels.linear_cross_entropy import (  # noqa: E402
     linear_cross_entropy,
     linear_cross_entropy_forward,
 )
-from ojas_ref.linear_cross_entropy_check import (  # noqa: E402
+from ojas_ref.verification.linear_cross_entropy_check import (  # noqa: E402
     autocast_mismatches,
     make_problem,
     oracle_mismatches,
     oracle_tolerance,
 )
 
-ref_module = importlib.import_module("ojas_ref.linear_cross_entropy")
+ref_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
 
 _INTERPRETED = type(klce._logits_kernel).__name__ == "InterpretedFunction"
 cpu = pytest.mark.skipif(
@@ -159,9 +159,9 @@ def test_kernel_matches_reference(p):
 @cpu
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_kernel_matches_extracted_oracle(reduction, monkeypatch):
-    """ojas_ref.linear_cross_entropy_check.oracle_mismatches (the check ``ojas audit``
+    """ojas_ref.verification.linear_cross_entropy_check.oracle_mismatches (the check ``ojas audit``
     runs) with the dispatch sent to the kernel, and the kernel's lse against the oracle's."""
-    oracle = pytest.importorskip("ojas_ref.oracle")
+    oracle = pytest.importorskip("ojas_ref.verification.oracle")
     try:
         oracle.oracle_binary()
     except RuntimeError as e:
@@ -359,7 +359,7 @@ def test_in_backward_optimizer_clipping_matches_standard_loop(autocast):
     so no tolerance is needed.  Also with float32 parameters and the forward under
     torch.autocast("cpu", bfloat16), as Hugging Face's mixed precision runs it (the
     head gets a bf16 hidden state and the float32 weight)."""
-    from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+    from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
 
     V, D, clip = 30, 16, 0.05
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""``optimize_model`` on Hugging Face causal LMs (ojas_ref/huggingface.py), tiny random configs.
+"""``optimize_model`` on Hugging Face causal LMs (ojas_ref/integrations/huggingface.py), tiny random configs.
 
 Each family is built from a config in the test (no weights from a hub) and trained side
 by side with its unpatched copy. The comparisons run in float64, the unpatched model's
@@ -29,8 +29,8 @@ transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
 import ojas_ref  # noqa: E402
-from ojas_ref import huggingface as hf  # noqa: E402
-from ojas_ref.optimize import RMS_NORM_THEOREMS, SWIGLU_THEOREM, optimize_model, revert_model  # noqa: E402
+from ojas_ref.integrations import huggingface as hf  # noqa: E402
+from ojas_ref.integrations.optimize import RMS_NORM_THEOREMS, SWIGLU_THEOREM, optimize_model, revert_model  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.loss.loss_utils import fixed_cross_entropy  # noqa: E402
 

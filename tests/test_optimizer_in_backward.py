@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ojas_ref.optimizer_in_backward import InBackwardOptimizer
-from ojas_ref.optimizer_in_backward_check import CASES, make_case, oracle_mismatches, updates
+from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.verification.optimizer_in_backward_check import CASES, make_case, oracle_mismatches, updates
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 50, 32, 4, 2, 12, 3
 CLIP = 0.05  # below the gradient norms of this model (checked), so clipping is active
@@ -561,7 +561,7 @@ def test_update_matches_oracle(options: dict, seed: int) -> None:
     ({"extra": 0}, "extra: unknown field"),
 ])
 def test_oracle_rejects_malformed_optimizer_requests(change: dict, message: str) -> None:
-    from ojas_ref.oracle import oracle_request
+    from ojas_ref.verification.oracle import oracle_request
 
     req = {"op": "optimizer_update", "rule": "sgd", "lr": 0.1, "weight_decay": 0.0, "momentum": 0.9,
            "dampening": 0.0, "nesterov": False, "param": [1.0, 2.0], "grad": [0.5, -0.5]}

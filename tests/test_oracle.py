@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ojas_ref.oracle import attention_oracle, oracle_binary, oracle_request
+from ojas_ref.verification.oracle import attention_oracle, oracle_binary, oracle_request
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""``ojas_ref.plan``: the predicted peaks against the peaks measured on an H200 (the 16
+"""``ojas_ref.tools.plan``: the predicted peaks against the peaks measured on an H200 (the 16
 configurations twice, benchmarks/results/bench_optimize_model_h200*.json: before and with the
 fused RMSNorm and SwiGLU), and the formulas against what a Hugging Face model on the CPU
 or the meta device actually holds."""
@@ -15,8 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ojas_ref import plan as P
-from ojas_ref.cli import main
+from ojas_ref.tools import plan as P
+from ojas_ref.tools.cli import main
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -118,10 +118,10 @@ def _saved_bytes(model, ids) -> int:
 
 
 # ojas attention in bf16 is left out: on the CPU it runs the reference, which saves its
-# output in float32 (ojas_ref/attention.py, _OnlineSoftmaxAttention), where the CUDA
+# output in float32 (ojas_ref/primitives/attention.py, _OnlineSoftmaxAttention), where the CUDA
 # kernel the plan models saves it in bfloat16 (kernels/attention.py, _FlashAttention).
 # The fused RMSNorm is left out too: on the CPU the swapped modules run Hugging Face's ops
-# (ojas_ref/huggingface.py), so they save what the plan's unfused formula counts. SwiGLU's
+# (ojas_ref/integrations/huggingface.py), so they save what the plan's unfused formula counts. SwiGLU's
 # autograd Function saves gate and up on every device.
 @pytest.mark.parametrize("dtype,ojas_attention,ojas_swiglu",
                          [("fp32", False, False), ("bf16", False, False), ("fp32", True, False), ("bf16", False, True)])
@@ -461,7 +461,7 @@ def test_plot_does_not_import_matplotlib_until_asked():
     import subprocess
     import sys
 
-    code = "import sys, ojas_ref.plan; print('matplotlib' in sys.modules)"
+    code = "import sys, ojas_ref.tools.plan; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

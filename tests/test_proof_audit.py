@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ojas_ref import proof_audit as pa
+from ojas_ref.verification import proof_audit as pa
 
 
 def _scan(tmp_path: Path, text: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""ojas_ref.reversible against ordinary autograd on the same blocks.
+"""ojas_ref.primitives.reversible against ordinary autograd on the same blocks.
 
 ``ReversibleSequence(blocks)`` must compute what ``nn.Sequential(*blocks)`` computes
 (the blocks called directly run with ordinary autograd), keep no activation of any
@@ -21,11 +21,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ojas_ref.oracle import coupling_stack_oracle
-from ojas_ref.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
-                                 SymplecticCoupling)
-from ojas_ref.reversible_check import (make_problem, oracle_mismatches, reconstruction_bounds, tanh_mlp_constants,
-                                       unit_roundoff)
+from ojas_ref.primitives.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
+                                            SymplecticCoupling)
+from ojas_ref.verification.oracle import coupling_stack_oracle
+from ojas_ref.verification.reversible_check import (make_problem, oracle_mismatches, reconstruction_bounds,
+                                                    tanh_mlp_constants, unit_roundoff)
 
 F64 = torch.float64
 F32 = torch.float32
@@ -199,7 +199,7 @@ class Attention(nn.Module):
         self.out = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from ojas_ref.attention import attention
+        from ojas_ref.primitives.attention import attention
 
         q, k, v = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)
         return self.out(attention(q, k, v, is_causal=True).transpose(1, 2).flatten(-2))

@@ -33,7 +33,7 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ojas_ref.swiglu import SwiGLU, swiglu, swiglu_backward_reference, swiglu_forward_reference  # noqa: E402
+from ojas_ref.primitives.swiglu import SwiGLU, swiglu, swiglu_backward_reference, swiglu_forward_reference  # noqa: E402
 
 triton = pytest.importorskip("triton")
 from ojas_kernels import swiglu as kswiglu  # noqa: E402

@@ -1,4 +1,4 @@
-"""ojas_ref.train / ``ojas train``: a real (tiny) run, bitwise resume, signals, SIGKILL while
+"""ojas_ref.tools.train / ``ojas train``: a real (tiny) run, bitwise resume, signals, SIGKILL while
 checkpointing, divergence, the schedule, the CLI."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ojas_ref import checkpoint as ckpt
-from ojas_ref import train as train_module
-from ojas_ref.cli import main
-from ojas_ref.train import TrainConfig, TrainingDiverged, learning_rate, train
+from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import train as train_module
+from ojas_ref.tools.cli import main
+from ojas_ref.tools.train import TrainConfig, TrainingDiverged, learning_rate, train
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +128,8 @@ def test_resume_refuses_other_setting(tmp_path: Path, cache: str) -> None:
 # A run in a subprocess, through the CLI, with a hook on the loader or on the checkpoint writer.
 _RUNNER = textwrap.dedent("""
     import json, os, signal, sys
-    from ojas_ref import data
-    from ojas_ref.cli import main
+    from ojas_ref.tools import data
+    from ojas_ref.tools.cli import main
 
     args, hook = json.loads(sys.argv[1]), sys.argv[2]
     sys.path.insert(0, sys.argv[3])
@@ -287,7 +287,7 @@ def test_stop_flag_signals() -> None:
 
 def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
     """The planner's peak of ``config``'s model under the Setting written out here (not train's mapping)."""
-    from ojas_ref import plan as planner
+    from ojas_ref.tools import plan as planner
 
     shape = planner.Model.from_module(train_module._meta_model(config, vocab))
     return planner.plan(shape, planner.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ojas_ref.attention import attention
-from ojas_ref.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.primitives.attention import attention
+from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
 
 __all__ = ["LinearCrossEntropyLoss", "MultiheadAttention", "unsupported_reason"]
 

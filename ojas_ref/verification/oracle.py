@@ -27,7 +27,7 @@ import torch
 __all__ = ["attention_oracle", "coupling_stack_oracle", "linear_cross_entropy_oracle", "optimizer_update_oracle",
            "oracle_binary", "oracle_request"]
 
-_DEFAULT_BINARY = Path(__file__).resolve().parent.parent / "extraction" / "_build" / "ojas-oracle"
+_DEFAULT_BINARY = Path(__file__).resolve().parents[2] / "extraction" / "_build" / "ojas-oracle"
 
 
 def oracle_binary() -> Path:
@@ -231,7 +231,7 @@ def linear_cross_entropy_oracle(
 ) -> dict[str, torch.Tensor]:
     """Chunked linear cross-entropy computed by the oracle extracted from the Coq definitions.
 
-    Arguments as in ``ojas_ref.linear_cross_entropy.linear_cross_entropy``: input
+    Arguments as in ``ojas_ref.primitives.linear_cross_entropy.linear_cross_entropy``: input
     ``[N, D]`` or ``[B, S, D]`` (flattened to ``[N, D]`` for the oracle), target of the
     input's shape without ``D``, linear_weight ``[V, D]``, linear_bias ``[V]`` or None;
     ``token_chunk`` / ``vocab_chunk`` are the ``bt`` / ``bv`` of ``ce_forward``.

@@ -47,8 +47,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ojas_ref.autocast import autocast_off, cast_for_autocast
-from ojas_ref.transforms import refuse_function_transforms
+from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
+from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["attention", "attention_forward"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ojas_ref.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
 
 F64 = torch.float64
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
@@ -88,7 +88,7 @@ def updates(case: dict) -> dict[str, tuple[torch.Tensor, dict[str, Any]]]:
 
 def oracle_update(case: dict) -> tuple[torch.Tensor, dict[str, Any]]:
     """The oracle's (new param, new state) for the case."""
-    from ojas_ref.oracle import optimizer_update_oracle
+    from ojas_ref.verification.oracle import optimizer_update_oracle
 
     return optimizer_update_oracle(case["rule"], case["param"], case["grad"], state=case["state"],
                                    **case["hyper"])

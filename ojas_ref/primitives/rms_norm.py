@@ -43,7 +43,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from ojas_ref.transforms import refuse_function_transforms
+from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["RMSNorm", "rms_norm", "rms_norm_reference"]
 

@@ -1,10 +1,10 @@
-"""Differential check of ojas_ref.reversible against the oracle extracted from Coq.
+"""Differential check of ojas_ref.primitives.reversible against the oracle extracted from Coq.
 
 Shared by tests/test_reversible.py and ``ojas audit``. A problem (``make_problem``) is
 a stack of additive coupling layers whose f and g are tanh MLPs given by their weights
 (the oracle's residual functions), input halves x1, x2 [N, d], upstream gradients, and
 ``fraction_bits`` (None: float mode; k: exact mode). ``oracle_mismatches`` runs
-:class:`ojas_ref.reversible.ReversibleSequence` and the oracle's ``coupling_stack`` op
+:class:`ojas_ref.primitives.reversible.ReversibleSequence` and the oracle's ``coupling_stack`` op
 on it and lists what disagrees:
 
 * float mode: forward output, the inverse of that output (the reconstructed input),
@@ -25,7 +25,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ojas_ref.reversible import AdditiveCoupling, ReversibleSequence
+from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence
 
 F64 = torch.float64
 
@@ -191,7 +191,7 @@ def reconstruction_bounds(blocks: Sequence[AdditiveCoupling], x: Tensor,
 
 
 def _float_mismatches(p: dict) -> list[str]:
-    from ojas_ref.oracle import coupling_stack_oracle
+    from ojas_ref.verification.oracle import coupling_stack_oracle
 
     rev = reference_stack(p)
     oracle = coupling_stack_oracle(p["x1"], p["x2"], p["layers"], grad_y1=p["grad_y1"], grad_y2=p["grad_y2"])
@@ -219,7 +219,7 @@ def _float_mismatches(p: dict) -> list[str]:
 
 
 def _fixed_mismatches(p: dict) -> list[str]:
-    from ojas_ref.oracle import coupling_stack_oracle
+    from ojas_ref.verification.oracle import coupling_stack_oracle
 
     rev = reference_stack(p)
     s = rev.quantize(torch.cat([p["x1"], p["x2"]], dim=-1))

@@ -2,20 +2,20 @@
 ``optimize_model``, AdamW (fused into backward by :class:`~ojas_ref.InBackwardOptimizer` or the
 standard loop), a warmup + cosine schedule, progress, logs, a loss plot and checkpoints.
 
-* Data (:mod:`ojas_ref.data`): the standard library's ``.py`` files by default, a byte-level
+* Data (:mod:`ojas_ref.tools.data`): the standard library's ``.py`` files by default, a byte-level
   BPE, a hash-keyed token cache, a seeded resumable loader; ids checked against the model.
 * Schedule: the learning rate of step ``s`` is :func:`learning_rate` of ``s`` alone (no
   scheduler state), so a resumed run cannot compound it.
 * Records: a tqdm bar from the first step (loss, lr, tokens/s, peak memory),
   ``<out_dir>/train.jsonl`` (one record per step), ``<out_dir>/loss.png``.
-* Checkpoints (:mod:`ojas_ref.checkpoint`): model, optimizer, step, RNG states, loader position
+* Checkpoints (:mod:`ojas_ref.tools.checkpoint`): model, optimizer, step, RNG states, loader position
   and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
   SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
   ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
   on the CPU, with both optimizers, accumulation and clipping; not yet on CUDA).
 * Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config.
 * Memory: on CUDA, before the model is built, :func:`check_fits` predicts the step's peak with
-  ``ojas plan``'s formulas (:mod:`ojas_ref.plan`) and refuses (:class:`PlanDoesNotFit`, exit 2)
+  ``ojas plan``'s formulas (:mod:`ojas_ref.tools.plan`) and refuses (:class:`PlanDoesNotFit`, exit 2)
   when it exceeds ``torch.cuda.mem_get_info``'s free bytes; a setting the planner does not model
   (accumulation, a non-Llama model) is run unchecked, with one line saying why. Not on the CPU.
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
@@ -43,9 +43,9 @@ from typing import Any, Optional
 
 import torch
 
-from ojas_ref import checkpoint as ckpt
-from ojas_ref import plan as planner
-from ojas_ref.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
+from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import plan as planner
+from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
 
 __all__ = ["PRESETS", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments",
            "check_fits", "describe", "learning_rate", "plan_line", "predict_peak", "run_command", "train"]
@@ -188,7 +188,7 @@ def _meta_model(config: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 
 def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool]:
-    """``(plan, lower_bound)``: :func:`ojas_ref.plan.plan` of the run's step, ``model`` being the
+    """``(plan, lower_bound)``: :func:`ojas_ref.tools.plan.plan` of the run's step, ``model`` being the
     run's model (e.g. on the meta device). ``lower_bound``: the setting clips inside a fused
     backward, whose first of two backward passes keeps the activations alive to its end; the
     planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``

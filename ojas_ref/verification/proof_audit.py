@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # ojas_ref/verification/proof_audit.py
 ROCQ_DIR = REPO_ROOT / "rocq"
 MANIFEST_PATH = ROCQ_DIR / "MANIFEST.json"
 LOGICAL_PREFIX = "Ojas"

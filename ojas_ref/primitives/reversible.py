@@ -57,7 +57,7 @@ ordinary ones at slightly perturbed activations. ``Ojas.Reversible.FloatError.
 vec_stack_recon_error`` (``vec_stack_recon_error_flx`` for round-to-nearest
 binary32/64) bounds the error of each block's reconstructed input by the recurrence
 e_l = K e_(l+1) + delta_l, K = (1 + u)^2 (1 + LF) (1 + LG), for f, g that are
-LF-, LG-Lipschitz up to dF, dG (``ojas_ref.reversible_check.reconstruction_bounds``
+LF-, LG-Lipschitz up to dF, dG (``ojas_ref.verification.reversible_check.reconstruction_bounds``
 evaluates it). ``check_reconstruction=True`` measures the error; exact mode removes
 it.
 """
@@ -74,7 +74,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import get_device_states, set_device_states
 
-from ojas_ref.transforms import refuse_function_transforms
+from ojas_ref.primitives.transforms import refuse_function_transforms
 
 if torch.distributed.is_available():
     from torch.distributed.tensor import DTensor

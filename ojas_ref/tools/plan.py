@@ -60,7 +60,7 @@ LCE_WORKSPACE_FLOOR = 16 * 2**20
 #: the bound kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
 #: (1.128-1.139): the loss's peak above its inputs is at most this times the gradients
 LCE_PEAK_OVER_GRADIENTS = 1.15
-_RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 #: the H200 records of benchmarks/bench_optimize_model.py: before the fused RMSNorm and SwiGLU
 #: existed (its ojas modes: attention and loss), and with everything optimize_model applies
 RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_optimize_model_h200_fused.json")
@@ -898,7 +898,7 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
     ``model``, its largest batch), its predicted peak, and the measured peak where the row
     is a recorded configuration (the llama-1b records)."""
     what = f"largest batch of {model.name} at seq {settings[0].seq}" if model else "largest preset"
-    lines = [f"ojas plan --fit {gib(memory)} GiB: {what}; peak predicted by the formulas of ojas_ref/plan.py",
+    lines = [f"ojas plan --fit {gib(memory)} GiB: {what}; peak predicted by the formulas of ojas_ref/tools/plan.py",
              "| dtype | optimizer | mode | fits | tokens/step | peak GiB | at | measured on H200 |",
              "|---|---|---|---|---|---|---|---|"]
     for s in settings:

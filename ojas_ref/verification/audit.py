@@ -25,12 +25,12 @@ from typing import Callable
 
 import torch
 
-from ojas_ref import proof_audit as pa
-from ojas_ref.linear_cross_entropy import _IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.primitives.linear_cross_entropy import _IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.verification import proof_audit as pa
 
 CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
 
-#: Differential cases (``ojas_ref.attention_check.make_case`` arguments): causal GQA with
+#: Differential cases (``ojas_ref.verification.attention_check.make_case`` arguments): causal GQA with
 #: Sq != Sk, a window, scores near 1e4, one query row, bf16, a key-padding bool mask with
 #: is_causal, a GQA mask with a fully masked row (the oracle takes bool masks only); the
 #: first three are --quick.
@@ -47,7 +47,7 @@ ATTENTION_CASES = [
 ]
 
 
-#: Linear cross-entropy cases (``ojas_ref.linear_cross_entropy_check.make_problem``):
+#: Linear cross-entropy cases (``ojas_ref.verification.linear_cross_entropy_check.make_problem``):
 #: every reduction, smoothing, z-loss, softcap, V not a multiple of the vocabulary chunk.
 LINEAR_CROSS_ENTROPY_CASES = [
     dict(shape=(9,), D=5, V=13, reduction="mean"),
@@ -57,7 +57,7 @@ LINEAR_CROSS_ENTROPY_CASES = [
 ]
 
 
-#: Reversible coupling cases (``ojas_ref.reversible_check.make_problem``): float stacks
+#: Reversible coupling cases (``ojas_ref.verification.reversible_check.make_problem``): float stacks
 #: (forward, inverse, gradients) and the exact fixed-point mode (bit-exact inverse).
 REVERSIBLE_CASES = [
     dict(depth=3, d=3, hidden=5, rows=2),
@@ -91,7 +91,7 @@ def cited_theorems(function: Callable) -> list[str]:
 
 def _attention_check(impl: str) -> Callable[[dict, int], list[str]]:
     def check(params: dict, seed: int) -> list[str]:
-        from ojas_ref.attention_check import make_case, oracle_mismatches
+        from ojas_ref.verification.attention_check import make_case, oracle_mismatches
 
         case = make_case(seed, **params)
         if impl == "triton" and torch.cuda.is_available():
@@ -102,7 +102,7 @@ def _attention_check(impl: str) -> Callable[[dict, int], list[str]]:
 
 def _linear_cross_entropy_check(impl: str) -> Callable[[dict, int], list[str]]:
     def check(params: dict, seed: int) -> list[str]:
-        from ojas_ref.linear_cross_entropy_check import make_problem, oracle_mismatches
+        from ojas_ref.verification.linear_cross_entropy_check import make_problem, oracle_mismatches
 
         device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
         saved = os.environ.get(LINEAR_CROSS_ENTROPY_IMPL_ENV)
@@ -118,24 +118,24 @@ def _linear_cross_entropy_check(impl: str) -> Callable[[dict, int], list[str]]:
 
 
 def _reversible_check(params: dict, seed: int) -> list[str]:
-    from ojas_ref.reversible_check import make_problem, oracle_mismatches
+    from ojas_ref.verification.reversible_check import make_problem, oracle_mismatches
 
     return oracle_mismatches(make_problem(seed, **params))
 
 
 def _optimizer_in_backward_check(params: dict, seed: int) -> list[str]:
-    from ojas_ref.optimizer_in_backward_check import make_case, oracle_mismatches
+    from ojas_ref.verification.optimizer_in_backward_check import make_case, oracle_mismatches
 
     return oracle_mismatches(make_case(seed, **params))
 
 
 def implementations() -> list[Implementation]:
     """The implementations of this library, and whether each can run here."""
-    from ojas_ref.attention import attention
-    from ojas_ref.linear_cross_entropy import linear_cross_entropy
-    from ojas_ref.optimizer_in_backward import InBackwardOptimizer
-    from ojas_ref.optimizer_in_backward_check import CASES as OPTIMIZER_CASES
-    from ojas_ref.reversible import ReversibleSequence
+    from ojas_ref.primitives.attention import attention
+    from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
+    from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+    from ojas_ref.primitives.reversible import ReversibleSequence
+    from ojas_ref.verification.optimizer_in_backward_check import CASES as OPTIMIZER_CASES
 
     impls = [
         Implementation("ojas_ref.attention (PyTorch reference)", attention, ATTENTION_CASES,
@@ -224,7 +224,7 @@ def differential_status(impls: list[Implementation], quick: bool, seed: int, log
 
 def ensure_oracle(log=_say) -> str | None:
     """Build the oracle if it is missing and the tools exist; return why not, or None."""
-    from ojas_ref.oracle import oracle_binary
+    from ojas_ref.verification.oracle import oracle_binary
 
     try:
         oracle_binary()

@@ -2,15 +2,15 @@
 
 ``model, report = optimize_model(model)`` rewrites the model in place:
 
-* Hugging Face causal LMs (the families of ``ojas_ref.huggingface.SUPPORTED_MODEL_TYPES``):
+* Hugging Face causal LMs (the families of ``ojas_ref.integrations.huggingface.SUPPORTED_MODEL_TYPES``):
   attention through :func:`ojas_ref.attention` (registered as ``attn_implementation="ojas"``),
   the training loss through :func:`ojas_ref.linear_cross_entropy` (no ``[tokens,
   vocabulary]`` logits when ``labels`` are given in training mode), the RMSNorm modules
-  through :func:`ojas_ref.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
+  through :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
   per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
   ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
-  (:class:`ojas_ref.modules.MultiheadAttention`); for the loss use
+  (:class:`ojas_ref.integrations.modules.MultiheadAttention`); for the loss use
   :class:`ojas_ref.LinearCrossEntropyLoss`.
 
 Weights, ``state_dict()`` keys, ``save_pretrained`` / ``from_pretrained`` (a loaded
@@ -26,8 +26,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from ojas_ref.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
-from ojas_ref.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM
+from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
+from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM
 
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
 
@@ -91,7 +91,7 @@ class _State:
 
     report: OptimizationReport
     attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
-    loss_head: Any = None                       # ojas_ref.huggingface.CausalLMLossHead
+    loss_head: Any = None                       # ojas_ref.integrations.huggingface.CausalLMLossHead
     enabled_checkpointing: bool = False
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
 
@@ -135,11 +135,11 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             ``gradient_checkpointing_enable(use_reentrant=False)``).
         rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
-            :func:`ojas_ref.rms_norm.rms_norm`, the same formula and casts (a class swap:
+            :func:`ojas_ref.primitives.rms_norm.rms_norm`, the same formula and casts (a class swap:
             same parameters and ``state_dict``); plain models: no effect.
         swiglu: compute the gate product ``silu(gate) * up`` of a Hugging Face model's gated
             MLPs of the checked classes (Llama, Mistral, Qwen2, Qwen3, Phi-3, with a SiLU
-            activation) by :func:`ojas_ref.swiglu.swiglu` (gate and up saved, silu
+            activation) by :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up saved, silu
             recomputed in backward: one [tokens, intermediate] tensor less per layer); a
             class swap as for ``rms_norm``; plain models: no effect.
 
@@ -201,7 +201,7 @@ def _attention_modules(model: nn.Module) -> list[str]:
 
 def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool,
                  rms_norm: bool, swiglu: bool) -> _State:
-    from ojas_ref import huggingface as hf
+    from ojas_ref.integrations import huggingface as hf
 
     hf.register()
     support = hf.family_support(model)
@@ -251,7 +251,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
 
 def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face RMSNorm module (report the others)."""
-    from ojas_ref import huggingface as hf
+    from ojas_ref.integrations import huggingface as hf
 
     report = state.report
     for name, module in model.named_modules():
@@ -274,7 +274,7 @@ def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str
 def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face gated MLP with a SiLU activation (report the
     other gated MLPs, e.g. Gemma's GELU ones; an MLP without a gate, as GPT-2's, is no candidate)."""
-    from ojas_ref import huggingface as hf
+    from ojas_ref.integrations import huggingface as hf
 
     report = state.report
     for name, module in model.named_modules():
@@ -307,7 +307,7 @@ def _logits_bytes_per_token(model: nn.Module) -> int:
 # --------------------------------------------------------------------------
 
 def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool) -> _State:
-    from ojas_ref.modules import MultiheadAttention, unsupported_reason
+    from ojas_ref.integrations.modules import MultiheadAttention, unsupported_reason
 
     report = OptimizationReport()
     state = _State(report)

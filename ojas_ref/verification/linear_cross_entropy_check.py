@@ -18,15 +18,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ojas_ref.error_bounds import (
+from ojas_ref.verification.error_bounds import (
     EXP_ERROR,
     UNIT_ROUNDOFF,
     linear_cross_entropy_reduction_error_bound,
     linear_cross_entropy_token_error_bound,
 )
-from ojas_ref.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
 
-lce_module = importlib.import_module("ojas_ref.linear_cross_entropy")
+lce_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
 
 F64 = torch.float64
 
@@ -108,7 +108,7 @@ def oracle_and_reference(p, dtype, device="cpu"):
     """(result, oracle) pairs: loss, lse (kept tokens), grad_input, grad_weight, grad_bias;
     ``linear_cross_entropy`` runs on ``device`` (where the dispatch sends it), the
     lse is the reference's."""
-    from ojas_ref.oracle import linear_cross_entropy_oracle
+    from ojas_ref.verification.oracle import linear_cross_entropy_oracle
 
     token_chunk, vocab_chunk = lce_module._check_chunk_size(p["chunks"])
     kw = dict(linear_bias=None if p["b"] is None else p["b"].to(dtype), reduction=p["reduction"],

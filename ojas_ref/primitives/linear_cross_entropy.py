@@ -60,8 +60,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from ojas_ref.autocast import autocast_off, cast_for_autocast
-from ojas_ref.transforms import refuse_function_transforms
+from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
+from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
 

@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ojas_ref.attention import attention, attention_forward
-from ojas_ref.error_bounds import (
+from ojas_ref.primitives.attention import attention, attention_forward
+from ojas_ref.verification.error_bounds import (
     EXP_ERROR,
     UNIT_ROUNDOFF,
     dot_product_error_bound,
@@ -25,7 +25,7 @@ from ojas_ref.error_bounds import (
     softmax_score_perturbation_bound,
 )
 
-attn_mod = importlib.import_module("ojas_ref.attention")
+attn_mod = importlib.import_module("ojas_ref.primitives.attention")
 
 F64 = torch.float64
 
@@ -258,7 +258,7 @@ def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
     Forward: |out - oracle| <= ``forward_tolerance``, lse within ``lse_tolerance`` and -inf
     exactly on the oracle's fully masked rows, zeros there. Backward: dQ, dK, dV within
     ``grad_rtol`` (norm-relative), exactly zero dQ on fully masked rows."""
-    from ojas_ref.oracle import attention_oracle
+    from ojas_ref.verification.oracle import attention_oracle
 
     device = case.query.device  # where the implementation runs; the comparison is on the CPU
     case = _on(case, torch.device("cpu"))

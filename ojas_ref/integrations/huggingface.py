@@ -14,12 +14,12 @@
   tokens or sum over ``num_items_in_batch``), and the output's ``logits`` is None, as
   in Liger-Kernel. Otherwise the model runs unchanged.
 * RMSNorm: each module of a known Hugging Face RMSNorm class (:data:`RMS_NORM_FORMS`) whose
-  forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.rms_norm`
+  forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.primitives.rms_norm`
   is turned (``__class__`` swap, same parameters and ``state_dict``) into a subclass that
-  computes :func:`ojas_ref.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
+  computes :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
 * SwiGLU: each gated MLP of a known class (:data:`SWIGLU_FORMS`) with a SiLU activation,
   whose forward, probed once per class, is bit for bit ``down(silu(gate) * up)``, is turned
-  (``__class__`` swap) into a subclass whose gate product is :func:`ojas_ref.swiglu.swiglu`
+  (``__class__`` swap) into a subclass whose gate product is :func:`ojas_ref.primitives.swiglu.swiglu`
   (gate and up saved, silu recomputed in backward; one kernel each way on CUDA).
 
 No modeling code is copied: the models' own forward passes run.
@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ojas_ref.attention import attention
-from ojas_ref.linear_cross_entropy import linear_cross_entropy
-from ojas_ref.rms_norm import rms_norm, rms_norm_reference
-from ojas_ref.swiglu import swiglu
+from ojas_ref.primitives.attention import attention
+from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.primitives.rms_norm import rms_norm, rms_norm_reference
+from ojas_ref.primitives.swiglu import swiglu
 
 __all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
            "is_gated_mlp", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class", "register",
@@ -467,7 +467,7 @@ def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, impl: Optional[
 
 
 class _OjasSwiGLU:
-    """Mixin of the swapped MLP classes: ``silu(gate) * up`` by :func:`ojas_ref.swiglu.swiglu`."""
+    """Mixin of the swapped MLP classes: ``silu(gate) * up`` by :func:`ojas_ref.primitives.swiglu.swiglu`."""
 
     _ojas_form: str
 

@@ -37,8 +37,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ojas_ref.autocast import autocast_off
-from ojas_ref.transforms import refuse_function_transforms
+from ojas_ref.primitives.autocast import autocast_off
+from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["BACKWARD_THEOREM", "SwiGLU", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
 

@@ -11,7 +11,7 @@ import sys
 
 
 def _proofs(args: argparse.Namespace) -> int:
-    from ojas_ref import proof_audit as pa
+    from ojas_ref.verification import proof_audit as pa
 
     try:
         data = pa.run_audit()
@@ -36,7 +36,7 @@ def _proofs(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from ojas_ref.audit import run
+    from ojas_ref.verification.audit import run
 
     return run(seed=args.seed, quick=args.quick)
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     audit.add_argument("--seed", type=int, default=0, help="seed of the random differential inputs")
     audit.add_argument("--quick", action="store_true", help="fewer differential cases")
     audit.set_defaults(func=_audit)
-    from ojas_ref import plan
+    from ojas_ref.tools import plan
 
     plan_parser = sub.add_parser("plan", help="predict the peak GPU memory of a training step (no GPU used)")
     plan.add_arguments(plan_parser)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--check-manifest", action="store_true",
                        help="fail if rocq/MANIFEST.json differs from what the audit finds")
     proofs.set_defaults(func=_proofs)
-    from ojas_ref import train
+    from ojas_ref.tools import train
 
     train_parser = sub.add_parser("train", help="train a Llama-style model from scratch (CPU default: minutes)",
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
