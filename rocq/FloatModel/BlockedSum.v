@@ -25,8 +25,12 @@
       summation [ts] whose results are numbers of the format within
       [((1 + u)^D - 1) sum |x|] of the exact tile sums (e.g. a reduction
       tree of depth [D], as [tl.sum] is): [gamma (D + (t - 1))].
+    - [blocked_tree_sum_error_bound]: tile-local sums by reduction trees
+      of depth at most [D] (a pairwise reduction of [2^k] terms has depth
+      [k]): [gamma (D + (t - 1))].
     - [chunked_sum_error_bound]: the terms cut by [chunk b] (the kernels'
-      key tiles; OnlineSoftmax.v) into [t = length (chunk b xs)] tiles.
+      key tiles; OnlineSoftmax.v) into [t = length (chunk b xs)] tiles;
+      [chunked_sum_error_bound_t]: the same with any [t >= 1], [n <= t b].
     - [blocked_sum_skip_zero_tiles]: dropping any tiles whose terms are all
       exactly 0 (fully masked key tiles: [exp2 (-inf) = 0]) leaves the
       computed sum unchanged, bit for bit: the kernel's tile skipping is exact.
@@ -38,6 +42,9 @@
       or fp16 operands, fp32 accumulation ([u = 2^-24]), the products exact
       by [bf16_mul_fp32] (premise: each product 0 or at least [2^-134] in
       magnitude) and [fp16_mul_fp32] (no premise).
+      [blocked_dot_error_bound_rounded]: no premise on the products, each
+      rounded to the format (absolute term [eta] for underflow):
+      [gamma (k + 1) sum |a_i b_i| + (1 + gamma k) n eta].
 
     Not modelled here: the order of additions inside a tensor-core MMA (the
     dot is taken as tile-local sums, then the running combination), the
@@ -430,6 +437,71 @@ Proof.
   rewrite (tile_sum_zero_Forall z Hz), Rplus_0_r, (ff_rnd_id F _ Fa); reflexivity.
 Qed.
 
+(** ** Tile-local sums by a reduction tree (as [tl.sum] reduces a tile)
+
+    A binary tree whose leaves are the terms of a tile; each inner node is
+    one rounded addition.  A tree of depth [D] has factor [(1 + u)^D]:
+    blocked summation with such tile sums is within [gamma (D + (t - 1))].
+    Left-to-right summation is the comb of depth [b - 1]; a pairwise
+    (butterfly) reduction of [2^k] terms has depth [k]. *)
+
+Inductive stree : Type :=
+| Leaf (x : R)
+| Node (l r : stree).
+
+Fixpoint leaves (T : stree) : list R :=
+  match T with Leaf x => [x] | Node l r => leaves l ++ leaves r end.
+
+Fixpoint depth (T : stree) : nat :=
+  match T with Leaf _ => 0 | Node l r => S (Nat.max (depth l) (depth r)) end.
+
+Fixpoint tree_sum (T : stree) : R :=
+  match T with Leaf x => x | Node l r => rnd (tree_sum l + tree_sum r) end.
+
+Lemma Rmax_pow_u : forall k k', Rmax ((1 + u) ^ k) ((1 + u) ^ k') = (1 + u) ^ (Nat.max k k').
+Proof.
+  intros k k'; destruct (Nat.le_ge_cases k k') as [H | H].
+  - rewrite Nat.max_r by exact H; apply Rmax_right, pow_u_mono, H.
+  - rewrite Nat.max_l by exact H; apply Rmax_left, pow_u_mono, H.
+Qed.
+
+Lemma tree_sum_ok : forall T, Forall fmt (leaves T) ->
+  fmt (tree_sum T) /\ close ((1 + u) ^ depth T) (tree_sum T) (rsum (leaves T)) (abs_sum (leaves T)).
+Proof.
+  induction T as [x | l IHl r IHr]; intros Hf.
+  - inversion Hf; subst; split; [assumption |].
+    unfold close; cbn [leaves tree_sum depth pow]; unfold rsum; simpl.
+    rewrite Rplus_0_r, Rminus_diag_eq, Rabs_R0 by reflexivity; lra.
+  - cbn [leaves] in Hf; apply Forall_app in Hf; destruct Hf as [Hl Hr].
+    destruct (IHl Hl) as [Fl Cl]; destruct (IHr Hr) as [Fr Cr].
+    split; [apply ff_rnd_fmt |].
+    cbn [leaves tree_sum depth]; rewrite rsum_app, abs_sum_app.
+    replace ((1 + u) ^ S (Nat.max (depth l) (depth r)))
+      with (Rmax ((1 + u) ^ depth l) ((1 + u) ^ depth r) * (1 + u))
+      by (rewrite Rmax_pow_u; simpl; ring).
+    apply close_step; auto using one_le_pow_u, rsum_abs_le.
+Qed.
+
+(** Blocked summation whose tile-local sums are reduction trees [shape tl]
+    over the tile's terms, of depth at most [D]. *)
+Theorem blocked_tree_sum_error_bound : forall (shape : list R -> stree) D tiles,
+  (forall tl, In tl tiles -> leaves (shape tl) = tl /\ (depth (shape tl) <= D)%nat) ->
+  Forall (Forall fmt) tiles ->
+  INR (D + (length tiles - 1)) * u < 1 ->
+  Rabs (blocked_sum_with (fun tl => tree_sum (shape tl)) tiles - rsum (concat tiles))
+  <= gamma u (D + (length tiles - 1)) * rsum (map Rabs (concat tiles)).
+Proof.
+  intros shape D tiles Hs Hf Hn.
+  apply (blocked_sum_with_error_bound (fun tl => tree_sum (shape tl)) D); [| exact Hn].
+  apply Forall_forall; intros tl Hin.
+  destruct (Hs tl Hin) as [Hl Hd].
+  assert (Ft : Forall fmt (leaves (shape tl)))
+    by (rewrite Hl; apply (proj1 (Forall_forall _ _) Hf tl Hin)).
+  destruct (tree_sum_ok (shape tl) Ft) as [F1 C1]; rewrite Hl in C1.
+  split; [exact F1 |].
+  eapply close_mono; [apply abs_sum_nonneg | apply pow_u_mono, Hd | exact C1].
+Qed.
+
 End BlockedSum.
 
 (** ** The dot product with exact products and blocked accumulation *)
@@ -475,6 +547,86 @@ Proof.
   - rewrite map_length; exact Hl.
   - apply Forall_forall; intros p Hp; apply in_map_iff in Hp.
     destruct Hp as [xy [<- Hin]]; apply Hf, Hin.
+Qed.
+
+
+(** Without the premise that the products are numbers of the format: each
+    product rounded to it ([|rnd (x y) - x y| <= u |x y| + eta], underflow
+    included), then summed blocked; [n] products:
+      |computed - dot| <= gamma (k + 1) sum |a_i b_i| + (1 + gamma k) n eta,
+    [k = (blk - 1) + (t - 1)]. *)
+Theorem blocked_dot_error_bound_rounded : forall blk t a b,
+  (1 <= blk)%nat -> (1 <= t)%nat -> (length (combine a b) <= t * blk)%nat ->
+  INR (S ((blk - 1) + (t - 1))) * ff_u A < 1 ->
+  Rabs (blocked_dot blk a b - rsum (map (fun xy => fst xy * snd xy) (combine a b)))
+  <= gamma (ff_u A) (S ((blk - 1) + (t - 1)))
+     * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))
+     + (1 + gamma (ff_u A) ((blk - 1) + (t - 1))) * INR (length (combine a b)) * ff_eta A.
+Proof.
+  intros blk t a b Hb Ht Hl Hn.
+  set (k := ((blk - 1) + (t - 1))%nat) in *.
+  set (u := ff_u A) in *; set (eta := ff_eta A).
+  pose proof (ff_u_nonneg A) as Hu; fold u in Hu.
+  pose proof (ff_eta_nonneg A) as He; fold eta in He.
+  assert (Hk : INR k * u < 1) by (rewrite S_INR in Hn; pose proof (pos_INR k); nra).
+  set (xs := combine a b) in *.
+  set (ts := dot_terms a b).
+  assert (Hts : Forall (ff_fmt A) ts).
+  { apply Forall_forall; intros p Hp; unfold ts, dot_terms in Hp; apply in_map_iff in Hp.
+    destruct Hp as [xy [<- _]]; apply ff_rnd_fmt. }
+  assert (Hlt : (length ts <= t * blk)%nat) by (unfold ts, dot_terms; rewrite map_length; exact Hl).
+  pose proof (chunked_sum_error_bound_t A blk t ts Hb Ht Hlt Hts Hk) as Hs.
+  fold k u in Hs.
+  set (P := rsum (map (fun xy => Rabs (fst xy * snd xy)) xs)).
+  (* the rounded products against the exact ones *)
+  assert (Hd : Rabs (rsum ts - rsum (map (fun xy => fst xy * snd xy) xs))
+               <= u * P + INR (length xs) * eta
+           /\ rsum (map Rabs ts) <= (1 + u) * P + INR (length xs) * eta).
+  { unfold ts, dot_terms, P; fold xs; clear Hs Hlt Hts Hl.
+    induction xs as [|xy xs IH].
+    - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+    - cbn [map length]; rewrite !rsum_cons, S_INR.
+      destruct IH as [IH1 IH2].
+      pose proof (ff_abs A (fst xy * snd xy)) as Hr; fold u eta in Hr.
+      set (q := ff_rnd A (fst xy * snd xy)) in *.
+      set (r := fst xy * snd xy) in *.
+      split.
+      + replace (q + rsum (map (fun xy0 => ff_rnd A (fst xy0 * snd xy0)) xs)
+                 - (r + rsum (map (fun xy0 => fst xy0 * snd xy0) xs)))
+          with ((q - r) + (rsum (map (fun xy0 => ff_rnd A (fst xy0 * snd xy0)) xs)
+                           - rsum (map (fun xy0 => fst xy0 * snd xy0) xs))) by ring.
+        eapply Rle_trans; [apply Rabs_triang | lra].
+      + assert (Rabs q <= (1 + u) * Rabs r + eta).
+        { replace q with ((q - r) + r) by ring.
+          eapply Rle_trans; [apply Rabs_triang | lra]. }
+        lra. }
+  destruct Hd as [Hd1 Hd2].
+  unfold blocked_dot; fold ts.
+  assert (Hg : 0 <= gamma u k).
+  { unfold gamma, Rdiv; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | exact Hu] |].
+    left; apply Rinv_0_lt_compat; lra. }
+  assert (HP : 0 <= P).
+  { unfold P; apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz.
+    destruct Hz as [w [<- _]]; apply Rabs_pos. }
+  (* gamma k (1 + u) + u <= gamma (k + 1) *)
+  assert (Hgs : gamma u k * (1 + u) + u <= gamma u (S k)).
+  { unfold gamma; rewrite S_INR.
+    assert (H1 : 0 < 1 - INR k * u) by lra.
+    assert (H2 : 0 < 1 - (INR k + 1) * u) by (rewrite S_INR in Hn; lra).
+    apply (Rmult_le_reg_r ((1 - INR k * u) * (1 - (INR k + 1) * u))); [nra |].
+    replace ((INR k * u / (1 - INR k * u) * (1 + u) + u) * ((1 - INR k * u) * (1 - (INR k + 1) * u)))
+      with ((INR k * u * (1 + u) + u * (1 - INR k * u)) * (1 - (INR k + 1) * u)) by (field; lra).
+    replace ((INR k + 1) * u / (1 - (INR k + 1) * u) * ((1 - INR k * u) * (1 - (INR k + 1) * u)))
+      with ((INR k + 1) * u * (1 - INR k * u)) by (field; lra).
+    pose proof (pos_INR k); nra. }
+  replace (blocked_sum A (chunk blk ts) - rsum (map (fun xy => fst xy * snd xy) xs))
+    with ((blocked_sum A (chunk blk ts) - rsum ts) + (rsum ts - rsum (map (fun xy => fst xy * snd xy) xs)))
+    by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (gamma u k * rsum (map Rabs ts) <= gamma u k * ((1 + u) * P + INR (length xs) * eta))
+    by (apply Rmult_le_compat_l; assumption).
+  assert (gamma u k * (1 + u) * P + u * P <= gamma u (S k) * P) by nra.
+  nra.
 Qed.
 
 End BlockedDot.

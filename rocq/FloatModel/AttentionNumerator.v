@@ -1,0 +1,156 @@
+(** * Forward error of one row of the attention numerator [sum_j p_j v_j], as the kernel computes it.
+
+    In [kernels/attention.py] ([_fwd_tile]) the weights [p = exp2 (s - m)]
+    are fp32; the kernel rounds them to the value dtype ([p.to(v.dtype)])
+    and takes [tl.dot (p, v, acc)] on the tensor cores with fp32
+    accumulation, one key tile of [BLOCK_N] keys at a time.  For a
+    [MixedModel] [M] (storage rounding [rnd_s], accumulation format [A])
+    we model one output coordinate of that product as
+    [blocked_dot A blk (map rnd_s ps) vs] (BlockedSum.v): each product
+    rounded to [A] (exact whenever it is a number of [A]), tile sums left to
+    right, tiles combined in order.  With [n] keys, [t] tiles, [n <= t blk],
+    [k = (blk - 1) + (t - 1)], [p_j >= 0],
+    [W = sum_j p_j |v_j|] and [Av = sum_j |v_j|]:
+
+      |computed - sum_j p_j v_j|
+        <= (u_s + gamma_a (k + 1) (1 + u_s)) W
+           + (1 + gamma_a (k + 1)) eta_s Av + (1 + gamma_a k) n eta_a
+
+    ([mixed_numerator_error_bound]; bf16 with fp32 accumulation:
+    [bf16_numerator_error_bound]).  The leading term does not grow with
+    [n] except through [gamma_a (k + 1)], and [k] is about [blk + n / blk]:
+    the bf16 rounding of [p] ([u_s = 2^-8]) dominates.
+
+    Numbers (computed with Python's fractions/floats, n = 4096 keys,
+    BLOCK_N = 64 as [default_config] picks for bf16 at head dim 128, so
+    t = 64, k = 126), dividing by [Z = sum_j p_j >= 1] (the max key has
+    weight 1) and using [W <= V Z], [Av <= n V], [V = max_j |v_j|]:
+      - this bound, bf16 storage / fp32 accumulation:
+          (2^-8 + gamma_(2^-24)(127) (1 + 2^-8)) V + (1 + gamma(127)) 2^-134 n V
+            + (1 + gamma(126)) n 2^-150
+          = 3.9138e-3 V + 1.9e-37 V + 2.9e-42
+        (gamma_(2^-24)(127) = 7.5698e-6, gamma_(2^-24)(126) = 7.5102e-6);
+      - the old bound of Attention/StreamError.v ([stream_err n], one
+        precision [u] for every operation, [ue = u]) at n = 4096:
+          u = 2^-8 (bf16): [stream_beta 4096] = 4.4e21 > 1, the premise
+          [stream_beta n < 1] fails: vacuous (fp16, u = 2^-11: 698, vacuous);
+          u = 2^-24 (fp32 throughout): [stream_err 4096] = 1.65e-3 V.
+        The fp32-only analogue of this bound (u_s = 0, fp32 weights and
+        values) is gamma_(2^-24)(127) V = 7.57e-6 V, 218 times smaller than
+        [stream_err 4096] in fp32; the two bound different quantities (the
+        old one the whole normalised output, this one the numerator over Z).
+    Caveats: this is the numerator only, for given fp32 weights [p_j]: the
+    error of [p_j] itself (scores, exp2), the rescaling [acc * alpha]
+    between tiles, the denominator [l] and the division are not in it, so
+    it is not yet a bound on the attention output; and the order of the
+    additions inside one tensor-core MMA is modelled as left to right. *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts DotError FloatModel.MixedPrecision FloatModel.BlockedSum.
+Import ListNotations.
+Open Scope R_scope.
+
+Lemma combine_map_l : forall (f : R -> R) (a b : list R),
+  combine (map f a) b = map (fun xy => (f (fst xy), snd xy)) (combine a b).
+Proof.
+  intros f; induction a as [|x a IH]; intros [|y b]; try reflexivity.
+  cbn [map combine]; rewrite IH; reflexivity.
+Qed.
+
+Section Numerator.
+
+Variable M : MixedModel.
+
+Local Notation S_ := (mp_s M).
+Local Notation A_ := (mp_a M).
+
+Theorem mixed_numerator_error_bound : forall blk t (ps vs : list R),
+  (1 <= blk)%nat -> (1 <= t)%nat -> (length (combine ps vs) <= t * blk)%nat ->
+  Forall (fun p => 0 <= p) ps ->
+  INR (S ((blk - 1) + (t - 1))) * ff_u A_ < 1 ->
+  Rabs (blocked_dot A_ blk (map (ff_rnd S_) ps) vs
+        - rsum (map (fun pv => fst pv * snd pv) (combine ps vs)))
+  <= (ff_u S_ + gamma (ff_u A_) (S ((blk - 1) + (t - 1))) * (1 + ff_u S_))
+       * rsum (map (fun pv => fst pv * Rabs (snd pv)) (combine ps vs))
+     + (1 + gamma (ff_u A_) (S ((blk - 1) + (t - 1)))) * ff_eta S_
+       * rsum (map (fun pv => Rabs (snd pv)) (combine ps vs))
+     + (1 + gamma (ff_u A_) ((blk - 1) + (t - 1))) * INR (length (combine ps vs)) * ff_eta A_.
+Proof.
+  intros blk t ps vs Hb Ht Hl Hp Hn.
+  set (k := ((blk - 1) + (t - 1))%nat) in *.
+  set (us := ff_u S_); set (es := ff_eta S_).
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes; fold us es in Hus, Hes.
+  pose proof (ff_u_nonneg A_) as Hua.
+  assert (Hl' : (length (combine (map (ff_rnd S_) ps) vs) <= t * blk)%nat)
+    by (rewrite combine_map_l, map_length; exact Hl).
+  pose proof (blocked_dot_error_bound_rounded A_ blk t (map (ff_rnd S_) ps) vs Hb Ht Hl' Hn) as Hd.
+  fold k in Hd.
+  rewrite combine_map_l, map_length, !map_map in Hd; cbn [fst snd] in Hd.
+  set (xs := combine ps vs) in *.
+  assert (Hxs : forall pv, In pv xs -> 0 <= fst pv).
+  { intros [p v] Hin; apply in_combine_l in Hin; exact (proj1 (Forall_forall _ _) Hp p Hin). }
+  set (W := rsum (map (fun pv => fst pv * Rabs (snd pv)) xs)).
+  set (Av := rsum (map (fun pv => Rabs (snd pv)) xs)).
+  (* the bf16 rounding of the weights *)
+  assert (Hw : Rabs (rsum (map (fun pv => ff_rnd S_ (fst pv) * snd pv) xs)
+                     - rsum (map (fun pv => fst pv * snd pv) xs)) <= us * W + es * Av
+           /\ rsum (map (fun pv => Rabs (ff_rnd S_ (fst pv) * snd pv)) xs) <= (1 + us) * W + es * Av).
+  { unfold W, Av; clear Hd Hl Hl'.
+    induction xs as [|pv xs IH].
+    - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+    - cbn [map]; rewrite !rsum_cons.
+      destruct IH as [IH1 IH2]; [intros q Hq; apply Hxs; right; exact Hq |].
+      assert (H0 : 0 <= fst pv) by (apply Hxs; left; reflexivity).
+      pose proof (ff_abs S_ (fst pv)) as Hr; fold us es in Hr.
+      rewrite (Rabs_right (fst pv)) in Hr by lra.
+      set (p' := ff_rnd S_ (fst pv)) in *; set (p := fst pv) in *; set (v := snd pv) in *.
+      assert (E1 : Rabs (p' * v - p * v) <= (us * p + es) * Rabs v).
+      { replace (p' * v - p * v) with ((p' - p) * v) by ring; rewrite Rabs_mult.
+        apply Rmult_le_compat_r; [apply Rabs_pos | exact Hr]. }
+      assert (E2 : Rabs (p' * v) <= ((1 + us) * p + es) * Rabs v).
+      { replace (p' * v) with ((p' * v - p * v) + p * v) by ring.
+        eapply Rle_trans; [apply Rabs_triang |].
+        rewrite Rabs_mult, (Rabs_right p) by lra; nra. }
+      split.
+      + replace (p' * v + rsum (map (fun pv0 => ff_rnd S_ (fst pv0) * snd pv0) xs)
+                 - (p * v + rsum (map (fun pv0 => fst pv0 * snd pv0) xs)))
+          with ((p' * v - p * v) + (rsum (map (fun pv0 => ff_rnd S_ (fst pv0) * snd pv0) xs)
+                                    - rsum (map (fun pv0 => fst pv0 * snd pv0) xs))) by ring.
+        eapply Rle_trans; [apply Rabs_triang |]; nra.
+      + nra. }
+  destruct Hw as [Hw1 Hw2].
+  set (g1 := gamma (ff_u A_) (S k)) in *; set (g0 := gamma (ff_u A_) k) in *.
+  assert (Hg1 : 0 <= g1).
+  { unfold g1, gamma, Rdiv; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | exact Hua] |].
+    left; apply Rinv_0_lt_compat; lra. }
+  set (D := blocked_dot A_ blk (map (ff_rnd S_) ps) vs) in *.
+  set (S1 := rsum (map (fun pv => ff_rnd S_ (fst pv) * snd pv) xs)) in *.
+  set (S0 := rsum (map (fun pv => fst pv * snd pv) xs)) in *.
+  set (P1 := rsum (map (fun pv => Rabs (ff_rnd S_ (fst pv) * snd pv)) xs)) in *.
+  replace (D - S0) with ((D - S1) + (S1 - S0)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (g1 * P1 <= g1 * ((1 + us) * W + es * Av)) by (apply Rmult_le_compat_l; assumption).
+  lra.
+Qed.
+
+End Numerator.
+
+(** bf16 weights and values, fp32 accumulation: the kernel's bf16 P.V. *)
+Corollary bf16_numerator_error_bound : forall blk t (ps vs : list R),
+  (1 <= blk)%nat -> (1 <= t)%nat -> (length (combine ps vs) <= t * blk)%nat ->
+  Forall (fun p => 0 <= p) ps ->
+  INR (S ((blk - 1) + (t - 1))) * / 16777216 < 1 ->
+  Rabs (blocked_dot fp32 blk (map (ff_rnd bf16) ps) vs
+        - rsum (map (fun pv => fst pv * snd pv) (combine ps vs)))
+  <= (/ 256 + gamma (/ 16777216) (S ((blk - 1) + (t - 1))) * (1 + / 256))
+       * rsum (map (fun pv => fst pv * Rabs (snd pv)) (combine ps vs))
+     + (1 + gamma (/ 16777216) (S ((blk - 1) + (t - 1)))) * bpow radix2 (-134)
+       * rsum (map (fun pv => Rabs (snd pv)) (combine ps vs))
+     + (1 + gamma (/ 16777216) ((blk - 1) + (t - 1))) * INR (length (combine ps vs))
+       * bpow radix2 (-150).
+Proof.
+  intros blk t ps vs Hb Ht Hl Hp Hn.
+  rewrite <- bf16_u, <- fp32_u in *.
+  exact (mixed_numerator_error_bound bf16_fp32 blk t ps vs Hb Ht Hl Hp Hn).
+Qed.
