@@ -21,7 +21,7 @@ adapters are unchanged. A second call is a no-op; :func:`revert_model` undoes th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -249,26 +249,38 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
     return state
 
 
+def _swap_classes(model: nn.Module, flag: str, enabled: bool, family_reason: Optional[str], state: _State,
+                  is_candidate: Callable[[nn.Module], bool], unsupported: Callable[[nn.Module], Optional[str]],
+                  swapped_class: Callable[[type], type], change: Callable[[str, nn.Module, type], Change]) -> None:
+    """Swap the class of every candidate module that ``unsupported`` clears (``change`` reports
+    it); report the other candidates left alone with the reason (``flag=False``, the family's,
+    or ``unsupported``'s)."""
+    for name, module in model.named_modules():
+        if not is_candidate(module):
+            continue
+        cls = type(module)
+        reason = (f"{flag}=False" if not enabled else family_reason) or unsupported(module)
+        if reason is not None:
+            state.report.left_alone.append(LeftAlone(name, reason))
+            continue
+        module.__class__ = swapped_class(cls)
+        state.swapped.append((module, cls))
+        state.report.changed.append(change(name, module, cls))
+
+
 def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face RMSNorm module (report the others)."""
     from ojas_ref.integrations import huggingface as hf
 
-    report = state.report
-    for name, module in model.named_modules():
-        cls = type(module)
-        if not cls.__name__.endswith("RMSNorm") or isinstance(module, hf._OjasRMSNorm):
-            continue
-        reason = ("rms_norm=False" if not enabled else family_reason) or hf.rms_norm_unsupported_reason(module)
-        if reason is not None:
-            report.left_alone.append(LeftAlone(name, reason))
-            continue
-        module.__class__ = hf.ojas_rms_norm_class(cls)
-        state.swapped.append((module, cls))
+    def change(name: str, module: nn.Module, cls: type) -> Change:
         offset = module._ojas_offset
-        theorems = (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],)
-        report.changed.append(Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
-                                           f"{', weight 1 + w' if offset else ''}; fused Triton kernel on CUDA)",
-                                     theorems, RMS_NORM_NOT_COVERED))
+        return Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
+                            f"{', weight 1 + w' if offset else ''}; fused Triton kernel on CUDA)",
+                      (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],), RMS_NORM_NOT_COVERED)
+
+    _swap_classes(model, "rms_norm", enabled, family_reason, state,
+                  lambda m: type(m).__name__.endswith("RMSNorm") and not isinstance(m, hf._OjasRMSNorm),
+                  hf.rms_norm_unsupported_reason, hf.ojas_rms_norm_class, change)
 
 
 def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
@@ -276,20 +288,14 @@ def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[s
     other gated MLPs, e.g. Gemma's GELU ones; an MLP without a gate, as GPT-2's, is no candidate)."""
     from ojas_ref.integrations import huggingface as hf
 
-    report = state.report
-    for name, module in model.named_modules():
-        if not hf.is_gated_mlp(module) or isinstance(module, hf._OjasSwiGLU):
-            continue
-        cls = type(module)
-        reason = ("swiglu=False" if not enabled else family_reason) or hf.swiglu_unsupported_reason(module)
-        if reason is not None:
-            report.left_alone.append(LeftAlone(name, reason))
-            continue
-        module.__class__ = hf.ojas_swiglu_class(cls)
-        state.swapped.append((module, cls))
-        report.changed.append(Change(name, f"{cls.__name__}: silu(gate) * up -> ojas_ref.swiglu (gate and up saved, "
-                                           "silu recomputed in backward; fused Triton kernel on CUDA)",
-                                     (SWIGLU_THEOREM,), "the kernel's floating-point rounding"))
+    def change(name: str, module: nn.Module, cls: type) -> Change:
+        return Change(name, f"{cls.__name__}: silu(gate) * up -> ojas_ref.swiglu (gate and up saved, silu "
+                            "recomputed in backward; fused Triton kernel on CUDA)",
+                      (SWIGLU_THEOREM,), "the kernel's floating-point rounding")
+
+    _swap_classes(model, "swiglu", enabled, family_reason, state,
+                  lambda m: hf.is_gated_mlp(m) and not isinstance(m, hf._OjasSwiGLU),
+                  hf.swiglu_unsupported_reason, hf.ojas_swiglu_class, change)
 
 
 def _logits_bytes_per_token(model: nn.Module) -> int:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from typing import Optional
 
 import numpy as np
@@ -48,6 +47,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
+from ojas_ref.primitives.dispatch import require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["attention", "attention_forward"]
@@ -58,7 +58,6 @@ _BLOCK_Q = 32
 _BLOCK_K = 16
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_IMPLS = ("auto", "reference", "triton")
 _IMPL_ENV = "OJAS_ATTENTION_IMPL"
 
 
@@ -207,10 +206,7 @@ def _as_4d(query: Tensor, key: Tensor, value: Tensor,
 
 def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False)."""
-    if impl is None:
-        impl = os.environ.get(_IMPL_ENV, "auto")
-    if impl not in _IMPLS:
-        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    impl = requested_impl(impl, _IMPL_ENV)
     if impl == "reference":
         return False
     # The kernel computes no gradient for the mask.
@@ -220,8 +216,7 @@ def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor
     if mask_grad:
         raise ValueError("impl='triton' computes no gradient for attn_mask, and this float attn_mask requires grad; "
                          "detach it, or use impl='reference' for d(attn_mask)")
-    if not query.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    require_kernel_device(query)
     return True
 
 

@@ -54,13 +54,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
 from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
+from ojas_ref.primitives.dispatch import require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
@@ -73,7 +73,6 @@ _VOCAB_CHUNK = 4096
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TARGET_DTYPES = (torch.int64, torch.int32)
 _REDUCTIONS = ("none", "mean", "sum")
-_IMPLS = ("auto", "reference", "triton")
 _IMPL_ENV = "OJAS_LINEAR_CROSS_ENTROPY_IMPL"
 
 ChunkSize = Union[int, tuple[int, int], None]
@@ -200,10 +199,7 @@ def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]
     """Whether to run the Triton kernel (True) or the reference (False). ``unsupported``
     names what the call has that the kernel lacks (class weights, probability targets),
     or is None: "auto" runs the reference for it, "triton" raises NotImplementedError."""
-    if impl is None:
-        impl = os.environ.get(_IMPL_ENV, "auto")
-    if impl not in _IMPLS:
-        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    impl = requested_impl(impl, _IMPL_ENV)
     if impl == "reference":
         return False
     if impl == "auto":  # float16: see linear_cross_entropy's docstring (loss scaling)
@@ -213,8 +209,7 @@ def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]
                                   "runs the reference for it)")
     if input.dtype == torch.float64:
         raise TypeError("impl='triton' takes float16, bfloat16 or float32 tensors; use impl='reference' for float64")
-    if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    require_kernel_device(input)
     return True
 
 

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
+from ojas_ref.primitives.dispatch import require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["RMSNorm", "rms_norm", "rms_norm_reference"]
@@ -51,7 +51,6 @@ BACKWARD_THEOREMS = ("Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
                      "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp")
 CASTS = ("before_weight", "after_weight")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_IMPLS = ("auto", "reference", "triton")
 _IMPL_ENV = "OJAS_RMS_NORM_IMPL"
 
 
@@ -136,18 +135,14 @@ def _check(input: object, shape: tuple[int, ...], weight: object, offset: float,
 
 def _use_kernel(impl: Optional[str], input: Tensor, weight: Tensor, n: int) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False)."""
-    if impl is None:
-        impl = os.environ.get(_IMPL_ENV, "auto")
-    if impl not in _IMPLS:
-        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    impl = requested_impl(impl, _IMPL_ENV)
     if impl == "reference":
         return False
     from ojas_kernels.rms_norm import MAX_HIDDEN
 
     if impl == "auto":
         return input.is_cuda and torch.float64 not in (input.dtype, weight.dtype) and n <= MAX_HIDDEN
-    if not input.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    require_kernel_device(input)
     if n > MAX_HIDDEN:
         raise ValueError(f"impl='triton' normalises at most {MAX_HIDDEN} entries (prod(normalized_shape) = {n}); "
                          "use impl='reference'")

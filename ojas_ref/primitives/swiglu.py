@@ -30,7 +30,6 @@ written in its module docstring.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -38,6 +37,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ojas_ref.primitives.autocast import autocast_off
+from ojas_ref.primitives.dispatch import IMPLS, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["BACKWARD_THEOREM", "SwiGLU", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
@@ -47,7 +47,6 @@ BACKWARD_THEOREM = "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp"
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_IMPLS = ("auto", "reference", "triton")
 _IMPL_ENV = "OJAS_SWIGLU_IMPL"
 
 
@@ -86,10 +85,7 @@ def _check_inputs(gate: object, up: object) -> None:
 
 def _resolve_impl(impl: Optional[str], gate: Tensor) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False)."""
-    if impl is None:
-        impl = os.environ.get(_IMPL_ENV, "auto")
-    if impl not in _IMPLS:
-        raise ValueError(f"impl must be one of {_IMPLS} (or set {_IMPL_ENV}), got {impl!r}")
+    impl = requested_impl(impl, _IMPL_ENV)
     if impl == "reference":
         return False
     if impl == "auto":
@@ -97,8 +93,7 @@ def _resolve_impl(impl: Optional[str], gate: Tensor) -> bool:
     if gate.dtype not in _KERNEL_DTYPES:
         raise TypeError(f"impl='triton' supports float16, bfloat16 and float32, got {gate.dtype}; "
                         "use impl='reference' for float64")
-    if not gate.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel on CPU")
+    require_kernel_device(gate)
     return True
 
 
@@ -163,8 +158,8 @@ class SwiGLU(nn.Module):
 
     def __init__(self, impl: Optional[str] = None) -> None:
         super().__init__()
-        if impl is not None and impl not in _IMPLS:
-            raise ValueError(f"impl must be one of {_IMPLS} or None, got {impl!r}")
+        if impl is not None and impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
         self.impl = impl
 
     def forward(self, gate: Tensor, up: Tensor) -> Tensor:
