@@ -395,3 +395,63 @@ def test_cpu_run_is_not_checked_and_dry_run_prints_the_peak(tmp_path: Path, cach
     assert "predicted peak on a GPU: not predicted (gradient accumulation" in capsys.readouterr().out
     assert main(["train"] + _cli_args(config)) == 0
     assert "memory plan" not in capsys.readouterr().err  # the CPU: no check, no line
+
+
+def _pretrained(directory: Path, cache: str, extra_vocab: int = 3) -> Path:
+    """A save_pretrained directory: a tiny Llama whose vocabulary holds a BPE's ids (plus
+    ``extra_vocab`` unused rows, as pretrained models often pad), and that BPE's tokenizer.json."""
+    import transformers
+
+    from ojas_ref.tools import data as data_module
+
+    corpus = data_module.read_corpus(None, "*.py", 200_000)
+    tokenizer = data_module.train_tokenizer(corpus.texts()[:50], 400)
+    size = data_module.vocab_size(tokenizer)
+    config = transformers.LlamaConfig(vocab_size=size + extra_vocab, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=64, tie_word_embeddings=False)
+    torch.manual_seed(7)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    (directory / "tokenizer.json").write_text(tokenizer.to_str())
+    return directory
+
+
+def test_init_from_pretrained_weights(tmp_path: Path, cache: str) -> None:
+    """The run starts from the saved weights (its first loss is theirs on the first batch, taken
+    by the same loader from the corpus tokenised with their tokenizer), keeps their vocabulary
+    and config, and trains."""
+    import tokenizers
+    import transformers
+
+    from ojas_ref.tools import data as data_module
+
+    pretrained = _pretrained(tmp_path / "pretrained", cache)
+    config = small(tmp_path / "run", cache, init_from=str(pretrained), steps=3, ojas=False)
+    result = train(config)
+    loaded = transformers.LlamaForCausalLM.from_pretrained(pretrained)
+    assert result.model.config.vocab_size == loaded.config.vocab_size and result.model.config.hidden_size == 32
+    tokenizer = tokenizers.Tokenizer.from_file(str(pretrained / "tokenizer.json"))
+    data = data_module.prepare(data_module.read_corpus(None, "*.py", config.max_bytes), config.vocab, cache,
+                               tokenizer=tokenizer)
+    window = next(data_module.WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed,
+                                           loaded.config.vocab_size))
+    with torch.no_grad():
+        inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()
+        first = loaded(input_ids=inputs, labels=targets, shift_labels=targets).loss.item()
+    assert result.losses[0][1] == pytest.approx(first, rel=1e-6)
+    assert result.losses[-1][1] != result.losses[0][1]  # and it trained
+
+
+def test_init_from_is_checked(tmp_path: Path, cache: str) -> None:
+    pretrained = _pretrained(tmp_path / "pretrained", cache)
+    (tmp_path / "weights-only").mkdir()
+    (tmp_path / "weights-only" / "config.json").write_text((pretrained / "config.json").read_text())
+    with pytest.raises(ValueError, match="lacks tokenizer.json"):
+        small(tmp_path / "a", cache, init_from=str(tmp_path / "weights-only"))
+    with pytest.raises(ValueError, match="pass one"):
+        small(tmp_path / "b", cache, init_from=str(pretrained), model_config_file=str(pretrained / "config.json"))
+    with pytest.raises(ValueError, match="max_position_embeddings 64"):
+        train(small(tmp_path / "c", cache, init_from=str(pretrained), seq_len=100))
+    small_vocab = _pretrained(tmp_path / "small-vocab", cache, extra_vocab=-1)
+    with pytest.raises(ValueError, match="the model's vocabulary only"):
+        train(small(tmp_path / "d", cache, init_from=str(small_vocab)))

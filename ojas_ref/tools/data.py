@@ -137,11 +137,25 @@ def _sha256(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def prepare(corpus: Corpus, vocab: int, cache_dir: Path | str) -> PreparedData:
-    """Tokenizer and token ids of ``corpus`` (the documents, each followed by the end-of-text
-    token), from ``cache_dir`` or built and cached there.
+#: end-of-text tokens of common tokenizers, tried in this order on a given tokenizer
+EOS_CANDIDATES = (EOS_TOKEN, "</s>", "<|end_of_text|>", "<eos>")
 
-    The tokenizer is cached under the sha256 of the corpus and of the training settings
+
+def _eos_id(tokenizer: Any) -> int:
+    for token in EOS_CANDIDATES:
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return found
+    raise ValueError(f"the tokenizer has none of the end-of-text tokens {EOS_CANDIDATES}: documents cannot be "
+                     "separated")
+
+
+def prepare(corpus: Corpus, vocab: int, cache_dir: Path | str, tokenizer: Any = None) -> PreparedData:
+    """Tokenizer and token ids of ``corpus`` (the documents, each followed by the end-of-text
+    token), from ``cache_dir`` or built and cached there; ``tokenizer`` (a
+    ``tokenizers.Tokenizer``, e.g. a pretrained model's) instead of training one.
+
+    A trained tokenizer is cached under the sha256 of the corpus and of the training settings
     (vocabulary, special tokens, ``tokenizers`` version); the ids under the sha256 of the
     corpus and of the tokenizer's own serialisation. So a changed corpus or tokenizer gives a
     new entry and a stale one is never reused."""
@@ -150,19 +164,22 @@ def prepare(corpus: Corpus, vocab: int, cache_dir: Path | str) -> PreparedData:
     cache = Path(cache_dir)
     (cache / "tokenizers").mkdir(parents=True, exist_ok=True)
     (cache / "tokens").mkdir(parents=True, exist_ok=True)
-    settings = json.dumps({"model": "bpe", "pre_tokenizer": "byte_level", "vocab": vocab,
-                           "special_tokens": list(SPECIAL_TOKENS), "tokenizers": tokenizers.__version__})
-    tokenizer_key = _sha256(corpus.sha256, settings)
-    tokenizer_file = cache / "tokenizers" / f"{tokenizer_key}.json"
-    if tokenizer_file.exists():
-        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+    if tokenizer is not None:
+        tokenizer_key = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
     else:
-        tokenizer = train_tokenizer(corpus.texts(), vocab)
-        atomic_write(tokenizer_file, [tokenizer.to_str().encode()])
+        settings = json.dumps({"model": "bpe", "pre_tokenizer": "byte_level", "vocab": vocab,
+                               "special_tokens": list(SPECIAL_TOKENS), "tokenizers": tokenizers.__version__})
+        tokenizer_key = _sha256(corpus.sha256, settings)
+        tokenizer_file = cache / "tokenizers" / f"{tokenizer_key}.json"
+        if tokenizer_file.exists():
+            tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+        else:
+            tokenizer = train_tokenizer(corpus.texts(), vocab)
+            atomic_write(tokenizer_file, [tokenizer.to_str().encode()])
     tokens_key = _sha256(corpus.sha256, hashlib.sha256(tokenizer.to_str().encode()).hexdigest())
     tokens_file = cache / "tokens" / f"{tokens_key}.npy"
     if not tokens_file.exists():
-        eos = tokenizer.token_to_id(EOS_TOKEN)
+        eos = _eos_id(tokenizer)
         ids = [np.append(np.asarray(e.ids, dtype=np.int64), eos) for e in tokenizer.encode_batch(corpus.texts())]
         dtype = np.uint16 if vocab_size(tokenizer) <= 2**16 else np.uint32
         buffer = io.BytesIO()

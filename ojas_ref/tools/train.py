@@ -13,7 +13,10 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
   ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
   on the CPU, with both optimizers, accumulation and clipping; not yet on CUDA).
-* Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config.
+* Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config, from
+  scratch (seeded initialisation); or ``init_from``, a local directory written by
+  ``save_pretrained`` holding the weights, their config and the ``tokenizer.json`` they were
+  trained with (the corpus is tokenised with it; nothing is downloaded).
 * Memory: on CUDA, before the model is built, :func:`check_fits` predicts the step's peak with
   ``ojas plan``'s formulas (:mod:`ojas_ref.tools.plan`) and refuses (:class:`PlanDoesNotFit`, exit 2)
   when it exceeds ``torch.cuda.mem_get_info``'s free bytes; a setting the planner does not model
@@ -46,6 +49,7 @@ import torch
 from ojas_ref.tools import checkpoint as ckpt
 from ojas_ref.tools import plan as planner
 from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
+from ojas_ref.tools.data import vocab_size as tokenizer_size
 
 __all__ = ["PRESETS", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments",
            "check_fits", "describe", "learning_rate", "plan_line", "predict_peak", "run_command", "train"]
@@ -82,6 +86,7 @@ class TrainConfig:
 
     preset: str = "tiny"
     model_config_file: Optional[str] = None
+    init_from: Optional[str] = None
     seq_len: int = 128
     batch_size: int = 8
     accumulation_steps: int = 1
@@ -114,6 +119,13 @@ class TrainConfig:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.model_config_file is not None and not Path(self.model_config_file).exists():
             raise ValueError(f"model_config_file {self.model_config_file!r} does not exist")
+        if self.init_from is not None:
+            if self.model_config_file is not None:
+                raise ValueError("init_from and model_config_file both give the model: pass one")
+            missing = [n for n in ("config.json", TOKENIZER_NAME) if not (Path(self.init_from) / n).is_file()]
+            if missing:
+                raise ValueError(f"init_from {self.init_from!r} must be a directory written by save_pretrained with "
+                                 f"the tokenizer.json the weights were trained with; it lacks {', '.join(missing)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
@@ -133,10 +145,22 @@ class TrainConfig:
             raise ValueError(f"stop_after must be None or an int in [1, steps={self.steps}], got {self.stop_after!r}")
 
     def model_config(self, vocab_size: int) -> Any:
-        """The ``transformers`` config of the model with ``vocab_size`` tokens: ``model_config_file``
-        (its vocabulary replaced, its positions raised to ``seq_len`` if fewer), else the preset's Llama."""
+        """The ``transformers`` config of the model with ``vocab_size`` tokens: ``init_from``'s (its
+        own vocabulary, which must hold the tokenizer's, and positions, which must reach
+        ``seq_len``), ``model_config_file`` (its vocabulary replaced, its positions raised to
+        ``seq_len`` if fewer), else the preset's Llama."""
         import transformers
 
+        if self.init_from is not None:
+            config = transformers.AutoConfig.from_pretrained(self.init_from, local_files_only=True)
+            if vocab_size > config.vocab_size:
+                raise ValueError(f"init_from {self.init_from!r}: its tokenizer has {vocab_size} ids (added tokens "
+                                 f"included) but the model's vocabulary only {config.vocab_size}")
+            positions = getattr(config, "max_position_embeddings", None)
+            if positions is not None and self.seq_len > positions:
+                raise ValueError(f"seq_len {self.seq_len} is above init_from's max_position_embeddings {positions}")
+            config.use_cache = False
+            return config
         if self.model_config_file is not None:
             config = transformers.AutoConfig.from_pretrained(self.model_config_file)
             config.vocab_size, config.use_cache = vocab_size, False
@@ -259,9 +283,17 @@ def _check_memory(config: TrainConfig, vocab_size: int, device: torch.device) ->
     return check_fits(config, _meta_model(config, vocab_size), free, str(device))
 
 
+def _vocab(config: TrainConfig, vocab_size: Optional[int]) -> int:
+    """The model's vocabulary before the corpus is read: ``vocab_size`` if known, else
+    ``init_from``'s tokenizer's, else the BPE's target ``vocab``."""
+    if vocab_size is not None:
+        return vocab_size
+    return config.vocab if config.init_from is None else tokenizer_size(_pretrained_tokenizer(config))
+
+
 def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
     """``plan`` line of ``--dry-run``: the predicted peak on a GPU, or why it is not predicted."""
-    vocab = config.vocab if vocab_size is None else vocab_size
+    vocab = _vocab(config, vocab_size)
     try:
         predicted, lower_bound = predict_peak(config, _meta_model(config, vocab))
     except NotImplementedError as err:
@@ -301,18 +333,20 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
     """The setting in words: model shape and size, tokens, schedule, optimizer, data, outputs."""
     import transformers
 
-    vocab = config.vocab if vocab_size is None else vocab_size
+    vocab = _vocab(config, vocab_size)
     model_config = config.model_config(vocab)
     with torch.device("meta"):
         parameters = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(model_config).parameters())
     tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
-    source = (f"{model_config.model_type} of {config.model_config_file}" if config.model_config_file
+    source = (f"{model_config.model_type} weights of {config.init_from}" if config.init_from
+              else f"{model_config.model_type} of {config.model_config_file}" if config.model_config_file
               else f"Llama preset {config.preset!r}")
     data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
     lines = [
         f"model      {source}: hidden {model_config.hidden_size}, {model_config.num_hidden_layers} layers, "
-        f"{model_config.num_attention_heads} heads, intermediate {model_config.intermediate_size}, vocabulary {vocab}"
-        + (" (the BPE's target; the trained tokenizer's size with added tokens is used)" if vocab_size is None else "")
+        f"{model_config.num_attention_heads} heads, intermediate {model_config.intermediate_size}, vocabulary {model_config.vocab_size}"
+        + (" (the BPE's target; the trained tokenizer's size with added tokens is used)"
+           if vocab_size is None and config.init_from is None else "")
         + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
         f"ojas       optimize_model {'on' if config.ojas else 'off'}"
         + (", activation checkpointing" if config.activation_checkpointing else ""),
@@ -322,8 +356,9 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         f"{config.lr * config.min_lr_ratio:g}",
         f"batch      {config.batch_size} x {config.seq_len} tokens x {config.accumulation_steps} accumulation = "
         f"{tokens_per_step} tokens/step, {tokens_per_step * config.steps:,} in all",
-        f"data       {data}, files {config.data_glob!r}, up to {config.max_bytes:,} bytes; byte-level BPE of "
-        f"{config.vocab} tokens; cache {config.cache_dir}",
+        f"data       {data}, files {config.data_glob!r}, up to {config.max_bytes:,} bytes; "
+        + ("init_from's tokenizer.json" if config.init_from else f"byte-level BPE of {config.vocab} tokens")
+        + f"; cache {config.cache_dir}",
         f"outputs    {config.out_dir}: {LOG_NAME}, {PLOT_NAME}, {CHECKPOINT_DIR}/ every {config.checkpoint_every} "
         f"steps (keep {config.keep_checkpoints})" + (f"; resume {config.resume}" if config.resume else ""),
     ]
@@ -375,7 +410,12 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     transformers.logging.set_verbosity_error()
     torch.manual_seed(config.seed)
     random.seed(config.seed)
-    model = transformers.AutoModelForCausalLM.from_config(config.model_config(data.vocab_size))
+    model_config = config.model_config(data.vocab_size)
+    if config.init_from is not None:
+        model = transformers.AutoModelForCausalLM.from_pretrained(config.init_from, config=model_config,
+                                                                  local_files_only=True)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(model_config)
     model = model.to(device=device, dtype=DTYPES[config.dtype])
     model.train()
     if config.ojas:
@@ -455,6 +495,15 @@ def _first_nonfinite(model: torch.nn.Module, attribute: str) -> str:
     return f"{bad[0]} (1st of {len(bad)} of {total})" if bad else "<none>"
 
 
+def _pretrained_tokenizer(config: TrainConfig) -> Any:
+    """``init_from``'s tokenizer, or None (the run trains its own BPE)."""
+    if config.init_from is None:
+        return None
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_file(str(Path(config.init_from) / TOKENIZER_NAME))
+
+
 def train(config: TrainConfig) -> TrainResult:
     """Run (or resume) the training run of ``config``; see the module docstring."""
     from tqdm import tqdm
@@ -479,7 +528,7 @@ def train(config: TrainConfig) -> TrainResult:
 
     print("ojas train: reading and tokenising the corpus (cached after the first run)", file=sys.stderr)
     corpus = read_corpus(config.data_dir, config.data_glob, config.max_bytes)
-    data = prepare(corpus, config.vocab, config.cache_dir)
+    data = prepare(corpus, config.vocab, config.cache_dir, tokenizer=_pretrained_tokenizer(config))
     print(f"ojas train: {corpus.num_bytes:,} bytes in {len(corpus.documents)} files -> {len(data.tokens):,} tokens, "
           f"vocabulary {data.vocab_size} (cache key {data.tokens_key[:12]})", file=sys.stderr)
     ckpt.atomic_write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()])
@@ -596,6 +645,7 @@ def train(config: TrainConfig) -> TrainResult:
 _HELP = {
     "preset": f"model shape: {', '.join(PRESETS)}", "seq_len": "tokens per sequence",
     "model_config_file": "a Hugging Face config.json (file or directory) instead of the preset",
+    "init_from": "start from the weights of a save_pretrained directory (with its tokenizer.json)",
     "batch_size": "sequences per micro-batch",
     "accumulation_steps": "micro-batches per optimizer step", "steps": "optimizer steps of the whole run",
     "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine",
