@@ -15,7 +15,7 @@ AdamW (torch's foreach path); the standard loop or :class:`ojas_ref.InBackwardOp
 Hugging Face's loss, or ``optimize_model``'s ojas attention and
 :func:`ojas_ref.linear_cross_entropy` (together, as ``--ojas``, or apart). Not modelled
 (yet): gradient accumulation, offload, reversible stacks, autocast, other model
-families, padding masks, and the time of a step (which needs a measured GEMM rate).
+families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
 on a small ``LlamaForCausalLM`` on the CPU, transformers 5.24) and the kernels' source.
@@ -777,9 +777,10 @@ def fit_batch(memory: int, model: Any, setting: Setting, limit: int = 2**20) -> 
     return at(low)
 
 
-def load_records(path: Path = RECORDS_PATH) -> list[tuple[Setting, int]]:
-    """The measured peaks of one record file of :data:`RECORDS_PATHS` (the llama-1b preset on
-    an H200) as (setting, torch.cuda.max_memory_allocated bytes). What an ojas mode applied
+def load_records(path: Path = RECORDS_PATH, field: str = "peak") -> list[tuple[Setting, Any]]:
+    """The measurements of one record file of :data:`RECORDS_PATHS` (the llama-1b preset on
+    an H200) as (setting, the result's ``field``: ``"peak"``, torch.cuda.max_memory_allocated
+    bytes, or ``"tokens_per_s"``, from the median step time). What an ojas mode applied
     is each result's ``applied`` (attention and loss only where it is absent: the first
     file, measured before the fused RMSNorm and SwiGLU existed)."""
     data = json.loads(Path(path).read_text())
@@ -793,7 +794,7 @@ def load_records(path: Path = RECORDS_PATH) -> list[tuple[Setting, int]]:
                           seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"),
                           ojas_attention=applied["attention"], ojas_loss=applied["cross_entropy"],
                           ojas_rms_norm=applied["rms_norm"], ojas_swiglu=applied["swiglu"])
-        records.append((setting, r["peak"]))
+        records.append((setting, r[field]))
     return records
 
 
@@ -832,6 +833,11 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the breakdown of every phase as a stacked bar chart (PNG, needs matplotlib), "
                              "with the measured peak beside it for a recorded setting")
+    parser.add_argument("--time", action="store_true",
+                        help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
+                             "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)")
+    parser.add_argument("--tokens-per-param", type=float, nargs="+", default=[20.0, 30.0], metavar="K",
+                        help="with --time: token budgets as multiples of the parameter count (default 20 30)")
 
 
 def _memory_argument(text: str) -> int:
@@ -854,8 +860,8 @@ def _read_config(path: str) -> Model:
 
 
 def run_command(args: Any) -> int:
-    """``ojas plan``: the breakdown of one setting (and with ``--plot`` its picture), or with
-    ``--fit`` the table of fits."""
+    """``ojas plan``: the breakdown of one setting (and with ``--plot`` its picture, with
+    ``--time`` its predicted tokens/s and time to train), or with ``--fit`` the table of fits."""
     import sys
 
     try:
@@ -868,6 +874,10 @@ def run_command(args: Any) -> int:
             if args.fit is not None:
                 raise ValueError("--plot draws the plan of one setting: it does not go with --fit")
             _check_png_path(args.plot)
+        if args.time and args.fit is not None:
+            raise ValueError("--time times one setting: it does not go with --fit")
+        if any(not (k > 0 and math.isfinite(k)) for k in args.tokens_per_param):
+            raise ValueError(f"--tokens-per-param must be positive numbers, got {args.tokens_per_param}")
         if args.fit is None:
             predicted = plan(model, setting)
             print(predicted.table())
@@ -878,6 +888,8 @@ def run_command(args: Any) -> int:
             if args.plot is not None:
                 plot_plan(predicted, args.plot, measured)
                 print(f"\nplot written to {args.plot}")
+            if args.time:
+                print("\n" + "\n".join(_time_lines(model, setting, args.tokens_per_param)))
             return 0
         modes = [flags] if any(flags.values()) else [
             dict(fused=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
@@ -891,6 +903,19 @@ def run_command(args: Any) -> int:
     by_batch = bool(args.preset or args.config)
     print(fit_table(args.fit, settings, model if by_batch else None))
     return 0
+
+
+def _time_lines(model: Model, setting: Setting, tokens_per_param: Sequence[float]) -> list[str]:
+    """``--time``: the GEMM rate measured on this device (CUDA if available) in the setting's
+    dtype, and :func:`ojas_ref.tools.throughput.time_lines` at it."""
+    import torch
+
+    from ojas_ref.tools.throughput import measure_gemm_rate, time_lines
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[setting.dtype]
+    name = torch.cuda.get_device_name() if device == "cuda" else "the CPU"
+    return time_lines(model, setting, measure_gemm_rate(device, dtype), name, tokens_per_param)
 
 
 def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] = None) -> str:
@@ -916,10 +941,11 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
     return "\n".join(lines)
 
 
-def measured_peak(model: Model, setting: Setting) -> Optional[int]:
-    """The recorded peak of this model and setting (benchmarks/results/, a source checkout),
-    or None where nothing was measured."""
+def measured_peak(model: Model, setting: Setting, field: str = "peak") -> Optional[Any]:
+    """The recorded peak (or another ``field`` of :func:`load_records`) of this model and
+    setting (benchmarks/results/, a source checkout; the later file where both hold it), or
+    None where nothing was measured."""
     paths = [p for p in RECORDS_PATHS if p.exists()]
     if not paths or replace(model, name="", source="") != replace(record_model(), name="", source=""):
         return None
-    return dict(r for p in paths for r in load_records(p)).get(setting)
+    return dict(r for p in paths for r in load_records(p, field)).get(setting)
