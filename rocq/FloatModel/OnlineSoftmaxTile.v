@@ -22,8 +22,25 @@
       computed P.V coordinate and [sum_j 2^(s_j - m') v_j], against
       [sum_j 2^(s_j - m') |v_j|], with
       R_acc = (1+u)^(n-1) ((1+u) ((1+u_s) ee + e_s) sum_j |v_j| + n ea).
-    Left open here: the fold of [rescale_step] over the kernel's tiles
-    with these tile values (item 2 of OnlineSoftmaxError.v). *)
+    - [run_inv] (generic: any key type, any tile value satisfying the
+      tile lemma's [inv H Ry] at every running max): the kernel's state
+      [run m x tiles] (running max [tmax m tl = max (m, max_j s_j)],
+      [x := rnd (rnd (x * exp2 (rnd (m - m'))) + yf m' tl)]) keeps
+        inv (Gk k m) (Rk k) x (Yf m seen) (Tf m seen),
+        Gk k m = H cg^k 2^(u (m - m0)),  cg = (1 + ue) (1 + u)^2,
+        Rk k = k cr^k dR,  cr = (1 + ue + ee) (1 + u)^2,
+        dR = ((Gb Sb ee (1 + u) + ea) + Ry) (1 + u),  Gb = H cg^Tt 2^(u K),
+      with [Sb] a bound of [Tf m seen] and [Tt] of the number of tiles,
+      under the spread premise [m_t - s_j <= K] for every key and
+      [m_t - m0 <= K] ([m_t] the last running max).  Each step is
+      [rescale_step]; the factor's step is [factor_iter_bound] on one tile.
+    - [l_fold_inv]: the instance for [l] ([tile_l], [exact_l],
+      [H_l = (1+u)^(B-1) E], [Ry_l = (1+u)^(B-1) B ee], [Sb = N]): after
+      the tiles, from [l = 0] at [m0],
+        inv (H_l cg^t 2^(u (m_t - m0))) (t cr^t dR) l_t L_t L_t,
+      [L_t = sum over all keys of 2^(s_j - m_t)], [t] the number of tiles.
+    Left open here: the same instance for a coordinate of [acc] and the
+    composition with [final_division] (item 2 of OnlineSoftmaxError.v). *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -227,5 +244,322 @@ Proof.
       by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqw]).
     unfold c; nra.
 Qed.
+
+(** ** Folding the kernel's tile step over the tiles
+
+    Generic over the key type ([R] for [l], [R * R] for a coordinate of
+    [acc]) and over the tile value: [yf m' tl] (computed), [Yf m' tl]
+    (exact, scaled to [m']), [Tf m' tl] (its bound).  The running max is
+    the kernel's: [tmax m tl = max (m, max_j s_j)]. *)
+
+Lemma inv_mono : forall G G' R R' x X S,
+  0 <= S -> G <= G' -> R <= R' -> inv G R x X S -> inv G' R' x X S.
+Proof. intros G G' R R' x X S HS HG HR C; unfold inv in *; nra. Qed.
+
+Lemma alpha_factor_le : forall m m', m <= m' ->
+  Rpower 2 (m - m') * exp2_factor M m m' <= 1 + ue.
+Proof.
+  intros m m' Hm; unfold exp2_factor.
+  pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg A_); pose proof (ff_u_lt_1 A_).
+  replace (Rpower 2 (m - m') * ((1 + ue) * Rpower 2 (u * (m' - m))))
+    with ((1 + ue) * (Rpower 2 (m - m') * Rpower 2 (u * (m' - m)))) by ring.
+  rewrite <- Rpower_plus.
+  assert (Rpower 2 (m - m' + u * (m' - m)) <= 1).
+  { rewrite <- (Rpower_O 2) by lra; apply ost_rpow_le; nra. }
+  nra.
+Qed.
+
+Section Fold.
+
+Variable Key : Type.
+Variable sc : Key -> R.
+Variable P : Key -> Prop.
+Variables yf Yf Tf : R -> list Key -> R.
+Variables K H Ry Sb m0 : R.
+Variables B N Tt : nat.
+
+Hypothesis HH : 1 <= H.
+Hypothesis HRy : 0 <= Ry.
+Hypothesis HSb : 0 <= Sb.
+Hypothesis yf_fmt : forall m tl, fmt (yf m tl).
+Hypothesis tile_ok : forall m tl, fmt m -> (length tl <= B)%nat ->
+  (forall k, In k tl -> fmt (sc k) /\ sc k <= m /\ m - sc k <= K) ->
+  inv H Ry (yf m tl) (Yf m tl) (Tf m tl).
+Hypothesis Y_abs : forall m tl, Rabs (Yf m tl) <= Tf m tl.
+Hypothesis Y_resc : forall m m' tl, Yf m tl * Rpower 2 (m - m') = Yf m' tl.
+Hypothesis T_resc : forall m m' tl, Tf m tl * Rpower 2 (m - m') = Tf m' tl.
+Hypothesis Y_app : forall m a b, Yf m (a ++ b) = Yf m a + Yf m b.
+Hypothesis T_app : forall m a b, Tf m (a ++ b) = Tf m a + Tf m b.
+Hypothesis T_bound : forall m seen, (forall k, In k seen -> P k /\ sc k <= m) ->
+  (length seen <= N)%nat -> Tf m seen <= Sb.
+
+(** The kernel's running max after one tile. *)
+Definition tmax (m : R) (tl : list Key) : R := fold_left (fun a k => Rmax a (sc k)) tl m.
+
+(** The kernel's state after the tiles: [x := rnd (rnd (x * alpha) + yf m' tl)]. *)
+Fixpoint run (m x : R) (tiles : list (list Key)) : R :=
+  match tiles with
+  | nil => x
+  | tl :: rest => run (tmax m tl) (rnd (rnd (x * exp2 (rnd (m - tmax m tl))) + yf (tmax m tl) tl)) rest
+  end.
+
+Fixpoint mrun (m : R) (tiles : list (list Key)) : R :=
+  match tiles with nil => m | tl :: rest => mrun (tmax m tl) rest end.
+
+Lemma tmax_props : forall tl m, fmt m -> (forall k, In k tl -> fmt (sc k)) ->
+  fmt (tmax m tl) /\ m <= tmax m tl /\ (forall k, In k tl -> sc k <= tmax m tl).
+Proof.
+  unfold tmax; induction tl as [|k tl IH]; intros m Fm Ftl.
+  - simpl; split; [exact Fm | split; [lra | intros k []]].
+  - cbn [fold_left].
+    assert (Fk : fmt (sc k)) by (apply Ftl; left; reflexivity).
+    assert (Fmax : fmt (Rmax m (sc k))) by (unfold Rmax; destruct (Rle_dec m (sc k)); assumption).
+    destruct (IH (Rmax m (sc k)) Fmax) as [F1 [H1 H2]]; [intros k' Hk'; apply Ftl; right; exact Hk' |].
+    split; [exact F1 | split].
+    + eapply Rle_trans; [apply Rmax_l | exact H1].
+    + intros k' [<- | Hk'].
+      * eapply Rle_trans; [apply Rmax_r | exact H1].
+      * apply H2, Hk'.
+Qed.
+
+Lemma mrun_ge : forall tiles m, fmt m -> (forall k, In k (concat tiles) -> fmt (sc k)) ->
+  m <= mrun m tiles.
+Proof.
+  induction tiles as [|tl rest IH]; intros m Fm Fk; [simpl; lra |].
+  cbn [mrun].
+  assert (Ftl : forall k, In k tl -> fmt (sc k)) by (intros k Hk; apply Fk; simpl; apply in_or_app; left; exact Hk).
+  destruct (tmax_props tl m Fm Ftl) as [F1 [H1 _]].
+  eapply Rle_trans; [exact H1 |]; apply IH; [exact F1 |].
+  intros k Hk; apply Fk; simpl; apply in_or_app; right; exact Hk.
+Qed.
+
+Definition cg : R := (1 + ue) * (1 + u) ^ 2.
+Definition cr : R := (1 + ue + ee) * (1 + u) ^ 2.
+Definition Gk (k : nat) (m : R) : R := H * cg ^ k * Rpower 2 (u * (m - m0)).
+Definition Gb : R := H * cg ^ Tt * Rpower 2 (u * K).
+Definition dR : R := ((Gb * Sb * ee) * (1 + u) + ea + Ry) * (1 + u).
+Definition Rk (k : nat) : R := INR k * cr ^ k * dR.
+
+Lemma cg_ge_1 : 1 <= cg.
+Proof.
+  unfold cg; pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg A_).
+  assert (1 <= (1 + u) ^ 2) by (apply pow_R1_Rle; lra). nra.
+Qed.
+
+Lemma cr_ge_1 : 1 <= cr.
+Proof.
+  unfold cr; pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M).
+  assert (1 <= (1 + u) ^ 2) by (apply pow_R1_Rle; lra). nra.
+Qed.
+
+Lemma Gk_ge_1 : forall k m, m0 <= m -> 1 <= Gk k m.
+Proof.
+  intros k m Hm; unfold Gk; pose proof cg_ge_1; pose proof (ff_u_nonneg A_).
+  assert (1 <= cg ^ k) by (apply pow_R1_Rle; lra).
+  assert (1 <= Rpower 2 (u * (m - m0))) by (apply ose_rpow_ge_1; nra).
+  assert (1 <= H * cg ^ k) by nra. nra.
+Qed.
+
+Lemma dR_nonneg : 0 <= dR.
+Proof.
+  unfold dR, Gb; pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M); pose proof (ff_eta_nonneg A_).
+  pose proof cg_ge_1.
+  assert (1 <= cg ^ Tt) by (apply pow_R1_Rle; lra).
+  pose proof (Rpower_pos (u * K)).
+  assert (0 <= H * cg ^ Tt * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+  assert (0 <= H * cg ^ Tt * Rpower 2 (u * K) * Sb * ee) by (apply Rmult_le_pos; [nra | lra]).
+  nra.
+Qed.
+
+Lemma Rk_nonneg : forall k, 0 <= Rk k.
+Proof.
+  intros k; unfold Rk; pose proof dR_nonneg; pose proof cr_ge_1; pose proof (pos_INR k).
+  assert (1 <= cr ^ k) by (apply pow_R1_Rle; lra).
+  apply Rmult_le_pos; [nra | lra].
+Qed.
+
+Lemma concat_cons_in : forall (tl : list Key) rest k, In k (concat (tl :: rest)) <-> In k tl \/ In k (concat rest).
+Proof. intros; simpl; split; [apply in_app_or | apply in_or_app]. Qed.
+
+Theorem run_inv : forall tiles k m x seen,
+  fmt m -> fmt x -> m0 <= m ->
+  (forall q, In q seen -> P q /\ sc q <= m) ->
+  (forall q, In q (concat tiles) -> P q /\ fmt (sc q) /\ mrun m tiles - sc q <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length seen + length (concat tiles) <= N)%nat ->
+  (k + length tiles <= Tt)%nat ->
+  mrun m tiles - m0 <= K ->
+  inv (Gk k m) (Rk k) x (Yf m seen) (Tf m seen) ->
+  inv (Gk (k + length tiles) (mrun m tiles)) (Rk (k + length tiles))
+      (run m x tiles) (Yf (mrun m tiles) (seen ++ concat tiles)) (Tf (mrun m tiles) (seen ++ concat tiles)).
+Proof.
+  induction tiles as [|tl rest IH]; intros k m x seen Fm Fx Hm0 Hseen Hks HB HN HT HK C.
+  - cbn [run mrun length concat]; rewrite Nat.add_0_r, app_nil_r; exact C.
+  - cbn [run mrun length] in *.
+    pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_ue_nonneg M) as Hue.
+    pose proof (mp_eta_e_nonneg M) as Hee; pose proof (ff_eta_nonneg A_) as Hea.
+    set (m' := tmax m tl) in *.
+    assert (Ftl : forall q, In q tl -> fmt (sc q))
+      by (intros q Hq; apply Hks; apply concat_cons_in; left; exact Hq).
+    destruct (tmax_props tl m Fm Ftl) as [Fm' [Hmm' Htl]]; fold m' in Fm', Hmm', Htl.
+    assert (Frest : forall q, In q (concat rest) -> fmt (sc q))
+      by (intros q Hq; apply Hks; apply concat_cons_in; right; exact Hq).
+    pose proof (mrun_ge rest m' Fm' Frest) as Hmr.
+    inversion HB as [|tl' rest' HBtl HBrest]; subst.
+    assert (Ct : inv H Ry (yf m' tl) (Yf m' tl) (Tf m' tl)).
+    { apply tile_ok; [exact Fm' | exact HBtl |].
+      intros q Hq; destruct (Hks q (proj2 (concat_cons_in _ _ _) (or_introl Hq))) as [_ [Fq Kq]].
+      split; [exact Fq | split; [apply Htl, Hq | pose proof (Htl q Hq); lra]]. }
+    assert (HS : Rabs (Yf m seen) <= Tf m seen) by apply Y_abs.
+    assert (HG1 : 1 <= Gk k m) by (apply Gk_ge_1, Hm0).
+    pose proof (rescale_step M (Gk k m) (Rk k) x (Yf m seen) (Tf m seen) H Ry (yf m' tl) (Yf m' tl) (Tf m' tl) m m'
+                  HG1 (Rk_nonneg k) HH HRy Fx (yf_fmt m' tl) Fm Fm' Hmm' HS (Y_abs m' tl) C Ct) as Cs.
+    rewrite Y_resc, T_resc, <- Y_app, <- T_app in Cs.
+    replace (k + S (length rest))%nat with (S k + length rest)%nat by lia.
+    cbn [concat]; rewrite app_assoc.
+    apply IH; auto.
+    + apply ff_rnd_fmt.
+    + lra.
+    + intros q Hq; apply in_app_or in Hq; destruct Hq as [Hq | Hq].
+      * destruct (Hseen q Hq); split; [assumption | lra].
+      * split; [apply (Hks q (proj2 (concat_cons_in _ _ _) (or_introl Hq))) | apply Htl, Hq].
+      (* P *)
+    + intros q Hq; apply (Hks q (proj2 (concat_cons_in _ _ _) (or_intror Hq))).
+    + rewrite app_length; simpl in HN; rewrite app_length in HN; lia.
+    + lia.
+    + eapply inv_mono; [| | | exact Cs].
+      * eapply Rle_trans; [apply Rabs_pos | apply Y_abs].
+      * (* the factor *)
+        pose proof (factor_iter_bound M H m0 [m'] (Gk k m) m k HH Hm0 (conj Hmm' I) (Rle_refl _)) as Hf.
+        cbn [gfold length last_max] in Hf.
+        rewrite Nat.add_1_r in Hf; unfold Gk at 2; exact Hf.
+      * (* the absolute term *)
+        set (S0 := Tf m seen) in *.
+        assert (HS0 : S0 <= Sb).
+        { apply T_bound; [exact Hseen |].
+          simpl in HN; rewrite app_length in HN; lia. }
+        assert (HS0p : 0 <= S0) by (eapply Rle_trans; [apply Rabs_pos | exact HS]).
+        assert (HGb : Gk k m <= Gb).
+        { unfold Gk, Gb; pose proof cg_ge_1.
+          assert (cg ^ k <= cg ^ Tt) by (apply Rle_pow; [lra | lia]).
+          assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+          assert (1 <= cg ^ k) by (apply pow_R1_Rle; lra).
+          assert (H * cg ^ k <= H * cg ^ Tt) by (apply Rmult_le_compat_l; lra).
+          apply Rmult_le_compat; try lra; [nra | left; apply Rpower_pos]. }
+        pose proof (alpha_factor_le m m' Hmm') as Ha.
+        pose proof (Rpower_pos (m - m')) as Hap.
+        pose proof (exp2_factor_ge_1 M m m' Hmm') as HE.
+        pose proof (Rk_nonneg k) as HR.
+        pose proof dR_nonneg as Hd.
+        pose proof cr_ge_1 as Hcr.
+        assert (Hcrk : 1 <= cr ^ k) by (apply pow_R1_Rle; lra).
+        set (R0 := Rk k) in *.
+        set (a := Rpower 2 (m - m')) in *.
+        set (E := exp2_factor M m m') in *.
+        set (G0 := Gk k m) in *.
+        assert (E1 : R0 * (a * E + ee) <= R0 * (1 + ue + ee)) by (apply Rmult_le_compat_l; lra).
+        assert (E2 : G0 * S0 * ee <= Gb * Sb * ee)
+          by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat; lra]).
+        assert (E3 : ((R0 * (a * E + ee) + G0 * S0 * ee) * (1 + u) + ea + Ry) * (1 + u)
+                     <= cr * R0 + dR).
+        { unfold cr, dR; simpl.
+          assert ((R0 * (a * E + ee) + G0 * S0 * ee) * (1 + u)
+                  <= (R0 * (1 + ue + ee) + Gb * Sb * ee) * (1 + u)) by (apply Rmult_le_compat_r; lra).
+          nra. }
+        eapply Rle_trans; [exact E3 |].
+        unfold R0, Rk; rewrite S_INR; cbn [pow].
+        assert (dR <= cr * cr ^ k * dR) by (assert (1 <= cr * cr ^ k) by nra; nra).
+        nra.
+Qed.
+
+End Fold.
+
+(** ** The denominator [l] over the kernel's tiles *)
+
+Section LFold.
+
+Variables K m0 : R.
+Variables B N Tt : nat.
+
+Definition H_l : R := (1 + u) ^ (B - 1) * tile_E K.
+Definition Ry_l : R := (1 + u) ^ (B - 1) * (INR B * ee).
+
+Lemma exact_l_resc : forall m m' ss, exact_l m ss * Rpower 2 (m - m') = exact_l m' ss.
+Proof.
+  intros m m'; induction ss as [|s ss IH]; unfold exact_l in *; cbn [map].
+  - unfold rsum; simpl; ring.
+  - rewrite !rsum_cons, <- IH, Rmult_plus_distr_r, <- Rpower_plus.
+    f_equal; f_equal; ring.
+Qed.
+
+Lemma exact_l_app : forall m a b, exact_l m (a ++ b) = exact_l m a + exact_l m b.
+Proof. intros; unfold exact_l; rewrite map_app; apply rsum_app. Qed.
+
+Lemma exact_l_bound : forall m seen, (forall q, In q seen -> True /\ q <= m) ->
+  (length seen <= N)%nat -> exact_l m seen <= INR N.
+Proof.
+  intros m seen Hs HN; apply Rle_trans with (INR (length seen)); [| apply le_INR, HN].
+  clear HN; induction seen as [|s seen IH]; unfold exact_l in *; cbn [map length].
+  - unfold rsum; simpl; lra.
+  - rewrite rsum_cons, S_INR.
+    assert (Rpower 2 (s - m) <= 1).
+    { rewrite <- (Rpower_O 2) by lra; apply ost_rpow_le.
+      destruct (Hs s (or_introl eq_refl)); lra. }
+    assert (rsum (map (fun s0 => Rpower 2 (s0 - m)) seen) <= INR (length seen))
+      by (apply IH; intros q Hq; apply Hs; right; exact Hq).
+    lra.
+Qed.
+
+(** The computed [l] after the tiles, from [l = 0] at [m0]. *)
+Definition l_run (m l : R) (tiles : list (list R)) : R := run R (fun s => s) tile_l m l tiles.
+Definition m_run (m : R) (tiles : list (list R)) : R := mrun R (fun s => s) m tiles.
+
+Theorem l_fold_inv : forall tiles,
+  0 <= K -> fmt m0 -> (1 <= B)%nat ->
+  (forall s, In s (concat tiles) -> fmt s /\ m_run m0 tiles - s <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  m_run m0 tiles - m0 <= K ->
+  inv (Gk H_l m0 (length tiles) (m_run m0 tiles))
+      (Rk K H_l Ry_l (INR N) Tt (length tiles))
+      (l_run m0 0 tiles) (exact_l (m_run m0 tiles) (concat tiles)) (exact_l (m_run m0 tiles) (concat tiles)).
+Proof.
+  intros tiles HK Fm0 HB Hks HBt HN HT HK0.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  assert (HE := tile_E_ge_1 K HK).
+  assert (HP : 1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra).
+  pose proof (run_inv R (fun s => s) (fun _ => True) tile_l exact_l exact_l K H_l Ry_l (INR N) m0 B N Tt)
+    as Hr.
+  unfold l_run, m_run.
+  replace (concat tiles) with ([] ++ concat tiles) by reflexivity.
+  replace (length tiles) with (0 + length tiles)%nat by reflexivity.
+  assert (HHl : 1 <= H_l) by (unfold H_l; nra).
+  assert (HRl : 0 <= Ry_l)
+    by (unfold Ry_l; apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]).
+  assert (HNp : 0 <= INR N) by apply pos_INR.
+  apply Hr; clear Hr; auto.
+  - intros m tl; unfold tile_l; apply fmt_tile_sum.
+  - intros m tl Fm Hl Htl.
+    eapply inv_mono; [apply exact_l_nonneg | | | apply (tile_l_inv m K tl HK Fm Htl)].
+    + unfold H_l; apply Rmult_le_compat_r; [lra |]; apply Rle_pow; [lra | lia].
+    + unfold Ry_l; apply Rmult_le_compat.
+      * apply pow_le; lra.
+      * apply Rmult_le_pos; [apply pos_INR | exact Hee].
+      * apply Rle_pow; [lra | lia].
+      * apply Rmult_le_compat_r; [exact Hee | apply le_INR, Hl].
+  - intros m tl; rewrite Rabs_right by (apply Rle_ge, exact_l_nonneg); lra.
+  - apply exact_l_resc.
+  - apply exact_l_resc.
+  - apply exact_l_app.
+  - apply exact_l_app.
+  - apply exact_l_bound.
+  - apply ff_fmt_0.
+  - lra.
+  - intros q [].
+  - unfold inv, exact_l; cbn [map]; unfold rsum; cbn [fold_right].
+    rewrite Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l; apply Rk_nonneg; assumption.
+Qed.
+
+End LFold.
 
 End OnlineSoftmaxTile.
