@@ -39,8 +39,14 @@
       the tiles, from [l = 0] at [m0],
         inv (H_l cg^t 2^(u (m_t - m0))) (t cr^t dR) l_t L_t L_t,
       [L_t = sum over all keys of 2^(s_j - m_t)], [t] the number of tiles.
-    Left open here: the same instance for a coordinate of [acc] and the
-    composition with [final_division] (item 2 of OnlineSoftmaxError.v). *)
+    - [acc_fold_inv]: the instance for one coordinate of [acc]
+      ([tile_pv], [exact_pv], [exact_pv_abs], [H_acc = tile_acc_H K B],
+      [Ry_acc = (1+u)^(B-1) ((1+u) ((1+u_s) ee + e_s) B V + B ea)],
+      [Sb = N V], [|v_j| <= V]): after the tiles, from [acc = 0] at [m0],
+        inv (H_acc cg^t 2^(u (m_t - m0))) (t cr^t dR) acc_t N_t A_t,
+      [N_t = sum_j 2^(s_j - m_t) v_j], [A_t = sum_j 2^(s_j - m_t) |v_j|].
+    Left open here: the composition with [final_division] (item 2 of
+    OnlineSoftmaxError.v). *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -283,7 +289,7 @@ Hypothesis HRy : 0 <= Ry.
 Hypothesis HSb : 0 <= Sb.
 Hypothesis yf_fmt : forall m tl, fmt (yf m tl).
 Hypothesis tile_ok : forall m tl, fmt m -> (length tl <= B)%nat ->
-  (forall k, In k tl -> fmt (sc k) /\ sc k <= m /\ m - sc k <= K) ->
+  (forall k, In k tl -> P k /\ fmt (sc k) /\ sc k <= m /\ m - sc k <= K) ->
   inv H Ry (yf m tl) (Yf m tl) (Tf m tl).
 Hypothesis Y_abs : forall m tl, Rabs (Yf m tl) <= Tf m tl.
 Hypothesis Y_resc : forall m m' tl, Yf m tl * Rpower 2 (m - m') = Yf m' tl.
@@ -408,8 +414,8 @@ Proof.
     inversion HB as [|tl' rest' HBtl HBrest]; subst.
     assert (Ct : inv H Ry (yf m' tl) (Yf m' tl) (Tf m' tl)).
     { apply tile_ok; [exact Fm' | exact HBtl |].
-      intros q Hq; destruct (Hks q (proj2 (concat_cons_in _ _ _) (or_introl Hq))) as [_ [Fq Kq]].
-      split; [exact Fq | split; [apply Htl, Hq | pose proof (Htl q Hq); lra]]. }
+      intros q Hq; destruct (Hks q (proj2 (concat_cons_in _ _ _) (or_introl Hq))) as [Pq [Fq Kq]].
+      split; [exact Pq | split; [exact Fq | split; [apply Htl, Hq | pose proof (Htl q Hq); lra]]]. }
     assert (HS : Rabs (Yf m seen) <= Tf m seen) by apply Y_abs.
     assert (HG1 : 1 <= Gk k m) by (apply Gk_ge_1, Hm0).
     pose proof (rescale_step M (Gk k m) (Rk k) x (Yf m seen) (Tf m seen) H Ry (yf m' tl) (Yf m' tl) (Tf m' tl) m m'
@@ -540,7 +546,7 @@ Proof.
   apply Hr; clear Hr; auto.
   - intros m tl; unfold tile_l; apply fmt_tile_sum.
   - intros m tl Fm Hl Htl.
-    eapply inv_mono; [apply exact_l_nonneg | | | apply (tile_l_inv m K tl HK Fm Htl)].
+    eapply inv_mono; [apply exact_l_nonneg | | | apply (tile_l_inv m K tl HK Fm (fun q Hq => proj2 (Htl q Hq)))].
     + unfold H_l; apply Rmult_le_compat_r; [lra |]; apply Rle_pow; [lra | lia].
     + unfold Ry_l; apply Rmult_le_compat.
       * apply pow_le; lra.
@@ -561,5 +567,144 @@ Proof.
 Qed.
 
 End LFold.
+
+(** ** A coordinate of [acc] over the kernel's tiles *)
+
+Section AccFold.
+
+Variables K m0 V : R.
+Variables B N Tt : nat.
+
+Definition H_acc : R := tile_acc_H K B.
+Definition Ry_acc : R := (1 + u) ^ (B - 1) * ((1 + u) * ((1 + us) * ee + es) * (INR B * V) + INR B * ea).
+
+Lemma exact_pv_resc : forall m m' svs, exact_pv m svs * Rpower 2 (m - m') = exact_pv m' svs.
+Proof.
+  intros m m'; induction svs as [|sv svs IH]; unfold exact_pv in *; cbn [map].
+  - unfold rsum; simpl; ring.
+  - rewrite !rsum_cons, <- IH.
+    replace (Rpower 2 (fst sv - m')) with (Rpower 2 (fst sv - m) * Rpower 2 (m - m'))
+      by (rewrite <- Rpower_plus; f_equal; ring).
+    ring.
+Qed.
+
+Lemma exact_pv_abs_resc : forall m m' svs, exact_pv_abs m svs * Rpower 2 (m - m') = exact_pv_abs m' svs.
+Proof.
+  intros m m'; induction svs as [|sv svs IH]; unfold exact_pv_abs in *; cbn [map].
+  - unfold rsum; simpl; ring.
+  - rewrite !rsum_cons, <- IH.
+    replace (Rpower 2 (fst sv - m')) with (Rpower 2 (fst sv - m) * Rpower 2 (m - m'))
+      by (rewrite <- Rpower_plus; f_equal; ring).
+    ring.
+Qed.
+
+Lemma exact_pv_abs_ge : forall m svs, Rabs (exact_pv m svs) <= exact_pv_abs m svs.
+Proof.
+  intros m; induction svs as [|sv svs IH]; unfold exact_pv, exact_pv_abs in *; cbn [map].
+  - unfold rsum; simpl; rewrite Rabs_R0; lra.
+  - rewrite !rsum_cons; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite Rabs_mult, (Rabs_right (Rpower 2 _)) by (left; apply Rpower_pos); lra.
+Qed.
+
+Lemma exact_pv_abs_bound : forall m svs, 0 <= V ->
+  (forall q, In q svs -> Rabs (snd q) <= V /\ fst q <= m) ->
+  (length svs <= N)%nat -> exact_pv_abs m svs <= INR N * V.
+Proof.
+  intros m svs HV Hs HN; apply Rle_trans with (INR (length svs) * V);
+    [| apply Rmult_le_compat_r; [exact HV | apply le_INR, HN]].
+  clear HN; induction svs as [|sv svs IH]; unfold exact_pv_abs in *; cbn [map length].
+  - unfold rsum; simpl; lra.
+  - rewrite rsum_cons, S_INR.
+    destruct (Hs sv (or_introl eq_refl)) as [Hv Hsm].
+    assert (Rpower 2 (fst sv - m) <= 1)
+      by (rewrite <- (Rpower_O 2) by lra; apply ost_rpow_le; lra).
+    pose proof (Rpower_pos (fst sv - m)); pose proof (Rabs_pos (snd sv)).
+    assert (rsum (map (fun sv0 => Rpower 2 (fst sv0 - m) * Rabs (snd sv0)) svs) <= INR (length svs) * V)
+      by (apply IH; intros q Hq; apply Hs; right; exact Hq).
+    assert (Rpower 2 (fst sv - m) * Rabs (snd sv) <= 1 * V) by (apply Rmult_le_compat; lra).
+    lra.
+Qed.
+
+Definition acc_run (m x : R) (tiles : list (list (R * R))) : R := run (R * R) fst tile_pv m x tiles.
+Definition acc_m_run (m : R) (tiles : list (list (R * R))) : R := mrun (R * R) fst m tiles.
+
+Theorem acc_fold_inv : forall tiles,
+  0 <= K -> 0 <= V -> fmt m0 -> (1 <= B)%nat ->
+  (forall q, In q (concat tiles) -> Rabs (snd q) <= V /\ fmt (fst q) /\ acc_m_run m0 tiles - fst q <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  acc_m_run m0 tiles - m0 <= K ->
+  inv (Gk H_acc m0 (length tiles) (acc_m_run m0 tiles))
+      (Rk K H_acc Ry_acc (INR N * V) Tt (length tiles))
+      (acc_run m0 0 tiles) (exact_pv (acc_m_run m0 tiles) (concat tiles))
+      (exact_pv_abs (acc_m_run m0 tiles) (concat tiles)).
+Proof.
+  intros tiles HK HV Fm0 HB Hks HBt HN HT HK0.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HE := tile_E_ge_1 K HK).
+  assert (HP : 1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra).
+  pose proof (run_inv (R * R) fst (fun q => Rabs (snd q) <= V) tile_pv exact_pv exact_pv_abs
+                K H_acc Ry_acc (INR N * V) m0 B N Tt) as Hr.
+  assert (Hc : 0 <= (1 + u) * ((1 + us) * ee + es))
+    by (apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos; lra | lra]]).
+  assert (HHa : 1 <= H_acc).
+  { unfold H_acc, tile_acc_H.
+    assert (1 <= (1 + u) * (1 + us)) by nra.
+    assert (1 <= (1 + u) * (1 + us) * tile_E K) by nra. nra. }
+  assert (HRa : 0 <= Ry_acc).
+  { unfold Ry_acc; pose proof (pos_INR B).
+    apply Rmult_le_pos; [lra |]; apply Rplus_le_le_0_compat; apply Rmult_le_pos; nra. }
+  assert (HNp : 0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | exact HV]).
+  unfold acc_run, acc_m_run.
+  replace (concat tiles) with ([] ++ concat tiles) by reflexivity.
+  replace (length tiles) with (0 + length tiles)%nat by reflexivity.
+  apply Hr; clear Hr; auto.
+  - intros m tl; unfold tile_pv; apply fmt_tile_sum.
+  - intros m tl Fm Hl Htl.
+    eapply inv_mono;
+      [| | | apply (tile_acc_inv m K tl HK Fm (fun q Hq => proj2 (Htl q Hq)))].
+    + eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge].
+    + unfold H_acc, tile_acc_H; apply Rmult_le_compat_r.
+      * assert (1 <= (1 + u) * (1 + us)) by nra. nra.
+      * apply Rle_pow; [lra | lia].
+    + unfold tile_acc_R, Ry_acc.
+      assert (Hv : rsum (map (fun sv => Rabs (snd sv)) tl) <= INR B * V).
+      { apply Rle_trans with (INR (length tl) * V);
+          [| apply Rmult_le_compat_r; [exact HV | apply le_INR, Hl]].
+        rewrite <- ost_rsum_const; clear Hl.
+        induction tl as [|q tl IH]; cbn [map]; [unfold rsum; simpl; lra |].
+        rewrite !rsum_cons.
+        assert (Rabs (snd q) <= V) by (apply (Htl q (or_introl eq_refl))).
+        assert (rsum (map (fun sv => Rabs (snd sv)) tl) <= rsum (map (fun _ => V) tl))
+          by (apply IH; intros q' Hq'; apply Htl; right; exact Hq').
+        lra. }
+      assert (Hv0 : 0 <= rsum (map (fun sv => Rabs (snd sv)) tl)).
+      { apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz; destruct Hz as [w [<- _]]; apply Rabs_pos. }
+      assert (HlB : INR (length tl) * ea <= INR B * ea)
+        by (apply Rmult_le_compat_r; [exact Hea | apply le_INR, Hl]).
+      pose proof (pos_INR (length tl)).
+      apply Rmult_le_compat.
+      * apply pow_le; lra.
+      * apply Rplus_le_le_0_compat; apply Rmult_le_pos; nra.
+      * apply Rle_pow; [lra | lia].
+      * assert ((1 + u) * ((1 + us) * ee + es) * rsum (map (fun sv => Rabs (snd sv)) tl)
+                <= (1 + u) * ((1 + us) * ee + es) * (INR B * V)) by (apply Rmult_le_compat_l; lra).
+        lra.
+  - intros; apply exact_pv_abs_ge.
+  - apply exact_pv_resc.
+  - apply exact_pv_abs_resc.
+  - intros; unfold exact_pv; rewrite map_app; apply rsum_app.
+  - intros; unfold exact_pv_abs; rewrite map_app; apply rsum_app.
+  - intros m seen Hs Hl; apply exact_pv_abs_bound; auto.
+  - apply ff_fmt_0.
+  - lra.
+  - intros q [].
+  - unfold inv, exact_pv, exact_pv_abs; cbn [map]; unfold rsum; cbn [fold_right].
+    rewrite Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l; apply Rk_nonneg; assumption.
+Qed.
+
+End AccFold.
 
 End OnlineSoftmaxTile.
