@@ -45,8 +45,28 @@
       [Sb = N V], [|v_j| <= V]): after the tiles, from [acc = 0] at [m0],
         inv (H_acc cg^t 2^(u (m_t - m0))) (t cr^t dR) acc_t N_t A_t,
       [N_t = sum_j 2^(s_j - m_t) v_j], [A_t = sum_j 2^(s_j - m_t) |v_j|].
-    Left open here: the composition with [final_division] (item 2 of
-    OnlineSoftmaxError.v). *)
+    - [online_softmax_output_error] (items 1 and 2 of
+      OnlineSoftmaxError.v composed with [final_division]): the kernel's
+      tiles as (score, value) lists, [l] over their scores and [acc] over
+      the pairs with the same running maxima, from [(m0, 0)] with [m0] a
+      score of the row ([run_first]: the first tile then gives the
+      kernel's [-inf] start exactly, when [m0] is in the first tile);
+      with [0 < V], [|v_j| <= V], [m_t - s_j <= K], tiles of at most [B]
+      keys, at most [N] keys and [Tt] tiles, and [bL < 1]:
+        |rnd (acc_t / l_t) - N_t / L_t|
+          <= ((bN + bL) + u (1 + bN)) / (1 - bL) V + ea,
+        bL = H_l cg^t 2^(u (m_t - m0)) - 1 + t cr^t dR_l,
+        bN = H_acc cg^t 2^(u (m_t - m0)) - 1 + t cr^t dR_acc / V
+      ([out_bL], [out_bN]); [N_t / L_t] is the exact softmax-weighted
+      average of the coordinate (the common [2^(-m_t)] cancels).  [L_t >= 1]
+      is proved (the last running max is a score).
+    Not covered (as in OnlineSoftmaxError.v): the rounding of the scores
+    themselves (taken as given fp32 numbers), masked keys ([-inf]: fully
+    masked tiles are exact, BlockedSum.v, but a partly masked tile is not
+    modelled), [tl.sum] as a tree and the order inside one MMA (modelled
+    left to right), the acc update as [rnd (rnd (acc * alpha) + P.V)]
+    rather than the MMA accumulating into [acc * alpha], an FMA in
+    [l * alpha + sum], and the final store of [out] to the output dtype. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -311,6 +331,17 @@ Fixpoint run (m x : R) (tiles : list (list Key)) : R :=
 
 Fixpoint mrun (m : R) (tiles : list (list Key)) : R :=
   match tiles with nil => m | tl :: rest => mrun (tmax m tl) rest end.
+
+(** The first tile from [x = 0]: [rnd (rnd (0 * alpha) + y) = y], whatever
+    [alpha] is -- the value the kernel's start [m = -inf, l = acc = 0]
+    ([alpha = exp2 (-inf) = 0]) gives. *)
+Lemma run_first : forall m tl rest,
+  run m 0 (tl :: rest) = run (tmax m tl) (yf (tmax m tl) tl) rest.
+Proof.
+  intros m tl rest; cbn [run].
+  rewrite Rmult_0_l, (ff_rnd_id A_ 0 (ff_fmt_0 A_)), Rplus_0_l, (ff_rnd_id A_ _ (yf_fmt _ _)).
+  reflexivity.
+Qed.
 
 Lemma tmax_props : forall tl m, fmt m -> (forall k, In k tl -> fmt (sc k)) ->
   fmt (tmax m tl) /\ m <= tmax m tl /\ (forall k, In k tl -> sc k <= tmax m tl).
@@ -706,5 +737,180 @@ Proof.
 Qed.
 
 End AccFold.
+
+(** ** End to end: [out = rnd (acc / l)] for one output coordinate
+
+    The kernel's tiles as lists of (score, value) pairs; [l] runs over
+    their scores, [acc] over the pairs, both with the same running max.
+    [m0] is a score of the row (for the kernel: one of the first tile,
+    where [run_first] shows that the fold from [(m0, 0)] gives the
+    kernel's [-inf] start: the first tile's [l = tl.sum p], [acc = P.V]). *)
+
+Lemma tmax_map : forall tl m,
+  tmax R (fun s => s) m (map fst tl) = tmax (R * R) fst m tl.
+Proof.
+  unfold tmax; induction tl as [|q tl IH]; intros m; [reflexivity |].
+  cbn [map fold_left]; apply IH.
+Qed.
+
+Lemma mrun_map : forall tiles m,
+  mrun R (fun s => s) m (map (map fst) tiles) = mrun (R * R) fst m tiles.
+Proof.
+  induction tiles as [|tl rest IH]; intros m; [reflexivity |].
+  cbn [map mrun]; rewrite tmax_map; apply IH.
+Qed.
+
+Lemma tmax_attained : forall {T} (sc : T -> R) tl m,
+  tmax T sc m tl = m \/ exists q, In q tl /\ sc q = tmax T sc m tl.
+Proof.
+  intros T sc; unfold tmax; induction tl as [|q tl IH]; intros m; [left; reflexivity |].
+  cbn [fold_left]; destruct (IH (Rmax m (sc q))) as [E | [q' [Hq' E]]].
+  - rewrite E; unfold Rmax; destruct (Rle_dec m (sc q)).
+    + right; exists q; split; [left; reflexivity | reflexivity].
+    + left; reflexivity.
+  - right; exists q'; split; [right; exact Hq' | exact E].
+Qed.
+
+Lemma mrun_attained : forall {T} (sc : T -> R) tiles m,
+  mrun T sc m tiles = m \/ exists q, In q (concat tiles) /\ sc q = mrun T sc m tiles.
+Proof.
+  intros T sc; induction tiles as [|tl rest IH]; intros m; [left; reflexivity |].
+  cbn [mrun]; destruct (IH (tmax T sc m tl)) as [E | [q [Hq E]]].
+  - rewrite E; destruct (tmax_attained sc tl m) as [E2 | [q [Hq E2]]].
+    + left; exact E2.
+    + right; exists q; split; [apply concat_cons_in; left; exact Hq | exact E2].
+  - right; exists q; split; [apply concat_cons_in; right; exact Hq | exact E].
+Qed.
+
+Lemma ost_rsum_ge_in : forall xs x, (forall y, In y xs -> 0 <= y) -> In x xs -> x <= rsum xs.
+Proof.
+  induction xs as [|y xs IH]; intros x Hp Hx; [destruct Hx |].
+  destruct Hx as [<- | Hx]; rewrite rsum_cons.
+  - assert (0 <= rsum xs) by (apply rsum_nonneg; intros z Hz; apply Hp; right; exact Hz). lra.
+  - assert (0 <= y) by (apply Hp; left; reflexivity).
+    assert (x <= rsum xs) by (apply IH; [intros z Hz; apply Hp; right; exact Hz | exact Hx]). lra.
+Qed.
+
+Section EndToEnd.
+
+Variables K m0 V : R.
+Variables B N Tt : nat.
+
+Definition out_bL (t : nat) (mt : R) : R :=
+  Gk (H_l K B) m0 t mt - 1 + Rk K (H_l K B) (Ry_l B) (INR N) Tt t.
+Definition out_bN (t : nat) (mt : R) : R :=
+  Gk (H_acc K B) m0 t mt - 1 + Rk K (H_acc K B) (Ry_acc V B) (INR N * V) Tt t / V.
+
+Theorem online_softmax_output_error : forall tiles,
+  0 <= K -> 0 < V -> (1 <= B)%nat ->
+  (exists q, In q (concat tiles) /\ fst q = m0) ->
+  (forall q, In q (concat tiles) -> Rabs (snd q) <= V /\ fmt (fst q) /\ acc_m_run m0 tiles - fst q <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  out_bL (length tiles) (acc_m_run m0 tiles) < 1 ->
+  Rabs (rnd (acc_run m0 0 tiles / l_run m0 0 (map (map fst) tiles))
+        - exact_pv (acc_m_run m0 tiles) (concat tiles)
+          / exact_l (acc_m_run m0 tiles) (map fst (concat tiles)))
+  <= ((out_bN (length tiles) (acc_m_run m0 tiles) + out_bL (length tiles) (acc_m_run m0 tiles))
+      + u * (1 + out_bN (length tiles) (acc_m_run m0 tiles)))
+     / (1 - out_bL (length tiles) (acc_m_run m0 tiles)) * V + ea.
+Proof.
+  intros tiles HK HV HB [q0 [Hq0 Eq0]] Hks HBt HN HT HbL.
+  set (t := length tiles) in *.
+  set (mt := acc_m_run m0 tiles) in *.
+  assert (Fm0 : fmt m0) by (rewrite <- Eq0; apply (Hks q0 Hq0)).
+  assert (HK0 : mt - m0 <= K) by (rewrite <- Eq0; apply (Hks q0 Hq0)).
+  (* the acc fold *)
+  pose proof (acc_fold_inv K m0 V B N Tt tiles HK (Rlt_le _ _ HV) Fm0 HB Hks HBt HN HT HK0) as Ca.
+  fold t mt in Ca.
+  (* the l fold, on the scores *)
+  assert (HBt' : Forall (fun tl => (length tl <= B)%nat) (map (map fst) tiles)).
+  { apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+    rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
+  assert (Hmr : m_run m0 (map (map fst) tiles) = mt) by (unfold m_run, mt, acc_m_run; apply mrun_map).
+  assert (Hks' : forall s, In s (concat (map (map fst) tiles)) -> fmt s /\ m_run m0 (map (map fst) tiles) - s <= K).
+  { intros s Hs; rewrite <- concat_map in Hs; apply in_map_iff in Hs; destruct Hs as [q [<- Hq]].
+    rewrite Hmr; destruct (Hks q Hq) as [_ [F1 F2]]; split; assumption. }
+  assert (HN' : (length (concat (map (map fst) tiles)) <= N)%nat)
+    by (rewrite <- concat_map, map_length; exact HN).
+  assert (HT' : (length (map (map fst) tiles) <= Tt)%nat) by (rewrite map_length; exact HT).
+  pose proof (l_fold_inv K m0 B N Tt (map (map fst) tiles) HK Fm0 HB Hks' HBt' HN' HT' ltac:(rewrite Hmr; exact HK0)) as Cl.
+  rewrite Hmr, map_length, <- concat_map in Cl; fold t in Cl.
+  set (L := exact_l mt (map fst (concat tiles))) in *.
+  set (Nn := exact_pv mt (concat tiles)) in *.
+  set (Aa := exact_pv_abs mt (concat tiles)) in *.
+  (* L >= 1: the last running max is a score *)
+  assert (HL1 : 1 <= L).
+  { assert (Hq : exists q, In q (concat tiles) /\ fst q = mt).
+    { destruct (mrun_attained fst tiles m0) as [E | Hq]; [| exact Hq].
+      exists q0; split; [exact Hq0 | unfold mt, acc_m_run; rewrite E; exact Eq0]. }
+    destruct Hq as [q [Hq E]].
+    unfold L, exact_l; rewrite map_map.
+    replace 1 with (Rpower 2 (fst q - mt)) by (rewrite E, Rminus_diag_eq, Rpower_O by (reflexivity || lra); reflexivity).
+    apply ost_rsum_ge_in.
+    - intros y Hy; apply in_map_iff in Hy; destruct Hy as [z [<- _]]; left; apply Rpower_pos.
+    - apply in_map_iff; exists q; split; [reflexivity | exact Hq]. }
+  (* |N| <= A <= V L *)
+  assert (HAL : Aa <= V * L).
+  { unfold Aa, L, exact_pv_abs, exact_l; rewrite map_map.
+    assert (Hv : forall q, In q (concat tiles) -> Rabs (snd q) <= V) by (intros q Hq; apply (Hks q Hq)).
+    clear -Hv; induction (concat tiles) as [|q xs IH]; cbn [map]; [unfold rsum; simpl; lra |].
+    rewrite !rsum_cons, Rmult_plus_distr_l.
+    assert (Rpower 2 (fst q - mt) * Rabs (snd q) <= V * Rpower 2 (fst q - mt)).
+    { rewrite Rmult_comm; apply Rmult_le_compat_r; [left; apply Rpower_pos | apply Hv; left; reflexivity]. }
+    assert (rsum (map (fun sv => Rpower 2 (fst sv - mt) * Rabs (snd sv)) xs)
+            <= V * rsum (map (fun x => Rpower 2 (fst x - mt)) xs))
+      by (apply IH; intros q' Hq'; apply Hv; right; exact Hq').
+    lra. }
+  assert (HNA : Rabs Nn <= Aa) by apply exact_pv_abs_ge.
+  (* the bounds of the two folds *)
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HE := tile_E_ge_1 K HK).
+  assert (HP : 1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra).
+  assert (Hm0t : m0 <= mt)
+    by (unfold mt, acc_m_run; apply (mrun_ge (R * R) fst tiles m0 Fm0); intros q Hq; apply (Hks q Hq)).
+  assert (HHl : 1 <= (H_l K B)) by (unfold H_l; nra).
+  assert (HRl : 0 <= (Ry_l B))
+    by (unfold Ry_l; apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]).
+  assert (HNp : 0 <= INR N) by apply pos_INR.
+  assert (Hc : 0 <= (1 + u) * ((1 + us) * ee + es))
+    by (apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos; lra | lra]]).
+  assert (HHa : 1 <= (H_acc K B)).
+  { unfold H_acc, tile_acc_H.
+    assert (1 <= (1 + u) * (1 + us)) by nra.
+    assert (1 <= (1 + u) * (1 + us) * tile_E K) by nra. nra. }
+  assert (HRa : 0 <= (Ry_acc V B)).
+  { unfold Ry_acc; pose proof (pos_INR B).
+    apply Rmult_le_pos; [lra |]; apply Rplus_le_le_0_compat; apply Rmult_le_pos; nra. }
+  assert (HNV : 0 <= INR N * V) by (apply Rmult_le_pos; lra).
+  pose proof (Gk_ge_1 (H_l K B) m0 HHl t mt Hm0t) as HGl.
+  pose proof (Gk_ge_1 (H_acc K B) m0 HHa t mt Hm0t) as HGa.
+  pose proof (Rk_nonneg K (H_l K B) (Ry_l B) (INR N) Tt HHl HRl HNp t) as HRkl.
+  pose proof (Rk_nonneg K (H_acc K B) (Ry_acc V B) (INR N * V) Tt HHa HRa HNV t) as HRka.
+  unfold inv in Cl, Ca.
+  apply final_division.
+  - lra.
+  - lra.
+  - lra.
+  - unfold out_bL; fold t mt in HbL |- *; unfold out_bL in HbL; split; [lra | lra].
+  - unfold out_bN; apply Rplus_le_le_0_compat; [lra |].
+    apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat, HV].
+  - unfold out_bL; fold t mt.
+    eapply Rle_trans; [exact Cl |].
+    assert (Rk K (H_l K B) (Ry_l B) (INR N) Tt t <= Rk K (H_l K B) (Ry_l B) (INR N) Tt t * L) by nra.
+    nra.
+  - unfold out_bN; fold t mt.
+    eapply Rle_trans; [exact Ca |].
+    set (Ra := Rk K (H_acc K B) (Ry_acc V B) (INR N * V) Tt t) in *.
+    set (Ga := Gk (H_acc K B) m0 t mt) in *.
+    assert ((Ga - 1) * Aa <= (Ga - 1) * (V * L)) by (apply Rmult_le_compat_l; lra).
+    assert (Ra <= Ra / V * V * L).
+    { replace (Ra / V * V) with Ra by (field; lra). nra. }
+    nra.
+Qed.
+
+End EndToEnd.
 
 End OnlineSoftmaxTile.
