@@ -40,7 +40,9 @@
       [|N| <= V L], [0 <= bL < 1] give
         |rnd_a (acc / l) - N / L| <= ((bN + bL) + u (1 + bN)) / (1 - bL) V + ea.
 
-    Assembled (NOT yet one Coq theorem; see "Left open"): with [K] a bound
+    Assembled here by hand; OnlineSoftmaxTile.v proves it as one theorem
+    ([online_softmax_output_error], its factors in closed form, not yet
+    evaluated there): with [K] a bound
     on the spread [m_t - s_j] of the row's visible base-2 scores (and
     [m_t - m_0 <= K]), tiles of [B] keys, [t = ceil (n / B)], the tile
     factors are [H_l = (1+ue) 2^(uK) (1+u)^(B-1)] (left-to-right tile
@@ -61,14 +63,11 @@
     bf16 (where StreamError's premise fails).  No bf16 measurement is
     quoted in the issue, so the 1000x criterion is not checked here.
 
-    Left open: (1) the tile lemma: the kernel's tile values [tl.sum p]
-    and the blocked [P.V] coordinate satisfy [inv H_l] / [inv H_acc]
-    against [sum 2^(s_j - m')] / [sum 2^(s_j - m') v_j] (from
-    [exp2_diff_error] per key with BlockedSum.v / AttentionNumerator.v;
-    needs the spread premise [m' - s_j <= K], or an absolute term for
-    keys below it); (2) the fold of [rescale_step] over the kernel's
-    tiles with the absolute terms [R] in closed form, and its composition
-    with [final_division] into one theorem; (3) the rounding of the scores
+    Done in OnlineSoftmaxTile.v: (1) the tile lemma ([tile_l_inv],
+    [tile_acc_inv], with the spread premise [m' - s_j <= K]); (2) the fold
+    of [rescale_step] over the tiles ([run_inv], [l_fold_inv],
+    [acc_fold_inv]) and its composition with [final_division]
+    ([online_softmax_output_error]).  Left open: (3) the rounding of the scores
     (q.k on tensor cores, [* qk_scale]: taken as given fp32 numbers here,
     a separate stated gap), an FMA-fused [l * alpha + sum], the order
     inside one MMA, and the final store of [out] to the output dtype
