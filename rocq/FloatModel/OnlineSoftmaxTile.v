@@ -609,25 +609,25 @@ Variables B N Tt : nat.
 Definition H_acc : R := tile_acc_H K B.
 Definition Ry_acc : R := (1 + u) ^ (B - 1) * ((1 + u) * ((1 + us) * ee + es) * (INR B * V) + INR B * ea).
 
-Lemma exact_pv_resc : forall m m' svs, exact_pv m svs * Rpower 2 (m - m') = exact_pv m' svs.
+(** Rescaling a sum of key weights [2^(s - m) w] to a new max [m']: the step shared by
+    [exact_pv] and [exact_pv_abs]. *)
+Lemma weighted_resc : forall (T : Type) (key w : T -> R) m m' xs,
+  rsum (map (fun x => Rpower 2 (key x - m) * w x) xs) * Rpower 2 (m - m')
+  = rsum (map (fun x => Rpower 2 (key x - m') * w x) xs).
 Proof.
-  intros m m'; induction svs as [|sv svs IH]; unfold exact_pv in *; cbn [map].
+  intros T key w m m'; induction xs as [|x xs IH]; cbn [map].
   - unfold rsum; simpl; ring.
   - rewrite !rsum_cons, <- IH.
-    replace (Rpower 2 (fst sv - m')) with (Rpower 2 (fst sv - m) * Rpower 2 (m - m'))
+    replace (Rpower 2 (key x - m')) with (Rpower 2 (key x - m) * Rpower 2 (m - m'))
       by (rewrite <- Rpower_plus; f_equal; ring).
     ring.
 Qed.
 
+Lemma exact_pv_resc : forall m m' svs, exact_pv m svs * Rpower 2 (m - m') = exact_pv m' svs.
+Proof. intros; unfold exact_pv; apply (weighted_resc _ fst snd). Qed.
+
 Lemma exact_pv_abs_resc : forall m m' svs, exact_pv_abs m svs * Rpower 2 (m - m') = exact_pv_abs m' svs.
-Proof.
-  intros m m'; induction svs as [|sv svs IH]; unfold exact_pv_abs in *; cbn [map].
-  - unfold rsum; simpl; ring.
-  - rewrite !rsum_cons, <- IH.
-    replace (Rpower 2 (fst sv - m')) with (Rpower 2 (fst sv - m) * Rpower 2 (m - m'))
-      by (rewrite <- Rpower_plus; f_equal; ring).
-    ring.
-Qed.
+Proof. intros; unfold exact_pv_abs; apply (weighted_resc _ fst (fun sv => Rabs (snd sv))). Qed.
 
 Lemma exact_pv_abs_ge : forall m svs, Rabs (exact_pv m svs) <= exact_pv_abs m svs.
 Proof.
