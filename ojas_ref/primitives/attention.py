@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
-from ojas_ref.primitives.dispatch import require_kernel_device, requested_impl
+from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["attention", "attention_forward"]
@@ -443,20 +443,6 @@ def _accumulate_mask_grad(dmask4: Tensor, ds: Tensor, q0: int, q1: int, k0: int,
     dmask4[:, :, rows, cols] += ds
 
 
-def _refuse_double_backward() -> None:
-    """Raise in a backward pass run with create_graph=True (grad mode is on there).
-
-    Neither backward (the reference's below, the kernel's, which checks the same) is differentiable: their
-    gradients would go into the graph as constants and a second derivative through them
-    would silently miss terms. ``torch.autograd.function.once_differentiable`` is not
-    enough: it raises only when the incoming gradient requires grad, and the gradient of
-    ``out.sum()`` does not."""
-    if torch.is_grad_enabled():
-        raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
-                           "gradient penalty or gradgradcheck): its backward is not differentiable; use "
-                           "torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
-
-
 class _OnlineSoftmaxAttention(torch.autograd.Function):
     """Forward: the streamed recurrence; saves q, k, v, out and lse (not P).
     Backward: P recomputed from lse (Ojas.Attention.Lse, Ojas.Attention.BackwardCorrect).
@@ -474,7 +460,7 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        _refuse_double_backward()
+        refuse_double_backward("attention", "torch.nn.functional.scaled_dot_product_attention")
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
         with autocast_off(grad_out.device.type):  # backward may run under the caller's autocast

@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
-from ojas_ref.primitives.dispatch import require_kernel_device, requested_impl
+from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
@@ -504,9 +504,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
-            raise RuntimeError("linear_cross_entropy does not support double backward (create_graph=True): its "
-                               "backward is not differentiable")
+        refuse_double_backward("linear_cross_entropy", "torch.nn.functional.cross_entropy on the logits")
         with autocast_off(grad_output.device.type):
             input, weight, bias, kept_target, class_weight, kept, lse = ctx.saved_tensors
             reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target_shape = ctx.config

@@ -42,7 +42,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from ojas_ref.primitives.dispatch import require_kernel_device, requested_impl
+from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["RMSNorm", "rms_norm", "rms_norm_reference"]
@@ -79,10 +79,7 @@ class _FusedRMSNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
-        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
-            raise RuntimeError("rms_norm does not support double backward (create_graph=True through it, e.g. a "
-                               "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
-                               "use impl='reference' for higher-order gradients")
+        refuse_double_backward("rms_norm", "impl='reference'")
         from ojas_kernels.rms_norm import rms_norm_backward
 
         x, weight, rstd = ctx.saved_tensors

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ojas_ref.primitives.autocast import autocast_off
-from ojas_ref.primitives.dispatch import IMPLS, require_kernel_device, requested_impl
+from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["BACKWARD_THEOREM", "SwiGLU", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
@@ -115,10 +115,7 @@ class _SwiGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_h: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
-        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
-            raise RuntimeError("swiglu does not support double backward (create_graph=True through it, e.g. a "
-                               "gradient penalty or gradgradcheck): its backward is not differentiable; use "
-                               "torch.nn.functional.silu(gate) * up for higher-order gradients")
+        refuse_double_backward("swiglu", "torch.nn.functional.silu(gate) * up")
         a, b = ctx.saved_tensors
         with autocast_off(grad_h.device.type):
             if ctx.use_triton:
