@@ -626,11 +626,14 @@ def _dot_precision(dtype: torch.dtype, highest: str = "ieee") -> str:
 
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
              is_causal: bool, scale: float, window: int | None,
-             config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             config: AttentionConfig | None = None, seq_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
-    out = torch.empty((batch, heads, seq_q, ev), dtype=query.dtype, device=query.device)
+    if seq_major:  # [B, Hq, Sq, Ev] view of a contiguous [B, Sq, Hq, Ev]
+        out = torch.empty((batch, seq_q, heads, ev), dtype=query.dtype, device=query.device).transpose(1, 2)
+    else:
+        out = torch.empty((batch, heads, seq_q, ev), dtype=query.dtype, device=query.device)
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=query.device)
     if lse.numel() == 0:
         return out, lse
@@ -705,8 +708,8 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config):
-        out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config)
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config, seq_major):
+        out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major)
         ctx.save_for_backward(query, key, value, attn_mask, out, lse)
         ctx.args = (is_causal, scale, window, config)
         return out
@@ -720,7 +723,7 @@ class _FlashAttention(torch.autograd.Function):
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, window, config = ctx.args
         dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
@@ -740,8 +743,12 @@ def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
 def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
                     scale: float | None = None, window: int | None = None,
                     config: AttentionConfig | None = None, *,
-                    attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+                    attn_mask: torch.Tensor | None = None, seq_major: bool = False) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
+
+    ``seq_major``: the output ``[B, Hq, Sq, Ev]`` is a view of a contiguous ``[B, Sq, Hq, Ev]``
+    tensor (the kernel writes it through its strides), so that ``out.transpose(1, 2)``, the
+    layout Hugging Face's attention modules continue with, needs no copy.  Same values.
 
     Forward: ``attention_forward`` (OnlineSoftmax.v;
     Ojas.Attention.StreamCorrect.attention_forward_correct,
@@ -776,4 +783,5 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                          "detach it, or use ojas_ref.attention(..., impl='reference') for d(attn_mask)")
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    return _FlashAttention.apply(query, key, value, attn_mask, is_causal, float(scale), window, config)
+    return _FlashAttention.apply(query, key, value, attn_mask, is_causal, float(scale), window, config,
+                                 bool(seq_major))

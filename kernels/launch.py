@@ -55,9 +55,15 @@ def _hashable(values: Any) -> bool:
     return True
 
 
+def _hook_set(hook: Any) -> bool:
+    """Whether a launch hook is installed: Triton >= 3.4 keeps a ``HookChain`` there at all
+    times (its ``calls`` empty when none is), earlier versions None or a function."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def _hooks_active() -> bool:
     runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
-    return runtime is None or runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+    return runtime is None or _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
 
 
 class FastLaunch:

@@ -597,3 +597,25 @@ def test_ojas_ref_attention_sends_masks_to_the_kernel_gpu(monkeypatch):
     assert len(calls) == 2 and calls[0] is pad and calls[1] is additive
     assert rel_err(out_kernel, out_ref.to(F64)) <= TOL[torch.bfloat16][0]
     assert dmask.shape == additive.shape and torch.isfinite(dmask).all()
+
+
+@pytest.mark.parametrize("device", [
+    pytest.param("cpu", marks=cpu),
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
+])
+@pytest.mark.parametrize("masked", [False, True])
+def test_seq_major_output_is_the_same_attention(device, masked):
+    """``seq_major=True`` writes the output through the strides of a [B, S, H, E] buffer: the
+    same values and gradients, bit for bit (the same tiles in the same order), and
+    ``out.transpose(1, 2)`` is contiguous."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 37, 16, generator=g).to(device).requires_grad_() for _ in range(3))
+    mask = (torch.rand(2, 1, 37, 37, generator=g) > 0.3).to(device) if masked else None
+    outs, grads = [], []
+    for seq_major in (False, True):
+        out = flash_attention(q, k, v, is_causal=not masked, attn_mask=mask, seq_major=seq_major)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+    assert outs[1].transpose(1, 2).is_contiguous() and not outs[0].transpose(1, 2).is_contiguous()
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

@@ -66,3 +66,19 @@ def test_fast_launch_equals_triton_launch(repeat):
                 _axpy_kernel[grid](x, y, want, n, alpha, stride, BLOCK=block, SQUARE=square)
                 fast(_axpy_kernel)[grid](x, y, got, n, alpha, stride, BLOCK=block, SQUARE=square)
                 assert torch.equal(got, want) and not got.isnan().any()
+    if torch.cuda.is_available() and repeat > 1:  # the later calls took the cached path
+        assert len(fast(_axpy_kernel)._cache) >= 5
+
+
+def test_no_launch_hook_means_fast_path():
+    """Triton >= 3.4 keeps an empty ``HookChain`` in ``knobs.runtime.launch_enter_hook``: that
+    is no hook (the cached path is allowed); one with a call in it is."""
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not launch._hook_set(None) and not launch._hook_set(Chain([]))
+    assert launch._hook_set(Chain([print])) and launch._hook_set(print)
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and not launch._INTERPRETED:
+        assert not launch._hooks_active()

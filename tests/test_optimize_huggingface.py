@@ -518,3 +518,58 @@ def test_float32_kernels_through_the_model(monkeypatch):
         m(**data).loss.backward()
     for (name, p), q in zip(ref.named_parameters(), opt.parameters()):
         assert close(p.grad, q.grad, 1e-4), name
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+                    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels")
+@pytest.mark.parametrize("general", [None, "ATTENTION", "RMS_NORM", "SWIGLU"])
+def test_plain_calls_skip_the_general_path(monkeypatch, general):
+    """In the plain case (kernels chosen, one dtype and device, autocast off) the adapters call
+    the kernels without the primitives' general entry points (``attention``, ``rms_norm``,
+    ``swiglu``), and the attention output needs no copy; a primitive set to the reference
+    takes its general path.  Same gradients either way (the float32 test above)."""
+    for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU"):
+        monkeypatch.setenv(f"OJAS_{name}_IMPL", "reference" if name == general else "triton")
+    calls = {"ATTENTION": 0, "RMS_NORM": 0, "SWIGLU": 0}
+    for name, attr in (("ATTENTION", "attention"), ("RMS_NORM", "rms_norm"), ("SWIGLU", "swiglu")):
+        def counted(*args, _f=getattr(hf, attr), _name=name, **kwargs):
+            calls[_name] += 1
+            return _f(*args, **kwargs)
+        monkeypatch.setattr(hf, attr, counted)
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    model, _ = optimize_model(build("llama").float().to(device))
+    calls.update(dict.fromkeys(calls, 0))  # the swap's probes run the reference
+    model.train()
+    data = {k: v.to(device) for k, v in batch(2, padding=True).items()}
+    model(**data).loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert {k for k, n in calls.items() if n} == ({general} if general else set())
+    q = torch.randn(2, 4, 8, 16, device=device)
+    out, _ = hf.ojas_attention_forward(model.model.layers[0].self_attn, q, q, q, None)
+    assert out.shape == (2, 8, 4, 16) and out.is_contiguous()
+    assert (out._base is not None) == (general != "ATTENTION")  # the kernel's buffer itself: no copy
+
+
+def test_plain_kernel_call_is_the_plain_case_only(monkeypatch):
+    from ojas_ref.primitives.dispatch import plain_kernel_call
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    env = "OJAS_TEST_IMPL"
+    x = torch.zeros(2, 3)
+    monkeypatch.setenv(env, "triton")
+    assert plain_kernel_call(env, x, x)
+    assert not plain_kernel_call(env, x, x.double()) and not plain_kernel_call(env, x.double())
+    assert not plain_kernel_call(env, x, x.bfloat16())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # CPU autocast: the check reads CUDA's state
+        assert plain_kernel_call(env, x)
+    monkeypatch.setenv(env, "auto")  # auto runs the kernel on CUDA only
+    assert plain_kernel_call(env, x) == (x.device.type == "cuda")
+    monkeypatch.setenv(env, "reference")
+    assert not plain_kernel_call(env, x)
+    monkeypatch.setenv(env, "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not plain_kernel_call(env, x)
+    if torch.cuda.is_available():
+        y = torch.zeros(2, 3, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert not plain_kernel_call(env, y) and plain_kernel_call(env, y.bfloat16())

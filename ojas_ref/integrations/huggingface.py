@@ -37,10 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ojas_ref.primitives.attention import attention
+from ojas_ref.primitives.attention import IMPL_ENV as ATTENTION_IMPL_ENV, attention
+from ojas_ref.primitives.dispatch import plain_kernel_call
 from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
-from ojas_ref.primitives.rms_norm import rms_norm, rms_norm_reference
-from ojas_ref.primitives.swiglu import swiglu
+from ojas_ref.primitives.rms_norm import IMPL_ENV as RMS_NORM_IMPL_ENV, fused_rms_norm, rms_norm, rms_norm_reference
+from ojas_ref.primitives.swiglu import IMPL_ENV as SWIGLU_IMPL_ENV, fused_swiglu, swiglu
 
 __all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
            "is_gated_mlp", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class", "register",
@@ -147,6 +148,15 @@ def ojas_attention_forward(
                 causal, window = True, sliding_window
             else:
                 causal = _within_causal(attention_mask, None)
+    if (plain_kernel_call(ATTENTION_IMPL_ENV, query, key, value)
+            and (attention_mask is None or not attention_mask.requires_grad)):
+        # what ``attention`` would run: the kernel wrapper checks the shapes and the mask, and
+        # writes the output in the [B, S, H, E] layout returned (no copy)
+        from ojas_kernels.attention import flash_attention
+
+        out = flash_attention(query, key, value, is_causal=causal, scale=scaling, window=window,
+                              attn_mask=attention_mask, seq_major=True)
+        return out.transpose(1, 2), None
     out = attention(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,
                     enable_gqa=query.shape[1] != key.shape[1], window=window)
     return out.transpose(1, 2).contiguous(), None
@@ -367,12 +377,18 @@ class _OjasRMSNorm:
         1 + w Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp, for the kernel's backward).
         float64 inputs are rounded to float32 first, as Hugging Face's ``.to(torch.float32)``."""
         x, weight = hidden_states, self.weight
+        eps = getattr(self, self._ojas_eps_attr)
+        if (plain_kernel_call(RMS_NORM_IMPL_ENV, x, weight) and weight.dim() == 1
+                and 0 < x.shape[-1] == weight.shape[0] and type(eps) is float and eps >= 0):
+            from ojas_kernels.rms_norm import MAX_HIDDEN
+
+            if x.shape[-1] <= MAX_HIDDEN:  # what rms_norm would run (cast and offset checked at the swap)
+                return fused_rms_norm(x, weight, eps, self._ojas_offset, self._ojas_cast == "after_weight")
         if x.dtype == torch.float64:
             x = x.to(torch.float32)
             if self._ojas_cast == "before_weight":  # the product stays float64, as Hugging Face's
                 weight = weight.to(torch.float64)
-        y = rms_norm(x, weight.shape, weight, getattr(self, self._ojas_eps_attr), offset=self._ojas_offset,
-                     cast=self._ojas_cast)
+        y = rms_norm(x, weight.shape, weight, eps, offset=self._ojas_offset, cast=self._ojas_cast)
         return y.to(hidden_states.dtype) if self._ojas_cast == "after_weight" else y
 
 
@@ -461,8 +477,11 @@ def swiglu_unsupported_reason(module: nn.Module) -> Optional[str]:
 
 def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, impl: Optional[str] = None) -> Tensor:
     if form == "separate":
-        return module.down_proj(swiglu(module.gate_proj(x), module.up_proj(x), impl=impl))
-    gate, up = module.gate_up_proj(x).chunk(2, dim=-1)
+        gate, up = module.gate_proj(x), module.up_proj(x)
+    else:
+        gate, up = module.gate_up_proj(x).chunk(2, dim=-1)
+    if impl is None and plain_kernel_call(SWIGLU_IMPL_ENV, gate, up) and gate.shape == up.shape:
+        return module.down_proj(fused_swiglu(gate, up))  # what swiglu would run
     return module.down_proj(swiglu(gate, up, impl=impl))
 
 

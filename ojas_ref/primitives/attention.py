@@ -58,7 +58,7 @@ _BLOCK_Q = 32
 _BLOCK_K = 16
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_IMPL_ENV = "OJAS_ATTENTION_IMPL"
+IMPL_ENV = "OJAS_ATTENTION_IMPL"
 
 
 # --------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def _as_4d(query: Tensor, key: Tensor, value: Tensor,
 
 def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, _IMPL_ENV)
+    impl = requested_impl(impl, IMPL_ENV)
     if impl == "reference":
         return False
     # The kernel computes no gradient for the mask.

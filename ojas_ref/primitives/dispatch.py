@@ -14,9 +14,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["IMPLS", "refuse_double_backward", "requested_impl", "require_kernel_device"]
+__all__ = ["IMPLS", "KERNEL_DTYPES", "plain_kernel_call", "refuse_double_backward", "requested_impl",
+           "require_kernel_device"]
 
 IMPLS = ("auto", "reference", "triton")
+#: the dtypes every Triton kernel of the project takes
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def requested_impl(impl: Optional[str], env: str) -> str:
@@ -26,6 +29,27 @@ def requested_impl(impl: Optional[str], env: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS} (or set {env}), got {impl!r}")
     return impl
+
+
+def plain_kernel_call(env: str, first: Tensor, *others: Tensor) -> bool:
+    """Whether a call with ``impl=None`` on these tensors is the plain case, in which the
+    primitive's general path would run its kernel on them unchanged: ``env`` unset or "auto" or
+    "triton", the tensors on one CUDA device (or the CPU under TRITON_INTERPRET=1 with
+    "triton") in one of :data:`KERNEL_DTYPES`, no torch.func
+    transform, autocast off or at their dtype (nothing to cast).  The integration adapters then
+    skip the general path's argument checks, which the kernel wrappers' own checks and the
+    adapter's fixed layout make redundant; anything else takes the general path.  (The host
+    time of those checks is what a host-bound step of a small model spends: benchmarks/RESULTS.md.)"""
+    impl = os.environ.get(env, "auto")
+    if impl not in ("auto", "triton"):
+        return False
+    dtype, device = first.dtype, first.device
+    on_device = device.type == "cuda" or (impl == "triton" and os.environ.get("TRITON_INTERPRET") == "1")
+    if not on_device or dtype not in KERNEL_DTYPES or any(t.dtype != dtype or t.device != device for t in others):
+        return False
+    if torch._C._functorch.maybe_current_level() is not None:
+        return False
+    return not torch.is_autocast_enabled("cuda") or torch.get_autocast_dtype("cuda") == dtype
 
 
 def require_kernel_device(t: Tensor) -> None:

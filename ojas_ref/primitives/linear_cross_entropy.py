@@ -73,7 +73,7 @@ _VOCAB_CHUNK = 4096
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TARGET_DTYPES = (torch.int64, torch.int32)
 _REDUCTIONS = ("none", "mean", "sum")
-_IMPL_ENV = "OJAS_LINEAR_CROSS_ENTROPY_IMPL"
+IMPL_ENV = "OJAS_LINEAR_CROSS_ENTROPY_IMPL"
 
 ChunkSize = Union[int, tuple[int, int], None]
 
@@ -199,7 +199,7 @@ def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]
     """Whether to run the Triton kernel (True) or the reference (False). ``unsupported``
     names what the call has that the kernel lacks (class weights, probability targets),
     or is None: "auto" runs the reference for it, "triton" raises NotImplementedError."""
-    impl = requested_impl(impl, _IMPL_ENV)
+    impl = requested_impl(impl, IMPL_ENV)
     if impl == "reference":
         return False
     if impl == "auto":  # float16: see linear_cross_entropy's docstring (loss scaling)

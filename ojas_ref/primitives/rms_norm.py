@@ -45,13 +45,13 @@ from torch import Tensor, nn
 from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
-__all__ = ["RMSNorm", "rms_norm", "rms_norm_reference"]
+__all__ = ["RMSNorm", "fused_rms_norm", "rms_norm", "rms_norm_reference"]
 
 BACKWARD_THEOREMS = ("Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
                      "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp")
 CASTS = ("before_weight", "after_weight")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_IMPL_ENV = "OJAS_RMS_NORM_IMPL"
+IMPL_ENV = "OJAS_RMS_NORM_IMPL"
 
 
 def rms_norm_reference(input: Tensor, weight: Tensor, eps: float, dims: tuple[int, ...] = (-1,),
@@ -132,7 +132,7 @@ def _check(input: object, shape: tuple[int, ...], weight: object, offset: float,
 
 def _use_kernel(impl: Optional[str], input: Tensor, weight: Tensor, n: int) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, _IMPL_ENV)
+    impl = requested_impl(impl, IMPL_ENV)
     if impl == "reference":
         return False
     from ojas_kernels.rms_norm import MAX_HIDDEN
@@ -177,8 +177,18 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     if not _use_kernel(impl, input, weight, n):
         return rms_norm_reference(input, weight, eps, tuple(range(-len(shape), 0)), offset, cast)
     rows = math.prod(input.shape[:input.dim() - len(shape)])
-    y = _FusedRMSNorm.apply(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight")
-    return y.reshape(input.shape)
+    return fused_rms_norm(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight"
+                          ).reshape(input.shape)
+
+
+def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> Tensor:
+    """The kernel's RMSNorm of ``input [..., n]`` over its last dimension, for arguments
+    :func:`rms_norm` has checked, or that the caller knows to be right (a 1-D ``weight [n]`` of
+    the input's dtype and device, ``0 < n <= MAX_HIDDEN``, a float ``eps >= 0``, and
+    ``after_weight`` for an ``offset`` other than 0).  Theorems as :func:`rms_norm`'s."""
+    n = weight.shape[0]
+    rows = input.numel() // n if n else math.prod(input.shape[:-1])
+    return _FusedRMSNorm.apply(input.reshape(rows, n), weight, eps, offset, after_weight).reshape(input.shape)
 
 
 class RMSNorm(nn.Module):

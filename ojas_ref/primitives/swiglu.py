@@ -40,14 +40,14 @@ from ojas_ref.primitives.autocast import autocast_off
 from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
-__all__ = ["BACKWARD_THEOREM", "SwiGLU", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
+__all__ = ["BACKWARD_THEOREM", "SwiGLU", "fused_swiglu", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
 
 #: The theorem of the backward from the saved gate and up (cited by optimize_model's report).
 BACKWARD_THEOREM = "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp"
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_IMPL_ENV = "OJAS_SWIGLU_IMPL"
+IMPL_ENV = "OJAS_SWIGLU_IMPL"
 
 
 def swiglu_forward_reference(a: Tensor, b: Tensor) -> Tensor:
@@ -85,7 +85,7 @@ def _check_inputs(gate: object, up: object) -> None:
 
 def _resolve_impl(impl: Optional[str], gate: Tensor) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, _IMPL_ENV)
+    impl = requested_impl(impl, IMPL_ENV)
     if impl == "reference":
         return False
     if impl == "auto":
@@ -147,6 +147,13 @@ def swiglu(gate: Tensor, up: Tensor, *, impl: Optional[str] = None) -> Tensor:
     use_triton = _resolve_impl(impl, gate)
     with autocast_off(gate.device.type):
         return _SwiGLUFunction.apply(gate, up, use_triton)
+
+
+def fused_swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """The kernel's :func:`swiglu`, for arguments known to be right (one shape, one kernel dtype,
+    one device, autocast off or at their dtype: ``dispatch.plain_kernel_call``). Theorem as
+    :func:`swiglu`'s."""
+    return _SwiGLUFunction.apply(gate, up, True)
 
 
 class SwiGLU(nn.Module):

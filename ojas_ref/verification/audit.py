@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from ojas_ref.primitives.linear_cross_entropy import _IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.primitives.linear_cross_entropy import IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
 from ojas_ref.verification import proof_audit as pa
 
 CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
