@@ -22,7 +22,7 @@ argument that is a tensor, a parameter left to its default, a first call.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import triton
@@ -33,6 +33,7 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", 
 _VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2] if p.isdigit())
 _SUPPORTED = _VERSION >= (3, 3) and not _INTERPRETED
 _INT32 = range(-2**31, 2**31)
+_EXACT_SIZE = 4096
 
 
 def _spec(x: Any) -> Any:
@@ -67,37 +68,67 @@ def _hooks_active() -> bool:
 
 
 class FastLaunch:
-    """``FastLaunch(kernel)[grid](*args, **kwargs)`` launches as ``kernel[grid](*args, **kwargs)`` does."""
+    """``FastLaunch(kernel)[grid](*args, **kwargs)`` launches as ``kernel[grid](*args, **kwargs)`` does.
+
+    Two caches: ``_cache`` maps the specialization key of :func:`_spec` to the compiled kernel;
+    ``_exact`` maps a cheaper key, made in one pass over the arguments, to the same entry: ints
+    and keyword values as they are (finer than the specialization, so never a wrong kernel),
+    floats as "a float", tensors as (dtype, 16-byte aligned).  It holds at most
+    ``_EXACT_SIZE`` keys (cleared when full: ints such as chunk offsets vary)."""
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self._arg_names = list(getattr(kernel, "arg_names", ()))
         self._cache: dict[tuple, tuple[Any, list[str]]] = {}
+        self._exact: dict[tuple, tuple[Any, list[str]]] = {}
 
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
 
     def _launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any]) -> None:
-        constants = tuple((k, _spec(v) if isinstance(v, float) else v) for k, v in kwargs.items())
-        if (not _SUPPORTED or _hooks_active() or any(isinstance(v, torch.Tensor) for v in kwargs.values())
-                or not _hashable(constants)):
+        if not _SUPPORTED or _hooks_active():
             self.kernel[grid](*args, **kwargs)
             return
         device = torch.cuda.current_device()
-        key = (device, tuple(map(_spec, args)), constants)
-        hit = self._cache.get(key)
-        if hit is None:
-            compiled = self.kernel[grid](*args, **kwargs)
-            tail_names = self._arg_names[len(args):]
-            if (self._arg_names and all(name in kwargs for name in tail_names)
-                    and all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))):
-                self._cache[key] = (compiled, tail_names)
+        exact = (device, tuple([a if type(a) is int else "f" if type(a) is float else
+                                (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (type(a), a)
+                                for a in args]), tuple(kwargs.items()))
+        try:
+            hit = self._exact.get(exact)
+        except TypeError:  # an unhashable argument: Triton's own path
+            self.kernel[grid](*args, **kwargs)
             return
+        if hit is None:
+            hit = self._specialization(grid, args, kwargs, device)
+            if hit is None:
+                return
+            if len(self._exact) >= _EXACT_SIZE:
+                self._exact.clear()
+            self._exact[exact] = hit
         compiled, tail_names = hit
         tail = [kwargs[name] for name in tail_names]
         grid0, grid1, grid2 = (tuple(grid) + (1, 1))[:3]
         compiled.run(grid0, grid1, grid2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
                      compiled.packed_metadata, None, None, None, *args, *tail)
+
+    def _specialization(self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any],
+                        device: int) -> Optional[tuple[Any, list[str]]]:
+        """The cached compiled kernel of these arguments' specialization, or None after launching
+        through Triton (a first call, a tensor keyword argument, a parameter left to its default)."""
+        constants = tuple((k, _spec(v) if isinstance(v, float) else v) for k, v in kwargs.items())
+        if any(isinstance(v, torch.Tensor) for v in kwargs.values()) or not _hashable(constants):
+            self.kernel[grid](*args, **kwargs)
+            return None
+        key = (device, tuple(map(_spec, args)), constants)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        compiled = self.kernel[grid](*args, **kwargs)
+        tail_names = self._arg_names[len(args):]
+        if (self._arg_names and all(name in kwargs for name in tail_names)
+                and all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))):
+            self._cache[key] = (compiled, tail_names)
+        return None
 
 
 _LAUNCHERS: dict[int, FastLaunch] = {}

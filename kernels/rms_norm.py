@@ -1,4 +1,4 @@
-"""Fused RMSNorm in Triton: one kernel forward, one kernel backward plus a float32 sum for dW.
+"""Fused RMSNorm in Triton: one kernel forward, two kernels backward (dx with partial dW sums, then dW).
 
 Rows of ``x [rows, n]`` are normalised over their ``n`` entries in the compute dtype
 ``c`` (float32, float64 for float64 inputs): ``r = 1 / sqrt(mean(x^2) + eps)``, saved
@@ -15,7 +15,7 @@ Backward, from the saved ``x`` and ``r`` alone, with ``g = (offset + w) dy`` in 
 ``dx_j = r g_j - (r^3 / n) x_j sum_i g_i x_i`` and ``dw_i = sum over rows of dy_i n_i``
 (``n_i`` the value the forward multiplied by the weight: ``(x r).to(x.dtype)`` or ``x r``),
 each program summing its rows in registers, the per-program partial sums added in ``c``
-afterwards. That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
+afterwards (``_dw_kernel``, in program order, rounded once to the weight's dtype). That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
 reals, for ``eps > 0``: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0) and
 Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (weight ``1 + w``). The cast of the
 normalised value to the input dtype is treated as the identity (as torch's autograd
@@ -107,6 +107,20 @@ def _bwd_kernel(DY, X, W, RSTD, DX, DW_PART, n_rows, n, stride_dy, stride_x, str
     tl.store(DW_PART + pid.to(tl.int64) * n + cols, dw, mask=col_ok)
 
 
+@triton.jit
+def _dw_kernel(DW_PART, DW, n_parts, n, BLOCK: tl.constexpr, COMPUTE: tl.constexpr):
+    """dW = the column sums of the programs' partial rows (in ``c``, in row order), in W's dtype."""
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < n
+    acc = tl.zeros([BLOCK], dtype=COMPUTE)
+    for row in range(0, n_parts):
+        acc += tl.load(DW_PART + row * n + cols, mask=ok, other=0.0)
+    tl.store(DW + cols, acc.to(DW.dtype.element_ty), mask=ok)
+
+
+_DW_BLOCK = 256
+
+
 def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
     if x.dim() != 2 or weight.dim() != 1 or weight.shape[0] != x.shape[1]:
         raise ValueError(f"expected x [rows, n] and weight [n], got {tuple(x.shape)} and {tuple(weight.shape)}")
@@ -170,8 +184,11 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     block_m, block_n, warps = _blocks(n)
     programs = _programs(x.device, cdiv(rows, block_m))
     partial = torch.empty((programs, n), dtype=compute, device=x.device)
+    tl_compute = _TL_DTYPES[compute]
     fast(_bwd_kernel)[(programs,)](
         grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), dx.stride(0), float(offset),
-        BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
+        BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=tl_compute,
         num_warps=warps)
-    return dx, partial.sum(0).to(weight.dtype)
+    dw = torch.empty(n, dtype=weight.dtype, device=x.device)
+    fast(_dw_kernel)[(cdiv(n, _DW_BLOCK),)](partial, dw, programs, n, BLOCK=_DW_BLOCK, COMPUTE=tl_compute)
+    return dx, dw

@@ -373,6 +373,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._updated: set[int] = set()
         # whether the current backward pass takes the plain path of _hook (set at its first hook)
         self._plain_pass = False
+        # (group, index, parameter) of the parameters in param_groups without a hook, and the
+        # group sizes they were found at (_check_unhooked)
+        self._unhooked: list[tuple[int, int, Tensor]] = []
+        self._group_sizes: Optional[list[int]] = None
         # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
@@ -700,8 +704,12 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _check_unhooked(self) -> None:
         """Raise if a parameter of param_groups without a hook (frozen at construction, unfrozen
         since) has a gradient: it would never be updated while its ``.grad`` grows."""
-        unhooked = [(i, j) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])
-                    if p not in self._group_of and p.grad is not None]
+        sizes = [len(g["params"]) for g in self.param_groups]
+        if sizes != self._group_sizes:  # param_groups edited in place: find the unhooked ones again
+            self._unhooked = [(i, j, p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])
+                              if p not in self._group_of]
+            self._group_sizes = sizes
+        unhooked = [(i, j) for i, j, p in self._unhooked if p.grad is not None]
         if unhooked:
             raise RuntimeError(
                 f"parameter(s) {unhooked} ((group, index) in param_groups) have a gradient but no hook: they did "
