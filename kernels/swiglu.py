@@ -43,8 +43,6 @@ Layout: any shape, flattened into contiguous 1-D blocks of ``block_size`` elemen
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -52,12 +50,12 @@ from triton.language.extra import libdevice
 
 from .host import cdiv
 from .launch import fast
+from .rounding import _INTERPRETED, _round
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "swiglu_forward", "swiglu_backward"]
 
 DEFAULT_BLOCK_SIZE = 1024  # elements per program; untuned
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes"))
 
 
 @triton.jit
@@ -67,22 +65,6 @@ def _exp(x):
         return tl.exp(x)
     else:
         return libdevice.exp(x)
-
-
-@triton.jit
-def _round(x, dtype: tl.constexpr):
-    """The float32 ``x`` rounded to nearest-even in ``dtype``, returned as float32."""
-    if dtype == tl.float32:
-        return x
-    elif dtype == tl.bfloat16:
-        if _INTERPRETED:
-            bits = x.to(tl.uint32, bitcast=True)
-            rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-            return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
-        else:
-            return x.to(tl.bfloat16).to(tl.float32)
-    else:
-        return x.to(dtype).to(tl.float32)
 
 
 @triton.jit

@@ -1,0 +1,177 @@
+"""Rotary position embedding (RoPE), value-equal to Hugging Face's Llama ``apply_rotary_pos_emb``.
+
+Hugging Face (``transformers.models.llama.modeling_llama``) rotates queries and keys with
+
+    rotate_half(x) = cat(-x[..., E/2:], x[..., :E/2])
+    q_embed = q * cos + rotate_half(q) * sin,   k_embed = k * cos + rotate_half(k) * sin
+
+(``cos``/``sin`` ``[B or 1, S, E]`` unsqueezed at ``unsqueeze_dim``), five elementwise kernels
+and a ``cat`` per tensor each way.  :func:`apply_rotary_pos_emb` gives the same values, forward
+and gradients (``torch.equal``), from one Triton launch each way for ``q`` and ``k`` together
+(``ojas_kernels.rope``); autograd keeps only ``cos`` and ``sin``.
+
+Theorem (over the reals): ``Ojas.RoPE.Backward.rope_backward_eq_vjp``: with ``a = g cos`` and
+``u = g sin``, ``dx[i] = a[i] + u[i + E/2]`` for ``i < E/2`` and ``a[i] - u[i - E/2]`` otherwise
+is the vector-Jacobian product of the formula (being proved in rocq/RoPE/Backward.v).  No
+theorem covers the rounding: the kernel rounds where torch's op-by-op evaluation of the formula
+and its autograd round (every operation in float32, each result rounded to the input dtype:
+``rnd(rnd(x c) + rnd(rh s))`` forward, ``rnd(rnd(g c) ± rnd(g s))`` backward; kernel module
+docstring), tested bit for bit against transformers' own function (tests/test_rope.py).  Only the
+sign of a zero gradient may differ (autograd adds zero padding; ``torch.equal`` treats
+-0.0 == 0.0).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.primitives.transforms import refuse_function_transforms
+
+__all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rotary", "rotary_reference", "rotate_half"]
+
+#: The theorem of the backward (cited by optimize_model's report).
+BACKWARD_THEOREM = "Ojas.RoPE.Backward.rope_backward_eq_vjp"
+IMPL_ENV = "OJAS_ROPE_IMPL"
+
+_SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# unsqueeze_dim of a 3-D cos against 4-D q/k -> whether the heads are dim 1 ([B, H, S, E]; else [B, S, H, E])
+_HEADS_FIRST = {1: True, -3: True, 2: False, -2: False}
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """Hugging Face's ``rotate_half``: ``cat(-x[..., E/2:], x[..., :E/2])``."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotary_reference(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
+    """Hugging Face's Llama ``apply_rotary_pos_emb``, operation for operation."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+class _RoPEFunction(torch.autograd.Function):
+    """The kernel both ways for 4-D ``q``/``k`` ``[B, H, S, E]`` and ``cos``/``sin`` ``[B or 1, S, E]``
+    not requiring grad; saves only ``cos`` and ``sin`` (Ojas.RoPE.Backward.rope_backward_eq_vjp)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        from ojas_kernels.rope import rope_forward
+
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(cos, sin)
+        return rope_forward(q, k, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad_q: Optional[Tensor], grad_k: Optional[Tensor]):
+        refuse_double_backward("apply_rotary_pos_emb", "rotary_reference (impl='reference')")
+        from ojas_kernels.rope import rope_backward
+
+        cos, sin = ctx.saved_tensors
+        need_q, need_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dq, dk = rope_backward(grad_q if need_q else None, grad_k if need_k else None, cos, sin)
+        return dq, dk, None, None
+
+
+def _check_inputs(q: object, k: object, cos: object, sin: object, unsqueeze_dim: object) -> None:
+    """Raise on bad input; the message names the argument."""
+    named = (("q", q), ("k", k), ("cos", cos), ("sin", sin))
+    for name, x in named:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__qualname__}")
+        if x.dtype not in _SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32, float64")
+        if x.dim() == 0:
+            raise ValueError(f"{name} must have at least one dimension (the head size), got a 0-d tensor")
+    if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
+        raise TypeError(f"unsqueeze_dim must be an int, got {type(unsqueeze_dim).__qualname__}")
+    for name, x in named[1:]:
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {x.dtype} but q has dtype {q.dtype}; q, k, cos and sin must share "
+                            "one dtype (cast cos/sin to q's dtype, as Hugging Face's rotary embedding does)")
+        if x.device != q.device:
+            raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
+    E = q.shape[-1]
+    if E % 2:
+        raise ValueError(f"q's head size (last dimension) must be even, got {E}")
+    for name, x in named[1:]:
+        if x.shape[-1] != E:
+            raise ValueError(f"{name}'s last dimension ({x.shape[-1]}) must be q's head size {E}")
+    if sin.shape != cos.shape:
+        raise ValueError(f"sin {tuple(sin.shape)} must have cos's shape {tuple(cos.shape)}")
+    if q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and unsqueeze_dim in _HEADS_FIRST:
+        seq = 2 if _HEADS_FIRST[unsqueeze_dim] else 1
+        B, S = q.shape[0], q.shape[seq]
+        if k.shape[0] != B:
+            raise ValueError(f"k's batch ({k.shape[0]}) must be q's ({B}); k {tuple(k.shape)}, q {tuple(q.shape)}")
+        if k.shape[seq] != S:
+            raise ValueError(f"k's positions (dim {seq}: {k.shape[seq]}) must be q's ({S})")
+        if cos.shape[1] != S:
+            raise ValueError(f"cos {tuple(cos.shape)} must have q's {S} positions in dim 1")
+        if cos.shape[0] not in (1, B):
+            raise ValueError(f"cos's batch ({cos.shape[0]}) must be 1 or q's batch {B}")
+
+
+def _use_kernel(impl: Optional[str], q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False)."""
+    impl = requested_impl(impl, IMPL_ENV)
+    if impl == "reference" or cos.requires_grad or sin.requires_grad:
+        return False
+    plain = q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and unsqueeze_dim in _HEADS_FIRST
+    if impl == "auto":
+        return (plain and q.is_cuda and q.dtype in _KERNEL_DTYPES
+                and torch._C._functorch.maybe_current_level() is None)
+    if q.dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"impl='triton' supports float16, bfloat16 and float32, got {q.dtype}; "
+                        "use impl='reference' for float64")
+    if not plain:
+        raise ValueError(f"impl='triton' needs 4-D q and k and 3-D cos/sin [B or 1, S, E] with unsqueeze_dim "
+                         f"1 or 2, got q {tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, "
+                         f"unsqueeze_dim={unsqueeze_dim}; use impl='reference'")
+    require_kernel_device(q)
+    refuse_function_transforms("apply_rotary_pos_emb")
+    return True
+
+
+def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1, *,
+                         impl: Optional[str] = None) -> tuple[Tensor, Tensor]:
+    """Hugging Face's Llama ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)``: the same values,
+    forward and gradients (``torch.equal``; module docstring).
+
+    ``q`` ``[B, Hq, S, E]`` and ``k`` ``[B, Hkv, S, E]`` (``Hkv`` may differ: grouped-query
+    attention; any strides, e.g. ``q_proj(x).view(B, S, H, E).transpose(1, 2)``), ``cos``/``sin``
+    ``[B or 1, S, E]``; with ``unsqueeze_dim=2``, ``q``/``k`` are ``[B, S, H, E]``.  One dtype for
+    all four (float16, bfloat16, float32, float64; not promoted), one device, ``E`` even.  The
+    backward is the VJP of the formula over the reals (Ojas.RoPE.Backward.rope_backward_eq_vjp); no
+    theorem covers the rounding (it is torch's, op by op).
+
+    ``impl``: "triton" runs ``ojas_kernels.rope`` (CUDA tensors, or CPU ones under
+    TRITON_INTERPRET=1; not float64), "reference" :func:`rotary_reference` (Hugging Face's
+    operations), "auto" the kernel for 4-D CUDA ``q``/``k`` of a kernel dtype with 3-D
+    ``cos``/``sin`` and ``unsqueeze_dim`` 1 or 2 (outside torch.func transforms), the reference
+    otherwise; ``None`` reads OJAS_ROPE_IMPL, default "auto".  When ``cos`` or ``sin`` requires
+    grad the reference runs (the kernel gives no gradient for them).  The kernel's gradients are
+    first-order only: a backward with ``create_graph=True`` through it raises RuntimeError.
+    """
+    _check_inputs(q, k, cos, sin, unsqueeze_dim)
+    if not _use_kernel(impl, q, k, cos, sin, unsqueeze_dim):
+        return rotary_reference(q, k, cos, sin, unsqueeze_dim)
+    if _HEADS_FIRST[unsqueeze_dim]:
+        return _RoPEFunction.apply(q, k, cos, sin)
+    q_out, k_out = _RoPEFunction.apply(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+    return q_out.transpose(1, 2), k_out.transpose(1, 2)
+
+
+def fused_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """The kernel's :func:`apply_rotary_pos_emb` with ``unsqueeze_dim=1``, for arguments known to be
+    plain (4-D ``q``/``k`` ``[B, H, S, E]`` and ``cos``/``sin`` ``[B or 1, S, E]`` of one kernel dtype
+    and device, ``E`` even, ``cos``/``sin`` not requiring grad: ``dispatch.plain_kernel_call``).
+    Theorem as :func:`apply_rotary_pos_emb`'s."""
+    return _RoPEFunction.apply(q, k, cos, sin)
