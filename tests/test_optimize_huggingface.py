@@ -162,7 +162,8 @@ def test_family_trains_like_unpatched(family, padding):
     ref = build(family)
     opt, report = optimize_model(copy.deepcopy(ref))
     assert [c.module for c in report.changed][-1].endswith("lm_head"), str(report)
-    assert all("GeGLU has a theorem" in s.reason for s in report.left_alone), str(report)
+    assert all("GeGLU has a theorem" in s.reason or (family == "phi3" and "rotary" in s.reason)
+               for s in report.left_alone), str(report)
     assert_norms_swapped(opt, report)
     assert_mlps_swapped(opt, report)
     steps = [[batch(seed, padding=padding)] for seed in range(3)]
@@ -573,3 +574,61 @@ def test_plain_kernel_call_is_the_plain_case_only(monkeypatch):
         y = torch.zeros(2, 3, device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
             assert not plain_kernel_call(env, y) and plain_kernel_call(env, y.bfloat16())
+
+
+def test_rope_replaced_reported_and_reverted():
+    """optimize_model replaces Llama's apply_rotary_pos_emb (process-wide, counted per model), reports
+    it with its theorem, and revert_model of the last optimized model puts Hugging Face's back;
+    rope=False leaves it alone; a family without a rotary embedding (GPT-2) reports nothing."""
+    import transformers.models.llama.modeling_llama as llama
+
+    module = "transformers.models.llama.modeling_llama"
+    original = getattr(llama.apply_rotary_pos_emb, "_ojas_original", llama.apply_rotary_pos_emb)
+    users = hf._ROTARY_PATCHED.get(module, (None, 0))[1]  # models of earlier tests, never reverted
+    a, report = optimize_model(build("llama"))
+    b, _ = optimize_model(build("llama", seed=1))
+    name = f"{module}.apply_rotary_pos_emb"
+    change = next(c for c in report.changed if c.module == name)
+    assert change.theorems == ("Ojas.RoPE.Backward.rope_backward_eq_vjp",)
+    assert llama.apply_rotary_pos_emb is not original and llama.apply_rotary_pos_emb._ojas_original is original
+    assert hf._ROTARY_PATCHED[module][1] == users + 2
+    revert_model(a)
+    assert llama.apply_rotary_pos_emb is not original  # b still uses it
+    revert_model(b)
+    assert (llama.apply_rotary_pos_emb is original) == (users == 0)
+    c, report = optimize_model(build("llama"), rope=False)
+    assert any(s.module == name and s.reason == "rope=False" for s in report.left_alone)
+    assert hf._ROTARY_PATCHED.get(module, (None, 0))[1] == users
+    revert_model(c)
+    _, report = optimize_model(build("gpt2"))
+    assert not any("rotary" in x.module for x in report.changed + report.left_alone)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+                    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
+    """The replacement, kernel path and fallback (unsqueeze_dim=2, cos requiring grad), against
+    Hugging Face's function: outputs and gradients equal (torch.equal)."""
+    import transformers.models.llama.modeling_llama as llama
+
+    monkeypatch.setenv("OJAS_ROPE_IMPL", "triton")
+    original = getattr(llama.apply_rotary_pos_emb, "_ojas_original", llama.apply_rotary_pos_emb)
+    model, _ = optimize_model(build("llama"))
+    try:
+        replaced = llama.apply_rotary_pos_emb
+        device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(2, 7, 4, 16, generator=g).to(dtype).to(device).transpose(1, 2).requires_grad_()
+        k = torch.randn(2, 2, 7, 16, generator=g).to(dtype).to(device).requires_grad_()
+        cos, sin = (torch.randn(1, 7, 16, generator=g).to(dtype).to(device) for _ in range(2))
+        for args, kwargs in (((q, k, cos, sin), {}), ((q.transpose(1, 2), k.transpose(1, 2), cos, sin),
+                                                     {"unsqueeze_dim": 2}),
+                             ((q, k, cos.clone().requires_grad_(), sin), {})):
+            got, want = replaced(*args, **kwargs), original(*args, **kwargs)
+            assert all(torch.equal(x, y) for x, y in zip(got, want))
+            w = [torch.randn(t.shape, generator=g).to(dtype).to(device) for t in want]
+            assert all(torch.equal(x, y) for x, y in zip(torch.autograd.grad(got, (q, k), w),
+                                                          torch.autograd.grad(want, (q, k), w)))
+    finally:
+        revert_model(model)

@@ -28,10 +28,12 @@ No modeling code is copied: the models' own forward passes run.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
+import sys
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +43,7 @@ from ojas_ref.primitives.attention import IMPL_ENV as ATTENTION_IMPL_ENV, attent
 from ojas_ref.primitives.dispatch import plain_kernel_call
 from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
 from ojas_ref.primitives.rms_norm import IMPL_ENV as RMS_NORM_IMPL_ENV, fused_rms_norm, rms_norm, rms_norm_reference
+from ojas_ref.primitives.rope import IMPL_ENV as ROTARY_IMPL_ENV, fused_rotary, rotary_reference
 from ojas_ref.primitives.swiglu import IMPL_ENV as SWIGLU_IMPL_ENV, fused_swiglu, swiglu
 
 __all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
@@ -407,6 +410,91 @@ def ojas_rms_norm_class(cls: type) -> type:
     """The subclass of a checked Hugging Face RMSNorm class computed by :func:`rms_norm`."""
     eps_attr, cast, offset = RMS_NORM_FORMS[(cls.__module__, cls.__name__)]
     return _swapped_class(cls, _OjasRMSNorm, dict(_ojas_eps_attr=eps_attr, _ojas_cast=cast, _ojas_offset=offset))
+
+
+# --------------------------------------------------------------------------
+# Rotary position embedding
+# --------------------------------------------------------------------------
+
+#: modeling modules whose ``apply_rotary_pos_emb`` is Llama's rotate-half formula (checked by
+#: :func:`_probe_rotary` before it is replaced)
+ROTARY_MODULES = tuple(f"transformers.models.{m}.modeling_{m}"
+                       for m in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"))
+
+# modeling module -> (Hugging Face's function, the optimized models using the replacement)
+_ROTARY_PATCHED: dict[str, tuple[Callable[..., Any], int]] = {}
+_PROBED_ROTARY: dict[str, Optional[str]] = {}
+
+
+def _probe_rotary(original: Callable[..., Any]) -> Optional[str]:
+    """Why ``original`` is not the rotate-half formula of :func:`rotary_reference`, or None: random
+    inputs (GQA, batch-broadcast cos/sin), forward and gradients, bit for bit, float32 and
+    bfloat16, on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k = (torch.randn(2, h, 5, 8, generator=g).to(dtype).requires_grad_() for h in (4, 2))
+        cos, sin = (torch.randn(1, 5, 8, generator=g).to(dtype) for _ in range(2))
+        try:
+            got, want = original(q, k, cos, sin), rotary_reference(q, k, cos, sin)
+        except Exception as e:  # noqa: BLE001 - any failure means: not the checked formula
+            return f"its apply_rotary_pos_emb cannot be called as Llama's ({e})"
+        ones = [torch.ones_like(t) for t in want]
+        if not all(torch.equal(a, b) for a, b in zip(got, want)) or not all(
+                torch.equal(a, b) for a, b in zip(torch.autograd.grad(got, (q, k), ones),
+                                                   torch.autograd.grad(want, (q, k), ones))):
+            return f"its apply_rotary_pos_emb differs from Llama's rotate-half formula in {dtype}"
+    return None
+
+
+def _ojas_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``apply_rotary_pos_emb`` by the fused kernel in the plain case (4-D q and k, cos/sin
+    [B or 1, S, E] not requiring grad, unsqueeze_dim 1, one kernel dtype and device), Hugging
+    Face's ``original`` otherwise: the same values and gradients either way."""
+
+    @functools.wraps(original)
+    def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1):
+        if (unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and sin.shape == cos.shape
+                and not (cos.requires_grad or sin.requires_grad) and plain_kernel_call(ROTARY_IMPL_ENV, q, k, cos, sin)
+                and q.shape[-1] % 2 == 0 and q.shape[-1] == k.shape[-1] == cos.shape[-1]
+                and q.shape[2] == k.shape[2] == cos.shape[1] and cos.shape[0] in (1, q.shape[0]) and q.shape[0] == k.shape[0]):
+            return fused_rotary(q, k, cos, sin)
+        return original(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb._ojas_original = original
+    return apply_rotary_pos_emb
+
+
+def rotary_unsupported_reason(model: nn.Module) -> tuple[Optional[str], str]:
+    """(why the rotary embedding of ``model``'s family is left alone, or None; its modeling module)."""
+    module_name = type(model).__module__
+    if module_name not in ROTARY_MODULES:
+        return f"{module_name} is not among the modules with Llama's checked rotary formula", module_name
+    if module_name not in _PROBED_ROTARY:
+        module = sys.modules[module_name]
+        fn = getattr(module, "apply_rotary_pos_emb", None)
+        original = getattr(fn, "_ojas_original", fn)
+        _PROBED_ROTARY[module_name] = ("no apply_rotary_pos_emb" if original is None else _probe_rotary(original))
+    return _PROBED_ROTARY[module_name], module_name
+
+
+def patch_rotary(module_name: str) -> None:
+    """Replace ``module_name.apply_rotary_pos_emb`` (process-wide: the modeling module's attention
+    layers look the function up at each call) by :func:`_ojas_rotary`'s; counted per model."""
+    module = sys.modules[module_name]
+    original, users = _ROTARY_PATCHED.get(module_name, (module.apply_rotary_pos_emb, 0))
+    if users == 0:
+        module.apply_rotary_pos_emb = _ojas_rotary(original)
+    _ROTARY_PATCHED[module_name] = (original, users + 1)
+
+
+def unpatch_rotary(module_name: str) -> None:
+    """Undo one :func:`patch_rotary`; Hugging Face's function is back when no model uses it."""
+    original, users = _ROTARY_PATCHED[module_name]
+    if users == 1:
+        sys.modules[module_name].apply_rotary_pos_emb = original
+        del _ROTARY_PATCHED[module_name]
+    else:
+        _ROTARY_PATCHED[module_name] = (original, users - 1)
 
 
 # --------------------------------------------------------------------------

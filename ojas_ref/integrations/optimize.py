@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
+from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM
 from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM
 
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
@@ -94,6 +95,7 @@ class _State:
     loss_head: Any = None                       # ojas_ref.integrations.huggingface.CausalLMLossHead
     enabled_checkpointing: bool = False
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
+    rotary_module: Optional[str] = None         # the modeling module whose apply_rotary_pos_emb was replaced
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -119,8 +121,8 @@ def _check_flag(name: str, value: object) -> bool:
 
 
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
-                   checkpoint: bool = False, rms_norm: bool = True,
-                   swiglu: bool = True) -> tuple[nn.Module, OptimizationReport]:
+                   checkpoint: bool = False, rms_norm: bool = True, swiglu: bool = True,
+                   rope: bool = True) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
@@ -142,6 +144,12 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             activation) by :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up saved, silu
             recomputed in backward: one [tokens, intermediate] tensor less per layer); a
             class swap as for ``rms_norm``; plain models: no effect.
+        rope: compute the rotary position embedding of the checked families (Llama, Mistral,
+            Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of :mod:`ojas_ref.primitives.rope` (one launch
+            for q and k, forward and backward), which gives Hugging Face's values and gradients
+            bit for bit. The modeling module's ``apply_rotary_pos_emb`` is replaced, so every
+            model of that family in the process uses it (the same values) until the last
+            optimized one is reverted; plain models: no effect.
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
@@ -155,12 +163,13 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     checkpoint = _check_flag("checkpoint", checkpoint)
     rms_norm = _check_flag("rms_norm", rms_norm)
     swiglu = _check_flag("swiglu", swiglu)
+    rope = _check_flag("rope", rope)
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
         return model, existing.report
     if _is_hf_model(target):
-        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu)
+        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope)
     else:
         if checkpoint:
             raise NotImplementedError("checkpoint=True is supported for Hugging Face models only; wrap the layers "
@@ -185,6 +194,10 @@ def revert_model(model: nn.Module) -> nn.Module:
         (getattr(target, "activation_checkpointing_disable", None) or target.gradient_checkpointing_disable)()
     for module, cls in state.swapped:
         module.__class__ = cls
+    if state.rotary_module is not None:
+        from ojas_ref.integrations import huggingface as hf
+
+        hf.unpatch_rotary(state.rotary_module)
     return model
 
 
@@ -200,7 +213,7 @@ def _attention_modules(model: nn.Module) -> list[str]:
 
 
 def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool,
-                 rms_norm: bool, swiglu: bool) -> _State:
+                 rms_norm: bool, swiglu: bool, rope: bool) -> _State:
     from ojas_ref.integrations import huggingface as hf
 
     hf.register()
@@ -220,6 +233,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             report.left_alone += [LeftAlone(n, support.attention) for n in attn_names]
     _swap_rms_norms(model, rms_norm, support.rms_norm, state)
     _swap_swiglu_mlps(model, swiglu, support.swiglu, state)
+    _replace_rotary(model, rope, state)
     head_name = next((n for n, m in model.named_modules() if m is model.get_output_embeddings()), "lm_head")
     if cross_entropy:
         if support.cross_entropy is None:
@@ -296,6 +310,26 @@ def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[s
     _swap_classes(model, "swiglu", enabled, family_reason, state,
                   lambda m: hf.is_gated_mlp(m) and not isinstance(m, hf._OjasSwiGLU),
                   hf.swiglu_unsupported_reason, hf.ojas_swiglu_class, change)
+
+
+def _replace_rotary(model: nn.Module, enabled: bool, state: _State) -> None:
+    """Replace the family's ``apply_rotary_pos_emb`` when its formula is the checked one (report
+    it left alone otherwise; a family without one, as GPT-2, is not reported)."""
+    from ojas_ref.integrations import huggingface as hf
+
+    if not any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()):
+        return
+    reason, module_name = hf.rotary_unsupported_reason(model)
+    name = f"{module_name}.apply_rotary_pos_emb"
+    if not enabled or reason is not None:
+        state.report.left_alone.append(LeftAlone(name, "rope=False" if not enabled else reason))
+        return
+    hf.patch_rotary(module_name)
+    state.rotary_module = module_name
+    state.report.changed.append(Change(
+        name, "rotate-half rotary embedding -> ojas_ref.primitives.rope (one fused Triton launch for q and k on "
+        "CUDA; process-wide, Hugging Face's values and gradients bit for bit)", (ROPE_THEOREM,),
+        "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)"))
 
 
 def _logits_bytes_per_token(model: nn.Module) -> int:
