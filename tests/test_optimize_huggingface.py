@@ -613,11 +613,20 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
     import transformers.models.llama.modeling_llama as llama
 
     monkeypatch.setenv("OJAS_ROPE_IMPL", "triton")
+    calls = []
+    monkeypatch.setattr(hf, "fused_rotary", lambda *a, _f=hf.fused_rotary: calls.append(1) or _f(*a))
     original = getattr(llama.apply_rotary_pos_emb, "_ojas_original", llama.apply_rotary_pos_emb)
-    model, _ = optimize_model(build("llama"))
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    plain = build("llama").to(dtype).to(device)
+    model, _ = optimize_model(build("llama").to(dtype).to(device))
     try:
+        ids = batch(0)["input_ids"].to(device)
+        plain(input_ids=ids)  # another Llama in the process: Hugging Face's own function
+        assert not calls
+        model(input_ids=ids)  # the optimized one: the kernel in each of its 2 layers
+        assert len(calls) == 2
         replaced = llama.apply_rotary_pos_emb
-        device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+        hf._enter_rotary_scope(None, ())  # as inside an optimized attention module
         g = torch.Generator().manual_seed(0)
         q = torch.randn(2, 7, 4, 16, generator=g).to(dtype).to(device).transpose(1, 2).requires_grad_()
         k = torch.randn(2, 2, 7, 16, generator=g).to(dtype).to(device).requires_grad_()
@@ -630,5 +639,7 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
             w = [torch.randn(t.shape, generator=g).to(dtype).to(device) for t in want]
             assert all(torch.equal(x, y) for x, y in zip(torch.autograd.grad(got, (q, k), w),
                                                           torch.autograd.grad(want, (q, k), w)))
+        assert len(calls) == 3  # the kernel ran for the plain case only
     finally:
+        hf._ROTARY_SCOPE.depth = 0
         revert_model(model)

@@ -31,6 +31,7 @@ import copy
 import functools
 import inspect
 import sys
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -424,6 +425,28 @@ ROTARY_MODULES = tuple(f"transformers.models.{m}.modeling_{m}"
 # modeling module -> (Hugging Face's function, the optimized models using the replacement)
 _ROTARY_PATCHED: dict[str, tuple[Callable[..., Any], int]] = {}
 _PROBED_ROTARY: dict[str, Optional[str]] = {}
+# .depth: how many attention modules of optimized models this thread is inside (their forward,
+# or its recomputation by checkpointing): the replacement runs the kernel only there, so that
+# other models of the family in the process compute with Hugging Face's own function
+_ROTARY_SCOPE = threading.local()
+
+
+def _enter_rotary_scope(module: nn.Module, args: tuple) -> None:
+    _ROTARY_SCOPE.depth = getattr(_ROTARY_SCOPE, "depth", 0) + 1
+
+
+def _leave_rotary_scope(module: nn.Module, args: tuple, output: Any) -> None:
+    _ROTARY_SCOPE.depth -= 1
+
+
+def scope_rotary(attention_modules: list[nn.Module]) -> list[Any]:
+    """Hooks that make the replaced ``apply_rotary_pos_emb`` use the kernel inside these modules
+    only (left even when the forward raises); returns their handles."""
+    handles = []
+    for m in attention_modules:
+        handles.append(m.register_forward_pre_hook(_enter_rotary_scope))
+        handles.append(m.register_forward_hook(_leave_rotary_scope, always_call=True))
+    return handles
 
 
 def _probe_rotary(original: Callable[..., Any]) -> Optional[str]:
@@ -447,13 +470,14 @@ def _probe_rotary(original: Callable[..., Any]) -> Optional[str]:
 
 
 def _ojas_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``apply_rotary_pos_emb`` by the fused kernel in the plain case (4-D q and k, cos/sin
-    [B or 1, S, E] not requiring grad, unsqueeze_dim 1, one kernel dtype and device), Hugging
-    Face's ``original`` otherwise: the same values and gradients either way."""
+    """``apply_rotary_pos_emb`` by the fused kernel inside the attention modules of optimized
+    models (:func:`scope_rotary`) in the plain case (4-D q and k, cos/sin [B or 1, S, E] not
+    requiring grad, unsqueeze_dim 1, one kernel dtype and device), Hugging Face's ``original``
+    otherwise: the same values and gradients either way."""
 
     @functools.wraps(original)
     def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1):
-        if (unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and sin.shape == cos.shape
+        if (getattr(_ROTARY_SCOPE, "depth", 0) and unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and sin.shape == cos.shape
                 and not (cos.requires_grad or sin.requires_grad) and plain_kernel_call(ROTARY_IMPL_ENV, q, k, cos, sin)
                 and q.shape[-1] % 2 == 0 and q.shape[-1] == k.shape[-1] == cos.shape[-1]
                 and q.shape[2] == k.shape[2] == cos.shape[1] and cos.shape[0] in (1, q.shape[0]) and q.shape[0] == k.shape[0]):
@@ -478,8 +502,8 @@ def rotary_unsupported_reason(model: nn.Module) -> tuple[Optional[str], str]:
 
 
 def patch_rotary(module_name: str) -> None:
-    """Replace ``module_name.apply_rotary_pos_emb`` (process-wide: the modeling module's attention
-    layers look the function up at each call) by :func:`_ojas_rotary`'s; counted per model."""
+    """Replace ``module_name.apply_rotary_pos_emb`` (the modeling module's attention layers look
+    the function up at each call) by :func:`_ojas_rotary`'s; counted per model."""
     module = sys.modules[module_name]
     original, users = _ROTARY_PATCHED.get(module_name, (module.apply_rotary_pos_emb, 0))
     if users == 0:

@@ -96,6 +96,7 @@ class _State:
     enabled_checkpointing: bool = False
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
     rotary_module: Optional[str] = None         # the modeling module whose apply_rotary_pos_emb was replaced
+    rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -147,9 +148,10 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         rope: compute the rotary position embedding of the checked families (Llama, Mistral,
             Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of :mod:`ojas_ref.primitives.rope` (one launch
             for q and k, forward and backward), which gives Hugging Face's values and gradients
-            bit for bit. The modeling module's ``apply_rotary_pos_emb`` is replaced, so every
-            model of that family in the process uses it (the same values) until the last
-            optimized one is reverted; plain models: no effect.
+            bit for bit. The modeling module's ``apply_rotary_pos_emb`` is replaced (until the
+            last optimized model of the family is reverted) by a function that runs the kernel
+            inside this model's attention modules (forward hooks mark them) and Hugging Face's
+            own function everywhere else; plain models: no effect.
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
@@ -197,6 +199,8 @@ def revert_model(model: nn.Module) -> nn.Module:
     if state.rotary_module is not None:
         from ojas_ref.integrations import huggingface as hf
 
+        for handle in state.rotary_hooks:
+            handle.remove()
         hf.unpatch_rotary(state.rotary_module)
     return model
 
@@ -326,9 +330,10 @@ def _replace_rotary(model: nn.Module, enabled: bool, state: _State) -> None:
         return
     hf.patch_rotary(module_name)
     state.rotary_module = module_name
+    state.rotary_hooks = hf.scope_rotary([m for n, m in model.named_modules() if n in _attention_modules(model)])
     state.report.changed.append(Change(
-        name, "rotate-half rotary embedding -> ojas_ref.primitives.rope (one fused Triton launch for q and k on "
-        "CUDA; process-wide, Hugging Face's values and gradients bit for bit)", (ROPE_THEOREM,),
+        name, "rotate-half rotary embedding -> ojas_ref.primitives.rope in this model's attention modules (one "
+        "fused Triton launch for q and k on CUDA; Hugging Face's values and gradients bit for bit)", (ROPE_THEOREM,),
         "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)"))
 
 
