@@ -195,7 +195,7 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
         runners.append(r)
     time_interleaved(runners, device, steps)
     results = []
-    applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True)  # optimize_model's defaults
+    applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True, rope=True)  # optimize_model defaults
     pieces = {"ojas-attention": "attention", "ojas-loss": "cross_entropy"}
     for r in runners:
         table = profile_table(r, device) if r.mode in profile and device.type == "cuda" else None
