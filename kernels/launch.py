@@ -89,7 +89,7 @@ class FastLaunch:
         if not _SUPPORTED or _hooks_active():
             self.kernel[grid](*args, **kwargs)
             return
-        device = torch.cuda.current_device()
+        device = torch._C._cuda_getDevice()  # the arguments live on CUDA: it is initialised
         exact = (device, tuple([a if type(a) is int else "f" if type(a) is float else
                                 (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (type(a), a)
                                 for a in args]), tuple(kwargs.items()))
