@@ -30,12 +30,13 @@ Design
 ------
 The [N, V] logits never exist.  G (the gradient with respect to the logits) is
 reduced over the vocabulary for grad_input and over the tokens for grad_weight.
-Ignored tokens are removed before any product.  Two schedules
+Ignored tokens are masked (3 products) or removed before any product (4 products).  Two schedules
 (``LinearCrossEntropyConfig.products``):
 
 * **3 products** (the default, reductions "mean" and "sum"; ``_three_products``):
-  Liger-Kernel's schedule.  The forward goes over chunks of kept tokens, each
-  against the whole vocabulary: logits of the chunk by cuBLAS in the input dtype
+  Liger-Kernel's schedule.  The forward goes over chunks of tokens, each
+  against the whole vocabulary (ignored tokens stay, with loss 0 and a zero row of G:
+  ``ignored_grad_zero``; no gather, no scatter): logits of the chunk by cuBLAS in the input dtype
   (rounded as ``F.linear`` rounds them), ``_rows_kernel`` streams each row
   (``block_step``), stores lse and loss and writes G over the logits in place,
   then grad_input rows = w G W (one product over the whole vocabulary, rounded
@@ -45,10 +46,9 @@ Ignored tokens are removed before any product.  Two schedules
   computed once, so grad_weight is summed across token chunks in its own dtype:
   one rounding per chunk (about K / chunk of them; 26 at N = 16384,
   V = 128256), each chunk's product accumulated in float32.  A float32 accumulator instead would take 2 x the
-  bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G and
-  gathered rows, ``workspace_fraction`` of the gradients' bytes; with no token
-  ignored, the first chunks may use the rows of grad_input that later chunks write
-  instead (larger chunks when V is small).
+  bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G,
+  ``workspace_fraction`` of the gradients' bytes; the first chunks may use the rows of
+  grad_input that later chunks write instead (larger chunks when V is small).
 * **4 products** (reduction "none", whose per-token grad_output must weight G
   before the token sum, and ``products=4``): every gradient is reduced inside one
   product and rounded once, at the price of computing the logits twice.
@@ -172,7 +172,7 @@ class LinearCrossEntropyConfig:
     ``_rows_kernel`` (slabs a third as wide: logits and G share the budget).  ``products``:
     3 computes every gradient in the forward (``_three_products``; reductions "mean"
     and "sum"), 4 recomputes the logits in the backward (reduction "none" always).
-    ``grad_input_space`` (3 products, no token ignored): token chunks may hold their
+    ``grad_input_space`` (3 products): token chunks may hold their
     logits in the rows of grad_input not yet written (``_token_chunks``)."""
 
     fwd: GemmConfig
@@ -344,9 +344,9 @@ def _logits_kernel(
 def _rows_kernel(
     PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE, BIAS, RW,
     row0, n_rows, n_groups, V, v0, stride_p, stride_z, stride_rw, g_scale,
-    softcap, eps, lam, inv_v,
+    softcap, eps, lam, inv_v, ignore_index,
     HAS_LSE: tl.constexpr, GRAD: tl.constexpr, STREAM: tl.constexpr, NEED_SUM: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr, MASKED: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Per token (row ``i`` of Z and G, kept token ``row0 + i``), for the vocabulary
@@ -360,11 +360,15 @@ def _rows_kernel(
     token weight is ``g_scale`` (1, or a power of two for float16).
     Backward (HAS_LSE): lse from LSE, token weights RW (times ``g_scale``).
     With GRAD: the token's row of G (``_grad_tile``) from the float32 logits Z, raw
-    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM)."""
+    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM).  MASKED: the
+    rows hold every token, ignored ones (target ``ignore_index``) too: their loss and
+    their row of G are stored as zeros (``ignored_grad_zero``)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = offs_r < n_rows
     tok = row0 + offs_r
-    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
+    tgt_raw = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
+    tgt = tgt_raw - v0
+    valid = ok & (tgt_raw != ignore_index)
     zrow = offs_r.to(tl.int64)[:, None] * stride_z
     if HAS_LSE:
         lse = tl.load(LSE + tok, mask=ok, other=0.0)
@@ -405,6 +409,8 @@ def _rows_kernel(
             zt = tl.load(ZT + tok, mask=ok, other=0.0)
         lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
         loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
+        if MASKED:
+            loss = tl.where(valid, loss, 0.0)
         tl.store(LOSS + tok, loss, mask=ok)
         tl.store(LSE + tok, lse, mask=ok)
         weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
@@ -418,6 +424,8 @@ def _rows_kernel(
             if STREAM:
                 z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
             g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
+            if MASKED:
+                g = tl.where(valid[:, None], g, 0.0)
             tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
 
 
@@ -533,9 +541,12 @@ def _weight_stride(token_weight: torch.Tensor) -> int:
     return 0 if token_weight.numel() == 1 else token_weight.stride(0)
 
 
-def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
-    """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
-    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
+def _launch_rows(n_rows: int, rcfg: RowConfig, *args, ignore_index: int = -100, masked: bool = False,
+                 **constexprs) -> None:
+    """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``
+    (``masked``: ignored tokens among the rows, MASKED)."""
+    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, ignore_index=ignore_index,
+                                                       MASKED=masked, BLOCK_R=rcfg.block_r,
                                                        BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps)
 
 
@@ -771,8 +782,8 @@ def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: floa
 
 @dataclass
 class _Gradients:
-    loss: torch.Tensor  # [K] float32, the kept tokens'
-    kept: Optional[torch.Tensor]  # [K] int64 indices of the kept tokens, None when all are kept
+    loss: torch.Tensor  # [N] float32, 0 at the ignored tokens
+    count: int  # the kept tokens
     grad_input: Optional[torch.Tensor]  # [N, D], input dtype
     grad_weight: Optional[torch.Tensor]  # [V, D], input dtype
     grad_bias: Optional[torch.Tensor]  # [V] float32
@@ -781,25 +792,27 @@ class _Gradients:
 def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
                     ignore_index: int, reduction: str, opts: _Options, need: tuple[bool, bool, bool],
                     config: LinearCrossEntropyConfig) -> _Gradients:
-    """Losses of the kept tokens and the gradients for grad_output 1, in one pass over
-    chunks of kept tokens, each against the whole vocabulary: the chunk's logits
+    """Losses of every token (0 at the ignored ones) and the gradients for grad_output 1, in
+    one pass over chunks of tokens, each against the whole vocabulary: the chunk's logits
     (cuBLAS, float32 accumulation, rounded to the input dtype as ``F.linear`` rounds
     them), then ``_rows_kernel`` (STREAM, GRAD) streams each row with ``block_step``
     (``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk``), stores lse and loss and
     writes the row of G over its logits, then grad_input rows = w G W (the whole
     vocabulary reduced in one product, rounded once), grad_weight += w G^T H and
     grad_bias += w colsum G (``Ojas.CrossEntropy.Gradient.ce_backward_correct``: any
-    token chunking).  grad_weight is added up across token chunks in the input
-    dtype: each chunk's product is accumulated in float32 and the sum rounded once
-    per chunk, so a bfloat16 grad_weight carries one rounding per chunk, not one in
-    all.  Workspace: one chunk's logits and gathered rows, ``workspace_fraction`` of
-    the gradients' bytes (16 MiB at least).  ``need``: gradients wanted for
-    (input, weight, bias)."""
+    token chunking).  Ignored tokens stay in their rows (MASKED): their loss and their row
+    of G are zeros (``Ojas.CrossEntropy.Reduction.ignored_grad_zero``), so they add
+    nothing to the sums and their rows of grad_input are zeros, and "mean" divides by the
+    kept count (``ce_loss_correct``); no gather of the kept rows, no scatter.  grad_weight
+    is added up across token chunks in the input dtype: each chunk's product is
+    accumulated in float32 and the sum rounded once per chunk, so a bfloat16 grad_weight
+    carries one rounding per chunk, not one in all.  Workspace: one chunk's logits,
+    ``workspace_fraction`` of the gradients' bytes (16 MiB at least).  ``need``: gradients
+    wanted for (input, weight, bias)."""
     N, D = x.shape
     V = weight.shape[0]
     need_input, need_weight, need_bias = need
-    mask = target != ignore_index
-    count = mask.sum()  # read after the host work below, which so overlaps the device's queue
+    count = (target != ignore_index).sum()  # read after the host work below, which so overlaps the device's queue
     f32 = dict(dtype=torch.float32, device=x.device)
     grad_input = torch.empty(N, D, dtype=x.dtype, device=x.device) if need_input else None
     grad_weight = torch.empty_like(weight) if need_weight else None  # the first chunk writes it (beta 0)
@@ -809,18 +822,13 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     budget = max(int(config.workspace_fraction * grads), 16 << 20)
     in_rows = need_input and config.grad_input_space
     plan = _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
-    kept, K, tgt = _kept_tokens(target, mask, count)
-    loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
+    loss, lse = torch.empty(N, **f32), torch.empty(N, **f32)
+    K = int(count)  # the host sync: the "mean" factor is a float of the products
     if K == 0:
         for g in (grad_input, grad_weight):
             if g is not None:
                 g.zero_()
-        return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
-    if kept is not None:  # a chunk's rows of x gathered, and its grad_input rows before the scatter
-        limit = _round_down(budget // ((V + 2 * D) * itemsize), 8)
-        plan = _token_chunks(K, D, V, limit, config.token_chunk, False)
-        if grad_input is not None:
-            grad_input.zero_()  # the ignored rows
+        return _Gradients(loss.zero_(), 0, grad_input, grad_weight, grad_bias)
     rcfg = config.rows
     workspace = max((n for _, n, inside in plan if not inside), default=0)
     z = torch.empty(workspace, V, dtype=x.dtype, device=x.device)  # a chunk's logits, then G over them
@@ -829,7 +837,7 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
     alpha = (1.0 / K if reduction == "mean" else 1.0) / g_scale
     for r0, n, inside in plan:
-        x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
+        x_chunk = x[r0:r0 + n]
         if inside:
             start = _round_up((r0 + n) * D, 64)
             g = grad_input.view(-1)[start:start + n * V].view(n, V)
@@ -837,26 +845,19 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             g = z[:n]
         _mm_into(g, x_chunk, weight.t())
         _launch_rows(
-            n, rcfg, none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
+            n, rcfg, none, none, none, none, g, g, target, loss, lse, none if bias is None else bias, none,
             r0, n, 1, V, 0, 0, V, 0, g_scale,
-            **opts.kernel_args(V),
+            **opts.kernel_args(V), ignore_index=ignore_index, masked=K < N,
             HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
             HAS_CAP=opts.softcap is not None, BLOCK_P=16,
         )
         if need_input:
-            if kept is None:
-                _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
-            else:
-                rows_dx = torch.empty(n, D, dtype=x.dtype, device=x.device)
-                _addmm_into(rows_dx, g, weight, alpha, 0.0)
-                grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx)
-                del rows_dx  # freed before the next chunk's are made (the bound counts one chunk's)
+            _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
         if need_weight:
             _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0 if r0 > 0 else 0.0)
         if need_bias:
             grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
-        del x_chunk
-    return _Gradients(loss, kept, grad_input, grad_weight, grad_bias)
+    return _Gradients(loss, K, grad_input, grad_weight, grad_bias)
 
 
 def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
@@ -886,15 +887,18 @@ def _prepare(input, weight, target, bias):
     return x, weight.contiguous(), None if bias is None else bias.contiguous(), target.reshape(-1).contiguous()
 
 
-def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int, reduction: str) -> torch.Tensor:
+def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int, reduction: str,
+            count: Optional[int] = None) -> torch.Tensor:
     """``ce_output``: per-token losses (0 at ignored tokens), their sum, or the sum over
-    the kept count (0 with no kept token: ``ce_mean_all_ignored``)."""
+    the kept count (0 with no kept token: ``ce_mean_all_ignored``).  ``loss_kept``: the kept
+    tokens' losses (``kept`` their indices, None when all are kept), or every token's with
+    zeros at the ignored ones and ``count`` the kept ones."""
     if reduction == "none":
         if kept is None:
             return loss_kept
         return loss_kept.new_zeros(n_tokens).index_copy_(0, kept, loss_kept)
     total = loss_kept.sum()
-    K = loss_kept.numel()
+    K = loss_kept.numel() if count is None else count
     return total / K if reduction == "mean" and K > 0 else total
 
 
@@ -929,7 +933,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
                 ctx.grads = [gr.grad_input, gr.grad_weight, gr.grad_bias]
                 ctx.save_for_backward(input, weight, bias, target)
-                loss = _reduce(gr.loss, gr.kept, t.numel(), reduction)
+                loss = _reduce(gr.loss, None, t.numel(), reduction, gr.count)
             else:
                 fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
                 ctx.grad_input = fw.grad_input

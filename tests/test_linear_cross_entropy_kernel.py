@@ -711,3 +711,33 @@ def test_float32_precision_follows_torch_gpu(restore_matmul_precision):
 def test_second_backward_through_retained_graph_gpu(products, reduction, ignored):
     p = make_problem(17, shape=(4096,), D=1024, V=32000, reduction=reduction, ignored=ignored)
     check_second_backward(p, torch.bfloat16, products, "cuda", tol=GPU_TOL)
+
+
+class _Ops(TorchDispatchMode):
+    """The operators called (by overload packet)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func.overloadpacket)
+        return func(*args, **(kwargs or {}))
+
+
+@cpu
+@pytest.mark.parametrize("ignored", [0.0, 0.3])
+def test_three_products_mask_ignored_tokens_without_gather(ignored):
+    """The 3-product schedule keeps ignored tokens in their rows (loss 0, G row 0:
+    Ojas.CrossEntropy.Reduction.ignored_grad_zero): no nonzero, gather or scatter runs,
+    and the results are the reference's (``ce_loss_correct``: "mean" over the kept count)."""
+    p = make_problem(21, shape=(3, 13), D=16, V=37, reduction="mean", bias=True, ignored=ignored)
+    with _Ops() as mode:
+        got = run(linear_cross_entropy, p, torch.float32)
+    banned = {torch.ops.aten.nonzero, torch.ops.aten.index_select, torch.ops.aten.index_copy,
+              torch.ops.aten.index_copy_}
+    assert not (mode.ops & banned), mode.ops & banned
+    want = reference(p, torch.float32)
+    assert ignored == 0.0 or (p["t"] == p["ignore_index"]).any()
+    for name, a, b in zip(NAMES, got, want):
+        assert rel_err(a, b) <= TOL[torch.float32], name

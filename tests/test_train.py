@@ -309,7 +309,7 @@ def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, c
     fits = train_module.check_fits(config, model, expected, "cuda:0")  # exactly enough
     assert fits is not None and fits.peak == expected
     assert dataclasses.asdict(fits.setting) == dict(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
-                                                    **setting)  # the mapping of TrainConfig to the planner's
+                                                    ojas_attention_copy=False, **setting)  # TrainConfig -> Setting
     assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
     with pytest.raises(train_module.PlanDoesNotFit) as refused:
         train_module.check_fits(config, model, expected - 1, "cuda:0")
