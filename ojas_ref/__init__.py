@@ -11,6 +11,8 @@
   Triton kernel on CUDA (backward: rocq/RMSNorm/Backward.v).
 * :func:`swiglu` / :class:`SwiGLU`: ``silu(gate) * up`` with gate and up saved and silu
   recomputed in backward, a fused Triton kernel on CUDA (rocq/SwiGLU/Backward.v).
+* :mod:`ojas_ref.primitives.rope`: the rotary embedding (Hugging Face's rotate-half form)
+  as one fused Triton kernel each way (rocq/RoPE/Backward.v); ``optimize_model`` applies it.
 * :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing
   model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
 * :class:`MultiheadAttention`, :class:`LinearCrossEntropyLoss`: ``torch.nn`` modules on them.

@@ -3,8 +3,8 @@ with the Coq theorems it rests on named in its docstrings. ``attention`` (online
 attention, rocq/Attention/), ``linear_cross_entropy`` (chunked linear cross-entropy,
 rocq/CrossEntropy/), ``reversible`` (coupling blocks reconstructed in backward,
 rocq/Reversible/), ``optimizer_in_backward`` (the optimizer step in each parameter's
-post-accumulate-grad hook, rocq/OptimizerInBackward/), ``rms_norm`` (rocq/RMSNorm/) and
-``swiglu`` (rocq/SwiGLU/), each dispatching to its Triton kernel in ``ojas_kernels`` where
+post-accumulate-grad hook, rocq/OptimizerInBackward/), ``rms_norm`` (rocq/RMSNorm/),
+``swiglu`` (rocq/SwiGLU/) and ``rope`` (the rotary embedding, rocq/RoPE/), each dispatching to its Triton kernel in ``ojas_kernels`` where
 one exists; and the rules they share: ``autocast`` (torch's autocast casts for the ops they
 replace) and ``transforms`` (torch.func's transforms refused, torch.compile allowed). The
 public names are exported by :mod:`ojas_ref`; the modules hold the rest.
