@@ -14,7 +14,7 @@ gradient, ``a = g c`` and ``u = g s``:
     dx[i] = a[i] + u[i+h]  (i < h),    dx[i] = a[i] - u[i-h]  (i >= h)
 
 Theorem: Ojas.RoPE.Backward.rope_backward_eq_vjp (the backward is the vector-Jacobian product
-over the reals; being proved by a colleague in rocq/RoPE/Backward.v); no theorem covers the
+over the reals, rocq/RoPE/Backward.v, with its pairwise and derivative forms); no theorem covers the
 rounding: it reproduces torch's op-by-op rounding, tested bit for bit.
 
 Rounding.  With T the dtype (float32, bfloat16, float16) and ``rnd`` round-to-nearest-even to T,

@@ -12,7 +12,7 @@ and gradients (``torch.equal``), from one Triton launch each way for ``q`` and `
 
 Theorem (over the reals): ``Ojas.RoPE.Backward.rope_backward_eq_vjp``: with ``a = g cos`` and
 ``u = g sin``, ``dx[i] = a[i] + u[i + E/2]`` for ``i < E/2`` and ``a[i] - u[i - E/2]`` otherwise
-is the vector-Jacobian product of the formula (being proved in rocq/RoPE/Backward.v).  No
+is the vector-Jacobian product of the formula (rocq/RoPE/Backward.v).  No
 theorem covers the rounding: the kernel rounds where torch's op-by-op evaluation of the formula
 and its autograd round (every operation in float32, each result rounded to the input dtype:
 ``rnd(rnd(x c) + rnd(rh s))`` forward, ``rnd(rnd(g c) ± rnd(g s))`` backward; kernel module
