@@ -35,7 +35,9 @@ rounding boundary (then ``da`` by one unit, ``h`` and ``db``, products of the ro
 silu, by up to three; a few in 10^4 elements).  torch's CPU float16 ``silu_backward``
 rounds intermediates to float16; its CUDA kernel, which this follows, does not.  The
 interpreter rounds float32 to bfloat16 toward zero (also with ``fp_downcast_rounding="rtne"``),
-so there ``_round`` rounds to nearest-even by integer arithmetic.
+so there ``_round`` rounds to nearest-even by integer arithmetic, and the loads and stores
+convert bfloat16 by bit shifts (``_to_float32``, ``_cast``: the interpreter mishandles
+bfloat16 subnormals; kernels/rounding.py).
 
 Layout: any shape, flattened into contiguous 1-D blocks of ``block_size`` elements
 (non-contiguous inputs are copied); dtypes float16, bfloat16, float32.
@@ -50,7 +52,7 @@ from triton.language.extra import libdevice
 
 from .host import cdiv
 from .launch import fast
-from .rounding import _INTERPRETED, _round
+from .rounding import _INTERPRETED, _cast, _round, _to_float32
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "swiglu_forward", "swiglu_backward"]
 
@@ -72,11 +74,11 @@ def _swiglu_fwd_kernel(A, B, H, n, BLOCK: tl.constexpr):
     """``h = rnd(rnd(silu(a)) * b)`` on one block."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
-    a = tl.load(A + offs, mask=ok, other=0.0).to(tl.float32)
-    b = tl.load(B + offs, mask=ok, other=0.0).to(tl.float32)
+    a = _to_float32(tl.load(A + offs, mask=ok, other=0.0))
+    b = _to_float32(tl.load(B + offs, mask=ok, other=0.0))
     dtype = H.dtype.element_ty
     silu = _round(tl.math.div_rn(a, 1.0 + _exp(-a)), dtype)
-    tl.store(H + offs, _round(silu * b, dtype).to(dtype), mask=ok)
+    tl.store(H + offs, _cast(_round(silu * b, dtype), dtype), mask=ok)
 
 
 @triton.jit
@@ -84,17 +86,17 @@ def _swiglu_bwd_kernel(A, B, DH, DA, DB, n, BLOCK: tl.constexpr):
     """``da = rnd(g * s * (1 + a (1 - s)))`` with ``g = rnd(dh * b)``, ``db = rnd(dh * rnd(silu(a)))``."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
-    a = tl.load(A + offs, mask=ok, other=0.0).to(tl.float32)
-    b = tl.load(B + offs, mask=ok, other=0.0).to(tl.float32)
-    dh = tl.load(DH + offs, mask=ok, other=0.0).to(tl.float32)
+    a = _to_float32(tl.load(A + offs, mask=ok, other=0.0))
+    b = _to_float32(tl.load(B + offs, mask=ok, other=0.0))
+    dh = _to_float32(tl.load(DH + offs, mask=ok, other=0.0))
     dtype = DA.dtype.element_ty
     denom = 1.0 + _exp(-a)
     g = _round(dh * b, dtype)
     s = tl.math.div_rn(1.0, denom)
     da = g * s * (1.0 + a * (1.0 - s))
     silu = _round(tl.math.div_rn(a, denom), dtype)
-    tl.store(DA + offs, _round(da, dtype).to(dtype), mask=ok)
-    tl.store(DB + offs, _round(dh * silu, dtype).to(dtype), mask=ok)
+    tl.store(DA + offs, _cast(_round(da, dtype), dtype), mask=ok)
+    tl.store(DB + offs, _cast(_round(dh * silu, dtype), dtype), mask=ok)
 
 
 def _check(**tensors: torch.Tensor) -> torch.Tensor:

@@ -192,6 +192,18 @@ def test_kernel_through_swiglu_cpu(dtype):
 
 
 @cpu_kernel
+def test_kernel_bfloat16_subnormals_cpu():
+    """Tiny bfloat16 inputs (subnormals near 1e-39, where exp(-a) is 1 and silu(a) = a / 2):
+    the kernel's loads and stores keep them (kernels/rounding.py's bit-shift conversions;
+    the interpreter's own bfloat16 conversion renormalises them wrongly)."""
+    tiny = torch.tensor([1e-39, -3e-39, 5e-40, 2e-38, 0.0, -1e-38], dtype=torch.float32).to(torch.bfloat16)
+    a, b, dh = tiny, torch.full_like(tiny, 1.5), torch.full_like(tiny, 0.75)
+    got = kswiglu.swiglu_forward(a, b), *kswiglu.swiglu_backward(a, b, dh)
+    assert_kernel_matches_torch(got, torch_autograd(a, b, dh), a, b, dh)
+    assert got[0].abs().min() == 0 and (got[0][:4] != 0).all()  # the subnormal outputs survive
+
+
+@cpu_kernel
 def test_kernel_float32_against_vjp_formula_cpu():
     """float32 kernel against the float64 formula: a few float32 ulps of each result's scale."""
     a, b, dh = draw((2000,), torch.float32, seed=7)
