@@ -436,7 +436,7 @@ def _enter_rotary_scope(module: nn.Module, args: tuple) -> None:
 
 
 def _leave_rotary_scope(module: nn.Module, args: tuple, output: Any) -> None:
-    _ROTARY_SCOPE.depth -= 1
+    _ROTARY_SCOPE.depth = max(0, getattr(_ROTARY_SCOPE, "depth", 0) - 1)  # also after a raising pre-hook
 
 
 def scope_rotary(attention_modules: list[nn.Module]) -> list[Any]:
@@ -477,7 +477,7 @@ def _ojas_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1):
-        if (getattr(_ROTARY_SCOPE, "depth", 0) and unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and sin.shape == cos.shape
+        if (getattr(_ROTARY_SCOPE, "depth", 0) > 0 and unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and sin.shape == cos.shape
                 and not (cos.requires_grad or sin.requires_grad) and plain_kernel_call(ROTARY_IMPL_ENV, q, k, cos, sin)
                 and q.shape[-1] % 2 == 0 and q.shape[-1] == k.shape[-1] == cos.shape[-1]
                 and q.shape[2] == k.shape[2] == cos.shape[1] and cos.shape[0] in (1, q.shape[0]) and q.shape[0] == k.shape[0]):
