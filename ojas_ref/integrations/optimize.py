@@ -7,7 +7,9 @@
   the training loss through :func:`ojas_ref.linear_cross_entropy` (no ``[tokens,
   vocabulary]`` logits when ``labels`` are given in training mode), the RMSNorm modules
   through :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
-  per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant).
+  per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant;
+  ``checkpoint="offload"``: the layer inputs held in pinned host memory,
+  :mod:`ojas_ref.integrations.offload`).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
   ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
   (:class:`ojas_ref.integrations.modules.MultiheadAttention`); for the loss use
@@ -20,6 +22,7 @@ adapters are unchanged. A second call is a no-op; :func:`revert_model` undoes th
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -94,6 +97,9 @@ class _State:
     attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
     loss_head: Any = None                       # ojas_ref.integrations.huggingface.CausalLMLossHead
     enabled_checkpointing: bool = False
+    #: (module, its ``_gradient_checkpointing_func`` before) where checkpoint="offload" replaced the
+    #: function of checkpointing the user had enabled already
+    checkpoint_funcs: list[tuple[nn.Module, Any]] = field(default_factory=list)
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
     rotary_module: Optional[str] = None         # the modeling module whose apply_rotary_pos_emb was replaced
     rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
@@ -121,8 +127,21 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
+CHECKPOINT_VALUES = (False, True, "offload")
+
+
+def _check_checkpoint(value: object) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"checkpoint must be a bool or 'offload', got {type(value).__name__}")
+    if value != "offload":
+        raise ValueError(f"checkpoint must be one of {CHECKPOINT_VALUES}, got {value!r}")
+    return value
+
+
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
-                   checkpoint: bool = False, rms_norm: bool = True, swiglu: bool = True,
+                   checkpoint: bool | str = False, rms_norm: bool = True, swiglu: bool = True,
                    rope: bool = True) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
@@ -134,8 +153,12 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         cross_entropy: compute a Hugging Face causal LM's training loss by
             :func:`ojas_ref.linear_cross_entropy` from the hidden states and ``lm_head``
             (training mode with ``labels``: ``output.logits`` is None, as Liger-Kernel's).
-        checkpoint: per-layer activation checkpointing (Hugging Face models only:
-            ``gradient_checkpointing_enable(use_reentrant=False)``).
+        checkpoint: per-layer activation checkpointing (Hugging Face models only): ``True``:
+            ``gradient_checkpointing_enable(use_reentrant=False)``; ``"offload"``: the same, each
+            decoder layer's input (the hidden states the checkpoint keeps) copied to pinned host
+            memory on a side CUDA stream in the forward and back, prefetched one layer ahead, in
+            the backward (:class:`ojas_ref.integrations.offload.OffloadedCheckpoint`; on the CPU
+            a plain copy, bit-identical to ``True``); ``False``: none.
         rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
             :func:`ojas_ref.primitives.rms_norm.rms_norm`, the same formula and casts (a class swap:
@@ -162,7 +185,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     attention = _check_flag("attention", attention)
     cross_entropy = _check_flag("cross_entropy", cross_entropy)
-    checkpoint = _check_flag("checkpoint", checkpoint)
+    checkpoint = _check_checkpoint(checkpoint)
     rms_norm = _check_flag("rms_norm", rms_norm)
     swiglu = _check_flag("swiglu", swiglu)
     rope = _check_flag("rope", rope)
@@ -174,8 +197,9 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope)
     else:
         if checkpoint:
-            raise NotImplementedError("checkpoint=True is supported for Hugging Face models only; wrap the layers "
-                                      "of a plain model in torch.utils.checkpoint.checkpoint(use_reentrant=False)")
+            raise NotImplementedError(f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
+                                      "the layers of a plain model in "
+                                      "torch.utils.checkpoint.checkpoint(use_reentrant=False)")
         state = _optimize_torch(target, attention, cross_entropy)
     setattr(target, _STATE_ATTR, state)
     return model, state.report
@@ -194,6 +218,11 @@ def revert_model(model: nn.Module) -> nn.Module:
         state.loss_head.remove(target)
     if state.enabled_checkpointing:
         (getattr(target, "activation_checkpointing_disable", None) or target.gradient_checkpointing_disable)()
+    for module, func in state.checkpoint_funcs:
+        if func is None:
+            module.__dict__.pop("_gradient_checkpointing_func", None)
+        else:
+            module._gradient_checkpointing_func = func
     for module, cls in state.swapped:
         module.__class__ = cls
     if state.rotary_module is not None:
@@ -216,7 +245,7 @@ def _attention_modules(model: nn.Module) -> list[str]:
             if hasattr(m, "is_causal") and hasattr(m, "config") and type(m).__name__.endswith("Attention")]
 
 
-def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool,
+def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool | str,
                  rms_norm: bool, swiglu: bool, rope: bool) -> _State:
     from ojas_ref.integrations import huggingface as hf
 
@@ -254,6 +283,9 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
     if checkpoint:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise NotImplementedError(f"{type(model).__name__} does not support gradient checkpointing")
+        if checkpoint == "offload" and "value" in inspect.signature(model._set_gradient_checkpointing).parameters:
+            raise NotImplementedError(f"checkpoint='offload': {type(model).__name__} uses the old "
+                                      "_set_gradient_checkpointing(value) format, which takes no function")
         if not any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
             kwargs = {"use_reentrant": False}
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
@@ -261,10 +293,34 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             state.enabled_checkpointing = True
-        report.changed.append(Change("(decoder layers)", "per-layer activation checkpointing (non-reentrant)",
-                                     (), "recomputation equals the stored activations only for deterministic "
-                                     "layers (no dropout)"))
+        not_covered = "recomputation equals the stored activations only for deterministic layers (no dropout)"
+        if checkpoint == "offload":
+            _install_offload(model, state)
+            report.changed.append(Change(
+                "(decoder layers)", "per-layer activation checkpointing, layer inputs offloaded to pinned host "
+                "memory (non-reentrant)", (), not_covered + "; the offload is a copy (exact, no theorem); "
+                "its overlap with compute is unmeasured without a GPU run"))
+        else:
+            report.changed.append(Change("(decoder layers)", "per-layer activation checkpointing (non-reentrant)",
+                                         (), not_covered))
     return state
+
+
+def _install_offload(model: nn.Module, state: _State) -> None:
+    """Make :class:`~ojas_ref.integrations.offload.OffloadedCheckpoint` the checkpointing function:
+    through ``_set_gradient_checkpointing`` (Hugging Face's own hook) when this call enabled the
+    checkpointing, else (the user's, e.g. every n layers) by replacing each module's function,
+    which :func:`revert_model` puts back."""
+    from ojas_ref.integrations.offload import OffloadedCheckpoint
+
+    func = OffloadedCheckpoint()
+    if state.enabled_checkpointing:
+        model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func)
+        return
+    for m in model.modules():
+        if hasattr(m, "gradient_checkpointing"):
+            state.checkpoint_funcs.append((m, m.__dict__.get("_gradient_checkpointing_func")))
+            m._gradient_checkpointing_func = func
 
 
 def _swap_classes(model: nn.Module, flag: str, enabled: bool, family_reason: Optional[str], state: _State,

@@ -1,0 +1,149 @@
+"""Benchmark: offloaded activation checkpointing (``optimize_model(checkpoint="offload")``) against
+Hugging Face's checkpointing on ``LlamaForCausalLM``: peak CUDA memory and tokens/s side by side.
+
+    python benchmarks/bench_offload.py [--quick] [--out FILE] [--dtypes fp32 bf16]
+        [--optimizers sgd adamw] [--modes standard+ckpt standard+offload ojas+ckpt ojas+offload]
+
+The model is the 1.06B Llama config of bench_optimize_model.py (hidden 2048, 18 layers,
+16 heads, intermediate 5632, vocabulary 32000, untied head, batch 1, sequence 2048), built
+from a config (no download). Modes:
+
+* ``standard+ckpt``: ``gradient_checkpointing_enable(use_reentrant=False)``, the rest standard.
+* ``standard+offload``: ``optimize_model(model, checkpoint="offload")`` with every other
+  piece off (attention, loss, RMSNorm, SwiGLU, RoPE standard): only the checkpointing differs.
+* ``ojas+ckpt`` / ``ojas+offload``: ``optimize_model`` with its defaults and
+  ``checkpoint=True`` / ``"offload"`` (a plain optimizer step, not InBackwardOptimizer).
+
+Peak and timing as in bench_optimize_model.py (each mode built and its peak measured in
+turn, the earlier modes idle; then all timed together, one synchronised step of each per
+round, the order rotated). ``host_bytes_per_step``: the bytes the offloaded modes copied to
+the host in one step (the layer inputs; pinned). ``--quick``: a tiny model on the CPU
+(no memory figures; the copies are plain copies there, so no speed is claimed either).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.bench_optimize_model import allocate_workspaces, build, measure_peak, time_interleaved  # noqa: E402
+from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
+from ojas_ref import optimize_model  # noqa: E402
+from ojas_ref.integrations.offload import OffloadedCheckpoint  # noqa: E402
+
+MODES = ("standard+ckpt", "standard+offload", "ojas+ckpt", "ojas+offload")
+STANDARD = dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+
+
+class Runner:
+    """One mode's model, optimizer and batches (the interface of bench_optimize_model's Runner)."""
+
+    def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device) -> None:
+        self.mode, self.c = mode, c
+        self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        self.model = build(c, dtype, device)
+        self.model.train()
+        self.report = None
+        if mode == "standard+ckpt":
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            flags = STANDARD if mode.startswith("standard") else {}
+            _, self.report = optimize_model(self.model, checkpoint="offload" if mode.endswith("offload") else True,
+                                            **flags)
+        opt_class, kwargs = OPTIMIZERS[opt_name]
+        self.opt = opt_class(self.model.parameters(), **kwargs)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.peak: int | None = None
+        funcs = {id(f): f for m in self.model.modules()
+                 if isinstance(f := getattr(m, "_gradient_checkpointing_func", None), OffloadedCheckpoint)}
+        self.offload = next(iter(funcs.values()), None)
+
+    def step(self, i: int) -> float:
+        ids = self.batches[i % len(self.batches)]
+        if self.offload is not None:
+            self.offload.reset_stats()
+        loss = self.model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
+              warmup: int, steps: int, kept: int) -> list[dict]:
+    runners = []
+    for mode in modes:
+        r = Runner(c, dtype, opt_name, mode, device)
+        measure_peak(r, device, warmup, kept)
+        runners.append(r)
+    time_interleaved(runners, device, steps)
+    results = []
+    for r in runners:
+        step_s = statistics.median(r.times)
+        stats = r.offload.stats if r.offload is not None else None
+        results.append(dict(
+            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, peak=r.peak, step_s=step_s,
+            step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
+            last_loss=r.losses[-1], host_bytes_per_step=None if stats is None else stats.offloaded_bytes,
+            offloaded_tensors_per_step=None if stats is None else stats.offloaded_tensors,
+            prefetched_per_step=None if stats is None else stats.prefetched_tensors))
+    del runners, r
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| dtype | optimizer | mode | peak GiB | host GiB/step | tokens/s | vs same family +ckpt | last loss |",
+             "|---|---|---|---|---|---|---|---|"]
+    base = {(r["dtype"], r["optimizer"], r["mode"].split("+")[0]): r for r in results if r["mode"].endswith("+ckpt")}
+    for r in results:
+        ref = base.get((r["dtype"], r["optimizer"], r["mode"].split("+")[0]))
+        ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref else "-"
+        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
+                     f"{gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, warmup=2, steps=5)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    c = QUICK if args.quick else Config()
+    kept = allocate_workspaces(device)
+    results = []
+    for dtype_name in args.dtypes:
+        for opt_name in args.optimizers:
+            for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
+                               steps=args.steps, kept=kept):
+                print(json.dumps(r), flush=True)
+                results.append(r)
+    env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    try:
+        import transformers
+
+        env |= dict(transformers=transformers.__version__)
+    except ImportError:
+        pass
+    if args.out:
+        args.out.write_text(json.dumps(dict(env=env, config=vars(c), results=results), indent=1))
+    print(env)
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
