@@ -217,3 +217,75 @@ Lemma row_eq_trans : forall x y z, row_eq x y -> row_eq y z -> row_eq x z.
 Proof.
   intros x y z [H1 H2] [H3 H4]; split; [eapply veq_trans; eassumption | congruence].
 Qed.
+
+(** ** Length-aware comparison: [veq_len], [row_eq_len]
+
+    [veq] compares [nth c _ 0] only, so it ignores lengths: [veq [] [0; 0]]
+    holds ([veq_ignores_length]).  [veq_len] adds [length x = length y]; it
+    is then plain list equality ([veq_len_iff_eq]), and [row_eq_len] is
+    plain pair equality ([row_eq_len_iff_eq]).  A [row_eq] theorem becomes
+    a [row_eq_len] one (an equality) once the lengths agree
+    ([row_eq_len_of_row_eq]). *)
+
+Definition veq_len (x y : list R) : Prop := length x = length y /\ veq x y.
+
+Definition row_eq_len (x y : list R * option R) : Prop :=
+  length (fst x) = length (fst y) /\ row_eq x y.
+
+Lemma veq_ignores_length : veq [] [0; 0] /\ length (@nil R) <> length [0; 0].
+Proof.
+  split; [intros [|[|[|c]]]; reflexivity | discriminate].
+Qed.
+
+Lemma veq_len_iff_eq : forall x y, veq_len x y <-> x = y.
+Proof.
+  intros x y; split.
+  - intros [Hl Hv]; apply nth_ext with (d := 0) (d' := 0); [exact Hl |].
+    intros c _; apply Hv.
+  - intros <-; split; [reflexivity | apply veq_refl].
+Qed.
+
+Lemma row_eq_len_iff_eq : forall x y, row_eq_len x y <-> x = y.
+Proof.
+  intros [x1 x2] [y1 y2]; unfold row_eq_len, row_eq; cbn [fst snd]; split.
+  - intros [Hl [Hv Hs]]; pose proof (proj1 (veq_len_iff_eq x1 y1) (conj Hl Hv)) as E.
+    congruence.
+  - intros E; injection E as <- <-; split; [reflexivity | split; [apply veq_refl | reflexivity]].
+Qed.
+
+Lemma veq_len_veq : forall x y, veq_len x y -> veq x y.
+Proof. intros x y [_ H]; exact H. Qed.
+
+Lemma row_eq_len_row_eq : forall x y, row_eq_len x y -> row_eq x y.
+Proof. intros x y [_ H]; exact H. Qed.
+
+Lemma veq_len_of_veq : forall x y, veq x y -> length x = length y -> veq_len x y.
+Proof. intros x y H1 H2; split; assumption. Qed.
+
+Lemma row_eq_len_of_row_eq : forall x y,
+  row_eq x y -> length (fst x) = length (fst y) -> row_eq_len x y.
+Proof. intros x y H1 H2; split; assumption. Qed.
+
+Lemma veq_len_refl : forall x, veq_len x x.
+Proof. intros x; apply veq_len_iff_eq; reflexivity. Qed.
+
+Lemma veq_len_sym : forall x y, veq_len x y -> veq_len y x.
+Proof. intros x y H; apply veq_len_iff_eq; symmetry; apply veq_len_iff_eq, H. Qed.
+
+Lemma veq_len_trans : forall x y z, veq_len x y -> veq_len y z -> veq_len x z.
+Proof.
+  intros x y z H1 H2; apply veq_len_iff_eq.
+  rewrite (proj1 (veq_len_iff_eq _ _) H1); apply veq_len_iff_eq, H2.
+Qed.
+
+Lemma row_eq_len_refl : forall x, row_eq_len x x.
+Proof. intros x; apply row_eq_len_iff_eq; reflexivity. Qed.
+
+Lemma row_eq_len_sym : forall x y, row_eq_len x y -> row_eq_len y x.
+Proof. intros x y H; apply row_eq_len_iff_eq; symmetry; apply row_eq_len_iff_eq, H. Qed.
+
+Lemma row_eq_len_trans : forall x y z, row_eq_len x y -> row_eq_len y z -> row_eq_len x z.
+Proof.
+  intros x y z H1 H2; apply row_eq_len_iff_eq.
+  rewrite (proj1 (row_eq_len_iff_eq _ _) H1); apply row_eq_len_iff_eq, H2.
+Qed.

@@ -361,6 +361,29 @@ Proof.
   rewrite <- fp32_u; apply fp32_exp2_err.
 Qed.
 
+(** The computed [exp2] of both mixed models is exactly 1 at 0: [2^0 = 1 = bpow 0]
+    is an fp32 number ([generic_format_bpow]: [FLT_exp (-149) 24 1 = -23 <= 0]),
+    and rounding fixes the numbers of the format ([ff_rnd_id], Flocq's
+    [round_generic]).  The premise [exp2 0 = 1] of the masked-tile lemmas
+    (OnlineSoftmaxTile.v, [masked_tile_step_id]). *)
+Lemma fp32_fmt_1 : ff_fmt fp32 1.
+Proof.
+  change 1 with (bpow radix2 0).
+  apply generic_format_bpow; unfold FLT_exp; simpl; lia.
+Qed.
+
+Theorem mixed_fp32_exp2_0 : forall s Hs, mp_exp2 (mixed_fp32 s Hs) 0 = 1.
+Proof.
+  intros s Hs; cbn [mp_exp2 mixed_fp32].
+  rewrite Rpower_O by lra; apply (ff_rnd_id fp32 1 fp32_fmt_1).
+Qed.
+
+Corollary bf16_fp32_exp2_0 : mp_exp2 bf16_fp32 0 = 1.
+Proof. apply mixed_fp32_exp2_0. Qed.
+
+Corollary fp16_fp32_exp2_0 : mp_exp2 fp16_fp32 0 = 1.
+Proof. apply mixed_fp32_exp2_0. Qed.
+
 (** ** The model's fp32 addition is IEEE binary32 addition while it does not overflow *)
 
 #[local] Instance binary32_prec_gt_0 : Prec_gt_0 24 := eq_refl.

@@ -61,9 +61,11 @@
       average of the coordinate (the common [2^(-m_t)] cancels).  [L_t >= 1]
       is proved (the last running max is a score).
     Not covered (as in OnlineSoftmaxError.v): the rounding of the scores
-    themselves (taken as given fp32 numbers), masked keys ([-inf]: fully
-    masked tiles are exact, BlockedSum.v, but a partly masked tile is not
-    modelled), [tl.sum] as a tree and the order inside one MMA (modelled
+    themselves (taken as given fp32 numbers), the error of a partly masked
+    tile (fully masked tiles leave the kernel's whole state (m, l, acc)
+    exactly unchanged: [masked_tile_step_id], [kernel_run_skip_masked_tiles]
+    at the end of this file; the partly masked step is defined there,
+    [kernel_step], but its error bound is not proved), [tl.sum] as a tree and the order inside one MMA (modelled
     left to right), the acc update as [rnd (rnd (acc * alpha) + P.V)]
     rather than the MMA accumulating into [acc * alpha], an FMA in
     [l * alpha + sum], and the final store of [out] to the output dtype. *)
@@ -913,4 +915,277 @@ Qed.
 
 End EndToEnd.
 
+(** ** Fully masked key tiles leave the kernel's state exactly unchanged
+
+    The kernel's per-tile step ([_fwd_tile] with [MASKED], kernels/attention.py)
+    on the whole state of one query row: running max [m] (the kernel's
+    [-inf], "no visible key yet", is [None]), running sum [l], accumulator
+    [acc] (one fp32 number per value coordinate).  Per key [k] of the tile,
+    [vis k] is the kernel's [vis] (bounds, causal, window, user mask); the
+    kernel then computes
+      s     = tl.where(vis, s, -inf)
+      m_new = max (m, max_j s_j)            -- [vmax]: max with [-inf] is the identity
+      m_use = (m_new == -inf) ? 0 : m_new   -- [m_use]
+      p_j   = exp2 (s_j - m_use)            -- [kweight]: [exp2 (-inf) = 0] for a masked key
+      alpha = exp2 (m - m_use)              -- [kalpha]: [exp2 (-inf) = 0] when [m = -inf]
+      l     = l * alpha + tl.sum (p)
+      acc   = acc * alpha + P.V
+    modelled as in the rest of this file: [rnd] the fp32 rounding, [p]
+    rounded to the value dtype ([ff_rnd S_]) before the products, the tile
+    sums left to right ([tile_sum]), [l] and [acc] updated as
+    [rnd (rnd (x * alpha) + y)].  The model's premises used here:
+    - [ff_rnd_id] (a field of [FloatFormat]: rounding fixes every number of
+      the format, Flocq's [round_generic]) with [ff_fmt_0]: [rnd 0 = 0],
+      [rnd (x + 0) = x] and [rnd (x * 1) = x] for [x] in the format;
+    - [exp2_0 : exp2 0 = 1], a hypothesis of this section (not a field of
+      [MixedModel]: it is proved for the instances, [mixed_fp32_exp2_0]
+      in MixedPrecision.v: [2^0 = 1] is an fp32 number, so its correctly
+      rounded value is itself; [ex2.approx.f32] also returns exactly 1 at 0);
+    - [exp2 (-inf) = +0] exactly (IEEE 754 and PTX [ex2]): built into the
+      definitions [kweight] and [kalpha], as the real model has no [-inf].
+    Results:
+    - [masked_tile_step_id]: a tile with [vis k = false] for every key
+      leaves [(m, l, acc)] EQUAL (not close), for every state satisfying
+      [kstate_ok] ([l], [acc] in fp32, and [l = 0], [acc = 0] while
+      [m = -inf]: the kernel's start and every state reached from it,
+      [kernel_step_ok]);
+    - [kernel_run_skip_masked_tiles]: running over the tiles equals running
+      over the tiles with the fully masked ones removed (any positions: the
+      tiles above the causal diagonal or outside the window that the loop
+      bounds skip), [kernel_run_skip_masked_tile] for one tile anywhere;
+    - [kernel_step_visible]: on a tile with every key visible, from a
+      finite [m], the step is the one of [run] above ([tmax], [tile_l],
+      [tile_pv] on the pairs (score, value coordinate)). *)
+
+Lemma map_seq_nth_ext : forall (f : nat -> R) (xs : list R),
+  (forall c, (c < length xs)%nat -> f c = nth c xs 0) ->
+  map f (seq 0 (length xs)) = xs.
+Proof.
+  intros f xs Hf.
+  apply nth_ext with (d := 0) (d' := 0); [rewrite map_length, seq_length; reflexivity |].
+  intros c Hc; rewrite map_length, seq_length in Hc.
+  rewrite nth_indep with (d' := f 0%nat) by (rewrite map_length, seq_length; exact Hc).
+  rewrite map_nth, seq_nth by exact Hc; cbn [plus]; apply Hf, Hc.
+Qed.
+
+Section Masked.
+
+Variable Key : Type.
+Variable sc : Key -> R.          (** the key's fp32 score (scaled) *)
+Variable vis : Key -> bool.      (** the kernel's [vis] *)
+Variable val : Key -> nat -> R.  (** coordinate [c] of the key's value row *)
+
+Hypothesis exp2_0 : exp2 0 = 1.
+
+Definition omax (a : option R) (x : R) : option R :=
+  match a with None => Some x | Some b => Some (Rmax b x) end.
+
+Definition vmax (m : option R) (tl : list Key) : option R :=
+  fold_left (fun a k => if vis k then omax a (sc k) else a) tl m.
+
+Definition m_use (m : option R) : R := match m with None => 0 | Some x => x end.
+
+Definition kweight (m' : R) (k : Key) : R := if vis k then exp2 (rnd (sc k - m')) else 0.
+
+Definition kalpha (m : option R) (m' : R) : R :=
+  match m with None => 0 | Some x => exp2 (rnd (x - m')) end.
+
+Definition ktile_l (m' : R) (tl : list Key) : R := tile_sum A_ (map (kweight m') tl).
+
+Definition ktile_pv (m' : R) (tl : list Key) (c : nat) : R :=
+  tile_sum A_ (map (fun k => rnd (ff_rnd S_ (kweight m' k) * val k c)) tl).
+
+Record kstate := KState { ks_m : option R; ks_l : R; ks_acc : list R }.
+
+Definition kernel_step (st : kstate) (tl : list Key) : kstate :=
+  let m' := vmax (ks_m st) tl in
+  let a := kalpha (ks_m st) (m_use m') in
+  {| ks_m := m';
+     ks_l := rnd (rnd (ks_l st * a) + ktile_l (m_use m') tl);
+     ks_acc := map (fun c => rnd (rnd (nth c (ks_acc st) 0 * a) + ktile_pv (m_use m') tl c))
+                   (seq 0 (length (ks_acc st))) |}.
+
+Definition kernel_run (st : kstate) (tiles : list (list Key)) : kstate :=
+  fold_left kernel_step tiles st.
+
+(** The kernel's start for a value row of [d] coordinates: [m = -inf, l = 0, acc = 0]. *)
+Definition kernel_start (d : nat) : kstate := {| ks_m := None; ks_l := 0; ks_acc := repeat 0 d |}.
+
+Definition fully_masked (tl : list Key) : bool := forallb (fun k => negb (vis k)) tl.
+
+Definition kstate_ok (st : kstate) : Prop :=
+  fmt (ks_l st) /\ Forall fmt (ks_acc st) /\
+  (ks_m st = None -> ks_l st = 0 /\ Forall (fun x => x = 0) (ks_acc st)).
+
+Lemma fully_masked_spec : forall tl, fully_masked tl = true -> forall k, In k tl -> vis k = false.
+Proof.
+  intros tl H k Hk; unfold fully_masked in H; rewrite forallb_forall in H.
+  specialize (H k Hk); destruct (vis k); [discriminate | reflexivity].
+Qed.
+
+Lemma vmax_masked : forall tl m, fully_masked tl = true -> vmax m tl = m.
+Proof.
+  unfold vmax; induction tl as [|k tl IH]; intros m H; [reflexivity |].
+  cbn [fold_left]; rewrite (fully_masked_spec (k :: tl) H k (or_introl eq_refl)).
+  apply IH; unfold fully_masked in *; cbn [forallb] in H; apply andb_prop in H; apply H.
+Qed.
+
+Lemma vmax_some : forall tl x, vmax (Some x) tl <> None.
+Proof.
+  unfold vmax; induction tl as [|k tl IH]; intros x; cbn [fold_left]; [discriminate |].
+  destruct (vis k); [apply IH | apply IH].
+Qed.
+
+Lemma vmax_none : forall tl m, vmax m tl = None -> m = None /\ fully_masked tl = true.
+Proof.
+  unfold vmax; induction tl as [|k tl IH]; intros m H; [split; [exact H | reflexivity] |].
+  cbn [fold_left] in H; unfold fully_masked; cbn [forallb].
+  destruct (vis k) eqn:Ev.
+  - exfalso; destruct m; apply (vmax_some tl _ H).
+  - destruct (IH m H) as [Hm Ht]; split; [exact Hm | exact Ht].
+Qed.
+
+Lemma ktile_l_masked : forall m' tl, fully_masked tl = true -> ktile_l m' tl = 0.
+Proof.
+  intros m' tl H; unfold ktile_l; apply tile_sum_zero_Forall, Forall_forall.
+  intros x Hx; apply in_map_iff in Hx; destruct Hx as [k [<- Hk]].
+  unfold kweight; rewrite (fully_masked_spec tl H k Hk); reflexivity.
+Qed.
+
+Lemma ktile_pv_masked : forall m' tl c, fully_masked tl = true -> ktile_pv m' tl c = 0.
+Proof.
+  intros m' tl c H; unfold ktile_pv; apply tile_sum_zero_Forall, Forall_forall.
+  intros x Hx; apply in_map_iff in Hx; destruct Hx as [k [<- Hk]].
+  unfold kweight; rewrite (fully_masked_spec tl H k Hk).
+  rewrite (ff_rnd_id S_ 0 (ff_fmt_0 S_)), Rmult_0_l; apply (ff_rnd_id A_ 0 (ff_fmt_0 A_)).
+Qed.
+
+(** A fully masked tile leaves the state exactly unchanged. *)
+Theorem masked_tile_step_id : forall st tl,
+  kstate_ok st -> fully_masked tl = true -> kernel_step st tl = st.
+Proof.
+  intros [m l acc] tl [Fl [Facc Hnone]] Hm; cbn [ks_m ks_l ks_acc] in *.
+  unfold kernel_step; cbn [ks_m ks_l ks_acc].
+  rewrite (vmax_masked tl m Hm), (ktile_l_masked _ tl Hm).
+  assert (Hpv : forall c, ktile_pv (m_use m) tl c = 0) by (intros c; apply ktile_pv_masked, Hm).
+  assert (Ha : kalpha m (m_use m) = 0 /\ m = None \/ kalpha m (m_use m) = 1).
+  { destruct m as [x |]; [right | left; split; reflexivity].
+    cbn [kalpha m_use]; rewrite Rminus_diag_eq, (ff_rnd_id A_ 0 (ff_fmt_0 A_)) by reflexivity.
+    exact exp2_0. }
+  f_equal.
+  - destruct Ha as [[Ha Em] | Ha]; rewrite Ha.
+    + destruct (Hnone Em) as [El _]; rewrite El, Rmult_0_l, (ff_rnd_id A_ 0 (ff_fmt_0 A_)), Rplus_0_r.
+      apply (ff_rnd_id A_ 0 (ff_fmt_0 A_)).
+    + rewrite Rmult_1_r, (ff_rnd_id A_ l Fl), Rplus_0_r; apply (ff_rnd_id A_ l Fl).
+  - apply map_seq_nth_ext; intros c Hc; rewrite Hpv, Rplus_0_r.
+    assert (Fc : fmt (nth c acc 0)) by (apply (proj1 (Forall_forall _ _) Facc), nth_In, Hc).
+    destruct Ha as [[Ha Em] | Ha]; rewrite Ha.
+    + destruct (Hnone Em) as [_ Hz].
+      rewrite (proj1 (Forall_forall _ _) Hz (nth c acc 0) (nth_In _ _ Hc)).
+      rewrite Rmult_0_l, (ff_rnd_id A_ 0 (ff_fmt_0 A_)); apply (ff_rnd_id A_ 0 (ff_fmt_0 A_)).
+    + rewrite Rmult_1_r, (ff_rnd_id A_ _ Fc); apply (ff_rnd_id A_ _ Fc).
+Qed.
+
+(** Every step keeps [kstate_ok]. *)
+Lemma kernel_step_ok : forall st tl, kstate_ok st -> kstate_ok (kernel_step st tl).
+Proof.
+  intros st tl Hst.
+  destruct (vmax (ks_m st) tl) eqn:Ev.
+  - unfold kstate_ok, kernel_step; cbn [ks_m ks_l ks_acc]; rewrite Ev.
+    split; [apply ff_rnd_fmt | split; [| discriminate]].
+    apply Forall_forall; intros x Hx; apply in_map_iff in Hx; destruct Hx as [c [<- _]]; apply ff_rnd_fmt.
+  - destruct (vmax_none tl (ks_m st) Ev) as [_ Hm].
+    rewrite (masked_tile_step_id st tl Hst Hm); exact Hst.
+Qed.
+
+Lemma kernel_run_ok : forall tiles st, kstate_ok st -> kstate_ok (kernel_run st tiles).
+Proof.
+  unfold kernel_run; induction tiles as [|tl tiles IH]; intros st Hst; [exact Hst |].
+  cbn [fold_left]; apply IH, kernel_step_ok, Hst.
+Qed.
+
+Lemma kernel_start_ok : forall d, kstate_ok (kernel_start d).
+Proof.
+  intros d; unfold kstate_ok, kernel_start; cbn [ks_m ks_l ks_acc].
+  split; [apply ff_fmt_0 | split].
+  - apply Forall_forall; intros x Hx; apply repeat_spec in Hx; subst; apply ff_fmt_0.
+  - intros _; split; [reflexivity |].
+    apply Forall_forall; intros x Hx; apply repeat_spec in Hx; exact Hx.
+Qed.
+
+(** Skipping the fully masked tiles, wherever they are, changes nothing. *)
+Theorem kernel_run_skip_masked_tiles : forall tiles st, kstate_ok st ->
+  kernel_run st (filter (fun tl => negb (fully_masked tl)) tiles) = kernel_run st tiles.
+Proof.
+  unfold kernel_run; induction tiles as [|tl tiles IH]; intros st Hst; [reflexivity |].
+  cbn [filter fold_left].
+  destruct (fully_masked tl) eqn:Em; cbn [negb fold_left].
+  - rewrite (masked_tile_step_id st tl Hst Em); apply IH, Hst.
+  - apply IH, kernel_step_ok, Hst.
+Qed.
+
+(** From the kernel's start. *)
+Corollary kernel_start_skip_masked_tiles : forall d tiles,
+  kernel_run (kernel_start d) (filter (fun tl => negb (fully_masked tl)) tiles)
+  = kernel_run (kernel_start d) tiles.
+Proof. intros; apply kernel_run_skip_masked_tiles, kernel_start_ok. Qed.
+
+(** One fully masked tile anywhere in the sequence. *)
+Corollary kernel_run_skip_masked_tile : forall st tiles1 z tiles2,
+  kstate_ok st -> fully_masked z = true ->
+  kernel_run st (tiles1 ++ z :: tiles2) = kernel_run st (tiles1 ++ tiles2).
+Proof.
+  intros st tiles1 z tiles2 Hst Hz.
+  pose proof (kernel_run_ok tiles1 st Hst) as Hok; unfold kernel_run in *.
+  rewrite !fold_left_app; cbn [fold_left].
+  rewrite (masked_tile_step_id _ z Hok Hz); reflexivity.
+Qed.
+
+(** With every key visible and a finite [m], the step is [run]'s. *)
+Lemma vmax_visible : forall tl m, forallb vis tl = true -> vmax (Some m) tl = Some (tmax Key sc m tl).
+Proof.
+  unfold vmax, tmax; induction tl as [|k tl IH]; intros m H; [reflexivity |].
+  cbn [forallb] in H; apply andb_prop in H; destruct H as [Hk Htl].
+  cbn [fold_left]; rewrite Hk; cbn [omax]; apply IH, Htl.
+Qed.
+
+Theorem kernel_step_visible : forall m l acc tl, forallb vis tl = true ->
+  let m' := tmax Key sc m tl in
+  kernel_step {| ks_m := Some m; ks_l := l; ks_acc := acc |} tl
+  = {| ks_m := Some m';
+       ks_l := rnd (rnd (l * exp2 (rnd (m - m'))) + tile_l m' (map sc tl));
+       ks_acc := map (fun c => rnd (rnd (nth c acc 0 * exp2 (rnd (m - m')))
+                                    + tile_pv m' (map (fun k => (sc k, val k c)) tl)))
+                     (seq 0 (length acc)) |}.
+Proof.
+  intros m l acc tl Hv m'; unfold kernel_step; cbn [ks_m ks_l ks_acc].
+  rewrite (vmax_visible tl m Hv); fold m'; cbn [m_use kalpha].
+  assert (Hw : forall k, In k tl -> kweight m' k = exp2 (rnd (sc k - m'))).
+  { intros k Hk; unfold kweight; rewrite (proj1 (forallb_forall _ _) Hv k Hk); reflexivity. }
+  assert (El : ktile_l m' tl = tile_l m' (map sc tl)).
+  { unfold ktile_l, tile_l; rewrite map_map; apply f_equal, map_ext_in; exact Hw. }
+  assert (Ep : forall c, ktile_pv m' tl c = tile_pv m' (map (fun k => (sc k, val k c)) tl)).
+  { intros c; unfold ktile_pv, tile_pv; rewrite map_map; apply f_equal, map_ext_in.
+    intros k Hk; cbn [fst snd]; rewrite (Hw k Hk); reflexivity. }
+  rewrite El; f_equal; apply map_ext; intros c; rewrite Ep; reflexivity.
+Qed.
+
+End Masked.
+
 End OnlineSoftmaxTile.
+
+(** The instances: bf16 or fp16 storage, fp32 accumulation, [exp2] the
+    correctly rounded fp32 [2^x] ([exp2 0 = 1]: [mixed_fp32_exp2_0]). *)
+Corollary bf16_fp32_kernel_run_skip_masked_tiles :
+  forall (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R) tiles st,
+  kstate_ok bf16_fp32 st ->
+  kernel_run bf16_fp32 Key sc vis val st (filter (fun tl => negb (fully_masked Key vis tl)) tiles)
+  = kernel_run bf16_fp32 Key sc vis val st tiles.
+Proof. intros; apply kernel_run_skip_masked_tiles; [apply bf16_fp32_exp2_0 | assumption]. Qed.
+
+Corollary fp16_fp32_kernel_run_skip_masked_tiles :
+  forall (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R) tiles st,
+  kstate_ok fp16_fp32 st ->
+  kernel_run fp16_fp32 Key sc vis val st (filter (fun tl => negb (fully_masked Key vis tl)) tiles)
+  = kernel_run fp16_fp32 Key sc vis val st tiles.
+Proof. intros; apply kernel_run_skip_masked_tiles; [apply fp16_fp32_exp2_0 | assumption]. Qed.
