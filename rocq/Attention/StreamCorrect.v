@@ -411,3 +411,104 @@ Proof.
   intros; unfold attention_forward, attention_two_pass.
   apply Forall2_map_same; intros [i q] _; apply stream_row_correct.
 Qed.
+
+(** ** With lengths: when every value row has [d] coordinates, the streamed
+    row IS the two-pass row ([row_eq_len], i.e. equality of the pairs), not
+    only coordinate-wise equal ([row_eq] ignores lengths, VectorFacts.v). *)
+
+Lemma sc_vadd_length : forall (a b : list R),
+  length (vadd R_ops a b) = Nat.max (length a) (length b).
+Proof.
+  induction a as [|x a IH]; intros [|y b]; simpl; try reflexivity.
+  rewrite IH; reflexivity.
+Qed.
+
+Lemma ws_fold_length : forall d (cs : list (R * list R)) acc,
+  (forall wv, In wv cs -> length (snd wv) = d) -> (length acc = d \/ acc = []) ->
+  length (fold_left (fun acc wv => vadd R_ops acc (vscale R_ops (fst wv) (snd wv))) cs acc) = d
+  \/ (cs = [] /\ fold_left (fun acc wv => vadd R_ops acc (vscale R_ops (fst wv) (snd wv))) cs acc = acc).
+Proof.
+  intros d; induction cs as [|wv cs IH]; intros acc Hc Ha; [right; split; reflexivity |].
+  left; cbn [fold_left].
+  assert (Hn : length (vadd R_ops acc (vscale R_ops (fst wv) (snd wv))) = d).
+  { rewrite sc_vadd_length; unfold vscale; rewrite map_length, (Hc wv (or_introl eq_refl)).
+    destruct Ha as [Ha | ->]; [rewrite Ha; apply Nat.max_id | reflexivity]. }
+  destruct (IH (vadd R_ops acc (vscale R_ops (fst wv) (snd wv)))) as [H | [_ H]].
+  - intros wv' Hw; apply Hc; right; exact Hw.
+  - left; exact Hn.
+  - exact H.
+  - rewrite H; exact Hn.
+Qed.
+
+Lemma in_combine_snd : forall (ws : list R) (vs : list (list R)) wv, In wv (combine ws vs) -> In (snd wv) vs.
+Proof. intros ws vs [w v] H; apply in_combine_r in H; exact H. Qed.
+
+Lemma block_step_length : forall d st blk,
+  (forall k, In k blk -> length (snd k) = d) ->
+  (forall s, st = Some s -> length (st_acc s) = d) ->
+  forall s, block_step R_ops st blk = Some s -> length (st_acc s) = d.
+Proof.
+  intros d st blk Hb Hst s Hs; unfold block_step in Hs.
+  destruct (omax R_ops (option_map st_max st) (block_max R_ops blk)) as [m'|] eqn:Em.
+  2: { apply Hst, Hs. }
+  set (cs := combine (map (key_weight R_ops m') blk) (map snd blk)).
+  assert (Hc : forall wv, In wv cs -> length (snd wv) = d).
+  { intros wv Hwv; apply in_combine_snd in Hwv; apply in_map_iff in Hwv.
+    destruct Hwv as [k [<- Hk]]; apply Hb, Hk. }
+  destruct st as [s0|].
+  - injection Hs as <-; cbn [st_acc].
+    rewrite sc_vadd_length; unfold vscale; rewrite map_length, (Hst s0 eq_refl).
+    unfold weighted_sum; fold cs.
+    destruct (ws_fold_length d cs [] Hc (or_intror eq_refl)) as [H | [_ H]]; rewrite H;
+      [apply Nat.max_id | apply Nat.max_0_r].
+  - injection Hs as <-; cbn [st_acc]; unfold weighted_sum; fold cs.
+    destruct (ws_fold_length d cs [] Hc (or_intror eq_refl)) as [H | [Hn _]]; [exact H |].
+    exfalso; cbn [option_map] in Em; rewrite omax_None_l in Em.
+    destruct blk as [|k blk]; [discriminate | discriminate].
+Qed.
+
+Lemma stream_fold_length : forall d blocks st,
+  (forall k, In k (concat blocks) -> length (snd k) = d) ->
+  (forall s, st = Some s -> length (st_acc s) = d) ->
+  forall s, fold_left (block_step R_ops) blocks st = Some s -> length (st_acc s) = d.
+Proof.
+  intros d; induction blocks as [|blk blocks IH]; intros st Hk Hst; [exact Hst |].
+  cbn [fold_left]; apply IH.
+  - intros k Hin; apply Hk; cbn [concat]; apply in_or_app; right; exact Hin.
+  - apply block_step_length; [| exact Hst].
+    intros k Hin; apply Hk; cbn [concat]; apply in_or_app; left; exact Hin.
+Qed.
+
+Theorem stream_row_correct_len : forall b d keys,
+  (forall k, In k keys -> length (snd k) = d) ->
+  row_eq_len (stream_row R_ops b d keys) (two_pass R_ops d keys).
+Proof.
+  intros b d keys Hk; split; [| apply stream_row_correct].
+  transitivity d.
+  - unfold stream_row, finalize.
+    match goal with |- context [match ?x with Some _ => _ | None => _ end] => destruct x as [s|] eqn:Es end.
+    + simpl; unfold vdiv; rewrite List.map_length; unfold stream in Es.
+      apply (stream_fold_length d (chunk b keys) None); [| discriminate | exact Es].
+      rewrite concat_chunk; exact Hk.
+    + simpl; try unfold vzero; apply repeat_length.
+  - unfold two_pass.
+    assert (Hu : forall sv, In sv (unmasked keys) -> length (snd sv) = d).
+    { intros sv Hin; unfold unmasked in Hin; apply in_flat_map in Hin.
+      destruct Hin as [k [Hk' Hin]]; destruct (fst k) as [s|]; [| destruct Hin].
+      destruct Hin as [<- | []]; apply Hk, Hk'. }
+    destruct (unmasked keys) as [|[s0 v0] rest] eqn:Eu.
+    + cbn [fst]; unfold vzero; symmetry; apply repeat_length.
+    + cbn [fst]; unfold weighted_sum.
+      match goal with |- context [combine ?ws ?vs] => set (cs := combine ws vs) end.
+      assert (Hc : forall wv, In wv cs -> length (snd wv) = d).
+      { intros wv Hwv; apply in_combine_snd in Hwv; apply in_map_iff in Hwv.
+        destruct Hwv as [k [<- Hk']]; apply Hu, Hk'. }
+      destruct (ws_fold_length d cs [] Hc (or_intror eq_refl)) as [H | [Hn _]]; [symmetry; exact H |].
+      unfold cs in Hn; cbn [map combine] in Hn; discriminate.
+Qed.
+
+(** Hence, with value rows of [d] coordinates, the streamed row equals the two-pass row. *)
+Corollary stream_row_eq_two_pass : forall b d keys,
+  (forall k, In k keys -> length (snd k) = d) ->
+  stream_row R_ops b d keys = two_pass R_ops d keys.
+Proof. intros b d keys Hk; apply row_eq_len_iff_eq, stream_row_correct_len, Hk. Qed.
