@@ -4,7 +4,7 @@
     [vadd] pads the shorter argument and list lengths carry no meaning
     beyond that.  [rsum] is the right-fold sum used to state the lemmas. *)
 
-From Coq Require Import Reals List Lra Permutation.
+From Coq Require Import Reals List Lra Lia Arith Permutation.
 From Ojas Require Import ScalarOps Vector.
 Import ListNotations.
 Open Scope R_scope.
@@ -83,6 +83,19 @@ Proof.
   - reflexivity.
   - unfold rsum in *; simpl; rewrite H by (left; reflexivity).
     rewrite IH by (intros y Hy; apply H; right; exact Hy); lra.
+Qed.
+
+(** The sum over [seq s n] of [f i] at [i = j] and 0 elsewhere is [f j]. *)
+Lemma rsum_pick_seq : forall (f : nat -> R) n s j,
+  (s <= j < s + n)%nat ->
+  rsum (map (fun i => if Nat.eqb i j then f i else 0) (seq s n)) = f j.
+Proof.
+  intros f n; induction n as [|n IH]; intros s j Hj; [lia|].
+  cbn [seq map]; rewrite rsum_cons.
+  destruct (Nat.eqb_spec s j) as [->|Hne].
+  - rewrite (rsum_map_zero _ _); [ring|].
+    intros i Hi; apply in_seq in Hi; destruct (Nat.eqb_spec i j); [lia|reflexivity].
+  - rewrite IH by lia; ring.
 Qed.
 
 Lemma rsum_nonneg : forall xs, (forall x, In x xs -> 0 <= x) -> 0 <= rsum xs.

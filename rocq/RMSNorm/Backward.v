@@ -87,18 +87,6 @@ Proof.
   rewrite map_nth, seq_nth by exact Hj; reflexivity.
 Qed.
 
-Lemma rsum_pick_seq : forall (f : nat -> R) n s j,
-  (s <= j < s + n)%nat ->
-  rsum (map (fun i => if Nat.eqb i j then f i else 0) (seq s n)) = f j.
-Proof.
-  intros f n; induction n as [|n IH]; intros s j Hj; [lia|].
-  cbn [seq map]; rewrite rsum_cons.
-  destruct (Nat.eqb_spec s j) as [->|Hne].
-  - rewrite (rsum_map_zero _ _); [ring|].
-    intros i Hi; apply in_seq in Hi; destruct (Nat.eqb_spec i j); [lia|reflexivity].
-  - rewrite IH by lia; ring.
-Qed.
-
 Lemma rsum_sq_nonneg : forall x, 0 <= rsum (map (fun t => t * t) x).
 Proof.
   intros x; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy as [t [<- _]].

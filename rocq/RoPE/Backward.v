@@ -191,18 +191,6 @@ Proof.
   f_equal; apply rope_rsum_seq_shift.
 Qed.
 
-Lemma rope_rsum_pick_seq : forall (f : nat -> R) n s j,
-  (s <= j < s + n)%nat ->
-  rsum (map (fun i => if Nat.eqb i j then f i else 0) (seq s n)) = f j.
-Proof.
-  intros f n; induction n as [|n IH]; intros s j Hj; [lia|].
-  cbn [seq map]; rewrite rsum_cons.
-  destruct (Nat.eqb_spec s j) as [->|Hne].
-  - rewrite (rsum_map_zero _ _); [ring|].
-    intros i Hi; apply in_seq in Hi; destruct (Nat.eqb_spec i j); [lia|reflexivity].
-  - rewrite IH by lia; ring.
-Qed.
-
 Lemma rope_dot_set_nth : forall (b x : list R) n j t,
   length b = n -> length x = n -> (j < n)%nat ->
   dot R_ops b (set_nth j t x) = dot R_ops b x - nth j b 0 * nth j x 0 + nth j b 0 * t.
@@ -216,7 +204,7 @@ Proof.
   2: { intros k _; unfold set_nth; rewrite nth_replace by lia.
        destruct (Nat.eqb_spec k j); ring. }
   rewrite rsum_map_plus.
-  rewrite (rope_rsum_pick_seq (fun k => nth k b 0 * (t - nth k x 0))) by lia.
+  rewrite (rsum_pick_seq (fun k => nth k b 0 * (t - nth k x 0))) by lia.
   ring.
 Qed.
 
@@ -292,8 +280,8 @@ Proof.
       rewrite (rsum_map_ext _ (fun j => (if Nat.eqb j k then nth j x 0 * nth k c 0 else 0)
                                       + (if Nat.eqb j (k + h) then - (nth j x 0 * nth k s 0) else 0))).
       2: { intros j Hj'; apply in_seq in Hj'; destruct (Nat.eqb_spec j k), (Nat.eqb_spec j (k + h)); try lia; ring. }
-      rewrite rsum_map_plus, (rope_rsum_pick_seq (fun j => nth j x 0 * nth k c 0)) by lia.
-      rewrite (rope_rsum_pick_seq (fun j => - (nth j x 0 * nth k s 0))) by lia.
+      rewrite rsum_map_plus, (rsum_pick_seq (fun j => nth j x 0 * nth k c 0)) by lia.
+      rewrite (rsum_pick_seq (fun j => - (nth j x 0 * nth k s 0))) by lia.
       ring.
     + replace k with ((k - h) + h)%nat by lia.
       rewrite rope_forward_nth_hi by lia; unfold rope_pair_forward; cbn [snd].
@@ -303,8 +291,8 @@ Proof.
       2: { intros j Hj'; apply in_seq in Hj'; destruct (Nat.ltb_spec (i + h) h); [lia|].
            destruct (Nat.eqb_spec j (i + h)), (Nat.eqb_spec (j + h) (i + h)),
                     (Nat.eqb_spec j i); try lia; ring. }
-      rewrite rsum_map_plus, (rope_rsum_pick_seq (fun j => nth j x 0 * nth (i + h) c 0)) by lia.
-      rewrite (rope_rsum_pick_seq (fun j => nth j x 0 * nth (i + h) s 0)) by lia.
+      rewrite rsum_map_plus, (rsum_pick_seq (fun j => nth j x 0 * nth (i + h) c 0)) by lia.
+      rewrite (rsum_pick_seq (fun j => nth j x 0 * nth (i + h) s 0)) by lia.
       ring.
   - intros j Hj; destruct (Nat.ltb_spec j h) as [Hjh|Hjh].
     + rewrite rope_backward_nth_lo by exact Hjh; unfold rope_pair_backward; cbn [fst].
@@ -313,8 +301,8 @@ Proof.
       2: { intros k Hk'; apply in_seq in Hk'; destruct (Nat.ltb_spec k h), (Nat.eqb_spec j k), (Nat.eqb_spec j (k + h)),
                     (Nat.eqb_spec (j + h) k), (Nat.eqb_spec k j), (Nat.eqb_spec k (j + h));
            subst; try lia; ring. }
-      rewrite rsum_map_plus, (rope_rsum_pick_seq (fun k => nth k c 0 * nth k g 0)) by lia.
-      rewrite (rope_rsum_pick_seq (fun k => nth k s 0 * nth k g 0)) by lia.
+      rewrite rsum_map_plus, (rsum_pick_seq (fun k => nth k c 0 * nth k g 0)) by lia.
+      rewrite (rsum_pick_seq (fun k => nth k s 0 * nth k g 0)) by lia.
       ring.
     + replace j with ((j - h) + h)%nat by lia.
       rewrite rope_backward_nth_hi by lia; unfold rope_pair_backward; cbn [snd].
@@ -325,8 +313,8 @@ Proof.
                     (Nat.eqb_spec (i + h) (k + h)), (Nat.eqb_spec (i + h + h) k),
                     (Nat.eqb_spec k (i + h)), (Nat.eqb_spec k i);
            subst; try lia; ring. }
-      rewrite rsum_map_plus, (rope_rsum_pick_seq (fun k => nth k c 0 * nth k g 0)) by lia.
-      rewrite (rope_rsum_pick_seq (fun k => - (nth k s 0 * nth k g 0))) by lia.
+      rewrite rsum_map_plus, (rsum_pick_seq (fun k => nth k c 0 * nth k g 0)) by lia.
+      rewrite (rsum_pick_seq (fun k => - (nth k s 0 * nth k g 0))) by lia.
       ring.
 Qed.
 
