@@ -98,6 +98,15 @@ Proof.
   - rewrite IH by lia; ring.
 Qed.
 
+(** Entry [j] of [map f (seq 0 n)] is [f j]. *)
+Lemma nth_map_seq0 : forall (f : nat -> R) n j,
+  (j < n)%nat -> nth j (map f (seq 0 n)) 0 = f j.
+Proof.
+  intros f n j Hj.
+  rewrite (nth_indep _ 0 (f 0%nat)) by (rewrite map_length, seq_length; exact Hj).
+  rewrite map_nth, seq_nth by exact Hj; reflexivity.
+Qed.
+
 Lemma rsum_nonneg : forall xs, (forall x, In x xs -> 0 <= x) -> 0 <= rsum xs.
 Proof.
   induction xs as [|x xs IH]; intros H; unfold rsum in *; simpl.

@@ -10,7 +10,7 @@ are memory-bound, not FLOP-bound, and counted as 0 FLOPs here), and a small step
 bound by the host's launches. The H200 records of benchmarks/results/ show how far from
 the bound a real step is (:func:`recorded_throughput`, tests/test_throughput.py): the
 fp32 steps of the 1.06B model run 39-43 TFLOP/s of counted work, the bf16 steps
-108-233 TFLOP/s, 14-30% of the H200's measured bf16 product rate (benchmarks/RESULTS.md: the
+108-278 TFLOP/s, 14-35% of the H200's measured bf16 product rate (benchmarks/RESULTS.md: the
 bf16 step is host-bound). No efficiency factor is applied by default: the records are of one
 model size, and the fraction they show does not carry to another.
 """

@@ -79,14 +79,6 @@ Definition rms_scale_jacobian (u : nat -> R) (eps : R) (x : list R) (i j : nat) 
 
 (** ** List lemmas *)
 
-Lemma nth_map_seq0 : forall (f : nat -> R) n j,
-  (j < n)%nat -> nth j (map f (seq 0 n)) 0 = f j.
-Proof.
-  intros f n j Hj.
-  rewrite (nth_indep _ 0 (f 0%nat)) by (rewrite map_length, seq_length; exact Hj).
-  rewrite map_nth, seq_nth by exact Hj; reflexivity.
-Qed.
-
 Lemma rsum_sq_nonneg : forall x, 0 <= rsum (map (fun t => t * t) x).
 Proof.
   intros x; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy as [t [<- _]].

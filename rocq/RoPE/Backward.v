@@ -126,20 +126,12 @@ Proof. intros; unfold rope_pair_forward, rope_pair_backward; cbn [fst snd]; ring
 
 (** ** List lemmas *)
 
-Lemma rope_nth_map_seq0 : forall (f : nat -> R) n j,
-  (j < n)%nat -> nth j (map f (seq 0 n)) 0 = f j.
-Proof.
-  intros f n j Hj.
-  rewrite (nth_indep _ 0 (f 0%nat)) by (rewrite map_length, seq_length; exact Hj).
-  rewrite map_nth, seq_nth by exact Hj; reflexivity.
-Qed.
-
 Lemma rope_nth_halves_lo : forall (f g : nat -> R) h i,
   (i < h)%nat -> nth i (map f (seq 0 h) ++ map g (seq 0 h)) 0 = f i.
 Proof.
   intros f g h i Hi.
   rewrite app_nth1 by (rewrite map_length, seq_length; exact Hi).
-  apply rope_nth_map_seq0; exact Hi.
+  apply nth_map_seq0; exact Hi.
 Qed.
 
 Lemma rope_nth_halves_hi : forall (f g : nat -> R) h i,
@@ -149,7 +141,7 @@ Proof.
   rewrite app_nth2 by (rewrite map_length, seq_length; lia).
   rewrite map_length, seq_length.
   replace (i + h - h)%nat with i by lia.
-  apply rope_nth_map_seq0; exact Hi.
+  apply nth_map_seq0; exact Hi.
 Qed.
 
 Lemma rope_halves_length : forall (f g : nat -> R) h,
