@@ -2,7 +2,7 @@
 standard ``loss.backward(); opt.step(); opt.zero_grad()`` loop.
 
     python benchmarks/bench_optimizer_in_backward.py [--quick] [--out FILE] [--checkpoint off on]
-        [--bucket-mb 64] [--repeat-standard]
+        [--bucket-mb 64] [--state-device device cpu] [--repeat-standard]
 
 A self-contained Llama-style decoder (RMSNorm, rotary position embeddings,
 SwiGLU MLP, causal SDPA attention, untied output head; no downloads), by default
@@ -17,7 +17,11 @@ the step, where the gradients are), which is where the fused update saves memory
 The default runs both, without and with checkpointing.  ``--bucket-mb`` lists the
 ``bucket_cap_mb`` values of InBackwardOptimizer to run (each against the same
 standard run); ``optimizer_calls`` is the number of ``optimizer_class`` steps (one per
-bucket) in the last step.
+bucket) in the last step.  ``--state-device`` lists where InBackwardOptimizer keeps its
+state: ``device`` (``state_device=None``, the default) and/or ``cpu``
+(``state_device="cpu"``: pinned host memory, streamed to the GPU per bucket); each is
+run against the same standard run, and the peak then no longer holds the state (but
+about a bucket's per group), at the cost of the host-device copies.
 
 Per configuration: the peak of ``torch.cuda.max_memory_allocated`` over the timed
 steps (everything: weights, optimizer state, activations, gradients), the memory
@@ -154,7 +158,7 @@ def sync(device: torch.device) -> None:
 
 def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torch.device, warmup: int,
         steps: int, max_grad_norm: Optional[float], checkpoint: bool,
-        bucket_mb: Optional[float] = None) -> tuple[dict, list[torch.Tensor]]:
+        bucket_mb: Optional[float] = None, state_device: Optional[str] = None) -> tuple[dict, list[torch.Tensor]]:
     """Train ``warmup + steps`` steps; return the measurements and the final parameters (on the CPU)."""
     torch.manual_seed(0)
     with torch.device(device):
@@ -165,7 +169,7 @@ def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torc
         opt = cls(model.parameters(), **kwargs)
     else:
         opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=max_grad_norm, bucket_cap_mb=bucket_mb,
-                                  **kwargs)
+                                  state_device=state_device, **kwargs)
         for bucket_opt in opt._group_opts:
             bucket_opt.register_step_post_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     gen = torch.Generator().manual_seed(1)
@@ -199,7 +203,7 @@ def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torc
         times.append(time.perf_counter() - t0)
     result = {
         "dtype": next(k for k, v in DTYPES.items() if v == dtype), "optimizer": opt_name, "mode": mode,
-        "checkpoint": checkpoint, "bucket_mb": bucket_mb,
+        "checkpoint": checkpoint, "bucket_mb": bucket_mb, "state_device": state_device,
         "optimizer_calls": calls[0] if mode == "in_backward" else 1,
         "peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
         "between_steps_bytes": static,
@@ -238,6 +242,9 @@ def main() -> None:
                         help="activation checkpointing per decoder layer (use_reentrant=False), in both loops")
     parser.add_argument("--bucket-mb", nargs="+", type=float, default=[64.0],
                         help="bucket_cap_mb values of InBackwardOptimizer (0: one update per parameter)")
+    parser.add_argument("--state-device", nargs="+", choices=("device", "cpu"), default=["device"],
+                        help="where InBackwardOptimizer keeps its state: device (state_device=None) and/or "
+                             "cpu (state_device='cpu': pinned host memory, streamed per bucket)")
     parser.add_argument("--repeat-standard", action="store_true",
                         help="run the standard loop twice to measure the nondeterminism of the backward")
     args = parser.parse_args()
@@ -263,11 +270,14 @@ def main() -> None:
                     again, again_params = run(c, DTYPES[dname], opt_name, "standard", **common)
                     repeat_diff = max_diff(std_params, again_params)
                     del again, again_params
-                for bucket_mb in args.bucket_mb:
-                    fused, fused_params = run(c, DTYPES[dname], opt_name, "in_backward", bucket_mb=bucket_mb, **common)
+                for bucket_mb, where in [(b, w) for b in args.bucket_mb for w in args.state_device]:
+                    state_device = None if where == "device" else where
+                    fused, fused_params = run(c, DTYPES[dname], opt_name, "in_backward", bucket_mb=bucket_mb,
+                                              state_device=state_device, **common)
                     results.append(fused)
                     cmp = {
                         "checkpoint": ckpt == "on", "dtype": dname, "optimizer": opt_name, "bucket_mb": bucket_mb,
+                        "state_device": where,
                         "peak_standard_bytes": std["peak_bytes"], "peak_in_backward_bytes": fused["peak_bytes"],
                         "peak_ratio": None if std["peak_bytes"] is None else fused["peak_bytes"] / std["peak_bytes"],
                         "peak_saved_bytes": None if std["peak_bytes"] is None else std["peak_bytes"] - fused["peak_bytes"],
@@ -292,21 +302,22 @@ def main() -> None:
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps,
             "max_grad_norm": args.max_grad_norm, "checkpoint": args.checkpoint, "bucket_mb": args.bucket_mb,
-            "results": results, "comparisons": comparisons,
+            "state_device": args.state_device, "results": results, "comparisons": comparisons,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.out}")
 
 
-HEADER = (f"{'ckpt':4} {'dtype':5} {'opt':5} {'bucket':>6} | {'peak GiB std':>12} {'in-bwd':>7} {'saved':>6} | "
+HEADER = (f"{'ckpt':4} {'dtype':5} {'opt':5} {'bucket':>6} {'state':>6} | {'peak GiB std':>12} {'in-bwd':>7} {'saved':>6} | "
           f"{'step ms std':>11} {'in-bwd':>8} {'ratio':>6} | {'calls':>5} | {'max |param diff|':>16} {'std vs std':>10}")
 
 
 def row(cmp: dict) -> str:
     saved = "-" if cmp["peak_saved_bytes"] is None else f"{cmp['peak_saved_bytes'] / 2**30:.2f}"
     repeat = "-" if cmp["standard_repeat_diff"] is None else f"{cmp['standard_repeat_diff']:.3g}"
-    return (f"{'on' if cmp['checkpoint'] else 'off':4} {cmp['dtype']:5} {cmp['optimizer']:5} {cmp['bucket_mb']:6g} | "
+    return (f"{'on' if cmp['checkpoint'] else 'off':4} {cmp['dtype']:5} {cmp['optimizer']:5} {cmp['bucket_mb']:6g} "
+            f"{cmp.get('state_device', 'device'):>6} | "
             f"{gib(cmp['peak_standard_bytes']):>12} {gib(cmp['peak_in_backward_bytes']):>7} {saved:>6} | "
             f"{cmp['step_ms_standard']:11.1f} {cmp['step_ms_in_backward']:8.1f} {cmp['time_ratio']:6.3f} | "
             f"{cmp['optimizer_calls']:5d} | {cmp['max_param_diff']:16.3g} {repeat:>10}")

@@ -114,6 +114,26 @@ concatenated batch within float64 rounding, and under DDP bitwise equal to
   ``accumulation_steps=1`` (unsynchronised passes fire no hook, so they cannot be
   counted).
 
+Optimizer state on the host (``state_device="cpu"``): the state tensors that torch
+keeps with the parameter (AdamW's ``exp_avg`` / ``exp_avg_sq``, SGD's
+``momentum_buffer``; not the ``step`` counters torch keeps on the CPU, except with
+``fused`` / ``capturable``, where it keeps them with the parameter and so are they
+streamed) live in host memory (pinned when CUDA is available) between updates.
+A parameter's state is copied to its device when the parameter joins its bucket
+(host to device, ``non_blocking``, on a side stream per device, so that the copy
+of a bucket overlaps the backward computation and the steps before it; the step's
+stream waits on an event of the copies, and the device copies are
+``record_stream``-ed on the step's stream so that the caching allocator cannot
+reuse them early), the bucket is stepped exactly as without it, then its state is
+copied back into the same host tensors (``non_blocking``, on the step's stream; an
+event per bucket that the next copy of those host tensors to the device waits on)
+and the device copies are dropped.  Between updates no state is on the device;
+during the backward pass about one bucket's state per group is.  The update is
+bitwise the one with ``state_device=None``: the same ops on the same values, on
+the same device with the same dtypes and strides, and a copy is exact (the
+bucketed update rests on ``Buckets.backprop_cap_bucketed_eq_standard``; the copies
+are exact, no theorem needed).  Tested: ``tests/test_optimizer_in_backward_host_state.py``.
+
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
 ``optimizer_class``'s, so checkpoints load into either.
@@ -203,6 +223,23 @@ def _find_ddp(module: torch.nn.Module, args: Any) -> None:
         _WATCH_HANDLE.pop().remove()
 
 
+def _check_state_device(state_device: Any) -> Optional[torch.device]:
+    """``None``, or ``torch.device("cpu")`` for ``"cpu"`` / ``torch.device("cpu")``; else raise."""
+    if state_device is None:
+        return None
+    if not isinstance(state_device, (str, torch.device)):
+        raise TypeError(f"state_device must be None, 'cpu' or torch.device('cpu'), got "
+                        f"{type(state_device).__name__} {state_device!r}")
+    try:
+        device = torch.device(state_device)
+    except RuntimeError:
+        device = None
+    if device is None or device.type != "cpu":
+        raise ValueError(f"state_device must be None (the state lives with its parameter) or 'cpu' (the state "
+                         f"lives in host memory and is streamed to the device for each update), got {state_device!r}")
+    return torch.device("cpu")
+
+
 class _Mode(Enum):
     UPDATE = "update"  # hooks update (or accumulate, before the last micro-batch)
     NORM = "norm"      # first pass of clipping: hooks record the gradient norm and free it
@@ -258,6 +295,25 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             parameter-sized buffer per bucket parameter).  Larger buckets mean fewer
             optimizer calls (host time, which short steps do not hide); ``0``
             updates each parameter alone in its hook.
+        state_device: where the optimizer state lives between updates.  ``None``
+            (default): with its parameter, as in ``torch.optim``.  ``"cpu"`` (or
+            ``torch.device("cpu")``): in host memory (pinned when CUDA is available),
+            streamed to the parameter's device for its bucket's step and back right
+            after (see the module docstring); the device then holds about one
+            bucket's state per group instead of all of it, at the cost of copying
+            the state over PCIe twice per update.  Bitwise the same update as
+            ``None`` (the bucketed update is
+            Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard; the
+            copies are exact, no theorem needed).  It saves memory for CUDA
+            parameters; for CPU parameters it is allowed and does the same copies
+            from host tensor to host tensor (no saving; this is what the CPU tests
+            run).  :meth:`state_dict` returns the host tensors (it first waits for the
+            copies back); :meth:`load_state_dict` puts the loaded state on the host
+            (torch's loading casts it to the parameter's device first, so the whole
+            state is briefly on the device).  Reading ``optimizer.state`` directly
+            right after a CUDA backward pass needs ``torch.cuda.synchronize()``
+            first (the copies back are asynchronous).  Not supported with FSDP2
+            (``fully_shard``) parameters (NotImplementedError).
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     Call ``step()`` after each update as in the standard loop: it updates nothing
@@ -314,6 +370,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         accumulation_steps: int = 1,
         max_grad_norm: Optional[float] = None,
         bucket_cap_mb: float = 64.0,
+        state_device: Optional[Union[str, torch.device]] = None,
         **optimizer_kwargs: Any,
     ) -> None:
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -338,6 +395,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         if not (math.isfinite(bucket_cap_mb) and bucket_cap_mb >= 0):
             raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {bucket_cap_mb}")
         self.bucket_cap_mb = float(bucket_cap_mb)
+        self.state_device = _check_state_device(state_device)
+        # state_device="cpu": whether host state is pinned; per parameter id, the device copies of
+        # its state staged for its bucket's step; per group, the event of the latest staging copy;
+        # per parameter id, the event after the latest copy back into its host tensors; the side
+        # stream of the host-to-device copies, per device.
+        self._pin = self.state_device is not None and torch.cuda.is_available()
+        self._staged: dict[int, dict[Any, Tensor]] = {}
+        self._stage_events: dict[int, Any] = {}
+        self._out_events: dict[int, Any] = {}
+        self._copy_streams: dict[torch.device, Any] = {}
         self._bucket_cap_bytes = int(bucket_cap_mb * 2**20)
         self.optimizer_class = optimizer_class
         self.accumulation_steps = accumulation_steps
@@ -393,8 +460,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         group = self.param_groups[index]
         with_grad = [i for i, p in enumerate(group["params"]) if p.grad is not None]
         hooked = [i for i, p in enumerate(group["params"]) if _owner(p) is not None]
-        if with_grad or hooked:
+        sharded = [i for i, p in enumerate(group["params"]) if isinstance(p, DTensor)]
+        if with_grad or hooked or (sharded and self.state_device is not None):
             self.param_groups.pop()
+        if sharded and self.state_device is not None:
+            raise NotImplementedError(
+                f"state_device={str(self.state_device)!r} is not supported with FSDP2 (fully_shard) parameters "
+                f"(parameter(s) {sharded} of group {index} are DTensors): streaming DTensor shard state to and "
+                "from the host is not implemented. Use state_device=None (FSDP2's own CPUOffloadPolicy offloads "
+                "parameters, gradients and optimizer state)")
         if with_grad:
             raise ValueError(
                 f"params: parameter(s) {with_grad} of group {index} already have a .grad; updates in backward "
@@ -444,6 +518,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         for index in range(len(self._pending)):
             self._pending[index], self._pending_bytes[index] = [], 0
         self._waiting.clear()
+        self._staged.clear()  # the host state is unchanged (no step ran); drop its device copies
         self._reduced, self._synced, self._after_reduction = [], [], False
 
     def remove_hooks(self) -> None:
@@ -547,6 +622,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._waiting.add(key)
         self._pending[index].append(p)
         self._pending_bytes[index] += nbytes
+        if self.state_device is not None:
+            self._stage(p, index)
         if self._pending_bytes[index] >= self._bucket_cap_bytes:
             self._flush(index)
 
@@ -725,6 +802,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._waiting.add(id(p))
         self._pending[index].append(p)
         self._pending_bytes[index] += p.grad.numel() * p.grad.element_size()
+        if self.state_device is not None:
+            self._stage(p, index)
         if self._pending_bytes[index] >= self._bucket_cap_bytes:
             self._flush(index)
 
@@ -746,9 +825,139 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
         group["params"] = bucket
+        hosts = self._swap_in(bucket) if self.state_device is not None else None
         try:
             bucket_opt.step()
         finally:
             group["params"] = []
+            if hosts is not None:
+                self._swap_out(bucket, hosts)
         for p in bucket:
             p.grad = None
+
+    # ------------------------------------------------------------------
+    # Optimizer state on the host (state_device="cpu")
+    # ------------------------------------------------------------------
+
+    def _streamed(self, p: Tensor, key: Any, value: Any) -> bool:
+        """Whether state ``key`` of ``p`` is streamed: a tensor torch keeps with the parameter
+        (the policy of ``Optimizer.load_state_dict``: everything but ``step``, and ``step`` too
+        with ``fused`` or ``capturable``)."""
+        if not isinstance(value, Tensor):
+            return False
+        if key != "step":
+            return True
+        group = self.param_groups[self._group_of[p]] if p in self._group_of else {}
+        return bool(group.get("fused")) or bool(group.get("capturable"))
+
+    def _copy_stream(self, device: torch.device) -> Any:
+        stream = self._copy_streams.get(device)
+        if stream is None:
+            stream = self._copy_streams[device] = torch.cuda.Stream(device)
+        return stream
+
+    def _stage(self, p: Tensor, index: int) -> None:
+        """Start copying the host state of ``p`` (just added to the bucket of group ``index``) to
+        its device: on CUDA ``non_blocking`` on the side stream, after the latest copy back into
+        those host tensors; the step waits on ``_stage_events[index]``."""
+        state = self.state.get(p)
+        if not state:
+            return  # no state yet: the first step creates it on the device
+        hosts = {k: v for k, v in state.items() if self._streamed(p, k, v)}
+        if not hosts:
+            return
+        if p.device.type != "cuda":
+            self._staged[id(p)] = {k: torch.empty_like(h, device=p.device).copy_(h) for k, h in hosts.items()}
+            return
+        stream = self._copy_stream(p.device)
+        done = self._out_events.get(id(p))
+        with torch.cuda.stream(stream):
+            if done is not None:
+                stream.wait_event(done)
+            self._staged[id(p)] = {k: torch.empty_like(h, device=p.device).copy_(h, non_blocking=True)
+                                   for k, h in hosts.items()}
+            event = torch.cuda.Event()
+            event.record(stream)
+        self._stage_events[index] = event
+
+    def _swap_in(self, bucket: list[Tensor]) -> dict[int, dict[Any, Tensor]]:
+        """Put the staged device copies of the bucket's state in :attr:`state` (the step's stream
+        waiting for their copies); return the host tensors they stand for."""
+        index = self._group_of[bucket[0]]
+        event = self._stage_events.pop(index, None)
+        hosts: dict[int, dict[Any, Tensor]] = {}
+        streams: dict[torch.device, Any] = {}
+        for p in bucket:
+            staged = self._staged.pop(id(p), None)
+            if p.device.type == "cuda" and p.device not in streams:
+                streams[p.device] = torch.cuda.current_stream(p.device)
+                if event is not None:
+                    streams[p.device].wait_event(event)
+            if not staged:
+                continue
+            state = self.state[p]
+            hosts[id(p)] = {k: state[k] for k in staged}
+            for k, dev in staged.items():
+                if dev.is_cuda:
+                    dev.record_stream(streams[p.device])  # used by the step and the copy back there
+                state[k] = dev
+        return hosts
+
+    def _swap_out(self, bucket: list[Tensor], hosts: dict[int, dict[Any, Tensor]]) -> None:
+        """Copy the bucket's state back into its host tensors (new pinned ones for state the step
+        created), ``non_blocking`` on the step's stream, and put them in :attr:`state`: the device
+        copies are dropped."""
+        events: dict[torch.device, Any] = {}
+        for p in bucket:
+            state = self.state.get(p)
+            if not state:
+                continue
+            old = hosts.get(id(p), {})
+            for k, v in list(state.items()):
+                if not self._streamed(p, k, v) or (v.device.type == "cpu" and p.device.type != "cpu"):
+                    continue
+                h = old.get(k)
+                if v is h:
+                    continue
+                if (h is None or h.shape != v.shape or h.dtype != v.dtype or h.stride() != v.stride()
+                        or (self._pin and not h.is_pinned())):
+                    h = torch.empty_like(v, device="cpu", pin_memory=self._pin)
+                h.copy_(v, non_blocking=v.is_cuda)
+                state[k] = h
+            if p.device.type == "cuda":
+                if p.device not in events:
+                    events[p.device] = torch.cuda.Event()
+                    events[p.device].record(torch.cuda.current_stream(p.device))
+                self._out_events[id(p)] = events[p.device]
+
+    def _wait_for_host_state(self) -> None:
+        """Wait for the copies back into the host tensors (before the host reads them)."""
+        for event in {id(e): e for e in self._out_events.values()}.values():
+            event.synchronize()
+        self._out_events.clear()
+
+    def _state_to_host(self) -> None:
+        """Put every streamed state tensor in (pinned) host memory: after load_state_dict."""
+        for p, state in self.state.items():
+            for k, v in list(state.items()):
+                if self._streamed(p, k, v):
+                    h = torch.empty_like(v, device="cpu", pin_memory=self._pin)
+                    h.copy_(v)
+                    state[k] = h
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim.Optimizer.state_dict``; with ``state_device="cpu"`` its tensors are the
+        host ones (after waiting for the copies back)."""
+        if self.state_device is not None:
+            self._wait_for_host_state()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """``torch.optim.Optimizer.load_state_dict``; with ``state_device="cpu"`` the state is
+        then moved to (pinned) host memory."""
+        if self.state_device is not None:
+            self._wait_for_host_state()
+            self._staged.clear()
+        super().load_state_dict(state_dict)
+        if self.state_device is not None:
+            self._state_to_host()

@@ -1,0 +1,397 @@
+"""InBackwardOptimizer(state_device="cpu"): optimizer state in host memory, streamed per bucket.
+
+The update must be bitwise the one with ``state_device=None`` (the same ops on the
+same values; the copies are exact): parameters, losses and optimizer state are
+``torch.equal`` for SGD with momentum and AdamW, with several buckets per step,
+with clipping and with accumulation.  On the CPU the streaming copies go from host
+tensor to host tensor (the same code path, no memory saved); the CUDA tests (marker
+``gpu``) check the same equality on the device and the memory saved.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Optional
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+
+OPTIMIZERS = {
+    "sgd_momentum": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-2, betas=(0.8, 0.95), weight_decay=0.1)),
+    "adamw_foreach": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, foreach=True)),
+    "adamw_fused": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, fused=True)),  # step tensors streamed too
+}
+CAP = 0.01  # MiB: a few parameters per bucket, several buckets per step
+CLIP = 0.05
+WIDTH, DEPTH, BATCH = 32, 6, 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int = WIDTH, depth: int = DEPTH) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = F.gelu(layer(x)) + x
+        return self.head(x)
+
+
+def make_model(device: str = "cpu", **kw: Any) -> MLP:
+    torch.manual_seed(0)
+    return MLP(**kw).to(device)
+
+
+def batch(step: int, micro: int, device: str = "cpu", width: int = WIDTH) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + micro)
+    return (torch.randn(BATCH, width, generator=gen).to(device), torch.randn(BATCH, 1, generator=gen).to(device))
+
+
+def make_opt(model: nn.Module, name: str, state_device: Any, *, k: int = 1, clip: Optional[float] = None,
+             cap: float = CAP) -> InBackwardOptimizer:
+    cls, kw = OPTIMIZERS[name]
+    return InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip,
+                               bucket_cap_mb=cap, state_device=state_device, **kw)
+
+
+def train(model: nn.Module, opt: InBackwardOptimizer, steps: range, *, k: int = 1, device: str = "cpu",
+          check=None) -> list[float]:
+    losses = []
+    for step in steps:
+        for micro in range(k):
+            x, y = batch(step, micro, device, model.layers[0].in_features)
+            loss = F.mse_loss(model(x), y) / k
+            losses.append(float(loss.detach()))
+            opt.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        if check is not None:
+            check(opt)
+    return losses
+
+
+def count_buckets(opt: InBackwardOptimizer) -> list[int]:
+    calls = [0]
+    for bucket_opt in opt._group_opts:
+        bucket_opt.register_step_post_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def assert_same(model_a: nn.Module, opt_a, model_b: nn.Module, opt_b) -> None:
+    for (name, a), b in zip(model_a.named_parameters(), model_b.parameters()):
+        assert torch.equal(a, b), f"parameter {name} differs"
+    sa, sb = opt_a.state_dict(), opt_b.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    assert sa["state"].keys() == sb["state"].keys()
+    for i, state in sa["state"].items():
+        assert state.keys() == sb["state"][i].keys()
+        for key, value in state.items():
+            other = sb["state"][i][key]
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == other.dtype and torch.equal(value.cpu(), other.cpu()), (i, key)
+            else:
+                assert value == other, (i, key)
+
+
+def streamed_tensors(opt: InBackwardOptimizer) -> list[tuple[Any, torch.Tensor]]:
+    return [(k, v) for p, s in opt.state.items() for k, v in s.items() if opt._streamed(p, k, v)]
+
+
+def check_on_host(opt: InBackwardOptimizer) -> None:
+    """(b): between steps every streamed state tensor is on the CPU, pinned when CUDA is available,
+    and no device copy is staged."""
+    tensors = streamed_tensors(opt)
+    assert tensors
+    for key, v in tensors:
+        assert v.device.type == "cpu", key
+        if torch.cuda.is_available():
+            assert v.is_pinned(), key
+    assert not opt._staged
+
+
+# --------------------------------------------------------------------------
+# (a) bitwise equal to state_device=None
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["plain", "clip", "accum2", "clip_accum2"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_host_state_is_bitwise_device_state(name: str, variant: str) -> None:
+    k = 2 if "accum2" in variant else 1
+    clip = CLIP if "clip" in variant else None
+    runs = []
+    for state_device in (None, "cpu"):
+        model = make_model()
+        opt = make_opt(model, name, state_device, k=k, clip=clip)
+        calls = count_buckets(opt)
+        losses = train(model, opt, range(4), k=k, check=check_on_host if state_device else None)
+        runs.append((model, opt, losses, calls[0]))
+    (model_a, opt_a, losses_a, calls_a), (model_b, opt_b, losses_b, calls_b) = runs
+    assert calls_a == calls_b >= 3, (calls_a, calls_b)  # several buckets per step
+    assert losses_a == losses_b
+    assert_same(model_a, opt_a, model_b, opt_b)
+
+
+def test_host_state_matches_torch_optim() -> None:
+    """And so the standard loop (InBackwardOptimizer is bitwise torch.optim)."""
+    model_s, model_h = make_model(), make_model()
+    opt_s = torch.optim.AdamW(model_s.parameters(), **OPTIMIZERS["adamw"][1])
+    opt_h = make_opt(model_h, "adamw", "cpu")
+    for step in range(3):
+        x, y = batch(step, 0)
+        F.mse_loss(model_s(x), y).backward()
+        opt_s.step()
+        opt_s.zero_grad()
+        opt_h.backward(F.mse_loss(model_h(x), y))
+        opt_h.step()
+        opt_h.zero_grad()
+    assert_same(model_s, opt_s, model_h, opt_h)
+
+
+# --------------------------------------------------------------------------
+# (b) where the state is
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw", "adamw_fused"])
+def test_state_on_host_after_each_step(name: str) -> None:
+    model = make_model()
+    opt = make_opt(model, name, "cpu")
+    train(model, opt, range(1), check=check_on_host)
+    first = {id(v) for _, v in streamed_tensors(opt)}
+    train(model, opt, range(1, 3), check=check_on_host)
+    # the copies back go into the same host tensors
+    assert {id(v) for _, v in streamed_tensors(opt)} == first
+    keys = {k for k, _ in streamed_tensors(opt)}
+    expected = {"sgd_momentum": {"momentum_buffer"}, "adamw": {"exp_avg", "exp_avg_sq"},
+                "adamw_fused": {"exp_avg", "exp_avg_sq", "step"}}[name]
+    assert keys == expected
+    if name == "adamw":  # the step counters are left where torch keeps them (the CPU), not streamed
+        assert all(not opt._streamed(p, "step", s["step"]) for p, s in opt.state.items())
+
+
+def test_zero_grad_after_failed_backward_drops_staged_copies() -> None:
+    model = make_model()
+    opt = make_opt(model, "adamw", "cpu", cap=64.0)  # one bucket, flushed at the end of backward
+    train(model, opt, range(1))
+    before = copy.deepcopy(opt.state_dict())
+
+    class Boom(Exception):
+        pass
+
+    def boom(grad: torch.Tensor) -> torch.Tensor:
+        raise Boom
+
+    x, y = batch(5, 0)
+    handle = model.layers[0].weight.register_hook(boom)
+    with pytest.raises(Boom):
+        F.mse_loss(model(x), y).backward()
+    handle.remove()
+    assert opt._staged  # the parameters hooked before the error were staged
+    opt.zero_grad()
+    assert not opt._staged
+    after = opt.state_dict()
+    for i, s in before["state"].items():
+        for key, v in s.items():
+            assert torch.equal(v, after["state"][i][key])
+    train(model, opt, range(1, 2), check=check_on_host)
+
+
+# --------------------------------------------------------------------------
+# (c) state_dict round trips
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source,target", [(None, "cpu"), ("cpu", None), ("cpu", "cpu")])
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw", "adamw_fused"])
+def test_state_dict_round_trip(name: str, source: Optional[str], target: Optional[str]) -> None:
+    # reference: 4 uninterrupted steps with state_device=None
+    model_r = make_model()
+    opt_r = make_opt(model_r, name, None)
+    losses_r = train(model_r, opt_r, range(4))
+
+    model_a = make_model()
+    opt_a = make_opt(model_a, name, source)
+    losses = train(model_a, opt_a, range(2))
+    saved = copy.deepcopy({"model": model_a.state_dict(), "opt": opt_a.state_dict()})
+    if source == "cpu":
+        assert all(v.device.type == "cpu" for s in saved["opt"]["state"].values() for v in s.values()
+                   if isinstance(v, torch.Tensor))
+    model_b = make_model()
+    model_b.load_state_dict(saved["model"])
+    opt_b = make_opt(model_b, name, target)
+    opt_b.load_state_dict(saved["opt"])
+    if target == "cpu":
+        check_on_host(opt_b)
+    losses += train(model_b, opt_b, range(2, 4), check=check_on_host if target else None)
+    assert losses == losses_r
+    assert_same(model_r, opt_r, model_b, opt_b)
+
+
+def test_state_dict_loads_into_torch_optim() -> None:
+    model_a, model_s = make_model(), make_model()
+    opt_a = make_opt(model_a, "adamw", "cpu")
+    train(model_a, opt_a, range(2))
+    opt_s = torch.optim.AdamW(model_s.parameters(), **OPTIMIZERS["adamw"][1])
+    model_s.load_state_dict(model_a.state_dict())
+    opt_s.load_state_dict(copy.deepcopy(opt_a.state_dict()))
+    for step in range(2, 4):
+        x, y = batch(step, 0)
+        F.mse_loss(model_s(x), y).backward()
+        opt_s.step()
+        opt_s.zero_grad()
+    train(model_a, opt_a, range(2, 4))
+    assert_same(model_s, opt_s, model_a, opt_a)
+
+
+# --------------------------------------------------------------------------
+# (d) argument validation
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["cpu", torch.device("cpu"), "cpu:0", None])
+def test_accepted_state_devices(value: Any) -> None:
+    opt = make_opt(make_model(), "adamw", value)
+    assert opt.state_device == (None if value is None else torch.device("cpu"))
+
+
+@pytest.mark.parametrize("value,error", [
+    ("cuda", ValueError), (torch.device("cuda", 0), ValueError), ("meta", ValueError), ("host", ValueError),
+    ("", ValueError), (0, TypeError), (True, TypeError), (["cpu"], TypeError),
+])
+def test_bad_state_device_raises(value: Any, error: type) -> None:
+    with pytest.raises(error, match="state_device"):
+        make_opt(make_model(), "adamw", value)
+
+
+# --------------------------------------------------------------------------
+# (e) CUDA
+# --------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("variant", ["plain", "clip", "accum2"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_cuda_host_state_is_bitwise_device_state(name: str, variant: str) -> None:
+    k = 2 if variant == "accum2" else 1
+    clip = CLIP if variant == "clip" else None
+    torch.backends.cudnn.deterministic = True
+    runs = []
+    for state_device in (None, "cpu"):
+        model = make_model("cuda")
+        opt = make_opt(model, name, state_device, k=k, clip=clip)
+
+        def check(o: InBackwardOptimizer) -> None:
+            check_on_host(o)
+            torch.cuda.synchronize()
+            # no optimizer state on the device between steps: only the parameters
+            params = sum(p.numel() * p.element_size() for p in model.parameters())
+            assert torch.cuda.memory_allocated() <= params + 2**20
+
+        losses = train(model, opt, range(4), k=k, device="cuda", check=check if state_device else None)
+        runs.append((model, opt, losses))
+    (model_a, opt_a, losses_a), (model_b, opt_b, losses_b) = runs
+    assert losses_a == losses_b
+    assert_same(model_a, opt_a, model_b, opt_b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_peak_memory_lower_by_the_state() -> None:
+    """AdamW on 8 x 1024^2 weights (32 MiB): the state (64 MiB) leaves the device but about a
+    bucket's (bucket_cap_mb=4: one weight, 8 MiB of state)."""
+    width, depth, cap = 1024, 8, 4.0
+    peaks, states = [], []
+    for state_device in (None, "cpu"):
+        torch.cuda.empty_cache()
+        model = make_model("cuda", width=width, depth=depth)
+        opt = make_opt(model, "adamw", state_device, cap=cap)
+        train(model, opt, range(2), device="cuda")  # the state exists
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        train(model, opt, range(2, 3), device="cuda")
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated())
+        states.append(sum(v.numel() * v.element_size() for _, v in streamed_tensors(opt)))
+        del model, opt
+    state_bytes, bucket_state = states[0], 2 * width * width * 4
+    saved = peaks[0] - peaks[1]
+    assert saved >= state_bytes - 3 * bucket_state, (peaks, state_bytes)
+    assert saved <= state_bytes + 2**20, (peaks, state_bytes)
+
+
+# --------------------------------------------------------------------------
+# DDP and FSDP2 (2 CPU processes on gloo, tests/_distributed.py)
+# --------------------------------------------------------------------------
+
+def _distributed_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Each DDP config of tests/_distributed.py with state_device None and "cpu" (parameters and
+    state after the steps); the error for state_device="cpu" with FSDP2 shards."""
+    import contextlib
+
+    import _distributed as D
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    out: dict[str, Any] = {}
+    for name in ("sgd", "adamw", "adamw_clip"):
+        cls, kw, clip, micro_batches = D.CONFIGS[name]
+        for state_device in (None, "cpu"):
+            model = D.make_model()
+            opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, bucket_cap_mb=0.001,
+                                      state_device=state_device, **kw)
+            ddp = DDP(model, bucket_cap_mb=0.001)
+            D._train(ddp, opt, rank, micro_batches, lambda off: ddp.no_sync() if off else contextlib.nullcontext(),
+                     clip)
+            state = opt.state_dict()["state"]
+            out[f"{name}/{state_device}"] = ([p.detach().clone() for p in model.parameters()], state,
+                                             all(v.device.type == "cpu" for s in opt.state.values()
+                                                 for v in s.values() if isinstance(v, torch.Tensor)))
+    model = D.make_model()
+    fully_shard(model)
+    try:
+        InBackwardOptimizer(model.parameters(), torch.optim.AdamW, state_device="cpu")
+        out["fsdp2_error"] = ""
+    except NotImplementedError as e:
+        out["fsdp2_error"] = str(e)
+    return out
+
+
+@pytest.fixture(scope="module")
+def distributed() -> list[dict]:
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("needs torch.distributed with the gloo backend")
+    import _distributed as D
+    return D.spawn(_distributed_worker)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw", "adamw_clip"])
+def test_ddp_host_state_is_bitwise_device_state(distributed: list[dict], name: str) -> None:
+    for rank, out in enumerate(distributed):
+        params_a, state_a, _ = out[f"{name}/None"]
+        params_b, state_b, on_host = out[f"{name}/cpu"]
+        assert on_host, rank
+        for a, b in zip(params_a, params_b):
+            assert torch.equal(a, b), rank
+        assert state_a.keys() == state_b.keys()
+        for i, s in state_a.items():
+            for key, v in s.items():
+                assert torch.equal(v, state_b[i][key]), (rank, i, key)
+    for a, b in zip(distributed[0][f"{name}/cpu"][0], distributed[1][f"{name}/cpu"][0]):
+        assert torch.equal(a, b)
+
+
+def test_fsdp2_host_state_is_refused(distributed: list[dict]) -> None:
+    for out in distributed:
+        assert "state_device" in out["fsdp2_error"] and "FSDP2" in out["fsdp2_error"], out["fsdp2_error"]
