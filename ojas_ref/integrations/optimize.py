@@ -9,7 +9,9 @@
   through :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
   per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant;
   ``checkpoint="offload"``: the layer inputs held in pinned host memory,
-  :mod:`ojas_ref.integrations.offload`).
+  :mod:`ojas_ref.integrations.offload`), optionally the input embedding's gradient sparse
+  (``sparse_embedding=True``: no dense ``[V, D]`` gradient, for
+  :class:`ojas_ref.InBackwardOptimizer` with plain SGD).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
   ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
   (:class:`ojas_ref.integrations.modules.MultiheadAttention`); for the loss use
@@ -32,6 +34,9 @@ from torch import nn
 from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
 from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM
 from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM
+
+SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
+                             "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense")
 
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
 
@@ -103,6 +108,7 @@ class _State:
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
     rotary_module: Optional[str] = None         # the modeling module whose apply_rotary_pos_emb was replaced
     rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
+    sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -142,7 +148,7 @@ def _check_checkpoint(value: object) -> bool | str:
 
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
                    checkpoint: bool | str = False, rms_norm: bool = True, swiglu: bool = True,
-                   rope: bool = True) -> tuple[nn.Module, OptimizationReport]:
+                   rope: bool = True, sparse_embedding: bool = False) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
@@ -175,6 +181,16 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             last optimized model of the family is reverted) by a function that runs the kernel
             inside this model's attention modules (forward hooks mark them) and Hugging Face's
             own function everywhere else; plain models: no effect.
+        sparse_embedding: (default False; Hugging Face models only) set the input embedding's
+            ``sparse = True``: its backward gives a row-sparse COO gradient (the rows of the
+            batch's tokens) instead of a dense ``[V, D]`` one, ``V * D * element_size`` bytes not
+            allocated.  For :class:`ojas_ref.InBackwardOptimizer` with ``torch.optim.SGD``
+            (momentum 0, weight decay 0, float32 / float64; Ojas.OptimizerInBackward.SparseRows.
+            sgd_sparse_rows_eq: the row update is the dense step, tested bit for bit on the CPU);
+            AdamW, momentum, clipping or accumulation then raise (a row with zero gradient still
+            changes under them).  Left alone, with the reason, when the embedding is tied to the
+            output head (one tensor used twice: its summed gradient is dense), is not an
+            ``nn.Embedding``, or uses ``max_norm`` / ``scale_grad_by_freq``.
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
@@ -189,13 +205,18 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     rms_norm = _check_flag("rms_norm", rms_norm)
     swiglu = _check_flag("swiglu", swiglu)
     rope = _check_flag("rope", rope)
+    sparse_embedding = _check_flag("sparse_embedding", sparse_embedding)
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
         return model, existing.report
     if _is_hf_model(target):
         state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope)
+        _make_embedding_sparse(target, sparse_embedding, state)
     else:
+        if sparse_embedding:
+            raise NotImplementedError("sparse_embedding=True is supported for Hugging Face models only; set "
+                                      "sparse=True on the nn.Embedding of a plain model")
         if checkpoint:
             raise NotImplementedError(f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
                                       "the layers of a plain model in "
@@ -231,7 +252,43 @@ def revert_model(model: nn.Module) -> nn.Module:
         for handle in state.rotary_hooks:
             handle.remove()
         hf.unpatch_rotary(state.rotary_module)
+    if state.sparse_embedding is not None:
+        state.sparse_embedding.sparse = False
     return model
+
+
+def _make_embedding_sparse(model: nn.Module, enabled: bool, state: _State) -> None:
+    """``sparse_embedding=True``: make the input embedding's gradient row-sparse, or report why not."""
+    if not enabled:
+        return
+    embedding = model.get_input_embeddings()
+    name = next((n for n, m in model.named_modules() if m is embedding), "(input embedding)")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    reason = None
+    if not isinstance(embedding, nn.Embedding):
+        reason = f"the input embedding is {type(embedding).__name__}, not an nn.Embedding"
+    elif head is not None and getattr(head, "weight", None) is embedding.weight:
+        reason = ("tied to the output head (tie_word_embeddings): the one tensor's gradient is the sum of both "
+                  "uses, and the head's part is dense in every row, so a sparse embedding gradient would not "
+                  "be the whole gradient; left dense")
+    elif embedding.max_norm is not None or embedding.scale_grad_by_freq:
+        reason = "max_norm / scale_grad_by_freq: the sparse backward with them is not checked"
+    elif embedding.sparse:
+        reason = "already sparse=True"
+    if reason is not None:
+        state.report.left_alone.append(LeftAlone(name, f"sparse_embedding: {reason}"))
+        return
+    embedding.sparse = True
+    state.sparse_embedding = embedding
+    weight = embedding.weight
+    saved = weight.numel() * weight.element_size()
+    state.report.changed.append(Change(
+        name, f"nn.Embedding sparse=True: row-sparse gradient (the batch's token rows), the dense "
+              f"{list(weight.shape)} gradient ({saved} bytes) not allocated; update it with "
+              "InBackwardOptimizer(optimizer_class=torch.optim.SGD) (momentum 0, weight decay 0; AdamW raises)",
+        SPARSE_EMBEDDING_THEOREMS, "the floats: rows summed in token order as the dense CPU backward does "
+        "(tested bit for bit on the CPU; CUDA's dense backward sums in another order)"))
+    state.report.notes.append(f"sparse_embedding: {saved} bytes of embedding gradient not allocated per step")
 
 
 # --------------------------------------------------------------------------

@@ -75,6 +75,11 @@ per-parameter update rule; the arithmetic of each update is torch's own):
   parameters.
 * ``Counterexamples.tied_per_use_neq_standard``: a hook per use of a tied weight
   (an update per partial gradient) would not be the standard loop.
+* Row-sparse gradients (``nn.Embedding(sparse=True)``), plain SGD only:
+  ``Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq``: with momentum 0 and weight
+  decay 0, updating the rows the gradient touches is the dense step (the other rows are
+  unchanged); ``SparseRows.lazy_adamw_neq_dense`` / ``lazy_momentum_neq_dense``: not for
+  AdamW or momentum, which raise (:meth:`InBackwardOptimizer._update_sparse`).
 * One backward pass is one update (the theorems are about one step): two
   ``.backward()`` calls would be two updates, not one on the summed gradient, so
   a parameter that gets a gradient again after its update and before ``step()``
@@ -341,7 +346,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     a parameter does not (equal on the CPU, where foreach ops are per-tensor
     loops; possibly rounded differently on CUDA).  Not supported
     (errors say why): an enabled ``torch.amp.GradScaler``, ``step(closure)``,
-    sparse gradients, a parameter that already has a ``.grad``, reentrant
+    sparse gradients other than row-sparse float32 / float64 ones with plain SGD (momentum 0,
+    weight decay 0, no clipping, no accumulation, one process: see :meth:`_update_sparse`,
+    Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq), a parameter that already has a ``.grad``, reentrant
     activation checkpointing with ``accumulation_steps > 1`` (its nested backward
     passes would count as micro-batches; use ``use_reentrant=False``).
 
@@ -616,7 +623,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._hook_general(p)
             return
         if p.grad.is_sparse:
-            self._refuse_sparse()
+            self._update_sparse(p, index)
+            return
         if key in self._waiting:
             self._refuse_waiting()
         self._waiting.add(key)
@@ -627,11 +635,88 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         if self._pending_bytes[index] >= self._bucket_cap_bytes:
             self._flush(index)
 
+    def _sparse_unsupported(self, p: Tensor, index: int) -> Optional[str]:
+        """Why the sparse gradient of ``p`` (group ``index``) cannot be updated exactly as the dense
+        gradient with zero rows would be, or None (see :meth:`_update_sparse`)."""
+        grad = p.grad
+        if self.optimizer_class is not torch.optim.SGD:
+            return (f"optimizer_class is {self.optimizer_class.__name__}, not torch.optim.SGD: only plain SGD's "
+                    "step leaves a row with zero gradient unchanged (Ojas.OptimizerInBackward.SparseRows."
+                    "sgd_sparse_rows_eq); AdamW / Adam decay their moments and weights on every row, so a row "
+                    "that got no gradient still changes (SparseRows.adamw_zero_row_changes) and a lazy update of "
+                    "the touched rows is not the dense step (a subclass of SGD may change the step)")
+        group = self.param_groups[index]
+        bad = [f"{k}={group.get(k)!r}" for k, ok in (
+            ("momentum", group.get("momentum", 0) == 0), ("weight_decay", group.get("weight_decay", 0) == 0),
+            ("maximize", not group.get("maximize", False)), ("fused", not group.get("fused", False)),
+            ("differentiable", not group.get("differentiable", False))) if not ok]
+        if bad:
+            return (f"SGD with {', '.join(bad)}: only momentum=0, weight_decay=0, maximize=False, fused=False, "
+                    "differentiable=False is supported. With momentum the buffer of a row with zero gradient "
+                    "decays and still moves the row (SparseRows.momentum_zero_row_changes), with weight decay the "
+                    "row shrinks, with maximize the dense step adds +0.0 to an untouched row (turning a -0.0 "
+                    "weight into +0.0, which the sparse step does not), fused SGD has no sparse path")
+        if self.accumulation_steps > 1 or self.max_grad_norm is not None or self._distributed():
+            return ("sparse gradients are supported with accumulation_steps=1, no max_grad_norm and no "
+                    "DDP/FSDP2 only: clip_grad_norm_'s norm of the dense [V, D] gradient and the norm of the "
+                    "coalesced sparse rows are equal in reals but reduced in a different order (not bitwise), "
+                    "and sparse accumulation / reduction are not mirrored here")
+        if grad.layout is not torch.sparse_coo or grad.sparse_dim() != 1:
+            return (f"the gradient is {grad.layout} with sparse_dim {grad.sparse_dim()}: only row-sparse COO "
+                    "gradients (sparse_dim 1, as nn.Embedding(sparse=True) gives) are supported")
+        if grad.dtype not in (torch.float32, torch.float64):
+            return (f"the gradient is {grad.dtype}: only float32 / float64 row sums are the dense backward's "
+                    "bit for bit (measured: float16 / bfloat16 dense embedding backward rounds differently)")
+        return None
+
     @staticmethod
-    def _refuse_sparse() -> None:
-        raise RuntimeError(
-            "InBackwardOptimizer does not support sparse gradients (e.g. nn.Embedding(sparse=True)): "
-            "the sparse paths of torch.optim and clip_grad_norm_ are not mirrored here")
+    def _coalesce_in_order(grad: Tensor) -> Tensor:
+        """``grad`` (row-sparse COO) coalesced with each row's duplicates summed in the order of the
+        indices, from zero: the order of the dense CPU embedding backward, so that the rows are those
+        of the dense gradient bit for bit (``Tensor.coalesce`` sums in another order; tested)."""
+        if grad.is_coalesced():
+            return grad
+        rows, inverse = torch.unique(grad._indices()[0], sorted=True, return_inverse=True)
+        values = grad._values()
+        summed = values.new_zeros((rows.numel(),) + tuple(values.shape[1:])).index_add_(0, inverse, values)
+        return torch.sparse_coo_tensor(rows.unsqueeze(0), summed, grad.shape, is_coalesced=True,
+                                       check_invariants=False)
+
+    def _update_sparse(self, p: Tensor, index: int) -> None:
+        """Update ``p`` alone, now, from its sparse gradient (``nn.Embedding(sparse=True)``): no dense
+        ``[V, D]`` gradient is allocated.  Only plain SGD (momentum 0, weight decay 0, not maximize,
+        not fused), one backward per update, no clipping, one process, float32 / float64: else raise
+        with the reason (:meth:`_sparse_unsupported`).
+
+        Why this is the dense step: Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq (an SGD
+        update with a gradient that is zero outside a set of rows is the update of those rows, the
+        others unchanged; Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense for any rule that
+        leaves an element unchanged under a zero gradient), with
+        Ojas.OptimizerInBackward.Equivalence.sgd_fused_eq_standard for the update in the hook.  In floats: torch's sparse ``add_`` writes ``x + (-lr) * g`` on the rows
+        of the gradient, the same kernel as the dense ``add_`` on them (tested bitwise), and the dense
+        step on an untouched row is ``x + (-lr) * (+0.0) = x + (-0.0) = x`` bit for bit for every x
+        (-0.0 and infinities included); the duplicate rows of a batch are summed in index order from
+        zero (:meth:`_coalesce_in_order`), as the dense CPU embedding backward does (tested bitwise;
+        a CUDA dense backward sums in another order: equal in reals, rounding not checked).  Not
+        the dense step: AdamW / momentum / weight decay (SparseRows.adamw_zero_row_changes,
+        SparseRows.momentum_zero_row_changes)."""
+        reason = self._sparse_unsupported(p, index)
+        if reason is not None:
+            p.grad = None
+            raise RuntimeError(f"InBackwardOptimizer does not support sparse gradients (e.g. "
+                               f"nn.Embedding(sparse=True)) here: {reason}. Use a dense gradient (sparse=False)")
+        with torch.no_grad():
+            p.grad = self._coalesce_in_order(p.grad)
+        bucket_opt = self._group_opts[index]
+        group = bucket_opt.param_groups[0]
+        group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
+        group["params"] = [p]
+        self._updated.add(id(p))
+        try:
+            bucket_opt.step()
+        finally:
+            group["params"] = []
+            p.grad = None
 
     @staticmethod
     def _refuse_waiting() -> None:
@@ -643,7 +728,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _hook_general(self, p: Tensor) -> None:
         """The hook with clipping, accumulation, DDP or FSDP2."""
         if p.grad.is_sparse:
-            self._refuse_sparse()
+            self._update_sparse(p, self._group_of[p])  # raises: sparse only on the plain path
+            return
         if self._mode is _Mode.NORM:
             with torch.no_grad():
                 self._norms[p] = _grad_norm(p.grad)
