@@ -1,0 +1,398 @@
+"""Benchmark: the memory table of the project's techniques on the 1.06B Llama decoder.
+
+    python benchmarks/bench_memory.py [--quick] [--out FILE] [--dtypes fp32 bf16]
+        [--optimizers sgd adamw] [--modes standard+ckpt ojas+ckpt +offload ...] [--steps N] [--warmup N]
+    python benchmarks/bench_memory.py --largest [--largest-presets] [--max-layers N] ...
+
+NOT RUN ON A GPU YET: every figure below is a target to compare with, not a measurement of
+this script. Here only ``--quick`` (a tiny model on the CPU, no memory figures) has run.
+
+The model is benchmarks/bench_optimize_model.py's (built by its ``build``, no download):
+``LlamaForCausalLM`` with hidden 2048, 18 layers, 16 heads, intermediate 5632, vocabulary
+32000, untied head (1.06B parameters), batch 1 x sequence 2048, weights and optimizer state
+in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, per dtype
+(fp32, bf16) and optimizer:
+
+* ``standard+ckpt`` (the baseline): the torch optimizer (``loss.backward(); opt.step();
+  opt.zero_grad()``), Hugging Face's ``gradient_checkpointing_enable(use_reentrant=False)``.
+* ``ojas+ckpt``: ``optimize_model(model, checkpoint=True)`` (ojas attention, linear
+  cross-entropy, fused RMSNorm / SwiGLU / RoPE) and ``InBackwardOptimizer`` (64 MiB buckets).
+* ``+offload``: ojas+ckpt with ``checkpoint="offload"`` (each layer's input in pinned host
+  memory between forward and backward). Host GiB: the bytes offloaded per step.
+* ``+sparse-embedding``: ojas+ckpt with ``sparse_embedding=True`` (no dense [V, D]
+  embedding gradient). SGD only (AdamW changes rows without gradient) and fp32 only
+  (InBackwardOptimizer's sparse path is exact for float32 / float64 row sums only); skipped
+  with the reason otherwise.
+* ``+host-state``: ojas+ckpt with ``InBackwardOptimizer(state_device="cpu")`` (the optimizer
+  state in pinned host memory, streamed per bucket). AdamW only (SGD without momentum has
+  no state). Host GiB: the state's bytes.
+* ``all``: every technique above that applies to the dtype / optimizer together.
+* ``reversible``: a separate architecture, ``ReversibleDecoder`` of the same shape (additive
+  couplings, activations reconstructed in backward, no checkpointing) with
+  ``InBackwardOptimizer``; its loss is not comparable with the Llama rows' (other model).
+
+Per dtype and optimizer, in one process, as bench_optimize_model does (its ``measure_peak``,
+``allocate_workspaces``, ``time_interleaved``): each mode built in turn (the earlier ones
+kept, idle), warmed up, and its peak is ``torch.cuda.max_memory_allocated`` over one step
+less the earlier modes' memory; then all modes timed together, rotated. Reported: peak GiB,
+host GiB (where known), tokens/s from the median step, its ratio to standard+ckpt of the
+same dtype / optimizer, the last loss. The modes that are exact reformulations of ojas+ckpt
+(+offload, +sparse-embedding, +host-state, and ``all``) give its losses bit for bit on the
+CPU (tests/test_bench_memory.py); on CUDA the sparse embedding's row sums are in another
+order than the dense backward's.
+
+Issue 14's Done-when figures to compare with (1.06B, batch 1 x 2048, peak of one step):
+fp32 SGD <= 4.3 GiB; fp32 AdamW <= 12.6 GiB with the state on the GPU, <= 4.6 GiB with the
+state on the host; bf16 SGD <= 2.3 GiB; bf16 AdamW <= 6.4 GiB; each at >= 0.9x the tokens/s
+of standard+ckpt.
+
+``--largest``: for each (dtype, optimizer, mode) requested, the largest model that trains one
+step (``--warmup`` + 1 steps) without running out of memory, searched by doubling the number
+of layers of the 1.06B shape from 18 (halving when 18 does not fit) and then bisecting
+between the largest fit and the smallest failure (``--max-layers`` caps the search), or with
+``--largest-presets`` over ojas_ref/tools/plan.py's PRESETS in order of size; every try is
+recorded as measured (fits, peak, parameters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.bench_optimize_model import (  # noqa: E402
+    Runner, allocate_workspaces, build, measure_peak, time_interleaved)
+from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
+from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
+
+MODES = ("standard+ckpt", "ojas+ckpt", "+offload", "+sparse-embedding", "+host-state", "all", "reversible")
+#: the modes whose steps are ojas+ckpt's, reformulated exactly (equal losses on the CPU)
+EXACT = ("+offload", "+sparse-embedding", "+host-state", "all")
+BASELINE = "standard+ckpt"
+
+
+def skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optional[str]:
+    """Why ``mode`` does not apply to this dtype / optimizer, or None."""
+    if mode == "+sparse-embedding":
+        if opt_name != "sgd":
+            return (f"sparse embedding needs plain SGD: {opt_name} changes rows that got no gradient "
+                    "(InBackwardOptimizer raises)")
+        if dtype_name != "fp32":
+            return (f"sparse embedding in {dtype_name}: InBackwardOptimizer's sparse path is exact for float32 / "
+                    "float64 row sums only (it raises)")
+    if mode == "+host-state" and opt_name == "sgd":
+        return "host state: SGD without momentum has no optimizer state to move to the host"
+    return None
+
+
+def techniques(mode: str, dtype_name: str, opt_name: str) -> dict:
+    """What ``mode`` applies: checkpoint (True / "offload"), sparse_embedding, state_device."""
+    t = dict(checkpoint=True, sparse_embedding=False, state_device=None)
+    if mode in ("+offload", "all"):
+        t["checkpoint"] = "offload"
+    if mode in ("+sparse-embedding", "all") and skip_reason("+sparse-embedding", dtype_name, opt_name) is None:
+        t["sparse_embedding"] = True
+    if mode in ("+host-state", "all") and skip_reason("+host-state", dtype_name, opt_name) is None:
+        t["state_device"] = "cpu"
+    return t
+
+
+def build_model(c: Config, dtype: torch.dtype, device: torch.device, preset=None):
+    """bench_optimize_model's ``build`` for a :class:`Config`; for a plan.py preset (kv heads, tied head,
+    head_dim), the same LlamaConfig with the preset's fields."""
+    if preset is None:
+        return build(c, dtype, device)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig(
+        vocab_size=preset.vocab, hidden_size=preset.hidden, intermediate_size=preset.intermediate,
+        num_hidden_layers=preset.layers, num_attention_heads=preset.heads, num_key_value_heads=preset.kv_heads,
+        head_dim=preset.head_dim, max_position_embeddings=c.seq, tie_word_embeddings=preset.tied,
+        attention_dropout=0.0)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = transformers.LlamaForCausalLM(config).to(dtype)
+    model.config.use_cache = False
+    return model
+
+
+def build_reversible(c: Config, dtype: torch.dtype, device: torch.device, preset=None):
+    from ojas_ref.integrations.reversible_decoder import ReversibleDecoder, ReversibleDecoderConfig
+
+    shape = (dict(vocab=c.vocab, hidden=c.hidden, layers=c.layers, heads=c.heads, kv_heads=c.heads,
+                  intermediate=c.intermediate) if preset is None else
+             dict(vocab=preset.vocab, hidden=preset.hidden, layers=preset.layers, heads=preset.heads,
+                  kv_heads=preset.kv_heads, intermediate=preset.intermediate, tie_embeddings=preset.tied))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = ReversibleDecoder(ReversibleDecoderConfig(max_seq=c.seq, **shape)).to(dtype)
+    return model
+
+
+class MemoryRunner(Runner):
+    """bench_optimize_model's :class:`Runner` (its step, batches and fields, measured by its
+    ``measure_peak`` / ``time_interleaved``) for this benchmark's modes."""
+
+    def __init__(self, c: Config, dtype: torch.dtype, dtype_name: str, opt_name: str, mode: str,
+                 device: torch.device, bucket_mb: float, preset=None) -> None:
+        self.mode, self.c = mode, c
+        self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        self.techniques = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name)
+        opt_class, kwargs = OPTIMIZERS[opt_name]
+        self.report = None
+        if mode == "reversible":
+            self.model = build_reversible(c, dtype, device, preset)
+        else:
+            self.model = build_model(c, dtype, device, preset)
+        self.model.train()
+        if mode == BASELINE:
+            if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.opt = opt_class(self.model.parameters(), **kwargs)
+        else:
+            state_device = None
+            if self.techniques is not None:
+                t = self.techniques
+                _, self.report = optimize_model(self.model, checkpoint=t["checkpoint"],
+                                                sparse_embedding=t["sparse_embedding"])
+                state_device = t["state_device"]
+            self.opt = InBackwardOptimizer(self.model.parameters(), opt_class, bucket_cap_mb=bucket_mb,
+                                           state_device=state_device, **kwargs)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.peak: int | None = None
+        self.n_steps = 0
+
+    def step(self, i: int) -> float:
+        self.n_steps += 1
+        if self.mode != "reversible":
+            return super().step(i)
+        ids = self.batches[i % len(self.batches)]
+        loss = self.model(ids, labels=ids)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def host_bytes(self) -> Optional[int]:
+        """Bytes held on the host: the layer inputs offloaded per step, plus the optimizer state when
+        ``state_device="cpu"``; None when the mode keeps nothing there."""
+        if self.techniques is None:
+            return None
+        total, known = 0, False
+        if self.techniques["checkpoint"] == "offload":
+            from ojas_ref.integrations.offload import OffloadedCheckpoint
+
+            funcs = {id(f): f for m in self.model.modules()
+                     if isinstance(f := m.__dict__.get("_gradient_checkpointing_func"), OffloadedCheckpoint)}
+            if funcs and self.n_steps:
+                known = True
+                total += sum(f.stats.offloaded_bytes for f in funcs.values()) // self.n_steps
+        if self.techniques["state_device"] is not None:
+            known = True
+            total += sum(t.numel() * t.element_size() for s in self.opt.state.values() for t in s.values()
+                         if isinstance(t, torch.Tensor) and t.device.type == "cpu")
+        return total if known else None
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, device: torch.device, warmup: int,
+              steps: int, bucket_mb: float, kept: int) -> tuple[list[dict], list[dict]]:
+    """Every applicable mode of one dtype / optimizer in one process (as bench_optimize_model's
+    ``run_modes``); returns (rows, skipped)."""
+    dtype = DTYPES[dtype_name]
+    runners, skipped = [], []
+    for mode in modes:
+        reason = skip_reason(mode, dtype_name, opt_name)
+        if reason is not None:
+            print(f"skip {dtype_name} {opt_name} {mode}: {reason}", flush=True)
+            skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
+            continue
+        r = MemoryRunner(c, dtype, dtype_name, opt_name, mode, device, bucket_mb)
+        measure_peak(r, device, warmup, kept)
+        runners.append(r)
+    time_interleaved(runners, device, steps)
+    rows = []
+    for r in runners:
+        step_s = statistics.median(r.times)
+        rows.append(dict(
+            dtype=dtype_name, optimizer=opt_name, mode=r.mode, peak=r.peak, host=r.host_bytes(), step_s=step_s,
+            step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
+            last_loss=r.losses[-1], losses=r.losses, techniques=r.techniques,
+            left_alone=None if r.report is None else [s.reason for s in r.report.left_alone]))
+    base = next((row for row in rows if row["mode"] == BASELINE), None)
+    for row in rows:
+        row["vs_baseline"] = None if base is None else row["tokens_per_s"] / base["tokens_per_s"]
+    del runners
+    _free(device)
+    return rows, skipped
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def try_one(c: Config, dtype_name: str, opt_name: str, mode: str, device: torch.device, warmup: int,
+            bucket_mb: float, kept: int, preset=None) -> dict:
+    """Build the model alone and train ``warmup`` + 1 steps; the peak of the last (CUDA), or the OOM."""
+    r = None
+    try:
+        r = MemoryRunner(c, DTYPES[dtype_name], dtype_name, opt_name, mode, device, bucket_mb, preset)
+        params = sum(p.numel() for p in r.model.parameters())
+        measure_peak(r, device, warmup, kept)
+        loss = r.step(warmup + 1)
+        out = dict(fits=True, params=params, peak=r.peak, host=r.host_bytes(), last_loss=loss)
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
+        if not _is_oom(e):
+            raise
+        out = dict(fits=False, error=str(e).splitlines()[0][:200])
+    del r
+    _free(device)
+    return out
+
+
+def largest(c: Config, dtype_name: str, opt_name: str, mode: str, *, device: torch.device, warmup: int,
+            bucket_mb: float, kept: int, max_layers: int, presets: bool) -> dict:
+    """The largest model of ``mode`` that trains one step: layers doubled then bisected, or presets."""
+    tries = []
+    if presets:
+        from ojas_ref.tools.plan import PRESETS
+
+        best = None
+        for name, p in sorted(PRESETS.items(), key=lambda kv: kv[1].hidden * kv[1].layers * kv[1].intermediate):
+            res = try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset=p)
+            tries.append(dict(preset=name, **res))
+            print(json.dumps(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, **tries[-1])), flush=True)
+            if not res["fits"]:
+                break
+            best = tries[-1]
+        return dict(dtype=dtype_name, optimizer=opt_name, mode=mode, search="presets", largest=best, tries=tries)
+
+    def attempt(n: int) -> bool:
+        res = try_one(replace(c, layers=n), dtype_name, opt_name, mode, device, warmup, bucket_mb, kept)
+        tries.append(dict(layers=n, **res))
+        print(json.dumps(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, **tries[-1])), flush=True)
+        return res["fits"]
+
+    lo, hi = 0, None  # lo: largest fit so far (0: none), hi: smallest failure (None: none)
+    n = min(c.layers, max_layers)
+    if attempt(n):
+        lo = n
+        while lo < max_layers:
+            n = min(2 * lo, max_layers)
+            if not attempt(n):
+                hi = n
+                break
+            lo = n
+    else:
+        hi = n
+        while hi > 1:
+            n = hi // 2
+            if attempt(n):
+                lo = n
+                break
+            hi = n
+    while hi is not None and hi - lo > 1:
+        n = (lo + hi) // 2
+        if attempt(n):
+            lo = n
+        else:
+            hi = n
+    best = next((t for t in tries if t["layers"] == lo and t["fits"]), None)
+    return dict(dtype=dtype_name, optimizer=opt_name, mode=mode, search="layers", max_layers=max_layers,
+                largest=best, smallest_failure=hi, tries=tries)
+
+
+def markdown(rows: list[dict], skipped: list[dict]) -> str:
+    lines = ["| dtype | optimizer | mode | peak GiB | host GiB | tokens/s | vs standard+ckpt | last loss |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = "-" if r["vs_baseline"] is None else f"{r['vs_baseline']:.3f}x"
+        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | {gib(r['host'])} | "
+                     f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
+    for s in skipped:
+        lines.append(f"| {s['dtype']} | {s['optimizer']} | {s['mode']} | skipped: {s['skipped']} | | | | |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, warmup=2, steps=5)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
+    parser.add_argument("--largest", action="store_true",
+                        help="search the largest model of each (dtype, optimizer, mode) that trains one step")
+    parser.add_argument("--largest-presets", action="store_true",
+                        help="with --largest: try ojas_ref/tools/plan.py's PRESETS instead of layer counts")
+    parser.add_argument("--max-layers", type=int, default=None,
+                        help="with --largest: cap on the layers searched (default 1024; --quick: 8)")
+    args = parser.parse_args(argv)
+    if args.largest_presets and (args.quick or not args.largest):
+        parser.error("--largest-presets needs --largest and no --quick (the presets are full size)")
+    device = torch.device(args.device)
+    c = QUICK if args.quick else Config()
+    kept = allocate_workspaces(device)
+    rows, skipped, searches = [], [], []
+    for dtype_name in args.dtypes:
+        for opt_name in args.optimizers:
+            if args.largest:
+                for mode in args.modes:
+                    reason = skip_reason(mode, dtype_name, opt_name)
+                    if reason is not None:
+                        print(f"skip {dtype_name} {opt_name} {mode}: {reason}", flush=True)
+                        skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
+                        continue
+                    max_layers = args.max_layers or (8 if args.quick else 1024)
+                    s = largest(c, dtype_name, opt_name, mode, device=device, warmup=args.warmup,
+                                bucket_mb=args.bucket_mb, kept=kept, max_layers=max_layers,
+                                presets=args.largest_presets)
+                    print(json.dumps({k: v for k, v in s.items() if k != "tries"}), flush=True)
+                    searches.append(s)
+                continue
+            new_rows, new_skipped = run_modes(c, dtype_name, opt_name, args.modes, device=device,
+                                              warmup=args.warmup, steps=args.steps, bucket_mb=args.bucket_mb,
+                                              kept=kept)
+            for r in new_rows:
+                print(json.dumps(r), flush=True)
+            rows += new_rows
+            skipped += new_skipped
+    env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    try:
+        import transformers
+
+        env["transformers"] = transformers.__version__
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    result = dict(env=env, config=vars(c), results=rows, skipped=skipped, largest=searches)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    print(env)
+    if rows or not searches:
+        print(markdown(rows, skipped))
+    return result
+
+
+if __name__ == "__main__":
+    main()
