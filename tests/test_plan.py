@@ -505,3 +505,122 @@ def test_cli_plot_bad_arguments(tmp_path, capsys):
     assert main(["plan", "--fit", "24GiB", "--plot", str(tmp_path / "plan.png")]) == 2
     assert "--fit" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------
+# Offloaded checkpoints and host optimizer state (predictions only: no H200 record of either
+# yet, so the record checks above do not cover them; these check the formulas' bookkeeping)
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("base", [
+    P.Setting(dtype="bf16", optimizer="adamw", checkpoint=True),
+    P.Setting(dtype="fp32", optimizer="sgd", checkpoint=True, seq=4096),
+    OJAS_CKPT,
+], ids=lambda s: s.mode)
+def test_offload_moves_the_checkpoints_to_host(base):
+    m = P.PRESETS["llama-1b"]
+    on, off = P.plan(m, replace(base, offload=True)), P.plan(m, base)
+    per_layer = P.checkpoint_layer_bytes(m, base)
+    assert per_layer == base.size * base.tokens * m.hidden
+    assert off.host == () and off.host_bytes == 0
+    assert on.host_bytes - off.host_bytes == P.checkpoint_bytes(m, base) == m.layers * per_layer
+    # every phase that held all the checkpoints now holds two layer inputs (the first layer's is its own)
+    for a, b in zip(off.phases, on.phases):
+        assert a.name == b.name and b.total in (a.total, a.total - (m.layers - 2) * per_layer)
+    assert off.peak - on.peak <= (m.layers - 2) * per_layer
+    assert on.setting.mode == base.mode + "+offload"
+
+
+@pytest.mark.parametrize("base", [  # peaks at the loss's backward, and in the last layer's backward
+    P.Setting(dtype="bf16", optimizer="sgd", checkpoint=True, batch=16, seq=4096),
+    replace(OJAS_CKPT, batch=8, seq=4096),
+], ids=lambda s: s.mode)
+def test_offload_peak_is_lower_by_all_but_two_layer_inputs(base):
+    """Where the peak holds the checkpoints (not the optimizer step, nor the first layer's backward)."""
+    m, s = P.PRESETS["llama-1b"], base
+    off, on = P.plan(m, s), P.plan(m, replace(s, offload=True))
+    assert off.peak_phase.name == on.peak_phase.name != "backward: first decoder layer (MLP)"
+    assert off.peak - on.peak == (m.layers - 2) * P.checkpoint_layer_bytes(m, s)
+
+
+@pytest.mark.parametrize("base", [
+    P.Setting(dtype="bf16", optimizer="adamw", fused=True),
+    P.Setting(dtype="fp32", optimizer="adamw", fused=True, checkpoint=True, offload=True),
+    OJAS_CKPT,
+], ids=lambda s: s.mode)
+@pytest.mark.parametrize("name", ["llama-1b", "llama-0.5b"])  # untied head, tied head
+def test_host_state_moves_the_optimizer_state_to_host(base, name):
+    m = P.PRESETS[name]
+    on, off = P.plan(m, replace(base, host_state=True)), P.plan(m, base)
+    state = P.optimizer_state_bytes(m, base)
+    assert on.host_bytes - off.host_bytes == state > 0
+    bucket = max(P.head_gradient_bytes(m, base), P.BUCKET_CAP_BYTES + max(P.gradient_order(m)) * base.size)
+    for a, b in zip(off.phases, on.phases):
+        in_flight = sum(t.bytes for t in b.terms if t.name.startswith("optimizer state: bucket"))
+        assert b.total == a.total - state + in_flight
+        assert 0 <= in_flight <= 2 * bucket  # AdamW's two moments of at most one bucket's parameters
+    assert not any(t.name == "optimizer state" for p in on.phases for t in p.terms)
+    assert on.phases[0].total == off.phases[0].total - state  # between updates no state is on the device
+    assert on.peak < off.peak and on.setting.mode == base.mode + "+host-state"
+
+
+def test_host_state_keeps_one_buckets_state_at_its_update():
+    """The head's bucket (the head's gradient alone, untied llama-1b) is on the device while it is
+    stepped, and the last bucket (pending gradients and the embedding's) at the end."""
+    m, s = P.PRESETS["llama-1b"], P.Setting(dtype="bf16", optimizer="adamw", fused=True, host_state=True)
+    phases = {p.name: p for p in P.plan(m, s).phases}
+
+    def in_flight(phase):
+        return sum(t.bytes for t in phases[phase].terms if t.name.startswith("optimizer state: bucket"))
+
+    assert in_flight("backward: head's bucket update") == 2 * P.head_gradient_bytes(m, s)
+    last = P.pending_gradients_bytes(m, s, len(P.gradient_order(m)) - 1) + P.head_gradient_bytes(m, s)
+    assert in_flight("end of backward (last bucket's update)") == 2 * last
+    assert in_flight("end of forward (linear cross-entropy)" if s.ojas_loss else "end of forward (loss)") == 0
+    sgd = P.plan(m, replace(s, optimizer="sgd"))  # no state: nothing moves
+    assert sgd.host_bytes == 0 and sgd.peak == P.plan(m, replace(s, optimizer="sgd", host_state=False)).peak
+
+
+def test_existing_settings_keep_their_names_and_records():
+    assert {s.mode for s, _ in RECORDS} >= {"standard", "standard+ckpt", "ojas", "ojas+ckpt"}
+    assert all(not s.offload and not s.host_state for s, _ in RECORDS)
+    assert P.Setting(checkpoint=True, offload=True, fused=True, host_state=True).mode == "fused+ckpt+offload+host-state"
+    assert P.measured_peak(P.record_model(), replace(OJAS_CKPT, offload=True)) is None  # never recorded
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(offload=True), "offload"), (dict(offload=True, fused=True), "offload"),
+    (dict(host_state=True), "host_state"), (dict(host_state=True, checkpoint=True), "host_state"),
+])
+def test_offload_and_host_state_need_their_technique(changes, field):
+    with pytest.raises(ValueError, match=field):
+        P.Setting(**changes)
+    with pytest.raises(TypeError, match="offload"):
+        P.Setting(checkpoint=True, offload=1)
+
+
+def test_cli_offload_and_host_state_print_the_host_memory(capsys):
+    assert main(["plan", "--preset", "llama-1b", "--fused", "--checkpoint", "--ojas", "--offload",
+                 "--host-state"]) == 0
+    out = capsys.readouterr().out
+    expected = P.plan("llama-1b", replace(OJAS_CKPT, offload=True, host_state=True))
+    assert f"peak {P.gib(expected.peak)} GiB" in out and "ojas+ckpt+offload+host-state" in out
+    assert f"host memory {P.gib(expected.host_bytes)} GiB" in out
+    assert "layer inputs (offloaded checkpoints, pinned)" in out and "optimizer state (host" in out
+    assert "measured on an H200" not in out
+    assert main(["plan", "--preset", "llama-1b"]) == 0
+    assert "host memory" not in capsys.readouterr().out
+    assert main(["plan", "--preset", "llama-1b", "--offload"]) == 2
+    assert "--offload needs --checkpoint" in capsys.readouterr().err
+    assert main(["plan", "--preset", "llama-1b", "--checkpoint", "--host-state"]) == 2
+    assert "--host-state needs --fused" in capsys.readouterr().err
+    assert main(["plan", "--fit", "24GiB", "--fused", "--checkpoint", "--offload", "--host-state"]) == 0
+    assert "fused+ckpt+offload+host-state" in capsys.readouterr().out
+
+
+def test_plot_of_offload_and_host_state(tmp_path):
+    pytest.importorskip("matplotlib")
+    result = P.plan("llama-1b", replace(OJAS_CKPT, offload=True, host_state=True))
+    assert all(P.tensor_class(t.name) != "other" for p in result.phases for t in p.terms)
+    P.plot_plan(result, tmp_path / "plan.png")
+    assert _is_png(tmp_path / "plan.png")

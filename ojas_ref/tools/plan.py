@@ -13,9 +13,13 @@ autocast, no master weights); SGD without momentum (the benchmark's ``lr`` only)
 AdamW (torch's foreach path); the standard loop or :class:`ojas_ref.InBackwardOptimizer`
 (``bucket_cap_mb=64``); per-layer non-reentrant checkpointing; SDPA attention and
 Hugging Face's loss, or ``optimize_model``'s ojas attention and
-:func:`ojas_ref.linear_cross_entropy` (together, as ``--ojas``, or apart). Not modelled
-(yet): gradient accumulation, offload, reversible stacks, autocast, other model
-families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
+:func:`ojas_ref.linear_cross_entropy` (together, as ``--ojas``, or apart); and two ways of
+moving bytes to host memory (:attr:`Plan.host`, printed as "host memory"): checkpoints
+offloaded to pinned host memory (``offload``, ``optimize_model(checkpoint="offload")``) and
+the fused optimizer's state on the host (``host_state``, ``InBackwardOptimizer(
+state_device="cpu")``). Those two are predictions only: no H200 record of them exists yet,
+and tests/test_plan.py's record checks do not cover them. Not modelled (yet): gradient
+accumulation, reversible stacks, autocast, other model families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
 on a small ``LlamaForCausalLM`` on the CPU, transformers 5.24) and the kernels' source.
@@ -182,7 +186,15 @@ class Setting:
     ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``cross_entropy=`` /
     ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``fused``: the optimizer runs in
     backward (``InBackwardOptimizer``, 64 MiB buckets); ``checkpoint``: per-layer
-    non-reentrant activation checkpointing."""
+    non-reentrant activation checkpointing.
+
+    ``offload`` (needs ``checkpoint``): ``optimize_model(checkpoint="offload")``
+    (ojas_ref/integrations/offload.py), each checkpointed layer's input held in pinned host
+    memory between forward and backward; ``host_state`` (needs ``fused``):
+    ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
+    to the device bucket by bucket. Both default off (every recorded setting has them off);
+    both are predictions only, with no H200 record yet (:func:`offloaded_checkpoints_device_bytes`,
+    :func:`bucket_state_bytes`)."""
 
     dtype: str = "bf16"
     optimizer: str = "adamw"
@@ -197,6 +209,10 @@ class Setting:
     #: the ojas attention output copied to [batch, seq, heads, dim] (the adapter before the
     #: kernel wrote that layout itself): set for the record files measured then, not for a plan
     ojas_attention_copy: bool = False
+    #: checkpoints in pinned host memory (``optimize_model(checkpoint="offload")``); needs checkpoint
+    offload: bool = False
+    #: the optimizer state in host memory (``InBackwardOptimizer(state_device="cpu")``); needs fused
+    host_state: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -208,9 +224,15 @@ class Setting:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
-                     "ojas_attention_copy"):
+                     "ojas_attention_copy", "offload", "host_state"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.offload and not self.checkpoint:
+            raise ValueError("offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
+                             "that activation checkpointing keeps) to host memory")
+        if self.host_state and not self.fused:
+            raise ValueError("host_state=True needs fused=True: the optimizer state is streamed from the host only "
+                             "by InBackwardOptimizer(state_device=\"cpu\")")
 
     @property
     def size(self) -> int:
@@ -225,13 +247,15 @@ class Setting:
     @property
     def mode(self) -> str:
         """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
-        description of a mix it did not run."""
+        description of a mix it did not run; ``+offload`` and ``+host-state`` appended when on
+        (no recorded setting has them)."""
         pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
                   ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu), ("fused", self.fused))
+        host = "".join(f"+{name}" for name, on in (("offload", self.offload), ("host-state", self.host_state)) if on)
         if all(on for _, on in pieces) or not any(on for _, on in pieces):
-            return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "")
+            return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "") + host
         parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
-        return "+".join(parts)
+        return "+".join(parts) + host
 
 
 # --------------------------------------------------------------------------
@@ -247,6 +271,24 @@ def optimizer_state_bytes(m: Model, s: Setting) -> int:
     """AdamW: exp_avg and exp_avg_sq, two parameter-sized tensors in the parameters' dtype
     (torch.optim.AdamW). SGD without momentum keeps none."""
     return 2 * m.params() * s.size if s.optimizer == "adamw" else 0
+
+
+def state_per_gradient(s: Setting) -> int:
+    """Optimizer state bytes per gradient byte: AdamW's two moments (2), SGD without momentum (0)."""
+    return 2 if s.optimizer == "adamw" else 0
+
+
+def bucket_state_bytes(m: Model, s: Setting, gradient_bytes: int) -> int:
+    """With ``host_state`` (``InBackwardOptimizer(state_device="cpu")``), the optimizer state on
+    the device during the backward: the state of the parameters in the group's bucket, its
+    gradients' ``gradient_bytes`` x :func:`state_per_gradient`. ``_stage`` starts copying a
+    parameter's state to the device when it joins its bucket, ``_swap_in`` puts the copies in
+    the state for the bucket's step, ``_swap_out`` copies them back to the host and drops them
+    at ``_flush``: between updates no state is on the device, during the backward the state of
+    about one bucket per group (the planner models one group). The whole
+    :func:`optimizer_state_bytes` is in host memory (:attr:`Plan.host`). A prediction; no
+    H200 record of it yet."""
+    return state_per_gradient(s) * gradient_bytes if s.host_state else 0
 
 
 def step_temporary_bytes(m: Model, s: Setting) -> int:
@@ -299,8 +341,24 @@ def layer_saved_bytes(m: Model, s: Setting) -> int:
 
 
 def checkpoint_bytes(m: Model, s: Setting) -> int:
-    """Non-reentrant checkpointing keeps each layer's input: layers x tokens x hidden."""
-    return m.layers * s.size * s.tokens * m.hidden
+    """Non-reentrant checkpointing keeps each layer's input: layers x tokens x hidden. With
+    ``offload`` these bytes are in pinned host memory (:attr:`Plan.host`), not on the device."""
+    return m.layers * checkpoint_layer_bytes(m, s)
+
+
+def checkpoint_layer_bytes(m: Model, s: Setting) -> int:
+    """One layer's checkpoint, its input hidden states: size x tokens x hidden."""
+    return s.size * s.tokens * m.hidden
+
+
+def offloaded_checkpoints_device_bytes(m: Model, s: Setting) -> int:
+    """With ``offload`` (ojas_ref/integrations/offload.py), the layer inputs on the device at
+    a time: at most two, min(2, layers) x :func:`checkpoint_layer_bytes`. In the forward, the
+    input just packed, whose block ``record_stream`` keeps until its copy to the host has read
+    it; in the backward, the input unpacked for the layer being recomputed and the previous
+    layer's, prefetched by the unpack hook. A prediction (an upper bound of the copies in
+    flight); no H200 record of it yet."""
+    return min(2, m.layers) * checkpoint_layer_bytes(m, s)
 
 
 def recomputed_layer_bytes(m: Model, s: Setting) -> int:
@@ -480,11 +538,19 @@ class Phase:
 
 @dataclass(frozen=True)
 class Plan:
-    """The phases of one step; the peak is the largest."""
+    """The phases of one step; the peak is the largest. ``host``: what the setting keeps in
+    host memory instead (``offload``: the checkpoints; ``host_state``: the optimizer state),
+    empty otherwise; not part of any phase's device total."""
 
     model: Model
     setting: Setting
     phases: tuple[Phase, ...]
+    host: tuple[Term, ...] = ()
+
+    @property
+    def host_bytes(self) -> int:
+        """The host memory of :attr:`host` (pinned on CUDA), all of it alive at the end of the forward."""
+        return sum(t.bytes for t in self.host)
 
     @property
     def peak_phase(self) -> Phase:
@@ -504,6 +570,10 @@ class Plan:
                  f"peak {gib(self.peak)} GiB at: {peak.name}", "",
                  f"{'tensor class':<50} {'GiB':>8}  formula"]
         lines += [f"{t.name:<50} {gib(t.bytes):>8}  {t.formula}" for t in peak.terms if t.bytes]
+        if self.host:
+            lines += ["", f"host memory {gib(self.host_bytes)} GiB (predicted; no H200 record of offload / host "
+                          "state yet)", f"{'host memory':<50} {'GiB':>8}  formula"]
+            lines += [f"{t.name:<50} {gib(t.bytes):>8}  {t.formula}" for t in self.host]
         lines += ["", f"{'phase':<50} {'GiB':>8}"]
         lines += [f"{p.name:<50} {gib(p.total):>8}" + ("  <- peak" if p is peak else "") for p in self.phases]
         return "\n".join(lines)
@@ -526,9 +596,29 @@ def plan(model: Any, setting: Setting) -> Plan:
     s = setting
     if not isinstance(s, Setting):
         raise TypeError(f"setting must be a Setting, got {type(s).__name__}")
-    fixed = (_term("weights", weights_bytes, m, s), _term("optimizer state", optimizer_state_bytes, m, s),
-             _term("cuBLAS workspaces", overhead_bytes, m, s), _term("input ids and labels", inputs_bytes, m, s))
-    if s.checkpoint:
+    host = []
+    if s.host_state:  # the state lives on the host; the device holds the buckets' in flight (the phases')
+        host.append(_term("optimizer state (host, state_device='cpu')",
+                          optimizer_state_bytes, m, s))
+        state = ()
+    else:
+        state = (_term("optimizer state", optimizer_state_bytes, m, s),)
+    fixed = (_term("weights", weights_bytes, m, s),) + state + (
+        _term("cuBLAS workspaces", overhead_bytes, m, s), _term("input ids and labels", inputs_bytes, m, s))
+
+    def bucket_state(gradient_bytes: int, what: str) -> tuple[Term, ...]:
+        """The in-flight state of a bucket whose gradients are ``gradient_bytes`` (host_state only)."""
+        if not s.host_state:
+            return ()
+        return (Term("optimizer state: bucket in flight (host state)", bucket_state_bytes(m, s, gradient_bytes),
+                     f"bucket_state_bytes({what})"),)
+
+    if s.checkpoint and s.offload:
+        host.append(_term("layer inputs (offloaded checkpoints, pinned)", checkpoint_bytes, m, s))
+        stack = _term("saved activations: layer inputs in flight (offload)", offloaded_checkpoints_device_bytes, m, s)
+        below = stack
+        last = _term("saved activations: recomputed last layer", recomputed_layer_bytes, m, s)
+    elif s.checkpoint:
         stack = _term("saved activations: layer inputs (checkpoints)", checkpoint_bytes, m, s)
         below = stack
         last = _term("saved activations: recomputed last layer", recomputed_layer_bytes, m, s)
@@ -552,7 +642,8 @@ def plan(model: Any, setting: Setting) -> Plan:
             _term("loss: logits, float32 copy, log-softmax", standard_loss_forward_bytes, m, s),)))
         phases.append(Phase("start of backward (loss gradient)", fixed + (stack,) + head_in + (
             _term("loss: log-softmax output and 2 gradients", standard_loss_backward_bytes, m, s),)))
-    at_head = fixed + (stack,) + head_in + (grad_flow, head_grad)
+    at_head = fixed + (stack,) + head_in + (grad_flow, head_grad) + bucket_state(
+        0 if m.tied else head_gradient_bytes(m, s), "head gradient, untied")
     phases.append(Phase("backward: head gradient", at_head + (
         _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),)))
     if bucket_step_temporary_bytes(m, s):
@@ -572,9 +663,10 @@ def plan(model: Any, setting: Setting) -> Plan:
         in_flight_last = (head_grad, down)
         in_flight_first = (_term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s), down)
     phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + in_flight_last + (
-        head_in[1], grad_flow, mlp)))
+        head_in[1], grad_flow, mlp) + bucket_state(in_flight_last[1].bytes, "gradients pending in the bucket")))
     phases.append(Phase("backward: first decoder layer (MLP)", fixed + in_flight_first + (
-        _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)))
+        _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)
+        + bucket_state(in_flight_first[1].bytes, "gradients pending in the bucket")))
     if s.fused:
         before = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, len(gradient_order(m)) - 1),
                       "pending_gradients_bytes(all but the embedding)")
@@ -582,19 +674,21 @@ def plan(model: Any, setting: Setting) -> Plan:
         before = Term("gradients of all but the embedding", (m.params() - m.vocab * m.hidden) * s.size,
                       "(params - vocab x hidden) x size")
     embedding = Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes")
+    pending_state = bucket_state(before.bytes, "gradients pending in the bucket")
     phases.append(Phase("end of backward (embedding)", fixed + (before, embedding, tied_head) + (
-        _term("embedding backward temporaries", embedding_backward_bytes, m, s),)))
+        _term("embedding backward temporaries", embedding_backward_bytes, m, s),) + pending_state))
     if m.tied:
         phases.append(Phase("end of backward (tied gradients summed)", fixed + (before, embedding, tied_head) + (
-            Term("their sum", head_gradient_bytes(m, s), "head_gradient_bytes"),)))
+            Term("their sum", head_gradient_bytes(m, s), "head_gradient_bytes"),) + pending_state))
     if s.fused and s.optimizer == "adamw":
         phases.append(Phase("end of backward (last bucket's update)", fixed + (before, embedding) + (
-            _term("bucket update temporaries (last)", last_bucket_temporary_bytes, m, s),)))
+            _term("bucket update temporaries (last)", last_bucket_temporary_bytes, m, s),) + bucket_state(
+            before.bytes + embedding.bytes, "pending and the embedding's gradients")))
     if not s.fused:
         grads = Term("gradients (all parameters)", m.params() * s.size, "params x size")
         phases.append(Phase("optimizer step", fixed + (grads,) + (
             _term("optimizer step temporaries", step_temporary_bytes, m, s),)))
-    return Plan(m, s, tuple(phases))
+    return Plan(m, s, tuple(phases), tuple(host))
 
 
 def _model(model: Any) -> Model:
@@ -632,6 +726,8 @@ def tensor_class(term: str) -> str:
         return _CLASS_OF_TERM[term]
     if term.startswith("saved activations"):
         return "saved activations"
+    if term.startswith("optimizer state"):
+        return "optimizer state"
     if term.startswith("loss:"):
         return "loss: logits / kernel gradients and workspace"
     if "temporaries" in term:
@@ -828,6 +924,12 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
     parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets)")
     parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
+    parser.add_argument("--offload", action="store_true",
+                        help="with --checkpoint: the checkpoints in pinned host memory (optimize_model("
+                             "checkpoint='offload'); a prediction, not yet measured on an H200)")
+    parser.add_argument("--host-state", action="store_true",
+                        help="with --fused: the optimizer state in host memory (InBackwardOptimizer("
+                             "state_device='cpu'); a prediction, not yet measured on an H200)")
     parser.add_argument("--ojas", action="store_true",
                         help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU")
     parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
@@ -874,7 +976,12 @@ def run_command(args: Any) -> int:
     try:
         model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
         flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
-                     ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas)
+                     ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
+                     offload=args.offload, host_state=args.host_state)
+        if args.offload and not args.checkpoint:
+            raise ValueError("--offload needs --checkpoint (it moves the checkpoints to host memory)")
+        if args.host_state and not args.fused:
+            raise ValueError("--host-state needs --fused (InBackwardOptimizer streams its state from the host)")
         setting = Setting(dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch,
                           seq=args.seq, **flags)
         if args.plot is not None:
