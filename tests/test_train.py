@@ -309,7 +309,8 @@ def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, c
     fits = train_module.check_fits(config, model, expected, "cuda:0")  # exactly enough
     assert fits is not None and fits.peak == expected
     assert dataclasses.asdict(fits.setting) == dict(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
-                                                    ojas_attention_copy=False, **setting)  # TrainConfig -> Setting
+                                                    ojas_attention_copy=False, offload=False, host_state=False,
+                                                    **setting)  # TrainConfig -> Setting
     assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
     with pytest.raises(train_module.PlanDoesNotFit) as refused:
         train_module.check_fits(config, model, expected - 1, "cuda:0")
@@ -455,3 +456,67 @@ def test_init_from_is_checked(tmp_path: Path, cache: str) -> None:
     small_vocab = _pretrained(tmp_path / "small-vocab", cache, extra_vocab=-1)
     with pytest.raises(ValueError, match="the model's vocabulary only"):
         train(small(tmp_path / "d", cache, init_from=str(small_vocab)))
+
+
+# Offloaded checkpoints and the optimizer state on the host (--offload-checkpoints, --state-on-host)
+
+HOST = {"in_backward": True, "activation_checkpointing": True, "offload_checkpoints": True, "state_on_host": True}
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"offload_checkpoints": True}, "offload_checkpoints.*--activation-checkpointing"),
+    ({"offload_checkpoints": True, "activation_checkpointing": False, "in_backward": False},
+     "offload_checkpoints"),
+    ({"state_on_host": True, "in_backward": False}, "state_on_host.*--in-backward"),
+    ({"state_on_host": True, "in_backward": False, "activation_checkpointing": True}, "state_on_host"),
+])
+def test_offload_and_state_on_host_need_their_technique(changes: dict, match: str,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**changes)
+    assert main(["train", "--dry-run", "--offload-checkpoints"]) == 2
+    assert "--offload-checkpoints" in capsys.readouterr().err
+    assert main(["train", "--dry-run", "--no-in-backward", "--state-on-host"]) == 2
+    assert "--state-on-host" in capsys.readouterr().err
+
+
+def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) -> None:
+    """Both flags on (the CPU: the offload is a plain copy, the host state the same tensors): the run
+    equals the one without them, and a resume from step 4 continues it bitwise."""
+    full = train(small(tmp_path / "full", cache, **HOST))
+    from ojas_ref.integrations.offload import OffloadedCheckpoint
+
+    assert isinstance(full.model.model.layers[0]._gradient_checkpointing_func, OffloadedCheckpoint)
+    plain = train(small(tmp_path / "plain", cache, **{**HOST, "offload_checkpoints": False,
+                                                        "state_on_host": False}))
+    assert full.losses == plain.losses
+    _assert_bitwise(_parameters(full.model), _parameters(plain.model))
+    stopped = train(small(tmp_path / "run", cache, stop_after=7, **HOST))
+    assert stopped.stopped == "stop_after" and stopped.losses == full.losses[:7]
+    state = ckpt.load_checkpoint(ckpt.checkpoint_path(tmp_path / "run" / "checkpoints", 4))
+    moments = [v for s in state["optimizer"]["state"].values() for k, v in s.items() if k != "step"]
+    assert moments and all(v.device.type == "cpu" for v in moments)
+    assert state["config"]["offload_checkpoints"] and state["config"]["state_on_host"]
+    resumed = train(small(tmp_path / "run", cache, resume=str(ckpt.checkpoint_path(tmp_path / "run" / "checkpoints", 4)),
+                          **HOST))
+    assert resumed.losses == full.losses[4:] and resumed.step == 12
+    _assert_bitwise(_parameters(resumed.model), _parameters(full.model))
+    with pytest.raises(ValueError, match="state_on_host"):  # a checkpoint of the setting is not resumed without it
+        train(small(tmp_path / "run", cache, resume="latest", **{**HOST, "state_on_host": False}))
+
+
+def test_offload_and_state_on_host_in_the_plan_and_dry_run(tmp_path: Path, cache: str,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    config = small(tmp_path, cache, max_grad_norm=None, **HOST)
+    model = train_module._meta_model(config, 512)
+    expected = _planned_peak(config, 512, dtype="fp32", fused=True, checkpoint=True, offload=True, host_state=True,
+                             ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    fits = train_module.check_fits(config, model, expected, "cuda:0")
+    assert fits is not None and fits.peak == expected
+    assert fits.setting.offload and fits.setting.host_state and fits.host_bytes > 0
+    capsys.readouterr()
+    assert main(["train", "--dry-run"] + _cli_args(config)) == 0  # max_grad_norm None is not a flag: clipping
+    out = capsys.readouterr().out
+    assert "checkpoints offloaded to host memory" in out and "state in host memory" in out
+    assert f"predicted peak on a GPU: at least {expected / 2**20:.1f} MiB" in out
+    assert f"host memory {fits.host_bytes / 2**20:.1f} MiB" in out

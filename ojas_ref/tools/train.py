@@ -21,6 +21,11 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   ``ojas plan``'s formulas (:mod:`ojas_ref.tools.plan`) and refuses (:class:`PlanDoesNotFit`, exit 2)
   when it exceeds ``torch.cuda.mem_get_info``'s free bytes; a setting the planner does not model
   (accumulation, a non-Llama model) is run unchecked, with one line saying why. Not on the CPU.
+  ``offload_checkpoints`` (``--offload-checkpoints``, with activation checkpointing:
+  ``optimize_model(checkpoint="offload")``) and ``state_on_host`` (``--state-on-host``, with
+  ``in_backward``: ``InBackwardOptimizer(state_device="cpu")``) move the checkpoints and the
+  AdamW state to host memory; the plan's ``offload`` / ``host_state`` predict it (not yet
+  measured on a GPU). Resume with both is bitwise on the CPU (tested).
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
   is checked before the update; fused into backward, the update has run when the gradient is
@@ -99,6 +104,10 @@ class TrainConfig:
     in_backward: bool = True
     ojas: bool = True
     activation_checkpointing: bool = False
+    #: with activation_checkpointing: the checkpoints in pinned host memory (optimize_model(checkpoint="offload"))
+    offload_checkpoints: bool = False
+    #: with in_backward: the AdamW state in host memory (InBackwardOptimizer(state_device="cpu"))
+    state_on_host: bool = False
     dtype: str = "float32"
     device: str = "auto"
     seed: int = 0
@@ -126,6 +135,12 @@ class TrainConfig:
             if missing:
                 raise ValueError(f"init_from {self.init_from!r} must be a directory written by save_pretrained with "
                                  f"the tokenizer.json the weights were trained with; it lacks {', '.join(missing)}")
+        if self.offload_checkpoints and not self.activation_checkpointing:
+            raise ValueError("offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
+                             "(--activation-checkpointing): it moves the checkpoints to host memory")
+        if self.state_on_host and not self.in_backward:
+            raise ValueError("state_on_host (--state-on-host) needs in_backward (--in-backward): only "
+                             "InBackwardOptimizer streams its state from host memory")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
@@ -231,7 +246,8 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
     setting = planner.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", fused=config.in_backward,
                               batch=config.batch_size, seq=config.seq_len,
                               checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
-                              ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas)
+                              ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas,
+                              offload=config.offload_checkpoints, host_state=config.state_on_host)
     lower_bound = config.in_backward and config.max_grad_norm is not None
     return planner.plan(shape, setting), lower_bound
 
@@ -259,6 +275,9 @@ def check_fits(config: TrainConfig, model: torch.nn.Module, available_bytes: int
         terms = ", ".join(f"{t.name} {_gib(t.bytes)}" for t in largest)
         advice = [a for on, a in ((config.batch_size > 1, "lower batch_size"), (True, "lower seq_len"),
                                   (not config.activation_checkpointing, "turn on activation_checkpointing"),
+                                  (config.activation_checkpointing and not config.offload_checkpoints,
+                                   "turn on offload_checkpoints"),
+                                  (config.in_backward and not config.state_on_host, "turn on state_on_host"),
                                   (not config.in_backward, "turn on in_backward"), (not config.ojas, "turn on ojas"),
                                   (config.dtype == "float32", "use bfloat16")) if on]
         advice_text = ", ".join(advice)
@@ -298,10 +317,12 @@ def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         predicted, lower_bound = predict_peak(config, _meta_model(config, vocab))
     except NotImplementedError as err:
         return f"plan       predicted peak on a GPU: not predicted ({err})"
+    host = (f"; host memory {_gib(predicted.host_bytes)} (offloaded checkpoints / optimizer state; a prediction, "
+            "not yet measured on a GPU)") if predicted.host else ""
     return (f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
             f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
             + (", a lower bound: clipping in a fused backward runs two backward passes" if lower_bound else "")
-            + ")")
+            + ")" + host)
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -349,8 +370,10 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
            if vocab_size is None and config.init_from is None else "")
         + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
         f"ojas       optimize_model {'on' if config.ojas else 'off'}"
-        + (", activation checkpointing" if config.activation_checkpointing else ""),
+        + (", activation checkpointing" if config.activation_checkpointing else "")
+        + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else ""),
         f"optimizer  AdamW {'fused into backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
+        + ("state in host memory, " if config.state_on_host else "") +
         f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
         f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine to "
         f"{config.lr * config.min_lr_ratio:g}",
@@ -418,10 +441,16 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
         model = transformers.AutoModelForCausalLM.from_config(model_config)
     model = model.to(device=device, dtype=DTYPES[config.dtype])
     model.train()
+    checkpointing: Any = "offload" if config.offload_checkpoints else config.activation_checkpointing
     if config.ojas:
         from ojas_ref import optimize_model
 
-        model, _ = optimize_model(model, checkpoint=config.activation_checkpointing)
+        model, _ = optimize_model(model, checkpoint=checkpointing)
+    elif config.offload_checkpoints:  # optimize_model installs the offloading checkpoint; no kernel swapped
+        from ojas_ref import optimize_model
+
+        model, _ = optimize_model(model, attention=False, cross_entropy=False, rms_norm=False, swiglu=False,
+                                  rope=False, checkpoint="offload")
     elif config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -431,7 +460,8 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
         from ojas_ref import InBackwardOptimizer
 
         optimizer = InBackwardOptimizer(groups, torch.optim.AdamW, lr=config.lr, max_grad_norm=config.max_grad_norm,
-                                        accumulation_steps=config.accumulation_steps)
+                                        accumulation_steps=config.accumulation_steps,
+                                        state_device="cpu" if config.state_on_host else None)
     else:
         optimizer = torch.optim.AdamW(groups, lr=config.lr)
     return model, optimizer
@@ -654,6 +684,10 @@ _HELP = {
     "in_backward": "AdamW fused into backward (InBackwardOptimizer) or the standard loop",
     "ojas": "apply optimize_model (ojas attention and cross-entropy)",
     "activation_checkpointing": "per-layer activation checkpointing", "dtype": "parameter dtype",
+    "offload_checkpoints": "with --activation-checkpointing: hold the checkpoints in pinned host memory "
+                           "(optimize_model(checkpoint='offload'))",
+    "state_on_host": "with --in-backward: keep the AdamW state in host memory, streamed per bucket "
+                     "(InBackwardOptimizer(state_device='cpu'))",
     "device": "cpu, cuda, cuda:N or auto", "seed": "seed of the initialisation and the data order",
     "data_dir": "directory of the corpus (default: the Python standard library)", "data_glob": "files of the corpus",
     "max_bytes": "corpus bytes", "vocab": "BPE vocabulary (special tokens included)",
