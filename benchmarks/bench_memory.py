@@ -57,9 +57,7 @@ recorded as measured (fits, peak, parameters).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -69,7 +67,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimize_model import (  # noqa: E402
-    Runner, allocate_workspaces, build, measure_peak, time_interleaved)
+    Runner, allocate_workspaces, build, measure_and_time, measure_peak, release, timing)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
@@ -209,41 +207,31 @@ class MemoryRunner(Runner):
         return total if known else None
 
 
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, device: torch.device, warmup: int,
               steps: int, bucket_mb: float, kept: int) -> tuple[list[dict], list[dict]]:
-    """Every applicable mode of one dtype / optimizer in one process (as bench_optimize_model's
-    ``run_modes``); returns (rows, skipped)."""
+    """Every applicable mode of one dtype / optimizer in one process (bench_optimize_model's
+    ``measure_and_time``); returns (rows, skipped)."""
     dtype = DTYPES[dtype_name]
-    runners, skipped = [], []
-    for mode in modes:
-        reason = skip_reason(mode, dtype_name, opt_name)
-        if reason is not None:
+    skipped = []
+
+    def applicable():
+        for mode in modes:
+            reason = skip_reason(mode, dtype_name, opt_name)
+            if reason is None:
+                yield MemoryRunner(c, dtype, dtype_name, opt_name, mode, device, bucket_mb)
+                continue
             print(f"skip {dtype_name} {opt_name} {mode}: {reason}", flush=True)
             skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
-            continue
-        r = MemoryRunner(c, dtype, dtype_name, opt_name, mode, device, bucket_mb)
-        measure_peak(r, device, warmup, kept)
-        runners.append(r)
-    time_interleaved(runners, device, steps)
-    rows = []
-    for r in runners:
-        step_s = statistics.median(r.times)
-        rows.append(dict(
-            dtype=dtype_name, optimizer=opt_name, mode=r.mode, peak=r.peak, host=r.host_bytes(), step_s=step_s,
-            step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
-            last_loss=r.losses[-1], losses=r.losses, techniques=r.techniques,
-            left_alone=None if r.report is None else [s.reason for s in r.report.left_alone]))
+
+    runners = measure_and_time(applicable(), device, warmup, steps, kept)
+    rows = [dict(dtype=dtype_name, optimizer=opt_name, mode=r.mode, **timing(r, c), host=r.host_bytes(),
+                 losses=r.losses, techniques=r.techniques,
+                 left_alone=None if r.report is None else [s.reason for s in r.report.left_alone]) for r in runners]
     base = next((row for row in rows if row["mode"] == BASELINE), None)
     for row in rows:
         row["vs_baseline"] = None if base is None else row["tokens_per_s"] / base["tokens_per_s"]
     del runners
-    _free(device)
+    release(device)
     return rows, skipped
 
 
@@ -266,7 +254,7 @@ def try_one(c: Config, dtype_name: str, opt_name: str, mode: str, device: torch.
             raise
         out = dict(fits=False, error=str(e).splitlines()[0][:200])
     del r
-    _free(device)
+    release(device)
     return out
 
 

@@ -24,16 +24,15 @@ the host in one step (the layer inputs; pinned). ``--quick``: a tiny model on th
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.bench_optimize_model import allocate_workspaces, build, measure_peak, time_interleaved  # noqa: E402
+from benchmarks.bench_optimize_model import (  # noqa: E402
+    allocate_workspaces, build, measure_and_time, release, timing)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
 from ojas_ref import optimize_model  # noqa: E402
@@ -82,26 +81,18 @@ class Runner:
 
 def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
               warmup: int, steps: int, kept: int) -> list[dict]:
-    runners = []
-    for mode in modes:
-        r = Runner(c, dtype, opt_name, mode, device)
-        measure_peak(r, device, warmup, kept)
-        runners.append(r)
-    time_interleaved(runners, device, steps)
+    runners = measure_and_time((Runner(c, dtype, opt_name, mode, device) for mode in modes), device, warmup, steps,
+                               kept)
     results = []
     for r in runners:
-        step_s = statistics.median(r.times)
         stats = r.offload.stats if r.offload is not None else None
         results.append(dict(
-            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, peak=r.peak, step_s=step_s,
-            step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
-            last_loss=r.losses[-1], host_bytes_per_step=None if stats is None else stats.offloaded_bytes,
+            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
+            host_bytes_per_step=None if stats is None else stats.offloaded_bytes,
             offloaded_tensors_per_step=None if stats is None else stats.offloaded_tensors,
             prefetched_per_step=None if stats is None else stats.prefetched_tensors))
     del runners, r
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    release(device)
     return results
 
 

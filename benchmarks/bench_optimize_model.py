@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 import torch
 
@@ -183,17 +184,38 @@ def allocate_workspaces(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
+def measure_and_time(runners: Iterable[Runner], device: torch.device, warmup: int, steps: int,
+                     kept: int) -> list[Runner]:
+    """Each runner, as ``runners`` builds it, warmed up and its peak measured (the earlier ones
+    kept, idle: :func:`measure_peak`), then all timed together (:func:`time_interleaved`)."""
+    built = []
+    for r in runners:
+        measure_peak(r, device, warmup, kept)
+        built.append(r)
+    time_interleaved(built, device, steps)
+    return built
+
+
+def timing(r: Runner, c: Config) -> dict:
+    """A measured runner's peak, median step, its spread, tokens/s and last loss."""
+    step_s = statistics.median(r.times)
+    return dict(peak=r.peak, step_s=step_s, step_s_spread=[min(r.times), max(r.times)],
+                tokens_per_s=c.batch * c.seq / step_s, last_loss=r.losses[-1])
+
+
+def release(device: torch.device) -> None:
+    """Give the memory of the runners just dropped back before the next dtype/optimizer."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
               warmup: int, steps: int, profile: list[str], host: list[str], bucket_mb: float,
               kept: int) -> list[dict]:
-    """Every mode of one dtype and optimizer in one process: each built and its peak measured in
-    turn (the earlier ones kept, idle), then all timed together (:func:`time_interleaved`)."""
-    runners = []
-    for mode in modes:
-        r = Runner(c, dtype, opt_name, mode, device, bucket_mb)
-        measure_peak(r, device, warmup, kept)
-        runners.append(r)
-    time_interleaved(runners, device, steps)
+    """Every mode of one dtype and optimizer in one process (:func:`measure_and_time`)."""
+    runners = measure_and_time((Runner(c, dtype, opt_name, mode, device, bucket_mb) for mode in modes), device,
+                               warmup, steps, kept)
     results = []
     applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True, rope=True)  # optimize_model defaults
     pieces = {"ojas-attention": "attention", "ojas-loss": "cross_entropy"}
@@ -201,18 +223,14 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
         table = profile_table(r, device) if r.mode in profile and device.type == "cuda" else None
         if r.mode in host:
             table = (table or "") + host_profile(r.model, r.opt, r.batches[0], device)
-        step_s = statistics.median(r.times)
         results.append(dict(
-            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, peak=r.peak, step_s=step_s,
-            step_s_spread=[min(r.times), max(r.times)], tokens_per_s=c.batch * c.seq / step_s,
-            last_loss=r.losses[-1], changed=None if r.report is None else len(r.report.changed),
+            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
+            changed=None if r.report is None else len(r.report.changed),
             applied={k: r.mode in ("ojas", "ojas+ckpt") or pieces.get(r.mode) == k for k in applied},
             left_alone=None if r.report is None else [s.reason for s in r.report.left_alone])
             | ({"profile": table} if table else {}))
     del runners, r
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    release(device)
     return results
 
 
