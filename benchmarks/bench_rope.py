@@ -17,8 +17,6 @@ and gradients ``torch.equal`` to Hugging Face's (the kernel is meant to be bit f
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -29,6 +27,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.bench_swiglu import kernel_bench_cli, write_rows  # noqa: E402
 from ojas_ref.primitives.rope import apply_rotary_pos_emb  # noqa: E402
 
 SHAPES = [(1, 16, 16, 2048, 128), (1, 32, 8, 8192, 128)]
@@ -105,28 +104,16 @@ def run_case(shape: tuple[int, ...], dtype: torch.dtype, device: str, impl: str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (checks that it runs)")
-    parser.add_argument("--impl", default="auto", choices=["auto", "reference", "triton"],
-                        help="the ojas function's impl (auto: the Triton kernel on CUDA)")
-    parser.add_argument("--out", type=Path, help="write the rows as JSON")
-    args = parser.parse_args()
-    if args.quick:
-        device, shapes, reps = "cpu", QUICK_SHAPES, 5
-    elif torch.cuda.is_available():
-        device, shapes, reps = "cuda", SHAPES, 5
-    else:
-        parser.error("needs CUDA (or --quick for the CPU)")
+    args, device = kernel_bench_cli(__doc__, "the ojas function")
+    shapes = QUICK_SHAPES if args.quick else SHAPES
     rows = [row for shape in shapes for dtype in DTYPES.values() for row in run_case(shape, dtype, device,
-                                                                                    args.impl, reps)]
+                                                                                    args.impl, 5)]
     print(f"{'shape (B,Hq,Hkv,S,E)':>22} {'dtype':>9} {'variant':>7} {'step ms':>9} {'host us':>8} {'equal':>6}")
     for r in rows:
         host = f"{r['host_us']:8.1f}" if "host_us" in r else f"{'-':>8}"
         print(f"{','.join(map(str, r['shape'])):>22} {r['dtype']:>9} {r['variant']:>7} {r['step_ms']:9.3f} "
               f"{host} {str(r['equal']):>6}")
-    if args.out:
-        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                                        "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
+    write_rows(args.out, device, rows)
 
 
 if __name__ == "__main__":

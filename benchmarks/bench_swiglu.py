@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -117,32 +117,38 @@ def run_case(shape: tuple[int, int], dtype: torch.dtype, device: str, impl: str,
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def kernel_bench_cli(doc: str, impl_of: str) -> tuple[argparse.Namespace, str]:
+    """The command line of a kernel benchmark (``--quick``, ``--impl``, ``--out``) and its device:
+    the CPU with ``--quick``, else CUDA (an error without it)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (checks that it runs)")
     parser.add_argument("--impl", default="auto", choices=["auto", "reference", "triton"],
-                        help="ojas_ref.swiglu's impl (auto: the Triton kernel on CUDA)")
+                        help=f"{impl_of}'s impl (auto: the Triton kernel on CUDA)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON")
     args = parser.parse_args()
-    if args.quick:
-        device, shapes, reps = "cpu", QUICK_SHAPES, 5
-    elif torch.cuda.is_available():
-        device, shapes, reps = "cuda", SHAPES, 5
-    else:
+    if not args.quick and not torch.cuda.is_available():
         parser.error("needs CUDA (or --quick for the CPU)")
-    rows = []
-    for shape in shapes:
-        for dtype in DTYPES.values():
-            rows.extend(run_case(shape, dtype, device, args.impl, reps))
+    return args, "cpu" if args.quick else "cuda"
+
+
+def write_rows(path: Optional[Path], device: str, rows: list[dict]) -> None:
+    """The rows as JSON, with the device and torch's version, when ``--out`` was given."""
+    if path:
+        path.write_text(json.dumps({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                                    "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
+
+
+def main() -> None:
+    args, device = kernel_bench_cli(__doc__, "ojas_ref.swiglu")
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    rows = [row for shape in shapes for dtype in DTYPES.values() for row in run_case(shape, dtype, device, args.impl, 5)]
     print(f"{'shape':>14} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} {'peak MiB':>9} "
           f"{'rel diff':>9}")
     for r in rows:
         peak = f"{r['peak_mib']:9.1f}" if "peak_mib" in r else f"{'-':>9}"
         print(f"{'x'.join(map(str, r['shape'])):>14} {r['dtype']:>9} {r['variant']:>7} {r['step_ms']:9.3f} "
               f"{r['saved_mib']:10.2f} {peak} {r['max_rel_diff']:9.2e}")
-    if args.out:
-        args.out.write_text(json.dumps({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                                        "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
+    write_rows(args.out, device, rows)
 
 
 if __name__ == "__main__":
