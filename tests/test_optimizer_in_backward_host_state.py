@@ -31,12 +31,7 @@ CLIP = 0.05
 WIDTH, DEPTH, BATCH = 32, 6, 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class MLP(nn.Module):
