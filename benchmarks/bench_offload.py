@@ -17,7 +17,11 @@ from a config (no download). Modes:
 Peak and timing as in bench_optimize_model.py (each mode built and its peak measured in
 turn, the earlier modes idle; then all timed together, one synchronised step of each per
 round, the order rotated). ``host_bytes_per_step``: the bytes the offloaded modes copied to
-the host in one step (the layer inputs; pinned). ``--quick``: a tiny model on the CPU
+the host in one step (the layer inputs; pinned). ``held_after_forward``: the device bytes the
+forward leaves for the backward (:func:`held_after_forward`): where offloading shows with a
+plain optimizer step, whose peak falls at the update, after the activations are freed
+(the H200 run of 2026-12-01 measured the same peak with and without offload for that reason).
+``--quick``: a tiny model on the CPU
 (no memory figures; the copies are plain copies there, so no speed is claimed either).
 """
 
@@ -79,6 +83,25 @@ class Runner:
         return loss.item()
 
 
+def held_after_forward(r: Runner, device: torch.device) -> int | None:
+    """Device bytes the forward leaves for the backward (the loss computed, nothing freed yet):
+    the saved activations that offloading moves off the device. The step's peak is not where
+    they matter with a plain optimizer step (its gradients and state peak later, the
+    activations gone); with InBackwardOptimizer it is (bench_memory.py's ``+offload`` rows)."""
+    if device.type != "cuda":
+        return None
+    ids = r.batches[0]
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    loss = r.model(input_ids=ids, labels=ids).loss
+    torch.cuda.synchronize(device)
+    held = torch.cuda.memory_allocated(device) - base
+    loss.backward()
+    r.opt.step()
+    r.opt.zero_grad(set_to_none=True)
+    return held
+
+
 def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
               warmup: int, steps: int, kept: int) -> list[dict]:
     runners = measure_and_time((Runner(c, dtype, opt_name, mode, device) for mode in modes), device, warmup, steps,
@@ -88,6 +111,7 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
         stats = r.offload.stats if r.offload is not None else None
         results.append(dict(
             dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
+            held_after_forward=held_after_forward(r, device),
             host_bytes_per_step=None if stats is None else stats.offloaded_bytes,
             offloaded_tensors_per_step=None if stats is None else stats.offloaded_tensors,
             prefetched_per_step=None if stats is None else stats.prefetched_tensors))
@@ -97,14 +121,15 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| dtype | optimizer | mode | peak GiB | host GiB/step | tokens/s | vs same family +ckpt | last loss |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| dtype | optimizer | mode | peak GiB | held after forward GiB | host GiB/step | tokens/s | "
+             "vs same family +ckpt | last loss |",
+             "|---|---|---|---|---|---|---|---|---|"]
     base = {(r["dtype"], r["optimizer"], r["mode"].split("+")[0]): r for r in results if r["mode"].endswith("+ckpt")}
     for r in results:
         ref = base.get((r["dtype"], r["optimizer"], r["mode"].split("+")[0]))
         ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref else "-"
         lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
-                     f"{gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
+                     f"{gib(r['held_after_forward'])} | {gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
     return "\n".join(lines)
 
 
