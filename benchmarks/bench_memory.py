@@ -3,9 +3,9 @@
     python benchmarks/bench_memory.py [--quick] [--out FILE] [--dtypes fp32 bf16]
         [--optimizers sgd adamw] [--modes standard+ckpt ojas+ckpt +offload ...] [--steps N] [--warmup N]
     python benchmarks/bench_memory.py --largest [--largest-presets] [--max-layers N] ...
+    python benchmarks/bench_memory.py --preset llama-70b --layers 58 --dtypes bf16 --optimizers sgd --modes ojas+ckpt
 
-NOT RUN ON A GPU YET: every figure below is a target to compare with, not a measurement of
-this script. Here only ``--quick`` (a tiny model on the CPU, no memory figures) has run.
+Measured on the H200: benchmarks/RESULTS.md ("Memory techniques").
 
 The model is benchmarks/bench_optimize_model.py's (built by its ``build``, no download):
 ``LlamaForCausalLM`` with hidden 2048, 18 layers, 16 heads, intermediate 5632, vocabulary
@@ -46,6 +46,15 @@ fp32 SGD <= 4.3 GiB; fp32 AdamW <= 12.6 GiB with the state on the GPU, <= 4.6 Gi
 state on the host; bf16 SGD <= 2.3 GiB; bf16 AdamW <= 6.4 GiB; each at >= 0.9x the tokens/s
 of standard+ckpt.
 
+Every row also carries the planner's prediction (``predicted_peak``, ``predicted_host``:
+ojas_ref/tools/plan.py for the same setting; None for the sparse embedding and the reversible
+decoder, which it does not model).
+
+``--preset NAME [--layers N]``: each requested mode at a plan.py preset's shape (with N layers:
+``--preset llama-70b --layers 23`` is a 20.2B model, ``--layers 58`` a 50.2B one), built alone in
+its dtype directly, its peak over one step after ``--warmup``, then ``--steps`` timed steps, and
+the planner's prediction beside it; an out-of-memory is recorded as a row.
+
 ``--largest``: for each (dtype, optimizer, mode) requested, the largest model that trains one
 step (``--warmup`` + 1 steps) without running out of memory, searched by doubling the number
 of layers of the 1.06B shape from 18 (halving when 18 does not fit) and then bisecting
@@ -67,10 +76,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimize_model import (  # noqa: E402
-    Runner, allocate_workspaces, build, measure_and_time, measure_peak, release, timing)
+    Runner, allocate_workspaces, build, measure_and_time, measure_peak, release, time_interleaved, timing)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
+from ojas_ref.tools.plan import PRESETS, with_layers  # noqa: E402
 
 MODES = ("standard+ckpt", "ojas+ckpt", "+offload", "+sparse-embedding", "+host-state", "all", "reversible")
 #: the modes whose steps are ojas+ckpt's, reformulated exactly (equal losses on the CPU)
@@ -118,8 +128,13 @@ def build_model(c: Config, dtype: torch.dtype, device: torch.device, preset=None
         head_dim=preset.head_dim, max_position_embeddings=c.seq, tie_word_embeddings=preset.tied,
         attention_dropout=0.0)
     torch.manual_seed(0)
-    with torch.device(device):
-        model = transformers.LlamaForCausalLM(config).to(dtype)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype: a 50B model has no room for a float32 copy
+    try:
+        with torch.device(device):
+            model = transformers.LlamaForCausalLM(config).to(dtype)
+    finally:
+        torch.set_default_dtype(default)
     model.config.use_cache = False
     return model
 
@@ -207,6 +222,24 @@ class MemoryRunner(Runner):
         return total if known else None
 
 
+def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None) -> dict:
+    """ojas_ref/tools/plan.py's peak and host bytes for this row (``predicted_peak``,
+    ``predicted_host``), both None where the planner does not model the mode (the sparse
+    embedding, the reversible decoder)."""
+    from ojas_ref.tools import plan as P
+
+    t = None if mode == BASELINE else techniques(mode, dtype_name, opt_name)
+    if mode == "reversible" or (t is not None and t["sparse_embedding"]):
+        return dict(predicted_peak=None, predicted_host=None)
+    model = preset if preset is not None else P.Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab)
+    ojas = t is not None
+    setting = P.Setting(dtype=dtype_name, optimizer=opt_name, fused=ojas, batch=c.batch, seq=c.seq, checkpoint=True,
+                        ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
+                        offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None)
+    result = P.plan(model, setting)
+    return dict(predicted_peak=result.peak, predicted_host=result.host_bytes if result.host else None)
+
+
 def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, device: torch.device, warmup: int,
               steps: int, bucket_mb: float, kept: int) -> tuple[list[dict], list[dict]]:
     """Every applicable mode of one dtype / optimizer in one process (bench_optimize_model's
@@ -225,7 +258,7 @@ def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, de
 
     runners = measure_and_time(applicable(), device, warmup, steps, kept)
     rows = [dict(dtype=dtype_name, optimizer=opt_name, mode=r.mode, **timing(r, c), host=r.host_bytes(),
-                 losses=r.losses, techniques=r.techniques,
+                 **predicted(c, dtype_name, opt_name, r.mode), losses=r.losses, techniques=r.techniques,
                  left_alone=None if r.report is None else [s.reason for s in r.report.left_alone]) for r in runners]
     base = next((row for row in rows if row["mode"] == BASELINE), None)
     for row in rows:
@@ -240,15 +273,16 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def try_one(c: Config, dtype_name: str, opt_name: str, mode: str, device: torch.device, warmup: int,
-            bucket_mb: float, kept: int, preset=None) -> dict:
-    """Build the model alone and train ``warmup`` + 1 steps; the peak of the last (CUDA), or the OOM."""
+            bucket_mb: float, kept: int, preset=None, steps: int = 1) -> dict:
+    """Build the model alone, train ``warmup`` steps, measure the peak of one more (CUDA), then
+    time ``steps`` more (each synchronised); or the OOM."""
     r = None
     try:
         r = MemoryRunner(c, DTYPES[dtype_name], dtype_name, opt_name, mode, device, bucket_mb, preset)
         params = sum(p.numel() for p in r.model.parameters())
         measure_peak(r, device, warmup, kept)
-        loss = r.step(warmup + 1)
-        out = dict(fits=True, params=params, peak=r.peak, host=r.host_bytes(), last_loss=loss)
+        time_interleaved([r], device, steps)
+        out = dict(fits=True, params=params, host=r.host_bytes(), **timing(r, c), losses=r.losses)
     except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
         if not _is_oom(e):
             raise
@@ -263,8 +297,6 @@ def largest(c: Config, dtype_name: str, opt_name: str, mode: str, *, device: tor
     """The largest model of ``mode`` that trains one step: layers doubled then bisected, or presets."""
     tries = []
     if presets:
-        from ojas_ref.tools.plan import PRESETS
-
         best = None
         for name, p in sorted(PRESETS.items(), key=lambda kv: kv[1].hidden * kv[1].layers * kv[1].intermediate):
             res = try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset=p)
@@ -310,15 +342,50 @@ def largest(c: Config, dtype_name: str, opt_name: str, mode: str, *, device: tor
                 largest=best, smallest_failure=hi, tries=tries)
 
 
+def at_scale(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, device: torch.device, warmup: int,
+             steps: int, bucket_mb: float, kept: int, preset) -> tuple[list[dict], list[dict]]:
+    """``--preset``: each applicable mode of one dtype / optimizer at the preset's shape, built
+    alone (:func:`try_one`: too large to keep another beside it), its peak, ``steps`` timed
+    steps and the planner's prediction; an out-of-memory is a row with ``fits: false``."""
+    rows, skipped = [], []
+    for mode in modes:
+        reason = skip_reason(mode, dtype_name, opt_name)
+        if reason is not None:
+            skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
+            continue
+        row = dict(preset=preset.name, dtype=dtype_name, optimizer=opt_name, mode=mode,
+                   **try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset, steps),
+                   **predicted(c, dtype_name, opt_name, mode, preset))
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows, skipped
+
+
+def scale_markdown(rows: list[dict]) -> str:
+    lines = ["| model | parameters | dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | predicted host GiB "
+             "| tokens/s | losses |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["fits"]:
+            lines.append(f"| {r['preset']} | - | {r['dtype']} | {r['optimizer']} | {r['mode']} | out of memory | "
+                         f"{gib(r['predicted_peak'])} | | | | |")
+            continue
+        losses = ", ".join(f"{x:.4f}" for x in r["losses"])
+        lines.append(f"| {r['preset']} | {r['params'] / 1e9:.2f}B | {r['dtype']} | {r['optimizer']} | {r['mode']} | "
+                     f"{gib(r['peak'])} | {gib(r['predicted_peak'])} | {gib(r['host'])} | {gib(r['predicted_host'])} | "
+                     f"{r['tokens_per_s']:,.0f} | {losses} |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict], skipped: list[dict]) -> str:
-    lines = ["| dtype | optimizer | mode | peak GiB | host GiB | tokens/s | vs standard+ckpt | last loss |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | tokens/s | vs standard+ckpt | last loss |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "-" if r["vs_baseline"] is None else f"{r['vs_baseline']:.3f}x"
-        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | {gib(r['host'])} | "
+        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
+                     f"{gib(r['predicted_peak'])} | {gib(r['host'])} | "
                      f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
     for s in skipped:
-        lines.append(f"| {s['dtype']} | {s['optimizer']} | {s['mode']} | skipped: {s['skipped']} | | | | |")
+        lines.append(f"| {s['dtype']} | {s['optimizer']} | {s['mode']} | skipped: {s['skipped']} | | | | | |")
     return "\n".join(lines)
 
 
@@ -333,15 +400,35 @@ def main(argv: Optional[list[str]] = None) -> dict:
                         help="with --largest: try ojas_ref/tools/plan.py's PRESETS instead of layer counts")
     parser.add_argument("--max-layers", type=int, default=None,
                         help="with --largest: cap on the layers searched (default 1024; --quick: 8)")
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="each mode at this plan.py preset's shape (built alone; peak, timed steps, prediction)")
+    parser.add_argument("--layers", type=int, default=None, help="with --preset: its shape with this many layers")
     args = parser.parse_args(argv)
     if args.largest_presets and (args.quick or not args.largest):
         parser.error("--largest-presets needs --largest and no --quick (the presets are full size)")
+    if args.preset is not None and (args.largest or args.quick):
+        parser.error("--preset measures one shape: it does not go with --largest or --quick")
+    if args.layers is not None and args.preset is None:
+        parser.error("--layers needs --preset (the shape whose layer count it changes)")
+    preset = None if args.preset is None else PRESETS[args.preset]
+    if args.layers is not None:
+        try:
+            preset = with_layers(preset, args.layers)
+        except ValueError as err:
+            parser.error(f"--layers: {err}")
     device = torch.device(args.device)
     c = QUICK if args.quick else Config()
     kept = allocate_workspaces(device)
     rows, skipped, searches = [], [], []
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
+            if preset is not None:
+                new_rows, new_skipped = at_scale(c, dtype_name, opt_name, args.modes, device=device,
+                                                 warmup=args.warmup, steps=args.steps, bucket_mb=args.bucket_mb,
+                                                 kept=kept, preset=preset)
+                rows += new_rows
+                skipped += new_skipped
+                continue
             if args.largest:
                 for mode in args.modes:
                     reason = skip_reason(mode, dtype_name, opt_name)
@@ -377,7 +464,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     print(env)
-    if rows or not searches:
+    if preset is not None:
+        print(scale_markdown(rows))
+    elif rows or not searches:
         print(markdown(rows, skipped))
     return result
 

@@ -44,3 +44,25 @@ def test_largest_quick():
     (search,) = result["largest"]
     assert [t["layers"] for t in search["tries"]] == [2, 4, 5]
     assert search["largest"]["layers"] == 5 and search["largest"]["fits"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--preset", "llama-1b", "--quick"], "--preset"),
+    (["--preset", "llama-1b", "--largest"], "--preset"),
+    (["--layers", "4"], "--layers needs --preset"),
+    (["--preset", "llama-1b", "--layers", "0"], "layers must be an int >= 1"),
+])
+def test_preset_arguments_are_checked(argv, match, capsys):
+    with pytest.raises(SystemExit):
+        bench_memory.main(argv)
+    assert match in capsys.readouterr().err
+
+
+def test_predicted_rows_name_what_the_planner_models():
+    """The planner's peak for a modelled row, None for the sparse embedding and the reversible decoder."""
+    c = bench_memory.QUICK
+    assert bench_memory.predicted(c, "fp32", "sgd", "+offload")["predicted_peak"] > 0
+    assert bench_memory.predicted(c, "bf16", "adamw", "+host-state")["predicted_host"] > 0
+    assert bench_memory.predicted(c, "fp32", "sgd", "standard+ckpt")["predicted_host"] is None
+    for mode in ("+sparse-embedding", "reversible"):
+        assert bench_memory.predicted(c, "fp32", "sgd", mode) == dict(predicted_peak=None, predicted_host=None)

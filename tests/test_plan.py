@@ -314,7 +314,8 @@ def test_parse_bytes(text, expected):
     (lambda: P.Setting(batch=0), "batch"),
     (lambda: P.Setting(seq=2.5), "seq"),
     (lambda: P.Setting(fused=1), "fused"),
-    (lambda: P.plan("llama-70b", P.Setting()), "preset"),
+    (lambda: P.plan("llama-405b", P.Setting()), "preset"),
+    (lambda: P.with_layers(P.PRESETS["llama-1b"], 0), "layers"),
     (lambda: P.Model(64, 2, 4, 3, 100, 100), "kv_heads"),
     (lambda: P.Model.from_config({"hidden_size": 64}), "num_hidden_layers"),
     (lambda: P.Model.from_config(_llama_config(attention_bias=True)), "attention_bias"),
@@ -332,6 +333,20 @@ def test_cli_plan_prints_the_breakdown(capsys):
     out = capsys.readouterr().out
     expected = P.plan("llama-1b", OJAS_CKPT)
     assert f"peak {P.gib(expected.peak)} GiB" in out and "weights" in out and "predicted" in out
+
+
+def test_cli_plan_layers_changes_the_depth_only(capsys):
+    """``--layers 58`` of llama-70b's shape: the 50B model of bench_memory.py's at-scale rows."""
+    args = ["plan", "--preset", "llama-70b", "--layers", "58", "--dtype", "bf16", "--optimizer", "sgd", "--fused",
+            "--checkpoint", "--ojas"]
+    assert main(args) == 0
+    model = P.with_layers(P.PRESETS["llama-70b"], 58)
+    per_layer = 8192 * (2 * 8192 + 2 * 1024) + 3 * 8192 * 28672 + 2 * 8192
+    assert model.params() == 58 * per_layer + 2 * 32000 * 8192 + 8192 and model.kv_heads == 8
+    setting = P.Setting(dtype="bf16", optimizer="sgd", fused=True, checkpoint=True, ojas_attention=True,
+                        ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    out = capsys.readouterr().out
+    assert "llama-70b@58 (50.15B parameters)" in out and f"peak {P.gib(P.plan(model, setting).peak)} GiB" in out
 
 
 def test_cli_plan_from_a_config_file(tmp_path, capsys):

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = ["PRESETS", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset", "fit_table",
-           "load_records", "measured_peak", "parse_bytes", "plan", "plot_plan", "record_model", "tensor_class"]
+           "load_records", "measured_peak", "parse_bytes", "plan", "plot_plan", "record_model", "tensor_class", "with_layers"]
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 OPTIMIZERS = ("sgd", "adamw")
@@ -166,6 +166,14 @@ class Model:
         return model
 
 
+def with_layers(model: Model, layers: int) -> Model:
+    """``model``'s shape with ``layers`` decoder layers (``ojas plan --layers``; the 20B and 50B
+    models of benchmarks/bench_memory.py's ``--preset llama-70b --layers N``)."""
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"layers must be an int >= 1, got {layers!r}")
+    return replace(model, layers=layers, name=f"{model.name}@{layers}", source=f"{model.name} with {layers} layers")
+
+
 #: Llama-shaped presets, smallest first (the family ``--fit`` searches).
 PRESETS: dict[str, Model] = {m.name: m for m in (
     Model(896, 24, 14, 2, 4864, 151936, tied=True, name="llama-0.5b",
@@ -177,6 +185,7 @@ PRESETS: dict[str, Model] = {m.name: m for m in (
           source="meta-llama/Llama-3.2-3B's config.json"),
     Model(4096, 32, 32, 32, 11008, 32000, name="llama-7b", source="meta-llama/Llama-2-7b-hf's config.json"),
     Model(5120, 40, 40, 40, 13824, 32000, name="llama-13b", source="meta-llama/Llama-2-13b-hf's config.json"),
+    Model(8192, 80, 64, 8, 28672, 32000, name="llama-70b", source="meta-llama/Llama-2-70b-hf's config.json"),
 )}
 
 
@@ -920,6 +929,8 @@ def add_arguments(parser: Any) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--preset", choices=list(PRESETS), help="a Llama-shaped preset (default llama-1b)")
     source.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (or a folder holding one)")
+    parser.add_argument("--layers", type=int, metavar="N",
+                        help="the preset's (or config's) shape with N decoder layers instead of its own")
     parser.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights, gradients, state (default bf16)")
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
     parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets)")
@@ -975,6 +986,8 @@ def run_command(args: Any) -> int:
 
     try:
         model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
+        if args.layers is not None:
+            model = with_layers(model, args.layers)
         flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
                      ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
                      offload=args.offload, host_state=args.host_state)
