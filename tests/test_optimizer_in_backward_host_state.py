@@ -283,15 +283,18 @@ def test_cuda_host_state_is_bitwise_device_state(name: str, variant: str) -> Non
     torch.backends.cudnn.deterministic = True
     runs = []
     for state_device in (None, "cpu"):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()  # the first run's model and state, what earlier tests left
         model = make_model("cuda")
         opt = make_opt(model, name, state_device, k=k, clip=clip)
 
         def check(o: InBackwardOptimizer) -> None:
             check_on_host(o)
             torch.cuda.synchronize()
-            # no optimizer state on the device between steps: only the parameters
+            # no optimizer state on the device between steps: only the parameters (1 MiB of slack:
+            # the allocator's rounding and the batch)
             params = sum(p.numel() * p.element_size() for p in model.parameters())
-            assert torch.cuda.memory_allocated() <= params + 2**20
+            assert torch.cuda.memory_allocated() - base <= params + 2**20
 
         losses = train(model, opt, range(4), k=k, device="cuda", check=check if state_device else None)
         runs.append((model, opt, losses))
