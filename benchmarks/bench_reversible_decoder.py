@@ -3,6 +3,7 @@ against the same blocks run with stored activations and with per-layer checkpoin
 
     python benchmarks/bench_reversible_decoder.py [--shapes 1.06B,deep64] [--out FILE]
     python benchmarks/bench_reversible_decoder.py --quick      # tiny config on the CPU: proves it runs
+    python benchmarks/bench_reversible_decoder.py --shapes deep64 --depths 1,2,4,8,16,32,64   # flat in depth?
 
 Shapes:
 
@@ -135,9 +136,9 @@ def run_mode(model, ids, labels, mode, args, ctx, cuda: bool, ref_grads):
     return out, grads
 
 
-def bench_shape(name, args, device):
+def bench_shape(name, args, device, layers=None):
     spec = SHAPES[name]
-    cfg = ReversibleDecoderConfig(**spec["config"])
+    cfg = ReversibleDecoderConfig(**(spec["config"] | ({} if layers is None else dict(layers=layers))))
     cuda = device.type == "cuda"
     torch.manual_seed(0)
     model = ReversibleDecoder(cfg).to(device)
@@ -152,7 +153,7 @@ def bench_shape(name, args, device):
     for mode in order:
         if args.modes and mode not in args.modes:
             continue
-        row = dict(shape=name, mode=mode, params=n_params, batch=spec["batch"], seq=spec["seq"],
+        row = dict(shape=name if layers is None else f"{name}@{layers}", mode=mode, params=n_params, batch=spec["batch"], seq=spec["seq"],
                    layers=cfg.layers, hidden=cfg.hidden, compute="bf16-autocast" if bf16 else "fp32",
                    device=str(device))
         try:
@@ -174,6 +175,20 @@ def bench_shape(name, args, device):
     return rows
 
 
+def depth_table(rows: list[dict]) -> str:
+    """Per mode, the activation memory (act_mib on CUDA, saved_mib elsewhere) at each depth and
+    its largest over its smallest: 1.0 is flat in depth."""
+    key = "act_mib" if any("act_mib" in r for r in rows) else "saved_mib"
+    lines = [f"| mode | {key} by depth | max / min |", "|---|---|---|"]
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        got = [(r["layers"], r[key]) for r in rows if r["mode"] == mode and key in r]
+        if got:
+            values = [v for _, v in got]
+            ratio = f"{max(values) / min(values):.3f}" if min(values) > 0 else "-"
+            lines.append(f"| {mode} | " + ", ".join(f"{n}: {v}" for n, v in got) + f" | {ratio} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the tiny config on the CPU")
@@ -182,6 +197,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--fp32", action="store_true", help="no bf16 autocast on CUDA")
+    ap.add_argument("--depths", default="", help="comma list of layer counts: each shape at each depth "
+                                                 "(the flatness of act_mib in depth)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     args.modes = [m for m in args.modes.split(",") if m]
@@ -192,11 +209,20 @@ def main(argv=None):
         if not torch.cuda.is_available():
             ap.error("the full shapes need a CUDA device; use --quick on the CPU")
         device, shapes = torch.device("cuda"), [s for s in args.shapes.split(",") if s]
+    try:
+        depths = [int(d) for d in args.depths.split(",") if d] or [None]
+    except ValueError:
+        ap.error(f"--depths must be a comma list of layer counts, got {args.depths!r}")
+    if any(d is not None and d < 1 for d in depths):
+        ap.error(f"--depths must be >= 1, got {args.depths!r}")
     rows = []
     for s in shapes:
         if s not in SHAPES:
             ap.error(f"unknown shape {s!r}; choose from {sorted(SHAPES)}")
-        rows.extend(bench_shape(s, args, device))
+        for d in depths:
+            rows.extend(bench_shape(s, args, device, d))
+    if len(depths) > 1:
+        print(depth_table(rows))
     meta = dict(torch=torch.__version__, python=platform.python_version(),
                 gpu=torch.cuda.get_device_name() if device.type == "cuda" else None)
     if args.out:
