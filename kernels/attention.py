@@ -25,6 +25,15 @@ Theorems implemented (over the reals; files under ``rocq/Attention/``):
   (dQ accumulated over key tiles), ``attention_backward_query_tiles`` (dK, dV
   summed over query tiles), ``attention_backward_forward_eq`` (fed with the
   streamed forward's out and lse).
+* ``Ojas.Attention.GroupedQuery`` (GroupedQuery.v): ``gqa_forward_repeat_kv``
+  (query head ``h`` reading key head ``h // group`` is attention on key/value
+  heads repeated ``group`` times), ``gqa_dK_is_derive``, ``gqa_dV_is_derive``
+  (dK, dV of a key head: the sum over ``g = 0 .. group-1`` of query head
+  ``hk * group + g``'s terms, the order of ``_bwd_dkdv_kernel``'s loop),
+  ``gqa_dQ_is_derive``.
+* ``Ojas.Attention.AdditiveMask`` (AdditiveMask.v):
+  ``attention_forward_float_mask_correct`` (an additive mask, its -inf entries
+  masked keys, streamed over the biased scores is their two-pass softmax).
 
 Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
 ``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.
@@ -35,7 +44,7 @@ head ``h // (Hq // Hkv)``).  Visibility of key ``j`` for query ``i``: causal
 ``j <= i`` (top-left, as ``scaled_dot_product_attention``), window ``w``
 ``|i - j| < w``, a boolean ``attn_mask`` broadcast to ``[B, Hq, Sq, Sk]``: the
 conjunction of those given (``visibility``, Mask.v ``visibility_true_iff``).  An
-additive ``attn_mask`` is added to the scores (no theorem covers its values; see
+additive ``attn_mask`` is added to the scores (over the reals: AdditiveMask.v; see
 ``flash_attention``).  Key tiles are skipped by causal/window only, and with a
 mask every remaining tile runs the masked loop, the mask read on visible entries.
 
@@ -408,8 +417,9 @@ def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV,
                      HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
                      DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
-    one key head, summed over the query heads of its group and over the query
-    tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``)."""
+    one key head, summed over the query heads of its group (GroupedQuery.v,
+    ``gqa_dK_is_derive``, ``gqa_dV_is_derive``: loop ``g = 0 .. group-1``) and over the
+    query tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``)."""
     start_n = tl.program_id(0) * BLOCK_N
     pid_bh = tl.program_id(1)
     b = (pid_bh // num_kv_heads).to(tl.int64)
@@ -758,15 +768,33 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     and Ojas.Attention.BackwardCorrect.attention_backward_forward_eq), P recomputed
     from the saved lse (Ojas.Attention.Lse.row_probs_stream_row).
 
+    Grouped-query attention (``Hkv`` dividing ``Hq``, ``group = Hq // Hkv``): query
+    head ``h`` reads key/value head ``h // group`` (no copy), which over the reals is
+    attention on key/value heads repeated ``group`` times
+    (Ojas.Attention.GroupedQuery.gqa_forward_repeat_kv,
+    Ojas.Attention.GroupedQuery.gqa_forward_correct); dK and dV of key head ``hk``
+    accumulate, in one float32 accumulator, query heads ``hk * group + g`` for
+    ``g = 0 .. group-1`` in turn, each over its query tiles: the derivative of the
+    loss summed over the query heads (Ojas.Attention.GroupedQuery.gqa_dK_is_derive,
+    Ojas.Attention.GroupedQuery.gqa_dV_is_derive, stated as a sum in that order; over
+    the reals the order is immaterial); dQ per head
+    (Ojas.Attention.GroupedQuery.gqa_dQ_is_derive).  The rounding of that accumulation
+    is covered by no theorem.
+
     ``attn_mask`` (optional), broadcastable to ``[B, Hq, Sq, Sk]`` and read with
     stride 0 along its broadcast dimensions: bool (True = takes part) is one more
     conjunct of ``visibility`` (Ojas.Attention.Mask.visibility_true_iff), so
     masked keys are dropped keys (``stream_row_masked_keys``) and a row with none
     left gives zeros, lse -inf and zero gradients (``stream_row_fully_masked``).
     A mask of the query's dtype is added to the scores before the softmax; its
-    -inf entries are masked keys as above.  No theorem covers the added values:
-    the Coq scores are ``scale * (q . k)`` and its masks boolean (the streaming
-    theorems hold for any scores, but the spec never forms ``s + mask``).  Values
+    -inf entries are masked keys as above.  Over the reals, with the mask read as
+    a finite bias plus the set of its -inf entries (-inf is not a real):
+    Ojas.Attention.AdditiveMask.attention_forward_float_mask_correct (the streamed
+    rows on the scores ``scale * (q . k) + mask`` are the two-pass softmax of the
+    keys with a finite entry; an instance of the streaming theorem, which holds for
+    any scores) and Ojas.Attention.AdditiveMask.stream_row_float_mask_fully_masked
+    (a row of -inf gives zeros); the dQ/dK/dV theorems above are stated for scores
+    without a bias, and no theorem covers the mask in floating point.  Values
     below -FLT_MAX / log2(e) (about -2.4e38, e.g. ``torch.finfo(dtype).min`` of
     bfloat16 and float32) overflow the kernels' base-2 scores and act as -inf: a
     row made of them alone is fully masked here, while the reference and SDPA

@@ -21,6 +21,13 @@ code implements:
   ``row_dscores_is_derive``, ``dQ_row_is_derive``, ``dK_row_is_derive``,
   ``dV_row_is_derive``): ``dS = P * (dP - D)`` with ``D_i = dO_i . O_i`` and the
   gradients built from it are the derivatives of the attention output.
+* ``Ojas.Attention.GroupedQuery`` (``gqa_forward_repeat_kv``, ``gqa_dK_is_derive``,
+  ``gqa_dV_is_derive``, ``gqa_dQ_is_derive``): query head h with key/value head h // G
+  is attention on key/value heads repeated G times; dK, dV of a key/value head are the
+  sums of its query heads' terms.
+* ``Ojas.Attention.AdditiveMask`` (``attention_forward_float_mask_correct``,
+  ``attention_dbias_is_derive``): a float mask added to the scores (-inf entries masked)
+  is streamed as the two-pass softmax of the biased scores, and its gradient is dS.
 
 The rounding error of the forward recurrence is bounded by
 ``Ojas.Attention.StreamError`` (``stream_row_error_bound``); the tests use it as
@@ -264,7 +271,8 @@ def _tile_scores(
 ) -> Tensor:
     """Scores of one tile: ``scores`` (s_ij = scale * (q_i . k_j)) and ``masked_keys``
     (masked keys get -inf, the Coq ``None``) of rocq/Attention/OnlineSoftmax.v; a float
-    mask is added to the scores as in SDPA.
+    mask is added to the scores as in SDPA (``add_bias`` of rocq/Attention/AdditiveMask.v,
+    its -inf entries masked keys: ``float_mask``).
 
     q_t: [B, Hkv, G, tq, E] (G query heads per key/value head), k_t: [B, Hkv, tk, E],
     mask_t: None or [B, Hkv, G, tq, tk]; returns [B, Hkv, G, tq, tk].
@@ -326,7 +334,9 @@ def _finalize(m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor]:
 def _grouped(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dtype: torch.dtype):
     """Views for grouped-query attention without repeating key/value: query
     [B, Hkv, G, Sq, E], key/value [B, Hkv, Sk, *], mask [B, Hkv, G, Sq, Sk] (an expanded
-    view); query head h = hkv * G + g is served by key/value head hkv = h // G."""
+    view); query head h = hkv * G + g is served by key/value head hkv = h // G
+    (``kv_head`` of rocq/Attention/GroupedQuery.v; the same as repeating each key/value
+    head G times, Ojas.Attention.GroupedQuery.gqa_forward_repeat_kv)."""
     B, Hq, Sq, E = query.shape
     Hkv, Sk = key.shape[1], key.shape[2]
     G = Hq // Hkv if Hkv else 1  # no heads at all: one (empty) group of none
@@ -394,8 +404,10 @@ def _reference_backward(
     P = exp(S - lse) (0 for masked keys and fully masked rows; Ojas.Attention.Lse),
     D = rowsum(dO * O), dP = dO V^T, dS = P * (dP - D) (Ojas.Attention.BackwardCorrect),
     dQ = scale * dS K, dK = scale * dS^T Q, dV = P^T dO; for GQA dK and dV sum over the
-    query heads of a group. With mask_grad, also d(attn_mask) = dS summed over the mask's
-    broadcast dimensions. out and lse are in the compute dtype (as the forward returns
+    query heads of a group (Ojas.Attention.GroupedQuery.gqa_dK_is_derive,
+    Ojas.Attention.GroupedQuery.gqa_dV_is_derive). With mask_grad, also d(attn_mask) = dS
+    (Ojas.Attention.AdditiveMask.attention_dbias_is_derive) summed over the mask's
+    broadcast dimensions (that sum is covered by no theorem). out and lse are in the compute dtype (as the forward returns
     them); the gradients come back in the input dtypes."""
     dtype = _compute_dtype(query.dtype)
     q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
@@ -528,12 +540,33 @@ def attention(
     Both implement the visibility semantics of Ojas.Attention.Mask: a bool mask is one
     conjunct of ``visibility`` (``visibility_true_iff``), masked keys are dropped keys
     (``stream_row_masked_keys``), a row with no key left gives zeros
-    (``stream_row_fully_masked``). No theorem covers the values of a float mask: the Coq
-    spec's masks are boolean and its scores ``scale * (q . k)``; only its -inf entries
-    are covered, as masked keys. In the kernel, float-mask values below about -2.4e38
-    (``torch.finfo(dtype).min`` of bfloat16 and float32) act as -inf: a row made of
-    them alone gives zeros from the kernel, the mean of the values from the reference
-    (see ``flash_attention``).
+    (``stream_row_fully_masked``). A float mask, over the reals (Ojas.Attention.AdditiveMask:
+    the mask is a finite bias plus a set of masked entries, its -inf ones, since -inf is
+    not a real): the streamed rows on the scores ``scale * (q . k) + mask`` are the
+    two-pass softmax of the keys with a finite entry
+    (Ojas.Attention.AdditiveMask.attention_forward_float_mask_correct,
+    Ojas.Attention.AdditiveMask.stream_row_bias_masked_keys; instances of the streaming
+    theorem, which holds for any scores), a row of -inf gives zeros
+    (Ojas.Attention.AdditiveMask.stream_row_float_mask_fully_masked), and the gradient the
+    reference returns for a mask that requires grad, ``dS_ij = P_ij (dP_ij - D_i)``, is
+    the derivative in entry (i, j) (Ojas.Attention.AdditiveMask.attention_dbias_is_derive;
+    0 on masked entries, Ojas.Attention.AdditiveMask.attention_dbias_fully_masked for a
+    masked row). No theorem covers the sum of dS over the dimensions a broadcast mask is
+    broadcast in, dQ/dK/dV on biased scores, or any of it in floating point. In the
+    kernel, float-mask values below about -2.4e38 (``torch.finfo(dtype).min`` of bfloat16
+    and float32) act as -inf: a row made of them alone gives zeros from the kernel, the
+    mean of the values from the reference (see ``flash_attention``).
+
+    Grouped-query attention (``enable_gqa``) runs without repeating key/value: query head
+    h reads key/value head h // G, G = Hq // Hkv, and dK, dV of a key/value head sum the
+    terms of its G query heads. Over the reals that is attention on key/value heads
+    repeated G times (``repeat_interleave``, SDPA's semantics):
+    Ojas.Attention.GroupedQuery.gqa_forward_repeat_kv (the forward, head by head),
+    Ojas.Attention.GroupedQuery.gqa_forward_correct, and the gradients of the loss summed
+    over the query heads: Ojas.Attention.GroupedQuery.gqa_dK_is_derive,
+    Ojas.Attention.GroupedQuery.gqa_dV_is_derive (the sum over the group's query heads of
+    their per-head dK, dV) and Ojas.Attention.GroupedQuery.gqa_dQ_is_derive. The rounding
+    of that float32 sum is not covered by any theorem.
 
     Autocast: as SDPA, under ``torch.autocast`` on the inputs' device type query, key,
     value and a float ``attn_mask`` (unless float64) are cast to the autocast dtype

@@ -246,6 +246,25 @@ Hypothesis Hvs : forall hk, (hk < length kh)%nat -> length (nth hk vh []) = leng
 
 Let HB h := gqa_head_backward b d G scale vis qh kh vh dOh h.
 
+(** The loss as a function of a parameter [x] of key/value head [hk]
+    alone ([KX x], [VX x] equal [kh], [vh] on the other heads). *)
+Lemma gq_is_derive_kv : forall (KX VX : R -> list (list (list R))) hk x0 (f : nat -> R),
+  (hk < length kh)%nat ->
+  (forall x h, kv_head G h <> hk ->
+     nth (kv_head G h) (KX x) [] = nth (kv_head G h) kh [] /\
+     nth (kv_head G h) (VX x) [] = nth (kv_head G h) vh []) ->
+  (forall h, (h < length qh)%nat -> kv_head G h = hk ->
+     is_derive (fun x => attention_loss d scale (vis h) (nth h qh []) (nth hk (KX x) [])
+                           (nth hk (VX x) []) (nth h dOh [])) x0 (f h)) ->
+  is_derive (fun x => gqa_loss d G scale vis qh (KX x) (VX x) dOh) x0
+            (rsum (map (fun g => f (hk * G + g)%nat) (seq 0 G))).
+Proof.
+  intros KX VX hk x0 f Hhk Hout Hin; unfold gqa_loss; rewrite Hheads.
+  apply (gq_is_derive_group G (length kh) hk); [exact HG | exact Hhk | intros h Hh E | intros h Hh E x].
+  - rewrite E; apply Hin; [lia | exact E].
+  - destruct (Hout x h E) as [-> ->]; destruct (Hout x0 h E) as [-> ->]; reflexivity.
+Qed.
+
 (** (b) Keys: coordinate [c] of key row [j] of key/value head [hk]: the
     derivative of the loss is the sum over the query heads [hk*G + g] of
     the group, [g = 0 .. G-1] (the kernel's loop order), of their [dK_j]
@@ -260,18 +279,17 @@ Theorem gqa_dK_is_derive : forall hk j c,
     (nth c (nth j (nth hk kh []) []) 0)
     (rsum (map (fun g => nth c (nth j (snd (fst (HB (hk * G + g)%nat))) []) 0) (seq 0 G))).
 Proof.
-  intros hk j c Hhk Hj Hc; unfold gqa_loss; rewrite Hheads.
-  apply (gq_is_derive_group G (length kh) hk _ (fun h => nth c (nth j (snd (fst (HB h))) []) 0));
-    [exact HG | exact Hhk | intros h Hh E | intros h Hh E x].
+  intros hk j c Hhk Hj Hc.
+  apply (gq_is_derive_kv (fun x => replace_nth hk (replace_nth j (replace_nth c x (nth j (nth hk kh []) []))
+      (nth hk kh [])) kh) (fun _ => vh) hk _ (fun h => nth c (nth j (snd (fst (HB h))) []) 0));
+    [exact Hhk | intros x h E | intros h Hh E].
+  - rewrite nth_replace_nth by exact Hhk; apply Nat.eqb_neq in E; rewrite E; split; reflexivity.
   - apply (is_derive_ext (fun x => attention_loss d scale (vis h) (nth h qh [])
              (replace_nth j (replace_nth c x (nth j (nth hk kh []) [])) (nth hk kh []))
-             (nth hk vh []) (nth h dOh []))).
-    { intros x; rewrite nth_replace_nth, E, Nat.eqb_refl by exact Hhk; reflexivity. }
+             (nth hk vh []) (nth h dOh [])));
+      [intros x; rewrite nth_replace_nth, Nat.eqb_refl by exact Hhk; reflexivity|].
     unfold HB; rewrite gq_head_backward_two_pass; cbv zeta; rewrite E.
-    apply attention_backward_dK_is_derive; auto.
-    apply HdO; lia.
-  - rewrite !nth_replace_nth by exact Hhk.
-    apply Nat.eqb_neq in E; rewrite E; reflexivity.
+    apply attention_backward_dK_is_derive; auto; apply HdO; exact Hh.
 Qed.
 
 (** (b) Values: coordinate [c] of value row [j] of key/value head [hk]:
@@ -286,19 +304,17 @@ Theorem gqa_dV_is_derive : forall hk j c,
     (nth c (nth j (nth hk vh []) []) 0)
     (rsum (map (fun g => nth c (nth j (snd (HB (hk * G + g)%nat)) []) 0) (seq 0 G))).
 Proof.
-  intros hk j c Hhk Hj Hc; unfold gqa_loss; rewrite Hheads.
+  intros hk j c Hhk Hj Hc.
   assert (Hhv : (hk < length vh)%nat) by (rewrite Hkv; exact Hhk).
-  apply (gq_is_derive_group G (length kh) hk _ (fun h => nth c (nth j (snd (HB h)) []) 0));
-    [exact HG | exact Hhk | intros h Hh E | intros h Hh E x].
+  apply (gq_is_derive_kv (fun _ => kh) (fun y => replace_nth hk (replace_nth j (replace_nth c y
+      (nth j (nth hk vh []) [])) (nth hk vh [])) vh) hk _ (fun h => nth c (nth j (snd (HB h)) []) 0));
+    [exact Hhk | intros y h E | intros h Hh E].
+  - rewrite nth_replace_nth by exact Hhv; apply Nat.eqb_neq in E; rewrite E; split; reflexivity.
   - apply (is_derive_ext (fun y => attention_loss d scale (vis h) (nth h qh []) (nth hk kh [])
-             (replace_nth j (replace_nth c y (nth j (nth hk vh []) [])) (nth hk vh []))
-             (nth h dOh []))).
-    { intros y; rewrite nth_replace_nth, E, Nat.eqb_refl by exact Hhv; reflexivity. }
+      (replace_nth j (replace_nth c y (nth j (nth hk vh []) [])) (nth hk vh [])) (nth h dOh [])));
+      [intros y; rewrite nth_replace_nth, Nat.eqb_refl by exact Hhv; reflexivity|].
     unfold HB; rewrite gq_head_backward_two_pass; cbv zeta; rewrite E.
-    apply attention_backward_dV_is_derive; auto.
-    apply HdO; lia.
-  - rewrite !nth_replace_nth by exact Hhv.
-    apply Nat.eqb_neq in E; rewrite E; reflexivity.
+    apply attention_backward_dV_is_derive; auto; apply HdO; exact Hh.
 Qed.
 
 (** Queries: coordinate [c] of query row [i] of head [h]: that head's [dQ_i]
