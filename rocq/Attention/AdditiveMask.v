@@ -31,17 +31,23 @@
       streamed forward's out and lse): what the reference returns as the
       mask's gradient.  Where the entry is masked the loss does not depend
       on the bias and [dS_ij = 0] (as the code returns).
+    - [row_dV_bias_is_derive], [row_dK_bias_is_derive]: for one row on
+      biased scores, the [dV] and [dK] terms of [attention_backward] ([P_j
+      dO], [scale * dS_j * q]) with P and dS of the biased scores are the
+      derivatives in the value and key coordinates ([dV] is an instance of
+      [dV_row_is_derive]; [dK] is the chain rule through the one score
+      [s_j] that depends on [k_j], from [row_dscores_is_derive]).
 
     Not covered: the gradient at a [-inf] entry as a limit (no real
     derivative there; the code returns 0, the value stated above for a
     masked entry); the sum of [dS] over the dimensions a broadcast mask
     is broadcast in ([_accumulate_mask_grad]; the chain rule through a
     broadcast is the same sum as through [repeat_kv] in
-    [Attention/GroupedQuery.v], but no theorem here states it); the
-    gradients [dQ], [dK], [dV] on biased scores (the theorems of
-    [Attention/BackwardCorrect.v] are stated for [scale * (q . k)]
-    scores); rounding, and the kernels' reading of values below about
-    [-2.4e38] as [-inf].  Lemmas local to this file are prefixed [am_]. *)
+    [Attention/GroupedQuery.v], but no theorem here states it); [dQ] on
+    biased scores (every score depends on [q]; [dQ_row_is_derive] is
+    stated for [scale * (q . k)] scores) and the whole-head [dK], [dV] on
+    biased scores (only the rows above); rounding, and the kernels'
+    reading of values below about [-2.4e38] as [-inf].  Lemmas local to this file are prefixed [am_]. *)
 
 From Coq Require Import Reals List Lra Lia Arith Bool.
 From Coquelicot Require Import Coquelicot.
@@ -237,6 +243,61 @@ Proof.
            (masked_keys vis (replace_nth j y (add_bias R_ops bias ss)) vs))))).
   rewrite <- am_nth_add_bias by exact Hj.
   apply row_dscores_is_derive_stream; rewrite am_length_add_bias; assumption.
+Qed.
+
+(** Values, one row, on biased scores: the derivative of [L = dO . o] in
+    coordinate [c] of value row [v_j] is [P_j * dO_c] with P the softmax
+    of the biased scores (instance of [dV_row_is_derive], which holds for
+    any scores). *)
+Theorem row_dV_bias_is_derive : forall d vis bias (ss : list R) vs dO j c,
+  length vs = length ss -> (j < length ss)%nat -> (c < length (nth j vs []))%nat ->
+  let K := masked_keys vis (add_bias R_ops bias ss) vs in
+  let p := row_probs R_ops K (snd (two_pass R_ops d K)) in
+  is_derive
+    (fun y : R => dot R_ops dO (fst (two_pass R_ops d
+       (masked_keys vis (add_bias R_ops bias ss) (replace_nth j (replace_nth c y (nth j vs [])) vs)))))
+    (nth c (nth j vs []) 0)
+    (nth j p 0 * nth c dO 0).
+Proof. intros; apply dV_row_is_derive; rewrite ?am_length_add_bias; assumption. Qed.
+
+(** Keys, one row, on biased scores [scale * (q . k_j) + bias j]: the
+    derivative of [L] in coordinate [c] of key row [k_j] is
+    [scale * dS_j * q_c], [dS] on the biased scores (the chain rule through
+    the one score [s_j] that depends on [k_j]). *)
+Theorem row_dK_bias_is_derive : forall d vis bias scale q (ks vs : list (list R)) dO j c,
+  length vs = length ks -> (j < length ks)%nat -> (c < length (nth j ks []))%nat ->
+  let K := masked_keys vis (add_bias R_ops bias (scores R_ops scale q ks)) vs in
+  let fw := two_pass R_ops d K in
+  let p := row_probs R_ops K (snd fw) in
+  is_derive
+    (fun x : R => dot R_ops dO (fst (two_pass R_ops d (masked_keys vis
+       (add_bias R_ops bias (scores R_ops scale q (replace_nth j (replace_nth c x (nth j ks [])) ks))) vs))))
+    (nth c (nth j ks []) 0)
+    (scale * nth j (row_dscores R_ops p vs dO (fst fw)) 0 * nth c q 0).
+Proof.
+  intros d vis bias scale q ks vs dO j c Hl Hj Hc K fw p.
+  set (ss := add_bias R_ops bias (scores R_ops scale q ks)).
+  set (kj := nth j ks []).
+  set (g := fun x => nth j ss 0 + scale * nth c q 0 * (x - nth c kj 0)).
+  set (F := fun y => dot R_ops dO (fst (two_pass R_ops d (masked_keys vis (replace_nth j y ss) vs)))).
+  assert (Hlen : length ss = length ks) by (unfold ss; rewrite am_length_add_bias; apply bw_length_scores).
+  assert (Hss : forall x, add_bias R_ops bias (scores R_ops scale q (replace_nth j (replace_nth c x kj) ks))
+                          = replace_nth j (g x) ss).
+  { intros x; unfold g; apply (nth_ext _ _ 0 0).
+    - rewrite am_length_add_bias, bw_length_scores, !length_replace_nth; auto.
+    - intros k Hk; rewrite am_length_add_bias, bw_length_scores, length_replace_nth in Hk.
+      rewrite nth_replace_nth by lia; unfold ss.
+      rewrite !am_nth_add_bias by (rewrite bw_length_scores, ?length_replace_nth; lia).
+      rewrite !bw_nth_scores, nth_replace_nth by (rewrite ?length_replace_nth; lia).
+      destruct (Nat.eqb_spec k j) as [->|_]; [|reflexivity].
+      rewrite bw_dot_replace_nth_r by exact Hc; fold kj; ring. }
+  apply (is_derive_ext (fun x => F (g x))); [intros x; unfold F; rewrite Hss; reflexivity|].
+  assert (H1 : is_derive F (g (nth c kj 0)) (nth j (row_dscores R_ops p vs dO (fst fw)) 0)).
+  { replace (g (nth c kj 0)) with (nth j ss 0) by (unfold g; ring).
+    apply row_dscores_is_derive; rewrite Hlen; assumption. }
+  assert (H2 : is_derive g (nth c kj 0) (scale * nth c q 0)) by apply bw_is_derive_affine.
+  eapply bw_is_derive_eq; [apply (is_derive_comp F g _ _ _ H1 H2)|].
+  match goal with |- scal ?a ?b = _ => change (scal a b) with (a * b) end; ring.
 Qed.
 
 (** The loss [sum_i dO_i . o_i] of one head on biased scores, [o_i] the

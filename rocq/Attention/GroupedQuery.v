@@ -28,11 +28,14 @@
       are the chain rule through the repetition;
     - [gqa_dK_is_derive], [gqa_dV_is_derive]: the derivative of that loss
       in a coordinate of a key (value) row of key/value head [hk] is the
-      sum, over [g = 0 .. G-1] in that order, of the [dK] ([dV]) entry of
-      [attention_backward] for query head [hk * G + g] (fed with the
-      streamed forward's out and lse, as the kernels are).  The order is
-      the kernel's outer loop; over [R] any order gives the same sum, and
-      the inner sums over query tiles are [attention_backward_query_tiles];
+      sum, accumulated left to right over [g = 0 .. G-1] ([fold_left
+      Rplus], from 0), of the [dK] ([dV]) entry of [attention_backward]
+      for query head [hk * G + g] (fed with the streamed forward's out and
+      lse, as the kernels are).  That is the order of the kernel's outer
+      loop; over [R] any order gives the same sum, and the inner sums over
+      query tiles are [attention_backward_query_tiles] (the kernel applies
+      [scale] once at the end, [attention_backward] per head: equal over
+      [R] by distributivity);
     - [gqa_dQ_is_derive]: the derivative in a query coordinate of head [h]
       is that head's [dQ] entry, with key/value head [h / G].
 
@@ -267,8 +270,9 @@ Qed.
 
 (** (b) Keys: coordinate [c] of key row [j] of key/value head [hk]: the
     derivative of the loss is the sum over the query heads [hk*G + g] of
-    the group, [g = 0 .. G-1] (the kernel's loop order), of their [dK_j]
-    coordinate [c]. *)
+    the group of their [dK_j] coordinate [c], accumulated as the kernel
+    does: from 0, adding [g = 0], then [g = 1], ... ([fold_left]; over [R]
+    it is the sum in any order, [fold_left_Rplus]). *)
 Theorem gqa_dK_is_derive : forall hk j c,
   (hk < length kh)%nat -> (j < length (nth hk kh []))%nat ->
   (c < length (nth j (nth hk kh []) []))%nat ->
@@ -277,9 +281,9 @@ Theorem gqa_dK_is_derive : forall hk j c,
        (replace_nth hk (replace_nth j (replace_nth c x (nth j (nth hk kh []) [])) (nth hk kh [])) kh)
        vh dOh)
     (nth c (nth j (nth hk kh []) []) 0)
-    (rsum (map (fun g => nth c (nth j (snd (fst (HB (hk * G + g)%nat))) []) 0) (seq 0 G))).
+    (fold_left Rplus (map (fun g => nth c (nth j (snd (fst (HB (hk * G + g)%nat))) []) 0) (seq 0 G)) 0).
 Proof.
-  intros hk j c Hhk Hj Hc.
+  intros hk j c Hhk Hj Hc; rewrite fold_left_Rplus, Rplus_0_l.
   apply (gq_is_derive_kv (fun x => replace_nth hk (replace_nth j (replace_nth c x (nth j (nth hk kh []) []))
       (nth hk kh [])) kh) (fun _ => vh) hk _ (fun h => nth c (nth j (snd (fst (HB h))) []) 0));
     [exact Hhk | intros x h E | intros h Hh E].
@@ -293,7 +297,8 @@ Proof.
 Qed.
 
 (** (b) Values: coordinate [c] of value row [j] of key/value head [hk]:
-    the sum over the query heads of the group of their [dV_j]. *)
+    the sum over the query heads of the group of their [dV_j], in the
+    kernel's order as for [dK]. *)
 Theorem gqa_dV_is_derive : forall hk j c,
   (hk < length kh)%nat -> (j < length (nth hk kh []))%nat ->
   (c < length (nth j (nth hk vh []) []))%nat ->
@@ -302,9 +307,9 @@ Theorem gqa_dV_is_derive : forall hk j c,
        (replace_nth hk (replace_nth j (replace_nth c y (nth j (nth hk vh []) [])) (nth hk vh [])) vh)
        dOh)
     (nth c (nth j (nth hk vh []) []) 0)
-    (rsum (map (fun g => nth c (nth j (snd (HB (hk * G + g)%nat)) []) 0) (seq 0 G))).
+    (fold_left Rplus (map (fun g => nth c (nth j (snd (HB (hk * G + g)%nat)) []) 0) (seq 0 G)) 0).
 Proof.
-  intros hk j c Hhk Hj Hc.
+  intros hk j c Hhk Hj Hc; rewrite fold_left_Rplus, Rplus_0_l.
   assert (Hhv : (hk < length vh)%nat) by (rewrite Hkv; exact Hhk).
   apply (gq_is_derive_kv (fun _ => kh) (fun y => replace_nth hk (replace_nth j (replace_nth c y
       (nth j (nth hk vh []) [])) (nth hk vh [])) vh) hk _ (fun h => nth c (nth j (snd (HB h)) []) 0));
