@@ -793,8 +793,10 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     rows on the scores ``scale * (q . k) + mask`` are the two-pass softmax of the
     keys with a finite entry; an instance of the streaming theorem, which holds for
     any scores) and Ojas.Attention.AdditiveMask.stream_row_float_mask_fully_masked
-    (a row of -inf gives zeros); the dQ/dK/dV theorems above are stated for scores
-    without a bias, and no theorem covers the mask in floating point.  Values
+    (a row of -inf gives zeros); the whole-head dQ/dK/dV theorems above are stated
+    for scores without a bias, their row terms on biased scores are
+    Ojas.Attention.AdditiveMask.row_dQ_bias_is_derive, ``row_dK_bias_is_derive`` and
+    ``row_dV_bias_is_derive``, and no theorem covers the mask in floating point.  Values
     below -FLT_MAX / log2(e) (about -2.4e38, e.g. ``torch.finfo(dtype).min`` of
     bfloat16 and float32) overflow the kernels' base-2 scores and act as -inf: a
     row made of them alone is fully masked here, while the reference and SDPA

@@ -551,8 +551,13 @@ def attention(
     reference returns for a mask that requires grad, ``dS_ij = P_ij (dP_ij - D_i)``, is
     the derivative in entry (i, j) (Ojas.Attention.AdditiveMask.attention_dbias_is_derive;
     0 on masked entries, Ojas.Attention.AdditiveMask.attention_dbias_fully_masked for a
-    masked row). No theorem covers the sum of dS over the dimensions a broadcast mask is
-    broadcast in, dQ/dK/dV on biased scores, or any of it in floating point. In the
+    masked row). The dQ, dK, dV returned with a float mask are covered row by row
+    (Ojas.Attention.AdditiveMask.row_dQ_bias_is_derive,
+    Ojas.Attention.AdditiveMask.row_dK_bias_is_derive,
+    Ojas.Attention.AdditiveMask.row_dV_bias_is_derive: the derivatives of one row's
+    dO . o on biased scores); no theorem restates their sums over the rows of a head
+    with a bias, covers the sum of dS over the dimensions a broadcast mask is broadcast
+    in, or any of it in floating point. In the
     kernel, float-mask values below about -2.4e38 (``torch.finfo(dtype).min`` of bfloat16
     and float32) act as -inf: a row made of them alone gives zeros from the kernel, the
     mean of the values from the reference (see ``flash_attention``).

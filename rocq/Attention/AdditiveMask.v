@@ -31,23 +31,27 @@
       streamed forward's out and lse): what the reference returns as the
       mask's gradient.  Where the entry is masked the loss does not depend
       on the bias and [dS_ij = 0] (as the code returns).
-    - [row_dV_bias_is_derive], [row_dK_bias_is_derive]: for one row on
-      biased scores, the [dV] and [dK] terms of [attention_backward] ([P_j
-      dO], [scale * dS_j * q]) with P and dS of the biased scores are the
-      derivatives in the value and key coordinates ([dV] is an instance of
-      [dV_row_is_derive]; [dK] is the chain rule through the one score
-      [s_j] that depends on [k_j], from [row_dscores_is_derive]).
+    - [row_dV_bias_is_derive], [row_dK_bias_is_derive],
+      [row_dQ_bias_is_derive]: for one row on biased scores, the [dV],
+      [dK] and [dQ] terms of [attention_backward] ([P_j dO],
+      [scale * dS_j * q], [scale * sum_j dS_j k_j]) with P and dS of the
+      biased scores are the derivatives in the value, key and query
+      coordinates ([dV] is an instance of [dV_row_is_derive]; [dK] is the
+      chain rule through the one score [s_j] that depends on [k_j]; [dQ]
+      is [dQ_row_is_derive] on the query [q ++ [1]] and the keys
+      [k_j ++ [bias j / scale]], whose unbiased scores are the biased
+      ones: it needs [scale <> 0] and keys of the query's length).
 
     Not covered: the gradient at a [-inf] entry as a limit (no real
     derivative there; the code returns 0, the value stated above for a
     masked entry); the sum of [dS] over the dimensions a broadcast mask
     is broadcast in ([_accumulate_mask_grad]; the chain rule through a
     broadcast is the same sum as through [repeat_kv] in
-    [Attention/GroupedQuery.v], but no theorem here states it); [dQ] on
-    biased scores (every score depends on [q]; [dQ_row_is_derive] is
-    stated for [scale * (q . k)] scores) and the whole-head [dK], [dV] on
-    biased scores (only the rows above); rounding, and the kernels'
-    reading of values below about [-2.4e38] as [-inf].  Lemmas local to this file are prefixed [am_]. *)
+    [Attention/GroupedQuery.v], but no theorem here states it); the
+    whole-head [dQ], [dK], [dV] on biased scores (only the rows above: the
+    sums over rows of [attention_backward_dK_is_derive] and its siblings
+    are not restated with a bias); [dQ] for [scale = 0]; rounding, and the
+    kernels' reading of values below about [-2.4e38] as [-inf].  Lemmas local to this file are prefixed [am_]. *)
 
 From Coq Require Import Reals List Lra Lia Arith Bool.
 From Coquelicot Require Import Coquelicot.
@@ -298,6 +302,89 @@ Proof.
   assert (H2 : is_derive g (nth c kj 0) (scale * nth c q 0)) by apply bw_is_derive_affine.
   eapply bw_is_derive_eq; [apply (is_derive_comp F g _ _ _ H1 H2)|].
   match goal with |- scal ?a ?b = _ => change (scal a b) with (a * b) end; ring.
+Qed.
+
+(** ** Queries on biased scores, by folding the bias into the keys
+
+    With [scale <> 0] and keys of the query's length, the biased scores
+    [scale * (q . k_j) + bias j] are the unbiased scores of the query
+    [q ++ [1]] and the keys [k_j ++ [bias j / scale]] ([am_keys]), so
+    [dQ_row_is_derive] applies to them; its first [length q] coordinates
+    are the [dQ] of the biased row. *)
+
+Definition am_keys (scale : R) (bias : nat -> R) (ks : list (list R)) : list (list R) :=
+  map (fun '(j, k) => k ++ [bias j / scale]) (combine (seq 0 (length ks)) ks).
+
+Lemma am_nth_keys : forall scale bias ks j, (j < length ks)%nat ->
+  nth j (am_keys scale bias ks) [] = nth j ks [] ++ [bias j / scale].
+Proof. intros; unfold am_keys; rewrite (bw_nth_indexed _ ks j [] []) by assumption; reflexivity. Qed.
+
+Lemma am_dot_snoc : forall a b x y, length a = length b ->
+  dot R_ops (a ++ [x]) (b ++ [y]) = dot R_ops a b + x * y.
+Proof.
+  induction a as [|z a IH]; intros [|w b] x y H; simpl in H; try discriminate.
+  - cbn; ring.
+  - cbn [app dot]; rewrite IH by lia; cbn; ring.
+Qed.
+
+Lemma am_replace_nth_snoc : forall {A} c (x y : A) l, (c < length l)%nat ->
+  replace_nth c x (l ++ [y]) = replace_nth c x l ++ [y].
+Proof.
+  intros A c x y l; revert c; induction l as [|z l IH]; intros [|c] H; simpl in *; try lia; auto.
+  rewrite IH by lia; reflexivity.
+Qed.
+
+Lemma am_scores_fold : forall scale bias q ks, scale <> 0 ->
+  (forall k, In k ks -> length k = length q) ->
+  scores R_ops scale (q ++ [1]) (am_keys scale bias ks) = add_bias R_ops bias (scores R_ops scale q ks).
+Proof.
+  intros scale bias q ks Hs Hq; apply (nth_ext _ _ 0 0).
+  - unfold am_keys; rewrite am_length_add_bias, !bw_length_scores, bw_length_indexed; reflexivity.
+  - intros j Hj; unfold am_keys in Hj; rewrite bw_length_scores, bw_length_indexed in Hj.
+    rewrite am_nth_add_bias by (rewrite bw_length_scores; exact Hj).
+    rewrite !bw_nth_scores by (unfold am_keys; rewrite ?bw_length_indexed; exact Hj).
+    rewrite am_nth_keys, am_dot_snoc by (try symmetry; try apply Hq, nth_In; exact Hj).
+    field; exact Hs.
+Qed.
+
+(** Queries, one row, on biased scores: the derivative of [L] in
+    coordinate [c] of the query is coordinate [c] of
+    [scale * sum_j dS_j k_j], [dS] on the biased scores ([scale <> 0],
+    keys of the query's length, as in the code). *)
+Theorem row_dQ_bias_is_derive : forall d vis bias scale q (ks vs : list (list R)) dO c,
+  scale <> 0 -> length vs = length ks -> (forall k, In k ks -> length k = length q) ->
+  (c < length q)%nat ->
+  let K := masked_keys vis (add_bias R_ops bias (scores R_ops scale q ks)) vs in
+  let fw := two_pass R_ops d K in
+  let p := row_probs R_ops K (snd fw) in
+  is_derive
+    (fun x : R => dot R_ops dO (fst (two_pass R_ops d
+       (masked_keys vis (add_bias R_ops bias (scores R_ops scale (replace_nth c x q) ks)) vs))))
+    (nth c q 0)
+    (nth c (vscale R_ops scale (weighted_sum R_ops (row_dscores R_ops p vs dO (fst fw)) ks)) 0).
+Proof.
+  intros d vis bias scale q ks vs dO c Hs Hl Hq Hc K fw p.
+  assert (Hl' : length vs = length (am_keys scale bias ks))
+    by (unfold am_keys; rewrite bw_length_indexed; exact Hl).
+  assert (Hc' : (c < length (q ++ [1%R]))%nat) by (rewrite app_length; simpl; lia).
+  pose proof (dQ_row_is_derive d vis scale (q ++ [1]) (am_keys scale bias ks) vs dO c Hl' Hc') as H.
+  cbv zeta in H; rewrite (am_scores_fold scale bias q ks Hs Hq), app_nth1 in H by exact Hc.
+  apply (is_derive_ext (fun x => dot R_ops dO (fst (two_pass R_ops d
+           (masked_keys vis (scores R_ops scale (replace_nth c x (q ++ [1])) (am_keys scale bias ks)) vs))))).
+  { intros x; rewrite am_replace_nth_snoc, am_scores_fold by
+      (try intros k Hk; rewrite ?length_replace_nth; auto); reflexivity. }
+  replace (nth c (vscale R_ops scale (weighted_sum R_ops (row_dscores R_ops p vs dO (fst fw)) ks)) 0)
+    with (nth c (vscale R_ops scale (weighted_sum R_ops (row_dscores R_ops p vs dO (fst fw))
+                                                     (am_keys scale bias ks))) 0); [exact H|].
+  assert (Hld : length (row_dscores R_ops p vs dO (fst fw)) = length ks).
+  { unfold row_dscores, p, K.
+    rewrite map_length, combine_length, bw_length_row_probs, am_length_add_bias, bw_length_scores; [lia|].
+    rewrite am_length_add_bias, bw_length_scores; exact Hl. }
+  rewrite !nth_vscale, !nth_weighted_sum; f_equal.
+  rewrite (bw_combine_as_map _ ks 0 [] (length ks)), (bw_combine_as_map _ (am_keys scale bias ks) 0 [] (length ks))
+    by (unfold am_keys; rewrite ?bw_length_indexed; auto).
+  rewrite !map_map; apply rsum_map_ext; intros k Hk; apply in_seq in Hk; cbn [fst snd].
+  rewrite am_nth_keys, app_nth1 by (try rewrite Hq by (apply nth_In; lia); lia); reflexivity.
 Qed.
 
 (** The loss [sum_i dO_i . o_i] of one head on biased scores, [o_i] the
