@@ -225,17 +225,15 @@ class MemoryRunner(Runner):
 def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None) -> dict:
     """ojas_ref/tools/plan.py's peak and host bytes for this row (``predicted_peak``,
     ``predicted_host``), both None where the planner does not model the mode (the sparse
-    embedding, the reversible decoder)."""
+    embedding, the reversible decoder: :func:`ojas_ref.tools.plan.memory_record_setting`)."""
     from ojas_ref.tools import plan as P
 
-    t = None if mode == BASELINE else techniques(mode, dtype_name, opt_name)
-    if mode == "reversible" or (t is not None and t["sparse_embedding"]):
+    t = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name)
+    setting = P.memory_record_setting(dict(mode=mode, dtype=dtype_name, optimizer=opt_name, techniques=t),
+                                      c.batch, c.seq)
+    if setting is None:
         return dict(predicted_peak=None, predicted_host=None)
     model = preset if preset is not None else P.Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab)
-    ojas = t is not None
-    setting = P.Setting(dtype=dtype_name, optimizer=opt_name, fused=ojas, batch=c.batch, seq=c.seq, checkpoint=True,
-                        ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
-                        offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None)
     result = P.plan(model, setting)
     return dict(predicted_peak=result.peak, predicted_host=result.host_bytes if result.host else None)
 
@@ -354,6 +352,7 @@ def at_scale(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, dev
             skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
             continue
         row = dict(preset=preset.name, dtype=dtype_name, optimizer=opt_name, mode=mode,
+                   techniques=None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name),
                    **try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset, steps),
                    **predicted(c, dtype_name, opt_name, mode, preset))
         print(json.dumps(row), flush=True)

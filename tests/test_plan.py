@@ -65,6 +65,40 @@ def test_predicted_peak_within_5_percent_of_measured(record):
         f"({100 * (predicted - measured) / measured:+.2f}%)")
 
 
+MEMORY_RECORDS = [r for path in P.MEMORY_RECORDS_PATHS for r in P.load_memory_records(path)]
+
+
+def _memory_id(record: tuple[P.Model, P.Setting, dict]) -> str:
+    m, s, _ = record
+    return f"{m.name}-{s.dtype}-{s.optimizer}-{s.mode}"
+
+
+def test_memory_records_hold_the_techniques_and_the_presets():
+    """bench_memory's H200 records: every 1.06B technique the planner models, each preset of
+    0.5B to 13B in the four bf16 settings, and the 20B / 50B models of llama-70b's shape."""
+    names = {(m.name, s.mode) for m, s, _ in MEMORY_RECORDS}
+    assert {("llama-1b", mode) for mode in ("standard+ckpt", "ojas+ckpt", "ojas+ckpt+offload",
+                                            "ojas+ckpt+host-state", "ojas+ckpt+offload+host-state")} <= names
+    for preset in ("llama-0.5b", "llama-3b", "llama-7b", "llama-13b"):
+        assert sum(m.name == preset for m, _, _ in MEMORY_RECORDS) == 4
+    assert {("llama-70b@58", "ojas+ckpt"), ("llama-70b@23", "ojas+ckpt+host-state")} <= names
+    big = {m.name: m.params() for m, _, _ in MEMORY_RECORDS if m.name.startswith("llama-70b@")}
+    assert big["llama-70b@23"] >= 20e9 and big["llama-70b@58"] >= 50e9
+
+
+@pytest.mark.parametrize("record", MEMORY_RECORDS, ids=_memory_id)
+def test_predicted_peak_and_host_of_the_memory_records(record):
+    """Issue 15's tolerances: within 5% of the measured peak for the 1.06B model, 10% for the
+    others; the host bytes (offloaded checkpoints, host state) within 1% of those counted."""
+    model, setting, row = record
+    predicted = P.plan(model, setting)
+    tolerance = TOLERANCE if model.name == "llama-1b" else 0.10
+    assert abs(predicted.peak - row["peak"]) <= tolerance * row["peak"], (
+        f"predicted {predicted.peak / 2**30:.3f} GiB, measured {row['peak'] / 2**30:.3f} GiB")
+    if row["host"] is not None:
+        assert abs(predicted.host_bytes - row["host"]) <= 0.01 * row["host"]
+
+
 def _llama_config(**overrides) -> "transformers.LlamaConfig":
     base = dict(vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False, attention_dropout=0.0)
@@ -523,8 +557,8 @@ def test_cli_plot_bad_arguments(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------
-# Offloaded checkpoints and host optimizer state (predictions only: no H200 record of either
-# yet, so the record checks above do not cover them; these check the formulas' bookkeeping)
+# Offloaded checkpoints and host optimizer state: the formulas' bookkeeping (their H200
+# records are checked above, test_predicted_peak_and_host_of_the_memory_records)
 # --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("base", [
@@ -600,7 +634,10 @@ def test_existing_settings_keep_their_names_and_records():
     assert {s.mode for s, _ in RECORDS} >= {"standard", "standard+ckpt", "ojas", "ojas+ckpt"}
     assert all(not s.offload and not s.host_state for s, _ in RECORDS)
     assert P.Setting(checkpoint=True, offload=True, fused=True, host_state=True).mode == "fused+ckpt+offload+host-state"
-    assert P.measured_peak(P.record_model(), replace(OJAS_CKPT, offload=True)) is None  # never recorded
+    # recorded by benchmarks/bench_memory.py (its +offload row), not by bench_optimize_model
+    assert P.measured_peak(P.record_model(), replace(OJAS_CKPT, offload=True)) == next(
+        row["peak"] for m, s, row in P.load_memory_records(P.MEMORY_RECORDS_PATHS[0]) if s.offload and not s.host_state
+        and s.dtype == OJAS_CKPT.dtype and s.optimizer == OJAS_CKPT.optimizer)
 
 
 @pytest.mark.parametrize("changes, field", [
@@ -622,7 +659,8 @@ def test_cli_offload_and_host_state_print_the_host_memory(capsys):
     assert f"peak {P.gib(expected.peak)} GiB" in out and "ojas+ckpt+offload+host-state" in out
     assert f"host memory {P.gib(expected.host_bytes)} GiB" in out
     assert "layer inputs (offloaded checkpoints, pinned)" in out and "optimizer state (host" in out
-    assert "measured on an H200" not in out
+    measured = P.measured_peak(P.record_model(), replace(OJAS_CKPT, offload=True, host_state=True))
+    assert f"measured on an H200: {P.gib(measured)} GiB" in out  # bench_memory's "all" row of bf16 AdamW
     assert main(["plan", "--preset", "llama-1b"]) == 0
     assert "host memory" not in capsys.readouterr().out
     assert main(["plan", "--preset", "llama-1b", "--offload"]) == 2

@@ -17,8 +17,8 @@ Hugging Face's loss, or ``optimize_model``'s ojas attention and
 moving bytes to host memory (:attr:`Plan.host`, printed as "host memory"): checkpoints
 offloaded to pinned host memory (``offload``, ``optimize_model(checkpoint="offload")``) and
 the fused optimizer's state on the host (``host_state``, ``InBackwardOptimizer(
-state_device="cpu")``). Those two are predictions only: no H200 record of them exists yet,
-and tests/test_plan.py's record checks do not cover them. Not modelled (yet): gradient
+state_device="cpu")``). Both are checked against the H200 records of
+benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py). Not modelled (yet): gradient
 accumulation, reversible stacks, autocast, other model families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = ["PRESETS", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset", "fit_table",
-           "load_records", "measured_peak", "parse_bytes", "plan", "plot_plan", "record_model", "tensor_class", "with_layers"]
+           "load_memory_records", "load_records", "measured_peak", "memory_record_setting", "parse_bytes", "plan",
+           "plot_plan", "preset_model", "record_model", "tensor_class", "with_layers"]
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 OPTIMIZERS = ("sgd", "adamw")
@@ -70,6 +71,10 @@ _RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_optimize_model_h200_fused.json",
                  _RESULTS / "bench_optimize_model_h200_rope.json")
 RECORDS_PATH = RECORDS_PATHS[-1]
+#: the H200 records of benchmarks/bench_memory.py: the 1.06B decoder with its memory techniques
+#: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, and llama-70b's
+#: shape at 23 and 58 layers: 20.2B and 50.2B parameters)
+MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json")
 
 
 # --------------------------------------------------------------------------
@@ -201,8 +206,8 @@ class Setting:
     (ojas_ref/integrations/offload.py), each checkpointed layer's input held in pinned host
     memory between forward and backward; ``host_state`` (needs ``fused``):
     ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
-    to the device bucket by bucket. Both default off (every recorded setting has them off);
-    both are predictions only, with no H200 record yet (:func:`offloaded_checkpoints_device_bytes`,
+    to the device bucket by bucket. Both default off; their H200 records are
+    :data:`MEMORY_RECORDS_PATHS`' (:func:`offloaded_checkpoints_device_bytes`,
     :func:`bucket_state_bytes`)."""
 
     dtype: str = "bf16"
@@ -365,8 +370,8 @@ def offloaded_checkpoints_device_bytes(m: Model, s: Setting) -> int:
     a time: at most two, min(2, layers) x :func:`checkpoint_layer_bytes`. In the forward, the
     input just packed, whose block ``record_stream`` keeps until its copy to the host has read
     it; in the backward, the input unpacked for the layer being recomputed and the previous
-    layer's, prefetched by the unpack hook. A prediction (an upper bound of the copies in
-    flight); no H200 record of it yet."""
+    layer's, prefetched by the unpack hook. An upper bound of the copies in flight (the H200
+    records of :data:`MEMORY_RECORDS_PATHS` agree within 1.5%)."""
     return min(2, m.layers) * checkpoint_layer_bytes(m, s)
 
 
@@ -580,8 +585,7 @@ class Plan:
                  f"{'tensor class':<50} {'GiB':>8}  formula"]
         lines += [f"{t.name:<50} {gib(t.bytes):>8}  {t.formula}" for t in peak.terms if t.bytes]
         if self.host:
-            lines += ["", f"host memory {gib(self.host_bytes)} GiB (predicted; no H200 record of offload / host "
-                          "state yet)", f"{'host memory':<50} {'GiB':>8}  formula"]
+            lines += ["", f"host memory {gib(self.host_bytes)} GiB (predicted)", f"{'host memory':<50} {'GiB':>8}  formula"]
             lines += [f"{t.name:<50} {gib(t.bytes):>8}  {t.formula}" for t in self.host]
         lines += ["", f"{'phase':<50} {'GiB':>8}"]
         lines += [f"{p.name:<50} {gib(p.total):>8}" + ("  <- peak" if p is peak else "") for p in self.phases]
@@ -910,6 +914,40 @@ def load_records(path: Path = RECORDS_PATH, field: str = "peak") -> list[tuple[S
     return records
 
 
+def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optional[Setting]:
+    """The setting of one row of benchmarks/bench_memory.py (its ``mode``, ``dtype``,
+    ``optimizer`` and the ``techniques`` it applied), or None where the planner does not model
+    the row (the sparse embedding, the reversible decoder)."""
+    t = row.get("techniques")
+    if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
+        return None
+    ojas = t is not None
+    return Setting(dtype=row["dtype"], optimizer=row["optimizer"], fused=ojas, batch=batch, seq=seq, checkpoint=True,
+                   ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
+                   offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None)
+
+
+def preset_model(name: str) -> Model:
+    """A preset by name, or ``NAME@LAYERS`` (:func:`with_layers`) as bench_memory.py's rows name them."""
+    base, _, layers = name.partition("@")
+    if base not in PRESETS:
+        raise ValueError(f"preset must be one of {list(PRESETS)} (optionally @LAYERS), got {name!r}")
+    return with_layers(PRESETS[base], int(layers)) if layers else PRESETS[base]
+
+
+def load_memory_records(path: Path) -> list[tuple[Model, Setting, dict]]:
+    """The modelled rows of one file of :data:`MEMORY_RECORDS_PATHS` that fitted, as (model,
+    setting, the row: ``peak``, ``host``, ``tokens_per_s``, ``losses``, ...)."""
+    data = json.loads(Path(path).read_text())
+    c = data["config"]
+    records = []
+    for row in data["results"]:
+        setting = memory_record_setting(row, c["batch"], c["seq"])
+        if setting is not None and row.get("fits", True):
+            records.append((preset_model(row["preset"]), setting, row))
+    return records
+
+
 def record_model(path: Path = RECORDS_PATH) -> Model:
     """The model the records were measured on, from their config."""
     c = json.loads(Path(path).read_text())["config"]
@@ -937,10 +975,10 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
     parser.add_argument("--offload", action="store_true",
                         help="with --checkpoint: the checkpoints in pinned host memory (optimize_model("
-                             "checkpoint='offload'); a prediction, not yet measured on an H200)")
+                             "checkpoint='offload'))")
     parser.add_argument("--host-state", action="store_true",
                         help="with --fused: the optimizer state in host memory (InBackwardOptimizer("
-                             "state_device='cpu'); a prediction, not yet measured on an H200)")
+                             "state_device='cpu'))")
     parser.add_argument("--ojas", action="store_true",
                         help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU")
     parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
@@ -1011,7 +1049,7 @@ def run_command(args: Any) -> int:
             measured = measured_peak(model, setting)
             if measured is not None:
                 print(f"\nmeasured on an H200: {gib(measured)} GiB (torch.cuda.max_memory_allocated, "
-                      f"{RECORDS_PATH.name}); predicted {100 * (predicted.peak - measured) / measured:+.2f}%")
+                      f"benchmarks/results/); predicted {100 * (predicted.peak - measured) / measured:+.2f}%")
             if args.plot is not None:
                 plot_plan(predicted, args.plot, measured)
                 print(f"\nplot written to {args.plot}")
@@ -1072,7 +1110,12 @@ def measured_peak(model: Model, setting: Setting, field: str = "peak") -> Option
     """The recorded peak (or another ``field`` of :func:`load_records`) of this model and
     setting (benchmarks/results/, a source checkout; the later file where both hold it), or
     None where nothing was measured."""
+    def shape(m: Model) -> Model:
+        return replace(m, name="", source="")
+
+    found = {(shape(m), s): row[field] for p in MEMORY_RECORDS_PATHS if p.exists()
+             for m, s, row in load_memory_records(p) if field in row}
     paths = [p for p in RECORDS_PATHS if p.exists()]
-    if not paths or replace(model, name="", source="") != replace(record_model(), name="", source=""):
-        return None
-    return dict(r for p in paths for r in load_records(p, field)).get(setting)
+    if paths and shape(model) == shape(record_model()):
+        found |= {(shape(model), s): value for p in paths for s, value in load_records(p, field)}
+    return found.get((shape(model), setting))

@@ -317,8 +317,8 @@ def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         predicted, lower_bound = predict_peak(config, _meta_model(config, vocab))
     except NotImplementedError as err:
         return f"plan       predicted peak on a GPU: not predicted ({err})"
-    host = (f"; host memory {_gib(predicted.host_bytes)} (offloaded checkpoints / optimizer state; a prediction, "
-            "not yet measured on a GPU)") if predicted.host else ""
+    host = (f"; host memory {_gib(predicted.host_bytes)} (offloaded checkpoints / optimizer state)"
+            if predicted.host else "")
     return (f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
             f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
             + (", a lower bound: clipping in a fused backward runs two backward passes" if lower_bound else "")
