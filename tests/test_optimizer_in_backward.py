@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
 from ojas_ref.verification.optimizer_in_backward_check import CASES, make_case, oracle_mismatches, updates
@@ -186,6 +187,46 @@ def test_buckets_match_standard_loop(name: str, cap: float, k: int, clip: Option
     """Bitwise the standard loop whatever the bucket cap (Buckets.bucketed_eq_standard)."""
     model_s, opt_s, _ = run(name, fused=False, k=k, clip=clip)
     model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip, bucket_cap_mb=cap)
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("options,direct", [
+    (dict(), True), (dict(foreach=False), True), (dict(foreach=True), True),
+    (dict(momentum=0.9), False), (dict(weight_decay=0.01), False), (dict(maximize=True), False),
+    (dict(lr=torch.tensor(0.1)), False),
+])
+def test_plain_sgd_is_updated_without_optimizer_step(options: dict, direct: bool, dtype: torch.dtype,
+                                                     monkeypatch) -> None:
+    """Plain SGD buckets are updated by ``torch._foreach_add_(params, grads, alpha=-lr)`` directly
+    (InBackwardOptimizer._plain_sgd_lr), every other setting by ``SGD.step``; both are bitwise
+    the standard loop's SGD, in float32 and bfloat16."""
+    def build() -> TinyLM:
+        return make_model().to(dtype)
+
+    model_s, model_f = build(), build()
+    opt_s = torch.optim.SGD(model_s.parameters(), **({"lr": 0.1} | options))
+    opt_f = InBackwardOptimizer(model_f.parameters(), torch.optim.SGD, bucket_cap_mb=SPLIT_CAP,
+                                **({"lr": 0.1} | options))
+    train(model_s, opt_s, range(3))
+    steps = []
+    original = torch.optim.SGD.step
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, *a, **k: (steps.append(self), original(self, *a, **k))[1])
+    train(model_f, opt_f, range(3))
+    assert (not steps) == direct
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
+def test_plain_sgd_runs_optimizer_step_hooks() -> None:
+    """A global optimizer step hook sees every bucket's step: the direct update is not taken then."""
+    seen = []
+    handle = register_optimizer_step_post_hook(lambda opt, *_: seen.append(type(opt)))
+    try:
+        model_s, opt_s, _ = run("sgd", fused=False)
+        model_f, opt_f, _ = run("sgd", fused=True, bucket_cap_mb=SPLIT_CAP)
+    finally:
+        handle.remove()
+    assert seen.count(torch.optim.SGD) > 3  # several buckets per step, three steps (and the standard loop's three)
     assert_same(model_s, opt_s, model_f, opt_f)
 
 

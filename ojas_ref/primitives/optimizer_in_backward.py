@@ -17,6 +17,11 @@ per-parameter path as the standard loop (foreach kernels by default on CUDA,
 single-tensor ones on the CPU, fused ones with ``fused=True``), and the parameters
 and optimizer state are bitwise those of the standard loop ``loss.backward();
 opt.step(); opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
+Plain SGD (``torch.optim.SGD`` without momentum, weight decay, maximize, a tensor lr or
+step hooks) is the one exception to calling ``step()``: its update is
+``torch._foreach_add_(params, grads, alpha=-lr)`` (the call of torch's foreach path, and
+the arithmetic of its single-tensor ``param.add_(grad, alpha=-lr)``), called directly (``InBackwardOptimizer._plain_sgd_lr``), which saves ``Optimizer.step``'s
+per-call Python for each bucket.
 
 Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/;
 the theorems are over exact arithmetic for the schedule of events, for any
@@ -155,6 +160,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 from torch import Tensor
+from torch.optim import optimizer as _optim
 from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype, _has_foreach_support
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -908,6 +914,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
         self._updated.update(map(id, bucket))
         bucket_opt = self._group_opts[index]
+        lr = self._plain_sgd_lr(bucket_opt, index) if self.state_device is None else None
+        grads = [p.grad for p in bucket] if lr is not None else None
+        if grads is not None and not any(g.is_sparse for g in grads):
+            with torch.no_grad():
+                torch._foreach_add_(bucket, grads, alpha=-lr)
+            del grads
+            for p in bucket:
+                p.grad = None
+            return
+        del grads
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
         group["params"] = bucket
@@ -920,6 +936,25 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 self._swap_out(bucket, hosts)
         for p in bucket:
             p.grad = None
+
+    def _plain_sgd_lr(self, bucket_opt: torch.optim.Optimizer, index: int) -> Optional[float]:
+        """The learning rate when the group's update is plain SGD (``torch.optim.SGD`` itself, no
+        momentum, weight decay, maximize, differentiable or fused step, a float lr, no optimizer
+        step hooks), else None. Its step is then ``p.add_(p.grad, alpha=-lr)`` on both of torch's
+        paths (``_single_tensor_sgd``, and ``_multi_tensor_sgd``'s ``torch._foreach_add_``), which
+        :meth:`_flush` calls directly: the same arithmetic without ``Optimizer.step``'s per-call
+        cost (about 60 us of Python per bucket, against 10 us for the update;
+        tests/test_optimizer_in_backward.py checks the bits against ``SGD.step``)."""
+        if type(bucket_opt) is not torch.optim.SGD:
+            return None
+        group = self.param_groups[index]
+        lr = group["lr"]
+        if (group["momentum"] != 0 or group["weight_decay"] != 0 or group["maximize"] or group["differentiable"]
+                or group.get("fused") or isinstance(lr, torch.Tensor) or bucket_opt._optimizer_step_pre_hooks
+                or bucket_opt._optimizer_step_post_hooks or _optim._global_optimizer_pre_hooks
+                or _optim._global_optimizer_post_hooks):
+            return None
+        return lr
 
     # ------------------------------------------------------------------
     # Optimizer state on the host (state_device="cpu")
