@@ -756,3 +756,30 @@ def test_parameter_unfrozen_then_added_with_add_param_group() -> None:
     layer(x).sum().backward()
     opt.step()
     assert not torch.equal(layer.bias, before) and layer.bias.grad is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["sgd", "sgd_momentum", "adamw"])
+def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype) -> None:
+    """On CUDA (foreach kernels; plain SGD through the direct torch._foreach_add_ update), bitwise
+    the standard loop, in several buckets. SDPA's math backend, so that both runs' gradients are
+    the same bits (the flash backward need not be deterministic)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cls, kw = OPTIMIZERS[name]
+    runs = []
+    with sdpa_kernel(SDPBackend.MATH):
+        for fused in (False, True):
+            model = make_model().to("cuda", dtype)
+            opt = (InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=SPLIT_CAP, **kw) if fused
+                   else cls(model.parameters(), **kw))
+            for step in range(3):
+                tokens, targets = (t.cuda() for t in batch(step, 0))
+                loss = model(tokens, targets)
+                opt.backward(loss) if fused else loss.backward()
+                opt.step()
+                opt.zero_grad()
+            runs.append((model, opt))
+    assert_same(runs[0][0], runs[0][1], runs[1][0], runs[1][1])
