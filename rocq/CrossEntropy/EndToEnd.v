@@ -132,6 +132,12 @@ Proof.
     rewrite nth_tokens, nth_map_seq by lia; reflexivity.
 Qed.
 
+Lemma rsum_tokens_seq : forall (F : tok -> R) (H : list (list R)) (targets : list Z),
+  length targets = length H ->
+  rsum (map F (tokens H targets))
+  = rsum (map (fun k => F (k, (nth k H [], nth k targets 0%Z))) (seq 0 (length H))).
+Proof. intros F H targets Hl; rewrite tokens_seq, map_map by exact Hl; reflexivity. Qed.
+
 (** ** The derivative of one token's loss along an affine change of its raw logits *)
 
 Lemma dlogit_R : forall n eps lam L t v z,
@@ -369,6 +375,22 @@ Proof.
     apply (is_derive_eq_l _ _ 0); [apply (is_derive_const 0 x0)|ring].
 Qed.
 
+Lemma rsum_pick_mul : forall (f : nat -> R) n j a,
+  (j < n)%nat -> rsum (map (fun u => f u * (if Nat.eqb u j then a else 0)) (seq 0 n)) = f j * a.
+Proof.
+  intros f n j a Hj.
+  rewrite (rsum_map_ext _ (fun u => if Nat.eqb u j then f u * a else 0))
+    by (intros u _; destruct (Nat.eqb u j); ring).
+  apply rsum_pick_seq; lia.
+Qed.
+
+Lemma set_entry_nil : forall r c x (M : list (list R)),
+  M <> [] -> (r < length M)%nat -> set_entry r c x M <> [].
+Proof.
+  intros r c x M HM Hr Hn; apply HM, length_zero_iff_nil.
+  rewrite <- (set_entry_length r c x M Hr), Hn; reflexivity.
+Qed.
+
 (** The target hypothesis at the [k]-th token. *)
 Lemma targets_nth_range : forall (cfg : ce_config R) (targets : list Z) n N,
   length targets = N ->
@@ -427,4 +449,85 @@ Proof.
       rewrite grad_entry_forward, logits_row_seq by assumption.
       unfold Av, Rv; rewrite Nat.eqb_refl; cbv beta; ring.
     + unfold Av; rewrite (proj2 (Nat.eqb_neq k i) Hne), rsum_map_zero; [ring|intros; ring].
+Qed.
+
+(** grad_weight: entry [(v, c)] of the grad_weight that the chunked
+    backward returns, fed with the state of the chunked forward, is the
+    derivative of the upstream-weighted reduced loss in [W_vc] (every token
+    contributes; an ignored one with weight 0). *)
+Theorem ce_grad_weight_is_derive : forall cfg bt bv H W bias targets dout gin gW gb v c,
+  W <> [] ->
+  (forall t, In t targets -> kept cfg t = true -> (0 <= t < Z.of_nat (length W))%Z) ->
+  (forall s, ce_softcap cfg = Some s -> s <> 0) ->
+  length targets = length H -> (v < length W)%nat -> (c < length (nth v W []))%nat ->
+  ce_backward R_ops cfg bt bv H W bias targets (ce_forward R_ops cfg bt bv H W bias targets) dout
+    = (gin, gW, gb) ->
+  is_derive (fun x => upstream dout (ce_loss R_ops cfg bt bv H (set_entry v c x W) bias targets))
+            (nth c (nth v W []) 0) (nth c (nth v gW []) 0).
+Proof.
+  intros cfg bt bv H W bias targets dout gin gW gb v c HW Ht Hc Hl Hv Hcv Hb.
+  set (Rv := fun k u => raw_logit R_ops bias (nth k H []) (u, nth u W [])).
+  set (Av := fun k u => if Nat.eqb u v then nth c (nth k H []) 0 else 0).
+  eapply is_derive_eq_l.
+  - apply (is_derive_ext_R (fun x => rsum (map (fun k =>
+              token_weight R_ops cfg dout (kcount cfg targets) k (nth k targets 0%Z)
+              * ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) (nth k targets 0%Z)
+                  (map (fun u => softcap R_ops (ce_softcap cfg) (Rv k u + (x - nth c (nth v W []) 0) * Av k u))
+                       (seq 0 (length W)))) (seq 0 (length H))))).
+    + intros x; rewrite upstream_loss;
+        [|apply set_entry_nil; assumption|rewrite set_entry_length; assumption|exact Hl].
+      apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
+      rewrite logits_row_seq, set_entry_length by exact Hv; do 2 f_equal.
+      apply map_ext; intros u; unfold Rv, Av; f_equal.
+      rewrite nth_set_entry by exact Hv.
+      destruct (Nat.eqb_spec u v) as [->|_]; [|ring].
+      rewrite raw_logit_set_weight by exact Hcv; reflexivity.
+    + apply tokens_affine_is_derive; [exact Hc|].
+      apply (targets_nth_range cfg targets (length W) (length H) Hl Ht).
+  - destruct (ce_backward_correct cfg bt bv H W bias targets _ dout gin gW gb Hl Hb) as (_ & HgW & _).
+    assert (HlW : length gW = length W)
+      by (rewrite (Forall2_length _ _ _ HgW); unfold grad_weight_spec; rewrite map_length, seq_length;
+          reflexivity).
+    rewrite (Forall2_nth_inv _ _ _ v [] [] HgW) by lia.
+    rewrite grad_weight_spec_coord, rsum_tokens_seq by assumption.
+    apply rsum_map_ext; intros k Hk; apply in_seq in Hk; cbn [fst snd].
+    rewrite grad_entry_forward, logits_row_seq by (assumption || lia).
+    unfold Av; rewrite rsum_pick_mul by exact Hv; unfold Rv; cbv beta; ring.
+Qed.
+
+(** grad_bias: entry [v] of the grad_bias that the chunked backward
+    returns, fed with the state of the chunked forward, is the derivative
+    of the upstream-weighted reduced loss in [b_v]. *)
+Theorem ce_grad_bias_is_derive : forall cfg bt bv H W b targets dout gin gW gb v,
+  W <> [] ->
+  (forall t, In t targets -> kept cfg t = true -> (0 <= t < Z.of_nat (length W))%Z) ->
+  (forall s, ce_softcap cfg = Some s -> s <> 0) ->
+  length targets = length H -> length b = length W -> (v < length W)%nat ->
+  ce_backward R_ops cfg bt bv H W (Some b) targets (ce_forward R_ops cfg bt bv H W (Some b) targets) dout
+    = (gin, gW, gb) ->
+  is_derive (fun x => upstream dout (ce_loss R_ops cfg bt bv H W (Some (set_nth v x b)) targets))
+            (nth v b 0) (nth v gb 0).
+Proof.
+  intros cfg bt bv H W b targets dout gin gW gb v HW Ht Hc Hl Hlb Hv Hb.
+  set (Rv := fun k u => raw_logit R_ops (Some b) (nth k H []) (u, nth u W [])).
+  set (Av := fun (k u : nat) => if Nat.eqb u v then 1 else 0).
+  eapply is_derive_eq_l.
+  - apply (is_derive_ext_R (fun x => rsum (map (fun k =>
+              token_weight R_ops cfg dout (kcount cfg targets) k (nth k targets 0%Z)
+              * ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) (nth k targets 0%Z)
+                  (map (fun u => softcap R_ops (ce_softcap cfg) (Rv k u + (x - nth v b 0) * Av k u))
+                       (seq 0 (length W)))) (seq 0 (length H))))).
+    + intros x; rewrite upstream_loss by assumption.
+      apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
+      rewrite logits_row_seq; do 2 f_equal.
+      apply map_ext; intros u; unfold Rv, Av; f_equal.
+      rewrite raw_logit_set_bias by lia; reflexivity.
+    + apply tokens_affine_is_derive; [exact Hc|].
+      apply (targets_nth_range cfg targets (length W) (length H) Hl Ht).
+  - destruct (ce_backward_correct cfg bt bv H W (Some b) targets _ dout gin gW gb Hl Hb)
+      as (_ & _ & _ & Hgb).
+    rewrite Hgb, grad_bias_spec_coord, rsum_tokens_seq by assumption.
+    apply rsum_map_ext; intros k Hk; apply in_seq in Hk; cbn [fst snd].
+    rewrite grad_entry_forward, logits_row_seq by (assumption || lia).
+    unfold Av; rewrite rsum_pick_mul by exact Hv; unfold Rv; cbv beta; ring.
 Qed.
