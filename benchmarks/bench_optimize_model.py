@@ -15,6 +15,9 @@ intermediate 5632, vocabulary 32000, untied head (1.06B parameters), batch 1, se
   ``InBackwardOptimizer`` (each bucket of parameters updated in backward).
 * ``ojas-attention`` / ``ojas-loss`` / ``ojas-optimizer`` (``--modes``, not run by
   default): one of the three alone, the rest standard.
+* ``ojas+overlap`` / ``ojas+ckpt+overlap`` (``--modes``, not run by default): ``ojas`` /
+  ``ojas+ckpt`` with ``InBackwardOptimizer(overlap=True)`` (each bucket's update on a side
+  stream while the backward goes on).
 
 Per dtype and optimizer, in one process: each mode is built in turn (those built before
 it kept, idle) and warmed up, and its peak is ``torch.cuda.max_memory_allocated`` over one
@@ -46,6 +49,7 @@ from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 MODES = ("standard", "standard+ckpt", "ojas", "ojas+ckpt")
 #: one piece of ``ojas`` alone (no checkpointing), to see which one costs time
 PIECES = ("ojas-attention", "ojas-loss", "ojas-optimizer")
+OVERLAP = ("ojas+overlap", "ojas+ckpt+overlap")
 
 
 def build(c: Config, dtype: torch.dtype, device: torch.device):
@@ -65,6 +69,8 @@ def build(c: Config, dtype: torch.dtype, device: torch.device):
 
 def setup(model, mode: str, opt_name: str, bucket_mb: float = 64.0):
     opt_class, kwargs = OPTIMIZERS[opt_name]
+    overlap = mode.endswith("+overlap")
+    mode = mode.removesuffix("+overlap")
     if mode.startswith("standard"):
         if mode.endswith("+ckpt"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -76,7 +82,8 @@ def setup(model, mode: str, opt_name: str, bucket_mb: float = 64.0):
     if attention or loss:
         _, report = optimize_model(model, attention=attention, cross_entropy=loss, checkpoint=mode.endswith("+ckpt"))
     if fused:
-        return InBackwardOptimizer(model.parameters(), opt_class, bucket_cap_mb=bucket_mb, **kwargs), report
+        return InBackwardOptimizer(model.parameters(), opt_class, bucket_cap_mb=bucket_mb, overlap=overlap,
+                                   **kwargs), report
     return opt_class(model.parameters(), **kwargs), report
 
 
@@ -226,7 +233,7 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
         results.append(dict(
             dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
             changed=None if r.report is None else len(r.report.changed),
-            applied={k: r.mode in ("ojas", "ojas+ckpt") or pieces.get(r.mode) == k for k in applied},
+            applied={k: r.mode in ("ojas", "ojas+ckpt") + OVERLAP or pieces.get(r.mode) == k for k in applied},
             left_alone=None if r.report is None else [s.reason for s in r.report.left_alone])
             | ({"profile": table} if table else {}))
     del runners, r
@@ -237,10 +244,10 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
 def markdown(results: list[dict]) -> str:
     lines = ["| dtype | optimizer | mode | peak GiB | tokens/s | vs standard, same checkpointing | last loss |",
              "|---|---|---|---|---|---|---|"]
-    base = {(r["dtype"], r["optimizer"], r["mode"].endswith("+ckpt")): r for r in results
+    base = {(r["dtype"], r["optimizer"], "+ckpt" in r["mode"]): r for r in results
             if r["mode"].startswith("standard")}
     for r in results:
-        ref = base.get((r["dtype"], r["optimizer"], r["mode"].endswith("+ckpt")))
+        ref = base.get((r["dtype"], r["optimizer"], "+ckpt" in r["mode"]))
         ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref else "-"
         lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
                      f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
@@ -250,7 +257,7 @@ def markdown(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, warmup=2, steps=5)
-    parser.add_argument("--modes", nargs="+", choices=MODES + PIECES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=MODES + PIECES + OVERLAP, default=list(MODES))
     parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
     parser.add_argument("--profile", nargs="*", choices=MODES, default=[],
                         help="print the top CUDA kernels of one step of these modes")

@@ -760,12 +760,14 @@ def test_parameter_unfrozen_then_added_with_add_param_group() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("overlap", [False, True], ids=["compute-stream", "overlap"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["sgd", "sgd_momentum", "adamw"])
-def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype) -> None:
-    """On CUDA (foreach kernels; plain SGD through the direct torch._foreach_add_ update), bitwise
-    the standard loop, in several buckets. SDPA's math backend, so that both runs' gradients are
-    the same bits (the flash backward need not be deterministic)."""
+def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype, overlap: bool) -> None:
+    """On CUDA (foreach kernels; plain SGD through the direct torch._foreach_add_ update; with
+    ``overlap``, the updates on a side stream), bitwise the standard loop, in several buckets.
+    SDPA's math backend, so that both runs' gradients are the same bits (the flash backward need
+    not be deterministic)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     cls, kw = OPTIMIZERS[name]
@@ -773,8 +775,8 @@ def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype) -> None:
     with sdpa_kernel(SDPBackend.MATH):
         for fused in (False, True):
             model = make_model().to("cuda", dtype)
-            opt = (InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=SPLIT_CAP, **kw) if fused
-                   else cls(model.parameters(), **kw))
+            opt = (InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=SPLIT_CAP, overlap=overlap, **kw)
+                   if fused else cls(model.parameters(), **kw))
             for step in range(3):
                 tokens, targets = (t.cuda() for t in batch(step, 0))
                 loss = model(tokens, targets)
@@ -783,3 +785,34 @@ def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype) -> None:
                 opt.zero_grad()
             runs.append((model, opt))
     assert_same(runs[0][0], runs[0][1], runs[1][0], runs[1][1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_overlap_keeps_at_most_one_more_bucket() -> None:
+    """8 fp32 [1024, 1024] weights, a bucket per weight (4 MiB): with the updates on the side
+    stream the backward's peak is at most one bucket of gradients above the compute-stream run,
+    and the updates are the same bits."""
+    peaks, weights = [], []
+    for overlap in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(1024, 1024, bias=False) for _ in range(8)]).cuda()
+        opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=4.0, overlap=overlap, lr=1e-3)
+        x = torch.randn(256, 1024, device="cuda")
+        for _ in range(3):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+    assert peaks[1] <= peaks[0] + 2 * 4 * 2**20 + 2**20, f"peaks {peaks}"  # a bucket of gradients, its temporaries
+
+
+def test_overlap_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="overlap"):
+        InBackwardOptimizer(nn.Linear(2, 2).parameters(), torch.optim.SGD, lr=0.1, overlap=1)

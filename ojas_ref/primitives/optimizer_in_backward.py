@@ -325,6 +325,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             right after a CUDA backward pass needs ``torch.cuda.synchronize()``
             first (the copies back are asynchronous).  Not supported with FSDP2
             (``fully_shard``) parameters (NotImplementedError).
+        overlap: on CUDA, in the plain case (one process, no accumulation, no clipping,
+            ``state_device=None``), run each bucket's update on a side stream of its
+            device, after the compute stream's work so far (the bucket's gradients, the
+            last reads of its parameters), while the backward of the earlier layers
+            continues on the compute stream, which waits for it when the next bucket is
+            updated and at the end of the backward pass. The same kernels on the same
+            tensors: the same bits as ``overlap=False`` (tests/test_optimizer_in_backward.py).
+            Costs memory: a bucket's gradients (and its step's temporaries) live until the
+            next bucket's update, so up to one bucket more is alive, and the side stream's
+            allocations are its own. Default ``False``: every update on the compute stream.
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     Call ``step()`` after each update as in the standard loop: it updates nothing
@@ -384,6 +394,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         max_grad_norm: Optional[float] = None,
         bucket_cap_mb: float = 64.0,
         state_device: Optional[Union[str, torch.device]] = None,
+        overlap: bool = False,
         **optimizer_kwargs: Any,
     ) -> None:
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -407,6 +418,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             raise TypeError(f"bucket_cap_mb must be a float, got {type(bucket_cap_mb).__name__}")
         if not (math.isfinite(bucket_cap_mb) and bucket_cap_mb >= 0):
             raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {bucket_cap_mb}")
+        if not isinstance(overlap, bool):
+            raise TypeError(f"overlap must be a bool, got {type(overlap).__name__}")
+        self.overlap = overlap
+        # overlap: per device, the side stream of the updates, and the compute streams that must
+        # wait for it at the end of the backward pass
+        self._update_streams: dict[torch.device, Any] = {}
+        # per device, the update in flight on the side stream: (compute stream, its end event,
+        # the bucket's gradients, kept alive until the compute stream waits for that event)
+        self._in_flight: dict[torch.device, tuple[Any, Any, list[Tensor]]] = {}
         self.bucket_cap_mb = float(bucket_cap_mb)
         self.state_device = _check_state_device(state_device)
         # state_device="cpu": whether host state is pinned; per parameter id, the device copies of
@@ -512,6 +532,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         """Nothing to update (the parameters were updated during backward): marks the end of
         the step, so that the next backward pass may update again."""
         self._check_unhooked()
+        self._join_updates()
         self._updated.clear()
         if closure is not None:
             raise RuntimeError(
@@ -528,6 +549,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         backward pass that did not finish (one that raised): after an update no gradient
         and nothing pending is left, so in a training loop this changes nothing."""
         super().zero_grad(set_to_none)
+        self._join_updates()
         for index in range(len(self._pending)):
             self._pending[index], self._pending_bytes[index] = [], 0
         self._waiting.clear()
@@ -835,6 +857,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         reduced gradients wait (DDP, or clipping under FSDP2), queue their update."""
         self._queued_task = None
         self._flush_all()
+        self._join_updates()
         if self._mode is not _Mode.CLIP and self.accumulation_steps > 1:
             self._micro_batch += 1
             if self._micro_batch == self.accumulation_steps:
@@ -913,15 +936,64 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         if self._mode is _Mode.CLIP:
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
         self._updated.update(map(id, bucket))
+        side = self._side_stream(bucket)
+        if side is None:
+            self._update(index, bucket)
+            for p in bucket:
+                p.grad = None
+            return
+        device = bucket[0].device
+        compute = torch.cuda.current_stream(device)
+        side.wait_stream(compute)  # the bucket's gradients are complete, its parameters read
+        with torch.cuda.stream(side):
+            self._update(index, bucket)
+        done = torch.cuda.Event()
+        done.record(side)
+        self._release_in_flight(device)  # the previous bucket's update is over before what follows
+        self._in_flight[device] = (compute, done, [p.grad for p in bucket])
+        for p in bucket:
+            p.grad = None
+
+    def _side_stream(self, bucket: list[Tensor]) -> Any:
+        """The side stream for this bucket's update (:attr:`overlap`), or None: the plain pass of
+        one process (no clipping, accumulation, DDP, FSDP2), state with the parameters, every
+        parameter of the bucket on one CUDA device."""
+        if not (self.overlap and self._plain_pass and self._mode is _Mode.UPDATE and self.state_device is None):
+            return None
+        device = bucket[0].device
+        if device.type != "cuda" or any(p.device != device or isinstance(p, DTensor) for p in bucket):
+            return None
+        side = self._update_streams.get(device)
+        if side is None:
+            side = self._update_streams[device] = torch.cuda.Stream(device)
+        return side
+
+    def _release_in_flight(self, device: torch.device) -> None:
+        """The compute stream waits for the update in flight on ``device`` (queued: the host does
+        not wait), then that update's gradients are dropped: in the compute stream's order, so
+        the allocator can hand their blocks out to its next kernels at once (no ``record_stream``,
+        whose blocks wait for the device to catch up, which a host running ahead of the device
+        would pay in memory). So at most one bucket's gradients are in flight beside the
+        pending bucket."""
+        in_flight = self._in_flight.pop(device, None)
+        if in_flight is not None:
+            compute, done, _grads = in_flight
+            compute.wait_event(done)
+
+    def _join_updates(self) -> None:
+        """At the end of the backward pass: the compute streams wait for the last updates."""
+        for device in list(self._in_flight):
+            self._release_in_flight(device)
+
+    def _update(self, index: int, bucket: list[Tensor]) -> None:
+        """The update of the bucket (its gradients are freed by :meth:`_flush`): plain SGD directly
+        (:meth:`_plain_sgd_lr`), else one ``step()`` of the group's ``optimizer_class``."""
         bucket_opt = self._group_opts[index]
         lr = self._plain_sgd_lr(bucket_opt, index) if self.state_device is None else None
         grads = [p.grad for p in bucket] if lr is not None else None
         if grads is not None and not any(g.is_sparse for g in grads):
             with torch.no_grad():
                 torch._foreach_add_(bucket, grads, alpha=-lr)
-            del grads
-            for p in bucket:
-                p.grad = None
             return
         del grads
         group = bucket_opt.param_groups[0]
@@ -934,8 +1006,6 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             group["params"] = []
             if hosts is not None:
                 self._swap_out(bucket, hosts)
-        for p in bucket:
-            p.grad = None
 
     def _plain_sgd_lr(self, bucket_opt: torch.optim.Optimizer, index: int) -> Optional[float]:
         """The learning rate when the group's update is plain SGD (``torch.optim.SGD`` itself, no
