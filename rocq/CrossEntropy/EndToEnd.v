@@ -531,3 +531,115 @@ Proof.
     rewrite grad_entry_forward, logits_row_seq by (assumption || lia).
     unfold Av; rewrite rsum_pick_mul by exact Hv; unfold Rv; cbv beta; ring.
 Qed.
+
+(** ** "sum" and "mean": the gradients are the partial derivatives of the loss *)
+
+Lemma upstream_one : forall cfg bt bv H W bias targets,
+  ce_reduction cfg <> Red_none ->
+  upstream [1] (ce_loss R_ops cfg bt bv H W bias targets)
+  = nth 0 (ce_loss R_ops cfg bt bv H W bias targets) 0.
+Proof.
+  intros cfg bt bv H W bias targets Hr; unfold ce_loss, ce_output.
+  destruct (ce_reduction cfg); [contradiction| |];
+    unfold upstream; cbn [length seq map nth]; rewrite rsum_cons, rsum_nil; ring.
+Qed.
+
+(** For "sum" and "mean" with the upstream gradient [1] (the usual
+    [loss.backward()]), for any chunk sizes, the chunked backward fed with
+    the chunked forward's state returns exactly the partial derivatives of
+    the scalar loss [ce_loss] (itself the chunked forward, reduced): in
+    [H_ic], in [W_vc] and, with a bias, in [b_v]. *)
+Theorem ce_backward_is_gradient : forall cfg bt bv H W bias targets gin gW gb,
+  ce_reduction cfg <> Red_none -> W <> [] ->
+  (forall t, In t targets -> kept cfg t = true -> (0 <= t < Z.of_nat (length W))%Z) ->
+  (forall s, ce_softcap cfg = Some s -> s <> 0) ->
+  length targets = length H ->
+  ce_backward R_ops cfg bt bv H W bias targets (ce_forward R_ops cfg bt bv H W bias targets) [1]
+    = (gin, gW, gb) ->
+  (forall i c, (i < length H)%nat -> (c < length (nth i H []))%nat ->
+     nth c (nth i gin []) 0
+     = Derive (fun x => nth 0 (ce_loss R_ops cfg bt bv (set_entry i c x H) W bias targets) 0)
+              (nth c (nth i H []) 0))
+  /\ (forall v c, (v < length W)%nat -> (c < length (nth v W []))%nat ->
+     nth c (nth v gW []) 0
+     = Derive (fun x => nth 0 (ce_loss R_ops cfg bt bv H (set_entry v c x W) bias targets) 0)
+              (nth c (nth v W []) 0))
+  /\ (forall b, bias = Some b -> length b = length W -> forall v, (v < length W)%nat ->
+     nth v gb 0
+     = Derive (fun x => nth 0 (ce_loss R_ops cfg bt bv H W (Some (set_nth v x b)) targets) 0)
+              (nth v b 0)).
+Proof.
+  intros cfg bt bv H W bias targets gin gW gb Hr HW Ht Hc Hl Hb.
+  split; [|split].
+  - intros i c Hi Hci; symmetry; apply is_derive_unique.
+    apply (is_derive_ext_R (fun x => upstream [1] (ce_loss R_ops cfg bt bv (set_entry i c x H) W bias targets)));
+      [intros; apply upstream_one, Hr|].
+    eapply ce_grad_input_is_derive; eassumption.
+  - intros v c Hv Hcv; symmetry; apply is_derive_unique.
+    apply (is_derive_ext_R (fun x => upstream [1] (ce_loss R_ops cfg bt bv H (set_entry v c x W) bias targets)));
+      [intros; apply upstream_one, Hr|].
+    eapply ce_grad_weight_is_derive; eassumption.
+  - intros b -> Hlb v Hv; symmetry; apply is_derive_unique.
+    apply (is_derive_ext_R (fun x => upstream [1] (ce_loss R_ops cfg bt bv H W (Some (set_nth v x b)) targets)));
+      [intros; apply upstream_one, Hr|].
+    eapply ce_grad_bias_is_derive; eassumption.
+Qed.
+
+(** ** Every token ignored *)
+
+Lemma upstream_all_ignored : forall cfg bt bv H W bias targets dout,
+  W <> [] -> length targets = length H ->
+  (forall t, In t targets -> kept cfg t = false) ->
+  upstream dout (ce_loss R_ops cfg bt bv H W bias targets) = 0.
+Proof.
+  intros cfg bt bv H W bias targets dout HW Hl Hig.
+  rewrite upstream_loss; [|exact HW|intros t Hin Hk; rewrite Hig in Hk by exact Hin; discriminate|exact Hl].
+  apply rsum_map_zero; intros k Hk; apply in_seq in Hk.
+  unfold token_weight; rewrite Hig by (apply nth_In; lia); change (sc_zero R_ops) with 0; ring.
+Qed.
+
+(** A derivative of a function that is [0] everywhere is [0]. *)
+Lemma is_derive_zero_fun : forall (f : R -> R) x l, (forall y, f y = 0) -> is_derive f x l -> l = 0.
+Proof.
+  intros f x l Hf Hd.
+  apply (is_derive_ext_R f (fun _ => 0)) in Hd; [|exact Hf].
+  rewrite <- (is_derive_unique _ _ _ Hd); apply Derive_const.
+Qed.
+
+(** Every token ignored (all targets are ignore_index): the upstream-weighted
+    loss is 0 whatever [H], [W], [b] ("sum" and "mean" return [0]; "mean"
+    by the guard of [ce_output], where [F.cross_entropy] returns NaN), and
+    every gradient entry the chunked backward returns is 0 (the
+    derivative of that constant). *)
+Theorem ce_all_ignored_grads_zero : forall cfg bt bv H W bias targets dout gin gW gb,
+  W <> [] -> (forall s, ce_softcap cfg = Some s -> s <> 0) -> length targets = length H ->
+  (forall t, In t targets -> kept cfg t = false) ->
+  ce_backward R_ops cfg bt bv H W bias targets (ce_forward R_ops cfg bt bv H W bias targets) dout
+    = (gin, gW, gb) ->
+  (ce_reduction cfg <> Red_none -> ce_loss R_ops cfg bt bv H W bias targets = [0])
+  /\ (forall i c, (i < length H)%nat -> (c < length (nth i H []))%nat -> nth c (nth i gin []) 0 = 0)
+  /\ (forall v c, (v < length W)%nat -> (c < length (nth v W []))%nat -> nth c (nth v gW []) 0 = 0)
+  /\ (forall b, bias = Some b -> length b = length W -> forall v, (v < length W)%nat -> nth v gb 0 = 0).
+Proof.
+  intros cfg bt bv H W bias targets dout gin gW gb HW Hc Hl Hig Hb.
+  assert (Ht : forall t, In t targets -> kept cfg t = true -> (0 <= t < Z.of_nat (length W))%Z)
+    by (intros t Hin Hk; rewrite Hig in Hk by exact Hin; discriminate).
+  split; [|split; [|split]].
+  - intros Hr; destruct (ce_reduction cfg) eqn:E; [contradiction| |].
+    + apply ce_sum_all_ignored; assumption.
+    + apply (ce_mean_all_ignored cfg bt bv H W bias targets E Hig).
+  - intros i c Hi Hci.
+    eapply (is_derive_zero_fun _ _ _
+             (fun x => upstream_all_ignored cfg bt bv (set_entry i c x H) W bias targets dout HW
+                         ltac:(rewrite set_entry_length; assumption) Hig)).
+    eapply ce_grad_input_is_derive; eassumption.
+  - intros v c Hv Hcv.
+    eapply (is_derive_zero_fun _ _ _
+             (fun x => upstream_all_ignored cfg bt bv H (set_entry v c x W) bias targets dout
+                         (set_entry_nil v c x W HW Hv) Hl Hig)).
+    eapply ce_grad_weight_is_derive; eassumption.
+  - intros b -> Hlb v Hv.
+    eapply (is_derive_zero_fun _ _ _
+             (fun x => upstream_all_ignored cfg bt bv H W (Some (set_nth v x b)) targets dout HW Hl Hig)).
+    eapply ce_grad_bias_is_derive; eassumption.
+Qed.
