@@ -347,29 +347,31 @@ Qed.
 
 (** ** The weighted token sum along an affine change of every token's raw logits *)
 
-(** [sum_k w_k * loss_k (x)], token [k]'s raw logits [r_kv + (x - x0) a_kv]:
-    its derivative at [x0] is [sum_k w_k sum_v dlogit_kv * cap'(r_kv) * a_kv].
-    An ignored token has [w_k = 0] (its target need not be a class). *)
-Lemma tokens_affine_is_derive : forall cfg dout cnt targets N n (Rv Av : nat -> nat -> R) x0,
+(** A function [f] equal to [sum_k w_k * loss_k (x)], token [k]'s raw
+    logits [r_kv + (x - x0) a_kv]: its derivative at [x0] is
+    [sum_k w_k sum_v dlogit_kv * cap'(r_kv) * a_kv].  An ignored token has
+    [w_k = 0] (its target need not be a class). *)
+Lemma tokens_affine_is_derive : forall cfg dout cnt targets n N (Rv Av : nat -> nat -> R) x0
+                                       (f : R -> R),
   (forall s, ce_softcap cfg = Some s -> s <> 0) ->
-  (forall k, (k < N)%nat -> kept cfg (nth k targets 0%Z) = true ->
-             (0 <= nth k targets 0%Z < Z.of_nat n)%Z) ->
+  (forall t, In t targets -> kept cfg t = true -> (0 <= t < Z.of_nat n)%Z) ->
+  length targets = N ->
   let cap := ce_softcap cfg in
-  is_derive
-    (fun x => rsum (map (fun k => token_weight R_ops cfg dout cnt k (nth k targets 0%Z)
+  (forall x, f x = rsum (map (fun k => token_weight R_ops cfg dout cnt k (nth k targets 0%Z)
        * ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) (nth k targets 0%Z)
-           (map (fun v => softcap R_ops cap (Rv k v + (x - x0) * Av k v)) (seq 0 n))) (seq 0 N)))
-    x0
+           (map (fun v => softcap R_ops cap (Rv k v + (x - x0) * Av k v)) (seq 0 n))) (seq 0 N))) ->
+  is_derive f x0
     (rsum (map (fun k => token_weight R_ops cfg dout cnt k (nth k targets 0%Z)
        * rsum (map (fun v => dlogit R_ops n (ce_smoothing cfg) (ce_z_loss cfg)
                                (lse_row (map (fun u => softcap R_ops cap (Rv k u)) (seq 0 n)))
                                (nth k targets 0%Z) v (softcap R_ops cap (Rv k v))
                              * softcap_grad R_ops cap (Rv k v) * Av k v) (seq 0 n))) (seq 0 N))).
 Proof.
-  intros cfg dout cnt targets N n Rv Av x0 Hc Ht cap.
+  intros cfg dout cnt targets n N Rv Av x0 f Hc Ht Hl cap Hf.
+  apply (is_derive_ext_R _ f x0 _ (fun x => eq_sym (Hf x))).
   apply is_derive_rsum; intros k Hk; apply in_seq in Hk.
   destruct (kept cfg (nth k targets 0%Z)) eqn:Ek.
-  - apply is_derive_scal, token_loss_affine_is_derive; [exact Hc|apply Ht; [lia|exact Ek]].
+  - apply is_derive_scal, token_loss_affine_is_derive; [exact Hc|apply Ht; [apply nth_In; lia|exact Ek]].
   - unfold token_weight; rewrite Ek; change (sc_zero R_ops) with 0.
     apply (is_derive_ext_R (fun _ => 0)); [intros; ring|].
     apply (is_derive_eq_l _ _ 0); [apply (is_derive_const 0 x0)|ring].
@@ -391,14 +393,6 @@ Proof.
   rewrite <- (set_entry_length r c x M Hr), Hn; reflexivity.
 Qed.
 
-(** The target hypothesis at the [k]-th token. *)
-Lemma targets_nth_range : forall (cfg : ce_config R) (targets : list Z) n N,
-  length targets = N ->
-  (forall t, In t targets -> kept cfg t = true -> (0 <= t < Z.of_nat n)%Z) ->
-  forall k, (k < N)%nat -> kept cfg (nth k targets 0%Z) = true ->
-            (0 <= nth k targets 0%Z < Z.of_nat n)%Z.
-Proof. intros cfg targets n N Hl Ht k Hk; apply Ht, nth_In; lia. Qed.
-
 (** ** The three gradients *)
 
 (** grad_input: for any token and vocabulary chunk sizes, entry [(i, c)]
@@ -419,20 +413,15 @@ Proof.
   set (Rv := fun k v => raw_logit R_ops bias (nth k H []) (v, nth v W [])).
   set (Av := fun k v => if Nat.eqb k i then nth c (nth v W []) 0 else 0).
   eapply is_derive_eq_l.
-  - apply (is_derive_ext_R (fun x => rsum (map (fun k =>
-              token_weight R_ops cfg dout (kcount cfg targets) k (nth k targets 0%Z)
-              * ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) (nth k targets 0%Z)
-                  (map (fun v => softcap R_ops (ce_softcap cfg) (Rv k v + (x - nth c (nth i H []) 0) * Av k v))
-                       (seq 0 (length W)))) (seq 0 (length H))))).
-    + intros x; rewrite upstream_loss, set_entry_length;
-        try (rewrite ?set_entry_length; assumption).
-      apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
-      rewrite nth_set_entry, logits_row_seq by exact Hi; do 2 f_equal.
-      apply map_ext; intros v; unfold Rv, Av; f_equal.
-      destruct (Nat.eqb_spec k i) as [->|_]; [|ring].
-      rewrite raw_logit_set_input by exact Hci; reflexivity.
-    + apply tokens_affine_is_derive; [exact Hc|].
-      apply (targets_nth_range cfg targets (length W) (length H) Hl Ht).
+  - apply (tokens_affine_is_derive cfg dout (kcount cfg targets) targets (length W) (length H) Rv Av);
+      [exact Hc|exact Ht|exact Hl|].
+    intros x; rewrite upstream_loss, set_entry_length;
+      try (rewrite ?set_entry_length; assumption).
+    apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
+    rewrite nth_set_entry, logits_row_seq by exact Hi; do 2 f_equal.
+    apply map_ext; intros v; unfold Rv, Av; f_equal.
+    destruct (Nat.eqb_spec k i) as [->|_]; [|ring].
+    rewrite raw_logit_set_input by exact Hci; reflexivity.
   - destruct (ce_backward_correct cfg bt bv H W bias targets _ dout gin gW gb Hl Hb) as [Hin _].
     assert (Hlg : length gin = length H)
       by (rewrite (Forall2_length _ _ _ Hin); unfold grad_input_spec, grad_matrix, grad_block;
@@ -469,21 +458,16 @@ Proof.
   set (Rv := fun k u => raw_logit R_ops bias (nth k H []) (u, nth u W [])).
   set (Av := fun k u => if Nat.eqb u v then nth c (nth k H []) 0 else 0).
   eapply is_derive_eq_l.
-  - apply (is_derive_ext_R (fun x => rsum (map (fun k =>
-              token_weight R_ops cfg dout (kcount cfg targets) k (nth k targets 0%Z)
-              * ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) (nth k targets 0%Z)
-                  (map (fun u => softcap R_ops (ce_softcap cfg) (Rv k u + (x - nth c (nth v W []) 0) * Av k u))
-                       (seq 0 (length W)))) (seq 0 (length H))))).
-    + intros x; rewrite upstream_loss;
-        [|apply set_entry_nil; assumption|rewrite set_entry_length; assumption|exact Hl].
-      apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
-      rewrite logits_row_seq, set_entry_length by exact Hv; do 2 f_equal.
-      apply map_ext; intros u; unfold Rv, Av; f_equal.
-      rewrite nth_set_entry by exact Hv.
-      destruct (Nat.eqb_spec u v) as [->|_]; [|ring].
-      rewrite raw_logit_set_weight by exact Hcv; reflexivity.
-    + apply tokens_affine_is_derive; [exact Hc|].
-      apply (targets_nth_range cfg targets (length W) (length H) Hl Ht).
+  - apply (tokens_affine_is_derive cfg dout (kcount cfg targets) targets (length W) (length H) Rv Av);
+      [exact Hc|exact Ht|exact Hl|].
+    intros x; rewrite upstream_loss;
+      [|apply set_entry_nil; assumption|rewrite set_entry_length; assumption|exact Hl].
+    apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
+    rewrite logits_row_seq, set_entry_length by exact Hv; do 2 f_equal.
+    apply map_ext; intros u; unfold Rv, Av; f_equal.
+    rewrite nth_set_entry by exact Hv.
+    destruct (Nat.eqb_spec u v) as [->|_]; [|ring].
+    rewrite raw_logit_set_weight by exact Hcv; reflexivity.
   - destruct (ce_backward_correct cfg bt bv H W bias targets _ dout gin gW gb Hl Hb) as (_ & HgW & _).
     assert (HlW : length gW = length W)
       by (rewrite (Forall2_length _ _ _ HgW); unfold grad_weight_spec; rewrite map_length, seq_length;
@@ -512,18 +496,13 @@ Proof.
   set (Rv := fun k u => raw_logit R_ops (Some b) (nth k H []) (u, nth u W [])).
   set (Av := fun (k u : nat) => if Nat.eqb u v then 1 else 0).
   eapply is_derive_eq_l.
-  - apply (is_derive_ext_R (fun x => rsum (map (fun k =>
-              token_weight R_ops cfg dout (kcount cfg targets) k (nth k targets 0%Z)
-              * ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) (nth k targets 0%Z)
-                  (map (fun u => softcap R_ops (ce_softcap cfg) (Rv k u + (x - nth v b 0) * Av k u))
-                       (seq 0 (length W)))) (seq 0 (length H))))).
-    + intros x; rewrite upstream_loss by assumption.
-      apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
-      rewrite logits_row_seq; do 2 f_equal.
-      apply map_ext; intros u; unfold Rv, Av; f_equal.
-      rewrite raw_logit_set_bias by lia; reflexivity.
-    + apply tokens_affine_is_derive; [exact Hc|].
-      apply (targets_nth_range cfg targets (length W) (length H) Hl Ht).
+  - apply (tokens_affine_is_derive cfg dout (kcount cfg targets) targets (length W) (length H) Rv Av);
+      [exact Hc|exact Ht|exact Hl|].
+    intros x; rewrite upstream_loss by assumption.
+    apply rsum_map_ext; intros k _; unfold token_loss_spec; cbn [fst snd].
+    rewrite logits_row_seq; do 2 f_equal.
+    apply map_ext; intros u; unfold Rv, Av; f_equal.
+    rewrite raw_logit_set_bias by lia; reflexivity.
   - destruct (ce_backward_correct cfg bt bv H W (Some b) targets _ dout gin gW gb Hl Hb)
       as (_ & _ & _ & Hgb).
     rewrite Hgb, grad_bias_spec_coord, rsum_tokens_seq by assumption.
