@@ -75,13 +75,14 @@ def _memory_id(record: tuple[P.Model, P.Setting, dict]) -> str:
 
 def test_memory_records_hold_the_techniques_and_the_presets():
     """bench_memory's H200 records: every 1.06B technique the planner models, each preset of
-    0.5B to 13B in the four bf16 settings, and the 20B / 50B models of llama-70b's shape."""
+    0.5B to 13B in the four bf16 settings, the 20B / 50B models of llama-70b's shape and
+    llama-70b itself (bf16 SGD)."""
     names = {(m.name, s.mode) for m, s, _ in MEMORY_RECORDS}
     assert {("llama-1b", mode) for mode in ("standard+ckpt", "ojas+ckpt", "ojas+ckpt+offload",
                                             "ojas+ckpt+host-state", "ojas+ckpt+offload+host-state")} <= names
     for preset in ("llama-0.5b", "llama-3b", "llama-7b", "llama-13b"):
         assert sum(m.name == preset for m, _, _ in MEMORY_RECORDS) == 4
-    assert {("llama-70b@58", "ojas+ckpt"), ("llama-70b@23", "ojas+ckpt+host-state")} <= names
+    assert {("llama-70b@58", "ojas+ckpt"), ("llama-70b@23", "ojas+ckpt+host-state"), ("llama-70b", "ojas+ckpt")} <= names
     big = {m.name: m.params() for m, _, _ in MEMORY_RECORDS if m.name.startswith("llama-70b@")}
     assert big["llama-70b@23"] >= 20e9 and big["llama-70b@58"] >= 50e9
 
