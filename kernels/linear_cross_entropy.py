@@ -25,6 +25,21 @@ chunks; the theorems it relies on (over the reals):
   grad_weight = G^T H, grad_bias = colsum G for any token and vocabulary chunks) and
   ``grad_entry_is_derive`` (G_nv = token weight x dlogit x softcap', the derivative of
   the loss with respect to the raw logit).
+* ``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
+  ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
+  ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive`` and
+  ``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient``: for any token and vocabulary
+  chunks, ``ce_backward`` fed with the lses and kept count that ``ce_forward`` streams
+  returns the partial derivatives of the reduced loss ("none": of
+  sum_k grad_output_k loss_k) in H, W and b, soft cap, smoothing, z-loss and ignored
+  tokens included; ``Ojas.CrossEntropy.EndToEnd.ce_all_ignored_grads_zero``: with every
+  token ignored, the loss ("sum" / "mean") and every gradient entry are 0.  Not covered
+  by a theorem: this kernel's rounding (below); computing gradients with upstream
+  gradient 1 in the forward and multiplying them by grad_output in the backward (both
+  schedules; equal over the reals by linearity, not stated in Coq); the forward's
+  merge of per-group states (exact by ``merge_chunks_lse``, but the end-to-end
+  theorems are stated for ``ce_forward``'s streamed states); and for "none" the
+  gradients over the kept tokens only (``ce_drop_ignored`` is for "sum" / "mean").
 
 Design
 ------
@@ -1032,7 +1047,13 @@ def linear_cross_entropy(
     (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) and reduced by
     ``Ojas.CrossEntropy.Reduction.ce_loss_correct`` / ``ce_mean_all_ignored``.
     Backward: ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` with the entries of
-    ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``.  With reduction "mean" or
+    ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``; over the reals, fed with the
+    forward's lses, these are the partial derivatives of the reduced loss in input,
+    linear_weight and linear_bias
+    (``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
+    ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
+    ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; no theorem covers this
+    kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or
     ``config.products=4``) grad_input in the forward and the rest by recomputing

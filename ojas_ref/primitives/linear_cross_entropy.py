@@ -32,6 +32,19 @@ theorems it implements:
   ``logits_loss_is_derive`` and ``raw_logits_loss_is_derive``): each entry of G is the
   token's reduction weight times the derivative of its loss with respect to its raw
   logit, soft cap included.
+* End to end (``rocq/CrossEntropy/EndToEnd.v``), for any token and vocabulary chunk
+  sizes: ``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
+  ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive`` and
+  ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``: the grad_input[i][c],
+  grad_weight[v][c] and grad_bias[v] that ``ce_backward`` returns when fed the lses and
+  kept count that ``ce_forward`` streams (not an assumed exact lse) are the partial
+  derivatives in H[i][c], W[v][c] and b[v] of sum_k grad_output_k * out_k, out = the
+  reduced loss ``ce_loss`` ("none", "sum", "mean"; soft cap, label smoothing, z-loss and
+  ignored tokens included); ``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient``: for
+  "sum" / "mean" with grad_output 1 they are ``Derive`` of the scalar loss;
+  ``Ojas.CrossEntropy.EndToEnd.ce_all_ignored_grads_zero``: with every token ignored,
+  "sum" and "mean" are 0 and every gradient entry is 0, as this code returns
+  (F.cross_entropy gives NaN for "mean" there).
 
 The spec keeps ignored tokens in the token loop with loss 0 and gradient weight 0
 (``token_chunk_step``, ``token_weight``; their rows of G and grad_input are zero,
@@ -41,6 +54,12 @@ the forward and backward over the kept tokens only (any token chunks) give the s
 loss, grad_weight and grad_bias, and the kept rows of grad_input. For "none" the kept
 tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
 ``token_loss_spec``), and the upstream gradient is taken at the kept positions.
+
+No theorem covers floating point: every theorem above is over the reals (the float
+loop is tested against a float64 reference). The end-to-end gradient theorems are about
+the spec's loops over all tokens; that this code's loops over the kept tokens give the
+same gradients is ``ce_drop_ignored`` for "sum" / "mean" only, no theorem states it for
+"none".
 
 Not in the spec, so covered by no theorem (tested against F.cross_entropy of the
 materialised logits instead): class weights (``weight=``) and probability targets. Both
@@ -612,9 +631,16 @@ def linear_cross_entropy(
     input is the batch of its one token (its loss, 0-dim for "none" too).
 
     Backward is ``ce_backward`` (Ojas.CrossEntropy.Gradient.ce_backward_correct,
-    Ojas.CrossEntropy.Gradient.grad_entry_is_derive): it recomputes each logits block and takes
-    softmax = exp(z - lse) from the saved lse (why, rather than gradients computed in
-    the forward: see
+    Ojas.CrossEntropy.Gradient.grad_entry_is_derive; end to end, fed with the forward's
+    lses, its results are the partial derivatives of the reduced loss in input,
+    linear_weight and linear_bias over the reals:
+    Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive,
+    Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive,
+    Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive,
+    Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient; with every token ignored, 0:
+    Ojas.CrossEntropy.EndToEnd.ce_all_ignored_grads_zero): it recomputes each logits
+    block and takes softmax = exp(z - lse) from the saved lse (why, rather than
+    gradients computed in the forward: see
     ``_LinearCrossEntropy``); the gradient of linear_weight is a [V, D] tensor either
     way. Computation is in float32 (float64 for float64 inputs): bf16/fp16 operands
     are upcast block by block, gradients are accumulated in float32 and returned in
