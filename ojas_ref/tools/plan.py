@@ -994,6 +994,10 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--time", action="store_true",
                         help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
                              "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)")
+    parser.add_argument("--parts", action="store_true",
+                        help="with --time: also time the step's parts on this device (its products at their shapes, "
+                             "attention, the update, a tiny model's host time; seconds on a GPU) and predict the step "
+                             "from them (ojas_ref/tools/step_time.py)")
     parser.add_argument("--tokens-per-param", type=float, nargs="+", default=[20.0, 30.0], metavar="K",
                         help="with --time: token budgets as multiples of the parameter count (default 20 30)")
 
@@ -1039,6 +1043,8 @@ def run_command(args: Any) -> int:
             if args.fit is not None:
                 raise ValueError("--plot draws the plan of one setting: it does not go with --fit")
             _check_png_path(args.plot)
+        if args.parts and not args.time:
+            raise ValueError("--parts goes with --time (it refines the time prediction)")
         if args.time and args.fit is not None:
             raise ValueError("--time times one setting: it does not go with --fit")
         if any(not (k > 0 and math.isfinite(k)) for k in args.tokens_per_param):
@@ -1055,6 +1061,8 @@ def run_command(args: Any) -> int:
                 print(f"\nplot written to {args.plot}")
             if args.time:
                 print("\n" + "\n".join(_time_lines(model, setting, args.tokens_per_param)))
+                if args.parts:
+                    print("\n" + "\n".join(_parts_lines(model, setting)))
             return 0
         modes = [flags] if any(flags.values()) else [
             dict(fused=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
@@ -1081,6 +1089,25 @@ def _time_lines(model: Model, setting: Setting, tokens_per_param: Sequence[float
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[setting.dtype]
     name = torch.cuda.get_device_name() if device == "cuda" else "the CPU"
     return time_lines(model, setting, measure_gemm_rate(device, dtype), name, tokens_per_param)
+
+
+def _parts_lines(model: Model, setting: Setting) -> list[str]:
+    """``--time --parts``: the step predicted from its parts timed on this device
+    (:func:`ojas_ref.tools.step_time.measure`), beside the H200 record where there is one."""
+    from ojas_ref.tools.step_time import measure, predict_step_seconds
+
+    measured = measure(model, setting)
+    parts = predict_step_seconds(model, setting, measured)
+    lines = [f"step predicted from its parts timed on {measured.device}: {parts['step'] * 1e3:.1f} ms, "
+             f"{setting.tokens / parts['step']:,.0f} tokens/s",
+             f"  device {parts['device'] * 1e3:.1f} ms: products {parts['products'] * 1e3:.1f}, attention "
+             f"{parts['attention'] * 1e3:.1f}, update {parts['update'] * 1e3:.1f} (elementwise kernels not counted)",
+             f"  host {parts['host'] * 1e3:.1f} ms (a tiny model of the same structure and setting, extrapolated)"]
+    recorded = measured_peak(model, setting, "tokens_per_s")
+    if recorded is not None:
+        lines.append(f"  measured on an H200: {recorded:,.0f} tokens/s (predicted "
+                     f"{100 * (setting.tokens / parts['step'] - recorded) / recorded:+.1f}%)")
+    return lines
 
 
 def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] = None) -> str:
