@@ -28,8 +28,18 @@
     [ce_backward_is_gradient] restates the three for "sum" / "mean" with
     [dout = [1]] as [Derive] of the scalar loss.
 
-    Everything is over the reals: no statement here is about floating
-    point. *)
+    An ignored token's row of grad_input is 0 ([ignored_grad_zero]), and
+    for "sum" / "mean" grad_weight and grad_bias are those of the kept
+    tokens alone ([ce_drop_ignored]); here the ignored tokens simply enter
+    with weight 0.
+
+    Hypotheses, as the code checks them: a nonempty vocabulary (the code
+    raises for V = 0), the kept tokens' targets in [0, V), a nonzero softcap
+    (the code requires c > 0), one target per token, and the moved entry
+    inside its row (and a bias of V entries for [b_v]).
+
+    Not covered: floating point (everything here is over the reals), class
+    weights and probability targets (not in the spec). *)
 
 From Coq Require Import Reals List Lra Arith Lia ZArith.
 Set Warnings "-ambiguous-paths".
