@@ -1,31 +1,44 @@
-"""SwiGLU, ``h = silu(gate) * up``, saving only ``gate`` and ``up`` for backward.
+"""SwiGLU, ``h = silu(gate) * up``, and GeGLU, ``h = gelu_tanh(gate) * up``, saving only ``gate`` and ``up``.
 
-Hugging Face's Llama MLP computes ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``; torch's
-autograd of ``F.silu(a) * b`` keeps three ``[tokens, intermediate]`` tensors (``a``, ``b``
-and ``silu(a)``).  Here the backward recomputes ``silu(a)`` and ``sigmoid(a)`` from ``a``
-(a smooth activation reconstructed instead of stored), so two are kept: a third less MLP
-activation memory, and one kernel each way (Triton on CUDA).
+Hugging Face's Llama MLP computes ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` with silu,
+Gemma 2's and Gemma 3's with ``gelu_pytorch_tanh`` (``F.gelu(x, approximate="tanh")``); torch's
+autograd of ``act(a) * b`` keeps three ``[tokens, intermediate]`` tensors (``a``, ``b`` and
+``act(a)``).  Here the backward recomputes the activation from ``a`` (a smooth activation
+reconstructed instead of stored), so two are kept: a third less MLP activation memory, and
+one kernel each way (Triton on CUDA).  ``activation`` picks it: "silu" (SwiGLU, the default)
+or "gelu_tanh" (GeGLU with the tanh approximation of gelu).
 
-Theorem (over the reals): ``Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp``: with only ``a``
-and ``b`` saved and ``s = sigmoid(a)`` recomputed,
+Theorems (over the reals), with only ``a`` and ``b`` saved:
 
-    da = dh * b * s * (1 + a * (1 - s)),    db = dh * a * s
+* "silu": ``Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp``: with ``s = sigmoid(a)`` recomputed,
+  ``da = dh * b * s * (1 + a * (1 - s))``, ``db = dh * a * s``.
+* "gelu_tanh": ``Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp`` (``geglu_tanh_is_derive_a``,
+  ``geglu_tanh_is_derive_b``): with ``gelu(a) = a / 2 * (1 + T)``, ``T = tanh(k (a + c a^3))``,
+  ``k = sqrt(2 / pi)``, ``c = 0.044715`` recomputed,
+  ``da = dh * b * (1/2 (1 + T) + 1/2 a (1 - T^2) k (1 + 3 c a^2))``, ``db = dh * gelu(a)``.
 
-are ``dh`` times the derivatives of ``silu(a) * b`` in ``a`` and ``b``.  No theorem covers
-the rounding.  Both implementations round where torch's autograd of ``F.silu(a) * b``
-rounds (compute in float32, or float64 for float64; ``rnd`` rounds to the input dtype):
+each ``dh`` times the derivatives of ``act(a) * b`` in ``a`` and ``b``.  No theorem covers
+the rounding (nor that torch's float32 ``k`` and ``c`` are not the reals').  Both
+implementations round where torch's autograd of ``act(a) * b`` rounds (compute in float32, or
+float64 for float64; ``rnd`` rounds to the input dtype):
 
-    forward   h  = rnd(rnd(a / (1 + exp(-a))) * b)            torch's silu, then mul
-    backward  g  = rnd(dh * b)                                  mul's backward, into silu
-              da = rnd(g * s * (1 + a * (1 - s))),  s = 1 / (1 + exp(-a))   silu_backward
-              db = rnd(dh * rnd(a / (1 + exp(-a))))             mul's backward, saved silu
+    forward   h  = rnd(rnd(act(a)) * b)                   torch's silu / gelu, then mul
+    backward  g  = rnd(dh * b)                            mul's backward, into the activation
+              da = rnd(g * act'(a))                       silu_backward / gelu_backward
+              db = rnd(dh * rnd(act(a)))                  mul's backward, the saved activation
 
-The reference below runs torch's own operations of that sequence (``F.silu``, ``mul``,
-``aten.silu_backward``), so it is torch's autograd bit for bit on every device and dtype, only
-with ``silu(a)`` recomputed in the backward instead of saved (tests/test_swiglu.py checks it
-bitwise, and checks the formula above in float64).  The Triton kernel (``ojas_kernels.swiglu``)
-writes the same sequence out in float32; where it can differ from torch in the last bit is
-written in its module docstring.
+with, in torch's order of operations, silu: ``act(a) = a / (1 + exp(-a))``, ``g * act'(a) =
+g * s * (1 + a * (1 - s))``, ``s = 1 / (1 + exp(-a))``; gelu_tanh: ``T = tanh(k * (a + c *
+(a * a * a)))``, ``act(a) = (0.5 * a) * (1 + T)``, ``g * act'(a) = g * (0.5 * (1 + T) + (0.5 *
+a) * (1 - T * T) * (k * (1 + 3c * (a * a))))``.
+
+The reference below runs torch's own operations of that sequence (``F.silu`` /
+``F.gelu(approximate="tanh")``, ``mul``, ``aten.silu_backward`` / ``aten.gelu_backward``), so it
+is torch's autograd bit for bit on every device and dtype, only with the activation
+recomputed in the backward instead of saved (tests/test_swiglu.py checks it bitwise, and
+checks the formulas above in float64).  The Triton kernel (``ojas_kernels.swiglu``) writes the
+same sequence out in float32; where it can differ from torch in the last bit is written in
+its module docstring.
 """
 
 from __future__ import annotations
@@ -40,27 +53,50 @@ from ojas_ref.primitives.autocast import autocast_off
 from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, require_kernel_device, requested_impl
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
-__all__ = ["BACKWARD_THEOREM", "SwiGLU", "fused_swiglu", "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
+__all__ = ["ACTIVATIONS", "BACKWARD_THEOREM", "BACKWARD_THEOREMS", "SwiGLU", "check_activation", "fused_swiglu",
+           "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
 
-#: The theorem of the backward from the saved gate and up (cited by optimize_model's report).
-BACKWARD_THEOREM = "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp"
+#: The activations of the gate: "silu" (SwiGLU) and "gelu_tanh" (GeGLU, ``F.gelu(approximate="tanh")``).
+ACTIVATIONS = ("silu", "gelu_tanh")
+
+#: The theorem of the backward from the saved gate and up, per activation (cited by optimize_model's report).
+BACKWARD_THEOREMS = {"silu": "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp",
+                     "gelu_tanh": "Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp"}
+BACKWARD_THEOREM = BACKWARD_THEOREMS["silu"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 IMPL_ENV = "OJAS_SWIGLU_IMPL"
 
 
-def swiglu_forward_reference(a: Tensor, b: Tensor) -> Tensor:
-    """``rnd(rnd(silu(a)) * b)``: torch's ``F.silu(a) * b``."""
-    return F.silu(a) * b
+def check_activation(activation: object) -> str:
+    """``activation`` if it is one of :data:`ACTIVATIONS`, else ValueError naming the argument."""
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    return activation
 
 
-def swiglu_backward_reference(a: Tensor, b: Tensor, grad_h: Tensor) -> tuple[Tensor, Tensor]:
-    """``(da, db)`` from ``a``, ``b`` and ``dh`` alone, silu recomputed: the operations of torch's
-    autograd of ``F.silu(a) * b``, ``da = silu_backward(rnd(dh * b), a)``, ``db = rnd(dh * rnd(silu(a)))``
-    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp over the reals; module docstring)."""
-    da = torch.ops.aten.silu_backward(grad_h * b, a)
-    return da, grad_h * F.silu(a)
+def _activate(a: Tensor, activation: str) -> Tensor:
+    """torch's ``F.silu(a)`` or ``F.gelu(a, approximate="tanh")``."""
+    return F.silu(a) if activation == "silu" else F.gelu(a, approximate="tanh")
+
+
+def swiglu_forward_reference(a: Tensor, b: Tensor, activation: str = "silu") -> Tensor:
+    """``rnd(rnd(act(a)) * b)``: torch's ``F.silu(a) * b`` or ``F.gelu(a, approximate="tanh") * b``."""
+    return _activate(a, check_activation(activation)) * b
+
+
+def swiglu_backward_reference(a: Tensor, b: Tensor, grad_h: Tensor,
+                              activation: str = "silu") -> tuple[Tensor, Tensor]:
+    """``(da, db)`` from ``a``, ``b`` and ``dh`` alone, the activation recomputed: the operations of
+    torch's autograd of ``act(a) * b``, ``da = act_backward(rnd(dh * b), a)``, ``db = rnd(dh * rnd(act(a)))``
+    (over the reals Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp for silu,
+    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp for gelu_tanh; module docstring)."""
+    if check_activation(activation) == "silu":
+        da = torch.ops.aten.silu_backward(grad_h * b, a)
+    else:
+        da = torch.ops.aten.gelu_backward(grad_h * b, a, approximate="tanh")
+    return da, grad_h * _activate(a, activation)
 
 
 def _check_inputs(gate: object, up: object) -> None:
@@ -98,43 +134,47 @@ def _resolve_impl(impl: Optional[str], gate: Tensor) -> bool:
 
 
 class _SwiGLUFunction(torch.autograd.Function):
-    """Saves only ``a`` and ``b``; the backward recomputes silu and sigmoid
-    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp)."""
+    """Saves only ``a`` and ``b``; the backward recomputes the activation
+    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
 
     @staticmethod
-    def forward(ctx, a: Tensor, b: Tensor, use_triton: bool) -> Tensor:
+    def forward(ctx, a: Tensor, b: Tensor, use_triton: bool, activation: str) -> Tensor:
         if use_triton:
             from ojas_kernels.swiglu import swiglu_forward
 
-            h = swiglu_forward(a, b)
+            h = swiglu_forward(a, b, activation=activation)
         else:
-            h = swiglu_forward_reference(a, b)
+            h = swiglu_forward_reference(a, b, activation)
         ctx.save_for_backward(a, b)
-        ctx.use_triton = use_triton
+        ctx.use_triton, ctx.activation = use_triton, activation
         return h
 
     @staticmethod
-    def backward(ctx, grad_h: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None]:
-        refuse_double_backward("swiglu", "torch.nn.functional.silu(gate) * up")
+    def backward(ctx, grad_h: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None, None]:
+        refuse_double_backward("swiglu", "torch.nn.functional.silu(gate) * up" if ctx.activation == "silu"
+                               else "torch.nn.functional.gelu(gate, approximate='tanh') * up")
         a, b = ctx.saved_tensors
         with autocast_off(grad_h.device.type):
             if ctx.use_triton:
                 from ojas_kernels.swiglu import swiglu_backward
 
-                da, db = swiglu_backward(a, b, grad_h)
+                da, db = swiglu_backward(a, b, grad_h, activation=ctx.activation)
             else:
-                da, db = swiglu_backward_reference(a, b, grad_h)
-        return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None
+                da, db = swiglu_backward_reference(a, b, grad_h, ctx.activation)
+        return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None, None
 
 
-def swiglu(gate: Tensor, up: Tensor, *, impl: Optional[str] = None) -> Tensor:
-    """``F.silu(gate) * up``, differentiable, saving only ``gate`` and ``up`` for backward.
+def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional[str] = None) -> Tensor:
+    """``F.silu(gate) * up`` (or GeGLU's ``F.gelu(gate, approximate="tanh") * up``), differentiable,
+    saving only ``gate`` and ``up`` for backward.
 
     ``gate`` and ``up``: tensors of one shape (not broadcast), dtype (float16, bfloat16,
     float32 or float64; not promoted) and device; the output has that shape and dtype
-    (contiguous).  Rounding: as torch's ``F.silu(gate) * up`` and its autograd, step by
-    step (module docstring); the backward is the VJP of ``silu(a) * b`` over the reals
-    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp); no theorem covers the rounding.
+    (contiguous).  ``activation``: "silu" (default) or "gelu_tanh"; any other value raises
+    ValueError.  Rounding: as torch's ``act(gate) * up`` and its autograd, step by step (module
+    docstring); the backward is the VJP of ``act(a) * b`` over the reals
+    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp for silu,
+    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp for gelu_tanh); no theorem covers the rounding.
 
     ``impl``: "triton" runs ``ojas_kernels.swiglu`` (CUDA tensors, or CPU tensors under
     TRITON_INTERPRET=1; not float64), "reference" the PyTorch operations, "auto" the kernel
@@ -143,31 +183,36 @@ def swiglu(gate: Tensor, up: Tensor, *, impl: Optional[str] = None) -> Tensor:
     ``create_graph=True`` raises RuntimeError; torch.func transforms raise NotImplementedError.
     """
     refuse_function_transforms("swiglu")
+    check_activation(activation)
     _check_inputs(gate, up)
     use_triton = _resolve_impl(impl, gate)
     with autocast_off(gate.device.type):
-        return _SwiGLUFunction.apply(gate, up, use_triton)
+        return _SwiGLUFunction.apply(gate, up, use_triton, activation)
 
 
-def fused_swiglu(gate: Tensor, up: Tensor) -> Tensor:
+def fused_swiglu(gate: Tensor, up: Tensor, activation: str = "silu") -> Tensor:
     """The kernel's :func:`swiglu`, for arguments known to be right (one shape, one kernel dtype,
-    one device, autocast off or at their dtype: ``dispatch.plain_kernel_call``). Theorem as
-    :func:`swiglu`'s."""
-    return _SwiGLUFunction.apply(gate, up, True)
+    one device, autocast off or at their dtype: ``dispatch.plain_kernel_call``; an activation of
+    :data:`ACTIVATIONS`). Theorems as :func:`swiglu`'s (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp,
+    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
+    return _SwiGLUFunction.apply(gate, up, True, activation)
 
 
 class SwiGLU(nn.Module):
-    """``forward(gate, up) = swiglu(gate, up)``: ``F.silu(gate) * up`` saving only gate and up
-    (see :func:`swiglu`; Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp)."""
+    """``forward(gate, up) = swiglu(gate, up, activation=activation)``: ``act(gate) * up`` saving only
+    gate and up (see :func:`swiglu`; Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp,
+    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
 
-    def __init__(self, impl: Optional[str] = None) -> None:
+    def __init__(self, impl: Optional[str] = None, activation: str = "silu") -> None:
         super().__init__()
         if impl is not None and impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
-        self.impl = impl
+        self.impl, self.activation = impl, check_activation(activation)
 
     def forward(self, gate: Tensor, up: Tensor) -> Tensor:
-        return swiglu(gate, up, impl=self.impl)
+        return swiglu(gate, up, activation=self.activation, impl=self.impl)
 
     def extra_repr(self) -> str:
-        return "" if self.impl is None else f"impl={self.impl!r}"
+        parts = ([] if self.impl is None else [f"impl={self.impl!r}"]) + (
+            [] if self.activation == "silu" else [f"activation={self.activation!r}"])
+        return ", ".join(parts)
