@@ -629,6 +629,75 @@ let opt_response (rule, param, grad) =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
+(* ---- error_bounds (rocq/BoundValues.v) ------------------------------------ *)
+
+(* Exact rationals: the strings "a/b" (or "a") of decimal integers, b > 0, to
+   Coq's [Q] over Zarith's integers (extraction/ExtractBounds.v), and back. *)
+let big_of_string field s =
+  let ok = String.length s > 0 && String.for_all (fun c -> c = '-' || ('0' <= c && c <= '9')) s in
+  match (if ok then Some (Big_int_Z.big_int_of_string s) else None) with
+  | Some x -> x
+  | None | exception _ -> fail "%s: %S is not a decimal integer" field s
+
+let rational field (j : Yojson.Safe.t) : Bounds_spec.q =
+  match j with
+  | `String s ->
+    let num, den = match String.index_opt s '/' with
+      | None -> (s, "1")
+      | Some i -> (String.sub s 0 i, String.sub s (i + 1) (String.length s - i - 1))
+    in
+    let den = big_of_string field den in
+    if Big_int_Z.sign_big_int den <= 0 then fail "%s: the denominator must be > 0" field;
+    { Bounds_spec.qnum = big_of_string field num; qden = den }
+  | _ -> fail "%s: expected a rational \"num/den\" (a string)" field
+
+let string_of_q (x : Bounds_spec.q) =
+  Big_int_Z.string_of_big_int x.qnum ^ "/" ^ Big_int_Z.string_of_big_int x.qden
+
+(* One query: the bound's name and its arguments, answered with a rational,
+   null (the Coq [None]: a side condition fails) or a boolean. *)
+let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t" ]
+
+let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
+  let where = Printf.sprintf "queries[%d]" i in
+  let fields = match j with
+    | `Assoc l -> l
+    | _ -> fail "%s: expected an object" where
+  in
+  List.iter (fun (k, _) -> if not (List.mem k eb_known) then fail "%s.%s: unknown field" where k) fields;
+  let required k = match List.assoc_opt k fields with
+    | Some x -> x
+    | None -> fail "%s.%s: missing" where k
+  in
+  let q k = rational (where ^ "." ^ k) (required k) in
+  let n () = match required "n" with
+    | `Int n when n >= 0 && n < 1 lsl 53 -> Big_int_Z.big_int_of_int n
+    | _ -> fail "%s.n: expected an integer in [0, 2^53)" where
+  in
+  let value = function None -> `Null | Some x -> `String (string_of_q x) in
+  let allowed ks =
+    List.iter (fun (k, _) -> if k <> "bound" && not (List.mem k ks) then
+                  fail "%s.%s: not an argument of this bound" where k) fields in
+  match required "bound" with
+  | `String "gamma" -> allowed [ "u"; "n" ]; value (Bounds_spec.dot_bound_q (q "u") (n ()))
+  | `String "chunked_sum_factor" ->
+    allowed [ "u"; "n" ]; value (Some (Bounds_spec.chunked_sum_factor_q (q "u") (n ())))
+  | `String "nat_err" -> allowed [ "u"; "n" ]; value (Some (Bounds_spec.nat_err_q (q "u") (n ())))
+  | `String "stream_beta" ->
+    allowed [ "u"; "ue"; "n" ]; value (Bounds_spec.stream_beta_q (q "u") (q "ue") (n ()))
+  | `String "stream_err" ->
+    allowed [ "u"; "ue"; "n" ]; value (Bounds_spec.stream_err_q (q "u") (q "ue") (n ()))
+  | `String "perturbation" -> allowed [ "delta" ]; value (Bounds_spec.perturbation_q (q "delta"))
+  | `String "neg_ln_check" -> allowed [ "b"; "t" ]; `Bool (Bounds_spec.neg_ln_check (q "b") (q "t"))
+  | `String b -> fail "%s.bound: unknown bound %S" where b
+  | _ -> fail "%s.bound: expected a string" where
+
+let eb_response fields =
+  let _, required = request_fields [ "op"; "queries" ] fields in
+  match required "queries" with
+  | `List qs -> Yojson.Safe.to_string (`Assoc [ ("values", `List (List.mapi eb_query qs)) ])
+  | _ -> fail "queries: expected a list"
+
 (* The response to a request, by its "op". *)
 let dispatch (j : Yojson.Safe.t) =
   match j with
@@ -638,6 +707,8 @@ let dispatch (j : Yojson.Safe.t) =
     cs_response (parse_cs_request fields)
   | `Assoc fields when List.assoc_opt "op" fields = Some (`String "optimizer_update") ->
     opt_response (parse_opt_request fields)
+  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "error_bounds") ->
+    eb_response fields
   | _ -> response (parse_request j)
 
 let error msg = Yojson.Safe.to_string (`Assoc [ ("error", `String msg) ])

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="coq libcoq-flocq libcoq-coquelicot libcoq-interval ocaml-nox ocaml-findlib libyojson-ocaml-dev"
+APT_PACKAGES="coq libcoq-flocq libcoq-coquelicot libcoq-interval ocaml-nox ocaml-findlib libyojson-ocaml-dev libzarith-ocaml-dev"
 installed=$(dpkg-query -W -f='${Status}\n' $APT_PACKAGES 2>/dev/null | grep -c "install ok installed" || true)
 if [ "$installed" -ne "$(echo $APT_PACKAGES | wc -w)" ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -240,3 +240,178 @@ def test_linear_cross_entropy_forward_bound_not_vacuous() -> None:
     assert chunked_sum_error_factor(10, U32) == pytest.approx(20 * U32, rel=1e-5)
     total = linear_cross_entropy_reduction_error_bound(loss_b, mag, 6, "mean", U32)
     assert float(loss_b.mean()) <= total < float(loss_b.mean()) * 1.5
+
+
+# --------------------------------------------------------------------------
+# The oracle's values (rocq/BoundValues.v, extracted with exact rationals)
+# against the hand formulas and mpmath
+# --------------------------------------------------------------------------
+
+from fractions import Fraction  # noqa: E402
+
+from ojas_ref.verification import error_bounds as eb  # noqa: E402
+
+ROUNDOFFS = sorted(set(UNIT_ROUNDOFF.values()))           # float64, float32, float16, bfloat16
+EXP_ERRORS = [0.0, 2.0**-50, 2.0**-21]
+LENGTHS = [0, 1, 2, 7, 64, 1000, 4096, 2**16, 10**6]
+DELTAS = [0.0, 1e-300, 1e-12, 3e-7, 1e-3, 0.1, 1.0, 10.0, 300.0]
+
+
+@pytest.fixture
+def oracle_bounds() -> None:
+    if not eb.oracle_bounds_available():
+        pytest.skip("the oracle (make -C extraction) is not built or predates error_bounds")
+
+
+def _query(**q):
+    return eb._from_oracle(**q)
+
+
+def _close(oracle: float, hand_rounded_up: float, rel: float = 1e-12) -> None:
+    """The oracle's value and the hand formula (before its 2^-40 round-up) agree to
+    float64 rounding, and the hand value with its round-up is not below the oracle's."""
+    hand = hand_rounded_up / eb._ROUND_UP
+    assert oracle == pytest.approx(hand, rel=rel, abs=1e-300)
+    assert oracle <= hand_rounded_up or hand_rounded_up == math.inf
+
+
+def test_float_up() -> None:
+    third = Fraction(1, 3)
+    x = eb._float_up(third)
+    assert Fraction(x) >= third > Fraction(math.nextafter(x, -math.inf))
+    assert eb._float_up(Fraction(1, 4)) == 0.25 and eb._float_up("3/1") == 3.0
+    assert eb._float_up(Fraction(10**400)) == math.inf
+    assert eb._rational(0.1) == "3602879701896397/36028797018963968" and Fraction(eb._rational(0.1)) == 0.1
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+@pytest.mark.parametrize("u", ROUNDOFFS)
+def test_oracle_gamma_and_sum_factors_match_hand_formulas(u: float) -> None:
+    """dot_bound_q (= gamma exactly), chunked_sum_factor_q and nat_err_q (certified upper
+    bounds) against the hand formulas over a grid of lengths, and the public functions
+    return the oracle's values rounded up."""
+    for n in LENGTHS:
+        if n * u < 1.0:
+            got = dot_product_error_bound(n, u)
+            exact = Fraction(n) * Fraction(u) / (1 - Fraction(n) * Fraction(u))
+            assert got == eb._float_up(_query(bound="gamma", u=eb._rational(u), n=n)) == eb._float_up(exact)
+            _close(got, eb._hand_dot_product_error_bound(n, u))
+        else:
+            assert _query(bound="gamma", u=eb._rational(u), n=n) is None
+            with pytest.raises(ValueError):
+                dot_product_error_bound(n, u)
+        if 2 * n * math.log1p(u) <= 709.0:
+            got = chunked_sum_error_factor(n, u)
+            assert got == eb._float_up(_query(bound="chunked_sum_factor", u=eb._rational(u), n=n))
+            _close(got, eb._hand_chunked_sum_error_factor(n, u))
+            with mpmath.workdps(60):
+                exact = (1 + mpmath.mpf(u)) ** (2 * n) - 1
+                assert Fraction(_query(bound="chunked_sum_factor", u=eb._rational(u), n=n)) >= Fraction(
+                    mpmath.nstr(exact, 55, min_fixed=-math.inf, max_fixed=math.inf)) * (1 - Fraction(1, 10**50))
+        else:
+            assert chunked_sum_error_factor(n, u) == math.inf
+        if n * math.log1p(u) <= 709.0:
+            _close(eb._nat_err(n, u), eb._hand_nat_err(n, u))
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+@pytest.mark.parametrize("u", ROUNDOFFS)
+@pytest.mark.parametrize("ue", EXP_ERRORS)
+def test_oracle_stream_err_matches_hand_formula(u: float, ue: float) -> None:
+    """stream_err_q / stream_beta_q against the hand formula and mpmath (50 digits):
+    at least the real value, equal to it to float64 rounding; None exactly where the
+    side condition beta < 1 fails."""
+    for n in LENGTHS:
+        hand = eb._hand_online_softmax_error_bound(n, u, ue)
+        q = _query(bound="stream_err", u=eb._rational(u), ue=eb._rational(ue), n=n) \
+            if eb._hand_stream_beta(n, u, ue) < 1.0 else None
+        if hand == math.inf:
+            assert q is None
+            with pytest.raises(ValueError):
+                online_softmax_error_bound(n, u, ue)
+            continue
+        with mpmath.workdps(50):
+            u_, ue_ = mpmath.mpf(u), mpmath.mpf(ue)
+            k = (1 + u_) ** (2 * n) * (1 + ue_) ** n
+            beta = (k - 1) + n * u_ / ((1 - u_) * mpmath.e) * k
+            expected = (2 * beta + u_ * (1 + beta)) / (1 - beta)
+        got = online_softmax_error_bound(n, u, ue)
+        assert got == eb._float_up(q) >= expected
+        assert got == pytest.approx(float(expected), rel=4 * 2.0**-53)
+        _close(got, hand, rel=1e-11)
+        b_float, b_exact = eb._stream_beta(n, u, ue)
+        assert b_exact is not None and b_float == eb._float_up(b_exact) >= beta
+        assert b_float == pytest.approx(float(beta), rel=4 * 2.0**-53, abs=1e-300)
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+def test_oracle_perturbation_matches_hand_formula() -> None:
+    """perturbation_q (exp (2 delta) - 1, certified upper bound) against math.expm1 and
+    mpmath."""
+    for d in DELTAS:
+        got = softmax_score_perturbation_bound(d)
+        assert got == eb._float_up(_query(bound="perturbation", delta=eb._rational(d)))
+        _close(got, eb._hand_softmax_score_perturbation_bound(d))
+        with mpmath.workdps(60):
+            exact = mpmath.expm1(2 * mpmath.mpf(d))
+        assert got >= exact
+        assert got == pytest.approx(float(exact), rel=4 * 2.0**-53, abs=1e-300)
+    assert softmax_score_perturbation_bound(400.0) == math.inf
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+def test_oracle_neg_ln_check() -> None:
+    """neg_ln_check accepts -ln(1 - b) rounded up and rejects it rounded down; the token
+    bound's ln term is certified against the exact stream_beta_q."""
+    for b in [Fraction(0), Fraction(1, 3), Fraction(1, 10**6), Fraction(999, 1000)]:
+        with mpmath.workdps(60):
+            t = -mpmath.log1p(-mpmath.mpf(b.numerator) / b.denominator)
+        up, down = float(t) * (1 + 2.0**-50), float(t) * (1 - 2.0**-50)
+        assert _query(bound="neg_ln_check", b=eb._rational(b), t=eb._rational(up)) is True
+        if b:
+            assert _query(bound="neg_ln_check", b=eb._rational(b), t=eb._rational(down)) is False
+    assert _query(bound="neg_ln_check", b="1/1", t="1000/1") is False
+    for V, u, ue in [(20, U32, EXP_ERROR32), (50000, U32, EXP_ERROR32), (100, U64, 2.0**-50)]:
+        beta, beta_q = eb._stream_beta(V, u, ue)
+        assert eb._neg_ln_one_minus(beta, beta_q) == pytest.approx(-math.log1p(-beta), rel=1e-14)
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+def test_hand_fallback_without_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the oracle the public functions fall back to the hand formulas, which agree
+    with the oracle's values to float64 rounding (the cross-check above)."""
+    with_oracle = [dot_product_error_bound(64, U32), chunked_sum_error_factor(100, U32),
+                   online_softmax_error_bound(4096, U32, EXP_ERROR32), softmax_score_perturbation_bound(1e-3)]
+    monkeypatch.setitem(eb._oracle_state, "available", False)
+    hand = [dot_product_error_bound(64, U32), chunked_sum_error_factor(100, U32),
+            online_softmax_error_bound(4096, U32, EXP_ERROR32), softmax_score_perturbation_bound(1e-3)]
+    assert hand == [eb._hand_dot_product_error_bound(64, U32), eb._hand_chunked_sum_error_factor(100, U32),
+                    eb._hand_online_softmax_error_bound(4096, U32, EXP_ERROR32),
+                    eb._hand_softmax_score_perturbation_bound(1e-3)]
+    for o, h in zip(with_oracle, hand):
+        _close(o, h)
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(3, 8, generator=gen), torch.randn(16, 8, generator=gen)
+    t = torch.randint(0, 16, (3,), generator=gen)
+    hand_tok = _lce_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    monkeypatch.setitem(eb._oracle_state, "available", True)
+    oracle_tok = _lce_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    for a, b in zip(oracle_tok, hand_tok):
+        assert torch.allclose(a, b, rtol=1e-10, atol=0.0)
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+def test_oracle_error_bounds_protocol() -> None:
+    """Malformed error_bounds queries are errors that name the field."""
+    from ojas_ref.verification.oracle import oracle_request
+
+    def err(q):
+        return oracle_request({"op": "error_bounds", "queries": [q]})["error"]
+
+    assert err({"bound": "gamma", "u": "1/2"}).startswith("queries[0].n: missing")
+    assert err({"bound": "gamma", "u": "1/0", "n": 1}).startswith("queries[0].u:")
+    assert err({"bound": "gamma", "u": 0.5, "n": 1}).startswith("queries[0].u:")
+    assert err({"bound": "gamma", "u": "1/2", "n": -1}).startswith("queries[0].n:")
+    assert err({"bound": "gamma", "u": "1/2", "n": 1, "ue": "0"}).startswith("queries[0].ue:")
+    assert err({"bound": "nope"}).startswith("queries[0].bound:")
+    assert oracle_request({"op": "error_bounds", "queries": []}) == {"values": []}

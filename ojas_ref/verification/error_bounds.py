@@ -5,14 +5,32 @@ Each function evaluates the bound of one Coq theorem over the rounding model of
 roundoff ``u``, the computed ``exp`` has relative error at most ``exp_error``, and
 nothing underflows or overflows (the model has no absolute error term).
 
-The formulas are evaluated in float64 and then rounded up by a relative ``2**-40``,
-so that the float64 evaluation of the formula does not fall below the real number
-the theorem states.
+Where the oracle (``extraction/_build/ojas-oracle``, ``make -C extraction``) is built,
+the scalar bounds come from it: its ``error_bounds`` operation runs the definitions of
+``rocq/BoundValues.v`` (``dot_bound_q``, ``chunked_sum_factor_q``, ``nat_err_q``,
+``stream_beta_q``, ``stream_err_q``, ``perturbation_q``, ``neg_ln_check``), extracted
+with exact rationals, whose results are proved equal to (``gamma``) or at least
+(the others, which involve ``exp``, ``ln`` or powers too large to carry exactly) the
+real bound of the theorem; the rational is rounded up to a float here
+(:func:`_float_up`). The inputs (unit roundoffs, ``delta``) are sent as the exact
+rationals of their floats. Values are cached per argument.
+
+Without the oracle binary (or with one built before ``error_bounds`` existed) the
+hand copies of the formulas (``_hand_*``) are used instead, evaluated in float64 and
+rounded up by a relative ``2**-40`` so that the float64 evaluation does not fall below
+the real number the theorem states; ``tests/test_error_bounds.py`` checks that both
+agree to float64 rounding. The per-token cross-entropy bound and the reductions are
+compositions over tensors (``add_err`` / ``mul_err`` / ``div_err`` of
+``Ojas.CrossEntropy.LossError``) evaluated in float64 here; only their scalar factors
+come from the oracle.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from fractions import Fraction
+from typing import Any
 
 import torch
 
@@ -45,18 +63,133 @@ EXP_ERROR: dict[torch.dtype, float] = {torch.float32: 2.0**-21, torch.float64: 2
 
 _ROUND_UP = 1.0 + 2.0**-40
 
+# Arguments beyond which a bound overflows float64 anyway (and whose exact powers
+# would be needlessly large): the functions return inf without asking the oracle.
+_EXP_OVERFLOW = 709.0
+
+
+def _rational(x: float | Fraction) -> str:
+    """The exact rational of a float (or Fraction) as the oracle's ``"num/den"``."""
+    f = Fraction(x)
+    return f"{f.numerator}/{f.denominator}"
+
+
+def _float_up(value: str | Fraction) -> float:
+    """The least float >= the rational ``value`` (``inf`` beyond the float range)."""
+    f = Fraction(value)
+    try:
+        x = f.numerator / f.denominator  # correctly rounded
+    except OverflowError:
+        return math.inf if f > 0 else -math.float_info.max
+    return math.nextafter(x, math.inf) if Fraction(x) < f else x
+
+
+_oracle_cache: dict[tuple, Any] = {}
+_oracle_state: dict[str, bool] = {}
+
+
+def oracle_bounds_available() -> bool:
+    """Whether the oracle binary is built and answers the ``error_bounds`` operation."""
+    if "available" not in _oracle_state:
+        from ojas_ref.verification.oracle import oracle_binary, oracle_request
+
+        try:
+            oracle_binary()
+        except RuntimeError:
+            _oracle_state["available"] = False
+        else:
+            answer = oracle_request({"op": "error_bounds", "queries": []})
+            _oracle_state["available"] = "values" in answer
+            if "values" not in answer:
+                warnings.warn(f"the oracle does not answer error_bounds ({answer.get('error')}): rebuild it with "
+                              "`make -C extraction`; using the hand formulas", RuntimeWarning, stacklevel=3)
+    return _oracle_state["available"]
+
+
+def _oracle_values(queries: list[dict[str, Any]]) -> list[Any] | None:
+    """The oracle's answers (``"num/den"``, ``None`` = the Coq ``None``, or a bool) to
+    ``error_bounds`` queries (extraction/README.md), cached; ``None`` without the oracle."""
+    if not oracle_bounds_available():
+        return None
+    keys = [tuple(sorted(q.items())) for q in queries]
+    missing = list(dict.fromkeys(k for k in keys if k not in _oracle_cache))
+    if missing:
+        from ojas_ref.verification.oracle import oracle_request
+
+        answer = oracle_request({"op": "error_bounds", "queries": [dict(k) for k in missing]})
+        if "values" not in answer:
+            raise RuntimeError(f"oracle error_bounds: {answer.get('error')}")
+        _oracle_cache.update(zip(missing, answer["values"]))
+    return [_oracle_cache[k] for k in keys]
+
+
+_NO_ORACLE = object()
+
+
+def _from_oracle(**query: Any) -> Any:
+    """One query's answer, or ``_NO_ORACLE`` when the oracle is not available."""
+    values = _oracle_values([query])
+    return _NO_ORACLE if values is None else values[0]
+
 
 def _check_roundoff(name: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must satisfy 0 <= {name} < 1, got {value}")
 
 
-def _stream_beta(n: int, u: float, ue: float) -> float:
+def _hand_stream_beta(n: int, u: float, ue: float) -> float:
     """``stream_beta`` of ``Ojas.Attention.StreamError``: (K - 1) + n alpha K with
     K = (1+u)^(2n) (1+ue)^n, alpha = u / ((1-u) e); ``inf`` when it is clearly >= 1."""
     log_k = 2 * n * math.log1p(u) + n * math.log1p(ue)  # K - 1 >= log K, so beta >= 1 when log K >= 1
     alpha = u / (1.0 - u) * math.exp(-1.0)
     return math.inf if log_k >= 1.0 else math.expm1(log_k) + n * alpha * math.exp(log_k)
+
+
+def _hand_online_softmax_error_bound(n: int, u: float, ue: float) -> float:
+    """Hand copy of ``stream_err`` (fallback without the oracle); ``inf`` if beta >= 1."""
+    beta = _hand_stream_beta(n, u, ue)
+    return (2.0 * beta + u * (1.0 + beta)) / (1.0 - beta) * _ROUND_UP if beta < 1.0 else math.inf
+
+
+def _hand_dot_product_error_bound(n: int, u: float) -> float:
+    """Hand copy of ``gamma`` of ``Ojas.DotError`` (fallback without the oracle)."""
+    return n * u / (1.0 - n * u) * _ROUND_UP
+
+
+def _hand_chunked_sum_error_factor(n: int, u: float) -> float:
+    """Hand copy of (1+u)^(2n) - 1 (fallback without the oracle)."""
+    return math.expm1(2 * n * math.log1p(u)) * _ROUND_UP
+
+
+def _hand_nat_err(n: int, u: float) -> float:
+    """Hand copy of ``nat_err`` of ``Ojas.CrossEntropy.LossError``: ((1+u)^n - 1) n."""
+    return math.expm1(n * math.log1p(u)) * n * _ROUND_UP
+
+
+def _hand_softmax_score_perturbation_bound(delta: float) -> float:
+    """Hand copy of exp(2 delta) - 1 (fallback without the oracle)."""
+    return math.expm1(2.0 * delta) * _ROUND_UP
+
+
+def _hand_neg_ln_one_minus(beta: float) -> float:
+    """Hand copy of -ln(1 - beta) (fallback without the oracle)."""
+    return -math.log1p(-beta) * _ROUND_UP
+
+
+def _stream_beta(n: int, u: float, ue: float) -> tuple[float, Fraction | None]:
+    """An upper bound of ``stream_beta u ue n`` as a float, and the exact rational
+    ``stream_beta_q`` of ``Ojas.BoundValues`` it rounds up (``None`` without the oracle;
+    ``stream_beta_q_ge``: ``stream_beta <= stream_beta_q``); ``inf`` when beta is
+    clearly >= 1 (then the oracle is not asked: its powers would be huge)."""
+    hand = _hand_stream_beta(n, u, ue)
+    if hand == math.inf:
+        return math.inf, None
+    got = _from_oracle(bound="stream_beta", u=_rational(u), ue=_rational(ue), n=n)
+    if got is _NO_ORACLE:
+        return hand * _ROUND_UP, None
+    if got is None:  # exp_neg1_q failed: cannot happen (exp_up at x / P = -2^-64)
+        raise RuntimeError("oracle: stream_beta_q returned None")
+    return _float_up(got), Fraction(got)
 
 
 def online_softmax_error_bound(n_keys: int, unit_roundoff: float, exp_error: float) -> float:
@@ -75,6 +208,9 @@ def online_softmax_error_bound(n_keys: int, unit_roundoff: float, exp_error: flo
         beta = (K - 1) + n * alpha * K
         E    = (2 beta + u (1 + beta)) / (1 - beta)
 
+    The value is the oracle's ``stream_err_q`` of ``Ojas.BoundValues``
+    (``stream_err_q_ge``: it is Some only when ``stream_beta < 1``, and then
+    ``stream_err <= stream_err_q``), rounded up; without the oracle, the hand copy.
     Raises ``ValueError`` unless the theorem's side conditions hold:
     ``0 <= u < 1``, ``exp_error >= 0``, ``n_keys >= 0`` and ``beta < 1``.
     """
@@ -84,13 +220,14 @@ def online_softmax_error_bound(n_keys: int, unit_roundoff: float, exp_error: flo
     _check_roundoff("unit_roundoff", u)
     if not ue >= 0.0:
         raise ValueError(f"exp_error must be >= 0, got {ue}")
-    beta = _stream_beta(n, u, ue)
-    if not beta < 1.0:
+    beta = _hand_stream_beta(n, u, ue)
+    got = None if not beta < 1.0 else _from_oracle(bound="stream_err", u=_rational(u), ue=_rational(ue), n=n)
+    if not beta < 1.0 or got is None:
         raise ValueError(
             f"side condition beta(n, u, ue) < 1 of stream_row_error_bound fails: beta = {beta} "
             f"for n_keys={n}, unit_roundoff={u}, exp_error={ue}"
         )
-    return (2.0 * beta + u * (1.0 + beta)) / (1.0 - beta) * _ROUND_UP
+    return _hand_online_softmax_error_bound(n, u, ue) if got is _NO_ORACLE else _float_up(got)
 
 
 def dot_product_error_bound(n: int, unit_roundoff: float) -> float:
@@ -102,16 +239,19 @@ def dot_product_error_bound(n: int, unit_roundoff: float) -> float:
     has). The theorem is about ``Vector.dot``'s summation order; other orders
     (pairwise, blocked, fused multiply-add) satisfy the same gamma_n bound
     (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.1),
-    but that is not proved here. Raises ``ValueError`` unless ``n >= 0`` and
-    ``n u < 1``.
+    but that is not proved here. The value is the oracle's exact ``dot_bound_q`` of
+    ``Ojas.BoundValues`` (``dot_bound_q_correct``: ``gamma_q u n = gamma u n``),
+    rounded up; without the oracle, the hand copy. Raises ``ValueError`` unless
+    ``n >= 0`` and ``n u < 1``.
     """
     u = unit_roundoff
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     _check_roundoff("unit_roundoff", u)
-    if not n * u < 1.0:
+    got = _from_oracle(bound="gamma", u=_rational(u), n=n) if n * u < 1.0 else None
+    if got is None:
         raise ValueError(f"side condition n * u < 1 of dot_error_bound fails: n={n}, unit_roundoff={u}")
-    return n * u / (1.0 - n * u) * _ROUND_UP
+    return _hand_dot_product_error_bound(n, u) if got is _NO_ORACLE else _float_up(got)
 
 
 def softmax_score_perturbation_bound(delta: float) -> float:
@@ -122,11 +262,44 @@ def softmax_score_perturbation_bound(delta: float) -> float:
     (``rocq/Attention/ScorePerturbation.v``): for score rows with
     ``|s'_j - s_j| <= delta`` and values ``|v_jc| <= V``, coordinate ``c`` of the
     exact two-pass softmax output moves by at most ``(exp(2 delta) - 1) * V``.
-    Raises ``ValueError`` if ``delta < 0``.
+    The value is the oracle's ``perturbation_q`` of ``Ojas.BoundValues``
+    (``perturbation_q_ge``: ``exp (2 delta) - 1 <= perturbation_q delta``, a certified
+    upper bound), rounded up; ``inf`` when ``2 delta > 709`` (beyond float64); without
+    the oracle, the hand copy. Raises ``ValueError`` if ``delta < 0``.
     """
     if not delta >= 0.0:
         raise ValueError(f"delta must be >= 0, got {delta}")
-    return math.expm1(2.0 * delta) * _ROUND_UP
+    if 2.0 * delta > _EXP_OVERFLOW:
+        return math.inf
+    got = _from_oracle(bound="perturbation", delta=_rational(delta))
+    if got is None:  # x / P < 1 fails: cannot happen (P >= 2^64 |x|)
+        raise RuntimeError(f"oracle: perturbation_q returned None for delta={delta}")
+    return _hand_softmax_score_perturbation_bound(delta) if got is _NO_ORACLE else _float_up(got)
+
+
+def _nat_err(n: int, u: float) -> float:
+    """``nat_err u n = ((1+u)^n - 1) n`` of ``Ojas.CrossEntropy.LossError`` (the error of
+    n computed as 1 + ... + 1): the oracle's ``nat_err_q`` (``nat_err_q_ge``), rounded
+    up, or the hand copy; ``inf`` when ``n ln(1+u) > 709``."""
+    if n * math.log1p(u) > _EXP_OVERFLOW:
+        return math.inf
+    got = _from_oracle(bound="nat_err", u=_rational(u), n=n)
+    return _hand_nat_err(n, u) if got is _NO_ORACLE else _float_up(got)
+
+
+def _neg_ln_one_minus(beta: float, beta_q: Fraction | None) -> float:
+    """An upper bound of ``-ln(1 - beta)`` (the ``ln`` term of ``lse_err``): the float
+    candidate ``-log1p(-beta)``, enlarged, certified against the exact ``beta_q`` by the
+    oracle's ``neg_ln_check`` (``neg_ln_check_correct``: then ``-ln(1 - beta_q) <= t``);
+    without the oracle (``beta_q`` None), the hand copy."""
+    if beta_q is None:
+        return _hand_neg_ln_one_minus(beta)
+    t = -math.log1p(-beta)
+    for k in (50, 40, 30):
+        candidate = t * (1.0 + 2.0**-k)
+        if _from_oracle(bound="neg_ln_check", b=_rational(beta_q), t=_rational(candidate)) is True:
+            return candidate
+    raise RuntimeError(f"oracle: neg_ln_check certifies no candidate near -ln(1 - beta) = {t} for beta = {beta}")
 
 
 def _add_err(u: float, a, ea, b, eb):
@@ -174,9 +347,14 @@ def linear_cross_entropy_token_error_bound(
     |L| + 1), a bound of their float64 error; the result is rounded up by 2^-40.
     The theorem is about ``dot``'s and the vocabulary loop's left-to-right sums;
     a blocked matmul or pairwise sum satisfies the same gamma bounds (Higham 3.1),
-    not proved here. Raises ``ValueError`` unless ``D u < 1``, ``beta_V < 1`` and
-    ``((1+u)^V - 1) V < V``. The third tensor is an upper bound of |exact loss|
-    (for the bound of a reduction).
+    not proved here. The scalar factors come from the oracle (``Ojas.BoundValues``):
+    ``gamma_D`` (:func:`dot_product_error_bound`), ``beta_V`` (``stream_beta_q``),
+    ``g`` (``chunked_sum_factor_q``, ``sum_factor_q_ge``), ``nat_err V``
+    (``nat_err_q``, ``nat_err_q_ge``) and ``-ln(1 - beta_V)`` (a float candidate
+    certified by ``neg_ln_check``, ``neg_ln_check_correct``); the composition over the
+    tokens stays a float64 evaluation here. Raises ``ValueError`` unless ``D u < 1``,
+    ``beta_V < 1`` and ``((1+u)^V - 1) V < V``. The third tensor is an upper bound of
+    |exact loss| (for the bound of a reduction).
     """
     f64 = torch.float64
     x, weight, u = x.to(f64), weight.to(f64), unit_roundoff
@@ -187,8 +365,8 @@ def linear_cross_entropy_token_error_bound(
         raise ValueError(f"exp_error and log_error must be >= 0, got {exp_error}, {log_error}")
     if not D * u < 1.0:
         raise ValueError(f"side condition D u < 1 of raw_logit_error_bound fails: D={D}, u={u}")
-    beta = _stream_beta(V, u, exp_error)
-    nat_err = math.expm1(V * math.log1p(u)) * V
+    beta, beta_q = _stream_beta(V, u, exp_error)
+    nat_err = _nat_err(V, u)
     if not (beta < 1.0 and nat_err < V):
         raise ValueError(f"side conditions of token_forward_error_bound fail: beta={beta}, V={V}, u={u}")
     slack = 4 * (D + V + 4) * 2.0**-53
@@ -209,8 +387,8 @@ def linear_cross_entropy_token_error_bound(
 
     zt = z.gather(1, target.long().view(-1, 1)).squeeze(1)
     S, asum = z.sum(dim=1), zmag.sum(dim=1)
-    g = math.expm1(2 * V * math.log1p(u))
-    eL = dz + u * (mag(L) + dz) + (1.0 + u) * (log_error - math.log1p(-beta))
+    g = chunked_sum_error_factor(V, u)  # sum_factor u V = (1+u)^(2V) - 1
+    eL = dz + u * (mag(L) + dz) + (1.0 + u) * (log_error + _neg_ln_one_minus(beta, beta_q))
     et = dz + g * (mag(zt) + dz)
     eS = V * dz + g * (asum + V * dz)
     eps, lam = label_smoothing, z_loss
@@ -236,9 +414,19 @@ def chunked_sum_error_factor(n_terms: int, unit_roundoff: float) -> float:
     this factor times sum |x_i| of the exact sum.
 
     Implements the bound of ``Ojas.CrossEntropy.LossError.chunked_sum_error_bound``
-    (exponent terms + chunks <= 2 n). Raises ``ValueError`` unless ``0 <= u < 1``."""
-    _check_roundoff("unit_roundoff", unit_roundoff)
-    return math.expm1(2 * n_terms * math.log1p(unit_roundoff)) * _ROUND_UP
+    (exponent terms + chunks <= 2 n). The value is the oracle's
+    ``chunked_sum_factor_q`` of ``Ojas.BoundValues`` (``chunked_sum_factor_q_ge``:
+    ``(1+u)^(2n) - 1 <= chunked_sum_factor_q u n``), rounded up; ``inf`` when
+    ``2 n ln(1+u) > 709``; without the oracle, the hand copy. Raises ``ValueError``
+    unless ``0 <= u < 1`` and ``n_terms >= 0``."""
+    n, u = n_terms, unit_roundoff
+    _check_roundoff("unit_roundoff", u)
+    if n < 0:
+        raise ValueError(f"n_terms must be >= 0, got {n}")
+    if 2 * n * math.log1p(u) > _EXP_OVERFLOW:
+        return math.inf
+    got = _from_oracle(bound="chunked_sum_factor", u=_rational(u), n=n)
+    return _hand_chunked_sum_error_factor(n, u) if got is _NO_ORACLE else _float_up(got)
 
 
 def linear_cross_entropy_reduction_error_bound(

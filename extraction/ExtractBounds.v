@@ -1,0 +1,18 @@
+(** * Extraction of the computable error bounds (rocq/BoundValues.v) to OCaml.
+
+    A separate extraction from [Extract.v]: there [Z] is OCaml's [int]
+    ([ExtrOcamlZInt]), which cannot carry the numerators and denominators
+    of the bounds (hundreds of bits).  Here [positive], [N] and [Z] are
+    arbitrary-precision integers, [Big_int_Z] of Zarith (GMP), through
+    Coq's own [ExtrOcamlZBigInt]: its [Extract Inductive] / [Extract
+    Constant] directives (the ring operations, comparisons, [Z.div],
+    [Z.modulo], shifts) are trusted; every other function (e.g. [Z.log2],
+    [Pos.pow]) is extracted from its definition.  [Q] is Coq's record
+    [{qnum; qden}] over those. *)
+
+From Coq Require Extraction ExtrOcamlBasic ExtrOcamlZBigInt.
+From Ojas Require Import BoundValues.
+
+Extraction "_build/bounds_spec.ml"
+  dot_bound_q chunked_sum_factor_q nat_err_q stream_beta_q stream_err_q perturbation_q
+  neg_ln_check.
