@@ -30,7 +30,7 @@ minus the memory allocated before the step: parameters, their gradients, the bat
 by ``saved_tensors_hooks``; the only memory figure on the CPU); ``loss`` of the first
 step and ``grad_rel_diff`` (|grad - grad of stored| / |grad of stored| over all
 parameters) as a sanity check. An out-of-memory mode is recorded as ``"oom"``.
-The numbers are for a later GPU session; nothing here claims a speed.
+H200 figures (the depth sweep): benchmarks/RESULTS.md, "The reversible decoder's activation memory in depth".
 """
 
 from __future__ import annotations

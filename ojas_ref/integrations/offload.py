@@ -64,8 +64,10 @@ Streams (CUDA)
 On the CPU (and other non-CUDA devices) the "host copy" is a plain synchronous copy
 (``clone`` on the CPU, ``.to("cpu")`` elsewhere), so the recomputation reads the same bits
 and the losses and gradients are bit-identical to ``checkpoint=True``: the exactness is
-that of a copy (no theorem is needed or claimed). The overlap of the copies with compute
-and the speed on a GPU are unmeasured until an H200 run (benchmarks/bench_offload.py).
+that of a copy (no theorem is needed or claimed). On an H200 (benchmarks/RESULTS.md, 1.06B
+Llama, batch 1 x 2048) it removes the 18 layer inputs from the device (0.25 GiB in fp32) at
+0.998x the tokens/s of ``checkpoint=True`` in fp32 and 0.82-1.02x in bf16 (bench_offload.py,
+5-step medians); with InBackwardOptimizer that lowers the step's peak (bench_memory.py).
 Not thread-safe: one instance serves one training loop (``optimize_model`` makes one per
 model).
 """

@@ -33,7 +33,7 @@ from torch import nn
 
 from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
 from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM
-from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM
+from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM, BACKWARD_THEOREMS as SWIGLU_THEOREMS
 
 SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
                              "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense")
@@ -169,11 +169,13 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
             :func:`ojas_ref.primitives.rms_norm.rms_norm`, the same formula and casts (a class swap:
             same parameters and ``state_dict``); plain models: no effect.
-        swiglu: compute the gate product ``silu(gate) * up`` of a Hugging Face model's gated
-            MLPs of the checked classes (Llama, Mistral, Qwen2, Qwen3, Phi-3, with a SiLU
-            activation) by :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up saved, silu
-            recomputed in backward: one [tokens, intermediate] tensor less per layer); a
-            class swap as for ``rms_norm``; plain models: no effect.
+        swiglu: compute the gate product ``act(gate) * up`` of a Hugging Face model's gated
+            MLPs of the checked classes (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3)
+            with a SiLU activation (SwiGLU) or torch's tanh-approximated gelu (GeGLU, Gemma's
+            ``gelu_pytorch_tanh``) by :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up
+            saved, the activation recomputed in backward: one [tokens, intermediate] tensor less
+            per layer); other activations are left alone with the reason; a class swap as for
+            ``rms_norm``; plain models: no effect.
         rope: compute the rotary position embedding of the checked families (Llama, Mistral,
             Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of :mod:`ojas_ref.primitives.rope` (one launch
             for q and k, forward and backward), which gives Hugging Face's values and gradients
@@ -356,7 +358,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             report.changed.append(Change(
                 "(decoder layers)", "per-layer activation checkpointing, layer inputs offloaded to pinned host "
                 "memory (non-reentrant)", (), not_covered + "; the offload is a copy (exact, no theorem); "
-                "its overlap with compute is unmeasured without a GPU run"))
+                "its cost is measured, not proved (benchmarks/RESULTS.md)"))
         else:
             report.changed.append(Change("(decoder layers)", "per-layer activation checkpointing (non-reentrant)",
                                          (), not_covered))
@@ -415,14 +417,17 @@ def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str
 
 
 def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
-    """Swap the class of every checked Hugging Face gated MLP with a SiLU activation (report the
-    other gated MLPs, e.g. Gemma's GELU ones; an MLP without a gate, as GPT-2's, is no candidate)."""
+    """Swap the class of every checked Hugging Face gated MLP with a SiLU or tanh-gelu activation
+    (report the other gated MLPs, e.g. an exact-erf gelu; an MLP without a gate, as GPT-2's, is no
+    candidate)."""
     from ojas_ref.integrations import huggingface as hf
 
     def change(name: str, module: nn.Module, cls: type) -> Change:
-        return Change(name, f"{cls.__name__}: silu(gate) * up -> ojas_ref.swiglu (gate and up saved, silu "
+        act = hf.mlp_activation(module)
+        call = "ojas_ref.swiglu" if act == "silu" else f"ojas_ref.swiglu(activation={act!r})"
+        return Change(name, f"{cls.__name__}: {act}(gate) * up -> {call} (gate and up saved, {act} "
                             "recomputed in backward; fused Triton kernel on CUDA)",
-                      (SWIGLU_THEOREM,), "the kernel's floating-point rounding")
+                      (SWIGLU_THEOREMS[act],), "the kernel's floating-point rounding")
 
     _swap_classes(model, "swiglu", enabled, family_reason, state,
                   lambda m: hf.is_gated_mlp(m) and not isinstance(m, hf._OjasSwiGLU),
