@@ -17,10 +17,12 @@
   forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.primitives.rms_norm`
   is turned (``__class__`` swap, same parameters and ``state_dict``) into a subclass that
   computes :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
-* SwiGLU: each gated MLP of a known class (:data:`SWIGLU_FORMS`) with a SiLU activation,
-  whose forward, probed once per class, is bit for bit ``down(silu(gate) * up)``, is turned
-  (``__class__`` swap) into a subclass whose gate product is :func:`ojas_ref.primitives.swiglu.swiglu`
-  (gate and up saved, silu recomputed in backward; one kernel each way on CUDA).
+* SwiGLU / GeGLU: each gated MLP of a known class (:data:`SWIGLU_FORMS`) with a SiLU activation
+  or torch's tanh-approximated gelu (Gemma's ``gelu_pytorch_tanh``; :func:`mlp_activation`),
+  whose forward, probed once per class and activation, is bit for bit ``down(act(gate) * up)``,
+  is turned (``__class__`` swap) into a subclass whose gate product is
+  :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up saved, the activation recomputed in
+  backward; one kernel each way on CUDA).
 
 No modeling code is copied: the models' own forward passes run.
 """
@@ -48,7 +50,7 @@ from ojas_ref.primitives.rope import IMPL_ENV as ROTARY_IMPL_ENV, fused_rotary, 
 from ojas_ref.primitives.swiglu import IMPL_ENV as SWIGLU_IMPL_ENV, fused_swiglu, swiglu
 
 __all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
-           "is_gated_mlp", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class", "register",
+           "is_gated_mlp", "mlp_activation", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class", "register",
            "rms_norm_unsupported_reason", "swiglu_unsupported_reason"]
 
 #: The name under which the attention function and its mask are registered.
@@ -522,26 +524,50 @@ def unpatch_rotary(module_name: str) -> None:
 
 
 # --------------------------------------------------------------------------
-# SwiGLU MLPs
+# SwiGLU / GeGLU MLPs
 # --------------------------------------------------------------------------
 
 #: (module, class name) of Hugging Face's gated-MLP classes -> their layout (read from the
 #: modeling files of transformers 5.x): "separate", ``down_proj(act_fn(gate_proj(x)) *
-#: up_proj(x))``; "fused" (Phi-3), ``gate, up = gate_up_proj(x).chunk(2, -1)`` then
-#: ``down_proj(up * activation_fn(gate))``.
+#: up_proj(x))`` (Gemma 2's and Gemma 3's too, with ``config.hidden_activation``); "fused"
+#: (Phi-3), ``gate, up = gate_up_proj(x).chunk(2, -1)`` then ``down_proj(up * activation_fn(gate))``.
 SWIGLU_FORMS: dict[tuple[str, str], str] = {
     **{(f"transformers.models.{m}.modeling_{m}", f"{c}MLP"): "separate"
-       for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"))},
+       for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
+                    ("gemma2", "Gemma2"), ("gemma3", "Gemma3"))},
     ("transformers.models.phi3.modeling_phi3", "Phi3MLP"): "fused",
 }
 
-_PROBED_MLP: dict[type, Optional[str]] = {}
+_PROBED_MLP: dict[tuple[type, str], Optional[str]] = {}
 
 
-def _probe_mlp(module: nn.Module, form: str) -> Optional[str]:
-    """Why the class of ``module`` does not compute ``down(silu(gate) * up)`` in its layout, or
-    None: a fresh instance of a small copy of its config against :func:`_swiglu_mlp_forward`,
-    bit for bit, in float32 and bfloat16, on the CPU."""
+def _act_attr(module: nn.Module) -> str:
+    """The name of a gated MLP's activation module: ``act_fn``, or Phi-3's ``activation_fn``."""
+    return "act_fn" if hasattr(module, "act_fn") else "activation_fn"
+
+
+def mlp_activation(module: nn.Module) -> Optional[str]:
+    """The :data:`ojas_ref.primitives.swiglu.ACTIVATIONS` name of a gated MLP's activation module, or
+    None: "silu" for ``nn.SiLU`` and Hugging Face's ``SiLUActivation``; "gelu_tanh" for
+    ``nn.GELU(approximate="tanh")`` and Hugging Face's ``GELUTanh`` (``gelu_pytorch_tanh``) when it
+    calls ``F.gelu(approximate="tanh")`` (not its Python formula, which rounds otherwise)."""
+    act = getattr(module, _act_attr(module), None)
+    if isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation":
+        return "silu"
+    if isinstance(act, nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else None
+    fn = getattr(act, "act", None)
+    if (type(act).__name__ == "GELUTanh" and isinstance(fn, functools.partial) and fn.func is F.gelu
+            and not fn.args and fn.keywords == {"approximate": "tanh"}):
+        return "gelu_tanh"
+    return None
+
+
+def _probe_mlp(module: nn.Module, form: str, activation: str) -> Optional[str]:
+    """Why the class of ``module`` does not compute ``down(act(gate) * up)`` in its layout with
+    ``module``'s activation, or None: a fresh instance of a small copy of its config, with a
+    copy of that activation module, against :func:`_swiglu_mlp_forward`, bit for bit, in float32
+    and bfloat16, on the CPU."""
     cls = type(module)
     config = getattr(module, "config", None)
     if config is None:
@@ -551,6 +577,7 @@ def _probe_mlp(module: nn.Module, form: str) -> Optional[str]:
     g = torch.Generator().manual_seed(0)
     try:
         probe = cls(small)
+        setattr(probe, _act_attr(module), copy.deepcopy(getattr(module, _act_attr(module))))
     except Exception as e:  # noqa: BLE001 - any failure means: not the checked class
         return f"{cls.__name__}(config) cannot be built at a small size to check its formula ({e})"
     for dtype in (torch.float32, torch.bfloat16):
@@ -558,9 +585,9 @@ def _probe_mlp(module: nn.Module, form: str) -> Optional[str]:
         with torch.no_grad():
             for p in probe.parameters():
                 p.copy_(torch.randn(p.shape, generator=g))
-            x = torch.randn(3, 16, generator=g).to(dtype)
-            if not torch.equal(probe(x), _swiglu_mlp_forward(probe, x, form, impl="reference")):
-                return (f"{cls.__name__}'s forward differs from down(silu(gate) * up) in {dtype}: "
+            x = (torch.randn(3, 16, generator=g) * 3).to(dtype)
+            if not torch.equal(probe(x), _swiglu_mlp_forward(probe, x, form, activation, impl="reference")):
+                return (f"{cls.__name__}'s forward differs from down({activation}(gate) * up) in {dtype}: "
                         "this transformers version changed it")
     return None
 
@@ -575,37 +602,48 @@ def is_gated_mlp(module: nn.Module) -> bool:
 def swiglu_unsupported_reason(module: nn.Module) -> Optional[str]:
     """Why ``module`` (a gated MLP, :func:`is_gated_mlp`) is left alone, or None."""
     cls = type(module)
-    act = getattr(module, "act_fn", None) or getattr(module, "activation_fn", None)
-    if not isinstance(act, nn.SiLU) and type(act).__name__ != "SiLUActivation":
-        return (f"activation {type(act).__name__} (the fused kernel is SwiGLU only; GeGLU has a theorem, "
-                "Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp, but no kernel)")
+    activation = mlp_activation(module)
+    if activation is None:
+        act = getattr(module, _act_attr(module), None)
+        detail = f"approximate={act.approximate!r}" if isinstance(act, nn.GELU) else None
+        detail = detail or ("its Python formula" if type(act).__name__ == "GELUTanh" else None)
+        return (f"activation {type(act).__name__}{f' ({detail})' if detail else ''}: the fused gate product "
+                "takes SiLU (SwiGLU, Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp) and torch's tanh-approximated "
+                "gelu (GeGLU, gelu_pytorch_tanh, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp) only")
     form = SWIGLU_FORMS.get((cls.__module__, cls.__name__))
     if form is None:
         return f"{cls.__module__}.{cls.__name__} is not among the checked gated-MLP classes"
-    if cls not in _PROBED_MLP:
-        _PROBED_MLP[cls] = _probe_mlp(module, form)
-    return _PROBED_MLP[cls]
+    if (cls, activation) not in _PROBED_MLP:
+        _PROBED_MLP[cls, activation] = _probe_mlp(module, form, activation)
+    return _PROBED_MLP[cls, activation]
 
 
-def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, impl: Optional[str] = None) -> Tensor:
+def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, activation: str,
+                        impl: Optional[str] = None) -> Tensor:
     if form == "separate":
         gate, up = module.gate_proj(x), module.up_proj(x)
     else:
         gate, up = module.gate_up_proj(x).chunk(2, dim=-1)
     if impl is None and plain_kernel_call(SWIGLU_IMPL_ENV, gate, up) and gate.shape == up.shape:
-        return module.down_proj(fused_swiglu(gate, up))  # what swiglu would run
-    return module.down_proj(swiglu(gate, up, impl=impl))
+        return module.down_proj(fused_swiglu(gate, up, activation))  # what swiglu would run
+    return module.down_proj(swiglu(gate, up, activation=activation, impl=impl))
 
 
 class _OjasSwiGLU:
-    """Mixin of the swapped MLP classes: ``silu(gate) * up`` by :func:`ojas_ref.primitives.swiglu.swiglu`."""
+    """Mixin of the swapped MLP classes: ``act(gate) * up`` by :func:`ojas_ref.primitives.swiglu.swiglu`."""
 
     _ojas_form: str
 
     def forward(self, x: Tensor) -> Tensor:
-        """The module's formula with the gate product fused, silu recomputed in backward
-        (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp)."""
-        return _swiglu_mlp_forward(self, x, self._ojas_form)
+        """The module's formula with the gate product fused, the activation recomputed in backward
+        (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp for silu,
+        Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp for gelu_tanh); the activation is read
+        at each call (:func:`mlp_activation`): one replaced since by another kind runs Hugging
+        Face's own forward."""
+        activation = mlp_activation(self)
+        if activation is None:
+            return super().forward(x)
+        return _swiglu_mlp_forward(self, x, self._ojas_form, activation)
 
 
 def ojas_swiglu_class(cls: type) -> type:
