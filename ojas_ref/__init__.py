@@ -9,8 +9,9 @@
   no persistent gradients (rocq/OptimizerInBackward/).
 * :func:`rms_norm` / :class:`RMSNorm`: RMSNorm with Hugging Face's casting rules, a fused
   Triton kernel on CUDA (backward: rocq/RMSNorm/Backward.v).
-* :func:`swiglu` / :class:`SwiGLU`: ``silu(gate) * up`` with gate and up saved and silu
-  recomputed in backward, a fused Triton kernel on CUDA (rocq/SwiGLU/Backward.v).
+* :func:`swiglu` / :class:`SwiGLU`: ``silu(gate) * up`` (or GeGLU's ``gelu_tanh(gate) * up``,
+  ``activation="gelu_tanh"``) with gate and up saved and the activation recomputed in backward,
+  a fused Triton kernel on CUDA (rocq/SwiGLU/Backward.v).
 * :mod:`ojas_ref.primitives.rope`: the rotary embedding (Hugging Face's rotate-half form)
   as one fused Triton kernel each way (rocq/RoPE/Backward.v); ``optimize_model`` applies it.
 * :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing

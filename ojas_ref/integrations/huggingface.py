@@ -50,7 +50,8 @@ from ojas_ref.primitives.rope import IMPL_ENV as ROTARY_IMPL_ENV, fused_rotary, 
 from ojas_ref.primitives.swiglu import IMPL_ENV as SWIGLU_IMPL_ENV, fused_swiglu, swiglu
 
 __all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport", "family_support",
-           "is_gated_mlp", "mlp_activation", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class", "register",
+           "is_gated_mlp", "mlp_activation", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class",
+           "register",
            "rms_norm_unsupported_reason", "swiglu_unsupported_reason"]
 
 #: The name under which the attention function and its mask are registered.
