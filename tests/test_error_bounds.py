@@ -139,15 +139,20 @@ def test_bound_is_useful_for_float32() -> None:
     assert e < 1e-2
 
 
+def stream_err_mp(n: int, u: float, ue: float) -> tuple[mpmath.mpf, mpmath.mpf]:
+    """(stream_beta, stream_err) of StreamError.v, with mpmath at 50 digits."""
+    with mpmath.workdps(50):
+        u_, ue_ = mpmath.mpf(u), mpmath.mpf(ue)
+        k = (1 + u_) ** (2 * n) * (1 + ue_) ** n
+        beta = (k - 1) + n * u_ / ((1 - u_) * mpmath.e) * k
+        return beta, (2 * beta + u_ * (1 + beta)) / (1 - beta)
+
+
 def test_online_softmax_formula() -> None:
     """The Python formula is stream_err of StreamError.v (evaluated here with mpmath)."""
     for n, u, ue in [(1, 2.0**-24, 2.0**-21), (4096, 2.0**-24, 2.0**-23), (100, 2.0**-11, 2.0**-11),
                      (10**6, 2.0**-53, 2.0**-50)]:
-        with mpmath.workdps(50):
-            u_, ue_ = mpmath.mpf(u), mpmath.mpf(ue)
-            k = (1 + u_) ** (2 * n) * (1 + ue_) ** n
-            beta = (k - 1) + n * u_ / ((1 - u_) * mpmath.e) * k
-            expected = (2 * beta + u_ * (1 + beta)) / (1 - beta)
+        _, expected = stream_err_mp(n, u, ue)
         got = online_softmax_error_bound(n, u, ue)
         assert got >= expected
         assert got == pytest.approx(float(expected), rel=1e-10)
@@ -330,11 +335,7 @@ def test_oracle_stream_err_matches_hand_formula(u: float, ue: float) -> None:
             with pytest.raises(ValueError):
                 online_softmax_error_bound(n, u, ue)
             continue
-        with mpmath.workdps(50):
-            u_, ue_ = mpmath.mpf(u), mpmath.mpf(ue)
-            k = (1 + u_) ** (2 * n) * (1 + ue_) ** n
-            beta = (k - 1) + n * u_ / ((1 - u_) * mpmath.e) * k
-            expected = (2 * beta + u_ * (1 + beta)) / (1 - beta)
+        beta, expected = stream_err_mp(n, u, ue)
         got = online_softmax_error_bound(n, u, ue)
         assert got == eb._float_up(q) >= expected
         assert got == pytest.approx(float(expected), rel=4 * 2.0**-53)

@@ -441,7 +441,8 @@ def linear_cross_entropy_reduction_error_bound(
     over token chunks, applied to losses known within B_i. "mean": that, then the
     rounded division by the kept count K (computed as a sum of ones and zeros, within
     g K): ``div_err`` of ``Ojas.CrossEntropy.LossError`` (``rnd_div_err``). This
-    composition is done here, by hand: it is not a Coq theorem about ``ce_forward``.
+    composition is done here, by hand: it is not a Coq theorem about ``ce_forward``;
+    only ``g`` comes from the oracle (``chunked_sum_factor_q``).
     """
     u = unit_roundoff
     g = chunked_sum_error_factor(n_tokens, u)
