@@ -11,7 +11,7 @@
     - [swiglu_backward_eq_vjp]: [da = dh * d h / d a] and
       [db = dh * d h / d b] (and [db = dh * a * s]);
     - [geglu_tanh_backward_eq_vjp]: the same for [h = gelu a * b] with
-      the tanh approximation of gelu (no kernel for it yet).
+      the tanh approximation of gelu (kernels/swiglu.py with activation "gelu_tanh").
 
     [exp] is the standard library's real exponential (a definition, by
     its power series).  The map is elementwise, so its Jacobian is
@@ -111,8 +111,9 @@ Qed.
     [T = tanh (k * (a + c a^3))] and
     [gelu' a = 1/2 (1 + T) + 1/2 a (1 - T^2) k (1 + 3 c a^2)]
     (the form of torch's tanh-gelu backward).  [tanh] is the standard
-    library's [sinh / cosh].  No GeGLU kernel exists in [kernels/] yet:
-    this is the specification one would be checked against. *)
+    library's [sinh / cosh].  The kernel (kernels/swiglu.py, activation
+    "gelu_tanh") and the reference (ojas_ref/primitives/swiglu.py) run this
+    backward; no theorem covers their rounding. *)
 
 Definition gelu_c : R := 0.044715.
 Definition gelu_k : R := sqrt (2 / PI).
