@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ojas_ref.integrations.block_coordinate import BlockCoordinateOptimizer, decoder_layer_blocks
-from test_optimizer_in_backward import assert_same, batch, make_model
+from test_optimizer_in_backward import CLIP, assert_same, batch, make_model
 
 KW = dict(lr=1e-2, betas=(0.8, 0.95), weight_decay=0.1)
 ORDERS = {"ascending": [0, 1, 2, 0], "descending": [2, 1, 0, 2], "random": None}
@@ -48,19 +48,21 @@ def train(model: nn.Module, opt: BlockCoordinateOptimizer, steps: range, sched=N
 
 
 def block_run(n: int, fused: bool, steps: int, *, switch_every: int = 2, order: str = "ascending",
-              model: Optional[nn.Module] = None, **kw) -> tuple[nn.Module, BlockCoordinateOptimizer]:
+              model: Optional[nn.Module] = None, **options) -> tuple[nn.Module, BlockCoordinateOptimizer]:
+    """Train with ``n`` blocks of TinyLM; ``options`` are passed to the optimizer (InBackwardOptimizer's
+    ``max_grad_norm``, ...)."""
     model = make_model() if model is None else model
     opt = BlockCoordinateOptimizer(split(model, n), switch_every=switch_every, order=order,
-                                   fused_into_backward=fused, **KW)
-    train(model, opt, range(steps), **kw)
+                                   fused_into_backward=fused, **KW, **options)
+    train(model, opt, range(steps))
     return model, opt
 
 
-def reference(periods: list[int], steps: int, switch_every: int,
+def reference(periods: list[int], steps: int, switch_every: int, n: int = 3,
               lam: Callable[[int], float] = lambda t: 1.0) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """BAdam by hand: at each period freeze all but its block and build a fresh AdamW on it."""
+    """BAdam by hand: at each period freeze all but its block (of ``n``) and build a fresh AdamW on it."""
     model = make_model()
-    blocks = split(model, 3)
+    blocks = split(model, n)
     for step in range(steps):
         if step % switch_every == 0:
             active = blocks[periods[step // switch_every]]
@@ -75,15 +77,18 @@ def reference(periods: list[int], steps: int, switch_every: int,
     return model, opt
 
 
-@FUSED
-def test_one_block_is_the_standard_loop(fused: bool) -> None:
+@pytest.mark.parametrize("fused,clip", [(False, None), (True, None), (True, CLIP)],
+                         ids=["plain", "fused", "fused_clip"])
+def test_one_block_is_the_standard_loop(fused: bool, clip: Optional[float]) -> None:
     model_s = make_model()
     opt_s = torch.optim.AdamW(model_s.parameters(), **KW)
     for step in range(4):
         model_s(*batch(step, 0)).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model_s.parameters(), clip)
         opt_s.step()
         opt_s.zero_grad()
-    model_b, opt_b = block_run(1, fused, 4, switch_every=10**9)
+    model_b, opt_b = block_run(1, fused, 4, switch_every=10**9, **({} if clip is None else dict(max_grad_norm=clip)))
     assert_same(model_s, opt_s, model_b, opt_b)
     assert all(p.requires_grad for p in model_b.parameters())
 
@@ -122,6 +127,13 @@ def test_equals_the_badam_reference(order: str, fused: bool) -> None:
 
 
 @FUSED
+def test_switch_to_the_same_block_restarts_its_state(fused: bool) -> None:
+    model, opt = block_run(1, fused, 5)
+    model_r, opt_r = reference([0, 0, 0], 5, 2, n=1)
+    assert_same(model_r, opt_r, model, opt)
+
+
+@FUSED
 def test_scheduler_runs_across_switches(fused: bool) -> None:
     def lam(t: int) -> float:
         return 0.8 ** t
@@ -129,7 +141,7 @@ def test_scheduler_runs_across_switches(fused: bool) -> None:
     model = make_model()
     opt = BlockCoordinateOptimizer(split(model, 3), switch_every=2, fused_into_backward=fused, **KW)
     train(model, opt, range(8), sched=torch.optim.lr_scheduler.LambdaLR(opt, lam))
-    model_r, opt_r = reference(ORDERS["ascending"], 8, 2, lam)
+    model_r, opt_r = reference(ORDERS["ascending"], 8, 2, lam=lam)
     assert opt.param_groups[0]["lr"] == KW["lr"] * lam(8)
     for a, b in zip(model.parameters(), model_r.parameters()):
         assert torch.equal(a, b)

@@ -23,7 +23,7 @@ The activations are not reduced in general: the layers before the active block s
 with the first block active the activation memory is that of full training.
 
 A GPU benchmark should measure the peak memory of a training step (``torch.cuda.max_memory_allocated``)
-on the 1.06B Llama of ``benchmarks/``, block-coordinate with one decoder layer per block against
+on the 1.06B Llama of ``benchmarks/bench_memory.py``, block-coordinate with one decoder layer per block against
 :class:`ojas_ref.InBackwardOptimizer` over the whole model, both with AdamW and the same
 activation checkpointing, and the loss after a fixed number of tokens (the price of training one
 block at a time). The peer figure: BAdam's paper trains Llama-3-8B on one 24 GB RTX 3090.
@@ -68,7 +68,8 @@ class BlockCoordinateOptimizer(torch.optim.Optimizer):
     A parameter the user froze (``requires_grad=False`` at construction) is never unfrozen: it
     stays frozen in its block, and a block of frozen parameters only raises. The switch runs at
     the end of the ``step()`` that completes a block's ``switch_every`` steps; it drops that
-    block's gradients (``.grad = None``) and its optimizer state.
+    block's gradients (``.grad = None``) and its optimizer state, also when the next block is the
+    same one (a single block, or a random pass that starts with the block the last one ended on).
 
     Learning-rate schedulers see :attr:`param_groups`: one group, the active block's. At each
     switch the new group takes over every hyper-parameter of the old one (``lr`` as the scheduler
@@ -171,7 +172,7 @@ class BlockCoordinateOptimizer(torch.optim.Optimizer):
         """The active optimizer's step; after the last step of a block, switch to the next one."""
         loss = self._inner.step(closure)
         self._steps += 1
-        if self._steps % self.switch_every == 0 and len(self.blocks) > 1:
+        if self._steps % self.switch_every == 0:
             hyper = {k: v for k, v in self.param_groups[0].items() if k != "params"}
             self._activate(hyper)
             self._adopt_inner()
