@@ -416,3 +416,27 @@ def test_oracle_error_bounds_protocol() -> None:
     assert err({"bound": "gamma", "u": "1/2", "n": 1, "ue": "0"}).startswith("queries[0].ue:")
     assert err({"bound": "nope"}).startswith("queries[0].bound:")
     assert oracle_request({"op": "error_bounds", "queries": []}) == {"values": []}
+
+
+def test_reversible_reconstruction_error_bound_recurrence():
+    """apost_bound of Ojas.Reversible.APosteriori: E_N = e0, E_i = (1+LF_i)(1+LG_i) E_(i+1) + e_i,
+    by hand on three layers; rounded up (never below the exact rational); errors."""
+    from fractions import Fraction
+
+    from ojas_ref.verification.error_bounds import reversible_reconstruction_error_bound as bound
+
+    assert bound([1.0, 1.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == [3.0, 2.0, 1.0]
+    assert bound([0.5, 0.25], [1.0, 0.0], [1.0, 3.0], output_error=1.0) == [4 * (4 * 1 + 0.25) + 0.5, 4.25]
+    assert bound([], [], []) == []
+    e, lf, lg = [0.1, 0.2, 0.3], [0.1, 0.3, 0.7], [0.2, 0.4, 0.6]
+    exact = Fraction(0)
+    for err, f, g in zip(reversed(e), reversed(lf), reversed(lg)):
+        exact = (1 + Fraction(f)) * (1 + Fraction(g)) * exact + Fraction(err)
+    got = bound(e, lf, lg)[0]
+    assert Fraction(got) >= exact and got == pytest.approx(float(exact), rel=1e-15)
+    with pytest.raises(ValueError):
+        bound([1.0], [0.0, 0.0], [0.0])
+    with pytest.raises(ValueError):
+        bound([-1.0], [0.0], [0.0])
+    with pytest.raises(ValueError):
+        bound([math.inf], [0.0], [0.0])

@@ -58,8 +58,15 @@ vec_stack_recon_error`` (``vec_stack_recon_error_flx`` for round-to-nearest
 binary32/64) bounds the error of each block's reconstructed input by the recurrence
 e_l = K e_(l+1) + delta_l, K = (1 + u)^2 (1 + LF) (1 + LG), for f, g that are
 LF-, LG-Lipschitz up to dF, dG (``ojas_ref.verification.reversible_check.reconstruction_bounds``
-evaluates it). ``check_reconstruction=True`` measures the error; exact mode removes
-it.
+evaluates it). That worst case grows like ((1 + LF)(1 + LG))^N; the a-posteriori
+``Ojas.Reversible.APosteriori.vec_stack_recon_error_apost`` bounds the same error by
+E_l = (1 + LF_l)(1 + LG_l) E_(l+1) + e_l with per-block constants measured on the run
+(LF_l, LG_l only at the points visited; e_l = the step's distance to the exact inverse
+plus the forward's defect) and no rounding assumption
+(``ojas_ref.verification.error_bounds.reversible_reconstruction_error_bound``;
+tests/test_reversible.py measures the inputs in float32 against float64). Neither
+theorem bounds the resulting gradient error. ``check_reconstruction=True`` measures
+the error; exact mode removes it.
 """
 
 from __future__ import annotations
@@ -403,6 +410,11 @@ class _BlockFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_link):
+        """Reconstruct the block's input from its output (the half-updates in reverse) and
+        back-propagate through the recomputation. Float error of the reconstruction:
+        Ojas.Reversible.FloatError.vec_stack_recon_error (a priori) and
+        Ojas.Reversible.APosteriori.vec_stack_recon_error_apost (from measured per-block
+        constants); the gradient error it causes is not bounded by either."""
         tape, stack = ctx.tape, ctx.tape.stack
         grads: list[Optional[Tensor]] = [None] * len(ctx.param_pos)
         rng_devices = ctx.rng[0].devices if ctx.rng else []
@@ -475,7 +487,10 @@ class ReversibleSequence(nn.Module):
     (Ojas.Reversible.Stack.stack_inverse_forward), and backward through reconstructed
     inputs gives the gradients of stored-activation backprop
     (Ojas.Reversible.Gradient.backprop_reversible_correct); float drift is bounded by
-    Ojas.Reversible.FloatError.vec_stack_recon_error.
+    Ojas.Reversible.FloatError.vec_stack_recon_error (a priori, worst case) and, from
+    measured per-block constants and local errors, by
+    Ojas.Reversible.APosteriori.vec_stack_recon_error_apost (the reconstructed inputs
+    only: the gradient error they cause is not bounded).
 
     The functions must be deterministic given the RNG state and must not modify their
     input in place. With ``preserve_rng_state`` (default), the CPU RNG state and that of
