@@ -304,6 +304,18 @@ Definition coupling_apost_ok (rnd : R -> R) (n : nat) (l : coupling_layer (list 
     (a x : list R * list R) : Prop :=
   exists F G LF LG, coupling_apost_hyp rnd n F G LF LG l c a x.
 
+Lemma coupling_apost_ok_step : forall rnd n l c a x E, coupling_apost_ok rnd n l c a x -> 0 <= E ->
+  vclose2 n E a (layer_forward (list_group (rnd_group rnd)) l x) ->
+  vclose2 n (lc_K c * E + (lc_r c + lc_d c)) (layer_inverse (list_group (rnd_group rnd)) l a) x.
+Proof. intros rnd n l c a x E (F & G & LF & LG & H); eapply coupling_step_apost; eauto. Qed.
+
+Lemma coupling_apost_ok_nonneg : forall rnd n l c a x, coupling_apost_ok rnd n l c a x ->
+  0 <= lc_K c /\ 0 <= lc_r c /\ 0 <= lc_d c.
+Proof.
+  intros rnd n l c a x (F & G & LF & LG & (HLF & HLG & HK & Hr & Hd & _)).
+  rewrite HK; repeat split; auto; apply Rmult_le_pos; lra.
+Qed.
+
 (** A stack of floating-point coupling layers on vectors of length [n]
     ([stack_forward] / [stack_inverse] of [list_group (rnd_group rnd)],
     the code's algorithm, any rounding [rnd]), with measured constants
@@ -323,10 +335,8 @@ Proof.
   intros rnd n ls cs x a e0 Hok He Ha.
   apply (apost_recon_error (layer_forward (list_group (rnd_group rnd)))
            (layer_inverse (list_group (rnd_group rnd))) (vclose2 n) (coupling_apost_ok rnd n)); auto.
-  - intros l c a' x' E (F & G & LF & LG & H) HE Ha'.
-    eapply coupling_step_apost; eauto.
-  - intros l c a' x' (F & G & LF & LG & (HLF & HLG & HK & Hr & Hd & _)).
-    rewrite HK; repeat split; auto; apply Rmult_le_pos; lra.
+  - exact (coupling_apost_ok_step rnd n).
+  - exact (coupling_apost_ok_nonneg rnd n).
 Qed.
 
 (** The same, with all prefix products of the measured [K_k] at most [P]:
@@ -343,9 +353,7 @@ Proof.
   intros rnd n ls cs x a e0 P Hok He HP Ha.
   apply (apost_recon_error_small_products (layer_forward (list_group (rnd_group rnd)))
            (layer_inverse (list_group (rnd_group rnd))) (vclose2 n) (coupling_apost_ok rnd n)); auto.
-  - intros l c a' x' E (F & G & LF & LG & H) HE Ha'.
-    eapply coupling_step_apost; eauto.
-  - intros l c a' x' (F & G & LF & LG & (HLF & HLG & HK & Hr & Hd & _)).
-    rewrite HK; repeat split; auto; apply Rmult_le_pos; lra.
+  - exact (coupling_apost_ok_step rnd n).
+  - exact (coupling_apost_ok_nonneg rnd n).
   - intros; eapply vclose2_mono; eauto.
 Qed.
