@@ -658,7 +658,7 @@ def test_reconstruction_within_a_posteriori_bound():
     The factors asserted are regressions of what this seed gives (observed: error
     9.5e-7, bound 3.4e-5 (x36), sum of local errors 7.6e-6 (bound x4.5), bound with the
     global constants 0.39, K^32 = 1.25e7, sum_j e_j K^j = 6.2 (x1.8e5)). Reconstruction
-    only: the gradient error is not bounded here."""
+    only: the gradient bound (vec_stack_grad_error_apost) is not evaluated here."""
     depth, d = 32, 4
     blocks = make_blocks(0, depth, d, kinds="a", w1=0.3, w2=0.3, dtype=F32)
     exact = [copy.deepcopy(b).to(F64) for b in blocks]

@@ -64,8 +64,10 @@ E_l = (1 + LF_l)(1 + LG_l) E_(l+1) + e_l with per-block constants measured on th
 (LF_l, LG_l only at the points visited; e_l = the step's distance to the exact inverse
 plus the forward's defect) and no rounding assumption
 (``ojas_ref.verification.error_bounds.reversible_reconstruction_error_bound``;
-tests/test_reversible.py measures the inputs in float32 against float64). Neither
-theorem bounds the resulting gradient error. ``check_reconstruction=True`` measures
+tests/test_reversible.py measures the inputs in float32 against float64). The
+resulting gradient error is bounded only by the a-posteriori
+``vec_stack_grad_error_apost``, from measured constants of each block's backward
+that nothing in the package computes. ``check_reconstruction=True`` measures
 the error; exact mode removes it.
 """
 
@@ -414,7 +416,8 @@ class _BlockFunction(torch.autograd.Function):
         back-propagate through the recomputation. Float error of the reconstruction:
         Ojas.Reversible.FloatError.vec_stack_recon_error (a priori) and
         Ojas.Reversible.APosteriori.vec_stack_recon_error_apost (from measured per-block
-        constants); the gradient error it causes is not bounded by either."""
+        constants); the gradient error it causes: vec_stack_grad_error_apost of the same
+        file, given measured constants of each block's backward (not evaluated here)."""
         tape, stack = ctx.tape, ctx.tape.stack
         grads: list[Optional[Tensor]] = [None] * len(ctx.param_pos)
         rng_devices = ctx.rng[0].devices if ctx.rng else []
@@ -489,8 +492,9 @@ class ReversibleSequence(nn.Module):
     (Ojas.Reversible.Gradient.backprop_reversible_correct); float drift is bounded by
     Ojas.Reversible.FloatError.vec_stack_recon_error (a priori, worst case) and, from
     measured per-block constants and local errors, by
-    Ojas.Reversible.APosteriori.vec_stack_recon_error_apost (the reconstructed inputs
-    only: the gradient error they cause is not bounded).
+    Ojas.Reversible.APosteriori.vec_stack_recon_error_apost; the gradient error they
+    cause by Ojas.Reversible.APosteriori.vec_stack_grad_error_apost, given measured
+    constants of each block's backward (not computed or evaluated here).
 
     The functions must be deterministic given the RNG state and must not modify their
     input in place. With ``preserve_rng_state`` (default), the CPU RNG state and that of

@@ -489,8 +489,9 @@ def reversible_reconstruction_error_bound(
     term and the constants are per layer. Not covered: that the measured ``e_i`` and
     constants are correct (a test measures them against a higher-precision reference,
     which stands in for exact arithmetic), and the gradient error that the reconstruction
-    error causes (the gradients are the ordinary ones at the reconstructed activations,
-    ``Ojas.Reversible.Gradient``). Hand formula (no oracle query): evaluated exactly in
+    error causes: ``Ojas.Reversible.APosteriori.vec_stack_grad_error_apost`` bounds it
+    given measured constants of each block's backward, which nothing here computes or
+    evaluates. Hand formula (no oracle query): evaluated exactly in
     rationals from the floats given and rounded up (:func:`_float_up`). Raises
     ``ValueError`` on lists of different lengths or a negative or non-finite input.
     """

@@ -1,4 +1,4 @@
-(** * A-posteriori reconstruction error of reversible coupling stacks.
+(** * A-posteriori reconstruction and gradient error of reversible coupling stacks.
 
     [FloatError.v] bounds the reconstruction error a priori, with one
     Lipschitz pair [(LF, LG)] for all layers and worst-case rounding
@@ -41,15 +41,28 @@
     [stack_inverse] of [list_group (rnd_group rnd)].  Nothing about [rnd]
     is assumed: all rounding is in the measured [r_i], [d_i].
 
-    Covered: the reconstruction error.  Not covered: the resulting
-    gradient error (the gradients are the ordinary ones at the
-    reconstructed activations, [Gradient.v]; how far they move with the
-    activations needs Lipschitz constants of the backward maps, not done
-    here); soundness of a test's measurement of [r_i], [d_i], [LF_i],
-    [LG_i] (a float64 reference stands in for exact arithmetic there). *)
+    The resulting gradient error ([apost_grad_error], generic;
+    [vec_stack_grad_error_apost] for the coupling stack): reversible
+    backprop ([backprop_reversible] of [Gradient.v]: the local backward
+    [vjp] at the reconstructed input) against ordinary backprop from the
+    stored activations ([backprop_stored]), from an output cotangent
+    within [g0].  With measured backward constants per layer ([gc_J],
+    [gc_M]: the input gradient of layer [i] moves by at most
+    [J_i G + M_i E] when the incoming cotangent moves by [G] and the
+    input by [E], only at the stored point and within the bounds the run
+    reaches: [vjp_hyp]; [gc_JP], [gc_MP] likewise for the parameter
+    gradient), the input gradient is within [grad_bound]
+    ([G_i = J_i G_(i+1) + M_i E_i], [E_i] the reconstruction bound of
+    layer [i]) and the parameter gradients within [param_bounds].
+
+    Not covered: how to obtain [J_i], [M_i] for a given block (for a
+    tanh MLP they depend on the cotangent's size; nothing here computes
+    them, and the Python side evaluates the reconstruction bound only);
+    soundness of a test's measurement of [r_i], [d_i], [LF_i], [LG_i]
+    (a float64 reference stands in for exact arithmetic there). *)
 
 From Coq Require Import List Reals Lra Lia.
-From Ojas Require Import Reversible.Coupling Reversible.Stack Reversible.FloatError.
+From Ojas Require Import Reversible.Coupling Reversible.Stack Reversible.Gradient Reversible.FloatError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -356,4 +369,145 @@ Proof.
   - exact (coupling_apost_ok_step rnd n).
   - exact (coupling_apost_ok_nonneg rnd n).
   - intros; eapply vclose2_mono; eauto.
+Qed.
+(** ** The resulting gradient error (generic) *)
+
+(** Measured constants of one layer's backward [vjp l x dy = (dx, dp)]
+    at its stored point: [dx] moves by at most [gc_J G + gc_M E] and
+    [dp] by at most [gc_JP G + gc_MP E] when the input moves by [E] and
+    the incoming cotangent by [G]. *)
+Record grad_consts : Type := mk_gconsts { gc_J : R; gc_M : R; gc_JP : R; gc_MP : R }.
+
+Section GradientAPosteriori.
+Context {S D P L : Type} (apply invert : L -> S -> S) (vjp : L -> S -> D -> D * P).
+Variables (closeS : R -> S -> S -> Prop) (closeD : R -> D -> D -> Prop) (closeP : R -> P -> P -> Prop).
+Variable layer_hyp : L -> layer_consts -> S -> S -> Prop.
+Hypothesis layer_step : forall l c a x E, layer_hyp l c a x -> 0 <= E ->
+  closeS E a (apply l x) -> closeS (lc_K c * E + (lc_r c + lc_d c)) (invert l a) x.
+Hypothesis layer_consts_nonneg : forall l c a x, layer_hyp l c a x ->
+  0 <= lc_K c /\ 0 <= lc_r c /\ 0 <= lc_d c.
+
+(** The backward of layer [l] at stored input [x] and stored incoming
+    cotangent [d], for inputs within [E] and cotangents within [G]. *)
+Definition vjp_hyp (l : L) (q : grad_consts) (x : S) (d : D) (E G : R) : Prop :=
+  forall a d', closeS E a x -> closeD G d' d ->
+  closeD (gc_J q * G + gc_M q * E) (fst (vjp l a d')) (fst (vjp l x d)) /\
+  closeP (gc_JP q * G + gc_MP q * E) (snd (vjp l a d')) (snd (vjp l x d)).
+
+(** Bound on the input-gradient error: [G_i = J_i G_(i+1) + M_i E_i],
+    [E_i = apost_bound] at layer [i], [G_N = g0]. *)
+Fixpoint grad_bound (cs : list layer_consts) (qs : list grad_consts) (e0 g0 : R) : R :=
+  match cs, qs with
+  | c :: cs', q :: qs' => gc_J q * grad_bound cs' qs' e0 g0 + gc_M q * apost_bound (c :: cs') e0
+  | _, _ => g0
+  end.
+
+(** Bounds on the parameter-gradient errors, in layer order. *)
+Fixpoint param_bounds (cs : list layer_consts) (qs : list grad_consts) (e0 g0 : R) : list R :=
+  match cs, qs with
+  | c :: cs', q :: qs' =>
+      (gc_JP q * grad_bound cs' qs' e0 g0 + gc_MP q * apost_bound (c :: cs') e0) :: param_bounds cs' qs' e0 g0
+  | _, _ => []
+  end.
+
+(** [ps] and [ps'] are within the bounds [bs], entry by entry. *)
+Fixpoint close_list (bs : list R) (ps ps' : list P) : Prop :=
+  match bs, ps, ps' with
+  | [], [], [] => True
+  | b :: bs', p :: ps1, p' :: ps1' => closeP b p p' /\ close_list bs' ps1 ps1'
+  | _, _, _ => False
+  end.
+
+(** The per-layer hypotheses along the run (stored input [x], stored
+    output cotangent [dy]). *)
+Fixpoint grad_ok (ls : list L) (cs : list layer_consts) (qs : list grad_consts)
+    (x a : S) (dy : D) (e0 g0 : R) : Prop :=
+  match ls, cs, qs with
+  | [], [], [] => True
+  | l :: ls', c :: cs', q :: qs' =>
+      layer_hyp l c (run_inverse invert ls' a) x /\
+      vjp_hyp l q x (fst (backprop_stored vjp ls' (fst (forward_acts apply ls' (apply l x))) dy))
+        (apost_bound (c :: cs') e0) (grad_bound cs' qs' e0 g0) /\
+      grad_ok ls' cs' qs' (apply l x) a dy e0 g0
+  | _, _, _ => False
+  end.
+
+Lemma grad_ok_apost_ok : forall ls cs qs x a dy e0 g0, grad_ok ls cs qs x a dy e0 g0 ->
+  apost_ok apply invert layer_hyp ls cs x a.
+Proof.
+  induction ls as [|l ls IH]; intros [|c cs] [|q qs] x a dy e0 g0 Hok; simpl in *; try tauto.
+  destruct Hok as (Hl & _ & Hok); split; eauto.
+Qed.
+
+Lemma backprop_reversible_state : forall ls a dy,
+  fst (fst (backprop_reversible invert vjp ls a dy)) = run_inverse invert ls a.
+Proof.
+  intros ls a dy; unfold backprop_reversible, run_inverse.
+  generalize (@nil P); revert a dy.
+  induction (rev ls) as [|l rs IH]; intros a dy gs; simpl; auto.
+  destruct (vjp l (invert l a) dy); apply IH.
+Qed.
+
+(** Reversible backprop from an output within [e0] of the stored one
+    and an output cotangent within [g0]: the reconstructed input is
+    within [apost_bound], the input gradient within [grad_bound] and the
+    parameter gradients within [param_bounds] of ordinary backprop's. *)
+Theorem apost_grad_error : forall ls cs qs x a dy dy' e0 g0,
+  grad_ok ls cs qs x a dy e0 g0 -> 0 <= e0 ->
+  closeS e0 a (snd (forward_acts apply ls x)) -> closeD g0 dy' dy ->
+  let '(x', dx', gs') := backprop_reversible invert vjp ls a dy' in
+  let '(dx, gs) := backprop_stored vjp ls (fst (forward_acts apply ls x)) dy in
+  closeS (apost_bound cs e0) x' x /\ closeD (grad_bound cs qs e0 g0) dx' dx /\
+  close_list (param_bounds cs qs e0 g0) gs' gs.
+Proof.
+  induction ls as [|l ls IH]; intros [|c cs] [|q qs] x a dy dy' e0 g0 Hok He Ha Hd;
+    simpl in Hok; try tauto.
+  - simpl in *; auto.
+  - destruct Hok as (Hl & Hv & Hok).
+    specialize (IH cs qs (apply l x) a dy dy' e0 g0 Hok He).
+    simpl forward_acts in Ha |- *.
+    destruct (forward_acts apply ls (apply l x)) as [acts y] eqn:Eacts.
+    simpl in Ha; specialize (IH Ha Hd).
+    pose proof (backprop_reversible_state ls a dy') as Hst.
+    unfold backprop_reversible, backprop_stored in *; simpl rev; simpl combine.
+    rewrite !fold_left_app.
+    destruct (fold_left (reversible_step invert vjp) (rev ls) (a, dy', [])) as [[x'' dx''] gs''].
+    change (fst (acts, y)) with acts in *.
+    destruct (fold_left (stored_step vjp) (rev (combine ls acts)) (dy, [])) as [dx0 gs0].
+    destruct IH as (IHx & IHd & IHp).
+    simpl in Hst |- *.
+    assert (HE : closeS (apost_bound (c :: cs) e0) (invert l x'') x).
+    { simpl; rewrite Hst; apply layer_step; auto.
+      - eapply (apost_bound_nonneg apply invert layer_hyp layer_consts_nonneg); eauto.
+        eapply grad_ok_apost_ok; eauto.
+      - rewrite <- Hst; exact IHx. }
+    destruct (Hv (invert l x'') dx'') as [Vd Vp]; [exact HE | exact IHd |].
+    revert Vd Vp; simpl.
+    destruct (vjp l (invert l x'') dx''); destruct (vjp l x dx0); simpl; intros; repeat split; auto.
+Qed.
+
+End GradientAPosteriori.
+
+(** The instance: reversible backprop through the floating-point coupling
+    stack of [vec_stack_recon_error_apost] (any local backward [vjp],
+    e.g. autograd of the layer's code), against ordinary backprop from
+    the stored activations, with measured backward constants [qs]. *)
+Corollary vec_stack_grad_error_apost : forall {D P : Type} rnd n
+    (vjp : coupling_layer (list R) -> list R * list R -> D -> D * P)
+    (closeD : R -> D -> D -> Prop) (closeP : R -> P -> P -> Prop) ls cs qs x a dy dy' e0 g0,
+  let vg := list_group (rnd_group rnd) in
+  grad_ok (layer_forward vg) (layer_inverse vg) vjp (vclose2 n) closeD closeP (coupling_apost_ok rnd n)
+    ls cs qs x a dy e0 g0 -> 0 <= e0 ->
+  vclose2 n e0 a (stack_forward vg ls x) -> closeD g0 dy' dy ->
+  let '(x', dx', gs') := backprop_reversible (layer_inverse vg) vjp ls a dy' in
+  let '(dx, gs) := backprop_stored vjp ls (fst (forward_acts (layer_forward vg) ls x)) dy in
+  vclose2 n (apost_bound cs e0) x' x /\ closeD (grad_bound cs qs e0 g0) dx' dx /\
+  close_list closeP (param_bounds cs qs e0 g0) gs' gs.
+Proof.
+  intros D P rnd n vjp closeD closeP ls cs qs x a dy dy' e0 g0 vg Hok He Ha Hd.
+  apply (apost_grad_error (layer_forward vg) (layer_inverse vg) vjp (vclose2 n) closeD closeP
+           (coupling_apost_ok rnd n)); auto.
+  - exact (coupling_apost_ok_step rnd n).
+  - exact (coupling_apost_ok_nonneg rnd n).
+  - rewrite forward_acts_run; exact Ha.
 Qed.
