@@ -125,8 +125,9 @@ def run(name: str, *, fused: bool, steps: int = 3, k: int = 1, clip: Optional[fl
 
 
 def same_value(a: Any, b: Any) -> bool:
+    """Equal bits and dtype (on any devices: host-held optimizer state against device state)."""
     if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())
     return a == b
 
 

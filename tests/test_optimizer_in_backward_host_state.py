@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from test_optimizer_in_backward import assert_same, count_bucket_steps
 
 OPTIMIZERS = {
     "sgd_momentum": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
@@ -79,29 +80,6 @@ def train(model: nn.Module, opt: InBackwardOptimizer, steps: range, *, k: int = 
     return losses
 
 
-def count_buckets(opt: InBackwardOptimizer) -> list[int]:
-    calls = [0]
-    for bucket_opt in opt._group_opts:
-        bucket_opt.register_step_post_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    return calls
-
-
-def assert_same(model_a: nn.Module, opt_a, model_b: nn.Module, opt_b) -> None:
-    for (name, a), b in zip(model_a.named_parameters(), model_b.parameters()):
-        assert torch.equal(a, b), f"parameter {name} differs"
-    sa, sb = opt_a.state_dict(), opt_b.state_dict()
-    assert sa["param_groups"] == sb["param_groups"]
-    assert sa["state"].keys() == sb["state"].keys()
-    for i, state in sa["state"].items():
-        assert state.keys() == sb["state"][i].keys()
-        for key, value in state.items():
-            other = sb["state"][i][key]
-            if isinstance(value, torch.Tensor):
-                assert value.dtype == other.dtype and torch.equal(value.cpu(), other.cpu()), (i, key)
-            else:
-                assert value == other, (i, key)
-
-
 def streamed_tensors(opt: InBackwardOptimizer) -> list[tuple[Any, torch.Tensor]]:
     return [(k, v) for p, s in opt.state.items() for k, v in s.items() if opt._streamed(p, k, v)]
 
@@ -131,7 +109,7 @@ def test_host_state_is_bitwise_device_state(name: str, variant: str) -> None:
     for state_device in (None, "cpu"):
         model = make_model()
         opt = make_opt(model, name, state_device, k=k, clip=clip)
-        calls = count_buckets(opt)
+        calls = count_bucket_steps(opt)
         losses = train(model, opt, range(4), k=k, check=check_on_host if state_device else None)
         runs.append((model, opt, losses, calls[0]))
     (model_a, opt_a, losses_a, calls_a), (model_b, opt_b, losses_b, calls_b) = runs
