@@ -76,7 +76,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimize_model import (  # noqa: E402
-    Runner, allocate_workspaces, build, measure_and_time, measure_peak, release, time_interleaved, timing)
+    Runner, allocate_workspaces, build, environment, measure_and_time, measure_peak, release, time_interleaved,
+    timing)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
@@ -449,16 +450,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
                 print(json.dumps(r), flush=True)
             rows += new_rows
             skipped += new_skipped
-    env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
-    try:
-        import transformers
-
-        env["transformers"] = transformers.__version__
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
-        pass
+    env = environment(device)
     result = dict(env=env, config=vars(c), results=rows, skipped=skipped, largest=searches)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))

@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimize_model import (  # noqa: E402
-    allocate_workspaces, build, measure_and_time, release, timing)
+    allocate_workspaces, build, environment, measure_and_time, release, timing)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
 from ojas_ref import optimize_model  # noqa: E402
@@ -148,13 +148,7 @@ def main() -> None:
                                steps=args.steps, kept=kept):
                 print(json.dumps(r), flush=True)
                 results.append(r)
-    env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
-    try:
-        import transformers
-
-        env |= dict(transformers=transformers.__version__)
-    except ImportError:
-        pass
+    env = environment(device)
     if args.out:
         args.out.write_text(json.dumps(dict(env=env, config=vars(c), results=results), indent=1))
     print(env)

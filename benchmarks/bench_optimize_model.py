@@ -203,6 +203,17 @@ def measure_and_time(runners: Iterable[Runner], device: torch.device, warmup: in
     return built
 
 
+def environment(device: torch.device) -> dict:
+    """What a record names of where it ran: torch, the device, transformers and triton (where installed)."""
+    env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    for name in ("transformers", "triton"):
+        try:
+            env[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return env
+
+
 def timing(r: Runner, c: Config) -> dict:
     """A measured runner's peak, median step, its spread, tokens/s and last loss."""
     step_s = statistics.median(r.times)
@@ -277,14 +288,7 @@ def main() -> None:
                     print(f"== profile {dtype_name} {opt_name} {r['mode']}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)
                 results.append(r)
-    env = dict(torch=torch.__version__, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
-    try:
-        import transformers
-        import triton
-
-        env |= dict(transformers=transformers.__version__, triton=triton.__version__)
-    except ImportError:
-        pass
+    env = environment(device)
     if args.out:
         args.out.write_text(json.dumps(dict(env=env, config=vars(c), results=results), indent=1))
     print(env)
