@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ojas_ref.tools.plan import BUCKET_CAP_BYTES, DTYPE_BYTES, Model, Setting
+from ojas_ref.tools.throughput import head_tokens
 
 __all__ = ["Measured", "Product", "measure", "predict_step_seconds", "products", "time_host", "time_products"]
 
@@ -55,10 +56,6 @@ class Product:
         return 2 * self.m * self.k * self.n * self.count
 
 
-def _head_tokens(s: Setting) -> int:
-    return s.tokens - s.batch if s.ojas_loss else s.tokens
-
-
 def products(m: Model, s: Setting) -> list[Product]:
     """Every matrix product of one training step (attention's excepted): per decoder layer
     q, k, v, o, gate, up and down, forward, grad input and grad weight, and the forward again
@@ -77,7 +74,7 @@ def products(m: Model, s: Setting) -> list[Product]:
 
     for name, d_in, d_out in linears:
         linear(name, s.tokens, d_in, d_out, m.layers, s.checkpoint and name != "down_proj")
-    linear("head", _head_tokens(s), m.hidden, m.vocab, 1, False)
+    linear("head", head_tokens(s), m.hidden, m.vocab, 1, False)
     return out
 
 
@@ -95,6 +92,12 @@ class Measured:
     host_step_1: float = 0.0
     host_step_3: float = 0.0
     host_per_bucket: float = 0.0
+
+
+def _torch_dtype(s: Setting) -> Any:
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype]
 
 
 def _median_seconds(run: Callable[[], Any], device: Any, repeats: int, warmup: int = 2) -> float:
@@ -185,7 +188,7 @@ def time_host(m: Model, s: Setting, device: Any, repeats: int = 10) -> tuple[flo
 
     transformers.logging.set_verbosity_error()
     kv = max(1, 4 * m.kv_heads // m.heads)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype]
+    dtype = _torch_dtype(s)
 
     def step_seconds(layers: int, bucket_cap_mb: float) -> tuple[float, int]:
         config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
@@ -229,7 +232,7 @@ def measure(m: Model, s: Setting, device: Any = None, repeats: int = 5) -> Measu
     import torch
 
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype]
+    dtype = _torch_dtype(s)
     out = Measured(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
     out.product_seconds = time_products(products(m, s), dtype, device, repeats)
     out.attention_forward, out.attention_step = _time_attention(m, s, dtype, device, repeats)

@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 
 from ojas_ref.tools.plan import Model, Setting, measured_peak
 
-__all__ = ["CAUSAL_FRACTION", "H200_BF16_GEMM_RATE", "TOKENS_PER_PARAM", "duration", "flop_terms",
+__all__ = ["CAUSAL_FRACTION", "H200_BF16_GEMM_RATE", "TOKENS_PER_PARAM", "duration", "flop_terms", "head_tokens",
            "measure_gemm_rate", "predict_time", "recorded_throughput", "step_flops", "time_lines"]
 
 #: the share of the [seq, seq] score matrix a causal kernel computes: SDPA's flash and
@@ -47,7 +47,7 @@ def _layer_matmul_params(m: Model) -> int:
     return m.hidden * (2 * m.q_width + 2 * m.kv_width) + 3 * m.hidden * m.intermediate
 
 
-def _head_tokens(s: Setting) -> int:
+def head_tokens(s: Setting) -> int:
     """Tokens whose logits are computed: all of them for Hugging Face's loss (the logits of
     every position exist), all but the last of each sequence for the ojas loss (its shifted
     label is ``ignore_index``, and ignored tokens are removed before any product)."""
@@ -59,7 +59,7 @@ def flop_terms(m: Model, s: Setting) -> dict[str, int]:
 
     * ``layer products forward``: 2 x tokens x the layers' product weights
       (:func:`_layer_matmul_params`); the embedding is a lookup (0 FLOPs).
-    * ``head forward``: 2 x head tokens (:func:`_head_tokens`) x hidden x vocab, tied or not.
+    * ``head forward``: 2 x head tokens (:func:`head_tokens`) x hidden x vocab, tied or not.
     * ``products backward``: 2 x both forward terms (grad input and grad weight of every
       product; the first layer's grad input too, since the embedding needs a gradient). The
       ojas loss (the kernel's default schedule for "mean" and "sum", 3 products) computes
@@ -80,7 +80,7 @@ def flop_terms(m: Model, s: Setting) -> dict[str, int]:
     Elementwise work (norms, rotary, SiLU, softmax, the optimizer update) is left out: it
     is memory-bound, not FLOP-bound."""
     layers_forward = 2 * s.tokens * m.layers * _layer_matmul_params(m)
-    head_forward = 2 * _head_tokens(s) * m.hidden * m.vocab
+    head_forward = 2 * head_tokens(s) * m.hidden * m.vocab
     full_scores = 2 * s.batch * m.heads * s.seq * s.seq * m.head_dim * m.layers
     attention_forward = round(CAUSAL_FRACTION * 2 * full_scores)
     terms = {"layer products forward": layers_forward, "head forward": head_forward,
