@@ -20,8 +20,9 @@ opt.step(); opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
 Plain SGD (``torch.optim.SGD`` without momentum, weight decay, maximize, a tensor lr or
 step hooks) is the one exception to calling ``step()``: its update is
 ``torch._foreach_add_(params, grads, alpha=-lr)`` (the call of torch's foreach path, and
-the arithmetic of its single-tensor ``param.add_(grad, alpha=-lr)``), called directly (``InBackwardOptimizer._plain_sgd_lr``), which saves ``Optimizer.step``'s
-per-call Python for each bucket.
+the arithmetic of its single-tensor ``param.add_(grad, alpha=-lr)``), called directly
+(``InBackwardOptimizer._plain_sgd_lr``), which saves ``Optimizer.step``'s per-call Python
+for each bucket.
 
 Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/;
 the theorems are over exact arithmetic for the schedule of events, for any
@@ -421,8 +422,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         if not isinstance(overlap, bool):
             raise TypeError(f"overlap must be a bool, got {type(overlap).__name__}")
         self.overlap = overlap
-        # overlap: per device, the side stream of the updates, and the compute streams that must
-        # wait for it at the end of the backward pass
+        # overlap: per device, the side stream of the updates
         self._update_streams: dict[torch.device, Any] = {}
         # per device, the update in flight on the side stream: (compute stream, its end event,
         # the bucket's gradients, kept alive until the compute stream waits for that event)
@@ -990,12 +990,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         (:meth:`_plain_sgd_lr`), else one ``step()`` of the group's ``optimizer_class``."""
         bucket_opt = self._group_opts[index]
         lr = self._plain_sgd_lr(bucket_opt, index) if self.state_device is None else None
-        grads = [p.grad for p in bucket] if lr is not None else None
-        if grads is not None and not any(g.is_sparse for g in grads):
+        if lr is not None and not any(p.grad.is_sparse for p in bucket):
             with torch.no_grad():
-                torch._foreach_add_(bucket, grads, alpha=-lr)
+                torch._foreach_add_(bucket, [p.grad for p in bucket], alpha=-lr)
             return
-        del grads
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
         group["params"] = bucket
@@ -1012,7 +1010,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         momentum, weight decay, maximize, differentiable or fused step, a float lr, no optimizer
         step hooks), else None. Its step is then ``p.add_(p.grad, alpha=-lr)`` on both of torch's
         paths (``_single_tensor_sgd``, and ``_multi_tensor_sgd``'s ``torch._foreach_add_``), which
-        :meth:`_flush` calls directly: the same arithmetic without ``Optimizer.step``'s per-call
+        :meth:`_update` calls directly: the same arithmetic without ``Optimizer.step``'s per-call
         cost (about 60 us of Python per bucket, against 10 us for the update;
         tests/test_optimizer_in_backward.py checks the bits against ``SGD.step``)."""
         if type(bucket_opt) is not torch.optim.SGD:
