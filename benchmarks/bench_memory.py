@@ -362,7 +362,8 @@ def at_scale(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, dev
 
 
 def scale_markdown(rows: list[dict]) -> str:
-    lines = ["| model | parameters | dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | predicted host GiB "
+    lines = ["| model | parameters | dtype | optimizer | mode | peak GiB | predicted GiB | host GiB "
+             "| predicted host GiB "
              "| tokens/s | losses |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["fits"]:
@@ -377,7 +378,8 @@ def scale_markdown(rows: list[dict]) -> str:
 
 
 def markdown(rows: list[dict], skipped: list[dict]) -> str:
-    lines = ["| dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | tokens/s | vs standard+ckpt | last loss |",
+    lines = ["| dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | tokens/s | vs standard+ckpt "
+             "| last loss |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "-" if r["vs_baseline"] is None else f"{r['vs_baseline']:.3f}x"

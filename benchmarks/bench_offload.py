@@ -129,7 +129,8 @@ def markdown(results: list[dict]) -> str:
         ref = base.get((r["dtype"], r["optimizer"], r["mode"].split("+")[0]))
         ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref else "-"
         lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
-                     f"{gib(r['held_after_forward'])} | {gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
+                     f"{gib(r['held_after_forward'])} | {gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | "
+                     f"{ratio} | {r['last_loss']:.4f} |")
     return "\n".join(lines)
 
 

@@ -153,7 +153,8 @@ def bench_shape(name, args, device, layers=None):
     for mode in order:
         if args.modes and mode not in args.modes:
             continue
-        row = dict(shape=name if layers is None else f"{name}@{layers}", mode=mode, params=n_params, batch=spec["batch"], seq=spec["seq"],
+        row = dict(shape=name if layers is None else f"{name}@{layers}", mode=mode, params=n_params,
+                   batch=spec["batch"], seq=spec["seq"],
                    layers=cfg.layers, hidden=cfg.hidden, compute="bf16-autocast" if bf16 else "fp32",
                    device=str(device))
         try:

@@ -72,8 +72,8 @@ RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_
                  _RESULTS / "bench_optimize_model_h200_rope.json")
 RECORDS_PATH = RECORDS_PATHS[-1]
 #: the H200 records of benchmarks/bench_memory.py: the 1.06B decoder with its memory techniques
-#: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, and llama-70b's
-#: shape at 23 and 58 layers: 20.2B and 50.2B parameters)
+#: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, llama-70b, and
+#: llama-70b's shape at 23 and 58 layers: 20.2B and 50.2B parameters)
 MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json")
 
 
