@@ -1,16 +1,18 @@
-"""Benchmark: the step time predicted from its measured parts (ojas_ref/tools/step_time.py)
-against the tokens/s the H200 records hold.
+"""Benchmark: the step time predicted by ojas_ref/tools/step_time.py (steps of the model's
+width at two small depths, extrapolated in depth) beside the full model's step, timed in the
+same run, and the tokens/s of the H200 records.
 
-    python benchmarks/bench_step_time.py [--out FILE] [--presets llama-1b llama-7b ...] [--repeats N]
+    python benchmarks/bench_step_time.py [--out FILE] [--presets llama-1b llama-7b ...] [--steps N]
 
 For every recorded configuration of the given presets (llama-1b: the 16 settings of
 benchmarks/results/bench_optimize_model_h200_rope.json; the others: the bf16 rows of
-bench_memory_h200_presets.json), the parts are timed on this device
-(:func:`ojas_ref.tools.step_time.measure`) and the predicted tokens/s is set beside the
-recorded one, with the ratio. Issue 15's bar: within 15%. The parts are written to ``--out``
-so that the comparison can be recomputed without the device (the records of a later
-session). Run on the device the records were measured on (an H200); elsewhere the
-comparison means nothing.
+bench_memory_h200_presets.json), :func:`ojas_ref.tools.step_time.measure` times the shallow
+steps, :func:`~ojas_ref.tools.step_time.predict_step_seconds` extrapolates them, and the full
+model is then built and timed the same way (:func:`~ojas_ref.tools.step_time.time_steps` at its
+own depth). Issue 15's bar: predicted tokens/s within 15% of the measured. The timed steps are
+written to ``--out`` (benchmarks/results/step_time_h200.json), from which
+tests/test_step_time.py recomputes every prediction. Run on the device the records were
+measured on (an H200); elsewhere the record's column means nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ojas_ref.tools import plan as P  # noqa: E402
-from ojas_ref.tools.step_time import measure, predict_step_seconds  # noqa: E402
+from ojas_ref.tools.step_time import measure, predict_step_seconds, time_steps  # noqa: E402
 
 
 def recorded(presets: list[str]) -> list[tuple[P.Model, P.Setting, float]]:
@@ -40,32 +42,41 @@ def recorded(presets: list[str]) -> list[tuple[P.Model, P.Setting, float]]:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["llama-1b", "llama-0.5b", "llama-3b", "llama-7b", "llama-13b"])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per depth (after 2 warm-up steps)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     unknown = [p for p in args.presets if p not in P.PRESETS]
     if unknown:
         parser.error(f"--presets: unknown {unknown}; choose from {list(P.PRESETS)}")
     results = []
-    for m, s, tokens_per_s in recorded(args.presets):
-        parts = measure(m, s, repeats=args.repeats)
-        predicted = predict_step_seconds(m, s, parts)
-        row = dict(model=m.name, dtype=s.dtype, optimizer=s.optimizer, mode=s.mode, recorded_tokens_per_s=tokens_per_s,
-                   predicted_tokens_per_s=s.tokens / predicted["step"], parts=predicted,
-                   measured={k: ({"|".join(map(str, key)): v for key, v in value.items()} if isinstance(value, dict)
-                                 else value) for k, value in dataclasses.asdict(parts).items()})
-        row["ratio"] = row["predicted_tokens_per_s"] / tokens_per_s
-        print(json.dumps({k: v for k, v in row.items() if k != "measured"}), flush=True)
+    for m, s, recorded_tokens_per_s in recorded(args.presets):
+        shallow = measure(m, s, steps=args.steps)
+        predicted = predict_step_seconds(m, shallow)
+        full = time_steps(m, s, (m.layers,), steps=args.steps)
+        row = dict(model=m.name, layers=m.layers, dtype=s.dtype, optimizer=s.optimizer, mode=s.mode,
+                   setting=dataclasses.asdict(s), device=shallow.device, depths=list(shallow.depths),
+                   seconds=list(shallow.seconds), full_seconds=full.seconds[0],
+                   predicted_tokens_per_s=s.tokens / predicted["step"],
+                   measured_tokens_per_s=s.tokens / full.seconds[0], recorded_tokens_per_s=recorded_tokens_per_s,
+                   per_layer=predicted["per_layer"], rest=predicted["rest"])
+        row["ratio"] = row["predicted_tokens_per_s"] / row["measured_tokens_per_s"]
+        print(json.dumps(row), flush=True)
         results.append(row)
-    print("| model | dtype | optimizer | mode | recorded tokens/s | predicted | ratio | device ms | host ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        print(f"| {r['model']} | {r['dtype']} | {r['optimizer']} | {r['mode']} | {r['recorded_tokens_per_s']:,.0f} | "
-              f"{r['predicted_tokens_per_s']:,.0f} | {r['ratio']:.3f} | {r['parts']['device'] * 1e3:.1f} | "
-              f"{r['parts']['host'] * 1e3:.1f} |")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1))
+        if args.out:  # after every row: a run cut short keeps what it timed
+            args.out.write_text(json.dumps(results, indent=1))
+    print(markdown(results))
     return results
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | dtype | optimizer | mode | steps timed (ms) | predicted tokens/s | measured | predicted / "
+             "measured | recorded (earlier run) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        timed = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in zip(r["depths"], r["seconds"]))
+        lines.append(f"| {r['model']} | {r['dtype']} | {r['optimizer']} | {r['mode']} | {timed}; {r['layers']}: "
+                     f"{r['full_seconds'] * 1e3:.1f} | {r['predicted_tokens_per_s']:,.0f} | "
+                     f"{r['measured_tokens_per_s']:,.0f} | {r['ratio']:.3f} | {r['recorded_tokens_per_s']:,.0f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -995,9 +995,9 @@ def add_arguments(parser: Any) -> None:
                         help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
                              "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)")
     parser.add_argument("--parts", action="store_true",
-                        help="with --time: also time the step's parts on this device (its products at their shapes, "
-                             "attention, the update, a tiny model's host time; seconds on a GPU) and predict the step "
-                             "from them (ojas_ref/tools/step_time.py)")
+                        help="with --time: also time training steps of the model's width at 2 and 6 decoder layers "
+                             "on this device (the model built there: seconds on a GPU) and predict the step by "
+                             "extrapolating in depth (ojas_ref/tools/step_time.py)")
     parser.add_argument("--tokens-per-param", type=float, nargs="+", default=[20.0, 30.0], metavar="K",
                         help="with --time: token budgets as multiples of the parameter count (default 20 30)")
 
@@ -1092,17 +1092,17 @@ def _time_lines(model: Model, setting: Setting, tokens_per_param: Sequence[float
 
 
 def _parts_lines(model: Model, setting: Setting) -> list[str]:
-    """``--time --parts``: the step predicted from its parts timed on this device
-    (:func:`ojas_ref.tools.step_time.measure`), beside the H200 record where there is one."""
+    """``--time --parts``: the step predicted from steps of the model's width at two small depths
+    timed on this device (:func:`ojas_ref.tools.step_time.measure`), beside the H200 record
+    where there is one."""
     from ojas_ref.tools.step_time import measure, predict_step_seconds
 
     measured = measure(model, setting)
-    parts = predict_step_seconds(model, setting, measured)
-    lines = [f"step predicted from its parts timed on {measured.device}: {parts['step'] * 1e3:.1f} ms, "
+    parts = predict_step_seconds(model, measured)
+    timed = ", ".join(f"{d} layers {t * 1e3:.1f} ms" for d, t in zip(measured.depths, measured.seconds))
+    lines = [f"step predicted from steps timed on {measured.device} ({timed}): {parts['step'] * 1e3:.1f} ms, "
              f"{setting.tokens / parts['step']:,.0f} tokens/s",
-             f"  device {parts['device'] * 1e3:.1f} ms: products {parts['products'] * 1e3:.1f}, attention "
-             f"{parts['attention'] * 1e3:.1f}, update {parts['update'] * 1e3:.1f} (elementwise kernels not counted)",
-             f"  host {parts['host'] * 1e3:.1f} ms (a tiny model of the same structure and setting, extrapolated)"]
+             f"  per layer {parts['per_layer'] * 1e3:.2f} ms, the rest of the step {parts['rest'] * 1e3:.1f} ms"]
     recorded = measured_peak(model, setting, "tokens_per_s")
     if recorded is not None:
         lines.append(f"  measured on an H200: {recorded:,.0f} tokens/s (predicted "
