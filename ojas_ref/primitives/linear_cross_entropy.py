@@ -73,7 +73,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional, Union
+import weakref
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -463,6 +464,62 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targe
     return grad_x, grad_w, grad_b, grad_p
 
 
+def _backward_kept_update_head(x: Tensor, weight: Tensor, tg: _Targets, lse: Tensor, g: Tensor, eps: float,
+                               lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
+                               need_target: bool, step: Any) -> tuple[Tensor, Optional[Tensor]]:
+    """:func:`_backward_kept` without a bias and with the head updated in place, chunk by
+    chunk (``InBackwardOptimizer(head_weight=...)``): the vocabulary loop outside, the token
+    loop inside. For each vocabulary chunk [v0, v1): over all token chunks, the logits block
+    from the rows W[v0:v1] not yet updated, G as in :func:`_backward_kept`,
+    grad x[t] += G W[v0:v1], dW += G^T x[t]; then ``step(v0, v1, dW)`` updates W[v0:v1] and
+    dW is dropped. Only one [vocab_chunk, D] gradient exists, never the [V, D] one.
+
+    The loop of Ojas.OptimizerInBackward.ChunkedHead (``head_events``, the chunks of
+    ``vocab_chunk``): every row is updated once, after its whole gradient, and nothing reads
+    it afterwards (the later chunks read their own rows, the lse comes from the forward), so it
+    is backward then the step (``chunked_head_code_eq_standard``,
+    ``chunked_head_sgd_eq_standard``). The gradient itself is ``ce_backward``'s
+    (Ojas.CrossEntropy.Gradient.ce_backward_correct: any chunk sizes and orders give
+    G W, G^T H). In floats: each entry of grad x and of dW gets the same additions in the same
+    order as in :func:`_backward_kept` (grad x[t] over the vocabulary chunks in order, dW[v]
+    over the token chunks in order, from zero), so the same bits (tested). Returns (grad x,
+    grad p) in the compute dtype."""
+    K, V = x.shape[0], weight.shape[0]
+    grad_x = torch.zeros_like(x)
+    grad_p = torch.zeros_like(tg.target) if need_target else None
+    for v0 in range(0, V, vocab_chunk):
+        v1 = min(v0 + vocab_chunk, V)
+        w = weight[v0:v1].to(x.dtype)  # the rows before their update (a view in the compute dtype)
+        dw = x.new_zeros((v1 - v0, weight.shape[1]))
+        for t0 in range(0, K, token_chunk):
+            t1 = min(t0 + token_chunk, K)
+            x_t, tg_t, g_t = x[t0:t1], tg.rows(t0, t1), g[t0:t1].unsqueeze(1)
+            lse_t = lse[t0:t1].unsqueeze(1)
+            z = _chunk_logits(x_t, weight, None, v0, v1, softcap)
+            if grad_p is not None:
+                grad_p[t0:t1, v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
+            G = _dlogit(z, lse_t, tg_t, v0, V, eps, lam) * g_t
+            if softcap is not None:
+                G *= 1.0 - (z / softcap) ** 2
+            grad_x[t0:t1] += G @ w
+            dw += G.T @ x_t
+            del z, G
+        del w
+        step(v0, v1, dw)
+        del dw
+    return grad_x, grad_p
+
+
+def _head_optimizer(weight: Any) -> Any:
+    """The InBackwardOptimizer constructed with ``head_weight=weight``, or None."""
+    if not isinstance(weight, Tensor) or not weight.requires_grad:
+        return None
+    from ojas_ref.primitives.optimizer_in_backward import _owner
+
+    opt = _owner(weight)
+    return opt if opt is not None and opt._head is weight else None
+
+
 def _flat_input(input: Tensor) -> Tensor:
     """input as [N, D], N the product of its token dimensions (1 for one token; D may be 0)."""
     return input.reshape(math.prod(input.shape[:-1]), input.shape[-1])
@@ -506,7 +563,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, target, class_weight, reduction, ignore_index, eps, lam, softcap,
-                token_chunk, vocab_chunk):
+                token_chunk, vocab_chunk, head=None):
         dtype = _compute_dtype(input.dtype)
         flat_input = _flat_input(input)
         kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
@@ -516,6 +573,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         denominator = _mean_denominator(tg)
         ctx.save_for_backward(input, weight, bias, kept_target, class_weight, kept, lse)
         ctx.config = (reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target.shape)
+        # the InBackwardOptimizer that updates the weight inside the backward (weakly), whether it did
+        ctx.head, ctx.head_used = (None if head is None else weakref.ref(head)), False
         loss = x.new_zeros(flat_input.shape[0]).index_copy(0, kept, loss_kept)
         if reduction == "none":
             return loss.view(input.shape[:-1])
@@ -524,6 +583,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         refuse_double_backward("linear_cross_entropy", "torch.nn.functional.cross_entropy on the logits")
+        head = None if ctx.head is None else ctx.head()
+        if head is not None and ctx.head_used:
+            raise RuntimeError(
+                "linear_cross_entropy: a second backward through this graph (retain_graph=True), whose first "
+                "backward updated the head weight in place (InBackwardOptimizer(head_weight=...)): the weights the "
+                "forward used are gone. Run one backward per forward (or construct the optimizer without "
+                "head_weight)")
+        if head is not None and not _will_accumulate(ctx.next_functions[1][0]):
+            head = None  # autograd.grad, or backward(inputs=...) without the head: its gradient as usual
+        if head is not None:
+            ctx.head_used = True
         with autocast_off(grad_output.device.type):
             input, weight, bias, kept_target, class_weight, kept, lse = ctx.saved_tensors
             reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target_shape = ctx.config
@@ -538,9 +608,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
             tg = _targets(kept_target, class_weight, dtype)
             x = flat_input.index_select(0, kept).to(dtype)
             need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
-            grad_x, grad_w, grad_b, grad_p = _backward_kept(x, weight, bias, tg, lse, g, eps, lam, softcap,
-                                                            token_chunk, vocab_chunk, need_w, need_b,
-                                                            ctx.needs_input_grad[3])
+            if head is not None:
+                lr = head._head_step_lr()
+                grad_x, grad_p = _backward_kept_update_head(
+                    x, weight, tg, lse, g, eps, lam, softcap, token_chunk, vocab_chunk, ctx.needs_input_grad[3],
+                    lambda v0, v1, dw: head._head_update(weight[v0:v1], dw.to(weight.dtype), lr))
+                head._head_finished()
+                grad_w = grad_b = None
+            else:
+                grad_x, grad_w, grad_b, grad_p = _backward_kept(x, weight, bias, tg, lse, g, eps, lam, softcap,
+                                                                token_chunk, vocab_chunk, need_w, need_b,
+                                                                ctx.needs_input_grad[3])
             grad_input = None
             if ctx.needs_input_grad[0]:
                 grad_input = flat_input.new_zeros(flat_input.shape, dtype=dtype).index_copy(0, kept, grad_x)
@@ -548,7 +626,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_weight = None if grad_w is None else grad_w.to(weight.dtype)
             grad_bias = None if grad_b is None else grad_b.to(bias.dtype)
             grad_target = None if grad_p is None else grad_p.view(target_shape).to(kept_target.dtype)
-            return grad_input, grad_weight, grad_bias, grad_target, None, None, None, None, None, None, None, None
+            return (grad_input, grad_weight, grad_bias, grad_target, None, None, None, None, None, None, None, None,
+                    None)
+
+
+def _will_accumulate(node: Any) -> bool:
+    """Whether this backward pass runs ``node`` (the head's AccumulateGrad): True for
+    ``backward()`` (with ``inputs=`` only if it lists the head), False for ``autograd.grad``
+    (which accumulates nothing; torch raises on the query for a leaf there)."""
+    if node is None:
+        return False
+    try:
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:
+        return False
 
 
 # --------------------------------------------------------------------------
@@ -665,18 +756,34 @@ def linear_cross_entropy(
     ``None`` reads the environment variable OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
     """
     refuse_function_transforms("linear_cross_entropy")
+    head = _head_optimizer(linear_weight) if torch.is_grad_enabled() else None
     if isinstance(input, Tensor):
+        original_weight = linear_weight
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
+        if head is not None and linear_weight is not original_weight:
+            raise NotImplementedError(
+                "linear_cross_entropy: the head weight is updated inside the loss (InBackwardOptimizer(head_weight="
+                "...)) but torch.autocast casts it to another dtype here, so the loss sees a copy: not supported. "
+                "Train the model in one dtype without autocast, or construct the optimizer without head_weight")
     ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, z_loss, softcap,
         chunk_size)
     if weight is not None and weight.requires_grad and torch.is_grad_enabled():
         raise NotImplementedError("weight (the class weights) gets no gradient here: pass weight.detach()")
+    if head is not None:
+        if linear_bias is not None:
+            raise NotImplementedError(
+                "linear_cross_entropy: linear_bias with the head weight updated inside the loss "
+                "(InBackwardOptimizer(head_weight=...)) is not supported; use a head without a bias, or construct "
+                "the optimizer without head_weight")
+        head._check_head_forward(linear_weight, input, target)
     unbatched = input.dim() == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     unsupported = ("weight= (class weights)" if weight is not None else
-                   "probability targets (a floating target)" if target.is_floating_point() else None)
+                   "probability targets (a floating target)" if target.is_floating_point() else
+                   "update of the head weight inside the loss (InBackwardOptimizer(head_weight=...))"
+                   if head is not None else None)
     with autocast_off(input.device.type):
         if _resolve_impl(impl, input, unsupported):
             from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
@@ -686,7 +793,7 @@ def linear_cross_entropy(
                                                z_loss=lam, softcap=softcap)
         else:
             loss = _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, weight, reduction,
-                                             ignore_index, eps, lam, softcap, token_chunk, vocab_chunk)
+                                             ignore_index, eps, lam, softcap, token_chunk, vocab_chunk, head)
     return loss.squeeze(0) if unbatched and reduction == "none" else loss
 
 

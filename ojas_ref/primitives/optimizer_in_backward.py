@@ -336,6 +336,31 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             Costs memory: a bucket's gradients (and its step's temporaries) live until the
             next bucket's update, so up to one bucket more is alive, and the side stream's
             allocations are its own. Default ``False``: every update on the compute stream.
+        head_weight: the ``[V, D]`` weight of a linear head whose loss is
+            :func:`ojas_ref.linear_cross_entropy` (``LinearCrossEntropyLoss``, the loss of
+            ``optimize_model``; e.g. ``model.lm_head.weight``), or None (default). The loss's
+            backward then updates it itself, vocabulary chunk by vocabulary chunk: for each chunk
+            of rows it computes their whole gradient over all tokens (from the forward's lse),
+            adds the chunk's part of the hidden states' gradient with the rows not yet updated,
+            steps the rows with plain SGD and drops their gradient, so no ``[V, D]`` gradient
+            exists (one ``[vocab chunk, D]`` at a time) and the head's ``.grad`` stays None.
+            Equal to backward then ``SGD.step()``:
+            Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard (an instance of
+            Ojas.OptimizerInBackward.Equivalence.fused_eq_standard, over any scalars); in floats
+            bitwise the dense path's update (the reference sums each row's gradient over the token
+            chunks in the same order; tests/test_head_update.py). Only with
+            ``optimizer_class=torch.optim.SGD`` and the head's group plain (momentum 0, weight decay
+            0, not maximize, not fused, a float lr, no step hooks), ``accumulation_steps=1``, no
+            ``max_grad_norm``, one process: else ValueError here (or RuntimeError at the backward,
+            when a group changed since, or under DDP / FSDP2). AdamW, momentum, clipping,
+            accumulation and data parallelism keep the dense path: leave ``head_weight`` out.
+            The loss then refuses (errors name the reason) a head with a bias, a head used by
+            the computation of its input (tied to the embedding), ``impl="triton"`` (the
+            reference runs it; ``"auto"`` picks the reference), autocast casting the weight, and a
+            second backward through the same graph. A use of the head after the loss (a
+            regulariser) raises in the backward: autograd's in-place check, or this optimizer's
+            hook. The forward and backward of the loss then run the PyTorch reference's chunks
+            (``chunk_size``), not the Triton kernel.
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     Call ``step()`` after each update as in the standard loop: it updates nothing
@@ -396,6 +421,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         bucket_cap_mb: float = 64.0,
         state_device: Optional[Union[str, torch.device]] = None,
         overlap: bool = False,
+        head_weight: Optional[Tensor] = None,
         **optimizer_kwargs: Any,
     ) -> None:
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -481,6 +507,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
         super().__init__(self._template.param_groups, self._template.defaults)
+        # head_weight: the head updated inside the linear cross-entropy's backward (None: none);
+        # its id (None: none), and whether the loss updated it since the last step()
+        self._head: Optional[Tensor] = None
+        self._head_key: Optional[int] = None
+        self._head_done = False
+        if head_weight is not None:
+            self._check_head_weight(head_weight)
+            self._head, self._head_key = head_weight, id(head_weight)
 
     # ------------------------------------------------------------------
     # torch.optim.Optimizer interface
@@ -534,6 +568,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._check_unhooked()
         self._join_updates()
         self._updated.clear()
+        self._head_done = False
         if closure is not None:
             raise RuntimeError(
                 "InBackwardOptimizer.step(closure) is not supported: a closure re-evaluates the loss and "
@@ -636,6 +671,17 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         ``no_grad`` here: the update runs in ``optimizer_class.step()``, which sets its own
         grad mode, and the norms of clipping in their own ``no_grad``."""
         key = id(p)
+        if key == self._head_key and self._head_done:
+            if p.grad is None:  # the loss updated it in place and sent it no gradient: nothing to do
+                return
+            p.grad = None
+            raise RuntimeError(
+                "the head weight (InBackwardOptimizer(head_weight=...)) was updated inside the linear "
+                "cross-entropy's backward and then got a gradient from another use in the same graph (tied to "
+                "the input embedding, or used elsewhere): its update needs the sum of all its gradients, so "
+                "updating it inside the loss is not the standard step (Ojas.OptimizerInBackward.Counterexamples."
+                "tied_per_use_neq_standard). Its rows were already updated with the loss's part: restore them "
+                "from a checkpoint, and construct the optimizer without head_weight for a weight with several uses")
         if key in self._updated:
             p.grad = None
             raise RuntimeError(
@@ -1023,6 +1069,119 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 or _optim._global_optimizer_post_hooks):
             return None
         return lr
+
+    # ------------------------------------------------------------------
+    # The head updated inside the linear cross-entropy's backward (head_weight)
+    # ------------------------------------------------------------------
+
+    def _check_head_weight(self, head_weight: Any) -> None:
+        """Raise unless ``head_weight`` can be updated inside the loss's backward: a hooked 2-D
+        parameter of a plain-SGD group, without accumulation or clipping."""
+        if not isinstance(head_weight, Tensor):
+            raise TypeError(f"head_weight must be a torch.Tensor (the [V, D] weight of the loss's head, e.g. "
+                            f"model.lm_head.weight) or None, got {type(head_weight).__name__}")
+        if head_weight.dim() != 2:
+            raise ValueError(f"head_weight must be the 2-D [V, D] weight of a linear head, got shape "
+                             f"{tuple(head_weight.shape)}")
+        if head_weight not in self._group_of:
+            raise ValueError("head_weight must be one of params and require grad (it is updated by this optimizer, "
+                             "inside the loss's backward)")
+        if isinstance(head_weight, DTensor):
+            raise NotImplementedError("head_weight as an FSDP2 shard (DTensor) is not supported: the shard's "
+                                      "gradient is whole only after the reduce-scatter")
+        if self.optimizer_class is not torch.optim.SGD:
+            raise ValueError(
+                f"head_weight needs optimizer_class=torch.optim.SGD (plain: no momentum, weight decay, maximize), "
+                f"got {self.optimizer_class.__name__}: only plain SGD's update inside the loss is implemented (one "
+                "add_ per vocabulary chunk, no state). With other optimizers the head keeps the dense path (its "
+                "[V, D] gradient, updated in its hook): construct the optimizer without head_weight")
+        if self.accumulation_steps > 1:
+            raise ValueError(
+                f"head_weight with accumulation_steps={self.accumulation_steps} is not supported: the head's "
+                "gradient must be summed over the micro-batches before its update, so its [V, D] gradient exists "
+                "anyway (the dense path); construct the optimizer without head_weight")
+        if self.max_grad_norm is not None:
+            raise ValueError(
+                "head_weight with max_grad_norm is not supported: clipping needs the norm of every gradient "
+                "before the first update, the head's included (the dense path); construct the optimizer without "
+                "head_weight")
+        index = self._group_of[head_weight]
+        if self._plain_sgd_lr(self._group_opts[index], index) is None:
+            raise ValueError(f"head_weight needs its group to be plain SGD: {self._not_plain_sgd(index)}")
+
+    def _not_plain_sgd(self, index: int) -> str:
+        """Why group ``index``'s update is not plain SGD (for the errors of head_weight)."""
+        group = self.param_groups[index]
+        bad = [f"{k}={group.get(k)!r}" for k, ok in (
+            ("momentum", group.get("momentum", 0) == 0), ("weight_decay", group.get("weight_decay", 0) == 0),
+            ("maximize", not group.get("maximize", False)), ("fused", not group.get("fused", False)),
+            ("differentiable", not group.get("differentiable", False)),
+            ("lr", not isinstance(group.get("lr"), Tensor))) if not ok]
+        bucket_opt = self._group_opts[index]
+        if (bucket_opt is not None and (bucket_opt._optimizer_step_pre_hooks or bucket_opt._optimizer_step_post_hooks)
+                or _optim._global_optimizer_pre_hooks or _optim._global_optimizer_post_hooks):
+            bad.append("optimizer step hooks registered (they would not run for the head)")
+        return (", ".join(bad) or "not torch.optim.SGD") + (
+            "; only momentum=0, weight_decay=0, maximize=False, fused=False, differentiable=False, a float lr and "
+            "no step hooks are supported (with momentum or weight decay use the dense path: no head_weight)")
+
+    def _check_head_forward(self, weight: Tensor, *inputs: Any) -> None:
+        """At the loss's forward: raise if ``weight`` (the head) is already used by the graph that
+        produced ``inputs`` (a head tied to the input embedding): its update needs the embedding's
+        gradient too, which comes after the loss's backward. (A use after the loss is caught in
+        the backward: autograd's version counter, or :meth:`_hook`.)"""
+        stack = [t.grad_fn for t in inputs if isinstance(t, Tensor) and t.grad_fn is not None]
+        seen = set()
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            for nxt, _ in node.next_functions:
+                if nxt is None or nxt in seen:
+                    continue
+                if getattr(nxt, "variable", None) is weight:
+                    raise ValueError(
+                        "head_weight is also used by the computation of the loss's input (a head tied to the "
+                        "input embedding, tie_word_embeddings=True?): its update needs the embedding's gradient "
+                        "as well, which arrives after the loss's backward, so it cannot be updated inside the "
+                        "loss (Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Construct "
+                        "InBackwardOptimizer without head_weight for a tied head (it keeps the dense path)")
+                stack.append(nxt)
+
+    def _head_step_lr(self) -> float:
+        """At the loss's backward: the learning rate of the head's plain-SGD step, after checking
+        that this backward pass may update it (one process, plain SGD still, not updated yet)."""
+        index = self._group_of[self._head]
+        if self._head_done or self._head_key in self._updated:
+            raise RuntimeError(
+                "the head weight was already updated since the last optimizer.step() (a second backward pass "
+                "without optimizer.step()?): every backward pass updates it inside the loss, so two would be two "
+                "updates, not one on the summed gradient. Call optimizer.step() once per update")
+        if self._mode is not _Mode.UPDATE:
+            raise RuntimeError("the head weight cannot be updated inside the loss during the passes of "
+                               "InBackwardOptimizer.backward's clipping")
+        if self._distributed() or (torch.distributed.is_available() and torch.distributed.is_initialized()
+                                   and torch.distributed.get_world_size() > 1):
+            raise RuntimeError(
+                "head_weight is not supported with several processes (DDP / FSDP2): the head's gradient must be "
+                "averaged over the ranks before its update (the dense path); construct the optimizer without "
+                "head_weight")
+        lr = self._plain_sgd_lr(self._group_opts[index], index)
+        if lr is None:
+            raise RuntimeError(f"head_weight's group is no longer plain SGD: {self._not_plain_sgd(index)}")
+        return lr
+
+    @torch.no_grad()
+    def _head_update(self, rows: Tensor, grad: Tensor, lr: float) -> None:
+        """Plain SGD on rows of the head (a view), their whole gradient ``grad`` in the head's
+        dtype: ``torch._foreach_add_``, the call of :meth:`_update`'s plain-SGD path."""
+        torch._foreach_add_([rows], [grad], alpha=-lr)
+
+    def _head_finished(self) -> None:
+        """The loss's backward updated every row of the head."""
+        self._head_done = True
+        self._updated.add(self._head_key)
 
     # ------------------------------------------------------------------
     # Optimizer state on the host (state_device="cpu")

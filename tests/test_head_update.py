@@ -1,0 +1,279 @@
+"""The head's weight updated chunk by chunk inside the linear cross-entropy's backward
+(``InBackwardOptimizer(head_weight=...)``, ojas_ref/primitives/linear_cross_entropy.py
+``_backward_kept_update_head``; Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard).
+
+Against the standard loop (``loss.backward(); SGD.step(); zero_grad()``) with the same loss:
+bitwise, since each row's gradient is summed over the token chunks in the same order both
+ways and the step is the same ``add_``; against the loop on materialised logits
+(``F.cross_entropy``, another summation order) within a tolerance. No [tokens, V] or [V, D]
+tensor is allocated in the backward (a dispatch-mode record of every op's output).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ojas_ref import InBackwardOptimizer, linear_cross_entropy
+
+V, D, N, EMB = 37, 8, 21, 30   # V not a multiple of the vocabulary chunk (5), N not of the token chunk (8)
+CHUNKS = (8, 5)
+LR = 0.1
+
+
+class _Model(torch.nn.Module):
+    """An embedding, a tanh and an untied head [V, D] (no bias)."""
+
+    def __init__(self, dtype: torch.dtype, tied: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(V if tied else EMB, D).to(dtype)
+        self.head = self.emb.weight if tied else torch.nn.Parameter(torch.randn(V, D, dtype=dtype))
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.emb(ids) * 1.5)
+
+
+def _batch(step: int, ignore_every: int = 4, all_ignored: bool = False):
+    g = torch.Generator().manual_seed(100 + step)
+    ids = torch.randint(0, EMB, (N,), generator=g)
+    target = torch.randint(0, V, (N,), generator=g)
+    if ignore_every:
+        target[::ignore_every] = -100
+    if all_ignored:
+        target[:] = -100
+    return ids, target
+
+
+def _train(mode: str, dtype: torch.dtype, steps: int = 3, reduction: str = "mean", all_ignored: bool = False,
+           **loss_kw):
+    """mode: "standard" (torch.optim.SGD after backward), "dense" (InBackwardOptimizer, the head's
+    gradient in its hook), "head" (head_weight=...). Returns (head, embedding, losses)."""
+    model = _Model(dtype)
+    params = list(model.parameters())
+    if mode == "standard":
+        opt = torch.optim.SGD(params, lr=LR)
+    else:
+        opt = InBackwardOptimizer(params, torch.optim.SGD, lr=LR, bucket_cap_mb=0,
+                                  head_weight=model.head if mode == "head" else None)
+    losses = []
+    for step in range(steps):
+        ids, target = _batch(step, all_ignored=all_ignored)
+        loss = linear_cross_entropy(model.hidden(ids), model.head, target, reduction=reduction,
+                                    chunk_size=CHUNKS, impl="reference", **loss_kw)
+        (loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N)).sum()).backward()
+        opt.step()
+        opt.zero_grad()
+        if mode == "head":
+            assert model.head.grad is None
+        losses.append(loss.detach().clone())
+    return model.head.detach().clone(), model.emb.weight.detach().clone(), losses
+
+
+def _same(a, b) -> None:
+    for x, y in zip(a[:2], b[:2]):
+        assert torch.equal(x, y), (x - y).abs().max()
+    for x, y in zip(a[2], b[2]):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_head_update_bitwise_standard_loop(reduction):
+    """float32, three steps, V = 37 over chunks of 5 (the last of 2 rows), ignored tokens: the
+    head, the embedding and the losses bit for bit those of backward then SGD.step (and of the
+    dense in-backward update)."""
+    head = _train("head", torch.float32, reduction=reduction)
+    _same(head, _train("standard", torch.float32, reduction=reduction))
+    _same(head, _train("dense", torch.float32, reduction=reduction))
+    assert not torch.equal(head[0], _Model(torch.float32).head.detach())  # the head did move
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_head_update_bf16_one_ulp(reduction):
+    """bfloat16, one step: the gradient rows are the same bits (the embedding, updated from dH,
+    and the loss are bitwise), but ATen's CPU ``add_`` on bfloat16 rounds the elements of its
+    vectorised body once (a float fma) and those of its scalar tail twice (alpha * g rounded to
+    bfloat16, then the sum), and a chunk's tail is not the whole tensor's: an element of the head
+    may differ by the extra rounding of lr * g and the final rounding: at most half an ulp of
+    |lr g| plus one of the result, below 2^-7 (|w| + |w'|) (|lr g| <= |w| + |w'|, a bfloat16 ulp
+    is at most 2^-7 of its value)."""
+    head = _train("head", torch.bfloat16, steps=1, reduction=reduction)
+    standard = _train("standard", torch.bfloat16, steps=1, reduction=reduction)
+    assert torch.equal(head[1], standard[1]) and torch.equal(head[2][0], standard[2][0])
+    h, s, w = head[0].float(), standard[0].float(), _Model(torch.bfloat16).head.detach().float()
+    assert ((h - s).abs() <= 2.0 ** -7 * (w.abs() + s.abs())).all()
+    assert (h != s).float().mean() < 0.5  # most elements bitwise (the vectorised body)
+
+
+def test_head_update_loss_options_bitwise():
+    """Label smoothing, z-loss and a soft cap take the same path: bitwise."""
+    kw = dict(label_smoothing=0.1, z_loss=1e-3, softcap=5.0)
+    _same(_train("head", torch.float32, **kw), _train("standard", torch.float32, **kw))
+
+
+def test_head_update_all_ignored():
+    """Every token ignored: loss 0, zero gradients, the head unchanged, as the standard loop."""
+    head = _train("head", torch.float32, all_ignored=True)
+    _same(head, _train("standard", torch.float32, all_ignored=True))
+    assert torch.equal(head[0], _Model(torch.float32).head.detach())
+    assert all(float(l) == 0.0 for l in head[2])
+
+
+def test_head_update_close_to_materialised_logits():
+    """Against the standard loop on materialised logits (F.cross_entropy, sums in another order),
+    in float32: the one-step difference is rounding of sums of <= N = 21 terms of size <= 1 (G
+    entries, tanh-bounded hidden states) times lr, about N x 2^-24 relative; 1e-5 absolute on
+    weights of size ~1 allows a few hundred ulps after three steps."""
+    head = _train("head", torch.float32)
+    model = _Model(torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(3):
+        ids, target = _batch(step)
+        F.cross_entropy(model.hidden(ids) @ model.head.T, target).backward()
+        opt.step()
+        opt.zero_grad()
+    torch.testing.assert_close(head[0], model.head.detach(), rtol=0, atol=1e-5)
+    torch.testing.assert_close(head[1], model.emb.weight.detach(), rtol=0, atol=1e-5)
+
+
+class _Record(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                self.shapes.append(tuple(t.shape))
+        return out
+
+
+@pytest.mark.parametrize("head_update", [True, False])
+def test_no_full_gradient_allocated(head_update):
+    """In the backward with head_weight no op returns a [V, D] or [tokens, V] tensor (the largest
+    are grad x [kept, D], one [vocab chunk, D] gradient, one [token chunk, vocab chunk] block);
+    without it the [V, D] gradient is there (so the check can fail)."""
+    model = _Model(torch.float32)
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
+                              head_weight=model.head if head_update else None)
+    ids, target = _batch(0)
+    loss = linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, impl="reference")
+    with _Record() as rec:
+        loss.backward()
+    opt.step()
+    full = [s for s in rec.shapes if s in ((V, D), (N, V)) or (len(s) == 2 and s[0] * s[1] >= V * D)]
+    assert bool(full) != head_update, full
+    assert (CHUNKS[1], D) in rec.shapes or not head_update
+
+
+def test_autograd_grad_leaves_head_alone():
+    """torch.autograd.grad accumulates nothing: the head gets its ordinary gradient back and is
+    not updated."""
+    model = _Model(torch.float32)
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, head_weight=model.head)
+    before = model.head.detach().clone()
+    ids, target = _batch(0)
+    x = model.hidden(ids).detach().requires_grad_()
+    loss = linear_cross_entropy(x, model.head, target, chunk_size=CHUNKS, impl="reference")
+    (gw,) = torch.autograd.grad(loss, [model.head])
+    ref = linear_cross_entropy(x, model.head, target, chunk_size=CHUNKS, impl="reference")
+    (gw_ref,) = torch.autograd.grad(ref, [model.head])
+    assert torch.equal(gw, gw_ref) and torch.equal(model.head.detach(), before)
+    del opt
+
+
+# --------------------------------------------------------------------------
+# Unsupported uses raise, naming the reason
+# --------------------------------------------------------------------------
+
+def _opt(model, cls=torch.optim.SGD, **kw):
+    return InBackwardOptimizer(model.parameters(), cls, head_weight=model.head, **{"lr": LR, **kw})
+
+
+@pytest.mark.parametrize("cls, kw, match", [
+    (torch.optim.AdamW, {}, "optimizer_class=torch.optim.SGD"),
+    (torch.optim.SGD, {"momentum": 0.9}, "momentum=0.9"),
+    (torch.optim.SGD, {"weight_decay": 0.1}, "weight_decay=0.1"),
+    (torch.optim.SGD, {"accumulation_steps": 2}, "accumulation_steps=2"),
+    (torch.optim.SGD, {"max_grad_norm": 1.0}, "max_grad_norm"),
+])
+def test_construction_refuses(cls, kw, match):
+    with pytest.raises(ValueError, match=match):
+        _opt(_Model(torch.float32), cls, **kw)
+
+
+def test_construction_refuses_bad_head_weight():
+    model = _Model(torch.float32)
+    with pytest.raises(TypeError, match="head_weight must be a torch.Tensor"):
+        InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, head_weight="lm_head")
+    with pytest.raises(ValueError, match="2-D"):
+        InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, head_weight=torch.zeros(3))
+    with pytest.raises(ValueError, match="one of params"):
+        InBackwardOptimizer(model.emb.parameters(), torch.optim.SGD, lr=LR, head_weight=model.head)
+
+
+def _loss(model, **kw):
+    ids, target = _batch(0)
+    return linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, **kw)
+
+
+def test_tied_head_refused_at_forward():
+    model = _Model(torch.float32, tied=True)
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, head_weight=model.head)
+    before = model.head.detach().clone()
+    with pytest.raises(ValueError, match="tied to the input embedding"):
+        _loss(model)
+    assert torch.equal(model.head.detach(), before)
+    del opt
+
+
+def test_use_after_loss_raises():
+    """A regulariser on the head after the loss: its gradient reaches the head's hook after the
+    loss updated it (or autograd's in-place check fires): an error, not a silent wrong step."""
+    model = _Model(torch.float32)
+    opt = _opt(model)
+    loss = _loss(model) + (model.head ** 2).sum() * 1e-3
+    with pytest.raises(RuntimeError, match="another use|modified by an inplace operation"):
+        loss.backward()
+    del opt
+
+
+def test_bias_triton_autocast_refused():
+    model = _Model(torch.float32)
+    opt = _opt(model)
+    ids, target = _batch(0)
+    with pytest.raises(NotImplementedError, match="linear_bias"):
+        linear_cross_entropy(model.hidden(ids), model.head, target, linear_bias=torch.zeros(V))
+    with pytest.raises(NotImplementedError, match="impl='triton' has no update of the head weight"):
+        linear_cross_entropy(model.hidden(ids), model.head, target, impl="triton")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(NotImplementedError, match="autocast"):
+            linear_cross_entropy(model.hidden(ids), model.head, target)
+    del opt
+
+
+def test_second_backward_refused():
+    model = _Model(torch.float32)
+    opt = _opt(model)
+    loss = _loss(model, impl="reference")
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward through this graph"):
+        loss.backward()
+    opt.zero_grad()
+    opt.step()
+    _loss(model).backward()   # a fresh forward after step() is fine
+    with pytest.raises(RuntimeError, match="already updated since the last optimizer.step"):
+        _loss(model).backward()
+
+
+def test_group_changed_after_construction_raises():
+    model = _Model(torch.float32)
+    opt = _opt(model)
+    opt.param_groups[0]["momentum"] = 0.9
+    before = model.head.detach().clone()
+    with pytest.raises(RuntimeError, match="no longer plain SGD: momentum=0.9"):
+        _loss(model).backward()
+    assert torch.equal(model.head.detach(), before)
