@@ -656,7 +656,8 @@ let string_of_q (x : Bounds_spec.q) =
 
 (* One query: the bound's name and its arguments, answered with a rational,
    null (the Coq [None]: a side condition fails) or a boolean. *)
-let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t" ]
+let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
+                 "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -670,10 +671,11 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     | None -> fail "%s.%s: missing" where k
   in
   let q k = rational (where ^ "." ^ k) (required k) in
-  let n () = match required "n" with
+  let nat k = match required k with
     | `Int n when n >= 0 && n < 1 lsl 53 -> Big_int_Z.big_int_of_int n
-    | _ -> fail "%s.n: expected an integer in [0, 2^53)" where
+    | _ -> fail "%s.%s: expected an integer in [0, 2^53)" where k
   in
+  let n () = nat "n" in
   let value = function None -> `Null | Some x -> `String (string_of_q x) in
   let allowed ks =
     List.iter (fun (k, _) -> if k <> "bound" && not (List.mem k ks) then
@@ -689,6 +691,10 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "n" ]; value (Bounds_spec.stream_err_q (q "u") (q "ue") (n ()))
   | `String "perturbation" -> allowed [ "delta" ]; value (Bounds_spec.perturbation_q (q "delta"))
   | `String "neg_ln_check" -> allowed [ "b"; "t" ]; `Bool (Bounds_spec.neg_ln_check (q "b") (q "t"))
+  | `String "attention_forward" ->
+    allowed [ "u"; "ue"; "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ];
+    value (Bounds_spec.attn_fwd_q (q "u") (q "ue") (q "ee") (q "ea") (q "us") (q "es") (q "uc") (q "scale")
+             (q "p") (q "v") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

@@ -27,13 +27,21 @@
       [x = 2 delta]);
     - [neg_ln_check]: checks a candidate [t >= - ln (1 - b)] (the [ln] term
       of [lse_err]) by a certified lower bound of [exp t] ([exp_dn], [pow_dn],
-      [round_down]): [neg_ln_check_correct].
+      [round_down]): [neg_ln_check_correct];
+    - [attn_fwd_q]: the bound [afe_rel] of
+      [FloatModel.AttentionForwardError.attention_forward_error] (forward
+      attention in mixed precision, the rounding of the scores included),
+      its upper bounds [X >= 2^(u K)] ([exp_up]), [Y >= exp (2 delta) - 1]
+      ([perturbation_q]) and the powers ([pow_up_N]) computed here, the rest
+      exactly, the result rounded up; [attn_fwd_q_sound]: whenever it is
+      [Some b], [b * V] bounds the error of the kernel's output coordinate.
     Only [Q], [positive], [N] and [Z] are used, so the extraction can carry
     every value exactly (extraction/ExtractBounds.v extracts them with Coq's
     own binary integers, not OCaml's [int]). *)
 
-From Coq Require Import Reals QArith Qreals Lra Lia ZArith.
+From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
 From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 
 Local Open Scope Q_scope.
 
@@ -487,3 +495,234 @@ Proof.
   destruct Hle as [Hlt | Heq]; [left; apply ln_increasing; [apply Rinv_0_lt_compat; lra | exact Hlt] |].
   rewrite Heq; right; reflexivity.
 Qed.
+
+
+(** ** Forward attention: the value of [afe_rel] *)
+
+Local Open Scope Q_scope.
+
+Definition afe_bL_q (u ue ee ea : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
+  let H := P1 * ((1 + ue) * X) in
+  H * CG * X - 1 + Q_of_N Tt * CR * (((H * CG * X) * Q_of_N Nk * ee) * (1 + u) + ea + P1 * (Q_of_N B * ee)) * (1 + u).
+
+Definition afe_bN_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
+  let H := P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)) in
+  H * CG * X - 1
+  + Q_of_N Tt * CR * (((H * CG * X) * (Q_of_N Nk * V) * ee) * (1 + u) + ea
+                      + P1 * ((1 + u) * ((1 + us) * ee + es) * (Q_of_N B * V) + Q_of_N B * ea)) * (1 + u) / V.
+
+Definition afe_rel_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X Y P1 CG CR : Q) : Q :=
+  let bL := afe_bL_q u ue ee ea B Nk Tt X P1 CG CR in
+  let bN := afe_bN_q u ue ee ea us es V B Nk Tt X P1 CG CR in
+  ((((bN + bL) + u * (1 + bN)) / (1 - bL) + ea / V + Y) * (1 + us) + us + es / V).
+
+Definition dot_err_q (u ea : Q) (E : N) (P : Q) : Q :=
+  gamma_q u E * P + (1 + gamma_q u (E - 1)) * Q_of_N E * ea.
+
+Definition score_max_q (u ea scale uc : Q) (E : N) (P : Q) : Q :=
+  2 * (scale * (1 + uc) * (P + dot_err_q u ea E P)) * (1 + u) + ea.
+
+Definition score_delta_q (u ea scale uc : Q) (E : N) (P : Q) : Q :=
+  scale * ((P + dot_err_q u ea E P) * (u * (1 + uc) + uc) + dot_err_q u ea E P) + ea.
+
+Definition afe_ok (u ue ee ea us es uc scale P V : Q) (E B : N) : bool :=
+  Qle_bool 0 u && Qle_bool 0 ue && Qle_bool 0 ee && Qle_bool 0 ea && Qle_bool 0 us
+  && Qle_bool 0 es && Qle_bool 0 uc && Qle_bool 0 P && negb (Qle_bool scale 0)
+  && negb (Qle_bool V 0) && negb (Qle_bool 1 (Q_of_N E * u)) && N.leb 1 E && N.leb 1 B.
+
+(** [Some b] with [b >= afe_rel] at the model's constants, or [None] when a
+    check or the side condition [afe_bL < 1] fails. *)
+Definition attn_fwd_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : option Q :=
+  if afe_ok u ue ee ea us es uc scale P V E B then
+    match exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P)),
+          perturbation_q (score_delta_q u ea scale uc E P) with
+    | Some X, Some Y =>
+      let P1 := pow_up_N prec (1 + u) (B - 1) in
+      let CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt in
+      let CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt in
+      if Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1
+      then Some (round_up prec (afe_rel_q u ue ee ea us es V B Nk Tt X Y P1 CG CR))
+      else None
+    | _, _ => None
+    end
+  else None.
+
+Local Open Scope R_scope.
+
+Lemma Qle_bool_R : forall x y, Qle_bool x y = true -> Q2R x <= Q2R y.
+Proof. intros x y H; apply Qle_Rle, Qle_bool_iff, H. Qed.
+
+Lemma negb_Qle_bool_R : forall x y, negb (Qle_bool x y) = true -> Q2R y < Q2R x.
+Proof.
+  intros x y H; apply negb_true_iff in H; apply Qlt_Rlt, Qnot_le_lt.
+  intros C; apply Qle_bool_iff in C; congruence.
+Qed.
+
+Lemma Q2R_2 : Q2R 2 = 2.
+Proof. unfold Q2R; simpl; field. Qed.
+
+Lemma Q2R_nonzero : forall x, 0 < Q2R x -> ~ (x == 0)%Q.
+Proof. intros x H E; apply Qeq_eqR in E; rewrite Q2R_0 in E; lra. Qed.
+
+Section AttnFwdQ.
+
+Local Open Scope list_scope.
+Local Open Scope R_scope.
+
+Variable M : MixedModel.
+Variables u ue ee ea us es uc scale P V : Q.
+Variables E B Nk Tt : N.
+Hypothesis Hu : Q2R u = ff_u (mp_a M).
+Hypothesis Hue : Q2R ue = mp_ue M.
+Hypothesis Hee : Q2R ee = mp_eta_e M.
+Hypothesis Hea : Q2R ea = ff_eta (mp_a M).
+Hypothesis Hus : Q2R us = ff_u (mp_s M).
+Hypothesis Hes : Q2R es = ff_eta (mp_s M).
+
+Lemma afe_ok_spec : afe_ok u ue ee ea us es uc scale P V E B = true ->
+  0 <= Q2R uc /\ 0 <= Q2R P /\ 0 < Q2R scale /\ 0 < Q2R V /\ (Q_of_N E * u < 1)%Q
+  /\ (1 <= N.to_nat E)%nat /\ (1 <= N.to_nat B)%nat.
+Proof.
+  intros H; unfold afe_ok in H.
+  repeat rewrite andb_true_iff in H.
+  destruct H as [[[[[[[[[[[[_ _] _] _] _] _] H7] H8] H9] H10] H11] H12] H13].
+  apply Qle_bool_R in H7, H8; apply negb_Qle_bool_R in H9, H10.
+  rewrite Q2R_0 in *.
+  apply negb_true_iff in H11.
+  apply N.leb_le in H12, H13.
+  split; [exact H7 | split; [exact H8 | split; [exact H9 | split; [exact H10 | split]]]].
+  - apply Qnot_le_lt; intros C; apply Qle_bool_iff in C; congruence.
+  - split; lia.
+Qed.
+
+Lemma Q2R_dot_err : (Q_of_N E * u < 1)%Q ->
+  Q2R (dot_err_q u ea E P) = dot_err (mp_a M) (N.to_nat E) (Q2R P).
+Proof.
+  intros HE; unfold dot_err_q, dot_err.
+  assert (HE1 : (Q_of_N (E - 1) * u < 1)%Q).
+  { apply Rlt_Qlt; rewrite Q2R_mult, !Q2R_of_N, Q2R_1.
+    apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1 in HE.
+    assert (0 <= Q2R u) by (rewrite Hu; apply ff_u_nonneg).
+    assert (INR (N.to_nat (E - 1)) <= INR (N.to_nat E)) by (apply le_INR; lia).
+    nra. }
+  rewrite Q2R_plus, !Q2R_mult, Q2R_plus, Q2R_1, Q2R_of_N.
+  rewrite (gamma_q_correct u E HE), (gamma_q_correct u (E - 1) HE1), Nnat.N2Nat.inj_sub, Hu, Hea.
+  reflexivity.
+Qed.
+
+Lemma Q2R_score_max : (Q_of_N E * u < 1)%Q ->
+  Q2R (score_max_q u ea scale uc E P) = score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P).
+Proof.
+  intros HE; unfold score_max_q, score_max.
+  pose proof (Q2R_dot_err HE) as Hd; remember (dot_err_q u ea E P) as d eqn:Ed; clear Ed.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1, ?Q2R_2.
+  rewrite Hd, Hu, Hea; reflexivity.
+Qed.
+
+Lemma Q2R_score_delta : (Q_of_N E * u < 1)%Q ->
+  Q2R (score_delta_q u ea scale uc E P) = score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P).
+Proof.
+  intros HE; unfold score_delta_q, score_delta.
+  pose proof (Q2R_dot_err HE) as Hd; remember (dot_err_q u ea E P) as d eqn:Ed; clear Ed.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1, ?Q2R_2.
+  rewrite Hd, Hu, Hea; reflexivity.
+Qed.
+
+Lemma Q2R_afe_bL : forall X P1 CG CR,
+  Q2R (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR)
+  = afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt)
+           (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR).
+Proof.
+  intros; unfold afe_bL_q, afe_bL; cbv zeta.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_of_N, ?Q2R_1.
+  rewrite Hu, Hue, Hee, Hea; reflexivity.
+Qed.
+
+Lemma Q2R_afe_bN : forall X P1 CG CR, 0 < Q2R V ->
+  Q2R (afe_bN_q u ue ee ea us es V B Nk Tt X P1 CG CR)
+  = afe_bN (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
+           (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR).
+Proof.
+  intros X P1 CG CR HV; unfold afe_bN_q, afe_bN; cbv zeta.
+  rewrite Q2R_plus, Q2R_div by (apply Q2R_nonzero, HV).
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_of_N, ?Q2R_1.
+  rewrite Hu, Hue, Hee, Hea, Hus, Hes; reflexivity.
+Qed.
+
+Lemma Q2R_afe_rel : forall X Y P1 CG CR, 0 < Q2R V ->
+  Q2R (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) < 1 ->
+  Q2R (afe_rel_q u ue ee ea us es V B Nk Tt X Y P1 CG CR)
+  = afe_rel (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
+            (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) (Q2R X) (Q2R Y) (Q2R P1) (Q2R CG) (Q2R CR).
+Proof.
+  intros X Y P1 CG CR HV HL; unfold afe_rel_q, afe_rel; cbv zeta.
+  assert (H1 : 0 < Q2R (1 - afe_bL_q u ue ee ea B Nk Tt X P1 CG CR)) by (rewrite Q2R_minus, Q2R_1; lra).
+  rewrite !Q2R_plus, !Q2R_mult, !Q2R_plus.
+  rewrite (Q2R_div es V), (Q2R_div ea V) by (apply Q2R_nonzero, HV).
+  rewrite Q2R_div by (apply Q2R_nonzero, H1).
+  rewrite !Q2R_plus, Q2R_minus, Q2R_mult, Q2R_plus, Q2R_1, Q2R_afe_bL, Q2R_afe_bN by exact HV.
+  rewrite Hu, Hus, Hes, Hea; reflexivity.
+Qed.
+
+Lemma Q2R_cg : Q2R ((1 + ue) * ((1 + u) * (1 + u))) = cg M.
+Proof. unfold cg; rewrite !Q2R_mult, !Q2R_plus, Q2R_1, Hu, Hue; ring. Qed.
+
+Lemma Q2R_cr : Q2R ((1 + ue + ee) * ((1 + u) * (1 + u))) = cr M.
+Proof. unfold cr; rewrite !Q2R_mult, !Q2R_plus, Q2R_1, Hu, Hue, Hee; ring. Qed.
+
+Theorem attn_fwd_q_sound : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B Nk Tt = Some b ->
+  forall (q : list R) (c : R) (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair M c q)) tiles in
+  let m0 := score2 (mp_a M) c q (fst k0) in
+  length q = N.to_nat E ->
+  (forall kv, In kv (concat tiles) ->
+     length (fst kv) = N.to_nat E /\ dot_abs q (fst kv) <= Q2R P /\ Rabs (snd kv) <= Q2R V) ->
+  Rabs (c * ln 2 - Q2R scale) <= Q2R uc * Q2R scale ->
+  Forall (fun tl => (length tl <= N.to_nat B)%nat) tiles ->
+  (length (concat tiles) <= N.to_nat Nk)%nat -> (length tiles <= N.to_nat Tt)%nat ->
+  Rabs (ff_rnd (mp_s M) (ff_rnd (mp_a M) (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
+        - exact_softmax (Q2R scale) q (concat tiles))
+  <= Q2R b * Q2R V.
+Proof.
+  intros b Hb q c k0 tl0 rest tiles ktiles m0 Hq Hkeys Hc HBt HN HT.
+  unfold attn_fwd_q in Hb.
+  destruct (afe_ok u ue ee ea us es uc scale P V E B) eqn:Eok; [| discriminate].
+  destruct (afe_ok_spec Eok) as [Huc [HP [Hs [HV [HE [HE1 HB1]]]]]].
+  destruct (exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P))%Q) as [X |] eqn:EX; [| discriminate].
+  destruct (perturbation_q (score_delta_q u ea scale uc E P)) as [Y |] eqn:EY; [| discriminate].
+  set (P1 := pow_up_N prec (1 + u) (B - 1)) in Hb.
+  set (CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
+  set (CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt) in Hb.
+  destruct (Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1) as [HL | HL]; [| discriminate].
+  injection Hb as <-.
+  pose proof (ff_u_nonneg (mp_a M)) as Hu0; pose proof (ff_eta_nonneg (mp_a M)) as Hea0.
+  pose proof (mp_ue_nonneg M) as Hue0; pose proof (mp_eta_e_nonneg M) as Hee0.
+  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
+  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
+  apply Qlt_Rlt in HL; rewrite Q2R_1 in HL.
+  eapply Rle_trans.
+  - apply (attention_forward_error M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) (Q2R X) (Q2R Y) (Q2R P1) (Q2R CG)
+             (Q2R CR) (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto.
+    + (* X >= 2^(u K) *)
+      pose proof (exp_up_ge _ _ _ _ EX) as G.
+      rewrite Q2R_mult, Q2R_mult, Q2R_2, Q2R_score_max, Hu in G by exact HE.
+      set (z := ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) in *.
+      assert (Hz : 0 <= z).
+      { unfold z; apply Rmult_le_pos; [exact Hu0 |].
+        pose proof (score_max_nonneg (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) ltac:(lra) Huc HP HEu).
+        lra. }
+      unfold Rpower; eapply Rle_trans; [| exact G]; destruct (Req_dec z 0) as [Z0 | Z0]; [rewrite Z0, Rmult_0_l; lra |].
+      left; apply exp_increasing.
+      pose proof afe_ln2_bounds; nra.
+    + pose proof (perturbation_q_ge _ _ EY) as G; rewrite Q2R_score_delta in G by exact HE; exact G.
+    + pose proof (pow_one_plus_le u (B - 1) ltac:(apply Rle_Qle; rewrite Q2R_0, Hu; exact Hu0)) as G.
+      rewrite Nnat.N2Nat.inj_sub, Hu in G; exact G.
+    + rewrite <- Q2R_cg; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cg; pose proof (cg_ge_1 M); lra.
+    + rewrite <- Q2R_cr; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cr; pose proof (cr_ge_1 M); lra.
+    + rewrite <- Q2R_afe_bL; exact HL.
+  - rewrite <- Q2R_afe_rel by (exact HV || exact HL).
+    apply Rmult_le_compat_r; [lra | apply Qle_R, round_up_ge].
+Qed.
+
+End AttnFwdQ.

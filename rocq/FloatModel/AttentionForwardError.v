@@ -1,0 +1,550 @@
+(** * Forward attention in mixed precision, the rounding of the scores included.
+
+    PART A (generic): softmax-weighted averages over any list of keys move by
+    at most [(exp (2 delta) - 1) V] when every score moves by at most
+    [delta] ([softmax_average_perturbation], from
+    [ScorePerturbation.sp_softmax_average_bound]), and do not change when
+    every score is shifted by one constant ([softmax_average_shift]).
+
+    PART B (the kernel's scores): [score2 c q k = rnd (blocked_dot (E) q k * c)],
+    the fp32 dot over the head dim [E] (each product rounded to fp32, the
+    [E] products summed left to right: [blocked_dot] with one tile of [E])
+    times the fp32 constant [c = qk_scale] of kernels/attention.py, a base-2
+    score.  With [|c ln 2 - scale| <= uc scale] and [sum_i |q_i k_i| <= P]:
+    [score2_error]: |score2 ln 2 - scale (q . k)| <= [score_delta] and
+    |score2| <= [score_max] (closed forms below).
+
+    PART C (end to end): [attention_forward_error] composes [score2_error],
+    [online_softmax_output_error] (OnlineSoftmaxTile.v) on the kernel's
+    tiles of (score2, value coordinate) pairs, [softmax_average_perturbation]
+    and the final store of the output to the storage format:
+      |rnd_s (rnd (acc / l)) - softmax(scale q.k) . v| <= attn_fwd_rel * V,
+    with [attn_fwd_rel] a closed form of the model's constants and of
+    upper bounds [X >= 2^(u K)], [Y >= exp (2 score_delta) - 1],
+    [P1 >= (1+u)^(B-1)], [CG >= cg^Tt], [CR >= cr^Tt] (so that its value can
+    be computed over the rationals: BoundValues.v, [attn_fwd_q],
+    [attn_fwd_q_sound]).  The tiles are the kernel's key tiles of one query
+    row ([(k0 :: tl0) :: rest], at most [B] keys each, at most [N] keys and
+    [Tt] tiles); [acc_run]/[l_run] start from [(m0, 0)] with [m0] the score
+    of the first key of the first tile, which is the kernel's start
+    [m = -inf, l = acc = 0] ([run_first], OnlineSoftmaxTile.v); the exact
+    value is the softmax of [scale * q.k] over the same keys
+    ([exact_softmax]).  Grouped-query attention changes only which key and
+    value head a row reads, so the statement (one row, any keys) covers it.
+
+    Not covered (beyond what OnlineSoftmaxTile.v lists: [tl.sum] as a tree,
+    the order inside one MMA, the acc update fused into the MMA, an FMA in
+    [l * alpha + sum]): the dot [q.k] is modelled as a left-to-right fp32 sum
+    of the [E] rounded products, not the tensor core's order (nor an FMA
+    chain); [s * qk_scale - m] is modelled as two roundings (a compiler may
+    contract it to one FMA); partly masked tiles (the causal diagonal, the
+    ragged last tile): the theorem is for tiles whose keys are all visible
+    (fully masked tiles change nothing: [kernel_run_skip_masked_tiles]);
+    the fp32 path's 3xTF32 products; overflow (Flocq's [FLT_exp] has no
+    largest exponent).  The relative error [mp_ue] of the computed [exp2]
+    is a field of the model: for the kernel's [ex2.approx] it is an
+    assumption, not a theorem.  *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts RoundingModel DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile.
+Import ListNotations.
+Open Scope R_scope.
+
+(** ** PART A: softmax averages over any list of keys *)
+
+Lemma afe_map_seq_nth : forall {T} (xs : list T) (d : T),
+  map (fun k => nth k xs d) (seq 0 (length xs)) = xs.
+Proof.
+  intros T xs d.
+  apply nth_ext with (d := nth 0%nat xs d) (d' := d); [rewrite map_length, seq_length; reflexivity |].
+  intros n Hn; rewrite map_length, seq_length in Hn.
+  change (nth 0%nat xs d) with ((fun k => nth k xs d) 0%nat).
+  rewrite map_nth, seq_nth by exact Hn; reflexivity.
+Qed.
+
+Lemma afe_rsum_index : forall {T} (f : T -> R) (xs : list T) d,
+  rsum (map (fun k => f (nth k xs d)) (seq 0 (length xs))) = rsum (map f xs).
+Proof.
+  intros T f xs d; rewrite <- (map_map (fun k => nth k xs d) f), afe_map_seq_nth; reflexivity.
+Qed.
+
+Theorem softmax_average_perturbation : forall {T} (xs : list T) (S S' v : T -> R) delta V,
+  0 <= delta -> 0 <= V ->
+  (forall x, In x xs -> Rabs (S' x - S x) <= delta) ->
+  (forall x, In x xs -> Rabs (v x) <= V) ->
+  Rabs (rsum (map (fun x => exp (S' x) * v x) xs) / rsum (map (fun x => exp (S' x)) xs)
+        - rsum (map (fun x => exp (S x) * v x) xs) / rsum (map (fun x => exp (S x)) xs))
+  <= (exp (2 * delta) - 1) * V.
+Proof.
+  intros T xs S S' v delta V Hd HV HS Hv.
+  destruct xs as [|d xs'] eqn:E.
+  - cbn [map]; unfold rsum; simpl; unfold Rdiv; rewrite Rmult_0_l, Rminus_0_r, Rabs_R0.
+    assert (1 <= exp (2 * delta)) by (rewrite <- exp_0; apply sp_exp_le; lra).
+    apply Rmult_le_pos; lra.
+  - rewrite <- E in *.
+    rewrite <- (afe_rsum_index (fun x => exp (S' x) * v x) xs d).
+    rewrite <- (afe_rsum_index (fun x => exp (S' x)) xs d).
+    rewrite <- (afe_rsum_index (fun x => exp (S x) * v x) xs d).
+    rewrite <- (afe_rsum_index (fun x => exp (S x)) xs d).
+    apply (sp_softmax_average_bound (seq 0 (length xs)) (fun k => S (nth k xs d))
+             (fun k => S' (nth k xs d)) (fun k => v (nth k xs d))); auto.
+    + intros k Hk; apply in_seq in Hk; apply HS, nth_In; lia.
+    + intros k Hk; apply in_seq in Hk; apply Hv, nth_In; lia.
+Qed.
+
+Lemma softmax_average_shift : forall {T} (xs : list T) (S v : T -> R) a,
+  rsum (map (fun x => exp (S x - a) * v x) xs) / rsum (map (fun x => exp (S x - a)) xs)
+  = rsum (map (fun x => exp (S x) * v x) xs) / rsum (map (fun x => exp (S x)) xs).
+Proof.
+  intros T xs S v a.
+  rewrite (rsum_map_ext (fun x => exp (S x - a) * v x) (fun x => exp (- a) * (exp (S x) * v x)))
+    by (intros; unfold Rminus; rewrite exp_plus; ring).
+  rewrite (rsum_map_ext (fun x => exp (S x - a)) (fun x => exp (- a) * exp (S x)))
+    by (intros; unfold Rminus; rewrite exp_plus; ring).
+  rewrite !rsum_map_scal_l.
+  pose proof (exp_pos (- a)).
+  destruct (Req_dec (rsum (map (fun x => exp (S x)) xs)) 0) as [Z | Z].
+  - rewrite Z, Rmult_0_r; unfold Rdiv; rewrite Rinv_0; ring.
+  - field; split; [exact Z | lra].
+Qed.
+
+(** [ln 2] between [1/2] and [1]. *)
+Lemma afe_ln2_bounds : / 2 < ln 2 < 1.
+Proof.
+  split; [exact ln_lt_2 |].
+  rewrite <- ln_exp with 1; apply ln_increasing; [lra |].
+  pose proof (exp_ineq1 1 ltac:(lra)); lra.
+Qed.
+
+(** [Rpower 2 x = exp (x ln 2)], the base-2 weights as natural exponentials. *)
+Lemma afe_rpower2 : forall x, Rpower 2 x = exp (x * ln 2).
+Proof. reflexivity. Qed.
+
+(** ** PART B: the kernel's scores *)
+
+Definition dot_R (a b : list R) : R := rsum (map (fun xy => fst xy * snd xy) (combine a b)).
+Definition dot_abs (a b : list R) : R := rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)).
+
+Lemma dot_R_abs : forall a b, Rabs (dot_R a b) <= dot_abs a b.
+Proof. intros; unfold dot_R, dot_abs; apply bw_rsum_abs. Qed.
+
+Section Scores.
+
+Variable A : FloatFormat.
+Local Notation rnd := (ff_rnd A).
+Local Notation u := (ff_u A).
+Local Notation ea := (ff_eta A).
+
+(** The kernel's base-2 score: [s = tl.dot(q, k^T)] (fp32 accumulation over the
+    head dim), then [s * qk_scale] rounded to fp32. *)
+Definition score2 (c : R) (q k : list R) : R := rnd (blocked_dot A (length q) q k * c).
+
+(** The error of the dot ([blocked_dot_error_bound_rounded] with one tile of [E]). *)
+Definition dot_err (E : nat) (P : R) : R := gamma u E * P + (1 + gamma u (E - 1)) * INR E * ea.
+
+Definition score_delta (scale uc : R) (E : nat) (P : R) : R :=
+  scale * ((P + dot_err E P) * (u * (1 + uc) + uc) + dot_err E P) + ea.
+
+Definition score_max (scale uc : R) (E : nat) (P : R) : R :=
+  2 * (scale * (1 + uc) * (P + dot_err E P)) * (1 + u) + ea.
+
+Lemma gamma_nonneg : forall n, INR n * u < 1 -> 0 <= gamma u n.
+Proof.
+  intros n H; unfold gamma, Rdiv; pose proof (ff_u_nonneg A); pose proof (pos_INR n).
+  apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra].
+Qed.
+
+Lemma dot_err_nonneg : forall E P, INR E * u < 1 -> 0 <= P -> 0 <= dot_err E P.
+Proof.
+  intros E P HE HP; unfold dot_err; pose proof (ff_u_nonneg A); pose proof (ff_eta_nonneg A).
+  assert (H1 : INR (E - 1) * u < 1) by (assert (INR (E - 1) <= INR E) by (apply le_INR; lia); nra).
+  pose proof (gamma_nonneg E HE); pose proof (gamma_nonneg (E - 1) H1); pose proof (pos_INR E).
+  apply Rplus_le_le_0_compat; [apply Rmult_le_pos; lra | apply Rmult_le_pos; [apply Rmult_le_pos |]; lra].
+Qed.
+
+Lemma score_max_nonneg : forall scale uc E P, 0 <= scale -> 0 <= uc -> 0 <= P -> INR E * u < 1 ->
+  0 <= score_max scale uc E P.
+Proof.
+  intros scale uc E P Hs Hc HP HE; unfold score_max.
+  pose proof (dot_err_nonneg E P HE HP); pose proof (ff_u_nonneg A); pose proof (ff_eta_nonneg A).
+  assert (0 <= scale * (1 + uc) * (P + dot_err E P)) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+  nra.
+Qed.
+
+Lemma dot_err_bound : forall q k E P,
+  length q = E -> length k = E -> (1 <= E)%nat -> INR E * u < 1 -> dot_abs q k <= P ->
+  Rabs (blocked_dot A E q k - dot_R q k) <= dot_err E P.
+Proof.
+  intros q k E P Hq Hk HE Hu HP.
+  assert (Hc : length (combine q k) = E) by (rewrite combine_length; lia).
+  assert (HS : S ((E - 1) + (1 - 1)) = E) by lia.
+  pose proof (blocked_dot_error_bound_rounded A E 1 q k HE (le_n 1) ltac:(lia) ltac:(rewrite HS; exact Hu)) as H.
+  rewrite HS, Hc in H; replace ((E - 1) + (1 - 1))%nat with (E - 1)%nat in H by lia.
+  unfold dot_err, dot_R; eapply Rle_trans; [exact H |].
+  apply Rplus_le_compat_r, Rmult_le_compat_l; [apply gamma_nonneg, Hu | exact HP].
+Qed.
+
+Theorem score2_error : forall c scale uc q k E P,
+  length q = E -> length k = E -> (1 <= E)%nat -> INR E * u < 1 ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  dot_abs q k <= P ->
+  Rabs (score2 c q k * ln 2 - scale * dot_R q k) <= score_delta scale uc E P
+  /\ Rabs (score2 c q k) <= score_max scale uc E P.
+Proof.
+  intros c scale uc q k E P Hq Hk HE Hu Hs Huc Hc HP.
+  pose proof (ff_u_nonneg A) as Hu0; pose proof (ff_eta_nonneg A) as Hea.
+  pose proof afe_ln2_bounds as [L1 L2].
+  pose proof (dot_err_bound q k E P Hq Hk HE Hu HP) as Hd.
+  unfold score2; rewrite Hq.
+  set (D := blocked_dot A E q k) in *.
+  set (de := dot_err E P) in *.
+  set (d := dot_R q k) in *.
+  pose proof (dot_R_abs q k) as Hdd; fold d in Hdd.
+  assert (HD : Rabs D <= P + de).
+  { replace D with ((D - d) + d) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
+  assert (Hca : Rabs c * ln 2 <= (1 + uc) * scale).
+  { replace c with ((c * ln 2 - scale) / ln 2 + scale / ln 2) by (field; lra).
+    assert (Rabs ((c * ln 2 - scale) / ln 2 + scale / ln 2) <= uc * scale / ln 2 + scale / ln 2).
+    { eapply Rle_trans; [apply Rabs_triang |]; unfold Rdiv; rewrite !Rabs_mult.
+      rewrite (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
+      rewrite (Rabs_right scale) by lra.
+      apply Rplus_le_compat_r, Rmult_le_compat_r; [left; apply Rinv_0_lt_compat; lra | exact Hc]. }
+    apply Rmult_le_compat_r with (r := ln 2) in H; [| lra].
+    replace ((uc * scale / ln 2 + scale / ln 2) * ln 2) with ((1 + uc) * scale) in H by (field; lra).
+    exact H. }
+  pose proof (ff_abs A (D * c)) as Hr.
+  set (r := rnd (D * c)) in *.
+  rewrite Rabs_mult in Hr.
+  assert (HDc : Rabs D * Rabs c * ln 2 <= (P + de) * ((1 + uc) * scale)).
+  { rewrite Rmult_assoc; pose proof (Rabs_pos c); pose proof (Rabs_pos D).
+    apply Rmult_le_compat; [lra | nra | lra | lra]. }
+  assert (HDc' : Rabs D * Rabs c <= 2 * ((P + de) * ((1 + uc) * scale))).
+  { assert (0 <= Rabs D * Rabs c) by (apply Rmult_le_pos; apply Rabs_pos). nra. }
+  split.
+  - (* r ln 2 - scale d = (r - D c) ln 2 + D (c ln 2 - scale) + scale (D - d) *)
+    replace (r * ln 2 - scale * d)
+      with ((r - D * c) * ln 2 + D * (c * ln 2 - scale) + scale * (D - d)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    eapply Rle_trans; [apply Rplus_le_compat_r, Rabs_triang |].
+    rewrite !Rabs_mult, (Rabs_right (ln 2)), (Rabs_right scale) by lra.
+    assert (E1 : Rabs (r - D * c) * ln 2 <= u * ((P + de) * ((1 + uc) * scale)) + ea).
+    { assert (Rabs (r - D * c) * ln 2 <= (u * (Rabs D * Rabs c) + ea) * ln 2)
+        by (apply Rmult_le_compat_r; lra).
+      assert (u * (Rabs D * Rabs c * ln 2) <= u * ((P + de) * ((1 + uc) * scale)))
+        by (apply Rmult_le_compat_l; lra).
+      nra. }
+    assert (E2 : Rabs D * Rabs (c * ln 2 - scale) <= (P + de) * (uc * scale))
+      by (apply Rmult_le_compat; try apply Rabs_pos; lra).
+    assert (E3 : scale * Rabs (D - d) <= scale * de) by (apply Rmult_le_compat_l; lra).
+    unfold score_delta; fold de.
+    nra.
+  - replace r with ((r - D * c) + D * c) by ring.
+    eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult.
+    unfold score_max; fold de.
+    assert (u * (Rabs D * Rabs c) <= u * (2 * ((P + de) * ((1 + uc) * scale))))
+      by (apply Rmult_le_compat_l; lra).
+    nra.
+Qed.
+
+End Scores.
+
+(** ** PART C: end to end *)
+
+(** The closed forms.  [X >= 2^(u K)], [P1 >= (1+u)^(B-1)], [CG >= cg^Tt],
+    [CR >= cr^Tt], [Y >= exp (2 score_delta) - 1]. *)
+Definition afe_bL (u ue ee ea : R) (B N Tt : nat) (X P1 CG CR : R) : R :=
+  let H := P1 * ((1 + ue) * X) in
+  H * CG * X - 1 + INR Tt * CR * (((H * CG * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee)) * (1 + u).
+
+Definition afe_bN (u ue ee ea us es V : R) (B N Tt : nat) (X P1 CG CR : R) : R :=
+  let H := P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)) in
+  H * CG * X - 1
+  + INR Tt * CR * (((H * CG * X) * (INR N * V) * ee) * (1 + u) + ea
+                   + P1 * ((1 + u) * ((1 + us) * ee + es) * (INR B * V) + INR B * ea)) * (1 + u) / V.
+
+Definition afe_rel (u ue ee ea us es V : R) (B N Tt : nat) (X Y P1 CG CR : R) : R :=
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  let bN := afe_bN u ue ee ea us es V B N Tt X P1 CG CR in
+  ((((bN + bL) + u * (1 + bN)) / (1 - bL) + ea / V + Y) * (1 + us) + us + es / V).
+
+Lemma afe_f_mono : forall u bN bL bN' bL', 0 <= u -> 0 <= bN -> 0 <= bL -> bN <= bN' -> bL <= bL' ->
+  bL' < 1 -> ((bN + bL) + u * (1 + bN)) / (1 - bL) <= ((bN' + bL') + u * (1 + bN')) / (1 - bL').
+Proof.
+  intros u bN bL bN' bL' Hu H1 H2 H3 H4 H5; unfold Rdiv.
+  assert (/ (1 - bL) <= / (1 - bL')) by (apply Rinv_le_contravar; lra).
+  assert (0 < / (1 - bL)) by (apply Rinv_0_lt_compat; lra).
+  apply Rmult_le_compat; [nra | lra | nra | lra].
+Qed.
+
+Lemma softmax_average_abs_le : forall {T} (xs : list T) (S v : T -> R) V, 0 <= V ->
+  (forall x, In x xs -> Rabs (v x) <= V) ->
+  Rabs (rsum (map (fun x => exp (S x) * v x) xs) / rsum (map (fun x => exp (S x)) xs)) <= V.
+Proof.
+  intros T xs S v V HV Hv.
+  set (Z := rsum (map (fun x => exp (S x)) xs)).
+  assert (HZ : 0 <= Z).
+  { apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; left; apply exp_pos. }
+  assert (Hn : Rabs (rsum (map (fun x => exp (S x) * v x) xs)) <= V * Z).
+  { eapply Rle_trans; [apply bw_rsum_abs |]; unfold Z; rewrite <- rsum_map_scal_l; apply bw_rsum_le.
+    intros x Hx; rewrite Rabs_mult, (Rabs_right (exp (S x))) by (left; apply exp_pos).
+    rewrite Rmult_comm; apply Rmult_le_compat_r; [left; apply exp_pos | apply Hv, Hx]. }
+  destruct (Req_dec Z 0) as [E0 | E0].
+  - rewrite E0; unfold Rdiv; rewrite Rinv_0, Rmult_0_r, Rabs_R0; exact HV.
+  - unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ Z)) by (left; apply Rinv_0_lt_compat; lra).
+    apply (Rmult_le_reg_r Z); [lra |]; rewrite Rmult_assoc, Rinv_l by exact E0; lra.
+Qed.
+
+Section Forward.
+
+Variable M : MixedModel.
+
+Local Notation A_ := (mp_a M).
+Local Notation S_ := (mp_s M).
+Local Notation fmt := (ff_fmt A_).
+Local Notation rnd := (ff_rnd A_).
+Local Notation u := (ff_u A_).
+Local Notation ea := (ff_eta A_).
+Local Notation us := (ff_u S_).
+Local Notation es := (ff_eta S_).
+Local Notation ue := (mp_ue M).
+Local Notation ee := (mp_eta_e M).
+
+Lemma Gk_apriori : forall H H' m0 Tt t mt K X CG,
+  0 <= H <= H' -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
+  Rpower 2 (u * K) <= X -> cg M ^ Tt <= CG -> Gk M H m0 t mt <= H' * CG * X.
+Proof.
+  intros H H' m0 Tt t mt K X CG HH Ht Hm HK HX HC; unfold Gk.
+  pose proof (cg_ge_1 M); pose proof (ff_u_nonneg A_).
+  assert (cg M ^ t <= cg M ^ Tt) by (apply Rle_pow; [lra | exact Ht]).
+  assert (0 <= cg M ^ t) by (apply pow_le; lra).
+  assert (Rpower 2 (u * (mt - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+  pose proof (Rpower_pos (u * (mt - m0))).
+  apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat; lra | lra].
+Qed.
+
+Lemma Rk_apriori : forall K H H' Ry Ry' Sb Tt t X CG CR,
+  0 <= H <= H' -> 0 <= Ry <= Ry' -> 0 <= Sb -> (t <= Tt)%nat ->
+  Rpower 2 (u * K) <= X -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  Rk M K H Ry Sb Tt t <= INR Tt * CR * ((((H' * CG * X) * Sb * ee) * (1 + u) + ea + Ry') * (1 + u)).
+Proof.
+  intros K H H' Ry Ry' Sb Tt t X CG CR HH HR HS Ht HX HG HC; unfold Rk, dR, Gb.
+  pose proof (cg_ge_1 M); pose proof (cr_ge_1 M); pose proof (ff_u_nonneg A_).
+  pose proof (mp_eta_e_nonneg M); pose proof (ff_eta_nonneg A_).
+  assert (0 <= cg M ^ Tt) by (apply pow_le; lra).
+  pose proof (Rpower_pos (u * K)).
+  assert (HGb : H * cg M ^ Tt * Rpower 2 (u * K) <= H' * CG * X)
+    by (apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat; lra | lra]).
+  assert (0 <= H * cg M ^ Tt * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+  assert (Hd : 0 <= ((H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u)).
+  { apply Rmult_le_pos; [| lra]. assert (0 <= H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee) by
+      (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra). nra. }
+  assert (Hd' : ((H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u)
+                <= ((H' * CG * X * Sb * ee) * (1 + u) + ea + Ry') * (1 + u)).
+  { apply Rmult_le_compat_r; [lra |].
+    assert (H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee <= H' * CG * X * Sb * ee)
+      by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; lra]).
+    nra. }
+  assert (Hc : cr M ^ t <= CR) by (eapply Rle_trans; [apply Rle_pow; [lra | exact Ht] | exact HC]).
+  assert (0 <= cr M ^ t) by (apply pow_le; lra).
+  assert (INR t <= INR Tt) by (apply le_INR, Ht).
+  pose proof (pos_INR t).
+  apply Rmult_le_compat; [apply Rmult_le_pos; lra | exact Hd | | exact Hd'].
+  apply Rmult_le_compat; lra.
+Qed.
+
+Lemma H_l_bounds : forall K B X P1, 0 <= K -> Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 ->
+  1 <= H_l M K B <= P1 * ((1 + ue) * X).
+Proof.
+  intros K B X P1 HK HX HP; unfold H_l, tile_E.
+  pose proof (ff_u_nonneg A_); pose proof (mp_ue_nonneg M).
+  assert (1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra).
+  assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1; nra).
+  assert (1 <= (1 + ue) * Rpower 2 (u * K)) by nra.
+  split; [nra |]. apply Rmult_le_compat; [lra | lra | lra | nra].
+Qed.
+
+Lemma H_acc_bounds : forall K B X P1, 0 <= K -> Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 ->
+  1 <= H_acc M K B <= P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)).
+Proof.
+  intros K B X P1 HK HX HP; unfold H_acc, tile_acc_H, tile_E.
+  pose proof (ff_u_nonneg A_); pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg S_).
+  assert (1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra).
+  assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1; nra).
+  assert (1 <= (1 + u) * (1 + us)) by nra.
+  assert (1 <= (1 + ue) * Rpower 2 (u * K)) by nra.
+  assert (1 <= (1 + u) * (1 + us) * ((1 + ue) * Rpower 2 (u * K))) by nra.
+  split; [nra |]. apply Rmult_le_compat; [lra | lra | lra |].
+  apply Rmult_le_compat_l; [nra | nra].
+Qed.
+
+Lemma out_bL_apriori : forall K m0 B N Tt t mt X P1 CG CR,
+  0 <= K -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
+  Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  0 <= out_bL M K m0 B N Tt t mt <= afe_bL u ue ee ea B N Tt X P1 CG CR.
+Proof.
+  intros K m0 B N Tt t mt X P1 CG CR HK Ht Hm HmK HX HP HG HC.
+  destruct (H_l_bounds K B X P1 HK HX HP) as [H1 H2].
+  pose proof (mp_eta_e_nonneg M); pose proof (ff_u_nonneg A_).
+  assert (HRy : 0 <= Ry_l M B) by (unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
+  assert (HRy' : Ry_l M B <= P1 * (INR B * ee))
+    by (unfold Ry_l; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HP]).
+  pose proof (Gk_ge_1 M (H_l M K B) m0 H1 t mt Hm).
+  pose proof (Rk_nonneg M K (H_l M K B) (Ry_l M B) (INR N) Tt H1 HRy (pos_INR N) t).
+  pose proof (Gk_apriori (H_l M K B) (P1 * ((1 + ue) * X)) m0 Tt t mt K X CG ltac:(lra) Ht Hm HmK HX HG).
+  pose proof (Rk_apriori K (H_l M K B) (P1 * ((1 + ue) * X)) (Ry_l M B) (P1 * (INR B * ee)) (INR N) Tt t X CG CR
+                ltac:(lra) ltac:(lra) (pos_INR N) Ht HX HG HC).
+  unfold out_bL, afe_bL; cbv zeta; lra.
+Qed.
+
+Lemma out_bN_apriori : forall K m0 V B N Tt t mt X P1 CG CR,
+  0 <= K -> 0 < V -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
+  Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  0 <= out_bN M K m0 V B N Tt t mt <= afe_bN u ue ee ea us es V B N Tt X P1 CG CR.
+Proof.
+  intros K m0 V B N Tt t mt X P1 CG CR HK HV Ht Hm HmK HX HP HG HC.
+  destruct (H_acc_bounds K B X P1 HK HX HP) as [H1 H2].
+  pose proof (mp_eta_e_nonneg M); pose proof (ff_u_nonneg A_); pose proof (ff_u_nonneg S_).
+  pose proof (ff_eta_nonneg S_); pose proof (ff_eta_nonneg A_); pose proof (pos_INR B).
+  set (Ra := (1 + u) * ((1 + us) * ee + es) * (INR B * V) + INR B * ea).
+  assert (HRa : 0 <= Ra).
+  { unfold Ra; apply Rplus_le_le_0_compat; apply Rmult_le_pos; try nra.
+    apply Rmult_le_pos; nra. }
+  assert (HRy : 0 <= Ry_acc M V B) by (unfold Ry_acc; fold Ra; apply Rmult_le_pos; [apply pow_le; lra | lra]).
+  assert (HRy' : Ry_acc M V B <= P1 * Ra) by (unfold Ry_acc; fold Ra; apply Rmult_le_compat_r; lra).
+  assert (HNV : 0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+  pose proof (Gk_ge_1 M (H_acc M K B) m0 H1 t mt Hm).
+  pose proof (Rk_nonneg M K (H_acc M K B) (Ry_acc M V B) (INR N * V) Tt H1 HRy HNV t).
+  pose proof (Gk_apriori (H_acc M K B) (P1 * ((1 + u) * (1 + us) * ((1 + ue) * X))) m0 Tt t mt K X CG
+                ltac:(lra) Ht Hm HmK HX HG).
+  pose proof (Rk_apriori K (H_acc M K B) (P1 * ((1 + u) * (1 + us) * ((1 + ue) * X))) (Ry_acc M V B) (P1 * Ra)
+                (INR N * V) Tt t X CG CR ltac:(lra) ltac:(lra) HNV Ht HX HG HC).
+  unfold out_bN, afe_bN; cbv zeta; fold Ra.
+  assert (0 < / V) by (apply Rinv_0_lt_compat, HV).
+  unfold Rdiv; split; [apply Rplus_le_le_0_compat; [lra | apply Rmult_le_pos; lra] |].
+  apply Rplus_le_compat; [lra | apply Rmult_le_compat_r; lra].
+Qed.
+
+(** The kernel's (score, value) pair of a key [(k, v_c)]. *)
+Definition kv_pair (c : R) (q : list R) (kv : list R * R) : R * R := (score2 A_ c q (fst kv), snd kv).
+
+Definition exact_softmax (scale : R) (q : list R) (keys : list (list R * R)) : R :=
+  rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * snd kv) keys)
+  / rsum (map (fun kv => exp (scale * dot_R q (fst kv))) keys).
+
+Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair c q)) tiles in
+  let m0 := score2 A_ c q (fst k0) in
+  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
+  Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
+        - exact_softmax scale q (concat tiles))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
+    HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  set (smax := score_max A_ scale uc E P) in *.
+  set (delta := score_delta A_ scale uc E P) in *.
+  set (K := 2 * smax) in *.
+  assert (Hsc : forall kv, In kv (concat tiles) ->
+            Rabs (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
+            /\ Rabs (score2 A_ c q (fst kv)) <= smax).
+  { intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl [HPk _]].
+    apply score2_error; auto. }
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
+  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2 A_ c q (fst k0))); lra).
+  assert (Hdelta : 0 <= delta) by (pose proof (Hsc k0 Hk0) as [H _]; eapply Rle_trans; [apply Rabs_pos | exact H]).
+  assert (HK : 0 <= K) by (unfold K; lra).
+  assert (Ecat : concat ktiles = map (kv_pair c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
+  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair c q kv).
+  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
+  set (mt := acc_m_run m0 ktiles).
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p)).
+  { intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt. }
+  assert (Hmt : Rabs mt <= smax).
+  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
+    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
+    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
+  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
+  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
+  assert (HmK : mt - m0 <= K).
+  { unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra. }
+  (* the online softmax *)
+  assert (Hlt : length ktiles = length tiles) by (unfold ktiles; apply map_length).
+  destruct (out_bL_apriori K m0 B N Tt (length ktiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
+  destruct (out_bN_apriori K m0 V B N Tt (length ktiles) mt X P1 CG CR HK HV ltac:(lia) Hm0t HmK HX HP HG HC) as [bN0 bN1].
+  assert (Hon := online_softmax_output_error M K m0 V B N Tt ktiles HK HV HB).
+  fold mt in Hon.
+  assert (Hex : exists p, In p (concat ktiles) /\ fst p = m0).
+  { exists (kv_pair c q k0); split; [rewrite Ecat; apply in_map, Hk0 | reflexivity]. }
+  specialize (Hon Hex).
+  specialize (Hon ltac:(intros p Hp; destruct (Hin p Hp) as [kv [Hkv ->]]; cbn [fst snd kv_pair];
+                       destruct (Hkeys kv Hkv) as [_ [_ Hv]];
+                       destruct (Hsc kv Hkv) as [_ Hs2];
+                       split; [exact Hv | split; [apply ff_rnd_fmt |]];
+                       fold mt; pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv)));
+                       rewrite Rabs_Ropp in *; unfold K; lra)).
+  specialize (Hon ltac:(unfold ktiles; apply Forall_forall; intros tl Htl; apply in_map_iff in Htl;
+                        destruct Htl as [tl' [<- Htl']]; rewrite map_length;
+                        exact (proj1 (Forall_forall _ _) HBt tl' Htl'))).
+  specialize (Hon ltac:(rewrite Ecat, map_length; exact HN) ltac:(lia) ltac:(fold mt; lra)).
+  fold mt in Hon.
+  (* the perturbation of the scores *)
+  set (o := rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles))) in *.
+  set (Nt := exact_pv mt (concat ktiles)) in *.
+  set (Lt := exact_l mt (map fst (concat ktiles))) in *.
+  assert (Hpert : Rabs (Nt / Lt - exact_softmax scale q (concat tiles)) <= (exp (2 * delta) - 1) * V).
+  { unfold Nt, Lt, exact_pv, exact_l, exact_softmax; rewrite Ecat, !map_map; cbn [fst snd kv_pair].
+    unfold Rpower.
+    rewrite <- (softmax_average_shift (concat tiles) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2)).
+    apply (softmax_average_perturbation (concat tiles) (fun kv => scale * dot_R q (fst kv) - mt * ln 2)
+             (fun kv => (score2 A_ c q (fst kv) - mt) * ln 2) snd delta V Hdelta ltac:(lra)).
+    - intros kv Hkv; replace ((score2 A_ c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+        with (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+      exact (proj1 (Hsc kv Hkv)).
+    - intros kv Hkv; exact (proj2 (proj2 (Hkeys kv Hkv))). }
+  (* the monotone closed form *)
+  pose proof (afe_f_mono u _ _ _ _ Hu0 bN0 bL0 bN1 bL1 HbL) as Hf.
+  set (bL := afe_bL u ue ee ea B N Tt X P1 CG CR) in *.
+  set (bN := afe_bN u ue ee ea us es V B N Tt X P1 CG CR) in *.
+  set (F := ((bN + bL) + u * (1 + bN)) / (1 - bL)) in *.
+  set (Z := exact_softmax scale q (concat tiles)) in *.
+  assert (HZ : Rabs Z <= V)
+    by (apply softmax_average_abs_le; [lra | intros kv Hkv; exact (proj2 (proj2 (Hkeys kv Hkv)))]).
+  set (Fo := (out_bN M K m0 V B N Tt (length ktiles) mt + out_bL M K m0 B N Tt (length ktiles) mt
+              + u * (1 + out_bN M K m0 V B N Tt (length ktiles) mt))
+             / (1 - out_bL M K m0 B N Tt (length ktiles) mt)) in *.
+  set (err := (F + ea / V + Y) * V).
+  assert (Herr : Rabs (o - Z) <= err).
+  { replace (o - Z) with ((o - Nt / Lt) + (Nt / Lt - Z)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (Fo * V <= F * V) by (apply Rmult_le_compat_r; lra).
+    assert ((exp (2 * delta) - 1) * V <= Y * V) by (apply Rmult_le_compat_r; lra).
+    unfold err; replace ((F + ea / V + Y) * V) with (F * V + ea + Y * V) by (field; lra).
+    lra. }
+  assert (Ho : Rabs o <= V + err)
+    by (replace o with ((o - Z) + Z) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs S_ o) as Hso.
+  replace (afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V) with (err * (1 + us) + us * V + es)
+    by (unfold err, afe_rel; cbv zeta; fold bL bN; fold F; field; lra).
+  replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs o <= us * (V + err)) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+End Forward.
