@@ -42,7 +42,7 @@ def recorded(presets: list[str]) -> list[tuple[P.Model, P.Setting, float]]:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["llama-1b", "llama-0.5b", "llama-3b", "llama-7b", "llama-13b"])
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per depth (after 2 warm-up steps)")
+    parser.add_argument("--steps", type=int, default=16, help="timed steps per depth (after 2 warm-up steps)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     unknown = [p for p in args.presets if p not in P.PRESETS]

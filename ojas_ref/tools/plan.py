@@ -227,6 +227,9 @@ class Setting:
     offload: bool = False
     #: the optimizer state in host memory (``InBackwardOptimizer(state_device="cpu")``); needs fused
     host_state: bool = False
+    #: the head updated chunk by chunk inside the loss's backward
+    #: (``InBackwardOptimizer(head_weight=...)``): needs fused, ojas_loss, plain SGD, an untied head
+    head_update: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -238,7 +241,7 @@ class Setting:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
-                     "ojas_attention_copy", "offload", "host_state"):
+                     "ojas_attention_copy", "offload", "host_state", "head_update"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if self.offload and not self.checkpoint:
@@ -247,6 +250,10 @@ class Setting:
         if self.host_state and not self.fused:
             raise ValueError("host_state=True needs fused=True: the optimizer state is streamed from the host only "
                              "by InBackwardOptimizer(state_device=\"cpu\")")
+        if self.head_update and not (self.fused and self.ojas_loss and self.optimizer == "sgd"):
+            raise ValueError("head_update=True needs fused=True, ojas_loss=True and optimizer='sgd': the head is "
+                             "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
+                             "...), plain SGD only")
 
     @property
     def size(self) -> int:
@@ -265,7 +272,8 @@ class Setting:
         (no recorded setting has them)."""
         pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
                   ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu), ("fused", self.fused))
-        host = "".join(f"+{name}" for name, on in (("offload", self.offload), ("host-state", self.host_state)) if on)
+        host = "".join(f"+{name}" for name, on in (("offload", self.offload), ("host-state", self.host_state),
+                                                   ("head-update", self.head_update)) if on)
         if all(on for _, on in pieces) or not any(on for _, on in pieces):
             return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "") + host
         parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
@@ -482,14 +490,22 @@ def gradient_order(m: Model) -> list[int]:
     return ([] if m.tied else [m.vocab * m.hidden]) + [m.hidden] + layer * m.layers + [m.vocab * m.hidden]
 
 
+def bucketed_order(m: Model, s: Setting) -> list[int]:
+    """:func:`gradient_order` of the gradients that go through InBackwardOptimizer's buckets:
+    all of them, but the head's with ``head_update`` (updated inside the loss, it never has a
+    whole gradient)."""
+    order = gradient_order(m)
+    return order[1:] if s.head_update and not m.tied else order
+
+
 def pending_gradients_bytes(m: Model, s: Setting, count: int) -> int:
     """InBackwardOptimizer's gradients not yet updated after the first ``count`` of
-    :func:`gradient_order`: a bucket is updated and freed when its gradients reach
+    :func:`bucketed_order`: a bucket is updated and freed when its gradients reach
     BUCKET_CAP_BYTES (the rule of Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard).
     A model whose gradients fit in one bucket keeps them all until the end, as the
     standard loop."""
     pending = 0
-    for n in gradient_order(m)[:count]:
+    for n in bucketed_order(m, s)[:count]:
         pending += n * s.size
         if pending >= BUCKET_CAP_BYTES:
             pending = 0
@@ -522,7 +538,35 @@ def embedding_backward_bytes(m: Model, s: Setting) -> int:
 def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
     """InBackwardOptimizer's last update, at the end of the backward: foreach AdamW's buffer
     over the pending gradients and the embedding's."""
-    return pending_gradients_bytes(m, s, len(gradient_order(m)) - 1) + head_gradient_bytes(m, s)
+    return pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1) + head_gradient_bytes(m, s)
+
+
+#: the reference's default chunks (ojas_ref/primitives/linear_cross_entropy.py ``_TOKEN_CHUNK``,
+#: ``_VOCAB_CHUNK``), which the loss runs with ``head_update``
+REF_TOKEN_CHUNK, REF_VOCAB_CHUNK = 1024, 4096
+
+
+def head_update_forward_bytes(m: Model, s: Setting) -> int:
+    """With ``head_update`` the loss runs the PyTorch reference (the kernel computes the gradients
+    in the forward): its forward holds the kept hidden rows in float32 [tokens, hidden], a head
+    chunk's float32 copy [vocab chunk, hidden] (none in float32: a view) and about 3 float32
+    logits blocks [token chunk, vocab chunk] (the logits, z - m, its exp); no gradient."""
+    tc, vc = min(REF_TOKEN_CHUNK, s.tokens), min(REF_VOCAB_CHUNK, m.vocab)
+    return 4 * s.tokens * m.hidden + (4 * vc * m.hidden if s.size < 4 else 0) + 3 * 4 * tc * vc
+
+
+def head_update_backward_bytes(m: Model, s: Setting) -> int:
+    """With ``head_update``, the reference's backward (``_backward_kept_update_head``) besides the
+    hidden states' gradient: the kept rows and their gradient in float32 (2 x [tokens, hidden]),
+    the float32 grad_input before its cast (with a 16-bit model), one chunk's float32 gradient
+    [vocab chunk, hidden] (and its rows' float32 copy and its cast to the model dtype with a
+    16-bit model) and about 3 float32 logits blocks (the logits, G, a temporary). An upper bound:
+    not all of them are alive at once. No [V, hidden] gradient
+    (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard)."""
+    tc, vc = min(REF_TOKEN_CHUNK, s.tokens), min(REF_VOCAB_CHUNK, m.vocab)
+    sixteen = s.size < 4
+    return (4 * s.tokens * m.hidden * (2 + sixteen) + vc * m.hidden * (4 + (4 + s.size) * sixteen)
+            + 3 * 4 * tc * vc)
 
 
 # --------------------------------------------------------------------------
@@ -609,6 +653,9 @@ def plan(model: Any, setting: Setting) -> Plan:
     s = setting
     if not isinstance(s, Setting):
         raise TypeError(f"setting must be a Setting, got {type(s).__name__}")
+    if s.head_update and m.tied:
+        raise ValueError(f"head_update=True with a tied head ({m.name}): the loss refuses it (the tied weight's "
+                         "update needs the embedding's gradient too); the dense path is the one to plan")
     host = []
     if s.host_state:  # the state lives on the host; the device holds the buckets' in flight (the phases')
         host.append(_term("optimizer state (host, state_device='cpu')",
@@ -645,8 +692,13 @@ def plan(model: Any, setting: Setting) -> Plan:
                _term("rotary cos/sin", rotary_bytes, m, s))
     grad_flow = Term("gradient of the hidden states", s.size * s.tokens * m.hidden, "size x tokens x hidden")
     head_grad = _term("gradient of the head weight", head_gradient_bytes, m, s)
+    if s.head_update:
+        head_grad = Term("gradient of the head weight (updated inside the loss)", 0, "none: head_update")
     phases = []
-    if s.ojas_loss:
+    if s.head_update:
+        phases.append(Phase("end of forward (linear cross-entropy, reference)", fixed + (stack,) + head_in + (
+            _term("loss: reference forward workspace", head_update_forward_bytes, m, s),)))
+    elif s.ojas_loss:
         phases.append(Phase("end of forward (linear cross-entropy)", fixed + (stack,) + head_in + (
             _term("loss: gradients computed in the forward", lce_gradients_bytes, m, s),
             _term("loss: kernel workspace (one token chunk)", lce_workspace_bytes, m, s))))
@@ -656,19 +708,25 @@ def plan(model: Any, setting: Setting) -> Plan:
         phases.append(Phase("start of backward (loss gradient)", fixed + (stack,) + head_in + (
             _term("loss: log-softmax output and 2 gradients", standard_loss_backward_bytes, m, s),)))
     at_head = fixed + (stack,) + head_in + (grad_flow, head_grad) + bucket_state(
-        0 if m.tied else head_gradient_bytes(m, s), "head gradient, untied")
-    phases.append(Phase("backward: head gradient", at_head + (
-        _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),)))
+        0 if m.tied else head_grad.bytes, "head gradient, untied")
+    if s.head_update:
+        phases.append(Phase("backward: loss, head updated chunk by chunk", at_head + (
+            _term("loss: reference backward workspace", head_update_backward_bytes, m, s),)))
+    else:
+        phases.append(Phase("backward: head gradient", at_head + (
+            _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),)))
     if bucket_step_temporary_bytes(m, s):
         phases.append(Phase("backward: head's bucket update", at_head + (
             _term("bucket update temporaries (head)", bucket_step_temporary_bytes, m, s),)))
     mlp = _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s)
     tied_head = Term("tied head's gradient, waiting for the embedding's", head_gradient_bytes(m, s) if m.tied else 0,
                      "head_gradient_bytes if tied")
-    first = len(gradient_order(m)) - 1 - 9 + 1  # up to the first layer's down_proj
+    first = len(bucketed_order(m, s)) - 1 - 9 + 1  # up to the first layer's down_proj
+    head_first = not m.tied and not s.head_update  # the head's gradient is the first in the buckets
     if s.fused:
         in_flight_last = (tied_head, Term("gradients pending in the bucket", pending_gradients_bytes(
-            m, s, 3 - m.tied), "pending_gradients_bytes(head, final norm, down_proj)"))
+            m, s, 2 + head_first), "pending_gradients_bytes(head, final norm, down_proj)" if head_first else
+            "pending_gradients_bytes(final norm, down_proj)"))
         in_flight_first = (tied_head, Term("gradients pending in the bucket", pending_gradients_bytes(
             m, s, first), "pending_gradients_bytes(..., first layer's down_proj)"))
     else:
@@ -681,7 +739,7 @@ def plan(model: Any, setting: Setting) -> Plan:
         _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)
         + bucket_state(in_flight_first[1].bytes, "gradients pending in the bucket")))
     if s.fused:
-        before = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, len(gradient_order(m)) - 1),
+        before = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1),
                       "pending_gradients_bytes(all but the embedding)")
     else:
         before = Term("gradients of all but the embedding", (m.params() - m.vocab * m.hidden) * s.size,
@@ -924,7 +982,8 @@ def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optio
     ojas = t is not None
     return Setting(dtype=row["dtype"], optimizer=row["optimizer"], fused=ojas, batch=batch, seq=seq, checkpoint=True,
                    ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
-                   offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None)
+                   offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None,
+                   head_update=ojas and bool(t.get("head_update", False)))
 
 
 def preset_model(name: str) -> Model:
@@ -995,7 +1054,7 @@ def add_arguments(parser: Any) -> None:
                         help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
                              "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)")
     parser.add_argument("--parts", action="store_true",
-                        help="with --time: also time training steps of the model's width at 2 and 6 decoder layers "
+                        help="with --time: also time training steps of the model's width at 2 and 10 decoder layers "
                              "on this device (the model built there: seconds on a GPU) and predict the step by "
                              "extrapolating in depth (ojas_ref/tools/step_time.py)")
     parser.add_argument("--tokens-per-param", type=float, nargs="+", default=[20.0, 30.0], metavar="K",

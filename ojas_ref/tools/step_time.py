@@ -36,7 +36,7 @@ from ojas_ref.tools.plan import Model, Setting
 __all__ = ["DEPTHS", "Measured", "build", "depths_for", "measure", "predict_step_seconds", "time_steps"]
 
 #: the two depths timed by default (clamped to the model's own layers by :func:`depths_for`)
-DEPTHS = (2, 6)
+DEPTHS = (2, 10)
 
 
 @dataclass
@@ -108,7 +108,7 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     return model, opt
 
 
-def time_steps(m: Model, s: Setting, depths: tuple[int, ...], device: Any = None, steps: int = 8,
+def time_steps(m: Model, s: Setting, depths: tuple[int, ...], device: Any = None, steps: int = 16,
                warmup: int = 2) -> Measured:
     """Median seconds of a synchronised training step (forward, backward, ``step()``,
     ``zero_grad()``) of :func:`build`'s model at each of ``depths``, the models built together
@@ -151,7 +151,7 @@ def time_steps(m: Model, s: Setting, depths: tuple[int, ...], device: Any = None
     return Measured(device=name, depths=tuple(depths), seconds=tuple(statistics.median(t) for t in times))
 
 
-def measure(m: Model, s: Setting, device: Any = None, steps: int = 8,
+def measure(m: Model, s: Setting, device: Any = None, steps: int = 16,
             depths: tuple[int, int] = DEPTHS) -> Measured:
     """:func:`time_steps` at :func:`depths_for` ``m``: what :func:`predict_step_seconds` needs."""
     return time_steps(m, s, depths_for(m, depths), device, steps)
