@@ -101,7 +101,7 @@ def _check_dtype(name: str, t: torch.Tensor) -> tuple:
 def relu_forward(h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """``(relu(h), packed)``: ``relu(h)`` contiguous, with ``h``'s shape and dtype, bit for bit torch's
     CPU ``F.relu`` (module docstring), and the mask ``not (h <= 0)`` as ``ceil(h.numel() / 8)``
-    uint8 bytes (``Ojas.ReLU.Backward.pack``)."""
+    uint8 bytes (the layout of ``pack`` in rocq/ReLU/Backward.v: Ojas.ReLU.Backward.unpack_pack)."""
     int_dtype, mag, inf = _check_dtype("h", h)
     _check_block(block_size)
     h = h.contiguous()
