@@ -26,6 +26,12 @@ in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, p
 * ``+host-state``: ojas+ckpt with ``InBackwardOptimizer(state_device="cpu")`` (the optimizer
   state in pinned host memory, streamed per bucket). AdamW only (SGD without momentum has
   no state). Host GiB: the state's bytes.
+* ``+head-update``: ojas+ckpt with ``InBackwardOptimizer(head_weight=model.lm_head.weight)``:
+  the head updated by plain SGD chunk by chunk inside the loss's backward, no [V, D] gradient
+  (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard). SGD only (AdamW keeps the
+  dense path; skipped with the reason). The loss then runs the PyTorch reference's chunks, not
+  the Triton kernel (on CUDA its rounding differs from ojas+ckpt's: the losses are close, not
+  bitwise; on the CPU both run the reference, bit for bit).
 * ``all``: every technique above that applies to the dtype / optimizer together.
 * ``reversible``: a separate architecture, ``ReversibleDecoder`` of the same shape (additive
   couplings, activations reconstructed in backward, no checkpointing) with
@@ -83,9 +89,10 @@ from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 from ojas_ref.tools.plan import PRESETS, with_layers  # noqa: E402
 
-MODES = ("standard+ckpt", "ojas+ckpt", "+offload", "+sparse-embedding", "+host-state", "all", "reversible")
+MODES = ("standard+ckpt", "ojas+ckpt", "+offload", "+sparse-embedding", "+host-state", "+head-update", "all",
+         "reversible")
 #: the modes whose steps are ojas+ckpt's, reformulated exactly (equal losses on the CPU)
-EXACT = ("+offload", "+sparse-embedding", "+host-state", "all")
+EXACT = ("+offload", "+sparse-embedding", "+host-state", "+head-update", "all")
 BASELINE = "standard+ckpt"
 
 
@@ -100,18 +107,24 @@ def skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optional[str]:
                     "float64 row sums only (it raises)")
     if mode == "+host-state" and opt_name == "sgd":
         return "host state: SGD without momentum has no optimizer state to move to the host"
+    if mode == "+head-update" and opt_name != "sgd":
+        return (f"head update inside the loss: plain SGD only ({opt_name} keeps the dense path; "
+                "InBackwardOptimizer(head_weight=...) raises)")
     return None
 
 
 def techniques(mode: str, dtype_name: str, opt_name: str) -> dict:
-    """What ``mode`` applies: checkpoint (True / "offload"), sparse_embedding, state_device."""
-    t = dict(checkpoint=True, sparse_embedding=False, state_device=None)
+    """What ``mode`` applies: checkpoint (True / "offload"), sparse_embedding, state_device,
+    head_update."""
+    t = dict(checkpoint=True, sparse_embedding=False, state_device=None, head_update=False)
     if mode in ("+offload", "all"):
         t["checkpoint"] = "offload"
     if mode in ("+sparse-embedding", "all") and skip_reason("+sparse-embedding", dtype_name, opt_name) is None:
         t["sparse_embedding"] = True
     if mode in ("+host-state", "all") and skip_reason("+host-state", dtype_name, opt_name) is None:
         t["state_device"] = "cpu"
+    if mode in ("+head-update", "all") and skip_reason("+head-update", dtype_name, opt_name) is None:
+        t["head_update"] = True
     return t
 
 
@@ -176,14 +189,15 @@ class MemoryRunner(Runner):
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             self.opt = opt_class(self.model.parameters(), **kwargs)
         else:
-            state_device = None
+            state_device = head = None
             if self.techniques is not None:
                 t = self.techniques
                 _, self.report = optimize_model(self.model, checkpoint=t["checkpoint"],
                                                 sparse_embedding=t["sparse_embedding"])
                 state_device = t["state_device"]
+                head = self.model.get_output_embeddings().weight if t["head_update"] else None
             self.opt = InBackwardOptimizer(self.model.parameters(), opt_class, bucket_cap_mb=bucket_mb,
-                                           state_device=state_device, **kwargs)
+                                           state_device=state_device, head_weight=head, **kwargs)
         g = torch.Generator(device="cpu").manual_seed(1)
         self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
         self.times: list[float] = []

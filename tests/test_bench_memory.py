@@ -1,6 +1,7 @@
 """benchmarks/bench_memory.py --quick on the CPU: every requested mode gives a row or a skip
 reason, the losses are finite, and the modes that reformulate ojas+ckpt exactly (offload,
-sparse embedding with SGD, host state, and all of them together) give its losses bit for bit."""
+sparse embedding with SGD, host state, the head updated inside the loss with SGD, and all of them
+together) give its losses bit for bit."""
 
 import math
 
@@ -20,7 +21,7 @@ def test_quick_rows(optimizer, tmp_path):
     assert set(rows) | set(skipped) == set(bench_memory.MODES)
     assert not set(rows) & set(skipped)
     assert all(reason for reason in skipped.values())
-    assert set(skipped) == ({"+host-state"} if optimizer == "sgd" else {"+sparse-embedding"})
+    assert set(skipped) == ({"+host-state"} if optimizer == "sgd" else {"+sparse-embedding", "+head-update"})
     for r in rows.values():
         assert all(math.isfinite(x) for x in r["losses"]), r["mode"]
         assert r["tokens_per_s"] > 0 and r["vs_baseline"] > 0
@@ -36,6 +37,8 @@ def test_quick_rows(optimizer, tmp_path):
     else:
         assert rows["+sparse-embedding"]["techniques"]["sparse_embedding"] is True
         assert rows["all"]["techniques"]["sparse_embedding"] is True
+        assert rows["+head-update"]["techniques"]["head_update"] is True
+        assert rows["all"]["techniques"]["head_update"] is True
 
 
 def test_largest_quick():

@@ -1038,6 +1038,10 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--host-state", action="store_true",
                         help="with --fused: the optimizer state in host memory (InBackwardOptimizer("
                              "state_device='cpu'))")
+    parser.add_argument("--head-update", action="store_true",
+                        help="with --fused, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
+                             "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
+                             "gradient")
     parser.add_argument("--ojas", action="store_true",
                         help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU")
     parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
@@ -1091,7 +1095,7 @@ def run_command(args: Any) -> int:
             model = with_layers(model, args.layers)
         flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
                      ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
-                     offload=args.offload, host_state=args.host_state)
+                     offload=args.offload, host_state=args.host_state, head_update=args.head_update)
         if args.offload and not args.checkpoint:
             raise ValueError("--offload needs --checkpoint (it moves the checkpoints to host memory)")
         if args.host_state and not args.fused:
