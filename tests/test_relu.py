@@ -419,6 +419,55 @@ def test_impl_selects_the_kernel(monkeypatch):
     assert calls == ["relu_forward", "relu_backward"] * 2
 
 
+def encoder(dropout: float, activation: str = "relu", seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(16, 2, 48, dropout=dropout, activation=activation, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
+def test_optimize_model_swaps_the_feed_forward_relu():
+    """optimize_model on nn.TransformerEncoderLayer with dropout: the relu becomes the packed-mask one,
+    the report names the theorem, values and gradients are torch's bit for bit, the saved bytes fall
+    by relu's output minus the mask per layer, and revert_model restores F.relu."""
+    import ojas_ref
+
+    ref, model = encoder(0.1), encoder(0.1)
+    model, report = ojas_ref.optimize_model(model)
+    changed = {c.module: c for c in report.changed}
+    assert set(changed) == {"layers.0.activation", "layers.1.activation"}
+    assert changed["layers.0.activation"].theorems == ("Ojas.ReLU.Backward.relu_packed_backward_bitwise",)
+    assert model.layers[0].activation is relu
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    outs = []
+    for m in (ref, model):
+        torch.manual_seed(7)
+        saved, y = saved_by(m, x)
+        grads = torch.autograd.grad(y, [x, *m.parameters()], torch.ones_like(y))
+        outs.append((distinct_bytes(saved), y, grads))
+    n = 3 * 5 * 48
+    assert outs[0][0] - outs[1][0] == 2 * (n * 4 - n // 8)
+    assert_bitwise(outs[1][1], outs[0][1])
+    for a, b in zip(outs[1][2], outs[0][2]):
+        assert_bitwise(a, b)
+    ojas_ref.revert_model(model)
+    assert model.layers[0].activation is F.relu
+
+
+@pytest.mark.parametrize("dropout, activation, reason", [
+    (0.0, "relu", "no dropout between relu and linear2"),
+    (0.1, "gelu", "the activation is gelu, not F.relu"),
+])
+def test_optimize_model_leaves_other_feed_forwards(dropout, activation, reason):
+    import ojas_ref
+
+    model, report = ojas_ref.optimize_model(encoder(dropout, activation))
+    assert not any(c.module.endswith("activation") for c in report.changed)
+    left = [s for s in report.left_alone if s.module == "layers.0.activation"]
+    assert len(left) == 1 and reason in left[0].reason
+    _, off = ojas_ref.optimize_model(encoder(0.1), relu_mask=False)
+    assert [s.reason for s in off.left_alone if s.module == "layers.1.activation"] == ["relu_mask=False"]
+
+
 # ---------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------

@@ -14,8 +14,9 @@
   :class:`ojas_ref.InBackwardOptimizer` with plain SGD).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
   ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
-  (:class:`ojas_ref.integrations.modules.MultiheadAttention`); for the loss use
-  :class:`ojas_ref.LinearCrossEntropyLoss`.
+  (:class:`ojas_ref.integrations.modules.MultiheadAttention`); the ReLU of those layers'
+  feed-forward blocks with dropout by :func:`ojas_ref.primitives.relu.relu` (a packed 1-bit mask
+  saved instead of relu's output); for the loss use :class:`ojas_ref.LinearCrossEntropyLoss`.
 
 Weights, ``state_dict()`` keys, ``save_pretrained`` / ``from_pretrained`` (a loaded
 model is a plain one: optimize it again), ``generate()``, eval-mode inference and PEFT
@@ -31,6 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from ojas_ref.primitives.relu import BACKWARD_THEOREM as RELU_THEOREM
 from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
 from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM
 from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM, BACKWARD_THEOREMS as SWIGLU_THEOREMS
@@ -109,6 +111,7 @@ class _State:
     rotary_module: Optional[str] = None         # the modeling module whose apply_rotary_pos_emb was replaced
     rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
     sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
+    activations: list[tuple[nn.Module, Any]] = field(default_factory=list)  # (layer, its activation before)
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -148,7 +151,8 @@ def _check_checkpoint(value: object) -> bool | str:
 
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
                    checkpoint: bool | str = False, rms_norm: bool = True, swiglu: bool = True,
-                   rope: bool = True, sparse_embedding: bool = False) -> tuple[nn.Module, OptimizationReport]:
+                   rope: bool = True, sparse_embedding: bool = False,
+                   relu_mask: bool = True) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
@@ -193,6 +197,14 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             changes under them).  Left alone, with the reason, when the embedding is tied to the
             output head (one tensor used twice: its summed gradient is dense), is not an
             ``nn.Embedding``, or uses ``max_norm`` / ``scale_grad_by_freq``.
+        relu_mask: (plain models) the ReLU activation of every ``nn.TransformerEncoderLayer`` /
+            ``nn.TransformerDecoderLayer`` with feed-forward dropout (``linear2(dropout(relu(linear1(x))))``)
+            computed by :func:`ojas_ref.primitives.relu.relu`, which saves the mask packed 1 bit per
+            element instead of relu's output: one ``[tokens, dim_feedforward]`` tensor less per
+            layer in training, values and gradients bit for bit torch's
+            (Ojas.ReLU.Backward.relu_packed_backward_bitwise).  Left alone, with the reason, without
+            dropout (``linear2`` then keeps relu's output anyway: the mask would add ``n / 8`` bytes)
+            and for other activations; Hugging Face models: no effect.
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
@@ -223,7 +235,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             raise NotImplementedError(f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
                                       "the layers of a plain model in "
                                       "torch.utils.checkpoint.checkpoint(use_reentrant=False)")
-        state = _optimize_torch(target, attention, cross_entropy)
+        state = _optimize_torch(target, attention, cross_entropy, _check_flag("relu_mask", relu_mask))
     setattr(target, _STATE_ATTR, state)
     return model, state.report
 
@@ -248,6 +260,8 @@ def revert_model(model: nn.Module) -> nn.Module:
             module._gradient_checkpointing_func = func
     for module, cls in state.swapped:
         module.__class__ = cls
+    for module, activation in state.activations:
+        module.activation = activation
     if state.rotary_module is not None:
         from ojas_ref.integrations import huggingface as hf
 
@@ -469,12 +483,46 @@ def _logits_bytes_per_token(model: nn.Module) -> int:
 # Plain PyTorch
 # --------------------------------------------------------------------------
 
-def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool) -> _State:
+def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _State) -> None:
+    """The ReLU of an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with feed-forward dropout ->
+    :func:`ojas_ref.primitives.relu.relu` (or :class:`ojas_ref.primitives.relu.ReLU` for an ``nn.ReLU``
+    module); reported left alone otherwise, with the reason."""
+    from torch.nn import functional as F
+
+    from ojas_ref.primitives.relu import ReLU, relu
+
+    act = getattr(layer, "activation", None)
+    where = f"{name or '(model)'}.activation"
+    if not (act is F.relu or (type(act) is nn.ReLU and not act.inplace)):
+        what = getattr(act, "__name__", type(act).__name__)
+        state.report.left_alone.append(LeftAlone(where, f"relu_mask: the activation is {what}, not F.relu / "
+                                                 "nn.ReLU: no packed-mask form"))
+        return
+    dropout = getattr(layer, "dropout", None)
+    if not enabled:
+        state.report.left_alone.append(LeftAlone(where, "relu_mask=False"))
+        return
+    if not isinstance(dropout, nn.Dropout) or dropout.p == 0:
+        state.report.left_alone.append(LeftAlone(where, "relu_mask: no dropout between relu and linear2, which "
+                                                 "then keeps relu's output anyway (a mask would add n / 8 bytes)"))
+        return
+    layer.activation = relu if act is F.relu else ReLU()
+    state.activations.append((layer, act))
+    state.report.changed.append(Change(
+        where, "relu -> ojas_ref.primitives.relu.relu: its mask saved packed 1 bit per element instead of relu's "
+        "output (one [tokens, dim_feedforward] tensor less per layer in training); values and gradients bit for "
+        "bit torch's", (RELU_THEOREM,), "the Triton kernel's integer test of the bits as IEEE's <= 0 (checked on "
+        "every 16-bit pattern)"))
+
+
+def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu_mask: bool = True) -> _State:
     from ojas_ref.integrations.modules import MultiheadAttention, unsupported_reason
 
     report = OptimizationReport()
     state = _State(report)
     for name, module in model.named_modules():
+        if type(module) in (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer):
+            _swap_feed_forward_relu(name, module, relu_mask, state)
         if type(module) is not nn.MultiheadAttention:
             continue
         if not attention:
