@@ -12,6 +12,9 @@
 * :func:`swiglu` / :class:`SwiGLU`: ``silu(gate) * up`` (or GeGLU's ``gelu_tanh(gate) * up``,
   ``activation="gelu_tanh"``) with gate and up saved and the activation recomputed in backward,
   a fused Triton kernel on CUDA (rocq/SwiGLU/Backward.v).
+* :func:`relu` / :class:`ReLU`: ``F.relu`` saving its mask packed 1 bit per element (backward
+  bitwise torch's), and :func:`relu_squared_linear`, ReLU² and the linear map after it saving
+  ``relu(h)`` but not its square (rocq/ReLU/Backward.v).
 * :mod:`ojas_ref.primitives.rope`: the rotary embedding (Hugging Face's rotate-half form)
   as one fused Triton kernel each way (rocq/RoPE/Backward.v); ``optimize_model`` applies it.
 * :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing
@@ -34,10 +37,11 @@ from ojas_ref.integrations.optimize import optimize_model, revert_model
 from ojas_ref.primitives.attention import attention
 from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
 from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.primitives.relu import ReLU, relu, relu_squared_linear
 from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
 from ojas_ref.primitives.rms_norm import RMSNorm, rms_norm
 from ojas_ref.primitives.swiglu import SwiGLU, swiglu
 
-__all__ = ["attention", "linear_cross_entropy", "optimize_model", "revert_model", "rms_norm", "swiglu",
-           "AdditiveCoupling", "InBackwardOptimizer", "LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm",
-           "ReversibleSequence", "SwiGLU", "SymplecticCoupling"]
+__all__ = ["attention", "linear_cross_entropy", "optimize_model", "relu", "relu_squared_linear", "revert_model",
+           "rms_norm", "swiglu", "AdditiveCoupling", "InBackwardOptimizer", "LinearCrossEntropyLoss",
+           "MultiheadAttention", "RMSNorm", "ReLU", "ReversibleSequence", "SwiGLU", "SymplecticCoupling"]
