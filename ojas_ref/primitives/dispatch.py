@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["IMPLS", "KERNEL_DTYPES", "plain_kernel_call", "refuse_double_backward", "requested_impl",
-           "require_kernel_device"]
+           "require_kernel_device", "use_elementwise_kernel"]
 
 IMPLS = ("auto", "reference", "triton")
 #: the dtypes every Triton kernel of the project takes
@@ -50,6 +50,22 @@ def plain_kernel_call(env: str, first: Tensor, *others: Tensor) -> bool:
     if torch._C._functorch.maybe_current_level() is not None:
         return False
     return not torch.is_autocast_enabled("cuda") or torch.get_autocast_dtype("cuda") == dtype
+
+
+def use_elementwise_kernel(impl: Optional[str], env: str, x: Tensor) -> bool:
+    """The rule of the elementwise primitives (``swiglu``, ``relu``): whether to run the Triton kernel
+    on ``x``.  "reference": no; "auto": a CUDA tensor of :data:`KERNEL_DTYPES`; "triton": yes, and
+    float64 or a CPU tensor without TRITON_INTERPRET=1 raise; ``None`` reads ``env``."""
+    impl = requested_impl(impl, env)
+    if impl == "reference":
+        return False
+    if impl == "auto":
+        return x.is_cuda and x.dtype in KERNEL_DTYPES
+    if x.dtype not in KERNEL_DTYPES:
+        raise TypeError(f"impl='triton' supports float16, bfloat16 and float32, got {x.dtype}; "
+                        "use impl='reference' for float64")
+    require_kernel_device(x)
+    return True
 
 
 def require_kernel_device(t: Tensor) -> None:

@@ -57,7 +57,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ojas_ref.primitives.autocast import autocast_dtype, autocast_off
-from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, use_elementwise_kernel
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["BACKWARD_THEOREM", "RELU_SQUARED_THEOREM", "ReLU", "pack_mask", "relu", "relu_backward_reference",
@@ -69,7 +69,6 @@ BACKWARD_THEOREM = "Ojas.ReLU.Backward.relu_packed_backward_bitwise"
 RELU_SQUARED_THEOREM = "Ojas.ReLU.Backward.relu2_backward_eq_vjp"
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 IMPL_ENV = "OJAS_RELU_IMPL"
 _SHIFTS = tuple(range(8))
 
@@ -117,20 +116,6 @@ def _check_input(name: str, x: object) -> None:
     if x.dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {x.dtype}; relu with a packed mask needs float16, bfloat16, float32 "
                         "or float64 (use torch.nn.functional.relu for other dtypes)")
-
-
-def _resolve_impl(impl: Optional[str], x: Tensor) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, IMPL_ENV)
-    if impl == "reference":
-        return False
-    if impl == "auto":
-        return x.is_cuda and x.dtype in _KERNEL_DTYPES
-    if x.dtype not in _KERNEL_DTYPES:
-        raise TypeError(f"impl='triton' supports float16, bfloat16 and float32, got {x.dtype}; "
-                        "use impl='reference' for float64")
-    require_kernel_device(x)
-    return True
 
 
 class _ReLUFunction(torch.autograd.Function):
@@ -186,7 +171,7 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
         raise NotImplementedError("relu(inplace=True) is not supported: the packed-mask relu returns a new tensor "
                                   "(use inplace=False, or torch.nn.functional.relu for an in-place relu)")
     _check_input("input", input)
-    use_triton = _resolve_impl(impl, input)
+    use_triton = use_elementwise_kernel(impl, IMPL_ENV, input)
     if not (torch.is_grad_enabled() and input.requires_grad):
         if use_triton:
             from ojas_kernels.relu import relu_forward

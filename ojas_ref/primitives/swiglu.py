@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ojas_ref.primitives.autocast import autocast_off
-from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, use_elementwise_kernel
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
 __all__ = ["ACTIVATIONS", "BACKWARD_THEOREM", "BACKWARD_THEOREMS", "SwiGLU", "check_activation", "fused_swiglu",
@@ -65,7 +65,6 @@ BACKWARD_THEOREMS = {"silu": "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp",
 BACKWARD_THEOREM = BACKWARD_THEOREMS["silu"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 IMPL_ENV = "OJAS_SWIGLU_IMPL"
 
 
@@ -117,20 +116,6 @@ def _check_inputs(gate: object, up: object) -> None:
     if up.shape != gate.shape:
         raise ValueError(f"gate and up must have the same shape (no broadcasting), got gate {tuple(gate.shape)} "
                          f"and up {tuple(up.shape)}")
-
-
-def _resolve_impl(impl: Optional[str], gate: Tensor) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, IMPL_ENV)
-    if impl == "reference":
-        return False
-    if impl == "auto":
-        return gate.is_cuda and gate.dtype in _KERNEL_DTYPES
-    if gate.dtype not in _KERNEL_DTYPES:
-        raise TypeError(f"impl='triton' supports float16, bfloat16 and float32, got {gate.dtype}; "
-                        "use impl='reference' for float64")
-    require_kernel_device(gate)
-    return True
 
 
 class _SwiGLUFunction(torch.autograd.Function):
@@ -185,7 +170,7 @@ def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional
     refuse_function_transforms("swiglu")
     check_activation(activation)
     _check_inputs(gate, up)
-    use_triton = _resolve_impl(impl, gate)
+    use_triton = use_elementwise_kernel(impl, IMPL_ENV, gate)
     with autocast_off(gate.device.type):
         return _SwiGLUFunction.apply(gate, up, use_triton, activation)
 
