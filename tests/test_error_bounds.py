@@ -440,3 +440,21 @@ def test_reversible_reconstruction_error_bound_recurrence():
         bound([-1.0], [0.0], [0.0])
     with pytest.raises(ValueError):
         bound([math.inf], [0.0], [0.0])
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_attention_forward_bound_oracle_matches_hand_formula(dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """attn_fwd_q (Ojas.BoundValues, extracted) against the float64 hand copy of afe_rel:
+    the hand copy is at least the oracle's value and within 1e-5 of it; both grow with the
+    number of keys; the bf16 value at S = 16384, E = 128 is far from vacuous."""
+    kw = dict(block_n=64, dtype=dtype, max_abs_q=4.0, max_abs_k=4.0, max_abs_v=4.0)
+    for n in (1, 64, 4096, 16384, 65536):
+        oracle = eb.attention_forward_error_bound(n, 128, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", False)
+        hand = eb.attention_forward_error_bound(n, 128, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", True)
+        assert oracle <= hand <= oracle * (1 + 1e-5), (n, oracle, hand)
+    assert eb.attention_forward_error_bound(4096, 128, **kw) < eb.attention_forward_error_bound(16384, 128, **kw)
+    if dtype == torch.bfloat16:
+        assert eb.attention_forward_error_bound(16384, 128, **kw) < 0.02

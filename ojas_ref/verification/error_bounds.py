@@ -35,7 +35,9 @@ from typing import Any, Sequence
 import torch
 
 __all__ = [
+    "EXP2_ERROR",
     "EXP_ERROR",
+    "attention_forward_error_bound",
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
     "chunked_sum_error_factor",
@@ -63,6 +65,17 @@ UNIT_ROUNDOFF: dict[torch.dtype, float] = {
 EXP_ERROR: dict[torch.dtype, float] = {torch.float32: 2.0**-21, torch.float64: 2.0**-50}
 
 _ROUND_UP = 1.0 + 2.0**-40
+
+# Relative error of the kernels' exp2 (tl.exp2) against 2^x, for the mixed-precision
+# attention bound: an assumption about the hardware and libraries, not a theorem. In
+# Triton's CPU interpreter tl.exp2 is numpy's float32 exp2 (measured on this machine:
+# <= 1.73 ulp = 1.73 * 2^-24 relative over 4e6 arguments in [-150, 0] with normal
+# results, absolute <= 3.5 * 2^-150 below); on NVIDIA GPUs it is PTX ex2.approx.f32
+# (measured by tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py
+# on the device they run on). 2^-21 = 8 ulp as margin; the absolute term for results
+# below the normal range is taken as 2^-126 (flush to zero included).
+EXP2_ERROR: float = 2.0**-21
+_EXP2_ABS_ERROR: float = 2.0**-126
 
 # Arguments beyond which a bound overflows float64 anyway (and whose exact powers
 # would be needlessly large): the functions return inf without asking the oracle.
@@ -507,3 +520,125 @@ def reversible_reconstruction_error_bound(
         e = (1 + Fraction(float(lf))) * (1 + Fraction(float(lg))) * e + Fraction(float(err))
         bounds.append(_float_up(e))
     return bounds[::-1]
+
+
+# Storage formats of the mixed-precision model (rocq/FloatModel/MixedPrecision.v): unit
+# roundoff 2^-p and absolute error 2^(emin-1) of a rounding below the normal range.
+_STORAGE: dict[torch.dtype, tuple[float, float]] = {
+    torch.bfloat16: (2.0**-8, 2.0**-134),
+    torch.float16: (2.0**-11, 2.0**-25),
+    torch.float32: (2.0**-24, 2.0**-150),
+}
+_FP32_U, _FP32_ETA = 2.0**-24, 2.0**-150
+# |qk_scale ln 2 - scale| <= uc scale for the kernel's qk_scale = float32(scale * _LOG2E),
+# _LOG2E the float64 nearest log2(e): (1 + 2^-53)^2 (1 + 2^-24) - 1 <= 2^-24 + 2^-51.
+_QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
+
+
+def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
+    """Hand copy of ``afe_rel`` of ``Ojas.FloatModel.AttentionForwardError`` at the upper
+    bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
+    relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
+    def gamma(k):
+        return k * u / (1.0 - k * u)
+
+    up = 1.0 + 2.0**-30  # float64 evaluation of a few dozen operations, rounded up
+    de = (gamma(e) * p + (1.0 + gamma(e - 1)) * e * ea) * up
+    smax = (2.0 * (scale * (1.0 + uc) * (p + de)) * (1.0 + u) + ea) * up
+    delta = (scale * ((p + de) * (u * (1.0 + uc) + uc) + de) + ea) * up
+    X = math.exp(u * 2.0 * smax) * up
+    Y = math.expm1(2.0 * delta) * up
+    P1 = math.exp((b - 1) * math.log1p(u)) * up
+    CG = math.exp(t * (math.log1p(ue) + 2.0 * math.log1p(u))) * up
+    CR = math.exp(t * (math.log1p(ue + ee) + 2.0 * math.log1p(u))) * up
+    hl = P1 * ((1.0 + ue) * X)
+    bl = (hl * CG * X - 1.0 + t * CR * (((hl * CG * X) * n * ee) * (1.0 + u) + ea + P1 * (b * ee)) * (1.0 + u)) * up
+    if not bl < 1.0:
+        return math.inf
+    ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
+    bn = (ha * CG * X - 1.0 + t * CR * (((ha * CG * X) * (n * v) * ee) * (1.0 + u) + ea
+                                         + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea))
+          * (1.0 + u) / v) * up
+    f = ((bn + bl) + u * (1.0 + bn)) / (1.0 - bl)
+    return (((f + ea / v + Y) * (1.0 + us) + us + es / v) * up) * _ROUND_UP
+
+
+def attention_forward_error_bound(
+    n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
+    max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+) -> float:
+    """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
+    flash-attention forward (kernels/attention.py) on one query row of at most ``n_keys``
+    keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
+    taken as exact reals; compare with a float64 softmax of the upcast inputs).
+
+    Implements ``Ojas.FloatModel.AttentionForwardError.attention_forward_error``
+    (rocq/FloatModel/AttentionForwardError.v) through ``Ojas.BoundValues.attn_fwd_q``
+    (``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
+    rationals, with certified upper bounds of its exponentials and powers, and this
+    function rounds it up. The theorem's model of the kernel, per key tile of at most
+    ``block_n`` keys, ``ceil(n_keys / block_n)`` tiles: scores ``rnd(dot(q, k) * qk_scale)``
+    (the fp32 dot over ``head_dim`` as a left-to-right sum of rounded products,
+    ``qk_scale`` the fp32 ``scale * log2(e)``), ``p = exp2(rnd(s - m))``,
+    ``l = rnd(rnd(l * alpha) + tl.sum(p))``, ``acc = rnd(rnd(acc * alpha) + P.V)`` with
+    ``P`` rounded to ``dtype`` before the products, ``out = rnd(acc / l)`` stored in
+    ``dtype``; every ``+ - * /`` round-to-nearest in fp32 (Flocq's formats, underflow
+    included), ``exp2`` with relative error ``exp2_error`` plus an absolute ``2^-126``.
+
+    Arguments: ``dtype`` the dtype of q, k, v and the output (bfloat16, float16,
+    float32); ``max_abs_q``, ``max_abs_k``, ``max_abs_v`` upper bounds of |q_i|, |k_ji|,
+    |v_jc|; ``scale`` the softmax scale (default ``1 / sqrt(head_dim)``, must be > 0);
+    ``qk_abs_sum`` an upper bound of ``sum_i |q_i k_ji|`` over the row's keys (default
+    ``head_dim * max_abs_q * max_abs_k``; a measured value makes the bound tighter).
+    Raises ``ValueError`` on a bad argument or when the theorem's side condition
+    (``afe_bL < 1``, or ``head_dim * 2^-24 < 1``) fails.
+
+    Not covered (the theorem's file lists them): the order of the additions inside the
+    tensor cores' dot (and TF32/3xTF32 products: the float32 kernel on CUDA runs
+    3xTF32 dots, so for float32 on the GPU this number is not a proved bound; the
+    interpreter's float32 dots are IEEE), ``tl.sum`` as a tree, the MMA accumulating
+    into ``acc * alpha``, FMA contraction, partly masked key tiles (the causal
+    diagonal, a last tile cut by the sequence end: the theorem is for tiles whose keys
+    are all visible; fully masked tiles change nothing,
+    ``Ojas.FloatModel.OnlineSoftmaxTile.kernel_run_skip_masked_tiles``), overflow, and
+    ``exp2_error`` itself (:data:`EXP2_ERROR`, an assumption). Grouped-query attention
+    changes only which key/value head a row reads: covered.
+    """
+    for name, val in (("n_keys", n_keys), ("head_dim", head_dim), ("block_n", block_n)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+    if dtype not in _STORAGE:
+        raise ValueError(f"dtype must be one of torch.bfloat16, torch.float16, torch.float32, got {dtype}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    for name, val in (("max_abs_q", max_abs_q), ("max_abs_k", max_abs_k), ("max_abs_v", max_abs_v),
+                      ("scale", scale), ("exp2_error", exp2_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if not scale > 0.0:
+        raise ValueError(f"scale must be > 0 (the theorem's premise), got {scale}")
+    if not max_abs_v > 0.0:
+        raise ValueError(f"max_abs_v must be > 0 (the theorem's premise; all-zero values give zero outputs), "
+                         f"got {max_abs_v}")
+    p = head_dim * float(max_abs_q) * float(max_abs_k) if qk_abs_sum is None else qk_abs_sum
+    if not (isinstance(p, (int, float)) and math.isfinite(p) and p >= 0.0):
+        raise ValueError(f"qk_abs_sum must be a finite number >= 0, got {qk_abs_sum!r}")
+    if not head_dim * _FP32_U < 1.0:
+        raise ValueError(f"side condition head_dim * 2^-24 < 1 fails: head_dim={head_dim}")
+    us, es = _STORAGE[dtype]
+    tiles = -(-n_keys // block_n)
+    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
+                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
+    got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
+                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    if got is _NO_ORACLE:
+        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        if value == math.inf:
+            got = None
+    elif got is not None:
+        value = _float_up(got)
+    if got is None:
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+    return value
