@@ -25,7 +25,6 @@ kernel's key tiles, the output stored in the input dtype).
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -39,53 +38,18 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from ojas_kernels import attention as kattn  # noqa: E402
-from ojas_kernels.attention import default_config, flash_attention_forward  # noqa: E402
+from ojas_kernels.attention import flash_attention_forward  # noqa: E402
+from ojas_ref.verification.attention_error import (  # noqa: E402
+    exact_attention,
+    forward_error_bound,
+    measured_exp2_error,
+    observed_error,
+)
 from ojas_ref.verification.error_bounds import EXP2_ERROR, attention_forward_error_bound  # noqa: E402
 
 _INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
 cpu = pytest.mark.skipif(not _INTERPRETED, reason="CPU tests need TRITON_INTERPRET=1 before ojas_kernels is imported")
 F64 = torch.float64
-
-
-def _rows(q, k, rows=1024):
-    """(query-row chunk, key/value heads repeated for GQA) in float64, ``rows`` rows at a time
-    (a [H, 16384, 16384] float64 score matrix would take 17 GiB per 8 heads)."""
-    g = q.shape[1] // k.shape[1]
-    kr = k.to(F64).repeat_interleave(g, 1)
-    for r0 in range(0, q.shape[2], rows):
-        yield r0, q[:, :, r0:r0 + rows].to(F64), kr
-
-
-def exact_attention(q, k, v, is_causal, scale):
-    """float64 softmax(scale q k^T) v of the upcast inputs (GQA: key/value heads repeated)."""
-    g = q.shape[1] // k.shape[1]
-    vr = v.to(F64).repeat_interleave(g, 1)
-    out = []
-    for r0, qc, kr in _rows(q, k):
-        s = scale * qc @ kr.transpose(-1, -2)
-        if is_causal:
-            i = torch.arange(r0, r0 + qc.shape[2], device=q.device)[:, None]
-            j = torch.arange(k.shape[2], device=q.device)[None, :]
-            s = s.masked_fill(j > i, -math.inf)
-        out.append(torch.softmax(s, -1) @ vr)
-    return torch.cat(out, 2)
-
-
-def proved_bound(q, k, v, is_causal, scale):
-    """The bound for these inputs: max|q|, max|k|, max|v|, and the measured
-    max_j sum_i |q_i k_ji| (float64, enlarged by 2^-40 to bound its own rounding)."""
-    qk_abs = max((qc.abs() @ kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _rows(q, k))
-    block_n = default_config(q.shape[-1], q.dtype, q.device, is_causal).fwd.block_n
-    return attention_forward_error_bound(
-        k.shape[2], q.shape[-1], block_n=block_n, dtype=q.dtype, max_abs_q=q.abs().max().item(),
-        max_abs_k=k.abs().max().item(), max_abs_v=v.abs().max().item(), scale=scale,
-        qk_abs_sum=qk_abs * (1 + 2.0**-40))
-
-
-def observed_error(out, ref, v):
-    """max |out - exact| / max|v| over every output coordinate."""
-    assert not torch.isnan(out).any()
-    return ((out.to(F64) - ref).abs().max() / v.abs().max().to(F64)).item()
 
 
 def make_inputs(b, hq, hkv, s, e, dtype, device, seed):
@@ -97,7 +61,7 @@ def make_inputs(b, hq, hkv, s, e, dtype, device, seed):
 def check(q, k, v, is_causal, label):
     scale = 1.0 / math.sqrt(q.shape[-1])
     out, _ = flash_attention_forward(q, k, v, is_causal, scale, None)
-    bound = proved_bound(q, k, v, is_causal, scale)
+    bound = forward_error_bound(q, k, v, is_causal, scale)
     err = observed_error(out, exact_attention(q, k, v, is_causal, scale), v)
     print(f"{label}: observed {err:.3e}, proved bound {bound:.3e}, ratio {bound / err:.1f}")
     assert err <= bound, (label, err, bound)
@@ -192,7 +156,7 @@ def test_bound_catches_mutant(mutant, monkeypatch):
     v = (v.float() + offset).to(v.dtype)
     scale = 1.0 / math.sqrt(q.shape[-1])
     ref = exact_attention(q, k, v, causal, scale)
-    bound = proved_bound(q, k, v, causal, scale)
+    bound = forward_error_bound(q, k, v, causal, scale)
     out, _ = flash_attention_forward(q, k, v, causal, scale, None)
     assert observed_error(out, ref, v) <= bound
     monkeypatch.setattr(kattn, name, replacement)
@@ -209,26 +173,6 @@ def test_bound_catches_mutant(mutant, monkeypatch):
 # ---------------------------------------------------------------------------
 # GPU
 # ---------------------------------------------------------------------------
-
-@triton.jit
-def _exp2_kernel(X, Y, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < n
-    tl.store(Y + offs, tl.exp2(tl.load(X + offs, mask=ok, other=0.0)), mask=ok)
-
-
-@functools.lru_cache(maxsize=None)
-def measured_exp2_error(device: str) -> tuple[float, float]:
-    """max relative error of tl.exp2 over 2^22 points of [-150, 0] where 2^x is normal, and
-    its max absolute error below: what the bound assumes (EXP2_ERROR, 2^-126)."""
-    x = torch.linspace(-150.0, 0.0, 1 << 22, device=device, dtype=torch.float32)
-    y = torch.empty_like(x)
-    _exp2_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    exact = torch.exp2(x.to(F64))
-    normal = exact >= 2.0**-126
-    err = (y.to(F64) - exact).abs()
-    return (err / exact)[normal].max().item(), err[~normal].max().item()
-
 
 @cpu
 def test_interpreter_exp2_error_within_assumption():
@@ -252,7 +196,7 @@ def test_kernel_within_proved_forward_bound_gpu(dtype, s, causal, hq, hkv):
     scale = 1.0 / math.sqrt(128)
     out, _ = flash_attention_forward(q, k, v, causal, scale, None)
     err = observed_error(out, exact_attention(q, k, v, causal, scale), v)
-    bound = proved_bound(q, k, v, causal, scale)
+    bound = forward_error_bound(q, k, v, causal, scale)
     covered = dtype != torch.float32 and not causal
     print(f"gpu {dtype} S={s} causal={causal} gqa={hq // hkv}: observed {err:.3e}, bound {bound:.3e}, "
           f"ratio {bound / err:.1f} ({'proved' if covered else 'checked, not covered by the theorem'}); "

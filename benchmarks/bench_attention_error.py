@@ -1,0 +1,98 @@
+"""Benchmark: the proved forward-attention error bound beside the largest observed error.
+
+    python benchmarks/bench_attention_error.py [--out FILE]   # CUDA: S = 4096, 16384, E = 128
+    python benchmarks/bench_attention_error.py --quick        # tiny sizes, CPU interpreter, proves it runs
+
+For each (dtype, S, causal/GQA) the Triton flash-attention forward (kernels/attention.py)
+runs on random normal q, k, v (batch 1, 4 query heads; GQA: 8 query heads on 2 key/value
+heads; E = 128) and is compared with a float64 softmax of the same inputs
+(``ojas_ref.verification.attention_error``). A row of the table: ``bound`` =
+``attention_forward_error_bound`` for these inputs (the value of
+``Ojas.FloatModel.AttentionForwardError.attention_forward_error``, computed by the
+oracle's ``attn_fwd_q``: a bound on ``max |out - exact| / max|v|``), ``observed`` = that
+maximum over every output coordinate, ``ratio`` = bound / observed, ``covered`` = whether
+the theorem covers the run: bfloat16 without a causal mask (the causal diagonal tiles are
+partly masked, which it does not cover; the float32 kernel's 3xTF32 dots on CUDA are not
+covered at all; the interpreter's float32 dots are IEEE and covered), always modulo
+what the theorem's file lists (the tensor cores' order of additions, FMA contraction).
+The run first measures ``tl.exp2``'s relative error on the device (``exp2_rel_error``),
+which the bound assumes to be at most ``EXP2_ERROR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+SIZES = [4096, 16384]
+QUICK_SIZES = [64, 96]
+# (label, causal, query heads, key/value heads)
+MASKS = [("full", False, 4, 4), ("causal", True, 4, 4), ("causal+gqa4", True, 8, 2)]
+
+
+def run(sizes: list[int], head_dim: int, device: str) -> dict:
+    from benchmarks.bench_optimize_model import environment
+    from ojas_kernels.attention import flash_attention_forward
+    from ojas_ref.verification.attention_error import (exact_attention, forward_error_bound,
+                                                        measured_exp2_error, observed_error)
+    from ojas_ref.verification.error_bounds import EXP2_ERROR, oracle_bounds_available
+
+    rel, ab = measured_exp2_error(device)
+    if not (rel <= EXP2_ERROR and ab <= 2.0**-126):
+        raise SystemExit(f"tl.exp2's measured error ({rel:.3e} relative, {ab:.3e} absolute) exceeds the "
+                         f"assumption of the bound (EXP2_ERROR = {EXP2_ERROR:.3e}, 2^-126)")
+    rows = []
+    scale = 1.0 / math.sqrt(head_dim)
+    for dname, dtype in DTYPES.items():
+        for s in sizes:
+            for label, causal, hq, hkv in MASKS:
+                gen = torch.Generator(device="cpu").manual_seed(7)
+                q, k, v = (torch.randn(1, h, s, head_dim, generator=gen).to(device=device, dtype=dtype)
+                           for h in (hq, hkv, hkv))
+                t0 = time.perf_counter()
+                out, _ = flash_attention_forward(q, k, v, causal, scale, None)
+                err = observed_error(out, exact_attention(q, k, v, causal, scale), v)
+                bound = forward_error_bound(q, k, v, causal, scale)
+                covered = not causal and (dtype != torch.float32 or device == "cpu")
+                rows.append(dict(dtype=dname, S=s, E=head_dim, mask=label, heads=hq, kv_heads=hkv, bound=bound,
+                                 observed=err, ratio=bound / err if err > 0 else math.inf, holds=err <= bound,
+                                 covered=covered, seconds=round(time.perf_counter() - t0, 2)))
+                del q, k, v, out
+                print(f"{dname:5} S={s:6} {label:12} bound {bound:.3e}  observed {err:.3e}  "
+                      f"ratio {rows[-1]['ratio']:8.1f}  holds={err <= bound}  covered={covered}", flush=True)
+    return dict(benchmark="attention_error", environment=environment(torch.device(device)),
+                oracle=oracle_bounds_available(), exp2_rel_error=rel, exp2_abs_error_subnormal=ab,
+                exp2_error_assumed=EXP2_ERROR, rows=rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="write the table as JSON to this file")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes on the CPU (Triton's interpreter)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        result = run(QUICK_SIZES, 32, "cpu")
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("needs CUDA (or --quick for the CPU interpreter)")
+        result = run(SIZES, 128, "cuda")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    if not all(r["holds"] for r in result["rows"]):
+        raise SystemExit("a proved bound was exceeded")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The proved forward-attention bound against the kernel's observed error.
+
+Shared by ``tests/test_attention_error_bound.py`` and ``benchmarks/bench_attention_error.py``:
+
+* :func:`exact_attention`: float64 ``softmax(scale q k^T) v`` of the (upcast) inputs,
+  causal or not, GQA by repeating the key/value heads, computed a block of query rows at
+  a time (a [H, 16384, 16384] float64 score matrix is 17 GiB per 8 heads);
+* :func:`forward_error_bound`: ``attention_forward_error_bound`` (the value of
+  ``Ojas.FloatModel.AttentionForwardError.attention_forward_error``, computed by the
+  oracle's ``attn_fwd_q``) for these inputs and the kernel's forward tile ``block_n``;
+* :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
+* :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
+  the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Iterator
+
+import torch
+
+from ojas_ref.verification.error_bounds import attention_forward_error_bound
+
+__all__ = ["exact_attention", "forward_error_bound", "observed_error", "measured_exp2_error"]
+
+F64 = torch.float64
+
+
+def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(first row, float64 query rows, float64 keys repeated to the query heads)."""
+    kr = k.to(F64).repeat_interleave(q.shape[1] // k.shape[1], 1)
+    for r0 in range(0, q.shape[2], rows):
+        yield r0, q[:, :, r0:r0 + rows].to(F64), kr
+
+
+def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
+    """float64 softmax(scale q k^T) v, [B, Hq, S, Ev]; causal top-left (key j <= query i)."""
+    vr = v.to(F64).repeat_interleave(q.shape[1] // k.shape[1], 1)
+    out = []
+    for r0, qc, kr in _row_blocks(q, k):
+        s = scale * qc @ kr.transpose(-1, -2)
+        if is_causal:
+            i = torch.arange(r0, r0 + qc.shape[2], device=q.device)[:, None]
+            j = torch.arange(k.shape[2], device=q.device)[None, :]
+            s = s.masked_fill(j > i, -math.inf)
+        out.append(torch.softmax(s, -1) @ vr)
+    return torch.cat(out, 2)
+
+
+def forward_error_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+                        block_n: int | None = None) -> float:
+    """The proved bound on :func:`observed_error` for these inputs: max|q|, max|k|, max|v|,
+    the measured ``max_j sum_i |q_i k_ji|`` (float64, enlarged by 2^-40 for its own
+    rounding) and the kernel's forward key tile (``default_config``) unless given."""
+    if block_n is None:
+        from ojas_kernels.attention import default_config
+
+        block_n = default_config(q.shape[-1], q.dtype, q.device, is_causal).fwd.block_n
+    qk_abs = max((qc.abs() @ kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
+    return attention_forward_error_bound(
+        k.shape[2], q.shape[-1], block_n=block_n, dtype=q.dtype, max_abs_q=q.abs().max().item(),
+        max_abs_k=k.abs().max().item(), max_abs_v=v.abs().max().item(), scale=scale,
+        qk_abs_sum=qk_abs * (1 + 2.0**-40))
+
+
+def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:
+    """max |out - ref| / max|v| over every output coordinate (NaN refused)."""
+    if torch.isnan(out).any():
+        raise ValueError("NaN in the kernel's output")
+    return ((out.to(F64) - ref).abs().max() / v.abs().max().to(F64)).item()
+
+
+@functools.lru_cache(maxsize=None)
+def _exp2_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def exp2_kernel(X, Y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        tl.store(Y + offs, tl.exp2(tl.load(X + offs, mask=ok, other=0.0)), mask=ok)
+
+    return exp2_kernel
+
+
+@functools.lru_cache(maxsize=None)
+def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, float]:
+    """tl.exp2 on ``points`` float32 arguments evenly spread over [-150, 0]: its max
+    relative error where 2^x is normal, and its max absolute error below."""
+    import triton
+
+    x = torch.linspace(-150.0, 0.0, points, device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+    _exp2_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
+    exact = torch.exp2(x.to(F64))
+    normal = exact >= 2.0**-126
+    err = (y.to(F64) - exact).abs()
+    return (err / exact)[normal].max().item(), err[~normal].max().item()
