@@ -6,12 +6,14 @@ same run, and the tokens/s of the H200 records.
 
 For every recorded configuration of the given presets (llama-1b: the 16 settings of
 benchmarks/results/bench_optimize_model_h200_rope.json; the others: the bf16 rows of
-bench_memory_h200_presets.json), :func:`ojas_ref.tools.step_time.measure` times the shallow
-steps, :func:`~ojas_ref.tools.step_time.predict_step_seconds` extrapolates them, and the full
-model is then built and timed the same way (:func:`~ojas_ref.tools.step_time.time_steps` at its
-own depth). Issue 15's bar: predicted tokens/s within 15% of the measured. The timed steps are
-written to ``--out`` (benchmarks/results/step_time_h200.json), from which
-tests/test_step_time.py recomputes every prediction. Run on the device the records were
+bench_memory_h200_presets.json), :func:`ojas_ref.tools.step_time.time_steps` times the steps
+at the two shallow depths of :func:`~ojas_ref.tools.step_time.depths_for` and at the model's
+own depth, in the same interleaved rounds when the planner says the three models fit on the
+GPU together (``together`` in the row), else the full model after the shallow ones; and
+:func:`~ojas_ref.tools.step_time.predict_step_seconds` extrapolates the shallow steps.
+Issue 15's bar: predicted tokens/s within 15% of the measured. The timed steps are written
+to ``--out`` (benchmarks/results/step_time_h200.json), from which tests/test_step_time.py
+recomputes every prediction. Run on the device the records were
 measured on (an H200); elsewhere the record's column means nothing.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ojas_ref.tools import plan as P  # noqa: E402
-from ojas_ref.tools.step_time import measure, predict_step_seconds, time_steps  # noqa: E402
+from ojas_ref.tools.step_time import Measured, depths_for, predict_step_seconds, time_steps  # noqa: E402
 
 
 def recorded(presets: list[str]) -> list[tuple[P.Model, P.Setting, float]]:
@@ -39,6 +41,17 @@ def recorded(presets: list[str]) -> list[tuple[P.Model, P.Setting, float]]:
     return rows
 
 
+def fit_together(m: P.Model, s: P.Setting, depths: tuple[int, ...]) -> bool:
+    """Whether the models of these depths fit on the GPU at once: the planner's peaks
+    (ojas_ref/tools/plan.py) summed, against 85% of the free memory."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return True
+    need = sum(P.plan(P.with_layers(m, d), s).peak for d in depths)
+    return need < 0.85 * torch.cuda.mem_get_info()[0]
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["llama-1b", "llama-0.5b", "llama-3b", "llama-7b", "llama-13b"])
@@ -50,12 +63,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(f"--presets: unknown {unknown}; choose from {list(P.PRESETS)}")
     results = []
     for m, s, recorded_tokens_per_s in recorded(args.presets):
-        shallow = measure(m, s, steps=args.steps)
+        depths = depths_for(m)
+        together = fit_together(m, s, depths + (m.layers,))
+        if together:  # one interleaved run: every depth sees the same drift of the host
+            timed = time_steps(m, s, depths + (m.layers,), steps=args.steps)
+            shallow = Measured(timed.device, depths, timed.seconds[:-1])
+            full = Measured(timed.device, (m.layers,), timed.seconds[-1:])
+        else:
+            shallow = time_steps(m, s, depths, steps=args.steps)
+            full = time_steps(m, s, (m.layers,), steps=args.steps)
         predicted = predict_step_seconds(m, shallow)
-        full = time_steps(m, s, (m.layers,), steps=args.steps)
         row = dict(model=m.name, layers=m.layers, dtype=s.dtype, optimizer=s.optimizer, mode=s.mode,
                    setting=dataclasses.asdict(s), device=shallow.device, depths=list(shallow.depths),
-                   seconds=list(shallow.seconds), full_seconds=full.seconds[0],
+                   seconds=list(shallow.seconds), full_seconds=full.seconds[0], together=together,
                    predicted_tokens_per_s=s.tokens / predicted["step"],
                    measured_tokens_per_s=s.tokens / full.seconds[0], recorded_tokens_per_s=recorded_tokens_per_s,
                    per_layer=predicted["per_layer"], rest=predicted["rest"])
