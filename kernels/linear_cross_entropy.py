@@ -115,6 +115,7 @@ statistics or G from them (``fwd_logits`` / ``bwd_logits`` = "cublas").
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import warnings
@@ -686,16 +687,25 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 
 def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      kept: Optional[torch.Tensor], tgt: torch.Tensor, lse: torch.Tensor, token_weight: torch.Tensor,
-                     need_weight: bool, need_bias: bool, opts: _Options, config: LinearCrossEntropyConfig
-                     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+                     need_weight: bool, need_bias: bool, opts: _Options, config: LinearCrossEntropyConfig,
+                     step=None) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """grad_weight and grad_bias (float32): per vocabulary slab, G of all kept tokens
     (``_logits_kernel`` GRAD), then G^T H and colsum G.  ``token_weight``: [K], or
-    [1] for one weight shared by all kept tokens, float32."""
+    [1] for one weight shared by all kept tokens, float32.
+
+    ``step`` (the head updated inside the backward, ``InBackwardOptimizer(head_weight=...)``;
+    no bias): instead of grad_weight, each slab's rows of it (its whole gradient, over all kept
+    tokens) go into a slab-sized buffer in the weight's dtype, then ``step(v0, v1, rows)``
+    updates W[v0:v1]; the slab's logits were recomputed from those rows before it, and later
+    slabs read only their own rows (Ojas.OptimizerInBackward.ChunkedHead); returns (None, None).
+    The same products into another buffer: each row rounded as without ``step``. With no kept
+    token the gradient is zero and the plain-SGD step w + (-lr) 0 = w changes no bit (-0.0
+    included): nothing is called."""
     N, D = x.shape
     V = weight.shape[0]
     K = lse.numel()
     new = torch.zeros if lse.numel() == 0 else torch.empty  # every slab writes its rows
-    grad_weight = new(weight.shape, dtype=weight.dtype, device=x.device) if need_weight else None
+    grad_weight = new(weight.shape, dtype=weight.dtype, device=x.device) if need_weight and step is None else None
     grad_bias = new(V, dtype=torch.float32, device=x.device) if need_bias else None
     if K == 0:
         return grad_weight, grad_bias
@@ -725,6 +735,7 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         none = torch.empty(1, dtype=torch.float32, device=x.device)
     else:
         g = torch.empty(_round_up(K, cfg.block_m), slab, dtype=x.dtype, device=x.device)
+    rows_buf = torch.empty(slab, D, dtype=weight.dtype, device=x.device) if step is not None else None
     for v0 in range(0, V, slab):
         v1 = min(v0 + slab, V)
         if cublas:
@@ -742,7 +753,14 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
             _launch_logits(hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse,
                            token_weight=token_weight)
             gs = g[:K, :v1 - v0]
-        if grad_weight is not None:
+        if step is not None:
+            rows = rows_buf[:v1 - v0]
+            if half:
+                rows.copy_(_mm_f32(gs.t(), hk).div_(scale))
+            else:
+                _mm_into(rows, gs.t(), hk)
+            step(v0, v1, rows)
+        elif grad_weight is not None:
             if half:
                 grad_weight[v0:v1] = _mm_f32(gs.t(), hk).div_(scale)
             else:
@@ -939,7 +957,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     it, whatever the caller's autocast state (the backward runs under the caller's)."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need):
+    def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need, head=None):
+        ctx.head = head  # ojas_ref's _HeadUpdate (config has 4 products), or None
         with torch.autocast(input.device.type, enabled=False):
             x, w, b, t = _prepare(input, weight, target, bias)
             ctx.three = config.products == 3 and reduction != "none" and any(need)
@@ -961,6 +980,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
             raise RuntimeError("the Triton linear cross-entropy does not support double backward "
                                "(create_graph=True): its backward is not differentiable")
+        step = None if ctx.head is None else ctx.head.begin(ctx.next_functions[1][0])
         with torch.autocast(grad_output.device.type, enabled=False):
             input, weight, bias, target, *kept_tgt_lse = ctx.saved_tensors
             reduction, ignore_index, opts, config, need = ctx.args
@@ -971,7 +991,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     gr = _three_products(x, w, b, t, ignore_index, reduction, opts, need, config)
                     grads = [gr.grad_input, gr.grad_weight, gr.grad_bias]
                 grads = _scaled_gradients(grads, grad_output, (input, weight, bias))
-                return (*grads, None, None, None, None, None, None)
+                return (*grads, None, None, None, None, None, None, None)
             kept, tgt, lse = kept_tgt_lse
             K = lse.numel()
             if reduction == "none":
@@ -995,9 +1015,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if need_weight or need_bias:
                 x, w, b, _ = _prepare(input, weight, target, bias)
                 grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
-                                                   config)
+                                                   config, step)
                 grad_bias = None if gb is None else gb.to(bias.dtype)
-            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+            if step is not None:
+                ctx.head.end()
+            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
 _SCALE_BLOCK = 4096
@@ -1033,6 +1055,7 @@ def linear_cross_entropy(
     z_loss: float = 0.0,
     softcap: Optional[float] = None,
     config: Optional[LinearCrossEntropyConfig] = None,
+    head=None,
 ) -> torch.Tensor:
     """Differentiable linear cross-entropy; arguments and result as
     ``ojas_ref.primitives.linear_cross_entropy.linear_cross_entropy`` (which checks them and
@@ -1061,14 +1084,48 @@ def linear_cross_entropy(
     grad_output, a second one through a retained graph recomputes them first (the
     same computation: the same gradients; ``_LinearCrossEntropy``).  Double backward
     is not supported.  Float32 accumulation in every product; see the module
-    docstring for the design, the precision of each product and the memory bound."""
+    docstring for the design, the precision of each product and the memory bound.
+
+    ``head``: ojas_ref's ``_HeadUpdate`` (``InBackwardOptimizer(head_weight=linear_weight)``,
+    no bias), or None. The schedule is then 4 products whatever ``config`` says: grad_input in
+    the forward (from W before any update), and in the backward each vocabulary slab's
+    gradient over all kept tokens, after which the slab's rows are updated by plain SGD and
+    the gradient dropped (``_backward_weight``'s ``step``): no [V, D] gradient exists. Over the
+    reals this is backward then the step (Ojas.OptimizerInBackward.ChunkedHead.
+    chunked_head_dh_first_eq_standard: dH whole before the first row's update); in floats each
+    row's gradient is the 4-product schedule's, rounded as there (not the 3-product default's:
+    grad_weight summed in one product instead of per token chunk). The forward's token chunks
+    are sized by ``workspace_fraction`` of the gradients' bytes (16 MiB at least) instead of
+    grad_weight's bytes, so the forward's workspace stays below the [V, D] gradient it
+    replaces."""
     _check(input, linear_weight, target, linear_bias, reduction)
     opts = _options(label_smoothing, z_loss, softcap)
     config = config or default_config(input.dtype, input.device)
     grad = torch.is_grad_enabled()
     need = tuple(grad and t is not None and t.requires_grad for t in (input, linear_weight, linear_bias))
+    if head is not None:
+        if linear_bias is not None:
+            raise NotImplementedError("the head updated inside the backward takes no bias")
+        config = _head_update_config(config, input, linear_weight)
     return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, opts,
-                                     config, need)
+                                     config, need, head)
+
+
+def _head_update_config(config: LinearCrossEntropyConfig, input: torch.Tensor, weight: torch.Tensor
+                        ) -> LinearCrossEntropyConfig:
+    """``config`` with 4 products and, unless it fixes one, a forward token chunk whose float32
+    logits, G rows, gathered rows and grad_input rows fit ``workspace_fraction`` of the
+    gradients' bytes (16 MiB at least), as the backward slab is sized: the [V, D] gradient is
+    gone, so the forward's workspace is not sized by it."""
+    if config.token_chunk is not None:
+        return dataclasses.replace(config, products=4)
+    V, D = weight.shape
+    N = max(input.numel() // max(D, 1), 1)
+    itemsize = input.element_size()
+    budget = max(int(config.workspace_fraction * (N + V) * D * itemsize), 16 << 20)
+    row_bytes = _round_up(V, config.fwd.block_n) * (4 + itemsize) + D * (4 + itemsize)
+    chunk = min(_round_down(budget // row_bytes, config.fwd.block_m), N)
+    return dataclasses.replace(config, products=4, token_chunk=max(chunk, 1))
 
 
 def linear_cross_entropy_forward(

@@ -11,12 +11,17 @@ tensor is allocated in the backward (a dispatch-mode record of every op's output
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ojas_ref import InBackwardOptimizer, linear_cross_entropy
+if not torch.cuda.is_available():  # the kernel tests run the Triton interpreter on the CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from ojas_ref import InBackwardOptimizer, linear_cross_entropy  # noqa: E402
 
 V, D, N, EMB = 37, 8, 21, 30   # V not a multiple of the vocabulary chunk (5), N not of the token chunk (8)
 CHUNKS = (8, 5)
@@ -144,10 +149,13 @@ class _Record(TorchDispatchMode):
         self.shapes: list[tuple[int, ...]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        """The shapes of the fresh tensors the ops return (not views, not in-place results: their
+        schema's returns alias an input; e.g. the interpreter's ``set_`` of a kernel argument)."""
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
-            if isinstance(t, torch.Tensor):
-                self.shapes.append(tuple(t.shape))
+        if all(r.alias_info is None for r in func._schema.returns):
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    self.shapes.append(tuple(t.shape))
         return out
 
 
@@ -241,14 +249,12 @@ def test_use_after_loss_raises():
     del opt
 
 
-def test_bias_triton_autocast_refused():
+def test_bias_and_autocast_refused():
     model = _Model(torch.float32)
     opt = _opt(model)
     ids, target = _batch(0)
     with pytest.raises(NotImplementedError, match="linear_bias"):
         linear_cross_entropy(model.hidden(ids), model.head, target, linear_bias=torch.zeros(V))
-    with pytest.raises(NotImplementedError, match="impl='triton' has no update of the head weight"):
-        linear_cross_entropy(model.hidden(ids), model.head, target, impl="triton")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with pytest.raises(NotImplementedError, match="autocast"):
             linear_cross_entropy(model.hidden(ids), model.head, target)
@@ -277,3 +283,96 @@ def test_group_changed_after_construction_raises():
     with pytest.raises(RuntimeError, match="no longer plain SGD: momentum=0.9"):
         _loss(model).backward()
     assert torch.equal(model.head.detach(), before)
+
+
+# --------------------------------------------------------------------------
+# The Triton kernel (CUDA, or the interpreter on the CPU): 4 products, slabs updated in the backward
+# --------------------------------------------------------------------------
+
+def _kernel_runs() -> bool:
+    try:
+        from ojas_kernels import linear_cross_entropy as klce
+    except ImportError:
+        return False
+    return torch.cuda.is_available() or type(klce._logits_kernel).__name__ == "InterpretedFunction"
+
+
+kernel = pytest.mark.skipif(not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before "
+                            "ojas_kernels is imported")
+
+
+def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype = torch.float32):
+    """The kernel's loss; mode "head" (head_weight), "dense4" (InBackwardOptimizer without it, the
+    kernel with 4 products and the forward token chunk that head mode picks), "standard"
+    (torch.optim.SGD, the kernel's default schedule)."""
+    from ojas_kernels import linear_cross_entropy as klce
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = _Model(dtype).to(device)
+    params = list(model.parameters())
+    if mode == "standard":
+        opt = torch.optim.SGD(params, lr=LR)
+    else:
+        opt = InBackwardOptimizer(params, torch.optim.SGD, lr=LR, bucket_cap_mb=0,
+                                  head_weight=model.head if mode == "head" else None)
+    losses = []
+    for step in range(steps):
+        ids, target = (t.to(device) for t in _batch(step))
+        h = model.hidden(ids)
+        if mode == "dense4":
+            config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head)
+            loss = klce.linear_cross_entropy(h, model.head, target, reduction=reduction, config=config)
+        else:
+            loss = linear_cross_entropy(h, model.head, target, reduction=reduction, impl="triton")
+        (loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N, device=device)).sum()).backward()
+        opt.step()
+        opt.zero_grad()
+        if mode == "head":
+            assert model.head.grad is None
+        losses.append(loss.detach().cpu().clone())
+    return model.head.detach().cpu().clone(), model.emb.weight.detach().cpu().clone(), losses
+
+
+@kernel
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_kernel_head_update_bitwise_4_products(reduction):
+    """The kernel with head_weight: bit for bit the dense in-backward loop on the kernel's
+    4-product schedule (each slab's gradient is the same product into another buffer, the step
+    the same add_); close to the standard loop on the default schedule (3 products for "mean":
+    grad_weight rounded per token chunk instead of once; float32, <= 21 tokens, weights ~1:
+    1e-5)."""
+    head = _train_kernel("head", reduction)
+    _same(head, _train_kernel("dense4", reduction))
+    standard = _train_kernel("standard", reduction)
+    for a, b in zip(head[:2], standard[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@kernel
+def test_kernel_no_full_gradient_allocated():
+    """No [V, D] tensor in the kernel's backward with head_weight (the slab buffer is at most
+    [V rounded to the slab, D] only when one slab covers the vocabulary: checked against the
+    dense run, which does allocate [V, D])."""
+    from ojas_kernels import linear_cross_entropy as klce
+
+    for head_update in (True, False):
+        model = _Model(torch.float32)
+        opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
+                                  head_weight=model.head if head_update else None)
+        ids, target = _batch(0)
+        h = model.hidden(ids)
+        config = klce.LinearCrossEntropyConfig(**{**klce.default_config(h.dtype, h.device).__dict__,
+                                                  "vocab_slab": 16})
+        if head_update:
+            loss = klce.linear_cross_entropy(h, model.head, target, config=config,
+                                             head=ref_module._HeadUpdate(opt, model.head))
+        else:
+            loss = klce.linear_cross_entropy(h, model.head, target, config=klce._head_update_config(config, h,
+                                                                                                 model.head))
+        with _Record() as rec:
+            loss.backward()
+        opt.step()
+        assert ((V, D) in rec.shapes) != head_update, rec.shapes
+
+
+ref_module = __import__("ojas_ref.primitives.linear_cross_entropy", fromlist=["_HeadUpdate"])

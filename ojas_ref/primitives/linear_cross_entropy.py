@@ -520,6 +520,43 @@ def _head_optimizer(weight: Any) -> Any:
     return opt if opt is not None and opt._head is weight else None
 
 
+class _HeadUpdate:
+    """One forward's link to the InBackwardOptimizer that updates the head ``weight`` inside the
+    backward (held weakly, as the parameters' hooks hold it). The reference's and the Triton
+    kernel's autograd Functions call :meth:`begin` at the start of their backward and
+    :meth:`end` after the last row's update."""
+
+    def __init__(self, opt: Any, weight: Tensor) -> None:
+        self._opt = weakref.ref(opt)
+        self.weight = weight
+        self.used = False
+
+    def begin(self, node: Any) -> Optional[Any]:
+        """Before the saved tensors are read: ``step(v0, v1, grad)``, the plain-SGD update of rows
+        [v0, v1) from their whole gradient (in the weight's dtype), or None when this backward does
+        not accumulate into the head (``autograd.grad``, ``backward(inputs=...)`` without it): the
+        head's gradient is then returned as usual. ``node``: the head's AccumulateGrad. Raises on a
+        second backward through the graph (the weights the forward used are gone)."""
+        if self.used:
+            raise RuntimeError(
+                "linear_cross_entropy: a second backward through this graph (retain_graph=True), whose first "
+                "backward updated the head weight in place (InBackwardOptimizer(head_weight=...)): the weights the "
+                "forward used are gone. Run one backward per forward (or construct the optimizer without "
+                "head_weight)")
+        opt = self._opt()
+        if opt is None or not _will_accumulate(node):
+            return None  # a collected optimizer: the head's hook raises with the reason
+        self.used = True
+        lr, weight = opt._head_step_lr(), self.weight
+        return lambda v0, v1, grad: opt._head_update(weight, v0, v1, grad, lr)
+
+    def end(self) -> None:
+        """Every row of the head was updated."""
+        opt = self._opt()
+        if opt is not None:
+            opt._head_finished()
+
+
 def _flat_input(input: Tensor) -> Tensor:
     """input as [N, D], N the product of its token dimensions (1 for one token; D may be 0)."""
     return input.reshape(math.prod(input.shape[:-1]), input.shape[-1])
@@ -573,8 +610,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         denominator = _mean_denominator(tg)
         ctx.save_for_backward(input, weight, bias, kept_target, class_weight, kept, lse)
         ctx.config = (reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target.shape)
-        # the InBackwardOptimizer that updates the weight inside the backward (weakly), whether it did
-        ctx.head, ctx.head_used = (None if head is None else weakref.ref(head)), False
+        ctx.head = head  # a _HeadUpdate, or None
         loss = x.new_zeros(flat_input.shape[0]).index_copy(0, kept, loss_kept)
         if reduction == "none":
             return loss.view(input.shape[:-1])
@@ -583,17 +619,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         refuse_double_backward("linear_cross_entropy", "torch.nn.functional.cross_entropy on the logits")
-        head = None if ctx.head is None else ctx.head()
-        if head is not None and ctx.head_used:
-            raise RuntimeError(
-                "linear_cross_entropy: a second backward through this graph (retain_graph=True), whose first "
-                "backward updated the head weight in place (InBackwardOptimizer(head_weight=...)): the weights the "
-                "forward used are gone. Run one backward per forward (or construct the optimizer without "
-                "head_weight)")
-        if head is not None and not _will_accumulate(ctx.next_functions[1][0]):
-            head = None  # autograd.grad, or backward(inputs=...) without the head: its gradient as usual
-        if head is not None:
-            ctx.head_used = True
+        step = None if ctx.head is None else ctx.head.begin(ctx.next_functions[1][0])
         with autocast_off(grad_output.device.type):
             input, weight, bias, kept_target, class_weight, kept, lse = ctx.saved_tensors
             reduction, eps, lam, softcap, token_chunk, vocab_chunk, denominator, target_shape = ctx.config
@@ -608,12 +634,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             tg = _targets(kept_target, class_weight, dtype)
             x = flat_input.index_select(0, kept).to(dtype)
             need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
-            if head is not None:
-                lr = head._head_step_lr()
+            if step is not None:
                 grad_x, grad_p = _backward_kept_update_head(
                     x, weight, tg, lse, g, eps, lam, softcap, token_chunk, vocab_chunk, ctx.needs_input_grad[3],
-                    lambda v0, v1, dw: head._head_update(weight[v0:v1], dw.to(weight.dtype), lr))
-                head._head_finished()
+                    lambda v0, v1, dw: step(v0, v1, dw.to(weight.dtype)))
+                ctx.head.end()
                 grad_w = grad_b = None
             else:
                 grad_x, grad_w, grad_b, grad_p = _backward_kept(x, weight, bias, tg, lse, g, eps, lam, softcap,
@@ -777,20 +802,19 @@ def linear_cross_entropy(
                 "(InBackwardOptimizer(head_weight=...)) is not supported; use a head without a bias, or construct "
                 "the optimizer without head_weight")
         head._check_head_forward(linear_weight, input, target)
+        head = _HeadUpdate(head, linear_weight)
     unbatched = input.dim() == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     unsupported = ("weight= (class weights)" if weight is not None else
-                   "probability targets (a floating target)" if target.is_floating_point() else
-                   "update of the head weight inside the loss (InBackwardOptimizer(head_weight=...))"
-                   if head is not None else None)
+                   "probability targets (a floating target)" if target.is_floating_point() else None)
     with autocast_off(input.device.type):
         if _resolve_impl(impl, input, unsupported):
             from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
 
             loss = triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
                                                reduction=reduction, ignore_index=ignore_index, label_smoothing=eps,
-                                               z_loss=lam, softcap=softcap)
+                                               z_loss=lam, softcap=softcap, head=head)
         else:
             loss = _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, weight, reduction,
                                              ignore_index, eps, lam, softcap, token_chunk, vocab_chunk, head)

@@ -1173,10 +1173,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         return lr
 
     @torch.no_grad()
-    def _head_update(self, rows: Tensor, grad: Tensor, lr: float) -> None:
-        """Plain SGD on rows of the head (a view), their whole gradient ``grad`` in the head's
+    def _head_update(self, weight: Tensor, v0: int, v1: int, grad: Tensor, lr: float) -> None:
+        """Plain SGD on rows [v0, v1) of the head ``weight``, their whole gradient ``grad`` in its
         dtype: ``torch._foreach_add_``, the call of :meth:`_update`'s plain-SGD path."""
-        torch._foreach_add_([rows], [grad], alpha=-lr)
+        torch._foreach_add_([weight[v0:v1]], [grad], alpha=-lr)
 
     def _head_finished(self) -> None:
         """The loss's backward updated every row of the head."""
