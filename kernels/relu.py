@@ -61,7 +61,7 @@ def _relu_fwd_kernel(X, R, P, n, n_bytes, BLOCK: tl.constexpr, MAG: tl.constexpr
     neg = x < 0
     lt0 = neg & (mag != 0) & (nan == 0)
     le0 = (neg & (nan == 0)) | (x == 0)  # past the end x is 0: the padding bits are 0
-    tl.store(R + offs, tl.where(lt0, tl.zeros_like(x), x), mask=ok)
+    tl.store(R + offs, tl.where(lt0, 0, x).to(x.dtype), mask=ok)
     bits = tl.reshape(tl.where(le0, 0, 1).to(tl.int32), (BLOCK // 8, 8))
     byte = tl.sum(bits << tl.arange(0, 8)[None, :], axis=1)
     boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
@@ -76,7 +76,7 @@ def _relu_bwd_kernel(G, P, DX, n, BLOCK: tl.constexpr):
     g = tl.load(G + offs, mask=ok, other=0)
     byte = tl.load(P + offs // 8, mask=ok, other=0).to(tl.int32)
     bit = (byte >> (offs % 8).to(tl.int32)) & 1
-    tl.store(DX + offs, tl.where(bit != 0, g, tl.zeros_like(g)), mask=ok)
+    tl.store(DX + offs, tl.where(bit != 0, g, 0).to(g.dtype), mask=ok)
 
 
 def packed_numel(n: int) -> int:

@@ -28,8 +28,11 @@ CALLS = {
     "linear_cross_entropy": lambda x: ojas_ref.linear_cross_entropy(x, W, T),
     "attention": lambda q: ojas_ref.attention(q, q, q, is_causal=True).sum(),
     "ReversibleSequence": lambda x: STACK(x).sum(),
+    "relu": lambda x: (ojas_ref.relu(x) * X).sum(),
+    "relu_squared_linear": lambda x: ojas_ref.relu_squared_linear(x, W).sum(),
 }
-INPUTS = {"linear_cross_entropy": X, "attention": Q, "ReversibleSequence": torch.randn(3, 4, dtype=torch.float64)}
+INPUTS = {"linear_cross_entropy": X, "attention": Q, "ReversibleSequence": torch.randn(3, 4, dtype=torch.float64),
+          "relu": X, "relu_squared_linear": X}
 
 
 @pytest.mark.parametrize("name", list(CALLS))
