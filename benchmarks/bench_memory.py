@@ -28,10 +28,11 @@ in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, p
   no state). Host GiB: the state's bytes.
 * ``+head-update``: ojas+ckpt with ``InBackwardOptimizer(head_weight=model.lm_head.weight)``:
   the head updated by plain SGD chunk by chunk inside the loss's backward, no [V, D] gradient
-  (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard). SGD only (AdamW keeps the
-  dense path; skipped with the reason). The loss then runs the PyTorch reference's chunks, not
-  the Triton kernel (on CUDA its rounding differs from ojas+ckpt's: the losses are close, not
-  bitwise; on the CPU both run the reference, bit for bit).
+  (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard). SGD only (AdamW
+  keeps the dense path; skipped with the reason). On CUDA the loss kernel then runs its 4-product
+  schedule (grad_input in the forward, each vocabulary slab's gradient in the backward, then its
+  rows' update) instead of the default 3 products: its rounding differs from ojas+ckpt's, so the
+  losses are close, not bitwise; on the CPU both run the PyTorch reference, bit for bit.
 * ``all``: every technique above that applies to the dtype / optimizer together.
 * ``reversible``: a separate architecture, ``ReversibleDecoder`` of the same shape (additive
   couplings, activations reconstructed in backward, no checkpointing) with

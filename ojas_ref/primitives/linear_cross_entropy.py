@@ -46,6 +46,13 @@ theorems it implements:
   "sum" and "mean" are 0 and every gradient entry is 0, as this code returns
   (F.cross_entropy gives NaN for "mean" there).
 
+* With the head updated inside the backward (``InBackwardOptimizer(head_weight=...)``,
+  ``_backward_kept_update_head``): ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard``
+  (the chunks of ``range(0, V, vocab_chunk)``, each chunk's rows stepped by SGD after its dH part
+  and its rows' whole gradients) is backward then ``SGD.step()``, over any scalars; the gradient
+  entries themselves are ``ce_backward_correct``'s. No theorem covers the float equality with
+  the dense step: tested (bitwise in float32 on the CPU).
+
 The spec keeps ignored tokens in the token loop with loss 0 and gradient weight 0
 (``token_chunk_step``, ``token_weight``; their rows of G and grad_input are zero,
 ``Ojas.CrossEntropy.Reduction.ignored_grad_zero``); here they are removed before the
@@ -779,6 +786,14 @@ def linear_cross_entropy(
     many tokens) are lost; the reference scales in float32 before rounding.
     ``impl="triton"`` on float16 is for training without loss scaling.
     ``None`` reads the environment variable OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
+
+    When ``linear_weight`` is the ``head_weight`` of an :class:`ojas_ref.InBackwardOptimizer`
+    (plain SGD), the backward updates it in place chunk by chunk and returns no gradient for it
+    (see that argument; Ojas.OptimizerInBackward.ChunkedHead): no [V, D] gradient exists, neither
+    in the reference nor in the kernel (which then runs its 4-product schedule). ``linear_bias``,
+    a weight used to compute ``input`` (tied embeddings) and autocast's cast of the weight are
+    refused then (ValueError / NotImplementedError), as is a second backward through the graph.
+    ``torch.autograd.grad`` (which accumulates nothing) gets the weight's gradient as usual.
     """
     refuse_function_transforms("linear_cross_entropy")
     head = _head_optimizer(linear_weight) if torch.is_grad_enabled() else None

@@ -347,20 +347,26 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             Equal to backward then ``SGD.step()``:
             Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard (an instance of
             Ojas.OptimizerInBackward.Equivalence.fused_eq_standard, over any scalars); in floats
-            bitwise the dense path's update (the reference sums each row's gradient over the token
-            chunks in the same order; tests/test_head_update.py). Only with
+            the reference's rows are bitwise the dense path's (each row's gradient summed over the
+            token chunks in the same order) and so is the float32 update on the CPU; bfloat16 on
+            the CPU may differ by one rounding where ATen's ``add_`` takes its scalar tail
+            (tests/test_head_update.py; CUDA not yet compared). Only with
             ``optimizer_class=torch.optim.SGD`` and the head's group plain (momentum 0, weight decay
             0, not maximize, not fused, a float lr, no step hooks), ``accumulation_steps=1``, no
             ``max_grad_norm``, one process: else ValueError here (or RuntimeError at the backward,
             when a group changed since, or under DDP / FSDP2). AdamW, momentum, clipping,
             accumulation and data parallelism keep the dense path: leave ``head_weight`` out.
             The loss then refuses (errors name the reason) a head with a bias, a head used by
-            the computation of its input (tied to the embedding), ``impl="triton"`` (the
-            reference runs it; ``"auto"`` picks the reference), autocast casting the weight, and a
-            second backward through the same graph. A use of the head after the loss (a
+            the computation of its input (tied to the embedding), autocast casting the weight, and
+            a second backward through the same graph. A use of the head after the loss (a
             regulariser) raises in the backward: autograd's in-place check, or this optimizer's
-            hook. The forward and backward of the loss then run the PyTorch reference's chunks
-            (``chunk_size``), not the Triton kernel.
+            hook. The PyTorch reference updates each vocabulary chunk (``chunk_size``) after its
+            dH part (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard); the Triton
+            kernel runs its 4-product schedule, dH in the forward, then each vocabulary slab's
+            gradient and update in the backward
+            (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard), which
+            rounds the head's gradient as its 4-product schedule does, not as the default
+            3-product one (one product over all tokens instead of a sum over token chunks).
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
     Call ``step()`` after each update as in the standard loop: it updates nothing

@@ -541,32 +541,42 @@ def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
     return pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1) + head_gradient_bytes(m, s)
 
 
-#: the reference's default chunks (ojas_ref/primitives/linear_cross_entropy.py ``_TOKEN_CHUNK``,
-#: ``_VOCAB_CHUNK``), which the loss runs with ``head_update``
-REF_TOKEN_CHUNK, REF_VOCAB_CHUNK = 1024, 4096
+#: the tile of kernels/linear_cross_entropy.py's ``default_config`` on CUDA: (block_m, block_n) of
+#: its forward and backward GemmConfig, per dtype
+LCE_BLOCKS = {"fp32": (64, 64), "bf16": (128, 128)}
+
+
+def _round_to(x: int, multiple: int, up: bool) -> int:
+    return -(-x // multiple) * multiple if up else max(multiple, x // multiple * multiple)
 
 
 def head_update_forward_bytes(m: Model, s: Setting) -> int:
-    """With ``head_update`` the loss runs the PyTorch reference (the kernel computes the gradients
-    in the forward): its forward holds the kept hidden rows in float32 [tokens, hidden], a head
-    chunk's float32 copy [vocab chunk, hidden] (none in float32: a view) and about 3 float32
-    logits blocks [token chunk, vocab chunk] (the logits, z - m, its exp); no gradient."""
-    tc, vc = min(REF_TOKEN_CHUNK, s.tokens), min(REF_VOCAB_CHUNK, m.vocab)
-    return 4 * s.tokens * m.hidden + (4 * vc * m.hidden if s.size < 4 else 0) + 3 * 4 * tc * vc
+    """With ``head_update`` the kernel runs 4 products (kernels/linear_cross_entropy.py
+    ``_head_update_config``): the forward computes grad_input [tokens, hidden] (the model dtype,
+    held until the backward, where it is the hidden states' gradient) and no other gradient,
+    over token chunks whose float32 logits and G rows [chunk, V rounded to block_n] fit
+    LCE_WORKSPACE_FRACTION of the gradients' bytes (LCE_WORKSPACE_FLOOR at least)."""
+    bm, bn = LCE_BLOCKS[s.dtype]
+    budget = max(int(LCE_WORKSPACE_FRACTION * (s.tokens + m.vocab) * m.hidden * s.size), LCE_WORKSPACE_FLOOR)
+    v_pad = _round_to(m.vocab, bn, True)
+    chunk = min(_round_to(budget // (v_pad * (4 + s.size) + m.hidden * (4 + s.size)), bm, False), s.tokens)
+    return s.size * s.tokens * m.hidden + chunk * v_pad * (4 + s.size) + 2 * 4 * s.tokens
 
 
 def head_update_backward_bytes(m: Model, s: Setting) -> int:
-    """With ``head_update``, the reference's backward (``_backward_kept_update_head``) besides the
-    hidden states' gradient: the kept rows and their gradient in float32 (2 x [tokens, hidden]),
-    the float32 grad_input before its cast (with a 16-bit model), one chunk's float32 gradient
-    [vocab chunk, hidden] (and its rows' float32 copy and its cast to the model dtype with a
-    16-bit model) and about 3 float32 logits blocks (the logits, G, a temporary). An upper bound:
-    not all of them are alive at once. No [V, hidden] gradient
-    (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard)."""
-    tc, vc = min(REF_TOKEN_CHUNK, s.tokens), min(REF_VOCAB_CHUNK, m.vocab)
-    sixteen = s.size < 4
-    return (4 * s.tokens * m.hidden * (2 + sixteen) + vc * m.hidden * (4 + (4 + s.size) * sixteen)
-            + 3 * 4 * tc * vc)
+    """With ``head_update``, the kernel's backward (``_backward_weight`` with ``step``) besides the
+    hidden states' gradient: the kept rows gathered [tokens, hidden] (the last token's label is
+    padding, so some token is ignored), one vocabulary slab's G [tokens rounded to block_m, slab]
+    and its rows' gradient [slab, hidden], both in the model dtype; the slab as the kernel sizes it
+    (LCE_WORKSPACE_FRACTION of the gradients' bytes less the gathered rows). No [V, hidden]
+    gradient (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard)."""
+    bm, bn = LCE_BLOCKS[s.dtype]
+    gathered = s.tokens * m.hidden * s.size
+    budget = max(int(LCE_WORKSPACE_FRACTION * (s.tokens + m.vocab) * m.hidden * s.size) - gathered,
+                 LCE_WORKSPACE_FLOOR)
+    k_pad = _round_to(s.tokens, bm, True)
+    slab = min(_round_to(budget // (k_pad * s.size), bn, False), _round_to(m.vocab, bn, True))
+    return gathered + k_pad * slab * s.size + slab * m.hidden * s.size
 
 
 # --------------------------------------------------------------------------
@@ -696,8 +706,8 @@ def plan(model: Any, setting: Setting) -> Plan:
         head_grad = Term("gradient of the head weight (updated inside the loss)", 0, "none: head_update")
     phases = []
     if s.head_update:
-        phases.append(Phase("end of forward (linear cross-entropy, reference)", fixed + (stack,) + head_in + (
-            _term("loss: reference forward workspace", head_update_forward_bytes, m, s),)))
+        phases.append(Phase("end of forward (linear cross-entropy, 4 products)", fixed + (stack,) + head_in + (
+            _term("loss: grad_input and one token chunk (head update)", head_update_forward_bytes, m, s),)))
     elif s.ojas_loss:
         phases.append(Phase("end of forward (linear cross-entropy)", fixed + (stack,) + head_in + (
             _term("loss: gradients computed in the forward", lce_gradients_bytes, m, s),
@@ -711,7 +721,7 @@ def plan(model: Any, setting: Setting) -> Plan:
         0 if m.tied else head_grad.bytes, "head gradient, untied")
     if s.head_update:
         phases.append(Phase("backward: loss, head updated chunk by chunk", at_head + (
-            _term("loss: reference backward workspace", head_update_backward_bytes, m, s),)))
+            _term("loss: one vocabulary slab (head update)", head_update_backward_bytes, m, s),)))
     else:
         phases.append(Phase("backward: head gradient", at_head + (
             _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),)))
