@@ -67,17 +67,17 @@ def test_built_model_has_the_width_and_depth():
     assert isinstance(opt, __import__("torch").optim.AdamW)
 
 
-def test_cli_time_parts(capsys, monkeypatch):
+def test_cli_time_shallow(capsys, monkeypatch):
     monkeypatch.setattr(T, "measure_gemm_rate", lambda device, dtype: 1e12)
     fake = S.Measured(device="fake", depths=(2, 6), seconds=(0.02, 0.06))
     monkeypatch.setattr(S, "measure", lambda model, setting: fake)
-    assert main(["plan", "--preset", "llama-1b", "--time", "--parts"]) == 0
+    assert main(["plan", "--preset", "llama-1b", "--time", "--shallow"]) == 0
     out = capsys.readouterr().out
     step = S.predict_step_seconds(P.PRESETS["llama-1b"], fake)["step"]
     assert f"step predicted from steps timed on fake (2 layers 20.0 ms, 6 layers 60.0 ms): {step * 1e3:.1f} ms" in out
     assert "per layer 10.00 ms" in out
-    assert main(["plan", "--parts"]) == 2
-    assert "--parts goes with --time" in capsys.readouterr().err
+    assert main(["plan", "--shallow"]) == 2
+    assert "--shallow goes with --time" in capsys.readouterr().err
 
 
 def test_bench_compares_every_record():

@@ -1067,7 +1067,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--time", action="store_true",
                         help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
                              "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)")
-    parser.add_argument("--parts", action="store_true",
+    parser.add_argument("--shallow", action="store_true",
                         help="with --time: also time training steps of the model's width at 2 and 10 decoder layers "
                              "on this device (the model built there: seconds on a GPU) and predict the step by "
                              "extrapolating in depth (ojas_ref/tools/step_time.py)")
@@ -1116,8 +1116,8 @@ def run_command(args: Any) -> int:
             if args.fit is not None:
                 raise ValueError("--plot draws the plan of one setting: it does not go with --fit")
             _check_png_path(args.plot)
-        if args.parts and not args.time:
-            raise ValueError("--parts goes with --time (it refines the time prediction)")
+        if args.shallow and not args.time:
+            raise ValueError("--shallow goes with --time (it refines the time prediction)")
         if args.time and args.fit is not None:
             raise ValueError("--time times one setting: it does not go with --fit")
         if any(not (k > 0 and math.isfinite(k)) for k in args.tokens_per_param):
@@ -1134,8 +1134,8 @@ def run_command(args: Any) -> int:
                 print(f"\nplot written to {args.plot}")
             if args.time:
                 print("\n" + "\n".join(_time_lines(model, setting, args.tokens_per_param)))
-                if args.parts:
-                    print("\n" + "\n".join(_parts_lines(model, setting)))
+                if args.shallow:
+                    print("\n" + "\n".join(_shallow_lines(model, setting)))
             return 0
         modes = [flags] if any(flags.values()) else [
             dict(fused=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
@@ -1164,22 +1164,22 @@ def _time_lines(model: Model, setting: Setting, tokens_per_param: Sequence[float
     return time_lines(model, setting, measure_gemm_rate(device, dtype), name, tokens_per_param)
 
 
-def _parts_lines(model: Model, setting: Setting) -> list[str]:
-    """``--time --parts``: the step predicted from steps of the model's width at two small depths
+def _shallow_lines(model: Model, setting: Setting) -> list[str]:
+    """``--time --shallow``: the step predicted from steps of the model's width at two small depths
     timed on this device (:func:`ojas_ref.tools.step_time.measure`), beside the H200 record
     where there is one."""
     from ojas_ref.tools.step_time import measure, predict_step_seconds
 
     measured = measure(model, setting)
-    parts = predict_step_seconds(model, measured)
+    predicted = predict_step_seconds(model, measured)
     timed = ", ".join(f"{d} layers {t * 1e3:.1f} ms" for d, t in zip(measured.depths, measured.seconds))
-    lines = [f"step predicted from steps timed on {measured.device} ({timed}): {parts['step'] * 1e3:.1f} ms, "
-             f"{setting.tokens / parts['step']:,.0f} tokens/s",
-             f"  per layer {parts['per_layer'] * 1e3:.2f} ms, the rest of the step {parts['rest'] * 1e3:.1f} ms"]
+    lines = [f"step predicted from steps timed on {measured.device} ({timed}): {predicted['step'] * 1e3:.1f} ms, "
+             f"{setting.tokens / predicted['step']:,.0f} tokens/s",
+             f"  per layer {predicted['per_layer'] * 1e3:.2f} ms, the rest of the step {predicted['rest'] * 1e3:.1f} ms"]
     recorded = measured_peak(model, setting, "tokens_per_s")
     if recorded is not None:
         lines.append(f"  measured on an H200: {recorded:,.0f} tokens/s (predicted "
-                     f"{100 * (setting.tokens / parts['step'] - recorded) / recorded:+.1f}%)")
+                     f"{100 * (setting.tokens / predicted['step'] - recorded) / recorded:+.1f}%)")
     return lines
 
 
