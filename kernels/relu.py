@@ -14,13 +14,14 @@ The kernels never do floating-point arithmetic: they read the floats as integers
 ``bits & 0x7F..`` zero (a zero), at most that of infinity (a number) or above it (NaN).  So
 ``h <= 0`` is "sign set and not NaN, or +0" and ``h < 0`` is "sign set, not zero, not NaN", the
 IEEE comparisons of the Coq model (``le0``); ``r`` is ``+0`` where ``h < 0`` and ``h``'s own bits
-elsewhere: NaN (payload and sign kept), ``-0.0`` and ``+0.0`` pass through unchanged.  torch's
-CPU ``relu`` (``clamp_min(h, 0)``) returns the same bits (measured, torch 2.13) except the payload
-of some 16-bit NaN inputs, which it converts through float32: float16 signalling NaNs come back
-quiet (``0xFC01`` as ``0xFE01``) and bfloat16 negative NaNs as ``0xFFFF``; both are NaN, and the
-gradient, the selection, is torch's bit for bit everywhere.  The sign of
-``relu(-0.0)`` on CUDA is torch's ``clamp_min`` CUDA kernel's and was not measured here
-(tests/test_relu.py's GPU test compares it).  The mask's value at ``h = 0`` (either sign) is 0
+elsewhere: NaN (payload and sign kept) and ``+0.0`` pass through unchanged, and ``-0.0`` as
+torch's ``relu`` returns it on the tensor's device type: :func:`keeps_negative_zero` asks torch
+once per device type (``relu(-0.0)`` is ``-0.0`` on the CPU, torch 2.13; on CUDA it is whatever
+``clamp_min``'s ``max`` gives there, not measured here).  torch's CPU ``relu`` returns the same
+bits (measured, torch 2.13) except the payload of some 16-bit NaN inputs, which it converts
+through float32: float16 signalling NaNs come back quiet (``0xFC01`` as ``0xFE01``) and bfloat16
+negative NaNs as ``0xFFFF``; both are NaN, and the gradient, the selection, is torch's bit for
+bit everywhere.  The mask's value at ``h = 0`` (either sign) is 0
 (torch's ``relu'(0) = 0``), at NaN 1 (threshold_backward passes the gradient through a NaN).
 tests/test_relu.py checks the classification on every bfloat16 and float16 bit pattern.
 
@@ -40,7 +41,7 @@ import triton.language as tl
 from .host import cdiv
 from .launch import fast
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "packed_numel", "relu_forward", "relu_backward"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "keeps_negative_zero", "packed_numel", "relu_forward", "relu_backward"]
 
 DEFAULT_BLOCK_SIZE = 1024  # elements per program; untuned
 # per dtype: the integer view, the magnitude mask and the bits of +inf
@@ -50,7 +51,8 @@ _BITS = {torch.float32: (torch.int32, 0x7FFFFFFF, 0x7F800000),
 
 
 @triton.jit
-def _relu_fwd_kernel(X, R, P, n, n_bytes, BLOCK: tl.constexpr, MAG: tl.constexpr, INF: tl.constexpr):
+def _relu_fwd_kernel(X, R, P, n, n_bytes, BLOCK: tl.constexpr, MAG: tl.constexpr, INF: tl.constexpr,
+                     KEEP_NEG_ZERO: tl.constexpr):
     """``r = relu(h)`` and the packed mask ``not (h <= 0)`` of one block (8 elements per byte)."""
     pid = tl.program_id(0).to(tl.int64)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -61,7 +63,8 @@ def _relu_fwd_kernel(X, R, P, n, n_bytes, BLOCK: tl.constexpr, MAG: tl.constexpr
     neg = x < 0
     lt0 = neg & (mag != 0) & (nan == 0)
     le0 = (neg & (nan == 0)) | (x == 0)  # past the end x is 0: the padding bits are 0
-    tl.store(R + offs, tl.where(lt0, 0, x).to(x.dtype), mask=ok)
+    zeroed = lt0 if KEEP_NEG_ZERO else neg & (nan == 0)  # -0.0 kept or made +0.0, as torch's relu
+    tl.store(R + offs, tl.where(zeroed, 0, x).to(x.dtype), mask=ok)
     bits = tl.reshape(tl.where(le0, 0, 1).to(tl.int32), (BLOCK // 8, 8))
     byte = tl.sum(bits << tl.arange(0, 8)[None, :], axis=1)
     boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
@@ -77,6 +80,18 @@ def _relu_bwd_kernel(G, P, DX, n, BLOCK: tl.constexpr):
     byte = tl.load(P + offs // 8, mask=ok, other=0).to(tl.int32)
     bit = (byte >> (offs % 8).to(tl.int32)) & 1
     tl.store(DX + offs, tl.where(bit != 0, g, 0).to(g.dtype), mask=ok)
+
+
+_NEGATIVE_ZERO_KEPT: dict[str, bool] = {}
+
+
+def keeps_negative_zero(device: torch.device) -> bool:
+    """Whether torch's ``relu(-0.0)`` is ``-0.0`` (not ``+0.0``) on ``device``'s type; asked once per type."""
+    kept = _NEGATIVE_ZERO_KEPT.get(device.type)
+    if kept is None:
+        kept = bool(torch.signbit(torch.relu(torch.tensor(-0.0, device=device))))
+        _NEGATIVE_ZERO_KEPT[device.type] = kept
+    return kept
 
 
 def packed_numel(n: int) -> int:
@@ -110,7 +125,8 @@ def relu_forward(h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple
     packed = torch.empty(packed_numel(n), dtype=torch.uint8, device=h.device)
     if n:
         fast(_relu_fwd_kernel)[(cdiv(n, block_size),)](h.view(int_dtype), r.view(int_dtype), packed, n,
-                                                        packed.numel(), BLOCK=block_size, MAG=mag, INF=inf)
+                                                        packed.numel(), BLOCK=block_size, MAG=mag, INF=inf,
+                                                        KEEP_NEG_ZERO=keeps_negative_zero(h.device))
     return r, packed
 
 

@@ -147,6 +147,22 @@ def test_zero_convention(impl, dtype):
     assert torch.signbit(r).tolist() == [False, True] * 3
 
 
+@cpu_kernel
+@pytest.mark.parametrize("kept", [True, False])
+def test_kernel_sign_of_relu_of_negative_zero(monkeypatch, kept):
+    """The kernel's relu(-0.0) follows torch's on the device (asked once, keeps_negative_zero): both
+    settings give the sign asked for, and nothing else changes."""
+    monkeypatch.setitem(krelu._NEGATIVE_ZERO_KEPT, "cpu", kept)
+    h = torch.tensor([-0.0, 0.0, -1.0, 2.0, float("nan"), -float("inf")], dtype=torch.bfloat16)
+    r, packed = krelu.relu_forward(h)
+    assert torch.signbit(r).tolist() == [kept, False, False, False, False, False]
+    assert r[2:4].tolist() == [0.0, 2.0] and r[4].isnan() and r[5] == 0 and packed.tolist() == [0b011000]
+
+
+def test_torch_keeps_the_sign_of_negative_zero_on_the_cpu():
+    assert krelu.keeps_negative_zero(torch.device("cpu")) is True
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_every_16_bit_pattern(impl, dtype):
@@ -656,8 +672,8 @@ def test_kernel_vs_torch_gpu(dtype, shape):
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_special_values_gpu(dtype):
-    """Including relu(-0.0): the kernel keeps the sign (torch's CPU relu does); this compares
-    with torch's CUDA relu."""
+    """Including relu(-0.0), whose sign the kernel takes from torch's CUDA relu (keeps_negative_zero),
+    and every bfloat16 pattern."""
     h, g = (t.cuda() for t in special_values(dtype))
     for x, ref in zip(ours(h, g, "triton"), torch_autograd(h, g)):
         assert_bitwise(x, ref)
