@@ -36,14 +36,15 @@ Theorems implemented (over the reals; files under ``rocq/Attention/``):
   masked keys, streamed over the biased scores is their two-pass softmax).
 
 In floating point (rocq/FloatModel/): ``Ojas.FloatModel.AttentionForwardError``
-(AttentionForwardError.v): ``attention_forward_error`` bounds every output coordinate
-of the forward's tile loop as it runs here (fp32 scores ``rnd(dot(q, k) * qk_scale)``,
-``exp2``, P rounded to the input dtype before P.V, fp32 accumulation, out stored in the
-input dtype) against the exact softmax, for key tiles whose keys are all visible;
+(AttentionForwardError.v): ``attention_forward_error_masked`` bounds every output
+coordinate of the forward's tile loop as it runs here (fp32 scores
+``rnd(dot(q, k) * qk_scale)``, ``exp2``, P rounded to the input dtype before P.V, fp32
+accumulation, out stored in the input dtype; any boolean visibility: causal, window,
+bounds) against the exact softmax over the visible keys;
 ``ojas_ref.verification.error_bounds.attention_forward_error_bound`` is its value
 (``tests/test_attention_error_bound.py``).  Not covered: the tensor cores' order of
-additions, FMA contraction, partly masked tiles (the causal diagonal), the 3xTF32
-float32 path, and the backward kernels' rounding.
+additions, FMA contraction, additive masks, the 3xTF32 float32 path, and the backward
+kernels' rounding.
 
 Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
 ``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.

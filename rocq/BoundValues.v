@@ -34,7 +34,9 @@
       its upper bounds [X >= 2^(u K)] ([exp_up]), [Y >= exp (2 delta) - 1]
       ([perturbation_q]) and the powers ([pow_up_N]) computed here, the rest
       exactly, the result rounded up; [attn_fwd_q_sound]: whenever it is
-      [Some b], [b * V] bounds the error of the kernel's output coordinate.
+      [Some b], [b * V] bounds the error of the kernel's output coordinate
+      on fully visible tiles, [attn_fwd_q_sound_masked]: of the kernel's
+      whole loop under any mask ([attention_forward_error_masked]).
     Only [Q], [positive], [N] and [Z] are used, so the extraction can carry
     every value exactly (extraction/ExtractBounds.v extracts them with Coq's
     own binary integers, not OCaml's [int]). *)
@@ -670,6 +672,59 @@ Proof. unfold cg; rewrite !Q2R_mult, !Q2R_plus, Q2R_1, Hu, Hue; ring. Qed.
 Lemma Q2R_cr : Q2R ((1 + ue + ee) * ((1 + u) * (1 + u))) = cr M.
 Proof. unfold cr; rewrite !Q2R_mult, !Q2R_plus, Q2R_1, Hu, Hue, Hee; ring. Qed.
 
+Lemma attn_fwd_q_spec : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B Nk Tt = Some b ->
+  (1 <= N.to_nat E)%nat /\ INR (N.to_nat E) * ff_u (mp_a M) < 1 /\ 0 < Q2R V /\ 0 < Q2R scale
+  /\ 0 <= Q2R uc /\ (1 <= N.to_nat B)%nat /\
+  exists X Y P1 CG CR,
+    Rpower 2 (ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) <= X
+    /\ exp (2 * score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) - 1 <= Y
+    /\ (1 + ff_u (mp_a M)) ^ (N.to_nat B - 1) <= P1 /\ cg M ^ N.to_nat Tt <= CG /\ cr M ^ N.to_nat Tt <= CR
+    /\ afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt)
+              X P1 CG CR < 1
+    /\ afe_rel (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
+               (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) X Y P1 CG CR <= Q2R b.
+Proof.
+  intros b Hb.
+  unfold attn_fwd_q in Hb.
+  destruct (afe_ok u ue ee ea us es uc scale P V E B) eqn:Eok; [| discriminate].
+  destruct (afe_ok_spec Eok) as [Huc [HP [Hs [HV [HE [HE1 HB1]]]]]].
+  destruct (exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P))%Q) as [X |] eqn:EX; [| discriminate].
+  destruct (perturbation_q (score_delta_q u ea scale uc E P)) as [Y |] eqn:EY; [| discriminate].
+  set (P1 := pow_up_N prec (1 + u) (B - 1)) in Hb.
+  set (CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
+  set (CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt) in Hb.
+  destruct (Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1) as [HL | HL]; [| discriminate].
+  injection Hb as <-.
+  pose proof (ff_u_nonneg (mp_a M)) as Hu0; pose proof (ff_eta_nonneg (mp_a M)) as Hea0.
+  pose proof (mp_ue_nonneg M) as Hue0; pose proof (mp_eta_e_nonneg M) as Hee0.
+  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
+  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
+  apply Qlt_Rlt in HL; rewrite Q2R_1 in HL.
+  split; [exact HE1 | split; [exact HEu | split; [exact HV | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]]].
+  exists (Q2R X), (Q2R Y), (Q2R P1), (Q2R CG), (Q2R CR).
+  repeat split.
+  - (* X >= 2^(u K) *)
+    pose proof (exp_up_ge _ _ _ _ EX) as G.
+    rewrite Q2R_mult, Q2R_mult, Q2R_2, Q2R_score_max, Hu in G by exact HE.
+    set (z := ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) in *.
+    assert (Hz : 0 <= z).
+    { unfold z; apply Rmult_le_pos; [exact Hu0 |].
+      pose proof (score_max_nonneg (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) ltac:(lra) Huc HP HEu).
+      lra. }
+    unfold Rpower; eapply Rle_trans; [| exact G]; destruct (Req_dec z 0) as [Z0 | Z0]; [rewrite Z0, Rmult_0_l; lra |].
+    left; apply exp_increasing.
+    pose proof afe_ln2_bounds; nra.
+  - pose proof (perturbation_q_ge _ _ EY) as G; rewrite Q2R_score_delta in G by exact HE; exact G.
+  - pose proof (pow_one_plus_le u (B - 1) ltac:(apply Rle_Qle; rewrite Q2R_0, Hu; exact Hu0)) as G.
+    rewrite Nnat.N2Nat.inj_sub, Hu in G; exact G.
+  - rewrite <- Q2R_cg; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cg; pose proof (cg_ge_1 M); lra.
+  - rewrite <- Q2R_cr; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cr; pose proof (cr_ge_1 M); lra.
+  - rewrite <- Q2R_afe_bL; exact HL.
+  - rewrite <- Q2R_afe_rel by (exact HV || exact HL); apply Qle_R, round_up_ge.
+Qed.
+
+(** The oracle's [b]: [b * V] bounds the kernel's output coordinate on fully
+    visible tiles ([attention_forward_error]) ... *)
 Theorem attn_fwd_q_sound : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B Nk Tt = Some b ->
   forall (q : list R) (c : R) (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
@@ -686,43 +741,35 @@ Theorem attn_fwd_q_sound : forall b, attn_fwd_q u ue ee ea us es uc scale P V E 
   <= Q2R b * Q2R V.
 Proof.
   intros b Hb q c k0 tl0 rest tiles ktiles m0 Hq Hkeys Hc HBt HN HT.
-  unfold attn_fwd_q in Hb.
-  destruct (afe_ok u ue ee ea us es uc scale P V E B) eqn:Eok; [| discriminate].
-  destruct (afe_ok_spec Eok) as [Huc [HP [Hs [HV [HE [HE1 HB1]]]]]].
-  destruct (exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P))%Q) as [X |] eqn:EX; [| discriminate].
-  destruct (perturbation_q (score_delta_q u ea scale uc E P)) as [Y |] eqn:EY; [| discriminate].
-  set (P1 := pow_up_N prec (1 + u) (B - 1)) in Hb.
-  set (CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
-  set (CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt) in Hb.
-  destruct (Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1) as [HL | HL]; [| discriminate].
-  injection Hb as <-.
-  pose proof (ff_u_nonneg (mp_a M)) as Hu0; pose proof (ff_eta_nonneg (mp_a M)) as Hea0.
-  pose proof (mp_ue_nonneg M) as Hue0; pose proof (mp_eta_e_nonneg M) as Hee0.
-  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
-  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
-  apply Qlt_Rlt in HL; rewrite Q2R_1 in HL.
-  eapply Rle_trans.
-  - apply (attention_forward_error M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) (Q2R X) (Q2R Y) (Q2R P1) (Q2R CG)
-             (Q2R CR) (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto.
-    + (* X >= 2^(u K) *)
-      pose proof (exp_up_ge _ _ _ _ EX) as G.
-      rewrite Q2R_mult, Q2R_mult, Q2R_2, Q2R_score_max, Hu in G by exact HE.
-      set (z := ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) in *.
-      assert (Hz : 0 <= z).
-      { unfold z; apply Rmult_le_pos; [exact Hu0 |].
-        pose proof (score_max_nonneg (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) ltac:(lra) Huc HP HEu).
-        lra. }
-      unfold Rpower; eapply Rle_trans; [| exact G]; destruct (Req_dec z 0) as [Z0 | Z0]; [rewrite Z0, Rmult_0_l; lra |].
-      left; apply exp_increasing.
-      pose proof afe_ln2_bounds; nra.
-    + pose proof (perturbation_q_ge _ _ EY) as G; rewrite Q2R_score_delta in G by exact HE; exact G.
-    + pose proof (pow_one_plus_le u (B - 1) ltac:(apply Rle_Qle; rewrite Q2R_0, Hu; exact Hu0)) as G.
-      rewrite Nnat.N2Nat.inj_sub, Hu in G; exact G.
-    + rewrite <- Q2R_cg; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cg; pose proof (cg_ge_1 M); lra.
-    + rewrite <- Q2R_cr; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cr; pose proof (cr_ge_1 M); lra.
-    + rewrite <- Q2R_afe_bL; exact HL.
-  - rewrite <- Q2R_afe_rel by (exact HV || exact HL).
-    apply Rmult_le_compat_r; [lra | apply Qle_R, round_up_ge].
+  destruct (attn_fwd_q_spec b Hb) as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL Hr]]]]]]]]]]]]]]]]].
+  eapply Rle_trans; [apply (attention_forward_error M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
+                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto |].
+  apply Rmult_le_compat_r; lra.
+Qed.
+
+(** ... and on the kernel's whole loop from its start, any mask
+    ([attention_forward_error_masked]: causal, window, sequence bounds). *)
+Theorem attn_fwd_q_sound_masked : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B Nk Tt = Some b ->
+  forall (q : list R) (c : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2 (mp_a M) c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = N.to_nat E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = N.to_nat E /\ dot_abs q (fst kv) <= Q2R P /\ Rabs (snd kv) <= Q2R V) ->
+  Rabs (c * ln 2 - Q2R scale) <= Q2R uc * Q2R scale ->
+  Forall (fun tl => (length tl <= N.to_nat B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N.to_nat Nk)%nat -> (length tiles <= N.to_nat Tt)%nat ->
+  Rabs (ff_rnd (mp_s M) (ff_rnd (mp_a M) (nth 0 (ks_acc st) 0 / ks_l st))
+        - exact_softmax (Q2R scale) q (filter vis (concat tiles)))
+  <= Q2R b * Q2R V.
+Proof.
+  intros b Hb q c vis tiles sck st H0 Hvis Hq Hkeys Hc HBt HN HT.
+  destruct (attn_fwd_q_spec b Hb) as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL Hr]]]]]]]]]]]]]]]]].
+  eapply Rle_trans; [apply (attention_forward_error_masked M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
+                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto |].
+  apply Rmult_le_compat_r; lra.
 Qed.
 
 End AttnFwdQ.

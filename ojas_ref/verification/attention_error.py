@@ -10,7 +10,8 @@ Shared by ``tests/test_attention_error_bound.py`` and ``benchmarks/bench_attenti
   oracle's ``attn_fwd_q``) for these inputs and the kernel's forward tile ``block_n``;
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
 * :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
-  the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem).
+  the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
+  ``exp2(0) == 1``.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def _exp2_kernel():
 
 
 @functools.lru_cache(maxsize=None)
-def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, float]:
+def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, float, bool]:
     """tl.exp2 on ``points`` float32 arguments evenly spread over [-150, 0]: its max
-    relative error where 2^x is normal, and its max absolute error below."""
+    relative error where 2^x is normal, its max absolute error below, and whether
+    ``exp2(0) == 1`` exactly (a premise of the masked theorem)."""
     import triton
 
     x = torch.linspace(-150.0, 0.0, points, device=device, dtype=torch.float32)
@@ -98,4 +100,4 @@ def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, floa
     exact = torch.exp2(x.to(F64))
     normal = exact >= 2.0**-126
     err = (y.to(F64) - exact).abs()
-    return (err / exact)[normal].max().item(), err[~normal].max().item()
+    return (err / exact)[normal].max().item(), err[~normal].max().item(), bool(y[-1] == 1.0)

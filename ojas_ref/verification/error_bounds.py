@@ -573,9 +573,12 @@ def attention_forward_error_bound(
     keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
     taken as exact reals; compare with a float64 softmax of the upcast inputs).
 
-    Implements ``Ojas.FloatModel.AttentionForwardError.attention_forward_error``
-    (rocq/FloatModel/AttentionForwardError.v) through ``Ojas.BoundValues.attn_fwd_q``
-    (``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
+    Implements ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked``
+    (the kernel's loop from its start under any boolean mask: causal, window, sequence
+    bounds; the softmax over the visible keys) and ``attention_forward_error`` (fully
+    visible tiles), rocq/FloatModel/AttentionForwardError.v, through
+    ``Ojas.BoundValues.attn_fwd_q`` (``attn_fwd_q_sound_masked``, ``attn_fwd_q_sound``):
+    the oracle computes the closed form ``afe_rel`` over exact
     rationals, with certified upper bounds of its exponentials and powers, and this
     function rounds it up. The theorem's model of the kernel, per key tile of at most
     ``block_n`` keys, ``ceil(n_keys / block_n)`` tiles: scores ``rnd(dot(q, k) * qk_scale)``
@@ -598,12 +601,11 @@ def attention_forward_error_bound(
     tensor cores' dot (and TF32/3xTF32 products: the float32 kernel on CUDA runs
     3xTF32 dots, so for float32 on the GPU this number is not a proved bound; the
     interpreter's float32 dots are IEEE), ``tl.sum`` as a tree, the MMA accumulating
-    into ``acc * alpha``, FMA contraction, partly masked key tiles (the causal
-    diagonal, a last tile cut by the sequence end: the theorem is for tiles whose keys
-    are all visible; fully masked tiles change nothing,
-    ``Ojas.FloatModel.OnlineSoftmaxTile.kernel_run_skip_masked_tiles``), overflow, and
-    ``exp2_error`` itself (:data:`EXP2_ERROR`, an assumption). Grouped-query attention
-    changes only which key/value head a row reads: covered.
+    into ``acc * alpha``, FMA contraction, additive float masks (they change the
+    scores), overflow, and ``exp2_error`` itself (:data:`EXP2_ERROR`, an assumption, as
+    is ``exp2(0) == 1``, which the masked theorem uses to skip fully masked tiles
+    exactly). Grouped-query attention changes only which key/value head a row reads:
+    covered; so are causal masks, windows and a last key tile cut by the sequence end.
     """
     for name, val in (("n_keys", n_keys), ("head_dim", head_dim), ("block_n", block_n)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:

@@ -14,7 +14,7 @@
     [score2_error]: |score2 ln 2 - scale (q . k)| <= [score_delta] and
     |score2| <= [score_max] (closed forms below).
 
-    PART C (end to end): [attention_forward_error] composes [score2_error],
+    PART C (fully visible tiles): [attention_forward_error] composes [score2_error],
     [online_softmax_output_error] (OnlineSoftmaxTile.v) on the kernel's
     tiles of (score2, value coordinate) pairs, [softmax_average_perturbation]
     and the final store of the output to the storage format:
@@ -32,18 +32,25 @@
     ([exact_softmax]).  Grouped-query attention changes only which key and
     value head a row reads, so the statement (one row, any keys) covers it.
 
+    PART D (the kernel's loop, any mask): [attention_forward_error_masked]:
+    the same bound for [kernel_run] (OnlineSoftmaxTile.v: the kernel's step
+    with its mask [vis], from its start [m = -inf, l = acc = 0]) over any key
+    tiles, against the softmax over the visible keys: the causal diagonal,
+    windows, boolean masks and a last tile cut by the sequence end.  A masked
+    key has weight exactly [0] and adding an exact [0] changes nothing
+    ([kernel_step_some], [kernel_run_start]); fully masked tiles are skipped
+    exactly ([kernel_start_skip_masked_tiles], premise [exp2 0 = 1]).
+
     Not covered (beyond what OnlineSoftmaxTile.v lists: [tl.sum] as a tree,
     the order inside one MMA, the acc update fused into the MMA, an FMA in
     [l * alpha + sum]): the dot [q.k] is modelled as a left-to-right fp32 sum
     of the [E] rounded products, not the tensor core's order (nor an FMA
     chain); [s * qk_scale - m] is modelled as two roundings (a compiler may
-    contract it to one FMA); partly masked tiles (the causal diagonal, the
-    ragged last tile): the theorem is for tiles whose keys are all visible
-    (fully masked tiles change nothing: [kernel_run_skip_masked_tiles]);
+    contract it to one FMA); additive float masks (they change the scores);
     the fp32 path's 3xTF32 products; overflow (Flocq's [FLT_exp] has no
     largest exponent).  The relative error [mp_ue] of the computed [exp2]
     is a field of the model: for the kernel's [ex2.approx] it is an
-    assumption, not a theorem.  *)
+    assumption, not a theorem (as is [ex2.approx (0) = 1], PART D).  *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -311,6 +318,7 @@ Local Notation us := (ff_u S_).
 Local Notation es := (ff_eta S_).
 Local Notation ue := (mp_ue M).
 Local Notation ee := (mp_eta_e M).
+Local Notation exp2 := (mp_exp2 M).
 
 Lemma Gk_apriori : forall H H' m0 Tt t mt K X CG,
   0 <= H <= H' -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
@@ -545,6 +553,229 @@ Proof.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (us * Rabs o <= us * (V + err)) by (apply Rmult_le_compat_l; lra).
   nra.
+Qed.
+
+(** ** PART D: partly masked tiles, the kernel's whole loop
+
+    The kernel's step ([kernel_step], OnlineSoftmaxTile.v, with [vis] the
+    causal/window/bounds/boolean mask) on a tile is the visible step of [run]
+    on the tile's visible keys: a masked key has weight [0], and adding an
+    exact [0] to a number of the format changes nothing.  So the kernel's
+    loop from its start over any tiles is [run] over the visible keys of the
+    tiles that have any ([kernel_run_visible]), and the bound holds for the
+    kernel's tiles whatever the mask ([attention_forward_error_masked]). *)
+
+Section Masked.
+
+Variable Key : Type.
+Variable sc : Key -> R.
+Variable vis : Key -> bool.
+
+Lemma fold_rnd_skip_zero : forall (w : Key -> R) tl a, fmt a ->
+  fold_left (fun acc x => rnd (acc + x)) (map (fun k => if vis k then w k else 0) tl) a
+  = fold_left (fun acc x => rnd (acc + x)) (map w (filter vis tl)) a.
+Proof.
+  intros w; induction tl as [|k tl IH]; intros a Fa; [reflexivity |].
+  cbn [map filter]; destruct (vis k); cbn [map fold_left].
+  - apply IH, ff_rnd_fmt.
+  - rewrite Rplus_0_r, (ff_rnd_id A_ a Fa); apply IH, Fa.
+Qed.
+
+Lemma tile_sum_skip_zero : forall (w : Key -> R) tl,
+  tile_sum A_ (map (fun k => if vis k then w k else 0) tl) = tile_sum A_ (map w (filter vis tl)).
+Proof. intros; apply fold_rnd_skip_zero, ff_fmt_0. Qed.
+
+Lemma vmax_some_filter : forall tl x, vmax Key sc vis (Some x) tl = Some (tmax Key sc x (filter vis tl)).
+Proof.
+  unfold vmax, tmax; induction tl as [|k tl IH]; intros x; [reflexivity |].
+  cbn [fold_left filter]; destruct (vis k); cbn [fold_left omax]; apply IH.
+Qed.
+
+Lemma vmax_none_filter : forall tl k0 r, filter vis tl = k0 :: r ->
+  vmax Key sc vis None tl = Some (tmax Key sc (sc k0) r).
+Proof.
+  induction tl as [|k tl IH]; intros k0 r E; [discriminate |].
+  cbn [filter] in E; unfold vmax in *; cbn [fold_left]; destruct (vis k).
+  - injection E as <- <-; cbn [omax]; apply vmax_some_filter.
+  - apply IH, E.
+Qed.
+
+Variable val : Key -> nat -> R.
+
+Lemma ktile_l_filter : forall m' tl, ktile_l M Key sc vis m' tl = tile_l M m' (map sc (filter vis tl)).
+Proof.
+  intros; unfold ktile_l, tile_l, kweight; rewrite map_map.
+  apply (tile_sum_skip_zero (fun k => exp2 (rnd (sc k - m')))).
+Qed.
+
+Lemma ktile_pv_filter : forall m' tl c,
+  ktile_pv M Key sc vis val m' tl c = tile_pv M m' (map (fun k => (sc k, val k c)) (filter vis tl)).
+Proof.
+  intros; unfold ktile_pv, tile_pv, kweight; rewrite map_map; cbn [fst snd].
+  rewrite <- (tile_sum_skip_zero (fun k => rnd (ff_rnd S_ (exp2 (rnd (sc k - m'))) * val k c))).
+  f_equal; apply map_ext; intros k; destruct (vis k); [reflexivity |].
+  rewrite (ff_rnd_id S_ 0 (ff_fmt_0 S_)), Rmult_0_l; apply (ff_rnd_id A_ 0 (ff_fmt_0 A_)).
+Qed.
+
+(** One coordinate: the kernel's state with [acc = [a]]. *)
+Definition yl (m' : R) (tl : list Key) : R := tile_l M m' (map sc tl).
+Definition ya (m' : R) (tl : list Key) : R := tile_pv M m' (map (fun k => (sc k, val k 0%nat)) tl).
+
+Lemma kernel_step_some : forall m l a tl,
+  let ft := filter vis tl in
+  let m' := tmax Key sc m ft in
+  kernel_step M Key sc vis val (KState (Some m) l [a]) tl
+  = KState (Some m') (rnd (rnd (l * exp2 (rnd (m - m'))) + yl m' ft))
+           [rnd (rnd (a * exp2 (rnd (m - m'))) + ya m' ft)].
+Proof.
+  intros m l a tl ft m'; unfold kernel_step; cbn [ks_m ks_l ks_acc].
+  rewrite vmax_some_filter; cbn [m_use kalpha length seq map nth].
+  rewrite ktile_l_filter, ktile_pv_filter; reflexivity.
+Qed.
+
+Lemma kernel_run_some : forall tiles m l a, fmt l -> fmt a ->
+  kernel_run M Key sc vis val (KState (Some m) l [a]) tiles
+  = KState (Some (mrun Key sc m (map (filter vis) tiles)))
+           (run M Key sc yl m l (map (filter vis) tiles)) [run M Key sc ya m a (map (filter vis) tiles)].
+Proof.
+  unfold kernel_run; induction tiles as [|tl tiles IH]; intros m l a Fl Fa; [reflexivity |].
+  cbn [fold_left map mrun run]; rewrite kernel_step_some; apply IH; apply ff_rnd_fmt.
+Qed.
+
+Lemma tmax_cons_self : forall k r, tmax Key sc (sc k) (k :: r) = tmax Key sc (sc k) r.
+Proof. intros; unfold tmax; cbn [fold_left]; rewrite Rmax_left by lra; reflexivity. Qed.
+
+(** From the kernel's start, tiles that each have a visible key: [run] from the
+    first visible score and [0] over the visible keys. *)
+Lemma kernel_run_start : forall tiles k0 r rest,
+  map (filter vis) tiles = (k0 :: r) :: rest ->
+  kernel_run M Key sc vis val (kernel_start 1) tiles
+  = KState (Some (mrun Key sc (sc k0) ((k0 :: r) :: rest)))
+           (run M Key sc yl (sc k0) 0 ((k0 :: r) :: rest)) [run M Key sc ya (sc k0) 0 ((k0 :: r) :: rest)].
+Proof.
+  intros [|tl tiles] k0 r rest E; [discriminate |].
+  cbn [map] in E; injection E as Etl Erest.
+  change (kernel_run M Key sc vis val (kernel_start 1) (tl :: tiles))
+    with (kernel_run M Key sc vis val (kernel_step M Key sc vis val (kernel_start 1) tl) tiles).
+  assert (Hs : kernel_step M Key sc vis val (kernel_start 1) tl
+               = KState (Some (tmax Key sc (sc k0) r)) (yl (tmax Key sc (sc k0) r) (k0 :: r))
+                        [ya (tmax Key sc (sc k0) r) (k0 :: r)]).
+  { unfold kernel_step, kernel_start; cbn [ks_m ks_l ks_acc repeat length seq map nth].
+    rewrite (vmax_none_filter tl k0 r Etl); cbn [m_use kalpha].
+    rewrite ktile_l_filter, ktile_pv_filter, Etl, Rmult_0_l, (ff_rnd_id A_ 0 (ff_fmt_0 A_)), !Rplus_0_l.
+    rewrite !ff_rnd_id by apply fmt_tile_sum; reflexivity. }
+  rewrite Hs, kernel_run_some by apply fmt_tile_sum.
+  rewrite Erest; cbn [mrun]; rewrite tmax_cons_self, (run_first M Key sc yl), (run_first M Key sc ya).
+  - rewrite tmax_cons_self; reflexivity.
+  - intros; apply fmt_tile_sum.
+  - intros; apply fmt_tile_sum.
+Qed.
+
+End Masked.
+
+Lemma tmax_map_comm : forall {K1 K2} (g : K1 -> K2) (sc2 : K2 -> R) tl m,
+  tmax K1 (fun k => sc2 (g k)) m tl = tmax K2 sc2 m (map g tl).
+Proof. intros K1 K2 g sc2; unfold tmax; induction tl as [|k tl IH]; intros m; [reflexivity | apply IH]. Qed.
+
+Lemma run_map_comm : forall {K1 K2} (g : K1 -> K2) (sc2 : K2 -> R) (f : R -> list K2 -> R) tiles m x,
+  run M K1 (fun k => sc2 (g k)) (fun m' tl => f m' (map g tl)) m x tiles = run M K2 sc2 f m x (map (map g) tiles).
+Proof.
+  intros K1 K2 g sc2 f; induction tiles as [|tl tiles IH]; intros m x; [reflexivity |].
+  cbn [run map]; rewrite tmax_map_comm; apply IH.
+Qed.
+
+Lemma mrun_map_comm : forall {K1 K2} (g : K1 -> K2) (sc2 : K2 -> R) tiles m,
+  mrun K1 (fun k => sc2 (g k)) m tiles = mrun K2 sc2 m (map (map g) tiles).
+Proof.
+  intros K1 K2 g sc2; induction tiles as [|tl tiles IH]; intros m; [reflexivity |].
+  cbn [mrun map]; rewrite tmax_map_comm; apply IH.
+Qed.
+
+Lemma concat_filter_masked : forall {K} (vis : K -> bool) tiles,
+  concat (map (filter vis) (filter (fun tl => negb (fully_masked K vis tl)) tiles)) = filter vis (concat tiles).
+Proof.
+  intros K vis; induction tiles as [|tl tiles IH]; [reflexivity |].
+  cbn [filter concat map]; rewrite filter_app.
+  destruct (fully_masked K vis tl) eqn:Em; cbn [negb concat map].
+  - assert (Hn : filter vis tl = []).
+    { pose proof (fully_masked_spec K vis tl Em) as H; clear - H.
+      induction tl as [|k tl IHt]; [reflexivity |]; cbn [filter].
+      rewrite (H k (or_introl eq_refl)); apply IHt; intros k' Hk'; apply H; right; exact Hk'. }
+    rewrite Hn, IH; reflexivity.
+  - rewrite IH; reflexivity.
+Qed.
+
+Lemma filter_nil_fully_masked : forall {K} (vis : K -> bool) tl, filter vis tl = [] -> fully_masked K vis tl = true.
+Proof.
+  intros K vis; induction tl as [|k tl IH]; intros H; [reflexivity |].
+  cbn [filter] in H; unfold fully_masked; cbn [forallb].
+  destruct (vis k); [discriminate | apply IH, H].
+Qed.
+
+Lemma afe_filter_length : forall {K} (f : K -> bool) l, (length (filter f l) <= length l)%nat.
+Proof. intros K f; induction l as [|x l IH]; cbn [filter length]; [lia | destruct (f x); cbn [length]; lia]. Qed.
+
+(** The kernel's loop as it runs, for one output coordinate of one query row:
+    any tiles, any mask [vis] (causal, window, sequence bounds, boolean mask),
+    from the kernel's start; the exact value is the softmax over the visible
+    keys.  [exp2 0 = 1] is proved for the fp32 instances
+    ([mixed_fp32_exp2_0]); for [ex2.approx] it is an assumption. *)
+Theorem attention_forward_error_masked : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
+    Hexp0 [kv0 [Hkv0 Hvis0]] HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+  set (nf := filter (fun tl => negb (fully_masked _ vis tl)) tiles).
+  assert (Est : st = kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) nf)
+    by (unfold st, nf; symmetry; apply kernel_start_skip_masked_tiles, Hexp0).
+  assert (Ecat : concat (map (filter vis) nf) = filter vis (concat tiles)) by apply concat_filter_masked.
+  assert (Hne : forall t, In t (map (filter vis) nf) -> t <> []).
+  { intros t Ht Et; apply in_map_iff in Ht; destruct Ht as [tl [<- Htl]].
+    apply filter_In in Htl; destruct Htl as [_ Hm].
+    rewrite (filter_nil_fully_masked vis tl Et) in Hm; discriminate. }
+  destruct (map (filter vis) nf) as [| t0 rest] eqn:Eft.
+  - exfalso; assert (In kv0 (filter vis (concat tiles))) by (apply filter_In; auto).
+    rewrite <- Ecat in H; destruct H.
+  - destruct t0 as [| k0 r]; [exfalso; apply (Hne [] (or_introl eq_refl)); reflexivity |].
+    rewrite Est, (kernel_run_start (list R * R) sck vis (fun kv _ => snd kv) nf k0 r rest Eft).
+    cbn [ks_l ks_acc nth].
+    set (ft := (k0 :: r) :: rest) in *.
+    assert (Ea : run M (list R * R) sck (ya (list R * R) sck (fun kv _ => snd kv)) (sck k0) 0 ft
+                 = acc_run M (sck k0) 0 (map (map (kv_pair c q)) ft))
+      by exact (run_map_comm (kv_pair c q) fst (tile_pv M) ft (sck k0) 0).
+    assert (El : run M (list R * R) sck (yl (list R * R) sck) (sck k0) 0 ft
+                 = l_run M (sck k0) 0 (map (map fst) (map (map (kv_pair c q)) ft))).
+    { rewrite map_map; rewrite (map_ext (fun x => map fst (map (kv_pair c q) x)) (map sck))
+        by (intros; rewrite map_map; reflexivity).
+      exact (run_map_comm sck (fun s => s) (tile_l M) ft (sck k0) 0). }
+    pose proof Ecat as Hc'.
+    rewrite Ea, El, <- Hc'.
+    assert (Hsub : forall kv, In kv (concat ft) -> In kv (concat tiles) /\ vis kv = true)
+      by (intros kv Hkv; rewrite Hc' in Hkv; apply filter_In, Hkv).
+    apply (attention_forward_error q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
+    + intros kv Hkv; destruct (Hsub kv Hkv); auto.
+    + rewrite <- (Eft : map (filter vis) nf = (k0 :: r) :: rest); apply Forall_forall; intros t Ht; apply in_map_iff in Ht; destruct Ht as [tl [<- Htl]].
+      apply filter_In in Htl; destruct Htl as [Htl _].
+      pose proof (afe_filter_length vis tl); pose proof (proj1 (Forall_forall _ _) HBt tl Htl); cbv beta in *; lia.
+    + rewrite (Hc' : concat ((k0 :: r) :: rest) = filter vis (concat tiles)); exact HN.
+    + rewrite <- (Eft : map (filter vis) nf = (k0 :: r) :: rest), map_length.
+      pose proof (afe_filter_length (fun tl => negb (fully_masked _ vis tl)) tiles); unfold nf; lia.
 Qed.
 
 End Forward.
