@@ -630,6 +630,9 @@ def attention_forward_error_bound(
         raise ValueError(f"side condition head_dim * 2^-24 < 1 fails: head_dim={head_dim}")
     us, es = _STORAGE[dtype]
     tiles = -(-n_keys // block_n)
+    if _FP32_U * 4.0 * scale * p > _EXP_OVERFLOW:  # 2^(u K) alone is beyond float64: the side condition fails
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails: 2^(u K) overflows for "
+                         f"scale={scale}, qk_abs_sum={p}")
     args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
                 uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
     got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
