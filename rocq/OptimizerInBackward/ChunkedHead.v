@@ -35,6 +35,10 @@
       row [v < Vn] is in chunk [v / vc]), so every row of the head is updated
       exactly once, after its whole gradient over all tokens.
     - [chunked_head_code_eq_standard]: the code's chunks, any rest as above.
+    - [chunked_head_dh_first_eq_standard], [chunked_head_dh_first_code_eq_standard]:
+      the Triton kernel's schedule ([head_events_dh_first]): dH whole first (its
+      4-product forward: one contribution reading every row, before any update),
+      then per vocabulary slab the rows' gradients and their hooks.
     - [chunked_head_sgd_eq_standard]: the rows updated by SGD (elementwise
       [sgd_update] of [UpdateRules], any configuration per row: in the code
       plain SGD, [p.add_(g, alpha=-lr)] on the rows of the chunk), [h] handed
@@ -283,6 +287,108 @@ Proof.
   apply (fused_eq_standard gadd update); assumption.
 Qed.
 
+(** ** dH whole first (the Triton kernel's schedule)
+
+    The Triton kernel's 4-product schedule computes all of dH in the forward
+    (one contribution reading every row of the head, before any update), then in
+    the backward each vocabulary slab's gradients and its rows' updates. *)
+
+Definition chunk_events_w (k : nat) : list event :=
+  map (fun v => Contribute v (chunk k) (dw k v)) (chunk k) ++ map Hook (chunk k).
+
+Definition head_events_dh_first (ks : list nat) (dh_all : list V -> G) : list event :=
+  Contribute h (concat (map chunk ks)) dh_all :: concat (map chunk_events_w ks) ++ [Hook h].
+
+Lemma existsb_app_true_r : forall {A} (f : A -> bool) l l', existsb f l' = true -> existsb f (l ++ l') = true.
+Proof. intros; rewrite existsb_app; apply orb_true_iff; right; assumption. Qed.
+
+Lemma chunk_events_w_hook : forall k p, existsb (is_hook p) (chunk_events_w k) = true -> In p (chunk k).
+Proof.
+  intros k p H; apply existsb_hook_in in H; unfold chunk_events_w in H.
+  apply in_app_or in H as [H|H].
+  - apply in_map_iff in H; destruct H as (? & ? & _); discriminate.
+  - apply in_map_iff in H; destruct H as (q & E & Hq); injection E as ->; exact Hq.
+Qed.
+
+Lemma chunk_events_w_reads : forall k p, existsb (reads_param p) (chunk_events_w k) = true -> In p (chunk k).
+Proof.
+  intros k p H; apply existsb_exists in H; destruct H as (e & He & Hr); unfold chunk_events_w in He.
+  apply in_app_or in He as [He|He].
+  - apply in_map_iff in He; destruct He as (v & <- & _); simpl in Hr; apply mem_In, Hr.
+  - apply in_map_iff in He; destruct He as (q & <- & _); discriminate.
+Qed.
+
+Lemma chunk_events_w_contrib : forall k p,
+  existsb (contributes_to p) (chunk_events_w k) = true -> In p (chunk k).
+Proof.
+  intros k p H; apply existsb_exists in H; destruct H as (e & He & Hc); unfold chunk_events_w in He.
+  apply in_app_or in He as [He|He].
+  - apply in_map_iff in He; destruct He as (v & <- & Hv); simpl in Hc; apply Nat.eqb_eq in Hc; subst; exact Hv.
+  - apply in_map_iff in He; destruct He as (q & <- & _); discriminate.
+Qed.
+
+Lemma chunk_events_w_clean : forall k, after_hook_clean (chunk_events_w k).
+Proof.
+  intros k; unfold chunk_events_w; apply clean_app; [|apply clean_hooks_only|].
+  - apply clean_no_hooks; intros p; apply existsb_false_forall; intros e He;
+      apply in_map_iff in He; destruct He as (v & <- & _); reflexivity.
+  - intros p Hp; exfalso; rewrite existsb_false_forall in Hp; [discriminate|].
+    intros e He; apply in_map_iff in He; destruct He as (v & <- & _); reflexivity.
+Qed.
+
+Theorem chunked_head_dh_first_eq_standard : forall ks dh_all rest (st : store),
+  (forall q, s_grad st q = None) ->
+  (forall k, In k ks -> ~ In h (chunk k)) ->
+  ForallOrdPairs chunks_disjoint ks ->
+  rest_ok ks rest ->
+  forall q,
+    s_param (fused_run gadd update (head_events_dh_first ks dh_all ++ rest) st) q =
+      s_param (standard_run gadd update (head_events_dh_first ks dh_all ++ rest) st) q /\
+    s_opt (fused_run gadd update (head_events_dh_first ks dh_all ++ rest) st) q =
+      s_opt (standard_run gadd update (head_events_dh_first ks dh_all ++ rest) st) q /\
+    s_grad (fused_run gadd update (head_events_dh_first ks dh_all ++ rest) st) q = None.
+Proof.
+  intros ks dh_all rest st H0 Hh Hd (Hrc & Hrh & Hrx).
+  set (body := concat (map chunk_events_w ks)).
+  assert (Hbody_hook : forall p, existsb (is_hook p) body = true -> exists k, In k ks /\ In p (chunk k)).
+  { intros p Hp; unfold body in Hp; rewrite existsb_concat_map in Hp; apply existsb_exists in Hp;
+      destruct Hp as (k & Hk & Hp); exists k; split; [exact Hk|].
+    apply chunk_events_w_hook, Hp. }
+  assert (Hcl : after_hook_clean (head_events_dh_first ks dh_all ++ rest)).
+  { unfold head_events_dh_first; rewrite <- app_comm_cons.
+    apply (clean_app [Contribute h (concat (map chunk ks)) dh_all] ((body ++ [Hook h]) ++ rest)); [apply clean_no_hooks; reflexivity| |intros p Hp; discriminate].
+    apply clean_app; [apply clean_app| exact Hrc |].
+    - apply clean_concat_map; [intros; apply chunk_events_w_clean|].
+      apply (ForallOrdPairs_mono _ _ _ Hd); intros k k' Hk _ Hkk' p Hp.
+      apply chunk_events_w_hook in Hp; split.
+      + destruct (existsb (reads_param p) (chunk_events_w k')) eqn:E; [|reflexivity].
+        exfalso; exact (Hkk' p Hp (chunk_events_w_reads k' p E)).
+      + destruct (existsb (contributes_to p) (chunk_events_w k')) eqn:E; [|reflexivity].
+        exfalso; exact (Hkk' p Hp (chunk_events_w_contrib k' p E)).
+    - exact (clean_hooks_only [h]).
+    - intros; split; reflexivity.
+    - intros p Hp; apply Hrx; rewrite existsb_app, orb_true_iff in Hp; destruct Hp as [Hp|Hp].
+      + right; apply Hbody_hook, Hp.
+      + left; simpl in Hp; rewrite orb_false_r in Hp; apply Nat.eqb_eq, Hp. }
+  destruct Hcl as [Hr Hc].
+  apply (fused_eq_standard gadd update); [exact H0| |exact Hc|exact Hr].
+  intros p Hp; apply existsb_exists in Hp; destruct Hp as (e & He & Hce).
+  assert (Hin : forall x, In x (head_events_dh_first ks dh_all) -> In x (head_events_dh_first ks dh_all ++ rest))
+    by (intros; apply in_or_app; left; assumption).
+  assert (Hhook : In (Hook p) (head_events_dh_first ks dh_all ++ rest) -> existsb (is_hook p)
+                    (head_events_dh_first ks dh_all ++ rest) = true)
+    by (intros Hx; apply existsb_exists; exists (Hook p); split; [exact Hx|apply Nat.eqb_refl]).
+  apply in_app_or in He as [He|He]; [|apply existsb_app_true_r, Hrh, existsb_exists; exists e; split; assumption].
+  apply Hhook, Hin; unfold head_events_dh_first in *; destruct He as [<-|He].
+  - simpl in Hce; apply Nat.eqb_eq in Hce; subst p; right; apply in_or_app; right; left; reflexivity.
+  - apply in_app_or in He as [He|[<-|[]]]; [|discriminate].
+    apply in_concat in He; destruct He as (l & Hl & He); apply in_map_iff in Hl; destruct Hl as (k & <- & Hk).
+    assert (Hp : In p (chunk k)).
+    { apply chunk_events_w_contrib, existsb_exists; exists e; split; assumption. }
+    right; apply in_or_app; left; apply in_concat; exists (chunk_events_w k); split; [apply in_map, Hk|].
+    unfold chunk_events_w; apply in_or_app; right; apply in_map, Hp.
+Qed.
+
 End ChunkedHead.
 
 (** ** The code's vocabulary chunks *)
@@ -344,6 +450,25 @@ Theorem chunked_head_code_eq_standard :
 Proof.
   intros V S G gadd update vc Vn dh dw rest st H0 Hr evs.
   apply chunked_head_eq_standard; [exact H0| |apply vocab_chunks_disjoint|exact Hr].
+  intros k _; apply vocab_chunk_not_h.
+Qed.
+
+(** The Triton kernel's schedule on the slabs of [range(0, Vn, slab)]: dH whole from the
+    forward, then each slab's gradients and its rows' updates. *)
+Theorem chunked_head_dh_first_code_eq_standard :
+  forall {V S G : Type} (gadd : G -> G -> G) (update : nat -> V -> S -> G -> V * S)
+         (slab Vn : nat) (dh_all : list V -> G) (dw : nat -> nat -> list V -> G)
+         (rest : list (Events.event V G)) (st : Events.store V S G),
+  (forall q, s_grad st q = None) ->
+  rest_ok Vn (vocab_chunk slab Vn) (seq 0 (n_chunks slab Vn)) rest ->
+  let evs := head_events_dh_first Vn (vocab_chunk slab Vn) dw (seq 0 (n_chunks slab Vn)) dh_all ++ rest in
+  forall q,
+    s_param (fused_run gadd update evs st) q = s_param (standard_run gadd update evs st) q /\
+    s_opt (fused_run gadd update evs st) q = s_opt (standard_run gadd update evs st) q /\
+    s_grad (fused_run gadd update evs st) q = None.
+Proof.
+  intros V S G gadd update slab Vn dh_all dw rest st H0 Hr evs.
+  apply chunked_head_dh_first_eq_standard; [exact H0| |apply vocab_chunks_disjoint|exact Hr].
   intros k _; apply vocab_chunk_not_h.
 Qed.
 
