@@ -1,9 +1,9 @@
 """The proved forward-attention bound as the tolerance of the flash-attention kernel.
 
 ``attention_forward_error_bound`` (ojas_ref/verification/error_bounds.py) is the value of
-``Ojas.FloatModel.AttentionForwardError.attention_forward_error`` computed by the oracle
-(``Ojas.BoundValues.attn_fwd_q``, ``attn_fwd_q_sound``): for every output coordinate of
-a query row, ``|out - softmax(scale q.k) v| <= bound * max|v|`` in the theorem's model of
+``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked`` computed by the
+oracle (``attn_fwd_q`` of ``Ojas.BoundValues``, ``Ojas.BoundValues.attn_fwd_q_sound_masked``):
+for every output coordinate of a query row, ``|out - softmax(scale q.k) v| <= bound * max|v|`` in the theorem's model of
 the kernel (kernels/attention.py: fp32 scores from an fp32 dot times the fp32 qk_scale,
 base-2 exponentials, P rounded to the input dtype before P.V, fp32 accumulation in the
 kernel's key tiles, the output stored in the input dtype).

@@ -576,9 +576,9 @@ def attention_forward_error_bound(
     Implements ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked``
     (the kernel's loop from its start under any boolean mask: causal, window, sequence
     bounds; the softmax over the visible keys) and ``attention_forward_error`` (fully
-    visible tiles), rocq/FloatModel/AttentionForwardError.v, through
-    ``Ojas.BoundValues.attn_fwd_q`` (``attn_fwd_q_sound_masked``, ``attn_fwd_q_sound``):
-    the oracle computes the closed form ``afe_rel`` over exact
+    visible tiles), rocq/FloatModel/AttentionForwardError.v, through ``attn_fwd_q`` of
+    ``Ojas.BoundValues`` (``Ojas.BoundValues.attn_fwd_q_sound_masked``,
+    ``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
     rationals, with certified upper bounds of its exponentials and powers, and this
     function rounds it up. The theorem's model of the kernel, per key tile of at most
     ``block_n`` keys, ``ceil(n_keys / block_n)`` tiles: scores ``rnd(dot(q, k) * qk_scale)``
