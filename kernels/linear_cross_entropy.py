@@ -697,7 +697,8 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     no bias): instead of grad_weight, each slab's rows of it (its whole gradient, over all kept
     tokens) go into a slab-sized buffer in the weight's dtype, then ``step(v0, v1, rows)``
     updates W[v0:v1]; the slab's logits were recomputed from those rows before it, and later
-    slabs read only their own rows (Ojas.OptimizerInBackward.ChunkedHead); returns (None, None).
+    slabs read only their own rows
+    (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard); returns (None, None).
     The same products into another buffer: each row rounded as without ``step``. With no kept
     token the gradient is zero and the plain-SGD step w + (-lr) 0 = w changes no bit (-0.0
     included): nothing is called."""
@@ -1091,8 +1092,8 @@ def linear_cross_entropy(
     the forward (from W before any update), and in the backward each vocabulary slab's
     gradient over all kept tokens, after which the slab's rows are updated by plain SGD and
     the gradient dropped (``_backward_weight``'s ``step``): no [V, D] gradient exists. Over the
-    reals this is backward then the step (Ojas.OptimizerInBackward.ChunkedHead.
-    chunked_head_dh_first_eq_standard: dH whole before the first row's update); in floats each
+    reals this is backward then the step, dH whole before the first row's update
+    (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard); in floats each
     row's gradient is the 4-product schedule's, rounded as there (not the 3-product default's:
     grad_weight summed in one product instead of per token chunk). The forward's token chunks
     are sized by ``workspace_fraction`` of the gradients' bytes (16 MiB at least) instead of

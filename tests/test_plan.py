@@ -682,9 +682,9 @@ def test_plot_of_offload_and_host_state(tmp_path):
 
 def test_head_update_drops_the_head_gradient():
     """--head-update (InBackwardOptimizer(head_weight=...)): no [V, hidden] gradient in any phase
-    (neither the kernel's forward gradients nor the head's bucket), the loss phases lower by about
-    most of that much (one slab's workspace comes instead), the layers' phases unchanged; refused without fused SGD and the ojas loss, and for a
-    tied head."""
+    (neither the kernel's forward gradients nor the head's bucket), the loss phases lower by
+    most of that much (one slab's workspace comes instead), the layers' phases unchanged;
+    refused without fused SGD and the ojas loss, and for a tied head."""
     m = P.PRESETS["llama-1b"]
     base = P.Setting(dtype="fp32", optimizer="sgd", fused=True, checkpoint=True, offload=True, ojas_attention=True,
                      ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
@@ -692,16 +692,13 @@ def test_head_update_drops_the_head_gradient():
     assert head.setting.mode.endswith("+head-update")
     grads = {"gradient of the head weight", "loss: gradients computed in the forward"}
     assert not any(t.name in grads and t.bytes for p in head.phases for t in p.terms)
-    by_name = lambda plan: {p.name: p.total for p in plan.phases}
-    d, h = by_name(dense), by_name(head)
+    d, h = ({p.name: p.total for p in plan.phases} for plan in (dense, head))
     # the [V, hidden] gradient (250 MiB) goes, one vocabulary slab's workspace (about 60 MiB) comes
-    assert h["backward: loss, head updated chunk by chunk"] < d["backward: head gradient"] - 0.6 * P.head_gradient_bytes(
-        m, base)
-    assert h["end of forward (linear cross-entropy, 4 products)"] < d["end of forward (linear cross-entropy)"] - 0.6 * (
-        P.head_gradient_bytes(m, base))
+    saved = 0.6 * P.head_gradient_bytes(m, base)
+    assert h["backward: loss, head updated chunk by chunk"] < d["backward: head gradient"] - saved
+    assert h["end of forward (linear cross-entropy, 4 products)"] < d["end of forward (linear cross-entropy)"] - saved
     assert h["backward: last decoder layer (MLP)"] == d["backward: last decoder layer (MLP)"]
     with pytest.raises(ValueError, match="head_update=True needs"):
         replace(base, optimizer="adamw", head_update=True)
     with pytest.raises(ValueError, match="tied head"):
-        P.plan(P.PRESETS["llama-1b"].__class__(**{**P.PRESETS["llama-1b"].__dict__, "tied": True}),
-               replace(base, head_update=True))
+        P.plan(replace(m, tied=True), replace(base, head_update=True))

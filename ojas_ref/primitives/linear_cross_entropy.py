@@ -481,8 +481,8 @@ def _backward_kept_update_head(x: Tensor, weight: Tensor, tg: _Targets, lse: Ten
     grad x[t] += G W[v0:v1], dW += G^T x[t]; then ``step(v0, v1, dW)`` updates W[v0:v1] and
     dW is dropped. Only one [vocab_chunk, D] gradient exists, never the [V, D] one.
 
-    The loop of Ojas.OptimizerInBackward.ChunkedHead (``head_events``, the chunks of
-    ``vocab_chunk``): every row is updated once, after its whole gradient, and nothing reads
+    The loop of Ojas.OptimizerInBackward.ChunkedHead.chunked_head_code_eq_standard
+    (``head_events``, the chunks of ``vocab_chunk``): every row is updated once, after its whole gradient, and nothing reads
     it afterwards (the later chunks read their own rows, the lse comes from the forward), so it
     is backward then the step (``chunked_head_code_eq_standard``,
     ``chunked_head_sgd_eq_standard``). The gradient itself is ``ce_backward``'s
