@@ -377,3 +377,43 @@ def test_kernel_no_full_gradient_allocated():
         opt.step()
         assert ((V, D) in rec.shapes) != head_update, rec.shapes
 
+
+
+# --------------------------------------------------------------------------
+# Through optimize_model on a Hugging Face Llama
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_optimize_model_llama(tied):
+    """optimize_model's loss with head_weight=model.lm_head.weight: an untied head gives the
+    dense loop's weights bit for bit after two steps (CPU: both run the reference); a tied one
+    (lm_head.weight is embed_tokens.weight) is refused at the forward, before any update."""
+    transformers = pytest.importorskip("transformers")
+    from ojas_ref import optimize_model
+
+    def build():
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=37, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16,
+                                          tie_word_embeddings=tied)
+        model = transformers.LlamaForCausalLM(config)
+        optimize_model(model)
+        return model.train()
+
+    ids = torch.randint(0, 37, (2, 9), generator=torch.Generator().manual_seed(3))
+    runs = []
+    for head_update in ([True] if tied else [True, False]):
+        model = build()
+        opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR,
+                                  head_weight=model.lm_head.weight if head_update else None)
+        if tied:
+            before = model.lm_head.weight.detach().clone()
+            with pytest.raises(ValueError, match="tied to the input embedding"):
+                model(ids, labels=ids)
+            assert torch.equal(model.lm_head.weight.detach(), before)
+            return
+        for _ in range(2):
+            model(ids, labels=ids).loss.backward()
+            opt.step()
+        runs.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
