@@ -55,17 +55,20 @@ def _batch(step: int, ignore_every: int = 4, all_ignored: bool = False):
     return ids, target
 
 
+def _optimizer(mode: str, model: _Model):
+    """torch.optim.SGD for "standard", else InBackwardOptimizer (head_weight for "head")."""
+    if mode == "standard":
+        return torch.optim.SGD(model.parameters(), lr=LR)
+    return InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
+                               head_weight=model.head if mode == "head" else None)
+
+
 def _train(mode: str, dtype: torch.dtype, steps: int = 3, reduction: str = "mean", all_ignored: bool = False,
            **loss_kw):
     """mode: "standard" (torch.optim.SGD after backward), "dense" (InBackwardOptimizer, the head's
     gradient in its hook), "head" (head_weight=...). Returns (head, embedding, losses)."""
     model = _Model(dtype)
-    params = list(model.parameters())
-    if mode == "standard":
-        opt = torch.optim.SGD(params, lr=LR)
-    else:
-        opt = InBackwardOptimizer(params, torch.optim.SGD, lr=LR, bucket_cap_mb=0,
-                                  head_weight=model.head if mode == "head" else None)
+    opt = _optimizer(mode, model)
     losses = []
     for step in range(steps):
         ids, target = _batch(step, all_ignored=all_ignored)
@@ -312,12 +315,7 @@ def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype 
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = _Model(dtype).to(device)
-    params = list(model.parameters())
-    if mode == "standard":
-        opt = torch.optim.SGD(params, lr=LR)
-    else:
-        opt = InBackwardOptimizer(params, torch.optim.SGD, lr=LR, bucket_cap_mb=0,
-                                  head_weight=model.head if mode == "head" else None)
+    opt = _optimizer(mode, model)
     losses = []
     for step in range(steps):
         ids, target = (t.to(device) for t in _batch(step))

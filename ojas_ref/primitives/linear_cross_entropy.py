@@ -432,6 +432,21 @@ def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Target
     return loss, lse
 
 
+def _block_grad(x_t: Tensor, weight: Tensor, bias: Optional[Tensor], tg_t: _Targets, lse_t: Tensor, g_t: Tensor,
+                t0: int, v0: int, v1: int, V: int, eps: float, lam: float, softcap: Optional[float],
+                grad_p: Optional[Tensor]) -> Tensor:
+    """G of one block (tokens t0.., vocabulary [v0, v1)), its logits recomputed:
+    G_nv = g_n * ``dlogit`` * softcap'(r_nv) (``grad_entry``; softcap'(r) = 1 - (z / c)^2); with
+    probability targets it also writes the block of ``grad_p``, g_n (1 - eps) w_v (lse_n - z_nv)."""
+    z = _chunk_logits(x_t, weight, bias, v0, v1, softcap)
+    if grad_p is not None:
+        grad_p[t0:t0 + x_t.shape[0], v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
+    G = _dlogit(z, lse_t, tg_t, v0, V, eps, lam) * g_t
+    if softcap is not None:
+        G *= 1.0 - (z / softcap) ** 2
+    return G
+
+
 def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targets, lse: Tensor, g: Tensor,
                    eps: float, lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
                    need_weight: bool, need_bias: bool, need_target: bool
@@ -457,12 +472,7 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targe
         lse_t = lse[t0:t1].unsqueeze(1)
         for v0 in range(0, V, vocab_chunk):
             v1 = min(v0 + vocab_chunk, V)
-            z = _chunk_logits(x_t, weight, bias, v0, v1, softcap)
-            if grad_p is not None:
-                grad_p[t0:t1, v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
-            G = _dlogit(z, lse_t, tg_t, v0, V, eps, lam) * g_t
-            if softcap is not None:
-                G *= 1.0 - (z / softcap) ** 2
+            G = _block_grad(x_t, weight, bias, tg_t, lse_t, g_t, t0, v0, v1, V, eps, lam, softcap, grad_p)
             grad_x[t0:t1] += G @ weight[v0:v1].to(x.dtype)
             if grad_w is not None:
                 grad_w[v0:v1] += G.T @ x_t
@@ -502,15 +512,10 @@ def _backward_kept_update_head(x: Tensor, weight: Tensor, tg: _Targets, lse: Ten
             t1 = min(t0 + token_chunk, K)
             x_t, tg_t, g_t = x[t0:t1], tg.rows(t0, t1), g[t0:t1].unsqueeze(1)
             lse_t = lse[t0:t1].unsqueeze(1)
-            z = _chunk_logits(x_t, weight, None, v0, v1, softcap)
-            if grad_p is not None:
-                grad_p[t0:t1, v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
-            G = _dlogit(z, lse_t, tg_t, v0, V, eps, lam) * g_t
-            if softcap is not None:
-                G *= 1.0 - (z / softcap) ** 2
+            G = _block_grad(x_t, weight, None, tg_t, lse_t, g_t, t0, v0, v1, V, eps, lam, softcap, grad_p)
             grad_x[t0:t1] += G @ w
             dw += G.T @ x_t
-            del z, G
+            del G
         del w
         step(v0, v1, dw)
         del dw
