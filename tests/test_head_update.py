@@ -307,7 +307,8 @@ kernel = pytest.mark.skipif(not _kernel_runs(), reason="needs triton, and CUDA o
                             "ojas_kernels is imported")
 
 
-def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype = torch.float32):
+def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype = torch.float32,
+                  all_ignored: bool = False):
     """The kernel's loss; mode "head" (head_weight), "dense4" (InBackwardOptimizer without it, the
     kernel with 4 products and the forward token chunk that head mode picks), "standard"
     (torch.optim.SGD, the kernel's default schedule)."""
@@ -318,7 +319,7 @@ def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype 
     opt = _optimizer(mode, model)
     losses = []
     for step in range(steps):
-        ids, target = (t.to(device) for t in _batch(step))
+        ids, target = (t.to(device) for t in _batch(step, all_ignored=all_ignored))
         h = model.hidden(ids)
         if mode == "dense4":
             config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head)
@@ -347,6 +348,17 @@ def test_kernel_head_update_bitwise_4_products(reduction):
     standard = _train_kernel("standard", reduction)
     for a, b in zip(head[:2], standard[:2]):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@kernel
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_kernel_head_update_all_ignored(reduction):
+    """Every token ignored: loss 0, the head unchanged (no slab is stepped: w + (-lr) 0 = w), the
+    same bits as the dense loops."""
+    head = _train_kernel("head", reduction, all_ignored=True)
+    _same(head, _train_kernel("dense4", reduction, all_ignored=True))
+    _same(head, _train_kernel("standard", reduction, all_ignored=True))
+    assert torch.equal(head[0], _Model(torch.float32).head.detach())
 
 
 @kernel

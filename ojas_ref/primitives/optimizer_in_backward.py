@@ -360,7 +360,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             the computation of its input (tied to the embedding), autocast casting the weight, and
             a second backward through the same graph. A use of the head after the loss (a
             regulariser) raises in the backward: autograd's in-place check, or this optimizer's
-            hook. The PyTorch reference updates each vocabulary chunk (``chunk_size``) after its
+            hook. The tied check walks the autograd graph of the loss's input at each forward
+            (Python, once per node). A backward that raises after some chunks were updated (out
+            of memory) leaves those rows updated: the step cannot be undone. The PyTorch reference updates each vocabulary chunk (``chunk_size``) after its
             dH part (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard); the Triton
             kernel runs its 4-product schedule, dH in the forward, then each vocabulary slab's
             gradient and update in the backward
