@@ -23,11 +23,15 @@ through float32: float16 signalling NaNs come back quiet (``0xFC01`` as ``0xFE01
 negative NaNs as ``0xFFFF``; both are NaN, and the gradient, the selection, is torch's bit for
 bit everywhere.  The mask's value at ``h = 0`` (either sign) is 0
 (torch's ``relu'(0) = 0``), at NaN 1 (threshold_backward passes the gradient through a NaN).
-tests/test_relu.py checks the classification on every bfloat16 and float16 bit pattern.
-
-Which theorem covers what: the Coq statements are about IEEE values (Flocq's ``binary_float``);
-that the integer classification above is the IEEE comparison is checked by the exhaustive
-16-bit tests and special float32 values, not proved.  Layout: any shape, flattened into
+That these integer tests are IEEE's comparisons is ``Ojas.ReLU.KernelBits.kernel_mask_eq`` (the
+mask bit is ``not (h <= 0)`` of the float the bits encode) and ``Ojas.ReLU.KernelBits.kernel_relu_eq``
+(the output bits encode ``relu`` of it, with ``-0.0`` kept: ``KEEP_NEG_ZERO``; the variant that
+zeroes ``-0.0`` is not covered, and changes only the sign of a zero output), for any IEEE
+format of Flocq's ``Bits`` (``float32_constants``, ``bfloat16_constants``, ``float16_constants``:
+the ``MAG`` and ``INF`` constants below are those formats'); composed with the backward,
+``Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise``: the kernel's whole backward from its packed
+bytes is ``threshold_backward`` on ``relu(h)``, element by element.  tests/test_relu.py also
+runs every bfloat16 and float16 bit pattern and the float32 boundaries.  Layout: any shape, flattened into
 contiguous 1-D blocks of ``block_size`` elements (a power of two, at least 8; non-contiguous
 inputs and gradients are copied); dtypes float16, bfloat16, float32.
 """
@@ -115,7 +119,8 @@ def _check_dtype(name: str, t: torch.Tensor) -> tuple:
 
 def relu_forward(h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """``(relu(h), packed)``: ``relu(h)`` contiguous, with ``h``'s shape and dtype, bit for bit torch's
-    CPU ``F.relu`` (module docstring), and the mask ``not (h <= 0)`` as ``ceil(h.numel() / 8)``
+    CPU ``F.relu`` (module docstring; Ojas.ReLU.KernelBits.kernel_relu_eq), and the mask
+    ``not (h <= 0)`` (Ojas.ReLU.KernelBits.kernel_mask_eq) as ``ceil(h.numel() / 8)``
     uint8 bytes (the layout of ``pack`` in rocq/ReLU/Backward.v: Ojas.ReLU.Backward.unpack_pack)."""
     int_dtype, mag, inf = _check_dtype("h", h)
     _check_block(block_size)
@@ -132,7 +137,7 @@ def relu_forward(h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple
 
 def relu_backward(grad: torch.Tensor, packed: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> torch.Tensor:
     """``dh`` from the incoming gradient and the packed mask alone: ``grad`` where the bit is set, ``+0``
-    elsewhere (``Ojas.ReLU.Backward.relu_packed_backward_bitwise``: torch's ``threshold_backward`` bit for
+    elsewhere (``Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise``: torch's ``threshold_backward`` bit for
     bit); contiguous, ``grad``'s shape and dtype."""
     int_dtype, _, _ = _check_dtype("grad", grad)
     _check_block(block_size)

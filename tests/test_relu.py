@@ -433,7 +433,8 @@ def test_optimize_model_swaps_the_feed_forward_relu():
     model, report = ojas_ref.optimize_model(model)
     changed = {c.module: c for c in report.changed}
     assert set(changed) == {"layers.0.activation", "layers.1.activation"}
-    assert changed["layers.0.activation"].theorems == ("Ojas.ReLU.Backward.relu_packed_backward_bitwise",)
+    assert changed["layers.0.activation"].theorems == ("Ojas.ReLU.Backward.relu_packed_backward_bitwise",
+                                                      "Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise")
     assert model.layers[0].activation is relu
     x = torch.randn(3, 5, 16, requires_grad=True)
     outs = []

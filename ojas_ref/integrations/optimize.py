@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from ojas_ref.primitives.relu import BACKWARD_THEOREM as RELU_THEOREM
+from ojas_ref.primitives.relu import BACKWARD_THEOREM as RELU_THEOREM, KERNEL_THEOREM as RELU_KERNEL_THEOREM
 from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
 from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM
 from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM, BACKWARD_THEOREMS as SWIGLU_THEOREMS
@@ -511,8 +511,8 @@ def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _
     state.report.changed.append(Change(
         where, "relu -> ojas_ref.primitives.relu.relu: its mask saved packed 1 bit per element instead of relu's "
         "output (one [tokens, dim_feedforward] tensor less per layer in training); values and gradients bit for "
-        "bit torch's", (RELU_THEOREM,), "the Triton kernel's integer test of the bits as IEEE's <= 0 (checked on "
-        "every 16-bit pattern)"))
+        "bit torch's", (RELU_THEOREM, RELU_KERNEL_THEOREM), "the sign of a zero output where torch's relu(-0.0) "
+        "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value"))
 
 
 def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu_mask: bool = True) -> _State:

@@ -44,7 +44,9 @@ Theorems (rocq/ReLU/Backward.v):
 
 The reference (``impl="reference"``) packs and unpacks with torch's integer operations; the
 Triton kernel (``ojas_kernels.relu``, CUDA or the CPU under TRITON_INTERPRET=1) does the relu,
-the mask and the packing in one pass and the backward in one (module docstring there).
+the mask and the packing in one pass and the backward in one, on the floats' bits read as
+integers (``Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise``: those integer tests are IEEE's
+comparisons; module docstring there).
 :func:`relu_squared_linear` has no kernel of its own.
 """
 
@@ -60,11 +62,13 @@ from ojas_ref.primitives.autocast import autocast_dtype, autocast_off
 from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, use_elementwise_kernel
 from ojas_ref.primitives.transforms import refuse_function_transforms
 
-__all__ = ["BACKWARD_THEOREM", "RELU_SQUARED_THEOREM", "ReLU", "pack_mask", "relu", "relu_backward_reference",
+__all__ = ["BACKWARD_THEOREM", "KERNEL_THEOREM", "RELU_SQUARED_THEOREM", "ReLU", "pack_mask", "relu", "relu_backward_reference",
            "relu_squared_linear", "unpack_mask"]
 
 #: The theorem of :func:`relu`'s backward from the packed mask (cited by optimize_model's report).
 BACKWARD_THEOREM = "Ojas.ReLU.Backward.relu_packed_backward_bitwise"
+#: The theorem of the Triton kernel's backward: its integer tests of the bits are IEEE's comparisons.
+KERNEL_THEOREM = "Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise"
 #: The theorem of :func:`relu_squared_linear`'s backward from ``relu(h)`` alone.
 RELU_SQUARED_THEOREM = "Ojas.ReLU.Backward.relu2_backward_eq_vjp"
 
