@@ -13,9 +13,10 @@ by a linear map saving only relu(h) (relu_squared_linear), against torch's F.rel
 * What autograd saves (saved_tensors_hooks): the mask's ceil(n / 8) bytes alone for relu; relu(h)
   and the weight, not the square, for relu_squared_linear; and where that saves memory in an MLP
   and where it does not (a projection right after relu keeps relu(h) anyway).
-* GPU tests (``-m gpu``): the kernel and relu_squared_linear against torch's CUDA ops, bitwise
-  (not yet run: the sign of relu(-0.0) on CUDA and cuBLAS's choice of kernels for the
-  linear map's backward are what could differ).
+* GPU tests (``-m gpu``): the kernel and relu_squared_linear against torch's CUDA ops, bitwise,
+  and the memory a feed-forward with dropout holds (not yet run: cuBLAS's choice of kernels for
+  relu_squared_linear's backward products, the same calls as torch's autograd makes, is what
+  could differ).
 """
 
 from __future__ import annotations
@@ -319,6 +320,7 @@ def test_no_autograd_no_mask():
     assert saved == [] and r.grad_fn is None and torch.equal(r, F.relu(h))
     with torch.no_grad():
         assert relu(h.requires_grad_()).grad_fn is None
+        assert_bitwise(relu(h, impl="reference"), F.relu(h))
 
 
 def feed_forward(act, dropout: float) -> nn.Module:

@@ -160,7 +160,7 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     Ojas.ReLU.Backward.relu_mask_backward_exact; at 0 the gradient is 0,
     Ojas.ReLU.Backward.relu_backward_at_0).  Saved for backward: ``ceil(numel / 8)`` bytes (module
     docstring: where that saves memory and where it does not).  Without autograd (no grad mode or
-    an input that does not require grad) it is ``F.relu`` and nothing is packed.  Autocast
+    an input that does not require grad) it is ``F.relu`` itself, whatever ``impl``: nothing is packed.  Autocast
     changes nothing (relu is not an autocast op).
 
     ``inplace=True`` raises NotImplementedError (the packed-mask function returns a new tensor).
@@ -177,11 +177,7 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     _check_input("input", input)
     use_triton = use_elementwise_kernel(impl, IMPL_ENV, input)
     if not (torch.is_grad_enabled() and input.requires_grad):
-        if use_triton:
-            from ojas_kernels.relu import relu_forward
-
-            return relu_forward(input)[0]
-        return F.relu(input)
+        return F.relu(input)  # nothing to save, nothing to pack
     return _ReLUFunction.apply(input, use_triton)
 
 
