@@ -1,0 +1,284 @@
+(** * The forward kernel's log-sum-exp in mixed precision, the rounding of the scores included.
+
+    The forward kernel (kernels/attention.py, [_fwd_kernel]) saves, per query
+    row, [lse = (m + tl.log2 (l)) * 0.6931471805599453] in fp32: the
+    running max [m] and sum [l] of its tile loop, the computed [log2] ([lg]
+    below, with absolute error [el]: an assumption about [tl.log2], a
+    Section hypothesis), the fp32 constant [cl] of [ln 2].  The backward
+    kernels recompute [P = exp2 (s2 - lse2)] from it.
+
+    [attention_lse_error]: with the premises of
+    [AttentionForwardError.attention_forward_error] (fully visible tiles),
+    [ln N <= LN], [- ln (1 - bL) <= NL] ([bL = afe_bL < 1]),
+      |rnd (rnd (m + lg l) * cl) - ln (sum_j exp (scale q.k_j))|
+        <= [lse_bound] u ea el ucl (score_max ..) (score_delta ..) LN NL,
+    from: [l] within [bL l_exact] ([l_fold_inv], OnlineSoftmaxTile.v), so
+    [|ln l - ln L| <= - ln (1 - bL)] ([afe_ln_ratio]); [m ln 2 + ln L] is the
+    log-sum-exp of the kernel's scores; log-sum-exp moves by at most
+    [delta] when every score does ([lse_perturbation]); the two fp32
+    roundings and [|cl - ln 2| <= ucl ln 2].
+
+    Not covered: as in AttentionForwardError.v (the order inside the dots,
+    [tl.sum] as a tree, FMA contraction), partly masked tiles (only the
+    fully visible case is proved here), and [el] itself. *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts RoundingModel DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
+Import ListNotations.
+Open Scope R_scope.
+
+Lemma afe_ln_le : forall x y, 0 < x -> x <= y -> ln x <= ln y.
+Proof.
+  intros x y Hx H; destruct (Rle_lt_or_eq_dec x y H) as [Hl | ->]; [left; apply ln_increasing; lra | lra].
+Qed.
+
+(** log-sum-exp is 1-Lipschitz in the largest score change. *)
+Theorem lse_perturbation : forall {T} (xs : list T) (S S' : T -> R) delta, xs <> [] ->
+  (forall x, In x xs -> Rabs (S' x - S x) <= delta) ->
+  Rabs (ln (rsum (map (fun x => exp (S' x)) xs)) - ln (rsum (map (fun x => exp (S x)) xs))) <= delta.
+Proof.
+  intros T xs S S' delta Hne HS.
+  destruct xs as [| d xs']; [congruence |].
+  set (Z := rsum (map (fun x => exp (S x)) (d :: xs'))).
+  set (Z' := rsum (map (fun x => exp (S' x)) (d :: xs'))).
+  assert (HZ : 0 < Z) by apply bw_rsum_exp_pos.
+  assert (HZ' : 0 < Z') by apply bw_rsum_exp_pos.
+  assert (H1 : Z' <= Z * exp delta).
+  { unfold Z, Z'; rewrite <- bw_rsum_map_scal_r; apply bw_rsum_le; intros x Hx.
+    rewrite <- exp_plus; apply sp_exp_le; pose proof (sp_Rabs_le_inv _ _ (HS x Hx)); lra. }
+  assert (H2 : Z <= Z' * exp delta).
+  { unfold Z, Z'; rewrite <- bw_rsum_map_scal_r; apply bw_rsum_le; intros x Hx.
+    rewrite <- exp_plus; apply sp_exp_le; pose proof (sp_Rabs_le_inv _ _ (HS x Hx)); lra. }
+  pose proof (afe_ln_le _ _ HZ' H1) as L1; pose proof (afe_ln_le _ _ HZ H2) as L2.
+  rewrite ln_mult, ln_exp in L1, L2 by (apply exp_pos || lra).
+  apply Rabs_le; lra.
+Qed.
+
+(** A relative error [b < 1] is a log error of at most [- ln (1 - b)]. *)
+Lemma afe_ln_ratio : forall l L b, 0 < L -> 0 <= b < 1 -> Rabs (l - L) <= b * L ->
+  0 < l /\ Rabs (ln l - ln L) <= - ln (1 - b).
+Proof.
+  intros l L b HL Hb H; pose proof (sp_Rabs_le_inv _ _ H) as [H1 H2].
+  assert (Hl : 0 < (1 - b) * L) by (apply Rmult_lt_0_compat; lra).
+  split; [nra |].
+  assert (Hlo : ln ((1 - b) * L) <= ln l) by (apply afe_ln_le; [exact Hl | nra]).
+  assert (Hhi : ln l <= ln ((1 + b) * L)) by (apply afe_ln_le; [nra | nra]).
+  rewrite ln_mult in Hlo, Hhi by lra.
+  assert (Hb2 : ln (1 + b) + ln (1 - b) <= 0).
+  { rewrite <- ln_mult by lra; rewrite <- ln_1; apply afe_ln_le; nra. }
+  apply Rabs_le; lra.
+Qed.
+
+Definition lse_bound (u ea el ucl smax delta LN NL : R) : R :=
+  let A := smax + 2 * (LN + NL) + el in
+  let A2 := (1 + u) * A + ea in
+  u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL + delta.
+
+Lemma mrun_ge_all : forall M {Key} (sc : Key -> R) tiles m, ff_fmt (mp_a M) m ->
+  (forall k, In k (concat tiles) -> ff_fmt (mp_a M) (sc k)) ->
+  forall k, In k (concat tiles) -> sc k <= mrun Key sc m tiles.
+Proof.
+  intros M Key sc; induction tiles as [|tl rest IH]; intros m Fm Fk k Hk; [destruct Hk |].
+  cbn [mrun]; apply in_app_or in Hk.
+  assert (Ftl : forall k, In k tl -> ff_fmt (mp_a M) (sc k)) by (intros; apply Fk, in_or_app; left; assumption).
+  assert (Frest : forall k, In k (concat rest) -> ff_fmt (mp_a M) (sc k))
+    by (intros; apply Fk, in_or_app; right; assumption).
+  destruct (tmax_props M Key sc tl m Fm Ftl) as [F1 [_ H2]].
+  destruct Hk as [Hk | Hk].
+  - eapply Rle_trans; [apply H2, Hk | apply (mrun_ge M Key sc rest _ F1 Frest)].
+  - apply IH; assumption.
+Qed.
+
+Lemma afe_Rabs_sum6 : forall a b c d e f,
+  Rabs (a + b + c + d + e + f) <= Rabs a + Rabs b + Rabs c + Rabs d + Rabs e + Rabs f.
+Proof.
+  intros.
+  pose proof (Rabs_triang (a + b + c + d + e) f); pose proof (Rabs_triang (a + b + c + d) e).
+  pose proof (Rabs_triang (a + b + c) d); pose proof (Rabs_triang (a + b) c); pose proof (Rabs_triang a b).
+  lra.
+Qed.
+
+Section Lse.
+
+Variable M : MixedModel.
+
+Local Notation A_ := (mp_a M).
+Local Notation fmt := (ff_fmt A_).
+Local Notation rnd := (ff_rnd A_).
+Local Notation u := (ff_u A_).
+Local Notation ea := (ff_eta A_).
+Local Notation ue := (mp_ue M).
+Local Notation ee := (mp_eta_e M).
+
+(** The kernel's [tl.log2], within [el] of [log2]: an assumption. *)
+Variable lg : R -> R.
+Variable el : R.
+Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x / ln 2) <= el.
+
+Theorem attention_lse_error : forall (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair M c q)) tiles in
+  let m0 := score2 A_ c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let l := l_run M m0 0 (map (map fst) ktiles) in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
+  <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
+Proof.
+  intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
+    HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL.
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof afe_ln2_bounds as [L2a L2b].
+  set (smax := score_max A_ scale uc E P) in *.
+  set (delta := score_delta A_ scale uc E P) in *.
+  set (K := 2 * smax) in *.
+  assert (Hsc : forall kv, In kv (concat tiles) ->
+            Rabs (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
+            /\ Rabs (score2 A_ c q (fst kv)) <= smax)
+    by (intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl HPk]; apply score2_error; auto).
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
+  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2 A_ c q (fst k0))); lra).
+  assert (HK : 0 <= K) by (unfold K; lra).
+  assert (Ecat : concat ktiles = map (kv_pair M c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
+  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair M c q kv).
+  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p))
+    by (intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt).
+  assert (Hmt : Rabs mt <= smax).
+  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
+    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
+    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
+  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
+  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
+  assert (HmK : mt - m0 <= K)
+    by (unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra).
+  (* the l fold *)
+  set (stiles := map (map fst) ktiles).
+  assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
+  assert (Escat : concat stiles = map (fun kv => score2 A_ c q (fst kv)) (concat tiles))
+    by (unfold stiles; rewrite <- concat_map, Ecat, map_map; reflexivity).
+  assert (HBt' : Forall (fun tl => (length tl <= B)%nat) stiles).
+  { apply Forall_forall; intros tl Htl; unfold stiles, ktiles in Htl; rewrite map_map in Htl.
+    apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']]; rewrite !map_length.
+    exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
+  assert (Hlen : length stiles = length tiles) by (unfold stiles, ktiles; rewrite !map_length; reflexivity).
+  pose proof (l_fold_inv M K m0 B N Tt stiles HK Fm0 HB) as Cl.
+  specialize (Cl ltac:(intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]];
+                       split; [apply ff_rnd_fmt |]; rewrite Hmr;
+                       pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv)));
+                       rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra)
+                 HBt' ltac:(rewrite Escat, map_length; exact HN) ltac:(lia) ltac:(rewrite Hmr; exact HmK)).
+  rewrite Hmr, Hlen in Cl; change (l_run M m0 0 stiles) with l in Cl.
+  set (Lc := exact_l mt (concat stiles)) in *.
+  (* L >= 1: the last running max is a score *)
+  assert (HL1 : 1 <= Lc).
+  { assert (Hqs : exists s, In s (concat stiles) /\ s = mt).
+    { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]].
+      - exists m0; split; [rewrite Escat; apply in_map_iff; exists k0; split; [reflexivity | exact Hk0] |].
+        unfold mt, acc_m_run; rewrite Em; reflexivity.
+      - exists (fst p); split; [| exact Ep].
+        unfold stiles; rewrite <- concat_map; apply in_map, Hp. }
+    destruct Hqs as [s [Hs' Es]]; unfold Lc, exact_l.
+    replace 1 with (Rpower 2 (s - mt)) by (rewrite Es, Rminus_diag_eq, Rpower_O by (reflexivity || lra); reflexivity).
+    apply ost_rsum_ge_in; [| apply in_map_iff; exists s; split; [reflexivity | exact Hs']].
+    intros y Hy; apply in_map_iff in Hy; destruct Hy as [z [<- _]]; left; apply Rpower_pos. }
+  assert (HLN' : Lc <= INR N).
+  { unfold Lc; apply exact_l_bound; [| rewrite Escat, map_length; exact HN].
+    intros s Hs'; split; [exact I |]; rewrite Escat in Hs'; apply in_map_iff in Hs'.
+    destruct Hs' as [kv [<- Hkv]].
+    change (score2 A_ c q (fst kv)) with (fst (kv_pair M c q kv)).
+    apply (mrun_ge_all M fst ktiles m0 Fm0 Fk); rewrite Ecat; apply in_map, Hkv. }
+  (* |l - L| <= bL L *)
+  destruct (out_bL_apriori M K m0 B N Tt (length tiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC)
+    as [bL0 bL1]; fold bL in bL1.
+  destruct (H_l_bounds M K B X P1 HK HX HP) as [Hl1 _].
+  assert (HRy : 0 <= Ry_l M B).
+  { unfold Ry_l; pose proof (mp_eta_e_nonneg M); apply Rmult_le_pos; [apply pow_le; lra |].
+    apply Rmult_le_pos; [apply pos_INR | lra]. }
+  pose proof (Rk_nonneg M K (H_l M K B) (Ry_l M B) (INR N) Tt Hl1 HRy (pos_INR N) (length tiles)) as HRk.
+  assert (Hrel : Rabs (l - Lc) <= bL * Lc).
+  { unfold inv in Cl; unfold out_bL in bL0, bL1.
+    set (G := Gk M (H_l M K B) m0 (length tiles) mt) in *.
+    set (Rr := Rk M K (H_l M K B) (Ry_l M B) (INR N) Tt (length tiles)) in *.
+    assert (Rr <= Rr * Lc) by nra.
+    assert ((G - 1 + Rr) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
+    nra. }
+  destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
+  set (Sg := rsum (map (fun kv => exp (score2 A_ c q (fst kv) * ln 2)) (concat tiles))).
+  assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
+  { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
+    unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
+  assert (HSg : 0 < Sg) by (unfold Sg, tiles; cbn [concat app]; apply bw_rsum_exp_pos).
+  assert (ElnL : ln Lc = ln Sg - mt * ln 2)
+    by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
+  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))).
+  assert (Hp : Rabs (ln Sg - LSE) <= delta).
+  { apply lse_perturbation; [unfold tiles; cbn [concat app]; discriminate |].
+    intros kv Hkv; exact (proj1 (Hsc kv Hkv)). }
+  (* magnitudes *)
+  assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
+  assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
+  assert (Hlnl : Rabs (ln l) <= NL + LN)
+    by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
+  assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
+  { pose proof (lg_err l Hl0) as H.
+    assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
+    { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
+      assert (/ ln 2 <= 2).
+      { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
+      pose proof (Rabs_pos (ln l)); nra. }
+    replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
+    eapply Rle_trans; [apply Rabs_triang | lra]. }
+  set (Am := smax + 2 * (LN + NL) + el).
+  assert (HA : Rabs (mt + lg l) <= Am) by (unfold Am; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs A_ (mt + lg l)) as R1.
+  set (x2 := rnd (mt + lg l)) in *.
+  assert (HA2 : Rabs x2 <= (1 + u) * Am + ea).
+  { replace x2 with ((x2 - (mt + lg l)) + (mt + lg l)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
+  set (A2 := (1 + u) * Am + ea) in *.
+  pose proof (ff_abs A_ (x2 * cl)) as R2.
+  assert (Hcla : Rabs cl <= 1 + ucl).
+  { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right (ln 2)) by lra; nra. }
+  assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
+  { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
+    assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
+    assert (u * (Rabs x2 * Rabs cl) <= u * (A2 * (1 + ucl))) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
+  { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
+    eapply Rle_trans; [exact Hcl | nra]. }
+  assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
+    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
+    assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
+    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos. nra. }
+  assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hl0).
+    pose proof (Rabs_pos (lg l - ln l / ln 2)); nra. }
+  replace (rnd (x2 * cl) - LSE)
+    with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
+          + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
+    by (rewrite ElnL; field; lra).
+  unfold lse_bound; fold Am; fold A2.
+  eapply Rle_trans; [apply afe_Rabs_sum6 |].
+  lra.
+Qed.
+
+End Lse.
