@@ -118,9 +118,10 @@ def test_head_update_bf16_one_ulp(reduction):
     assert (h != s).float().mean() < 0.5  # most elements bitwise (the vectorised body)
 
 
-def test_head_update_loss_options_bitwise():
-    """Label smoothing, z-loss and a soft cap take the same path: bitwise."""
-    kw = dict(label_smoothing=0.1, z_loss=1e-3, softcap=5.0)
+@pytest.mark.parametrize("kw", [dict(label_smoothing=0.1, z_loss=1e-3, softcap=5.0),
+                                dict(weight=torch.linspace(0.5, 1.5, V), label_smoothing=0.05)])
+def test_head_update_loss_options_bitwise(kw):
+    """Label smoothing, z-loss, a soft cap, class weights take the same path: bitwise."""
     _same(_train("head", torch.float32, **kw), _train("standard", torch.float32, **kw))
 
 
