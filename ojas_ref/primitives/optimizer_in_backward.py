@@ -86,6 +86,12 @@ per-parameter update rule; the arithmetic of each update is torch's own):
   decay 0, updating the rows the gradient touches is the dense step (the other rows are
   unchanged); ``SparseRows.lazy_adamw_neq_dense`` / ``lazy_momentum_neq_dense``: not for
   AdamW or momentum, which raise (:meth:`InBackwardOptimizer._update_sparse`).
+* The head updated inside the linear cross-entropy's backward (``head_weight``), plain SGD only:
+  ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard`` (the reference: per
+  vocabulary chunk, its dH part and its rows' whole gradients, then the rows' step) and
+  ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard`` (the Triton
+  kernel: dH in the forward, then per slab): backward then the step, every row once, no [V, D]
+  gradient; a head with another use (tied embeddings) raises.
 * One backward pass is one update (the theorems are about one step): two
   ``.backward()`` calls would be two updates, not one on the summed gradient, so
   a parameter that gets a gradient again after its update and before ``step()``
