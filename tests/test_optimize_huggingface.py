@@ -703,3 +703,28 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
     finally:
         hf._ROTARY_SCOPE.depth = 0
         revert_model(model)
+
+
+def test_report_plans_what_it_applied():
+    from ojas_ref.tools import plan as P
+
+    model = build("llama").float()
+    _, report = optimize_model(model, checkpoint="offload")
+    expected = P.plan(P.Model.from_module(model), P.Setting(
+        dtype="fp32", optimizer="sgd", fused=True, batch=2, seq=32, checkpoint=True, offload=True,
+        ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True))
+    assert report.plan(optimizer="sgd", batch=2, seq=32) == expected
+    assert f"peak {report.plan().peak / 2**30:.2f} GiB at" in str(report)
+    _, partial = optimize_model(build("llama").to(torch.bfloat16), attention=False, swiglu=False)
+    s = partial.plan().setting
+    assert (s.dtype, s.ojas_attention, s.ojas_swiglu, s.ojas_rms_norm, s.ojas_loss, s.checkpoint) == (
+        "bf16", False, False, True, True, False)
+    for unplanned, reason in ((build("llama"), "float32 or bfloat16"), (build("gpt2").float(), "Llama-shaped"),
+                              (torch.nn.TransformerEncoderLayer(8, 2), "plain models")):
+        _, r = optimize_model(unplanned)
+        with pytest.raises(NotImplementedError, match=reason):
+            r.plan()
+        assert "plan: none" in str(r)
+    _, sparse = optimize_model(build("llama", tie_word_embeddings=False).float(), sparse_embedding=True)
+    with pytest.raises(NotImplementedError, match="sparse embedding"):
+        sparse.plan()

@@ -82,6 +82,27 @@ class OptimizationReport:
     #: copy and their gradient that the standard loss holds at its peak); 0 if unchanged
     loss_bytes_saved_per_token: int = 0
     notes: list[str] = field(default_factory=list)
+    #: what :meth:`plan` plans: (the planner's model, the Setting fields this call fixed: dtype,
+    #: the ojas kernels applied, checkpointing), or None and ``unplanned`` says why
+    planned: Optional[tuple[Any, dict]] = None
+    unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
+
+    def plan(self, *, optimizer: str = "adamw", fused: bool = True, batch: int = 1, seq: int = 2048,
+             host_state: bool = False, head_update: bool = False) -> Any:
+        """The peak of device memory per tensor class of a training step of the optimized model
+        (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`), with what this
+        call applied and the rest of the setting given here (``fused``: the update in
+        :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its ``state_device="cpu"``;
+        ``head_update``: its ``head_weight``). ``NotImplementedError`` with the reason for a
+        model the planner does not model (not a Llama-shaped decoder, sparse embedding, ...)."""
+        from ojas_ref.tools import plan as P
+
+        if self.planned is None:
+            raise NotImplementedError(f"report.plan(): {self.unplanned}")
+        model, fields = self.planned
+        setting = P.Setting(optimizer=optimizer, fused=fused, batch=batch, seq=seq, host_state=host_state,
+                            head_update=head_update, **fields)
+        return P.plan(model, setting)
 
     def __str__(self) -> str:
         lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone"]
@@ -93,6 +114,12 @@ class OptimizationReport:
                          f"allocated per training token ({self.loss_bytes_saved_per_token * 4096 / 2**20:.0f} MiB "
                          "at 4096 tokens)")
         lines += [f"  note: {n}" for n in self.notes]
+        if self.planned is None:
+            lines.append(f"  plan: none ({self.unplanned})")
+        else:
+            p = self.plan()
+            lines.append(f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
+                         f"at {p.peak_phase.name}; report.plan(optimizer=..., batch=..., seq=...) for another setting")
         return "\n".join(lines)
 
 
@@ -227,6 +254,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     if _is_hf_model(target):
         state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope)
         _make_embedding_sparse(target, sparse_embedding, state)
+        state.report.planned, state.report.unplanned = _planned(target, state, checkpoint)
     else:
         if sparse_embedding:
             raise NotImplementedError("sparse_embedding=True is supported for Hugging Face models only; set "
@@ -377,6 +405,29 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             report.changed.append(Change("(decoder layers)", "per-layer activation checkpointing (non-reentrant)",
                                          (), not_covered))
     return state
+
+
+def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[Optional[tuple[Any, dict]], str]:
+    """The report's ``planned`` and ``unplanned``: (planner model, Setting fields) of what
+    :func:`_optimize_hf` applied to ``model``, or None and the reason ojas_ref/tools/plan.py
+    does not model it."""
+    from ojas_ref.tools import plan as P
+
+    if state.sparse_embedding is not None:
+        return None, "the sparse embedding is not modelled by the planner"
+    dtypes = {p.dtype for p in model.parameters()}
+    names = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in names:
+        return None, f"the planner models float32 or bfloat16 weights of one dtype, not {sorted(map(str, dtypes))}"
+    try:
+        shape = P.Model.from_module(model)
+    except (NotImplementedError, ValueError, TypeError) as err:
+        return None, f"not a Llama-shaped decoder the planner models: {err}"
+    swapped = {type(m).__name__ for m, _ in state.swapped}
+    fields = dict(dtype=names[next(iter(dtypes))], checkpoint=bool(checkpoint), offload=checkpoint == "offload",
+                  ojas_attention=state.attn_implementation is not None, ojas_loss=state.loss_head is not None,
+                  ojas_rms_norm=any("RMSNorm" in n for n in swapped), ojas_swiglu=any("MLP" in n for n in swapped))
+    return (shape, fields), ""
 
 
 def _install_offload(model: nn.Module, state: _State) -> None:
