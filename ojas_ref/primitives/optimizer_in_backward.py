@@ -1267,13 +1267,18 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     def _swap_out(self, bucket: list[Tensor], hosts: dict[int, dict[Any, Tensor]]) -> None:
         """Copy the bucket's state back into its host tensors (new pinned ones for state the step
-        created), ``non_blocking`` on the step's stream, and put them in :attr:`state`: the device
-        copies are dropped."""
-        events: dict[torch.device, Any] = {}
+        created) and put them in :attr:`state`: the device copies are dropped. On CUDA the copies
+        run ``non_blocking`` on the copy stream (the stream of :meth:`_stage`), after the step's
+        stream has reached this point, so the backward's kernels do not wait for them; each device
+        copy is kept (``record_stream``) until its copy is done."""
+        streams: dict[torch.device, Any] = {}
         for p in bucket:
             state = self.state.get(p)
             if not state:
                 continue
+            if p.device.type == "cuda" and p.device not in streams:
+                streams[p.device] = self._copy_stream(p.device)
+                streams[p.device].wait_stream(torch.cuda.current_stream(p.device))  # the step's results are written
             old = hosts.get(id(p), {})
             for k, v in list(state.items()):
                 if not self._streamed(p, k, v) or (v.device.type == "cpu" and p.device.type != "cpu"):
@@ -1284,12 +1289,18 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 if (h is None or h.shape != v.shape or h.dtype != v.dtype or h.stride() != v.stride()
                         or (self._pin and not h.is_pinned())):
                     h = torch.empty_like(v, device="cpu", pin_memory=self._pin)
-                h.copy_(v, non_blocking=v.is_cuda)
+                if v.is_cuda:
+                    with torch.cuda.stream(streams[p.device]):
+                        h.copy_(v, non_blocking=True)
+                    v.record_stream(streams[p.device])
+                else:
+                    h.copy_(v)
                 state[k] = h
-            if p.device.type == "cuda":
-                if p.device not in events:
-                    events[p.device] = torch.cuda.Event()
-                    events[p.device].record(torch.cuda.current_stream(p.device))
+        events = {device: torch.cuda.Event() for device in streams}
+        for device, event in events.items():
+            event.record(streams[device])
+        for p in bucket:
+            if p.device in events:
                 self._out_events[id(p)] = events[p.device]
 
     def _wait_for_host_state(self) -> None:
