@@ -1,4 +1,4 @@
-"""Benchmark: the proved forward-attention error bound beside the largest observed error.
+"""Benchmark: the proved forward-attention error bounds (out and lse) beside the largest observed errors.
 
     python benchmarks/bench_attention_error.py [--out FILE]   # CUDA: S = 4096, 16384, E = 128
     python benchmarks/bench_attention_error.py --quick        # tiny sizes, CPU interpreter, proves it runs
@@ -10,7 +10,10 @@ heads; E = 128) and is compared with a float64 softmax of the same inputs
 ``attention_forward_error_bound`` for these inputs (the value of
 ``Ojas.FloatModel.AttentionForwardError.attention_forward_error``, computed by the
 oracle's ``attn_fwd_q``: a bound on ``max |out - exact| / max|v|``), ``observed`` = that
-maximum over every output coordinate, ``ratio`` = bound / observed, ``covered`` = whether
+maximum over every output coordinate, ``ratio`` = bound / observed; ``lse_bound``,
+``lse_observed``, ``lse_ratio`` the same for the saved log-sum-exp (absolute, nats;
+``attention_lse_error_bound``, ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked``,
+which assumes ``tl.log2`` within ``LOG2_ERROR``, measured first); ``covered`` = whether
 the theorem (``attention_forward_error_masked``: causal diagonal tiles included) covers
 the run: not for float32 on CUDA (3xTF32 dots; the interpreter's float32 dots are IEEE
 and covered), always modulo what the theorem's file lists (the tensor cores' order of
@@ -43,14 +46,18 @@ MASKS = [("full", False, 4, 4), ("causal", True, 4, 4), ("causal+gqa4", True, 8,
 def run(sizes: list[int], head_dim: int, device: str) -> dict:
     from benchmarks.bench_optimize_model import environment
     from ojas_kernels.attention import flash_attention_forward
-    from ojas_ref.verification.attention_error import (exact_attention, forward_error_bound,
-                                                        measured_exp2_error, observed_error)
-    from ojas_ref.verification.error_bounds import EXP2_ERROR, oracle_bounds_available
+    from ojas_ref.verification.attention_error import (exact_attention, exact_lse, forward_error_bound,
+                                                        lse_error_bound, measured_exp2_error, measured_log2_error,
+                                                        observed_error)
+    from ojas_ref.verification.error_bounds import EXP2_ERROR, LOG2_ERROR, oracle_bounds_available
 
     rel, ab, one = measured_exp2_error(device)
     if not (rel <= EXP2_ERROR and ab <= 2.0**-126 and one):
         raise SystemExit(f"tl.exp2's measured error ({rel:.3e} relative, {ab:.3e} absolute, exp2(0) == 1: {one}) "
                          f"is beyond the assumption of the bound (EXP2_ERROR = {EXP2_ERROR:.3e}, 2^-126, exact 1)")
+    lg = measured_log2_error(device)
+    if not lg <= LOG2_ERROR:
+        raise SystemExit(f"tl.log2's measured error {lg:.3e} is beyond the lse bound's LOG2_ERROR = {LOG2_ERROR:.3e}")
     rows = []
     scale = 1.0 / math.sqrt(head_dim)
     for dname, dtype in DTYPES.items():
@@ -60,19 +67,25 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                 q, k, v = (torch.randn(1, h, s, head_dim, generator=gen).to(device=device, dtype=dtype)
                            for h in (hq, hkv, hkv))
                 t0 = time.perf_counter()
-                out, _ = flash_attention_forward(q, k, v, causal, scale, None)
+                out, lse = flash_attention_forward(q, k, v, causal, scale, None)
                 err = observed_error(out, exact_attention(q, k, v, causal, scale), v)
                 bound = forward_error_bound(q, k, v, causal, scale)
+                lse_err = (lse.double() - exact_lse(q, k, causal, scale)).abs().max().item()
+                lse_bound = lse_error_bound(q, k, causal, scale)
                 covered = dtype != torch.float32 or device == "cpu"
                 rows.append(dict(dtype=dname, S=s, E=head_dim, mask=label, heads=hq, kv_heads=hkv, bound=bound,
-                                 observed=err, ratio=bound / err if err > 0 else math.inf, holds=err <= bound,
+                                 observed=err, ratio=bound / err if err > 0 else math.inf,
+                                 lse_bound=lse_bound, lse_observed=lse_err,
+                                 lse_ratio=lse_bound / lse_err if lse_err > 0 else math.inf,
+                                 holds=err <= bound and lse_err <= lse_bound,
                                  covered=covered, seconds=round(time.perf_counter() - t0, 2)))
-                del q, k, v, out
-                print(f"{dname:5} S={s:6} {label:12} bound {bound:.3e}  observed {err:.3e}  "
-                      f"ratio {rows[-1]['ratio']:8.1f}  holds={err <= bound}  covered={covered}", flush=True)
+                del q, k, v, out, lse
+                print(f"{dname:5} S={s:6} {label:12} out: bound {bound:.3e} observed {err:.3e} "
+                      f"ratio {rows[-1]['ratio']:7.1f} | lse: bound {lse_bound:.3e} observed {lse_err:.3e} "
+                      f"ratio {rows[-1]['lse_ratio']:7.1f} | holds={rows[-1]['holds']} covered={covered}", flush=True)
     return dict(benchmark="attention_error", environment=environment(torch.device(device)),
                 oracle=oracle_bounds_available(), exp2_rel_error=rel, exp2_abs_error_subnormal=ab,
-                exp2_error_assumed=EXP2_ERROR, rows=rows)
+                exp2_error_assumed=EXP2_ERROR, log2_abs_error=lg, log2_error_assumed=LOG2_ERROR, rows=rows)
 
 
 def main(argv: list[str] | None = None) -> None:

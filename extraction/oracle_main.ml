@@ -657,7 +657,8 @@ let string_of_q (x : Bounds_spec.q) =
 (* One query: the bound's name and its arguments, answered with a rational,
    null (the Coq [None]: a side condition fails) or a boolean. *)
 let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
-                 "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ]
+                 "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
+                 "el"; "ucl"; "ln" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -695,6 +696,10 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ];
     value (Bounds_spec.attn_fwd_q (q "u") (q "ue") (q "ee") (q "ea") (q "us") (q "es") (q "uc") (q "scale")
              (q "p") (q "v") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
+  | `String "attention_lse" ->
+    allowed [ "u"; "ue"; "ee"; "ea"; "el"; "ucl"; "uc"; "scale"; "p"; "ln"; "e"; "block"; "keys"; "tiles" ];
+    value (Bounds_spec.attn_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "ucl") (q "uc") (q "scale")
+             (q "p") (q "ln") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

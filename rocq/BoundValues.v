@@ -36,7 +36,11 @@
       exactly, the result rounded up; [attn_fwd_q_sound]: whenever it is
       [Some b], [b * V] bounds the error of the kernel's output coordinate
       on fully visible tiles, [attn_fwd_q_sound_masked]: of the kernel's
-      whole loop under any mask ([attention_forward_error_masked]).
+      whole loop under any mask ([attention_forward_error_masked]);
+    - [attn_lse_q]: the bound [lse_bound] of
+      [FloatModel.AttentionLseError.attention_lse_error] on the saved lse,
+      [ln N <= LN] checked by [exp_dn], [- ln (1 - bL) <= bL / (1 - bL)]
+      ([afe_neg_ln_le]); [attn_lse_q_sound], [attn_lse_q_sound_masked].
     Only [Q], [positive], [N] and [Z] are used, so the extraction can carry
     every value exactly (extraction/ExtractBounds.v extracts them with Coq's
     own binary integers, not OCaml's [int]). *)
@@ -44,6 +48,7 @@
 From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
 From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
+From Ojas Require Import FloatModel.AttentionLseError.
 
 Local Open Scope Q_scope.
 
@@ -549,6 +554,31 @@ Definition attn_fwd_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : opti
     end
   else None.
 
+Definition lse_bound_q (u ea el ucl smax delta LN NL : Q) : Q :=
+  let A := smax + 2 * (LN + NL) + el in
+  let A2 := (1 + u) * A + ea in
+  u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL + delta.
+
+(** [Some b] with [b >= lse_bound] of [attention_lse_error] at the model's
+    constants, [LN] checked ([ln N <= LN]: [N <= exp_dn LN]), [NL = bL / (1 - bL)]
+    ([>= - ln (1 - bL)]), or [None]. *)
+Definition attn_lse_q (u ue ee ea el ucl uc scale P LN : Q) (E B Nk Tt : N) : option Q :=
+  if afe_ok u ue ee ea 0 0 uc scale P 1 E B && Qle_bool 0 el && Qle_bool 0 ucl && N.leb 1 Nk
+     && Qle_bool (Q_of_N Nk) (exp_dn prec exp_steps LN) then
+    match exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P)) with
+    | Some X =>
+      let P1 := pow_up_N prec (1 + u) (B - 1) in
+      let CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt in
+      let CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt in
+      let bL := afe_bL_q u ue ee ea B Nk Tt X P1 CG CR in
+      if Qlt_le_dec bL 1 then
+        Some (round_up prec (lse_bound_q u ea el ucl (score_max_q u ea scale uc E P)
+                               (score_delta_q u ea scale uc E P) LN (bL / (1 - bL))))
+      else None
+    | None => None
+    end
+  else None.
+
 Local Open Scope R_scope.
 
 Lemma Qle_bool_R : forall x y, Qle_bool x y = true -> Q2R x <= Q2R y.
@@ -672,6 +702,39 @@ Proof. unfold cg; rewrite !Q2R_mult, !Q2R_plus, Q2R_1, Hu, Hue; ring. Qed.
 Lemma Q2R_cr : Q2R ((1 + ue + ee) * ((1 + u) * (1 + u))) = cr M.
 Proof. unfold cr; rewrite !Q2R_mult, !Q2R_plus, Q2R_1, Hu, Hue, Hee; ring. Qed.
 
+Lemma afe_X_ge : forall X, (Q_of_N E * u < 1)%Q -> 0 <= Q2R scale -> 0 <= Q2R uc -> 0 <= Q2R P ->
+  exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P)) = Some X ->
+  Rpower 2 (ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) <= Q2R X.
+Proof.
+  intros X HE Hs Huc HP EX.
+  pose proof (ff_u_nonneg (mp_a M)) as Hu0.
+  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
+  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
+  pose proof (exp_up_ge _ _ _ _ EX) as G.
+  rewrite Q2R_mult, Q2R_mult, Q2R_2, Q2R_score_max, Hu in G by exact HE.
+  set (z := ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) in *.
+  assert (Hz : 0 <= z).
+  { unfold z; apply Rmult_le_pos; [exact Hu0 |].
+    pose proof (score_max_nonneg (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) Hs Huc HP HEu).
+    lra. }
+  unfold Rpower; eapply Rle_trans; [| exact G]; destruct (Req_dec z 0) as [Z0 | Z0]; [rewrite Z0, Rmult_0_l; lra |].
+  left; apply exp_increasing.
+  pose proof afe_ln2_bounds; nra.
+Qed.
+
+Lemma afe_pows_ge :
+  (1 + ff_u (mp_a M)) ^ (N.to_nat B - 1) <= Q2R (pow_up_N prec (1 + u) (B - 1))
+  /\ cg M ^ N.to_nat Tt <= Q2R (pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt)
+  /\ cr M ^ N.to_nat Tt <= Q2R (pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt).
+Proof.
+  pose proof (ff_u_nonneg (mp_a M)) as Hu0.
+  split; [| split].
+  - pose proof (pow_one_plus_le u (B - 1) ltac:(apply Rle_Qle; rewrite Q2R_0, Hu; exact Hu0)) as G.
+    rewrite Nnat.N2Nat.inj_sub, Hu in G; exact G.
+  - rewrite <- Q2R_cg; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cg; pose proof (cg_ge_1 M); lra.
+  - rewrite <- Q2R_cr; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cr; pose proof (cr_ge_1 M); lra.
+Qed.
+
 Lemma attn_fwd_q_spec : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B Nk Tt = Some b ->
   (1 <= N.to_nat E)%nat /\ INR (N.to_nat E) * ff_u (mp_a M) < 1 /\ 0 < Q2R V /\ 0 < Q2R scale
   /\ 0 <= Q2R uc /\ (1 <= N.to_nat B)%nat /\
@@ -703,22 +766,11 @@ Proof.
   split; [exact HE1 | split; [exact HEu | split; [exact HV | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]]].
   exists (Q2R X), (Q2R Y), (Q2R P1), (Q2R CG), (Q2R CR).
   repeat split.
-  - (* X >= 2^(u K) *)
-    pose proof (exp_up_ge _ _ _ _ EX) as G.
-    rewrite Q2R_mult, Q2R_mult, Q2R_2, Q2R_score_max, Hu in G by exact HE.
-    set (z := ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) in *.
-    assert (Hz : 0 <= z).
-    { unfold z; apply Rmult_le_pos; [exact Hu0 |].
-      pose proof (score_max_nonneg (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) ltac:(lra) Huc HP HEu).
-      lra. }
-    unfold Rpower; eapply Rle_trans; [| exact G]; destruct (Req_dec z 0) as [Z0 | Z0]; [rewrite Z0, Rmult_0_l; lra |].
-    left; apply exp_increasing.
-    pose proof afe_ln2_bounds; nra.
+  - apply afe_X_ge; auto; lra.
   - pose proof (perturbation_q_ge _ _ EY) as G; rewrite Q2R_score_delta in G by exact HE; exact G.
-  - pose proof (pow_one_plus_le u (B - 1) ltac:(apply Rle_Qle; rewrite Q2R_0, Hu; exact Hu0)) as G.
-    rewrite Nnat.N2Nat.inj_sub, Hu in G; exact G.
-  - rewrite <- Q2R_cg; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cg; pose proof (cg_ge_1 M); lra.
-  - rewrite <- Q2R_cr; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cr; pose proof (cr_ge_1 M); lra.
+  - apply afe_pows_ge.
+  - apply afe_pows_ge.
+  - apply afe_pows_ge.
   - rewrite <- Q2R_afe_bL; exact HL.
   - rewrite <- Q2R_afe_rel by (exact HV || exact HL); apply Qle_R, round_up_ge.
 Qed.
@@ -770,6 +822,139 @@ Proof.
   eapply Rle_trans; [apply (attention_forward_error_masked M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
                               (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto |].
   apply Rmult_le_compat_r; lra.
+Qed.
+
+Lemma afe_neg_ln_le : forall b, 0 <= b < 1 -> - ln (1 - b) <= b / (1 - b).
+Proof.
+  intros b Hb.
+  assert (H : ln (/ (1 - b)) <= / (1 - b) - 1).
+  { pose proof (exp_ineq1_le (/ (1 - b) - 1)) as Hx.
+    rewrite <- (ln_exp (/ (1 - b) - 1)); apply afe_ln_le; [apply Rinv_0_lt_compat; lra | lra]. }
+  rewrite ln_Rinv in H by lra.
+  replace (b / (1 - b)) with (/ (1 - b) - 1) by (field; lra); exact H.
+Qed.
+
+Lemma Q2R_lse_bound : forall el ucl smax delta LN NL,
+  Q2R (lse_bound_q u ea el ucl smax delta LN NL)
+  = lse_bound (ff_u (mp_a M)) (ff_eta (mp_a M)) (Q2R el) (Q2R ucl) (Q2R smax) (Q2R delta) (Q2R LN) (Q2R NL).
+Proof.
+  intros; unfold lse_bound_q, lse_bound; cbv zeta.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1, ?Q2R_2.
+  rewrite Hu, Hea; reflexivity.
+Qed.
+
+Lemma attn_lse_q_spec : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc scale P LN E B Nk Tt = Some b ->
+  (1 <= N.to_nat E)%nat /\ INR (N.to_nat E) * ff_u (mp_a M) < 1 /\ 0 < Q2R scale /\ 0 <= Q2R uc
+  /\ (1 <= N.to_nat B)%nat /\ 0 <= Q2R ucl /\ ln (INR (N.to_nat Nk)) <= Q2R LN /\
+  exists X P1 CG CR NL,
+    Rpower 2 (ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) <= X
+    /\ (1 + ff_u (mp_a M)) ^ (N.to_nat B - 1) <= P1 /\ cg M ^ N.to_nat Tt <= CG /\ cr M ^ N.to_nat Tt <= CR
+    /\ afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt)
+              X P1 CG CR < 1
+    /\ - ln (1 - afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk)
+                        (N.to_nat Tt) X P1 CG CR) <= NL
+    /\ lse_bound (ff_u (mp_a M)) (ff_eta (mp_a M)) (Q2R el) (Q2R ucl)
+                 (score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))
+                 (score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) (Q2R LN) NL <= Q2R b.
+Proof.
+  intros el ucl LN b Hb.
+  unfold attn_lse_q in Hb.
+  destruct (afe_ok u ue ee ea 0 0 uc scale P 1 E B && Qle_bool 0 el && Qle_bool 0 ucl && N.leb 1 Nk
+            && Qle_bool (Q_of_N Nk) (exp_dn prec exp_steps LN)) eqn:Eok; [| discriminate].
+  repeat rewrite andb_true_iff in Eok; destruct Eok as [[[[Eok Hel] Hucl] HNk] HLNq].
+  assert (Hok : 0 <= Q2R uc /\ 0 <= Q2R P /\ 0 < Q2R scale /\ (Q_of_N E * u < 1)%Q
+                /\ (1 <= N.to_nat E)%nat /\ (1 <= N.to_nat B)%nat).
+  { unfold afe_ok in Eok; repeat rewrite andb_true_iff in Eok.
+    destruct Eok as [[[[[[[[[[[[_ _] _] _] _] _] H7] H8] H9] _] H11] H12] H13].
+    apply Qle_bool_R in H7, H8; apply negb_Qle_bool_R in H9; rewrite Q2R_0 in *.
+    apply negb_true_iff in H11; apply N.leb_le in H12, H13.
+    repeat split; try lra; try lia.
+    apply Qnot_le_lt; intros C; apply Qle_bool_iff in C; congruence. }
+  destruct Hok as [Huc [HP [Hs [HE [HE1 HB1]]]]].
+  apply Qle_bool_R in Hel, Hucl; rewrite Q2R_0 in Hel, Hucl.
+  apply N.leb_le in HNk.
+  destruct (exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P))%Q) as [X |] eqn:EX; [| discriminate].
+  set (P1 := pow_up_N prec (1 + u) (B - 1)) in Hb.
+  set (CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
+  set (CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt) in Hb.
+  destruct (Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1) as [HL | HL]; [| discriminate].
+  injection Hb as <-.
+  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
+  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
+  pose proof (Qlt_Rlt _ _ HL) as HLr; rewrite Q2R_1, Q2R_afe_bL in HLr.
+  set (bL := afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk)
+                    (N.to_nat Tt) (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR)) in *.
+  destruct afe_pows_ge as [HP1 [HCG HCR]].
+  pose proof (afe_X_ge X HE ltac:(lra) Huc HP EX) as HX.
+  assert (HbL0 : 0 <= bL).
+  { set (K := 2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) in HX.
+    assert (HK : 0 <= K) by (unfold K; pose proof (score_max_nonneg (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) ltac:(lra) Huc HP HEu); lra).
+    destruct (out_bL_apriori M K 0 (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) 0 0 (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR)
+                HK ltac:(lia) (Rle_refl 0) ltac:(lra) HX HP1 HCG HCR) as [A1 A2]; unfold bL; lra. }
+  assert (H1L : ~ (1 - afe_bL_q u ue ee ea B Nk Tt X P1 CG CR == 0)%Q)
+    by (apply Q2R_nonzero; rewrite Q2R_minus, Q2R_1, Q2R_afe_bL; fold bL; lra).
+  split; [exact HE1 | split; [exact HEu | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]].
+  split; [exact Hucl | split].
+  { apply Qle_bool_R in HLNq; rewrite Q2R_of_N in HLNq.
+    pose proof (exp_dn_le prec exp_steps LN) as G.
+    assert (0 < INR (N.to_nat Nk)) by (apply lt_0_INR; lia).
+    rewrite <- (ln_exp (Q2R LN)); apply afe_ln_le; lra. }
+  exists (Q2R X), (Q2R P1), (Q2R CG), (Q2R CR), (bL / (1 - bL)).
+  repeat split; auto.
+  - fold bL; apply afe_neg_ln_le; lra.
+  - eapply Rle_trans; [| apply Qle_R, round_up_ge].
+    rewrite Q2R_lse_bound, Q2R_score_max, Q2R_score_delta, Q2R_div by (exact HE || exact H1L).
+    rewrite Q2R_minus, Q2R_1, Q2R_afe_bL; fold bL; lra.
+Qed.
+
+(** The oracle's lse bound [b]: for any [tl.log2] within [el] of [log2] and
+    any fp32 constant [cl] within [ucl ln 2] of [ln 2], [b] bounds the error of
+    the kernel's saved lse on fully visible tiles ([attention_lse_error]) ... *)
+Theorem attn_lse_q_sound : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc scale P LN E B Nk Tt = Some b ->
+  forall (lg : R -> R) (cl : R), (forall x, 0 < x -> Rabs (lg x - ln x / ln 2) <= Q2R el) ->
+  Rabs (cl - ln 2) <= Q2R ucl * ln 2 ->
+  forall (q : list R) (c : R) (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair M c q)) tiles in
+  let m0 := score2 (mp_a M) c q (fst k0) in
+  length q = N.to_nat E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = N.to_nat E /\ dot_abs q (fst kv) <= Q2R P) ->
+  Rabs (c * ln 2 - Q2R scale) <= Q2R uc * Q2R scale ->
+  Forall (fun tl => (length tl <= N.to_nat B)%nat) tiles ->
+  (length (concat tiles) <= N.to_nat Nk)%nat -> (length tiles <= N.to_nat Tt)%nat ->
+  Rabs (ff_rnd (mp_a M) (ff_rnd (mp_a M) (acc_m_run m0 ktiles + lg (l_run M m0 0 (map (map fst) ktiles))) * cl)
+        - ln (VectorFacts.rsum (map (fun kv => exp (Q2R scale * dot_R q (fst kv))) (concat tiles))))
+  <= Q2R b.
+Proof.
+  intros el ucl LN b Hb lg cl Hlg Hcl q c k0 tl0 rest tiles ktiles m0 Hq Hkeys Hc HBt HN HT.
+  destruct (attn_lse_q_spec el ucl LN b Hb) as [HE1 [HEu [Hs [Huc [HB1 [Hucl [HLN [X [P1 [CG [CR [NL [HX [HP1 [HCG [HCR [HL [HNL Hr]]]]]]]]]]]]]]]]]].
+  eapply Rle_trans; [| exact Hr].
+  apply (attention_lse_error M lg (Q2R el) Hlg q c (Q2R scale) (Q2R uc) (Q2R P) X P1 CG CR cl (Q2R ucl) (Q2R LN) NL
+           (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto.
+Qed.
+
+(** ... and of the kernel's whole loop under any mask ([attention_lse_error_masked]). *)
+Theorem attn_lse_q_sound_masked : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc scale P LN E B Nk Tt = Some b ->
+  forall (lg : R -> R) (cl : R), (forall x, 0 < x -> Rabs (lg x - ln x / ln 2) <= Q2R el) ->
+  Rabs (cl - ln 2) <= Q2R ucl * ln 2 ->
+  forall (q : list R) (c : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2 (mp_a M) c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = N.to_nat E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = N.to_nat E /\ dot_abs q (fst kv) <= Q2R P) ->
+  Rabs (c * ln 2 - Q2R scale) <= Q2R uc * Q2R scale ->
+  Forall (fun tl => (length tl <= N.to_nat B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N.to_nat Nk)%nat -> (length tiles <= N.to_nat Tt)%nat ->
+  Rabs (ff_rnd (mp_a M) (ff_rnd (mp_a M) (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (VectorFacts.rsum (map (fun kv => exp (Q2R scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= Q2R b.
+Proof.
+  intros el ucl LN b Hb lg cl Hlg Hcl q c vis tiles sck st H0 Hvis Hq Hkeys Hc HBt HN HT.
+  destruct (attn_lse_q_spec el ucl LN b Hb) as [HE1 [HEu [Hs [Huc [HB1 [Hucl [HLN [X [P1 [CG [CR [NL [HX [HP1 [HCG [HCR [HL [HNL Hr]]]]]]]]]]]]]]]]]].
+  eapply Rle_trans; [| exact Hr].
+  apply (attention_lse_error_masked M lg (Q2R el) Hlg q c (Q2R scale) (Q2R uc) (Q2R P) X P1 CG CR cl (Q2R ucl)
+           (Q2R LN) NL (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto.
 Qed.
 
 End AttnFwdQ.

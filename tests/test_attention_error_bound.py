@@ -8,6 +8,10 @@ the kernel (kernels/attention.py: fp32 scores from an fp32 dot times the fp32 qk
 base-2 exponentials, P rounded to the input dtype before P.V, fp32 accumulation in the
 kernel's key tiles, the output stored in the input dtype).
 
+The saved log-sum-exp has its own bound, ``attention_lse_error_bound``
+(``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked``, assuming ``tl.log2``
+within ``LOG2_ERROR``), checked beside the output in every case below.
+
 * CPU (Triton's interpreter, ``TRITON_INTERPRET=1``): the kernel at small sizes against a
   float64 softmax of the same (upcast) inputs, bfloat16 and float32 (the interpreter's
   float32 dots are IEEE; on CUDA they are 3xTF32, which no theorem covers), with and
@@ -40,11 +44,19 @@ from ojas_kernels import attention as kattn  # noqa: E402
 from ojas_kernels.attention import flash_attention_forward  # noqa: E402
 from ojas_ref.verification.attention_error import (  # noqa: E402
     exact_attention,
+    exact_lse,
     forward_error_bound,
+    lse_error_bound,
     measured_exp2_error,
+    measured_log2_error,
     observed_error,
 )
-from ojas_ref.verification.error_bounds import EXP2_ERROR, attention_forward_error_bound  # noqa: E402
+from ojas_ref.verification.error_bounds import (  # noqa: E402
+    EXP2_ERROR,
+    LOG2_ERROR,
+    attention_forward_error_bound,
+    attention_lse_error_bound,
+)
 
 _INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
 cpu = pytest.mark.skipif(not _INTERPRETED, reason="CPU tests need TRITON_INTERPRET=1 before ojas_kernels is imported")
@@ -58,12 +70,17 @@ def make_inputs(b, hq, hkv, s, e, dtype, device, seed):
 
 
 def check(q, k, v, is_causal, label):
+    """The kernel's out within the forward bound and its lse within the lse bound."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    out, _ = flash_attention_forward(q, k, v, is_causal, scale, None)
+    out, lse = flash_attention_forward(q, k, v, is_causal, scale, None)
     bound = forward_error_bound(q, k, v, is_causal, scale)
     err = observed_error(out, exact_attention(q, k, v, is_causal, scale), v)
-    print(f"{label}: observed {err:.3e}, proved bound {bound:.3e}, ratio {bound / err:.1f}")
+    lse_bound = lse_error_bound(q, k, is_causal, scale)
+    lse_err = (lse.to(F64) - exact_lse(q, k, is_causal, scale)).abs().max().item()
+    print(f"{label}: out observed {err:.3e}, proved bound {bound:.3e}, ratio {bound / err:.1f}; "
+          f"lse observed {lse_err:.3e}, proved bound {lse_bound:.3e}, ratio {lse_bound / lse_err:.1f}")
     assert err <= bound, (label, err, bound)
+    assert lse_err <= lse_bound, (label, lse_err, lse_bound)
     return err, bound
 
 
@@ -88,6 +105,14 @@ def test_kernel_within_proved_forward_bound(dtype, hq, hkv, s, e, causal):
     err, bound = check(q, k, v, causal, f"cpu {dtype} S={s} causal={causal}")
     assert bound < (0.05 if dtype == torch.bfloat16 else 1e-3), "bound not far below the trivial 2"
     assert err > 0.0
+
+
+def test_lse_bound_arguments_and_growth():
+    kw = dict(block_n=64, max_abs_q=1.0, max_abs_k=1.0)
+    assert 0 < attention_lse_error_bound(4096, 128, **kw) < attention_lse_error_bound(16384, 128, **kw) < 1e-3
+    for bad in (dict(block_n=0), dict(log2_error=-1.0), dict(scale=0.0)):
+        with pytest.raises(ValueError):
+            attention_lse_error_bound(4096, 128, **{**kw, **bad})
 
 
 def test_bound_arguments_are_checked():
@@ -174,9 +199,10 @@ def test_bound_catches_mutant(mutant, monkeypatch):
 # ---------------------------------------------------------------------------
 
 @cpu
-def test_interpreter_exp2_error_within_assumption():
+def test_interpreter_exp2_log2_errors_within_assumption():
     rel, ab, one = measured_exp2_error("cpu", 1 << 18)
     assert rel <= EXP2_ERROR and ab <= 2.0**-126 and one, (rel, ab, one)
+    assert measured_log2_error("cpu", 1 << 18) <= LOG2_ERROR
 
 
 GPU_CASES = [(dt, s, causal, hq, hkv) for dt in (torch.bfloat16, torch.float32) for s in (4096, 16384)
@@ -191,13 +217,11 @@ GPU_CASES = [(dt, s, causal, hq, hkv) for dt in (torch.bfloat16, torch.float32) 
 def test_kernel_within_proved_forward_bound_gpu(dtype, s, causal, hq, hkv):
     rel, ab, one = measured_exp2_error("cuda")
     assert rel <= EXP2_ERROR and ab <= 2.0**-126 and one, f"tl.exp2: {rel:.3e} / {ab:.3e} / exp2(0) == 1: {one}"
+    lg = measured_log2_error("cuda")
+    assert lg <= LOG2_ERROR, f"tl.log2 error {lg:.3e} beyond the assumed {LOG2_ERROR:.3e}"
     q, k, v = make_inputs(1, hq, hkv, s, 128, dtype, "cuda", seed=7)
-    scale = 1.0 / math.sqrt(128)
-    out, _ = flash_attention_forward(q, k, v, causal, scale, None)
-    err = observed_error(out, exact_attention(q, k, v, causal, scale), v)
-    bound = forward_error_bound(q, k, v, causal, scale)
     covered = dtype != torch.float32  # 3xTF32 dots: not covered
-    print(f"gpu {dtype} S={s} causal={causal} gqa={hq // hkv}: observed {err:.3e}, bound {bound:.3e}, "
-          f"ratio {bound / err:.1f} ({'proved' if covered else 'checked, not covered by the theorem'}); "
-          f"tl.exp2 relative error {rel:.2e}")
-    assert err <= bound
+    print(f"gpu {dtype} S={s} causal={causal} gqa={hq // hkv} "
+          f"({'proved' if covered else 'checked, not covered by the theorem'}); "
+          f"tl.exp2 relative error {rel:.2e}, tl.log2 absolute error {lg:.2e}")
+    check(q, k, v, causal, f"gpu {dtype} S={s}")

@@ -458,3 +458,15 @@ def test_attention_forward_bound_oracle_matches_hand_formula(dtype, monkeypatch:
     assert eb.attention_forward_error_bound(4096, 128, **kw) < eb.attention_forward_error_bound(16384, 128, **kw)
     if dtype == torch.bfloat16:
         assert eb.attention_forward_error_bound(16384, 128, **kw) < 0.02
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+def test_attention_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attn_lse_q (Ojas.BoundValues, extracted) against the float64 hand copy of lse_bound."""
+    kw = dict(block_n=64, max_abs_q=4.0, max_abs_k=4.0)
+    for n in (1, 64, 4096, 16384, 65536):
+        oracle = eb.attention_lse_error_bound(n, 128, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", False)
+        hand = eb.attention_lse_error_bound(n, 128, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", True)
+        assert oracle <= hand <= oracle * (1 + 1e-5), (n, oracle, hand)

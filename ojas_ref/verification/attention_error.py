@@ -22,9 +22,10 @@ from typing import Iterator
 
 import torch
 
-from ojas_ref.verification.error_bounds import attention_forward_error_bound
+from ojas_ref.verification.error_bounds import attention_forward_error_bound, attention_lse_error_bound
 
-__all__ = ["exact_attention", "forward_error_bound", "observed_error", "measured_exp2_error"]
+__all__ = ["exact_attention", "exact_lse", "forward_error_bound", "lse_error_bound", "observed_error",
+           "measured_exp2_error", "measured_log2_error"]
 
 F64 = torch.float64
 
@@ -36,34 +37,53 @@ def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[
         yield r0, q[:, :, r0:r0 + rows].to(F64), kr
 
 
+def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
+    s = scale * qc @ kr.transpose(-1, -2)
+    if is_causal:
+        i = torch.arange(r0, r0 + qc.shape[2], device=qc.device)[:, None]
+        j = torch.arange(kr.shape[2], device=qc.device)[None, :]
+        s = s.masked_fill(j > i, -math.inf)
+    return s
+
+
+def exact_lse(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
+    """float64 ln sum_j exp(scale q.k_j) over the visible keys, [B, Hq, S]."""
+    return torch.cat([torch.logsumexp(_scores(r0, qc, kr, is_causal, scale), -1) for r0, qc, kr in _row_blocks(q, k)], 2)
+
+
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
     """float64 softmax(scale q k^T) v, [B, Hq, S, Ev]; causal top-left (key j <= query i)."""
     vr = v.to(F64).repeat_interleave(q.shape[1] // k.shape[1], 1)
     out = []
     for r0, qc, kr in _row_blocks(q, k):
-        s = scale * qc @ kr.transpose(-1, -2)
-        if is_causal:
-            i = torch.arange(r0, r0 + qc.shape[2], device=q.device)[:, None]
-            j = torch.arange(k.shape[2], device=q.device)[None, :]
-            s = s.masked_fill(j > i, -math.inf)
-        out.append(torch.softmax(s, -1) @ vr)
+        out.append(torch.softmax(_scores(r0, qc, kr, is_causal, scale), -1) @ vr)
     return torch.cat(out, 2)
 
 
-def forward_error_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
-                        block_n: int | None = None) -> float:
-    """The proved bound on :func:`observed_error` for these inputs: max|q|, max|k|, max|v|,
-    the measured ``max_j sum_i |q_i k_ji|`` (float64, enlarged by 2^-40 for its own
-    rounding) and the kernel's forward key tile (``default_config``) unless given."""
+def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None) -> dict:
+    """block_n (the kernel's forward key tile, ``default_config``, unless given), max|q|,
+    max|k| and the measured ``max_j sum_i |q_i k_ji|`` (float64, enlarged by 2^-40 for its
+    own rounding)."""
     if block_n is None:
         from ojas_kernels.attention import default_config
 
         block_n = default_config(q.shape[-1], q.dtype, q.device, is_causal).fwd.block_n
     qk_abs = max((qc.abs() @ kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
-    return attention_forward_error_bound(
-        k.shape[2], q.shape[-1], block_n=block_n, dtype=q.dtype, max_abs_q=q.abs().max().item(),
-        max_abs_k=k.abs().max().item(), max_abs_v=v.abs().max().item(), scale=scale,
-        qk_abs_sum=qk_abs * (1 + 2.0**-40))
+    return dict(block_n=block_n, max_abs_q=q.abs().max().item(), max_abs_k=k.abs().max().item(),
+                qk_abs_sum=qk_abs * (1 + 2.0**-40))
+
+
+def forward_error_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+                        block_n: int | None = None) -> float:
+    """The proved bound on :func:`observed_error` for these inputs (``attention_forward_error_bound``)."""
+    return attention_forward_error_bound(k.shape[2], q.shape[-1], dtype=q.dtype, max_abs_v=v.abs().max().item(),
+                                         scale=scale, **_bound_inputs(q, k, is_causal, block_n))
+
+
+def lse_error_bound(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float,
+                    block_n: int | None = None) -> float:
+    """The proved bound on ``max |lse - exact_lse|`` for these inputs (``attention_lse_error_bound``)."""
+    return attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **_bound_inputs(q, k, is_causal, block_n))
 
 
 def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:
@@ -101,3 +121,29 @@ def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, floa
     normal = exact >= 2.0**-126
     err = (y.to(F64) - exact).abs()
     return (err / exact)[normal].max().item(), err[~normal].max().item(), bool(y[-1] == 1.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _log2_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def log2_kernel(X, Y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        tl.store(Y + offs, tl.log2(tl.load(X + offs, mask=ok, other=1.0)), mask=ok)
+
+    return log2_kernel
+
+
+@functools.lru_cache(maxsize=None)
+def measured_log2_error(device: str, points: int = 1 << 22) -> float:
+    """max |tl.log2(x) - log2(x)| over ``points`` float32 x spread geometrically over
+    [0.5, 2^24] (the kernel's row sums l lie in [1, n_keys])."""
+    import triton
+
+    x = torch.exp2(torch.linspace(-1.0, 24.0, points, device=device, dtype=torch.float64)).to(torch.float32)
+    y = torch.empty_like(x)
+    _log2_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
+    return (y.to(F64) - torch.log2(x.to(F64))).abs().max().item()

@@ -37,7 +37,9 @@ import torch
 __all__ = [
     "EXP2_ERROR",
     "EXP_ERROR",
+    "LOG2_ERROR",
     "attention_forward_error_bound",
+    "attention_lse_error_bound",
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
     "chunked_sum_error_factor",
@@ -76,6 +78,13 @@ _ROUND_UP = 1.0 + 2.0**-40
 # below the normal range is taken as 2^-126 (flush to zero included).
 EXP2_ERROR: float = 2.0**-21
 _EXP2_ABS_ERROR: float = 2.0**-126
+# Absolute error of the kernels' log2 (tl.log2) against log2(x), for the lse bound: an
+# assumption, not a theorem (the theorem takes it for every x > 0; the kernel applies it
+# to the row sum l in [1, n_keys]). A float32 result of magnitude below 32 has an ulp of
+# at most 2^-19, so one rounding costs 2^-20; 2^-18 as margin over the approximation
+# (numpy's float32 log2 in the interpreter, PTX lg2.approx.f32 on NVIDIA GPUs; measured by
+# tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py on [0.5, 2^24]).
+LOG2_ERROR: float = 2.0**-18
 
 # Arguments beyond which a bound overflows float64 anyway (and whose exact powers
 # would be needlessly large): the functions return inf without asking the oracle.
@@ -533,6 +542,9 @@ _FP32_U, _FP32_ETA = 2.0**-24, 2.0**-150
 # |qk_scale ln 2 - scale| <= uc scale for the kernel's qk_scale = float32(scale * _LOG2E),
 # _LOG2E the float64 nearest log2(e): (1 + 2^-53)^2 (1 + 2^-24) - 1 <= 2^-24 + 2^-51.
 _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
+# |cl - ln 2| <= ucl ln 2 for the kernel's float32 constant cl = float32(0.6931471805599453):
+# (1 + 2^-53)(1 + 2^-24) - 1 <= 2^-24 + 2^-52.
+_LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
 def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
@@ -607,6 +619,29 @@ def attention_forward_error_bound(
     exactly). Grouped-query attention changes only which key/value head a row reads:
     covered; so are causal masks, windows and a last key tile cut by the sequence end.
     """
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
+                                     exp2_error, dtype=dtype, max_abs_v=max_abs_v)
+    us, es = _STORAGE[dtype]
+    tiles = -(-n_keys // block_n)
+    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
+                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
+    got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
+                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    if got is _NO_ORACLE:
+        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        if value == math.inf:
+            got = None
+    elif got is not None:
+        value = _float_up(got)
+    if got is None:
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+    return value
+
+
+def _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, *,
+                          dtype=torch.float32, max_abs_v=1.0) -> tuple[float, float]:
+    """Validate the arguments of the attention bounds; return (qk_abs_sum, scale)."""
     for name, val in (("n_keys", n_keys), ("head_dim", head_dim), ("block_n", block_n)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
@@ -628,22 +663,77 @@ def attention_forward_error_bound(
         raise ValueError(f"qk_abs_sum must be a finite number >= 0, got {qk_abs_sum!r}")
     if not head_dim * _FP32_U < 1.0:
         raise ValueError(f"side condition head_dim * 2^-24 < 1 fails: head_dim={head_dim}")
-    us, es = _STORAGE[dtype]
-    tiles = -(-n_keys // block_n)
     if _FP32_U * 4.0 * scale * p > _EXP_OVERFLOW:  # 2^(u K) alone is beyond float64: the side condition fails
         raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails: 2^(u K) overflows for "
                          f"scale={scale}, qk_abs_sum={p}")
-    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
-                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
-    got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
+    return float(p), float(scale)
+
+
+def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, e, b, n, t) -> float:
+    """Hand copy of ``lse_bound`` of ``Ojas.FloatModel.AttentionLseError`` at the values
+    ``attn_lse_q`` computes (fallback without the oracle); ``inf`` when ``bL >= 1``."""
+    def gamma(k):
+        return k * u / (1.0 - k * u)
+
+    up = 1.0 + 2.0**-30
+    de = (gamma(e) * p + (1.0 + gamma(e - 1)) * e * ea) * up
+    smax = (2.0 * (scale * (1.0 + uc) * (p + de)) * (1.0 + u) + ea) * up
+    delta = (scale * ((p + de) * (u * (1.0 + uc) + uc) + de) + ea) * up
+    X = math.exp(u * 2.0 * smax) * up
+    P1 = math.exp((b - 1) * math.log1p(u)) * up
+    CG = math.exp(t * (math.log1p(ue) + 2.0 * math.log1p(u))) * up
+    CR = math.exp(t * (math.log1p(ue + ee) + 2.0 * math.log1p(u))) * up
+    hl = P1 * ((1.0 + ue) * X)
+    bl = (hl * CG * X - 1.0 + t * CR * (((hl * CG * X) * n * ee) * (1.0 + u) + ea + P1 * (b * ee)) * (1.0 + u)) * up
+    if not bl < 1.0:
+        return math.inf
+    nl = bl / (1.0 - bl) * up
+    a = (smax + 2.0 * (ln_n + nl) + el) * up
+    a2 = ((1.0 + u) * a + ea) * up
+    return ((u * a2 * (1.0 + ucl) + ea + a2 * ucl + (u * a + ea) + el + nl + delta) * up) * _ROUND_UP
+
+
+def attention_lse_error_bound(
+    n_keys: int, head_dim: int, *, block_n: int, max_abs_q: float, max_abs_k: float,
+    scale: float | None = None, qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR,
+    log2_error: float = LOG2_ERROR,
+) -> float:
+    """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
+    log-sum-exp the Triton flash-attention forward saves per query row (kernels/attention.py:
+    ``(m + tl.log2(l)) * ln 2`` in float32), against the exact one over the row's visible
+    keys (at most ``n_keys``).
+
+    Implements ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked`` (the
+    kernel's loop from its start under any boolean mask) and ``attention_lse_error``
+    (fully visible tiles), through ``attn_lse_q`` of ``Ojas.BoundValues``
+    (``Ojas.BoundValues.attn_lse_q_sound_masked``, ``attn_lse_q_sound``): the oracle computes
+    ``lse_bound`` over exact rationals, ``ln n_keys <= LN`` certified by a lower bound of
+    ``exp(LN)``, ``-ln(1 - bL) <= bL / (1 - bL)``. The model and the arguments are those of
+    :func:`attention_forward_error_bound` (the value dtype plays no part); ``log2_error``
+    is the absolute error of ``tl.log2`` (:data:`LOG2_ERROR`, an assumption).
+
+    Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
+    additions, FMA contraction, additive masks, 3xTF32), and ``log2_error``,
+    ``exp2_error`` themselves. Raises ``ValueError`` on a bad argument or a failed side
+    condition.
+    """
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
+                                     exp2_error)
+    if not (isinstance(log2_error, (int, float)) and math.isfinite(log2_error) and log2_error >= 0.0):
+        raise ValueError(f"log2_error must be a finite number >= 0, got {log2_error!r}")
+    tiles = -(-n_keys // block_n)
+    ln_n = math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40  # a candidate the oracle checks: n <= exp_dn(ln_n)
+    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, el=float(log2_error),
+                ucl=_LN2_CONST_ERROR, uc=_QK_SCALE_ERROR, scale=scale, p=p, ln=ln_n)
+    got = _from_oracle(bound="attention_lse", **{k: _rational(x) for k, x in args.items()},
                        e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
     if got is _NO_ORACLE:
-        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
         if value == math.inf:
             got = None
     elif got is not None:
         value = _float_up(got)
     if got is None:
-        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
-                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+        raise ValueError(f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}")
     return value

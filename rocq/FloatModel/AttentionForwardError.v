@@ -715,6 +715,53 @@ Qed.
 Lemma afe_filter_length : forall {K} (f : K -> bool) l, (length (filter f l) <= length l)%nat.
 Proof. intros K f; induction l as [|x l IH]; cbn [filter length]; [lia | destruct (f x); cbn [length]; lia]. Qed.
 
+(** The kernel's loop from its start, under a mask with at least one visible
+    key: its state is [run]'s over the visible keys of the tiles that have any
+    ([(k0 :: r) :: rest]), from the first visible score. *)
+Lemma kernel_run_visible_tiles : forall (c : R) (q : list R) (vis : list R * R -> bool) (B : nat) tiles,
+  let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
+  exp2 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  exists k0 r rest,
+    let ft := (k0 :: r) :: rest in
+    let kt := map (map (kv_pair c q)) ft in
+    let m0 := score2 A_ c q (fst k0) in
+    concat ft = filter vis (concat tiles) /\ Forall (fun tl => (length tl <= B)%nat) ft
+    /\ (length ft <= length tiles)%nat
+    /\ kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles
+       = KState (Some (acc_m_run m0 kt)) (l_run M m0 0 (map (map fst) kt)) [acc_run M m0 0 kt].
+Proof.
+  intros c q vis B tiles sck Hexp0 [kv0 [Hkv0 Hvis0]] HBt.
+  set (nf := filter (fun tl => negb (fully_masked _ vis tl)) tiles).
+  assert (Est : kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles
+                = kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) nf)
+    by (unfold nf; symmetry; apply kernel_start_skip_masked_tiles, Hexp0).
+  assert (Ecat : concat (map (filter vis) nf) = filter vis (concat tiles)) by apply concat_filter_masked.
+  assert (Hne : forall t, In t (map (filter vis) nf) -> t <> []).
+  { intros t Ht Et; apply in_map_iff in Ht; destruct Ht as [tl [<- Htl]].
+    apply filter_In in Htl; destruct Htl as [_ Hm].
+    rewrite (filter_nil_fully_masked vis tl Et) in Hm; discriminate. }
+  assert (HBf : Forall (fun tl => (length tl <= B)%nat) (map (filter vis) nf)).
+  { apply Forall_forall; intros t Ht; apply in_map_iff in Ht; destruct Ht as [tl [<- Htl]].
+    apply filter_In in Htl; destruct Htl as [Htl _].
+    pose proof (afe_filter_length vis tl); pose proof (proj1 (Forall_forall _ _) HBt tl Htl); cbv beta in *; lia. }
+  assert (Hlen : (length (map (filter vis) nf) <= length tiles)%nat).
+  { rewrite map_length; pose proof (afe_filter_length (fun tl => negb (fully_masked _ vis tl)) tiles); unfold nf; lia. }
+  destruct (map (filter vis) nf) as [| t0 rest] eqn:Eft.
+  - exfalso; assert (In kv0 (filter vis (concat tiles))) by (apply filter_In; auto).
+    rewrite <- Ecat in H; destruct H.
+  - destruct t0 as [| k0 r]; [exfalso; apply (Hne [] (or_introl eq_refl)); reflexivity |].
+    exists k0, r, rest; cbv zeta.
+    split; [exact Ecat | split; [exact HBf | split; [exact Hlen |]]].
+    rewrite Est, (kernel_run_start (list R * R) sck vis (fun kv _ => snd kv) nf k0 r rest Eft).
+    f_equal; [f_equal | | f_equal].
+    + exact (mrun_map_comm (kv_pair c q) fst ((k0 :: r) :: rest) (sck k0)).
+    + rewrite map_map; rewrite (map_ext (fun x => map fst (map (kv_pair c q) x)) (map sck))
+        by (intros; rewrite map_map; reflexivity).
+      exact (run_map_comm sck (fun s => s) (tile_l M) ((k0 :: r) :: rest) (sck k0) 0).
+    + exact (run_map_comm (kv_pair c q) fst (tile_pv M) ((k0 :: r) :: rest) (sck k0) 0).
+Qed.
+
 (** The kernel's loop as it runs, for one output coordinate of one query row:
     any tiles, any mask [vis] (causal, window, sequence bounds, boolean mask),
     from the kernel's start; the exact value is the softmax over the visible
@@ -740,42 +787,13 @@ Theorem attention_forward_error_masked : forall (q : list R) (c scale uc P V X Y
   <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
 Proof.
   intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
-    Hexp0 [kv0 [Hkv0 Hvis0]] HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
-  set (nf := filter (fun tl => negb (fully_masked _ vis tl)) tiles).
-  assert (Est : st = kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) nf)
-    by (unfold st, nf; symmetry; apply kernel_start_skip_masked_tiles, Hexp0).
-  assert (Ecat : concat (map (filter vis) nf) = filter vis (concat tiles)) by apply concat_filter_masked.
-  assert (Hne : forall t, In t (map (filter vis) nf) -> t <> []).
-  { intros t Ht Et; apply in_map_iff in Ht; destruct Ht as [tl [<- Htl]].
-    apply filter_In in Htl; destruct Htl as [_ Hm].
-    rewrite (filter_nil_fully_masked vis tl Et) in Hm; discriminate. }
-  destruct (map (filter vis) nf) as [| t0 rest] eqn:Eft.
-  - exfalso; assert (In kv0 (filter vis (concat tiles))) by (apply filter_In; auto).
-    rewrite <- Ecat in H; destruct H.
-  - destruct t0 as [| k0 r]; [exfalso; apply (Hne [] (or_introl eq_refl)); reflexivity |].
-    rewrite Est, (kernel_run_start (list R * R) sck vis (fun kv _ => snd kv) nf k0 r rest Eft).
-    cbn [ks_l ks_acc nth].
-    set (ft := (k0 :: r) :: rest) in *.
-    assert (Ea : run M (list R * R) sck (ya (list R * R) sck (fun kv _ => snd kv)) (sck k0) 0 ft
-                 = acc_run M (sck k0) 0 (map (map (kv_pair c q)) ft))
-      by exact (run_map_comm (kv_pair c q) fst (tile_pv M) ft (sck k0) 0).
-    assert (El : run M (list R * R) sck (yl (list R * R) sck) (sck k0) 0 ft
-                 = l_run M (sck k0) 0 (map (map fst) (map (map (kv_pair c q)) ft))).
-    { rewrite map_map; rewrite (map_ext (fun x => map fst (map (kv_pair c q) x)) (map sck))
-        by (intros; rewrite map_map; reflexivity).
-      exact (run_map_comm sck (fun s => s) (tile_l M) ft (sck k0) 0). }
-    pose proof Ecat as Hc'.
-    rewrite Ea, El, <- Hc'.
-    assert (Hsub : forall kv, In kv (concat ft) -> In kv (concat tiles) /\ vis kv = true)
-      by (intros kv Hkv; rewrite Hc' in Hkv; apply filter_In, Hkv).
-    apply (attention_forward_error q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
-    + intros kv Hkv; destruct (Hsub kv Hkv); auto.
-    + rewrite <- (Eft : map (filter vis) nf = (k0 :: r) :: rest); apply Forall_forall; intros t Ht; apply in_map_iff in Ht; destruct Ht as [tl [<- Htl]].
-      apply filter_In in Htl; destruct Htl as [Htl _].
-      pose proof (afe_filter_length vis tl); pose proof (proj1 (Forall_forall _ _) HBt tl Htl); cbv beta in *; lia.
-    + rewrite (Hc' : concat ((k0 :: r) :: rest) = filter vis (concat tiles)); exact HN.
-    + rewrite <- (Eft : map (filter vis) nf = (k0 :: r) :: rest), map_length.
-      pose proof (afe_filter_length (fun tl => negb (fully_masked _ vis tl)) tiles); unfold nf; lia.
+    Hexp0 Hvis HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+  destruct (kernel_run_visible_tiles c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
+  apply (attention_forward_error q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
 Qed.
 
 End Forward.

@@ -18,9 +18,13 @@
     [delta] when every score does ([lse_perturbation]); the two fp32
     roundings and [|cl - ln 2| <= ucl ln 2].
 
+    [attention_lse_error_masked]: the same for the kernel's loop from its
+    start under any boolean mask (causal, window, bounds), against the
+    log-sum-exp over the visible keys.
+
     Not covered: as in AttentionForwardError.v (the order inside the dots,
-    [tl.sum] as a tree, FMA contraction), partly masked tiles (only the
-    fully visible case is proved here), and [el] itself. *)
+    [tl.sum] as a tree, FMA contraction, additive masks), and [el] itself:
+    the hypothesis is for every [x > 0], the kernel needs it on [l] only. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -279,6 +283,37 @@ Proof.
   unfold lse_bound; fold Am; fold A2.
   eapply Rle_trans; [apply afe_Rabs_sum6 |].
   lra.
+Qed.
+
+(** The kernel's loop as it runs, any mask (causal, window, bounds): the lse
+    it saves from its state [(Some m, l, _)] against the log-sum-exp over the
+    visible keys ([kernel_run_visible_tiles]). *)
+Theorem attention_lse_error_masked : forall (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
+Proof.
+  intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles sck st bL
+    Hexp0 Hvis HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL.
+  destruct (kernel_run_visible_tiles M c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
+  apply (attention_lse_error q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 r rest); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
 Qed.
 
 End Lse.
