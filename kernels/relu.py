@@ -119,9 +119,11 @@ def _check_dtype(name: str, t: torch.Tensor) -> tuple:
 
 def relu_forward(h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """``(relu(h), packed)``: ``relu(h)`` contiguous, with ``h``'s shape and dtype, bit for bit torch's
-    CPU ``F.relu`` (module docstring; Ojas.ReLU.KernelBits.kernel_relu_eq), and the mask
-    ``not (h <= 0)`` (Ojas.ReLU.KernelBits.kernel_mask_eq) as ``ceil(h.numel() / 8)``
-    uint8 bytes (the layout of ``pack`` in rocq/ReLU/Backward.v: Ojas.ReLU.Backward.unpack_pack)."""
+    ``F.relu`` but NaN payloads (module docstring; Ojas.ReLU.KernelBits.kernel_relu_eq, with ``-0.0``
+    kept; where torch's relu gives ``+0.0`` for it the kernel does too, not covered by the theorem),
+    and the mask ``not (h <= 0)`` (Ojas.ReLU.KernelBits.kernel_mask_eq) as ``ceil(h.numel() / 8)``
+    uint8 bytes (the layout of ``pack`` in rocq/ReLU/Backward.v: Ojas.ReLU.Backward.unpack_pack; the
+    Triton program's packing by a reshape and a sum of shifted bits is tested, not proved)."""
     int_dtype, mag, inf = _check_dtype("h", h)
     _check_block(block_size)
     h = h.contiguous()

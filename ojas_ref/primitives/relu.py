@@ -80,7 +80,8 @@ _SHIFTS = tuple(range(8))
 def pack_mask(mask: Tensor) -> Tensor:
     """A bool tensor as ``ceil(n / 8)`` uint8 bytes, element ``8 k + j`` of the row-major flattening
     in bit ``j`` of byte ``k``, the padding bits zero (the layout of ``pack`` in rocq/ReLU/Backward.v:
-    Ojas.ReLU.Backward.unpack_pack, Ojas.ReLU.Backward.unpack_pack_tail)."""
+    Ojas.ReLU.Backward.unpack_pack, Ojas.ReLU.Backward.unpack_pack_tail).  That these torch
+    operations compute that layout is tested (tests/test_relu.py), not proved."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor, got {mask.dtype if isinstance(mask, Tensor) else type(mask)}")
     flat = mask.reshape(-1)
@@ -96,7 +97,8 @@ def pack_mask(mask: Tensor) -> Tensor:
 
 def unpack_mask(packed: Tensor, shape: torch.Size | tuple[int, ...]) -> Tensor:
     """The bool tensor of ``shape`` that :func:`pack_mask` packed (bit ``i mod 8`` of byte ``i / 8``,
-    ``unpack`` in rocq/ReLU/Backward.v: Ojas.ReLU.Backward.unpack_pack)."""
+    ``unpack`` in rocq/ReLU/Backward.v: Ojas.ReLU.Backward.unpack_pack; these torch operations are
+    tested against it, not proved)."""
     n = 1
     for d in shape:
         n *= d
