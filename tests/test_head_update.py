@@ -369,11 +369,12 @@ def test_kernel_no_full_gradient_allocated():
     dense run, which does allocate [V, D])."""
     from ojas_kernels import linear_cross_entropy as klce
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     for head_update in (True, False):
-        model = _Model(torch.float32)
+        model = _Model(torch.float32).to(device)
         opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
                                   head_weight=model.head if head_update else None)
-        ids, target = _batch(0)
+        ids, target = (t.to(device) for t in _batch(0))
         h = model.hidden(ids)
         config = klce.LinearCrossEntropyConfig(**{**klce.default_config(h.dtype, h.device).__dict__,
                                                   "vocab_slab": 16})
