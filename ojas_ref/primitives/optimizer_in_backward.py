@@ -477,7 +477,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._staged: dict[int, dict[Any, Tensor]] = {}
         self._stage_events: dict[int, Any] = {}
         self._out_events: dict[int, Any] = {}
-        self._copy_streams: dict[torch.device, Any] = {}
+        self._copy_streams: dict[tuple[torch.device, str], Any] = {}
         self._bucket_cap_bytes = int(bucket_cap_mb * 2**20)
         self.optimizer_class = optimizer_class
         self.accumulation_steps = accumulation_steps
@@ -1212,10 +1212,12 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         group = self.param_groups[self._group_of[p]] if p in self._group_of else {}
         return bool(group.get("fused")) or bool(group.get("capturable"))
 
-    def _copy_stream(self, device: torch.device) -> Any:
-        stream = self._copy_streams.get(device)
+    def _copy_stream(self, device: torch.device, direction: str = "in") -> Any:
+        """The side stream of the state's copies to the device (``"in"``) or back to the host
+        (``"out"``): one each, so that the two directions of PCIe run at once."""
+        stream = self._copy_streams.get((device, direction))
         if stream is None:
-            stream = self._copy_streams[device] = torch.cuda.Stream(device)
+            stream = self._copy_streams[(device, direction)] = torch.cuda.Stream(device)
         return stream
 
     def _stage(self, p: Tensor, index: int) -> None:
@@ -1268,16 +1270,17 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _swap_out(self, bucket: list[Tensor], hosts: dict[int, dict[Any, Tensor]]) -> None:
         """Copy the bucket's state back into its host tensors (new pinned ones for state the step
         created) and put them in :attr:`state`: the device copies are dropped. On CUDA the copies
-        run ``non_blocking`` on the copy stream (the stream of :meth:`_stage`), after the step's
-        stream has reached this point, so the backward's kernels do not wait for them; each device
-        copy is kept (``record_stream``) until its copy is done."""
+        run ``non_blocking`` on the outward copy stream (:meth:`_copy_stream`; :meth:`_stage` waits
+        for them before it reads those host tensors again), after the step's stream has reached this
+        point, so the backward's kernels do not wait for them; each device copy is kept
+        (``record_stream``) until its copy is done."""
         streams: dict[torch.device, Any] = {}
         for p in bucket:
             state = self.state.get(p)
             if not state:
                 continue
             if p.device.type == "cuda" and p.device not in streams:
-                streams[p.device] = self._copy_stream(p.device)
+                streams[p.device] = self._copy_stream(p.device, "out")
                 streams[p.device].wait_stream(torch.cuda.current_stream(p.device))  # the step's results are written
             old = hosts.get(id(p), {})
             for k, v in list(state.items()):
