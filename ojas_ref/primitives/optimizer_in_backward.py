@@ -149,7 +149,11 @@ during the backward pass about one bucket's state per group is.  The update is
 bitwise the one with ``state_device=None``: the same ops on the same values, on
 the same device with the same dtypes and strides, and a copy is exact (the
 bucketed update rests on ``Buckets.backprop_cap_bucketed_eq_standard``; the copies
-are exact, no theorem needed).  Tested: ``tests/test_optimizer_in_backward_host_state.py``.
+are exact, no theorem needed).  A parameter whose state exceeds ``state_slice_mb`` (the 1.06B
+model's head and embedding) is updated slice by slice, one slice's state on the device at a
+time (:meth:`InBackwardOptimizer._step_sliced`: SGD with momentum, Adam, AdamW only; bitwise
+the whole step because their arithmetic is elementwise, tested, no theorem).  Tested:
+``tests/test_optimizer_in_backward_host_state.py``.
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
@@ -158,6 +162,7 @@ defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
 
 from __future__ import annotations
 
+import collections
 import inspect
 import math
 import warnings
@@ -172,6 +177,17 @@ from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype, _has_
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["InBackwardOptimizer"]
+
+# The optimizer classes whose update InBackwardOptimizer(state_device="cpu") may split into slices of a
+# parameter (state_slice_mb): their step is elementwise in the parameter, gradient and state, with
+# per-parameter scalars (the step counter); other classes, subclasses included, update whole parameters.
+_SLICED_CLASSES = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+# A slice's length in elements is a multiple of this (the last slice excepted), so that every element
+# sits at the same offset modulo 64 in its slice as in the whole parameter: torch's vectorised kernels
+# then take the same path for it (fused AdamW on the CPU rounds its scalar tail differently from its
+# vector body: slices of 1 element differ from the unsliced step by 1.5e-8, measured; CUDA's vectorised
+# loads need 16-byte-aligned tensors).
+_SLICE_ALIGN = 64
 
 # torch.nn.utils.clip_grad_norm_'s default norm type, the only one supported.
 _NORM_TYPE = 2.0
@@ -332,6 +348,28 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             right after a CUDA backward pass needs ``torch.cuda.synchronize()``
             first (the copies back are asynchronous).  Not supported with FSDP2
             (``fully_shard``) parameters (NotImplementedError).
+        state_slice_mb: with ``state_device="cpu"`` (ignored without it), the most optimizer state, in
+            MiB, that one parameter has on the device during its update (default 128; None: whole
+            parameters, as before this argument). A parameter whose state is larger (its bytes times
+            the state tensors per element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first
+            update its own bytes) is not staged with its bucket: it is updated in contiguous slices of
+            its flattened storage, each a view of the parameter, its gradient and its host state,
+            whose state is copied to one device buffer, stepped by ``optimizer_class`` and copied back
+            (:meth:`_step_sliced`), so one slice's state and the temporaries of one slice's step are on
+            the device instead of the whole parameter's (for the 1.06B Llama's 262 MB fp32 head,
+            AdamW: 128 MiB of state and 64 MiB of temporaries instead of 500 and 250 MiB). A slice
+            holds a multiple of 64 elements (the last excepted). Sliced: only the classes
+            ``torch.optim.SGD`` (with momentum), ``Adam`` and ``AdamW`` themselves (foreach, fused,
+            single-tensor, capturable, amsgrad, maximize, weight decay), not ``differentiable``, a
+            contiguous parameter and gradient; any other class (subclasses included) or parameter is
+            updated whole, at its bucket's step. Bitwise the unsliced step (their arithmetic is
+            elementwise with per-parameter scalars, each slice starting from the parameter's ``step``;
+            no theorem covers the split, the tests check it). Each slice is one ``step()`` call
+            (optimizer step hooks run per slice and see the slice's view), and the copies of a
+            parameter's slices are serial (the buffer is reused): host time and PCIe latency for
+            memory. The default keeps the 1.06B model's MLP weights (92 MB of fp32 AdamW state)
+            whole, staged while the backward runs. The first update of a parameter creates its state
+            slice by slice on the device; it goes to new host tensors.
         overlap: on CUDA, in the plain case (one process, no accumulation, no clipping,
             ``state_device=None``), run each bucket's update on a side stream of its
             device, after the compute stream's work so far (the bucket's gradients, the
@@ -434,6 +472,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         max_grad_norm: Optional[float] = None,
         bucket_cap_mb: float = 64.0,
         state_device: Optional[Union[str, torch.device]] = None,
+        state_slice_mb: Optional[float] = 128.0,
         overlap: bool = False,
         head_weight: Optional[Tensor] = None,
         **optimizer_kwargs: Any,
@@ -461,6 +500,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {bucket_cap_mb}")
         if not isinstance(overlap, bool):
             raise TypeError(f"overlap must be a bool, got {type(overlap).__name__}")
+        if state_slice_mb is not None:
+            if isinstance(state_slice_mb, bool) or not isinstance(state_slice_mb, (int, float)):
+                raise TypeError(f"state_slice_mb must be None or a float, got {type(state_slice_mb).__name__}")
+            if not (math.isfinite(state_slice_mb) and state_slice_mb > 0):
+                raise ValueError(f"state_slice_mb must be None or a finite float > 0 (MiB of one parameter's "
+                                 f"optimizer state on the device at a time), got {state_slice_mb}")
+            state_slice_mb = float(state_slice_mb)
+        self.state_slice_mb = state_slice_mb
+        self._state_slice_bytes = None if state_slice_mb is None else max(1, int(state_slice_mb * 2**20))
         self.overlap = overlap
         # overlap: per device, the side stream of the updates
         self._update_streams: dict[torch.device, Any] = {}
@@ -1056,14 +1104,22 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             return
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
-        group["params"] = bucket
-        hosts = self._swap_in(bucket) if self.state_device is not None else None
-        try:
-            bucket_opt.step()
-        finally:
-            group["params"] = []
-            if hosts is not None:
-                self._swap_out(bucket, hosts)
+        sliced: list[tuple[Tensor, int]] = []
+        if self.state_device is not None and self._state_slice_bytes is not None:
+            lengths = [self._slice_length(p, index) for p in bucket]
+            sliced = [(p, n) for p, n in zip(bucket, lengths) if n is not None]
+            bucket = [p for p, n in zip(bucket, lengths) if n is None]
+        if bucket:
+            group["params"] = bucket
+            hosts = self._swap_in(bucket) if self.state_device is not None else None
+            try:
+                bucket_opt.step()
+            finally:
+                group["params"] = []
+                if hosts is not None:
+                    self._swap_out(bucket, hosts)
+        for p, length in sliced:
+            self._step_sliced(bucket_opt, p, length)
 
     def _plain_sgd_lr(self, bucket_opt: torch.optim.Optimizer, index: int) -> Optional[float]:
         """The learning rate when the group's update is plain SGD (``torch.optim.SGD`` itself, no
@@ -1227,6 +1283,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         state = self.state.get(p)
         if not state:
             return  # no state yet: the first step creates it on the device
+        if self._slice_length(p, index) is not None:
+            return  # updated in slices, each slice's state copied in by _step_sliced
         hosts = {k: v for k, v in state.items() if self._streamed(p, k, v)}
         if not hosts:
             return
@@ -1243,6 +1301,137 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             event = torch.cuda.Event()
             event.record(stream)
         self._stage_events[index] = event
+
+    def _slice_length(self, p: Tensor, index: int) -> Optional[int]:
+        """How many elements of ``p`` (group ``index``) each slice of its update holds, or None when
+        ``p`` is updated whole: ``state_slice_mb`` is None, the group's class is not one of
+        :data:`_SLICED_CLASSES` exactly, the step is ``differentiable``, plain SGD (momentum 0: no
+        state), ``p`` or its gradient not contiguous (or sparse, or an FSDP2 shard), a state tensor of
+        ``p`` neither of ``p``'s shape nor 0-d, or the state fits the slice. The state's bytes per
+        element are the sum of the element sizes of its tensors of ``p``'s shape (AdamW 2 x, with
+        amsgrad 3 x, SGD momentum 1 x the parameter's); before the first update (no state yet) the
+        parameter's own element size."""
+        limit = self._state_slice_bytes
+        bucket_opt = self._group_opts[index]
+        if limit is None or type(bucket_opt) not in _SLICED_CLASSES:
+            return None
+        group = self.param_groups[index]
+        grad = p.grad
+        if (group.get("differentiable") or (type(bucket_opt) is torch.optim.SGD and group["momentum"] == 0)
+                or grad is None or grad.is_sparse or isinstance(p, DTensor) or not p.is_contiguous()
+                or not grad.is_contiguous() or grad.shape != p.shape):
+            return None
+        per_element = 0
+        for v in self.state.get(p, {}).values():
+            if isinstance(v, Tensor) and v.dim() > 0:
+                if v.shape != p.shape or not v.is_contiguous():
+                    return None
+                per_element += v.element_size()
+        per_element = per_element or p.element_size()
+        length = max(_SLICE_ALIGN, limit // per_element // _SLICE_ALIGN * _SLICE_ALIGN)
+        return length if p.numel() > length else None
+
+    def _step_sliced(self, bucket_opt: torch.optim.Optimizer, p: Tensor, length: int) -> None:
+        """Update ``p`` with one ``step()`` of ``bucket_opt`` per slice of ``length`` elements of its
+        flattened storage, so that one slice's state is on the device at a time (``state_slice_mb``).
+
+        Each slice is a view of ``p``, given the view of its gradient as ``.grad`` and, in a state
+        of its own, the slice of each state tensor of ``p``'s shape (copied from the host into one
+        device buffer per state tensor, reused by every slice; created by the step at the first
+        update) and a copy of each 0-d state value (``step``). After its step the slice's state goes
+        back into its part of the host tensors; the 0-d values of the last slice become ``p``'s. On
+        CUDA the copies run on the copy stream of :meth:`_stage` (host to device after the copy back
+        of the previous slice, which used the same buffers; device to host after the slice's step);
+        the step's stream waits for each slice's copies in.
+
+        Why this is the unsliced step (no theorem; tested bitwise): the classes of
+        :data:`_SLICED_CLASSES` compute each element of the new parameter and state from the same
+        element of the parameter, gradient and state and from per-parameter scalars (lr, betas,
+        weight decay, maximize, and the bias corrections of ``step``), whose values are the same for
+        every slice, since each slice starts from the same ``step`` and adds one. torch's foreach,
+        fused and single-tensor kernels are elementwise; whether a kernel rounds an element the same
+        way at another offset in a tensor (vectorised body against scalar tail) is what the tests
+        check (tests/test_optimizer_in_backward_host_state.py, slices of 1 element and of sizes not
+        dividing the parameter's, CPU; the default slices are multiples of 2**20 bytes)."""
+        state = self.state[p]
+        n = p.numel()
+        flat_p, flat_g = p.detach().view(-1), p.grad.view(-1)
+        hosts = {k: v.view(-1) for k, v in state.items() if isinstance(v, Tensor) and v.dim() > 0}
+        scalars = {k: v for k, v in state.items() if k not in hosts}
+        cuda = p.device.type == "cuda"
+        copy_stream = compute = None
+        if cuda:
+            copy_stream, compute = self._copy_stream(p.device), torch.cuda.current_stream(p.device)
+            done = self._out_events.get(id(p))
+            if done is not None:
+                copy_stream.wait_event(done)
+            # the 0-d values torch keeps with the parameter (fused / capturable step), once on the device
+            scalars = {k: (torch.empty_like(v, device=p.device).copy_(v, non_blocking=True)
+                           if self._streamed(p, k, v) else v) for k, v in scalars.items()}
+        buffers = {k: torch.empty(min(length, n), dtype=h.dtype, device=p.device) for k, h in hosts.items()}
+        created: dict[Any, Tensor] = {}  # host tensors of the state the first update creates
+        last: dict[Any, Any] = {}
+        slice_state: Any = collections.defaultdict(dict)
+        group = bucket_opt.param_groups[0]
+        shared = bucket_opt.state
+        bucket_opt.state = slice_state
+        try:
+            for a in range(0, n, length):
+                b = min(n, a + length)
+                view = flat_p[a:b]
+                view.grad = flat_g[a:b]
+                slice_state.clear()
+                mine = slice_state[view]
+                for k, h in hosts.items():
+                    mine[k] = self._copy(buffers[k][:b - a], h[a:b], copy_stream)
+                for k, v in scalars.items():
+                    mine[k] = v.clone() if isinstance(v, Tensor) else v
+                if cuda:
+                    compute.wait_stream(copy_stream)
+                group["params"] = [view]
+                bucket_opt.step()
+                view.grad = None
+                if cuda:
+                    copy_stream.wait_stream(compute)
+                for k, v in mine.items():
+                    if k in hosts or (isinstance(v, Tensor) and v.dim() > 0):
+                        if k not in hosts and k not in created:
+                            created[k] = torch.empty(n, dtype=v.dtype, pin_memory=self._pin)
+                        self._copy((hosts[k] if k in hosts else created[k])[a:b], v, copy_stream)
+                    else:
+                        last[k] = v
+        finally:
+            bucket_opt.state = shared
+            group["params"] = []
+        for k, h in created.items():
+            state[k] = h.view(p.shape)
+        for k, v in last.items():
+            old = state.get(k)
+            if isinstance(v, Tensor) and self._streamed(p, k, v):  # back to its host tensor
+                if not (isinstance(old, Tensor) and old.shape == v.shape and old.dtype == v.dtype):
+                    old = state[k] = torch.empty_like(v, device="cpu", pin_memory=self._pin)
+                self._copy(old, v, copy_stream)
+            elif isinstance(v, Tensor) and isinstance(old, Tensor) and old.shape == v.shape and old.dtype == v.dtype:
+                old.copy_(v)  # the step counter torch keeps on the CPU, in place as torch's own step
+            else:
+                state[k] = v
+        if cuda:
+            for buffer in buffers.values():
+                buffer.record_stream(copy_stream)
+            event = torch.cuda.Event()
+            event.record(copy_stream)
+            self._out_events[id(p)] = event
+
+    @staticmethod
+    def _copy(dst: Tensor, src: Tensor, stream: Any) -> Tensor:
+        """``dst.copy_(src)``; between host and device ``non_blocking`` on ``stream``, the device
+        tensor kept (``record_stream``) until the copy is done."""
+        if stream is None or (dst.device == src.device):
+            return dst.copy_(src)
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+        (src if src.is_cuda else dst).record_stream(stream)
+        return dst
 
     def _swap_in(self, bucket: list[Tensor]) -> dict[int, dict[Any, Tensor]]:
         """Put the staged device copies of the bucket's state in :attr:`state` (the step's stream
