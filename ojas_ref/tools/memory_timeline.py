@@ -142,7 +142,8 @@ def plot_timeline(events: list[Event], path: Any, plan: Optional[Plan] = None, t
         for i, phase in enumerate(plan.phases):
             colour = f"C{(i + 2) % 10}"
             ax.axhline(phase.total / _GIB, linestyle="--", linewidth=1, color=colour)
-            ax.annotate(f"planned: {phase.name} {phase.total / _GIB:.2f}", (0, phase.total / _GIB), fontsize=7,
+            x0 = 0 if i % 2 == 0 else len(events) // 2  # alternate sides: close phases stay legible
+            ax.annotate(f"planned: {phase.name} {phase.total / _GIB:.2f}", (x0, phase.total / _GIB), fontsize=7,
                         color=colour, xytext=(2, 2), textcoords="offset points")
     every = max(1, len(events) // 40)
     ax.set_xticks(list(x)[::every], [e.label for e in events][::every], rotation=90, fontsize=6)
