@@ -587,7 +587,8 @@ def test_relu_squared_linear_is_hugging_faces():
 
 
 def test_relu_squared_linear_float64_is_the_vjp_formula():
-    """``dh = (dy W) * 2 relu(h)`` (Ojas.ReLU.Backward.relu2_backward_eq_vjp), ``dW = dy^T relu(h)^2``."""
+    """``dh = (dy W) * 2 relu(h)``, ``dW = dy^T relu(h)^2``, ``db = dy``: the statement of
+    Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp, in float64."""
     h, w, b, dy = draw_linear((8, 30), 5, torch.float64, True)
     _, dh, dw, db = ours_relu2_linear(h, w, b, dy)
     r = h.clamp_min(0)

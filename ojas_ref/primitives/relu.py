@@ -36,7 +36,9 @@ Theorems (rocq/ReLU/Backward.v):
   ``not (r <= 0)``, not ``r > 0``).
 * :func:`relu_squared_linear`: ``Ojas.ReLU.Backward.relu2_backward_eq_vjp`` (over the reals,
   ``dh = ds * 2 r`` where ``r > 0``, else 0, from ``r = relu(h)`` alone, is ``ds`` times the
-  derivative of ``relu(h)^2``).  No theorem covers its rounding: the code runs torch's
+  derivative of ``relu(h)^2``) and ``Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp`` (with the
+  linear map: ``ds = dy W``, ``dh`` as above, ``dW = dy^T r^2`` with the square recomputed from
+  ``r``, ``db = dy`` are the vector-Jacobian products of ``y = W relu(h)^2 + b``).  No theorem covers its rounding: the code runs torch's
   operations in torch's order (``square``'s backward ``ds * (2 * r)``, ``threshold_backward``,
   the linear map's backward as torch's ``addmm``/``mm`` backward: ``dy @ W``, ``dy^T @ s``,
   ``dy.sum(0)``); tests/test_relu.py checks it bit for bit against torch's autograd on the CPU
@@ -70,7 +72,7 @@ BACKWARD_THEOREM = "Ojas.ReLU.Backward.relu_packed_backward_bitwise"
 #: The theorem of the Triton kernel's backward: its integer tests of the bits are IEEE's comparisons.
 KERNEL_THEOREM = "Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise"
 #: The theorem of :func:`relu_squared_linear`'s backward from ``relu(h)`` alone.
-RELU_SQUARED_THEOREM = "Ojas.ReLU.Backward.relu2_backward_eq_vjp"
+RELU_SQUARED_THEOREM = "Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp"
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 IMPL_ENV = "OJAS_RELU_IMPL"
@@ -209,7 +211,7 @@ class ReLU(nn.Module):
 
 class _ReLUSquaredLinearFunction(torch.autograd.Function):
     """``F.linear(square(relu(h)), W, b)`` saving ``relu(h)`` (and ``W``), not the square
-    (Ojas.ReLU.Backward.relu2_backward_eq_vjp; rounding: torch's operations, module docstring)."""
+    (Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp; rounding: torch's operations, module docstring)."""
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, bias: Optional[Tensor], linear_dtype: torch.dtype) -> Tensor:
@@ -251,7 +253,8 @@ def relu_squared_linear(h: Tensor, weight: Tensor, bias: Optional[Tensor] = None
     ``weight`` and ``bias`` cast outside, their gradients cast back by autograd); relu and square
     stay in ``h``'s dtype, as torch's.  Values and gradients: torch's operations in torch's order
     (bit for bit on the CPU, tests/test_relu.py); over the reals the backward is the VJP
-    (Ojas.ReLU.Backward.relu2_backward_eq_vjp); no theorem covers the rounding.  Reference only
+    (Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp, Ojas.ReLU.Backward.relu2_backward_eq_vjp); no
+    theorem covers the rounding.  Reference only
     (no Triton kernel).  First-order gradients only (``create_graph=True`` raises RuntimeError);
     torch.func transforms raise NotImplementedError.
     """

@@ -36,7 +36,10 @@
     - ReLU² over the reals: [relu2_is_derive] ([(relu h)^2] is
       differentiable everywhere with derivative [2 relu h]) and
       [relu2_backward_eq_vjp]: the backward from [r = relu h] alone is
-      [ds * d/dh (relu h)^2].  No theorem covers the rounding of ReLU²'s
+      [ds * d/dh (relu h)^2]; [relu2_linear_backward_eq_vjp]: with the linear
+      map after it ([y = W (relu h)^2 + b]), the code's [dh], [dW] (the square
+      recomputed from [r]) and [db] are the vector-Jacobian products of [y] in
+      [h], [W] and [b].  No theorem covers the rounding of ReLU²'s
       backward: the code runs torch's operations in torch's order
       (tests/test_relu.py checks it bit for bit).
 
@@ -385,4 +388,126 @@ Proof.
   destruct (Rle_bool_spec (relu h) 0) as [Hle|Hgt]; cbn [negb]; [|ring].
   assert (Hz : relu h = 0) by (unfold relu in *; pose proof (Rmax_l 0 h); lra).
   rewrite Hz; ring.
+Qed.
+
+(** ** ReLU² and the linear map after it, over the reals
+
+    [relu_squared_linear] computes [y k = sum_i W k i * (relu (h i))^2 + b k]
+    ([i] from 0 to [n]), saves [r i = relu (h i)] and, in the backward,
+    computes [ds i = sum_k dy k * W k i] ([k] from 0 to [m]: the linear map's
+    input gradient), [dh i = relu2_backward (r i) (ds i)],
+    [dW k i = dy k * (r i * r i)] (the square recomputed from [r]) and
+    [db k = dy k].  [relu2_linear_backward_eq_vjp]: these are the
+    vector-Jacobian products of [y] in [h], [W] and [b], each partial
+    derivative taken with the other arguments fixed. *)
+
+Definition upd (v : nat -> R) (j : nat) (t : R) : nat -> R :=
+  fun i => if Nat.eq_dec i j then t else v i.
+
+Definition upd2 (W : nat -> nat -> R) (k j : nat) (t : R) : nat -> nat -> R :=
+  fun k' => if Nat.eq_dec k' k then upd (W k') j t else W k'.
+
+Definition relu2_linear (n : nat) (W : nat -> nat -> R) (b h : nat -> R) (k : nat) : R :=
+  sum_n (fun i => W k i * relu2 (h i)) n + b k.
+
+(** The code's backward. *)
+Definition relu2_linear_grad_h (n m : nat) (W : nat -> nat -> R) (h dy : nat -> R) (j : nat) : R :=
+  relu2_backward (relu (h j)) (sum_n (fun k => dy k * W k j) m).
+Definition relu2_linear_grad_W (h dy : nat -> R) (k j : nat) : R := dy k * (relu (h j) * relu (h j)).
+Definition relu2_linear_grad_b (dy : nat -> R) (k : nat) : R := dy k.
+
+Lemma sum_n_indicator : forall (c : R) j n, (j <= n)%nat ->
+  sum_n (fun i => if Nat.eq_dec i j then c else 0) n = c.
+Proof.
+  intros c j n; induction n as [|n IH]; intros Hj.
+  - rewrite sum_O; destruct (Nat.eq_dec 0 j); [reflexivity|lia].
+  - rewrite sum_Sn; destruct (Nat.eq_dec (S n) j) as [E|E].
+    + subst j; rewrite (sum_n_ext_loc _ (fun _ => 0)), sum_n_const.
+      * change (plus (INR (S n) * 0) c = c); unfold plus; cbn; ring.
+      * intros i Hi; destruct (Nat.eq_dec i (S n)); [lia|reflexivity].
+    + rewrite IH by lia; change (plus c 0 = c); unfold plus; cbn; ring.
+Qed.
+
+(** The sum with one summand varying: its derivative is that summand's. *)
+Lemma is_derive_sum_upd : forall (f : nat -> R -> R) (v : nat -> R) j n d, (j <= n)%nat ->
+  is_derive (f j) (v j) d ->
+  is_derive (fun t => sum_n (fun i => f i (upd v j t i)) n) (v j) d.
+Proof.
+  intros f v j n d Hj Hd.
+  rewrite <- (sum_n_indicator d j n Hj).
+  apply (is_derive_sum_n (fun i t => f i (upd v j t i))).
+  intros i _; unfold upd; destruct (Nat.eq_dec i j) as [->|E].
+  - exact Hd.
+  - apply (is_derive_const (f i (v i)) (v j)).
+Qed.
+
+Lemma relu2_backward_relu : forall x ds, relu2_backward (relu x) ds = ds * (2 * relu x).
+Proof.
+  intros x ds; unfold relu2_backward, masked_grad, mask_R.
+  destruct (Rle_bool_spec (relu x) 0) as [Hle|Hgt]; cbn [negb]; [|reflexivity].
+  assert (Hz : relu x = 0) by (unfold relu in *; pose proof (Rmax_l 0 x); lra).
+  rewrite Hz; ring.
+Qed.
+
+Lemma relu2_linear_is_derive_h : forall n W b h k j, (j <= n)%nat ->
+  is_derive (fun t => relu2_linear n W b (upd h j t) k) (h j) (W k j * (2 * relu (h j))).
+Proof.
+  intros n W b h k j Hj; unfold relu2_linear.
+  replace (W k j * (2 * relu (h j))) with (plus (W k j * (2 * relu (h j))) zero)
+    by (unfold plus, zero; cbn; ring).
+  apply (is_derive_plus (fun t => sum_n (fun i => W k i * relu2 (upd h j t i)) n) (fun _ => b k)).
+  - apply (is_derive_sum_upd (fun i x => W k i * relu2 x) h j n _ Hj).
+    apply is_derive_scal, relu2_is_derive.
+  - apply (is_derive_const (b k) (h j)).
+Qed.
+
+Lemma relu2_linear_is_derive_W : forall n W b h k j, (j <= n)%nat ->
+  is_derive (fun t => relu2_linear n (upd2 W k j t) b h k) (W k j) (relu (h j) * relu (h j)).
+Proof.
+  intros n W b h k j Hj; unfold relu2_linear, upd2.
+  destruct (Nat.eq_dec k k) as [_|E]; [|contradiction].
+  replace (relu (h j) * relu (h j)) with (plus (relu (h j) * relu (h j)) zero)
+    by (unfold plus, zero; cbn; ring).
+  apply (is_derive_plus (fun t => sum_n (fun i => upd (W k) j t i * relu2 (h i)) n) (fun _ => b k));
+    [|apply (is_derive_const (b k) (W k j))].
+  apply (is_derive_sum_upd (fun i t => t * relu2 (h i)) (W k) j n _ Hj).
+  replace (relu (h j) * relu (h j)) with (1 * relu2 (h j)) by (unfold relu2; ring).
+  apply (is_derive_scal_l (fun t => t) (W k j) 1 (relu2 (h j))).
+  apply (is_derive_id (W k j)).
+Qed.
+
+Lemma relu2_linear_is_derive_b : forall n W b h k,
+  is_derive (fun t => relu2_linear n W (upd b k t) h k) (b k) 1.
+Proof.
+  intros n W b h k; unfold relu2_linear, upd.
+  destruct (Nat.eq_dec k k) as [_|E]; [|contradiction].
+  auto_derive; [exact I|ring].
+Qed.
+
+(** The backward from [r = relu h] (and [dy], [W]) is the vector-Jacobian
+    product of [y = W (relu h)^2 + b] in every argument. *)
+Theorem relu2_linear_backward_eq_vjp : forall n m W b h dy,
+  (forall j, (j <= n)%nat ->
+     relu2_linear_grad_h n m W h dy j
+     = sum_n (fun k => dy k * Derive (fun t => relu2_linear n W b (upd h j t) k) (h j)) m) /\
+  (forall k j, (j <= n)%nat ->
+     relu2_linear_grad_W h dy k j = dy k * Derive (fun t => relu2_linear n (upd2 W k j t) b h k) (W k j)) /\
+  (forall k, relu2_linear_grad_b dy k = dy k * Derive (fun t => relu2_linear n W (upd b k t) h k) (b k)).
+Proof.
+  intros n m W b h dy; split; [|split].
+  - intros j Hj; unfold relu2_linear_grad_h; rewrite relu2_backward_relu.
+    transitivity (sum_n (fun k => mult (dy k * W k j) (2 * relu (h j))) m).
+    + rewrite sum_n_mult_r; reflexivity.
+    + apply sum_n_ext; intros k.
+      replace (Derive (fun t => relu2_linear n W b (upd h j t) k) (h j)) with (W k j * (2 * relu (h j)))
+        by (symmetry; apply is_derive_unique, relu2_linear_is_derive_h, Hj).
+      unfold mult; cbn; ring.
+  - intros k j Hj; unfold relu2_linear_grad_W.
+    replace (Derive (fun t => relu2_linear n (upd2 W k j t) b h k) (W k j)) with (relu (h j) * relu (h j))
+      by (symmetry; apply is_derive_unique, relu2_linear_is_derive_W, Hj).
+    reflexivity.
+  - intros k; unfold relu2_linear_grad_b.
+    replace (Derive (fun t => relu2_linear n W (upd b k t) h k) (b k)) with 1
+      by (symmetry; apply is_derive_unique, relu2_linear_is_derive_b).
+    ring.
 Qed.
