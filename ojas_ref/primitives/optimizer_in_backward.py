@@ -1329,7 +1329,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 per_element += v.element_size()
         per_element = per_element or p.element_size()
         length = max(_SLICE_ALIGN, limit // per_element // _SLICE_ALIGN * _SLICE_ALIGN)
-        return length if p.numel() > length else None
+        return length if p.numel() * per_element > limit and p.numel() > length else None
 
     def _step_sliced(self, bucket_opt: torch.optim.Optimizer, p: Tensor, length: int) -> None:
         """Update ``p`` with one ``step()`` of ``bucket_opt`` per slice of ``length`` elements of its
