@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import plan
 from ojas_ref.tools import train as train_module
 from ojas_ref.tools.cli import main
 from ojas_ref.tools.train import TrainConfig, TrainingDiverged, learning_rate, train
@@ -308,9 +309,8 @@ def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, c
     expected = _planned_peak(config, 512, **setting)
     fits = train_module.check_fits(config, model, expected, "cuda:0")  # exactly enough
     assert fits is not None and fits.peak == expected
-    assert dataclasses.asdict(fits.setting) == dict(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
-                                                    ojas_attention_copy=False, offload=False, host_state=False,
-                                                    **setting)  # TrainConfig -> Setting
+    assert fits.setting == plan.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
+                                        **setting)  # TrainConfig -> Setting, the rest of its fields their defaults
     assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
     with pytest.raises(train_module.PlanDoesNotFit) as refused:
         train_module.check_fits(config, model, expected - 1, "cuda:0")
