@@ -17,8 +17,10 @@ Hugging Face's loss, or ``optimize_model``'s ojas attention and
 moving bytes to host memory (:attr:`Plan.host`, printed as "host memory"): checkpoints
 offloaded to pinned host memory (``offload``, ``optimize_model(checkpoint="offload")``) and
 the fused optimizer's state on the host (``host_state``, ``InBackwardOptimizer(
-state_device="cpu")``). Both are checked against the H200 records of
-benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py). Not modelled (yet): gradient
+state_device="cpu")``; with ``state_slice_mb`` the parameters whose state exceeds it updated
+slice by slice, :func:`sliced`). Both are checked against the H200 records of
+benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py), which were
+measured with whole-parameter updates; the sliced terms are a prediction, not yet measured. Not modelled (yet): gradient
 accumulation, reversible stacks, autocast, other model families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
@@ -58,6 +60,10 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 CUBLAS_HANDLES = 2
 #: InBackwardOptimizer's default ``bucket_cap_mb`` (64), in bytes
 BUCKET_CAP_BYTES = 64 * 2**20
+#: InBackwardOptimizer's default ``state_slice_mb`` (128), what ``ojas plan --host-state`` assumes
+STATE_SLICE_MB = 128.0
+#: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
+SLICE_ALIGN = 64
 #: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/linear_cross_entropy.py
 LCE_WORKSPACE_FRACTION = 0.14
 #: the kernel's floor on its workspace budget (``16 << 20`` in ``_three_products``)
@@ -208,7 +214,11 @@ class Setting:
     ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
     to the device bucket by bucket. Both default off; their H200 records are
     :data:`MEMORY_RECORDS_PATHS`' (:func:`offloaded_checkpoints_device_bytes`,
-    :func:`bucket_state_bytes`)."""
+    :func:`bucket_state_bytes`). ``state_slice_mb`` (with ``host_state``): the optimizer's
+    ``state_slice_mb``, a parameter whose state exceeds it updated slice by slice
+    (:func:`sliced`); None (the default, and the records measured before slicing existed):
+    whole parameters. ``ojas plan --host-state`` uses :data:`STATE_SLICE_MB`, the optimizer's
+    default."""
 
     dtype: str = "bf16"
     optimizer: str = "adamw"
@@ -230,6 +240,9 @@ class Setting:
     #: the head updated chunk by chunk inside the loss's backward
     #: (``InBackwardOptimizer(head_weight=...)``): needs fused, ojas_loss, plain SGD, an untied head
     head_update: bool = False
+    #: with host_state: InBackwardOptimizer's ``state_slice_mb`` (None: whole parameters, as recorded
+    #: before it existed)
+    state_slice_mb: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -250,6 +263,14 @@ class Setting:
         if self.host_state and not self.fused:
             raise ValueError("host_state=True needs fused=True: the optimizer state is streamed from the host only "
                              "by InBackwardOptimizer(state_device=\"cpu\")")
+        if self.state_slice_mb is not None:
+            if isinstance(self.state_slice_mb, bool) or not isinstance(self.state_slice_mb, (int, float)):
+                raise TypeError(f"state_slice_mb must be None or a float, got {type(self.state_slice_mb).__name__}")
+            if not (math.isfinite(self.state_slice_mb) and self.state_slice_mb > 0):
+                raise ValueError(f"state_slice_mb must be None or a finite float > 0, got {self.state_slice_mb}")
+            if not self.host_state:
+                raise ValueError("state_slice_mb needs host_state=True: only InBackwardOptimizer(state_device=\"cpu\") "
+                                 "updates a parameter slice by slice")
         if self.head_update and not (self.fused and self.ojas_loss and self.optimizer == "sgd"):
             raise ValueError("head_update=True needs fused=True, ojas_loss=True and optimizer='sgd': the head is "
                              "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
@@ -311,6 +332,38 @@ def bucket_state_bytes(m: Model, s: Setting, gradient_bytes: int) -> int:
     :func:`optimizer_state_bytes` is in host memory (:attr:`Plan.host`). A prediction; no
     H200 record of it yet."""
     return state_per_gradient(s) * gradient_bytes if s.host_state else 0
+
+
+def slice_elements(s: Setting) -> int:
+    """With ``state_slice_mb``, the elements of one slice: ``state_slice_mb`` MiB over the state's
+    bytes per element (:func:`state_per_gradient` x size), rounded down to a multiple of
+    SLICE_ALIGN (``InBackwardOptimizer._slice_length`` in the steady state, the state existing)."""
+    per_element = state_per_gradient(s) * s.size
+    if s.state_slice_mb is None or per_element == 0:
+        return 0
+    return max(SLICE_ALIGN, max(1, int(s.state_slice_mb * 2**20)) // per_element // SLICE_ALIGN * SLICE_ALIGN)
+
+
+def sliced(s: Setting, elements: int) -> bool:
+    """Whether a parameter of ``elements`` is updated slice by slice (``InBackwardOptimizer(
+    state_device="cpu", state_slice_mb=...)``, :meth:`InBackwardOptimizer._step_sliced`): host
+    state, a slice size, state (AdamW; SGD without momentum keeps none) larger than it. It is then
+    not staged with its bucket: its state is on the device one slice at a time, at its update."""
+    n = slice_elements(s)
+    return (s.host_state and n > 0 and elements * state_per_gradient(s) * s.size > s.state_slice_mb * 2**20
+            and elements > n)
+
+
+def slice_state_bytes(m: Model, s: Setting) -> int:
+    """One slice's state on the device during a sliced update: :func:`slice_elements` x the state's
+    bytes per element (one device buffer per state tensor, reused by every slice)."""
+    return slice_elements(s) * state_per_gradient(s) * s.size
+
+
+def slice_temporary_bytes(m: Model, s: Setting) -> int:
+    """One slice's step temporaries: foreach AdamW's sqrt of the slice of exp_avg_sq (one buffer of
+    the slice's size). SGD: none."""
+    return slice_elements(s) * s.size if s.optimizer == "adamw" else 0
 
 
 def step_temporary_bytes(m: Model, s: Setting) -> int:
@@ -464,8 +517,11 @@ def head_updated_first(m: Model, s: Setting) -> bool:
 def bucket_step_temporary_bytes(m: Model, s: Setting) -> int:
     """InBackwardOptimizer's update of the head's bucket, the first of the backward when
     :func:`head_updated_first`: foreach AdamW's step allocates one buffer of the
-    gradient's size (the sqrt of exp_avg_sq). SGD, or a head that waits: none."""
-    return head_gradient_bytes(m, s) if s.optimizer == "adamw" and head_updated_first(m, s) else 0
+    gradient's size (the sqrt of exp_avg_sq); a :func:`sliced` head one of a slice's
+    (:func:`slice_temporary_bytes`). SGD, or a head that waits: none."""
+    if s.optimizer != "adamw" or not head_updated_first(m, s):
+        return 0
+    return slice_temporary_bytes(m, s) if sliced(s, m.vocab * m.hidden) else head_gradient_bytes(m, s)
 
 
 def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
@@ -504,12 +560,24 @@ def pending_gradients_bytes(m: Model, s: Setting, count: int) -> int:
     BUCKET_CAP_BYTES (the rule of Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard).
     A model whose gradients fit in one bucket keeps them all until the end, as the
     standard loop."""
-    pending = 0
+    return _pending(m, s, count)[0]
+
+
+def pending_staged_bytes(m: Model, s: Setting, count: int) -> int:
+    """The part of :func:`pending_gradients_bytes` whose parameters' state is staged with the
+    bucket (host state): those not :func:`sliced`."""
+    return _pending(m, s, count)[1]
+
+
+def _pending(m: Model, s: Setting, count: int) -> tuple[int, int]:
+    """(pending gradient bytes, those of parameters not :func:`sliced`) after ``count`` gradients."""
+    pending = staged = 0
     for n in bucketed_order(m, s)[:count]:
         pending += n * s.size
+        staged += 0 if sliced(s, n) else n * s.size
         if pending >= BUCKET_CAP_BYTES:
-            pending = 0
-    return pending
+            pending = staged = 0
+    return pending, staged
 
 
 def gradients_before_first_layer_bytes(m: Model, s: Setting) -> int:
@@ -537,8 +605,12 @@ def embedding_backward_bytes(m: Model, s: Setting) -> int:
 
 def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
     """InBackwardOptimizer's last update, at the end of the backward: foreach AdamW's buffer
-    over the pending gradients and the embedding's."""
-    return pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1) + head_gradient_bytes(m, s)
+    over the pending gradients and the embedding's; with host state, over those of the
+    parameters updated whole (the :func:`sliced` ones are stepped after them, a slice at a time:
+    :func:`slice_temporary_bytes`)."""
+    count = len(bucketed_order(m, s)) - 1
+    embedding = m.vocab * m.hidden
+    return pending_staged_bytes(m, s, count) + (0 if sliced(s, embedding) else head_gradient_bytes(m, s))
 
 
 #: the tile of kernels/linear_cross_entropy.py's ``default_config`` on CUDA: (block_m, block_n) of
@@ -717,15 +789,27 @@ def plan(model: Any, setting: Setting) -> Plan:
             _term("loss: logits, float32 copy, log-softmax", standard_loss_forward_bytes, m, s),)))
         phases.append(Phase("start of backward (loss gradient)", fixed + (stack,) + head_in + (
             _term("loss: log-softmax output and 2 gradients", standard_loss_backward_bytes, m, s),)))
+    head_sliced = not m.tied and sliced(s, m.vocab * m.hidden)
+
+    def slice_terms(what: str) -> tuple[Term, ...]:
+        """One slice's state and step temporaries, at the sliced update of ``what``."""
+        return (Term(f"optimizer state: one slice of the {what} (host state)", slice_state_bytes(m, s),
+                     "slice_state_bytes"),
+                Term(f"bucket update temporaries (one slice of the {what})", slice_temporary_bytes(m, s),
+                     "slice_temporary_bytes"))
+
     at_head = fixed + (stack,) + head_in + (grad_flow, head_grad) + bucket_state(
-        0 if m.tied else head_grad.bytes, "head gradient, untied")
+        0 if m.tied or head_sliced else head_grad.bytes,
+        "none: the head is sliced" if head_sliced else "head gradient, untied")
     if s.head_update:
         phases.append(Phase("backward: loss, head updated chunk by chunk", at_head + (
             _term("loss: one vocabulary slab (head update)", head_update_backward_bytes, m, s),)))
     else:
         phases.append(Phase("backward: head gradient", at_head + (
             _term("loss: gradient of the logits", standard_loss_logits_gradient_bytes, m, s),)))
-    if bucket_step_temporary_bytes(m, s):
+    if head_sliced and head_updated_first(m, s):
+        phases.append(Phase("backward: head's bucket update, one slice at a time", at_head + slice_terms("head")))
+    elif bucket_step_temporary_bytes(m, s):
         phases.append(Phase("backward: head's bucket update", at_head + (
             _term("bucket update temporaries (head)", bucket_step_temporary_bytes, m, s),)))
     mlp = _term("layer backward temporaries (MLP)", mlp_backward_transient_bytes, m, s)
@@ -743,11 +827,13 @@ def plan(model: Any, setting: Setting) -> Plan:
         down = _term("down_proj weight gradient", down_proj_gradient_bytes, m, s)
         in_flight_last = (head_grad, down)
         in_flight_first = (_term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s), down)
+    staged_last = pending_staged_bytes(m, s, 2 + head_first) if s.fused else 0
+    staged_first = pending_staged_bytes(m, s, first) if s.fused else 0
     phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + in_flight_last + (
-        head_in[1], grad_flow, mlp) + bucket_state(in_flight_last[1].bytes, "gradients pending in the bucket")))
+        head_in[1], grad_flow, mlp) + bucket_state(staged_last, "gradients pending in the bucket, not sliced")))
     phases.append(Phase("backward: first decoder layer (MLP)", fixed + in_flight_first + (
         _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)
-        + bucket_state(in_flight_first[1].bytes, "gradients pending in the bucket")))
+        + bucket_state(staged_first, "gradients pending in the bucket, not sliced")))
     if s.fused:
         before = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1),
                       "pending_gradients_bytes(all but the embedding)")
@@ -755,7 +841,9 @@ def plan(model: Any, setting: Setting) -> Plan:
         before = Term("gradients of all but the embedding", (m.params() - m.vocab * m.hidden) * s.size,
                       "(params - vocab x hidden) x size")
     embedding = Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes")
-    pending_state = bucket_state(before.bytes, "gradients pending in the bucket")
+    staged = pending_staged_bytes(m, s, len(bucketed_order(m, s)) - 1) if s.fused else 0
+    pending_state = bucket_state(staged, "gradients pending in the bucket, not sliced")
+    embedding_sliced = sliced(s, m.vocab * m.hidden)
     phases.append(Phase("end of backward (embedding)", fixed + (before, embedding, tied_head) + (
         _term("embedding backward temporaries", embedding_backward_bytes, m, s),) + pending_state))
     if m.tied:
@@ -764,7 +852,11 @@ def plan(model: Any, setting: Setting) -> Plan:
     if s.fused and s.optimizer == "adamw":
         phases.append(Phase("end of backward (last bucket's update)", fixed + (before, embedding) + (
             _term("bucket update temporaries (last)", last_bucket_temporary_bytes, m, s),) + bucket_state(
-            before.bytes + embedding.bytes, "pending and the embedding's gradients")))
+            staged + (0 if embedding_sliced else embedding.bytes),
+            "pending gradients, not sliced" if embedding_sliced else "pending and the embedding's gradients")))
+        if embedding_sliced:  # then the embedding's slices; the whole part's copies back may be in flight
+            phases.append(Phase("end of backward (the embedding's update, one slice at a time)", fixed + (
+                before, embedding) + pending_state + slice_terms("embedding")))
     if not s.fused:
         grads = Term("gradients (all parameters)", m.params() * s.size, "params x size")
         phases.append(Phase("optimizer step", fixed + (grads,) + (
@@ -984,7 +1076,8 @@ def load_records(path: Path = RECORDS_PATH, field: str = "peak") -> list[tuple[S
 
 def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optional[Setting]:
     """The setting of one row of benchmarks/bench_memory.py (its ``mode``, ``dtype``,
-    ``optimizer`` and the ``techniques`` it applied), or None where the planner does not model
+    ``optimizer`` and the ``techniques`` it applied; a host-state row without ``state_slice_mb``,
+    measured before slicing existed, updated whole parameters), or None where the planner does not model
     the row (the sparse embedding, the reversible decoder)."""
     t = row.get("techniques")
     if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
@@ -993,7 +1086,8 @@ def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optio
     return Setting(dtype=row["dtype"], optimizer=row["optimizer"], fused=ojas, batch=batch, seq=seq, checkpoint=True,
                    ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
                    offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None,
-                   head_update=ojas and bool(t.get("head_update", False)))
+                   head_update=ojas and bool(t.get("head_update", False)),
+                   state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None)
 
 
 def preset_model(name: str) -> Model:
@@ -1031,6 +1125,20 @@ def record_model(path: Path = RECORDS_PATH) -> Model:
 MODES = ((False, False, False), (False, True, False), (True, False, True), (True, True, True))
 
 
+def _slice_mb(text: str) -> float:
+    """``--state-slice-mb``: a positive finite number of MiB, or ``none`` (0.0 here: whole parameters)."""
+    if text.strip().lower() == "none":
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        import argparse
+        raise argparse.ArgumentTypeError(f"--state-slice-mb must be a number of MiB > 0 or 'none', got {text!r}")
+    return value
+
+
 def add_arguments(parser: Any) -> None:
     """The ``ojas plan`` arguments on an ``argparse`` parser."""
     source = parser.add_mutually_exclusive_group()
@@ -1048,6 +1156,10 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--host-state", action="store_true",
                         help="with --fused: the optimizer state in host memory (InBackwardOptimizer("
                              "state_device='cpu'))")
+    parser.add_argument("--state-slice-mb", type=_slice_mb, metavar="MB|none",
+                        help=f"with --host-state: InBackwardOptimizer's state_slice_mb (default {STATE_SLICE_MB:g}, "
+                             "its default): a parameter whose state exceeds it is updated slice by slice; 'none': "
+                             "whole parameters (as the records measured before slicing)")
     parser.add_argument("--head-update", action="store_true",
                         help="with --fused, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
                              "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
@@ -1106,6 +1218,10 @@ def run_command(args: Any) -> int:
         flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
                      ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
                      offload=args.offload, host_state=args.host_state, head_update=args.head_update)
+        if args.state_slice_mb is not None and not args.host_state:
+            raise ValueError("--state-slice-mb needs --host-state (only state on the host is updated in slices)")
+        if args.host_state:
+            flags["state_slice_mb"] = STATE_SLICE_MB if args.state_slice_mb is None else args.state_slice_mb or None
         if args.offload and not args.checkpoint:
             raise ValueError("--offload needs --checkpoint (it moves the checkpoints to host memory)")
         if args.host_state and not args.fused:
