@@ -12,6 +12,12 @@ heads; E = 128) and is compared with a float64 softmax of the same inputs
 oracle's ``attn_fwd_q``: a bound on ``max |out - exact| / max|v|``), ``observed`` = that
 maximum over every output coordinate, ``ratio`` = bound / observed; ``lse_bound``,
 ``lse_observed``, ``lse_ratio`` the same for the saved log-sum-exp (absolute, nats;
+``dv_bound_max``, ``dv_observed_max``, ``dv_min_ratio``: dV (autograd through the
+kernel, random dO) against float64, with the a-posteriori bound entry by entry
+(``attention_dv_error_bound``, ``Ojas.FloatModel.AttentionBackwardError.dv_error``), the
+smallest ratio over entries; ``storage_rounding``: how the device's Triton casts float32
+to the dtype (CUDA: to nearest, the proved instance; the CPU interpreter truncates
+bfloat16, for which there is no Coq instance);
 ``attention_lse_error_bound``, ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked``,
 which assumes ``tl.log2`` within ``LOG2_ERROR``, measured first); ``covered`` = whether
 the theorem (``attention_forward_error_masked``: causal diagonal tiles included) covers
@@ -45,10 +51,10 @@ MASKS = [("full", False, 4, 4), ("causal", True, 4, 4), ("causal+gqa4", True, 8,
 
 def run(sizes: list[int], head_dim: int, device: str) -> dict:
     from benchmarks.bench_optimize_model import environment
-    from ojas_kernels.attention import flash_attention_forward
-    from ojas_ref.verification.attention_error import (exact_attention, exact_lse, forward_error_bound,
-                                                        lse_error_bound, measured_exp2_error, measured_log2_error,
-                                                        observed_error)
+    from ojas_kernels.attention import flash_attention, flash_attention_forward
+    from ojas_ref.verification.attention_error import (dv_error_bound, exact_attention, exact_dv, exact_lse,
+                                                        forward_error_bound, lse_error_bound, measured_exp2_error,
+                                                        measured_log2_error, observed_error, storage_rounding)
     from ojas_ref.verification.error_bounds import EXP2_ERROR, LOG2_ERROR, oracle_bounds_available
 
     rel, ab, one = measured_exp2_error(device)
@@ -72,17 +78,30 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                 bound = forward_error_bound(q, k, v, causal, scale)
                 lse_err = (lse.double() - exact_lse(q, k, causal, scale)).abs().max().item()
                 lse_bound = lse_error_bound(q, k, causal, scale)
-                covered = dtype != torch.float32 or device == "cpu"
+                do = torch.randn(q.shape, generator=gen).to(device=device, dtype=dtype)
+                vv = v.detach().clone().requires_grad_()
+                flash_attention(q, k, vv, causal, scale).backward(do)
+                dv_ex, prob_abs_do = exact_dv(q, k, do, causal, scale)
+                dv_b = dv_error_bound(q, k, do, prob_abs_do, causal, scale)
+                dv_err = (vv.grad.double() - dv_ex).abs()
+                dv_ratio = (dv_b / dv_err.clamp_min(1e-300)).min().item()
+                rounding = storage_rounding(device, dtype)
+                # 3xTF32 dots on CUDA float32; no Coq instance for the interpreter's bf16 truncation
+                covered = rounding == "nearest" and not (dtype == torch.float32 and device == "cuda")
                 rows.append(dict(dtype=dname, S=s, E=head_dim, mask=label, heads=hq, kv_heads=hkv, bound=bound,
                                  observed=err, ratio=bound / err if err > 0 else math.inf,
                                  lse_bound=lse_bound, lse_observed=lse_err,
                                  lse_ratio=lse_bound / lse_err if lse_err > 0 else math.inf,
-                                 holds=err <= bound and lse_err <= lse_bound,
-                                 covered=covered, seconds=round(time.perf_counter() - t0, 2)))
-                del q, k, v, out, lse
+                                 dv_bound_max=dv_b.max().item(), dv_observed_max=dv_err.max().item(),
+                                 dv_min_ratio=dv_ratio,
+                                 holds=err <= bound and lse_err <= lse_bound and bool((dv_err <= dv_b).all()),
+                                 storage_rounding=rounding, covered=covered,
+                                 seconds=round(time.perf_counter() - t0, 2)))
+                del q, k, v, out, lse, do, vv, dv_ex, prob_abs_do, dv_b, dv_err
                 print(f"{dname:5} S={s:6} {label:12} out: bound {bound:.3e} observed {err:.3e} "
                       f"ratio {rows[-1]['ratio']:7.1f} | lse: bound {lse_bound:.3e} observed {lse_err:.3e} "
-                      f"ratio {rows[-1]['lse_ratio']:7.1f} | holds={rows[-1]['holds']} covered={covered}", flush=True)
+                      f"ratio {rows[-1]['lse_ratio']:7.1f} | dV: min ratio {dv_ratio:7.2f} | "
+                      f"holds={rows[-1]['holds']} covered={covered}", flush=True)
     return dict(benchmark="attention_error", environment=environment(torch.device(device)),
                 oracle=oracle_bounds_available(), exp2_rel_error=rel, exp2_abs_error_subnormal=ab,
                 exp2_error_assumed=EXP2_ERROR, log2_abs_error=lg, log2_error_assumed=LOG2_ERROR, rows=rows)

@@ -696,6 +696,12 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ];
     value (Bounds_spec.attn_fwd_q (q "u") (q "ue") (q "ee") (q "ea") (q "us") (q "es") (q "uc") (q "scale")
              (q "p") (q "v") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
+  | `String "score_max" ->
+    allowed [ "u"; "ea"; "scale"; "uc"; "e"; "p" ];
+    value (Some (Bounds_spec.score_max_q (q "u") (q "ea") (q "scale") (q "uc") (nat "e") (q "p")))
+  | `String "score_delta" ->
+    allowed [ "u"; "ea"; "scale"; "uc"; "e"; "p" ];
+    value (Some (Bounds_spec.score_delta_q (q "u") (q "ea") (q "scale") (q "uc") (nat "e") (q "p")))
   | `String "attention_lse" ->
     allowed [ "u"; "ue"; "ee"; "ea"; "el"; "ucl"; "uc"; "scale"; "p"; "ln"; "e"; "block"; "keys"; "tiles" ];
     value (Bounds_spec.attn_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "ucl") (q "uc") (q "scale")

@@ -22,10 +22,14 @@ from typing import Iterator
 
 import torch
 
-from ojas_ref.verification.error_bounds import attention_forward_error_bound, attention_lse_error_bound
+from ojas_ref.verification.error_bounds import (
+    attention_dv_error_bound,
+    attention_forward_error_bound,
+    attention_lse_error_bound,
+)
 
-__all__ = ["exact_attention", "exact_lse", "forward_error_bound", "lse_error_bound", "observed_error",
-           "measured_exp2_error", "measured_log2_error"]
+__all__ = ["exact_attention", "exact_lse", "exact_dv", "forward_error_bound", "lse_error_bound", "dv_error_bound",
+           "observed_error", "measured_exp2_error", "measured_log2_error", "storage_rounding"]
 
 F64 = torch.float64
 
@@ -49,6 +53,22 @@ def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale:
 def exact_lse(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
     """float64 ln sum_j exp(scale q.k_j) over the visible keys, [B, Hq, S]."""
     return torch.cat([torch.logsumexp(_scores(r0, qc, kr, is_causal, scale), -1) for r0, qc, kr in _row_blocks(q, k)], 2)
+
+
+def exact_dv(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, is_causal: bool,
+             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 dV = P^T dO summed over each key/value head's query heads, and
+    S = P^T |dO| (the same sum over absolute values), both [B, Hkv, Sk, Ev]."""
+    g = q.shape[1] // k.shape[1]
+    dv = torch.zeros(k.shape[0], q.shape[1], k.shape[2], do.shape[-1], dtype=F64, device=q.device)
+    sa = torch.zeros_like(dv)
+    for r0, qc, kr in _row_blocks(q, k):
+        pr = torch.softmax(_scores(r0, qc, kr, is_causal, scale), -1).transpose(-1, -2)
+        d = do[:, :, r0:r0 + qc.shape[2]].to(F64)
+        dv += pr @ d
+        sa += pr @ d.abs()
+    fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
+    return fold(dv), fold(sa)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -75,15 +95,36 @@ def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: in
 
 def forward_error_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
                         block_n: int | None = None) -> float:
-    """The proved bound on :func:`observed_error` for these inputs (``attention_forward_error_bound``)."""
+    """The bound on :func:`observed_error` for these inputs (``attention_forward_error_bound``),
+    at the float32-to-``q.dtype`` rounding the device's kernels use (:func:`storage_rounding`)."""
     return attention_forward_error_bound(k.shape[2], q.shape[-1], dtype=q.dtype, max_abs_v=v.abs().max().item(),
-                                         scale=scale, **_bound_inputs(q, k, is_causal, block_n))
+                                         scale=scale, storage_rounding=storage_rounding(q.device.type, q.dtype),
+                                         **_bound_inputs(q, k, is_causal, block_n))
 
 
 def lse_error_bound(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float,
                     block_n: int | None = None) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs (``attention_lse_error_bound``)."""
     return attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **_bound_inputs(q, k, is_causal, block_n))
+
+
+def dv_error_bound(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, prob_abs_do: torch.Tensor, is_causal: bool,
+                   scale: float) -> torch.Tensor:
+    """The proved a-posteriori bounds on |dV - exact| (``attention_dv_error_bound``), with
+    the forward's lse bound, the dK/dV kernel's query tile (``default_config``) and
+    every query head of a key's group counted."""
+    from ojas_kernels.attention import default_config
+
+    g, sq = q.shape[1] // k.shape[1], q.shape[2]
+    bm = default_config(q.shape[-1], q.dtype, q.device, is_causal).bwd_kv.block_m
+    inputs = _bound_inputs(q, k, is_causal, None)
+    lse = exact_lse(q, k, is_causal, scale)
+    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **inputs)
+    return attention_dv_error_bound(
+        prob_abs_do, g * sq, g * -(-sq // bm), q.shape[-1], block_m=bm, dtype=q.dtype,
+        max_abs_q=inputs["max_abs_q"], max_abs_k=inputs["max_abs_k"], qk_abs_sum=inputs["qk_abs_sum"],
+        max_abs_do=do.abs().max().item(), max_abs_lse=lse.abs().max().item(), lse_error=lse_err, scale=scale,
+        storage_rounding=storage_rounding(q.device.type, q.dtype))
 
 
 def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:
@@ -147,3 +188,39 @@ def measured_log2_error(device: str, points: int = 1 << 22) -> float:
     y = torch.empty_like(x)
     _log2_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
     return (y.to(F64) - torch.log2(x.to(F64))).abs().max().item()
+
+
+@functools.lru_cache(maxsize=None)
+def _cast_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cast_kernel(X, Y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        tl.store(Y + offs, tl.load(X + offs, mask=ok, other=0.0).to(Y.dtype.element_ty), mask=ok)
+
+    return cast_kernel
+
+
+@functools.lru_cache(maxsize=None)
+def storage_rounding(device: str, dtype: torch.dtype, points: int = 1 << 16) -> str:
+    """How Triton's ``x.to(dtype)`` rounds float32 on ``device`` (the kernels' P and output
+    casts), measured against torch's casts: "nearest" (round-to-nearest-even) or "truncate"
+    (toward zero; Triton's CPU interpreter for bfloat16); ValueError if neither."""
+    import triton
+
+    if dtype == torch.float32:
+        return "nearest"
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(points, generator=gen) * torch.exp2(torch.randint(-10, 10, (points,), generator=gen))).to(device)
+    y = torch.empty(points, dtype=dtype, device=device)
+    _cast_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
+    if torch.equal(y, x.to(dtype)):
+        return "nearest"
+    trunc = torch.where(x.abs() < x.to(dtype).to(torch.float32).abs(),
+                        torch.nextafter(x.to(dtype), torch.zeros_like(x, dtype=dtype)), x.to(dtype))
+    if torch.equal(y, trunc):
+        return "truncate"
+    raise ValueError(f"Triton's float32 -> {dtype} cast on {device} is neither round-to-nearest nor truncation")

@@ -40,6 +40,7 @@ __all__ = [
     "LOG2_ERROR",
     "attention_forward_error_bound",
     "attention_lse_error_bound",
+    "attention_dv_error_bound",
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
     "chunked_sum_error_factor",
@@ -538,7 +539,26 @@ _STORAGE: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (2.0**-11, 2.0**-25),
     torch.float32: (2.0**-24, 2.0**-150),
 }
+# The same formats rounded toward zero (what Triton's CPU interpreter does for a float32 to
+# bfloat16 cast: its _convert_float truncates): relative error below 2^(1-p) from the smallest
+# normal up, absolute below 2^emin under it. No Coq FloatFormat instance is built for them
+# (MixedPrecision.v instantiates round-to-nearest-even only): with
+# ``storage_rounding="truncate"`` the value is the theorem's formula at these constants, not
+# a proved bound.
+_STORAGE_TRUNCATE: dict[torch.dtype, tuple[float, float]] = {
+    torch.bfloat16: (2.0**-7, 2.0**-133),
+    torch.float16: (2.0**-10, 2.0**-24),
+    torch.float32: (2.0**-23, 2.0**-149),
+}
 _FP32_U, _FP32_ETA = 2.0**-24, 2.0**-150
+
+
+def _storage(dtype: torch.dtype, storage_rounding: str) -> tuple[float, float]:
+    if storage_rounding == "nearest":
+        return _STORAGE[dtype]
+    if storage_rounding == "truncate":
+        return _STORAGE_TRUNCATE[dtype]
+    raise ValueError(f"storage_rounding must be 'nearest' or 'truncate', got {storage_rounding!r}")
 # |qk_scale ln 2 - scale| <= uc scale for the kernel's qk_scale = float32(scale * _LOG2E),
 # _LOG2E the float64 nearest log2(e): (1 + 2^-53)^2 (1 + 2^-24) - 1 <= 2^-24 + 2^-51.
 _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
@@ -578,7 +598,7 @@ def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, 
 def attention_forward_error_bound(
     n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
     max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
-    exp2_error: float = EXP2_ERROR,
+    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
 ) -> float:
     """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
     flash-attention forward (kernels/attention.py) on one query row of at most ``n_keys``
@@ -602,7 +622,10 @@ def attention_forward_error_bound(
     included), ``exp2`` with relative error ``exp2_error`` plus an absolute ``2^-126``.
 
     Arguments: ``dtype`` the dtype of q, k, v and the output (bfloat16, float16,
-    float32); ``max_abs_q``, ``max_abs_k``, ``max_abs_v`` upper bounds of |q_i|, |k_ji|,
+    float32); ``storage_rounding`` how the kernel rounds float32 to ``dtype``: "nearest"
+    (round-to-nearest-even, Triton's cast on CUDA; the instance MixedPrecision.v builds) or
+    "truncate" (Triton's CPU interpreter for bfloat16: the theorem's formula at the
+    truncation constants, no Coq instance for them: not a proved bound); ``max_abs_q``, ``max_abs_k``, ``max_abs_v`` upper bounds of |q_i|, |k_ji|,
     |v_jc|; ``scale`` the softmax scale (default ``1 / sqrt(head_dim)``, must be > 0);
     ``qk_abs_sum`` an upper bound of ``sum_i |q_i k_ji|`` over the row's keys (default
     ``head_dim * max_abs_q * max_abs_k``; a measured value makes the bound tighter).
@@ -621,7 +644,7 @@ def attention_forward_error_bound(
     """
     p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
                                      exp2_error, dtype=dtype, max_abs_v=max_abs_v)
-    us, es = _STORAGE[dtype]
+    us, es = _storage(dtype, storage_rounding)
     tiles = -(-n_keys // block_n)
     args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
                 uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
@@ -737,3 +760,78 @@ def attention_lse_error_bound(
         raise ValueError(f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_keys}, "
                          f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}")
     return value
+
+
+# |c2 ln 2 - 1| <= uc2 for the backward's float32 constant c2 = float32(1.4426950408889634)
+# (the float64 nearest log2 e, rounded to float32): (1 + 2^-53)(1 + 2^-24) - 1 <= 2^-24 + 2^-52.
+_LOG2E_CONST_ERROR = 2.0**-24 + 2.0**-52
+
+
+def attention_dv_error_bound(
+    prob_abs_do: torch.Tensor, n_queries: int, n_query_tiles: int, head_dim: int, *, block_m: int,
+    dtype: torch.dtype, max_abs_q: float, max_abs_k: float, max_abs_do: float, max_abs_lse: float,
+    lse_error: float, scale: float | None = None, qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """A-posteriori bounds on ``|dV_jc - sum_i P_ij dO_ic|`` for the dK/dV kernel of the
+    Triton flash attention (kernels/attention.py), one per entry of ``prob_abs_do``.
+
+    Implements ``Ojas.FloatModel.AttentionBackwardError.dv_error`` (the kernel's dV
+    coordinate: base-2 scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))``
+    (0 where masked), ``p`` rounded to ``dtype`` before the products, the query tiles
+    summed blocked in fp32, dV stored in ``dtype``) with its ``Dl`` and ``Am`` from
+    ``Ojas.FloatModel.AttentionBackwardError.lse2_close`` (the backward's
+    ``lse2 = rnd(lse * log2 e)`` from a forward lse within ``lse_error`` of the exact
+    one, e.g. :func:`attention_lse_error_bound`) and its score terms from
+    ``Ojas.FloatModel.AttentionForwardError.score2_error``::
+
+        bound = (1 + us) (((1 + g) F - 1) S + (1 + g) n c) + us S + es,
+
+    ``S = prob_abs_do`` = ``sum_i P_ij |dO_ic|`` over the visible queries of key ``j``
+    (every query head of its group; computed by the caller from exact probabilities, in
+    float64: enlarged here by ``4 (n + 1) 2^-53``), ``n = n_queries``, ``g`` = gamma of
+    ``(block_m - 1) + (n_query_tiles - 1)``, ``F = (1+u)(1+us)(1+ue) X``, ``c`` the absolute
+    term. The scalar factors come from the oracle (``gamma``; ``score_max_q``,
+    ``score_delta_q`` of ``Ojas.BoundValues``; ``X = 1 + perturbation_q(x / 2) >= 2^x``);
+    composing them is exact rational arithmetic here (no single Coq theorem states the
+    composed number), the tensor part float64 rounded up by 2^-40.
+
+    Not covered: the MMA order and its accumulation into dv, FMA contraction, 3xTF32
+    (float32 on CUDA), ``exp2_error`` (an assumption), and dK, dQ (no bound yet).
+    """
+    p, scale = _attention_bound_args(max(n_queries, 1), head_dim, block_m, max_abs_q, max_abs_k, scale,
+                                     qk_abs_sum, exp2_error, dtype=dtype)
+    for name, val in (("max_abs_do", max_abs_do), ("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if n_queries < 0 or n_query_tiles < 1:
+        raise ValueError(f"n_queries must be >= 0 and n_query_tiles >= 1, got {n_queries}, {n_query_tiles}")
+    F_ = Fraction
+    u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp2_error)), F_(_EXP2_ABS_ERROR)
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    uc2 = F_(_LOG2E_CONST_ERROR)
+    sargs = dict(u=_rational(u), ea=_rational(ea), scale=_rational(scale), uc=_rational(_QK_SCALE_ERROR),
+                 e=head_dim, p=_rational(p))
+    smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
+    if smax is _NO_ORACLE or delta is _NO_ORACLE:
+        raise RuntimeError("attention_dv_error_bound needs the oracle (make -C extraction): no hand copy")
+    smax, delta = F_(smax), F_(delta)
+    lb, lmax = F_(float(lse_error)), F_(float(max_abs_lse)) + F_(float(lse_error))
+    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
+    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
+    x = 2 * (delta + dl) + u * am + ea
+    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))
+    if pert is None or float(x) > _EXP_OVERFLOW:
+        raise ValueError(f"the exp2 argument error {float(x)} is too large")
+    X = 1 + F_(pert)
+    k = (block_m - 1) + (n_query_tiles - 1)
+    g = _from_oracle(bound="gamma", u=_rational(u), n=k) if k * _FP32_U < 1.0 else None
+    if g is None:
+        raise ValueError(f"side condition of dv_error fails: ((block_m - 1) + (tiles - 1)) u >= 1 for k={k}")
+    g = F_(g)
+    Ff = (1 + u) * (1 + us) * ((1 + ue) * X)
+    cc = (1 + u) * ((1 + us) * ee + es) * F_(float(max_abs_do)) + ea
+    a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)     # coefficient of S
+    b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
+    S = prob_abs_do.to(torch.float64) * (1.0 + 4 * (n_queries + 1) * 2.0**-53)
+    return (a * S + b) * _ROUND_UP

@@ -1,0 +1,337 @@
+(** * The attention backward's dV in mixed precision: an a-posteriori bound.
+
+    The dK/dV kernel of kernels/attention.py ([_bwd_dkdv_kernel], [_dkdv_tile])
+    computes, for one key [k] (head dim [E]) and one value coordinate, over the
+    query tiles of every query head of the key's group,
+      s2  = rnd (dot (k, q_i) * qk_scale)            -- [score2], as the forward
+      p_i = exp2 (rnd (s2 - lse2_i))   (0 where masked)
+      dV  = sum_i rnd (rnd_s (p_i) * dO_i)           -- P rounded to dO's dtype,
+                                                        products in fp32, the
+                                                        query tiles summed blocked
+      stored as rnd_s (dV)
+    with [lse2_i] the fp32 base-2 lse the backward reads ([lse * log2 e]).
+
+    [dv_error]: if every visible query's scores are within [delta] of
+    [scale q_i.k] (natural units; [score2_error] gives it), its [lse2_i ln 2]
+    within [Dl] of the exact [LSE_i] of its row (a hypothesis: the forward's
+    [attention_lse_error_masked] and the rounding of [lse * log2 e] give it),
+    [|s2 - lse2_i| <= Am], [|dO_i| <= D], query tiles of at most [b], then
+      |rnd_s (dV) - sum_i vis_i P_i dO_i|
+        <= (1 + us) (((1 + g) F - 1) S + (1 + g) n c) + us S + es,
+      P_i = exp (scale q_i.k - LSE_i),  S = sum_i vis_i P_i |dO_i|,
+      F = (1 + u) (1 + us) (1 + ue) X,  X >= 2^(2 (delta + Dl) + u Am + ea),
+      c = (1 + u) ((1 + us) ee + es) D + ea,  g = gamma u ((b - 1) + (t - 1)),
+    [n] the number of query terms, [t] of query tiles.  [S] is computed from
+    the exact probabilities by the caller (a-posteriori; [S <= n D] a priori).
+    [lse2_close]: [Dl] and the magnitude of [lse2] from a forward lse within
+    [Lb] of the exact one ([attention_lse_error_masked]) and the fp32
+    constant [c2] of [log2 e].  Partly masked query tiles are covered (a
+    masked term is an exact [0]); fully masked ones are skipped exactly
+    ([blocked_sum_skip_zero_tiles]); GQA: the query tiles of every query
+    head of the group are the tiles of one blocked sum, as in the kernel.
+
+    Not covered: the order inside the MMA, the MMA accumulating into [dv]
+    (modelled as [rnd (dv + tile sum)], BlockedSum.v), FMA contraction in
+    [s2 - lse2], and dK and dQ (the terms [P (dP - D)] need the error of
+    [D = rowsum (dO * O)] and of [dP], not done here). *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts RoundingModel DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
+Import ListNotations.
+Open Scope R_scope.
+
+Section DV.
+
+Variable M : MixedModel.
+
+Local Notation A_ := (mp_a M).
+Local Notation S_ := (mp_s M).
+Local Notation fmt := (ff_fmt A_).
+Local Notation rnd := (ff_rnd A_).
+Local Notation u := (ff_u A_).
+Local Notation ea := (ff_eta A_).
+Local Notation us := (ff_u S_).
+Local Notation es := (ff_eta S_).
+Local Notation ue := (mp_ue M).
+Local Notation ee := (mp_eta_e M).
+Local Notation exp2 := (mp_exp2 M).
+
+(** A weight within [(E - 1) W + ee] of [W > 0], rounded to the storage
+    format, times [v], rounded to the accumulation format. *)
+Lemma stored_product_close : forall w W v E, 0 < W -> 1 <= E -> Rabs (w - W) <= (E - 1) * W + ee ->
+  Rabs (rnd (ff_rnd S_ w * v) - W * v)
+  <= ((1 + u) * (1 + us) * E - 1) * (W * Rabs v) + ((1 + u) * ((1 + us) * ee + es) * Rabs v + ea).
+Proof.
+  intros w W v E HW HE Hw.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_eta_nonneg S_) as Hes; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_abs S_ w) as Hq.
+  set (q := ff_rnd S_ w) in *.
+  pose proof (ff_abs A_ (q * v)) as Hr.
+  assert (Hwa : Rabs w <= E * W + ee).
+  { replace w with ((w - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right W) by lra; lra. }
+  assert (Hqw : Rabs (q - W) <= ((1 + us) * E - 1) * W + ((1 + us) * ee + es)).
+  { replace (q - W) with ((q - w) + (w - W)) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    assert (us * Rabs w <= us * (E * W + ee)) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (Hqa : Rabs q <= (1 + us) * E * W + ((1 + us) * ee + es)).
+  { replace q with ((q - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right W) by lra; lra. }
+  replace (rnd (q * v) - W * v) with ((rnd (q * v) - q * v) + (q - W) * v) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  rewrite Rabs_mult in *.
+  assert (E1 : u * (Rabs q * Rabs v) <= u * (((1 + us) * E * W + ((1 + us) * ee + es)) * Rabs v)).
+  { apply Rmult_le_compat_l; [lra |]; apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqa]. }
+  assert (E2 : Rabs (q - W) * Rabs v <= (((1 + us) * E - 1) * W + ((1 + us) * ee + es)) * Rabs v)
+    by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqw]).
+  pose proof (Rabs_pos v).
+  nra.
+Qed.
+
+(** A query term: [((q_i, (dO_i, lse2_i)))]. *)
+Definition dv_p (c : R) (k : list R) (x : list R * (R * R)) : R :=
+  exp2 (rnd (score2 A_ c (fst x) k - snd (snd x))).
+
+Definition dv_term (vis : list R * (R * R) -> bool) (c : R) (k : list R) (x : list R * (R * R)) : R :=
+  if vis x then rnd (ff_rnd S_ (dv_p c k x) * fst (snd x)) else 0.
+
+(** The kernel's dV coordinate before its store: the query tiles summed blocked. *)
+Definition dv_kernel vis c k (tiles : list (list (list R * (R * R)))) : R :=
+  blocked_sum A_ (map (map (dv_term vis c k)) tiles).
+
+Definition dv_F (X : R) : R := (1 + u) * (1 + us) * ((1 + ue) * X).
+Definition dv_c (D : R) : R := (1 + u) * ((1 + us) * ee + es) * D + ea.
+
+Lemma dv_weight_close : forall c k (x : list R * (R * R)) scale (Lx : R) delta Dl Am X,
+  Rabs (score2 A_ c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
+  Rabs (snd (snd x) * ln 2 - Lx) <= Dl ->
+  Rabs (score2 A_ c (fst x) k - snd (snd x)) <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (dv_p c k x - exp (scale * dot_R (fst x) k - Lx))
+  <= ((1 + ue) * X - 1) * exp (scale * dot_R (fst x) k - Lx) + ee.
+Proof.
+  intros c k x scale Lx delta Dl Am X Hs Hl Ha HX.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof afe_ln2_bounds as [L1 L2].
+  set (s := score2 A_ c (fst x) k) in *; set (l2 := snd (snd x)) in *.
+  set (P := exp (scale * dot_R (fst x) k - Lx)).
+  set (t := (scale * dot_R (fst x) k - Lx) / ln 2).
+  assert (EP : P = Rpower 2 t) by (unfold P, t, Rpower; f_equal; field; lra).
+  assert (Hat : Rabs ((s - l2) - t) <= 2 * (delta + Dl)).
+  { replace ((s - l2) - t) with (((s * ln 2 - scale * dot_R (fst x) k) - (l2 * ln 2 - Lx)) / ln 2)
+      by (unfold t; field; lra).
+    unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
+    assert (/ ln 2 <= 2) by (apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra).
+    assert (Rabs (s * ln 2 - scale * dot_R (fst x) k - (l2 * ln 2 - Lx)) <= delta + Dl).
+    { replace (s * ln 2 - scale * dot_R (fst x) k - (l2 * ln 2 - Lx))
+        with ((s * ln 2 - scale * dot_R (fst x) k) + - (l2 * ln 2 - Lx)) by ring.
+      eapply Rle_trans; [apply Rabs_triang | rewrite Rabs_Ropp; lra]. }
+    pose proof (Rabs_pos (s * ln 2 - scale * dot_R (fst x) k - (l2 * ln 2 - Lx))).
+    pose proof (Rabs_pos (s * ln 2 - scale * dot_R (fst x) k)); nra. }
+  pose proof (ff_abs A_ (s - l2)) as Hr.
+  set (ra := rnd (s - l2)) in *.
+  assert (Hrt : Rabs (ra - t) <= 2 * (delta + Dl) + u * Am + ea).
+  { replace (ra - t) with ((ra - (s - l2)) + ((s - l2) - t)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (u * Rabs (s - l2) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
+  set (Dt := 2 * (delta + Dl) + u * Am + ea) in *.
+  assert (HW : Rpower 2 ra = P * Rpower 2 (ra - t)) by (rewrite EP, <- Rpower_plus; f_equal; ring).
+  pose proof (sp_Rabs_le_inv _ _ Hrt) as [R1 R2].
+  assert (Hup : Rpower 2 (ra - t) <= X) by (eapply Rle_trans; [apply ost_rpow_le, R2 | exact HX]).
+  assert (Hlo : / X <= Rpower 2 (ra - t)).
+  { assert (Rpower 2 (- Dt) <= Rpower 2 (ra - t)) by (apply ost_rpow_le; lra).
+    assert (Rpower 2 Dt <= X) by exact HX.
+    rewrite Rpower_Ropp in H.
+    pose proof (Rpower_pos Dt).
+    eapply Rle_trans; [| exact H]; apply Rinv_le_contravar; lra. }
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    unfold Dt; pose proof (Rabs_pos (s - l2)); pose proof (Rabs_pos (s * ln 2 - scale * dot_R (fst x) k));
+      pose proof (Rabs_pos (l2 * ln 2 - Lx)).
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (HPpos : 0 < P) by apply exp_pos.
+  assert (HWP : Rabs (Rpower 2 ra - P) <= (X - 1) * P).
+  { rewrite HW; replace (P * Rpower 2 (ra - t) - P) with (P * (Rpower 2 (ra - t) - 1)) by ring.
+    rewrite Rabs_mult, (Rabs_right P) by lra.
+    assert (1 - / X <= X - 1).
+    { assert (0 < X) by lra. assert (X * (/ X) = 1) by (field; lra).
+      assert (/ X + X >= 2) by (assert (0 <= (X - 1) * (X - 1)) by nra; apply Rle_ge;
+                                 apply (Rmult_le_reg_l X); [lra |]; nra). lra. }
+    assert (Rabs (Rpower 2 (ra - t) - 1) <= X - 1) by (apply Rabs_le; lra).
+    rewrite Rmult_comm; apply Rmult_le_compat_r; lra. }
+  pose proof (mp_exp2_err M ra) as He.
+  unfold dv_p; fold s l2; fold ra.
+  replace (exp2 ra - P) with ((exp2 ra - Rpower 2 ra) + (Rpower 2 ra - P)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (Rpower 2 ra <= X * P) by (rewrite HW; rewrite Rmult_comm; apply Rmult_le_compat_r; lra).
+  assert (ue * Rpower 2 ra <= ue * (X * P)) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+Lemma sum_terms_close : forall {T} (xs : list T) (f g h : T -> R) c,
+  (forall x, In x xs -> Rabs (f x - g x) <= h x + c) ->
+  Rabs (rsum (map f xs) - rsum (map g xs)) <= rsum (map h xs) + INR (length xs) * c
+  /\ rsum (map Rabs (map f xs)) <= rsum (map (fun x => Rabs (g x)) xs) + rsum (map h xs) + INR (length xs) * c.
+Proof.
+  intros T xs f g h c; induction xs as [| x xs IH]; intros H.
+  - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+  - cbn [map length]; rewrite !rsum_cons, S_INR.
+    destruct IH as [IH1 IH2]; [intros y Hy; apply H; right; exact Hy |].
+    pose proof (H x (or_introl eq_refl)) as Hx.
+    split.
+    + replace (f x + rsum (map f xs) - (g x + rsum (map g xs)))
+        with ((f x - g x) + (rsum (map f xs) - rsum (map g xs))) by ring.
+      eapply Rle_trans; [apply Rabs_triang | lra].
+    + assert (Rabs (f x) <= Rabs (g x) + (h x + c)).
+      { replace (f x) with ((f x - g x) + g x) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
+      lra.
+Qed.
+
+Theorem dv_error : forall vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R)
+    delta Dl Am X D b,
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> 0 <= D ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2 A_ c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta
+     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2 A_ c (fst x) k - snd (snd x)) <= Am
+     /\ Rabs (fst (snd x)) <= D) ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
+  let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
+                     (concat tiles)) in
+  Rabs (ff_rnd S_ (dv_kernel vis c k tiles) - rsum (map Pd (concat tiles)))
+  <= (1 + us) * (((1 + g) * dv_F X - 1) * S + (1 + g) * INR (length (concat tiles)) * dv_c D) + us * S + es.
+Proof.
+  intros vis c scale k tiles Lx delta Dl Am X D b Hd0 Hl0 Ha0 HD0 HBt Hg Hx HX g Pd S.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  set (xs := concat tiles).
+  set (ys := concat (map (map (dv_term vis c k)) tiles)).
+  assert (Eys : ys = map (dv_term vis c k) xs) by (unfold ys, xs; rewrite <- concat_map; reflexivity).
+  assert (Hg0 : 0 <= g) by (apply gamma_nonneg with (A := A_); exact Hg).
+  (* the blocked sum *)
+  assert (HB : Rabs (dv_kernel vis c k tiles - rsum ys) <= g * rsum (map Rabs ys)).
+  { unfold dv_kernel, ys, g.
+    replace (length tiles) with (length (map (map (dv_term vis c k)) tiles)) by apply map_length.
+    apply blocked_sum_error_bound.
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+      rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl').
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- _]].
+      apply Forall_forall; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+      unfold dv_term; destruct (vis x); [apply ff_rnd_fmt | apply ff_fmt_0].
+    - rewrite map_length; exact Hg. }
+  (* each term *)
+  set (Ff := dv_F X).
+  set (cc := dv_c D).
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (Hcc : 0 <= cc).
+  { unfold cc, dv_c; apply Rplus_le_le_0_compat; [| lra].
+    apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]] |]; lra. }
+  set (Sx := fun x : list R * (R * R) =>
+               if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0).
+  assert (HF1 : 1 <= Ff).
+  { unfold Ff, dv_F. assert (1 <= (1 + u) * (1 + us)) by nra. assert (1 <= (1 + ue) * X) by nra. nra. }
+  assert (Hterm : forall x, In x xs -> Rabs (dv_term vis c k x - Pd x) <= (Ff - 1) * Sx x + cc).
+  { intros x Hxs; unfold dv_term, Pd, Sx; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 H4]]].
+      pose proof (dv_weight_close c k x scale (Lx x) delta Dl Am X H1 H2 H3 HX) as Hw.
+      pose proof (stored_product_close (dv_p c k x) (exp (scale * dot_R (fst x) k - Lx x)) (fst (snd x))
+                    ((1 + ue) * X) (exp_pos _) ltac:(nra) Hw) as Hp.
+      eapply Rle_trans; [exact Hp |].
+      unfold Ff, dv_F, cc, dv_c.
+      assert ((1 + u) * ((1 + us) * ee + es) * Rabs (fst (snd x)) <= (1 + u) * ((1 + us) * ee + es) * D)
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]]; lra | lra]).
+      lra.
+    - rewrite Rminus_0_r, Rabs_R0, Rmult_0_r; lra. }
+  destruct (sum_terms_close xs (dv_term vis c k) Pd (fun x => (Ff - 1) * Sx x) cc Hterm) as [Hs1 Hs2].
+  rewrite rsum_map_scal_l in Hs1, Hs2.
+  assert (ES : rsum (map Sx xs) = S) by reflexivity.
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S).
+  { unfold S; fold xs; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite Rabs_mult, (Rabs_right (exp _)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  rewrite ES in Hs1, Hs2; rewrite EPd in Hs2.
+  rewrite Eys in HB.
+  assert (HS0 : 0 <= S).
+  { unfold S; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+    destruct (vis x); [apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos] | lra]. }
+  set (n := INR (length xs)) in *.
+  assert (Hn : 0 <= n) by apply pos_INR.
+  assert (Hdv : Rabs (dv_kernel vis c k tiles - rsum (map Pd xs)) <= ((1 + g) * Ff - 1) * S + (1 + g) * n * cc).
+  { replace (dv_kernel vis c k tiles - rsum (map Pd xs))
+      with ((dv_kernel vis c k tiles - rsum (map (dv_term vis c k) xs))
+            + (rsum (map (dv_term vis c k) xs) - rsum (map Pd xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (g * rsum (map Rabs (map (dv_term vis c k) xs)) <= g * (S + (Ff - 1) * S + n * cc))
+      by (apply Rmult_le_compat_l; lra).
+    nra. }
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S) by (rewrite <- EPd; apply bw_rsum_abs).
+  pose proof (ff_abs S_ (dv_kernel vis c k tiles)) as Hst.
+  set (dv := dv_kernel vis c k tiles) in *.
+  set (er := ((1 + g) * Ff - 1) * S + (1 + g) * n * cc) in *.
+  assert (Hdva : Rabs dv <= S + er)
+    by (replace dv with ((dv - rsum (map Pd xs)) + rsum (map Pd xs)) by ring;
+        eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (ff_rnd S_ dv - rsum (map Pd xs)) with ((ff_rnd S_ dv - dv) + (dv - rsum (map Pd xs))) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs dv <= us * (S + er)) by (apply Rmult_le_compat_l; lra).
+  fold xs; lra.
+Qed.
+
+(** The backward's [lse2 = rnd (lse * c2)] ([c2] the fp32 [log2 e]) from the
+    forward's saved [lse] within [Lb] of the exact [LSE]: the [Dl] and the
+    magnitude that [dv_error] needs. *)
+Theorem lse2_close : forall lse LSE Lb c2 uc2, 0 <= uc2 ->
+  Rabs (lse - LSE) <= Lb -> Rabs (c2 * ln 2 - 1) <= uc2 ->
+  Rabs (rnd (lse * c2) * ln 2 - LSE) <= Lb + (Rabs LSE + Lb) * (u * (1 + uc2) + uc2) + ea
+  /\ Rabs (rnd (lse * c2)) <= 2 * ((1 + uc2) * (Rabs LSE + Lb)) * (1 + u) + ea.
+Proof.
+  intros lse LSE Lb c2 uc2 Huc H Hc.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof afe_ln2_bounds as [L1 L2].
+  assert (Hl : Rabs lse <= Rabs LSE + Lb)
+    by (replace lse with ((lse - LSE) + LSE) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+  assert (Hc2 : Rabs c2 * ln 2 <= 1 + uc2).
+  { replace (Rabs c2 * ln 2) with (Rabs (c2 * ln 2)) by (rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; reflexivity).
+    replace (c2 * ln 2) with ((c2 * ln 2 - 1) + 1) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite Rabs_R1; lra. }
+  assert (Hc2' : Rabs c2 <= 2 * (1 + uc2)).
+  { assert (Rabs c2 * / 2 <= Rabs c2 * ln 2) by (apply Rmult_le_compat_l; [apply Rabs_pos | lra]). lra. }
+  pose proof (ff_abs A_ (lse * c2)) as Hr; rewrite Rabs_mult in Hr.
+  set (r := rnd (lse * c2)) in *.
+  pose proof (Rabs_pos lse); pose proof (Rabs_pos c2).
+  split.
+  - replace (r * ln 2 - LSE) with ((r - lse * c2) * ln 2 + lse * (c2 * ln 2 - 1) + (lse - LSE)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    eapply Rle_trans; [apply Rplus_le_compat_r, Rabs_triang |].
+    rewrite !Rabs_mult, (Rabs_right (ln 2)) by lra.
+    assert (E1 : Rabs (r - lse * c2) * ln 2 <= u * Rabs lse * (1 + uc2) + ea).
+    { assert (Rabs (r - lse * c2) * ln 2 <= (u * (Rabs lse * Rabs c2) + ea) * ln 2)
+        by (apply Rmult_le_compat_r; lra).
+      assert (u * Rabs lse * (Rabs c2 * ln 2) <= u * Rabs lse * (1 + uc2))
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos |]; lra).
+      nra. }
+    assert (E2 : Rabs lse * Rabs (c2 * ln 2 - 1) <= Rabs lse * uc2) by (apply Rmult_le_compat_l; lra).
+    assert (u * Rabs lse * (1 + uc2) <= u * (Rabs LSE + Lb) * (1 + uc2))
+      by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_l; lra]).
+    assert (Rabs lse * uc2 <= (Rabs LSE + Lb) * uc2) by (apply Rmult_le_compat_r; lra).
+    nra.
+  - replace r with ((r - lse * c2) + lse * c2) by ring.
+    eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult.
+    assert (Rabs lse * Rabs c2 <= (Rabs LSE + Lb) * (2 * (1 + uc2))) by (apply Rmult_le_compat; lra).
+    assert (u * (Rabs lse * Rabs c2) <= u * ((Rabs LSE + Lb) * (2 * (1 + uc2)))) by (apply Rmult_le_compat_l; lra).
+    nra.
+Qed.
+
+End DV.
