@@ -721,7 +721,9 @@ def test_state_slice_default_is_the_optimizers_and_bench_memory_records_it():
 
     from benchmarks import bench_memory
     from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer, _SLICE_ALIGN
-    assert inspect.signature(InBackwardOptimizer).parameters["state_slice_mb"].default == P.STATE_SLICE_MB
+    from ojas_ref.integrations.optimize import OptimizationReport
+    for fn in (InBackwardOptimizer, OptimizationReport.plan):
+        assert inspect.signature(fn).parameters["state_slice_mb"].default == P.STATE_SLICE_MB
     assert _SLICE_ALIGN == P.SLICE_ALIGN
     t = bench_memory.techniques("all", "fp32", "adamw")
     assert t["state_slice_mb"] == P.STATE_SLICE_MB

@@ -88,20 +88,23 @@ class OptimizationReport:
     unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
 
     def plan(self, *, optimizer: str = "adamw", fused: bool = True, batch: int = 1, seq: int = 2048,
-             host_state: bool = False, head_update: bool = False) -> Any:
+             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = 128.0) -> Any:
         """The peak of device memory per tensor class of a training step of the optimized model
         (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`), with what this
         call applied and the rest of the setting given here (``fused``: the update in
         :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its ``state_device="cpu"``;
-        ``head_update``: its ``head_weight``). ``NotImplementedError`` with the reason for a
-        model the planner does not model (not a Llama-shaped decoder, sparse embedding, ...)."""
+        ``head_update``: its ``head_weight``; ``state_slice_mb``, with ``host_state``: its
+        ``state_slice_mb``, default its default, None for whole parameters).
+        ``NotImplementedError`` with the reason for a model the planner does not model (not a
+        Llama-shaped decoder, sparse embedding, ...)."""
         from ojas_ref.tools import plan as P
 
         if self.planned is None:
             raise NotImplementedError(f"report.plan(): {self.unplanned}")
         model, fields = self.planned
         setting = P.Setting(optimizer=optimizer, fused=fused, batch=batch, seq=seq, host_state=host_state,
-                            head_update=head_update, **fields)
+                            head_update=head_update, state_slice_mb=state_slice_mb if host_state else None,
+                            **fields)
         return P.plan(model, setting)
 
     def __str__(self) -> str:

@@ -1340,9 +1340,12 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         device buffer per state tensor, reused by every slice; created by the step at the first
         update) and a copy of each 0-d state value (``step``). After its step the slice's state goes
         back into its part of the host tensors; the 0-d values of the last slice become ``p``'s. On
-        CUDA the copies run on the copy stream of :meth:`_stage` (host to device after the copy back
-        of the previous slice, which used the same buffers; device to host after the slice's step);
-        the step's stream waits for each slice's copies in.
+        CUDA both directions run on the inward copy stream of :meth:`_stage` (``_copy_stream(device,
+        "in")``), in order: a slice's copy in follows the copy back of the previous slice, which read
+        the same buffers (one stream orders them without an event; the price is that a parameter's
+        copies in and back do not overlap each other), and the copy back waits for the slice's step;
+        the step's stream waits for each slice's copies in. The first copy in waits for the copies
+        back of the parameter's previous update.
 
         Why this is the unsliced step (no theorem; tested bitwise): the classes of
         :data:`_SLICED_CLASSES` compute each element of the new parameter and state from the same
@@ -1364,9 +1367,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             copy_stream, compute = self._copy_stream(p.device), torch.cuda.current_stream(p.device)
             done = self._out_events.get(id(p))
             if done is not None:
-                copy_stream.wait_event(done)
+                copy_stream.wait_event(done)  # the copies back of the previous update are done
             # the 0-d values torch keeps with the parameter (fused / capturable step), once on the device
-            scalars = {k: (torch.empty_like(v, device=p.device).copy_(v, non_blocking=True)
+            scalars = {k: (self._copy(torch.empty_like(v, device=p.device), v, copy_stream)
                            if self._streamed(p, k, v) else v) for k, v in scalars.items()}
         buffers = {k: torch.empty(min(length, n), dtype=h.dtype, device=p.device) for k, h in hosts.items()}
         created: dict[Any, Tensor] = {}  # host tensors of the state the first update creates
@@ -1430,7 +1433,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             return dst.copy_(src)
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
-        (src if src.is_cuda else dst).record_stream(stream)
+        (src if src.is_cuda else dst).record_stream(stream)  # allocated on the step's stream
         return dst
 
     def _swap_in(self, bucket: list[Tensor]) -> dict[int, dict[Any, Tensor]]:

@@ -102,7 +102,8 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     cls, kwargs = ((torch.optim.SGD, dict(lr=1e-3)) if s.optimizer == "sgd" else
                    (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)))
     if s.fused:
-        opt = InBackwardOptimizer(model.parameters(), cls, state_device="cpu" if s.host_state else None, **kwargs)
+        opt = InBackwardOptimizer(model.parameters(), cls, state_device="cpu" if s.host_state else None,
+                                  state_slice_mb=s.state_slice_mb, **kwargs)
     else:
         opt = cls(model.parameters(), **kwargs)
     return model, opt
