@@ -128,7 +128,7 @@ CPU_CASES = [  # (dtype, hq, hkv, S, E, causal)
 @pytest.mark.parametrize("dtype,hq,hkv,s,e,causal", CPU_CASES,
                          ids=[f"{str(c[0])[6:]}-S{c[3]}-{'causal' if c[5] else 'full'}-gqa{c[1] // c[2]}"
                               for c in CPU_CASES])
-def test_kernel_within_proved_forward_bound(dtype, hq, hkv, s, e, causal):
+def test_kernel_within_forward_lse_dv_bounds(dtype, hq, hkv, s, e, causal):
     q, k, v = make_inputs(1, hq, hkv, s, e, dtype, "cpu", seed=3)
     err, bound = check(q, k, v, causal, f"cpu {dtype} S={s} causal={causal}")
     assert bound < (0.05 if dtype == torch.bfloat16 else 1e-3), "bound not far below the trivial 2"
@@ -252,7 +252,7 @@ GPU_CASES = [(dt, s, causal, hq, hkv) for dt in (torch.bfloat16, torch.float32) 
 @pytest.mark.parametrize("dtype,s,causal,hq,hkv", GPU_CASES,
                          ids=[f"{str(c[0])[6:]}-S{c[1]}-{'causal' if c[2] else 'full'}-gqa{c[3] // c[4]}"
                               for c in GPU_CASES])
-def test_kernel_within_proved_forward_bound_gpu(dtype, s, causal, hq, hkv):
+def test_kernel_within_forward_lse_dv_bounds_gpu(dtype, s, causal, hq, hkv):
     rel, ab, one = measured_exp2_error("cuda")
     assert rel <= EXP2_ERROR and ab <= 2.0**-126 and one, f"tl.exp2: {rel:.3e} / {ab:.3e} / exp2(0) == 1: {one}"
     lg = measured_log2_error("cuda")

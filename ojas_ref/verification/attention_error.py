@@ -135,17 +135,34 @@ def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> flo
 
 
 @functools.lru_cache(maxsize=None)
-def _exp2_kernel():
+def _unary_kernel(op: str):
+    """A Triton kernel storing ``op(x)`` (``tl.exp2``, ``tl.log2``, or a cast to the
+    output's dtype) for a float32 vector."""
     import triton
     import triton.language as tl
 
     @triton.jit
-    def exp2_kernel(X, Y, n, BLOCK: tl.constexpr):
+    def kernel(X, Y, n, OP: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         ok = offs < n
-        tl.store(Y + offs, tl.exp2(tl.load(X + offs, mask=ok, other=0.0)), mask=ok)
+        x = tl.load(X + offs, mask=ok, other=1.0)
+        if OP == "exp2":
+            y = tl.exp2(x)
+        elif OP == "log2":
+            y = tl.log2(x)
+        else:
+            y = x
+        tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=ok)
 
-    return exp2_kernel
+    return kernel
+
+
+def _run_unary(op: str, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    import triton
+
+    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    _unary_kernel(op)[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), OP=op, BLOCK=1024)
+    return y
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,11 +170,8 @@ def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, floa
     """tl.exp2 on ``points`` float32 arguments evenly spread over [-150, 0]: its max
     relative error where 2^x is normal, its max absolute error below, and whether
     ``exp2(0) == 1`` exactly (a premise of the masked theorem)."""
-    import triton
-
     x = torch.linspace(-150.0, 0.0, points, device=device, dtype=torch.float32)
-    y = torch.empty_like(x)
-    _exp2_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
+    y = _run_unary("exp2", x, torch.float32)
     exact = torch.exp2(x.to(F64))
     normal = exact >= 2.0**-126
     err = (y.to(F64) - exact).abs()
@@ -165,43 +179,12 @@ def measured_exp2_error(device: str, points: int = 1 << 22) -> tuple[float, floa
 
 
 @functools.lru_cache(maxsize=None)
-def _log2_kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def log2_kernel(X, Y, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        ok = offs < n
-        tl.store(Y + offs, tl.log2(tl.load(X + offs, mask=ok, other=1.0)), mask=ok)
-
-    return log2_kernel
-
-
-@functools.lru_cache(maxsize=None)
 def measured_log2_error(device: str, points: int = 1 << 22) -> float:
     """max |tl.log2(x) - log2(x)| over ``points`` float32 x spread geometrically over
     [0.5, 2^24] (the kernel's row sums l lie in [1, n_keys])."""
-    import triton
-
     x = torch.exp2(torch.linspace(-1.0, 24.0, points, device=device, dtype=torch.float64)).to(torch.float32)
-    y = torch.empty_like(x)
-    _log2_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
+    y = _run_unary("log2", x, torch.float32)
     return (y.to(F64) - torch.log2(x.to(F64))).abs().max().item()
-
-
-@functools.lru_cache(maxsize=None)
-def _cast_kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def cast_kernel(X, Y, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        ok = offs < n
-        tl.store(Y + offs, tl.load(X + offs, mask=ok, other=0.0).to(Y.dtype.element_ty), mask=ok)
-
-    return cast_kernel
 
 
 @functools.lru_cache(maxsize=None)
@@ -209,14 +192,11 @@ def storage_rounding(device: str, dtype: torch.dtype, points: int = 1 << 16) -> 
     """How Triton's ``x.to(dtype)`` rounds float32 on ``device`` (the kernels' P and output
     casts), measured against torch's casts: "nearest" (round-to-nearest-even) or "truncate"
     (toward zero; Triton's CPU interpreter for bfloat16); ValueError if neither."""
-    import triton
-
     if dtype == torch.float32:
         return "nearest"
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(points, generator=gen) * torch.exp2(torch.randint(-10, 10, (points,), generator=gen))).to(device)
-    y = torch.empty(points, dtype=dtype, device=device)
-    _cast_kernel()[(triton.cdiv(points, 1024),)](x, y, points, BLOCK=1024)
+    y = _run_unary("cast", x, dtype)
     if torch.equal(y, x.to(dtype)):
         return "nearest"
     trunc = torch.where(x.abs() < x.to(dtype).to(torch.float32).abs(),

@@ -567,10 +567,9 @@ _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
 _LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
-def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
-    """Hand copy of ``afe_rel`` of ``Ojas.FloatModel.AttentionForwardError`` at the upper
-    bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
-    relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
+def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t):
+    """The float64 hand copy of the quantities ``attn_fwd_q`` and ``attn_lse_q`` share:
+    (smax, delta, X, P1, CG, CR, bL), each rounded up by a relative 2^-30."""
     def gamma(k):
         return k * u / (1.0 - k * u)
 
@@ -579,14 +578,23 @@ def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, 
     smax = (2.0 * (scale * (1.0 + uc) * (p + de)) * (1.0 + u) + ea) * up
     delta = (scale * ((p + de) * (u * (1.0 + uc) + uc) + de) + ea) * up
     X = math.exp(u * 2.0 * smax) * up
-    Y = math.expm1(2.0 * delta) * up
     P1 = math.exp((b - 1) * math.log1p(u)) * up
     CG = math.exp(t * (math.log1p(ue) + 2.0 * math.log1p(u))) * up
     CR = math.exp(t * (math.log1p(ue + ee) + 2.0 * math.log1p(u))) * up
     hl = P1 * ((1.0 + ue) * X)
     bl = (hl * CG * X - 1.0 + t * CR * (((hl * CG * X) * n * ee) * (1.0 + u) + ea + P1 * (b * ee)) * (1.0 + u)) * up
+    return smax, delta, X, P1, CG, CR, bl
+
+
+def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
+    """Hand copy of ``afe_rel`` of ``Ojas.FloatModel.AttentionForwardError`` at the upper
+    bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
+    relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
+    up = 1.0 + 2.0**-30
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
     if not bl < 1.0:
         return math.inf
+    Y = math.expm1(2.0 * delta) * up
     ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
     bn = (ha * CG * X - 1.0 + t * CR * (((ha * CG * X) * (n * v) * ee) * (1.0 + u) + ea
                                          + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea))
@@ -695,19 +703,8 @@ def _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale
 def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, e, b, n, t) -> float:
     """Hand copy of ``lse_bound`` of ``Ojas.FloatModel.AttentionLseError`` at the values
     ``attn_lse_q`` computes (fallback without the oracle); ``inf`` when ``bL >= 1``."""
-    def gamma(k):
-        return k * u / (1.0 - k * u)
-
     up = 1.0 + 2.0**-30
-    de = (gamma(e) * p + (1.0 + gamma(e - 1)) * e * ea) * up
-    smax = (2.0 * (scale * (1.0 + uc) * (p + de)) * (1.0 + u) + ea) * up
-    delta = (scale * ((p + de) * (u * (1.0 + uc) + uc) + de) + ea) * up
-    X = math.exp(u * 2.0 * smax) * up
-    P1 = math.exp((b - 1) * math.log1p(u)) * up
-    CG = math.exp(t * (math.log1p(ue) + 2.0 * math.log1p(u))) * up
-    CR = math.exp(t * (math.log1p(ue + ee) + 2.0 * math.log1p(u))) * up
-    hl = P1 * ((1.0 + ue) * X)
-    bl = (hl * CG * X - 1.0 + t * CR * (((hl * CG * X) * n * ee) * (1.0 + u) + ea + P1 * (b * ee)) * (1.0 + u)) * up
+    smax, delta, _, _, _, _, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
     if not bl < 1.0:
         return math.inf
     nl = bl / (1.0 - bl) * up
