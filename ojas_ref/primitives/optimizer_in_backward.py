@@ -353,12 +353,13 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             parameters, as before this argument). A parameter whose state is larger (its bytes times
             the state tensors per element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first
             update its own bytes) is not staged with its bucket: it is updated in contiguous slices of
-            its flattened storage, each a view of the parameter, its gradient and its host state,
-            whose state is copied to one device buffer, stepped by ``optimizer_class`` and copied back
-            (:meth:`_step_sliced`), so one slice's state and the temporaries of one slice's step are on
-            the device instead of the whole parameter's (for the 1.06B Llama's 262 MB fp32 head,
-            AdamW: 128 MiB of state and 64 MiB of temporaries instead of 500 and 250 MiB). A slice
-            holds a multiple of 64 elements (the last excepted). Sliced: only the classes
+            its flattened storage whose state is half ``state_slice_mb``, each a view of the parameter,
+            its gradient and its host state, whose state is copied to one of two device buffers,
+            stepped by ``optimizer_class`` and copied back (:meth:`_step_sliced`; the next slice is
+            copied in while one is stepped), so two slices' state and the temporaries of one slice's
+            step are on the device instead of the whole parameter's (for the 1.06B Llama's 250 MiB
+            fp32 head, AdamW: 128 MiB of state and 32 MiB of temporaries instead of 500 and 250 MiB).
+            A slice holds a multiple of 64 elements (the last excepted). Sliced: only the classes
             ``torch.optim.SGD`` (with momentum), ``Adam`` and ``AdamW`` themselves (foreach, fused,
             single-tensor, capturable, amsgrad, maximize, weight decay), not ``differentiable``, a
             contiguous parameter and gradient; any other class (subclasses included) or parameter is
@@ -366,8 +367,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             elementwise with per-parameter scalars, each slice starting from the parameter's ``step``;
             no theorem covers the split, the tests check it). Each slice is one ``step()`` call
             (optimizer step hooks run per slice and see the slice's view), and the copies of a
-            parameter's slices are serial (the buffer is reused): host time and PCIe latency for
-            memory. The default keeps the 1.06B model's MLP weights (92 MB of fp32 AdamW state)
+            parameter's slices wait for the buffers (two): host time and PCIe latency for memory. The default keeps the 1.06B model's MLP weights (92 MB of fp32 AdamW state)
             whole, staged while the backward runs. The first update of a parameter creates its state
             slice by slice on the device; it goes to new host tensors.
         overlap: on CUDA, in the plain case (one process, no accumulation, no clipping,
@@ -1310,7 +1310,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         ``p`` neither of ``p``'s shape nor 0-d, or the state fits the slice. The state's bytes per
         element are the sum of the element sizes of its tensors of ``p``'s shape (AdamW 2 x, with
         amsgrad 3 x, SGD momentum 1 x the parameter's); before the first update (no state yet) the
-        parameter's own element size."""
+        parameter's own element size. A slice's state is half ``state_slice_mb`` (two are on the
+        device at a time), its length rounded down to a multiple of :data:`_SLICE_ALIGN`."""
         limit = self._state_slice_bytes
         bucket_opt = self._group_opts[index]
         if limit is None or type(bucket_opt) not in _SLICED_CLASSES:
@@ -1328,24 +1329,24 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                     return None
                 per_element += v.element_size()
         per_element = per_element or p.element_size()
-        length = max(_SLICE_ALIGN, limit // per_element // _SLICE_ALIGN * _SLICE_ALIGN)
+        length = max(_SLICE_ALIGN, limit // 2 // per_element // _SLICE_ALIGN * _SLICE_ALIGN)  # two slices in flight
         return length if p.numel() * per_element > limit and p.numel() > length else None
 
     def _step_sliced(self, bucket_opt: torch.optim.Optimizer, p: Tensor, length: int) -> None:
         """Update ``p`` with one ``step()`` of ``bucket_opt`` per slice of ``length`` elements of its
-        flattened storage, so that one slice's state is on the device at a time (``state_slice_mb``).
+        flattened storage, so that at most two slices' state (``state_slice_mb`` in all) is on the
+        device at a time.
 
         Each slice is a view of ``p``, given the view of its gradient as ``.grad`` and, in a state
-        of its own, the slice of each state tensor of ``p``'s shape (copied from the host into one
-        device buffer per state tensor, reused by every slice; created by the step at the first
-        update) and a copy of each 0-d state value (``step``). After its step the slice's state goes
-        back into its part of the host tensors; the 0-d values of the last slice become ``p``'s. On
-        CUDA both directions run on the inward copy stream of :meth:`_stage` (``_copy_stream(device,
-        "in")``), in order: a slice's copy in follows the copy back of the previous slice, which read
-        the same buffers (one stream orders them without an event; the price is that a parameter's
-        copies in and back do not overlap each other), and the copy back waits for the slice's step;
-        the step's stream waits for each slice's copies in. The first copy in waits for the copies
-        back of the parameter's previous update.
+        of its own, the slice of each state tensor of ``p``'s shape (copied from the host into one of
+        two device buffers per state tensor, the slices alternating between them; created by the
+        step at the first update) and a copy of each 0-d state value (``step``). After its step the
+        slice's state goes back into its part of the host tensors; the 0-d values of the last slice
+        become ``p``'s. On CUDA the copies in run on the inward copy stream (``_copy_stream(device,
+        "in")``), each after the copy back of the slice before last, which read the same buffer; the
+        step's stream waits for them; the copies back run on the outward stream after the slice's
+        step. So the next slice's copy in, this slice's step and the previous slice's copy back can
+        run at once. The first copy in waits for the copies back of the parameter's previous update.
 
         Why this is the unsliced step (no theorem; tested bitwise): the classes of
         :data:`_SLICED_CLASSES` compute each element of the new parameter and state from the same
@@ -1362,16 +1363,33 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         hosts = {k: v.view(-1) for k, v in state.items() if isinstance(v, Tensor) and v.dim() > 0}
         scalars = {k: v for k, v in state.items() if k not in hosts}
         cuda = p.device.type == "cuda"
-        copy_stream = compute = None
+        streams: tuple[Any, Any] = (None, None)
+        freed: list[Any] = [None, None]  # per buffer, the event after the copy back that last read it
         if cuda:
-            copy_stream, compute = self._copy_stream(p.device), torch.cuda.current_stream(p.device)
+            streams = (self._copy_stream(p.device, "in"), self._copy_stream(p.device, "out"))
+            compute = torch.cuda.current_stream(p.device)
             done = self._out_events.get(id(p))
             if done is not None:
-                copy_stream.wait_event(done)  # the copies back of the previous update are done
+                streams[0].wait_event(done)  # the copies back of the previous update are done
             # the 0-d values torch keeps with the parameter (fused / capturable step), once on the device
-            scalars = {k: (self._copy(torch.empty_like(v, device=p.device), v, copy_stream)
+            scalars = {k: (self._copy(torch.empty_like(v, device=p.device), v, streams[0])
                            if self._streamed(p, k, v) else v) for k, v in scalars.items()}
-        buffers = {k: torch.empty(min(length, n), dtype=h.dtype, device=p.device) for k, h in hosts.items()}
+        bounds = [(a, min(n, a + length)) for a in range(0, n, length)]
+        buffers = [{k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
+                   for a, b in bounds[:2]]
+
+        def copy_in(i: int) -> tuple[dict[Any, Tensor], Any]:
+            """Slice ``i``'s state in its buffer (and, on CUDA, the event after its copies in)."""
+            a, b = bounds[i]
+            if freed[i % 2] is not None:
+                streams[0].wait_event(freed[i % 2])
+            copies = {k: self._copy(buffers[i % 2][k][:b - a], h[a:b], streams[0]) for k, h in hosts.items()}
+            event = None
+            if cuda:
+                event = torch.cuda.Event()
+                event.record(streams[0])
+            return copies, event
+
         created: dict[Any, Tensor] = {}  # host tensors of the state the first update creates
         last: dict[Any, Any] = {}
         slice_state: Any = collections.defaultdict(dict)
@@ -1379,30 +1397,34 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         shared = bucket_opt.state
         bucket_opt.state = slice_state
         try:
-            for a in range(0, n, length):
-                b = min(n, a + length)
+            staged = copy_in(0)
+            for i, (a, b) in enumerate(bounds):
+                mine, copied = staged
+                if i + 1 < len(bounds):
+                    staged = copy_in(i + 1)
                 view = flat_p[a:b]
                 view.grad = flat_g[a:b]
-                slice_state.clear()
-                mine = slice_state[view]
-                for k, h in hosts.items():
-                    mine[k] = self._copy(buffers[k][:b - a], h[a:b], copy_stream)
                 for k, v in scalars.items():
                     mine[k] = v.clone() if isinstance(v, Tensor) else v
+                slice_state.clear()
+                slice_state[view] = mine
                 if cuda:
-                    compute.wait_stream(copy_stream)
+                    compute.wait_event(copied)  # this slice's copies in, not the next one's
                 group["params"] = [view]
                 bucket_opt.step()
                 view.grad = None
                 if cuda:
-                    copy_stream.wait_stream(compute)
+                    streams[1].wait_stream(compute)
                 for k, v in mine.items():
                     if k in hosts or (isinstance(v, Tensor) and v.dim() > 0):
                         if k not in hosts and k not in created:
                             created[k] = torch.empty(n, dtype=v.dtype, pin_memory=self._pin)
-                        self._copy((hosts[k] if k in hosts else created[k])[a:b], v, copy_stream)
+                        self._copy((hosts[k] if k in hosts else created[k])[a:b], v, streams[1])
                     else:
                         last[k] = v
+                if cuda:
+                    freed[i % 2] = torch.cuda.Event()
+                    freed[i % 2].record(streams[1])
         finally:
             bucket_opt.state = shared
             group["params"] = []
@@ -1413,16 +1435,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             if isinstance(v, Tensor) and self._streamed(p, k, v):  # back to its host tensor
                 if not (isinstance(old, Tensor) and old.shape == v.shape and old.dtype == v.dtype):
                     old = state[k] = torch.empty_like(v, device="cpu", pin_memory=self._pin)
-                self._copy(old, v, copy_stream)
+                self._copy(old, v, streams[1])
             elif isinstance(v, Tensor) and isinstance(old, Tensor) and old.shape == v.shape and old.dtype == v.dtype:
                 old.copy_(v)  # the step counter torch keeps on the CPU, in place as torch's own step
             else:
                 state[k] = v
         if cuda:
-            for buffer in buffers.values():
-                buffer.record_stream(copy_stream)
             event = torch.cuda.Event()
-            event.record(copy_stream)
+            event.record(streams[1])
             self._out_events[id(p)] = event
 
     @staticmethod

@@ -335,13 +335,14 @@ def bucket_state_bytes(m: Model, s: Setting, gradient_bytes: int) -> int:
 
 
 def slice_elements(s: Setting) -> int:
-    """With ``state_slice_mb``, the elements of one slice: ``state_slice_mb`` MiB over the state's
-    bytes per element (:func:`state_per_gradient` x size), rounded down to a multiple of
-    SLICE_ALIGN (``InBackwardOptimizer._slice_length`` in the steady state, the state existing)."""
+    """With ``state_slice_mb``, the elements of one slice: half ``state_slice_mb`` MiB (two slices
+    are in flight) over the state's bytes per element (:func:`state_per_gradient` x size), rounded
+    down to a multiple of SLICE_ALIGN (``InBackwardOptimizer._slice_length`` in the steady state,
+    the state existing)."""
     per_element = state_per_gradient(s) * s.size
     if s.state_slice_mb is None or per_element == 0:
         return 0
-    return max(SLICE_ALIGN, max(1, int(s.state_slice_mb * 2**20)) // per_element // SLICE_ALIGN * SLICE_ALIGN)
+    return max(SLICE_ALIGN, max(1, int(s.state_slice_mb * 2**20)) // 2 // per_element // SLICE_ALIGN * SLICE_ALIGN)
 
 
 def sliced(s: Setting, elements: int) -> bool:
@@ -355,9 +356,11 @@ def sliced(s: Setting, elements: int) -> bool:
 
 
 def slice_state_bytes(m: Model, s: Setting) -> int:
-    """One slice's state on the device during a sliced update: :func:`slice_elements` x the state's
-    bytes per element (one device buffer per state tensor, reused by every slice)."""
-    return slice_elements(s) * state_per_gradient(s) * s.size
+    """The state on the device during a sliced update: two slices' (two device buffers per state
+    tensor, the slices alternating between them: one stepped while the next is copied in),
+    2 x :func:`slice_elements` x the state's bytes per element (an upper bound for a parameter of
+    fewer than two whole slices)."""
+    return 2 * slice_elements(s) * state_per_gradient(s) * s.size
 
 
 def slice_temporary_bytes(m: Model, s: Setting) -> int:
@@ -793,7 +796,7 @@ def plan(model: Any, setting: Setting) -> Plan:
 
     def slice_terms(what: str) -> tuple[Term, ...]:
         """One slice's state and step temporaries, at the sliced update of ``what``."""
-        return (Term(f"optimizer state: one slice of the {what} (host state)", slice_state_bytes(m, s),
+        return (Term(f"optimizer state: two slices of the {what} (host state)", slice_state_bytes(m, s),
                      "slice_state_bytes"),
                 Term(f"bucket update temporaries (one slice of the {what})", slice_temporary_bytes(m, s),
                      "slice_temporary_bytes"))
