@@ -24,11 +24,10 @@ in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, p
   (InBackwardOptimizer's sparse path is exact for float32 / float64 row sums only); skipped
   with the reason otherwise.
 * ``+host-state``: ojas+ckpt with ``InBackwardOptimizer(state_device="cpu")`` (the optimizer
-  state in pinned host memory, streamed per bucket; a parameter whose state exceeds
-  ``state_slice_mb``, the optimizer's default 128, the head and the embedding here, updated
-  slice by slice). AdamW only (SGD without momentum has no state). Host GiB: the state's bytes.
-  Rows recorded before slicing existed have no ``state_slice_mb`` in their techniques (whole
-  parameters).
+  state in pinned host memory, streamed per bucket, whole parameters: ``state_slice_mb=None``,
+  the default, since the sliced update is refused on CUDA). AdamW only (SGD without momentum
+  has no state). Host GiB: the state's bytes. Rows without ``state_slice_mb`` in their
+  techniques are whole parameters too.
 * ``+head-update``: ojas+ckpt with ``InBackwardOptimizer(head_weight=model.lm_head.weight)``:
   the head updated by plain SGD chunk by chunk inside the loss's backward, no [V, D] gradient
   (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard). SGD only (AdamW
@@ -119,8 +118,8 @@ def skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optional[str]:
 
 def techniques(mode: str, dtype_name: str, opt_name: str) -> dict:
     """What ``mode`` applies: checkpoint (True / "offload"), sparse_embedding, state_device (with
-    ``state_slice_mb``, InBackwardOptimizer's default, recorded so that the planner plans the slices),
-    head_update."""
+    ``state_slice_mb``, recorded so that the planner plans what ran: None, whole parameters, the
+    optimizer's default), head_update."""
     t = dict(checkpoint=True, sparse_embedding=False, state_device=None, head_update=False)
     if mode in ("+offload", "all"):
         t["checkpoint"] = "offload"
@@ -128,8 +127,7 @@ def techniques(mode: str, dtype_name: str, opt_name: str) -> dict:
         t["sparse_embedding"] = True
     if mode in ("+host-state", "all") and skip_reason("+host-state", dtype_name, opt_name) is None:
         t["state_device"] = "cpu"
-        from ojas_ref.tools import plan as P
-        t["state_slice_mb"] = P.STATE_SLICE_MB
+        t["state_slice_mb"] = None
     if mode in ("+head-update", "all") and skip_reason("+head-update", dtype_name, opt_name) is None:
         t["head_update"] = True
     return t

@@ -88,13 +88,13 @@ class OptimizationReport:
     unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
 
     def plan(self, *, optimizer: str = "adamw", fused: bool = True, batch: int = 1, seq: int = 2048,
-             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = 128.0) -> Any:
+             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = None) -> Any:
         """The peak of device memory per tensor class of a training step of the optimized model
         (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`), with what this
         call applied and the rest of the setting given here (``fused``: the update in
         :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its ``state_device="cpu"``;
         ``head_update``: its ``head_weight``; ``state_slice_mb``, with ``host_state``: its
-        ``state_slice_mb``, default its default, None for whole parameters).
+        ``state_slice_mb``, default None as its default: whole parameters).
         ``NotImplementedError`` with the reason for a model the planner does not model (not a
         Llama-shaped decoder, sparse embedding, ...)."""
         from ojas_ref.tools import plan as P

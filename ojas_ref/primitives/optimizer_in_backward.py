@@ -149,10 +149,12 @@ during the backward pass about one bucket's state per group is.  The update is
 bitwise the one with ``state_device=None``: the same ops on the same values, on
 the same device with the same dtypes and strides, and a copy is exact (the
 bucketed update rests on ``Buckets.backprop_cap_bucketed_eq_standard``; the copies
-are exact, no theorem needed).  A parameter whose state exceeds ``state_slice_mb`` (the 1.06B
-model's head and embedding) is updated slice by slice, one slice's state on the device at a
+are exact, no theorem needed).  With ``state_slice_mb`` (off by default; CPU parameters only) a
+parameter whose state exceeds it is updated slice by slice, one slice's state on the device at a
 time (:meth:`InBackwardOptimizer._step_sliced`: SGD with momentum, Adam, AdamW only; bitwise
-the whole step because their arithmetic is elementwise, tested, no theorem).  Tested:
+the whole step because their arithmetic is elementwise, tested on the CPU, no theorem). On CUDA
+it is refused: on an H200 the 1.06B model's sliced AdamW steps gave NaN losses from the first
+update (benchmarks/RESULTS.md, 2026-12-01), not yet found.  Tested:
 ``tests/test_optimizer_in_backward_host_state.py``.
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
@@ -201,6 +203,15 @@ else:  # a build without torch.distributed: no FSDP2
 # Both sides are weak: a strong value would keep its own keys (the optimizer holds its
 # parameters) and so the whole model alive after the user drops it.
 _OWNERS = WeakIdKeyDictionary()
+
+
+def _refuse_sliced_cuda(p: Tensor) -> None:
+    """``state_slice_mb`` is for CPU parameters only (see :class:`InBackwardOptimizer`)."""
+    if p.device.type == "cuda":
+        raise NotImplementedError(
+            "state_slice_mb with CUDA parameters: the sliced update gave NaN losses for a 1.06B Llama on an "
+            "H200 (benchmarks/RESULTS.md, 2026-12-01) and is refused until that is found; pass "
+            "state_slice_mb=None (whole parameters, the default)")
 
 
 def _weak_hook(opt: "InBackwardOptimizer", index: int, nbytes: int) -> Callable[[Tensor], None]:
@@ -349,8 +360,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             first (the copies back are asynchronous).  Not supported with FSDP2
             (``fully_shard``) parameters (NotImplementedError).
         state_slice_mb: with ``state_device="cpu"`` (ignored without it), the most optimizer state, in
-            MiB, that one parameter has on the device during its update (default 128; None: whole
-            parameters, as before this argument). A parameter whose state is larger (its bytes times
+            MiB, that one parameter has on the device during its update (default None: whole
+            parameters). Refused for CUDA parameters (NotImplementedError): the sliced update gave
+            NaN losses for a 1.06B Llama on an H200 and its peak was not lower in the GPU test
+            (benchmarks/RESULTS.md, 2026-12-01); the cause is not found yet. A parameter whose state is larger (its bytes times
             the state tensors per element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first
             update its own bytes) is not staged with its bucket: it is updated in contiguous slices of
             its flattened storage whose state is half ``state_slice_mb``, each a view of the parameter,
@@ -472,7 +485,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         max_grad_norm: Optional[float] = None,
         bucket_cap_mb: float = 64.0,
         state_device: Optional[Union[str, torch.device]] = None,
-        state_slice_mb: Optional[float] = 128.0,
+        state_slice_mb: Optional[float] = None,
         overlap: bool = False,
         head_weight: Optional[Tensor] = None,
         **optimizer_kwargs: Any,
@@ -569,6 +582,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
         super().__init__(self._template.param_groups, self._template.defaults)
+        if state_slice_mb is not None:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    _refuse_sliced_cuda(p)
         # head_weight: the head updated inside the linear cross-entropy's backward (None: none);
         # its id (None: none), and whether the loss updated it since the last step()
         self._head: Optional[Tensor] = None
@@ -1316,6 +1333,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         bucket_opt = self._group_opts[index]
         if limit is None or type(bucket_opt) not in _SLICED_CLASSES:
             return None
+        _refuse_sliced_cuda(p)
         group = self.param_groups[index]
         grad = p.grad
         if (group.get("differentiable") or (type(bucket_opt) is torch.optim.SGD and group["momentum"] == 0)

@@ -20,7 +20,8 @@ the fused optimizer's state on the host (``host_state``, ``InBackwardOptimizer(
 state_device="cpu")``; with ``state_slice_mb`` the parameters whose state exceeds it updated
 slice by slice, :func:`sliced`). Both are checked against the H200 records of
 benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py), which were
-measured with whole-parameter updates; the sliced terms are a prediction, not yet measured. Not modelled (yet): gradient
+measured with whole-parameter updates; the sliced terms are a prediction (on the H200 the
+sliced update gave NaN losses, and InBackwardOptimizer refuses it on CUDA). Not modelled (yet): gradient
 accumulation, reversible stacks, autocast, other model families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
@@ -60,7 +61,8 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 CUBLAS_HANDLES = 2
 #: InBackwardOptimizer's default ``bucket_cap_mb`` (64), in bytes
 BUCKET_CAP_BYTES = 64 * 2**20
-#: InBackwardOptimizer's default ``state_slice_mb`` (128), what ``ojas plan --host-state`` assumes
+#: a ``state_slice_mb`` to plan with (``ojas plan --host-state --state-slice-mb 128``; the option
+#: is off by default and refused on CUDA by InBackwardOptimizer: its H200 run gave NaN losses)
 STATE_SLICE_MB = 128.0
 #: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
 SLICE_ALIGN = 64
@@ -1160,9 +1162,9 @@ def add_arguments(parser: Any) -> None:
                         help="with --fused: the optimizer state in host memory (InBackwardOptimizer("
                              "state_device='cpu'))")
     parser.add_argument("--state-slice-mb", type=_slice_mb, metavar="MB|none",
-                        help=f"with --host-state: InBackwardOptimizer's state_slice_mb (default {STATE_SLICE_MB:g}, "
-                             "its default): a parameter whose state exceeds it is updated slice by slice; 'none': "
-                             "whole parameters (as the records measured before slicing)")
+                        help="with --host-state: InBackwardOptimizer's state_slice_mb (default none: whole parameters, "
+                             f"its default), e.g. {STATE_SLICE_MB:g}: a parameter whose state exceeds it updated "
+                             "slice by slice (CPU parameters only: refused on CUDA, where its H200 run gave NaN)")
     parser.add_argument("--head-update", action="store_true",
                         help="with --fused, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
                              "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
@@ -1224,7 +1226,7 @@ def run_command(args: Any) -> int:
         if args.state_slice_mb is not None and not args.host_state:
             raise ValueError("--state-slice-mb needs --host-state (only state on the host is updated in slices)")
         if args.host_state:
-            flags["state_slice_mb"] = STATE_SLICE_MB if args.state_slice_mb is None else args.state_slice_mb or None
+            flags["state_slice_mb"] = args.state_slice_mb or None
         if args.offload and not args.checkpoint:
             raise ValueError("--offload needs --checkpoint (it moves the checkpoints to host memory)")
         if args.host_state and not args.fused:

@@ -247,8 +247,7 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
                               batch=config.batch_size, seq=config.seq_len,
                               checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
                               ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas,
-                              offload=config.offload_checkpoints, host_state=config.state_on_host,
-                              state_slice_mb=planner.STATE_SLICE_MB if config.state_on_host else None)
+                              offload=config.offload_checkpoints, host_state=config.state_on_host)
     lower_bound = config.in_backward and config.max_grad_norm is not None
     return planner.plan(shape, setting), lower_bound
 
