@@ -1500,17 +1500,18 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _swap_out(self, bucket: list[Tensor], hosts: dict[int, dict[Any, Tensor]]) -> None:
         """Copy the bucket's state back into its host tensors (new pinned ones for state the step
         created) and put them in :attr:`state`: the device copies are dropped. On CUDA the copies
-        run ``non_blocking`` on the outward copy stream (:meth:`_copy_stream`; :meth:`_stage` waits
-        for them before it reads those host tensors again), after the step's stream has reached this
-        point, so the backward's kernels do not wait for them; each device copy is kept
-        (``record_stream``) until its copy is done."""
+        run ``non_blocking`` on the copy stream of :meth:`_stage` (one stream both ways: the
+        configuration whose 1.06B losses matched on the H200; an outward stream of its own was in
+        the run whose sliced steps gave NaN, so it is not used until that is understood), after the
+        step's stream has reached this point, so the backward's kernels do not wait for them; each
+        device copy is kept (``record_stream``) until its copy is done."""
         streams: dict[torch.device, Any] = {}
         for p in bucket:
             state = self.state.get(p)
             if not state:
                 continue
             if p.device.type == "cuda" and p.device not in streams:
-                streams[p.device] = self._copy_stream(p.device, "out")
+                streams[p.device] = self._copy_stream(p.device)
                 streams[p.device].wait_stream(torch.cuda.current_stream(p.device))  # the step's results are written
             old = hosts.get(id(p), {})
             for k, v in list(state.items()):
