@@ -10,6 +10,8 @@ tensor to host tensor (the same code path, no memory saved); the CUDA tests (mar
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import copy
 from typing import Any, Optional
 
@@ -17,6 +19,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
 from test_optimizer_in_backward import assert_same, count_bucket_steps
@@ -579,3 +583,378 @@ def test_ddp_host_state_is_bitwise_device_state(distributed: list[dict], name: s
 def test_fsdp2_host_state_is_refused(distributed: list[dict]) -> None:
     for out in distributed:
         assert "state_device" in out["fsdp2_error"] and "FSDP2" in out["fsdp2_error"], out["fsdp2_error"]
+
+
+# --------------------------------------------------------------------------
+# (g) the CUDA stream code run on the CPU against a model of CUDA's stream semantics
+# --------------------------------------------------------------------------
+
+class FakeStream:
+    """A CUDA stream of :class:`StreamModel`: its vector clock orders its work after what it waited for."""
+
+    def __init__(self, model: "StreamModel", name: str) -> None:
+        self.model, self.name = model, name
+        model.clock[self] = {}
+
+    def wait_event(self, event: "FakeEvent") -> None:
+        if event.clock is not None:
+            self.model.join(self, event.clock)
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        self.model.join(self, self.model.clock[other])
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class FakeEvent:
+    def __init__(self, model: "StreamModel") -> None:
+        self.model, self.clock = model, None
+
+    def record(self, stream: Optional[FakeStream] = None) -> None:
+        self.clock = dict(self.model.clock[stream or self.model.current])
+
+    def synchronize(self) -> None:  # the host waits: everything issued after it follows the event's work
+        if self.clock is not None:
+            self.model.floor = self.model.joined(self.model.floor, self.clock)
+
+    def query(self) -> bool:
+        return True
+
+
+_ALLOCATIONS = (torch.ops.aten.empty, torch.ops.aten.empty_like, torch.ops.aten.empty_strided,
+                torch.ops.aten.new_empty, torch.ops.aten.new_empty_strided)
+
+
+class StreamModel(TorchDispatchMode):
+    """Every aten op of the run, attributed to the (fake) stream current when the host issued it, with
+    CUDA's ordering: an op on a stream follows the earlier ops of that stream and, through
+    ``wait_event`` / ``wait_stream`` (vector clocks), what those waited for; host memory is the
+    memory allocated with ``pin_memory=True`` (every other tensor stands for device memory). Errors:
+
+    * ``allocation``: device memory used on a stream other than the one it was allocated on, by an
+      op not ordered after its allocation. The caching allocator hands a block freed on a stream out
+      again at once to that stream's next allocation, while that stream's queued kernels may still
+      use it; only that stream's later work is ordered after them.
+    * ``race``: two accesses to overlapping bytes from different streams, one a write, not ordered.
+    * ``record_stream``: device memory used on a stream other than its allocation's without
+      ``record_stream`` there (its block could be handed out again while that use is queued).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock: dict[Any, dict[Any, int]] = {}
+        self.floor: dict[Any, int] = {}
+        self.host_stream = object()  # the host's own accesses: in issue order, before what follows
+        self.clock[self.host_stream] = {}
+        self.compute = FakeStream(self, "compute")
+        self.current = self.compute
+        self.streams = 0
+        self.host: set[int] = set()
+        self.owner: dict[int, tuple[Any, int]] = {}
+        self.accesses: dict[int, list] = collections.defaultdict(list)
+        self.foreign: dict[int, set] = collections.defaultdict(set)
+        self.recorded: dict[int, set] = collections.defaultdict(set)
+        self.keep: list[torch.Tensor] = []  # no address is reused during the run
+        self.errors: list[str] = []
+        self.side_ops = 0
+
+    @staticmethod
+    def joined(a: dict, b: dict) -> dict:
+        return {k: max(a.get(k, 0), b.get(k, 0)) for k in {*a, *b}}
+
+    def join(self, stream: Any, clock: dict) -> None:
+        self.clock[stream] = self.joined(self.clock[stream], clock)
+
+    def tick(self, stream: Any) -> dict:
+        self.join(stream, self.floor)
+        clock = self.clock[stream]
+        clock[stream] = clock.get(stream, 0) + 1
+        if stream is self.host_stream:
+            self.floor = self.joined(self.floor, clock)
+        return dict(clock)
+
+    @staticmethod
+    def key(t: torch.Tensor) -> int:
+        return t.untyped_storage().data_ptr()
+
+    def is_device(self, t: torch.Tensor) -> bool:
+        return self.key(t) not in self.host
+
+    def new_stream(self, device: Any = None, **kwargs: Any) -> FakeStream:
+        self.streams += 1
+        return FakeStream(self, f"side{self.streams}")
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream):
+        before, self.current = self.current, stream
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def record_stream(self, t: torch.Tensor, stream: FakeStream) -> None:
+        self.recorded[self.key(t)].add(stream)
+
+    def access(self, t: torch.Tensor, write: bool, stream: Any, clock: dict, what: Any) -> None:
+        if t.numel() == 0:
+            return
+        key = self.key(t)
+        lo = t.storage_offset() * t.element_size()
+        hi = lo + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
+        owner = self.owner.get(key)
+        if owner is not None and owner[0] is not stream and stream is not self.host_stream:
+            self.foreign[key].add(stream)
+            if clock.get(owner[0], 0) < owner[1]:
+                self.errors.append(f"allocation: {what} on {stream} uses memory allocated on {owner[0]} "
+                                   f"without waiting for it")
+        for plo, phi, pwrite, pstream, ptime, pwhat in self.accesses[key]:
+            if (pstream is not stream and (pwrite or write) and plo < hi and lo < phi
+                    and clock.get(pstream, 0) < ptime):
+                self.errors.append(f"race: {what} on {stream} ({'write' if write else 'read'}) against "
+                                   f"{pwhat} on {pstream} ({'write' if pwrite else 'read'})")
+        self.accesses[key].append((lo, hi, write, stream, clock[stream], what))
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        pinned = bool(kwargs.get("pin_memory"))
+        if pinned:
+            kwargs["pin_memory"] = False
+        if func is torch.ops.aten.is_pinned.default:
+            return self.key(args[0]) in self.host
+        out = func(*args, **kwargs)
+        if func.is_view:  # no memory accessed
+            return out
+        written = set()
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                written.update(id(t) for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor))
+        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outputs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        seen = {self.key(t) for t in inputs}
+        fresh = [t for t in outputs if self.key(t) not in seen and t.numel()]
+        for t in fresh:  # new memory: drop what an earlier tensor at this address left
+            key = self.key(t)
+            self.accesses.pop(key, None)
+            self.owner.pop(key, None)
+            self.foreign.pop(key, None)
+            self.recorded.pop(key, None)
+            self.host.discard(key)
+            if pinned:
+                self.host.add(key)
+            self.keep.append(t)
+        tensors = inputs + fresh
+        stream = self.current
+        if tensors and all(self.key(t) in self.host for t in tensors):
+            stream = self.host_stream
+        clock = self.tick(stream)
+        if stream is not self.compute and stream is not self.host_stream:
+            self.side_ops += 1
+        for t in fresh:
+            if not pinned:
+                self.owner[self.key(t)] = (stream, clock[stream])
+        for t in inputs:
+            self.access(t, id(t) in written, stream, clock, func)
+        if func.overloadpacket not in _ALLOCATIONS and not pinned:  # an empty tensor is not written yet
+            for t in fresh:
+                self.access(t, True, stream, clock, func)
+        return out
+
+    def finish(self) -> list[str]:
+        for key, streams in self.foreign.items():
+            missing = streams - self.recorded[key]
+            if missing:
+                self.errors.append(f"record_stream: memory allocated on {self.owner[key][0]} used on "
+                                   f"{sorted(map(str, missing))} without record_stream")
+        return self.errors
+
+
+@contextlib.contextmanager
+def fake_cuda(monkeypatch: pytest.MonkeyPatch, opt: Optional[InBackwardOptimizer] = None):
+    """The host-state code's CUDA branches on CPU tensors, its streams and events :class:`StreamModel`'s."""
+    import ojas_ref.primitives.optimizer_in_backward as M
+
+    model = StreamModel()
+    monkeypatch.setattr(M, "_is_cuda", model.is_device)
+    monkeypatch.setattr(torch.cuda, "Stream", model.new_stream)
+    monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: FakeEvent(model))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: model.current)
+    monkeypatch.setattr(torch.cuda, "stream", model.stream)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, stream: model.record_stream(t, stream))
+    if opt is not None:
+        monkeypatch.setattr(opt, "_pin", True)  # host tensors pinned: how StreamModel tells them apart
+    with model:
+        yield model
+
+
+def test_stream_model_catches_the_hazards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """StreamModel itself: a copy on a side stream into memory just allocated on the compute stream,
+    a read on the compute stream of what a side stream writes before waiting for it, and a foreign
+    use without record_stream are errors; the same with the waits (and record_stream) are not."""
+    with fake_cuda(monkeypatch) as model:
+        side = torch.cuda.Stream("cpu")
+        host = torch.empty(8, pin_memory=True).fill_(1.0)
+        buffer = torch.empty(8)
+        with torch.cuda.stream(side):
+            buffer.copy_(host, non_blocking=True)
+        buffer.record_stream(side)
+        buffer.clone()
+    assert any(e.startswith("allocation") for e in model.errors), model.errors
+    assert any(e.startswith("race") for e in model.errors), model.errors
+    with fake_cuda(monkeypatch) as model:
+        side = torch.cuda.Stream("cpu")
+        host = torch.empty(8, pin_memory=True).fill_(1.0)
+        buffer = torch.empty(8)
+        with torch.cuda.stream(side):
+            buffer.copy_(host, non_blocking=True)
+        model.finish()
+    assert any(e.startswith("record_stream") for e in model.errors), model.errors
+    with fake_cuda(monkeypatch) as model:
+        side = torch.cuda.Stream("cpu")
+        host = torch.empty(8, pin_memory=True).fill_(1.0)
+        buffer = torch.empty(8)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            buffer.copy_(host, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(side)
+        buffer.record_stream(side)
+        torch.cuda.current_stream().wait_event(event)
+        buffer.clone()
+        model.finish()
+    assert model.errors == []
+
+
+@pytest.mark.parametrize("slice_mb", [None, TINY], ids=["whole", "sliced"])
+@pytest.mark.parametrize("name", ["adamw", "adamw_foreach", "adamw_fused", "sgd_momentum"])
+def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[float],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA branches of the host-state code (whole parameters, and slices: two buffers, inward and
+    outward streams, events), run on the CPU under StreamModel for 3 steps: no copy or step uses memory
+    before the stream that allocated it is ordered before it, no two streams race on device or host
+    memory (copies in, steps, copies back, the step counters of the fused step, the first update's
+    new state), every foreign use is record_stream-ed; and the result is still the standard loop's.
+    Before the fix of this commit the sliced path failed it: its device buffers (and the fused
+    step's device counters) were allocated on the compute stream and written by the inward stream
+    at once (``allocation``), and the fused step's counter was cloned on the compute stream before
+    it waited for its copy in (``race``)."""
+    cls, kw = SLICED[name]
+    model_s, opt_s, losses_s = standard_run(cls, kw, 3)
+    model = make_model(width=ODD)
+    opt = InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu",
+                              state_slice_mb=slice_mb, **kw)
+    slices = count_slices(opt)
+    with fake_cuda(monkeypatch, opt) as streams:
+        losses = train(model, opt, range(3))
+        opt.state_dict()  # waits for the copies back (synchronize), then the host reads the state
+        errors = streams.finish()
+    assert errors == [], "\n".join(dict.fromkeys(errors))
+    assert streams.side_ops > 0 and streams.streams == (1 if slice_mb is None else 2)
+    assert (slices[0] > 0) == (slice_mb is not None)
+    assert losses == losses_s
+    assert_same(model_s, opt_s, model, opt)
+
+
+# --------------------------------------------------------------------------
+# (h) CUDA, sliced, with the refusal lifted: the measurements that decide whether it can go
+# --------------------------------------------------------------------------
+
+def _lift_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ojas_ref.primitives.optimizer_in_backward as M
+    monkeypatch.setattr(M, "_refuse_sliced_cuda", lambda p: None)
+
+
+def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
+    """A post-accumulate-grad hook (registered before the optimizer's, so it runs first) that makes
+    the device fall behind the host and leaves NaN where an unordered copy would be overwritten or
+    read: ``"compute"``: on an emptied cache, blocks of a state buffer's size are allocated on the
+    compute stream, a 50 ms sleep and a NaN fill of them queued there, and freed (before the fix the
+    sliced buffers were allocated on the compute stream, got these blocks and were written by the
+    inward stream at once: the fill then overwrote the state); ``"inward"``: small NaN blocks freed
+    on the compute stream and a 50 ms sleep queued on the inward copy stream (before the fix the
+    fused step's device counter was cloned on the compute stream before its copy in had run)."""
+
+    def hook(p: torch.Tensor) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        if kind == "compute":
+            junk = [torch.empty(numel, device=p.device) for _ in range(4)]
+            torch.cuda._sleep(int(1e8))
+            for j in junk:
+                j.fill_(float("nan"))
+        else:
+            junk = [torch.full((128,), float("nan"), device=p.device) for _ in range(64)]
+            with torch.cuda.stream(opt_ref[0]._copy_stream(p.device, "in")):
+                torch.cuda._sleep(int(1e8))
+        del junk
+    return hook
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind,name", [("compute", "adamw"), ("compute", "adamw_foreach"),
+                                       ("inward", "adamw_fused")])
+def test_cuda_sliced_with_the_device_behind(kind: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sliced (state_slice_mb=8: buffers of 2 MiB) and whole, 2 x 2048^2 weights, 3 steps, with
+    :func:`_poison_hook` on the last weight: bitwise equal and finite. The 1.06B Llama's NaN losses
+    (benchmarks/RESULTS.md, 2026-12-01) are expected to be the ``compute`` race; this test should
+    fail on the code before the fix (not run yet)."""
+    _lift_refusal(monkeypatch)
+    torch.backends.cudnn.deterministic = True
+    cls, kw = SLICED[name]
+    runs = []
+    for slice_mb in (None, 8.0):
+        model = make_model("cuda", width=2048, depth=2)
+        opt_ref: list = []
+        model.layers[-1].weight.register_post_accumulate_grad_hook(_poison_hook(kind, opt_ref, 2**19))
+        opt = InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu",
+                                  state_slice_mb=slice_mb, **kw)
+        opt_ref.append(opt)
+        slices = count_slices(opt)
+        losses = train(model, opt, range(3), device="cuda")
+        torch.cuda.synchronize()
+        assert (slices[0] > 0) == (slice_mb is not None)
+        runs.append((model, opt, losses))
+    (model_a, opt_a, losses_a), (model_b, opt_b, losses_b) = runs
+    assert all(torch.isfinite(p).all() for p in model_b.parameters())
+    assert losses_a == losses_b
+    assert_same(model_a, opt_a, model_b, opt_b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_sliced_peak_lower_by_the_parameter_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU test of 5d3dce4, with each run's peak taken above the memory allocated before it
+    (the earlier version kept the whole run's model, 64 MiB, allocated during the sliced run and
+    compared absolute peaks: expected 43 MiB lower, so 43 - 64 = -21 MiB, measured -22 MiB on the
+    H200). AdamW, state on the host, 4 x 2048^2 weights (16 MiB each, one per bucket): unsliced a
+    weight's update holds its whole state (32 MiB) and foreach's sqrt of exp_avg_sq (16 MiB); with
+    state_slice_mb=4 two slices' state (4 MiB) and one slice's sqrt (1 MiB)."""
+    _lift_refusal(monkeypatch)
+    width, depth, cap, slice_mb = 2048, 4, 4.0, 4.0
+    torch.backends.cudnn.deterministic = True
+    peaks, runs = [], []
+    for state_slice_mb in (None, slice_mb):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()  # the first run's model, kept for the comparison
+        model = make_model("cuda", width=width, depth=depth)
+        opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=cap, state_device="cpu",
+                                  state_slice_mb=state_slice_mb, lr=1e-2, weight_decay=0.1)
+        slices = count_slices(opt)
+        train(model, opt, range(2), device="cuda")  # the state exists
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        train(model, opt, range(2, 3), device="cuda", check=check_on_host)
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        assert (slices[0] > 0) == (state_slice_mb is not None)
+        runs.append((model, opt))
+    assert_same(runs[0][0], runs[0][1], runs[1][0], runs[1][1])
+    weight = width * width * 4
+    budget = int(slice_mb * 2**20)
+    expected = (2 * weight + weight) - (budget + budget // 4)  # state + sqrt: whole minus two slices' state, one sqrt
+    saved = peaks[0] - peaks[1]
+    assert saved >= expected - 8 * 2**20, (peaks, expected)
+    assert saved <= 2 * 3 * weight, (peaks, expected)

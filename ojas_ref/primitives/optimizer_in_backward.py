@@ -154,7 +154,8 @@ parameter whose state exceeds it is updated slice by slice, one slice's state on
 time (:meth:`InBackwardOptimizer._step_sliced`: SGD with momentum, Adam, AdamW only; bitwise
 the whole step because their arithmetic is elementwise, tested on the CPU, no theorem). On CUDA
 it is refused: on an H200 the 1.06B model's sliced AdamW steps gave NaN losses from the first
-update (benchmarks/RESULTS.md, 2026-12-01), not yet found.  Tested:
+update (benchmarks/RESULTS.md, 2026-12-01); a race found since (the device buffers allocated on
+the compute stream, written by the inward stream) is fixed, not yet measured on a GPU.  Tested:
 ``tests/test_optimizer_in_backward_host_state.py``.
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
@@ -205,8 +206,24 @@ else:  # a build without torch.distributed: no FSDP2
 _OWNERS = WeakIdKeyDictionary()
 
 
+def _is_cuda(t: Tensor) -> bool:
+    """Whether ``t`` is on a CUDA device, for the host-state copies (:meth:`InBackwardOptimizer._stage`,
+    ``_swap_in``, ``_swap_out``, ``_step_sliced``, ``_copy``): ``t.device.type == "cuda"``.
+    tests/test_optimizer_in_backward_host_state.py replaces it to run their CUDA stream code on the
+    CPU against a model of CUDA's stream semantics (which stream each copy and step runs on, what it
+    waits for, where its memory was allocated)."""
+    return t.device.type == "cuda"
+
+
 def _refuse_sliced_cuda(p: Tensor) -> None:
-    """``state_slice_mb`` is for CPU parameters only (see :class:`InBackwardOptimizer`)."""
+    """``state_slice_mb`` is for CPU parameters only (see :class:`InBackwardOptimizer`).
+
+    Fixed since the H200's NaN run, not yet measured: the sliced buffers (and the fused step's device
+    counters) were allocated on the compute stream and written at once by the inward copy stream,
+    racing the compute stream's queued kernels on reused blocks; they are now allocated on the inward
+    stream, and the counters cloned after their copy in (tests: ``test_cuda_stream_order_in_a_model_of_cuda``,
+    CPU). To lift this refusal, measure first: ``pytest -m gpu tests/test_optimizer_in_backward_host_state.py
+    -k sliced`` and the 1.06B Llama's losses with ``state_slice_mb=128`` (benchmarks/RESULTS.md)."""
     if p.device.type == "cuda":
         raise NotImplementedError(
             "state_slice_mb with CUDA parameters: the sliced update gave NaN losses for a 1.06B Llama on an "
@@ -363,7 +380,11 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             MiB, that one parameter has on the device during its update (default None: whole
             parameters). Refused for CUDA parameters (NotImplementedError): the sliced update gave
             NaN losses for a 1.06B Llama on an H200 and its peak was not lower in the GPU test
-            (benchmarks/RESULTS.md, 2026-12-01); the cause is not found yet. A parameter whose state is larger (its bytes times
+            (benchmarks/RESULTS.md, 2026-12-01). Found since, not yet measured: the device buffers were
+            allocated on the compute stream and written by the inward stream without waiting for it
+            (fixed: allocated on the inward stream; see ``_refuse_sliced_cuda`` for what to measure), and
+            the GPU test compared absolute peaks with the whole run's 64 MiB model still allocated
+            (43 - 64 = -21 MiB expected, -22 measured). A parameter whose state is larger (its bytes times
             the state tensors per element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first
             update its own bytes) is not staged with its bucket: it is updated in contiguous slices of
             its flattened storage whose state is half ``state_slice_mb``, each a view of the parameter,
@@ -1305,7 +1326,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         hosts = {k: v for k, v in state.items() if self._streamed(p, k, v)}
         if not hosts:
             return
-        if p.device.type != "cuda":
+        if not _is_cuda(p):
             self._staged[id(p)] = {k: torch.empty_like(h, device=p.device).copy_(h) for k, h in hosts.items()}
             return
         stream = self._copy_stream(p.device)
@@ -1360,8 +1381,11 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         two device buffers per state tensor, the slices alternating between them; created by the
         step at the first update) and a copy of each 0-d state value (``step``). After its step the
         slice's state goes back into its part of the host tensors; the 0-d values of the last slice
-        become ``p``'s. On CUDA the copies in run on the inward copy stream (``_copy_stream(device,
-        "in")``), each after the copy back of the slice before last, which read the same buffer; the
+        become ``p``'s. On CUDA the buffers (and the device copies of 0-d values) are allocated on
+        the inward copy stream (``_copy_stream(device, "in")``), as :meth:`_stage`'s copies are: a
+        block allocated on the compute stream may still be used by that stream's queued kernels, and
+        the inward stream does not wait for it. The copies in run there, each after the copy back of
+        the slice before last, which read the same buffer; the
         step's stream waits for them; the copies back run on the outward stream after the slice's
         step. So the next slice's copy in, this slice's step and the previous slice's copy back can
         run at once. The first copy in waits for the copies back of the parameter's previous update.
@@ -1380,21 +1404,34 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         flat_p, flat_g = p.detach().view(-1), p.grad.view(-1)
         hosts = {k: v.view(-1) for k, v in state.items() if isinstance(v, Tensor) and v.dim() > 0}
         scalars = {k: v for k, v in state.items() if k not in hosts}
-        cuda = p.device.type == "cuda"
+        cuda = _is_cuda(p)
         streams: tuple[Any, Any] = (None, None)
         freed: list[Any] = [None, None]  # per buffer, the event after the copy back that last read it
+        bounds = [(a, min(n, a + length)) for a in range(0, n, length)]
         if cuda:
             streams = (self._copy_stream(p.device, "in"), self._copy_stream(p.device, "out"))
             compute = torch.cuda.current_stream(p.device)
             done = self._out_events.get(id(p))
             if done is not None:
                 streams[0].wait_event(done)  # the copies back of the previous update are done
-            # the 0-d values torch keeps with the parameter (fused / capturable step), once on the device
-            scalars = {k: (self._copy(torch.empty_like(v, device=p.device), v, streams[0])
-                           if self._streamed(p, k, v) else v) for k, v in scalars.items()}
-        bounds = [(a, min(n, a + length)) for a in range(0, n, length)]
-        buffers = [{k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
-                   for a, b in bounds[:2]]
+            # The device memory the inward stream writes is allocated on that stream, as _stage's: a block
+            # allocated on the compute stream may be one it freed a moment ago whose kernels are still
+            # queued there (the host runs ahead of the device), and a copy on another stream that does
+            # not wait for the compute stream would race them (its state overwritten by them, or theirs
+            # by it). Blocks of the inward stream's pool are handed out again only after the streams
+            # recorded on them (compute: the steps; outward: the copies back) have passed their frees.
+            with torch.cuda.stream(streams[0]):
+                # the 0-d values torch keeps with the parameter (fused / capturable step), once on the device
+                scalars = {k: (self._copy(torch.empty_like(v, device=p.device), v, streams[0])
+                               if self._streamed(p, k, v) else v) for k, v in scalars.items()}
+                buffers = [{k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
+                           for a, b in bounds[:2]]
+            for t in [*(v for v in scalars.values() if isinstance(v, Tensor) and _is_cuda(v)),
+                      *(t for d in buffers for t in d.values())]:
+                t.record_stream(compute)  # read and written by the steps
+        else:
+            buffers = [{k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
+                       for a, b in bounds[:2]]
 
         def copy_in(i: int) -> tuple[dict[Any, Tensor], Any]:
             """Slice ``i``'s state in its buffer (and, on CUDA, the event after its copies in)."""
@@ -1422,12 +1459,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                     staged = copy_in(i + 1)
                 view = flat_p[a:b]
                 view.grad = flat_g[a:b]
+                if cuda:
+                    # this slice's copies in, not the next one's; before the clones below, which read the
+                    # device copy of a 0-d value (fused / capturable step) that the inward stream writes
+                    compute.wait_event(copied)
                 for k, v in scalars.items():
                     mine[k] = v.clone() if isinstance(v, Tensor) else v
                 slice_state.clear()
                 slice_state[view] = mine
-                if cuda:
-                    compute.wait_event(copied)  # this slice's copies in, not the next one's
                 group["params"] = [view]
                 bucket_opt.step()
                 view.grad = None
@@ -1467,11 +1506,11 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _copy(dst: Tensor, src: Tensor, stream: Any) -> Tensor:
         """``dst.copy_(src)``; between host and device ``non_blocking`` on ``stream``, the device
         tensor kept (``record_stream``) until the copy is done."""
-        if stream is None or (dst.device == src.device):
+        if stream is None or _is_cuda(dst) == _is_cuda(src):
             return dst.copy_(src)
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
-        (src if src.is_cuda else dst).record_stream(stream)  # allocated on the step's stream
+        (src if _is_cuda(src) else dst).record_stream(stream)  # kept until the copy is done
         return dst
 
     def _swap_in(self, bucket: list[Tensor]) -> dict[int, dict[Any, Tensor]]:
@@ -1483,7 +1522,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         streams: dict[torch.device, Any] = {}
         for p in bucket:
             staged = self._staged.pop(id(p), None)
-            if p.device.type == "cuda" and p.device not in streams:
+            if _is_cuda(p) and p.device not in streams:
                 streams[p.device] = torch.cuda.current_stream(p.device)
                 if event is not None:
                     streams[p.device].wait_event(event)
@@ -1492,7 +1531,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             state = self.state[p]
             hosts[id(p)] = {k: state[k] for k in staged}
             for k, dev in staged.items():
-                if dev.is_cuda:
+                if _is_cuda(dev):
                     dev.record_stream(streams[p.device])  # used by the step and the copy back there
                 state[k] = dev
         return hosts
@@ -1510,7 +1549,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             state = self.state.get(p)
             if not state:
                 continue
-            if p.device.type == "cuda" and p.device not in streams:
+            if _is_cuda(p) and p.device not in streams:
                 streams[p.device] = self._copy_stream(p.device)
                 streams[p.device].wait_stream(torch.cuda.current_stream(p.device))  # the step's results are written
             old = hosts.get(id(p), {})
@@ -1523,7 +1562,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 if (h is None or h.shape != v.shape or h.dtype != v.dtype or h.stride() != v.stride()
                         or (self._pin and not h.is_pinned())):
                     h = torch.empty_like(v, device="cpu", pin_memory=self._pin)
-                if v.is_cuda:
+                if _is_cuda(v):
                     with torch.cuda.stream(streams[p.device]):
                         h.copy_(v, non_blocking=True)
                     v.record_stream(streams[p.device])
