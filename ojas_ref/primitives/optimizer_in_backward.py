@@ -386,7 +386,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             the GPU test compared absolute peaks with the whole run's 64 MiB model still allocated
             (43 - 64 = -21 MiB expected, -22 measured). A parameter whose state is larger (its bytes times
             the state tensors per element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first
-            update its own bytes) is not staged with its bucket: it is updated in contiguous slices of
+            update, the same count of the tensors the step will create) is not staged with its bucket: it is updated in contiguous slices of
             its flattened storage whose state is half ``state_slice_mb``, each a view of the parameter,
             its gradient and its host state, whose state is copied to one of two device buffers,
             stepped by ``optimizer_class`` and copied back (:meth:`_step_sliced`; the next slice is
@@ -1347,8 +1347,11 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         state), ``p`` or its gradient not contiguous (or sparse, or an FSDP2 shard), a state tensor of
         ``p`` neither of ``p``'s shape nor 0-d, or the state fits the slice. The state's bytes per
         element are the sum of the element sizes of its tensors of ``p``'s shape (AdamW 2 x, with
-        amsgrad 3 x, SGD momentum 1 x the parameter's); before the first update (no state yet) the
-        parameter's own element size. A slice's state is half ``state_slice_mb`` (two are on the
+        amsgrad 3 x, SGD momentum 1 x the parameter's); before the first update (no state yet) those of
+        the tensors the step will create, of the parameter's dtype (the same counts: the first update
+        creates each slice's state on the device, so its slices are those of the later updates; they
+        were the parameter's own element size, which made the first update's slices of AdamW state
+        twice ``state_slice_mb / 2``). A slice's state is half ``state_slice_mb`` (two are on the
         device at a time), its length rounded down to a multiple of :data:`_SLICE_ALIGN`."""
         limit = self._state_slice_bytes
         bucket_opt = self._group_opts[index]
@@ -1367,7 +1370,9 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 if v.shape != p.shape or not v.is_contiguous():
                     return None
                 per_element += v.element_size()
-        per_element = per_element or p.element_size()
+        if not per_element:  # the tensors the step creates: momentum_buffer; exp_avg, exp_avg_sq (max_exp_avg_sq)
+            created = 1 if type(bucket_opt) is torch.optim.SGD else 3 if group.get("amsgrad") else 2
+            per_element = created * p.element_size()
         length = max(_SLICE_ALIGN, limit // 2 // per_element // _SLICE_ALIGN * _SLICE_ALIGN)  # two slices in flight
         return length if p.numel() * per_element > limit and p.numel() > length else None
 
