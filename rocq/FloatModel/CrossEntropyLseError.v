@@ -1,0 +1,683 @@
+(** * The chunked linear cross-entropy's log-sum-exp and loss in fp32, as the kernel streams them.
+
+    kernels/linear_cross_entropy.py, [_rows_kernel] with STREAM (the default
+    3-product schedule for reductions "mean" / "sum", and [fwd_logits =
+    "cublas"]): per token, over vocabulary tiles of at most [Bt] logits
+    (fp32 numbers [z_v], read from the logits buffer),
+      m' = max (m, max_v z_v),
+      l  := rnd (rnd (l * tl.exp (rnd (m - m'))) + tl.sum (tl.exp (rnd (z_v - m')))),
+    from [m = -inf, l = 0]; then [lse = rnd (m + tl.log l)] and, without
+    label smoothing and z-loss, [loss = rnd (lse - z_t)].
+
+    The model ([ce_step], [ce_run]) is generic in the items a tile holds:
+    an item has a max [im], a computed sum [il] and an exact sum [iX] at
+    its max; the item's term is [rnd (il * ex (rnd (im - m')))].  A raw
+    logit is the item [(z, 1)] with [iX = 1] ([rnd (1 * x) = x]: the
+    kernel's [tl.exp (rnd (z - m'))]).  The kernel's first tile from
+    [(-inf, 0)] is the model's from [(m0, 0)] with [m0] the row's first
+    logit: [rnd (rnd (0 * a) + y) = y] and [max (m0, max tile) = max tile].
+
+    Premises (Section hypotheses, to be measured on the device as the
+    attention ones): the computed [tl.exp] [ex] is a number of the format
+    with [|ex x - e^x| <= ue e^x + ee] for [x <= 0]; the computed
+    [tl.log] [lg] is one with [|lg x - ln x| <= el] for [x > 0]; the
+    tile sum [ts] ([tl.sum], a reduction tree) of at most [Bt] numbers of
+    the format is one, within [((1 + u)^Dt - 1) sum |x|] of the exact sum
+    ([sum_ok]; proved for trees of depth [Dt] by BlockedSum.v's
+    [tree_sum_ok], for left to right with [Dt = Bt - 1]).
+
+    Results:
+    - [ce_term_close]: one item's term against [iX e^(im - m')].
+    - [ce_tile_close]: the tile sum of the terms.
+    - [ce_run_inv]: the state after [k] tiles against
+      [sum_seen iX e^(im - m)]: factor [H Q^k e^(u (m - m0))] (the
+      exponent errors of the rescalings telescope), absolute term
+      [k a^k b] (underflow).
+    - [ce_lse_error]: with [|z_v - y_v| <= delta] (the logits' error
+      against the exact [y_v = h . w_v], a premise: BlockedSum.v bounds it
+      for the Triton dots; for cuBLAS's the order of the sum is not
+      modelled), [|z| <= Zmax],
+        |rnd (m + lg l) - ln sum_v e^(y_v)| <= ce_lse_bound
+          = u (Zmax + LN + NL + el) + el + NL + delta,
+      [NL >= - ln (1 - bL)], [bL = H Q^T XK - 1 + T a^T b].
+    - [ce_loss_error]: [|rnd (lse - z_t) - (ln sum e^y - y_t)|
+        <= (1 + u) (ce_lse_bound + delta) + u |ln sum e^y - y_t|].
+
+    Not covered: FMA contraction of [l * alpha + sum]; the two-level
+    schedule of [_logits_kernel] STATS + the merge of per-group states in
+    [_rows_kernel] (the generic [ce_run_inv] applies to it, items being
+    group states, but the composed theorem is not stated); softcap (tanh),
+    label smoothing, z-loss, the bias addition (they change the logits:
+    fold them into [delta] by hand, not proved); overflow. *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts RoundingModel Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.OnlineSoftmaxError FloatModel.AttentionLseError.
+Import ListNotations.
+Open Scope R_scope.
+
+Section CeLse.
+
+Variable M : MixedModel.
+
+Local Notation A_ := (mp_a M).
+Local Notation fmt := (ff_fmt A_).
+Local Notation rnd := (ff_rnd A_).
+Local Notation u := (ff_u A_).
+Local Notation ea := (ff_eta A_).
+
+(** The kernel's [tl.exp] and [tl.log]: assumptions. *)
+Variable ex : R -> R.
+Variables ue ee : R.
+Hypothesis ue_nonneg : 0 <= ue.
+Hypothesis ee_nonneg : 0 <= ee.
+Hypothesis ex_fmt : forall x, fmt (ex x).
+Hypothesis ex_err : forall x, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee.
+
+Variable lg : R -> R.
+Variable el : R.
+Hypothesis lg_fmt : forall x, fmt (lg x).
+Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+
+Definition sum_ok (ts : list R -> R) (Dt Bt : nat) : Prop :=
+  forall xs, (length xs <= Bt)%nat -> Forall fmt xs ->
+    fmt (ts xs) /\ Rabs (ts xs - rsum xs) <= ((1 + u) ^ Dt - 1) * rsum (map Rabs xs).
+
+Section Items.
+
+Variable T : Type.
+Variables im il iX : T -> R.
+
+Definition tile_max (m : R) (tl : list T) : R := fold_left Rmax (map im tl) m.
+
+Definition item_term (m' : R) (it : T) : R := rnd (il it * ex (rnd (im it - m'))).
+
+Definition ce_step (ts : list R -> R) (st : R * R) (tl : list T) : R * R :=
+  let m' := tile_max (fst st) tl in
+  (m', rnd (rnd (snd st * ex (rnd (fst st - m'))) + ts (map (item_term m') tl))).
+
+Definition ce_run (ts : list R -> R) (st : R * R) (tiles : list (list T)) : R * R :=
+  fold_left (ce_step ts) tiles st.
+
+Definition ex_val (m : R) (its : list T) : R := rsum (map (fun it => iX it * exp (im it - m)) its).
+
+
+Lemma ce_rnd_sub : forall a b, fmt a -> fmt b -> a <= b ->
+  Rabs (rnd (a - b) - (a - b)) <= u * (b - a) /\ rnd (a - b) <= 0.
+Proof.
+  intros a b Fa Fb H.
+  pose proof (ff_add A_ a (- b) Fa (ff_fmt_opp A_ b Fb)) as R.
+  replace (a + - b) with (a - b) in R by ring.
+  rewrite (Rabs_left1 (a - b)) in R by lra.
+  pose proof (ff_u_lt_1 A_); pose proof (ff_u_nonneg A_).
+  pose proof (sp_Rabs_le_inv _ _ R) as [R1 R2].
+  split; [lra |].
+  assert (u * - (a - b) <= - (a - b)) by (apply Rmult_le_reg_r with 1; nra). lra.
+Qed.
+
+(** The computed [alpha = ex (rnd (a - b))] against [e^(a - b)]. *)
+Lemma ce_alpha : forall a b Y, fmt a -> fmt b -> a <= b -> exp (u * (b - a)) <= Y ->
+  Rabs (ex (rnd (a - b)) - exp (a - b)) <= ((1 + ue) * Y - 1) * exp (a - b) + ee.
+Proof.
+  intros a b Y Fa Fb H HY.
+  destruct (ce_rnd_sub a b Fa Fb H) as [Hd Hd0].
+  set (d := rnd (a - b)) in *.
+  set (A := exp (a - b)).
+  assert (HA : 0 < A) by apply exp_pos.
+  assert (Ed : exp d = A * exp (d - (a - b))) by (unfold A; rewrite <- exp_plus; f_equal; ring).
+  assert (He : Rabs (exp (d - (a - b)) - 1) <= Y - 1).
+  { eapply Rle_trans; [apply ose_exp_sub1 |]; apply Rplus_le_compat_r.
+    eapply Rle_trans; [apply ose_exp_le, Hd | exact HY]. }
+  assert (HY1 : 1 <= Y) by (eapply Rle_trans; [| exact HY]; rewrite <- exp_0; apply ose_exp_le;
+                             pose proof (ff_u_nonneg A_); nra).
+  assert (H1 : Rabs (exp d - A) <= A * (Y - 1)).
+  { rewrite Ed; replace (A * exp (d - (a - b)) - A) with (A * (exp (d - (a - b)) - 1)) by ring.
+    rewrite Rabs_mult, (Rabs_right A) by lra; apply Rmult_le_compat_l; lra. }
+  assert (H2 : exp d <= A * Y) by (pose proof (sp_Rabs_le_inv _ _ H1); nra).
+  pose proof (ex_err d Hd0) as H3.
+  replace (ex d - A) with ((ex d - exp d) + (exp d - A)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (ue * exp d <= ue * (A * Y)) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+Lemma ce_inv_mono : forall G G' R R' x X S, 0 <= S -> G <= G' -> R <= R' -> inv G R x X S -> inv G' R' x X S.
+Proof.
+  intros G G' R R' x X S HS HG HR H; unfold inv in *.
+  assert ((G - 1) * S <= (G' - 1) * S) by (apply Rmult_le_compat_r; lra). lra.
+Qed.
+
+(** One item's term: [rnd (l * ex (rnd (mj - m')))] against [X e^(mj - m')]. *)
+Theorem ce_term_close : forall mj m' l X c r Y Nx,
+  fmt mj -> fmt m' -> mj <= m' -> exp (u * (m' - mj)) <= Y ->
+  1 <= c -> 0 <= r -> 0 <= X <= Nx -> inv c r l X X ->
+  inv (c * ((1 + ue) * Y) * (1 + u)) ((c * Nx * ee + r * ((1 + ue) * Y + ee)) * (1 + u) + ea)
+      (rnd (l * ex (rnd (mj - m')))) (X * exp (mj - m')) (X * exp (mj - m')).
+Proof.
+  intros mj m' l X c r Y Nx Fm Fm' H HY Hc Hr [HX HXN] Hl.
+  pose proof (ce_alpha mj m' Y Fm Fm' H HY) as Ha.
+  set (a := ex (rnd (mj - m'))) in *.
+  set (A := exp (mj - m')) in *.
+  assert (HA : 0 < A) by apply exp_pos.
+  assert (HA1 : A <= 1) by (unfold A; rewrite <- exp_0; apply ose_exp_le; lra).
+  assert (HY1 : 1 <= Y) by (eapply Rle_trans; [| exact HY]; rewrite <- exp_0; apply ose_exp_le;
+                             pose proof (ff_u_nonneg A_); nra).
+  set (F := (1 + ue) * Y) in *.
+  assert (HF : 1 <= F) by (unfold F; nra).
+  assert (Habs : Rabs a <= F * A + ee).
+  { replace a with ((a - A) + A) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right A) by lra; lra. }
+  unfold inv in Hl.
+  assert (Hp : Rabs (l * a - X * A) <= (c * F - 1) * (X * A) + (c * Nx * ee + r * (F + ee))).
+  { replace (l * a - X * A) with ((l - X) * a + X * (a - A)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |]; rewrite !Rabs_mult, (Rabs_right X) by lra.
+    assert (E1 : Rabs (l - X) * Rabs a <= ((c - 1) * X + r) * (F * A + ee))
+      by (apply Rmult_le_compat; auto using Rabs_pos).
+    assert (E2 : X * Rabs (a - A) <= X * ((F - 1) * A + ee)) by (apply Rmult_le_compat_l; lra).
+    assert (r * (F * A + ee) <= r * (F + ee)) by (apply Rmult_le_compat_l; nra).
+    assert (c * X * ee <= c * Nx * ee) by (apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat_l; lra).
+    assert (Eq : ((c - 1) * X + r) * (F * A + ee) + X * ((F - 1) * A + ee)
+                 = (c * F - 1) * (X * A) + c * X * ee + r * (F * A + ee)) by ring.
+    lra. }
+  assert (HcF : 1 <= c * F) by (assert (0 <= (c - 1) * (F - 1)) by (apply Rmult_le_pos; lra); nra).
+  assert (HXA : 0 <= X * A) by (apply Rmult_le_pos; lra).
+  assert (HR0 : 0 <= c * Nx * ee + r * (F + ee)).
+  { assert (0 <= c * Nx * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+    assert (0 <= r * (F + ee)) by (apply Rmult_le_pos; lra). lra. }
+  apply (inv_round M); [exact HcF | exact HR0 | rewrite Rabs_right by lra; lra |].
+  unfold inv; exact Hp.
+Qed.
+
+(** ** The running max *)
+
+Lemma tile_max_P : forall (P : R -> Prop) tl m, P m -> (forall it, In it tl -> P (im it)) -> P (tile_max m tl).
+Proof.
+  intros P tl; unfold tile_max; induction tl as [|it tl IH]; intros m Hm Hi; [exact Hm |].
+  cbn [map fold_left]; apply IH.
+  - apply Rmax_case; [exact Hm | apply Hi; left; reflexivity].
+  - intros it' H; apply Hi; right; exact H.
+Qed.
+
+Lemma tile_max_ge : forall tl m, m <= tile_max m tl /\ forall it, In it tl -> im it <= tile_max m tl.
+Proof.
+  unfold tile_max; induction tl as [|it tl IH]; intros m; cbn [map fold_left]; [split; [lra | intros _ []] |].
+  destruct (IH (Rmax m (im it))) as [H1 H2]; split.
+  - eapply Rle_trans; [apply Rmax_l | exact H1].
+  - intros it' [<- | Hin]; [eapply Rle_trans; [apply Rmax_r | exact H1] | apply H2, Hin].
+Qed.
+
+(** ** The exact sums *)
+
+Lemma ex_val_app : forall m a b, ex_val m (a ++ b) = ex_val m a + ex_val m b.
+Proof. intros; unfold ex_val; rewrite map_app, rsum_app; reflexivity. Qed.
+
+Lemma ex_val_shift : forall m m' its, ex_val m its * exp (m - m') = ex_val m' its.
+Proof.
+  intros; unfold ex_val; rewrite <- bw_rsum_map_scal_r; apply rsum_map_ext; intros it _.
+  rewrite Rmult_assoc, <- exp_plus; do 2 f_equal; ring.
+Qed.
+
+Lemma ex_val_bounds : forall m its Nx, (forall it, In it its -> 0 <= iX it <= Nx /\ im it <= m) ->
+  0 <= ex_val m its <= INR (length its) * Nx.
+Proof.
+  intros m its Nx; unfold ex_val; induction its as [|it its IH]; intros H; cbn [map length]; rewrite ?rsum_cons.
+  - unfold rsum; simpl; lra.
+  - rewrite S_INR; destruct (H it (or_introl eq_refl)) as [[H0 H1] H2].
+    destruct IH as [IH0 IH1]; [intros; apply H; right; assumption |].
+    assert (HE : 0 < exp (im it - m) <= 1) by (split; [apply exp_pos | rewrite <- exp_0; apply ose_exp_le; lra]).
+    assert (0 <= iX it * exp (im it - m)) by (apply Rmult_le_pos; lra).
+    assert (iX it * exp (im it - m) <= Nx) by nra.
+    lra.
+Qed.
+
+(** ** A tile *)
+
+Theorem ce_tile_close : forall ts Dt Bt m' (tl : list T) ci ri Y Nx,
+  sum_ok ts Dt Bt -> (length tl <= Bt)%nat -> fmt m' -> 1 <= ci -> 0 <= ri ->
+  (forall it, In it tl -> fmt (im it) /\ im it <= m' /\ exp (u * (m' - im it)) <= Y /\
+                          0 <= iX it <= Nx /\ inv ci ri (il it) (iX it) (iX it)) ->
+  let Ci := ci * ((1 + ue) * Y) * (1 + u) in
+  let Ri := (ci * Nx * ee + ri * ((1 + ue) * Y + ee)) * (1 + u) + ea in
+  fmt (ts (map (item_term m') tl)) /\
+  inv ((1 + u) ^ Dt * Ci) ((1 + u) ^ Dt * (INR (length tl) * Ri))
+      (ts (map (item_term m') tl)) (ex_val m' tl) (ex_val m' tl).
+Proof.
+  intros ts Dt Bt m' tl ci ri Y Nx Hts Hl Fm Hc Hr Hit Ci Ri.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HCi : forall it, In it tl -> 1 <= Ci /\ 0 <= Ri).
+  { intros it Hin; destruct (Hit it Hin) as [_ [Hle [HY _]]].
+    assert (1 <= Y) by (eapply Rle_trans; [| exact HY]; rewrite <- exp_0; apply ose_exp_le; nra).
+    unfold Ci, Ri; split.
+    - assert (1 <= (1 + ue) * Y) by nra.
+      assert (1 <= ci * ((1 + ue) * Y)) by (assert (0 <= (ci - 1) * ((1 + ue) * Y - 1)) by (apply Rmult_le_pos; lra); nra).
+      nra.
+    - assert (0 <= ci * Nx * ee) by (destruct (Hit it Hin) as [_ [_ [_ [HX _]]]]; apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+      assert (0 <= ri * ((1 + ue) * Y + ee)) by (apply Rmult_le_pos; nra).
+      assert (0 <= (ci * Nx * ee + ri * ((1 + ue) * Y + ee)) * (1 + u)) by (apply Rmult_le_pos; lra).
+      lra. }
+  (* each term *)
+  assert (Ht : forall it, In it tl -> inv Ci Ri (item_term m' it) (iX it * exp (im it - m')) (iX it * exp (im it - m'))).
+  { intros it Hin; destruct (Hit it Hin) as [F [Hle [HY [HX Hi]]]].
+    apply ce_term_close; auto; lra. }
+  assert (Hsum : Rabs (rsum (map (item_term m') tl) - ex_val m' tl) <= (Ci - 1) * ex_val m' tl + INR (length tl) * Ri
+                 /\ rsum (map Rabs (map (item_term m') tl)) <= Ci * ex_val m' tl + INR (length tl) * Ri
+                 /\ 0 <= ex_val m' tl).
+  { clear Hl; unfold ex_val; induction tl as [|it tl IH]; cbn [map length]; rewrite ?rsum_cons.
+    - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+    - rewrite S_INR.
+      specialize (IH ltac:(intros; apply Hit; right; assumption) ltac:(intros it' H'; apply (HCi it'); right; exact H')
+                      ltac:(intros; apply Ht; right; assumption)).
+      destruct IH as [I1 [I2 I3]].
+      { pose proof (Ht it (or_introl eq_refl)) as H1; unfold inv in H1.
+        destruct (HCi it (or_introl eq_refl)) as [HC1 HR1].
+        destruct (Hit it (or_introl eq_refl)) as [_ [_ [_ [HX _]]]].
+        assert (0 <= iX it * exp (im it - m')) by (apply Rmult_le_pos; [lra | left; apply exp_pos]).
+        set (t0 := item_term m' it) in *; set (T0 := iX it * exp (im it - m')) in *.
+        set (s := rsum (map (item_term m') tl)) in *.
+        set (S := rsum (map (fun it0 => iX it0 * exp (im it0 - m')) tl)) in *.
+        split; [| split].
+        * replace (t0 + s - (T0 + S)) with ((t0 - T0) + (s - S)) by ring.
+          eapply Rle_trans; [apply Rabs_triang | lra].
+        * assert (Rabs t0 <= Ci * T0 + Ri).
+          { replace t0 with ((t0 - T0) + T0) by ring; eapply Rle_trans; [apply Rabs_triang |].
+            rewrite (Rabs_right T0) by lra; lra. }
+          lra.
+        * lra. } }
+  destruct Hsum as [S1 [S2 S3]].
+  assert (Ff : Forall fmt (map (item_term m') tl)).
+  { apply Forall_forall; intros x Hx; apply in_map_iff in Hx; destruct Hx as [it [<- _]]; apply ff_rnd_fmt. }
+  destruct (Hts _ ltac:(rewrite map_length; exact Hl) Ff) as [F1 F2].
+  split; [exact F1 |].
+  unfold inv.
+  set (y := ts (map (item_term m') tl)) in *.
+  set (s := rsum (map (item_term m') tl)) in *.
+  set (X := ex_val m' tl) in *.
+  set (P := (1 + u) ^ Dt) in *.
+  assert (HP : 1 <= P) by (unfold P; apply pow_R1_Rle; lra).
+  set (nR := INR (length tl) * Ri) in *.
+  replace (y - X) with ((y - s) + (s - X)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert ((P - 1) * rsum (map Rabs (map (item_term m') tl)) <= (P - 1) * (Ci * X + nR))
+    by (apply Rmult_le_compat_l; lra).
+  assert (E : (P - 1) * (Ci * X + nR) + ((Ci - 1) * X + nR) = (P * Ci - 1) * X + P * nR) by ring.
+  lra.
+Qed.
+
+(** ** The tile loop *)
+
+Definition ce_Ci (u ue XK ci : R) : R := ci * ((1 + ue) * XK) * (1 + u).
+Definition ce_Ri (u ue ee ea XK ci ri Nx : R) : R := (ci * Nx * ee + ri * ((1 + ue) * XK + ee)) * (1 + u) + ea.
+Definition ce_H (u ue XK ci : R) (Dt : nat) : R := (1 + u) ^ Dt * ce_Ci u ue XK ci.
+Definition ce_Q (u ue : R) : R := (1 + ue) * (1 + u) ^ 2.
+Definition ce_Cm (u ue XK ci : R) (Dt Tt : nat) : R := ce_H u ue XK ci Dt * ce_Q u ue ^ Tt * XK.
+Definition ce_a (u ue ee XK : R) : R := (1 + u) ^ 2 * ((1 + ue) * XK + ee).
+Definition ce_b (u ue ee ea XK ci ri Nx : R) (Dt Bt Tt Nn : nat) : R :=
+  ((ce_Cm u ue XK ci Dt Tt * (INR Nn * Nx) * ee) * (1 + u) + ea
+   + (1 + u) ^ Dt * (INR Bt * ce_Ri u ue ee ea XK ci ri Nx)) * (1 + u).
+
+Section Run.
+
+Variables (ts : list R -> R) (Dt Bt Tt Nn : nat) (ci ri Nx lo Kk XK m0 : R).
+Hypothesis Hts : sum_ok ts Dt Bt.
+Hypothesis Hci : 1 <= ci.
+Hypothesis Hri : 0 <= ri.
+Hypothesis HNx : 0 <= Nx.
+Hypothesis HK : 0 <= Kk.
+Hypothesis HXK : exp (u * Kk) <= XK.
+Hypothesis Fm0 : fmt m0.
+Hypothesis Hm0r : lo <= m0 <= lo + Kk.
+
+Local Notation Hf := (ce_H u ue XK ci Dt).
+Local Notation Q := (ce_Q u ue).
+Local Notation a := (ce_a u ue ee XK).
+Local Notation b := (ce_b u ue ee ea XK ci ri Nx Dt Bt Tt Nn).
+
+Lemma ce_exp_u_ge1 : forall x, 0 <= x -> 1 <= exp (u * x).
+Proof. intros x Hx; rewrite <- exp_0; apply ose_exp_le; pose proof (ff_u_nonneg A_); nra. Qed.
+
+Lemma ce_consts : 1 <= XK /\ 1 <= Hf /\ 1 <= Q /\ 1 <= a /\ 0 <= b /\ 0 <= ce_Ri u ue ee ea XK ci ri Nx.
+Proof.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HX1 : 1 <= XK) by (eapply Rle_trans; [apply ce_exp_u_ge1, HK | exact HXK]).
+  assert (P1 : forall n, 1 <= (1 + u) ^ n) by (intros; apply pow_R1_Rle; lra).
+  assert (HQ : 1 <= Q) by (unfold ce_Q; pose proof (P1 2%nat); nra).
+  assert (HC : 1 <= ce_Ci u ue XK ci) by (unfold ce_Ci; assert (1 <= (1 + ue) * XK) by nra;
+    assert (1 <= ci * ((1 + ue) * XK)) by (assert (0 <= (ci - 1) * ((1 + ue) * XK - 1)) by (apply Rmult_le_pos; lra); nra); nra).
+  assert (HH : 1 <= Hf) by (unfold ce_H; pose proof (P1 Dt); nra).
+  assert (Ha : 1 <= a) by (unfold ce_a; pose proof (P1 2%nat); assert (1 <= (1 + ue) * XK + ee) by nra; nra).
+  assert (HR : 0 <= ce_Ri u ue ee ea XK ci ri Nx).
+  { unfold ce_Ri; assert (0 <= ci * Nx * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+    assert (0 <= ri * ((1 + ue) * XK + ee)) by (apply Rmult_le_pos; nra).
+    assert (0 <= (ci * Nx * ee + ri * ((1 + ue) * XK + ee)) * (1 + u)) by (apply Rmult_le_pos; lra). lra. }
+  assert (Hb : 0 <= b).
+  { unfold ce_b; apply Rmult_le_pos; [| lra].
+    assert (1 <= ce_Cm u ue XK ci Dt Tt) by (unfold ce_Cm; pose proof (pow_R1_Rle Q Tt HQ);
+      assert (1 <= Hf * Q ^ Tt) by nra; nra).
+    assert (0 <= INR Nn * Nx) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+    assert (0 <= ce_Cm u ue XK ci Dt Tt * (INR Nn * Nx) * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+    assert (0 <= INR Bt * ce_Ri u ue ee ea XK ci ri Nx) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+    pose proof (P1 Dt). nra. }
+  tauto.
+Qed.
+
+Definition items_ok (its : list T) : Prop :=
+  forall it, In it its -> fmt (im it) /\ lo <= im it <= lo + Kk /\ 0 <= iX it <= Nx /\ inv ci ri (il it) (iX it) (iX it).
+
+Definition seen_ok (m : R) (its : list T) : Prop := forall it, In it its -> 0 <= iX it <= Nx /\ im it <= m.
+
+Lemma ce_step_inv : forall k seen m l tl,
+  fmt m -> m0 <= m -> lo <= m <= lo + Kk -> seen_ok m seen -> (S k <= Tt)%nat -> (length seen <= Nn)%nat ->
+  (length tl <= Bt)%nat -> items_ok tl ->
+  inv (Hf * Q ^ k * exp (u * (m - m0))) (INR k * a ^ k * b) l (ex_val m seen) (ex_val m seen) ->
+  let st := ce_step ts (m, l) tl in
+  fmt (fst st) /\ m <= fst st /\ lo <= fst st <= lo + Kk /\ seen_ok (fst st) (seen ++ tl) /\
+  inv (Hf * Q ^ S k * exp (u * (fst st - m0))) (INR (S k) * a ^ S k * b) (snd st)
+      (ex_val (fst st) (seen ++ tl)) (ex_val (fst st) (seen ++ tl)).
+Proof.
+  intros k seen m l tl Fm Hm0 Hm Hseen Hk Hn Hl Hit Hinv st.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  destruct ce_consts as [HX1 [HH [HQ [Ha [Hb HR]]]]].
+  unfold st, ce_step; cbn [fst snd].
+  set (m' := tile_max m tl).
+  assert (Fm' : fmt m') by (apply tile_max_P; [exact Fm | intros it Hi; apply Hit, Hi]).
+  assert (Hm' : lo <= m' <= lo + Kk)
+    by (apply (tile_max_P (fun x => lo <= x <= lo + Kk)); [exact Hm | intros it Hi; apply Hit, Hi]).
+  destruct (tile_max_ge tl m) as [Hmm' Hitm']; fold m' in Hmm', Hitm'.
+  assert (Hseen' : seen_ok m' (seen ++ tl)).
+  { intros it Hi; apply in_app_or in Hi; destruct Hi as [Hi | Hi].
+    - destruct (Hseen it Hi); split; [assumption | lra].
+    - destruct (Hit it Hi) as [_ [_ [HX _]]]; split; [exact HX | apply Hitm', Hi]. }
+  split; [exact Fm' |]; split; [exact Hmm' |]; split; [exact Hm' |]; split; [exact Hseen' |].
+  (* the state's term *)
+  set (c := Hf * Q ^ k * exp (u * (m - m0))).
+  set (r := INR k * a ^ k * b).
+  set (Y := exp (u * (m' - m))).
+  assert (HE0 : 1 <= exp (u * (m - m0))) by (apply ce_exp_u_ge1; lra).
+  assert (HQk : 1 <= Q ^ k) by (apply pow_R1_Rle; lra).
+  assert (Hc : 1 <= c) by (unfold c; assert (1 <= Hf * Q ^ k) by nra; nra).
+  assert (Hr : 0 <= r) by (unfold r; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
+  set (X := ex_val m seen) in *.
+  destruct (ex_val_bounds m seen Nx Hseen) as [HX0 HXn].
+  assert (HXN : X <= INR Nn * Nx) by (eapply Rle_trans; [exact HXn |]; apply Rmult_le_compat_r; [lra | apply le_INR, Hn]).
+  pose proof (ce_term_close m m' l X c r Y (INR Nn * Nx) Fm Fm' Hmm' (Rle_refl _) Hc Hr (conj HX0 HXN) Hinv) as T0.
+  replace (X * exp (m - m')) with (ex_val m' seen) in T0 by (unfold X; symmetry; apply ex_val_shift).
+  (* the tile *)
+  assert (Hit' : forall it, In it tl -> fmt (im it) /\ im it <= m' /\ exp (u * (m' - im it)) <= XK /\
+                          0 <= iX it <= Nx /\ inv ci ri (il it) (iX it) (iX it)).
+  { intros it Hi; destruct (Hit it Hi) as [F [Hr' [HX HI]]]; repeat split; try tauto; [apply Hitm', Hi |].
+    eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; [exact Hu | lra]. }
+  destruct (ce_tile_close ts Dt Bt m' tl ci ri XK Nx Hts Hl Fm' Hci Hri Hit') as [Fy Ty].
+  fold (ce_Ci u ue XK ci) in Ty; fold (ce_Ri u ue ee ea XK ci ri Nx) in Ty.
+  change ((1 + u) ^ Dt * ce_Ci u ue XK ci) with Hf in Ty.
+  assert (HXa : 0 <= ex_val m' seen) by (rewrite <- (ex_val_shift m m'); apply Rmult_le_pos; [lra | left; apply exp_pos]).
+  assert (HXb : 0 <= ex_val m' tl) by (destruct (ex_val_bounds m' tl Nx) as [? _];
+    [intros it Hi; destruct (Hit' it Hi) as [_ [? [_ [? _]]]]; split; assumption | assumption]).
+  set (G1 := c * ((1 + ue) * Y) * (1 + u)) in T0.
+  set (R1 := (c * (INR Nn * Nx) * ee + r * ((1 + ue) * Y + ee)) * (1 + u) + ea) in T0.
+  set (R2 := (1 + u) ^ Dt * (INR (length tl) * ce_Ri u ue ee ea XK ci ri Nx)) in Ty.
+  assert (HY1 : 1 <= Y) by (apply ce_exp_u_ge1; lra).
+  assert (HYK : Y <= XK) by (eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra).
+  assert (HG1 : 1 <= G1) by (unfold G1; assert (1 <= (1 + ue) * Y) by nra;
+    assert (1 <= c * ((1 + ue) * Y)) by (assert (0 <= (c - 1) * ((1 + ue) * Y - 1)) by (apply Rmult_le_pos; lra); nra); nra).
+  assert (HP1 : forall n, 1 <= (1 + u) ^ n) by (intros; apply pow_R1_Rle; lra).
+  assert (HR1 : 0 <= R1).
+  { unfold R1; assert (0 <= c * (INR Nn * Nx) * ee)
+      by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | lra]] | lra]).
+    assert (0 <= r * ((1 + ue) * Y + ee)) by (apply Rmult_le_pos; nra).
+    assert (0 <= (c * (INR Nn * Nx) * ee + r * ((1 + ue) * Y + ee)) * (1 + u)) by (apply Rmult_le_pos; lra). lra. }
+  assert (HR2 : 0 <= R2) by (unfold R2; pose proof (HP1 Dt);
+    apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
+  pose proof (inv_add M G1 R1 _ (ex_val m' seen) (ex_val m' seen) Hf R2 _ (ex_val m' tl) (ex_val m' tl) HG1 HH HR1 HR2 (ff_rnd_fmt A_ _) Fy
+                ltac:(rewrite Rabs_right by lra; lra) ltac:(rewrite Rabs_right by lra; lra) T0 Ty) as Hsum.
+  rewrite ex_val_app.
+  refine (ce_inv_mono _ _ _ _ _ _ _ _ _ _ Hsum); [lra | |].
+  - (* the factor telescopes *)
+    assert (EG1 : G1 = Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0))).
+    { unfold G1, c, Y; replace (u * (m' - m0)) with (u * (m - m0) + u * (m' - m)) by ring.
+      rewrite exp_plus; ring. }
+    assert (HE' : 1 <= exp (u * (m' - m0))) by (apply ce_exp_u_ge1; lra).
+    assert (HW : Hf <= Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0))).
+    { assert (1 <= (1 + ue) * (1 + u)) by nra.
+      assert (1 <= Q ^ k * ((1 + ue) * (1 + u))) by nra.
+      assert (1 <= Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0))) by nra.
+      nra. }
+    assert (Rmax G1 Hf <= Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0)))
+      by (apply Rmax_lub; lra).
+    replace (Hf * Q ^ S k * exp (u * (m' - m0)))
+      with (Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0)) * (1 + u))
+      by (unfold ce_Q; simpl; ring).
+    apply Rmult_le_compat_r; lra.
+  - (* the absolute term *)
+    set (Cm := ce_Cm u ue XK ci Dt Tt).
+    assert (HcC : c <= Cm).
+    { unfold c, Cm, ce_Cm; apply Rmult_le_compat; [nra | lra | | ].
+      - apply Rmult_le_compat_l; [lra |]; apply Rle_pow; [lra | lia].
+      - eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra. }
+    assert (HB1 : R1 <= (Cm * (INR Nn * Nx) * ee + r * ((1 + ue) * XK + ee)) * (1 + u) + ea).
+    { unfold R1; apply Rplus_le_compat_r, Rmult_le_compat_r; [lra |]; apply Rplus_le_compat.
+      - apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HcC].
+      - apply Rmult_le_compat_l; [exact Hr |]; nra. }
+    assert (HB2 : R2 <= (1 + u) ^ Dt * (INR Bt * ce_Ri u ue ee ea XK ci ri Nx)).
+    { unfold R2; apply Rmult_le_compat_l; [pose proof (HP1 Dt); lra |].
+      apply Rmult_le_compat_r; [lra | apply le_INR, Hl]. }
+    assert (Hab : (R1 + R2) * (1 + u) <= a * r + b).
+    { unfold ce_a, ce_b; fold Cm.
+      assert (Hx : (R1 + R2) * (1 + u) <= ((Cm * (INR Nn * Nx) * ee + r * ((1 + ue) * XK + ee)) * (1 + u) + ea
+                                     + (1 + u) ^ Dt * (INR Bt * ce_Ri u ue ee ea XK ci ri Nx)) * (1 + u))
+        by (apply Rmult_le_compat_r; lra).
+      replace ((1 + u) ^ 2 * ((1 + ue) * XK + ee) * r
+               + ((Cm * (INR Nn * Nx) * ee) * (1 + u) + ea
+                  + (1 + u) ^ Dt * (INR Bt * ce_Ri u ue ee ea XK ci ri Nx)) * (1 + u))
+        with (((Cm * (INR Nn * Nx) * ee + r * ((1 + ue) * XK + ee)) * (1 + u) + ea
+               + (1 + u) ^ Dt * (INR Bt * ce_Ri u ue ee ea XK ci ri Nx)) * (1 + u)) by ring.
+      exact Hx. }
+    unfold r in Hab.
+    assert (Hak : 1 <= a ^ S k) by (apply pow_R1_Rle; lra).
+    replace (INR (S k) * a ^ S k * b) with (INR k * a ^ k * b * a + a ^ S k * b)
+      by (rewrite S_INR; simpl; ring).
+    assert (b <= a ^ S k * b) by nra.
+    lra.
+Qed.
+
+Lemma ce_run_gen : forall tiles k seen m l,
+  fmt m -> m0 <= m -> lo <= m <= lo + Kk -> seen_ok m seen ->
+  (k + length tiles <= Tt)%nat -> (length seen + length (concat tiles) <= Nn)%nat ->
+  Forall (fun tl => (length tl <= Bt)%nat) tiles -> items_ok (concat tiles) ->
+  inv (Hf * Q ^ k * exp (u * (m - m0))) (INR k * a ^ k * b) l (ex_val m seen) (ex_val m seen) ->
+  let st := ce_run ts (m, l) tiles in
+  fmt (fst st) /\ m <= fst st /\ lo <= fst st <= lo + Kk /\ seen_ok (fst st) (seen ++ concat tiles) /\
+  inv (Hf * Q ^ (k + length tiles) * exp (u * (fst st - m0))) (INR (k + length tiles) * a ^ (k + length tiles) * b)
+      (snd st) (ex_val (fst st) (seen ++ concat tiles)) (ex_val (fst st) (seen ++ concat tiles)).
+Proof.
+  induction tiles as [|tl rest IH]; intros k seen m l Fm Hm0 Hm Hs Hk Hn HB Hit Hinv st.
+  - unfold st; cbn [ce_run fold_left fst snd concat length]; rewrite app_nil_r, Nat.add_0_r.
+    exact (conj Fm (conj (Rle_refl _) (conj Hm (conj Hs Hinv)))).
+  - unfold st, ce_run; cbn [fold_left]; fold (ce_run ts (ce_step ts (m, l) tl) rest).
+    cbn [concat length] in *; rewrite app_length in Hn.
+    inversion HB as [| ? ? Htl HB']; subst.
+    assert (Hit1 : items_ok tl) by (intros it Hi; apply Hit, in_or_app; left; exact Hi).
+    assert (Hit2 : items_ok (concat rest)) by (intros it Hi; apply Hit, in_or_app; right; exact Hi).
+    destruct (ce_step_inv k seen m l tl Fm Hm0 Hm Hs ltac:(lia) ltac:(lia) Htl Hit1 Hinv)
+      as [F1 [H1 [H2 [H3 H4]]]].
+    destruct (ce_step ts (m, l) tl) as [m1 l1]; cbn [fst snd] in *.
+    destruct (IH (S k) (seen ++ tl) m1 l1 F1 ltac:(lra) H2 H3 ltac:(lia)
+                ltac:(rewrite app_length; lia) HB' Hit2 H4) as [G1 [G2 [G3 [G4 G5]]]].
+    rewrite <- app_assoc in G4, G5; replace (S k + length rest)%nat with (k + S (length rest))%nat in G5 by lia.
+    unfold ce_run in *.
+    refine (conj G1 (conj _ (conj G3 (conj G4 G5)))); eapply Rle_trans; [exact H1 | exact G2].
+Qed.
+
+End Run.
+
+Lemma ce_run_P : forall (P : R -> Prop) ts tiles m l, P m -> (forall it, In it (concat tiles) -> P (im it)) ->
+  P (fst (ce_run ts (m, l) tiles)).
+Proof.
+  intros P ts; induction tiles as [|tl rest IH]; intros m l Hm Hi; [exact Hm |].
+  unfold ce_run; cbn [fold_left]; fold (ce_run ts (ce_step ts (m, l) tl) rest).
+  destruct (ce_step ts (m, l) tl) as [m1 l1] eqn:E.
+  assert (Em1 : m1 = tile_max m tl) by (unfold ce_step in E; injection E; auto).
+  apply IH.
+  - rewrite Em1; apply tile_max_P; [exact Hm | intros it H; apply Hi, in_or_app; left; exact H].
+  - intros it H; apply Hi, in_or_app; right; exact H.
+Qed.
+
+End Items.
+
+(** ** The log-sum-exp of one token's logits *)
+
+Definition ce_lse_bound (u el Zmax LN NL delta : R) : R := u * (Zmax + LN + NL + el) + el + NL + delta.
+
+Definition ce_bL (u ue ee ea XK : R) (Dt Bt Tt Nn : nat) : R :=
+  ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK - 1
+  + INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn.
+
+(** A raw logit as an item: [rnd (1 * ex x) = ex x], the kernel's [tl.exp (rnd (z - m'))]. *)
+Lemma ce_item_term_logit : forall (m' : R) (zy : R * R),
+  item_term (R * R) fst (fun _ => 1) m' zy = ex (rnd (fst zy - m')).
+Proof. intros; unfold item_term; rewrite Rmult_1_l; apply ff_rnd_id, ex_fmt. Qed.
+
+(** The logits [z = fst] (fp32 numbers, as computed) paired with their exact
+    values [y = snd]; the state from [(z_first, 0)]. *)
+Theorem ce_lse_error : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt Bt Tt Nn : nat) Zmax XK delta LN NL,
+  let st := ce_run (R * R) fst (fun _ => 1) ts (fst zy0, 0) tiles in
+  let bL := ce_bL u ue ee ea XK Dt Bt Tt Nn in
+  In zy0 (concat tiles) -> sum_ok ts Dt Bt ->
+  Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length (concat tiles) <= Nn)%nat ->
+  (forall zy, In zy (concat tiles) -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
+  exp (u * (2 * Zmax)) <= XK -> bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun zy => exp (snd zy)) (concat tiles))))
+  <= ce_lse_bound u el Zmax LN NL delta.
+Proof.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL st bL H0 Hts HB HT HN Hz HXK HbL HLN HNL.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  destruct (Hz zy0 H0) as [F0 [Z0 _]].
+  assert (HZ : 0 <= Zmax) by (pose proof (Rabs_pos (fst zy0)); lra).
+  pose proof (sp_Rabs_le_inv _ _ Z0) as Z0'.
+  assert (Hok : items_ok (R * R) fst (fun _ => 1) (fun _ => 1) 1 0 1 (- Zmax) (2 * Zmax) (concat tiles)).
+  { intros zy Hi; destruct (Hz zy Hi) as [F [Hb _]]; pose proof (sp_Rabs_le_inv _ _ Hb).
+    repeat split; try lra; [exact F |]; unfold inv; rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; lra. }
+  destruct (ce_run_gen (R * R) fst (fun _ => 1) (fun _ => 1) ts Dt Bt Tt Nn 1 0 1 (- Zmax) (2 * Zmax) XK (fst zy0)
+              Hts ltac:(lra) ltac:(lra) ltac:(lra) ltac:(lra) HXK ltac:(lra) tiles 0 [] (fst zy0) 0 F0 ltac:(lra) ltac:(lra)
+              ltac:(intros ? []) ltac:(cbn [length]; lia) ltac:(cbn [length]; lia) HB Hok
+              ltac:(unfold inv, ex_val; cbn [rsum map fold_right INR]; rewrite Rminus_0_r, Rabs_R0; nra))
+    as [Fm [Hm0 [Hm [Hseen Hinv]]]].
+  fold st in Fm, Hm0, Hm, Hseen, Hinv; cbn [app length] in Hseen, Hinv; rewrite Nat.add_0_l in Hinv.
+  set (m := fst st) in *; set (l := snd st) in *.
+  set (k := length tiles) in *.
+  set (L := ex_val (R * R) fst (fun _ => 1) m (concat tiles)) in *.
+  destruct (ce_consts Dt Bt Tt Nn 1 0 1 (- Zmax) (2 * Zmax) XK (fst zy0) ltac:(lra) ltac:(lra) ltac:(lra) ltac:(lra) HXK ltac:(lra))
+    as [HX1 [HH [HQ [Ha [Hb HR]]]]].
+  (* L >= 1: the final max is a logit *)
+  assert (Hatt : exists zy, In zy (concat tiles) /\ fst zy = m).
+  { unfold m, st; apply (ce_run_P (R * R) fst (fun _ => 1) (fun x => exists zy, In zy (concat tiles) /\ fst zy = x)).
+    - exists zy0; split; [exact H0 | reflexivity].
+    - intros zy Hi; exists zy; split; [exact Hi | reflexivity]. }
+  assert (HL0 : 0 <= L /\ L <= INR (length (concat tiles)) * 1)
+    by (apply ex_val_bounds; intros zy Hi; split; [lra | apply Hseen, Hi]).
+  assert (HL1 : 1 <= L).
+  { destruct Hatt as [zy [Hi Ez]]; unfold L, ex_val.
+    apply Rle_trans with (1 * exp (fst zy - m)); [rewrite Ez, Rminus_diag_eq, exp_0 by reflexivity; lra |].
+    clear - Hi.
+    induction (concat tiles) as [| z zs IHz]; [destruct Hi |].
+    cbn [map]; rewrite rsum_cons; destruct Hi as [<- | Hi].
+    - assert (0 <= rsum (map (fun it => 1 * exp (fst it - m)) zs))
+        by (apply rsum_nonneg; intros x Hx; apply in_map_iff in Hx; destruct Hx as [w [<- _]];
+            rewrite Rmult_1_l; left; apply exp_pos).
+      lra.
+    - pose proof (IHz Hi); assert (0 < 1 * exp (fst z - m)) by (rewrite Rmult_1_l; apply exp_pos); lra. }
+  assert (HLN' : L <= INR Nn) by (eapply Rle_trans; [apply HL0 |]; rewrite Rmult_1_r; apply le_INR, HN).
+  (* |l - L| <= bL L *)
+  assert (Hrel : Rabs (l - L) <= bL * L).
+  { unfold inv in Hinv.
+    set (G := ce_H u ue XK 1 Dt * ce_Q u ue ^ k * exp (u * (m - fst zy0))) in Hinv.
+    assert (HG : G <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK).
+    { unfold G; apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply pow_le; lra] | left; apply exp_pos | apply Rmult_le_compat_l; [lra | apply Rle_pow; [lra | exact HT]] |].
+      eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra. }
+    assert (HRk : INR k * ce_a u ue ee XK ^ k * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn
+                  <= INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn).
+    { apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat; [apply pos_INR | apply pow_le; lra | apply le_INR, HT |].
+      apply Rle_pow; [lra | exact HT]. }
+    unfold bL, ce_bL.
+    set (Rt := INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn) in *.
+    assert (0 <= Rt) by (unfold Rt; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
+    assert ((G - 1) * L <= (ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK - 1) * L) by (apply Rmult_le_compat_r; lra).
+    assert (Rt <= Rt * L) by nra.
+    nra. }
+  assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - L)); nra).
+  destruct (afe_ln_ratio l L bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  (* ln sum e^z = m + ln L *)
+  set (Sz := rsum (map (fun zy => exp (fst zy)) (concat tiles))).
+  assert (ESz : Sz = exp m * L).
+  { unfold Sz, L, ex_val; rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros zy _.
+    rewrite Rmult_1_l, <- exp_plus; f_equal; ring. }
+  assert (ElnS : ln Sz = m + ln L) by (rewrite ESz, ln_mult, ln_exp by (apply exp_pos || lra); reflexivity).
+  set (LSE := ln (rsum (map (fun zy => exp (snd zy)) (concat tiles)))).
+  assert (Hp : Rabs (ln Sz - LSE) <= delta).
+  { unfold Sz, LSE; apply (lse_perturbation (concat tiles) snd fst delta).
+    - intros E; rewrite E in H0; destruct H0.
+    - intros zy Hi; destruct (Hz zy Hi) as [_ [_ Hd]]; exact Hd. }
+  (* magnitudes *)
+  assert (HlnL : 0 <= ln L <= LN).
+  { split; [rewrite <- ln_1; apply afe_ln_le; lra |].
+    apply Rle_trans with (ln (INR Nn)); [apply afe_ln_le; lra | exact HLN]. }
+  assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
+  pose proof (lg_err l Hl0) as Hlg.
+  assert (Hlga : Rabs (lg l) <= LN + NL + el).
+  { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
+  assert (Hmz : Rabs m <= Zmax) by (destruct Hatt as [zy [Hi <-]]; apply (Hz zy Hi)).
+  pose proof (ff_add A_ m (lg l) Fm (lg_fmt l)) as Hr.
+  assert (Hx : Rabs (m + lg l) <= Zmax + LN + NL + el) by (eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (rnd (m + lg l) - LSE)
+    with ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L) + (ln Sz - LSE)) by (rewrite ElnS; ring).
+  unfold ce_lse_bound.
+  assert (u * Rabs (m + lg l) <= u * (Zmax + LN + NL + el)) by (apply Rmult_le_compat_l; lra).
+  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L)) (ln Sz - LSE)).
+  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l)) (ln l - ln L)).
+  pose proof (Rabs_triang (rnd (m + lg l) - (m + lg l)) (lg l - ln l)).
+  lra.
+Qed.
+
+(** The per-token loss without label smoothing and z-loss: [rnd (lse - z_t)]
+    (the kernel's [(1 - eps) (lse - zt) + eps (...) + lam lse^2] at [eps = lam = 0]:
+    the other terms are exact zeros), against [ln sum_v e^(y_v) - y_t]. *)
+Theorem ce_loss_error : forall lse zt yt LSE B delta,
+  fmt lse -> fmt zt -> Rabs (lse - LSE) <= B -> Rabs (zt - yt) <= delta ->
+  Rabs (rnd (lse - zt) - (LSE - yt)) <= (1 + u) * (B + delta) + u * Rabs (LSE - yt).
+Proof.
+  intros lse zt yt LSE B delta Fl Fz HB Hd.
+  pose proof (ff_u_nonneg A_) as Hu.
+  pose proof (ff_add A_ lse (- zt) Fl (ff_fmt_opp A_ zt Fz)) as Hr.
+  replace (lse + - zt) with (lse - zt) in Hr by ring.
+  pose proof (sp_Rabs_le_inv _ _ HB) as [B1 B2]; pose proof (sp_Rabs_le_inv _ _ Hd) as [D1 D2].
+  pose proof (Rle_abs (LSE - yt)) as A1; pose proof (Rle_abs (- (LSE - yt))) as A2; rewrite Rabs_Ropp in A2.
+  assert (Hx : Rabs (lse - zt) <= Rabs (LSE - yt) + B + delta) by (apply Rabs_le; lra).
+  assert (u * Rabs (lse - zt) <= u * (Rabs (LSE - yt) + B + delta)) by (apply Rmult_le_compat_l; lra).
+  pose proof (sp_Rabs_le_inv _ _ Hr) as [R1 R2].
+  assert (0 <= u * (B + delta)) by (apply Rmult_le_pos; [lra | pose proof (Rabs_pos (lse - LSE)); pose proof (Rabs_pos (zt - yt)); lra]).
+  apply Rabs_le; split; nra.
+Qed.
+
+(** [sum_ok] is met by the tile sums BlockedSum.v models: a reduction tree of depth at
+    most [Dt] over the tile ([tl.sum]), and left to right ([Dt = Bt - 1]). *)
+Theorem sum_ok_tree : forall (shape : list R -> stree) Dt Bt,
+  (forall xs, (length xs <= Bt)%nat -> leaves (shape xs) = xs /\ (depth (shape xs) <= Dt)%nat) ->
+  sum_ok (fun xs => tree_sum A_ (shape xs)) Dt Bt.
+Proof.
+  intros shape Dt Bt Hs xs Hl Hf; destruct (Hs xs Hl) as [Hlv Hd].
+  assert (Ft : Forall fmt (leaves (shape xs))) by (rewrite Hlv; exact Hf).
+  destruct (tree_sum_ok A_ (shape xs) Ft) as [F1 C1]; rewrite Hlv in C1.
+  split; [exact F1 |].
+  pose proof (close_mono _ _ _ _ _ (abs_sum_nonneg xs) (pow_u_mono A_ _ _ Hd) C1) as C.
+  exact C.
+Qed.
+
+Theorem sum_ok_tile_sum : forall Bt, sum_ok (tile_sum A_) (Bt - 1) Bt.
+Proof.
+  intros Bt xs Hl Hf; split; [apply fmt_tile_sum |].
+  pose proof (close_mono _ _ _ _ _ (abs_sum_nonneg xs) (pow_u_mono A_ (length xs - 1) (Bt - 1) ltac:(lia))
+                (tile_sum_close A_ xs Hf)) as C.
+  exact C.
+Qed.
+
+End CeLse.
