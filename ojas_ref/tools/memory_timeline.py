@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 from torch import nn
 
-from ojas_ref.tools.plan import Plan, _check_png_path
+from ojas_ref.tools.plan import Plan, check_png_path
 
 __all__ = ["Event", "cuda_memory", "default_modules", "plot_timeline", "record"]
 
@@ -128,7 +128,7 @@ def plot_timeline(events: list[Event], path: Any, plan: Optional[Plan] = None, t
     pyplot untouched; ``ValueError`` for a path that is not a writable ``.png``."""
     if not events:
         raise ValueError("events is empty: record() a step first")
-    file = _check_png_path(path)
+    file = check_png_path(path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

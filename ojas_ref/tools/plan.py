@@ -915,7 +915,9 @@ def tensor_class(term: str) -> str:
     return "other"
 
 
-def _check_png_path(path: Any) -> Path:
+def check_png_path(path: Any) -> Path:
+    """``path`` as a ``Path`` for a PNG to write (plot_plan, memory_timeline.plot_timeline):
+    ``ValueError`` unless it ends in ``.png``, is not a directory, and its directory exists."""
     file = Path(path)
     if file.suffix.lower() != ".png":
         raise ValueError(f"the plot is a PNG: its file name must end in .png, got {str(path)!r}")
@@ -949,7 +951,7 @@ def plot_plan(result: Plan, path: Any, measured: Optional[int] = None) -> Any:
         raise TypeError(f"result must be a Plan (from plan()), got {type(result).__name__}")
     if measured is not None and (isinstance(measured, bool) or not isinstance(measured, int) or measured <= 0):
         raise ValueError(f"measured must be a positive byte count or None, got {measured!r}")
-    file = _check_png_path(path)
+    file = check_png_path(path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -1236,7 +1238,7 @@ def run_command(args: Any) -> int:
         if args.plot is not None:
             if args.fit is not None:
                 raise ValueError("--plot draws the plan of one setting: it does not go with --fit")
-            _check_png_path(args.plot)
+            check_png_path(args.plot)
         if args.shallow and not args.time:
             raise ValueError("--shallow goes with --time (it refines the time prediction)")
         if args.time and args.fit is not None:
