@@ -44,6 +44,11 @@ __all__ = [
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
     "chunked_sum_error_factor",
+    "LCE_EXP_ERROR",
+    "LCE_LOG_ERROR",
+    "linear_cross_entropy_lse_error_bound",
+    "linear_cross_entropy_logit_error_bound",
+    "linear_cross_entropy_loss_error_bound",
     "linear_cross_entropy_reduction_error_bound",
     "linear_cross_entropy_token_error_bound",
     "online_softmax_error_bound",
@@ -832,3 +837,168 @@ def attention_dv_error_bound(
     b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
     S = prob_abs_do.to(torch.float64) * (1.0 + 4 * (n_queries + 1) * 2.0**-53)
     return (a * S + b) * _ROUND_UP
+
+
+# ---------------------------------------------------------------------------
+# Chunked linear cross-entropy, the streamed lse of kernels/linear_cross_entropy.py
+# ---------------------------------------------------------------------------
+
+# Relative error of the kernel's tl.exp (float32) for arguments x <= 0, plus the absolute
+# _EXP2_ABS_ERROR below the normal range: an assumption, not a theorem (the Section
+# hypothesis ex_err of rocq/FloatModel/CrossEntropyLseError.v). In the CPU interpreter
+# tl.exp is numpy's float32 exp (within a few ulp); on NVIDIA GPUs Triton lowers it to
+# ex2.approx.f32 of rnd(x * log2 e), whose relative error grows with |x|: about
+# 2^-22 + |x| log2(e) 2^-24 ln 2 <= 5.6e-6 on [-88, 0]. 2^-17 = 7.6e-6 covers both (to be
+# measured on the device: benchmarks/bench_linear_cross_entropy_error.py).
+LCE_EXP_ERROR: float = 2.0**-17
+# Absolute error of the kernel's tl.log on the row sum l in [1, V] (lg_err): an assumption;
+# a float32 result below 16 has an ulp of 2^-20 at most; 2^-18 as margin.
+LCE_LOG_ERROR: float = 2.0**-18
+
+
+def _frac_pow(x: Fraction, n: int) -> Fraction:
+    return x ** n
+
+
+def _exp_up_small(x: Fraction) -> Fraction:
+    """An upper bound of e^x for 0 <= x <= 1: 1 + x + x^2."""
+    if not 0 <= x <= 1:
+        raise ValueError(f"exp argument {float(x)} outside [0, 1]")
+    return 1 + x + x * x
+
+
+def _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
+                     logits_in_dtype):
+    """(delta, Zmax) as Fractions: the logits' error against h.w_v and the bound of the
+    computed logits' magnitudes."""
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    if not (isinstance(hidden_dim, int) and hidden_dim >= 1):
+        raise ValueError(f"hidden_dim must be an int >= 1, got {hidden_dim!r}")
+    if not (isinstance(vocab_size, int) and vocab_size >= 1):
+        raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+    if dot_abs_sum is None:
+        for name, v in (("max_abs_input", max_abs_input), ("max_abs_weight", max_abs_weight)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0 (or give dot_abs_sum), got {v!r}")
+        p = Fraction(hidden_dim) * Fraction(float(max_abs_input)) * Fraction(float(max_abs_weight))
+    else:
+        if not (isinstance(dot_abs_sum, (int, float)) and math.isfinite(dot_abs_sum) and dot_abs_sum >= 0):
+            raise ValueError(f"dot_abs_sum must be a finite number >= 0, got {dot_abs_sum!r}")
+        p = Fraction(float(dot_abs_sum))
+    u = Fraction(_FP32_U)
+    if hidden_dim * _FP32_U >= 1.0:
+        raise ValueError(f"hidden_dim * 2^-24 must be < 1, got {hidden_dim}")
+    gam = hidden_dim * u / (1 - hidden_dim * u)  # any order of the D - 1 additions, rounded products
+    dot = gam * p + (1 + gam) * hidden_dim * Fraction(_FP32_ETA)
+    zc = p + dot
+    if logits_in_dtype and dtype != torch.float32:
+        us, es = (Fraction(x) for x in _STORAGE[dtype])
+        return dot + us * zc + es, zc * (1 + us) + es
+    return dot, zc
+
+
+def linear_cross_entropy_lse_error_bound(
+    vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, block_v: int,
+    max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
+    tile_sum_depth: int | None = None, logits_in_dtype: bool = True, exact_logits: bool = False,
+    max_abs_logit: float | None = None, exp_error: float = LCE_EXP_ERROR, log_error: float = LCE_LOG_ERROR,
+) -> float:
+    """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the chunked linear
+    cross-entropy (kernels/linear_cross_entropy.py, ``_rows_kernel`` with STREAM: the
+    3-product schedule, the default for reductions "mean" / "sum" with a gradient, and
+    ``fwd_logits="cublas"``), no bias, no softcap.
+
+    Implements ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``
+    (rocq/FloatModel/CrossEntropyLseError.v): over ``ceil(V / block_v)`` vocabulary tiles of
+    ``block_v`` fp32 logits, ``m' = max(m, max z)``, ``l = rnd(rnd(l * exp(rnd(m - m'))) +
+    tl.sum(exp(rnd(z - m'))))``, ``lse = rnd(m + log(l))``, every operation round-to-nearest
+    fp32 (Flocq's format, underflow included),
+      bound = u (Zmax + LN + NL + el) + el + NL + delta,
+    ``NL = bL / (1 - bL) >= -ln(1 - bL)``, ``bL = ce_bL`` (the rescaling factors telescope),
+    ``LN >= ln V``, ``Zmax`` a bound of the computed logits, ``delta`` of their error.
+    Computed here in exact rationals (``fractions``) and rounded up; no oracle query yet (the
+    closed form is not in BoundValues.v: a hand copy of ``ce_bL`` / ``ce_lse_bound``).
+
+    Premises, not theorems: ``exp_error`` (:data:`LCE_EXP_ERROR`) for ``tl.exp`` on x <= 0
+    plus 2^-126 absolute, ``log_error`` (:data:`LCE_LOG_ERROR`) for ``tl.log``; ``tl.sum``
+    a tree of rounded additions of depth ``tile_sum_depth`` (default ``block_v - 1``, which
+    every binary tree of ``block_v`` leaves meets); and ``delta``: with ``exact_logits`` the
+    logits the kernel reads are taken as the exact ones (``delta = 0``; compare with a
+    float64 logsumexp of those very logits; ``max_abs_logit`` bounds them), else
+    ``delta = gamma_D P (+ the storage rounding u_s |z| when ``logits_in_dtype``, as the
+    3-product schedule stores them in bfloat16 / float16)``, ``P`` = ``dot_abs_sum`` (a bound
+    of ``sum_i |h_i w_vi|``) or ``hidden_dim max_abs_input max_abs_weight``; ``gamma_D`` is the
+    classical worst case of any summation order (Higham, Thm 3.1), NOT a Coq theorem for
+    cuBLAS's or the CPU BLAS's order (BlockedSum.v proves the blocked order of the Triton
+    dots). float32 logits under TF32 (``torch.set_float32_matmul_precision("high")``) are
+    not covered. Not covered at all: softcap, bias, label smoothing, z-loss, the two-level
+    schedule of ``_logits_kernel`` STATS + merge (4 products / ``linear_cross_entropy_forward``),
+    FMA contraction, overflow.
+    Raises ``ValueError`` on a bad argument or when ``bL < 1`` fails (vacuous)."""
+    if not (isinstance(block_v, int) and block_v >= 1):
+        raise ValueError(f"block_v must be an int >= 1, got {block_v!r}")
+    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
+            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+    dt = block_v - 1 if tile_sum_depth is None else tile_sum_depth
+    if not (isinstance(dt, int) and 0 <= dt <= max(block_v - 1, 0)) and tile_sum_depth is not None:
+        raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
+    if exact_logits:
+        if not (isinstance(max_abs_logit, (int, float)) and math.isfinite(max_abs_logit) and max_abs_logit >= 0):
+            raise ValueError(f"exact_logits needs max_abs_logit, a finite number >= 0, got {max_abs_logit!r}")
+        if not (isinstance(vocab_size, int) and vocab_size >= 1):
+            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+        delta, zmax = Fraction(0), Fraction(float(max_abs_logit))
+    else:
+        delta, zmax = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight,
+                                       dot_abs_sum, logits_in_dtype)
+    F_ = Fraction
+    u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
+    tt, bt, nn = -(-vocab_size // block_v), block_v, vocab_size
+    xk = _exp_up_small(u * 2 * zmax)
+    ci, ri, nx = F_(1), F_(0), F_(1)
+    Ci = ci * ((1 + ue) * xk) * (1 + u)
+    Ri = (ci * nx * ee + ri * ((1 + ue) * xk + ee)) * (1 + u) + ea
+    pd = _frac_pow(1 + u, dt)
+    H = pd * Ci
+    Q = (1 + ue) * (1 + u) ** 2
+    Qt = _frac_pow(Q, tt)
+    Cm = H * Qt * xk
+    a = (1 + u) ** 2 * ((1 + ue) * xk + ee)
+    b = ((Cm * (nn * nx) * ee) * (1 + u) + ea + pd * (bt * Ri)) * (1 + u)
+    bl = H * Qt * xk - 1 + tt * _frac_pow(a, tt) * b
+    if not bl < 1:
+        raise ValueError(f"the bound is vacuous: bL = {float(bl)} >= 1")
+    nl = bl / (1 - bl)
+    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
+    bound = u * (zmax + ln_v + nl + el) + el + nl + delta
+    return _float_up(bound) * _ROUND_UP
+
+
+def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, max_abs_loss: float) -> float:
+    """Bound on ``|loss_kernel - (ln sum_v e^(y_v) - y_t)|`` for one token, no label smoothing
+    and no z-loss (the kernel's other terms are exact zeros):
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_loss_error``,
+    ``(1 + u) (lse_bound + logit_error) + u max_abs_loss``, with ``lse_bound`` from
+    :func:`linear_cross_entropy_lse_error_bound`, ``logit_error`` the bound of the target
+    logit's error (the same ``delta``: :func:`linear_cross_entropy_logit_error_bound`) and
+    ``max_abs_loss`` a bound of the exact ``|lse - y_t|`` (e.g. ``ln V + 2 max|y|``)."""
+    for name, v in (("lse_bound", lse_bound), ("logit_error", logit_error), ("max_abs_loss", max_abs_loss)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    u = Fraction(_FP32_U)
+    b = (1 + u) * (Fraction(float(lse_bound)) + Fraction(float(logit_error))) + u * Fraction(float(max_abs_loss))
+    return _float_up(b) * _ROUND_UP
+
+
+def linear_cross_entropy_logit_error_bound(
+    vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, max_abs_input: float | None = None,
+    max_abs_weight: float | None = None, dot_abs_sum: float | None = None, logits_in_dtype: bool = True,
+) -> tuple[float, float]:
+    """``(delta, Zmax)``: the bound on each logit's error that
+    :func:`linear_cross_entropy_lse_error_bound` uses (``gamma_D P``, plus the storage rounding
+    with ``logits_in_dtype``; premises stated there) and the bound of the computed logits."""
+    d, z = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
+                            logits_in_dtype)
+    return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP

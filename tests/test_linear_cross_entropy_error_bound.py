@@ -1,0 +1,173 @@
+"""The proved bound on the chunked linear cross-entropy's streamed lse and loss as tolerances.
+
+``linear_cross_entropy_lse_error_bound`` (ojas_ref/verification/error_bounds.py) is the value of
+``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``: the lse that ``_rows_kernel`` (STREAM:
+the 3-product schedule, the default for "mean" / "sum" with a gradient) computes from the
+logits it reads, against ``ln sum_v exp(y_v)``, with ``|z_v - y_v| <= delta``; the loss
+``rnd(lse - z_t)`` by ``ce_loss_error``. Premises (measured here on the device first): the
+error of ``tl.exp`` on x <= 0 and of ``tl.log`` on [1, 2^24].
+
+* CPU (Triton's interpreter): the kernel's row loop on given float32 / bfloat16 logits
+  against a float64 logsumexp of the same values (``delta = 0``: the theorem's online part
+  alone); the whole 3-product forward (``_three_products``: the logits by a CPU matmul,
+  rounded to the input dtype, then the row loop) per token against a float64 reference
+  from the upcast inputs, with ``delta`` from the logit bound (the BLAS's order of
+  summation is covered by the classical any-order bound, not by a Coq theorem).
+* A mutant of the loop (one tile's rescale ``l * alpha`` dropped where the max jumps): the
+  bound catches it; the unmutated emulation stays within it.
+* GPU (``-m gpu``): V = 128256, D = 4096, bfloat16 and float32 (IEEE dots under torch's
+  default "highest"; TF32 is not covered), ratio bound / observed printed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from ojas_kernels import linear_cross_entropy as lce  # noqa: E402
+from ojas_ref.verification.error_bounds import (  # noqa: E402
+    EXP_ERROR,
+    LCE_EXP_ERROR,
+    LCE_LOG_ERROR,
+    linear_cross_entropy_logit_error_bound,
+    linear_cross_entropy_loss_error_bound,
+    linear_cross_entropy_lse_error_bound,
+)
+from ojas_ref.verification.lce_error import (  # noqa: E402
+    emulated_stream_lse,
+    exact_lse,
+    kernel_stream_lse,
+    measured_exp_error,
+    measured_log_error,
+    stream_block_v,
+)
+
+F64 = torch.float64
+CPU_EXP_ERROR = EXP_ERROR[torch.float32]  # 2^-21: the interpreter's numpy float32 exp (measured below)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_premises_measured_on_cpu():
+    rel, absolute = measured_exp_error("cpu")
+    assert rel <= CPU_EXP_ERROR <= LCE_EXP_ERROR and absolute <= 2.0**-126
+    assert measured_log_error("cpu") <= LCE_LOG_ERROR
+
+
+def test_bound_values_at_llama3_size_are_not_vacuous():
+    # V = 128256, D = 4096, the H200's tile of 4096 logits; P = sum |h_i w_vi| <= 60
+    for dtype, upper in ((torch.float32, 0.02), (torch.bfloat16, 0.3)):
+        b = linear_cross_entropy_lse_error_bound(128256, 4096, dtype=dtype, block_v=4096, dot_abs_sum=60.0)
+        assert 0 < b < upper
+    online = linear_cross_entropy_lse_error_bound(128256, 4096, dtype=torch.float32, block_v=4096,
+                                                  exact_logits=True, max_abs_logit=30.0)
+    assert online < 1e-3  # the old LseError.v bound allowed 0.086 nats here
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(block_v=0), "block_v"),
+    (dict(exp_error=-1.0), "exp_error"),
+    (dict(exp_error=float("nan")), "exp_error"),
+    (dict(dtype=torch.float64), "dtype"),
+    (dict(max_abs_input=-1.0), "max_abs_input"),
+    (dict(dot_abs_sum=1e9), "vacuous|outside"),
+    (dict(tile_sum_depth=5000), "tile_sum_depth"),
+])
+def test_bad_arguments_raise(kwargs, match):
+    args = dict(dtype=torch.float32, block_v=4096, max_abs_input=1.0, max_abs_weight=0.01)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        linear_cross_entropy_lse_error_bound(128256, 4096, **args)
+    with pytest.raises(ValueError, match="max_abs_logit"):
+        linear_cross_entropy_lse_error_bound(100, 8, dtype=torch.float32, block_v=16, exact_logits=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1.0, 8.0])
+def test_row_kernel_lse_within_bound(dtype, scale):
+    V, n = 1000, 6
+    z = (torch.randn(n, V, generator=_gen(1)) * scale).to(dtype)
+    z[0, 700] += 3 * scale  # the max jumps in a late tile
+    lse, loss = kernel_stream_lse(z, torch.arange(n) * 7)
+    ref = exact_lse(z)
+    err = (lse.to(F64) - ref).abs().max().item()
+    bound = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=stream_block_v(dtype, "cpu"),
+                                                 exact_logits=True, max_abs_logit=z.abs().max().item(),
+                                                 exp_error=CPU_EXP_ERROR)
+    assert err <= bound < 1e-3, (err, bound)
+    # the loss: rnd(lse - z_t), ce_loss_error with delta = 0
+    zt = z.to(F64)[torch.arange(n), torch.arange(n) * 7]
+    lerr = (loss.to(F64) - (ref - zt)).abs().max().item()
+    assert lerr <= linear_cross_entropy_loss_error_bound(bound, 0.0, (ref - zt).abs().max().item())
+
+
+def test_mutant_dropped_rescale_is_caught():
+    V, n, bv = 1000, 4, 16
+    z = torch.randn(n, V, generator=_gen(2))
+    z[:, 500:] += 6.0  # the max jumps in tile 31 (columns 496..511)
+    ref = exact_lse(z)
+    bound = linear_cross_entropy_lse_error_bound(V, 1, dtype=torch.float32, block_v=bv, exact_logits=True,
+                                                 max_abs_logit=z.abs().max().item(), exp_error=CPU_EXP_ERROR)
+    good = (emulated_stream_lse(z, bv).to(F64) - ref).abs().max().item()
+    bad = (emulated_stream_lse(z, bv, drop_rescale=31).to(F64) - ref).abs().max().item()
+    assert good <= bound < bad, (good, bound, bad)
+
+
+def _forward_per_token(x, w, target):
+    opts = lce._Options(0.0, 0.0, None)
+    cfg = lce.default_config(x.dtype, x.device)
+    return lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_three_product_forward_per_token_within_bound(dtype):
+    N, D, V = 8, 64, 700
+    x = torch.randn(N, D, generator=_gen(3)).to(dtype)
+    w = (torch.randn(V, D, generator=_gen(4)) * 0.3).to(dtype)
+    target = torch.randint(0, V, (N,), generator=_gen(5))
+    loss = _forward_per_token(x, w, target)
+    y = x.to(F64) @ w.to(F64).t()
+    ref_lse = torch.logsumexp(y, dim=1)
+    ref_loss = ref_lse - y[torch.arange(N), target]
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    kw = dict(dtype=dtype, dot_abs_sum=P)
+    b = linear_cross_entropy_lse_error_bound(V, D, block_v=stream_block_v(dtype, "cpu"), exp_error=CPU_EXP_ERROR, **kw)
+    delta, _ = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    lb = linear_cross_entropy_loss_error_bound(b, delta, ref_loss.abs().max().item())
+    err = (loss.to(F64) - ref_loss).abs().max().item()
+    assert err <= lb < 1.0, (err, lb)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_within_bound(dtype):
+    rel, absolute = measured_exp_error("cuda")
+    assert rel <= LCE_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
+    assert measured_log_error("cuda") <= LCE_LOG_ERROR
+    assert torch.get_float32_matmul_precision() == "highest"  # TF32 logits are not covered
+    N, D, V = 64, 4096, 128256
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
+    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    loss = _forward_per_token(x, w, target)
+    y = x.to(F64) @ w.to(F64).t()
+    ref_loss = torch.logsumexp(y, dim=1) - y[torch.arange(N, device="cuda"), target]
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    b = linear_cross_entropy_lse_error_bound(V, D, dtype=dtype, block_v=stream_block_v(dtype, "cuda"), dot_abs_sum=P)
+    delta, _ = linear_cross_entropy_logit_error_bound(V, D, dtype=dtype, dot_abs_sum=P)
+    lb = linear_cross_entropy_loss_error_bound(b, delta, ref_loss.abs().max().item())
+    err = (loss.to(F64) - ref_loss).abs().max().item()
+    print(f"{dtype}: observed {err:.3e}, bound {lb:.3e}, ratio {lb / max(err, 1e-300):.1f}")
+    assert err <= lb < 1.0
