@@ -1,0 +1,122 @@
+"""Benchmark: the proved bound on the chunked linear cross-entropy's lse and loss beside the observed errors.
+
+    python benchmarks/bench_linear_cross_entropy_error.py [--out FILE]   # CUDA: V = 128256, D = 4096
+    python benchmarks/bench_linear_cross_entropy_error.py --quick        # tiny sizes, CPU interpreter
+
+For each dtype (bfloat16, float32) the 3-product forward of kernels/linear_cross_entropy.py
+(``_three_products``: the chunk's logits by cuBLAS / the CPU matmul with float32
+accumulation, rounded to the input dtype, then ``_rows_kernel`` STREAM over vocabulary tiles)
+runs on random normal hidden states and weights (std 0.02, and a "peaked" variant whose
+target logits are large) and its per-token loss is compared with a float64 reference from
+the upcast inputs. Columns: ``loss_bound`` = ``linear_cross_entropy_loss_error_bound`` of
+``linear_cross_entropy_lse_error_bound`` (the value of
+``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` / ``ce_loss_error``) with
+``dot_abs_sum`` the measured max_v sum_i |h_i w_vi| (a premise computed from the data),
+``loss_observed`` the largest per-token error, ``ratio``; ``online_bound`` / ``online_observed``:
+the row loop alone (``kernel_stream_lse`` on the very logits the kernel reads, against their
+float64 logsumexp: delta = 0). ``covered``: float32 logits need torch's "highest" float32
+matmul precision (IEEE; TF32 is not covered), and the BLAS's order of summation is covered
+only by the classical any-order bound gamma_D, not by a Coq theorem. The run first measures
+``tl.exp`` (relative, on [-104, 0]) and ``tl.log`` (absolute, on [1, 2^24]) on the device:
+the theorem's premises, assumed at most ``LCE_EXP_ERROR`` / ``LCE_LOG_ERROR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+F64 = torch.float64
+SIZES = dict(N=64, D=4096, V=128256)
+QUICK_SIZES = dict(N=8, D=64, V=1000)
+
+
+def run(sizes: dict, device: str) -> dict:
+    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_ref.verification.error_bounds import (LCE_EXP_ERROR, LCE_LOG_ERROR,
+                                                    linear_cross_entropy_logit_error_bound,
+                                                    linear_cross_entropy_loss_error_bound,
+                                                    linear_cross_entropy_lse_error_bound)
+    from ojas_ref.verification.lce_error import (exact_lse, kernel_stream_lse, measured_exp_error,
+                                                 measured_log_error, stream_block_v)
+
+    rel, ab = measured_exp_error(device)
+    lg = measured_log_error(device)
+    N, D, V = sizes["N"], sizes["D"], sizes["V"]
+    rows = []
+    for dtype in (torch.bfloat16, torch.float32):
+        for variant in ("normal", "peaked"):
+            gen = torch.Generator(device=device).manual_seed(0)
+            x = torch.randn(N, D, device=device, generator=gen).to(dtype)
+            w = (torch.randn(V, D, device=device, generator=gen) * 0.02)
+            target = torch.randint(0, V, (N,), device=device, generator=gen)
+            if variant == "peaked":  # the target rows aligned with the hidden states: a confident softmax
+                w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * D ** 0.5 / 8
+            w = w.to(dtype)
+            opts = lce._Options(0.0, 0.0, None)
+            cfg = lce.default_config(dtype, torch.device(device))
+            loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+            y = x.to(F64) @ w.to(F64).t()
+            ref = torch.logsumexp(y, dim=1) - y[torch.arange(N, device=device), target]
+            P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+            bv = stream_block_v(dtype, device)
+            kw = dict(dtype=dtype, dot_abs_sum=P)
+            lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=bv, **kw)
+            delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
+            loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
+            err = (loss.to(F64) - ref).abs().max().item()
+            # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
+            z = torch.empty(N, V, device=device, dtype=dtype)
+            lce._mm_into(z, x, w.t())
+            lse, _ = kernel_stream_lse(z, target)
+            on_err = (lse.to(F64) - exact_lse(z)).abs().max().item()
+            on_b = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
+                                                        max_abs_logit=z.abs().max().item())
+            covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
+            rows.append(dict(dtype=str(dtype).replace("torch.", ""), variant=variant, N=N, D=D, V=V, block_v=bv,
+                             dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
+                             ratio=loss_b / max(err, 1e-300), online_bound=on_b, online_observed=on_err,
+                             online_ratio=on_b / max(on_err, 1e-300),
+                             holds=err <= loss_b and on_err <= on_b, covered=covered))
+            r = rows[-1]
+            print(f"{r['dtype']:8} {variant:6} loss: bound {loss_b:.3e} observed {err:.3e} ratio {r['ratio']:8.1f} | "
+                  f"row loop: bound {on_b:.3e} observed {on_err:.3e} ratio {r['online_ratio']:8.1f} | "
+                  f"holds={r['holds']} covered={covered}", flush=True)
+            del x, w, y, z
+    return dict(benchmark="linear_cross_entropy_error", device=device,
+                device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                torch=torch.__version__, exp_rel_error=rel, exp_abs_error_subnormal=ab,
+                exp_error_assumed=LCE_EXP_ERROR, log_abs_error=lg, log_error_assumed=LCE_LOG_ERROR,
+                premises_hold=rel <= LCE_EXP_ERROR and ab <= 2.0**-126 and lg <= LCE_LOG_ERROR, rows=rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="write the table as JSON to this file")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes on the CPU (Triton's interpreter)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        result = run(QUICK_SIZES, "cpu")
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("needs CUDA (or --quick for the CPU interpreter)")
+        result = run(SIZES, "cuda")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    if not result["premises_hold"]:
+        raise SystemExit("a premise (tl.exp / tl.log error) exceeds its assumed value")
+    if not all(r["holds"] for r in result["rows"]):
+        raise SystemExit("a proved bound was exceeded")
+
+
+if __name__ == "__main__":
+    main()
