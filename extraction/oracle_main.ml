@@ -658,7 +658,7 @@ let string_of_q (x : Bounds_spec.q) =
    null (the Coq [None]: a side condition fails) or a boolean. *)
 let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
-                 "el"; "ucl"; "ln" ]
+                 "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -706,6 +706,10 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "ee"; "ea"; "el"; "ucl"; "uc"; "scale"; "p"; "ln"; "e"; "block"; "keys"; "tiles" ];
     value (Bounds_spec.attn_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "ucl") (q "uc") (q "scale")
              (q "p") (q "ln") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
+  | `String "linear_cross_entropy_lse" ->
+    allowed [ "u"; "ue"; "ee"; "ea"; "el"; "zmax"; "delta"; "ln"; "depth"; "block"; "tiles"; "vocab" ];
+    value (Bounds_spec.ce_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "zmax") (q "delta") (q "ln")
+             (nat "depth") (nat "block") (nat "tiles") (nat "vocab"))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

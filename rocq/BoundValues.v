@@ -40,7 +40,12 @@
     - [attn_lse_q]: the bound [lse_bound] of
       [FloatModel.AttentionLseError.attention_lse_error] on the saved lse,
       [ln N <= LN] checked by [exp_dn], [- ln (1 - bL) <= bL / (1 - bL)]
-      ([afe_neg_ln_le]); [attn_lse_q_sound], [attn_lse_q_sound_masked].
+      ([afe_neg_ln_le]); [attn_lse_q_sound], [attn_lse_q_sound_masked];
+    - [ce_lse_q]: the bound [ce_lse_bound] of
+      [FloatModel.CrossEntropyLseError.ce_lse_error_up] on the chunked linear
+      cross-entropy's streamed lse ([exp (2 u Zmax) <= XK] by [exp_up], the
+      powers by [pow_up_N], [ln V <= LN] by [exp_dn], [NL = bL / (1 - bL)]);
+      [ce_lse_q_sound].
     Only [Q], [positive], [N] and [Z] are used, so the extraction can carry
     every value exactly (extraction/ExtractBounds.v extracts them with Coq's
     own binary integers, not OCaml's [int]). *)
@@ -48,7 +53,7 @@
 From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
 From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
-From Ojas Require Import FloatModel.AttentionLseError.
+From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
 
 Local Open Scope Q_scope.
 
@@ -958,3 +963,130 @@ Proof.
 Qed.
 
 End AttnFwdQ.
+
+
+(** ** The chunked linear cross-entropy's streamed lse: the value of [ce_lse_bound] *)
+
+Local Open Scope Q_scope.
+
+Definition ce_bL_q (u ue ee ea XK P1 QT AT : Q) (Bt Tt Nn : N) : Q :=
+  let Hh := P1 * (1 * ((1 + ue) * XK) * (1 + u)) in
+  let Ri := (1 * 1 * ee + 0 * ((1 + ue) * XK + ee)) * (1 + u) + ea in
+  Hh * QT * XK - 1
+  + Q_of_N Tt * AT * (((Hh * QT * XK * (Q_of_N Nn * 1) * ee) * (1 + u) + ea + P1 * (Q_of_N Bt * Ri)) * (1 + u)).
+
+Definition ce_lse_bound_q (u el Zmax LN NL delta : Q) : Q := u * (Zmax + LN + NL + el) + el + NL + delta.
+
+(** [Some b] with [b >= ce_lse_bound] at upper bounds of its exponential and powers, [LN]
+    checked ([V <= exp_dn LN]), [NL = bL / (1 - bL)], or [None] when a check or the side
+    condition [0 <= bL < 1] fails. *)
+Definition ce_lse_q (u ue ee ea el Zmax delta LN : Q) (Dt Bt Tt Nn : N) : option Q :=
+  if Qle_bool 0 u && Qle_bool 0 ue && Qle_bool 0 ee && Qle_bool 0 ea && Qle_bool 0 el && Qle_bool 0 Zmax
+     && Qle_bool 0 delta && N.leb 1 Nn && Qle_bool (Q_of_N Nn) (exp_dn prec exp_steps LN) then
+    match exp_up prec exp_steps (u * (2 * Zmax)) with
+    | Some XK =>
+      let P1 := pow_up_N prec (1 + u) Dt in
+      let QT := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt in
+      let AT := pow_up_N prec ((1 + u) * (1 + u) * ((1 + ue) * XK + ee)) Tt in
+      let bL := ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn in
+      if Qlt_le_dec bL 1 then
+        if Qle_bool 0 bL then Some (round_up prec (ce_lse_bound_q u el Zmax LN (bL / (1 - bL)) delta)) else None
+      else None
+    | None => None
+    end
+  else None.
+
+Local Open Scope R_scope.
+
+Section CeLseQ.
+
+Variable M : MixedModel.
+Variables u ue ee ea el Zmax delta LN : Q.
+Variables Dt Bt Tt Nn : N.
+Hypothesis Hu : Q2R u = ff_u (mp_a M).
+Hypothesis Hea : Q2R ea = ff_eta (mp_a M).
+
+Lemma Q2R_ce_bL : forall XK P1 QT AT,
+  Q2R (ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn)
+  = ce_bL_p (ff_u (mp_a M)) (Q2R ue) (Q2R ee) (ff_eta (mp_a M)) (Q2R XK) (Q2R P1) (Q2R QT) (Q2R AT)
+            (N.to_nat Bt) (N.to_nat Tt) (N.to_nat Nn).
+Proof.
+  intros; unfold ce_bL_q, ce_bL_p; cbv zeta.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_of_N, ?Q2R_1, ?Q2R_0.
+  rewrite Hu, Hea; reflexivity.
+Qed.
+
+(** The oracle's value [b] bounds the streamed lse's error ([ce_lse_error_up]) for any
+    [tl.exp] and [tl.log] within [ue], [ee] and [el], any tile sum meeting [sum_ok]. *)
+Theorem ce_lse_q_sound : forall b, ce_lse_q u ue ee ea el Zmax delta LN Dt Bt Tt Nn = Some b ->
+  forall (ex lg : R -> R),
+  (forall x, x <= 0 -> Rabs (ex x - exp x) <= Q2R ue * exp x + Q2R ee) ->
+  (forall x, ff_fmt (mp_a M) (lg x)) -> (forall x, 0 < x -> Rabs (lg x - ln x) <= Q2R el) ->
+  forall (zy0 : R * R) (tiles : list (list (R * R))) ts,
+  let st := ce_run M ex (R * R) fst (fun _ => 1) ts (fst zy0, 0) tiles in
+  In zy0 (concat tiles) -> sum_ok M ts (N.to_nat Dt) (N.to_nat Bt) ->
+  Forall (fun tl => (length tl <= N.to_nat Bt)%nat) tiles -> (length tiles <= N.to_nat Tt)%nat ->
+  (length (concat tiles) <= N.to_nat Nn)%nat ->
+  (forall zy, In zy (concat tiles) ->
+     ff_fmt (mp_a M) (fst zy) /\ Rabs (fst zy) <= Q2R Zmax /\ Rabs (fst zy - snd zy) <= Q2R delta) ->
+  Rabs (ff_rnd (mp_a M) (fst st + lg (snd st)) - ln (VectorFacts.rsum (map (fun zy => exp (snd zy)) (concat tiles))))
+  <= Q2R b.
+Proof.
+  intros b Hb ex lg Hex Hlgf Hlg zy0 tiles ts st H0 Hts HB HT HN Hz.
+  unfold ce_lse_q in Hb.
+  destruct (Qle_bool 0 u && Qle_bool 0 ue && Qle_bool 0 ee && Qle_bool 0 ea && Qle_bool 0 el && Qle_bool 0 Zmax
+            && Qle_bool 0 delta && N.leb 1 Nn && Qle_bool (Q_of_N Nn) (exp_dn prec exp_steps LN)) eqn:Eok;
+    [| discriminate].
+  repeat rewrite andb_true_iff in Eok.
+  destruct Eok as [[[[[[[[Hu0 Hue0] Hee0] Hea0] Hel0] HZ0] Hd0] HNn] HLNq].
+  apply Qle_bool_R in Hu0, Hue0, Hee0, Hea0, Hel0, HZ0, Hd0; rewrite Q2R_0 in *.
+  apply N.leb_le in HNn.
+  destruct (exp_up prec exp_steps (u * (2 * Zmax))%Q) as [XK |] eqn:EX; [| discriminate].
+  set (P1 := pow_up_N prec (1 + u) Dt) in Hb.
+  set (QT := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
+  set (AT := pow_up_N prec ((1 + u) * (1 + u) * ((1 + ue) * XK + ee)) Tt) in Hb.
+  destruct (Qlt_le_dec (ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn) 1) as [HL | HL]; [| discriminate].
+  destruct (Qle_bool 0 (ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn)) eqn:HL0; [| discriminate].
+  injection Hb as <-.
+  pose proof (exp_up_ge _ _ _ _ EX) as HX.
+  rewrite Q2R_mult, Q2R_mult, Q2R_2, Hu in HX.
+  assert (HX0 : 0 <= Q2R XK) by (eapply Rle_trans; [left; apply exp_pos | exact HX]).
+  pose proof (Qlt_Rlt _ _ HL) as HLr; rewrite Q2R_1, Q2R_ce_bL in HLr.
+  apply Qle_bool_R in HL0; rewrite Q2R_0, Q2R_ce_bL in HL0.
+  set (bL := ce_bL_p (ff_u (mp_a M)) (Q2R ue) (Q2R ee) (ff_eta (mp_a M)) (Q2R XK) (Q2R P1) (Q2R QT) (Q2R AT)
+                     (N.to_nat Bt) (N.to_nat Tt) (N.to_nat Nn)) in *.
+  assert (H1L : ~ (1 - ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn == 0)%Q)
+    by (apply Q2R_nonzero; rewrite Q2R_minus, Q2R_1, Q2R_ce_bL; fold bL; lra).
+  assert (HLN : ln (INR (N.to_nat Nn)) <= Q2R LN).
+  { apply Qle_bool_R in HLNq; rewrite Q2R_of_N in HLNq.
+    pose proof (exp_dn_le prec exp_steps LN) as G.
+    assert (0 < INR (N.to_nat Nn)) by (apply lt_0_INR; lia).
+    rewrite <- (ln_exp (Q2R LN)); apply afe_ln_le; lra. }
+  assert (HP1 : (1 + ff_u (mp_a M)) ^ N.to_nat Dt <= Q2R P1)
+    by (rewrite <- Hu; apply pow_one_plus_le, Rle_Qle; rewrite Q2R_0; lra).
+  assert (HQT : ce_Q (ff_u (mp_a M)) (Q2R ue) ^ N.to_nat Tt <= Q2R QT).
+  { replace (ce_Q (ff_u (mp_a M)) (Q2R ue)) with (Q2R ((1 + ue) * ((1 + u) * (1 + u))))
+      by (unfold ce_Q; repeat rewrite ?Q2R_mult, ?Q2R_plus, ?Q2R_1; rewrite Hu; ring).
+    apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0; repeat rewrite ?Q2R_mult, ?Q2R_plus, ?Q2R_1.
+    apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra]. }
+  assert (HAT : ce_a (ff_u (mp_a M)) (Q2R ue) (Q2R ee) (Q2R XK) ^ N.to_nat Tt <= Q2R AT).
+  { replace (ce_a (ff_u (mp_a M)) (Q2R ue) (Q2R ee) (Q2R XK)) with (Q2R ((1 + u) * (1 + u) * ((1 + ue) * XK + ee)))
+      by (unfold ce_a; repeat rewrite ?Q2R_mult, ?Q2R_plus, ?Q2R_1; rewrite Hu; ring).
+    apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0; repeat rewrite ?Q2R_mult, ?Q2R_plus, ?Q2R_1.
+    apply Rmult_le_pos; [apply Rmult_le_pos; lra |].
+    assert (0 <= (1 + Q2R ue) * Q2R XK) by (apply Rmult_le_pos; lra); lra. }
+  unfold st.
+  eapply Rle_trans.
+  - refine (ce_lse_error_up M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex lg (Q2R el) Hlgf Hlg zy0 tiles ts
+             (N.to_nat Dt) (N.to_nat Bt) (N.to_nat Tt) (N.to_nat Nn) (Q2R Zmax) (Q2R XK) (Q2R delta) (Q2R LN)
+             (bL / (1 - bL)) (Q2R P1) (Q2R QT) (Q2R AT) H0 Hts HB HT HN Hz _ HP1 HQT HAT _ HLN _).
+    + exact HX.
+    + exact HLr.
+    + fold bL; apply afe_neg_ln_le; lra.
+  - eapply Rle_trans; [| apply Qle_R, round_up_ge].
+    unfold ce_lse_bound, ce_lse_bound_q.
+    rewrite !Q2R_plus, Q2R_mult, !Q2R_plus, Q2R_div by exact H1L.
+    rewrite Q2R_minus, Q2R_1, Q2R_ce_bL, Hu; fold bL; lra.
+Qed.
+
+End CeLseQ.

@@ -171,3 +171,21 @@ def test_gpu_llama3_size_within_bound(dtype):
     err = (loss.to(F64) - ref_loss).abs().max().item()
     print(f"{dtype}: observed {err:.3e}, bound {lb:.3e}, ratio {lb / max(err, 1e-300):.1f}")
     assert err <= lb < 1.0
+
+
+def test_oracle_value_matches_the_hand_copy():
+    from ojas_ref.verification import error_bounds as eb
+
+    if not eb.oracle_bounds_available():
+        pytest.skip("oracle not built (make -C extraction)")
+    cases = [dict(dot_abs_sum=60.0), dict(exact_logits=True, max_abs_logit=30.0),
+             dict(dot_abs_sum=60.0, tile_sum_depth=23)]
+    for dtype in (torch.float32, torch.bfloat16):
+        for kw in cases:
+            oracle = eb.linear_cross_entropy_lse_error_bound(128256, 4096, dtype=dtype, block_v=4096, **kw)
+            eb._oracle_state["available"] = False
+            try:
+                hand = eb.linear_cross_entropy_lse_error_bound(128256, 4096, dtype=dtype, block_v=4096, **kw)
+            finally:
+                del eb._oracle_state["available"]
+            assert math.isfinite(oracle) and abs(oracle - hand) <= 1e-6 * hand, (oracle, hand)

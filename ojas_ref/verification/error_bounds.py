@@ -917,8 +917,10 @@ def linear_cross_entropy_lse_error_bound(
       bound = u (Zmax + LN + NL + el) + el + NL + delta,
     ``NL = bL / (1 - bL) >= -ln(1 - bL)``, ``bL = ce_bL`` (the rescaling factors telescope),
     ``LN >= ln V``, ``Zmax`` a bound of the computed logits, ``delta`` of their error.
-    Computed here in exact rationals (``fractions``) and rounded up; no oracle query yet (the
-    closed form is not in BoundValues.v: a hand copy of ``ce_bL`` / ``ce_lse_bound``).
+    The oracle computes it (``ce_lse_q`` of ``Ojas.BoundValues``,
+    ``Ojas.BoundValues.ce_lse_q_sound``: exact rationals, certified upper bounds of
+    ``exp(2 u Zmax)`` and of the powers, ``ln V <= LN`` checked); without the oracle a hand
+    copy in exact rationals (``fractions``), rounded up.
 
     Premises, not theorems: ``exp_error`` (:data:`LCE_EXP_ERROR`) for ``tl.exp`` on x <= 0
     plus 2^-126 absolute, ``log_error`` (:data:`LCE_LOG_ERROR`) for ``tl.log``; ``tl.sum``
@@ -956,6 +958,15 @@ def linear_cross_entropy_lse_error_bound(
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
     tt, bt, nn = -(-vocab_size // block_v), block_v, vocab_size
+    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
+    got = _from_oracle(bound="linear_cross_entropy_lse", u=_rational(u), ue=_rational(ue), ee=_rational(ee),
+                       ea=_rational(ea), el=_rational(el), zmax=_rational(zmax), delta=_rational(delta),
+                       ln=_rational(ln_v), depth=dt, block=bt, tiles=tt, vocab=nn)
+    if got is None:
+        raise ValueError("the bound is vacuous or a check failed (ce_lse_q answered None: bL >= 1 or ln V > LN)")
+    if got is not _NO_ORACLE:
+        return _float_up(got) * _ROUND_UP
+    # hand copy of ce_lse_q (no oracle): exact rationals, exact powers
     xk = _exp_up_small(u * 2 * zmax)
     ci, ri, nx = F_(1), F_(0), F_(1)
     Ci = ci * ((1 + ue) * xk) * (1 + u)
@@ -971,7 +982,6 @@ def linear_cross_entropy_lse_error_bound(
     if not bl < 1:
         raise ValueError(f"the bound is vacuous: bL = {float(bl)} >= 1")
     nl = bl / (1 - bl)
-    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
     bound = u * (zmax + ln_v + nl + el) + el + nl + delta
     return _float_up(bound) * _ROUND_UP
 

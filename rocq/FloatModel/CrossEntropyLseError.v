@@ -658,6 +658,90 @@ Proof.
   apply Rabs_le; split; nra.
 Qed.
 
+
+(** ** The bound with upper bounds of its powers (what BoundValues.v computes) *)
+
+Definition ce_bL_p (u ue ee ea XK P1 QT AT : R) (Bt Tt Nn : nat) : R :=
+  let Hh := P1 * (1 * ((1 + ue) * XK) * (1 + u)) in
+  let Ri := (1 * 1 * ee + 0 * ((1 + ue) * XK + ee)) * (1 + u) + ea in
+  Hh * QT * XK - 1 + INR Tt * AT * (((Hh * QT * XK * (INR Nn * 1) * ee) * (1 + u) + ea + P1 * (INR Bt * Ri)) * (1 + u)).
+
+Lemma ce_bL_eq : forall u ue ee ea XK Dt Bt Tt Nn,
+  ce_bL u ue ee ea XK Dt Bt Tt Nn = ce_bL_p u ue ee ea XK ((1 + u) ^ Dt) (ce_Q u ue ^ Tt) (ce_a u ue ee XK ^ Tt) Bt Tt Nn.
+Proof. intros; reflexivity. Qed.
+
+Lemma ce_bL_p_mono : forall u0 ue0 ee0 ea0 XK P1 QT AT P1' QT' AT' Bt Tt Nn,
+  0 <= u0 -> 0 <= ue0 -> 0 <= ee0 -> 0 <= ea0 -> 0 <= XK ->
+  0 <= P1 <= P1' -> 0 <= QT <= QT' -> 0 <= AT <= AT' ->
+  ce_bL_p u0 ue0 ee0 ea0 XK P1 QT AT Bt Tt Nn <= ce_bL_p u0 ue0 ee0 ea0 XK P1' QT' AT' Bt Tt Nn.
+Proof.
+  intros u0 ue0 ee0 ea0 XK P1 QT AT P1' QT' AT' Bt Tt Nn Hu Hue Hee Hea HX [HP HP'] [HQ HQ'] [HA HA'].
+  unfold ce_bL_p; cbv zeta.
+  set (C := 1 * ((1 + ue0) * XK) * (1 + u0)).
+  assert (HC : 0 <= C) by (unfold C; apply Rmult_le_pos; [| lra]; rewrite Rmult_1_l; apply Rmult_le_pos; lra).
+  set (Ri := (1 * 1 * ee0 + 0 * ((1 + ue0) * XK + ee0)) * (1 + u0) + ea0).
+  assert (HR : 0 <= Ri) by (unfold Ri; ring_simplify; nra).
+  assert (G1 : P1 * C * QT * XK <= P1' * C * QT' * XK).
+  { apply Rmult_le_compat_r; [exact HX |]; apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | | lra].
+    apply Rmult_le_compat_r; lra. }
+  assert (G0 : 0 <= P1 * C * QT * XK) by (apply Rmult_le_pos; [apply Rmult_le_pos; [apply Rmult_le_pos|] |]; lra).
+  assert (HN : 0 <= INR Nn * 1) by (rewrite Rmult_1_r; apply pos_INR).
+  assert (HB : 0 <= INR Bt * Ri) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+  assert (B1 : ((P1 * C * QT * XK * (INR Nn * 1) * ee0) * (1 + u0) + ea0 + P1 * (INR Bt * Ri)) * (1 + u0)
+               <= ((P1' * C * QT' * XK * (INR Nn * 1) * ee0) * (1 + u0) + ea0 + P1' * (INR Bt * Ri)) * (1 + u0)).
+  { apply Rmult_le_compat_r; [lra |].
+    assert (P1 * C * QT * XK * (INR Nn * 1) * ee0 <= P1' * C * QT' * XK * (INR Nn * 1) * ee0)
+      by (apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat_r; lra).
+    assert (P1 * (INR Bt * Ri) <= P1' * (INR Bt * Ri)) by (apply Rmult_le_compat_r; lra).
+    nra. }
+  assert (B0 : 0 <= ((P1 * C * QT * XK * (INR Nn * 1) * ee0) * (1 + u0) + ea0 + P1 * (INR Bt * Ri)) * (1 + u0)).
+  { apply Rmult_le_pos; [| lra].
+    assert (0 <= P1 * C * QT * XK * (INR Nn * 1) * ee0) by (apply Rmult_le_pos; [apply Rmult_le_pos|]; lra).
+    assert (0 <= P1 * (INR Bt * Ri)) by (apply Rmult_le_pos; lra). nra. }
+  assert (T1 : INR Tt * AT * (((P1 * C * QT * XK * (INR Nn * 1) * ee0) * (1 + u0) + ea0 + P1 * (INR Bt * Ri)) * (1 + u0))
+               <= INR Tt * AT' * (((P1' * C * QT' * XK * (INR Nn * 1) * ee0) * (1 + u0) + ea0 + P1' * (INR Bt * Ri)) * (1 + u0))).
+  { apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact B0 | | exact B1].
+    apply Rmult_le_compat_l; [apply pos_INR | lra]. }
+  lra.
+Qed.
+
+(** [ce_lse_error] with upper bounds [P1 >= (1 + u)^Dt], [QT >= ce_Q^Tt], [AT >= ce_a^Tt]. *)
+Theorem ce_lse_error_up : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt Bt Tt Nn : nat)
+    Zmax XK delta LN NL P1 QT AT,
+  let st := ce_run (R * R) fst (fun _ => 1) ts (fst zy0, 0) tiles in
+  let bL := ce_bL_p u ue ee ea XK P1 QT AT Bt Tt Nn in
+  In zy0 (concat tiles) -> sum_ok ts Dt Bt ->
+  Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length (concat tiles) <= Nn)%nat ->
+  (forall zy, In zy (concat tiles) -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
+  exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun zy => exp (snd zy)) (concat tiles))))
+  <= ce_lse_bound u el Zmax LN NL delta.
+Proof.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL P1 QT AT st bL H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HX0 : 0 <= XK) by (eapply Rle_trans; [left; apply exp_pos | exact HXK]).
+  assert (Hle : ce_bL u ue ee ea XK Dt Bt Tt Nn <= bL).
+  { rewrite ce_bL_eq; apply ce_bL_p_mono; try lra.
+    - split; [apply pow_le; lra | exact HP].
+    - split; [apply pow_le; unfold ce_Q; apply Rmult_le_pos; [lra | apply pow_le; lra] | exact HQ].
+    - split; [apply pow_le; unfold ce_a; apply Rmult_le_pos; [apply pow_le; lra | assert (0 <= (1 + ue) * XK) by (apply Rmult_le_pos; lra); lra] | exact HA]. }
+  apply (ce_lse_error zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL); auto; [lra |].
+  eapply Rle_trans; [| exact HNL].
+  apply Ropp_le_contravar.
+  set (b0 := ce_bL u ue ee ea XK Dt Bt Tt Nn) in *.
+  assert (Hb0 : 0 <= b0).
+  { unfold b0; destruct (ce_consts Dt Bt Tt Nn 1 0 1 0 (2 * Zmax) XK 0) as [HX1 [HH [HQ1 [Ha [Hb _]]]]];
+      try lra.
+    - destruct (Hz zy0 H0) as [_ [Z0 _]]; pose proof (Rabs_pos (fst zy0)); lra.
+    - destruct (Hz zy0 H0) as [_ [Z0 _]]; pose proof (Rabs_pos (fst zy0)); lra.
+    - unfold ce_bL; pose proof (pow_R1_Rle (ce_Q u ue) Tt HQ1).
+      assert (1 <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt) by nra.
+      assert (0 <= INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn)
+        by (apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
+      nra. }
+  apply afe_ln_le; lra.
+Qed.
 (** [sum_ok] is met by the tile sums BlockedSum.v models: a reduction tree of depth at
     most [Dt] over the tile ([tl.sum]), and left to right ([Dt = Bt - 1]). *)
 Theorem sum_ok_tree : forall (shape : list R -> stree) Dt Bt,
