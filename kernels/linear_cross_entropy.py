@@ -104,8 +104,20 @@ under ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` (or
 ``torch.backends.cuda.matmul.allow_tf32 = True``), IEEE under ``"highest"``, torch's
 default.  Under the CPU interpreter the Triton dots go through float32 and IEEE
 (``_UPCAST_DOTS`` of kernels/attention.py), the torch products are CPU matmuls.
-No theorem covers this kernel's rounding (the theorems above are over the reals):
-the tests bound its errors against a float64 reference.
+Rounding: ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` (and ``ce_lse_error_up``,
+whose value the oracle computes: ``Ojas.BoundValues.ce_lse_q_sound``) bounds the lse that
+``_rows_kernel`` with STREAM computes from the float32 logits it reads (the 3-product
+schedule, and ``fwd_logits="cublas"``): the online max and rescaled sum over its
+vocabulary tiles in float32, ``tl.exp`` / ``tl.log`` / ``tl.sum`` within stated errors
+(Section premises), the logits' own error a premise ``delta``;
+``Ojas.FloatModel.CrossEntropyLseError.ce_loss_error`` the loss ``rnd(lse - z_t)``
+without smoothing and z-loss (tests/test_linear_cross_entropy_error_bound.py uses them as
+tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/error_bounds.py).
+No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS (only the classical
+any-order bound enters ``delta``), TF32 products, the two-level schedule of
+``_logits_kernel`` STATS and the merge of per-group states (4 products,
+``linear_cross_entropy_forward``), softcap, bias, label smoothing, z-loss, FMA contraction,
+and every gradient's rounding.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
 the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
@@ -369,7 +381,9 @@ def _rows_kernel(
     rows ``v0 + [0, V)`` held in Z.
 
     Forward (no HAS_LSE): the lse state, lse = m + ln l (``finalize``) and the loss
-    (``token_loss``), stored; the state is the merge of the vocabulary groups'
+    (``token_loss``), stored (rounding, STREAM without bias and cap:
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
+    the merge of PM, PL below is not covered); the state is the merge of the vocabulary groups'
     partial states PM, PL, PS and target logit ZT written by ``_logits_kernel``
     (``merge`` of Merge.v; ``merge_chunks_lse``), or with STREAM ``block_step`` over
     the row's raw logits Z (bias and cap applied here; ``chunked_lse_chunk``).  G's
