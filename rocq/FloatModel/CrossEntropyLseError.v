@@ -15,11 +15,17 @@
     logit is the item [(z, 1)] with [iX = 1] ([rnd (1 * x) = x]: the
     kernel's [tl.exp (rnd (z - m'))]).  The kernel's first tile from
     [(-inf, 0)] is the model's from [(m0, 0)] with [m0] the row's first
-    logit: [rnd (rnd (0 * a) + y) = y] and [max (m0, max tile) = max tile].
+    logit: [rnd (rnd (0 * a) + y) = y] and [max (m0, max tile) = max tile]
+    ([tl.exp (-inf) = 0], a premise like the attention kernel's [exp2 (0) = 1]).
+    The last tile's masked columns are [-inf] logits, i.e. exact zero terms
+    of [tl.sum]: the model's tile holds only the real logits and [ts] is
+    [tl.sum] of the tile padded with zeros ([x + 0] is exact, so a reduction
+    tree of depth [Dt] over the padded tile still meets [sum_ok]).
 
     Premises (Section hypotheses, to be measured on the device as the
-    attention ones): the computed [tl.exp] [ex] is a number of the format
-    with [|ex x - e^x| <= ue e^x + ee] for [x <= 0]; the computed
+    attention ones): the computed [tl.exp] [ex] has
+    [|ex x - e^x| <= ue e^x + ee] for [x <= 0] (and is a number of the
+    format, used only by [ce_item_term_logit]); the computed
     [tl.log] [lg] is one with [|lg x - ln x| <= el] for [x > 0]; the
     tile sum [ts] ([tl.sum], a reduction tree) of at most [Bt] numbers of
     the format is one, within [((1 + u)^Dt - 1) sum |x|] of the exact sum
@@ -40,6 +46,11 @@
         |rnd (m + lg l) - ln sum_v e^(y_v)| <= ce_lse_bound
           = u (Zmax + LN + NL + el) + el + NL + delta,
       [NL >= - ln (1 - bL)], [bL = H Q^T XK - 1 + T a^T b].
+    - [ce_lse_error_up]: the same with upper bounds of the powers
+      [(1 + u)^Dt], [ce_Q^T], [ce_a^T] (what BoundValues.v's [ce_lse_q]
+      computes; [ce_lse_q_sound] there).  Values (exact logits, [Zmax = 30],
+      [V = 128256], tiles of 4096, [ue = 2^-17], [el = 2^-18]): 5.1e-4 nats,
+      where LseError.v allowed 0.086 nats in fp32 and nothing in bf16.
     - [ce_loss_error]: [|rnd (lse - z_t) - (ln sum e^y - y_t)|
         <= (1 + u) (ce_lse_bound + delta) + u |ln sum e^y - y_t|].
 
