@@ -753,6 +753,208 @@ Proof.
       nra. }
   apply afe_ln_le; lra.
 Qed.
+
+(** ** The two-level schedule: per-group states merged ([_logits_kernel] STATS, then [_rows_kernel]) *)
+
+Definition logit_val (m : R) (zs : list (R * R)) : R := ex_val (R * R) fst (fun _ => 1) m zs.
+
+(** The end of [ce_lse_error] for any state [(m, l)] close to the logits' exact sum at [m]. *)
+Lemma ce_lse_finish : forall (zs : list (R * R)) m l C Rr Zmax delta LN NL (Nn : nat),
+  let bL := C - 1 + Rr in
+  fmt m -> (exists zy, In zy zs /\ fst zy = m) -> (forall zy, In zy zs -> fst zy <= m) -> (length zs <= Nn)%nat ->
+  (forall zy, In zy zs -> Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
+  1 <= C -> 0 <= Rr -> Rabs (l - logit_val m zs) <= (C - 1) * logit_val m zs + Rr ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (m + lg l) - ln (rsum (map (fun zy => exp (snd zy)) zs))) <= ce_lse_bound u el Zmax LN NL delta.
+Proof.
+  intros zs m l C Rr Zmax delta LN NL Nn bL Fm Hatt Hle HN Hz HC HR Hinv HbL HLN HNL.
+  pose proof (ff_u_nonneg A_) as Hu.
+  set (L := logit_val m zs) in *.
+  assert (HL0 : 0 <= L /\ L <= INR (length zs) * 1)
+    by (apply ex_val_bounds; intros zy Hi; split; [lra | apply Hle, Hi]).
+  assert (HL1 : 1 <= L).
+  { destruct Hatt as [zy [Hi Ez]]; unfold L, logit_val, ex_val.
+    apply Rle_trans with (1 * exp (fst zy - m)); [rewrite Ez, Rminus_diag_eq, exp_0 by reflexivity; lra |].
+    clear - Hi.
+    induction zs as [| z zs IHz]; [destruct Hi |].
+    cbn [map]; rewrite rsum_cons; destruct Hi as [<- | Hi].
+    - assert (0 <= rsum (map (fun it => 1 * exp (fst it - m)) zs))
+        by (apply rsum_nonneg; intros x Hx; apply in_map_iff in Hx; destruct Hx as [w [<- _]];
+            rewrite Rmult_1_l; left; apply exp_pos).
+      lra.
+    - pose proof (IHz Hi); assert (0 < 1 * exp (fst z - m)) by (rewrite Rmult_1_l; apply exp_pos); lra. }
+  assert (HLN' : L <= INR Nn) by (eapply Rle_trans; [apply HL0 |]; rewrite Rmult_1_r; apply le_INR, HN).
+  assert (Hrel : Rabs (l - L) <= bL * L) by (unfold bL; assert (Rr <= Rr * L) by nra; nra).
+  assert (HbL0 : 0 <= bL) by (unfold bL; lra).
+  destruct (afe_ln_ratio l L bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  set (Sz := rsum (map (fun zy => exp (fst zy)) zs)).
+  assert (ESz : Sz = exp m * L).
+  { unfold Sz, L, logit_val, ex_val; rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros zy _.
+    rewrite Rmult_1_l, <- exp_plus; f_equal; ring. }
+  assert (ElnS : ln Sz = m + ln L) by (rewrite ESz, ln_mult, ln_exp by (apply exp_pos || lra); reflexivity).
+  set (LSE := ln (rsum (map (fun zy => exp (snd zy)) zs))).
+  assert (Hp : Rabs (ln Sz - LSE) <= delta).
+  { unfold Sz, LSE; apply (lse_perturbation zs snd fst delta).
+    - intros E; rewrite E in Hatt; destruct Hatt as [? [[] _]].
+    - intros zy Hi; destruct (Hz zy Hi) as [_ Hd]; exact Hd. }
+  assert (HlnL : 0 <= ln L <= LN).
+  { split; [rewrite <- ln_1; apply afe_ln_le; lra |].
+    apply Rle_trans with (ln (INR Nn)); [apply afe_ln_le; lra | exact HLN]. }
+  assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
+  pose proof (lg_err l Hl0) as Hlg.
+  assert (Hlga : Rabs (lg l) <= LN + NL + el).
+  { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
+  assert (Hmz : Rabs m <= Zmax) by (destruct Hatt as [zy [Hi <-]]; apply (Hz zy Hi)).
+  pose proof (ff_add A_ m (lg l) Fm (lg_fmt l)) as Hr.
+  assert (Hx : Rabs (m + lg l) <= Zmax + LN + NL + el) by (eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (rnd (m + lg l) - LSE)
+    with ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L) + (ln Sz - LSE)) by (rewrite ElnS; ring).
+  unfold ce_lse_bound.
+  assert (u * Rabs (m + lg l) <= u * (Zmax + LN + NL + el)) by (apply Rmult_le_compat_l; lra).
+  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L)) (ln Sz - LSE)).
+  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l)) (ln l - ln L)).
+  pose proof (Rabs_triang (rnd (m + lg l) - (m + lg l)) (lg l - ln l)).
+  lra.
+Qed.
+
+Section TwoLevel.
+
+(** A group: the vocabulary tiles one [_logits_kernel] program streams; its state from
+    [(z_first, 0)] with the tile sum [ts1]. *)
+Variable ts1 : list R -> R.
+
+Definition grp_state (g : list (list (R * R))) : R * R :=
+  ce_run (R * R) fst (fun _ => 1) ts1 (fst (hd (0, 0) (concat g)), 0) g.
+Definition grp_m (g : list (list (R * R))) : R := fst (grp_state g).
+Definition grp_l (g : list (list (R * R))) : R := snd (grp_state g).
+Definition grp_X (g : list (list (R * R))) : R := logit_val (grp_m g) (concat g).
+
+Lemma grp_val : forall m gs,
+  ex_val (list (list (R * R))) grp_m grp_X m gs = logit_val m (concat (map (@concat _) gs)).
+Proof.
+  intros m; induction gs as [| g gs IH]; [reflexivity |].
+  cbn [map concat]; unfold logit_val in *; rewrite ex_val_app, <- IH.
+  unfold ex_val at 1; cbn [map]; rewrite rsum_cons; fold (ex_val (list (list (R * R))) grp_m grp_X m gs).
+  f_equal; unfold grp_X, logit_val; apply ex_val_shift.
+Qed.
+
+(** The merge ([_rows_kernel] without STREAM): tiles of group states, each item's term
+    [rnd (l_g * tl.exp (rnd (m_g - m')))], the tile sum [ts2]; from [(m_g0, 0)]. *)
+Theorem ce_lse_error_two_level : forall (g0 : list (list (R * R))) (tiles2 : list (list (list (list (R * R)))))
+    ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) Zmax XK delta LN NL,
+  let C1 := ce_H u ue XK 1 Dt1 * ce_Q u ue ^ T1 * XK in
+  let R1 := INR T1 * ce_a u ue ee XK ^ T1 * ce_b u ue ee ea XK 1 0 1 Dt1 Bt1 T1 N1 in
+  let C2 := ce_H u ue XK C1 Dt2 * ce_Q u ue ^ T2 * XK in
+  let R2 := INR T2 * ce_a u ue ee XK ^ T2 * ce_b u ue ee ea XK C1 R1 (INR N1) Dt2 Bt2 T2 Nn in
+  let bL := C2 - 1 + R2 in
+  let st := ce_run (list (list (R * R))) grp_m grp_l ts2 (grp_m g0, 0) tiles2 in
+  let zs := concat (map (@concat _) (concat tiles2)) in
+  In g0 (concat tiles2) -> sum_ok ts1 Dt1 Bt1 -> sum_ok ts2 Dt2 Bt2 ->
+  (forall g, In g (concat tiles2) -> concat g <> [] /\ Forall (fun tl => (length tl <= Bt1)%nat) g
+                                    /\ (length g <= T1)%nat /\ (length (concat g) <= N1)%nat) ->
+  Forall (fun tl => (length tl <= Bt2)%nat) tiles2 -> (length tiles2 <= T2)%nat -> (length (concat tiles2) <= Nn)%nat ->
+  (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
+  exp (u * (2 * Zmax)) <= XK -> bL < 1 -> ln (INR (length zs)) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun zy => exp (snd zy)) zs))) <= ce_lse_bound u el Zmax LN NL delta.
+Proof.
+  intros g0 tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL C1 R1 C2 R2 bL st zs
+    H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hz HXK HbL HLN HNL.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  assert (Hzs : forall g zy, In g (concat tiles2) -> In zy (concat g) -> In zy zs).
+  { intros g zy Hg' Hzy; unfold zs; apply in_concat; exists (concat g); split; [apply in_map, Hg' | exact Hzy]. }
+  assert (HZ : 0 <= Zmax).
+  { destruct (Hg g0 H0) as [Hne _]; destruct (concat g0) as [| zy r] eqn:E; [congruence |].
+    destruct (Hz zy (Hzs g0 zy H0 ltac:(rewrite E; left; reflexivity))) as [_ [Hb _]].
+    pose proof (Rabs_pos (fst zy)); lra. }
+  destruct (ce_consts Dt1 Bt1 T1 N1 1 0 1 (- Zmax) (2 * Zmax) XK (- Zmax) ltac:(lra) ltac:(lra) ltac:(lra)
+              ltac:(lra) HXK ltac:(lra)) as [HX1 [HH1 [HQ [Ha [Hb1 _]]]]].
+  assert (HC1 : 1 <= C1) by (unfold C1; pose proof (pow_R1_Rle _ T1 HQ); assert (1 <= ce_H u ue XK 1 Dt1 * ce_Q u ue ^ T1) by nra; nra).
+  assert (HR1 : 0 <= R1) by (unfold R1; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
+  (* each group's state *)
+  assert (Hgrp : forall g, In g (concat tiles2) ->
+            fmt (grp_m g) /\ - Zmax <= grp_m g <= - Zmax + 2 * Zmax
+            /\ (exists zy, In zy (concat g) /\ fst zy = grp_m g)
+            /\ (forall zy, In zy (concat g) -> fst zy <= grp_m g)
+            /\ 0 <= grp_X g <= INR N1 /\ inv C1 R1 (grp_l g) (grp_X g) (grp_X g)).
+  { intros g Hgi; destruct (Hg g Hgi) as [Hne [HBg [HTg HNg]]].
+    set (z0 := hd (0, 0) (concat g)).
+    assert (Hz0 : In z0 (concat g)) by (unfold z0; destruct (concat g); [congruence | left; reflexivity]).
+    destruct (Hz z0 (Hzs g z0 Hgi Hz0)) as [F0 [Z0 _]]; pose proof (sp_Rabs_le_inv _ _ Z0).
+    assert (Hok : items_ok (R * R) fst (fun _ => 1) (fun _ => 1) 1 0 1 (- Zmax) (2 * Zmax) (concat g)).
+    { intros zy Hi; destruct (Hz zy (Hzs g zy Hgi Hi)) as [F [Hb _]]; pose proof (sp_Rabs_le_inv _ _ Hb).
+      repeat split; try lra; [exact F |]; unfold inv; rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; lra. }
+    destruct (ce_run_gen (R * R) fst (fun _ => 1) (fun _ => 1) ts1 Dt1 Bt1 T1 N1 1 0 1 (- Zmax) (2 * Zmax) XK (fst z0)
+                Hts1 ltac:(lra) ltac:(lra) ltac:(lra) ltac:(lra) HXK ltac:(lra) g 0 [] (fst z0) 0 F0 ltac:(lra) ltac:(lra)
+                ltac:(intros ? []) ltac:(cbn [length]; lia) ltac:(cbn [length]; lia) HBg Hok
+                ltac:(unfold inv, ex_val; cbn [rsum map fold_right INR]; rewrite Rminus_0_r, Rabs_R0; nra))
+      as [Fm [Hm0 [Hm [Hseen Hinv]]]].
+    fold z0 in Fm, Hm0, Hm, Hseen, Hinv.
+    change (ce_run (R * R) fst (fun _ => 1) ts1 (fst z0, 0) g) with (grp_state g) in *.
+    cbn [app length] in Hseen, Hinv; rewrite Nat.add_0_l in Hinv.
+    fold (grp_m g) in *; fold (grp_l g) in *.
+    change (ex_val (R * R) fst (fun _ => 1) (grp_m g) (concat g)) with (grp_X g) in Hinv.
+    assert (HX : 0 <= grp_X g <= INR N1).
+    { destruct (ex_val_bounds (R * R) fst (fun _ => 1) (grp_m g) (concat g) 1) as [A1 A2];
+        [intros zy Hi; split; [lra | apply Hseen, Hi] |].
+      split; [exact A1 | eapply Rle_trans; [exact A2 |]; rewrite Rmult_1_r; apply le_INR, HNg]. }
+    split; [exact Fm | split; [exact Hm | split; [| split; [intros zy Hi; apply Hseen, Hi | split; [exact HX |]]]]].
+    - unfold grp_m, grp_state; apply (ce_run_P (R * R) fst (fun _ => 1) (fun x => exists zy, In zy (concat g) /\ fst zy = x)).
+      + exists z0; split; [exact Hz0 | reflexivity].
+      + intros zy Hi; exists zy; split; [exact Hi | reflexivity].
+    - refine (ce_inv_mono _ _ _ _ _ _ _ _ _ _ Hinv); [lra | |].
+      + unfold C1; apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply pow_le; lra] | left; apply exp_pos | |].
+        * apply Rmult_le_compat_l; [lra | apply Rle_pow; [lra | exact HTg]].
+        * eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra.
+      + unfold R1; apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat; [apply pos_INR | apply pow_le; lra | apply le_INR, HTg |].
+        apply Rle_pow; [lra | exact HTg]. }
+  (* the merge *)
+  destruct (Hgrp g0 H0) as [Fg0 [Hg0r _]].
+  assert (Hok2 : items_ok (list (list (R * R))) grp_m grp_l grp_X C1 R1 (INR N1) (- Zmax) (2 * Zmax) (concat tiles2)).
+  { intros g Hgi; destruct (Hgrp g Hgi) as [F [Hr [_ [_ [HX Hi]]]]]; repeat split; tauto. }
+  destruct (ce_run_gen (list (list (R * R))) grp_m grp_l grp_X ts2 Dt2 Bt2 T2 Nn C1 R1 (INR N1) (- Zmax) (2 * Zmax) XK
+              (grp_m g0) Hts2 HC1 HR1 (pos_INR N1) ltac:(lra) HXK Hg0r tiles2 0 [] (grp_m g0) 0 Fg0 ltac:(lra) Hg0r
+              ltac:(intros ? []) ltac:(cbn [length]; lia) ltac:(cbn [length]; lia) HB2 Hok2
+              ltac:(unfold inv, ex_val; cbn [rsum map fold_right INR]; rewrite Rminus_0_r, Rabs_R0, Rmult_0_r, !Rmult_0_l;
+                    lra))
+    as [Fm [Hm0 [Hm [Hseen Hinv]]]].
+  fold st in Fm, Hm0, Hm, Hseen, Hinv; cbn [app length] in Hseen, Hinv; rewrite Nat.add_0_l in Hinv.
+  rewrite grp_val in Hinv; fold zs in Hinv.
+  destruct (ce_consts Dt2 Bt2 T2 Nn C1 R1 (INR N1) (- Zmax) (2 * Zmax) XK (grp_m g0) HC1 HR1 (pos_INR N1)
+              ltac:(lra) HXK Hg0r) as [_ [HH2 [_ [Ha2 [Hb2 _]]]]].
+  apply (ce_lse_finish zs (fst st) (snd st) C2 R2 Zmax delta LN NL (length zs)); auto.
+  - destruct (ce_run_P (list (list (R * R))) grp_m grp_l (fun x => exists g, In g (concat tiles2) /\ grp_m g = x)
+                ts2 tiles2 (grp_m g0) 0 ltac:(exists g0; split; [exact H0 | reflexivity])
+                ltac:(intros g Hgi; exists g; split; [exact Hgi | reflexivity])) as [g [Hgi Eg]].
+    destruct (Hgrp g Hgi) as [_ [_ [[zy [Hzy Ezy]] _]]].
+    exists zy; split; [apply (Hzs g zy Hgi Hzy) | unfold st; rewrite <- Eg; exact Ezy].
+  - intros zy Hi; unfold zs in Hi; apply in_concat in Hi; destruct Hi as [cg [Hcg Hzy]].
+    apply in_map_iff in Hcg; destruct Hcg as [g [<- Hgi]].
+    destruct (Hgrp g Hgi) as [_ [_ [_ [Hle _]]]].
+    eapply Rle_trans; [apply Hle, Hzy | apply Hseen, Hgi].
+  - intros zy Hi; destruct (Hz zy Hi) as [_ H]; exact H.
+  - unfold C2; pose proof (pow_R1_Rle _ T2 HQ); assert (1 <= ce_H u ue XK C1 Dt2 * ce_Q u ue ^ T2) by nra; nra.
+  - unfold R2; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra].
+  - unfold inv in Hinv.
+    set (G := ce_H u ue XK C1 Dt2 * ce_Q u ue ^ length tiles2 * exp (u * (fst st - grp_m g0))) in Hinv.
+    assert (HG : G <= C2).
+    { unfold G, C2; apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply pow_le; lra] | left; apply exp_pos | |].
+      - apply Rmult_le_compat_l; [lra | apply Rle_pow; [lra | exact HT2]].
+      - eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra. }
+    assert (HRk : INR (length tiles2) * ce_a u ue ee XK ^ length tiles2 * ce_b u ue ee ea XK C1 R1 (INR N1) Dt2 Bt2 T2 Nn <= R2).
+    { unfold R2; apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat; [apply pos_INR | apply pow_le; lra | apply le_INR, HT2 |].
+      apply Rle_pow; [lra | exact HT2]. }
+    assert (0 <= logit_val (fst st) zs).
+    { unfold logit_val; destruct (ex_val_bounds (R * R) fst (fun _ => 1) (fst st) zs 1) as [A1 _]; [| exact A1].
+      intros zy Hi; split; [lra |].
+      unfold zs in Hi; apply in_concat in Hi; destruct Hi as [cg [Hcg Hzy]].
+      apply in_map_iff in Hcg; destruct Hcg as [g [<- Hgi]].
+      destruct (Hgrp g Hgi) as [_ [_ [_ [Hle _]]]].
+      eapply Rle_trans; [apply Hle, Hzy | apply Hseen, Hgi]. }
+    assert ((G - 1) * logit_val (fst st) zs <= (C2 - 1) * logit_val (fst st) zs) by (apply Rmult_le_compat_r; lra).
+    unfold logit_val in *; lra.
+Qed.
+
+End TwoLevel.
 (** [sum_ok] is met by the tile sums BlockedSum.v models: a reduction tree of depth at
     most [Dt] over the tile ([tl.sum]), and left to right ([Dt = Bt - 1]). *)
 Theorem sum_ok_tree : forall (shape : list R -> stree) Dt Bt,
