@@ -35,7 +35,7 @@
     Results:
     - [ce_term_close]: one item's term against [iX e^(im - m')].
     - [ce_tile_close]: the tile sum of the terms.
-    - [ce_run_inv]: the state after [k] tiles against
+    - [ce_run_gen]: the state after [k] tiles against
       [sum_seen iX e^(im - m)]: factor [H Q^k e^(u (m - m0))] (the
       exponent errors of the rescalings telescope), absolute term
       [k a^k b] (underflow).
@@ -54,10 +54,18 @@
     - [ce_loss_error]: [|rnd (lse - z_t) - (ln sum e^y - y_t)|
         <= (1 + u) (ce_lse_bound + delta) + u |ln sum e^y - y_t|].
 
-    Not covered: FMA contraction of [l * alpha + sum]; the two-level
-    schedule of [_logits_kernel] STATS + the merge of per-group states in
-    [_rows_kernel] (the generic [ce_run_inv] applies to it, items being
-    group states, but the composed theorem is not stated); softcap (tanh),
+    - [ce_lse_error_two_level]: the two-level schedule (4 products,
+      [linear_cross_entropy_forward]): each [_logits_kernel] STATS program
+      streams its group of vocabulary tiles from [(z_first, 0)] ([grp_state],
+      tile sum [ts1]); [_rows_kernel] merges the groups' states [(m_g, l_g)]
+      in tiles of [BLOCK_P] ([ce_run] over the group items, term
+      [rnd (l_g * tl.exp (rnd (m_g - m')))], tile sum [ts2]); the groups
+      are items with factor [C1 = H1 Q^T1 XK] and absolute term
+      [R1 = T1 a^T1 b1] (their own [ce_run_gen]), so
+      [bL = H2 Q^T2 XK - 1 + T2 a^T2 b2] with [ci = C1], [ri = R1],
+      [Nx = N1] (the logits per group).  No oracle value for it yet.
+
+    Not covered: FMA contraction of [l * alpha + sum]; softcap (tanh),
     label smoothing, z-loss, the bias addition (they change the logits:
     fold them into [delta] by hand, not proved); overflow. *)
 
