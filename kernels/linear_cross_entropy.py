@@ -113,11 +113,13 @@ vocabulary tiles in float32, ``tl.exp`` / ``tl.log`` / ``tl.sum`` within stated 
 ``Ojas.FloatModel.CrossEntropyLseError.ce_loss_error`` the loss ``rnd(lse - z_t)``
 without smoothing and z-loss (tests/test_linear_cross_entropy_error_bound.py uses them as
 tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/error_bounds.py).
-No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS (only the classical
-any-order bound enters ``delta``), TF32 products, the two-level schedule of
-``_logits_kernel`` STATS and the merge of per-group states (4 products,
-``linear_cross_entropy_forward``), softcap, bias, label smoothing, z-loss, FMA contraction,
-and every gradient's rounding.
+``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` bounds the two-level
+schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming
+each program's group of tiles, ``_rows_kernel`` merging the groups' states
+(``linear_cross_entropy_merge_lse_error_bound``; no oracle value for it yet).
+No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
+(only the classical any-order bound enters ``delta``), TF32 products, softcap, bias, label
+smoothing, z-loss, FMA contraction, and every gradient's rounding.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
 the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
@@ -289,7 +291,8 @@ def _logits_kernel(
     (``chunk_logits``), one token tile by one group of vocabulary tiles.
 
     STATS (forward): the group's tiles go through ``block_step`` (online max and
-    rescaled sum, empty value rows; ``chunked_lse_chunk``); writes the group's
+    rescaled sum, empty value rows; ``chunked_lse_chunk``; rounding:
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level``, ``grp_state``); writes the group's
     partial state (PM, PL, PS = sum z) per token, the target logit (ZT, from the
     one tile holding it: ``target_logit``) and with WRITE_Z the float32 logits.
     GRAD (backward): writes G = ``_grad_tile`` for each tile, from the saved lse and
@@ -383,7 +386,7 @@ def _rows_kernel(
     Forward (no HAS_LSE): the lse state, lse = m + ln l (``finalize``) and the loss
     (``token_loss``), stored (rounding, STREAM without bias and cap:
     ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
-    the merge of PM, PL below is not covered); the state is the merge of the vocabulary groups'
+    the merge of PM, PL below: ``ce_lse_error_two_level``); the state is the merge of the vocabulary groups'
     partial states PM, PL, PS and target logit ZT written by ``_logits_kernel``
     (``merge`` of Merge.v; ``merge_chunks_lse``), or with STREAM ``block_step`` over
     the row's raw logits Z (bias and cap applied here; ``chunked_lse_chunk``).  G's

@@ -21,6 +21,7 @@ error of ``tl.exp`` on x <= 0 and of ``tl.log`` on [1, 2^24].
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -189,3 +190,26 @@ def test_oracle_value_matches_the_hand_copy():
             finally:
                 del eb._oracle_state["available"]
             assert math.isfinite(oracle) and abs(oracle - hand) <= 1e-6 * hand, (oracle, hand)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_two_level_forward_within_bound(dtype):
+    """linear_cross_entropy_forward (4 products: _logits_kernel STATS per group of tiles, the
+    states merged by _rows_kernel): ce_lse_error_two_level's bound against float64."""
+    from ojas_ref.verification.error_bounds import linear_cross_entropy_merge_lse_error_bound
+
+    N, D, V, tpp = 6, 32, 700, 4
+    x = torch.randn(N, D, generator=_gen(6)).to(dtype)
+    w = (torch.randn(V, D, generator=_gen(7)) * 0.3).to(dtype)
+    target = torch.randint(0, V, (N,), generator=_gen(8))
+    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), tiles_per_program=tpp)
+    loss, lse = lce.linear_cross_entropy_forward(x, w, target, config=cfg)
+    y = x.to(F64) @ w.to(F64).t()
+    ref = torch.logsumexp(y, dim=1)
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    n_groups = -(-(-(-V // cfg.fwd.block_n)) // tpp)
+    block_p = min(cfg.rows.block_p, 1 << (n_groups - 1).bit_length())
+    b = linear_cross_entropy_merge_lse_error_bound(V, D, dtype=dtype, block_n=cfg.fwd.block_n, tiles_per_program=tpp,
+                                                   block_p=block_p, dot_abs_sum=P, exp_error=CPU_EXP_ERROR)
+    err = (lse.to(F64) - ref).abs().max().item()
+    assert err <= b < 1e-2, (err, b)

@@ -48,6 +48,7 @@ __all__ = [
     "LCE_LOG_ERROR",
     "linear_cross_entropy_lse_error_bound",
     "linear_cross_entropy_logit_error_bound",
+    "linear_cross_entropy_merge_lse_error_bound",
     "linear_cross_entropy_loss_error_bound",
     "linear_cross_entropy_reduction_error_bound",
     "linear_cross_entropy_token_error_bound",
@@ -934,9 +935,9 @@ def linear_cross_entropy_lse_error_bound(
     classical worst case of any summation order (Higham, Thm 3.1), NOT a Coq theorem for
     cuBLAS's or the CPU BLAS's order (BlockedSum.v proves the blocked order of the Triton
     dots). float32 logits under TF32 (``torch.set_float32_matmul_precision("high")``) are
-    not covered. Not covered at all: softcap, bias, label smoothing, z-loss, the two-level
-    schedule of ``_logits_kernel`` STATS + merge (4 products / ``linear_cross_entropy_forward``),
-    FMA contraction, overflow.
+    not covered. Not covered at all: softcap, bias, label smoothing, z-loss, FMA contraction,
+    overflow. The two-level schedule (4 products, ``linear_cross_entropy_forward``) has its own
+    bound: :func:`linear_cross_entropy_merge_lse_error_bound`.
     Raises ``ValueError`` on a bad argument or when ``bL < 1`` fails (vacuous)."""
     if not (isinstance(block_v, int) and block_v >= 1):
         raise ValueError(f"block_v must be an int >= 1, got {block_v!r}")
@@ -1012,3 +1013,67 @@ def linear_cross_entropy_logit_error_bound(
     d, z = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
                             logits_in_dtype)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
+
+
+def _ce_level(u, ue, ee, ea, xk, ci, ri, nx, dt, bt, tt, nn):
+    """(C, R) of ``ce_run_gen`` after at most ``tt`` tiles: the factor ``ce_H Q^tt XK`` and the
+    absolute term ``tt a^tt ce_b`` (exact rationals), items with factor ``ci``, term ``ri``,
+    exact sums at most ``nx``; ``nn`` items in all, tiles of ``bt``, tile sums of depth ``dt``."""
+    Ci = ci * ((1 + ue) * xk) * (1 + u)
+    Ri = (ci * nx * ee + ri * ((1 + ue) * xk + ee)) * (1 + u) + ea
+    pd = _frac_pow(1 + u, dt)
+    H = pd * Ci
+    Qt = _frac_pow((1 + ue) * (1 + u) ** 2, tt)
+    a = (1 + u) ** 2 * ((1 + ue) * xk + ee)
+    b = ((H * Qt * xk * (nn * nx) * ee) * (1 + u) + ea + pd * (bt * Ri)) * (1 + u)
+    return H * Qt * xk, tt * _frac_pow(a, tt) * b
+
+
+def linear_cross_entropy_merge_lse_error_bound(
+    vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, block_n: int, tiles_per_program: int, block_p: int,
+    max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
+    exact_logits: bool = False, max_abs_logit: float | None = None,
+    exp_error: float = LCE_EXP_ERROR, log_error: float = LCE_LOG_ERROR,
+) -> float:
+    """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the two-level
+    schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streams
+    ``tiles_per_program`` tiles of ``block_n`` float32 logits per program from ``(z_first, 0)``,
+    ``_rows_kernel`` merges the programs' states in tiles of ``block_p`` (the kernel's
+    ``min(rows.block_p, next_power_of_2(n_groups))``). Implements
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` (a hand copy in exact
+    rationals: no oracle value for it yet), tile sums of depth ``block_n - 1`` and
+    ``block_p - 1`` (any reduction tree). The logits are the Triton dot's float32 sums (not
+    rounded to ``dtype``): ``delta = gamma_D P`` (any order; BlockedSum.v proves the blocked
+    order, not used here), or 0 with ``exact_logits``. Premises and what is not covered: as
+    :func:`linear_cross_entropy_lse_error_bound`. Raises ``ValueError`` on a bad argument or a
+    vacuous bound."""
+    for name, v in (("block_n", block_n), ("tiles_per_program", tiles_per_program), ("block_p", block_p)):
+        if not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
+            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+    if exact_logits:
+        if not (isinstance(max_abs_logit, (int, float)) and math.isfinite(max_abs_logit) and max_abs_logit >= 0):
+            raise ValueError(f"exact_logits needs max_abs_logit, a finite number >= 0, got {max_abs_logit!r}")
+        if not (isinstance(vocab_size, int) and vocab_size >= 1):
+            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+        delta, zmax = Fraction(0), Fraction(float(max_abs_logit))
+    else:
+        delta, zmax = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight,
+                                       dot_abs_sum, False)
+    F_ = Fraction
+    u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
+    n_tiles = -(-vocab_size // block_n)
+    groups = -(-n_tiles // tiles_per_program)
+    t1, n1 = min(tiles_per_program, n_tiles), min(tiles_per_program * block_n, vocab_size)
+    t2 = -(-groups // block_p)
+    xk = _exp_up_small(u * 2 * zmax)
+    c1, r1 = _ce_level(u, ue, ee, ea, xk, F_(1), F_(0), F_(1), block_n - 1, block_n, t1, n1)
+    c2, r2 = _ce_level(u, ue, ee, ea, xk, c1, r1, F_(n1), block_p - 1, block_p, t2, groups)
+    bl = c2 - 1 + r2
+    if not bl < 1:
+        raise ValueError(f"the bound is vacuous: bL = {float(bl)} >= 1")
+    nl = bl / (1 - bl)
+    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
+    return _float_up(u * (zmax + ln_v + nl + el) + el + nl + delta) * _ROUND_UP
