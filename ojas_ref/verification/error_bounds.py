@@ -899,6 +899,22 @@ def _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weigh
     return dot, zc
 
 
+def _lce_delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype,
+                    exact_logits, max_abs_logit, exp_error, log_error):
+    """The checked premises' (delta, Zmax) of the lse bounds (``exact_logits``: delta = 0)."""
+    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
+            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+    if not exact_logits:
+        return _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
+                                logits_in_dtype)
+    if not (isinstance(max_abs_logit, (int, float)) and math.isfinite(max_abs_logit) and max_abs_logit >= 0):
+        raise ValueError(f"exact_logits needs max_abs_logit, a finite number >= 0, got {max_abs_logit!r}")
+    if not (isinstance(vocab_size, int) and vocab_size >= 1):
+        raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+    return Fraction(0), Fraction(float(max_abs_logit))
+
+
 def linear_cross_entropy_lse_error_bound(
     vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, block_v: int,
     max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
@@ -941,21 +957,11 @@ def linear_cross_entropy_lse_error_bound(
     Raises ``ValueError`` on a bad argument or when ``bL < 1`` fails (vacuous)."""
     if not (isinstance(block_v, int) and block_v >= 1):
         raise ValueError(f"block_v must be an int >= 1, got {block_v!r}")
-    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
-            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
     dt = block_v - 1 if tile_sum_depth is None else tile_sum_depth
     if not (isinstance(dt, int) and 0 <= dt <= max(block_v - 1, 0)) and tile_sum_depth is not None:
         raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
-    if exact_logits:
-        if not (isinstance(max_abs_logit, (int, float)) and math.isfinite(max_abs_logit) and max_abs_logit >= 0):
-            raise ValueError(f"exact_logits needs max_abs_logit, a finite number >= 0, got {max_abs_logit!r}")
-        if not (isinstance(vocab_size, int) and vocab_size >= 1):
-            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
-        delta, zmax = Fraction(0), Fraction(float(max_abs_logit))
-    else:
-        delta, zmax = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight,
-                                       dot_abs_sum, logits_in_dtype)
+    delta, zmax = _lce_delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
+                                  logits_in_dtype, exact_logits, max_abs_logit, exp_error, log_error)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
     tt, bt, nn = -(-vocab_size // block_v), block_v, vocab_size
@@ -969,17 +975,8 @@ def linear_cross_entropy_lse_error_bound(
         return _float_up(got) * _ROUND_UP
     # hand copy of ce_lse_q (no oracle): exact rationals, exact powers
     xk = _exp_up_small(u * 2 * zmax)
-    ci, ri, nx = F_(1), F_(0), F_(1)
-    Ci = ci * ((1 + ue) * xk) * (1 + u)
-    Ri = (ci * nx * ee + ri * ((1 + ue) * xk + ee)) * (1 + u) + ea
-    pd = _frac_pow(1 + u, dt)
-    H = pd * Ci
-    Q = (1 + ue) * (1 + u) ** 2
-    Qt = _frac_pow(Q, tt)
-    Cm = H * Qt * xk
-    a = (1 + u) ** 2 * ((1 + ue) * xk + ee)
-    b = ((Cm * (nn * nx) * ee) * (1 + u) + ea + pd * (bt * Ri)) * (1 + u)
-    bl = H * Qt * xk - 1 + tt * _frac_pow(a, tt) * b
+    c, r = _ce_level(u, ue, ee, ea, xk, F_(1), F_(0), F_(1), dt, bt, tt, nn)
+    bl = c - 1 + r
     if not bl < 1:
         raise ValueError(f"the bound is vacuous: bL = {float(bl)} >= 1")
     nl = bl / (1 - bl)
@@ -1050,18 +1047,8 @@ def linear_cross_entropy_merge_lse_error_bound(
     for name, v in (("block_n", block_n), ("tiles_per_program", tiles_per_program), ("block_p", block_p)):
         if not (isinstance(v, int) and v >= 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
-            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
-    if exact_logits:
-        if not (isinstance(max_abs_logit, (int, float)) and math.isfinite(max_abs_logit) and max_abs_logit >= 0):
-            raise ValueError(f"exact_logits needs max_abs_logit, a finite number >= 0, got {max_abs_logit!r}")
-        if not (isinstance(vocab_size, int) and vocab_size >= 1):
-            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
-        delta, zmax = Fraction(0), Fraction(float(max_abs_logit))
-    else:
-        delta, zmax = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight,
-                                       dot_abs_sum, False)
+    delta, zmax = _lce_delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
+                                  False, exact_logits, max_abs_logit, exp_error, log_error)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
     n_tiles = -(-vocab_size // block_n)
