@@ -556,6 +556,67 @@ Lemma ce_item_term_logit : forall (m' : R) (zy : R * R),
   item_term (R * R) fst (fun _ => 1) m' zy = ex (rnd (fst zy - m')).
 Proof. intros; unfold item_term; rewrite Rmult_1_l; apply ff_rnd_id, ex_fmt. Qed.
 
+Definition logit_val (m : R) (zs : list (R * R)) : R := ex_val (R * R) fst (fun _ => 1) m zs.
+
+(** The end of [ce_lse_error] for any state [(m, l)] close to the logits' exact sum at [m]. *)
+Lemma ce_lse_finish : forall (zs : list (R * R)) m l C Rr Zmax delta LN NL (Nn : nat),
+  let bL := C - 1 + Rr in
+  fmt m -> (exists zy, In zy zs /\ fst zy = m) -> (forall zy, In zy zs -> fst zy <= m) -> (length zs <= Nn)%nat ->
+  (forall zy, In zy zs -> Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
+  1 <= C -> 0 <= Rr -> Rabs (l - logit_val m zs) <= (C - 1) * logit_val m zs + Rr ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (m + lg l) - ln (rsum (map (fun zy => exp (snd zy)) zs))) <= ce_lse_bound u el Zmax LN NL delta.
+Proof.
+  intros zs m l C Rr Zmax delta LN NL Nn bL Fm Hatt Hle HN Hz HC HR Hinv HbL HLN HNL.
+  pose proof (ff_u_nonneg A_) as Hu.
+  set (L := logit_val m zs) in *.
+  assert (HL0 : 0 <= L /\ L <= INR (length zs) * 1)
+    by (apply ex_val_bounds; intros zy Hi; split; [lra | apply Hle, Hi]).
+  assert (HL1 : 1 <= L).
+  { destruct Hatt as [zy [Hi Ez]]; unfold L, logit_val, ex_val.
+    apply Rle_trans with (1 * exp (fst zy - m)); [rewrite Ez, Rminus_diag_eq, exp_0 by reflexivity; lra |].
+    clear - Hi.
+    induction zs as [| z zs IHz]; [destruct Hi |].
+    cbn [map]; rewrite rsum_cons; destruct Hi as [<- | Hi].
+    - assert (0 <= rsum (map (fun it => 1 * exp (fst it - m)) zs))
+        by (apply rsum_nonneg; intros x Hx; apply in_map_iff in Hx; destruct Hx as [w [<- _]];
+            rewrite Rmult_1_l; left; apply exp_pos).
+      lra.
+    - pose proof (IHz Hi); assert (0 < 1 * exp (fst z - m)) by (rewrite Rmult_1_l; apply exp_pos); lra. }
+  assert (HLN' : L <= INR Nn) by (eapply Rle_trans; [apply HL0 |]; rewrite Rmult_1_r; apply le_INR, HN).
+  assert (Hrel : Rabs (l - L) <= bL * L) by (unfold bL; assert (Rr <= Rr * L) by nra; nra).
+  assert (HbL0 : 0 <= bL) by (unfold bL; lra).
+  destruct (afe_ln_ratio l L bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  set (Sz := rsum (map (fun zy => exp (fst zy)) zs)).
+  assert (ESz : Sz = exp m * L).
+  { unfold Sz, L, logit_val, ex_val; rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros zy _.
+    rewrite Rmult_1_l, <- exp_plus; f_equal; ring. }
+  assert (ElnS : ln Sz = m + ln L) by (rewrite ESz, ln_mult, ln_exp by (apply exp_pos || lra); reflexivity).
+  set (LSE := ln (rsum (map (fun zy => exp (snd zy)) zs))).
+  assert (Hp : Rabs (ln Sz - LSE) <= delta).
+  { unfold Sz, LSE; apply (lse_perturbation zs snd fst delta).
+    - intros E; rewrite E in Hatt; destruct Hatt as [? [[] _]].
+    - intros zy Hi; destruct (Hz zy Hi) as [_ Hd]; exact Hd. }
+  assert (HlnL : 0 <= ln L <= LN).
+  { split; [rewrite <- ln_1; apply afe_ln_le; lra |].
+    apply Rle_trans with (ln (INR Nn)); [apply afe_ln_le; lra | exact HLN]. }
+  assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
+  pose proof (lg_err l Hl0) as Hlg.
+  assert (Hlga : Rabs (lg l) <= LN + NL + el).
+  { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
+  assert (Hmz : Rabs m <= Zmax) by (destruct Hatt as [zy [Hi <-]]; apply (Hz zy Hi)).
+  pose proof (ff_add A_ m (lg l) Fm (lg_fmt l)) as Hr.
+  assert (Hx : Rabs (m + lg l) <= Zmax + LN + NL + el) by (eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (rnd (m + lg l) - LSE)
+    with ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L) + (ln Sz - LSE)) by (rewrite ElnS; ring).
+  unfold ce_lse_bound.
+  assert (u * Rabs (m + lg l) <= u * (Zmax + LN + NL + el)) by (apply Rmult_le_compat_l; lra).
+  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L)) (ln Sz - LSE)).
+  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l)) (ln l - ln L)).
+  pose proof (Rabs_triang (rnd (m + lg l) - (m + lg l)) (lg l - ln l)).
+  lra.
+Qed.
+
 (** The logits [z = fst] (fp32 numbers, as computed) paired with their exact
     values [y = snd]; the state from [(z_first, 0)]. *)
 Theorem ce_lse_error : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt Bt Tt Nn : nat) Zmax XK delta LN NL,
@@ -587,74 +648,28 @@ Proof.
   set (L := ex_val (R * R) fst (fun _ => 1) m (concat tiles)) in *.
   destruct (ce_consts Dt Bt Tt Nn 1 0 1 (- Zmax) (2 * Zmax) XK (fst zy0) ltac:(lra) ltac:(lra) ltac:(lra) ltac:(lra) HXK ltac:(lra))
     as [HX1 [HH [HQ [Ha [Hb HR]]]]].
-  (* L >= 1: the final max is a logit *)
   assert (Hatt : exists zy, In zy (concat tiles) /\ fst zy = m).
   { unfold m, st; apply (ce_run_P (R * R) fst (fun _ => 1) (fun x => exists zy, In zy (concat tiles) /\ fst zy = x)).
     - exists zy0; split; [exact H0 | reflexivity].
     - intros zy Hi; exists zy; split; [exact Hi | reflexivity]. }
-  assert (HL0 : 0 <= L /\ L <= INR (length (concat tiles)) * 1)
-    by (apply ex_val_bounds; intros zy Hi; split; [lra | apply Hseen, Hi]).
-  assert (HL1 : 1 <= L).
-  { destruct Hatt as [zy [Hi Ez]]; unfold L, ex_val.
-    apply Rle_trans with (1 * exp (fst zy - m)); [rewrite Ez, Rminus_diag_eq, exp_0 by reflexivity; lra |].
-    clear - Hi.
-    induction (concat tiles) as [| z zs IHz]; [destruct Hi |].
-    cbn [map]; rewrite rsum_cons; destruct Hi as [<- | Hi].
-    - assert (0 <= rsum (map (fun it => 1 * exp (fst it - m)) zs))
-        by (apply rsum_nonneg; intros x Hx; apply in_map_iff in Hx; destruct Hx as [w [<- _]];
-            rewrite Rmult_1_l; left; apply exp_pos).
-      lra.
-    - pose proof (IHz Hi); assert (0 < 1 * exp (fst z - m)) by (rewrite Rmult_1_l; apply exp_pos); lra. }
-  assert (HLN' : L <= INR Nn) by (eapply Rle_trans; [apply HL0 |]; rewrite Rmult_1_r; apply le_INR, HN).
-  (* |l - L| <= bL L *)
-  assert (Hrel : Rabs (l - L) <= bL * L).
-  { unfold inv in Hinv.
+  assert (HL0 : 0 <= L) by (apply ex_val_bounds with (Nx := 1); intros zy Hi; split; [lra | apply Hseen, Hi]).
+  set (C := ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK).
+  set (Rt := INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn).
+  assert (HC : 1 <= C) by (unfold C; pose proof (pow_R1_Rle _ Tt HQ); assert (1 <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt) by nra; nra).
+  assert (HRt : 0 <= Rt) by (unfold Rt; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
+  apply (ce_lse_finish (concat tiles) m l C Rt Zmax delta LN NL Nn); auto.
+  - intros zy Hi; apply Hseen, Hi.
+  - intros zy Hi; destruct (Hz zy Hi) as [_ H]; exact H.
+  - unfold inv in Hinv.
     set (G := ce_H u ue XK 1 Dt * ce_Q u ue ^ k * exp (u * (m - fst zy0))) in Hinv.
-    assert (HG : G <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK).
-    { unfold G; apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply pow_le; lra] | left; apply exp_pos | apply Rmult_le_compat_l; [lra | apply Rle_pow; [lra | exact HT]] |].
+    assert (HG : G <= C).
+    { unfold G, C; apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply pow_le; lra] | left; apply exp_pos | apply Rmult_le_compat_l; [lra | apply Rle_pow; [lra | exact HT]] |].
       eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra. }
-    assert (HRk : INR k * ce_a u ue ee XK ^ k * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn
-                  <= INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn).
-    { apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat; [apply pos_INR | apply pow_le; lra | apply le_INR, HT |].
+    assert (HRk : INR k * ce_a u ue ee XK ^ k * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn <= Rt).
+    { unfold Rt; apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat; [apply pos_INR | apply pow_le; lra | apply le_INR, HT |].
       apply Rle_pow; [lra | exact HT]. }
-    unfold bL, ce_bL.
-    set (Rt := INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn) in *.
-    assert (0 <= Rt) by (unfold Rt; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
-    assert ((G - 1) * L <= (ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK - 1) * L) by (apply Rmult_le_compat_r; lra).
-    assert (Rt <= Rt * L) by nra.
-    nra. }
-  assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - L)); nra).
-  destruct (afe_ln_ratio l L bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
-  (* ln sum e^z = m + ln L *)
-  set (Sz := rsum (map (fun zy => exp (fst zy)) (concat tiles))).
-  assert (ESz : Sz = exp m * L).
-  { unfold Sz, L, ex_val; rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros zy _.
-    rewrite Rmult_1_l, <- exp_plus; f_equal; ring. }
-  assert (ElnS : ln Sz = m + ln L) by (rewrite ESz, ln_mult, ln_exp by (apply exp_pos || lra); reflexivity).
-  set (LSE := ln (rsum (map (fun zy => exp (snd zy)) (concat tiles)))).
-  assert (Hp : Rabs (ln Sz - LSE) <= delta).
-  { unfold Sz, LSE; apply (lse_perturbation (concat tiles) snd fst delta).
-    - intros E; rewrite E in H0; destruct H0.
-    - intros zy Hi; destruct (Hz zy Hi) as [_ [_ Hd]]; exact Hd. }
-  (* magnitudes *)
-  assert (HlnL : 0 <= ln L <= LN).
-  { split; [rewrite <- ln_1; apply afe_ln_le; lra |].
-    apply Rle_trans with (ln (INR Nn)); [apply afe_ln_le; lra | exact HLN]. }
-  assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
-  pose proof (lg_err l Hl0) as Hlg.
-  assert (Hlga : Rabs (lg l) <= LN + NL + el).
-  { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
-  assert (Hmz : Rabs m <= Zmax) by (destruct Hatt as [zy [Hi <-]]; apply (Hz zy Hi)).
-  pose proof (ff_add A_ m (lg l) Fm (lg_fmt l)) as Hr.
-  assert (Hx : Rabs (m + lg l) <= Zmax + LN + NL + el) by (eapply Rle_trans; [apply Rabs_triang | lra]).
-  replace (rnd (m + lg l) - LSE)
-    with ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L) + (ln Sz - LSE)) by (rewrite ElnS; ring).
-  unfold ce_lse_bound.
-  assert (u * Rabs (m + lg l) <= u * (Zmax + LN + NL + el)) by (apply Rmult_le_compat_l; lra).
-  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L)) (ln Sz - LSE)).
-  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l)) (ln l - ln L)).
-  pose proof (Rabs_triang (rnd (m + lg l) - (m + lg l)) (lg l - ln l)).
-  lra.
+    assert ((G - 1) * L <= (C - 1) * L) by (apply Rmult_le_compat_r; lra).
+    unfold logit_val; fold L; lra.
 Qed.
 
 (** The per-token loss without label smoothing and z-loss: [rnd (lse - z_t)]
@@ -763,67 +778,6 @@ Proof.
 Qed.
 
 (** ** The two-level schedule: per-group states merged ([_logits_kernel] STATS, then [_rows_kernel]) *)
-
-Definition logit_val (m : R) (zs : list (R * R)) : R := ex_val (R * R) fst (fun _ => 1) m zs.
-
-(** The end of [ce_lse_error] for any state [(m, l)] close to the logits' exact sum at [m]. *)
-Lemma ce_lse_finish : forall (zs : list (R * R)) m l C Rr Zmax delta LN NL (Nn : nat),
-  let bL := C - 1 + Rr in
-  fmt m -> (exists zy, In zy zs /\ fst zy = m) -> (forall zy, In zy zs -> fst zy <= m) -> (length zs <= Nn)%nat ->
-  (forall zy, In zy zs -> Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
-  1 <= C -> 0 <= Rr -> Rabs (l - logit_val m zs) <= (C - 1) * logit_val m zs + Rr ->
-  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
-  Rabs (rnd (m + lg l) - ln (rsum (map (fun zy => exp (snd zy)) zs))) <= ce_lse_bound u el Zmax LN NL delta.
-Proof.
-  intros zs m l C Rr Zmax delta LN NL Nn bL Fm Hatt Hle HN Hz HC HR Hinv HbL HLN HNL.
-  pose proof (ff_u_nonneg A_) as Hu.
-  set (L := logit_val m zs) in *.
-  assert (HL0 : 0 <= L /\ L <= INR (length zs) * 1)
-    by (apply ex_val_bounds; intros zy Hi; split; [lra | apply Hle, Hi]).
-  assert (HL1 : 1 <= L).
-  { destruct Hatt as [zy [Hi Ez]]; unfold L, logit_val, ex_val.
-    apply Rle_trans with (1 * exp (fst zy - m)); [rewrite Ez, Rminus_diag_eq, exp_0 by reflexivity; lra |].
-    clear - Hi.
-    induction zs as [| z zs IHz]; [destruct Hi |].
-    cbn [map]; rewrite rsum_cons; destruct Hi as [<- | Hi].
-    - assert (0 <= rsum (map (fun it => 1 * exp (fst it - m)) zs))
-        by (apply rsum_nonneg; intros x Hx; apply in_map_iff in Hx; destruct Hx as [w [<- _]];
-            rewrite Rmult_1_l; left; apply exp_pos).
-      lra.
-    - pose proof (IHz Hi); assert (0 < 1 * exp (fst z - m)) by (rewrite Rmult_1_l; apply exp_pos); lra. }
-  assert (HLN' : L <= INR Nn) by (eapply Rle_trans; [apply HL0 |]; rewrite Rmult_1_r; apply le_INR, HN).
-  assert (Hrel : Rabs (l - L) <= bL * L) by (unfold bL; assert (Rr <= Rr * L) by nra; nra).
-  assert (HbL0 : 0 <= bL) by (unfold bL; lra).
-  destruct (afe_ln_ratio l L bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
-  set (Sz := rsum (map (fun zy => exp (fst zy)) zs)).
-  assert (ESz : Sz = exp m * L).
-  { unfold Sz, L, logit_val, ex_val; rewrite <- rsum_map_scal_l; apply rsum_map_ext; intros zy _.
-    rewrite Rmult_1_l, <- exp_plus; f_equal; ring. }
-  assert (ElnS : ln Sz = m + ln L) by (rewrite ESz, ln_mult, ln_exp by (apply exp_pos || lra); reflexivity).
-  set (LSE := ln (rsum (map (fun zy => exp (snd zy)) zs))).
-  assert (Hp : Rabs (ln Sz - LSE) <= delta).
-  { unfold Sz, LSE; apply (lse_perturbation zs snd fst delta).
-    - intros E; rewrite E in Hatt; destruct Hatt as [? [[] _]].
-    - intros zy Hi; destruct (Hz zy Hi) as [_ Hd]; exact Hd. }
-  assert (HlnL : 0 <= ln L <= LN).
-  { split; [rewrite <- ln_1; apply afe_ln_le; lra |].
-    apply Rle_trans with (ln (INR Nn)); [apply afe_ln_le; lra | exact HLN]. }
-  assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
-  pose proof (lg_err l Hl0) as Hlg.
-  assert (Hlga : Rabs (lg l) <= LN + NL + el).
-  { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
-  assert (Hmz : Rabs m <= Zmax) by (destruct Hatt as [zy [Hi <-]]; apply (Hz zy Hi)).
-  pose proof (ff_add A_ m (lg l) Fm (lg_fmt l)) as Hr.
-  assert (Hx : Rabs (m + lg l) <= Zmax + LN + NL + el) by (eapply Rle_trans; [apply Rabs_triang | lra]).
-  replace (rnd (m + lg l) - LSE)
-    with ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L) + (ln Sz - LSE)) by (rewrite ElnS; ring).
-  unfold ce_lse_bound.
-  assert (u * Rabs (m + lg l) <= u * (Zmax + LN + NL + el)) by (apply Rmult_le_compat_l; lra).
-  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l) + (ln l - ln L)) (ln Sz - LSE)).
-  pose proof (Rabs_triang ((rnd (m + lg l) - (m + lg l)) + (lg l - ln l)) (ln l - ln L)).
-  pose proof (Rabs_triang (rnd (m + lg l) - (m + lg l)) (lg l - ln l)).
-  lra.
-Qed.
 
 Section TwoLevel.
 
