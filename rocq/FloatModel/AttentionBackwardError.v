@@ -59,40 +59,6 @@ Local Notation ue := (mp_ue M).
 Local Notation ee := (mp_eta_e M).
 Local Notation exp2 := (mp_exp2 M).
 
-(** A weight within [(E - 1) W + ee] of [W > 0], rounded to the storage
-    format, times [v], rounded to the accumulation format. *)
-Lemma stored_product_close : forall w W v E, 0 < W -> 1 <= E -> Rabs (w - W) <= (E - 1) * W + ee ->
-  Rabs (rnd (ff_rnd S_ w * v) - W * v)
-  <= ((1 + u) * (1 + us) * E - 1) * (W * Rabs v) + ((1 + u) * ((1 + us) * ee + es) * Rabs v + ea).
-Proof.
-  intros w W v E HW HE Hw.
-  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
-  pose proof (ff_eta_nonneg S_) as Hes; pose proof (mp_eta_e_nonneg M) as Hee.
-  pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof (ff_abs S_ w) as Hq.
-  set (q := ff_rnd S_ w) in *.
-  pose proof (ff_abs A_ (q * v)) as Hr.
-  assert (Hwa : Rabs w <= E * W + ee).
-  { replace w with ((w - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right W) by lra; lra. }
-  assert (Hqw : Rabs (q - W) <= ((1 + us) * E - 1) * W + ((1 + us) * ee + es)).
-  { replace (q - W) with ((q - w) + (w - W)) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    assert (us * Rabs w <= us * (E * W + ee)) by (apply Rmult_le_compat_l; lra).
-    lra. }
-  assert (Hqa : Rabs q <= (1 + us) * E * W + ((1 + us) * ee + es)).
-  { replace q with ((q - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right W) by lra; lra. }
-  replace (rnd (q * v) - W * v) with ((rnd (q * v) - q * v) + (q - W) * v) by ring.
-  eapply Rle_trans; [apply Rabs_triang |].
-  rewrite Rabs_mult in *.
-  assert (E1 : u * (Rabs q * Rabs v) <= u * (((1 + us) * E * W + ((1 + us) * ee + es)) * Rabs v)).
-  { apply Rmult_le_compat_l; [lra |]; apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqa]. }
-  assert (E2 : Rabs (q - W) * Rabs v <= (((1 + us) * E - 1) * W + ((1 + us) * ee + es)) * Rabs v)
-    by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqw]).
-  pose proof (Rabs_pos v).
-  nra.
-Qed.
-
 (** A query term: [((q_i, (dO_i, lse2_i)))]. *)
 Definition dv_p (c : R) (k : list R) (x : list R * (R * R)) : R :=
   exp2 (rnd (score2 A_ c (fst x) k - snd (snd x))).
@@ -246,7 +212,7 @@ Proof.
   { intros x Hxs; unfold dv_term, Pd, Sx; destruct (vis x) eqn:Ev.
     - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 H4]]].
       pose proof (dv_weight_close c k x scale (Lx x) delta Dl Am X H1 H2 H3 HX) as Hw.
-      pose proof (stored_product_close (dv_p c k x) (exp (scale * dot_R (fst x) k - Lx x)) (fst (snd x))
+      pose proof (stored_product_close M (dv_p c k x) (exp (scale * dot_R (fst x) k - Lx x)) (fst (snd x))
                     ((1 + ue) * X) (exp_pos _) ltac:(nra) Hw) as Hp.
       eapply Rle_trans; [exact Hp |].
       unfold Ff, dv_F, cc, dv_c.

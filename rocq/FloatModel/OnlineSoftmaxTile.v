@@ -225,6 +225,40 @@ Definition tile_acc_R (svs : list (R * R)) : R :=
   * ((1 + u) * ((1 + us) * ee + es) * rsum (map (fun sv => Rabs (snd sv)) svs)
      + INR (length svs) * ea).
 
+(** A weight within [(E - 1) W + ee] of [W > 0], rounded to the storage
+    format, times [v], rounded to the accumulation format. *)
+Lemma stored_product_close : forall w W v E, 0 < W -> 1 <= E -> Rabs (w - W) <= (E - 1) * W + ee ->
+  Rabs (rnd (ff_rnd S_ w * v) - W * v)
+  <= ((1 + u) * (1 + us) * E - 1) * (W * Rabs v) + ((1 + u) * ((1 + us) * ee + es) * Rabs v + ea).
+Proof.
+  intros w W v E HW HE Hw.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_eta_nonneg S_) as Hes; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_abs S_ w) as Hq.
+  set (q := ff_rnd S_ w) in *.
+  pose proof (ff_abs A_ (q * v)) as Hr.
+  assert (Hwa : Rabs w <= E * W + ee).
+  { replace w with ((w - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right W) by lra; lra. }
+  assert (Hqw : Rabs (q - W) <= ((1 + us) * E - 1) * W + ((1 + us) * ee + es)).
+  { replace (q - W) with ((q - w) + (w - W)) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    assert (us * Rabs w <= us * (E * W + ee)) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (Hqa : Rabs q <= (1 + us) * E * W + ((1 + us) * ee + es)).
+  { replace q with ((q - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right W) by lra; lra. }
+  replace (rnd (q * v) - W * v) with ((rnd (q * v) - q * v) + (q - W) * v) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  rewrite Rabs_mult in *.
+  assert (E1 : u * (Rabs q * Rabs v) <= u * (((1 + us) * E * W + ((1 + us) * ee + es)) * Rabs v)).
+  { apply Rmult_le_compat_l; [lra |]; apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqa]. }
+  assert (E2 : Rabs (q - W) * Rabs v <= (((1 + us) * E - 1) * W + ((1 + us) * ee + es)) * Rabs v)
+    by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqw]).
+  pose proof (Rabs_pos v).
+  nra.
+Qed.
+
 Theorem tile_acc_inv : forall m' K svs, 0 <= K -> fmt m' ->
   (forall sv, In sv svs -> fmt (fst sv) /\ fst sv <= m' /\ m' - fst sv <= K) ->
   inv (tile_acc_H K (length svs)) (tile_acc_R svs)
@@ -250,27 +284,7 @@ Proof.
     assert (HW : 0 < W) by apply Rpower_pos.
     set (w := exp2 (rnd (s - m'))) in *.
     set (E := tile_E K) in *.
-    pose proof (ff_abs S_ w) as Hq.
-    set (q := ff_rnd S_ w) in *.
-    pose proof (ff_abs A_ (q * v)) as Hr.
-    assert (Hwa : Rabs w <= E * W + ee).
-    { replace w with ((w - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
-      rewrite (Rabs_right W) by lra; lra. }
-    assert (Hqw : Rabs (q - W) <= ((1 + us) * E - 1) * W + ((1 + us) * ee + es)).
-    { replace (q - W) with ((q - w) + (w - W)) by ring; eapply Rle_trans; [apply Rabs_triang |].
-      assert (us * Rabs w <= us * (E * W + ee)) by (apply Rmult_le_compat_l; lra).
-      lra. }
-    assert (Hqa : Rabs q <= (1 + us) * E * W + ((1 + us) * ee + es)).
-    { replace q with ((q - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
-      rewrite (Rabs_right W) by lra; lra. }
-    replace (rnd (q * v) - W * v) with ((rnd (q * v) - q * v) + (q - W) * v) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    rewrite Rabs_mult in *.
-    assert (E1 : u * (Rabs q * Rabs v) <= u * (((1 + us) * E * W + ((1 + us) * ee + es)) * Rabs v)).
-    { apply Rmult_le_compat_l; [lra |]; apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqa]. }
-    assert (E2 : Rabs (q - W) * Rabs v <= (((1 + us) * E - 1) * W + ((1 + us) * ee + es)) * Rabs v)
-      by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hqw]).
-    unfold c; nra.
+    unfold c; apply stored_product_close; assumption.
 Qed.
 
 (** ** Folding the kernel's tile step over the tiles
