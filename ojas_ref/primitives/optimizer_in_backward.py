@@ -206,6 +206,11 @@ else:  # a build without torch.distributed: no FSDP2
 _OWNERS = WeakIdKeyDictionary()
 
 
+#: The copy stream of :meth:`InBackwardOptimizer._swap_out` (``_copy_stream``'s direction): "in", the
+#: stream of the copies to the device, or "out", one of its own (both directions of PCIe at once).
+_SWAP_OUT_STREAM = "in"
+
+
 def _is_cuda(t: Tensor) -> bool:
     """Whether ``t`` is on a CUDA device, for the host-state copies (:meth:`InBackwardOptimizer._stage`,
     ``_swap_in``, ``_swap_out``, ``_step_sliced``, ``_copy``): ``t.device.type == "cuda"``.
@@ -1555,7 +1560,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             if not state:
                 continue
             if _is_cuda(p) and p.device not in streams:
-                streams[p.device] = self._copy_stream(p.device)
+                streams[p.device] = self._copy_stream(p.device, _SWAP_OUT_STREAM)
                 streams[p.device].wait_stream(torch.cuda.current_stream(p.device))  # the step's results are written
             old = hosts.get(id(p), {})
             for k, v in list(state.items()):
