@@ -496,30 +496,6 @@ def test_cuda_peak_memory_lower_by_the_state() -> None:
     assert saved <= state_bytes + 2**20, (peaks, state_bytes)
 
 
-def test_sliced_updates_refused_for_cuda_parameters() -> None:
-    """The refusal of test_cuda_refuses_sliced_updates, on the CPU: the check reads the device."""
-    from types import SimpleNamespace
-
-    from ojas_ref.primitives.optimizer_in_backward import _refuse_sliced_cuda
-
-    with pytest.raises(NotImplementedError, match="NaN losses"):
-        _refuse_sliced_cuda(SimpleNamespace(device=torch.device("cuda", 0)))
-    _refuse_sliced_cuda(torch.zeros(1))  # a CPU parameter: sliced updates allowed
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_refuses_sliced_updates() -> None:
-    """state_slice_mb with CUDA parameters raises: on the H200 (2026-12-01) the 1.06B Llama's sliced
-    AdamW steps gave NaN losses from the first update and a 4 x 2048^2 model's peak was 22 MiB
-    higher sliced than whole, where the design expected 35 MiB lower (benchmarks/RESULTS.md). The
-    whole-parameter default still streams, bitwise (test_cuda_host_state_is_bitwise_device_state)."""
-    model = make_model("cuda")
-    with pytest.raises(NotImplementedError, match="state_slice_mb with CUDA parameters"):
-        InBackwardOptimizer(model.parameters(), torch.optim.AdamW, state_device="cpu", state_slice_mb=4.0)
-    InBackwardOptimizer(model.parameters(), torch.optim.AdamW, state_device="cpu")  # the default: whole
-
-
 # --------------------------------------------------------------------------
 # DDP and FSDP2 (2 CPU processes on gloo, tests/_distributed.py)
 # --------------------------------------------------------------------------
@@ -828,10 +804,9 @@ def test_stream_model_catches_the_hazards(monkeypatch: pytest.MonkeyPatch) -> No
     assert model.errors == []
 
 
-@pytest.mark.parametrize("swap_out", ["in", "out"])
 @pytest.mark.parametrize("slice_mb", [None, TINY], ids=["whole", "sliced"])
 @pytest.mark.parametrize("name", ["adamw", "adamw_foreach", "adamw_fused", "sgd_momentum"])
-def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[float], swap_out: str,
+def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[float],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA branches of the host-state code (whole parameters, and slices: two buffers, inward and
     outward streams, events), run on the CPU under StreamModel for 3 steps: no copy or step uses memory
@@ -841,10 +816,7 @@ def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[floa
     Before the fix of this commit the sliced path failed it: its device buffers (and the fused
     step's device counters) were allocated on the compute stream and written by the inward stream
     at once (``allocation``), and the fused step's counter was cloned on the compute stream before
-    it waited for its copy in (``race``). ``swap_out``: the whole parameters' copies back on the
-    inward stream or on one of their own (``_SWAP_OUT_STREAM``)."""
-    import ojas_ref.primitives.optimizer_in_backward as M
-    monkeypatch.setattr(M, "_SWAP_OUT_STREAM", swap_out)
+    it waited for its copy in (``race``). The copies back run on the outward stream in both."""
     cls, kw = SLICED[name]
     model_s, opt_s, losses_s = standard_run(cls, kw, 3)
     model = make_model(width=ODD)
@@ -856,20 +828,15 @@ def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[floa
         opt.state_dict()  # waits for the copies back (synchronize), then the host reads the state
         errors = streams.finish()
     assert errors == [], "\n".join(dict.fromkeys(errors))
-    assert streams.side_ops > 0 and streams.streams == (1 if slice_mb is None and swap_out == "in" else 2)
+    assert streams.side_ops > 0 and streams.streams == 2
     assert (slices[0] > 0) == (slice_mb is not None)
     assert losses == losses_s
     assert_same(model_s, opt_s, model, opt)
 
 
 # --------------------------------------------------------------------------
-# (h) CUDA, sliced, with the refusal lifted: the measurements that decide whether it can go
+# (h) CUDA, sliced (passed on the H200, 2026-12-01, after the fix of 7f52cf3)
 # --------------------------------------------------------------------------
-
-def _lift_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ojas_ref.primitives.optimizer_in_backward as M
-    monkeypatch.setattr(M, "_refuse_sliced_cuda", lambda p: None)
-
 
 def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
     """A post-accumulate-grad hook (registered before the optimizer's, so it runs first) that makes
@@ -901,12 +868,11 @@ def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("kind,name", [("compute", "adamw"), ("compute", "adamw_foreach"),
                                        ("inward", "adamw_fused")])
-def test_cuda_sliced_with_the_device_behind(kind: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_sliced_with_the_device_behind(kind: str, name: str) -> None:
     """Sliced (state_slice_mb=8: buffers of 2 MiB) and whole, 2 x 2048^2 weights, 3 steps, with
     :func:`_poison_hook` on the last weight: bitwise equal and finite. The 1.06B Llama's NaN losses
-    (benchmarks/RESULTS.md, 2026-12-01) are expected to be the ``compute`` race; this test should
-    fail on the code before the fix (not run yet)."""
-    _lift_refusal(monkeypatch)
+    before 7f52cf3 (benchmarks/RESULTS.md, 2026-12-01) are taken to be the ``compute`` race, which
+    the fix removed; this test was not run on the code before the fix."""
     torch.backends.cudnn.deterministic = True
     cls, kw = SLICED[name]
     runs = []
@@ -930,14 +896,13 @@ def test_cuda_sliced_with_the_device_behind(kind: str, name: str, monkeypatch: p
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_sliced_peak_lower_by_the_parameter_state(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_sliced_peak_lower_by_the_parameter_state() -> None:
     """The GPU test of 5d3dce4, with each run's peak taken above the memory allocated before it
     (the earlier version kept the whole run's model, 64 MiB, allocated during the sliced run and
     compared absolute peaks: expected 43 MiB lower, so 43 - 64 = -21 MiB, measured -22 MiB on the
     H200). AdamW, state on the host, 4 x 2048^2 weights (16 MiB each, one per bucket): unsliced a
     weight's update holds its whole state (32 MiB) and foreach's sqrt of exp_avg_sq (16 MiB); with
     state_slice_mb=4 two slices' state (4 MiB) and one slice's sqrt (1 MiB)."""
-    _lift_refusal(monkeypatch)
     width, depth, cap, slice_mb = 2048, 4, 4.0, 4.0
     torch.backends.cudnn.deterministic = True
     peaks, runs = [], []

@@ -142,21 +142,20 @@ of a bucket overlaps the backward computation and the steps before it; the step'
 stream waits on an event of the copies, and the device copies are
 ``record_stream``-ed on the step's stream so that the caching allocator cannot
 reuse them early), the bucket is stepped exactly as without it, then its state is
-copied back into the same host tensors (``non_blocking``, on the step's stream; an
+copied back into the same host tensors (``non_blocking``, on a second side stream, after
+the step's stream has reached the step, so that both directions of PCIe run at once; an
 event per bucket that the next copy of those host tensors to the device waits on)
 and the device copies are dropped.  Between updates no state is on the device;
 during the backward pass about one bucket's state per group is.  The update is
 bitwise the one with ``state_device=None``: the same ops on the same values, on
 the same device with the same dtypes and strides, and a copy is exact (the
 bucketed update rests on ``Buckets.backprop_cap_bucketed_eq_standard``; the copies
-are exact, no theorem needed).  With ``state_slice_mb`` (off by default; CPU parameters only) a
+are exact, no theorem needed).  With ``state_slice_mb`` (off by default) a
 parameter whose state exceeds it is updated slice by slice, one slice's state on the device at a
 time (:meth:`InBackwardOptimizer._step_sliced`: SGD with momentum, Adam, AdamW only; bitwise
-the whole step because their arithmetic is elementwise, tested on the CPU, no theorem). On CUDA
-it is refused: on an H200 the 1.06B model's sliced AdamW steps gave NaN losses from the first
-update (benchmarks/RESULTS.md, 2026-12-01); a race found since (the device buffers allocated on
-the compute stream, written by the inward stream) is fixed, not yet measured on a GPU.  Tested:
-``tests/test_optimizer_in_backward_host_state.py``.
+the whole step because their arithmetic is elementwise, tested on the CPU and on an H200, no
+theorem; the 1.06B Llama's losses on the H200 bitwise those of the state on the device,
+benchmarks/RESULTS.md).  Tested: ``tests/test_optimizer_in_backward_host_state.py``.
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
@@ -206,11 +205,6 @@ else:  # a build without torch.distributed: no FSDP2
 _OWNERS = WeakIdKeyDictionary()
 
 
-#: The copy stream of :meth:`InBackwardOptimizer._swap_out` (``_copy_stream``'s direction): "in", the
-#: stream of the copies to the device, or "out", one of its own (both directions of PCIe at once).
-_SWAP_OUT_STREAM = "in"
-
-
 def _is_cuda(t: Tensor) -> bool:
     """Whether ``t`` is on a CUDA device, for the host-state copies (:meth:`InBackwardOptimizer._stage`,
     ``_swap_in``, ``_swap_out``, ``_step_sliced``, ``_copy``): ``t.device.type == "cuda"``.
@@ -218,22 +212,6 @@ def _is_cuda(t: Tensor) -> bool:
     CPU against a model of CUDA's stream semantics (which stream each copy and step runs on, what it
     waits for, where its memory was allocated)."""
     return t.device.type == "cuda"
-
-
-def _refuse_sliced_cuda(p: Tensor) -> None:
-    """``state_slice_mb`` is for CPU parameters only (see :class:`InBackwardOptimizer`).
-
-    Fixed since the H200's NaN run, not yet measured: the sliced buffers (and the fused step's device
-    counters) were allocated on the compute stream and written at once by the inward copy stream,
-    racing the compute stream's queued kernels on reused blocks; they are now allocated on the inward
-    stream, and the counters cloned after their copy in (tests: ``test_cuda_stream_order_in_a_model_of_cuda``,
-    CPU). To lift this refusal, measure first: ``pytest -m gpu tests/test_optimizer_in_backward_host_state.py
-    -k sliced`` and the 1.06B Llama's losses with ``state_slice_mb=128`` (benchmarks/RESULTS.md)."""
-    if p.device.type == "cuda":
-        raise NotImplementedError(
-            "state_slice_mb with CUDA parameters: the sliced update gave NaN losses for a 1.06B Llama on an "
-            "H200 (benchmarks/RESULTS.md, 2026-12-01) and is refused until that is found; pass "
-            "state_slice_mb=None (whole parameters, the default)")
 
 
 def _weak_hook(opt: "InBackwardOptimizer", index: int, nbytes: int) -> Callable[[Tensor], None]:
@@ -383,13 +361,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             (``fully_shard``) parameters (NotImplementedError).
         state_slice_mb: with ``state_device="cpu"`` (ignored without it), the most optimizer state, in
             MiB, that one parameter has on the device during its update (default None: whole
-            parameters). Refused for CUDA parameters (NotImplementedError): the sliced update gave
-            NaN losses for a 1.06B Llama on an H200 and its peak was not lower in the GPU test
-            (benchmarks/RESULTS.md, 2026-12-01). Found since, not yet measured: the device buffers were
-            allocated on the compute stream and written by the inward stream without waiting for it
-            (fixed: allocated on the inward stream; see ``_refuse_sliced_cuda`` for what to measure), and
-            the GPU test compared absolute peaks with the whole run's 64 MiB model still allocated
-            (43 - 64 = -21 MiB expected, -22 measured). A parameter whose state is larger (its bytes times
+            parameters). A parameter whose state is larger (its bytes times
             the state tensors per element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first
             update, the same count of the tensors the step will create) is not staged with its bucket: it is updated in contiguous slices of
             its flattened storage whose state is half ``state_slice_mb``, each a view of the parameter,
@@ -608,10 +580,6 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
         super().__init__(self._template.param_groups, self._template.defaults)
-        if state_slice_mb is not None:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    _refuse_sliced_cuda(p)
         # head_weight: the head updated inside the linear cross-entropy's backward (None: none);
         # its id (None: none), and whether the loss updated it since the last step()
         self._head: Optional[Tensor] = None
@@ -1362,7 +1330,6 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         bucket_opt = self._group_opts[index]
         if limit is None or type(bucket_opt) not in _SLICED_CLASSES:
             return None
-        _refuse_sliced_cuda(p)
         group = self.param_groups[index]
         grad = p.grad
         if (group.get("differentiable") or (type(bucket_opt) is torch.optim.SGD and group["momentum"] == 0)
@@ -1549,18 +1516,18 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _swap_out(self, bucket: list[Tensor], hosts: dict[int, dict[Any, Tensor]]) -> None:
         """Copy the bucket's state back into its host tensors (new pinned ones for state the step
         created) and put them in :attr:`state`: the device copies are dropped. On CUDA the copies
-        run ``non_blocking`` on the copy stream of :meth:`_stage` (one stream both ways: the
-        configuration whose 1.06B losses matched on the H200; an outward stream of its own was in
-        the run whose sliced steps gave NaN, so it is not used until that is understood), after the
-        step's stream has reached this point, so the backward's kernels do not wait for them; each
-        device copy is kept (``record_stream``) until its copy is done."""
+        run ``non_blocking`` on the outward copy stream (not :meth:`_stage`'s: the two directions of
+        PCIe at once; on the H200 the 1.06B fp32 AdamW step went from 0.869x to 0.988x of standard
+        + checkpointing with it, benchmarks/RESULTS.md), after the step's stream has reached this
+        point, so the backward's kernels do not wait for them; each device copy is kept
+        (``record_stream``) until its copy is done."""
         streams: dict[torch.device, Any] = {}
         for p in bucket:
             state = self.state.get(p)
             if not state:
                 continue
             if _is_cuda(p) and p.device not in streams:
-                streams[p.device] = self._copy_stream(p.device, _SWAP_OUT_STREAM)
+                streams[p.device] = self._copy_stream(p.device, "out")
                 streams[p.device].wait_stream(torch.cuda.current_stream(p.device))  # the step's results are written
             old = hosts.get(id(p), {})
             for k, v in list(state.items()):
