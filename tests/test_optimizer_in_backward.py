@@ -814,6 +814,21 @@ def test_cuda_overlap_keeps_at_most_one_more_bucket() -> None:
     assert peaks[1] <= peaks[0] + 2 * 4 * 2**20 + 2**20, f"peaks {peaks}"  # a bucket of gradients, its temporaries
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cls,kw,side", [(torch.optim.SGD, dict(lr=0.1), False),
+                                         (torch.optim.SGD, dict(lr=0.1, momentum=0.9), True),
+                                         (torch.optim.AdamW, dict(lr=1e-3), True)])
+def test_cuda_overlap_leaves_plain_sgd_on_the_compute_stream(cls: type, kw: dict, side: bool) -> None:
+    """overlap=True puts a bucket's update on a side stream unless it is plain SGD (one add)."""
+    model = nn.Sequential(*[nn.Linear(256, 256, bias=False) for _ in range(3)]).cuda()
+    opt = InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=0.25, overlap=True, **kw)
+    model(torch.randn(8, 256, device="cuda")).sum().backward()
+    opt.step()
+    torch.cuda.synchronize()
+    assert bool(opt._update_streams) == side
+
+
 def test_overlap_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="overlap"):
         InBackwardOptimizer(nn.Linear(2, 2).parameters(), torch.optim.SGD, lr=0.1, overlap=1)
