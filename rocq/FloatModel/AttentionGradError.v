@@ -1,0 +1,389 @@
+(** * The attention backward's dK and dQ in mixed precision: a-posteriori bounds.
+
+    Both backward kernels of kernels/attention.py compute, for every visible
+    (query i, key j) pair they visit,
+      s2   = rnd (dot (q_i, k_j) * qk_scale)     -- [score2], as the forward
+      p    = exp2 (rnd (s2 - lse2_i))            -- 0 where masked
+      dp   = dot (dO_i, v_j)                     -- fp32 dot over the value dim
+      ds   = rnd (p * rnd (dp - delta_i))        -- fp32
+    with [lse2_i = rnd (lse_i * log2 e)] and [delta_i] the fp32 [rowsum (dO * O)]
+    of the dQ kernel (from the STORED forward output O), then
+      dK_je = rnd_s (rnd (scale' * sum_i rnd (rnd_s (ds_ij) * q_ie)))
+                 ([_dkdv_tile], [_bwd_dkdv_kernel]: the query tiles of every
+                  query head of the key's group, summed blocked in fp32)
+      dQ_ie = rnd_s (rnd (scale' * sum_j rnd (rnd_s (ds_ij) * k_je)))
+                 ([_dq_tile], [_bwd_dq_kernel]: the key tiles, blocked)
+    [ds] rounded to the operand dtype ([rnd_s]) before the product, each
+    product rounded to fp32 (exact for 16-bit operands), [scale'] the fp32
+    [scale], the result stored in the operand dtype.
+
+    [grad_kernel] is that schedule for any item type (an item is one (i, j)
+    pair seen from the output's side: for dK a query row, for dQ a key
+    row), [dk_kernel] and [dq_kernel] are its two instances, with the
+    kernel's [dp] dots ([blocked_dot] over the value dim, one tile, as
+    [score2]'s dot).  The exact value is
+      dK_je = scale * sum_i P_ij (dP_ij - D_i) q_ie,
+      dQ_ie = scale * sum_j P_ij (dP_ij - D_i) k_je,
+    [P_ij = exp (scale q_i.k_j - LSE_i)], [dP_ij = dO_i . v_j] (real dots)
+    and [D_i] the real number the hypothesis [|delta_i - D_i| <= eD_i]
+    names: the exact gradient has [D_i = dO_i . O_i] with the EXACT output
+    [O_i]; [delta_close] bounds the kernel's [delta] against [dO_i . o_i] of
+    the stored [o_i] (rounding only), [dot_R_perturb] adds
+    [e sum_c |dO_ic|] when [|o_ic - O_ic| <= e] (the forward theorem,
+    [attention_forward_error_masked], gives [e]); the caller composes them.
+
+    [grad_error] (and [dk_error], [dq_error]): with the score, lse and
+    magnitude hypotheses of [dv_error], [|dp - dP| <= eP],
+    [|delta - D| <= eD_x <= eDm], [|dP - D| <= Ym], [|w| <= W] ([w] = [q_ie]
+    or [k_je]) and [|scale' - scale| <= ucs scale],
+      |kernel - exact| <= (1 + us) (scale ((1 + u) (1 + ucs) eA
+                                    + (u (1 + ucs) + ucs) S1) + ea) + us scale S1 + es,
+      eA = (1 + g) (gA S1 + gB SR + n gc) + g S1,
+      S1 = sum_x P_x |Y_x| |w_x|,  SR = sum_x P_x cR_x |w_x|,
+      cR_x = (1 + u) (eP + eD_x) + ea,  Y_x = dP_x - D_x,
+    [gA], [gB], [gc] the closed forms [grad_A], [grad_B], [grad_c] of
+    [E = (1 + ue) X] ([X >= 2^(2 (delta + Dl) + u Am + ea)] as in
+    [dv_error]), [g = gamma u ((b - 1) + (t - 1))], [n] the number of
+    items, [t] of tiles.  [S1] and [SR] are computed by the caller from the
+    exact probabilities (a-posteriori).  Masked items are exact zeros;
+    fully masked tiles are skipped exactly ([blocked_sum_skip_zero_tiles]).
+
+    Not covered: the order inside the MMAs (the dots [dp], [s2] and the
+    tiles' sums are modelled left to right, the MMA accumulating into
+    [dk]/[dq] as [rnd (acc + tile sum)]), FMA contraction (in [s2 - lse2]),
+    the 3xTF32 products of the fp32 path on CUDA, [tl.sum]'s padding zeros
+    when [BLOCK_EV > Ev] in [delta_close] (its tree is over the [Ev]
+    products), the error of [exp2] (a field of the model: an assumption
+    for [ex2.approx]), overflow, and additive float masks. *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts RoundingModel DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
+From Ojas Require Import FloatModel.AttentionBackwardError.
+Import ListNotations.
+Open Scope R_scope.
+
+Section Grad.
+
+Variable M : MixedModel.
+
+Local Notation A_ := (mp_a M).
+Local Notation S_ := (mp_s M).
+Local Notation rnd := (ff_rnd A_).
+Local Notation u := (ff_u A_).
+Local Notation ea := (ff_eta A_).
+Local Notation us := (ff_u S_).
+Local Notation es := (ff_eta S_).
+Local Notation ue := (mp_ue M).
+Local Notation ee := (mp_eta_e M).
+Local Notation exp2 := (mp_exp2 M).
+
+Lemma ag_diff_le : forall a b c d ea' eb, Rabs (a - b) <= ea' -> Rabs (c - d) <= eb ->
+  Rabs ((a - c) - (b - d)) <= ea' + eb.
+Proof.
+  intros a b c d ea' eb H1 H2.
+  replace ((a - c) - (b - d)) with ((a - b) + - (c - d)) by ring.
+  eapply Rle_trans; [apply Rabs_triang | rewrite Rabs_Ropp; lra].
+Qed.
+
+Lemma ag_abs_le : forall a b e, Rabs (a - b) <= e -> Rabs a <= Rabs b + e.
+Proof.
+  intros a b e H; replace a with ((a - b) + b) by ring.
+  eapply Rle_trans; [apply Rabs_triang | lra].
+Qed.
+
+(** ** One term *)
+
+(** [rnd (dp - delta)] against [dP - D]. *)
+Lemma dsub_close : forall dp dP dl D eP eD,
+  Rabs (dp - dP) <= eP -> Rabs (dl - D) <= eD ->
+  Rabs (rnd (dp - dl) - (dP - D)) <= (1 + u) * (eP + eD) + u * Rabs (dP - D) + ea.
+Proof.
+  intros dp dP dl D eP eD H1 H2.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_abs A_ (dp - dl)) as Hr.
+  pose proof (ag_diff_le dp dP dl D eP eD H1 H2) as Hd.
+  pose proof (ag_abs_le _ _ _ Hd) as Ha.
+  replace (rnd (dp - dl) - (dP - D)) with ((rnd (dp - dl) - (dp - dl)) + ((dp - dl) - (dP - D))) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (u * Rabs (dp - dl) <= u * (Rabs (dP - D) + (eP + eD))) by (apply Rmult_le_compat_l; lra).
+  lra.
+Qed.
+
+(** [ds = rnd (p * r)] from a weight [p] within [(E - 1) P + ee] of [P > 0]
+    and [r] within [eR] of [Y]. *)
+Lemma ds_close : forall p P r Y E eR, 0 < P -> 1 <= E ->
+  Rabs (p - P) <= (E - 1) * P + ee -> Rabs (r - Y) <= eR ->
+  Rabs (rnd (p * r) - P * Y)
+  <= ((1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * eR) + (1 + u) * ee * (Rabs Y + eR) + ea.
+Proof.
+  intros p P r Y E eR HP HE Hp Hr.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_abs A_ (p * r)) as Hq; rewrite Rabs_mult in Hq.
+  assert (HeR : 0 <= eR) by (eapply Rle_trans; [apply Rabs_pos | exact Hr]).
+  assert (Hpa : Rabs p <= E * P + ee).
+  { pose proof (ag_abs_le _ _ _ Hp); rewrite (Rabs_right P) in H by lra; lra. }
+  pose proof (ag_abs_le _ _ _ Hr) as Hra.
+  pose proof (Rabs_pos r); pose proof (Rabs_pos p); pose proof (Rabs_pos Y).
+  replace (rnd (p * r) - P * Y) with ((rnd (p * r) - p * r) + ((p - P) * r + P * (r - Y))) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  eapply Rle_trans; [apply Rplus_le_compat_l, Rabs_triang |].
+  rewrite !Rabs_mult, (Rabs_right P) by lra.
+  assert (E1 : Rabs p * Rabs r <= (E * P + ee) * (Rabs Y + eR)) by (apply Rmult_le_compat; lra).
+  assert (E2 : Rabs (p - P) * Rabs r <= ((E - 1) * P + ee) * (Rabs Y + eR))
+    by (apply Rmult_le_compat; try lra; apply Rabs_pos).
+  assert (E3 : P * Rabs (r - Y) <= P * eR) by (apply Rmult_le_compat_l; lra).
+  assert (E4 : u * (Rabs p * Rabs r) <= u * ((E * P + ee) * (Rabs Y + eR))) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+(** A value within [e] of [A], rounded to the storage format, times [w],
+    rounded to the accumulation format. *)
+Lemma store_mul_close : forall a A w e, Rabs (a - A) <= e ->
+  Rabs (rnd (ff_rnd S_ a * w) - A * w) <= ((1 + u) * ((1 + us) * e + us * Rabs A + es) + u * Rabs A) * Rabs w + ea.
+Proof.
+  intros a A w e H.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (ff_abs S_ a) as Hs.
+  pose proof (ag_abs_le _ _ _ H) as Ha.
+  set (qa := ff_rnd S_ a) in *.
+  assert (Hq : Rabs (qa - A) <= (1 + us) * e + us * Rabs A + es).
+  { replace (qa - A) with ((qa - a) + (a - A)) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    assert (us * Rabs a <= us * (Rabs A + e)) by (apply Rmult_le_compat_l; lra). lra. }
+  pose proof (ag_abs_le _ _ _ Hq) as Hqa.
+  pose proof (ff_abs A_ (qa * w)) as Hr; rewrite Rabs_mult in Hr.
+  replace (rnd (qa * w) - A * w) with ((rnd (qa * w) - qa * w) + (qa - A) * w) by ring.
+  eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult.
+  pose proof (Rabs_pos w); pose proof (Rabs_pos qa); pose proof (Rabs_pos (qa - A)).
+  assert (u * (Rabs qa * Rabs w) <= u * ((Rabs A + ((1 + us) * e + us * Rabs A + es)) * Rabs w))
+    by (apply Rmult_le_compat_l; [lra | apply Rmult_le_compat_r; lra]).
+  assert (Rabs (qa - A) * Rabs w <= ((1 + us) * e + us * Rabs A + es) * Rabs w) by (apply Rmult_le_compat_r; lra).
+  nra.
+Qed.
+
+(** ** The closed forms *)
+
+Definition grad_A (E : R) : R := (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u.
+Definition grad_B (E : R) : R := (1 + u) * (1 + us) * ((1 + u) * E).
+Definition grad_c (E Ym cRm W : R) : R :=
+  ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * W + ea.
+
+(** The last two steps: [rnd (acc * cs)] with [acc] within [eA] of [T]
+    ([|T| <= S1]) and [cs] within [ucs scale] of [scale], stored. *)
+Lemma scale_store_close : forall acc T S1 eA cs scale ucs,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  Rabs T <= S1 -> Rabs (acc - T) <= eA ->
+  Rabs (ff_rnd S_ (rnd (acc * cs)) - scale * T)
+  <= (1 + us) * (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea) + us * scale * S1 + es.
+Proof.
+  intros acc T S1 eA cs scale ucs Hs Hucs Hc HT HA.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_abs A_ (acc * cs)) as Hr; rewrite Rabs_mult in Hr.
+  assert (Hcs : Rabs cs <= (1 + ucs) * scale).
+  { pose proof (ag_abs_le _ _ _ Hc); rewrite (Rabs_right scale) in H by lra; lra. }
+  pose proof (ag_abs_le _ _ _ HA) as Hacc.
+  assert (HeA : 0 <= eA) by (eapply Rle_trans; [apply Rabs_pos | exact HA]).
+  pose proof (Rabs_pos acc); pose proof (Rabs_pos cs); pose proof (Rabs_pos T).
+  set (z := rnd (acc * cs)) in *.
+  assert (Hz : Rabs (z - scale * T) <= scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea).
+  { replace (z - scale * T) with ((z - acc * cs) + (cs * (acc - T) + T * (cs - scale))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    eapply Rle_trans; [apply Rplus_le_compat_l, Rabs_triang |].
+    rewrite !Rabs_mult.
+    assert (Rabs acc * Rabs cs <= (Rabs T + eA) * ((1 + ucs) * scale)) by (apply Rmult_le_compat; lra).
+    assert (u * (Rabs acc * Rabs cs) <= u * ((S1 + eA) * ((1 + ucs) * scale))).
+    { apply Rmult_le_compat_l; [lra |]. eapply Rle_trans; [eassumption |].
+      apply Rmult_le_compat_r; [nra | lra]. }
+    assert (Rabs cs * Rabs (acc - T) <= (1 + ucs) * scale * eA)
+      by (apply Rmult_le_compat; try apply Rabs_pos; lra).
+    assert (Rabs T * Rabs (cs - scale) <= S1 * (ucs * scale)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
+    lra. }
+  pose proof (ff_abs S_ z) as Hst.
+  pose proof (ag_abs_le _ _ _ Hz) as Hza.
+  rewrite Rabs_mult, (Rabs_right scale) in Hza by lra.
+  replace (ff_rnd S_ z - scale * T) with ((ff_rnd S_ z - z) + (z - scale * T)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (scale * Rabs T <= scale * S1) by (apply Rmult_le_compat_l; lra).
+  assert (us * Rabs z <= us * (scale * S1 + (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea)))
+    by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+(** ** The schedule, for any item type *)
+
+Section Generic.
+
+Variable T : Type.
+(** The two vectors of the item's score, its [lse2], the computed [dp],
+    the [delta] of its row and the multiplier [w] ([q_ie] or [k_je]). *)
+Variables (qv kv : T -> list R) (l2 dp dl w : T -> R).
+
+Definition grad_p (c : R) (x : T) : R := exp2 (rnd (score2 A_ c (qv x) (kv x) - l2 x)).
+Definition grad_ds (c : R) (x : T) : R := rnd (grad_p c x * rnd (dp x - dl x)).
+Definition grad_term (vis : T -> bool) (c : R) (x : T) : R :=
+  if vis x then rnd (ff_rnd S_ (grad_ds c x) * w x) else 0.
+
+(** The kernel's output coordinate: the tiles summed blocked, times the
+    fp32 [cs], stored. *)
+Definition grad_kernel (vis : T -> bool) (c cs : R) (tiles : list (list T)) : R :=
+  ff_rnd S_ (rnd (blocked_sum A_ (map (map (grad_term vis c)) tiles) * cs)).
+
+Lemma grad_term_close : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta Dl Am X eP eDm Ym W,
+  vis x = true ->
+  Rabs (score2 A_ c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
+  Rabs (l2 x * ln 2 - Lx) <= Dl ->
+  Rabs (score2 A_ c (qv x) (kv x) - l2 x) <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
+  Rabs (dPx - Dx) <= Ym -> Rabs (w x) <= W ->
+  let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
+  let E := (1 + ue) * X in
+  Rabs (grad_term vis c x - P * (dPx - Dx) * w x)
+  <= grad_A E * (P * Rabs (dPx - Dx) * Rabs (w x)) + grad_B E * (P * ((1 + u) * (eP + eDx) + ea) * Rabs (w x))
+     + grad_c E Ym ((1 + u) * (eP + eDm) + ea) W.
+Proof.
+  intros vis c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym W Hv Hs Hl Ha HX Hp Hd HdD HY HW P E.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    pose proof (Rabs_pos (score2 A_ c (qv x) (kv x) - l2 x)).
+    pose proof (Rabs_pos (score2 A_ c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
+    pose proof (Rabs_pos (l2 x * ln 2 - Lx)).
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (HE : 1 <= E) by (unfold E; nra).
+  assert (HP : 0 < P) by apply exp_pos.
+  pose proof (dv_weight_close M c (kv x) (qv x, (0, l2 x)) scale Lx delta Dl Am X Hs Hl Ha HX) as Hw.
+  fold P in Hw; fold E in Hw; unfold dv_p in Hw; cbn [fst snd] in Hw.
+  pose proof (dsub_close (dp x) dPx (dl x) Dx eP eDx Hp Hd) as Hr.
+  set (Y := dPx - Dx) in *.
+  set (cR := (1 + u) * (eP + eDx) + ea).
+  set (cRm := (1 + u) * (eP + eDm) + ea).
+  assert (HeP : 0 <= eP) by (eapply Rle_trans; [apply Rabs_pos | exact Hp]).
+  assert (HeD : 0 <= eDx) by (eapply Rle_trans; [apply Rabs_pos | exact Hd]).
+  assert (HcR : 0 <= cR) by (unfold cR; nra).
+  assert (HcRm : cR <= cRm) by (unfold cR, cRm; nra).
+  pose proof (ds_close _ _ _ _ E _ HP HE Hw Hr) as Hds.
+  set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR)
+              + ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea)).
+  pose proof (Rabs_pos Y) as HY0.
+  assert (Hds' : Rabs (rnd (grad_p c x * rnd (dp x - dl x)) - P * Y) <= eds).
+  { unfold grad_p; eapply Rle_trans; [exact Hds |]; unfold eds.
+    assert (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea) <= (1 + u) * Ym + cRm)
+      by (fold cR; unfold cRm in *; nra).
+    assert ((1 + u) * ee * (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea)) <= (1 + u) * ee * ((1 + u) * Ym + cRm))
+      by (apply Rmult_le_compat_l; [nra | lra]).
+    assert ((1 + u) * E * (P * ((1 + u) * (eP + eDx) + u * Rabs Y + ea))
+            = (1 + u) * E * (P * cR) + (1 + u) * E * u * (P * Rabs Y)) by (unfold cR; ring).
+    nra. }
+  pose proof (store_mul_close _ _ (w x) eds Hds') as Ht.
+  unfold grad_term; rewrite Hv; unfold grad_ds.
+  eapply Rle_trans; [exact Ht |].
+  rewrite Rabs_mult, (Rabs_right P) by lra.
+  pose proof (Rabs_pos (w x)) as Hw0.
+  unfold eds, grad_A, grad_B, grad_c; fold cR.
+  set (aw := Rabs (w x)) in *.
+  assert (HPY : 0 <= P * Rabs Y) by nra.
+  assert (Hc0 : 0 <= (1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es).
+  { assert (0 <= (1 + u) * Ym + cRm) by (pose proof (Rabs_pos Y); unfold cRm in *; nra).
+    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + cRm)) by (apply Rmult_le_pos; nra).
+    apply Rplus_le_le_0_compat; apply Rmult_le_pos; nra. }
+  assert (((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * aw
+          <= ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * W)
+    by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+Theorem grad_error : forall vis c cs scale ucs (tiles : list (list T)) (Lx dPx Dx eD : T -> R)
+    delta Dl Am X eP eDm Ym W b,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= eP -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2 A_ c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2 A_ c (qv x) (kv x) - l2 x) <= Am
+     /\ Rabs (dp x - dPx x) <= eP
+     /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
+  let E := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pr := fun x => exp (scale * dot_R (qv x) (kv x) - Lx x) in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0) (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0)
+                      (concat tiles)) in
+  let n := INR (length (concat tiles)) in
+  let eA := (1 + g) * (grad_A E * S1 + grad_B E * SR + n * grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) + g * S1 in
+  Rabs (grad_kernel vis c cs tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0) (concat tiles)))
+  <= (1 + us) * (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea) + us * scale * S1 + es.
+Proof.
+  intros vis c cs scale ucs tiles Lx dPx Dx eD delta Dl Am X eP eDm Ym W b
+    Hs Hucs Hc HeP HeDm HYm HW0 HBt Hg HX Hx E g Pr S1 SR n eA.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  set (xs := concat tiles) in *.
+  set (ys := concat (map (map (grad_term vis c)) tiles)).
+  assert (Eys : ys = map (grad_term vis c) xs) by (unfold ys, xs; rewrite <- concat_map; reflexivity).
+  assert (Hg0 : 0 <= g) by (apply gamma_nonneg with (A := A_); exact Hg).
+  assert (HB : Rabs (blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum ys) <= g * rsum (map Rabs ys)).
+  { unfold ys, g.
+    replace (length tiles) with (length (map (map (grad_term vis c)) tiles)) by apply map_length.
+    apply blocked_sum_error_bound.
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+      rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl').
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- _]].
+      apply Forall_forall; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+      unfold grad_term; destruct (vis x); [apply ff_rnd_fmt | apply ff_fmt_0].
+    - rewrite map_length; exact Hg. }
+  rewrite Eys in HB.
+  set (gc := grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in *.
+  set (h1 := fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0).
+  set (h2 := fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0).
+  set (Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0).
+  set (gA := grad_A E) in *; set (gB := grad_B E) in *.
+  assert (Hgc : 0 <= gc).
+  { unfold gc, grad_c.
+    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea))) by (apply Rmult_le_pos; nra).
+    assert (0 <= (1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea))
+      by (apply Rmult_le_pos; nra).
+    assert (0 <= (1 + u) * es) by nra.
+    assert (0 <= ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea)
+                  + (1 + u) * es) * W) by (apply Rmult_le_pos; lra).
+    lra. }
+  assert (Hterm : forall x, In x xs ->
+            Rabs (grad_term vis c x - Pd x) <= (gA * h1 x + gB * h2 x) + gc).
+  { intros x Hxs; unfold Pd, h1, h2; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 H8]]]]]]].
+      exact (grad_term_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) delta Dl Am X eP eDm Ym W
+               Ev H1 H2 H3 HX H4 H5 H6 H7 H8).
+    - unfold grad_term; rewrite Ev, Rminus_0_r, Rabs_R0, !Rmult_0_r; lra. }
+  destruct (sum_terms_close xs (grad_term vis c) Pd (fun x => gA * h1 x + gB * h2 x) gc Hterm) as [Hs1 Hs2].
+  assert (EH : rsum (map (fun x => gA * h1 x + gB * h2 x) xs) = gA * S1 + gB * SR).
+  { rewrite rsum_map_plus, !rsum_map_scal_l; reflexivity. }
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
+  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  rewrite EH in Hs1, Hs2; rewrite EPd in Hs2; fold n in Hs1, Hs2.
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
+  assert (HA : Rabs (blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum (map Pd xs)) <= eA).
+  { replace (blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum (map Pd xs))
+      with ((blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum (map (grad_term vis c) xs))
+            + (rsum (map (grad_term vis c) xs) - rsum (map Pd xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (g * rsum (map Rabs (map (grad_term vis c) xs)) <= g * (S1 + (gA * S1 + gB * SR) + n * gc))
+      by (apply Rmult_le_compat_l; lra).
+    unfold eA; fold gA gB gc; lra. }
+  exact (scale_store_close _ _ S1 eA cs scale ucs Hs Hucs Hc HPs HA).
+Qed.
+
+End Generic.
+
+End Grad.
