@@ -170,15 +170,18 @@ Definition grad_B (E : R) : R := (1 + u) * (1 + us) * ((1 + u) * E).
 Definition grad_c (E Ym cRm W : R) : R :=
   ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * W + ea.
 
+Definition grad_eA (g E S1 SR n gc : R) : R := (1 + g) * (grad_A E * S1 + grad_B E * SR + n * gc) + g * S1.
+Definition grad_bound (scale ucs eA S1 : R) : R :=
+  (1 + us) * (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea) + us * scale * S1 + es.
+
 (** The last two steps: [rnd (acc * cs)] with [acc] within [eA] of [T]
     ([|T| <= S1]) and [cs] within [ucs scale] of [scale], stored. *)
 Lemma scale_store_close : forall acc T S1 eA cs scale ucs,
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   Rabs T <= S1 -> Rabs (acc - T) <= eA ->
-  Rabs (ff_rnd S_ (rnd (acc * cs)) - scale * T)
-  <= (1 + us) * (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea) + us * scale * S1 + es.
+  Rabs (ff_rnd S_ (rnd (acc * cs)) - scale * T) <= grad_bound scale ucs eA S1.
 Proof.
-  intros acc T S1 eA cs scale ucs Hs Hucs Hc HT HA.
+  intros acc T S1 eA cs scale ucs Hs Hucs Hc HT HA; unfold grad_bound.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
   pose proof (ff_abs A_ (acc * cs)) as Hr; rewrite Rabs_mult in Hr.
   assert (Hcs : Rabs cs <= (1 + ucs) * scale).
@@ -318,10 +321,10 @@ Theorem grad_error : forall vis c cs scale ucs (tiles : list (list T)) (Lx dPx D
   let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0)
                       (concat tiles)) in
   let n := INR (length (concat tiles)) in
-  let eA := (1 + g) * (grad_A E * S1 + grad_B E * SR + n * grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) + g * S1 in
+  let eA := grad_eA g E S1 SR n (grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in
   Rabs (grad_kernel vis c cs tiles
         - scale * rsum (map (fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0) (concat tiles)))
-  <= (1 + us) * (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea) + us * scale * S1 + es.
+  <= grad_bound scale ucs eA S1.
 Proof.
   intros vis c cs scale ucs tiles Lx dPx Dx eD delta Dl Am X eP eDm Ym W b
     Hs Hucs Hc HeP HeDm HYm HW0 HBt Hg HX Hx E g Pr S1 SR n eA.
@@ -380,10 +383,193 @@ Proof.
     eapply Rle_trans; [apply Rabs_triang |].
     assert (g * rsum (map Rabs (map (grad_term vis c) xs)) <= g * (S1 + (gA * S1 + gB * SR) + n * gc))
       by (apply Rmult_le_compat_l; lra).
-    unfold eA; fold gA gB gc; lra. }
+    unfold eA, grad_eA; fold gA gB gc; lra. }
   exact (scale_store_close _ _ S1 eA cs scale ucs Hs Hucs Hc HPs HA).
 Qed.
 
 End Generic.
+
+(** ** The two kernels *)
+
+(** dK, coordinate [e] of key row [k] (value row [v]): items
+    [((q_i, dO_i), (lse2_i, delta_i))], the query rows of every query head
+    of the key's group in the kernel's query tiles; [dp = dot (v, dO_i)]. *)
+Definition dk_kernel (vis : (list R * list R) * (R * R) -> bool) (c cs : R) (k v : list R) (e : nat)
+    (tiles : list (list ((list R * list R) * (R * R)))) : R :=
+  grad_kernel _ (fun x => fst (fst x)) (fun _ => k) (fun x => fst (snd x))
+    (fun x => blocked_dot A_ (length v) v (snd (fst x))) (fun x => snd (snd x)) (fun x => nth e (fst (fst x)) 0)
+    vis c cs tiles.
+
+(** dQ, coordinate [e] of query row [q] (its [dO], [lse2], [delta]): items
+    [(k_j, v_j)], the key rows of the query head's key head in the kernel's
+    key tiles; [dp = dot (dO, v_j)]. *)
+Definition dq_kernel (vis : list R * list R -> bool) (c cs : R) (q dO : list R) (l2 dl : R) (e : nat)
+    (tiles : list (list (list R * list R))) : R :=
+  grad_kernel _ (fun _ => q) fst (fun _ => l2) (fun y => blocked_dot A_ (length dO) dO (snd y)) (fun _ => dl)
+    (fun y => nth e (fst y) 0) vis c cs tiles.
+
+Theorem dk_error : forall vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * list R) * (R * R) -> R)
+    delta Dl Am X Ev Pd eDm Ym W b,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  length v = Ev -> (1 <= Ev)%nat -> INR Ev * u < 1 ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2 A_ c (fst (fst x)) k * ln 2 - scale * dot_R (fst (fst x)) k) <= delta
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2 A_ c (fst (fst x)) k - fst (snd x)) <= Am
+     /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let eP := dot_err A_ Ev Pd in
+  let E := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pr := fun x => exp (scale * dot_R (fst (fst x)) k - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (fst (fst x)) 0)
+                                 else 0) (concat tiles)) in
+  let eA := grad_eA g E S1 SR (INR (length (concat tiles))) (grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in
+  Rabs (dk_kernel vis c cs k v e tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W b
+    Hs Hucs Hc HPd HeDm HYm HW Hv HE1 HEu HBt Hg HX Hx eP E g Pr Y S1 SR eA.
+  apply (grad_error _ (fun x => fst (fst x)) (fun _ => k) (fun x => fst (snd x))
+           (fun x => blocked_dot A_ (length v) v (snd (fst x))) (fun x => snd (snd x))
+           (fun x => nth e (fst (fst x)) 0) vis c cs scale ucs tiles Lx (fun x => dot_R v (snd (fst x))) Dx eD
+           delta Dl Am X eP eDm Ym W b); auto.
+  - apply dot_err_nonneg; assumption.
+  - intros x Hin Hvis; destruct (Hx x Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
+    repeat split; auto.
+    rewrite Hv; apply dot_err_bound; auto.
+Qed.
+
+Theorem dq_error : forall vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
+    delta Dl Am X Ev Pd Ym W b,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= Ym -> 0 <= W ->
+  length dO = Ev -> (1 <= Ev)%nat -> INR Ev * u < 1 ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2 A_ c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
+     /\ Rabs (score2 A_ c q (fst y) - l2) <= Am
+     /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let eP := dot_err A_ Ev Pd in
+  let E := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  let SR := rsum (map (fun y => if vis y then Pr y * ((1 + u) * (eP + eD) + ea) * Rabs (nth e (fst y) 0) else 0)
+                      (concat tiles)) in
+  let eA := grad_eA g E S1 SR (INR (length (concat tiles))) (grad_c E Ym ((1 + u) * (eP + eD) + ea) W) in
+  Rabs (dq_kernel vis c cs q dO l2 dl e tiles
+        - scale * rsum (map (fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W b
+    Hs Hucs Hc HPd HYm HW Hd HE1 HEu HBt Hg HX Hl HdD Hx eP E g Pr Y S1 SR eA.
+  assert (HeD : 0 <= eD) by (eapply Rle_trans; [apply Rabs_pos | exact HdD]).
+  apply (grad_error _ (fun _ => q) fst (fun _ => l2) (fun y => blocked_dot A_ (length dO) dO (snd y)) (fun _ => dl)
+           (fun y => nth e (fst y) 0) vis c cs scale ucs tiles (fun _ => Lx) (fun y => dot_R dO (snd y))
+           (fun _ => D) (fun _ => eD) delta Dl Am X eP eD Ym W b); auto.
+  - apply dot_err_nonneg; assumption.
+  - intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
+    repeat split; auto; try lra.
+    rewrite Hd; apply dot_err_bound; auto.
+Qed.
+
+(** ** Delta *)
+
+Lemma dot_terms_close : forall (l : list (R * R)),
+  Rabs (rsum (map (fun xy => rnd (fst xy * snd xy)) l) - rsum (map (fun xy => fst xy * snd xy) l))
+  <= u * rsum (map (fun xy => Rabs (fst xy * snd xy)) l) + INR (length l) * ea
+  /\ rsum (map Rabs (map (fun xy => rnd (fst xy * snd xy)) l))
+     <= (1 + u) * rsum (map (fun xy => Rabs (fst xy * snd xy)) l) + INR (length l) * ea.
+Proof.
+  induction l as [|xy l [IH1 IH2]].
+  - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+  - cbn [map length]; rewrite !rsum_cons, S_INR.
+    pose proof (ff_abs A_ (fst xy * snd xy)) as Hr.
+    pose proof (ag_abs_le _ _ _ Hr).
+    split; [| lra].
+    match goal with |- Rabs (?a + ?b - (?c + ?d)) <= _ =>
+      replace (a + b - (c + d)) with ((a - c) + (b - d)) by ring end.
+    eapply Rle_trans; [apply Rabs_triang | lra].
+Qed.
+
+(** The dQ kernel's [delta = tl.sum (o * dO)]: the [Ev] products rounded
+    to fp32 (exact for 16-bit operands), reduced by any tree of depth at
+    most [D] (any reduction order of [Ev] terms has depth at most
+    [Ev - 1]), against the real [dO . o] of the stored [o]. *)
+Theorem delta_close : forall (shape : stree) (o d : list R) D,
+  leaves shape = dot_terms A_ o d -> (depth shape <= D)%nat -> INR D * u < 1 ->
+  let n := INR (length (combine o d)) in
+  Rabs (tree_sum A_ shape - dot_R o d)
+  <= gamma u D * ((1 + u) * dot_abs o d + n * ea) + u * dot_abs o d + n * ea.
+Proof.
+  intros shape o d D Hl HD Hu n.
+  pose proof (ff_u_nonneg A_) as Hu0.
+  assert (Hf : Forall (ff_fmt A_) (leaves shape)).
+  { rewrite Hl; apply Forall_forall; intros z Hz; unfold dot_terms in Hz; apply in_map_iff in Hz.
+    destruct Hz as [xy [<- _]]; apply ff_rnd_fmt. }
+  destruct (tree_sum_ok A_ shape Hf) as [_ Ht].
+  unfold close in Ht; rewrite Hl in Ht.
+  destruct (dot_terms_close (combine o d)) as [H1 H2].
+  unfold dot_terms, abs_sum in Ht; fold n in H1, H2.
+  assert (Hp : (1 + u) ^ depth shape - 1 <= gamma u D).
+  { eapply Rle_trans; [| apply pow_le_gamma; assumption].
+    assert ((1 + u) ^ depth shape <= (1 + u) ^ D) by (apply Rle_pow; [lra | exact HD]). lra. }
+  assert (Hp0 : 0 <= (1 + u) ^ depth shape - 1) by (pose proof (pow_R1_Rle (1 + u) (depth shape)); lra).
+  set (ts := map (fun xy => rnd (fst xy * snd xy)) (combine o d)) in *.
+  assert (Ha : 0 <= rsum (map Rabs ts))
+    by (apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz; destruct Hz as [w' [<- _]]; apply Rabs_pos).
+  replace (tree_sum A_ shape - dot_R o d) with ((tree_sum A_ shape - rsum ts) + (rsum ts - dot_R o d)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  unfold dot_R, dot_abs in *.
+  assert (((1 + u) ^ depth shape - 1) * rsum (map Rabs ts) <= gamma u D * rsum (map Rabs ts))
+    by (apply Rmult_le_compat_r; lra).
+  assert (0 <= gamma u D) by lra.
+  assert (gamma u D * rsum (map Rabs ts)
+          <= gamma u D * ((1 + u) * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine o d)) + n * ea))
+    by (apply Rmult_le_compat_l; lra).
+  lra.
+Qed.
+
+(** The stored output [o] against the exact [O]: [|dO . o - dO . O| <= e sum_c |dO_c|]
+    when every coordinate is within [e]. *)
+Lemma dot_R_perturb : forall o O d e, 0 <= e -> length o = length O ->
+  (forall i, (i < length o)%nat -> Rabs (nth i o 0 - nth i O 0) <= e) ->
+  Rabs (dot_R o d - dot_R O d) <= e * rsum (map Rabs d).
+Proof.
+  induction o as [|x o IH]; intros [|y O] d e He Hl H; try discriminate.
+  - unfold dot_R; cbn [combine map]; unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0.
+    apply Rmult_le_pos; [exact He |].
+    apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz; destruct Hz as [w' [<- _]]; apply Rabs_pos.
+  - destruct d as [|z d].
+    + unfold dot_R; cbn [combine map]; unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+    + unfold dot_R in *; cbn [combine map]; rewrite !rsum_cons; cbn [fst snd].
+      assert (Hx : Rabs (x - y) <= e) by exact (H 0%nat ltac:(simpl; lia)).
+      assert (IHo : Rabs (rsum (map (fun xy => fst xy * snd xy) (combine o d))
+                          - rsum (map (fun xy => fst xy * snd xy) (combine O d))) <= e * rsum (map Rabs d)).
+      { apply IH; [exact He | simpl in Hl; lia |].
+        intros i Hi; exact (H (S i) ltac:(simpl; lia)). }
+      replace (x * z + rsum (map (fun xy => fst xy * snd xy) (combine o d))
+               - (y * z + rsum (map (fun xy => fst xy * snd xy) (combine O d))))
+        with ((x - y) * z + (rsum (map (fun xy => fst xy * snd xy) (combine o d))
+                             - rsum (map (fun xy => fst xy * snd xy) (combine O d)))) by ring.
+      eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult.
+      assert (Rabs (x - y) * Rabs z <= e * Rabs z) by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hx]).
+      lra.
+Qed.
 
 End Grad.
