@@ -393,10 +393,11 @@ End Generic.
 
 (** dK, coordinate [e] of key row [k] (value row [v]): items
     [((q_i, dO_i), (lse2_i, delta_i))], the query rows of every query head
-    of the key's group in the kernel's query tiles; [dp = dot (v, dO_i)]. *)
+    of the key's group in the kernel's query tiles; the score
+    [score2 c k q_i] (the kernel's [dot (k, q^T)]) and [dp = dot (v, dO_i)]. *)
 Definition dk_kernel (vis : (list R * list R) * (R * R) -> bool) (c cs : R) (k v : list R) (e : nat)
     (tiles : list (list ((list R * list R) * (R * R)))) : R :=
-  grad_kernel _ (fun x => fst (fst x)) (fun _ => k) (fun x => fst (snd x))
+  grad_kernel _ (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
     (fun x => blocked_dot A_ (length v) v (snd (fst x))) (fun x => snd (snd x)) (fun x => nth e (fst (fst x)) 0)
     vis c cs tiles.
 
@@ -417,16 +418,16 @@ Theorem dk_error : forall vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * l
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
   Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
-     Rabs (score2 A_ c (fst (fst x)) k * ln 2 - scale * dot_R (fst (fst x)) k) <= delta
+     Rabs (score2 A_ c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
-     /\ Rabs (score2 A_ c (fst (fst x)) k - fst (snd x)) <= Am
+     /\ Rabs (score2 A_ c k (fst (fst x)) - fst (snd x)) <= Am
      /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
      /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
   let eP := dot_err A_ Ev Pd in
   let E := (1 + ue) * X in
   let g := gamma u ((b - 1) + (length tiles - 1)) in
-  let Pr := fun x => exp (scale * dot_R (fst (fst x)) k - Lx x) in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
   let Y := fun x => dot_R v (snd (fst x)) - Dx x in
   let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
                       (concat tiles)) in
@@ -439,7 +440,7 @@ Theorem dk_error : forall vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * l
 Proof.
   intros vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W b
     Hs Hucs Hc HPd HeDm HYm HW Hv HE1 HEu HBt Hg HX Hx eP E g Pr Y S1 SR eA.
-  apply (grad_error _ (fun x => fst (fst x)) (fun _ => k) (fun x => fst (snd x))
+  apply (grad_error _ (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
            (fun x => blocked_dot A_ (length v) v (snd (fst x))) (fun x => snd (snd x))
            (fun x => nth e (fst (fst x)) 0) vis c cs scale ucs tiles Lx (fun x => dot_R v (snd (fst x))) Dx eD
            delta Dl Am X eP eDm Ym W b); auto.
