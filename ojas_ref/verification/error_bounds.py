@@ -41,6 +41,9 @@ __all__ = [
     "attention_forward_error_bound",
     "attention_lse_error_bound",
     "attention_dv_error_bound",
+    "attention_dk_error_bound",
+    "attention_dq_error_bound",
+    "attention_delta_error_bound",
     "UNIT_ROUNDOFF",
     "dot_product_error_bound",
     "chunked_sum_error_factor",
@@ -770,6 +773,50 @@ def attention_lse_error_bound(
 _LOG2E_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
+def _backward_weight_terms(n_items: int, n_tiles: int, head_dim: int, block: int, max_abs_q: float,
+                           max_abs_k: float, max_abs_lse: float, lse_error: float, scale: float | None,
+                           qk_abs_sum: float | None, exp2_error: float, dtype: torch.dtype,
+                           storage_rounding: str) -> dict[str, Any]:
+    """The exact-rational constants the backward bounds share: the arguments checked, the
+    model's ``u, ea, ue, ee, us, es``, ``scale``, ``X >= 2^(2 (delta + Dl) + u Am + ea)`` (score
+    terms from ``score2_error``, ``Dl``, ``Am`` from ``lse2_close``; ``X = 1 + perturbation_q(x / 2)``)
+    and ``g`` = gamma of ``(block - 1) + (n_tiles - 1)`` (the blocked sum over the tiles)."""
+    p, scale = _attention_bound_args(max(n_items, 1), head_dim, block, max_abs_q, max_abs_k, scale,
+                                     qk_abs_sum, exp2_error, dtype=dtype)
+    for name, val in (("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if n_items < 0 or n_tiles < 1:
+        raise ValueError(f"the item count must be >= 0 and the tile count >= 1, got {n_items}, {n_tiles}")
+    F_ = Fraction
+    u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp2_error)), F_(_EXP2_ABS_ERROR)
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    uc2 = F_(_LOG2E_CONST_ERROR)
+    sargs = dict(u=_rational(u), ea=_rational(ea), scale=_rational(scale), uc=_rational(_QK_SCALE_ERROR),
+                 e=head_dim, p=_rational(p))
+    smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
+    if smax is _NO_ORACLE or delta is _NO_ORACLE:
+        raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
+    smax, delta = F_(smax), F_(delta)
+    lb, lmax = F_(float(lse_error)), F_(float(max_abs_lse)) + F_(float(lse_error))
+    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
+    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
+    x = 2 * (delta + dl) + u * am + ea
+    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))
+    if pert is None or float(x) > _EXP_OVERFLOW:
+        raise ValueError(f"the exp2 argument error {float(x)} is too large")
+    k = (block - 1) + (n_tiles - 1)
+    g = _from_oracle(bound="gamma", u=_rational(u), n=k) if k * _FP32_U < 1.0 else None
+    if g is None:
+        raise ValueError(f"side condition fails: ((block - 1) + (tiles - 1)) u >= 1 for k={k}")
+    return dict(u=u, ea=ea, ue=ue, ee=ee, us=us, es=es, scale=F_(scale), X=1 + F_(pert), g=F_(g))
+
+
+def _enlarged(t: torch.Tensor, n_terms: int) -> torch.Tensor:
+    """A float64 sum of ``n_terms`` nonnegative terms, enlarged by ``4 (n + 1) 2^-53`` for its own rounding."""
+    return t.to(torch.float64) * (1.0 + 4 * (n_terms + 1) * 2.0**-53)
+
+
 def attention_dv_error_bound(
     prob_abs_do: torch.Tensor, n_queries: int, n_query_tiles: int, head_dim: int, *, block_m: int,
     dtype: torch.dtype, max_abs_q: float, max_abs_k: float, max_abs_do: float, max_abs_lse: float,
@@ -800,44 +847,142 @@ def attention_dv_error_bound(
     composed number), the tensor part float64 rounded up by 2^-40.
 
     Not covered: the MMA order and its accumulation into dv, FMA contraction, 3xTF32
-    (float32 on CUDA), ``exp2_error`` (an assumption), and dK, dQ (no bound yet).
+    (float32 on CUDA), ``exp2_error`` (an assumption); dK and dQ: :func:`attention_dk_error_bound`.
     """
-    p, scale = _attention_bound_args(max(n_queries, 1), head_dim, block_m, max_abs_q, max_abs_k, scale,
-                                     qk_abs_sum, exp2_error, dtype=dtype)
-    for name, val in (("max_abs_do", max_abs_do), ("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
-        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
-    if n_queries < 0 or n_query_tiles < 1:
-        raise ValueError(f"n_queries must be >= 0 and n_query_tiles >= 1, got {n_queries}, {n_query_tiles}")
-    F_ = Fraction
-    u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp2_error)), F_(_EXP2_ABS_ERROR)
-    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
-    uc2 = F_(_LOG2E_CONST_ERROR)
-    sargs = dict(u=_rational(u), ea=_rational(ea), scale=_rational(scale), uc=_rational(_QK_SCALE_ERROR),
-                 e=head_dim, p=_rational(p))
-    smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
-    if smax is _NO_ORACLE or delta is _NO_ORACLE:
-        raise RuntimeError("attention_dv_error_bound needs the oracle (make -C extraction): no hand copy")
-    smax, delta = F_(smax), F_(delta)
-    lb, lmax = F_(float(lse_error)), F_(float(max_abs_lse)) + F_(float(lse_error))
-    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
-    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
-    x = 2 * (delta + dl) + u * am + ea
-    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))
-    if pert is None or float(x) > _EXP_OVERFLOW:
-        raise ValueError(f"the exp2 argument error {float(x)} is too large")
-    X = 1 + F_(pert)
-    k = (block_m - 1) + (n_query_tiles - 1)
-    g = _from_oracle(bound="gamma", u=_rational(u), n=k) if k * _FP32_U < 1.0 else None
-    if g is None:
-        raise ValueError(f"side condition of dv_error fails: ((block_m - 1) + (tiles - 1)) u >= 1 for k={k}")
-    g = F_(g)
-    Ff = (1 + u) * (1 + us) * ((1 + ue) * X)
-    cc = (1 + u) * ((1 + us) * ee + es) * F_(float(max_abs_do)) + ea
+    if not (isinstance(max_abs_do, (int, float)) and math.isfinite(max_abs_do) and max_abs_do >= 0.0):
+        raise ValueError(f"max_abs_do must be a finite number >= 0, got {max_abs_do!r}")
+    c = _backward_weight_terms(n_queries, n_query_tiles, head_dim, block_m, max_abs_q, max_abs_k, max_abs_lse,
+                               lse_error, scale, qk_abs_sum, exp2_error, dtype, storage_rounding)
+    u, ea, ue, ee, us, es, g = (c[name] for name in ("u", "ea", "ue", "ee", "us", "es", "g"))
+    Ff = (1 + u) * (1 + us) * ((1 + ue) * c["X"])
+    cc = (1 + u) * ((1 + us) * ee + es) * Fraction(float(max_abs_do)) + ea
     a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)     # coefficient of S
     b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
-    S = prob_abs_do.to(torch.float64) * (1.0 + 4 * (n_queries + 1) * 2.0**-53)
-    return (a * S + b) * _ROUND_UP
+    return (a * _enlarged(prob_abs_do, n_queries) + b) * _ROUND_UP
+
+
+def attention_delta_error_bound(o_do_abs_sum: torch.Tensor, value_dim: int) -> torch.Tensor:
+    """Bounds on ``|delta_i - dO_i . o_i|`` for the dQ kernel's ``delta = tl.sum(o * dO)``
+    (float32 products, any reduction order), against the real dot of the STORED output ``o``
+    and ``dO``; one per entry of ``o_do_abs_sum`` = ``sum_c |o_ic dO_ic|`` (float64, enlarged
+    here for its own rounding).
+
+    Implements ``Ojas.FloatModel.AttentionGradError.delta_close`` with the tree depth
+    ``value_dim - 1`` (every binary reduction tree of ``value_dim`` terms is that deep at
+    most)::
+
+        bound = gamma(Ev - 1) ((1 + u) S + Ev ea) + u S + Ev ea.
+
+    Against the exact ``dO_i . O_i``, add ``e * sum_c |dO_ic|`` for an output within ``e`` of
+    the exact one per coordinate (``Ojas.FloatModel.AttentionGradError.dot_R_perturb``; ``e``
+    from :func:`attention_forward_error_bound`). Not covered: ``tl.sum``'s padding zeros when
+    the kernel's ``BLOCK_EV`` exceeds ``value_dim``, FMA contraction of the products into the sums.
+    """
+    if isinstance(value_dim, bool) or not isinstance(value_dim, int) or value_dim < 1:
+        raise ValueError(f"value_dim must be an integer >= 1, got {value_dim!r}")
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    g = _from_oracle(bound="gamma", u=_rational(u), n=value_dim - 1)
+    if g is _NO_ORACLE:
+        raise RuntimeError("attention_delta_error_bound needs the oracle (make -C extraction): no hand copy")
+    g = Fraction(g)
+    a = _float_up(g * (1 + u) + u)
+    b = _float_up((g + 1) * value_dim * ea)
+    return (a * _enlarged(o_do_abs_sum, value_dim) + b) * _ROUND_UP
+
+
+# |fp32(scale) - scale| <= 2^-24 scale: the float32 scale the backward kernels multiply dK and dQ by.
+_SCALE_CONST_ERROR = 2.0**-24
+
+
+def _attention_grad_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_items: int, n_tiles: int,
+                                head_dim: int, value_dim: int, block: int, max_abs_w: float, dp_abs_sum: float,
+                                max_abs_y: float, max_delta_error: float, common: dict[str, Any]) -> torch.Tensor:
+    """``grad_bound`` of ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``) over
+    tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
+    for name, val in (("max_abs_w", max_abs_w), ("dp_abs_sum", dp_abs_sum), ("max_abs_y", max_abs_y),
+                      ("max_delta_error", max_delta_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if isinstance(value_dim, bool) or not isinstance(value_dim, int) or value_dim < 1:
+        raise ValueError(f"value_dim must be an integer >= 1, got {value_dim!r}")
+    c = _backward_weight_terms(n_items, n_tiles, head_dim, block, **common)
+    u, ea, ue, ee, us, es, g, scale = (c[k] for k in ("u", "ea", "ue", "ee", "us", "es", "g", "scale"))
+    F_ = Fraction
+    ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
+    ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea                     # dot_err Ev Pd
+    E = (1 + ue) * c["X"]
+    ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u      # grad_A
+    gb = (1 + u) * (1 + us) * ((1 + u) * E)                                         # grad_B
+    crm = (1 + u) * (ep + F_(float(max_delta_error))) + ea
+    gc = (((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * F_(float(max_abs_y)) + crm) + ea) + (1 + u) * es)
+          * F_(float(max_abs_w)) + ea)                                              # grad_c
+    ucs = F_(_SCALE_CONST_ERROR)
+    k = (1 + us) * scale * (1 + u) * (1 + ucs)     # grad_bound's factor of eA
+    a1 = _float_up(k * ((1 + g) * ga + g) + (1 + us) * scale * (u * (1 + ucs) + ucs) + us * scale)
+    a2 = _float_up(k * (1 + g) * gb * ((1 + u) * ep + ea))
+    a3 = _float_up(k * (1 + g) * gb * (1 + u))
+    b = _float_up(k * (1 + g) * n_items * gc + (1 + us) * ea + es)
+    s1, s2, s3 = (_enlarged(t, n_items) for t in sums)
+    return (a1 * s1 + a2 * s2 + a3 * s3 + b) * _ROUND_UP
+
+
+def attention_dk_error_bound(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_queries: int, n_query_tiles: int, head_dim: int,
+    value_dim: int, *, block_m: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float, dp_abs_sum: float,
+    max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float, scale: float | None = None,
+    qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """A-posteriori bounds on ``|dK_je - scale sum_i P_ij (dP_ij - D_i) q_ie|`` for the dK/dV
+    kernel of the Triton flash attention (kernels/attention.py, ``_dkdv_tile``), one per
+    entry of the sums ``(S1, S2, S3)`` (each ``[.., Sk, E]``, over the visible queries of
+    key ``j``, every query head of its group, from exact probabilities, float64):
+    ``S1 = sum_i P_ij |dP_ij - D_i| |q_ie|``, ``S2 = sum_i P_ij |q_ie|``,
+    ``S3 = sum_i P_ij eD_i |q_ie|``, with ``dP_ij = dO_i . v_j`` and ``D_i`` the real number
+    the kernel's ``delta_i`` is within ``eD_i <= max_delta_error`` of: ``dO_i . O_i`` of the
+    exact output for the exact gradient (``eD`` then includes the stored output's error:
+    :func:`attention_delta_error_bound`), or of the stored output.
+
+    Implements ``Ojas.FloatModel.AttentionGradError.dk_error`` (the kernel's schedule:
+    scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))`` (0 where masked),
+    ``dp = dot(v, dO)`` in fp32, ``ds = rnd(p * rnd(dp - delta))`` rounded to ``dtype``,
+    products with ``q`` in fp32, the query tiles summed blocked, times the float32 scale,
+    stored in ``dtype``) with ``Dl``, ``Am`` from ``lse2_close`` and the score terms from
+    ``score2_error``; the value is ``grad_bound`` at ``SR = ((1 + u) eP + ea) S2 + (1 + u) S3``,
+    ``eP`` = ``dot_err value_dim dp_abs_sum`` (``dp_abs_sum >= sum_c |v_jc dO_ic|``),
+    ``Ym = max_abs_y >= |dP_ij - D_i|``, ``W = max_abs_q``, ``n = n_queries``, ``t = n_query_tiles``.
+    The scalar factors come from the oracle (``gamma``, ``score_max_q``, ``score_delta_q``,
+    ``perturbation_q``), composed in exact rationals here; the tensor part float64, rounded up.
+
+    Not covered: the MMA order and its accumulation into dk, FMA contraction, 3xTF32
+    (float32 on CUDA: not a proved bound there), ``exp2_error`` (an assumption)."""
+    common = dict(max_abs_q=max_abs_q, max_abs_k=max_abs_k, max_abs_lse=max_abs_lse, lse_error=lse_error,
+                  scale=scale, qk_abs_sum=qk_abs_sum, exp2_error=exp2_error, dtype=dtype,
+                  storage_rounding=storage_rounding)
+    return _attention_grad_error_bound(sums, n_queries, n_query_tiles, head_dim, value_dim, block_m, max_abs_q,
+                                       dp_abs_sum, max_abs_y, max_delta_error, common)
+
+
+def attention_dq_error_bound(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_keys: int, n_key_tiles: int, head_dim: int,
+    value_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float, dp_abs_sum: float,
+    max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float, scale: float | None = None,
+    qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """A-posteriori bounds on ``|dQ_ie - scale sum_j P_ij (dP_ij - D_i) k_je|`` for the dQ
+    kernel of the Triton flash attention (kernels/attention.py, ``_dq_tile``), one per entry
+    of the sums ``(S1, S2, S3)`` (each ``[.., Sq, E]``, over the visible keys of query ``i``):
+    ``S1 = sum_j P_ij |dP_ij - D_i| |k_je|``, ``S2 = sum_j P_ij |k_je|``, ``S3 = eD_i S2``
+    (``D_i``, ``eD_i`` as in :func:`attention_dk_error_bound`).
+
+    Implements ``Ojas.FloatModel.AttentionGradError.dq_error`` (the kernel's schedule as for
+    dK, over the key tiles of ``block_n`` keys, ``dp = dot(dO, v)``, products with ``k``);
+    the value is ``grad_bound`` as in :func:`attention_dk_error_bound` with ``W = max_abs_k``,
+    ``n = n_keys``, ``t = n_key_tiles``. Not covered: as for :func:`attention_dk_error_bound`."""
+    common = dict(max_abs_q=max_abs_q, max_abs_k=max_abs_k, max_abs_lse=max_abs_lse, lse_error=lse_error,
+                  scale=scale, qk_abs_sum=qk_abs_sum, exp2_error=exp2_error, dtype=dtype,
+                  storage_rounding=storage_rounding)
+    return _attention_grad_error_bound(sums, n_keys, n_key_tiles, head_dim, value_dim, block_n, max_abs_k,
+                                       dp_abs_sum, max_abs_y, max_delta_error, common)
 
 
 # ---------------------------------------------------------------------------
