@@ -9,7 +9,8 @@
   through :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
   per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant;
   ``checkpoint="offload"``: the layer inputs held in pinned host memory,
-  :mod:`ojas_ref.integrations.offload`), optionally the input embedding's gradient sparse
+  :mod:`ojas_ref.integrations.offload`; ``checkpoint_split=True``: two checkpoints per layer,
+  attention half and MLP half), optionally the input embedding's gradient sparse
   (``sparse_embedding=True``: no dense ``[V, D]`` gradient, for
   :class:`ojas_ref.InBackwardOptimizer` with plain SGD).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
@@ -83,18 +84,20 @@ class OptimizationReport:
     loss_bytes_saved_per_token: int = 0
     notes: list[str] = field(default_factory=list)
     #: what :meth:`plan` plans: (the planner's model, the Setting fields this call fixed: dtype,
-    #: the ojas kernels applied, checkpointing), or None and ``unplanned`` says why
+    #: the ojas kernels applied, checkpointing, its split), or None and ``unplanned`` says why
     planned: Optional[tuple[Any, dict]] = None
     unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
 
     def plan(self, *, optimizer: str = "adamw", fused: bool = True, batch: int = 1, seq: int = 2048,
-             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = None) -> Any:
+             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = None,
+             bucket_cap_mb: float = 64.0) -> Any:
         """The peak of device memory per tensor class of a training step of the optimized model
         (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`), with what this
         call applied and the rest of the setting given here (``fused``: the update in
         :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its ``state_device="cpu"``;
         ``head_update``: its ``head_weight``; ``state_slice_mb``, with ``host_state``: its
-        ``state_slice_mb``, default None as its default: whole parameters).
+        ``state_slice_mb``, default None as its default: whole parameters; ``bucket_cap_mb``: its
+        ``bucket_cap_mb``).
         ``NotImplementedError`` with the reason for a model the planner does not model (not a
         Llama-shaped decoder, sparse embedding, ...)."""
         from ojas_ref.tools import plan as P
@@ -104,7 +107,7 @@ class OptimizationReport:
         model, fields = self.planned
         setting = P.Setting(optimizer=optimizer, fused=fused, batch=batch, seq=seq, host_state=host_state,
                             head_update=head_update, state_slice_mb=state_slice_mb if host_state else None,
-                            **fields)
+                            bucket_cap_mb=bucket_cap_mb, **fields)
         return P.plan(model, setting)
 
     def __str__(self) -> str:
@@ -142,6 +145,7 @@ class _State:
     rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
     sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
     activations: list[tuple[nn.Module, Any]] = field(default_factory=list)  # (layer, its activation before)
+    split: bool = False  # some decoder layer checkpointed as two segments (checkpoint_split=True)
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -182,7 +186,7 @@ def _check_checkpoint(value: object) -> bool | str:
 def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
                    checkpoint: bool | str = False, rms_norm: bool = True, swiglu: bool = True,
                    rope: bool = True, sparse_embedding: bool = False,
-                   relu_mask: bool = True) -> tuple[nn.Module, OptimizationReport]:
+                   relu_mask: bool = True, checkpoint_split: bool = False) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
@@ -199,6 +203,19 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             memory on a side CUDA stream in the forward and back, prefetched one layer ahead, in
             the backward (:class:`ojas_ref.integrations.offload.OffloadedCheckpoint`; on the CPU
             a plain copy, bit-identical to ``True``); ``False``: none.
+        checkpoint_split: (default False; with ``checkpoint`` True or ``"offload"``) each checkpointed
+            decoder layer as two checkpointed segments, (input norm + self-attention) and
+            (post-attention norm + MLP), instead of one: both segments' inputs kept (or offloaded
+            and prefetched with ``"offload"``), so the MLP half's backward runs without the
+            attention half's recomputed activations alive (one layer input more per layer kept,
+            on the host with ``"offload"``). Through the layer's checkpointing function
+            (:class:`ojas_ref.integrations.huggingface.SplitCheckpoint`) and ``__class__`` swaps
+            of the four modules (same parameters and ``state_dict``): Hugging Face's forward runs,
+            and eval / ``no_grad`` / ``generate`` compute as before. The decoder layers checked:
+            Llama, Mistral, Qwen2, Qwen3 (:data:`ojas_ref.integrations.huggingface.SPLIT_LAYERS`);
+            ``NotImplementedError`` naming the family otherwise, before anything is changed.
+            Exact for deterministic layers: the losses and gradients of ``checkpoint_split=False``
+            bit for bit (tests/test_split_checkpoint.py).
         rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
             :func:`ojas_ref.primitives.rms_norm.rms_norm`, the same formula and casts (a class swap:
@@ -250,12 +267,22 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     swiglu = _check_flag("swiglu", swiglu)
     rope = _check_flag("rope", rope)
     sparse_embedding = _check_flag("sparse_embedding", sparse_embedding)
+    checkpoint_split = _check_flag("checkpoint_split", checkpoint_split)
+    if checkpoint_split and not checkpoint:
+        raise ValueError("checkpoint_split=True needs checkpoint=True or 'offload': it splits the checkpoint of each "
+                         "decoder layer in two")
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
         return model, existing.report
     if _is_hf_model(target):
-        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope)
+        if checkpoint_split:
+            from ojas_ref.integrations import huggingface as hf
+
+            reason = hf.split_unsupported_reason(target)
+            if reason is not None:
+                raise NotImplementedError(f"checkpoint_split=True: {reason}")
+        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope, checkpoint_split)
         _make_embedding_sparse(target, sparse_embedding, state)
         state.report.planned, state.report.unplanned = _planned(target, state, checkpoint)
     else:
@@ -289,7 +316,7 @@ def revert_model(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_gradient_checkpointing_func", None)
         else:
             module._gradient_checkpointing_func = func
-    for module, cls in state.swapped:
+    for module, cls in reversed(state.swapped):  # a module swapped twice (a split norm) gets its first class
         module.__class__ = cls
     for module, activation in state.activations:
         module.activation = activation
@@ -350,7 +377,7 @@ def _attention_modules(model: nn.Module) -> list[str]:
 
 
 def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool | str,
-                 rms_norm: bool, swiglu: bool, rope: bool) -> _State:
+                 rms_norm: bool, swiglu: bool, rope: bool, split: bool = False) -> _State:
     from ojas_ref.integrations import huggingface as hf
 
     hf.register()
@@ -398,7 +425,14 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             state.enabled_checkpointing = True
         not_covered = "recomputation equals the stored activations only for deterministic layers (no dropout)"
-        if checkpoint == "offload":
+        if split:
+            _install_split(model, state, checkpoint == "offload")
+            where = ", the segments' inputs offloaded to pinned host memory" if checkpoint == "offload" else ""
+            report.changed.append(Change(
+                "(decoder layers)", "activation checkpointing split in two segments per layer (input norm + "
+                f"self-attention, post-attention norm + MLP; non-reentrant){where}", (), not_covered
+                + "; the split and the offload are exact rearrangements (no theorem); their cost is measured"))
+        elif checkpoint == "offload":
             _install_offload(model, state)
             report.changed.append(Change(
                 "(decoder layers)", "per-layer activation checkpointing, layer inputs offloaded to pinned host "
@@ -426,11 +460,39 @@ def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[O
         shape = P.Model.from_module(model)
     except (NotImplementedError, ValueError, TypeError) as err:
         return None, f"not a Llama-shaped decoder the planner models: {err}"
-    swapped = {type(m).__name__ for m, _ in state.swapped}
+    from ojas_ref.integrations import huggingface as hf
+
     fields = dict(dtype=names[next(iter(dtypes))], checkpoint=bool(checkpoint), offload=checkpoint == "offload",
                   ojas_attention=state.attn_implementation is not None, ojas_loss=state.loss_head is not None,
-                  ojas_rms_norm=any("RMSNorm" in n for n in swapped), ojas_swiglu=any("MLP" in n for n in swapped))
+                  ojas_rms_norm=any(isinstance(m, hf._OjasRMSNorm) for m, _ in state.swapped),
+                  ojas_swiglu=any(isinstance(m, hf._OjasSwiGLU) for m, _ in state.swapped), split=state.split)
     return (shape, fields), ""
+
+
+def _install_split(model: nn.Module, state: _State, offload: bool) -> None:
+    """Make each checkpointed decoder layer's checkpointing function a
+    :class:`~ojas_ref.integrations.huggingface.SplitCheckpoint` (its segments checkpointed by one
+    shared :class:`~ojas_ref.integrations.offload.OffloadedCheckpoint` with ``offload``, else by
+    non-reentrant ``checkpoint``) and swap the classes of its norms and segment modules;
+    :func:`revert_model` puts both back."""
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.offload import OffloadedCheckpoint
+
+    segment_checkpoint = OffloadedCheckpoint() if offload else functools.partial(checkpoint, use_reentrant=False)
+    for layer in hf.split_layers(model):
+        if not layer.gradient_checkpointing:  # the user's checkpointing left it out (every_n_layers)
+            continue
+        state.checkpoint_funcs.append((layer, layer.__dict__.get("_gradient_checkpointing_func")))
+        layer._gradient_checkpointing_func = hf.SplitCheckpoint(layer, segment_checkpoint)
+        for norm_name, module_name in hf.SPLIT_SEGMENTS:
+            for name, segment in ((norm_name, False), (module_name, True)):
+                module = getattr(layer, name)
+                state.swapped.append((module, hf.split_swap(module, segment)))
+        state.split = True
 
 
 def _install_offload(model: nn.Module, state: _State) -> None:

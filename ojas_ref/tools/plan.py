@@ -11,7 +11,8 @@ says where its count comes from.
 What is modelled: weights, optimizer state and gradients in the run's dtype (no
 autocast, no master weights); SGD without momentum (the benchmark's ``lr`` only) or
 AdamW (torch's foreach path); the standard loop or :class:`ojas_ref.InBackwardOptimizer`
-(``bucket_cap_mb=64``); per-layer non-reentrant checkpointing; SDPA attention and
+(``bucket_cap_mb``, 64 by default); per-layer non-reentrant checkpointing, the layer whole or split in
+its attention and MLP halves (``split``); SDPA attention and
 Hugging Face's loss, or ``optimize_model``'s ojas attention and
 :func:`ojas_ref.linear_cross_entropy` (together, as ``--ojas``, or apart); and two ways of
 moving bytes to host memory (:attr:`Plan.host`, printed as "host memory"): checkpoints
@@ -59,8 +60,10 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 #: handles that run products in a step: the main thread (forward, optimizer step) and the
 #: autograd engine's device thread (backward)
 CUBLAS_HANDLES = 2
-#: InBackwardOptimizer's default ``bucket_cap_mb`` (64), in bytes
-BUCKET_CAP_BYTES = 64 * 2**20
+#: InBackwardOptimizer's default ``bucket_cap_mb``
+BUCKET_CAP_MB = 64.0
+#: its bytes (:func:`bucket_cap_bytes` of the default setting)
+BUCKET_CAP_BYTES = int(BUCKET_CAP_MB * 2**20)
 #: a ``state_slice_mb`` to plan with (``ojas plan --host-state --state-slice-mb 128``; the option
 #: is off by default and refused on CUDA by InBackwardOptimizer: its H200 run gave NaN losses)
 STATE_SLICE_MB = 128.0
@@ -207,8 +210,11 @@ class Setting:
     """A training setting. ``ojas_attention`` / ``ojas_loss`` / ``ojas_rms_norm`` /
     ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``cross_entropy=`` /
     ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``fused``: the optimizer runs in
-    backward (``InBackwardOptimizer``, 64 MiB buckets); ``checkpoint``: per-layer
-    non-reentrant activation checkpointing.
+    backward (``InBackwardOptimizer``, buckets of ``bucket_cap_mb``, 64 MiB by default);
+    ``checkpoint``: per-layer non-reentrant activation checkpointing; ``split`` (needs
+    ``checkpoint``): ``optimize_model(checkpoint_split=True)``, each layer checkpointed as two
+    segments, its attention half and its MLP half (:func:`checkpoints_per_layer`,
+    :func:`recomputed_mlp_half_bytes`, :func:`recomputed_attention_half_bytes`).
 
     ``offload`` (needs ``checkpoint``): ``optimize_model(checkpoint="offload")``
     (ojas_ref/integrations/offload.py), each checkpointed layer's input held in pinned host
@@ -245,6 +251,11 @@ class Setting:
     #: with host_state: InBackwardOptimizer's ``state_slice_mb`` (None: whole parameters, as recorded
     #: before it existed)
     state_slice_mb: Optional[float] = None
+    #: each checkpointed layer as two segments, attention half and MLP half
+    #: (``optimize_model(checkpoint_split=True)``); needs checkpoint
+    split: bool = False
+    #: InBackwardOptimizer's ``bucket_cap_mb`` (with fused: a bucket is updated when its gradients reach it)
+    bucket_cap_mb: float = BUCKET_CAP_MB
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -256,9 +267,15 @@ class Setting:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
-                     "ojas_attention_copy", "offload", "host_state", "head_update"):
+                     "ojas_attention_copy", "offload", "host_state", "head_update", "split"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, (int, float)):
+            raise TypeError(f"bucket_cap_mb must be a float, got {type(self.bucket_cap_mb).__name__}")
+        if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb >= 0):
+            raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {self.bucket_cap_mb}")
+        if self.split and not self.checkpoint:
+            raise ValueError("split=True needs checkpoint=True: it checkpoints each layer as two segments")
         if self.offload and not self.checkpoint:
             raise ValueError("offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
                              "that activation checkpointing keeps) to host memory")
@@ -291,12 +308,16 @@ class Setting:
     @property
     def mode(self) -> str:
         """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
-        description of a mix it did not run; ``+offload`` and ``+host-state`` appended when on
-        (no recorded setting has them)."""
+        description of a mix it did not run; ``+split``, ``+offload``, ``+host-state`` and
+        ``+head-update`` appended when on (bench_optimize_model's records have none of them), and
+        the bucket size when fused and not the default 64 MiB."""
         pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
                   ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu), ("fused", self.fused))
-        host = "".join(f"+{name}" for name, on in (("offload", self.offload), ("host-state", self.host_state),
+        host = "".join(f"+{name}" for name, on in (("split", self.split), ("offload", self.offload),
+                                                   ("host-state", self.host_state),
                                                    ("head-update", self.head_update)) if on)
+        if self.fused and self.bucket_cap_mb != BUCKET_CAP_MB:
+            host += f"+bucket-{self.bucket_cap_mb:g}MiB"
         if all(on for _, on in pieces) or not any(on for _, on in pieces):
             return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "") + host
         parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
@@ -421,32 +442,60 @@ def layer_saved_bytes(m: Model, s: Setting) -> int:
 
 
 def checkpoint_bytes(m: Model, s: Setting) -> int:
-    """Non-reentrant checkpointing keeps each layer's input: layers x tokens x hidden. With
-    ``offload`` these bytes are in pinned host memory (:attr:`Plan.host`), not on the device."""
-    return m.layers * checkpoint_layer_bytes(m, s)
+    """Non-reentrant checkpointing keeps each segment's input: layers x
+    :func:`checkpoints_per_layer` x tokens x hidden. With ``offload`` these bytes are in pinned
+    host memory (:attr:`Plan.host`), not on the device."""
+    return m.layers * checkpoints_per_layer(s) * checkpoint_layer_bytes(m, s)
+
+
+def checkpoints_per_layer(s: Setting) -> int:
+    """Checkpointed segments per layer: the layer (1), or with ``split`` its attention half (input
+    x) and its MLP half (input h = x + attention): 2."""
+    return 2 if s.split else 1
 
 
 def checkpoint_layer_bytes(m: Model, s: Setting) -> int:
-    """One layer's checkpoint, its input hidden states: size x tokens x hidden."""
+    """One checkpoint, a segment's input hidden states: size x tokens x hidden."""
     return s.size * s.tokens * m.hidden
 
 
 def offloaded_checkpoints_device_bytes(m: Model, s: Setting) -> int:
-    """With ``offload`` (ojas_ref/integrations/offload.py), the layer inputs on the device at
-    a time: at most two, min(2, layers) x :func:`checkpoint_layer_bytes`. In the forward, the
+    """With ``offload`` (ojas_ref/integrations/offload.py), the segment inputs on the device at
+    a time: at most two, min(2, checkpoints) x :func:`checkpoint_layer_bytes`. In the forward, the
     input just packed, whose block ``record_stream`` keeps until its copy to the host has read
-    it; in the backward, the input unpacked for the layer being recomputed and the previous
-    layer's, prefetched by the unpack hook. An upper bound of the copies in flight (the H200
-    records of :data:`MEMORY_RECORDS_PATHS` agree within 1.5%)."""
-    return min(2, m.layers) * checkpoint_layer_bytes(m, s)
+    it; in the backward, the input unpacked for the segment being recomputed and the previous
+    segment's (the previous layer's, or with ``split`` the same layer's attention half), prefetched
+    by the unpack hook. An upper bound of the copies in flight (the H200 records of
+    :data:`MEMORY_RECORDS_PATHS` agree within 1.5%, unsplit)."""
+    return min(2, m.layers * checkpoints_per_layer(s)) * checkpoint_layer_bytes(m, s)
 
 
 def recomputed_layer_bytes(m: Model, s: Setting) -> int:
     """A checkpointed layer recomputed in backward saves :func:`layer_saved_bytes`, less its
-    input when the first norm saves the input itself, which is then the checkpoint: in
-    float32 models (the norm's ``.to(float32)`` returns it) and with the fused RMSNorm."""
-    shared = s.size * s.tokens * m.hidden if s.size == 4 or s.ojas_rms_norm else 0
-    return layer_saved_bytes(m, s) - shared
+    input when the first norm saves the input itself, which is then the checkpoint
+    (:func:`norm_shared_input_bytes`)."""
+    return layer_saved_bytes(m, s) - norm_shared_input_bytes(m, s)
+
+
+def norm_shared_input_bytes(m: Model, s: Setting) -> int:
+    """The bytes of a segment's input that its norm saves as itself (the checkpoint, not a
+    recomputed tensor): in float32 models (the norm's ``.to(float32)`` returns it) and with the
+    fused RMSNorm, size x tokens x hidden; none otherwise (a float32 copy is saved)."""
+    return s.size * s.tokens * m.hidden if s.size == 4 or s.ojas_rms_norm else 0
+
+
+def recomputed_mlp_half_bytes(m: Model, s: Setting) -> int:
+    """With ``split``, the MLP half recomputed in its backward: the post-attention norm's and the
+    MLP's saved tensors (:func:`rmsnorm_saved_bytes` + :func:`mlp_saved_bytes`), less the
+    segment's input the norm shares; the attention half is recomputed only after it."""
+    return rmsnorm_saved_bytes(m, s) + mlp_saved_bytes(m, s) - norm_shared_input_bytes(m, s)
+
+
+def recomputed_attention_half_bytes(m: Model, s: Setting) -> int:
+    """With ``split``, the attention half recomputed in its backward, after the MLP half's saved
+    tensors are freed: the input norm's and attention's (:func:`rmsnorm_saved_bytes` +
+    :func:`attention_saved_bytes`), less the shared input."""
+    return rmsnorm_saved_bytes(m, s) + attention_saved_bytes(m, s) - norm_shared_input_bytes(m, s)
 
 
 def rotary_bytes(m: Model, s: Setting) -> int:
@@ -515,8 +564,13 @@ def head_gradient_bytes(m: Model, s: Setting) -> int:
 def head_updated_first(m: Model, s: Setting) -> bool:
     """Whether InBackwardOptimizer updates (and frees) the head's gradient as soon as it
     exists: the head is untied (a tied weight's hook fires once, after the embedding's
-    contribution) and its gradient fills a bucket alone (at least BUCKET_CAP_BYTES)."""
-    return s.fused and not m.tied and head_gradient_bytes(m, s) >= BUCKET_CAP_BYTES
+    contribution) and its gradient fills a bucket alone (at least :func:`bucket_cap_bytes`)."""
+    return s.fused and not m.tied and head_gradient_bytes(m, s) >= bucket_cap_bytes(s)
+
+
+def bucket_cap_bytes(s: Setting) -> int:
+    """InBackwardOptimizer's ``_bucket_cap_bytes``: ``int(bucket_cap_mb * 2**20)``."""
+    return int(s.bucket_cap_mb * 2**20)
 
 
 def bucket_step_temporary_bytes(m: Model, s: Setting) -> int:
@@ -535,6 +589,20 @@ def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
     product (freed with down_proj's node). down_proj's weight gradient is counted with
     the gradients (:func:`down_proj_gradient_bytes`, :func:`pending_gradients_bytes`)."""
     return 2 * s.size * s.tokens * m.intermediate
+
+
+def attention_backward_transient_bytes(m: Model, s: Setting) -> int:
+    """With ``split``, the point of a layer's attention backward: the gradient of the attention
+    output (o_proj's input gradient, [tokens, q width]), the kernel's dq, dk, dv ([tokens, q + 2 kv
+    width], kernels/attention.py ``_backward``) and its float32 delta [batch, heads, seq]. A
+    prediction from the kernel's allocations (no record isolates this phase)."""
+    return s.size * s.tokens * (2 * m.q_width + 2 * m.kv_width) + 4 * s.batch * m.heads * s.seq
+
+
+def layer_gradients_bytes(m: Model, s: Setting, count: int) -> int:
+    """The first ``count`` weight gradients of a layer's backward (:func:`gradient_order`'s layer
+    order: down, up, gate, post-attention norm, o, ...)."""
+    return sum(gradient_order(m)[-1 - 9:-1][:count]) * s.size
 
 
 def down_proj_gradient_bytes(m: Model, s: Setting) -> int:
@@ -562,7 +630,7 @@ def bucketed_order(m: Model, s: Setting) -> list[int]:
 def pending_gradients_bytes(m: Model, s: Setting, count: int) -> int:
     """InBackwardOptimizer's gradients not yet updated after the first ``count`` of
     :func:`bucketed_order`: a bucket is updated and freed when its gradients reach
-    BUCKET_CAP_BYTES (the rule of Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard).
+    :func:`bucket_cap_bytes` (the rule of Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard).
     A model whose gradients fit in one bucket keeps them all until the end, as the
     standard loop."""
     return _pending(m, s, count)[0]
@@ -580,7 +648,7 @@ def _pending(m: Model, s: Setting, count: int) -> tuple[int, int]:
     for n in bucketed_order(m, s)[:count]:
         pending += n * s.size
         staged += 0 if sliced(s, n) else n * s.size
-        if pending >= BUCKET_CAP_BYTES:
+        if pending >= bucket_cap_bytes(s):
             pending = staged = 0
     return pending, staged
 
@@ -595,7 +663,10 @@ def gradients_before_first_layer_bytes(m: Model, s: Setting) -> int:
 def first_layer_saved_bytes(m: Model, s: Setting) -> int:
     """The first decoder layer's saved tensors in its backward: :func:`layer_saved_bytes`,
     or when checkpointed :func:`recomputed_layer_bytes` and its checkpoint (the
-    embedding's output)."""
+    embedding's output); with ``split``, :func:`recomputed_mlp_half_bytes` and both halves'
+    checkpoints (on the device then, offloaded or not: the attention half's is prefetched)."""
+    if s.split:  # the MLP half recomputed, its input h and the attention half's x (the embedding's output)
+        return recomputed_mlp_half_bytes(m, s) + 2 * checkpoint_layer_bytes(m, s)
     if s.checkpoint:
         return recomputed_layer_bytes(m, s) + s.size * s.tokens * m.hidden
     return layer_saved_bytes(m, s)
@@ -763,11 +834,15 @@ def plan(model: Any, setting: Setting) -> Plan:
     if s.checkpoint and s.offload:
         host.append(_term("layer inputs (offloaded checkpoints, pinned)", checkpoint_bytes, m, s))
         stack = _term("saved activations: layer inputs in flight (offload)", offloaded_checkpoints_device_bytes, m, s)
-        below = stack
-        last = _term("saved activations: recomputed last layer", recomputed_layer_bytes, m, s)
+        below = below_attention = stack
     elif s.checkpoint:
         stack = _term("saved activations: layer inputs (checkpoints)", checkpoint_bytes, m, s)
         below = stack
+        below_attention = Term("saved activations: layer inputs (checkpoints) but the last MLP half's",
+                               stack.bytes - checkpoint_layer_bytes(m, s), "checkpoint_bytes - checkpoint_layer_bytes")
+    if s.split:
+        last = _term("saved activations: recomputed last MLP half (split)", recomputed_mlp_half_bytes, m, s)
+    elif s.checkpoint:
         last = _term("saved activations: recomputed last layer", recomputed_layer_bytes, m, s)
     else:
         stack = Term("saved activations: all layers", m.layers * layer_saved_bytes(m, s),
@@ -836,6 +911,9 @@ def plan(model: Any, setting: Setting) -> Plan:
     staged_first = pending_staged_bytes(m, s, first) if s.fused else 0
     phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + in_flight_last + (
         head_in[1], grad_flow, mlp) + bucket_state(staged_last, "gradients pending in the bucket, not sliced")))
+    if s.split:
+        phases.append(_split_attention_phase(m, s, fixed + (below_attention, tied_head if s.fused else head_grad,
+                                                    head_in[1], grad_flow), head_first, bucket_state))
     phases.append(Phase("backward: first decoder layer (MLP)", fixed + in_flight_first + (
         _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)
         + bucket_state(staged_first, "gradients pending in the bucket, not sliced")))
@@ -867,6 +945,26 @@ def plan(model: Any, setting: Setting) -> Plan:
         phases.append(Phase("optimizer step", fixed + (grads,) + (
             _term("optimizer step temporaries", step_temporary_bytes, m, s),)))
     return Plan(m, s, tuple(phases), tuple(host))
+
+
+def _split_attention_phase(m: Model, s: Setting, alive: tuple[Term, ...], head_first: bool,
+                           bucket_state: Any) -> Phase:
+    """With ``split``, the last layer's attention backward: ``alive`` (what every layer phase
+    holds), its recomputed attention half, the layer's gradients so far (down, up, gate,
+    post-attention norm, o: pending in the bucket when fused, held otherwise) and the attention
+    backward's temporaries."""
+    count = 1 + head_first + 5  # (head,) final norm, down, up, gate, post-attention norm, o
+    if s.fused:
+        grads = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, count),
+                     "pending_gradients_bytes(..., last layer's o_proj)")
+        state = bucket_state(pending_staged_bytes(m, s, count), "gradients pending in the bucket, not sliced")
+    else:
+        grads = Term("last layer's weight gradients (MLP, norm, o_proj)", layer_gradients_bytes(m, s, 5),
+                     "layer_gradients_bytes(5)")
+        state = ()
+    return Phase("backward: last decoder layer (attention, split)", alive + (
+        _term("saved activations: recomputed last attention half (split)", recomputed_attention_half_bytes, m, s),
+        grads, _term("layer backward temporaries (attention)", attention_backward_transient_bytes, m, s)) + state)
 
 
 def _model(model: Any) -> Model:
@@ -1084,8 +1182,10 @@ def load_records(path: Path = RECORDS_PATH, field: str = "peak") -> list[tuple[S
 def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optional[Setting]:
     """The setting of one row of benchmarks/bench_memory.py (its ``mode``, ``dtype``,
     ``optimizer`` and the ``techniques`` it applied; a host-state row without ``state_slice_mb``,
-    measured before slicing existed, updated whole parameters), or None where the planner does not model
-    the row (the sparse embedding, the reversible decoder)."""
+    measured before slicing existed, updated whole parameters; a row without ``split`` or
+    ``bucket_cap_mb``, measured before they were recorded, whole-layer checkpoints and 64 MiB
+    buckets), or None where the planner does not model the row (the sparse embedding, the
+    reversible decoder)."""
     t = row.get("techniques")
     if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
         return None
@@ -1094,7 +1194,9 @@ def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optio
                    ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
                    offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None,
                    head_update=ojas and bool(t.get("head_update", False)),
-                   state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None)
+                   state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None,
+                   split=ojas and bool(t.get("split", False)),
+                   bucket_cap_mb=float(t.get("bucket_cap_mb", BUCKET_CAP_MB)) if ojas else BUCKET_CAP_MB)
 
 
 def preset_model(name: str) -> Model:
@@ -1146,6 +1248,18 @@ def _slice_mb(text: str) -> float:
     return value
 
 
+def _bucket_mb(text: str) -> float:
+    """``--bucket-mb``: a finite number of MiB >= 0 (0: every gradient updated at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0):
+        import argparse
+        raise argparse.ArgumentTypeError(f"--bucket-mb must be a number of MiB >= 0, got {text!r}")
+    return value
+
+
 def add_arguments(parser: Any) -> None:
     """The ``ojas plan`` arguments on an ``argparse`` parser."""
     source = parser.add_mutually_exclusive_group()
@@ -1155,8 +1269,13 @@ def add_arguments(parser: Any) -> None:
                         help="the preset's (or config's) shape with N decoder layers instead of its own")
     parser.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights, gradients, state (default bf16)")
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
-    parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets)")
+    parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets, or --bucket-mb)")
+    parser.add_argument("--bucket-mb", type=_bucket_mb, metavar="MB",
+                        help=f"with --fused: InBackwardOptimizer's bucket_cap_mb (default {BUCKET_CAP_MB:g})")
     parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
+    parser.add_argument("--split", action="store_true",
+                        help="with --checkpoint: each layer checkpointed as two segments, attention half and MLP "
+                             "half (optimize_model(checkpoint_split=True))")
     parser.add_argument("--offload", action="store_true",
                         help="with --checkpoint: the checkpoints in pinned host memory (optimize_model("
                              "checkpoint='offload'))")
@@ -1224,13 +1343,20 @@ def run_command(args: Any) -> int:
             model = with_layers(model, args.layers)
         flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
                      ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
-                     offload=args.offload, host_state=args.host_state, head_update=args.head_update)
+                     offload=args.offload, host_state=args.host_state, head_update=args.head_update,
+                     split=args.split)
         if args.state_slice_mb is not None and not args.host_state:
             raise ValueError("--state-slice-mb needs --host-state (only state on the host is updated in slices)")
         if args.host_state:
             flags["state_slice_mb"] = args.state_slice_mb or None
         if args.offload and not args.checkpoint:
             raise ValueError("--offload needs --checkpoint (it moves the checkpoints to host memory)")
+        if args.split and not args.checkpoint:
+            raise ValueError("--split needs --checkpoint (it splits each layer's checkpoint in two)")
+        if args.bucket_mb is not None:
+            if not args.fused:
+                raise ValueError("--bucket-mb needs --fused (the buckets are InBackwardOptimizer's)")
+            flags["bucket_cap_mb"] = args.bucket_mb
         if args.host_state and not args.fused:
             raise ValueError("--host-state needs --fused (InBackwardOptimizer streams its state from the host)")
         setting = Setting(dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch,
