@@ -23,13 +23,17 @@ from typing import Iterator
 import torch
 
 from ojas_ref.verification.error_bounds import (
+    attention_delta_error_bound,
+    attention_dk_error_bound,
+    attention_dq_error_bound,
     attention_dv_error_bound,
     attention_forward_error_bound,
     attention_lse_error_bound,
 )
 
-__all__ = ["exact_attention", "exact_lse", "exact_dv", "forward_error_bound", "lse_error_bound", "dv_error_bound",
-           "observed_error", "measured_exp2_error", "measured_log2_error", "storage_rounding"]
+__all__ = ["exact_attention", "exact_lse", "exact_dv", "exact_grads", "forward_error_bound", "lse_error_bound",
+           "dv_error_bound", "grad_error_bounds", "observed_error", "measured_exp2_error", "measured_log2_error",
+           "storage_rounding"]
 
 F64 = torch.float64
 
@@ -69,6 +73,37 @@ def exact_dv(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, is_causal: bool
         sa += pr @ d.abs()
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
     return fold(dv), fold(sa)
+
+
+def exact_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, is_causal: bool, scale: float,
+                delta_error: torch.Tensor) -> dict:
+    """float64 ``dq`` [B, Hq, Sq, E] and ``dk`` [B, Hkv, Sk, E] of attention against ``do``
+    (``D_i = dO_i . O_i``, O the exact output); the a-posteriori sums of
+    ``attention_dq_error_bound`` / ``attention_dk_error_bound`` (``dq_sums``, ``dk_sums``:
+    ``sum P |dP - D| |w|``, ``sum P |w|``, ``sum P eD |w|`` with ``eD = delta_error`` [B, Hq, Sq]),
+    ``max_abs_y`` = max |dP - D| over the visible pairs and ``dp_abs_sum`` = max_ij sum_c |dO_ic v_jc|."""
+    g = q.shape[1] // k.shape[1]
+    vr = v.to(F64).repeat_interleave(g, 1)
+    dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(4)]
+    dq: list[list[torch.Tensor]] = [[], [], [], []]
+    ym = pd = 0.0
+    for r0, qc, kr in _row_blocks(q, k):
+        s = _scores(r0, qc, kr, is_causal, scale)
+        pr = torch.softmax(s, -1)
+        d = do[:, :, r0:r0 + qc.shape[2]].to(F64)
+        y = d @ vr.transpose(-1, -2) - (d * (pr @ vr)).sum(-1, keepdim=True)
+        ym = max(ym, y.abs().masked_fill(s == -math.inf, 0.0).max().item())
+        pd = max(pd, (d.abs() @ vr.abs().transpose(-1, -2)).max().item())
+        py, pay, e = pr * y, pr * y.abs(), delta_error[:, :, r0:r0 + qc.shape[2], None].to(F64)
+        for acc, t, w in zip(dk, (py * scale, pay, pr, pr * e), (qc, qc.abs(), qc.abs(), qc.abs())):
+            acc += t.transpose(-1, -2) @ w
+        ka = kr.abs()
+        for parts, t in zip(dq, (scale * py @ kr, pay @ ka, pr @ ka, e * (pr @ ka))):
+            parts.append(t)
+    fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
+    dq = [torch.cat(parts, 2) for parts in dq]
+    return dict(dq=dq[0], dk=fold(dk[0]), dq_sums=tuple(dq[1:]), dk_sums=tuple(fold(t) for t in dk[1:]),
+                max_abs_y=ym, dp_abs_sum=pd)
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -125,6 +160,52 @@ def dv_error_bound(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, prob_abs_
         max_abs_q=inputs["max_abs_q"], max_abs_k=inputs["max_abs_k"], qk_abs_sum=inputs["qk_abs_sum"],
         max_abs_do=do.abs().max().item(), max_abs_lse=lse.abs().max().item(), lse_error=lse_err, scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype))
+
+
+def grad_error_bounds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, out: torch.Tensor,
+                      lse: torch.Tensor, is_causal: bool, scale: float, inputs: str = "proved") -> dict:
+    """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
+    on |kernel - exact| entry by entry (``attention_dq_error_bound``, ``attention_dk_error_bound``)
+    for the backward kernels' tiles (``default_config``), fed with the forward's saved ``out``
+    and ``lse`` (``flash_attention_forward``; the forward is deterministic, so these are the
+    tensors the autograd backward reads).
+
+    The bounds take the errors of these inputs as premises: ``|lse - LSE| <= lse_error`` and
+    ``|delta_i - D_i| <= eD_i`` (``delta`` the kernel's ``rowsum(dO * out)``). ``inputs="proved"``:
+    from the forward theorems (``attention_lse_error_bound``; ``attention_delta_error_bound``
+    plus ``forward_error_bound`` times max|v| times ``sum_c |dO_ic|``, ``dot_R_perturb``).
+    ``inputs="measured"``: the saved tensors' own deviations from the float64 exact lse and
+    ``dO . O`` (each enlarged by ``2^-30`` of its scale for the float64 evaluation) in place
+    of the forward theorems: a premise checked on these inputs, not a theorem about the forward."""
+    from ojas_kernels.attention import default_config
+
+    if inputs not in ("proved", "measured"):
+        raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
+    cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
+    g, sq, sk, ev = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1]
+    bnd = _bound_inputs(q, k, is_causal, None)
+    lse_ex = exact_lse(q, k, is_causal, scale)
+    do_abs = do.to(F64).abs().sum(-1)
+    ed = attention_delta_error_bound((out.to(F64) * do.to(F64)).abs().sum(-1), ev)
+    if inputs == "proved":
+        fwd = forward_error_bound(q, k, v, is_causal, scale) * v.abs().max().item() * (1 + 2.0**-50)
+        ed = ed + fwd * do_abs * (1 + (ev + 1) * 2.0**-52)
+        lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, **bnd)
+    else:
+        o_err = ((out.to(F64) - exact_attention(q, k, v, is_causal, scale)) * do.to(F64)).sum(-1).abs()
+        ed = ed + o_err + 2.0**-30 * do_abs * v.abs().max().item()
+        lse_err = (lse.to(F64) - lse_ex).abs().max().item() + 2.0**-30 * (1.0 + lse_ex.abs().max().item())
+    ex = exact_grads(q, k, v, do, is_causal, scale, ed)
+    common = dict(dtype=q.dtype, max_abs_q=bnd["max_abs_q"], max_abs_k=bnd["max_abs_k"],
+                  qk_abs_sum=bnd["qk_abs_sum"], dp_abs_sum=ex["dp_abs_sum"] * (1 + 2.0**-40),
+                  max_abs_y=ex["max_abs_y"] * (1 + 2.0**-40), max_delta_error=ed.max().item(),
+                  max_abs_lse=lse_ex.abs().max().item(), lse_error=lse_err, scale=scale,
+                  storage_rounding=storage_rounding(q.device.type, q.dtype))
+    bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
+    dk_bound = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm,
+                                        **common)
+    dq_bound = attention_dq_error_bound(ex["dq_sums"], sk, -(-sk // bn), q.shape[-1], ev, block_n=bn, **common)
+    return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq_bound, dk_bound=dk_bound)
 
 
 def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:
