@@ -52,8 +52,10 @@ from ojas_ref.verification.attention_error import (  # noqa: E402
     dv_error_bound,
     exact_attention,
     exact_dv,
+    exact_grads,
     exact_lse,
     forward_error_bound,
+    grad_error_bounds,
     lse_error_bound,
     measured_exp2_error,
     measured_log2_error,
@@ -112,6 +114,35 @@ def check_dv(q, k, v, is_causal, label, seed=11):
     return ratio
 
 
+def check_dq_dk(q, k, v, is_causal, label, seed=11):
+    """The kernel's dQ and dK (autograd through flash_attention) within the a-posteriori bounds
+    (``grad_error_bounds``: ``attention_dq_error_bound``, ``attention_dk_error_bound``) entry by
+    entry, the forward's out/lse errors taken from the forward theorems ("proved") and measured
+    ("measured"); with measured inputs every bound is below the largest exact gradient entry (not
+    vacuous; with proved ones the forward bound's share, through delta, can exceed it in bfloat16);
+    returns
+    {(grad, inputs): (largest bound / largest observed error, smallest per-entry ratio)}."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    do = torch.randn(q.shape[:-1] + v.shape[-1:], generator=gen).to(dtype=q.dtype, device=q.device)
+    out, lse = flash_attention_forward(q, k, v, is_causal, scale, None)
+    qq, kk = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+    flash_attention(qq, kk, v, is_causal, scale).backward(do)
+    ratios = {}
+    for inputs in ("proved", "measured"):
+        b = grad_error_bounds(q, k, v, do, out, lse, is_causal, scale, inputs)
+        for name, got in (("dq", qq.grad), ("dk", kk.grad)):
+            err, bound = (got.to(F64) - b[name]).abs(), b[f"{name}_bound"]
+            ratios[name, inputs] = (bound.max().item() / err.max().item(),
+                                    (bound / err.clamp_min(1e-300)).min().item())
+            print(f"{label} {name} ({inputs} inputs): observed max {err.max().item():.3e}, bound max "
+                  f"{bound.max().item():.3e}, max exact {b[name].abs().max().item():.3e}; ratio of maxima "
+                  f"{ratios[name, inputs][0]:.1f}, smallest ratio bound/observed {ratios[name, inputs][1]:.2f}")
+            assert (err <= bound).all(), (label, name, inputs, (err - bound).max().item())
+            assert inputs == "proved" or bound.max() < b[name].abs().max(), (label, name, "vacuous")
+    return ratios
+
+
 # ---------------------------------------------------------------------------
 # CPU, interpreter
 # ---------------------------------------------------------------------------
@@ -134,6 +165,39 @@ def test_kernel_within_forward_lse_dv_bounds(dtype, hq, hkv, s, e, causal):
     assert bound < (0.05 if dtype == torch.bfloat16 else 1e-3), "bound not far below the trivial 2"
     assert err > 0.0
     check_dv(q, k, v, causal, f"cpu {dtype} S={s} causal={causal}")
+
+
+GRAD_CPU_CASES = [  # (dtype, hq, hkv, S, E, causal); the interpreter's tiles are 16 x 16: S = 90 cuts the last
+    (torch.bfloat16, 2, 1, 96, 32, False),
+    (torch.bfloat16, 2, 1, 90, 32, True),
+    (torch.float32, 2, 2, 64, 32, False),
+    (torch.float32, 4, 2, 90, 32, True),
+]
+
+
+@cpu
+@pytest.mark.parametrize("dtype,hq,hkv,s,e,causal", GRAD_CPU_CASES,
+                         ids=[f"{str(c[0])[6:]}-S{c[3]}-{'causal' if c[5] else 'full'}-gqa{c[1] // c[2]}"
+                              for c in GRAD_CPU_CASES])
+def test_kernel_within_dq_dk_bounds(dtype, hq, hkv, s, e, causal):
+    q, k, v = make_inputs(1, hq, hkv, s, e, dtype, "cpu", seed=3)
+    check_dq_dk(q, k, v, causal, f"cpu {dtype} S={s} causal={causal} gqa={hq // hkv}")
+
+
+@pytest.mark.parametrize("causal,hq,hkv,s", [(False, 2, 1, 40), (True, 4, 2, 37)])
+def test_exact_grads_is_float64_autograd(causal, hq, hkv, s):
+    """The reference of the dQ/dK bounds is the float64 autograd gradient of the same inputs."""
+    q, k, v = make_inputs(1, hq, hkv, s, 16, torch.bfloat16, "cpu", seed=4)
+    do = make_inputs(1, hq, hq, s, 16, torch.bfloat16, "cpu", seed=9)[0]
+    scale = 0.25
+    ex = exact_grads(q, k, v, do, causal, scale, torch.zeros(q.shape[:3], dtype=F64))
+    qd, kd, vd = (t.to(F64).requires_grad_() for t in (q, k, v))
+    s2 = scale * qd @ kd.repeat_interleave(hq // hkv, 1).transpose(-1, -2)
+    if causal:
+        s2 = s2.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), -math.inf)
+    (torch.softmax(s2, -1) @ vd.repeat_interleave(hq // hkv, 1)).backward(do.to(F64))
+    torch.testing.assert_close(ex["dq"], qd.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ex["dk"], kd.grad, rtol=1e-12, atol=1e-12)
 
 
 @cpu
