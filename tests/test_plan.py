@@ -231,6 +231,8 @@ SMALL = dict(vocab_size=2000, hidden_size=256, intermediate_size=688, num_hidden
 #: the head's gradient fills a 64 MiB bucket alone (fp32): several buckets per step
 BUCKETED = dict(vocab_size=16500, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2, num_attention_heads=8,
                 num_key_value_heads=4)
+#: a wide MLP and a small vocabulary: the split step's peak is the last layer's MLP backward
+SPLIT_MLP = dict(vocab_size=64, hidden_size=256, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=4)
 
 
 CPU_STEPS = {
@@ -242,6 +244,9 @@ CPU_STEPS = {
     "fused-ckpt-buckets": (BUCKETED, dict(fused=True, checkpoint=True)),
     "fused-adamw-buckets": (BUCKETED, dict(fused=True, optimizer="adamw")),
     "fused-adamw-tied-buckets": (BUCKETED | dict(tie_word_embeddings=True), dict(fused=True, optimizer="adamw")),
+    "ckpt-split": (SMALL, dict(checkpoint=True, split=True)),
+    # the peak in the first layer's MLP backward: its half recomputed, both halves' inputs
+    "fused-ckpt-split-first-layer": (SPLIT_MLP, dict(fused=True, checkpoint=True, split=True)),
 }
 
 
@@ -252,9 +257,20 @@ def test_predicted_peak_equals_a_cpu_step(shape, setting):
     workspaces left out; SDPA and
     Hugging Face's loss (the ojas loss runs another algorithm on the CPU than the
     kernel the plan models)."""
-    from ojas_ref import InBackwardOptimizer
-
     s = P.Setting(**(dict(dtype="fp32", optimizer="sgd", batch=2, seq=64) | setting))
+    measured, m = _cpu_step_peak(shape, s)
+    # on the CPU, embedding_dense_backward has no float32 per-segment buffer (the CUDA kernel's)
+    cuda_only = {"end of backward (embedding)": 4 * s.tokens * m.hidden}
+    predicted = max(p.total - P.overhead_bytes(m, s) - cuda_only.get(p.name, 0) for p in P.plan(m, s).phases)
+    assert abs(predicted - measured) <= 1e-3 * measured, (predicted, measured)
+
+
+def _cpu_step_peak(shape: dict, s: P.Setting) -> tuple[int, P.Model]:
+    """The peak live bytes of the second of two training steps of a Hugging Face Llama of ``shape``
+    on the CPU under ``s`` (:class:`_LiveBytes`; ``split``: optimize_model's, the kernels off),
+    and the planner's model of it."""
+    from ojas_ref import InBackwardOptimizer, optimize_model
+
     config = _llama_config(**shape)
     optimizer = {"sgd": (torch.optim.SGD, dict(lr=1e-3)),
                  "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, foreach=True))}[s.optimizer]
@@ -262,9 +278,13 @@ def test_predicted_peak_equals_a_cpu_step(shape, setting):
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to({"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype])
     model.train()
-    if s.checkpoint:
+    if s.split:
+        optimize_model(model, checkpoint=True, checkpoint_split=True, attention=False, cross_entropy=False,
+                       rms_norm=False, swiglu=False, rope=False)
+    elif s.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    opt = (InBackwardOptimizer(model.parameters(), optimizer[0], **optimizer[1]) if s.fused
+    opt = (InBackwardOptimizer(model.parameters(), optimizer[0], bucket_cap_mb=s.bucket_cap_mb, **optimizer[1])
+           if s.fused
            else optimizer[0](model.parameters(), **optimizer[1]))
     tracker = _LiveBytes()
     with tracker:
@@ -276,11 +296,25 @@ def test_predicted_peak_equals_a_cpu_step(shape, setting):
             model(input_ids=ids, labels=ids).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-    m = P.Model.from_config(config)
-    # on the CPU, embedding_dense_backward has no float32 per-segment buffer (the CUDA kernel's)
-    cuda_only = {"end of backward (embedding)": 4 * s.tokens * m.hidden}
-    predicted = max(p.total - P.overhead_bytes(m, s) - cuda_only.get(p.name, 0) for p in P.plan(m, s).phases)
-    assert abs(predicted - tracker.peak) <= 1e-3 * tracker.peak, (predicted, tracker.peak)
+    return tracker.peak, P.Model.from_config(config)
+
+
+def test_split_lowers_a_cpu_steps_last_layer_peak_as_planned():
+    """Every gradient updated at once (bucket_cap_mb=0): the peak is the last layer's MLP backward,
+    and the split lowers it by what the plan says, to the byte: the attention half's recomputed
+    activations (the recomputed whole layer less the MLP half) less the second input each layer
+    keeps. (At that phase the plan is 1 MiB,
+    one [tokens, intermediate] float32 tensor, below the CPU step with and without the split.)"""
+    s = P.Setting(dtype="fp32", optimizer="sgd", batch=2, seq=64, fused=True, checkpoint=True, bucket_cap_mb=0.0)
+    peaks, plans = {}, {}
+    for split in (False, True):
+        peaks[split], m = _cpu_step_peak(SPLIT_MLP, replace(s, split=split))
+        plans[split] = P.plan(m, replace(s, split=split))
+        assert plans[split].peak_phase.name == "backward: last decoder layer (MLP)"
+    saved = P.recomputed_layer_bytes(m, s) - P.recomputed_mlp_half_bytes(m, replace(s, split=True))
+    assert saved == P.rmsnorm_saved_bytes(m, s) + P.attention_saved_bytes(m, s) > 0
+    second_inputs = m.layers * P.checkpoint_layer_bytes(m, s)  # each layer's h, kept for its MLP half
+    assert peaks[False] - peaks[True] == plans[False].peak - plans[True].peak == saved - second_inputs > 0
 
 
 def test_linear_cross_entropy_workspace_within_the_kernels_bound():
@@ -777,3 +811,92 @@ def test_head_update_drops_the_head_gradient():
         replace(base, optimizer="adamw", head_update=True)
     with pytest.raises(ValueError, match="tied head"):
         P.plan(replace(m, tied=True), replace(base, head_update=True))
+
+
+# --------------------------------------------------------------------------
+# Split checkpoints and the bucket size (optimize_model(checkpoint_split=True),
+# InBackwardOptimizer(bucket_cap_mb=...)); the CPU steps above check the split's phases
+# --------------------------------------------------------------------------
+
+SGD_1B = P.Setting(dtype="fp32", optimizer="sgd", fused=True, checkpoint=True, offload=True, head_update=True,
+                   ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_split_recomputes_the_mlp_half_alone_and_keeps_two_inputs_per_layer(offload):
+    m = P.PRESETS["llama-1b"]
+    whole = replace(SGD_1B, offload=offload)
+    split = replace(whole, split=True)
+    w, t = ({p.name: p for p in P.plan(m, s).phases} for s in (whole, split))
+    layer_input = P.checkpoint_layer_bytes(m, whole)
+    assert P.checkpoints_per_layer(split) == 2 * P.checkpoints_per_layer(whole) == 2
+    assert P.plan(m, split).host_bytes == (2 * m.layers * layer_input if offload else 0)
+    attention_half = P.recomputed_layer_bytes(m, whole) - P.recomputed_mlp_half_bytes(m, split)
+    assert attention_half == P.rmsnorm_saved_bytes(m, whole) + P.attention_saved_bytes(m, whole)
+    more_inputs = 0 if offload else m.layers * layer_input  # on the device unless offloaded
+    mlp = "backward: last decoder layer (MLP)"
+    assert t[mlp].total == w[mlp].total - attention_half + more_inputs
+    first = "backward: first decoder layer (MLP)"
+    assert t[first].total == w[first].total - attention_half + layer_input  # the attention half's input too
+    attention = "backward: last decoder layer (attention, split)"
+    assert attention in t and attention not in w and t[attention].total < t[mlp].total
+    assert {t.name for t in t[attention].terms} >= {"saved activations: recomputed last attention half (split)",
+                                                     "layer backward temporaries (attention)"}
+    assert P.plan(m, split).setting.mode.endswith("+split" + ("+offload" if offload else "") + "+head-update")
+
+
+def test_a_32_mib_bucket_updates_down_proj_at_once():
+    """down_proj's 44 MiB fp32 gradient waits in a 64 MiB bucket through the last layer's MLP backward;
+    in a 32 MiB one it fills the bucket and is updated alone at once. The issue's fp32 SGD step
+    (offload, head update, split): above 4.3 GiB with 64 MiB buckets, below with 32 (predicted)."""
+    m = P.PRESETS["llama-1b"]
+    split = replace(SGD_1B, split=True)
+    small = replace(split, bucket_cap_mb=32.0)
+    assert P.bucket_cap_bytes(split) == P.BUCKET_CAP_BYTES == 64 * 2**20 and P.bucket_cap_bytes(small) == 32 * 2**20
+    down = P.down_proj_gradient_bytes(m, split)
+    assert P.pending_gradients_bytes(m, split, 2) == down + m.hidden * 4 and P.pending_gradients_bytes(m, small, 2) == 0
+    big, little = P.plan(m, split), P.plan(m, small)
+    assert little.peak_phase.name == "backward: last decoder layer (MLP)"
+    assert big.peak - little.peak == down + m.hidden * 4
+    assert little.peak < 4.3 * 2**30 < big.peak < P.plan(m, SGD_1B).peak
+    assert little.setting.mode.endswith("+bucket-32MiB") and "bucket" not in big.setting.mode
+    assert P.plan(m, replace(SGD_1B, bucket_cap_mb=64)).peak == P.plan(m, SGD_1B).peak
+
+
+@pytest.mark.parametrize("changes,error,match", [
+    (dict(split=True), ValueError, "split=True needs checkpoint"),
+    (dict(checkpoint=True, split=1), TypeError, "split must be a bool"),
+    (dict(bucket_cap_mb=-1.0), ValueError, "bucket_cap_mb"), (dict(bucket_cap_mb=float("inf")), ValueError, "bucket"),
+    (dict(bucket_cap_mb="64"), TypeError, "bucket_cap_mb"), (dict(bucket_cap_mb=True), TypeError, "bucket_cap_mb"),
+])
+def test_bad_split_and_bucket_settings(changes, error, match):
+    with pytest.raises(error, match=match):
+        P.Setting(**changes)
+
+
+def test_cli_split_and_bucket_mb(capsys):
+    argv = ["plan", "--preset", "llama-1b", "--dtype", "fp32", "--optimizer", "sgd", "--fused", "--checkpoint",
+            "--offload", "--head-update", "--ojas", "--split", "--bucket-mb", "32"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    expected = P.plan("llama-1b", replace(SGD_1B, split=True, bucket_cap_mb=32.0))
+    assert f"peak {P.gib(expected.peak)} GiB" in out and "ojas+ckpt+split+offload+head-update+bucket-32MiB" in out
+    assert "recomputed last MLP half (split)" in out and "backward: last decoder layer (attention, split)" in out
+    for bad, message in ((["plan", "--split"], "--split needs --checkpoint"),
+                         (["plan", "--checkpoint", "--bucket-mb", "32"], "--bucket-mb needs --fused")):
+        assert main(bad) == 2
+        assert message in capsys.readouterr().err
+    for bad in ("-1", "nan", "big"):
+        with pytest.raises(SystemExit):
+            main(["plan", "--fused", "--bucket-mb", bad])
+        assert "--bucket-mb must be" in capsys.readouterr().err
+
+
+def test_memory_rows_record_the_split_and_the_bucket():
+    """bench_memory's rows name the split and the bucket size in their techniques; older rows (without
+    them) were whole-layer checkpoints and 64 MiB buckets."""
+    t = dict(checkpoint="offload", sparse_embedding=False, state_device=None, head_update=True)
+    row = dict(mode="all", dtype="fp32", optimizer="sgd", techniques=t)
+    assert P.memory_record_setting(row, 1, 2048) == replace(SGD_1B, batch=1, seq=2048)
+    new = dict(row, techniques=dict(t, split=True, bucket_cap_mb=32.0))
+    assert P.memory_record_setting(new, 1, 2048) == replace(SGD_1B, split=True, bucket_cap_mb=32.0)

@@ -192,6 +192,7 @@ def test_state_dict_copies_and_revert():
     split, report = optimize_model(copy.deepcopy(ref), checkpoint=True, checkpoint_split=True)
     assert list(split.state_dict()) == list(ref.state_dict())
     assert report.plan().setting.split and report.plan().setting.checkpoint
+    assert report.plan(bucket_cap_mb=32.0).setting.bucket_cap_mb == 32.0
     layer = split.model.layers[0]
     assert type(layer.input_layernorm).__name__ == "OjasSplitOjasLlamaRMSNorm"
     assert type(layer.self_attn).__name__ == "OjasSplitLlamaAttention"
