@@ -49,6 +49,7 @@ __all__ = [
     "chunked_sum_error_factor",
     "LCE_EXP_ERROR",
     "LCE_LOG_ERROR",
+    "linear_cross_entropy_grad_error_bound",
     "linear_cross_entropy_lse_error_bound",
     "linear_cross_entropy_logit_error_bound",
     "linear_cross_entropy_merge_lse_error_bound",
@@ -1209,3 +1210,70 @@ def linear_cross_entropy_merge_lse_error_bound(
     nl = bl / (1 - bl)
     ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
     return _float_up(u * (zmax + ln_v + nl + el) + el + nl + delta) * _ROUND_UP
+
+
+def linear_cross_entropy_grad_error_bound(
+    prob_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, *, n_terms: int, dtype: torch.dtype,
+    scale: float, logit_error: float, lse_error: float, max_abs_arg: float, n_chunks: int = 1,
+    exp_error: float = LCE_EXP_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """A-posteriori bounds on ``|grad_kernel - grad_exact|`` for every entry of dH (grad_input)
+    or dW (grad_weight) of the 3-product schedule of kernels/linear_cross_entropy.py
+    (``_three_products``: reductions "mean" / "sum"), no bias, no softcap, no smoothing, no z-loss.
+
+    Implements ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` (dH: ``n_chunks = 1``,
+    one product over the vocabulary) and ``ce_dw_error`` (dW: ``n_chunks`` token chunks summed
+    in ``dtype``), rocq/FloatModel/CrossEntropyGradError.v: G = ``rnd_s(tl.exp(rnd(z - lse)))``
+    (the target: minus 1 in fp32 first) stored in ``dtype``, the products accumulated in fp32,
+    ``rnd(alpha acc)`` (+ the running sum for dW), stored in ``dtype``::
+
+        bound = Kg^C (Q + C ea) + (Kg^C - 1) a0 T + C Kg^C es,  Q = a0 (w (T + E2) + E2),
+        E2 = (1 + gd) E1 + gd T,  E1 = (Kg Fe - 1) S + (Kg - 1) T + cg Ha,
+
+    ``S = prob_abs`` = sum P |h|, ``T = grad_abs`` = sum |P - onehot| |h| and ``Ha =
+    operand_abs`` = sum |h| over the kept tokens (dH: over the vocabulary with h = W_vd; dW:
+    over the tokens with h = H_nd), computed by the caller from the exact probabilities in
+    float64 (enlarged here by ``4 (n_terms + 1) 2^-53``); ``a0 = scale`` (1 / kept count for
+    "mean", 1 for "sum"; the kernel's alpha is its float32 rounding), ``C = n_chunks``,
+    ``Kg = (1 + us)(1 + u)``, ``Fe = (1 + ue) X`` with ``X >= exp(delta + Dl + u Am + ea)``
+    (``delta = logit_error``: :func:`linear_cross_entropy_logit_error_bound`; ``Dl = lse_error``:
+    :func:`linear_cross_entropy_lse_error_bound`; ``Am = max_abs_arg`` >= |z - lse|),
+    ``gd = gamma_{n_terms}`` (``n_terms``: the most terms one accumulated sum has, V for dH,
+    the largest token chunk for dW), exact rational arithmetic, the tensor part in float64
+    rounded up by 2^-40.
+
+    Premises, not theorems: ``exp_error`` for ``tl.exp`` (as the lse bound's, measured on
+    [-104, 0]; the arguments exceed 0 by at most the lse's error); the fp32 accumulation of
+    cuBLAS / the CPU BLAS within ``gamma_{n_terms}`` of the exact sum, the classical worst case
+    of any order with exact or rounded products (``ce_dsum_tree`` proves it for every tree of
+    rounded additions of exact products: bf16 operands; not the MMA order, not TF32 products).
+    ``storage_rounding="truncate"``: Triton's CPU interpreter truncates G to bfloat16 (the
+    formula at those constants, not a proved bound). Not covered: softcap, bias, label
+    smoothing, z-loss, float16 (G scaled by 256), the 4-product schedule's dW (token weights
+    inside G), the scaling by grad_output, FMA contraction in ``_grad_tile``, overflow."""
+    for name, v in (("scale", scale), ("logit_error", logit_error), ("lse_error", lse_error),
+                    ("max_abs_arg", max_abs_arg), ("exp_error", exp_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    for name, v in (("n_terms", n_terms), ("n_chunks", n_chunks)):
+        if not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if n_terms * _FP32_U >= 1.0:
+        raise ValueError(f"n_terms * 2^-24 must be < 1, got {n_terms}")
+    F_ = Fraction
+    u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR)
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    a0, ua = F_(float(scale)), u
+    X = _exp_up_small(F_(float(logit_error)) + F_(float(lse_error)) + u * F_(float(max_abs_arg)) + ea)
+    gd = n_terms * u / (1 - n_terms * u)
+    kg = (1 + us) * (1 + u)
+    cg = (1 + us) * ((1 + u) * ee + ea) + es
+    w = ua + u * (1 + ua)
+    kc = kg ** n_chunks
+    coef_s = kc * a0 * (1 + w) * (1 + gd) * (kg * (1 + ue) * X - 1)
+    coef_t = kc * a0 * (w + (1 + w) * ((1 + gd) * (kg - 1) + gd)) + (kc - 1) * a0
+    coef_h = kc * a0 * (1 + w) * (1 + gd) * cg
+    const = n_chunks * kc * (ea + es)
+    grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
+    s, t, h = (x.to(torch.float64) * grow for x in (prob_abs, grad_abs, operand_abs))
+    return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
