@@ -819,6 +819,16 @@ def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_r
     return plan
 
 
+def _three_products_plan(N: int, D: int, V: int, itemsize: int, need: tuple[bool, bool, bool],
+                         config: LinearCrossEntropyConfig) -> list[tuple[int, int, bool]]:
+    """``_three_products``'s token chunks (``_token_chunks``) for N tokens: its workspace,
+    ``workspace_fraction`` of the gradients' bytes (16 MiB at least)."""
+    grads = (N * D * need[0] + V * D * need[1]) * itemsize
+    budget = max(int(config.workspace_fraction * grads), 16 << 20)
+    in_rows = need[0] and config.grad_input_space
+    return _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
+
+
 def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
     """out = alpha a @ b + beta out, the product accumulated in float32 and the sum
     rounded once to out's dtype (cuBLAS's epilogue; emulated so on the CPU); precision
@@ -868,11 +878,7 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     grad_input = torch.empty(N, D, dtype=x.dtype, device=x.device) if need_input else None
     grad_weight = torch.empty_like(weight) if need_weight else None  # the first chunk writes it (beta 0)
     grad_bias = torch.zeros(V, **f32) if need_bias else None
-    itemsize = x.element_size()
-    grads = (N * D * need_input + V * D * need_weight) * itemsize
-    budget = max(int(config.workspace_fraction * grads), 16 << 20)
-    in_rows = need_input and config.grad_input_space
-    plan = _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
+    plan = _three_products_plan(N, D, V, x.element_size(), need, config)
     loss, lse = torch.empty(N, **f32), torch.empty(N, **f32)
     K = int(count)  # the host sync: the "mean" factor is a float of the products
     if K == 0:

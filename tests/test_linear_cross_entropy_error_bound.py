@@ -17,6 +17,17 @@ error of ``tl.exp`` on x <= 0 and of ``tl.log`` on [1, 2^24].
   bound catches it; the unmutated emulation stays within it.
 * GPU (``-m gpu``): V = 128256, D = 4096, bfloat16 and float32 (IEEE dots under torch's
   default "highest"; TF32 is not covered), ratio bound / observed printed.
+
+The gradients: ``linear_cross_entropy_grad_error_bound`` is the value of
+``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` (dH) and ``ce_dw_error`` (dW over the
+token chunks) for the 3-product schedule, per entry, from the exact probabilities' sums
+(``gradient_bounds``); every entry of the kernel's dH and dW is checked against float64
+autograd of ``F.cross_entropy(H @ W^T)`` on the same inputs, on the CPU (ignored tokens, sizes
+off the tiles, several token chunks; bfloat16 G truncated by the interpreter:
+``storage_rounding="truncate"``, the formula at those constants, not a proved bound) and on the
+GPU at V = 128256, D = 4096. Mutants of the kernel's own path (one chunk's dW accumulation
+dropped, the row kernel's vocabulary one column short, "mean" over all tokens instead of the
+kept ones) exceed the bound.
 """
 
 from __future__ import annotations
@@ -38,13 +49,17 @@ from ojas_ref.verification.error_bounds import (  # noqa: E402
     EXP_ERROR,
     LCE_EXP_ERROR,
     LCE_LOG_ERROR,
+    linear_cross_entropy_grad_error_bound,
     linear_cross_entropy_logit_error_bound,
     linear_cross_entropy_loss_error_bound,
     linear_cross_entropy_lse_error_bound,
 )
 from ojas_ref.verification.lce_error import (  # noqa: E402
     emulated_stream_lse,
+    exact_gradients,
     exact_lse,
+    gradient_bounds,
+    gradient_sums,
     kernel_stream_lse,
     measured_exp_error,
     measured_log_error,
@@ -213,3 +228,128 @@ def test_two_level_forward_within_bound(dtype):
                                                    block_p=block_p, dot_abs_sum=P, exp_error=CPU_EXP_ERROR)
     err = (lse.to(F64) - ref).abs().max().item()
     assert err <= b < 1e-2, (err, b)
+
+
+def _grad_case(dtype, seed=9, N=13, D=40, V=700, chunk=5):
+    """Inputs off the 16-wide tiles with two ignored tokens, and a config of token chunks
+    (5, 5, 3)."""
+    gen = _gen(seed)
+    x = torch.randn(N, D, generator=gen).to(dtype)
+    w = (torch.randn(V, D, generator=gen) * 0.3).to(dtype)
+    target = torch.randint(0, V, (N,), generator=gen)
+    target[[2, 7]] = -100
+    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), token_chunk=chunk)
+    return x, w, target, cfg
+
+
+def _kernel_grads(x, w, target, reduction, cfg):
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    lce.linear_cross_entropy(xr, wr, target, reduction=reduction, config=cfg).backward()
+    return xr.grad.to(F64), wr.grad.to(F64)
+
+
+def _cpu_grad_bounds(x, w, target, reduction, cfg):
+    rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
+    return gradient_bounds(x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR,
+                           storage_rounding=rounding)
+
+
+def _ratio(bound, err):
+    """(smallest per-entry bound / error, largest bound / largest error)."""
+    return (bound / err.clamp_min(1e-300)).min().item(), (bound.max() / err.max()).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_gradients_within_bound(dtype, reduction):
+    x, w, target, cfg = _grad_case(dtype)
+    gh, gw = _kernel_grads(x, w, target, reduction, cfg)
+    dh, dw = exact_gradients(x, w, target, reduction)
+    bh, bw = _cpu_grad_bounds(x, w, target, reduction, cfg)
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"{dtype} {reduction}: dH ratio {_ratio(bh, eh)}, dW ratio {_ratio(bw, ew)}")
+    assert (eh <= bh).all() and (ew <= bw).all()
+    # not vacuous: every kept entry's bound is below half the trivial a0 sum |G| |h|
+    a0 = 1.0 / int((target != -100).sum()) if reduction == "mean" else 1.0
+    (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
+    kept = target != -100
+    assert (bh[kept] < 0.5 * a0 * th[kept]).all() and (bw < 0.5 * a0 * tw).all()
+
+
+def _mutant_dropped_accumulation(orig):
+    calls = []
+
+    def addmm(out, a, b, alpha, beta):  # the second chunk's grad_weight overwritten (beta 0)
+        calls.append(beta)
+        orig(out, a, b, alpha, 0.0 if beta == 1.0 and calls.count(1.0) == 1 else beta)
+    return "_addmm_into", addmm
+
+
+def _mutant_short_row(orig):
+    def launch(n_rows, rcfg, *args, **kw):  # the row kernel one vocabulary column short
+        args = list(args)
+        args[14] -= 1
+        orig(n_rows, rcfg, *args, **kw)
+    return "_launch_rows", launch
+
+
+def _mutant_mean_over_all(orig, kept, n):
+    def addmm(out, a, b, alpha, beta):  # "mean" divided by every token, ignored ones too
+        orig(out, a, b, alpha * kept / n, beta)
+    return "_addmm_into", addmm
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mutant", [None, "dropped_accumulation", "short_row", "mean_over_all"])
+def test_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
+    """The unmutated kernel (None) within the bound, each mutant of it outside."""
+    x, w, target, cfg = _grad_case(dtype, seed=10)
+    dh, dw = exact_gradients(x, w, target, "mean")
+    bh, bw = _cpu_grad_bounds(x, w, target, "mean", cfg)
+    make = dict(dropped_accumulation=lambda: _mutant_dropped_accumulation(lce._addmm_into),
+                short_row=lambda: _mutant_short_row(lce._launch_rows),
+                mean_over_all=lambda: _mutant_mean_over_all(lce._addmm_into, int((target != -100).sum()), len(target)))
+    if mutant is not None:
+        monkeypatch.setattr(lce, *make[mutant]())
+    gh, gw = _kernel_grads(x, w, target, "mean", cfg)
+    excess = max(((gh - dh).abs() / bh).max().item(), ((gw - dw).abs() / bw).max().item())
+    print(f"{dtype} {mutant}: largest error / bound {excess:.3g}")
+    assert (excess <= 1.0) == (mutant is None)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(scale=-1.0), "scale"),
+    (dict(logit_error=float("inf")), "logit_error"),
+    (dict(n_terms=0), "n_terms"),
+    (dict(n_terms=1 << 24), "n_terms"),
+    (dict(n_chunks=0), "n_chunks"),
+    (dict(logit_error=2.0), "outside"),
+])
+def test_grad_bound_bad_arguments_raise(kwargs, match):
+    args = dict(n_terms=100, dtype=torch.bfloat16, scale=1.0, logit_error=0.01, lse_error=0.01, max_abs_arg=10.0)
+    args.update(kwargs)
+    one = torch.ones(2, 2)
+    with pytest.raises(ValueError, match=match):
+        linear_cross_entropy_grad_error_bound(one, one, one, **args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_gradients_within_bound(dtype):
+    rel, absolute = measured_exp_error("cuda")
+    assert rel <= LCE_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
+    assert torch.get_float32_matmul_precision() == "highest"  # TF32 products are not covered
+    N, D, V = 256, 4096, 128256
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
+    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    target[::7] = -100
+    gh, gw = _kernel_grads(x, w, target, "mean", None)
+    dh, dw = exact_gradients(x, w, target, "mean")
+    bh, bw = gradient_bounds(x, w, target, reduction="mean")
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"{dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
+          f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
+    assert (eh <= bh).all() and (ew <= bw).all()

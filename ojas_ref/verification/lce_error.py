@@ -9,15 +9,22 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
 * :func:`emulated_stream_lse`: the theorem's ``ce_run`` in float32 torch operations, with a
   ``drop_rescale`` mutant (one tile's ``l * alpha`` replaced by ``l``), for mutation tests;
 * :func:`measured_exp_error`, :func:`measured_log_error`: the premises ``ex_err`` /
-  ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device.
+  ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device;
+* :func:`exact_gradients`, :func:`gradient_sums`, :func:`gradient_bounds`: the float64
+  gradients, the a-posteriori sums and the per-entry bounds of
+  ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error``
+  (:func:`ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound`) for the
+  3-product schedule on given inputs.
 No theorem covers these helpers themselves; they only feed the tests and the benchmark.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
+import torch.nn.functional as F
 
 F64 = torch.float64
 
@@ -121,3 +128,60 @@ def measured_log_error(device: str, points: int = 1 << 20) -> float:
     x = torch.exp2(torch.linspace(0.0, 24.0, points, device=device, dtype=F64)).to(torch.float32)
     y = _run(x, log=True)
     return (y.to(F64) - torch.log(x.to(F64))).abs().max().item()
+
+
+def exact_gradients(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
+                    ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` on the upcast inputs."""
+    h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
+    loss = F.cross_entropy(h @ ww.t(), target, reduction=reduction, ignore_index=ignore_index)
+    dh, dw = torch.autograd.grad(loss, (h, ww))
+    return dh, dw
+
+
+def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100
+                  ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """The sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error`` [V, D] from the exact
+    float64 probabilities P of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
+    ``kept x colsum |W|``; dW ``P^T |H|``, ``|G|^T |H|``, ``colsum |H_kept|``."""
+    h, ww = x.to(F64), w.to(F64)
+    kept = (target != ignore_index).to(F64)[:, None]
+    p = torch.softmax(h @ ww.t(), dim=1) * kept
+    rows = (target != ignore_index).nonzero().squeeze(1)
+    g = p.clone()
+    g[rows, target[rows]] -= 1.0
+    ga, wa, ha = g.abs(), ww.abs(), h.abs() * kept
+    dh = (p @ wa, ga @ wa, kept * wa.sum(0)[None, :])
+    dw = (p.t() @ ha, ga.t() @ ha, ha.sum(0)[None, :].expand(w.shape[0], -1))
+    return dh, dw
+
+
+def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
+                    ignore_index: int = -100, config=None, exp_error: float | None = None,
+                    storage_rounding: str = "nearest") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-entry bounds (dH [N, D], dW [V, D]) of
+    :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound` for
+    ``_three_products`` (no bias, reduction "mean" / "sum") on these inputs: ``delta`` and
+    ``Dl`` from the logit and lse bounds with ``dot_abs_sum`` = max sum_i |h_i w_vi| of the
+    data, ``Am = 2 Zmax + ln V + Dl``, the token chunks of the kernel's plan."""
+    from ojas_kernels import linear_cross_entropy as lce
+
+    from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_grad_error_bound,
+                               linear_cross_entropy_logit_error_bound, linear_cross_entropy_lse_error_bound)
+
+    exp_error = LCE_EXP_ERROR if exp_error is None else exp_error
+    (N, D), V = x.shape, w.shape[0]
+    config = config or lce.default_config(x.dtype, x.device)
+    K = int((target != ignore_index).sum())
+    kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
+    dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
+    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    plan = lce._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
+    common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, logit_error=delta, lse_error=dl,
+                  max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01, exp_error=exp_error,
+                  storage_rounding=storage_rounding)
+    sums_h, sums_w = gradient_sums(x, w, target, ignore_index)
+    bh = linear_cross_entropy_grad_error_bound(*sums_h, n_terms=V, **common)
+    bw = linear_cross_entropy_grad_error_bound(*sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan),
+                                               **common)
+    return bh, bw
