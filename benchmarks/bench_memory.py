@@ -1,7 +1,8 @@
 """Benchmark: the memory table of the project's techniques on the 1.06B Llama decoder.
 
     python benchmarks/bench_memory.py [--quick] [--out FILE] [--dtypes fp32 bf16]
-        [--optimizers sgd adamw] [--modes standard+ckpt ojas+ckpt +offload ...] [--steps N] [--warmup N]
+        [--optimizers sgd adamw] [--modes standard+ckpt ojas+ckpt +offload +offload+head-update+split ...]
+        [--bucket-mb MB] [--steps N] [--warmup N]
     python benchmarks/bench_memory.py --largest [--largest-presets] [--max-layers N] ...
     python benchmarks/bench_memory.py --preset llama-70b --layers 58 --dtypes bf16 --optimizers sgd --modes ojas+ckpt
 
@@ -35,7 +36,13 @@ in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, p
   schedule (grad_input in the forward, each vocabulary slab's gradient in the backward, then its
   rows' update) instead of the default 3 products: its rounding differs from ojas+ckpt's, so the
   losses are close, not bitwise; on the CPU both run the PyTorch reference, bit for bit.
+* ``+split``: ojas+ckpt with ``checkpoint_split=True``: each decoder layer checkpointed as two
+  segments, (input norm + self-attention) and (post-attention norm + MLP), so the MLP half's
+  backward runs without the attention half's recomputed activations; one layer input more per
+  layer kept (on the host when offloaded). Exact (the losses of ojas+ckpt bit for bit on the CPU).
 * ``all``: every technique above that applies to the dtype / optimizer together.
+* a concatenation of the techniques' suffixes, e.g. ``+offload+head-update+split``: those
+  together (skipped with the reason when one of them does not apply).
 * ``reversible``: a separate architecture, ``ReversibleDecoder`` of the same shape (additive
   couplings, activations reconstructed in backward, no checkpointing) with
   ``InBackwardOptimizer``; its loss is not comparable with the Llama rows' (other model).
@@ -46,9 +53,11 @@ kept, idle), warmed up, and its peak is ``torch.cuda.max_memory_allocated`` over
 less the earlier modes' memory; then all modes timed together, rotated. Reported: peak GiB,
 host GiB (where known), tokens/s from the median step, its ratio to standard+ckpt of the
 same dtype / optimizer, the last loss. The modes that are exact reformulations of ojas+ckpt
-(+offload, +sparse-embedding, +host-state, and ``all``) give its losses bit for bit on the
-CPU (tests/test_bench_memory.py); on CUDA the sparse embedding's row sums are in another
-order than the dense backward's.
+(+offload, +sparse-embedding, +host-state, +split, their concatenations and ``all``) give its
+losses bit for bit on the CPU (tests/test_bench_memory.py); on CUDA the sparse embedding's row
+sums are in another order than the dense backward's. ``--bucket-mb`` (default 64) is every
+InBackwardOptimizer's ``bucket_cap_mb``; each row's techniques record it (and the split), so
+that the planner plans what ran.
 
 Issue 14's Done-when figures to compare with (1.06B, batch 1 x 2048, peak of one step):
 fp32 SGD <= 4.3 GiB; fp32 AdamW <= 12.6 GiB with the state on the GPU, <= 4.6 GiB with the
@@ -92,15 +101,46 @@ from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 from ojas_ref.tools.plan import PRESETS, with_layers  # noqa: E402
 
-MODES = ("standard+ckpt", "ojas+ckpt", "+offload", "+sparse-embedding", "+host-state", "+head-update", "all",
-         "reversible")
+#: the techniques added to ojas+ckpt, each a mode of its own; ``all`` and a concatenation combine them
+TECHNIQUES = ("+offload", "+sparse-embedding", "+host-state", "+head-update", "+split")
+MODES = ("standard+ckpt", "ojas+ckpt", *TECHNIQUES, "all", "reversible")
 #: the modes whose steps are ojas+ckpt's, reformulated exactly (equal losses on the CPU)
-EXACT = ("+offload", "+sparse-embedding", "+host-state", "+head-update", "all")
+EXACT = (*TECHNIQUES, "all")
 BASELINE = "standard+ckpt"
 
 
+def mode_techniques(mode: str) -> tuple[str, ...]:
+    """The techniques of ``mode``: none for standard+ckpt, ojas+ckpt and reversible, all of them
+    for ``all``, else the suffixes it concatenates (``ValueError`` for another name)."""
+    if mode in (BASELINE, "ojas+ckpt", "reversible"):
+        return ()
+    if mode == "all":
+        return TECHNIQUES
+    parts = tuple(f"+{p}" for p in mode.split("+")[1:])
+    if not mode.startswith("+") or not parts or any(p not in TECHNIQUES for p in parts) or len(set(parts)) < len(parts):
+        raise ValueError(f"mode must be one of {MODES} or a concatenation of {TECHNIQUES}, got {mode!r}")
+    return parts
+
+
+def _mode(text: str) -> str:
+    """``--modes``: a mode name, checked by :func:`mode_techniques`."""
+    try:
+        mode_techniques(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optional[str]:
-    """Why ``mode`` does not apply to this dtype / optimizer, or None."""
+    """Why ``mode`` does not apply to this dtype / optimizer (for a concatenation, the first of its
+    techniques that does not), or None; ``all`` applies what applies."""
+    if mode == "all":
+        return None
+    return next((r for t in mode_techniques(mode) if (r := _technique_skip_reason(t, dtype_name, opt_name))), None)
+
+
+def _technique_skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optional[str]:
+    """Why one technique does not apply to this dtype / optimizer, or None."""
     if mode == "+sparse-embedding":
         if opt_name != "sgd":
             return (f"sparse embedding needs plain SGD: {opt_name} changes rows that got no gradient "
@@ -116,20 +156,17 @@ def skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optional[str]:
     return None
 
 
-def techniques(mode: str, dtype_name: str, opt_name: str) -> dict:
-    """What ``mode`` applies: checkpoint (True / "offload"), sparse_embedding, state_device (with
-    ``state_slice_mb``, recorded so that the planner plans what ran: None, whole parameters, the
-    optimizer's default), head_update."""
-    t = dict(checkpoint=True, sparse_embedding=False, state_device=None, head_update=False)
-    if mode in ("+offload", "all"):
-        t["checkpoint"] = "offload"
-    if mode in ("+sparse-embedding", "all") and skip_reason("+sparse-embedding", dtype_name, opt_name) is None:
-        t["sparse_embedding"] = True
-    if mode in ("+host-state", "all") and skip_reason("+host-state", dtype_name, opt_name) is None:
+def techniques(mode: str, dtype_name: str, opt_name: str, bucket_mb: float = 64.0) -> dict:
+    """What ``mode`` applies: checkpoint (True / "offload"), its split, sparse_embedding, state_device
+    (with ``state_slice_mb``, recorded so that the planner plans what ran: None, whole parameters, the
+    optimizer's default), head_update, and InBackwardOptimizer's ``bucket_cap_mb``."""
+    on = {m for m in mode_techniques(mode) if _technique_skip_reason(m, dtype_name, opt_name) is None}
+    t = dict(checkpoint="offload" if "+offload" in on else True, split="+split" in on,
+             sparse_embedding="+sparse-embedding" in on, state_device=None, head_update="+head-update" in on,
+             bucket_cap_mb=bucket_mb)
+    if "+host-state" in on:
         t["state_device"] = "cpu"
         t["state_slice_mb"] = None
-    if mode in ("+head-update", "all") and skip_reason("+head-update", dtype_name, opt_name) is None:
-        t["head_update"] = True
     return t
 
 
@@ -179,7 +216,8 @@ class MemoryRunner(Runner):
                  device: torch.device, bucket_mb: float, preset=None) -> None:
         self.mode, self.c = mode, c
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        self.techniques = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name)
+        self.techniques = (None if mode in (BASELINE, "reversible")
+                           else techniques(mode, dtype_name, opt_name, bucket_mb))
         opt_class, kwargs = OPTIMIZERS[opt_name]
         self.report = None
         if mode == "reversible":
@@ -197,7 +235,7 @@ class MemoryRunner(Runner):
             state_device = head = None
             if self.techniques is not None:
                 t = self.techniques
-                _, self.report = optimize_model(self.model, checkpoint=t["checkpoint"],
+                _, self.report = optimize_model(self.model, checkpoint=t["checkpoint"], checkpoint_split=t["split"],
                                                 sparse_embedding=t["sparse_embedding"])
                 state_device = t["state_device"]
                 if "state_slice_mb" in t:
@@ -232,8 +270,9 @@ class MemoryRunner(Runner):
         if self.techniques["checkpoint"] == "offload":
             from ojas_ref.integrations.offload import OffloadedCheckpoint
 
-            funcs = {id(f): f for m in self.model.modules()
-                     if isinstance(f := m.__dict__.get("_gradient_checkpointing_func"), OffloadedCheckpoint)}
+            layer_funcs = (m.__dict__.get("_gradient_checkpointing_func") for m in self.model.modules())
+            funcs = {id(f): f for g in layer_funcs  # a split layer's function holds its segments' one
+                     if isinstance(f := getattr(g, "segment_checkpoint", g), OffloadedCheckpoint)}
             if funcs and self.n_steps:
                 known = True
                 total += sum(f.stats.offloaded_bytes for f in funcs.values()) // self.n_steps
@@ -244,13 +283,13 @@ class MemoryRunner(Runner):
         return total if known else None
 
 
-def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None) -> dict:
+def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None, bucket_mb: float = 64.0) -> dict:
     """ojas_ref/tools/plan.py's peak and host bytes for this row (``predicted_peak``,
     ``predicted_host``), both None where the planner does not model the mode (the sparse
     embedding, the reversible decoder: :func:`ojas_ref.tools.plan.memory_record_setting`)."""
     from ojas_ref.tools import plan as P
 
-    t = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name)
+    t = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
     setting = P.memory_record_setting(dict(mode=mode, dtype=dtype_name, optimizer=opt_name, techniques=t),
                                       c.batch, c.seq)
     if setting is None:
@@ -278,7 +317,8 @@ def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, de
 
     runners = measure_and_time(applicable(), device, warmup, steps, kept)
     rows = [dict(dtype=dtype_name, optimizer=opt_name, mode=r.mode, **timing(r, c), host=r.host_bytes(),
-                 **predicted(c, dtype_name, opt_name, r.mode), losses=r.losses, techniques=r.techniques,
+                 **predicted(c, dtype_name, opt_name, r.mode, bucket_mb=bucket_mb), losses=r.losses,
+                 techniques=r.techniques,
                  left_alone=None if r.report is None else [s.reason for s in r.report.left_alone]) for r in runners]
     base = next((row for row in rows if row["mode"] == BASELINE), None)
     for row in rows:
@@ -374,9 +414,10 @@ def at_scale(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, dev
             skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
             continue
         row = dict(preset=preset.name, dtype=dtype_name, optimizer=opt_name, mode=mode,
-                   techniques=None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name),
+                   techniques=(None if mode in (BASELINE, "reversible")
+                               else techniques(mode, dtype_name, opt_name, bucket_mb)),
                    **try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset, steps),
-                   **predicted(c, dtype_name, opt_name, mode, preset))
+                   **predicted(c, dtype_name, opt_name, mode, preset, bucket_mb))
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows, skipped
@@ -415,7 +456,8 @@ def markdown(rows: list[dict], skipped: list[dict]) -> str:
 def main(argv: Optional[list[str]] = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, warmup=2, steps=5)
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", type=_mode, default=list(MODES),
+                        help=f"among {', '.join(MODES)}, or techniques concatenated (e.g. +offload+head-update+split)")
     parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
     parser.add_argument("--largest", action="store_true",
                         help="search the largest model of each (dtype, optimizer, mode) that trains one step")

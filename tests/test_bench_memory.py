@@ -1,7 +1,7 @@
 """benchmarks/bench_memory.py --quick on the CPU: every requested mode gives a row or a skip
 reason, the losses are finite, and the modes that reformulate ojas+ckpt exactly (offload,
-sparse embedding with SGD, host state, the head updated inside the loss with SGD, and all of them
-together) give its losses bit for bit."""
+sparse embedding with SGD, host state, the head updated inside the loss with SGD, split checkpoints,
+their concatenations and all of them together) give its losses bit for bit."""
 
 import math
 
@@ -39,6 +39,42 @@ def test_quick_rows(optimizer, tmp_path):
         assert rows["all"]["techniques"]["sparse_embedding"] is True
         assert rows["+head-update"]["techniques"]["head_update"] is True
         assert rows["all"]["techniques"]["head_update"] is True
+    assert rows["+split"]["techniques"]["split"] is True and rows["all"]["techniques"]["split"] is True
+    assert rows["+split"]["host"] is None and rows["all"]["host"] > rows["+offload"]["host"]  # two inputs per layer
+    assert rows["ojas+ckpt"]["techniques"]["split"] is False
+
+
+def test_concatenated_techniques_and_the_bucket_size_are_recorded():
+    """``+offload+head-update+split`` at 32 MiB buckets: those three together, the bucket in every row's
+    techniques (the planner plans it), the losses of ojas+ckpt at the same buckets bit for bit, twice the
+    offloaded bytes of ``+offload+head-update``."""
+    from ojas_ref.tools import plan as P
+
+    modes = ["ojas+ckpt", "+offload+head-update", "+offload+head-update+split"]
+    result = bench_memory.main(["--quick", "--device", "cpu", "--dtypes", "fp32", "--optimizers", "sgd",
+                                "--warmup", "1", "--steps", "2", "--bucket-mb", "32", "--modes", *modes])
+    rows = {r["mode"]: r for r in result["results"]}
+    t = rows[modes[2]]["techniques"]
+    assert (t["checkpoint"], t["head_update"], t["split"], t["sparse_embedding"], t["bucket_cap_mb"]) == (
+        "offload", True, True, False, 32.0)
+    assert all(r["techniques"]["bucket_cap_mb"] == 32.0 for r in rows.values())
+    assert rows[modes[1]]["losses"] == rows[modes[2]]["losses"] == rows["ojas+ckpt"]["losses"]
+    assert rows[modes[2]]["host"] == 2 * rows[modes[1]]["host"]
+    setting = P.memory_record_setting(rows[modes[2]], bench_memory.QUICK.batch, bench_memory.QUICK.seq)
+    assert setting.split and setting.offload and setting.head_update and setting.bucket_cap_mb == 32.0
+    assert rows[modes[2]]["predicted_peak"] == P.plan(P.Model(
+        *(getattr(bench_memory.QUICK, k) for k in ("hidden", "layers", "heads", "heads", "intermediate", "vocab"))),
+        setting).peak
+    skipped = bench_memory.main(["--quick", "--device", "cpu", "--dtypes", "fp32", "--optimizers", "adamw",
+                                 "--warmup", "0", "--steps", "1", "--modes", "+split+head-update"])["skipped"]
+    assert [s["mode"] for s in skipped] == ["+split+head-update"] and "plain SGD" in skipped[0]["skipped"]
+
+
+@pytest.mark.parametrize("mode", ["+split+split", "split", "+offload+bogus", "ojas+ckpt+split", "+"])
+def test_bad_modes_are_refused(mode, capsys):
+    with pytest.raises(SystemExit):
+        bench_memory.main(["--quick", "--device", "cpu", "--modes", mode])
+    assert "mode must be one of" in capsys.readouterr().err
 
 
 def test_largest_quick():

@@ -764,9 +764,10 @@ def test_state_slice_default_is_whole_parameters_and_bench_memory_records_it():
     t = bench_memory.techniques("all", "fp32", "adamw")
     assert "state_slice_mb" in t and t["state_slice_mb"] is None
     row = dict(mode="all", dtype="fp32", optimizer="adamw", techniques=t)
-    assert P.memory_record_setting(row, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, state_slice_mb=None)
+    assert P.memory_record_setting(row, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, state_slice_mb=None,
+                                                            split=True)  # "all" splits the checkpoints too
     sliced = dict(row, techniques=dict(t, state_slice_mb=P.STATE_SLICE_MB))
-    assert P.memory_record_setting(sliced, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048)
+    assert P.memory_record_setting(sliced, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, split=True)
     old = dict(row, techniques={k: v for k, v in t.items() if k != "state_slice_mb"})  # recorded before slicing
     assert P.memory_record_setting(old, 1, 2048).state_slice_mb is None
 
