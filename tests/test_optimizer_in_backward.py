@@ -218,6 +218,33 @@ def test_plain_sgd_is_updated_without_optimizer_step(options: dict, direct: bool
     assert_same(model_s, opt_s, model_f, opt_f)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("cls,options,direct", [
+    (torch.optim.AdamW, dict(), True), (torch.optim.AdamW, dict(foreach=False), True),
+    (torch.optim.AdamW, dict(foreach=True, amsgrad=True), True), (torch.optim.AdamW, dict(maximize=True), True),
+    (torch.optim.Adam, dict(weight_decay=0.01), True), (torch.optim.AdamW, dict(fused=True), False),
+    (torch.optim.AdamW, dict(lr=torch.tensor(0.01), foreach=False), False),
+], ids=["adamw", "single", "amsgrad", "maximize", "adam", "fused", "tensor-lr"])
+def test_adam_is_updated_without_optimizer_step(cls: type, options: dict, direct: bool, dtype: torch.dtype,
+                                                monkeypatch) -> None:
+    """Once their state exists, Adam / AdamW buckets are stepped by torch's functional ``adam``
+    directly (InBackwardOptimizer._direct_adam), fused and tensor-lr steps by ``Adam.step``; both
+    bitwise the standard loop, in float32 and bfloat16."""
+    kw = {"lr": 1e-2, "betas": (0.8, 0.95), "weight_decay": 0.1} | options
+    model_s, model_f = make_model().to(dtype), make_model().to(dtype)
+    opt_s = cls(model_s.parameters(), **kw)
+    opt_f = InBackwardOptimizer(model_f.parameters(), cls, bucket_cap_mb=SPLIT_CAP, **kw)
+    train(model_s, opt_s, range(4))
+    train(model_f, opt_f, range(1))  # the first update creates the state through Adam.step
+    steps = []
+    for bucket_opt in opt_f._group_opts:
+        original = bucket_opt.step
+        monkeypatch.setattr(bucket_opt, "step", lambda *a, _o=original, **k: (steps.append(1), _o(*a, **k))[1])
+    train(model_f, opt_f, range(1, 4))
+    assert (not steps) == direct
+    assert_same(model_s, opt_s, model_f, opt_f)
+
+
 def test_plain_sgd_runs_optimizer_step_hooks() -> None:
     """A global optimizer step hook sees every bucket's step: the direct update is not taken then."""
     seen = []

@@ -174,7 +174,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 from torch import Tensor
-from torch.optim import optimizer as _optim
+from torch.optim import adam as _adam, optimizer as _optim
 from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype, _has_foreach_support
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -203,6 +203,11 @@ else:  # a build without torch.distributed: no FSDP2
 # Both sides are weak: a strong value would keep its own keys (the optimizer holds its
 # parameters) and so the whole model alive after the user drops it.
 _OWNERS = WeakIdKeyDictionary()
+
+
+#: ``torch.optim.Adam.step`` without torch's wrappers (``Optimizer`` wraps a class's ``step`` for its
+#: hooks when the first instance is made): AdamW's too where AdamW is Adam (:meth:`InBackwardOptimizer._direct_adam`)
+_ADAM_STEP = inspect.unwrap(torch.optim.Adam.step)
 
 
 def _is_cuda(t: Tensor) -> bool:
@@ -1115,7 +1120,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     def _update(self, index: int, bucket: list[Tensor]) -> None:
         """The update of the bucket (its gradients are freed by :meth:`_flush`): plain SGD directly
-        (:meth:`_plain_sgd_lr`), else one ``step()`` of the group's ``optimizer_class``."""
+        (:meth:`_plain_sgd_lr`), Adam / AdamW through torch's functional step directly
+        (:meth:`_direct_adam`), else one ``step()`` of the group's ``optimizer_class``."""
         bucket_opt = self._group_opts[index]
         lr = self._plain_sgd_lr(bucket_opt, index) if self.state_device is None else None
         if lr is not None and not any(p.grad.is_sparse for p in bucket):
@@ -1124,6 +1130,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             return
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
+        if self.state_device is None and self._direct_adam(bucket_opt, group, bucket):
+            return
         sliced: list[tuple[Tensor, int]] = []
         if self.state_device is not None and self._state_slice_bytes is not None:
             lengths = [self._slice_length(p, index) for p in bucket]
@@ -1140,6 +1148,45 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                     self._swap_out(bucket, hosts)
         for p, length in sliced:
             self._step_sliced(bucket_opt, p, length)
+
+    def _direct_adam(self, bucket_opt: torch.optim.Optimizer, group: dict, bucket: list[Tensor]) -> bool:
+        """Step the bucket by torch's functional ``adam`` with the arguments ``Adam.step`` passes it,
+        when the group's class steps with ``torch.optim.Adam.step`` itself (Adam, and AdamW where it
+        is Adam with ``decoupled_weight_decay``), every parameter has its state already, a dense real
+        gradient, and the step is the plain one (not fused, capturable or differentiable, a float lr,
+        no step hooks, no ``grad_scale`` / ``found_inf``, not inside a CUDA graph capture); return
+        whether it did. The same call ``Adam.step`` makes, without its per-call Python (``_init_group``,
+        the step wrapper): about half of a bf16 bucket's host time on the H200 (benchmarks/RESULTS.md);
+        tests/test_optimizer_in_backward.py checks the bits against the standard loop."""
+        if (inspect.unwrap(type(bucket_opt).step) is not _ADAM_STEP or group["fused"] or group["capturable"]
+                or group["differentiable"] or isinstance(group["lr"], Tensor)
+                or bucket_opt._optimizer_step_pre_hooks or bucket_opt._optimizer_step_post_hooks
+                or _optim._global_optimizer_pre_hooks or _optim._global_optimizer_post_hooks
+                or getattr(bucket_opt, "grad_scale", None) is not None
+                or getattr(bucket_opt, "found_inf", None) is not None
+                or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())):
+            return False
+        amsgrad = group["amsgrad"]
+        grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], []
+        for p in bucket:
+            state = bucket_opt.state.get(p)
+            if not state or p.grad.is_sparse or torch.is_complex(p):
+                return False
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            if amsgrad:
+                max_exp_avg_sqs.append(state["max_exp_avg_sq"])
+            steps.append(state["step"])
+        beta1, beta2 = group["betas"]
+        decoupled = {"decoupled_weight_decay": group["decoupled_weight_decay"]} if "decoupled_weight_decay" in group else {}
+        with torch.no_grad():
+            _adam.adam(bucket, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, amsgrad=amsgrad,
+                       has_complex=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+                       weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+                       foreach=group["foreach"], capturable=False, differentiable=False, fused=group["fused"],
+                       grad_scale=None, found_inf=None, **decoupled)
+        return True
 
     def _plain_sgd_lr(self, bucket_opt: torch.optim.Optimizer, index: int) -> Optional[float]:
         """The learning rate when the group's update is plain SGD (``torch.optim.SGD`` itself, no
