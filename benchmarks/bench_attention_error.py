@@ -1,4 +1,4 @@
-"""Benchmark: the proved forward-attention error bounds (out and lse) beside the largest observed errors.
+"""Benchmark: the proved attention error bounds (out, lse, dV, dQ, dK) beside the largest observed errors.
 
     python benchmarks/bench_attention_error.py [--out FILE]   # CUDA: S = 4096, 16384, E = 128
     python benchmarks/bench_attention_error.py --quick        # tiny sizes, CPU interpreter, proves it runs
@@ -15,7 +15,14 @@ maximum over every output coordinate, ``ratio`` = bound / observed; ``lse_bound`
 ``dv_bound_max``, ``dv_observed_max``, ``dv_min_ratio``: dV (autograd through the
 kernel, random dO) against float64, with the a-posteriori bound entry by entry
 (``attention_dv_error_bound``, ``Ojas.FloatModel.AttentionBackwardError.dv_error``), the
-smallest ratio over entries; ``storage_rounding``: how the device's Triton casts float32
+smallest ratio over entries; ``dq_*``, ``dk_*``: the same for dQ and dK (autograd through the
+kernel) against the float64 exact gradient with the a-posteriori bounds
+(``attention_dq_error_bound``, ``attention_dk_error_bound``:
+``Ojas.FloatModel.AttentionGradError.dq_error``, ``dk_error``), twice: ``*_proved`` with the
+errors of the forward's saved out and lse from the forward theorems, ``*_measured`` with those
+errors measured on the saved tensors; ``*_max_ratio`` = largest bound / largest observed error,
+``*_min_ratio`` = the smallest ratio over entries, ``*_vacuous`` = whether the largest bound
+reaches the largest exact entry; ``storage_rounding``: how the device's Triton casts float32
 to the dtype (CUDA: to nearest, the proved instance; the CPU interpreter truncates
 bfloat16, for which there is no Coq instance);
 ``attention_lse_error_bound``, ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked``,
@@ -53,8 +60,9 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
     from benchmarks.bench_optimize_model import environment
     from ojas_kernels.attention import flash_attention, flash_attention_forward
     from ojas_ref.verification.attention_error import (dv_error_bound, exact_attention, exact_dv, exact_lse,
-                                                        forward_error_bound, lse_error_bound, measured_exp2_error,
-                                                        measured_log2_error, observed_error, storage_rounding)
+                                                        forward_error_bound, grad_error_bounds, lse_error_bound,
+                                                        measured_exp2_error, measured_log2_error, observed_error,
+                                                        storage_rounding)
     from ojas_ref.verification.error_bounds import EXP2_ERROR, LOG2_ERROR, oracle_bounds_available
 
     rel, ab, one = measured_exp2_error(device)
@@ -79,12 +87,24 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                 lse_err = (lse.double() - exact_lse(q, k, causal, scale)).abs().max().item()
                 lse_bound = lse_error_bound(q, k, causal, scale)
                 do = torch.randn(q.shape, generator=gen).to(device=device, dtype=dtype)
-                vv = v.detach().clone().requires_grad_()
-                flash_attention(q, k, vv, causal, scale).backward(do)
+                qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+                flash_attention(qq, kk, vv, causal, scale).backward(do)
                 dv_ex, prob_abs_do = exact_dv(q, k, do, causal, scale)
                 dv_b = dv_error_bound(q, k, do, prob_abs_do, causal, scale)
                 dv_err = (vv.grad.double() - dv_ex).abs()
                 dv_ratio = (dv_b / dv_err.clamp_min(1e-300)).min().item()
+                grads, grad_holds = {}, True
+                for inputs in ("proved", "measured"):
+                    gb = grad_error_bounds(q, k, v, do, out, lse, causal, scale, inputs)
+                    for name, got in (("dq", qq.grad), ("dk", kk.grad)):
+                        g_err, g_b = (got.double() - gb[name]).abs(), gb[f"{name}_bound"]
+                        grad_holds &= bool((g_err <= g_b).all())
+                        grads.update({f"{name}_{inputs}_bound_max": g_b.max().item(),
+                                      f"{name}_{inputs}_observed_max": g_err.max().item(),
+                                      f"{name}_{inputs}_max_ratio": g_b.max().item() / g_err.max().item(),
+                                      f"{name}_{inputs}_min_ratio": (g_b / g_err.clamp_min(1e-300)).min().item(),
+                                      f"{name}_{inputs}_vacuous": g_b.max().item() >= gb[name].abs().max().item()})
+                    del gb
                 rounding = storage_rounding(device, dtype)
                 # 3xTF32 dots on CUDA float32; no Coq instance for the interpreter's bf16 truncation
                 covered = rounding == "nearest" and not (dtype == torch.float32 and device == "cuda")
@@ -93,15 +113,19 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                                  lse_bound=lse_bound, lse_observed=lse_err,
                                  lse_ratio=lse_bound / lse_err if lse_err > 0 else math.inf,
                                  dv_bound_max=dv_b.max().item(), dv_observed_max=dv_err.max().item(),
-                                 dv_min_ratio=dv_ratio,
-                                 holds=err <= bound and lse_err <= lse_bound and bool((dv_err <= dv_b).all()),
+                                 dv_min_ratio=dv_ratio, **grads,
+                                 holds=(err <= bound and lse_err <= lse_bound and bool((dv_err <= dv_b).all())
+                                        and grad_holds),
                                  storage_rounding=rounding, covered=covered,
                                  seconds=round(time.perf_counter() - t0, 2)))
-                del q, k, v, out, lse, do, vv, dv_ex, prob_abs_do, dv_b, dv_err
+                del q, k, v, out, lse, do, qq, kk, vv, dv_ex, prob_abs_do, dv_b, dv_err
+                grad_cols = " ".join(f"{n}: {grads[f'{n}_proved_max_ratio']:.0f}/{grads[f'{n}_measured_max_ratio']:.1f}"
+                                     for n in ("dq", "dk"))
                 print(f"{dname:5} S={s:6} {label:12} out: bound {bound:.3e} observed {err:.3e} "
                       f"ratio {rows[-1]['ratio']:7.1f} | lse: bound {lse_bound:.3e} observed {lse_err:.3e} "
                       f"ratio {rows[-1]['lse_ratio']:7.1f} | dV: min ratio {dv_ratio:7.2f} | "
-                      f"holds={rows[-1]['holds']} covered={covered}", flush=True)
+                      f"max ratios proved/measured {grad_cols} | holds={rows[-1]['holds']} covered={covered}",
+                      flush=True)
     return dict(benchmark="attention_error", environment=environment(torch.device(device)),
                 oracle=oracle_bounds_available(), exp2_rel_error=rel, exp2_abs_error_subnormal=ab,
                 exp2_error_assumed=EXP2_ERROR, log2_abs_error=lg, log2_error_assumed=LOG2_ERROR, rows=rows)
