@@ -29,6 +29,7 @@ warnings.filterwarnings("ignore", module="transformers")
 from ojas_ref.integrations import huggingface as hf  # noqa: E402
 from ojas_ref.integrations.offload import OffloadedCheckpoint  # noqa: E402
 from ojas_ref.integrations.optimize import optimize_model, revert_model  # noqa: E402
+from test_offload import batch, train  # noqa: E402
 from test_optimize_huggingface import COMMON, FAMILIES, V  # noqa: E402
 
 SPLIT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -47,31 +48,9 @@ def build(family: str = "llama", dtype=torch.float32, device="cpu", **overrides)
     return model
 
 
-def batch(seed: int, device="cpu") -> dict:
-    """Left padding of 3 and 1 tokens; the padded positions and the first real token ignored."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, V, (2, 11), generator=g)
-    mask = torch.ones(2, 11, dtype=torch.long)
-    labels = ids.clone()
-    for row, pad in enumerate((3, 1)):
-        mask[row, :pad] = 0
-        labels[row, :pad + 1] = -100
-    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=mask, labels=labels).items()}
-
-
-def train(model, steps: int = 2, device="cpu") -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
-    """SGD steps; the losses and each step's gradients."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    model.train()
-    losses, grads = [], []
-    for seed in range(steps):
-        loss = model(**batch(seed, device)).loss
-        loss.backward()
-        losses.append(loss.detach().clone())
-        grads.append([p.grad.clone() for p in model.parameters()])
-        opt.step()
-        opt.zero_grad()
-    return losses, grads
+def run(model, steps: int = 2, device="cpu") -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """test_offload's AdamW steps on its left-padded batches: the losses and each step's gradients."""
+    return train(model, [batch(seed, padding=True, device=device) for seed in range(steps)])
 
 
 def assert_bitwise(ref, split, runs) -> None:
@@ -99,7 +78,7 @@ def pair(family: str, dtype, checkpoint, device="cpu", **flags):
 def test_split_trains_bit_identically_to_whole_layer_checkpointing(family, dtype, checkpoint):
     whole, split, report = pair(family, dtype, checkpoint)
     assert any("split in two segments" in c.what for c in report.changed), str(report)
-    assert_bitwise(whole, split, (train(whole), train(split)))
+    assert_bitwise(whole, split, (run(whole), run(split)))
     if checkpoint == "offload":
         func = split.model.layers[0]._gradient_checkpointing_func.segment_checkpoint
         assert isinstance(func, OffloadedCheckpoint)
@@ -108,7 +87,7 @@ def test_split_trains_bit_identically_to_whole_layer_checkpointing(family, dtype
 
 def test_split_with_the_ojas_kernels_off_is_bitwise_too():
     whole, split, _ = pair("llama", torch.float32, True, **OFF)
-    assert_bitwise(whole, split, (train(whole), train(split)))
+    assert_bitwise(whole, split, (run(whole), run(split)))
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 for the kernels")
@@ -116,7 +95,7 @@ def test_split_with_the_triton_kernels_interpreted(monkeypatch):
     for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU", "ROPE"):
         monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
     whole, split, _ = pair("llama", torch.float32, "offload")
-    assert_bitwise(whole, split, (train(whole, 1), train(split, 1)))
+    assert_bitwise(whole, split, (run(whole, 1), run(split, 1)))
 
 
 # ---------------------------------------------------------------- what the split changes
@@ -137,7 +116,7 @@ def _backward_events(model) -> list[str]:
             handles.append(weight.register_post_accumulate_grad_hook(
                 lambda p, tag=f"grad {part} {i}": events.append(tag)))
     model.train()
-    loss = model(**batch(0)).loss
+    loss = model(**batch(0, padding=True)).loss
     state["backward"] = True
     loss.backward()
     for h in handles:
@@ -162,7 +141,7 @@ def test_the_segment_inputs_are_the_saved_checkpoints():
     seen = []
     func.observe = lambda t: seen.append(t)
     split.train()
-    split(**batch(0)).loss.backward()
+    split(**batch(0, padding=True)).loss.backward()
     assert len(seen) == 2 * LAYERS and all(t.shape == (2, 11, COMMON["hidden_size"]) for t in seen)
     assert not {t.data_ptr() for t in seen} & {p.data_ptr() for p in split.parameters()}
     assert func.stats.kept_tensors == 0
@@ -171,7 +150,7 @@ def test_the_segment_inputs_are_the_saved_checkpoints():
 def test_outside_training_nothing_changes():
     """eval, training mode without gradients, and generate give the unsplit model's bits."""
     whole, split, _ = pair("llama", torch.float32, "offload")
-    data = batch(1)
+    data = batch(1, padding=True)
     for m in (whole, split):
         m.eval()
     with torch.no_grad():
@@ -200,7 +179,7 @@ def test_state_dict_copies_and_revert():
     clone = copy.deepcopy(split)  # (Hugging Face's checkpointing leaves the model itself unpicklable)
     func = clone.model.layers[0]._gradient_checkpointing_func
     assert isinstance(func, hf.SplitCheckpoint) and func.layer is clone.model.layers[0]
-    assert_bitwise(split, clone, (train(copy.deepcopy(split), 1), train(clone, 1)))
+    assert_bitwise(split, clone, (run(copy.deepcopy(split), 1), run(clone, 1)))
     pickled = pickle.loads(pickle.dumps(layer))  # a split layer pickles: classes and function
     assert type(pickled.mlp) is type(layer.mlp) and pickled._gradient_checkpointing_func.layer is pickled
     revert_model(split)
@@ -210,7 +189,7 @@ def test_state_dict_copies_and_revert():
     assert not any(getattr(m, "gradient_checkpointing", False) for m in split.modules())
     split.train()
     ref.train()
-    data = batch(2)
+    data = batch(2, padding=True)
     assert torch.equal(split(**data).logits, ref(**data).logits)
 
 
@@ -223,7 +202,7 @@ def test_over_the_users_every_other_layer_checkpointing():
     assert [isinstance(f, hf.SplitCheckpoint) for f in funcs] == [True, False, True]
     assert type(model.model.layers[1].mlp) is transformers.models.llama.modeling_llama.LlamaMLP
     model.train()
-    model(**batch(0)).loss.backward()
+    model(**batch(0, padding=True)).loss.backward()
     assert funcs[0].segment_checkpoint is funcs[2].segment_checkpoint
     assert funcs[0].segment_checkpoint.stats.offloaded_tensors == 4
     revert_model(model)
@@ -291,7 +270,7 @@ def test_split_matches_whole_layer_checkpointing_bitwise_gpu(dtype):
     try:
         for name, split in (("whole", False), ("whole2", False), ("split", True)):
             model, _ = optimize_model(copy.deepcopy(ref), checkpoint="offload", checkpoint_split=split)
-            runs[name] = train(model, 3, "cuda")
+            runs[name] = run(model, 3, "cuda")
     finally:
         torch.use_deterministic_algorithms(False)
     func = model.model.layers[0]._gradient_checkpointing_func.segment_checkpoint
