@@ -431,7 +431,8 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             report.changed.append(Change(
                 "(decoder layers)", "activation checkpointing split in two segments per layer (input norm + "
                 f"self-attention, post-attention norm + MLP; non-reentrant){where}", (), not_covered
-                + "; the split and the offload are exact rearrangements (no theorem); their cost is measured"))
+                + "; the split and the offload are exact rearrangements (no theorem); their cost is measured, not "
+                "proved (benchmarks/bench_memory.py, +split)"))
         elif checkpoint == "offload":
             _install_offload(model, state)
             report.changed.append(Change(
