@@ -42,9 +42,14 @@ coordinate of the forward's tile loop as it runs here (fp32 scores
 accumulation, out stored in the input dtype; any boolean visibility: causal, window,
 bounds) against the exact softmax over the visible keys;
 ``ojas_ref.verification.error_bounds.attention_forward_error_bound`` is its value
-(``tests/test_attention_error_bound.py``).  Not covered: the tensor cores' order of
-additions, FMA contraction, additive masks, the 3xTF32 float32 path, and the backward
-kernels' rounding.
+(``tests/test_attention_error_bound.py``).  The backward kernels: ``Ojas.FloatModel.AttentionBackwardError``
+(``dv_error``) and ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``, ``delta_close``)
+bound dV, dK and dQ a posteriori as the kernels compute them (P recomputed from the saved lse,
+``dS = rnd(P * rnd(dP - Delta))`` rounded to the input dtype, fp32 accumulation over the tiles,
+the stored results), given the errors of the saved out and lse (``attention_dv_error_bound``,
+``attention_dk_error_bound``, ``attention_dq_error_bound``).  Not covered: the tensor cores' order
+of additions (and their accumulating into the running sums), FMA contraction, additive masks,
+the 3xTF32 float32 path.
 
 Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
 ``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.
@@ -430,7 +435,12 @@ def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV,
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group (GroupedQuery.v,
     ``gqa_dK_is_derive``, ``gqa_dV_is_derive``: loop ``g = 0 .. group-1``) and over the
-    query tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``)."""
+    query tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``).
+
+    Rounding: ``Ojas.FloatModel.AttentionBackwardError.dv_error`` (dV) and
+    ``Ojas.FloatModel.AttentionGradError.dk_error`` (dK: ``dk_kernel``, this loop's schedule) bound
+    every stored entry against the exact gradient; not covered: the MMA order and its
+    accumulation into dk/dv, FMA contraction, 3xTF32 dots, ``tl.exp2``'s error (assumed)."""
     start_n = tl.program_id(0) * BLOCK_N
     pid_bh = tl.program_id(1)
     b = (pid_bh // num_kv_heads).to(tl.int64)
@@ -517,7 +527,13 @@ def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ,
     """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head,
     accumulated over key tiles (BackwardCorrect.v, ``attention_backward_dQ_key_tiles``).
     It first computes ``D_i = dO_i . o_i`` (``row_dscores``; ``backward_D_identity``)
-    in float32 and saves it for the dK/dV kernel, launched after this one."""
+    in float32 and saves it for the dK/dV kernel, launched after this one.
+
+    Rounding: ``Ojas.FloatModel.AttentionGradError.dq_error`` (dQ: ``dq_kernel``, this loop's
+    schedule) bounds every stored entry against the exact gradient, ``delta_close`` the error of
+    ``D`` (any reduction order of ``tl.sum``) against ``dO . o`` of the stored output; not covered:
+    the MMA order and its accumulation into dq, FMA contraction, 3xTF32 dots, ``tl.sum``'s padding
+    zeros when ``BLOCK_EV > HEAD_EV``, ``tl.exp2``'s error (assumed)."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     pid_bh = tl.program_id(1)
     b = (pid_bh // num_heads).to(tl.int64)
