@@ -117,9 +117,18 @@ tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/er
 schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming
 each program's group of tiles, ``_rows_kernel`` merging the groups' states
 (``linear_cross_entropy_merge_lse_error_bound``; no oracle value for it yet).
+``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` and ``ce_dw_error`` bound every entry
+of the 3-product schedule's grad_input and grad_weight (reductions "mean" / "sum", bfloat16
+and float32, no bias, cap, smoothing or z-loss): G = ``rnd_s(tl.exp(rnd(z - lse)))`` (the
+target: minus 1 first) stored in the input dtype from the lse above (within its bound), the
+products accumulated in float32 (within an any-order ``gamma_n``: a premise), the alpha
+epilogue rounded, grad_weight's running sum over the token chunks stored in its dtype per
+chunk; a-posteriori in the sums of the exact probabilities (``linear_cross_entropy_grad_error_bound``;
+tests/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
 No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
-(only the classical any-order bound enters ``delta``), TF32 products, softcap, bias, label
-smoothing, z-loss, FMA contraction, and every gradient's rounding.
+(only the classical any-order bound enters ``delta`` and the gradients' ``gd``), TF32 products,
+softcap, bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias, the
+4-product schedule's grad_weight (token weights inside G) and the scaling by grad_output.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
 the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
@@ -869,7 +878,11 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     accumulated in float32 and the sum rounded once per chunk, so a bfloat16 grad_weight
     carries one rounding per chunk, not one in all.  Workspace: one chunk's logits,
     ``workspace_fraction`` of the gradients' bytes (16 MiB at least).  ``need``: gradients
-    wanted for (input, weight, bias)."""
+    wanted for (input, weight, bias).  Rounding of grad_input and grad_weight ("mean" / "sum",
+    bfloat16 / float32, no bias, cap, smoothing, z-loss):
+    ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error`` (this chunk loop,
+    one stored rounding of grad_weight per chunk; cuBLAS's summation order only through an
+    any-order premise); grad_bias and the rest: no theorem."""
     N, D = x.shape
     V = weight.shape[0]
     need_input, need_weight, need_bias = need
@@ -1099,8 +1112,10 @@ def linear_cross_entropy(
     linear_weight and linear_bias
     (``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
-    ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; no theorem covers this
-    kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
+    ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; the rounding of the 3-product
+    schedule's grad_input and grad_weight: ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error``
+    / ``ce_dw_error``, without bias, cap, smoothing, z-loss, float16; no theorem covers the
+    rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or
     ``config.products=4``) grad_input in the forward and the rest by recomputing

@@ -782,7 +782,10 @@ def linear_cross_entropy(
     ``weight``; it picks its own chunks,
     ``chunk_size`` is the reference's; it computes gradients in the forward and hands
     them over in the first backward, a second backward through a retained graph
-    recomputes them); "auto" runs the kernel for bfloat16 and float32 CUDA tensors
+    recomputes them; the rounding of its grad_input and grad_weight for "mean" / "sum" in
+    bfloat16 / float32 without bias, cap, smoothing and z-loss:
+    Ojas.FloatModel.CrossEntropyGradError.ce_dh_error / ce_dw_error, no theorem for this
+    reference's own float32 rounding); "auto" runs the kernel for bfloat16 and float32 CUDA tensors
     (without ``weight`` or probability targets), the reference otherwise. Not for
     float16 by default: the kernel computes the gradients in the forward for a
     grad_output of 1 and rounds them to float16 there, so a ``torch.amp.GradScaler``'s
