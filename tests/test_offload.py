@@ -251,7 +251,7 @@ def _deterministic_train(model, batches):
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_offload_matches_checkpointing_bitwise_gpu(dtype):
-    """Side-stream copies, prefetch: the same bits as checkpoint=True. Checkpointing alone (the
+    """Side-stream copies, prefetch, host buffers reused: the same bits as checkpoint=True. Checkpointing alone (the
     ojas kernels off, eager attention), deterministic algorithms; a tensor that differs between
     two runs of checkpoint=True itself is not compared (none of the layers' may)."""
     flags = dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
@@ -263,6 +263,7 @@ def test_offload_matches_checkpointing_bitwise_gpu(dtype):
         runs[name] = _deterministic_train(model, batches)
     func = offload_func(model)
     assert func.stats.offloaded_tensors == 4 * 3 and func.stats.prefetched_tensors == 3 * 3
+    assert sum(map(len, func._free.values())) == 4  # one host buffer per layer, reused in steps 2 and 3
     names = [n for n, _ in ref.named_parameters()]
     for (la, ga), (lb, gb), (lc, gc) in [(runs["ckpt"], runs["ckpt2"], runs["offload"])]:
         assert [torch.equal(a, c) for a, c in zip(la, lc)] == [torch.equal(a, b) for a, b in zip(la, lb)]

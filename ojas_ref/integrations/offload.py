@@ -63,9 +63,15 @@ Streams (CUDA)
   the optimizer state's copies of ``InBackwardOptimizer(state_device="cpu")`` on the same
   link: the 1.06B fp32 AdamW step with both ran at 0.77x of standard + checkpointing against
   0.96x with host state alone on the H200, which is why it changed.)
-* The host buffers are freed by the caching host allocator, which records the copies'
-  streams; a handle keeps its host buffer while autograd keeps the saved tensor
-  (``retain_graph=True`` copies it back again on a second backward).
+* A handle keeps its host buffer while autograd keeps the saved tensor (``retain_graph=True``
+  copies it back again on a second backward). When the handle is gone its buffer goes to a
+  free list of its layout and the next pack of that layout reuses it: both copies of a buffer
+  run on the device's side stream, so the next copy into it runs after the last copy out of
+  it, with no event needed; the buffers stay allocated (pinned) as long as the function.
+  Through the caching host allocator instead, a buffer is reusable only once the events of its
+  copies have passed, so a host running ahead of the device pins new memory, which is slow
+  (a cause, not measured, of the 1.06B fp32 AdamW step with offload and host state varying
+  from 426 to 510 ms on the H200, benchmarks/RESULTS.md).
 
 On the CPU (and other non-CUDA devices) the "host copy" is a plain synchronous copy
 (``clone`` on the CPU, ``.to("cpu")`` elsewhere), so the recomputation reads the same bits
@@ -122,6 +128,10 @@ class OffloadStats:
     kept_tensors: int = 0       # saved inputs the rule left on the device
 
 
+def _layout(t: torch.Tensor) -> tuple:
+    return (t.device, tuple(t.shape), t.stride(), t.dtype)
+
+
 class _Offloaded:
     """One offloaded input: its host copy and, once fetched, its device copy and event."""
 
@@ -162,6 +172,9 @@ class OffloadedCheckpoint:
         self.stats = OffloadStats()
         self._streams: dict[torch.device, Any] = {}
         self._last: Optional[weakref.ref] = None
+        #: CUDA inputs' host buffers whose handles are gone, by (device, shape, stride, dtype): reused
+        #: by the next pack of that layout (see :meth:`_host_buffer`)
+        self._free: dict[tuple, list[torch.Tensor]] = {}
 
     def reset_stats(self) -> None:
         self.stats = OffloadStats()
@@ -203,7 +216,7 @@ class OffloadedCheckpoint:
         with torch.no_grad():
             t = t.detach()
             if t.device.type == "cuda":
-                host = torch.empty_like(t, device="cpu", pin_memory=self.pin_memory)
+                host = self._host_buffer(t)
                 stream = self._stream(t.device)
                 stream.wait_stream(torch.cuda.current_stream(t.device))  # the input is complete
                 with torch.cuda.stream(stream):
@@ -214,10 +227,21 @@ class OffloadedCheckpoint:
             else:
                 host = t.to("cpu")
         handle = _Offloaded(host, t.device, self._last)
+        if t.device.type == "cuda":
+            weakref.finalize(handle, self._free.setdefault(_layout(t), []).append, host)
         self._last = weakref.ref(handle)
         self.stats.offloaded_tensors += 1
         self.stats.offloaded_bytes += t.numel() * t.element_size()
         return handle
+
+    def _host_buffer(self, t: torch.Tensor) -> torch.Tensor:
+        """A (pinned) host buffer of ``t``'s layout: one a finished handle left (its copies, in and
+        back, ran on this device's side stream, which runs the new copy after them), else a new one
+        (module docstring)."""
+        free = self._free.get(_layout(t))
+        if free:
+            return free.pop()
+        return torch.empty_like(t, device="cpu", pin_memory=self.pin_memory)
 
     def _fetch(self, h: _Offloaded) -> None:
         """Queue the copy back of ``h`` on the side stream (CUDA), unless queued already, into a
