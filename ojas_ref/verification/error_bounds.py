@@ -895,9 +895,13 @@ def attention_delta_error_bound(o_do_abs_sum: torch.Tensor, value_dim: int) -> t
 _SCALE_CONST_ERROR = 2.0**-24
 
 
-def _attention_grad_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_items: int, n_tiles: int,
-                                head_dim: int, value_dim: int, block: int, max_abs_w: float, dp_abs_sum: float,
-                                max_abs_y: float, max_delta_error: float, common: dict[str, Any]) -> torch.Tensor:
+def _attention_grad_error_bound(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_items: int, n_tiles: int, head_dim: int,
+    value_dim: int, *, block: int, max_abs_w: float, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
+    dp_abs_sum: float, max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float,
+    scale: float | None = None, qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
+) -> torch.Tensor:
     """``grad_bound`` of ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``) over
     tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
     for name, val in (("max_abs_w", max_abs_w), ("dp_abs_sum", dp_abs_sum), ("max_abs_y", max_abs_y),
@@ -906,7 +910,8 @@ def _attention_grad_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Te
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
     if isinstance(value_dim, bool) or not isinstance(value_dim, int) or value_dim < 1:
         raise ValueError(f"value_dim must be an integer >= 1, got {value_dim!r}")
-    c = _backward_weight_terms(n_items, n_tiles, head_dim, block, **common)
+    c = _backward_weight_terms(n_items, n_tiles, head_dim, block, max_abs_q, max_abs_k, max_abs_lse, lse_error,
+                               scale, qk_abs_sum, exp2_error, dtype, storage_rounding)
     u, ea, ue, ee, us, es, g, scale = (c[k] for k in ("u", "ea", "ue", "ee", "us", "es", "g", "scale"))
     F_ = Fraction
     ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
@@ -927,12 +932,9 @@ def _attention_grad_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Te
     return (a1 * s1 + a2 * s2 + a3 * s3 + b) * _ROUND_UP
 
 
-def attention_dk_error_bound(
-    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_queries: int, n_query_tiles: int, head_dim: int,
-    value_dim: int, *, block_m: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float, dp_abs_sum: float,
-    max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float, scale: float | None = None,
-    qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
-) -> torch.Tensor:
+def attention_dk_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_queries: int,
+                             n_query_tiles: int, head_dim: int, value_dim: int, *, block_m: int, max_abs_q: float,
+                             **kwargs: Any) -> torch.Tensor:
     """A-posteriori bounds on ``|dK_je - scale sum_i P_ij (dP_ij - D_i) q_ie|`` for the dK/dV
     kernel of the Triton flash attention (kernels/attention.py, ``_dkdv_tile``), one per
     entry of the sums ``(S1, S2, S3)`` (each ``[.., Sk, E]``, over the visible queries of
@@ -949,26 +951,26 @@ def attention_dk_error_bound(
     products with ``q`` in fp32, the query tiles summed blocked, times the float32 scale,
     stored in ``dtype``) with ``Dl``, ``Am`` from ``lse2_close`` and the score terms from
     ``score2_error``; the value is ``grad_bound`` at ``SR = ((1 + u) eP + ea) S2 + (1 + u) S3``,
-    ``eP`` = ``dot_err value_dim dp_abs_sum`` (``dp_abs_sum >= sum_c |v_jc dO_ic|``),
-    ``Ym = max_abs_y >= |dP_ij - D_i|``, ``W = max_abs_q``, ``n = n_queries``, ``t = n_query_tiles``.
-    The scalar factors come from the oracle (``gamma``, ``score_max_q``, ``score_delta_q``,
-    ``perturbation_q``), composed in exact rationals here; the tensor part float64, rounded up.
+    ``eP`` = ``dot_err value_dim dp_abs_sum``, ``Ym = max_abs_y``, ``W = max_abs_q``,
+    ``n = n_queries``, ``t = n_query_tiles``. The scalar factors come from the oracle
+    (``gamma``, ``score_max_q``, ``score_delta_q``, ``perturbation_q``), composed in exact
+    rationals here; the tensor part float64, rounded up.
+
+    Keyword arguments besides ``block_m`` (the kernel's query tile) and ``max_abs_q``: ``dtype``,
+    ``max_abs_k``, ``qk_abs_sum``, ``scale``, ``exp2_error``, ``storage_rounding`` as for
+    :func:`attention_forward_error_bound`; ``max_abs_lse``, ``lse_error`` as for
+    :func:`attention_dv_error_bound`; ``dp_abs_sum >= sum_c |v_jc dO_ic|``,
+    ``max_abs_y >= |dP_ij - D_i|`` over the visible pairs, ``max_delta_error >= eD_i``.
 
     Not covered: the MMA order and its accumulation into dk, FMA contraction, 3xTF32
     (float32 on CUDA: not a proved bound there), ``exp2_error`` (an assumption)."""
-    common = dict(max_abs_q=max_abs_q, max_abs_k=max_abs_k, max_abs_lse=max_abs_lse, lse_error=lse_error,
-                  scale=scale, qk_abs_sum=qk_abs_sum, exp2_error=exp2_error, dtype=dtype,
-                  storage_rounding=storage_rounding)
-    return _attention_grad_error_bound(sums, n_queries, n_query_tiles, head_dim, value_dim, block_m, max_abs_q,
-                                       dp_abs_sum, max_abs_y, max_delta_error, common)
+    return _attention_grad_error_bound(sums, n_queries, n_query_tiles, head_dim, value_dim, block=block_m,
+                                       max_abs_w=max_abs_q, max_abs_q=max_abs_q, **kwargs)
 
 
-def attention_dq_error_bound(
-    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_keys: int, n_key_tiles: int, head_dim: int,
-    value_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float, dp_abs_sum: float,
-    max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float, scale: float | None = None,
-    qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
-) -> torch.Tensor:
+def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_keys: int,
+                             n_key_tiles: int, head_dim: int, value_dim: int, *, block_n: int, max_abs_k: float,
+                             **kwargs: Any) -> torch.Tensor:
     """A-posteriori bounds on ``|dQ_ie - scale sum_j P_ij (dP_ij - D_i) k_je|`` for the dQ
     kernel of the Triton flash attention (kernels/attention.py, ``_dq_tile``), one per entry
     of the sums ``(S1, S2, S3)`` (each ``[.., Sq, E]``, over the visible keys of query ``i``):
@@ -978,12 +980,10 @@ def attention_dq_error_bound(
     Implements ``Ojas.FloatModel.AttentionGradError.dq_error`` (the kernel's schedule as for
     dK, over the key tiles of ``block_n`` keys, ``dp = dot(dO, v)``, products with ``k``);
     the value is ``grad_bound`` as in :func:`attention_dk_error_bound` with ``W = max_abs_k``,
-    ``n = n_keys``, ``t = n_key_tiles``. Not covered: as for :func:`attention_dk_error_bound`."""
-    common = dict(max_abs_q=max_abs_q, max_abs_k=max_abs_k, max_abs_lse=max_abs_lse, lse_error=lse_error,
-                  scale=scale, qk_abs_sum=qk_abs_sum, exp2_error=exp2_error, dtype=dtype,
-                  storage_rounding=storage_rounding)
-    return _attention_grad_error_bound(sums, n_keys, n_key_tiles, head_dim, value_dim, block_n, max_abs_k,
-                                       dp_abs_sum, max_abs_y, max_delta_error, common)
+    ``n = n_keys``, ``t = n_key_tiles``; the other keyword arguments are its. Not covered: as
+    for :func:`attention_dk_error_bound`."""
+    return _attention_grad_error_bound(sums, n_keys, n_key_tiles, head_dim, value_dim, block=block_n,
+                                       max_abs_w=max_abs_k, max_abs_k=max_abs_k, **kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -1239,8 +1239,10 @@ def linear_cross_entropy_grad_error_bound(
     (``delta = logit_error``: :func:`linear_cross_entropy_logit_error_bound`; ``Dl = lse_error``:
     :func:`linear_cross_entropy_lse_error_bound`; ``Am = max_abs_arg`` >= |z - lse|),
     ``gd = gamma_{n_terms}`` (``n_terms``: the most terms one accumulated sum has, V for dH,
-    the largest token chunk for dW), exact rational arithmetic, the tensor part in float64
-    rounded up by 2^-40.
+    the largest token chunk for dW); ``gamma`` and ``X`` (``1 + perturbation_q(x / 2)``) from
+    the oracle (without it: the exact ``gamma`` and ``1 + x + x^2``), composed in exact
+    rational arithmetic here (no single Coq theorem states the composed number), the tensor
+    part in float64 rounded up by 2^-40.
 
     Premises, not theorems: ``exp_error`` for ``tl.exp`` (as the lse bound's, measured on
     [-104, 0]; the arguments exceed 0 by at most the lse's error); the fp32 accumulation of
@@ -1264,8 +1266,13 @@ def linear_cross_entropy_grad_error_bound(
     u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR)
     us, es = (F_(x) for x in _storage(dtype, storage_rounding))
     a0, ua = F_(float(scale)), u
-    X = _exp_up_small(F_(float(logit_error)) + F_(float(lse_error)) + u * F_(float(max_abs_arg)) + ea)
-    gd = n_terms * u / (1 - n_terms * u)
+    x = F_(float(logit_error)) + F_(float(lse_error)) + u * F_(float(max_abs_arg)) + ea
+    if x > 1:
+        raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
+    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))  # >= e^x - 1, certified
+    X = _exp_up_small(x) if pert is _NO_ORACLE or pert is None else 1 + F_(pert)
+    gd = _from_oracle(bound="gamma", u=_rational(u), n=n_terms)
+    gd = n_terms * u / (1 - n_terms * u) if gd is _NO_ORACLE else F_(gd)
     kg = (1 + us) * (1 + u)
     cg = (1 + us) * ((1 + u) * ee + ea) + es
     w = ua + u * (1 + ua)
