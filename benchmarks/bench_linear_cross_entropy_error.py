@@ -19,6 +19,15 @@ matmul precision (IEEE; TF32 is not covered), and the BLAS's order of summation 
 only by the classical any-order bound gamma_D, not by a Coq theorem. The run first measures
 ``tl.exp`` (relative, on [-104, 0]) and ``tl.log`` (absolute, on [1, 2^24]) on the device:
 the theorem's premises, assumed at most ``LCE_EXP_ERROR`` / ``LCE_LOG_ERROR``.
+
+Gradient columns (reduction "mean", every eighth target ignored): ``dh_*`` for grad_input and
+``dw_*`` for grad_weight of the whole kernel (forward and backward) against float64 autograd
+of ``F.cross_entropy(H @ W^T)`` on the same inputs; ``*_bound`` / ``*_observed`` the largest
+per-entry bound (``linear_cross_entropy_grad_error_bound``, the value of
+``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error`` from the exact
+probabilities' sums: ``lce_error.gradient_bounds``) and error, ``*_ratio`` the smallest
+per-entry bound / error, ``*_max_ratio`` the largest bound over the largest error. On the CPU
+bfloat16 G is truncated by the interpreter (``storage_rounding="truncate"``: not a proved bound).
 """
 
 from __future__ import annotations
@@ -36,6 +45,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 F64 = torch.float64
 SIZES = dict(N=64, D=4096, V=128256)
 QUICK_SIZES = dict(N=8, D=64, V=1000)
+
+
+def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor) -> dict:
+    """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
+    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_ref.verification.lce_error import exact_gradients, gradient_bounds
+
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    lce.linear_cross_entropy(xr, wr, target, reduction="mean").backward()
+    exact = exact_gradients(x, w, target, "mean")
+    rounding = "truncate" if x.device.type == "cpu" and x.dtype != torch.float32 else "nearest"
+    bounds = gradient_bounds(x, w, target, reduction="mean", storage_rounding=rounding)
+    cols = {}
+    for name, got, ref, bound in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds):
+        err = (got.to(F64) - ref).abs()
+        cols.update({f"{name}_bound": bound.max().item(), f"{name}_observed": err.max().item(),
+                     f"{name}_ratio": (bound / err.clamp_min(1e-300)).min().item(),
+                     f"{name}_max_ratio": bound.max().item() / max(err.max().item(), 1e-300),
+                     f"{name}_holds": bool((err <= bound).all())})
+    return cols
 
 
 def run(sizes: dict, device: str) -> dict:
@@ -89,6 +118,13 @@ def run(sizes: dict, device: str) -> dict:
             print(f"{r['dtype']:8} {variant:6} loss: bound {loss_b:.3e} observed {err:.3e} ratio {r['ratio']:8.1f} | "
                   f"row loop: bound {on_b:.3e} observed {on_err:.3e} ratio {r['online_ratio']:8.1f} | "
                   f"holds={r['holds']} covered={covered}", flush=True)
+            target[::8] = -100
+            r.update(grad_columns(x, w, target))
+            r["holds"] = r["holds"] and r["dh_holds"] and r["dw_holds"]
+            for g in ("dh", "dw"):
+                print(f"{'':15} {g}: bound {r[g + '_bound']:.3e} observed {r[g + '_observed']:.3e} "
+                      f"ratio {r[g + '_ratio']:8.1f} (max/max {r[g + '_max_ratio']:8.1f}) holds={r[g + '_holds']}",
+                      flush=True)
             del x, w, y, z
     return dict(benchmark="linear_cross_entropy_error", device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
