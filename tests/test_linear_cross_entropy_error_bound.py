@@ -164,19 +164,26 @@ def test_three_product_forward_per_token_within_bound(dtype):
     assert err <= lb < 1.0, (err, lb)
 
 
+def _gpu_case(N: int, dtype: torch.dtype):
+    """V = 128256, D = 4096 on CUDA after the device premises are checked: tl.exp, tl.log,
+    and IEEE float32 products (TF32 is not covered)."""
+    rel, absolute = measured_exp_error("cuda")
+    assert rel <= LCE_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
+    assert measured_log_error("cuda") <= LCE_LOG_ERROR
+    assert torch.get_float32_matmul_precision() == "highest"
+    D, V = 4096, 128256
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
+    return x, w, torch.randint(0, V, (N,), device="cuda", generator=gen)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_within_bound(dtype):
-    rel, absolute = measured_exp_error("cuda")
-    assert rel <= LCE_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
-    assert measured_log_error("cuda") <= LCE_LOG_ERROR
-    assert torch.get_float32_matmul_precision() == "highest"  # TF32 logits are not covered
-    N, D, V = 64, 4096, 128256
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
-    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
-    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    x, w, target = _gpu_case(64, dtype)
+    (N, D), V = x.shape, w.shape[0]
     loss = _forward_per_token(x, w, target)
     y = x.to(F64) @ w.to(F64).t()
     ref_loss = torch.logsumexp(y, dim=1) - y[torch.arange(N, device="cuda"), target]
@@ -337,14 +344,8 @@ def test_grad_bound_bad_arguments_raise(kwargs, match):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_gradients_within_bound(dtype):
-    rel, absolute = measured_exp_error("cuda")
-    assert rel <= LCE_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
-    assert torch.get_float32_matmul_precision() == "highest"  # TF32 products are not covered
-    N, D, V = 256, 4096, 128256
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
-    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
-    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    """1024 tokens: the default plan's two token chunks of 512 (two stored roundings of dW)."""
+    x, w, target = _gpu_case(1024, dtype)
     target[::7] = -100
     gh, gw = _kernel_grads(x, w, target, "mean", None)
     dh, dw = exact_gradients(x, w, target, "mean")
