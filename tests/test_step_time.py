@@ -55,8 +55,19 @@ def test_measure_runs_on_the_cpu(setting):
 def test_build_refuses_what_the_setting_cannot_mean():
     with pytest.raises(ValueError, match="offload is optimize_model"):
         S.build(TINY, P.Setting(seq=16, checkpoint=True, offload=True), 1, "cpu")
+    with pytest.raises(ValueError, match="split is optimize_model"):
+        S.build(TINY, P.Setting(seq=16, checkpoint=True, split=True), 1, "cpu")
     with pytest.raises(ValueError, match="steps must be >= 1"):
         S.time_steps(TINY, P.Setting(seq=16), (1,), "cpu", steps=0)
+
+
+def test_built_model_has_the_split_and_the_bucket_size():
+    from ojas_ref.integrations.huggingface import SplitCheckpoint
+
+    model, opt = S.build(TINY, P.Setting(dtype="fp32", optimizer="sgd", seq=8, fused=True, checkpoint=True,
+                                         split=True, ojas_rms_norm=True, bucket_cap_mb=32.0), 2, "cpu")
+    assert all(isinstance(layer._gradient_checkpointing_func, SplitCheckpoint) for layer in model.model.layers)
+    assert opt.bucket_cap_mb == 32.0
 
 
 def test_built_model_has_the_width_and_depth():

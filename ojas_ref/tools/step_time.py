@@ -67,9 +67,9 @@ def _torch_dtype(s: Setting) -> Any:
 def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     """(model, optimizer): a ``LlamaForCausalLM`` of ``m``'s width with ``layers`` decoder layers,
     in the setting's dtype, set up as the setting trains it: ``optimize_model`` with the ojas
-    kernels it names and checkpointing (``"offload"`` with ``s.offload``), or Hugging Face's
+    kernels it names and checkpointing (``"offload"`` with ``s.offload``, split with ``s.split``), or Hugging Face's
     non-reentrant checkpointing for the standard loop; ``InBackwardOptimizer`` (state on the
-    host with ``s.host_state``) when fused. SGD lr 1e-3, AdamW lr 1e-4 weight decay 0.1."""
+    host with ``s.host_state``, buckets of ``s.bucket_cap_mb``) when fused. SGD lr 1e-3, AdamW lr 1e-4 weight decay 0.1."""
     import torch
     import transformers
 
@@ -94,16 +94,19 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     ojas = s.ojas_attention or s.ojas_loss or s.ojas_rms_norm or s.ojas_swiglu
     if ojas:
         optimize_model(model, attention=s.ojas_attention, cross_entropy=s.ojas_loss, rms_norm=s.ojas_rms_norm,
-                       swiglu=s.ojas_swiglu, checkpoint="offload" if s.offload else s.checkpoint)
-    elif s.offload:
-        raise ValueError("offload is optimize_model(checkpoint='offload'): set the ojas flags with it")
+                       swiglu=s.ojas_swiglu, checkpoint="offload" if s.offload else s.checkpoint,
+                       checkpoint_split=s.split)
+    elif s.offload or s.split:
+        what = "offload is optimize_model(checkpoint='offload')" if s.offload else \
+            "split is optimize_model(checkpoint_split=True)"
+        raise ValueError(f"{what}: set the ojas flags with it")
     elif s.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cls, kwargs = ((torch.optim.SGD, dict(lr=1e-3)) if s.optimizer == "sgd" else
                    (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)))
     if s.fused:
         opt = InBackwardOptimizer(model.parameters(), cls, state_device="cpu" if s.host_state else None,
-                                  state_slice_mb=s.state_slice_mb, **kwargs)
+                                  state_slice_mb=s.state_slice_mb, bucket_cap_mb=s.bucket_cap_mb, **kwargs)
     else:
         opt = cls(model.parameters(), **kwargs)
     return model, opt
