@@ -20,8 +20,10 @@
     [grad_kernel] is that schedule for any item type (an item is one (i, j)
     pair seen from the output's side: for dK a query row, for dQ a key
     row), [dk_kernel] and [dq_kernel] are its two instances, with the
-    kernel's [dp] dots ([blocked_dot] over the value dim, one tile, as
-    [score2]'s dot).  The exact value is
+    kernels' operand orders ([score2 c k q_i] for the dK kernel's
+    [dot (k, q^T)], [score2 c q k_j] for the dQ kernel's, [dp = dot (v_j, dO_i)]
+    and [dot (dO_i, v_j)]: [blocked_dot] over the head / value dim, one tile,
+    left to right).  The exact value is
       dK_je = scale * sum_i P_ij (dP_ij - D_i) q_ie,
       dQ_ie = scale * sum_j P_ij (dP_ij - D_i) k_je,
     [P_ij = exp (scale q_i.k_j - LSE_i)], [dP_ij = dO_i . v_j] (real dots)
@@ -548,7 +550,7 @@ Qed.
 
 (** The stored output [o] against the exact [O]: [|dO . o - dO . O| <= e sum_c |dO_c|]
     when every coordinate is within [e]. *)
-Lemma dot_R_perturb : forall o O d e, 0 <= e -> length o = length O ->
+Theorem dot_R_perturb : forall o O d e, 0 <= e -> length o = length O ->
   (forall i, (i < length o)%nat -> Rabs (nth i o 0 - nth i O 0) <= e) ->
   Rabs (dot_R o d - dot_R O d) <= e * rsum (map Rabs d).
 Proof.
