@@ -74,6 +74,9 @@ from ojas_kernels.attention import flash_attention  # noqa: E402
 from ojas_ref.verification.error_bounds import (  # noqa: E402
     EXP2_ERROR,
     LOG2_ERROR,
+    attention_delta_error_bound,
+    attention_dk_error_bound,
+    attention_dq_error_bound,
     attention_forward_error_bound,
     attention_lse_error_bound,
 )
@@ -222,6 +225,30 @@ def test_bound_arguments_are_checked():
         attention_forward_error_bound(0, 128, **kw)
     with pytest.raises(ValueError, match="side condition"):  # the factor 2^(u K) blows up
         attention_forward_error_bound(4096, 128, **{**kw, "max_abs_q": 1e6, "max_abs_k": 1e6})
+
+
+def test_grad_bound_arguments_and_growth():
+    """The dQ/dK bounds grow with each a-posteriori sum and refuse bad arguments."""
+    kw = dict(block_m=32, dtype=torch.bfloat16, max_abs_q=4.0, max_abs_k=4.0, dp_abs_sum=100.0, max_abs_y=50.0,
+              max_delta_error=1e-3, max_abs_lse=12.0, lse_error=1e-4)
+    one, zero = torch.ones(3, dtype=F64), torch.zeros(3, dtype=F64)
+    base = attention_dk_error_bound((one, one, one), 4096, 128, 128, 128, **kw)
+    for i in range(3):
+        more = [one, one, one]
+        more[i] = 2 * one
+        assert (attention_dk_error_bound(tuple(more), 4096, 128, 128, 128, **kw) > base).all()
+    assert (attention_dk_error_bound((zero, zero, zero), 4096, 128, 128, 128, **kw) < 1e-20).all()
+    dq_kw = {**kw, "block_n": 64}
+    del dq_kw["block_m"]
+    assert torch.equal(attention_dq_error_bound((one, one, one), 4096, 64, 128, 128, **dq_kw),
+                       attention_dk_error_bound((one, one, one), 4096, 64, 128, 128, **{**kw, "block_m": 64}))
+    for bad in (dict(max_abs_y=-1.0), dict(dp_abs_sum=math.inf), dict(lse_error=math.nan), dict(block_m=0)):
+        with pytest.raises(ValueError):
+            attention_dk_error_bound((one, one, one), 4096, 128, 128, 128, **{**kw, **bad})
+    with pytest.raises(ValueError):
+        attention_dk_error_bound((one, one, one), 4096, 128, 128, 0, **kw)
+    with pytest.raises(ValueError):
+        attention_delta_error_bound(one, 0)
 
 
 # ---------------------------------------------------------------------------
