@@ -1139,23 +1139,31 @@ def linear_cross_entropy(
     replaces."""
     _check(input, linear_weight, target, linear_bias, reduction)
     opts = _options(label_smoothing, z_loss, softcap)
+    chosen = config is not None
     config = config or default_config(input.dtype, input.device)
     grad = torch.is_grad_enabled()
     need = tuple(grad and t is not None and t.requires_grad for t in (input, linear_weight, linear_bias))
     if head is not None:
         if linear_bias is not None:
             raise NotImplementedError("the head updated inside the backward takes no bias")
-        config = _head_update_config(config, input, linear_weight)
+        config = _head_update_config(config, input, linear_weight, cublas_logits=not chosen)
     return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, opts,
                                      config, need, head)
 
 
-def _head_update_config(config: LinearCrossEntropyConfig, input: torch.Tensor, weight: torch.Tensor
-                        ) -> LinearCrossEntropyConfig:
+def _head_update_config(config: LinearCrossEntropyConfig, input: torch.Tensor, weight: torch.Tensor,
+                        cublas_logits: bool = False) -> LinearCrossEntropyConfig:
     """``config`` with 4 products and, unless it fixes one, a forward token chunk whose float32
     logits, G rows, gathered rows and grad_input rows fit ``workspace_fraction`` of the
     gradients' bytes (16 MiB at least), as the backward slab is sized: the [V, D] gradient is
-    gone, so the forward's workspace is not sized by it."""
+    gone, so the forward's workspace is not sized by it. ``cublas_logits`` (the default config):
+    float32 on CUDA computes both passes' logits with cuBLAS (``fwd_logits`` / ``bwd_logits``
+    "cublas", the products the 3-product default uses) instead of the Triton dots, which run
+    float32 on the FMA units: on the H200 the head update in float32 ran at 0.918x of standard +
+    checkpointing against 1.019x without it (benchmarks/RESULTS.md), about the time of two such
+    logits products over the vocabulary."""
+    if cublas_logits and input.dtype == torch.float32 and input.device.type == "cuda":
+        config = dataclasses.replace(config, fwd_logits="cublas", bwd_logits="cublas")
     if config.token_chunk is not None:
         return dataclasses.replace(config, products=4)
     V, D = weight.shape

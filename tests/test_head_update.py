@@ -429,3 +429,22 @@ def test_optimize_model_llama(tied):
             opt.step()
         runs.append([p.detach().clone() for p in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+@pytest.mark.parametrize("dtype,device,cublas", [(torch.float32, "cuda", True), (torch.bfloat16, "cuda", False),
+                                                 (torch.float32, "cpu", False)])
+def test_head_update_float32_on_cuda_takes_the_logits_from_cublas(dtype: torch.dtype, device: str,
+                                                                 cublas: bool) -> None:
+    """The default config's head update in float32 on CUDA computes both passes' logits with cuBLAS
+    (the Triton dots run float32 on the FMA units); other dtypes and devices, and a config the caller
+    chose, keep the Triton dots."""
+    from types import SimpleNamespace
+
+    klce = importlib.import_module("ojas_kernels.linear_cross_entropy")
+    x = SimpleNamespace(dtype=dtype, device=torch.device(device), numel=lambda: 2048 * 64, element_size=lambda: 4)
+    weight = torch.empty(1000, 64)
+    base = klce.default_config(torch.float32, torch.device("cpu"))
+    for chosen in (False, True):
+        config = klce._head_update_config(base, x, weight, cublas_logits=not chosen)
+        expected = "cublas" if cublas and not chosen else "triton"
+        assert (config.fwd_logits, config.bwd_logits, config.products) == (expected, expected, 4)
