@@ -1248,11 +1248,12 @@ def linear_cross_entropy_grad_error_bound(
     [-104, 0]; the arguments exceed 0 by at most the lse's error); the fp32 accumulation of
     cuBLAS / the CPU BLAS within ``gamma_{n_terms}`` of the exact sum, the classical worst case
     of any order with exact or rounded products (``ce_dsum_tree`` proves it for every tree of
-    rounded additions of exact products: bf16 operands; not the MMA order, not TF32 products).
+    rounded additions of exact products: bf16 operands, whose products are exact in fp32 from
+    2^-134 up; not the MMA order, not TF32 products).
     ``storage_rounding="truncate"``: Triton's CPU interpreter truncates G to bfloat16 (the
     formula at those constants, not a proved bound). Not covered: softcap, bias, label
     smoothing, z-loss, float16 (G scaled by 256), the 4-product schedule's dW (token weights
-    inside G), the scaling by grad_output, FMA contraction in ``_grad_tile``, overflow."""
+    inside G), the scaling by grad_output, overflow."""
     for name, v in (("scale", scale), ("logit_error", logit_error), ("lse_error", lse_error),
                     ("max_abs_arg", max_abs_arg), ("exp_error", exp_error)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):

@@ -18,8 +18,9 @@
       [gw := rnd_s (epi (acc_c) gw)] from [0], [acc_c] the chunk's product
       [G_c^T H_c] accumulated in fp32, [epi a c] the epilogue
       [alpha * a + c] rounded ([epi_ok]: [rnd (rnd (alpha a) + c)], the CPU
-      emulation's and a multiply-then-add epilogue, [epi_cpu_ok]; or
-      [rnd (alpha a + c)], a fused one, [epi_fma_ok]) ([ce_run]).
+      emulation's and a multiply-then-add epilogue, [epi_cpu_ok];
+      [rnd (alpha a + c)], a fused one, [epi_fma_ok]; [alpha a + c] unrounded,
+      an epilogue rounding once to the storage format, [epi_exact_ok]) ([ce_run]).
 
     Premises: [tl.exp] within [ue e^x + ee] of [e^x] (a Section hypothesis,
     measured on the device as in CrossEntropyLseError.v); each product's
@@ -53,8 +54,11 @@
     BLAS (only through the hypothesis on [dsum]: the any-order [gd] is the
     classical worst case, not a model of the MMA order), float32 products
     under TF32 or 3xTF32 (IEEE fp32 products are rounded: [gd] must then
-    include their rounding, [(1 + u)^n - 1]), FMA contraction in [_grad_tile],
-    the scaling by grad_output after the fact, overflow. *)
+    include their rounding, [(1 + u)^n - 1]), bf16 products below [2^-134]
+    (not exact in fp32: [bf16_mul_fp32]), the scaling by grad_output after
+    the fact, overflow.  ([_grad_tile]'s other operations at [eps = lam = 0]
+    and weight 1 are exact: [1 * e - 0], [g * 1]; an FMA contraction of them
+    changes nothing.) *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -333,6 +337,16 @@ Proof.
   assert (0 <= u * Rabs (alpha * a)) by (apply Rmult_le_pos; [lra | apply Rabs_pos]).
   assert (0 <= u * (u * Rabs (alpha * a) + ea)) by (apply Rmult_le_pos; lra).
   nra.
+Qed.
+
+Theorem epi_exact_ok : forall alpha, epi_ok alpha (fun a c => alpha * a + c).
+Proof.
+  intros alpha a c _; destruct ce_nonneg as [Hu [Hea _]].
+  rewrite Rminus_diag_eq, Rabs_R0 by reflexivity.
+  assert (0 <= u * Rabs (alpha * a)) by (apply Rmult_le_pos; [lra | apply Rabs_pos]).
+  assert (0 <= u * Rabs (alpha * a + c)) by (apply Rmult_le_pos; [lra | apply Rabs_pos]).
+  assert (0 <= (1 + u) * (u * Rabs (alpha * a) + ea)) by (apply Rmult_le_pos; lra).
+  lra.
 Qed.
 
 Definition ce_w (ua : R) : R := ua + u * (1 + ua).
