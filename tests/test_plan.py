@@ -901,3 +901,16 @@ def test_memory_rows_record_the_split_and_the_bucket():
     assert P.memory_record_setting(row, 1, 2048) == replace(SGD_1B, batch=1, seq=2048)
     new = dict(row, techniques=dict(t, split=True, bucket_cap_mb=32.0))
     assert P.memory_record_setting(new, 1, 2048) == replace(SGD_1B, split=True, bucket_cap_mb=32.0)
+
+
+def test_the_recorded_split_row_is_planned():
+    """The H200 row of fp32 AdamW "all" (offload, split, host state in 128 MiB slices; a bench_memory row
+    without a preset: the file's config, the 1.06B model): its host bytes are the two inputs per layer and
+    the state (checked within 1% with the others above), its peak within 1% of the plan."""
+    (row,) = [(m, s, r) for m, s, r in MEMORY_RECORDS if s.split]
+    m, s, r = row
+    assert m.name == "llama-1b" and s.offload and s.host_state and s.state_slice_mb == P.STATE_SLICE_MB
+    predicted = P.plan(m, s)
+    assert predicted.host_bytes == P.optimizer_state_bytes(m, s) + 2 * m.layers * P.checkpoint_layer_bytes(m, s)
+    assert abs(predicted.peak - r["peak"]) <= 0.01 * r["peak"]
+    assert P.config_model(dict(hidden=64, layers=2, heads=4, intermediate=128, vocab=100)).name == "custom"

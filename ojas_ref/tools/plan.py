@@ -84,8 +84,11 @@ RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_
 RECORDS_PATH = RECORDS_PATHS[-1]
 #: the H200 records of benchmarks/bench_memory.py: the 1.06B decoder with its memory techniques
 #: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, llama-70b, and
-#: llama-70b's shape at 23 and 58 layers: 20.2B and 50.2B parameters)
-MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json")
+#: llama-70b's shape at 23 and 58 layers: 20.2B and 50.2B parameters), and fp32 AdamW with the state
+#: on the host in 128 MiB slices, split checkpoints offloaded in its "all" row (its host bytes: the
+#: two inputs per layer)
+MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json",
+                        _RESULTS / "bench_memory_h200_host_state_sliced128_pool_split.json")
 
 
 # --------------------------------------------------------------------------
@@ -1208,22 +1211,31 @@ def preset_model(name: str) -> Model:
 
 
 def load_memory_records(path: Path) -> list[tuple[Model, Setting, dict]]:
-    """The modelled rows of one file of :data:`MEMORY_RECORDS_PATHS` that fitted, as (model,
-    setting, the row: ``peak``, ``host``, ``tokens_per_s``, ``losses``, ...)."""
+    """The modelled rows of one file of :data:`MEMORY_RECORDS_PATHS` that fitted, as (model (the
+    row's ``preset``, or else the file's config: :func:`config_model`), setting, the row: ``peak``,
+    ``host``, ``tokens_per_s``, ``losses``, ...)."""
     data = json.loads(Path(path).read_text())
     c = data["config"]
     records = []
     for row in data["results"]:
         setting = memory_record_setting(row, c["batch"], c["seq"])
         if setting is not None and row.get("fits", True):
-            records.append((preset_model(row["preset"]), setting, row))
+            records.append((preset_model(row["preset"]) if "preset" in row else config_model(c), setting, row))
     return records
 
 
 def record_model(path: Path = RECORDS_PATH) -> Model:
     """The model the records were measured on, from their config."""
-    c = json.loads(Path(path).read_text())["config"]
-    return Model(c["hidden"], c["layers"], c["heads"], c["heads"], c["intermediate"], c["vocab"], name="llama-1b")
+    return config_model(json.loads(Path(path).read_text())["config"])
+
+
+def config_model(c: Mapping[str, Any]) -> Model:
+    """The model of a record file's ``config`` (bench_optimize_model's and bench_memory's: hidden,
+    layers, heads, intermediate, vocab; no GQA, untied), named llama-1b when it is that preset's
+    shape: the model of a bench_memory row without a ``preset``."""
+    m = Model(c["hidden"], c["layers"], c["heads"], c["heads"], c["intermediate"], c["vocab"])
+    one_b = PRESETS["llama-1b"]
+    return replace(m, name="llama-1b") if replace(m, name="", source="") == replace(one_b, name="", source="") else m
 
 
 # --------------------------------------------------------------------------
