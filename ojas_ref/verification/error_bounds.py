@@ -1225,7 +1225,9 @@ def linear_cross_entropy_grad_error_bound(
     one product over the vocabulary) and ``ce_dw_error`` (dW: ``n_chunks`` token chunks summed
     in ``dtype``), rocq/FloatModel/CrossEntropyGradError.v: G = ``rnd_s(tl.exp(rnd(z - lse)))``
     (the target: minus 1 in fp32 first) stored in ``dtype``, the products accumulated in fp32,
-    ``rnd(alpha acc)`` (+ the running sum for dW), stored in ``dtype``::
+    ``rnd(alpha acc)`` (+ the running sum for dW; a fused or a single-rounding epilogue, as
+    cuBLAS's may be: ``ce_dw_error`` with ``epi_fma_ok`` / ``epi_exact_ok``, the same value),
+    stored in ``dtype``::
 
         bound = Kg^C (Q + C ea) + (Kg^C - 1) a0 T + C Kg^C es,  Q = a0 (w (T + E2) + E2),
         E2 = (1 + gd) E1 + gd T,  E1 = (Kg Fe - 1) S + (Kg - 1) T + cg Ha,
