@@ -346,6 +346,24 @@ def test_grad_bound_bad_arguments_raise(kwargs, match):
         linear_cross_entropy_grad_error_bound(one, one, one, **args)
 
 
+def test_grad_bound_oracle_factors_match_the_hand_values():
+    """gamma and the exp factor from the oracle (certified) against the exact hand values."""
+    from ojas_ref.verification import error_bounds as eb
+
+    if not eb.oracle_bounds_available():
+        pytest.skip("oracle not built (make -C extraction)")
+    s = torch.tensor([0.5, 2.0])
+    args = dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, logit_error=0.05, lse_error=0.01,
+                max_abs_arg=40.0, n_chunks=2)
+    oracle = linear_cross_entropy_grad_error_bound(s, s, s, **args)
+    eb._oracle_state["available"] = False
+    try:
+        hand = linear_cross_entropy_grad_error_bound(s, s, s, **args)
+    finally:
+        del eb._oracle_state["available"]
+    assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all()  # 1 + x + x^2 >= the oracle's e^x
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
