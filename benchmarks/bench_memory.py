@@ -25,10 +25,10 @@ in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, p
   (InBackwardOptimizer's sparse path is exact for float32 / float64 row sums only); skipped
   with the reason otherwise.
 * ``+host-state``: ojas+ckpt with ``InBackwardOptimizer(state_device="cpu")`` (the optimizer
-  state in pinned host memory, streamed per bucket, whole parameters: ``state_slice_mb=None``,
-  the default, since the sliced update is refused on CUDA). AdamW only (SGD without momentum
-  has no state). Host GiB: the state's bytes. Rows without ``state_slice_mb`` in their
-  techniques are whole parameters too.
+  state in pinned host memory, streamed per bucket, ``state_slice_mb=128``: a parameter whose
+  state exceeds 128 MiB updated in slices). AdamW only (SGD without momentum has no state). Host
+  GiB: the state's bytes. Rows without ``state_slice_mb`` in their techniques (recorded before
+  it existed) and rows with None are whole parameters.
 * ``+head-update``: ojas+ckpt with ``InBackwardOptimizer(head_weight=model.lm_head.weight)``:
   the head updated by plain SGD chunk by chunk inside the loss's backward, no [V, D] gradient
   (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard). SGD only (AdamW
@@ -99,7 +99,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
-from ojas_ref.tools.plan import PRESETS, with_layers  # noqa: E402
+from ojas_ref.tools.plan import PRESETS, STATE_SLICE_MB, with_layers  # noqa: E402
 
 #: the techniques added to ojas+ckpt, each a mode of its own; ``all`` and a concatenation combine them
 TECHNIQUES = ("+offload", "+sparse-embedding", "+host-state", "+head-update", "+split")
@@ -158,15 +158,16 @@ def _technique_skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optiona
 
 def techniques(mode: str, dtype_name: str, opt_name: str, bucket_mb: float = 64.0) -> dict:
     """What ``mode`` applies: checkpoint (True / "offload"), its split, sparse_embedding, state_device
-    (with ``state_slice_mb``, recorded so that the planner plans what ran: None, whole parameters, the
-    optimizer's default), head_update, and InBackwardOptimizer's ``bucket_cap_mb``."""
+    (with ``state_slice_mb``, recorded so that the planner plans what ran: plan.py's ``STATE_SLICE_MB``,
+    128, so that the head's and the embedding's state are never whole on the device), head_update, and
+    InBackwardOptimizer's ``bucket_cap_mb``."""
     on = {m for m in mode_techniques(mode) if _technique_skip_reason(m, dtype_name, opt_name) is None}
     t = dict(checkpoint="offload" if "+offload" in on else True, split="+split" in on,
              sparse_embedding="+sparse-embedding" in on, state_device=None, head_update="+head-update" in on,
              bucket_cap_mb=bucket_mb)
     if "+host-state" in on:
         t["state_device"] = "cpu"
-        t["state_slice_mb"] = None
+        t["state_slice_mb"] = STATE_SLICE_MB
     return t
 
 

@@ -751,8 +751,8 @@ def test_sliced_host_state_keeps_one_slice_of_the_head_and_embedding():
 
 
 def test_state_slice_default_is_whole_parameters_and_bench_memory_records_it():
-    """Slicing is off by default (refused on CUDA: NaN on the H200) in the optimizer, the report's
-    plan and bench_memory's rows; a row that records a slice size is planned with it."""
+    """Slicing is off by default in the optimizer and the report's plan, on at STATE_SLICE_MB in
+    bench_memory's rows; a row that records a slice size (None: whole) is planned with it."""
     import inspect
 
     from benchmarks import bench_memory
@@ -762,12 +762,13 @@ def test_state_slice_default_is_whole_parameters_and_bench_memory_records_it():
         assert inspect.signature(fn).parameters["state_slice_mb"].default is None
     assert _SLICE_ALIGN == P.SLICE_ALIGN
     t = bench_memory.techniques("all", "fp32", "adamw")
-    assert "state_slice_mb" in t and t["state_slice_mb"] is None
+    assert "state_slice_mb" in t and t["state_slice_mb"] == P.STATE_SLICE_MB
     row = dict(mode="all", dtype="fp32", optimizer="adamw", techniques=t)
-    assert P.memory_record_setting(row, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, state_slice_mb=None,
+    assert P.memory_record_setting(row, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048,
                                                             split=True)  # "all" splits the checkpoints too
-    sliced = dict(row, techniques=dict(t, state_slice_mb=P.STATE_SLICE_MB))
-    assert P.memory_record_setting(sliced, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, split=True)
+    whole = dict(row, techniques=dict(t, state_slice_mb=None))
+    assert P.memory_record_setting(whole, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, state_slice_mb=None,
+                                                              split=True)
     old = dict(row, techniques={k: v for k, v in t.items() if k != "state_slice_mb"})  # recorded before slicing
     assert P.memory_record_setting(old, 1, 2048).state_slice_mb is None
 

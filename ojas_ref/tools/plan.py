@@ -20,9 +20,8 @@ offloaded to pinned host memory (``offload``, ``optimize_model(checkpoint="offlo
 the fused optimizer's state on the host (``host_state``, ``InBackwardOptimizer(
 state_device="cpu")``; with ``state_slice_mb`` the parameters whose state exceeds it updated
 slice by slice, :func:`sliced`). Both are checked against the H200 records of
-benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py), which were
-measured with whole-parameter updates; the sliced terms are a prediction (on the H200 the
-sliced update gave NaN losses, and InBackwardOptimizer refuses it on CUDA). Not modelled (yet): gradient
+benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py), whole-parameter
+and sliced (``state_slice_mb=128``) updates. Not modelled (yet): gradient
 accumulation, reversible stacks, autocast, other model families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
@@ -65,7 +64,7 @@ BUCKET_CAP_MB = 64.0
 #: its bytes (:func:`bucket_cap_bytes` of the default setting)
 BUCKET_CAP_BYTES = int(BUCKET_CAP_MB * 2**20)
 #: a ``state_slice_mb`` to plan with (``ojas plan --host-state --state-slice-mb 128``; the option
-#: is off by default and refused on CUDA by InBackwardOptimizer: its H200 run gave NaN losses)
+#: is off by default in InBackwardOptimizer; bench_memory's host-state rows use it)
 STATE_SLICE_MB = 128.0
 #: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
 SLICE_ALIGN = 64
@@ -1297,7 +1296,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--state-slice-mb", type=_slice_mb, metavar="MB|none",
                         help="with --host-state: InBackwardOptimizer's state_slice_mb (default none: whole parameters, "
                              f"its default), e.g. {STATE_SLICE_MB:g}: a parameter whose state exceeds it updated "
-                             "slice by slice (CPU parameters only: refused on CUDA, where its H200 run gave NaN)")
+                             "slice by slice")
     parser.add_argument("--head-update", action="store_true",
                         help="with --fused, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
                              "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
