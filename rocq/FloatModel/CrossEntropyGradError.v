@@ -52,7 +52,9 @@
     G), the float16 schedule ([g_scale = 256]) and the 4-product schedule's
     dW (token weights inside G); the order of the sums inside cuBLAS / the CPU
     BLAS (only through the hypothesis on [dsum]: the any-order [gd] is the
-    classical worst case, not a model of the MMA order), float32 products
+    classical worst case, not a model of the MMA order, and it assumes
+    round-to-nearest fp32 additions, which the tensor cores' internal
+    accumulation need not be), float32 products
     under TF32 or 3xTF32 (IEEE fp32 products are rounded: [gd] must then
     include their rounding, [(1 + u)^n - 1]), bf16 products below [2^-134]
     (not exact in fp32: [bf16_mul_fp32]), the scaling by grad_output after
