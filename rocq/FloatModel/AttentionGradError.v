@@ -33,6 +33,10 @@
     the stored [o_i] (rounding only), [dot_R_perturb] adds
     [e sum_c |dO_ic|] when [|o_ic - O_ic| <= e] (the forward theorem,
     [attention_forward_error_masked], gives [e]); the caller composes them.
+    With that [D_i] and the exact [LSE_i] the exact value is the gradient
+    of the attention ([attention_backward_dK_is_derive],
+    [attention_backward_dQ_is_derive], BackwardCorrect.v; GQA:
+    [gqa_dK_is_derive], [gqa_dQ_is_derive], GroupedQuery.v).
 
     [grad_error] (and [dk_error], [dq_error]): with the score, lse and
     magnitude hypotheses of [dv_error], [|dp - dP| <= eP],
@@ -56,7 +60,11 @@
     the 3xTF32 products of the fp32 path on CUDA, [tl.sum]'s padding zeros
     when [BLOCK_EV > Ev] in [delta_close] (its tree is over the [Ev]
     products), the error of [exp2] (a field of the model: an assumption
-    for [ex2.approx]), overflow, and additive float masks. *)
+    for [ex2.approx]), overflow, and additive float masks.  No theorem
+    here bounds the forward's saved [out] and [lse]: their errors are
+    premises ([Dl], [eD]), met by the forward theorems or checked on the
+    saved tensors by the caller; the one-line compositions (triangle
+    inequalities) are done in Python (error_bounds.py, attention_error.py). *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
