@@ -311,7 +311,8 @@ kernel = pytest.mark.skipif(not _kernel_runs(), reason="needs triton, and CUDA o
 def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype = torch.float32,
                   all_ignored: bool = False):
     """The kernel's loss; mode "head" (head_weight), "dense4" (InBackwardOptimizer without it, the
-    kernel with 4 products and the forward token chunk that head mode picks), "standard"
+    kernel with the config head mode picks: 4 products, its forward token chunk, float32 CUDA logits
+    from cuBLAS), "standard"
     (torch.optim.SGD, the kernel's default schedule)."""
     from ojas_kernels import linear_cross_entropy as klce
 
@@ -323,7 +324,8 @@ def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype 
         ids, target = (t.to(device) for t in _batch(step, all_ignored=all_ignored))
         h = model.hidden(ids)
         if mode == "dense4":
-            config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head)
+            config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head,
+                                              cublas_logits=True)  # the config head mode gets by default
             loss = klce.linear_cross_entropy(h, model.head, target, reduction=reduction, config=config)
         else:
             loss = linear_cross_entropy(h, model.head, target, reduction=reduction, impl="triton")
