@@ -907,11 +907,16 @@ def test_memory_rows_record_the_split_and_the_bucket():
 def test_the_recorded_split_row_is_planned():
     """The H200 row of fp32 AdamW "all" (offload, split, host state in 128 MiB slices; a bench_memory row
     without a preset: the file's config, the 1.06B model): its host bytes are the two inputs per layer and
-    the state (checked within 1% with the others above), its peak within 1% of the plan."""
-    (row,) = [(m, s, r) for m, s, r in MEMORY_RECORDS if s.split]
-    m, s, r = row
-    assert m.name == "llama-1b" and s.offload and s.host_state and s.state_slice_mb == P.STATE_SLICE_MB
-    predicted = P.plan(m, s)
-    assert predicted.host_bytes == P.optimizer_state_bytes(m, s) + 2 * m.layers * P.checkpoint_layer_bytes(m, s)
-    assert abs(predicted.peak - r["peak"]) <= 0.01 * r["peak"]
+    the state (checked within 1% with the others above), its peak within 1.5% of the plan; the same for
+    every split row of issue 14's one run (32 MiB buckets)."""
+    rows = [(m, s, r) for m, s, r in MEMORY_RECORDS if s.split]
+    assert len(rows) >= 4
+    for m, s, r in rows:
+        assert m.name == "llama-1b" and s.offload
+        predicted = P.plan(m, s)
+        inputs = 2 * m.layers * P.checkpoint_layer_bytes(m, s)
+        assert predicted.host_bytes == (P.optimizer_state_bytes(m, s) if s.host_state else 0) + inputs
+        # 1.5%: the planner's largest error on the earlier offload rows (fp32 AdamW "all" at 32 MiB: +1.03%)
+        assert abs(predicted.peak - r["peak"]) <= 0.015 * r["peak"]
+    assert any(s.host_state and s.state_slice_mb == P.STATE_SLICE_MB for _, s, _ in rows)
     assert P.config_model(dict(hidden=64, layers=2, heads=4, intermediate=128, vocab=100)).name == "custom"

@@ -85,9 +85,10 @@ RECORDS_PATH = RECORDS_PATHS[-1]
 #: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, llama-70b, and
 #: llama-70b's shape at 23 and 58 layers: 20.2B and 50.2B parameters), and fp32 AdamW with the state
 #: on the host in 128 MiB slices, split checkpoints offloaded in its "all" row (its host bytes: the
-#: two inputs per layer)
+#: two inputs per layer), and issue 14's one run (32 MiB buckets: offload, head update, split, host state)
 MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json",
-                        _RESULTS / "bench_memory_h200_host_state_sliced128_pool_split.json")
+                        _RESULTS / "bench_memory_h200_host_state_sliced128_pool_split.json",
+                        _RESULTS / "bench_memory_h200_one_run.json")
 
 
 # --------------------------------------------------------------------------
