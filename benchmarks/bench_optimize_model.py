@@ -17,7 +17,9 @@ intermediate 5632, vocabulary 32000, untied head (1.06B parameters), batch 1, se
   default): one of the three alone, the rest standard.
 * ``ojas+overlap`` / ``ojas+ckpt+overlap`` (``--modes``, not run by default): ``ojas`` /
   ``ojas+ckpt`` with ``InBackwardOptimizer(overlap=True)`` (each bucket's update on a side
-  stream while the backward goes on).
+  stream while the backward goes on), with ``--overlap-bucket-mb`` buckets if given (without
+  checkpointing the peak comes before the first update, so larger buckets cost no peak there
+  and save per-bucket host time).
 
 Per dtype and optimizer, in one process: each mode is built in turn (those built before
 it kept, idle) and warmed up, and its peak is ``torch.cuda.max_memory_allocated`` over one
@@ -230,9 +232,12 @@ def release(device: torch.device) -> None:
 
 def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
               warmup: int, steps: int, profile: list[str], host: list[str], bucket_mb: float,
-              kept: int) -> list[dict]:
+              kept: int, overlap_bucket_mb: float | None = None) -> list[dict]:
     """Every mode of one dtype and optimizer in one process (:func:`measure_and_time`)."""
-    runners = measure_and_time((Runner(c, dtype, opt_name, mode, device, bucket_mb) for mode in modes), device,
+    def buckets(mode: str) -> float:
+        return overlap_bucket_mb if overlap_bucket_mb is not None and mode in OVERLAP else bucket_mb
+
+    runners = measure_and_time((Runner(c, dtype, opt_name, mode, device, buckets(mode)) for mode in modes), device,
                                warmup, steps, kept)
     results = []
     applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True, rope=True)  # optimize_model defaults
@@ -243,6 +248,7 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
             table = (table or "") + host_profile(r.model, r.opt, r.batches[0], device)
         results.append(dict(
             dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
+            bucket_mb=None if r.mode.startswith("standard") else buckets(r.mode),
             changed=None if r.report is None else len(r.report.changed),
             applied={k: r.mode in ("ojas", "ojas+ckpt") + OVERLAP or pieces.get(r.mode) == k for k in applied},
             left_alone=None if r.report is None else [s.reason for s in r.report.left_alone])
@@ -270,6 +276,8 @@ def main() -> None:
     add_common_arguments(parser, warmup=2, steps=5)
     parser.add_argument("--modes", nargs="+", choices=MODES + PIECES + OVERLAP, default=list(MODES))
     parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
+    parser.add_argument("--overlap-bucket-mb", type=float, default=None,
+                        help="bucket_cap_mb of the +overlap modes (default: --bucket-mb)")
     parser.add_argument("--profile", nargs="*", choices=MODES, default=[],
                         help="print the top CUDA kernels of one step of these modes")
     parser.add_argument("--host-profile", nargs="*", choices=MODES + PIECES, default=[],
@@ -283,7 +291,7 @@ def main() -> None:
         for opt_name in args.optimizers:
             for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
                                steps=args.steps, profile=args.profile, host=args.host_profile,
-                               bucket_mb=args.bucket_mb, kept=kept):
+                               bucket_mb=args.bucket_mb, kept=kept, overlap_bucket_mb=args.overlap_bucket_mb):
                 if "profile" in r:
                     print(f"== profile {dtype_name} {opt_name} {r['mode']}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)
