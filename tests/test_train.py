@@ -520,3 +520,29 @@ def test_offload_and_state_on_host_in_the_plan_and_dry_run(tmp_path: Path, cache
     assert "checkpoints offloaded to host memory" in out and "state in host memory" in out
     assert f"predicted peak on a GPU: at least {expected / 2**20:.1f} MiB" in out
     assert f"host memory {fits.host_bytes / 2**20:.1f} MiB" in out
+
+
+# Split checkpoints (--split-checkpoints)
+
+def test_split_checkpoints_need_activation_checkpointing(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(ValueError, match="split_checkpoints.*--activation-checkpointing"):
+        TrainConfig(split_checkpoints=True)
+    assert main(["train", "--dry-run", "--split-checkpoints"]) == 2
+    assert "--split-checkpoints" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ojas", [True, False], ids=["ojas", "plain"])
+def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: str, ojas: bool) -> None:
+    """With the ojas kernels and without: the run equals whole-layer checkpointing bit for bit, each
+    decoder layer checkpointing through SplitCheckpoint, and the plan is the split one."""
+    from ojas_ref.integrations.huggingface import SplitCheckpoint
+
+    base = {"activation_checkpointing": True, "ojas": ojas}
+    split = train(small(tmp_path / "split", cache, split_checkpoints=True, **base))
+    assert all(isinstance(layer._gradient_checkpointing_func, SplitCheckpoint) for layer in split.model.model.layers)
+    whole = train(small(tmp_path / "whole", cache, **base))
+    assert split.losses == whole.losses
+    _assert_bitwise(_parameters(split.model), _parameters(whole.model))
+    config = small(tmp_path, cache, max_grad_norm=None, split_checkpoints=True, **base)
+    fits = train_module.check_fits(config, train_module._meta_model(config, 512), 2**40, "cuda:0")
+    assert fits is not None and fits.setting.split and fits.setting.checkpoint

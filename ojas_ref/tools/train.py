@@ -25,7 +25,9 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   ``optimize_model(checkpoint="offload")``) and ``state_on_host`` (``--state-on-host``, with
   ``in_backward``: ``InBackwardOptimizer(state_device="cpu")``) move the checkpoints and the
   AdamW state to host memory; the plan's ``offload`` / ``host_state`` predict it (not yet
-  measured on a GPU). Resume with both is bitwise on the CPU (tested).
+  measured on a GPU). Resume with both is bitwise on the CPU (tested). ``split_checkpoints``
+  (``--split-checkpoints``, with activation checkpointing: ``optimize_model(checkpoint_split=True)``)
+  checkpoints each decoder layer as its attention half and its MLP half (bitwise the same run).
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
   is checked before the update; fused into backward, the update has run when the gradient is
@@ -106,6 +108,8 @@ class TrainConfig:
     activation_checkpointing: bool = False
     #: with activation_checkpointing: the checkpoints in pinned host memory (optimize_model(checkpoint="offload"))
     offload_checkpoints: bool = False
+    #: with activation_checkpointing: each layer as two checkpoints (optimize_model(checkpoint_split=True))
+    split_checkpoints: bool = False
     #: with in_backward: the AdamW state in host memory (InBackwardOptimizer(state_device="cpu"))
     state_on_host: bool = False
     dtype: str = "float32"
@@ -138,6 +142,9 @@ class TrainConfig:
         if self.offload_checkpoints and not self.activation_checkpointing:
             raise ValueError("offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
                              "(--activation-checkpointing): it moves the checkpoints to host memory")
+        if self.split_checkpoints and not self.activation_checkpointing:
+            raise ValueError("split_checkpoints (--split-checkpoints) needs activation_checkpointing "
+                             "(--activation-checkpointing): it splits each layer's checkpoint in two")
         if self.state_on_host and not self.in_backward:
             raise ValueError("state_on_host (--state-on-host) needs in_backward (--in-backward): only "
                              "InBackwardOptimizer streams its state from host memory")
@@ -247,7 +254,8 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
                               batch=config.batch_size, seq=config.seq_len,
                               checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
                               ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas,
-                              offload=config.offload_checkpoints, host_state=config.state_on_host)
+                              offload=config.offload_checkpoints, split=config.split_checkpoints,
+                              host_state=config.state_on_host)
     lower_bound = config.in_backward and config.max_grad_norm is not None
     return planner.plan(shape, setting), lower_bound
 
@@ -371,7 +379,8 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
         f"ojas       optimize_model {'on' if config.ojas else 'off'}"
         + (", activation checkpointing" if config.activation_checkpointing else "")
-        + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else ""),
+        + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else "")
+        + (" (two per layer: attention half, MLP half)" if config.split_checkpoints else ""),
         f"optimizer  AdamW {'fused into backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
         + ("state in host memory, " if config.state_on_host else "") +
         f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
@@ -445,12 +454,12 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     if config.ojas:
         from ojas_ref import optimize_model
 
-        model, _ = optimize_model(model, checkpoint=checkpointing)
-    elif config.offload_checkpoints:  # optimize_model installs the offloading checkpoint; no kernel swapped
+        model, _ = optimize_model(model, checkpoint=checkpointing, checkpoint_split=config.split_checkpoints)
+    elif config.offload_checkpoints or config.split_checkpoints:  # optimize_model's checkpointing, no kernel swapped
         from ojas_ref import optimize_model
 
         model, _ = optimize_model(model, attention=False, cross_entropy=False, rms_norm=False, swiglu=False,
-                                  rope=False, checkpoint="offload")
+                                  rope=False, checkpoint=checkpointing, checkpoint_split=config.split_checkpoints)
     elif config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -684,6 +693,8 @@ _HELP = {
     "in_backward": "AdamW fused into backward (InBackwardOptimizer) or the standard loop",
     "ojas": "apply optimize_model (ojas attention and cross-entropy)",
     "activation_checkpointing": "per-layer activation checkpointing", "dtype": "parameter dtype",
+    "split_checkpoints": "with --activation-checkpointing: checkpoint each layer as its attention half and its "
+                         "MLP half (optimize_model(checkpoint_split=True))",
     "offload_checkpoints": "with --activation-checkpointing: hold the checkpoints in pinned host memory "
                            "(optimize_model(checkpoint='offload'))",
     "state_on_host": "with --in-backward: keep the AdamW state in host memory, streamed per bucket "
