@@ -49,6 +49,7 @@ __all__ = [
     "chunked_sum_error_factor",
     "LCE_EXP_ERROR",
     "LCE_LOG_ERROR",
+    "LCE_TANH_ERROR",
     "linear_cross_entropy_grad_error_bound",
     "linear_cross_entropy_lse_error_bound",
     "linear_cross_entropy_logit_error_bound",
@@ -1001,6 +1002,13 @@ LCE_EXP_ERROR: float = 2.0**-17
 # Absolute error of the kernel's tl.log on the row sum l in [1, V] (lg_err): an assumption;
 # a float32 result below 16 has an ulp of 2^-20 at most; 2^-18 as margin.
 LCE_LOG_ERROR: float = 2.0**-18
+# Absolute error of the kernel's computed tanh(r / c) in _softcap (1 - 2 / (tl.exp(min(2r / c,
+# 80)) + 1), float32) for every float32 raw logit r (th_err of
+# rocq/FloatModel/CrossEntropySoftcapError.v, with ut = 0): an assumption, not a theorem. The
+# interpreter's numpy ops round to nearest; on NVIDIA GPUs tl.exp is ex2.approx.f32 and the
+# division div.full.f32 (2 ulp), about 2^-21 + 2^-23 in all. 2^-20 as margin (measured by
+# lce_error.measured_tanh_error: tests/test_linear_cross_entropy_error_bound.py).
+LCE_TANH_ERROR: float = 2.0**-20
 
 
 def _frac_pow(x: Fraction, n: int) -> Fraction:
@@ -1045,6 +1053,22 @@ def _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weigh
     return dot, zc
 
 
+def _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error):
+    """(delta, Zmax) of the capped logits (Fractions): ``sc_delta`` and ``sc_zmax`` of
+    ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error`` from the raw logits' ``delta``
+    (``zmax`` kept without a cap)."""
+    if softcap is None:
+        return delta, zmax
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap > 0):
+        raise ValueError(f"softcap must be a finite number > 0 or None, got {softcap!r}")
+    for name, v in (("tanh_error", tanh_error), ("tanh_rel_error", tanh_rel_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
+            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+    u, ea, c = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(float(softcap))
+    ut, et = Fraction(float(tanh_rel_error)), Fraction(float(tanh_error))
+    return delta + c * (ut + et) + u * (c * (1 + ut + et)) + ea, (1 + u) * (c * (1 + ut + et)) + ea
+
+
 def _lce_delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype,
                     exact_logits, max_abs_logit, exp_error, log_error):
     """The checked premises' (delta, Zmax) of the lse bounds (``exact_logits``: delta = 0)."""
@@ -1066,11 +1090,13 @@ def linear_cross_entropy_lse_error_bound(
     max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
     tile_sum_depth: int | None = None, logits_in_dtype: bool = True, exact_logits: bool = False,
     max_abs_logit: float | None = None, exp_error: float = LCE_EXP_ERROR, log_error: float = LCE_LOG_ERROR,
+    softcap: float | None = None, tanh_error: float = LCE_TANH_ERROR, tanh_rel_error: float = 0.0,
 ) -> float:
     """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the chunked linear
     cross-entropy (kernels/linear_cross_entropy.py, ``_rows_kernel`` with STREAM: the
     3-product schedule, the default for reductions "mean" / "sum" with a gradient, and
-    ``fwd_logits="cublas"``), no bias, no softcap.
+    ``fwd_logits="cublas"``), no bias; with ``softcap = c`` against
+    ``ln sum_v exp(c tanh(h . w_v / c))``.
 
     Implements ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``
     (rocq/FloatModel/CrossEntropyLseError.v): over ``ceil(V / block_v)`` vocabulary tiles of
@@ -1097,8 +1123,13 @@ def linear_cross_entropy_lse_error_bound(
     classical worst case of any summation order (Higham, Thm 3.1), NOT a Coq theorem for
     cuBLAS's or the CPU BLAS's order (BlockedSum.v proves the blocked order of the Triton
     dots). float32 logits under TF32 (``torch.set_float32_matmul_precision("high")``) are
-    not covered. Not covered at all: softcap, bias, label smoothing, z-loss, FMA contraction,
-    overflow. The two-level schedule (4 products, ``linear_cross_entropy_forward``) has its own
+    not covered. With ``softcap``: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
+    the raw logits' ``delta`` (above; ``exact_logits``: the raw logits read are the exact ones)
+    and ``Zmax`` replaced by ``sc_delta = delta + c (ut + et) + u c (1 + ut + et) + eta`` and
+    ``sc_zmax = (1 + u) c (1 + ut + et) + eta`` (``sc_logit_error``: the softcap is 1-Lipschitz,
+    ``softcap_lipschitz``; a hand copy in exact rationals), premise: the kernel's computed
+    tanh within ``tanh_rel_error |tanh| + tanh_error`` (:data:`LCE_TANH_ERROR`). Not covered
+    at all: bias, label smoothing, z-loss, FMA contraction, overflow. The two-level schedule (4 products, ``linear_cross_entropy_forward``) has its own
     bound: :func:`linear_cross_entropy_merge_lse_error_bound`.
     Raises ``ValueError`` on a bad argument or when ``bL < 1`` fails (vacuous)."""
     if not (isinstance(block_v, int) and block_v >= 1):
@@ -1108,6 +1139,7 @@ def linear_cross_entropy_lse_error_bound(
         raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
     delta, zmax = _lce_delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
                                   logits_in_dtype, exact_logits, max_abs_logit, exp_error, log_error)
+    delta, zmax = _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
     tt, bt, nn = -(-vocab_size // block_v), block_v, vocab_size
@@ -1137,7 +1169,9 @@ def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, 
     ``(1 + u) (lse_bound + logit_error) + u max_abs_loss``, with ``lse_bound`` from
     :func:`linear_cross_entropy_lse_error_bound`, ``logit_error`` the bound of the target
     logit's error (the same ``delta``: :func:`linear_cross_entropy_logit_error_bound`) and
-    ``max_abs_loss`` a bound of the exact ``|lse - y_t|`` (e.g. ``ln V + 2 max|y|``)."""
+    ``max_abs_loss`` a bound of the exact ``|lse - y_t|`` (e.g. ``ln V + 2 max|y|``). With a
+    softcap (``Ojas.FloatModel.CrossEntropySoftcapError.ce_loss_error_softcap``) the same
+    formula with the capped logits' ``sc_delta`` and ``y`` the exact capped logits."""
     for name, v in (("lse_bound", lse_bound), ("logit_error", logit_error), ("max_abs_loss", max_abs_loss)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
@@ -1149,12 +1183,16 @@ def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, 
 def linear_cross_entropy_logit_error_bound(
     vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, max_abs_input: float | None = None,
     max_abs_weight: float | None = None, dot_abs_sum: float | None = None, logits_in_dtype: bool = True,
+    softcap: float | None = None, tanh_error: float = LCE_TANH_ERROR, tanh_rel_error: float = 0.0,
 ) -> tuple[float, float]:
     """``(delta, Zmax)``: the bound on each logit's error that
     :func:`linear_cross_entropy_lse_error_bound` uses (``gamma_D P``, plus the storage rounding
-    with ``logits_in_dtype``; premises stated there) and the bound of the computed logits."""
+    with ``logits_in_dtype``; premises stated there) and the bound of the computed logits; with
+    ``softcap`` those of the capped logits (``sc_delta``, ``sc_zmax`` of
+    ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``)."""
     d, z = _lce_logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
                             logits_in_dtype)
+    d, z = _softcapped(d, z, softcap, tanh_error, tanh_rel_error)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
 
 
@@ -1177,6 +1215,7 @@ def linear_cross_entropy_merge_lse_error_bound(
     max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
     exact_logits: bool = False, max_abs_logit: float | None = None,
     exp_error: float = LCE_EXP_ERROR, log_error: float = LCE_LOG_ERROR,
+    softcap: float | None = None, tanh_error: float = LCE_TANH_ERROR, tanh_rel_error: float = 0.0,
 ) -> float:
     """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the two-level
     schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streams
@@ -1187,14 +1226,17 @@ def linear_cross_entropy_merge_lse_error_bound(
     rationals: no oracle value for it yet), tile sums of depth ``block_n - 1`` and
     ``block_p - 1`` (any reduction tree). The logits are the Triton dot's float32 sums (not
     rounded to ``dtype``): ``delta = gamma_D P`` (any order; BlockedSum.v proves the blocked
-    order, not used here), or 0 with ``exact_logits``. Premises and what is not covered: as
-    :func:`linear_cross_entropy_lse_error_bound`. Raises ``ValueError`` on a bad argument or a
+    order, not used here), or 0 with ``exact_logits``; with ``softcap``
+    ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_two_level_softcap`` (``_logits_kernel``
+    caps its accumulator's logits; the capped ``delta``, ``Zmax`` as there). Premises and what
+    is not covered: as :func:`linear_cross_entropy_lse_error_bound`. Raises ``ValueError`` on a bad argument or a
     vacuous bound."""
     for name, v in (("block_n", block_n), ("tiles_per_program", tiles_per_program), ("block_p", block_p)):
         if not (isinstance(v, int) and v >= 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     delta, zmax = _lce_delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
                                   False, exact_logits, max_abs_logit, exp_error, log_error)
+    delta, zmax = _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
     n_tiles = -(-vocab_size // block_n)
