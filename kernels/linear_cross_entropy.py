@@ -125,9 +125,13 @@ products accumulated in float32 (within an any-order ``gamma_n``: a premise), th
 epilogue rounded, grad_weight's running sum over the token chunks stored in its dtype per
 chunk; a-posteriori in the sums of the exact probabilities (``linear_cross_entropy_grad_error_bound``;
 tests/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
+With softcap (``HAS_CAP``, no bias): ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
+``ce_loss_error_softcap`` and ``ce_lse_error_two_level_softcap`` bound the lse and loss against
+the exact capped logits' (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the computed tanh
+``_cap_tanh`` within a stated error, a premise; the ``softcap`` argument of the bound functions).
 No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
 (only the classical any-order bound enters ``delta`` and the gradients' ``gd``), TF32 products,
-softcap, bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias, the
+the gradients with softcap (the chain factor ``1 - (z / c)^2``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias, the
 4-product schedule's grad_weight (token weights inside G) and the scaling by grad_output.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
@@ -253,10 +257,19 @@ def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntro
 
 
 @triton.jit
+def _cap_tanh(r, softcap):
+    """tanh(r / c) = 1 - 2 / (exp(2 r / c) + 1) (``sc_tanh`` of Definitions.v; 2 r / c capped at
+    80, past which the float32 result is 1 anyway, so exp does not overflow).  Its error in
+    float32 is the premise ``th_err`` of ``Ojas.FloatModel.CrossEntropySoftcapError`` (measured:
+    ``measured_tanh_error`` of ojas_ref/verification/lce_error.py), not a theorem."""
+    return 1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0)
+
+
+@triton.jit
 def _softcap(r, softcap):
-    """``softcap`` of Definitions.v: c tanh(r / c), tanh(x) = 1 - 2 / (exp(2x) + 1) (``sc_tanh``;
-    2x capped at 80, past which the float32 result is 1 anyway, so exp does not overflow)."""
-    return softcap * (1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0))
+    """``softcap`` of Definitions.v: c tanh(r / c), the product rounded once (``sc_z`` of
+    ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``)."""
+    return softcap * _cap_tanh(r, softcap)
 
 
 @triton.jit
@@ -301,7 +314,8 @@ def _logits_kernel(
 
     STATS (forward): the group's tiles go through ``block_step`` (online max and
     rescaled sum, empty value rows; ``chunked_lse_chunk``; rounding:
-    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level``, ``grp_state``); writes the group's
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level``, ``grp_state``; with HAS_CAP
+    ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_two_level_softcap``); writes the group's
     partial state (PM, PL, PS = sum z) per token, the target logit (ZT, from the
     one tile holding it: ``target_logit``) and with WRITE_Z the float32 logits.
     GRAD (backward): writes G = ``_grad_tile`` for each tile, from the saved lse and
@@ -395,7 +409,9 @@ def _rows_kernel(
     Forward (no HAS_LSE): the lse state, lse = m + ln l (``finalize``) and the loss
     (``token_loss``), stored (rounding, STREAM without bias and cap:
     ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
-    the merge of PM, PL below: ``ce_lse_error_two_level``); the state is the merge of the vocabulary groups'
+    with the cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
+    ``ce_loss_error_softcap``; the merge of PM, PL below: ``ce_lse_error_two_level``, capped
+    logits ``ce_lse_error_two_level_softcap``); the state is the merge of the vocabulary groups'
     partial states PM, PL, PS and target logit ZT written by ``_logits_kernel``
     (``merge`` of Merge.v; ``merge_chunks_lse``), or with STREAM ``block_step`` over
     the row's raw logits Z (bias and cap applied here; ``chunked_lse_chunk``).  G's
@@ -1114,7 +1130,9 @@ def linear_cross_entropy(
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; the rounding of the 3-product
     schedule's grad_input and grad_weight: ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error``
-    / ``ce_dw_error``, without bias, cap, smoothing, z-loss, float16; no theorem covers the
+    / ``ce_dw_error``, without bias, cap, smoothing, z-loss, float16; the lse and loss with a
+    cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` /
+    ``ce_loss_error_softcap``; no theorem covers the capped gradients nor the
     rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or

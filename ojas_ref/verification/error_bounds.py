@@ -56,6 +56,7 @@ __all__ = [
     "linear_cross_entropy_merge_lse_error_bound",
     "linear_cross_entropy_loss_error_bound",
     "linear_cross_entropy_reduction_error_bound",
+    "linear_cross_entropy_softcap_logit_error_bound",
     "linear_cross_entropy_token_error_bound",
     "online_softmax_error_bound",
     "reversible_reconstruction_error_bound",
@@ -1178,6 +1179,21 @@ def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, 
     u = Fraction(_FP32_U)
     b = (1 + u) * (Fraction(float(lse_bound)) + Fraction(float(logit_error))) + u * Fraction(float(max_abs_loss))
     return _float_up(b) * _ROUND_UP
+
+
+def linear_cross_entropy_softcap_logit_error_bound(
+    raw_error: float, softcap: float, *, tanh_error: float = LCE_TANH_ERROR, tanh_rel_error: float = 0.0,
+) -> tuple[float, float]:
+    """``(sc_delta, sc_zmax)`` of ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``:
+    the error of the kernel's capped logit ``rnd(c * th(r))`` against ``c tanh(y / c)`` when
+    ``|r - y| <= raw_error``, and the bound of its magnitude (premise: the computed tanh within
+    ``tanh_rel_error |tanh| + tanh_error``)."""
+    if not (isinstance(raw_error, (int, float)) and math.isfinite(raw_error) and raw_error >= 0):
+        raise ValueError(f"raw_error must be a finite number >= 0, got {raw_error!r}")
+    if softcap is None:
+        raise ValueError("softcap must be a finite number > 0, got None")
+    d, z = _softcapped(Fraction(float(raw_error)), None, softcap, tanh_error, tanh_rel_error)
+    return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
 
 
 def linear_cross_entropy_logit_error_bound(

@@ -10,6 +10,8 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
   ``drop_rescale`` mutant (one tile's ``l * alpha`` replaced by ``l``), for mutation tests;
 * :func:`measured_exp_error`, :func:`measured_log_error`: the premises ``ex_err`` /
   ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device;
+  :func:`measured_tanh_error` the softcap's ``th_err``
+  (``Ojas.FloatModel.CrossEntropySoftcapError``: the kernel's ``_cap_tanh``);
 * :func:`exact_gradients`, :func:`gradient_sums`, :func:`gradient_bounds`: the float64
   gradients, the a-posteriori sums and the per-entry bounds of
   ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error``
@@ -29,10 +31,11 @@ import torch.nn.functional as F
 F64 = torch.float64
 
 
-def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lse, loss) [n] float32 of ``_rows_kernel`` STREAM (no bias, no cap, eps = lam = 0) over the
-    rows of the logits ``z`` [n, V] (float32, bfloat16 or float16, as the 3-product schedule
-    stores them), targets ``target`` [n] in [0, V)."""
+def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor, softcap: float | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse, loss) [n] float32 of ``_rows_kernel`` STREAM (no bias, eps = lam = 0; the raw
+    logits capped at ``softcap`` when given) over the rows of the logits ``z`` [n, V] (float32,
+    bfloat16 or float16, as the 3-product schedule stores them), targets ``target`` [n] in [0, V)."""
     from ojas_kernels import linear_cross_entropy as lce
 
     if z.dim() != 2 or target.shape != (z.shape[0],):
@@ -43,12 +46,13 @@ def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tens
     f32 = dict(dtype=torch.float32, device=z.device)
     loss, lse = torch.empty(n, **f32), torch.empty(n, **f32)
     none = torch.empty(1, **f32)
-    opts = lce._Options(0.0, 0.0, None)
+    opts = lce._Options(0.0, 0.0, None if softcap is None else float(softcap))
     lce._launch_rows(
         n, cfg.rows, none, none, none, none, z, z, target, loss, lse, none, none,
         0, n, 1, V, 0, 0, V, 0, 1.0,
         **opts.kernel_args(V), ignore_index=-100, masked=False,
-        HAS_LSE=False, GRAD=False, STREAM=True, NEED_SUM=False, HAS_BIAS=False, HAS_CAP=False, BLOCK_P=16,
+        HAS_LSE=False, GRAD=False, STREAM=True, NEED_SUM=False, HAS_BIAS=False, HAS_CAP=softcap is not None,
+        BLOCK_P=16,
     )
     return lse, loss
 
@@ -78,9 +82,16 @@ def emulated_stream_lse(z: torch.Tensor, block_v: int, drop_rescale: int | None 
     return m + torch.log(l)
 
 
-def exact_lse(z: torch.Tensor) -> torch.Tensor:
-    """float64 logsumexp of the rows of ``z`` (upcast)."""
-    return torch.logsumexp(z.to(F64), dim=1)
+def exact_lse(z: torch.Tensor, softcap: float | None = None) -> torch.Tensor:
+    """float64 logsumexp of the rows of ``z`` (upcast), capped ``c tanh(z / c)`` first when
+    ``softcap = c`` is given."""
+    return torch.logsumexp(exact_capped(z, softcap), dim=1)
+
+
+def exact_capped(z: torch.Tensor, softcap: float | None = None) -> torch.Tensor:
+    """``c tanh(z / c)`` in float64 (``z`` upcast; ``z`` itself without a cap)."""
+    z = z.to(F64)
+    return z if softcap is None else softcap * torch.tanh(z / softcap)
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,6 +111,47 @@ def _unary_kernel():
         tl.store(Y + offs, y, mask=ok)
 
     return kernel
+
+
+_cap_tanh = None  # the kernel's jit function, set by _tanh_kernel: Triton finds callees in the module's globals
+
+
+@functools.lru_cache(maxsize=None)
+def _tanh_kernel():
+    global _cap_tanh
+    import triton
+    import triton.language as tl
+    from ojas_kernels import linear_cross_entropy as lce
+
+    _cap_tanh = lce._cap_tanh
+
+    @triton.jit
+    def kernel(R, Y, n, softcap, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        tl.store(Y + offs, _cap_tanh(tl.load(R + offs, mask=ok, other=0.0), softcap), mask=ok)
+
+    return kernel
+
+
+def kernel_cap_tanh(r: torch.Tensor, softcap: float) -> torch.Tensor:
+    """The kernel's ``_cap_tanh`` (its computed tanh(r / c)) on the float32 raw logits ``r``."""
+    y = torch.empty_like(r)
+    block = 1024
+    _tanh_kernel()[((r.numel() + block - 1) // block,)](r, y, r.numel(), float(softcap), BLOCK=block)
+    return y
+
+
+@functools.lru_cache(maxsize=None)
+def measured_tanh_error(device: str, softcap: float, points: int = 1 << 20) -> float:
+    """max ``|_cap_tanh(r) - tanh(r / c)|`` (the premise ``th_err`` with ``ut = 0``) over float32
+    raw logits ``r``: ``r / c`` evenly spread over [-48, 48] (past which both are +-1 within
+    2^-130) and geometrically over +-[2^-40, 1] (the cancellation in 1 - 2 / (e^(2r/c) + 1))."""
+    t = torch.linspace(-48.0, 48.0, points, dtype=F64)
+    small = torch.exp2(torch.linspace(-40.0, 0.0, points // 4, dtype=F64))
+    r = (torch.cat([t, small, -small]) * softcap).to(device=device, dtype=torch.float32)
+    y = kernel_cap_tanh(r, softcap)
+    return (y.to(F64) - torch.tanh(r.to(F64) / softcap)).abs().max().item()
 
 
 def _run(x: torch.Tensor, log: bool) -> torch.Tensor:

@@ -1,0 +1,226 @@
+"""The proved bound on the linear cross-entropy's lse and loss with a final-logit softcap as tolerances.
+
+``Ojas.FloatModel.CrossEntropySoftcapError`` (rocq/FloatModel/CrossEntropySoftcapError.v): the
+kernel's capped logit ``rnd(c * th(r))`` (``_softcap``; ``th`` = ``_cap_tanh``, its computed
+tanh(r / c), within a measured premise ``LCE_TANH_ERROR``) is within ``sc_delta`` of
+``c tanh(y / c)`` (``sc_logit_error``: the softcap is 1-Lipschitz), so ``ce_lse_error_softcap`` /
+``ce_loss_error_softcap`` / ``ce_lse_error_two_level_softcap`` bound the lse and the loss
+against the exact capped logits' (the ``softcap`` argument of the bound functions).
+
+* CPU (Triton's interpreter): the premise measured; the row loop (``_rows_kernel`` STREAM,
+  HAS_CAP) on given raw float32 / bfloat16 logits against float64 (raw delta = 0), caps 30 and
+  5 (where it bites: the raw logits reach 7 c); the whole 3-product forward with ignored tokens
+  and the 4-product forward against float64 from the upcast inputs.
+* Mutants of ``_softcap`` (the cap applied twice; the clamp of 2 r / c at 8 instead of 80)
+  exceed the bound; the kernel as it is stays within it.
+* GPU (``-m gpu``): the premise on the device (``_cap_tanh`` with ex2.approx and the
+  approximate division), then V = 128256, D = 4096, bfloat16 and float32 with softcap 30.
+The gradients with softcap (the chain factor ``1 - (z / c)^2``) have no proved bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from ojas_kernels import linear_cross_entropy as lce  # noqa: E402
+from ojas_ref.verification.error_bounds import (  # noqa: E402
+    EXP_ERROR,
+    LCE_TANH_ERROR,
+    linear_cross_entropy_logit_error_bound,
+    linear_cross_entropy_loss_error_bound,
+    linear_cross_entropy_lse_error_bound,
+    linear_cross_entropy_merge_lse_error_bound,
+    linear_cross_entropy_softcap_logit_error_bound,
+)
+from ojas_ref.verification.lce_error import (  # noqa: E402
+    exact_capped,
+    exact_lse,
+    kernel_stream_lse,
+    measured_tanh_error,
+    stream_block_v,
+)
+
+F64 = torch.float64
+CPU_EXP_ERROR = EXP_ERROR[torch.float32]
+CAPS = (30.0, 5.0)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_tanh_premise_measured_on_cpu(cap):
+    assert measured_tanh_error("cpu", cap, points=1 << 16) <= LCE_TANH_ERROR
+
+
+def test_softcap_bound_values():
+    # the cap shrinks Zmax to about c: the exact-logit bound at raw |z| <= 300 drops
+    kw = dict(dtype=torch.float32, block_v=4096, exact_logits=True, max_abs_logit=300.0)
+    raw = linear_cross_entropy_lse_error_bound(128256, 4096, **kw)
+    capped = linear_cross_entropy_lse_error_bound(128256, 4096, softcap=30.0, **kw)
+    assert capped < raw and capped < 1e-3
+    d, z = linear_cross_entropy_softcap_logit_error_bound(0.01, 30.0)
+    sc_delta = 0.01 + 30.0 * LCE_TANH_ERROR + 2.0**-24 * 30.0 * (1 + LCE_TANH_ERROR) + 2.0**-149
+    assert sc_delta <= d <= sc_delta * (1 + 1e-9) and 30.0 < z < 30.0 * (1 + 2e-6)
+    # the logit bound with softcap: the raw delta composed
+    dl, _ = linear_cross_entropy_logit_error_bound(128256, 4096, dtype=torch.bfloat16, dot_abs_sum=60.0)
+    dc, zc = linear_cross_entropy_logit_error_bound(128256, 4096, dtype=torch.bfloat16, dot_abs_sum=60.0, softcap=30.0)
+    assert (dc, zc) == pytest.approx(linear_cross_entropy_softcap_logit_error_bound(dl, 30.0), rel=1e-9)
+    for bad in (dict(softcap=0.0), dict(softcap=-1.0), dict(softcap=float("nan")), dict(softcap=5.0, tanh_error=1.0),
+                dict(softcap=5.0, tanh_rel_error=-1.0)):
+        with pytest.raises(ValueError):
+            linear_cross_entropy_lse_error_bound(1000, 1, dtype=torch.float32, block_v=16, exact_logits=True,
+                                                 max_abs_logit=1.0, **bad)
+
+
+def _raw_logits(dtype: torch.dtype, n: int = 6, V: int = 1000, scale: float = 8.0) -> torch.Tensor:
+    z = torch.randn(n, V, generator=_gen(1)) * scale
+    z[0, 700] += 35.0  # the max jumps in a late tile, past 7 c at c = 5
+    return z.to(dtype)
+
+
+def _row_bound(V: int, dtype: torch.dtype, z: torch.Tensor, cap: float) -> float:
+    return linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=stream_block_v(dtype, "cpu"),
+                                                exact_logits=True, max_abs_logit=z.abs().max().item(),
+                                                exp_error=CPU_EXP_ERROR, softcap=cap)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cap", CAPS)
+def test_row_kernel_lse_and_loss_within_bound(dtype, cap):
+    z = _raw_logits(dtype)
+    n, V = z.shape
+    tgt = torch.arange(n) * 7
+    tgt[0] = 700
+    lse, loss = kernel_stream_lse(z, tgt, softcap=cap)
+    ref = exact_lse(z, cap)
+    bound = _row_bound(V, dtype, z, cap)
+    err = (lse.to(F64) - ref).abs().max().item()
+    print(f"{dtype} cap {cap}: lse error {err:.3e} bound {bound:.3e} ratio {bound / max(err, 1e-300):.1f}")
+    assert err <= bound < 1e-3, (err, bound)
+    # the loss rnd(lse - z_t) with the capped target logit: ce_loss_error_softcap at raw delta 0
+    yt = exact_capped(z, cap)[torch.arange(n), tgt]
+    delta, _ = linear_cross_entropy_softcap_logit_error_bound(0.0, cap)
+    lerr = (loss.to(F64) - (ref - yt)).abs().max().item()
+    assert lerr <= linear_cross_entropy_loss_error_bound(bound, delta, (ref - yt).abs().max().item())
+    # the cap bites: the uncapped lse is far outside
+    assert (exact_lse(z) - ref).abs().max().item() > 100 * bound
+
+
+_SOFTCAP = lce._softcap
+
+
+@triton.jit
+def _cap_twice(r, softcap):
+    return _SOFTCAP(_SOFTCAP(r, softcap), softcap)
+
+
+@triton.jit
+def _tanh_clamped_at_8(r, softcap):
+    return 1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 8.0)) + 1.0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="mutants are patched into the interpreter's kernels")
+@pytest.mark.parametrize("mutant", [None, "cap_twice", "clamp_at_8"])
+def test_softcap_mutants_exceed_bound(mutant, monkeypatch):
+    cap = 5.0
+    z = _raw_logits(torch.float32)
+    if mutant == "cap_twice":
+        monkeypatch.setattr(lce, "_softcap", _cap_twice)
+    elif mutant == "clamp_at_8":
+        monkeypatch.setattr(lce, "_cap_tanh", _tanh_clamped_at_8)
+    lse, _ = kernel_stream_lse(z, torch.zeros(z.shape[0], dtype=torch.long), softcap=cap)
+    excess = (lse.to(F64) - exact_lse(z, cap)).abs().max().item() / _row_bound(z.shape[1], torch.float32, z, cap)
+    print(f"{mutant}: largest error / bound {excess:.3g}")
+    assert (excess <= 1.0) == (mutant is None)
+
+
+def _capped_reference(x, w, target, cap):
+    y = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
+    lse = torch.logsumexp(y, dim=1)
+    kept = (target != -100).nonzero().squeeze(1)
+    return lse, lse[kept] - y[kept, target[kept]], kept
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cap", CAPS)
+def test_three_product_forward_within_bound(dtype, cap):
+    N, D, V = 8, 64, 700
+    x = torch.randn(N, D, generator=_gen(3)).to(dtype)
+    w = (torch.randn(V, D, generator=_gen(4)) * 0.6).to(dtype)  # raw logits up to about 20
+    target = torch.randint(0, V, (N,), generator=_gen(5))
+    target[[1, 6]] = -100
+    cfg = lce.default_config(dtype, x.device)
+    loss = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, cap), (True, False, False),
+                               cfg).loss
+    _, ref, kept = _capped_reference(x, w, target, cap)
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
+    b = linear_cross_entropy_lse_error_bound(V, D, block_v=stream_block_v(dtype, "cpu"), exp_error=CPU_EXP_ERROR, **kw)
+    delta, _ = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    lb = linear_cross_entropy_loss_error_bound(b, delta, ref.abs().max().item())
+    err = (loss[kept].to(F64) - ref).abs().max().item()
+    print(f"{dtype} cap {cap}: loss error {err:.3e} bound {lb:.3e} ratio {lb / max(err, 1e-300):.1f}")
+    assert err <= lb < 1.0, (err, lb)
+    assert (loss[target == -100] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_two_level_forward_within_bound(dtype):
+    """linear_cross_entropy_forward (4 products) with softcap 5: ce_lse_error_two_level_softcap."""
+    N, D, V, tpp, cap = 6, 32, 700, 4, 5.0
+    x = torch.randn(N, D, generator=_gen(6)).to(dtype)
+    w = (torch.randn(V, D, generator=_gen(7)) * 0.6).to(dtype)
+    target = torch.randint(0, V, (N,), generator=_gen(8))
+    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), tiles_per_program=tpp)
+    _, lse = lce.linear_cross_entropy_forward(x, w, target, softcap=cap, config=cfg)
+    ref, _, _ = _capped_reference(x, w, target, cap)
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    n_groups = -(-(-(-V // cfg.fwd.block_n)) // tpp)
+    block_p = min(cfg.rows.block_p, 1 << (n_groups - 1).bit_length())
+    b = linear_cross_entropy_merge_lse_error_bound(V, D, dtype=dtype, block_n=cfg.fwd.block_n, tiles_per_program=tpp,
+                                                   block_p=block_p, dot_abs_sum=P, exp_error=CPU_EXP_ERROR,
+                                                   softcap=cap)
+    err = (lse.to(F64) - ref).abs().max().item()
+    assert err <= b < 1e-2, (err, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_softcap_within_bound(dtype):
+    """The device's computed tanh (caps 30 and 5) within LCE_TANH_ERROR, then the 3-product
+    forward at V = 128256, D = 4096 with softcap 30 against float64 (IEEE float32 products)."""
+    for cap in CAPS:
+        e = measured_tanh_error("cuda", cap)
+        print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LCE_TANH_ERROR:.3e})")
+        assert e <= LCE_TANH_ERROR
+    assert torch.get_float32_matmul_precision() == "highest"
+    N, D, V, cap = 64, 4096, 128256, 30.0
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.2).to(dtype)  # raw logits up to about 60
+    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    target[::9] = -100
+    loss = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, cap), (True, False, False),
+                               lce.default_config(dtype, x.device)).loss
+    _, ref, kept = _capped_reference(x, w, target, cap)
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
+    b = linear_cross_entropy_lse_error_bound(V, D, block_v=stream_block_v(dtype, "cuda"), **kw)
+    delta, _ = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    lb = linear_cross_entropy_loss_error_bound(b, delta, ref.abs().max().item())
+    err = (loss[kept].to(F64) - ref).abs().max().item()
+    print(f"{dtype} softcap {cap}: observed {err:.3e}, bound {lb:.3e}, ratio {lb / max(err, 1e-300):.1f}")
+    assert err <= lb < 1.0
