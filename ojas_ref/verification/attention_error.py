@@ -8,6 +8,10 @@ Shared by ``tests/test_attention_error_bound.py`` and ``benchmarks/bench_attenti
 * :func:`forward_error_bound`: ``attention_forward_error_bound`` (the value of
   ``Ojas.FloatModel.AttentionForwardError.attention_forward_error``, computed by the
   oracle's ``attn_fwd_q``) for these inputs and the kernel's forward tile ``block_n``;
+* :func:`forward_posteriori_bound`: ``attention_forward_posteriori_bound`` (the value of
+  ``Ojas.FloatModel.AttentionForwardPosteriori.attention_forward_posteriori_masked``) entry
+  by entry, in terms of ``sum_j P_ij |v_jc|``; the stored output's error in the
+  gradient bounds' ``delta`` (:func:`grad_error_bounds`);
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
 * :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
   the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
@@ -28,10 +32,12 @@ from ojas_ref.verification.error_bounds import (
     attention_dq_error_bound,
     attention_dv_error_bound,
     attention_forward_error_bound,
+    attention_forward_posteriori_bound,
     attention_lse_error_bound,
 )
 
-__all__ = ["exact_attention", "exact_lse", "exact_dv", "exact_grads", "forward_error_bound", "lse_error_bound",
+__all__ = ["exact_attention", "exact_lse", "exact_dv", "exact_grads", "forward_error_bound",
+           "forward_posteriori_bound", "lse_error_bound",
            "dv_error_bound", "grad_error_bounds", "observed_error", "measured_exp2_error", "measured_log2_error",
            "storage_rounding"]
 
@@ -137,6 +143,19 @@ def forward_error_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_ca
                                          **_bound_inputs(q, k, is_causal, block_n))
 
 
+def forward_posteriori_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
+                             block_n: int | None = None) -> torch.Tensor:
+    """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
+    (``attention_forward_posteriori_bound``) with ``W = P |v|`` from the float64 exact
+    probabilities (:func:`exact_attention` of ``|v|``), enlarged by ``2^-30`` for its own
+    rounding (a float64 softmax and sum of at most ``2^20`` nonnegative terms)."""
+    w = exact_attention(q, k, v.abs(), is_causal, scale) * (1 + 2.0**-30)
+    return attention_forward_posteriori_bound(w, k.shape[2], q.shape[-1], dtype=q.dtype,
+                                              max_abs_v=v.abs().max().item(), scale=scale,
+                                              storage_rounding=storage_rounding(q.device.type, q.dtype),
+                                              **_bound_inputs(q, k, is_causal, block_n))
+
+
 def lse_error_bound(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float,
                     block_n: int | None = None) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs (``attention_lse_error_bound``)."""
@@ -173,7 +192,8 @@ def grad_error_bounds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: tor
     The bounds take the errors of these inputs as premises: ``|lse - LSE| <= lse_error`` and
     ``|delta_i - D_i| <= eD_i`` (``delta`` the kernel's ``rowsum(dO * out)``). ``inputs="proved"``:
     from the forward theorems (``attention_lse_error_bound``; ``attention_delta_error_bound``
-    plus ``forward_error_bound`` times max|v| times ``sum_c |dO_ic|``, ``dot_R_perturb``).
+    plus ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward bound
+    :func:`forward_posteriori_bound`, ``dot_R_perturb``).
     ``inputs="measured"``: the saved tensors' own deviations from the float64 exact lse and
     ``dO . O`` (each enlarged by ``2^-30`` of its scale for the float64 evaluation) in place
     of the forward theorems: a premise checked on these inputs, not a theorem about the forward."""
@@ -188,8 +208,8 @@ def grad_error_bounds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: tor
     do_abs = do.to(F64).abs().sum(-1)
     ed = attention_delta_error_bound((out.to(F64) * do.to(F64)).abs().sum(-1), ev)
     if inputs == "proved":
-        fwd = forward_error_bound(q, k, v, is_causal, scale) * v.abs().max().item() * (1 + 2.0**-50)
-        ed = ed + fwd * do_abs * (1 + (ev + 1) * 2.0**-52)
+        fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
+        ed = ed + (fwd * do.to(F64).abs()).sum(-1) * (1 + (ev + 1) * 2.0**-52)
         lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, **bnd)
     else:
         o_err = ((out.to(F64) - exact_attention(q, k, v, is_causal, scale)) * do.to(F64)).sum(-1).abs()

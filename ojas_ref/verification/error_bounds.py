@@ -39,6 +39,7 @@ __all__ = [
     "EXP_ERROR",
     "LOG2_ERROR",
     "attention_forward_error_bound",
+    "attention_forward_posteriori_bound",
     "attention_lse_error_bound",
     "attention_dv_error_bound",
     "attention_dk_error_bound",
@@ -598,6 +599,16 @@ def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t):
     return smax, delta, X, P1, CG, CR, bl
 
 
+def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[float, float]:
+    """The acc fold's factor minus one and its absolute term (``afp_gA``, ``afp_rA`` of
+    ``Ojas.FloatModel.AttentionForwardPosteriori``; ``afe_bN = afp_gA + afp_rA / V``), in
+    float64, not yet rounded up."""
+    ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
+    ra = t * CR * ((((ha * CG * X) * (n * v) * ee) * (1.0 + u) + ea
+                    + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea)) * (1.0 + u))
+    return ha * CG * X - 1.0, ra
+
+
 def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
     """Hand copy of ``afe_rel`` of ``Ojas.FloatModel.AttentionForwardError`` at the upper
     bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
@@ -607,12 +618,25 @@ def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, 
     if not bl < 1.0:
         return math.inf
     Y = math.expm1(2.0 * delta) * up
-    ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
-    bn = (ha * CG * X - 1.0 + t * CR * (((ha * CG * X) * (n * v) * ee) * (1.0 + u) + ea
-                                         + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea))
-          * (1.0 + u) / v) * up
+    ga, ra = _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t)
+    bn = (ga + ra / v) * up
     f = ((bn + bl) + u * (1.0 + bn)) / (1.0 - bl)
     return (((f + ea / v + Y) * (1.0 + us) + us + es / v) * up) * _ROUND_UP
+
+
+def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> tuple[float, float]:
+    """``(afp_rel, afp_abs)`` of ``Ojas.FloatModel.AttentionForwardPosteriori`` at the same
+    upper bounds as :func:`_hand_attention_forward_error_bound`, in float64, each rounded
+    up by a relative margin; ``(inf, inf)`` when the side condition ``bL < 1`` fails."""
+    up = 1.0 + 2.0**-30
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    if not bl < 1.0:
+        return math.inf, math.inf
+    Y = math.expm1(2.0 * delta) * up
+    ga, ra = (x * up for x in _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t))
+    rel = (((1.0 + u) * (ga + bl) * (1.0 + Y) / (1.0 - bl) + u * (1.0 + Y) + Y) * (1.0 + us) + us) * up
+    absolute = (((1.0 + u) * ra / (1.0 - bl) + ea) * (1.0 + us) + es) * up
+    return rel * _ROUND_UP, absolute * _ROUND_UP
 
 
 def attention_forward_error_bound(
@@ -680,6 +704,53 @@ def attention_forward_error_bound(
         raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
                          f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
     return value
+
+
+def attention_forward_posteriori_bound(
+    prob_abs_v: torch.Tensor, n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float,
+    max_abs_k: float, max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention
+    forward (kernels/attention.py): ``afp_rel * W_ic + afp_abs`` with
+    ``W_ic = prob_abs_v[..., i, c] = sum_j P_ij |v_jc|`` (``P`` the exact softmax of
+    ``scale * q.k`` over the row's visible keys; the caller computes it, e.g. a float64
+    softmax times ``|v|``, enlarged for its own rounding). Returns a float64 tensor shaped
+    like ``prob_abs_v``.
+
+    Implements ``Ojas.FloatModel.AttentionForwardPosteriori.attention_forward_posteriori_masked``
+    (the kernel's loop from its start under any boolean mask) and
+    ``attention_forward_posteriori`` (fully visible tiles): the same model of the kernel
+    as :func:`attention_forward_error_bound` (its docstring lists it: fp32 scores,
+    ``exp2``, ``P`` rounded to ``dtype`` before the fp32 products of P.V, the running
+    rescale, ``rnd(acc / l)`` stored in ``dtype``) and the same side condition
+    ``afe_bL < 1``. ``afp_abs`` holds only the underflow constants (times
+    ``n_keys * max_abs_v`` at most). ``W_ic <= max_abs_v``: at ``W_ic = max_abs_v`` the
+    value is the a-priori bound's up to a factor ``1 + Y`` (``Y = exp(2 delta) - 1``, the
+    computed scores' weights against the exact ones), and below it wherever ``W_ic`` is
+    smaller by more than that (random data: several times smaller).
+
+    The closed forms ``afp_rel``, ``afp_abs`` are evaluated here in float64 from the hand
+    copy's upper bounds of X, Y, P1, CG, CR, bL (``_hand_afe_common``, each rounded up by a
+    relative ``2^-30``), the results rounded up again; unlike :func:`attention_forward_error_bound`, the oracle does not compute
+    them over the rationals (no ``BoundValues`` certificate). Not covered: as for
+    :func:`attention_forward_error_bound` (MMA order, ``tl.sum`` tree, FMA contraction,
+    additive float masks, overflow, 3xTF32 on CUDA in float32, ``exp2_error`` an
+    assumption, and ``storage_rounding="truncate"`` not a proved bound). Raises
+    ``ValueError`` on a bad argument or when the side condition fails."""
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
+                                     exp2_error, dtype=dtype, max_abs_v=max_abs_v)
+    if prob_abs_v.is_complex() or not bool(((prob_abs_v >= 0) & torch.isfinite(prob_abs_v)).all()):
+        raise ValueError("prob_abs_v must be finite and >= 0")
+    us, es = _storage(dtype, storage_rounding)
+    tiles = -(-n_keys // block_n)
+    rel, absolute = _hand_attention_forward_posteriori(
+        _FP32_U, float(exp2_error), _EXP2_ABS_ERROR, _FP32_ETA, us, es, _QK_SCALE_ERROR, float(scale), float(p),
+        float(max_abs_v), head_dim, block_n, n_keys, tiles)
+    if rel == math.inf:
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_posteriori fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+    return (rel * prob_abs_v.to(torch.float64) + absolute) * _ROUND_UP
 
 
 def _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, *,
