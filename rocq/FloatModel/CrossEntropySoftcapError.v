@@ -30,8 +30,15 @@
     - [ce_lse_error_two_level_softcap]: the two-level schedule (4 products), where
       [_logits_kernel] caps its accumulator's logits before streaming them.
 
-    Not covered: the gradients' chain factor [1 - (z / c)^2] (CrossEntropyGradError.v
-    excludes the softcap: no theorem bounds the capped gradients); the bias (added before
+    - [sc_chain_error]: the gradient's chain factor [1.0 - zc * zc], [zc = z / c] computed
+      by [_grad_tile] (the division [dv] within [ud |z / c| + ed], a premise; the product
+      rounded or contracted into an FMA, [sc_chain_ok]), for a capped logit [z] within [dz]
+      of [c tanh (y / c)], against the exact [1 - tanh (y / c)^2] (Gradient.v's
+      [softcap_grad]): within [sc_chain_bound] (absolute: [1 - tanh^2] may be tiny).
+
+    Not covered: the capped gradients dH and dW: [sc_chain_error] bounds one entry's chain
+    factor, but it is not composed into CrossEntropyGradError.v's [ce_dh_error] /
+    [ce_dw_error] (which exclude the softcap), and no Python bound uses it; the bias (added before
     the cap), label smoothing, z-loss; FMA contraction of [c * th]; overflow; the computed
     tanh itself (a premise, measured by [measured_tanh_error] of
     ojas_ref/verification/lce_error.py, not proved from the exp and division errors). *)
@@ -90,6 +97,13 @@ Qed.
 
 Definition sc_delta (u ea c ut et dr : R) : R := dr + c * (ut + et) + u * (c * (1 + ut + et)) + ea.
 Definition sc_zmax (u ea c ut et : R) : R := (1 + u) * (c * (1 + ut + et)) + ea.
+
+(** The chain factor's error for a capped logit within [dz]: [e] bounds [|z / c - tanh|]
+    after the division, [e2] the square's. *)
+Definition sc_chain_bound (u ea c ud ed dz : R) : R :=
+  let e := dz / c + ud * (1 + dz / c) + ed in
+  let e2 := e * (2 + e) + u * (1 + e) ^ 2 + ea in
+  (1 + u) * e2 + u + ea.
 
 Section Softcap.
 
@@ -155,6 +169,13 @@ Proof.
   split; [apply ff_rnd_fmt | split; [exact Z | exact E]].
 Qed.
 
+Lemma sc_tiles_len : forall (A B : Type) (f : A -> B) (Bt : nat) (tiles : list (list A)),
+  List.Forall (fun tl => (length tl <= Bt)%nat) tiles -> List.Forall (fun tl => (length tl <= Bt)%nat) (map (map f) tiles).
+Proof.
+  intros A B f Bt tiles HB; rewrite List.Forall_forall in HB |- *; intros tl Hi.
+  apply in_map_iff in Hi; destruct Hi as [tl' [<- Hi]]; rewrite map_length; apply HB, Hi.
+Qed.
+
 (** The kernel's [tl.exp] and [tl.log], as in CrossEntropyLseError.v. *)
 Variable ex : R -> R.
 Variables ue ee : R.
@@ -190,8 +211,7 @@ Proof.
            (map (map sc_pair) tiles) ts Dt Bt Tt Nn Zmax XK (sc_delta u ea c ut et dr) LN NL).
   - rewrite Ec; apply in_map, H0.
   - exact Hts.
-  - rewrite List.Forall_forall in HB |- *; intros tl Hi; apply in_map_iff in Hi; destruct Hi as [tl' [<- Hi]].
-    rewrite map_length; apply HB, Hi.
+  - apply sc_tiles_len, HB.
   - rewrite map_length; exact HT.
   - rewrite Ec, map_length; exact HN.
   - rewrite Ec; apply sc_pairs_ok, Hr.
@@ -266,11 +286,8 @@ Proof.
   - rewrite Ec2; intros g Hi; apply in_map_iff in Hi; destruct Hi as [g' [<- Hi]].
     destruct (Hg g' Hi) as [Hne [HB [HT HN]]]; rewrite sc_concat_group.
     split; [destruct (concat g'); [congruence | discriminate] |].
-    split; [| unfold sc_group; rewrite map_length, map_length; split; [exact HT | exact HN]].
-    rewrite List.Forall_forall in HB |- *; intros tl Ht; apply in_map_iff in Ht; destruct Ht as [tl' [<- Ht]].
-    rewrite map_length; apply HB, Ht.
-  - rewrite List.Forall_forall in HB2 |- *; intros tl Hi; apply in_map_iff in Hi; destruct Hi as [tl' [<- Hi]].
-    rewrite map_length; apply HB2, Hi.
+    split; [apply sc_tiles_len, HB | unfold sc_group; rewrite map_length, map_length; split; [exact HT | exact HN]].
+  - apply sc_tiles_len, HB2.
   - rewrite map_length; exact HT2.
   - rewrite Ec2, map_length; exact HN2.
   - rewrite Ezs; apply sc_pairs_ok, Hr.
@@ -278,6 +295,82 @@ Proof.
   - exact HbL.
   - rewrite Ezs, map_length; exact HLN.
   - exact HNL.
+Qed.
+
+(** ** The gradient's chain factor [1 - (z / c)^2] ([_grad_tile], HAS_CAP) *)
+
+(** The kernel's [z / c] in float32 (Triton's division; on NVIDIA GPUs [div.full.f32],
+    within 2 ulp): an assumption. *)
+Variable dv : R -> R.
+Variables ud ed : R.
+Hypothesis ud_nonneg : 0 <= ud.
+Hypothesis ed_nonneg : 0 <= ed.
+Hypothesis dv_err : forall z, fmt z -> Rabs (dv z - z / c) <= ud * Rabs (z / c) + ed.
+
+(** [1.0 - zc * zc] with [zc = dv z]: the product rounded, or contracted into an FMA. *)
+Definition sc_chain_ok (z cf : R) : Prop :=
+  cf = rnd (1 - rnd (dv z * dv z)) \/ cf = rnd (1 - dv z * dv z).
+
+Theorem sc_chain_error : forall z y dz cf, fmt z -> Rabs (z - c * tanh (y / c)) <= dz -> sc_chain_ok z cf ->
+  Rabs (cf - (1 - tanh (y / c) ^ 2)) <= sc_chain_bound u ea c ud ed dz.
+Proof.
+  intros z y dz cf Fz Hz Hcf; unfold sc_chain_bound; cbv zeta.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (sc_tanh_lt_1 (y / c)) as Ht1.
+  set (t := tanh (y / c)) in *.
+  assert (Hdz : 0 <= dz) by (pose proof (Rabs_pos (z - c * t)); lra).
+  assert (Hdc : 0 <= dz / c) by (apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat; lra]).
+  assert (H1 : Rabs (z / c - t) <= dz / c).
+  { replace (z / c - t) with ((z - c * t) / c) by (field; lra).
+    unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ c)) by (left; apply Rinv_0_lt_compat; lra).
+    apply Rmult_le_compat_r; [left; apply Rinv_0_lt_compat; lra | exact Hz]. }
+  assert (H2 : Rabs (z / c) <= 1 + dz / c).
+  { replace (z / c) with ((z / c - t) + t) by ring; pose proof (Rabs_triang (z / c - t) t); lra. }
+  pose proof (dv_err z Fz) as H3.
+  set (q := dv z) in *.
+  set (e := dz / c + ud * (1 + dz / c) + ed).
+  assert (He0 : 0 <= e) by (unfold e; assert (0 <= ud * (1 + dz / c)) by (apply Rmult_le_pos; lra); lra).
+  assert (Hqt : Rabs (q - t) <= e).
+  { assert (ud * Rabs (z / c) <= ud * (1 + dz / c)) by (apply Rmult_le_compat_l; lra).
+    replace (q - t) with ((q - z / c) + (z / c - t)) by ring; pose proof (Rabs_triang (q - z / c) (z / c - t)).
+    unfold e; lra. }
+  assert (Hq : Rabs q <= 1 + e) by (replace q with ((q - t) + t) by ring; pose proof (Rabs_triang (q - t) t); lra).
+  assert (Hq2 : Rabs (q * q - t ^ 2) <= e * (2 + e)).
+  { replace (q * q - t ^ 2) with ((q - t) * (q + t)) by ring; rewrite Rabs_mult.
+    assert (Rabs (q + t) <= 2 + e) by (replace (q + t) with ((q - t) + 2 * t) by ring;
+      pose proof (Rabs_triang (q - t) (2 * t)); rewrite Rabs_mult, (Rabs_right 2) in * by lra; lra).
+    apply Rmult_le_compat; auto using Rabs_pos. }
+  assert (Hqq : q * q <= (1 + e) ^ 2).
+  { assert (q * q = Rabs q * Rabs q) by (rewrite <- Rabs_mult; symmetry; apply Rabs_right; nra).
+    pose proof (Rabs_pos q); nra. }
+  assert (Ht2 : 0 <= 1 - t ^ 2 <= 1).
+  { assert (t ^ 2 = Rabs t * Rabs t) by (rewrite <- Rabs_mult, Rabs_right; [ring | nra]).
+    pose proof (Rabs_pos t); nra. }
+  set (e2 := e * (2 + e) + u * (1 + e) ^ 2 + ea).
+  assert (Hee : e * (2 + e) <= e2) by (unfold e2; assert (0 <= u * (1 + e) ^ 2) by (apply Rmult_le_pos; [lra | apply pow_le; lra]); lra).
+  destruct Hcf as [-> | ->]; fold q.
+  - pose proof (ff_abs A_ (q * q)) as Hp.
+    rewrite (Rabs_right (q * q)) in Hp by nra.
+    set (p := rnd (q * q)) in *.
+    assert (Hpt : Rabs (p - t ^ 2) <= e2).
+    { assert (u * (q * q) <= u * (1 + e) ^ 2) by (apply Rmult_le_compat_l; lra).
+      replace (p - t ^ 2) with ((p - q * q) + (q * q - t ^ 2)) by ring;
+        pose proof (Rabs_triang (p - q * q) (q * q - t ^ 2)); unfold e2; lra. }
+    pose proof (ff_abs A_ (1 - p)) as Hs.
+    assert (H1p : Rabs (1 - p) <= 1 + e2).
+    { replace (1 - p) with ((1 - t ^ 2) + - (p - t ^ 2)) by ring; pose proof (Rabs_triang (1 - t ^ 2) (- (p - t ^ 2))).
+      rewrite Rabs_Ropp in *; rewrite (Rabs_right (1 - t ^ 2)) in * by lra; lra. }
+    assert (u * Rabs (1 - p) <= u * (1 + e2)) by (apply Rmult_le_compat_l; lra).
+    replace (rnd (1 - p) - (1 - t ^ 2)) with ((rnd (1 - p) - (1 - p)) + - (p - t ^ 2)) by ring.
+    pose proof (Rabs_triang (rnd (1 - p) - (1 - p)) (- (p - t ^ 2))); rewrite Rabs_Ropp in *; nra.
+  - pose proof (ff_abs A_ (1 - q * q)) as Hs.
+    assert (H1p : Rabs (1 - q * q) <= 1 + e * (2 + e)).
+    { replace (1 - q * q) with ((1 - t ^ 2) + - (q * q - t ^ 2)) by ring;
+        pose proof (Rabs_triang (1 - t ^ 2) (- (q * q - t ^ 2))).
+      rewrite Rabs_Ropp in *; rewrite (Rabs_right (1 - t ^ 2)) in * by lra; lra. }
+    assert (u * Rabs (1 - q * q) <= u * (1 + e2)) by (apply Rmult_le_compat_l; lra).
+    replace (rnd (1 - q * q) - (1 - t ^ 2)) with ((rnd (1 - q * q) - (1 - q * q)) + - (q * q - t ^ 2)) by ring.
+    pose proof (Rabs_triang (rnd (1 - q * q) - (1 - q * q)) (- (q * q - t ^ 2))); rewrite Rabs_Ropp in *; nra.
 Qed.
 
 End Softcap.
