@@ -28,6 +28,13 @@ per-entry bound (``linear_cross_entropy_grad_error_bound``, the value of
 probabilities' sums: ``lce_error.gradient_bounds``) and error, ``*_ratio`` the smallest
 per-entry bound / error, ``*_max_ratio`` the largest bound over the largest error. On the CPU
 bfloat16 G is truncated by the interpreter (``storage_rounding="truncate"``: not a proved bound).
+
+Softcap rows (``variant`` "softcap 30" / "softcap 5", normal weights, Gemma 2/3's
+``final_logit_softcapping`` and a cap that bites): the same loss and row-loop columns against
+the float64 capped reference ``c tanh(y / c)``, the bounds with ``softcap`` (the value of
+``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` / ``ce_loss_error_softcap``);
+the premise ``tanh_abs_error`` (the kernel's ``_cap_tanh`` measured on the device, assumed at most
+``LCE_TANH_ERROR``). No gradient columns: no theorem bounds the capped gradients.
 """
 
 from __future__ import annotations
@@ -67,21 +74,55 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor) -> dict
     return cols
 
 
-def run(sizes: dict, device: str) -> dict:
+def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None) -> dict:
+    """The loss and row-loop columns of one row: the 3-product forward's per-token loss and the
+    row loop alone against float64 (capped at ``cap`` when given), and their bounds."""
     from ojas_kernels import linear_cross_entropy as lce
-    from ojas_ref.verification.error_bounds import (LCE_EXP_ERROR, LCE_LOG_ERROR,
-                                                    linear_cross_entropy_logit_error_bound,
+    from ojas_ref.verification.error_bounds import (linear_cross_entropy_logit_error_bound,
                                                     linear_cross_entropy_loss_error_bound,
                                                     linear_cross_entropy_lse_error_bound)
-    from ojas_ref.verification.lce_error import (exact_lse, kernel_stream_lse, measured_exp_error,
-                                                 measured_log_error, stream_block_v)
+    from ojas_ref.verification.lce_error import exact_capped, exact_lse, kernel_stream_lse, stream_block_v
+
+    (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
+    opts = lce._Options(0.0, 0.0, cap)
+    cfg = lce.default_config(dtype, x.device)
+    loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+    y = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
+    ref = torch.logsumexp(y, dim=1) - y[torch.arange(N, device=device), target]
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    bv = stream_block_v(dtype, device)
+    kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
+    lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=bv, **kw)
+    delta, _ = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
+    err = (loss.to(F64) - ref).abs().max().item()
+    # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
+    z = torch.empty(N, V, device=device, dtype=dtype)
+    lce._mm_into(z, x, w.t())
+    lse, _ = kernel_stream_lse(z, target, softcap=cap)
+    on_err = (lse.to(F64) - exact_lse(z, cap)).abs().max().item()
+    on_b = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
+                                                max_abs_logit=z.abs().max().item(), softcap=cap)
+    covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
+    return dict(dtype=str(dtype).replace("torch.", ""), N=N, D=D, V=V, block_v=bv, softcap=cap,
+                dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
+                ratio=loss_b / max(err, 1e-300), online_bound=on_b, online_observed=on_err,
+                online_ratio=on_b / max(on_err, 1e-300), holds=err <= loss_b and on_err <= on_b, covered=covered)
+
+
+def run(sizes: dict, device: str) -> dict:
+    from ojas_ref.verification.error_bounds import LCE_EXP_ERROR, LCE_LOG_ERROR, LCE_TANH_ERROR
+    from ojas_ref.verification.lce_error import measured_exp_error, measured_log_error, measured_tanh_error
 
     rel, ab = measured_exp_error(device)
     lg = measured_log_error(device)
+    caps = (30.0, 5.0)
+    th = {str(c): measured_tanh_error(device, c) for c in caps}
     N, D, V = sizes["N"], sizes["D"], sizes["V"]
     rows = []
     for dtype in (torch.bfloat16, torch.float32):
-        for variant in ("normal", "peaked"):
+        for variant in ("normal", "peaked") + tuple(f"softcap {c:g}" for c in caps):
+            cap = float(variant.split()[1]) if variant.startswith("softcap") else None
             gen = torch.Generator(device=device).manual_seed(0)
             x = torch.randn(N, D, device=device, generator=gen).to(dtype)
             w = (torch.randn(V, D, device=device, generator=gen) * 0.02)
@@ -89,35 +130,14 @@ def run(sizes: dict, device: str) -> dict:
             if variant == "peaked":  # the target rows aligned with the hidden states: a confident softmax
                 w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * D ** 0.5 / 8
             w = w.to(dtype)
-            opts = lce._Options(0.0, 0.0, None)
-            cfg = lce.default_config(dtype, torch.device(device))
-            loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
-            y = x.to(F64) @ w.to(F64).t()
-            ref = torch.logsumexp(y, dim=1) - y[torch.arange(N, device=device), target]
-            P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
-            bv = stream_block_v(dtype, device)
-            kw = dict(dtype=dtype, dot_abs_sum=P)
-            lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=bv, **kw)
-            delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
-            loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
-            err = (loss.to(F64) - ref).abs().max().item()
-            # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
-            z = torch.empty(N, V, device=device, dtype=dtype)
-            lce._mm_into(z, x, w.t())
-            lse, _ = kernel_stream_lse(z, target)
-            on_err = (lse.to(F64) - exact_lse(z)).abs().max().item()
-            on_b = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
-                                                        max_abs_logit=z.abs().max().item())
-            covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
-            rows.append(dict(dtype=str(dtype).replace("torch.", ""), variant=variant, N=N, D=D, V=V, block_v=bv,
-                             dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
-                             ratio=loss_b / max(err, 1e-300), online_bound=on_b, online_observed=on_err,
-                             online_ratio=on_b / max(on_err, 1e-300),
-                             holds=err <= loss_b and on_err <= on_b, covered=covered))
+            rows.append(dict(variant=variant, **forward_columns(x, w, target, cap)))
             r = rows[-1]
-            print(f"{r['dtype']:8} {variant:6} loss: bound {loss_b:.3e} observed {err:.3e} ratio {r['ratio']:8.1f} | "
-                  f"row loop: bound {on_b:.3e} observed {on_err:.3e} ratio {r['online_ratio']:8.1f} | "
-                  f"holds={r['holds']} covered={covered}", flush=True)
+            print(f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
+                  f"ratio {r['ratio']:8.1f} | row loop: bound {r['online_bound']:.3e} observed "
+                  f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
+                  f"covered={r['covered']}", flush=True)
+            if cap is not None:  # no theorem bounds the capped gradients
+                continue
             target[::8] = -100
             r.update(grad_columns(x, w, target))
             r["holds"] = r["holds"] and r["dh_holds"] and r["dw_holds"]
@@ -125,12 +145,13 @@ def run(sizes: dict, device: str) -> dict:
                 print(f"{'':15} {g}: bound {r[g + '_bound']:.3e} observed {r[g + '_observed']:.3e} "
                       f"ratio {r[g + '_ratio']:8.1f} (max/max {r[g + '_max_ratio']:8.1f}) holds={r[g + '_holds']}",
                       flush=True)
-            del x, w, y, z
     return dict(benchmark="linear_cross_entropy_error", device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 torch=torch.__version__, exp_rel_error=rel, exp_abs_error_subnormal=ab,
                 exp_error_assumed=LCE_EXP_ERROR, log_abs_error=lg, log_error_assumed=LCE_LOG_ERROR,
-                premises_hold=rel <= LCE_EXP_ERROR and ab <= 2.0**-126 and lg <= LCE_LOG_ERROR, rows=rows)
+                tanh_abs_error=th, tanh_error_assumed=LCE_TANH_ERROR,
+                premises_hold=(rel <= LCE_EXP_ERROR and ab <= 2.0**-126 and lg <= LCE_LOG_ERROR
+                               and max(th.values()) <= LCE_TANH_ERROR), rows=rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
     if not result["premises_hold"]:
-        raise SystemExit("a premise (tl.exp / tl.log error) exceeds its assumed value")
+        raise SystemExit("a premise (tl.exp / tl.log / softcap tanh error) exceeds its assumed value")
     if not all(r["holds"] for r in result["rows"]):
         raise SystemExit("a proved bound was exceeded")
 
