@@ -14,8 +14,9 @@ against the exact capped logits' (the ``softcap`` argument of the bound function
 * Mutants of ``_softcap`` (the cap applied twice; the clamp of 2 r / c at 8 instead of 80)
   exceed the bound; the kernel as it is stays within it.
 * GPU (``-m gpu``): the premise on the device (``_cap_tanh`` with ex2.approx and the
-  approximate division), then V = 128256, D = 4096, bfloat16 and float32 with softcap 30.
-The gradients with softcap (the chain factor ``1 - (z / c)^2``) have no proved bound.
+  approximate division), then V = 128256, D = 4096, bfloat16 and float32, caps 30 and 5.
+The capped gradients have no proved bound (``sc_chain_error`` bounds the chain factor
+``1 - (z / c)^2`` of one entry only).
 """
 
 from __future__ import annotations
@@ -199,18 +200,19 @@ def test_two_level_forward_within_bound(dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_gpu_llama3_size_softcap_within_bound(dtype):
-    """The device's computed tanh (caps 30 and 5) within LCE_TANH_ERROR, then the 3-product
-    forward at V = 128256, D = 4096 with softcap 30 against float64 (IEEE float32 products)."""
-    for cap in CAPS:
-        e = measured_tanh_error("cuda", cap)
-        print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LCE_TANH_ERROR:.3e})")
-        assert e <= LCE_TANH_ERROR
+@pytest.mark.parametrize("cap", CAPS)
+def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
+    """The device's computed tanh within LCE_TANH_ERROR, then the 3-product forward at
+    V = 128256, D = 4096 (raw logits up to about 7: cap 5 bites) against float64, every ninth
+    token ignored (IEEE float32 products)."""
+    e = measured_tanh_error("cuda", cap)
+    print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LCE_TANH_ERROR:.3e})")
+    assert e <= LCE_TANH_ERROR
     assert torch.get_float32_matmul_precision() == "highest"
-    N, D, V, cap = 64, 4096, 128256, 30.0
+    N, D, V = 64, 4096, 128256
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
-    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.2).to(dtype)  # raw logits up to about 60
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
     target = torch.randint(0, V, (N,), device="cuda", generator=gen)
     target[::9] = -100
     loss = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, cap), (True, False, False),
@@ -224,3 +226,4 @@ def test_gpu_llama3_size_softcap_within_bound(dtype):
     err = (loss[kept].to(F64) - ref).abs().max().item()
     print(f"{dtype} softcap {cap}: observed {err:.3e}, bound {lb:.3e}, ratio {lb / max(err, 1e-300):.1f}")
     assert err <= lb < 1.0
+    assert (loss[target == -100] == 0).all()
