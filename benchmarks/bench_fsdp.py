@@ -14,9 +14,11 @@ all-gathers and reduce-scatters in that dtype). Modes, as bench_optimize_model's
 checkpoint=...)`` applied before sharding, then ``InBackwardOptimizer`` on the sharded parameters).
 ``fully_shard`` is applied to each decoder layer, then to the root.
 
-Per dtype and optimizer: first the one-GPU pass, in a child process of rank 0 that has no process
-group (``--single DIR``: one GPU, rank 0's, the concatenated batch of all ranks, every mode, the final
-parameters saved to DIR) while the other ranks wait at a barrier; then the FSDP2 pass on all ranks.
+Per dtype and optimizer (all at once with ``--quick``): first the one-GPU pass, in a child process of
+rank 0 that has no process group (``--single DIR``: one GPU, rank 0's, the concatenated batch of all
+ranks, every mode, the final parameters saved to DIR; no process group, so InBackwardOptimizer takes its
+one-process path, as a real one-GPU run) while the other ranks wait at a barrier; then the FSDP2 pass on
+all ranks.
 In both, each mode is built in turn (the earlier ones kept, idle), warmed up (``--warmup`` steps), its
 peak ``torch.cuda.max_memory_allocated`` over one more step and its weights + state (memory allocated
 between steps) measured less the earlier modes' memory, then the modes stepped together, one
@@ -37,12 +39,14 @@ FSDP2 lands where the single-process loop does up to the order of the gradient's
 few ulps of float64 but the larger of two distances that are not errors of the FSDP2 path: the
 ``standard`` mode's own ``update_rel`` under FSDP2 (torch's rounding of the same split), and the ojas
 mode's distance to ``standard`` on one GPU (``vs_standard_1gpu``: the kernels' rounding, which the split
-can change as much). An ojas mode passes when its ``update_rel`` is at most ``FLOOR_FACTOR`` (4) times
-that floor, and every mode when it is below ``MAX_UPDATE_REL`` (0.5); an update with a rank's local
+can change as much). An ojas mode passes (``ok``) when its ``update_rel`` is at most ``FLOOR_FACTOR`` (4)
+times that floor; the ``standard`` rows set the floor and are not judged. An update with a rank's local
 gradient, or with the sum of the ranks' gradients for SGD, gives about 1 (tests/test_bench_fsdp.py runs
-the latter). Measured by ``--quick`` on 2 gloo processes: ``update_rel`` 1.1e-6 to 1.8e-6 in fp32 (floor
-2.6e-6 to 2.8e-6), 0.012 to 0.039 in bf16 (floor 0.04 to 0.07), where a bf16 update of lr 1e-3 is about
-one ulp of the weights.
+the latter), so a row whose tolerance reaches ``DECISIVE_BELOW`` (0.5) is marked not ``decisive``: its
+rounding alone moves the update as much as a bug would (likely in bf16 at full size, where an update of
+lr 1e-3 x a small gradient is below half an ulp of the weights and only the elements that round up
+move). Measured by ``--quick`` on 2 gloo processes: ``update_rel`` 1.1e-6 to 1.8e-6 in fp32 (floor
+2.6e-6 to 2.8e-6), 0.012 to 0.039 in bf16 (floor 0.04 to 0.07).
 
 On two H200s (``nvidia-h200-x2``), one dtype per command to stay within 10 minutes (the one-GPU
 pass saves each mode's parameters under ``$TMPDIR``: 17 GB at a time for fp32):
@@ -54,9 +58,12 @@ Issue 18's Done-when against the columns: "each GPU's peak in the ojas setting i
 the single-GPU ojas figure for the sharded terms (weights, state)": the ``w+s ratio`` column (weights +
 optimizer state per GPU over the one-GPU figure, about 0.5) of the ojas rows, with ``peak ratio`` for the
 whole peak (activations and one all-gathered layer are not sharded); "throughput scales at least 1.8x over
-one GPU": the ``scaling`` column (global tokens/s over the one-GPU tokens/s on the same global batch);
+one GPU": the ``scaling`` column (global tokens/s over the one-GPU tokens/s on the same global batch of 2
+sequences: strong scaling, stricter than against one GPU at batch 1; the one-GPU ``peak`` also holds
+the activations of 2 sequences);
 "the parameters agree with the single-GPU run within the tolerance the CPU tests justify": the ``ok``
-column (update_rel against the tolerance above; max abs / max rel are reported beside it).
+column of the ojas rows (update_rel against the tolerance above; ``yes, not decisive`` where the
+tolerance reaches DECISIVE_BELOW; max abs / max rel are reported beside it).
 """
 
 from __future__ import annotations
@@ -85,8 +92,8 @@ from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 TINY = Config(hidden=32, layers=2, heads=2, intermediate=64, vocab=128, batch=1, seq=32)
 #: ``update_rel`` of an ojas mode may be this many times its floor (:func:`tolerance`)
 FLOOR_FACTOR = 4.0
-#: no mode, standard included, may disagree with the single GPU on this share of the update
-MAX_UPDATE_REL = 0.5
+#: a tolerance at least this cannot tell a bug of the reduction (``update_rel`` about 1) from rounding
+DECISIVE_BELOW = 0.5
 
 
 class Runner(B.Runner):
@@ -222,15 +229,21 @@ def base_mode(mode: str) -> str:
 
 
 def tolerance(row: dict, rows: list[dict]) -> Optional[float]:
-    """The ``update_rel`` a row may have (module docstring): an ojas mode's floor is the larger of the
-    standard mode's distance under FSDP2 and its own distance to the standard mode on one GPU, times
-    FLOOR_FACTOR; MAX_UPDATE_REL at most (every mode; None without a standard mode to set the floor)."""
-    if not row["mode"].startswith("ojas"):
-        return MAX_UPDATE_REL
+    """The ``update_rel`` an ojas row may have (module docstring): FLOOR_FACTOR times the larger of the
+    standard mode's under FSDP2 and its own distance to the standard mode on one GPU; None for the
+    standard rows (they set the floor) and without the standard mode of the same checkpointing."""
     base = [r for r in rows if r["mode"] == base_mode(row["mode"])]
-    if not base:
-        return MAX_UPDATE_REL
-    return min(MAX_UPDATE_REL, FLOOR_FACTOR * max(base[0]["update_rel"], row["vs_standard_1gpu"]["update_rel"]))
+    if not row["mode"].startswith("ojas") or not base:
+        return None
+    return FLOOR_FACTOR * max(base[0]["update_rel"], row["vs_standard_1gpu"]["update_rel"])
+
+
+def judge(rows: list[dict]) -> None:
+    """Each row's ``tolerance``, ``ok`` (None: not judged) and ``decisive`` (the tolerance below DECISIVE_BELOW)."""
+    for r in rows:
+        r["tolerance"] = tol = tolerance(r, rows)
+        r["ok"] = None if tol is None else r["update_rel"] <= tol
+        r["decisive"] = None if tol is None else tol < DECISIVE_BELOW
 
 
 def groups(args: argparse.Namespace) -> list[tuple[list[str], list[str]]]:
@@ -260,22 +273,20 @@ def fsdp_pass(c: Config, dtype_name: str, opt_name: str, args: argparse.Namespac
     if rank != 0:
         return []
     single = json.loads((folder / "single.json").read_text())
-    initial = torch.load(folder / "initial.pt")
+    initial = load(folder, "initial")
     rows = [row(dtype_name, opt_name, r.mode, [p[i] for p in per_rank], single[r.mode],
                 compare(params, load(folder, r.mode), initial))
             for i, (r, params) in enumerate(results)]
     for r in rows:  # the ojas kernels' own distance to torch's, on one GPU
         if r["mode"].startswith("ojas") and base_mode(r["mode"]) in args.modes:
             r["vs_standard_1gpu"] = compare(load(folder, r["mode"]), load(folder, base_mode(r["mode"])), initial)
-    for r in rows:
-        r["tolerance"] = tolerance(r, rows)
-        r["ok"] = r["update_rel"] <= r["tolerance"]
+    judge(rows)
     return rows
 
 
 def load(folder: Path, mode: str) -> dict[str, torch.Tensor]:
     """The one-GPU run's parameters of ``mode`` (:func:`run_single`)."""
-    return torch.load(Path(folder, f"{mode}.pt"))
+    return torch.load(Path(folder, f"{mode}.pt"), mmap=True)
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -308,9 +319,15 @@ def markdown(results: list[dict], world: int) -> str:
         lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | {gib(s['peak'])} | "
                      f"{r3(r['peak_ratio'])} | {gib(r['static'])} | {gib(s['static'])} | {r3(r['static_ratio'])} | "
                      f"{r['tokens_per_s']:,.0f} | {s['tokens_per_s']:,.0f} | {r['scaling']:.2f}x | "
-                     f"{r['max_abs']:.3g} | {r['max_rel']:.3g} | {r['update_rel']:.3g} | {r['tolerance']:.3g} | "
-                     f"{'yes' if r['ok'] else 'NO'} |")
+                     f"{r['max_abs']:.3g} | {r['max_rel']:.3g} | {r['update_rel']:.3g} | "
+                     f"{'floor' if r['tolerance'] is None else format(r['tolerance'], '.3g')} | {verdict(r)} |")
     return "\n".join(lines)
+
+
+def verdict(r: dict) -> str:
+    if r["ok"] is None:
+        return "-"
+    return ("yes" if r["ok"] else "NO") + ("" if r["decisive"] else ", not decisive")
 
 
 def init_distributed(device_arg: str) -> tuple[int, int, torch.device]:
@@ -378,7 +395,7 @@ def report(args: argparse.Namespace, c: Config, device: torch.device, world: int
     print(env)
     print(markdown(results, world))
     bad = [f"{r['dtype']} {r['optimizer']} {r['mode']}: update_rel {r['update_rel']:.3g} > {r['tolerance']:.3g}"
-           for r in results if not r["ok"]]
+           for r in results if r["ok"] is False]
     if bad and not args.no_check:
         raise SystemExit("FSDP2 and one GPU disagree beyond the tolerance:\n" + "\n".join(bad))
 

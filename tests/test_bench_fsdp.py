@@ -44,11 +44,13 @@ def check_rows(report: dict) -> None:
         itertools.product(["float32", "bfloat16"], ["sgd", "adamw"], MODES))
     for r in rows:
         name = f"{r['dtype']} {r['optimizer']} {r['mode']}"
-        assert r["ok"] and r["update_rel"] <= r["tolerance"] <= bench_fsdp.MAX_UPDATE_REL, name
+        if r["mode"].startswith("ojas"):
+            assert r["ok"] and r["decisive"] and r["update_rel"] <= r["tolerance"] < bench_fsdp.DECISIVE_BELOW, name
+        else:
+            assert r["ok"] is None and r["tolerance"] is None, name
         assert len(r["ranks"]) == 2 and r["tokens_per_s"] > 0 and r["single"]["tokens_per_s"] > 0, name
-        assert r["mode"].startswith("standard") or "vs_standard_1gpu" in r, name
-        if r["dtype"] == "float32":  # a few roundings of float32 apart: far below a bf16-sized floor
-            assert r["update_rel"] < 1e-4, name
+        if r["dtype"] == "float32" and r["mode"].startswith("standard"):  # the split, gathered right: a few
+            assert r["update_rel"] < 1e-4, name                             # float32 roundings (measured 1.8e-6)
     assert report["env"]["world_size"] == 2 and report["steps"] == 3
 
 
@@ -88,7 +90,7 @@ def _summed_rank(rank: int, world: int) -> dict[str, torch.Tensor]:
 
 
 def test_comparison_catches_summed_gradients() -> None:
-    """Twice the update: update_rel about 1, beyond every tolerance (MAX_UPDATE_REL)."""
+    """Twice the update: update_rel about 1, beyond every decisive tolerance (DECISIVE_BELOW)."""
     fsdp = D.spawn(_summed_rank)[0]
     args = bench_fsdp.parse(MUTANT)
     initial = bench_fsdp.full_parameters(bench_fsdp.B.build(bench_fsdp.TINY, torch.float32, torch.device("cpu")))
@@ -96,4 +98,4 @@ def test_comparison_catches_summed_gradients() -> None:
                                              0, 2, sharded=False)
     revert_model(runner.model)  # optimize_model's patch of the Llama module, for the other tests
     diff = bench_fsdp.compare(fsdp, single, initial)
-    assert 0.9 < diff["update_rel"] < 1.1 and diff["update_rel"] > bench_fsdp.MAX_UPDATE_REL, diff
+    assert 0.9 < diff["update_rel"] < 1.1 and diff["update_rel"] > bench_fsdp.DECISIVE_BELOW, diff
