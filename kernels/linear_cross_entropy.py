@@ -273,6 +273,15 @@ def _softcap(r, softcap):
 
 
 @triton.jit
+def _cap_chain(z, softcap):
+    """softcap'(r) = 1 - (z / c)^2 from the capped logit z (``softcap_grad``); its float32 error
+    against 1 - tanh(y / c)^2: ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``
+    (the division within a stated error, a premise)."""
+    zc = z / softcap
+    return 1.0 - zc * zc
+
+
+@triton.jit
 def _logits_of(r, BIAS, cols, col_ok, softcap, HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr):
     """``softcap cap (raw_logit)``: r + b (``raw_logit``), capped.  r: [M, N] float32."""
     if HAS_BIAS:
@@ -291,8 +300,7 @@ def _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP: tl.const
     g = (1.0 + 2.0 * lam * lse)[:, None] * tl.exp(z - lse[:, None]) - eps * inv_v
     g = tl.where(is_target, g - (1.0 - eps), g)
     if HAS_CAP:
-        zc = z / softcap
-        g = g * (1.0 - zc * zc)
+        g = g * _cap_chain(z, softcap)
     return g * w[:, None]
 
 

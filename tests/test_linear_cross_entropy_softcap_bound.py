@@ -41,11 +41,14 @@ from ojas_ref.verification.error_bounds import (  # noqa: E402
     linear_cross_entropy_loss_error_bound,
     linear_cross_entropy_lse_error_bound,
     linear_cross_entropy_merge_lse_error_bound,
+    linear_cross_entropy_softcap_chain_error_bound,
     linear_cross_entropy_softcap_logit_error_bound,
 )
 from ojas_ref.verification.lce_error import (  # noqa: E402
+    cap_sweep,
     exact_capped,
     exact_lse,
+    kernel_cap,
     kernel_stream_lse,
     measured_tanh_error,
     stream_block_v,
@@ -83,6 +86,25 @@ def test_softcap_bound_values():
         with pytest.raises(ValueError):
             linear_cross_entropy_lse_error_bound(1000, 1, dtype=torch.float32, block_v=16, exact_logits=True,
                                                  max_abs_logit=1.0, **bad)
+
+
+def _chain_errors(device: str, cap: float, points: int) -> tuple[float, float, float]:
+    """(largest error of the kernel's chain factor _cap_chain(_softcap(r)) against
+    1 - tanh(r / c)^2, sc_chain_error's bound at raw error 0, the error with the factor dropped)."""
+    r = cap_sweep(cap, points, device)
+    exact = 1.0 - torch.tanh(r.to(F64) / cap) ** 2
+    err = (kernel_cap(r, cap, chain=True).to(F64) - exact).abs().max().item()
+    bound = linear_cross_entropy_softcap_chain_error_bound(linear_cross_entropy_softcap_logit_error_bound(0.0, cap)[0],
+                                                           cap)
+    return err, bound, (1.0 - exact).abs().max().item()
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_chain_factor_within_bound(cap):
+    """sc_chain_error on the kernel's _cap_chain; the mutant without the factor far outside."""
+    err, bound, dropped = _chain_errors("cpu", cap, 1 << 14)
+    print(f"cap {cap}: chain factor error {err:.3e} bound {bound:.3e} ratio {bound / max(err, 1e-300):.1f}")
+    assert err <= bound < 1e-5 < dropped
 
 
 def _raw_logits(dtype: torch.dtype, n: int = 6, V: int = 1000, scale: float = 8.0) -> torch.Tensor:
@@ -208,6 +230,9 @@ def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
     e = measured_tanh_error("cuda", cap)
     print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LCE_TANH_ERROR:.3e})")
     assert e <= LCE_TANH_ERROR
+    err, bound, _ = _chain_errors("cuda", cap, 1 << 20)
+    print(f"chain factor on the device, cap {cap}: error {err:.3e} bound {bound:.3e}")
+    assert err <= bound
     assert torch.get_float32_matmul_precision() == "highest"
     N, D, V = 64, 4096, 128256
     gen = torch.Generator(device="cuda").manual_seed(0)

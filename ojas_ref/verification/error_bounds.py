@@ -50,6 +50,7 @@ __all__ = [
     "chunked_sum_error_factor",
     "LCE_EXP_ERROR",
     "LCE_LOG_ERROR",
+    "LCE_DIV_ERROR",
     "LCE_TANH_ERROR",
     "linear_cross_entropy_grad_error_bound",
     "linear_cross_entropy_lse_error_bound",
@@ -57,6 +58,7 @@ __all__ = [
     "linear_cross_entropy_merge_lse_error_bound",
     "linear_cross_entropy_loss_error_bound",
     "linear_cross_entropy_reduction_error_bound",
+    "linear_cross_entropy_softcap_chain_error_bound",
     "linear_cross_entropy_softcap_logit_error_bound",
     "linear_cross_entropy_token_error_bound",
     "online_softmax_error_bound",
@@ -1081,6 +1083,10 @@ LCE_LOG_ERROR: float = 2.0**-18
 # division div.full.f32 (2 ulp), about 2^-21 + 2^-23 in all. 2^-20 as margin (measured by
 # lce_error.measured_tanh_error: tests/test_linear_cross_entropy_error_bound.py).
 LCE_TANH_ERROR: float = 2.0**-20
+# Relative error of the kernel's float32 division z / c in _cap_chain (dv_err, with 2^-126
+# absolute): an assumption. IEEE in the interpreter (2^-24); div.full.f32 on NVIDIA GPUs
+# (2 ulp, 2^-22); 2^-21 as margin.
+LCE_DIV_ERROR: float = 2.0**-21
 
 
 def _frac_pow(x: Fraction, n: int) -> Fraction:
@@ -1265,6 +1271,26 @@ def linear_cross_entropy_softcap_logit_error_bound(
         raise ValueError("softcap must be a finite number > 0, got None")
     d, z = _softcapped(Fraction(float(raw_error)), None, softcap, tanh_error, tanh_rel_error)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
+
+
+def linear_cross_entropy_softcap_chain_error_bound(logit_error: float, softcap: float, *,
+                                                   div_error: float = LCE_DIV_ERROR) -> float:
+    """Bound on ``|cf - (1 - tanh(y / c)^2)|`` for the gradient's chain factor ``cf`` that
+    ``_cap_chain`` computes from a capped logit within ``logit_error`` of ``c tanh(y / c)``
+    (e.g. ``sc_delta`` of :func:`linear_cross_entropy_softcap_logit_error_bound`):
+    ``sc_chain_bound`` of ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error`` (a hand
+    copy in exact rationals; premise: the division within ``div_error |z / c| + 2^-126``,
+    :data:`LCE_DIV_ERROR`). One entry's factor only: no theorem bounds the capped dH, dW."""
+    for name, v in (("logit_error", logit_error), ("div_error", div_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap > 0):
+        raise ValueError(f"softcap must be a finite number > 0, got {softcap!r}")
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    dc = Fraction(float(logit_error)) / Fraction(float(softcap))
+    e = dc + Fraction(float(div_error)) * (1 + dc) + Fraction(_EXP2_ABS_ERROR)
+    e2 = e * (2 + e) + u * (1 + e) ** 2 + ea
+    return _float_up((1 + u) * e2 + u + ea) * _ROUND_UP
 
 
 def linear_cross_entropy_logit_error_bound(

@@ -11,7 +11,8 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
 * :func:`measured_exp_error`, :func:`measured_log_error`: the premises ``ex_err`` /
   ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device;
   :func:`measured_tanh_error` the softcap's ``th_err``
-  (``Ojas.FloatModel.CrossEntropySoftcapError``: the kernel's ``_cap_tanh``);
+  (``Ojas.FloatModel.CrossEntropySoftcapError``: the kernel's ``_cap_tanh``); :func:`kernel_cap`
+  the kernel's ``_cap_tanh`` / ``_cap_chain`` on given raw logits;
 * :func:`exact_gradients`, :func:`gradient_sums`, :func:`gradient_bounds`: the float64
   gradients, the a-posteriori sums and the per-entry bounds of
   ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error``
@@ -113,45 +114,55 @@ def _unary_kernel():
     return kernel
 
 
-_cap_tanh = None  # the kernel's jit function, set by _tanh_kernel: Triton finds callees in the module's globals
+_cap_tanh = _softcap = _cap_chain = None  # the kernel's jit functions, set by _cap_kernel (Triton finds callees in globals)
 
 
 @functools.lru_cache(maxsize=None)
-def _tanh_kernel():
-    global _cap_tanh
+def _cap_kernel():
+    global _cap_tanh, _softcap, _cap_chain
     import triton
     import triton.language as tl
     from ojas_kernels import linear_cross_entropy as lce
 
-    _cap_tanh = lce._cap_tanh
+    _cap_tanh, _softcap, _cap_chain = lce._cap_tanh, lce._softcap, lce._cap_chain
 
     @triton.jit
-    def kernel(R, Y, n, softcap, BLOCK: tl.constexpr):
+    def kernel(R, Y, n, softcap, CHAIN: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         ok = offs < n
-        tl.store(Y + offs, _cap_tanh(tl.load(R + offs, mask=ok, other=0.0), softcap), mask=ok)
+        r = tl.load(R + offs, mask=ok, other=0.0)
+        if CHAIN:
+            y = _cap_chain(_softcap(r, softcap), softcap)
+        else:
+            y = _cap_tanh(r, softcap)
+        tl.store(Y + offs, y, mask=ok)
 
     return kernel
 
 
-def kernel_cap_tanh(r: torch.Tensor, softcap: float) -> torch.Tensor:
-    """The kernel's ``_cap_tanh`` (its computed tanh(r / c)) on the float32 raw logits ``r``."""
+def kernel_cap(r: torch.Tensor, softcap: float, chain: bool = False) -> torch.Tensor:
+    """On the float32 raw logits ``r``: the kernel's ``_cap_tanh`` (its computed tanh(r / c)), or
+    with ``chain`` its ``_cap_chain`` of its capped logit ``_softcap(r)`` (the gradient's factor)."""
     y = torch.empty_like(r)
     block = 1024
-    _tanh_kernel()[((r.numel() + block - 1) // block,)](r, y, r.numel(), float(softcap), BLOCK=block)
+    _cap_kernel()[((r.numel() + block - 1) // block,)](r, y, r.numel(), float(softcap), CHAIN=chain, BLOCK=block)
     return y
+
+
+def cap_sweep(softcap: float, points: int, device: str) -> torch.Tensor:
+    """float32 raw logits ``r``: ``r / c`` evenly spread over [-48, 48] (past which tanh is +-1
+    within 2^-130) and geometrically over +-[2^-40, 1] (the cancellation in 1 - 2 / (e^(2r/c) + 1))."""
+    t = torch.linspace(-48.0, 48.0, points, dtype=F64)
+    small = torch.exp2(torch.linspace(-40.0, 0.0, points // 4, dtype=F64))
+    return (torch.cat([t, small, -small]) * softcap).to(device=device, dtype=torch.float32)
 
 
 @functools.lru_cache(maxsize=None)
 def measured_tanh_error(device: str, softcap: float, points: int = 1 << 20) -> float:
-    """max ``|_cap_tanh(r) - tanh(r / c)|`` (the premise ``th_err`` with ``ut = 0``) over float32
-    raw logits ``r``: ``r / c`` evenly spread over [-48, 48] (past which both are +-1 within
-    2^-130) and geometrically over +-[2^-40, 1] (the cancellation in 1 - 2 / (e^(2r/c) + 1))."""
-    t = torch.linspace(-48.0, 48.0, points, dtype=F64)
-    small = torch.exp2(torch.linspace(-40.0, 0.0, points // 4, dtype=F64))
-    r = (torch.cat([t, small, -small]) * softcap).to(device=device, dtype=torch.float32)
-    y = kernel_cap_tanh(r, softcap)
-    return (y.to(F64) - torch.tanh(r.to(F64) / softcap)).abs().max().item()
+    """max ``|_cap_tanh(r) - tanh(r / c)|`` over :func:`cap_sweep` (the premise ``th_err`` with
+    ``ut = 0``)."""
+    r = cap_sweep(softcap, points, device)
+    return (kernel_cap(r, softcap).to(F64) - torch.tanh(r.to(F64) / softcap)).abs().max().item()
 
 
 def _run(x: torch.Tensor, log: bool) -> torch.Tensor:
