@@ -131,7 +131,8 @@ the exact capped logits' (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the c
 ``_cap_tanh`` within a stated error, a premise; the ``softcap`` argument of the bound functions).
 No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
 (only the classical any-order bound enters ``delta`` and the gradients' ``gd``), TF32 products,
-the gradients with softcap (the chain factor ``1 - (z / c)^2``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias, the
+the gradients dH, dW with softcap (only one entry's chain factor ``1 - (z / c)^2`` is bounded:
+``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias, the
 4-product schedule's grad_weight (token weights inside G) and the scaling by grad_output.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
