@@ -60,7 +60,8 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
     from benchmarks.bench_optimize_model import environment
     from ojas_kernels.attention import flash_attention, flash_attention_forward
     from ojas_ref.verification.attention_error import (dv_error_bound, exact_attention, exact_dv, exact_lse,
-                                                        forward_error_bound, grad_error_bounds, lse_error_bound,
+                                                        forward_error_bound, forward_posteriori_bound,
+                                                        grad_error_bounds, lse_error_bound,
                                                         measured_exp2_error, measured_log2_error, observed_error,
                                                         storage_rounding)
     from ojas_ref.verification.error_bounds import EXP2_ERROR, LOG2_ERROR, oracle_bounds_available
@@ -82,8 +83,15 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                            for h in (hq, hkv, hkv))
                 t0 = time.perf_counter()
                 out, lse = flash_attention_forward(q, k, v, causal, scale, None)
-                err = observed_error(out, exact_attention(q, k, v, causal, scale), v)
+                ref = exact_attention(q, k, v, causal, scale)
+                err = observed_error(out, ref, v)
                 bound = forward_error_bound(q, k, v, causal, scale)
+                ent, post = (out.double() - ref).abs(), forward_posteriori_bound(q, k, v, causal, scale)
+                fwd_post = dict(out_post_bound_max=post.max().item(), out_observed_max=ent.max().item(),
+                                out_post_max_ratio=post.max().item() / ent.max().item(),
+                                out_post_min_ratio=(post / ent.clamp_min(1e-300)).min().item())
+                post_holds = bool((ent <= post).all())
+                del ref, ent, post
                 lse_err = (lse.double() - exact_lse(q, k, causal, scale)).abs().max().item()
                 lse_bound = lse_error_bound(q, k, causal, scale)
                 do = torch.randn(q.shape, generator=gen).to(device=device, dtype=dtype)
@@ -109,20 +117,20 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                 # 3xTF32 dots on CUDA float32; no Coq instance for the interpreter's bf16 truncation
                 covered = rounding == "nearest" and not (dtype == torch.float32 and device == "cuda")
                 rows.append(dict(dtype=dname, S=s, E=head_dim, mask=label, heads=hq, kv_heads=hkv, bound=bound,
-                                 observed=err, ratio=bound / err if err > 0 else math.inf,
+                                 observed=err, ratio=bound / err if err > 0 else math.inf, **fwd_post,
                                  lse_bound=lse_bound, lse_observed=lse_err,
                                  lse_ratio=lse_bound / lse_err if lse_err > 0 else math.inf,
                                  dv_bound_max=dv_b.max().item(), dv_observed_max=dv_err.max().item(),
                                  dv_min_ratio=dv_ratio, **grads,
-                                 holds=(err <= bound and lse_err <= lse_bound and bool((dv_err <= dv_b).all())
-                                        and grad_holds),
+                                 holds=(err <= bound and post_holds and lse_err <= lse_bound
+                                        and bool((dv_err <= dv_b).all()) and grad_holds),
                                  storage_rounding=rounding, covered=covered,
                                  seconds=round(time.perf_counter() - t0, 2)))
                 del q, k, v, out, lse, do, qq, kk, vv, dv_ex, prob_abs_do, dv_b, dv_err
                 grad_cols = " ".join(f"{n}: {grads[f'{n}_proved_max_ratio']:.0f}/{grads[f'{n}_measured_max_ratio']:.1f}"
                                      for n in ("dq", "dk"))
                 print(f"{dname:5} S={s:6} {label:12} out: bound {bound:.3e} observed {err:.3e} "
-                      f"ratio {rows[-1]['ratio']:7.1f} | lse: bound {lse_bound:.3e} observed {lse_err:.3e} "
+                      f"ratio {rows[-1]['ratio']:7.1f} a-posteriori max ratio {fwd_post['out_post_max_ratio']:6.1f} | lse: bound {lse_bound:.3e} observed {lse_err:.3e} "
                       f"ratio {rows[-1]['lse_ratio']:7.1f} | dV: min ratio {dv_ratio:7.2f} | "
                       f"max ratios proved/measured {grad_cols} | holds={rows[-1]['holds']} covered={covered}",
                       flush=True)

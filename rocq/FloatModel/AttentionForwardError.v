@@ -442,28 +442,32 @@ Definition exact_softmax (scale : R) (q : list R) (keys : list (list R * R)) : R
   rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * snd kv) keys)
   / rsum (map (fun kv => exp (scale * dot_R q (fst kv))) keys).
 
-Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+(** The kernel's tiles of (score2, value) pairs of one query row: the premises of
+    [online_softmax_output_error] and the scores' error, shared by the a-priori bound and
+    the a-posteriori one (AttentionForwardPosteriori.v). *)
+Lemma kernel_tiles_ok : forall (q : list R) (c scale uc P V : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
   let ktiles := map (map (kv_pair c q)) tiles in
   let m0 := score2 A_ c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let delta := score_delta A_ scale uc E P in
+  let K := 2 * score_max A_ scale uc E P in
   (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
-  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
-  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
-  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
-  Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
-        - exact_softmax scale q (concat tiles))
-  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+  0 <= delta /\ 0 <= K /\ m0 <= mt /\ mt - m0 <= K
+  /\ concat ktiles = map (kv_pair c q) (concat tiles)
+  /\ (forall kv, In kv (concat tiles) -> Rabs (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta)
+  /\ (exists p, In p (concat ktiles) /\ fst p = m0)
+  /\ (forall p, In p (concat ktiles) -> Rabs (snd p) <= V /\ fmt (fst p) /\ mt - fst p <= K)
+  /\ Forall (fun tl => (length tl <= B)%nat) ktiles
+  /\ (length (concat ktiles) <= N)%nat /\ (length ktiles <= Tt)%nat.
 Proof.
-  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
-    HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
-  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  intros q c scale uc P V E B N Tt k0 tl0 rest tiles ktiles m0 mt0 delta0 K0 HE HEu Hq Hkeys Hs Huc Hc HBt HN HT.
+  unfold mt0, delta0, K0; clear mt0 delta0 K0.
   set (smax := score_max A_ scale uc E P) in *.
   set (delta := score_delta A_ scale uc E P) in *.
   set (K := 2 * smax) in *.
@@ -491,25 +495,55 @@ Proof.
   assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
   assert (HmK : mt - m0 <= K).
   { unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra. }
-  (* the online softmax *)
   assert (Hlt : length ktiles = length tiles) by (unfold ktiles; apply map_length).
-  destruct (out_bL_apriori K m0 B N Tt (length ktiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
-  destruct (out_bN_apriori K m0 V B N Tt (length ktiles) mt X P1 CG CR HK HV ltac:(lia) Hm0t HmK HX HP HG HC) as [bN0 bN1].
-  assert (Hon := online_softmax_output_error M K m0 V B N Tt ktiles HK HV HB).
-  fold mt in Hon.
-  assert (Hex : exists p, In p (concat ktiles) /\ fst p = m0).
-  { exists (kv_pair c q k0); split; [rewrite Ecat; apply in_map, Hk0 | reflexivity]. }
-  specialize (Hon Hex).
-  specialize (Hon ltac:(intros p Hp; destruct (Hin p Hp) as [kv [Hkv ->]]; cbn [fst snd kv_pair];
-                       destruct (Hkeys kv Hkv) as [_ [_ Hv]];
-                       destruct (Hsc kv Hkv) as [_ Hs2];
-                       split; [exact Hv | split; [apply ff_rnd_fmt |]];
-                       fold mt; pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv)));
-                       rewrite Rabs_Ropp in *; unfold K; lra)).
-  specialize (Hon ltac:(unfold ktiles; apply Forall_forall; intros tl Htl; apply in_map_iff in Htl;
-                        destruct Htl as [tl' [<- Htl']]; rewrite map_length;
-                        exact (proj1 (Forall_forall _ _) HBt tl' Htl'))).
-  specialize (Hon ltac:(rewrite Ecat, map_length; exact HN) ltac:(lia) ltac:(fold mt; lra)).
+  split; [exact Hdelta | split; [exact HK | split; [exact Hm0t | split; [exact HmK | split; [exact Ecat |]]]]].
+  split; [intros kv Hkv; exact (proj1 (Hsc kv Hkv)) |].
+  split; [exists (kv_pair c q k0); split; [rewrite Ecat; apply in_map, Hk0 | reflexivity] |].
+  split.
+  { intros p Hp; destruct (Hin p Hp) as [kv [Hkv ->]]; cbn [fst snd kv_pair].
+    destruct (Hkeys kv Hkv) as [_ [_ Hv]]; destruct (Hsc kv Hkv) as [_ Hs2].
+    split; [exact Hv | split; [apply ff_rnd_fmt |]].
+    fold mt; pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv))).
+    rewrite Rabs_Ropp in *; unfold K; lra. }
+  split.
+  { unfold ktiles; apply Forall_forall; intros tl Htl; apply in_map_iff in Htl.
+    destruct Htl as [tl' [<- Htl']]; rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
+  split; [rewrite Ecat, map_length; exact HN | lia].
+Qed.
+
+Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair c q)) tiles in
+  let m0 := score2 A_ c q (fst k0) in
+  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
+  Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
+        - exact_softmax scale q (concat tiles))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
+    HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  destruct (kernel_tiles_ok q c scale uc P V E B N Tt k0 tl0 rest HE HEu Hq Hkeys Hs Huc Hc HBt HN HT)
+    as [Hdelta [HK [Hm0t [HmK [Ecat [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
+  fold tiles in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
+  fold ktiles m0 in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
+  set (delta := score_delta A_ scale uc E P) in *.
+  set (K := 2 * score_max A_ scale uc E P) in *.
+  set (mt := acc_m_run m0 ktiles) in *.
+  (* the online softmax *)
+  destruct (out_bL_apriori K m0 B N Tt (length ktiles) mt X P1 CG CR HK HTk Hm0t HmK HX HP HG HC) as [bL0 bL1].
+  destruct (out_bN_apriori K m0 V B N Tt (length ktiles) mt X P1 CG CR HK HV HTk Hm0t HmK HX HP HG HC) as [bN0 bN1].
+  assert (Hon := online_softmax_output_error M K m0 V B N Tt ktiles HK HV HB Hex Hks HBk HNk HTk ltac:(fold mt; lra)).
   fold mt in Hon.
   (* the perturbation of the scores *)
   set (o := rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles))) in *.
@@ -523,7 +557,7 @@ Proof.
              (fun kv => (score2 A_ c q (fst kv) - mt) * ln 2) snd delta V Hdelta ltac:(lra)).
     - intros kv Hkv; replace ((score2 A_ c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
         with (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
-      exact (proj1 (Hsc kv Hkv)).
+      exact (Hsc kv Hkv).
     - intros kv Hkv; exact (proj2 (proj2 (Hkeys kv Hkv))). }
   (* the monotone closed form *)
   pose proof (afe_f_mono u _ _ _ _ Hu0 bN0 bL0 bN1 bL1 HbL) as Hf.

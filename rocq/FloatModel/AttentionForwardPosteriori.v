@@ -13,8 +13,10 @@
     ([ee], [ea], [es], times [N V] at most): [attention_forward_posteriori]
     (fully visible tiles), [attention_forward_posteriori_masked] (the
     kernel's loop from its start, any mask: the softmax over the visible
-    keys).  [W <= V], so this bound is never larger than the a-priori one's
-    leading term, and it is the one the caller can evaluate per row and
+    keys).  [W <= V]: at [W = V] this is [afe_rel * V] up to the factor
+    [1 + Y] paid on the fold's terms (the computed scores' weights
+    [sum_j P'_j |v_j| <= (1 + Y) W]), and below it wherever [W] is smaller
+    than [V] by more than that; the caller evaluates [W] per row and
     coordinate from the exact probabilities (as [dv_error]'s [S]).
 
     Steps: [acc_fold_inv] / [l_fold_inv] (OnlineSoftmaxTile.v) already bound
@@ -353,35 +355,14 @@ Proof.
     HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
-  set (smax := score_max A_ scale uc E P) in *.
+  destruct (kernel_tiles_ok M q c scale uc P V E B N Tt k0 tl0 rest HE HEu Hq Hkeys Hs Huc Hc HBt HN HT)
+    as [Hdelta [HK [Hm0t [HmK [Ecat [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
+  fold tiles in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
+  fold ktiles m0 in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
   set (delta := score_delta A_ scale uc E P) in *.
-  set (K := 2 * smax) in *.
-  assert (Hsc : forall kv, In kv (concat tiles) ->
-            Rabs (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
-            /\ Rabs (score2 A_ c q (fst kv)) <= smax).
-  { intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl [HPk _]].
-    apply score2_error; auto. }
-  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2 A_ c q (fst k0))); lra).
-  assert (Hdelta : 0 <= delta) by (pose proof (Hsc k0 Hk0) as [H _]; eapply Rle_trans; [apply Rabs_pos | exact H]).
-  assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Ecat : concat ktiles = map (kv_pair M c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
-  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair M c q kv).
-  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
-  set (mt := acc_m_run m0 ktiles).
-  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p)).
-  { intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt. }
-  assert (Hmt : Rabs mt <= smax).
-  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
-    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
-    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
-  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
-  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
-  assert (HmK : mt - m0 <= K).
-  { unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra. }
+  set (K := 2 * score_max A_ scale uc E P) in *.
+  set (mt := acc_m_run m0 ktiles) in *.
   (* the two folds, at the a-priori constants *)
-  assert (Hlt : length ktiles = length tiles) by (unfold ktiles; apply map_length).
   destruct (out_bL_apriori M K m0 B N Tt (length ktiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
   destruct (H_acc_bounds M K B X P1 HK HX HP) as [HHa HHa'].
   set (H' := P1 * ((1 + u) * (1 + us) * ((1 + ue) * X))) in *.
@@ -405,21 +386,8 @@ Proof.
   assert (EgA : gA = H' * CG * X - 1) by reflexivity.
   assert (ErA : rA = INR Tt * CR * ((((H' * CG * X) * (INR N * V) * ee) * (1 + u) + ea + P1 * Ra0) * (1 + u)))
     by reflexivity.
-  assert (Hon := online_softmax_posteriori K m0 V B N Tt ktiles gA bL rA HK (Rlt_le _ _ HV) HB).
-  assert (Hex : exists p, In p (concat ktiles) /\ fst p = m0).
-  { exists (kv_pair M c q k0); split; [rewrite Ecat; apply in_map, Hk0 | reflexivity]. }
-  specialize (Hon Hex).
-  specialize (Hon ltac:(intros p Hp; destruct (Hin p Hp) as [kv [Hkv ->]]; cbn [fst snd kv_pair];
-                       destruct (Hkeys kv Hkv) as [_ [_ Hv]];
-                       destruct (Hsc kv Hkv) as [_ Hs2];
-                       split; [exact Hv | split; [apply ff_rnd_fmt |]];
-                       fold mt; pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv)));
-                       rewrite Rabs_Ropp in *; unfold K; lra)).
-  specialize (Hon ltac:(unfold ktiles; apply Forall_forall; intros tl Htl; apply in_map_iff in Htl;
-                        destruct Htl as [tl' [<- Htl']]; rewrite map_length;
-                        exact (proj1 (Forall_forall _ _) HBt tl' Htl'))).
-  specialize (Hon ltac:(rewrite Ecat, map_length; exact HN) ltac:(lia) ltac:(fold mt; lra) HbL ltac:(fold mt; lra)
-                  ltac:(lra)).
+  assert (Hon := online_softmax_posteriori K m0 V B N Tt ktiles gA bL rA HK (Rlt_le _ _ HV) HB Hex Hks HBk HNk HTk
+                  ltac:(fold mt; lra) HbL ltac:(fold mt; lra) ltac:(fold mt; lra)).
   cbv zeta in Hon; fold mt in Hon.
   (* the perturbation of the scores, a-posteriori *)
   set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
@@ -440,7 +408,7 @@ Proof.
   { intros kv Hkv; unfold S0, S1.
     replace ((score2 A_ c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
       with (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
-    exact (proj1 (Hsc kv Hkv)). }
+    exact (Hsc kv Hkv). }
   destruct (sm_avg_abs (concat tiles) S0 snd) as [HZW HW0].
   destruct (sm_avg_abs (concat tiles) S1 snd) as [_ HW1].
   set (W := sm_avg (concat tiles) S0 (fun kv => Rabs (snd kv))) in *.
