@@ -46,7 +46,9 @@ the latter), so a row whose tolerance reaches ``DECISIVE_BELOW`` (0.5) is marked
 rounding alone moves the update as much as a bug would (likely in bf16 at full size, where an update of
 lr 1e-3 x a small gradient is below half an ulp of the weights and only the elements that round up
 move). Measured by ``--quick`` on 2 gloo processes: ``update_rel`` 1.1e-6 to 1.8e-6 in fp32 (floor
-2.6e-6 to 2.8e-6), 0.012 to 0.039 in bf16 (floor 0.04 to 0.07).
+2.6e-6 to 2.8e-6), 0.012 to 0.039 in bf16 (floor 0.04 to 0.07); with the Triton kernels forced
+(``TRITON_INTERPRET=1`` and ``OJAS_*_IMPL=triton``), AdamW, ``standard`` and ``ojas``: fp32 9.8e-7
+(tolerance 3.7e-5), bf16 0.028 (tolerance 0.29).
 
 On two H200s (``nvidia-h200-x2``), one dtype per command to stay within 10 minutes (the one-GPU
 pass saves each mode's parameters under ``$TMPDIR``: 17 GB at a time for fp32):
