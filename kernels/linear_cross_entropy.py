@@ -1186,9 +1186,9 @@ def _head_update_config(config: LinearCrossEntropyConfig, input: torch.Tensor, w
     gone, so the forward's workspace is not sized by it. ``cublas_logits`` (the default config):
     float32 on CUDA computes both passes' logits with cuBLAS (``fwd_logits`` / ``bwd_logits``
     "cublas", the products the 3-product default uses) instead of the Triton dots, which run
-    float32 on the FMA units: on the H200 the head update in float32 ran at 0.918x of standard +
-    checkpointing against 1.019x without it (benchmarks/RESULTS.md), about the time of two such
-    logits products over the vocabulary."""
+    float32 on the FMA units: on the H200 the 1.06B fp32 SGD step with the head update ran at
+    0.918x of standard + checkpointing with the Triton dots and at 1.018x with cuBLAS's (with
+    offload and split checkpoints; benchmarks/RESULTS.md)."""
     if cublas_logits and input.dtype == torch.float32 and input.device.type == "cuda":
         config = dataclasses.replace(config, fwd_logits="cublas", bwd_logits="cublas")
     if config.token_chunk is not None:

@@ -69,9 +69,11 @@ Streams (CUDA)
   run on the device's side stream, so the next copy into it runs after the last copy out of
   it, with no event needed; the buffers stay allocated (pinned) as long as the function.
   Through the caching host allocator instead, a buffer is reusable only once the events of its
-  copies have passed, so a host running ahead of the device pins new memory, which is slow
-  (a cause, not measured, of the 1.06B fp32 AdamW step with offload and host state varying
-  from 426 to 510 ms on the H200, benchmarks/RESULTS.md).
+  copies have passed, so a host running ahead of the device pins new memory, which is slow.
+  On the H200 the 1.06B fp32 AdamW step with offload and host state varied from 426 to 510 ms
+  (0.825x of standard + checkpointing) before this reuse and ran at 0.942x and 0.971x after it
+  (with split checkpoints too; benchmarks/RESULTS.md): the cause is inferred from that, not
+  traced.
 
 On the CPU (and other non-CUDA devices) the "host copy" is a plain synchronous copy
 (``clone`` on the CPU, ``.to("cpu")`` elsewhere), so the recomputation reads the same bits

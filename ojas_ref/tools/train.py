@@ -24,8 +24,8 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   ``offload_checkpoints`` (``--offload-checkpoints``, with activation checkpointing:
   ``optimize_model(checkpoint="offload")``) and ``state_on_host`` (``--state-on-host``, with
   ``in_backward``: ``InBackwardOptimizer(state_device="cpu")``) move the checkpoints and the
-  AdamW state to host memory; the plan's ``offload`` / ``host_state`` predict it (not yet
-  measured on a GPU). Resume with both is bitwise on the CPU (tested). ``split_checkpoints``
+  AdamW state to host memory; the plan's ``offload`` / ``host_state`` predict it (measured on
+  the H200 through benchmarks/bench_memory.py, not through ``ojas train``). Resume with both is bitwise on the CPU (tested). ``split_checkpoints``
   (``--split-checkpoints``, with activation checkpointing: ``optimize_model(checkpoint_split=True)``)
   checkpoints each decoder layer as its attention half and its MLP half (bitwise the same run).
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
