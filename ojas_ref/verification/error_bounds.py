@@ -1258,6 +1258,45 @@ def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, 
     return _float_up(b) * _ROUND_UP
 
 
+def linear_cross_entropy_loss_posteriori_bound(
+    probs: torch.Tensor, target: torch.Tensor, logit_error: torch.Tensor | float, stream_lse_bound: float, *,
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Per-token bounds [N] on ``|loss_kernel - (ln sum_v e^(y_v) - y_t)|`` (0 at ignored tokens)
+    for the 3-product STREAM schedule, no softcap / label smoothing / z-loss, in which the
+    logits' errors enter weighted by the softmax, so that a confident token's bound falls to
+    the stream's own rounding.
+
+    Implements ``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori``
+    (rocq/FloatModel/CrossEntropyLossPosteriori.v):
+    ``(1 + u) (B + NP) + u (-ln p_t)``, ``NP = E / (1 - E) >= -ln(1 - E)``,
+    ``E = sum_(v != t) p_v (e^(delta_v + delta_t) - 1)`` (an upper bound of the theorem's
+    ``sum_v p_v (e^|d_v| - 1)``, ``|d_v| = |(z_v - z_t) - (y_v - y_t)| <= delta_v + delta_t``),
+    with ``probs`` [N, V] the exact softmax of the exact logits ``y`` (the caller's, e.g. float64),
+    ``logit_error`` a bound ``delta_v`` of each computed logit's error (a scalar or [N, V], e.g.
+    :func:`linear_cross_entropy_logit_error_bound`: a premise, as there) and ``stream_lse_bound``
+    the theorem's ``B``: :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True``
+    and ``max_abs_logit`` a bound of the computed logits. Not proved: this float64 evaluation of
+    ``E`` (enlarged by a relative ``4 (V + 8) 2^-53``, then everything by 2^-40) and the caller's
+    probabilities. Raises ``ValueError`` when ``E >= 1`` at a kept token (vacuous)."""
+    f64 = torch.float64
+    p = probs.to(f64)
+    n, v = p.shape
+    keep = target != ignore_index
+    t = torch.where(keep, target, torch.zeros_like(target)).to(p.device).long().unsqueeze(1)
+    d = torch.as_tensor(logit_error, dtype=f64, device=p.device).expand(n, v)
+    w = p * torch.expm1(d + d.gather(1, t))
+    e = w.scatter(1, t, 0.0).sum(1) * (1 + 4 * (v + 8) * 2.0**-53)
+    keep = keep.to(p.device)
+    if bool((e[keep] >= 1).any()):
+        raise ValueError(f"the bound is vacuous: E = {e[keep].max().item()} >= 1")
+    u = _FP32_U
+    np_ = e / (1 - e)
+    lt = -torch.log(p.gather(1, t).squeeze(1))
+    bound = ((1 + u) * (float(stream_lse_bound) + np_) + u * lt) * _ROUND_UP
+    return torch.where(keep, bound, torch.zeros_like(bound))
+
+
 def linear_cross_entropy_softcap_logit_error_bound(
     raw_error: float, softcap: float, *, tanh_error: float = LCE_TANH_ERROR, tanh_rel_error: float = 0.0,
 ) -> tuple[float, float]:
