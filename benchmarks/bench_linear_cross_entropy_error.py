@@ -12,7 +12,11 @@ the upcast inputs. Columns: ``loss_bound`` = ``linear_cross_entropy_loss_error_b
 ``linear_cross_entropy_lse_error_bound`` (the value of
 ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` / ``ce_loss_error``) with
 ``dot_abs_sum`` the measured max_v sum_i |h_i w_vi| (a premise computed from the data),
-``loss_observed`` the largest per-token error, ``ratio``; ``online_bound`` / ``online_observed``:
+``loss_observed`` the largest per-token error, ``ratio``; ``loss_post_bound`` /
+``loss_post_ratio`` / ``loss_post_holds`` (no softcap): the largest per-token
+``linear_cross_entropy_loss_posteriori_bound``
+(``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori``: the logits' errors weighted
+by the float64 softmax, the stream's own bound at delta = 0), whether every token is within its own; ``online_bound`` / ``online_observed``:
 the row loop alone (``kernel_stream_lse`` on the very logits the kernel reads, against their
 float64 logsumexp: delta = 0). ``covered``: float32 logits need torch's "highest" float32
 matmul precision (IEEE; TF32 is not covered), and the BLAS's order of summation is covered
@@ -80,6 +84,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     from ojas_kernels import linear_cross_entropy as lce
     from ojas_ref.verification.error_bounds import (linear_cross_entropy_logit_error_bound,
                                                     linear_cross_entropy_loss_error_bound,
+                                                    linear_cross_entropy_loss_posteriori_bound,
                                                     linear_cross_entropy_lse_error_bound)
     from ojas_ref.verification.lce_error import exact_capped, exact_lse, kernel_stream_lse, stream_block_v
 
@@ -93,9 +98,16 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     bv = stream_block_v(dtype, device)
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
     lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=bv, **kw)
-    delta, _ = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
     loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
-    err = (loss.to(F64) - ref).abs().max().item()
+    err_tok = (loss.to(F64) - ref).abs()
+    err = err_tok.max().item()
+    post = {}
+    if cap is None:  # ce_loss_posteriori: no softcap
+        B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
+        pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
+        post = dict(loss_post_bound=pb.max().item(), loss_post_ratio=pb.max().item() / max(err, 1e-300),
+                    loss_post_holds=bool((err_tok <= pb).all()))
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
     z = torch.empty(N, V, device=device, dtype=dtype)
     lce._mm_into(z, x, w.t())
@@ -106,7 +118,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
     return dict(dtype=str(dtype).replace("torch.", ""), N=N, D=D, V=V, block_v=bv, softcap=cap,
                 dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
-                ratio=loss_b / max(err, 1e-300), online_bound=on_b, online_observed=on_err,
+                ratio=loss_b / max(err, 1e-300), **post, online_bound=on_b, online_observed=on_err,
                 online_ratio=on_b / max(on_err, 1e-300), holds=err <= loss_b and on_err <= on_b, covered=covered)
 
 
@@ -133,7 +145,8 @@ def run(sizes: dict, device: str) -> dict:
             rows.append(dict(variant=variant, **forward_columns(x, w, target, cap)))
             r = rows[-1]
             print(f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
-                  f"ratio {r['ratio']:8.1f} | row loop: bound {r['online_bound']:.3e} observed "
+                  f"ratio {r['ratio']:8.1f} | a posteriori {r.get('loss_post_bound', float('nan')):.3e} "
+                  f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | row loop: bound {r['online_bound']:.3e} observed "
                   f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
                   f"covered={r['covered']}", flush=True)
             if cap is not None:  # no theorem bounds the capped gradients

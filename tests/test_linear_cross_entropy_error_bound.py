@@ -17,6 +17,12 @@ error of ``tl.exp`` on x <= 0 and of ``tl.log`` on [1, 2^24].
   bound catches it; the unmutated emulation stays within it.
 * GPU (``-m gpu``): V = 128256, D = 4096, bfloat16 and float32 (IEEE dots under torch's
   default "highest"; TF32 is not covered), ratio bound / observed printed.
+* The a-posteriori loss bound ``linear_cross_entropy_loss_posteriori_bound``
+  (``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori``: the logits' errors weighted
+  by the float64 softmax, the stream's own bound at delta = 0): every token's loss of the
+  3-product forward within its bound, normal and peaked rows (targets aligned with the hidden
+  states), ignored tokens exactly 0, on the CPU and (``-m gpu``) at V = 128256, D = 4096;
+  ratios printed (``-s``).
 
 The gradients: ``linear_cross_entropy_grad_error_bound`` is the value of
 ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` (dH) and ``ce_dw_error`` (dW over the
