@@ -268,6 +268,8 @@ def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
     print(f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
           f"(a priori {old:.3e}), ratio {ratio:.1f}")
     assert bool((err <= bound).all()) and float(bound.max()) < 1.0
+    if peaked and dtype == torch.bfloat16:
+        assert ratio < 1000, ratio  # issue 17's bar (the a-priori bound: 277,204x here)
 
 
 def test_oracle_value_matches_the_hand_copy():
