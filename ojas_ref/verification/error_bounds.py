@@ -1249,7 +1249,8 @@ def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, 
     logit's error (the same ``delta``: :func:`linear_cross_entropy_logit_error_bound`) and
     ``max_abs_loss`` a bound of the exact ``|lse - y_t|`` (e.g. ``ln V + 2 max|y|``). With a
     softcap (``Ojas.FloatModel.CrossEntropySoftcapError.ce_loss_error_softcap``) the same
-    formula with the capped logits' ``sc_delta`` and ``y`` the exact capped logits."""
+    formula with the capped logits' ``sc_delta`` and ``y`` the exact capped logits. It charges
+    ``delta`` twice; for confident tokens see :func:`linear_cross_entropy_loss_posteriori_bound`."""
     for name, v in (("lse_bound", lse_bound), ("logit_error", logit_error), ("max_abs_loss", max_abs_loss)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
