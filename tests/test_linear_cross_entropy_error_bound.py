@@ -267,7 +267,9 @@ def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
     ratio = float(bound[kept].max()) / max(float(err[kept].max()), 1e-300)
     print(f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
           f"(a priori {old:.3e}), ratio {ratio:.1f}")
-    assert bool((err <= bound).all()) and float(bound.max()) < 1.0
+    assert bool((err <= bound).all())
+    if peaked:  # normal bf16 rows: E ~ e^(2 delta) - 1, the a-priori bound is the tighter one there
+        assert float(bound.max()) < old
     if peaked and dtype == torch.bfloat16:
         assert ratio < 1000, ratio  # issue 17's bar (the a-priori bound: 277,204x here)
 

@@ -1270,7 +1270,7 @@ def linear_cross_entropy_loss_posteriori_bound(
 
     Implements ``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori``
     (rocq/FloatModel/CrossEntropyLossPosteriori.v):
-    ``(1 + u) (B + NP) + u (-ln p_t)``, ``NP = E / (1 - E) >= -ln(1 - E)``,
+    ``(1 + u) (B + NP) + u (-ln p_t)``, ``NP = -ln(1 - E)`` (float64 ``log1p``),
     ``E = sum_(v != t) p_v (e^(delta_v + delta_t) - 1)`` (an upper bound of the theorem's
     ``sum_v p_v (e^|d_v| - 1)``, ``|d_v| = |(z_v - z_t) - (y_v - y_t)| <= delta_v + delta_t``),
     with ``probs`` [N, V] the exact softmax of the exact logits ``y`` (the caller's, e.g. float64),
@@ -1279,7 +1279,9 @@ def linear_cross_entropy_loss_posteriori_bound(
     the theorem's ``B``: :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True``
     and ``max_abs_logit`` a bound of the computed logits. Not proved: this float64 evaluation of
     ``E`` (enlarged by a relative ``4 (V + 8) 2^-53``, then everything by 2^-40) and the caller's
-    probabilities. Raises ``ValueError`` when ``E >= 1`` at a kept token (vacuous)."""
+    probabilities. For rows far from confident (``E`` near ``2 delta``) the a-priori
+    :func:`linear_cross_entropy_loss_error_bound` is tighter; both are theorems, so their minimum
+    is a bound. Raises ``ValueError`` when ``E >= 1`` at a kept token (vacuous)."""
     f64 = torch.float64
     p = probs.to(f64)
     n, v = p.shape
@@ -1292,7 +1294,7 @@ def linear_cross_entropy_loss_posteriori_bound(
     if bool((e[keep] >= 1).any()):
         raise ValueError(f"the bound is vacuous: E = {e[keep].max().item()} >= 1")
     u = _FP32_U
-    np_ = e / (1 - e)
+    np_ = -torch.log1p(-e)
     lt = -torch.log(p.gather(1, t).squeeze(1))
     bound = ((1 + u) * (float(stream_lse_bound) + np_) + u * lt) * _ROUND_UP
     return torch.where(keep, bound, torch.zeros_like(bound))
