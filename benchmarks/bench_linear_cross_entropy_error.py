@@ -16,7 +16,9 @@ the upcast inputs. Columns: ``loss_bound`` = ``linear_cross_entropy_loss_error_b
 ``loss_post_ratio`` / ``loss_post_holds`` (no softcap): the largest per-token
 ``linear_cross_entropy_loss_posteriori_bound``
 (``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori``: the logits' errors weighted
-by the float64 softmax, the stream's own bound at delta = 0), whether every token is within its own; ``online_bound`` / ``online_observed``:
+by the float64 softmax, the stream's own bound at delta = 0), whether every token is within its own;
+``loss_best_bound`` / ``loss_best_ratio``: per token the smaller of the two proved bounds (both
+theorems, so their minimum is one), its largest value and its ratio; ``online_bound`` / ``online_observed``:
 the row loop alone (``kernel_stream_lse`` on the very logits the kernel reads, against their
 float64 logsumexp: delta = 0). ``covered``: float32 logits need torch's "highest" float32
 matmul precision (IEEE; TF32 is not covered), and the BLAS's order of summation is covered
@@ -106,8 +108,10 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     if cap is None:  # ce_loss_posteriori: no softcap
         B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
         pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
+        best = pb.clamp_max(loss_b)  # both are theorems: per token, the smaller one is a bound
         post = dict(loss_post_bound=pb.max().item(), loss_post_ratio=pb.max().item() / max(err, 1e-300),
-                    loss_post_holds=bool((err_tok <= pb).all()))
+                    loss_post_holds=bool((err_tok <= pb).all()), loss_best_bound=best.max().item(),
+                    loss_best_ratio=best.max().item() / max(err, 1e-300))
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
     z = torch.empty(N, V, device=device, dtype=dtype)
     lce._mm_into(z, x, w.t())
@@ -146,7 +150,8 @@ def run(sizes: dict, device: str) -> dict:
             r = rows[-1]
             print(f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
                   f"ratio {r['ratio']:8.1f} | a posteriori {r.get('loss_post_bound', float('nan')):.3e} "
-                  f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | row loop: bound {r['online_bound']:.3e} observed "
+                  f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | best {r.get('loss_best_ratio', float('nan')):8.1f} "
+                  f"| row loop: bound {r['online_bound']:.3e} observed "
                   f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
                   f"covered={r['covered']}", flush=True)
             if cap is not None:  # no theorem bounds the capped gradients
