@@ -184,6 +184,27 @@ def test_dot_product_bound() -> None:
     assert abs(float(acc) - exact) <= dot_product_error_bound(1000, U32) * scale
 
 
+def test_dot_product_bound_attained_in_the_worst_case() -> None:
+    """gamma_n sum |a_i b_i| cannot be lowered as a function of n and sum |a_i b_i| alone:
+    a float32 dot accumulated from the right whose first term is 1 and whose other n - 1
+    terms each exceed half an ulp of the running sum rounds up at every step, and its error
+    is within 0.1% of the bound at n = 4096. On random data the error is far below it
+    (the gap issue 17's float32 bars run into), but a bound in these quantities must cover
+    this input too."""
+    n = 4096
+    tiny = np.float32(U32 * (1 + 2.0**-20))
+    a = np.ones(n, dtype=np.float32)
+    b = np.full(n, tiny, dtype=np.float32)
+    b[-1] = 1.0
+    acc = np.float32(0.0)
+    for x, y in zip(a[::-1], b[::-1]):
+        acc = x * y + acc
+    exact = 1.0 + (n - 1) * float(tiny)
+    bound = dot_product_error_bound(n, U32) * exact
+    assert abs(float(acc) - exact) <= bound
+    assert abs(float(acc) - exact) >= 0.999 * (n - 1) / n * bound
+
+
 def test_softmax_score_perturbation_bound() -> None:
     assert softmax_score_perturbation_bound(0.0) == 0.0
     assert softmax_score_perturbation_bound(1e-3) == pytest.approx(math.expm1(2e-3))
