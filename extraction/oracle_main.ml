@@ -119,8 +119,11 @@ let parse_request (j : Yojson.Safe.t) : request =
     | Some x -> Some (parse x)
   in
   let query = tensor4 dims "query" [| "B"; "H"; "Sq"; "E" |] number (required "query") in
-  let key = tensor4 dims "key" [| "B"; "H"; "Sk"; "E" |] number (required "key") in
-  let value = tensor4 dims "value" [| "B"; "H"; "Sk"; "Ev" |] number (required "value") in
+  let key = tensor4 dims "key" [| "B"; "Hkv"; "Sk"; "E" |] number (required "key") in
+  let value = tensor4 dims "value" [| "B"; "Hkv"; "Sk"; "Ev" |] number (required "value") in
+  let hq = List.length (List.hd query) and hkv = List.length (List.hd key) in
+  if hkv = 0 || hq mod hkv <> 0 then
+    fail "key: %d key/value heads do not divide the %d query heads" hkv hq;
   let attn_mask =
     optional "attn_mask" (tensor4 dims "attn_mask" [| "B"; "H"; "Sq"; "Sk" |] boolean) in
   let grad_out =
@@ -145,27 +148,25 @@ let parse_request (j : Yojson.Safe.t) : request =
 
 let ev_of r = List.length (List.hd (List.hd (List.hd r.value)))
 
-(* [f b h q k v mask dO] for every batch entry [b] and head [h]. *)
-let per_head r f =
-  List.mapi (fun b qb ->
-      List.mapi (fun h q ->
-          let at t = List.nth (List.nth t b) h in
-          f (at r.key) (at r.value) (Option.map at r.attn_mask)
-            (Option.map at r.grad_out) q)
-        qb)
-    r.query
-
+(* For every batch entry: [gqa_forward] (query head [h] reads key/value head
+   [h / G], rocq/Attention/GroupedQuery.v), the two-pass specification on the
+   repeated key/value heads ([mha_two_pass], [repeat_kv]) and, with [grad_out],
+   [gqa_backward] (dQ per query head, dK and dV per key/value head). *)
 let forward r =
   let d = ev_of r in
-  per_head r (fun k v mask d_o q ->
-      let visible = visibility r.is_causal r.window mask in
-      let fwd = attention_forward float_ops r.block_size d r.scale visible q k v in
-      let two = attention_two_pass float_ops d r.scale visible q k v in
+  let g = List.length (List.hd r.query) / List.length (List.hd r.key) in
+  List.mapi (fun b qb ->
+      let kb = List.nth r.key b and vb = List.nth r.value b in
+      let vis h =
+        visibility r.is_causal r.window
+          (Option.map (fun m -> List.nth (List.nth m b) h) r.attn_mask) in
+      let fwd = gqa_forward float_ops r.block_size d g r.scale vis qb kb vb in
+      let two = mha_two_pass float_ops d r.scale vis qb (repeat_kv g kb) (repeat_kv g vb) in
       let grads = Option.map (fun d_o ->
-          attention_backward float_ops r.scale visible q k v
-            (List.map fst fwd) (List.map snd fwd) d_o) d_o
-      in
+          gqa_backward float_ops r.block_size d g r.scale vis qb kb vb (List.nth d_o b))
+          r.grad_out in
       (fwd, two, grads))
+    r.query
 
 (* ---- Printing ---------------------------------------------------------- *)
 
@@ -194,18 +195,18 @@ let add_field buf first name add x =
 
 let response r =
   let res = forward r in
-  let heads sel = List.map (List.map sel) res in
+  let heads sel = List.map (fun (f, t, _) -> List.map sel (List.combine f t)) res in
   let t3 = add_list (add_list (add_list add_float)) in
   let t4 = add_list t3 in
   let lse3 = add_list (add_list (add_list add_lse)) in
   let buf = Buffer.create 4096 in
   Buffer.add_char buf '{';
-  add_field buf true "out" t4 (heads (fun (f, _, _) -> List.map fst f));
-  add_field buf false "lse" lse3 (heads (fun (f, _, _) -> List.map snd f));
-  add_field buf false "out_two_pass" t4 (heads (fun (_, t, _) -> List.map fst t));
-  add_field buf false "lse_two_pass" lse3 (heads (fun (_, t, _) -> List.map snd t));
+  add_field buf true "out" t4 (heads (fun (f, _) -> List.map fst f));
+  add_field buf false "lse" lse3 (heads (fun (f, _) -> List.map snd f));
+  add_field buf false "out_two_pass" t4 (heads (fun (_, t) -> List.map fst t));
+  add_field buf false "lse_two_pass" lse3 (heads (fun (_, t) -> List.map snd t));
   if Option.is_some r.grad_out then begin
-    let grad sel = List.map (List.filter_map (fun (_, _, g) -> Option.map sel g)) res in
+    let grad sel = List.filter_map (fun (_, _, g) -> Option.map sel g) res in
     add_field buf false "grad_query" t4 (grad (fun ((dq, _), _) -> dq));
     add_field buf false "grad_key" t4 (grad (fun ((_, dk), _) -> dk));
     add_field buf false "grad_value" t4 (grad (fun (_, dv) -> dv))
@@ -655,7 +656,8 @@ let string_of_q (x : Bounds_spec.q) =
   Big_int_Z.string_of_big_int x.qnum ^ "/" ^ Big_int_Z.string_of_big_int x.qden
 
 (* One query: the bound's name and its arguments, answered with a rational,
-   null (the Coq [None]: a side condition fails) or a boolean. *)
+   a list of rationals (a pair), null (the Coq [None]: a side condition fails)
+   or a boolean. *)
 let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
                  "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab" ]
@@ -696,6 +698,12 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ];
     value (Bounds_spec.attn_fwd_q (q "u") (q "ue") (q "ee") (q "ea") (q "us") (q "es") (q "uc") (q "scale")
              (q "p") (q "v") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
+  | `String "attention_forward_posteriori" ->
+    allowed [ "u"; "ue"; "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles" ];
+    (match Bounds_spec.attn_fwd_post_q (q "u") (q "ue") (q "ee") (q "ea") (q "us") (q "es") (q "uc") (q "scale")
+             (q "p") (q "v") (nat "e") (nat "block") (nat "keys") (nat "tiles") with
+     | None -> `Null
+     | Some (r, a) -> `List [ `String (string_of_q r); `String (string_of_q a) ])
   | `String "score_max" ->
     allowed [ "u"; "ea"; "scale"; "uc"; "e"; "p" ];
     value (Some (Bounds_spec.score_max_q (q "u") (q "ea") (q "scale") (q "uc") (nat "e") (q "p")))

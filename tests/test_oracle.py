@@ -96,6 +96,24 @@ def test_oracle_matches_materialised_torch(problem):
     assert (got["grad_query"][masked_rows] == 0).all()
 
 
+def test_grouped_heads_are_not_repeated_by_the_client():
+    """The oracle takes the key/value heads as they are (gqa_forward / gqa_backward):
+    its gradients come back with Hkv heads, and they are the per-group sums of the
+    gradients of the same problem with the heads repeated (gqa_backward_dK_is_derive,
+    gqa_forward_repeat_kv)."""
+    gen = torch.Generator().manual_seed(3)
+    q, d_o = (torch.randn(1, 6, 4, 3, generator=gen, dtype=F64) for _ in range(2))
+    k, v = (torch.randn(1, 2, 5, 3, generator=gen, dtype=F64) for _ in range(2))
+    got = attention_oracle(q, k, v, is_causal=True, enable_gqa=True, block_size=2, grad_out=d_o)
+    rep = attention_oracle(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), is_causal=True,
+                           block_size=2, grad_out=d_o)
+    assert got["grad_key"].shape == k.shape and got["grad_value"].shape == v.shape
+    close(got["out"], rep["out"], 0.0)
+    close(got["grad_query"], rep["grad_query"], 0.0)
+    for name in ("grad_key", "grad_value"):
+        close(got[name], rep[name].unflatten(1, (2, 3)).sum(2), 1e-12)
+
+
 def test_tile_size_does_not_change_the_result():
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, n, 4, generator=gen, dtype=F64) for n in (5, 9, 9))
@@ -156,6 +174,7 @@ def _request(**changes):
         ("query", {"query": [[[[1.0, "x"]]]]}),
         ("key", {"key": [[[[1.0, 0.5, 2.0]]]]}),
         ("key", {"key": [[[[1.0, 0.5]]], [[[1.0, 0.5]]]]}),
+        ("key", {"key": [[[[1.0, 0.5]], [[1.0, 0.5]]]], "value": [[[[1.0, 0.5]], [[1.0, 0.5]]]]}),
         ("value", {"value": [[[[1.0], [2.0]]]]}),
         ("attn_mask", {"attn_mask": [[[[True, False]]]]}),
         ("attn_mask", {"attn_mask": [[[[1]]]]}),

@@ -5,10 +5,12 @@ runs, in float64, the definitions of ``rocq/Attention/OnlineSoftmax.v``
 (``attention_forward``: ``stream_row`` = ``finalize`` of ``stream`` =
 ``block_step`` over ``chunk``; ``attention_two_pass``: ``two_pass``;
 ``visibility``) and ``rocq/Attention/Backward.v`` (``attention_backward``),
-extracted to OCaml.  It speaks the JSON-lines protocol of
-``extraction/README.md``; this module broadcasts masks, repeats key/value heads
-for grouped-query attention and sums their gradients, which the oracle does not
-do itself.
+extracted to OCaml, and grouped-query attention by ``gqa_forward`` /
+``gqa_backward`` of ``rocq/Attention/GroupedQuery.v`` (query head ``h`` reads
+key/value head ``h // G``; dK and dV summed over the group's query heads in the
+kernel's order).  It speaks the JSON-lines protocol of
+``extraction/README.md``; this module broadcasts boolean masks, which the oracle
+does not do itself.
 """
 
 from __future__ import annotations
@@ -135,13 +137,20 @@ def attention_oracle(
     given together).  ``block_size`` is the key tile of ``chunk``.
 
     Returns float64 tensors on ``query.device``: ``out``/``lse`` from
-    ``attention_forward`` (``rocq/Attention/OnlineSoftmax.v``; lse = -inf and
-    out = 0 for a fully masked row), ``out_two_pass``/``lse_two_pass`` from
-    ``attention_two_pass``, and, when ``grad_out`` is given,
-    ``grad_query``/``grad_key``/``grad_value`` from ``attention_backward``
-    (``rocq/Attention/Backward.v``) fed with the streamed ``out`` and ``lse``.
+    ``gqa_forward`` (``attention_forward`` of ``rocq/Attention/OnlineSoftmax.v``
+    per query head with key/value head ``h // G``; lse = -inf and out = 0 for a
+    fully masked row), ``out_two_pass``/``lse_two_pass`` from ``mha_two_pass``
+    (``attention_two_pass`` on the key/value heads repeated ``G`` times,
+    ``repeat_kv``: the specification of ``gqa_forward_correct``), and, when
+    ``grad_out`` is given,
+    ``grad_query``/``grad_key``/``grad_value`` from ``gqa_backward``
+    (``attention_backward`` of ``rocq/Attention/Backward.v`` per query head, fed
+    with the streamed ``out`` and ``lse``; ``grad_key``/``grad_value`` per
+    key/value head, the sums over its query heads: ``gqa_backward_dK_is_derive``,
+    ``gqa_backward_dV_is_derive``, ``gqa_backward_dQ_is_derive``).
     Over the reals, ``out``/``lse`` equal ``out_two_pass``/``lse_two_pass``
-    (``attention_forward_correct``, ``rocq/Attention/StreamCorrect.v``); here
+    (``attention_forward_correct``, ``rocq/Attention/StreamCorrect.v``, and
+    ``gqa_forward_correct``); here
     both are float64 runs of the extracted definitions.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -155,15 +164,10 @@ def attention_oracle(
         raise ValueError(
             f"shapes do not match: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         )
-    groups = 1
-    if hkv != hq:
-        if not enable_gqa or hq % hkv != 0:
-            raise ValueError(
-                f"key/value have {hkv} heads and query {hq}: pass enable_gqa=True with query heads a multiple of key heads"
-            )
-        groups = hq // hkv
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
+    if hkv != hq and (not enable_gqa or hq % hkv != 0):
+        raise ValueError(
+            f"key/value have {hkv} heads and query {hq}: pass enable_gqa=True with query heads a multiple of key heads"
+        )
     mask = None
     if attn_mask is not None:
         if attn_mask.dtype != torch.bool:
@@ -207,10 +211,8 @@ def attention_oracle(
         "lse_two_pass": _lse_tensor(answer["lse_two_pass"], device),
     }
     if grad_out is not None:
-        result["grad_query"] = tensor("grad_query")
-        for name in ("grad_key", "grad_value"):
-            g = tensor(name)
-            result[name] = g.unflatten(1, (hkv, groups)).sum(2)
+        for name in ("grad_query", "grad_key", "grad_value"):
+            result[name] = tensor(name)
     return result
 
 

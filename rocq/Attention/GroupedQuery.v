@@ -37,7 +37,14 @@
       [scale] once at the end, [attention_backward] per head: equal over
       [R] by distributivity);
     - [gqa_dQ_is_derive]: the derivative in a query coordinate of head [h]
-      is that head's [dQ] entry, with key/value head [h / G].
+      is that head's [dQ] entry, with key/value head [h / G];
+    - [gqa_backward] (any [ScalarOps], extracted: the oracle's GQA
+      gradients, no repeated heads): [dQ] per query head and [dK], [dV] per
+      key/value head, the group's sums accumulated in the kernel's order
+      ([heads_sum]); [gqa_backward_dK], [gqa_backward_dV],
+      [gqa_backward_dQ]: over [R] its entries are the sums above, so
+      [gqa_backward_dK_is_derive], [gqa_backward_dV_is_derive] and
+      [gqa_backward_dQ_is_derive]: it returns the derivatives of the loss.
 
     Not covered: rounding (the kernels accumulate the [G] heads' terms in
     float32, in the order above; no theorem bounds that error).  Vectors
@@ -157,17 +164,24 @@ Proof.
   apply rsum_map_ext; intros h _; rewrite !nth_repeat_kv by exact HG; reflexivity.
 Qed.
 
-(** [attention_backward] for query head [h] (with key/value head [h / G]),
-    fed with the out and lse of the streamed forward pass (tiles of [b]
-    keys), as the kernels and the reference are: [(dQ, dK, dV)] of that head. *)
-Definition gqa_head_backward (b d G : nat) (scale : R) (vis : nat -> nat -> nat -> bool)
-    (qh kh vh dOh : list (list (list R))) (h : nat)
-    : list (list R) * list (list R) * list (list R) :=
+(** [gqa_head_backward_ops o]: [attention_backward] for query head [h] (with
+    key/value head [h / G]), fed with the out and lse of the streamed forward
+    pass (tiles of [b] keys), as the kernels and the reference are: [(dQ, dK,
+    dV)] of that head, in any scalar operations (the oracle's floats);
+    [gqa_head_backward] is its instance over [R]. *)
+Definition gqa_head_backward_ops {T} (o : ScalarOps T) (b d G : nat) (scale : T)
+    (vis : nat -> nat -> nat -> bool) (qh kh vh dOh : list (list (list T))) (h : nat)
+    : list (list T) * list (list T) * list (list T) :=
   let qs := nth h qh [] in
   let ks := nth (kv_head G h) kh [] in
   let vs := nth (kv_head G h) vh [] in
-  let fw := attention_forward R_ops b d scale (vis h) qs ks vs in
-  attention_backward R_ops scale (vis h) qs ks vs (map fst fw) (map snd fw) (nth h dOh []).
+  let fw := attention_forward o b d scale (vis h) qs ks vs in
+  attention_backward o scale (vis h) qs ks vs (map fst fw) (map snd fw) (nth h dOh []).
+
+Definition gqa_head_backward (b d G : nat) (scale : R) (vis : nat -> nat -> nat -> bool)
+    (qh kh vh dOh : list (list (list R))) (h : nat)
+    : list (list R) * list (list R) * list (list R) :=
+  gqa_head_backward_ops R_ops b d G scale vis qh kh vh dOh h.
 
 Lemma gq_head_backward_two_pass : forall b d G scale vis qh kh vh dOh h,
   let qs := nth h qh [] in
@@ -176,7 +190,7 @@ Lemma gq_head_backward_two_pass : forall b d G scale vis qh kh vh dOh h,
   let tp := attention_two_pass R_ops d scale (vis h) qs ks vs in
   gqa_head_backward b d G scale vis qh kh vh dOh h =
   attention_backward R_ops scale (vis h) qs ks vs (map fst tp) (map snd tp) (nth h dOh []).
-Proof. intros; unfold gqa_head_backward; apply attention_backward_forward_eq. Qed.
+Proof. intros; unfold gqa_head_backward, gqa_head_backward_ops; apply attention_backward_forward_eq. Qed.
 
 (** ** Sums over the query heads, group by group *)
 
@@ -234,6 +248,33 @@ Qed.
 
 Lemma gq_kv_head_lt : forall G n h, (0 < G)%nat -> (h < n * G)%nat -> (kv_head G h < n)%nat.
 Proof. intros G n h HG Hh; unfold kv_head; apply Nat.div_lt_upper_bound; lia. Qed.
+
+(** ** The whole backward pass, as the oracle runs it *)
+
+(** The entrywise sum of the matrices [ms], shaped like [shape] (row [j]
+    has the length of row [j] of [shape]); entry [(j, c)] accumulated left
+    to right from 0, in the order of [ms]. *)
+Definition heads_sum {T} (o : ScalarOps T) (shape : list (list T)) (ms : list (list (list T)))
+    : list (list T) :=
+  map (fun '(j, row) => map (fun c => fold_left (sc_add o) (map (fun m => nth c (nth j m []) (sc_zero o)) ms)
+                                        (sc_zero o))
+                            (seq 0 (length row)))
+      (combine (seq 0 (length shape)) shape).
+
+(** The backward pass of grouped-query attention without repeated heads:
+    [dQ] of every query head, and [dK], [dV] of every key/value head [hk],
+    the sums of the per-head [dK], [dV] of its query heads [hk * G + g],
+    [g = 0 .. G-1] in that order (the kernel's outer loop), shaped like
+    that head's keys and values. *)
+Definition gqa_backward {T} (o : ScalarOps T) (b d G : nat) (scale : T) (vis : nat -> nat -> nat -> bool)
+    (qh kh vh dOh : list (list (list T)))
+    : list (list (list T)) * list (list (list T)) * list (list (list T)) :=
+  let hb := map (gqa_head_backward_ops o b d G scale vis qh kh vh dOh) (seq 0 (length qh)) in
+  let group (sel : list (list T) * list (list T) * list (list T) -> list (list T)) hk shape :=
+    heads_sum o shape (map (fun g => sel (nth (hk * G + g) hb ([], [], []))) (seq 0 G)) in
+  (map (fun x => fst (fst x)) hb,
+   map (fun '(hk, ks) => group (fun x => snd (fst x)) hk ks) (combine (seq 0 (length kh)) kh),
+   map (fun '(hk, vs) => group snd hk vs) (combine (seq 0 (length vh)) vh)).
 
 (** ** The gradients *)
 
@@ -358,5 +399,93 @@ Proof.
       apply bw_is_derive_const. }
   apply (rsum_pick_seq (fun _ => nth c (nth i (fst (fst (HB h))) []) 0)); lia.
 Qed.
+
+(** The whole backward pass: its entries are the per-head entries of the
+    theorems above, so that [gqa_backward] (extracted: the oracle's GQA
+    gradients) returns the derivatives of the loss. *)
+Let GB := gqa_backward R_ops b d G scale vis qh kh vh dOh.
+
+Lemma gq_group_entry : forall (sel : list (list R) * list (list R) * list (list R) -> list (list R))
+    hk (shape : list (list R)) j c,
+  (hk < length kh)%nat -> (j < length shape)%nat -> (c < length (nth j shape []))%nat ->
+  nth c (nth j (heads_sum R_ops shape
+    (map (fun g => sel (nth (hk * G + g) (map (gqa_head_backward_ops R_ops b d G scale vis qh kh vh dOh)
+                                               (seq 0 (length qh))) ([], [], []))) (seq 0 G))) []) 0
+  = fold_left Rplus (map (fun g => nth c (nth j (sel (HB (hk * G + g)%nat)) []) 0) (seq 0 G)) 0.
+Proof.
+  intros sel hk shape j c Hhk Hj Hc; unfold heads_sum.
+  rewrite (bw_nth_indexed _ _ _ _ []) by exact Hj.
+  rewrite (bw_nth_map_lt _ _ _ _ 0%nat) by (rewrite seq_length; exact Hc).
+  rewrite seq_nth by exact Hc; cbn [sc_add sc_zero R_ops]; rewrite map_map.
+  f_equal; apply map_ext_in; intros g Hg; apply in_seq in Hg.
+  rewrite (bw_nth_map_lt _ _ _ _ 0%nat) by (rewrite seq_length, Hheads; nia).
+  rewrite seq_nth by (rewrite Hheads; nia); reflexivity.
+Qed.
+
+Theorem gqa_backward_dK : forall hk j c,
+  (hk < length kh)%nat -> (j < length (nth hk kh []))%nat -> (c < length (nth j (nth hk kh []) []))%nat ->
+  nth c (nth j (nth hk (snd (fst GB)) []) []) 0
+  = fold_left Rplus (map (fun g => nth c (nth j (snd (fst (HB (hk * G + g)%nat))) []) 0) (seq 0 G)) 0.
+Proof.
+  intros hk j c Hhk Hj Hc; unfold GB, gqa_backward; cbn zeta; cbn [fst snd].
+  rewrite (bw_nth_indexed _ _ _ _ []) by exact Hhk.
+  apply (gq_group_entry (fun x => snd (fst x))); assumption.
+Qed.
+
+Theorem gqa_backward_dV : forall hk j c,
+  (hk < length kh)%nat -> (j < length (nth hk vh []))%nat -> (c < length (nth j (nth hk vh []) []))%nat ->
+  nth c (nth j (nth hk (snd GB) []) []) 0
+  = fold_left Rplus (map (fun g => nth c (nth j (snd (HB (hk * G + g)%nat)) []) 0) (seq 0 G)) 0.
+Proof.
+  intros hk j c Hhk Hj Hc; unfold GB, gqa_backward; cbn zeta; cbn [fst snd].
+  rewrite (bw_nth_indexed _ _ _ _ []) by (rewrite Hkv; exact Hhk).
+  apply (gq_group_entry snd); assumption.
+Qed.
+
+Theorem gqa_backward_dQ : forall h, (h < length qh)%nat ->
+  nth h (fst (fst GB)) [] = fst (fst (HB h)).
+Proof.
+  intros h Hh; unfold GB, gqa_backward; cbn zeta; cbn [fst snd]; rewrite map_map.
+  rewrite (bw_nth_map_lt _ _ _ _ 0%nat) by (rewrite seq_length; exact Hh).
+  rewrite seq_nth by exact Hh; reflexivity.
+Qed.
+
+(** The oracle's GQA gradients are the derivatives of the loss: [dK] and
+    [dV] of [gqa_backward] per key/value head, [dQ] per query head. *)
+Theorem gqa_backward_dK_is_derive : forall hk j c,
+  (hk < length kh)%nat -> (j < length (nth hk kh []))%nat -> (c < length (nth j (nth hk kh []) []))%nat ->
+  is_derive
+    (fun x : R => gqa_loss d G scale vis qh
+       (replace_nth hk (replace_nth j (replace_nth c x (nth j (nth hk kh []) [])) (nth hk kh [])) kh)
+       vh dOh)
+    (nth c (nth j (nth hk kh []) []) 0)
+    (nth c (nth j (nth hk (snd (fst GB)) []) []) 0).
+Proof. intros hk j c Hhk Hj Hc; rewrite gqa_backward_dK by assumption; apply gqa_dK_is_derive; assumption. Qed.
+
+Theorem gqa_backward_dV_is_derive : forall hk j c,
+  (hk < length kh)%nat -> (j < length (nth hk kh []))%nat ->
+  (c < length (nth j (nth hk vh []) []))%nat ->
+  is_derive
+    (fun y : R => gqa_loss d G scale vis qh kh
+       (replace_nth hk (replace_nth j (replace_nth c y (nth j (nth hk vh []) [])) (nth hk vh [])) vh)
+       dOh)
+    (nth c (nth j (nth hk vh []) []) 0)
+    (nth c (nth j (nth hk (snd GB) []) []) 0).
+Proof.
+  intros hk j c Hhk Hj Hc.
+  assert (Hj' : (j < length (nth hk vh []))%nat) by (rewrite Hvs by exact Hhk; exact Hj).
+  rewrite gqa_backward_dV by assumption; apply gqa_dV_is_derive; assumption.
+Qed.
+
+Theorem gqa_backward_dQ_is_derive : forall h i c,
+  (h < length qh)%nat -> (i < length (nth h qh []))%nat ->
+  (c < length (nth i (nth h qh []) []))%nat ->
+  is_derive
+    (fun x : R => gqa_loss d G scale vis
+       (replace_nth h (replace_nth i (replace_nth c x (nth i (nth h qh []) [])) (nth h qh [])) qh)
+       kh vh dOh)
+    (nth c (nth i (nth h qh []) []) 0)
+    (nth c (nth i (nth h (fst (fst GB)) []) []) 0).
+Proof. intros h i c Hh Hi Hc; rewrite gqa_backward_dQ by exact Hh; apply gqa_dQ_is_derive; assumption. Qed.
 
 End Grad.
