@@ -14,7 +14,7 @@
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlNatInt ExtrOcamlZInt.
 From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Backward
-  Attention.Merge Attention.GroupedQuery CrossEntropy.Definitions.
+  Attention.Merge Attention.GroupedQuery Attention.AdditiveMask CrossEntropy.Definitions.
 From Ojas Require Import Reversible.Coupling Reversible.Stack Reversible.FixedPoint
   Reversible.Gradient.
 From Ojas Require Import OptimizerInBackward.UpdateRules.
@@ -26,7 +26,8 @@ Extract Inlined Constant Nat.leb => "(<=)".
 
 Extraction "_build/attention_spec.ml"
   attention_forward attention_two_pass attention_backward visibility chunk merge
-  gqa_forward gqa_backward mha_two_pass repeat_kv
+  gqa_forward gqa_backward mha_two_pass repeat_kv kv_head
+  float_mask attention_two_pass_bias attention_dbias mask_finite mask_bias
   ce_forward ce_output ce_backward
   scalar_group list_group coupling_forward coupling_inverse stack_forward stack_inverse
   coupling_stack_backward Z_group

@@ -94,13 +94,14 @@ type request = {
   is_causal : bool;
   window : int option;
   attn_mask : bool list list list list option;
+  attn_bias : float option list list list list option;  (* None = -inf *)
   block_size : int;
   grad_out : float list list list list option;
 }
 
 let known_fields =
   [ "op"; "query"; "key"; "value"; "scale"; "is_causal"; "window";
-    "attn_mask"; "block_size"; "grad_out" ]
+    "attn_mask"; "attn_bias"; "block_size"; "grad_out" ]
 
 let parse_request (j : Yojson.Safe.t) : request =
   let fields = match j with
@@ -126,6 +127,10 @@ let parse_request (j : Yojson.Safe.t) : request =
     fail "key: %d key/value heads do not divide the %d query heads" hkv hq;
   let attn_mask =
     optional "attn_mask" (tensor4 dims "attn_mask" [| "B"; "H"; "Sq"; "Sk" |] boolean) in
+  let attn_bias =
+    optional "attn_bias" (tensor4 dims "attn_bias" [| "B"; "H"; "Sq"; "Sk" |] (fun field path -> function
+        | `Null -> None
+        | j -> Some (number field path j))) in
   let grad_out =
     optional "grad_out" (tensor4 dims "grad_out" [| "B"; "H"; "Sq"; "Ev" |] number) in
   let scale = number "scale" "scale" (required "scale") in
@@ -142,7 +147,7 @@ let parse_request (j : Yojson.Safe.t) : request =
     | `Int b when b >= 1 -> b
     | _ -> fail "block_size: expected an integer >= 1"
   in
-  { query; key; value; scale; is_causal; window; attn_mask; block_size; grad_out }
+  { query; key; value; scale; is_causal; window; attn_mask; attn_bias; block_size; grad_out }
 
 (* ---- Computation: every number comes from the extracted functions -------- *)
 
@@ -152,20 +157,45 @@ let ev_of r = List.length (List.hd (List.hd (List.hd r.value)))
    [h / G], rocq/Attention/GroupedQuery.v), the two-pass specification on the
    repeated key/value heads ([mha_two_pass], [repeat_kv]) and, with [grad_out],
    [gqa_backward] (dQ per query head, dK and dV per key/value head). *)
+type grads =
+  | Qkv of float list list list * float list list list * float list list list
+  | Mask of float list list list
+
 let forward r =
   let d = ev_of r in
   let g = List.length (List.hd r.query) / List.length (List.hd r.key) in
   List.mapi (fun b qb ->
       let kb = List.nth r.key b and vb = List.nth r.value b in
-      let vis h =
-        visibility r.is_causal r.window
-          (Option.map (fun m -> List.nth (List.nth m b) h) r.attn_mask) in
-      let fwd = gqa_forward float_ops r.block_size d g r.scale vis qb kb vb in
-      let two = mha_two_pass float_ops d r.scale vis qb (repeat_kv g kb) (repeat_kv g vb) in
-      let grads = Option.map (fun d_o ->
-          gqa_backward float_ops r.block_size d g r.scale vis qb kb vb (List.nth d_o b))
-          r.grad_out in
-      (fwd, two, grads))
+      let at t h = List.nth (List.nth t b) h in
+      let vis h = visibility r.is_causal r.window (Option.map (fun m -> at m h) r.attn_mask) in
+      match r.attn_bias with
+      | None ->
+        let fwd = gqa_forward float_ops r.block_size d g r.scale vis qb kb vb in
+        let two = mha_two_pass float_ops d r.scale vis qb (repeat_kv g kb) (repeat_kv g vb) in
+        let grads = Option.map (fun d_o ->
+            let (dq, dk), dv = gqa_backward float_ops r.block_size d g r.scale vis qb kb vb (List.nth d_o b) in
+            Qkv (dq, dk, dv)) r.grad_out in
+        (fwd, two, grads)
+      | Some bias ->
+        (* A float mask (rocq/Attention/AdditiveMask.v): [float_mask] per query
+           head, key/value head [kv_head g h]; its two-pass specification
+           [attention_two_pass_bias] on the finite entries; with [grad_out] the
+           mask's gradient [attention_dbias] (no theorem states the whole-head
+           dQ / dK / dV under a bias: not computed). *)
+        let per_head h q =
+          let k = List.nth kb (kv_head g h) and v = List.nth vb (kv_head g h) in
+          let m i j = List.nth (List.nth (at bias h) i) j in
+          let vis' i j = vis h i j && mask_finite m i j in
+          let fwd = float_mask float_ops r.block_size d r.scale (vis h) m q k v in
+          let two = attention_two_pass_bias float_ops d r.scale vis' (mask_bias float_ops m) q k v in
+          let dbias = Option.map (fun d_o ->
+              attention_dbias float_ops r.scale vis' (mask_bias float_ops m) q k v
+                (List.map fst fwd) (List.map snd fwd) (at d_o h)) r.grad_out in
+          (fwd, two, dbias) in
+        let heads = List.mapi per_head qb in
+        let sel f = List.map f heads in
+        (sel (fun (f, _, _) -> f), sel (fun (_, t, _) -> t),
+         Option.map (fun _ -> Mask (sel (fun (_, _, m) -> Option.get m))) r.grad_out))
     r.query
 
 (* ---- Printing ---------------------------------------------------------- *)
@@ -205,12 +235,17 @@ let response r =
   add_field buf false "lse" lse3 (heads (fun (f, _) -> List.map snd f));
   add_field buf false "out_two_pass" t4 (heads (fun (_, t) -> List.map fst t));
   add_field buf false "lse_two_pass" lse3 (heads (fun (_, t) -> List.map snd t));
-  if Option.is_some r.grad_out then begin
-    let grad sel = List.filter_map (fun (_, _, g) -> Option.map sel g) res in
-    add_field buf false "grad_query" t4 (grad (fun ((dq, _), _) -> dq));
-    add_field buf false "grad_key" t4 (grad (fun ((_, dk), _) -> dk));
-    add_field buf false "grad_value" t4 (grad (fun (_, dv) -> dv))
-  end;
+  let grads = List.filter_map (fun (_, _, g) -> g) res in
+  let qkv sel = List.map (function Qkv (dq, dk, dv) -> sel (dq, dk, dv) | Mask _ -> []) grads in
+  (match grads with
+   | Qkv _ :: _ ->
+     add_field buf false "grad_query" t4 (qkv (fun (dq, _, _) -> dq));
+     add_field buf false "grad_key" t4 (qkv (fun (_, dk, _) -> dk));
+     add_field buf false "grad_value" t4 (qkv (fun (_, _, dv) -> dv))
+   | Mask _ :: _ ->
+     add_field buf false "grad_attn_mask" t4
+       (List.map (function Mask m -> m | Qkv _ -> []) grads)
+   | [] -> ());
   Buffer.add_char buf '}';
   Buffer.contents buf
 

@@ -22,9 +22,13 @@ from ojas_ref.verification.oracle import attention_oracle, oracle_binary, oracle
 F64 = torch.float64
 
 
-def reference(q, k, v, *, scale, is_causal=False, window=None, mask=None, groups=1, grad_out=None):
-    """Materialised float64 attention; kv head ``h // groups`` serves query head ``h``."""
+def reference(q, k, v, *, scale, is_causal=False, window=None, mask=None, groups=1, grad_out=None, bias=None):
+    """Materialised float64 attention; kv head ``h // groups`` serves query head ``h``;
+    ``bias`` a full-shape float mask added to the scores (-inf entries masked)."""
     q, k, v = (t.detach().clone().requires_grad_(grad_out is not None) for t in (q, k, v))
+    if bias is not None:
+        mask = torch.isfinite(bias) if mask is None else mask & torch.isfinite(bias)
+        bias = bias.masked_fill(~torch.isfinite(bias), 0.0).requires_grad_(grad_out is not None)
     hq, sq, sk = q.shape[1], q.shape[2], k.shape[2]
     kh = torch.arange(hq) // groups
     i = torch.arange(sq)[:, None]
@@ -38,6 +42,8 @@ def reference(q, k, v, *, scale, is_causal=False, window=None, mask=None, groups
     if mask is not None:
         visible = visible & mask
     s = scale * q @ k[:, kh].transpose(-1, -2)
+    if bias is not None:
+        s = s + bias
     any_visible = visible.any(-1, keepdim=True)
     s = s.masked_fill(~visible, -math.inf).masked_fill(~any_visible, 0.0)
     lse = torch.logsumexp(s, -1).masked_fill(~any_visible[..., 0], -math.inf)
@@ -45,7 +51,8 @@ def reference(q, k, v, *, scale, is_causal=False, window=None, mask=None, groups
     res = {"out": out.detach(), "lse": lse.detach()}
     if grad_out is not None:
         out.backward(grad_out)
-        res.update(grad_query=q.grad, grad_key=k.grad, grad_value=v.grad)
+        res.update(grad_query=q.grad, grad_key=k.grad, grad_value=v.grad,
+                   grad_attn_mask=None if bias is None else bias.grad.masked_fill(~visible, 0.0))
     return res
 
 
@@ -114,6 +121,27 @@ def test_grouped_heads_are_not_repeated_by_the_client():
         close(got[name], rep[name].unflatten(1, (2, 3)).sum(2), 1e-12)
 
 
+@settings(max_examples=30, deadline=None)
+@given(problems(), st.sampled_from([0.0, 0.3, 1.0]))
+def test_oracle_float_mask_matches_materialised_torch(problem, masked):
+    """A float mask (AdditiveMask.v: float_mask, attention_dbias): out, lse and the
+    mask's gradient against float64 torch, -inf entries (a fraction ``masked``, whole
+    rows included) masked, combined with causal / window / GQA."""
+    q, k, v, d_o, _, groups, kw, block_size = problem
+    gen = torch.Generator().manual_seed(q.numel())
+    bias = 3 * torch.randn(q.shape[0], q.shape[1], q.shape[2], k.shape[2], generator=gen, dtype=F64)
+    bias = bias.masked_fill(torch.rand(bias.shape, generator=gen) < masked, -math.inf)
+    got = attention_oracle(q, k, v, bias, enable_gqa=True, block_size=block_size, grad_out=d_o, **kw)
+    scale = kw["scale"] if kw["scale"] is not None else 1 / math.sqrt(q.shape[-1])
+    want = reference(q, k, v, scale=scale, is_causal=kw["is_causal"], window=kw["window"], groups=groups,
+                     grad_out=d_o, bias=bias)
+    close(got["out"], got["out_two_pass"], 1e-12)
+    close(got["lse"], got["lse_two_pass"], 1e-12)
+    for name in ("out", "lse", "grad_attn_mask"):
+        close(got[name], want[name])
+    assert "grad_query" not in got  # no whole-head theorem under a float mask: not returned
+
+
 def test_tile_size_does_not_change_the_result():
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, n, 4, generator=gen, dtype=F64) for n in (5, 9, 9))
@@ -142,8 +170,10 @@ def test_fully_masked_rows_and_single_positions():
 
 def test_client_rejects_what_the_oracle_cannot_carry(monkeypatch):
     q = torch.randn(1, 1, 2, 2, dtype=F64)
-    with pytest.raises(TypeError, match="boolean"):
-        attention_oracle(q, q, q, torch.zeros(2, 2))
+    with pytest.raises(TypeError, match="boolean or floating-point"):
+        attention_oracle(q, q, q, torch.zeros(2, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="finite or -inf"):
+        attention_oracle(q, q, q, torch.full((2, 2), math.inf))
     with_nan = q.clone()
     with_nan[0, 0, 0, 1] = math.nan  # (a mask of q > 0 held no entry in one draw of 16: the flake seen once)
     with pytest.raises(ValueError, match="NaN"):

@@ -128,7 +128,9 @@ def attention_oracle(
 
     Arguments as in ``torch.nn.functional.scaled_dot_product_attention`` for
     ``[B, H, S, E]`` tensors: ``scale`` defaults to ``1/sqrt(E)``; ``attn_mask``
-    is boolean, broadcastable to ``[B, Hq, Sq, Sk]``, ``True`` = takes part;
+    broadcastable to ``[B, Hq, Sq, Sk]``, boolean (``True`` = takes part) or
+    floating point (added to the scores, ``-inf`` masks the entry: ``float_mask``
+    of ``rocq/Attention/AdditiveMask.v``, see below);
     ``is_causal`` keeps key ``j`` for query ``i`` iff ``j <= i`` (Coq
     ``causal``); with ``enable_gqa`` key/value head ``h // (Hq/Hkv)`` serves
     query head ``h``.  ``window`` keeps keys with ``|i - j| < window``
@@ -148,6 +150,13 @@ def attention_oracle(
     with the streamed ``out`` and ``lse``; ``grad_key``/``grad_value`` per
     key/value head, the sums over its query heads: ``gqa_backward_dK_is_derive``,
     ``gqa_backward_dV_is_derive``, ``gqa_backward_dQ_is_derive``).
+    With a floating-point ``attn_mask``: ``out``/``lse`` from ``float_mask`` per
+    query head, ``out_two_pass``/``lse_two_pass`` from ``attention_two_pass_bias``
+    over the finite entries (``attention_forward_float_mask_correct``), and with
+    ``grad_out`` only ``grad_attn_mask`` [B, Hq, Sq, Sk] (``attention_dbias``,
+    ``attention_dbias_is_derive``; 0 at ``-inf`` entries, not summed over the
+    dimensions the mask was broadcast in): no theorem states the whole-head
+    dQ / dK / dV under a float mask, so the oracle does not return them.
     Over the reals, ``out``/``lse`` equal ``out_two_pass``/``lse_two_pass``
     (``attention_forward_correct``, ``rocq/Attention/StreamCorrect.v``, and
     ``gqa_forward_correct``); here
@@ -168,14 +177,18 @@ def attention_oracle(
         raise ValueError(
             f"key/value have {hkv} heads and query {hq}: pass enable_gqa=True with query heads a multiple of key heads"
         )
-    mask = None
+    mask = bias = None
     if attn_mask is not None:
-        if attn_mask.dtype != torch.bool:
-            raise TypeError(
-                f"attn_mask: only boolean masks are supported by the oracle (got {attn_mask.dtype}); "
-                "float (additive) masks are not"
-            )
-        mask = torch.broadcast_to(attn_mask, (b, hq, sq, sk)).tolist()
+        full = torch.broadcast_to(attn_mask, (b, hq, sq, sk))
+        if attn_mask.dtype == torch.bool:
+            mask = full.tolist()
+        elif attn_mask.is_floating_point():
+            if bool((torch.isnan(full) | (full == math.inf)).any()):
+                raise ValueError("attn_mask: a float mask must be finite or -inf (no NaN, no +inf)")
+            bias = [[[[None if x == -math.inf else x for x in row] for row in h] for h in bb]
+                    for bb in full.to(torch.float64).tolist()]
+        else:
+            raise TypeError(f"attn_mask: expected a boolean or floating-point mask, got {attn_mask.dtype}")
     if grad_out is not None and grad_out.shape != (b, hq, sq, value.shape[3]):
         raise ValueError(f"grad_out: expected shape {(b, hq, sq, value.shape[3])}, got {tuple(grad_out.shape)}")
     scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
@@ -192,6 +205,7 @@ def attention_oracle(
             "is_causal": bool(is_causal),
             "window": window,
             "attn_mask": mask,
+            "attn_bias": bias,
             "block_size": block_size,
             "grad_out": None if grad_out is None else _as_list(grad_out, "grad_out"),
         }
@@ -211,8 +225,9 @@ def attention_oracle(
         "lse_two_pass": _lse_tensor(answer["lse_two_pass"], device),
     }
     if grad_out is not None:
-        for name in ("grad_query", "grad_key", "grad_value"):
-            result[name] = tensor(name)
+        for name in ("grad_query", "grad_key", "grad_value", "grad_attn_mask"):
+            if name in answer:
+                result[name] = tensor(name)
     return result
 
 
