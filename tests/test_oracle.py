@@ -106,7 +106,7 @@ def test_oracle_matches_materialised_torch(problem):
 def test_grouped_heads_are_not_repeated_by_the_client():
     """The oracle takes the key/value heads as they are (gqa_forward / gqa_backward):
     its gradients come back with Hkv heads, and they are the per-group sums of the
-    gradients of the same problem with the heads repeated (gqa_backward_dK_is_derive,
+    gradients of the same problem with the heads repeated (gqa_backward_dK with gqa_dK_is_derive,
     gqa_forward_repeat_kv)."""
     gen = torch.Generator().manual_seed(3)
     q, d_o = (torch.randn(1, 6, 4, 3, generator=gen, dtype=F64) for _ in range(2))

@@ -148,8 +148,9 @@ def attention_oracle(
     ``grad_query``/``grad_key``/``grad_value`` from ``gqa_backward``
     (``attention_backward`` of ``rocq/Attention/Backward.v`` per query head, fed
     with the streamed ``out`` and ``lse``; ``grad_key``/``grad_value`` per
-    key/value head, the sums over its query heads: ``gqa_backward_dK_is_derive``,
-    ``gqa_backward_dV_is_derive``, ``gqa_backward_dQ_is_derive``).
+    key/value head, the sums over its query heads: ``gqa_backward_dK`` /
+    ``gqa_backward_dV`` / ``gqa_backward_dQ`` equate them with the derivatives of
+    ``gqa_dK_is_derive`` / ``gqa_dV_is_derive`` / ``gqa_dQ_is_derive``).
     With a floating-point ``attn_mask``: ``out``/``lse`` from ``float_mask`` per
     query head, ``out_two_pass``/``lse_two_pass`` from ``attention_two_pass_bias``
     over the finite entries (``attention_forward_float_mask_correct``), and with

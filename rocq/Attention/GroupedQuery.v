@@ -42,9 +42,8 @@
       gradients, no repeated heads): [dQ] per query head and [dK], [dV] per
       key/value head, the group's sums accumulated in the kernel's order
       ([heads_sum]); [gqa_backward_dK], [gqa_backward_dV],
-      [gqa_backward_dQ]: over [R] its entries are the sums above, so
-      [gqa_backward_dK_is_derive], [gqa_backward_dV_is_derive] and
-      [gqa_backward_dQ_is_derive]: it returns the derivatives of the loss.
+      [gqa_backward_dQ]: over [R] its entries are the entries of the three
+      theorems above, so it returns the derivatives of the loss.
 
     Not covered: rounding (the kernels accumulate the [G] heads' terms in
     float32, in the order above; no theorem bounds that error).  Vectors
@@ -400,9 +399,11 @@ Proof.
   apply (rsum_pick_seq (fun _ => nth c (nth i (fst (fst (HB h))) []) 0)); lia.
 Qed.
 
-(** The whole backward pass: its entries are the per-head entries of the
-    theorems above, so that [gqa_backward] (extracted: the oracle's GQA
-    gradients) returns the derivatives of the loss. *)
+(** The whole backward pass: its entries are the derivatives of the
+    theorems above ([gqa_backward_dK] with [gqa_dK_is_derive], [gqa_backward_dV]
+    with [gqa_dV_is_derive], [gqa_backward_dQ] with [gqa_dQ_is_derive]), so
+    that [gqa_backward] (extracted: the oracle's GQA gradients) returns the
+    derivatives of the loss. *)
 Let GB := gqa_backward R_ops b d G scale vis qh kh vh dOh.
 
 Lemma gq_group_entry : forall (sel : list (list R) * list (list R) * list (list R) -> list (list R))
@@ -449,43 +450,5 @@ Proof.
   rewrite (bw_nth_map_lt _ _ _ _ 0%nat) by (rewrite seq_length; exact Hh).
   rewrite seq_nth by exact Hh; reflexivity.
 Qed.
-
-(** The oracle's GQA gradients are the derivatives of the loss: [dK] and
-    [dV] of [gqa_backward] per key/value head, [dQ] per query head. *)
-Theorem gqa_backward_dK_is_derive : forall hk j c,
-  (hk < length kh)%nat -> (j < length (nth hk kh []))%nat -> (c < length (nth j (nth hk kh []) []))%nat ->
-  is_derive
-    (fun x : R => gqa_loss d G scale vis qh
-       (replace_nth hk (replace_nth j (replace_nth c x (nth j (nth hk kh []) [])) (nth hk kh [])) kh)
-       vh dOh)
-    (nth c (nth j (nth hk kh []) []) 0)
-    (nth c (nth j (nth hk (snd (fst GB)) []) []) 0).
-Proof. intros hk j c Hhk Hj Hc; rewrite gqa_backward_dK by assumption; apply gqa_dK_is_derive; assumption. Qed.
-
-Theorem gqa_backward_dV_is_derive : forall hk j c,
-  (hk < length kh)%nat -> (j < length (nth hk kh []))%nat ->
-  (c < length (nth j (nth hk vh []) []))%nat ->
-  is_derive
-    (fun y : R => gqa_loss d G scale vis qh kh
-       (replace_nth hk (replace_nth j (replace_nth c y (nth j (nth hk vh []) [])) (nth hk vh [])) vh)
-       dOh)
-    (nth c (nth j (nth hk vh []) []) 0)
-    (nth c (nth j (nth hk (snd GB) []) []) 0).
-Proof.
-  intros hk j c Hhk Hj Hc.
-  assert (Hj' : (j < length (nth hk vh []))%nat) by (rewrite Hvs by exact Hhk; exact Hj).
-  rewrite gqa_backward_dV by assumption; apply gqa_dV_is_derive; assumption.
-Qed.
-
-Theorem gqa_backward_dQ_is_derive : forall h i c,
-  (h < length qh)%nat -> (i < length (nth h qh []))%nat ->
-  (c < length (nth i (nth h qh []) []))%nat ->
-  is_derive
-    (fun x : R => gqa_loss d G scale vis
-       (replace_nth h (replace_nth i (replace_nth c x (nth i (nth h qh []) [])) (nth h qh [])) qh)
-       kh vh dOh)
-    (nth c (nth i (nth h qh []) []) 0)
-    (nth c (nth i (nth h (fst (fst GB)) []) []) 0).
-Proof. intros h i c Hh Hi Hc; rewrite gqa_backward_dQ by exact Hh; apply gqa_dQ_is_derive; assumption. Qed.
 
 End Grad.
