@@ -36,7 +36,15 @@
       exactly, the result rounded up; [attn_fwd_q_sound]: whenever it is
       [Some b], [b * V] bounds the error of the kernel's output coordinate
       on fully visible tiles, [attn_fwd_q_sound_masked]: of the kernel's
-      whole loop under any mask ([attention_forward_error_masked]);
+      whole loop under any mask ([attention_forward_error_masked]); the
+      checks and the upper bounds are [afe_consts] ([afe_consts_spec]);
+    - [attn_fwd_post_q]: the pair [afp_rel], [afp_abs] of
+      [FloatModel.AttentionForwardPosteriori.attention_forward_posteriori] at
+      the same [afe_consts], each rounded up; [attn_fwd_post_q_sound]: whenever
+      it is [Some (r, a)], [r W + a] ([W = sum_j P_j |v_j|]) bounds the error of
+      the kernel's output coordinate on fully visible tiles,
+      [attn_fwd_post_q_sound_masked]: of the kernel's whole loop under any mask
+      ([attention_forward_posteriori_masked]);
     - [attn_lse_q]: the bound [lse_bound] of
       [FloatModel.AttentionLseError.attention_lse_error] on the saved lse,
       [ln N <= LN] checked by [exp_dn], [- ln (1 - bL) <= bL / (1 - bL)]
@@ -54,6 +62,7 @@ From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
 From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
+From Ojas Require Import FloatModel.AttentionForwardPosteriori.
 
 Local Open Scope Q_scope.
 
@@ -517,11 +526,17 @@ Definition afe_bL_q (u ue ee ea : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
   let H := P1 * ((1 + ue) * X) in
   H * CG * X - 1 + Q_of_N Tt * CR * (((H * CG * X) * Q_of_N Nk * ee) * (1 + u) + ea + P1 * (Q_of_N B * ee)) * (1 + u).
 
-Definition afe_bN_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
+(** [afp_gA], [afp_rA] of AttentionForwardPosteriori.v: the acc fold's factor minus one
+    and its absolute term; [afe_bN = afp_gA + afp_rA / V]. *)
+Definition afp_gA_q (u ue us X P1 CG : Q) : Q := P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)) * CG * X - 1.
+
+Definition afp_rA_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
   let H := P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)) in
-  H * CG * X - 1
-  + Q_of_N Tt * CR * (((H * CG * X) * (Q_of_N Nk * V) * ee) * (1 + u) + ea
-                      + P1 * ((1 + u) * ((1 + us) * ee + es) * (Q_of_N B * V) + Q_of_N B * ea)) * (1 + u) / V.
+  Q_of_N Tt * CR * ((((H * CG * X) * (Q_of_N Nk * V) * ee) * (1 + u) + ea
+                     + P1 * ((1 + u) * ((1 + us) * ee + es) * (Q_of_N B * V) + Q_of_N B * ea)) * (1 + u)).
+
+Definition afe_bN_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
+  afp_gA_q u ue us X P1 CG + afp_rA_q u ue ee ea us es V B Nk Tt X P1 CG CR / V.
 
 Definition afe_rel_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X Y P1 CG CR : Q) : Q :=
   let bL := afe_bL_q u ue ee ea B Nk Tt X P1 CG CR in
@@ -542,9 +557,10 @@ Definition afe_ok (u ue ee ea us es uc scale P V : Q) (E B : N) : bool :=
   && Qle_bool 0 es && Qle_bool 0 uc && Qle_bool 0 P && negb (Qle_bool scale 0)
   && negb (Qle_bool V 0) && negb (Qle_bool 1 (Q_of_N E * u)) && N.leb 1 E && N.leb 1 B.
 
-(** [Some b] with [b >= afe_rel] at the model's constants, or [None] when a
+(** The upper bounds [(X, Y, P1, CG, CR)] of [2^(u K)], [exp (2 delta) - 1] and the
+    powers at which [afe_rel] and [afp_rel] / [afp_abs] are evaluated, or [None] when a
     check or the side condition [afe_bL < 1] fails. *)
-Definition attn_fwd_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : option Q :=
+Definition afe_consts (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : option (Q * Q * Q * Q * Q) :=
   if afe_ok u ue ee ea us es uc scale P V E B then
     match exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P)),
           perturbation_q (score_delta_q u ea scale uc E P) with
@@ -552,12 +568,36 @@ Definition attn_fwd_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : opti
       let P1 := pow_up_N prec (1 + u) (B - 1) in
       let CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt in
       let CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt in
-      if Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1
-      then Some (round_up prec (afe_rel_q u ue ee ea us es V B Nk Tt X Y P1 CG CR))
-      else None
+      if Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1 then Some (X, Y, P1, CG, CR) else None
     | _, _ => None
     end
   else None.
+
+(** [Some b] with [b >= afe_rel] at the model's constants, or [None]. *)
+Definition attn_fwd_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : option Q :=
+  match afe_consts u ue ee ea us es uc scale P V E B Nk Tt with
+  | Some (X, Y, P1, CG, CR) => Some (round_up prec (afe_rel_q u ue ee ea us es V B Nk Tt X Y P1 CG CR))
+  | None => None
+  end.
+
+(** [afp_rel], [afp_abs] of AttentionForwardPosteriori.v. *)
+Definition afp_rel_q (u ue ee ea us : Q) (B Nk Tt : N) (X Y P1 CG CR : Q) : Q :=
+  let bL := afe_bL_q u ue ee ea B Nk Tt X P1 CG CR in
+  ((1 + u) * (afp_gA_q u ue us X P1 CG + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us.
+
+Definition afp_abs_q (u ue ee ea us es V : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
+  let bL := afe_bL_q u ue ee ea B Nk Tt X P1 CG CR in
+  ((1 + u) * afp_rA_q u ue ee ea us es V B Nk Tt X P1 CG CR / (1 - bL) + ea) * (1 + us) + es.
+
+(** [Some (r, a)] with [r >= afp_rel] and [a >= afp_abs] at the same constants as
+    [attn_fwd_q], or [None]. *)
+Definition attn_fwd_post_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : option (Q * Q) :=
+  match afe_consts u ue ee ea us es uc scale P V E B Nk Tt with
+  | Some (X, Y, P1, CG, CR) =>
+    Some (round_up prec (afp_rel_q u ue ee ea us B Nk Tt X Y P1 CG CR),
+          round_up prec (afp_abs_q u ue ee ea us es V B Nk Tt X P1 CG CR))
+  | None => None
+  end.
 
 Definition lse_bound_q (u ea el ucl smax delta LN NL : Q) : Q :=
   let A := smax + 2 * (LN + NL) + el in
@@ -675,15 +715,32 @@ Proof.
   rewrite Hu, Hue, Hee, Hea; reflexivity.
 Qed.
 
+Lemma Q2R_afp_gA : forall X P1 CG,
+  Q2R (afp_gA_q u ue us X P1 CG) = afp_gA (ff_u (mp_a M)) (mp_ue M) (ff_u (mp_s M)) (Q2R X) (Q2R P1) (Q2R CG).
+Proof.
+  intros; unfold afp_gA_q, afp_gA.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1.
+  rewrite Hu, Hue, Hus; reflexivity.
+Qed.
+
+Lemma Q2R_afp_rA : forall X P1 CG CR,
+  Q2R (afp_rA_q u ue ee ea us es V B Nk Tt X P1 CG CR)
+  = afp_rA (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
+           (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR).
+Proof.
+  intros; unfold afp_rA_q, afp_rA; cbv zeta.
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_of_N, ?Q2R_1.
+  rewrite Hu, Hue, Hee, Hea, Hus, Hes; reflexivity.
+Qed.
+
 Lemma Q2R_afe_bN : forall X P1 CG CR, 0 < Q2R V ->
   Q2R (afe_bN_q u ue ee ea us es V B Nk Tt X P1 CG CR)
   = afe_bN (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
            (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR).
 Proof.
-  intros X P1 CG CR HV; unfold afe_bN_q, afe_bN; cbv zeta.
-  rewrite Q2R_plus, Q2R_div by (apply Q2R_nonzero, HV).
-  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_of_N, ?Q2R_1.
-  rewrite Hu, Hue, Hee, Hea, Hus, Hes; reflexivity.
+  intros X P1 CG CR HV; unfold afe_bN_q.
+  rewrite Q2R_plus, Q2R_div, Q2R_afp_gA, Q2R_afp_rA by (apply Q2R_nonzero, HV).
+  unfold afp_gA, afp_rA, afe_bN; cbv zeta; field; lra.
 Qed.
 
 Lemma Q2R_afe_rel : forall X Y P1 CG CR, 0 < Q2R V ->
@@ -740,6 +797,35 @@ Proof.
   - rewrite <- Q2R_cr; apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0, Q2R_cr; pose proof (cr_ge_1 M); lra.
 Qed.
 
+(** What [afe_consts] returns: the checks passed, the upper bounds of [attn_fwd_q_spec]. *)
+Lemma afe_consts_spec : forall X Y P1 CG CR,
+  afe_consts u ue ee ea us es uc scale P V E B Nk Tt = Some (X, Y, P1, CG, CR) ->
+  (1 <= N.to_nat E)%nat /\ INR (N.to_nat E) * ff_u (mp_a M) < 1 /\ 0 < Q2R V /\ 0 < Q2R scale
+  /\ 0 <= Q2R uc /\ (1 <= N.to_nat B)%nat
+  /\ Rpower 2 (ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) <= Q2R X
+  /\ exp (2 * score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) - 1 <= Q2R Y
+  /\ (1 + ff_u (mp_a M)) ^ (N.to_nat B - 1) <= Q2R P1 /\ cg M ^ N.to_nat Tt <= Q2R CG
+  /\ cr M ^ N.to_nat Tt <= Q2R CR /\ Q2R (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) < 1.
+Proof.
+  intros X Y P1 CG CR Hb.
+  unfold afe_consts in Hb.
+  destruct (afe_ok u ue ee ea us es uc scale P V E B) eqn:Eok; [| discriminate].
+  destruct (afe_ok_spec Eok) as [Huc [HP [Hs [HV [HE [HE1 HB1]]]]]].
+  destruct (exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P))%Q) as [X' |] eqn:EX; [| discriminate].
+  destruct (perturbation_q (score_delta_q u ea scale uc E P)) as [Y' |] eqn:EY; [| discriminate].
+  revert Hb; cbv zeta; destruct (Qlt_le_dec _ _) as [HL | HL]; intros Hb; [| discriminate].
+  injection Hb as <- <- <- <- <-.
+  pose proof (ff_u_nonneg (mp_a M)) as Hu0.
+  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
+  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
+  apply Qlt_Rlt in HL; rewrite Q2R_1 in HL.
+  destruct afe_pows_ge as [HP1 [HCG HCR]].
+  split; [exact HE1 | split; [exact HEu | split; [exact HV | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]]].
+  split; [apply afe_X_ge; auto; lra |].
+  split; [pose proof (perturbation_q_ge _ _ EY) as G; rewrite Q2R_score_delta in G by exact HE; exact G |].
+  split; [exact HP1 | split; [exact HCG | split; [exact HCR | exact HL]]].
+Qed.
+
 Lemma attn_fwd_q_spec : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B Nk Tt = Some b ->
   (1 <= N.to_nat E)%nat /\ INR (N.to_nat E) * ff_u (mp_a M) < 1 /\ 0 < Q2R V /\ 0 < Q2R scale
   /\ 0 <= Q2R uc /\ (1 <= N.to_nat B)%nat /\
@@ -752,32 +838,16 @@ Lemma attn_fwd_q_spec : forall b, attn_fwd_q u ue ee ea us es uc scale P V E B N
     /\ afe_rel (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
                (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) X Y P1 CG CR <= Q2R b.
 Proof.
-  intros b Hb.
-  unfold attn_fwd_q in Hb.
-  destruct (afe_ok u ue ee ea us es uc scale P V E B) eqn:Eok; [| discriminate].
-  destruct (afe_ok_spec Eok) as [Huc [HP [Hs [HV [HE [HE1 HB1]]]]]].
-  destruct (exp_up prec exp_steps (u * (2 * score_max_q u ea scale uc E P))%Q) as [X |] eqn:EX; [| discriminate].
-  destruct (perturbation_q (score_delta_q u ea scale uc E P)) as [Y |] eqn:EY; [| discriminate].
-  set (P1 := pow_up_N prec (1 + u) (B - 1)) in Hb.
-  set (CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
-  set (CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt) in Hb.
-  destruct (Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1) as [HL | HL]; [| discriminate].
+  intros b Hb; unfold attn_fwd_q in Hb.
+  destruct (afe_consts u ue ee ea us es uc scale P V E B Nk Tt) as [[[[[X Y] P1] CG] CR] |] eqn:Ec;
+    [| discriminate].
   injection Hb as <-.
-  pose proof (ff_u_nonneg (mp_a M)) as Hu0; pose proof (ff_eta_nonneg (mp_a M)) as Hea0.
-  pose proof (mp_ue_nonneg M) as Hue0; pose proof (mp_eta_e_nonneg M) as Hee0.
-  assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
-  { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
-  apply Qlt_Rlt in HL; rewrite Q2R_1 in HL.
+  destruct (afe_consts_spec X Y P1 CG CR Ec) as [HE1 [HEu [HV [Hs [Huc [HB1 [HX [HY [HP1 [HG [HC HL]]]]]]]]]]].
   split; [exact HE1 | split; [exact HEu | split; [exact HV | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]]].
   exists (Q2R X), (Q2R Y), (Q2R P1), (Q2R CG), (Q2R CR).
-  repeat split.
-  - apply afe_X_ge; auto; lra.
-  - pose proof (perturbation_q_ge _ _ EY) as G; rewrite Q2R_score_delta in G by exact HE; exact G.
-  - apply afe_pows_ge.
-  - apply afe_pows_ge.
-  - apply afe_pows_ge.
-  - rewrite <- Q2R_afe_bL; exact HL.
-  - rewrite <- Q2R_afe_rel by (exact HV || exact HL); apply Qle_R, round_up_ge.
+  split; [exact HX | split; [exact HY | split; [exact HP1 | split; [exact HG | split; [exact HC |]]]]].
+  split; [rewrite <- Q2R_afe_bL; exact HL |].
+  rewrite <- Q2R_afe_rel by (exact HV || exact HL); apply Qle_R, round_up_ge.
 Qed.
 
 (** The oracle's [b]: [b * V] bounds the kernel's output coordinate on fully
@@ -827,6 +897,119 @@ Proof.
   eapply Rle_trans; [apply (attention_forward_error_masked M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
                               (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto |].
   apply Rmult_le_compat_r; lra.
+Qed.
+
+(** ** Forward attention, a-posteriori: the values of [afp_rel] and [afp_abs] *)
+
+Lemma Q2R_afp_rel : forall X Y P1 CG CR, Q2R (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) < 1 ->
+  Q2R (afp_rel_q u ue ee ea us B Nk Tt X Y P1 CG CR)
+  = afp_rel (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M))
+            (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) (Q2R X) (Q2R Y) (Q2R P1) (Q2R CG) (Q2R CR).
+Proof.
+  intros X Y P1 CG CR HL; unfold afp_rel_q, afp_rel; cbv zeta.
+  assert (H1 : 0 < Q2R (1 - afe_bL_q u ue ee ea B Nk Tt X P1 CG CR)) by (rewrite Q2R_minus, Q2R_1; lra).
+  rewrite !Q2R_plus, !Q2R_mult, !Q2R_plus, Q2R_div by (apply Q2R_nonzero, H1).
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1.
+  rewrite Q2R_afe_bL, Q2R_afp_gA, Hu, Hus; reflexivity.
+Qed.
+
+Lemma Q2R_afp_abs : forall X P1 CG CR, Q2R (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) < 1 ->
+  Q2R (afp_abs_q u ue ee ea us es V B Nk Tt X P1 CG CR)
+  = afp_abs (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
+            (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) (Q2R X) (Q2R P1) (Q2R CG) (Q2R CR).
+Proof.
+  intros X P1 CG CR HL; unfold afp_abs_q, afp_abs; cbv zeta.
+  assert (H1 : 0 < Q2R (1 - afe_bL_q u ue ee ea B Nk Tt X P1 CG CR)) by (rewrite Q2R_minus, Q2R_1; lra).
+  rewrite !Q2R_plus, !Q2R_mult, !Q2R_plus, Q2R_div by (apply Q2R_nonzero, H1).
+  repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1.
+  rewrite Q2R_afe_bL, Q2R_afp_rA, Hu, Hus, Hes, Hea; reflexivity.
+Qed.
+
+Lemma attn_fwd_post_q_spec : forall r a, attn_fwd_post_q u ue ee ea us es uc scale P V E B Nk Tt = Some (r, a) ->
+  (1 <= N.to_nat E)%nat /\ INR (N.to_nat E) * ff_u (mp_a M) < 1 /\ 0 < Q2R V /\ 0 < Q2R scale
+  /\ 0 <= Q2R uc /\ (1 <= N.to_nat B)%nat /\
+  exists X Y P1 CG CR,
+    Rpower 2 (ff_u (mp_a M) * (2 * score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))) <= X
+    /\ exp (2 * score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) - 1 <= Y
+    /\ (1 + ff_u (mp_a M)) ^ (N.to_nat B - 1) <= P1 /\ cg M ^ N.to_nat Tt <= CG /\ cr M ^ N.to_nat Tt <= CR
+    /\ afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt)
+              X P1 CG CR < 1
+    /\ afp_rel (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M))
+               (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) X Y P1 CG CR <= Q2R r
+    /\ afp_abs (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (ff_u (mp_s M)) (ff_eta (mp_s M)) (Q2R V)
+               (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) X P1 CG CR <= Q2R a.
+Proof.
+  intros r a Hb; unfold attn_fwd_post_q in Hb.
+  destruct (afe_consts u ue ee ea us es uc scale P V E B Nk Tt) as [[[[[X Y] P1] CG] CR] |] eqn:Ec;
+    [| discriminate].
+  injection Hb as <- <-.
+  destruct (afe_consts_spec X Y P1 CG CR Ec) as [HE1 [HEu [HV [Hs [Huc [HB1 [HX [HY [HP1 [HG [HC HL]]]]]]]]]]].
+  split; [exact HE1 | split; [exact HEu | split; [exact HV | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]]].
+  exists (Q2R X), (Q2R Y), (Q2R P1), (Q2R CG), (Q2R CR).
+  split; [exact HX | split; [exact HY | split; [exact HP1 | split; [exact HG | split; [exact HC |]]]]].
+  split; [rewrite <- Q2R_afe_bL; exact HL |].
+  split; [rewrite <- Q2R_afp_rel by exact HL | rewrite <- Q2R_afp_abs by exact HL]; apply Qle_R, round_up_ge.
+Qed.
+
+(** [W = sum_j P_j |v_j| >= 0]. *)
+Lemma exact_softmax_abs_nonneg : forall s q keys, 0 <= exact_softmax s q (map abs_value keys).
+Proof.
+  intros s q keys; unfold exact_softmax; rewrite !map_map.
+  exact (proj2 (sm_avg_abs keys (fun kv => s * dot_R q (fst kv)) snd)).
+Qed.
+
+(** The oracle's [(r, a)]: [r W + a] bounds the kernel's output coordinate on fully
+    visible tiles, [W = sum_j P_j |v_j|] ([attention_forward_posteriori]) ... *)
+Theorem attn_fwd_post_q_sound : forall r a, attn_fwd_post_q u ue ee ea us es uc scale P V E B Nk Tt = Some (r, a) ->
+  forall (q : list R) (c : R) (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair M c q)) tiles in
+  let m0 := score2 (mp_a M) c q (fst k0) in
+  length q = N.to_nat E ->
+  (forall kv, In kv (concat tiles) ->
+     length (fst kv) = N.to_nat E /\ dot_abs q (fst kv) <= Q2R P /\ Rabs (snd kv) <= Q2R V) ->
+  Rabs (c * ln 2 - Q2R scale) <= Q2R uc * Q2R scale ->
+  Forall (fun tl => (length tl <= N.to_nat B)%nat) tiles ->
+  (length (concat tiles) <= N.to_nat Nk)%nat -> (length tiles <= N.to_nat Tt)%nat ->
+  Rabs (ff_rnd (mp_s M) (ff_rnd (mp_a M) (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
+        - exact_softmax (Q2R scale) q (concat tiles))
+  <= Q2R r * exact_softmax (Q2R scale) q (map abs_value (concat tiles)) + Q2R a.
+Proof.
+  intros r a Hb q c k0 tl0 rest tiles ktiles m0 Hq Hkeys Hc HBt HN HT.
+  destruct (attn_fwd_post_q_spec r a Hb)
+    as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL [Hr Ha]]]]]]]]]]]]]]]]]].
+  pose proof (exact_softmax_abs_nonneg (Q2R scale) q (concat tiles)).
+  eapply Rle_trans; [apply (attention_forward_posteriori M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
+                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto |].
+  apply Rplus_le_compat; [apply Rmult_le_compat_r |]; assumption.
+Qed.
+
+(** ... and on the kernel's whole loop from its start, any mask
+    ([attention_forward_posteriori_masked]; [W] over the visible keys). *)
+Theorem attn_fwd_post_q_sound_masked : forall r a,
+  attn_fwd_post_q u ue ee ea us es uc scale P V E B Nk Tt = Some (r, a) ->
+  forall (q : list R) (c : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2 (mp_a M) c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = N.to_nat E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = N.to_nat E /\ dot_abs q (fst kv) <= Q2R P /\ Rabs (snd kv) <= Q2R V) ->
+  Rabs (c * ln 2 - Q2R scale) <= Q2R uc * Q2R scale ->
+  Forall (fun tl => (length tl <= N.to_nat B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N.to_nat Nk)%nat -> (length tiles <= N.to_nat Tt)%nat ->
+  Rabs (ff_rnd (mp_s M) (ff_rnd (mp_a M) (nth 0 (ks_acc st) 0 / ks_l st))
+        - exact_softmax (Q2R scale) q (filter vis (concat tiles)))
+  <= Q2R r * exact_softmax (Q2R scale) q (map abs_value (filter vis (concat tiles))) + Q2R a.
+Proof.
+  intros r a Hb q c vis tiles sck st H0 Hvis Hq Hkeys Hc HBt HN HT.
+  destruct (attn_fwd_post_q_spec r a Hb)
+    as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL [Hr Ha]]]]]]]]]]]]]]]]]].
+  pose proof (exact_softmax_abs_nonneg (Q2R scale) q (filter vis (concat tiles))).
+  eapply Rle_trans; [apply (attention_forward_posteriori_masked M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V)
+                              X Y P1 CG CR (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto |].
+  apply Rplus_le_compat; [apply Rmult_le_compat_r |]; assumption.
 Qed.
 
 Lemma afe_neg_ln_le : forall b, 0 <= b < 1 -> - ln (1 - b) <= b / (1 - b).

@@ -491,3 +491,40 @@ def test_attention_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.Mon
         hand = eb.attention_lse_error_bound(n, 128, **kw)
         monkeypatch.setitem(eb._oracle_state, "available", True)
         assert oracle <= hand <= oracle * (1 + 1e-5), (n, oracle, hand)
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """attn_fwd_post_q (Ojas.BoundValues, extracted) against the float64 hand copy of
+    (afp_rel, afp_abs). The hand copy is never below the oracle's pair (its float64 steps
+    are rounded up by 2^-30 each); above afp_rel by at most 32 * 2^-30 absolute: afp_gA
+    and afe_bL are products of about 8 factors near 1 minus 1, so their margins add up
+    absolutely (about 8 * 2^-30 observed), and above afp_abs by a relative 1e-6 (a few
+    dozen relative 2^-30 margins). The public function returns r W + a with the oracle's
+    pair; where afe_bL < 1 fails (exp2_error = 0.5) the oracle answers null, as for
+    attn_fwd_q, and the function raises, with the oracle and without it."""
+    kw = dict(block_n=64, dtype=dtype, max_abs_q=4.0, max_abs_k=4.0, max_abs_v=4.0)
+    w = torch.tensor([0.0, 0.5, 4.0], dtype=torch.float64)
+    for n in (1, 64, 4096, 16384, 65536):
+        args, tiles = eb._afe_args(n, 64, dtype, "nearest", eb.EXP2_ERROR, 1 / math.sqrt(128), 128 * 16.0, 4.0)
+        query = {k: eb._rational(x) for k, x in args.items()}
+        rel, absolute = (eb._float_up(x) for x in eb._from_oracle(
+            bound="attention_forward_posteriori", **query, e=128, block=64, keys=n, tiles=tiles))
+        hand_rel, hand_abs = eb._hand_attention_forward_posteriori(*args.values(), 128, 64, n, tiles)
+        assert rel <= hand_rel <= rel + 32 * 2.0**-30, (n, rel, hand_rel)
+        assert absolute <= hand_abs <= absolute * (1 + 1e-6), (n, absolute, hand_abs)
+        oracle = eb.attention_forward_posteriori_bound(w, n, 128, **kw)
+        assert torch.equal(oracle, (rel * w + absolute) * eb._ROUND_UP)
+        monkeypatch.setitem(eb._oracle_state, "available", False)
+        hand = eb.attention_forward_posteriori_bound(w, n, 128, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", True)
+        assert (oracle <= hand).all() and torch.allclose(hand, oracle, rtol=1e-5, atol=0.0), (n, oracle, hand)
+    args, tiles = eb._afe_args(4096, 64, dtype, "nearest", 0.5, 1 / math.sqrt(128), 128 * 16.0, 4.0)
+    query = dict({k: eb._rational(x) for k, x in args.items()}, e=128, block=64, keys=4096, tiles=tiles)
+    assert eb._from_oracle(bound="attention_forward_posteriori", **query) is None
+    assert eb._from_oracle(bound="attention_forward", **query) is None
+    for available in (True, False):
+        monkeypatch.setitem(eb._oracle_state, "available", available)
+        with pytest.raises(ValueError, match="afe_bL < 1"):
+            eb.attention_forward_posteriori_bound(w, 4096, 128, **{**kw, "exp2_error": 0.5})

@@ -641,6 +641,16 @@ def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e
     return rel * _ROUND_UP, absolute * _ROUND_UP
 
 
+def _afe_args(n_keys: int, block_n: int, dtype: torch.dtype, storage_rounding: str, exp2_error: float,
+              scale: float, p: float, max_abs_v: float) -> tuple[dict[str, float], int]:
+    """The model's constants and the arguments that ``attn_fwd_q`` and ``attn_fwd_post_q``
+    take (in their order), and the number of key tiles."""
+    us, es = _storage(dtype, storage_rounding)
+    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
+                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
+    return args, -(-n_keys // block_n)
+
+
 def attention_forward_error_bound(
     n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
     max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
@@ -690,10 +700,7 @@ def attention_forward_error_bound(
     """
     p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
                                      exp2_error, dtype=dtype, max_abs_v=max_abs_v)
-    us, es = _storage(dtype, storage_rounding)
-    tiles = -(-n_keys // block_n)
-    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
-                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
+    args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
     got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
                        e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
     if got is _NO_ORACLE:
@@ -732,10 +739,15 @@ def attention_forward_posteriori_bound(
     computed scores' weights against the exact ones), and below it wherever ``W_ic`` is
     smaller by more than that (random data: several times smaller).
 
-    The closed forms ``afp_rel``, ``afp_abs`` are evaluated here in float64 from the hand
-    copy's upper bounds of X, Y, P1, CG, CR, bL (``_hand_afe_common``, each rounded up by a
-    relative ``2^-30``), the results rounded up again; unlike :func:`attention_forward_error_bound`, the oracle does not compute
-    them over the rationals (no ``BoundValues`` certificate). Not covered: as for
+    The closed forms ``afp_rel``, ``afp_abs`` come from ``attn_fwd_post_q`` of
+    ``Ojas.BoundValues`` (``Ojas.BoundValues.attn_fwd_post_q_sound_masked``,
+    ``attn_fwd_post_q_sound``: whenever it answers ``(r, a)``, ``r * W_ic + a`` bounds the
+    error): the oracle computes them over exact rationals at the same certified upper
+    bounds of X, Y, P1, CG, CR as ``attn_fwd_q`` (``afe_consts``), and this function rounds
+    them up and evaluates ``r * W + a`` in float64, rounded up. Without the oracle binary,
+    the float64 hand copy ``_hand_attention_forward_posteriori`` (each step rounded up by a
+    relative ``2^-30``; tests/test_error_bounds.py checks that it is at least the oracle's
+    pair and within ``32 * 2^-30`` of its ``afp_rel``). Not covered: as for
     :func:`attention_forward_error_bound` (MMA order, ``tl.sum`` tree, FMA contraction,
     additive float masks, overflow, 3xTF32 on CUDA in float32, ``exp2_error`` an
     assumption, and ``storage_rounding="truncate"`` not a proved bound). Raises
@@ -744,11 +756,13 @@ def attention_forward_posteriori_bound(
                                      exp2_error, dtype=dtype, max_abs_v=max_abs_v)
     if prob_abs_v.is_complex() or not bool(((prob_abs_v >= 0) & torch.isfinite(prob_abs_v)).all()):
         raise ValueError("prob_abs_v must be finite and >= 0")
-    us, es = _storage(dtype, storage_rounding)
-    tiles = -(-n_keys // block_n)
-    rel, absolute = _hand_attention_forward_posteriori(
-        _FP32_U, float(exp2_error), _EXP2_ABS_ERROR, _FP32_ETA, us, es, _QK_SCALE_ERROR, float(scale), float(p),
-        float(max_abs_v), head_dim, block_n, n_keys, tiles)
+    args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
+    got = _from_oracle(bound="attention_forward_posteriori", **{k: _rational(x) for k, x in args.items()},
+                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    if got is _NO_ORACLE:
+        rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles)
+    else:
+        rel, absolute = (math.inf, math.inf) if got is None else (_float_up(got[0]), _float_up(got[1]))
     if rel == math.inf:
         raise ValueError(f"side condition afe_bL < 1 of attention_forward_posteriori fails for n_keys={n_keys}, "
                          f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
