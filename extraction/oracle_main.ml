@@ -695,7 +695,8 @@ let string_of_q (x : Bounds_spec.q) =
    or a boolean. *)
 let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
-                 "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab" ]
+                 "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab";
+                 "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -753,6 +754,12 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "ee"; "ea"; "el"; "zmax"; "delta"; "ln"; "depth"; "block"; "tiles"; "vocab" ];
     value (Bounds_spec.ce_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "zmax") (q "delta") (q "ln")
              (nat "depth") (nat "block") (nat "tiles") (nat "vocab"))
+  | `String "linear_cross_entropy_merge_lse" ->
+    allowed [ "u"; "ue"; "ee"; "ea"; "el"; "zmax"; "delta"; "ln"; "depth"; "block"; "tiles"; "items";
+              "merge_depth"; "merge_block"; "merge_tiles"; "groups"; "vocab" ];
+    value (Bounds_spec.ce_merge_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "zmax") (q "delta") (q "ln")
+             (nat "depth") (nat "block") (nat "tiles") (nat "items") (nat "merge_depth") (nat "merge_block")
+             (nat "merge_tiles") (nat "groups") (nat "vocab"))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

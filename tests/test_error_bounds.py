@@ -528,3 +528,30 @@ def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeyp
         monkeypatch.setitem(eb._oracle_state, "available", available)
         with pytest.raises(ValueError, match="afe_bL < 1"):
             eb.attention_forward_posteriori_bound(w, 4096, 128, **{**kw, "exp2_error": 0.5})
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ce_merge_lse_q (Ojas.BoundValues, extracted) against the hand copy of
+    ce_lse_error_two_level's bound in exact rationals: the same closed form, the hand copy
+    with exact powers and e^x <= 1 + x + x^2 (x = 2 u Zmax), the oracle with certified
+    upper bounds (powers within 2^-190 or so, exp within (x / 2^64)^2 / 2). So the hand copy
+    is above the oracle (its x^2 / 2 excess dominates) and within a relative 1e-6 of it: XK
+    enters the two levels' factors about four times, x^2 ~ 5e-11 for Zmax = 60, against
+    bL ~ 1e-4 (observed 5e-7 at V = 700). Where bL < 1 fails (exp_error = 0.5), or the
+    candidate LN is below ln V, the oracle answers null and the function raises."""
+    cases = [(128256, 4096, 128, 16, 64, 60.0), (700, 32, 16, 4, 16, 60.0), (128256, 4096, 256, 4, 128, 200.0)]
+    for vocab, dim, block_n, tpp, block_p, p in cases:
+        kw = dict(dtype=torch.float32, block_n=block_n, tiles_per_program=tpp, block_p=block_p, dot_abs_sum=p)
+        oracle = eb.linear_cross_entropy_merge_lse_error_bound(vocab, dim, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", False)
+        hand = eb.linear_cross_entropy_merge_lse_error_bound(vocab, dim, **kw)
+        monkeypatch.setitem(eb._oracle_state, "available", True)
+        assert oracle <= hand <= oracle * (1 + 1e-6), (vocab, oracle, hand)
+    with pytest.raises(ValueError, match="ce_merge_lse_q answered None"):
+        eb.linear_cross_entropy_merge_lse_error_bound(700, 32, **{**kw, "exp_error": 0.5})
+    q = dict(bound="linear_cross_entropy_merge_lse", u=eb._rational(U32), ue=eb._rational(2.0**-21), ee="0", ea="0",
+             el="0", zmax="60", delta="0", depth=15, block=16, tiles=4, items=64, merge_depth=15, merge_block=16,
+             merge_tiles=1, groups=11, vocab=700)
+    assert eb._from_oracle(**q, ln=eb._rational(math.log(700) * (1 + 2.0**-40))) is not None
+    assert eb._from_oracle(**q, ln=eb._rational(math.log(700) * (1 - 2.0**-40))) is None

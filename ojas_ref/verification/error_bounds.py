@@ -1391,8 +1391,11 @@ def linear_cross_entropy_merge_lse_error_bound(
     ``tiles_per_program`` tiles of ``block_n`` float32 logits per program from ``(z_first, 0)``,
     ``_rows_kernel`` merges the programs' states in tiles of ``block_p`` (the kernel's
     ``min(rows.block_p, next_power_of_2(n_groups))``). Implements
-    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` (a hand copy in exact
-    rationals: no oracle value for it yet), tile sums of depth ``block_n - 1`` and
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` through ``ce_merge_lse_q``
+    of ``Ojas.BoundValues`` (``Ojas.BoundValues.ce_merge_lse_q_sound``: the oracle computes
+    the bound over exact rationals with certified upper bounds of ``exp(2 u Zmax)`` and the
+    powers, ``ln V <= LN`` checked; without the oracle binary, a hand copy in exact rationals
+    with exact powers), tile sums of depth ``block_n - 1`` and
     ``block_p - 1`` (any reduction tree). The logits are the Triton dot's float32 sums (not
     rounded to ``dtype``): ``delta = gamma_D P`` (any order; BlockedSum.v proves the blocked
     order, not used here), or 0 with ``exact_logits``; with ``softcap``
@@ -1412,6 +1415,16 @@ def linear_cross_entropy_merge_lse_error_bound(
     groups = -(-n_tiles // tiles_per_program)
     t1, n1 = min(tiles_per_program, n_tiles), min(tiles_per_program * block_n, vocab_size)
     t2 = -(-groups // block_p)
+    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
+    got = _from_oracle(bound="linear_cross_entropy_merge_lse", u=_rational(u), ue=_rational(ue), ee=_rational(ee),
+                       ea=_rational(ea), el=_rational(el), zmax=_rational(zmax), delta=_rational(delta),
+                       ln=_rational(ln_v), depth=block_n - 1, block=block_n, tiles=t1, items=n1,
+                       merge_depth=block_p - 1, merge_block=block_p, merge_tiles=t2, groups=groups, vocab=vocab_size)
+    if got is None:
+        raise ValueError("the bound is vacuous or a check failed (ce_merge_lse_q answered None: bL >= 1 or ln V > LN)")
+    if got is not _NO_ORACLE:
+        return _float_up(got) * _ROUND_UP
+    # hand copy of ce_merge_lse_q (no oracle): exact rationals, exact powers
     xk = _exp_up_small(u * 2 * zmax)
     c1, r1 = _ce_level(u, ue, ee, ea, xk, F_(1), F_(0), F_(1), block_n - 1, block_n, t1, n1)
     c2, r2 = _ce_level(u, ue, ee, ea, xk, c1, r1, F_(n1), block_p - 1, block_p, t2, groups)
@@ -1419,7 +1432,6 @@ def linear_cross_entropy_merge_lse_error_bound(
     if not bl < 1:
         raise ValueError(f"the bound is vacuous: bL = {float(bl)} >= 1")
     nl = bl / (1 - bl)
-    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
     return _float_up(u * (zmax + ln_v + nl + el) + el + nl + delta) * _ROUND_UP
 
 
