@@ -61,6 +61,8 @@ __all__ = [
     "linear_cross_entropy_softcap_chain_error_bound",
     "linear_cross_entropy_softcap_logit_error_bound",
     "linear_cross_entropy_token_error_bound",
+    "linear_cross_entropy_weighted_dh_error_bound",
+    "linear_cross_entropy_weighted_dw_error_bound",
     "online_softmax_error_bound",
     "reversible_reconstruction_error_bound",
     "softmax_score_perturbation_bound",
@@ -1435,6 +1437,22 @@ def linear_cross_entropy_merge_lse_error_bound(
     return _float_up(u * (zmax + ln_v + nl + el) + el + nl + delta) * _ROUND_UP
 
 
+def _hand_lce_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) -> tuple[Fraction, ...]:
+    """Hand copy of ``ce_grad_q`` of ``Ojas.BoundValues`` (fallback without the oracle): the
+    coefficients ``(cS, cT, cH, c0)`` of ``ce_dw_bound`` in exact rationals, at the exact
+    ``gamma_{n_terms}`` and ``X = 1 + x + x^2 >= e^x``."""
+    X = _exp_up_small(x)
+    gd = n_terms * u / (1 - n_terms * u)
+    kg = (1 + us) * (1 + u)
+    cg = (1 + us) * ((1 + u) * ee + ea) + es
+    w = ua + u * (1 + ua)
+    kc = kg ** n_chunks
+    return (kc * a0 * (1 + w) * (1 + gd) * (kg * (1 + ue) * X - 1),
+            kc * a0 * (w + (1 + w) * ((1 + gd) * (kg - 1) + gd)) + (kc - 1) * a0,
+            kc * a0 * (1 + w) * (1 + gd) * cg,
+            n_chunks * kc * (ea + es))
+
+
 def linear_cross_entropy_grad_error_bound(
     prob_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, *, n_terms: int, dtype: torch.dtype,
     scale: float, logit_error: float, lse_error: float, max_abs_arg: float, n_chunks: int = 1,
@@ -1464,10 +1482,14 @@ def linear_cross_entropy_grad_error_bound(
     (``delta = logit_error``: :func:`linear_cross_entropy_logit_error_bound`; ``Dl = lse_error``:
     :func:`linear_cross_entropy_lse_error_bound`; ``Am = max_abs_arg`` >= |z - lse|),
     ``gd = gamma_{n_terms}`` (``n_terms``: the most terms one accumulated sum has, V for dH,
-    the largest token chunk for dW); ``gamma`` and ``X`` (``1 + perturbation_q(x / 2)``) from
-    the oracle (without it: the exact ``gamma`` and ``1 + x + x^2``), composed in exact
-    rational arithmetic here (no single Coq theorem states the composed number), the tensor
-    part in float64 rounded up by 2^-40.
+    the largest token chunk for dW). The coefficients of S, T, Ha and the constant come from
+    ``ce_grad_q`` of ``Ojas.BoundValues`` (``Ojas.BoundValues.ce_grad_q_sound_dw``,
+    ``ce_grad_q_sound_dh``: whenever it answers ``(cS, cT, cH, c0)``, ``cS S + cT T + cH Ha + c0``
+    bounds the kernel's entry under the premises of ``ce_dw_error`` / ``ce_dh_error`` with
+    ``gd = gamma_{n_terms}`` and any ``X >= e^x``, ``x = delta + Dl + u Am + ea``): the oracle
+    computes them over exact rationals at ``X = 1 + perturbation_q(x / 2)``, each rounded up;
+    without the oracle binary, the hand copy ``_hand_lce_grad_coefs`` (exact ``gamma`` and
+    ``X = 1 + x + x^2``); the tensor part in float64 rounded up by 2^-40.
 
     Premises, not theorems: ``exp_error`` for ``tl.exp`` (as the lse bound's, measured on
     [-104, 0]; the arguments exceed 0 by at most the lse's error); the fp32 accumulation of
@@ -1477,8 +1499,9 @@ def linear_cross_entropy_grad_error_bound(
     2^-134 up; not the MMA order, not TF32 products).
     ``storage_rounding="truncate"``: Triton's CPU interpreter truncates G to bfloat16 (the
     formula at those constants, not a proved bound). Not covered: softcap, bias, label
-    smoothing, z-loss, float16 (G scaled by 256), the 4-product schedule's dW (token weights
-    inside G), the scaling by grad_output, overflow."""
+    smoothing, z-loss, float16 (G scaled by 256), the scaling by grad_output after the fact,
+    overflow. The 4-product schedule (token weights inside G): :func:`linear_cross_entropy_weighted_dw_error_bound`
+    and :func:`linear_cross_entropy_weighted_dh_error_bound`."""
     for name, v in (("scale", scale), ("logit_error", logit_error), ("lse_error", lse_error),
                     ("max_abs_arg", max_abs_arg), ("exp_error", exp_error)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -1495,18 +1518,98 @@ def linear_cross_entropy_grad_error_bound(
     x = F_(float(logit_error)) + F_(float(lse_error)) + u * F_(float(max_abs_arg)) + ea
     if x > 1:
         raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
-    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))  # >= e^x - 1, certified
-    X = _exp_up_small(x) if pert is _NO_ORACLE or pert is None else 1 + F_(pert)
-    gd = _from_oracle(bound="gamma", u=_rational(u), n=n_terms)
-    gd = n_terms * u / (1 - n_terms * u) if gd is _NO_ORACLE else F_(gd)
-    kg = (1 + us) * (1 + u)
-    cg = (1 + us) * ((1 + u) * ee + ea) + es
-    w = ua + u * (1 + ua)
-    kc = kg ** n_chunks
-    coef_s = kc * a0 * (1 + w) * (1 + gd) * (kg * (1 + ue) * X - 1)
-    coef_t = kc * a0 * (w + (1 + w) * ((1 + gd) * (kg - 1) + gd)) + (kc - 1) * a0
-    coef_h = kc * a0 * (1 + w) * (1 + gd) * cg
-    const = n_chunks * kc * (ea + es)
+    consts = (u, ea, us, es, ue, ee, a0, ua, x)
+    got = _from_oracle(bound="linear_cross_entropy_grad", **{k: _rational(v) for k, v in zip(
+        ("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x"), consts)}, n=n_terms, chunks=n_chunks)
+    if got is None:
+        raise ValueError("a check of ce_grad_q failed (the oracle answered None)")
+    coef_s, coef_t, coef_h, const = (_hand_lce_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE
+                                     else (F_(c) for c in got))
     grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
     s, t, h = (x.to(torch.float64) * grow for x in (prob_abs, grad_abs, operand_abs))
     return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
+
+
+def _lce_exp_factor(logit_error: float, lse_error: float, max_abs_arg: float, exp_error: float) -> Fraction:
+    """``Fe = (1 + ue) X`` with ``X >= exp(delta + Dl + u Am + ea)`` (``1 + perturbation_q(x / 2)``
+    from the oracle, else ``1 + x + x^2``), exact rationals; ``ValueError`` when ``x > 1``."""
+    for name, v in (("logit_error", logit_error), ("lse_error", lse_error), ("max_abs_arg", max_abs_arg),
+                    ("exp_error", exp_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    x = Fraction(float(logit_error)) + Fraction(float(lse_error)) + u * Fraction(float(max_abs_arg)) + ea
+    if x > 1:
+        raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
+    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))  # >= e^x - 1, certified
+    X = _exp_up_small(x) if pert is _NO_ORACLE or pert is None else 1 + Fraction(pert)
+    return (1 + Fraction(float(exp_error))) * X
+
+
+def linear_cross_entropy_weighted_dh_error_bound(
+    prob_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, token_weight: torch.Tensor, *,
+    n_terms: int, dtype: torch.dtype, scale: float, storage_rounding: str = "nearest", **premises: float,
+) -> torch.Tensor:
+    """Per-entry bounds on dH (grad_input [N, D]) of the 4-product schedule of
+    kernels/linear_cross_entropy.py (reduction "none", or ``products=4``; no bias, softcap,
+    smoothing, z-loss, float16): the forward's row ``rnd_s(rnd(alpha G W))`` (G with token weight 1),
+    times the token's float32 grad_output ``g`` in the backward, rounded once to ``dtype``.
+    Implements ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error``::
+
+        bound = Kg |g| B1 + (Kg - 1) |g| a0 T + cw0,  Kg = (1 + us)(1 + u),  cw0 = (1 + us) ea + es,
+
+    ``B1`` :func:`linear_cross_entropy_grad_error_bound` at ``n_chunks = 1`` on the same sums
+    (``ce_dh_error``: the forward's row; its ``logit_error`` the float32 logits' own, not rounded to
+    ``dtype``, and ``lse_error`` the merged lse's: :func:`linear_cross_entropy_merge_lse_error_bound`),
+    ``T = grad_abs``, ``a0 = scale``, ``token_weight`` [N] (or [1]) the grad_output of each row.
+    ``premises``: ``logit_error``, ``lse_error``, ``max_abs_arg``, ``exp_error`` as there. Not
+    covered: as ``ce_dh4_error`` says (rocq/FloatModel/CrossEntropyWeightedGradError.v)."""
+    b1 = linear_cross_entropy_grad_error_bound(prob_abs, grad_abs, operand_abs, n_terms=n_terms, dtype=dtype,
+                                               scale=scale, storage_rounding=storage_rounding, **premises)
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    us, es = (Fraction(x) for x in _storage(dtype, storage_rounding))
+    kg = (1 + us) * (1 + u)
+    g = token_weight.to(torch.float64).abs().reshape(-1, 1)
+    t = _enlarged(grad_abs, n_terms) * float(scale)
+    return (_float_up(kg) * g * b1 + _float_up(kg - 1) * g * t + _float_up((1 + us) * ea + es)) * _ROUND_UP
+
+
+def linear_cross_entropy_weighted_dw_error_bound(
+    prob_abs: torch.Tensor, grad_abs: torch.Tensor, weighted_operand_abs: torch.Tensor, operand_abs: torch.Tensor, *,
+    n_terms: int, dtype: torch.dtype, weight_error: float = 0.0, logit_error: float, lse_error: float,
+    max_abs_arg: float, exp_error: float = LCE_EXP_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """Per-entry bounds on dW (grad_weight [V, D]) of the 4-product schedule (``_backward_weight``:
+    G = ``rnd_s(rnd(g_e w_n))`` with the float32 token weight ``w_n`` inside, from the recomputed
+    float32 logits and the forward's lse; ``G_slab^T H`` one product over all ``n_terms`` kept
+    tokens, accumulated in float32 and rounded once to ``dtype``). Implements
+    ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dw4_error``::
+
+        bound = (1 + us) ((1 + gd) E1 + gd T) + us T + es,
+        E1 = (Kw Fe - 1) S + (Kw - 1) T + cw1 Hw + cw0 Ha,  Kw = (1 + us)(1 + u)^2 (1 + ua),
+        cw1 = (1 + us)(1 + u)(1 + ua)((1 + u) ee + ea),  cw0 = (1 + us) ea + es,
+
+    over the kept tokens with the exact weights ``w0``: ``S = prob_abs`` = sum |w0| P |h|,
+    ``T = grad_abs`` = sum |w0 (P - onehot)| |h|, ``Hw = weighted_operand_abs`` = sum |w0| |h|,
+    ``Ha = operand_abs`` = sum |h| (float64, enlarged here), ``ua = weight_error`` with
+    ``|w - w0| <= ua |w0|`` (0 for "none" and "sum": grad_output itself; 2^-24 for "mean",
+    ``fl32(grad_output / K)`` in float32's normal range), ``gd = gamma_{n_terms}``, ``Fe`` as
+    :func:`linear_cross_entropy_grad_error_bound` (the premises there; ``lse_error`` from
+    :func:`linear_cross_entropy_merge_lse_error_bound`, the logits float32). Not covered: as
+    ``ce_dw4_error`` says (rocq/FloatModel/CrossEntropyWeightedGradError.v)."""
+    if not (isinstance(n_terms, int) and 1 <= n_terms and n_terms * _FP32_U < 1.0):
+        raise ValueError(f"n_terms must be an int >= 1 with n_terms * 2^-24 < 1, got {n_terms!r}")
+    if not (isinstance(weight_error, (int, float)) and 0 <= weight_error < 1):
+        raise ValueError(f"weight_error must be a number in [0, 1), got {weight_error!r}")
+    fe = _lce_exp_factor(logit_error, lse_error, max_abs_arg, exp_error)
+    u, ea, ee, ua = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_EXP2_ABS_ERROR), Fraction(float(weight_error))
+    us, es = (Fraction(x) for x in _storage(dtype, storage_rounding))
+    gd = _from_oracle(bound="gamma", u=_rational(u), n=n_terms)
+    gd = n_terms * u / (1 - n_terms * u) if gd is _NO_ORACLE else Fraction(gd)
+    kw = (1 + us) * (1 + u) ** 2 * (1 + ua)
+    cw1 = (1 + us) * (1 + u) * (1 + ua) * ((1 + u) * ee + ea)
+    cw0 = (1 + us) * ea + es
+    c = (1 + us) * (1 + gd)
+    coefs = (c * (kw * fe - 1), c * (kw - 1) + (1 + us) * gd + us, c * cw1, c * cw0)
+    sums = (prob_abs, grad_abs, weighted_operand_abs, operand_abs)
+    return (sum(_float_up(k) * _enlarged(s, n_terms) for k, s in zip(coefs, sums)) + _float_up(es)) * _ROUND_UP

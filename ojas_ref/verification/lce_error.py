@@ -194,12 +194,40 @@ def measured_log_error(device: str, points: int = 1 << 20) -> float:
 
 
 def exact_gradients(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
-                    ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` on the upcast inputs."""
+                    ignore_index: int = -100, grad_output: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` on the upcast inputs, with
+    ``grad_output`` (upcast; default 1) as the loss's upstream gradient."""
     h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
     loss = F.cross_entropy(h @ ww.t(), target, reduction=reduction, ignore_index=ignore_index)
-    dh, dw = torch.autograd.grad(loss, (h, ww))
+    go = torch.ones_like(loss) if grad_output is None else grad_output.to(F64).reshape(loss.shape)
+    dh, dw = torch.autograd.grad(loss, (h, ww), go)
     return dh, dw
+
+
+def _probabilities(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int
+                   ) -> tuple[torch.Tensor, ...]:
+    """(H, W, kept [N, 1], P, G = P - onehot) float64, P and G zero at the ignored tokens."""
+    h, ww = x.to(F64), w.to(F64)
+    kept = (target != ignore_index).to(F64)[:, None]
+    p = torch.softmax(h @ ww.t(), dim=1) * kept
+    rows = (target != ignore_index).nonzero().squeeze(1)
+    g = p.clone()
+    g[rows, target[rows]] -= 1.0
+    return h, ww, kept, p, g
+
+
+def weighted_gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, token_weight: torch.Tensor,
+                           ignore_index: int = -100) -> tuple[torch.Tensor, ...]:
+    """The sums (S, T, Hw, Ha) [V, D] of ``ce_dw4_error`` over the kept tokens, exact weights
+    ``w0 = token_weight`` [N] (upcast): ``(|w0| P)^T |H|``, ``|w0 G|^T |H|``, ``colsum |w0| |H|``,
+    ``colsum |H_kept|``."""
+    h, _, kept, p, g = _probabilities(x, w, target, ignore_index)
+    ha = h.abs() * kept
+    wa = token_weight.to(F64).abs().reshape(-1, 1).expand(h.shape[0], 1)
+    V = w.shape[0]
+    return ((wa * p).t() @ ha, (wa * g).abs().t() @ ha, (wa * ha).sum(0)[None, :].expand(V, -1),
+            ha.sum(0)[None, :].expand(V, -1))
 
 
 def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100
@@ -207,12 +235,7 @@ def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore
     """The sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error`` [V, D] from the exact
     float64 probabilities P of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
     ``kept x colsum |W|``; dW ``P^T |H|``, ``|G|^T |H|``, ``colsum |H_kept|``."""
-    h, ww = x.to(F64), w.to(F64)
-    kept = (target != ignore_index).to(F64)[:, None]
-    p = torch.softmax(h @ ww.t(), dim=1) * kept
-    rows = (target != ignore_index).nonzero().squeeze(1)
-    g = p.clone()
-    g[rows, target[rows]] -= 1.0
+    h, ww, kept, p, g = _probabilities(x, w, target, ignore_index)
     ga, wa, ha = g.abs(), ww.abs(), h.abs() * kept
     dh = (p @ wa, ga @ wa, kept * wa.sum(0)[None, :])
     dw = (p.t() @ ha, ga.t() @ ha, ha.sum(0)[None, :].expand(w.shape[0], -1))
@@ -221,14 +244,21 @@ def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore
 
 def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
                     ignore_index: int = -100, config=None, exp_error: float | None = None,
-                    storage_rounding: str = "nearest") -> tuple[torch.Tensor, torch.Tensor]:
+                    storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound` for
     ``_three_products`` (no bias, reduction "mean" / "sum") on these inputs: ``delta`` and
     ``Dl`` from the logit and lse bounds with ``dot_abs_sum`` = max sum_i |h_i w_vi| of the
-    data, ``Am = 2 Zmax + ln V + Dl``, the token chunks of the kernel's plan."""
+    data, ``Am = 2 Zmax + ln V + Dl``, the token chunks of the kernel's plan. Reduction "none"
+    or ``config.products == 4``: the 4-product schedule's (:func:`four_product_gradient_bounds`,
+    ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1)."""
     from ojas_kernels import linear_cross_entropy as lce
 
+    if reduction == "none" or (config is not None and config.products == 4):
+        return four_product_gradient_bounds(x, w, target, config, reduction=reduction, ignore_index=ignore_index,
+                                            exp_error=exp_error, storage_rounding=storage_rounding,
+                                            grad_output=grad_output)
     from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_grad_error_bound,
                                linear_cross_entropy_logit_error_bound, linear_cross_entropy_lse_error_bound)
 
@@ -247,4 +277,49 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     bh = linear_cross_entropy_grad_error_bound(*sums_h, n_terms=V, **common)
     bw = linear_cross_entropy_grad_error_bound(*sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan),
                                                **common)
+    return bh, bw
+
+
+def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, config, *,
+                                 reduction: str = "none", ignore_index: int = -100, exp_error: float | None = None,
+                                 storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-entry bounds (dH [N, D], dW [V, D]) of ``ce_dh4_error`` / ``ce_dw4_error``
+    (:func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_weighted_dh_error_bound`,
+    ``..._weighted_dw_error_bound``) for the 4-product schedule with ``config`` (which must fix
+    ``tiles_per_program``: the forward's groups of tiles enter the lse bound), no bias:
+    ``delta`` of the float32 logits (not rounded to the dtype), ``Dl`` the merged lse's
+    (``ce_lse_error_two_level``), ``Am = 2 Zmax + ln V + Dl``; the token weights grad_output
+    (per token for "none"), ``grad_output / K`` for "mean" (``ua = 2^-24``)."""
+    from ojas_kernels import linear_cross_entropy as lce
+
+    from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_logit_error_bound,
+                               linear_cross_entropy_merge_lse_error_bound,
+                               linear_cross_entropy_weighted_dh_error_bound,
+                               linear_cross_entropy_weighted_dw_error_bound)
+
+    if config is None or config.tiles_per_program is None:
+        raise ValueError("the 4-product bounds need a config that fixes tiles_per_program")
+    exp_error = LCE_EXP_ERROR if exp_error is None else exp_error
+    (N, D), V = x.shape, w.shape[0]
+    K = int((target != ignore_index).sum())
+    go = torch.ones(1 if reduction != "none" else N, dtype=F64) if grad_output is None else grad_output.to(F64)
+    go = go.reshape(-1).to(x.device)
+    kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
+    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, logits_in_dtype=False, **kw)
+    n_groups = -(-(-(-V // config.fwd.block_n)) // config.tiles_per_program)
+    dl = linear_cross_entropy_merge_lse_error_bound(
+        V, D, block_n=config.fwd.block_n, tiles_per_program=config.tiles_per_program,
+        block_p=min(config.rows.block_p, lce.next_power_of_2(n_groups)), exp_error=exp_error, **kw)
+    premises = dict(logit_error=delta, lse_error=dl, max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01,
+                    exp_error=exp_error)
+    mean = reduction == "mean"
+    sums_h, _ = gradient_sums(x, w, target, ignore_index)
+    bh = linear_cross_entropy_weighted_dh_error_bound(
+        *sums_h, go, n_terms=V, dtype=x.dtype, scale=1.0 / K if mean else 1.0,
+        storage_rounding=storage_rounding, **premises)
+    w0 = (go / K if mean else go).expand(N)
+    bw = linear_cross_entropy_weighted_dw_error_bound(
+        *weighted_gradient_sums(x, w, target, w0, ignore_index), n_terms=max(K, 1),
+        dtype=x.dtype, weight_error=2.0**-24 if mean else 0.0, storage_rounding=storage_rounding, **premises)
     return bh, bw
