@@ -34,6 +34,13 @@ off the tiles, several token chunks; bfloat16 G truncated by the interpreter:
 GPU at V = 128256, D = 4096. Mutants of the kernel's own path (one chunk's dW accumulation
 dropped, the row kernel's vocabulary one column short, "mean" over all tokens instead of the
 kept ones) exceed the bound.
+
+The 4-product schedule (reduction "none", ``products=4``): ``gradient_bounds`` with ``grad_output``
+gives ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` (dH: the forward's row times
+grad_output) and ``ce_dw4_error`` (dW: the token weights inside G, one product over the kept
+tokens) per entry; checked on the CPU with a per-token grad_output (zeros, a negative entry,
+ignored tokens) for "none" and a scalar for "mean", mutants (the weight applied twice in G, the
+backward's lse shifted by 2^-10) outside, and on the GPU at V = 128256, D = 4096.
 """
 
 from __future__ import annotations
@@ -454,5 +461,116 @@ def test_gpu_llama3_size_gradients_within_bound(dtype):
     bh, bw = gradient_bounds(x, w, target, reduction="mean")
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
     print(f"{dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
+          f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
+    assert (eh <= bh).all() and (ew <= bw).all()
+
+
+# The 4-product schedule (reduction "none", products=4): ce_dh4_error / ce_dw4_error of
+# rocq/FloatModel/CrossEntropyWeightedGradError.v, the token weights inside G.
+
+def _four_case(dtype, reduction, seed=11):
+    """``_grad_case`` with 4 products (forward token chunks of 5, groups of 4 vocabulary tiles)
+    and a grad_output: per token for "none" (random, two zeros, one -2.5; the ignored tokens'
+    entries nonzero, which must change nothing), a scalar 1.7 otherwise."""
+    x, w, target, cfg = _grad_case(dtype, seed=seed)
+    cfg = dataclasses.replace(cfg, products=4, tiles_per_program=4)
+    go = torch.randn(len(target), generator=_gen(seed + 1)) if reduction == "none" else torch.tensor(1.7)
+    if reduction == "none":
+        go[[0, 5]] = 0.0
+        go[3] = -2.5
+    return x, w, target, cfg, go
+
+
+def _four_grads(x, w, target, reduction, cfg, go):
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    lce.linear_cross_entropy(xr, wr, target, reduction=reduction, config=cfg).backward(go)
+    return xr.grad.to(F64), wr.grad.to(F64)
+
+
+def _four_bounds(x, w, target, reduction, cfg, go):
+    rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
+    return gradient_bounds(x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR,
+                           storage_rounding=rounding, grad_output=go)
+
+
+@pytest.mark.parametrize("dtype, reduction", [(torch.float32, "none"), (torch.bfloat16, "none"),
+                                              (torch.float32, "mean")])
+def test_four_product_gradients_within_bound(dtype, reduction):
+    """Every entry of dH and dW within ce_dh4_error / ce_dw4_error's bound against float64 autograd
+    with the same grad_output; bfloat16 on the CPU: the formula at the truncation's constants (the
+    interpreter truncates G), not a proved bound. Not vacuous: each kept entry with a nonzero weight
+    below half the trivial bound |w0| sum |G| |h| (dW: the weighted T), and the largest bound within
+    1000x (float32) / 30x (bfloat16) of the largest error: the any-order gamma_n is a worst case,
+    about sqrt(n) above the random-like rounding seen at these sizes (n = V = 700 for dH)."""
+    from ojas_ref.verification.lce_error import weighted_gradient_sums
+
+    x, w, target, cfg, go = _four_case(dtype, reduction)
+    gh, gw = _four_grads(x, w, target, reduction, cfg, go)
+    dh, dw = exact_gradients(x, w, target, reduction, grad_output=go)
+    bh, bw = _four_bounds(x, w, target, reduction, cfg, go)
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"4 products {dtype} {reduction}: dH ratio {_ratio(bh, eh)}, dW ratio {_ratio(bw, ew)}")
+    assert (eh <= bh).all() and (ew <= bw).all()
+    kept = target != -100
+    assert (gh[~kept] == 0).all()
+    K = int(kept.sum())
+    a0 = 1.0 / K if reduction == "mean" else 1.0
+    g = go.to(F64).reshape(-1).expand(len(target))
+    (_, th, _), _ = gradient_sums(x, w, target)
+    rows = kept & (g != 0)
+    assert (bh[rows] < 0.5 * (g.abs()[:, None] * a0 * th)[rows]).all()
+    _, tw, _, _ = weighted_gradient_sums(x, w, target, g * a0)
+    assert (bw < 0.5 * tw).all()
+    ceiling = 1000.0 if dtype == torch.float32 else 30.0
+    assert bh.max() / eh.max() < ceiling and bw.max() / ew.max() < ceiling
+
+
+def _mutant_weight_twice(orig):
+    def backward_weight(x, weight, bias, kept, tgt, lse, token_weight, *args, **kw):  # w_n applied twice in G
+        return orig(x, weight, bias, kept, tgt, lse, token_weight * token_weight, *args, **kw)
+    return "_backward_weight", backward_weight
+
+
+def _mutant_lse_shift(orig):
+    def backward_weight(x, weight, bias, kept, tgt, lse, *args, **kw):  # the backward's lse off by 2^-10
+        return orig(x, weight, bias, kept, tgt, lse + 2.0**-10, *args, **kw)
+    return "_backward_weight", backward_weight
+
+
+@pytest.mark.parametrize("dtype, mutant", [(torch.float32, None), (torch.float32, "weight_twice"),
+                                           (torch.bfloat16, "weight_twice"), (torch.float32, "lse_shift")])
+def test_four_product_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
+    """The unmutated 4-product backward within ce_dw4_error's bound, each mutant of it outside."""
+    x, w, target, cfg, go = _four_case(dtype, "none", seed=12)
+    dh, dw = exact_gradients(x, w, target, "none", grad_output=go)
+    bh, bw = _four_bounds(x, w, target, "none", cfg, go)
+    make = dict(weight_twice=_mutant_weight_twice, lse_shift=_mutant_lse_shift)
+    if mutant is not None:
+        monkeypatch.setattr(lce, *make[mutant](lce._backward_weight))
+    gh, gw = _four_grads(x, w, target, "none", cfg, go)
+    assert ((gh - dh).abs() <= bh).all()
+    excess = ((gw - dw).abs() / bw).max().item()
+    print(f"4 products {dtype} {mutant}: largest dW error / bound {excess:.3g}")
+    assert (excess <= 1.0) == (mutant is None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_four_product_gradients_within_bound(dtype):
+    """V = 128256, D = 4096, 1024 tokens, reduction "none" with a random grad_output (zeros and a
+    negative entry, every 7th token ignored), the default config with 8 tiles per forward program
+    (the lse bound needs the grouping): every entry within ce_dh4_error / ce_dw4_error's bound."""
+    x, w, target = _gpu_case(1024, dtype)
+    target[::7] = -100
+    go = torch.randn(1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+    go[[1, 2]] = 0.0
+    go[3] = -3.0
+    cfg = dataclasses.replace(lce.default_config(dtype, x.device), tiles_per_program=8)
+    gh, gw = _four_grads(x, w, target, "none", cfg, go)
+    dh, dw = exact_gradients(x, w, target, "none", grad_output=go)
+    bh, bw = gradient_bounds(x, w, target, reduction="none", config=cfg, grad_output=go)
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"4 products {dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
           f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
     assert (eh <= bh).all() and (ew <= bw).all()
