@@ -47,8 +47,14 @@
       [T = sum |P - [v = t]| |h|], [Ha = sum |h|].
     - [ce_dh_error]: dH's entry, the same with [C = 1] (one product over the
       vocabulary: [h] is [W_vd], the sums over the vocabulary).
+    - The generic part, for any entries of G within their own bounds
+      ([ce_gen_ok]: each term [|tm - te| <= bd]): [ce_gen_dw_error] and
+      [ce_gen_dh_error] (the bound [ce_gen_bound] in [B = sum bd] and
+      [T = sum |te|]); the theorems above are its instance with [ce_g_close]
+      ([ce_term_close], [ce_bd_sum]); CrossEntropySoftcapGradError.v's with
+      the capped entries.
 
-    Not covered: softcap, bias, label smoothing and z-loss (other entries of
+    Not covered: softcap (CrossEntropySoftcapGradError.v), bias, label smoothing and z-loss (other entries of
     G), the float16 schedule ([g_scale = 256]) and the 4-product schedule's
     dW (token weights inside G); the order of the sums inside cuBLAS / the CPU
     BLAS (only through the hypothesis on [dsum]: the any-order [gd] is the
@@ -142,6 +148,112 @@ Proof.
   lra.
 Qed.
 
+(** [_grad_tile]'s entry before the store, against [P - [v = t]], [P = e^(y - L)]. *)
+Lemma ce_gent_close : forall z lse y L delta Dl Am X (t : bool),
+  Rabs (z - y) <= delta -> Rabs (lse - L) <= Dl -> Rabs (z - lse) <= Am ->
+  exp (delta + Dl + u * Am + ea) <= X ->
+  Rabs (ce_gent lse z t - (exp (y - L) - (if t then 1 else 0)))
+  <= ((1 + u) * ((1 + ue) * X) - 1) * exp (y - L) + u * Rabs (exp (y - L) - (if t then 1 else 0))
+     + ((1 + u) * ee + ea).
+Proof.
+  intros z lse y L delta Dl Am X t Hz Hl Ha HX.
+  destruct ce_nonneg as [Hu [Hea _]].
+  pose proof (ce_exp_close _ _ _ _ _ _ _ _ Hz Hl Ha HX) as He.
+  assert (HF : 0 <= (1 + ue) * X)
+    by (apply Rmult_le_pos; [lra | left; eapply Rlt_le_trans; [apply exp_pos | exact HX]]).
+  unfold ce_gent.
+  set (e := ex (rnd (z - lse))) in *.
+  set (P := exp (y - L)) in *.
+  set (Fe := (1 + ue) * X) in *.
+  assert (HP : 0 < P) by apply exp_pos.
+  assert (0 <= u * Fe * P) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+  assert (0 <= u * P) by (apply Rmult_le_pos; lra).
+  assert (0 <= u * ee) by (apply Rmult_le_pos; lra).
+  destruct t.
+  - pose proof (ff_abs A_ (e - 1)) as Hs.
+    assert (Rabs (e - 1) <= Rabs (e - P) + Rabs (P - 1))
+      by (replace (e - 1) with ((e - P) + (P - 1)) by ring; apply Rabs_triang).
+    assert (u * Rabs (e - 1) <= u * (Rabs (e - P) + Rabs (P - 1))) by (apply Rmult_le_compat_l; lra).
+    assert (u * Rabs (e - P) <= u * ((Fe - 1) * P + ee)) by (apply Rmult_le_compat_l; lra).
+    replace (rnd (e - 1) - (P - 1)) with ((rnd (e - 1) - (e - 1)) + (e - P)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    lra.
+  - rewrite !Rminus_0_r.
+    assert (0 <= u * Rabs P) by (apply Rmult_le_pos; [lra | apply Rabs_pos]).
+    lra.
+Qed.
+
+(** ** Sums of computed terms [tm] against exact ones [te], each within its own bound [bd]
+
+    The generic part of the results below: CrossEntropySoftcapGradError.v instantiates
+    it with the capped entries of G. *)
+
+Section Gen.
+
+Variable T : Type.
+Variables tm te bd : T -> R.
+
+Definition ce_gen_ok (xs : list T) : Prop := forall x, In x xs -> Rabs (tm x - te x) <= bd x.
+
+(** The hypothesis on the fp32 accumulation of a product's terms. *)
+Definition ce_gen_dsum_ok (dsum : list R -> R) (gd : R) (xs : list T) : Prop :=
+  Rabs (dsum (map tm xs) - rsum (map tm xs)) <= gd * rsum (map Rabs (map tm xs)).
+
+Definition ce_gen_B (xs : list T) : R := rsum (map bd xs).
+Definition ce_gen_T (xs : list T) : R := rsum (map (fun x => Rabs (te x)) xs).
+
+Lemma ce_gen_nonneg : forall xs, ce_gen_ok xs -> 0 <= ce_gen_B xs /\ 0 <= ce_gen_T xs.
+Proof.
+  intros xs Hok; split; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- Hx]].
+  - eapply Rle_trans; [apply Rabs_pos | exact (Hok x Hx)].
+  - apply Rabs_pos.
+Qed.
+
+Lemma ce_gen_app : forall xs ys,
+  ce_gen_B (xs ++ ys) = ce_gen_B xs + ce_gen_B ys /\ ce_gen_T (xs ++ ys) = ce_gen_T xs + ce_gen_T ys.
+Proof. intros; unfold ce_gen_B, ce_gen_T; rewrite !map_app, !rsum_app; split; reflexivity. Qed.
+
+Lemma ce_gen_terms_close : forall xs, ce_gen_ok xs ->
+  Rabs (rsum (map tm xs) - rsum (map te xs)) <= ce_gen_B xs
+  /\ rsum (map Rabs (map tm xs)) <= ce_gen_T xs + ce_gen_B xs.
+Proof.
+  induction xs as [| x xs IH]; intros Hok.
+  - unfold ce_gen_B, ce_gen_T; cbn [map]; rewrite !rsum_nil, Rminus_0_r, Rabs_R0; lra.
+  - destruct IH as [IH1 IH2]; [intros y Hy; apply Hok; right; exact Hy |].
+    pose proof (Hok x (or_introl eq_refl)) as Hx.
+    unfold ce_gen_B, ce_gen_T in *; cbn [map] in *; rewrite !rsum_cons in *.
+    split.
+    + replace (tm x + rsum (map tm xs) - (te x + rsum (map te xs)))
+        with ((tm x - te x) + (rsum (map tm xs) - rsum (map te xs))) by ring.
+      eapply Rle_trans; [apply Rabs_triang |]; lra.
+    + assert (Rabs (tm x) <= Rabs (te x) + Rabs (tm x - te x))
+        by (replace (tm x) with ((tm x - te x) + te x) at 1 by ring;
+            eapply Rle_trans; [apply Rabs_triang | lra]).
+      lra.
+Qed.
+
+(** One product: the terms' error, then the accumulation's. *)
+Lemma ce_gen_chunk_close : forall dsum gd xs, 0 <= gd -> ce_gen_ok xs -> ce_gen_dsum_ok dsum gd xs ->
+  Rabs (dsum (map tm xs) - rsum (map te xs)) <= (1 + gd) * ce_gen_B xs + gd * ce_gen_T xs
+  /\ Rabs (dsum (map tm xs)) <= ce_gen_T xs + ((1 + gd) * ce_gen_B xs + gd * ce_gen_T xs).
+Proof.
+  intros dsum gd xs Hg Hok Hs.
+  destruct (ce_gen_terms_close xs Hok) as [H1 H2].
+  unfold ce_gen_dsum_ok in Hs.
+  assert (Hc : gd * rsum (map Rabs (map tm xs)) <= gd * (ce_gen_T xs + ce_gen_B xs))
+    by (apply Rmult_le_compat_l; lra).
+  assert (Hd2 : Rabs (dsum (map tm xs) - rsum (map te xs)) <= (1 + gd) * ce_gen_B xs + gd * ce_gen_T xs).
+  { replace (dsum (map tm xs) - rsum (map te xs))
+      with ((dsum (map tm xs) - rsum (map tm xs)) + (rsum (map tm xs) - rsum (map te xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |]; lra. }
+  split; [exact Hd2 |].
+  assert (Rabs (rsum (map te xs)) <= ce_gen_T xs) by apply bw_rsum_abs.
+  replace (dsum (map tm xs)) with ((dsum (map tm xs) - rsum (map te xs)) + rsum (map te xs)) by ring.
+  eapply Rle_trans; [apply Rabs_triang | lra].
+Qed.
+
+End Gen.
+
 Section Items.
 
 (** An item: one term of dH's or dW's sum; its computed logit [iz], the lse
@@ -172,63 +284,25 @@ Proof.
   intros delta Dl Am X x Hd0 Hl0 Ha0 HX Hok.
   destruct ce_nonneg as [Hu [Hea [Hus Hes]]].
   pose proof ce_Kg_ge_1 as HK; pose proof ce_cg_nonneg as Hc.
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; rewrite <- exp_0; apply ose_exp_le.
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
-  unfold ce_g, ce_G, ce_P, ce_gent; destruct (ik x) eqn:Ek.
+  unfold ce_g, ce_G, ce_P; destruct (ik x) eqn:Ek.
   2: { rewrite Rminus_0_r, Rabs_R0; lra. }
   destruct (Hok Ek) as [H1 [H2 H3]].
-  pose proof (ce_exp_close _ _ _ _ _ _ _ _ H1 H2 H3 HX) as He.
-  set (e := ex (rnd (iz x - il x))) in *.
+  pose proof (ce_gent_close _ _ _ _ _ _ _ _ (it x) H1 H2 H3 HX) as Hg.
+  set (g := ce_gent (il x) (iz x) (it x)) in *.
   set (P := exp (iy x - iL x)) in *.
+  set (G := P - (if it x then 1 else 0)) in *.
   assert (HP : 0 < P) by apply exp_pos.
-  set (Fe := (1 + ue) * X) in *.
-  assert (HF : 1 <= Fe) by (unfold Fe; nra).
-  assert (HKF : (ce_Kg - 1) * (Fe - 1) >= 0) by (apply Rle_ge, Rmult_le_pos; lra).
-  unfold ce_Kg, ce_cg in *.
-  destruct (it x).
-  - (* the target: rnd_s (rnd (e - 1)) against P - 1 *)
-    pose proof (ff_abs A_ (e - 1)) as Hs.
-    set (g := rnd (e - 1)) in *.
-    assert (Hg : Rabs (g - (P - 1)) <= (1 + u) * Rabs (e - P) + u * Rabs (P - 1) + ea).
-    { replace (g - (P - 1)) with ((g - (e - 1)) + (e - P)) by ring.
-      eapply Rle_trans; [apply Rabs_triang |].
-      assert (Rabs (e - 1) <= Rabs (e - P) + Rabs (P - 1))
-        by (replace (e - 1) with ((e - P) + (P - 1)) by ring; apply Rabs_triang).
-      assert (u * Rabs (e - 1) <= u * (Rabs (e - P) + Rabs (P - 1))) by (apply Rmult_le_compat_l; lra).
-      lra. }
-    pose proof (ff_abs S_ g) as Hq.
-    assert (Hga : Rabs g <= Rabs (P - 1) + Rabs (g - (P - 1)))
-      by (replace g with ((g - (P - 1)) + (P - 1)) at 1 by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
-    replace (rs g - (P - 1)) with ((rs g - g) + (g - (P - 1))) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (us * Rabs g <= us * (Rabs (P - 1) + Rabs (g - (P - 1)))) by (apply Rmult_le_compat_l; lra).
-    assert (E1 : (1 + us) * Rabs (g - (P - 1))
-                 <= (1 + us) * ((1 + u) * ((Fe - 1) * P + ee) + u * Rabs (P - 1) + ea)).
-    { apply Rmult_le_compat_l; [lra |].
-      assert ((1 + u) * Rabs (e - P) <= (1 + u) * ((Fe - 1) * P + ee)) by (apply Rmult_le_compat_l; lra).
-      lra. }
-    assert (E2 : (1 + us) * (1 + u) * ((Fe - 1) * P) <= ((1 + us) * (1 + u) * Fe - 1) * P).
-    { assert (0 <= ((1 + us) * (1 + u) - 1) * P) by (apply Rmult_le_pos; lra). nra. }
-    pose proof (Rabs_pos (P - 1)).
-    nra.
-  - (* another row: rnd_s e against P *)
-    rewrite Rminus_0_r.
-    pose proof (ff_abs S_ e) as Hq.
-    assert (Hea' : Rabs e <= P + Rabs (e - P))
-      by (replace e with ((e - P) + P) at 1 by ring; eapply Rle_trans; [apply Rabs_triang |];
-          rewrite (Rabs_right P) by lra; lra).
-    replace (rs e - P) with ((rs e - e) + (e - P)) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (us * Rabs e <= us * (P + Rabs (e - P))) by (apply Rmult_le_compat_l; lra).
-    assert (E1 : (1 + us) * Rabs (e - P) <= (1 + us) * ((Fe - 1) * P + ee)) by (apply Rmult_le_compat_l; lra).
-    assert (E2 : (1 + us) * ((Fe - 1) * P) + us * P <= ((1 + us) * (1 + u) * Fe - 1) * P).
-    { assert (0 <= u * (1 + us) * Fe * P) by (repeat apply Rmult_le_pos; lra). nra. }
-    assert (E3 : (1 + us) * ee <= (1 + us) * ((1 + u) * ee + ea)).
-    { apply Rmult_le_compat_l; [lra |]. assert (0 <= u * ee) by (apply Rmult_le_pos; lra). lra. }
-    rewrite (Rabs_right P) by lra.
-    assert (0 <= ((1 + us) * (1 + u) - 1) * P) by (apply Rmult_le_pos; lra).
-    nra.
+  pose proof (ff_abs S_ g) as Hq.
+  assert (Hga : Rabs g <= Rabs G + Rabs (g - G))
+    by (replace g with (G + (g - G)) at 1 by ring; apply Rabs_triang).
+  replace (rs g - G) with ((rs g - g) + (g - G)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs g <= us * (Rabs G + Rabs (g - G))) by (apply Rmult_le_compat_l; lra).
+  assert ((1 + us) * Rabs (g - G)
+          <= (1 + us) * (((1 + u) * ((1 + ue) * X) - 1) * P + u * Rabs G + ((1 + u) * ee + ea)))
+    by (apply Rmult_le_compat_l; lra).
+  assert (0 <= us * P) by (apply Rmult_le_pos; lra).
+  unfold ce_Kg, ce_cg; lra.
 Qed.
 
 (** The a-posteriori sums of a list of items. *)
@@ -253,34 +327,38 @@ Lemma ce_sums_app : forall xs ys,
   /\ ce_Ha (xs ++ ys) = ce_Ha xs + ce_Ha ys.
 Proof. intros; unfold ce_S, ce_T, ce_Ha; rewrite !map_app, !rsum_app; repeat split. Qed.
 
+(** One term's bound: [ce_g_close] times [|ih|]. *)
+Definition ce_bd (Fe : R) (x : T) : R :=
+  (ce_Kg * Fe - 1) * (ce_P x * Rabs (ih x)) + (ce_Kg - 1) * Rabs (ce_exact x)
+  + ce_cg * (if ik x then Rabs (ih x) else 0).
+
+Lemma ce_bd_sum : forall Fe xs, ce_gen_B T (ce_bd Fe) xs = ce_E1 Fe (ce_S xs) (ce_T xs) (ce_Ha xs).
+Proof. intros; unfold ce_gen_B, ce_bd, ce_E1, ce_S, ce_T, ce_Ha; rewrite !rsum_map_plus, !rsum_map_scal_l; reflexivity. Qed.
+
+Lemma ce_term_close : forall delta Dl Am X x,
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> exp (delta + Dl + u * Am + ea) <= X -> ce_ok delta Dl Am x ->
+  Rabs (ce_term x - ce_exact x) <= ce_bd ((1 + ue) * X) x.
+Proof.
+  intros delta Dl Am X x Hd Hl Ha HX Hok.
+  pose proof (ce_g_close delta Dl Am X x Hd Hl Ha HX Hok) as Hg.
+  unfold ce_bd, ce_term, ce_exact; replace (ce_g x * ih x - ce_G x * ih x) with ((ce_g x - ce_G x) * ih x) by ring.
+  rewrite !Rabs_mult.
+  assert (Rabs (ce_g x - ce_G x) * Rabs (ih x)
+          <= ((ce_Kg * ((1 + ue) * X) - 1) * ce_P x + (ce_Kg - 1) * Rabs (ce_G x)
+              + (if ik x then ce_cg else 0)) * Rabs (ih x)) by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hg]).
+  destruct (ik x); nra.
+Qed.
+
 Lemma ce_terms_close : forall delta Dl Am X xs,
   0 <= delta -> 0 <= Dl -> 0 <= Am -> exp (delta + Dl + u * Am + ea) <= X ->
   (forall x, In x xs -> ce_ok delta Dl Am x) ->
   Rabs (rsum (map ce_term xs) - rsum (map ce_exact xs)) <= ce_E1 ((1 + ue) * X) (ce_S xs) (ce_T xs) (ce_Ha xs)
   /\ rsum (map Rabs (map ce_term xs)) <= ce_T xs + ce_E1 ((1 + ue) * X) (ce_S xs) (ce_T xs) (ce_Ha xs).
 Proof.
-  intros delta Dl Am X xs Hd Hl Ha HX; induction xs as [| x xs IH]; intros Hok.
-  - unfold ce_E1, ce_S, ce_T, ce_Ha; cbn [map]; rewrite !rsum_nil, Rminus_0_r, Rabs_R0; lra.
-  - destruct IH as [IH1 IH2]; [intros y Hy; apply Hok; right; exact Hy |].
-    pose proof (ce_g_close delta Dl Am X x Hd Hl Ha HX (Hok x (or_introl eq_refl))) as Hg.
-    assert (Hx : Rabs (ce_term x - ce_exact x)
-                 <= (ce_Kg * ((1 + ue) * X) - 1) * (ce_P x * Rabs (ih x)) + (ce_Kg - 1) * Rabs (ce_exact x)
-                    + ce_cg * (if ik x then Rabs (ih x) else 0)).
-    { unfold ce_term, ce_exact; replace (ce_g x * ih x - ce_G x * ih x) with ((ce_g x - ce_G x) * ih x) by ring.
-      rewrite !Rabs_mult.
-      assert (Rabs (ce_g x - ce_G x) * Rabs (ih x)
-              <= ((ce_Kg * ((1 + ue) * X) - 1) * ce_P x + (ce_Kg - 1) * Rabs (ce_G x)
-                  + (if ik x then ce_cg else 0)) * Rabs (ih x)) by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hg]).
-      destruct (ik x); nra. }
-    unfold ce_E1, ce_S, ce_T, ce_Ha in *; cbn [map] in *; rewrite !rsum_cons in *.
-    split.
-    + replace (ce_term x + rsum (map ce_term xs) - (ce_exact x + rsum (map ce_exact xs)))
-        with ((ce_term x - ce_exact x) + (rsum (map ce_term xs) - rsum (map ce_exact xs))) by ring.
-      eapply Rle_trans; [apply Rabs_triang |]; lra.
-    + assert (Rabs (ce_term x) <= Rabs (ce_exact x) + Rabs (ce_term x - ce_exact x))
-        by (replace (ce_term x) with ((ce_term x - ce_exact x) + ce_exact x) at 1 by ring;
-            eapply Rle_trans; [apply Rabs_triang | lra]).
-      lra.
+  intros delta Dl Am X xs Hd Hl Ha HX Hok.
+  rewrite <- ce_bd_sum.
+  apply (ce_gen_terms_close T ce_term ce_exact (ce_bd ((1 + ue) * X)) xs).
+  intros x Hx; apply (ce_term_close delta Dl Am X x Hd Hl Ha HX (Hok x Hx)).
 Qed.
 
 (** The hypothesis on the fp32 accumulation of a product's terms. *)
@@ -294,20 +372,9 @@ Lemma ce_chunk_close : forall dsum gd delta Dl Am X xs,
   Rabs (dsum (map ce_term xs) - rsum (map ce_exact xs)) <= E2 /\ Rabs (dsum (map ce_term xs)) <= ce_T xs + E2.
 Proof.
   intros dsum gd delta Dl Am X xs Hg Hd Hl Ha HX Hok Hs E2.
-  destruct (ce_terms_close delta Dl Am X xs Hd Hl Ha HX Hok) as [H1 H2].
-  unfold dsum_ok in Hs; unfold E2, ce_E2.
-  set (e1 := ce_E1 ((1 + ue) * X) (ce_S xs) (ce_T xs) (ce_Ha xs)) in *.
-  assert (Hc : gd * rsum (map Rabs (map ce_term xs)) <= gd * (ce_T xs + e1)) by (apply Rmult_le_compat_l; lra).
-  assert (Hd2 : Rabs (dsum (map ce_term xs) - rsum (map ce_exact xs)) <= (1 + gd) * e1 + gd * ce_T xs).
-  { replace (dsum (map ce_term xs) - rsum (map ce_exact xs))
-      with ((dsum (map ce_term xs) - rsum (map ce_term xs)) + (rsum (map ce_term xs) - rsum (map ce_exact xs)))
-      by ring.
-    eapply Rle_trans; [apply Rabs_triang |]; lra. }
-  split; [exact Hd2 |].
-  assert (Rabs (rsum (map ce_exact xs)) <= ce_T xs) by apply bw_rsum_abs.
-  replace (dsum (map ce_term xs)) with ((dsum (map ce_term xs) - rsum (map ce_exact xs)) + rsum (map ce_exact xs))
-    by ring.
-  eapply Rle_trans; [apply Rabs_triang | lra].
+  unfold E2, ce_E2; rewrite <- ce_bd_sum.
+  apply (ce_gen_chunk_close T ce_term ce_exact (ce_bd ((1 + ue) * X)) dsum gd xs Hg); [| exact Hs].
+  intros x Hx; apply (ce_term_close delta Dl Am X x Hd Hl Ha HX (Hok x Hx)).
 Qed.
 
 End Items.
@@ -407,6 +474,133 @@ Proof.
   lra.
 Qed.
 
+Lemma ce_Q_nonneg : forall a0 ua E2 Tx, 0 <= ua -> 0 <= E2 -> 0 <= Tx -> 0 <= ce_Q a0 ua E2 Tx.
+Proof.
+  intros; destruct ce_nonneg as [Hu _]; unfold ce_Q, ce_w; apply Rmult_le_pos; [apply Rabs_pos |].
+  assert (0 <= u * (1 + ua)) by (apply Rmult_le_pos; lra).
+  assert (0 <= (ua + u * (1 + ua)) * (Tx + E2)) by (apply Rmult_le_pos; lra). lra.
+Qed.
+
+Lemma ce_Q_app : forall a0 ua E1 T1 E2 T2, ce_Q a0 ua (E1 + E2) (T1 + T2) = ce_Q a0 ua E1 T1 + ce_Q a0 ua E2 T2.
+Proof. intros; unfold ce_Q; ring. Qed.
+
+(** ** The products over any terms within their own bounds *)
+
+Section GenRun.
+
+Variable T : Type.
+Variables tm te bd : T -> R.
+
+(** dW's token-chunk loop: [gw := rnd_s (epi (dsum chunk terms) gw)] from 0. *)
+Definition ce_gen_run (dsum : list R -> R) (epi : R -> R -> R) (cs : list (list T)) : R :=
+  fold_left (fun gw c => rs (epi (dsum (map tm c)) gw)) cs 0.
+
+(** dH's entry: one product, rounded once, stored. *)
+Definition ce_gen_dh (dsum : list R -> R) (alpha : R) (xs : list T) : R := rs (rnd (alpha * dsum (map tm xs))).
+
+(** [Bx]: the sum of the terms' bounds, [Tx] of the exact terms' magnitudes. *)
+Definition ce_gen_bound (gd a0 ua : R) (C : nat) (Bx Tx : R) : R :=
+  ce_Kg ^ C * (ce_Q a0 ua ((1 + gd) * Bx + gd * Tx) Tx + INR C * ea) + (ce_Kg ^ C - 1) * Rabs a0 * Tx
+  + INR C * ce_Kg ^ C * es.
+
+Lemma ce_gen_run_fmt : forall dsum epi cs, fmt (ce_gen_run dsum epi cs).
+Proof.
+  intros dsum epi cs; induction cs as [| c cs IH] using rev_ind.
+  - apply ff_fmt_0.
+  - unfold ce_gen_run in *; rewrite fold_left_app; cbn [fold_left]; apply (mp_s_in_a M), ff_rnd_fmt.
+Qed.
+
+Lemma ce_gen_run_inv : forall dsum epi alpha a0 ua gd cs Tt,
+  epi_ok alpha epi -> 0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
+  (forall c, In c cs -> ce_gen_dsum_ok T tm dsum gd c) -> ce_gen_ok T tm te bd (concat cs) ->
+  ce_gen_T T te (concat cs) <= Tt ->
+  Rabs (ce_gen_run dsum epi cs - a0 * rsum (map te (concat cs)))
+  <= ce_Kg ^ length cs * (ce_Q a0 ua ((1 + gd) * ce_gen_B T bd (concat cs) + gd * ce_gen_T T te (concat cs))
+                                    (ce_gen_T T te (concat cs)) + INR (length cs) * ea)
+     + (ce_Kg ^ length cs - 1) * Rabs a0 * Tt + INR (length cs) * ce_Kg ^ length cs * es.
+Proof.
+  intros dsum epi alpha a0 ua gd cs Tt Hepi Hua Hal Hgd.
+  pose proof ce_Kg_ge_1 as HK; destruct ce_nonneg as [Hu [Hea [Hus Hes]]].
+  induction cs as [| c cs IH] using rev_ind; intros Hds Hok HT.
+  - unfold ce_gen_run, ce_Q, ce_gen_B, ce_gen_T; cbn [concat map fold_left length pow INR]; rewrite !rsum_nil.
+    rewrite Rmult_0_r, Rminus_0_r, Rabs_R0; lra.
+  - assert (Ecat : concat (cs ++ [c]) = concat cs ++ c)
+      by (rewrite concat_app; cbn [concat]; rewrite app_nil_r; reflexivity).
+    rewrite Ecat in *.
+    assert (Hok0 : ce_gen_ok T tm te bd (concat cs)) by (intros x Hx; apply Hok, in_or_app; left; exact Hx).
+    assert (Hok1 : ce_gen_ok T tm te bd c) by (intros x Hx; apply Hok, in_or_app; right; exact Hx).
+    destruct (ce_gen_app T te bd (concat cs) c) as [EB ET].
+    destruct (ce_gen_nonneg T tm te bd (concat cs) Hok0) as [B0 T0].
+    destruct (ce_gen_nonneg T tm te bd c Hok1) as [B1 T1].
+    assert (IH' := IH (fun c' Hc' => Hds c' (in_or_app _ _ _ (or_introl Hc'))) Hok0 ltac:(lra)).
+    destruct (ce_gen_chunk_close T tm te bd dsum gd c Hgd Hok1 (Hds c (in_or_app _ _ _ (or_intror (in_eq c [])))))
+      as [Hc1 Hc2].
+    set (gw := ce_gen_run dsum epi cs) in *.
+    set (X0 := rsum (map te (concat cs))) in *.
+    set (Xc := rsum (map te c)) in *.
+    assert (HX0 : Rabs X0 <= ce_gen_T T te (concat cs)) by apply bw_rsum_abs.
+    assert (HXc : Rabs Xc <= ce_gen_T T te c) by apply bw_rsum_abs.
+    assert (HXn : Rabs (a0 * X0 + a0 * Xc) <= Rabs a0 * Tt).
+    { rewrite <- Rmult_plus_distr_l, Rabs_mult; apply Rmult_le_compat_l; [apply Rabs_pos |].
+      eapply Rle_trans; [apply Rabs_triang | lra]. }
+    pose proof (ce_step_close epi alpha a0 ua gw (a0 * X0) _ (dsum (map tm c)) Xc _ (ce_gen_T T te c) Tt
+                  Hepi Hua Hal (ce_gen_run_fmt dsum epi cs) IH' Hc1 Hc2 HXn) as Hs.
+    unfold ce_gen_run at 1; rewrite fold_left_app; cbn [fold_left]; fold (ce_gen_run dsum epi cs); fold gw.
+    rewrite map_app, rsum_app; fold X0 Xc.
+    replace (a0 * (X0 + Xc)) with (a0 * X0 + a0 * Xc) by ring.
+    eapply Rle_trans; [exact Hs |].
+    rewrite app_length; cbn [length]; rewrite Nat.add_1_r, S_INR; cbn [pow].
+    rewrite EB, ET.
+    set (E0 := (1 + gd) * ce_gen_B T bd (concat cs) + gd * ce_gen_T T te (concat cs)) in *.
+    set (E1 := (1 + gd) * ce_gen_B T bd c + gd * ce_gen_T T te c) in *.
+    replace ((1 + gd) * (ce_gen_B T bd (concat cs) + ce_gen_B T bd c) + gd * (ce_gen_T T te (concat cs) + ce_gen_T T te c))
+      with (E0 + E1) by (unfold E0, E1; ring).
+    rewrite ce_Q_app.
+    set (k := length cs) in *.
+    set (Q0 := ce_Q a0 ua E0 (ce_gen_T T te (concat cs))) in *.
+    set (Q1 := ce_Q a0 ua E1 (ce_gen_T T te c)) in *.
+    assert (HE1 : 0 <= E1).
+    { unfold E1; assert (0 <= gd * ce_gen_T T te c) by (apply Rmult_le_pos; lra).
+      assert (0 <= (1 + gd) * ce_gen_B T bd c) by (apply Rmult_le_pos; lra). lra. }
+    assert (HQ1 : 0 <= Q1) by (apply ce_Q_nonneg; lra).
+    assert (Hp : 1 <= ce_Kg ^ k) by (apply pow_R1_Rle; lra).
+    pose proof (pos_INR k) as Hk.
+    pose proof (Rabs_pos a0) as Ha0.
+    assert (HTt : 0 <= Tt) by lra.
+    assert (F1 : 0 <= ce_Kg * (Q1 + ea) * (ce_Kg ^ k - 1)) by (repeat apply Rmult_le_pos; lra).
+    assert (F2 : ce_Kg * (INR k * ce_Kg ^ k * es) + es <= (INR k + 1) * (ce_Kg * ce_Kg ^ k) * es).
+    { assert (1 <= ce_Kg * ce_Kg ^ k) by nra.
+      assert (es <= ce_Kg * ce_Kg ^ k * es) by nra. nra. }
+    assert (F3 : 0 <= Rabs a0 * Tt) by (apply Rmult_le_pos; lra).
+    nra.
+Qed.
+
+Theorem ce_gen_dw_error : forall dsum epi alpha a0 ua gd cs,
+  epi_ok alpha epi -> 0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
+  (forall c, In c cs -> ce_gen_dsum_ok T tm dsum gd c) -> ce_gen_ok T tm te bd (concat cs) ->
+  Rabs (ce_gen_run dsum epi cs - a0 * rsum (map te (concat cs)))
+  <= ce_gen_bound gd a0 ua (length cs) (ce_gen_B T bd (concat cs)) (ce_gen_T T te (concat cs)).
+Proof.
+  intros dsum epi alpha a0 ua gd cs Hepi Hua Hal Hgd Hds Hok; unfold ce_gen_bound.
+  exact (ce_gen_run_inv dsum epi alpha a0 ua gd cs _ Hepi Hua Hal Hgd Hds Hok (Rle_refl _)).
+Qed.
+
+Theorem ce_gen_dh_error : forall dsum alpha a0 ua gd xs,
+  0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
+  ce_gen_dsum_ok T tm dsum gd xs -> ce_gen_ok T tm te bd xs ->
+  Rabs (ce_gen_dh dsum alpha xs - a0 * rsum (map te xs))
+  <= ce_gen_bound gd a0 ua 1 (ce_gen_B T bd xs) (ce_gen_T T te xs).
+Proof.
+  intros dsum alpha a0 ua gd xs Hua Hal Hgd Hds Hok.
+  pose proof (ce_gen_dw_error dsum _ alpha a0 ua gd [xs] (epi_fma_ok alpha) Hua Hal Hgd) as H.
+  cbn [concat length] in H; rewrite app_nil_r in H.
+  assert (E : ce_gen_dh dsum alpha xs = ce_gen_run dsum (fun a c => rnd (alpha * a + c)) [xs])
+    by (unfold ce_gen_dh, ce_gen_run; cbn [fold_left]; rewrite Rplus_0_r; reflexivity).
+  rewrite E; apply H; [intros c [<- | []]; exact Hds | exact Hok].
+Qed.
+
+End GenRun.
+
 Section Run.
 
 Variable T : Type.
@@ -428,18 +622,7 @@ Definition ce_dw_bound (gd Fe a0 ua : R) (C : nat) (Sx Tx Hx : R) : R :=
   + INR C * ce_Kg ^ C * es.
 
 Lemma ce_run_fmt : forall dsum epi cs, fmt (ce_run dsum epi cs).
-Proof.
-  intros dsum epi cs; induction cs as [| c cs IH] using rev_ind.
-  - apply ff_fmt_0.
-  - unfold ce_run in *; rewrite fold_left_app; cbn [fold_left]; apply (mp_s_in_a M), ff_rnd_fmt.
-Qed.
-
-Lemma ce_Q_nonneg : forall a0 ua E2 Tx, 0 <= ua -> 0 <= E2 -> 0 <= Tx -> 0 <= ce_Q a0 ua E2 Tx.
-Proof.
-  intros; destruct ce_nonneg as [Hu _]; unfold ce_Q, ce_w; apply Rmult_le_pos; [apply Rabs_pos |].
-  assert (0 <= u * (1 + ua)) by (apply Rmult_le_pos; lra).
-  assert (0 <= (ua + u * (1 + ua)) * (Tx + E2)) by (apply Rmult_le_pos; lra). lra.
-Qed.
+Proof. intros dsum epi cs; exact (ce_gen_run_fmt T term dsum epi cs). Qed.
 
 Lemma ce_E2_nonneg : forall gd Fe Sx Tx Hx, 0 <= gd -> 1 <= Fe -> 0 <= Sx -> 0 <= Tx -> 0 <= Hx ->
   0 <= ce_E2 gd Fe Sx Tx Hx.
@@ -458,9 +641,6 @@ Lemma ce_E2_app : forall gd Fe S1 T1 H1 S2 T2 H2,
   ce_E2 gd Fe (S1 + S2) (T1 + T2) (H1 + H2) = ce_E2 gd Fe S1 T1 H1 + ce_E2 gd Fe S2 T2 H2.
 Proof. intros; unfold ce_E2, ce_E1; ring. Qed.
 
-Lemma ce_Q_app : forall a0 ua E1 T1 E2 T2, ce_Q a0 ua (E1 + E2) (T1 + T2) = ce_Q a0 ua E1 T1 + ce_Q a0 ua E2 T2.
-Proof. intros; unfold ce_Q; ring. Qed.
-
 Lemma ce_run_inv : forall dsum epi alpha a0 ua gd delta Dl Am X cs Tt,
   epi_ok alpha epi -> 0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
   0 <= delta -> 0 <= Dl -> 0 <= Am -> exp (delta + Dl + u * Am + ea) <= X ->
@@ -474,58 +654,11 @@ Lemma ce_run_inv : forall dsum epi alpha a0 ua gd delta Dl Am X cs Tt,
                   + INR C * ea)
      + (ce_Kg ^ C - 1) * Rabs a0 * Tt + INR C * ce_Kg ^ C * es.
 Proof.
-  intros dsum epi alpha a0 ua gd delta Dl Am X cs Tt Hepi Hua Hal Hgd Hd Hl Ham HX.
-  pose proof ce_Kg_ge_1 as HK; destruct ce_nonneg as [Hu [Hea [Hus Hes]]].
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; rewrite <- exp_0; apply ose_exp_le.
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
-  assert (HF : 1 <= (1 + ue) * X) by nra.
-  induction cs as [| c cs IH] using rev_ind; intros Hds Hok HT; cbv zeta.
-  - unfold ce_run; cbn [concat map fold_left length pow INR].
-    unfold ce_Q, ce_E2, ce_E1, ce_S, ce_T, ce_Ha; cbn [map]; rewrite !rsum_nil.
-    rewrite Rmult_0_r, Rminus_0_r, Rabs_R0; lra.
-  - assert (Ecat : concat (cs ++ [c]) = concat cs ++ c) by (rewrite concat_app; cbn [concat]; rewrite app_nil_r; reflexivity).
-    rewrite Ecat in *.
-    destruct (ce_sums_app T iy iL ih it ik (concat cs) c) as [ES [ET EH]].
-    destruct (ce_sums_nonneg T iy iL ih it ik (concat cs)) as [S0 [T0 H0]].
-    destruct (ce_sums_nonneg T iy iL ih it ik c) as [S1 [T1 H1]].
-    assert (IH' := IH (fun c' Hc' => Hds c' (in_or_app _ _ _ (or_introl Hc')))
-                      (fun x Hx => Hok x (in_or_app _ _ _ (or_introl Hx))) ltac:(lra)).
-    cbv zeta in IH'.
-    destruct (ce_chunk_close T iz il iy iL ih it ik dsum gd delta Dl Am X c Hgd Hd Hl Ham HX
-                (fun x Hx => Hok x (in_or_app _ _ _ (or_intror Hx))) (Hds c (in_or_app _ _ _ (or_intror (in_eq c [])))))
-      as [Hc1 Hc2].
-    cbv zeta in Hc1, Hc2.
-    set (gw := ce_run dsum epi cs) in *.
-    set (X0 := rsum (map exact (concat cs))) in *.
-    set (Xc := rsum (map exact c)) in *.
-    assert (HX0 : Rabs X0 <= Tg (concat cs)) by apply bw_rsum_abs.
-    assert (HXc : Rabs Xc <= Tg c) by apply bw_rsum_abs.
-    assert (HXn : Rabs (a0 * X0 + a0 * Xc) <= Rabs a0 * Tt).
-    { rewrite <- Rmult_plus_distr_l, Rabs_mult; apply Rmult_le_compat_l; [apply Rabs_pos |].
-      eapply Rle_trans; [apply Rabs_triang | lra]. }
-    pose proof (ce_step_close epi alpha a0 ua gw (a0 * X0) _ (dsum (map term c)) Xc _ (Tg c) Tt
-                  Hepi Hua Hal (ce_run_fmt dsum epi cs) IH' Hc1 Hc2 HXn) as Hs.
-    unfold ce_run at 1; rewrite fold_left_app; cbn [fold_left]; fold (ce_run dsum epi cs); fold gw.
-    rewrite map_app, rsum_app; fold X0 Xc.
-    replace (a0 * (X0 + Xc)) with (a0 * X0 + a0 * Xc) by ring.
-    eapply Rle_trans; [exact Hs |].
-    rewrite app_length; cbn [length]; rewrite Nat.add_1_r, S_INR; cbn [pow].
-    rewrite ES, ET, EH, ce_E2_app, ce_Q_app.
-    set (k := length cs) in *.
-    set (Q0 := ce_Q a0 ua (ce_E2 gd ((1 + ue) * X) (S (concat cs)) (Tg (concat cs)) (Hk (concat cs))) (Tg (concat cs))) in *.
-    set (Q1 := ce_Q a0 ua (ce_E2 gd ((1 + ue) * X) (S c) (Tg c) (Hk c)) (Tg c)) in *.
-    assert (HQ1 : 0 <= Q1) by (apply ce_Q_nonneg; [lra | apply ce_E2_nonneg; lra | lra]).
-    assert (Hp : 1 <= ce_Kg ^ k) by (apply pow_R1_Rle; lra).
-    pose proof (pos_INR k) as Hk.
-    pose proof (Rabs_pos a0) as Ha0.
-    assert (HTt : 0 <= Tt) by lra.
-    assert (E1 : 0 <= ce_Kg * (Q1 + ea) * (ce_Kg ^ k - 1)) by (repeat apply Rmult_le_pos; lra).
-    assert (E2 : ce_Kg * (INR k * ce_Kg ^ k * es) + es <= (INR k + 1) * (ce_Kg * ce_Kg ^ k) * es).
-    { assert (1 <= ce_Kg * ce_Kg ^ k) by nra.
-      assert (es <= ce_Kg * ce_Kg ^ k * es) by nra. nra. }
-    assert (E3 : 0 <= Rabs a0 * Tt) by (apply Rmult_le_pos; lra).
-    nra.
+  intros dsum epi alpha a0 ua gd delta Dl Am X cs Tt Hepi Hua Hal Hgd Hd Hl Ham HX Hds Hok HT; cbv zeta.
+  unfold ce_E2; rewrite <- ce_bd_sum.
+  apply (ce_gen_run_inv T term exact (ce_bd T iy iL ih it ik ((1 + ue) * X)) dsum epi alpha a0 ua gd cs Tt
+           Hepi Hua Hal Hgd Hds); [| exact HT].
+  intros x Hx; apply (ce_term_close T iz il iy iL ih it ik delta Dl Am X x Hd Hl Ham HX (Hok x Hx)).
 Qed.
 
 Theorem ce_dw_error : forall dsum epi alpha a0 ua gd delta Dl Am X cs,
