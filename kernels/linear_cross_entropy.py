@@ -132,8 +132,13 @@ the exact capped logits' (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the c
 No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
 (only the classical any-order bound enters ``delta`` and the gradients' ``gd``), TF32 products,
 the gradients dH, dW with softcap (only one entry's chain factor ``1 - (z / c)^2`` is bounded:
-``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias, the
-4-product schedule's grad_weight (token weights inside G) and the scaling by grad_output.
+``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias and
+the 3-product schedule's scaling by grad_output after the fact.
+``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dw4_error`` bounds every entry of the 4-product
+schedule's grad_weight (G = ``rnd_s(rnd(g w_n))``, the float32 token weight inside G, from the
+recomputed float32 logits and the merged lse; one product over all kept tokens rounded once)
+and ``ce_dh4_error`` its grad_input (the forward's row times grad_output in float32, rounded
+once) (``linear_cross_entropy_weighted_dw_error_bound`` / ``_dh_error_bound``; same exclusions).
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
 the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
@@ -742,7 +747,9 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
                      step=None) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """grad_weight and grad_bias (float32): per vocabulary slab, G of all kept tokens
     (``_logits_kernel`` GRAD), then G^T H and colsum G.  ``token_weight``: [K], or
-    [1] for one weight shared by all kept tokens, float32.
+    [1] for one weight shared by all kept tokens, float32.  Rounding of grad_weight (bfloat16 /
+    float32, no bias, cap, smoothing, z-loss): ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dw4_error``;
+    grad_bias, float16's scale and the ``step`` path: no theorem.
 
     ``step`` (the head updated inside the backward, ``InBackwardOptimizer(head_weight=...)``;
     no bias): instead of grad_weight, each slab's rows of it (its whole gradient, over all kept
@@ -1139,8 +1146,9 @@ def linear_cross_entropy(
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; the rounding of the 3-product
     schedule's grad_input and grad_weight: ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error``
-    / ``ce_dw_error``, without bias, cap, smoothing, z-loss, float16; the lse and loss with a
-    cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` /
+    / ``ce_dw_error``, the 4-product schedule's (grad_output inside G):
+    ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error``, without
+    bias, cap, smoothing, z-loss, float16; the lse and loss with a cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` /
     ``ce_loss_error_softcap``; no theorem covers the capped gradients nor the
     rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
