@@ -17,7 +17,10 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
   gradients, the a-posteriori sums and the per-entry bounds of
   ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error``
   (:func:`ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound`) for the
-  3-product schedule on given inputs.
+  3-product schedule on given inputs; :func:`weighted_gradient_sums`,
+  :func:`four_product_gradient_bounds` those of
+  ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
+  4-product schedule (reduction "none" or ``products=4``, token weights from grad_output).
 No theorem covers these helpers themselves; they only feed the tests and the benchmark.
 """
 
