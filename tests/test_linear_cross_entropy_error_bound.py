@@ -574,3 +574,19 @@ def test_gpu_llama3_size_four_product_gradients_within_bound(dtype):
     print(f"4 products {dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
           f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
     assert (eh <= bh).all() and (ew <= bw).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_terms=0), "n_terms"),
+    (dict(weight_error=1.0), "weight_error"),
+    (dict(lse_error=-1.0), "lse_error"),
+    (dict(logit_error=2.0), "vacuous"),
+])
+def test_weighted_dw_bound_bad_arguments_raise(kwargs, match):
+    from ojas_ref.verification.error_bounds import linear_cross_entropy_weighted_dw_error_bound
+
+    args = dict(n_terms=100, dtype=torch.bfloat16, logit_error=0.01, lse_error=0.01, max_abs_arg=10.0)
+    args.update(kwargs)
+    one = torch.ones(2, 2)
+    with pytest.raises(ValueError, match=match):
+        linear_cross_entropy_weighted_dw_error_bound(one, one, one, one, **args)
