@@ -691,12 +691,12 @@ let string_of_q (x : Bounds_spec.q) =
   Big_int_Z.string_of_big_int x.qnum ^ "/" ^ Big_int_Z.string_of_big_int x.qden
 
 (* One query: the bound's name and its arguments, answered with a rational,
-   a list of rationals (a pair), null (the Coq [None]: a side condition fails)
+   a list of rationals (a pair, or four coefficients), null (the Coq [None]: a side condition fails)
    or a boolean. *)
 let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
                  "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab";
-                 "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups" ]
+                 "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups"; "a0"; "ua"; "x"; "chunks" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -760,6 +760,12 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     value (Bounds_spec.ce_merge_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "zmax") (q "delta") (q "ln")
              (nat "depth") (nat "block") (nat "tiles") (nat "items") (nat "merge_depth") (nat "merge_block")
              (nat "merge_tiles") (nat "groups") (nat "vocab"))
+  | `String "linear_cross_entropy_grad" ->
+    allowed [ "u"; "ea"; "us"; "es"; "ue"; "ee"; "a0"; "ua"; "x"; "n"; "chunks" ];
+    (match Bounds_spec.ce_grad_q (q "u") (q "ea") (q "us") (q "es") (q "ue") (q "ee") (q "a0") (q "ua") (q "x")
+             (n ()) (nat "chunks") with
+     | None -> `Null
+     | Some (((cs, ct), ch), c0) -> `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; c0 ]))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

@@ -59,7 +59,13 @@
       levels [ce_level_q] ([ce_lvl_C_q], [ce_lvl_R_q] at certified powers, each
       rounded up; they grow with the level's inputs, [ce_lvl_mono], so the
       first level's rounded-up values may enter the second: [ce_level_q_ge]);
-      [ce_merge_lse_q_sound].
+      [ce_merge_lse_q_sound];
+    - [ce_grad_q]: the coefficients of [ce_dw_bound] of
+      [FloatModel.CrossEntropyGradError] (the gradients' a-posteriori bound is
+      linear in the sums [S], [T], [Ha]: [ce_grad_q_spec]) at [gd = gamma u n]
+      and [X = 1 + perturbation_q (x / 2)], each rounded up;
+      [ce_grad_q_sound_dw] (dW's token-chunk loop, [ce_dw_error]) and
+      [ce_grad_q_sound_dh] (dH, [ce_dh_error]).
     Only [Q], [positive], [N] and [Z] are used, so the extraction can carry
     every value exactly (extraction/ExtractBounds.v extracts them with Coq's
     own binary integers, not OCaml's [int]). *)
@@ -69,6 +75,7 @@ From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
 From Ojas Require Import FloatModel.AttentionForwardPosteriori.
+From Ojas Require FloatModel.CrossEntropyGradError.
 
 Local Open Scope Q_scope.
 
@@ -1504,3 +1511,161 @@ Proof.
 Qed.
 
 End CeLseQ.
+
+
+(** ** The linear cross-entropy's gradients: the coefficients of [ce_dw_bound] *)
+
+Local Open Scope Q_scope.
+
+Fixpoint qpow (x : Q) (n : nat) : Q := match n with O => 1 | S k => x * qpow x k end.
+
+(** [ce_dw_bound gd ((1 + ue) X) a0 ua C S T H] of CrossEntropyGradError.v is
+    [cS S + cT T + cH H + c0] with these coefficients ([a0 >= 0]). *)
+Definition ce_grad_coefs_q (u ea us es ue ee a0 ua gd X : Q) (C : nat) : Q * Q * Q * Q :=
+  let kg := (1 + us) * (1 + u) in
+  let w := ua + u * (1 + ua) in
+  let kc := qpow kg C in
+  (kc * a0 * (1 + w) * (1 + gd) * (kg * ((1 + ue) * X) - 1),
+   kc * a0 * (w + (1 + w) * ((1 + gd) * (kg - 1) + gd)) + (kc - 1) * a0,
+   kc * a0 * (1 + w) * (1 + gd) * ((1 + us) * ((1 + u) * ee + ea) + es),
+   Q_of_N (N.of_nat C) * kc * (ea + es)).
+
+(** [Some (cS, cT, cH, c0)], each rounded up, at [gd = gamma u n] and
+    [X = 1 + perturbation_q (x / 2) >= e^x], or [None] when a check fails
+    ([n u < 1], the constants [>= 0]). *)
+Definition ce_grad_q (u ea us es ue ee a0 ua x : Q) (n C : N) : option (Q * Q * Q * Q) :=
+  if Qle_bool 0 u && Qle_bool 0 ea && Qle_bool 0 us && Qle_bool 0 es && Qle_bool 0 ue && Qle_bool 0 ee
+     && Qle_bool 0 a0 && Qle_bool 0 ua && negb (Qle_bool 1 (Q_of_N n * u)) then
+    match perturbation_q (x / 2) with
+    | Some e =>
+      let '(cS, cT, cH, c0) := ce_grad_coefs_q u ea us es ue ee a0 ua (gamma_q u n) (1 + e) (N.to_nat C) in
+      Some (round_up prec cS, round_up prec cT, round_up prec cH, round_up prec c0)
+    | None => None
+    end
+  else None.
+
+Local Open Scope R_scope.
+
+Lemma Q2R_qpow : forall x n, Q2R (qpow x n) = Q2R x ^ n.
+Proof. intros x n; induction n as [| n IH]; simpl; [apply Q2R_1 | rewrite Q2R_mult, IH; reflexivity]. Qed.
+
+Section CeGradQ.
+
+Variable M : MixedModel.
+Variables u ea us es ue ee a0 ua x : Q.
+Variables n C : N.
+Hypothesis Hu : Q2R u = ff_u (mp_a M).
+Hypothesis Hea : Q2R ea = ff_eta (mp_a M).
+Hypothesis Hus : Q2R us = ff_u (mp_s M).
+Hypothesis Hes : Q2R es = ff_eta (mp_s M).
+
+(** What the coefficients bound: [gd] the accumulation's [gamma u n], [X >= e^x]. *)
+Lemma ce_grad_q_spec : forall cS cT cH c0, ce_grad_q u ea us es ue ee a0 ua x n C = Some (cS, cT, cH, c0) ->
+  0 <= Q2R ue /\ 0 <= Q2R ee /\ 0 <= Q2R a0 /\ 0 <= Q2R ua /\ INR (N.to_nat n) * ff_u (mp_a M) < 1 /\
+  exists X, exp (Q2R x) <= X /\
+  forall Sx Tx Hx, 0 <= Sx -> 0 <= Tx -> 0 <= Hx ->
+    CrossEntropyGradError.ce_dw_bound M (Q2R ee) (gamma (ff_u (mp_a M)) (N.to_nat n)) ((1 + Q2R ue) * X) (Q2R a0)
+      (Q2R ua) (N.to_nat C) Sx Tx Hx
+    <= Q2R cS * Sx + Q2R cT * Tx + Q2R cH * Hx + Q2R c0.
+Proof.
+  intros cS cT cH c0 Hb; unfold ce_grad_q in Hb.
+  destruct (Qle_bool 0 u && Qle_bool 0 ea && Qle_bool 0 us && Qle_bool 0 es && Qle_bool 0 ue && Qle_bool 0 ee
+            && Qle_bool 0 a0 && Qle_bool 0 ua && negb (Qle_bool 1 (Q_of_N n * u))) eqn:Eok; [| discriminate].
+  repeat rewrite andb_true_iff in Eok.
+  destruct Eok as [[[[[[[[Hu0 Hea0] Hus0] Hes0] Hue0] Hee0] Ha0] Hua0] Hn].
+  apply Qle_bool_R in Hu0, Hea0, Hus0, Hes0, Hue0, Hee0, Ha0, Hua0; rewrite Q2R_0 in *.
+  apply negb_Qle_bool_R in Hn; rewrite Q2R_mult, Q2R_of_N, Q2R_1 in Hn.
+  assert (Hn' : (Q_of_N n * u < 1)%Q) by (apply Rlt_Qlt; rewrite Q2R_mult, Q2R_of_N, Q2R_1; exact Hn).
+  destruct (perturbation_q (x / 2)) as [e |] eqn:Ee; [| discriminate].
+  injection Hb as <- <- <- <-.
+  pose proof (perturbation_q_ge _ _ Ee) as HX.
+  replace (2 * Q2R (x / 2)%Q) with (Q2R x) in HX
+    by (rewrite Q2R_div, Q2R_2 by (apply Q2R_nonzero; rewrite Q2R_2; lra); field).
+  rewrite Hu in Hn.
+  split; [exact Hue0 | split; [exact Hee0 | split; [exact Ha0 | split; [exact Hua0 | split; [exact Hn |]]]]].
+  exists (Q2R (1 + e)); split; [rewrite Q2R_plus, Q2R_1; lra |].
+  intros Sx Tx Hx HS HT HH.
+  match goal with |- _ <= Q2R (round_up prec ?a) * _ + Q2R (round_up prec ?b) * _ + Q2R (round_up prec ?c) * _
+                         + Q2R (round_up prec ?d) =>
+    set (qa := a); set (qb := b); set (qc := c); set (qd := d) end.
+  pose proof (Qle_R _ _ (round_up_ge prec qa)); pose proof (Qle_R _ _ (round_up_ge prec qb)).
+  pose proof (Qle_R _ _ (round_up_ge prec qc)); pose proof (Qle_R _ _ (round_up_ge prec qd)).
+  apply Rle_trans with (Q2R qa * Sx + Q2R qb * Tx + Q2R qc * Hx + Q2R qd).
+  - right; unfold qa, qb, qc, qd, CrossEntropyGradError.ce_dw_bound, CrossEntropyGradError.ce_Q,
+      CrossEntropyGradError.ce_E2, CrossEntropyGradError.ce_E1, CrossEntropyGradError.ce_w,
+      CrossEntropyGradError.ce_Kg, CrossEntropyGradError.ce_cg.
+    repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1, ?Q2R_qpow, ?Q2R_of_N.
+    rewrite gamma_q_correct, Nnat.Nat2N.id, Rabs_pos_eq by (exact Hn' || exact Ha0).
+    rewrite Hu, Hea, Hus, Hes; ring.
+  - assert (Q2R qa * Sx <= Q2R (round_up prec qa) * Sx) by (apply Rmult_le_compat_r; lra).
+    assert (Q2R qb * Tx <= Q2R (round_up prec qb) * Tx) by (apply Rmult_le_compat_r; lra).
+    assert (Q2R qc * Hx <= Q2R (round_up prec qc) * Hx) by (apply Rmult_le_compat_r; lra).
+    lra.
+Qed.
+
+Lemma ce_grad_gamma_nonneg : INR (N.to_nat n) * ff_u (mp_a M) < 1 -> 0 <= gamma (ff_u (mp_a M)) (N.to_nat n).
+Proof.
+  intros H; unfold gamma, Rdiv; pose proof (ff_u_nonneg (mp_a M)).
+  apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | lra] | left; apply Rinv_0_lt_compat; lra].
+Qed.
+
+Lemma ce_grad_exp_le : forall a X, a <= Q2R x -> exp (Q2R x) <= X -> exp a <= X.
+Proof.
+  intros a X Ha HX; eapply Rle_trans; [| exact HX].
+  destruct Ha as [Ha | ->]; [left; apply exp_increasing, Ha | lra].
+Qed.
+
+(** The oracle's coefficients bound dW's entry after the token-chunk loop
+    ([ce_dw_error]: [C] chunks, each an fp32 accumulation within [gamma u n]) ... *)
+Theorem ce_grad_q_sound_dw : forall cS cT cH c0, ce_grad_q u ea us es ue ee a0 ua x n C = Some (cS, cT, cH, c0) ->
+  forall ex, (forall y, Rabs (ex y - exp y) <= Q2R ue * exp y + Q2R ee) ->
+  forall (T : Type) (iz il iy iL ih : T -> R) (it ik : T -> bool) (dsum : list R -> R) (epi : R -> R -> R)
+    (alpha delta Dl Am : R) (cs : list (list T)),
+  CrossEntropyGradError.epi_ok M alpha epi -> Rabs (alpha - Q2R a0) <= Q2R ua * Rabs (Q2R a0) ->
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> delta + Dl + ff_u (mp_a M) * Am + ff_eta (mp_a M) <= Q2R x ->
+  (forall c, In c cs -> CrossEntropyGradError.dsum_ok M ex T iz il ih it ik dsum (gamma (ff_u (mp_a M)) (N.to_nat n)) c) ->
+  (forall y, In y (concat cs) -> CrossEntropyGradError.ce_ok T iz il iy iL ik delta Dl Am y) ->
+  length cs = N.to_nat C ->
+  let xs := concat cs in
+  Rabs (CrossEntropyGradError.ce_run M ex T iz il ih it ik dsum epi cs
+        - Q2R a0 * VectorFacts.rsum (map (CrossEntropyGradError.ce_exact T iy iL ih it ik) xs))
+  <= Q2R cS * CrossEntropyGradError.ce_S T iy iL ih ik xs + Q2R cT * CrossEntropyGradError.ce_T T iy iL ih it ik xs
+     + Q2R cH * CrossEntropyGradError.ce_Ha T ih ik xs + Q2R c0.
+Proof.
+  intros cS cT cH c0 Hb ex Hex T iz il iy iL ih it ik dsum epi alpha delta Dl Am cs Hepi Hal Hd Hl Ham Hx Hds Hok HC xs.
+  destruct (ce_grad_q_spec cS cT cH c0 Hb) as [Hue0 [Hee0 [Ha0 [Hua0 [Hn [X [HX Hle]]]]]]].
+  destruct (CrossEntropyGradError.ce_sums_nonneg T iy iL ih it ik xs) as [HS [HT HH]].
+  eapply Rle_trans; [| apply Hle; assumption].
+  rewrite <- HC.
+  apply (CrossEntropyGradError.ce_dw_error M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex T iz il iy iL ih it ik dsum epi alpha
+           (Q2R a0) (Q2R ua) _ delta Dl Am X cs Hepi Hua0 Hal (ce_grad_gamma_nonneg Hn) Hd Hl Ham
+           (ce_grad_exp_le _ X Hx HX) Hds Hok).
+Qed.
+
+(** ... and dH's entry, one product rounded once ([ce_dh_error], [C = 1]). *)
+Theorem ce_grad_q_sound_dh : forall cS cT cH c0, ce_grad_q u ea us es ue ee a0 ua x n C = Some (cS, cT, cH, c0) ->
+  forall ex, (forall y, Rabs (ex y - exp y) <= Q2R ue * exp y + Q2R ee) ->
+  forall (T : Type) (iz il iy iL ih : T -> R) (it ik : T -> bool) (dsum : list R -> R)
+    (alpha delta Dl Am : R) (xs : list T),
+  Rabs (alpha - Q2R a0) <= Q2R ua * Rabs (Q2R a0) ->
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> delta + Dl + ff_u (mp_a M) * Am + ff_eta (mp_a M) <= Q2R x ->
+  CrossEntropyGradError.dsum_ok M ex T iz il ih it ik dsum (gamma (ff_u (mp_a M)) (N.to_nat n)) xs ->
+  (forall y, In y xs -> CrossEntropyGradError.ce_ok T iz il iy iL ik delta Dl Am y) ->
+  N.to_nat C = 1%nat ->
+  Rabs (CrossEntropyGradError.ce_dh M ex T iz il ih it ik dsum alpha xs
+        - Q2R a0 * VectorFacts.rsum (map (CrossEntropyGradError.ce_exact T iy iL ih it ik) xs))
+  <= Q2R cS * CrossEntropyGradError.ce_S T iy iL ih ik xs + Q2R cT * CrossEntropyGradError.ce_T T iy iL ih it ik xs
+     + Q2R cH * CrossEntropyGradError.ce_Ha T ih ik xs + Q2R c0.
+Proof.
+  intros cS cT cH c0 Hb ex Hex T iz il iy iL ih it ik dsum alpha delta Dl Am xs Hal Hd Hl Ham Hx Hds Hok HC.
+  destruct (ce_grad_q_spec cS cT cH c0 Hb) as [Hue0 [Hee0 [Ha0 [Hua0 [Hn [X [HX Hle]]]]]]].
+  destruct (CrossEntropyGradError.ce_sums_nonneg T iy iL ih it ik xs) as [HS [HT HH]].
+  eapply Rle_trans; [| apply Hle; assumption].
+  rewrite HC.
+  apply (CrossEntropyGradError.ce_dh_error M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex T iz il iy iL ih it ik dsum alpha
+           (Q2R a0) (Q2R ua) _ delta Dl Am X xs Hua0 Hal (ce_grad_gamma_nonneg Hn) Hd Hl Ham
+           (ce_grad_exp_le _ X Hx HX) Hds Hok).
+Qed.
+
+End CeGradQ.
+

@@ -555,3 +555,43 @@ def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyP
              merge_tiles=1, groups=11, vocab=700)
     assert eb._from_oracle(**q, ln=eb._rational(math.log(700) * (1 + 2.0**-40))) is not None
     assert eb._from_oracle(**q, ln=eb._rational(math.log(700) * (1 - 2.0**-40))) is None
+
+
+@pytest.mark.usefixtures("oracle_bounds")
+@pytest.mark.parametrize("dtype, n_terms, n_chunks", [(torch.bfloat16, 128256, 1), (torch.float32, 512, 4)])
+def test_grad_coefficients_oracle_match_hand_formula(dtype, n_terms, n_chunks) -> None:
+    """ce_grad_q (Ojas.BoundValues, extracted) against the exact-rational hand copy of the
+    coefficients of ce_dw_bound: cT, cH, c0 do not involve X, so the oracle's are the hand
+    copy's rounded up to a multiple of 2^-200; cS is linear in X, the oracle's at
+    X = 1 + perturbation_q(x / 2) >= e^x, within a relative 1e-12 of cS at X = e^x (mpmath,
+    40 digits: exp_up's relative excess is ~(x / 2^64)^2) and below the hand copy's
+    (1 + x + x^2 >= e^x). The public function's values are the oracle's coefficients."""
+    from fractions import Fraction as F_
+
+    u, ea, ue, ee = F_(eb._FP32_U), F_(eb._FP32_ETA), F_(eb.LCE_EXP_ERROR), F_(eb._EXP2_ABS_ERROR)
+    us, es = (F_(v) for v in eb._storage(dtype, "nearest"))
+    a0, ua = F_(1 / 3), u
+    x = F_(0.05) + F_(0.01) + u * 40 + ea
+    consts = (u, ea, us, es, ue, ee, a0, ua, x)
+    got = [F_(c) for c in eb._from_oracle(bound="linear_cross_entropy_grad", **{k: eb._rational(v) for k, v in zip(
+        ("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x"), consts)}, n=n_terms, chunks=n_chunks)]
+    hand = eb._hand_lce_grad_coefs(*consts, n_terms, n_chunks)
+    for o, h in zip(got[1:], hand[1:]):
+        assert h <= o <= h + F_(1, 2**200)
+    gd = n_terms * u / (1 - n_terms * u)
+    kg, w = (1 + us) * (1 + u), ua + u * (1 + ua)
+    k = kg**n_chunks * a0 * (1 + w) * (1 + gd)
+    with mpmath.workdps(40):
+        at_exp = mpmath.mpf(k.numerator) / k.denominator * (
+            mpmath.mpf(kg.numerator) / kg.denominator * (1 + mpmath.mpf(ue.numerator) / ue.denominator)
+            * mpmath.exp(mpmath.mpf(x.numerator) / x.denominator) - 1)
+        assert at_exp <= mpmath.mpf(got[0].numerator) / got[0].denominator <= at_exp * (1 + mpmath.mpf(10)**-12)
+    assert got[0] <= hand[0]
+    s = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    bound = eb.linear_cross_entropy_grad_error_bound(
+        s, s, s, n_terms=n_terms, dtype=dtype, scale=float(a0), logit_error=0.05, lse_error=0.01, max_abs_arg=40.0,
+        n_chunks=n_chunks)
+    grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
+    want = (eb._float_up(got[0]) * s * grow + eb._float_up(got[1]) * s * grow + eb._float_up(got[2]) * s * grow
+            + eb._float_up(got[3])) * eb._ROUND_UP
+    assert torch.equal(bound, want)
