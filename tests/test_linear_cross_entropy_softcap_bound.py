@@ -47,6 +47,8 @@ from ojas_ref.verification.error_bounds import (  # noqa: E402
 from ojas_ref.verification.lce_error import (  # noqa: E402
     cap_sweep,
     exact_capped,
+    gradient_bounds,
+    gradient_sums,
     exact_lse,
     kernel_cap,
     kernel_stream_lse,
@@ -252,3 +254,98 @@ def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
     print(f"{dtype} softcap {cap}: observed {err:.3e}, bound {lb:.3e}, ratio {lb / max(err, 1e-300):.1f}")
     assert err <= lb < 1.0
     assert (loss[target == -100] == 0).all()
+
+
+# The capped gradients: sc_dh_error / sc_dw_error of rocq/FloatModel/CrossEntropySoftcapGradError.v.
+
+
+def _capped_grads(x, w, target, cap):
+    """(dH, dW) float64: autograd of F.cross_entropy(c tanh(H W^T / c)), reduction "mean"."""
+    h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
+    loss = torch.nn.functional.cross_entropy(exact_capped(h @ ww.t(), cap), target, ignore_index=-100)
+    return torch.autograd.grad(loss, (h, ww))
+
+
+def _capped_case(dtype, cap, N=13, D=40, V=700):
+    """Raw logits up to about 15 (cap 5 bites, cap 30 barely), two ignored tokens, chunks (5, 5, 3)."""
+    x = torch.randn(N, D, generator=_gen(11))
+    w = torch.randn(V, D, generator=_gen(12)) * 0.4
+    target = torch.randint(0, V, (N,), generator=_gen(13))
+    target[[2, 7]] = -100
+    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), token_chunk=5)
+    return x.to(dtype), w.to(dtype), target, cfg
+
+
+def _capped_errors(x, w, target, cfg, cap):
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    lce.linear_cross_entropy(xr, wr, target, softcap=cap, config=cfg).backward()
+    dh, dw = _capped_grads(x, w, target, cap)
+    rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
+    bh, bw = gradient_bounds(x, w, target, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding,
+                             softcap=cap)
+    return (xr.grad.to(F64) - dh).abs(), (wr.grad.to(F64) - dw).abs(), bh, bw
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cap", CAPS)
+def test_capped_gradients_within_bound(dtype, cap):
+    """Every entry of dH and dW within sc_dh_error / sc_dw_error (bfloat16 on the interpreter:
+    truncated G, the formula at those constants, not a proved bound); not vacuous: the largest
+    bound at most 1000x the largest error and every kept entry's bound below half the trivial
+    a0 sum |G0 k| |h|."""
+    x, w, target, cfg = _capped_case(dtype, cap)
+    eh, ew, bh, bw = _capped_errors(x, w, target, cfg, cap)
+    kept = target != -100
+    rh, rw = (bh.max() / eh.max()).item(), (bw.max() / ew.max()).item()
+    print(f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
+          f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}")
+    assert (eh <= bh).all() and (ew <= bw).all()
+    assert (eh[~kept] == 0).all()
+    a0 = 1.0 / int(kept.sum())
+    sums_h, sums_w = gradient_sums(x, w, target, softcap=cap)
+    assert (bh[kept] < 0.5 * a0 * sums_h[4][kept]).all() and (bw < 0.5 * a0 * sums_w[4]).all()
+    assert rh < 1000 and rw < 1000, (rh, rw)
+
+
+@triton.jit
+def _no_chain(z, softcap):
+    return z * 0.0 + 1.0
+
+
+@triton.jit
+def _chain_of_uncapped(z, softcap):  # 1 - (r / c)^2 from the raw logit, z = c tanh(r / c) undone
+    r = 0.5 * softcap * tl.log((1.0 + z / softcap) / (1.0 - z / softcap))
+    zc = r / softcap
+    return 1.0 - zc * zc
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="mutants are patched into the interpreter's kernels")
+@pytest.mark.parametrize("mutant", [None, "no_chain", "raw_chain"])
+def test_capped_gradient_mutants_exceed_bound(mutant, monkeypatch):
+    x, w, target, cfg = _capped_case(torch.float32, 5.0)
+    if mutant is not None:
+        monkeypatch.setattr(lce, "_cap_chain", _no_chain if mutant == "no_chain" else _chain_of_uncapped)
+    eh, ew, bh, bw = _capped_errors(x, w, target, cfg, 5.0)
+    excess = max((eh / bh).max().item(), (ew / bw).max().item())
+    print(f"{mutant}: largest error / bound {excess:.3g}")
+    assert (excess <= 1.0) == (mutant is None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("cap", CAPS)
+def test_gpu_llama3_size_capped_gradients_within_bound(dtype, cap):
+    """V = 128256, D = 4096, 1024 tokens (two token chunks), every seventh ignored."""
+    assert torch.get_float32_matmul_precision() == "highest"
+    N, D, V = 1024, 4096, 128256
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
+    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    target[::7] = -100
+    eh, ew, bh, bw = _capped_errors(x, w, target, lce.default_config(dtype, x.device), cap)
+    rh, rw = (bh.max() / eh.max()).item(), (bw.max() / ew.max()).item()
+    print(f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
+          f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}")
+    assert (eh <= bh).all() and (ew <= bw).all()

@@ -1338,7 +1338,8 @@ def linear_cross_entropy_softcap_chain_error_bound(logit_error: float, softcap: 
     (e.g. ``sc_delta`` of :func:`linear_cross_entropy_softcap_logit_error_bound`):
     ``sc_chain_bound`` of ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error`` (a hand
     copy in exact rationals; premise: the division within ``div_error |z / c| + 2^-126``,
-    :data:`LCE_DIV_ERROR`). One entry's factor only: no theorem bounds the capped dH, dW."""
+    :data:`LCE_DIV_ERROR`). The capped dH, dW: :func:`linear_cross_entropy_grad_error_bound`
+    with ``softcap``."""
     for name, v in (("logit_error", logit_error), ("div_error", div_error)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
@@ -1453,10 +1454,30 @@ def _hand_lce_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) ->
             n_chunks * kc * (ea + es))
 
 
+def _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunks) -> tuple[Fraction, ...]:
+    """The coefficients of ``(S, T0, Ha, Sk, Tc)`` and the constant of ``ce_gen_bound`` at
+    ``sc_E1`` (``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dw_error``), exact rationals,
+    ``gamma_{n_terms}``, ``X = 1 + x + x^2 >= e^x``, ``chain`` = ``Ec``."""
+    fe = (1 + ue) * _exp_up_small(x)
+    gd = n_terms * u / (1 - n_terms * u)
+    kg = (1 + us) * (1 + u)
+    kcap = (1 + us) * (1 + u) ** 2
+    c1 = (1 + u) * ee + ea
+    w = ua + u * (1 + ua)
+    kc = kg ** n_chunks
+    m = kc * a0 * (1 + w) * (1 + gd)
+    return (m * kg * chain * ((1 + u) * fe - 1), m * kg * chain * (1 + u),
+            m * (kg * chain * c1 + kg * c1 + (1 + us) * ea + es), m * (kcap * fe - 1),
+            m * (kcap - 1) + kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0,
+            n_chunks * kc * (ea + es))
+
+
 def linear_cross_entropy_grad_error_bound(
     prob_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, *, n_terms: int, dtype: torch.dtype,
     scale: float, logit_error: float, lse_error: float, max_abs_arg: float, n_chunks: int = 1,
-    exp_error: float = LCE_EXP_ERROR, storage_rounding: str = "nearest",
+    exp_error: float = LCE_EXP_ERROR, storage_rounding: str = "nearest", softcap: float | None = None,
+    capped_sums: tuple[torch.Tensor, torch.Tensor] | None = None, tanh_error: float = LCE_TANH_ERROR,
+    tanh_rel_error: float = 0.0, div_error: float = LCE_DIV_ERROR,
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|grad_kernel - grad_exact|`` for every entry of dH (grad_input)
     or dW (grad_weight) of the 3-product schedule of kernels/linear_cross_entropy.py
@@ -1498,7 +1519,16 @@ def linear_cross_entropy_grad_error_bound(
     rounded additions of exact products: bf16 operands, whose products are exact in fp32 from
     2^-134 up; not the MMA order, not TF32 products).
     ``storage_rounding="truncate"``: Triton's CPU interpreter truncates G to bfloat16 (the
-    formula at those constants, not a proved bound). Not covered: softcap, bias, label
+    formula at those constants, not a proved bound).
+    With ``softcap = c`` (None: the above): ``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error``
+    / ``sc_dw_error`` for the capped entries ``rnd_s(rnd(g (1 - (z / c)^2)))`` against
+    ``(P_c - onehot)(1 - tanh(y / c)^2)`` (:func:`_capped_grad_coefs`, a hand copy in exact
+    rationals, not extracted): ``logit_error`` is the raw logits' (capped: ``sc_delta``), the sums
+    ``prob_abs, grad_abs, operand_abs`` are ``S, T0, Ha`` of the capped probabilities and
+    ``capped_sums = (Sk, Tc)`` = (sum P_c k |h|, sum |G0 k| |h|), k = 1 - tanh(y / c)^2
+    (:func:`~ojas_ref.verification.lce_error.gradient_sums` with ``softcap``); premises: the
+    computed tanh (``tanh_rel_error``, ``tanh_error``) and the division (``div_error``).
+    Not covered: bias, label
     smoothing, z-loss, float16 (G scaled by 256), the scaling by grad_output after the fact,
     overflow. The 4-product schedule (token weights inside G): :func:`linear_cross_entropy_weighted_dw_error_bound`
     and :func:`linear_cross_entropy_weighted_dh_error_bound`."""
@@ -1526,6 +1556,18 @@ def linear_cross_entropy_grad_error_bound(
     coef_s, coef_t, coef_h, const = (_hand_lce_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE
                                      else (F_(c) for c in got))
     grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
+    if softcap is not None:
+        if capped_sums is None:
+            raise ValueError("softcap needs capped_sums = (Sk, Tc)")
+        dz, _ = _softcapped(F_(float(logit_error)), None, softcap, tanh_error, tanh_rel_error)
+        chain = F_(linear_cross_entropy_softcap_chain_error_bound(float(dz), softcap, div_error=div_error))
+        x = dz + F_(float(lse_error)) + u * F_(float(max_abs_arg)) + ea
+        if x > 1:
+            raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
+        coefs = _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunks)
+        sums = (prob_abs, grad_abs, operand_abs, *capped_sums)
+        out = sum(_float_up(k) * (v.to(torch.float64) * grow) for k, v in zip(coefs, sums))
+        return (out + _float_up(coefs[-1])) * _ROUND_UP
     s, t, h = (x.to(torch.float64) * grow for x in (prob_abs, grad_abs, operand_abs))
     return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
 

@@ -208,12 +208,13 @@ def exact_gradients(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, redu
     return dh, dw
 
 
-def _probabilities(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int
-                   ) -> tuple[torch.Tensor, ...]:
-    """(H, W, kept [N, 1], P, G = P - onehot) float64, P and G zero at the ignored tokens."""
+def _probabilities(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                   softcap: float | None = None) -> tuple[torch.Tensor, ...]:
+    """(H, W, kept [N, 1], P, G = P - onehot) float64, P and G zero at the ignored tokens; with
+    ``softcap`` P of the capped logits ``c tanh(h . w_v / c)``."""
     h, ww = x.to(F64), w.to(F64)
     kept = (target != ignore_index).to(F64)[:, None]
-    p = torch.softmax(h @ ww.t(), dim=1) * kept
+    p = torch.softmax(exact_capped(h @ ww.t(), softcap), dim=1) * kept
     rows = (target != ignore_index).nonzero().squeeze(1)
     g = p.clone()
     g[rows, target[rows]] -= 1.0
@@ -233,32 +234,45 @@ def weighted_gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tenso
             ha.sum(0)[None, :].expand(V, -1))
 
 
-def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100
-                  ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
+                  softcap: float | None = None) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """The sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error`` [V, D] from the exact
     float64 probabilities P of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
-    ``kept x colsum |W|``; dW ``P^T |H|``, ``|G|^T |H|``, ``colsum |H_kept|``."""
-    h, ww, kept, p, g = _probabilities(x, w, target, ignore_index)
-    ga, wa, ha = g.abs(), ww.abs(), h.abs() * kept
-    dh = (p @ wa, ga @ wa, kept * wa.sum(0)[None, :])
-    dw = (p.t() @ ha, ga.t() @ ha, ha.sum(0)[None, :].expand(w.shape[0], -1))
-    return dh, dw
+    ``kept x colsum |W|``; dW ``P^T |H|``, ``|G|^T |H|``, ``colsum |H_kept|``.  With ``softcap``
+    (``sc_dh_error`` / ``sc_dw_error``): P of the capped logits, then also (Sk, Tc) with the
+    exact chain factor k = 1 - tanh(h . w_v / c)^2: ``(P k) |W|``, ``|G k| |W|`` and the
+    transposes for dW."""
+    h, ww, kept, p, g = _probabilities(x, w, target, ignore_index, softcap)
+    mats = [p, g.abs()]
+    if softcap is not None:
+        k = 1.0 - torch.tanh(h @ ww.t() / softcap) ** 2
+        mats += [p * k, (g * k).abs()]
+    wa, ha = ww.abs(), h.abs() * kept
+    dh = [m @ wa for m in mats]
+    dw = [m.t() @ ha for m in mats]
+    dh.insert(2, kept * wa.sum(0)[None, :])
+    dw.insert(2, ha.sum(0)[None, :].expand(w.shape[0], -1))
+    return tuple(dh), tuple(dw)
 
 
 def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
                     ignore_index: int = -100, config=None, exp_error: float | None = None,
-                    storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None,
+                    softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound` for
     ``_three_products`` (no bias, reduction "mean" / "sum") on these inputs: ``delta`` and
     ``Dl`` from the logit and lse bounds with ``dot_abs_sum`` = max sum_i |h_i w_vi| of the
     data, ``Am = 2 Zmax + ln V + Dl``, the token chunks of the kernel's plan. Reduction "none"
     or ``config.products == 4``: the 4-product schedule's (:func:`four_product_gradient_bounds`,
-    ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1)."""
+    ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1).
+    ``softcap`` (3 products only; the 4-product schedule with a cap: no theorem): the capped
+    bounds (``sc_dh_error`` / ``sc_dw_error``), lse bound and ``Zmax`` of the capped logits."""
     from ojas_kernels import linear_cross_entropy as lce
 
     if reduction == "none" or (config is not None and config.products == 4):
+        if softcap is not None:
+            raise ValueError("no theorem bounds the 4-product schedule's capped gradients")
         return four_product_gradient_bounds(x, w, target, config, reduction=reduction, ignore_index=ignore_index,
                                             exp_error=exp_error, storage_rounding=storage_rounding,
                                             grad_output=grad_output)
@@ -270,16 +284,19 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     config = config or lce.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
     kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
-    dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
+    dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error,
+                                              softcap=softcap, **kw)
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    if softcap is not None:
+        zmax = min(zmax, softcap * (1 + 2.0**-19))
     plan = lce._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, logit_error=delta, lse_error=dl,
                   max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01, exp_error=exp_error,
-                  storage_rounding=storage_rounding)
-    sums_h, sums_w = gradient_sums(x, w, target, ignore_index)
-    bh = linear_cross_entropy_grad_error_bound(*sums_h, n_terms=V, **common)
-    bw = linear_cross_entropy_grad_error_bound(*sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan),
-                                               **common)
+                  storage_rounding=storage_rounding, softcap=softcap)
+    sums_h, sums_w = gradient_sums(x, w, target, ignore_index, softcap)
+    bh = linear_cross_entropy_grad_error_bound(*sums_h[:3], n_terms=V, capped_sums=sums_h[3:] or None, **common)
+    bw = linear_cross_entropy_grad_error_bound(*sums_w[:3], n_terms=max(n for _, n, _ in plan), n_chunks=len(plan),
+                                               capped_sums=sums_w[3:] or None, **common)
     return bh, bw
 
 
