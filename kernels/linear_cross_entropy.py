@@ -131,8 +131,9 @@ the exact capped logits' (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the c
 ``_cap_tanh`` within a stated error, a premise; the ``softcap`` argument of the bound functions).
 No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
 (only the classical any-order bound enters ``delta`` and the gradients' ``gd``), TF32 products,
-the gradients dH, dW with softcap (only one entry's chain factor ``1 - (z / c)^2`` is bounded:
-``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias and
+the gradients dH, dW with softcap in the 4-product schedule (the 3-product schedule's:
+``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error`` / ``sc_dw_error``, built on the chain
+factor's ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias and
 the 3-product schedule's scaling by grad_output after the fact.
 ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dw4_error`` bounds every entry of the 4-product
 schedule's grad_weight (G = ``rnd_s(rnd(g w_n))``, the float32 token weight inside G, from the
@@ -1149,8 +1150,9 @@ def linear_cross_entropy(
     / ``ce_dw_error``, the 4-product schedule's (grad_output inside G):
     ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error``, without
     bias, cap, smoothing, z-loss, float16; the lse and loss with a cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` /
-    ``ce_loss_error_softcap``; no theorem covers the capped gradients nor the
-    rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
+    ``ce_loss_error_softcap``; the capped gradients of the 3-product schedule:
+    ``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error`` / ``sc_dw_error``; no theorem
+    covers the 4-product schedule's capped gradients nor the rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or
     ``config.products=4``) grad_input in the forward and the rest by recomputing

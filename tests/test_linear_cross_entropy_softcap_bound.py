@@ -47,6 +47,7 @@ from ojas_ref.verification.error_bounds import (  # noqa: E402
 from ojas_ref.verification.lce_error import (  # noqa: E402
     cap_sweep,
     exact_capped,
+    exact_gradients,
     gradient_bounds,
     gradient_sums,
     exact_lse,
@@ -259,13 +260,6 @@ def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
 # The capped gradients: sc_dh_error / sc_dw_error of rocq/FloatModel/CrossEntropySoftcapGradError.v.
 
 
-def _capped_grads(x, w, target, cap):
-    """(dH, dW) float64: autograd of F.cross_entropy(c tanh(H W^T / c)), reduction "mean"."""
-    h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
-    loss = torch.nn.functional.cross_entropy(exact_capped(h @ ww.t(), cap), target, ignore_index=-100)
-    return torch.autograd.grad(loss, (h, ww))
-
-
 def _capped_case(dtype, cap, N=13, D=40, V=700):
     """Raw logits up to about 15 (cap 5 bites, cap 30 barely), two ignored tokens, chunks (5, 5, 3)."""
     x = torch.randn(N, D, generator=_gen(11))
@@ -279,7 +273,7 @@ def _capped_case(dtype, cap, N=13, D=40, V=700):
 def _capped_errors(x, w, target, cfg, cap):
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     lce.linear_cross_entropy(xr, wr, target, softcap=cap, config=cfg).backward()
-    dh, dw = _capped_grads(x, w, target, cap)
+    dh, dw = exact_gradients(x, w, target, softcap=cap)  # float64 autograd of the capped loss
     rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
     bh, bw = gradient_bounds(x, w, target, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding,
                              softcap=cap)

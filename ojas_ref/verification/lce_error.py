@@ -197,12 +197,13 @@ def measured_log_error(device: str, points: int = 1 << 20) -> float:
 
 
 def exact_gradients(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
-                    ignore_index: int = -100, grad_output: torch.Tensor | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` on the upcast inputs, with
-    ``grad_output`` (upcast; default 1) as the loss's upstream gradient."""
+                    ignore_index: int = -100, grad_output: torch.Tensor | None = None,
+                    softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` (with ``softcap``: of the
+    capped logits ``c tanh(x @ w^T / c)``) on the upcast inputs, with ``grad_output`` (upcast;
+    default 1) as the loss's upstream gradient."""
     h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
-    loss = F.cross_entropy(h @ ww.t(), target, reduction=reduction, ignore_index=ignore_index)
+    loss = F.cross_entropy(exact_capped(h @ ww.t(), softcap), target, reduction=reduction, ignore_index=ignore_index)
     go = torch.ones_like(loss) if grad_output is None else grad_output.to(F64).reshape(loss.shape)
     dh, dw = torch.autograd.grad(loss, (h, ww), go)
     return dh, dw
