@@ -249,47 +249,37 @@ Definition cw_Ha (xs : list T) : R := rsum (map (fun x => Rabs (ih x)) xs).
 Definition cw_E1 (ua Fe Sx Tx Hw Ha : R) : R :=
   (ce_Kw ua * Fe - 1) * Sx + (ce_Kw ua - 1) * Tx + ce_cw1 ua * Hw + ce_cw0 * Ha.
 
-Lemma cw_terms_close : forall ua delta Dl Am X xs,
-  0 <= ua -> exp (delta + Dl + u * Am + ea) <= X ->
-  (forall x, In x xs -> cw_ok ua delta Dl Am x) ->
-  let E1 := cw_E1 ua ((1 + ue) * X) (cw_S xs) (cw_T xs) (cw_Hw xs) (cw_Ha xs) in
-  Rabs (rsum (map cw_term xs) - rsum (map cw_exact xs)) <= E1
-  /\ rsum (map Rabs (map cw_term xs)) <= cw_T xs + E1.
+(** One term's bound, and its sum over the items: the generic part of
+    CrossEntropyGradError.v ([ce_gen_chunk_close]) with these terms. *)
+Definition cw_bd (ua Fe : R) (x : T) : R :=
+  (ce_Kw ua * Fe - 1) * (Rabs (iw0 x) * cw_P x * Rabs (ih x)) + (ce_Kw ua - 1) * Rabs (cw_exact x)
+  + ce_cw1 ua * (Rabs (iw0 x) * Rabs (ih x)) + ce_cw0 * Rabs (ih x).
+
+Lemma cw_term_close : forall ua delta Dl Am X x,
+  0 <= ua -> exp (delta + Dl + u * Am + ea) <= X -> cw_ok ua delta Dl Am x ->
+  Rabs (cw_term x - cw_exact x) <= cw_bd ua ((1 + ue) * X) x.
 Proof.
-  intros ua delta Dl Am X xs Hua HX; induction xs as [| x xs IH]; intros Hok E1; unfold E1 in *.
-  - unfold cw_E1, cw_S, cw_T, cw_Hw, cw_Ha; cbn [map]; rewrite !rsum_nil, Rminus_0_r, Rabs_R0; lra.
-  - destruct IH as [IH1 IH2]; [intros y Hy; apply Hok; right; exact Hy |].
-    destruct (Hok x (or_introl eq_refl)) as [H1 [H2 [H3 H4]]].
-    pose proof (ce_wg_close (iz x) (il x) (iy x) (iL x) (iw x) (iw0 x) ua delta Dl Am X (it x)
-                  Hua H4 H1 H2 H3 HX) as Hg.
-    cbv zeta in Hg; fold (cw_P x) (cw_G x) in Hg.
-    assert (Hx : Rabs (cw_term x - cw_exact x)
-                 <= (ce_Kw ua * ((1 + ue) * X) - 1) * (Rabs (iw0 x) * cw_P x * Rabs (ih x))
-                    + (ce_Kw ua - 1) * Rabs (cw_exact x) + ce_cw1 ua * (Rabs (iw0 x) * Rabs (ih x))
-                    + ce_cw0 * Rabs (ih x)).
-    { unfold cw_term, cw_exact.
-      replace (ce_wgent (il x) (iz x) (iw x) (it x) * ih x - iw0 x * cw_G x * ih x)
-        with ((ce_wgent (il x) (iz x) (iw x) (it x) - iw0 x * cw_G x) * ih x) by ring.
-      rewrite !Rabs_mult.
-      assert (Hm : Rabs (ce_wgent (il x) (iz x) (iw x) (it x) - iw0 x * cw_G x) * Rabs (ih x)
-              <= (Rabs (iw0 x) * ((ce_Kw ua * ((1 + ue) * X) - 1) * cw_P x + (ce_Kw ua - 1) * Rabs (cw_G x)
-                  + ce_cw1 ua) + ce_cw0) * Rabs (ih x))
-        by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hg]).
-      lra. }
-    unfold cw_E1, cw_S, cw_T, cw_Hw, cw_Ha in *; cbn [map] in *; rewrite !rsum_cons in *.
-    split.
-    + replace (cw_term x + rsum (map cw_term xs) - (cw_exact x + rsum (map cw_exact xs)))
-        with ((cw_term x - cw_exact x) + (rsum (map cw_term xs) - rsum (map cw_exact xs))) by ring.
-      eapply Rle_trans; [apply Rabs_triang |]; lra.
-    + assert (Rabs (cw_term x) <= Rabs (cw_exact x) + Rabs (cw_term x - cw_exact x))
-        by (replace (cw_term x) with ((cw_term x - cw_exact x) + cw_exact x) at 1 by ring;
-            eapply Rle_trans; [apply Rabs_triang | lra]).
-      lra.
+  intros ua delta Dl Am X x Hua HX [H1 [H2 [H3 H4]]].
+  pose proof (ce_wg_close (iz x) (il x) (iy x) (iL x) (iw x) (iw0 x) ua delta Dl Am X (it x)
+                Hua H4 H1 H2 H3 HX) as Hg.
+  cbv zeta in Hg; fold (cw_P x) (cw_G x) in Hg.
+  unfold cw_bd, cw_term, cw_exact.
+  replace (ce_wgent (il x) (iz x) (iw x) (it x) * ih x - iw0 x * cw_G x * ih x)
+    with ((ce_wgent (il x) (iz x) (iw x) (it x) - iw0 x * cw_G x) * ih x) by ring.
+  rewrite !Rabs_mult.
+  assert (Hm : Rabs (ce_wgent (il x) (iz x) (iw x) (it x) - iw0 x * cw_G x) * Rabs (ih x)
+          <= (Rabs (iw0 x) * ((ce_Kw ua * ((1 + ue) * X) - 1) * cw_P x + (ce_Kw ua - 1) * Rabs (cw_G x)
+              + ce_cw1 ua) + ce_cw0) * Rabs (ih x))
+    by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hg]).
+  lra.
 Qed.
 
-(** The hypothesis on the float32 accumulation of the product's terms. *)
-Definition cw_dsum_ok (dsum : list R -> R) (gd : R) (xs : list T) : Prop :=
-  Rabs (dsum (map cw_term xs) - rsum (map cw_term xs)) <= gd * rsum (map Rabs (map cw_term xs)).
+Lemma cw_bd_sum : forall ua Fe xs,
+  ce_gen_B T (cw_bd ua Fe) xs = cw_E1 ua Fe (cw_S xs) (cw_T xs) (cw_Hw xs) (cw_Ha xs).
+Proof.
+  intros ua Fe xs; unfold ce_gen_B, cw_bd, cw_E1, cw_S, cw_T, cw_Hw, cw_Ha.
+  rewrite !rsum_map_plus, !rsum_map_scal_l; reflexivity.
+Qed.
 
 (** [_mm_into (grad_weight[slab], G_slab^T, H)]: accumulated in float32, rounded once. *)
 Definition ce_dw4 (dsum : list R -> R) (xs : list T) : R := rs (dsum (map cw_term xs)).
@@ -299,20 +289,16 @@ Definition cw_dw_bound (gd ua Fe Sx Tx Hw Ha : R) : R :=
 
 Theorem ce_dw4_error : forall dsum gd ua delta Dl Am X xs,
   0 <= gd -> 0 <= ua -> exp (delta + Dl + u * Am + ea) <= X ->
-  cw_dsum_ok dsum gd xs -> (forall x, In x xs -> cw_ok ua delta Dl Am x) ->
+  ce_gen_dsum_ok T cw_term dsum gd xs -> (forall x, In x xs -> cw_ok ua delta Dl Am x) ->
   Rabs (ce_dw4 dsum xs - rsum (map cw_exact xs))
   <= cw_dw_bound gd ua ((1 + ue) * X) (cw_S xs) (cw_T xs) (cw_Hw xs) (cw_Ha xs).
 Proof.
   intros dsum gd ua delta Dl Am X xs Hgd Hua HX Hds Hok.
-  destruct (cw_terms_close ua delta Dl Am X xs Hua HX Hok) as [H1 H2]; cbv zeta in H1, H2.
+  assert (Hg : ce_gen_ok T cw_term cw_exact (cw_bd ua ((1 + ue) * X)) xs)
+    by (intros x Hx; apply (cw_term_close ua delta Dl Am X x Hua HX), Hok, Hx).
+  destruct (ce_gen_chunk_close T cw_term cw_exact _ dsum gd xs Hgd Hg Hds) as [Hd _].
+  rewrite cw_bd_sum in Hd; change (ce_gen_T T cw_exact xs) with (cw_T xs) in Hd.
   set (E1 := cw_E1 ua ((1 + ue) * X) (cw_S xs) (cw_T xs) (cw_Hw xs) (cw_Ha xs)) in *.
-  unfold cw_dsum_ok in Hds.
-  assert (Hc : gd * rsum (map Rabs (map cw_term xs)) <= gd * (cw_T xs + E1)) by (apply Rmult_le_compat_l; lra).
-  assert (Hd : Rabs (dsum (map cw_term xs) - rsum (map cw_exact xs)) <= (1 + gd) * E1 + gd * cw_T xs).
-  { replace (dsum (map cw_term xs) - rsum (map cw_exact xs))
-      with ((dsum (map cw_term xs) - rsum (map cw_term xs)) + (rsum (map cw_term xs) - rsum (map cw_exact xs)))
-      by ring.
-    eapply Rle_trans; [apply Rabs_triang |]; lra. }
   pose proof (ff_close S_ _ _ _ Hd) as Hs.
   assert (HT : Rabs (rsum (map cw_exact xs)) <= cw_T xs) by apply bw_rsum_abs.
   destruct cw_nonneg as [_ [_ [Hus _]]].
