@@ -172,6 +172,19 @@ def test_softcap_mutants_exceed_bound(mutant, monkeypatch):
     assert (excess <= 1.0) == (mutant is None)
 
 
+def _gpu_inputs(N: int, dtype: torch.dtype, ignore_every: int):
+    """N tokens at V = 128256, D = 4096 on CUDA (weights of std 0.02), every
+    ``ignore_every``-th target ignored; IEEE float32 products (TF32 is not covered)."""
+    assert torch.get_float32_matmul_precision() == "highest"
+    D, V = 4096, 128256
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
+    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
+    target[::ignore_every] = -100
+    return x, w, target
+
+
 def _capped_reference(x, w, target, cap):
     y = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
     lse = torch.logsumexp(y, dim=1)
@@ -236,13 +249,8 @@ def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
     err, bound, _ = _chain_errors("cuda", cap, 1 << 20)
     print(f"chain factor on the device, cap {cap}: error {err:.3e} bound {bound:.3e}")
     assert err <= bound
-    assert torch.get_float32_matmul_precision() == "highest"
-    N, D, V = 64, 4096, 128256
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
-    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
-    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
-    target[::9] = -100
+    x, w, target = _gpu_inputs(64, dtype, ignore_every=9)
+    D, V = x.shape[1], w.shape[0]
     loss = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, cap), (True, False, False),
                                lce.default_config(dtype, x.device)).loss
     _, ref, kept = _capped_reference(x, w, target, cap)
@@ -331,13 +339,7 @@ def test_capped_gradient_mutants_exceed_bound(mutant, monkeypatch):
 @pytest.mark.parametrize("cap", CAPS)
 def test_gpu_llama3_size_capped_gradients_within_bound(dtype, cap):
     """V = 128256, D = 4096, 1024 tokens (two token chunks), every seventh ignored."""
-    assert torch.get_float32_matmul_precision() == "highest"
-    N, D, V = 1024, 4096, 128256
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
-    w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
-    target = torch.randint(0, V, (N,), device="cuda", generator=gen)
-    target[::7] = -100
+    x, w, target = _gpu_inputs(1024, dtype, ignore_every=7)
     eh, ew, bh, bw = _capped_errors(x, w, target, lce.default_config(dtype, x.device), cap)
     rh, rw = (bh.max() / eh.max()).item(), (bw.max() / ew.max()).item()
     print(f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
