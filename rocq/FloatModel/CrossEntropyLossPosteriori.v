@@ -127,6 +127,41 @@ Proof.
   unfold ce_step, tile_max, item_term; rewrite !map_map; reflexivity.
 Qed.
 
+(** The stream's own error: the kernel's lse [rnd (m + lg l)] against the
+    lse of the computed logits ([ce_lse_error_up] with the computed logits as
+    exact ones). *)
+Lemma ce_stream_lse_close : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt Bt Tt Nn : nat)
+    Zmax XK LN NL P1 QT AT,
+  let st := run ts (fst zy0, 0) tiles in
+  let bL := ce_bL_p u ue ee ea XK P1 QT AT Bt Tt Nn in
+  let zs := concat tiles in
+  In zy0 zs -> sum_ok M ts Dt Bt ->
+  Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length zs <= Nn)%nat ->
+  (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax) ->
+  exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  Rabs (rnd (fst st + lg (snd st)) - ln (ce_sum_exp fst zs)) <= ce_lse_bound u el Zmax LN NL 0.
+Proof.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT st bL zs H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL.
+  set (tiles' := map (map ce_dup) tiles).
+  assert (Ec : concat tiles' = map ce_dup zs) by (unfold tiles', zs; rewrite concat_map; reflexivity).
+  assert (Hlse := ce_lse_error_up M ex ue ee ue_nonneg ee_nonneg ex_err lg el lg_fmt lg_err
+                    (ce_dup zy0) tiles' ts Dt Bt Tt Nn Zmax XK 0 LN NL P1 QT AT).
+  cbv zeta in Hlse.
+  rewrite Ec in Hlse; unfold tiles' in Hlse; rewrite ce_run_dup, map_map in Hlse; fold st in Hlse; cbn [ce_dup fst snd] in Hlse.
+  specialize (Hlse ltac:(apply in_map, H0) Hts
+                   ltac:(unfold tiles'; apply Forall_forall; intros tl Hi; apply in_map_iff in Hi;
+                         destruct Hi as [tl0 [<- Hi]]; rewrite map_length;
+                         exact (proj1 (Forall_forall _ _) HB tl0 Hi))
+                   ltac:(unfold tiles'; rewrite map_length; exact HT)
+                   ltac:(rewrite map_length; exact HN)
+                   ltac:(intros zy Hi; apply in_map_iff in Hi; destruct Hi as [x [<- Hi]];
+                         destruct (Hz x Hi) as [F Z]; cbn [ce_dup fst snd];
+                         rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; refine (conj F (conj Z _)); lra)
+                   HXK HP HQ HA HbL HLN HNL).
+  exact Hlse.
+Qed.
+
 (** The kernel's per-token loss [rnd (rnd (m + lg l) - z_t)], from the stream
     state [(m, l)] of the computed logits [z = fst] (exact logits [y = snd]),
     the target's pair [(zt, yt)] among them. *)
@@ -148,24 +183,9 @@ Proof.
   intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT zt yt Eb NP st bL zs LSE
          H0 Ht Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL HE HW HNP.
   pose proof (ff_u_nonneg A_) as Hu.
-  set (tiles' := map (map ce_dup) tiles).
-  assert (Ec : concat tiles' = map ce_dup zs) by (unfold tiles', zs; rewrite concat_map; reflexivity).
-  assert (Hlse := ce_lse_error_up M ex ue ee ue_nonneg ee_nonneg ex_err lg el lg_fmt lg_err
-                    (ce_dup zy0) tiles' ts Dt Bt Tt Nn Zmax XK 0 LN NL P1 QT AT).
-  cbv zeta in Hlse.
-  rewrite Ec in Hlse; unfold tiles' in Hlse; rewrite ce_run_dup, map_map in Hlse; fold st in Hlse; cbn [ce_dup fst snd] in Hlse.
+  pose proof (ce_stream_lse_close zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT H0 Hts HB HT HN Hz
+                HXK HP HQ HA HbL HLN HNL) as Hlse; fold st zs in Hlse.
   assert (Hne : zs <> []) by (intros E; rewrite E in H0; destruct H0).
-  specialize (Hlse ltac:(apply in_map, H0) Hts
-                   ltac:(unfold tiles'; apply Forall_forall; intros tl Hi; apply in_map_iff in Hi;
-                         destruct Hi as [tl0 [<- Hi]]; rewrite map_length;
-                         exact (proj1 (Forall_forall _ _) HB tl0 Hi))
-                   ltac:(unfold tiles'; rewrite map_length; exact HT)
-                   ltac:(rewrite map_length; exact HN)
-                   ltac:(intros zy Hi; apply in_map_iff in Hi; destruct Hi as [x [<- Hi]];
-                         destruct (Hz x Hi) as [F Z]; cbn [ce_dup fst snd];
-                         rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; refine (conj F (conj Z _)); lra)
-                   HXK HP HQ HA HbL HLN HNL).
-  fold (ce_sum_exp fst zs) in Hlse.
   set (B := ce_lse_bound u el Zmax LN NL 0) in *.
   set (lse := rnd (fst st + lg (snd st))) in *.
   destruct (Hz (zt, yt) Ht) as [Fzt _]; cbn [fst] in Fzt.
