@@ -73,6 +73,7 @@ from ojas_ref.verification.lce_error import (  # noqa: E402
     exact_gradients,
     exact_lse,
     gradient_bounds,
+    gradient_posteriori_bounds,
     gradient_sums,
     kernel_stream_lse,
     measured_exp_error,
@@ -350,6 +351,12 @@ def _cpu_grad_bounds(x, w, target, reduction, cfg):
                            storage_rounding=rounding)
 
 
+def _cpu_grad_posteriori_bounds(x, w, target, reduction, cfg):
+    rounding = "nearest" if x.dtype == torch.float32 else "truncate"
+    return gradient_posteriori_bounds(x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR,
+                                      storage_rounding=rounding)
+
+
 def _ratio(bound, err):
     """(smallest per-entry bound / error, largest bound / largest error)."""
     return (bound / err.clamp_min(1e-300)).min().item(), (bound.max() / err.max()).item()
@@ -372,6 +379,61 @@ def test_gradients_within_bound(dtype, reduction, peaked):
     (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
     kept = target != -100
     assert (bh[kept] < 0.5 * a0 * th[kept]).all() and (bw < 0.5 * a0 * tw).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction, peaked", [("mean", False), ("sum", False), ("mean", True)])
+def test_gradients_within_posteriori_bound(dtype, reduction, peaked):
+    """``ce_gp_dh_error`` / ``ce_gp_dw_error`` (each entry of G with its own exponent error from
+    ``ce_arg_posteriori``): every entry within the bound; on confident tokens the largest bound at
+    least 1.5x below the a-priori one (which charges the target's logit error twice), elsewhere
+    within 5% of it or below."""
+    x, w, target, cfg = _grad_case(dtype, peaked=peaked)
+    gh, gw = _kernel_grads(x, w, target, reduction, cfg)
+    dh, dw = exact_gradients(x, w, target, reduction)
+    ph, pw = _cpu_grad_posteriori_bounds(x, w, target, reduction, cfg)
+    bh, bw = _cpu_grad_bounds(x, w, target, reduction, cfg)
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"{dtype} {reduction} peaked={peaked}: dH ratio {_ratio(ph, eh)} (a priori {_ratio(bh, eh)}), "
+          f"dW ratio {_ratio(pw, ew)} (a priori {_ratio(bw, ew)})")
+    assert (eh <= ph).all() and (ew <= pw).all()
+    gain = 1.5 if peaked else 1 / 1.05
+    assert ph.max() * gain < bh.max() and pw.max() * gain < bw.max()
+
+
+def test_entry_factors_confident_target_falls_to_the_stream_bound():
+    """A target with P = 1 - 1e-9: its exponent error is the stream's B (the logits' delta = 0.1
+    enters only times 1 - P); an entry with P = 1e-9 gets -ln(1 - (e^0.2 - 1)) = 0.2503, or with
+    the a-priori lse bound Dl = 0.1 + B the smaller delta + Dl = 0.2001."""
+    from ojas_ref.verification.error_bounds import linear_cross_entropy_entry_posteriori_factors
+
+    lp = torch.log(torch.tensor([[1 - 1e-9, 1e-9]], dtype=F64))
+    f = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([0]), 0.1, 1e-4, dtype=torch.float32)
+    assert 1e-4 < f[0, 0] < 1.2e-4
+    assert 0.284 * 1e-9 < f[0, 1] < 0.285 * 1e-9  # e^0.2504 - 1 = 0.2845
+    g = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([0]), 0.1, 1e-4, dtype=torch.float32,
+                                                      lse_error=0.1 + 1e-4)
+    assert g[0, 0] == f[0, 0] and 0.2214 * 1e-9 < g[0, 1] < 0.2216 * 1e-9  # e^0.2001 - 1 = 0.2215
+    ignored = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([-100]), 0.1, 1e-4, dtype=torch.float32)
+    assert (ignored == 0).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(logit_error=-1.0), "logit_error"),
+    (dict(stream_lse_bound=float("nan")), "stream_lse_bound"),
+    (dict(logit_error=0.5), "vacuous"),
+    (dict(log_probs=torch.zeros(2, 3) + 0.5), "log_probs"),
+    (dict(target=torch.zeros(3, dtype=torch.long)), "target"),
+])
+def test_entry_factors_bad_arguments_raise(kwargs, match):
+    from ojas_ref.verification.error_bounds import linear_cross_entropy_entry_posteriori_factors
+
+    args = dict(log_probs=torch.log(torch.full((2, 3), 1 / 3)), target=torch.zeros(2, dtype=torch.long),
+                logit_error=0.01, stream_lse_bound=1e-4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        linear_cross_entropy_entry_posteriori_factors(args.pop("log_probs"), args.pop("target"), args.pop("logit_error"),
+                                                      args.pop("stream_lse_bound"), dtype=torch.float32)
 
 
 def _mutant_dropped_accumulation(orig):
@@ -397,13 +459,15 @@ def _mutant_mean_over_all(orig, kept, n):
     return "_addmm_into", addmm
 
 
+@pytest.mark.parametrize("bounds", [_cpu_grad_bounds, _cpu_grad_posteriori_bounds], ids=["a_priori", "a_posteriori"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mutant", [None, "dropped_accumulation", "short_row", "mean_over_all"])
-def test_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
-    """The unmutated kernel (None) within the bound, each mutant of it outside."""
+def test_gradient_mutants_exceed_bound(dtype, mutant, bounds, monkeypatch):
+    """The unmutated kernel (None) within the bound (ce_dh_error / ce_dw_error, and the
+    a-posteriori ce_gp_dh_error / ce_gp_dw_error), each mutant of it outside."""
     x, w, target, cfg = _grad_case(dtype, seed=10)
     dh, dw = exact_gradients(x, w, target, "mean")
-    bh, bw = _cpu_grad_bounds(x, w, target, "mean", cfg)
+    bh, bw = bounds(x, w, target, "mean", cfg)
     make = dict(dropped_accumulation=lambda: _mutant_dropped_accumulation(lce._addmm_into),
                 short_row=lambda: _mutant_short_row(lce._launch_rows),
                 mean_over_all=lambda: _mutant_mean_over_all(lce._addmm_into, int((target != -100).sum()), len(target)))
@@ -465,6 +529,29 @@ def test_gpu_llama3_size_gradients_within_bound(dtype):
     print(f"{dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
           f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
     assert (eh <= bh).all() and (ew <= bw).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("peaked", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
+    """1024 tokens (two token chunks), every 7th ignored; ``peaked``: the targets' weight rows
+    aligned with the hidden states (P_t about 1 - 2e-6, as the benchmark's): every entry within
+    ce_gp_dh_error / ce_gp_dw_error's bound."""
+    x, w, target = _gpu_case(1024, dtype)
+    if peaked:
+        w = w.float()
+        w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * 4096 ** 0.5 / 8
+        w = w.to(dtype)
+    target[::7] = -100
+    gh, gw = _kernel_grads(x, w, target, "mean", None)
+    dh, dw = exact_gradients(x, w, target, "mean")
+    ph, pw = gradient_posteriori_bounds(x, w, target, reduction="mean")
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"{dtype} peaked={peaked}: dH max err {eh.max().item():.3e} bound {ph.max().item():.3e} ratio {_ratio(ph, eh)}; "
+          f"dW max err {ew.max().item():.3e} bound {pw.max().item():.3e} ratio {_ratio(pw, ew)}")
+    assert (eh <= ph).all() and (ew <= pw).all()
 
 
 # The 4-product schedule (reduction "none", products=4): ce_dh4_error / ce_dw4_error of

@@ -1572,6 +1572,108 @@ def linear_cross_entropy_grad_error_bound(
     return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
 
 
+def _hand_gen_grad_coefs(u, ea, us, es, a0, ua, n_terms, n_chunks) -> tuple[Fraction, Fraction, Fraction]:
+    """The coefficients ``(cB, cT, c0)`` of ``ce_gen_bound gd a0 ua C B T``
+    (``Ojas.FloatModel.CrossEntropyGradError``) in ``B`` and ``T``, exact rationals at the exact
+    ``gd = gamma_{n_terms}``: ``Kg^C (|a0| ((1 + w) ((1 + gd) B + gd T) + w T) + C ea)
+    + (Kg^C - 1) |a0| T + C Kg^C es``. A hand copy: no oracle function computes it."""
+    gd = n_terms * u / (1 - n_terms * u)
+    kc = ((1 + us) * (1 + u)) ** n_chunks
+    w = ua + u * (1 + ua)
+    a0 = abs(a0)
+    return (kc * a0 * (1 + w) * (1 + gd), kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0,
+            n_chunks * kc * (ea + es))
+
+
+def linear_cross_entropy_entry_posteriori_factors(
+    log_probs: torch.Tensor, target: torch.Tensor, logit_error: float, stream_lse_bound: float, *,
+    dtype: torch.dtype, lse_error: float | None = None, exp_error: float = LCE_EXP_ERROR,
+    storage_rounding: str = "nearest", ignore_index: int = -100,
+) -> torch.Tensor:
+    """Per entry of G [N, V], the factor ``(Kg (1 + ue) X - 1) P`` of
+    ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_S`` (0 at ignored tokens), for
+    :func:`linear_cross_entropy_grad_posteriori_bound`: each entry's own exponent's error
+    ``A = B + NP`` (``ce_arg_posteriori``: ``B = stream_lse_bound``, the stream's own error,
+    :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True``;
+    ``NP = -ln(1 - E)``, ``E = (1 - P) (e^(2 delta) - 1)`` for ``delta = logit_error`` bounding
+    every computed logit's error); with ``lse_error`` (``Dl``, the a-priori lse bound of
+    ``ce_lse_error``) the smaller of that and ``delta + Dl`` (the triangle inequality: both bound
+    ``|(z - lse) - (y - L)|``, and ``ce_gp_ok`` takes any bound; ``-ln(1 - E)`` exceeds ``2 delta``
+    where P is small); ``Am = -ln P + A >= |z - lse|``, ``X = e^(A + u Am + ea)``;
+    ``log_probs`` the exact log-softmax of the exact logits (the caller's, e.g. float64).
+    The confident tokens' targets (``P -> 1``) get ``A -> B`` whatever ``delta``. Not proved:
+    this float64 evaluation (``1 - P`` enlarged by ``4 (V + 8) 2^-53``, the exponent by 2^-40,
+    ``expm1`` then 2^-40) and the caller's probabilities. Raises ``ValueError`` on a bad
+    argument or when ``E >= 1`` (vacuous)."""
+    for name, v in (("logit_error", logit_error), ("stream_lse_bound", stream_lse_bound), ("exp_error", exp_error),
+                    ("lse_error", 0.0 if lse_error is None else lse_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    if log_probs.dim() != 2 or target.shape != (log_probs.shape[0],):
+        raise ValueError(f"log_probs must be [N, V] and target [N], got {tuple(log_probs.shape)} and "
+                         f"{tuple(target.shape)}")
+    lp = log_probs.to(torch.float64)
+    if bool((lp > 0).any()) or bool(torch.isnan(lp).any()):
+        raise ValueError("log_probs must be <= 0 and not NaN (a log-softmax)")
+    n, v = lp.shape
+    p = lp.exp()
+    e = ((1 - p) + 4 * (v + 8) * 2.0**-53).clamp_max(1.0) * math.expm1(2 * float(logit_error)) * _ROUND_UP
+    keep = (target != ignore_index).to(lp.device)
+    e = torch.where(keep[:, None], e, torch.zeros_like(e))
+    if bool((e >= 1).any()):
+        raise ValueError(f"the bound is vacuous: E = {e.max().item()} >= 1")
+    us, _ = _storage(dtype, storage_rounding)
+    a = float(stream_lse_bound) - torch.log1p(-e)
+    if lse_error is not None:
+        a = a.clamp_max(float(logit_error) + float(lse_error))
+    am = -lp + a
+    log_k = math.log1p(us) + math.log1p(_FP32_U) + math.log1p(float(exp_error))
+    factor = torch.expm1((log_k + a + _FP32_U * am + _FP32_ETA) * _ROUND_UP) * _ROUND_UP * p
+    return torch.where(keep[:, None], factor, torch.zeros_like(factor))
+
+
+def linear_cross_entropy_grad_posteriori_bound(
+    entry_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, *, n_terms: int,
+    dtype: torch.dtype, scale: float, n_chunks: int = 1, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """Per-entry bounds on dH (``n_chunks = 1``) or dW of the 3-product schedule (as
+    :func:`linear_cross_entropy_grad_error_bound`: no bias, softcap, smoothing, z-loss) with
+    each entry of G charged its own exponent's error, tight for confident tokens.
+
+    Implements ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` /
+    ``ce_gp_dw_error`` (rocq/FloatModel/CrossEntropyGradPosteriori.v)::
+
+        bound = ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T
+
+    with ``entry_abs = Sp`` = sum over the items of the factor of
+    :func:`linear_cross_entropy_entry_posteriori_factors` times ``|h|`` (dH: ``factors @ |W|``;
+    dW: ``factors^T @ |H|`` over the kept tokens), ``grad_abs = T`` and ``operand_abs = Ha``
+    as in :func:`linear_cross_entropy_grad_error_bound` (float64, enlarged here by
+    ``4 (n_terms + 1) 2^-53``), ``gd = gamma_{n_terms}``, ``a0 = scale``, ``C = n_chunks``.
+    The coefficients of ``ce_gen_bound`` are a hand copy in exact rationals
+    (:func:`_hand_gen_grad_coefs`), not computed by the oracle. Premises: those of
+    :func:`linear_cross_entropy_grad_error_bound` (``tl.exp``, the products' fp32
+    accumulation within ``gamma_{n_terms}``). Both bounds are theorems: their minimum, entry by
+    entry, is one too."""
+    for name, v in (("n_terms", n_terms), ("n_chunks", n_chunks)):
+        if not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if n_terms * _FP32_U >= 1.0:
+        raise ValueError(f"n_terms * 2^-24 must be < 1, got {n_terms}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    F_ = Fraction
+    u, ea, ee = F_(_FP32_U), F_(_FP32_ETA), F_(_EXP2_ABS_ERROR)
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    c_b, c_t, c_0 = _hand_gen_grad_coefs(u, ea, us, es, F_(float(scale)), u, n_terms, n_chunks)
+    kg = (1 + us) * (1 + u)
+    cg = (1 + us) * ((1 + u) * ee + ea) + es
+    grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
+    s, t, h = (x.to(torch.float64) * grow for x in (entry_abs, grad_abs, operand_abs))
+    return (_float_up(c_b) * s + _float_up(c_b * (kg - 1) + c_t) * t + _float_up(c_b * cg) * h
+            + _float_up(c_0)) * _ROUND_UP
+
+
 def _lce_exp_factor(logit_error: float, lse_error: float, max_abs_arg: float, exp_error: float) -> Fraction:
     """``Fe = (1 + ue) X`` with ``X >= exp(delta + Dl + u Am + ea)`` (``1 + perturbation_q(x / 2)``
     from the oracle, else ``1 + x + x^2``), exact rationals; ``ValueError`` when ``x > 1``."""

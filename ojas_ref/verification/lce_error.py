@@ -20,7 +20,9 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
   3-product schedule on given inputs; :func:`weighted_gradient_sums`,
   :func:`four_product_gradient_bounds` those of
   ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
-  4-product schedule (reduction "none" or ``products=4``, token weights from grad_output).
+  4-product schedule (reduction "none" or ``products=4``, token weights from grad_output);
+  :func:`gradient_posteriori_bounds` those of ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error``
+  / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens).
 No theorem covers these helpers themselves; they only feed the tests and the benchmark.
 """
 
@@ -298,6 +300,47 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     bh = linear_cross_entropy_grad_error_bound(*sums_h[:3], n_terms=V, capped_sums=sums_h[3:] or None, **common)
     bw = linear_cross_entropy_grad_error_bound(*sums_w[:3], n_terms=max(n for _, n, _ in plan), n_chunks=len(plan),
                                                capped_sums=sums_w[3:] or None, **common)
+    return bh, bw
+
+
+def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
+                               ignore_index: int = -100, config=None, exp_error: float | None = None,
+                               storage_rounding: str = "nearest") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-entry bounds (dH [N, D], dW [V, D]) of
+    :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_posteriori_bound`
+    (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
+    ``_three_products`` (no bias or softcap; reductions "mean" / "sum") on these inputs: each
+    entry's exponent error from ``ce_arg_posteriori`` with ``delta`` the logit bound (as in
+    :func:`gradient_bounds`) and ``B`` the stream's own bound at the logits' magnitude bound, or
+    ``delta + Dl`` (the a-priori lse bound) where that is smaller;
+    the token chunks of the kernel's plan."""
+    from ojas_kernels import linear_cross_entropy as lce
+
+    from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_entry_posteriori_factors,
+                               linear_cross_entropy_grad_posteriori_bound, linear_cross_entropy_logit_error_bound,
+                               linear_cross_entropy_lse_error_bound)
+
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum' (the 3-product schedule), got {reduction!r}")
+    exp_error = LCE_EXP_ERROR if exp_error is None else exp_error
+    (N, D), V = x.shape, w.shape[0]
+    config = config or lce.default_config(x.dtype, x.device)
+    K = int((target != ignore_index).sum())
+    kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
+    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
+    B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=config.rows.block_v, exact_logits=True,
+                                             max_abs_logit=zmax, exp_error=exp_error)
+    h, ww, kept, _, _ = _probabilities(x, w, target, ignore_index)
+    factors = linear_cross_entropy_entry_posteriori_factors(
+        torch.log_softmax(h @ ww.t(), dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
+        storage_rounding=storage_rounding, ignore_index=ignore_index)
+    (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
+    plan = lce._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
+    common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
+    bh = linear_cross_entropy_grad_posteriori_bound(factors @ ww.abs(), t_h, ha_h, n_terms=V, **common)
+    bw = linear_cross_entropy_grad_posteriori_bound(factors.t() @ (h.abs() * kept), t_w, ha_w,
+                                                    n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common)
     return bh, bw
 
 
