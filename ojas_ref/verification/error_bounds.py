@@ -1590,7 +1590,7 @@ def linear_cross_entropy_entry_posteriori_factors(
     dtype: torch.dtype, lse_error: float | None = None, exp_error: float = LCE_EXP_ERROR,
     storage_rounding: str = "nearest", ignore_index: int = -100,
 ) -> torch.Tensor:
-    """Per entry of G [N, V], the factor ``(Kg (1 + ue) X - 1) P`` of
+    """Per entry of G [N, V], the factor ``k P``, ``k = (1 + us) ((1 + u) (1 + ue) X - 1)``, of
     ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_S`` (0 at ignored tokens), for
     :func:`linear_cross_entropy_grad_posteriori_bound`: each entry's own exponent's error
     ``A = B + NP`` (``ce_arg_posteriori``: ``B = stream_lse_bound``, the stream's own error,
@@ -1627,8 +1627,8 @@ def linear_cross_entropy_entry_posteriori_factors(
     if lse_error is not None:
         a = a.clamp_max(float(logit_error) + float(lse_error))
     am = -lp + a
-    log_k = math.log1p(us) + math.log1p(_FP32_U) + math.log1p(float(exp_error))
-    factor = torch.expm1((log_k + a + _FP32_U * am + _FP32_ETA) * _ROUND_UP) * _ROUND_UP * p
+    log_k = math.log1p(_FP32_U) + math.log1p(float(exp_error))
+    factor = (1 + us) * torch.expm1((log_k + a + _FP32_U * am + _FP32_ETA) * _ROUND_UP) * _ROUND_UP * p
     return torch.where(keep[:, None], factor, torch.zeros_like(factor))
 
 

@@ -23,14 +23,16 @@
       target of a confident token [Eb_j -> 0]: the entry's error goes to the
       stream's rounding [B], whatever [delta].
     - [ce_gp_term_close]: one term [g h] of dH's or dW's sum within
-      [ce_gp_bd X] = [ce_bd] at the item's own [Fe = (1 + ue) X], given
-      [|(z - lse) - (y - L)| <= A], [|z - lse| <= Am], [e^(A + u Am + ea) <= X]
-      for that item.
+      [ce_gp_bd X] = [k P |h| + (Kg - 1) |G h| + cg |h|],
+      [k = (1 + us) ((1 + u) (1 + ue) X - 1)], given [|(z - lse) - (y - L)| <= A],
+      [|z - lse| <= Am], [e^(A + u Am + ea) <= X] for that item.  ([ce_bd]'s
+      P coefficient is [Kg (1 + ue) X - 1 = k + us]: the store's rounding
+      charged to [P]; here it is charged to [|G|] only, which matters for a
+      confident target in bfloat16, [us = 2^-8] against [P_t - 1 -> 0].)
     - [ce_gp_dw_error] (dW's token-chunk loop) and [ce_gp_dh_error] (dH's
       product): within [ce_gen_bound gd a0 ua C Bp T] (CrossEntropyGradError.v),
-      [Bp = Sp + (Kg - 1) T + cg Ha] ([ce_gp_B_sum]),
-      [Sp = sum (Kg (1 + ue) X - 1) P |h|] with each item's [X], [T] and [Ha]
-      as in [ce_dw_error].
+      [Bp = Sp + (Kg - 1) T + cg Ha] ([ce_gp_B_sum]), [Sp = sum k P |h|] with
+      each item's [X], [T] and [Ha] as in [ce_dw_error].
 
     Covered: as [ce_dw_error] / [ce_dh_error] (the same premises on [tl.exp]
     and on the products' fp32 accumulation), and the lse the G entries read
@@ -56,6 +58,9 @@ Local Notation fmt := (ff_fmt A_).
 Local Notation rnd := (ff_rnd A_).
 Local Notation u := (ff_u A_).
 Local Notation ea := (ff_eta A_).
+Local Notation S_ := (mp_s M).
+Local Notation rs := (ff_rnd S_).
+Local Notation us := (ff_u S_).
 
 (** The kernel's [tl.exp]: an assumption, as in CrossEntropyGradError.v. *)
 Variable ex : R -> R.
@@ -124,39 +129,69 @@ Definition ce_gp_ok (A Am X : T -> R) (x : T) : Prop :=
   ik x = true ->
   Rabs ((iz x - il x) - (iy x - iL x)) <= A x /\ Rabs (iz x - il x) <= Am x /\ exp (A x + u * Am x + ea) <= X x.
 
-Definition ce_gp_bd (X : T -> R) (x : T) : R := ce_bd M ee T iy iL ih it ik ((1 + ue) * X x) x.
+(** One term's bound: the entry's exponent error through [ce_gent_close], then
+    the store [rs], whose relative error multiplies the entry itself ([us |G|]),
+    not [P]: for a confident token's target ([P_t -> 1], [G_t -> 0]) the P term
+    is [(1 + us) ((1 + u) Fe - 1)], without the [us] that [ce_bd]'s
+    [Kg Fe - 1] carries. *)
+Definition ce_gp_k (X : T -> R) (x : T) : R := (1 + us) * ((1 + u) * ((1 + ue) * X x) - 1).
+
+Definition ce_gp_bd (X : T -> R) (x : T) : R :=
+  ce_gp_k X x * (ce_P T iy iL ik x * Rabs (ih x)) + (ce_Kg M - 1) * Rabs (exact x)
+  + ce_cg M ee * (if ik x then Rabs (ih x) else 0).
 
 Definition ce_gp_S (X : T -> R) (xs : list T) : R :=
-  rsum (map (fun x => (ce_Kg M * ((1 + ue) * X x) - 1) * (ce_P T iy iL ik x * Rabs (ih x))) xs).
+  rsum (map (fun x => ce_gp_k X x * (ce_P T iy iL ik x * Rabs (ih x))) xs).
 
-(** [ce_term_close] for the item moved to [y' = y - L + lse], [L' = lse]: the
+(** [ce_gent_close] for the item moved to [y' = y - L + lse], [L' = lse]: the
     same [P = e^(y - L)], logit error [A], lse error 0. *)
 Lemma ce_gp_term_close : forall A Am X x, ce_gp_ok A Am X x -> Rabs (term x - exact x) <= ce_gp_bd X x.
 Proof.
   intros A Am X x Hok.
-  set (iy' := fun x => iy x - iL x + il x).
-  assert (E : iy' x - il x = iy x - iL x) by (unfold iy'; ring).
-  assert (Eex : ce_exact T iy' il ih it ik x = exact x) by (unfold ce_exact, ce_G; rewrite E; reflexivity).
-  assert (Ebd : ce_bd M ee T iy' il ih it ik ((1 + ue) * X x) x = ce_gp_bd X x)
-    by (unfold ce_gp_bd, ce_bd, ce_exact, ce_G, ce_P; rewrite E; reflexivity).
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  unfold ce_gp_bd, ce_gp_k, term, exact, ce_term, ce_exact, ce_g, ce_G, ce_P.
   destruct (ik x) eqn:Ek.
-  - destruct (Hok Ek) as [H1 [H2 H3]].
-    rewrite <- Eex, <- Ebd.
-    apply (ce_term_close M ex ue ee ue_nonneg ee_nonneg ex_err T iz il iy' il ih it ik (A x) 0 (Am x) (X x) x).
-    + eapply Rle_trans; [apply Rabs_pos | exact H1].
-    + lra.
-    + eapply Rle_trans; [apply Rabs_pos | exact H2].
-    + rewrite Rplus_0_r; exact H3.
-    + intros _; unfold iy'.
-      replace (iz x - (iy x - iL x + il x)) with ((iz x - il x) - (iy x - iL x)) by ring.
-      rewrite (Rminus_diag_eq (il x) (il x)), Rabs_R0 by reflexivity; split; [exact H1 | split; [lra | exact H2]].
-  - unfold ce_gp_bd, ce_bd, ce_term, ce_exact, ce_g, ce_G, ce_P; rewrite Ek.
-    rewrite !Rmult_0_l, Rminus_0_r, !Rabs_R0, !Rmult_0_r; lra.
+  2: { rewrite !Rmult_0_l, Rminus_0_r, !Rabs_R0, !Rmult_0_r; lra. }
+  destruct (Hok Ek) as [H1 [H2 H3]].
+  assert (HA : 0 <= A x) by (eapply Rle_trans; [apply Rabs_pos | exact H1]).
+  assert (HAm : 0 <= Am x) by (eapply Rle_trans; [apply Rabs_pos | exact H2]).
+  pose proof (ce_gent_close M ex ue ee ue_nonneg ee_nonneg ex_err (iz x) (il x) (iy x - iL x + il x) (il x)
+                (A x) 0 (Am x) (X x) (it x)
+                ltac:(replace (iz x - (iy x - iL x + il x)) with ((iz x - il x) - (iy x - iL x)) by ring; exact H1)
+                ltac:(rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; lra) H2
+                ltac:(rewrite Rplus_0_r; exact H3)) as Hg.
+  replace (iy x - iL x + il x - il x) with (iy x - iL x) in Hg by ring.
+  set (g := ce_gent M ex (il x) (iz x) (it x)) in *.
+  set (P := exp (iy x - iL x)) in *.
+  set (G := P - (if it x then 1 else 0)) in *.
+  assert (HP : 0 < P) by apply exp_pos.
+  assert (HX1 : 1 <= X x).
+  { eapply Rle_trans; [| exact H3]; rewrite <- exp_0; apply ose_exp_le.
+    assert (0 <= u * Am x) by (apply Rmult_le_pos; lra); lra. }
+  pose proof (ff_abs S_ g) as Hq.
+  assert (Hga : Rabs g <= Rabs G + Rabs (g - G))
+    by (replace g with (G + (g - G)) at 1 by ring; apply Rabs_triang).
+  assert (Hs : Rabs (rs g - G)
+               <= (1 + us) * ((1 + u) * ((1 + ue) * X x) - 1) * P + (ce_Kg M - 1) * Rabs G + ce_cg M ee).
+  { replace (rs g - G) with ((rs g - g) + (g - G)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (us * Rabs g <= us * (Rabs G + Rabs (g - G))) by (apply Rmult_le_compat_l; lra).
+    assert ((1 + us) * Rabs (g - G)
+            <= (1 + us) * (((1 + u) * ((1 + ue) * X x) - 1) * P + u * Rabs G + ((1 + u) * ee + ea)))
+      by (apply Rmult_le_compat_l; lra).
+    unfold ce_Kg, ce_cg; nra. }
+  replace (rs g * ih x - G * ih x) with ((rs g - G) * ih x) by ring.
+  rewrite Rabs_mult, (Rabs_mult G).
+  assert (Rabs (rs g - G) * Rabs (ih x)
+          <= ((1 + us) * ((1 + u) * ((1 + ue) * X x) - 1) * P + (ce_Kg M - 1) * Rabs G + ce_cg M ee) * Rabs (ih x))
+    by (apply Rmult_le_compat_r; [apply Rabs_pos | exact Hs]).
+  nra.
 Qed.
 
 Lemma ce_gp_B_sum : forall X xs, ce_gen_B T (ce_gp_bd X) xs = ce_gp_S X xs + (ce_Kg M - 1) * Tg xs + ce_cg M ee * Hk xs.
 Proof.
-  intros; unfold ce_gen_B, ce_gp_bd, ce_bd, ce_gp_S, ce_T, ce_Ha; rewrite !rsum_map_plus, !rsum_map_scal_l; reflexivity.
+  intros; unfold ce_gen_B, ce_gp_bd, ce_gp_S, ce_T, ce_Ha; rewrite !rsum_map_plus, !rsum_map_scal_l; reflexivity.
 Qed.
 
 (** dW's token-chunk loop ([ce_run] of CrossEntropyGradError.v). *)
