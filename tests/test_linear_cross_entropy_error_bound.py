@@ -549,6 +549,9 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
     dh, dw = exact_gradients(x, w, target, "mean")
     ph, pw = gradient_posteriori_bounds(x, w, target, reduction="mean")
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    kept = target != -100
+    pt = torch.softmax(x[kept].to(F64) @ w.to(F64).t(), dim=1).gather(1, target[kept, None]).squeeze(1)
+    print(f"{dtype} peaked={peaked}: 1 - P_t median {(1 - pt).median().item():.3e}")
     print(f"{dtype} peaked={peaked}: dH max err {eh.max().item():.3e} bound {ph.max().item():.3e} ratio {_ratio(ph, eh)}; "
           f"dW max err {ew.max().item():.3e} bound {pw.max().item():.3e} ratio {_ratio(pw, ew)}")
     assert (eh <= ph).all() and (ew <= pw).all()
