@@ -125,6 +125,12 @@ products accumulated in float32 (within an any-order ``gamma_n``: a premise), th
 epilogue rounded, grad_weight's running sum over the token chunks stored in its dtype per
 chunk; a-posteriori in the sums of the exact probabilities (``linear_cross_entropy_grad_error_bound``;
 tests/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
+``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori`` (the loss) and
+``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error`` (the same
+gradient entries) charge the logits' errors weighted by the softmax instead (each entry of G its
+own exponent error, ``ce_arg_posteriori``: the lse that the same STREAM/GRAD launch streams from
+the same stored logits), tight for confident tokens
+(``linear_cross_entropy_loss_posteriori_bound``, ``linear_cross_entropy_grad_posteriori_bound``).
 With softcap (``HAS_CAP``, no bias): ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
 ``ce_loss_error_softcap`` and ``ce_lse_error_two_level_softcap`` bound the lse and loss against
 the exact capped logits' (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the computed tanh
@@ -915,7 +921,8 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     bfloat16 / float32, no bias, cap, smoothing, z-loss):
     ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error`` (this chunk loop,
     one stored rounding of grad_weight per chunk; cuBLAS's summation order only through an
-    any-order premise); grad_bias and the rest: no theorem."""
+    any-order premise) and the a-posteriori ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error``
+    / ``ce_gp_dw_error``; grad_bias and the rest: no theorem."""
     N, D = x.shape
     V = weight.shape[0]
     need_input, need_weight, need_bias = need
