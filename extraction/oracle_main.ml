@@ -766,6 +766,12 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
              (n ()) (nat "chunks") with
      | None -> `Null
      | Some (((cs, ct), ch), c0) -> `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; c0 ]))
+  | `String "linear_cross_entropy_grad_posteriori" ->
+    allowed [ "u"; "ea"; "us"; "es"; "ee"; "a0"; "ua"; "n"; "chunks" ];
+    (match Bounds_spec.ce_gp_q (q "u") (q "ea") (q "us") (q "es") (q "ee") (q "a0") (q "ua")
+             (n ()) (nat "chunks") with
+     | None -> `Null
+     | Some (((cs, ct), ch), c0) -> `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; c0 ]))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

@@ -65,7 +65,12 @@
       linear in the sums [S], [T], [Ha]: [ce_grad_q_spec]) at [gd = gamma u n]
       and [X = 1 + perturbation_q (x / 2)], each rounded up;
       [ce_grad_q_sound_dw] (dW's token-chunk loop, [ce_dw_error]) and
-      [ce_grad_q_sound_dh] (dH, [ce_dh_error]).
+      [ce_grad_q_sound_dh] (dH, [ce_dh_error]);
+    - [ce_gp_q]: the coefficients of [ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T],
+      the gradients' a-posteriori bound with each entry's own exponent's error
+      ([FloatModel.CrossEntropyGradPosteriori]: linear in [Sp], [T], [Ha]: [ce_gp_q_spec]),
+      at [gd = gamma u n], each rounded up; [ce_gp_q_sound_dw] (dW's token-chunk loop,
+      [ce_gp_dw_error]) and [ce_gp_q_sound_dh] (dH, [ce_gp_dh_error]).
     Only [Q], [positive], [N] and [Z] are used, so the extraction can carry
     every value exactly (extraction/ExtractBounds.v extracts them with Coq's
     own binary integers, not OCaml's [int]). *)
@@ -75,7 +80,7 @@ From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
 From Ojas Require Import FloatModel.AttentionForwardPosteriori.
-From Ojas Require FloatModel.CrossEntropyGradError.
+From Ojas Require FloatModel.CrossEntropyGradError FloatModel.CrossEntropyGradPosteriori.
 
 Local Open Scope Q_scope.
 
@@ -1669,3 +1674,161 @@ Qed.
 
 End CeGradQ.
 
+
+
+(** ** The gradients' a-posteriori bound: the coefficients of [ce_gen_bound] at [Sp + (Kg - 1) T + cg Ha] *)
+
+Local Open Scope Q_scope.
+
+(** [ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T] of CrossEntropyGradError.v (the bound of
+    [ce_gp_dw_error] / [ce_gp_dh_error], CrossEntropyGradPosteriori.v) is
+    [cS Sp + cT T + cH Ha + c0] with these coefficients ([a0 >= 0]). *)
+Definition ce_gp_coefs_q (u ea us es ee a0 ua gd : Q) (C : nat) : Q * Q * Q * Q :=
+  let kg := (1 + us) * (1 + u) in
+  let w := ua + u * (1 + ua) in
+  let kc := qpow kg C in
+  let cB := kc * a0 * (1 + w) * (1 + gd) in
+  (cB,
+   cB * (kg - 1) + (kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0),
+   cB * ((1 + us) * ((1 + u) * ee + ea) + es),
+   Q_of_N (N.of_nat C) * kc * (ea + es)).
+
+(** [Some (cS, cT, cH, c0)], each rounded up, at [gd = gamma u n], or [None] when a check
+    fails ([n u < 1], the constants [>= 0]). *)
+Definition ce_gp_q (u ea us es ee a0 ua : Q) (n C : N) : option (Q * Q * Q * Q) :=
+  if Qle_bool 0 u && Qle_bool 0 ea && Qle_bool 0 us && Qle_bool 0 es && Qle_bool 0 ee
+     && Qle_bool 0 a0 && Qle_bool 0 ua && negb (Qle_bool 1 (Q_of_N n * u)) then
+    let '(cS, cT, cH, c0) := ce_gp_coefs_q u ea us es ee a0 ua (gamma_q u n) (N.to_nat C) in
+    Some (round_up prec cS, round_up prec cT, round_up prec cH, round_up prec c0)
+  else None.
+
+Local Open Scope R_scope.
+
+Section CeGpQ.
+
+Variable M : MixedModel.
+Variables u ea us es ee a0 ua : Q.
+Variables n C : N.
+Hypothesis Hu : Q2R u = ff_u (mp_a M).
+Hypothesis Hea : Q2R ea = ff_eta (mp_a M).
+Hypothesis Hus : Q2R us = ff_u (mp_s M).
+Hypothesis Hes : Q2R es = ff_eta (mp_s M).
+
+(** What the coefficients bound: [gd] the accumulation's [gamma u n]. *)
+Lemma ce_gp_q_spec : forall cS cT cH c0, ce_gp_q u ea us es ee a0 ua n C = Some (cS, cT, cH, c0) ->
+  0 <= Q2R ee /\ 0 <= Q2R a0 /\ 0 <= Q2R ua /\ INR (N.to_nat n) * ff_u (mp_a M) < 1 /\
+  forall Sx Tx Hx, 0 <= Sx -> 0 <= Tx -> 0 <= Hx ->
+    CrossEntropyGradError.ce_gen_bound M (gamma (ff_u (mp_a M)) (N.to_nat n)) (Q2R a0) (Q2R ua) (N.to_nat C)
+      (Sx + (CrossEntropyGradError.ce_Kg M - 1) * Tx + CrossEntropyGradError.ce_cg M (Q2R ee) * Hx) Tx
+    <= Q2R cS * Sx + Q2R cT * Tx + Q2R cH * Hx + Q2R c0.
+Proof.
+  intros cS cT cH c0 Hb; unfold ce_gp_q in Hb.
+  destruct (Qle_bool 0 u && Qle_bool 0 ea && Qle_bool 0 us && Qle_bool 0 es && Qle_bool 0 ee
+            && Qle_bool 0 a0 && Qle_bool 0 ua && negb (Qle_bool 1 (Q_of_N n * u))) eqn:Eok; [| discriminate].
+  repeat rewrite andb_true_iff in Eok.
+  destruct Eok as [[[[[[[Hu0 Hea0] Hus0] Hes0] Hee0] Ha0] Hua0] Hn].
+  apply Qle_bool_R in Hu0, Hea0, Hus0, Hes0, Hee0, Ha0, Hua0; rewrite Q2R_0 in *.
+  apply negb_Qle_bool_R in Hn; rewrite Q2R_mult, Q2R_of_N, Q2R_1 in Hn.
+  assert (Hn' : (Q_of_N n * u < 1)%Q) by (apply Rlt_Qlt; rewrite Q2R_mult, Q2R_of_N, Q2R_1; exact Hn).
+  injection Hb as <- <- <- <-.
+  rewrite Hu in Hn.
+  split; [exact Hee0 | split; [exact Ha0 | split; [exact Hua0 | split; [exact Hn |]]]].
+  intros Sx Tx Hx HS HT HH.
+  match goal with |- _ <= Q2R (round_up prec ?a) * _ + Q2R (round_up prec ?b) * _ + Q2R (round_up prec ?c) * _
+                         + Q2R (round_up prec ?d) =>
+    set (qd := d); set (qc := c); set (qb := b); set (qa := a) end.
+  pose proof (Qle_R _ _ (round_up_ge prec qa)); pose proof (Qle_R _ _ (round_up_ge prec qb)).
+  pose proof (Qle_R _ _ (round_up_ge prec qc)); pose proof (Qle_R _ _ (round_up_ge prec qd)).
+  apply Rle_trans with (Q2R qa * Sx + Q2R qb * Tx + Q2R qc * Hx + Q2R qd).
+  - right; unfold qa, qb, qc, qd, CrossEntropyGradError.ce_gen_bound, CrossEntropyGradError.ce_Q,
+      CrossEntropyGradError.ce_w, CrossEntropyGradError.ce_Kg, CrossEntropyGradError.ce_cg.
+    repeat rewrite ?Q2R_plus, ?Q2R_minus, ?Q2R_mult, ?Q2R_1, ?Q2R_qpow, ?Q2R_of_N.
+    rewrite gamma_q_correct, Nnat.Nat2N.id, Rabs_pos_eq by (exact Hn' || exact Ha0).
+    rewrite Hu, Hea, Hus, Hes; ring.
+  - assert (Q2R qa * Sx <= Q2R (round_up prec qa) * Sx) by (apply Rmult_le_compat_r; lra).
+    assert (Q2R qb * Tx <= Q2R (round_up prec qb) * Tx) by (apply Rmult_le_compat_r; lra).
+    assert (Q2R qc * Hx <= Q2R (round_up prec qc) * Hx) by (apply Rmult_le_compat_r; lra).
+    lra.
+Qed.
+
+(** [Sp = ce_gp_S X xs >= 0] under [ce_gp_ok]: each kept item's [X >= e^(A + u Am + ea) >= 1]. *)
+Lemma ce_gp_q_S_nonneg : forall (ue : R) (T : Type) (iz il iy iL ih : T -> R) (ik : T -> bool) (A Am X : T -> R)
+    (xs : list T), 0 <= ue ->
+  (forall y, In y xs -> CrossEntropyGradPosteriori.ce_gp_ok M T iz il iy iL ik A Am X y) ->
+  0 <= CrossEntropyGradPosteriori.ce_gp_S M ue T iy iL ih ik X xs.
+Proof.
+  intros ue T iz il iy iL ih ik A Am X xs Hue Hok.
+  pose proof (ff_u_nonneg (mp_a M)); pose proof (ff_eta_nonneg (mp_a M)); pose proof (ff_u_nonneg (mp_s M)).
+  unfold CrossEntropyGradPosteriori.ce_gp_S; apply VectorFacts.rsum_nonneg; intros r Hr.
+  apply in_map_iff in Hr; destruct Hr as [y [<- Hy]].
+  unfold CrossEntropyGradPosteriori.ce_gp_k, CrossEntropyGradError.ce_P.
+  destruct (ik y) eqn:Ek; [| rewrite Rmult_0_l, Rmult_0_r; lra].
+  destruct (Hok y Hy Ek) as [HA1 [HA2 HA3]].
+  assert (HA : 0 <= A y) by (eapply Rle_trans; [apply Rabs_pos | exact HA1]).
+  assert (HAm : 0 <= Am y) by (eapply Rle_trans; [apply Rabs_pos | exact HA2]).
+  assert (HX1 : 1 <= X y).
+  { eapply Rle_trans; [| exact HA3]; rewrite <- exp_0.
+    assert (0 <= ff_u (mp_a M) * Am y) by (apply Rmult_le_pos; lra).
+    destruct (Rle_lt_or_eq_dec 0 (A y + ff_u (mp_a M) * Am y + ff_eta (mp_a M))) as [Hlt | Heq]; [lra | |].
+    - left; apply exp_increasing, Hlt.
+    - rewrite <- Heq; lra. }
+  apply Rmult_le_pos; [| apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]].
+  apply Rmult_le_pos; [lra |].
+  assert (1 <= (1 + ue) * X y) by nra.
+  nra.
+Qed.
+
+(** The oracle's coefficients bound dW's entry after the token-chunk loop
+    ([ce_gp_dw_error]: [C] chunks, each an fp32 accumulation within [gamma u n], each kept item
+    with its own exponent's error [A] and [X >= e^(A + u Am + ea)]) ... *)
+Theorem ce_gp_q_sound_dw : forall cS cT cH c0, ce_gp_q u ea us es ee a0 ua n C = Some (cS, cT, cH, c0) ->
+  forall ex (ue : R), 0 <= ue -> (forall y, Rabs (ex y - exp y) <= ue * exp y + Q2R ee) ->
+  forall (T : Type) (iz il iy iL ih : T -> R) (it ik : T -> bool) (dsum : list R -> R) (epi : R -> R -> R)
+    (alpha : R) (A Am X : T -> R) (cs : list (list T)),
+  CrossEntropyGradError.epi_ok M alpha epi -> Rabs (alpha - Q2R a0) <= Q2R ua * Rabs (Q2R a0) ->
+  (forall c, In c cs -> CrossEntropyGradError.dsum_ok M ex T iz il ih it ik dsum (gamma (ff_u (mp_a M)) (N.to_nat n)) c) ->
+  (forall y, In y (concat cs) -> CrossEntropyGradPosteriori.ce_gp_ok M T iz il iy iL ik A Am X y) ->
+  length cs = N.to_nat C ->
+  let xs := concat cs in
+  Rabs (CrossEntropyGradError.ce_run M ex T iz il ih it ik dsum epi cs
+        - Q2R a0 * VectorFacts.rsum (map (CrossEntropyGradError.ce_exact T iy iL ih it ik) xs))
+  <= Q2R cS * CrossEntropyGradPosteriori.ce_gp_S M ue T iy iL ih ik X xs
+     + Q2R cT * CrossEntropyGradError.ce_T T iy iL ih it ik xs
+     + Q2R cH * CrossEntropyGradError.ce_Ha T ih ik xs + Q2R c0.
+Proof.
+  intros cS cT cH c0 Hb ex ue Hue Hex T iz il iy iL ih it ik dsum epi alpha A Am X cs Hepi Hal Hds Hok HC xs.
+  destruct (ce_gp_q_spec cS cT cH c0 Hb) as [Hee0 [Ha0 [Hua0 [Hn Hle]]]].
+  destruct (CrossEntropyGradError.ce_sums_nonneg T iy iL ih it ik xs) as [_ [HT HH]].
+  pose proof (ce_gp_q_S_nonneg ue T iz il iy iL ih ik A Am X xs Hue Hok) as HS.
+  eapply Rle_trans; [| apply Hle; assumption].
+  rewrite <- HC.
+  apply (CrossEntropyGradPosteriori.ce_gp_dw_error M ex ue (Q2R ee) Hue Hee0 Hex T iz il iy iL ih it ik dsum epi
+           alpha (Q2R a0) (Q2R ua) _ A Am X cs Hepi Hua0 Hal (ce_grad_gamma_nonneg M n Hn) Hds Hok).
+Qed.
+
+(** ... and dH's entry, one product rounded once ([ce_gp_dh_error], [C = 1]). *)
+Theorem ce_gp_q_sound_dh : forall cS cT cH c0, ce_gp_q u ea us es ee a0 ua n C = Some (cS, cT, cH, c0) ->
+  forall ex (ue : R), 0 <= ue -> (forall y, Rabs (ex y - exp y) <= ue * exp y + Q2R ee) ->
+  forall (T : Type) (iz il iy iL ih : T -> R) (it ik : T -> bool) (dsum : list R -> R)
+    (alpha : R) (A Am X : T -> R) (xs : list T),
+  Rabs (alpha - Q2R a0) <= Q2R ua * Rabs (Q2R a0) ->
+  CrossEntropyGradError.dsum_ok M ex T iz il ih it ik dsum (gamma (ff_u (mp_a M)) (N.to_nat n)) xs ->
+  (forall y, In y xs -> CrossEntropyGradPosteriori.ce_gp_ok M T iz il iy iL ik A Am X y) ->
+  N.to_nat C = 1%nat ->
+  Rabs (CrossEntropyGradError.ce_dh M ex T iz il ih it ik dsum alpha xs
+        - Q2R a0 * VectorFacts.rsum (map (CrossEntropyGradError.ce_exact T iy iL ih it ik) xs))
+  <= Q2R cS * CrossEntropyGradPosteriori.ce_gp_S M ue T iy iL ih ik X xs
+     + Q2R cT * CrossEntropyGradError.ce_T T iy iL ih it ik xs
+     + Q2R cH * CrossEntropyGradError.ce_Ha T ih ik xs + Q2R c0.
+Proof.
+  intros cS cT cH c0 Hb ex ue Hue Hex T iz il iy iL ih it ik dsum alpha A Am X xs Hal Hds Hok HC.
+  destruct (ce_gp_q_spec cS cT cH c0 Hb) as [Hee0 [Ha0 [Hua0 [Hn Hle]]]].
+  destruct (CrossEntropyGradError.ce_sums_nonneg T iy iL ih it ik xs) as [_ [HT HH]].
+  pose proof (ce_gp_q_S_nonneg ue T iz il iy iL ih ik A Am X xs Hue Hok) as HS.
+  eapply Rle_trans; [| apply Hle; assumption].
+  rewrite HC.
+  apply (CrossEntropyGradPosteriori.ce_gp_dh_error M ex ue (Q2R ee) Hue Hee0 Hex T iz il iy iL ih it ik dsum
+           alpha (Q2R a0) (Q2R ua) _ A Am X xs Hua0 Hal (ce_grad_gamma_nonneg M n Hn) Hds Hok).
+Qed.
+
+End CeGpQ.

@@ -515,6 +515,26 @@ def test_grad_bound_oracle_factors_match_the_hand_values():
     assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all()  # 1 + x + x^2 >= the oracle's e^x
 
 
+def test_grad_posteriori_bound_oracle_factors_match_the_hand_values():
+    """The oracle's certified coefficients (``ce_gp_q``) against the hand copy
+    ``_hand_gen_grad_coefs``: both exact rationals, the oracle's rounded up, so they agree to
+    rtol 1e-12 and the oracle's is never below the hand one's (to 1e-12), for dH and dW."""
+    from ojas_ref.verification import error_bounds as eb
+
+    if not eb.oracle_bounds_available():
+        pytest.skip("oracle not built (make -C extraction)")
+    s = torch.tensor([0.5, 2.0])
+    for args in (dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
+                 dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2)):
+        oracle = eb.linear_cross_entropy_grad_posteriori_bound(s, s, s, **args)
+        eb._oracle_state["available"] = False
+        try:
+            hand = eb.linear_cross_entropy_grad_posteriori_bound(s, s, s, **args)
+        finally:
+            del eb._oracle_state["available"]
+        assert torch.allclose(oracle, hand, rtol=1e-12, atol=0) and (oracle >= hand * (1 - 1e-12)).all()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -1572,17 +1572,22 @@ def linear_cross_entropy_grad_error_bound(
     return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
 
 
-def _hand_gen_grad_coefs(u, ea, us, es, a0, ua, n_terms, n_chunks) -> tuple[Fraction, Fraction, Fraction]:
-    """The coefficients ``(cB, cT, c0)`` of ``ce_gen_bound gd a0 ua C B T``
-    (``Ojas.FloatModel.CrossEntropyGradError``) in ``B`` and ``T``, exact rationals at the exact
-    ``gd = gamma_{n_terms}``: ``Kg^C (|a0| ((1 + w) ((1 + gd) B + gd T) + w T) + C ea)
-    + (Kg^C - 1) |a0| T + C Kg^C es``. A hand copy: no oracle function computes it."""
+def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[Fraction, ...]:
+    """Hand copy of ``ce_gp_q`` of ``Ojas.BoundValues`` (fallback without the oracle): the
+    coefficients ``(cS, cT, cH, c0)`` of ``ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T``
+    (``Ojas.FloatModel.CrossEntropyGradError``) in ``Sp``, ``T``, ``Ha``, exact rationals at the
+    exact ``gd = gamma_{n_terms}``: ``ce_gen_bound gd a0 ua C B T = Kg^C (|a0| ((1 + w) ((1 + gd) B
+    + gd T) + w T) + C ea) + (Kg^C - 1) |a0| T + C Kg^C es``, i.e. ``cB B + cTg T + c0``, composed
+    with ``B = Sp + (Kg - 1) T + cg Ha``."""
     gd = n_terms * u / (1 - n_terms * u)
-    kc = ((1 + us) * (1 + u)) ** n_chunks
+    kg = (1 + us) * (1 + u)
+    cg = (1 + us) * ((1 + u) * ee + ea) + es
+    kc = kg ** n_chunks
     w = ua + u * (1 + ua)
     a0 = abs(a0)
-    return (kc * a0 * (1 + w) * (1 + gd), kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0,
-            n_chunks * kc * (ea + es))
+    c_b = kc * a0 * (1 + w) * (1 + gd)
+    c_tg = kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0
+    return (c_b, c_b * (kg - 1) + c_tg, c_b * cg, n_chunks * kc * (ea + es))
 
 
 def linear_cross_entropy_entry_posteriori_factors(
@@ -1650,8 +1655,13 @@ def linear_cross_entropy_grad_posteriori_bound(
     dW: ``factors^T @ |H|`` over the kept tokens), ``grad_abs = T`` and ``operand_abs = Ha``
     as in :func:`linear_cross_entropy_grad_error_bound` (float64, enlarged here by
     ``4 (n_terms + 1) 2^-53``), ``gd = gamma_{n_terms}``, ``a0 = scale``, ``C = n_chunks``.
-    The coefficients of ``ce_gen_bound`` are a hand copy in exact rationals
-    (:func:`_hand_gen_grad_coefs`), not computed by the oracle. Premises: those of
+    The coefficients ``(cS, cT, cH, c0)`` of ``Sp``, ``T``, ``Ha`` and the constant come from
+    ``ce_gp_q`` of ``Ojas.BoundValues`` (``Ojas.BoundValues.ce_gp_q_sound_dw``,
+    ``ce_gp_q_sound_dh``: whenever it answers ``(cS, cT, cH, c0)``, ``cS Sp + cT T + cH Ha + c0``
+    bounds the kernel's entry under the premises of ``ce_gp_dw_error`` / ``ce_gp_dh_error`` with
+    ``gd = gamma_{n_terms}``): the oracle computes them over exact rationals, each rounded up;
+    without the oracle binary, the hand copy ``_hand_gen_grad_coefs`` (exact rationals, exact
+    ``gamma``) is the fallback; the tensor part in float64 rounded up by 2^-40. Premises: those of
     :func:`linear_cross_entropy_grad_error_bound` (``tl.exp``, the products' fp32
     accumulation within ``gamma_{n_terms}``). Both bounds are theorems: their minimum, entry by
     entry, is one too."""
@@ -1665,13 +1675,17 @@ def linear_cross_entropy_grad_posteriori_bound(
     F_ = Fraction
     u, ea, ee = F_(_FP32_U), F_(_FP32_ETA), F_(_EXP2_ABS_ERROR)
     us, es = (F_(x) for x in _storage(dtype, storage_rounding))
-    c_b, c_t, c_0 = _hand_gen_grad_coefs(u, ea, us, es, F_(float(scale)), u, n_terms, n_chunks)
-    kg = (1 + us) * (1 + u)
-    cg = (1 + us) * ((1 + u) * ee + ea) + es
+    a0, ua = F_(float(scale)), u
+    consts = (u, ea, us, es, ee, a0, ua)
+    got = _from_oracle(bound="linear_cross_entropy_grad_posteriori", **{k: _rational(v) for k, v in zip(
+        ("u", "ea", "us", "es", "ee", "a0", "ua"), consts)}, n=n_terms, chunks=n_chunks)
+    if got is None:
+        raise ValueError("a check of ce_gp_q failed (the oracle answered None): the constants >= 0, n_terms u < 1")
+    coef_s, coef_t, coef_h, const = (_hand_gen_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE
+                                     else (F_(c) for c in got))
     grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
     s, t, h = (x.to(torch.float64) * grow for x in (entry_abs, grad_abs, operand_abs))
-    return (_float_up(c_b) * s + _float_up(c_b * (kg - 1) + c_t) * t + _float_up(c_b * cg) * h
-            + _float_up(c_0)) * _ROUND_UP
+    return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
 
 
 def _lce_exp_factor(logit_error: float, lse_error: float, max_abs_arg: float, exp_error: float) -> Fraction:
