@@ -560,7 +560,8 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
     aligned with the hidden states (P_t about 1 - 2e-6, as the benchmark's): every entry within
     ce_gp_dh_error / ce_gp_dw_error's bound."""
     x, w, target = _gpu_case(1024, dtype)
-    if peaked:
+    if peaked:  # distinct targets: a shared weight row would be aligned with one of its tokens only
+        target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))[:1024]
         w = w.float()
         w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * 4096 ** 0.5 / 8
         w = w.to(dtype)
