@@ -696,7 +696,8 @@ let string_of_q (x : Bounds_spec.q) =
 let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
                  "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab";
-                 "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups"; "a0"; "ua"; "x"; "chunks" ]
+                 "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups"; "a0"; "ua"; "x"; "chunks";
+                 "chain" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -772,6 +773,13 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
              (n ()) (nat "chunks") with
      | None -> `Null
      | Some (((cs, ct), ch), c0) -> `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; c0 ]))
+  | `String "linear_cross_entropy_grad_capped" ->
+    allowed [ "u"; "ea"; "us"; "es"; "ue"; "ee"; "a0"; "ua"; "x"; "chain"; "n"; "chunks" ];
+    (match Bounds_spec.sc_grad_q (q "u") (q "ea") (q "us") (q "es") (q "ue") (q "ee") (q "a0") (q "ua") (q "x")
+             (q "chain") (n ()) (nat "chunks") with
+     | None -> `Null
+     | Some (((((cs, ct), ch), ck), cc), c0) ->
+       `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; ck; cc; c0 ]))
   | `String b -> fail "%s.bound: unknown bound %S" where b
   | _ -> fail "%s.bound: expected a string" where
 

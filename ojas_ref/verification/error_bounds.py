@@ -1522,8 +1522,14 @@ def linear_cross_entropy_grad_error_bound(
     formula at those constants, not a proved bound).
     With ``softcap = c`` (None: the above): ``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error``
     / ``sc_dw_error`` for the capped entries ``rnd_s(rnd(g (1 - (z / c)^2)))`` against
-    ``(P_c - onehot)(1 - tanh(y / c)^2)`` (:func:`_capped_grad_coefs`, a hand copy in exact
-    rationals, not extracted): ``logit_error`` is the raw logits' (capped: ``sc_delta``), the sums
+    ``(P_c - onehot)(1 - tanh(y / c)^2)``: the coefficients of ``S, T0, Ha, Sk, Tc`` and the
+    constant come from ``sc_grad_q`` of ``Ojas.BoundValues`` (``Ojas.BoundValues.sc_grad_q_sound_dw``,
+    ``sc_grad_q_sound_dh``: whenever it answers, they bound the kernel's capped entry under the
+    premises of ``sc_dw_error`` / ``sc_dh_error`` with ``gd = gamma_{n_terms}``, any ``X >= e^x``,
+    ``x = sc_delta + Dl + u Am + ea``, and ``chain = Ec >= sc_chain_bound``): the oracle computes
+    them over exact rationals at ``X = 1 + perturbation_q(x / 2)``, each rounded up; without the
+    oracle binary, the hand copy :func:`_capped_grad_coefs` (exact ``gamma``, ``X = 1 + x + x^2``)
+    is the fallback. ``logit_error`` is the raw logits' (capped: ``sc_delta``), the sums
     ``prob_abs, grad_abs, operand_abs`` are ``S, T0, Ha`` of the capped probabilities and
     ``capped_sums = (Sk, Tc)`` = (sum P_c k |h|, sum |G0 k| |h|), k = 1 - tanh(y / c)^2
     (:func:`~ojas_ref.verification.lce_error.gradient_sums` with ``softcap``); premises: the
@@ -1564,7 +1570,14 @@ def linear_cross_entropy_grad_error_bound(
         x = dz + F_(float(lse_error)) + u * F_(float(max_abs_arg)) + ea
         if x > 1:
             raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
-        coefs = _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunks)
+        capped = (u, ea, us, es, ue, ee, a0, ua, x, chain)
+        got = _from_oracle(bound="linear_cross_entropy_grad_capped", **{k: _rational(v) for k, v in zip(
+            ("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x", "chain"), capped)}, n=n_terms, chunks=n_chunks)
+        if got is None:
+            raise ValueError("a check of sc_grad_q failed (the oracle answered None): the constants, x and chain "
+                             ">= 0, n_terms u < 1")
+        coefs = (_capped_grad_coefs(*capped, n_terms, n_chunks) if got is _NO_ORACLE
+                 else tuple(F_(c) for c in got))
         sums = (prob_abs, grad_abs, operand_abs, *capped_sums)
         out = sum(_float_up(k) * (v.to(torch.float64) * grow) for k, v in zip(coefs, sums))
         return (out + _float_up(coefs[-1])) * _ROUND_UP
