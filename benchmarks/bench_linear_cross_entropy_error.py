@@ -36,7 +36,12 @@ per-entry bound / error, ``*_max_ratio`` the largest bound over the largest erro
 ``*_post_bound`` / ``*_post_max_ratio`` / ``*_post_holds`` (no softcap) the same for
 ``lce_error.gradient_posteriori_bounds`` (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error``
 / ``ce_gp_dw_error``: each entry of G with its own exponent error, tight for confident tokens),
-``*_best_bound`` / ``*_best_max_ratio`` entry by entry the smaller of the two (both theorems).
+``*_best_bound`` / ``*_best_max_ratio`` entry by entry the smaller of the two (both theorems);
+``*_meas_*`` and ``loss_meas_*`` (no softcap) the same a-posteriori theorems (``ce_gp_*``,
+``ce_loss_posteriori``) with each logit's error measured on the stored logits
+(``lce_error.stored_logits``: the kernel's product recomputed, bitwise twice) against float64,
+instead of the a-priori ``delta`` (which rests on cuBLAS's any-order premise), and ``B`` at their
+``max |z|``.
 On the CPU bfloat16 G is truncated by the interpreter (``storage_rounding="truncate"``: not a
 proved bound).
 
@@ -70,17 +75,21 @@ QUICK_SIZES = dict(N=8, D=64, V=1000)
 def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> dict:
     """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
     from ojas_kernels import linear_cross_entropy as lce
-    from ojas_ref.verification.lce_error import exact_gradients, gradient_bounds, gradient_posteriori_bounds
+    from ojas_ref.verification.lce_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
+                                                 stored_logits)
 
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     lce.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
     exact = exact_gradients(x, w, target, "mean", softcap=cap)
     rounding = "truncate" if x.device.type == "cpu" and x.dtype != torch.float32 else "nearest"
     bounds = gradient_bounds(x, w, target, reduction="mean", storage_rounding=rounding, softcap=cap)
-    post = (gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding) if cap is None
-            else (None, None))  # ce_gp_dh_error / ce_gp_dw_error: no softcap
+    post = meas = (None, None)  # ce_gp_dh_error / ce_gp_dw_error: no softcap
+    if cap is None:
+        post = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding)
+        meas = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding,
+                                          logits=stored_logits(x, w))
     cols = {}
-    for name, got, ref, bound, pb in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds, post):
+    for name, got, ref, bound, pb, mb in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds, post, meas):
         err = (got.to(F64) - ref).abs()
         emax = max(err.max().item(), 1e-300)
         cols.update({f"{name}_bound": bound.max().item(), f"{name}_observed": err.max().item(),
@@ -91,7 +100,9 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
             best = torch.minimum(bound, pb)  # both are theorems: entry by entry, the smaller one is a bound
             cols.update({f"{name}_post_bound": pb.max().item(), f"{name}_post_max_ratio": pb.max().item() / emax,
                          f"{name}_post_holds": bool((err <= pb).all()), f"{name}_best_bound": best.max().item(),
-                         f"{name}_best_max_ratio": best.max().item() / emax})
+                         f"{name}_best_max_ratio": best.max().item() / emax,
+                         f"{name}_meas_bound": mb.max().item(), f"{name}_meas_max_ratio": mb.max().item() / emax,
+                         f"{name}_meas_holds": bool((err <= mb).all())})
     return cols
 
 
@@ -103,7 +114,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
                                                     linear_cross_entropy_loss_error_bound,
                                                     linear_cross_entropy_loss_posteriori_bound,
                                                     linear_cross_entropy_lse_error_bound)
-    from ojas_ref.verification.lce_error import exact_capped, exact_lse, kernel_stream_lse, stream_block_v
+    from ojas_ref.verification.lce_error import exact_capped, exact_lse, kernel_stream_lse, stored_logits, stream_block_v
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
     opts = lce._Options(0.0, 0.0, cap)
@@ -128,12 +139,15 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
                     loss_post_holds=bool((err_tok <= pb).all()), loss_best_bound=best.max().item(),
                     loss_best_ratio=best.max().item() / max(err, 1e-300))
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
-    z = torch.empty(N, V, device=device, dtype=dtype)
-    lce._mm_into(z, x, w.t())
+    z = stored_logits(x, w)
     lse, _ = kernel_stream_lse(z, target, softcap=cap)
     on_err = (lse.to(F64) - exact_lse(z, cap)).abs().max().item()
     on_b = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
                                                 max_abs_logit=z.abs().max().item(), softcap=cap)
+    if cap is None:  # ce_loss_posteriori on the stored logits' measured errors, B at their max |z|
+        mb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), on_b)
+        post.update(loss_meas_bound=mb.max().item(), loss_meas_ratio=mb.max().item() / max(err, 1e-300),
+                    loss_meas_holds=bool((err_tok <= mb).all()))
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
     return dict(dtype=str(dtype).replace("torch.", ""), N=N, D=D, V=V, block_v=bv, softcap=cap,
                 dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
@@ -166,17 +180,20 @@ def run(sizes: dict, device: str) -> dict:
             print(f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
                   f"ratio {r['ratio']:8.1f} | a posteriori {r.get('loss_post_bound', float('nan')):.3e} "
                   f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | best {r.get('loss_best_ratio', float('nan')):8.1f} "
+                  f"| measured logits {r.get('loss_meas_ratio', float('nan')):8.1f} "
                   f"| row loop: bound {r['online_bound']:.3e} observed "
                   f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
                   f"covered={r['covered']}", flush=True)
             target[::8] = -100
             r.update(grad_columns(x, w, target, cap))
-            r["holds"] = r["holds"] and all(r.get(f"{g}{k}_holds", True) for g in ("dh", "dw") for k in ("", "_post"))
+            r["holds"] = r["holds"] and r.get("loss_meas_holds", True) and all(
+                r.get(f"{g}{k}_holds", True) for g in ("dh", "dw") for k in ("", "_post", "_meas"))
             for g in ("dh", "dw"):
                 print(f"{'':15} {g}: bound {r[g + '_bound']:.3e} observed {r[g + '_observed']:.3e} "
                       f"ratio {r[g + '_ratio']:8.1f} (max/max {r[g + '_max_ratio']:8.1f}) | a posteriori "
                       f"{r.get(g + '_post_bound', float('nan')):.3e} max/max {r.get(g + '_post_max_ratio', float('nan')):8.1f}"
-                      f" | best max/max {r.get(g + '_best_max_ratio', r[g + '_max_ratio']):8.1f} holds={r[g + '_holds']}"
+                      f" | best max/max {r.get(g + '_best_max_ratio', r[g + '_max_ratio']):8.1f}"
+                      f" | measured logits max/max {r.get(g + '_meas_max_ratio', float('nan')):8.1f} holds={r[g + '_holds']}"
                       f" {r.get(g + '_post_holds', '')}", flush=True)
     return dict(benchmark="linear_cross_entropy_error", device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",

@@ -76,6 +76,7 @@ from ojas_ref.verification.lce_error import (  # noqa: E402
     gradient_posteriori_bounds,
     gradient_sums,
     kernel_stream_lse,
+    stored_logits,
     measured_exp_error,
     measured_log_error,
     stream_block_v,
@@ -401,6 +402,38 @@ def test_gradients_within_posteriori_bound(dtype, reduction, peaked):
     assert ph.max() * gain < bh.max() and pw.max() * gain < bw.max()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("peaked", [False, True])
+def test_gradients_within_measured_logit_bound(dtype, peaked):
+    """``ce_gp_dh_error`` / ``ce_gp_dw_error`` with each logit's error measured on the stored
+    logits (``ce_arg_posteriori`` takes any logit errors): every entry within the bound, which is
+    at most the one from the a-priori ``delta``."""
+    x, w, target, cfg = _grad_case(dtype, peaked=peaked)
+    gh, gw = _kernel_grads(x, w, target, "mean", cfg)
+    dh, dw = exact_gradients(x, w, target, "mean")
+    rounding = "nearest" if dtype == torch.float32 else "truncate"
+    kw = dict(reduction="mean", config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding)
+    mh, mw = gradient_posteriori_bounds(x, w, target, logits=stored_logits(x, w), **kw)
+    ph, pw = gradient_posteriori_bounds(x, w, target, **kw)
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"{dtype} peaked={peaked}: dH ratio {_ratio(mh, eh)} (delta {_ratio(ph, eh)}), "
+          f"dW ratio {_ratio(mw, ew)} (delta {_ratio(pw, ew)})")
+    assert (eh <= mh).all() and (ew <= mw).all()
+    assert mh.max() <= ph.max() and mw.max() <= pw.max()
+
+
+def test_stored_logits_are_the_kernels():
+    """The logits the 3-product forward streams are ``stored_logits``: its per-token loss is
+    ``kernel_stream_lse`` of them minus the target's logit, bit for bit."""
+    x, w, target, cfg = _grad_case(torch.bfloat16)
+    z = stored_logits(x, w)
+    kept = target != -100
+    lse, loss = kernel_stream_lse(z[kept], target[kept])
+    got = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, None), (True, False, False),
+                              cfg).loss
+    assert torch.equal(got[kept], loss)
+
+
 def test_entry_factors_confident_target_falls_to_the_stream_bound():
     """A target with P = 1 - 1e-9: its exponent error is the stream's B (the logits' delta = 0.1
     enters only times 1 - P); an entry with P = 1e-9 gets -ln(1 - (e^0.2 - 1)) = 0.2503, or with
@@ -424,6 +457,9 @@ def test_entry_factors_confident_target_falls_to_the_stream_bound():
     (dict(logit_error=0.5), "vacuous"),
     (dict(log_probs=torch.zeros(2, 3) + 0.5), "log_probs"),
     (dict(target=torch.zeros(3, dtype=torch.long)), "target"),
+    (dict(logit_error=torch.zeros(2, 2)), "logit_error"),
+    (dict(logit_error=torch.full((2, 3), -1.0)), "logit_error"),
+    (dict(logit_error=torch.zeros(2, 3), lse_error=0.1), "lse_error"),
 ])
 def test_entry_factors_bad_arguments_raise(kwargs, match):
     from ojas_ref.verification.error_bounds import linear_cross_entropy_entry_posteriori_factors
@@ -433,7 +469,7 @@ def test_entry_factors_bad_arguments_raise(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         linear_cross_entropy_entry_posteriori_factors(args.pop("log_probs"), args.pop("target"), args.pop("logit_error"),
-                                                      args.pop("stream_lse_bound"), dtype=torch.float32)
+                                                      args.pop("stream_lse_bound"), dtype=torch.float32, **args)
 
 
 def _mutant_dropped_accumulation(orig):

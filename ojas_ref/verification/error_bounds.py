@@ -1457,7 +1457,8 @@ def _hand_lce_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) ->
 def _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunks) -> tuple[Fraction, ...]:
     """The coefficients of ``(S, T0, Ha, Sk, Tc)`` and the constant of ``ce_gen_bound`` at
     ``sc_E1`` (``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dw_error``), exact rationals,
-    ``gamma_{n_terms}``, ``X = 1 + x + x^2 >= e^x``, ``chain`` = ``Ec``."""
+    ``gamma_{n_terms}``, ``X = 1 + x + x^2 >= e^x``, ``chain`` = ``Ec``: the hand copy of
+    ``sc_grad_q`` of ``Ojas.BoundValues``, the fallback without the oracle binary."""
     fe = (1 + ue) * _exp_up_small(x)
     gd = n_terms * u / (1 - n_terms * u)
     kg = (1 + us) * (1 + u)
@@ -1604,7 +1605,7 @@ def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[
 
 
 def linear_cross_entropy_entry_posteriori_factors(
-    log_probs: torch.Tensor, target: torch.Tensor, logit_error: float, stream_lse_bound: float, *,
+    log_probs: torch.Tensor, target: torch.Tensor, logit_error: float | torch.Tensor, stream_lse_bound: float, *,
     dtype: torch.dtype, lse_error: float | None = None, exp_error: float = LCE_EXP_ERROR,
     storage_rounding: str = "nearest", ignore_index: int = -100,
 ) -> torch.Tensor:
@@ -1614,7 +1615,10 @@ def linear_cross_entropy_entry_posteriori_factors(
     ``A = B + NP`` (``ce_arg_posteriori``: ``B = stream_lse_bound``, the stream's own error,
     :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True``;
     ``NP = -ln(1 - E)``, ``E = (1 - P) (e^(2 delta) - 1)`` for ``delta = logit_error`` bounding
-    every computed logit's error); with ``lse_error`` (``Dl``, the a-priori lse bound of
+    every computed logit's error; ``logit_error`` [N, V] bounds each logit's own error ``delta_v``
+    (e.g. measured, ``|z - y|``): ``E_j = e^(delta_j) sum_(v != j) P_v (e^(delta_v) - 1)
+    + (e^(delta_j) - 1)(1 - P_j)``, which is ``sum_(v != j) P_v (e^(delta_v + delta_j) - 1)``,
+    at least the theorem's ``sum_v P_v (e^|d_v| - 1)``); with ``lse_error`` (``Dl``, the a-priori lse bound of
     ``ce_lse_error``) the smaller of that and ``delta + Dl`` (the triangle inequality: both bound
     ``|(z - lse) - (y - L)|``, and ``ce_gp_ok`` takes any bound; ``-ln(1 - E)`` exceeds ``2 delta``
     where P is small); ``Am = -ln P + A >= |z - lse|``, ``X = e^(A + u Am + ea)``;
@@ -1623,8 +1627,15 @@ def linear_cross_entropy_entry_posteriori_factors(
     this float64 evaluation (``1 - P`` enlarged by ``4 (V + 8) 2^-53``, the exponent by 2^-40,
     ``expm1`` then 2^-40) and the caller's probabilities. Raises ``ValueError`` on a bad
     argument or when ``E >= 1`` (vacuous)."""
-    for name, v in (("logit_error", logit_error), ("stream_lse_bound", stream_lse_bound), ("exp_error", exp_error),
-                    ("lse_error", 0.0 if lse_error is None else lse_error)):
+    per_logit = isinstance(logit_error, torch.Tensor)
+    if per_logit and (logit_error.shape != log_probs.shape or not bool(
+            ((logit_error >= 0) & torch.isfinite(logit_error)).all())):
+        raise ValueError(f"logit_error must be a number or a finite tensor >= 0 shaped like log_probs "
+                         f"{tuple(log_probs.shape)}")
+    if per_logit and lse_error is not None:
+        raise ValueError("lse_error (the a-priori clamp) needs a scalar logit_error")
+    for name, v in (("logit_error", 0.0 if per_logit else logit_error), ("stream_lse_bound", stream_lse_bound),
+                    ("exp_error", exp_error), ("lse_error", 0.0 if lse_error is None else lse_error)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     if log_probs.dim() != 2 or target.shape != (log_probs.shape[0],):
@@ -1635,7 +1646,15 @@ def linear_cross_entropy_entry_posteriori_factors(
         raise ValueError("log_probs must be <= 0 and not NaN (a log-softmax)")
     n, v = lp.shape
     p = lp.exp()
-    e = ((1 - p) + 4 * (v + 8) * 2.0**-53).clamp_max(1.0) * math.expm1(2 * float(logit_error)) * _ROUND_UP
+    slack = 4 * (v + 8) * 2.0**-53
+    if per_logit:
+        d = logit_error.to(torch.float64)
+        em = torch.expm1(d)
+        s1 = (p * em).sum(1, keepdim=True)
+        others = (s1 - p * em).clamp_min(0.0) + s1 * slack  # sum over v != j of P_v (e^(delta_v) - 1)
+        e = (torch.exp(d) * others + em * ((1 - p) + slack).clamp_max(1.0)) * _ROUND_UP
+    else:
+        e = ((1 - p) + slack).clamp_max(1.0) * math.expm1(2 * float(logit_error)) * _ROUND_UP
     keep = (target != ignore_index).to(lp.device)
     e = torch.where(keep[:, None], e, torch.zeros_like(e))
     if bool((e >= 1).any()):

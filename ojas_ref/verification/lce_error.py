@@ -303,9 +303,26 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     return bh, bw
 
 
+def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The logits [N, V] that the 3-product schedule stores for ``_rows_kernel`` (``_mm_into``,
+    rounded to the input dtype), computed twice: ``ValueError`` unless bitwise equal (the
+    kernel's own call must give these)."""
+    from ojas_kernels import linear_cross_entropy as lce
+
+    zs = []
+    for _ in range(2):
+        z = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
+        lce._mm_into(z, x, w.t())
+        zs.append(z)
+    if not torch.equal(*zs):
+        raise ValueError("the logit product is not deterministic: the measured logits need not be the kernel's")
+    return zs[0]
+
+
 def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
                                ignore_index: int = -100, config=None, exp_error: float | None = None,
-                               storage_rounding: str = "nearest") -> tuple[torch.Tensor, torch.Tensor]:
+                               storage_rounding: str = "nearest", logits: torch.Tensor | None = None
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_posteriori_bound`
     (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
@@ -313,7 +330,10 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
     entry's exponent error from ``ce_arg_posteriori`` with ``delta`` the logit bound (as in
     :func:`gradient_bounds`) and ``B`` the stream's own bound at the logits' magnitude bound, or
     ``delta + Dl`` (the a-priori lse bound) where that is smaller;
-    the token chunks of the kernel's plan."""
+    the token chunks of the kernel's plan. With ``logits`` (the kernel's stored logits,
+    :func:`stored_logits`): each logit's error measured, ``|z - y|`` against the float64 exact
+    ones (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
+    at ``max |z|``."""
     from ojas_kernels import linear_cross_entropy as lce
 
     from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_entry_posteriori_factors,
@@ -329,11 +349,16 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
     kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
     dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
+    h, ww, kept, _, _ = _probabilities(x, w, target, ignore_index)
+    y = h @ ww.t()
+    if logits is not None:
+        if logits.shape != y.shape:
+            raise ValueError(f"logits must be [N, V] = {tuple(y.shape)}, got {tuple(logits.shape)}")
+        delta, dl, zmax = (logits.to(F64) - y).abs(), None, logits.abs().max().item()
     B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=config.rows.block_v, exact_logits=True,
                                              max_abs_logit=zmax, exp_error=exp_error)
-    h, ww, kept, _, _ = _probabilities(x, w, target, ignore_index)
     factors = linear_cross_entropy_entry_posteriori_factors(
-        torch.log_softmax(h @ ww.t(), dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
+        torch.log_softmax(y, dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
         storage_rounding=storage_rounding, ignore_index=ignore_index)
     (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
     plan = lce._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
