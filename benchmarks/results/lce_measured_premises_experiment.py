@@ -1,12 +1,12 @@
-"""Experiment (not a Done-when figure): the a-posteriori CE bounds with premises measured on this
+"""The exact script of an experiment recorded in benchmarks/RESULTS.md (2026-12-02), kept beside its
+results; not a benchmark. Experiment (not a Done-when figure): the a-posteriori CE bounds with premises measured on this
 run: each logit's actual error |z - y| (the kernel's own stored logits, recomputed bitwise), the
 device's tl.exp error (measured, x 1.05) and, separately, tl.sum's depth read from the compiled
 layout (an assumption about Triton's lowering). N = 64, D = 4096, V = 128256, as the bench."""
 import json, math, sys, torch
 from ojas_kernels import linear_cross_entropy as lce
 from ojas_ref.verification import error_bounds as eb
-from ojas_ref.verification.lce_error import (measured_exp_error, exact_gradients, gradient_sums, kernel_stream_lse,
-                                             stream_block_v, gradient_posteriori_bounds)
+from ojas_ref.verification.lce_error import exact_gradients, gradient_sums, measured_exp_error
 F64 = torch.float64
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 N, D, V = (64, 4096, 128256) if DEV == "cuda" else (16, 64, 700)
@@ -42,7 +42,7 @@ for dtype in (torch.float32, torch.bfloat16):
         bv = cfg.rows.block_v
         # the kernel: loss per token and gradients
         opts = lce._Options(0.0, 0.0, None)
-        loss = lce._three_products(x, w, None, target, -100, "none" if False else "sum", opts, (True, False, False), cfg).loss
+        loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
         xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
         lce.linear_cross_entropy(xr, wr, target, reduction="mean").backward()
         dh, dw = exact_gradients(x, w, target, "mean")
