@@ -1,5 +1,5 @@
-"""The exact script of an experiment recorded in benchmarks/RESULTS.md (2026-12-02), kept beside its
-results; not a benchmark. Experiment (not a Done-when figure): the a-posteriori CE bounds with premises measured on this
+"""The script of an experiment recorded in benchmarks/RESULTS.md (2026-12-02; after the run only its
+imports, this header and a dead expression were tidied), kept beside its results; not a benchmark. Experiment (not a Done-when figure): the a-posteriori CE bounds with premises measured on this
 run: each logit's actual error |z - y| (the kernel's own stored logits, recomputed bitwise), the
 device's tl.exp error (measured, x 1.05) and, separately, tl.sum's depth read from the compiled
 layout (an assumption about Triton's lowering). N = 64, D = 4096, V = 128256, as the bench."""
