@@ -116,7 +116,8 @@ tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/er
 ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` bounds the two-level
 schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming
 each program's group of tiles, ``_rows_kernel`` merging the groups' states
-(``linear_cross_entropy_merge_lse_error_bound``; no oracle value for it yet).
+(``linear_cross_entropy_merge_lse_error_bound``, whose value the oracle computes:
+``Ojas.BoundValues.ce_merge_lse_q_sound``).
 ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` and ``ce_dw_error`` bound every entry
 of the 3-product schedule's grad_input and grad_weight (reductions "mean" / "sum", bfloat16
 and float32, no bias, cap, smoothing or z-loss): G = ``rnd_s(tl.exp(rnd(z - lse)))`` (the
