@@ -41,7 +41,8 @@ per-entry bound / error, ``*_max_ratio`` the largest bound over the largest erro
 ``ce_loss_posteriori``) with each logit's error measured on the stored logits
 (``lce_error.stored_logits``: the kernel's product recomputed, bitwise twice) against float64,
 instead of the a-priori ``delta`` (which rests on cuBLAS's any-order premise), and ``B`` at their
-``max |z|``.
+``max |z|`` with, on CUDA, the tile sum's depth identified on the device
+(``lce_error.checked_tile_sum_depth``: 23 for 4096 logits over 8 warps; on the CPU any order).
 On the CPU bfloat16 G is truncated by the interpreter (``storage_rounding="truncate"``: not a
 proved bound).
 
@@ -76,7 +77,7 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
     """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
     from ojas_kernels import linear_cross_entropy as lce
     from ojas_ref.verification.lce_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
-                                                 stored_logits)
+                                                 measured_premise_depth, stored_logits)
 
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     lce.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
@@ -87,7 +88,7 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
     if cap is None:
         post = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding)
         meas = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding,
-                                          logits=stored_logits(x, w))
+                                          logits=stored_logits(x, w), tile_sum_depth=measured_premise_depth(x))
     cols = {}
     for name, got, ref, bound, pb, mb in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds, post, meas):
         err = (got.to(F64) - ref).abs()
@@ -114,7 +115,8 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
                                                     linear_cross_entropy_loss_error_bound,
                                                     linear_cross_entropy_loss_posteriori_bound,
                                                     linear_cross_entropy_lse_error_bound)
-    from ojas_ref.verification.lce_error import exact_capped, exact_lse, kernel_stream_lse, stored_logits, stream_block_v
+    from ojas_ref.verification.lce_error import (exact_capped, exact_lse, kernel_stream_lse, measured_premise_depth,
+                                                 stored_logits, stream_block_v)
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
     opts = lce._Options(0.0, 0.0, cap)
@@ -145,7 +147,10 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     on_b = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
                                                 max_abs_logit=z.abs().max().item(), softcap=cap)
     if cap is None:  # ce_loss_posteriori on the stored logits' measured errors, B at their max |z|
-        mb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), on_b)
+        mB = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
+                                                  max_abs_logit=z.abs().max().item(),
+                                                  tile_sum_depth=measured_premise_depth(x))
+        mb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), mB)
         post.update(loss_meas_bound=mb.max().item(), loss_meas_ratio=mb.max().item() / max(err, 1e-300),
                     loss_meas_holds=bool((err_tok <= mb).all()))
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"

@@ -434,6 +434,19 @@ def test_stored_logits_are_the_kernels():
     assert torch.equal(got[kept], loss)
 
 
+def test_tree_sum_adds_every_element_once():
+    """The emulated tl.sum tree (lce_error._tree_sum) on integer rows (exact in float32): the
+    exact row sums, for the layouts the rows kernel compiles to (4 or 8 per thread, 32 lanes,
+    8 warps) and a smaller one; and the TTGIR layout parser."""
+    from ojas_ref.verification.lce_error import _blocked_layout, _tree_sum
+
+    x = torch.randint(-1000, 1000, (5, 4096), generator=_gen(3)).float()
+    for layout in ((4, 32, 8), (8, 32, 8), (2, 4, 2)):
+        assert torch.equal(_tree_sum(x, *layout), x.sum(1)), layout
+    line = "#blocked = #ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [1, 32], warpsPerCTA = [1, 8], order = [1, 0]}>"
+    assert _blocked_layout(line) == (4, 32, 8) and _blocked_layout("#blocked1 = #ttg.blocked<{sizePerThread = [1]}>") is None
+
+
 def test_entry_factors_confident_target_falls_to_the_stream_bound():
     """A target with P = 1 - 1e-9: its exponent error is the stream's B (the logits' delta = 0.1
     enters only times 1 - P); an entry with P = 1e-9 gets -ln(1 - (e^0.2 - 1)) = 0.2503, or with
@@ -612,6 +625,59 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
     print(f"{dtype} peaked={peaked}: dH max err {eh.max().item():.3e} bound {ph.max().item():.3e} ratio {_ratio(ph, eh)}; "
           f"dW max err {ew.max().item():.3e} bound {pw.max().item():.3e} ratio {_ratio(pw, ew)}")
     assert (eh <= ph).all() and (ew <= pw).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_tile_sum_depth_identified(dtype):
+    """The rows kernel's tl.sum is the identified tree on the device (checked_tile_sum_depth raises
+    otherwise): depth (elements per thread - 1) + log2(32 lanes) + log2(warps)."""
+    from ojas_ref.verification.lce_error import checked_tile_sum_depth
+
+    rows = lce.default_config(dtype, torch.device("cuda")).rows
+    depth = checked_tile_sum_depth(dtype, "cuda")
+    print(f"{dtype}: tile-sum depth {depth} (any order: {rows.block_v - 1})")
+    assert depth == rows.block_v // (32 * rows.num_warps) - 1 + 5 + (rows.num_warps.bit_length() - 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("peaked", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
+    """V = 128256, 64 distinct targets (every eighth ignored): the loss (ce_loss_posteriori) and
+    the gradients (ce_gp_dh_error / ce_gp_dw_error) within their bounds with each logit's error
+    measured on the stored logits and the tile sum's identified depth."""
+    from ojas_ref.verification.lce_error import checked_tile_sum_depth
+
+    x, w, _ = _gpu_case(64, dtype)
+    target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(3))[:64]
+    if peaked:
+        w = w.float()
+        w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * 4096 ** 0.5 / 8
+        w = w.to(dtype)
+    target[::8] = -100
+    kept = target != -100
+    depth = checked_tile_sum_depth(dtype, "cuda")
+    z = stored_logits(x, w)
+    y = x.to(F64) @ w.to(F64).t()
+    B = linear_cross_entropy_lse_error_bound(w.shape[0], 1, dtype=dtype, block_v=stream_block_v(dtype, "cuda"),
+                                             exact_logits=True, max_abs_logit=z.abs().max().item(), tile_sum_depth=depth)
+    lb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), B)
+    opts = lce._Options(0.0, 0.0, None)
+    loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False),
+                               lce.default_config(dtype, x.device)).loss.to(F64)
+    t0 = torch.where(kept, target, 0)
+    ref = torch.logsumexp(y, 1) - y.gather(1, t0[:, None]).squeeze(1)
+    el = torch.where(kept, (loss - ref).abs(), torch.zeros_like(ref))
+    gh, gw = _kernel_grads(x, w, target, "mean", None)
+    dh, dw = exact_gradients(x, w, target, "mean")
+    mh, mw = gradient_posteriori_bounds(x, w, target, reduction="mean", logits=z, tile_sum_depth=depth)
+    eh, ew = (gh - dh).abs(), (gw - dw).abs()
+    print(f"{dtype} peaked={peaked}: loss ratio {(lb.max() / el.max()).item():.1f}, dH {_ratio(mh, eh)}, "
+          f"dW {_ratio(mw, ew)}")
+    assert (el <= lb).all() and (eh <= mh).all() and (ew <= mw).all()
 
 
 # The 4-product schedule (reduction "none", products=4): ce_dh4_error / ce_dw4_error of

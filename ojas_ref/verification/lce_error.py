@@ -22,7 +22,9 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
   ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
   4-product schedule (reduction "none" or ``products=4``, token weights from grad_output);
   :func:`gradient_posteriori_bounds` those of ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error``
-  / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens).
+  / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens),
+  optionally on the measured errors of the :func:`stored_logits`; :func:`checked_tile_sum_depth`
+  the depth of the rows kernel's ``tl.sum``, identified bit for bit on a device.
 No theorem covers these helpers themselves; they only feed the tests and the benchmark.
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -303,6 +306,103 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     return bh, bw
 
 
+@functools.lru_cache(maxsize=None)
+def _sum_probe():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(X, Y, V: tl.constexpr):
+        r = tl.program_id(0) + tl.arange(0, 1)
+        x = tl.load(X + r[:, None] * V + tl.arange(0, V)[None, :]).to(tl.float32)
+        tl.store(Y + r, tl.sum(x, axis=1))
+
+    return probe
+
+
+def _blocked_layout(ttgir: str) -> tuple[int, int, int] | None:
+    """(sizePerThread, threadsPerWarp, warpsPerCTA) along axis 1 of the first 2-D blocked layout
+    of a TTGIR module, or None."""
+    import re
+
+    m = re.search(r"sizePerThread = \[1, (\d+)\], threadsPerWarp = \[1, (\d+)\], warpsPerCTA = \[1, (\d+)\]", ttgir)
+    return None if m is None else tuple(int(g) for g in m.groups())
+
+
+def _tree_sum(x: torch.Tensor, spt: int, lanes: int, warps: int) -> torch.Tensor:
+    """float32 rows of ``x`` [n, V] summed in the order identified for ``tl.sum`` on a blocked
+    layout: each thread adds its elements in register order (``spt`` contiguous ones, then the
+    next repetition of ``spt * lanes * warps`` columns), then butterflies (xor) over the lanes and
+    over the warps."""
+    n, V = x.shape
+    e = x.reshape(n, V // (spt * lanes * warps), warps, lanes, spt).permute(0, 2, 3, 1, 4).reshape(n, warps, lanes, -1)
+    acc = e[..., 0].clone()
+    for i in range(1, e.shape[-1]):
+        acc = acc + e[..., i]
+    for width, dim in ((lanes, 2), (warps, 1)):
+        off = width // 2
+        while off:
+            idx = torch.arange(width, device=x.device) ^ off
+            acc = acc + acc.index_select(dim, idx)
+            off //= 2
+    return acc[:, 0, 0]
+
+
+@functools.lru_cache(maxsize=None)
+def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
+    """The depth of ``_rows_kernel``'s vocabulary-tile sum on ``device``: ``tl.sum`` over a
+    [1, block_v] float32 tile (the logits loaded in ``dtype``) with the rows config's warps,
+    compiled to the same blocked layout as the compiled ``_rows_kernel``, and equal bit for bit,
+    on random rows (positive, signed, and a few ones among tiny numbers), to :func:`_tree_sum`:
+    ``(elements per thread - 1) + log2(lanes) + log2(warps)``. The premise ``sum_ok ts Dt Bt`` of
+    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_up`` with this ``Dt`` (``ce_dsum_tree``:
+    any tree of that depth), checked on these inputs only: an identification of Triton's
+    lowering for this layout, not a theorem about it. Raises ``ValueError`` when the layouts
+    differ, no layout is found or a row differs."""
+    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels.launch import fast
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError("the tile sum's order is identified on a CUDA device (the interpreter sums with numpy)")
+    rows = lce.default_config(dtype, device).rows
+    V, warps = rows.block_v, rows.num_warps
+    gen = torch.Generator(device=device).manual_seed(0)
+    n = 1024
+    probe = _sum_probe()
+    cases = (torch.exp(3 * torch.randn(n, V, device=device, generator=gen)),
+             torch.randn(n, V, device=device, generator=gen),
+             torch.where(torch.rand(n, V, device=device, generator=gen) < 1e-3, 1.0, 1e-9))
+    def compiled() -> dict[int, Any]:
+        return {id(k): k for c in probe.device_caches.values() for k in c[0].values()}
+
+    layout, before = None, compiled()
+    for x in cases:
+        x = x.to(dtype)
+        y = torch.empty(n, device=device)
+        probe[(n,)](x, y, V=V, num_warps=warps)
+        if layout is None:  # the variant this dtype compiled (the function is cached per dtype)
+            found = {_blocked_layout(k.asm["ttgir"]) for i, k in compiled().items() if i not in before} - {None}
+            if len(found) != 1:
+                raise ValueError(f"expected one blocked layout in the probe, found {found}")
+            layout = found.pop()
+        if not torch.equal(_tree_sum(x.float(), *layout), y):
+            raise ValueError(f"tl.sum on layout {layout} is not the identified tree on these rows")
+    z = torch.zeros(2, V, device=device, dtype=dtype)
+    kernel_stream_lse(z, torch.zeros(2, dtype=torch.long, device=device))
+    rows_layouts = {_blocked_layout(k.asm["ttgir"]) for k, _ in fast(lce._rows_kernel)._cache.values()}
+    if layout not in rows_layouts:
+        raise ValueError(f"the probe's layout {layout} is not among _rows_kernel's {rows_layouts}")
+    spt, lanes, w = layout
+    return V // (lanes * w) - 1 + (lanes.bit_length() - 1) + (w.bit_length() - 1)
+
+
+def measured_premise_depth(x: torch.Tensor) -> int | None:
+    """:func:`checked_tile_sum_depth` for ``x``'s dtype on its CUDA device; None (any order) on
+    the CPU."""
+    return checked_tile_sum_depth(x.dtype, str(x.device)) if x.is_cuda else None
+
+
 def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The logits [N, V] that the 3-product schedule stores for ``_rows_kernel`` (``_mm_into``,
     rounded to the input dtype), computed twice: ``ValueError`` unless bitwise equal (the
@@ -321,8 +421,8 @@ def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
                                ignore_index: int = -100, config=None, exp_error: float | None = None,
-                               storage_rounding: str = "nearest", logits: torch.Tensor | None = None
-                               ) -> tuple[torch.Tensor, torch.Tensor]:
+                               storage_rounding: str = "nearest", logits: torch.Tensor | None = None,
+                               tile_sum_depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_posteriori_bound`
     (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
@@ -333,7 +433,8 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
     the token chunks of the kernel's plan. With ``logits`` (the kernel's stored logits,
     :func:`stored_logits`): each logit's error measured, ``|z - y|`` against the float64 exact
     ones (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
-    at ``max |z|``."""
+    at ``max |z|``. ``tile_sum_depth``: the stream's tile-sum depth premise (default: any order,
+    ``block_v - 1``; :func:`checked_tile_sum_depth` identifies the kernel's on a device)."""
     from ojas_kernels import linear_cross_entropy as lce
 
     from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_entry_posteriori_factors,
@@ -356,7 +457,7 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
             raise ValueError(f"logits must be [N, V] = {tuple(y.shape)}, got {tuple(logits.shape)}")
         delta, dl, zmax = (logits.to(F64) - y).abs(), None, logits.abs().max().item()
     B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=config.rows.block_v, exact_logits=True,
-                                             max_abs_logit=zmax, exp_error=exp_error)
+                                             max_abs_logit=zmax, exp_error=exp_error, tile_sum_depth=tile_sum_depth)
     factors = linear_cross_entropy_entry_posteriori_factors(
         torch.log_softmax(y, dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
         storage_rounding=storage_rounding, ignore_index=ignore_index)
