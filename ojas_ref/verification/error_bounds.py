@@ -1750,7 +1750,8 @@ def linear_cross_entropy_weighted_dh_error_bound(
 
     ``B1`` :func:`linear_cross_entropy_grad_error_bound` at ``n_chunks = 1`` on the same sums
     (``ce_dh_error``: the forward's row; its ``logit_error`` the float32 logits' own, not rounded to
-    ``dtype``, and ``lse_error`` the merged lse's: :func:`linear_cross_entropy_merge_lse_error_bound`),
+    ``dtype``, and ``lse_error`` the merged lse's: :func:`linear_cross_entropy_merge_lse_error_bound`,
+    composed in Coq by ``ce_dh4_error_two_level``),
     ``T = grad_abs``, ``a0 = scale``, ``token_weight`` [N] (or [1]) the grad_output of each row.
     ``premises``: ``logit_error``, ``lse_error``, ``max_abs_arg``, ``exp_error`` as there. Not
     covered: as ``ce_dh4_error`` says (rocq/FloatModel/CrossEntropyWeightedGradError.v)."""
@@ -1785,7 +1786,8 @@ def linear_cross_entropy_weighted_dw_error_bound(
     ``|w - w0| <= ua |w0|`` (0 for "none" and "sum": grad_output itself; 2^-24 for "mean",
     ``fl32(grad_output / K)`` in float32's normal range), ``gd = gamma_{n_terms}``, ``Fe`` as
     :func:`linear_cross_entropy_grad_error_bound` (the premises there; ``lse_error`` from
-    :func:`linear_cross_entropy_merge_lse_error_bound`, the logits float32). Not covered: as
+    :func:`linear_cross_entropy_merge_lse_error_bound`, the logits float32: composed in Coq by
+    ``ce_dw4_error_two_level``). Not covered: as
     ``ce_dw4_error`` says (rocq/FloatModel/CrossEntropyWeightedGradError.v)."""
     if not (isinstance(n_terms, int) and 1 <= n_terms and n_terms * _FP32_U < 1.0):
         raise ValueError(f"n_terms must be an int >= 1 with n_terms * 2^-24 < 1, got {n_terms!r}")

@@ -480,7 +480,9 @@ def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch
     ``tiles_per_program``: the forward's groups of tiles enter the lse bound), no bias:
     ``delta`` of the float32 logits (not rounded to the dtype), ``Dl`` the merged lse's
     (``ce_lse_error_two_level``), ``Am = 2 Zmax + ln V + Dl``; the token weights grad_output
-    (per token for "none"), ``grad_output / K`` for "mean" (``ua = 2^-24``)."""
+    (per token for "none"), ``grad_output / K`` for "mean" (``ua = 2^-24``). The lse premise is
+    composed in Coq: ``ce_dh4_error_two_level`` / ``ce_dw4_error_two_level`` take
+    ``ce_lse_error_two_level``'s premises per token's row and conclude at that ``Dl``."""
     from ojas_kernels import linear_cross_entropy as lce
 
     from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_logit_error_bound,

@@ -48,6 +48,21 @@
           <= Kg |g| B1 + (Kg - 1) |g| |a0| T + cw0,
       [B1] the 3-product dH bound ([ce_dw_bound] at [C = 1], from
       [ce_dh_error]), [Kg = (1 + us)(1 + u)].
+    - [ce_dw4_error_two_level], [ce_dh4_error_two_level]: the same bounds
+      at [Dl = ce_lse_bound u el Zmax LN NL delta], the lse premise
+      composed with [ce_lse_error_two_level]
+      (rocq/FloatModel/CrossEntropyLseError.v) instead of assumed: each
+      item's lse is its token's merged lse [ce_row2_lse ts1 ts2 tiles2]
+      (the groups' states from their first logits, merged from the first
+      group's, then [rnd (m + tl.log l)]; [tl.exp] this file's [ex], [tl.log]
+      a Section hypothesis [lg] within [el]) and its exact [L] the row's
+      [ce_row2_L tiles2]; the row ([row x], the token of dW's item [x]; one
+      [tiles2] for dH's entry) meets that theorem's premises
+      ([ce_row2_ok]: group and tile sizes, [|z| <= Zmax], [|z - y| <= delta]
+      for the forward's logits, the same [delta] as the recomputed logits',
+      [ln V <= LN]), with [sum_ok] tile sums [ts1] / [ts2],
+      [exp (2 u Zmax) <= XK], [bL = ce_bL2 XK ... < 1], [- ln (1 - bL) <= NL]
+      ([ce_row2_lse_error]: [ce_lse_error_two_level] for one row).
 
     Premises (as CrossEntropyGradError.v's): [tl.exp] within [ue e^x + ee]
     (a Section hypothesis); each product's float32 accumulation within
@@ -55,7 +70,8 @@
     tree of rounded additions of exact products); per item the logit
     [|z - y| <= delta], the lse [|lse - L| <= Dl] (for the 4-product forward
     the merged lse of [ce_lse_error_two_level], rocq/FloatModel/CrossEntropyLseError.v:
-    the caller plugs its value in), [|z - lse| <= Am].
+    the [_two_level] corollaries derive it from that theorem's premises),
+    [|z - lse| <= Am].
 
     Not covered: softcap, bias, label smoothing and z-loss, float16 (G scaled
     by a power of two), grad_bias, the order of the sums inside cuBLAS / the
@@ -69,6 +85,7 @@ From Flocq Require Import Core.
 From Ojas Require Import VectorFacts Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError.
 From Ojas Require Import FloatModel.CrossEntropyGradError.
+From Ojas Require FloatModel.CrossEntropyLseError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -361,5 +378,131 @@ Proof.
 Qed.
 
 End Rows.
+
+(** ** The lse premise from the 4-product forward: [ce_lse_error_two_level] *)
+
+Section TwoLevel.
+
+(** The kernel's [tl.log]: an assumption (as in CrossEntropyLseError.v).  Its [tl.exp] is
+    this file's [ex]: [ex_err] holds for all [x], in particular for [x <= 0]. *)
+Variable lg : R -> R.
+Variable el : R.
+Hypothesis lg_fmt : forall x, ff_fmt A_ (lg x).
+Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+
+(** A token's row as the 4-product forward streams it: [tiles2], the [_rows_kernel] merge's
+    tiles of groups, a group the vocabulary tiles one [_logits_kernel] STATS program streams,
+    a logit the pair [(z, y)] of its float32 value and its exact [h . w_v]. *)
+Definition ce_row2_logits (tiles2 : list (list (list (list (R * R))))) : list (R * R) :=
+  concat (map (@concat _) (concat tiles2)).
+
+(** The exact [L = ln sum_v e^(y_v)] of the row. *)
+Definition ce_row2_L (tiles2 : list (list (list (list (R * R))))) : R :=
+  ln (rsum (map (fun zy => exp (snd zy)) (ce_row2_logits tiles2))).
+
+(** The merged lse the forward stores: each group's state from its first logit ([grp_state],
+    tile sum [ts1]), merged from the first group's [(m_g, 0)] (tile sum [ts2]), then
+    [rnd (m + tl.log l)]. *)
+Definition ce_row2_lse (ts1 ts2 : list R -> R) (tiles2 : list (list (list (list (R * R))))) : R :=
+  let st := CrossEntropyLseError.ce_run M ex (list (list (R * R))) (CrossEntropyLseError.grp_m M ex ts1)
+              (CrossEntropyLseError.grp_l M ex ts1) ts2
+              (CrossEntropyLseError.grp_m M ex ts1 (hd [] (concat tiles2)), 0) tiles2 in
+  rnd (fst st + lg (snd st)).
+
+(** [ce_lse_error_two_level]'s [bL = C2 - 1 + R2]. *)
+Definition ce_bL2 (XK : R) (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) : R :=
+  let C1 := CrossEntropyLseError.ce_H u ue XK 1 Dt1 * CrossEntropyLseError.ce_Q u ue ^ T1 * XK in
+  let R1 := INR T1 * CrossEntropyLseError.ce_a u ue ee XK ^ T1
+            * CrossEntropyLseError.ce_b u ue ee ea XK 1 0 1 Dt1 Bt1 T1 N1 in
+  let C2 := CrossEntropyLseError.ce_H u ue XK C1 Dt2 * CrossEntropyLseError.ce_Q u ue ^ T2 * XK in
+  let R2 := INR T2 * CrossEntropyLseError.ce_a u ue ee XK ^ T2
+            * CrossEntropyLseError.ce_b u ue ee ea XK C1 R1 (INR N1) Dt2 Bt2 T2 Nn in
+  C2 - 1 + R2.
+
+(** [ce_lse_error_two_level]'s premises on one row (its first group the merge's start). *)
+Definition ce_row2_ok (Bt1 T1 N1 Bt2 T2 Nn : nat) (Zmax delta LN : R)
+    (tiles2 : list (list (list (list (R * R))))) : Prop :=
+  concat tiles2 <> []
+  /\ (forall g, In g (concat tiles2) -> concat g <> [] /\ Forall (fun tl => (length tl <= Bt1)%nat) g
+                                     /\ (length g <= T1)%nat /\ (length (concat g) <= N1)%nat)
+  /\ Forall (fun tl => (length tl <= Bt2)%nat) tiles2 /\ (length tiles2 <= T2)%nat
+  /\ (length (concat tiles2) <= Nn)%nat
+  /\ (forall zy, In zy (ce_row2_logits tiles2) ->
+        ff_fmt A_ (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta)
+  /\ ln (INR (length (ce_row2_logits tiles2))) <= LN.
+
+(** [ce_lse_error_two_level] for one row. *)
+Lemma ce_row2_lse_error : forall ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) Zmax XK delta LN NL tiles2,
+  CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
+  exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
+  - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
+  ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN tiles2 ->
+  Rabs (ce_row2_lse ts1 ts2 tiles2 - ce_row2_L tiles2) <= CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta.
+Proof.
+  intros ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL tiles2 Hts1 Hts2 HXK HbL HNL
+    [Hne [Hg [HB2 [HT2 [HN2 [Hz HLN]]]]]].
+  apply (CrossEntropyLseError.ce_lse_error_two_level M ex ue ee ue_nonneg ee_nonneg (fun x _ => ex_err x)
+           lg el lg_fmt lg_err ts1 (hd [] (concat tiles2)) tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn
+           Zmax XK delta LN NL); auto.
+  destruct (concat tiles2); [congruence | left; reflexivity].
+Qed.
+
+(** dW: each kept token's lse its row's merged lse, [row x] the row of item [x]'s token. *)
+Theorem ce_dw4_error_two_level : forall (T : Type) (iz il iy iL ih iw iw0 : T -> R) (it : T -> bool)
+    (row : T -> list (list (list (list (R * R))))) ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat)
+    dsum gd ua delta Am Zmax XK LN NL X xs,
+  let Dl := CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta in
+  0 <= gd -> 0 <= ua -> exp (delta + Dl + u * Am + ea) <= X ->
+  ce_gen_dsum_ok T (cw_term T iz il ih iw it) dsum gd xs ->
+  CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
+  exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
+  - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
+  (forall x, In x xs ->
+     Rabs (iz x - iy x) <= delta /\ Rabs (iz x - il x) <= Am /\ Rabs (iw x - iw0 x) <= ua * Rabs (iw0 x)
+     /\ ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN (row x)
+     /\ il x = ce_row2_lse ts1 ts2 (row x) /\ iL x = ce_row2_L (row x)) ->
+  Rabs (ce_dw4 T iz il ih iw it dsum xs - rsum (map (cw_exact T iy iL ih iw0 it) xs))
+  <= cw_dw_bound gd ua ((1 + ue) * X) (cw_S T iy iL ih iw0 xs) (cw_T T iy iL ih iw0 it xs)
+       (cw_Hw T ih iw0 xs) (cw_Ha T ih xs).
+Proof.
+  intros T iz il iy iL ih iw iw0 it row ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn dsum gd ua delta Am Zmax XK LN NL X xs
+    Dl Hgd Hua HX Hds Hts1 Hts2 HXK HbL HNL Hok.
+  apply (ce_dw4_error T iz il iy iL ih iw iw0 it dsum gd ua delta Dl Am X xs Hgd Hua HX Hds).
+  intros x Hx; destruct (Hok x Hx) as [H1 [H3 [H4 [Hr [El EL]]]]].
+  split; [exact H1 | split; [| split; [exact H3 | exact H4]]].
+  rewrite El, EL; exact (ce_row2_lse_error ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL (row x)
+                           Hts1 Hts2 HXK HbL HNL Hr).
+Qed.
+
+(** dH: the entry [(n, d)]; every item's lse the merged lse of token [n]'s row [tiles2]. *)
+Theorem ce_dh4_error_two_level : forall (T : Type) (iz il iy iL ih : T -> R) (it ik : T -> bool)
+    tiles2 ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) dsum alpha a0 ua gd delta Am Zmax XK LN NL X g xs,
+  let Dl := CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta in
+  0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
+  0 <= delta -> 0 <= Am -> exp (delta + Dl + u * Am + ea) <= X ->
+  dsum_ok M ex T iz il ih it ik dsum gd xs ->
+  CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
+  exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
+  - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
+  ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN tiles2 ->
+  (forall x, In x xs -> ik x = true ->
+     Rabs (iz x - iy x) <= delta /\ Rabs (iz x - il x) <= Am
+     /\ il x = ce_row2_lse ts1 ts2 tiles2 /\ iL x = ce_row2_L tiles2) ->
+  let B1 := ce_dw_bound M ee gd ((1 + ue) * X) a0 ua 1 (ce_S T iy iL ih ik xs) (ce_T T iy iL ih it ik xs)
+              (ce_Ha T ih ik xs) in
+  Rabs (ce_dh4 T iz il ih it ik dsum alpha g xs - g * (a0 * rsum (map (ce_exact T iy iL ih it ik) xs)))
+  <= ce_Kg M * (Rabs g * B1) + (ce_Kg M - 1) * (Rabs g * (Rabs a0 * ce_T T iy iL ih it ik xs)) + ce_cw0.
+Proof.
+  intros T iz il iy iL ih it ik tiles2 ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn dsum alpha a0 ua gd delta Am Zmax XK
+    LN NL X g xs Dl Hua Hal Hgd Hd Ham HX Hds Hts1 Hts2 HXK HbL HNL Hr Hok B1.
+  pose proof (ce_row2_lse_error ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL tiles2
+                Hts1 Hts2 HXK HbL HNL Hr) as HL; fold Dl in HL.
+  apply (ce_dh4_error T iz il iy iL ih it ik dsum alpha a0 ua gd delta Dl Am X g xs Hua Hal Hgd Hd
+           ltac:(eapply Rle_trans; [apply Rabs_pos | exact HL]) Ham HX Hds).
+  intros x Hx Hk; destruct (Hok x Hx Hk) as [H1 [H3 [El EL]]].
+  split; [exact H1 | split; [rewrite El, EL; exact HL | exact H3]].
+Qed.
+
+End TwoLevel.
 
 End CeWeighted.
