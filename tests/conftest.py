@@ -1,4 +1,4 @@
-"""Shared test settings: hypothesis profiles, and the ``one_thread`` fixture.
+"""Shared test settings: hypothesis profiles, and the ``one_thread`` and ``oracle_and_hand`` fixtures.
 
 ``ci`` (the default) is derandomized, so a run is reproducible; ``dev`` draws fresh
 examples and more of them. Pick one with HYPOTHESIS_PROFILE=dev.
@@ -30,3 +30,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def oracle_and_hand():
+    """``both(f, *args, **kwargs)``: the value of a bound function of
+    ojas_ref/verification/error_bounds.py from the oracle and from its hand copy (the oracle
+    switched off for the second call); skips when the oracle binary is not built."""
+    from ojas_ref.verification import error_bounds as eb
+
+    if not eb.oracle_bounds_available():
+        pytest.skip("oracle not built (make -C extraction)")
+
+    def both(f, *args, **kwargs):
+        oracle = f(*args, **kwargs)
+        eb._oracle_state["available"] = False
+        try:
+            return oracle, f(*args, **kwargs)
+        finally:
+            del eb._oracle_state["available"]
+
+    return both

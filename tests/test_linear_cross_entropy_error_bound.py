@@ -283,21 +283,13 @@ def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
         assert ratio < 1000, ratio  # issue 17's bar (the a-priori bound: 277,204x here)
 
 
-def test_oracle_value_matches_the_hand_copy():
-    from ojas_ref.verification import error_bounds as eb
-
-    if not eb.oracle_bounds_available():
-        pytest.skip("oracle not built (make -C extraction)")
+def test_oracle_value_matches_the_hand_copy(oracle_and_hand):
     cases = [dict(dot_abs_sum=60.0), dict(exact_logits=True, max_abs_logit=30.0),
              dict(dot_abs_sum=60.0, tile_sum_depth=23)]
     for dtype in (torch.float32, torch.bfloat16):
         for kw in cases:
-            oracle = eb.linear_cross_entropy_lse_error_bound(128256, 4096, dtype=dtype, block_v=4096, **kw)
-            eb._oracle_state["available"] = False
-            try:
-                hand = eb.linear_cross_entropy_lse_error_bound(128256, 4096, dtype=dtype, block_v=4096, **kw)
-            finally:
-                del eb._oracle_state["available"]
+            oracle, hand = oracle_and_hand(linear_cross_entropy_lse_error_bound, 128256, 4096, dtype=dtype,
+                                           block_v=4096, **kw)
             assert math.isfinite(oracle) and abs(oracle - hand) <= 1e-6 * hand, (oracle, hand)
 
 
@@ -544,43 +536,27 @@ def test_grad_bound_bad_arguments_raise(kwargs, match):
         linear_cross_entropy_grad_error_bound(one, one, one, **args)
 
 
-def test_grad_bound_oracle_factors_match_the_hand_values():
+def test_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand):
     """The oracle's certified coefficients (``ce_grad_q``: gamma and the exp factor inside)
     against the hand composition (exact rationals, e^x by 1 + x + x^2): never above it and
     within 5%."""
-    from ojas_ref.verification import error_bounds as eb
-
-    if not eb.oracle_bounds_available():
-        pytest.skip("oracle not built (make -C extraction)")
     s = torch.tensor([0.5, 2.0])
     args = dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, logit_error=0.05, lse_error=0.01,
                 max_abs_arg=40.0, n_chunks=2)
-    oracle = linear_cross_entropy_grad_error_bound(s, s, s, **args)
-    eb._oracle_state["available"] = False
-    try:
-        hand = linear_cross_entropy_grad_error_bound(s, s, s, **args)
-    finally:
-        del eb._oracle_state["available"]
+    oracle, hand = oracle_and_hand(linear_cross_entropy_grad_error_bound, s, s, s, **args)
     assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all()  # 1 + x + x^2 >= the oracle's e^x
 
 
-def test_grad_posteriori_bound_oracle_factors_match_the_hand_values():
+def test_grad_posteriori_bound_oracle_factors_match_the_hand_values(oracle_and_hand):
     """The oracle's certified coefficients (``ce_gp_q``) against the hand copy
     ``_hand_gen_grad_coefs``: both exact rationals, the oracle's rounded up, so they agree to
     rtol 1e-12 and the oracle's is never below the hand one's (to 1e-12), for dH and dW."""
-    from ojas_ref.verification import error_bounds as eb
+    from ojas_ref.verification.error_bounds import linear_cross_entropy_grad_posteriori_bound
 
-    if not eb.oracle_bounds_available():
-        pytest.skip("oracle not built (make -C extraction)")
     s = torch.tensor([0.5, 2.0])
     for args in (dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
                  dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2)):
-        oracle = eb.linear_cross_entropy_grad_posteriori_bound(s, s, s, **args)
-        eb._oracle_state["available"] = False
-        try:
-            hand = eb.linear_cross_entropy_grad_posteriori_bound(s, s, s, **args)
-        finally:
-            del eb._oracle_state["available"]
+        oracle, hand = oracle_and_hand(linear_cross_entropy_grad_posteriori_bound, s, s, s, **args)
         assert torch.allclose(oracle, hand, rtol=1e-12, atol=0) and (oracle >= hand * (1 - 1e-12)).all()
 
 

@@ -335,16 +335,14 @@ def test_capped_gradient_mutants_exceed_bound(mutant, monkeypatch):
     assert (excess <= 1.0) == (mutant is None)
 
 
-def test_capped_grad_bound_oracle_factors_match_the_hand_values():
+def test_capped_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand):
     """The oracle's certified coefficients of the capped bound (``sc_grad_q``: gamma and the exp
     factor inside) against the hand copy ``_capped_grad_coefs`` (exact rationals, e^x by
     1 + x + x^2): never above it (the oracle's e^x bound 1 + perturbation is <= 1 + x + x^2)
     and within 5%, for dH (V terms, bfloat16, one chunk) and dW (512 terms, float32, two
     chunks), caps 30 and 5."""
-    from ojas_ref.verification import error_bounds as eb
+    from ojas_ref.verification.error_bounds import linear_cross_entropy_grad_error_bound
 
-    if not eb.oracle_bounds_available():
-        pytest.skip("oracle not built (make -C extraction)")
     s = torch.tensor([0.5, 2.0])
     sums = (torch.tensor([0.25, 1.5]), torch.tensor([0.4, 1.0]))
     for cap in CAPS:
@@ -352,12 +350,7 @@ def test_capped_grad_bound_oracle_factors_match_the_hand_values():
                      dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2)):
             args.update(logit_error=0.01, lse_error=0.01, max_abs_arg=2 * cap + 12.0, softcap=cap,
                         capped_sums=sums)
-            oracle = eb.linear_cross_entropy_grad_error_bound(s, s, s, **args)
-            eb._oracle_state["available"] = False
-            try:
-                hand = eb.linear_cross_entropy_grad_error_bound(s, s, s, **args)
-            finally:
-                del eb._oracle_state["available"]
+            oracle, hand = oracle_and_hand(linear_cross_entropy_grad_error_bound, s, s, s, **args)
             assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all(), (cap, args, oracle, hand)
 
 
