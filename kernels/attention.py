@@ -830,10 +830,11 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     average its values.  The kernel computes no gradient for the mask: one
     requiring grad is refused (``ojas_ref.attention(impl="reference")`` has it).
 
-    float32 inputs: the dots run TF32 or IEEE float32 as torch's float32 matmuls
+    float32 inputs: the dots follow torch's float32 matmul precision
     (``torch.backends.cuda.matmul.fp32_precision``, set by
-    ``torch.set_float32_matmul_precision`` and ``allow_tf32``): "ieee" only when
-    TF32 is off (precision "highest", the default)."""
+    ``torch.set_float32_matmul_precision`` and ``allow_tf32``): TF32 when it is allowed,
+    otherwise (precision "highest", the default) 3xTF32, not IEEE float32 (module docstring:
+    no theorem bounds 3xTF32 products)."""
     _check(query, key, value, window, attn_mask)
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
         raise ValueError("attn_mask requires grad, but the kernel computes no gradient for the mask; "
