@@ -43,6 +43,9 @@ per-entry bound / error, ``*_max_ratio`` the largest bound over the largest erro
 instead of the a-priori ``delta`` (which rests on cuBLAS's any-order premise), and ``B`` at their
 ``max |z|`` with, on CUDA, the tile sum's depth identified on the device
 (``lce_error.checked_tile_sum_depth``: 23 for 4096 logits over 8 warps; on the CPU any order).
+``*_trivial``: the largest trivial bound ``|computed| + |exact|`` (gradients: ``|exact| <= sum |G|
+|h| / K``), ``*_vs_trivial`` each bound's largest value over it: at 1 or above the bound says no
+more than the magnitudes do (vacuous).
 On the CPU bfloat16 G is truncated by the interpreter (``storage_rounding="truncate"``: not a
 proved bound).
 
@@ -77,7 +80,7 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
     """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
     from ojas_kernels import linear_cross_entropy as lce
     from ojas_ref.verification.lce_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
-                                                 measured_premise_depth, stored_logits)
+                                                 gradient_sums, measured_premise_depth, stored_logits)
 
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     lce.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
@@ -90,9 +93,17 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
         meas = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding,
                                           logits=stored_logits(x, w), tile_sum_depth=measured_premise_depth(x))
     cols = {}
-    for name, got, ref, bound, pb, mb in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds, post, meas):
+    K = int((target != -100).sum())
+    (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
+    for name, got, ref, bound, pb, mb, t in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds, post, meas, (th, tw)):
         err = (got.to(F64) - ref).abs()
         emax = max(err.max().item(), 1e-300)
+        # the trivial bound |computed| + |exact| <= |computed| + sum |G| |h| / K: a bound above it says nothing
+        trivial = (got.to(F64).abs() + t / K).max().item()
+        cols[f"{name}_trivial"] = trivial
+        for key, b in (("", bound), ("_post", pb), ("_meas", mb)):
+            if b is not None:
+                cols[f"{name}{key}_vs_trivial"] = b.max().item() / trivial
         cols.update({f"{name}_bound": bound.max().item(), f"{name}_observed": err.max().item(),
                      f"{name}_ratio": (bound / err.clamp_min(1e-300)).min().item(),
                      f"{name}_max_ratio": bound.max().item() / emax,
@@ -132,7 +143,9 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
     err_tok = (loss.to(F64) - ref).abs()
     err = err_tok.max().item()
-    post = dict(loss_best_bound=loss_b, loss_best_ratio=loss_b / max(err, 1e-300))
+    trivial = (loss.to(F64).abs() + ref.abs()).max().item()  # |computed - exact| <= |computed| + |exact|
+    post = dict(loss_best_bound=loss_b, loss_best_ratio=loss_b / max(err, 1e-300), loss_trivial=trivial,
+                loss_vs_trivial=loss_b / trivial)
     if cap is None:  # ce_loss_posteriori: no softcap
         B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
         pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
@@ -152,7 +165,8 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
                                                   tile_sum_depth=measured_premise_depth(x))
         mb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), mB)
         post.update(loss_meas_bound=mb.max().item(), loss_meas_ratio=mb.max().item() / max(err, 1e-300),
-                    loss_meas_holds=bool((err_tok <= mb).all()))
+                    loss_meas_holds=bool((err_tok <= mb).all()), loss_meas_vs_trivial=mb.max().item() / trivial,
+                    loss_post_vs_trivial=pb.max().item() / trivial)
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
     return dict(dtype=str(dtype).replace("torch.", ""), N=N, D=D, V=V, block_v=bv, softcap=cap,
                 dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
@@ -186,6 +200,8 @@ def run(sizes: dict, device: str) -> dict:
                   f"ratio {r['ratio']:8.1f} | a posteriori {r.get('loss_post_bound', float('nan')):.3e} "
                   f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | best {r.get('loss_best_ratio', float('nan')):8.1f} "
                   f"| measured logits {r.get('loss_meas_ratio', float('nan')):8.1f} "
+                  f"| / trivial {r['loss_vs_trivial']:.2g} {r.get('loss_post_vs_trivial', float('nan')):.2g} "
+                  f"{r.get('loss_meas_vs_trivial', float('nan')):.2g} "
                   f"| row loop: bound {r['online_bound']:.3e} observed "
                   f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
                   f"covered={r['covered']}", flush=True)
@@ -198,7 +214,9 @@ def run(sizes: dict, device: str) -> dict:
                       f"ratio {r[g + '_ratio']:8.1f} (max/max {r[g + '_max_ratio']:8.1f}) | a posteriori "
                       f"{r.get(g + '_post_bound', float('nan')):.3e} max/max {r.get(g + '_post_max_ratio', float('nan')):8.1f}"
                       f" | best max/max {r.get(g + '_best_max_ratio', r[g + '_max_ratio']):8.1f}"
-                      f" | measured logits max/max {r.get(g + '_meas_max_ratio', float('nan')):8.1f} holds={r[g + '_holds']}"
+                      f" | measured logits max/max {r.get(g + '_meas_max_ratio', float('nan')):8.1f}"
+                      f" | / trivial {r[g + '_vs_trivial']:.2g} {r.get(g + '_post_vs_trivial', float('nan')):.2g}"
+                      f" {r.get(g + '_meas_vs_trivial', float('nan')):.2g} holds={r[g + '_holds']}"
                       f" {r.get(g + '_post_holds', '')}", flush=True)
     return dict(benchmark="linear_cross_entropy_error", device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
