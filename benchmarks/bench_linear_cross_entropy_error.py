@@ -150,7 +150,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
         pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
         best = pb.clamp_max(loss_b)  # both are theorems: per token, the smaller one is a bound
-        post = dict(loss_post_bound=pb.max().item(), loss_post_ratio=pb.max().item() / max(err, 1e-300),
+        post.update(loss_post_bound=pb.max().item(), loss_post_ratio=pb.max().item() / max(err, 1e-300),
                     loss_post_holds=bool((err_tok <= pb).all()), loss_best_bound=best.max().item(),
                     loss_best_ratio=best.max().item() / max(err, 1e-300))
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
