@@ -587,9 +587,7 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
     x, w, target = _gpu_case(1024, dtype)
     if peaked:  # distinct targets: a shared weight row would be aligned with one of its tokens only
         target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))[:1024]
-        w = w.float()
-        w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * 4096 ** 0.5 / 8
-        w = w.to(dtype)
+        w = _peak(x, w, target, 0.05 * x.shape[1] ** 0.5 / 8).to(dtype)
     target[::7] = -100
     gh, gw = _kernel_grads(x, w, target, "mean", None)
     dh, dw = exact_gradients(x, w, target, "mean")
@@ -630,9 +628,7 @@ def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     x, w, _ = _gpu_case(64, dtype)
     target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(3))[:64]
     if peaked:
-        w = w.float()
-        w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * 4096 ** 0.5 / 8
-        w = w.to(dtype)
+        w = _peak(x, w, target, 0.05 * x.shape[1] ** 0.5 / 8).to(dtype)
     target[::8] = -100
     kept = target != -100
     depth = checked_tile_sum_depth(dtype, "cuda")

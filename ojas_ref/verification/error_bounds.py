@@ -1543,11 +1543,7 @@ def linear_cross_entropy_grad_error_bound(
                     ("max_abs_arg", max_abs_arg), ("exp_error", exp_error)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    for name, v in (("n_terms", n_terms), ("n_chunks", n_chunks)):
-        if not (isinstance(v, int) and v >= 1):
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if n_terms * _FP32_U >= 1.0:
-        raise ValueError(f"n_terms * 2^-24 must be < 1, got {n_terms}")
+    _check_grad_terms(n_terms, n_chunks)
     F_ = Fraction
     u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR)
     us, es = (F_(x) for x in _storage(dtype, storage_rounding))
@@ -1562,7 +1558,6 @@ def linear_cross_entropy_grad_error_bound(
         raise ValueError("a check of ce_grad_q failed (the oracle answered None)")
     coef_s, coef_t, coef_h, const = (_hand_lce_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE
                                      else (F_(c) for c in got))
-    grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
     if softcap is not None:
         if capped_sums is None:
             raise ValueError("softcap needs capped_sums = (Sk, Tc)")
@@ -1579,11 +1574,23 @@ def linear_cross_entropy_grad_error_bound(
                              ">= 0, n_terms u < 1")
         coefs = (_capped_grad_coefs(*capped, n_terms, n_chunks) if got is _NO_ORACLE
                  else tuple(F_(c) for c in got))
-        sums = (prob_abs, grad_abs, operand_abs, *capped_sums)
-        out = sum(_float_up(k) * (v.to(torch.float64) * grow) for k, v in zip(coefs, sums))
-        return (out + _float_up(coefs[-1])) * _ROUND_UP
-    s, t, h = (x.to(torch.float64) * grow for x in (prob_abs, grad_abs, operand_abs))
-    return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
+        return _grad_coef_sum(coefs, (prob_abs, grad_abs, operand_abs, *capped_sums), n_terms)
+    return _grad_coef_sum((coef_s, coef_t, coef_h, const), (prob_abs, grad_abs, operand_abs), n_terms)
+
+
+def _check_grad_terms(n_terms: int, n_chunks: int) -> None:
+    """``ValueError`` unless ``n_terms`` and ``n_chunks`` are ints >= 1 and ``n_terms 2^-24 < 1``."""
+    for name, v in (("n_terms", n_terms), ("n_chunks", n_chunks)):
+        if not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if n_terms * _FP32_U >= 1.0:
+        raise ValueError(f"n_terms * 2^-24 must be < 1, got {n_terms}")
+
+
+def _grad_coef_sum(coefs: Sequence[Fraction], sums: Sequence[torch.Tensor], n_terms: int) -> torch.Tensor:
+    """``sum_i c_i s_i + c_last`` in float64, rounded up: each coefficient rounded up, each sum
+    :func:`_enlarged` for its own float64 evaluation, the result by 2^-40."""
+    return (sum(_float_up(c) * _enlarged(v, n_terms) for c, v in zip(coefs, sums)) + _float_up(coefs[-1])) * _ROUND_UP
 
 
 def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[Fraction, ...]:
@@ -1697,11 +1704,7 @@ def linear_cross_entropy_grad_posteriori_bound(
     :func:`linear_cross_entropy_grad_error_bound` (``tl.exp``, the products' fp32
     accumulation within ``gamma_{n_terms}``). Both bounds are theorems: their minimum, entry by
     entry, is one too."""
-    for name, v in (("n_terms", n_terms), ("n_chunks", n_chunks)):
-        if not (isinstance(v, int) and v >= 1):
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if n_terms * _FP32_U >= 1.0:
-        raise ValueError(f"n_terms * 2^-24 must be < 1, got {n_terms}")
+    _check_grad_terms(n_terms, n_chunks)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
     F_ = Fraction
@@ -1713,11 +1716,8 @@ def linear_cross_entropy_grad_posteriori_bound(
         ("u", "ea", "us", "es", "ee", "a0", "ua"), consts)}, n=n_terms, chunks=n_chunks)
     if got is None:
         raise ValueError("a check of ce_gp_q failed (the oracle answered None): the constants >= 0, n_terms u < 1")
-    coef_s, coef_t, coef_h, const = (_hand_gen_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE
-                                     else (F_(c) for c in got))
-    grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
-    s, t, h = (x.to(torch.float64) * grow for x in (entry_abs, grad_abs, operand_abs))
-    return (_float_up(coef_s) * s + _float_up(coef_t) * t + _float_up(coef_h) * h + _float_up(const)) * _ROUND_UP
+    coefs = _hand_gen_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE else tuple(F_(c) for c in got)
+    return _grad_coef_sum(coefs, (entry_abs, grad_abs, operand_abs), n_terms)
 
 
 def _lce_exp_factor(logit_error: float, lse_error: float, max_abs_arg: float, exp_error: float) -> Fraction:

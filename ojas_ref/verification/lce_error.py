@@ -373,6 +373,7 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     cases = (torch.exp(3 * torch.randn(n, V, device=device, generator=gen)),
              torch.randn(n, V, device=device, generator=gen),
              torch.where(torch.rand(n, V, device=device, generator=gen) < 1e-3, 1.0, 1e-9))
+
     def compiled() -> dict[int, Any]:
         return {id(k): k for c in probe.device_caches.values() for k in c[0].values()}
 
@@ -393,7 +394,7 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     rows_layouts = {_blocked_layout(k.asm["ttgir"]) for k, _ in fast(lce._rows_kernel)._cache.values()}
     if layout not in rows_layouts:
         raise ValueError(f"the probe's layout {layout} is not among _rows_kernel's {rows_layouts}")
-    spt, lanes, w = layout
+    _, lanes, w = layout
     return V // (lanes * w) - 1 + (lanes.bit_length() - 1) + (w.bit_length() - 1)
 
 
@@ -447,14 +448,16 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
     (N, D), V = x.shape, w.shape[0]
     config = config or lce.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
-    kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
-    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
-    dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
-    h, ww, kept, _, _ = _probabilities(x, w, target, ignore_index)
+    h, ww = x.to(F64), w.to(F64)
+    kept = (target != ignore_index).to(F64)[:, None]
     y = h @ ww.t()
-    if logits is not None:
-        if logits.shape != y.shape:
-            raise ValueError(f"logits must be [N, V] = {tuple(y.shape)}, got {tuple(logits.shape)}")
+    if logits is None:
+        kw = dict(dtype=x.dtype, dot_abs_sum=(h.abs() @ ww.abs().t()).max().item())
+        delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
+        dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
+    elif logits.shape != y.shape:
+        raise ValueError(f"logits must be [N, V] = {tuple(y.shape)}, got {tuple(logits.shape)}")
+    else:
         delta, dl, zmax = (logits.to(F64) - y).abs(), None, logits.abs().max().item()
     B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=config.rows.block_v, exact_logits=True,
                                              max_abs_logit=zmax, exp_error=exp_error, tile_sum_depth=tile_sum_depth)
