@@ -3,7 +3,7 @@
     python benchmarks/bench_attention_error.py [--out FILE]   # CUDA: S = 4096, 16384, E = 128
     python benchmarks/bench_attention_error.py --quick        # tiny sizes, CPU interpreter, proves it runs
 
-For each (dtype, S, causal/GQA) the Triton flash-attention forward (kernels/attention.py)
+For each (dtype, S, causal/GQA) the Triton flash-attention forward (kernels/ojas_kernels/attention.py)
 runs on random normal q, k, v (batch 1, 4 query heads; GQA: 8 query heads on 2 key/value
 heads; E = 128) and is compared with a float64 softmax of the same inputs
 (``ojas_ref.verification.attention_error``). A row of the table: ``bound`` =

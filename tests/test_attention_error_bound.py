@@ -4,7 +4,7 @@
 ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked`` computed by the
 oracle (``attn_fwd_q`` of ``Ojas.BoundValues``, ``Ojas.BoundValues.attn_fwd_q_sound_masked``):
 for every output coordinate of a query row, ``|out - softmax(scale q.k) v| <= bound * max|v|`` in the theorem's model of
-the kernel (kernels/attention.py: fp32 scores from an fp32 dot times the fp32 qk_scale,
+the kernel (kernels/ojas_kernels/attention.py: fp32 scores from an fp32 dot times the fp32 qk_scale,
 base-2 exponentials, P rounded to the input dtype before P.V, fp32 accumulation in the
 kernel's key tiles, the output stored in the input dtype).
 

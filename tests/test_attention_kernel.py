@@ -1,4 +1,4 @@
-"""The Triton flash-attention kernel (kernels/attention.py) against float64 references.
+"""The Triton flash-attention kernel (kernels/ojas_kernels/attention.py) against float64 references.
 
 Two kinds of test:
 

@@ -1,4 +1,4 @@
-"""kernels/launch.py: FastLaunch launches what ``kernel[grid]`` launches.
+"""kernels/ojas_kernels/launch.py: FastLaunch launches what ``kernel[grid]`` launches.
 
 On the CPU (Triton's interpreter) FastLaunch takes Triton's own path; the specialization
 key is checked here for what it must tell apart.  On CUDA the cached launch is compared

@@ -1,4 +1,4 @@
-"""The Triton linear cross-entropy (kernels/linear_cross_entropy.py) against the
+"""The Triton linear cross-entropy (kernels/ojas_kernels/linear_cross_entropy.py) against the
 float64 reference (ojas_ref.linear_cross_entropy) and the oracle extracted from Coq.
 
 * CPU tests run the kernels in Triton's interpreter: this module sets

@@ -161,7 +161,7 @@ def _saved_bytes(model, ids) -> int:
 
 # ojas attention in bf16 is left out: on the CPU it runs the reference, which saves its
 # output in float32 (ojas_ref/primitives/attention.py, _OnlineSoftmaxAttention), where the CUDA
-# kernel the plan models saves it in bfloat16 (kernels/attention.py, _FlashAttention).
+# kernel the plan models saves it in bfloat16 (kernels/ojas_kernels/attention.py, _FlashAttention).
 # The fused RMSNorm is left out too: on the CPU the swapped modules run Hugging Face's ops
 # (ojas_ref/integrations/huggingface.py), so they save what the plan's unfused formula counts. SwiGLU's
 # autograd Function saves gate and up on every device.
@@ -318,7 +318,7 @@ def test_split_lowers_a_cpu_steps_last_layer_peak_as_planned():
 
 
 def test_linear_cross_entropy_workspace_within_the_kernels_bound():
-    """gradients + workspace <= 1.15 x gradients (kernels/linear_cross_entropy.py), where
+    """gradients + workspace <= 1.15 x gradients (kernels/ojas_kernels/linear_cross_entropy.py), where
     the budget is not the 16 MiB floor."""
     for m in P.PRESETS.values():
         for dtype in P.DTYPE_BYTES:

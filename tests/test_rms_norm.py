@@ -1,4 +1,4 @@
-"""RMSNorm (ojas_ref/primitives/rms_norm.py, kernels/rms_norm.py) against Hugging Face's own RMSNorm modules.
+"""RMSNorm (ojas_ref/primitives/rms_norm.py, kernels/ojas_kernels/rms_norm.py) against Hugging Face's own RMSNorm modules.
 
 * The reference (``impl="reference"``, the CPU path of ``optimize_model``'s swapped modules)
   is Hugging Face's formula in the same PyTorch ops: forward and both gradients equal

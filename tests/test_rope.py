@@ -7,7 +7,7 @@
   S = 1 and S = 0, an output unused by the loss, cos requiring grad (the reference runs).
 * The Triton kernel in Triton's interpreter (CPU; this module sets TRITON_INTERPRET=1 before
   importing ojas_kernels when there is no CUDA device), where the float32 -> bfloat16 rounding
-  is the integer one of kernels/rounding.py.
+  is the integer one of kernels/ojas_kernels/rounding.py.
 * GPU tests (``-m gpu``): the same comparisons against torch's CUDA kernels.
 """
 

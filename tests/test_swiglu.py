@@ -242,7 +242,7 @@ def test_kernel_through_swiglu_cpu(dtype, activation):
 @act_param
 def test_kernel_bfloat16_subnormals_cpu(activation):
     """Tiny bfloat16 inputs (subnormals near 1e-39, where exp(-a) is 1 and silu(a) = a / 2, tanh(.)
-    is 0 and gelu(a) = a / 2): the kernel's loads and stores keep them (kernels/rounding.py's
+    is 0 and gelu(a) = a / 2): the kernel's loads and stores keep them (kernels/ojas_kernels/rounding.py's
     bit-shift conversions; the interpreter's own bfloat16 conversion renormalises them wrongly)."""
     tiny = torch.tensor([1e-39, -3e-39, 5e-40, 2e-38, 0.0, -1e-38], dtype=torch.float32).to(torch.bfloat16)
     a, b, dh = tiny, torch.full_like(tiny, 1.5), torch.full_like(tiny, 0.75)

@@ -68,11 +68,11 @@ BUCKET_CAP_BYTES = int(BUCKET_CAP_MB * 2**20)
 STATE_SLICE_MB = 128.0
 #: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
 SLICE_ALIGN = 64
-#: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/linear_cross_entropy.py
+#: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/ojas_kernels/linear_cross_entropy.py
 LCE_WORKSPACE_FRACTION = 0.14
 #: the kernel's floor on its workspace budget (``16 << 20`` in ``_three_products``)
 LCE_WORKSPACE_FLOOR = 16 * 2**20
-#: the bound kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
+#: the bound kernels/ojas_kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
 #: (1.128-1.139): the loss's peak above its inputs is at most this times the gradients
 LCE_PEAK_OVER_GRADIENTS = 1.15
 _RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -597,7 +597,7 @@ def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
 def attention_backward_transient_bytes(m: Model, s: Setting) -> int:
     """With ``split``, the point of a layer's attention backward: the gradient of the attention
     output (o_proj's input gradient, [tokens, q width]), the kernel's dq, dk, dv ([tokens, q + 2 kv
-    width], kernels/attention.py ``_backward``) and its float32 delta [batch, heads, seq]. A
+    width], kernels/ojas_kernels/attention.py ``_backward``) and its float32 delta [batch, heads, seq]. A
     prediction from the kernel's allocations (no record isolates this phase)."""
     return s.size * s.tokens * (2 * m.q_width + 2 * m.kv_width) + 4 * s.batch * m.heads * s.seq
 
@@ -692,7 +692,7 @@ def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
     return pending_staged_bytes(m, s, count) + (0 if sliced(s, embedding) else head_gradient_bytes(m, s))
 
 
-#: the tile of kernels/linear_cross_entropy.py's ``default_config`` on CUDA: (block_m, block_n) of
+#: the tile of kernels/ojas_kernels/linear_cross_entropy.py's ``default_config`` on CUDA: (block_m, block_n) of
 #: its forward and backward GemmConfig, per dtype
 LCE_BLOCKS = {"fp32": (64, 64), "bf16": (128, 128)}
 
@@ -702,7 +702,7 @@ def _round_to(x: int, multiple: int, up: bool) -> int:
 
 
 def head_update_forward_bytes(m: Model, s: Setting) -> int:
-    """With ``head_update`` the kernel runs 4 products (kernels/linear_cross_entropy.py
+    """With ``head_update`` the kernel runs 4 products (kernels/ojas_kernels/linear_cross_entropy.py
     ``_head_update_config``): the forward computes grad_input [tokens, hidden] (the model dtype,
     held until the backward, where it is the hidden states' gradient) and no other gradient,
     over token chunks whose float32 logits and G rows [chunk, V rounded to block_n] fit

@@ -659,7 +659,7 @@ def attention_forward_error_bound(
     exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
 ) -> float:
     """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
-    flash-attention forward (kernels/attention.py) on one query row of at most ``n_keys``
+    flash-attention forward (kernels/ojas_kernels/attention.py) on one query row of at most ``n_keys``
     keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
     taken as exact reals; compare with a float64 softmax of the upcast inputs).
 
@@ -723,7 +723,7 @@ def attention_forward_posteriori_bound(
     exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention
-    forward (kernels/attention.py): ``afp_rel * W_ic + afp_abs`` with
+    forward (kernels/ojas_kernels/attention.py): ``afp_rel * W_ic + afp_abs`` with
     ``W_ic = prob_abs_v[..., i, c] = sum_j P_ij |v_jc|`` (``P`` the exact softmax of
     ``scale * q.k`` over the row's visible keys; the caller computes it, e.g. a float64
     softmax times ``|v|``, enlarged for its own rounding). Returns a float64 tensor shaped
@@ -820,7 +820,7 @@ def attention_lse_error_bound(
     log2_error: float = LOG2_ERROR,
 ) -> float:
     """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
-    log-sum-exp the Triton flash-attention forward saves per query row (kernels/attention.py:
+    log-sum-exp the Triton flash-attention forward saves per query row (kernels/ojas_kernels/attention.py:
     ``(m + tl.log2(l)) * ln 2`` in float32), against the exact one over the row's visible
     keys (at most ``n_keys``).
 
@@ -916,7 +916,7 @@ def attention_dv_error_bound(
     exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|dV_jc - sum_i P_ij dO_ic|`` for the dK/dV kernel of the
-    Triton flash attention (kernels/attention.py), one per entry of ``prob_abs_do``.
+    Triton flash attention (kernels/ojas_kernels/attention.py), one per entry of ``prob_abs_do``.
 
     Implements ``Ojas.FloatModel.AttentionBackwardError.dv_error`` (the kernel's dV
     coordinate: base-2 scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))``
@@ -1027,7 +1027,7 @@ def attention_dk_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tenso
                              n_query_tiles: int, head_dim: int, value_dim: int, *, block_m: int, max_abs_q: float,
                              **kwargs: Any) -> torch.Tensor:
     """A-posteriori bounds on ``|dK_je - scale sum_i P_ij (dP_ij - D_i) q_ie|`` for the dK/dV
-    kernel of the Triton flash attention (kernels/attention.py, ``_dkdv_tile``), one per
+    kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dkdv_tile``), one per
     entry of the sums ``(S1, S2, S3)`` (each ``[.., Sk, E]``, over the visible queries of
     key ``j``, every query head of its group, from exact probabilities, float64):
     ``S1 = sum_i P_ij |dP_ij - D_i| |q_ie|``, ``S2 = sum_i P_ij |q_ie|``,
@@ -1063,7 +1063,7 @@ def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tenso
                              n_key_tiles: int, head_dim: int, value_dim: int, *, block_n: int, max_abs_k: float,
                              **kwargs: Any) -> torch.Tensor:
     """A-posteriori bounds on ``|dQ_ie - scale sum_j P_ij (dP_ij - D_i) k_je|`` for the dQ
-    kernel of the Triton flash attention (kernels/attention.py, ``_dq_tile``), one per entry
+    kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dq_tile``), one per entry
     of the sums ``(S1, S2, S3)`` (each ``[.., Sq, E]``, over the visible keys of query ``i``):
     ``S1 = sum_j P_ij |dP_ij - D_i| |k_je|``, ``S2 = sum_j P_ij |k_je|``, ``S3 = eD_i S2``
     (``D_i``, ``eD_i`` as in :func:`attention_dk_error_bound`).
@@ -1078,7 +1078,7 @@ def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 # ---------------------------------------------------------------------------
-# Chunked linear cross-entropy, the streamed lse of kernels/linear_cross_entropy.py
+# Chunked linear cross-entropy, the streamed lse of kernels/ojas_kernels/linear_cross_entropy.py
 # ---------------------------------------------------------------------------
 
 # Relative error of the kernel's tl.exp (float32) for arguments x <= 0, plus the absolute
@@ -1187,7 +1187,7 @@ def linear_cross_entropy_lse_error_bound(
     softcap: float | None = None, tanh_error: float = LCE_TANH_ERROR, tanh_rel_error: float = 0.0,
 ) -> float:
     """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the chunked linear
-    cross-entropy (kernels/linear_cross_entropy.py, ``_rows_kernel`` with STREAM: the
+    cross-entropy (kernels/ojas_kernels/linear_cross_entropy.py, ``_rows_kernel`` with STREAM: the
     3-product schedule, the default for reductions "mean" / "sum" with a gradient, and
     ``fwd_logits="cublas"``), no bias; with ``softcap = c`` against
     ``ln sum_v exp(c tanh(h . w_v / c))``.
@@ -1481,7 +1481,7 @@ def linear_cross_entropy_grad_error_bound(
     tanh_rel_error: float = 0.0, div_error: float = LCE_DIV_ERROR,
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|grad_kernel - grad_exact|`` for every entry of dH (grad_input)
-    or dW (grad_weight) of the 3-product schedule of kernels/linear_cross_entropy.py
+    or dW (grad_weight) of the 3-product schedule of kernels/ojas_kernels/linear_cross_entropy.py
     (``_three_products``: reductions "mean" / "sum"), no bias, no softcap, no smoothing, no z-loss.
 
     Implements ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` (dH: ``n_chunks = 1``,
@@ -1741,7 +1741,7 @@ def linear_cross_entropy_weighted_dh_error_bound(
     n_terms: int, dtype: torch.dtype, scale: float, storage_rounding: str = "nearest", **premises: float,
 ) -> torch.Tensor:
     """Per-entry bounds on dH (grad_input [N, D]) of the 4-product schedule of
-    kernels/linear_cross_entropy.py (reduction "none", or ``products=4``; no bias, softcap,
+    kernels/ojas_kernels/linear_cross_entropy.py (reduction "none", or ``products=4``; no bias, softcap,
     smoothing, z-loss, float16): the forward's row ``rnd_s(rnd(alpha G W))`` (G with token weight 1),
     times the token's float32 grad_output ``g`` in the backward, rounded once to ``dtype``.
     Implements ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error``::

@@ -1,6 +1,6 @@
 (** * The ReLU kernel's integer tests of a float's bits are IEEE's comparisons.
 
-    kernels/relu.py never does floating-point arithmetic: it reads each
+    kernels/ojas_kernels/relu.py never does floating-point arithmetic: it reads each
     float as a signed integer [x] of its width (float32 as int32, bfloat16
     and float16 as int16) and computes, with [MAG = 2^(w-1) - 1] and
     [INF] the bits of +infinity,

@@ -11,7 +11,7 @@
     - [swiglu_backward_eq_vjp]: [da = dh * d h / d a] and
       [db = dh * d h / d b] (and [db = dh * a * s]);
     - [geglu_tanh_backward_eq_vjp]: the same for [h = gelu a * b] with
-      the tanh approximation of gelu (kernels/swiglu.py with activation "gelu_tanh").
+      the tanh approximation of gelu (kernels/ojas_kernels/swiglu.py with activation "gelu_tanh").
 
     [exp] is the standard library's real exponential (a definition, by
     its power series).  The map is elementwise, so its Jacobian is
@@ -111,7 +111,7 @@ Qed.
     [T = tanh (k * (a + c a^3))] and
     [gelu' a = 1/2 (1 + T) + 1/2 a (1 - T^2) k (1 + 3 c a^2)]
     (the form of torch's tanh-gelu backward).  [tanh] is the standard
-    library's [sinh / cosh].  The kernel (kernels/swiglu.py, activation
+    library's [sinh / cosh].  The kernel (kernels/ojas_kernels/swiglu.py, activation
     "gelu_tanh") and the reference (ojas_ref/primitives/swiglu.py) run this
     backward; no theorem covers their rounding. *)
 

@@ -20,7 +20,7 @@ rounding: it reproduces torch's op-by-op rounding, tested bit for bit.
 Rounding.  With T the dtype (float32, bfloat16, float16) and ``rnd`` round-to-nearest-even to T,
 torch runs each ``mul``/``add``/``neg`` as its own kernel, computing in float32 and rounding the
 result to T.  The kernel computes in float32 and rounds at the same points (``_round``,
-kernels/rounding.py):
+kernels/ojas_kernels/rounding.py):
 
 * forward: ``out[i] = rnd(rnd(x[i] * c[i]) + rnd(rh[i] * s[i]))`` (the negation is exact).
 * backward: autograd's ``mul`` backward gives ``a = rnd(g * c)`` and ``u = rnd(g * s)``; ``cat``,
@@ -38,7 +38,7 @@ kernels/rounding.py):
   float32 product of two inputs is exact anyway (at most 16 or 22 significant bits).
 * Triton's interpreter (``TRITON_INTERPRET=1``) rounds float32 to bfloat16 toward zero and
   converts bfloat16 subnormals wrongly both ways; there ``_round`` rounds to nearest-even by
-  integer arithmetic and ``_to_float32`` / ``_cast`` convert by bit shifts (kernels/rounding.py).
+  integer arithmetic and ``_to_float32`` / ``_cast`` convert by bit shifts (kernels/ojas_kernels/rounding.py).
 
 Layout: one program per ``(batch, position)`` row handles all ``Hq + Hkv`` heads of ``q`` and
 ``k`` (one launch for both), loading the ``cos``/``sin`` row once; heads in blocks of

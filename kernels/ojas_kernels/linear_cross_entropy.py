@@ -99,11 +99,11 @@ and the backward's logits (Triton dots of ``_logits_kernel``, or cuBLAS with
 G^T H (cuBLAS, ``_mm_f32`` / ``_mm_into``).  float16/bfloat16 operands multiply
 exactly, and cuBLAS's reduced-precision (half) reductions are turned off
 (``_float32_reductions``).  float32 operands, Triton dots and cuBLAS alike, follow
-torch's own float32 matmul setting (``_dot_precision`` of kernels/attention.py): TF32
+torch's own float32 matmul setting (``_dot_precision`` of kernels/ojas_kernels/attention.py): TF32
 under ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` (or
 ``torch.backends.cuda.matmul.allow_tf32 = True``), IEEE under ``"highest"``, torch's
 default.  Under the CPU interpreter the Triton dots go through float32 and IEEE
-(``_UPCAST_DOTS`` of kernels/attention.py), the torch products are CPU matmuls.
+(``_UPCAST_DOTS`` of kernels/ojas_kernels/attention.py), the torch products are CPU matmuls.
 Rounding: ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` (and ``ce_lse_error_up``,
 whose value the oracle computes: ``Ojas.BoundValues.ce_lse_q_sound``) bounds the lse that
 ``_rows_kernel`` with STREAM computes from the float32 logits it reads (the 3-product

@@ -50,7 +50,7 @@ elements).  For gelu_tanh of a gate below about -4, ``1 + T`` cancels (torch's t
 kernel, which this follows, does not.  The interpreter rounds float32 to bfloat16 toward zero
 (also with ``fp_downcast_rounding="rtne"``), so there ``_round`` rounds to nearest-even by
 integer arithmetic, and the loads and stores convert bfloat16 by bit shifts (``_to_float32``,
-``_cast``: the interpreter mishandles bfloat16 subnormals; kernels/rounding.py).
+``_cast``: the interpreter mishandles bfloat16 subnormals; kernels/ojas_kernels/rounding.py).
 
 Layout: any shape, flattened into contiguous 1-D blocks of ``block_size`` elements
 (non-contiguous inputs are copied); dtypes float16, bfloat16, float32.
