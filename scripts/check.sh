@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Every check: set-up (which builds the proofs and the oracle), Lean (where lake
-# exists), the test suite, and the main job `ojas audit`, which rebuilds rocq/,
-# forbids admits/axioms, runs Print Assumptions, checks rocq/MANIFEST.json is
-# current and runs every implementation against the oracle.
+# Every check: set-up with the proofs (scripts/setup.sh --proofs: a fresh .venv with the newest allowed
+# dependencies, Coq, rocq/ and the oracle built), the Lean proofs, the test suite (Triton kernels in
+# interpreter mode on the CPU), and `ojas audit`, which rebuilds rocq/, forbids admits and axioms, runs
+# Print Assumptions, checks rocq/MANIFEST.json is current and runs every implementation against the oracle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+VENV=${OJAS_VENV:-.venv}
 
-scripts/setup.sh
+scripts/setup.sh --proofs
+export PATH="$PWD/$VENV/bin:$PATH"
 
-echo "== Lean"
-if command -v lake >/dev/null 2>&1; then
+echo "== Lean (proofs/)"
+if [ -x scripts/lean.sh ]; then
+  scripts/lean.sh check
+elif command -v lake >/dev/null 2>&1; then
   lake build
 else
-  echo "Lean: lake is not on PATH; the Lean sources in proofs/ were not checked"
+  echo "check.sh: no Lean checker (scripts/lean.sh) and no lake: proofs/ was not checked" >&2
+  exit 1
 fi
 
 echo "== tests (Triton kernels in interpreter mode on the CPU)"
-TRITON_INTERPRET=1 python3 -m pytest -q -p no:cacheprovider tests
+TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider tests
 
-echo "== main job: ojas audit (proofs rebuilt and audited, manifest up to date, implementations vs oracle)"
+echo "== ojas audit (proofs rebuilt and audited, manifest up to date, implementations vs oracle)"
 TRITON_INTERPRET=1 ojas audit
 
 echo "check.sh: all checks passed in $((SECONDS - start)) s"

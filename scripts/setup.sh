@@ -1,25 +1,70 @@
 #!/usr/bin/env bash
-# Installs what ojas-ref needs on a fresh Debian/Ubuntu machine with Python >= 3.10:
-# Coq 8.16 + Flocq + Coquelicot + Interval and OCaml (Debian packages), the Python
-# package with its test dependencies (torch pinned to 2.13.0: pip takes the CPU
-# wheel when one lies in its find-links), then builds the proofs and the oracle.
+# Sets ojas-ref up on a fresh Debian/Ubuntu machine with Python >= 3.10.
+#
+#   scripts/setup.sh           the Python package, editable, in a fresh virtual environment .venv
+#                              (no system site packages; torch pinned to 2.13.0, pip takes the CPU
+#                              wheel where one lies in its find-links; every other dependency at the
+#                              newest version pyproject.toml allows): enough for `ojas train`,
+#                              `optimize_model` and every Triton kernel. No Coq, no root.
+#   scripts/setup.sh --proofs  also Coq 8.16 + Flocq + Coquelicot + Interval and OCaml from Debian's
+#                              packages (root or sudo), then builds rocq/ and the extracted oracle,
+#                              and the Lean checker (scripts/lean.sh): what scripts/check.sh needs.
+#
+# PYTHON picks the interpreter that makes the environment (default python3), OJAS_VENV its folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="coq libcoq-flocq libcoq-coquelicot libcoq-interval ocaml-nox ocaml-findlib libyojson-ocaml-dev libzarith-ocaml-dev"
-installed=$(dpkg-query -W -f='${Status}\n' $APT_PACKAGES 2>/dev/null | grep -c "install ok installed" || true)
-if [ "$installed" -ne "$(echo $APT_PACKAGES | wc -w)" ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "setup: installing Debian packages: $APT_PACKAGES"
+proofs=0
+case "${1:-}" in
+  "") ;;
+  --proofs) proofs=1 ;;
+  *) echo "setup.sh: unknown argument '$1' (expected nothing or --proofs)" >&2; exit 2 ;;
+esac
+
+start=$SECONDS
+stage() { printf 'setup [%3d s] %s\n' "$((SECONDS - start))" "$*"; }
+# pip's notes about this machine's unreachable extra indexes are noise, not failures.
+quiet_pip() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_install() {
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $APT_PACKAGES >/dev/null
-fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 
 PY=${PYTHON:-python3}
-echo "setup: installing Python packages (torch==2.13.0, ojas-ref[kernels,test])"
-$PY -m pip install -q --disable-pip-version-check torch==2.13.0
-$PY -m pip install -q --disable-pip-version-check -e '.[kernels,test]'
+VENV=${OJAS_VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  stage "creating the virtual environment $VENV ($($PY --version))"
+  if ! $PY -m venv "$VENV" 2>/dev/null; then
+    stage "python3-venv is missing: installing it from Debian's packages"
+    apt_install python3-venv
+    $PY -m venv "$VENV"
+  fi
+fi
 
-echo "setup: building the proofs (rocq/) and the extracted oracle (extraction/)"
-make -s -C extraction >/dev/null
-echo "setup: done"
+stage "installing torch==2.13.0 and ojas-ref[kernels,train,test] (newest allowed versions) into $VENV"
+quiet_pip install -q --disable-pip-version-check --upgrade torch==2.13.0
+quiet_pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager -e '.[kernels,train,test]'
+stage "Python packages: $("$VENV/bin/python" -c 'import importlib.metadata as m, torch, transformers, triton
+print(f"ojas-ref {m.version('ojas-ref')}, torch {torch.__version__}, triton {triton.__version__}, transformers {transformers.__version__}")' 2>/dev/null || echo 'versions unavailable')"
+
+if [ "$proofs" -eq 1 ]; then
+  APT_PACKAGES="coq libcoq-flocq libcoq-coquelicot libcoq-interval ocaml-nox ocaml-findlib libyojson-ocaml-dev libzarith-ocaml-dev gcc"
+  installed=$(dpkg-query -W -f='${Status}\n' $APT_PACKAGES 2>/dev/null | grep -c "install ok installed" || true)
+  if [ "$installed" -ne "$(echo $APT_PACKAGES | wc -w)" ]; then
+    stage "installing Debian packages: $APT_PACKAGES"
+    apt_install $APT_PACKAGES
+  fi
+  mkdir -p build
+  stage "building the Coq proofs (rocq/) and the extracted oracle (extraction/): about 7 minutes on 2 cores from scratch; log in build/proofs.log"
+  if ! make -s -C extraction >build/proofs.log 2>&1; then
+    tail -n 40 build/proofs.log >&2
+    echo "setup.sh: building rocq/ or the oracle failed (full log: build/proofs.log)" >&2
+    exit 1
+  fi
+  if [ -x scripts/lean.sh ]; then
+    stage "the Lean checker (scripts/lean.sh setup)"
+    PYTHON="$VENV/bin/python" scripts/lean.sh setup
+  fi
+fi
+stage "done; the ojas command is $VENV/bin/ojas"
