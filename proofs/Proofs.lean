@@ -1,4 +1,5 @@
-import Proofs.ScalarOps
-import Proofs.Vector
-import Proofs.Attention.OnlineSoftmax
-import Proofs.Attention.Backward
+prelude
+import Proofs.Core
+import Proofs.Meta
+import Proofs.CoreAudit
+import Proofs.Audit
