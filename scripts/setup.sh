@@ -43,10 +43,15 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 stage "installing torch==2.13.0 and ojas-ref[kernels,train,test] (newest allowed versions) into $VENV"
-quiet_pip install -q --disable-pip-version-check --upgrade torch==2.13.0
-quiet_pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager -e '.[kernels,train,test]'
-stage "Python packages: $("$VENV/bin/python" -c 'import importlib.metadata as m, torch, transformers, triton
-print(f"ojas-ref {m.version('ojas-ref')}, torch {torch.__version__}, triton {triton.__version__}, transformers {transformers.__version__}")' 2>/dev/null || echo 'versions unavailable')"
+# One resolution, so that the pin holds while everything else is upgraded (a second install with
+# --upgrade-strategy eager would replace the CPU wheel by the newest CUDA build).
+quiet_pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager torch==2.13.0 -e '.[kernels,train,test]'
+versions=$("$VENV/bin/python" - <<'PY'
+import importlib.metadata as metadata
+print(", ".join(f"{name} {metadata.version(name)}" for name in ("ojas-ref", "torch", "triton", "transformers")))
+PY
+)
+stage "Python packages: $versions"
 
 if [ "$proofs" -eq 1 ]; then
   APT_PACKAGES="coq libcoq-flocq libcoq-coquelicot libcoq-interval ocaml-nox ocaml-findlib libyojson-ocaml-dev libzarith-ocaml-dev gcc"
