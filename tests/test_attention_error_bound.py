@@ -412,6 +412,7 @@ GPU_CASES = [(dt, s, causal, hq, hkv) for dt in (torch.bfloat16, torch.float32) 
 
 
 @pytest.mark.gpu
+@pytest.mark.oracle  # the dQ / dK bounds have no hand copy
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
 @pytest.mark.parametrize("dtype,s,causal,hq,hkv", GPU_CASES,
                          ids=[f"{str(c[0])[6:]}-S{c[1]}-{'causal' if c[2] else 'full'}-gqa{c[3] // c[4]}"
