@@ -2,4 +2,7 @@ prelude
 import Proofs.Core
 import Proofs.Meta
 import Proofs.CoreAudit
+import Proofs.Field
+import Proofs.Lists
+import Proofs.OnlineSoftmax
 import Proofs.Audit

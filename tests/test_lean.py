@@ -64,6 +64,20 @@ def test_false_theorem_fails(tmp_path: Path) -> None:
     assert "FAILED proofs/Proofs/CoreAudit.lean" in res.stdout, res.stdout
 
 
+def test_false_statement_of_a_main_theorem_fails(tmp_path: Path) -> None:
+    """A wrong claim about the online softmax (the normaliser without the exp(m - M) rescale of the
+    previous sum) is rejected: the proofs are not vacuous."""
+    bad = (
+        "theorem bad {α : Type} [F : Ojas.ExpField α] (m l : α) (xs : List α) :\n"
+        "    (Ojas.Softmax.run (m, l) xs).2 = l + Ojas.Softmax.sumExp (Ojas.Softmax.runMax m xs) xs :=\n"
+        "  Ojas.Softmax.run_snd m l xs"
+    )
+    proofs = _copy_with(tmp_path, "OnlineSoftmax", bad)
+    res = _check(proofs, tmp_path / "build")
+    assert res.returncode != 0
+    assert "FAILED proofs/Proofs/OnlineSoftmax.lean" in res.stdout, res.stdout
+
+
 def test_sorry_fails(tmp_path: Path) -> None:
     proofs = _copy_with(tmp_path, "CoreAudit", "theorem bad : Nat.add 2 2 = 5 := sorry")
     res = _check(proofs, tmp_path / "build")

@@ -1,5 +1,6 @@
 prelude
 import Proofs.CoreAudit
+import Proofs.OnlineSoftmax
 /-!
 # Axiom audit
 
@@ -15,3 +16,10 @@ any axiom, `sorryAx` included, fails the check, and so does a name listed here t
 #print axioms CoreAudit.ble_succ_succ
 #print axioms CoreAudit.gmp_small
 #print axioms CoreAudit.gmp_big
+
+-- (a) online softmax / streamed attention forward
+#print axioms Ojas.Softmax.run_snd
+#print axioms Ojas.Softmax.online_softmax_correct
+#print axioms Ojas.Attention.stream_represents
+#print axioms Ojas.Attention.stream_correct
+#print axioms Ojas.Attention.stream_row_correct

@@ -297,3 +297,8 @@ instance {α : Sort u₁} {γ : Sort u₃} (r : α → γ → Sort u) : Trans Eq
   ⟨fun heq h' => Eq.ndrec (motive := fun x => r x _) h' (Eq.symm heq)⟩
 instance {α : Sort u₁} {β : Sort u₂} (r : α → β → Sort u) : Trans r Eq r :=
   ⟨fun h' heq => Eq.ndrec h' heq⟩
+
+/-- Used by `unfold`/`rw` under an implication (as in `Init/Core.lean`). -/
+theorem implies_congr {p₁ p₂ : Sort u} {q₁ q₂ : Sort v} (h₁ : Eq p₁ p₂) (h₂ : Eq q₁ q₂) :
+    Eq (p₁ → q₁) (p₂ → q₂) :=
+  congr (congrArg (fun (a : Sort u) (b : Sort v) => a → b) h₁) h₂

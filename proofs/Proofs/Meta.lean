@@ -110,6 +110,8 @@ end Lean
 @[macro «term_↔_»] opaque «_aux_Init_Core___macroRules_term_↔__1» : Lean.Macro
 @[term_parser] opaque «term∃_,_» : Lean.ParserDescr
 @[macro «term∃_,_»] opaque «_aux_Init_NotationExtra___macroRules_term∃_,__1» : Lean.Macro
+@[term_parser] opaque «term_×_» : Lean.TrailingParserDescr
+@[macro «term_×_»] opaque «_aux_Init_Notation___macroRules_term_×__1» : Lean.Macro
 @[term_parser] opaque termIfThenElse : Lean.ParserDescr
 @[macro termIfThenElse] opaque _aux_Init_Notation___macroRules_termIfThenElse_1 : Lean.Macro
 
@@ -169,6 +171,7 @@ opaque Lean.calcFirstStep : Lean.ParserDescr
 opaque Lean.calcStep : Lean.ParserDescr
 opaque Lean.calcSteps : Lean.ParserDescr
 @[term_parser] opaque Lean.calc : Lean.ParserDescr
+@[tactic_parser] opaque Lean.calcTactic : Lean.ParserDescr
 namespace Lean.Parser.Tactic
 @[tactic_parser] opaque tacticTry_ : Lean.ParserDescr
 @[macro tacticTry_] opaque _aux_Init_Tactics___macroRules_Lean_Parser_Tactic_tacticTry__1 : Lean.Macro
