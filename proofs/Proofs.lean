@@ -5,4 +5,5 @@ import Proofs.CoreAudit
 import Proofs.Field
 import Proofs.Lists
 import Proofs.OnlineSoftmax
+import Proofs.CrossEntropy
 import Proofs.Audit

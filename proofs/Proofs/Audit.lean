@@ -1,6 +1,7 @@
 prelude
 import Proofs.CoreAudit
 import Proofs.OnlineSoftmax
+import Proofs.CrossEntropy
 /-!
 # Axiom audit
 
@@ -23,3 +24,10 @@ any axiom, `sorryAx` included, fails the check, and so does a name listed here t
 #print axioms Ojas.Attention.stream_represents
 #print axioms Ojas.Attention.stream_correct
 #print axioms Ojas.Attention.stream_row_correct
+
+-- (b) chunked log-sum-exp and chunked cross-entropy
+#print axioms Ojas.CrossEntropy.chunked_lse_correct
+#print axioms Ojas.CrossEntropy.vocab_loop_correct
+#print axioms Ojas.CrossEntropy.token_loss_chunked
+#print axioms Ojas.CrossEntropy.ce_forward_correct
+#print axioms Ojas.CrossEntropy.ce_mean_correct

@@ -125,5 +125,26 @@ theorem max_assoc (a b c : α) : max (max a b) c = max a (max b c) := by
       · exact le_trans _ _ _ (le_max_right a b) (le_max_left (max a b) c)
       · exact le_max_right (max a b) c
 
+theorem le_of_lt {a b : α} (h : a < b) : a ≤ b := ((lt_iff_le_ne a b).mp h).1
+theorem ne_of_lt {a b : α} (h : a < b) : a ≠ b := ((lt_iff_le_ne a b).mp h).2
+
+theorem add_nonneg {a b : α} (ha : 0 ≤ a) (hb : 0 ≤ b) : 0 ≤ a + b := by
+  have h := add_le_add_left 0 b a hb
+  rw [add_zero] at h
+  exact le_trans _ _ _ ha h
+
+theorem add_pos_of_pos_of_nonneg {a b : α} (ha : 0 < a) (hb : 0 ≤ b) : 0 < a + b := by
+  have h := add_le_add_left 0 b a hb
+  rw [add_zero] at h
+  apply (lt_iff_le_ne 0 (a + b)).mpr
+  refine ⟨le_trans _ _ _ (le_of_lt ha) h, ?_⟩
+  intro h0
+  rw [← h0] at h
+  exact ne_of_lt ha (le_antisymm _ _ (le_of_lt ha) h)
+
+/-- `log (exp M * S) = M + log S` for `S > 0`. -/
+theorem log_exp_mul {M S : α} (hS : 0 < S) : log (exp M * S) = M + log S := by
+  rw [← exp_log S hS, ← exp_add, log_exp, log_exp]
+
 end ExpField
 end Ojas

@@ -19,6 +19,10 @@ def List.flatten {β : Type} : List (List β) → List β
   | [] => []
   | .cons xs xss => xs ++ List.flatten xss
 
+def List.filter {β : Type} (p : β → Bool) : List β → List β
+  | [] => []
+  | .cons x xs => cond (p x) (.cons x (List.filter p xs)) (List.filter p xs)
+
 def Option.map {β γ : Type} (f : β → γ) : Option β → Option γ
   | none => none
   | some x => some (f x)
@@ -94,5 +98,22 @@ theorem sum_map_add {β : Type} (f g : β → α) (xs : List β) :
     change f x + g x + sum (List.map (fun k => f k + g k) xs)
       = f x + sum (List.map f xs) + (g x + sum (List.map g xs))
     rw [ih, add_assoc, add_assoc, add_left_comm (g x)]
+
+/-- Dropping the entries that fail `p` from a sum is summing `f` where `p` holds, 0 elsewhere
+(Coq: `rsum_filter` in `rocq/CrossEntropy/Reduction.v`). -/
+theorem sum_map_filter {β : Type} (p : β → Bool) (f : β → α) (xs : List β) :
+    sum (List.map (fun x => cond (p x) (f x) 0) xs) = sum (List.map f (List.filter p xs)) := by
+  induction xs with
+  | nil => rfl
+  | cons x xs ih =>
+    change cond (p x) (f x) 0 + sum (List.map (fun x => cond (p x) (f x) 0) xs)
+      = sum (List.map f (cond (p x) (List.cons x (List.filter p xs)) (List.filter p xs)))
+    cases hp : p x with
+    | true =>
+      change f x + _ = f x + sum (List.map f (List.filter p xs))
+      rw [ih]
+    | false =>
+      change 0 + _ = sum (List.map f (List.filter p xs))
+      rw [zero_add, ih]
 
 end Ojas
