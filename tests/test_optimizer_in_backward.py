@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer, _live_grad
 from ojas_ref.verification.optimizer_in_backward_check import CASES, make_case, oracle_mismatches, updates
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 50, 32, 4, 2, 12, 3
@@ -90,7 +90,9 @@ def batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int = 1,
           clip: Optional[float] = None, sched=None) -> list[float]:
-    """The usual loop; for InBackwardOptimizer only the backward call differs. Returns the clipped norms."""
+    """The usual loop; for InBackwardOptimizer the backward call differs and there is no clip_grad_norm_
+    call (it clips with max_grad_norm, and refuses clip_grad_norm_ after its updates). Returns the
+    clipped norms of the standard loop."""
     norms = []
     for step in steps:
         for micro in range(k):
@@ -99,7 +101,7 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int 
                 opt.backward(loss)
             else:
                 loss.backward()
-        if clip is not None:
+        if clip is not None and not isinstance(opt, InBackwardOptimizer):
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
         opt.step()
         opt.zero_grad()
@@ -342,7 +344,7 @@ def test_parameter_without_gradient_in_last_micro_batch() -> None:
 # --------------------------------------------------------------------------
 
 def live_grad_bytes(params: list[torch.Tensor]) -> int:
-    return sum(q.grad.numel() * q.grad.element_size() for q in params if q.grad is not None)
+    return sum(g.numel() * g.element_size() for g in map(_live_grad, params) if g is not None)
 
 
 def test_no_grad_survives_backward() -> None:
@@ -352,9 +354,9 @@ def test_no_grad_survives_backward() -> None:
     opt = InBackwardOptimizer(params, torch.optim.AdamW, bucket_cap_mb=0, lr=1e-2)
     live = []
     for p in params:  # registered after the optimizer's hooks, so they run after each update
-        p.register_post_accumulate_grad_hook(lambda p: live.append(sum(q.grad is not None for q in params)))
+        p.register_post_accumulate_grad_hook(lambda p: live.append(sum(_live_grad(q) is not None for q in params)))
     model(*batch(0, 0)).backward()
-    assert all(p.grad is None for p in params)
+    assert all(_live_grad(p) is None for p in params)
     assert len(live) == len(params) and max(live) == 0
 
 
@@ -373,7 +375,7 @@ def test_at_most_one_bucket_of_gradients_is_alive(cap: float, groups: int) -> No
         handles = [p.register_post_accumulate_grad_hook(lambda p: live.append(live_grad_bytes(params)))
                    for p in params]
         opt.backward(model(*batch(0, 0)))
-        assert all(p.grad is None for p in params)
+        assert all(_live_grad(p) is None for p in params)
         assert len(live) == len(params) * (1 if clip is None else 2)
         assert 0 < max(live) < groups * cap * 2**20, (max(live), live)
         for handle in handles:
@@ -391,7 +393,7 @@ def test_accumulation_keeps_gradients_until_the_last_micro_batch() -> None:
         assert all(p.grad is not None for p in params)
         assert all(torch.equal(p, b) for p, b in zip(params, before))
     (model(*batch(0, 2)) / 3).backward()
-    assert all(p.grad is None for p in params)
+    assert all(_live_grad(p) is None for p in params)
     assert not any(torch.equal(p, b) for p, b in zip(params, before))
     assert opt.step() is None
 
@@ -402,10 +404,10 @@ def test_clipping_first_pass_frees_every_gradient() -> None:
     opt = InBackwardOptimizer(params, torch.optim.AdamW, lr=1e-2, max_grad_norm=CLIP, bucket_cap_mb=0)
     live = []
     for p in params:
-        p.register_post_accumulate_grad_hook(lambda p: live.append(sum(q.grad is not None for q in params)))
+        p.register_post_accumulate_grad_hook(lambda p: live.append(sum(_live_grad(q) is not None for q in params)))
     opt.backward(model(*batch(0, 0)))
     assert len(live) == 2 * len(params) and max(live) == 0
-    assert all(p.grad is None for p in params)
+    assert all(_live_grad(p) is None for p in params)
 
 
 # --------------------------------------------------------------------------
@@ -554,9 +556,9 @@ def test_grad_scaler_raises(unscale_first: bool) -> None:
     opt = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
     scaler.scale(layer(x).sum()).backward()
-    if unscale_first:
-        scaler.unscale_(opt)
     with pytest.raises(RuntimeError, match="cannot be used with an enabled torch.amp.GradScaler"):
+        if unscale_first:  # raises here: unscale_ reads the gradients that the updates consumed
+            scaler.unscale_(opt)
         scaler.step(opt)
 
 
@@ -690,7 +692,7 @@ def test_failed_backward_is_reported_then_dropped_by_zero_grad() -> None:
     opt.zero_grad()
     before = [p.detach().clone() for p in second.parameters()]
     second(first(x)).sum().backward()
-    assert all(p.grad is None for p in list(first.parameters()) + list(second.parameters()))
+    assert all(_live_grad(p) is None for p in list(first.parameters()) + list(second.parameters()))
     assert all(not torch.equal(a, p) for a, p in zip(before, second.parameters()))
 
 
@@ -709,7 +711,7 @@ def test_two_updating_backward_passes_without_step_raise() -> None:
     with pytest.raises(RuntimeError, match=r"already updated since the last optimizer.step\(\) gets a "
                                            r"gradient again"):
         layer(x).square().sum().backward()
-    assert all(torch.equal(p, a) and p.grad is None for p, a in zip(layer.parameters(), after_first))
+    assert all(torch.equal(p, a) and _live_grad(p) is None for p, a in zip(layer.parameters(), after_first))
     opt.step()
     layer(x).square().sum().backward()  # after step(): the next update
     assert not torch.equal(layer.weight, after_first[0])

@@ -536,19 +536,40 @@ class _HeadUpdate:
     """One forward's link to the InBackwardOptimizer that updates the head ``weight`` inside the
     backward (held weakly, as the parameters' hooks hold it). The reference's and the Triton
     kernel's autograd Functions call :meth:`begin` at the start of their backward and
-    :meth:`end` after the last row's update."""
+    :meth:`end` after the last row's update. Until its backward begins, the optimizer lists it
+    (weakly: a forward whose graph is dropped leaves the list) among the forwards whose backward
+    may still send the head a gradient (``InBackwardOptimizer._head_forwards``)."""
 
     def __init__(self, opt: Any, weight: Tensor) -> None:
         self._opt = weakref.ref(opt)
         self.weight = weight
         self.used = False
+        self._node: Optional[Any] = None  # weak reference to the loss's autograd node, or None (unknown)
+        opt._head_forwards.add(self)
+
+    def attach(self, loss: Tensor) -> None:
+        """Remember (weakly) the autograd node of the ``loss`` this forward returned, so that
+        :meth:`runs_in_this_pass` can tell whether a backward pass runs it."""
+        try:
+            self._node = weakref.ref(loss.grad_fn)
+        except TypeError:  # a node of torch's own (not weakly referable): unknown, taken as run
+            self._node = None
+
+    def runs_in_this_pass(self) -> bool:
+        """Whether the backward pass under way runs this forward's backward (True when its node is
+        unknown)."""
+        node = None if self._node is None else self._node()
+        return node is None or _will_accumulate(node)
 
     def begin(self, node: Any) -> Optional[Any]:
         """Before the saved tensors are read: ``step(v0, v1, grad)``, the plain-SGD update of rows
         [v0, v1) from their whole gradient (in the weight's dtype), or None when this backward does
-        not accumulate into the head (``autograd.grad``, ``backward(inputs=...)`` without it): the
-        head's gradient is then returned as usual. ``node``: the head's AccumulateGrad. Raises on a
-        second backward through the graph (the weights the forward used are gone)."""
+        not accumulate into the head (``autograd.grad``, ``backward(inputs=...)`` without it), or when
+        the backward of another forward of the head's loss runs in this pass too (two forwards, one
+        backward of the summed losses; ``InBackwardOptimizer._head_shared_pass``): the head's
+        gradient is then returned as usual (summed over the forwards by autograd and, in the second
+        case, stepped in the head's hook: the dense path). ``node``: the head's AccumulateGrad.
+        Raises on a second backward through the graph (the weights the forward used are gone)."""
         if self.used:
             raise RuntimeError(
                 "linear_cross_entropy: a second backward through this graph (retain_graph=True), whose first "
@@ -558,6 +579,9 @@ class _HeadUpdate:
         opt = self._opt()
         if opt is None or not _will_accumulate(node):
             return None  # a collected optimizer: the head's hook raises with the reason
+        opt._head_forwards.discard(self)
+        if opt._head_shared_pass():
+            return None  # the head's gradients of several forwards are summed first: the dense path
         self.used = True
         lr, weight = opt._head_step_lr(), self.weight
         return lambda v0, v1, grad: opt._head_update(weight, v0, v1, grad, lr)
@@ -841,6 +865,8 @@ def linear_cross_entropy(
         else:
             loss = _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, weight, reduction,
                                              ignore_index, eps, lam, softcap, token_chunk, vocab_chunk, head)
+    if head is not None:
+        head.attach(loss)
     return loss.squeeze(0) if unbatched and reduction == "none" else loss
 
 

@@ -303,6 +303,79 @@ def _grad_norm(grad: Tensor) -> Tensor:
     return torch.linalg.vector_norm(grad, _NORM_TYPE)
 
 
+# Why a parameter updated since the last step() cannot take a gradient again (_hook, and _ConsumedGrad when
+# autograd adds a new gradient into the placeholder).
+_SECOND_UPDATE = (
+    "a parameter already updated since the last optimizer.step() gets a gradient again (a second backward pass "
+    "without optimizer.step() after the first?): every backward pass (every accumulation_steps-th with "
+    "accumulation) updates the parameters in its hooks, so two backward passes would be two updates, not one on "
+    "the summed gradient. Call optimizer.step() once per update (it marks the end of the step); to combine several "
+    "losses in one update, back-propagate their sum, or set accumulation_steps to the number of backward passes "
+    "per update. This backward pass is abandoned: call optimizer.zero_grad() before the next")
+
+# Why the head updated inside the loss cannot take a gradient from another use (_hook, _ConsumedGrad).
+_HEAD_OTHER_USE = (
+    "the head weight (InBackwardOptimizer(head_weight=...)) was updated inside the linear cross-entropy's backward "
+    "and then got a gradient from another use in the same graph (tied to the input embedding, or used elsewhere): "
+    "its update needs the sum of all its gradients, so updating it inside the loss is not the standard step "
+    "(Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Its rows were already updated with the "
+    "loss's part: restore them from a checkpoint, and construct the optimizer without head_weight for a weight "
+    "with several uses")
+
+_GRAD_SCALER = (
+    "InBackwardOptimizer cannot be used with an enabled torch.amp.GradScaler: unscaling and the inf/NaN check need "
+    "all gradients before any update, but each parameter was already updated in backward with its scaled gradient. "
+    "Use bfloat16 autocast (no scaler) instead")
+
+# Why the gradient of an updated parameter cannot be read or changed before step() (_ConsumedGrad).
+_CONSUMED = (
+    "{op} was called on the .grad of a parameter that InBackwardOptimizer already updated inside this backward pass: the "
+    "gradient was used by that update and freed, and until optimizer.step() .grad is a placeholder without memory "
+    "whose every use raises. torch.optim reads .grad at step(), after code between backward and step(); here the "
+    "update ran before it, so clipping (torch.nn.utils.clip_grad_norm_ / clip_grad_value_; it would return 0 and "
+    "clip nothing), a gradient norm, zero_grad(set_to_none=False) or any other edit of the gradients cannot take "
+    "effect. To clip, construct InBackwardOptimizer(..., max_grad_norm=...) and run optimizer.backward(loss) "
+    "(clip_grad_norm_'s clipping before every update) instead of calling clip_grad_norm_; to read or edit "
+    "gradients before the update, use a torch.optim optimizer")
+
+
+class _ConsumedGrad(Tensor):
+    """The ``.grad`` of a parameter from its update in backward to ``step()`` (see
+    :attr:`InBackwardOptimizer.step`): the gradient was consumed and freed. No storage; any
+    operation on it raises: outside backward with :data:`_CONSUMED` (the torch.optim effect of
+    code between backward and step, e.g. ``clip_grad_norm_``, can no longer happen), inside
+    backward (autograd adding a new gradient into it) with ``in_backward``, the reason a second
+    gradient of an updated parameter is refused. Its shape, dtype and device are the parameter's,
+    as ``.grad``'s must be."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, p: Tensor, in_backward: str) -> "_ConsumedGrad":
+        t = Tensor._make_wrapper_subclass(cls, p.shape, strides=p.stride(), dtype=p.dtype, device=p.device)
+        t.in_backward = in_backward
+        return t
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        return (f"<gradient of shape {tuple(self.shape)} consumed by InBackwardOptimizer's update in backward; "
+                "freed until optimizer.step()>")
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default:
+            raise RuntimeError(_GRAD_SCALER)
+        if torch._C._current_graph_task_id() != -1:  # autograd accumulating a gradient into it
+            consumed = next(t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, cls))
+            raise RuntimeError(consumed.in_backward)
+        raise RuntimeError(_CONSUMED.format(op=func))
+
+
+def _live_grad(p: Tensor) -> Optional[Tensor]:
+    """``p.grad``, or None when there is none or it was consumed by an update (:class:`_ConsumedGrad`)."""
+    grad = p.grad
+    return None if grad is None or type(grad) is _ConsumedGrad else grad
+
+
 class InBackwardOptimizer(torch.optim.Optimizer):
     """``optimizer_class`` applied to buckets of parameters whose post-accumulate-grad hooks ran.
 
@@ -587,6 +660,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         # group sizes they were found at (_check_unhooked)
         self._unhooked: list[tuple[int, int, Tensor]] = []
         self._group_sizes: Optional[list[int]] = None
+        # The parameters updated since the last step(), whose .grad is their _ConsumedGrad placeholder
+        # until then, and each parameter's placeholder (made once, by id())
+        self._consumed: list[Tensor] = []
+        self._placeholders: dict[int, Tensor] = {}
+        # zero_grad(set_to_none=False) semantics: whether the last zero_grad() kept zeroed gradients, and the
+        # id() of the parameters that torch.optim's loop would hold a .grad for (one was accumulated since the
+        # last zero_grad(set_to_none=True)): see _zero_grad_params
+        self._zeroed_grads = False
+        self._had_grad: set[int] = set()
         # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
@@ -596,6 +678,10 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._head: Optional[Tensor] = None
         self._head_key: Optional[int] = None
         self._head_done = False
+        # the loss forwards (linear_cross_entropy's _HeadUpdate) whose backward has not begun, and
+        # (backward pass id, whether the head's gradient comes from several of them in it): _head_shared_pass
+        self._head_forwards: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._head_pass: tuple[Optional[int], bool] = (None, False)
         if head_weight is not None:
             self._check_head_weight(head_weight)
             self._head, self._head_key = head_weight, id(head_weight)
@@ -648,26 +734,50 @@ class InBackwardOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> None:
         """Nothing to update (the parameters were updated during backward): marks the end of
-        the step, so that the next backward pass may update again."""
+        the step, so that the next backward pass may update again.
+
+        After ``zero_grad(set_to_none=False)`` it steps the parameters that ``torch.optim``'s loop
+        would step on a zero ``.grad`` (see :meth:`_zero_grad_params`).  The ``.grad`` of every
+        parameter updated since the last ``step()`` goes from its placeholder
+        (:class:`_ConsumedGrad`) back to None."""
         self._check_unhooked()
-        self._join_updates()
-        self._updated.clear()
-        self._head_done = False
         if closure is not None:
             raise RuntimeError(
                 "InBackwardOptimizer.step(closure) is not supported: a closure re-evaluates the loss and "
                 "steps on the whole gradient, but here every parameter is updated inside backward")
         if hasattr(self, "found_inf") or hasattr(self, "grad_scale"):
-            raise RuntimeError(
-                "InBackwardOptimizer cannot be used with an enabled torch.amp.GradScaler: unscaling and the "
-                "inf/NaN check need all gradients before any update, but each parameter was already updated "
-                "in backward with its scaled gradient. Use bfloat16 autocast (no scaler) instead")
+            raise RuntimeError(_GRAD_SCALER)
+        self._join_updates()
+        for p in self._zero_grad_params():
+            index = self._group_of[p]
+            if self._plain_sgd_lr(self._group_opts[index], index) is None:  # else x + (-lr) * 0.0 == x, bitwise
+                p.grad = torch.zeros_like(p)
+                self._add_to_bucket(p)
+        self._flush_all()
+        self._join_updates()
+        self._release_consumed()
+        self._had_grad.update(self._updated)
+        self._updated.clear()
+        self._head_done = False
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``torch.optim.Optimizer.zero_grad``; also drops the updates still pending from a
         backward pass that did not finish (one that raised): after an update no gradient
-        and nothing pending is left, so in a training loop this changes nothing."""
-        super().zero_grad(set_to_none)
+        and nothing pending is left, so in a training loop this changes nothing.
+
+        ``set_to_none=False`` gives ``torch.optim``'s semantics for parameters without a gradient
+        in later steps: each parameter that got a gradient since the last
+        ``zero_grad(set_to_none=True)`` is stepped at every ``step()`` (on a zero gradient when
+        backward gave it none; see :meth:`_zero_grad_params`), until a
+        ``zero_grad(set_to_none=True)``.  Between a backward pass that updated parameters and
+        ``step()`` it raises (``torch.optim`` would step on the zeroed gradients, but the update
+        already ran).  Only this method is seen: ``nn.Module.zero_grad(set_to_none=False)`` after
+        ``step()`` finds no gradient and changes nothing here."""
+        if set_to_none:
+            self._release_consumed()
+            self._had_grad.clear()
+        super().zero_grad(set_to_none)  # set_to_none=False after updates: the placeholders raise
+        self._zeroed_grads = not set_to_none
         self._join_updates()
         for index in range(len(self._pending)):
             self._pending[index], self._pending_bytes[index] = [], 0
@@ -680,6 +790,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         for handle in self._hook_handles:
             handle.remove()
         self._hook_handles.clear()
+        self._release_consumed()
         for p in self._group_of:
             if _owner(p) is self:
                 del _OWNERS[p]
@@ -739,12 +850,16 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         return [p for g in self.param_groups for p in g["params"] if p in self._group_of]
 
     def _total_norm_of(self, norms: dict[Tensor, Tensor]) -> Optional[Tensor]:
-        """``clip_grad_norm_``'s total: the norm of the per-gradient norms, in its order."""
-        params = [p for p in self._params() if p in norms]
+        """``clip_grad_norm_``'s total: the norm of the per-gradient norms, in its order (with a norm
+        0 at the place of each zero gradient of :meth:`_zero_grad_params`, which ``clip_grad_norm_``
+        counts)."""
+        zeros = {id(p) for p in self._zero_grad_params()}
+        params = [p for p in self._params() if p in norms or id(p) in zeros]
         if not params:
             return None
         groups = _group_tensors_by_device_and_dtype([params], with_indices=True)
-        ordered = [norms[params[i]] for _, (_, indices) in groups.items() for i in indices]
+        ordered = [norms[p] if p in norms else p.new_zeros(()) for _, (_, indices) in groups.items()
+                   for p in (params[i] for i in indices)]
         first_device = params[0].device
         return torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in ordered]), _NORM_TYPE)
 
@@ -756,26 +871,13 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         grad mode, and the norms of clipping in their own ``no_grad``."""
         key = id(p)
         if key == self._head_key and self._head_done:
-            if p.grad is None:  # the loss updated it in place and sent it no gradient: nothing to do
+            if _live_grad(p) is None:  # the loss updated it in place and sent it no gradient: nothing to do
                 return
             p.grad = None
-            raise RuntimeError(
-                "the head weight (InBackwardOptimizer(head_weight=...)) was updated inside the linear "
-                "cross-entropy's backward and then got a gradient from another use in the same graph (tied to "
-                "the input embedding, or used elsewhere): its update needs the sum of all its gradients, so "
-                "updating it inside the loss is not the standard step (Ojas.OptimizerInBackward.Counterexamples."
-                "tied_per_use_neq_standard). Its rows were already updated with the loss's part: restore them "
-                "from a checkpoint, and construct the optimizer without head_weight for a weight with several uses")
+            raise RuntimeError(_HEAD_OTHER_USE)
         if key in self._updated:
             p.grad = None
-            raise RuntimeError(
-                "a parameter already updated since the last optimizer.step() gets a gradient again (a second "
-                "backward pass without optimizer.step() after the first?): every backward pass (every "
-                "accumulation_steps-th with accumulation) updates the parameters in its hooks, so two backward "
-                "passes would be two updates, not one on the summed gradient. Call optimizer.step() once per "
-                "update (it marks the end of the step); to combine several losses in one update, back-propagate "
-                "their sum, or set accumulation_steps to the number of backward passes per update. This backward "
-                "pass is abandoned: call optimizer.zero_grad() before the next")
+            raise RuntimeError(_SECOND_UPDATE)
         self._queue_end_of_backward()
         if not (self._plain_pass and self._mode is _Mode.UPDATE):
             self._hook_general(p)
@@ -872,9 +974,12 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._updated.add(id(p))
         try:
             bucket_opt.step()
+        except BaseException:
+            p.grad = None
+            raise
         finally:
             group["params"] = []
-            p.grad = None
+        self._consume(p)
 
     @staticmethod
     def _refuse_waiting() -> None:
@@ -992,7 +1097,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._micro_batch += 1
             if self._micro_batch == self.accumulation_steps:
                 self._micro_batch = 0
-                self._clip_and_update([p for p in self._params() if p.grad is not None])
+                self._clip_and_update([p for p in self._params() if _live_grad(p) is not None])
         if self._after_reduction:
             # queued now, so after every callback queued during the backward pass: DDP's reducer
             # queues its finalize_backward (wait for the all-reduces, copy the averages into
@@ -1010,14 +1115,22 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         for clipping."""
         synced, reduced = self._synced, set(self._reduced)
         self._synced, self._reduced, self._after_reduction = [], [], False
-        self._clip_and_update([p for p in self._params() if p.grad is not None and (
+        self._clip_and_update([p for p in self._params() if _live_grad(p) is not None and (
             p in reduced or (p in self._ddp_of and any(self._ddp_of[p]() is d for d in synced)))])
         self._check_unhooked()
 
     def _clip_and_update(self, params: list[Tensor]) -> None:
         """``clip_grad_norm_(params)`` (with ``max_grad_norm``; over DTensor shards its norm is the
-        global one), then update them."""
+        global one), then update them.  With ``zero_grad(set_to_none=False)`` semantics the norm also
+        counts, at their places, the zero gradients of :meth:`_zero_grad_params` (its order of summation
+        is clip_grad_norm_'s), and those parameters are updated here."""
         if self.max_grad_norm is not None:
+            zeros = self._zero_grad_params()
+            if zeros:
+                for p in zeros:
+                    p.grad = torch.zeros_like(p)
+                chosen = set(map(id, params)) | set(map(id, zeros))
+                params = [p for p in self._params() if id(p) in chosen]
             torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         for p in params:
             self._add_to_bucket(p)
@@ -1038,6 +1151,50 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 "not require grad when InBackwardOptimizer was constructed (unfrozen since?), so they are never "
                 "updated while their .grad accumulates. Construct the optimizer after unfreezing, or leave "
                 "frozen parameters out of params and pass them to add_param_group when you unfreeze them")
+
+    def _consume(self, p: Tensor, in_backward: str = _SECOND_UPDATE) -> None:
+        """After the update of ``p``: drop its gradient; ``.grad`` is its placeholder
+        :class:`_ConsumedGrad` until :meth:`step` (an FSDP2 shard's: None), whose every use raises,
+        inside backward with ``in_backward``."""
+        if isinstance(p, DTensor):
+            p.grad = None
+            return
+        holder = self._placeholders.get(id(p))
+        if holder is None or holder.shape != p.shape or holder.dtype != p.dtype or holder.device != p.device:
+            holder = self._placeholders[id(p)] = _ConsumedGrad(p, in_backward)
+        holder.in_backward = in_backward
+        p.grad = holder
+        self._consumed.append(p)
+
+    def _release_consumed(self) -> None:
+        """The ``.grad`` of the parameters updated since the last :meth:`step` goes from its
+        placeholder to None (``torch.optim``'s after ``zero_grad()``), before the next backward
+        pass, which would add its gradient into the placeholder."""
+        for p in self._consumed:
+            if type(p.grad) is _ConsumedGrad:
+                p.grad = None
+        self._consumed.clear()
+
+    def _zero_grad_params(self) -> list[Tensor]:
+        """The hooked parameters (in ``param_groups`` order) that ``torch.optim``'s loop would step
+        on a zero ``.grad`` now: after ``zero_grad(set_to_none=False)`` (its last call), each
+        parameter given a gradient since the last ``zero_grad(set_to_none=True)`` keeps a zeroed
+        ``.grad``, and ``step()`` steps it whether or not this step's backward gave it a gradient
+        (weight decay, momentum). Those here got none in this step: not updated since the last
+        :meth:`step`, no gradient now."""
+        if not (self._zeroed_grads and self._had_grad):
+            return []
+        return [p for p in self._params()
+                if id(p) in self._had_grad and id(p) not in self._updated and p.grad is None]
+
+    @staticmethod
+    @torch.no_grad()
+    def _as_accumulated(grads: list[Tensor]) -> None:
+        """``grads`` as ``torch.optim``'s loop accumulates them into a zeroed ``.grad``
+        (``zero_grad(set_to_none=False)``): ``0.0 + g``, which is ``g`` except that ``-0.0``
+        becomes ``+0.0`` (IEEE 754 round to nearest); in place."""
+        if grads:
+            torch._foreach_add_(grads, 0.0)
 
     def _add_to_bucket(self, p: Tensor) -> None:
         """Add ``p`` (whose gradient is whole) to its group's bucket; update the bucket once full."""
@@ -1065,12 +1222,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._waiting.difference_update(map(id, bucket))
         if self._mode is _Mode.CLIP:
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
+        if self._zeroed_grads and self._had_grad:
+            self._as_accumulated([p.grad for p in bucket if id(p) in self._had_grad and not p.grad.is_sparse])
         self._updated.update(map(id, bucket))
         side = self._side_stream(index, bucket)
         if side is None:
             self._update(index, bucket)
             for p in bucket:
-                p.grad = None
+                self._consume(p)
             return
         device = bucket[0].device
         compute = torch.cuda.current_stream(device)
@@ -1082,7 +1241,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._release_in_flight(device)  # the previous bucket's update is over before what follows
         self._in_flight[device] = (compute, done, [p.grad for p in bucket])
         for p in bucket:
-            p.grad = None
+            self._consume(p)
 
     def _side_stream(self, index: int, bucket: list[Tensor]) -> Any:
         """The side stream for this bucket's update (:attr:`overlap`), or None: the plain pass of
@@ -1287,6 +1446,21 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                         "InBackwardOptimizer without head_weight for a tied head (it keeps the dense path)")
                 stack.append(nxt)
 
+    def _head_shared_pass(self) -> bool:
+        """At the start of a loss's backward (``_HeadUpdate.begin``, after it left
+        :attr:`_head_forwards`): whether another forward of the loss whose backward has not begun
+        sends the head a gradient in this backward pass too (two forwards and one backward of the
+        summed losses). The head's update needs the sum of their gradients, which no one loss's
+        backward has: then every loss of this pass returns the head's gradient and it is updated in
+        its hook (the dense path, its [V, D] gradient alive for the step: bitwise ``torch.optim``'s
+        plain SGD); otherwise the loss updates it. Decided at the first loss of the pass, the same for
+        every loss of the pass (before any row is updated); a forward whose node is unknown counts as
+        one of this pass."""
+        task = torch._C._current_graph_task_id()
+        if task != self._head_pass[0]:
+            self._head_pass = (task, any(f.runs_in_this_pass() for f in list(self._head_forwards)))
+        return self._head_pass[1]
+
     def _head_step_lr(self) -> float:
         """At the loss's backward: the learning rate of the head's plain-SGD step, after checking
         that this backward pass may update it (one process, plain SGD still, not updated yet)."""
@@ -1314,12 +1488,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     def _head_update(self, weight: Tensor, v0: int, v1: int, grad: Tensor, lr: float) -> None:
         """Plain SGD on rows [v0, v1) of the head ``weight``, their whole gradient ``grad`` in its
         dtype: ``torch._foreach_add_``, the call of :meth:`_update`'s plain-SGD path."""
+        if self._zeroed_grads and self._head_key in self._had_grad:
+            self._as_accumulated([grad])
         torch._foreach_add_([weight[v0:v1]], [grad], alpha=-lr)
 
     def _head_finished(self) -> None:
         """The loss's backward updated every row of the head."""
         self._head_done = True
         self._updated.add(self._head_key)
+        self._consume(self._head, _HEAD_OTHER_USE)
 
     # ------------------------------------------------------------------
     # Optimizer state on the host (state_device="cpu")
