@@ -6,4 +6,5 @@ import Proofs.Field
 import Proofs.Lists
 import Proofs.OnlineSoftmax
 import Proofs.CrossEntropy
+import Proofs.Reversible
 import Proofs.Audit

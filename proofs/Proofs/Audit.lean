@@ -2,6 +2,7 @@ prelude
 import Proofs.CoreAudit
 import Proofs.OnlineSoftmax
 import Proofs.CrossEntropy
+import Proofs.Reversible
 /-!
 # Axiom audit
 
@@ -31,3 +32,11 @@ any axiom, `sorryAx` included, fails the check, and so does a name listed here t
 #print axioms Ojas.CrossEntropy.token_loss_chunked
 #print axioms Ojas.CrossEntropy.ce_forward_correct
 #print axioms Ojas.CrossEntropy.ce_mean_correct
+
+-- (c) reversible coupling layers
+#print axioms Ojas.Reversible.coupling_inverse_forward
+#print axioms Ojas.Reversible.coupling_forward_inverse
+#print axioms Ojas.Reversible.stack_inverse_forward
+#print axioms Ojas.Reversible.stack_forward_inverse
+#print axioms Ojas.Reversible.backprop_reversible_correct
+#print axioms Ojas.Reversible.backprop_coupling
