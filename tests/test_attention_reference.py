@@ -242,9 +242,11 @@ BAD_ARGUMENTS = [
     (dict(value=torch.randn(2, 1, 6, 3)), ValueError, "value must have as many heads as key"),
     (dict(key=torch.randn(2, 3, 6, 8), value=torch.randn(2, 3, 6, 3)), ValueError, "enable_gqa=True needs"),
     (dict(enable_gqa=False), ValueError, "pass enable_gqa=True"),
-    (dict(dropout_p=0.1), NotImplementedError, "dropout_p=0.1: attention dropout is not supported"),
-    (dict(dropout_p=np.float32(0.5)), NotImplementedError, "dropout_p=.*0.5.*: attention dropout"),
-    (dict(dropout_p=True), NotImplementedError, "dropout_p=True: attention dropout"),
+    (dict(dropout_p=1.5), ValueError, r"dropout_p must be in \[0, 1\] .*, got 1.5"),
+    (dict(dropout_p=-0.1), ValueError, r"dropout_p must be in \[0, 1\]"),
+    (dict(dropout_p=math.nan), ValueError, r"dropout_p must be in \[0, 1\] .*, got nan"),
+    (dict(dropout_p=np.float32(1.5)), ValueError, r"dropout_p must be in \[0, 1\]"),
+    (dict(dropout_p=True), TypeError, "dropout_p must be a float, got bool"),
     (dict(dropout_p="0"), TypeError, "dropout_p must be a float, got str"),
     (dict(dropout_p=np.bool_(False)), TypeError, "dropout_p must be a float, got numpy.bool"),
     (dict(query=_nested_query()), NotImplementedError, "query: nested"),
@@ -293,8 +295,10 @@ def fake_kernel(monkeypatch):
     """Replace ojas_kernels.attention by a recorder of flash_attention calls."""
     calls = []
 
-    def flash_attention(query, key, value, is_causal, scale, window, attn_mask):
+    def flash_attention(query, key, value, is_causal, scale, window, attn_mask, dropout_p=0.0, dropout_seed=None):
         calls.append(dict(is_causal=is_causal, scale=scale, window=window, attn_mask=attn_mask))
+        if dropout_p:
+            calls[-1].update(dropout_p=dropout_p, dropout_seed=dropout_seed)
         return torch.zeros(query.shape[:3] + value.shape[3:], dtype=query.dtype)
 
     package, module = types.ModuleType("ojas_kernels"), types.ModuleType("ojas_kernels.attention")
@@ -315,6 +319,13 @@ def test_impl_triton_dispatches_to_the_kernel(fake_kernel, monkeypatch):
     with torch.no_grad():  # no mask gradient wanted
         attention(**_args(attn_mask=float_mask.requires_grad_(), impl="triton"))
     assert [c["attn_mask"] for c in fake_kernel[1:]] == [bool_mask, float_mask, float_mask]
+    # dropout: the probability and the key drawn from torch's generator (the reference's draw)
+    args = _args(dropout_p=0.25, impl="triton")
+    torch.manual_seed(0)
+    attention(**args)
+    torch.manual_seed(0)
+    assert fake_kernel[-1]["dropout_p"] == 0.25
+    assert torch.equal(fake_kernel[-1]["dropout_seed"], torch.randint(0, 2**32, (2,), dtype=torch.int64))
 
 
 def test_impl_from_environment(fake_kernel, monkeypatch):

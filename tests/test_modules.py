@@ -8,6 +8,10 @@ torch takes, batch_first both ways, unbatched input, kdim/vdim, no bias.
 
 from __future__ import annotations
 
+import copy
+import importlib
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +21,9 @@ from torch import nn
 
 import ojas_ref
 from ojas_ref.integrations.modules import MultiheadAttention
+
+attn_mod = importlib.import_module("ojas_ref.primitives.attention")
+modules_mod = importlib.import_module("ojas_ref.integrations.modules")
 
 RTOL = 1e-10
 
@@ -99,11 +106,69 @@ def test_need_weights_runs_torch_and_refusals():
     assert torch.equal(a, b) and torch.equal(wa, wb)
     with pytest.raises(RuntimeError, match="is_causal=True is a hint"):
         ours(x, x, x, need_weights=False, is_causal=True)
-    ours.dropout = 0.1
-    with pytest.raises(NotImplementedError, match="dropout"):
+    ours.add_zero_attn = True
+    with pytest.raises(NotImplementedError, match="add_zero_attn=True"):
         ours(x, x, x, need_weights=False)
-    ours.eval()  # no dropout in eval mode: allowed
-    ours(x, x, x, need_weights=False)
+
+
+def _dropped_reference(module, x, keep, p):
+    """nn.MultiheadAttention's computation on [L, N, E] with the attention probabilities
+    multiplied by keep [N, H, L, S] and 1 / (1 - p), float64."""
+    L, N, E = x.shape
+    H = module.num_heads
+    q, k, v = (F.linear(x, w, b).reshape(L, N, H, E // H).permute(1, 2, 0, 3)
+               for w, b in zip(module.in_proj_weight.chunk(3), module.in_proj_bias.chunk(3)))
+    probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(E // H), -1)
+    out = (probs * keep / (1 - p)) @ v
+    return module.out_proj(out.permute(2, 0, 1, 3).reshape(L, N, E))
+
+
+def test_dropout_in_training_mode_only():
+    """dropout=0.3: in training the probabilities are dropped with ojas_ref.attention's mask
+    (drawn from torch's generator), in eval mode not at all, as nn.MultiheadAttention."""
+    ref, ours = pair(embed_dim=8, num_heads=2, dropout=0.3)
+    x = torch.randn(5, 3, 8, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(0)
+    out, _ = ours(x, x, x, need_weights=False)
+    torch.manual_seed(0)
+    keep = attn_mod._dropout_keep_mask(attn_mod._dropout_args(0.3, x.device), 3, 2, 5, 5)
+    assert 0 < (~keep).sum() < keep.numel()
+    expected = _dropped_reference(ours, x, keep, 0.3)
+    assert close(out, expected)
+    g = torch.randn_like(out)
+    assert close(torch.autograd.grad(out, x, g)[0], torch.autograd.grad(expected, x, g)[0])
+    ref.eval()
+    ours.eval()
+    before = torch.get_rng_state()
+    assert close(ours(x, x, x, need_weights=False)[0], ref(x, x, x, need_weights=False)[0])
+    assert torch.equal(torch.get_rng_state(), before)  # nothing drawn in eval mode
+
+
+def test_optimize_model_takes_encoders_with_dropout(monkeypatch):
+    """nn.TransformerEncoder's default dropout 0.1: optimize_model swaps its attention, which
+    then drops with p = 0.1 in training and not in eval mode (equal to torch's there)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dtype=torch.float64)  # dropout=0.1
+    ref = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    model, report = ojas_ref.optimize_model(copy.deepcopy(ref))
+    assert {c.module for c in report.changed} >= {"layers.0.self_attn", "layers.1.self_attn"}
+    assert not [s for s in report.left_alone if s.module.endswith("self_attn")]
+    calls = []
+    real = modules_mod.attention
+    monkeypatch.setattr(modules_mod, "attention", lambda *a, **kw: calls.append(kw["dropout_p"]) or real(*a, **kw))
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    model.train()
+    torch.manual_seed(1)
+    a = model(x)
+    torch.manual_seed(1)
+    assert torch.equal(a, model(x))  # reproducible under torch.manual_seed
+    assert calls == [0.1] * 4
+    model.eval()
+    ref.eval()
+    with torch.enable_grad():  # (torch's inference fast path would bypass self_attn under no_grad)
+        b, r = model(x.requires_grad_()), ref(x)
+    assert calls[4:] == [0.0] * 2
+    assert close(b, r)
 
 
 def test_fully_masked_row_gives_zeros():

@@ -51,6 +51,21 @@ the stored results), given the errors of the saved out and lse (``attention_dv_e
 of additions (and their accumulating into the running sums), FMA contraction, additive masks,
 the 3xTF32 float32 path.
 
+Attention dropout (``HAS_DROPOUT``, a constexpr: without it the kernels compile to the
+instructions they had before it existed, up to register numbering and three unused
+parameters; checked on the PTX for sm_90): the keep mask of element ``(b, h, i, j)`` is
+word ``j % 4`` of Philox-4x32-10 (``tl.philox_impl``) at the counter
+``(j // 4, i, b * Hq + h, 0)`` under a 64-bit key read from ``SEED``, kept iff its top 31
+bits reach ``drop_threshold``; recomputed in the backward kernels, never stored, the same
+function as ``ojas_ref.primitives.attention._dropout_keep``.  The forward sums every
+probability into ``l`` and only the kept ones into ``acc``, and scales the output by
+``1 / (1 - p)``; the backward is FlashAttention-2's (``dP = dO V^T * Z / (1 - p)``,
+``dS = P * (dP - D)``, ``D = rowsum(dO * O)`` of the dropped output).  Over the reals, one
+row is the streamed row on the values ``Z_ij v_j / (1 - p)`` (StreamCorrect.v's
+``stream_row_correct`` and BackwardCorrect.v's row theorems hold for any values); no
+theorem covers the dropout path as a whole (``ojas_ref.attention`` says which parts), and
+the floating-point theorems above do not cover it.
+
 Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
 ``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.
 
@@ -76,6 +91,7 @@ operation) is not that of 3xTF32 products: no theorem bounds their error.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -276,6 +292,37 @@ def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: 
     return lo, a, b, hi
 
 
+@triton.jit
+def _dropout_key(SEED, HAS_DROPOUT: tl.constexpr):
+    """The Philox key (two uint32) of this call's attention dropout, read from ``SEED``."""
+    if HAS_DROPOUT:
+        return tl.load(SEED).to(tl.uint32), tl.load(SEED + 1).to(tl.uint32)
+    else:
+        return 0, 0
+
+
+@triton.jit
+def _dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] uint32: entry (i, j) of head row ``bh`` (= b * Hq + h) is word
+    ``j % 4`` of Philox-4x32-10 (``tl.philox_impl``) at the counter ``(j // 4, i, bh, 0)``
+    under the key ``(k0, k1)``; ``start_n`` a multiple of 4.  The reference
+    (``ojas_ref.primitives.attention._dropout_keep``) computes the same words."""
+    c0 = tl.broadcast_to((start_n // 4 + tl.arange(0, BLOCK_N // 4)).to(tl.uint32)[None, :],
+                         [BLOCK_M, BLOCK_N // 4])
+    c1 = tl.broadcast_to(offs_m.to(tl.uint32)[:, None], [BLOCK_M, BLOCK_N // 4])
+    c3 = c1 * 0
+    c2 = c3 + bh.to(tl.uint32)
+    r0, r1, r2, r3 = tl.philox_impl(c0, c1, c2, c3, k0, k1)
+    # column 4 n + w holds word w of counter n
+    return tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_M, BLOCK_N])
+
+
+@triton.jit
+def _kept(words, drop_threshold):
+    """Kept (not dropped) iff the top 31 bits of the Philox word reach the threshold."""
+    return (words >> 1).to(tl.int32) >= drop_threshold
+
+
 # ---------------------------------------------------------------------------
 # Forward
 # ---------------------------------------------------------------------------
@@ -287,8 +334,11 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
               HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
               HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-              POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
-    """``block_step`` of OnlineSoftmax.v on one key tile, for BLOCK_M rows."""
+              POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr,
+              k0, k1, bh, drop_threshold, BLOCK_M: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+    """``block_step`` of OnlineSoftmax.v on one key tile, for BLOCK_M rows.  With dropout,
+    l sums every probability and acc only the kept ones (``block_step`` on the values
+    ``keep_ij * v_j``; the 1 / (1 - p) comes at ``finalize``)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -314,6 +364,8 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
         p = tl.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
+    if HAS_DROPOUT:
+        p = tl.where(_kept(_dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M, BLOCK_N), drop_threshold), p, 0.0)
     v = _load_2d(v_base + offs_n[:, None] * stride_vn + offs_ev[None, :],
                  offs_n[:, None] < seq_k, offs_ev[None, :] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
     acc = acc * alpha[:, None]
@@ -322,17 +374,18 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, M, O, LSE,
+def _fwd_kernel(Q, K, V, M, O, LSE, SEED,
                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                 stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
                 stride_ob, stride_oh, stride_om,
-                num_heads, group, seq_q, seq_k, window, qk_scale,
+                num_heads, group, seq_q, seq_k, window, qk_scale, drop_threshold, drop_scale,
                 HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                 HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
+                POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
-    ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l)."""
+    ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l;
+    with dropout out = acc / l * drop_scale, lse that of all the probabilities)."""
     # Last query tiles first: under a causal mask they have the most keys.
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     pid_bh = tl.program_id(1)
@@ -351,26 +404,32 @@ def _fwd_kernel(Q, K, V, M, O, LSE,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
     lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
         acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
                                   stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
                                   HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW,
-                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC)
+                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC, k0, k1, pid_bh, drop_threshold,
+                                  BLOCK_M, HAS_DROPOUT)
     for start_n in range(a, b_end, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
                                   stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
                                   HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW,
-                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC)
+                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC, k0, k1, pid_bh, drop_threshold,
+                                  BLOCK_M, HAS_DROPOUT)
     for start_n in range(b_end, hi, BLOCK_N):
         acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
                                   stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
                                   HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW,
-                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC)
+                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC, k0, k1, pid_bh, drop_threshold,
+                                  BLOCK_M, HAS_DROPOUT)
     # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    if HAS_DROPOUT:
+        out = out * drop_scale
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     row_ok = offs_m < seq_q
     tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
@@ -388,8 +447,11 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, s
                stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k, window, qk_scale,
                HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr):
-    """One query tile's share of dK_j and dV_j (Backward.v), transposed: rows are keys."""
+               HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr,
+               k0, k1, bh, start_n, drop_threshold, drop_scale, BLOCK_N: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+    """One query tile's share of dK_j and dV_j (Backward.v), transposed: rows are keys.
+    With dropout (keep mask Z recomputed): dV_j += (P Z)^T dO (times 1 / (1 - p) at the
+    end), dP = (dO V^T) Z / (1 - p), dS = P (dP - D)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -413,25 +475,31 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, s
         pt = tl.where(vis, tl.exp2(st - lse2[None, :]), 0.0)
     else:
         pt = tl.exp2(st - lse2[None, :])
-    dv = _dot(pt.to(do.dtype), do, dv, DOT_PREC)
+    if HAS_DROPOUT:
+        keep = _kept(tl.trans(_dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M, BLOCK_N)), drop_threshold)
+        dv = _dot(tl.where(keep, pt, 0.0).to(do.dtype), do, dv, DOT_PREC)
+    else:
+        dv = _dot(pt.to(do.dtype), do, dv, DOT_PREC)
     # dS^T = P^T * (dP^T - D) (row_dscores).
     dpt = _dot(v, tl.trans(do), None, DOT_PREC)
+    if HAS_DROPOUT:
+        dpt = tl.where(keep, dpt * drop_scale, 0.0)
     dst = pt * (dpt - delta[None, :])
     dk = _dot(dst.to(qt.dtype), tl.trans(qt), dk, DOT_PREC)
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV,
+def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV, SEED,
                      stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
                      stride_dob, stride_doh, stride_dom,
                      stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                     num_kv_heads, group, seq_q, seq_k, window, qk_scale, scale,
+                     num_kv_heads, group, seq_q, seq_k, window, qk_scale, scale, drop_threshold, drop_scale,
                      HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                      HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                     DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
+                     DOT_PREC: tl.constexpr, SPLIT: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group (GroupedQuery.v,
     ``gqa_dK_is_derive``, ``gqa_dV_is_derive``: loop ``g = 0 .. group-1``) and over the
@@ -455,30 +523,37 @@ def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV,
                 mask=n_ok & (offs_ev[None, :] < HEAD_EV), other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
+    k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
     lo, a, b_end, hi = _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for g in range(group):
         h = (hk * group + g).to(tl.int64)
         q_base = Q + b * stride_qb + h * stride_qh
         do_base = DO + b * stride_dob + h * stride_doh
         mask_base = M + b * stride_mb + h * stride_mh
-        row_base = (b * num_kv_heads * group + h) * seq_q
+        bh = b * num_kv_heads * group + h
+        row_base = bh * seq_q
         for start_m in range(lo, a, BLOCK_M):
             dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
                                 stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
                                 window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, True,
-                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
+                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, bh, start_n,
+                                drop_threshold, drop_scale, BLOCK_N, HAS_DROPOUT)
         for start_m in range(a, b_end, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
             dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
                                 stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
                                 window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, False,
-                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
+                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, bh, start_n,
+                                drop_threshold, drop_scale, BLOCK_N, HAS_DROPOUT)
         for start_m in range(b_end, hi, BLOCK_M):
             dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
                                 stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
                                 window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, True,
-                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
+                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, bh, start_n,
+                                drop_threshold, drop_scale, BLOCK_N, HAS_DROPOUT)
     dk = dk * scale
+    if HAS_DROPOUT:
+        dv = dv * drop_scale
     tl.store(DK + b * stride_dkb + hk.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkn + offs_e[None, :],
              dk.to(DK.dtype.element_ty), mask=n_ok & (offs_e[None, :] < HEAD_E))
     tl.store(DV + b * stride_dvb + hk.to(tl.int64) * stride_dvh + offs_n[:, None] * stride_dvn + offs_ev[None, :],
@@ -490,8 +565,9 @@ def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, strid
              start_n, offs_m, seq_q, seq_k, window, qk_scale,
              HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr):
-    """One key tile's share of dQ_i (Backward.v)."""
+             HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr,
+             k0, k1, bh, drop_threshold, drop_scale, BLOCK_M: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+    """One key tile's share of dQ_i (Backward.v); with dropout dP = (dO V^T) Z / (1 - p)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -508,22 +584,25 @@ def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, strid
     else:
         p = tl.exp2(s - lse2[:, None])
     dp = _dot(do, vt, None, DOT_PREC)
+    if HAS_DROPOUT:
+        keep = _kept(_dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M, BLOCK_N), drop_threshold)
+        dp = tl.where(keep, dp * drop_scale, 0.0)
     ds = p * (dp - delta[:, None])
     dq = _dot(ds.to(kt.dtype), tl.trans(kt), dq, DOT_PREC)
     return dq
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ,
+def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ, SEED,
                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                    stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
                    stride_dob, stride_doh, stride_dom,
                    stride_ob, stride_oh, stride_om, stride_dqb, stride_dqh, stride_dqm,
-                   num_heads, group, seq_q, seq_k, window, qk_scale, scale,
+                   num_heads, group, seq_q, seq_k, window, qk_scale, scale, drop_threshold, drop_scale,
                    HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                   DOT_PREC: tl.constexpr, SPLIT: tl.constexpr):
+                   DOT_PREC: tl.constexpr, SPLIT: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head,
     accumulated over key tiles (BackwardCorrect.v, ``attention_backward_dQ_key_tiles``).
     It first computes ``D_i = dO_i . o_i`` (``row_dscores``; ``backward_D_identity``)
@@ -558,20 +637,24 @@ def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ,
     tl.store(DELTA + row, delta, mask=m_ok)
     lse2 = tl.load(LSE + row, mask=m_ok, other=0.0) * 1.4426950408889634
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
+    k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
     lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
         dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
                       stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
-                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
+                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, pid_bh,
+                      drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
     for start_n in range(a, b_end, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
                       stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
-                      BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
+                      BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, pid_bh,
+                      drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
     for start_n in range(b_end, hi, BLOCK_N):
         dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
                       stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
-                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC)
+                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, pid_bh,
+                      drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
     dq = dq * scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_e[None, :],
              dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E))
@@ -645,6 +728,48 @@ def _mask_args(attn_mask: torch.Tensor | None, query: torch.Tensor,
     return mask, mask.stride(), dict(HAS_MASK=True, MASK_BOOL=is_bool)
 
 
+@dataclass(frozen=True)
+class _Dropout:
+    """One call's attention dropout: the Philox key ``seed`` (int64 ``[2]`` on the inputs'
+    device, values in [0, 2^32)), ``threshold`` = min(round(p * 2^31), 2^31 - 1) (an element
+    is dropped iff the top 31 bits of its Philox word are below it) and ``scale`` = 1 / (1 - p)
+    (0 for p = 1: every output and gradient zero, as SDPA)."""
+
+    seed: torch.Tensor
+    threshold: int
+    scale: float
+
+
+def _dropout_args(dropout_p: float, dropout_seed: torch.Tensor | None, query: torch.Tensor) -> _Dropout | None:
+    """Check ``dropout_p`` and ``dropout_seed``; None when dropout_p is 0.  Without a seed one
+    is drawn from torch's generator of the query's device, as ``ojas_ref.attention`` draws it
+    (``torch.randint(0, 2**32, (2,), dtype=torch.int64)``)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
+    if not 0 <= dropout_p <= 1:
+        raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p!r}")
+    if dropout_p == 0:
+        return None
+    if dropout_seed is None:
+        dropout_seed = torch.randint(0, 2**32, (2,), dtype=torch.int64, device=query.device)
+    elif (not isinstance(dropout_seed, torch.Tensor) or dropout_seed.dtype != torch.int64
+          or tuple(dropout_seed.shape) != (2,) or dropout_seed.device != query.device):
+        got = (f"{dropout_seed.dtype} of shape {list(dropout_seed.shape)} on {dropout_seed.device}"
+               if isinstance(dropout_seed, torch.Tensor) else type(dropout_seed).__name__)
+        raise ValueError(f"dropout_seed must be an int64 tensor of shape [2] on the query's device {query.device} "
+                         f"(the Philox key), got {got}")
+    threshold = min(round(dropout_p * 2**31), 2**31 - 1)
+    return _Dropout(dropout_seed.contiguous(), threshold, 0.0 if dropout_p == 1 else 1.0 / (1.0 - dropout_p))
+
+
+def _dropout_launch_args(dropout: _Dropout | None, query: torch.Tensor) -> tuple[torch.Tensor, int, float, bool]:
+    """The kernels' SEED pointer, threshold, scale and HAS_DROPOUT; without dropout the
+    query stands in for the pointer, which the kernels then never read."""
+    if dropout is None:
+        return query, 0, 1.0, False
+    return dropout.seed, dropout.threshold, dropout.scale, True
+
+
 def _dot_precision(dtype: torch.dtype, highest: str = "ieee") -> str:
     """float32 dots as torch's float32 matmuls: "tf32" when TF32 is allowed
     (``torch.set_float32_matmul_precision`` other than "highest", or
@@ -663,7 +788,8 @@ def _dot_precision(dtype: torch.dtype, highest: str = "ieee") -> str:
 
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
              is_causal: bool, scale: float, window: int | None,
-             config: AttentionConfig | None = None, seq_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             config: AttentionConfig | None = None, seq_major: bool = False,
+             dropout: _Dropout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
@@ -680,17 +806,19 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
         return out, lse
     cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
+    seed, drop_threshold, drop_scale, has_dropout = _dropout_launch_args(dropout, query)
     grid = (cdiv(seq_q, cfg.block_m), batch * heads)
     fast(_fwd_kernel)[grid](
-        query, key, value, mask, out, lse,
+        query, key, value, mask, out, lse, seed,
         query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
         value.stride(0), value.stride(1), value.stride(2), *mask_strides,
         out.stride(0), out.stride(1), out.stride(2),
         heads, heads // kv_heads, seq_q, seq_k, _window_arg(window, seq_q, seq_k), scale * _LOG2E,
+        drop_threshold, drop_scale,
         HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None,
         POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype, _HIGHEST), SPLIT=cfg.split and attn_mask is None,
-        **mask_flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HAS_DROPOUT=has_dropout, **mask_flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse
 
@@ -702,8 +830,8 @@ def _window_arg(window: int | None, seq_q: int, seq_k: int) -> int:
 
 def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attn_mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
-              window: int | None,
-              config: AttentionConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              window: int | None, config: AttentionConfig | None = None,
+              dropout: _Dropout | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_out = _last_dim_contiguous(grad_out)
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
@@ -717,8 +845,9 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     common = dict(HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev))
     delta = torch.empty_like(lse)
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
+    seed, drop_threshold, drop_scale, has_dropout = _dropout_launch_args(dropout, query)
     flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype, _HIGHEST),
-                 **mask_flags)
+                 HAS_DROPOUT=has_dropout, **mask_flags)
     w = _window_arg(window, seq_q, seq_k)
     qk_scale = scale * _LOG2E
     qkv_do_strides = (query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
@@ -726,17 +855,17 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
                       grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
     qc = cfg.bwd_q
     fast(_bwd_dq_kernel)[(cdiv(seq_q, qc.block_m), batch * heads)](
-        query, key, value, mask, grad_out, lse, out, delta, dq, *qkv_do_strides,
+        query, key, value, mask, grad_out, lse, out, delta, dq, seed, *qkv_do_strides,
         out.stride(0), out.stride(1), out.stride(2), dq.stride(0), dq.stride(1), dq.stride(2),
-        heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
+        heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale, drop_threshold, drop_scale,
         BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, SPLIT=qc.split and attn_mask is None, **common, **flags,
         num_warps=qc.num_warps, num_stages=qc.num_stages,
     )
     kv = cfg.bwd_kv
     fast(_bwd_dkdv_kernel)[(cdiv(seq_k, kv.block_n), batch * kv_heads)](
-        query, key, value, mask, grad_out, lse, delta, dk, dv, *qkv_do_strides,
+        query, key, value, mask, grad_out, lse, delta, dk, dv, seed, *qkv_do_strides,
         dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-        kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale,
+        kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale, drop_threshold, drop_scale,
         BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, SPLIT=kv.split and attn_mask is None, **common, **flags,
         num_warps=kv.num_warps, num_stages=kv.num_stages,
     )
@@ -745,10 +874,10 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config, seq_major):
-        out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major)
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout):
+        out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout)
         ctx.save_for_backward(query, key, value, attn_mask, out, lse)
-        ctx.args = (is_causal, scale, window, config)
+        ctx.args = (is_causal, scale, window, config, dropout)
         return out
 
     @staticmethod
@@ -758,29 +887,35 @@ class _FlashAttention(torch.autograd.Function):
                                "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
                                "use torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
-        is_causal, scale, window, config = ctx.args
-        dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config)
-        return dq, dk, dv, None, None, None, None, None, None
+        is_causal, scale, window, config, dropout = ctx.args
+        dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config,
+                               dropout)
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
                             scale: float, window: int | None, config: AttentionConfig | None = None, *,
-                            attn_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                            attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                            dropout_seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward pass: ``(out, lse)``, lse float32 ``[B, Hq, Sq]`` (``-inf`` for a
-    fully masked row, whose output is zeros).
+    fully masked row, whose output is zeros; with dropout the lse of all the
+    probabilities, dropped ones included).
 
     Implements ``attention_forward`` (rocq/Attention/OnlineSoftmax.v), equal to
     the two-pass softmax by Ojas.Attention.StreamCorrect.attention_forward_correct,
     with masked key tiles dropped by Ojas.Attention.Mask.stream_row_masked_keys and
-    the lse of Ojas.Attention.Lse.stream_lse.  ``attn_mask``: see :func:`flash_attention`."""
+    the lse of Ojas.Attention.Lse.stream_lse.  ``attn_mask``, ``dropout_p`` and
+    ``dropout_seed``: see :func:`flash_attention`."""
     _check(query, key, value, window, attn_mask)
-    return _forward(query, key, value, attn_mask, is_causal, scale, window, config)
+    dropout = _dropout_args(dropout_p, dropout_seed, query)
+    return _forward(query, key, value, attn_mask, is_causal, scale, window, config, dropout=dropout)
 
 
 def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
                     scale: float | None = None, window: int | None = None,
                     config: AttentionConfig | None = None, *,
-                    attn_mask: torch.Tensor | None = None, seq_major: bool = False) -> torch.Tensor:
+                    attn_mask: torch.Tensor | None = None, seq_major: bool = False, dropout_p: float = 0.0,
+                    dropout_seed: torch.Tensor | None = None) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
 
     ``seq_major``: the output ``[B, Hq, Sq, Ev]`` is a view of a contiguous ``[B, Sq, Hq, Ev]``
@@ -834,12 +969,22 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     (``torch.backends.cuda.matmul.fp32_precision``, set by
     ``torch.set_float32_matmul_precision`` and ``allow_tf32``): TF32 when it is allowed,
     otherwise (precision "highest", the default) 3xTF32, not IEEE float32 (module docstring:
-    no theorem bounds 3xTF32 products)."""
+    no theorem bounds 3xTF32 products).
+
+    ``dropout_p`` in [0, 1]: attention dropout on the probabilities, kept ones scaled by
+    ``1 / (1 - p)``, as ``scaled_dot_product_attention``'s ``dropout_p`` (applied whenever
+    nonzero; p = 1 gives zeros).  ``dropout_seed``: the Philox key, an int64 tensor ``[2]``
+    on the query's device holding two values in [0, 2^32) (``ojas_ref.attention`` passes the
+    one it drew); None draws it from torch's generator of that device
+    (``torch.randint(0, 2**32, (2,), dtype=torch.int64)``, reproducible under
+    ``torch.manual_seed``).  The mask: module docstring; it is ``ojas_ref.attention``'s
+    reference mask, bit for bit."""
     _check(query, key, value, window, attn_mask)
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
         raise ValueError("attn_mask requires grad, but the kernel computes no gradient for the mask; "
                          "detach it, or use ojas_ref.attention(..., impl='reference') for d(attn_mask)")
+    dropout = _dropout_args(dropout_p, dropout_seed, query)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     return _FlashAttention.apply(query, key, value, attn_mask, is_causal, float(scale), window, config,
-                                 bool(seq_major))
+                                 bool(seq_major), dropout)

@@ -26,8 +26,6 @@ _REDUCTIONS = ("none", "mean", "sum")
 
 def unsupported_reason(module: nn.MultiheadAttention) -> Optional[str]:
     """Why ``module`` cannot be computed by :class:`MultiheadAttention`, or None."""
-    if module.dropout:
-        return f"attention dropout {module.dropout} (ojas attention has no dropout; construct it with dropout=0.0)"
     if module.bias_k is not None:
         return "add_bias_kv=True (not supported)"
     if module.add_zero_attn:
@@ -64,14 +62,18 @@ class MultiheadAttention(nn.MultiheadAttention):
     the attention of each head is the online-softmax recurrence
     (Ojas.Attention.StreamCorrect.attention_forward_correct; masks by
     Ojas.Attention.Mask.stream_row_masked_keys; backward by
-    Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive). ``attn_mask`` (2-D
+    Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive). ``dropout`` applies to
+    the attention probabilities in training mode only, as in ``nn.MultiheadAttention``
+    (``dropout_p`` of :func:`ojas_ref.attention`: its own counter-based mask, not torch's
+    ``nn.Dropout`` draws, so the same seed gives other masks than torch's; no theorem covers
+    the dropout path as a whole: see :func:`ojas_ref.attention`). ``attn_mask`` (2-D
     [L, S] or 3-D [N * num_heads, L, S]) and ``key_padding_mask`` ([N, S]) follow
     ``nn.MultiheadAttention``: bool True = masked, float = added. ``is_causal`` is
     torch's hint that ``attn_mask`` is the causal mask; here the causal pattern and the
     mask are combined. Differences: a query row that every key is masked for gives zeros,
     not NaN; ``need_weights=True`` (the default of ``nn.MultiheadAttention``) needs the
     attention weights, which ojas never forms, so that call runs ``nn.MultiheadAttention``'s
-    own computation; dropout, ``add_bias_kv`` and ``add_zero_attn`` are refused.
+    own computation; ``add_bias_kv`` and ``add_zero_attn`` are refused.
     """
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor] = None,
@@ -82,7 +84,7 @@ class MultiheadAttention(nn.MultiheadAttention):
                                    attn_mask=attn_mask, average_attn_weights=average_attn_weights,
                                    is_causal=is_causal)
         reason = unsupported_reason(self)
-        if reason is not None and (self.training or not reason.startswith("attention dropout")):
+        if reason is not None:
             raise NotImplementedError(f"ojas_ref.MultiheadAttention: {reason}")
         if is_causal and attn_mask is None:
             raise RuntimeError("is_causal=True is a hint that attn_mask is the causal mask: pass attn_mask too "
@@ -110,7 +112,8 @@ class MultiheadAttention(nn.MultiheadAttention):
             mask = _keep_mask(attn_mask, shape, "attn_mask", q.dtype)
         if key_padding_mask is not None:
             mask = _combine(mask, _keep_mask(key_padding_mask, (N, 1, 1, S), "key_padding_mask", q.dtype))
-        out = attention(q, k, v, attn_mask=mask, is_causal=bool(is_causal) and L > 1)
+        out = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                        is_causal=bool(is_causal) and L > 1)
         out = F.linear(out.permute(2, 0, 1, 3).reshape(L, N, E), self.out_proj.weight, self.out_proj.bias)
         if self.batch_first and batched:
             out = out.transpose(0, 1)

@@ -33,11 +33,26 @@ The rounding error of the forward recurrence is bounded by
 ``Ojas.Attention.StreamError`` (``stream_row_error_bound``); the tests use it as
 their tolerance against the extracted oracle.
 
+Attention dropout (``dropout_p = p > 0``): the probabilities are multiplied by a keep mask
+Z and by c = 1 / (1 - p), O = (P * Z) V * c. Z is a counter-based function of a key drawn
+once per call and of the element's index (Philox-4x32-10, :func:`_dropout_keep`), so the
+backward pass recomputes it instead of storing it, and the Triton kernel computes the same
+Z. The theorems above are stated without dropout; what they say of it, over the reals: for
+one query row i the dropped output is the streamed row on the values c Z_ij v_j, and those
+theorems hold for any values, so ``stream_row_correct`` covers the forward row (l sums
+every probability, acc the kept ones), ``row_dscores_is_derive`` the row's
+dS = P * (dP' - D) with dP'_j = c Z_ij (dO . v_j) and D = dO . o, and ``dQ_row_is_derive``,
+``dK_row_is_derive`` the row's dQ and its terms of dK. No theorem covers the rest: dV (the
+chain rule through c Z_ij from ``dV_row_is_derive``'s values), the sums over the rows of a
+head (the whole-head theorems share one value row per key across rows, which a per-element
+mask breaks), the mask itself (its generator and its distribution: tested, not proved) or
+any of it in floating point. No theorem covers the dropout path as a whole.
+
 Semantics follow :func:`torch.nn.functional.scaled_dot_product_attention` (its
 layouts [..., H, S, E], empty dimensions included), with these differences, all written
 down in :func:`attention`: a fully masked row gives zeros and zero gradients (not NaN),
 ``attn_mask`` may be combined with ``is_causal`` (the conjunction, as ``visibility`` in
-the Coq file), ``dropout_p`` must be 0, double backward raises, the leading batch
+the Coq file), dropout draws its own mask (not SDPA's), double backward raises, the leading batch
 dimensions of query, key and value must be equal (not broadcast), E = 0 and a tensor
 ``scale`` are refused, and numpy bools are accepted for the flags. Under autocast the
 inputs are cast as SDPA's are.
@@ -47,7 +62,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -113,9 +128,9 @@ def _check_inputs(
     scale: Optional[float],
     enable_gqa: bool,
     window: Optional[int],
-) -> tuple[float, bool, Optional[int]]:
-    """Raise on a bad argument (the message names it); return the scale to use, is_causal
-    and window as Python scalars (numpy scalars are accepted)."""
+) -> tuple[float, float, bool, Optional[int]]:
+    """Raise on a bad argument (the message names it); return the scale to use, dropout_p,
+    is_causal and window as Python scalars (numpy scalars are accepted)."""
     _check_tensor("query", query, "[..., Hq, Sq, E]")
     _check_tensor("key", key, "[..., Hkv, Sk, E]")
     _check_tensor("value", value, "[..., Hkv, Sk, Ev]")
@@ -151,11 +166,7 @@ def _check_inputs(
     elif Hkv != Hq:
         raise ValueError(f"key/value have {Hkv} heads but query has {Hq}; pass enable_gqa=True for grouped-query "
                          "attention")
-    if isinstance(dropout_p, np.bool_) or not isinstance(dropout_p, numbers.Real):
-        raise TypeError(f"dropout_p must be a float, got {_type_name(dropout_p)}")
-    if dropout_p != 0:
-        raise NotImplementedError(f"dropout_p={dropout_p!r}: attention dropout is not supported; pass dropout_p=0 "
-                                  "(torch.nn.functional.scaled_dot_product_attention has dropout)")
+    dropout_p = _check_dropout_p(dropout_p)
     is_causal = _check_bool("is_causal", is_causal)
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, numbers.Integral):
@@ -167,12 +178,22 @@ def _check_inputs(
         full = (*batch, Hq, Sq, Sk) if query.dim() >= 3 else (Sq, Sk)
         _check_mask(attn_mask, query, full)
     if scale is None:
-        return 1.0 / math.sqrt(E), is_causal, window
+        return 1.0 / math.sqrt(E), dropout_p, is_causal, window
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a float or None, got {_type_name(scale)}")
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale), is_causal, window
+    return float(scale), dropout_p, is_causal, window
+
+
+def _check_dropout_p(dropout_p: object) -> float:
+    """dropout_p as a Python float in [0, 1] (a bool, numpy's included, is refused)."""
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a float, got {_type_name(dropout_p)}")
+    if not 0 <= dropout_p <= 1:  # NaN too
+        raise ValueError(f"dropout_p must be in [0, 1] (the probability that an attention probability is "
+                         f"dropped), got {dropout_p!r}")
+    return float(dropout_p)
 
 
 def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, ...]) -> None:
@@ -225,6 +246,95 @@ def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor
                          "detach it, or use impl='reference' for d(attn_mask)")
     require_kernel_device(query)
     return True
+
+
+# --------------------------------------------------------------------------
+# Attention dropout: a counter-based mask (Philox-4x32-10)
+# --------------------------------------------------------------------------
+
+# Philox-4x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) with
+# 10 rounds, as Random123 and Triton's ``tl.philox_impl`` compute it.
+_PHILOX_ROUND_A, _PHILOX_ROUND_B = 0xD2511F53, 0xCD9E8D57
+_PHILOX_KEY_A, _PHILOX_KEY_B = 0x9E3779B9, 0xBB67AE85
+_PHILOX_ROUNDS = 10
+_U32 = 0xFFFFFFFF
+_DROPOUT_BITS = 31  # the mask compares the top 31 bits of a Philox word with a threshold
+
+
+class _Dropout(NamedTuple):
+    """One call's attention dropout: the Philox key ``seed`` (int64 [2], two values in
+    [0, 2^32), on the inputs' device), ``threshold`` (an element is dropped iff the top 31
+    bits of its Philox word are below it) and ``scale`` (1 / (1 - p), 0 for p = 1)."""
+
+    seed: Tensor
+    threshold: int
+    scale: float
+
+
+def _mulhilo32(a: int, x: Tensor) -> tuple[Tensor, Tensor]:
+    """(high, low) 32-bit halves of ``a * x`` for a 32-bit constant a and int64 x in
+    [0, 2^32): x is split in 16-bit halves so that no int64 product overflows."""
+    upper = a * (x >> 16)  # < 2^48
+    t = a * (x & 0xFFFF) + ((upper & 0xFFFF) << 16)  # < 2^49
+    return (upper >> 16) + (t >> 32), t & _U32
+
+
+def _philox4x32(c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, k0: Tensor,
+                k1: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Philox-4x32-10 of the counter (c0, c1, c2, c3) under the key (k0, k1), all int64
+    tensors holding 32-bit unsigned values (broadcast together): the rounds of Triton's
+    ``tl.philox_impl`` (Random123's ``philox4x32_R``), bit for bit."""
+    for _ in range(_PHILOX_ROUNDS):
+        hi_b, lo_b = _mulhilo32(_PHILOX_ROUND_B, c2)
+        hi_a, lo_a = _mulhilo32(_PHILOX_ROUND_A, c0)
+        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
+        k0, k1 = (k0 + _PHILOX_KEY_A) & _U32, (k1 + _PHILOX_KEY_B) & _U32
+    return c0, c1, c2, c3
+
+
+def _dropout_args(dropout_p: float, device: torch.device) -> Optional[_Dropout]:
+    """None for dropout_p = 0; else the key drawn once for this call from torch's default
+    generator of ``device`` (``torch.manual_seed`` reproduces it; two values of
+    ``torch.randint``), the threshold round(p * 2^31) (at most 2^31 - 1) and 1 / (1 - p)."""
+    if dropout_p == 0:
+        return None
+    seed = torch.randint(0, 2**32, (2,), dtype=torch.int64, device=device)
+    threshold = min(round(dropout_p * 2**_DROPOUT_BITS), 2**_DROPOUT_BITS - 1)
+    return _Dropout(seed, threshold, 0.0 if dropout_p == 1 else 1.0 / (1.0 - dropout_p))
+
+
+def _dropout_keep(dropout: _Dropout, bh: Tensor, i: Tensor, j: Tensor) -> Tensor:
+    """Whether the probability of query row i, key j in head row bh = b * Hq + h is kept
+    (bool, broadcast over bh, i, j: int64 tensors). Element (bh, i, j) takes word j % 4 of
+    Philox-4x32-10 at the counter (j // 4, i, bh, 0) under the key ``dropout.seed``, and is
+    dropped iff that word's top 31 bits are below ``dropout.threshold`` (probability
+    threshold / 2^31, dropout_p rounded to a multiple of 2^-31). The kernels compute the
+    same function (``ojas_kernels.attention._dropout_keep``), so the mask does not depend on
+    the tiling and is recomputed in the backward pass, never stored."""
+    c0, c1, c2 = torch.broadcast_tensors(j >> 2, i, bh)
+    words = torch.stack(_philox4x32(c0, c1, c2, torch.zeros_like(c0), dropout.seed[0], dropout.seed[1]), dim=-1)
+    word = words.gather(-1, (c0 * 0 + (j & 3)).unsqueeze(-1)).squeeze(-1)
+    return (word >> (32 - _DROPOUT_BITS)) >= dropout.threshold
+
+
+def _dropout_keep_mask(dropout: _Dropout, batch: int, heads: int, seq_q: int, seq_k: int) -> Tensor:
+    """The whole [batch, heads, seq_q, seq_k] keep mask of :func:`_dropout_keep` (for tests)."""
+    device = dropout.seed.device
+    bh = torch.arange(batch * heads, device=device).view(batch, heads, 1, 1)
+    return _dropout_keep(dropout, bh, torch.arange(seq_q, device=device).unsqueeze(1),
+                         torch.arange(seq_k, device=device))
+
+
+def _tile_keep(dropout: Optional[_Dropout], shape: tuple[int, int, int], q0: int, q1: int, k0: int,
+               k1: int) -> Optional[Tensor]:
+    """The keep mask of one tile, [B, Hkv, G, q1 - q0, k1 - k0] for (B, Hkv, G) = shape
+    (query head h = hkv * G + g); None without dropout."""
+    if dropout is None:
+        return None
+    device = dropout.seed.device
+    bh = torch.arange(math.prod(shape), device=device).view(*shape, 1, 1)  # b * Hq + hkv * G + g
+    return _dropout_keep(dropout, bh, torch.arange(q0, q1, device=device).unsqueeze(1),
+                         torch.arange(k0, k1, device=device))
 
 
 # --------------------------------------------------------------------------
@@ -290,7 +400,7 @@ def _tile_scores(
 
 
 def _online_softmax_block_step(
-    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, value: Tensor
+    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, value: Tensor, keep: Optional[Tensor] = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One key tile of the forward pass: ``block_step`` of rocq/Attention/OnlineSoftmax.v.
 
@@ -307,12 +417,19 @@ def _online_softmax_block_step(
 
     m, l: [B, Hkv, G, tq]; acc: [B, Hkv, G, tq, Ev]; scores: [B, Hkv, G, tq, tk];
     value: [B, Hkv, tk, Ev] (shared by the G query heads of a group).
+
+    With dropout, ``keep`` ([B, Hkv, G, tq, tk] bool): l sums every p_j as above, acc only
+    the kept ones (acc' = exp(m - m') * acc + sum_j keep_j p_j v_j); the caller multiplies
+    the finalized output by 1 / (1 - dropout_p). Per row that is ``block_step`` on the
+    values keep_ij v_j (module docstring: what the theorems then cover).
     """
     m_new = torch.maximum(m, scores.amax(dim=-1))
     m_ref = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
     p = torch.exp(scores - m_ref.unsqueeze(-1))
     alpha = torch.exp(m - m_ref)
     l_new = alpha * l + p.sum(dim=-1)
+    if keep is not None:
+        p = p * keep
     acc_new = alpha.unsqueeze(-1) * acc + (p.flatten(2, 3) @ value).view(acc.shape)
     return m_new, l_new, acc_new
 
@@ -355,13 +472,16 @@ def _reference_forward(
     is_causal: bool,
     scale: float,
     window: Optional[int],
+    dropout: Optional[_Dropout] = None,
     block_q: int = _BLOCK_Q,
     block_k: int = _BLOCK_K,
 ) -> tuple[Tensor, Tensor]:
     """``attention_forward`` of rocq/Attention/OnlineSoftmax.v for all heads: ``stream``
     over key tiles of block_k keys, then ``finalize``, for each tile of block_q query rows.
     Returns out [B, Hq, Sq, Ev] and lse [B, Hq, Sq], both in the compute dtype (float32,
-    float64 for float64 inputs)."""
+    float64 for float64 inputs). With ``dropout`` the output is that of the kept
+    probabilities times 1 / (1 - p) (:func:`_online_softmax_block_step`); lse is that of
+    all of them, as without dropout."""
     dtype = _compute_dtype(query.dtype)
     q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
     B, Hkv, G, Sq, _ = q.shape
@@ -379,8 +499,14 @@ def _reference_forward(
             visible = _tile_visibility(q0, q1, k0, k1, is_causal, window, q.device)
             mask_t = None if mask is None else mask[..., q0:q1, k0:k1]
             s = _tile_scores(q_t, k[:, :, k0:k1], scale, mask_t, visible)
-            m, l, acc = _online_softmax_block_step(m, l, acc, s, v[:, :, k0:k1])
+            keep = _tile_keep(dropout, (B, Hkv, G), q0, q1, k0, k1)
+            if keep is None:
+                m, l, acc = _online_softmax_block_step(m, l, acc, s, v[:, :, k0:k1])
+            else:
+                m, l, acc = _online_softmax_block_step(m, l, acc, s, v[:, :, k0:k1], keep)
         out[..., q0:q1, :], lse[..., q0:q1] = _finalize(m, l, acc)
+        if dropout is not None:
+            out[..., q0:q1, :] *= dropout.scale
     Hq = Hkv * G
     return out.view(B, Hq, Sq, Ev), lse.view(B, Hq, Sq)
 
@@ -397,6 +523,7 @@ def _reference_backward(
     scale: float,
     window: Optional[int],
     mask_grad: bool,
+    dropout: Optional[_Dropout] = None,
     block_q: int = _BLOCK_Q,
     block_k: int = _BLOCK_K,
 ) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
@@ -408,7 +535,11 @@ def _reference_backward(
     Ojas.Attention.GroupedQuery.gqa_dV_is_derive). With mask_grad, also d(attn_mask) = dS
     (Ojas.Attention.AdditiveMask.attention_dbias_is_derive) summed over the mask's
     broadcast dimensions (that sum is covered by no theorem). out and lse are in the compute dtype (as the forward returns
-    them); the gradients come back in the input dtypes."""
+    them); the gradients come back in the input dtypes.
+
+    With ``dropout`` the keep mask Z of the forward pass is recomputed (never stored) and,
+    c = 1 / (1 - p): dV = (P * Z)^T dO * c, dP = (dO V^T) * Z * c, dS = P * (dP - D) with
+    D = rowsum(dO * O) of the dropped output O (FlashAttention-2's dropout backward)."""
     dtype = _compute_dtype(query.dtype)
     q, k, v, mask = _grouped(query, key, value, attn_mask, dtype)
     B, Hkv, G, Sq, E = q.shape
@@ -433,13 +564,21 @@ def _reference_backward(
             s = _tile_scores(q_t, k[:, :, k0:k1], scale, mask_t, visible)
             p = torch.exp(s - lse_ref[..., q0:q1].unsqueeze(-1)).flatten(2, 3)
             do_f = do_t.flatten(2, 3)
-            dv[:, :, k0:k1] += p.transpose(-1, -2) @ do_f
             dp = do_f @ v[:, :, k0:k1].transpose(-1, -2)
+            keep = _tile_keep(dropout, (B, Hkv, G), q0, q1, k0, k1)
+            if keep is None:
+                dv[:, :, k0:k1] += p.transpose(-1, -2) @ do_f
+            else:
+                keep = keep.flatten(2, 3)
+                dv[:, :, k0:k1] += (p * keep).transpose(-1, -2) @ do_f
+                dp = dp * keep * dropout.scale
             ds = p * (dp - D[..., q0:q1].flatten(2, 3).unsqueeze(-1))
             dq[:, :, :, q0:q1] += (scale * (ds @ k[:, :, k0:k1])).view(B, Hkv, G, tq, E)
             dk[:, :, k0:k1] += scale * (ds.transpose(-1, -2) @ q_t.flatten(2, 3))
             if dmask4 is not None:
                 _accumulate_mask_grad(dmask4, ds.view(B, Hkv * G, tq, k1 - k0), q0, q1, k0, k1)
+    if dropout is not None:
+        dv *= dropout.scale
     dmask = None if dmask4 is None else dmask4.view(attn_mask.shape).to(attn_mask.dtype)
     return (dq.view(query.shape).to(query.dtype), dk.to(key.dtype), dv.to(value.dtype), dmask)
 
@@ -464,10 +603,10 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
     cancel that error against a component shared by all keys (large when the scores are)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window):
-        out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window)
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, dropout):
+        out, lse = _reference_forward(query, key, value, attn_mask, is_causal, scale, window, dropout)
         ctx.save_for_backward(query, key, value, attn_mask, out, lse)
-        ctx.is_causal, ctx.scale, ctx.window = is_causal, scale, window
+        ctx.is_causal, ctx.scale, ctx.window, ctx.dropout = is_causal, scale, window, dropout
         return out.to(query.dtype)
 
     @staticmethod
@@ -477,9 +616,10 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
         mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
         with autocast_off(grad_out.device.type):  # backward may run under the caller's autocast
             dq, dk, dv, dmask = _reference_backward(
-                query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad
+                query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad,
+                ctx.dropout
             )
-        return dq, dk, dv, dmask, None, None, None
+        return dq, dk, dv, dmask, None, None, None, None
 
 
 # --------------------------------------------------------------------------
@@ -520,8 +660,23 @@ def attention(
 
     A fully masked row gives output zeros, lse -inf and zero gradients
     (Ojas.Attention.Mask; SDPA's math backend gives zeros too in torch 2.13, other
-    backends and versions may give NaN). Dropout is not supported: a nonzero ``dropout_p``
-    raises NotImplementedError (0 is accepted as a float, an int or a numpy scalar).
+    backends and versions may give NaN).
+
+    ``dropout_p`` in [0, 1] (a float, an int or a numpy scalar; not a bool): as SDPA's, it
+    applies whenever it is nonzero, whatever the training mode (a module passes
+    ``self.dropout if self.training else 0.0``): each attention probability P_ij is dropped
+    with probability p and the kept ones are scaled by 1 / (1 - p), after the softmax (the
+    normaliser sums every probability); p = 1 gives zeros and zero gradients, as SDPA. The
+    mask is not SDPA's: element (b, h, i, j) of the [B, Hq, Sq, Sk] probabilities (b the
+    flattened leading dimensions) is dropped iff the top 31 bits of word j % 4 of
+    Philox-4x32-10 at the counter (j // 4, i, b * Hq + h, 0) are below round(p * 2^31), the
+    key being two values drawn once per call by ``torch.randint`` from the default generator
+    of the inputs' device (so ``torch.manual_seed`` reproduces it, consecutive calls differ,
+    and ``torch.utils.checkpoint``'s recomputation, which restores the generators, redraws
+    the same mask). Both implementations compute that mask, recomputing it in the backward
+    pass (nothing stored); the backward is FlashAttention-2's: dP = (dO V^T) * Z / (1 - p),
+    dS = P * (dP - D) with D = rowsum(dO * O). Which theorems cover what: module docstring
+    (per row over the reals, not the whole path).
 
     Empty dimensions (B, heads, Sq, Sk or Ev of 0) give what SDPA gives: an output of the
     full shape, zeros when Sk = 0 (every row is fully masked: ``stream_row_fully_masked``
@@ -591,18 +746,20 @@ def attention(
     refuse_function_transforms("attention")
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
-    scale, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                                             window)
+    scale, dropout_p, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                        enable_gqa, window)
     q, k, v, mask = _as_4d(query, key, value, attn_mask)
+    dropout = _dropout_args(dropout_p, query.device)  # drawn whichever implementation runs
     with autocast_off(query.device.type):
         # The kernel refuses Hkv = 0; with no heads there is nothing to compute, and the
         # reference returns the empty output (and empty gradients).
         if _resolve_impl(impl, query, attn_mask) and k.shape[1] > 0:
             from ojas_kernels.attention import flash_attention
 
-            out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, window=window, attn_mask=mask)
+            out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, window=window, attn_mask=mask,
+                                  dropout_p=dropout_p, dropout_seed=None if dropout is None else dropout.seed)
         else:
-            out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window)
+            out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window, dropout)
     return out.reshape(*query.shape[:-1], value.shape[-1])
 
 
@@ -628,8 +785,9 @@ def attention_forward(
     """
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
-    scale, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                                             window)
+    scale, dropout_p, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                        enable_gqa, window)
+    dropout = _dropout_args(dropout_p, query.device)
     with torch.no_grad(), autocast_off(query.device.type):
-        out, lse = _reference_forward(*_as_4d(query, key, value, attn_mask), is_causal, scale, window)
+        out, lse = _reference_forward(*_as_4d(query, key, value, attn_mask), is_causal, scale, window, dropout)
     return out.to(query.dtype).reshape(*query.shape[:-1], value.shape[-1]), lse.reshape(query.shape[:-1])
