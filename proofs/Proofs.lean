@@ -7,4 +7,5 @@ import Proofs.Lists
 import Proofs.OnlineSoftmax
 import Proofs.CrossEntropy
 import Proofs.Reversible
+import Proofs.OptimizerInBackward
 import Proofs.Audit

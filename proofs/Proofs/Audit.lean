@@ -3,6 +3,7 @@ import Proofs.CoreAudit
 import Proofs.OnlineSoftmax
 import Proofs.CrossEntropy
 import Proofs.Reversible
+import Proofs.OptimizerInBackward
 /-!
 # Axiom audit
 
@@ -40,3 +41,7 @@ any axiom, `sorryAx` included, fails the check, and so does a name listed here t
 #print axioms Ojas.Reversible.stack_forward_inverse
 #print axioms Ojas.Reversible.backprop_reversible_correct
 #print axioms Ojas.Reversible.backprop_coupling
+
+-- (d) optimizer in backward
+#print axioms Ojas.OptimizerInBackward.fused_inv
+#print axioms Ojas.OptimizerInBackward.fused_eq_standard
