@@ -160,6 +160,14 @@ benchmarks/RESULTS.md).  Tested: ``tests/test_optimizer_in_backward_host_state.p
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
 ``optimizer_class``'s, so checkpoints load into either.
+
+Where the loop around the optimizer meets these updates (no theorem; bitwise tests in
+``tests/test_optimizer_in_backward_semantics.py``): after ``zero_grad(set_to_none=False)``
+a parameter without a gradient in a step is stepped at ``step()`` on a zero gradient,
+as ``torch.optim`` steps its zeroed ``.grad``; between backward and ``step()`` the
+``.grad`` of an updated parameter is a placeholder whose every use raises
+(``clip_grad_norm_`` there would clip an update that already ran: pass
+``max_grad_norm``); see :class:`InBackwardOptimizer`.
 """
 
 from __future__ import annotations
@@ -482,7 +490,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             of rows it computes their whole gradient over all tokens (from the forward's lse),
             adds the chunk's part of the hidden states' gradient with the rows not yet updated,
             steps the rows with plain SGD and drops their gradient, so no ``[V, D]`` gradient
-            exists (one ``[vocab chunk, D]`` at a time) and the head's ``.grad`` stays None.
+            exists (one ``[vocab chunk, D]`` at a time) and the head's ``.grad`` holds no gradient
+            (the placeholder of an updated parameter until ``step()``, then None).
             Equal to backward then ``SGD.step()``:
             Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard (an instance of
             Ojas.OptimizerInBackward.Equivalence.fused_eq_standard, over any scalars); in floats
@@ -500,7 +509,12 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             a second backward through the same graph. A use of the head after the loss (a
             regulariser) raises in the backward: autograd's in-place check, or this optimizer's
             hook. The tied check walks the autograd graph of the loss's input at each forward
-            (Python, once per node). A backward that raises after some chunks were updated (out
+            (Python, once per node). Several forwards of the loss and one backward of their summed
+            losses: the head's update needs the sum of their gradients, which no one loss's
+            backward has, so in that backward pass every loss returns the head's gradient and it is
+            updated in its hook (the dense path for that step: its ``[V, D]`` gradient exists;
+            bitwise the standard loop); a forward whose loss is alive but not back-propagated in
+            the pass does not count. A backward that raises after some chunks were updated (out
             of memory) leaves those rows updated: the step cannot be undone. The PyTorch reference updates each vocabulary chunk (``chunk_size``) after its
             dH part (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard); the Triton
             kernel runs its 4-product schedule, dH in the forward, then each vocabulary slab's
@@ -517,7 +531,28 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     gradient; back-propagate the sum of the losses, or set ``accumulation_steps``).  ``zero_grad()`` may stay:
     it clears the gradients that exist (none after an update) and the updates left
     pending by a backward pass that raised; without it, the next backward raises
-    rather than step a parameter twice.  Learning-rate schedulers work: they change
+    rather than step a parameter twice.  Without any ``zero_grad()`` call each step
+    uses its own gradients, as after ``zero_grad(set_to_none=True)`` (``torch.optim``
+    would add the old gradients in).  ``zero_grad(set_to_none=False)`` keeps
+    ``torch.optim``'s semantics: every parameter that got a gradient since the last
+    ``zero_grad(set_to_none=True)`` is stepped at every ``step()``, on a zero gradient
+    when its backward gave it none (weight decay, momentum; plain SGD's zero step is
+    the identity and is skipped), and a gradient is ``0.0 + g`` (``-0.0`` becomes
+    ``+0.0``), as accumulated into the zeroed ``.grad``; bitwise the standard loop,
+    with clipping (the zero gradients' norms are counted) and accumulation.  Only this
+    optimizer's ``zero_grad`` is seen: ``nn.Module.zero_grad(set_to_none=False)``
+    after ``step()`` finds no ``.grad`` and acts as ``set_to_none=True``.
+
+    Between backward and ``step()`` the ``.grad`` of each updated parameter (not of an
+    FSDP2 shard: None) is a placeholder without memory (:class:`_ConsumedGrad`) whose
+    every use raises: code that ``torch.optim``'s loop runs there on the gradients
+    (``clip_grad_norm_`` / ``clip_grad_value_``, a gradient norm,
+    ``zero_grad(set_to_none=False)``, ``GradScaler.unscale_``) would act after the
+    update, so it is refused (``clip_grad_norm_`` used to find no gradient, return 0.0
+    and clip nothing); clip with ``max_grad_norm``.  ``step()`` (and
+    ``zero_grad(set_to_none=True)``, :meth:`remove_hooks`) sets it back to None, before
+    the next backward pass; one that adds a gradient into it raises (the second
+    backward without ``step()`` above).  Learning-rate schedulers work: they change
     ``param_groups[i]["lr"]`` and the next update reads it.  Save checkpoints
     after an update (gradients of an unfinished accumulation are not optimizer
     state, as in ``torch.optim``).  A parameter has at most one
