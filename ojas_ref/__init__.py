@@ -32,6 +32,8 @@ name under ``ojas_ref/primitives/`` (``ojas_ref/primitives/attention.py``, ...;
 module's internals with ``importlib.import_module("ojas_ref.primitives.attention")``.
 """
 
+import importlib.metadata
+
 from ojas_ref.integrations.modules import LinearCrossEntropyLoss, MultiheadAttention
 from ojas_ref.integrations.optimize import optimize_model, revert_model
 from ojas_ref.primitives.attention import attention
@@ -45,3 +47,8 @@ from ojas_ref.primitives.swiglu import SwiGLU, swiglu
 __all__ = ["attention", "linear_cross_entropy", "optimize_model", "relu", "relu_squared_linear", "revert_model",
            "rms_norm", "swiglu", "AdditiveCoupling", "InBackwardOptimizer", "LinearCrossEntropyLoss",
            "MultiheadAttention", "RMSNorm", "ReLU", "ReversibleSequence", "SwiGLU", "SymplecticCoupling"]
+
+try:
+    __version__: str = importlib.metadata.version("ojas-ref")
+except importlib.metadata.PackageNotFoundError:  # a source tree used without installing it
+    __version__ = "0+unknown"

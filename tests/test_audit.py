@@ -60,3 +60,47 @@ def test_proofs_name_a_missing_tool(monkeypatch):
     monkeypatch.setattr(pa.shutil, "which", lambda name: None if name == "make" else real_which(name))
     with pytest.raises(pa.SourcesMissing, match="needs make, not found on PATH"):
         pa.run_audit()
+
+
+def _cites_a_theorem() -> None:
+    """Backed by Ojas.Fake.theorem."""
+
+
+def _stub_audit(monkeypatch: pytest.MonkeyPatch, skipped: bool, failing: bool = False) -> None:
+    """``audit.run`` on two stand-in implementations (one skipped when ``skipped``), the proofs and
+    the oracle stubbed: what the verdict says about skipped checks, nothing else."""
+    ran = audit.Implementation("ran", _cites_a_theorem, [{}], lambda case, seed: ["differs"] if failing else [])
+    other = audit.Implementation("kernel", _cites_a_theorem, [{}], lambda case, seed: [],
+                                 "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)" if skipped else None)
+    monkeypatch.setattr(audit.pa, "require_sources", lambda: None)
+    monkeypatch.setattr(audit, "proof_status", lambda: ({"Ojas.Fake.theorem": "proved, audited"}, True))
+    monkeypatch.setattr(audit, "implementations", lambda: [ran, other])
+    monkeypatch.setattr(audit, "ensure_oracle", lambda: None)
+
+
+def test_audit_is_ok_only_when_every_check_ran(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A skipped check (a Triton kernel without CUDA or TRITON_INTERPRET=1) makes the audit
+    INCOMPLETE, exit 3, naming it; --allow-skip exits 0 and still says INCOMPLETE."""
+    _stub_audit(monkeypatch, skipped=False)
+    assert audit.run() == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "audit: OK"
+    _stub_audit(monkeypatch, skipped=True)
+    assert audit.run() == 3
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == ("audit: INCOMPLETE: every check that ran held; 1 of 2 differential checks were skipped: kernel "
+                    "(no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU))")
+    assert audit.run(allow_skip=True) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("audit: INCOMPLETE (allowed by --allow-skip): ") and "OK" not in last
+    _stub_audit(monkeypatch, skipped=True, failing=True)
+    assert audit.run(allow_skip=True) == 1  # a failure is a failure, skipped checks or not
+    assert capsys.readouterr().out.splitlines()[-1] == "audit: PROBLEMS FOUND (see above)"
+
+
+def test_cli_audit_allow_skip(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from ojas_ref.tools.cli import main
+
+    _stub_audit(monkeypatch, skipped=True)
+    assert main(["audit", "--quick"]) == 3
+    assert main(["audit", "--quick", "--allow-skip"]) == 0
+    assert "INCOMPLETE" in capsys.readouterr().out

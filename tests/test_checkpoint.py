@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -130,3 +131,31 @@ def test_sigkill_while_writing_keeps_previous(tmp_path: Path, where: str) -> Non
     else:  # complete but never renamed: not picked, though it is checkpoint 2
         assert _equal(ckpt.load_checkpoint(temporaries[0]), _state(2))
     assert ckpt.remove_temporaries(tmp_path) == temporaries
+
+
+def test_lock_directory_refuses_a_second_holder(tmp_path: Path) -> None:
+    """One holder at a time, in this process or another; the lock file names the holder, and the
+    lock goes with the holder (released on exit, also when the holder is killed)."""
+    with ckpt.lock_directory(tmp_path, what="--out-dir") as lock:
+        assert lock == tmp_path / ".lock" and lock.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(ckpt.DirectoryLocked, match=rf"^--out-dir {re.escape(repr(str(tmp_path)))} is in use by "
+                                                        rf"another run \(process {os.getpid()} holds"):
+            with ckpt.lock_directory(tmp_path, what="--out-dir"):
+                pass
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from ojas_ref.tools import checkpoint as ckpt
+        with ckpt.lock_directory({str(tmp_path)!r}):
+            print("READY", flush=True)
+            time.sleep(600)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "READY"
+        with pytest.raises(ckpt.DirectoryLocked, match=f"process {holder.pid} holds"):
+            with ckpt.lock_directory(tmp_path):
+                pass
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases the lock
+        holder.wait(timeout=30)
+    with ckpt.lock_directory(tmp_path):
+        assert [p.name for p in tmp_path.iterdir()] == [".lock"]

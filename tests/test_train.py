@@ -365,6 +365,8 @@ def test_cuda_run_refused_before_the_model_is_built(tmp_path: Path, cache: str, 
         raise RuntimeError("built")
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past train's check of the device
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(train_module, "_build", build)
     config = small(tmp_path / "run", cache, device="cuda", in_backward=False)
     expected = _planned_peak(config, 512, dtype="fp32", ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
@@ -546,3 +548,205 @@ def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: 
     config = small(tmp_path, cache, max_grad_norm=None, split_checkpoints=True, **base)
     fits = train_module.check_fits(config, train_module._meta_model(config, 512), 2**40, "cuda:0")
     assert fits is not None and fits.setting.split and fits.setting.checkpoint
+
+
+# Files and errors (issue 33 items 3, 4, 11, 12; issue 34 items 5 and 7).
+
+def test_a_second_run_into_a_locked_out_dir_is_refused_at_once(tmp_path: Path, cache: str,
+                                                               capsys: pytest.CaptureFixture,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run in a subprocess holds --out-dir (stopped half-way through its step-8 checkpoint); a
+    second run into it, new or resumed, exits 2 naming the directory and the holder before
+    reading the corpus; once the holder is gone the directory is free."""
+    config = small(tmp_path, cache, **RUNS["in-backward"])
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill",
+                               str(Path(__file__).parent)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert runner.stdout.readline().strip() == "READY"
+        monkeypatch.setattr(train_module, "read_corpus", lambda *a: pytest.fail("the corpus was read"))
+        for extra in ([], ["--resume", "latest"]):
+            assert main(["train"] + _cli_args(config) + extra) == 2
+            err = capsys.readouterr().err
+            assert f"--out-dir {str(tmp_path)!r} is in use by another run (process {runner.pid} holds" in err, err
+    finally:
+        runner.kill()
+        runner.wait(timeout=30)
+    monkeypatch.undo()
+    assert train(dataclasses.replace(config, resume="latest")).step == 12
+
+
+def test_resume_without_a_checkpoint_keeps_the_log(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+    """A run killed before its first checkpoint leaves a log and no checkpoint: --resume refuses,
+    naming what is there, and the log is left as it was (it used to restart and overwrite it)."""
+    config = small(tmp_path, cache, steps=6, checkpoint_every=6)
+    train(config)
+    for _, path in ckpt.list_checkpoints(tmp_path / "checkpoints"):
+        path.unlink()  # as if killed before the step-6 checkpoint
+    log = (tmp_path / "train.jsonl").read_bytes()
+    assert main(["train", "--resume"] + _cli_args(config)) == 2
+    err = capsys.readouterr().err
+    assert (f"--resume latest: --out-dir {str(tmp_path)!r} holds train.jsonl of 6 step(s), no checkpoint: the run "
+            "stopped before its first checkpoint, so there is nothing to resume from") in err
+    assert (tmp_path / "train.jsonl").read_bytes() == log
+    with pytest.raises(ValueError, match="holds no checkpoint to resume from"):
+        train(small(tmp_path / "empty", cache, resume="latest"))
+
+
+def test_resume_does_not_mix_runs(tmp_path: Path, cache: str) -> None:
+    """--resume FILE of another directory into a directory holding a run, and --stop-after at or
+    before the checkpoint's step, are refused before anything is written."""
+    first = train(small(tmp_path / "a", cache, steps=4)).checkpoint
+    train(small(tmp_path / "b", cache, steps=4))
+    log = (tmp_path / "b" / "train.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="is a checkpoint of another directory.*resume into an empty --out-dir"):
+        train(small(tmp_path / "b", cache, steps=4, resume=str(first)))
+    assert (tmp_path / "b" / "train.jsonl").read_bytes() == log
+    stopped = train(small(tmp_path / "c", cache, steps=8, stop_after=6)).checkpoint
+    with pytest.raises(ValueError, match=r"--stop-after 5 is not after the step of the checkpoint resumed \(6"):
+        train(small(tmp_path / "c", cache, steps=8, resume="latest", stop_after=5))
+    assert train(small(tmp_path / "d", cache, steps=8, resume=str(stopped))).step == 8  # into an empty one
+
+
+def test_divergence_advice_is_what_works(tmp_path: Path, cache: str) -> None:
+    """The advice is a new run with a lower lr, more warm-up or clipping, in another directory: a
+    resume with a changed lr is refused, as the message says."""
+    config = small(tmp_path, cache, steps=10, max_grad_norm=None)
+    path = train(dataclasses.replace(config, stop_after=5)).checkpoint
+    state = ckpt.load_checkpoint(path)
+    state["model"]["model.norm.weight"][0] = float("nan")
+    ckpt.save_checkpoint(path, state)
+    with pytest.raises(TrainingDiverged) as info:
+        train(dataclasses.replace(config, resume="latest"))
+    message = str(info.value)
+    assert "resume from it" not in message
+    assert message.endswith("A resume keeps the setting and would diverge again: start a new run in another "
+                            "--out-dir with a lower --lr (this run: 0.01), more --warmup-steps (this run: 3) or "
+                            "clipping, e.g. --max-grad-norm 1.0 (this run: none)")
+    with pytest.raises(ValueError, match="changes the computation"):
+        train(dataclasses.replace(config, resume="latest", lr=1e-3))
+    advised = train(dataclasses.replace(config, out_dir=str(tmp_path / "new"), lr=1e-3, max_grad_norm=1.0))
+    assert advised.step == 10 and all(math.isfinite(loss) for _, loss in advised.losses)
+
+
+def test_bad_device_and_out_dir_exit_2_with_a_message(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    config = small(tmp_path / "run", cache, steps=2)
+    args = _cli_args(config)
+    file = tmp_path / "file"
+    file.write_text("")
+    cases = [
+        (["--device", "bogus"], "device (--device) must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'bogus'"),
+        (["--device", "cuda"], "device (--device) 'cuda': CUDA is not available here"),
+        (["--out-dir", str(file / "run")], f"--out-dir {str(file / 'run')!r}: cannot create the directory"),
+        (["--out-dir", str(file)], f"--out-dir {str(file)!r} is a file, not a directory"),
+        (["--threads", "0"], "threads (--threads) must be None (automatic) or an int >= 1, got 0"),
+    ]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for extra, message in cases:
+        assert main(["train"] + args + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (extra, err)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["train"] + args + ["--device", "cuda:1"]) == 2
+    assert "device (--device) 'cuda:1': this machine has 1 CUDA device(s), cuda:0 to cuda:0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(tmp_path: Path, cache: str,
+                                                              capsys: pytest.CaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while the step-8 checkpoint is written: exit 3 naming the file and the step-4
+    checkpoint, which a resume then continues from, bitwise the uninterrupted run."""
+    import errno
+
+    config = small(tmp_path, cache, **RUNS["in-backward"])
+    save = ckpt.save_checkpoint
+
+    def full_disk(path: Path, state: dict) -> Path:
+        if Path(path).name == "step-00000008.ckpt":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return save(path, state)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", full_disk)
+    assert main(["train"] + _cli_args(config)) == 3
+    err = capsys.readouterr().err
+    four = ckpt.checkpoint_path(tmp_path / "checkpoints", 4)
+    assert (f"ojas train: cannot write {ckpt.checkpoint_path(tmp_path / 'checkpoints', 8)} (No space left on device); "
+            f"the last complete checkpoint is {four}: free space (or fix the path) and continue with --resume latest"
+            ) in err
+    monkeypatch.undo()
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == four
+
+
+def test_warmup_longer_than_the_run_is_said(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+    config = small(tmp_path, cache, steps=5, warmup_steps=50)
+    assert main(["train", "--dry-run"] + _cli_args(config)) == 0
+    out = capsys.readouterr().out
+    assert ("schedule   5 steps, all inside the 50-step warm-up: the lr rises to 0.001 and never reaches --lr 0.01 "
+            "(warning: lower --warmup-steps to at most --steps to reach it)") in out
+    train(config)
+    assert ("ojas train: warning: warmup_steps (--warmup-steps 50) is above steps (--steps 5): the whole run is "
+            "warm-up and the lr never reaches --lr 0.01") in capsys.readouterr().err
+
+
+def test_threads_default_override_and_restore(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half the cores (1 to 4), OMP_NUM_THREADS kept, --threads wins; set for the run only."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for cores, threads in ((1, 1), (2, 1), (3, 1), (8, 4), (64, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert train_module.default_threads() == threads
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    seen = []
+    original = train_module._build
+
+    def build(*args):
+        seen.append(torch.get_num_threads())
+        return original(*args)
+
+    monkeypatch.setattr(train_module, "_build", build)
+    before = torch.get_num_threads()
+    train(small(tmp_path / "auto", cache, steps=1))
+    assert "threads    3 intra-op CPU thread(s) (automatic: half of this process's 6 core(s), at most 4" in (
+        capsys.readouterr().err)
+    train(small(tmp_path / "flag", cache, steps=1, threads=2))
+    assert "threads    2 intra-op CPU thread(s) (--threads)" in capsys.readouterr().err
+    assert seen == [3, 2] and torch.get_num_threads() == before
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert train_module.default_threads() == torch.get_num_threads()
+    assert "(OMP_NUM_THREADS=5; --threads N to choose)" in train_module.describe(small(tmp_path, cache))
+
+
+def test_cli_messages_for_runs_already_there(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+    """--dry-run warns that --out-dir holds a run; a new run there is refused in the CLI's words;
+    --resume on a finished run says it is finished (it printed ``loss nan -> nan``)."""
+    config = small(tmp_path, cache, steps=3)
+    assert main(["train"] + _cli_args(config)) == 0
+    capsys.readouterr()
+    assert main(["train", "--dry-run"] + _cli_args(config)) == 0
+    held = (f"--out-dir {str(tmp_path)!r} holds a run already (train.jsonl of 3 step(s), checkpoints up to step 3): "
+            "continue it with --resume latest, or pass another --out-dir")
+    assert f"ojas train: warning: {held}" in capsys.readouterr().err
+    assert main(["train"] + _cli_args(config)) == 2
+    assert f"ojas train: {held}" in capsys.readouterr().err
+    assert main(["train", "--resume"] + _cli_args(config)) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out
+    assert (f"ojas train: the run in {tmp_path} is finished (step 3 of 3, checkpoint "
+            f"{ckpt.checkpoint_path(tmp_path / 'checkpoints', 3)}): nothing to resume") in out
+
+
+def test_plot_has_the_setting_and_memory_from_zero(tmp_path: Path, cache: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    train(small(tmp_path, cache, steps=3))
+    figure = figures[-1]
+    assert figure._suptitle.get_text() == (
+        "ojas train: Llama preset 'nano', 0.05M parameters, float32 on cpu\n3 steps of 4 x 32 tokens, lr 0.01 "
+        "(3 warm-up, cosine), AdamW in backward, clip 1.0, optimize_model on")
+    assert figure.axes[1].get_ylim()[0] == 0

@@ -31,7 +31,17 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
   is checked before the update; fused into backward, the update has run when the gradient is
-  whole, so the parameters are checked after it.
+  whole, so the parameters are checked after it. A resume keeps the setting, so the advice is a
+  new run (another ``out_dir``) with a lower ``lr``, more ``warmup_steps`` or clipping.
+* Files: ``out_dir`` is locked (:func:`ojas_ref.tools.checkpoint.lock_directory`) from before the
+  corpus is read to the end of the run, so a second run into it is refused at once
+  (:class:`~ojas_ref.tools.checkpoint.DirectoryLocked`); a resume needs a checkpoint (a log
+  without one is refused, never overwritten) and cuts the log back to the checkpoint's step; a
+  failed write (a full disk) raises :class:`OutputError` naming the file and the last complete
+  checkpoint.
+* Threads: :func:`default_threads` intra-op threads on the CPU unless ``threads`` is given: the
+  cores this process may use, halved (at most 4), so that one other busy process does not stall
+  the step; ``OMP_NUM_THREADS``, when set, is kept.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import signal
 import sys
@@ -58,8 +69,9 @@ from ojas_ref.tools import plan as planner
 from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
 from ojas_ref.tools.data import vocab_size as tokenizer_size
 
-__all__ = ["PRESETS", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "add_arguments",
-           "check_fits", "describe", "learning_rate", "plan_line", "predict_peak", "run_command", "train"]
+__all__ = ["EXIT_CODES", "PRESETS", "OutputError", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged",
+           "add_arguments", "check_fits", "default_threads", "describe", "learning_rate", "plan_line", "predict_peak",
+           "run_command", "train"]
 
 def _llama_shape(model: planner.Model) -> dict[str, int]:
     """The config fields of a planner preset that ``ojas train`` takes (the vocabulary comes
@@ -79,7 +91,16 @@ PRESETS: dict[str, dict[str, int]] = {
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: settings a resumed run may change (they do not change the computation)
 RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "progress", "checkpoint_every", "keep_checkpoints",
-                               "cache_dir", "out_dir", "device"})
+                               "cache_dir", "out_dir", "device", "threads"})
+#: ``ojas train``'s exit status (:func:`run_command`)
+EXIT_CODES = {0: "the run finished, stopped at --stop-after, or was finished already",
+              1: "the training diverged (a NaN/inf loss or gradient)",
+              2: "a bad setting: an option, a path, a device, a resume that cannot be done, --out-dir in use by "
+                 "another run, or a step predicted not to fit in the GPU's free memory",
+              3: "a file of the run could not be written (e.g. a full disk); the last complete checkpoint is intact",
+              "128+N": "stopped by signal N (SIGTERM: 143, Ctrl-C: 130) after writing a checkpoint of the last step; "
+                       "a second Ctrl-C stops at once, without one"}
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 LOG_NAME, PLOT_NAME, TOKENIZER_NAME, CHECKPOINT_DIR = "train.jsonl", "loss.png", "tokenizer.json", "checkpoints"
 
 
@@ -126,6 +147,8 @@ class TrainConfig:
     resume: Optional[str] = None
     stop_after: Optional[int] = None
     progress: bool = True
+    #: intra-op CPU threads (torch.set_num_threads); None: :func:`default_threads`
+    threads: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -150,6 +173,11 @@ class TrainConfig:
                              "InBackwardOptimizer streams its state from host memory")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"device (--device) must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"threads (--threads) must be None (automatic) or an int >= 1, got {self.threads!r}")
         for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -218,6 +246,11 @@ class TrainingDiverged(RuntimeError):
 
 class PlanDoesNotFit(ValueError):
     """The predicted peak of a step exceeds the free device memory (a bad setting: ``ojas train`` exits 2)."""
+
+
+class OutputError(RuntimeError):
+    """A file of the run could not be written (a full disk, ...): the message names it and the last
+    complete checkpoint (``ojas train`` exits 3)."""
 
 
 #: TrainConfig's dtypes as the planner's
@@ -351,6 +384,61 @@ def _device(config: TrainConfig) -> torch.device:
     return torch.device(config.device)
 
 
+def _check_device(device: torch.device) -> None:
+    """A ValueError naming ``device`` when this machine does not have it."""
+    if device.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        why = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        raise ValueError(f"device (--device) {str(device)!r}: CUDA is not available here ({why}, torch "
+                         f"{torch.__version__}); use --device cpu or --device auto")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise ValueError(f"device (--device) {str(device)!r}: this machine has {count} CUDA device(s), "
+                         f"cuda:0 to cuda:{count - 1}")
+
+
+def default_threads() -> int:
+    """The intra-op CPU threads of a run without ``threads``: ``torch.get_num_threads()`` when
+    ``OMP_NUM_THREADS`` is set (the user's choice), else half the cores this process may use
+    (``os.sched_getaffinity``), at least 1 and at most 4. A thread per core stalls as soon as
+    another process runs: torch's OpenMP threads wait for each other at every operator, and one
+    of them waits for the core the other process holds."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(4, max(1, cores // 2))
+
+
+def _threads_line(config: TrainConfig) -> str:
+    """The settings block's ``threads`` line."""
+    if config.threads is not None:
+        return f"threads    {config.threads} intra-op CPU thread(s) (--threads)"
+    if os.environ.get("OMP_NUM_THREADS"):
+        how = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        how = f"automatic: half of this process's {cores} core(s), at most 4"
+    return f"threads    {default_threads()} intra-op CPU thread(s) ({how}; --threads N to choose)"
+
+
+def _existing_run(out: Path) -> Optional[str]:
+    """What of a run ``out`` holds (its log's steps, its checkpoints), or None when it holds none."""
+    checkpoints = ckpt.list_checkpoints(out / CHECKPOINT_DIR)
+    log = out / LOG_NAME
+    if not checkpoints and not log.exists():
+        return None
+    parts = [f"{LOG_NAME} of {len(_read_log(log, math.inf))} step(s)"] if log.exists() else []
+    parts.append(f"checkpoints up to step {checkpoints[-1][0]}" if checkpoints else "no checkpoint")
+    return ", ".join(parts)
+
+
+def _holds_a_run(out: Path, what: str) -> str:
+    """The message for a new run into ``out``, which holds ``what`` (:func:`_existing_run`)."""
+    return (f"--out-dir {str(out)!r} holds a run already ({what}): continue it with --resume latest, or pass "
+            "another --out-dir (from Python: resume='latest', or another out_dir)")
+
+
 def _peak_memory(device: torch.device) -> int:
     """Peak bytes: CUDA's ``max_memory_allocated``, or the process's maximum resident set on the CPU."""
     if device.type == "cuda":
@@ -367,10 +455,15 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
     with torch.device("meta"):
         parameters = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(model_config).parameters())
     tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
-    source = (f"{model_config.model_type} weights of {config.init_from}" if config.init_from
-              else f"{model_config.model_type} of {config.model_config_file}" if config.model_config_file
-              else f"Llama preset {config.preset!r}")
+    source = _source(config, model_config)
     data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
+    if config.warmup_steps > config.steps:
+        schedule = (f"schedule   {config.steps} steps, all inside the {config.warmup_steps}-step warm-up: the lr rises "
+                    f"to {learning_rate(config.steps - 1, config):g} and never reaches --lr {config.lr:g} "
+                    "(warning: lower --warmup-steps to at most --steps to reach it)")
+    else:
+        schedule = (f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine "
+                    f"to {config.lr * config.min_lr_ratio:g}")
     lines = [
         f"model      {source}: hidden {model_config.hidden_size}, {model_config.num_hidden_layers} layers, "
         f"{model_config.num_attention_heads} heads, intermediate {model_config.intermediate_size}, vocabulary {model_config.vocab_size}"
@@ -384,8 +477,7 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         f"optimizer  AdamW {'fused into backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
         + ("state in host memory, " if config.state_on_host else "") +
         f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
-        f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine to "
-        f"{config.lr * config.min_lr_ratio:g}",
+        schedule,
         f"batch      {config.batch_size} x {config.seq_len} tokens x {config.accumulation_steps} accumulation = "
         f"{tokens_per_step} tokens/step, {tokens_per_step * config.steps:,} in all",
         f"data       {data}, files {config.data_glob!r}, up to {config.max_bytes:,} bytes; "
@@ -393,8 +485,18 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         + f"; cache {config.cache_dir}",
         f"outputs    {config.out_dir}: {LOG_NAME}, {PLOT_NAME}, {CHECKPOINT_DIR}/ every {config.checkpoint_every} "
         f"steps (keep {config.keep_checkpoints})" + (f"; resume {config.resume}" if config.resume else ""),
+        _threads_line(config),
     ]
     return "\n".join(lines)
+
+
+def _source(config: TrainConfig, model_config: Any) -> str:
+    """Where the model comes from, in words."""
+    if config.init_from:
+        return f"{model_config.model_type} weights of {config.init_from}"
+    if config.model_config_file:
+        return f"{model_config.model_type} of {config.model_config_file}"
+    return f"Llama preset {config.preset!r}"
 
 
 class _StopFlag:
@@ -481,8 +583,8 @@ def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> 
     for name, value in saved.items():
         if name not in RESUMABLE_CHANGES and current.get(name) != value:
             raise ValueError(f"cannot resume from {path}: it was written with {name}={value!r}, this run has "
-                             f"{name}={current.get(name)!r} (it changes the computation); use the checkpoint's "
-                             "setting or another out_dir")
+                             f"{name}={current.get(name)!r} (it changes the computation); resume with the "
+                             "checkpoint's setting, or start a new run in another --out-dir")
 
 
 def _read_log(path: Path, up_to: int) -> list[dict[str, Any]]:
@@ -500,8 +602,20 @@ def _read_log(path: Path, up_to: int) -> list[dict[str, Any]]:
     return records
 
 
-def _plot(records: list[dict[str, Any]], path: Path, device: torch.device) -> None:
-    """Loss and peak memory against the step, as a PNG (matplotlib, no display needed)."""
+def _plot_title(config: TrainConfig, model: torch.nn.Module, device: torch.device) -> str:
+    """The plot's title: the model and the setting, in two lines."""
+    parameters = sum(p.numel() for p in model.parameters())
+    optimizer = "AdamW in backward" if config.in_backward else "AdamW"
+    return (f"ojas train: {_source(config, model.config)}, {parameters / 1e6:.2f}M parameters, {config.dtype} on "
+            f"{device}\n{config.steps} steps of {config.batch_size} x {config.seq_len} tokens"
+            + (f" x {config.accumulation_steps}" if config.accumulation_steps > 1 else "")
+            + f", lr {config.lr:g} ({config.warmup_steps} warm-up, cosine), {optimizer}, clip {config.max_grad_norm}, "
+            f"optimize_model {'on' if config.ojas else 'off'}")
+
+
+def _plot(records: list[dict[str, Any]], path: Path, device: torch.device, title: str) -> None:
+    """Loss and peak memory against the step, as a PNG (matplotlib, no display needed), under
+    ``title``; the memory axis starts at 0."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -520,8 +634,10 @@ def _plot(records: list[dict[str, Any]], path: Path, device: torch.device) -> No
     loss_axes.grid(True, alpha=0.3)
     memory_axes.plot(steps, [r["peak_memory_bytes"] / 2**20 for r in records])
     memory_axes.set_ylabel("peak memory (MiB)\n" + ("CUDA allocated" if device.type == "cuda" else "process max RSS"))
+    memory_axes.set_ylim(bottom=0)
     memory_axes.set_xlabel("step")
     memory_axes.grid(True, alpha=0.3)
+    figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 
@@ -544,42 +660,98 @@ def _pretrained_tokenizer(config: TrainConfig) -> Any:
 
 
 def train(config: TrainConfig) -> TrainResult:
-    """Run (or resume) the training run of ``config``; see the module docstring."""
+    """Run (or resume) the training run of ``config``; see the module docstring.
+
+    Raises ValueError for a setting that cannot run here (the device, ``out_dir``, a resume
+    that cannot be done; :class:`~ojas_ref.tools.checkpoint.DirectoryLocked` when another
+    run holds ``out_dir``), all before the corpus is read; :class:`TrainingDiverged`;
+    :class:`OutputError` when a file of the run cannot be written."""
+    device = _device(config)
+    _check_device(device)
+    out = Path(config.out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out-dir {str(out)!r} is a file, not a directory")
+    try:
+        (out / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out-dir {str(out)!r}: cannot create the directory {err.filename} "
+                         f"({err.strerror})") from None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads or default_threads())
+    try:
+        with ckpt.lock_directory(out, what="--out-dir"):
+            return _locked_train(config, device, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _resume_state(config: TrainConfig, out: Path) -> tuple[Optional[Path], Optional[dict[str, Any]]]:
+    """The checkpoint a run resumes from and its state (checked against ``config``), or
+    ``(None, None)`` for a new run; a ValueError for a resume that cannot be done or a new run
+    into a directory that holds one."""
+    checkpoints = out / CHECKPOINT_DIR
+    existing = _existing_run(out)
+    if config.resume is None:
+        if existing:
+            raise ValueError(_holds_a_run(out, existing))
+        return None, None
+    if config.resume == "latest":
+        path = ckpt.latest_checkpoint(checkpoints)
+        if path is None:
+            logged = (f"holds {existing}: the run stopped before its first checkpoint, so there is nothing to "
+                      "resume from, and starting again would overwrite its log. Start a new run with another "
+                      f"--out-dir (or delete {str(out)!r} first)") if existing else (
+                "holds no checkpoint to resume from: start a new run without --resume")
+            raise ValueError(f"--resume latest: --out-dir {str(out)!r} {logged}")
+    else:
+        path = Path(config.resume)
+        if not path.is_file():
+            raise ValueError(f"--resume {config.resume!r} is neither 'latest' nor a checkpoint file")
+        if existing and path.resolve().parent != checkpoints.resolve():
+            raise ValueError(f"--resume {config.resume!r} is a checkpoint of another directory, and --out-dir "
+                             f"{str(out)!r} holds a run already ({existing}): resume into an empty --out-dir")
+    try:
+        state = ckpt.load_checkpoint(path)
+    except OSError as err:
+        raise ValueError(f"--resume: cannot read {path} ({err.strerror})") from None
+    _check_resumable(state["config"], config, path)
+    if config.stop_after is not None and config.stop_after <= state["step"]:
+        raise ValueError(f"--stop-after {config.stop_after} is not after the step of the checkpoint resumed "
+                         f"({state['step']}, {path})")
+    return path, state
+
+
+def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> TrainResult:
+    """:func:`train`'s run, ``out`` locked and its checkpoint directory made."""
     from tqdm import tqdm
 
-    device = _device(config)
-    out = Path(config.out_dir)
     checkpoints = out / CHECKPOINT_DIR
     log_path, plot_path = out / LOG_NAME, out / PLOT_NAME
-    resume_path: Optional[Path] = None
-    if config.resume == "latest":
-        resume_path = ckpt.latest_checkpoint(checkpoints)
-    elif config.resume is not None:
-        resume_path = Path(config.resume)
-        if not resume_path.is_file():
-            raise ValueError(f"resume: {config.resume!r} is neither 'latest' nor a checkpoint file")
-    elif ckpt.list_checkpoints(checkpoints) or log_path.exists():
-        raise ValueError(f"out_dir {str(out)!r} holds a run already: pass resume='latest' (--resume) to continue "
-                         "it, or another out_dir")
-    checkpoints.mkdir(parents=True, exist_ok=True)
+    resume_path, state = _resume_state(config, out)
     for stale in ckpt.remove_temporaries(checkpoints):
         print(f"ojas train: removed {stale}, left by a writer killed before its rename", file=sys.stderr)
+    if config.warmup_steps > config.steps:
+        print(f"ojas train: warning: warmup_steps (--warmup-steps {config.warmup_steps}) is above steps (--steps "
+              f"{config.steps}): the whole run is warm-up and the lr never reaches --lr {config.lr:g}",
+              file=sys.stderr)
 
     print("ojas train: reading and tokenising the corpus (cached after the first run)", file=sys.stderr)
     corpus = read_corpus(config.data_dir, config.data_glob, config.max_bytes)
-    data = prepare(corpus, config.vocab, config.cache_dir, tokenizer=_pretrained_tokenizer(config))
+    try:
+        data = prepare(corpus, config.vocab, config.cache_dir, tokenizer=_pretrained_tokenizer(config))
+    except OSError as err:
+        raise ValueError(f"--cache-dir {config.cache_dir!r}: cannot write the token cache: {err.filename or ''} "
+                         f"({err.strerror or err})") from None
     print(f"ojas train: {corpus.num_bytes:,} bytes in {len(corpus.documents)} files -> {len(data.tokens):,} tokens, "
           f"vocabulary {data.vocab_size} (cache key {data.tokens_key[:12]})", file=sys.stderr)
-    ckpt.atomic_write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()])
+    _write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()], None)
     _check_memory(config, data.vocab_size, device)  # before anything is allocated on the device
     model, optimizer = _build(config, data, device)
     loader = WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed, model.config.vocab_size)
 
     start = 0
     last_checkpoint: Optional[Path] = None
-    if resume_path is not None:
-        state = ckpt.load_checkpoint(resume_path)
-        _check_resumable(state["config"], config, resume_path)
+    if state is not None:
         if state["tokens_key"] != data.tokens_key:
             raise ValueError(f"cannot resume from {resume_path}: it was trained on other token ids (corpus or "
                              f"tokenizer changed: key {state['tokens_key'][:12]}..., now {data.tokens_key[:12]}...)")
@@ -588,24 +760,38 @@ def train(config: TrainConfig) -> TrainResult:
         loader.load_state_dict(state["loader"])
         _set_rng_state(state["rng"])
         start, last_checkpoint = state["step"], resume_path
+        del state
     records = _read_log(log_path, start)
-    ckpt.atomic_write(log_path, [(json.dumps(r) + "\n").encode() for r in records])
+    _write(log_path, [(json.dumps(r) + "\n").encode() for r in records], last_checkpoint)
+    title = _plot_title(config, model, device)
 
     def save(step: int) -> Path:
-        path = ckpt.save_checkpoint(ckpt.checkpoint_path(checkpoints, step), {
-            "format": 1, "step": step, "config": dataclasses.asdict(config), "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "rng": _rng_state(device),
-            "tokens_key": data.tokens_key, "tokenizer": data.tokenizer.to_str()})
-        ckpt.prune_checkpoints(checkpoints, config.keep_checkpoints)
+        path = ckpt.checkpoint_path(checkpoints, step)
+        try:
+            ckpt.save_checkpoint(path, {
+                "format": 1, "step": step, "config": dataclasses.asdict(config), "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "rng": _rng_state(device),
+                "tokens_key": data.tokens_key, "tokenizer": data.tokenizer.to_str()})
+            ckpt.prune_checkpoints(checkpoints, config.keep_checkpoints)
+        except OSError as err:
+            raise OutputError(_write_failed(path, err, last_checkpoint)) from err
         return path
 
     def diverged(step: int, what: str, applied: bool = False) -> TrainingDiverged:
-        _plot(records, plot_path, device)
+        try:
+            _plot(records, plot_path, device, title)
+        except OSError:
+            pass  # the divergence is the news; a full disk shows at the next write
         where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
         update = ("the update was applied in backward (InBackwardOptimizer), so the model in memory is lost"
                   if applied else "the update was not applied")
-        return TrainingDiverged(f"training diverged at step {step}: {what}; {update}; {where}. "
-                                "Lower lr, raise warmup_steps or set max_grad_norm, and resume from it")
+        advice = [f"a lower --lr (this run: {config.lr:g})",
+                  f"more --warmup-steps (this run: {config.warmup_steps})"]
+        if config.max_grad_norm is None:
+            advice.append("clipping, e.g. --max-grad-norm 1.0 (this run: none)")
+        return TrainingDiverged(
+            f"training diverged at step {step}: {what}; {update}; {where}. A resume keeps the setting and would "
+            f"diverge again: start a new run in another --out-dir with {', '.join(advice[:-1])} or {advice[-1]}")
 
     end = config.steps if config.stop_after is None else config.stop_after
     tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
@@ -615,7 +801,7 @@ def train(config: TrainConfig) -> TrainResult:
     bar = tqdm(total=config.steps, initial=start, unit="step", disable=not config.progress, dynamic_ncols=True,
                mininterval=0.25, desc="ojas train")
     try:
-        with _StopFlag() as flag, log_path.open("a") as log:
+        with _StopFlag() as flag, _Log(log_path, last_checkpoint) as log:
             began = time.perf_counter()
             for step in range(start, end):
                 lr = learning_rate(step, config)
@@ -662,7 +848,6 @@ def train(config: TrainConfig) -> TrainResult:
                 records.append(record)
                 losses.append((done, step_loss))
                 log.write(json.dumps(record) + "\n")
-                log.flush()
                 bar.set_postfix_str(f"loss {step_loss:.4f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
                                     f"mem {memory / 2**20:,.0f} MiB", refresh=False)
                 bar.update(1)
@@ -671,14 +856,61 @@ def train(config: TrainConfig) -> TrainResult:
                 stopped = flag.signal_name or ("stop_after" if done == config.stop_after else None)
                 if stopped or done == config.steps or done % config.checkpoint_every == 0:
                     last_checkpoint = save(done)
+                    log.checkpoint = last_checkpoint
                     bar.write(f"ojas train: step {done}: checkpoint {last_checkpoint}", file=sys.stderr)
                 if stopped:
                     break
     finally:
         bar.close()
-    _plot(records, plot_path, device)
+    try:
+        _plot(records, plot_path, device, title)
+    except OSError as err:
+        raise OutputError(_write_failed(plot_path, err, last_checkpoint)) from err
     final = losses[-1][0] if losses else start
     return TrainResult(model, final, losses, last_checkpoint, stopped, log_path, plot_path)
+
+
+def _write_failed(path: Path, err: OSError, last_checkpoint: Optional[Path]) -> str:
+    """The message of an :class:`OutputError`: the file, the error, the last complete checkpoint."""
+    where = (f"the last complete checkpoint is {last_checkpoint}: free space (or fix the path) and continue with "
+             "--resume latest" if last_checkpoint else "no checkpoint was written")
+    return f"cannot write {path} ({err.strerror or err}); {where}"
+
+
+def _write(path: Path, chunks: list[bytes], last_checkpoint: Optional[Path]) -> None:
+    """:func:`ojas_ref.tools.checkpoint.atomic_write`, an OSError raised as :class:`OutputError`."""
+    try:
+        ckpt.atomic_write(path, chunks)
+    except OSError as err:
+        raise OutputError(_write_failed(path, err, last_checkpoint)) from err
+
+
+class _Log:
+    """The log opened for appending: ``write`` appends and flushes a record, an OSError raised
+    as :class:`OutputError` naming the log and ``checkpoint`` (the last complete one)."""
+
+    def __init__(self, path: Path, checkpoint: Optional[Path]) -> None:
+        self.path, self.checkpoint = path, checkpoint
+
+    def __enter__(self) -> "_Log":
+        try:
+            self._file = self.path.open("a")
+        except OSError as err:
+            raise OutputError(_write_failed(self.path, err, self.checkpoint)) from err
+        return self
+
+    def write(self, text: str) -> None:
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except OSError as err:
+            raise OutputError(_write_failed(self.path, err, self.checkpoint)) from err
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass  # every write was flushed, and a failed one raised already
 
 
 _HELP = {
@@ -700,17 +932,34 @@ _HELP = {
     "state_on_host": "with --in-backward: keep the AdamW state in host memory, streamed per bucket "
                      "(InBackwardOptimizer(state_device='cpu'))",
     "device": "cpu, cuda, cuda:N or auto", "seed": "seed of the initialisation and the data order",
-    "data_dir": "directory of the corpus (default: the Python standard library)", "data_glob": "files of the corpus",
+    "data_dir": "directory of the corpus (default: the Python standard library's own source)",
+    "data_glob": "files of the corpus",
     "max_bytes": "corpus bytes", "vocab": "BPE vocabulary (special tokens included)",
     "cache_dir": "tokenizer/token cache",
     "out_dir": "log, plot and checkpoints", "checkpoint_every": "steps between checkpoints",
-    "keep_checkpoints": "checkpoints kept", "resume": "continue from a checkpoint file, or the latest in out_dir",
+    "keep_checkpoints": "checkpoints kept",
+    "resume": "continue a run: --resume (or --resume latest) from the latest checkpoint in --out-dir, --resume FILE "
+              "from that checkpoint",
     "stop_after": "save and stop after this step (the schedule stays that of --steps)", "progress": "progress bar",
+    "threads": "intra-op CPU threads (default: half of the cores this process may use, at most 4; "
+               "OMP_NUM_THREADS if set)",
 }
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown, except a None default (its help says what it means) and where the help
+    names the default itself."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``ojas train``: one per :class:`TrainConfig` field, and ``--dry-run``."""
+    """The options of ``ojas train``: one per :class:`TrainConfig` field, and ``--dry-run``; the help
+    shows the defaults and the exit status."""
+    parser.formatter_class = _HelpFormatter
     defaults = TrainConfig()
     for f in dataclasses.fields(TrainConfig):
         flag, default = "--" + f.name.replace("_", "-"), getattr(defaults, f.name)
@@ -719,31 +968,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif f.name == "resume":
             parser.add_argument(flag, nargs="?", const="latest", default=None, metavar="CHECKPOINT", help=_HELP[f.name])
         else:
-            kind = {"max_grad_norm": float, "stop_after": int}.get(f.name, str if default is None else type(default))
+            kind = {"max_grad_norm": float, "stop_after": int, "threads": int}.get(
+                f.name, str if default is None else type(default))
             choices = {"preset": sorted(PRESETS), "dtype": sorted(DTYPES)}.get(f.name)
             parser.add_argument(flag, type=kind, default=default, choices=choices,
                                 help=_HELP[f.name])
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the setting and its predicted peak on a GPU, and exit")
+                        help="print the setting and its predicted peak on a GPU (and whether --out-dir holds a run), "
+                             "and exit")
+    parser.epilog = "exit status: " + "; ".join(f"{code}: {what}" for code, what in EXIT_CODES.items())
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """``ojas train``: 0 when the run finished, 1 when it diverged, 128 + N when stopped by signal N
-    (checkpoint written), 0 at ``--stop-after``; a bad setting, or one predicted not to fit in the
-    device's free memory (:class:`PlanDoesNotFit`), exits 2 naming it."""
+    """``ojas train``; returns the exit status (:data:`EXIT_CODES`): 0 when the run finished (or
+    stopped at ``--stop-after``, or was finished already), 1 when it diverged, 2 for a bad setting
+    (an option, a path, the device, a resume that cannot be done, ``--out-dir`` in use by another
+    run, or a step predicted not to fit in the device's free memory: :class:`PlanDoesNotFit`), 3
+    when a file of the run could not be written, 128 + N when stopped by signal N (checkpoint
+    written; not at a second Ctrl-C, which stops at once: 130)."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     if values["max_grad_norm"] == 0:
         values["max_grad_norm"] = None
     try:
         config = TrainConfig(**values)
-    except ValueError as err:
-        print(f"ojas train: {err}", file=sys.stderr)
-        return 2
-    if args.dry_run:
-        print(describe(config))
-        print(plan_line(config))
-        return 0
-    try:
+        if args.dry_run:
+            print(describe(config))
+            print(plan_line(config))
+            existing = _existing_run(Path(config.out_dir)) if Path(config.out_dir).is_dir() else None
+            if existing and config.resume is None:
+                print(f"ojas train: warning: {_holds_a_run(Path(config.out_dir), existing)}; this run would be "
+                      "refused", file=sys.stderr)
+            return 0
         result = train(config)
     except TrainingDiverged as err:
         print(f"ojas train: {err}", file=sys.stderr)
@@ -751,10 +1006,24 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"ojas train: {err}", file=sys.stderr)
         return 2
-    first, last = (result.losses[0][1], result.losses[-1][1]) if result.losses else (math.nan, math.nan)
+    except ImportError as err:
+        print(f"ojas train: needs the package {err.name!r} ({err}): pip install 'ojas-ref[train]'", file=sys.stderr)
+        return 2
+    except OutputError as err:
+        print(f"ojas train: {err}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("ojas train: interrupted by a second Ctrl-C, without a checkpoint of the current step; --resume "
+              "latest continues from the last one", file=sys.stderr)
+        return 130
+    if not result.losses and result.stopped is None:
+        print(f"ojas train: the run in {config.out_dir} is finished (step {result.step} of {config.steps}, checkpoint "
+              f"{result.checkpoint}): nothing to resume. To train further, start a new run in another --out-dir")
+        return 0
+    first, last = result.losses[0][1], result.losses[-1][1]
     print(f"ojas train: step {result.step}, loss {first:.4f} -> {last:.4f}; log {result.log_path}, plot "
           f"{result.plot_path}, checkpoint {result.checkpoint}"
-          + (f"; stopped by {result.stopped}, continue with --resume" if result.stopped else ""))
+          + (f"; stopped by {result.stopped}, continue with --resume latest" if result.stopped else ""))
     if result.stopped and result.stopped != "stop_after":
         return 128 + signal.Signals[result.stopped].value
     return 0

@@ -1,0 +1,58 @@
+"""The ``ojas`` command: ``--version``, ``--help`` as a reader sees it, ``ojas train --help``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ojas_ref
+from ojas_ref.tools.cli import main
+
+
+def test_version_is_the_package_metadata(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"ojas-ref {ojas_ref.__version__}\n"
+    assert ojas_ref.__version__ == importlib.metadata.version("ojas-ref")
+
+
+def test_version_without_metadata_is_marked_unknown() -> None:
+    """A source tree imported without being installed: no metadata, a version that says so."""
+    script = ("import importlib.metadata as m\n"
+              "def version(name):\n"
+              "    raise m.PackageNotFoundError(name)\n"
+              "m.version = version\n"
+              "import ojas_ref\n"
+              "print(ojas_ref.__version__)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "0+unknown\n"
+
+
+def test_help_reads_as_text_and_names_train_the_main_job(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "`" not in out
+    assert "ojas train    train a small Llama from scratch on the CPU (or a GPU): the main job" in out
+    assert out.count("main job") == 1
+    for command in ("train", "plan", "audit", "proofs"):
+        assert f"ojas {command}" in out
+
+
+def test_train_help_prints_each_default_once_and_the_exit_status(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal's width
+    options = out[out.index("options:"):]
+    data_dir = options[options.index("--data-dir DATA_DIR"):options.index("--data-glob DATA_GLOB")]
+    assert data_dir.count("default") == 1 and "(default: None)" not in out
+    assert "--threads THREADS intra-op CPU threads" in out
+    assert "exit status: 0: the run finished" in out and "1: the training diverged" in out
+    assert "2: a bad setting" in out and "3: a file of the run could not be written" in out
