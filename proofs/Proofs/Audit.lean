@@ -45,3 +45,5 @@ any axiom, `sorryAx` included, fails the check, and so does a name listed here t
 -- (d) optimizer in backward
 #print axioms Ojas.OptimizerInBackward.fused_inv
 #print axioms Ojas.OptimizerInBackward.fused_eq_standard
+#print axioms Ojas.OptimizerInBackward.accum_fused_neq_standard
+#print axioms Ojas.OptimizerInBackward.clip_unclipped_neq_standard

@@ -146,5 +146,30 @@ theorem add_pos_of_pos_of_nonneg {a b : α} (ha : 0 < a) (hb : 0 ≤ b) : 0 < a 
 theorem log_exp_mul {M S : α} (hS : 0 < S) : log (exp M * S) = M + log S := by
   rw [← exp_log S hS, ← exp_add, log_exp, log_exp]
 
+theorem zero_ne_one : (0 : α) ≠ 1 := by
+  have h := ne_of_lt (exp_pos (0 : α))
+  rw [exp_zero] at h
+  exact h
+
+theorem sub_add_cancel (a b : α) : a - b + b = a := by
+  rw [sub_eq_add_neg, add_assoc, neg_add_cancel, add_zero]
+
+/-- `a - b = a - c → b = c`. -/
+theorem sub_left_cancel {a b c : α} (h : a - b = a - c) : b = c := by
+  rw [sub_eq_add_neg, sub_eq_add_neg] at h
+  have h2 := congrArg (fun x => -a + x) h
+  change -a + (a + -b) = -a + (a + -c) at h2
+  rw [← add_assoc, ← add_assoc, neg_add_cancel, zero_add, zero_add] at h2
+  calc b = b + (-c + c) := by rw [neg_add_cancel, add_zero]
+    _ = b + (-b + c) := by rw [h2]
+    _ = c := by rw [← add_assoc, add_neg_cancel, zero_add]
+
+/-- `c * b = d * b → b ≠ 0 → c = d`. -/
+theorem mul_right_cancel {b c d : α} (hb : b ≠ 0) (h : c * b = d * b) : c = d := by
+  have h2 := congrArg (fun x => x * Inv.inv b) h
+  change c * b * Inv.inv b = d * b * Inv.inv b at h2
+  rw [mul_assoc, mul_assoc, mul_inv_cancel b hb, mul_one, mul_one] at h2
+  exact h2
+
 end ExpField
 end Ojas

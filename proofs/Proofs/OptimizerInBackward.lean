@@ -349,5 +349,95 @@ theorem fused_eq_standard (evs : List (Event V G)) (st : Store V S G)
 
 end Semantics
 
+/-! ## Counterexamples: what the theorem does not cover -/
+
+section Counterexamples
+variable {α : Type} [ExpField α]
+open ExpField
+
+/-- SGD without momentum, learning rate `lr`: `p ← p - lr * g` (Coq: `sgd_R lr None`, from
+`sgd_update` of `rocq/OptimizerInBackward/UpdateRules.v`). -/
+def sgd (lr : α) : Nat → α → Unit → α → α × Unit := fun _ v s g => (v - lr * g, s)
+
+/-- Every parameter at `v`, no optimizer state, no gradient (Coq: `init_store`). -/
+def initStore (v : α) : Store α Unit α := ⟨fun _ => v, fun _ => Unit.unit, fun _ => none⟩
+
+/-- The first value read, `0` if none. -/
+def headOr0 : List α → α
+  | [] => 0
+  | .cons x _ => x
+
+/-- One micro-batch with loss `p² / 2` for the parameter `0`: the gradient `p` reads `p`, then
+the hook (Coq: `backward_events square_tape`). -/
+def squareEvents : List (Event α α) := [.contribute 0 [0] headOr0, .hook 0]
+
+/-- Naive fusion with gradient accumulation: every micro-batch's backward is fused
+(Coq: `fused_accum_run` in `rocq/OptimizerInBackward/Variants.v`). -/
+def fusedAccumRun {V S G : Type} (gadd : G → G → G) (update : Nat → V → S → G → V × S)
+    (mbs : List (List (Event V G))) (st : Store V S G) : Store V S G :=
+  List.foldl (fun st evs => fusedRun gadd update evs st) st mbs
+
+/-- **Per-micro-batch updates are not backward-then-step**: two micro-batches of `p² / 2`, SGD
+with learning rate 1 at every hook, from `p = 1`, give 0; accumulating both gradients then
+stepping gives `-1` (Coq: `accum_fused_neq_standard` in
+`rocq/OptimizerInBackward/Counterexamples.v`, learning rate 1/2 there: 1/4 against 0). -/
+theorem accum_fused_neq_standard :
+    (fusedAccumRun (fun a b => a + b) (sgd 1) [squareEvents, squareEvents] (initStore (1 : α))).param 0
+      ≠ (standardRun (fun a b => a + b) (sgd 1) (squareEvents ++ squareEvents) (initStore (1 : α))).param 0 := by
+  intro h
+  have hf : (fusedAccumRun (fun a b => a + b) (sgd 1) [squareEvents, squareEvents]
+      (initStore (1 : α))).param 0 = (1 - 1 * 1) - 1 * (1 - 1 * 1) := rfl
+  have hs : (standardRun (fun a b => a + b) (sgd 1) (squareEvents ++ squareEvents)
+      (initStore (1 : α))).param 0 = 1 - 1 * (1 + 1) := rfl
+  rw [hf, hs] at h
+  have z : (1 : α) - 1 * 1 = 0 := by rw [one_mul, sub_self]
+  rw [z, mul_zero, sub_self, one_mul] at h
+  -- h : 0 = 1 - (1 + 1), so 1 + 1 = 1, so 1 = 0
+  have h2 := congrArg (fun x => x + (1 + 1)) h
+  change 0 + (1 + 1) = 1 - (1 + 1) + (1 + 1) at h2
+  rw [zero_add, sub_add_cancel] at h2
+  have h3 := congrArg (fun x => x + -1) h2
+  change 1 + 1 + -1 = 1 + -1 at h3
+  rw [add_assoc, add_neg_cancel, add_zero] at h3
+  exact zero_ne_one (Eq.symm h3)
+
+/-- Squared norm of an optional gradient, `none`: 0 (Coq: `onorm2`). -/
+def onorm2 : Option α → α
+  | none => 0
+  | some g => g * g
+
+/-- Backward, then global clipping (every gradient scaled by `coef` of the squared global norm of
+the gradients of `ps`), then step (Coq: `standard_clip_run`, where the coefficient is
+`clip_coef max_norm (sqrt total)`). -/
+def standardClipRun {V S : Type} (gadd : α → α → α) (update : Nat → V → S → α → V × S)
+    (coef : α → α) (ps : List Nat) (evs : List (Event V α)) (st : Store V S α) : Store V S α :=
+  optimizerStep (fun q v s g => update q v s
+      (coef (sum (List.map (fun q => onorm2 (backward gadd st.param evs st.grad q)) ps)) * g))
+    ⟨st.param, st.opt, backward gadd st.param evs st.grad⟩
+
+/-- Two parameters with constant gradients `a` and `b`, in the order of `loss.backward()` (the
+later operation first) (Coq: `backward_events clip_tape`, with `a = 3`, `b = 4`). -/
+def clipEvents (a b : α) : List (Event α α) :=
+  [.contribute 1 [1] (fun _ => b), .hook 1, .contribute 0 [0] (fun _ => a), .hook 0]
+
+/-- **Global clipping cannot be done at the hooks**: updating each parameter at its hook with its
+unclipped gradient differs from backward, clip, step, whenever the clip is active (its coefficient
+at the global norm is not 1) and the gradient is not zero (Coq: `clip_unclipped_neq_standard` in
+`rocq/OptimizerInBackward/Counterexamples.v`, gradients 3 and 4, `max_norm` 1). -/
+theorem clip_unclipped_neq_standard (coef : α → α) (a b : α) (hb : b ≠ 0)
+    (hclip : coef (a * a + (b * b + 0)) ≠ 1) :
+    (fusedRun (fun x y => x + y) (sgd 1) (clipEvents a b) (initStore 0)).param 1
+      ≠ (standardClipRun (fun x y => x + y) (sgd 1) coef [0, 1] (clipEvents a b) (initStore 0)).param 1 := by
+  intro h
+  have hf : (fusedRun (fun x y => x + y) (sgd 1) (clipEvents a b) (initStore 0)).param 1
+      = 0 - 1 * b := rfl
+  have hs : (standardClipRun (fun x y => x + y) (sgd 1) coef [0, 1] (clipEvents a b)
+      (initStore 0)).param 1 = 0 - 1 * (coef (a * a + (b * b + 0)) * b) := rfl
+  rw [hf, hs, one_mul, one_mul] at h
+  have h2 := Eq.trans (one_mul b) (sub_left_cancel h)
+  exact hclip (Eq.symm (mul_right_cancel hb h2))
+
+end Counterexamples
+
 end OptimizerInBackward
 end Ojas
