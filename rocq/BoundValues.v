@@ -1368,6 +1368,27 @@ Proof.
   - rewrite Q2R_ce_lvl_R; exact HR.
 Qed.
 
+(** The range [[1 / (1 + B), (1 + B) e^LN]] on which [ce_lse_q_sound] asks [tl.log]'s
+    accuracy holds the range [[1 - bL, (1 + bL) e^LN]] of [ce_lse_error_up] whenever [B]
+    bounds [ce_lse_bound] at [NL = bL / (1 - bL)]: [1 - bL = 1 / (1 + NL)], [bL <= NL <= B]. *)
+Lemma ce_lse_log_range : forall u el Zmax LN bL delta B,
+  0 <= u -> 0 <= el -> 0 <= Zmax -> 0 <= LN -> 0 <= delta -> 0 <= bL < 1 ->
+  ce_lse_bound u el Zmax LN (bL / (1 - bL)) delta <= B ->
+  / (1 + B) <= 1 - bL /\ (1 + bL) * exp LN <= (1 + B) * exp LN.
+Proof.
+  intros u el Zmax LN bL delta B Hu Hel HZ HLN Hd [Hb0 Hb1] HB.
+  set (NL := bL / (1 - bL)) in *.
+  assert (ENL : NL * (1 - bL) = bL) by (unfold NL; field; lra).
+  assert (HNL0 : 0 <= NL) by (unfold NL; apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat; lra]).
+  assert (HNLB : NL <= B).
+  { unfold ce_lse_bound in HB.
+    assert (0 <= u * (Zmax + LN + NL + el)) by (apply Rmult_le_pos; lra). lra. }
+  assert (HbN : bL <= NL) by nra.
+  split.
+  - apply Rmult_le_reg_r with (1 + B); [lra |]; rewrite Rinv_l by lra; nra.
+  - apply Rmult_le_compat_r; [left; apply exp_pos | lra].
+Qed.
+
 Section CeLseQ.
 
 Variable M : MixedModel.
@@ -1387,11 +1408,15 @@ Proof.
 Qed.
 
 (** The oracle's value [b] bounds the streamed lse's error ([ce_lse_error_up]) for any
-    [tl.exp] and [tl.log] within [ue], [ee] and [el], any tile sum meeting [sum_ok]. *)
+    [tl.exp] within [ue], [ee] on [x <= 0], any [tl.log] within [el] on the numbers of the
+    format in [[1 / (1 + b), (1 + b) e^LN]] (inside [[1/2, 2 e^LN]] when [b <= 1]), any tile
+    sum meeting [sum_ok]. *)
 Theorem ce_lse_q_sound : forall b, ce_lse_q u ue ee ea el Zmax delta LN Dt Bt Tt Nn = Some b ->
   forall (ex lg : R -> R),
   (forall x, x <= 0 -> Rabs (ex x - exp x) <= Q2R ue * exp x + Q2R ee) ->
-  (forall x, ff_fmt (mp_a M) (lg x)) -> (forall x, 0 < x -> Rabs (lg x - ln x) <= Q2R el) ->
+  (forall x, ff_fmt (mp_a M) (lg x)) ->
+  (forall x, ff_fmt (mp_a M) x -> / (1 + Q2R b) <= x <= (1 + Q2R b) * exp (Q2R LN) ->
+     Rabs (lg x - ln x) <= Q2R el) ->
   forall (zy0 : R * R) (tiles : list (list (R * R))) ts,
   let st := ce_run M ex (R * R) fst (fun _ => 1) ts (fst zy0, 0) tiles in
   In zy0 (concat tiles) -> sum_ok M ts (N.to_nat Dt) (N.to_nat Bt) ->
@@ -1412,7 +1437,7 @@ Proof.
   set (AT := pow_up_N prec ((1 + u) * (1 + u) * ((1 + ue) * XK + ee)) Tt) in Hb.
   destruct (Qlt_le_dec (ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn) 1) as [HL | HL]; [| discriminate].
   destruct (Qle_bool 0 (ce_bL_q u ue ee ea XK P1 QT AT Bt Tt Nn)) eqn:HL0; [| discriminate].
-  injection Hb as <-.
+  injection Hb as Eb.
   pose proof (exp_up_ge _ _ _ _ EX) as HX.
   rewrite Q2R_mult, Q2R_mult, Q2R_2, Hu in HX.
   assert (HX0 : 0 <= Q2R XK) by (eapply Rle_trans; [left; apply exp_pos | exact HX]).
@@ -1435,18 +1460,26 @@ Proof.
     apply pow_up_N_ge, Rle_Qle; rewrite Q2R_0; repeat rewrite ?Q2R_mult, ?Q2R_plus, ?Q2R_1.
     apply Rmult_le_pos; [apply Rmult_le_pos; lra |].
     assert (0 <= (1 + Q2R ue) * Q2R XK) by (apply Rmult_le_pos; lra); lra. }
-  unfold st.
-  eapply Rle_trans.
-  - refine (ce_lse_error_up M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex lg (Q2R el) Hlgf Hlg zy0 tiles ts
-             (N.to_nat Dt) (N.to_nat Bt) (N.to_nat Tt) (N.to_nat Nn) (Q2R Zmax) (Q2R XK) (Q2R delta) (Q2R LN)
-             (bL / (1 - bL)) (Q2R P1) (Q2R QT) (Q2R AT) H0 Hts HB HT HN Hz _ HP1 HQT HAT _ HLN _).
-    + exact HX.
-    + exact HLr.
-    + fold bL; apply afe_neg_ln_le; lra.
-  - eapply Rle_trans; [| apply Qle_R, round_up_ge].
+  assert (Hbd : ce_lse_bound (ff_u (mp_a M)) (Q2R el) (Q2R Zmax) (Q2R LN) (bL / (1 - bL)) (Q2R delta) <= Q2R b).
+  { rewrite <- Eb; eapply Rle_trans; [| apply Qle_R, round_up_ge].
     unfold ce_lse_bound, ce_lse_bound_q.
     rewrite !Q2R_plus, Q2R_mult, !Q2R_plus, Q2R_div by exact H1L.
-    rewrite Q2R_minus, Q2R_1, Q2R_ce_bL, Hu; fold bL; lra.
+    rewrite Q2R_minus, Q2R_1, Q2R_ce_bL, Hu; fold bL; lra. }
+  assert (HLN0 : 0 <= Q2R LN)
+    by (eapply Rle_trans; [| exact HLN]; rewrite <- ln_1; apply afe_ln_le; [lra | apply (le_INR 1); exact HNn]).
+  destruct (ce_lse_log_range (ff_u (mp_a M)) _ _ _ bL _ _ (ff_u_nonneg (mp_a M)) Hel0 HZ0 HLN0 Hd0 (conj HL0 HLr) Hbd)
+    as [Hd1 Hd2].
+  unfold st.
+  eapply Rle_trans; [| exact Hbd].
+  refine (ce_lse_error_up M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex lg (Q2R el) (/ (1 + Q2R b))
+            ((1 + Q2R b) * exp (Q2R LN)) Hlgf Hlg zy0 tiles ts
+            (N.to_nat Dt) (N.to_nat Bt) (N.to_nat Tt) (N.to_nat Nn) (Q2R Zmax) (Q2R XK) (Q2R delta) (Q2R LN)
+            (bL / (1 - bL)) (Q2R P1) (Q2R QT) (Q2R AT) H0 Hts HB HT HN Hz _ HP1 HQT HAT _ HLN _ _ _).
+  - exact HX.
+  - exact HLr.
+  - fold bL; apply afe_neg_ln_le; lra.
+  - exact Hd1.
+  - exact Hd2.
 Qed.
 
 (** The oracle's value [b] for the two-level schedule bounds the merged lse's error
@@ -1456,7 +1489,9 @@ Theorem ce_merge_lse_q_sound : forall (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Ng V : N) b,
   ce_merge_lse_q u ue ee ea el Zmax delta LN Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Ng V = Some b ->
   forall (ex lg : R -> R),
   (forall x, x <= 0 -> Rabs (ex x - exp x) <= Q2R ue * exp x + Q2R ee) ->
-  (forall x, ff_fmt (mp_a M) (lg x)) -> (forall x, 0 < x -> Rabs (lg x - ln x) <= Q2R el) ->
+  (forall x, ff_fmt (mp_a M) (lg x)) ->
+  (forall x, ff_fmt (mp_a M) x -> / (1 + Q2R b) <= x <= (1 + Q2R b) * exp (Q2R LN) ->
+     Rabs (lg x - ln x) <= Q2R el) ->
   forall (ts1 ts2 : list R -> R) (g0 : list (list (R * R))) (tiles2 : list (list (list (list (R * R))))),
   let st := ce_run M ex (list (list (R * R))) (grp_m M ex ts1) (grp_l M ex ts1) ts2 (grp_m M ex ts1 g0, 0) tiles2 in
   let zs := concat (map (@concat _) (concat tiles2)) in
@@ -1479,7 +1514,7 @@ Proof.
   set (L2 := ce_level_q u ue ee ea XK (fst L1) (snd L1) (Q_of_N N1) Dt2 Bt2 T2 Ng).
   destruct (Qlt_le_dec (fst L2 - 1 + snd L2) 1) as [HL | HL]; [| discriminate].
   destruct (Qle_bool 0 (fst L2 - 1 + snd L2)) eqn:HL0; [| discriminate].
-  intros Hb; injection Hb as <-.
+  intros Hb; injection Hb as Eb.
   pose proof (exp_up_ge _ _ _ _ EX) as HX; rewrite Q2R_mult, Q2R_mult, Q2R_2, Hu in HX.
   assert (HX0 : 0 <= Q2R XK) by (eapply Rle_trans; [left; apply exp_pos | exact HX]).
   assert (HN1 : 0 <= Q2R (Q_of_N N1)) by (rewrite Q2R_of_N; apply pos_INR).
@@ -1500,27 +1535,41 @@ Proof.
     assert (Hin : In zy zs)
       by (unfold zs; apply in_concat; exists (concat g0); split; [apply in_map, H0 | rewrite E; left; reflexivity]).
     destruct zs; [contradiction | cbn; lia]. }
-  eapply Rle_trans.
-  - refine (ce_lse_error_two_level M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex lg (Q2R el) Hlgf Hlg ts1 g0 tiles2 ts2
-              (N.to_nat Dt1) (N.to_nat Bt1) (N.to_nat T1) (N.to_nat N1) (N.to_nat Dt2) (N.to_nat Bt2) (N.to_nat T2)
-              (N.to_nat Ng) (Q2R Zmax) (Q2R XK) (Q2R delta) (Q2R LN) (bL / (1 - bL))
-              H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hz HX _ _ _).
-    + cbv zeta; eapply Rle_lt_trans; [| exact HL]; unfold bL.
-      apply Rplus_le_compat; [apply Rplus_le_compat_r; exact (proj2 HC2) | exact (proj2 HR2)].
-    + eapply Rle_trans; [| exact HLNV].
-      apply afe_ln_le; [apply lt_0_INR, Hzs | apply le_INR, HV].
-    + cbv zeta; match goal with |- - ln (1 - ?b0) <= _ =>
-        assert (Hb0 : b0 <= bL)
-          by (unfold bL; apply Rplus_le_compat; [apply Rplus_le_compat_r; exact (proj2 HC2) | exact (proj2 HR2)]);
-        apply Rle_trans with (- ln (1 - bL)); [apply Ropp_le_contravar, afe_ln_le; lra | apply afe_neg_ln_le; lra]
-      end.
-  - eapply Rle_trans; [| apply Qle_R, round_up_ge].
+  assert (Hbd : ce_lse_bound (ff_u (mp_a M)) (Q2R el) (Q2R Zmax) (Q2R LN) (bL / (1 - bL)) (Q2R delta) <= Q2R b).
+  { rewrite <- Eb; eapply Rle_trans; [| apply Qle_R, round_up_ge].
     match goal with |- ?l <= _ =>
       change (l <= Q2R (ce_lse_bound_q u el Zmax LN ((fst L2 - 1 + snd L2) / (1 - (fst L2 - 1 + snd L2))) delta))
     end.
     unfold ce_lse_bound, ce_lse_bound_q.
     rewrite !Q2R_plus, Q2R_mult, !Q2R_plus, Q2R_div by exact H1L.
-    rewrite Q2R_minus, Q2R_1, Q2R_plus, Q2R_minus, Q2R_1, Hu; fold bL; lra.
+    rewrite Q2R_minus, Q2R_1, Q2R_plus, Q2R_minus, Q2R_1, Hu; fold bL; lra. }
+  assert (HLN0 : 0 <= Q2R LN)
+    by (eapply Rle_trans; [| exact HLNV]; rewrite <- ln_1; apply afe_ln_le; [lra | apply (le_INR 1); exact HV1]).
+  destruct (ce_lse_log_range (ff_u (mp_a M)) _ _ _ bL _ _ (ff_u_nonneg (mp_a M)) Hel0 HZ0 HLN0 Hd0 (conj HL0 HL) Hbd)
+    as [Hd1 Hd2].
+  assert (Hb2 : forall b0, b0 <= bL -> / (1 + Q2R b) <= 1 - b0 /\ (1 + b0) * exp (Q2R LN) <= (1 + Q2R b) * exp (Q2R LN)).
+  { intros b0 Hb0; split; [lra |]; eapply Rle_trans; [| exact Hd2].
+    apply Rmult_le_compat_r; [left; apply exp_pos | lra]. }
+  eapply Rle_trans; [| exact Hbd].
+  refine (ce_lse_error_two_level M ex (Q2R ue) (Q2R ee) Hue0 Hee0 Hex lg (Q2R el) (/ (1 + Q2R b))
+            ((1 + Q2R b) * exp (Q2R LN)) Hlgf Hlg ts1 g0 tiles2 ts2
+            (N.to_nat Dt1) (N.to_nat Bt1) (N.to_nat T1) (N.to_nat N1) (N.to_nat Dt2) (N.to_nat Bt2) (N.to_nat T2)
+            (N.to_nat Ng) (Q2R Zmax) (Q2R XK) (Q2R delta) (Q2R LN) (bL / (1 - bL))
+            H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hz HX _ _ _ _ _).
+  - cbv zeta; eapply Rle_lt_trans; [| exact HL]; unfold bL.
+    apply Rplus_le_compat; [apply Rplus_le_compat_r; exact (proj2 HC2) | exact (proj2 HR2)].
+  - eapply Rle_trans; [| exact HLNV].
+    apply afe_ln_le; [apply lt_0_INR, Hzs | apply le_INR, HV].
+  - cbv zeta; match goal with |- - ln (1 - ?b0) <= _ =>
+      assert (Hb0 : b0 <= bL) by (unfold bL; apply Rplus_le_compat; [apply Rplus_le_compat_r; exact (proj2 HC2) | exact (proj2 HR2)]);
+      apply Rle_trans with (- ln (1 - bL)); [apply Ropp_le_contravar, afe_ln_le; lra | apply afe_neg_ln_le; lra]
+    end.
+  - cbv zeta; match goal with |- _ <= 1 - ?b0 =>
+      assert (Hb0 : b0 <= bL) by (unfold bL; apply Rplus_le_compat; [apply Rplus_le_compat_r; exact (proj2 HC2) | exact (proj2 HR2)]); exact (proj1 (Hb2 _ Hb0))
+    end.
+  - cbv zeta; match goal with |- (1 + ?b0) * _ <= _ =>
+      assert (Hb0 : b0 <= bL) by (unfold bL; apply Rplus_le_compat; [apply Rplus_le_compat_r; exact (proj2 HC2) | exact (proj2 HR2)]); exact (proj2 (Hb2 _ Hb0))
+    end.
 Qed.
 
 End CeLseQ.

@@ -72,9 +72,9 @@ Hypothesis ex_err : forall x, Rabs (ex x - exp x) <= ue * exp x + ee.
 (** ** The exponent's error of one entry, from the stream *)
 
 Variable lg : R -> R.
-Variable el : R.
+Variables el lmin lmax : R.
 Hypothesis lg_fmt : forall x, fmt (lg x).
-Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+Hypothesis lg_err : forall x, fmt x -> lmin <= x <= lmax -> Rabs (lg x - ln x) <= el.
 
 Local Notation run := (CrossEntropyLseError.ce_run M ex (R * R) fst (fun _ => 1)).
 
@@ -90,14 +90,14 @@ Theorem ce_arg_posteriori : forall (zy0 : R * R) (tiles : list (list (R * R))) t
   Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length zs <= Nn)%nat ->
   (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax) ->
   exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> CrossEntropyLseError.ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
-  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   0 <= Eb < 1 -> rsum (map (ce_wterm zj yj) zs) <= Eb * ce_sum_exp snd zs -> - ln (1 - Eb) <= NP ->
   Rabs ((zj - lse) - (yj - LSE)) <= B + NP /\ Rabs (zj - lse) <= Rabs (yj - LSE) + (B + NP).
 Proof.
   intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT zj yj Eb NP st bL zs LSE lse B
-         H0 Hj Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL HE HW HNP.
-  pose proof (ce_stream_lse_close M ex ue ee ue_nonneg ee_nonneg (fun x _ => ex_err x) lg el lg_fmt lg_err
-                zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL)
+         H0 Hj Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL Hlmin Hlmax HE HW HNP.
+  pose proof (ce_stream_lse_close M ex ue ee ue_nonneg ee_nonneg (fun x _ => ex_err x) lg el lmin lmax lg_fmt lg_err
+                zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL Hlmin Hlmax)
     as Hl; fold st zs lse B in Hl.
   assert (Hne : zs <> []) by (intros E; rewrite E in H0; destruct H0).
   pose proof (ce_shift_lse_close zs zj yj Eb NP Hne HE HW HNP) as Hs; fold LSE in Hs.

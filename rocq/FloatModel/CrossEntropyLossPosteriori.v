@@ -114,9 +114,9 @@ Hypothesis ue_nonneg : 0 <= ue.
 Hypothesis ee_nonneg : 0 <= ee.
 Hypothesis ex_err : forall x, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee.
 Variable lg : R -> R.
-Variable el : R.
+Variables el lmin lmax : R.
 Hypothesis lg_fmt : forall x, fmt (lg x).
-Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+Hypothesis lg_err : forall x, fmt x -> lmin <= x <= lmax -> Rabs (lg x - ln x) <= el.
 
 Local Notation run := (ce_run M ex (R * R) fst (fun _ => 1)).
 
@@ -139,13 +139,14 @@ Lemma ce_stream_lse_close : forall (zy0 : R * R) (tiles : list (list (R * R))) t
   Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length zs <= Nn)%nat ->
   (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax) ->
   exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
-  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (fst st + lg (snd st)) - ln (ce_sum_exp fst zs)) <= ce_lse_bound u el Zmax LN NL 0.
 Proof.
-  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT st bL zs H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT st bL zs H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL
+    Hlmin Hlmax.
   set (tiles' := map (map ce_dup) tiles).
   assert (Ec : concat tiles' = map ce_dup zs) by (unfold tiles', zs; rewrite concat_map; reflexivity).
-  assert (Hlse := ce_lse_error_up M ex ue ee ue_nonneg ee_nonneg ex_err lg el lg_fmt lg_err
+  assert (Hlse := ce_lse_error_up M ex ue ee ue_nonneg ee_nonneg ex_err lg el lmin lmax lg_fmt lg_err
                     (ce_dup zy0) tiles' ts Dt Bt Tt Nn Zmax XK 0 LN NL P1 QT AT).
   cbv zeta in Hlse.
   rewrite Ec in Hlse; unfold tiles' in Hlse; rewrite ce_run_dup, map_map in Hlse; fold st in Hlse; cbn [ce_dup fst snd] in Hlse.
@@ -158,7 +159,7 @@ Proof.
                    ltac:(intros zy Hi; apply in_map_iff in Hi; destruct Hi as [x [<- Hi]];
                          destruct (Hz x Hi) as [F Z]; cbn [ce_dup fst snd];
                          rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; refine (conj F (conj Z _)); lra)
-                   HXK HP HQ HA HbL HLN HNL).
+                   HXK HP HQ HA HbL HLN HNL Hlmin Hlmax).
   exact Hlse.
 Qed.
 
@@ -175,16 +176,16 @@ Theorem ce_loss_posteriori : forall (zy0 : R * R) (tiles : list (list (R * R))) 
   Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length zs <= Nn)%nat ->
   (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax) ->
   exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
-  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   0 <= Eb < 1 -> rsum (map (ce_wterm zt yt) zs) <= Eb * ce_sum_exp snd zs -> - ln (1 - Eb) <= NP ->
   Rabs (rnd (rnd (fst st + lg (snd st)) - zt) - (LSE - yt))
   <= ce_loss_post_bound u (ce_lse_bound u el Zmax LN NL 0) NP (Rabs (LSE - yt)).
 Proof.
   intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT zt yt Eb NP st bL zs LSE
-         H0 Ht Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL HE HW HNP.
+         H0 Ht Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL Hlmin Hlmax HE HW HNP.
   pose proof (ff_u_nonneg A_) as Hu.
   pose proof (ce_stream_lse_close zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT H0 Hts HB HT HN Hz
-                HXK HP HQ HA HbL HLN HNL) as Hlse; fold st zs in Hlse.
+                HXK HP HQ HA HbL HLN HNL Hlmin Hlmax) as Hlse; fold st zs in Hlse.
   assert (Hne : zs <> []) by (intros E; rewrite E in H0; destruct H0).
   set (B := ce_lse_bound u el Zmax LN NL 0) in *.
   set (lse := rnd (fst st + lg (snd st))) in *.

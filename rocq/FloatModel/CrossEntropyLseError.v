@@ -26,7 +26,13 @@
     attention ones): the computed [tl.exp] [ex] has
     [|ex x - e^x| <= ue e^x + ee] for [x <= 0] (and is a number of the
     format, used only by [ce_item_term_logit]); the computed
-    [tl.log] [lg] is one with [|lg x - ln x| <= el] for [x > 0]; the
+    [tl.log] [lg] is a number of the format with [|lg x - ln x| <= el] for
+    the numbers [x] of the format in [[lmin, lmax]] (a bounded range: no
+    function of float values is within a fixed [el] of [ln] on all [x > 0],
+    as [ln] is unbounded and the gaps between floats grow; each theorem
+    asks [lmin <= 1 - bL] and [(1 + bL) e^LN <= lmax], which put the
+    computed row sum [l] in the range; BoundValues.v takes
+    [[1 / (1 + b), (1 + b) e^LN]], inside [[1/2, 2 e^LN]] when [b <= 1]); the
     tile sum [ts] ([tl.sum], a reduction tree) of at most [Bt] numbers of
     the format is one, within [((1 + u)^Dt - 1) sum |x|] of the exact sum
     ([sum_ok]; proved for trees of depth [Dt] by BlockedSum.v's
@@ -95,9 +101,9 @@ Hypothesis ex_fmt : forall x, fmt (ex x).
 Hypothesis ex_err : forall x, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee.
 
 Variable lg : R -> R.
-Variable el : R.
+Variables el lmin lmax : R.
 Hypothesis lg_fmt : forall x, fmt (lg x).
-Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+Hypothesis lg_err : forall x, fmt x -> lmin <= x <= lmax -> Rabs (lg x - ln x) <= el.
 
 Definition sum_ok (ts : list R -> R) (Dt Bt : nat) : Prop :=
   forall xs, (length xs <= Bt)%nat -> Forall fmt xs ->
@@ -541,6 +547,15 @@ Proof.
   - intros it H; apply Hi, in_or_app; right; exact H.
 Qed.
 
+(** The running sum is a number of the format: each step rounds it. *)
+Lemma ce_run_l_fmt : forall ts tiles m l, fmt l -> fmt (snd (ce_run ts (m, l) tiles)).
+Proof.
+  intros ts; induction tiles as [|tl rest IH]; intros m l Fl; [exact Fl |].
+  unfold ce_run; cbn [fold_left]; fold (ce_run ts (ce_step ts (m, l) tl) rest).
+  destruct (ce_step ts (m, l) tl) as [m1 l1] eqn:E.
+  apply IH; unfold ce_step in E; injection E as _ <-; apply ff_rnd_fmt.
+Qed.
+
 End Items.
 
 (** ** The log-sum-exp of one token's logits *)
@@ -563,11 +578,11 @@ Lemma ce_lse_finish : forall (zs : list (R * R)) m l C Rr Zmax delta LN NL (Nn :
   let bL := C - 1 + Rr in
   fmt m -> (exists zy, In zy zs /\ fst zy = m) -> (forall zy, In zy zs -> fst zy <= m) -> (length zs <= Nn)%nat ->
   (forall zy, In zy zs -> Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
-  1 <= C -> 0 <= Rr -> Rabs (l - logit_val m zs) <= (C - 1) * logit_val m zs + Rr ->
-  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  1 <= C -> 0 <= Rr -> fmt l -> Rabs (l - logit_val m zs) <= (C - 1) * logit_val m zs + Rr ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (m + lg l) - ln (rsum (map (fun zy => exp (snd zy)) zs))) <= ce_lse_bound u el Zmax LN NL delta.
 Proof.
-  intros zs m l C Rr Zmax delta LN NL Nn bL Fm Hatt Hle HN Hz HC HR Hinv HbL HLN HNL.
+  intros zs m l C Rr Zmax delta LN NL Nn bL Fm Hatt Hle HN Hz HC HR Fl Hinv HbL HLN HNL Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu.
   set (L := logit_val m zs) in *.
   assert (HL0 : 0 <= L /\ L <= INR (length zs) * 1)
@@ -601,7 +616,13 @@ Proof.
   { split; [rewrite <- ln_1; apply afe_ln_le; lra |].
     apply Rle_trans with (ln (INR Nn)); [apply afe_ln_le; lra | exact HLN]. }
   assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
-  pose proof (lg_err l Hl0) as Hlg.
+  assert (HNe : INR Nn <= exp LN).
+  { rewrite <- (exp_ln (INR Nn)) by lra; apply ose_exp_le, HLN. }
+  assert (Hlo : lmin <= l) by (pose proof (sp_Rabs_le_inv _ _ Hrel); nra).
+  assert (Hhi : l <= lmax).
+  { pose proof (sp_Rabs_le_inv _ _ Hrel).
+    assert ((1 + bL) * L <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra). nra. }
+  pose proof (lg_err l Fl (conj Hlo Hhi)) as Hlg.
   assert (Hlga : Rabs (lg l) <= LN + NL + el).
   { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
   assert (Hmz : Rabs m <= Zmax) by (destruct Hatt as [zy [Hi <-]]; apply (Hz zy Hi)).
@@ -626,10 +647,11 @@ Theorem ce_lse_error : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt
   Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length (concat tiles) <= Nn)%nat ->
   (forall zy, In zy (concat tiles) -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
   exp (u * (2 * Zmax)) <= XK -> bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun zy => exp (snd zy)) (concat tiles))))
   <= ce_lse_bound u el Zmax LN NL delta.
 Proof.
-  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL st bL H0 Hts HB HT HN Hz HXK HbL HLN HNL.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL st bL H0 Hts HB HT HN Hz HXK HbL HLN HNL Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   destruct (Hz zy0 H0) as [F0 [Z0 _]].
   assert (HZ : 0 <= Zmax) by (pose proof (Rabs_pos (fst zy0)); lra).
@@ -657,6 +679,7 @@ Proof.
   set (Rt := INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn).
   assert (HC : 1 <= C) by (unfold C; pose proof (pow_R1_Rle _ Tt HQ); assert (1 <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt) by nra; nra).
   assert (HRt : 0 <= Rt) by (unfold Rt; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
+  assert (Fl : fmt l) by (unfold l, st; apply ce_run_l_fmt, ff_fmt_0).
   apply (ce_lse_finish (concat tiles) m l C Rt Zmax delta LN NL Nn); auto.
   - intros zy Hi; apply Hseen, Hi.
   - intros zy Hi; destruct (Hz zy Hi) as [_ H]; exact H.
@@ -748,11 +771,12 @@ Theorem ce_lse_error_up : forall (zy0 : R * R) (tiles : list (list (R * R))) ts 
   Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length (concat tiles) <= Nn)%nat ->
   (forall zy, In zy (concat tiles) -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
   exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
-  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun zy => exp (snd zy)) (concat tiles))))
   <= ce_lse_bound u el Zmax LN NL delta.
 Proof.
-  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL P1 QT AT st bL H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL P1 QT AT st bL H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL
+    Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   assert (HX0 : 0 <= XK) by (eapply Rle_trans; [left; apply exp_pos | exact HXK]).
   assert (Hle : ce_bL u ue ee ea XK Dt Bt Tt Nn <= bL).
@@ -760,7 +784,9 @@ Proof.
     - split; [apply pow_le; lra | exact HP].
     - split; [apply pow_le; unfold ce_Q; apply Rmult_le_pos; [lra | apply pow_le; lra] | exact HQ].
     - split; [apply pow_le; unfold ce_a; apply Rmult_le_pos; [apply pow_le; lra | assert (0 <= (1 + ue) * XK) by (apply Rmult_le_pos; lra); lra] | exact HA]. }
-  apply (ce_lse_error zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL); auto; [lra |].
+  apply (ce_lse_error zy0 tiles ts Dt Bt Tt Nn Zmax XK delta LN NL); auto;
+    [lra | | lra | apply Rle_trans with ((1 + bL) * exp LN);
+                   [apply Rmult_le_compat_r; [left; apply exp_pos | lra] | exact Hlmax]].
   eapply Rle_trans; [| exact HNL].
   apply Ropp_le_contravar.
   set (b0 := ce_bL u ue ee ea XK Dt Bt Tt Nn) in *.
@@ -817,10 +843,11 @@ Theorem ce_lse_error_two_level : forall (g0 : list (list (R * R))) (tiles2 : lis
   Forall (fun tl => (length tl <= Bt2)%nat) tiles2 -> (length tiles2 <= T2)%nat -> (length (concat tiles2) <= Nn)%nat ->
   (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax /\ Rabs (fst zy - snd zy) <= delta) ->
   exp (u * (2 * Zmax)) <= XK -> bL < 1 -> ln (INR (length zs)) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun zy => exp (snd zy)) zs))) <= ce_lse_bound u el Zmax LN NL delta.
 Proof.
   intros g0 tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL C1 R1 C2 R2 bL st zs
-    H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hz HXK HbL HLN HNL.
+    H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hz HXK HbL HLN HNL Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   assert (Hzs : forall g zy, In g (concat tiles2) -> In zy (concat g) -> In zy zs).
   { intros g zy Hg' Hzy; unfold zs; apply in_concat; exists (concat g); split; [apply in_map, Hg' | exact Hzy]. }
@@ -883,6 +910,7 @@ Proof.
   rewrite grp_val in Hinv; fold zs in Hinv.
   destruct (ce_consts Dt2 Bt2 T2 Nn C1 R1 (INR N1) (- Zmax) (2 * Zmax) XK (grp_m g0) HC1 HR1 (pos_INR N1)
               ltac:(lra) HXK Hg0r) as [_ [HH2 [_ [Ha2 [Hb2 _]]]]].
+  assert (Fl : fmt (snd st)) by (unfold st; apply ce_run_l_fmt, ff_fmt_0).
   apply (ce_lse_finish zs (fst st) (snd st) C2 R2 Zmax delta LN NL (length zs)); auto.
   - destruct (ce_run_P (list (list (R * R))) grp_m grp_l (fun x => exists g, In g (concat tiles2) /\ grp_m g = x)
                 ts2 tiles2 (grp_m g0) 0 ltac:(exists g0; split; [exact H0 | reflexivity])

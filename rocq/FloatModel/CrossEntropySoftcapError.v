@@ -183,9 +183,9 @@ Hypothesis ue_nonneg : 0 <= ue.
 Hypothesis ee_nonneg : 0 <= ee.
 Hypothesis ex_err : forall x, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee.
 Variable lg : R -> R.
-Variable el : R.
+Variables el lmin lmax : R.
 Hypothesis lg_fmt : forall x, fmt (lg x).
-Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+Hypothesis lg_err : forall x, fmt x -> lmin <= x <= lmax -> Rabs (lg x - ln x) <= el.
 
 (** [_rows_kernel] with STREAM and HAS_CAP: the tiles of raw logits, each capped, then
     the online max and rescaled sum from the first capped logit. *)
@@ -198,16 +198,17 @@ Theorem ce_lse_error_softcap : forall (ry0 : R * R) (tiles : list (list (R * R))
   List.Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length (concat tiles) <= Nn)%nat ->
   (forall ry, In ry (concat tiles) -> fmt (fst ry) /\ Rabs (fst ry - snd ry) <= dr) ->
   exp (u * (2 * Zmax)) <= XK -> bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun ry => exp (c * tanh (snd ry / c))) (concat tiles))))
   <= ce_lse_bound u el Zmax LN NL (sc_delta u ea c ut et dr).
 Proof.
-  intros ry0 tiles ts Dt Bt Tt Nn dr XK LN NL Zmax st bL H0 Hts HB HT HN Hr HXK HbL HLN HNL.
+  intros ry0 tiles ts Dt Bt Tt Nn dr XK LN NL Zmax st bL H0 Hts HB HT HN Hr HXK HbL HLN HNL Hlmin Hlmax.
   assert (Ec : concat (map (map sc_pair) tiles) = map sc_pair (concat tiles)) by (symmetry; apply concat_map).
   assert (Es : rsum (map (fun ry => exp (c * tanh (snd ry / c))) (concat tiles))
                = rsum (map (fun zy => exp (snd zy)) (concat (map (map sc_pair) tiles))))
     by (rewrite Ec, map_map; reflexivity).
   rewrite Es.
-  apply (ce_lse_error M ex ue ee ue_nonneg ee_nonneg ex_err lg el lg_fmt lg_err (sc_pair ry0)
+  apply (ce_lse_error M ex ue ee ue_nonneg ee_nonneg ex_err lg el lmin lmax lg_fmt lg_err (sc_pair ry0)
            (map (map sc_pair) tiles) ts Dt Bt Tt Nn Zmax XK (sc_delta u ea c ut et dr) LN NL).
   - rewrite Ec; apply in_map, H0.
   - exact Hts.
@@ -219,6 +220,8 @@ Proof.
   - exact HbL.
   - exact HLN.
   - exact HNL.
+  - exact Hlmin.
+  - exact Hlmax.
 Qed.
 
 (** The loss [rnd (lse - z_t)] at [eps = lam = 0] with the capped target logit. *)
@@ -266,11 +269,12 @@ Theorem ce_lse_error_two_level_softcap : forall ts1 (g0 : list (list (R * R)))
   (length (concat tiles2) <= Nn)%nat ->
   (forall ry, In ry rs -> fmt (fst ry) /\ Rabs (fst ry - snd ry) <= dr) ->
   exp (u * (2 * Zmax)) <= XK -> bL < 1 -> ln (INR (length rs)) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (fst st + lg (snd st)) - ln (rsum (map (fun ry => exp (c * tanh (snd ry / c))) rs)))
   <= ce_lse_bound u el Zmax LN NL (sc_delta u ea c ut et dr).
 Proof.
   intros ts1 g0 tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn dr XK LN NL Zmax C1 R1 C2 R2 bL st rs
-    H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hr HXK HbL HLN HNL.
+    H0 Hts1 Hts2 Hg HB2 HT2 HN2 Hr HXK HbL HLN HNL Hlmin Hlmax.
   assert (Ec2 : concat (map (map sc_group) tiles2) = map sc_group (concat tiles2)) by (symmetry; apply concat_map).
   assert (Ezs : concat (map (@concat _) (concat (map (map sc_group) tiles2))) = map sc_pair rs)
     by (rewrite Ec2; apply sc_concat_groups).
@@ -278,7 +282,7 @@ Proof.
                = rsum (map (fun zy => exp (snd zy)) (concat (map (@concat _) (concat (map (map sc_group) tiles2))))))
     by (rewrite Ezs, map_map; reflexivity).
   rewrite Es.
-  apply (ce_lse_error_two_level M ex ue ee ue_nonneg ee_nonneg ex_err lg el lg_fmt lg_err ts1 (sc_group g0)
+  apply (ce_lse_error_two_level M ex ue ee ue_nonneg ee_nonneg ex_err lg el lmin lmax lg_fmt lg_err ts1 (sc_group g0)
            (map (map sc_group) tiles2) ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK (sc_delta u ea c ut et dr) LN NL).
   - rewrite Ec2; apply in_map, H0.
   - exact Hts1.
@@ -295,6 +299,8 @@ Proof.
   - exact HbL.
   - rewrite Ezs, map_length; exact HLN.
   - exact HNL.
+  - exact Hlmin.
+  - exact Hlmax.
 Qed.
 
 (** ** The gradient's chain factor [1 - (z / c)^2] ([_grad_tile], HAS_CAP) *)

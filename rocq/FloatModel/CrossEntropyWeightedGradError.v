@@ -386,9 +386,9 @@ Section TwoLevel.
 (** The kernel's [tl.log]: an assumption (as in CrossEntropyLseError.v).  Its [tl.exp] is
     this file's [ex]: [ex_err] holds for all [x], in particular for [x <= 0]. *)
 Variable lg : R -> R.
-Variable el : R.
+Variables el lmin lmax : R.
 Hypothesis lg_fmt : forall x, ff_fmt A_ (lg x).
-Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+Hypothesis lg_err : forall x, ff_fmt A_ x -> lmin <= x <= lmax -> Rabs (lg x - ln x) <= el.
 
 (** A token's row as the 4-product forward streams it: [tiles2], the [_rows_kernel] merge's
     tiles of groups, a group the vocabulary tiles one [_logits_kernel] STATS program streams,
@@ -436,13 +436,14 @@ Lemma ce_row2_lse_error : forall ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) Zma
   CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
   exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
   - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
+  lmin <= 1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn -> (1 + ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) * exp LN <= lmax ->
   ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN tiles2 ->
   Rabs (ce_row2_lse ts1 ts2 tiles2 - ce_row2_L tiles2) <= CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta.
 Proof.
-  intros ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL tiles2 Hts1 Hts2 HXK HbL HNL
+  intros ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL tiles2 Hts1 Hts2 HXK HbL HNL Hlmin Hlmax
     [Hne [Hg [HB2 [HT2 [HN2 [Hz HLN]]]]]].
   apply (CrossEntropyLseError.ce_lse_error_two_level M ex ue ee ue_nonneg ee_nonneg (fun x _ => ex_err x)
-           lg el lg_fmt lg_err ts1 (hd [] (concat tiles2)) tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn
+           lg el lmin lmax lg_fmt lg_err ts1 (hd [] (concat tiles2)) tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn
            Zmax XK delta LN NL); auto.
   destruct (concat tiles2); [congruence | left; reflexivity].
 Qed.
@@ -457,6 +458,7 @@ Theorem ce_dw4_error_two_level : forall (T : Type) (iz il iy iL ih iw iw0 : T ->
   CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
   exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
   - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
+  lmin <= 1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn -> (1 + ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) * exp LN <= lmax ->
   (forall x, In x xs ->
      Rabs (iz x - iy x) <= delta /\ Rabs (iz x - il x) <= Am /\ Rabs (iw x - iw0 x) <= ua * Rabs (iw0 x)
      /\ ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN (row x)
@@ -466,12 +468,12 @@ Theorem ce_dw4_error_two_level : forall (T : Type) (iz il iy iL ih iw iw0 : T ->
        (cw_Hw T ih iw0 xs) (cw_Ha T ih xs).
 Proof.
   intros T iz il iy iL ih iw iw0 it row ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn dsum gd ua delta Am Zmax XK LN NL X xs
-    Dl Hgd Hua HX Hds Hts1 Hts2 HXK HbL HNL Hok.
+    Dl Hgd Hua HX Hds Hts1 Hts2 HXK HbL HNL Hlmin Hlmax Hok.
   apply (ce_dw4_error T iz il iy iL ih iw iw0 it dsum gd ua delta Dl Am X xs Hgd Hua HX Hds).
   intros x Hx; destruct (Hok x Hx) as [H1 [H3 [H4 [Hr [El EL]]]]].
   split; [exact H1 | split; [| split; [exact H3 | exact H4]]].
   rewrite El, EL; exact (ce_row2_lse_error ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL (row x)
-                           Hts1 Hts2 HXK HbL HNL Hr).
+                           Hts1 Hts2 HXK HbL HNL Hlmin Hlmax Hr).
 Qed.
 
 (** dH: the entry [(n, d)]; every item's lse the merged lse of token [n]'s row [tiles2]. *)
@@ -484,6 +486,7 @@ Theorem ce_dh4_error_two_level : forall (T : Type) (iz il iy iL ih : T -> R) (it
   CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
   exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
   - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
+  lmin <= 1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn -> (1 + ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) * exp LN <= lmax ->
   ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN tiles2 ->
   (forall x, In x xs -> ik x = true ->
      Rabs (iz x - iy x) <= delta /\ Rabs (iz x - il x) <= Am
@@ -494,9 +497,9 @@ Theorem ce_dh4_error_two_level : forall (T : Type) (iz il iy iL ih : T -> R) (it
   <= ce_Kg M * (Rabs g * B1) + (ce_Kg M - 1) * (Rabs g * (Rabs a0 * ce_T T iy iL ih it ik xs)) + ce_cw0.
 Proof.
   intros T iz il iy iL ih it ik tiles2 ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn dsum alpha a0 ua gd delta Am Zmax XK
-    LN NL X g xs Dl Hua Hal Hgd Hd Ham HX Hds Hts1 Hts2 HXK HbL HNL Hr Hok B1.
+    LN NL X g xs Dl Hua Hal Hgd Hd Ham HX Hds Hts1 Hts2 HXK HbL HNL Hlmin Hlmax Hr Hok B1.
   pose proof (ce_row2_lse_error ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL tiles2
-                Hts1 Hts2 HXK HbL HNL Hr) as HL; fold Dl in HL.
+                Hts1 Hts2 HXK HbL HNL Hlmin Hlmax Hr) as HL; fold Dl in HL.
   apply (ce_dh4_error T iz il iy iL ih it ik dsum alpha a0 ua gd delta Dl Am X g xs Hua Hal Hgd Hd
            ltac:(eapply Rle_trans; [apply Rabs_pos | exact HL]) Ham HX Hds).
   intros x Hx Hk; destruct (Hok x Hx Hk) as [H1 [H3 [El EL]]].
