@@ -222,6 +222,14 @@ theorem of_decide_eq_true {p : Prop} [inst : Decidable p] : Eq (decide p) true �
   inst.casesOn (motive := fun i => Eq (@decide p i) true → p)
     (fun _ h => Bool.noConfusion h) (fun h' _ => h')
 
+instance instDecidableNot {p : Prop} [h : Decidable p] : Decidable (Not p) :=
+  h.casesOn (motive := fun _ => Decidable (Not p)) (fun hn => isTrue hn) (fun hp => isFalse (fun hn => hn hp))
+
+instance instDecidableEqBool : DecidableEq Bool := fun a b =>
+  a.casesOn (motive := fun a => Decidable (Eq a b))
+    (b.casesOn (motive := fun b => Decidable (Eq false b)) (isTrue rfl) (isFalse (fun h => Bool.noConfusion h)))
+    (b.casesOn (motive := fun b => Decidable (Eq true b)) (isFalse (fun h => Bool.noConfusion h)) (isTrue rfl))
+
 /-! ## The classes behind `+ - * / ≤ < ++` and numerals -/
 
 class HAdd (α : Type u) (β : Type v) (γ : outParam (Type w)) where

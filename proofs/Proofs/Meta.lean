@@ -193,5 +193,4 @@ opaque caseArg : Lean.ParserDescr
 @[tactic_parser] opaque specialize : Lean.ParserDescr
 @[tactic_parser] opaque generalize : Lean.ParserDescr
 @[tactic_parser] opaque allGoals : Lean.ParserDescr
-@[tactic_parser] opaque tacticRepeat_ : Lean.ParserDescr
 end Lean.Parser.Tactic
