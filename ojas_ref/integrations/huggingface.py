@@ -34,7 +34,9 @@ No modeling code is copied: the models' own forward passes run.
 from __future__ import annotations
 
 import copy
+import copyreg
 import functools
+import importlib
 import inspect
 import sys
 import threading
@@ -212,11 +214,8 @@ def family_support(model: nn.Module) -> FamilySupport:
     elif getattr(config, "add_cross_attention", False):
         attention_reason = "cross-attention layers (not tested)"
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    ce_reason = None
-    if type(head) is not nn.Linear:
-        ce_reason = (f"the output embedding is {type(head).__name__ if head is not None else 'absent'}, "
-                     "not a torch.nn.Linear (a causal-LM head)")
-    elif not hasattr(type(model), "loss_function"):
+    ce_reason = head_unsupported_reason(head)
+    if ce_reason is None and not hasattr(type(model), "loss_function"):
         ce_reason = "the model has no loss_function"
     softcap = getattr(config, "final_logit_softcapping", None)
     return FamilySupport(attention_reason, ce_reason, None if softcap is None else float(softcap))
@@ -225,6 +224,57 @@ def family_support(model: nn.Module) -> FamilySupport:
 # --------------------------------------------------------------------------
 # The loss
 # --------------------------------------------------------------------------
+
+def _lora_linear_class() -> Optional[type]:
+    """PEFT's LoRA ``Linear`` layer class, or None when PEFT is not imported (then no layer is one)."""
+    return getattr(sys.modules.get("peft.tuners.lora.layer"), "Linear", None)
+
+
+def head_unsupported_reason(head: Optional[nn.Module]) -> Optional[str]:
+    """Why the loss cannot be computed from the weight of the output embedding ``head`` without
+    logits, or None: a ``torch.nn.Linear``, or PEFT's LoRA ``Linear`` around one (``lm_head`` in
+    ``target_modules``: the weight plus the active adapters' deltas, ``get_delta_weight``) with
+    plain LoRA adapters (no DoRA or other variant) without LoRA dropout."""
+    if type(head) is nn.Linear:
+        return None
+    what = "absent" if head is None else f"{type(head).__module__}.{type(head).__qualname__}"
+    if head is None or type(head) is not _lora_linear_class():
+        return f"the output embedding is {what}, not a torch.nn.Linear or PEFT's LoRA Linear around one"
+    if type(head.base_layer) is not nn.Linear:
+        return f"the output embedding is a LoRA layer around {type(head.base_layer).__name__}, not a torch.nn.Linear"
+    if head.disable_adapters and head.merged:
+        return "the output embedding's LoRA adapters are merged and disabled (PEFT unmerges them in the forward)"
+    if head.disable_adapters or head.merged:
+        return None
+    for name in head.active_adapters:
+        if name not in head.lora_A:
+            continue
+        if name in head.lora_variant:
+            return (f"the output embedding's LoRA adapter {name!r} is a {type(head.lora_variant[name]).__name__} "
+                    "(DoRA or another variant), not plain LoRA")
+        dropout = head.lora_dropout[name]
+        if isinstance(dropout, nn.Dropout) and dropout.p > 0:
+            return (f"the output embedding's LoRA adapter {name!r} has lora_dropout={dropout.p}: the dropout of "
+                    "the hidden states has no weight form (set lora_dropout=0, or leave lm_head out of "
+                    "target_modules)")
+    return None
+
+
+def head_weight_and_bias(head: nn.Module) -> tuple[Tensor, Optional[Tensor]]:
+    """The weight and bias that ``head`` (one that :func:`head_unsupported_reason` clears) multiplies
+    its input by: a LoRA layer's base weight plus ``get_delta_weight`` of each active adapter,
+    cast to the weight's dtype (a [vocabulary, hidden] tensor made for the step, which the
+    gradients of the adapters flow through), unless the adapters are merged or disabled."""
+    if type(head) is nn.Linear:
+        return head.weight, head.bias
+    base = head.base_layer
+    weight = base.weight
+    if not (head.disable_adapters or head.merged):
+        for name in head.active_adapters:
+            if name in head.lora_A:
+                weight = weight + head.get_delta_weight(name).to(weight.dtype)
+    return weight, base.bias
+
 
 class CausalLMLossHead:
     """The hooks and loss function that compute a causal LM's training loss without logits.
@@ -235,10 +285,15 @@ class CausalLMLossHead:
     the label shift and the ``num_items_in_batch`` division are Hugging Face's
     ``ForCausalLMLoss`` and no theorem's. Differences: "mean" over a batch whose tokens
     are all ignored gives 0, not NaN.
+
+    The head is the model's output embedding at each training forward, not the one at
+    :meth:`install`: after ``resize_token_embeddings``, ``set_output_embeddings`` or a PEFT adapter
+    put on ``lm_head`` the hook moves to the new module; one that :func:`head_unsupported_reason`
+    does not clear raises ``NotImplementedError`` before the forward runs.
     """
 
     def __init__(self, model: nn.Module, softcap: Optional[float]) -> None:
-        self.head: nn.Linear = model.get_output_embeddings()
+        self.head: nn.Module = model.get_output_embeddings()  # the module whose pre-hook is installed
         self.softcap = softcap
         self.original_loss = model.loss_function
         self.had_loss_attr = "_loss_function" in model.__dict__
@@ -246,25 +301,38 @@ class CausalLMLossHead:
         self._active = False
         self._hidden: Optional[Tensor] = None
         self._handles: list[Any] = []
+        self._head_handle: Any = None
 
     def install(self, model: nn.Module) -> None:
         """Hook ``model`` (the one this head was made for) and set its loss function."""
         self._handles = [
             model.register_forward_pre_hook(self._model_pre_hook, with_kwargs=True),
             model.register_forward_hook(self._model_post_hook, with_kwargs=True, always_call=True),
-            self.head.register_forward_pre_hook(self._head_pre_hook),
         ]
+        self._head_handle = self.head.register_forward_pre_hook(self._head_pre_hook)
         model._loss_function = self.loss
 
     def remove(self, model: nn.Module) -> None:
         """Undo :meth:`install` on ``model`` (a deep copy's own hooks go with the copy's handles)."""
-        for handle in self._handles:
+        for handle in self._handles + [self._head_handle]:
             handle.remove()
-        self._handles = []
+        self._handles, self._head_handle = [], None
         if self.had_loss_attr:
             model._loss_function = self.original_loss
         else:
             model.__dict__.pop("_loss_function", None)
+
+    def _follow(self, head: nn.Module) -> None:
+        """Move the head's hook to ``head``, the model's output embedding now, if it changed;
+        ``NotImplementedError`` for one the loss cannot be computed from."""
+        reason = head_unsupported_reason(head)
+        if reason is not None:
+            raise NotImplementedError(f"optimize_model's training loss (linear cross-entropy without logits): {reason}."
+                                      " revert_model(model) to train with Hugging Face's loss")
+        if head is not self.head:
+            self._head_handle.remove()
+            self.head = head
+            self._head_handle = head.register_forward_pre_hook(self._head_pre_hook)
 
     def _labels(self, args: tuple, kwargs: dict) -> Optional[Tensor]:
         if "labels" in kwargs:
@@ -275,6 +343,8 @@ class CausalLMLossHead:
     def _model_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         self._active = module.training and self._labels(args, kwargs) is not None
         self._hidden = None
+        if self._active:
+            self._follow(module.get_output_embeddings())
 
     def _head_pre_hook(self, module: nn.Module, args: tuple) -> Optional[tuple]:
         if not self._active:
@@ -311,9 +381,9 @@ class CausalLMLossHead:
             raise ValueError(f"labels of shape {tuple(shift_labels.shape)} do not match the {tuple(hidden.shape[:-1])} "
                              "positions whose hidden states reach the head (logits_to_keep must be 0 in training)")
         reduction = "sum" if num_items_in_batch is not None else "mean"
-        loss = linear_cross_entropy(hidden, self.head.weight, shift_labels.to(hidden.device),
-                                    linear_bias=self.head.bias, reduction=reduction, ignore_index=ignore_index,
-                                    softcap=self.softcap)
+        weight, bias = head_weight_and_bias(self.head)
+        loss = linear_cross_entropy(hidden, weight, shift_labels.to(hidden.device), linear_bias=bias,
+                                    reduction=reduction, ignore_index=ignore_index, softcap=self.softcap)
         if reduction == "sum":
             if torch.is_tensor(num_items_in_batch):
                 num_items_in_batch = num_items_in_batch.to(loss.device)
@@ -405,15 +475,25 @@ class _OjasRMSNorm:
         return y.to(hidden_states.dtype) if self._ojas_cast == "after_weight" else y
 
 
+class _SwappedType(type):
+    """The metaclass of the classes :func:`_swapped_class` makes: such a class pickles as the call
+    that makes it (``copyreg``), so a model pickled with them loads in a process that has not
+    optimized a model of that class yet."""
+
+
 def _swapped_class(cls: type, mixin: type, attrs: dict[str, Any], prefix: str = "Ojas") -> type:
     """The subclass ``<prefix><Name>`` of ``cls`` with ``mixin``'s forward, made once and kept in
-    this module's namespace (so that the swapped models pickle)."""
+    this module's namespace."""
     name = f"{prefix}{cls.__name__}"
     swapped = globals().get(name)
     if swapped is None or cls not in swapped.__bases__:
-        swapped = type(name, (mixin, cls), dict(attrs, __module__=__name__, __qualname__=name))
+        swapped = _SwappedType(name, (mixin, cls), dict(attrs, __module__=__name__, __qualname__=name,
+                                                        _ojas_made_by=(cls, mixin, attrs, prefix)))
         globals()[name] = swapped
     return swapped
+
+
+copyreg.pickle(_SwappedType, lambda swapped: (_swapped_class, swapped._ojas_made_by))
 
 
 def ojas_rms_norm_class(cls: type) -> type:
@@ -484,7 +564,7 @@ def _ojas_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
     requiring grad, unsqueeze_dim 1, one kernel dtype and device), Hugging Face's ``original``
     otherwise: the same values and gradients either way."""
 
-    @functools.wraps(original)
+    @functools.wraps(original, updated=())  # (original may be a kernels nn.Module: none of its __dict__)
     def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1):
         if (getattr(_ROTARY_SCOPE, "depth", 0) > 0 and unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and sin.shape == cos.shape
                 and not (cos.requires_grad or sin.requires_grad) and plain_kernel_call(ROTARY_IMPL_ENV, q, k, cos, sin)
@@ -510,24 +590,65 @@ def rotary_unsupported_reason(model: nn.Module) -> tuple[Optional[str], str]:
     return _PROBED_ROTARY[module_name], module_name
 
 
+def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The replacement of Hugging Face's ``apply_rotary_pos_emb`` (:func:`_ojas_rotary`), of the same
+    type as ``original``: a function, or, where Hugging Face's ``kernels`` package made the function
+    an ``nn.Module`` (``use_kernel_forward_from_hub``), a fresh instance of that class with the
+    replacement as its forward. The type matters: ``kernels`` rebuilds the wrappers that each
+    attention module holds, when a model is unpickled, as ``type(module.apply_rotary_pos_emb)()``."""
+    replaced = _ojas_rotary(original)
+    if not isinstance(original, nn.Module):
+        return replaced
+    module = type(original)()
+    module.forward = replaced
+    module.__dict__["_ojas_original"] = original  # not a submodule
+    return module
+
+
 def patch_rotary(module_name: str) -> None:
     """Replace ``module_name.apply_rotary_pos_emb`` (the modeling module's attention layers look
-    the function up at each call) by :func:`_ojas_rotary`'s; counted per model."""
-    module = sys.modules[module_name]
+    the function up at each call) by :func:`_replacement`; counted per :class:`RotaryUse`."""
+    module = importlib.import_module(module_name)
     original, users = _ROTARY_PATCHED.get(module_name, (module.apply_rotary_pos_emb, 0))
     if users == 0:
-        module.apply_rotary_pos_emb = _ojas_rotary(original)
+        module.apply_rotary_pos_emb = _replacement(original)
     _ROTARY_PATCHED[module_name] = (original, users + 1)
 
 
 def unpatch_rotary(module_name: str) -> None:
     """Undo one :func:`patch_rotary`; Hugging Face's function is back when no model uses it."""
+    if module_name not in _ROTARY_PATCHED:
+        raise RuntimeError(f"unpatch_rotary: {module_name}.apply_rotary_pos_emb is not replaced (more releases "
+                           "than uses)")
     original, users = _ROTARY_PATCHED[module_name]
     if users == 1:
         sys.modules[module_name].apply_rotary_pos_emb = original
         del _ROTARY_PATCHED[module_name]
     else:
         _ROTARY_PATCHED[module_name] = (original, users - 1)
+
+
+class RotaryUse:
+    """One optimized model's use of the replaced ``apply_rotary_pos_emb`` of a modeling module:
+    :func:`patch_rotary` when made, :func:`unpatch_rotary` at :meth:`release`. A copy of the
+    model (``copy.deepcopy``, pickle, ``torch.save``) makes a use of its own, so reverting one copy
+    leaves the other optimized, and a model unpickled in a fresh process is optimized there too."""
+
+    def __init__(self, module_name: str) -> None:
+        patch_rotary(module_name)
+        self.module_name = module_name
+        self.held = True
+
+    def release(self) -> None:
+        """Give the use back (once; a second call does nothing)."""
+        if self.held:
+            self.held = False
+            unpatch_rotary(self.module_name)
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        if not self.held:
+            raise RuntimeError("a released RotaryUse is not copied (its model was reverted)")
+        return type(self), (self.module_name,)
 
 
 # --------------------------------------------------------------------------

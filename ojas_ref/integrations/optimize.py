@@ -21,22 +21,29 @@
 
 Weights, ``state_dict()`` keys, ``save_pretrained`` / ``from_pretrained`` (a loaded
 model is a plain one: optimize it again), ``generate()``, eval-mode inference and PEFT
-adapters are unchanged. A second call is a no-op; :func:`revert_model` undoes the call.
+adapters are unchanged. A second call with the same arguments is a no-op (with others it
+raises); :func:`revert_model` undoes the call; a deep or pickled copy is optimized on its own.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
-from ojas_ref.primitives.relu import BACKWARD_THEOREM as RELU_THEOREM, KERNEL_THEOREM as RELU_KERNEL_THEOREM
-from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
-from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM
-from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM, BACKWARD_THEOREMS as SWIGLU_THEOREMS
+from ojas_ref.primitives.attention import IMPL_ENV as ATTENTION_IMPL_ENV
+from ojas_ref.primitives.linear_cross_entropy import IMPL_ENV as CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.primitives.relu import (BACKWARD_THEOREM as RELU_THEOREM, IMPL_ENV as RELU_IMPL_ENV,
+                                      KERNEL_THEOREM as RELU_KERNEL_THEOREM)
+from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS, IMPL_ENV as RMS_NORM_IMPL_ENV
+from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM, IMPL_ENV as ROPE_IMPL_ENV
+from ojas_ref.primitives.swiglu import (BACKWARD_THEOREM as SWIGLU_THEOREM, BACKWARD_THEOREMS as SWIGLU_THEOREMS,
+                                        IMPL_ENV as SWIGLU_IMPL_ENV)
 
 SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
                              "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense")
@@ -57,12 +64,14 @@ RMS_NORM_NOT_COVERED = ("the kernel's floating-point rounding; the cast to the i
 
 @dataclass(frozen=True)
 class Change:
-    """A module that ``optimize_model`` changed."""
+    """A module that ``optimize_model`` changed; ``kind``: the primitive that computes it now
+    (a key of :data:`KERNEL_ENVS`), or "" for a change without a kernel (checkpointing, sparse embedding)."""
 
     module: str
     what: str
     theorems: tuple[str, ...] = ()
     not_covered: str = ""
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,37 @@ class LeftAlone:
     reason: str
 
 
+#: the primitives that ``optimize_model`` applies -> the environment variable choosing their
+#: implementation (``ojas_ref.primitives.dispatch``)
+KERNEL_ENVS = {"attention": ATTENTION_IMPL_ENV, "cross_entropy": CROSS_ENTROPY_IMPL_ENV, "rms_norm": RMS_NORM_IMPL_ENV,
+               "swiglu": SWIGLU_IMPL_ENV, "rope": ROPE_IMPL_ENV, "relu": RELU_IMPL_ENV}
+#: the width that ``str(report)`` clips its lines to
+REPORT_WIDTH = 120
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= REPORT_WIDTH else line[:REPORT_WIDTH - 3] + "..."
+
+
+def _name_patterns(names: list[str]) -> str:
+    """Module names with their indices as ``*`` (``model.layers.*.mlp``), each pattern once."""
+    return ", ".join(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", n) for n in names))
+
+
+def _grouped(items: list[tuple[str, str]]) -> list[str]:
+    """``(key, module)`` pairs as two lines per key: the count and the key, the module-name patterns."""
+    groups: dict[str, list[str]] = {}
+    for key, module in items:
+        groups.setdefault(key, []).append(module)
+    return [line for key, names in groups.items()
+            for line in (_clip(f"    {len(names):>4} x {key}"), _clip(f"           {_name_patterns(names)}"))]
+
+
 @dataclass
 class OptimizationReport:
-    """What :func:`optimize_model` did. ``str(report)`` is a readable summary."""
+    """What :func:`optimize_model` did. ``print(report)``: a summary of a few lines for any depth
+    (the changes grouped, with counts; what runs on the model's device); :meth:`details`: every
+    module with its theorems and what they do not cover."""
 
     changed: list[Change] = field(default_factory=list)
     left_alone: list[LeftAlone] = field(default_factory=list)
@@ -87,17 +124,24 @@ class OptimizationReport:
     #: the ojas kernels applied, checkpointing, its split), or None and ``unplanned`` says why
     planned: Optional[tuple[Any, dict]] = None
     unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
+    #: (device, dtype) of the model's first parameter at the call; :meth:`runs` reads the model's
+    #: own while it is alive (``_model``, a weak reference, not copied with the report)
+    placement: Optional[tuple[torch.device, torch.dtype]] = None
+    _model: Optional[weakref.ref] = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_model": None}
 
     def plan(self, *, optimizer: str = "adamw", fused: bool = True, batch: int = 1, seq: int = 2048,
              host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = None,
              bucket_cap_mb: float = 64.0) -> Any:
         """The peak of device memory per tensor class of a training step of the optimized model
-        (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`), with what this
-        call applied and the rest of the setting given here (``fused``: the update in
-        :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its ``state_device="cpu"``;
-        ``head_update``: its ``head_weight``; ``state_slice_mb``, with ``host_state``: its
-        ``state_slice_mb``, default None as its default: whole parameters; ``bucket_cap_mb``: its
-        ``bucket_cap_mb``).
+        (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`; ``.table()`` is its
+        readable breakdown), with what this call applied and the rest of the setting given here
+        (``fused``: the update in :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its
+        ``state_device="cpu"``; ``head_update``: its ``head_weight``; ``state_slice_mb``, with
+        ``host_state``: its ``state_slice_mb``, default None as its default: whole parameters;
+        ``bucket_cap_mb``: its ``bucket_cap_mb``).
         ``NotImplementedError`` with the reason for a model the planner does not model (not a
         Llama-shaped decoder, sparse embedding, ...)."""
         from ojas_ref.tools import plan as P
@@ -110,11 +154,35 @@ class OptimizationReport:
                             bucket_cap_mb=bucket_cap_mb, **fields)
         return P.plan(model, setting)
 
-    def __str__(self) -> str:
-        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone"]
-        lines += [f"  changed  {c.module}: {c.what}" + (f" [{', '.join(c.theorems)}]" if c.theorems else "")
-                  + (f"; not proved: {c.not_covered}" if c.not_covered else "") for c in self.changed]
-        lines += [f"  left     {s.module}: {s.reason}" for s in self.left_alone]
+    def runs(self) -> str:
+        """What computes the changed modules on the model's device and dtype now: the Triton
+        kernels (CUDA, float16 / bfloat16 / float32, or the CPU under ``TRITON_INTERPRET=1`` with
+        ``OJAS_<NAME>_IMPL=triton``), or the PyTorch reference implementations, per primitive."""
+        from ojas_ref.primitives.dispatch import plain_kernel_call
+
+        kinds = list(dict.fromkeys(c.kind for c in self.changed if c.kind))
+        if not kinds:
+            return "nothing that has a Triton kernel was changed"
+        model = self._model() if self._model is not None else None
+        param = next(model.parameters(), None) if model is not None else None
+        device, dtype = (param.device, param.dtype) if param is not None else self.placement or (None, None)
+        if device is None:
+            return "unknown (the model has no parameters)"
+        if device.type == "meta":
+            return f"nothing (the model is on the meta device), {dtype}"
+        probe = torch.empty(0, dtype=dtype, device=device)
+        kernel = [k for k in kinds if plain_kernel_call(KERNEL_ENVS[k], probe)]
+        reference = [k for k in kinds if k not in kernel]
+        where = f"on {device}, {str(dtype).removeprefix('torch.')}: "
+        if not kernel:
+            return where + ("the PyTorch reference implementations (the Triton kernels run on CUDA in "
+                            "float16/bfloat16/float32)")
+        if not reference:
+            return where + "the Triton kernels"
+        return where + f"Triton kernels for {', '.join(kernel)}; PyTorch reference for {', '.join(reference)}"
+
+    def _tail(self) -> list[str]:
+        lines = []
         if self.loss_bytes_saved_per_token:
             lines.append(f"  expected: {self.loss_bytes_saved_per_token} bytes of logits and their gradient not "
                          f"allocated per training token ({self.loss_bytes_saved_per_token * 4096 / 2**20:.0f} MiB "
@@ -124,9 +192,30 @@ class OptimizationReport:
             lines.append(f"  plan: none ({self.unplanned})")
         else:
             p = self.plan()
-            lines.append(f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
-                         f"at {p.peak_phase.name}; report.plan(optimizer=..., batch=..., seq=...) for another setting")
-        return "\n".join(lines)
+            lines += [f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
+                      f"at {p.peak_phase.name}",
+                      "        report.plan(optimizer=..., batch=..., seq=...).table(): the breakdown of another "
+                      "setting"]
+        return lines
+
+    def __str__(self) -> str:
+        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone "
+                 "(report.details(): each, with its theorems)", f"  runs {self.runs()}"]
+        if self.changed:
+            lines += ["  changed:"] + _grouped([(c.what, c.module) for c in self.changed])
+        if self.left_alone:
+            lines += ["  left alone:"] + _grouped([(s.reason, s.module) for s in self.left_alone])
+        return "\n".join(_clip(line) for line in lines + self._tail())
+
+    def details(self) -> str:
+        """Every module changed, with the theorems behind it and what they do not cover, and every
+        candidate left alone with the reason; one line each."""
+        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone",
+                 f"  runs {self.runs()}"]
+        lines += [f"  changed  {c.module}: {c.what}" + (f" [{', '.join(c.theorems)}]" if c.theorems else "")
+                  + (f"; not proved: {c.not_covered}" if c.not_covered else "") for c in self.changed]
+        lines += [f"  left     {s.module}: {s.reason}" for s in self.left_alone]
+        return "\n".join(lines + self._tail())
 
 
 @dataclass
@@ -134,18 +223,28 @@ class _State:
     """What a call changed, so that :func:`revert_model` can undo it."""
 
     report: OptimizationReport
+    #: the call's arguments (a second call with others raises)
+    arguments: dict[str, Any] = field(default_factory=dict)
     attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
     loss_head: Any = None                       # ojas_ref.integrations.huggingface.CausalLMLossHead
     enabled_checkpointing: bool = False
-    #: (module, its ``_gradient_checkpointing_func`` before) where checkpoint="offload" replaced the
-    #: function of checkpointing the user had enabled already
+    #: (module, its ``_gradient_checkpointing_func`` before) where this call replaced the function of
+    #: checkpointing the user had enabled already (checkpoint="offload", or a reentrant one)
     checkpoint_funcs: list[tuple[nn.Module, Any]] = field(default_factory=list)
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
-    rotary_module: Optional[str] = None         # the modeling module whose apply_rotary_pos_emb was replaced
+    rotary_use: Any = None  # ojas_ref.integrations.huggingface.RotaryUse of the replaced apply_rotary_pos_emb
     rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
     sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
     activations: list[tuple[nn.Module, Any]] = field(default_factory=list)  # (layer, its activation before)
     split: bool = False  # some decoder layer checkpointed as two segments (checkpoint_split=True)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """An unpickled model (another process) gets the ``"ojas"`` attention registered there."""
+        self.__dict__.update(state)
+        if self.attn_implementation is not None:
+            from ojas_ref.integrations import huggingface as hf
+
+            hf.register()
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -255,25 +354,32 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
 
     The report lists every module changed, with the theorems behind it and what they do
     not cover, and every candidate left alone with the reason (dropout, soft-capped
-    attention, untested family, not a Linear head, ...). Calling it on an optimized model
-    changes nothing and returns the first report; :func:`revert_model` undoes it.
+    attention, untested family, not a Linear head, ...): ``print(report)`` a summary,
+    ``report.details()`` each module. Calling it again on an optimized model with the same
+    arguments changes nothing and returns the first report; with other arguments it raises
+    ``ValueError`` (:func:`revert_model` first). A deep copy or an unpickled copy of an
+    optimized model is optimized on its own: reverting one leaves the other as it is.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    attention = _check_flag("attention", attention)
-    cross_entropy = _check_flag("cross_entropy", cross_entropy)
-    checkpoint = _check_checkpoint(checkpoint)
-    rms_norm = _check_flag("rms_norm", rms_norm)
-    swiglu = _check_flag("swiglu", swiglu)
-    rope = _check_flag("rope", rope)
-    sparse_embedding = _check_flag("sparse_embedding", sparse_embedding)
-    checkpoint_split = _check_flag("checkpoint_split", checkpoint_split)
+    arguments = dict(attention=_check_flag("attention", attention),
+                     cross_entropy=_check_flag("cross_entropy", cross_entropy),
+                     checkpoint=_check_checkpoint(checkpoint), rms_norm=_check_flag("rms_norm", rms_norm),
+                     swiglu=_check_flag("swiglu", swiglu), rope=_check_flag("rope", rope),
+                     sparse_embedding=_check_flag("sparse_embedding", sparse_embedding),
+                     relu_mask=_check_flag("relu_mask", relu_mask),
+                     checkpoint_split=_check_flag("checkpoint_split", checkpoint_split))
     if checkpoint_split and not checkpoint:
         raise ValueError("checkpoint_split=True needs checkpoint=True or 'offload': it splits the checkpoint of each "
                          "decoder layer in two")
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
+        changed = [f"{k}={v!r} (now {arguments[k]!r})" for k, v in existing.arguments.items() if arguments[k] != v]
+        if changed:
+            raise ValueError(f"optimize_model: the model was optimized already, with {', '.join(changed)}; "
+                             "revert_model(model) first, then optimize_model with the new arguments")
+        existing.report._model = weakref.ref(target)
         return model, existing.report
     if _is_hf_model(target):
         if checkpoint_split:
@@ -293,7 +399,11 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             raise NotImplementedError(f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
                                       "the layers of a plain model in "
                                       "torch.utils.checkpoint.checkpoint(use_reentrant=False)")
-        state = _optimize_torch(target, attention, cross_entropy, _check_flag("relu_mask", relu_mask))
+        state = _optimize_torch(target, attention, cross_entropy, relu_mask)
+    state.arguments = arguments
+    param = next(target.parameters(), None)
+    state.report.placement = None if param is None else (param.device, param.dtype)
+    state.report._model = weakref.ref(target)
     setattr(target, _STATE_ATTR, state)
     return model, state.report
 
@@ -320,12 +430,10 @@ def revert_model(model: nn.Module) -> nn.Module:
         module.__class__ = cls
     for module, activation in state.activations:
         module.activation = activation
-    if state.rotary_module is not None:
-        from ojas_ref.integrations import huggingface as hf
-
+    if state.rotary_use is not None:
         for handle in state.rotary_hooks:
             handle.remove()
-        hf.unpatch_rotary(state.rotary_module)
+        state.rotary_use.release()
     if state.sparse_embedding is not None:
         state.sparse_embedding.sparse = False
     return model
@@ -384,17 +492,18 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
     support = hf.family_support(model)
     report = OptimizationReport()
     state = _State(report)
-    attn_names = _attention_modules(model) or ["(attention)"]
+    attn_names = [(n, type(m).__name__) for n, m in model.named_modules() if n in _attention_modules(model)]
+    attn_names = attn_names or [("(attention)", "attention")]
     if attention:
         if support.attention is None:
             state.attn_implementation = model.config._attn_implementation
             model.set_attn_implementation(hf.ATTENTION_NAME)
-            report.changed += [Change(n, f"attention: {state.attn_implementation} -> ojas_ref.attention "
-                                         "(Triton kernel on CUDA)", ATTENTION_THEOREMS,
-                                      "the kernel's floating-point rounding; Hugging Face's mask and GQA layout")
-                               for n in attn_names]
+            report.changed += [Change(n, f"{cls}: attention {state.attn_implementation} -> ojas_ref.attention",
+                                      ATTENTION_THEOREMS, "the kernel's floating-point rounding; Hugging Face's mask "
+                                      "and GQA layout", "attention")
+                               for n, cls in attn_names]
         else:
-            report.left_alone += [LeftAlone(n, support.attention) for n in attn_names]
+            report.left_alone += [LeftAlone(n, support.attention) for n, _ in attn_names]
     _swap_rms_norms(model, rms_norm, support.rms_norm, state)
     _swap_swiglu_mlps(model, swiglu, support.swiglu, state)
     _replace_rotary(model, rope, state)
@@ -407,7 +516,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             report.changed.append(Change(
                 head_name, f"training loss with labels: logits + cross-entropy -> ojas_ref.linear_cross_entropy{cap}",
                 CROSS_ENTROPY_THEOREMS, "the label shift and num_items_in_batch division (Hugging Face's "
-                "ForCausalLMLoss, tested); the kernel's floating-point rounding"))
+                "ForCausalLMLoss, tested); the kernel's floating-point rounding", "cross_entropy"))
             report.loss_bytes_saved_per_token = _logits_bytes_per_token(model)
         else:
             report.left_alone.append(LeftAlone(head_name, support.cross_entropy))
@@ -440,9 +549,42 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
                 "memory (non-reentrant)", (), not_covered + "; the offload is a copy (exact, no theorem); "
                 "its cost is measured, not proved (benchmarks/RESULTS.md)"))
         else:
-            report.changed.append(Change("(decoder layers)", "per-layer activation checkpointing (non-reentrant)",
-                                         (), not_covered))
+            what = "per-layer activation checkpointing (non-reentrant)"
+            if not state.enabled_checkpointing:
+                what = _make_non_reentrant(model, state)
+            report.changed.append(Change("(decoder layers)", what, (), not_covered))
     return state
+
+
+def _make_non_reentrant(model: nn.Module, state: _State) -> str:
+    """``checkpoint=True`` over checkpointing the user enabled: each reentrant checkpointing function
+    (``functools.partial`` of ``torch.utils.checkpoint.checkpoint`` with ``use_reentrant`` True or
+    unset, torch's default True) replaced by the non-reentrant one with the same other arguments
+    (:func:`revert_model` puts it back); any other function kept. Returns what now runs."""
+    import functools
+
+    from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+    replaced, kept = False, set()
+    for m in model.modules():
+        func = m.__dict__.get("_gradient_checkpointing_func")
+        if not hasattr(m, "gradient_checkpointing") or func is None:
+            continue
+        if isinstance(func, functools.partial) and func.func is torch_checkpoint and not func.args:
+            if func.keywords.get("use_reentrant", True) is not False:
+                state.checkpoint_funcs.append((m, func))
+                m._gradient_checkpointing_func = functools.partial(torch_checkpoint,
+                                                                   **{**func.keywords, "use_reentrant": False})
+                replaced = True
+        elif m.gradient_checkpointing:
+            kept.add(getattr(getattr(func, "func", func), "__qualname__", type(func).__name__))
+    if kept:
+        return (f"per-layer activation checkpointing by the model's own function ({', '.join(sorted(kept))}), kept as "
+                "it is: optimize_model does not know whether it is non-reentrant")
+    if replaced:
+        return ("per-layer activation checkpointing (non-reentrant: the model's reentrant checkpointing made "
+                "non-reentrant, its other arguments kept)")
+    return "per-layer activation checkpointing (non-reentrant)"
 
 
 def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[Optional[tuple[Any, dict]], str]:
@@ -539,8 +681,8 @@ def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str
     def change(name: str, module: nn.Module, cls: type) -> Change:
         offset = module._ojas_offset
         return Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
-                            f"{', weight 1 + w' if offset else ''}; fused Triton kernel on CUDA)",
-                      (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],), RMS_NORM_NOT_COVERED)
+                            f"{', weight 1 + w' if offset else ''})",
+                      (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],), RMS_NORM_NOT_COVERED, "rms_norm")
 
     _swap_classes(model, "rms_norm", enabled, family_reason, state,
                   lambda m: type(m).__name__.endswith("RMSNorm") and not isinstance(m, hf._OjasRMSNorm),
@@ -557,8 +699,8 @@ def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[s
         act = hf.mlp_activation(module)
         call = "ojas_ref.swiglu" if act == "silu" else f"ojas_ref.swiglu(activation={act!r})"
         return Change(name, f"{cls.__name__}: {act}(gate) * up -> {call} (gate and up saved, {act} "
-                            "recomputed in backward; fused Triton kernel on CUDA)",
-                      (SWIGLU_THEOREMS[act],), "the kernel's floating-point rounding")
+                            "recomputed in backward)",
+                      (SWIGLU_THEOREMS[act],), "the kernel's floating-point rounding", "swiglu")
 
     _swap_classes(model, "swiglu", enabled, family_reason, state,
                   lambda m: hf.is_gated_mlp(m) and not isinstance(m, hf._OjasSwiGLU),
@@ -577,20 +719,21 @@ def _replace_rotary(model: nn.Module, enabled: bool, state: _State) -> None:
     if not enabled or reason is not None:
         state.report.left_alone.append(LeftAlone(name, "rope=False" if not enabled else reason))
         return
-    hf.patch_rotary(module_name)
-    state.rotary_module = module_name
+    state.rotary_use = hf.RotaryUse(module_name)
     state.rotary_hooks = hf.scope_rotary([m for n, m in model.named_modules() if n in _attention_modules(model)])
     state.report.changed.append(Change(
-        name, "rotate-half rotary embedding -> ojas_ref.primitives.rope in this model's attention modules (one "
-        "fused Triton launch for q and k on CUDA; Hugging Face's values and gradients bit for bit)", (ROPE_THEOREM,),
-        "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)"))
+        name, "rotary embedding (rotate-half) -> ojas_ref.primitives.rope in this model's attention, bit for bit "
+        "Hugging Face's", (ROPE_THEOREM,),
+        "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)", "rope"))
 
 
 def _logits_bytes_per_token(model: nn.Module) -> int:
     """Bytes per token the standard loss holds at its peak: the logits in the weight's dtype,
     their float32 copy (``ForCausalLMLoss`` upcasts) when that dtype is narrower, and the
     float32 gradient of the logits. An estimate from the shapes, not a theorem."""
-    weight = model.get_output_embeddings().weight
+    from ojas_ref.integrations import huggingface as hf
+
+    weight, _ = hf.head_weight_and_bias(model.get_output_embeddings())
     vocab = weight.shape[0]
     size = weight.element_size()
     return vocab * (size + (4 if size < 4 else 0) + 4)
@@ -629,7 +772,7 @@ def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _
         where, "relu -> ojas_ref.primitives.relu.relu: its mask saved packed 1 bit per element instead of relu's "
         "output (one [tokens, dim_feedforward] tensor less per layer in training); values and gradients bit for "
         "bit torch's", (RELU_THEOREM, RELU_KERNEL_THEOREM), "the sign of a zero output where torch's relu(-0.0) "
-        "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value"))
+        "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value", "relu"))
 
 
 def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu_mask: bool = True) -> _State:
@@ -652,7 +795,7 @@ def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu
         module.__class__ = MultiheadAttention
         state.swapped.append((module, nn.MultiheadAttention))
         report.changed.append(Change(name or "(model)", "nn.MultiheadAttention -> ojas_ref.attention",
-                                     ATTENTION_THEOREMS, "the kernel's floating-point rounding"))
+                                     ATTENTION_THEOREMS, "the kernel's floating-point rounding", "attention"))
     if not report.changed and not report.left_alone:
         report.notes.append("no nn.MultiheadAttention found")
     if cross_entropy:
