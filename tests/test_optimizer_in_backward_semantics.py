@@ -284,3 +284,77 @@ def test_head_second_backward_without_step_changes_nothing() -> None:
         second.backward()
     assert torch.equal(emb.weight, after_first[0]) and torch.equal(head, after_first[1])
     del opt
+
+
+def test_zero_grad_keep_with_host_state_matches_standard_loop() -> None:
+    """The zero steps at step() go through the same buckets: state_device="cpu" too."""
+    cls, kw = OPTIMIZERS["adamw"]
+    standard = _run("adamw", False)
+    model = _TwoBranches()
+    opt = InBackwardOptimizer(model.parameters(), cls, state_device="cpu", bucket_cap_mb=0, **kw)
+    for step in range(5):
+        model.loss(step, 0, _uses_branch(step, 0, 1)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    _assert_same(standard, (model, opt))
+
+
+def test_dropping_the_optimizer_releases_the_placeholders() -> None:
+    """An optimizer collected between backward and step() leaves no placeholder behind (a later
+    optimizer's backward would add into it)."""
+    import gc
+
+    model = _TwoBranches()
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    model.loss(0, 0, True).backward()
+    assert model.trunk.weight.grad is not None
+    del opt
+    gc.collect()
+    assert all(p.grad is None for p in model.parameters())
+
+
+# --------------------------------------------------------------------------
+# param_groups edited after construction
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit", ["pop", "replace", "move"])
+def test_parameter_leaving_its_group_raises_before_any_update(edit: str) -> None:
+    """torch.optim no longer steps a parameter removed from param_groups (and steps a moved one with
+    its new group's hyper-parameters); its hook would go on updating it with the old group's: the
+    next backward raises at its first hook, before any update."""
+    model = _TwoBranches()
+    opt = InBackwardOptimizer([{"params": model.trunk.parameters()}, {"params": model.branch.parameters(), "lr": 0.01}],
+                              torch.optim.SGD, lr=0.1)
+    model.loss(0, 0, True).backward()
+    opt.step()
+    groups = opt.param_groups
+    if edit == "pop":
+        groups[1]["params"].pop()
+    elif edit == "replace":
+        groups[1]["params"] = groups[1]["params"][:1]
+    else:
+        groups[0]["params"].append(groups[1]["params"].pop())
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(RuntimeError, match=r"param_groups changed after InBackwardOptimizer hooked its parameters"):
+        model.loss(1, 0, True).backward()
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+
+def test_hyper_parameters_and_added_groups_are_fine() -> None:
+    """Editing hyper-parameters in place and add_param_group are torch's semantics (no error)."""
+    standard, fused = [], []
+    for out, make in ((standard, lambda ps: torch.optim.AdamW(ps, lr=0.1)),
+                      (fused, lambda ps: InBackwardOptimizer(ps, torch.optim.AdamW, lr=0.1))):
+        model = _TwoBranches()
+        opt = make(list(model.trunk.parameters()))
+        for step in range(4):
+            if step == 1:
+                opt.param_groups[0]["weight_decay"] = 0.3
+                opt.param_groups[0]["betas"] = (0.5, 0.9)
+            if step == 2:
+                opt.add_param_group({"params": list(model.branch.parameters()), "lr": 0.02})
+            model.loss(step, 0, step >= 2).backward()
+            opt.step()
+            opt.zero_grad()
+        out.extend(p.detach().clone() for p in model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(standard, fused))

@@ -378,6 +378,16 @@ class _ConsumedGrad(Tensor):
         raise RuntimeError(_CONSUMED.format(op=func))
 
 
+def _release_placeholders(params: list[Tensor]) -> None:
+    """Set back to None each ``.grad`` of ``params`` that is a :class:`_ConsumedGrad` placeholder;
+    empty the list. Also run when the optimizer is collected (a finalizer), so that its
+    placeholders do not outlive it."""
+    for p in params:
+        if type(p.grad) is _ConsumedGrad:
+            p.grad = None
+    params.clear()
+
+
 def _live_grad(p: Tensor) -> Optional[Tensor]:
     """``p.grad``, or None when there is none or it was consumed by an update (:class:`_ConsumedGrad`)."""
     grad = p.grad
@@ -692,13 +702,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         # whether the current backward pass takes the plain path of _hook (set at its first hook)
         self._plain_pass = False
         # (group, index, parameter) of the parameters in param_groups without a hook, and the
-        # group sizes they were found at (_check_unhooked)
+        # id() of each group's parameters when they were found (_check_param_groups)
         self._unhooked: list[tuple[int, int, Tensor]] = []
-        self._group_sizes: Optional[list[int]] = None
+        self._layout: Optional[list[list[int]]] = None
         # The parameters updated since the last step(), whose .grad is their _ConsumedGrad placeholder
         # until then, and each parameter's placeholder (made once, by id())
         self._consumed: list[Tensor] = []
         self._placeholders: dict[int, Tensor] = {}
+        weakref.finalize(self, _release_placeholders, self._consumed)
         # zero_grad(set_to_none=False) semantics: whether the last zero_grad() kept zeroed gradients, and the
         # id() of the parameters that torch.optim's loop would hold a .grad for (one was accumulated since the
         # last zero_grad(set_to_none=True)): see _zero_grad_params
@@ -1113,6 +1124,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         need :meth:`_warn_if_local`)."""
         task = torch._C._current_graph_task_id()
         if task != self._queued_task:
+            self._check_param_groups()
             self._queued_task = task
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
             self._plain_pass = (
@@ -1171,14 +1183,34 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._add_to_bucket(p)
         self._flush_all()
 
+    def _check_param_groups(self) -> None:
+        """When the parameters of :attr:`param_groups` changed since the last check (a list edited,
+        replaced, a group added): raise if a hooked parameter left the group it was hooked in (its
+        hook would go on updating it, with that group's hyper-parameters, where ``torch.optim``
+        would not step it or would use its new group's), and find the parameters without a hook
+        again (:meth:`_check_unhooked`). Called at the first hook of each backward pass (before
+        any update in it), at its end and at :meth:`step`; O(parameters) identity checks."""
+        layout = [[id(p) for p in g["params"]] for g in self.param_groups]
+        if layout == self._layout:
+            return
+        members = [set(ids) for ids in layout]
+        left = sorted({i for p, i in self._group_of.items() if i >= len(members) or id(p) not in members[i]})
+        if left:
+            raise RuntimeError(
+                f"param_groups changed after InBackwardOptimizer hooked its parameters: group(s) {left} no longer "
+                "hold some of the parameters they were constructed with (removed, or moved to another group). Their "
+                "hooks would keep updating them with the old group's hyper-parameters, where torch.optim would not "
+                "step them or would use the new group's. Change hyper-parameters in place (param_groups[i]['lr'] "
+                "= ...), freeze a parameter with requires_grad_(False) instead of removing it, or call "
+                "remove_hooks() and construct a new InBackwardOptimizer over the new groups")
+        self._unhooked = [(i, j, p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])
+                          if p not in self._group_of]
+        self._layout = layout
+
     def _check_unhooked(self) -> None:
         """Raise if a parameter of param_groups without a hook (frozen at construction, unfrozen
         since) has a gradient: it would never be updated while its ``.grad`` grows."""
-        sizes = [len(g["params"]) for g in self.param_groups]
-        if sizes != self._group_sizes:  # param_groups edited in place: find the unhooked ones again
-            self._unhooked = [(i, j, p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])
-                              if p not in self._group_of]
-            self._group_sizes = sizes
+        self._check_param_groups()
         unhooked = [(i, j) for i, j, p in self._unhooked if p.grad is not None]
         if unhooked:
             raise RuntimeError(
@@ -1205,10 +1237,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         """The ``.grad`` of the parameters updated since the last :meth:`step` goes from its
         placeholder to None (``torch.optim``'s after ``zero_grad()``), before the next backward
         pass, which would add its gradient into the placeholder."""
-        for p in self._consumed:
-            if type(p.grad) is _ConsumedGrad:
-                p.grad = None
-        self._consumed.clear()
+        _release_placeholders(self._consumed)
 
     def _zero_grad_params(self) -> list[Tensor]:
         """The hooked parameters (in ``param_groups`` order) that ``torch.optim``'s loop would step
