@@ -309,11 +309,12 @@ kernel = pytest.mark.skipif(not _kernel_runs(), reason="needs triton, and CUDA o
 
 
 def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype = torch.float32,
-                  all_ignored: bool = False):
+                  all_ignored: bool = False, forwards: int = 1):
     """The kernel's loss; mode "head" (head_weight), "dense4" (InBackwardOptimizer without it, the
     kernel with the config head mode picks: 4 products, its forward token chunk, float32 CUDA logits
     from cuBLAS), "standard"
-    (torch.optim.SGD, the kernel's default schedule)."""
+    (torch.optim.SGD, the kernel's default schedule). ``forwards`` forwards of the loss per step
+    (batches ``step + 10 f``), one backward of their sum."""
     from ojas_kernels import linear_cross_entropy as klce
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -321,15 +322,18 @@ def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype 
     opt = _optimizer(mode, model)
     losses = []
     for step in range(steps):
-        ids, target = (t.to(device) for t in _batch(step, all_ignored=all_ignored))
-        h = model.hidden(ids)
-        if mode == "dense4":
-            config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head,
-                                              cublas_logits=True)  # the config head mode gets by default
-            loss = klce.linear_cross_entropy(h, model.head, target, reduction=reduction, config=config)
-        else:
-            loss = linear_cross_entropy(h, model.head, target, reduction=reduction, impl="triton")
-        (loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N, device=device)).sum()).backward()
+        scalars = []
+        for f in range(forwards):
+            ids, target = (t.to(device) for t in _batch(step + 10 * f, all_ignored=all_ignored))
+            h = model.hidden(ids)
+            if mode == "dense4":
+                config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head,
+                                                  cublas_logits=True)  # the config head mode gets by default
+                loss = klce.linear_cross_entropy(h, model.head, target, reduction=reduction, config=config)
+            else:
+                loss = linear_cross_entropy(h, model.head, target, reduction=reduction, impl="triton")
+            scalars.append(loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N, device=device)).sum())
+        sum(scalars[1:], scalars[0]).backward()
         opt.step()
         opt.zero_grad()
         if mode == "head":
@@ -351,6 +355,18 @@ def test_kernel_head_update_bitwise_4_products(reduction):
     standard = _train_kernel("standard", reduction)
     for a, b in zip(head[:2], standard[:2]):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@kernel
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_kernel_head_two_forwards_one_backward_takes_the_dense_path(reduction):
+    """Two forwards of the kernel's loss, one backward of their sum: the head's update needs both
+    gradients, so it takes the dense path for the step (each loss returns its gradient, the hook
+    steps their sum): bit for bit the dense in-backward loop on the same 4-product schedule. (It
+    used to update the head with the first loss's part, then raise.)"""
+    head = _train_kernel("head", reduction, forwards=2)
+    _same(head, _train_kernel("dense4", reduction, forwards=2))
+    assert not torch.equal(head[0], _Model(torch.float32).head.detach())
 
 
 @kernel
