@@ -72,6 +72,7 @@ def test_false_theorem_fails(tmp_path: Path) -> None:
     res = _check(proofs, tmp_path / "build")
     assert res.returncode != 0
     assert "FAILED proofs/Proofs/CoreAudit.lean" in res.stdout, res.stdout
+    assert "checked proofs/Proofs/CoreAudit.lean" not in res.stdout, res.stdout
 
 
 def test_false_statement_of_a_main_theorem_fails(tmp_path: Path) -> None:
@@ -86,6 +87,7 @@ def test_false_statement_of_a_main_theorem_fails(tmp_path: Path) -> None:
     res = _check(proofs, tmp_path / "build")
     assert res.returncode != 0
     assert "FAILED proofs/Proofs/OnlineSoftmax.lean" in res.stdout, res.stdout
+    assert "checked proofs/Proofs/OnlineSoftmax.lean" not in res.stdout, res.stdout
 
 
 def test_sorry_fails(tmp_path: Path) -> None:
@@ -93,6 +95,7 @@ def test_sorry_fails(tmp_path: Path) -> None:
     res = _check(proofs, tmp_path / "build")
     assert res.returncode != 0
     assert "FAILED proofs/Proofs/CoreAudit.lean" in res.stdout, res.stdout
+    assert "checked proofs/Proofs/CoreAudit.lean" not in res.stdout, res.stdout
 
 
 def test_declared_axiom_fails(tmp_path: Path) -> None:
