@@ -692,9 +692,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def _will_accumulate(node: Any) -> bool:
-    """Whether this backward pass runs ``node`` (the head's AccumulateGrad): True for
+    """Whether this backward pass runs ``node``. The head's AccumulateGrad: True for
     ``backward()`` (with ``inputs=`` only if it lists the head), False for ``autograd.grad``
-    (which accumulates nothing; torch raises on the query for a leaf there)."""
+    (which accumulates nothing; torch raises on the query for a leaf there). A loss's node
+    (``_HeadUpdate.runs_in_this_pass``): whether it is in the pass's graph (torch answers False
+    for the pass's root node itself, whose backward runs first)."""
     if node is None:
         return False
     try:
