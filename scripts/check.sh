@@ -13,7 +13,7 @@ export PATH="$PWD/$VENV/bin:$PATH"
 
 echo "== Lean (proofs/)"
 if [ -x scripts/lean.sh ]; then
-  scripts/lean.sh check
+  PYTHON=python scripts/lean.sh check
 elif command -v lake >/dev/null 2>&1; then
   lake build
 else
