@@ -309,11 +309,12 @@ def _dropout_keep(dropout: _Dropout, bh: Tensor, i: Tensor, j: Tensor) -> Tensor
     Philox-4x32-10 at the counter (j // 4, i, bh, 0) under the key ``dropout.seed``, and is
     dropped iff that word's top 31 bits are below ``dropout.threshold`` (probability
     threshold / 2^31, dropout_p rounded to a multiple of 2^-31). The kernels compute the
-    same function (``ojas_kernels.attention._dropout_keep``), so the mask does not depend on
-    the tiling and is recomputed in the backward pass, never stored."""
+    same function (``_dropout_words`` and ``_kept`` of kernels/ojas_kernels/attention.py),
+    so the mask does not depend on the tiling and is recomputed in the backward pass, never
+    stored."""
     c0, c1, c2 = torch.broadcast_tensors(j >> 2, i, bh)
     words = torch.stack(_philox4x32(c0, c1, c2, torch.zeros_like(c0), dropout.seed[0], dropout.seed[1]), dim=-1)
-    word = words.gather(-1, (c0 * 0 + (j & 3)).unsqueeze(-1)).squeeze(-1)
+    word = words.gather(-1, torch.broadcast_to(j & 3, c0.shape).unsqueeze(-1)).squeeze(-1)
     return (word >> (32 - _DROPOUT_BITS)) >= dropout.threshold
 
 
@@ -781,7 +782,9 @@ def attention_forward(
     compute dtype (float32, float64 for float64 inputs), -inf for a fully masked row.
     ``stream`` / ``finalize`` of rocq/Attention/OnlineSoftmax.v; equal to the two-pass
     softmax for any tiling by Ojas.Attention.StreamCorrect, masking as Ojas.Attention.Mask.
-    Under autocast the inputs are cast as in :func:`attention`.
+    Under autocast the inputs are cast as in :func:`attention`. ``dropout_p`` drops as in
+    :func:`attention` (the same draw from torch's generator, the same mask); lse is then that
+    of all the probabilities, dropped ones included.
     """
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
