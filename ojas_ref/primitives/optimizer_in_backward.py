@@ -794,13 +794,14 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         if hasattr(self, "found_inf") or hasattr(self, "grad_scale"):
             raise RuntimeError(_GRAD_SCALER)
         self._join_updates()
-        for p in self._zero_grad_params():
-            index = self._group_of[p]
-            if self._plain_sgd_lr(self._group_opts[index], index) is None:  # else x + (-lr) * 0.0 == x, bitwise
+        zeros = [p for p in self._zero_grad_params()  # plain SGD's step on a zero gradient is x + (-lr) * 0.0 == x
+                 if self._plain_sgd_lr(self._group_opts[self._group_of[p]], self._group_of[p]) is None]
+        if zeros:
+            for p in zeros:
                 p.grad = torch.zeros_like(p)
                 self._add_to_bucket(p)
-        self._flush_all()
-        self._join_updates()
+            self._flush_all()
+            self._join_updates()
         self._release_consumed()
         self._had_grad.update(self._updated)
         self._updated.clear()
