@@ -265,18 +265,23 @@ def test_predicted_peak_equals_a_cpu_step(shape, setting):
     assert abs(predicted - measured) <= 1e-3 * measured, (predicted, measured)
 
 
-def _cpu_step_peak(shape: dict, s: P.Setting) -> tuple[int, P.Model]:
-    """The peak live bytes of the second of two training steps of a Hugging Face Llama of ``shape``
+def _cpu_step_peak(shape: dict, s: P.Setting, family: str = "llama") -> tuple[int, P.Model]:
+    """The peak live bytes of the second of two training steps of a Hugging Face Llama (or another
+    ``family`` of :data:`ojas_ref.tools.plan.FAMILIES`, its config of the same fields) of ``shape``
     on the CPU under ``s`` (:class:`_LiveBytes`; ``split``: optimize_model's, the kernels off),
     and the planner's model of it."""
     from ojas_ref import InBackwardOptimizer, optimize_model
 
     config = _llama_config(**shape)
+    if family != "llama":
+        fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+        config = transformers.AutoConfig.for_model(family, **fields | dict(sliding_window=None))
     optimizer = {"sgd": (torch.optim.SGD, dict(lr=1e-3)),
                  "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, foreach=True))}[s.optimizer]
     ids = torch.randint(0, config.vocab_size, (s.batch, s.seq), generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).to({"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype])
+    model = transformers.AutoModelForCausalLM.from_config(config).to(
+        {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype])
     model.train()
     if s.split:
         optimize_model(model, checkpoint=True, checkpoint_split=True, attention=False, cross_entropy=False,
@@ -297,6 +302,78 @@ def _cpu_step_peak(shape: dict, s: P.Setting) -> tuple[int, P.Model]:
             opt.step()
             opt.zero_grad(set_to_none=True)
     return tracker.peak, P.Model.from_config(config)
+
+
+@pytest.mark.parametrize("setting", [dict(), dict(fused=True, checkpoint=True)], ids=["standard", "fused-ckpt"])
+def test_mistral_without_a_window_is_planned_as_its_cpu_step(setting):
+    """Mistral, the other family of :data:`ojas_ref.tools.plan.FAMILIES`: its step on the CPU holds
+    what the plan says, as a Llama's does (test_predicted_peak_equals_a_cpu_step)."""
+    s = P.Setting(**(dict(dtype="fp32", optimizer="sgd", batch=2, seq=64) | setting))
+    measured, m = _cpu_step_peak(SMALL | dict(num_key_value_heads=2), s, family="mistral")
+    cuda_only = {"end of backward (embedding)": 4 * s.tokens * m.hidden}
+    predicted = max(p.total - P.overhead_bytes(m, s) - cuda_only.get(p.name, 0) for p in P.plan(m, s).phases)
+    assert abs(predicted - measured) <= 1e-3 * measured, (predicted, measured)
+
+
+#: the families of tests/test_optimize_huggingface.py (config class, its overrides there)
+TESTED_FAMILIES = {"llama": ("LlamaConfig", {}), "mistral": ("MistralConfig", dict(sliding_window=None)),
+                   "qwen2": ("Qwen2Config", {}), "qwen3": ("Qwen3Config", {}), "gemma2": ("Gemma2Config", {}),
+                   "gemma3_text": ("Gemma3TextConfig", {}), "phi3": ("Phi3Config", {}), "gpt2": ("GPT2Config", {})}
+
+
+@pytest.mark.parametrize("family", list(TESTED_FAMILIES))
+def test_every_tested_family_is_planned_or_named_with_its_reason(family):
+    """A family optimize_model handles is planned (:data:`ojas_ref.tools.plan.FAMILIES`) or refused
+    naming it and what the planner would have to model, from a config and from a module."""
+    name, overrides = TESTED_FAMILIES[family]
+    config = getattr(transformers, name)(**overrides)
+    assert config.model_type == family
+    if family in P.FAMILIES:
+        assert P.Model.from_config(config).params() > 0
+        return
+    message = f"model_type {family!r} is not modelled by the planner ({P.UNMODELLED[family]}); it models llama and " \
+              "mistral decoders"
+    with pytest.raises(NotImplementedError, match=re.escape(message)):
+        P.Model.from_config(config)
+    with pytest.raises(NotImplementedError, match=re.escape(message)):
+        P.Model.from_config(config.to_dict())
+    if family == "qwen2":  # the module path, as optimize_model's report takes it
+        with torch.device("meta"):
+            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+                vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4))
+        with pytest.raises(NotImplementedError, match=re.escape(message)):
+            P.Model.from_module(model)
+
+
+def test_mistral_with_a_sliding_window_is_refused():
+    with pytest.raises(NotImplementedError, match=r"mistral with sliding_window=4096 is not modelled by the planner "
+                                                  r"\(the attention mask"):
+        P.Model.from_config(transformers.MistralConfig(sliding_window=4096))
+
+
+def test_cli_plan_config_of_a_family_it_does_not_model(tmp_path, capsys):
+    """``ojas plan --config`` of a Gemma 2 or Qwen2 config.json exits 2 naming the family and why
+    (it planned them as a Llama with the ojas attention); JSON that is not an object is named."""
+    for family, config in (("gemma2", transformers.Gemma2Config()), ("qwen2", transformers.Qwen2Config())):
+        path = tmp_path / family / "config.json"
+        path.parent.mkdir()
+        config.to_json_file(path)
+        assert main(["plan", "--config", str(path.parent), "--ojas"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == (f"ojas plan: model_type {family!r} is not modelled by the planner "
+                                f"({P.UNMODELLED[family]}); it models llama and mistral decoders\n")
+    for text, kind in (("[1, 2]", "list"), ("3", "int"), ('{"text_config": "x"}', "str")):
+        path = tmp_path / "bad.json"
+        path.write_text(text)
+        assert main(["plan", "--config", str(path)]) == 2
+        assert capsys.readouterr().err == (f"ojas plan: --config {path}: expected a JSON object of config fields "
+                                           f"(a Hugging Face config.json), got a JSON {kind}\n")
+
+
+def test_a_printed_plan_is_its_table():
+    plan = P.plan("llama-1b", OJAS_CKPT)
+    assert str(plan) == plan.table() and repr(plan).startswith("Plan(model=Model(")
 
 
 def test_split_lowers_a_cpu_steps_last_layer_peak_as_planned():

@@ -22,7 +22,9 @@ state_device="cpu")``; with ``state_slice_mb`` the parameters whose state exceed
 slice by slice, :func:`sliced`). Both are checked against the H200 records of
 benchmarks/bench_memory.py (:data:`MEMORY_RECORDS_PATHS`, tests/test_plan.py), whole-parameter
 and sliced (``state_slice_mb=128``) updates. Not modelled (yet): gradient
-accumulation, reversible stacks, autocast, other model families, padding masks. The time of a step: ojas_ref/tools/throughput.py (``--time``).
+accumulation, reversible stacks, autocast, padding masks, and the families other than
+Llama and Mistral without a sliding window (:data:`FAMILIES`; :data:`UNMODELLED` says what each other
+family of optimize_model's tests would need). The time of a step: ojas_ref/tools/throughput.py (``--time``).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
 on a small ``LlamaForCausalLM`` on the CPU, transformers 5.24) and the kernels' source.
@@ -47,7 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-__all__ = ["PRESETS", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset", "fit_table",
+__all__ = ["FAMILIES", "PRESETS", "UNMODELLED", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset", "fit_table",
            "load_memory_records", "load_records", "measured_peak", "memory_record_setting", "parse_bytes", "plan",
            "plot_plan", "preset_model", "record_model", "tensor_class", "with_layers"]
 
@@ -152,8 +154,21 @@ class Model:
     @classmethod
     def from_config(cls, config: Any, name: str = "custom") -> "Model":
         """From a Hugging Face config (``LlamaConfig`` or any object or mapping with its
-        attribute names). Biases (``attention_bias``, ``mlp_bias``) are refused."""
+        attribute names). ``NotImplementedError`` naming the family and what the planner does
+        not model for a ``model_type`` outside :data:`FAMILIES` (the families of
+        tests/test_optimize_huggingface.py are in :data:`UNMODELLED`, each with its reason), for
+        Mistral's sliding window and for biases (``attention_bias``, ``mlp_bias``); a config
+        without ``model_type`` is read as a Llama's."""
         get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
+        family = get("model_type")
+        if family is not None and family not in FAMILIES:
+            why = UNMODELLED.get(family, "not a Llama-shaped decoder")
+            raise NotImplementedError(f"model_type {family!r} is not modelled by the planner ({why}); it models "
+                                      f"{' and '.join(FAMILIES)} decoders")
+        if family == "mistral" and get("sliding_window") is not None:
+            raise NotImplementedError(f"mistral with sliding_window={get('sliding_window')} is not modelled by the "
+                                      "planner (the attention mask Hugging Face builds for the window); it models "
+                                      "mistral without a window (sliding_window=None)")
         for key in ("attention_bias", "mlp_bias"):
             if get(key, False):
                 raise NotImplementedError(f"config.{key}=True: biases are not modelled by the planner")
@@ -183,6 +198,26 @@ class Model:
             raise NotImplementedError(f"the model has {count} parameters, a Llama decoder of its config "
                                       f"{model.params()}: its architecture is not modelled")
         return model
+
+
+#: the Hugging Face families the planner models: ``LlamaForCausalLM``'s modules and tensors
+#: (tests/test_plan.py checks a CPU training step of each against the plan)
+FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM, without a sliding window"}
+#: families that optimize_model handles (tests/test_optimize_huggingface.py) and the planner does
+#: not model, with what it would have to model
+UNMODELLED = {
+    "qwen2": "the q/k/v projections' biases",
+    "qwen3": "the per-head RMSNorms of the queries and keys (q_norm, k_norm)",
+    "gemma2": "the soft-capped attention, which optimize_model leaves to eager attention (a [seq, seq] score "
+              "matrix per head), four RMSNorms per layer, a GeGLU MLP",
+    "gemma3_text": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global "
+                   "attention layers",
+    "gemma3": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global attention "
+              "layers",
+    "phi3": "the fused qkv_proj and gate_up_proj, the partial rotary embedding that optimize_model leaves alone",
+    "gpt2": "LayerNorm, a two-matrix GELU MLP, learned position embeddings, Conv1D layers, attention dropout "
+            "(default 0.1, which keeps the ojas attention off)",
+}
 
 
 def with_layers(model: Model, layers: int) -> Model:
@@ -796,6 +831,10 @@ class Plan:
         lines += [f"{p.name:<50} {gib(p.total):>8}" + ("  <- peak" if p is peak else "") for p in self.phases]
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        """:meth:`table`: ``print(plan)`` prints the breakdown (``repr`` keeps the fields)."""
+        return self.table()
+
 
 def gib(n: int) -> str:
     """Bytes as GiB with three decimals."""
@@ -1335,13 +1374,18 @@ def _memory_argument(text: str) -> int:
 
 
 def _read_config(path: str) -> Model:
+    """``--config``'s model: a Hugging Face config.json (its ``text_config`` where it has one)."""
     file = Path(path)
     file = file / "config.json" if file.is_dir() else file
     try:
         config = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"--config {path}: cannot read a JSON config ({err})") from None
-    return Model.from_config(config.get("text_config", config), name=file.parent.name or file.stem)
+    config = config.get("text_config", config) if isinstance(config, dict) else config
+    if not isinstance(config, dict):
+        raise ValueError(f"--config {path}: expected a JSON object of config fields (a Hugging Face config.json), "
+                         f"got a JSON {type(config).__name__}")
+    return Model.from_config(config, name=file.parent.name or file.stem)
 
 
 def run_command(args: Any) -> int:
