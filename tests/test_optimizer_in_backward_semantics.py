@@ -358,3 +358,48 @@ def test_hyper_parameters_and_added_groups_are_fine() -> None:
             opt.zero_grad()
         out.extend(p.detach().clone() for p in model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(standard, fused))
+
+
+# --------------------------------------------------------------------------
+# Hyper-parameters changed, and step pre-hooks, between backward and step()
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change", ["lr", "betas", "scheduler_first", "tensor_lr_in_place"])
+def test_hyper_parameters_changed_between_backward_and_step_raise(change: str) -> None:
+    """torch.optim's step() reads the hyper-parameters after backward; the update here read them in
+    backward, so a change in between (an lr set there, an LR scheduler stepped before
+    optimizer.step()) would silently apply one step late: step() raises instead."""
+    model = _TwoBranches()
+    lr = torch.tensor(0.1) if change == "tensor_lr_in_place" else 0.1
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.Adam, lr=lr)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    model.loss(0, 0, True).backward()
+    opt.step()
+    scheduler.step()  # after optimizer.step(): the usual order, fine
+    model.loss(1, 0, True).backward()
+    group = opt.param_groups[0]
+    if change == "lr":
+        group["lr"] = 0.01
+    elif change == "betas":
+        group["betas"] = (0.5, 0.9)
+    elif change == "scheduler_first":
+        scheduler.step()
+    else:
+        group["lr"].fill_(0.01)
+    with pytest.raises(RuntimeError, match=r"param_groups\[0\] \['(lr|betas)'\] changed between the backward pass "
+                                           r"and step\(\)"):
+        opt.step()
+
+
+def test_step_pre_hook_is_refused() -> None:
+    """A step pre-hook runs before torch.optim's update (to edit gradients or hyper-parameters for
+    it); here the update ran in backward: registering one raises, a post-hook is fine."""
+    model = _TwoBranches()
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+    with pytest.raises(NotImplementedError, match="register_step_pre_hook is not supported"):
+        opt.register_step_pre_hook(lambda *args: None)
+    calls = []
+    opt.register_step_post_hook(lambda *args: calls.append(1))
+    model.loss(0, 0, True).backward()
+    opt.step()
+    assert calls == [1]

@@ -388,6 +388,15 @@ def _release_placeholders(params: list[Tensor]) -> None:
     params.clear()
 
 
+def _same_hyper(a: Any, b: Any) -> bool:
+    """Whether hyper-parameter values ``a`` (kept at an update; a tensor cloned) and ``b`` (now) are
+    the same: equal bits for tensors, ``==`` otherwise."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                and torch.equal(a.cpu(), b.cpu()))
+    return bool(a == b)
+
+
 def _live_grad(p: Tensor) -> Optional[Tensor]:
     """``p.grad``, or None when there is none or it was consumed by an update (:class:`_ConsumedGrad`)."""
     grad = p.grad
@@ -715,6 +724,8 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         # last zero_grad(set_to_none=True)): see _zero_grad_params
         self._zeroed_grads = False
         self._had_grad: set[int] = set()
+        # per group updated since the last step(), its hyper-parameters at its first update (_check_hyper)
+        self._hyper_used: dict[int, dict[str, Any]] = {}
         # optimizer_class validates and defaults the hyper-parameters; its groups become ours,
         # and it applies its own load_state_dict fix-ups to them (__setstate__).
         self._template = optimizer_class(params, **optimizer_kwargs)
@@ -793,6 +804,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
                 "steps on the whole gradient, but here every parameter is updated inside backward")
         if hasattr(self, "found_inf") or hasattr(self, "grad_scale"):
             raise RuntimeError(_GRAD_SCALER)
+        self._check_hyper()
         self._join_updates()
         zeros = [p for p in self._zero_grad_params()  # plain SGD's step on a zero gradient is x + (-lr) * 0.0 == x
                  if self._plain_sgd_lr(self._group_opts[self._group_of[p]], self._group_of[p]) is None]
@@ -805,7 +817,17 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         self._release_consumed()
         self._had_grad.update(self._updated)
         self._updated.clear()
+        self._hyper_used.clear()
         self._head_done = False
+
+    def register_step_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        """Refused: ``torch.optim`` runs a step pre-hook before the update (to edit gradients or
+        hyper-parameters for it); here the update ran in backward, before ``step()``."""
+        raise NotImplementedError(
+            "InBackwardOptimizer.register_step_pre_hook is not supported: torch.optim runs a step pre-hook "
+            "before the update, but InBackwardOptimizer updates each parameter in backward, before step(), so "
+            "the hook would act after the update. Change hyper-parameters before the backward pass; "
+            "register_step_post_hook (after step(), and so after the update, as in torch.optim) works")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``torch.optim.Optimizer.zero_grad``; also drops the updates still pending from a
@@ -1019,6 +1041,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
         group["params"] = [p]
         self._updated.add(id(p))
+        self._note_hyper(index)
         try:
             bucket_opt.step()
         except BaseException:
@@ -1184,6 +1207,30 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             self._add_to_bucket(p)
         self._flush_all()
 
+    def _hyper(self, index: int) -> dict[str, Any]:
+        """The hyper-parameters of group ``index`` (its keys that ``optimizer_class`` takes)."""
+        return {k: v for k, v in self.param_groups[index].items() if k in self._constructor_args}
+
+    def _note_hyper(self, index: int) -> None:
+        """At an update of group ``index``: keep its hyper-parameters at its first update of the step."""
+        if index not in self._hyper_used:
+            self._hyper_used[index] = {k: v.clone() if isinstance(v, Tensor) else v
+                                       for k, v in self._hyper(index).items()}
+
+    def _check_hyper(self) -> None:
+        """At :meth:`step`: raise if a group updated since the last step() has other
+        hyper-parameters now than at its update (an lr set, or an LR scheduler stepped, between
+        backward and step()): ``torch.optim`` would use the new values in this step."""
+        for index, used in self._hyper_used.items():
+            now = self._hyper(index) if index < len(self.param_groups) else {}
+            changed = [k for k, v in used.items() if not _same_hyper(v, now.get(k))]
+            if changed:
+                raise RuntimeError(
+                    f"param_groups[{index}] {changed} changed between the backward pass and step(): torch.optim's "
+                    "step() would use the new values in this step, but InBackwardOptimizer already updated the "
+                    "parameters in backward with the old ones. Change hyper-parameters before the backward pass "
+                    "(an LR scheduler: its step() after optimizer.step(), as usual)")
+
     def _check_param_groups(self) -> None:
         """When the parameters of :attr:`param_groups` changed since the last check (a list edited,
         replaced, a group added): raise if a hooked parameter left the group it was hooked in (its
@@ -1289,6 +1336,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
             torch.nn.utils.clip_grads_with_norm_(bucket, self.max_grad_norm, self._total_norm)
         if self._zeroed_grads and self._had_grad:
             self._as_accumulated([p.grad for p in bucket if id(p) in self._had_grad and not p.grad.is_sparse])
+        self._note_hyper(index)
         self._updated.update(map(id, bucket))
         side = self._side_stream(index, bucket)
         if side is None:
@@ -1561,6 +1609,7 @@ class InBackwardOptimizer(torch.optim.Optimizer):
         """The loss's backward updated every row of the head."""
         self._head_done = True
         self._updated.add(self._head_key)
+        self._note_hyper(self._group_of[self._head])
         self._consume(self._head, _HEAD_OTHER_USE)
 
     # ------------------------------------------------------------------
