@@ -572,7 +572,15 @@ class InBackwardOptimizer(torch.optim.Optimizer):
     ``zero_grad(set_to_none=True)``, :meth:`remove_hooks`) sets it back to None, before
     the next backward pass; one that adds a gradient into it raises (the second
     backward without ``step()`` above).  Learning-rate schedulers work: they change
-    ``param_groups[i]["lr"]`` and the next update reads it.  Save checkpoints
+    ``param_groups[i]["lr"]`` and the next update reads it; a hyper-parameter of an updated
+    group changed between backward and ``step()`` (an LR scheduler stepped before
+    ``optimizer.step()``) raises at ``step()``, since ``torch.optim`` would use it in this
+    step (a tensor lr is compared by value; compared: the keys ``optimizer_class`` takes).
+    A hooked parameter removed from ``param_groups`` or moved to another group raises at the
+    first hook of the next backward pass (its hook would keep updating it with the old
+    group's hyper-parameters); editing hyper-parameters in place and
+    :meth:`add_param_group` are fine.  ``register_step_pre_hook`` raises (the update runs
+    before ``step()``); step post-hooks run after ``step()``, as in ``torch.optim``.  Save checkpoints
     after an update (gradients of an unfinished accumulation are not optimizer
     state, as in ``torch.optim``).  A parameter has at most one
     InBackwardOptimizer; :meth:`remove_hooks` detaches one.
