@@ -145,7 +145,7 @@ def attention_calls(draw):
     if draw(st.booleans()):  # the numpy bools SDPA refuses, accepted here
         kw["is_causal"], kw["enable_gqa"] = np.bool_(kw["is_causal"]), np.bool_(kw["enable_gqa"])
     bad = _invalid(draw, [
-        ("dropout_p", dict(dropout_p=0.1)), ("dropout_p", dict(dropout_p="0")),
+        ("dropout_p", dict(dropout_p=1.5)), ("dropout_p", dict(dropout_p="0")), ("dropout_p", dict(dropout_p=True)),
         ("scale", dict(scale=math.nan)), ("scale", dict(scale=math.inf)), ("scale", dict(scale="0.5")),
         ("scale", dict(scale=True)),
         ("window", dict(window=0)), ("window", dict(window=-2)), ("window", dict(window=1.5)),
