@@ -242,6 +242,43 @@ def test_an_output_embedding_replaced_by_another_kind_raises_before_the_forward(
         model(**batch(0))
 
 
+def test_a_sparse_embedding_follows_a_replaced_input_embedding():
+    """sparse_embedding=True, then set_input_embeddings (resize_token_embeddings keeps the module):
+    the new input embedding's gradient is row-sparse too (else the dense [V, D] gradient comes back
+    unreported); revert makes it dense; one that cannot be sparse raises before the forward."""
+    model, _ = optimize_model(build("llama", tie_word_embeddings=False), sparse_embedding=True)
+    model.set_input_embeddings(torch.nn.Embedding(70, 32, dtype=torch.float64))
+    model.train()
+    model(**batch(8)).loss.backward()
+    embedding = model.get_input_embeddings()
+    assert embedding.sparse and embedding.weight.grad.is_sparse
+    revert_model(model)
+    assert not embedding.sparse and not model._forward_pre_hooks
+    model, _ = optimize_model(build("llama", tie_word_embeddings=False), sparse_embedding=True)
+    model.set_input_embeddings(torch.nn.Embedding(70, 32, max_norm=1.0, dtype=torch.float64))
+    model.train()
+    with pytest.raises(NotImplementedError, match="replaced after optimize_model.*max_norm"):
+        model(**batch(8))
+
+
+@pytest.mark.parametrize("checkpoint, split", [(True, False), ("offload", False), (True, True)])
+def test_checkpointing_replaced_after_optimize_model_raises(checkpoint, split):
+    """gradient_checkpointing_enable after optimize_model(checkpoint=...) replaces the function that
+    optimize_model set (the offload, the split, the non-reentrant one) by Hugging Face's: the next
+    training forward raises instead of silently running what the report does not say."""
+    model, _ = optimize_model(build("llama"), checkpoint=checkpoint, checkpoint_split=split)
+    model.train()
+    model(**batch(0))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    with pytest.raises(RuntimeError, match=rf"replaced after optimize_model\(checkpoint={checkpoint!r}\)"):
+        model(**batch(0))
+    model.eval()
+    model(**batch(0))  # outside training nothing checkpoints
+    revert_model(model)
+    model.train()
+    model(**batch(0))
+
+
 # --------------------------------------------------------------------------
 # The user's reentrant checkpointing (issue 33, item 9)
 # --------------------------------------------------------------------------

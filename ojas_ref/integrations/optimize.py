@@ -237,6 +237,9 @@ class _State:
     sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
     activations: list[tuple[nn.Module, Any]] = field(default_factory=list)  # (layer, its activation before)
     split: bool = False  # some decoder layer checkpointed as two segments (checkpoint_split=True)
+    #: (module, its checkpointing function) after this call, which :func:`_check_edits` checks
+    checkpointing: list[tuple[nn.Module, Any]] = field(default_factory=list)
+    guard: Any = None  # the handle of _check_edits, the model's forward pre-hook
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """An unpickled model (another process) gets the ``"ojas"`` attention registered there."""
@@ -390,6 +393,11 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
                 raise NotImplementedError(f"checkpoint_split=True: {reason}")
         state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope, checkpoint_split)
         _make_embedding_sparse(target, sparse_embedding, state)
+        if checkpoint:
+            state.checkpointing = [(m, m.__dict__.get("_gradient_checkpointing_func")) for m in target.modules()
+                                   if hasattr(m, "gradient_checkpointing")]
+        if state.checkpointing or state.sparse_embedding is not None:
+            state.guard = target.register_forward_pre_hook(_check_edits)
         state.report.planned, state.report.unplanned = _planned(target, state, checkpoint)
     else:
         if sparse_embedding:
@@ -436,7 +444,23 @@ def revert_model(model: nn.Module) -> nn.Module:
         state.rotary_use.release()
     if state.sparse_embedding is not None:
         state.sparse_embedding.sparse = False
+    if state.guard is not None:
+        state.guard.remove()
     return model
+
+
+def _sparse_unsupported_reason(model: nn.Module, embedding: nn.Module) -> Optional[str]:
+    """Why ``embedding`` (the input embedding of ``model``) cannot be made sparse, or None."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(embedding, nn.Embedding):
+        return f"the input embedding is {type(embedding).__name__}, not an nn.Embedding"
+    if head is not None and getattr(head, "weight", None) is embedding.weight:
+        return ("tied to the output head (tie_word_embeddings): the one tensor's gradient is the sum of both "
+                "uses, and the head's part is dense in every row, so a sparse embedding gradient would not "
+                "be the whole gradient; left dense")
+    if embedding.max_norm is not None or embedding.scale_grad_by_freq:
+        return "max_norm / scale_grad_by_freq: the sparse backward with them is not checked"
+    return None
 
 
 def _make_embedding_sparse(model: nn.Module, enabled: bool, state: _State) -> None:
@@ -445,17 +469,8 @@ def _make_embedding_sparse(model: nn.Module, enabled: bool, state: _State) -> No
         return
     embedding = model.get_input_embeddings()
     name = next((n for n, m in model.named_modules() if m is embedding), "(input embedding)")
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    reason = None
-    if not isinstance(embedding, nn.Embedding):
-        reason = f"the input embedding is {type(embedding).__name__}, not an nn.Embedding"
-    elif head is not None and getattr(head, "weight", None) is embedding.weight:
-        reason = ("tied to the output head (tie_word_embeddings): the one tensor's gradient is the sum of both "
-                  "uses, and the head's part is dense in every row, so a sparse embedding gradient would not "
-                  "be the whole gradient; left dense")
-    elif embedding.max_norm is not None or embedding.scale_grad_by_freq:
-        reason = "max_norm / scale_grad_by_freq: the sparse backward with them is not checked"
-    elif embedding.sparse:
+    reason = _sparse_unsupported_reason(model, embedding)
+    if reason is None and embedding.sparse:
         reason = "already sparse=True"
     if reason is not None:
         state.report.left_alone.append(LeftAlone(name, f"sparse_embedding: {reason}"))
@@ -471,6 +486,31 @@ def _make_embedding_sparse(model: nn.Module, enabled: bool, state: _State) -> No
         SPARSE_EMBEDDING_THEOREMS, "the floats: rows summed in token order as the dense CPU backward does "
         "(tested bit for bit on the CPU; CUDA's dense backward sums in another order)"))
     state.report.notes.append(f"sparse_embedding: {saved} bytes of embedding gradient not allocated per step")
+
+
+def _check_edits(model: nn.Module, args: tuple) -> None:
+    """Forward pre-hook of an optimized Hugging Face model, in training mode: what a later edit of
+    the model would silently bypass. A checkpointing function replaced since (e.g. by
+    ``gradient_checkpointing_enable``, which drops the offload, the split or the non-reentrant
+    one) raises ``RuntimeError``; a new input embedding (``resize_token_embeddings``) is made
+    sparse too with ``sparse_embedding``, or raises ``NotImplementedError`` when it cannot be."""
+    state: Optional[_State] = model.__dict__.get(_STATE_ATTR)
+    if not model.training or state is None:
+        return
+    for module, func in state.checkpointing:
+        if module.__dict__.get("_gradient_checkpointing_func") is not func:
+            raise RuntimeError(f"the checkpointing function of {type(module).__name__} was replaced after "
+                               f"optimize_model(checkpoint={state.arguments['checkpoint']!r}) (e.g. by "
+                               "gradient_checkpointing_enable), which it would silently undo: revert_model(model), "
+                               "then set up the checkpointing, then optimize_model")
+    embedding = model.get_input_embeddings()
+    if state.sparse_embedding is not None and embedding is not state.sparse_embedding:
+        reason = _sparse_unsupported_reason(model, embedding)
+        if reason is not None:
+            raise NotImplementedError(f"sparse_embedding=True: the input embedding was replaced after optimize_model "
+                                      f"and the new one cannot be made sparse: {reason}. revert_model(model)")
+        embedding.sparse = True
+        state.sparse_embedding = embedding
 
 
 # --------------------------------------------------------------------------
