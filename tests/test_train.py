@@ -652,6 +652,13 @@ def test_bad_device_and_out_dir_exit_2_with_a_message(tmp_path: Path, cache: str
     assert main(["train"] + args + ["--device", "cuda:1"]) == 2
     assert "device (--device) 'cuda:1': this machine has 1 CUDA device(s), cuda:0 to cuda:0" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": ')
+    monkeypatch.setattr(train_module, "read_corpus", lambda *a: pytest.fail("the corpus was read"))
+    assert main(["train"] + args + ["--model-config-file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"model_config_file (--model-config-file) {str(bad)!r}: not a Hugging Face config transformers can read " \
+           "(It looks like the config file" in err and "Traceback" not in err
 
 
 def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(tmp_path: Path, cache: str,

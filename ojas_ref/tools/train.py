@@ -212,7 +212,12 @@ class TrainConfig:
             config.use_cache = False
             return config
         if self.model_config_file is not None:
-            config = transformers.AutoConfig.from_pretrained(self.model_config_file)
+            try:
+                config = transformers.AutoConfig.from_pretrained(self.model_config_file)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise ValueError(f"model_config_file (--model-config-file) {self.model_config_file!r}: not a Hugging "
+                                 f"Face config transformers can read ({first})") from None
             config.vocab_size, config.use_cache = vocab_size, False
             config.max_position_embeddings = max(getattr(config, "max_position_embeddings", 0), self.seq_len)
             return config
@@ -735,6 +740,7 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
               f"{config.steps}): the whole run is warm-up and the lr never reaches --lr {config.lr:g}",
               file=sys.stderr)
 
+    config.model_config(_vocab(config, None))  # a config transformers cannot read: refused before the corpus
     print("ojas train: reading and tokenising the corpus (cached after the first run)", file=sys.stderr)
     corpus = read_corpus(config.data_dir, config.data_glob, config.max_bytes)
     try:
