@@ -134,6 +134,31 @@ def test_a_deep_copy_and_the_original_revert_independently():
     assert model(**data).logits is not None
 
 
+def test_a_plain_rotary_function_is_replaced_by_a_function_and_counted(monkeypatch):
+    """Without Hugging Face's kernels package a modeling module's apply_rotary_pos_emb is a function:
+    the replacement is a function too (the kernels case, an nn.Module, runs in every Llama test of
+    this venv); uses are counted, copies of a use are uses, and the last release puts it back."""
+    import types
+
+    from ojas_ref.primitives.rope import rotary_reference
+
+    module = types.ModuleType("fake_modeling")
+    module.apply_rotary_pos_emb = rotary_reference
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    use = hf.RotaryUse(module.__name__)
+    replaced = module.apply_rotary_pos_emb
+    assert isinstance(replaced, types.FunctionType) and replaced._ojas_original is rotary_reference
+    copied = pickle.loads(pickle.dumps(use))
+    assert hf._ROTARY_PATCHED[module.__name__][1] == 2
+    use.release()
+    use.release()  # once only
+    assert module.apply_rotary_pos_emb is replaced
+    copied.release()
+    assert module.apply_rotary_pos_emb is rotary_reference and module.__name__ not in hf._ROTARY_PATCHED
+    with pytest.raises(RuntimeError, match="released"):
+        copy.deepcopy(use)
+
+
 def _round_trips() -> dict:
     def torch_save(model):
         buffer = io.BytesIO()

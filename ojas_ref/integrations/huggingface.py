@@ -6,7 +6,9 @@
   and left padding is silently ignored); the model is switched with
   ``set_attn_implementation("ojas")``.
 * Loss: :class:`CausalLMLossHead` hooks the causal LM (forward pre- and post-hooks) and
-  its ``lm_head`` (a forward pre-hook) and sets the model's ``loss_function``. In
+  its output embedding at each training forward (a forward pre-hook on ``lm_head``, or on the
+  module that replaced it since: ``resize_token_embeddings``, PEFT's LoRA layer) and sets the
+  model's ``loss_function``. In
   training mode with ``labels``, the head receives an empty sequence (so the model's
   forward allocates no ``[tokens, vocabulary]`` logits), the loss is
   :func:`ojas_ref.linear_cross_entropy` of the hidden states and the head's weight with
