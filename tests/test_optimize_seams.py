@@ -377,7 +377,7 @@ def test_the_printed_report_fits_a_screen_at_any_depth(monkeypatch):
     lines = text.splitlines()
     assert len(lines) <= 20 and max(map(len, lines)) <= REPORT_WIDTH, text
     assert "32 x LlamaAttention" in text and "65 x LlamaRMSNorm" in text and "model.layers.*.mlp" in text
-    assert "runs on cpu, float64: the PyTorch reference implementations (the Triton kernels run on CUDA" in text
+    assert "runs on cpu, float64: the PyTorch reference implementations (Triton kernels: CUDA, float16/" in text
     details = report.details()
     assert all(c.module in details and all(t in details for t in c.theorems) for c in report.changed)
     model.float()

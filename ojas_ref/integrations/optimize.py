@@ -175,8 +175,7 @@ class OptimizationReport:
         reference = [k for k in kinds if k not in kernel]
         where = f"on {device}, {str(dtype).removeprefix('torch.')}: "
         if not kernel:
-            return where + ("the PyTorch reference implementations (the Triton kernels run on CUDA in "
-                            "float16/bfloat16/float32)")
+            return where + "the PyTorch reference implementations (Triton kernels: CUDA, float16/bfloat16/float32)"
         if not reference:
             return where + "the Triton kernels"
         return where + f"Triton kernels for {', '.join(kernel)}; PyTorch reference for {', '.join(reference)}"
