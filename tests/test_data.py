@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,24 @@ def test_corpus_bad_max_bytes(bad) -> None:
 
 def test_corpus_no_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="glob"):
+        data.read_corpus(tmp_path, "*.py")
+
+
+def test_corpus_unreadable_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of the corpus that cannot be read (permissions; root reads anything, so stubbed) is a
+    ValueError naming it, not an OSError traceback out of ``ojas train``."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    read = Path.read_bytes
+
+    def denied(self: Path) -> bytes:
+        if self.name == "b.py":
+            raise PermissionError(13, "Permission denied", str(self))
+        return read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(ValueError, match=rf"^directory {re.escape(repr(str(tmp_path)))}: cannot read "
+                                         rf"{re.escape(str(tmp_path / 'b.py'))} \(Permission denied\)$"):
         data.read_corpus(tmp_path, "*.py")
 
 

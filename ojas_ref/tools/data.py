@@ -68,7 +68,10 @@ def read_corpus(directory: Optional[Path | str] = None, glob: str = "*.py", max_
                    key=lambda p: p.relative_to(root).as_posix())
     documents, total, digest = [], 0, hashlib.sha256()
     for path in files:
-        data = path.read_bytes()[:max_bytes - total]
+        try:
+            data = path.read_bytes()[:max_bytes - total]
+        except OSError as err:
+            raise ValueError(f"directory {str(root)!r}: cannot read {path} ({err.strerror or err})") from None
         if data:
             documents.append(data)
             digest.update(len(data).to_bytes(8, "little"))
