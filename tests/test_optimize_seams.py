@@ -295,13 +295,23 @@ def test_checkpointing_replaced_after_optimize_model_raises(checkpoint, split):
     model.train()
     model(**batch(0))
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
-    with pytest.raises(RuntimeError, match=rf"replaced after optimize_model\(checkpoint={checkpoint!r}\)"):
+    with pytest.raises(RuntimeError, match=rf"replaced after optimize_model\(checkpoint={checkpoint!r}"):
         model(**batch(0))
     model.eval()
     model(**batch(0))  # outside training nothing checkpoints
     revert_model(model)
     model.train()
     model(**batch(0))
+
+
+def test_the_same_non_reentrant_checkpointing_set_again_is_accepted():
+    """Hugging Face's Trainer (gradient_checkpointing=True) enables non-reentrant checkpointing again
+    after optimize_model(checkpoint=True): the same computation, so training goes on; the
+    gradients are the unpatched model's."""
+    ref = build("llama")
+    model, _ = optimize_model(copy.deepcopy(ref), checkpoint=True)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert_same_grads(ref, model, batch(9, padding=True))
 
 
 # --------------------------------------------------------------------------

@@ -489,19 +489,28 @@ def _make_embedding_sparse(model: nn.Module, enabled: bool, state: _State) -> No
 
 def _check_edits(model: nn.Module, args: tuple) -> None:
     """Forward pre-hook of an optimized Hugging Face model, in training mode: what a later edit of
-    the model would silently bypass. A checkpointing function replaced since (e.g. by
-    ``gradient_checkpointing_enable``, which drops the offload, the split or the non-reentrant
-    one) raises ``RuntimeError``; a new input embedding (``resize_token_embeddings``) is made
-    sparse too with ``sparse_embedding``, or raises ``NotImplementedError`` when it cannot be."""
+    the model would silently bypass. A checkpointing function replaced since in a module that
+    checkpoints (e.g. by ``gradient_checkpointing_enable``, which drops the offload, the split or
+    the non-reentrant one) raises ``RuntimeError``, unless it is the same plain non-reentrant
+    ``torch.utils.checkpoint.checkpoint`` that ``checkpoint=True`` set (as Hugging Face's Trainer
+    sets with ``gradient_checkpointing=True``); a new input embedding (``set_input_embeddings``) is
+    made sparse too with ``sparse_embedding``, or raises ``NotImplementedError`` when it cannot be."""
     state: Optional[_State] = model.__dict__.get(_STATE_ATTR)
     if not model.training or state is None:
         return
-    for module, func in state.checkpointing:
-        if module.__dict__.get("_gradient_checkpointing_func") is not func:
+    plain = state.arguments["checkpoint"] is True and not state.split
+    for i, (module, func) in enumerate(state.checkpointing):
+        now = module.__dict__.get("_gradient_checkpointing_func")
+        if now is func or not getattr(module, "gradient_checkpointing", False):
+            continue
+        if plain and _torch_checkpoint_reentrant(now) is False:  # the same non-reentrant checkpointing
+            state.checkpointing[i] = (module, now)
+        else:
             raise RuntimeError(f"the checkpointing function of {type(module).__name__} was replaced after "
-                               f"optimize_model(checkpoint={state.arguments['checkpoint']!r}) (e.g. by "
-                               "gradient_checkpointing_enable), which it would silently undo: revert_model(model), "
-                               "then set up the checkpointing, then optimize_model")
+                               f"optimize_model(checkpoint={state.arguments['checkpoint']!r}"
+                               f"{', checkpoint_split=True' if state.split else ''}) by {now!r} (e.g. by "
+                               "gradient_checkpointing_enable), which would silently undo it: revert_model(model), "
+                               "set up the checkpointing, then optimize_model")
     embedding = model.get_input_embeddings()
     if state.sparse_embedding is not None and embedding is not state.sparse_embedding:
         reason = _sparse_unsupported_reason(model, embedding)
@@ -595,27 +604,36 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
     return state
 
 
-def _make_non_reentrant(model: nn.Module, state: _State) -> str:
-    """``checkpoint=True`` over checkpointing the user enabled: each reentrant checkpointing function
-    (``functools.partial`` of ``torch.utils.checkpoint.checkpoint`` with ``use_reentrant`` True or
-    unset, torch's default True) replaced by the non-reentrant one with the same other arguments
-    (:func:`revert_model` puts it back); any other function kept. Returns what now runs."""
+def _torch_checkpoint_reentrant(func: Any) -> Optional[bool]:
+    """For ``functools.partial(torch.utils.checkpoint.checkpoint, **keywords)`` (Hugging Face's
+    checkpointing function): whether it is reentrant (``use_reentrant`` True or unset, torch's
+    default True); None for any other function."""
     import functools
 
     from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+    if isinstance(func, functools.partial) and func.func is torch_checkpoint and not func.args:
+        return func.keywords.get("use_reentrant", True) is not False
+    return None
+
+
+def _make_non_reentrant(model: nn.Module, state: _State) -> str:
+    """``checkpoint=True`` over checkpointing the user enabled: each reentrant checkpointing function
+    (:func:`_torch_checkpoint_reentrant`) replaced by the non-reentrant one with the same other
+    arguments (:func:`revert_model` puts it back); any other function kept. Returns what now runs."""
+    import functools
 
     replaced, kept = False, set()
     for m in model.modules():
         func = m.__dict__.get("_gradient_checkpointing_func")
         if not hasattr(m, "gradient_checkpointing") or func is None:
             continue
-        if isinstance(func, functools.partial) and func.func is torch_checkpoint and not func.args:
-            if func.keywords.get("use_reentrant", True) is not False:
-                state.checkpoint_funcs.append((m, func))
-                m._gradient_checkpointing_func = functools.partial(torch_checkpoint,
-                                                                   **{**func.keywords, "use_reentrant": False})
-                replaced = True
-        elif m.gradient_checkpointing:
+        reentrant = _torch_checkpoint_reentrant(func)
+        if reentrant:
+            state.checkpoint_funcs.append((m, func))
+            m._gradient_checkpointing_func = functools.partial(func.func, **{**func.keywords, "use_reentrant": False})
+            replaced = True
+        elif reentrant is None and m.gradient_checkpointing:
             kept.add(getattr(getattr(func, "func", func), "__qualname__", type(func).__name__))
     if kept:
         return (f"per-layer activation checkpointing by the model's own function ({', '.join(sorted(kept))}), kept as "
