@@ -90,6 +90,10 @@ def test_lora_on_lm_head_in_either_order_trains_as_peft():
     for opt in (optimized_first, optimized_last):
         assert train(opt, steps) == pytest.approx(losses, rel=1e-9)
         assert_same_parameters(ref, opt)
+        revert_model(opt)
+        head = opt.get_base_model().lm_head
+        assert not head._forward_pre_hooks and not head.base_layer._forward_pre_hooks
+        assert opt(**data).logits is not None
 
 
 def test_lora_dropout_on_lm_head_is_refused_in_either_order():
