@@ -81,6 +81,7 @@ def updates(case: dict) -> dict[str, tuple[torch.Tensor, dict[str, Any]]]:
             opt.step()
         else:
             (p * case["grad"]).sum().backward()  # d/dp <p, grad> = grad, exactly
+            opt.step()  # ends the step: the consumed gradient's placeholder goes back to None
             assert p.grad is None
         out[impl] = (p.detach(), dict(opt.state[p]))
     return out
