@@ -66,6 +66,14 @@ row is the streamed row on the values ``Z_ij v_j / (1 - p)`` (StreamCorrect.v's
 theorem covers the dropout path as a whole (``ojas_ref.attention`` says which parts), and
 the floating-point theorems above do not cover it.
 
+torch.compile and torch.export see the kernels as two custom operators,
+``ojas::flash_attention_forward`` and ``ojas::flash_attention_backward``
+(``torch.library.custom_op``, opaque to Dynamo and Inductor, with fake implementations; the
+backward registered by ``register_autograd``): no graph break, and Inductor neither traces
+into the kernels nor lowers their launch code.  They launch the same kernels with the same
+arguments as the eager path (which calls them without the dispatcher), so every theorem
+above applies unchanged.
+
 Scores are kept in base 2 inside the kernels: ``s2 = s * log2(e)``, so
 ``exp(s - m) = exp2(s2 - m2)``; the lse handed out is in base e.
 
@@ -758,8 +766,16 @@ def _dropout_args(dropout_p: float, dropout_seed: torch.Tensor | None, query: to
                if isinstance(dropout_seed, torch.Tensor) else type(dropout_seed).__name__)
         raise ValueError(f"dropout_seed must be an int64 tensor of shape [2] on the query's device {query.device} "
                          f"(the Philox key), got {got}")
+    return _dropout_of(dropout_p, dropout_seed.contiguous())
+
+
+def _dropout_of(dropout_p: float, dropout_seed: torch.Tensor | None) -> _Dropout | None:
+    """The checked ``dropout_p`` and contiguous ``dropout_seed`` as the kernels take them
+    (None when dropout_p is 0)."""
+    if dropout_p == 0:
+        return None
     threshold = min(round(dropout_p * 2**31), 2**31 - 1)
-    return _Dropout(dropout_seed.contiguous(), threshold, 0.0 if dropout_p == 1 else 1.0 / (1.0 - dropout_p))
+    return _Dropout(dropout_seed, threshold, 0.0 if dropout_p == 1 else 1.0 / (1.0 - dropout_p))
 
 
 def _dropout_launch_args(dropout: _Dropout | None, query: torch.Tensor) -> tuple[torch.Tensor, int, float, bool]:
@@ -786,6 +802,24 @@ def _dot_precision(dtype: torch.dtype, highest: str = "ieee") -> str:
     return "tf32" if tf32 else highest
 
 
+def _forward_outputs(query: torch.Tensor, value: torch.Tensor, seq_major: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's ``out`` ``[B, Hq, Sq, Ev]`` and ``lse`` ``[B, Hq, Sq]``, uninitialised, in the
+    layout the kernel writes (and the fake implementation of the registered op reports)."""
+    batch, heads, seq_q = query.shape[:3]
+    ev = value.shape[3]
+    if seq_major:  # [B, Hq, Sq, Ev] view of a contiguous [B, Sq, Hq, Ev]
+        out = torch.empty((batch, seq_q, heads, ev), dtype=query.dtype, device=query.device).transpose(1, 2)
+    else:
+        out = torch.empty((batch, heads, seq_q, ev), dtype=query.dtype, device=query.device)
+    return out, torch.empty((batch, heads, seq_q), dtype=torch.float32, device=query.device)
+
+
+def _backward_outputs(query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV, uninitialised and contiguous, as the backward kernels write them."""
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (query, key, value))
+
+
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
              is_causal: bool, scale: float, window: int | None,
              config: AttentionConfig | None = None, seq_major: bool = False,
@@ -793,11 +827,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
-    if seq_major:  # [B, Hq, Sq, Ev] view of a contiguous [B, Sq, Hq, Ev]
-        out = torch.empty((batch, seq_q, heads, ev), dtype=query.dtype, device=query.device).transpose(1, 2)
-    else:
-        out = torch.empty((batch, heads, seq_q, ev), dtype=query.dtype, device=query.device)
-    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=query.device)
+    out, lse = _forward_outputs(query, value, seq_major)
     if lse.numel() == 0:
         return out, lse
     if seq_k == 0 or window == 0:
@@ -836,9 +866,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
-    dq = torch.empty_like(query, memory_format=torch.contiguous_format)
-    dk = torch.empty_like(key, memory_format=torch.contiguous_format)
-    dv = torch.empty_like(value, memory_format=torch.contiguous_format)
+    dq, dk, dv = _backward_outputs(query, key, value)
     if seq_q == 0 or seq_k == 0 or window == 0 or batch * heads == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     cfg = config or default_config(max(e, ev), query.dtype, query.device, is_causal)
@@ -872,7 +900,19 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     return dq, dk, dv
 
 
+def _refuse_double_backward() -> None:
+    """Raise in a backward run with ``create_graph=True`` (once_differentiable would let the
+    gradients pass as constants)."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
+                           "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
+                           "use torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
+
+
 class _FlashAttention(torch.autograd.Function):
+    """The eager path: the kernels launched directly, without the dispatcher's per-call cost
+    (the registered op's autograd wrapper costs several times an ``autograd.Function``'s)."""
+
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout):
         out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout)
@@ -882,15 +922,98 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
-            raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
-                               "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
-                               "use torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
+        _refuse_double_backward()
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, window, config, dropout = ctx.args
         dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config,
                                dropout)
         return dq, dk, dv, None, None, None, None, None, None, None
+
+
+# ---------------------------------------------------------------------------
+# The registered operators: what torch.compile sees
+# ---------------------------------------------------------------------------
+#
+# Under torch.compile (and torch.export) the kernels run as two custom operators,
+# ``ojas::flash_attention_forward`` and ``ojas::flash_attention_backward``, opaque to Dynamo
+# and Inductor (``torch.library.custom_op``, not ``triton_op``: Inductor neither traces into
+# the kernels nor re-lowers their host code, e.g. the bool mask's ``view(torch.uint8)``), with
+# fake implementations giving the outputs' shapes and strides and the backward registered
+# with ``register_autograd``.  Their implementations are ``_forward`` and ``_backward``: the
+# same kernels with the same arguments as the eager path, so the same values and the same
+# theorems.  The dropout key is an input tensor, drawn outside the op.
+
+_FORWARD_SCHEMA = ("(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor? dropout_seed, "
+                   "bool is_causal, float scale, int? window, float dropout_p, bool seq_major, int[]? config) "
+                   "-> (Tensor, Tensor)")
+_BACKWARD_SCHEMA = ("(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor out, "
+                    "Tensor lse, Tensor? dropout_seed, bool is_causal, float scale, int? window, float dropout_p, "
+                    "int[]? config) -> (Tensor, Tensor, Tensor)")
+
+
+def _config_ints(config: AttentionConfig | None) -> list[int] | None:
+    """``config`` as the ops take it: the fields of its three ``KernelConfig`` in order."""
+    if config is None:
+        return None
+    return [int(v) for k in (config.fwd, config.bwd_kv, config.bwd_q)
+            for v in (k.block_m, k.block_n, k.num_warps, k.num_stages, k.split)]
+
+
+def _config_of(ints: list[int] | None) -> AttentionConfig | None:
+    """The inverse of :func:`_config_ints`."""
+    if ints is None:
+        return None
+    return AttentionConfig(*(KernelConfig(*ints[i:i + 4], bool(ints[i + 4])) for i in (0, 5, 10)))
+
+
+@torch.library.custom_op("ojas::flash_attention_forward", mutates_args=(), schema=_FORWARD_SCHEMA)
+def _forward_op(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
+    return _forward(query, key, value, attn_mask, is_causal, scale, window, _config_of(config), seq_major,
+                    _dropout_of(dropout_p, dropout_seed))
+
+
+@_forward_op.register_fake
+def _(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
+    return _forward_outputs(query, value, seq_major)
+
+
+@torch.library.custom_op("ojas::flash_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
+def _backward_op(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p,
+                 config):
+    return _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, _config_of(config),
+                     _dropout_of(dropout_p, dropout_seed))
+
+
+@_backward_op.register_fake
+def _(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p, config):
+    return _backward_outputs(query, key, value)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, _, config = inputs
+    out, lse = output
+    ctx.save_for_backward(query, key, value, attn_mask, out, lse, dropout_seed)
+    ctx.args = (is_causal, scale, window, dropout_p, config)
+
+
+def _forward_op_backward(ctx, grad_out, grad_lse):
+    """The gradients of query, key and value (lse is not differentiated: its gradient is ignored)."""
+    _refuse_double_backward()
+    query, key, value, attn_mask, out, lse, dropout_seed = ctx.saved_tensors
+    dq, dk, dv = _backward_op(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, *ctx.args)
+    return (dq, dk, dv) + (None,) * 8
+
+
+_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+
+
+def _compiled_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+                      is_causal: bool, scale: float, window: int | None, config: AttentionConfig | None,
+                      seq_major: bool, dropout: _Dropout | None, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` by ``ojas::flash_attention_forward`` (differentiable in query, key, value)."""
+    return _forward_op(query, key, value, attn_mask, None if dropout is None else dropout.seed, bool(is_causal),
+                       float(scale), window, float(dropout_p) if dropout is not None else 0.0, bool(seq_major),
+                       _config_ints(config))
 
 
 def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
@@ -905,9 +1028,14 @@ def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     the two-pass softmax by Ojas.Attention.StreamCorrect.attention_forward_correct,
     with masked key tiles dropped by Ojas.Attention.Mask.stream_row_masked_keys and
     the lse of Ojas.Attention.Lse.stream_lse.  ``attn_mask``, ``dropout_p`` and
-    ``dropout_seed``: see :func:`flash_attention`."""
+    ``dropout_seed``: see :func:`flash_attention`.  Under torch.compile: the registered op
+    ``ojas::flash_attention_forward`` under no_grad (not differentiable, as eagerly)."""
     _check(query, key, value, window, attn_mask)
     dropout = _dropout_args(dropout_p, dropout_seed, query)
+    if torch.compiler.is_compiling():
+        with torch.no_grad():  # the forward alone, as in eager
+            return _compiled_forward(query, key, value, attn_mask, is_causal, scale, window, config, False, dropout,
+                                     dropout_p)
     return _forward(query, key, value, attn_mask, is_causal, scale, window, config, dropout=dropout)
 
 
@@ -978,7 +1106,14 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     one it drew); None draws it from torch's generator of that device
     (``torch.randint(0, 2**32, (2,), dtype=torch.int64)``, reproducible under
     ``torch.manual_seed``).  The mask: module docstring; it is ``ojas_ref.attention``'s
-    reference mask, bit for bit."""
+    reference mask, bit for bit.
+
+    Under torch.compile this calls the registered op ``ojas::flash_attention_forward`` (its
+    backward ``ojas::flash_attention_backward``; module docstring): the same kernels with the
+    same arguments, so the same values and the theorem citations above unchanged.  A key
+    drawn here (no ``dropout_seed``) is then a ``torch.randint`` of the graph, which Inductor
+    draws from its own generator unless ``torch._inductor.config.fallback_random`` is set (as
+    for torch's own dropout)."""
     _check(query, key, value, window, attn_mask)
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
         raise ValueError("attn_mask requires grad, but the kernel computes no gradient for the mask; "
@@ -986,5 +1121,8 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     dropout = _dropout_args(dropout_p, dropout_seed, query)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
+    if torch.compiler.is_compiling():
+        return _compiled_forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout,
+                                 dropout_p)[0]
     return _FlashAttention.apply(query, key, value, attn_mask, is_causal, float(scale), window, config,
                                  bool(seq_major), dropout)
