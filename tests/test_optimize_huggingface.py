@@ -387,9 +387,10 @@ def test_report_names_what_is_left_alone():
     assert gemma.config._attn_implementation == "eager"
     head = [c for c in report.changed if c.module == "lm_head"]
     assert len(head) == 1 and "soft cap 3.0" in head[0].what
-    gpt2 = build("gpt2", attn_pdrop=0.1)
+    gpt2 = build("gpt2", attn_pdrop=0.1)  # GPT-2's default attention dropout: the ojas attention takes it
     _, report = optimize_model(gpt2)
-    assert [s.reason.startswith("attention dropout 0.1") for s in report.left_alone] == [True, True]
+    assert not [s for s in report.left_alone if "attn" in s.module]
+    assert gpt2.config._attn_implementation == "ojas"
     bert = transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
     _, report = optimize_model(bert)
@@ -728,3 +729,23 @@ def test_report_plans_what_it_applied():
     _, sparse = optimize_model(build("llama", tie_word_embeddings=False).float(), sparse_embedding=True)
     with pytest.raises(NotImplementedError, match="sparse embedding"):
         sparse.plan()
+
+
+def test_gpt2_default_attention_dropout_runs_in_the_ojas_attention():
+    """GPT-2's default attn_pdrop = 0.1: eval (no dropout) equals the unpatched model; in training
+    the probabilities are dropped (loss differs from eval), reproducibly under torch.manual_seed."""
+    plain, model = build("gpt2", attn_pdrop=0.1), build("gpt2", attn_pdrop=0.1)
+    optimize_model(model)
+    data = batch(3)
+    plain.eval(), model.eval()
+    with torch.no_grad():
+        assert close(model(**data).loss, plain(**data).loss)
+    model.train()
+    losses = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        losses.append(model(**data).loss)
+    losses[0].backward()
+    assert losses[0].item() == losses[1].item() != losses[2].item()
+    assert not close(losses[0], plain(**data).loss, rtol=1e-6)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)

@@ -432,7 +432,10 @@ def test_optimize_model_swaps_the_feed_forward_relu():
     import ojas_ref
 
     ref, model = encoder(0.1), encoder(0.1)
-    model, report = ojas_ref.optimize_model(model)
+    _, with_attention = ojas_ref.optimize_model(encoder(0.1))  # the attention takes dropout 0.1 too
+    assert {c.module for c in with_attention.changed} == {
+        "layers.0.activation", "layers.1.activation", "layers.0.self_attn", "layers.1.self_attn"}
+    model, report = ojas_ref.optimize_model(model, attention=False)  # the relu alone: torch's dropout draws
     changed = {c.module: c for c in report.changed}
     assert set(changed) == {"layers.0.activation", "layers.1.activation"}
     assert changed["layers.0.activation"].theorems == ("Ojas.ReLU.Backward.relu_packed_backward_bitwise",

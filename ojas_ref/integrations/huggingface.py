@@ -139,11 +139,11 @@ def ojas_attention_forward(
     Ojas.Attention.Mask.stream_row_masked_keys, Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive).
     Not covered by a theorem: the mask Hugging Face builds, the head layout and GQA
     (key/value head h // (Hq // Hkv) serves query head h, as ``repeat_kv``).
-    Refused (NotImplementedError): dropout, attention soft-capping, a position bias, sinks.
+    ``dropout`` is SDPA's ``dropout_p`` (Hugging Face passes 0.0 outside training): the
+    probabilities are dropped by a counter-based mask recomputed in the backward, which no
+    theorem covers beyond the per-row statements :func:`ojas_ref.attention` names.
+    Refused (NotImplementedError): attention soft-capping, a position bias, sinks.
     """
-    if dropout:
-        raise NotImplementedError(f"ojas attention has no dropout (module {type(module).__name__} passed "
-                                  f"dropout={dropout}); set the config's attention dropout to 0")
     if softcap is not None:
         raise NotImplementedError(f"ojas attention has no logit soft-capping (softcap={softcap}); "
                                   "optimize_model leaves such models' attention alone")
@@ -172,10 +172,10 @@ def ojas_attention_forward(
         from ojas_kernels.attention import flash_attention
 
         out = flash_attention(query, key, value, is_causal=causal, scale=scaling, window=window,
-                              attn_mask=attention_mask, seq_major=True)
+                              attn_mask=attention_mask, seq_major=True, dropout_p=dropout)
         return out.transpose(1, 2), None
-    out = attention(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,
-                    enable_gqa=query.shape[1] != key.shape[1], window=window)
+    out = attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal,
+                    scale=scaling, enable_gqa=query.shape[1] != key.shape[1], window=window)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -207,10 +207,7 @@ def family_support(model: nn.Module) -> FamilySupport:
         reason = (f"model type {model_type!r} is not among the tested families {SUPPORTED_MODEL_TYPES}")
         return FamilySupport(reason, reason, None, reason, reason)
     attention_reason = None
-    dropout = getattr(config, "attention_dropout", None) or getattr(config, "attn_pdrop", None) or 0.0
-    if dropout:
-        attention_reason = f"attention dropout {dropout} (ojas attention has no dropout; set it to 0 to use it)"
-    elif getattr(config, "attn_logit_softcapping", None) is not None:
+    if getattr(config, "attn_logit_softcapping", None) is not None:
         attention_reason = (f"attention logit soft-capping {config.attn_logit_softcapping} "
                             "(not in the ojas attention kernel)")
     elif getattr(config, "add_cross_attention", False):
