@@ -12,7 +12,8 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
   SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
   ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
-  on the CPU, with both optimizers, accumulation and clipping; not yet on CUDA).
+  on the CPU, with both optimizers, accumulation and clipping, at the same thread count; not yet
+  on CUDA).
 * Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config, from
   scratch (seeded initialisation); or ``init_from``, a local directory written by
   ``save_pretrained`` holding the weights, their config and the ``tokenizer.json`` they were
@@ -41,7 +42,11 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   checkpoint.
 * Threads: :func:`default_threads` intra-op threads on the CPU unless ``threads`` is given: the
   cores this process may use, halved (at most 4), so that one other busy process does not stall
-  the step; ``OMP_NUM_THREADS``, when set, is kept.
+  the step; ``OMP_NUM_THREADS``, when set, is kept. On a 2-core machine shared with other jobs
+  (load average 6 to 9) the CPU default's median step took 24.9 s with 2 threads (torch's default
+  there) and 1.5 s with 1; beside one more busy process, 36.7 s and 3.4 s.
+* The CPU default (preset ``tiny``, 1.57M parameters, 300 steps of 8 x 128 tokens) is sized for
+  a first run of at most 3 minutes on an idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ class TrainConfig:
     seq_len: int = 128
     batch_size: int = 8
     accumulation_steps: int = 1
-    steps: int = 1000
+    steps: int = 300
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 50
@@ -142,7 +147,7 @@ class TrainConfig:
     vocab: int = 2048
     cache_dir: str = dataclasses.field(default_factory=_default_cache)
     out_dir: str = "ojas-train"
-    checkpoint_every: int = 200
+    checkpoint_every: int = 100
     keep_checkpoints: int = 2
     resume: Optional[str] = None
     stop_after: Optional[int] = None
