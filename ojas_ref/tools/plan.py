@@ -215,8 +215,7 @@ UNMODELLED = {
     "gemma3": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global attention "
               "layers",
     "phi3": "the fused qkv_proj and gate_up_proj, the partial rotary embedding that optimize_model leaves alone",
-    "gpt2": "LayerNorm, a two-matrix GELU MLP, learned position embeddings, Conv1D layers, attention dropout "
-            "(default 0.1, which keeps the ojas attention off)",
+    "gpt2": "LayerNorm, a two-matrix GELU MLP, learned position embeddings, Conv1D layers, attention dropout",
 }
 
 
