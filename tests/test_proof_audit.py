@@ -1,5 +1,6 @@
 """The proof audit flags admitted proofs, axioms and global parameters, and nothing else."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,118 @@ def test_parse_assumptions():
 def test_list_theorems_qualifies_names():
     names = {th.name for th in pa.list_theorems()}
     assert "Ojas.ScalarOps.R_max_eq" in names
+
+
+# ---- premises and witnesses (issue 28) ----
+
+LG_OLD = ["forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) (lg x)",
+          "forall x : R, 0 < x -> Rabs (lg x - ln x) <= el"]
+
+
+def test_vacuity_pattern_flags_the_old_lg_premises():
+    """The premise pair of the old cross-entropy lse family (every lg x a float, |lg x - ln x| <= el
+    for all x > 0) matches; the restated one (x a float in [lmin, lmax]) and the exp premise
+    (a relative bound) do not."""
+    assert pa.vacuity_pattern(LG_OLD) == ["lg"]
+    assert pa.vacuity_pattern([LG_OLD[0], "forall x : R, x <= 0 -> Rabs (lg x - exp x) <= ee"]) == ["lg"]
+    new = [LG_OLD[0], "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) x -> lmin <= x <= lmax -> "
+                      "Rabs (lg x - ln x) <= el",
+           "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) (ex x)",
+           "forall x : R, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee"]
+    assert pa.vacuity_pattern(new) == []
+    assert pa.vacuity_pattern(LG_OLD[1:]) == []  # no format premise: lg = ln meets it
+
+
+def test_witness_problems_rule():
+    """A theorem with premises and no witness fails when the saved manifest had one for it, when
+    it shows the vacuity pattern, or when every witness is required; otherwise it is counted."""
+    th = lambda name, premises, witness=None: pa.Theorem(name, "Theorem", "rocq/X.v", [], premises, witness)
+    theorems = [th("Ojas.X.a", ["(0 < x)"]), th("Ojas.X.b", ["(0 < x)"]), th("Ojas.X.c", LG_OLD),
+                th("Ojas.X.d", ["(0 < x)"], "Ojas.Witnesses.X.d_witness"), th("Ojas.X.e", [])]
+    saved = {"theorems": [{"name": "Ojas.X.b", "witness": "Ojas.Witnesses.X.b_witness"}]}
+    problems = pa.witness_problems(theorems, saved, require_witnesses=False)
+    assert problems == ["Ojas.X.b (rocq/X.v) lost its witness",
+                        "Ojas.X.c (rocq/X.v) has premises of the unsatisfiable pattern (every value of lg a float "
+                        "with an absolute accuracy bound on an unbounded range) and no witness"]
+    strict = pa.witness_problems(theorems, saved, require_witnesses=True)
+    assert strict[0] == "Ojas.X.a (rocq/X.v) has premises and no witness" and strict[1:] == problems
+    assert pa.witness_summary([{"premises": len(t.premises), "witness": t.witness} for t in theorems]) == (1, 4)
+
+
+SCRATCH_THEOREMS = """From Coq Require Import Reals Lra.
+Open Scope R_scope.
+Theorem contradictory : forall x : R, x < 0 -> 0 < x -> x = x.
+Proof. intros; reflexivity. Qed.
+Theorem positive : forall x : R, 0 < x -> x <> 0.
+Proof. intros x H; lra. Qed.
+Theorem partial : forall x : R, 0 < x -> x + 0 = x.
+Proof. intros; ring. Qed.
+Theorem wrong_head : forall x : R, 1 < x -> 0 < x.
+Proof. intros; lra. Qed.
+Theorem was_witnessed : forall x : R, 2 < x -> 1 < x.
+Proof. intros; lra. Qed.
+Theorem no_premise : forall x : R, x * 1 = x.
+Proof. intros; ring. Qed.
+Section Lg.
+Variable fmt : R -> Prop.
+Variables (lg : R -> R) (el : R).
+Hypothesis lg_fmt : forall x, fmt (lg x).
+Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x) <= el.
+Theorem lg_bound : fmt (lg 1) /\\ Rabs (lg 1) <= el.
+Proof. split; [apply lg_fmt |]. rewrite <- (Rminus_0_r (lg 1)), <- ln_1; apply lg_err; lra. Qed.
+End Lg.
+"""
+
+SCRATCH_WITNESSES = """From Coq Require Import Reals Lra.
+From Ojas Require Import T.
+Open Scope R_scope.
+Definition positive_witness := positive 1 Rlt_0_1.
+Definition partial_witness := partial 1.
+Definition wrong_head_witness := positive 1 Rlt_0_1.
+"""
+
+
+def _scratch(tmp_path: Path, witnesses: str, saved: dict | None = None) -> Path:
+    rocq = tmp_path / "rocq"
+    (rocq / "Witnesses").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "extraction").mkdir(exist_ok=True)
+    (tmp_path / "extraction" / "Makefile").write_text("")
+    (rocq / "Makefile").write_text((pa.ROCQ_DIR / "Makefile").read_text())
+    (rocq / "_CoqProject").write_text("-Q . Ojas\nT.v\nWitnesses/T.v\n")
+    (rocq / "T.v").write_text(SCRATCH_THEOREMS)
+    (rocq / "Witnesses" / "T.v").write_text(witnesses)
+    (rocq / "MANIFEST.json").write_text(json.dumps(saved or {}))
+    return tmp_path
+
+
+needs_coq = pytest.mark.skipif(not pa.coq_available(), reason="needs coqc, coq_makefile and make")
+
+
+@needs_coq
+def test_audit_checks_witnesses_in_coq(tmp_path):
+    """On a scratch project: a theorem with contradictory premises (x < 0 and 0 < x) has no
+    witness and fails the strict audit; a witness applying its theorem to too few arguments, one
+    applying another theorem, a theorem that lost the witness the saved manifest records, and the
+    lg family's unsatisfiable premise pair fail the audit in either mode; a proper witness passes."""
+    saved = {"theorems": [{"name": "Ojas.T.was_witnessed", "witness": "Ojas.Witnesses.T.was_witnessed_witness"}]}
+    root = _scratch(tmp_path, SCRATCH_WITNESSES, saved)
+    logs: list[str] = []
+    with pytest.raises(pa.ProofAuditError) as err:
+        pa.run_audit(root, log=logs.append, require_witnesses=False)
+    msg = str(err.value)
+    assert "partial_witness applies Ojas.T.partial to too few arguments" in msg, msg
+    assert "wrong_head_witness is not an application of Ojas.T.wrong_head" in msg, msg
+    assert "Ojas.T.was_witnessed (rocq/T.v) lost its witness" in msg, msg
+    assert "Ojas.T.lg_bound (rocq/T.v) has premises of the unsatisfiable pattern" in msg, msg
+    assert "contradictory" not in msg and "Ojas.T.positive " not in msg, msg
+    assert "1 of 6 exported theorems with premises witnessed" in "\n".join(logs), logs
+    with pytest.raises(pa.ProofAuditError, match=r"Ojas.T.contradictory \(rocq/T.v\) has premises and no witness"):
+        pa.run_audit(root, log=logs.append, require_witnesses=True)
+
+
+@needs_coq
+def test_audit_rejects_a_witness_of_contradictory_premises(tmp_path):
+    """No witness of x < 0 /\\ 0 < x can be written: one that tries does not build."""
+    root = _scratch(tmp_path, SCRATCH_WITNESSES + "Definition contradictory_witness := contradictory 1 ltac:(lra) Rlt_0_1.\n")
+    with pytest.raises(pa.ProofAuditError, match="building rocq/ failed"):
+        pa.run_audit(root, log=lambda m: None, require_witnesses=False)

@@ -1,4 +1,5 @@
-"""Audit of the Coq proofs: nothing admitted, nothing assumed beyond the standard axioms.
+"""Audit of the Coq proofs: nothing admitted, nothing assumed beyond the standard axioms,
+and no theorem whose premises cannot hold together.
 
 ``ojas proofs`` builds ``rocq/``, scans the sources for ``Admitted``/``admit``/
 global ``Axiom``/``Parameter``, runs ``Print Assumptions`` on every exported
@@ -6,6 +7,28 @@ theorem (``Theorem``, ``Corollary``, ``Proposition``: what the code cites; the
 lemmas they use are covered by their assumptions), and fails if an assumption outside :data:`ALLOWED_AXIOMS` appears.  It
 writes (or checks) ``rocq/MANIFEST.json``: theorem -> file -> source hash, which
 ``ojas audit`` reads on machines without Coq.
+
+Premises and witnesses.  ``Print Assumptions`` lists axioms, not premises: a theorem
+whose premises no instance meets (say ``fmt (lg x)`` for all x together with
+``|lg x - ln x| <= el`` for all x > 0) is proved and proves nothing.  The rule:
+
+- *premises* of an exported theorem are the leading binders of its statement as it
+  stands after its Sections close (Section variables and hypotheses it uses become
+  leading binders; ``let`` binders are passed, nothing is unfolded, so ``~ P`` is a
+  conclusion) whose type is a proposition, or a type not among the plain data types
+  ``R, nat, Z, N, bool, unit, Prop, Set, Type``, lists and options of anything, pairs
+  of data and functions into data (:data:`_LTAC`, ``ojas_premises``).  A record such as
+  ``MixedModel`` bundles propositions, so it counts as a premise.
+- a *witness* of ``Ojas.<path>.<thm>`` is a transparent ``Definition <thm>_witness``
+  in ``rocq/Witnesses/<path>.v`` (listed in ``_CoqProject``, outside any Section) whose
+  body is ``<thm>`` applied to arguments until its type (after beta and zeta) is no
+  longer a product: every premise instantiated and proved at once, with no assumption
+  beyond :data:`ALLOWED_AXIOMS` (``ojas_check_witness`` and ``Print Assumptions``).
+- the audit fails when a witness is malformed, when a theorem the committed manifest
+  records as witnessed has lost its witness, when an unwitnessed theorem shows the
+  vacuity pattern (:func:`vacuity_pattern`), and, with ``require_witnesses`` (default
+  :data:`REQUIRE_ALL_WITNESSES`), when any theorem with premises has no witness; it
+  reports "N of M exported theorems with premises witnessed" either way.
 
 Both commands read the Coq sources, so they need a source checkout of the repository
 (``rocq/`` and ``extraction/``, which a wheel or a non-editable ``pip install`` does not
@@ -41,6 +64,14 @@ ALLOWED_AXIOMS = frozenset(
     }
 )
 
+#: Whether every exported theorem with premises must have a witness (see the module
+#: docstring); while False, ``ojas proofs`` reports how many have one and fails only on
+#: a lost witness, a malformed one or the vacuity pattern.
+REQUIRE_ALL_WITNESSES = False
+#: The directory, under rocq/, of the witness files (mirroring the theorems' files).
+WITNESS_DIR = "Witnesses"
+WITNESS_SUFFIX = "_witness"
+
 #: Words that must not occur in proof sources (outside comments).
 FORBIDDEN_WORDS = ("Admitted", "admit", "Axiom", "Axioms", "Conjecture")
 #: Declarations that are axioms when they stand outside a Section or Module Type.
@@ -68,6 +99,8 @@ class Theorem:
     kind: str  # Theorem, Lemma, ...
     file: str  # path relative to the repository root
     assumptions: list[str] = field(default_factory=list)
+    premises: list[str] = field(default_factory=list)  # the premise binders' types, as Coq prints them
+    witness: str | None = None  # the qualified name of its checked witness
 
     @property
     def exported(self) -> bool:
@@ -140,10 +173,18 @@ def scan_sources(root: Path = REPO_ROOT) -> list[str]:
     return [p for f in coq_sources(root) for p in scan_source(f)]
 
 
+def is_witness_file(rel: str) -> bool:
+    """Whether a rocq-relative path is a witness file (rocq/Witnesses/...)."""
+    return Path(rel).parts[:1] == (WITNESS_DIR,)
+
+
 def list_theorems(root: Path = REPO_ROOT) -> list[Theorem]:
-    """Theorems and lemmas declared in the files of rocq/_CoqProject, with qualified names."""
+    """Theorems and lemmas declared in the files of rocq/_CoqProject (the witness files
+    aside), with qualified names."""
     found: list[Theorem] = []
     for rel in project_files(root):
+        if is_witness_file(rel):
+            continue
         path = root / "rocq" / rel
         modules: list[tuple[str, str]] = []
         for line in strip_comments(path.read_text()).splitlines():
@@ -214,36 +255,223 @@ def _parse_assumptions(block: str) -> list[str]:
     return names
 
 
-def _assumptions_script(theorems: list[Theorem], root: Path) -> str:
+#: The tactics the audit scripts define: ``ojas_premises`` prints the premises of the goal's
+#: leading binders (the rule of the module docstring), ``ojas_check_witness thm body`` says
+#: whether ``body`` is ``thm`` applied until its type is no longer a product.
+_LTAC = r"""
+From Coq Require Import Reals.
+Open Scope R_scope.
+Ltac ojas_is_data A :=
+  lazymatch A with
+  | Rdefinitions.R => idtac | nat => idtac | BinNums.Z => idtac | BinNums.N => idtac | bool => idtac
+  | unit => idtac | list _ => idtac | option _ => idtac | Prop => idtac | Set => idtac | Type => idtac
+  | prod ?B ?C => ojas_is_data B; ojas_is_data C
+  | ?B -> ?C => ojas_is_data C
+  | _ => fail
+  end.
+Ltac ojas_premises :=
+  lazymatch goal with
+  | |- forall x : ?A, _ =>
+      let s := type of A in
+      lazymatch s with
+      | Prop => idtac "@@PREMISE"; idtac A
+      | _ => tryif ojas_is_data A then idtac else (idtac "@@PREMISE"; idtac A)
+      end; intro; ojas_premises
+  | |- let _ := _ in _ => intro; ojas_premises
+  | |- _ => idtac
+  end.
+Ltac ojas_head t := lazymatch t with ?f _ => ojas_head f | _ => t end.
+Ltac ojas_check_witness thm b :=
+  let h := ojas_head b in
+  tryif constr_eq h thm then
+    (let ty := type of b in let ty := eval cbv beta zeta in ty in
+     lazymatch ty with
+     | forall _ : _, _ => idtac "@@WITNESS_PARTIAL"
+     | _ => idtac "@@WITNESS_OK"
+     end)
+  else idtac "@@WITNESS_HEAD".
+"""
+
+
+def _requires(root: Path) -> list[str]:
     modules = [module_path(rel) for rel in project_files(root)]
-    script = [f"From {LOGICAL_PREFIX} Require {m[len(LOGICAL_PREFIX) + 1:]}." for m in modules]
+    return [f"From {LOGICAL_PREFIX} Require {m[len(LOGICAL_PREFIX) + 1:]}." for m in modules]
+
+
+def _assumptions_script(theorems: list[Theorem], root: Path) -> str:
+    script = _requires(root) + [_LTAC]
     for i, th in enumerate(theorems):
         script.append(f'Goal True. idtac "@@AUDIT {i}". Abort.')
         script.append(f"Print Assumptions {th.name}.")
+        script.append('Goal True. idtac "@@PREMISES". Abort.')
+        script.append(f"Goal ltac:(let T := type of @{th.name} in exact T). ojas_premises. Abort.")
     return "\n".join(script) + "\n"
 
 
-def print_assumptions(theorems: list[Theorem], root: Path = REPO_ROOT, jobs: int = 2) -> None:
-    """Fill in each theorem's assumptions: ``Print Assumptions`` in ``jobs`` parallel coqc runs."""
-    shares = [theorems[k::jobs] for k in range(jobs)]
+def _run_coq(scripts: list[str], root: Path, what: str) -> list[str]:
+    """Run each script through coqc (in parallel) against the built rocq/; their outputs."""
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
-        for k, share in enumerate(shares):
-            vfile = Path(tmp) / f"AuditAssumptions{k}.v"
-            vfile.write_text(_assumptions_script(share, root))
+        for k, text in enumerate(scripts):
+            vfile = Path(tmp) / f"Audit{k}.v"
+            vfile.write_text(text)
             procs.append(subprocess.Popen(
                 ["coqc", "-Q", str(root / "rocq"), LOGICAL_PREFIX, str(vfile)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp))
         outputs = [proc.communicate() + (proc.returncode,) for proc in procs]
-    for share, (out, err, code) in zip(shares, outputs):
+    for out, err, code in outputs:
         if code != 0:
-            raise ProofAuditError(f"Print Assumptions failed:\n{out[-3000:]}\n{err[-3000:]}")
-        parts = re.split(r"^@@AUDIT (\d+)\s*$", out, flags=re.M)
-        answers = {int(parts[k]): parts[k + 1] for k in range(1, len(parts) - 1, 2)}
+            raise ProofAuditError(f"{what} failed:\n{out[-3000:]}\n{err[-3000:]}")
+    return [out for out, _, _ in outputs]
+
+
+def _answers(out: str, marker: str) -> dict[int, str]:
+    parts = re.split(rf"^@@{marker} (\d+)\s*$", out, flags=re.M)
+    return {int(parts[k]): parts[k + 1] for k in range(1, len(parts) - 1, 2)}
+
+
+def _strip_parens(text: str) -> str:
+    """``(a -> b)`` -> ``a -> b``: Coq prints a premise in parentheses; ``(a) -> (b)`` stays."""
+    while text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(text) - 1:
+                return text
+        text = text[1:-1].strip()
+    return text
+
+
+def _parse_premises(block: str) -> list[str]:
+    """The premise types ``ojas_premises`` printed, each on one line, outer parentheses removed."""
+    return [_strip_parens(" ".join(p.split())) for p in block.split("@@PREMISE")[1:]]
+
+
+def print_assumptions(theorems: list[Theorem], root: Path = REPO_ROOT, jobs: int = 2) -> None:
+    """Fill in each theorem's assumptions (``Print Assumptions``) and premises
+    (``ojas_premises``), in ``jobs`` parallel coqc runs."""
+    shares = [theorems[k::jobs] for k in range(jobs)]
+    outs = _run_coq([_assumptions_script(share, root) for share in shares], root, "Print Assumptions")
+    for share, out in zip(shares, outs):
+        answers = _answers(out, "AUDIT")
         for i, th in enumerate(share):
-            if i not in answers:
+            if i not in answers or "@@PREMISES" not in answers[i]:
                 raise ProofAuditError(f"no Print Assumptions answer for {th.name}")
-            th.assumptions = _parse_assumptions(answers[i])
+            axioms, premises = answers[i].split("@@PREMISES", 1)
+            th.assumptions = _parse_assumptions(axioms)
+            th.premises = _parse_premises(premises)
+
+
+def witness_candidates(root: Path = REPO_ROOT) -> dict[str, str]:
+    """theorem -> witness, from the ``Definition <thm>_witness`` of the witness files:
+    ``rocq/Witnesses/<path>.v`` witnesses the theorems of ``rocq/<path>.v``."""
+    found: dict[str, str] = {}
+    pattern = re.compile(rf"^\s*Definition\s+([A-Za-z_][A-Za-z0-9_']*){WITNESS_SUFFIX}\b", re.M)
+    for rel in project_files(root):
+        if not is_witness_file(rel):
+            continue
+        target = str(Path(*Path(rel).parts[1:]))
+        text = strip_comments((root / "rocq" / rel).read_text())
+        for m in pattern.finditer(text):
+            found[f"{module_path(target)}.{m.group(1)}"] = f"{module_path(rel)}.{m.group(1)}{WITNESS_SUFFIX}"
+    return found
+
+
+def _witness_script(pairs: list[tuple[str, str]], root: Path) -> str:
+    script = _requires(root) + [_LTAC]
+    for i, (thm, wit) in enumerate(pairs):
+        script.append(f'Goal True. idtac "@@WITNESS {i}". Abort.')
+        script.append(f"Goal True. let b := eval cbv delta [{wit}] in {wit} in ojas_check_witness @{thm} b. Abort.")
+        script.append(f"Print Assumptions {wit}.")
+    return "\n".join(script) + "\n"
+
+
+def check_witnesses(theorems: list[Theorem], root: Path = REPO_ROOT) -> list[str]:
+    """Set ``witness`` on each exported theorem whose witness passes; the problems found
+    (a witness of no exported theorem, not a full application, with an axiom)."""
+    by_name = {th.name: th for th in theorems if th.exported}
+    candidates = witness_candidates(root)
+    problems = [f"{wit} witnesses {thm}, which is not an exported theorem of rocq/"
+                for thm, wit in candidates.items() if thm not in by_name]
+    pairs = [(thm, wit) for thm, wit in candidates.items() if thm in by_name]
+    if not pairs:
+        return problems
+    out = _run_coq([_witness_script(pairs, root)], root, "checking the witnesses")[0]
+    answers = _answers(out, "WITNESS")
+    for i, (thm, wit) in enumerate(pairs):
+        block = answers.get(i, "")
+        axioms = [ax for ax in _parse_assumptions(block.split("@@WITNESS_", 1)[-1].split("\n", 1)[-1])
+                  if ax not in ALLOWED_AXIOMS]
+        if "@@WITNESS_HEAD" in block:
+            problems.append(f"{wit} is not an application of {thm}")
+        elif "@@WITNESS_PARTIAL" in block:
+            problems.append(f"{wit} applies {thm} to too few arguments: its type is still a product "
+                            "(every premise must be instantiated)")
+        elif "@@WITNESS_OK" not in block:
+            problems.append(f"no answer checking {wit}")
+        elif axioms:
+            problems.append(f"{wit} assumes {', '.join(axioms)}")
+        else:
+            by_name[thm].witness = wit
+    return problems
+
+
+#: ``forall x : R, ... (f x)``: a premise that puts every value of a function in a set (a format).
+_EVERYWHERE_RE = re.compile(r"^forall (\w+) : R, .*\((\w+) \1\)$")
+#: ``forall x : R, guards -> Rabs (f x - g) <= E``: an accuracy premise of ``f``.
+_ACCURACY_RE = re.compile(r"^forall (\w+) : R, (?:(.*) -> )?Rabs \((\w+) \1 - .*\) <= (.*)$")
+
+
+def _bounds_both_sides(var: str, guards: str) -> bool:
+    """Whether the guards ``a -> b -> ...`` bound ``var`` from below and from above."""
+    v = re.escape(var)
+    below = re.search(rf"<=? {v}\b", guards) is not None
+    above = re.search(rf"\b{v} <=?", guards) is not None
+    return below and above
+
+
+def vacuity_pattern(premises: list[str]) -> list[str]:
+    """Functions whose premises match the lg family's unsatisfiable pattern: a premise that
+    every value of ``f`` lies in a set (a float format: its gaps grow) together with an
+    absolute accuracy bound (``E`` free of ``x``) against some function on a range of ``x``
+    not bounded on both sides.  A heuristic on the printed premises: a theorem that matches
+    but is satisfiable has to show it with a witness."""
+    everywhere = {m.group(2) for p in premises if (m := _EVERYWHERE_RE.match(p))}
+    flagged = []
+    for p in premises:
+        m = _ACCURACY_RE.match(p)
+        if not m or m.group(3) not in everywhere:
+            continue
+        var, guards, bound = m.group(1), m.group(2) or "", m.group(4)
+        if re.search(rf"\b{re.escape(var)}\b", bound) is None and not _bounds_both_sides(var, guards):
+            flagged.append(m.group(3))
+    return sorted(set(flagged))
+
+
+def witness_problems(theorems: list[Theorem], saved: dict | None, require_witnesses: bool) -> list[str]:
+    """Exported theorems with premises that lack a witness and may not: one the saved
+    manifest records as witnessed, one showing the vacuity pattern, or any with
+    ``require_witnesses``."""
+    was_witnessed = {th["name"] for th in (saved or {}).get("theorems", []) if th.get("witness")}
+    problems = []
+    for th in theorems:
+        if not th.exported or not th.premises or th.witness:
+            continue
+        if th.name in was_witnessed:
+            problems.append(f"{th.name} ({th.file}) lost its witness")
+        elif vacuity_pattern(th.premises):
+            problems.append(f"{th.name} ({th.file}) has premises of the unsatisfiable pattern "
+                            f"(every value of {', '.join(vacuity_pattern(th.premises))} a float with an absolute "
+                            "accuracy bound on an unbounded range) and no witness")
+        elif require_witnesses:
+            problems.append(f"{th.name} ({th.file}) has premises and no witness")
+    return problems
+
+
+def witness_summary(theorems: list[dict]) -> tuple[int, int]:
+    """(witnessed, with premises) among the exported theorems of a manifest."""
+    with_premises = [th for th in theorems if th.get("premises")]
+    return sum(1 for th in with_premises if th.get("witness")), len(with_premises)
 
 
 def sha256(path: Path) -> str:
@@ -255,7 +483,7 @@ def manifest(theorems: list[Theorem], root: Path = REPO_ROOT) -> dict:
     return {
         "allowed_axioms": sorted(ALLOWED_AXIOMS),
         "files": {f: sha256(root / f) for f in files},
-        "theorems": [asdict(th) for th in theorems if th.exported],
+        "theorems": [{**asdict(th), "premises": len(th.premises)} for th in theorems if th.exported],
         "lemmas": [th.name for th in theorems if not th.exported],
     }
 
@@ -269,8 +497,9 @@ def disallowed(theorems: list[Theorem]) -> list[str]:
     ]
 
 
-def run_audit(root: Path = REPO_ROOT, log=print) -> dict:
-    """Build, scan and Print Assumptions; return the manifest, or raise ProofAuditError."""
+def run_audit(root: Path = REPO_ROOT, log=print, require_witnesses: bool | None = None) -> dict:
+    """Build, scan, Print Assumptions, find the premises and check the witnesses; return
+    the manifest, or raise ProofAuditError."""
     require_sources(root)
     missing = missing_tools(PROOF_TOOLS)
     if missing:
@@ -289,7 +518,18 @@ def run_audit(root: Path = REPO_ROOT, log=print) -> dict:
     bad = disallowed(theorems)
     if bad:
         raise ProofAuditError("assumptions beyond the standard axioms:\n" + "\n".join(bad))
-    return manifest(theorems, root)
+    bad = check_witnesses(theorems, root)
+    saved_path = root / "rocq" / "MANIFEST.json"
+    saved = json.loads(saved_path.read_text()) if saved_path.exists() else None
+    require = REQUIRE_ALL_WITNESSES if require_witnesses is None else require_witnesses
+    bad += witness_problems(theorems, saved, require)
+    data = manifest(theorems, root)
+    done, total = witness_summary(data["theorems"])
+    log(f"{done} of {total} exported theorems with premises witnessed"
+        + ("" if require or done == total else f" ({total - done} not yet: see rocq/MANIFEST.json, \"witness\": null)"))
+    if bad:
+        raise ProofAuditError("premises without a valid witness:\n" + "\n".join(bad))
+    return data
 
 
 def load_manifest(path: Path = MANIFEST_PATH) -> dict:

@@ -946,17 +946,26 @@ Qed.
 
 End TwoLevel.
 (** [sum_ok] is met by the tile sums BlockedSum.v models: a reduction tree of depth at
-    most [Dt] over the tile ([tl.sum]), and left to right ([Dt = Bt - 1]). *)
+    most [Dt] over the tile ([tl.sum]), and left to right ([Dt = Bt - 1]).  A tree has
+    at least one leaf, so the empty tile's tree is the leaf [0] (an exact zero sum);
+    the premise [leaves (shape xs) = xs] for every [xs] of length at most [Bt], the
+    empty one included, would be unsatisfiable. *)
 Theorem sum_ok_tree : forall (shape : list R -> stree) Dt Bt,
-  (forall xs, (length xs <= Bt)%nat -> leaves (shape xs) = xs /\ (depth (shape xs) <= Dt)%nat) ->
+  (forall xs, xs <> [] -> (length xs <= Bt)%nat -> leaves (shape xs) = xs /\ (depth (shape xs) <= Dt)%nat) ->
+  shape [] = Leaf 0 ->
   sum_ok (fun xs => tree_sum A_ (shape xs)) Dt Bt.
 Proof.
-  intros shape Dt Bt Hs xs Hl Hf; destruct (Hs xs Hl) as [Hlv Hd].
-  assert (Ft : Forall fmt (leaves (shape xs))) by (rewrite Hlv; exact Hf).
-  destruct (tree_sum_ok A_ (shape xs) Ft) as [F1 C1]; rewrite Hlv in C1.
-  split; [exact F1 |].
-  pose proof (close_mono _ _ _ _ _ (abs_sum_nonneg xs) (pow_u_mono A_ _ _ Hd) C1) as C.
-  exact C.
+  intros shape Dt Bt Hs H0 xs Hl Hf.
+  destruct xs as [| x xs'].
+  - rewrite H0; cbn [tree_sum]; split; [apply ff_fmt_0 |].
+    unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+  - set (xs := x :: xs') in *.
+    destruct (Hs xs ltac:(discriminate) Hl) as [Hlv Hd].
+    assert (Ft : Forall fmt (leaves (shape xs))) by (rewrite Hlv; exact Hf).
+    destruct (tree_sum_ok A_ (shape xs) Ft) as [F1 C1]; rewrite Hlv in C1.
+    split; [exact F1 |].
+    pose proof (close_mono _ _ _ _ _ (abs_sum_nonneg xs) (pow_u_mono A_ _ _ Hd) C1) as C.
+    exact C.
 Qed.
 
 Theorem sum_ok_tile_sum : forall Bt, sum_ok (tile_sum A_) (Bt - 1) Bt.
