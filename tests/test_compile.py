@@ -194,20 +194,98 @@ def test_ops_run_the_eager_kernels():
 @kernels
 def test_compiled_optimized_llama_cpu(monkeypatch):
     """``torch.compile(model)`` of an ``optimize_model``'d float32 Llama with a padding mask, the
-    attention on the kernel (the other primitives' references): the attention op in the graph
-    and the eager loss and gradients.  The aot_eager backend (Dynamo and AOT autograd, eager
+    attention and the loss on the kernels (the other primitives' references): one graph holding
+    both layers' attention op and the loss op, and the eager loss and gradients.  The aot_eager backend (Dynamo and AOT autograd, eager
     kernels): Inductor's CPU compile of the model takes minutes on a small machine; Inductor
     is covered by the attention tests above and, on CUDA, by the GPU tests below."""
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
+    monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
     model, data = _llama(transformers, torch.float32, DEVICE)
     graphs = []
     eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
-    assert sum(g.code.count(FORWARD_OP) for g in graphs) == 2  # one per layer
+    assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
     rtol = 0.0 if _INTERPRETED else 1e-5  # CUDA: the eager adapter may add is_causal (tiles skipped, not masked)
     _assert_close(eager_loss, loss, rtol)
     for g, h in zip(eager_grads, grads):
         _assert_close(g, h, rtol)
+
+
+# --------------------------------------------------------------------------
+# Linear cross-entropy: ojas::linear_cross_entropy and its backward
+# --------------------------------------------------------------------------
+
+LCE_OPS = ("ojas.linear_cross_entropy", "ojas.linear_cross_entropy_backward")
+
+
+def _lce_inputs(bias: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(2, 6, 16, generator=g), torch.randn(37, 16, generator=g)
+    t = torch.randint(0, 37, (2, 6), generator=g)
+    t[0, :3] = -100  # ignored tokens (left padding)
+    args = [x.to(DEVICE).requires_grad_(), w.to(DEVICE).requires_grad_(), t.to(DEVICE)]
+    return args + ([torch.randn(37, generator=g).to(DEVICE).requires_grad_()] if bias else [])
+
+
+@kernels
+@pytest.mark.parametrize("reduction,products,bias", [("mean", 3, False), ("sum", 3, True), ("none", 3, True),
+                                                     ("mean", 4, False)])
+def test_compiled_linear_cross_entropy_is_eager(reduction, products, bias):
+    """``torch.compile(fullgraph=True)`` (Inductor) of ``ojas_ref.linear_cross_entropy`` on the
+    kernel: one graph holding the op, the eager loss and gradients bit for bit, for the
+    3-product schedule (every gradient in the forward, scaled in the backward) and the
+    4-product one (reduction "none", or chosen: grad_weight and grad_bias in the backward)."""
+    import dataclasses
+
+    from ojas_kernels import linear_cross_entropy as klce
+
+    config = dataclasses.replace(klce.default_config(torch.float32, torch.device(DEVICE)), products=products)
+
+    def fn(x, w, t, b=None):
+        if products == 3:
+            return ojas_ref.linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, label_smoothing=0.1,
+                                                 impl="triton")
+        return klce.linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, config=config)
+
+    (loss, grads), (c_loss, c_grads), graphs = eager_and_compiled(fn, _lce_inputs(bias))
+    assert len(graphs) == 1 and LCE_OPS[0] in graphs[0].code
+    assert torch.equal(loss, c_loss) and all(torch.equal(g, h) for g, h in zip(grads, c_grads))
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+@kernels
+def test_compiled_linear_cross_entropy_checks_targets():
+    """Under torch.compile the targets are checked inside the op (the eager check is a
+    data-dependent branch): a target out of range raises the eager message, no graph break."""
+    x, w, t = _lce_inputs(False)
+    t[1, 2] = 37
+    fn = lambda x, w, t: ojas_ref.linear_cross_entropy(x, w, t, impl="triton")  # noqa: E731
+    torch._dynamo.reset()
+    for f in (fn, torch.compile(fn, fullgraph=True)):
+        with pytest.raises(ValueError, match=r"target holds 37, not a class in \[0, 37\)"):
+            f(x, w, t)
+
+
+@kernels
+def test_linear_cross_entropy_ops_opcheck():
+    """opcheck of both ops: the 3-product forward (gradients for grad_output 1) and the
+    4-product one (lse of every token), and the backward's in-place scaling declared as a
+    mutation of the forward's gradients."""
+    from ojas_kernels import linear_cross_entropy as klce
+
+    x, w, t, b = _lce_inputs(True)
+    x2, t2 = x.detach().flatten(0, 1), t.flatten()
+    forward, backward = torch.ops.ojas.linear_cross_entropy.default, torch.ops.ojas.linear_cross_entropy_backward.default
+    for reduction, need in (("mean", [True, True, True]), ("none", [True, True, False])):
+        args = (x2, w.detach(), b.detach(), t2, reduction, -100, 0.1, 1e-3, 5.0, need, "")
+        torch.library.opcheck(forward, args, test_utils=("test_schema", "test_faketensor"))
+        loss, gi, gw, gb, lse = forward(*args)
+        assert (gw.numel() > 0) == (reduction == "mean") and (lse.numel() > 0) == (reduction == "none")
+        grad = torch.ones_like(loss) * 0.5
+        torch.library.opcheck(backward, (grad, *args[:4], lse, gi, gw, gb, *args[4:]),
+                              test_utils=("test_schema", "test_faketensor"))
+    assert klce._config_of(klce._config_text(klce.default_config(torch.float32, torch.device("cpu")))) == \
+        klce.default_config(torch.float32, torch.device("cpu"))
 
 
 # --------------------------------------------------------------------------

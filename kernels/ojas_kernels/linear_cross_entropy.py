@@ -158,6 +158,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import math
 import warnings
 from dataclasses import dataclass
@@ -1013,6 +1014,14 @@ def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int
     return total / K if reduction == "mean" and K > 0 else total
 
 
+def _refuse_double_backward() -> None:
+    """Raise in a backward run with ``create_graph=True`` (once_differentiable would let the
+    gradients pass as constants)."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("the Triton linear cross-entropy does not support double backward "
+                           "(create_graph=True): its backward is not differentiable")
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """``products`` 3 ("mean" / "sum"): the forward computes the losses and every
     gradient asked for (``_three_products``); the backward multiplies them by
@@ -1055,9 +1064,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        if torch.is_grad_enabled():  # create_graph=True (once_differentiable would let it pass as constants)
-            raise RuntimeError("the Triton linear cross-entropy does not support double backward "
-                               "(create_graph=True): its backward is not differentiable")
+        _refuse_double_backward()
         step = None if ctx.head is None else ctx.head.begin(ctx.next_functions[1][0])
         with torch.autocast(grad_output.device.type, enabled=False):
             input, weight, bias, target, *kept_tgt_lse = ctx.saved_tensors
@@ -1071,33 +1078,49 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grads = _scaled_gradients(grads, grad_output, (input, weight, bias))
                 return (*grads, None, None, None, None, None, None, None)
             kept, tgt, lse = kept_tgt_lse
-            K = lse.numel()
-            if reduction == "none":
-                g_all = grad_output.reshape(-1).float()
-                token_weight = g_all if kept is None else g_all.index_select(0, kept)
-                if kept is not None:  # ignored rows of grad_input are zeros: keep them so whatever grad_output says
-                    g_all = torch.zeros_like(g_all).index_copy_(0, kept, token_weight)
-                g_rows = g_all[:, None]
-            else:
-                g_rows = grad_output.float().reshape(1)
-                token_weight = g_rows / K if reduction == "mean" and K > 0 else g_rows
-            grad_input = grad_weight = grad_bias = None
+            grad_input = None
             if ctx.needs_input_grad[0]:
                 grad_input, ctx.grad_input = ctx.grad_input, None
                 if grad_input is None:  # a second backward through the retained graph: the forward's again
                     x, w, b, t = _prepare(input, weight, target, bias)
                     grad_input = _forward(x, w, b, t, ignore_index, reduction, opts, True, config).grad_input
-                grad_input = grad_input.mul_(g_rows).view(input.shape)
-            need_weight = ctx.needs_input_grad[1]
-            need_bias = bias is not None and ctx.needs_input_grad[2]
-            if need_weight or need_bias:
-                x, w, b, _ = _prepare(input, weight, target, bias)
-                grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
-                                                   config, step)
-                grad_bias = None if gb is None else gb.to(bias.dtype)
+            grads = _four_products_backward(grad_output, input, weight, bias, target, kept, tgt, lse, grad_input,
+                                            ctx.needs_input_grad[:3], reduction, opts, config, step)
             if step is not None:
                 ctx.head.end()
-            return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
+            return (*grads, None, None, None, None, None, None, None)
+
+
+def _four_products_backward(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
+                            bias: Optional[torch.Tensor], target: torch.Tensor, kept: Optional[torch.Tensor],
+                            tgt: torch.Tensor, lse: torch.Tensor, grad_input: Optional[torch.Tensor],
+                            need: tuple[bool, ...], reduction: str, opts: _Options,
+                            config: LinearCrossEntropyConfig, step=None
+                            ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The backward of the 4-product schedule (``_forward``'s kept tokens, their targets and
+    lse): the forward's grad_input scaled by grad_output in place, grad_weight and grad_bias
+    by vocabulary slabs (``_backward_weight``), each when ``need`` asks for it."""
+    K = lse.numel()
+    if reduction == "none":
+        g_all = grad_output.reshape(-1).float()
+        token_weight = g_all if kept is None else g_all.index_select(0, kept)
+        if kept is not None:  # ignored rows of grad_input are zeros: keep them so whatever grad_output says
+            g_all = torch.zeros_like(g_all).index_copy_(0, kept, token_weight)
+        g_rows = g_all[:, None]
+    else:
+        g_rows = grad_output.float().reshape(1)
+        token_weight = g_rows / K if reduction == "mean" and K > 0 else g_rows
+    grad_weight = grad_bias = None
+    if need[0]:
+        grad_input = grad_input.mul_(g_rows).view(input.shape)
+    need_weight = need[1]
+    need_bias = bias is not None and need[2]
+    if need_weight or need_bias:
+        x, w, b, _ = _prepare(input, weight, target, bias)
+        grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
+                                           config, step)
+        grad_bias = None if gb is None else gb.to(bias.dtype)
+    return grad_input if need[0] else None, grad_weight, grad_bias
 
 
 _SCALE_BLOCK = 4096
@@ -1109,16 +1132,165 @@ def _scaled_gradients(grads: list[Optional[torch.Tensor]], grad_output: torch.Te
     """``_three_products``'s gradients (for grad_output 1) times grad_output, in place
     (``_scale_kernel``: skipped when grad_output is 1), in the shape and dtype of
     ``leaves`` (input, weight, bias)."""
+    _scale_in_place(grads, grad_output)
+    return [None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, leaves)]
+
+
+def _scale_in_place(grads: list[Optional[torch.Tensor]], grad_output: torch.Tensor) -> None:
+    """Each gradient times grad_output, in place (``_scale_kernel``)."""
     scale = grad_output.reshape(1).contiguous()
     for g in grads:
         if g is not None and g.numel() > 0:  # the factor is read on the device: no sync
             blocks = min(cdiv(g.numel(), _SCALE_BLOCK), 4 * _num_sms(g.device))
             fast(_scale_kernel)[(blocks,)](g, scale, g.numel(), BLOCK=_SCALE_BLOCK, num_warps=8)
-    return [None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, leaves)]
 
 
 def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) -> _Options:
     return _Options(float(label_smoothing), float(z_loss), None if softcap is None else float(softcap))
+
+
+# ---------------------------------------------------------------------------
+# The registered operators: what torch.compile sees
+# ---------------------------------------------------------------------------
+#
+# Under torch.compile (and torch.export) the kernels run as two custom operators (module
+# docstring): ``ojas::linear_cross_entropy`` (the forward: the loss, and the gradients the
+# schedule computes there, for grad_output 1, or the lse of every token) and
+# ``ojas::linear_cross_entropy_backward`` (scales the forward's gradients in place, declared
+# as mutations, and computes the 4-product schedule's grad_weight and grad_bias).  Their
+# implementations are the eager path's functions with the same arguments.  Outputs not
+# computed are empty tensors (the ops' outputs have static shapes: the 4-product schedule's
+# kept tokens are recomputed from the target in the backward, its lse handed over for every
+# token, NaN at ignored ones).
+
+_FORWARD_SCHEMA = ("(Tensor input, Tensor weight, Tensor? bias, Tensor target, str reduction, int ignore_index, "
+                   "float label_smoothing, float z_loss, float? softcap, bool[] need, str config) "
+                   "-> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+_BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor weight, Tensor? bias, Tensor target, Tensor lse, "
+                    "Tensor(a!) grad_input, Tensor(b!) grad_weight, Tensor(c!) grad_bias, str reduction, "
+                    "int ignore_index, float label_smoothing, float z_loss, float? softcap, bool[] need, str config) "
+                    "-> (Tensor, Tensor)")
+
+
+@torch.compiler.assume_constant_result
+def _config_text(config: Optional[LinearCrossEntropyConfig]) -> str:
+    """``config`` as the ops take it: JSON of its fields, "" for None (the default config of
+    the input's dtype and device); a constant of the graph to Dynamo."""
+    return "" if config is None else json.dumps(dataclasses.asdict(config))
+
+
+def _op_config(text: str, input: torch.Tensor) -> LinearCrossEntropyConfig:
+    """The config of an op's call (the inverse of :func:`_config_text`)."""
+    return _config_of(text) if text else default_config(input.dtype, input.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_of(text: str) -> LinearCrossEntropyConfig:
+    fields = json.loads(text)
+    return LinearCrossEntropyConfig(GemmConfig(**fields.pop("fwd")), GemmConfig(**fields.pop("bwd")),
+                                    RowConfig(**fields.pop("rows")), **fields)
+
+
+def _check_targets(target: torch.Tensor, ignore_index: int, V: int) -> None:
+    """Raise unless every target is in [0, V) or ``ignore_index`` (a host sync; the eager path
+    leaves this to ``ojas_ref.linear_cross_entropy``, which checks before dispatching here)."""
+    bad = (target != ignore_index) & ((target < 0) | (target >= V))
+    if bad.any():
+        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
+                         f"{ignore_index}")
+
+
+def _three(config: LinearCrossEntropyConfig, reduction: str, need) -> bool:
+    """Whether the 3-product schedule runs (every gradient in the forward)."""
+    return config.products == 3 and reduction != "none" and any(need)
+
+
+def _all_lse(fw: _Forward, n_tokens: int) -> torch.Tensor:
+    """The lse of every token, NaN at the ignored ones."""
+    return fw.lse if fw.kept is None else fw.lse.new_full((n_tokens,), math.nan).index_copy_(0, fw.kept, fw.lse)
+
+
+@torch.library.custom_op("ojas::linear_cross_entropy", mutates_args=(), schema=_FORWARD_SCHEMA)
+def _forward_op(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_loss, softcap, need, config):
+    opts, config = _options(label_smoothing, z_loss, softcap), _op_config(config, input)
+    with torch.autocast(input.device.type, enabled=False):
+        x, w, b, t = _prepare(input, weight, target, bias)
+        _check_targets(t, ignore_index, w.shape[0])
+        if _three(config, reduction, need):
+            gr = _three_products(x, w, b, t, ignore_index, reduction, opts, tuple(need), config)
+            loss = _reduce(gr.loss, None, t.numel(), reduction, gr.count)
+            grads, lse = (gr.grad_input, gr.grad_weight, gr.grad_bias), x.new_empty(0, dtype=torch.float32)
+        else:
+            fw = _forward(x, w, b, t, ignore_index, reduction, opts, need[0], config)
+            loss = _reduce(fw.loss, fw.kept, t.numel(), reduction)
+            grads, lse = (fw.grad_input, None, None), _all_lse(fw, t.numel())
+    # an output computed or an empty one (each its own: the outputs must not alias)
+    grad_input, grad_weight = (x.new_empty(0) if g is None else g for g in grads[:2])
+    grad_bias = x.new_empty(0, dtype=torch.float32) if grads[2] is None else grads[2]
+    return loss.view(target.shape) if reduction == "none" else loss, grad_input, grad_weight, grad_bias, lse
+
+
+@_forward_op.register_fake
+def _(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_loss, softcap, need, config):
+    N, (V, D) = target.numel(), weight.shape
+    three = _three(_op_config(config, input), reduction, need)
+    f32 = dict(dtype=torch.float32, device=input.device)
+    return (torch.empty(target.shape if reduction == "none" else (), **f32),
+            input.new_empty((N, D) if need[0] else (0,)),
+            input.new_empty((V, D) if three and need[1] else (0,)),
+            torch.empty((V,) if three and need[2] else (0,), **f32),
+            torch.empty((0,) if three else (N,), **f32))
+
+
+@torch.library.custom_op("ojas::linear_cross_entropy_backward",
+                         mutates_args=("grad_input", "grad_weight", "grad_bias"), schema=_BACKWARD_SCHEMA)
+def _backward_op(grad_output, input, weight, bias, target, lse, grad_input, grad_weight, grad_bias, reduction,
+                 ignore_index, label_smoothing, z_loss, softcap, need, config):
+    opts, config = _options(label_smoothing, z_loss, softcap), _op_config(config, input)
+    with torch.autocast(grad_output.device.type, enabled=False):
+        if _three(config, reduction, need):
+            _scale_in_place([grad_input, grad_weight, grad_bias], grad_output)
+            return weight.new_empty(0), weight.new_empty(0)
+        t = _prepare(input, weight, target, bias)[3]
+        mask = t != ignore_index
+        kept, _, tgt = _kept_tokens(t, mask, mask.sum())
+        _, grad_w, grad_b = _four_products_backward(grad_output, input, weight, bias, target, kept, tgt,
+                                                    lse if kept is None else lse.index_select(0, kept), grad_input,
+                                                    tuple(need), reduction, opts, config)
+    return tuple(weight.new_empty(0) if g is None else g for g in (grad_w, grad_b))
+
+
+@_backward_op.register_fake
+def _(grad_output, input, weight, bias, target, lse, grad_input, grad_weight, grad_bias, reduction, ignore_index,
+      label_smoothing, z_loss, softcap, need, config):
+    four = not _three(_op_config(config, input), reduction, need)
+    return (weight.new_empty(weight.shape if four and need[1] else (0,)),
+            bias.new_empty(bias.shape) if four and need[2] and bias is not None else weight.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    input, weight, bias, target, *args = inputs
+    _, grad_input, grad_weight, grad_bias, lse = output
+    ctx.save_for_backward(input, weight, bias, target, lse, grad_input, grad_weight, grad_bias)
+    ctx.args = args
+
+
+def _forward_op_backward(ctx, grad_output, *_):
+    """The gradients of input, weight and bias (the op's other outputs are not differentiated)."""
+    _refuse_double_backward()
+    input, weight, bias, target, lse, grad_input, grad_weight, grad_bias = ctx.saved_tensors
+    reduction, _, _, _, _, need, config = ctx.args
+    new_weight, new_bias = _backward_op(grad_output, input, weight, bias, target, lse, grad_input, grad_weight,
+                                        grad_bias, *ctx.args)
+    if not _three(_op_config(config, input), reduction, need):
+        grad_weight, grad_bias = new_weight, new_bias
+    grads = [g if wanted and t is not None else None
+             for g, t, wanted in zip((grad_input, grad_weight, grad_bias), (input, weight, bias), need)]
+    return (*(None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, (input, weight, bias))),
+            *(None,) * 8)
+
+
+_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
 
 
 def linear_cross_entropy(
@@ -1184,10 +1356,17 @@ def linear_cross_entropy(
     replaces."""
     _check(input, linear_weight, target, linear_bias, reduction)
     opts = _options(label_smoothing, z_loss, softcap)
-    chosen = config is not None
-    config = config or default_config(input.dtype, input.device)
     grad = torch.is_grad_enabled()
     need = tuple(grad and t is not None and t.requires_grad for t in (input, linear_weight, linear_bias))
+    if torch.compiler.is_compiling():
+        if head is not None:
+            raise NotImplementedError("linear_cross_entropy under torch.compile: the head weight updated inside the "
+                                      "backward (InBackwardOptimizer(head_weight=...)) is not supported; construct "
+                                      "the optimizer without head_weight, or run the loss eagerly")
+        return _forward_op(input, linear_weight, linear_bias, target, reduction, ignore_index, opts.eps, opts.lam,
+                           opts.softcap, list(need), _config_text(config))[0]
+    chosen = config is not None
+    config = config or default_config(input.dtype, input.device)
     if head is not None:
         if linear_bias is not None:
             raise NotImplementedError("the head updated inside the backward takes no bias")
@@ -1237,10 +1416,16 @@ def linear_cross_entropy_forward(
     (``ce_forward``; ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``,
     ``Ojas.CrossEntropy.Loss.token_forward_correct``)."""
     _check(input, linear_weight, target, linear_bias, "none")
+    opts = _options(label_smoothing, z_loss, softcap)
+    if torch.compiler.is_compiling():
+        with torch.no_grad():
+            loss, *_, lse = _forward_op(input, linear_weight, linear_bias, target, "none", ignore_index, opts.eps,
+                                        opts.lam, opts.softcap, [False] * 3, _config_text(config))
+        return loss, lse.view(target.shape)
     config = config or default_config(input.dtype, input.device)
     x, w, b, t = _prepare(input, linear_weight, target, linear_bias)
     with torch.no_grad():
-        fw = _forward(x, w, b, t, ignore_index, "none", _options(label_smoothing, z_loss, softcap), False, config)
+        fw = _forward(x, w, b, t, ignore_index, "none", opts, False, config)
         loss = _reduce(fw.loss, fw.kept, t.numel(), "none")
-        lse = fw.lse if fw.kept is None else fw.lse.new_full((t.numel(),), math.nan).index_copy_(0, fw.kept, fw.lse)
+        lse = _all_lse(fw, t.numel())
     return loss.view(target.shape), lse.view(target.shape)

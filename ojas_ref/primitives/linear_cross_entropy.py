@@ -148,9 +148,12 @@ def _check_inputs(
     z_loss: float,
     softcap: Optional[float],
     chunk_size: ChunkSize,
+    check_targets: bool = True,
 ) -> tuple[int, float, float, Optional[float], tuple[int, int]]:
     """Raise on a bad argument (the message names it); return the checked ignore_index
-    (None -> -100, as torch maps it for class indices) and scalars."""
+    (None -> -100, as torch maps it for class indices) and scalars.  ``check_targets=False``
+    leaves the class targets' values unchecked (a data-dependent branch, which torch.compile
+    cannot trace: the caller checks them another way)."""
     for name, x in (("input", input), ("linear_weight", linear_weight), ("target", target),
                     ("linear_bias", linear_bias), ("weight", weight)):
         if x is None and name in ("linear_bias", "weight"):
@@ -214,12 +217,17 @@ def _check_inputs(
     if softcap is not None:
         softcap = _check_float("softcap", softcap, 0.0, open_low=True)
     chunks = _check_chunk_size(chunk_size)
-    if not probs:
-        bad = (target != ignore_index) & ((target < 0) | (target >= V))
-        if bad.any():
-            raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
-                             f"{ignore_index}")
+    if not probs and check_targets:
+        _check_targets(target, ignore_index, V)
     return ignore_index, eps, lam, softcap, chunks
+
+
+def _check_targets(target: Tensor, ignore_index: int, V: int) -> None:
+    """Raise unless every class target is in [0, V) or ``ignore_index`` (a host sync)."""
+    bad = (target != ignore_index) & ((target < 0) | (target >= V))
+    if bad.any():
+        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
+                         f"{ignore_index}")
 
 
 def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]) -> bool:
@@ -532,6 +540,13 @@ def _head_optimizer(weight: Any) -> Any:
     return opt if opt is not None and opt._head is weight else None
 
 
+@torch.compiler.assume_constant_result
+def _is_head_weight(weight: Any) -> bool:
+    """Whether ``weight`` is the ``head_weight`` of an InBackwardOptimizer: a constant to Dynamo
+    (the optimizers' weak mapping cannot be traced), read when the graph is compiled."""
+    return _head_optimizer(weight) is not None
+
+
 class _HeadUpdate:
     """One forward's link to the InBackwardOptimizer that updates the head ``weight`` inside the
     backward (held weakly, as the parameters' hooks hold it). The reference's and the Triton
@@ -830,7 +845,16 @@ def linear_cross_entropy(
     ``torch.autograd.grad`` (which accumulates nothing) gets the weight's gradient as usual.
     """
     refuse_function_transforms("linear_cross_entropy")
-    head = _head_optimizer(linear_weight) if torch.is_grad_enabled() else None
+    # Under torch.compile the targets are checked by the kernel's registered op (no graph break),
+    # or below for the reference; the head updated inside the backward (hooks, weak references)
+    # runs eagerly, behind a graph break.
+    compiling = torch.compiler.is_compiling()
+    if compiling and torch.is_grad_enabled() and _is_head_weight(linear_weight):
+        return torch.compiler.disable(linear_cross_entropy)(
+            input, linear_weight, target, linear_bias=linear_bias, weight=weight, reduction=reduction,
+            ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+            chunk_size=chunk_size, impl=impl)
+    head = _head_optimizer(linear_weight) if torch.is_grad_enabled() and not compiling else None
     if isinstance(input, Tensor):
         original_weight = linear_weight
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
@@ -841,7 +865,7 @@ def linear_cross_entropy(
                 "Train the model in one dtype without autocast, or construct the optimizer without head_weight")
     ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
         input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, z_loss, softcap,
-        chunk_size)
+        chunk_size, check_targets=not compiling)
     if weight is not None and weight.requires_grad and torch.is_grad_enabled():
         raise NotImplementedError("weight (the class weights) gets no gradient here: pass weight.detach()")
     if head is not None:
@@ -857,8 +881,11 @@ def linear_cross_entropy(
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     unsupported = ("weight= (class weights)" if weight is not None else
                    "probability targets (a floating target)" if target.is_floating_point() else None)
+    kernel = _resolve_impl(impl, input, unsupported)
+    if compiling and not kernel and not target.is_floating_point():
+        _check_targets(target, ignore_index, linear_weight.shape[0])
     with autocast_off(input.device.type):
-        if _resolve_impl(impl, input, unsupported):
+        if kernel:
             from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
 
             loss = triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
