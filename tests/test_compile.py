@@ -195,9 +195,10 @@ def test_ops_run_the_eager_kernels():
 def test_compiled_optimized_llama_cpu(monkeypatch):
     """``torch.compile(model)`` of an ``optimize_model``'d float32 Llama with a padding mask, the
     attention and the loss on the kernels (the other primitives' references): one graph holding
-    both layers' attention op and the loss op, and the eager loss and gradients.  The aot_eager backend (Dynamo and AOT autograd, eager
-    kernels): Inductor's CPU compile of the model takes minutes on a small machine; Inductor
-    is covered by the attention tests above and, on CUDA, by the GPU tests below."""
+    both layers' attention op and the loss op, and the eager loss and gradients.  The aot_eager
+    backend (Dynamo and AOT autograd, eager kernels): Inductor's CPU compile of the model takes
+    minutes on a small machine; Inductor is covered by the tests of each op and, on CUDA, by
+    the GPU tests below."""
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
     monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
@@ -254,6 +255,20 @@ def test_compiled_linear_cross_entropy_is_eager(reduction, products, bias):
 
 
 @kernels
+def test_compiled_linear_cross_entropy_second_backward():
+    """A second backward through the retained compiled graph adds the same gradients again, as
+    eagerly (the backward op scales the forward's gradients in place: functionalization must
+    keep the saved ones intact)."""
+    x, w, t = _lce_inputs(False)
+    torch._dynamo.reset()
+    loss = torch.compile(lambda x, w, t: ojas_ref.linear_cross_entropy(x, w, t, impl="triton"), fullgraph=True)(x, w, t)
+    loss.backward(retain_graph=True)
+    first = w.grad.clone()
+    loss.backward()
+    assert first.abs().sum() > 0 and torch.equal(w.grad, 2 * first)
+
+
+@kernels
 def test_compiled_linear_cross_entropy_checks_targets():
     """Under torch.compile the targets are checked inside the op (the eager check is a
     data-dependent branch): a target out of range raises the eager message, no graph break."""
@@ -275,7 +290,8 @@ def test_linear_cross_entropy_ops_opcheck():
 
     x, w, t, b = _lce_inputs(True)
     x2, t2 = x.detach().flatten(0, 1), t.flatten()
-    forward, backward = torch.ops.ojas.linear_cross_entropy.default, torch.ops.ojas.linear_cross_entropy_backward.default
+    forward = torch.ops.ojas.linear_cross_entropy.default
+    backward = torch.ops.ojas.linear_cross_entropy_backward.default
     for reduction, need in (("mean", [True, True, True]), ("none", [True, True, False])):
         args = (x2, w.detach(), b.detach(), t2, reduction, -100, 0.1, 1e-3, 5.0, need, "")
         torch.library.opcheck(forward, args, test_utils=("test_schema", "test_faketensor"))
@@ -286,6 +302,41 @@ def test_linear_cross_entropy_ops_opcheck():
                               test_utils=("test_schema", "test_faketensor"))
     assert klce._config_of(klce._config_text(klce.default_config(torch.float32, torch.device("cpu")))) == \
         klce.default_config(torch.float32, torch.device("cpu"))
+
+
+@kernels
+def test_compiled_head_update_runs_eagerly(monkeypatch):
+    """With ``InBackwardOptimizer(head_weight=...)`` the loss under torch.compile runs eagerly
+    behind a graph break (its hooks and weak references cannot be traced): the head is updated
+    inside the backward (a ``_HeadUpdate`` per forward, as eagerly) and two SGD steps give the
+    eager weights bit for bit."""
+    from ojas_ref import InBackwardOptimizer
+    from ojas_ref.primitives import linear_cross_entropy as lce
+
+    updates = []
+    begin = lce._HeadUpdate.begin
+    monkeypatch.setattr(lce._HeadUpdate, "begin", lambda self, node: updates.append(1) or begin(self, node))
+    results = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(11, 16).to(DEVICE)
+        head = torch.nn.Parameter(torch.randn(37, 16, device=DEVICE))
+        opt = InBackwardOptimizer([emb.weight, head], torch.optim.SGD, lr=0.1, bucket_cap_mb=0, head_weight=head)
+
+        def step(ids, t):
+            return ojas_ref.linear_cross_entropy(torch.tanh(emb(ids)), head, t, impl="triton")
+
+        step = torch.compile(step, backend="aot_eager") if compiled else step  # tanh as eager computes it
+        for i in range(2):
+            g = torch.Generator().manual_seed(i)
+            ids, t = torch.randint(0, 11, (12,), generator=g), torch.randint(0, 37, (12,), generator=g)
+            step(ids.to(DEVICE), t.to(DEVICE)).backward()
+            opt.step()
+            opt.zero_grad()
+        results.append((emb.weight.detach(), head.detach()))
+    assert len(updates) == 4
+    assert all(torch.equal(a, b) for a, b in zip(*results))
 
 
 # --------------------------------------------------------------------------

@@ -151,6 +151,17 @@ once) (``linear_cross_entropy_weighted_dw_error_bound`` / ``_dh_error_bound``; s
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products,
 the logits through cuBLAS with float32 output, ``_rows_kernel`` then making the
 statistics or G from them (``fwd_logits`` / ``bwd_logits`` = "cublas").
+
+torch.compile and torch.export see this kernel as two custom operators,
+``ojas::linear_cross_entropy`` and ``ojas::linear_cross_entropy_backward``
+(``torch.library.custom_op``, opaque to Dynamo and Inductor, with fake implementations; the
+backward registered by ``register_autograd``; section "The registered operators" below): no
+graph break, and Inductor neither traces into the kernels nor lowers their launch code.  They
+run the eager path's functions (``_three_products``, ``_forward``, ``_backward_weight``,
+``_scale_kernel``) with the same arguments, so every theorem above applies unchanged.  Under
+compile the op also checks the targets (eagerly ``ojas_ref.linear_cross_entropy`` does, before
+dispatching here).  Not under compile: the head updated inside the backward (``head``), which
+raises there (``ojas_ref.linear_cross_entropy`` runs it eagerly, behind a graph break).
 """
 
 from __future__ import annotations
@@ -1353,7 +1364,15 @@ def linear_cross_entropy(
     grad_weight summed in one product instead of per token chunk). The forward's token chunks
     are sized by ``workspace_fraction`` of the gradients' bytes (16 MiB at least) instead of
     grad_weight's bytes, so the forward's workspace stays below the [V, D] gradient it
-    replaces."""
+    replaces.
+
+    Under torch.compile this calls the registered op ``ojas::linear_cross_entropy`` (its backward
+    ``ojas::linear_cross_entropy_backward``; module docstring): the same computation with the
+    same arguments, so the same values and the theorem citations above unchanged; it checks
+    the targets (ValueError naming the first bad one), and refuses ``head``
+    (NotImplementedError).  A second backward through a retained graph gives the first's
+    gradients again there too (functionalization keeps the forward's gradients the backward op
+    scales; tested with Inductor and aot_eager)."""
     _check(input, linear_weight, target, linear_bias, reduction)
     opts = _options(label_smoothing, z_loss, softcap)
     grad = torch.is_grad_enabled()
@@ -1414,7 +1433,8 @@ def linear_cross_entropy_forward(
     """Per-token (loss, lse), float32, in the shape of target, without autograd: 0 and
     NaN at ignored tokens (their logits are never computed).  One GEMM pass
     (``ce_forward``; ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``,
-    ``Ojas.CrossEntropy.Loss.token_forward_correct``)."""
+    ``Ojas.CrossEntropy.Loss.token_forward_correct``).  Under torch.compile: the registered op
+    ``ojas::linear_cross_entropy`` under no_grad (its lse of every token is this result)."""
     _check(input, linear_weight, target, linear_bias, "none")
     opts = _options(label_smoothing, z_loss, softcap)
     if torch.compiler.is_compiling():

@@ -743,6 +743,13 @@ def attention(
     Computation is in float32 (float64 for float64 inputs); the output has the input dtype.
     In the kernel, float32 dots run TF32 unless torch's float32 matmul precision is
     "highest" (the default; ``torch.set_float32_matmul_precision``), as torch's matmuls.
+
+    Under ``torch.compile`` the kernel runs as the registered ops
+    ``ojas::flash_attention_forward`` / ``ojas::flash_attention_backward``
+    (``ojas_kernels.attention``: the same kernels with the same arguments, so the theorem
+    citations above are unchanged; ``fullgraph=True`` works); the reference is traced as torch
+    code.  The dropout key is then a ``torch.randint`` of the graph: Inductor draws it from its
+    own generator unless ``torch._inductor.config.fallback_random`` is set.
     """
     refuse_function_transforms("attention")
     if isinstance(query, Tensor):

@@ -843,6 +843,13 @@ def linear_cross_entropy(
     a weight used to compute ``input`` (tied embeddings) and autocast's cast of the weight are
     refused then (ValueError / NotImplementedError), as is a second backward through the graph.
     ``torch.autograd.grad`` (which accumulates nothing) gets the weight's gradient as usual.
+
+    Under ``torch.compile`` the kernel runs as the registered op ``ojas::linear_cross_entropy``
+    (``ojas_kernels.linear_cross_entropy``: the same computation, so the theorem citations above
+    are unchanged; ``fullgraph=True`` works), which checks the class targets itself (the eager
+    check is a data-dependent branch); with a ``head_weight`` of an InBackwardOptimizer the
+    call runs eagerly behind a graph break (whether the weight is one is read when the graph is
+    compiled: construct the optimizer before compiling).
     """
     refuse_function_transforms("linear_cross_entropy")
     # Under torch.compile the targets are checked by the kernel's registered op (no graph break),
