@@ -295,13 +295,14 @@ def _tile_without_last_rescale(acc, l_i, m_i, q, k_base, v_base, mask_base, stri
                                HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr,
                                BLOCK_EV: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                                IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr,
-                               MASK_BOOL: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr):
+                               MASK_BOOL: tl.constexpr, POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr,
+                               k0, k1, bh, drop_threshold, BLOCK_M: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """The kernel's step, except on the last key tile: there l and acc are not rescaled
     (alpha taken as 1), as if ``l * alpha`` and ``acc * alpha`` were dropped."""
     acc2, l2, m2 = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
                              stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV,
                              BLOCK_E, BLOCK_EV, BLOCK_N, MASKED, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL,
-                             POS_SCALE, DOT_PREC)
+                             POS_SCALE, DOT_PREC, k0, k1, bh, drop_threshold, BLOCK_M, HAS_DROPOUT)
     if start_n + BLOCK_N >= seq_k:
         alpha = tl.where(m_i == float("-inf"), 1.0, tl.exp2(m_i - m2))
         acc2 = acc2 + acc * (1.0 - alpha)[:, None]
@@ -356,12 +357,13 @@ def _dq_tile_delta_in_dtype(dq, q, do, lse2, delta, k_base, v_base, mask_base, s
                             HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr,
                             BLOCK_EV: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                             IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr,
-                            MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr):
+                            MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr,
+                            k0, k1, bh, drop_threshold, drop_scale, BLOCK_M: tl.constexpr, HAS_DROPOUT: tl.constexpr):
     """The dQ kernel's step with Delta one rounding step off: rounded to the operand dtype."""
     return _dq_tile(dq, q, do, lse2, delta.to(do.dtype).to(tl.float32), k_base, v_base, mask_base, stride_kn,
                     stride_vn, stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E,
                     HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, MASKED, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL,
-                    DOT_PREC)
+                    DOT_PREC, k0, k1, bh, drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
 
 
 # (helper replaced in the backward kernels only, replacement, gradient it breaks, whether the relative
