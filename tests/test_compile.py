@@ -1,9 +1,10 @@
-"""torch.compile through the ojas Triton kernels (kernels/ojas_kernels/attention.py).
+"""torch.compile through the ojas Triton kernels (kernels/ojas_kernels/).
 
-Under torch.compile the attention kernels run as the custom operators
-``ojas::flash_attention_forward`` and ``ojas::flash_attention_backward`` (opaque to Dynamo
-and Inductor, fake implementations, backward by ``register_autograd``); eagerly they run as
-before, without the dispatcher.  Checked here: the compiled function is one graph
+Under torch.compile the kernels run as custom operators: ``ojas::flash_attention_forward`` and
+``ojas::flash_attention_backward``, ``ojas::linear_cross_entropy`` and its backward, and
+``ojas::<name>_forward`` / ``ojas::<name>_backward`` for ``rms_norm``, ``swiglu``, ``rope``
+and ``relu`` (opaque to Dynamo and Inductor, fake implementations, backward by
+``register_autograd``); eagerly they run as before, without the dispatcher.  Checked here: the compiled function is one graph
 (``fullgraph=True``) holding the forward op, AOT's backward graph holds the backward op, the
 compiled values and gradients are the eager ones bit for bit (the same kernels on the same
 arguments), and ``torch.library.opcheck`` accepts the ops (schema, fake implementation,
@@ -14,7 +15,7 @@ same tests run on the GPU.
 Tests marked ``gpu`` (skipped without CUDA): ``torch.compile(model)`` of an
 ``optimize_model``'d tiny Llama against eager (bfloat16, and float32 weights under bfloat16
 autocast; with and without checkpointing; a padding mask), and ``fullgraph=True`` for the
-functional ops (attention, linear cross-entropy, RMSNorm, SwiGLU, RoPE).
+functional ops (attention, linear cross-entropy, RMSNorm, SwiGLU, RoPE, ReLU).
 """
 
 from __future__ import annotations
@@ -192,21 +193,27 @@ def test_ops_run_the_eager_kernels():
 
 
 @kernels
-def test_compiled_optimized_llama_cpu(monkeypatch):
+@pytest.mark.parametrize("all_kernels", [True, False], ids=["all kernels", "attention and loss kernels only"])
+def test_compiled_optimized_llama_cpu(monkeypatch, all_kernels):
     """``torch.compile(model)`` of an ``optimize_model``'d float32 Llama with a padding mask, the
-    attention and the loss on the kernels (RMSNorm, SwiGLU, RoPE Hugging Face's): one graph holding
-    both layers' attention op and the loss op, and the eager loss and gradients.  The aot_eager
-    backend (Dynamo and AOT autograd, eager kernels): Inductor's CPU compile of the model takes
-    minutes on a small machine; Inductor is covered by the tests of each op and, on CUDA, by
-    the GPU tests below."""
+    attention and the loss on the kernels, and with ``all_kernels`` RMSNorm, SwiGLU and RoPE too
+    (else Hugging Face's): one graph holding both layers' attention op, the loss op and (all
+    kernels) the 5 RMSNorm, 2 SwiGLU and 2 RoPE ops, and the eager loss and gradients.  The
+    aot_eager backend (Dynamo and AOT autograd, eager kernels): Inductor's CPU compile of the
+    model takes minutes on a small machine; Inductor is covered by the tests of each op and, on
+    CUDA, by the GPU tests below."""
     transformers = pytest.importorskip("transformers")
-    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
-    monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
-    # RMSNorm, SwiGLU and RoPE left to Hugging Face: on CUDA "auto" would pick their kernels
-    model, data = _llama(transformers, torch.float32, DEVICE, rms_norm=False, swiglu=False, rope=False)
+    names = ["ATTENTION", "LINEAR_CROSS_ENTROPY"] + (["RMS_NORM", "SWIGLU", "ROPE"] if all_kernels else [])
+    for name in names:
+        monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
+    # without all_kernels, RMSNorm, SwiGLU and RoPE left to Hugging Face: on CUDA "auto" would pick their kernels
+    flags = {} if all_kernels else dict(rms_norm=False, swiglu=False, rope=False)
+    model, data = _llama(transformers, torch.float32, DEVICE, **flags)
     graphs = []
     eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
     assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
+    counts = {op: graphs[0].code.count(f"ojas.{op}_forward") for op in ("rms_norm", "swiglu", "rope")}
+    assert counts == ({"rms_norm": 5, "swiglu": 2, "rope": 2} if all_kernels else dict.fromkeys(counts, 0))
     rtol = 0.0 if _INTERPRETED else 1e-5  # CUDA: the eager adapter may add is_causal (tiles skipped, not masked)
     _assert_close(eager_loss, loss, rtol)
     for g, h in zip(eager_grads, grads):
@@ -341,6 +348,167 @@ def test_compiled_head_update_runs_eagerly(monkeypatch):
 
 
 # --------------------------------------------------------------------------
+# RMSNorm, SwiGLU/GeGLU, RoPE, ReLU: ojas::<name>_forward and ojas::<name>_backward
+# --------------------------------------------------------------------------
+
+def _rope_tables(s=9, e=16, dtype=torch.float32):
+    pos = torch.arange(s, dtype=torch.float32)[:, None] * torch.linspace(0.05, 1.0, e // 2)
+    return [f(torch.cat([pos, pos], -1)).to(dtype)[None].to(DEVICE) for f in (torch.cos, torch.sin)]
+
+
+def _rms_inputs(dtype=torch.float32, weight_dtype=torch.float32):
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(2, 9, 48, generator=g) * 3).to(dtype)
+    return [x.to(DEVICE).requires_grad_(), torch.randn(48, generator=g).to(DEVICE, weight_dtype).requires_grad_()]
+
+
+def _pair_inputs(shape=(2, 9, 40), dtype=torch.float32):
+    g = torch.Generator().manual_seed(5)
+    return [(torch.randn(shape, generator=g) * 3).to(DEVICE, dtype).requires_grad_() for _ in range(2)]
+
+
+def _relu_inputs(dtype=torch.float32):
+    x = torch.randn(3, 7, 11, generator=torch.Generator().manual_seed(6)).to(dtype)
+    x[0, 0, :4] = torch.tensor([0.0, -0.0, 1.0, -1.0])  # zeros of both signs: gradient 0 there
+    return [x.to(DEVICE).requires_grad_()]
+
+
+def _rope_q_k(heads_first: bool, dtype=torch.float32):
+    """q [2, 4, 9, 16] and k [2, 2, 9, 16] as Hugging Face makes them (a transposed projection),
+    or [B, S, H, E] for unsqueeze_dim=2; cos/sin [1, 9, 16]."""
+    g = torch.Generator().manual_seed(8)
+    q, k = (torch.randn(2, 9, h, 16, generator=g).to(DEVICE, dtype) for h in (4, 2))
+    if heads_first:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    return [q.requires_grad_(), k.requires_grad_(), *_rope_tables(dtype=dtype)]
+
+
+def _rope(dim):
+    from ojas_ref.primitives.rope import apply_rotary_pos_emb
+
+    def fn(q, k, cos, sin):
+        return torch.cat(apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=dim, impl="triton"), 1 if dim == 1 else 2)
+    return fn
+
+
+ELEMENTWISE_CASES = {
+    "rms_norm Llama": (lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, impl="triton"), _rms_inputs, "rms_norm"),
+    "rms_norm Llama bf16 x, fp32 weight": (lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, impl="triton"),
+                                           lambda: _rms_inputs(torch.bfloat16), "rms_norm"),
+    "rms_norm Gemma": (lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, offset=1.0, cast="after_weight", impl="triton"),
+                       lambda: _rms_inputs(torch.bfloat16, torch.bfloat16), "rms_norm"),
+    "swiglu silu": (lambda a, b: ojas_ref.swiglu(a, b, impl="triton"), _pair_inputs, "swiglu"),
+    "swiglu gelu_tanh bf16": (lambda a, b: ojas_ref.swiglu(a, b, activation="gelu_tanh", impl="triton"),
+                              lambda: _pair_inputs(dtype=torch.bfloat16), "swiglu"),
+    "swiglu of a split projection": (lambda a, b: ojas_ref.swiglu(*torch.cat([a, b], -1).chunk(2, -1), impl="triton"),
+                                     _pair_inputs, "swiglu"),
+    "rope q and k, unsqueeze_dim=1": (_rope(1), lambda: _rope_q_k(True), "rope"),
+    "rope q and k, unsqueeze_dim=2, bf16": (_rope(2), lambda: _rope_q_k(False, torch.bfloat16), "rope"),
+    "relu": (lambda x: ojas_ref.relu(x, impl="triton"), _relu_inputs, "relu"),
+    "relu fp16, non-contiguous": (lambda x: ojas_ref.relu(x.transpose(0, 2), impl="triton"),
+                                  lambda: _relu_inputs(torch.float16), "relu"),
+}
+
+
+@kernels
+@pytest.mark.parametrize("case", list(ELEMENTWISE_CASES))
+def test_compiled_elementwise_ops_are_eager(case):
+    """``torch.compile(fullgraph=True)`` (Inductor) of rms_norm (Llama's and Gemma's casting),
+    swiglu (silu and gelu_tanh), apply_rotary_pos_emb (q and k) and the packed-mask relu on the
+    kernels: one graph holding the forward op, AOT's backward graph the backward op, and the
+    eager output and gradients bit for bit (the code around the ops is reshapes and cats)."""
+    fn, make, name = ELEMENTWISE_CASES[case]
+    args = make()
+    (out, grads), (c_out, c_grads), graphs = eager_and_compiled(fn, args)
+    assert len(graphs) == 1 and f"ojas.{name}_forward" in graphs[0].code
+    assert torch.equal(out, c_out) and out.dtype == c_out.dtype and out.stride() == c_out.stride()
+    assert all(torch.equal(g, h) for g, h in zip(grads, c_grads))
+    assert out.abs().sum() > 0 and all(g.abs().sum() > 0 for g in grads)
+    aot = {}
+    _, (a_out, a_grads), _ = eager_and_compiled(fn, args, backend=aot_recording(aot))
+    assert [f"ojas.{name}_forward" in g.code for g in aot["forward"]] == [True]
+    assert [f"ojas.{name}_backward" in g.code for g in aot["backward"]] == [True]
+    assert torch.equal(out, a_out) and all(torch.equal(g, h) for g, h in zip(grads, a_grads))
+
+
+@kernels
+def test_compiled_swiglu_gate_only_and_rope_q_only_gradients():
+    """Only one input needing a gradient (the up projection frozen; k a constant): the compiled
+    gradient of the other is the eager one bit for bit."""
+    a, b = _pair_inputs()
+    fn = lambda a, b: ojas_ref.swiglu(a, b, impl="triton")  # noqa: E731
+    (out, grads), (c_out, c_grads), _ = eager_and_compiled(fn, [a, b.detach()])
+    assert len(grads) == 1 and torch.equal(out, c_out) and torch.equal(grads[0], c_grads[0])
+    q, k, cos, sin = _rope_q_k(True)
+    (out, grads), (c_out, c_grads), _ = eager_and_compiled(_rope(1), [q, k.detach(), cos, sin])
+    assert len(grads) == 1 and torch.equal(out, c_out) and torch.equal(grads[0], c_grads[0])
+
+
+def _elementwise_op_args():
+    """(forward op, its arguments, backward op, a function of the forward's outputs giving the
+    backward's arguments) per primitive, inputs requiring grad (opcheck then checks autograd)."""
+    ops = torch.ops.ojas
+    x, w = _rms_inputs(torch.bfloat16)
+    a, b = _pair_inputs(dtype=torch.float16)
+    q, k, cos, sin = _rope_q_k(True)
+    (h,) = _relu_inputs()
+    x2 = x.detach().flatten(0, 1).requires_grad_()
+    return {
+        "rms_norm": (ops.rms_norm_forward.default, (x2, w, 1e-6, 0.0, False), ops.rms_norm_backward.default,
+                     lambda out: (torch.randn_like(out[0]), x2.detach(), w.detach(), out[1].detach(), 0.0, False)),
+        "rms_norm Gemma": (ops.rms_norm_forward.default, (x2, w.detach().bfloat16().requires_grad_(), 1e-6, 1.0, True),
+                           ops.rms_norm_backward.default,
+                           lambda out: (torch.randn_like(out[0]), x2.detach(), w.detach().bfloat16(),
+                                        out[1].detach(), 1.0, True)),
+        "swiglu": (ops.swiglu_forward.default, (a, b, "gelu_tanh"), ops.swiglu_backward.default,
+                   lambda out: (a.detach(), b.detach(), torch.randn_like(out), "gelu_tanh")),
+        "rope": (ops.rope_forward.default, (q, k, cos, sin), ops.rope_backward.default,
+                 lambda out: (torch.randn_like(out[0]), torch.randn_like(out[1]), cos, sin)),
+        "relu": (ops.relu_forward.default, (h,), ops.relu_backward.default,
+                 lambda out: (torch.randn_like(out[0]), out[1])),
+    }
+
+
+@kernels
+@pytest.mark.parametrize("name", ["rms_norm", "rms_norm Gemma", "swiglu", "rope", "relu"])
+def test_elementwise_ops_opcheck(name):
+    """torch.library.opcheck of each forward op (schema, fake implementation with the real
+    outputs' dtypes and strides, autograd registration) and each backward op."""
+    forward, args, backward, backward_args = _elementwise_op_args()[name]
+    torch.library.opcheck(forward, args)
+    out = forward(*args)
+    out = out if isinstance(out, tuple) else (out,)
+    torch.library.opcheck(backward, backward_args(out if len(out) > 1 else out[0]))
+
+
+@kernels
+@pytest.mark.parametrize("name", ["rms_norm", "swiglu", "rope", "relu"])
+def test_elementwise_ops_run_the_eager_kernels(name):
+    """Each forward op called directly gives the eager kernel path's outputs and gradients bit
+    for bit; double backward through it raises, as eagerly."""
+    from ojas_ref.primitives.rope import apply_rotary_pos_emb
+
+    forward, args, _, _ = _elementwise_op_args()[name]
+    eager = {"rms_norm": lambda x, w, eps, *_: ojas_ref.rms_norm(x, 48, w, eps, impl="triton"),
+             "swiglu": lambda a, b, act: ojas_ref.swiglu(a, b, activation=act, impl="triton"),
+             "rope": lambda q, k, cos, sin: apply_rotary_pos_emb(q, k, cos, sin, impl="triton"),
+             "relu": lambda h: ojas_ref.relu(h, impl="triton")}[name]
+    leaves = [t for t in args if torch.is_tensor(t) and t.requires_grad]
+    results = []
+    for f in (eager, forward):
+        out = f(*args)
+        out = (out,) if torch.is_tensor(out) else tuple(out)[:2 if name == "rope" else 1]
+        grad_out = [torch.randn(o.shape, generator=torch.Generator().manual_seed(9)).to(o) for o in out]
+        results.append((out, torch.autograd.grad(out, leaves, grad_out)))
+        again = f(*args)
+        again = (again,) if torch.is_tensor(again) else tuple(again)[:len(out)]
+        with pytest.raises(RuntimeError, match="does not support double backward"):
+            torch.autograd.grad(again, leaves, grad_out, create_graph=True)
+    (out, grads), (o_out, o_grads) = results
+    assert all(torch.equal(a, b) for a, b in zip(out + grads, o_out + o_grads))
+
+
+# --------------------------------------------------------------------------
 # GPU: optimize_model'd Llama, and fullgraph for every functional op
 # --------------------------------------------------------------------------
 
@@ -428,21 +596,30 @@ def _functional_cases():
         a, b = apply_rotary_pos_emb(q, q[:, :2], cos, sin)
         return torch.cat([a, b], 1)
 
-    return dict(attention=attention, linear_cross_entropy=loss, rms_norm=rms_norm, swiglu=swiglu, rope=rope)
+    def relu(x):
+        return ojas_ref.relu(x)
+
+    return dict(attention=attention, linear_cross_entropy=loss, rms_norm=rms_norm, swiglu=swiglu, rope=rope, relu=relu)
+
+
+#: the forward op each functional case's graph holds
+FUNCTIONAL_OPS = dict(attention=FORWARD_OP, linear_cross_entropy=LCE_OPS[0], rms_norm="ojas.rms_norm_forward",
+                      swiglu="ojas.swiglu_forward", rope="ojas.rope_forward", relu="ojas.relu_forward")
 
 
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("name", ["attention", "linear_cross_entropy", "rms_norm", "swiglu", "rope"])
+@pytest.mark.parametrize("name", list(FUNCTIONAL_OPS))
 def test_functional_ops_compile_fullgraph_gpu(name, dtype):
     """``torch.compile(fn, fullgraph=True)`` of each functional op on CUDA (the kernels chosen by
-    "auto") gives the eager value and input gradient (relative 1e-2 of the largest entry in
-    bfloat16, 1e-4 in float32: only the code around the kernels is Inductor's)."""
+    "auto") is one graph holding the op and gives the eager value and input gradient (relative
+    1e-2 of the largest entry in bfloat16, 1e-4 in float32: only the code around the kernels is
+    Inductor's)."""
     fn = _functional_cases()[name]
     x = torch.randn(2, 24, 64, generator=torch.Generator().manual_seed(0)).to("cuda", dtype)
     (out, grads), (c_out, c_grads), graphs = eager_and_compiled(fn, [x.requires_grad_()])
-    assert len(graphs) == 1
+    assert len(graphs) == 1 and FUNCTIONAL_OPS[name] in graphs[0].code
     rtol = 1e-2 if dtype == torch.bfloat16 else 1e-4
     _assert_close(out, c_out, rtol)
     _assert_close(grads[0], c_grads[0], rtol)

@@ -20,6 +20,14 @@ reals, for ``eps > 0``: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0
 Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (weight ``1 + w``). The cast of the
 normalised value to the input dtype is treated as the identity (as torch's autograd
 treats ``.to()``); no theorem covers it, nor the rounding.
+
+Under torch.compile (and torch.export) these kernels run as two custom operators,
+``ojas::rms_norm_forward`` and ``ojas::rms_norm_backward``, registered next to their
+``autograd.Function`` in ``ojas_ref.primitives.rms_norm`` (``torch.library.custom_op``, opaque
+to Dynamo and Inductor, with fake implementations from :func:`forward_outputs` and
+:func:`backward_outputs`; the backward by ``register_autograd``).  They call
+:func:`rms_norm_forward` and :func:`rms_norm_backward` with the same arguments as the eager
+path, so the theorems above apply unchanged.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import triton.language as tl
 from .host import cdiv, next_power_of_2
 from .launch import fast
 
-__all__ = ["MAX_HIDDEN", "rms_norm_backward", "rms_norm_forward"]
+__all__ = ["MAX_HIDDEN", "backward_outputs", "forward_outputs", "rms_norm_backward", "rms_norm_forward"]
 
 #: The largest normalised size: a row lives in registers (one block of columns).
 MAX_HIDDEN = 65536
@@ -137,6 +145,23 @@ def _row_major(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def forward_outputs(x: torch.Tensor, weight: torch.Tensor, after_weight: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_forward`'s ``(y, rstd)``, uninitialised: ``y [rows, n]`` contiguous in the
+    input dtype (``after_weight``) or torch's promotion of ``weight`` and ``x``, ``rstd [rows]`` in
+    the compute dtype (also the fake implementation of ``ojas::rms_norm_forward``)."""
+    rows, n = x.shape
+    out_dtype = x.dtype if after_weight else torch.promote_types(x.dtype, weight.dtype)
+    return (torch.empty((rows, n), dtype=out_dtype, device=x.device),
+            torch.empty(rows, dtype=_compute_dtype(x.dtype), device=x.device))
+
+
+def backward_outputs(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_backward`'s ``(dx, dw)``, uninitialised and contiguous, in the dtypes of
+    ``x`` and ``weight`` (also the fake implementation of ``ojas::rms_norm_backward``)."""
+    return (torch.empty(x.shape, dtype=x.dtype, device=x.device),
+            torch.empty(weight.shape[0], dtype=weight.dtype, device=weight.device))
+
+
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0,
                      after_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, rstd)`` for ``x [rows, n]`` and ``weight [n]`` (see the module docstring).
@@ -146,10 +171,9 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: 
     _check(x, weight)
     x, weight = _row_major(x), weight.contiguous()
     rows, n = x.shape
-    out_dtype = x.dtype if after_weight else torch.promote_types(x.dtype, weight.dtype)
     compute = _compute_dtype(x.dtype)
-    y = torch.empty((rows, n), dtype=out_dtype, device=x.device)
-    rstd = torch.empty(rows, dtype=compute, device=x.device)
+    y, rstd = forward_outputs(x, weight, after_weight)
+    out_dtype = y.dtype
     if rows == 0 or n == 0:
         return y, rstd.fill_(torch.nan if n == 0 else 0.0)
     block_m, block_n, warps = _blocks(n)
@@ -178,9 +202,9 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     x, weight, grad_y = _row_major(x), weight.contiguous(), _row_major(grad_y)
     rows, n = x.shape
     compute = _compute_dtype(x.dtype)
-    dx = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    dx, dw = backward_outputs(x, weight)
     if rows == 0 or n == 0:
-        return dx, torch.zeros_like(weight)
+        return dx, dw.zero_()
     block_m, block_n, warps = _blocks(n)
     programs = _programs(x.device, cdiv(rows, block_m))
     partial = torch.empty((programs, n), dtype=compute, device=x.device)
@@ -189,6 +213,5 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
         grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), dx.stride(0), float(offset),
         BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=tl_compute,
         num_warps=warps)
-    dw = torch.empty(n, dtype=weight.dtype, device=x.device)
     fast(_dw_kernel)[(cdiv(n, _DW_BLOCK),)](partial, dw, programs, n, BLOCK=_DW_BLOCK, COMPUTE=tl_compute)
     return dx, dw

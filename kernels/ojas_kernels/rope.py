@@ -47,6 +47,13 @@ Layout: one program per ``(batch, position)`` row handles all ``Hq + Hkv`` heads
 place; ``cos``/``sin`` of batch 1 broadcast over ``B`` (batch stride 0).  Outputs are
 ``torch.empty_like`` of their input (the input's layout when it is a dense permutation, else
 contiguous).
+
+Under torch.compile (and torch.export) the kernel runs as two custom operators,
+``ojas::rope_forward`` and ``ojas::rope_backward``, registered next to its ``autograd.Function``
+in ``ojas_ref.primitives.rope`` (``torch.library.custom_op``, opaque to Dynamo and Inductor,
+with fake implementations from :func:`outputs_like`; the backward by ``register_autograd``).
+They call :func:`rope_forward` and :func:`rope_backward` with the same arguments as the eager
+path, so the theorem and the rounding above are unchanged.
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ import triton.language as tl
 from .launch import fast
 from .rounding import _cast, _round, _to_float32
 
-__all__ = ["rope_forward", "rope_backward"]
+__all__ = ["outputs_like", "rope_forward", "rope_backward"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TILE = 4096  # elements of a [BLOCK_H, 2 * BLOCK_E] tile of heads; untuned
@@ -131,6 +138,13 @@ def _blocks(Hq: int, Hkv: int, half: int) -> tuple[int, int, int]:
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def outputs_like(x_q: torch.Tensor, x_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outputs :func:`rope_forward` (or :func:`rope_backward`) gives for these inputs,
+    uninitialised: ``empty_like`` each, after a copy of one whose last dimension is strided (also
+    the fake implementations of ``ojas::rope_forward`` and ``ojas::rope_backward``)."""
+    return torch.empty_like(_unit_last(x_q)), torch.empty_like(_unit_last(x_k))
 
 
 def _launch(x_q: Optional[torch.Tensor], x_k: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor,

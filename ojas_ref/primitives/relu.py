@@ -153,6 +153,59 @@ class _ReLUFunction(torch.autograd.Function):
         return relu_backward_reference(grad, packed), None
 
 
+# ---------------------------------------------------------------------------
+# The registered operators: what torch.compile sees
+# ---------------------------------------------------------------------------
+#
+# Under torch.compile (and torch.export) the kernels run as ``ojas::relu_forward`` (``relu(h)``
+# and the packed mask, an integer output that is not differentiated) and ``ojas::relu_backward``
+# (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake implementations, the backward
+# registered by ``register_autograd``).  They call the eager path's ``relu_forward`` and
+# ``relu_backward`` with the same arguments: the same bits, the same theorems.  Eagerly
+# ``_ReLUFunction`` runs without the dispatcher (the op's autograd wrapper costs more host time).
+
+
+@torch.library.custom_op("ojas::relu_forward", mutates_args=())
+def _forward_op(h: Tensor) -> tuple[Tensor, Tensor]:
+    from ojas_kernels.relu import relu_forward
+
+    return relu_forward(h)
+
+
+@_forward_op.register_fake
+def _(h):
+    from ojas_kernels.relu import packed_numel
+
+    return (torch.empty_like(h, memory_format=torch.contiguous_format),
+            h.new_empty(packed_numel(h.numel()), dtype=torch.uint8))
+
+
+@torch.library.custom_op("ojas::relu_backward", mutates_args=())
+def _backward_op(grad: Tensor, packed: Tensor) -> Tensor:
+    from ojas_kernels.relu import relu_backward
+
+    return relu_backward(grad, packed)
+
+
+@_backward_op.register_fake
+def _(grad, packed):
+    return torch.empty_like(grad, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output[1])
+
+
+def _forward_op_backward(ctx, grad, grad_packed):
+    """The gradient of h from the packed mask (the mask's own gradient is ignored: it is an integer)."""
+    refuse_double_backward("relu", "torch.nn.functional.relu")
+    (packed,) = ctx.saved_tensors
+    return _backward_op(grad, packed)
+
+
+_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+
+
 def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) -> Tensor:
     """``F.relu(input)``, differentiable, saving only its mask packed 1 bit per element.
 
@@ -173,6 +226,11 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     tensors that are not float64; ``None`` reads OJAS_RELU_IMPL, default "auto".  First-order
     gradients only: a backward with ``create_graph=True`` raises RuntimeError; torch.func
     transforms raise NotImplementedError.
+
+    Under ``torch.compile`` the kernel runs as the registered ops ``ojas::relu_forward`` /
+    ``ojas::relu_backward`` (the same kernels with the same arguments, so the theorem
+    citations above are unchanged; ``fullgraph=True`` works); the reference is traced as torch
+    code.
     """
     refuse_function_transforms("relu")
     if inplace is not False:
@@ -182,6 +240,8 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     use_triton = use_elementwise_kernel(impl, IMPL_ENV, input)
     if not (torch.is_grad_enabled() and input.requires_grad):
         return F.relu(input)  # nothing to save, nothing to pack
+    if use_triton and torch.compiler.is_compiling():
+        return _forward_op(input)[0]
     return _ReLUFunction.apply(input, use_triton)
 
 

@@ -87,6 +87,64 @@ class _FusedRMSNorm(torch.autograd.Function):
         return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None
 
 
+# ---------------------------------------------------------------------------
+# The registered operators: what torch.compile sees
+# ---------------------------------------------------------------------------
+#
+# Under torch.compile (and torch.export) the kernels run as ``ojas::rms_norm_forward`` and
+# ``ojas::rms_norm_backward`` (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake
+# implementations ``ojas_kernels.rms_norm.forward_outputs`` / ``backward_outputs``, the backward
+# registered by ``register_autograd``).  They call the eager path's ``rms_norm_forward`` and
+# ``rms_norm_backward`` with the same arguments: the same values, the same theorems.  Eagerly
+# ``_FusedRMSNorm`` runs without the dispatcher (the op's autograd wrapper costs more host time).
+
+
+@torch.library.custom_op("ojas::rms_norm_forward", mutates_args=())
+def _forward_op(x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> tuple[Tensor, Tensor]:
+    from ojas_kernels.rms_norm import rms_norm_forward
+
+    return rms_norm_forward(x, weight, eps, offset, after_weight)
+
+
+@_forward_op.register_fake
+def _(x, weight, eps, offset, after_weight):
+    from ojas_kernels.rms_norm import forward_outputs
+
+    return forward_outputs(x, weight, after_weight)
+
+
+@torch.library.custom_op("ojas::rms_norm_backward", mutates_args=())
+def _backward_op(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, offset: float,
+                 after_weight: bool) -> tuple[Tensor, Tensor]:
+    from ojas_kernels.rms_norm import rms_norm_backward
+
+    return rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
+
+
+@_backward_op.register_fake
+def _(grad_y, x, weight, rstd, offset, after_weight):
+    from ojas_kernels.rms_norm import backward_outputs
+
+    return backward_outputs(x, weight)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, _, offset, after_weight = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.args = (offset, after_weight)
+
+
+def _forward_op_backward(ctx, grad_y, grad_rstd):
+    """The gradients of x and weight (rstd is not differentiated: its gradient is ignored)."""
+    refuse_double_backward("rms_norm", "impl='reference'")
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = _backward_op(grad_y, x, weight, rstd, *ctx.args)
+    return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None
+
+
+_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+
+
 def _shape(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int, ...]:
     if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
         return (int(normalized_shape),)
@@ -165,6 +223,11 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     rounding and the cast to the input dtype (treated as the identity, as torch's autograd
     does). Double backward through the kernel raises. Autocast changes nothing (the
     formula casts for itself, as Hugging Face's, whose ops autocast leaves in float32).
+
+    Under ``torch.compile`` the kernel runs as the registered ops ``ojas::rms_norm_forward`` /
+    ``ojas::rms_norm_backward`` (the same kernels with the same arguments, so the theorem
+    citations above are unchanged; ``fullgraph=True`` works); the reference is traced as torch
+    code.
     """
     refuse_function_transforms("rms_norm")
     shape = _shape(normalized_shape)
@@ -185,10 +248,15 @@ def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, aft
     """The kernel's RMSNorm of ``input [..., n]`` over its last dimension, for arguments
     :func:`rms_norm` has checked, or that the caller knows to be right (a 1-D ``weight [n]`` of
     the input's dtype and device, ``0 < n <= MAX_HIDDEN``, a float ``eps >= 0``, and
-    ``after_weight`` for an ``offset`` other than 0).  Theorems as :func:`rms_norm`'s."""
+    ``after_weight`` for an ``offset`` other than 0).  Theorems as :func:`rms_norm`'s; under
+    torch.compile the op ``ojas::rms_norm_forward``, as :func:`rms_norm`'s kernel path."""
     n = weight.shape[0]
     rows = input.numel() // n if n else math.prod(input.shape[:-1])
-    return _FusedRMSNorm.apply(input.reshape(rows, n), weight, eps, offset, after_weight).reshape(input.shape)
+    if torch.compiler.is_compiling():
+        y = _forward_op(input.reshape(rows, n), weight, float(eps), float(offset), bool(after_weight))[0]
+    else:
+        y = _FusedRMSNorm.apply(input.reshape(rows, n), weight, eps, offset, after_weight)
+    return y.reshape(input.shape)
 
 
 class RMSNorm(nn.Module):

@@ -80,6 +80,67 @@ class _RoPEFunction(torch.autograd.Function):
         return dq, dk, None, None
 
 
+# ---------------------------------------------------------------------------
+# The registered operators: what torch.compile sees
+# ---------------------------------------------------------------------------
+#
+# Under torch.compile (and torch.export) the kernel runs as ``ojas::rope_forward`` and
+# ``ojas::rope_backward`` (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake
+# implementations ``ojas_kernels.rope.outputs_like``, the backward registered by
+# ``register_autograd``).  They call the eager path's ``rope_forward`` and ``rope_backward`` with
+# the same arguments: the same values, the same theorem.  Eagerly ``_RoPEFunction`` runs without
+# the dispatcher (the op's autograd wrapper costs more host time).  The backward op takes both
+# output gradients (autograd gives zeros for an unused output) and returns both.
+
+
+@torch.library.custom_op("ojas::rope_forward", mutates_args=())
+def _forward_op(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    from ojas_kernels.rope import rope_forward
+
+    return rope_forward(q, k, cos, sin)
+
+
+@_forward_op.register_fake
+def _(q, k, cos, sin):
+    from ojas_kernels.rope import outputs_like
+
+    return outputs_like(q, k)
+
+
+@torch.library.custom_op("ojas::rope_backward", mutates_args=())
+def _backward_op(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    from ojas_kernels.rope import rope_backward
+
+    return rope_backward(grad_q, grad_k, cos, sin)
+
+
+@_backward_op.register_fake
+def _(grad_q, grad_k, cos, sin):
+    from ojas_kernels.rope import outputs_like
+
+    return outputs_like(grad_q, grad_k)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs[2:])
+
+
+def _forward_op_backward(ctx, grad_q, grad_k):
+    refuse_double_backward("apply_rotary_pos_emb", "rotary_reference (impl='reference')")
+    dq, dk = _backward_op(grad_q, grad_k, *ctx.saved_tensors)
+    return (dq if ctx.needs_input_grad[0] else None), (dk if ctx.needs_input_grad[1] else None), None, None
+
+
+_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+
+
+def _kernel_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """The kernel on ``[B, H, S, E]``: ``ojas::rope_forward`` under torch.compile, else ``_RoPEFunction``."""
+    if torch.compiler.is_compiling():
+        return _forward_op(q, k, cos, sin)
+    return _RoPEFunction.apply(q, k, cos, sin)
+
+
 def _check_inputs(q: object, k: object, cos: object, sin: object, unsqueeze_dim: object) -> None:
     """Raise on bad input; the message names the argument."""
     named = (("q", q), ("k", k), ("cos", cos), ("sin", sin))
@@ -159,13 +220,17 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsquee
     otherwise; ``None`` reads OJAS_ROPE_IMPL, default "auto".  When ``cos`` or ``sin`` requires
     grad the reference runs (the kernel gives no gradient for them).  The kernel's gradients are
     first-order only: a backward with ``create_graph=True`` through it raises RuntimeError.
+
+    Under ``torch.compile`` the kernel runs as the registered ops ``ojas::rope_forward`` /
+    ``ojas::rope_backward`` (the same kernel with the same arguments, so the theorem citation
+    above is unchanged; ``fullgraph=True`` works); the reference is traced as torch code.
     """
     _check_inputs(q, k, cos, sin, unsqueeze_dim)
     if not _use_kernel(impl, q, k, cos, sin, unsqueeze_dim):
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     if _HEADS_FIRST[unsqueeze_dim]:
-        return _RoPEFunction.apply(q, k, cos, sin)
-    q_out, k_out = _RoPEFunction.apply(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        return _kernel_rotary(q, k, cos, sin)
+    q_out, k_out = _kernel_rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
     return q_out.transpose(1, 2), k_out.transpose(1, 2)
 
 
@@ -173,5 +238,5 @@ def fused_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor
     """The kernel's :func:`apply_rotary_pos_emb` with ``unsqueeze_dim=1``, for arguments known to be
     plain (4-D ``q``/``k`` ``[B, H, S, E]`` and ``cos``/``sin`` ``[B or 1, S, E]`` of one kernel dtype
     and device, ``E`` even, ``cos``/``sin`` not requiring grad: ``dispatch.plain_kernel_call``).
-    Theorem as :func:`apply_rotary_pos_emb`'s."""
-    return _RoPEFunction.apply(q, k, cos, sin)
+    Theorem as :func:`apply_rotary_pos_emb`'s; under torch.compile the op ``ojas::rope_forward``."""
+    return _kernel_rotary(q, k, cos, sin)

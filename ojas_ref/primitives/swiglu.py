@@ -149,6 +149,66 @@ class _SwiGLUFunction(torch.autograd.Function):
         return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None, None
 
 
+# ---------------------------------------------------------------------------
+# The registered operators: what torch.compile sees
+# ---------------------------------------------------------------------------
+#
+# Under torch.compile (and torch.export) the kernels run as ``ojas::swiglu_forward`` and
+# ``ojas::swiglu_backward`` (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake
+# implementations giving contiguous outputs of the inputs' shape and dtype, the backward
+# registered by ``register_autograd``).  They call the eager path's ``swiglu_forward`` and
+# ``swiglu_backward`` with the same arguments: the same values, the same theorems.  Eagerly
+# ``_SwiGLUFunction`` runs without the dispatcher (the op's autograd wrapper costs more host time).
+
+
+@torch.library.custom_op("ojas::swiglu_forward", mutates_args=())
+def _forward_op(a: Tensor, b: Tensor, activation: str) -> Tensor:
+    from ojas_kernels.swiglu import swiglu_forward
+
+    return swiglu_forward(a, b, activation=activation)
+
+
+@_forward_op.register_fake
+def _(a, b, activation):
+    return torch.empty_like(a, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("ojas::swiglu_backward", mutates_args=())
+def _backward_op(a: Tensor, b: Tensor, grad_h: Tensor, activation: str) -> tuple[Tensor, Tensor]:
+    from ojas_kernels.swiglu import swiglu_backward
+
+    return swiglu_backward(a, b, grad_h, activation=activation)
+
+
+@_backward_op.register_fake
+def _(a, b, grad_h, activation):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (a, b))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, b, activation = inputs
+    ctx.save_for_backward(a, b)
+    ctx.activation = activation
+
+
+def _forward_op_backward(ctx, grad_h):
+    refuse_double_backward("swiglu", "torch.nn.functional.silu(gate) * up" if ctx.activation == "silu"
+                           else "torch.nn.functional.gelu(gate, approximate='tanh') * up")
+    a, b = ctx.saved_tensors
+    da, db = _backward_op(a, b, grad_h, ctx.activation)
+    return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None
+
+
+_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+
+
+def _kernel_swiglu(gate: Tensor, up: Tensor, activation: str) -> Tensor:
+    """The kernel path: ``ojas::swiglu_forward`` under torch.compile, else ``_SwiGLUFunction``."""
+    if torch.compiler.is_compiling():
+        return _forward_op(gate, up, activation)
+    return _SwiGLUFunction.apply(gate, up, True, activation)
+
+
 def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional[str] = None) -> Tensor:
     """``F.silu(gate) * up`` (or GeGLU's ``F.gelu(gate, approximate="tanh") * up``), differentiable,
     saving only ``gate`` and ``up`` for backward.
@@ -166,21 +226,28 @@ def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional
     for CUDA tensors that are not float64 and the reference otherwise; ``None`` reads
     OJAS_SWIGLU_IMPL, default "auto".  First-order gradients only: a backward with
     ``create_graph=True`` raises RuntimeError; torch.func transforms raise NotImplementedError.
+
+    Under ``torch.compile`` the kernel runs as the registered ops ``ojas::swiglu_forward`` /
+    ``ojas::swiglu_backward`` (the same kernels with the same arguments, so the theorem
+    citations above are unchanged; ``fullgraph=True`` works); the reference is traced as torch
+    code.
     """
     refuse_function_transforms("swiglu")
     check_activation(activation)
     _check_inputs(gate, up)
     use_triton = use_elementwise_kernel(impl, IMPL_ENV, gate)
     with autocast_off(gate.device.type):
-        return _SwiGLUFunction.apply(gate, up, use_triton, activation)
+        if use_triton:
+            return _kernel_swiglu(gate, up, activation)
+        return _SwiGLUFunction.apply(gate, up, False, activation)
 
 
 def fused_swiglu(gate: Tensor, up: Tensor, activation: str = "silu") -> Tensor:
     """The kernel's :func:`swiglu`, for arguments known to be right (one shape, one kernel dtype,
     one device, autocast off or at their dtype: ``dispatch.plain_kernel_call``; an activation of
     :data:`ACTIVATIONS`). Theorems as :func:`swiglu`'s (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp,
-    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
-    return _SwiGLUFunction.apply(gate, up, True, activation)
+    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp; under torch.compile the op ``ojas::swiglu_forward``)."""
+    return _kernel_swiglu(gate, up, activation)
 
 
 class SwiGLU(nn.Module):
