@@ -749,3 +749,14 @@ def test_gpt2_default_attention_dropout_runs_in_the_ojas_attention():
     assert losses[0].item() == losses[1].item() != losses[2].item()
     assert not close(losses[0], plain(**data).loss, rtol=1e-6)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+
+
+def test_data_parallel_replicas_are_refused():
+    """nn.DataParallel's replicas (torch.nn.parallel.replicate marks them _is_replica) would share the
+    loss hook's per-call state across threads: refused before the forward, naming DDP."""
+    model = build("llama")
+    optimize_model(model)
+    replica = model._replicate_for_data_parallel()  # what replicate() makes for each GPU
+    with pytest.raises(NotImplementedError, match="DataParallel.*DistributedDataParallel"):
+        replica(**batch(0))
+    assert model(**batch(0)).loss.isfinite()  # the model itself is unaffected

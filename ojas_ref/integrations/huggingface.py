@@ -340,6 +340,10 @@ class CausalLMLossHead:
         return bound.arguments.get("labels")
 
     def _model_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if getattr(module, "_is_replica", False):  # set by torch.nn.parallel.replicate
+            raise NotImplementedError(
+                "optimize_model's model under nn.DataParallel: its replicas run in threads and would share the "
+                "training loss's per-call state; use DistributedDataParallel (one process per GPU) instead")
         self._active = module.training and self._labels(args, kwargs) is not None
         self._hidden = None
         if self._active:
