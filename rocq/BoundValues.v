@@ -667,6 +667,49 @@ Proof. unfold Q2R; simpl; field. Qed.
 Lemma Q2R_nonzero : forall x, 0 < Q2R x -> ~ (x == 0)%Q.
 Proof. intros x H E; apply Qeq_eqR in E; rewrite Q2R_0 in E; lra. Qed.
 
+(** A range for [tl.log]'s accuracy premise: [[1 / (1 + B), (1 + B) e^LN]] holds
+    [[1 - bL, (1 + bL) e^LN]] whenever [bL / (1 - bL) <= B]: [1 - bL = 1 / (1 + NL)] and
+    [bL <= NL <= B] at [NL = bL / (1 - bL)]. *)
+Lemma log_range_of_NL : forall bL Bd LN, 0 <= bL < 1 -> bL / (1 - bL) <= Bd ->
+  / (1 + Bd) <= 1 - bL /\ (1 + bL) * exp LN <= (1 + Bd) * exp LN.
+Proof.
+  intros bL Bd LN [Hb0 Hb1] HB.
+  set (NL := bL / (1 - bL)) in *.
+  assert (ENL : NL * (1 - bL) = bL) by (unfold NL; field; lra).
+  assert (HNL0 : 0 <= NL) by (unfold NL; apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat; lra]).
+  assert (HbN : bL <= NL) by nra.
+  split.
+  - apply Rmult_le_reg_r with (1 + Bd); [lra |]; rewrite Rinv_l by lra; nra.
+  - apply Rmult_le_compat_r; [left; apply exp_pos | lra].
+Qed.
+
+(** [lse_bound] at [NL = bL / (1 - bL)] is at least [NL]: the range of [log_range_of_NL]. *)
+Lemma attn_lse_log_range : forall (A : FloatFormat) scale uc E P el ucl LN bL Bd,
+  0 <= scale -> 0 <= uc -> 0 <= P -> INR E * ff_u A < 1 -> 0 <= el -> 0 <= ucl -> 0 <= LN -> 0 <= bL < 1 ->
+  lse_bound (ff_u A) (ff_eta A) el ucl (score_max A scale uc E P) (score_delta A scale uc E P) LN (bL / (1 - bL)) <= Bd ->
+  / (1 + Bd) <= 1 - bL /\ (1 + bL) * exp LN <= (1 + Bd) * exp LN.
+Proof.
+  intros A scale uc E P el ucl LN bL Bd Hs Huc HP HE Hel Hucl HLN Hb HB.
+  apply log_range_of_NL; [exact Hb |].
+  assert (HNL0 : 0 <= bL / (1 - bL)) by (apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat; lra]).
+  pose proof (ff_u_nonneg A) as Hu; pose proof (ff_eta_nonneg A) as Hea.
+  pose proof (score_max_nonneg A scale uc E P Hs Huc HP HE) as Hm.
+  pose proof (dot_err_nonneg A E P HE HP) as Hd.
+  assert (Hdl : 0 <= score_delta A scale uc E P).
+  { unfold score_delta.
+    assert (0 <= (P + dot_err A E P) * (ff_u A * (1 + uc) + uc)) by (apply Rmult_le_pos; [lra | nra]).
+    assert (0 <= scale * ((P + dot_err A E P) * (ff_u A * (1 + uc) + uc) + dot_err A E P)) by (apply Rmult_le_pos; lra).
+    lra. }
+  unfold lse_bound in HB; cbv zeta in HB.
+  set (Aa := score_max A scale uc E P + 2 * (LN + bL / (1 - bL)) + el) in HB.
+  assert (HA : 0 <= Aa) by (unfold Aa; lra).
+  assert (HA2 : 0 <= (1 + ff_u A) * Aa + ff_eta A) by nra.
+  assert (0 <= ff_u A * ((1 + ff_u A) * Aa + ff_eta A) * (1 + ucl)) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+  assert (0 <= ((1 + ff_u A) * Aa + ff_eta A) * ucl) by (apply Rmult_le_pos; lra).
+  assert (0 <= ff_u A * Aa) by (apply Rmult_le_pos; lra).
+  lra.
+Qed.
+
 Section AttnFwdQ.
 
 Local Open Scope list_scope.
@@ -1069,7 +1112,11 @@ Lemma attn_lse_q_spec : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc scal
                         (N.to_nat Tt) X P1 CG CR) <= NL
     /\ lse_bound (ff_u (mp_a M)) (ff_eta (mp_a M)) (Q2R el) (Q2R ucl)
                  (score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))
-                 (score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) (Q2R LN) NL <= Q2R b.
+                 (score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) (Q2R LN) NL <= Q2R b
+    /\ / (1 + Q2R b) <= 1 - afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B)
+                                   (N.to_nat Nk) (N.to_nat Tt) X P1 CG CR
+    /\ (1 + afe_bL (ff_u (mp_a M)) (mp_ue M) (mp_eta_e M) (ff_eta (mp_a M)) (N.to_nat B) (N.to_nat Nk)
+               (N.to_nat Tt) X P1 CG CR) * exp (Q2R LN) <= (1 + Q2R b) * exp (Q2R LN).
 Proof.
   intros el ucl LN b Hb.
   unfold attn_lse_q in Hb.
@@ -1092,7 +1139,7 @@ Proof.
   set (CG := pow_up_N prec ((1 + ue) * ((1 + u) * (1 + u))) Tt) in Hb.
   set (CR := pow_up_N prec ((1 + ue + ee) * ((1 + u) * (1 + u))) Tt) in Hb.
   destruct (Qlt_le_dec (afe_bL_q u ue ee ea B Nk Tt X P1 CG CR) 1) as [HL | HL]; [| discriminate].
-  injection Hb as <-.
+  injection Hb as Eb.
   assert (HEu : INR (N.to_nat E) * ff_u (mp_a M) < 1).
   { apply Qlt_Rlt in HE; rewrite Q2R_mult, Q2R_of_N, Q2R_1, Hu in HE; exact HE. }
   pose proof (Qlt_Rlt _ _ HL) as HLr; rewrite Q2R_1, Q2R_afe_bL in HLr.
@@ -1108,24 +1155,34 @@ Proof.
   assert (H1L : ~ (1 - afe_bL_q u ue ee ea B Nk Tt X P1 CG CR == 0)%Q)
     by (apply Q2R_nonzero; rewrite Q2R_minus, Q2R_1, Q2R_afe_bL; fold bL; lra).
   split; [exact HE1 | split; [exact HEu | split; [exact Hs | split; [exact Huc | split; [exact HB1 |]]]]].
-  split; [exact Hucl | split].
+  assert (HLNk : ln (INR (N.to_nat Nk)) <= Q2R LN).
   { apply Qle_bool_R in HLNq; rewrite Q2R_of_N in HLNq.
     pose proof (exp_dn_le prec exp_steps LN) as G.
     assert (0 < INR (N.to_nat Nk)) by (apply lt_0_INR; lia).
     rewrite <- (ln_exp (Q2R LN)); apply afe_ln_le; lra. }
+  assert (Hbd : lse_bound (ff_u (mp_a M)) (ff_eta (mp_a M)) (Q2R el) (Q2R ucl)
+                  (score_max (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P))
+                  (score_delta (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P)) (Q2R LN) (bL / (1 - bL)) <= Q2R b).
+  { rewrite <- Eb; eapply Rle_trans; [| apply Qle_R, round_up_ge].
+    rewrite Q2R_lse_bound, Q2R_score_max, Q2R_score_delta, Q2R_div by (exact HE || exact H1L).
+    rewrite Q2R_minus, Q2R_1, Q2R_afe_bL; fold bL; lra. }
+  assert (HLN0 : 0 <= Q2R LN)
+    by (eapply Rle_trans; [| exact HLNk]; rewrite <- ln_1; apply afe_ln_le; [lra | apply (le_INR 1); lia]).
+  destruct (attn_lse_log_range (mp_a M) (Q2R scale) (Q2R uc) (N.to_nat E) (Q2R P) (Q2R el) (Q2R ucl) (Q2R LN) bL (Q2R b)
+              ltac:(lra) Huc HP HEu Hel Hucl HLN0 (conj HbL0 HLr) Hbd) as [Hd1 Hd2].
+  split; [exact Hucl | split; [exact HLNk |]].
   exists (Q2R X), (Q2R P1), (Q2R CG), (Q2R CR), (bL / (1 - bL)).
   repeat split; auto.
-  - fold bL; apply afe_neg_ln_le; lra.
-  - eapply Rle_trans; [| apply Qle_R, round_up_ge].
-    rewrite Q2R_lse_bound, Q2R_score_max, Q2R_score_delta, Q2R_div by (exact HE || exact H1L).
-    rewrite Q2R_minus, Q2R_1, Q2R_afe_bL; fold bL; lra.
+  fold bL; apply afe_neg_ln_le; lra.
 Qed.
 
-(** The oracle's lse bound [b]: for any [tl.log2] within [el] of [log2] and
+(** The oracle's lse bound [b]: for any [tl.log2] within [el] of [log2] on
+    [[1 / (1 + b), (1 + b) e^LN]] (inside [[1/2, 2 e^LN]] when [b <= 1]) and
     any fp32 constant [cl] within [ucl ln 2] of [ln 2], [b] bounds the error of
     the kernel's saved lse on fully visible tiles ([attention_lse_error]) ... *)
 Theorem attn_lse_q_sound : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc scale P LN E B Nk Tt = Some b ->
-  forall (lg : R -> R) (cl : R), (forall x, 0 < x -> Rabs (lg x - ln x / ln 2) <= Q2R el) ->
+  forall (lg : R -> R) (cl : R),
+  (forall x, / (1 + Q2R b) <= x <= (1 + Q2R b) * exp (Q2R LN) -> Rabs (lg x - ln x / ln 2) <= Q2R el) ->
   Rabs (cl - ln 2) <= Q2R ucl * ln 2 ->
   forall (q : list R) (c : R) (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
@@ -1141,15 +1198,17 @@ Theorem attn_lse_q_sound : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc s
   <= Q2R b.
 Proof.
   intros el ucl LN b Hb lg cl Hlg Hcl q c k0 tl0 rest tiles ktiles m0 Hq Hkeys Hc HBt HN HT.
-  destruct (attn_lse_q_spec el ucl LN b Hb) as [HE1 [HEu [Hs [Huc [HB1 [Hucl [HLN [X [P1 [CG [CR [NL [HX [HP1 [HCG [HCR [HL [HNL Hr]]]]]]]]]]]]]]]]]].
+  destruct (attn_lse_q_spec el ucl LN b Hb)
+    as [HE1 [HEu [Hs [Huc [HB1 [Hucl [HLN [X [P1 [CG [CR [NL [HX [HP1 [HCG [HCR [HL [HNL [Hr [Hd1 Hd2]]]]]]]]]]]]]]]]]]]].
   eapply Rle_trans; [| exact Hr].
-  apply (attention_lse_error M lg (Q2R el) Hlg q c (Q2R scale) (Q2R uc) (Q2R P) X P1 CG CR cl (Q2R ucl) (Q2R LN) NL
+  apply (attention_lse_error M lg (Q2R el) (/ (1 + Q2R b)) ((1 + Q2R b) * exp (Q2R LN)) Hlg q c (Q2R scale) (Q2R uc) (Q2R P) X P1 CG CR cl (Q2R ucl) (Q2R LN) NL
            (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto.
 Qed.
 
 (** ... and of the kernel's whole loop under any mask ([attention_lse_error_masked]). *)
 Theorem attn_lse_q_sound_masked : forall el ucl LN b, attn_lse_q u ue ee ea el ucl uc scale P LN E B Nk Tt = Some b ->
-  forall (lg : R -> R) (cl : R), (forall x, 0 < x -> Rabs (lg x - ln x / ln 2) <= Q2R el) ->
+  forall (lg : R -> R) (cl : R),
+  (forall x, / (1 + Q2R b) <= x <= (1 + Q2R b) * exp (Q2R LN) -> Rabs (lg x - ln x / ln 2) <= Q2R el) ->
   Rabs (cl - ln 2) <= Q2R ucl * ln 2 ->
   forall (q : list R) (c : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2 (mp_a M) c q (fst kv) in
@@ -1165,9 +1224,10 @@ Theorem attn_lse_q_sound_masked : forall el ucl LN b, attn_lse_q u ue ee ea el u
   <= Q2R b.
 Proof.
   intros el ucl LN b Hb lg cl Hlg Hcl q c vis tiles sck st H0 Hvis Hq Hkeys Hc HBt HN HT.
-  destruct (attn_lse_q_spec el ucl LN b Hb) as [HE1 [HEu [Hs [Huc [HB1 [Hucl [HLN [X [P1 [CG [CR [NL [HX [HP1 [HCG [HCR [HL [HNL Hr]]]]]]]]]]]]]]]]]].
+  destruct (attn_lse_q_spec el ucl LN b Hb)
+    as [HE1 [HEu [Hs [Huc [HB1 [Hucl [HLN [X [P1 [CG [CR [NL [HX [HP1 [HCG [HCR [HL [HNL [Hr [Hd1 Hd2]]]]]]]]]]]]]]]]]]]].
   eapply Rle_trans; [| exact Hr].
-  apply (attention_lse_error_masked M lg (Q2R el) Hlg q c (Q2R scale) (Q2R uc) (Q2R P) X P1 CG CR cl (Q2R ucl)
+  apply (attention_lse_error_masked M lg (Q2R el) (/ (1 + Q2R b)) ((1 + Q2R b) * exp (Q2R LN)) Hlg q c (Q2R scale) (Q2R uc) (Q2R P) X P1 CG CR cl (Q2R ucl)
            (Q2R LN) NL (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto.
 Qed.
 

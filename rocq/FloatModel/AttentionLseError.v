@@ -24,7 +24,7 @@
 
     Not covered: as in AttentionForwardError.v (the order inside the dots,
     [tl.sum] as a tree, FMA contraction, additive masks), and [el] itself:
-    the hypothesis is for every [x > 0], the kernel needs it on [l] only. *)
+    the hypothesis is for [x] in [[lmin, lmax]], which holds [l]. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -117,10 +117,13 @@ Local Notation ea := (ff_eta A_).
 Local Notation ue := (mp_ue M).
 Local Notation ee := (mp_eta_e M).
 
-(** The kernel's [tl.log2], within [el] of [log2]: an assumption. *)
+(** The kernel's [tl.log2], within [el] of [log2] on [[lmin, lmax]]: an assumption.  On a
+    bounded range: on all [x > 0] no float-valued function is within a fixed [el] of
+    [log2] (unbounded, while the gaps between floats grow); each theorem asks
+    [lmin <= 1 - bL] and [(1 + bL) e^LN <= lmax], which put the kernel's [l] there. *)
 Variable lg : R -> R.
-Variable el : R.
-Hypothesis lg_err : forall x, 0 < x -> Rabs (lg x - ln x / ln 2) <= el.
+Variables el lmin lmax : R.
+Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
 Theorem attention_lse_error : forall (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
@@ -138,11 +141,12 @@ Theorem attention_lse_error : forall (q : list R) (c scale uc P X P1 CG CR cl uc
   Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
   (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
   0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
   <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
 Proof.
   intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
-    HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL.
+    HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof afe_ln2_bounds as [L2a L2b].
   set (smax := score_max A_ scale uc E P) in *.
@@ -221,6 +225,12 @@ Proof.
     assert ((G - 1 + Rr) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
     nra. }
   destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  assert (Hdom : lmin <= l <= lmax).
+  { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
+    assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - Lc)); nra).
+    pose proof (sp_Rabs_le_inv _ _ Hrel).
+    assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
+    split; nra. }
   (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
   set (Sg := rsum (map (fun kv => exp (score2 A_ c q (fst kv) * ln 2)) (concat tiles))).
   assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
@@ -239,7 +249,7 @@ Proof.
   assert (Hlnl : Rabs (ln l) <= NL + LN)
     by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
   assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
-  { pose proof (lg_err l Hl0) as H.
+  { pose proof (lg_err l Hdom) as H.
     assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
     { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
       assert (/ ln 2 <= 2).
@@ -274,7 +284,7 @@ Proof.
     assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
     assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos. nra. }
   assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hl0).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
     pose proof (Rabs_pos (lg l - ln l / ln 2)); nra. }
   replace (rnd (x2 * cl) - LSE)
     with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
@@ -302,12 +312,13 @@ Theorem attention_lse_error_masked : forall (q : list R) (c scale uc P X P1 CG C
   Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
   (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
   0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
         - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
   <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
 Proof.
   intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles sck st bL
-    Hexp0 Hvis HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL.
+    Hexp0 Hvis HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
   destruct (kernel_run_visible_tiles M c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
   unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
   apply (attention_lse_error q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 r rest); auto.

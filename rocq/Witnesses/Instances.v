@@ -10,7 +10,7 @@
 
 From Coq Require Import Reals Lra Lia.
 From Flocq Require Import Core.
-From Ojas Require Import FloatModel.MixedPrecision.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 Open Scope R_scope.
 
 Definition wM : MixedModel := bf16_fp32.
@@ -77,3 +77,6 @@ Proof.
   assert (ff_u (mp_a wM) * Rabs (ln x) <= ff_u (mp_a wM) * 2) by (apply Rmult_le_compat_l; lra).
   lra.
 Qed.
+
+(** [tl.sum]'s tree of a tile of at most one number: the leaf. *)
+Definition w_shape (xs : list R) : stree := match xs with cons x nil => Leaf x | _ => Leaf 0 end.

@@ -79,9 +79,6 @@ Definition ce_lse_error_up_witness :=
 
 Definition sum_ok_tile_sum_witness := sum_ok_tile_sum wM 1.
 
-(** The tree of a tile of at most one number: the leaf. *)
-Definition w_shape (xs : list R) : stree := match xs with [x] => Leaf x | _ => Leaf 0 end.
-
 Lemma w_shape_ok : forall xs, xs <> [] -> (length xs <= 1)%nat ->
   leaves (w_shape xs) = xs /\ (depth (w_shape xs) <= 0)%nat.
 Proof.
