@@ -97,7 +97,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
     Runner, allocate_workspaces, build, environment, measure_and_time, measure_peak, release, time_interleaved,
     timing)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
-    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
+    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 from ojas_ref.tools.plan import PRESETS, STATE_SLICE_MB, with_layers  # noqa: E402
 

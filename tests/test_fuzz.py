@@ -219,7 +219,7 @@ def test_attention_fuzz(call):
     out = ojas_ref.attention(*ins[:3], **kw, impl="reference")
     assert out.dtype == q.dtype
     expected, expected_grads = _sdpa(q, k, v, kw, grad_out)
-    dtype, u, r = q.dtype, _unit_roundoff(q.dtype), _out_rounding(q.dtype)
+    u, r = _unit_roundoff(q.dtype), _out_rounding(q.dtype)
     Sq, Sk, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     scale = 1 / math.sqrt(E) if kw["scale"] is None else float(kw["scale"])
     mask = kw["attn_mask"]

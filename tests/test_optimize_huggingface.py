@@ -28,10 +28,10 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-import ojas_ref  # noqa: E402
 from ojas_ref.integrations import huggingface as hf  # noqa: E402
 from ojas_ref.integrations.optimize import (  # noqa: E402
-    RMS_NORM_THEOREMS, SWIGLU_THEOREM, SWIGLU_THEOREMS, optimize_model, revert_model)
+    RMS_NORM_THEOREMS, SWIGLU_THEOREMS, optimize_model, revert_model)
+from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.loss.loss_utils import fixed_cross_entropy  # noqa: E402
 

@@ -351,7 +351,7 @@ def test_no_grad_survives_backward() -> None:
     """Per-parameter updates (cap 0): no gradient is alive after any hook."""
     model = make_model()
     params = list(model.parameters())
-    opt = InBackwardOptimizer(params, torch.optim.AdamW, bucket_cap_mb=0, lr=1e-2)
+    opt = InBackwardOptimizer(params, torch.optim.AdamW, bucket_cap_mb=0, lr=1e-2)  # noqa: F841 (kept alive: its hooks hold it weakly)
     live = []
     for p in params:  # registered after the optimizer's hooks, so they run after each update
         p.register_post_accumulate_grad_hook(lambda p: live.append(sum(_live_grad(q) is not None for q in params)))

@@ -10,7 +10,6 @@ would not be).  Everything else with a sparse gradient raises with the reason.
 
 from __future__ import annotations
 
-import copy
 import warnings
 
 import pytest

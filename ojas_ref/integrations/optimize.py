@@ -42,7 +42,7 @@ from ojas_ref.primitives.relu import (BACKWARD_THEOREM as RELU_THEOREM, IMPL_ENV
                                       KERNEL_THEOREM as RELU_KERNEL_THEOREM)
 from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS, IMPL_ENV as RMS_NORM_IMPL_ENV
 from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM, IMPL_ENV as ROPE_IMPL_ENV
-from ojas_ref.primitives.swiglu import (BACKWARD_THEOREM as SWIGLU_THEOREM, BACKWARD_THEOREMS as SWIGLU_THEOREMS,
+from ojas_ref.primitives.swiglu import (BACKWARD_THEOREMS as SWIGLU_THEOREMS,
                                         IMPL_ENV as SWIGLU_IMPL_ENV)
 
 SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
