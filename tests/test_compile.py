@@ -4,8 +4,8 @@ Under torch.compile the kernels run as custom operators: ``ojas::flash_attention
 ``ojas::flash_attention_backward``, ``ojas::linear_cross_entropy`` and its backward, and
 ``ojas::<name>_forward`` / ``ojas::<name>_backward`` for ``rms_norm``, ``swiglu``, ``rope``
 and ``relu`` (opaque to Dynamo and Inductor, fake implementations, backward by
-``register_autograd``); eagerly they run as before, without the dispatcher.  Checked here: the compiled function is one graph
-(``fullgraph=True``) holding the forward op, AOT's backward graph holds the backward op, the
+``register_autograd``); eagerly they run as before, without the dispatcher.  Checked here:
+the compiled function is one graph (``fullgraph=True``) holding the forward op, AOT's backward graph holds the backward op, the
 compiled values and gradients are the eager ones bit for bit (the same kernels on the same
 arguments), and ``torch.library.opcheck`` accepts the ops (schema, fake implementation,
 autograd registration).  On the CPU these run the kernels in Triton's interpreter (run with
