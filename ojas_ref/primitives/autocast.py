@@ -21,8 +21,11 @@ __all__ = ["autocast_dtype", "autocast_off", "cast_for_autocast"]
 
 
 def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
-    """The autocast dtype when autocast is enabled for ``device_type``, else None."""
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+    """The autocast dtype when autocast is enabled for ``device_type``, else None. CPU and CUDA
+    always have autocast, so torch.compile never meets ``is_autocast_available`` for them (torch
+    2.11's Dynamo cannot trace it)."""
+    available = device_type in ("cpu", "cuda") or torch.amp.is_autocast_available(device_type)
+    if available and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return None
 
