@@ -16,8 +16,9 @@ whose premises no instance meets (say ``fmt (lg x)`` for all x together with
   stands after its Sections close (Section variables and hypotheses it uses become
   leading binders; ``let`` binders are passed, nothing is unfolded, so ``~ P`` is a
   conclusion) whose type is a proposition, or a type not among the plain data types
-  ``R, nat, Z, N, bool, unit, Prop, Set, Type``, lists and options of anything, pairs
-  of data and functions into data (:data:`_LTAC`, ``ojas_premises``).  A record such as
+  (``R`` and any type convertible to it, such as Coquelicot's ``AbsRing.sort R_AbsRing``;
+  ``nat, Z, N, bool, unit, Prop, Set, Type``, lists and options of anything, pairs of
+  data and functions into data: :data:`_LTAC`, ``ojas_premises``).  A record such as
   ``MixedModel`` bundles propositions, so it counts as a premise.
 - a *witness* of ``Ojas.<path>.<thm>`` is a transparent ``Definition <thm>_witness``
   in ``rocq/Witnesses/<path>.v`` (listed in ``_CoqProject``, outside any Section) whose
@@ -262,13 +263,15 @@ _LTAC = r"""
 From Coq Require Import Reals.
 Open Scope R_scope.
 Ltac ojas_is_data A :=
-  lazymatch A with
-  | Rdefinitions.R => idtac | nat => idtac | BinNums.Z => idtac | BinNums.N => idtac | bool => idtac
-  | unit => idtac | list _ => idtac | option _ => idtac | Prop => idtac | Set => idtac | Type => idtac
-  | prod ?B ?C => ojas_is_data B; ojas_is_data C
-  | ?B -> ?C => ojas_is_data C
-  | _ => fail
-  end.
+  first
+  [ let _ := constr:((0%R : A)) in idtac
+  | lazymatch A with
+    | nat => idtac | BinNums.Z => idtac | BinNums.N => idtac | bool => idtac
+    | unit => idtac | list _ => idtac | option _ => idtac | Prop => idtac | Set => idtac | Type => idtac
+    | prod ?B ?C => ojas_is_data B; ojas_is_data C
+    | ?B -> ?C => ojas_is_data C
+    | _ => fail
+    end ].
 Ltac ojas_premises :=
   lazymatch goal with
   | |- forall x : ?A, _ =>
