@@ -56,3 +56,21 @@ def test_train_help_prints_each_default_once_and_the_exit_status(capsys: pytest.
     assert "--threads THREADS intra-op CPU threads" in out
     assert "exit status: 0: the run finished" in out and "1: the training diverged" in out
     assert "2: a bad setting" in out and "3: a file of the run could not be written" in out
+
+
+@pytest.mark.parametrize("flag, expected", [([], None), (["--require-witnesses"], True)])
+def test_proofs_require_witnesses_reaches_the_audit(monkeypatch: pytest.MonkeyPatch, flag: list[str],
+                                                    expected: bool | None) -> None:
+    """``ojas proofs --require-witnesses`` asks the audit to fail on an unwitnessed premise; without it the
+    audit's default applies; a failing audit exits 1."""
+    from ojas_ref.verification import proof_audit as pa
+
+    seen = []
+
+    def fake_audit(require_witnesses=None):
+        seen.append(require_witnesses)
+        raise pa.ProofAuditError("Ojas.X.t has premises and no witness")
+
+    monkeypatch.setattr(pa, "run_audit", fake_audit)
+    assert main(["proofs", *flag]) == 1
+    assert seen == [expected]

@@ -97,8 +97,9 @@ _ROUND_UP = 1.0 + 2.0**-40
 EXP2_ERROR: float = 2.0**-21
 _EXP2_ABS_ERROR: float = 2.0**-126
 # Absolute error of the kernels' log2 (tl.log2) against log2(x), for the lse bound: an
-# assumption, not a theorem (the theorem takes it for every x > 0; the kernel applies it
-# to the row sum l in [1, n_keys]). A float32 result of magnitude below 32 has an ulp of
+# assumption, not a theorem (the theorem's lg_err premise takes it on a bounded range,
+# [1/(1+b), (1+b) n_keys] for the row sum's relative error b, inside [1/2, 2 n_keys] when
+# b <= 1; the kernel applies it to the row sum l in [1, n_keys]). A float32 result of magnitude below 32 has an ulp of
 # at most 2^-19, so one rounding costs 2^-20; 2^-18 as margin over the approximation
 # (numpy's float32 log2 in the interpreter, PTX lg2.approx.f32 on NVIDIA GPUs; measured by
 # tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py on [0.5, 2^24]).
@@ -1089,8 +1090,10 @@ def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tenso
 # 2^-22 + |x| log2(e) 2^-24 ln 2 <= 5.6e-6 on [-88, 0]. 2^-17 = 7.6e-6 covers both (to be
 # measured on the device: benchmarks/bench_linear_cross_entropy_error.py).
 LCE_EXP_ERROR: float = 2.0**-17
-# Absolute error of the kernel's tl.log on the row sum l in [1, V] (lg_err): an assumption;
-# a float32 result below 16 has an ulp of 2^-20 at most; 2^-18 as margin.
+# Absolute error of the kernel's tl.log on the row sum l in [1, V] (lg_err): an assumption,
+# which the theorems take for float32 x in [1/(1+b), (1+b) e^LN] (b the row sum's relative
+# error, so within [1/2, 2 e^LN] when b <= 1); a float32 result below 16 has an ulp of 2^-20
+# at most; 2^-18 as margin.
 LCE_LOG_ERROR: float = 2.0**-18
 # Absolute error of the kernel's computed tanh(r / c) in _softcap (1 - 2 / (tl.exp(min(2r / c,
 # 80)) + 1), float32) for every float32 raw logit r (th_err of
