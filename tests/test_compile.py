@@ -625,3 +625,122 @@ def test_functional_ops_compile_fullgraph_gpu(name, dtype):
     rtol = 1e-2 if dtype == torch.bfloat16 else 1e-4
     _assert_close(out, c_out, rtol)
     _assert_close(grads[0], c_grads[0], rtol)
+
+
+# --------------------------------------------------------------------------
+# optimize_model's other modes under torch.compile(model): offloaded and split checkpoints,
+# packed sequences, InBackwardOptimizer (issue 29 item 1)
+# --------------------------------------------------------------------------
+
+MODES = {"checkpoint offload": dict(checkpoint="offload"),
+         "checkpoint split": dict(checkpoint=True, checkpoint_split=True),
+         "checkpoint offload split": dict(checkpoint="offload", checkpoint_split=True),
+         "packed sequences": {}}
+
+
+def _mode_llama(transformers, mode, dtype, device):
+    """``_llama`` with the mode's optimize_model flags; "packed sequences": two sequences in each
+    row told apart by position_ids restarting at 0, no attention_mask, use_cache=False (the inputs of
+    tests/test_optimize_huggingface.py's test_packed_sequences_by_position_ids, both rows)."""
+    model, data = _llama(transformers, dtype, device, **MODES[mode])
+    if mode == "packed sequences":
+        ids, labels = data["input_ids"][:, :11], data["input_ids"][:, :11].clone()
+        labels[:, 5] = -100  # the second sequence's first token is not predicted from the first's
+        positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5]] * 2, device=device)
+        data = dict(input_ids=ids, labels=labels, position_ids=positions, use_cache=False)
+    return model, data
+
+
+def _kernels_forced(monkeypatch):
+    for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU", "ROPE"):
+        monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
+
+
+@kernels
+@pytest.mark.parametrize("mode", list(MODES))
+def test_compiled_optimized_llama_modes_cpu(monkeypatch, mode):
+    """``torch.compile(model)`` (aot_eager, as test_compiled_optimized_llama_cpu) of an
+    ``optimize_model``'d float32 Llama, every kernel forced, in each mode: the eager loss and
+    gradients."""
+    transformers = pytest.importorskip("transformers")
+    _kernels_forced(monkeypatch)
+    model, data = _mode_llama(transformers, mode, torch.float32, DEVICE)
+    eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, "aot_eager")
+    rtol = 0.0 if _INTERPRETED else 1e-5
+    _assert_close(eager_loss, loss, rtol)
+    for g, h in zip(eager_grads, grads):
+        _assert_close(g, h, rtol)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("dtype", ["bf16", "fp32 + bf16 autocast"])
+def test_compiled_optimized_llama_modes_gpu(mode, dtype):
+    """The GPU twin of test_compiled_optimized_llama_modes_cpu: Inductor, the tolerances of
+    test_compiled_optimized_llama_gpu."""
+    transformers = pytest.importorskip("transformers")
+    model, data = _mode_llama(transformers, mode, torch.bfloat16 if dtype == "bf16" else torch.float32, "cuda")
+    eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(
+        model, data, autocast=None if dtype == "bf16" else torch.bfloat16)
+    _assert_close(eager_loss, loss, 1e-2)
+    for g, h in zip(eager_grads, grads):
+        _assert_close(g, h, 2e-2)
+
+
+IN_BACKWARD = {"default": {}, "overlap": dict(overlap=True), "state on cpu": dict(state_device="cpu")}
+
+
+def _in_backward_steps(transformers, options, dtype, device, backend, autocast=None):
+    """Two AdamW steps of an ``optimize_model``'d Llama by ``InBackwardOptimizer(**options)``, eager
+    and compiled (each from the same initial weights): the losses and the updated parameters."""
+    from ojas_ref import InBackwardOptimizer
+
+    results = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        model, data = _llama(transformers, dtype, device)
+        opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-2, **options)
+        m = torch.compile(model, backend=backend) if compiled else model
+        losses = []
+        for _ in range(2):
+            with contextlib.nullcontext() if autocast is None else torch.autocast("cuda", dtype=autocast):
+                loss = m(**data).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        results.append((torch.stack(losses), [p.detach().clone() for p in model.parameters()]))
+    return results
+
+
+@kernels
+@pytest.mark.parametrize("options", [k for k in IN_BACKWARD if k != "overlap"])
+def test_compiled_optimized_llama_in_backward_cpu(monkeypatch, options):
+    """``torch.compile(model)`` (aot_eager) of an ``optimize_model``'d float32 Llama trained by
+    ``InBackwardOptimizer`` (AdamW, the updates in the parameters' post-accumulate-grad hooks):
+    two steps give the eager losses and updated parameters (overlap is CUDA only: the GPU twin)."""
+    transformers = pytest.importorskip("transformers")
+    _kernels_forced(monkeypatch)
+    (eager_losses, eager_params), (losses, params) = _in_backward_steps(
+        transformers, IN_BACKWARD[options], torch.float32, DEVICE, "aot_eager")
+    rtol = 0.0 if _INTERPRETED else 1e-5
+    _assert_close(eager_losses, losses, rtol)
+    for p, q in zip(eager_params, params):
+        _assert_close(p, q, rtol)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("options", list(IN_BACKWARD))
+@pytest.mark.parametrize("dtype", ["bf16", "fp32 + bf16 autocast"])
+def test_compiled_optimized_llama_in_backward_gpu(options, dtype):
+    """The GPU twin of test_compiled_optimized_llama_in_backward_cpu (Inductor, overlap=True too):
+    the losses to 1e-2 and the updated parameters to 2e-2 of each one's largest entry."""
+    transformers = pytest.importorskip("transformers")
+    (eager_losses, eager_params), (losses, params) = _in_backward_steps(
+        transformers, IN_BACKWARD[options], torch.bfloat16 if dtype == "bf16" else torch.float32, "cuda",
+        "inductor", autocast=None if dtype == "bf16" else torch.bfloat16)
+    _assert_close(eager_losses, losses, 1e-2)
+    for p, q in zip(eager_params, params):
+        _assert_close(p, q, 2e-2)
