@@ -701,16 +701,18 @@ def test_compiled_optimized_llama_modes_gpu(mode, dtype):
 IN_BACKWARD = {"default": {}, "overlap": dict(overlap=True), "state on cpu": dict(state_device="cpu")}
 
 
-def _in_backward_steps(transformers, options, dtype, device, backend, autocast=None):
-    """Two AdamW steps of an ``optimize_model``'d Llama by ``InBackwardOptimizer(**options)``, eager
-    and compiled (each from the same initial weights): the losses and the updated parameters."""
+def _in_backward_steps(transformers, options, dtype, device, backend, autocast=None,
+                       optimizer=(torch.optim.AdamW, dict(lr=1e-2))):
+    """Two steps of ``optimizer`` (class, keywords) on an ``optimize_model``'d Llama by
+    ``InBackwardOptimizer(**options)``, eager and compiled (each from the same initial weights):
+    the losses and the updated parameters."""
     from ojas_ref import InBackwardOptimizer
 
     results = []
     for compiled in (False, True):
         torch._dynamo.reset()
         model, data = _llama(transformers, dtype, device)
-        opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-2, **options)
+        opt = InBackwardOptimizer(model.parameters(), optimizer[0], **optimizer[1], **options)
         m = torch.compile(model, backend=backend) if compiled else model
         losses = []
         for _ in range(2):
@@ -747,12 +749,18 @@ def test_compiled_optimized_llama_in_backward_cpu(monkeypatch, options):
 @pytest.mark.parametrize("options", list(IN_BACKWARD))
 @pytest.mark.parametrize("dtype", ["bf16", "fp32 + bf16 autocast"])
 def test_compiled_optimized_llama_in_backward_gpu(options, dtype):
-    """The GPU twin of test_compiled_optimized_llama_in_backward_cpu (Inductor, overlap=True too):
-    the losses to 1e-2 and the updated parameters to 2e-2 of each one's largest entry."""
+    """The GPU twin of test_compiled_optimized_llama_in_backward_cpu (Inductor, overlap=True too),
+    with plain SGD at lr 0.5: the losses to 1e-2 and each parameter's update (after minus before) to
+    5e-2 of its largest entry. Not AdamW: its first update is lr * sign(g), so a gradient entry near 0
+    that Inductor's rounding flips moves by 2 lr (seen in bf16 on the H100), whatever the kernels do."""
     transformers = pytest.importorskip("transformers")
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    initial = [p.detach().clone() for p in _llama(transformers, dt, "cuda")[0].parameters()]
     (eager_losses, eager_params), (losses, params) = _in_backward_steps(
-        transformers, IN_BACKWARD[options], torch.bfloat16 if dtype == "bf16" else torch.float32, "cuda",
-        "inductor", autocast=None if dtype == "bf16" else torch.bfloat16)
+        transformers, IN_BACKWARD[options], dt, "cuda", "inductor",
+        autocast=None if dtype == "bf16" else torch.bfloat16, optimizer=(torch.optim.SGD, dict(lr=0.5)))
     _assert_close(eager_losses, losses, 1e-2)
-    for p, q in zip(eager_params, params):
-        _assert_close(p, q, 2e-2)
+    moved = [(p - p0).float() for p, p0 in zip(eager_params, initial)]
+    assert max(d.abs().max().item() for d in moved) > 1e-2  # the eager steps did update the weights
+    for d, q, p0 in zip(moved, params, initial):
+        _assert_close(d, (q - p0).float(), 5e-2)
