@@ -763,4 +763,8 @@ def test_compiled_optimized_llama_in_backward_gpu(options, dtype):
     moved = [(p - p0).float() for p, p0 in zip(eager_params, initial)]
     assert max(d.abs().max().item() for d in moved) > 1e-2  # the eager steps did update the weights
     for d, q, p0 in zip(moved, params, initial):
-        _assert_close(d, (q - p0).float(), 5e-2)
+        # 5e-2 of the largest update, plus one ulp of the stored weight (a bf16 weight whose update is a
+        # few ulps rounds one ulp apart when Inductor's gradient differs in its last bits)
+        ulp = torch.finfo(dt).eps * p0.abs().max().item()
+        diff = (d - (q - p0).float()).abs().max().item()
+        assert diff <= 5e-2 * d.abs().max().item() + ulp, (diff, d.abs().max().item(), ulp)
