@@ -216,9 +216,7 @@ def test_compiled_optimized_llama_cpu(monkeypatch, all_kernels):
     counts = {op: graphs[0].code.count(f"ojas.{op}_forward") for op in ("rms_norm", "swiglu", "rope")}
     assert counts == ({"rms_norm": 5, "swiglu": 2, "rope": 2} if all_kernels else dict.fromkeys(counts, 0))
     rtol = 0.0 if _INTERPRETED else 1e-5  # CUDA: the eager adapter may add is_causal (tiles skipped, not masked)
-    _assert_close(eager_loss, loss, rtol)
-    for g, h in zip(eager_grads, grads):
-        _assert_close(g, h, rtol)
+    _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
 
 
 # --------------------------------------------------------------------------
@@ -549,6 +547,14 @@ def _assert_close(a, b, rtol):
     assert diff <= rtol * scale, f"max difference {diff:.3e} above {rtol} x {scale:.3e}"
 
 
+def _assert_step_close(eager_loss, loss, eager_tensors, tensors, loss_rtol, rtol):
+    """The compiled step's loss within ``loss_rtol`` and each gradient or parameter within ``rtol``
+    of the eager one's (relative to the largest entry, :func:`_assert_close`)."""
+    _assert_close(eager_loss, loss, loss_rtol)
+    for a, b in zip(eager_tensors, tensors):
+        _assert_close(a, b, rtol)
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("checkpoint", [False, True], ids=["no checkpoint", "checkpoint"])
@@ -566,9 +572,7 @@ def test_compiled_optimized_llama_gpu(mode, checkpoint, kernels_on):
     model, data = _llama(transformers, dtype, "cuda", checkpoint=checkpoint, **flags)
     eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(
         model, data, autocast=None if mode == "bf16" else torch.bfloat16)
-    _assert_close(eager_loss, loss, 1e-2)
-    for g, h in zip(eager_grads, grads):
-        _assert_close(g, h, 2e-2)
+    _assert_step_close(eager_loss, loss, eager_grads, grads, 1e-2, 2e-2)
 
 
 def _functional_cases():
@@ -677,9 +681,7 @@ def test_compiled_optimized_llama_modes_cpu(monkeypatch, mode):
     if mode == "packed sequences":
         assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
     rtol = 0.0 if _INTERPRETED else 1e-5
-    _assert_close(eager_loss, loss, rtol)
-    for g, h in zip(eager_grads, grads):
-        _assert_close(g, h, rtol)
+    _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
 
 
 @pytest.mark.gpu
@@ -693,9 +695,7 @@ def test_compiled_optimized_llama_modes_gpu(mode, dtype):
     model, data = _mode_llama(transformers, mode, torch.bfloat16 if dtype == "bf16" else torch.float32, "cuda")
     eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(
         model, data, autocast=None if dtype == "bf16" else torch.bfloat16)
-    _assert_close(eager_loss, loss, 1e-2)
-    for g, h in zip(eager_grads, grads):
-        _assert_close(g, h, 2e-2)
+    _assert_step_close(eager_loss, loss, eager_grads, grads, 1e-2, 2e-2)
 
 
 IN_BACKWARD = {"default": {}, "overlap": dict(overlap=True), "state on cpu": dict(state_device="cpu")}
@@ -739,9 +739,7 @@ def test_compiled_optimized_llama_in_backward_cpu(monkeypatch, options):
     (eager_losses, eager_params), (losses, params) = _in_backward_steps(
         transformers, IN_BACKWARD[options], torch.float32, DEVICE, "aot_eager")
     rtol = 0.0 if _INTERPRETED else 1e-5
-    _assert_close(eager_losses, losses, rtol)
-    for p, q in zip(eager_params, params):
-        _assert_close(p, q, rtol)
+    _assert_step_close(eager_losses, losses, eager_params, params, rtol, rtol)
 
 
 @pytest.mark.gpu
