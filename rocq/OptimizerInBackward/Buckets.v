@@ -7,7 +7,7 @@
     which is freed ([hook_update]), and leaves the pending list.  At the
     end of the backward pass every parameter still pending is flushed.
     [choose] is any flush rule; [cap_flush] is the rule of
-    [InBackwardOptimizer] (ojas_ref/primitives/optimizer_in_backward.py): flush the
+    [InBackwardOptimizer] (ojas_ref/optim/in_backward.py): flush the
     pending parameters of the group of the parameter just hooked when
     the sizes of their gradients reach the cap.
 

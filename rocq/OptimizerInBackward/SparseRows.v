@@ -22,7 +22,7 @@
 
     Over [R]; the floats (the sign of a zero, the order in which duplicate
     token rows are summed) are argued and tested in
-    [ojas_ref/primitives/optimizer_in_backward.py], not proved here. *)
+    [ojas_ref/optim/in_backward.py], not proved here. *)
 
 From Coq Require Import Reals List Lra.
 From Ojas Require Import ScalarOps OptimizerInBackward.UpdateRules.

@@ -1,6 +1,6 @@
 (** * The backward of ReLU from a packed 1-bit mask, and of ReLU² from the saved [relu h].
 
-    What the code runs (ojas_ref/primitives/relu.py, kernels/ojas_kernels/relu.py):
+    What the code runs (ojas_ref/functional/relu.py, kernels/ojas_kernels/relu.py):
 
     - ReLU forward: [r = relu h] (torch's [F.relu]) and the mask
       [m = not (h <= 0)] packed 8 bits per byte ([pack], bit [j] of byte

@@ -112,7 +112,7 @@ Qed.
     [gelu' a = 1/2 (1 + T) + 1/2 a (1 - T^2) k (1 + 3 c a^2)]
     (the form of torch's tanh-gelu backward).  [tanh] is the standard
     library's [sinh / cosh].  The kernel (kernels/ojas_kernels/swiglu.py, activation
-    "gelu_tanh") and the reference (ojas_ref/primitives/swiglu.py) run this
+    "gelu_tanh") and the reference (ojas_ref/functional/swiglu.py) run this
     backward; no theorem covers their rounding. *)
 
 Definition gelu_c : R := 0.044715.
