@@ -30,7 +30,7 @@
     the rounded subtraction; any logit errors (no premise [|z - y| <= delta]).
     Not covered: how [Eb] is obtained (the caller's exact probabilities and
     per-logit error bounds [|d_v| <= delta_v + delta_t], evaluated in float64
-    by ojas_ref/verification/lce_error.py, not proved); the two-level
+    by ojas_ref/verification/linear_cross_entropy_error.py, not proved); the two-level
     schedule; softcap, label smoothing, z-loss, bias; FMA contraction;
     overflow. *)
 

@@ -41,7 +41,7 @@
     [ce_dw_error] (which exclude the softcap), and no Python bound uses it; the bias (added before
     the cap), label smoothing, z-loss; FMA contraction of [c * th]; overflow; the computed
     tanh itself (a premise, measured by [measured_tanh_error] of
-    ojas_ref/verification/lce_error.py, not proved from the exp and division errors). *)
+    ojas_ref/verification/linear_cross_entropy_error.py, not proved from the exp and division errors). *)
 
 From Coq Require Import Reals List Lra.
 From Coquelicot Require Import Coquelicot.
