@@ -70,7 +70,7 @@ def import_ojas_kernels():
 
 def make_impls(torch, F, klce, cuda: bool) -> dict:
     """name -> (fn or None, why not)."""
-    ref = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
+    ref = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
     impls = {
         "ojas": (lambda x, w, t: klce.linear_cross_entropy(x, w, t), None),
         "materialised": (lambda x, w, t: F.cross_entropy((x @ w.T).float(), t), None),
@@ -129,7 +129,7 @@ def make_inputs(torch, N, D, V, ignored, device, logit_std, seed=0):
 
 def reference_grads(torch, x, w, t):
     """Loss and gradients of ojas_ref's chunked reference in float32 on the bf16 inputs."""
-    ref = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
+    ref = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
     xf, wf = (a.detach().float().requires_grad_() for a in (x, w))
     loss = ref.linear_cross_entropy(xf, wf, t, impl="reference")
     loss.backward()

@@ -79,7 +79,7 @@ QUICK_SIZES = dict(N=8, D=64, V=1000)
 def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> dict:
     """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
     from ojas_kernels import linear_cross_entropy as lce
-    from ojas_ref.verification.lce_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
+    from ojas_ref.verification.linear_cross_entropy_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
                                                  gradient_sums, measured_premise_depth, stored_logits)
 
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -126,7 +126,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
                                                     linear_cross_entropy_loss_error_bound,
                                                     linear_cross_entropy_loss_posteriori_bound,
                                                     linear_cross_entropy_lse_error_bound)
-    from ojas_ref.verification.lce_error import (exact_capped, exact_lse, kernel_stream_lse, measured_premise_depth,
+    from ojas_ref.verification.linear_cross_entropy_error import (exact_capped, exact_lse, kernel_stream_lse, measured_premise_depth,
                                                  stored_logits, stream_block_v)
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
@@ -176,7 +176,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
 
 def run(sizes: dict, device: str) -> dict:
     from ojas_ref.verification.error_bounds import LCE_EXP_ERROR, LCE_LOG_ERROR, LCE_TANH_ERROR
-    from ojas_ref.verification.lce_error import measured_exp_error, measured_log_error, measured_tanh_error
+    from ojas_ref.verification.linear_cross_entropy_error import measured_exp_error, measured_log_error, measured_tanh_error
 
     rel, ab = measured_exp_error(device)
     lg = measured_log_error(device)

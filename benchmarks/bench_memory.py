@@ -197,7 +197,7 @@ def build_model(c: Config, dtype: torch.dtype, device: torch.device, preset=None
 
 
 def build_reversible(c: Config, dtype: torch.dtype, device: torch.device, preset=None):
-    from ojas_ref.integrations.reversible_decoder import ReversibleDecoder, ReversibleDecoderConfig
+    from ojas_ref.nn.reversible_decoder import ReversibleDecoder, ReversibleDecoderConfig
 
     shape = (dict(vocab=c.vocab, hidden=c.hidden, layers=c.layers, heads=c.heads, kv_heads=c.heads,
                   intermediate=c.intermediate) if preset is None else
@@ -269,7 +269,7 @@ class MemoryRunner(Runner):
             return None
         total, known = 0, False
         if self.techniques["checkpoint"] == "offload":
-            from ojas_ref.integrations.offload import OffloadedCheckpoint
+            from ojas_ref.nn.offload import OffloadedCheckpoint
 
             layer_funcs = (m.__dict__.get("_gradient_checkpointing_func") for m in self.model.modules())
             funcs = {id(f): f for g in layer_funcs  # a split layer's function holds its segments' one

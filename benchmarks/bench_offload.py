@@ -40,7 +40,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
 from ojas_ref import optimize_model  # noqa: E402
-from ojas_ref.integrations.offload import OffloadedCheckpoint  # noqa: E402
+from ojas_ref.nn.offload import OffloadedCheckpoint  # noqa: E402
 
 MODES = ("standard+ckpt", "standard+offload", "ojas+ckpt", "ojas+offload")
 STANDARD = dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer  # noqa: E402
+from ojas_ref.optim.in_backward import InBackwardOptimizer  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OPTIMIZERS = {

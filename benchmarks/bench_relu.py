@@ -1,4 +1,4 @@
-"""Benchmark: ``ojas_ref.primitives.relu.relu`` (a packed 1-bit mask saved) beside torch's ``F.relu`` /
+"""Benchmark: ``ojas_ref.functional.relu.relu`` (a packed 1-bit mask saved) beside torch's ``F.relu`` /
 ``nn.ReLU``, and ``relu_squared_linear`` (``relu(h)`` saved, not its square) beside Hugging Face's
 ``ReLUSquaredActivation`` followed by ``nn.Linear``; forward + backward.
 
@@ -38,7 +38,8 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_swiglu import kernel_bench_cli, write_rows  # noqa: E402
-from ojas_ref.primitives.relu import ReLU, relu, relu_squared_linear  # noqa: E402
+from ojas_ref.functional.relu import relu, relu_squared_linear  # noqa: E402
+from ojas_ref.nn import ReLU  # noqa: E402
 
 MIB = 2.0**20
 SHAPES = [(4096, 4096), (8192, 16384)]
@@ -160,7 +161,7 @@ CASES = ("act", "ffn_dropout", "ffn", "relu2_linear")
 
 
 def main() -> None:
-    args, device = kernel_bench_cli(__doc__, "ojas_ref.primitives.relu.relu")
+    args, device = kernel_bench_cli(__doc__, "ojas_ref.functional.relu.relu")
     shapes = QUICK_SHAPES if args.quick else SHAPES
     rows = [row for case in CASES for shape in shapes for dtype in DTYPES.values()
             for row in run_case(case, shape, dtype, device, args.impl, 5)]

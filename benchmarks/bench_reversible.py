@@ -1,4 +1,4 @@
-"""Benchmark: a reversible transformer stack (ojas_ref.primitives.reversible) against the same
+"""Benchmark: a reversible transformer stack (ojas_ref.nn.reversible) against the same
 stack run ordinarily and with per-block activation checkpointing: memory and step time
 at several depths, side by side in one run.
 
@@ -54,7 +54,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence  # noqa: E402
+from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence  # noqa: E402
 
 MIB = 2.0**20
 COMPUTE = torch.bfloat16

@@ -1,4 +1,4 @@
-"""Benchmark: the reversible Llama-style decoder (ojas_ref.integrations.reversible_decoder)
+"""Benchmark: the reversible Llama-style decoder (ojas_ref.nn.reversible_decoder)
 against the same blocks run with stored activations and with per-layer checkpointing.
 
     python benchmarks/bench_reversible_decoder.py [--shapes 1.06B,deep64] [--out FILE]
@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ojas_ref.integrations.reversible_decoder import MODES, ReversibleDecoder, ReversibleDecoderConfig  # noqa: E402
+from ojas_ref.nn.reversible_decoder import MODES, ReversibleDecoder, ReversibleDecoderConfig  # noqa: E402
 
 SHAPES = {
     "1.06B": dict(config=dict(vocab=32000, hidden=2048, layers=18, heads=16, kv_heads=16, intermediate=5632,

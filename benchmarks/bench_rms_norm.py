@@ -35,7 +35,7 @@ def implementations(torch, module, compile_hf: bool) -> dict:
     """name -> function of x (forward); all of them apply the module's weight."""
     import torch.nn.functional as F
 
-    from ojas_ref.primitives.rms_norm import rms_norm
+    from ojas_ref.functional.rms_norm import rms_norm
 
     n = module.weight.shape[0]
     impls = {

@@ -1,4 +1,4 @@
-"""Benchmark: the fused RoPE (``ojas_ref.primitives.rope``) beside Hugging Face's Llama
+"""Benchmark: the fused RoPE (``ojas_ref.functional.rope``) beside Hugging Face's Llama
 ``apply_rotary_pos_emb``, forward + backward.
 
     python benchmarks/bench_rope.py [--out FILE] [--impl auto|reference|triton]
@@ -28,7 +28,7 @@ from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_swiglu import kernel_bench_cli, write_rows  # noqa: E402
-from ojas_ref.primitives.rope import apply_rotary_pos_emb  # noqa: E402
+from ojas_ref.functional.rope import apply_rotary_pos_emb  # noqa: E402
 
 SHAPES = [(1, 16, 16, 2048, 128), (1, 32, 8, 8192, 128)]
 QUICK_SHAPES = [(2, 4, 2, 37, 16)]

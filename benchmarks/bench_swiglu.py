@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ojas_ref.primitives.swiglu import ACTIVATIONS, swiglu  # noqa: E402
+from ojas_ref.functional.swiglu import ACTIVATIONS, swiglu  # noqa: E402
 
 MIB = 2.0**20
 SHAPES = [(2048, 5632), (8192, 14336)]

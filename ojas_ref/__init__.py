@@ -1,52 +1,43 @@
-"""ojas-ref: formally verified reference implementations of memory-saving training primitives.
+"""ojas-ref: formally verified memory-saving primitives for training large language models.
 
-* :func:`attention`: online-softmax attention, a drop-in for
-  ``F.scaled_dot_product_attention`` (rocq/Attention/).
-* :func:`linear_cross_entropy`: chunked linear cross-entropy (rocq/CrossEntropy/).
-* :class:`ReversibleSequence` of :class:`AdditiveCoupling` / :class:`SymplecticCoupling`
-  blocks: activations reconstructed in backward (rocq/Reversible/).
-* :class:`InBackwardOptimizer`: each parameter updated in its post-accumulate-grad hook,
-  no persistent gradients (rocq/OptimizerInBackward/).
-* :func:`rms_norm` / :class:`RMSNorm`: RMSNorm with Hugging Face's casting rules, a fused
-  Triton kernel on CUDA (backward: rocq/RMSNorm/Backward.v).
-* :func:`swiglu` / :class:`SwiGLU`: ``silu(gate) * up`` (or GeGLU's ``gelu_tanh(gate) * up``,
-  ``activation="gelu_tanh"``) with gate and up saved and the activation recomputed in backward,
-  a fused Triton kernel on CUDA (rocq/SwiGLU/Backward.v).
-* :func:`relu` / :class:`ReLU`: ``F.relu`` saving its mask packed 1 bit per element (backward
-  bitwise torch's), and :func:`relu_squared_linear`, ReLU² and the linear map after it saving
-  ``relu(h)`` but not its square (rocq/ReLU/Backward.v).
-* :mod:`ojas_ref.primitives.rope`: the rotary embedding (Hugging Face's rotate-half form)
-  as one fused Triton kernel each way (rocq/RoPE/Backward.v); ``optimize_model`` applies it.
-* :func:`optimize_model` / :func:`revert_model`: the primitives applied to an existing
-  model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
-* :class:`MultiheadAttention`, :class:`LinearCrossEntropyLoss`: ``torch.nn`` modules on them.
+The package is layered as torch is:
 
-The package has four parts: ``ojas_ref.primitives`` (the references above and the rules they
-share), ``ojas_ref.integrations`` (``optimize_model``, the Hugging Face adapters, the
-``torch.nn`` modules), ``ojas_ref.tools`` (``ojas plan``, ``ojas train``, the ``ojas``
-command) and ``ojas_ref.verification`` (the oracle client, the differential checks, the
-proof audit and ``ojas audit``). Each primitive function lives in the module of the same
-name under ``ojas_ref/primitives/`` (``ojas_ref/primitives/attention.py``, ...;
-``optimize_model`` in ``ojas_ref/integrations/optimize.py``, the modules in
-``ojas_ref/integrations/modules.py``); the package attribute is the function, so reach a
-module's internals with ``importlib.import_module("ojas_ref.primitives.attention")``.
+* :mod:`ojas_ref.functional`: the primitives as functions (``torch.nn.functional``'s role):
+  :func:`attention` (online-softmax attention, a drop-in for
+  ``F.scaled_dot_product_attention``, rocq/Attention/), :func:`linear_cross_entropy` (chunked
+  linear cross-entropy, rocq/CrossEntropy/), :func:`rms_norm`, :func:`swiglu`, :func:`relu` /
+  :func:`relu_squared_linear` and ``apply_rotary_pos_emb`` (the rotary embedding), each with its
+  reference, its ``autograd.Function`` and its dispatch to the Triton kernels of
+  :mod:`ojas_kernels` (the top-level ``kernels/`` folder).
+* :mod:`ojas_ref.nn`: modules on them (:class:`RMSNorm`, :class:`SwiGLU`, :class:`ReLU`,
+  :class:`MultiheadAttention`, :class:`LinearCrossEntropyLoss`), reversible coupling blocks
+  (:class:`ReversibleSequence` of :class:`AdditiveCoupling` / :class:`SymplecticCoupling`,
+  rocq/Reversible/) and offloaded activation checkpoints.
+* :mod:`ojas_ref.optim`: :class:`InBackwardOptimizer` (each parameter updated in its
+  post-accumulate-grad hook, no persistent gradients, rocq/OptimizerInBackward/) and the
+  block-coordinate optimizer.
+* :mod:`ojas_ref.integrations.hf`: :func:`optimize_model` / :func:`revert_model`, the primitives
+  applied to an existing model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
+* :mod:`ojas_ref.verification`: the oracle client, the differential checks, the proved error
+  bounds and the proof audit.
+* :mod:`ojas_ref.tools`: ``ojas plan``, ``ojas train`` and the ``ojas`` command (no library
+  module imports them).
 """
 
 import importlib.metadata
 
-from ojas_ref.integrations.modules import LinearCrossEntropyLoss, MultiheadAttention
-from ojas_ref.integrations.optimize import optimize_model, revert_model
-from ojas_ref.primitives.attention import attention
-from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
-from ojas_ref.primitives.relu import ReLU, relu, relu_squared_linear
-from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence, SymplecticCoupling
-from ojas_ref.primitives.rms_norm import RMSNorm, rms_norm
-from ojas_ref.primitives.swiglu import SwiGLU, swiglu
+from ojas_ref import _moved
+from ojas_ref.functional import attention, linear_cross_entropy, relu, relu_squared_linear, rms_norm, swiglu
+from ojas_ref.integrations.hf.optimize import optimize_model, revert_model
+from ojas_ref.nn import (AdditiveCoupling, LinearCrossEntropyLoss, MultiheadAttention, ReLU, ReversibleSequence,
+                         RMSNorm, SwiGLU, SymplecticCoupling)
+from ojas_ref.optim import InBackwardOptimizer
 
 __all__ = ["attention", "linear_cross_entropy", "optimize_model", "relu", "relu_squared_linear", "revert_model",
            "rms_norm", "swiglu", "AdditiveCoupling", "InBackwardOptimizer", "LinearCrossEntropyLoss",
            "MultiheadAttention", "RMSNorm", "ReLU", "ReversibleSequence", "SwiGLU", "SymplecticCoupling"]
+
+_moved.install()
 
 try:
     __version__: str = importlib.metadata.version("ojas-ref")

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import ojas_ref
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
-from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence
+from ojas_ref.optim.in_backward import InBackwardOptimizer
+from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence
 
 WORLD, ROWS, STEPS = 2, 4, 3  # ranks, rows per rank and micro-batch, optimizer steps
 F64 = torch.float64
@@ -235,7 +235,7 @@ def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Each config with InBackwardOptimizer (key: its name) and with torch.optim (name + "/torch");
     DDP options, a reversible model; the error for accumulation_steps > 1, the warning for a
     local update; whether the DDP-finding hook was removed after the first run."""
-    from ojas_ref.primitives import optimizer_in_backward
+    from ojas_ref.optim import in_backward as optimizer_in_backward
 
     out: dict[str, Any] = {}
     for name in CONFIGS:

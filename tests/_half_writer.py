@@ -1,5 +1,5 @@
 """The fault tests' writer stop (tests/test_checkpoint.py, tests/test_train.py), imported by
-their subprocesses: ``ojas_ref.tools.checkpoint``'s ``open`` replaced so that the payload of the
+their subprocesses: ``ojas_ref.tools.train_state``'s ``open`` replaced so that the payload of the
 chosen checkpoint reaches the disk half, then the process prints READY and sleeps until
 the test SIGKILLs it."""
 
@@ -9,7 +9,7 @@ import builtins
 import os
 import time
 
-from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import train_state as ckpt
 
 
 def hang() -> None:

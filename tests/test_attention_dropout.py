@@ -1,5 +1,5 @@
 """Attention dropout of ``ojas_ref.attention`` (``dropout_p``, issue 34 item 6): the
-reference (ojas_ref/primitives/attention.py) and the Triton kernel
+reference (ojas_ref/functional/attention.py) and the Triton kernel
 (kernels/ojas_kernels/attention.py; in Triton's CPU interpreter when no CUDA device is
 present) against a dense float64 computation with the same keep mask.
 
@@ -28,9 +28,9 @@ from torch.utils.checkpoint import checkpoint
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ojas_ref.primitives.attention import attention, attention_forward  # noqa: E402
+from ojas_ref.functional.attention import attention, attention_forward  # noqa: E402
 
-attn_mod = importlib.import_module("ojas_ref.primitives.attention")
+attn_mod = importlib.import_module("ojas_ref.functional.attention")
 F64 = torch.float64
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ojas_ref.primitives.attention import attention, attention_forward  # noqa: E402
+from ojas_ref.functional.attention import attention, attention_forward  # noqa: E402
 
 F64 = torch.float64
 

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ojas_ref.primitives.attention import attention, attention_forward
+from ojas_ref.functional.attention import attention, attention_forward
 from ojas_ref.verification.attention_check import (
     MASK_SHAPES,
     Case,
@@ -44,7 +44,7 @@ from ojas_ref.verification.attention_check import (
     structural_visibility,
 )
 
-attn_mod = importlib.import_module("ojas_ref.primitives.attention")
+attn_mod = importlib.import_module("ojas_ref.functional.attention")
 F64 = torch.float64
 
 
@@ -361,7 +361,7 @@ def test_impl_triton_refusals(fake_kernel, monkeypatch):
 
 _INTERPRETED_KERNEL_CHECK = """
 import torch
-from ojas_ref.primitives.attention import attention
+from ojas_ref.functional.attention import attention
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(*s, generator=g, requires_grad=True) for s in ((1, 4, 20, 16), (1, 2, 27, 16), (1, 2, 27, 8)))
 pad = torch.ones(1, 1, 1, 27, dtype=torch.bool); pad[..., :4] = False  # left padding, with causal: rows 0-3 see nothing

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from ojas_ref.integrations.block_coordinate import BlockCoordinateOptimizer, decoder_layer_blocks
+from ojas_ref.optim.block_coordinate import BlockCoordinateOptimizer, decoder_layer_blocks
 from test_optimizer_in_backward import CLIP, assert_same, batch, make_model
 
 KW = dict(lr=1e-2, betas=(0.8, 0.95), weight_decay=0.1)

@@ -1,4 +1,4 @@
-"""ojas_ref.tools.checkpoint: atomic writes, verified loads, SIGKILL in the middle of a write."""
+"""ojas_ref.tools.train_state: atomic writes, verified loads, SIGKILL in the middle of a write."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import train_state as ckpt
 
 
 def _state(seed: int) -> dict:
@@ -92,7 +92,7 @@ def test_listing_and_pruning(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent("""
     import sys
     import torch
-    from ojas_ref.tools import checkpoint as ckpt
+    from ojas_ref.tools import train_state as ckpt
 
     directory, where = sys.argv[1], sys.argv[2]
     sys.path.insert(0, sys.argv[3])
@@ -144,7 +144,7 @@ def test_lock_directory_refuses_a_second_holder(tmp_path: Path) -> None:
                 pass
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from ojas_ref.tools import checkpoint as ckpt
+        from ojas_ref.tools import train_state as ckpt
         with ckpt.lock_directory({str(tmp_path)!r}):
             print("READY", flush=True)
             time.sleep(600)

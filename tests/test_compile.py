@@ -318,7 +318,7 @@ def test_compiled_head_update_runs_eagerly(monkeypatch):
     inside the backward (a ``_HeadUpdate`` per forward, as eagerly) and two SGD steps give the
     eager weights bit for bit."""
     from ojas_ref import InBackwardOptimizer
-    from ojas_ref.primitives import linear_cross_entropy as lce
+    from ojas_ref.functional import linear_cross_entropy as lce
 
     updates = []
     begin = lce._HeadUpdate.begin
@@ -383,7 +383,7 @@ def _rope_q_k(heads_first: bool, dtype=torch.float32):
 
 
 def _rope(dim):
-    from ojas_ref.primitives.rope import apply_rotary_pos_emb
+    from ojas_ref.functional.rope import apply_rotary_pos_emb
 
     def fn(q, k, cos, sin):
         return torch.cat(apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=dim, impl="triton"), 1 if dim == 1 else 2)
@@ -487,7 +487,7 @@ def test_elementwise_ops_opcheck(name):
 def test_elementwise_ops_run_the_eager_kernels(name):
     """Each forward op called directly gives the eager kernel path's outputs and gradients bit
     for bit; double backward through it raises, as eagerly."""
-    from ojas_ref.primitives.rope import apply_rotary_pos_emb
+    from ojas_ref.functional.rope import apply_rotary_pos_emb
 
     forward, args, _, _ = _elementwise_op_args()[name]
     eager = {"rms_norm": lambda x, w, eps, *_: ojas_ref.rms_norm(x, 48, w, eps, impl="triton"),
@@ -576,7 +576,7 @@ def test_compiled_optimized_llama_gpu(mode, checkpoint, kernels_on):
 
 
 def _functional_cases():
-    from ojas_ref.primitives.rope import apply_rotary_pos_emb
+    from ojas_ref.functional.rope import apply_rotary_pos_emb
 
     def attention(x):
         q = x.view(2, 24, 4, 16).transpose(1, 2)

@@ -234,7 +234,7 @@ def test_linear_cross_entropy_forward_bound_holds(D, V, N, scale, bias, eps, lam
     weights x 300 (logits of several hundred, large lse and z-loss). Caveat as for the
     attention bound: with logit spreads beyond ~87 some float32 exp(z - m) underflow,
     outside the model (each errs by < 2^-126 against a sum >= 1)."""
-    from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy_forward
+    from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy_forward
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(N, D, generator=gen, dtype=torch.float64).float()

@@ -1,5 +1,5 @@
 """The head's weight updated chunk by chunk inside the linear cross-entropy's backward
-(``InBackwardOptimizer(head_weight=...)``, ojas_ref/primitives/linear_cross_entropy.py
+(``InBackwardOptimizer(head_weight=...)``, ojas_ref/functional/linear_cross_entropy.py
 ``_backward_kept_update_head``; Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard).
 
 Against the standard loop (``loss.backward(); SGD.step(); zero_grad()``) with the same loss:
@@ -24,7 +24,7 @@ if not torch.cuda.is_available():  # the kernel tests run the Triton interpreter
 
 from ojas_ref import InBackwardOptimizer, linear_cross_entropy  # noqa: E402
 
-ref_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
+ref_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
 V, D, N, EMB = 37, 8, 21, 30   # V not a multiple of the vocabulary chunk (5), N not of the token chunk (8)
 CHUNKS = (8, 5)

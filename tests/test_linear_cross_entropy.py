@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
 from ojas_ref.verification.linear_cross_entropy_check import (autocast_mismatches, oracle_and_reference,
                                                              oracle_mismatches)
 
-lce_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
+lce_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
 F64 = torch.float64
 REDUCTIONS = ("none", "mean", "sum")

@@ -68,7 +68,7 @@ from ojas_ref.verification.error_bounds import (  # noqa: E402
     linear_cross_entropy_loss_posteriori_bound,
     linear_cross_entropy_lse_error_bound,
 )
-from ojas_ref.verification.lce_error import (  # noqa: E402
+from ojas_ref.verification.linear_cross_entropy_error import (  # noqa: E402
     emulated_stream_lse,
     exact_gradients,
     exact_lse,
@@ -430,7 +430,7 @@ def test_tree_sum_adds_every_element_once():
     """The emulated tl.sum tree (lce_error._tree_sum) on integer rows (exact in float32): the
     exact row sums, for the layouts the rows kernel compiles to (4 or 8 per thread, 32 lanes,
     8 warps) and a smaller one; and the TTGIR layout parser."""
-    from ojas_ref.verification.lce_error import _blocked_layout, _tree_sum
+    from ojas_ref.verification.linear_cross_entropy_error import _blocked_layout, _tree_sum
 
     x = torch.randint(-1000, 1000, (5, 4096), generator=_gen(3)).float()
     for layout in ((4, 32, 8), (8, 32, 8), (2, 4, 2)):
@@ -607,7 +607,7 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
 def test_gpu_tile_sum_depth_identified(dtype):
     """The rows kernel's tl.sum is the identified tree on the device (checked_tile_sum_depth raises
     otherwise): depth (elements per thread - 1) + log2(32 lanes) + log2(warps)."""
-    from ojas_ref.verification.lce_error import checked_tile_sum_depth
+    from ojas_ref.verification.linear_cross_entropy_error import checked_tile_sum_depth
 
     rows = lce.default_config(dtype, torch.device("cuda")).rows
     depth = checked_tile_sum_depth(dtype, "cuda")
@@ -623,7 +623,7 @@ def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     """V = 128256, 64 distinct targets (every eighth ignored): the loss (ce_loss_posteriori) and
     the gradients (ce_gp_dh_error / ce_gp_dw_error) within their bounds with each logit's error
     measured on the stored logits and the tile sum's identified depth."""
-    from ojas_ref.verification.lce_error import checked_tile_sum_depth
+    from ojas_ref.verification.linear_cross_entropy_error import checked_tile_sum_depth
 
     x, w, _ = _gpu_case(64, dtype)
     target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(3))[:64]
@@ -689,7 +689,7 @@ def test_four_product_gradients_within_bound(dtype, reduction):
     below half the trivial bound |w0| sum |G| |h| (dW: the weighted T), and the largest bound within
     1000x (float32) / 30x (bfloat16) of the largest error: the any-order gamma_n is a worst case,
     about sqrt(n) above the random-like rounding seen at these sizes (n = V = 700 for dH)."""
-    from ojas_ref.verification.lce_error import weighted_gradient_sums
+    from ojas_ref.verification.linear_cross_entropy_error import weighted_gradient_sums
 
     x, w, target, cfg, go = _four_case(dtype, reduction)
     gh, gw = _four_grads(x, w, target, reduction, cfg, go)

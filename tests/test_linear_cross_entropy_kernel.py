@@ -52,7 +52,7 @@ from ojas_ref.verification.linear_cross_entropy_check import (  # noqa: E402
     oracle_tolerance,
 )
 
-ref_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
+ref_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
 _INTERPRETED = type(klce._logits_kernel).__name__ == "InterpretedFunction"
 cpu = pytest.mark.skipif(
@@ -359,7 +359,7 @@ def test_in_backward_optimizer_clipping_matches_standard_loop(autocast):
     so no tolerance is needed.  Also with float32 parameters and the forward under
     torch.autocast("cpu", bfloat16), as Hugging Face's mixed precision runs it (the
     head gets a bf16 hidden state and the float32 weight)."""
-    from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+    from ojas_ref.optim.in_backward import InBackwardOptimizer
 
     V, D, clip = 30, 16, 0.05
     torch.manual_seed(0)

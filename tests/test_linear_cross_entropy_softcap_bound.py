@@ -46,7 +46,7 @@ from ojas_ref.verification.error_bounds import (  # noqa: E402
     linear_cross_entropy_softcap_chain_error_bound,
     linear_cross_entropy_softcap_logit_error_bound,
 )
-from ojas_ref.verification.lce_error import (  # noqa: E402
+from ojas_ref.verification.linear_cross_entropy_error import (  # noqa: E402
     cap_sweep,
     exact_capped,
     exact_gradients,

@@ -1,5 +1,5 @@
 """ojas_ref.MultiheadAttention against torch.nn.MultiheadAttention, ojas_ref.LinearCrossEntropyLoss
-against F.cross_entropy of the logits (ojas_ref/integrations/modules.py).
+against F.cross_entropy of the logits (ojas_ref/nn/modules.py).
 
 float64, so the only difference from torch is summation order: 1e-10 relative. Masks in
 nn.MultiheadAttention's convention (bool True = masked, float = added), every mask kind
@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 import ojas_ref
-from ojas_ref.integrations.modules import MultiheadAttention
+from ojas_ref.nn.modules import MultiheadAttention
 
-attn_mod = importlib.import_module("ojas_ref.primitives.attention")
-modules_mod = importlib.import_module("ojas_ref.integrations.modules")
+attn_mod = importlib.import_module("ojas_ref.functional.attention")
+modules_mod = importlib.import_module("ojas_ref.nn.modules")
 
 RTOL = 1e-10
 

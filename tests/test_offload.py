@@ -1,4 +1,4 @@
-"""``optimize_model(model, checkpoint="offload")`` (ojas_ref/integrations/offload.py).
+"""``optimize_model(model, checkpoint="offload")`` (ojas_ref/nn/offload.py).
 
 On the CPU the host copy is a plain copy, so the offloaded path must give the losses and
 gradients of ``checkpoint=True`` bit for bit; the hooks must offload exactly the decoder
@@ -22,8 +22,8 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations.offload import OffloadedCheckpoint, is_offloaded_activation  # noqa: E402
-from ojas_ref.integrations.optimize import optimize_model, revert_model  # noqa: E402
+from ojas_ref.nn.offload import OffloadedCheckpoint, is_offloaded_activation  # noqa: E402
+from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
 
 V = 61
 CONFIG = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,

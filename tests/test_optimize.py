@@ -1,4 +1,4 @@
-"""optimize_model on plain PyTorch models (ojas_ref/integrations/optimize.py): nn.TransformerEncoder /
+"""optimize_model on plain PyTorch models (ojas_ref/integrations/hf/optimize.py): nn.TransformerEncoder /
 DecoderLayer and nn.MultiheadAttention are computed by ojas attention, the rest is reported.
 
 float64 training for several SGD-with-momentum steps against the unoptimized copy:

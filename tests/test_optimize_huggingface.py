@@ -1,4 +1,4 @@
-"""``optimize_model`` on Hugging Face causal LMs (ojas_ref/integrations/huggingface.py), tiny random configs.
+"""``optimize_model`` on Hugging Face causal LMs (ojas_ref/integrations/hf/adapters.py), tiny random configs.
 
 Each family is built from a config in the test (no weights from a hub) and trained side
 by side with its unpatched copy. The comparisons run in float64, the unpatched model's
@@ -28,10 +28,10 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations import huggingface as hf  # noqa: E402
-from ojas_ref.integrations.optimize import (  # noqa: E402
+from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.integrations.hf.optimize import (  # noqa: E402
     RMS_NORM_THEOREMS, SWIGLU_THEOREMS, optimize_model, revert_model)
-from ojas_ref.primitives.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM  # noqa: E402
+from ojas_ref.functional.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.loss.loss_utils import fixed_cross_entropy  # noqa: E402
 
@@ -613,7 +613,7 @@ def test_plain_calls_skip_the_general_path(monkeypatch, general):
 
 
 def test_plain_kernel_call_is_the_plain_case_only(monkeypatch):
-    from ojas_ref.primitives.dispatch import plain_kernel_call
+    from ojas_ref.functional.dispatch import plain_kernel_call
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     env = "OJAS_TEST_IMPL"

@@ -24,8 +24,8 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations import huggingface as hf  # noqa: E402
-from ojas_ref.integrations.optimize import REPORT_WIDTH, optimize_model, revert_model  # noqa: E402
+from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.integrations.hf.optimize import REPORT_WIDTH, optimize_model, revert_model  # noqa: E402
 from test_optimize_huggingface import (  # noqa: E402
     _LargestTensor, _logit_sized, assert_same_parameters, batch, build, close, float64_causal_lm_loss, train)
 
@@ -144,7 +144,7 @@ def test_a_plain_rotary_function_is_replaced_by_a_function_and_counted(monkeypat
     this venv); uses are counted, copies of a use are uses, and the last release puts it back."""
     import types
 
-    from ojas_ref.primitives.rope import rotary_reference
+    from ojas_ref.functional.rope import rotary_reference
 
     module = types.ModuleType("fake_modeling")
     module.apply_rotary_pos_emb = rotary_reference

@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.optim.in_backward import InBackwardOptimizer
 from test_optimizer_in_backward import assert_same, count_bucket_steps
 
 OPTIMIZERS = {
@@ -360,7 +360,7 @@ def test_one_element_slices(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     are still bitwise the unsliced step for the single-tensor and foreach paths: their arithmetic is
     elementwise. (Fused AdamW on the CPU is not, at 1 element: its scalar tail rounds differently
     from its vector body, 1.5e-8 measured; hence the alignment.)"""
-    import ojas_ref.primitives.optimizer_in_backward as M
+    import ojas_ref.optim.in_backward as M
     monkeypatch.setattr(M, "_SLICE_ALIGN", 1)
     cls, kw = SLICED[name]
     model_u, opt_u, losses_u, _ = sliced_run(cls, kw, 3, None, width=5)
@@ -751,7 +751,7 @@ class StreamModel(TorchDispatchMode):
 @contextlib.contextmanager
 def fake_cuda(monkeypatch: pytest.MonkeyPatch, opt: Optional[InBackwardOptimizer] = None):
     """The host-state code's CUDA branches on CPU tensors, its streams and events :class:`StreamModel`'s."""
-    import ojas_ref.primitives.optimizer_in_backward as M
+    import ojas_ref.optim.in_backward as M
 
     model = StreamModel()
     monkeypatch.setattr(M, "_is_cuda", model.is_device)

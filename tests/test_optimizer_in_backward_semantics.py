@@ -25,7 +25,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from ojas_ref import InBackwardOptimizer, linear_cross_entropy  # noqa: E402
-from ojas_ref.primitives.optimizer_in_backward import _live_grad  # noqa: E402
+from ojas_ref.optim.in_backward import _live_grad  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -160,10 +160,10 @@ def _saved_bytes(model, ids) -> int:
 
 
 # ojas attention in bf16 is left out: on the CPU it runs the reference, which saves its
-# output in float32 (ojas_ref/primitives/attention.py, _OnlineSoftmaxAttention), where the CUDA
+# output in float32 (ojas_ref/functional/attention.py, _OnlineSoftmaxAttention), where the CUDA
 # kernel the plan models saves it in bfloat16 (kernels/ojas_kernels/attention.py, _FlashAttention).
 # The fused RMSNorm is left out too: on the CPU the swapped modules run Hugging Face's ops
-# (ojas_ref/integrations/huggingface.py), so they save what the plan's unfused formula counts. SwiGLU's
+# (ojas_ref/integrations/hf/adapters.py), so they save what the plan's unfused formula counts. SwiGLU's
 # autograd Function saves gate and up on every device.
 @pytest.mark.parametrize("dtype,ojas_attention,ojas_swiglu",
                          [("fp32", False, False), ("bf16", False, False), ("fp32", True, False), ("bf16", False, True)])
@@ -833,8 +833,8 @@ def test_state_slice_default_is_whole_parameters_and_bench_memory_records_it():
     import inspect
 
     from benchmarks import bench_memory
-    from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer, _SLICE_ALIGN
-    from ojas_ref.integrations.optimize import OptimizationReport
+    from ojas_ref.optim.in_backward import InBackwardOptimizer, _SLICE_ALIGN
+    from ojas_ref.integrations.hf.optimize import OptimizationReport
     for fn in (InBackwardOptimizer, OptimizationReport.plan):
         assert inspect.signature(fn).parameters["state_slice_mb"].default is None
     assert _SLICE_ALIGN == P.SLICE_ALIGN

@@ -1,4 +1,4 @@
-"""ReLU with a packed 1-bit mask (ojas_ref.primitives.relu.relu, ojas_kernels.relu) and ReLU² followed
+"""ReLU with a packed 1-bit mask (ojas_ref.functional.relu.relu, ojas_kernels.relu) and ReLU² followed
 by a linear map saving only relu(h) (relu_squared_linear), against torch's F.relu and
 ``F.linear(torch.square(F.relu(h)), W, b)`` and their autograd.
 
@@ -34,8 +34,9 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ojas_ref.primitives.relu import (  # noqa: E402
-    ReLU, pack_mask, relu, relu_backward_reference, relu_squared_linear, unpack_mask)
+from ojas_ref.nn import ReLU  # noqa: E402
+from ojas_ref.functional.relu import (  # noqa: E402
+    pack_mask, relu, relu_backward_reference, relu_squared_linear, unpack_mask)
 
 triton = pytest.importorskip("triton")
 from ojas_kernels import relu as krelu  # noqa: E402

@@ -1,4 +1,4 @@
-"""ojas_ref.primitives.reversible against ordinary autograd on the same blocks.
+"""ojas_ref.nn.reversible against ordinary autograd on the same blocks.
 
 ``ReversibleSequence(blocks)`` must compute what ``nn.Sequential(*blocks)`` computes
 (the blocks called directly run with ordinary autograd), keep no activation of any
@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ojas_ref.primitives.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
+from ojas_ref.nn.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
                                             SymplecticCoupling)
 from ojas_ref.verification.error_bounds import reversible_reconstruction_error_bound
 from ojas_ref.verification.oracle import coupling_stack_oracle
@@ -201,7 +201,7 @@ class Attention(nn.Module):
         self.out = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from ojas_ref.primitives.attention import attention
+        from ojas_ref.functional.attention import attention
 
         q, k, v = self.qkv(self.norm(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)
         return self.out(attention(q, k, v, is_causal=True).transpose(1, 2).flatten(-2))

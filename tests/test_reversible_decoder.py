@@ -1,4 +1,4 @@
-"""ojas_ref.integrations.reversible_decoder: the reversible Llama-style decoder.
+"""ojas_ref.nn.reversible_decoder: the reversible Llama-style decoder.
 
 (a) float64: the reversible backward gives the stored-activation gradients of the same
     weights (Ojas.Reversible.Gradient.backprop_reversible_correct, whose premise of exact
@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ojas_ref.integrations.reversible_decoder import MODES, ReversibleDecoder, ReversibleDecoderConfig
+from ojas_ref.nn.reversible_decoder import MODES, ReversibleDecoder, ReversibleDecoderConfig
 
 F64 = torch.float64
 

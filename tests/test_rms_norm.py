@@ -1,4 +1,4 @@
-"""RMSNorm (ojas_ref/primitives/rms_norm.py, kernels/ojas_kernels/rms_norm.py) against Hugging Face's own RMSNorm modules.
+"""RMSNorm (ojas_ref/functional/rms_norm.py, kernels/ojas_kernels/rms_norm.py) against Hugging Face's own RMSNorm modules.
 
 * The reference (``impl="reference"``, the CPU path of ``optimize_model``'s swapped modules)
   is Hugging Face's formula in the same PyTorch ops: forward and both gradients equal
@@ -47,8 +47,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 import ojas_ref  # noqa: E402
 from ojas_kernels import rms_norm as krms  # noqa: E402
-from ojas_ref.integrations import huggingface as hf  # noqa: E402
-from ojas_ref.primitives.rms_norm import RMSNorm, rms_norm, rms_norm_reference  # noqa: E402
+from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.functional.rms_norm import rms_norm, rms_norm_reference  # noqa: E402
+from ojas_ref.nn import RMSNorm  # noqa: E402
 
 _INTERPRETED = type(krms._fwd_kernel).__name__ == "InterpretedFunction"
 kernel = pytest.mark.skipif(not (_INTERPRETED or torch.cuda.is_available()),

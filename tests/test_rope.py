@@ -1,4 +1,4 @@
-"""RoPE (ojas_ref.primitives.rope, ojas_kernels.rope) against transformers' Llama ``apply_rotary_pos_emb``.
+"""RoPE (ojas_ref.functional.rope, ojas_kernels.rope) against transformers' Llama ``apply_rotary_pos_emb``.
 
 * Every comparison is ``torch.equal`` (value-equal; -0.0 == 0.0, the only difference autograd's
   zero padding allows), forward and both gradients by torch's autograd of transformers' own
@@ -21,8 +21,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ojas_ref.primitives import rope as prope  # noqa: E402
-from ojas_ref.primitives.rope import (  # noqa: E402
+from ojas_ref.functional import rope as prope  # noqa: E402
+from ojas_ref.functional.rope import (  # noqa: E402
     BACKWARD_THEOREM, IMPL_ENV, apply_rotary_pos_emb, fused_rotary, rotary_reference,
 )
 

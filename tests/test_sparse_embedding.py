@@ -20,8 +20,8 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer  # noqa: E402
-from ojas_ref.integrations.optimize import optimize_model, revert_model  # noqa: E402
+from ojas_ref.optim.in_backward import InBackwardOptimizer  # noqa: E402
+from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
 
 V, D, PAD = 61, 32, 0
 

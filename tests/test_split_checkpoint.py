@@ -1,5 +1,5 @@
 """``optimize_model(..., checkpoint_split=True)``: each decoder layer checkpointed as two segments
-(ojas_ref/integrations/huggingface.py, ``SplitCheckpoint``).
+(ojas_ref/integrations/hf/adapters.py, ``SplitCheckpoint``).
 
 Recomputing a segment from its input repeats the forward's operations, so on the CPU the losses
 and gradients must be those of the unsplit checkpointed model bit for bit (float32 and bfloat16,
@@ -26,9 +26,9 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations import huggingface as hf  # noqa: E402
-from ojas_ref.integrations.offload import OffloadedCheckpoint  # noqa: E402
-from ojas_ref.integrations.optimize import optimize_model, revert_model  # noqa: E402
+from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.nn.offload import OffloadedCheckpoint  # noqa: E402
+from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
 from test_offload import batch, train  # noqa: E402
 from test_optimize_huggingface import COMMON, FAMILIES, V  # noqa: E402
 

@@ -62,7 +62,7 @@ def test_build_refuses_what_the_setting_cannot_mean():
 
 
 def test_built_model_has_the_split_and_the_bucket_size():
-    from ojas_ref.integrations.huggingface import SplitCheckpoint
+    from ojas_ref.integrations.hf.adapters import SplitCheckpoint
 
     model, opt = S.build(TINY, P.Setting(dtype="fp32", optimizer="sgd", seq=8, fused=True, checkpoint=True,
                                          split=True, ojas_rms_norm=True, bucket_cap_mb=32.0), 2, "cpu")

@@ -45,8 +45,9 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ojas_ref.primitives.swiglu import (  # noqa: E402
-    ACTIVATIONS, SwiGLU, swiglu, swiglu_backward_reference, swiglu_forward_reference)
+from ojas_ref.nn import SwiGLU  # noqa: E402
+from ojas_ref.functional.swiglu import (  # noqa: E402
+    ACTIVATIONS, swiglu, swiglu_backward_reference, swiglu_forward_reference)
 
 triton = pytest.importorskip("triton")
 from ojas_kernels import swiglu as kswiglu  # noqa: E402

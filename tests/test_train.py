@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import train_state as ckpt
 from ojas_ref.tools import plan
 from ojas_ref.tools import train as train_module
 from ojas_ref.tools.cli import main
@@ -486,7 +486,7 @@ def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) ->
     """Both flags on (the CPU: the offload is a plain copy, the host state the same tensors): the run
     equals the one without them, and a resume from step 4 continues it bitwise."""
     full = train(small(tmp_path / "full", cache, **HOST))
-    from ojas_ref.integrations.offload import OffloadedCheckpoint
+    from ojas_ref.nn.offload import OffloadedCheckpoint
 
     assert isinstance(full.model.model.layers[0]._gradient_checkpointing_func, OffloadedCheckpoint)
     plain = train(small(tmp_path / "plain", cache, **{**HOST, "offload_checkpoints": False,
@@ -537,7 +537,7 @@ def test_split_checkpoints_need_activation_checkpointing(capsys: pytest.CaptureF
 def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: str, ojas: bool) -> None:
     """With the ojas kernels and without: the run equals whole-layer checkpointing bit for bit, each
     decoder layer checkpointing through SplitCheckpoint, and the plan is the split one."""
-    from ojas_ref.integrations.huggingface import SplitCheckpoint
+    from ojas_ref.integrations.hf.adapters import SplitCheckpoint
 
     base = {"activation_checkpointing": True, "ojas": ojas}
     split = train(small(tmp_path / "split", cache, split_checkpoints=True, **base))

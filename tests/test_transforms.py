@@ -1,5 +1,5 @@
 """The primitives under torch.func transforms (refused with a clear error) and under
-torch.compile (ojas_ref/primitives/transforms.py): compiled results equal eager ones."""
+torch.compile (ojas_ref/functional/transforms.py): compiled results equal eager ones."""
 
 from __future__ import annotations
 

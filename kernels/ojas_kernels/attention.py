@@ -57,7 +57,7 @@ parameters; checked on the PTX for sm_90): the keep mask of element ``(b, h, i, 
 word ``j % 4`` of Philox-4x32-10 (``tl.philox_impl``) at the counter
 ``(j // 4, i, b * Hq + h, 0)`` under a 64-bit key read from ``SEED``, kept iff its top 31
 bits reach ``drop_threshold``; recomputed in the backward kernels, never stored, the same
-function as ``ojas_ref.primitives.attention._dropout_keep``.  The forward sums every
+function as ``ojas_ref.functional.attention._dropout_keep``.  The forward sums every
 probability into ``l`` and only the kept ones into ``acc``, and scales the output by
 ``1 / (1 - p)``; the backward is FlashAttention-2's (``dP = dO V^T * Z / (1 - p)``,
 ``dS = P * (dP - D)``, ``D = rowsum(dO * O)`` of the dropped output).  Over the reals, one
@@ -314,7 +314,7 @@ def _dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M: tl.constexpr, BLOCK_N: 
     """[BLOCK_M, BLOCK_N] uint32: entry (i, j) of head row ``bh`` (= b * Hq + h) is word
     ``j % 4`` of Philox-4x32-10 (``tl.philox_impl``) at the counter ``(j // 4, i, bh, 0)``
     under the key ``(k0, k1)``; ``start_n`` a multiple of 4.  The reference
-    (``ojas_ref.primitives.attention._dropout_keep``) computes the same words."""
+    (``ojas_ref.functional.attention._dropout_keep``) computes the same words."""
     c0 = tl.broadcast_to((start_n // 4 + tl.arange(0, BLOCK_N // 4)).to(tl.uint32)[None, :],
                          [BLOCK_M, BLOCK_N // 4])
     c1 = tl.broadcast_to(offs_m.to(tl.uint32)[:, None], [BLOCK_M, BLOCK_N // 4])

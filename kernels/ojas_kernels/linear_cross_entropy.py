@@ -287,7 +287,7 @@ def _cap_tanh(r, softcap):
     """tanh(r / c) = 1 - 2 / (exp(2 r / c) + 1) (``sc_tanh`` of Definitions.v; 2 r / c capped at
     80, past which the float32 result is 1 anyway, so exp does not overflow).  Its error in
     float32 is the premise ``th_err`` of ``Ojas.FloatModel.CrossEntropySoftcapError`` (measured:
-    ``measured_tanh_error`` of ojas_ref/verification/lce_error.py), not a theorem."""
+    ``measured_tanh_error`` of ojas_ref/verification/linear_cross_entropy_error.py), not a theorem."""
     return 1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0)
 
 
@@ -1319,7 +1319,7 @@ def linear_cross_entropy(
     head=None,
 ) -> torch.Tensor:
     """Differentiable linear cross-entropy; arguments and result as
-    ``ojas_ref.primitives.linear_cross_entropy.linear_cross_entropy`` (which checks them and
+    ``ojas_ref.functional.linear_cross_entropy.linear_cross_entropy`` (which checks them and
     dispatches here with ``impl="triton"``, after ``torch.autocast``'s casts); input,
     weight and bias of one dtype, float16, bfloat16 or float32, the loss float32
     whatever it is; forward and backward run with autocast disabled.  Targets must be

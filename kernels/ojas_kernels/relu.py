@@ -37,7 +37,7 @@ inputs and gradients are copied); dtypes float16, bfloat16, float32.
 
 Under torch.compile (and torch.export) these kernels run as two custom operators,
 ``ojas::relu_forward`` and ``ojas::relu_backward``, registered next to their ``autograd.Function``
-in ``ojas_ref.primitives.relu`` (``torch.library.custom_op``, opaque to Dynamo and Inductor, with
+in ``ojas_ref.functional.relu`` (``torch.library.custom_op``, opaque to Dynamo and Inductor, with
 fake implementations; the backward by ``register_autograd``).  They call :func:`relu_forward`
 and :func:`relu_backward` with the same arguments as the eager path (default ``block_size``),
 so the theorems above apply unchanged.

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
-from ojas_ref.tools.checkpoint import atomic_write
+from ojas_ref.tools.train_state import atomic_write
 
 __all__ = ["EOS_TOKEN", "Corpus", "PreparedData", "WindowLoader", "check_token_ids", "prepare", "read_corpus",
            "stdlib_directory", "train_tokenizer", "vocab_size"]

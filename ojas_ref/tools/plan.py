@@ -254,7 +254,7 @@ class Setting:
     :func:`recomputed_mlp_half_bytes`, :func:`recomputed_attention_half_bytes`).
 
     ``offload`` (needs ``checkpoint``): ``optimize_model(checkpoint="offload")``
-    (ojas_ref/integrations/offload.py), each checkpointed layer's input held in pinned host
+    (ojas_ref/nn/offload.py), each checkpointed layer's input held in pinned host
     memory between forward and backward; ``host_state`` (needs ``fused``):
     ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
     to the device bucket by bucket. Both default off; their H200 records are
@@ -497,7 +497,7 @@ def checkpoint_layer_bytes(m: Model, s: Setting) -> int:
 
 
 def offloaded_checkpoints_device_bytes(m: Model, s: Setting) -> int:
-    """With ``offload`` (ojas_ref/integrations/offload.py), the segment inputs on the device at
+    """With ``offload`` (ojas_ref/nn/offload.py), the segment inputs on the device at
     a time: at most two, min(2, checkpoints) x :func:`checkpoint_layer_bytes`. In the forward, the
     input just packed, whose block ``record_stream`` keeps until its copy to the host has read
     it; in the backward, the input unpacked for the segment being recomputed and the previous

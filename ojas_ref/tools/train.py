@@ -8,7 +8,7 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   scheduler state), so a resumed run cannot compound it.
 * Records: a tqdm bar from the first step (loss, lr, tokens/s, peak memory),
   ``<out_dir>/train.jsonl`` (one record per step), ``<out_dir>/loss.png``.
-* Checkpoints (:mod:`ojas_ref.tools.checkpoint`): model, optimizer, step, RNG states, loader position
+* Checkpoints (:mod:`ojas_ref.tools.train_state`): model, optimizer, step, RNG states, loader position
   and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
   SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
   ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
@@ -34,9 +34,9 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   is checked before the update; fused into backward, the update has run when the gradient is
   whole, so the parameters are checked after it. A resume keeps the setting, so the advice is a
   new run (another ``out_dir``) with a lower ``lr``, more ``warmup_steps`` or clipping.
-* Files: ``out_dir`` is locked (:func:`ojas_ref.tools.checkpoint.lock_directory`) from before the
+* Files: ``out_dir`` is locked (:func:`ojas_ref.tools.train_state.lock_directory`) from before the
   corpus is read to the end of the run, so a second run into it is refused at once
-  (:class:`~ojas_ref.tools.checkpoint.DirectoryLocked`); a resume needs a checkpoint (a log
+  (:class:`~ojas_ref.tools.train_state.DirectoryLocked`); a resume needs a checkpoint (a log
   without one is refused, never overwritten) and cuts the log back to the checkpoint's step; a
   failed write (a full disk) raises :class:`OutputError` naming the file and the last complete
   checkpoint.
@@ -69,7 +69,7 @@ from typing import Any, Optional
 
 import torch
 
-from ojas_ref.tools import checkpoint as ckpt
+from ojas_ref.tools import train_state as ckpt
 from ojas_ref.tools import plan as planner
 from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
 from ojas_ref.tools.data import vocab_size as tokenizer_size
@@ -673,7 +673,7 @@ def train(config: TrainConfig) -> TrainResult:
     """Run (or resume) the training run of ``config``; see the module docstring.
 
     Raises ValueError for a setting that cannot run here (the device, ``out_dir``, a resume
-    that cannot be done; :class:`~ojas_ref.tools.checkpoint.DirectoryLocked` when another
+    that cannot be done; :class:`~ojas_ref.tools.train_state.DirectoryLocked` when another
     run holds ``out_dir``), all before the corpus is read; :class:`TrainingDiverged`;
     :class:`OutputError` when a file of the run cannot be written."""
     device = _device(config)
@@ -889,7 +889,7 @@ def _write_failed(path: Path, err: OSError, last_checkpoint: Optional[Path]) -> 
 
 
 def _write(path: Path, chunks: list[bytes], last_checkpoint: Optional[Path]) -> None:
-    """:func:`ojas_ref.tools.checkpoint.atomic_write`, an OSError raised as :class:`OutputError`."""
+    """:func:`ojas_ref.tools.train_state.atomic_write`, an OSError raised as :class:`OutputError`."""
     try:
         ckpt.atomic_write(path, chunks)
     except OSError as err:

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ojas_ref.primitives.attention import attention, attention_forward
+from ojas_ref.functional.attention import attention, attention_forward
 from ojas_ref.verification.error_bounds import (
     EXP_ERROR,
     UNIT_ROUNDOFF,
@@ -25,7 +25,7 @@ from ojas_ref.verification.error_bounds import (
     softmax_score_perturbation_bound,
 )
 
-attn_mod = importlib.import_module("ojas_ref.primitives.attention")
+attn_mod = importlib.import_module("ojas_ref.functional.attention")
 
 F64 = torch.float64
 

@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from ojas_ref.primitives.linear_cross_entropy import IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.functional.linear_cross_entropy import IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
 from ojas_ref.verification import proof_audit as pa
 
 CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
@@ -135,10 +135,10 @@ def _optimizer_in_backward_check(params: dict, seed: int) -> list[str]:
 
 def implementations() -> list[Implementation]:
     """The implementations of this library, and whether each can run here."""
-    from ojas_ref.primitives.attention import attention
-    from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
-    from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
-    from ojas_ref.primitives.reversible import ReversibleSequence
+    from ojas_ref.functional.attention import attention
+    from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
+    from ojas_ref.optim.in_backward import InBackwardOptimizer
+    from ojas_ref.nn.reversible import ReversibleSequence
     from ojas_ref.verification.optimizer_in_backward_check import CASES as OPTIMIZER_CASES
 
     impls = [

@@ -1536,7 +1536,7 @@ def linear_cross_entropy_grad_error_bound(
     is the fallback. ``logit_error`` is the raw logits' (capped: ``sc_delta``), the sums
     ``prob_abs, grad_abs, operand_abs`` are ``S, T0, Ha`` of the capped probabilities and
     ``capped_sums = (Sk, Tc)`` = (sum P_c k |h|, sum |G0 k| |h|), k = 1 - tanh(y / c)^2
-    (:func:`~ojas_ref.verification.lce_error.gradient_sums` with ``softcap``); premises: the
+    (:func:`~ojas_ref.verification.linear_cross_entropy_error.gradient_sums` with ``softcap``); premises: the
     computed tanh (``tanh_rel_error``, ``tanh_error``) and the division (``div_error``).
     Not covered: bias, label
     smoothing, z-loss, float16 (G scaled by 256), the scaling by grad_output after the fact,

@@ -24,9 +24,9 @@ from ojas_ref.verification.error_bounds import (
     linear_cross_entropy_reduction_error_bound,
     linear_cross_entropy_token_error_bound,
 )
-from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
 
-lce_module = importlib.import_module("ojas_ref.primitives.linear_cross_entropy")
+lce_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
 F64 = torch.float64
 

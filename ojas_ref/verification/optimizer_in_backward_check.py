@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.optim.in_backward import InBackwardOptimizer
 
 F64 = torch.float64
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}

@@ -249,7 +249,7 @@ def linear_cross_entropy_oracle(
 ) -> dict[str, torch.Tensor]:
     """Chunked linear cross-entropy computed by the oracle extracted from the Coq definitions.
 
-    Arguments as in ``ojas_ref.primitives.linear_cross_entropy.linear_cross_entropy``: input
+    Arguments as in ``ojas_ref.functional.linear_cross_entropy.linear_cross_entropy``: input
     ``[N, D]`` or ``[B, S, D]`` (flattened to ``[N, D]`` for the oracle), target of the
     input's shape without ``D``, linear_weight ``[V, D]``, linear_bias ``[V]`` or None;
     ``token_chunk`` / ``vocab_chunk`` are the ``bt`` / ``bv`` of ``ce_forward``.

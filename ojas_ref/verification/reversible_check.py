@@ -1,10 +1,10 @@
-"""Differential check of ojas_ref.primitives.reversible against the oracle extracted from Coq.
+"""Differential check of ojas_ref.nn.reversible against the oracle extracted from Coq.
 
 Shared by tests/test_reversible.py and ``ojas audit``. A problem (``make_problem``) is
 a stack of additive coupling layers whose f and g are tanh MLPs given by their weights
 (the oracle's residual functions), input halves x1, x2 [N, d], upstream gradients, and
 ``fraction_bits`` (None: float mode; k: exact mode). ``oracle_mismatches`` runs
-:class:`ojas_ref.primitives.reversible.ReversibleSequence` and the oracle's ``coupling_stack`` op
+:class:`ojas_ref.nn.reversible.ReversibleSequence` and the oracle's ``coupling_stack`` op
 on it and lists what disagrees:
 
 * float mode: forward output, the inverse of that output (the reconstructed input),
@@ -25,7 +25,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence
+from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence
 
 F64 = torch.float64
 

@@ -46,14 +46,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional as F
 
-from ojas_ref.primitives.autocast import autocast_off
-from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, use_elementwise_kernel
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.autocast import autocast_off
+from ojas_ref.functional.dispatch import refuse_double_backward, use_elementwise_kernel
+from ojas_ref.functional.transforms import refuse_function_transforms
 
-__all__ = ["ACTIVATIONS", "BACKWARD_THEOREM", "BACKWARD_THEOREMS", "SwiGLU", "check_activation", "fused_swiglu",
+__all__ = ["ACTIVATIONS", "BACKWARD_THEOREM", "BACKWARD_THEOREMS", "check_activation", "fused_swiglu",
            "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
 
 #: The activations of the gate: "silu" (SwiGLU) and "gelu_tanh" (GeGLU, ``F.gelu(approximate="tanh")``).
@@ -248,23 +248,3 @@ def fused_swiglu(gate: Tensor, up: Tensor, activation: str = "silu") -> Tensor:
     :data:`ACTIVATIONS`). Theorems as :func:`swiglu`'s (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp,
     Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp; under torch.compile the op ``ojas::swiglu_forward``)."""
     return _kernel_swiglu(gate, up, activation)
-
-
-class SwiGLU(nn.Module):
-    """``forward(gate, up) = swiglu(gate, up, activation=activation)``: ``act(gate) * up`` saving only
-    gate and up (see :func:`swiglu`; Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp,
-    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
-
-    def __init__(self, impl: Optional[str] = None, activation: str = "silu") -> None:
-        super().__init__()
-        if impl is not None and impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
-        self.impl, self.activation = impl, check_activation(activation)
-
-    def forward(self, gate: Tensor, up: Tensor) -> Tensor:
-        return swiglu(gate, up, activation=self.activation, impl=self.impl)
-
-    def extra_repr(self) -> str:
-        parts = ([] if self.impl is None else [f"impl={self.impl!r}"]) + (
-            [] if self.activation == "silu" else [f"activation={self.activation!r}"])
-        return ", ".join(parts)

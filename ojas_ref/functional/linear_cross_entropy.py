@@ -86,9 +86,9 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
-from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.autocast import autocast_off, cast_for_autocast
+from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
 
@@ -534,7 +534,7 @@ def _head_optimizer(weight: Any) -> Any:
     """The InBackwardOptimizer constructed with ``head_weight=weight``, or None."""
     if not isinstance(weight, Tensor) or not weight.requires_grad:
         return None
-    from ojas_ref.primitives.optimizer_in_backward import _owner
+    from ojas_ref.optim.in_backward import _owner
 
     opt = _owner(weight)
     return opt if opt is not None and opt._head is weight else None

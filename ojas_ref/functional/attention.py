@@ -68,9 +68,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ojas_ref.primitives.autocast import autocast_off, cast_for_autocast
-from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.autocast import autocast_off, cast_for_autocast
+from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["attention", "attention_forward"]
 

@@ -2,21 +2,21 @@
 
 ``model, report = optimize_model(model)`` rewrites the model in place:
 
-* Hugging Face causal LMs (the families of ``ojas_ref.integrations.huggingface.SUPPORTED_MODEL_TYPES``):
+* Hugging Face causal LMs (the families of ``ojas_ref.integrations.hf.adapters.SUPPORTED_MODEL_TYPES``):
   attention through :func:`ojas_ref.attention` (registered as ``attn_implementation="ojas"``),
   the training loss through :func:`ojas_ref.linear_cross_entropy` (no ``[tokens,
   vocabulary]`` logits when ``labels`` are given in training mode), the RMSNorm modules
-  through :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
+  through :func:`ojas_ref.functional.rms_norm.rms_norm` (the fused Triton kernel on CUDA), optionally
   per-layer activation checkpointing (``gradient_checkpointing_enable``, non-reentrant;
   ``checkpoint="offload"``: the layer inputs held in pinned host memory,
-  :mod:`ojas_ref.integrations.offload`; ``checkpoint_split=True``: two checkpoints per layer,
+  :mod:`ojas_ref.nn.offload`; ``checkpoint_split=True``: two checkpoints per layer,
   attention half and MLP half), optionally the input embedding's gradient sparse
   (``sparse_embedding=True``: no dense ``[V, D]`` gradient, for
   :class:`ojas_ref.InBackwardOptimizer` with plain SGD).
 * Plain PyTorch models: every ``nn.MultiheadAttention`` (also inside
   ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computed by :func:`ojas_ref.attention`
-  (:class:`ojas_ref.integrations.modules.MultiheadAttention`); the ReLU of those layers'
-  feed-forward blocks with dropout by :func:`ojas_ref.primitives.relu.relu` (a packed 1-bit mask
+  (:class:`ojas_ref.nn.modules.MultiheadAttention`); the ReLU of those layers'
+  feed-forward blocks with dropout by :func:`ojas_ref.functional.relu.relu` (a packed 1-bit mask
   saved instead of relu's output); for the loss use :class:`ojas_ref.LinearCrossEntropyLoss`.
 
 Weights, ``state_dict()`` keys, ``save_pretrained`` / ``from_pretrained`` (a loaded
@@ -36,13 +36,13 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from ojas_ref.primitives.attention import IMPL_ENV as ATTENTION_IMPL_ENV
-from ojas_ref.primitives.linear_cross_entropy import IMPL_ENV as CROSS_ENTROPY_IMPL_ENV
-from ojas_ref.primitives.relu import (BACKWARD_THEOREM as RELU_THEOREM, IMPL_ENV as RELU_IMPL_ENV,
+from ojas_ref.functional.attention import IMPL_ENV as ATTENTION_IMPL_ENV
+from ojas_ref.functional.linear_cross_entropy import IMPL_ENV as CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.functional.relu import (BACKWARD_THEOREM as RELU_THEOREM, IMPL_ENV as RELU_IMPL_ENV,
                                       KERNEL_THEOREM as RELU_KERNEL_THEOREM)
-from ojas_ref.primitives.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS, IMPL_ENV as RMS_NORM_IMPL_ENV
-from ojas_ref.primitives.rope import BACKWARD_THEOREM as ROPE_THEOREM, IMPL_ENV as ROPE_IMPL_ENV
-from ojas_ref.primitives.swiglu import (BACKWARD_THEOREMS as SWIGLU_THEOREMS,
+from ojas_ref.functional.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS, IMPL_ENV as RMS_NORM_IMPL_ENV
+from ojas_ref.functional.rope import BACKWARD_THEOREM as ROPE_THEOREM, IMPL_ENV as ROPE_IMPL_ENV
+from ojas_ref.functional.swiglu import (BACKWARD_THEOREMS as SWIGLU_THEOREMS,
                                         IMPL_ENV as SWIGLU_IMPL_ENV)
 
 SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
@@ -83,7 +83,7 @@ class LeftAlone:
 
 
 #: the primitives that ``optimize_model`` applies -> the environment variable choosing their
-#: implementation (``ojas_ref.primitives.dispatch``)
+#: implementation (``ojas_ref.functional.dispatch``)
 KERNEL_ENVS = {"attention": ATTENTION_IMPL_ENV, "cross_entropy": CROSS_ENTROPY_IMPL_ENV, "rms_norm": RMS_NORM_IMPL_ENV,
                "swiglu": SWIGLU_IMPL_ENV, "rope": ROPE_IMPL_ENV, "relu": RELU_IMPL_ENV}
 #: the width that ``str(report)`` clips its lines to
@@ -158,7 +158,7 @@ class OptimizationReport:
         """What computes the changed modules on the model's device and dtype now: the Triton
         kernels (CUDA, float16 / bfloat16 / float32, or the CPU under ``TRITON_INTERPRET=1`` with
         ``OJAS_<NAME>_IMPL=triton``), or the PyTorch reference implementations, per primitive."""
-        from ojas_ref.primitives.dispatch import plain_kernel_call
+        from ojas_ref.functional.dispatch import plain_kernel_call
 
         kinds = list(dict.fromkeys(c.kind for c in self.changed if c.kind))
         if not kinds:
@@ -225,13 +225,13 @@ class _State:
     #: the call's arguments (a second call with others raises)
     arguments: dict[str, Any] = field(default_factory=dict)
     attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
-    loss_head: Any = None                       # ojas_ref.integrations.huggingface.CausalLMLossHead
+    loss_head: Any = None                       # ojas_ref.integrations.hf.adapters.CausalLMLossHead
     enabled_checkpointing: bool = False
     #: (module, its ``_gradient_checkpointing_func`` before) where this call replaced the function of
     #: checkpointing the user had enabled already (checkpoint="offload", or a reentrant one)
     checkpoint_funcs: list[tuple[nn.Module, Any]] = field(default_factory=list)
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
-    rotary_use: Any = None  # ojas_ref.integrations.huggingface.RotaryUse of the replaced apply_rotary_pos_emb
+    rotary_use: Any = None  # ojas_ref.integrations.hf.adapters.RotaryUse of the replaced apply_rotary_pos_emb
     rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
     sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
     activations: list[tuple[nn.Module, Any]] = field(default_factory=list)  # (layer, its activation before)
@@ -244,7 +244,7 @@ class _State:
         """An unpickled model (another process) gets the ``"ojas"`` attention registered there."""
         self.__dict__.update(state)
         if self.attn_implementation is not None:
-            from ojas_ref.integrations import huggingface as hf
+            from ojas_ref.integrations.hf import adapters as hf
 
             hf.register()
 
@@ -302,7 +302,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             ``gradient_checkpointing_enable(use_reentrant=False)``; ``"offload"``: the same, each
             decoder layer's input (the hidden states the checkpoint keeps) copied to pinned host
             memory on a side CUDA stream in the forward and back, prefetched one layer ahead, in
-            the backward (:class:`ojas_ref.integrations.offload.OffloadedCheckpoint`; on the CPU
+            the backward (:class:`ojas_ref.nn.offload.OffloadedCheckpoint`; on the CPU
             a plain copy, bit-identical to ``True``); ``False``: none.
         checkpoint_split: (default False; with ``checkpoint`` True or ``"offload"``) each checkpointed
             decoder layer as two checkpointed segments, (input norm + self-attention) and
@@ -310,26 +310,26 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             and prefetched with ``"offload"``), so the MLP half's backward runs without the
             attention half's recomputed activations alive (one layer input more per layer kept,
             on the host with ``"offload"``). Through the layer's checkpointing function
-            (:class:`ojas_ref.integrations.huggingface.SplitCheckpoint`) and ``__class__`` swaps
+            (:class:`ojas_ref.integrations.hf.adapters.SplitCheckpoint`) and ``__class__`` swaps
             of the four modules (same parameters and ``state_dict``): Hugging Face's forward runs,
             and eval / ``no_grad`` / ``generate`` compute as before. The decoder layers checked:
-            Llama, Mistral, Qwen2, Qwen3 (:data:`ojas_ref.integrations.huggingface.SPLIT_LAYERS`);
+            Llama, Mistral, Qwen2, Qwen3 (:data:`ojas_ref.integrations.hf.adapters.SPLIT_LAYERS`);
             ``NotImplementedError`` naming the family otherwise, before anything is changed.
             Exact for deterministic layers: the losses and gradients of ``checkpoint_split=False``
             bit for bit (tests/test_split_checkpoint.py).
         rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
-            :func:`ojas_ref.primitives.rms_norm.rms_norm`, the same formula and casts (a class swap:
+            :func:`ojas_ref.functional.rms_norm.rms_norm`, the same formula and casts (a class swap:
             same parameters and ``state_dict``); plain models: no effect.
         swiglu: compute the gate product ``act(gate) * up`` of a Hugging Face model's gated
             MLPs of the checked classes (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3)
             with a SiLU activation (SwiGLU) or torch's tanh-approximated gelu (GeGLU, Gemma's
-            ``gelu_pytorch_tanh``) by :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up
+            ``gelu_pytorch_tanh``) by :func:`ojas_ref.functional.swiglu.swiglu` (gate and up
             saved, the activation recomputed in backward: one [tokens, intermediate] tensor less
             per layer); other activations are left alone with the reason; a class swap as for
             ``rms_norm``; plain models: no effect.
         rope: compute the rotary position embedding of the checked families (Llama, Mistral,
-            Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of :mod:`ojas_ref.primitives.rope` (one launch
+            Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of :mod:`ojas_ref.functional.rope` (one launch
             for q and k, forward and backward), which gives Hugging Face's values and gradients
             bit for bit. The modeling module's ``apply_rotary_pos_emb`` is replaced (until the
             last optimized model of the family is reverted) by a function that runs the kernel
@@ -347,7 +347,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             ``nn.Embedding``, or uses ``max_norm`` / ``scale_grad_by_freq``.
         relu_mask: (plain models) the ReLU activation of every ``nn.TransformerEncoderLayer`` /
             ``nn.TransformerDecoderLayer`` with feed-forward dropout (``linear2(dropout(relu(linear1(x))))``)
-            computed by :func:`ojas_ref.primitives.relu.relu`, which saves the mask packed 1 bit per
+            computed by :func:`ojas_ref.functional.relu.relu`, which saves the mask packed 1 bit per
             element instead of relu's output: one ``[tokens, dim_feedforward]`` tensor less per
             layer in training, values and gradients bit for bit torch's
             (Ojas.ReLU.Backward.relu_packed_backward_bitwise).  Left alone, with the reason, without
@@ -385,7 +385,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         return model, existing.report
     if _is_hf_model(target):
         if checkpoint_split:
-            from ojas_ref.integrations import huggingface as hf
+            from ojas_ref.integrations.hf import adapters as hf
 
             reason = hf.split_unsupported_reason(target)
             if reason is not None:
@@ -534,7 +534,7 @@ def _attention_modules(model: nn.Module) -> list[str]:
 
 def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool | str,
                  rms_norm: bool, swiglu: bool, rope: bool, split: bool = False) -> _State:
-    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.hf import adapters as hf
 
     hf.register()
     support = hf.family_support(model)
@@ -660,7 +660,7 @@ def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[O
         shape = P.Model.from_module(model)
     except (NotImplementedError, ValueError, TypeError) as err:
         return None, f"not a Llama-shaped decoder the planner models: {err}"
-    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.hf import adapters as hf
 
     fields = dict(dtype=names[next(iter(dtypes))], checkpoint=bool(checkpoint), offload=checkpoint == "offload",
                   ojas_attention=state.attn_implementation is not None, ojas_loss=state.loss_head is not None,
@@ -671,16 +671,16 @@ def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[O
 
 def _install_split(model: nn.Module, state: _State, offload: bool) -> None:
     """Make each checkpointed decoder layer's checkpointing function a
-    :class:`~ojas_ref.integrations.huggingface.SplitCheckpoint` (its segments checkpointed by one
-    shared :class:`~ojas_ref.integrations.offload.OffloadedCheckpoint` with ``offload``, else by
+    :class:`~ojas_ref.integrations.hf.adapters.SplitCheckpoint` (its segments checkpointed by one
+    shared :class:`~ojas_ref.nn.offload.OffloadedCheckpoint` with ``offload``, else by
     non-reentrant ``checkpoint``) and swap the classes of its norms and segment modules;
     :func:`revert_model` puts both back."""
     import functools
 
     from torch.utils.checkpoint import checkpoint
 
-    from ojas_ref.integrations import huggingface as hf
-    from ojas_ref.integrations.offload import OffloadedCheckpoint
+    from ojas_ref.integrations.hf import adapters as hf
+    from ojas_ref.nn.offload import OffloadedCheckpoint
 
     segment_checkpoint = OffloadedCheckpoint() if offload else functools.partial(checkpoint, use_reentrant=False)
     for layer in hf.split_layers(model):
@@ -696,11 +696,11 @@ def _install_split(model: nn.Module, state: _State, offload: bool) -> None:
 
 
 def _install_offload(model: nn.Module, state: _State) -> None:
-    """Make :class:`~ojas_ref.integrations.offload.OffloadedCheckpoint` the checkpointing function:
+    """Make :class:`~ojas_ref.nn.offload.OffloadedCheckpoint` the checkpointing function:
     through ``_set_gradient_checkpointing`` (Hugging Face's own hook) when this call enabled the
     checkpointing, else (the user's, e.g. every n layers) by replacing each module's function,
     which :func:`revert_model` puts back."""
-    from ojas_ref.integrations.offload import OffloadedCheckpoint
+    from ojas_ref.nn.offload import OffloadedCheckpoint
 
     func = OffloadedCheckpoint()
     if state.enabled_checkpointing:
@@ -733,7 +733,7 @@ def _swap_classes(model: nn.Module, flag: str, enabled: bool, family_reason: Opt
 
 def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face RMSNorm module (report the others)."""
-    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.hf import adapters as hf
 
     def change(name: str, module: nn.Module, cls: type) -> Change:
         offset = module._ojas_offset
@@ -750,7 +750,7 @@ def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[s
     """Swap the class of every checked Hugging Face gated MLP with a SiLU or tanh-gelu activation
     (report the other gated MLPs, e.g. an exact-erf gelu; an MLP without a gate, as GPT-2's, is no
     candidate)."""
-    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.hf import adapters as hf
 
     def change(name: str, module: nn.Module, cls: type) -> Change:
         act = hf.mlp_activation(module)
@@ -767,7 +767,7 @@ def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[s
 def _replace_rotary(model: nn.Module, enabled: bool, state: _State) -> None:
     """Replace the family's ``apply_rotary_pos_emb`` when its formula is the checked one (report
     it left alone otherwise; a family without one, as GPT-2, is not reported)."""
-    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.hf import adapters as hf
 
     if not any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()):
         return
@@ -779,7 +779,7 @@ def _replace_rotary(model: nn.Module, enabled: bool, state: _State) -> None:
     state.rotary_use = hf.RotaryUse(module_name)
     state.rotary_hooks = hf.scope_rotary([m for n, m in model.named_modules() if n in _attention_modules(model)])
     state.report.changed.append(Change(
-        name, "rotary embedding (rotate-half) -> ojas_ref.primitives.rope in this model's attention, bit for bit "
+        name, "rotary embedding (rotate-half) -> ojas_ref.functional.rope in this model's attention, bit for bit "
         "Hugging Face's", (ROPE_THEOREM,),
         "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)", "rope"))
 
@@ -788,7 +788,7 @@ def _logits_bytes_per_token(model: nn.Module) -> int:
     """Bytes per token the standard loss holds at its peak: the logits in the weight's dtype,
     their float32 copy (``ForCausalLMLoss`` upcasts) when that dtype is narrower, and the
     float32 gradient of the logits. An estimate from the shapes, not a theorem."""
-    from ojas_ref.integrations import huggingface as hf
+    from ojas_ref.integrations.hf import adapters as hf
 
     weight, _ = hf.head_weight_and_bias(model.get_output_embeddings())
     vocab = weight.shape[0]
@@ -802,11 +802,12 @@ def _logits_bytes_per_token(model: nn.Module) -> int:
 
 def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _State) -> None:
     """The ReLU of an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with feed-forward dropout ->
-    :func:`ojas_ref.primitives.relu.relu` (or :class:`ojas_ref.primitives.relu.ReLU` for an ``nn.ReLU``
+    :func:`ojas_ref.functional.relu.relu` (or :class:`ojas_ref.nn.ReLU` for an ``nn.ReLU``
     module); reported left alone otherwise, with the reason."""
     from torch.nn import functional as F
 
-    from ojas_ref.primitives.relu import ReLU, relu
+    from ojas_ref.functional.relu import relu
+    from ojas_ref.nn.modules import ReLU
 
     act = getattr(layer, "activation", None)
     where = f"{name or '(model)'}.activation"
@@ -826,14 +827,14 @@ def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _
     layer.activation = relu if act is F.relu else ReLU()
     state.activations.append((layer, act))
     state.report.changed.append(Change(
-        where, "relu -> ojas_ref.primitives.relu.relu: its mask saved packed 1 bit per element instead of relu's "
+        where, "relu -> ojas_ref.functional.relu.relu: its mask saved packed 1 bit per element instead of relu's "
         "output (one [tokens, dim_feedforward] tensor less per layer in training); values and gradients bit for "
         "bit torch's", (RELU_THEOREM, RELU_KERNEL_THEOREM), "the sign of a zero output where torch's relu(-0.0) "
         "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value", "relu"))
 
 
 def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu_mask: bool = True) -> _State:
-    from ojas_ref.integrations.modules import MultiheadAttention, unsupported_reason
+    from ojas_ref.nn.modules import MultiheadAttention, unsupported_reason
 
     report = OptimizationReport()
     state = _State(report)

@@ -1,4 +1,8 @@
-"""``torch.nn`` building blocks on the ojas primitives, for people who write their own models.
+"""``torch.nn`` modules on the functional primitives (:mod:`ojas_ref.functional`), for people who
+write their own models.
+
+* :class:`RMSNorm`, :class:`SwiGLU`, :class:`ReLU`: :func:`~ojas_ref.functional.rms_norm`,
+  :func:`~ojas_ref.functional.swiglu`, :func:`~ojas_ref.functional.relu` as modules.
 
 * :class:`MultiheadAttention`: ``nn.MultiheadAttention`` (same constructor, parameters,
   ``state_dict`` keys and call) computed by :func:`ojas_ref.attention`;
@@ -10,16 +14,20 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ojas_ref.primitives.attention import attention
-from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.functional.attention import attention
+from ojas_ref.functional.dispatch import IMPLS
+from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.functional.relu import relu
+from ojas_ref.functional.rms_norm import CASTS, normalized_shape_tuple, real_argument, rms_norm
+from ojas_ref.functional.swiglu import check_activation, swiglu
 
-__all__ = ["LinearCrossEntropyLoss", "MultiheadAttention", "unsupported_reason"]
+__all__ = ["LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm", "ReLU", "SwiGLU", "unsupported_reason"]
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -153,3 +161,69 @@ class LinearCrossEntropyLoss(nn.Module):
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}")
+
+
+class RMSNorm(nn.Module):
+    """:func:`rms_norm` as a module, in the style of ``torch.nn.RMSNorm`` (same constructor and
+    ``weight``), plus ``offset`` and ``cast``; the weight starts at ``1 - offset`` (scale 1)."""
+
+    def __init__(self, normalized_shape: Union[int, Sequence[int], torch.Size], eps: Optional[float] = None,
+                 elementwise_affine: bool = True, *, offset: float = 0.0, cast: str = "before_weight",
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        self.normalized_shape = normalized_shape_tuple(normalized_shape)
+        self.eps = None if eps is None else real_argument("eps", eps, minimum=0.0)
+        self.offset = real_argument("offset", offset)
+        if cast not in CASTS:
+            raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
+        self.cast = cast
+        if not elementwise_affine and self.offset:
+            raise ValueError(f"offset={offset} needs elementwise_affine=True")
+        self.weight = (nn.Parameter(torch.full(self.normalized_shape, 1.0 - self.offset, device=device, dtype=dtype))
+                       if elementwise_affine else None)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps, offset=self.offset, cast=self.cast)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+                f"offset={self.offset}, cast={self.cast!r}")
+
+
+class SwiGLU(nn.Module):
+    """``forward(gate, up) = swiglu(gate, up, activation=activation)``: ``act(gate) * up`` saving only
+    gate and up (see :func:`swiglu`; Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp,
+    Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
+
+    def __init__(self, impl: Optional[str] = None, activation: str = "silu") -> None:
+        super().__init__()
+        if impl is not None and impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
+        self.impl, self.activation = impl, check_activation(activation)
+
+    def forward(self, gate: Tensor, up: Tensor) -> Tensor:
+        return swiglu(gate, up, activation=self.activation, impl=self.impl)
+
+    def extra_repr(self) -> str:
+        parts = ([] if self.impl is None else [f"impl={self.impl!r}"]) + (
+            [] if self.activation == "silu" else [f"activation={self.activation!r}"])
+        return ", ".join(parts)
+
+
+class ReLU(nn.Module):
+    """``forward(x) = relu(x)``: ``nn.ReLU`` saving a packed 1-bit mask (see :func:`relu`;
+    Ojas.ReLU.Backward.relu_packed_backward_bitwise).  ``inplace=True`` raises NotImplementedError."""
+
+    def __init__(self, inplace: bool = False, impl: Optional[str] = None) -> None:
+        super().__init__()
+        if inplace is not False:
+            raise NotImplementedError("ReLU(inplace=True) is not supported: the packed-mask relu returns a new tensor")
+        if impl is not None and impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
+        self.impl = impl
+
+    def forward(self, input: Tensor) -> Tensor:
+        return relu(input, impl=self.impl)
+
+    def extra_repr(self) -> str:
+        return "" if self.impl is None else f"impl={self.impl!r}"

@@ -28,8 +28,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rotary", "rotary_reference", "rotate_half"]
 

@@ -57,14 +57,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional as F
 
-from ojas_ref.primitives.autocast import autocast_dtype, autocast_off
-from ojas_ref.primitives.dispatch import IMPLS, refuse_double_backward, use_elementwise_kernel
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.autocast import autocast_dtype, autocast_off
+from ojas_ref.functional.dispatch import refuse_double_backward, use_elementwise_kernel
+from ojas_ref.functional.transforms import refuse_function_transforms
 
-__all__ = ["BACKWARD_THEOREM", "KERNEL_THEOREM", "RELU_SQUARED_THEOREM", "ReLU", "pack_mask", "relu", "relu_backward_reference",
+__all__ = ["BACKWARD_THEOREM", "KERNEL_THEOREM", "RELU_SQUARED_THEOREM", "pack_mask", "relu", "relu_backward_reference",
            "relu_squared_linear", "unpack_mask"]
 
 #: The theorem of :func:`relu`'s backward from the packed mask (cited by optimize_model's report).
@@ -243,25 +243,6 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     if use_triton and torch.compiler.is_compiling():
         return _forward_op(input)[0]
     return _ReLUFunction.apply(input, use_triton)
-
-
-class ReLU(nn.Module):
-    """``forward(x) = relu(x)``: ``nn.ReLU`` saving a packed 1-bit mask (see :func:`relu`;
-    Ojas.ReLU.Backward.relu_packed_backward_bitwise).  ``inplace=True`` raises NotImplementedError."""
-
-    def __init__(self, inplace: bool = False, impl: Optional[str] = None) -> None:
-        super().__init__()
-        if inplace is not False:
-            raise NotImplementedError("ReLU(inplace=True) is not supported: the packed-mask relu returns a new tensor")
-        if impl is not None and impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
-        self.impl = impl
-
-    def forward(self, input: Tensor) -> Tensor:
-        return relu(input, impl=self.impl)
-
-    def extra_repr(self) -> str:
-        return "" if self.impl is None else f"impl={self.impl!r}"
 
 
 # ---------------------------------------------------------------------------

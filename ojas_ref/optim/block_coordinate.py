@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ojas_ref.primitives.optimizer_in_backward import InBackwardOptimizer
+from ojas_ref.optim.in_backward import InBackwardOptimizer
 
 __all__ = ["BlockCoordinateOptimizer", "decoder_layer_blocks"]
 

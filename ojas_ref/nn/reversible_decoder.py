@@ -1,6 +1,6 @@
 """A reversible Llama-style decoder for training from scratch.
 
-Every decoder layer is an :class:`~ojas_ref.primitives.reversible.AdditiveCoupling` on a
+Every decoder layer is an :class:`~ojas_ref.nn.reversible.AdditiveCoupling` on a
 residual stream of two halves ``x = cat(x1, x2)`` (each of width ``hidden``, so the stream
 is ``[B, S, 2 hidden]``, the layout :class:`~ojas_ref.ReversibleSequence` expects), with
 the attention block as F and the MLP block as G, each normalising its own input:
@@ -18,7 +18,7 @@ form on ``arange(S)`` positions (``rope_theta``), SwiGLU MLP, RMSNorm with ``eps
 The pieces are the project's own: :func:`ojas_ref.attention` (``is_causal=True``; the
 Triton kernel on CUDA, the reference recurrence on the CPU and for float64),
 :func:`ojas_ref.rms_norm`, :func:`ojas_ref.swiglu`,
-:func:`ojas_ref.primitives.rope.apply_rotary_pos_emb` and
+:func:`ojas_ref.functional.rope.apply_rotary_pos_emb` and
 :func:`ojas_ref.linear_cross_entropy` for the loss (Hugging Face's shift: the hidden state
 at position t predicts ``labels[:, t + 1]``; ``ignore_index=-100``; the mean over the kept
 tokens, 0 when none is kept where Hugging Face gives NaN). F and G are deterministic
@@ -84,12 +84,12 @@ import torch.nn.functional as F_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ojas_ref.primitives.attention import attention
-from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
-from ojas_ref.primitives.reversible import AdditiveCoupling, ReversibleSequence
-from ojas_ref.primitives.rms_norm import rms_norm
-from ojas_ref.primitives.rope import apply_rotary_pos_emb
-from ojas_ref.primitives.swiglu import swiglu
+from ojas_ref.functional.attention import attention
+from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence
+from ojas_ref.functional.rms_norm import rms_norm
+from ojas_ref.functional.rope import apply_rotary_pos_emb
+from ojas_ref.functional.swiglu import swiglu
 
 __all__ = ["ReversibleDecoderConfig", "ReversibleDecoder", "DecoderAttention", "DecoderMLP", "RotaryCache", "MODES",
            "rotary_tables"]

@@ -83,7 +83,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import get_device_states, set_device_states
 
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.transforms import refuse_function_transforms
 
 if torch.distributed.is_available():
     from torch.distributed.tensor import DTensor

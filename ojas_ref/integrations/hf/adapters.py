@@ -16,9 +16,9 @@
   tokens or sum over ``num_items_in_batch``), and the output's ``logits`` is None, as
   in Liger-Kernel. Otherwise the model runs unchanged.
 * RMSNorm: each module of a known Hugging Face RMSNorm class (:data:`RMS_NORM_FORMS`) whose
-  forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.primitives.rms_norm`
+  forward, probed once per class, gives bit for bit the formula of :mod:`ojas_ref.functional.rms_norm`
   is turned (``__class__`` swap, same parameters and ``state_dict``) into a subclass that
-  computes :func:`ojas_ref.primitives.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
+  computes :func:`ojas_ref.functional.rms_norm.rms_norm` (the fused Triton kernel on CUDA).
 * Split checkpointing: :class:`SplitCheckpoint` is the ``gradient_checkpointing_func`` of each
   decoder layer of a checked layout (:data:`SPLIT_LAYERS`); the layer's own forward runs, with
   its two norms passing their input through and its ``self_attn`` and ``mlp`` each computing
@@ -27,7 +27,7 @@
   or torch's tanh-approximated gelu (Gemma's ``gelu_pytorch_tanh``; :func:`mlp_activation`),
   whose forward, probed once per class and activation, is bit for bit ``down(act(gate) * up)``,
   is turned (``__class__`` swap) into a subclass whose gate product is
-  :func:`ojas_ref.primitives.swiglu.swiglu` (gate and up saved, the activation recomputed in
+  :func:`ojas_ref.functional.swiglu.swiglu` (gate and up saved, the activation recomputed in
   backward; one kernel each way on CUDA).
 
 No modeling code is copied: the models' own forward passes run.
@@ -51,12 +51,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ojas_ref.primitives.attention import IMPL_ENV as ATTENTION_IMPL_ENV, attention
-from ojas_ref.primitives.dispatch import plain_kernel_call
-from ojas_ref.primitives.linear_cross_entropy import linear_cross_entropy
-from ojas_ref.primitives.rms_norm import IMPL_ENV as RMS_NORM_IMPL_ENV, fused_rms_norm, rms_norm, rms_norm_reference
-from ojas_ref.primitives.rope import IMPL_ENV as ROTARY_IMPL_ENV, fused_rotary, rotary_reference
-from ojas_ref.primitives.swiglu import IMPL_ENV as SWIGLU_IMPL_ENV, fused_swiglu, swiglu
+from ojas_ref.functional.attention import IMPL_ENV as ATTENTION_IMPL_ENV, attention
+from ojas_ref.functional.dispatch import plain_kernel_call
+from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
+from ojas_ref.functional.rms_norm import IMPL_ENV as RMS_NORM_IMPL_ENV, fused_rms_norm, rms_norm, rms_norm_reference
+from ojas_ref.functional.rope import IMPL_ENV as ROTARY_IMPL_ENV, fused_rotary, rotary_reference
+from ojas_ref.functional.swiglu import IMPL_ENV as SWIGLU_IMPL_ENV, fused_swiglu, swiglu
 
 __all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SPLIT_LAYERS", "SWIGLU_FORMS", "CausalLMLossHead", "FamilySupport",
            "SplitCheckpoint", "family_support", "split_layers", "split_unsupported_reason", "split_swap",
@@ -678,7 +678,7 @@ def _act_attr(module: nn.Module) -> str:
 
 
 def mlp_activation(module: nn.Module) -> Optional[str]:
-    """The :data:`ojas_ref.primitives.swiglu.ACTIVATIONS` name of a gated MLP's activation module, or
+    """The :data:`ojas_ref.functional.swiglu.ACTIVATIONS` name of a gated MLP's activation module, or
     None: "silu" for ``nn.SiLU`` and Hugging Face's ``SiLUActivation``; "gelu_tanh" for
     ``nn.GELU(approximate="tanh")`` and Hugging Face's ``GELUTanh`` (``gelu_pytorch_tanh``) when it
     calls ``F.gelu(approximate="tanh")`` (not its Python formula, which rounds otherwise)."""
@@ -761,7 +761,7 @@ def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, activation: str
 
 
 class _OjasSwiGLU:
-    """Mixin of the swapped MLP classes: ``act(gate) * up`` by :func:`ojas_ref.primitives.swiglu.swiglu`."""
+    """Mixin of the swapped MLP classes: ``act(gate) * up`` by :func:`ojas_ref.functional.swiglu.swiglu`."""
 
     _ojas_form: str
 
@@ -848,7 +848,7 @@ class SplitCheckpoint:
     half is recomputed (and its saved tensors freed) before the attention half is: the
     attention half's activations are never alive during the MLP's backward.
     ``segment_checkpoint``: non-reentrant ``torch.utils.checkpoint.checkpoint``, or an
-    :class:`ojas_ref.integrations.offload.OffloadedCheckpoint` shared by all layers (the two
+    :class:`ojas_ref.nn.offload.OffloadedCheckpoint` shared by all layers (the two
     inputs in pinned host memory, prefetched one segment ahead). Exact: each segment is
     recomputed from its input by the same operations (deterministic layers: no dropout); no
     theorem needed or claimed. ``RuntimeError`` when the layer's forward does not call each norm

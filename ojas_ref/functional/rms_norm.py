@@ -40,12 +40,12 @@ import numbers
 from typing import Optional, Sequence, Union
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ojas_ref.primitives.dispatch import refuse_double_backward, require_kernel_device, requested_impl
-from ojas_ref.primitives.transforms import refuse_function_transforms
+from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.transforms import refuse_function_transforms
 
-__all__ = ["RMSNorm", "fused_rms_norm", "rms_norm", "rms_norm_reference"]
+__all__ = ["CASTS", "fused_rms_norm", "normalized_shape_tuple", "real_argument", "rms_norm", "rms_norm_reference"]
 
 BACKWARD_THEOREMS = ("Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
                      "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp")
@@ -145,7 +145,7 @@ def _forward_op_backward(ctx, grad_y, grad_rstd):
 _forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
 
 
-def _shape(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int, ...]:
+def normalized_shape_tuple(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int, ...]:
     if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
         return (int(normalized_shape),)
     if (not isinstance(normalized_shape, (Sequence, torch.Size)) or not normalized_shape
@@ -156,7 +156,7 @@ def _shape(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int
     return tuple(int(d) for d in normalized_shape)
 
 
-def _real(name: str, value: object, minimum: Optional[float] = None) -> float:
+def real_argument(name: str, value: object, minimum: Optional[float] = None) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise TypeError(f"{name} must be a finite real number, got {value!r}")
     if minimum is not None and value < minimum:
@@ -230,10 +230,10 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     code.
     """
     refuse_function_transforms("rms_norm")
-    shape = _shape(normalized_shape)
-    offset = _real("offset", offset)
+    shape = normalized_shape_tuple(normalized_shape)
+    offset = real_argument("offset", offset)
     _check(input, shape, weight, offset, cast)
-    eps = torch.finfo(input.dtype).eps if eps is None else _real("eps", eps, minimum=0.0)
+    eps = torch.finfo(input.dtype).eps if eps is None else real_argument("eps", eps, minimum=0.0)
     if weight is None:
         weight = torch.ones(shape, dtype=input.dtype, device=input.device)
     n = math.prod(shape)
@@ -257,30 +257,3 @@ def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, aft
     else:
         y = _FusedRMSNorm.apply(input.reshape(rows, n), weight, eps, offset, after_weight)
     return y.reshape(input.shape)
-
-
-class RMSNorm(nn.Module):
-    """:func:`rms_norm` as a module, in the style of ``torch.nn.RMSNorm`` (same constructor and
-    ``weight``), plus ``offset`` and ``cast``; the weight starts at ``1 - offset`` (scale 1)."""
-
-    def __init__(self, normalized_shape: Union[int, Sequence[int], torch.Size], eps: Optional[float] = None,
-                 elementwise_affine: bool = True, *, offset: float = 0.0, cast: str = "before_weight",
-                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
-        super().__init__()
-        self.normalized_shape = _shape(normalized_shape)
-        self.eps = None if eps is None else _real("eps", eps, minimum=0.0)
-        self.offset = _real("offset", offset)
-        if cast not in CASTS:
-            raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
-        self.cast = cast
-        if not elementwise_affine and self.offset:
-            raise ValueError(f"offset={offset} needs elementwise_affine=True")
-        self.weight = (nn.Parameter(torch.full(self.normalized_shape, 1.0 - self.offset, device=device, dtype=dtype))
-                       if elementwise_affine else None)
-
-    def forward(self, input: Tensor) -> Tensor:
-        return rms_norm(input, self.normalized_shape, self.weight, self.eps, offset=self.offset, cast=self.cast)
-
-    def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
-                f"offset={self.offset}, cast={self.cast!r}")
