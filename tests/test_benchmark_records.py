@@ -1,0 +1,88 @@
+"""benchmarks/records.py: the one benchmark record format (CPU)."""
+
+import json
+
+import pytest
+
+from benchmarks import records
+
+CASE = {"dtype": "bf16", "batch": 1}
+ENV = dict(date="2026-12-01", commit="abc1234", device_name="NVIDIA H200", versions={"torch": "2.11.0"})
+
+
+def test_append_then_read_round_trip(tmp_path):
+    path = tmp_path / "r.jsonl"
+    a = records.append("bench_x", CASE, {"tokens_per_s": 100.0, "peak_gib": 2.5}, "ojas", path=path, **ENV)
+    b = records.append("bench_x", CASE, {"tokens_per_s": 80}, "liger", path=path, **ENV)
+    assert path.read_text().count("\n") == 2
+    assert records.read(path) == [a, b]
+    assert a == dict(date="2026-12-01", commit="abc1234", device="NVIDIA H200", versions={"torch": "2.11.0"},
+                     benchmark="bench_x", case=CASE, metrics={"tokens_per_s": 100.0, "peak_gib": 2.5}, peer="ojas")
+    assert records.read(path, benchmark="bench_y") == []
+
+
+def test_append_collects_the_environment(tmp_path):
+    path = tmp_path / "r.jsonl"
+    r = records.append("bench_x", CASE, {"ms": 1.0}, "torch", path=path, device="cpu")
+    assert r["device"].startswith("cpu")
+    assert r["versions"]["torch"] and r["versions"]["python"]
+    assert len(r["commit"]) >= 7
+    assert r["date"] == records.environment("cpu")["date"]
+
+
+@pytest.mark.parametrize("field", records.FIELDS)
+def test_a_missing_field_is_refused(tmp_path, field):
+    record = dict(date="2026-12-01", commit="abc", device="cpu", versions={}, benchmark="b", case={},
+                  metrics={"ms": 1.0}, peer="p")
+    records.validate(record)
+    del record[field]
+    with pytest.raises(ValueError, match=f"missing required field.*'{field}'"):
+        records.validate(record)
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match="r.jsonl:1: record is missing"):
+        records.read(path)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(date="01/12/2026"), "ISO date"),
+    (dict(metrics={}), "non-empty mapping"),
+    (dict(metrics={"ms": "1.0"}), "metric 'ms' must be a finite number"),
+    (dict(metrics={"ms": float("nan")}), "metric 'ms' must be a finite number"),
+    (dict(metrics={"ok": True}), "metric 'ok' must be a finite number"),
+    (dict(versions={"torch": 2.11}), "versions"),
+    (dict(peer=""), "'peer' must be a non-empty string"),
+    (dict(extra=1), "unknown field"),
+])
+def test_bad_values_are_refused(change, message):
+    record = dict(date="2026-12-01", commit="abc", device="cpu", versions={}, benchmark="b", case={},
+                  metrics={"ms": 1.0}, peer="p") | change
+    with pytest.raises(ValueError, match=message):
+        records.validate(record)
+
+
+def test_append_refuses_an_unknown_keyword(tmp_path):
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        records.append("b", CASE, {"ms": 1.0}, "p", path=tmp_path / "r.jsonl", dtae="2026-12-01", **ENV)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_ratios_within_each_comparison(tmp_path):
+    path = tmp_path / "r.jsonl"
+    for peer, tps in (("hf", 100.0), ("liger", 125.0), ("ojas", 150.0)):
+        records.append("bench_x", CASE, {"tokens_per_s": tps}, peer, path=path, **ENV)
+    other = dict(CASE, batch=4)  # another case: its own comparison, without a liger record
+    records.append("bench_x", other, {"tokens_per_s": 300.0}, "ojas", path=path, **ENV)
+    records.append("bench_x", other, {"tokens_per_s": 200.0}, "hf", path=path, **ENV)
+    rows = records.read(path)
+    to_hf = [ratio for _, ratio in records.ratios(rows, "tokens_per_s", "hf")]
+    assert to_hf == [1.0, 1.25, 1.5, 1.5, 1.0]
+    # the best of several peers: the fastest of hf and liger
+    to_fastest = [ratio for _, ratio in records.ratios(rows, "tokens_per_s", ["hf", "liger"])]
+    assert to_fastest == [0.8, 1.0, 1.2, 1.5, 1.0]
+    # no baseline in the comparison, or no such metric: None
+    assert [ratio for _, ratio in records.ratios(rows, "tokens_per_s", "liger")][3:] == [None, None]
+    assert {ratio for _, ratio in records.ratios(rows, "peak_gib", "hf")} == {None}
+    # another date is another comparison
+    records.append("bench_x", CASE, {"tokens_per_s": 50.0}, "ojas", path=path, **(ENV | {"date": "2026-12-02"}))
+    assert records.ratios(records.read(path), "tokens_per_s", "hf")[-1][1] is None
