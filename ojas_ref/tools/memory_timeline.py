@@ -8,7 +8,7 @@ hooks, so a recomputation shows in the layer's attention and MLP blocks, which
 :func:`default_modules` hooks too. Each :class:`Event` holds the bytes allocated at that
 moment and the peak since the previous event (CUDA's ``max_memory_allocated``, reset at
 every event), so the largest ``peak`` of a step is its ``max_memory_allocated``.
-:func:`plot_timeline` draws it, with the phases of a :class:`~ojas_ref.tools.plan.Plan` as
+:func:`plot_timeline` draws it, with the phases of a :class:`~ojas_ref.memory.Plan` as
 dashed lines (``ojas plan`` predicts those; benchmarks/bench_memory_timeline.py draws a
 measured step of the 1.06B model beside its plan). A measurement: nothing here is proved.
 """
@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 from torch import nn
 
-from ojas_ref.tools.plan import Plan, check_png_path
+from ojas_ref.memory import Plan
+from ojas_ref.tools.plan_plot import check_png_path
 
 __all__ = ["Event", "cuda_memory", "default_modules", "plot_timeline", "record"]
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ojas_ref.tools.plan import Model, Setting
+from ojas_ref.memory import Model, Setting
 
 __all__ = ["DEPTHS", "Measured", "build", "depths_for", "measure", "predict_step_seconds", "time_steps"]
 
@@ -93,7 +93,7 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     model.train()
     ojas = s.ojas_attention or s.ojas_loss or s.ojas_rms_norm or s.ojas_swiglu
     if ojas:
-        optimize_model(model, attention=s.ojas_attention, cross_entropy=s.ojas_loss, rms_norm=s.ojas_rms_norm,
+        optimize_model(model, attention=s.ojas_attention, linear_cross_entropy=s.ojas_loss, rms_norm=s.ojas_rms_norm,
                        swiglu=s.ojas_swiglu, checkpoint="offload" if s.offload else s.checkpoint,
                        checkpoint_split=s.split)
     elif s.offload or s.split:

@@ -2,7 +2,7 @@
 sustained matrix-product rate, and from them tokens/s and the wall time to N tokens.
 
 :func:`flop_terms` counts the floating-point operations of the step that
-:mod:`ojas_ref.tools.plan` models (Hugging Face's ``LlamaForCausalLM``, one forward and
+:mod:`ojas_ref.memory` models (Hugging Face's ``LlamaForCausalLM``, one forward and
 backward), term by term; :func:`measure_gemm_rate` times a square product on the
 device; :func:`predict_time` divides one by the other. The prediction is a bound: a step
 is not only products (norms, rotary, SiLU, the loss's softmax and the optimizer update
@@ -24,7 +24,8 @@ import statistics
 import time
 from typing import Any, Optional, Sequence
 
-from ojas_ref.tools.plan import Model, Setting, measured_peak
+from ojas_ref.memory import Model, Setting
+from ojas_ref.tools.records import measured_peak
 
 __all__ = ["CAUSAL_FRACTION", "H200_BF16_GEMM_RATE", "TOKENS_PER_PARAM", "duration", "flop_terms", "head_tokens",
            "measure_gemm_rate", "predict_time", "recorded_throughput", "step_flops", "time_lines"]

@@ -19,7 +19,7 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   ``save_pretrained`` holding the weights, their config and the ``tokenizer.json`` they were
   trained with (the corpus is tokenised with it; nothing is downloaded).
 * Memory: on CUDA, before the model is built, :func:`check_fits` predicts the step's peak with
-  ``ojas plan``'s formulas (:mod:`ojas_ref.tools.plan`) and refuses (:class:`PlanDoesNotFit`, exit 2)
+  ``ojas plan``'s formulas (:mod:`ojas_ref.memory`) and refuses (:class:`PlanDoesNotFit`, exit 2)
   when it exceeds ``torch.cuda.mem_get_info``'s free bytes; a setting the planner does not model
   (accumulation, a non-Llama model) is run unchecked, with one line saying why. Not on the CPU.
   ``offload_checkpoints`` (``--offload-checkpoints``, with activation checkpointing:
@@ -277,7 +277,7 @@ def _meta_model(config: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 
 def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool]:
-    """``(plan, lower_bound)``: :func:`ojas_ref.tools.plan.plan` of the run's step, ``model`` being the
+    """``(plan, lower_bound)``: :func:`ojas_ref.memory.plan` of the run's step, ``model`` being the
     run's model (e.g. on the meta device). ``lower_bound``: the setting clips inside a fused
     backward, whose first of two backward passes keeps the activations alive to its end; the
     planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``

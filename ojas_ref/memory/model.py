@@ -1,0 +1,303 @@
+"""The shape of a Llama-style decoder (:class:`Model`, :data:`PRESETS`) and the setting of a
+training step (:class:`Setting`) that :func:`ojas_ref.memory.plan` predicts the memory of."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional
+
+__all__ = ["BUCKET_CAP_BYTES", "BUCKET_CAP_MB", "CUBLAS_HANDLES", "CUBLAS_WORKSPACE_BYTES", "DTYPE_BYTES",
+           "FAMILIES", "LCE_PEAK_OVER_GRADIENTS", "LCE_WORKSPACE_FLOOR", "LCE_WORKSPACE_FRACTION", "OPTIMIZERS",
+           "PRESETS", "SLICE_ALIGN", "STATE_SLICE_MB", "UNMODELLED", "Model", "Setting", "with_layers"]
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+OPTIMIZERS = ("sgd", "adamw")
+#: torch's default cuBLAS workspace on compute capability 9.x (one per handle and stream,
+#: allocated through the caching allocator, so counted by max_memory_allocated)
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+#: handles that run products in a step: the main thread (forward, optimizer step) and the
+#: autograd engine's device thread (backward)
+CUBLAS_HANDLES = 2
+#: InBackwardOptimizer's default ``bucket_cap_mb``
+BUCKET_CAP_MB = 64.0
+#: its bytes (:func:`bucket_cap_bytes` of the default setting)
+BUCKET_CAP_BYTES = int(BUCKET_CAP_MB * 2**20)
+#: a ``state_slice_mb`` to plan with (``ojas plan --host-state --state-slice-mb 128``; the option
+#: is off by default in InBackwardOptimizer; bench_memory's host-state rows use it)
+STATE_SLICE_MB = 128.0
+#: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
+SLICE_ALIGN = 64
+#: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/ojas_kernels/linear_cross_entropy.py
+LCE_WORKSPACE_FRACTION = 0.14
+#: the kernel's floor on its workspace budget (``16 << 20`` in ``_three_products``)
+LCE_WORKSPACE_FLOOR = 16 * 2**20
+#: the bound kernels/ojas_kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
+#: (1.128-1.139): the loss's peak above its inputs is at most this times the gradients
+LCE_PEAK_OVER_GRADIENTS = 1.15
+
+
+@dataclass(frozen=True)
+class Model:
+    """The shape of a Llama-style decoder (``LlamaForCausalLM``: RMSNorm, rotary
+    attention with ``kv_heads`` key/value heads, SwiGLU MLP, no biases)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool = False
+    head_dim: Optional[int] = None
+    name: str = "custom"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field_name} must be an int >= 1, got {value!r}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}), "
+                                 "or head_dim given")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries and of the attention output: heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys and of the values: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer: q, k, v, o projections, gate, up and down
+        projections, two RMSNorm weights (``LlamaDecoderLayer``)."""
+        attention = self.hidden * (2 * self.q_width + 2 * self.kv_width)
+        mlp = 3 * self.hidden * self.intermediate
+        return attention + mlp + 2 * self.hidden
+
+    def head_params(self) -> int:
+        """The output layer's parameters: 0 when tied to the embedding."""
+        return 0 if self.tied else self.vocab * self.hidden
+
+    def params(self) -> int:
+        """All parameters: embedding, layers, final norm, head (if not tied)."""
+        return self.vocab * self.hidden + self.layers * self.layer_params() + self.hidden + self.head_params()
+
+    @classmethod
+    def from_config(cls, config: Any, name: str = "custom") -> "Model":
+        """From a Hugging Face config (``LlamaConfig`` or any object or mapping with its
+        attribute names). ``NotImplementedError`` naming the family and what the planner does
+        not model for a ``model_type`` outside :data:`FAMILIES` (the families of
+        tests/test_optimize_huggingface.py are in :data:`UNMODELLED`, each with its reason), for
+        Mistral's sliding window and for biases (``attention_bias``, ``mlp_bias``); a config
+        without ``model_type`` is read as a Llama's."""
+        get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
+        family = get("model_type")
+        if family is not None and family not in FAMILIES:
+            why = UNMODELLED.get(family, "not a Llama-shaped decoder")
+            raise NotImplementedError(f"model_type {family!r} is not modelled by the planner ({why}); it models "
+                                      f"{' and '.join(FAMILIES)} decoders")
+        if family == "mistral" and get("sliding_window") is not None:
+            raise NotImplementedError(f"mistral with sliding_window={get('sliding_window')} is not modelled by the "
+                                      "planner (the attention mask Hugging Face builds for the window); it models "
+                                      "mistral without a window (sliding_window=None)")
+        for key in ("attention_bias", "mlp_bias"):
+            if get(key, False):
+                raise NotImplementedError(f"config.{key}=True: biases are not modelled by the planner")
+        values = {}
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+            if get(key) is None:
+                raise ValueError(f"config has no {key} (a LlamaConfig-like config is needed)")
+            values[key] = get(key)
+        heads = values["num_attention_heads"]
+        return cls(hidden=values["hidden_size"], layers=values["num_hidden_layers"], heads=heads,
+                   kv_heads=get("num_key_value_heads") or heads, intermediate=values["intermediate_size"],
+                   vocab=values["vocab_size"], tied=bool(get("tie_word_embeddings", False)),
+                   head_dim=get("head_dim"), name=name)
+
+    @classmethod
+    def from_module(cls, module: Any) -> "Model":
+        """From a Hugging Face ``PreTrainedModel`` on any device (the meta device included):
+        its config, refused when the module's parameter count is not the Llama formula's
+        (another architecture: biases, other norms or MLPs are not modelled)."""
+        config = getattr(module, "config", None)
+        if config is None or not hasattr(module, "parameters"):
+            raise TypeError(f"model must be a Hugging Face PreTrainedModel (with .config), got {type(module).__name__}")
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        model = cls.from_config(text, name=getattr(text, "model_type", None) or "custom")
+        count = sum(p.numel() for p in module.parameters())
+        if count != model.params():
+            raise NotImplementedError(f"the model has {count} parameters, a Llama decoder of its config "
+                                      f"{model.params()}: its architecture is not modelled")
+        return model
+
+
+#: the Hugging Face families the planner models: ``LlamaForCausalLM``'s modules and tensors
+#: (tests/test_plan.py checks a CPU training step of each against the plan)
+FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM, without a sliding window"}
+#: families that optimize_model handles (tests/test_optimize_huggingface.py) and the planner does
+#: not model, with what it would have to model
+UNMODELLED = {
+    "qwen2": "the q/k/v projections' biases",
+    "qwen3": "the per-head RMSNorms of the queries and keys (q_norm, k_norm)",
+    "gemma2": "the soft-capped attention, which optimize_model leaves to eager attention (a [seq, seq] score "
+              "matrix per head), four RMSNorms per layer, a GeGLU MLP",
+    "gemma3_text": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global "
+                   "attention layers",
+    "gemma3": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global attention "
+              "layers",
+    "phi3": "the fused qkv_proj and gate_up_proj, the partial rotary embedding that optimize_model leaves alone",
+    "gpt2": "LayerNorm, a two-matrix GELU MLP, learned position embeddings, Conv1D layers, attention dropout",
+}
+
+
+def with_layers(model: Model, layers: int) -> Model:
+    """``model``'s shape with ``layers`` decoder layers (``ojas plan --layers``; the 20B and 50B
+    models of benchmarks/bench_memory.py's ``--preset llama-70b --layers N``)."""
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"layers must be an int >= 1, got {layers!r}")
+    return replace(model, layers=layers, name=f"{model.name}@{layers}", source=f"{model.name} with {layers} layers")
+
+
+#: Llama-shaped presets, smallest first (the family ``--fit`` searches).
+PRESETS: dict[str, Model] = {m.name: m for m in (
+    Model(896, 24, 14, 2, 4864, 151936, tied=True, name="llama-0.5b",
+          source="the dimensions of Qwen2.5-0.5B's config.json (tied, GQA 14/2), as a LlamaForCausalLM: "
+                 "Qwen2's q/k/v biases are left out"),
+    Model(2048, 18, 16, 16, 5632, 32000, name="llama-1b",
+          source="benchmarks/bench_optimize_model.py's 1.06B model (measured on the H200)"),
+    Model(3072, 28, 24, 8, 8192, 128256, tied=True, name="llama-3b",
+          source="meta-llama/Llama-3.2-3B's config.json"),
+    Model(4096, 32, 32, 32, 11008, 32000, name="llama-7b", source="meta-llama/Llama-2-7b-hf's config.json"),
+    Model(5120, 40, 40, 40, 13824, 32000, name="llama-13b", source="meta-llama/Llama-2-13b-hf's config.json"),
+    Model(8192, 80, 64, 8, 28672, 32000, name="llama-70b", source="meta-llama/Llama-2-70b-hf's config.json"),
+)}
+
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A training setting. ``ojas_attention`` / ``ojas_loss`` / ``ojas_rms_norm`` /
+    ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``cross_entropy=`` /
+    ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``fused``: the optimizer runs in
+    backward (``InBackwardOptimizer``, buckets of ``bucket_cap_mb``, 64 MiB by default);
+    ``checkpoint``: per-layer non-reentrant activation checkpointing; ``split`` (needs
+    ``checkpoint``): ``optimize_model(checkpoint_split=True)``, each layer checkpointed as two
+    segments, its attention half and its MLP half (:func:`checkpoints_per_layer`,
+    :func:`recomputed_mlp_half_bytes`, :func:`recomputed_attention_half_bytes`).
+
+    ``offload`` (needs ``checkpoint``): ``optimize_model(checkpoint="offload")``
+    (ojas_ref/nn/offload.py), each checkpointed layer's input held in pinned host
+    memory between forward and backward; ``host_state`` (needs ``fused``):
+    ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
+    to the device bucket by bucket. Both default off; their H200 records are
+    bench_memory.py's (:func:`offloaded_checkpoints_device_bytes`,
+    :func:`bucket_state_bytes`). ``state_slice_mb`` (with ``host_state``): the optimizer's
+    ``state_slice_mb``, a parameter whose state exceeds it updated slice by slice
+    (:func:`sliced`); None (the default, and the records measured before slicing existed):
+    whole parameters. ``ojas plan --host-state`` uses :data:`STATE_SLICE_MB`, the optimizer's
+    default."""
+
+    dtype: str = "bf16"
+    optimizer: str = "adamw"
+    fused: bool = False
+    batch: int = 1
+    seq: int = 2048
+    checkpoint: bool = False
+    ojas_attention: bool = False
+    ojas_loss: bool = False
+    ojas_rms_norm: bool = False
+    ojas_swiglu: bool = False
+    #: the ojas attention output copied to [batch, seq, heads, dim] (the adapter before the
+    #: kernel wrote that layout itself): set for the record files measured then, not for a plan
+    ojas_attention_copy: bool = False
+    #: checkpoints in pinned host memory (``optimize_model(checkpoint="offload")``); needs checkpoint
+    offload: bool = False
+    #: the optimizer state in host memory (``InBackwardOptimizer(state_device="cpu")``); needs fused
+    host_state: bool = False
+    #: the head updated chunk by chunk inside the loss's backward
+    #: (``InBackwardOptimizer(head_weight=...)``): needs fused, ojas_loss, plain SGD, an untied head
+    head_update: bool = False
+    #: with host_state: InBackwardOptimizer's ``state_slice_mb`` (None: whole parameters, as recorded
+    #: before it existed)
+    state_slice_mb: Optional[float] = None
+    #: each checkpointed layer as two segments, attention half and MLP half
+    #: (``optimize_model(checkpoint_split=True)``); needs checkpoint
+    split: bool = False
+    #: InBackwardOptimizer's ``bucket_cap_mb`` (with fused: a bucket is updated when its gradients reach it)
+    bucket_cap_mb: float = BUCKET_CAP_MB
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        for name in ("batch", "seq"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
+                     "ojas_attention_copy", "offload", "host_state", "head_update", "split"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, (int, float)):
+            raise TypeError(f"bucket_cap_mb must be a float, got {type(self.bucket_cap_mb).__name__}")
+        if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb >= 0):
+            raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {self.bucket_cap_mb}")
+        if self.split and not self.checkpoint:
+            raise ValueError("split=True needs checkpoint=True: it checkpoints each layer as two segments")
+        if self.offload and not self.checkpoint:
+            raise ValueError("offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
+                             "that activation checkpointing keeps) to host memory")
+        if self.host_state and not self.fused:
+            raise ValueError("host_state=True needs fused=True: the optimizer state is streamed from the host only "
+                             "by InBackwardOptimizer(state_device=\"cpu\")")
+        if self.state_slice_mb is not None:
+            if isinstance(self.state_slice_mb, bool) or not isinstance(self.state_slice_mb, (int, float)):
+                raise TypeError(f"state_slice_mb must be None or a float, got {type(self.state_slice_mb).__name__}")
+            if not (math.isfinite(self.state_slice_mb) and self.state_slice_mb > 0):
+                raise ValueError(f"state_slice_mb must be None or a finite float > 0, got {self.state_slice_mb}")
+            if not self.host_state:
+                raise ValueError("state_slice_mb needs host_state=True: only InBackwardOptimizer(state_device=\"cpu\") "
+                                 "updates a parameter slice by slice")
+        if self.head_update and not (self.fused and self.ojas_loss and self.optimizer == "sgd"):
+            raise ValueError("head_update=True needs fused=True, ojas_loss=True and optimizer='sgd': the head is "
+                             "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
+                             "...), plain SGD only")
+
+    @property
+    def size(self) -> int:
+        """Bytes per element of weights, gradients, optimizer state and activations."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per step: batch x sequence."""
+        return self.batch * self.seq
+
+    @property
+    def mode(self) -> str:
+        """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
+        description of a mix it did not run; ``+split``, ``+offload``, ``+host-state`` and
+        ``+head-update`` appended when on (bench_optimize_model's records have none of them), and
+        the bucket size when fused and not the default 64 MiB."""
+        pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
+                  ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu), ("fused", self.fused))
+        host = "".join(f"+{name}" for name, on in (("split", self.split), ("offload", self.offload),
+                                                   ("host-state", self.host_state),
+                                                   ("head-update", self.head_update)) if on)
+        if self.fused and self.bucket_cap_mb != BUCKET_CAP_MB:
+            host += f"+bucket-{self.bucket_cap_mb:g}MiB"
+        if all(on for _, on in pieces) or not any(on for _, on in pieces):
+            return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "") + host
+        parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
+        return "+".join(parts) + host
+

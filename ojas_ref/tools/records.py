@@ -1,0 +1,125 @@
+"""The H200 records of the benchmarks, read as the planner's models and settings: the files of
+benchmarks/bench_optimize_model.py (:func:`load_records`) and benchmarks/bench_memory.py
+(:func:`load_memory_records`, :func:`memory_record_setting`), and :func:`measured_peak`, the
+measurement ``ojas plan`` prints beside its prediction."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ojas_ref.memory import BUCKET_CAP_MB, PRESETS, Model, Setting, with_layers
+
+__all__ = ["MEMORY_RECORDS_PATHS", "RECORDS_PATH", "RECORDS_PATHS", "config_model", "load_memory_records",
+           "load_records", "measured_peak", "memory_record_setting", "preset_model", "record_model"]
+
+_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+#: the H200 records of benchmarks/bench_optimize_model.py: before the fused RMSNorm and SwiGLU
+#: existed (its ojas modes: attention and loss), and with everything optimize_model applies
+RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_optimize_model_h200_fused.json",
+                 _RESULTS / "bench_optimize_model_h200_rope.json")
+RECORDS_PATH = RECORDS_PATHS[-1]
+#: the H200 records of benchmarks/bench_memory.py: the 1.06B decoder with its memory techniques
+#: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, llama-70b, and
+#: llama-70b's shape at 23 and 58 layers: 20.2B and 50.2B parameters), and fp32 AdamW with the state
+#: on the host in 128 MiB slices, split checkpoints offloaded in its "all" row (its host bytes: the
+#: two inputs per layer), and issue 14's one run (32 MiB buckets: offload, head update, split, host state)
+MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json",
+                        _RESULTS / "bench_memory_h200_host_state_sliced128_pool_split.json",
+                        _RESULTS / "bench_memory_h200_one_run.json")
+
+
+def load_records(path: Path = RECORDS_PATH, field: str = "peak") -> list[tuple[Setting, Any]]:
+    """The measurements of one record file of :data:`RECORDS_PATHS` (the llama-1b preset on
+    an H200) as (setting, the result's ``field``: ``"peak"``, torch.cuda.max_memory_allocated
+    bytes, or ``"tokens_per_s"``, from the median step time). What an ojas mode applied
+    is each result's ``applied`` (attention and loss only where it is absent: the first
+    file, measured before the fused RMSNorm and SwiGLU existed)."""
+    data = json.loads(Path(path).read_text())
+    config = data["config"]
+    dtypes = {"float32": "fp32", "bfloat16": "bf16"}
+    records = []
+    for r in data["results"]:
+        ojas = r["mode"].startswith("ojas")
+        applied = r.get("applied") or dict(attention=ojas, cross_entropy=ojas, rms_norm=False, swiglu=False)
+        setting = Setting(dtype=dtypes[r["dtype"]], optimizer=r["optimizer"], fused=ojas, batch=config["batch"],
+                          seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"),
+                          ojas_attention=applied["attention"], ojas_loss=applied["cross_entropy"],
+                          ojas_rms_norm=applied["rms_norm"], ojas_swiglu=applied["swiglu"],
+                          ojas_attention_copy=applied["attention"] and "rope" not in applied)
+        records.append((setting, r[field]))
+    return records
+
+
+def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optional[Setting]:
+    """The setting of one row of benchmarks/bench_memory.py (its ``mode``, ``dtype``,
+    ``optimizer`` and the ``techniques`` it applied; a host-state row without ``state_slice_mb``,
+    measured before slicing existed, updated whole parameters; a row without ``split`` or
+    ``bucket_cap_mb``, measured before they were recorded, whole-layer checkpoints and 64 MiB
+    buckets), or None where the planner does not model the row (the sparse embedding, the
+    reversible decoder)."""
+    t = row.get("techniques")
+    if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
+        return None
+    ojas = t is not None
+    return Setting(dtype=row["dtype"], optimizer=row["optimizer"], fused=ojas, batch=batch, seq=seq, checkpoint=True,
+                   ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
+                   offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None,
+                   head_update=ojas and bool(t.get("head_update", False)),
+                   state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None,
+                   split=ojas and bool(t.get("split", False)),
+                   bucket_cap_mb=float(t.get("bucket_cap_mb", BUCKET_CAP_MB)) if ojas else BUCKET_CAP_MB)
+
+
+def preset_model(name: str) -> Model:
+    """A preset by name, or ``NAME@LAYERS`` (:func:`with_layers`) as bench_memory.py's rows name them."""
+    base, _, layers = name.partition("@")
+    if base not in PRESETS:
+        raise ValueError(f"preset must be one of {list(PRESETS)} (optionally @LAYERS), got {name!r}")
+    return with_layers(PRESETS[base], int(layers)) if layers else PRESETS[base]
+
+
+def load_memory_records(path: Path) -> list[tuple[Model, Setting, dict]]:
+    """The modelled rows of one file of :data:`MEMORY_RECORDS_PATHS` that fitted, as (model (the
+    row's ``preset``, or else the file's config: :func:`config_model`), setting, the row: ``peak``,
+    ``host``, ``tokens_per_s``, ``losses``, ...)."""
+    data = json.loads(Path(path).read_text())
+    c = data["config"]
+    records = []
+    for row in data["results"]:
+        setting = memory_record_setting(row, c["batch"], c["seq"])
+        if setting is not None and row.get("fits", True):
+            records.append((preset_model(row["preset"]) if "preset" in row else config_model(c), setting, row))
+    return records
+
+
+def record_model(path: Path = RECORDS_PATH) -> Model:
+    """The model the records were measured on, from their config."""
+    return config_model(json.loads(Path(path).read_text())["config"])
+
+
+def config_model(c: Mapping[str, Any]) -> Model:
+    """The model of a record file's ``config`` (bench_optimize_model's and bench_memory's: hidden,
+    layers, heads, intermediate, vocab; no GQA, untied), named llama-1b when it is that preset's
+    shape: the model of a bench_memory row without a ``preset``."""
+    m = Model(c["hidden"], c["layers"], c["heads"], c["heads"], c["intermediate"], c["vocab"])
+    one_b = PRESETS["llama-1b"]
+    return replace(m, name="llama-1b") if replace(m, name="", source="") == replace(one_b, name="", source="") else m
+
+
+def measured_peak(model: Model, setting: Setting, field: str = "peak") -> Optional[Any]:
+    """The recorded peak (or another ``field`` of :func:`load_records`) of this model and
+    setting (benchmarks/results/, a source checkout; the later file where both hold it), or
+    None where nothing was measured."""
+    def shape(m: Model) -> Model:
+        return replace(m, name="", source="")
+
+    found = {(shape(m), s): row[field] for p in MEMORY_RECORDS_PATHS if p.exists()
+             for m, s, row in load_memory_records(p) if field in row}
+    paths = [p for p in RECORDS_PATHS if p.exists()]
+    if paths and shape(model) == shape(record_model()):
+        found |= {(shape(model), s): value for p in paths for s, value in load_records(p, field)}
+    return found.get((shape(model), setting))
+
