@@ -881,13 +881,20 @@ def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_r
 
 
 def _three_products_plan(N: int, D: int, V: int, itemsize: int, need: tuple[bool, bool, bool],
-                         config: LinearCrossEntropyConfig) -> list[tuple[int, int, bool]]:
-    """``_three_products``'s token chunks (``_token_chunks``) for N tokens: its workspace,
-    ``workspace_fraction`` of the gradients' bytes (16 MiB at least)."""
+                         config: LinearCrossEntropyConfig, kept: Optional[int] = None
+                         ) -> list[tuple[int, int, bool]]:
+    """``_three_products``'s token chunks (``_token_chunks``) over the ``kept`` tokens of N
+    (None: all N kept): its workspace, ``workspace_fraction`` of the gradients' bytes (16 MiB
+    at least), holds a chunk's logits/G and, when some token is ignored, the chunk's gathered
+    rows of the input (then its rows of grad_input); chunks inside grad_input only when
+    every token is kept."""
+    K = N if kept is None else kept
     grads = (N * D * need[0] + V * D * need[1]) * itemsize
     budget = max(int(config.workspace_fraction * grads), 16 << 20)
-    in_rows = need[0] and config.grad_input_space
-    return _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
+    if K == N:
+        in_rows = need[0] and config.grad_input_space
+        return _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
+    return _token_chunks(K, D, V, _round_down(budget // ((V + D) * itemsize), 8), config.token_chunk, False)
 
 
 def _addmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
@@ -915,52 +922,58 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                     ignore_index: int, reduction: str, opts: _Options, need: tuple[bool, bool, bool],
                     config: LinearCrossEntropyConfig) -> _Gradients:
     """Losses of every token (0 at the ignored ones) and the gradients for grad_output 1, in
-    one pass over chunks of tokens, each against the whole vocabulary: the chunk's logits
-    (cuBLAS, float32 accumulation, rounded to the input dtype as ``F.linear`` rounds
+    one pass over chunks of the kept tokens, each against the whole vocabulary: the chunk's
+    logits (cuBLAS, float32 accumulation, rounded to the input dtype as ``F.linear`` rounds
     them), then ``_rows_kernel`` (STREAM, GRAD) streams each row with ``block_step``
     (``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk``), stores lse and loss and
-    writes the row of G over its logits, then grad_input rows = w G W (the whole
-    vocabulary reduced in one product, rounded once), grad_weight += w G^T H and
-    grad_bias += w colsum G (``Ojas.CrossEntropy.Gradient.ce_backward_correct``: any
-    token chunking).  Ignored tokens stay in their rows (MASKED): their loss and their row
-    of G are zeros (``Ojas.CrossEntropy.Reduction.ignored_grad_zero``), so they add
-    nothing to the sums and their rows of grad_input are zeros, and "mean" divides by the
-    kept count (``ce_loss_correct``); no gather of the kept rows, no scatter.  grad_weight
-    is added up across token chunks in the input dtype: each chunk's product is
-    accumulated in float32 and the sum rounded once per chunk, so a bfloat16 grad_weight
-    carries one rounding per chunk, not one in all.  Workspace: one chunk's logits,
-    ``workspace_fraction`` of the gradients' bytes (16 MiB at least).  ``need``: gradients
-    wanted for (input, weight, bias).  Rounding of grad_input and grad_weight ("mean" / "sum",
-    bfloat16 / float32, no bias, cap, smoothing, z-loss):
-    ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error`` (this chunk loop,
-    one stored rounding of grad_weight per chunk; cuBLAS's summation order only through an
-    any-order premise) and the a-posteriori ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error``
-    / ``ce_gp_dw_error``; grad_bias and the rest: no theorem."""
+    writes the row of G over its logits, then grad_weight += w G^T H, grad_bias += w colsum G
+    and grad_input rows = w G W (the whole vocabulary reduced in one product, rounded once;
+    ``Ojas.CrossEntropy.Gradient.ce_backward_correct``: any token chunking).  Ignored tokens
+    are removed before any product (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``: the loss,
+    grad_weight and grad_bias over the kept tokens are those over all tokens, grad_input the
+    kept rows of all tokens'; ``ignored_grad_zero``: the other rows are 0): each chunk's rows
+    of the input are gathered into the workspace, its rows of grad_input computed over them
+    and scattered into a zeroed grad_input, "mean" divides by the kept count
+    (``ce_loss_correct``).  grad_weight is added up across token chunks in the input dtype:
+    each chunk's product is accumulated in float32 and the sum rounded once per chunk, so a
+    bfloat16 grad_weight carries one rounding per chunk, not one in all.  Workspace
+    (``_three_products_plan``): one chunk's logits (and gathered rows), ``workspace_fraction``
+    of the gradients' bytes (16 MiB at least).  ``need``: gradients wanted for (input, weight,
+    bias).  Rounding of grad_input and grad_weight ("mean" / "sum", bfloat16 / float32, no
+    bias, cap, smoothing, z-loss): ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` /
+    ``ce_dw_error`` (this chunk loop, one stored rounding of grad_weight per chunk; cuBLAS's
+    summation order only through an any-order premise) and the a-posteriori
+    ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``;
+    grad_bias and the rest: no theorem."""
     N, D = x.shape
     V = weight.shape[0]
     need_input, need_weight, need_bias = need
-    count = (target != ignore_index).sum()  # read after the host work below, which so overlaps the device's queue
+    mask = target != ignore_index
+    count = mask.sum()  # read after the host work below, which so overlaps the device's queue
     f32 = dict(dtype=torch.float32, device=x.device)
-    grad_input = torch.empty(N, D, dtype=x.dtype, device=x.device) if need_input else None
     grad_weight = torch.empty_like(weight) if need_weight else None  # the first chunk writes it (beta 0)
     grad_bias = torch.zeros(V, **f32) if need_bias else None
-    plan = _three_products_plan(N, D, V, x.element_size(), need, config)
-    loss, lse = torch.empty(N, **f32), torch.empty(N, **f32)
-    K = int(count)  # the host sync: the "mean" factor is a float of the products
+    none = torch.empty(1, **f32)
+    kept, K, tgt = _kept_tokens(target, mask, count)  # the host sync: the "mean" factor is a float of the products
+    grad_input = None
+    if need_input:  # the ignored rows stay zeros (ignored_grad_zero)
+        grad_input = (torch.empty if kept is None else torch.zeros)(N, D, dtype=x.dtype, device=x.device)
+    loss, lse = torch.empty(K, **f32), torch.empty(K, **f32)
     if K == 0:
-        for g in (grad_input, grad_weight):
-            if g is not None:
-                g.zero_()
-        return _Gradients(loss.zero_(), 0, grad_input, grad_weight, grad_bias)
+        if grad_weight is not None:
+            grad_weight.zero_()
+        return _Gradients(_reduce(loss, kept, N, "none"), 0, grad_input, grad_weight, grad_bias)
+    plan = _three_products_plan(N, D, V, x.element_size(), need, config, K)
     rcfg = config.rows
     workspace = max((n for _, n, inside in plan if not inside), default=0)
     z = torch.empty(workspace, V, dtype=x.dtype, device=x.device)  # a chunk's logits, then G over them
-    none = torch.empty(1, **f32)
+    # a chunk's gathered rows of x, then its rows of grad_input
+    rows = None if kept is None else torch.empty(workspace, D, dtype=x.dtype, device=x.device)
     # float16 G is stored times a power of two (_FP16_HEADROOM), undone by the products' alpha
     g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
     alpha = (1.0 / K if reduction == "mean" else 1.0) / g_scale
     for r0, n, inside in plan:
-        x_chunk = x[r0:r0 + n]
+        x_chunk = x[r0:r0 + n] if kept is None else torch.index_select(x, 0, kept[r0:r0 + n], out=rows[:n])
         if inside:
             start = _round_up((r0 + n) * D, 64)
             g = grad_input.view(-1)[start:start + n * V].view(n, V)
@@ -968,19 +981,23 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             g = z[:n]
         _mm_into(g, x_chunk, weight.t())
         _launch_rows(
-            n, rcfg, none, none, none, none, g, g, target, loss, lse, none if bias is None else bias, none,
+            n, rcfg, none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
             r0, n, 1, V, 0, 0, V, 0, g_scale,
-            **opts.kernel_args(V), ignore_index=ignore_index, masked=K < N,
+            **opts.kernel_args(V),
             HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
             HAS_CAP=opts.softcap is not None, BLOCK_P=16,
         )
-        if need_input:
-            _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
         if need_weight:
             _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0 if r0 > 0 else 0.0)
         if need_bias:
             grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
-    return _Gradients(loss, K, grad_input, grad_weight, grad_bias)
+        if need_input:
+            if kept is None:
+                _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
+            else:  # over the gathered rows, read for the last time above
+                _addmm_into(x_chunk, g, weight, alpha, 0.0)
+                grad_input.index_copy_(0, kept[r0:r0 + n], x_chunk)
+    return _Gradients(_reduce(loss, kept, N, "none"), K, grad_input, grad_weight, grad_bias)
 
 
 def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
