@@ -1,0 +1,241 @@
+"""Benchmark: Hugging Face's ``LlamaForCausalLM`` trained as is, compiled, patched by Liger-Kernel, and
+by ``optimize_model`` + ``InBackwardOptimizer`` (issue 29's table).
+
+    python benchmarks/bench_peers.py [--modes MODE ...] [--settings SETTING ...] [--out FILE]
+        [--warmup 3] [--steps 12] [--timeout 900] [--device cuda] [--quick] [--commit HASH]
+
+The model is bench_optimize_model.py's (built from a config, no download: hidden 2048, 18 layers,
+16 heads, MLP 5632, untied head, sequence 2048), stepped by its ``Runner``. Modes:
+
+* ``hf``: the model as built (SDPA attention, Hugging Face's loss on the logits).
+* ``hf+compile``: ``torch.compile(model)``.
+* ``liger``: ``apply_liger_kernel_to_llama()`` before the model is built (fused linear
+  cross-entropy, RMSNorm, SwiGLU, RoPE); ``liger+ckpt`` with Hugging Face's activation
+  checkpointing (``gradient_checkpointing_enable(use_reentrant=False)``); ``liger+compile`` compiled.
+* ``ojas``: ``optimize_model(model, checkpoint=False)`` and
+  ``InBackwardOptimizer(overlap=True, bucket_cap_mb=256)``; ``ojas+ckpt``:
+  ``optimize_model(model, checkpoint=True)`` and ``InBackwardOptimizer``'s defaults;
+  ``ojas+compile``: ``ojas`` then ``torch.compile(model)``.
+
+Settings, ``<weights>[-autocast]-<optimizer>-b<batch>[-v<vocabulary>]``: weights and optimizer
+state in ``bf16`` or ``fp32``; ``-autocast``: the forward under ``torch.autocast`` to bf16;
+``sgd`` (lr 1e-3) or ``adamw`` (lr 1e-4, weight decay 0.1); batch; vocabulary (default 32000).
+The default settings are issue 29's rows.
+
+Every mode of every setting runs in its own process (nothing compiled, patched or cached by one
+mode reaches another): ``--warmup`` steps, one step whose peak ``torch.cuda.max_memory_allocated``
+is the record's ``peak_gib``, then ``--steps`` timed steps (synchronised; ``tokens_per_s`` from the
+median). A mode whose peer is not installed, or cannot run on the device, is skipped with the
+reason; a mode whose process fails is reported with its error. Each measured mode is appended to
+``--out`` (default ``benchmarks/records.jsonl``) through ``benchmarks/records.py``, and a table
+prints each mode's tokens/s over the fastest peer's (the non-ojas modes) and its peak over the
+smallest peer's. ``--quick``: a 2-layer model (runs on the CPU in seconds per mode; memory is
+then not measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import inspect
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import records  # noqa: E402
+from benchmarks.bench_optimize_model import Runner, measure_peak, time_interleaved, timing  # noqa: E402
+from benchmarks.bench_optimizer_in_backward import QUICK, Config  # noqa: E402
+from ojas_ref import InBackwardOptimizer  # noqa: E402
+
+MODES = ("hf", "hf+compile", "liger", "liger+ckpt", "liger+compile", "ojas", "ojas+ckpt", "ojas+compile")
+#: the modes that are not ojas: the fastest of them is the baseline of the printed ratios
+PEERS = tuple(m for m in MODES if not m.startswith("ojas"))
+#: issue 29's rows
+SETTINGS = ("bf16-adamw-b1", "fp32-autocast-adamw-b1", "bf16-adamw-b4", "bf16-sgd-b1", "bf16-adamw-b1-v128256")
+SETTING_RE = re.compile(r"(bf16|fp32)(-autocast)?-(sgd|adamw)-b([1-9][0-9]*)(?:-v([1-9][0-9]*))?")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+#: the overlap recipe of ``ojas`` without checkpointing (docs/huggingface.md)
+OVERLAP_BUCKET_MB = 256.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    weights: str
+    autocast: bool
+    optimizer: str
+    batch: int
+    vocab: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Setting":
+        """A setting from its name (module docstring); ``ValueError`` naming the expected form."""
+        m = SETTING_RE.fullmatch(text)
+        if m is None:
+            raise ValueError(f"--settings: {text!r} is not <bf16|fp32>[-autocast]-<sgd|adamw>-b<batch>[-v<vocab>], "
+                             "e.g. bf16-adamw-b1 or fp32-autocast-adamw-b1 or bf16-adamw-b1-v128256")
+        weights, autocast, optimizer, batch, vocab = m.groups()
+        if autocast and weights != "fp32":
+            raise ValueError(f"--settings: {text!r}: -autocast (to bf16) is for fp32 weights")
+        return cls(weights, bool(autocast), optimizer, int(batch), int(vocab or 32000))
+
+    def config(self, quick: bool) -> Config:
+        """The model's shape: bench_optimize_model's 1.06B Llama (``QUICK``'s 2 layers with ``quick``)."""
+        return dataclasses.replace(QUICK, batch=self.batch) if quick else Config(vocab=self.vocab, batch=self.batch)
+
+
+class Autocast(torch.nn.Module):
+    """``model``'s forward under ``torch.autocast(device_type, torch.bfloat16)``; the backward and the
+    optimizer outside it, as torch's automatic mixed precision recipe has them."""
+
+    def __init__(self, model: torch.nn.Module, device_type: str) -> None:
+        super().__init__()
+        self.model, self.device_type = model, device_type
+
+    def forward(self, **kwargs):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            return self.model(**kwargs)
+
+
+def unavailable(mode: str, device: torch.device) -> Optional[str]:
+    """Why ``mode`` cannot run here, or None."""
+    if mode.startswith("liger"):
+        if importlib.util.find_spec("liger_kernel") is None:
+            return "liger_kernel is not installed (pip install liger-kernel)"
+        if device.type != "cuda":
+            return "Liger-Kernel's Triton kernels need CUDA"
+    return None
+
+
+def runner(mode: str, setting: Setting, c: Config, device: torch.device) -> Runner:
+    """bench_optimize_model's ``Runner`` for ``mode``: the model built (after Liger's patch for the
+    liger modes), optimized and given its optimizer, then compiled and put under autocast as the
+    mode and setting say."""
+    if mode.startswith("liger"):
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True,
+                                    swiglu=True)
+    if mode.startswith("ojas"):
+        ckpt = mode == "ojas+ckpt"
+        base = "ojas+ckpt" if ckpt else "ojas+overlap"
+        bucket_mb = inspect.signature(InBackwardOptimizer).parameters["bucket_cap_mb"].default if ckpt \
+            else OVERLAP_BUCKET_MB
+    else:
+        base, bucket_mb = ("standard+ckpt" if mode.endswith("+ckpt") else "standard"), 0.0
+    r = Runner(c, DTYPES[setting.weights], setting.optimizer, base, device, bucket_mb)
+    if mode.endswith("+compile"):
+        r.model = torch.compile(r.model)
+    if setting.autocast:
+        r.model = Autocast(r.model, device.type)
+    return r
+
+
+def child(mode: str, setting: Setting, quick: bool, device: torch.device, warmup: int, steps: int) -> dict:
+    """Run one mode of one setting in this process: the case and metrics of its record."""
+    c = setting.config(quick)
+    r = runner(mode, setting, c, device)
+    measure_peak(r, device, warmup, 0)
+    time_interleaved([r], device, steps)
+    t = timing(r, c)
+    metrics = dict(tokens_per_s=t["tokens_per_s"], step_ms=1e3 * t["step_s"], step_ms_min=1e3 * t["step_s_spread"][0],
+                   step_ms_max=1e3 * t["step_s_spread"][1], last_loss=t["last_loss"])
+    if t["peak"] is not None:
+        metrics["peak_gib"] = t["peak"] / 2**30
+    case = dict(model="LlamaForCausalLM", hidden=c.hidden, layers=c.layers, heads=c.heads, intermediate=c.intermediate,
+                vocab=c.vocab, batch=c.batch, seq=c.seq, weights=setting.weights,
+                autocast="bf16" if setting.autocast else "none", optimizer=setting.optimizer, warmup=warmup,
+                steps=steps)
+    return dict(case=case, metrics=metrics)
+
+
+def spawn(mode: str, setting: str, args: argparse.Namespace) -> dict:
+    """``mode`` of ``setting`` in a fresh process: ``{"case", "metrics"}``, or ``{"failed": reason}``."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--modes", mode, "--settings", setting,
+               "--device", args.device, "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    if args.quick:
+        command.append("--quick")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return dict(failed=f"timed out after {args.timeout} s")
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not result:
+        print(f"== {setting} {mode}: exit {done.returncode}\n" + "\n".join(done.stderr.splitlines()[-25:]),
+              flush=True)
+        errors = [line for line in done.stderr.splitlines() if line.strip()]
+        return dict(failed=(errors[-1] if errors else f"exit status {done.returncode}")[:200])
+    return json.loads(result[-1].removeprefix("RESULT "))
+
+
+def table(rows: list[tuple[str, str, dict]]) -> str:
+    """One line per setting and mode: tokens/s and peak with their ratios to the fastest and the
+    smallest peer of the setting (:data:`PEERS`), or why the mode did not run."""
+    measured = [row["record"] for _, _, row in rows if "record" in row]
+    speed = iter([x for _, x in records.ratios(measured, "tokens_per_s", PEERS)])
+    small = iter([x for _, x in records.ratios(measured, "peak_gib", PEERS, min)])
+
+    def cell(value: Optional[float], form: str) -> str:
+        return "-" if value is None else form.format(value)
+
+    lines = ["| setting | mode | tokens/s | vs fastest peer | peak GiB | vs smallest peer |", "|---|---|---|---|---|---|"]
+    for setting, mode, row in rows:
+        if "record" not in row:
+            lines.append(f"| {setting} | {mode} | {row.get('skipped') or 'failed: ' + row['failed']} | | | |")
+            continue
+        m = row["record"]["metrics"]
+        lines.append(f"| {setting} | {mode} | {m['tokens_per_s']:,.0f} | {cell(next(speed), '{:.3f}x')} | "
+                     f"{cell(m.get('peak_gib'), '{:.2f}')} | {cell(next(small), '{:.3f}x')} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), help="e.g. bf16-adamw-b1 (module docstring)")
+    parser.add_argument("--out", type=Path, default=records.RECORDS, help="records file to append to")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mode's process")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="a 2-layer model (CPU smoke test)")
+    parser.add_argument("--commit", default=None, help="the records' commit (default: git rev-parse of this checkout)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    settings = {s: Setting.parse(s) for s in args.settings}
+    device = torch.device(args.device)
+    if args.warmup < 0 or args.steps < 1:
+        parser.error(f"--warmup must be >= 0 and --steps >= 1, got {args.warmup} and {args.steps}")
+    if args.child:
+        (mode,), ((name, setting),) = args.modes, settings.items()
+        print("RESULT " + json.dumps(child(mode, setting, args.quick, device, args.warmup, args.steps)), flush=True)
+        return
+    env = records.environment(device)
+    if args.commit:
+        env["commit"] = args.commit
+    rows = []
+    for name in settings:
+        for mode in args.modes:
+            reason = unavailable(mode, device)
+            t0 = time.perf_counter()
+            row = dict(skipped=reason) if reason else spawn(mode, name, args)
+            if "metrics" in row:
+                row["record"] = records.append("bench_peers", row["case"], row["metrics"], mode, path=args.out,
+                                               date=env["date"], commit=env["commit"], device_name=env["device"],
+                                               versions=env["versions"])
+            print(f"{name} {mode}: {json.dumps(row.get('metrics') or row)} ({time.perf_counter() - t0:.0f} s)",
+                  flush=True)
+            rows.append((name, mode, row))
+    print(f"{env['device']}, {env['date']}, commit {env['commit']}; {env['versions']}")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""benchmarks/bench_peers.py on the CPU: settings, the modes' set-up, and a quick run that writes records."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from benchmarks import bench_peers, records
+from ojas_ref import InBackwardOptimizer
+
+
+def test_settings_parse_and_refuse():
+    assert bench_peers.Setting.parse("fp32-autocast-adamw-b1") == bench_peers.Setting("fp32", True, "adamw", 1, 32000)
+    assert bench_peers.Setting.parse("bf16-sgd-b4-v128256") == bench_peers.Setting("bf16", False, "sgd", 4, 128256)
+    for name in bench_peers.SETTINGS:
+        bench_peers.Setting.parse(name)
+    for bad in ("bf16-adam-b1", "bf16-adamw", "bf16-adamw-b0", "fp16-sgd-b1", "bf16-adamw-b1-v"):
+        with pytest.raises(ValueError, match="--settings: .* is not <bf16|fp32>"):
+            bench_peers.Setting.parse(bad)
+    with pytest.raises(ValueError, match="-autocast .* is for fp32 weights"):
+        bench_peers.Setting.parse("bf16-autocast-adamw-b1")
+
+
+def test_modes_are_set_up_as_issue_29_says():
+    cpu = torch.device("cpu")
+    ojas = bench_peers.runner("ojas", bench_peers.Setting.parse("bf16-adamw-b1"), bench_peers.QUICK, cpu)
+    assert isinstance(ojas.opt, InBackwardOptimizer) and ojas.opt.overlap and ojas.opt.bucket_cap_mb == 256
+    ckpt = bench_peers.runner("ojas+ckpt", bench_peers.Setting.parse("bf16-sgd-b1"), bench_peers.QUICK, cpu)
+    assert isinstance(ckpt.opt, InBackwardOptimizer) and not ckpt.opt.overlap and ckpt.opt.bucket_cap_mb == 64
+    hf = bench_peers.runner("hf", bench_peers.Setting.parse("fp32-autocast-adamw-b1"), bench_peers.QUICK, cpu)
+    assert isinstance(hf.opt, torch.optim.AdamW)
+    assert all(p.dtype == torch.float32 for p in hf.model.parameters())
+    ids = hf.batches[0]
+    assert hf.model(input_ids=ids).logits.dtype == torch.bfloat16  # the forward under bf16 autocast
+    assert bench_peers.unavailable("liger", torch.device("cpu")) is not None
+    assert bench_peers.unavailable("hf", torch.device("cpu")) is None
+
+
+def test_quick_run_on_the_cpu_appends_records(tmp_path, capsys):
+    out = tmp_path / "records.jsonl"
+    bench_peers.main(["--quick", "--device", "cpu", "--modes", "hf", "ojas", "liger", "--settings", "bf16-sgd-b1",
+                      "--warmup", "1", "--steps", "2", "--out", str(out), "--timeout", "600"])
+    rows = records.read(out)
+    assert [r["peer"] for r in rows] == ["hf", "ojas"]
+    for r in rows:
+        assert r["benchmark"] == "bench_peers" and r["device"].startswith("cpu")
+        assert r["case"]["layers"] == 2 and r["case"]["optimizer"] == "sgd" and r["case"]["weights"] == "bf16"
+        assert r["metrics"]["tokens_per_s"] > 0 and "peak_gib" not in r["metrics"]
+    # the same model and batches: the two modes' losses agree to bf16's precision
+    assert rows[0]["metrics"]["last_loss"] == pytest.approx(rows[1]["metrics"]["last_loss"], rel=2e-2)
+    printed = capsys.readouterr().out
+    assert "| bf16-sgd-b1 | hf |" in printed and "| bf16-sgd-b1 | ojas |" in printed
+    if importlib.util.find_spec("liger_kernel") is None:
+        assert "| bf16-sgd-b1 | liger | liger_kernel is not installed" in printed
