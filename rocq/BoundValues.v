@@ -1,11 +1,11 @@
 (** * Computable values of the proved error bounds.
-    The bounds of [DotError.v], [Attention/StreamError.v],
+    The bounds of [FloatModel/DotError.v], [Attention/StreamError.v],
     [Attention/ScorePerturbation.v] and [CrossEntropy/LossError.v] are real
     expressions of the unit roundoff [u], the exp error [ue] and a length
     [n].  This file computes them over exact rationals [Q], so that the
     oracle (extraction/) can hand Python the theorem's own number instead of
     a hand copy of the formula ([ojas_ref/verification/error_bounds.py]):
-    - [gamma_q]: [gamma] of [DotError.v], exactly ([gamma_q_correct];
+    - [gamma_q]: [gamma] of [FloatModel/DotError.v], exactly ([gamma_q_correct];
       [dot_bound_q] checks the side condition [n u < 1] too);
     - [pow_up]: an upper bound of [x ^ n] by binary powering, each product
       rounded up to a multiple of [1/d] ([round_up]): [(1+u)^(2n)] is an
@@ -83,7 +83,7 @@
     own binary integers, not OCaml's [int]). *)
 
 From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
-From Ojas Require Import DotError Attention.StreamError CrossEntropy.LossError.
+From Ojas Require Import FloatModel.DotError Attention.StreamError CrossEntropy.LossError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
 From Ojas Require Import FloatModel.AttentionForwardPosteriori.

@@ -2,7 +2,7 @@
 
     The computed row is [finalize fl_ops d (stream fl_ops blocks)]: the very
     [block_step] / [stream] / [finalize] the oracle and the code run, over
-    the rounding model [fl_ops] of [RoundingModel.v] (unit roundoff [u] for
+    the rounding model [fl_ops] of [FloatModel/NoUnderflow.v] (unit roundoff [u] for
     [+ - * /], relative error [ue] of [exp], no underflow).  The exact row
     is [two_pass R_ops d keys].  For every output coordinate [c] with
     [|v_jc| <= V] for all keys, and [n] keys in tiles of any sizes,
@@ -34,14 +34,14 @@
     Exported theorems: [stream_error_bound] (any tiling),
     [stream_keywise_error_bound] (tiles of one key), [stream_row_error_bound]
     (the [stream_row] the code runs), and [attention_row_error_bound] (one
-    attention row including the rounding of its scores, via [DotError.v]
+    attention row including the rounding of its scores, via [FloatModel/DotError.v]
     and [ScorePerturbation.v]).  Not covered: underflow (the model is
     relative only), the log-sum-exp output, other summation orders. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
-From Ojas Require Import ScalarOps Vector VectorFacts RoundingModel.
+From Ojas Require Import ScalarOps Vector VectorFacts FloatModel.NoUnderflow.
 From Ojas Require Import Attention.OnlineSoftmax Attention.StreamCorrect.
-From Ojas Require Import DotError Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.DotError Attention.ScorePerturbation.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -919,7 +919,7 @@ End StreamError.
 (** ** One attention row, scores included
 
     The scores the code computes are [scores fl_ops scale q ks]
-    ([rnd (scale * dot q k_j)], each dot product rounded as in [DotError.v]);
+    ([rnd (scale * dot q k_j)], each dot product rounded as in [FloatModel/DotError.v]);
     the exact row is [two_pass R_ops] on the exact scores.  The error of
     the computed scores moves the exact softmax by at most
     [exp (2 delta) - 1] ([softmax_output_perturbation]), and streaming the

@@ -1,7 +1,7 @@
 (** * Forward rounding-error bound of the per-token cross-entropy loss.
 
     The computed per-token forward is [token_forward fl_ops] (the very
-    definition the oracle runs) in the rounding model of [RoundingModel.v]
+    definition the oracle runs) in the rounding model of [FloatModel/NoUnderflow.v]
     (every [+ - * /] rounded with relative error [u], rounding idempotent,
     [exp] with relative error [ue], [ln] with absolute error [ul] on
     positive arguments, no underflow or overflow), without softcap.  The
@@ -24,7 +24,7 @@
     [lam], the exact [L], [z_t], [sum_v z_v], [sum_v |z_v|] and [dz]. *)
 
 From Coq Require Import Reals List Lra Lia Arith ZArith.
-From Ojas Require Import ScalarOps Vector VectorFacts RoundingModel DotError
+From Ojas Require Import ScalarOps Vector VectorFacts FloatModel.NoUnderflow FloatModel.DotError
   Attention.OnlineSoftmax Attention.StreamCorrect Attention.StreamError
   CrossEntropy.Definitions CrossEntropy.ChunkedLse CrossEntropy.Loss CrossEntropy.LseError.
 Import ListNotations.
@@ -162,7 +162,7 @@ Hypothesis ue_nonneg : 0 <= ue.
 Hypothesis rnd_rel : forall x, Rabs (rnd x - x) <= u * Rabs x.
 Hypothesis rexp_rel : forall x, Rabs (rexp x - exp x) <= ue * exp x.
 Hypothesis rln_abs : forall x, 0 < x -> Rabs (rln x - ln x) <= ul.
-(** Rounding is idempotent (Flocq: [flx_rnd_idem] in [DotError.v]). *)
+(** Rounding is idempotent (Flocq: [flx_rnd_idem] in [FloatModel/DotError.v]). *)
 Hypothesis rnd_idem : forall x, rnd (rnd x) = rnd x.
 
 Local Notation fl := (fl_ops rnd rexp rln).

@@ -1,6 +1,6 @@
 (** * Rounding-error bound of the chunked log-sum-exp.
 
-    The chunked lse is run with the rounding model of [RoundingModel.v]
+    The chunked lse is run with the rounding model of [FloatModel/NoUnderflow.v]
     ([fl_ops]: every [+ - * /] rounded with relative error [u], the
     exponential with relative error [ue], the logarithm with absolute
     error [ul] on positive arguments, the max exact), i.e. literally
@@ -13,10 +13,10 @@
 
       |fl (M + ln l) - L| <= u |L| + (1 + u) (ul - ln (1 - beta)).
 
-    As in [RoundingModel.v], underflow and overflow are not covered. *)
+    As in [FloatModel/NoUnderflow.v], underflow and overflow are not covered. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
-From Ojas Require Import ScalarOps Vector VectorFacts RoundingModel Attention.OnlineSoftmax
+From Ojas Require Import ScalarOps Vector VectorFacts FloatModel.NoUnderflow Attention.OnlineSoftmax
   Attention.StreamCorrect Attention.StreamError CrossEntropy.Definitions
   CrossEntropy.ChunkedLse CrossEntropy.Loss.
 Import ListNotations.

@@ -37,7 +37,7 @@
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts RoundingModel DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 Import ListNotations.

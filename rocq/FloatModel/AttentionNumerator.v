@@ -47,7 +47,7 @@
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts DotError FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import VectorFacts FloatModel.DotError FloatModel.MixedPrecision FloatModel.BlockedSum.
 Import ListNotations.
 Open Scope R_scope.
 

@@ -17,7 +17,7 @@
     - [blocked_sum_error_bound]: [t] tiles of at most [b >= 1] terms,
         |blocked_sum tiles - sum x| <= gamma u ((b - 1) + (t - 1)) * sum |x|
       under [((b - 1) + (t - 1)) u < 1], [gamma u k = k u / (1 - k u)]
-      (DotError.v).  This is [gamma (b + t - 2)] for [t >= 1]: the first
+      (FloatModel/DotError.v).  This is [gamma (b + t - 2)] for [t >= 1]: the first
       term of a tile and the first tile sum are added to an exact 0, which
       is exact.  Left-to-right summation of the [n = b t] terms would give
       [gamma (n - 1)].
@@ -52,7 +52,7 @@
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts RoundingModel DotError Attention.OnlineSoftmax.
+From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.OnlineSoftmax.
 From Ojas Require Import Attention.StreamCorrect FloatModel.MixedPrecision.
 Import ListNotations.
 Open Scope R_scope.

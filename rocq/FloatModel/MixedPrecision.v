@@ -1,4 +1,9 @@
-(** * A mixed-precision rounding model, instantiated by Flocq's binary formats.
+(** * The rounding model, mixed-precision, instantiated by Flocq's binary formats.
+
+    This is THE rounding model of the project: every error analysis is
+    stated in it or in its special case without underflow,
+    [FloatModel/NoUnderflow.v] (the absolute terms [ff_eta] and [mp_eta_e]
+    at 0; that file derives its two hypotheses from the fields below).
 
     The kernels store operands and results in a 16-bit format (bf16 or
     fp16), accumulate in fp32, and use base-2 exponentials.  This file gives

@@ -75,7 +75,7 @@
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import RoundingModel FloatModel.MixedPrecision.
+From Ojas Require Import FloatModel.NoUnderflow FloatModel.MixedPrecision.
 Open Scope R_scope.
 
 (** ** Real facts about [2^x] *)

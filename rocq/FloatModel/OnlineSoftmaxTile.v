@@ -72,7 +72,7 @@
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts RoundingModel FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.OnlineSoftmaxError.
 Import ListNotations.
 Open Scope R_scope.

@@ -2,7 +2,7 @@
 
     In floating point the coupling inverse does not reconstruct the
     input exactly.  This file bounds, for the rounding model of
-    [RoundingModel.v] (every [+] and [-] is rounded by [rnd] with
+    [FloatModel/NoUnderflow.v] (every [+] and [-] is rounded by [rnd] with
     [|rnd z - z| <= u |z|], i.e. no underflow), the distance between
     the activations the reversible backward pass reconstructs and the
     activations the (floating-point) forward pass computed, which are
@@ -61,7 +61,7 @@
 
 From Coq Require Import List Reals Lra Lia.
 From Flocq Require Import Core.Zaux Core.Raux.
-From Ojas Require Import ScalarOps RoundingModel Reversible.Coupling
+From Ojas Require Import ScalarOps FloatModel.NoUnderflow Reversible.Coupling
   Reversible.Stack Reversible.Gradient.
 Import ListNotations.
 Open Scope R_scope.

@@ -2,7 +2,7 @@
 
     [dot] (Vector.v) accumulates from the right: [dot (x :: a) (y :: b) =
     fl (fl (x * y) + dot a b)], [dot [] _ = 0].  In the rounding model of
-    [RoundingModel.v], with the extra hypothesis that rounding a rounded
+    [FloatModel/NoUnderflow.v], with the extra hypothesis that rounding a rounded
     value changes nothing ([rnd (rnd x) = rnd x], true of every rounding to
     a floating-point format: [flx_rnd_idem] below), we prove Higham's bound
 
@@ -14,7 +14,7 @@
 
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
-From Ojas Require Import ScalarOps Vector VectorFacts RoundingModel.
+From Ojas Require Import ScalarOps Vector VectorFacts FloatModel.NoUnderflow.
 Import ListNotations.
 Open Scope R_scope.
 

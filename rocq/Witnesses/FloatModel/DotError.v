@@ -2,7 +2,7 @@
     (the rounding the identity, [u = 0]) and the empty dot product. *)
 
 From Coq Require Import Reals List Lra.
-From Ojas Require Import DotError.
+From Ojas Require Import FloatModel.DotError.
 Import ListNotations.
 Open Scope R_scope.
 
