@@ -1,4 +1,4 @@
-(** * Extraction of the computable error bounds (rocq/BoundValues.v) to OCaml.
+(** * Extraction of the computable error bounds (rocq/Bounds/) to OCaml.
 
     A separate extraction from [Extract.v]: there [Z] is OCaml's [int]
     ([ExtrOcamlZInt]), which cannot carry the numerators and denominators
@@ -11,7 +11,7 @@
     [{qnum; qden}] over those. *)
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlZBigInt.
-From Ojas Require Import BoundValues.
+From Ojas Require Import Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.CrossEntropy Bounds.CrossEntropyGrad.
 
 Extraction "_build/bounds_spec.ml"
   dot_bound_q chunked_sum_factor_q nat_err_q stream_beta_q stream_err_q perturbation_q

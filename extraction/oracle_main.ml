@@ -665,7 +665,7 @@ let opt_response (rule, param, grad) =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
-(* ---- error_bounds (rocq/BoundValues.v) ------------------------------------ *)
+(* ---- error_bounds (rocq/Bounds/) --------------------------------------- *)
 
 (* Exact rationals: the strings "a/b" (or "a") of decimal integers, b > 0, to
    Coq's [Q] over Zarith's integers (extraction/ExtractBounds.v), and back. *)

@@ -5,7 +5,7 @@
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.CrossEntropyLseError.
-From Ojas Require Import FloatModel.CrossEntropySoftcapError BoundValues Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
+From Ojas Require Import FloatModel.CrossEntropySoftcapError Bounds.Rational Bounds.Softmax Bounds.CrossEntropy Bounds.CrossEntropyGrad Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
 Import ListNotations.
 Open Scope R_scope.
 

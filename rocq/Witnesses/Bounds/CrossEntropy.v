@@ -1,4 +1,4 @@
-(** * Witnesses of BoundValues.v (ojas_ref/verification/proof_audit.py): the oracle's
+(** * Witnesses of Bounds/CrossEntropy.v (ojas_ref/verification/proof_audit.py): the oracle's
     values computed in Coq ([vm_compute]) for float32 ([bf16_fp32], [u = 2^-24],
     [eta = 2^-150]), [tl.exp] and [tl.log] the rounded [exp] and [ln]
     (Witnesses/Instances.v), one row of one logit, every premise proved together. *)
@@ -6,7 +6,7 @@
 From Coq Require Import Reals QArith Qreals List Lra Lia.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.CrossEntropyLseError.
-From Ojas Require Import BoundValues Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
+From Ojas Require Import Bounds.Rational Bounds.CrossEntropy Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
 Import ListNotations.
 Open Scope R_scope.
 
