@@ -1,0 +1,68 @@
+(** * Ojas: the entry file.  [From Ojas Require Import Ojas.] loads every layer.
+
+    The layers, each built on the ones above it (as Flocq's Core, Calc,
+    Prop, IEEE754):
+    - Core: the scalar interface every algorithm is written against
+      ([ScalarOps]: the reals, the floats of the model and the oracle's
+      floats are instances) and vectors;
+    - the rounding model ([FloatModel/MixedPrecision.v]: THE model, storage
+      and accumulation formats from Flocq, underflow covered;
+      [FloatModel/NoUnderflow.v]: its special case without absolute terms)
+      and the generic error lemmas built on it (dot products, blocked sums,
+      the computed [exp2], the online softmax's tiles);
+    - one folder per operation ([Attention/], [CrossEntropy/], [Reversible/],
+      [OptimizerInBackward/], [RMSNorm/], [SwiGLU/], [ReLU/], [RoPE/]): the
+      specification (the algorithm the kernel runs, as a definition the
+      oracle extracts), its exact proofs (equal to the reference in exact
+      arithmetic) and its error proofs in the rounding model; the mixed-
+      precision error proofs of attention and cross-entropy are the
+      [FloatModel/Attention*.v] and [FloatModel/CrossEntropy*.v] files;
+    - [Bounds/]: the error bounds' values over exact rationals, one file per
+      operation, which the oracle (extraction/ExtractBounds.v) computes.
+
+    Every .v file of _CoqProject except the witnesses ([Witnesses/], the
+    proof audit's instances of the theorems' premises) is exported here, and
+    [make] checks that ([check-entry] in the Makefile). *)
+
+(** ** Core *)
+From Ojas Require Export ScalarOps Vector VectorFacts.
+
+(** ** The rounding model and its generic error lemmas *)
+From Ojas Require Export FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.DotError.
+From Ojas Require Export FloatModel.BlockedSum FloatModel.Exp2Weight FloatModel.AttentionNumerator.
+From Ojas Require Export FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile.
+
+(** ** Attention: specification, exact proofs, error proofs *)
+From Ojas Require Export Attention.OnlineSoftmax Attention.Backward Attention.Merge Attention.Mask.
+From Ojas Require Export Attention.AdditiveMask Attention.GroupedQuery Attention.Lse.
+From Ojas Require Export Attention.StreamCorrect Attention.BackwardCorrect.
+From Ojas Require Export Attention.ScorePerturbation Attention.StreamError.
+From Ojas Require Export FloatModel.AttentionForwardError FloatModel.AttentionForwardPosteriori.
+From Ojas Require Export FloatModel.AttentionLseError FloatModel.AttentionBackwardError FloatModel.AttentionGradError.
+
+(** ** Linear cross-entropy: specification, exact proofs, error proofs *)
+From Ojas Require Export CrossEntropy.Definitions CrossEntropy.ChunkedLse CrossEntropy.Loss.
+From Ojas Require Export CrossEntropy.Gradient CrossEntropy.Reduction.
+From Ojas Require Export CrossEntropy.LseError CrossEntropy.LossError CrossEntropy.EndToEnd.
+From Ojas Require Export FloatModel.CrossEntropyLseError FloatModel.CrossEntropyGradError.
+From Ojas Require Export FloatModel.CrossEntropyWeightedGradError FloatModel.CrossEntropySoftcapError.
+From Ojas Require Export FloatModel.CrossEntropySoftcapGradError FloatModel.CrossEntropyLossPosteriori.
+From Ojas Require Export FloatModel.CrossEntropyGradPosteriori.
+
+(** ** Reversible coupling stacks *)
+From Ojas Require Export Reversible.Coupling Reversible.Stack Reversible.FixedPoint Reversible.Gradient.
+From Ojas Require Export Reversible.FloatError Reversible.APosteriori.
+
+(** ** The optimizer in backward *)
+From Ojas Require Export OptimizerInBackward.Events OptimizerInBackward.UpdateRules.
+From Ojas Require Export OptimizerInBackward.Equivalence OptimizerInBackward.Variants.
+From Ojas Require Export OptimizerInBackward.Repairs OptimizerInBackward.Counterexamples.
+From Ojas Require Export OptimizerInBackward.Buckets OptimizerInBackward.SparseRows.
+From Ojas Require Export OptimizerInBackward.ChunkedHead.
+
+(** ** Elementwise and normalisation backward passes *)
+From Ojas Require Export RMSNorm.Backward SwiGLU.Backward ReLU.Backward ReLU.KernelBits RoPE.Backward.
+
+(** ** The bounds' values, over exact rationals *)
+From Ojas Require Export Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention.
+From Ojas Require Export Bounds.CrossEntropy Bounds.CrossEntropyGrad.
