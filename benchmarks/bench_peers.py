@@ -139,7 +139,7 @@ def runner(mode: str, setting: Setting, c: Config, device: torch.device) -> Runn
 
 
 def child(mode: str, setting: Setting, quick: bool, device: torch.device, warmup: int, steps: int) -> dict:
-    """Run one mode of one setting in this process: the case and metrics of its record."""
+    """Run one mode of one setting in this process: the case, metrics, device name and versions of its record."""
     c = setting.config(quick)
     r = runner(mode, setting, c, device)
     measure_peak(r, device, warmup, 0)
@@ -153,11 +153,12 @@ def child(mode: str, setting: Setting, quick: bool, device: torch.device, warmup
                 vocab=c.vocab, batch=c.batch, seq=c.seq, weights=setting.weights,
                 autocast="bf16" if setting.autocast else "none", optimizer=setting.optimizer, warmup=warmup,
                 steps=steps)
-    return dict(case=case, metrics=metrics)
+    env = records.environment(device)
+    return dict(case=case, metrics=metrics, device=env["device"], versions=env["versions"])
 
 
 def spawn(mode: str, setting: str, args: argparse.Namespace) -> dict:
-    """``mode`` of ``setting`` in a fresh process: ``{"case", "metrics"}``, or ``{"failed": reason}``."""
+    """``mode`` of ``setting`` in a fresh process: :func:`child`'s dict, or ``{"failed": reason}``."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--modes", mode, "--settings", setting,
                "--device", args.device, "--warmup", str(args.warmup), "--steps", str(args.steps)]
     if args.quick:
@@ -217,7 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         (mode,), ((name, setting),) = args.modes, settings.items()
         print("RESULT " + json.dumps(child(mode, setting, args.quick, device, args.warmup, args.steps)), flush=True)
         return
-    env = records.environment(device)
+    env = records.environment("cpu")  # the date and commit; the device and versions come from each mode's process
     if args.commit:
         env["commit"] = args.commit
     rows = []
@@ -228,12 +229,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             row = dict(skipped=reason) if reason else spawn(mode, name, args)
             if "metrics" in row:
                 row["record"] = records.append("bench_peers", row["case"], row["metrics"], mode, path=args.out,
-                                               date=env["date"], commit=env["commit"], device_name=env["device"],
-                                               versions=env["versions"])
+                                               date=env["date"], commit=env["commit"], device_name=row["device"],
+                                               versions=row["versions"])
             print(f"{name} {mode}: {json.dumps(row.get('metrics') or row)} ({time.perf_counter() - t0:.0f} s)",
                   flush=True)
             rows.append((name, mode, row))
-    print(f"{env['device']}, {env['date']}, commit {env['commit']}; {env['versions']}")
+    ran = [row["record"] for _, _, row in rows if "record" in row]
+    print(f"{ran[0]['device'] if ran else device}, {env['date']}, commit {env['commit']}; "
+          f"{ran[0]['versions'] if ran else env['versions']}")
     print(table(rows))
 
 
