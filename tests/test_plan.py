@@ -1,5 +1,5 @@
-"""``ojas_ref.tools.plan``: the predicted peaks against the peaks measured on an H200 (the 16
-configurations three times, benchmarks/results/bench_optimize_model_h200*.json: before the
+"""``ojas_ref.memory`` and ``ojas plan``: the predicted peaks against the peaks measured on an H200 (the 16
+configurations three times, tests/fixtures/plan/bench_optimize_model_h200*.json: before the
 fused RMSNorm and SwiGLU, with them, and with the fused RoPE and the attention output written
 in place), and the formulas against what a Hugging Face model on the CPU
 or the meta device actually holds."""
@@ -10,6 +10,7 @@ import json
 import re
 import weakref
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,7 +23,19 @@ from ojas_ref.tools.cli import main
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-RECORDS = [r for path in P.RECORDS_PATHS for r in P.load_records(path)]
+#: the H200 records the formulas are checked against, copied from benchmarks/results/ (README.md there)
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plan"
+#: benchmarks/bench_optimize_model.py's: before the fused RMSNorm and SwiGLU existed (its ojas modes:
+#: attention and loss), with everything optimize_model applies, and with the fused RoPE too
+RECORDS_PATHS = tuple(FIXTURES / f"bench_optimize_model_h200{s}.json" for s in ("", "_fused", "_rope"))
+#: benchmarks/bench_memory.py's: the 1.06B decoder with its memory techniques (offload, host state),
+#: the presets at scale (llama-0.5b to llama-13b, llama-70b, and llama-70b's shape at 23 and 58
+#: layers: 20.2B and 50.2B parameters), fp32 AdamW with the state on the host in 128 MiB slices,
+#: split checkpoints offloaded in its "all" row, and issue 14's one run (32 MiB buckets)
+MEMORY_RECORDS_PATHS = tuple(FIXTURES / f"bench_memory_h200{s}.json"
+                             for s in ("", "_presets", "_host_state_sliced128_pool_split", "_one_run"))
+ONE_B = P.record_model(RECORDS_PATHS[-1])
+RECORDS = [r for path in RECORDS_PATHS for r in P.load_records(path)]
 #: issue 15's bar for the 1.06B configurations; every record is inside it (errors of
 #: -1.0% to +0.12% for the first file when written; 0.0% to +1.6% for the second, whose
 #: peaks after its first leave out the 64 MiB of cuBLAS workspaces: see its note; the third's
@@ -35,7 +48,7 @@ def _id(record: tuple[P.Setting, int]) -> str:
     return f"{s.dtype}-{s.optimizer}-{s.mode}"
 
 
-@pytest.mark.parametrize("path", P.RECORDS_PATHS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", RECORDS_PATHS, ids=lambda p: p.name)
 def test_each_record_file_holds_the_16_configurations(path):
     records = P.load_records(path)
     assert len(records) == 16 and len({(s.dtype, s.optimizer, s.mode) for s, _ in records}) == 16
@@ -45,7 +58,7 @@ def test_each_record_file_holds_the_16_configurations(path):
 def test_the_files_tell_the_ojas_settings_apart():
     """The first file's ojas modes ran attention and loss only, the second's every kernel with
     the attention output copied, the third's (RoPE too) without that copy."""
-    first, second, third = (dict(P.load_records(p)) for p in P.RECORDS_PATHS)
+    first, second, third = (dict(P.load_records(p)) for p in RECORDS_PATHS)
     ojas = [s for s in first if s.fused]
     assert ojas and not any(s.ojas_rms_norm or s.ojas_swiglu for s in ojas)
     assert all(s.ojas_rms_norm and s.ojas_swiglu and s.ojas_attention_copy for s in second if s.fused)
@@ -59,13 +72,56 @@ def test_the_files_tell_the_ojas_settings_apart():
 @pytest.mark.parametrize("record", RECORDS, ids=_id)
 def test_predicted_peak_within_5_percent_of_measured(record):
     setting, measured = record
-    predicted = P.plan(P.record_model(), setting).peak
+    predicted = P.plan(ONE_B, setting).peak
     assert abs(predicted - measured) <= TOLERANCE * measured, (
         f"predicted {predicted / 2**30:.3f} GiB, measured {measured / 2**30:.3f} GiB "
         f"({100 * (predicted - measured) / measured:+.2f}%)")
 
 
-MEMORY_RECORDS = [r for path in P.MEMORY_RECORDS_PATHS for r in P.load_memory_records(path)]
+MEMORY_RECORDS = [r for path in MEMORY_RECORDS_PATHS for r in P.load_memory_records(path)]
+
+
+def _resolved(field: str) -> dict:
+    """The records' ``field`` by (model shape, setting), the later file where two hold a setting,
+    bench_optimize_model's over bench_memory's: what ``ojas plan`` prints beside its prediction."""
+    found = {(_shape(m), s): row[field] for m, s, row in MEMORY_RECORDS if field in row}
+    return found | {(_shape(ONE_B), s): v for path in RECORDS_PATHS for s, v in P.load_records(path, field)}
+
+
+def _shape(m: P.Model) -> P.Model:
+    return replace(m, name="", source="")
+
+
+def test_the_packaged_measurements_are_the_records():
+    """ojas_ref/tools/h200_records.py, which ``ojas plan`` reads (the package reads no file of
+    benchmarks/), holds every measured peak and tokens/s of the record files, and nothing else."""
+    from ojas_ref.tools.h200_records import MODELS, ROWS
+
+    peaks, speeds = _resolved("peak"), _resolved("tokens_per_s")
+    packaged = {(_shape(P.Model(*MODELS[name])), P.Setting(**fields)): (peak, speed)
+                for name, fields, peak, speed in ROWS}
+    assert len(packaged) == len(ROWS) == len(peaks.keys() | speeds.keys()) == 69
+    assert packaged == {key: (peaks.get(key), speeds.get(key)) for key in peaks.keys() | speeds.keys()}
+    for (m, s), (peak, speed) in packaged.items():
+        assert P.measured_peak(m, s) == peak and P.measured_peak(m, s, "tokens_per_s") == speed
+    assert {name: _shape(P.preset_model(name)) for name in MODELS if name != "llama-1b"} == {
+        name: _shape(P.Model(*shape)) for name, shape in MODELS.items() if name != "llama-1b"}
+    with pytest.raises(ValueError, match="field must be one of"):
+        P.measured_peak(ONE_B, P.Setting(), "host")
+
+
+def test_measured_peak_reads_no_file(monkeypatch):
+    """An installed package has no benchmarks/ folder: the measurements come with the package."""
+    from ojas_ref.tools import records
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("measured_peak read a file")
+
+    records._measured.cache_clear()
+    monkeypatch.setattr(Path, "read_text", refuse)
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
+    assert P.measured_peak(P.PRESETS["llama-1b"], OJAS_CKPT) == dict(RECORDS)[OJAS_CKPT]
 
 
 def _memory_id(record: tuple[P.Model, P.Setting, dict]) -> str:
@@ -747,8 +803,8 @@ def test_existing_settings_keep_their_names_and_records():
     assert all(not s.offload and not s.host_state for s, _ in RECORDS)
     assert P.Setting(checkpoint=True, offload=True, fused=True, host_state=True).mode == "fused+ckpt+offload+host-state"
     # recorded by benchmarks/bench_memory.py (its +offload row), not by bench_optimize_model
-    assert P.measured_peak(P.record_model(), replace(OJAS_CKPT, offload=True)) == next(
-        row["peak"] for m, s, row in P.load_memory_records(P.MEMORY_RECORDS_PATHS[0]) if s.offload and not s.host_state
+    assert P.measured_peak(ONE_B, replace(OJAS_CKPT, offload=True)) == next(
+        row["peak"] for m, s, row in P.load_memory_records(MEMORY_RECORDS_PATHS[0]) if s.offload and not s.host_state
         and s.dtype == OJAS_CKPT.dtype and s.optimizer == OJAS_CKPT.optimizer)
 
 
@@ -779,7 +835,7 @@ def test_cli_offload_and_host_state_print_the_host_memory(capsys):
     assert f"peak {P.gib(expected.peak)} GiB" in out and "ojas+ckpt+offload+host-state" in out
     assert f"host memory {P.gib(expected.host_bytes)} GiB" in out
     assert "layer inputs (offloaded checkpoints, pinned)" in out and "optimizer state (host" in out
-    measured = P.measured_peak(P.record_model(), replace(OJAS_CKPT, offload=True, host_state=True))
+    measured = P.measured_peak(ONE_B, replace(OJAS_CKPT, offload=True, host_state=True))
     assert f"measured on an H200: {P.gib(measured)} GiB" in out  # bench_memory's "all" row of bf16 AdamW
     assert main(["plan", "--preset", "llama-1b"]) == 0
     assert "host memory" not in capsys.readouterr().out

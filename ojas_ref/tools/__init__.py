@@ -1,7 +1,7 @@
-"""The tools around the library: ``plan`` (``ojas plan``: a training step's peak memory
-predicted from its formulas and checked against the H200 records under
-benchmarks/results/), ``train`` (``ojas train``: a resumable training run) with ``data``
-(corpus, byte-level BPE, token cache, resumable loader) and ``checkpoint`` (atomic, verified
-checkpoints), and ``cli`` (the ``ojas`` console script: ``audit``, ``proofs``, ``plan``,
-``train``).
+"""The tools around the library (no library module imports them): ``plan`` (``ojas plan``: a
+training step's peak memory predicted by :mod:`ojas_ref.memory`, printed, fitted, plotted and set
+beside the H200 records), ``throughput`` and ``step_time`` (its ``--time``), ``train`` (``ojas
+train``: a resumable training run) with ``data`` (corpus, byte-level BPE, token cache, resumable
+loader) and ``train_state`` (atomic, verified training-state files), and ``cli`` (the ``ojas``
+console script: ``train``, ``plan``, ``audit``, ``proofs``).
 """

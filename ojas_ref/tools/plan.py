@@ -22,9 +22,8 @@ from ojas_ref.memory import *  # noqa: F403 (re-exported: the formulas, Model, S
 from ojas_ref.memory import (BUCKET_CAP_MB, DTYPE_BYTES, OPTIMIZERS, PRESETS, STATE_SLICE_MB, Model, Plan, Setting,
                              gib, plan, with_layers)
 from ojas_ref.tools.plan_plot import TENSOR_CLASSES, check_png_path, plot_plan, tensor_class  # noqa: F401 (re-exported)
-from ojas_ref.tools.records import (MEMORY_RECORDS_PATHS, RECORDS_PATH, RECORDS_PATHS,  # noqa: F401 (re-exported)
-                                    config_model, load_memory_records, load_records, measured_peak,
-                                    memory_record_setting, preset_model, record_model)
+from ojas_ref.tools.records import (config_model, load_memory_records, load_records,  # noqa: F401 (re-exported)
+                                    measured_peak, memory_record_setting, preset_model, record_model)
 
 __all__ = ["FAMILIES", "PRESETS", "UNMODELLED", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset",
            "fit_table", "load_memory_records", "load_records", "measured_peak", "memory_record_setting", "parse_bytes",
@@ -221,7 +220,7 @@ def run_command(args: Any) -> int:
             measured = measured_peak(model, setting)
             if measured is not None:
                 print(f"\nmeasured on an H200: {gib(measured)} GiB (torch.cuda.max_memory_allocated, "
-                      f"benchmarks/results/); predicted {100 * (predicted.peak - measured) / measured:+.2f}%")
+                      f"ojas_ref/tools/h200_records.py); predicted {100 * (predicted.peak - measured) / measured:+.2f}%")
             if args.plot is not None:
                 plot_plan(predicted, args.plot, measured)
                 print(f"\nplot written to {args.plot}")

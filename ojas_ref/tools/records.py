@@ -1,10 +1,14 @@
-"""The H200 records of the benchmarks, read as the planner's models and settings: the files of
-benchmarks/bench_optimize_model.py (:func:`load_records`) and benchmarks/bench_memory.py
-(:func:`load_memory_records`, :func:`memory_record_setting`), and :func:`measured_peak`, the
-measurement ``ojas plan`` prints beside its prediction."""
+"""The H200 records beside the planner: :func:`measured_peak`, the measurement ``ojas plan`` prints
+beside its prediction (from the table of :mod:`ojas_ref.tools.h200_records`, shipped with the
+package), and the readers of the benchmarks' record files as the planner's models and settings,
+each given the file's path (benchmarks/bench_optimize_model.py's: :func:`load_records`;
+benchmarks/bench_memory.py's: :func:`load_memory_records`, :func:`memory_record_setting`). The
+package reads no file of benchmarks/: tests/test_plan.py reads the records it checks the formulas
+against from tests/fixtures/plan/."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -12,28 +16,13 @@ from typing import Any, Mapping, Optional
 
 from ojas_ref.memory import BUCKET_CAP_MB, PRESETS, Model, Setting, with_layers
 
-__all__ = ["MEMORY_RECORDS_PATHS", "RECORDS_PATH", "RECORDS_PATHS", "config_model", "load_memory_records",
-           "load_records", "measured_peak", "memory_record_setting", "preset_model", "record_model"]
-
-_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-#: the H200 records of benchmarks/bench_optimize_model.py: before the fused RMSNorm and SwiGLU
-#: existed (its ojas modes: attention and loss), and with everything optimize_model applies
-RECORDS_PATHS = (_RESULTS / "bench_optimize_model_h200.json", _RESULTS / "bench_optimize_model_h200_fused.json",
-                 _RESULTS / "bench_optimize_model_h200_rope.json")
-RECORDS_PATH = RECORDS_PATHS[-1]
-#: the H200 records of benchmarks/bench_memory.py: the 1.06B decoder with its memory techniques
-#: (offload, host state), and the presets at scale (llama-0.5b to llama-13b, llama-70b, and
-#: llama-70b's shape at 23 and 58 layers: 20.2B and 50.2B parameters), and fp32 AdamW with the state
-#: on the host in 128 MiB slices, split checkpoints offloaded in its "all" row (its host bytes: the
-#: two inputs per layer), and issue 14's one run (32 MiB buckets: offload, head update, split, host state)
-MEMORY_RECORDS_PATHS = (_RESULTS / "bench_memory_h200.json", _RESULTS / "bench_memory_h200_presets.json",
-                        _RESULTS / "bench_memory_h200_host_state_sliced128_pool_split.json",
-                        _RESULTS / "bench_memory_h200_one_run.json")
+__all__ = ["config_model", "load_memory_records", "load_records", "measured_peak", "memory_record_setting",
+           "preset_model", "record_model"]
 
 
-def load_records(path: Path = RECORDS_PATH, field: str = "peak") -> list[tuple[Setting, Any]]:
-    """The measurements of one record file of :data:`RECORDS_PATHS` (the llama-1b preset on
-    an H200) as (setting, the result's ``field``: ``"peak"``, torch.cuda.max_memory_allocated
+def load_records(path: Path | str, field: str = "peak") -> list[tuple[Setting, Any]]:
+    """The measurements of one record file of benchmarks/bench_optimize_model.py (the llama-1b
+    preset on an H200) as (setting, the result's ``field``: ``"peak"``, torch.cuda.max_memory_allocated
     bytes, or ``"tokens_per_s"``, from the median step time). What an ojas mode applied
     is each result's ``applied`` (attention and loss only where it is absent: the first
     file, measured before the fused RMSNorm and SwiGLU existed)."""
@@ -81,8 +70,8 @@ def preset_model(name: str) -> Model:
     return with_layers(PRESETS[base], int(layers)) if layers else PRESETS[base]
 
 
-def load_memory_records(path: Path) -> list[tuple[Model, Setting, dict]]:
-    """The modelled rows of one file of :data:`MEMORY_RECORDS_PATHS` that fitted, as (model (the
+def load_memory_records(path: Path | str) -> list[tuple[Model, Setting, dict]]:
+    """The modelled rows of one record file of benchmarks/bench_memory.py that fitted, as (model (the
     row's ``preset``, or else the file's config: :func:`config_model`), setting, the row: ``peak``,
     ``host``, ``tokens_per_s``, ``losses``, ...)."""
     data = json.loads(Path(path).read_text())
@@ -95,8 +84,9 @@ def load_memory_records(path: Path) -> list[tuple[Model, Setting, dict]]:
     return records
 
 
-def record_model(path: Path = RECORDS_PATH) -> Model:
-    """The model the records were measured on, from their config."""
+def record_model(path: Path | str) -> Model:
+    """The model the records of a benchmarks/bench_optimize_model.py file were measured on, from
+    their config."""
     return config_model(json.loads(Path(path).read_text())["config"])
 
 
@@ -110,16 +100,28 @@ def config_model(c: Mapping[str, Any]) -> Model:
 
 
 def measured_peak(model: Model, setting: Setting, field: str = "peak") -> Optional[Any]:
-    """The recorded peak (or another ``field`` of :func:`load_records`) of this model and
-    setting (benchmarks/results/, a source checkout; the later file where both hold it), or
-    None where nothing was measured."""
-    def shape(m: Model) -> Model:
-        return replace(m, name="", source="")
+    """The peak (``field="peak"``, bytes) or the tokens per second (``"tokens_per_s"``) measured on
+    the H200 for this model shape and setting (:mod:`ojas_ref.tools.h200_records`), or None where
+    nothing was measured."""
+    if field not in _FIELDS:
+        raise ValueError(f"field must be one of {_FIELDS}, got {field!r}")
+    return _measured().get((_shape(model), setting), {}).get(field)
 
-    found = {(shape(m), s): row[field] for p in MEMORY_RECORDS_PATHS if p.exists()
-             for m, s, row in load_memory_records(p) if field in row}
-    paths = [p for p in RECORDS_PATHS if p.exists()]
-    if paths and shape(model) == shape(record_model()):
-        found |= {(shape(model), s): value for p in paths for s, value in load_records(p, field)}
-    return found.get((shape(model), setting))
 
+_FIELDS = ("peak", "tokens_per_s")
+
+
+def _shape(m: Model) -> Model:
+    """``m`` without its name and source: the key of a measurement."""
+    return replace(m, name="", source="")
+
+
+@functools.cache
+def _measured() -> dict[tuple[Model, Setting], dict[str, Any]]:
+    """:mod:`ojas_ref.tools.h200_records`' rows by (model shape, setting)."""
+    from ojas_ref.tools.h200_records import MODELS, ROWS
+
+    table = {}
+    for name, fields, peak, tokens_per_s in ROWS:
+        table[(_shape(Model(*MODELS[name])), Setting(**fields))] = {"peak": peak, "tokens_per_s": tokens_per_s}
+    return table

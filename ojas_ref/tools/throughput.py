@@ -7,7 +7,7 @@ backward), term by term; :func:`measure_gemm_rate` times a square product on the
 device; :func:`predict_time` divides one by the other. The prediction is a bound: a step
 is not only products (norms, rotary, SiLU, the loss's softmax and the optimizer update
 are memory-bound, not FLOP-bound, and counted as 0 FLOPs here), and a small step is
-bound by the host's launches. The H200 records of benchmarks/results/ show how far from
+bound by the host's launches. The H200 records (ojas_ref/tools/h200_records.py) show how far from
 the bound a real step is (:func:`recorded_throughput`, tests/test_throughput.py): the
 fp32 steps of the 1.06B model run 39-43 TFLOP/s of counted work, the bf16 steps
 108-278 TFLOP/s, 14-35% of the H200's measured bf16 product rate (benchmarks/RESULTS.md: the
@@ -159,7 +159,7 @@ def predict_time(m: Model, s: Setting, rate: float, *, efficiency: float = 1.0,
 
 def recorded_throughput(m: Model, s: Setting) -> Optional[tuple[float, float]]:
     """(measured tokens/s, achieved FLOP/s = :func:`step_flops` x tokens/s / tokens) of this
-    model and setting on the H200 (benchmarks/results/, as :func:`measured_peak`), or None."""
+    model and setting on the H200 (:func:`~ojas_ref.tools.records.measured_peak`), or None."""
     measured = measured_peak(m, s, "tokens_per_s")
     return None if measured is None else (measured, step_flops(m, s) * measured / s.tokens)
 
@@ -193,7 +193,7 @@ def time_lines(m: Model, s: Setting, rate: float, device: str,
         measured, achieved = recorded
         at_h200 = predict_time(m, s, H200_BF16_GEMM_RATE, tokens_per_param=tokens_per_param)[0]
         lines.append(f"measured on an H200: {measured:,.0f} tokens/s ({achieved / 1e12:.1f} TFLOP/s of counted work; "
-                     "benchmarks/results/bench_optimize_model_h200*.json)")
+                     "ojas_ref/tools/h200_records.py)")
         if s.dtype == "bf16":
             lines.append(f"  {100 * achieved / H200_BF16_GEMM_RATE:.0f}% of the H200's measured bf16 GEMM rate (790 "
                          f"TFLOP/s, at which the bound is {at_h200:,.0f} tokens/s): the bf16 step is host-bound "
