@@ -28,8 +28,8 @@ is the record's ``peak_gib``, then ``--steps`` timed steps (synchronised; ``toke
 median). A mode whose peer is not installed, or cannot run on the device, is skipped with the
 reason; a mode whose process fails is reported with its error. Each measured mode is appended to
 ``--out`` (default ``benchmarks/records.jsonl``) through ``benchmarks/records.py``, and a table
-prints each mode's tokens/s over the fastest peer's (the non-ojas modes) and its peak over the
-smallest peer's. ``--quick``: a 2-layer model (runs on the CPU in seconds per mode; memory is
+prints issue 29's ratios: each mode's tokens/s and peak over those of the fastest peer without
+checkpointing (``hf``, ``hf+compile``, ``liger``, ``liger+compile``), and over ``liger+ckpt``'s. ``--quick``: a 2-layer model (runs on the CPU in seconds per mode; memory is
 then not measured).
 """
 
@@ -53,11 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import records  # noqa: E402
 from benchmarks.bench_optimize_model import Runner, measure_peak, time_interleaved, timing  # noqa: E402
 from benchmarks.bench_optimizer_in_backward import QUICK, Config  # noqa: E402
+from benchmarks.report import PEER_RATIOS  # noqa: E402
 from ojas_ref import InBackwardOptimizer  # noqa: E402
 
 MODES = ("hf", "hf+compile", "liger", "liger+ckpt", "liger+compile", "ojas", "ojas+ckpt", "ojas+compile")
-#: the modes that are not ojas: the fastest of them is the baseline of the printed ratios
-PEERS = tuple(m for m in MODES if not m.startswith("ojas"))
 #: issue 29's rows
 SETTINGS = ("bf16-adamw-b1", "fp32-autocast-adamw-b1", "bf16-adamw-b4", "bf16-sgd-b1", "bf16-adamw-b1-v128256")
 SETTING_RE = re.compile(r"(bf16|fp32)(-autocast)?-(sgd|adamw)-b([1-9][0-9]*)(?:-v([1-9][0-9]*))?")
@@ -177,23 +176,22 @@ def spawn(mode: str, setting: str, args: argparse.Namespace) -> dict:
 
 
 def table(rows: list[tuple[str, str, dict]]) -> str:
-    """One line per setting and mode: tokens/s and peak with their ratios to the fastest and the
-    smallest peer of the setting (:data:`PEERS`), or why the mode did not run."""
+    """One line per setting and mode: tokens/s and peak with their ratios (:data:`PEER_RATIOS`) to the
+    fastest peer without checkpointing and to Liger-Kernel with it, or why the mode did not run."""
     measured = [row["record"] for _, _, row in rows if "record" in row]
-    speed = iter([x for _, x in records.ratios(measured, "tokens_per_s", PEERS)])
-    small = iter([x for _, x in records.ratios(measured, "peak_gib", PEERS, min)])
-
-    def cell(value: Optional[float], form: str) -> str:
-        return "-" if value is None else form.format(value)
-
-    lines = ["| setting | mode | tokens/s | vs fastest peer | peak GiB | vs smallest peer |", "|---|---|---|---|---|---|"]
+    columns = [iter([x for _, x in records.ratios(measured, metric, baseline, by=by)])
+               for _, metric, baseline, by in PEER_RATIOS]
+    lines = ["| setting | mode | tokens/s | peak GiB | " + " | ".join(label for label, *_ in PEER_RATIOS) + " |",
+             "|---|---|---|---|" + "---|" * len(PEER_RATIOS)]
     for setting, mode, row in rows:
         if "record" not in row:
-            lines.append(f"| {setting} | {mode} | {row.get('skipped') or 'failed: ' + row['failed']} | | | |")
+            why = row.get("skipped") or "failed: " + row["failed"]
+            lines.append(f"| {setting} | {mode} | {why} | |" + " |" * len(PEER_RATIOS))
             continue
         m = row["record"]["metrics"]
-        lines.append(f"| {setting} | {mode} | {m['tokens_per_s']:,.0f} | {cell(next(speed), '{:.3f}x')} | "
-                     f"{cell(m.get('peak_gib'), '{:.2f}')} | {cell(next(small), '{:.3f}x')} |")
+        peak = "-" if "peak_gib" not in m else f"{m['peak_gib']:.2f}"
+        ratios = ["-" if x is None else f"{x:.3f}x" for x in (next(c) for c in columns)]
+        lines.append(f"| {setting} | {mode} | {m['tokens_per_s']:,.0f} | {peak} | " + " | ".join(ratios) + " |")
     return "\n".join(lines)
 
 

@@ -182,22 +182,25 @@ def comparison_key(record: Mapping[str, Any]) -> tuple:
 
 
 def ratios(rows: Iterable[Mapping[str, Any]], metric: str, baseline: Union[str, Sequence[str]],
-           best: Callable[[Iterable[float]], float] = max) -> list[tuple[dict, Optional[float]]]:
+           best: Callable[..., Any] = max, by: Optional[str] = None) -> list[tuple[dict, Optional[float]]]:
     """Each record of ``rows`` with ``metric`` over the baseline's ``metric`` in its comparison
-    (:func:`comparison_key`): ``baseline`` names one peer, or several, of which the ``best``
-    value (default the largest: the fastest by ``tokens_per_s``) is the baseline. The ratio is
-    None where the comparison has no baseline or the record lacks ``metric``."""
+    (:func:`comparison_key`). ``baseline`` names one peer, or several, of which the baseline is the
+    record with the ``best`` (``max`` or ``min``) value of ``by`` (default ``metric``): e.g. the
+    fastest peer's peak memory is ``ratios(rows, "peak_gib", peers, by="tokens_per_s")``. The ratio
+    is None where the comparison has no baseline or the record lacks ``metric``."""
     rows = list(rows)
+    by = by or metric
     names = {baseline} if isinstance(baseline, str) else set(baseline)
     if not names:
         raise ValueError("ratios(): baseline must name at least one peer")
-    base: dict[tuple, list[float]] = {}
+    candidates: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in rows:
-        if r["peer"] in names and metric in r["metrics"]:
-            base.setdefault(comparison_key(r), []).append(r["metrics"][metric])
+        if r["peer"] in names and metric in r["metrics"] and by in r["metrics"]:
+            candidates.setdefault(comparison_key(r), []).append(r)
     out = []
     for r in rows:
-        values = base.get(comparison_key(r))
-        ok = values and metric in r["metrics"] and best(values) != 0
-        out.append((dict(r), r["metrics"][metric] / best(values) if ok else None))
+        found = candidates.get(comparison_key(r))
+        value = best(found, key=lambda b: b["metrics"][by])["metrics"][metric] if found else None
+        ok = value is not None and value != 0 and metric in r["metrics"]
+        out.append((dict(r), r["metrics"][metric] / value if ok else None))
     return out

@@ -80,6 +80,16 @@ def test_ratios_within_each_comparison(tmp_path):
     # the best of several peers: the fastest of hf and liger
     to_fastest = [ratio for _, ratio in records.ratios(rows, "tokens_per_s", ["hf", "liger"])]
     assert to_fastest == [0.8, 1.0, 1.2, 1.5, 1.0]
+    # the fastest peer's peak: the baseline record chosen by another metric
+    records.append("bench_x", CASE, {"tokens_per_s": 10.0, "peak_gib": 1.0}, "slow", path=path, **ENV)
+    rows = records.read(path)
+    peaks = records.ratios(rows, "peak_gib", ["hf", "liger", "slow"], by="tokens_per_s")
+    assert [x for _, x in peaks] == [None] * 5 + [1.0]  # only "slow" has a peak: it is the baseline of itself
+    rows[1]["metrics"]["peak_gib"] = 4.0  # liger, the fastest peer
+    peaks = records.ratios(rows, "peak_gib", ["hf", "liger", "slow"], by="tokens_per_s")
+    assert [x for _, x in peaks] == [None, 1.0, None, None, None, 0.25]
+    assert [x for _, x in records.ratios(rows, "peak_gib", ["liger", "slow"], min)] == [None, 4.0, None, None, None, 1.0]
+    rows = rows[:5]
     # no baseline in the comparison, or no such metric: None
     assert [ratio for _, ratio in records.ratios(rows, "tokens_per_s", "liger")][3:] == [None, None]
     assert {ratio for _, ratio in records.ratios(rows, "peak_gib", "hf")} == {None}
