@@ -230,8 +230,8 @@ def test_plain_sgd_is_updated_without_optimizer_step(options: dict, direct: bool
 def test_adam_is_updated_without_optimizer_step(cls: type, options: dict, direct: bool, dtype: torch.dtype,
                                                 monkeypatch) -> None:
     """Once their state exists, Adam / AdamW buckets are stepped by torch's functional ``adam``
-    directly (InBackwardOptimizer._direct_adam), fused and tensor-lr steps by ``Adam.step``; both
-    bitwise the standard loop, in float32 and bfloat16."""
+    directly (ojas_ref.optim._fast_paths.step_adam_directly), fused and tensor-lr steps by
+    ``Adam.step``; both bitwise the standard loop, in float32 and bfloat16."""
     kw = {"lr": 1e-2, "betas": (0.8, 0.95), "weight_decay": 0.1} | options
     model_s, model_f = make_model().to(dtype), make_model().to(dtype)
     opt_s = cls(model_s.parameters(), **kw)
@@ -855,7 +855,7 @@ def test_cuda_overlap_leaves_plain_sgd_on_the_compute_stream(cls: type, kw: dict
     model(torch.randn(8, 256, device="cuda")).sum().backward()
     opt.step()
     torch.cuda.synchronize()
-    assert bool(opt._update_streams) == side
+    assert bool(opt._overlap.streams) == side
 
 
 def test_overlap_must_be_a_bool() -> None:

@@ -85,7 +85,8 @@ def train(model: nn.Module, opt: InBackwardOptimizer, steps: range, *, k: int = 
 
 
 def streamed_tensors(opt: InBackwardOptimizer) -> list[tuple[Any, torch.Tensor]]:
-    return [(k, v) for p, s in opt.state.items() for k, v in s.items() if opt._streamed(p, k, v)]
+    return [(k, v) for p, s in opt.state.items() for k, v in s.items()
+            if opt._host_state.streamed(k, v, opt._group_for(p))]
 
 
 def check_on_host(opt: InBackwardOptimizer) -> None:
@@ -97,7 +98,7 @@ def check_on_host(opt: InBackwardOptimizer) -> None:
         assert v.device.type == "cpu", key
         if torch.cuda.is_available():
             assert v.is_pinned(), key
-    assert not opt._staged
+    assert not opt._host_state.staged
 
 
 # --------------------------------------------------------------------------
@@ -156,7 +157,8 @@ def test_state_on_host_after_each_step(name: str) -> None:
                 "adamw_fused": {"exp_avg", "exp_avg_sq", "step"}}[name]
     assert keys == expected
     if name == "adamw":  # the step counters are left where torch keeps them (the CPU), not streamed
-        assert all(not opt._streamed(p, "step", s["step"]) for p, s in opt.state.items())
+        assert all(not opt._host_state.streamed("step", s["step"], opt._group_for(p))
+                   for p, s in opt.state.items())
 
 
 def test_zero_grad_after_failed_backward_drops_staged_copies() -> None:
@@ -176,9 +178,9 @@ def test_zero_grad_after_failed_backward_drops_staged_copies() -> None:
     with pytest.raises(Boom):
         F.mse_loss(model(x), y).backward()
     handle.remove()
-    assert opt._staged  # the parameters hooked before the error were staged
+    assert opt._host_state.staged  # the parameters hooked before the error were staged
     opt.zero_grad()
-    assert not opt._staged
+    assert not opt._host_state.staged
     after = opt.state_dict()
     for i, s in before["state"].items():
         for key, v in s.items():
@@ -269,13 +271,13 @@ TINY = 1e-9  # MiB: the shortest slices, 64 elements
 
 
 def count_slices(opt: InBackwardOptimizer) -> list[int]:
-    """How many parameter updates ran sliced (calls of _step_sliced)."""
-    calls, inner = [0], opt._step_sliced
+    """How many parameter updates ran sliced (calls of HostState.step_sliced)."""
+    calls, inner = [0], opt._host_state.step_sliced
 
     def counted(*args: Any) -> None:
         calls[0] += 1
         inner(*args)
-    opt._step_sliced = counted
+    opt._host_state.step_sliced = counted
     return calls
 
 
@@ -350,7 +352,7 @@ def test_slice_sizes(slice_mb: float, length: int, sliced_steps: int) -> None:
     assert_same(model_u, opt_u, model_t, opt_t)
     weight = model_t.layers[0].weight
     assert slice_length(opt_t, weight) == length
-    opt_t.state_slice_mb, opt_t._state_slice_bytes = None, ODD * ODD * 8
+    opt_t.state_slice_mb, opt_t._host_state.slice_bytes = None, ODD * ODD * 8
     assert slice_length(opt_t, weight) is None
 
 
@@ -360,7 +362,7 @@ def test_one_element_slices(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     are still bitwise the unsliced step for the single-tensor and foreach paths: their arithmetic is
     elementwise. (Fused AdamW on the CPU is not, at 1 element: its scalar tail rounds differently
     from its vector body, 1.5e-8 measured; hence the alignment.)"""
-    import ojas_ref.optim.in_backward as M
+    import ojas_ref.optim._host_state as M
     monkeypatch.setattr(M, "_SLICE_ALIGN", 1)
     cls, kw = SLICED[name]
     model_u, opt_u, losses_u, _ = sliced_run(cls, kw, 3, None, width=5)
@@ -751,7 +753,7 @@ class StreamModel(TorchDispatchMode):
 @contextlib.contextmanager
 def fake_cuda(monkeypatch: pytest.MonkeyPatch, opt: Optional[InBackwardOptimizer] = None):
     """The host-state code's CUDA branches on CPU tensors, its streams and events :class:`StreamModel`'s."""
-    import ojas_ref.optim.in_backward as M
+    import ojas_ref.optim._host_state as M
 
     model = StreamModel()
     monkeypatch.setattr(M, "_is_cuda", model.is_device)
@@ -761,7 +763,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch, opt: Optional[InBackwardOptimizer
     monkeypatch.setattr(torch.cuda, "stream", model.stream)
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, stream: model.record_stream(t, stream))
     if opt is not None:
-        monkeypatch.setattr(opt, "_pin", True)  # host tensors pinned: how StreamModel tells them apart
+        monkeypatch.setattr(opt._host_state, "pin", True)  # host tensors pinned: how StreamModel tells them apart
     with model:
         yield model
 
@@ -858,7 +860,7 @@ def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
                 j.fill_(float("nan"))
         else:
             junk = [torch.full((128,), float("nan"), device=p.device) for _ in range(64)]
-            with torch.cuda.stream(opt_ref[0]._copy_stream(p.device, "in")):
+            with torch.cuda.stream(opt_ref[0]._host_state.copy_stream(p.device, "in")):
                 torch.cuda._sleep(int(1e8))
         del junk
     return hook
