@@ -64,7 +64,8 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                                                         grad_error_bounds, lse_error_bound,
                                                         measured_exp2_error, measured_log2_error, observed_error,
                                                         storage_rounding)
-    from ojas_ref.verification.error_bounds import EXP2_ERROR, LOG2_ERROR, oracle_bounds_available
+    from ojas_ref.verification.bounds.attention import EXP2_ERROR, LOG2_ERROR
+    from ojas_ref.verification.bounds.common import oracle_bounds_available
 
     rel, ab, one = measured_exp2_error(device)
     if not (rel <= EXP2_ERROR and ab <= 2.0**-126 and one):

@@ -24,25 +24,28 @@ float64 logsumexp: delta = 0). ``covered``: float32 logits need torch's "highest
 matmul precision (IEEE; TF32 is not covered), and the BLAS's order of summation is covered
 only by the classical any-order bound gamma_D, not by a Coq theorem. The run first measures
 ``tl.exp`` (relative, on [-104, 0]) and ``tl.log`` (absolute, on [1, 2^24]) on the device:
-the theorem's premises, assumed at most ``LCE_EXP_ERROR`` / ``LCE_LOG_ERROR``.
+the theorem's premises, assumed at most ``LINEAR_CROSS_ENTROPY_EXP_ERROR`` /
+``LINEAR_CROSS_ENTROPY_LOG_ERROR``.
 
 Gradient columns (reduction "mean", every eighth target ignored): ``dh_*`` for grad_input and
 ``dw_*`` for grad_weight of the whole kernel (forward and backward) against float64 autograd
 of ``F.cross_entropy(H @ W^T)`` on the same inputs; ``*_bound`` / ``*_observed`` the largest
 per-entry bound (``linear_cross_entropy_grad_error_bound``, the value of
 ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error`` from the exact
-probabilities' sums: ``lce_error.gradient_bounds``) and error, ``*_ratio`` the smallest
-per-entry bound / error, ``*_max_ratio`` the largest bound over the largest error;
+probabilities' sums: ``linear_cross_entropy_error.gradient_bounds``) and error, ``*_ratio`` the
+smallest per-entry bound / error, ``*_max_ratio`` the largest bound over the largest error;
 ``*_post_bound`` / ``*_post_max_ratio`` / ``*_post_holds`` (no softcap) the same for
-``lce_error.gradient_posteriori_bounds`` (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error``
-/ ``ce_gp_dw_error``: each entry of G with its own exponent error, tight for confident tokens),
+``linear_cross_entropy_error.gradient_posteriori_bounds``
+(``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``: each entry of G with
+its own exponent error, tight for confident tokens),
 ``*_best_bound`` / ``*_best_max_ratio`` entry by entry the smaller of the two (both theorems);
 ``*_meas_*`` and ``loss_meas_*`` (no softcap) the same a-posteriori theorems (``ce_gp_*``,
 ``ce_loss_posteriori``) with each logit's error measured on the stored logits
-(``lce_error.stored_logits``: the kernel's product recomputed, bitwise twice) against float64,
-instead of the a-priori ``delta`` (which rests on cuBLAS's any-order premise), and ``B`` at their
+(``linear_cross_entropy_error.stored_logits``: the kernel's product recomputed, bitwise twice) against
+float64, instead of the a-priori ``delta`` (which rests on cuBLAS's any-order premise), and ``B`` at their
 ``max |z|`` with, on CUDA, the tile sum's depth identified on the device
-(``lce_error.checked_tile_sum_depth``: 23 for 4096 logits over 8 warps; on the CPU any order).
+(``linear_cross_entropy_error.checked_tile_sum_depth``: 23 for 4096 logits over 8 warps; on the CPU any
+order).
 ``*_trivial``: the largest trivial bound ``|computed| + |exact|`` (gradients: ``|exact| <= sum |G|
 |h| / K``), ``*_vs_trivial`` each bound's largest value over it: at 1 or above the bound says no
 more than the magnitudes do (vacuous).
@@ -54,9 +57,9 @@ Softcap rows (``variant`` "softcap 30" / "softcap 5", normal weights, Gemma 2/3'
 the float64 capped reference ``c tanh(y / c)``, the bounds with ``softcap`` (the value of
 ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` / ``ce_loss_error_softcap``);
 the premise ``tanh_abs_error`` (the kernel's ``_cap_tanh`` measured on the device, assumed at most
-``LCE_TANH_ERROR``); the gradient columns against autograd of the capped loss, the bounds with
-``softcap`` (``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error`` / ``sc_dw_error``;
-premises also the division in ``_cap_chain``, ``LCE_DIV_ERROR``).
+``LINEAR_CROSS_ENTROPY_TANH_ERROR``); the gradient columns against autograd of the capped loss, the
+bounds with ``softcap`` (``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error`` / ``sc_dw_error``;
+premises also the division in ``_cap_chain``, ``LINEAR_CROSS_ENTROPY_DIV_ERROR``).
 """
 
 from __future__ import annotations
@@ -78,12 +81,12 @@ QUICK_SIZES = dict(N=8, D=64, V=1000)
 
 def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> dict:
     """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
     from ojas_ref.verification.linear_cross_entropy_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
                                                  gradient_sums, measured_premise_depth, stored_logits)
 
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    lce.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
+    kernels.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
     exact = exact_gradients(x, w, target, "mean", softcap=cap)
     rounding = "truncate" if x.device.type == "cpu" and x.dtype != torch.float32 else "nearest"
     bounds = gradient_bounds(x, w, target, reduction="mean", storage_rounding=rounding, softcap=cap)
@@ -121,18 +124,18 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
 def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None) -> dict:
     """The loss and row-loop columns of one row: the 3-product forward's per-token loss and the
     row loop alone against float64 (capped at ``cap`` when given), and their bounds."""
-    from ojas_kernels import linear_cross_entropy as lce
-    from ojas_ref.verification.error_bounds import (linear_cross_entropy_logit_error_bound,
-                                                    linear_cross_entropy_loss_error_bound,
-                                                    linear_cross_entropy_loss_posteriori_bound,
-                                                    linear_cross_entropy_lse_error_bound)
+    from ojas_kernels import linear_cross_entropy as kernels
+    from ojas_ref.verification.bounds.linear_cross_entropy import (linear_cross_entropy_logit_error_bound,
+                                                                   linear_cross_entropy_loss_error_bound,
+                                                                   linear_cross_entropy_loss_posteriori_bound,
+                                                                   linear_cross_entropy_lse_error_bound)
     from ojas_ref.verification.linear_cross_entropy_error import (exact_capped, exact_lse, kernel_stream_lse, measured_premise_depth,
                                                  stored_logits, stream_block_v)
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
-    opts = lce._Options(0.0, 0.0, cap)
-    cfg = lce.default_config(dtype, x.device)
-    loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+    opts = kernels._Options(0.0, 0.0, cap)
+    cfg = kernels.default_config(dtype, x.device)
+    loss = kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
     y = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
     ref = torch.logsumexp(y, dim=1) - y[torch.arange(N, device=device), target]
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
@@ -175,7 +178,9 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
 
 
 def run(sizes: dict, device: str) -> dict:
-    from ojas_ref.verification.error_bounds import LCE_EXP_ERROR, LCE_LOG_ERROR, LCE_TANH_ERROR
+    from ojas_ref.verification.bounds.linear_cross_entropy import (LINEAR_CROSS_ENTROPY_EXP_ERROR,
+                                                                   LINEAR_CROSS_ENTROPY_LOG_ERROR,
+                                                                   LINEAR_CROSS_ENTROPY_TANH_ERROR)
     from ojas_ref.verification.linear_cross_entropy_error import measured_exp_error, measured_log_error, measured_tanh_error
 
     rel, ab = measured_exp_error(device)
@@ -221,10 +226,12 @@ def run(sizes: dict, device: str) -> dict:
     return dict(benchmark="linear_cross_entropy_error", device=device,
                 device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 torch=torch.__version__, exp_rel_error=rel, exp_abs_error_subnormal=ab,
-                exp_error_assumed=LCE_EXP_ERROR, log_abs_error=lg, log_error_assumed=LCE_LOG_ERROR,
-                tanh_abs_error=th, tanh_error_assumed=LCE_TANH_ERROR,
-                premises_hold=(rel <= LCE_EXP_ERROR and ab <= 2.0**-126 and lg <= LCE_LOG_ERROR
-                               and max(th.values()) <= LCE_TANH_ERROR), rows=rows)
+                exp_error_assumed=LINEAR_CROSS_ENTROPY_EXP_ERROR, log_abs_error=lg,
+                log_error_assumed=LINEAR_CROSS_ENTROPY_LOG_ERROR, tanh_abs_error=th,
+                tanh_error_assumed=LINEAR_CROSS_ENTROPY_TANH_ERROR,
+                premises_hold=(rel <= LINEAR_CROSS_ENTROPY_EXP_ERROR and ab <= 2.0**-126
+                               and lg <= LINEAR_CROSS_ENTROPY_LOG_ERROR
+                               and max(th.values()) <= LINEAR_CROSS_ENTROPY_TANH_ERROR), rows=rows)
 
 
 def main(argv: list[str] | None = None) -> None:

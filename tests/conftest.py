@@ -26,7 +26,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``oracle`` (bounds with no hand copy) skip, with the reason, where the oracle
     binary is not built (a GPU machine without Coq); where it is built (CI) they run."""
-    from ojas_ref.verification.error_bounds import oracle_bounds_available
+    from ojas_ref.verification.bounds.common import oracle_bounds_available
 
     marked = [item for item in items if item.get_closest_marker("oracle")]
     if marked and not oracle_bounds_available():
@@ -50,7 +50,7 @@ def oracle_and_hand():
     """``both(f, *args, **kwargs)``: the value of a bound function of
     ojas_ref/verification/error_bounds.py from the oracle and from its hand copy (the oracle
     switched off for the second call); skips when the oracle binary is not built."""
-    from ojas_ref.verification import error_bounds as eb
+    from ojas_ref.verification.bounds import common as eb
 
     if not eb.oracle_bounds_available():
         pytest.skip("oracle not built (make -C extraction)")

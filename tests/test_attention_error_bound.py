@@ -1,6 +1,6 @@
 """The proved forward-attention bound as the tolerance of the flash-attention kernel.
 
-``attention_forward_error_bound`` (ojas_ref/verification/error_bounds.py) is the value of
+``attention_forward_error_bound`` (ojas_ref/verification/bounds/attention.py) is the value of
 ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked`` computed by the
 oracle (``attn_fwd_q`` of ``Ojas.BoundValues``, ``Ojas.BoundValues.attn_fwd_q_sound_masked``):
 for every output coordinate of a query row, ``|out - softmax(scale q.k) v| <= bound * max|v|`` in the theorem's model of
@@ -75,7 +75,7 @@ from ojas_ref.verification.attention_error import (  # noqa: E402
     storage_rounding,
 )
 from ojas_kernels.attention import flash_attention  # noqa: E402
-from ojas_ref.verification.error_bounds import (  # noqa: E402
+from ojas_ref.verification.bounds.attention import (  # noqa: E402
     EXP2_ERROR,
     LOG2_ERROR,
     attention_delta_error_bound,

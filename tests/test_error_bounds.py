@@ -1,4 +1,4 @@
-"""The proved error bounds of ``ojas_ref.verification.error_bounds`` against real float32 runs.
+"""The proved error bounds of ``ojas_ref.verification.bounds`` against real float32 runs.
 
 ``emulated_stream_row`` runs ``stream_row`` of rocq/Attention/OnlineSoftmax.v
 (``block_step`` over tiles, ``finalize``) with every operation rounded to float32:
@@ -29,15 +29,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ojas_ref.verification.error_bounds import (
-    UNIT_ROUNDOFF,
-    chunked_sum_error_factor,
-    dot_product_error_bound,
+from ojas_ref.verification.bounds.common import UNIT_ROUNDOFF
+from ojas_ref.verification.bounds.linear_cross_entropy import (
     linear_cross_entropy_reduction_error_bound,
     linear_cross_entropy_token_error_bound,
-    online_softmax_error_bound,
-    softmax_score_perturbation_bound,
 )
+from ojas_ref.verification.bounds.online_softmax import online_softmax_error_bound, softmax_score_perturbation_bound
+from ojas_ref.verification.bounds.sums import chunked_sum_error_factor, dot_product_error_bound
 
 U32 = UNIT_ROUNDOFF[torch.float32]
 # Assumed relative error of numpy's float32 exp: 4 ulp (measured below).
@@ -219,7 +217,7 @@ def test_softmax_score_perturbation_bound() -> None:
 U64 = UNIT_ROUNDOFF[torch.float64]
 
 
-def _lce_bounds(x, w, b, t, eps, lam, u, ue):
+def _linear_cross_entropy_bounds(x, w, b, t, eps, lam, u, ue):
     V = w.shape[0]
     return linear_cross_entropy_token_error_bound(x, w, b, t, label_smoothing=eps, z_loss=lam, unit_roundoff=u,
                                                   exp_error=ue, log_error=ue * (1.0 + math.log(V)))
@@ -245,8 +243,8 @@ def test_linear_cross_entropy_forward_bound_holds(D, V, N, scale, bias, eps, lam
     loss32, lse32 = linear_cross_entropy_forward(x, w, t, linear_bias=b, **kw)
     loss64, lse64 = linear_cross_entropy_forward(x.double(), w.double(), t,
                                                  linear_bias=None if b is None else b.double(), **kw)
-    lb32, eb32, _ = _lce_bounds(x, w, b, t, eps, lam, U32, EXP_ERROR32)
-    lb64, eb64, _ = _lce_bounds(x, w, b, t, eps, lam, U64, 2.0**-50)
+    lb32, eb32, _ = _linear_cross_entropy_bounds(x, w, b, t, eps, lam, U32, EXP_ERROR32)
+    lb64, eb64, _ = _linear_cross_entropy_bounds(x, w, b, t, eps, lam, U64, 2.0**-50)
     assert ((loss32.double() - loss64).abs() <= lb32 + lb64).all()
     assert ((lse32.double() - lse64).abs() <= eb32 + eb64).all()
 
@@ -257,12 +255,12 @@ def test_linear_cross_entropy_forward_bound_not_vacuous() -> None:
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(4, 16, generator=gen), torch.randn(64, 16, generator=gen) * 0.5
     t = torch.randint(0, 64, (4,), generator=gen)
-    loss_b, lse_b, mag = _lce_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    loss_b, lse_b, mag = _linear_cross_entropy_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
     assert (lse_b < 1e-4).all() and (loss_b < 2e-4).all() and (mag > 0).all()
-    big_loss_b, big_lse_b, _ = _lce_bounds(x, w * 300, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    big_loss_b, big_lse_b, _ = _linear_cross_entropy_bounds(x, w * 300, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
     assert (big_lse_b > lse_b).all() and (big_loss_b > loss_b).all()
     with pytest.raises(ValueError):
-        _lce_bounds(x, w, None, t, 0.0, 0.0, 2.0**-8, 2.0**-8)  # beta >= 1
+        _linear_cross_entropy_bounds(x, w, None, t, 0.0, 0.0, 2.0**-8, 2.0**-8)  # beta >= 1
     assert chunked_sum_error_factor(10, U32) == pytest.approx(20 * U32, rel=1e-5)
     total = linear_cross_entropy_reduction_error_bound(loss_b, mag, 6, "mean", U32)
     assert float(loss_b.mean()) <= total < float(loss_b.mean()) * 1.5
@@ -275,7 +273,20 @@ def test_linear_cross_entropy_forward_bound_not_vacuous() -> None:
 
 from fractions import Fraction  # noqa: E402
 
-from ojas_ref.verification import error_bounds as eb  # noqa: E402
+from ojas_ref.verification.bounds import attention as attention_bounds  # noqa: E402
+from ojas_ref.verification.bounds import common, online_softmax, sums  # noqa: E402
+from ojas_ref.verification.bounds import linear_cross_entropy_grad as grad_bounds  # noqa: E402
+from ojas_ref.verification.bounds.attention import (  # noqa: E402
+    EXP2_ERROR,
+    attention_forward_error_bound,
+    attention_forward_posteriori_bound,
+    attention_lse_error_bound,
+)
+from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
+    LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    linear_cross_entropy_merge_lse_error_bound,
+)
+from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_error_bound  # noqa: E402
 
 ROUNDOFFS = sorted(set(UNIT_ROUNDOFF.values()))           # float64, float32, float16, bfloat16
 EXP_ERRORS = [0.0, 2.0**-50, 2.0**-21]
@@ -285,29 +296,29 @@ DELTAS = [0.0, 1e-300, 1e-12, 3e-7, 1e-3, 0.1, 1.0, 10.0, 300.0]
 
 @pytest.fixture
 def oracle_bounds() -> None:
-    if not eb.oracle_bounds_available():
+    if not common.oracle_bounds_available():
         pytest.skip("the oracle (make -C extraction) is not built or predates error_bounds")
 
 
 def _query(**q):
-    return eb._from_oracle(**q)
+    return common._from_oracle(**q)
 
 
 def _close(oracle: float, hand_rounded_up: float, rel: float = 1e-12) -> None:
     """The oracle's value and the hand formula (before its 2^-40 round-up) agree to
     float64 rounding, and the hand value with its round-up is not below the oracle's."""
-    hand = hand_rounded_up / eb._ROUND_UP
+    hand = hand_rounded_up / common._ROUND_UP
     assert oracle == pytest.approx(hand, rel=rel, abs=1e-300)
     assert oracle <= hand_rounded_up or hand_rounded_up == math.inf
 
 
 def test_float_up() -> None:
     third = Fraction(1, 3)
-    x = eb._float_up(third)
+    x = common._float_up(third)
     assert Fraction(x) >= third > Fraction(math.nextafter(x, -math.inf))
-    assert eb._float_up(Fraction(1, 4)) == 0.25 and eb._float_up("3/1") == 3.0
-    assert eb._float_up(Fraction(10**400)) == math.inf
-    assert eb._rational(0.1) == "3602879701896397/36028797018963968" and Fraction(eb._rational(0.1)) == 0.1
+    assert common._float_up(Fraction(1, 4)) == 0.25 and common._float_up("3/1") == 3.0
+    assert common._float_up(Fraction(10**400)) == math.inf
+    assert common._rational(0.1) == "3602879701896397/36028797018963968" and Fraction(common._rational(0.1)) == 0.1
 
 
 @pytest.mark.usefixtures("oracle_bounds")
@@ -320,24 +331,24 @@ def test_oracle_gamma_and_sum_factors_match_hand_formulas(u: float) -> None:
         if n * u < 1.0:
             got = dot_product_error_bound(n, u)
             exact = Fraction(n) * Fraction(u) / (1 - Fraction(n) * Fraction(u))
-            assert got == eb._float_up(_query(bound="gamma", u=eb._rational(u), n=n)) == eb._float_up(exact)
-            _close(got, eb._hand_dot_product_error_bound(n, u))
+            assert got == common._float_up(_query(bound="gamma", u=common._rational(u), n=n)) == common._float_up(exact)
+            _close(got, sums._hand_dot_product_error_bound(n, u))
         else:
-            assert _query(bound="gamma", u=eb._rational(u), n=n) is None
+            assert _query(bound="gamma", u=common._rational(u), n=n) is None
             with pytest.raises(ValueError):
                 dot_product_error_bound(n, u)
         if 2 * n * math.log1p(u) <= 709.0:
             got = chunked_sum_error_factor(n, u)
-            assert got == eb._float_up(_query(bound="chunked_sum_factor", u=eb._rational(u), n=n))
-            _close(got, eb._hand_chunked_sum_error_factor(n, u))
+            assert got == common._float_up(_query(bound="chunked_sum_factor", u=common._rational(u), n=n))
+            _close(got, sums._hand_chunked_sum_error_factor(n, u))
             with mpmath.workdps(60):
                 exact = (1 + mpmath.mpf(u)) ** (2 * n) - 1
-                assert Fraction(_query(bound="chunked_sum_factor", u=eb._rational(u), n=n)) >= Fraction(
+                assert Fraction(_query(bound="chunked_sum_factor", u=common._rational(u), n=n)) >= Fraction(
                     mpmath.nstr(exact, 55, min_fixed=-math.inf, max_fixed=math.inf)) * (1 - Fraction(1, 10**50))
         else:
             assert chunked_sum_error_factor(n, u) == math.inf
         if n * math.log1p(u) <= 709.0:
-            _close(eb._nat_err(n, u), eb._hand_nat_err(n, u))
+            _close(sums._nat_err(n, u), sums._hand_nat_err(n, u))
 
 
 @pytest.mark.usefixtures("oracle_bounds")
@@ -348,9 +359,9 @@ def test_oracle_stream_err_matches_hand_formula(u: float, ue: float) -> None:
     at least the real value, equal to it to float64 rounding; None exactly where the
     side condition beta < 1 fails."""
     for n in LENGTHS:
-        hand = eb._hand_online_softmax_error_bound(n, u, ue)
-        q = _query(bound="stream_err", u=eb._rational(u), ue=eb._rational(ue), n=n) \
-            if eb._hand_stream_beta(n, u, ue) < 1.0 else None
+        hand = online_softmax._hand_online_softmax_error_bound(n, u, ue)
+        q = _query(bound="stream_err", u=common._rational(u), ue=common._rational(ue), n=n) \
+            if online_softmax._hand_stream_beta(n, u, ue) < 1.0 else None
         if hand == math.inf:
             assert q is None
             with pytest.raises(ValueError):
@@ -358,11 +369,11 @@ def test_oracle_stream_err_matches_hand_formula(u: float, ue: float) -> None:
             continue
         beta, expected = stream_err_mp(n, u, ue)
         got = online_softmax_error_bound(n, u, ue)
-        assert got == eb._float_up(q) >= expected
+        assert got == common._float_up(q) >= expected
         assert got == pytest.approx(float(expected), rel=4 * 2.0**-53)
         _close(got, hand, rel=1e-11)
-        b_float, b_exact = eb._stream_beta(n, u, ue)
-        assert b_exact is not None and b_float == eb._float_up(b_exact) >= beta
+        b_float, b_exact = online_softmax._stream_beta(n, u, ue)
+        assert b_exact is not None and b_float == common._float_up(b_exact) >= beta
         assert b_float == pytest.approx(float(beta), rel=4 * 2.0**-53, abs=1e-300)
 
 
@@ -372,8 +383,8 @@ def test_oracle_perturbation_matches_hand_formula() -> None:
     mpmath."""
     for d in DELTAS:
         got = softmax_score_perturbation_bound(d)
-        assert got == eb._float_up(_query(bound="perturbation", delta=eb._rational(d)))
-        _close(got, eb._hand_softmax_score_perturbation_bound(d))
+        assert got == common._float_up(_query(bound="perturbation", delta=common._rational(d)))
+        _close(got, online_softmax._hand_softmax_score_perturbation_bound(d))
         with mpmath.workdps(60):
             exact = mpmath.expm1(2 * mpmath.mpf(d))
         assert got >= exact
@@ -389,13 +400,13 @@ def test_oracle_neg_ln_check() -> None:
         with mpmath.workdps(60):
             t = -mpmath.log1p(-mpmath.mpf(b.numerator) / b.denominator)
         up, down = float(t) * (1 + 2.0**-50), float(t) * (1 - 2.0**-50)
-        assert _query(bound="neg_ln_check", b=eb._rational(b), t=eb._rational(up)) is True
+        assert _query(bound="neg_ln_check", b=common._rational(b), t=common._rational(up)) is True
         if b:
-            assert _query(bound="neg_ln_check", b=eb._rational(b), t=eb._rational(down)) is False
+            assert _query(bound="neg_ln_check", b=common._rational(b), t=common._rational(down)) is False
     assert _query(bound="neg_ln_check", b="1/1", t="1000/1") is False
     for V, u, ue in [(20, U32, EXP_ERROR32), (50000, U32, EXP_ERROR32), (100, U64, 2.0**-50)]:
-        beta, beta_q = eb._stream_beta(V, u, ue)
-        assert eb._neg_ln_one_minus(beta, beta_q) == pytest.approx(-math.log1p(-beta), rel=1e-14)
+        beta, beta_q = online_softmax._stream_beta(V, u, ue)
+        assert online_softmax._neg_ln_one_minus(beta, beta_q) == pytest.approx(-math.log1p(-beta), rel=1e-14)
 
 
 @pytest.mark.usefixtures("oracle_bounds")
@@ -404,20 +415,20 @@ def test_hand_fallback_without_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
     with the oracle's values to float64 rounding (the cross-check above)."""
     with_oracle = [dot_product_error_bound(64, U32), chunked_sum_error_factor(100, U32),
                    online_softmax_error_bound(4096, U32, EXP_ERROR32), softmax_score_perturbation_bound(1e-3)]
-    monkeypatch.setitem(eb._oracle_state, "available", False)
+    monkeypatch.setitem(common._oracle_state, "available", False)
     hand = [dot_product_error_bound(64, U32), chunked_sum_error_factor(100, U32),
             online_softmax_error_bound(4096, U32, EXP_ERROR32), softmax_score_perturbation_bound(1e-3)]
-    assert hand == [eb._hand_dot_product_error_bound(64, U32), eb._hand_chunked_sum_error_factor(100, U32),
-                    eb._hand_online_softmax_error_bound(4096, U32, EXP_ERROR32),
-                    eb._hand_softmax_score_perturbation_bound(1e-3)]
+    assert hand == [sums._hand_dot_product_error_bound(64, U32), sums._hand_chunked_sum_error_factor(100, U32),
+                    online_softmax._hand_online_softmax_error_bound(4096, U32, EXP_ERROR32),
+                    online_softmax._hand_softmax_score_perturbation_bound(1e-3)]
     for o, h in zip(with_oracle, hand):
         _close(o, h)
     gen = torch.Generator().manual_seed(1)
     x, w = torch.randn(3, 8, generator=gen), torch.randn(16, 8, generator=gen)
     t = torch.randint(0, 16, (3,), generator=gen)
-    hand_tok = _lce_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
-    monkeypatch.setitem(eb._oracle_state, "available", True)
-    oracle_tok = _lce_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    hand_tok = _linear_cross_entropy_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
+    monkeypatch.setitem(common._oracle_state, "available", True)
+    oracle_tok = _linear_cross_entropy_bounds(x, w, None, t, 0.1, 1e-3, U32, EXP_ERROR32)
     for a, b in zip(oracle_tok, hand_tok):
         assert torch.allclose(a, b, rtol=1e-10, atol=0.0)
 
@@ -444,7 +455,7 @@ def test_reversible_reconstruction_error_bound_recurrence():
     by hand on three layers; rounded up (never below the exact rational); errors."""
     from fractions import Fraction
 
-    from ojas_ref.verification.error_bounds import reversible_reconstruction_error_bound as bound
+    from ojas_ref.verification.bounds.reversible import reversible_reconstruction_error_bound as bound
 
     assert bound([1.0, 1.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == [3.0, 2.0, 1.0]
     assert bound([0.5, 0.25], [1.0, 0.0], [1.0, 3.0], output_error=1.0) == [4 * (4 * 1 + 0.25) + 0.5, 4.25]
@@ -471,14 +482,14 @@ def test_attention_forward_bound_oracle_matches_hand_formula(dtype, monkeypatch:
     number of keys; the bf16 value at S = 16384, E = 128 is far from vacuous."""
     kw = dict(block_n=64, dtype=dtype, max_abs_q=4.0, max_abs_k=4.0, max_abs_v=4.0)
     for n in (1, 64, 4096, 16384, 65536):
-        oracle = eb.attention_forward_error_bound(n, 128, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", False)
-        hand = eb.attention_forward_error_bound(n, 128, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", True)
+        oracle = attention_forward_error_bound(n, 128, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", False)
+        hand = attention_forward_error_bound(n, 128, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", True)
         assert oracle <= hand <= oracle * (1 + 1e-5), (n, oracle, hand)
-    assert eb.attention_forward_error_bound(4096, 128, **kw) < eb.attention_forward_error_bound(16384, 128, **kw)
+    assert attention_forward_error_bound(4096, 128, **kw) < attention_forward_error_bound(16384, 128, **kw)
     if dtype == torch.bfloat16:
-        assert eb.attention_forward_error_bound(16384, 128, **kw) < 0.02
+        assert attention_forward_error_bound(16384, 128, **kw) < 0.02
 
 
 @pytest.mark.usefixtures("oracle_bounds")
@@ -486,10 +497,10 @@ def test_attention_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.Mon
     """attn_lse_q (Ojas.BoundValues, extracted) against the float64 hand copy of lse_bound."""
     kw = dict(block_n=64, max_abs_q=4.0, max_abs_k=4.0)
     for n in (1, 64, 4096, 16384, 65536):
-        oracle = eb.attention_lse_error_bound(n, 128, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", False)
-        hand = eb.attention_lse_error_bound(n, 128, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", True)
+        oracle = attention_lse_error_bound(n, 128, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", False)
+        hand = attention_lse_error_bound(n, 128, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", True)
         assert oracle <= hand <= oracle * (1 + 1e-5), (n, oracle, hand)
 
 
@@ -507,27 +518,28 @@ def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeyp
     kw = dict(block_n=64, dtype=dtype, max_abs_q=4.0, max_abs_k=4.0, max_abs_v=4.0)
     w = torch.tensor([0.0, 0.5, 4.0], dtype=torch.float64)
     for n in (1, 64, 4096, 16384, 65536):
-        args, tiles = eb._afe_args(n, 64, dtype, "nearest", eb.EXP2_ERROR, 1 / math.sqrt(128), 128 * 16.0, 4.0)
-        query = {k: eb._rational(x) for k, x in args.items()}
-        rel, absolute = (eb._float_up(x) for x in eb._from_oracle(
+        args, tiles = attention_bounds._afe_args(n, 64, dtype, "nearest", EXP2_ERROR, 1 / math.sqrt(128), 128 * 16.0,
+                                                 4.0)
+        query = {k: common._rational(x) for k, x in args.items()}
+        rel, absolute = (common._float_up(x) for x in common._from_oracle(
             bound="attention_forward_posteriori", **query, e=128, block=64, keys=n, tiles=tiles))
-        hand_rel, hand_abs = eb._hand_attention_forward_posteriori(*args.values(), 128, 64, n, tiles)
+        hand_rel, hand_abs = attention_bounds._hand_attention_forward_posteriori(*args.values(), 128, 64, n, tiles)
         assert rel <= hand_rel <= rel + 32 * 2.0**-30, (n, rel, hand_rel)
         assert absolute <= hand_abs <= absolute * (1 + 1e-6), (n, absolute, hand_abs)
-        oracle = eb.attention_forward_posteriori_bound(w, n, 128, **kw)
-        assert torch.equal(oracle, (rel * w + absolute) * eb._ROUND_UP)
-        monkeypatch.setitem(eb._oracle_state, "available", False)
-        hand = eb.attention_forward_posteriori_bound(w, n, 128, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", True)
+        oracle = attention_forward_posteriori_bound(w, n, 128, **kw)
+        assert torch.equal(oracle, (rel * w + absolute) * common._ROUND_UP)
+        monkeypatch.setitem(common._oracle_state, "available", False)
+        hand = attention_forward_posteriori_bound(w, n, 128, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", True)
         assert (oracle <= hand).all() and torch.allclose(hand, oracle, rtol=1e-5, atol=0.0), (n, oracle, hand)
-    args, tiles = eb._afe_args(4096, 64, dtype, "nearest", 0.5, 1 / math.sqrt(128), 128 * 16.0, 4.0)
-    query = dict({k: eb._rational(x) for k, x in args.items()}, e=128, block=64, keys=4096, tiles=tiles)
-    assert eb._from_oracle(bound="attention_forward_posteriori", **query) is None
-    assert eb._from_oracle(bound="attention_forward", **query) is None
+    args, tiles = attention_bounds._afe_args(4096, 64, dtype, "nearest", 0.5, 1 / math.sqrt(128), 128 * 16.0, 4.0)
+    query = dict({k: common._rational(x) for k, x in args.items()}, e=128, block=64, keys=4096, tiles=tiles)
+    assert common._from_oracle(bound="attention_forward_posteriori", **query) is None
+    assert common._from_oracle(bound="attention_forward", **query) is None
     for available in (True, False):
-        monkeypatch.setitem(eb._oracle_state, "available", available)
+        monkeypatch.setitem(common._oracle_state, "available", available)
         with pytest.raises(ValueError, match="afe_bL < 1"):
-            eb.attention_forward_posteriori_bound(w, 4096, 128, **{**kw, "exp2_error": 0.5})
+            attention_forward_posteriori_bound(w, 4096, 128, **{**kw, "exp2_error": 0.5})
 
 
 @pytest.mark.usefixtures("oracle_bounds")
@@ -543,18 +555,18 @@ def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyP
     cases = [(128256, 4096, 128, 16, 64, 60.0), (700, 32, 16, 4, 16, 60.0), (128256, 4096, 256, 4, 128, 200.0)]
     for vocab, dim, block_n, tpp, block_p, p in cases:
         kw = dict(dtype=torch.float32, block_n=block_n, tiles_per_program=tpp, block_p=block_p, dot_abs_sum=p)
-        oracle = eb.linear_cross_entropy_merge_lse_error_bound(vocab, dim, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", False)
-        hand = eb.linear_cross_entropy_merge_lse_error_bound(vocab, dim, **kw)
-        monkeypatch.setitem(eb._oracle_state, "available", True)
+        oracle = linear_cross_entropy_merge_lse_error_bound(vocab, dim, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", False)
+        hand = linear_cross_entropy_merge_lse_error_bound(vocab, dim, **kw)
+        monkeypatch.setitem(common._oracle_state, "available", True)
         assert oracle <= hand <= oracle * (1 + 1e-6), (vocab, oracle, hand)
     with pytest.raises(ValueError, match="ce_merge_lse_q answered None"):
-        eb.linear_cross_entropy_merge_lse_error_bound(700, 32, **{**kw, "exp_error": 0.5})
-    q = dict(bound="linear_cross_entropy_merge_lse", u=eb._rational(U32), ue=eb._rational(2.0**-21), ee="0", ea="0",
-             el="0", zmax="60", delta="0", depth=15, block=16, tiles=4, items=64, merge_depth=15, merge_block=16,
-             merge_tiles=1, groups=11, vocab=700)
-    assert eb._from_oracle(**q, ln=eb._rational(math.log(700) * (1 + 2.0**-40))) is not None
-    assert eb._from_oracle(**q, ln=eb._rational(math.log(700) * (1 - 2.0**-40))) is None
+        linear_cross_entropy_merge_lse_error_bound(700, 32, **{**kw, "exp_error": 0.5})
+    q = dict(bound="linear_cross_entropy_merge_lse", u=common._rational(U32), ue=common._rational(2.0**-21), ee="0",
+             ea="0", el="0", zmax="60", delta="0", depth=15, block=16, tiles=4, items=64, merge_depth=15,
+             merge_block=16, merge_tiles=1, groups=11, vocab=700)
+    assert common._from_oracle(**q, ln=common._rational(math.log(700) * (1 + 2.0**-40))) is not None
+    assert common._from_oracle(**q, ln=common._rational(math.log(700) * (1 - 2.0**-40))) is None
 
 
 @pytest.mark.usefixtures("oracle_bounds")
@@ -568,14 +580,15 @@ def test_grad_coefficients_oracle_match_hand_formula(dtype, n_terms, n_chunks) -
     (1 + x + x^2 >= e^x). The public function's values are the oracle's coefficients."""
     from fractions import Fraction as F_
 
-    u, ea, ue, ee = F_(eb._FP32_U), F_(eb._FP32_ETA), F_(eb.LCE_EXP_ERROR), F_(eb._EXP2_ABS_ERROR)
-    us, es = (F_(v) for v in eb._storage(dtype, "nearest"))
+    u, ea = F_(common._FP32_U), F_(common._FP32_ETA)
+    ue, ee = F_(LINEAR_CROSS_ENTROPY_EXP_ERROR), F_(common._EXP2_ABS_ERROR)
+    us, es = (F_(v) for v in common._storage(dtype, "nearest"))
     a0, ua = F_(1 / 3), u
     x = F_(0.05) + F_(0.01) + u * 40 + ea
     consts = (u, ea, us, es, ue, ee, a0, ua, x)
-    got = [F_(c) for c in eb._from_oracle(bound="linear_cross_entropy_grad", **{k: eb._rational(v) for k, v in zip(
-        ("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x"), consts)}, n=n_terms, chunks=n_chunks)]
-    hand = eb._hand_lce_grad_coefs(*consts, n_terms, n_chunks)
+    query = {k: common._rational(v) for k, v in zip(("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x"), consts)}
+    got = [F_(c) for c in common._from_oracle(bound="linear_cross_entropy_grad", **query, n=n_terms, chunks=n_chunks)]
+    hand = grad_bounds._hand_grad_coefs(*consts, n_terms, n_chunks)
     for o, h in zip(got[1:], hand[1:]):
         assert h <= o <= h + F_(1, 2**200)
     gd = n_terms * u / (1 - n_terms * u)
@@ -588,10 +601,10 @@ def test_grad_coefficients_oracle_match_hand_formula(dtype, n_terms, n_chunks) -
         assert at_exp <= mpmath.mpf(got[0].numerator) / got[0].denominator <= at_exp * (1 + mpmath.mpf(10)**-12)
     assert got[0] <= hand[0]
     s = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
-    bound = eb.linear_cross_entropy_grad_error_bound(
+    bound = linear_cross_entropy_grad_error_bound(
         s, s, s, n_terms=n_terms, dtype=dtype, scale=float(a0), logit_error=0.05, lse_error=0.01, max_abs_arg=40.0,
         n_chunks=n_chunks)
     grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
-    want = (eb._float_up(got[0]) * s * grow + eb._float_up(got[1]) * s * grow + eb._float_up(got[2]) * s * grow
-            + eb._float_up(got[3])) * eb._ROUND_UP
+    up = common._float_up
+    want = (up(got[0]) * s * grow + up(got[1]) * s * grow + up(got[2]) * s * grow + up(got[3])) * common._ROUND_UP
     assert torch.equal(bound, want)

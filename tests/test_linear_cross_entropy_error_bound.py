@@ -1,6 +1,6 @@
 """The proved bound on the chunked linear cross-entropy's streamed lse and loss as tolerances.
 
-``linear_cross_entropy_lse_error_bound`` (ojas_ref/verification/error_bounds.py) is the value of
+``linear_cross_entropy_lse_error_bound`` (ojas_ref/verification/bounds/linear_cross_entropy.py) is the value of
 ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``: the lse that ``_rows_kernel`` (STREAM:
 the 3-product schedule, the default for "mean" / "sum" with a gradient) computes from the
 logits it reads, against ``ln sum_v exp(y_v)``, with ``|z_v - y_v| <= delta``; the loss
@@ -57,17 +57,17 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from ojas_kernels import linear_cross_entropy as lce  # noqa: E402
-from ojas_ref.verification.error_bounds import (  # noqa: E402
-    EXP_ERROR,
-    LCE_EXP_ERROR,
-    LCE_LOG_ERROR,
-    linear_cross_entropy_grad_error_bound,
+from ojas_kernels import linear_cross_entropy as kernels  # noqa: E402
+from ojas_ref.verification.bounds.common import EXP_ERROR  # noqa: E402
+from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
+    LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    LINEAR_CROSS_ENTROPY_LOG_ERROR,
     linear_cross_entropy_logit_error_bound,
     linear_cross_entropy_loss_error_bound,
     linear_cross_entropy_loss_posteriori_bound,
     linear_cross_entropy_lse_error_bound,
 )
+from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_error_bound  # noqa: E402
 from ojas_ref.verification.linear_cross_entropy_error import (  # noqa: E402
     emulated_stream_lse,
     exact_gradients,
@@ -92,8 +92,8 @@ def _gen(seed: int) -> torch.Generator:
 
 def test_premises_measured_on_cpu():
     rel, absolute = measured_exp_error("cpu")
-    assert rel <= CPU_EXP_ERROR <= LCE_EXP_ERROR and absolute <= 2.0**-126
-    assert measured_log_error("cpu") <= LCE_LOG_ERROR
+    assert rel <= CPU_EXP_ERROR <= LINEAR_CROSS_ENTROPY_EXP_ERROR and absolute <= 2.0**-126
+    assert measured_log_error("cpu") <= LINEAR_CROSS_ENTROPY_LOG_ERROR
 
 
 def test_bound_values_at_llama3_size_are_not_vacuous():
@@ -156,9 +156,9 @@ def test_mutant_dropped_rescale_is_caught():
 
 
 def _forward_per_token(x, w, target):
-    opts = lce._Options(0.0, 0.0, None)
-    cfg = lce.default_config(x.dtype, x.device)
-    return lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+    opts = kernels._Options(0.0, 0.0, None)
+    cfg = kernels.default_config(x.dtype, x.device)
+    return kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -234,8 +234,8 @@ def _gpu_case(N: int, dtype: torch.dtype):
     """V = 128256, D = 4096 on CUDA after the device premises are checked: tl.exp, tl.log,
     and IEEE float32 products (TF32 is not covered)."""
     rel, absolute = measured_exp_error("cuda")
-    assert rel <= LCE_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
-    assert measured_log_error("cuda") <= LCE_LOG_ERROR
+    assert rel <= LINEAR_CROSS_ENTROPY_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
+    assert measured_log_error("cuda") <= LINEAR_CROSS_ENTROPY_LOG_ERROR
     assert torch.get_float32_matmul_precision() == "highest"
     D, V = 4096, 128256
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -271,7 +271,7 @@ def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
     target[:4] = -100
     if peaked:
         w = _peak(x, w, target, 0.05 * x.shape[1] ** 0.5 / 8).to(dtype)
-    err, bound, old = _posteriori_check(x, w, target, stream_block_v(dtype, "cuda"), LCE_EXP_ERROR)
+    err, bound, old = _posteriori_check(x, w, target, stream_block_v(dtype, "cuda"), LINEAR_CROSS_ENTROPY_EXP_ERROR)
     kept = target >= 0
     ratio = float(bound[kept].max()) / max(float(err[kept].max()), 1e-300)
     print(f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
@@ -297,14 +297,14 @@ def test_oracle_value_matches_the_hand_copy(oracle_and_hand):
 def test_two_level_forward_within_bound(dtype):
     """linear_cross_entropy_forward (4 products: _logits_kernel STATS per group of tiles, the
     states merged by _rows_kernel): ce_lse_error_two_level's bound against float64."""
-    from ojas_ref.verification.error_bounds import linear_cross_entropy_merge_lse_error_bound
+    from ojas_ref.verification.bounds.linear_cross_entropy import linear_cross_entropy_merge_lse_error_bound
 
     N, D, V, tpp = 6, 32, 700, 4
     x = torch.randn(N, D, generator=_gen(6)).to(dtype)
     w = (torch.randn(V, D, generator=_gen(7)) * 0.3).to(dtype)
     target = torch.randint(0, V, (N,), generator=_gen(8))
-    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), tiles_per_program=tpp)
-    loss, lse = lce.linear_cross_entropy_forward(x, w, target, config=cfg)
+    cfg = dataclasses.replace(kernels.default_config(dtype, torch.device("cpu")), tiles_per_program=tpp)
+    loss, lse = kernels.linear_cross_entropy_forward(x, w, target, config=cfg)
     y = x.to(F64) @ w.to(F64).t()
     ref = torch.logsumexp(y, dim=1)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
@@ -328,13 +328,13 @@ def _grad_case(dtype, seed=9, N=13, D=40, V=700, chunk=5, peaked=False):
         w[target] += 0.25 * x
     x, w = x.to(dtype), w.to(dtype)
     target[[2, 7]] = -100
-    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), token_chunk=chunk)
+    cfg = dataclasses.replace(kernels.default_config(dtype, torch.device("cpu")), token_chunk=chunk)
     return x, w, target, cfg
 
 
 def _kernel_grads(x, w, target, reduction, cfg):
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    lce.linear_cross_entropy(xr, wr, target, reduction=reduction, config=cfg).backward()
+    kernels.linear_cross_entropy(xr, wr, target, reduction=reduction, config=cfg).backward()
     return xr.grad.to(F64), wr.grad.to(F64)
 
 
@@ -421,13 +421,13 @@ def test_stored_logits_are_the_kernels():
     z = stored_logits(x, w)
     kept = target != -100
     lse, loss = kernel_stream_lse(z[kept], target[kept])
-    got = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, None), (True, False, False),
-                              cfg).loss
+    got = kernels._three_products(x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, None),
+                                  (True, False, False), cfg).loss
     assert torch.equal(got[kept], loss)
 
 
 def test_tree_sum_adds_every_element_once():
-    """The emulated tl.sum tree (lce_error._tree_sum) on integer rows (exact in float32): the
+    """The emulated tl.sum tree (linear_cross_entropy_error._tree_sum) on integer rows (exact in float32): the
     exact row sums, for the layouts the rows kernel compiles to (4 or 8 per thread, 32 lanes,
     8 warps) and a smaller one; and the TTGIR layout parser."""
     from ojas_ref.verification.linear_cross_entropy_error import _blocked_layout, _tree_sum
@@ -443,7 +443,7 @@ def test_entry_factors_confident_target_falls_to_the_stream_bound():
     """A target with P = 1 - 1e-9: its exponent error is the stream's B (the logits' delta = 0.1
     enters only times 1 - P); an entry with P = 1e-9 gets -ln(1 - (e^0.2 - 1)) = 0.2503, or with
     the a-priori lse bound Dl = 0.1 + B the smaller delta + Dl = 0.2001."""
-    from ojas_ref.verification.error_bounds import linear_cross_entropy_entry_posteriori_factors
+    from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_entry_posteriori_factors
 
     lp = torch.log(torch.tensor([[1 - 1e-9, 1e-9]], dtype=F64))
     f = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([0]), 0.1, 1e-4, dtype=torch.float32)
@@ -467,7 +467,7 @@ def test_entry_factors_confident_target_falls_to_the_stream_bound():
     (dict(logit_error=torch.zeros(2, 3), lse_error=0.1), "lse_error"),
 ])
 def test_entry_factors_bad_arguments_raise(kwargs, match):
-    from ojas_ref.verification.error_bounds import linear_cross_entropy_entry_posteriori_factors
+    from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_entry_posteriori_factors
 
     args = dict(log_probs=torch.log(torch.full((2, 3), 1 / 3)), target=torch.zeros(2, dtype=torch.long),
                 logit_error=0.01, stream_lse_bound=1e-4)
@@ -509,11 +509,12 @@ def test_gradient_mutants_exceed_bound(dtype, mutant, bounds, monkeypatch):
     x, w, target, cfg = _grad_case(dtype, seed=10)
     dh, dw = exact_gradients(x, w, target, "mean")
     bh, bw = bounds(x, w, target, "mean", cfg)
-    make = dict(dropped_accumulation=lambda: _mutant_dropped_accumulation(lce._addmm_into),
-                short_row=lambda: _mutant_short_row(lce._launch_rows),
-                mean_over_all=lambda: _mutant_mean_over_all(lce._addmm_into, int((target != -100).sum()), len(target)))
+    make = dict(dropped_accumulation=lambda: _mutant_dropped_accumulation(kernels._addmm_into),
+                short_row=lambda: _mutant_short_row(kernels._launch_rows),
+                mean_over_all=lambda: _mutant_mean_over_all(kernels._addmm_into, int((target != -100).sum()),
+                                                            len(target)))
     if mutant is not None:
-        monkeypatch.setattr(lce, *make[mutant]())
+        monkeypatch.setattr(kernels, *make[mutant]())
     gh, gw = _kernel_grads(x, w, target, "mean", cfg)
     excess = max(((gh - dh).abs() / bh).max().item(), ((gw - dw).abs() / bw).max().item())
     print(f"{dtype} {mutant}: largest error / bound {excess:.3g}")
@@ -551,7 +552,7 @@ def test_grad_posteriori_bound_oracle_factors_match_the_hand_values(oracle_and_h
     """The oracle's certified coefficients (``ce_gp_q``) against the hand copy
     ``_hand_gen_grad_coefs``: both exact rationals, the oracle's rounded up, so they agree to
     rtol 1e-12 and the oracle's is never below the hand one's (to 1e-12), for dH and dW."""
-    from ojas_ref.verification.error_bounds import linear_cross_entropy_grad_posteriori_bound
+    from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_posteriori_bound
 
     s = torch.tensor([0.5, 2.0])
     for args in (dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
@@ -609,7 +610,7 @@ def test_gpu_tile_sum_depth_identified(dtype):
     otherwise): depth (elements per thread - 1) + log2(32 lanes) + log2(warps)."""
     from ojas_ref.verification.linear_cross_entropy_error import checked_tile_sum_depth
 
-    rows = lce.default_config(dtype, torch.device("cuda")).rows
+    rows = kernels.default_config(dtype, torch.device("cuda")).rows
     depth = checked_tile_sum_depth(dtype, "cuda")
     print(f"{dtype}: tile-sum depth {depth} (any order: {rows.block_v - 1})")
     assert depth == rows.block_v // (32 * rows.num_warps) - 1 + 5 + (rows.num_warps.bit_length() - 1)
@@ -637,9 +638,9 @@ def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     B = linear_cross_entropy_lse_error_bound(w.shape[0], 1, dtype=dtype, block_v=stream_block_v(dtype, "cuda"),
                                              exact_logits=True, max_abs_logit=z.abs().max().item(), tile_sum_depth=depth)
     lb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), B)
-    opts = lce._Options(0.0, 0.0, None)
-    loss = lce._three_products(x, w, None, target, -100, "sum", opts, (True, False, False),
-                               lce.default_config(dtype, x.device)).loss.to(F64)
+    opts = kernels._Options(0.0, 0.0, None)
+    loss = kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False),
+                                   kernels.default_config(dtype, x.device)).loss.to(F64)
     t0 = torch.where(kept, target, 0)
     ref = torch.logsumexp(y, 1) - y.gather(1, t0[:, None]).squeeze(1)
     el = torch.where(kept, (loss - ref).abs(), torch.zeros_like(ref))
@@ -670,7 +671,7 @@ def _four_case(dtype, reduction, seed=11):
 
 def _four_grads(x, w, target, reduction, cfg, go):
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    lce.linear_cross_entropy(xr, wr, target, reduction=reduction, config=cfg).backward(go)
+    kernels.linear_cross_entropy(xr, wr, target, reduction=reduction, config=cfg).backward(go)
     return xr.grad.to(F64), wr.grad.to(F64)
 
 
@@ -733,7 +734,7 @@ def test_four_product_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
     bh, bw = _four_bounds(x, w, target, "none", cfg, go)
     make = dict(weight_twice=_mutant_weight_twice, lse_shift=_mutant_lse_shift)
     if mutant is not None:
-        monkeypatch.setattr(lce, *make[mutant](lce._backward_weight))
+        monkeypatch.setattr(kernels, *make[mutant](kernels._backward_weight))
     gh, gw = _four_grads(x, w, target, "none", cfg, go)
     assert ((gh - dh).abs() <= bh).all()
     excess = ((gw - dw).abs() / bw).max().item()
@@ -753,7 +754,7 @@ def test_gpu_llama3_size_four_product_gradients_within_bound(dtype):
     go = torch.randn(1024, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
     go[[1, 2]] = 0.0
     go[3] = -3.0
-    cfg = dataclasses.replace(lce.default_config(dtype, x.device), tiles_per_program=8)
+    cfg = dataclasses.replace(kernels.default_config(dtype, x.device), tiles_per_program=8)
     gh, gw = _four_grads(x, w, target, "none", cfg, go)
     dh, dw = exact_gradients(x, w, target, "none", grad_output=go)
     bh, bw = gradient_bounds(x, w, target, reduction="none", config=cfg, grad_output=go)
@@ -770,7 +771,7 @@ def test_gpu_llama3_size_four_product_gradients_within_bound(dtype):
     (dict(logit_error=2.0), "vacuous"),
 ])
 def test_weighted_dw_bound_bad_arguments_raise(kwargs, match):
-    from ojas_ref.verification.error_bounds import linear_cross_entropy_weighted_dw_error_bound
+    from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_weighted_dw_error_bound
 
     args = dict(n_terms=100, dtype=torch.bfloat16, logit_error=0.01, lse_error=0.01, max_abs_arg=10.0)
     args.update(kwargs)

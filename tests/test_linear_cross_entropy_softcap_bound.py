@@ -2,7 +2,7 @@
 
 ``Ojas.FloatModel.CrossEntropySoftcapError`` (rocq/FloatModel/CrossEntropySoftcapError.v): the
 kernel's capped logit ``rnd(c * th(r))`` (``_softcap``; ``th`` = ``_cap_tanh``, its computed
-tanh(r / c), within a measured premise ``LCE_TANH_ERROR``) is within ``sc_delta`` of
+tanh(r / c), within a measured premise ``LINEAR_CROSS_ENTROPY_TANH_ERROR``) is within ``sc_delta`` of
 ``c tanh(y / c)`` (``sc_logit_error``: the softcap is 1-Lipschitz), so ``ce_lse_error_softcap`` /
 ``ce_loss_error_softcap`` / ``ce_lse_error_two_level_softcap`` bound the lse and the loss
 against the exact capped logits' (the ``softcap`` argument of the bound functions).
@@ -35,10 +35,10 @@ if not torch.cuda.is_available():
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from ojas_kernels import linear_cross_entropy as lce  # noqa: E402
-from ojas_ref.verification.error_bounds import (  # noqa: E402
-    EXP_ERROR,
-    LCE_TANH_ERROR,
+from ojas_kernels import linear_cross_entropy as kernels  # noqa: E402
+from ojas_ref.verification.bounds.common import EXP_ERROR  # noqa: E402
+from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
+    LINEAR_CROSS_ENTROPY_TANH_ERROR,
     linear_cross_entropy_logit_error_bound,
     linear_cross_entropy_loss_error_bound,
     linear_cross_entropy_lse_error_bound,
@@ -70,7 +70,7 @@ def _gen(seed: int) -> torch.Generator:
 
 @pytest.mark.parametrize("cap", CAPS)
 def test_tanh_premise_measured_on_cpu(cap):
-    assert measured_tanh_error("cpu", cap, points=1 << 16) <= LCE_TANH_ERROR
+    assert measured_tanh_error("cpu", cap, points=1 << 16) <= LINEAR_CROSS_ENTROPY_TANH_ERROR
 
 
 def test_softcap_bound_values():
@@ -80,7 +80,8 @@ def test_softcap_bound_values():
     capped = linear_cross_entropy_lse_error_bound(128256, 4096, softcap=30.0, **kw)
     assert capped < raw and capped < 1e-3
     d, z = linear_cross_entropy_softcap_logit_error_bound(0.01, 30.0)
-    sc_delta = 0.01 + 30.0 * LCE_TANH_ERROR + 2.0**-24 * 30.0 * (1 + LCE_TANH_ERROR) + 2.0**-149
+    et = LINEAR_CROSS_ENTROPY_TANH_ERROR
+    sc_delta = 0.01 + 30.0 * et + 2.0**-24 * 30.0 * (1 + et) + 2.0**-149
     assert sc_delta <= d <= sc_delta * (1 + 1e-9) and 30.0 < z < 30.0 * (1 + 2e-6)
     # the logit bound with softcap: the raw delta composed
     dl, _ = linear_cross_entropy_logit_error_bound(128256, 4096, dtype=torch.bfloat16, dot_abs_sum=60.0)
@@ -146,7 +147,7 @@ def test_row_kernel_lse_and_loss_within_bound(dtype, cap):
     assert (exact_lse(z) - ref).abs().max().item() > 100 * bound
 
 
-_SOFTCAP = lce._softcap
+_SOFTCAP = kernels._softcap
 
 
 @triton.jit
@@ -165,9 +166,9 @@ def test_softcap_mutants_exceed_bound(mutant, monkeypatch):
     cap = 5.0
     z = _raw_logits(torch.float32)
     if mutant == "cap_twice":
-        monkeypatch.setattr(lce, "_softcap", _cap_twice)
+        monkeypatch.setattr(kernels, "_softcap", _cap_twice)
     elif mutant == "clamp_at_8":
-        monkeypatch.setattr(lce, "_cap_tanh", _tanh_clamped_at_8)
+        monkeypatch.setattr(kernels, "_cap_tanh", _tanh_clamped_at_8)
     lse, _ = kernel_stream_lse(z, torch.zeros(z.shape[0], dtype=torch.long), softcap=cap)
     excess = (lse.to(F64) - exact_lse(z, cap)).abs().max().item() / _row_bound(z.shape[1], torch.float32, z, cap)
     print(f"{mutant}: largest error / bound {excess:.3g}")
@@ -202,9 +203,9 @@ def test_three_product_forward_within_bound(dtype, cap):
     w = (torch.randn(V, D, generator=_gen(4)) * 0.6).to(dtype)  # raw logits up to about 20
     target = torch.randint(0, V, (N,), generator=_gen(5))
     target[[1, 6]] = -100
-    cfg = lce.default_config(dtype, x.device)
-    loss = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, cap), (True, False, False),
-                               cfg).loss
+    cfg = kernels.default_config(dtype, x.device)
+    loss = kernels._three_products(x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, cap),
+                                   (True, False, False), cfg).loss
     _, ref, kept = _capped_reference(x, w, target, cap)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
@@ -224,8 +225,8 @@ def test_two_level_forward_within_bound(dtype):
     x = torch.randn(N, D, generator=_gen(6)).to(dtype)
     w = (torch.randn(V, D, generator=_gen(7)) * 0.6).to(dtype)
     target = torch.randint(0, V, (N,), generator=_gen(8))
-    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), tiles_per_program=tpp)
-    _, lse = lce.linear_cross_entropy_forward(x, w, target, softcap=cap, config=cfg)
+    cfg = dataclasses.replace(kernels.default_config(dtype, torch.device("cpu")), tiles_per_program=tpp)
+    _, lse = kernels.linear_cross_entropy_forward(x, w, target, softcap=cap, config=cfg)
     ref, _, _ = _capped_reference(x, w, target, cap)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     n_groups = -(-(-(-V // cfg.fwd.block_n)) // tpp)
@@ -242,19 +243,19 @@ def test_two_level_forward_within_bound(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("cap", CAPS)
 def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
-    """The device's computed tanh within LCE_TANH_ERROR, then the 3-product forward at
+    """The device's computed tanh within LINEAR_CROSS_ENTROPY_TANH_ERROR, then the 3-product forward at
     V = 128256, D = 4096 (raw logits up to about 7: cap 5 bites) against float64, every ninth
     token ignored (IEEE float32 products)."""
     e = measured_tanh_error("cuda", cap)
-    print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LCE_TANH_ERROR:.3e})")
-    assert e <= LCE_TANH_ERROR
+    print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LINEAR_CROSS_ENTROPY_TANH_ERROR:.3e})")
+    assert e <= LINEAR_CROSS_ENTROPY_TANH_ERROR
     err, bound, _ = _chain_errors("cuda", cap, 1 << 20)
     print(f"chain factor on the device, cap {cap}: error {err:.3e} bound {bound:.3e}")
     assert err <= bound
     x, w, target = _gpu_inputs(64, dtype, ignore_every=9)
     D, V = x.shape[1], w.shape[0]
-    loss = lce._three_products(x, w, None, target, -100, "sum", lce._Options(0.0, 0.0, cap), (True, False, False),
-                               lce.default_config(dtype, x.device)).loss
+    loss = kernels._three_products(x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, cap),
+                                   (True, False, False), kernels.default_config(dtype, x.device)).loss
     _, ref, kept = _capped_reference(x, w, target, cap)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
@@ -276,13 +277,13 @@ def _capped_case(dtype, cap, N=13, D=40, V=700):
     w = torch.randn(V, D, generator=_gen(12)) * 0.4
     target = torch.randint(0, V, (N,), generator=_gen(13))
     target[[2, 7]] = -100
-    cfg = dataclasses.replace(lce.default_config(dtype, torch.device("cpu")), token_chunk=5)
+    cfg = dataclasses.replace(kernels.default_config(dtype, torch.device("cpu")), token_chunk=5)
     return x.to(dtype), w.to(dtype), target, cfg
 
 
 def _capped_errors(x, w, target, cfg, cap):
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    lce.linear_cross_entropy(xr, wr, target, softcap=cap, config=cfg).backward()
+    kernels.linear_cross_entropy(xr, wr, target, softcap=cap, config=cfg).backward()
     dh, dw = exact_gradients(x, w, target, softcap=cap)  # float64 autograd of the capped loss
     rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
     bh, bw = gradient_bounds(x, w, target, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding,
@@ -328,7 +329,7 @@ def _chain_of_uncapped(z, softcap):  # 1 - (r / c)^2 from the raw logit, z = c t
 def test_capped_gradient_mutants_exceed_bound(mutant, monkeypatch):
     x, w, target, cfg = _capped_case(torch.float32, 5.0)
     if mutant is not None:
-        monkeypatch.setattr(lce, "_cap_chain", _no_chain if mutant == "no_chain" else _chain_of_uncapped)
+        monkeypatch.setattr(kernels, "_cap_chain", _no_chain if mutant == "no_chain" else _chain_of_uncapped)
     eh, ew, bh, bw = _capped_errors(x, w, target, cfg, 5.0)
     excess = max((eh / bh).max().item(), (ew / bw).max().item())
     print(f"{mutant}: largest error / bound {excess:.3g}")
@@ -341,7 +342,7 @@ def test_capped_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand)
     1 + x + x^2): never above it (the oracle's e^x bound 1 + perturbation is <= 1 + x + x^2)
     and within 5%, for dH (V terms, bfloat16, one chunk) and dW (512 terms, float32, two
     chunks), caps 30 and 5."""
-    from ojas_ref.verification.error_bounds import linear_cross_entropy_grad_error_bound
+    from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_error_bound
 
     s = torch.tensor([0.5, 2.0])
     sums = (torch.tensor([0.25, 1.5]), torch.tensor([0.4, 1.0]))
@@ -361,7 +362,7 @@ def test_capped_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand)
 def test_gpu_llama3_size_capped_gradients_within_bound(dtype, cap):
     """V = 128256, D = 4096, 1024 tokens (two token chunks), every seventh ignored."""
     x, w, target = _gpu_inputs(1024, dtype, ignore_every=7)
-    eh, ew, bh, bw = _capped_errors(x, w, target, lce.default_config(dtype, x.device), cap)
+    eh, ew, bh, bw = _capped_errors(x, w, target, kernels.default_config(dtype, x.device), cap)
     rh, rw = (bh.max() / eh.max()).item(), (bw.max() / ew.max()).item()
     print(f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
           f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}")

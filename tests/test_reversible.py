@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten
 
 from ojas_ref.nn.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
                                             SymplecticCoupling)
-from ojas_ref.verification.error_bounds import reversible_reconstruction_error_bound
+from ojas_ref.verification.bounds.reversible import reversible_reconstruction_error_bound
 from ojas_ref.verification.oracle import coupling_stack_oracle
 from ojas_ref.verification.reversible_check import (make_problem, oracle_mismatches, reconstruction_bounds,
                                                     tanh_mlp_constants, unit_roundoff)

@@ -1,8 +1,8 @@
 """The link between the code and the Coq proofs: ``proof_audit`` (``ojas proofs``: rocq/
 rebuilt, no admits or axioms beyond the allowed ones, ``Print Assumptions``,
 rocq/MANIFEST.json), ``oracle`` (the client of the OCaml oracle extracted from the Coq
-specs, extraction/), ``error_bounds`` (the proved floating-point error bounds, as
-tolerances), the differential checks of each primitive against the oracle
+specs, extraction/), ``bounds`` (the proved floating-point error bounds, as tolerances: one
+module per operation), the differential checks of each primitive against the oracle
 (``attention_check``, ``linear_cross_entropy_check``, ``reversible_check``,
 ``optimizer_in_backward_check``) and ``audit`` (``ojas audit``: implementation <-> theorem
 <-> proof status <-> differential status). They need a source checkout (rocq/ and

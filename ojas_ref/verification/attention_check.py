@@ -17,13 +17,9 @@ import torch
 from torch import Tensor
 
 from ojas_ref.functional.attention import attention, attention_forward
-from ojas_ref.verification.error_bounds import (
-    EXP_ERROR,
-    UNIT_ROUNDOFF,
-    dot_product_error_bound,
-    online_softmax_error_bound,
-    softmax_score_perturbation_bound,
-)
+from ojas_ref.verification.bounds.common import EXP_ERROR, UNIT_ROUNDOFF
+from ojas_ref.verification.bounds.online_softmax import online_softmax_error_bound, softmax_score_perturbation_bound
+from ojas_ref.verification.bounds.sums import dot_product_error_bound
 
 attn_mod = importlib.import_module("ojas_ref.functional.attention")
 
@@ -171,7 +167,7 @@ def forward_tolerance(case: Case, oracle_out: Tensor, *, score_roundings: int = 
     * the streamed recurrence on those scores: <= V_c * ``online_softmax_error_bound``(Sk,
       u, u_exp) (Ojas.Attention.StreamError, ``stream_row_error_bound``; masked keys
       are keys of weight 0, so n = Sk), u = 2^-24 for the float32 computation, u_exp =
-      ``error_bounds.EXP_ERROR`` (see there). The theorem is about left-to-right sums; torch sums a
+      ``bounds.common.EXP_ERROR`` (see there). The theorem is about left-to-right sums; torch sums a
       tile in another order (and fuses multiply-adds), which gives no term more roundings
       than the proof counts. The model has no underflow: the float32 weights that
       underflow (exp(s - m) < 2^-126) err by at most 2^-149 each, with Z >= 1 a change

@@ -26,7 +26,7 @@ from typing import Iterator
 
 import torch
 
-from ojas_ref.verification.error_bounds import (
+from ojas_ref.verification.bounds.attention import (
     attention_delta_error_bound,
     attention_dk_error_bound,
     attention_dq_error_bound,

@@ -18,15 +18,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ojas_ref.verification.error_bounds import (
-    EXP_ERROR,
-    UNIT_ROUNDOFF,
+from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
+from ojas_ref.verification.bounds.common import EXP_ERROR, UNIT_ROUNDOFF
+from ojas_ref.verification.bounds.linear_cross_entropy import (
     linear_cross_entropy_reduction_error_bound,
     linear_cross_entropy_token_error_bound,
 )
-from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
 
-lce_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
+linear_cross_entropy_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
 F64 = torch.float64
 
@@ -61,7 +60,7 @@ def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tenso
 
 def _log_error(dtype: torch.dtype, V: int) -> float:
     """Assumed absolute error of the computed ln on the lse sum l in [1 - beta, V (1 + beta)]:
-    ``EXP_ERROR`` (the assumed relative error of exp and ln, see error_bounds) times
+    ``EXP_ERROR`` (the assumed relative error of exp and ln, see bounds.common) times
     max |ln l| <= 1 + ln V. An assumption, like ``EXP_ERROR``."""
     return EXP_ERROR[dtype] * (1.0 + math.log(V))
 
@@ -110,7 +109,7 @@ def oracle_and_reference(p, dtype, device="cpu"):
     lse is the reference's."""
     from ojas_ref.verification.oracle import linear_cross_entropy_oracle
 
-    token_chunk, vocab_chunk = lce_module._check_chunk_size(p["chunks"])
+    token_chunk, vocab_chunk = linear_cross_entropy_module._check_chunk_size(p["chunks"])
     kw = dict(linear_bias=None if p["b"] is None else p["b"].to(dtype), reduction=p["reduction"],
               ignore_index=p["ignore_index"], label_smoothing=p["eps"], z_loss=p["lam"], softcap=p["cap"])
     x, w = p["x"].to(dtype), p["w"].to(dtype)

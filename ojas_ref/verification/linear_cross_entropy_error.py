@@ -2,7 +2,7 @@
 
 The theorem is ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` (and ``ce_loss_error``)
 of rocq/FloatModel/CrossEntropyLseError.v; its value is
-:func:`ojas_ref.verification.error_bounds.linear_cross_entropy_lse_error_bound`.
+:func:`ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_error_bound`.
 
 * :func:`kernel_stream_lse`: the kernel's own ``_rows_kernel`` with STREAM (the loop the
   theorem models) run on given logits, returning its lse and loss per row;
@@ -16,7 +16,7 @@ of rocq/FloatModel/CrossEntropyLseError.v; its value is
 * :func:`exact_gradients`, :func:`gradient_sums`, :func:`gradient_bounds`: the float64
   gradients, the a-posteriori sums and the per-entry bounds of
   ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` / ``ce_dw_error``
-  (:func:`ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound`) for the
+  (:func:`ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_error_bound`) for the
   3-product schedule on given inputs; :func:`weighted_gradient_sums`,
   :func:`four_product_gradient_bounds` those of
   ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
@@ -37,6 +37,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ojas_ref.verification.bounds.linear_cross_entropy import (
+    LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    linear_cross_entropy_logit_error_bound,
+    linear_cross_entropy_lse_error_bound,
+    linear_cross_entropy_merge_lse_error_bound,
+)
+from ojas_ref.verification.bounds.linear_cross_entropy_grad import (
+    linear_cross_entropy_entry_posteriori_factors,
+    linear_cross_entropy_grad_error_bound,
+    linear_cross_entropy_grad_posteriori_bound,
+    linear_cross_entropy_weighted_dh_error_bound,
+    linear_cross_entropy_weighted_dw_error_bound,
+)
+
 F64 = torch.float64
 
 
@@ -45,18 +59,18 @@ def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor, softcap: float | No
     """(lse, loss) [n] float32 of ``_rows_kernel`` STREAM (no bias, eps = lam = 0; the raw
     logits capped at ``softcap`` when given) over the rows of the logits ``z`` [n, V] (float32,
     bfloat16 or float16, as the 3-product schedule stores them), targets ``target`` [n] in [0, V)."""
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
 
     if z.dim() != 2 or target.shape != (z.shape[0],):
         raise ValueError(f"z must be [n, V] and target [n], got {tuple(z.shape)} and {tuple(target.shape)}")
     z = z.contiguous()
     n, V = z.shape
-    cfg = lce.default_config(z.dtype, z.device)
+    cfg = kernels.default_config(z.dtype, z.device)
     f32 = dict(dtype=torch.float32, device=z.device)
     loss, lse = torch.empty(n, **f32), torch.empty(n, **f32)
     none = torch.empty(1, **f32)
-    opts = lce._Options(0.0, 0.0, None if softcap is None else float(softcap))
-    lce._launch_rows(
+    opts = kernels._Options(0.0, 0.0, None if softcap is None else float(softcap))
+    kernels._launch_rows(
         n, cfg.rows, none, none, none, none, z, z, target, loss, lse, none, none,
         0, n, 1, V, 0, 0, V, 0, 1.0,
         **opts.kernel_args(V), ignore_index=-100, masked=False,
@@ -68,9 +82,9 @@ def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor, softcap: float | No
 
 def stream_block_v(dtype: torch.dtype, device: torch.device | str) -> int:
     """The vocabulary tile width of ``_rows_kernel`` on ``device`` (the theorem's ``Bt``)."""
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
 
-    return lce.default_config(dtype, torch.device(device)).rows.block_v
+    return kernels.default_config(dtype, torch.device(device)).rows.block_v
 
 
 def emulated_stream_lse(z: torch.Tensor, block_v: int, drop_rescale: int | None = None) -> torch.Tensor:
@@ -130,9 +144,9 @@ def _cap_kernel():
     global _cap_tanh, _softcap, _cap_chain
     import triton
     import triton.language as tl
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
 
-    _cap_tanh, _softcap, _cap_chain = lce._cap_tanh, lce._softcap, lce._cap_chain
+    _cap_tanh, _softcap, _cap_chain = kernels._cap_tanh, kernels._softcap, kernels._cap_chain
 
     @triton.jit
     def kernel(R, Y, n, softcap, CHAIN: tl.constexpr, BLOCK: tl.constexpr):
@@ -266,7 +280,7 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
                     storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None,
                     softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
-    :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_error_bound` for
+    :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_error_bound` for
     ``_three_products`` (no bias, reduction "mean" / "sum") on these inputs: ``delta`` and
     ``Dl`` from the logit and lse bounds with ``dot_abs_sum`` = max sum_i |h_i w_vi| of the
     data, ``Am = 2 Zmax + ln V + Dl``, the token chunks of the kernel's plan. Reduction "none"
@@ -274,7 +288,7 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1).
     ``softcap`` (3 products only; the 4-product schedule with a cap: no theorem): the capped
     bounds (``sc_dh_error`` / ``sc_dw_error``), lse bound and ``Zmax`` of the capped logits."""
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
 
     if reduction == "none" or (config is not None and config.products == 4):
         if softcap is not None:
@@ -282,12 +296,9 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
         return four_product_gradient_bounds(x, w, target, config, reduction=reduction, ignore_index=ignore_index,
                                             exp_error=exp_error, storage_rounding=storage_rounding,
                                             grad_output=grad_output)
-    from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_grad_error_bound,
-                               linear_cross_entropy_logit_error_bound, linear_cross_entropy_lse_error_bound)
-
-    exp_error = LCE_EXP_ERROR if exp_error is None else exp_error
+    exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
-    config = config or lce.default_config(x.dtype, x.device)
+    config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
     kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
     dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error,
@@ -295,7 +306,7 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
     if softcap is not None:
         zmax = min(zmax, softcap * (1 + 2.0**-19))
-    plan = lce._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
+    plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, logit_error=delta, lse_error=dl,
                   max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01, exp_error=exp_error,
                   storage_rounding=storage_rounding, softcap=softcap)
@@ -359,13 +370,13 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     any tree of that depth), checked on these inputs only: an identification of Triton's
     lowering for this layout, not a theorem about it. Raises ``ValueError`` when the layouts
     differ, no layout is found or a row differs."""
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
     from ojas_kernels.launch import fast
 
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError("the tile sum's order is identified on a CUDA device (the interpreter sums with numpy)")
-    rows = lce.default_config(dtype, device).rows
+    rows = kernels.default_config(dtype, device).rows
     V, warps = rows.block_v, rows.num_warps
     gen = torch.Generator(device=device).manual_seed(0)
     n = 1024
@@ -391,7 +402,7 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
             raise ValueError(f"tl.sum on layout {layout} is not the identified tree on these rows")
     z = torch.zeros(2, V, device=device, dtype=dtype)
     kernel_stream_lse(z, torch.zeros(2, dtype=torch.long, device=device))
-    rows_layouts = {_blocked_layout(k.asm["ttgir"]) for k, _ in fast(lce._rows_kernel)._cache.values()}
+    rows_layouts = {_blocked_layout(k.asm["ttgir"]) for k, _ in fast(kernels._rows_kernel)._cache.values()}
     if layout not in rows_layouts:
         raise ValueError(f"the probe's layout {layout} is not among _rows_kernel's {rows_layouts}")
     _, lanes, w = layout
@@ -408,12 +419,12 @@ def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The logits [N, V] that the 3-product schedule stores for ``_rows_kernel`` (``_mm_into``,
     rounded to the input dtype), computed twice: ``ValueError`` unless bitwise equal (the
     kernel's own call must give these)."""
-    from ojas_kernels import linear_cross_entropy as lce
+    from ojas_kernels import linear_cross_entropy as kernels
 
     zs = []
     for _ in range(2):
         z = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
-        lce._mm_into(z, x, w.t())
+        kernels._mm_into(z, x, w.t())
         zs.append(z)
     if not torch.equal(*zs):
         raise ValueError("the logit product is not deterministic: the measured logits need not be the kernel's")
@@ -425,7 +436,7 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
                                storage_rounding: str = "nearest", logits: torch.Tensor | None = None,
                                tile_sum_depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
-    :func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_grad_posteriori_bound`
+    :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_posteriori_bound`
     (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
     ``_three_products`` (no bias or softcap; reductions "mean" / "sum") on these inputs: each
     entry's exponent error from ``ce_arg_posteriori`` with ``delta`` the logit bound (as in
@@ -436,17 +447,13 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
     ones (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
     at ``max |z|``. ``tile_sum_depth``: the stream's tile-sum depth premise (default: any order,
     ``block_v - 1``; :func:`checked_tile_sum_depth` identifies the kernel's on a device)."""
-    from ojas_kernels import linear_cross_entropy as lce
-
-    from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_entry_posteriori_factors,
-                               linear_cross_entropy_grad_posteriori_bound, linear_cross_entropy_logit_error_bound,
-                               linear_cross_entropy_lse_error_bound)
+    from ojas_kernels import linear_cross_entropy as kernels
 
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum' (the 3-product schedule), got {reduction!r}")
-    exp_error = LCE_EXP_ERROR if exp_error is None else exp_error
+    exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
-    config = config or lce.default_config(x.dtype, x.device)
+    config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
     h, ww = x.to(F64), w.to(F64)
     kept = (target != ignore_index).to(F64)[:, None]
@@ -465,7 +472,7 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
         torch.log_softmax(y, dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
         storage_rounding=storage_rounding, ignore_index=ignore_index)
     (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
-    plan = lce._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
+    plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
     bh = linear_cross_entropy_grad_posteriori_bound(factors @ ww.abs(), t_h, ha_h, n_terms=V, **common)
     bw = linear_cross_entropy_grad_posteriori_bound(factors.t() @ (h.abs() * kept), t_w, ha_w,
@@ -478,7 +485,7 @@ def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch
                                  storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of ``ce_dh4_error`` / ``ce_dw4_error``
-    (:func:`~ojas_ref.verification.error_bounds.linear_cross_entropy_weighted_dh_error_bound`,
+    (:func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_weighted_dh_error_bound`,
     ``..._weighted_dw_error_bound``) for the 4-product schedule with ``config`` (which must fix
     ``tiles_per_program``: the forward's groups of tiles enter the lse bound), no bias:
     ``delta`` of the float32 logits (not rounded to the dtype), ``Dl`` the merged lse's
@@ -486,16 +493,11 @@ def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch
     (per token for "none"), ``grad_output / K`` for "mean" (``ua = 2^-24``). The lse premise is
     composed in Coq: ``ce_dh4_error_two_level`` / ``ce_dw4_error_two_level`` take
     ``ce_lse_error_two_level``'s premises per token's row and conclude at that ``Dl``."""
-    from ojas_kernels import linear_cross_entropy as lce
-
-    from .error_bounds import (LCE_EXP_ERROR, linear_cross_entropy_logit_error_bound,
-                               linear_cross_entropy_merge_lse_error_bound,
-                               linear_cross_entropy_weighted_dh_error_bound,
-                               linear_cross_entropy_weighted_dw_error_bound)
+    from ojas_kernels import linear_cross_entropy as kernels
 
     if config is None or config.tiles_per_program is None:
         raise ValueError("the 4-product bounds need a config that fixes tiles_per_program")
-    exp_error = LCE_EXP_ERROR if exp_error is None else exp_error
+    exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
     K = int((target != ignore_index).sum())
     go = torch.ones(1 if reduction != "none" else N, dtype=F64) if grad_output is None else grad_output.to(F64)
@@ -505,7 +507,7 @@ def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch
     n_groups = -(-(-(-V // config.fwd.block_n)) // config.tiles_per_program)
     dl = linear_cross_entropy_merge_lse_error_bound(
         V, D, block_n=config.fwd.block_n, tiles_per_program=config.tiles_per_program,
-        block_p=min(config.rows.block_p, lce.next_power_of_2(n_groups)), exp_error=exp_error, **kw)
+        block_p=min(config.rows.block_p, kernels.next_power_of_2(n_groups)), exp_error=exp_error, **kw)
     premises = dict(logit_error=delta, lse_error=dl, max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01,
                     exp_error=exp_error)
     mean = reduction == "mean"

@@ -1,0 +1,555 @@
+"""Error bounds of the Triton flash-attention kernel (kernels/ojas_kernels/attention.py), in the
+mixed-precision model of ``rocq/FloatModel/`` (:mod:`.common`): the output (a priori and entry
+by entry), the saved log-sum-exp, and dV, dK, dQ and the backward's ``delta`` a posteriori; the
+premises about ``tl.exp2`` and ``tl.log2`` (:data:`EXP2_ERROR`, :data:`LOG2_ERROR`) and the
+errors of the kernel's float32 constants."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import torch
+
+from ojas_ref.verification.bounds.common import (
+    _EXP2_ABS_ERROR,
+    _EXP_OVERFLOW,
+    _FP32_ETA,
+    _FP32_U,
+    _NO_ORACLE,
+    _ROUND_UP,
+    _STORAGE,
+    _enlarged,
+    _float_up,
+    _from_oracle,
+    _rational,
+    _storage,
+)
+
+__all__ = [
+    "EXP2_ERROR",
+    "LOG2_ERROR",
+    "attention_delta_error_bound",
+    "attention_dk_error_bound",
+    "attention_dq_error_bound",
+    "attention_dv_error_bound",
+    "attention_forward_error_bound",
+    "attention_forward_posteriori_bound",
+    "attention_lse_error_bound",
+]
+
+
+# Relative error of the kernels' exp2 (tl.exp2) against 2^x, for the mixed-precision
+# attention bound: an assumption about the hardware and libraries, not a theorem. In
+# Triton's CPU interpreter tl.exp2 is numpy's float32 exp2 (measured on this machine:
+# <= 1.73 ulp = 1.73 * 2^-24 relative over 4e6 arguments in [-150, 0] with normal
+# results, absolute <= 3.5 * 2^-150 below); on NVIDIA GPUs it is PTX ex2.approx.f32
+# (measured by tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py
+# on the device they run on). 2^-21 = 8 ulp as margin; the absolute term for results
+# below the normal range is taken as 2^-126 (flush to zero included).
+EXP2_ERROR: float = 2.0**-21
+# Absolute error of the kernels' log2 (tl.log2) against log2(x), for the lse bound: an
+# assumption, not a theorem (the theorem's lg_err premise takes it on a bounded range,
+# [1/(1+b), (1+b) n_keys] for the row sum's relative error b, inside [1/2, 2 n_keys] when
+# b <= 1; the kernel applies it to the row sum l in [1, n_keys]). A float32 result of magnitude below 32 has an ulp of
+# at most 2^-19, so one rounding costs 2^-20; 2^-18 as margin over the approximation
+# (numpy's float32 log2 in the interpreter, PTX lg2.approx.f32 on NVIDIA GPUs; measured by
+# tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py on [0.5, 2^24]).
+LOG2_ERROR: float = 2.0**-18
+
+# |qk_scale ln 2 - scale| <= uc scale for the kernel's qk_scale = float32(scale * _LOG2E),
+# _LOG2E the float64 nearest log2(e): (1 + 2^-53)^2 (1 + 2^-24) - 1 <= 2^-24 + 2^-51.
+_QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
+# |cl - ln 2| <= ucl ln 2 for the kernel's float32 constant cl = float32(0.6931471805599453):
+# (1 + 2^-53)(1 + 2^-24) - 1 <= 2^-24 + 2^-52.
+_LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
+
+
+def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t):
+    """The float64 hand copy of the quantities ``attn_fwd_q`` and ``attn_lse_q`` share:
+    (smax, delta, X, P1, CG, CR, bL), each rounded up by a relative 2^-30."""
+    def gamma(k):
+        return k * u / (1.0 - k * u)
+
+    up = 1.0 + 2.0**-30  # float64 evaluation of a few dozen operations, rounded up
+    de = (gamma(e) * p + (1.0 + gamma(e - 1)) * e * ea) * up
+    smax = (2.0 * (scale * (1.0 + uc) * (p + de)) * (1.0 + u) + ea) * up
+    delta = (scale * ((p + de) * (u * (1.0 + uc) + uc) + de) + ea) * up
+    X = math.exp(u * 2.0 * smax) * up
+    P1 = math.exp((b - 1) * math.log1p(u)) * up
+    CG = math.exp(t * (math.log1p(ue) + 2.0 * math.log1p(u))) * up
+    CR = math.exp(t * (math.log1p(ue + ee) + 2.0 * math.log1p(u))) * up
+    hl = P1 * ((1.0 + ue) * X)
+    bl = (hl * CG * X - 1.0 + t * CR * (((hl * CG * X) * n * ee) * (1.0 + u) + ea + P1 * (b * ee)) * (1.0 + u)) * up
+    return smax, delta, X, P1, CG, CR, bl
+
+
+def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[float, float]:
+    """The acc fold's factor minus one and its absolute term (``afp_gA``, ``afp_rA`` of
+    ``Ojas.FloatModel.AttentionForwardPosteriori``; ``afe_bN = afp_gA + afp_rA / V``), in
+    float64, not yet rounded up."""
+    ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
+    ra = t * CR * ((((ha * CG * X) * (n * v) * ee) * (1.0 + u) + ea
+                    + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea)) * (1.0 + u))
+    return ha * CG * X - 1.0, ra
+
+
+def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
+    """Hand copy of ``afe_rel`` of ``Ojas.FloatModel.AttentionForwardError`` at the upper
+    bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
+    relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
+    up = 1.0 + 2.0**-30
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    if not bl < 1.0:
+        return math.inf
+    Y = math.expm1(2.0 * delta) * up
+    ga, ra = _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t)
+    bn = (ga + ra / v) * up
+    f = ((bn + bl) + u * (1.0 + bn)) / (1.0 - bl)
+    return (((f + ea / v + Y) * (1.0 + us) + us + es / v) * up) * _ROUND_UP
+
+
+def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> tuple[float, float]:
+    """``(afp_rel, afp_abs)`` of ``Ojas.FloatModel.AttentionForwardPosteriori`` at the same
+    upper bounds as :func:`_hand_attention_forward_error_bound`, in float64, each rounded
+    up by a relative margin; ``(inf, inf)`` when the side condition ``bL < 1`` fails."""
+    up = 1.0 + 2.0**-30
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    if not bl < 1.0:
+        return math.inf, math.inf
+    Y = math.expm1(2.0 * delta) * up
+    ga, ra = (x * up for x in _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t))
+    rel = (((1.0 + u) * (ga + bl) * (1.0 + Y) / (1.0 - bl) + u * (1.0 + Y) + Y) * (1.0 + us) + us) * up
+    absolute = (((1.0 + u) * ra / (1.0 - bl) + ea) * (1.0 + us) + es) * up
+    return rel * _ROUND_UP, absolute * _ROUND_UP
+
+
+def _afe_args(n_keys: int, block_n: int, dtype: torch.dtype, storage_rounding: str, exp2_error: float,
+              scale: float, p: float, max_abs_v: float) -> tuple[dict[str, float], int]:
+    """The model's constants and the arguments that ``attn_fwd_q`` and ``attn_fwd_post_q``
+    take (in their order), and the number of key tiles."""
+    us, es = _storage(dtype, storage_rounding)
+    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
+                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
+    return args, -(-n_keys // block_n)
+
+
+def attention_forward_error_bound(
+    n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
+    max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> float:
+    """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
+    flash-attention forward (kernels/ojas_kernels/attention.py) on one query row of at most ``n_keys``
+    keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
+    taken as exact reals; compare with a float64 softmax of the upcast inputs).
+
+    Implements ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked``
+    (the kernel's loop from its start under any boolean mask: causal, window, sequence
+    bounds; the softmax over the visible keys) and ``attention_forward_error`` (fully
+    visible tiles), rocq/FloatModel/AttentionForwardError.v, through ``attn_fwd_q`` of
+    ``Ojas.BoundValues`` (``Ojas.BoundValues.attn_fwd_q_sound_masked``,
+    ``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
+    rationals, with certified upper bounds of its exponentials and powers, and this
+    function rounds it up. The theorem's model of the kernel, per key tile of at most
+    ``block_n`` keys, ``ceil(n_keys / block_n)`` tiles: scores ``rnd(dot(q, k) * qk_scale)``
+    (the fp32 dot over ``head_dim`` as a left-to-right sum of rounded products,
+    ``qk_scale`` the fp32 ``scale * log2(e)``), ``p = exp2(rnd(s - m))``,
+    ``l = rnd(rnd(l * alpha) + tl.sum(p))``, ``acc = rnd(rnd(acc * alpha) + P.V)`` with
+    ``P`` rounded to ``dtype`` before the products, ``out = rnd(acc / l)`` stored in
+    ``dtype``; every ``+ - * /`` round-to-nearest in fp32 (Flocq's formats, underflow
+    included), ``exp2`` with relative error ``exp2_error`` plus an absolute ``2^-126``.
+
+    Arguments: ``dtype`` the dtype of q, k, v and the output (bfloat16, float16,
+    float32); ``storage_rounding`` how the kernel rounds float32 to ``dtype``: "nearest"
+    (round-to-nearest-even, Triton's cast on CUDA; the instance MixedPrecision.v builds) or
+    "truncate" (Triton's CPU interpreter for bfloat16: the theorem's formula at the
+    truncation constants, no Coq instance for them: not a proved bound); ``max_abs_q``,
+    ``max_abs_k``, ``max_abs_v`` upper bounds of |q_i|, |k_ji|, |v_jc|; ``scale`` the softmax
+    scale (default ``1 / sqrt(head_dim)``, must be > 0);
+    ``qk_abs_sum`` an upper bound of ``sum_i |q_i k_ji|`` over the row's keys (default
+    ``head_dim * max_abs_q * max_abs_k``; a measured value makes the bound tighter).
+    Raises ``ValueError`` on a bad argument or when the theorem's side condition
+    (``afe_bL < 1``, or ``head_dim * 2^-24 < 1``) fails.
+
+    Not covered (the theorem's file lists them): the order of the additions inside the
+    tensor cores' dot (and TF32/3xTF32 products: the float32 kernel on CUDA runs
+    3xTF32 dots, so for float32 on the GPU this number is not a proved bound; the
+    interpreter's float32 dots are IEEE), ``tl.sum`` as a tree, the MMA accumulating
+    into ``acc * alpha``, FMA contraction, additive float masks (they change the
+    scores), overflow, and ``exp2_error`` itself (:data:`EXP2_ERROR`, an assumption, as
+    is ``exp2(0) == 1``, which the masked theorem uses to skip fully masked tiles
+    exactly). Grouped-query attention changes only which key/value head a row reads:
+    covered; so are causal masks, windows and a last key tile cut by the sequence end.
+    """
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
+                                     exp2_error, dtype=dtype, max_abs_v=max_abs_v)
+    args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
+    got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
+                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    if got is _NO_ORACLE:
+        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        if value == math.inf:
+            got = None
+    elif got is not None:
+        value = _float_up(got)
+    if got is None:
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+    return value
+
+
+def attention_forward_posteriori_bound(
+    prob_abs_v: torch.Tensor, n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float,
+    max_abs_k: float, max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention
+    forward (kernels/ojas_kernels/attention.py): ``afp_rel * W_ic + afp_abs`` with
+    ``W_ic = prob_abs_v[..., i, c] = sum_j P_ij |v_jc|`` (``P`` the exact softmax of
+    ``scale * q.k`` over the row's visible keys; the caller computes it, e.g. a float64
+    softmax times ``|v|``, enlarged for its own rounding). Returns a float64 tensor shaped
+    like ``prob_abs_v``.
+
+    Implements ``Ojas.FloatModel.AttentionForwardPosteriori.attention_forward_posteriori_masked``
+    (the kernel's loop from its start under any boolean mask) and
+    ``attention_forward_posteriori`` (fully visible tiles): the same model of the kernel
+    as :func:`attention_forward_error_bound` (its docstring lists it: fp32 scores,
+    ``exp2``, ``P`` rounded to ``dtype`` before the fp32 products of P.V, the running
+    rescale, ``rnd(acc / l)`` stored in ``dtype``) and the same side condition
+    ``afe_bL < 1``. ``afp_abs`` holds only the underflow constants (times
+    ``n_keys * max_abs_v`` at most). ``W_ic <= max_abs_v``: at ``W_ic = max_abs_v`` the
+    value is the a-priori bound's up to a factor ``1 + Y`` (``Y = exp(2 delta) - 1``, the
+    computed scores' weights against the exact ones), and below it wherever ``W_ic`` is
+    smaller by more than that (random data: several times smaller).
+
+    The closed forms ``afp_rel``, ``afp_abs`` come from ``attn_fwd_post_q`` of
+    ``Ojas.BoundValues`` (``Ojas.BoundValues.attn_fwd_post_q_sound_masked``,
+    ``attn_fwd_post_q_sound``: whenever it answers ``(r, a)``, ``r * W_ic + a`` bounds the
+    error): the oracle computes them over exact rationals at the same certified upper
+    bounds of X, Y, P1, CG, CR as ``attn_fwd_q`` (``afe_consts``), and this function rounds
+    them up and evaluates ``r * W + a`` in float64, rounded up. Without the oracle binary,
+    the float64 hand copy ``_hand_attention_forward_posteriori`` (each step rounded up by a
+    relative ``2^-30``; tests/test_error_bounds.py checks that it is at least the oracle's
+    pair and within ``32 * 2^-30`` of its ``afp_rel``). Not covered: as for
+    :func:`attention_forward_error_bound` (MMA order, ``tl.sum`` tree, FMA contraction,
+    additive float masks, overflow, 3xTF32 on CUDA in float32, ``exp2_error`` an
+    assumption, and ``storage_rounding="truncate"`` not a proved bound). Raises
+    ``ValueError`` on a bad argument or when the side condition fails."""
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
+                                     exp2_error, dtype=dtype, max_abs_v=max_abs_v)
+    if prob_abs_v.is_complex() or not bool(((prob_abs_v >= 0) & torch.isfinite(prob_abs_v)).all()):
+        raise ValueError("prob_abs_v must be finite and >= 0")
+    args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
+    got = _from_oracle(bound="attention_forward_posteriori", **{k: _rational(x) for k, x in args.items()},
+                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    if got is _NO_ORACLE:
+        rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles)
+    else:
+        rel, absolute = (math.inf, math.inf) if got is None else (_float_up(got[0]), _float_up(got[1]))
+    if rel == math.inf:
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_posteriori fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+    return (rel * prob_abs_v.to(torch.float64) + absolute) * _ROUND_UP
+
+
+def _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, *,
+                          dtype=torch.float32, max_abs_v=1.0) -> tuple[float, float]:
+    """Validate the arguments of the attention bounds; return (qk_abs_sum, scale)."""
+    for name, val in (("n_keys", n_keys), ("head_dim", head_dim), ("block_n", block_n)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+    if dtype not in _STORAGE:
+        raise ValueError(f"dtype must be one of torch.bfloat16, torch.float16, torch.float32, got {dtype}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    for name, val in (("max_abs_q", max_abs_q), ("max_abs_k", max_abs_k), ("max_abs_v", max_abs_v),
+                      ("scale", scale), ("exp2_error", exp2_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if not scale > 0.0:
+        raise ValueError(f"scale must be > 0 (the theorem's premise), got {scale}")
+    if not max_abs_v > 0.0:
+        raise ValueError(f"max_abs_v must be > 0 (the theorem's premise; all-zero values give zero outputs), "
+                         f"got {max_abs_v}")
+    p = head_dim * float(max_abs_q) * float(max_abs_k) if qk_abs_sum is None else qk_abs_sum
+    if not (isinstance(p, (int, float)) and math.isfinite(p) and p >= 0.0):
+        raise ValueError(f"qk_abs_sum must be a finite number >= 0, got {qk_abs_sum!r}")
+    if not head_dim * _FP32_U < 1.0:
+        raise ValueError(f"side condition head_dim * 2^-24 < 1 fails: head_dim={head_dim}")
+    if _FP32_U * 4.0 * scale * p > _EXP_OVERFLOW:  # 2^(u K) alone is beyond float64: the side condition fails
+        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails: 2^(u K) overflows for "
+                         f"scale={scale}, qk_abs_sum={p}")
+    return float(p), float(scale)
+
+
+def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, e, b, n, t) -> float:
+    """Hand copy of ``lse_bound`` of ``Ojas.FloatModel.AttentionLseError`` at the values
+    ``attn_lse_q`` computes (fallback without the oracle); ``inf`` when ``bL >= 1``."""
+    up = 1.0 + 2.0**-30
+    smax, delta, _, _, _, _, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    if not bl < 1.0:
+        return math.inf
+    nl = bl / (1.0 - bl) * up
+    a = (smax + 2.0 * (ln_n + nl) + el) * up
+    a2 = ((1.0 + u) * a + ea) * up
+    return ((u * a2 * (1.0 + ucl) + ea + a2 * ucl + (u * a + ea) + el + nl + delta) * up) * _ROUND_UP
+
+
+def attention_lse_error_bound(
+    n_keys: int, head_dim: int, *, block_n: int, max_abs_q: float, max_abs_k: float,
+    scale: float | None = None, qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR,
+    log2_error: float = LOG2_ERROR,
+) -> float:
+    """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
+    log-sum-exp the Triton flash-attention forward saves per query row (kernels/ojas_kernels/attention.py:
+    ``(m + tl.log2(l)) * ln 2`` in float32), against the exact one over the row's visible
+    keys (at most ``n_keys``).
+
+    Implements ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked`` (the
+    kernel's loop from its start under any boolean mask) and ``attention_lse_error``
+    (fully visible tiles), through ``attn_lse_q`` of ``Ojas.BoundValues``
+    (``Ojas.BoundValues.attn_lse_q_sound_masked``, ``attn_lse_q_sound``): the oracle computes
+    ``lse_bound`` over exact rationals, ``ln n_keys <= LN`` certified by a lower bound of
+    ``exp(LN)``, ``-ln(1 - bL) <= bL / (1 - bL)``. The model and the arguments are those of
+    :func:`attention_forward_error_bound` (the value dtype plays no part); ``log2_error``
+    is the absolute error of ``tl.log2`` (:data:`LOG2_ERROR`, an assumption).
+
+    Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
+    additions, FMA contraction, additive masks, 3xTF32), and ``log2_error``,
+    ``exp2_error`` themselves. Raises ``ValueError`` on a bad argument or a failed side
+    condition.
+    """
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
+                                     exp2_error)
+    if not (isinstance(log2_error, (int, float)) and math.isfinite(log2_error) and log2_error >= 0.0):
+        raise ValueError(f"log2_error must be a finite number >= 0, got {log2_error!r}")
+    tiles = -(-n_keys // block_n)
+    ln_n = math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40  # a candidate the oracle checks: n <= exp_dn(ln_n)
+    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, el=float(log2_error),
+                ucl=_LN2_CONST_ERROR, uc=_QK_SCALE_ERROR, scale=scale, p=p, ln=ln_n)
+    got = _from_oracle(bound="attention_lse", **{k: _rational(x) for k, x in args.items()},
+                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    if got is _NO_ORACLE:
+        value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        if value == math.inf:
+            got = None
+    elif got is not None:
+        value = _float_up(got)
+    if got is None:
+        raise ValueError(f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_keys}, "
+                         f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}")
+    return value
+
+
+# |c2 ln 2 - 1| <= uc2 for the backward's float32 constant c2 = float32(1.4426950408889634)
+# (the float64 nearest log2 e, rounded to float32): (1 + 2^-53)(1 + 2^-24) - 1 <= 2^-24 + 2^-52.
+_LOG2E_CONST_ERROR = 2.0**-24 + 2.0**-52
+
+
+def _backward_weight_terms(n_items: int, n_tiles: int, head_dim: int, block: int, max_abs_q: float,
+                           max_abs_k: float, max_abs_lse: float, lse_error: float, scale: float | None,
+                           qk_abs_sum: float | None, exp2_error: float, dtype: torch.dtype,
+                           storage_rounding: str) -> dict[str, Any]:
+    """The exact-rational constants the backward bounds share: the arguments checked, the
+    model's ``u, ea, ue, ee, us, es``, ``scale``, ``X >= 2^(2 (delta + Dl) + u Am + ea)`` (score
+    terms from ``score2_error``, ``Dl``, ``Am`` from ``lse2_close``; ``X = 1 + perturbation_q(x / 2)``)
+    and ``g`` = gamma of ``(block - 1) + (n_tiles - 1)`` (the blocked sum over the tiles)."""
+    p, scale = _attention_bound_args(max(n_items, 1), head_dim, block, max_abs_q, max_abs_k, scale,
+                                     qk_abs_sum, exp2_error, dtype=dtype)
+    for name, val in (("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if n_items < 0 or n_tiles < 1:
+        raise ValueError(f"the item count must be >= 0 and the tile count >= 1, got {n_items}, {n_tiles}")
+    F_ = Fraction
+    u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp2_error)), F_(_EXP2_ABS_ERROR)
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    uc2 = F_(_LOG2E_CONST_ERROR)
+    sargs = dict(u=_rational(u), ea=_rational(ea), scale=_rational(scale), uc=_rational(_QK_SCALE_ERROR),
+                 e=head_dim, p=_rational(p))
+    smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
+    if smax is _NO_ORACLE or delta is _NO_ORACLE:
+        raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
+    smax, delta = F_(smax), F_(delta)
+    lb, lmax = F_(float(lse_error)), F_(float(max_abs_lse)) + F_(float(lse_error))
+    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
+    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
+    x = 2 * (delta + dl) + u * am + ea
+    pert = _from_oracle(bound="perturbation", delta=_rational(x / 2))
+    if pert is None or float(x) > _EXP_OVERFLOW:
+        raise ValueError(f"the exp2 argument error {float(x)} is too large")
+    k = (block - 1) + (n_tiles - 1)
+    g = _from_oracle(bound="gamma", u=_rational(u), n=k) if k * _FP32_U < 1.0 else None
+    if g is None:
+        raise ValueError(f"side condition fails: ((block - 1) + (tiles - 1)) u >= 1 for k={k}")
+    return dict(u=u, ea=ea, ue=ue, ee=ee, us=us, es=es, scale=F_(scale), X=1 + F_(pert), g=F_(g))
+
+
+def attention_dv_error_bound(
+    prob_abs_do: torch.Tensor, n_queries: int, n_query_tiles: int, head_dim: int, *, block_m: int,
+    dtype: torch.dtype, max_abs_q: float, max_abs_k: float, max_abs_do: float, max_abs_lse: float,
+    lse_error: float, scale: float | None = None, qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """A-posteriori bounds on ``|dV_jc - sum_i P_ij dO_ic|`` for the dK/dV kernel of the
+    Triton flash attention (kernels/ojas_kernels/attention.py), one per entry of ``prob_abs_do``.
+
+    Implements ``Ojas.FloatModel.AttentionBackwardError.dv_error`` (the kernel's dV
+    coordinate: base-2 scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))``
+    (0 where masked), ``p`` rounded to ``dtype`` before the products, the query tiles
+    summed blocked in fp32, dV stored in ``dtype``) with its ``Dl`` and ``Am`` from
+    ``Ojas.FloatModel.AttentionBackwardError.lse2_close`` (the backward's
+    ``lse2 = rnd(lse * log2 e)`` from a forward lse within ``lse_error`` of the exact
+    one, e.g. :func:`attention_lse_error_bound`) and its score terms from
+    ``Ojas.FloatModel.AttentionForwardError.score2_error``::
+
+        bound = (1 + us) (((1 + g) F - 1) S + (1 + g) n c) + us S + es,
+
+    ``S = prob_abs_do`` = ``sum_i P_ij |dO_ic|`` over the visible queries of key ``j``
+    (every query head of its group; computed by the caller from exact probabilities, in
+    float64: enlarged here by ``4 (n + 1) 2^-53``), ``n = n_queries``, ``g`` = gamma of
+    ``(block_m - 1) + (n_query_tiles - 1)``, ``F = (1+u)(1+us)(1+ue) X``, ``c`` the absolute
+    term. The scalar factors come from the oracle (``gamma``; ``score_max_q``,
+    ``score_delta_q`` of ``Ojas.BoundValues``; ``X = 1 + perturbation_q(x / 2) >= 2^x``);
+    composing them is exact rational arithmetic here (no single Coq theorem states the
+    composed number), the tensor part float64 rounded up by 2^-40.
+
+    Not covered: the MMA order and its accumulation into dv, FMA contraction, 3xTF32
+    (float32 on CUDA), ``exp2_error`` (an assumption); dK and dQ: :func:`attention_dk_error_bound`.
+    """
+    if not (isinstance(max_abs_do, (int, float)) and math.isfinite(max_abs_do) and max_abs_do >= 0.0):
+        raise ValueError(f"max_abs_do must be a finite number >= 0, got {max_abs_do!r}")
+    c = _backward_weight_terms(n_queries, n_query_tiles, head_dim, block_m, max_abs_q, max_abs_k, max_abs_lse,
+                               lse_error, scale, qk_abs_sum, exp2_error, dtype, storage_rounding)
+    u, ea, ue, ee, us, es, g = (c[name] for name in ("u", "ea", "ue", "ee", "us", "es", "g"))
+    Ff = (1 + u) * (1 + us) * ((1 + ue) * c["X"])
+    cc = (1 + u) * ((1 + us) * ee + es) * Fraction(float(max_abs_do)) + ea
+    a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)     # coefficient of S
+    b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
+    return (a * _enlarged(prob_abs_do, n_queries) + b) * _ROUND_UP
+
+
+def attention_delta_error_bound(o_do_abs_sum: torch.Tensor, value_dim: int) -> torch.Tensor:
+    """Bounds on ``|delta_i - dO_i . o_i|`` for the dQ kernel's ``delta = tl.sum(o * dO)``
+    (float32 products, any reduction order), against the real dot of the STORED output ``o``
+    and ``dO``; one per entry of ``o_do_abs_sum`` = ``sum_c |o_ic dO_ic|`` (float64, enlarged
+    here for its own rounding).
+
+    Implements ``Ojas.FloatModel.AttentionGradError.delta_close`` with the tree depth
+    ``value_dim - 1`` (every binary reduction tree of ``value_dim`` terms is that deep at
+    most)::
+
+        bound = gamma(Ev - 1) ((1 + u) S + Ev ea) + u S + Ev ea.
+
+    Against the exact ``dO_i . O_i``, add ``e * sum_c |dO_ic|`` for an output within ``e`` of
+    the exact one per coordinate (``Ojas.FloatModel.AttentionGradError.dot_R_perturb``; ``e``
+    from :func:`attention_forward_error_bound`). Not covered: ``tl.sum``'s padding zeros when
+    the kernel's ``BLOCK_EV`` exceeds ``value_dim``, FMA contraction of the products into the sums.
+    """
+    if isinstance(value_dim, bool) or not isinstance(value_dim, int) or value_dim < 1:
+        raise ValueError(f"value_dim must be an integer >= 1, got {value_dim!r}")
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    g = _from_oracle(bound="gamma", u=_rational(u), n=value_dim - 1)
+    if g is _NO_ORACLE:
+        raise RuntimeError("attention_delta_error_bound needs the oracle (make -C extraction): no hand copy")
+    g = Fraction(g)
+    a = _float_up(g * (1 + u) + u)
+    b = _float_up((g + 1) * value_dim * ea)
+    return (a * _enlarged(o_do_abs_sum, value_dim) + b) * _ROUND_UP
+
+
+# |fp32(scale) - scale| <= 2^-24 scale: the float32 scale the backward kernels multiply dK and dQ by.
+_SCALE_CONST_ERROR = 2.0**-24
+
+
+def _attention_grad_error_bound(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_items: int, n_tiles: int, head_dim: int,
+    value_dim: int, *, block: int, max_abs_w: float, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
+    dp_abs_sum: float, max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float,
+    scale: float | None = None, qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """``grad_bound`` of ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``) over
+    tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
+    for name, val in (("max_abs_w", max_abs_w), ("dp_abs_sum", dp_abs_sum), ("max_abs_y", max_abs_y),
+                      ("max_delta_error", max_delta_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    if isinstance(value_dim, bool) or not isinstance(value_dim, int) or value_dim < 1:
+        raise ValueError(f"value_dim must be an integer >= 1, got {value_dim!r}")
+    c = _backward_weight_terms(n_items, n_tiles, head_dim, block, max_abs_q, max_abs_k, max_abs_lse, lse_error,
+                               scale, qk_abs_sum, exp2_error, dtype, storage_rounding)
+    u, ea, ue, ee, us, es, g, scale = (c[k] for k in ("u", "ea", "ue", "ee", "us", "es", "g", "scale"))
+    F_ = Fraction
+    ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
+    ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea                     # dot_err Ev Pd
+    E = (1 + ue) * c["X"]
+    ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u      # grad_A
+    gb = (1 + u) * (1 + us) * ((1 + u) * E)                                         # grad_B
+    crm = (1 + u) * (ep + F_(float(max_delta_error))) + ea
+    gc = (((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * F_(float(max_abs_y)) + crm) + ea) + (1 + u) * es)
+          * F_(float(max_abs_w)) + ea)                                              # grad_c
+    ucs = F_(_SCALE_CONST_ERROR)
+    k = (1 + us) * scale * (1 + u) * (1 + ucs)     # grad_bound's factor of eA
+    a1 = _float_up(k * ((1 + g) * ga + g) + (1 + us) * scale * (u * (1 + ucs) + ucs) + us * scale)
+    a2 = _float_up(k * (1 + g) * gb * ((1 + u) * ep + ea))
+    a3 = _float_up(k * (1 + g) * gb * (1 + u))
+    b = _float_up(k * (1 + g) * n_items * gc + (1 + us) * ea + es)
+    s1, s2, s3 = (_enlarged(t, n_items) for t in sums)
+    return (a1 * s1 + a2 * s2 + a3 * s3 + b) * _ROUND_UP
+
+
+def attention_dk_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_queries: int,
+                             n_query_tiles: int, head_dim: int, value_dim: int, *, block_m: int, max_abs_q: float,
+                             **kwargs: Any) -> torch.Tensor:
+    """A-posteriori bounds on ``|dK_je - scale sum_i P_ij (dP_ij - D_i) q_ie|`` for the dK/dV
+    kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dkdv_tile``), one per
+    entry of the sums ``(S1, S2, S3)`` (each ``[.., Sk, E]``, over the visible queries of
+    key ``j``, every query head of its group, from exact probabilities, float64):
+    ``S1 = sum_i P_ij |dP_ij - D_i| |q_ie|``, ``S2 = sum_i P_ij |q_ie|``,
+    ``S3 = sum_i P_ij eD_i |q_ie|``, with ``dP_ij = dO_i . v_j`` and ``D_i`` the real number
+    the kernel's ``delta_i`` is within ``eD_i <= max_delta_error`` of: ``dO_i . O_i`` of the
+    exact output for the exact gradient (``eD`` then includes the stored output's error:
+    :func:`attention_delta_error_bound`), or of the stored output.
+
+    Implements ``Ojas.FloatModel.AttentionGradError.dk_error`` (the kernel's schedule:
+    scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))`` (0 where masked),
+    ``dp = dot(v, dO)`` in fp32, ``ds = rnd(p * rnd(dp - delta))`` rounded to ``dtype``,
+    products with ``q`` in fp32, the query tiles summed blocked, times the float32 scale,
+    stored in ``dtype``) with ``Dl``, ``Am`` from ``lse2_close`` and the score terms from
+    ``score2_error``; the value is ``grad_bound`` at ``SR = ((1 + u) eP + ea) S2 + (1 + u) S3``,
+    ``eP`` = ``dot_err value_dim dp_abs_sum``, ``Ym = max_abs_y``, ``W = max_abs_q``,
+    ``n = n_queries``, ``t = n_query_tiles``. The scalar factors come from the oracle
+    (``gamma``, ``score_max_q``, ``score_delta_q``, ``perturbation_q``), composed in exact
+    rationals here; the tensor part float64, rounded up.
+
+    Keyword arguments besides ``block_m`` (the kernel's query tile) and ``max_abs_q``: ``dtype``,
+    ``max_abs_k``, ``qk_abs_sum``, ``scale``, ``exp2_error``, ``storage_rounding`` as for
+    :func:`attention_forward_error_bound`; ``max_abs_lse``, ``lse_error`` as for
+    :func:`attention_dv_error_bound`; ``dp_abs_sum >= sum_c |v_jc dO_ic|``,
+    ``max_abs_y >= |dP_ij - D_i|`` over the visible pairs, ``max_delta_error >= eD_i``.
+
+    Not covered: the MMA order and its accumulation into dk, FMA contraction, 3xTF32
+    (float32 on CUDA: not a proved bound there), ``exp2_error`` (an assumption)."""
+    return _attention_grad_error_bound(sums, n_queries, n_query_tiles, head_dim, value_dim, block=block_m,
+                                       max_abs_w=max_abs_q, max_abs_q=max_abs_q, **kwargs)
+
+
+def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_keys: int,
+                             n_key_tiles: int, head_dim: int, value_dim: int, *, block_n: int, max_abs_k: float,
+                             **kwargs: Any) -> torch.Tensor:
+    """A-posteriori bounds on ``|dQ_ie - scale sum_j P_ij (dP_ij - D_i) k_je|`` for the dQ
+    kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dq_tile``), one per entry
+    of the sums ``(S1, S2, S3)`` (each ``[.., Sq, E]``, over the visible keys of query ``i``):
+    ``S1 = sum_j P_ij |dP_ij - D_i| |k_je|``, ``S2 = sum_j P_ij |k_je|``, ``S3 = eD_i S2``
+    (``D_i``, ``eD_i`` as in :func:`attention_dk_error_bound`).
+
+    Implements ``Ojas.FloatModel.AttentionGradError.dq_error`` (the kernel's schedule as for
+    dK, over the key tiles of ``block_n`` keys, ``dp = dot(dO, v)``, products with ``k``);
+    the value is ``grad_bound`` as in :func:`attention_dk_error_bound` with ``W = max_abs_k``,
+    ``n = n_keys``, ``t = n_key_tiles``; the other keyword arguments are its. Not covered: as
+    for :func:`attention_dk_error_bound`."""
+    return _attention_grad_error_bound(sums, n_keys, n_key_tiles, head_dim, value_dim, block=block_n,
+                                       max_abs_w=max_abs_k, max_abs_k=max_abs_k, **kwargs)
