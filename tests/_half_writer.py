@@ -1,4 +1,4 @@
-"""The fault tests' writer stop (tests/test_checkpoint.py, tests/test_train.py), imported by
+"""The fault tests' writer stop (tests/test_train_state.py, tests/test_train.py), imported by
 their subprocesses: ``ojas_ref.tools.train_state``'s ``open`` replaced so that the payload of the
 chosen checkpoint reaches the disk half, then the process prints READY and sleeps until
 the test SIGKILLs it."""
@@ -9,7 +9,7 @@ import builtins
 import os
 import time
 
-from ojas_ref.tools import train_state as ckpt
+from ojas_ref.tools import train_state
 
 
 def hang() -> None:
@@ -46,5 +46,5 @@ class HalfWriter:
 
 def stop_half_way(name_part: str = "") -> None:
     """Make the checkpoint files whose path contains ``name_part`` stop half-written."""
-    ckpt.open = lambda path, mode: (HalfWriter(builtins.open(path, mode)) if name_part in str(path)
+    train_state.open = lambda path, mode: (HalfWriter(builtins.open(path, mode)) if name_part in str(path)
                                     else builtins.open(path, mode))

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ojas_ref.tools import train_state as ckpt
+from ojas_ref.tools import train_state
 from ojas_ref.tools import plan
 from ojas_ref.tools import train as train_module
+from ojas_ref.tools import train_memory
 from ojas_ref.tools.cli import main
 from ojas_ref.tools.train import TrainConfig, TrainingDiverged, learning_rate, train
 
@@ -83,7 +84,7 @@ def test_loss_falls_and_records(tmp_path: Path, cache: str) -> None:
     record = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
     assert {"lr", "tokens_per_s", "peak_memory_bytes", "tokens"} <= record.keys() and record["tokens"] == 4 * 32
     assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [p.name for _, p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == [
+    assert [p.name for _, p in train_state.list_states(tmp_path / "checkpoints")] == [
         "step-00000030.ckpt", "step-00000060.ckpt"]
 
 
@@ -109,7 +110,7 @@ def test_resume_is_bitwise(tmp_path: Path, cache: str, reference: dict, name: st
     stopped = train(small(tmp_path, cache, stop_after=7, **RUNS[name]))
     assert stopped.stopped == "stop_after" and stopped.losses == losses[:7]
     # resume from the step-4 checkpoint, not the latest (7): the log is cut back to step 4
-    resumed = train(small(tmp_path, cache, resume=str(ckpt.checkpoint_path(tmp_path / "checkpoints", 4)),
+    resumed = train(small(tmp_path, cache, resume=str(train_state.state_path(tmp_path / "checkpoints", 4)),
                           **RUNS[name]))
     assert resumed.losses == losses[4:] and resumed.step == 12
     _assert_bitwise(_parameters(resumed.model), parameters)
@@ -168,7 +169,7 @@ def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 128 + signal.SIGTERM, run.stderr
     assert "stopped by SIGTERM" in run.stdout
-    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == ckpt.checkpoint_path(tmp_path / "checkpoints", 6)
+    assert train_state.latest_state(tmp_path / "checkpoints") == train_state.state_path(tmp_path / "checkpoints", 6)
     assert _logged_losses(tmp_path) == losses[:6]
     resumed = train(dataclasses.replace(config, resume="latest"))
     assert resumed.losses == losses[6:]
@@ -188,25 +189,25 @@ def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache
         runner.kill()
         runner.wait(timeout=30)
     checkpoints = tmp_path / "checkpoints"
-    assert [s for s, _ in ckpt.list_checkpoints(checkpoints)] == [4]
-    assert any(p.name.endswith(ckpt.TEMP_SUFFIX) for p in checkpoints.iterdir())  # the half-written one
+    assert [s for s, _ in train_state.list_states(checkpoints)] == [4]
+    assert any(p.name.endswith(train_state.TEMP_SUFFIX) for p in checkpoints.iterdir())  # the half-written one
     resumed = train(dataclasses.replace(config, resume="latest"))
     assert resumed.losses == losses[4:]
     _assert_bitwise(_parameters(resumed.model), parameters)
     assert _logged_losses(tmp_path) == losses
-    assert not any(p.name.endswith(ckpt.TEMP_SUFFIX) for p in checkpoints.iterdir())
+    assert not any(p.name.endswith(train_state.TEMP_SUFFIX) for p in checkpoints.iterdir())
 
 
 @pytest.mark.parametrize("in_backward", [True, False])
 def test_nan_stops_naming_step_and_checkpoint(tmp_path: Path, cache: str, in_backward: bool) -> None:
     config = small(tmp_path, cache, steps=10, in_backward=in_backward)
     path = train(dataclasses.replace(config, stop_after=5)).checkpoint
-    state = ckpt.load_checkpoint(path)
+    state = train_state.load_state(path)
     state["model"]["model.norm.weight"][0] = float("nan")  # a valid checkpoint of a broken model
-    ckpt.save_checkpoint(path, state)
+    train_state.save_state(path, state)
     with pytest.raises(TrainingDiverged, match=rf"at step 6: the loss .* is nan.*not applied.*{re.escape(str(path))}"):
         train(dataclasses.replace(config, resume="latest"))
-    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == path
+    assert train_state.latest_state(tmp_path / "checkpoints") == path
     assert (tmp_path / "loss.png").exists()
 
 
@@ -254,7 +255,7 @@ def test_nonfinite_gradient_stops_naming_parameter(tmp_path: Path, cache: str, i
     with pytest.raises(TrainingDiverged, match=rf"at step 3: .*model\.layers\.1\.mlp\.up_proj\.weight "
                                                rf"\(1st of 1 of 21\).*{applied}"):
         train(small(tmp_path, cache, steps=6, checkpoint_every=2, in_backward=in_backward, max_grad_norm=None))
-    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == ckpt.checkpoint_path(tmp_path / "checkpoints", 2)
+    assert train_state.latest_state(tmp_path / "checkpoints") == train_state.state_path(tmp_path / "checkpoints", 2)
 
 
 def test_hugging_face_config_file(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
@@ -290,7 +291,7 @@ def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
     """The planner's peak of ``config``'s model under the Setting written out here (not train's mapping)."""
     from ojas_ref.tools import plan as planner
 
-    shape = planner.Model.from_module(train_module._meta_model(config, vocab))
+    shape = planner.Model.from_module(train_memory._meta_model(config, vocab))
     return planner.plan(shape, planner.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
                                                **setting)).peak
 
@@ -305,7 +306,7 @@ def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
 def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, cache: str, changes: dict,
                                                                setting: dict, capsys: pytest.CaptureFixture) -> None:
     config = small(tmp_path, cache, **changes)
-    model = train_module._meta_model(config, 512)
+    model = train_memory._meta_model(config, 512)
     expected = _planned_peak(config, 512, **setting)
     fits = train_module.check_fits(config, model, expected, "cuda:0")  # exactly enough
     assert fits is not None and fits.peak == expected
@@ -326,7 +327,7 @@ def test_check_fits_with_clipping_in_backward_is_a_lower_bound(tmp_path: Path, c
     config = small(tmp_path, cache, in_backward=True, max_grad_norm=1.0)
     expected = _planned_peak(config, 512, dtype="fp32", fused=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
     with pytest.raises(train_module.PlanDoesNotFit, match=rf"predicted peak at least {expected / 2**20:.1f} MiB"):
-        train_module.check_fits(config, train_module._meta_model(config, 512), 2**20)
+        train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20)
 
 
 def test_check_fits_skips_what_the_planner_does_not_model(tmp_path: Path, cache: str,
@@ -334,21 +335,21 @@ def test_check_fits_skips_what_the_planner_does_not_model(tmp_path: Path, cache:
     from transformers import LlamaConfig, Qwen2Config
 
     accumulation = small(tmp_path, cache, accumulation_steps=2)
-    assert train_module.check_fits(accumulation, train_module._meta_model(accumulation, 512), 2**20) is None
+    assert train_module.check_fits(accumulation, train_memory._meta_model(accumulation, 512), 2**20) is None
     assert capsys.readouterr().err == ("ojas train: memory plan not checked: gradient accumulation "
                                        "(accumulation_steps=2) is not modelled by the planner\n")
     qwen = tmp_path / "qwen2.json"
     Qwen2Config(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
                 num_key_value_heads=2).to_json_file(qwen)
     config = small(tmp_path, cache, model_config_file=str(qwen))
-    assert train_module.check_fits(config, train_module._meta_model(config, 512), 2**20) is None
+    assert train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20) is None
     assert "memory plan not checked: the model is 'qwen2': the planner models Llama decoders only" in (
         capsys.readouterr().err)
     biased = tmp_path / "llama-bias.json"
     LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
                 mlp_bias=True).to_json_file(biased)
     config = small(tmp_path, cache, model_config_file=str(biased))
-    assert train_module.check_fits(config, train_module._meta_model(config, 512), 2**20) is None
+    assert train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20) is None
     assert "memory plan not checked: config.mlp_bias=True" in capsys.readouterr().err
 
 
@@ -376,7 +377,7 @@ def test_cuda_run_refused_before_the_model_is_built(tmp_path: Path, cache: str, 
     assert asked == ["cuda"] and f"ojas train: the run will not fit in the memory of cuda: predicted peak " \
                                  f"{expected / 2**20:.1f} MiB ({expected:,} bytes" in err
     assert "(1,048,576 bytes free)" in err
-    assert not ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert not train_state.list_states(tmp_path / "run" / "checkpoints")
     free = expected  # fits: the check passes and the run goes on to build the model
     with pytest.raises(RuntimeError, match="built"):
         train(dataclasses.replace(config, out_dir=str(tmp_path / "run2")))
@@ -495,11 +496,11 @@ def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) ->
     _assert_bitwise(_parameters(full.model), _parameters(plain.model))
     stopped = train(small(tmp_path / "run", cache, stop_after=7, **HOST))
     assert stopped.stopped == "stop_after" and stopped.losses == full.losses[:7]
-    state = ckpt.load_checkpoint(ckpt.checkpoint_path(tmp_path / "run" / "checkpoints", 4))
+    state = train_state.load_state(train_state.state_path(tmp_path / "run" / "checkpoints", 4))
     moments = [v for s in state["optimizer"]["state"].values() for k, v in s.items() if k != "step"]
     assert moments and all(v.device.type == "cpu" for v in moments)
     assert state["config"]["offload_checkpoints"] and state["config"]["state_on_host"]
-    resumed = train(small(tmp_path / "run", cache, resume=str(ckpt.checkpoint_path(tmp_path / "run" / "checkpoints", 4)),
+    resumed = train(small(tmp_path / "run", cache, resume=str(train_state.state_path(tmp_path / "run" / "checkpoints", 4)),
                           **HOST))
     assert resumed.losses == full.losses[4:] and resumed.step == 12
     _assert_bitwise(_parameters(resumed.model), _parameters(full.model))
@@ -510,7 +511,7 @@ def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) ->
 def test_offload_and_state_on_host_in_the_plan_and_dry_run(tmp_path: Path, cache: str,
                                                             capsys: pytest.CaptureFixture) -> None:
     config = small(tmp_path, cache, max_grad_norm=None, **HOST)
-    model = train_module._meta_model(config, 512)
+    model = train_memory._meta_model(config, 512)
     expected = _planned_peak(config, 512, dtype="fp32", fused=True, checkpoint=True, offload=True, host_state=True,
                              ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
     fits = train_module.check_fits(config, model, expected, "cuda:0")
@@ -537,7 +538,7 @@ def test_split_checkpoints_need_activation_checkpointing(capsys: pytest.CaptureF
 def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: str, ojas: bool) -> None:
     """With the ojas kernels and without: the run equals whole-layer checkpointing bit for bit, each
     decoder layer checkpointing through SplitCheckpoint, and the plan is the split one."""
-    from ojas_ref.integrations.hf.adapters import SplitCheckpoint
+    from ojas_ref.integrations.hf import SplitCheckpoint
 
     base = {"activation_checkpointing": True, "ojas": ojas}
     split = train(small(tmp_path / "split", cache, split_checkpoints=True, **base))
@@ -546,7 +547,7 @@ def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: 
     assert split.losses == whole.losses
     _assert_bitwise(_parameters(split.model), _parameters(whole.model))
     config = small(tmp_path, cache, max_grad_norm=None, split_checkpoints=True, **base)
-    fits = train_module.check_fits(config, train_module._meta_model(config, 512), 2**40, "cuda:0")
+    fits = train_module.check_fits(config, train_memory._meta_model(config, 512), 2**40, "cuda:0")
     assert fits is not None and fits.setting.split and fits.setting.checkpoint
 
 
@@ -581,7 +582,7 @@ def test_resume_without_a_checkpoint_keeps_the_log(tmp_path: Path, cache: str, c
     naming what is there, and the log is left as it was (it used to restart and overwrite it)."""
     config = small(tmp_path, cache, steps=6, checkpoint_every=6)
     train(config)
-    for _, path in ckpt.list_checkpoints(tmp_path / "checkpoints"):
+    for _, path in train_state.list_states(tmp_path / "checkpoints"):
         path.unlink()  # as if killed before the step-6 checkpoint
     log = (tmp_path / "train.jsonl").read_bytes()
     assert main(["train", "--resume"] + _cli_args(config)) == 2
@@ -613,9 +614,9 @@ def test_divergence_advice_is_what_works(tmp_path: Path, cache: str) -> None:
     resume with a changed lr is refused, as the message says."""
     config = small(tmp_path, cache, steps=10, max_grad_norm=None)
     path = train(dataclasses.replace(config, stop_after=5)).checkpoint
-    state = ckpt.load_checkpoint(path)
+    state = train_state.load_state(path)
     state["model"]["model.norm.weight"][0] = float("nan")
-    ckpt.save_checkpoint(path, state)
+    train_state.save_state(path, state)
     with pytest.raises(TrainingDiverged) as info:
         train(dataclasses.replace(config, resume="latest"))
     message = str(info.value)
@@ -669,22 +670,22 @@ def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(tmp_path: Path, ca
     import errno
 
     config = small(tmp_path, cache, **RUNS["in-backward"])
-    save = ckpt.save_checkpoint
+    save = train_state.save_state
 
     def full_disk(path: Path, state: dict) -> Path:
         if Path(path).name == "step-00000008.ckpt":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return save(path, state)
 
-    monkeypatch.setattr(ckpt, "save_checkpoint", full_disk)
+    monkeypatch.setattr(train_state, "save_state", full_disk)
     assert main(["train"] + _cli_args(config)) == 3
     err = capsys.readouterr().err
-    four = ckpt.checkpoint_path(tmp_path / "checkpoints", 4)
-    assert (f"ojas train: cannot write {ckpt.checkpoint_path(tmp_path / 'checkpoints', 8)} (No space left on device); "
+    four = train_state.state_path(tmp_path / "checkpoints", 4)
+    assert (f"ojas train: cannot write {train_state.state_path(tmp_path / 'checkpoints', 8)} (No space left on device); "
             f"the last complete checkpoint is {four}: free space (or fix the path) and continue with --resume latest"
             ) in err
     monkeypatch.undo()
-    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == four
+    assert train_state.latest_state(tmp_path / "checkpoints") == four
 
 
 def test_warmup_longer_than_the_run_is_said(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
@@ -742,7 +743,7 @@ def test_cli_messages_for_runs_already_there(tmp_path: Path, cache: str, capsys:
     out = capsys.readouterr().out
     assert "nan" not in out
     assert (f"ojas train: the run in {tmp_path} is finished (step 3 of 3, checkpoint "
-            f"{ckpt.checkpoint_path(tmp_path / 'checkpoints', 3)}): nothing to resume") in out
+            f"{train_state.state_path(tmp_path / 'checkpoints', 3)}): nothing to resume") in out
 
 
 def test_plot_has_the_setting_and_memory_from_zero(tmp_path: Path, cache: str,

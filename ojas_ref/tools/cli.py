@@ -56,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ojas-ref {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,plan,audit,proofs}")
-    from ojas_ref.tools import train
+    from ojas_ref.tools import train_cli
 
     train_parser = sub.add_parser("train", help="train a Llama-style model from scratch (the CPU default: minutes)")
-    train.add_arguments(train_parser)
-    train_parser.set_defaults(func=train.run_command)
+    train_cli.add_arguments(train_parser)
+    train_parser.set_defaults(func=train_cli.run_command)
     from ojas_ref.tools import plan
 
     plan_parser = sub.add_parser("plan", help="predict the peak GPU memory of a training step (no GPU used)")

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ojas_ref.memory import *  # noqa: F403 (re-exported: the formulas, Model, Setting, plan)
-from ojas_ref.memory import (BUCKET_CAP_MB, DTYPE_BYTES, OPTIMIZERS, PRESETS, STATE_SLICE_MB, Model, Plan, Setting,
-                             gib, plan, with_layers)
+from ojas_ref.memory import (BUCKET_CAP_MB, DTYPE_BYTES, FAMILIES, OPTIMIZERS, PRESETS, STATE_SLICE_MB, UNMODELLED,
+                             Model, Phase, Plan, Setting, Term, gib, plan, with_layers)
 from ojas_ref.tools.plan_plot import TENSOR_CLASSES, check_png_path, plot_plan, tensor_class  # noqa: F401 (re-exported)
 from ojas_ref.tools.records import (config_model, load_memory_records, load_records,  # noqa: F401 (re-exported)
                                     measured_peak, memory_record_setting, preset_model, record_model)

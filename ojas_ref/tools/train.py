@@ -47,18 +47,20 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   there) and 1.5 s with 1; beside one more busy process, 36.7 s and 3.4 s.
 * The CPU default (preset ``tiny``, 1.57M parameters, 300 steps of 8 x 128 tokens) is sized for
   a first run of at most 3 minutes on an idle 2-core machine.
+
+The run is split by job: the setting (:class:`TrainConfig`, presets, schedule, threads,
+:func:`describe`) in :mod:`ojas_ref.tools.train_config`, the memory check in
+:mod:`ojas_ref.tools.train_memory`, the log and the plot in :mod:`ojas_ref.tools.train_log`, the
+``ojas train`` options and exit status in :mod:`ojas_ref.tools.train_cli`; this module holds the
+training loop and re-exports the public names of the others.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import os
 import random
-import re
-import resource
 import signal
 import sys
 import threading
@@ -69,168 +71,16 @@ from typing import Any, Optional
 
 import torch
 
-from ojas_ref.tools import train_state as ckpt
-from ojas_ref.tools import plan as planner
-from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus, stdlib_directory
-from ojas_ref.tools.data import vocab_size as tokenizer_size
+from ojas_ref.tools import train_state
+from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus
+from ojas_ref.tools.train_config import (CHECKPOINT_DIR, DTYPES, LOG_NAME, PLOT_NAME, PRESETS, RESUMABLE_CHANGES,
+                                         TOKENIZER_NAME, TrainConfig, _check_device, _device, _pretrained_tokenizer,
+                                         _vocab, default_threads, describe, learning_rate)
+from ojas_ref.tools.train_log import OutputError, _Log, _plot, _plot_title, _peak_memory, _read_log, _write, _write_failed
+from ojas_ref.tools.train_memory import PlanDoesNotFit, _check_memory, check_fits, plan_line, predict_peak
 
-__all__ = ["EXIT_CODES", "PRESETS", "OutputError", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged",
-           "add_arguments", "check_fits", "default_threads", "describe", "learning_rate", "plan_line", "predict_peak",
-           "run_command", "train"]
-
-def _llama_shape(model: planner.Model) -> dict[str, int]:
-    """The config fields of a planner preset that ``ojas train`` takes (the vocabulary comes
-    from the tokenizer)."""
-    return {"hidden_size": model.hidden, "intermediate_size": model.intermediate,
-            "num_hidden_layers": model.layers, "num_attention_heads": model.heads}
-
-
-#: Llama shapes (the vocabulary comes from the tokenizer). ``tiny``: the CPU default;
-#: ``nano``: seconds-long smoke tests; ``1b``: the planner's ``llama-1b``, the benchmarks'
-#: 1.06B shape (with vocab 32000).
-PRESETS: dict[str, dict[str, int]] = {
-    "nano": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
-    "tiny": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4},
-    "1b": _llama_shape(planner.PRESETS["llama-1b"]),
-}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-#: settings a resumed run may change (they do not change the computation)
-RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "progress", "checkpoint_every", "keep_checkpoints",
-                               "cache_dir", "out_dir", "device", "threads"})
-#: ``ojas train``'s exit status (:func:`run_command`)
-EXIT_CODES = {0: "the run finished, stopped at --stop-after, or was finished already",
-              1: "the training diverged (a NaN/inf loss or gradient)",
-              2: "a bad setting: an option, a path, a device, a resume that cannot be done, --out-dir in use by "
-                 "another run, or a step predicted not to fit in the GPU's free memory",
-              3: "a file of the run could not be written (e.g. a full disk); the last complete checkpoint is intact",
-              "128+N": "stopped by signal N (SIGTERM: 143, Ctrl-C: 130) after writing a checkpoint of the last step; "
-                       "a second Ctrl-C stops at once, without one"}
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-LOG_NAME, PLOT_NAME, TOKENIZER_NAME, CHECKPOINT_DIR = "train.jsonl", "loss.png", "tokenizer.json", "checkpoints"
-
-
-def _default_cache() -> str:
-    return str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ojas")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The setting of a run (the fields of ``ojas train``'s options)."""
-
-    preset: str = "tiny"
-    model_config_file: Optional[str] = None
-    init_from: Optional[str] = None
-    seq_len: int = 128
-    batch_size: int = 8
-    accumulation_steps: int = 1
-    steps: int = 300
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    max_grad_norm: Optional[float] = 1.0
-    in_backward: bool = True
-    ojas: bool = True
-    activation_checkpointing: bool = False
-    #: with activation_checkpointing: the checkpoints in pinned host memory (optimize_model(checkpoint="offload"))
-    offload_checkpoints: bool = False
-    #: with activation_checkpointing: each layer as two checkpoints (optimize_model(checkpoint_split=True))
-    split_checkpoints: bool = False
-    #: with in_backward: the AdamW state in host memory (InBackwardOptimizer(state_device="cpu"))
-    state_on_host: bool = False
-    dtype: str = "float32"
-    device: str = "auto"
-    seed: int = 0
-    data_dir: Optional[str] = None
-    data_glob: str = "*.py"
-    max_bytes: int = 4_000_000
-    vocab: int = 2048
-    cache_dir: str = dataclasses.field(default_factory=_default_cache)
-    out_dir: str = "ojas-train"
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
-    resume: Optional[str] = None
-    stop_after: Optional[int] = None
-    progress: bool = True
-    #: intra-op CPU threads (torch.set_num_threads); None: :func:`default_threads`
-    threads: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
-        if self.model_config_file is not None and not Path(self.model_config_file).exists():
-            raise ValueError(f"model_config_file {self.model_config_file!r} does not exist")
-        if self.init_from is not None:
-            if self.model_config_file is not None:
-                raise ValueError("init_from and model_config_file both give the model: pass one")
-            missing = [n for n in ("config.json", TOKENIZER_NAME) if not (Path(self.init_from) / n).is_file()]
-            if missing:
-                raise ValueError(f"init_from {self.init_from!r} must be a directory written by save_pretrained with "
-                                 f"the tokenizer.json the weights were trained with; it lacks {', '.join(missing)}")
-        if self.offload_checkpoints and not self.activation_checkpointing:
-            raise ValueError("offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
-                             "(--activation-checkpointing): it moves the checkpoints to host memory")
-        if self.split_checkpoints and not self.activation_checkpointing:
-            raise ValueError("split_checkpoints (--split-checkpoints) needs activation_checkpointing "
-                             "(--activation-checkpointing): it splits each layer's checkpoint in two")
-        if self.state_on_host and not self.in_backward:
-            raise ValueError("state_on_host (--state-on-host) needs in_backward (--in-backward): only "
-                             "InBackwardOptimizer streams its state from host memory")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
-            raise ValueError(f"device (--device) must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ValueError(f"threads (--threads) must be None (automatic) or an int >= 1, got {self.threads!r}")
-        for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite float > 0, got {self.lr!r}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
-        if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
-            raise ValueError(f"max_grad_norm must be None or a finite float > 0, got {self.max_grad_norm!r}")
-        if self.stop_after is not None and not (isinstance(self.stop_after, int)
-                                                and 1 <= self.stop_after <= self.steps):
-            raise ValueError(f"stop_after must be None or an int in [1, steps={self.steps}], got {self.stop_after!r}")
-
-    def model_config(self, vocab_size: int) -> Any:
-        """The ``transformers`` config of the model with ``vocab_size`` tokens: ``init_from``'s (its
-        own vocabulary, which must hold the tokenizer's, and positions, which must reach
-        ``seq_len``), ``model_config_file`` (its vocabulary replaced, its positions raised to
-        ``seq_len`` if fewer), else the preset's Llama."""
-        import transformers
-
-        if self.init_from is not None:
-            config = transformers.AutoConfig.from_pretrained(self.init_from, local_files_only=True)
-            if vocab_size > config.vocab_size:
-                raise ValueError(f"init_from {self.init_from!r}: its tokenizer has {vocab_size} ids (added tokens "
-                                 f"included) but the model's vocabulary only {config.vocab_size}")
-            positions = getattr(config, "max_position_embeddings", None)
-            if positions is not None and self.seq_len > positions:
-                raise ValueError(f"seq_len {self.seq_len} is above init_from's max_position_embeddings {positions}")
-            config.use_cache = False
-            return config
-        if self.model_config_file is not None:
-            try:
-                config = transformers.AutoConfig.from_pretrained(self.model_config_file)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise ValueError(f"model_config_file (--model-config-file) {self.model_config_file!r}: not a Hugging "
-                                 f"Face config transformers can read ({first})") from None
-            config.vocab_size, config.use_cache = vocab_size, False
-            config.max_position_embeddings = max(getattr(config, "max_position_embeddings", 0), self.seq_len)
-            return config
-        shape = PRESETS[self.preset]
-        return transformers.LlamaConfig(
-            vocab_size=vocab_size, max_position_embeddings=self.seq_len,
-            num_key_value_heads=shape["num_attention_heads"], tie_word_embeddings=False, attention_dropout=0.0,
-            use_cache=False, **shape)
+__all__ = ["PRESETS", "OutputError", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "check_fits",
+           "default_threads", "describe", "learning_rate", "plan_line", "predict_peak", "train"]
 
 
 @dataclass
@@ -254,187 +104,9 @@ class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient; the message names the step, the tensor and the last checkpoint."""
 
 
-class PlanDoesNotFit(ValueError):
-    """The predicted peak of a step exceeds the free device memory (a bad setting: ``ojas train`` exits 2)."""
-
-
-class OutputError(RuntimeError):
-    """A file of the run could not be written (a full disk, ...): the message names it and the last
-    complete checkpoint (``ojas train`` exits 3)."""
-
-
-#: TrainConfig's dtypes as the planner's
-_PLAN_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
-
-
-def _meta_model(config: TrainConfig, vocab_size: int) -> torch.nn.Module:
-    """The run's model on the meta device (its shapes, no memory)."""
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config.model_config(vocab_size))
-
-
-def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool]:
-    """``(plan, lower_bound)``: :func:`ojas_ref.memory.plan` of the run's step, ``model`` being the
-    run's model (e.g. on the meta device). ``lower_bound``: the setting clips inside a fused
-    backward, whose first of two backward passes keeps the activations alive to its end; the
-    planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``
-    (the reason) for a setting the planner does not model."""
-
-    if config.accumulation_steps > 1:
-        raise NotImplementedError(f"gradient accumulation (accumulation_steps={config.accumulation_steps}) is not "
-                                  "modelled by the planner")
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type != "llama":
-        raise NotImplementedError(f"the model is {model_type!r}: the planner models Llama decoders only")
-    try:  # NotImplementedError for a Llama config of another architecture (biases, ...)
-        shape = planner.Model.from_module(model)
-    except (ValueError, TypeError) as err:  # a config the planner cannot read is not the run's error
-        raise NotImplementedError(f"the planner cannot read the model's config ({err})") from None
-    setting = planner.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", fused=config.in_backward,
-                              batch=config.batch_size, seq=config.seq_len,
-                              checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
-                              ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas,
-                              offload=config.offload_checkpoints, split=config.split_checkpoints,
-                              host_state=config.state_on_host)
-    lower_bound = config.in_backward and config.max_grad_norm is not None
-    return planner.plan(shape, setting), lower_bound
-
-
-def _gib(n: int) -> str:
-    """Bytes as GiB (three decimals), or MiB (one) below 1 GiB."""
-    return f"{n / 2**30:.3f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
-def check_fits(config: TrainConfig, model: torch.nn.Module, available_bytes: int,
-               where: str = "the device") -> Optional[Any]:
-    """Refuse the run (:class:`PlanDoesNotFit`, naming the predicted peak, its largest terms and
-    ``available_bytes``) when its predicted peak (:func:`predict_peak`) exceeds ``available_bytes``;
-    return the plan when it fits. A setting the planner does not model is not checked: one line
-    on stderr says so and why, and None is returned."""
-    try:
-        predicted, lower_bound = predict_peak(config, model)
-    except NotImplementedError as err:
-        print(f"ojas train: memory plan not checked: {err}", file=sys.stderr)
-        return None
-    peak = predicted.peak_phase
-    bound = "at least " if lower_bound else ""
-    if predicted.peak > available_bytes:
-        largest = sorted((t for t in peak.terms if t.bytes), key=lambda t: t.bytes, reverse=True)[:3]
-        terms = ", ".join(f"{t.name} {_gib(t.bytes)}" for t in largest)
-        advice = [a for on, a in ((config.batch_size > 1, "lower batch_size"), (True, "lower seq_len"),
-                                  (not config.activation_checkpointing, "turn on activation_checkpointing"),
-                                  (config.activation_checkpointing and not config.offload_checkpoints,
-                                   "turn on offload_checkpoints"),
-                                  (config.in_backward and not config.state_on_host, "turn on state_on_host"),
-                                  (not config.in_backward, "turn on in_backward"), (not config.ojas, "turn on ojas"),
-                                  (config.dtype == "float32", "use bfloat16")) if on]
-        advice_text = ", ".join(advice)
-        raise PlanDoesNotFit(
-            f"the run will not fit in the memory of {where}: predicted peak {bound}{_gib(predicted.peak)} "
-            f"({predicted.peak:,} bytes, at {peak.name}; largest terms: {terms}), available "
-            f"{_gib(available_bytes)} ({available_bytes:,} bytes free). "
-            f"{advice_text[0].upper() + advice_text[1:]} (`ojas plan --fit` lists what fits)")
-    note = (" (a lower bound: clipping in a fused backward runs two backward passes, the first keeping the "
-            "activations, which the planner does not model)") if lower_bound else ""
-    print(f"ojas train: memory plan: predicted peak {bound}{_gib(predicted.peak)} at {peak.name}, "
-          f"{_gib(available_bytes)} free on {where}{note}", file=sys.stderr)
-    return predicted
-
-
-def _check_memory(config: TrainConfig, vocab_size: int, device: torch.device) -> Optional[Any]:
-    """:func:`check_fits` with CUDA's free bytes; nothing on another device (the planner
-    predicts CUDA's allocator, ``--dry-run`` prints its peak)."""
-    if device.type != "cuda":
-        return None
-    free, _ = torch.cuda.mem_get_info(device)
-    return check_fits(config, _meta_model(config, vocab_size), free, str(device))
-
-
-def _vocab(config: TrainConfig, vocab_size: Optional[int]) -> int:
-    """The model's vocabulary before the corpus is read: ``vocab_size`` if known, else
-    ``init_from``'s tokenizer's, else the BPE's target ``vocab``."""
-    if vocab_size is not None:
-        return vocab_size
-    return config.vocab if config.init_from is None else tokenizer_size(_pretrained_tokenizer(config))
-
-
-def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
-    """``plan`` line of ``--dry-run``: the predicted peak on a GPU, or why it is not predicted."""
-    vocab = _vocab(config, vocab_size)
-    try:
-        predicted, lower_bound = predict_peak(config, _meta_model(config, vocab))
-    except NotImplementedError as err:
-        return f"plan       predicted peak on a GPU: not predicted ({err})"
-    host = (f"; host memory {_gib(predicted.host_bytes)} (offloaded checkpoints / optimizer state)"
-            if predicted.host else "")
-    return (f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
-            f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
-            + (", a lower bound: clipping in a fused backward runs two backward passes" if lower_bound else "")
-            + ")" + host)
-
-
-def learning_rate(step: int, config: TrainConfig) -> float:
-    """The learning rate of optimizer step ``step`` (0-based): linear warmup to ``lr`` over
-    ``warmup_steps`` (the whole run if it has no more steps), then cosine decay to
-    ``lr * min_lr_ratio`` at the last step. A function of the step number alone."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    decay_steps = max(config.steps - 1 - config.warmup_steps, 1)
-    progress = min((step - config.warmup_steps) / decay_steps, 1.0)
-    floor = config.lr * config.min_lr_ratio
-    return floor + (config.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def _device(config: TrainConfig) -> torch.device:
-    if config.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(config.device)
-
-
-def _check_device(device: torch.device) -> None:
-    """A ValueError naming ``device`` when this machine does not have it."""
-    if device.type != "cuda":
-        return
-    if not torch.cuda.is_available():
-        why = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-        raise ValueError(f"device (--device) {str(device)!r}: CUDA is not available here ({why}, torch "
-                         f"{torch.__version__}); use --device cpu or --device auto")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise ValueError(f"device (--device) {str(device)!r}: this machine has {count} CUDA device(s), "
-                         f"cuda:0 to cuda:{count - 1}")
-
-
-def default_threads() -> int:
-    """The intra-op CPU threads of a run without ``threads``: ``torch.get_num_threads()`` when
-    ``OMP_NUM_THREADS`` is set (the user's choice), else half the cores this process may use
-    (``os.sched_getaffinity``), at least 1 and at most 4. A thread per core stalls as soon as
-    another process runs: torch's OpenMP threads wait for each other at every operator, and one
-    of them waits for the core the other process holds."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(4, max(1, cores // 2))
-
-
-def _threads_line(config: TrainConfig) -> str:
-    """The settings block's ``threads`` line."""
-    if config.threads is not None:
-        return f"threads    {config.threads} intra-op CPU thread(s) (--threads)"
-    if os.environ.get("OMP_NUM_THREADS"):
-        how = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
-    else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        how = f"automatic: half of this process's {cores} core(s), at most 4"
-    return f"threads    {default_threads()} intra-op CPU thread(s) ({how}; --threads N to choose)"
-
-
 def _existing_run(out: Path) -> Optional[str]:
     """What of a run ``out`` holds (its log's steps, its checkpoints), or None when it holds none."""
-    checkpoints = ckpt.list_checkpoints(out / CHECKPOINT_DIR)
+    checkpoints = train_state.list_states(out / CHECKPOINT_DIR)
     log = out / LOG_NAME
     if not checkpoints and not log.exists():
         return None
@@ -447,66 +119,6 @@ def _holds_a_run(out: Path, what: str) -> str:
     """The message for a new run into ``out``, which holds ``what`` (:func:`_existing_run`)."""
     return (f"--out-dir {str(out)!r} holds a run already ({what}): continue it with --resume latest, or pass "
             "another --out-dir (from Python: resume='latest', or another out_dir)")
-
-
-def _peak_memory(device: torch.device) -> int:
-    """Peak bytes: CUDA's ``max_memory_allocated``, or the process's maximum resident set on the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
-    """The setting in words: model shape and size, tokens, schedule, optimizer, data, outputs."""
-    import transformers
-
-    vocab = _vocab(config, vocab_size)
-    model_config = config.model_config(vocab)
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(model_config).parameters())
-    tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
-    source = _source(config, model_config)
-    data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
-    if config.warmup_steps > config.steps:
-        schedule = (f"schedule   {config.steps} steps, all inside the {config.warmup_steps}-step warm-up: the lr rises "
-                    f"to {learning_rate(config.steps - 1, config):g} and never reaches --lr {config.lr:g} "
-                    "(warning: lower --warmup-steps to at most --steps to reach it)")
-    else:
-        schedule = (f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine "
-                    f"to {config.lr * config.min_lr_ratio:g}")
-    lines = [
-        f"model      {source}: hidden {model_config.hidden_size}, {model_config.num_hidden_layers} layers, "
-        f"{model_config.num_attention_heads} heads, intermediate {model_config.intermediate_size}, vocabulary {model_config.vocab_size}"
-        + (" (the BPE's target; the trained tokenizer's size with added tokens is used)"
-           if vocab_size is None and config.init_from is None else "")
-        + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
-        f"ojas       optimize_model {'on' if config.ojas else 'off'}"
-        + (", activation checkpointing" if config.activation_checkpointing else "")
-        + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else "")
-        + (" (two per layer: attention half, MLP half)" if config.split_checkpoints else ""),
-        f"optimizer  AdamW {'fused into backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
-        + ("state in host memory, " if config.state_on_host else "") +
-        f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
-        schedule,
-        f"batch      {config.batch_size} x {config.seq_len} tokens x {config.accumulation_steps} accumulation = "
-        f"{tokens_per_step} tokens/step, {tokens_per_step * config.steps:,} in all",
-        f"data       {data}, files {config.data_glob!r}, up to {config.max_bytes:,} bytes; "
-        + ("init_from's tokenizer.json" if config.init_from else f"byte-level BPE of {config.vocab} tokens")
-        + f"; cache {config.cache_dir}",
-        f"outputs    {config.out_dir}: {LOG_NAME}, {PLOT_NAME}, {CHECKPOINT_DIR}/ every {config.checkpoint_every} "
-        f"steps (keep {config.keep_checkpoints})" + (f"; resume {config.resume}" if config.resume else ""),
-        _threads_line(config),
-    ]
-    return "\n".join(lines)
-
-
-def _source(config: TrainConfig, model_config: Any) -> str:
-    """Where the model comes from, in words."""
-    if config.init_from:
-        return f"{model_config.model_type} weights of {config.init_from}"
-    if config.model_config_file:
-        return f"{model_config.model_type} of {config.model_config_file}"
-    return f"Llama preset {config.preset!r}"
 
 
 class _StopFlag:
@@ -597,76 +209,12 @@ def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> 
                              "checkpoint's setting, or start a new run in another --out-dir")
 
 
-def _read_log(path: Path, up_to: int) -> list[dict[str, Any]]:
-    """The records of ``path`` of steps <= ``up_to`` (a resumed run redoes the later ones)."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill
-            continue
-        if record.get("step", math.inf) <= up_to:
-            records.append(record)
-    return records
-
-
-def _plot_title(config: TrainConfig, model: torch.nn.Module, device: torch.device) -> str:
-    """The plot's title: the model and the setting, in two lines."""
-    parameters = sum(p.numel() for p in model.parameters())
-    optimizer = "AdamW in backward" if config.in_backward else "AdamW"
-    return (f"ojas train: {_source(config, model.config)}, {parameters / 1e6:.2f}M parameters, {config.dtype} on "
-            f"{device}\n{config.steps} steps of {config.batch_size} x {config.seq_len} tokens"
-            + (f" x {config.accumulation_steps}" if config.accumulation_steps > 1 else "")
-            + f", lr {config.lr:g} ({config.warmup_steps} warm-up, cosine), {optimizer}, clip {config.max_grad_norm}, "
-            f"optimize_model {'on' if config.ojas else 'off'}")
-
-
-def _plot(records: list[dict[str, Any]], path: Path, device: torch.device, title: str) -> None:
-    """Loss and peak memory against the step, as a PNG (matplotlib, no display needed), under
-    ``title``; the memory axis starts at 0."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    steps = [r["step"] for r in records]
-    figure = Figure(figsize=(8, 6))
-    FigureCanvasAgg(figure)
-    loss_axes, memory_axes = figure.subplots(2, 1, sharex=True)
-    losses = [r["loss"] for r in records]
-    window = max(1, len(losses) // 50)
-    smooth = [sum(losses[max(0, i - window + 1):i + 1]) / len(losses[max(0, i - window + 1):i + 1])
-              for i in range(len(losses))]
-    loss_axes.plot(steps, losses, alpha=0.35, label="per step")
-    loss_axes.plot(steps, smooth, label=f"mean of {window} steps")
-    loss_axes.legend()
-    loss_axes.set_ylabel("training loss (nats/token)")
-    loss_axes.grid(True, alpha=0.3)
-    memory_axes.plot(steps, [r["peak_memory_bytes"] / 2**20 for r in records])
-    memory_axes.set_ylabel("peak memory (MiB)\n" + ("CUDA allocated" if device.type == "cuda" else "process max RSS"))
-    memory_axes.set_ylim(bottom=0)
-    memory_axes.set_xlabel("step")
-    memory_axes.grid(True, alpha=0.3)
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-
-
 def _first_nonfinite(model: torch.nn.Module, attribute: str) -> str:
     """The first parameter whose ``.grad`` or ``.data`` (``attribute``) holds a NaN or inf, and how many do."""
     bad = [n for n, p in model.named_parameters()
            if getattr(p, attribute) is not None and not torch.isfinite(getattr(p, attribute)).all()]
     total = sum(1 for _ in model.parameters())
     return f"{bad[0]} (1st of {len(bad)} of {total})" if bad else "<none>"
-
-
-def _pretrained_tokenizer(config: TrainConfig) -> Any:
-    """``init_from``'s tokenizer, or None (the run trains its own BPE)."""
-    if config.init_from is None:
-        return None
-    import tokenizers
-
-    return tokenizers.Tokenizer.from_file(str(Path(config.init_from) / TOKENIZER_NAME))
 
 
 def train(config: TrainConfig) -> TrainResult:
@@ -689,7 +237,7 @@ def train(config: TrainConfig) -> TrainResult:
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or default_threads())
     try:
-        with ckpt.lock_directory(out, what="--out-dir"):
+        with train_state.lock_directory(out, what="--out-dir"):
             return _locked_train(config, device, out)
     finally:
         torch.set_num_threads(threads)
@@ -706,7 +254,7 @@ def _resume_state(config: TrainConfig, out: Path) -> tuple[Optional[Path], Optio
             raise ValueError(_holds_a_run(out, existing))
         return None, None
     if config.resume == "latest":
-        path = ckpt.latest_checkpoint(checkpoints)
+        path = train_state.latest_state(checkpoints)
         if path is None:
             logged = (f"holds {existing}: the run stopped before its first checkpoint, so there is nothing to "
                       "resume from, and starting again would overwrite its log. Start a new run with another "
@@ -721,7 +269,7 @@ def _resume_state(config: TrainConfig, out: Path) -> tuple[Optional[Path], Optio
             raise ValueError(f"--resume {config.resume!r} is a checkpoint of another directory, and --out-dir "
                              f"{str(out)!r} holds a run already ({existing}): resume into an empty --out-dir")
     try:
-        state = ckpt.load_checkpoint(path)
+        state = train_state.load_state(path)
     except OSError as err:
         raise ValueError(f"--resume: cannot read {path} ({err.strerror})") from None
     _check_resumable(state["config"], config, path)
@@ -738,7 +286,7 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     checkpoints = out / CHECKPOINT_DIR
     log_path, plot_path = out / LOG_NAME, out / PLOT_NAME
     resume_path, state = _resume_state(config, out)
-    for stale in ckpt.remove_temporaries(checkpoints):
+    for stale in train_state.remove_temporaries(checkpoints):
         print(f"ojas train: removed {stale}, left by a writer killed before its rename", file=sys.stderr)
     if config.warmup_steps > config.steps:
         print(f"ojas train: warning: warmup_steps (--warmup-steps {config.warmup_steps}) is above steps (--steps "
@@ -777,13 +325,13 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     title = _plot_title(config, model, device)
 
     def save(step: int) -> Path:
-        path = ckpt.checkpoint_path(checkpoints, step)
+        path = train_state.state_path(checkpoints, step)
         try:
-            ckpt.save_checkpoint(path, {
+            train_state.save_state(path, {
                 "format": 1, "step": step, "config": dataclasses.asdict(config), "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "rng": _rng_state(device),
                 "tokens_key": data.tokens_key, "tokenizer": data.tokenizer.to_str()})
-            ckpt.prune_checkpoints(checkpoints, config.keep_checkpoints)
+            train_state.prune_states(checkpoints, config.keep_checkpoints)
         except OSError as err:
             raise OutputError(_write_failed(path, err, last_checkpoint)) from err
         return path
@@ -879,162 +427,3 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
         raise OutputError(_write_failed(plot_path, err, last_checkpoint)) from err
     final = losses[-1][0] if losses else start
     return TrainResult(model, final, losses, last_checkpoint, stopped, log_path, plot_path)
-
-
-def _write_failed(path: Path, err: OSError, last_checkpoint: Optional[Path]) -> str:
-    """The message of an :class:`OutputError`: the file, the error, the last complete checkpoint."""
-    where = (f"the last complete checkpoint is {last_checkpoint}: free space (or fix the path) and continue with "
-             "--resume latest" if last_checkpoint else "no checkpoint was written")
-    return f"cannot write {path} ({err.strerror or err}); {where}"
-
-
-def _write(path: Path, chunks: list[bytes], last_checkpoint: Optional[Path]) -> None:
-    """:func:`ojas_ref.tools.train_state.atomic_write`, an OSError raised as :class:`OutputError`."""
-    try:
-        ckpt.atomic_write(path, chunks)
-    except OSError as err:
-        raise OutputError(_write_failed(path, err, last_checkpoint)) from err
-
-
-class _Log:
-    """The log opened for appending: ``write`` appends and flushes a record, an OSError raised
-    as :class:`OutputError` naming the log and ``checkpoint`` (the last complete one)."""
-
-    def __init__(self, path: Path, checkpoint: Optional[Path]) -> None:
-        self.path, self.checkpoint = path, checkpoint
-
-    def __enter__(self) -> "_Log":
-        try:
-            self._file = self.path.open("a")
-        except OSError as err:
-            raise OutputError(_write_failed(self.path, err, self.checkpoint)) from err
-        return self
-
-    def write(self, text: str) -> None:
-        try:
-            self._file.write(text)
-            self._file.flush()
-        except OSError as err:
-            raise OutputError(_write_failed(self.path, err, self.checkpoint)) from err
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._file.close()
-        except OSError:
-            pass  # every write was flushed, and a failed one raised already
-
-
-_HELP = {
-    "preset": f"model shape: {', '.join(PRESETS)}", "seq_len": "tokens per sequence",
-    "model_config_file": "a Hugging Face config.json (file or directory) instead of the preset",
-    "init_from": "start from the weights of a save_pretrained directory (with its tokenizer.json)",
-    "batch_size": "sequences per micro-batch",
-    "accumulation_steps": "micro-batches per optimizer step", "steps": "optimizer steps of the whole run",
-    "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine",
-    "warmup_steps": "linear warmup steps",
-    "weight_decay": "AdamW weight decay (matrices only)", "max_grad_norm": "clip the gradient norm (0: no clipping)",
-    "in_backward": "AdamW fused into backward (InBackwardOptimizer) or the standard loop",
-    "ojas": "apply optimize_model (ojas attention and cross-entropy)",
-    "activation_checkpointing": "per-layer activation checkpointing", "dtype": "parameter dtype",
-    "split_checkpoints": "with --activation-checkpointing: checkpoint each layer as its attention half and its "
-                         "MLP half (optimize_model(checkpoint_split=True))",
-    "offload_checkpoints": "with --activation-checkpointing: hold the checkpoints in pinned host memory "
-                           "(optimize_model(checkpoint='offload'))",
-    "state_on_host": "with --in-backward: keep the AdamW state in host memory, streamed per bucket "
-                     "(InBackwardOptimizer(state_device='cpu'))",
-    "device": "cpu, cuda, cuda:N or auto", "seed": "seed of the initialisation and the data order",
-    "data_dir": "directory of the corpus (default: the Python standard library's own source)",
-    "data_glob": "files of the corpus",
-    "max_bytes": "corpus bytes", "vocab": "BPE vocabulary (special tokens included)",
-    "cache_dir": "tokenizer/token cache",
-    "out_dir": "log, plot and checkpoints", "checkpoint_every": "steps between checkpoints",
-    "keep_checkpoints": "checkpoints kept",
-    "resume": "continue a run: --resume (or --resume latest) from the latest checkpoint in --out-dir, --resume FILE "
-              "from that checkpoint",
-    "stop_after": "save and stop after this step (the schedule stays that of --steps)", "progress": "progress bar",
-    "threads": "intra-op CPU threads (default: half of the cores this process may use, at most 4; "
-               "OMP_NUM_THREADS if set)",
-}
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Defaults shown, except a None default (its help says what it means) and where the help
-    names the default itself."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or "default" in (action.help or ""):
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``ojas train``: one per :class:`TrainConfig` field, and ``--dry-run``; the help
-    shows the defaults and the exit status."""
-    parser.formatter_class = _HelpFormatter
-    defaults = TrainConfig()
-    for f in dataclasses.fields(TrainConfig):
-        flag, default = "--" + f.name.replace("_", "-"), getattr(defaults, f.name)
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=_HELP[f.name])
-        elif f.name == "resume":
-            parser.add_argument(flag, nargs="?", const="latest", default=None, metavar="CHECKPOINT", help=_HELP[f.name])
-        else:
-            kind = {"max_grad_norm": float, "stop_after": int, "threads": int}.get(
-                f.name, str if default is None else type(default))
-            choices = {"preset": sorted(PRESETS), "dtype": sorted(DTYPES)}.get(f.name)
-            parser.add_argument(flag, type=kind, default=default, choices=choices,
-                                help=_HELP[f.name])
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the setting and its predicted peak on a GPU (and whether --out-dir holds a run), "
-                             "and exit")
-    parser.epilog = "exit status: " + "; ".join(f"{code}: {what}" for code, what in EXIT_CODES.items())
-
-
-def run_command(args: argparse.Namespace) -> int:
-    """``ojas train``; returns the exit status (:data:`EXIT_CODES`): 0 when the run finished (or
-    stopped at ``--stop-after``, or was finished already), 1 when it diverged, 2 for a bad setting
-    (an option, a path, the device, a resume that cannot be done, ``--out-dir`` in use by another
-    run, or a step predicted not to fit in the device's free memory: :class:`PlanDoesNotFit`), 3
-    when a file of the run could not be written, 128 + N when stopped by signal N (checkpoint
-    written; not at a second Ctrl-C, which stops at once: 130)."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
-    if values["max_grad_norm"] == 0:
-        values["max_grad_norm"] = None
-    try:
-        config = TrainConfig(**values)
-        if args.dry_run:
-            print(describe(config))
-            print(plan_line(config))
-            existing = _existing_run(Path(config.out_dir)) if Path(config.out_dir).is_dir() else None
-            if existing and config.resume is None:
-                print(f"ojas train: warning: {_holds_a_run(Path(config.out_dir), existing)}; this run would be "
-                      "refused", file=sys.stderr)
-            return 0
-        result = train(config)
-    except TrainingDiverged as err:
-        print(f"ojas train: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:
-        print(f"ojas train: {err}", file=sys.stderr)
-        return 2
-    except ImportError as err:
-        print(f"ojas train: needs the package {err.name!r} ({err}): pip install 'ojas-ref[train]'", file=sys.stderr)
-        return 2
-    except OutputError as err:
-        print(f"ojas train: {err}", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt:
-        print("ojas train: interrupted by a second Ctrl-C, without a checkpoint of the current step; --resume "
-              "latest continues from the last one", file=sys.stderr)
-        return 130
-    if not result.losses and result.stopped is None:
-        print(f"ojas train: the run in {config.out_dir} is finished (step {result.step} of {config.steps}, checkpoint "
-              f"{result.checkpoint}): nothing to resume. To train further, start a new run in another --out-dir")
-        return 0
-    first, last = result.losses[0][1], result.losses[-1][1]
-    print(f"ojas train: step {result.step}, loss {first:.4f} -> {last:.4f}; log {result.log_path}, plot "
-          f"{result.plot_path}, checkpoint {result.checkpoint}"
-          + (f"; stopped by {result.stopped}, continue with --resume latest" if result.stopped else ""))
-    if result.stopped and result.stopped != "stop_after":
-        return 128 + signal.Signals[result.stopped].value
-    return 0

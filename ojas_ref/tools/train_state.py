@@ -1,12 +1,13 @@
-"""Checkpoint files that are written atomically and verified before they are loaded.
+"""Training-state files (``ojas train``'s model, optimizer, step, RNG and loader state; the run's
+"checkpoints" on disk) that are written atomically and verified before they are loaded.
 
-A checkpoint is one file, ``MAGIC | payload | payload length (u64) | sha256(MAGIC | payload | length)``,
+A state file is one file, ``MAGIC | payload | payload length (u64) | sha256(MAGIC | payload | length)``,
 where the payload is ``torch.save`` of a dict. :func:`atomic_write` writes it to a temporary
 file in the same directory, flushes, ``os.fsync``s it, ``os.replace``s it onto the final name
 and ``fsync``s the directory: after a crash (SIGKILL, power loss) the final name holds either
-the previous file or the complete new one, never a part. :func:`load_checkpoint` checks the
+the previous file or the complete new one, never a part. :func:`load_state` checks the
 magic, the length and the checksum before unpickling anything (``weights_only=True``), so a
-truncated or corrupted file is refused with :class:`CorruptCheckpointError`, never loaded partly.
+truncated or corrupted file is refused with :class:`CorruptStateError`, never loaded partly.
 Saving and loading hold the whole payload in host memory (about 13 GB for a 1B-parameter
 model with float32 AdamW state).
 
@@ -30,9 +31,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
-__all__ = ["CorruptCheckpointError", "DirectoryLocked", "atomic_write", "checkpoint_path", "latest_checkpoint",
-           "list_checkpoints", "load_checkpoint", "lock_directory", "prune_checkpoints", "remove_temporaries",
-           "save_checkpoint"]
+__all__ = ["CorruptStateError", "DirectoryLocked", "atomic_write", "latest_state", "list_states", "load_state",
+           "lock_directory", "prune_states", "remove_temporaries", "save_state", "state_path"]
 
 MAGIC = b"OJASCKP1"
 _LENGTH = struct.Struct("<Q")
@@ -43,8 +43,8 @@ _NAME = re.compile(r"step-(\d{8,})\.ckpt")
 LOCK_NAME = ".lock"
 
 
-class CorruptCheckpointError(ValueError):
-    """A checkpoint file that is truncated, corrupted or not a checkpoint at all."""
+class CorruptStateError(ValueError):
+    """A training-state file that is truncated, corrupted or not a state file at all."""
 
 
 class DirectoryLocked(ValueError):
@@ -104,7 +104,7 @@ def atomic_write(path: Path | str, chunks: Iterable[bytes]) -> Path:
     return path
 
 
-def save_checkpoint(path: Path | str, state: dict[str, Any]) -> Path:
+def save_state(path: Path | str, state: dict[str, Any]) -> Path:
     """``torch.save(state)`` into ``path`` with length and sha256, atomically. Returns ``path``."""
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict, got {type(state).__name__}")
@@ -118,40 +118,40 @@ def save_checkpoint(path: Path | str, state: dict[str, Any]) -> Path:
     return atomic_write(path, [MAGIC, payload, length, digest.digest()])
 
 
-def load_checkpoint(path: Path | str) -> dict[str, Any]:
-    """The state saved by :func:`save_checkpoint`, after checking magic, length and sha256.
+def load_state(path: Path | str) -> dict[str, Any]:
+    """The state saved by :func:`save_state`, after checking magic, length and sha256.
 
-    Raises :class:`CorruptCheckpointError` (naming the file and what is wrong) for a
+    Raises :class:`CorruptStateError` (naming the file and what is wrong) for a
     truncated, corrupted or foreign file; nothing is unpickled from such a file."""
     path = Path(path)
     data = path.read_bytes()
     trailer = _LENGTH.size + _DIGEST_BYTES
     if len(data) < len(MAGIC) + trailer or not data.startswith(MAGIC):
-        raise CorruptCheckpointError(
+        raise CorruptStateError(
             f"{path} is not an ojas checkpoint or is truncated: {len(data)} bytes, without the "
             f"{MAGIC!r} header and trailer; refusing to load it (use an earlier checkpoint)")
     body_end = len(data) - _DIGEST_BYTES
     (length,) = _LENGTH.unpack_from(data, body_end - _LENGTH.size)
     held = body_end - _LENGTH.size - len(MAGIC)
     if length != held:
-        raise CorruptCheckpointError(
+        raise CorruptStateError(
             f"{path} is truncated or corrupted: its trailer records {length} payload bytes, the file holds {held}; "
             "refusing to load it (use an earlier checkpoint)")
     if hashlib.sha256(memoryview(data)[:body_end]).digest() != data[body_end:]:
-        raise CorruptCheckpointError(
+        raise CorruptStateError(
             f"{path} is corrupted: the sha256 of its contents does not match the one stored in it; "
             "refusing to load it (use an earlier checkpoint)")
     payload = memoryview(data)[len(MAGIC):body_end - _LENGTH.size]
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 
-def checkpoint_path(directory: Path | str, step: int) -> Path:
-    """The file name of the checkpoint after ``step`` optimizer steps."""
+def state_path(directory: Path | str, step: int) -> Path:
+    """The file name of the training state after ``step`` optimizer steps."""
     return Path(directory) / f"step-{step:08d}.ckpt"
 
 
-def list_checkpoints(directory: Path | str) -> list[tuple[int, Path]]:
-    """``(step, path)`` of the complete checkpoints in ``directory`` (temporaries are not
+def list_states(directory: Path | str) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the complete state files in ``directory`` (temporaries are not
     listed), by step."""
     directory = Path(directory)
     if not directory.is_dir():
@@ -160,17 +160,17 @@ def list_checkpoints(directory: Path | str) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(directory: Path | str) -> Optional[Path]:
-    """The checkpoint of the highest step in ``directory``, or None."""
-    found = list_checkpoints(directory)
+def latest_state(directory: Path | str) -> Optional[Path]:
+    """The state file of the highest step in ``directory``, or None."""
+    found = list_states(directory)
     return found[-1][1] if found else None
 
 
-def prune_checkpoints(directory: Path | str, keep: int) -> list[Path]:
-    """Delete all but the ``keep`` latest checkpoints; return the deleted paths."""
+def prune_states(directory: Path | str, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` latest state files; return the deleted paths."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
-    doomed = [p for _, p in list_checkpoints(directory)[:-keep]]
+    doomed = [p for _, p in list_states(directory)[:-keep]]
     for p in doomed:
         p.unlink()
     return doomed
