@@ -28,7 +28,7 @@
 From Ojas Require Export ScalarOps Vector VectorFacts.
 
 (** ** The rounding model and its generic error lemmas *)
-From Ojas Require Export FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.DotError.
+From Ojas Require Export FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.Notations FloatModel.DotError.
 From Ojas Require Export FloatModel.BlockedSum FloatModel.Exp2Weight FloatModel.AttentionNumerator.
 From Ojas Require Export FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile.
 

@@ -22,7 +22,7 @@
     with [attn_fwd_rel] a closed form of the model's constants and of
     upper bounds [X >= 2^(u K)], [Y >= exp (2 score_delta) - 1],
     [P1 >= (1+u)^(B-1)], [CG >= cg^Tt], [CR >= cr^Tt] (so that its value can
-    be computed over the rationals: BoundValues.v, [attn_fwd_q],
+    be computed over the rationals: Bounds/Attention.v, [attn_fwd_q],
     [attn_fwd_q_sound]).  The tiles are the kernel's key tiles of one query
     row ([(k0 :: tl0) :: rest], at most [B] keys each, at most [N] keys and
     [Tt] tiles); [acc_run]/[l_run] start from [(m0, 0)] with [m0] the score
@@ -56,6 +56,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile.
 Import ListNotations.
 Open Scope R_scope.
@@ -308,17 +309,8 @@ Section Forward.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation S_ := (mp_s M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation us := (ff_u S_).
-Local Notation es := (ff_eta S_).
-Local Notation ue := (mp_ue M).
-Local Notation ee := (mp_eta_e M).
-Local Notation exp2 := (mp_exp2 M).
+Import ModelNotations.
+Import ExpNotations.
 
 Lemma Gk_apriori : forall H H' m0 Tt t mt K X CG,
   0 <= H <= H' -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->

@@ -38,6 +38,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 Import ListNotations.
 Open Scope R_scope.
@@ -169,16 +170,8 @@ Section Post.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation S_ := (mp_s M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation us := (ff_u S_).
-Local Notation es := (ff_eta S_).
-Local Notation ue := (mp_ue M).
-Local Notation ee := (mp_eta_e M).
+Import ModelNotations.
+Import ExpNotations.
 
 (** The final division, keeping the a-posteriori scale [Aa / L]. *)
 Lemma final_division_post : forall l L acc Nn Aa bL bA R,

@@ -70,6 +70,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 From Ojas Require Import FloatModel.AttentionBackwardError.
 Import ListNotations.
@@ -79,16 +80,8 @@ Section Grad.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation S_ := (mp_s M).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation us := (ff_u S_).
-Local Notation es := (ff_eta S_).
-Local Notation ue := (mp_ue M).
-Local Notation ee := (mp_eta_e M).
-Local Notation exp2 := (mp_exp2 M).
+Import ModelNotations.
+Import ExpNotations.
 
 Lemma ag_diff_le : forall a b c d ea' eb, Rabs (a - b) <= ea' -> Rabs (c - d) <= eb ->
   Rabs ((a - c) - (b - d)) <= ea' + eb.

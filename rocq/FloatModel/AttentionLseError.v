@@ -30,6 +30,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
 Import ListNotations.
 Open Scope R_scope.
@@ -109,13 +110,8 @@ Section Lse.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation ue := (mp_ue M).
-Local Notation ee := (mp_eta_e M).
+Import ModelNotations.
+Import ExpNotations.
 
 (** The kernel's [tl.log2], within [el] of [log2] on [[lmin, lmax]]: an assumption.  On a
     bounded range: on all [x > 0] no float-valued function is within a fixed [el] of

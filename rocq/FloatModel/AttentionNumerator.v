@@ -48,6 +48,7 @@
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.DotError FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -62,8 +63,7 @@ Section Numerator.
 
 Variable M : MixedModel.
 
-Local Notation S_ := (mp_s M).
-Local Notation A_ := (mp_a M).
+Import ModelNotations.
 
 Theorem mixed_numerator_error_bound : forall blk t (ps vs : list R),
   (1 <= blk)%nat -> (1 <= t)%nat -> (length (combine ps vs) <= t * blk)%nat ->

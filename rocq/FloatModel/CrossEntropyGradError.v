@@ -72,6 +72,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.OnlineSoftmaxError.
+From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -79,15 +80,7 @@ Section CeGrad.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation S_ := (mp_s M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation rs := (ff_rnd S_).
-Local Notation us := (ff_u S_).
-Local Notation es := (ff_eta S_).
+Import ModelNotations.
 
 (** The kernel's [tl.exp]: an assumption. *)
 Variable ex : R -> R.

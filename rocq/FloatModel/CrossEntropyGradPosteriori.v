@@ -44,6 +44,7 @@
 From Coq Require Import Reals List Lra.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.CrossEntropyLseError FloatModel.CrossEntropyLossPosteriori.
 From Ojas Require Import FloatModel.CrossEntropyGradError.
 Import ListNotations.
@@ -53,14 +54,7 @@ Section GradPost.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation S_ := (mp_s M).
-Local Notation rs := (ff_rnd S_).
-Local Notation us := (ff_u S_).
+Import ModelNotations.
 
 (** The kernel's [tl.exp]: an assumption, as in CrossEntropyGradError.v. *)
 Variable ex : R -> R.

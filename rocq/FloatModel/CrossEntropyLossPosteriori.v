@@ -37,6 +37,7 @@
 From Coq Require Import Reals List Lra.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
 Import ListNotations.
 Open Scope R_scope.
@@ -102,11 +103,7 @@ Section LossPost.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
+Import ModelNotations.
 
 Variable ex : R -> R.
 Variables ue ee : R.

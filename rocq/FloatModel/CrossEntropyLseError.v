@@ -31,7 +31,7 @@
     function of float values is within a fixed [el] of [ln] on all [x > 0],
     as [ln] is unbounded and the gaps between floats grow; each theorem
     asks [lmin <= 1 - bL] and [(1 + bL) e^LN <= lmax], which put the
-    computed row sum [l] in the range; BoundValues.v takes
+    computed row sum [l] in the range; Bounds/CrossEntropy.v takes
     [[1 / (1 + b), (1 + b) e^LN]], inside [[1/2, 2 e^LN]] when [b <= 1]); the
     tile sum [ts] ([tl.sum], a reduction tree) of at most [Bt] numbers of
     the format is one, within [((1 + u)^Dt - 1) sum |x|] of the exact sum
@@ -53,7 +53,7 @@
           = u (Zmax + LN + NL + el) + el + NL + delta,
       [NL >= - ln (1 - bL)], [bL = H Q^T XK - 1 + T a^T b].
     - [ce_lse_error_up]: the same with upper bounds of the powers
-      [(1 + u)^Dt], [ce_Q^T], [ce_a^T] (what BoundValues.v's [ce_lse_q]
+      [(1 + u)^Dt], [ce_Q^T], [ce_a^T] (what Bounds/CrossEntropy.v's [ce_lse_q]
       computes; [ce_lse_q_sound] there).  Values (exact logits, [Zmax = 30],
       [V = 128256], tiles of 4096, [ue = 2^-17], [el = 2^-18]): 5.1e-4 nats,
       where LseError.v allowed 0.086 nats in fp32 and nothing in bf16.
@@ -79,6 +79,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.OnlineSoftmaxError FloatModel.AttentionLseError.
+From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -86,11 +87,7 @@ Section CeLse.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
+Import ModelNotations.
 
 (** The kernel's [tl.exp] and [tl.log]: assumptions. *)
 Variable ex : R -> R.
@@ -716,7 +713,7 @@ Proof.
 Qed.
 
 
-(** ** The bound with upper bounds of its powers (what BoundValues.v computes) *)
+(** ** The bound with upper bounds of its powers (what Bounds/CrossEntropy.v computes) *)
 
 Definition ce_bL_p (u ue ee ea XK P1 QT AT : R) (Bt Tt Nn : nat) : R :=
   let Hh := P1 * (1 * ((1 + ue) * XK) * (1 + u)) in

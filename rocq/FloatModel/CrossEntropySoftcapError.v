@@ -47,6 +47,7 @@ From Coq Require Import Reals List Lra.
 From Coquelicot Require Import Coquelicot.
 From Ojas Require Import ScalarOps VectorFacts CrossEntropy.Definitions CrossEntropy.Gradient.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.CrossEntropyLseError.
+From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -109,11 +110,7 @@ Section Softcap.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
+Import ModelNotations.
 
 (** The cap [c] and the kernel's computed [tanh (r / c)]: assumptions. *)
 Variable c : R.

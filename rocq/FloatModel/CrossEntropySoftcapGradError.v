@@ -48,6 +48,7 @@
 From Coq Require Import Reals List Lra.
 From Ojas Require Import VectorFacts.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.CrossEntropyGradError FloatModel.CrossEntropySoftcapError.
+From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -55,15 +56,7 @@ Section ScGrad.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation S_ := (mp_s M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation rs := (ff_rnd S_).
-Local Notation us := (ff_u S_).
-Local Notation es := (ff_eta S_).
+Import ModelNotations.
 Local Notation Kg := (ce_Kg M).
 
 (** The kernel's [tl.exp], tanh, division and chain factor: assumptions. *)

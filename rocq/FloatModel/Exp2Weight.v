@@ -29,6 +29,7 @@
 From Coq Require Import Reals Lra.
 From Flocq Require Import Core.
 From Ojas Require Import Attention.StreamError FloatModel.MixedPrecision.
+From Ojas Require Import FloatModel.Notations.
 Open Scope R_scope.
 
 (** Base change: [2^(x / ln 2) = e^x]. *)
@@ -43,7 +44,7 @@ Section Exp2Weight.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
+Import ModelNotations.
 
 Theorem exp2_weight_error_bound : forall s2 m2,
   ff_fmt A_ s2 -> ff_fmt A_ m2 -> s2 <= m2 ->

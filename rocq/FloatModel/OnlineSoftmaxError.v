@@ -76,6 +76,7 @@
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import FloatModel.NoUnderflow FloatModel.MixedPrecision.
+From Ojas Require Import FloatModel.Notations.
 Open Scope R_scope.
 
 (** ** Real facts about [2^x] *)
@@ -134,14 +135,8 @@ Section OnlineSoftmaxError.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation ue := (mp_ue M).
-Local Notation ee := (mp_eta_e M).
-Local Notation exp2 := (mp_exp2 M).
+Import ModelNotations.
+Import ExpNotations.
 
 (** The kernel's [exp2 (a - b)] for two accumulation-format numbers
     [a <= b] (a weight [p = exp2 (s - m)] or a rescaling factor

@@ -73,6 +73,7 @@
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import FloatModel.OnlineSoftmaxError.
 Import ListNotations.
 Open Scope R_scope.
@@ -94,17 +95,8 @@ Section OnlineSoftmaxTile.
 
 Variable M : MixedModel.
 
-Local Notation A_ := (mp_a M).
-Local Notation S_ := (mp_s M).
-Local Notation fmt := (ff_fmt A_).
-Local Notation rnd := (ff_rnd A_).
-Local Notation u := (ff_u A_).
-Local Notation ea := (ff_eta A_).
-Local Notation us := (ff_u S_).
-Local Notation es := (ff_eta S_).
-Local Notation ue := (mp_ue M).
-Local Notation ee := (mp_eta_e M).
-Local Notation exp2 := (mp_exp2 M).
+Import ModelNotations.
+Import ExpNotations.
 
 (** ** A tile of terms, each close to its exact counterpart *)
 
