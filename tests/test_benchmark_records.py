@@ -96,3 +96,20 @@ def test_ratios_within_each_comparison(tmp_path):
     # another date is another comparison
     records.append("bench_x", CASE, {"tokens_per_s": 50.0}, "ojas", path=path, **(ENV | {"date": "2026-12-02"}))
     assert records.ratios(records.read(path), "tokens_per_s", "hf")[-1][1] is None
+
+
+def test_report_tables_each_run_with_its_ratios(tmp_path):
+    from benchmarks import report
+
+    path = tmp_path / "r.jsonl"
+    case = dict(dtype="bf16", optimizer="adamw", checkpoint=True)
+    records.append("bench_optimize_model", case, {"tokens_per_s": 100.0, "peak_gib": 10.0}, "standard", path=path, **ENV)
+    records.append("bench_optimize_model", case, {"tokens_per_s": 112.0, "peak_gib": 6.5}, "ojas", path=path, **ENV)
+    written = report.report(records.read(path), tmp_path / "benchmarks.md", tmp_path / "images")
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "## bench_optimize_model" in text and "2026-12-01, commit `abc1234`, NVIDIA H200; torch 2.11.0." in text
+    assert "| ojas | 112.00 | 6.50 | 1.120x | 0.650x |" in text
+    assert [p.name for p in written] == ["benchmarks.md", "bench_optimize_model.png"]
+    records.append("bench_unknown", CASE, {"ms": 1.0}, "ojas", path=path, **ENV)
+    with pytest.raises(ValueError, match=r"benchmark\(s\) \['bench_unknown'\] have no section"):
+        report.report(records.read(path), tmp_path / "benchmarks.md", tmp_path / "images")
