@@ -33,7 +33,9 @@ from hypothesis import strategies as st
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ojas_ref.functional import dispatch
 from ojas_ref.functional.attention import attention, attention_forward
+from ojas_ref.functional.dispatch import use_impl
 from ojas_ref.verification.attention_check import (
     MASK_SHAPES,
     Case,
@@ -310,7 +312,7 @@ def fake_kernel(monkeypatch):
 
 
 def test_impl_triton_dispatches_to_the_kernel(fake_kernel, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(dispatch, "_interpret", True)
     attention(**_args(is_causal=True, window=3, impl="triton"))
     assert fake_kernel == [dict(is_causal=True, scale=1 / math.sqrt(8), window=3, attn_mask=None)]
     bool_mask, float_mask = torch.rand(2, 1, 1, 6) < 0.5, torch.randn(5, 6)
@@ -328,21 +330,20 @@ def test_impl_triton_dispatches_to_the_kernel(fake_kernel, monkeypatch):
     assert torch.equal(fake_kernel[-1]["dropout_seed"], torch.randint(0, 2**32, (2,), dtype=torch.int64))
 
 
-def test_impl_from_environment(fake_kernel, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "triton")
-    attention(**_args())
-    assert len(fake_kernel) == 1
-    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "reference")
-    attention(**_args())
-    assert len(fake_kernel) == 1
-    monkeypatch.setenv("OJAS_ATTENTION_IMPL", "fast")
-    with pytest.raises(ValueError, match="OJAS_ATTENTION_IMPL"):
+def test_impl_from_the_setting(fake_kernel, monkeypatch):
+    monkeypatch.setattr(dispatch, "_interpret", True)
+    with use_impl(attention="triton"):
         attention(**_args())
+    assert len(fake_kernel) == 1
+    with use_impl(attention="reference"):
+        attention(**_args())
+    assert len(fake_kernel) == 1
+    with pytest.raises(ValueError, match="OJAS_ATTENTION_IMPL"):  # the environment, read at import
+        dispatch._settings_from({"OJAS_ATTENTION_IMPL": "fast"})
 
 
 def test_impl_auto_on_cpu_is_the_reference(fake_kernel, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(dispatch, "_interpret", True)
     args = _args(is_causal=True)
     out = attention(**args, impl="auto")
     assert fake_kernel == []
@@ -350,10 +351,10 @@ def test_impl_auto_on_cpu_is_the_reference(fake_kernel, monkeypatch):
 
 
 def test_impl_triton_refusals(fake_kernel, monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(dispatch, "_interpret", False)
     with pytest.raises(RuntimeError, match="impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1"):
         attention(**_args(impl="triton"))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(dispatch, "_interpret", True)
     with pytest.raises(ValueError, match="impl='triton' computes no gradient for attn_mask"):
         attention(**_args(attn_mask=torch.zeros(5, 6, requires_grad=True), impl="triton"))
     assert fake_kernel == []

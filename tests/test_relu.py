@@ -34,6 +34,8 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from ojas_ref.functional import dispatch  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.nn import ReLU  # noqa: E402
 from ojas_ref.functional.relu import (  # noqa: E402
     pack_mask, relu, relu_backward_reference, relu_squared_linear, unpack_mask)
@@ -415,8 +417,8 @@ def test_impl_selects_the_kernel(monkeypatch):
     assert calls == []
     ours(h, g, "triton")
     assert calls == ["relu_forward", "relu_backward"]
-    monkeypatch.setenv("OJAS_RELU_IMPL", "triton")
-    relu(h.clone().requires_grad_()).sum().backward()
+    with use_impl(relu="triton"):
+        relu(h.clone().requires_grad_()).sum().backward()
     assert calls == ["relu_forward", "relu_backward"] * 2
 
 
@@ -498,13 +500,11 @@ def test_bad_impl(monkeypatch):
     x = torch.ones(3)
     with pytest.raises(ValueError, match="impl must be one of"):
         relu(x, impl="fast")
-    monkeypatch.setenv("OJAS_RELU_IMPL", "fast")
-    with pytest.raises(ValueError, match="OJAS_RELU_IMPL"):
-        relu(x)
-    monkeypatch.delenv("OJAS_RELU_IMPL")
+    with pytest.raises(ValueError, match="OJAS_RELU_IMPL"):  # the environment, read at import
+        dispatch._settings_from({"OJAS_RELU_IMPL": "fast"})
     with pytest.raises(TypeError, match="impl='reference' for float64"):
         relu(x.double(), impl="triton")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(dispatch, "_interpret", False)
     with pytest.raises(RuntimeError, match="needs CUDA tensors"):
         relu(x, impl="triton")
 

@@ -48,6 +48,8 @@ from hypothesis import strategies as st  # noqa: E402
 import ojas_ref  # noqa: E402
 from ojas_kernels import rms_norm as krms  # noqa: E402
 from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.functional import dispatch  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.functional.rms_norm import rms_norm, rms_norm_reference  # noqa: E402
 from ojas_ref.nn import RMSNorm  # noqa: E402
 
@@ -140,7 +142,7 @@ def test_swapped_module_equals_hugging_face_bit_for_bit(cls, dtype):
 def test_mixed_input_and_weight_dtypes_follow_hugging_face(cls, dtypes, monkeypatch):
     """x and weight of different dtypes: the output dtype and values are Hugging Face's
     (torch's promotion in Llama's product; Gemma's output in the input dtype), by the
-    reference bit for bit and by the kernel (OJAS_RMS_NORM_IMPL=triton) within the tolerance."""
+    reference bit for bit and by the kernel (use_impl(rms_norm="triton")) within the tolerance."""
     x_dtype, w_dtype = dtypes
     module = hf_module(cls, 40, w_dtype, device="cpu")
     x, dy = inputs((3, 40), x_dtype, device="cpu")
@@ -149,10 +151,11 @@ def test_mixed_input_and_weight_dtypes_follow_hugging_face(cls, dtypes, monkeypa
     assert all(torch.equal(a, b) for a, b in zip(run(ours, x, ours.weight, dy), expected))
     if not (_INTERPRETED or torch.cuda.is_available()):
         return
-    monkeypatch.setenv("OJAS_RMS_NORM_IMPL", "triton")
     narrow = min(dtypes, key=lambda d: torch.finfo(d).bits if d != torch.bfloat16 else 8)
     ours = ours.to(DEVICE)
-    for name, a, b in zip(("y", "dx", "dw"), run(ours, x.to(DEVICE), ours.weight, dy.to(DEVICE)), expected):
+    with use_impl(rms_norm="triton"):
+        got = run(ours, x.to(DEVICE), ours.weight, dy.to(DEVICE))
+    for name, a, b in zip(("y", "dx", "dw"), got, expected):
         assert a.dtype == b.dtype and rel_err(a.cpu(), b.double()) <= tolerance(
             narrow if narrow != torch.float64 else torch.float32, 40), name
 
@@ -324,7 +327,7 @@ def test_double_backward_through_the_kernel_raises():
 def test_impl_triton_without_cuda_or_interpreter_raises(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(dispatch, "_interpret", False)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         rms_norm(torch.randn(2, 4), 4, torch.ones(4), impl="triton")
 

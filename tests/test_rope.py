@@ -21,7 +21,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from ojas_ref.functional import dispatch  # noqa: E402
 from ojas_ref.functional import rope as prope  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.functional.rope import (  # noqa: E402
     BACKWARD_THEOREM, IMPL_ENV, apply_rotary_pos_emb, fused_rotary, rotary_reference,
 )
@@ -336,8 +338,8 @@ def test_impl_selects_the_kernel(monkeypatch):
     check_parity("triton", torch.float32, S=3, E=8)
     assert calls == ["rope_forward", "rope_backward"]
     calls.clear()
-    monkeypatch.setenv(IMPL_ENV, "triton")
-    check_parity(None, torch.float32, S=3, E=8)
+    with use_impl(rope="triton"):
+        check_parity(None, torch.float32, S=3, E=8)
     assert calls == ["rope_forward", "rope_backward"]
 
 
@@ -386,17 +388,15 @@ def test_bad_input(args, error, match, impl):
 def test_bad_impl(monkeypatch):
     with pytest.raises(ValueError, match="impl must be one of"):
         apply_rotary_pos_emb(_Q, _K, _C, _C, impl="fast")
-    monkeypatch.setenv(IMPL_ENV, "fast")
-    with pytest.raises(ValueError, match=IMPL_ENV):
-        apply_rotary_pos_emb(_Q, _K, _C, _C)
-    monkeypatch.delenv(IMPL_ENV)
+    with pytest.raises(ValueError, match=IMPL_ENV):  # the environment, read at import
+        dispatch._settings_from({IMPL_ENV: "fast"})
     with pytest.raises(TypeError, match="impl='reference' for float64"):
         apply_rotary_pos_emb(_Q.double(), _K.double(), _C.double(), _C.double(), impl="triton")
     with pytest.raises(ValueError, match="impl='triton' needs 4-D q and k"):
         apply_rotary_pos_emb(_Q[0], _K[0], _C, _C, impl="triton")
     with pytest.raises(ValueError, match="unsqueeze_dim=0"):
         apply_rotary_pos_emb(_Q, _K, _C, _C, 0, impl="triton")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(dispatch, "_interpret", False)
     with pytest.raises(RuntimeError, match="needs CUDA tensors"):
         apply_rotary_pos_emb(_Q, _K, _C, _C, impl="triton")
 

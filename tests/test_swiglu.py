@@ -45,6 +45,7 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from ojas_ref.functional import dispatch  # noqa: E402
 from ojas_ref.nn import SwiGLU  # noqa: E402
 from ojas_ref.functional.swiglu import (  # noqa: E402
     ACTIVATIONS, swiglu, swiglu_backward_reference, swiglu_forward_reference)
@@ -462,12 +463,11 @@ def test_bad_impl(monkeypatch):
     x = torch.ones(3)
     with pytest.raises(ValueError, match="impl must be one of"):
         swiglu(x, x, impl="fast")
-    monkeypatch.setenv("OJAS_SWIGLU_IMPL", "fast")
-    with pytest.raises(ValueError, match="OJAS_SWIGLU_IMPL"):
-        swiglu(x, x)
+    with pytest.raises(ValueError, match="OJAS_SWIGLU_IMPL"):  # the environment, read at import
+        dispatch._settings_from({"OJAS_SWIGLU_IMPL": "fast"})
     with pytest.raises(TypeError, match="impl='reference' for float64"):
         swiglu(x.double(), x.double(), impl="triton")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(dispatch, "_interpret", False)
     with pytest.raises(RuntimeError, match="needs CUDA tensors"):
         swiglu(x, x, impl="triton")
 

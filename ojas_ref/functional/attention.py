@@ -69,7 +69,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.functional.autocast import autocast_off, cast_for_autocast
-from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["attention", "attention_forward"]
@@ -80,7 +80,7 @@ _BLOCK_Q = 32
 _BLOCK_K = 16
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-IMPL_ENV = "OJAS_ATTENTION_IMPL"
+IMPL_ENV = IMPL_ENVS["attention"]
 
 
 # --------------------------------------------------------------------------
@@ -232,20 +232,14 @@ def _as_4d(query: Tensor, key: Tensor, value: Tensor,
     return flat(query), flat(key), flat(value), attn_mask
 
 
-def _resolve_impl(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, IMPL_ENV)
-    if impl == "reference":
-        return False
-    # The kernel computes no gradient for the mask.
-    mask_grad = attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()
-    if impl == "auto":
-        return query.is_cuda and query.dtype != torch.float64 and not mask_grad
-    if mask_grad:
-        raise ValueError("impl='triton' computes no gradient for attn_mask, and this float attn_mask requires grad; "
-                         "detach it, or use impl='reference' for d(attn_mask)")
-    require_kernel_device(query)
-    return True
+def _kernel_runs(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False): ``dispatch.kernel_runs``,
+    with the mask gradient the kernel does not compute refused."""
+    refused = None
+    if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
+        refused = ValueError("impl='triton' computes no gradient for attn_mask, and this float attn_mask requires "
+                             "grad; detach it, or use impl='reference' for d(attn_mask)")
+    return kernel_runs("attention", impl, query, refused=refused)
 
 
 # --------------------------------------------------------------------------
@@ -692,7 +686,8 @@ def attention(
     TRITON_INTERPRET=1; no float64, and no float ``attn_mask`` that requires grad:
     the kernel computes no mask gradient); "auto" runs the kernel for CUDA tensors that
     are not float64, unless a float ``attn_mask`` requires grad, and the reference
-    otherwise. ``None`` reads the environment variable OJAS_ATTENTION_IMPL, default "auto".
+    otherwise. ``None``: the setting of ``dispatch.use_impl``, else the environment variable
+    OJAS_ATTENTION_IMPL read at import, else "auto" (``ojas_ref.functional.dispatch``).
     Both implement the visibility semantics of Ojas.Attention.Mask: a bool mask is one
     conjunct of ``visibility`` (``visibility_true_iff``), masked keys are dropped keys
     (``stream_row_masked_keys``), a row with no key left gives zeros
@@ -761,7 +756,7 @@ def attention(
     with autocast_off(query.device.type):
         # The kernel refuses Hkv = 0; with no heads there is nothing to compute, and the
         # reference returns the empty output (and empty gradients).
-        if _resolve_impl(impl, query, attn_mask) and k.shape[1] > 0:
+        if _kernel_runs(impl, query, attn_mask) and k.shape[1] > 0:
             from ojas_kernels.attention import flash_attention
 
             out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, window=window, attn_mask=mask,

@@ -87,7 +87,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref.functional.autocast import autocast_off, cast_for_autocast
-from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["linear_cross_entropy", "linear_cross_entropy_forward"]
@@ -100,7 +100,7 @@ _VOCAB_CHUNK = 4096
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TARGET_DTYPES = (torch.int64, torch.int32)
 _REDUCTIONS = ("none", "mean", "sum")
-IMPL_ENV = "OJAS_LINEAR_CROSS_ENTROPY_IMPL"
+IMPL_ENV = IMPL_ENVS["linear_cross_entropy"]
 
 ChunkSize = Union[int, tuple[int, int], None]
 
@@ -230,22 +230,13 @@ def _check_targets(target: Tensor, ignore_index: int, V: int) -> None:
                          f"{ignore_index}")
 
 
-def _resolve_impl(impl: Optional[str], input: Tensor, unsupported: Optional[str]) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False). ``unsupported``
-    names what the call has that the kernel lacks (class weights, probability targets),
-    or is None: "auto" runs the reference for it, "triton" raises NotImplementedError."""
-    impl = requested_impl(impl, IMPL_ENV)
-    if impl == "reference":
-        return False
-    if impl == "auto":  # float16: see linear_cross_entropy's docstring (loss scaling)
-        return input.is_cuda and input.dtype in (torch.bfloat16, torch.float32) and unsupported is None
-    if unsupported is not None:
-        raise NotImplementedError(f"impl='triton' has no {unsupported}; use impl='reference' (or 'auto', which "
-                                  "runs the reference for it)")
-    if input.dtype == torch.float64:
-        raise TypeError("impl='triton' takes float16, bfloat16 or float32 tensors; use impl='reference' for float64")
-    require_kernel_device(input)
-    return True
+def _kernel_runs(impl: Optional[str], input: Tensor, unsupported: Optional[str]) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False): ``dispatch.kernel_runs``.
+    ``unsupported`` names what the call has that the kernel lacks (class weights, probability
+    targets), or is None: "auto" runs the reference for it, "triton" raises NotImplementedError."""
+    refused = None if unsupported is None else NotImplementedError(
+        f"impl='triton' has no {unsupported}; use impl='reference' (or 'auto', which runs the reference for it)")
+    return kernel_runs("linear_cross_entropy", impl, input, refused=refused)
 
 
 # --------------------------------------------------------------------------
@@ -834,7 +825,8 @@ def linear_cross_entropy(
     below float16's range (about 6e-8, e.g. the 1/tokens-sized entries of a "mean" over
     many tokens) are lost; the reference scales in float32 before rounding.
     ``impl="triton"`` on float16 is for training without loss scaling.
-    ``None`` reads the environment variable OJAS_LINEAR_CROSS_ENTROPY_IMPL, default "auto".
+    ``None``: the setting of ``dispatch.use_impl``, else the environment variable
+    OJAS_LINEAR_CROSS_ENTROPY_IMPL read at import, else "auto" (``ojas_ref.functional.dispatch``).
 
     When ``linear_weight`` is the ``head_weight`` of an :class:`ojas_ref.InBackwardOptimizer`
     (plain SGD), the backward updates it in place chunk by chunk and returns no gradient for it
@@ -888,7 +880,7 @@ def linear_cross_entropy(
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     unsupported = ("weight= (class weights)" if weight is not None else
                    "probability targets (a floating target)" if target.is_floating_point() else None)
-    kernel = _resolve_impl(impl, input, unsupported)
+    kernel = _kernel_runs(impl, input, unsupported)
     if compiling and not kernel and not target.is_floating_point():
         _check_targets(target, ignore_index, linear_weight.shape[0])
     with autocast_off(input.device.type):

@@ -61,7 +61,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ojas_ref.functional.autocast import autocast_dtype, autocast_off
-from ojas_ref.functional.dispatch import refuse_double_backward, use_elementwise_kernel
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["BACKWARD_THEOREM", "KERNEL_THEOREM", "RELU_SQUARED_THEOREM", "pack_mask", "relu", "relu_backward_reference",
@@ -75,7 +75,7 @@ KERNEL_THEOREM = "Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise"
 RELU_SQUARED_THEOREM = "Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp"
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-IMPL_ENV = "OJAS_RELU_IMPL"
+IMPL_ENV = IMPL_ENVS["relu"]
 _SHIFTS = tuple(range(8))
 
 
@@ -223,9 +223,10 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     ``inplace=True`` raises NotImplementedError (the packed-mask function returns a new tensor).
     ``impl``: "triton" runs ``ojas_kernels.relu`` (CUDA tensors, or CPU tensors under
     TRITON_INTERPRET=1; not float64), "reference" torch's operations, "auto" the kernel for CUDA
-    tensors that are not float64; ``None`` reads OJAS_RELU_IMPL, default "auto".  First-order
-    gradients only: a backward with ``create_graph=True`` raises RuntimeError; torch.func
-    transforms raise NotImplementedError.
+    tensors that are not float64; ``None``: the setting of ``dispatch.use_impl``, else the
+    environment variable OJAS_RELU_IMPL read at import, else "auto" (``ojas_ref.functional.dispatch``).
+    First-order gradients only: a backward with ``create_graph=True`` raises RuntimeError;
+    torch.func transforms raise NotImplementedError.
 
     Under ``torch.compile`` the kernel runs as the registered ops ``ojas::relu_forward`` /
     ``ojas::relu_backward`` (the same kernels with the same arguments, so the theorem
@@ -237,7 +238,7 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
         raise NotImplementedError("relu(inplace=True) is not supported: the packed-mask relu returns a new tensor "
                                   "(use inplace=False, or torch.nn.functional.relu for an in-place relu)")
     _check_input("input", input)
-    use_triton = use_elementwise_kernel(impl, IMPL_ENV, input)
+    use_triton = kernel_runs("relu", impl, input)
     if not (torch.is_grad_enabled() and input.requires_grad):
         return F.relu(input)  # nothing to save, nothing to pack
     if use_triton and torch.compiler.is_compiling():

@@ -42,7 +42,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["CASTS", "fused_rms_norm", "normalized_shape_tuple", "real_argument", "rms_norm", "rms_norm_reference"]
@@ -51,7 +51,7 @@ BACKWARD_THEOREMS = ("Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
                      "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp")
 CASTS = ("before_weight", "after_weight")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-IMPL_ENV = "OJAS_RMS_NORM_IMPL"
+IMPL_ENV = IMPL_ENVS["rms_norm"]
 
 
 def rms_norm_reference(input: Tensor, weight: Tensor, eps: float, dims: tuple[int, ...] = (-1,),
@@ -188,20 +188,18 @@ def _check(input: object, shape: tuple[int, ...], weight: object, offset: float,
         raise ValueError(f"weight is on {weight.device} but input on {input.device}")
 
 
-def _use_kernel(impl: Optional[str], input: Tensor, weight: Tensor, n: int) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, IMPL_ENV)
-    if impl == "reference":
-        return False
-    from ojas_kernels.rms_norm import MAX_HIDDEN
+def _kernel_runs(impl: Optional[str], input: Tensor, weight: Tensor, n: int) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False): ``dispatch.kernel_runs``,
+    with more than the kernel's ``MAX_HIDDEN`` entries to normalise refused."""
+    def too_wide() -> Optional[Exception]:
+        from ojas_kernels.rms_norm import MAX_HIDDEN
 
-    if impl == "auto":
-        return input.is_cuda and torch.float64 not in (input.dtype, weight.dtype) and n <= MAX_HIDDEN
-    require_kernel_device(input)
-    if n > MAX_HIDDEN:
-        raise ValueError(f"impl='triton' normalises at most {MAX_HIDDEN} entries (prod(normalized_shape) = {n}); "
-                         "use impl='reference'")
-    return True
+        if n <= MAX_HIDDEN:
+            return None
+        return ValueError(f"impl='triton' normalises at most {MAX_HIDDEN} entries (prod(normalized_shape) = {n}); "
+                          "use impl='reference'")
+
+    return kernel_runs("rms_norm", impl, input, weight, refused=too_wide)
 
 
 def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Size], weight: Optional[Tensor] = None,
@@ -215,8 +213,9 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     dtype: ``"before_weight"``, Llama's, or ``"after_weight"``, Gemma's) and ``impl``:
     "triton" runs the fused kernel (CUDA, or the CPU under TRITON_INTERPRET=1;
     ``prod(normalized_shape) <= 65536``), "reference" :func:`rms_norm_reference`, "auto"
-    the kernel for CUDA tensors other than float64 and the reference otherwise; None reads
-    OJAS_RMS_NORM_IMPL, default "auto".
+    the kernel for CUDA tensors other than float64 and the reference otherwise; None: the setting
+    of ``dispatch.use_impl``, else the environment variable OJAS_RMS_NORM_IMPL read at import,
+    else "auto" (``ojas_ref.functional.dispatch``).
 
     Backward of the kernel: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0),
     Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (offset 1); not covered: the
@@ -237,7 +236,7 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     if weight is None:
         weight = torch.ones(shape, dtype=input.dtype, device=input.device)
     n = math.prod(shape)
-    if not _use_kernel(impl, input, weight, n):
+    if not _kernel_runs(impl, input, weight, n):
         return rms_norm_reference(input, weight, eps, tuple(range(-len(shape), 0)), offset, cast)
     rows = math.prod(input.shape[:input.dim() - len(shape)])
     return fused_rms_norm(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight"

@@ -28,17 +28,15 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ojas_ref.functional.dispatch import refuse_double_backward, require_kernel_device, requested_impl
-from ojas_ref.functional.transforms import refuse_function_transforms
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward, resolve_impl
 
 __all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rotary", "rotary_reference", "rotate_half"]
 
 #: The theorem of the backward (cited by optimize_model's report).
 BACKWARD_THEOREM = "Ojas.RoPE.Backward.rope_backward_eq_vjp"
-IMPL_ENV = "OJAS_ROPE_IMPL"
+IMPL_ENV = IMPL_ENVS["rope"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # unsqueeze_dim of a 3-D cos against 4-D q/k -> whether the heads are dim 1 ([B, H, S, E]; else [B, S, H, E])
 _HEADS_FIRST = {1: True, -3: True, 2: False, -2: False}
 
@@ -180,25 +178,23 @@ def _check_inputs(q: object, k: object, cos: object, sin: object, unsqueeze_dim:
             raise ValueError(f"cos's batch ({cos.shape[0]}) must be 1 or q's batch {B}")
 
 
-def _use_kernel(impl: Optional[str], q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> bool:
-    """Whether to run the Triton kernel (True) or the reference (False)."""
-    impl = requested_impl(impl, IMPL_ENV)
+def _kernel_runs(impl: Optional[str], q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> bool:
+    """Whether to run the Triton kernel (True) or the reference (False): the reference when ``cos``
+    or ``sin`` requires grad (the kernel gives them none), else ``dispatch.kernel_runs`` with a
+    layout other than 4-D q/k and 3-D cos/sin and torch.func transforms refused."""
+    impl = resolve_impl("rope", impl)
     if impl == "reference" or cos.requires_grad or sin.requires_grad:
         return False
-    plain = q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and unsqueeze_dim in _HEADS_FIRST
-    if impl == "auto":
-        return (plain and q.is_cuda and q.dtype in _KERNEL_DTYPES
-                and torch._C._functorch.maybe_current_level() is None)
-    if q.dtype not in _KERNEL_DTYPES:
-        raise TypeError(f"impl='triton' supports float16, bfloat16 and float32, got {q.dtype}; "
-                        "use impl='reference' for float64")
-    if not plain:
-        raise ValueError(f"impl='triton' needs 4-D q and k and 3-D cos/sin [B or 1, S, E] with unsqueeze_dim "
-                         f"1 or 2, got q {tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, "
-                         f"unsqueeze_dim={unsqueeze_dim}; use impl='reference'")
-    require_kernel_device(q)
-    refuse_function_transforms("apply_rotary_pos_emb")
-    return True
+    refused = None
+    if not (q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and unsqueeze_dim in _HEADS_FIRST):
+        refused = ValueError(f"impl='triton' needs 4-D q and k and 3-D cos/sin [B or 1, S, E] with unsqueeze_dim "
+                             f"1 or 2, got q {tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, "
+                             f"unsqueeze_dim={unsqueeze_dim}; use impl='reference'")
+    elif not torch.compiler.is_compiling() and torch._C._functorch.maybe_current_level() is not None:
+        refused = NotImplementedError(
+            "apply_rotary_pos_emb(impl='triton') does not support torch.func transforms (grad, vmap, jacrev, jvp, "
+            "...): use impl='reference' (or 'auto', which runs it under a transform), or torch.autograd")
+    return kernel_runs("rope", impl, q, k, cos, sin, refused=refused)
 
 
 def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1, *,
@@ -217,7 +213,8 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsquee
     TRITON_INTERPRET=1; not float64), "reference" :func:`rotary_reference` (Hugging Face's
     operations), "auto" the kernel for 4-D CUDA ``q``/``k`` of a kernel dtype with 3-D
     ``cos``/``sin`` and ``unsqueeze_dim`` 1 or 2 (outside torch.func transforms), the reference
-    otherwise; ``None`` reads OJAS_ROPE_IMPL, default "auto".  When ``cos`` or ``sin`` requires
+    otherwise; ``None``: the setting of ``dispatch.use_impl``, else the environment variable
+    OJAS_ROPE_IMPL read at import, else "auto" (``ojas_ref.functional.dispatch``).  When ``cos`` or ``sin`` requires
     grad the reference runs (the kernel gives no gradient for them).  The kernel's gradients are
     first-order only: a backward with ``create_graph=True`` through it raises RuntimeError.
 
@@ -226,7 +223,7 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsquee
     above is unchanged; ``fullgraph=True`` works); the reference is traced as torch code.
     """
     _check_inputs(q, k, cos, sin, unsqueeze_dim)
-    if not _use_kernel(impl, q, k, cos, sin, unsqueeze_dim):
+    if not _kernel_runs(impl, q, k, cos, sin, unsqueeze_dim):
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     if _HEADS_FIRST[unsqueeze_dim]:
         return _kernel_rotary(q, k, cos, sin)

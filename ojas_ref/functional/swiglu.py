@@ -50,7 +50,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ojas_ref.functional.autocast import autocast_off
-from ojas_ref.functional.dispatch import refuse_double_backward, use_elementwise_kernel
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["ACTIVATIONS", "BACKWARD_THEOREM", "BACKWARD_THEOREMS", "check_activation", "fused_swiglu",
@@ -65,7 +65,7 @@ BACKWARD_THEOREMS = {"silu": "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp",
 BACKWARD_THEOREM = BACKWARD_THEOREMS["silu"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-IMPL_ENV = "OJAS_SWIGLU_IMPL"
+IMPL_ENV = IMPL_ENVS["swiglu"]
 
 
 def check_activation(activation: object) -> str:
@@ -223,8 +223,9 @@ def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional
 
     ``impl``: "triton" runs ``ojas_kernels.swiglu`` (CUDA tensors, or CPU tensors under
     TRITON_INTERPRET=1; not float64), "reference" the PyTorch operations, "auto" the kernel
-    for CUDA tensors that are not float64 and the reference otherwise; ``None`` reads
-    OJAS_SWIGLU_IMPL, default "auto".  First-order gradients only: a backward with
+    for CUDA tensors that are not float64 and the reference otherwise; ``None``: the setting of
+    ``dispatch.use_impl``, else the environment variable OJAS_SWIGLU_IMPL read at import, else
+    "auto" (``ojas_ref.functional.dispatch``).  First-order gradients only: a backward with
     ``create_graph=True`` raises RuntimeError; torch.func transforms raise NotImplementedError.
 
     Under ``torch.compile`` the kernel runs as the registered ops ``ojas::swiglu_forward`` /
@@ -235,7 +236,7 @@ def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional
     refuse_function_transforms("swiglu")
     check_activation(activation)
     _check_inputs(gate, up)
-    use_triton = use_elementwise_kernel(impl, IMPL_ENV, gate)
+    use_triton = kernel_runs("swiglu", impl, gate, up)
     with autocast_off(gate.device.type):
         if use_triton:
             return _kernel_swiglu(gate, up, activation)
