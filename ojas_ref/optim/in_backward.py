@@ -105,11 +105,10 @@ optimizer state on the host (``state_device="cpu"``, ``state_slice_mb``) in
 The class is split by job: the hooks' plain path, buckets and updates here; ``_end_of_backward``
 (accumulation, clipping's passes and reduced gradients: the hooks' general path and the
 end-of-backward callbacks), ``_clipping`` (norms), ``_distributed`` (DDP, FSDP2), ``_host_state``,
-``_sparse_rows``, ``_head_update`` (the head updated inside the loss), ``_fast_paths`` (plain SGD and
-Adam without ``Optimizer.step``'s Python), ``_overlap`` (updates on a side stream), ``_group_checks``
-(``param_groups`` edited under the updates), ``_consumed_grad`` (the ``.grad`` of an updated
-parameter) and ``_hooks`` (which optimizer hooks a parameter).
-
+``_sparse_rows`` (row-sparse gradients), ``_head_update`` (the head updated inside the loss),
+``_fast_paths`` (plain SGD and Adam without ``Optimizer.step``'s Python), ``_overlap`` (updates on a
+side stream), ``_group_checks`` (``param_groups`` edited under the updates), ``_consumed_grad`` (the
+``.grad`` of an updated parameter) and ``_hooks`` (which optimizer hooks a parameter).
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
@@ -147,13 +146,13 @@ from ojas_ref.optim._hooks import _OWNERS, _owner, _weak_hook
 from ojas_ref.optim._host_state import _SLICE_ALIGN  # noqa: F401 (the planner's tests read it here)
 from ojas_ref.optim._host_state import HostState, check_state_device
 from ojas_ref.optim._overlap import UpdateStreams
-from ojas_ref.optim._sparse_rows import coalesce_in_order, sparse_unsupported
+from ojas_ref.optim._sparse_rows import SparseRowsMixin
 
 __all__ = ["InBackwardOptimizer"]
 
 
 
-class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, torch.optim.Optimizer):
+class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, torch.optim.Optimizer):
     """``optimizer_class`` applied to buckets of parameters whose post-accumulate-grad hooks ran.
 
     Equal to backward-then-``step()`` by Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard
@@ -199,7 +198,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, torch.optim.Optim
             (default): with its parameter, as in ``torch.optim``.  ``"cpu"`` (or
             ``torch.device("cpu")``): in host memory (pinned when CUDA is available),
             streamed to the parameter's device for its bucket's step and back right
-            after (see the module docstring); the device then holds about one
+            after (see ``ojas_ref/optim/_host_state.py``); the device then holds about one
             bucket's state per group instead of all of it, at the cost of copying
             the state over PCIe twice per update.  Bitwise the same update as
             ``None`` (the bucketed update is
@@ -320,13 +319,15 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, torch.optim.Optim
     a parameter does not (equal on the CPU, where foreach ops are per-tensor
     loops; possibly rounded differently on CUDA).  Not supported
     (errors say why): an enabled ``torch.amp.GradScaler``, ``step(closure)``,
-    sparse gradients other than row-sparse float32 / float64 ones with plain SGD (momentum 0,
-    weight decay 0, no clipping, no accumulation, one process: see :meth:`_update_sparse`,
-    Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq), a parameter that already has a ``.grad``, reentrant
-    activation checkpointing with ``accumulation_steps > 1`` (its nested backward
-    passes would count as micro-batches; use ``use_reentrant=False``).
+    sparse gradients other than row-sparse float32 / float64 ones with plain SGD (momentum 0, weight
+    decay 0, no clipping, no accumulation, one process: see :meth:`_update_sparse`,
+    Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq, an instance of
+    Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense, updated in the hook by
+    Ojas.OptimizerInBackward.Equivalence.sgd_fused_eq_standard), a parameter that already has a
+    ``.grad``, reentrant activation checkpointing with ``accumulation_steps > 1`` (its nested
+    backward passes would count as micro-batches; use ``use_reentrant=False``).
 
-    Data parallel (not covered by a theorem; tested, see the module docstring):
+    Data parallel (not covered by a theorem; tested, see ``ojas_ref/optim/_distributed.py``):
     under ``DistributedDataParallel`` (construct the optimizer after
     ``init_process_group`` and before the first forward) the updates wait for DDP's
     averaged gradients at the end of backward; under FSDP2 (``fully_shard``,
@@ -634,48 +635,6 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, torch.optim.Optim
             self._stage(p, index)
         if self._pending_bytes[index] >= self._bucket_cap_bytes:
             self._flush(index)
-
-    def _update_sparse(self, p: Tensor, index: int) -> None:
-        """Update ``p`` alone, now, from its sparse gradient (``nn.Embedding(sparse=True)``): no dense
-        ``[V, D]`` gradient is allocated. Only plain SGD (momentum 0, weight decay 0, not maximize, not
-        fused), one backward per update, no clipping, one process, float32 / float64: else raise with the
-        reason (:func:`~ojas_ref.optim._sparse_rows.sparse_unsupported`).
-
-        Why this is the dense step:
-        Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq (an SGD update with a gradient that is zero
-        outside a set of rows is the update of those rows, the others unchanged;
-        Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense for any rule that leaves an element
-        unchanged under a zero gradient), with Ojas.OptimizerInBackward.Equivalence.sgd_fused_eq_standard
-        for the update in the hook. In floats: torch's sparse ``add_`` writes ``x + (-lr) * g`` on the rows
-        of the gradient, the same kernel as the dense ``add_`` on them (tested bitwise), and the dense step
-        on an untouched row is ``x + (-lr) * (+0.0) = x + (-0.0) = x`` bit for bit for every x (-0.0 and
-        infinities included); the duplicate rows of a batch are summed in index order from zero
-        (:func:`~ojas_ref.optim._sparse_rows.coalesce_in_order`), as the dense CPU embedding backward does
-        (tested bitwise; a CUDA dense backward sums in another order: equal in reals, rounding not checked).
-        Not the dense step: AdamW / momentum / weight decay (SparseRows.adamw_zero_row_changes,
-        SparseRows.momentum_zero_row_changes)."""
-        plain = self.accumulation_steps == 1 and self.max_grad_norm is None and not self._data_parallel.active()
-        reason = sparse_unsupported(self.optimizer_class, self.param_groups[index], p.grad, plain)
-        if reason is not None:
-            p.grad = None
-            raise RuntimeError(f"InBackwardOptimizer does not support sparse gradients (e.g. "
-                               f"nn.Embedding(sparse=True)) here: {reason}. Use a dense gradient (sparse=False)")
-        with torch.no_grad():
-            p.grad = coalesce_in_order(p.grad)
-        bucket_opt = self._group_opts[index]
-        group = bucket_opt.param_groups[0]
-        group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
-        group["params"] = [p]
-        self._updated.add(id(p))
-        self._note_hyper(index)
-        try:
-            bucket_opt.step()
-        except BaseException:
-            p.grad = None
-            raise
-        finally:
-            group["params"] = []
-        self._consumed.consume(p)
 
     @staticmethod
     def _refuse_waiting() -> None:
