@@ -18,7 +18,9 @@ chunks; the theorems it relies on (over the reals):
 * ``Ojas.CrossEntropy.Loss.vocab_loop_correct`` / ``token_forward_correct``: the
   per-token loss from the lse, the target logit and the logit sum.
 * ``Ojas.CrossEntropy.Reduction.ce_drop_ignored`` (tokens whose target is
-  ``ignore_index`` are removed before any matrix product, so they cost nothing),
+  ``ignore_index`` are removed before any matrix product, in every schedule, so they
+  cost no product: only the gather of the kept rows and the scatter of their gradient
+  rows) and ``ignored_grad_zero`` (their rows of grad_input are 0),
   ``ce_loss_correct`` (sum, mean over the kept count) and ``ce_mean_all_ignored``
   (mean over no kept token is 0).
 * ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W,
@@ -45,25 +47,30 @@ Design
 ------
 The [N, V] logits never exist.  G (the gradient with respect to the logits) is
 reduced over the vocabulary for grad_input and over the tokens for grad_weight.
-Ignored tokens are masked (3 products) or removed before any product (4 products).  Two schedules
+Ignored tokens are removed before any product in every schedule (``ce_drop_ignored``),
+so with half the tokens ignored the products do half the work: the kept tokens' rows
+of the input are gathered (per token chunk, into the workspace, or once for the
+4-product backward) and their rows of grad_input scattered into a zeroed grad_input
+(the ignored rows 0: ``ignored_grad_zero``).  Two schedules
 (``LinearCrossEntropyConfig.products``):
 
 * **3 products** (the default, reductions "mean" and "sum"; ``_three_products``):
-  Liger-Kernel's schedule.  The forward goes over chunks of tokens, each
-  against the whole vocabulary (ignored tokens stay, with loss 0 and a zero row of G:
-  ``ignored_grad_zero``; no gather, no scatter): logits of the chunk by cuBLAS in the input dtype
+  Liger-Kernel's schedule.  The forward goes over chunks of kept tokens, each
+  against the whole vocabulary: logits of the chunk by cuBLAS in the input dtype
   (rounded as ``F.linear`` rounds them), ``_rows_kernel`` streams each row
   (``block_step``), stores lse and loss and writes G over the logits in place,
-  then grad_input rows = w G W (one product over the whole vocabulary, rounded
-  once) and grad_weight += w G^T H (w: the token weight, 1 / kept for "mean").
+  then grad_weight += w G^T H and grad_input rows = w G W (one product over the whole
+  vocabulary, rounded once; w: the token weight, 1 / kept for "mean").
   The backward multiplies the gradients by grad_output (``_scale_kernel``: no
   sync, and no work for 1, the usual ``loss.backward()``).  Each logit is
   computed once, so grad_weight is summed across token chunks in its own dtype:
   one rounding per chunk (about K / chunk of them; 26 at N = 16384,
   V = 128256), each chunk's product accumulated in float32.  A float32 accumulator instead would take 2 x the
-  bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G,
-  ``workspace_fraction`` of the gradients' bytes; the first chunks may use the rows of
-  grad_input that later chunks write instead (larger chunks when V is small).
+  bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G (and, with
+  ignored tokens, its gathered rows of the input, which then take its rows of grad_input
+  before the scatter), ``workspace_fraction`` of the gradients' bytes; with every token
+  kept, the first chunks may use the rows of grad_input that later chunks write instead
+  (larger chunks when V is small).
 * **4 products** (reduction "none", whose per-token grad_output must weight G
   before the token sum, and ``products=4``): every gradient is reduced inside one
   product and rounded once, at the price of computing the logits twice.
@@ -452,9 +459,10 @@ def _rows_kernel(
     token weight is ``g_scale`` (1, or a power of two for float16).
     Backward (HAS_LSE): lse from LSE, token weights RW (times ``g_scale``).
     With GRAD: the token's row of G (``_grad_tile``) from the float32 logits Z, raw
-    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM).  MASKED: the
-    rows hold every token, ignored ones (target ``ignore_index``) too: their loss and
-    their row of G are stored as zeros (``ignored_grad_zero``)."""
+    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM).  MASKED (set by
+    no schedule: each removes the ignored tokens before its products): the rows hold every
+    token, ignored ones (target ``ignore_index``) too: their loss and their row of G are
+    stored as zeros (``ignored_grad_zero``)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = offs_r < n_rows
     tok = row0 + offs_r
