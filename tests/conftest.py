@@ -48,7 +48,7 @@ def one_thread():
 @pytest.fixture
 def oracle_and_hand():
     """``both(f, *args, **kwargs)``: the value of a bound function of
-    ojas_ref/verification/error_bounds.py from the oracle and from its hand copy (the oracle
+    ojas_ref/verification/bounds/ from the oracle and from its hand copy (the oracle
     switched off for the second call); skips when the oracle binary is not built."""
     from ojas_ref.verification.bounds import common as eb
 

@@ -321,7 +321,7 @@ def test_kernel_with_attn_mask(kind, dtype, config):
     an additive mask adds two float32 roundings to a base-2 score (m * log2 e, then the
     sum), |s2| <= 15 here, a perturbation delta <= 2 * 2^-24 * 15 = 1.8e-6 of each score,
     which moves the output by at most (e^(2 delta) - 1) max|v| = 3.6e-6 max|v|
-    (Ojas.Attention.ScorePerturbation, error_bounds.softmax_score_perturbation_bound),
+    (Ojas.Attention.ScorePerturbation, bounds.online_softmax.softmax_score_perturbation_bound),
     under 1e-5 (float32) and negligible against 2e-2 (bfloat16)."""
     b, hq, hkv, sq, sk = MASK_SHAPES.get(kind, (2, 4, 2, 37, 37))
     gen = torch.Generator().manual_seed(MASK_KINDS.index(kind))

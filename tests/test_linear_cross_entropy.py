@@ -650,7 +650,7 @@ def test_mutation_target_in_wrong_chunk_is_caught(monkeypatch):
 @given(problems())
 def test_reference_matches_oracle(p):
     """float64 and float32 reference against the float64 oracle (same chunks), every
-    option: loss and lse within the proved forward bound (error_bounds, LossError.v;
+    option: loss and lse within the proved forward bound (bounds.linear_cross_entropy, LossError.v;
     the heuristic with softcap), gradients within the heuristic tolerance
     (linear_cross_entropy_check.oracle_mismatches, the check ``ojas audit`` runs)."""
     for dtype in (F64, torch.float32):

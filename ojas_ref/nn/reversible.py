@@ -63,7 +63,7 @@ evaluates it). That worst case grows like ((1 + LF)(1 + LG))^N; the a-posteriori
 E_l = (1 + LF_l)(1 + LG_l) E_(l+1) + e_l with per-block constants measured on the run
 (LF_l, LG_l only at the points visited; e_l = the step's distance to the exact inverse
 plus the forward's defect) and no rounding assumption
-(``ojas_ref.verification.error_bounds.reversible_reconstruction_error_bound``;
+(``ojas_ref.verification.bounds.reversible.reversible_reconstruction_error_bound``;
 tests/test_reversible.py measures the inputs in float32 against float64). The
 resulting gradient error is bounded only by the a-posteriori
 ``vec_stack_grad_error_apost``, from measured constants of each block's backward
