@@ -411,7 +411,7 @@ Proof.
   intros b Hb q c k0 tl0 rest tiles ktiles m0 Hq Hkeys Hc HBt HN HT.
   destruct (attn_fwd_q_spec b Hb) as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL Hr]]]]]]]]]]]]]]]]].
   eapply Rle_trans; [apply (attention_forward_error M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
-                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto |].
+                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); try (constructor; auto; fail); auto |].
   apply Rmult_le_compat_r; lra.
 Qed.
 
@@ -436,7 +436,7 @@ Proof.
   intros b Hb q c vis tiles sck st H0 Hvis Hq Hkeys Hc HBt HN HT.
   destruct (attn_fwd_q_spec b Hb) as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL Hr]]]]]]]]]]]]]]]]].
   eapply Rle_trans; [apply (attention_forward_error_masked M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
-                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto |].
+                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); try (constructor; auto; fail); auto |].
   apply Rmult_le_compat_r; lra.
 Qed.
 
@@ -521,7 +521,7 @@ Proof.
     as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL [Hr Ha]]]]]]]]]]]]]]]]]].
   pose proof (exact_softmax_abs_nonneg (Q2R scale) q (concat tiles)).
   eapply Rle_trans; [apply (attention_forward_posteriori M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V) X Y P1 CG CR
-                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); auto |].
+                              (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) k0 tl0 rest); try (constructor; auto; fail); auto |].
   apply Rplus_le_compat; [apply Rmult_le_compat_r |]; assumption.
 Qed.
 
@@ -549,7 +549,7 @@ Proof.
     as [HE1 [HEu [HV [Hs [Huc [HB1 [X [Y [P1 [CG [CR [HX [HY [HP1 [HG [HC [HL [Hr Ha]]]]]]]]]]]]]]]]]].
   pose proof (exact_softmax_abs_nonneg (Q2R scale) q (filter vis (concat tiles))).
   eapply Rle_trans; [apply (attention_forward_posteriori_masked M q c (Q2R scale) (Q2R uc) (Q2R P) (Q2R V)
-                              X Y P1 CG CR (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); auto |].
+                              X Y P1 CG CR (N.to_nat E) (N.to_nat B) (N.to_nat Nk) (N.to_nat Tt) vis tiles); try (constructor; auto; fail); auto |].
   apply Rplus_le_compat; [apply Rmult_le_compat_r |]; assumption.
 Qed.
 

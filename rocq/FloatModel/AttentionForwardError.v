@@ -503,26 +503,46 @@ Proof.
   split; [rewrite Ecat, map_length; exact HN | lia].
 Qed.
 
+(** The premises on the constants that the four forward theorems share
+    ([attention_forward_error], [attention_forward_error_masked] and their
+    a-posteriori forms in AttentionForwardPosteriori.v), bundled: the
+    dimensions, the scale and its computed base-2 form [c] within [uc], and
+    the upper bounds [X], [Y], [P1], [CG], [CR] of the exponentials and
+    powers of the bound, with [afe_bL < 1].  A conjunction, nothing more:
+    [Build_afe_premises] takes each of them. *)
+Record afe_premises (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat) : Prop := {
+  afe_E_pos : (1 <= E)%nat;
+  afe_E_u : INR E * u < 1;
+  afe_V_pos : 0 < V;
+  afe_scale_pos : 0 < scale;
+  afe_uc_nonneg : 0 <= uc;
+  afe_c_err : Rabs (c * ln 2 - scale) <= uc * scale;
+  afe_B_pos : (1 <= B)%nat;
+  afe_X_ge : Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X;
+  afe_Y_ge : exp (2 * score_delta A_ scale uc E P) - 1 <= Y;
+  afe_P1_ge : (1 + u) ^ (B - 1) <= P1;
+  afe_CG_ge : cg M ^ Tt <= CG;
+  afe_CR_ge : cr M ^ Tt <= CR;
+  afe_bL_lt_1 : afe_bL u ue ee ea B N Tt X P1 CG CR < 1
+}.
+
 Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
   let ktiles := map (map (kv_pair c q)) tiles in
   let m0 := score2 A_ c q (fst k0) in
-  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  afe_premises c scale uc P V X Y P1 CG CR E B N Tt ->
+  length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
-  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
-  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
-  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
   Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
         - exact_softmax scale q (concat tiles))
   <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
 Proof.
   intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
-    HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+    Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
   destruct (kernel_tiles_ok q c scale uc P V E B N Tt k0 tl0 rest HE HEu Hq Hkeys Hs Huc Hc HBt HN HT)
@@ -799,21 +819,18 @@ Theorem attention_forward_error_masked : forall (q : list R) (c scale uc P V X Y
   let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
   exp2 0 = 1 ->
   (exists kv, In kv (concat tiles) /\ vis kv = true) ->
-  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  afe_premises c scale uc P V X Y P1 CG CR E B N Tt ->
+  length q = E ->
   (forall kv, In kv (concat tiles) -> vis kv = true ->
      length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
-  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
-  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
-  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
   Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
   <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
 Proof.
   intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
-    Hexp0 Hvis HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+    Hexp0 Hvis Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
   destruct (kernel_run_visible_tiles c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
   unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
   apply (attention_forward_error q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.

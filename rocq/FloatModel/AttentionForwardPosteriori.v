@@ -330,22 +330,19 @@ Theorem attention_forward_posteriori : forall (q : list R) (c scale uc P V X Y P
   let tiles := (k0 :: tl0) :: rest in
   let ktiles := map (map (kv_pair M c q)) tiles in
   let m0 := score2 A_ c q (fst k0) in
-  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  afe_premises M c scale uc P V X Y P1 CG CR E B N Tt ->
+  length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
-  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
-  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
-  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
   Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
         - exact_softmax scale q (concat tiles))
   <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (concat tiles))
      + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
 Proof.
   intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
-    HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+    Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
   destruct (kernel_tiles_ok M q c scale uc P V E B N Tt k0 tl0 rest HE HEu Hq Hkeys Hs Huc Hc HBt HN HT)
@@ -450,22 +447,19 @@ Theorem attention_forward_posteriori_masked : forall (q : list R) (c scale uc P 
   let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
   mp_exp2 M 0 = 1 ->
   (exists kv, In kv (concat tiles) /\ vis kv = true) ->
-  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  afe_premises M c scale uc P V X Y P1 CG CR E B N Tt ->
+  length q = E ->
   (forall kv, In kv (concat tiles) -> vis kv = true ->
      length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
-  0 < V -> 0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
-  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
-  exp (2 * score_delta A_ scale uc E P) - 1 <= Y ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  afe_bL u ue ee ea B N Tt X P1 CG CR < 1 ->
   Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
   <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
      + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
 Proof.
   intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
-    Hexp0 Hvis HE HEu Hq Hkeys HV Hs Huc Hc HB HBt HN HT HX HY HP HG HC HbL.
+    Hexp0 Hvis Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
   destruct (kernel_run_visible_tiles M c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
   unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
   apply (attention_forward_posteriori q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.

@@ -350,10 +350,11 @@ Hypothesis HXK : exp (u * Kk) <= XK.
 Hypothesis Fm0 : fmt m0.
 Hypothesis Hm0r : lo <= m0 <= lo + Kk.
 
-Local Notation Hf := (ce_H u ue XK ci Dt).
-Local Notation Q := (ce_Q u ue).
-Local Notation a := (ce_a u ue ee XK).
-Local Notation b := (ce_b u ue ee ea XK ci ri Nx Dt Bt Tt Nn).
+(* [u], [ea] spelled out: a notation through the shared ones (Notations.v) would not print. *)
+Local Notation Hf := (ce_H (ff_u (mp_a M)) ue XK ci Dt).
+Local Notation Q := (ce_Q (ff_u (mp_a M)) ue).
+Local Notation a := (ce_a (ff_u (mp_a M)) ue ee XK).
+Local Notation b := (ce_b (ff_u (mp_a M)) ue ee (ff_eta (mp_a M)) XK ci ri Nx Dt Bt Tt Nn).
 
 Lemma ce_exp_u_ge1 : forall x, 0 <= x -> 1 <= exp (u * x).
 Proof. intros x Hx; rewrite <- exp_0; apply ose_exp_le; pose proof (ff_u_nonneg A_); nra. Qed.

@@ -257,8 +257,10 @@ Proof.
   repeat first [rewrite rsum_map_plus | rewrite rsum_map_scal_l]; reflexivity.
 Qed.
 
+(* [u], [ea] spelled out: a notation through the shared ones (Notations.v) would not print. *)
 Local Notation bound dr X xs :=
-  (sc_E1 ((1 + ue) * X) (sc_chain_bound u ea c ud ed (sc_delta u ea c ut et dr))
+  (sc_E1 ((1 + ue) * X) (sc_chain_bound (ff_u (mp_a M)) (ff_eta (mp_a M)) c ud ed
+                           (sc_delta (ff_u (mp_a M)) (ff_eta (mp_a M)) c ut et dr))
          (sc_Sk xs) (sc_Tc xs) (ce_S T sc_yc iL ih ik xs) (ce_T T sc_yc iL ih it ik xs) (ce_Ha T ih ik xs)).
 
 (** dW's entry [(v, d)] after the token chunks [cs] ([_three_products]' grad_weight). *)
