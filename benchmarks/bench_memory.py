@@ -99,7 +99,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
-from ojas_ref.tools.plan import PRESETS, STATE_SLICE_MB, with_layers  # noqa: E402
+from ojas_ref.memory import PRESETS, STATE_SLICE_MB, with_layers  # noqa: E402
 
 #: the techniques added to ojas+ckpt, each a mode of its own; ``all`` and a concatenation combine them
 TECHNIQUES = ("+offload", "+sparse-embedding", "+host-state", "+head-update", "+split")

@@ -42,9 +42,9 @@ def test_prediction_is_linear_in_depth():
 
 @pytest.mark.parametrize("setting", [
     P.Setting(dtype="fp32", optimizer="sgd", seq=16),
-    P.Setting(dtype="fp32", optimizer="adamw", fused=True, checkpoint=True, ojas_attention=True, ojas_loss=True,
+    P.Setting(dtype="fp32", optimizer="adamw", in_backward=True, checkpoint=True, ojas_attention=True, ojas_loss=True,
               ojas_rms_norm=True, ojas_swiglu=True, seq=16),
-    P.Setting(dtype="bf16", optimizer="adamw", fused=True, checkpoint=True, offload=True, host_state=True,
+    P.Setting(dtype="bf16", optimizer="adamw", in_backward=True, checkpoint=True, offload=True, host_state=True,
               ojas_attention=True, ojas_loss=True, seq=16),
 ], ids=["standard", "ojas+ckpt", "offload+host-state"])
 def test_measure_runs_on_the_cpu(setting):
@@ -65,7 +65,7 @@ def test_build_refuses_what_the_setting_cannot_mean():
 def test_built_model_has_the_split_and_the_bucket_size():
     from ojas_ref.integrations.hf import SplitCheckpoint
 
-    model, opt = S.build(TINY, P.Setting(dtype="fp32", optimizer="sgd", seq=8, fused=True, checkpoint=True,
+    model, opt = S.build(TINY, P.Setting(dtype="fp32", optimizer="sgd", seq=8, in_backward=True, checkpoint=True,
                                          split=True, ojas_rms_norm=True, bucket_cap_mb=32.0), 2, "cpu")
     assert all(isinstance(layer._gradient_checkpointing_func, SplitCheckpoint) for layer in model.model.layers)
     assert opt.bucket_cap_mb == 32.0
@@ -115,6 +115,7 @@ def test_record_predictions_within_15_percent_of_the_full_step():
         m = P.preset_model(r["model"])
         assert m.layers == r["layers"]
         step = S.predict_step_seconds(m, S.Measured(r["device"], tuple(r["depths"]), tuple(r["seconds"])))["step"]
-        s = P.Setting(**r["setting"])
+        # the record names the optimizer in backward by its former field, fused
+        s = P.Setting(**{"in_backward" if k == "fused" else k: v for k, v in r["setting"].items()})
         assert s.tokens / step == pytest.approx(r["predicted_tokens_per_s"], rel=1e-9)
         assert 0.85 <= r["full_seconds"] / step <= 1.15, (r["model"], s.mode, r["full_seconds"], step)

@@ -92,7 +92,7 @@ def test_ojas_loss_products_over_the_kept_tokens():
 
     batch, seq = 2, 32
     model, m = _llama(False)
-    optimize_model(model, attention=False, cross_entropy=True, rms_norm=False, swiglu=False)
+    optimize_model(model, attention=False, linear_cross_entropy=True, rms_norm=False, swiglu=False)
     ids = torch.randint(0, m.vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
     _, products = _counted(model, ids)
     terms = T.flop_terms(m, P.Setting(dtype="fp32", batch=batch, seq=seq, ojas_loss=True))

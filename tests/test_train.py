@@ -297,11 +297,11 @@ def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
 
 
 @pytest.mark.parametrize("changes, setting", [
-    ({"in_backward": False}, dict(dtype="fp32", fused=False, checkpoint=False, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)),
+    ({"in_backward": False}, dict(dtype="fp32", in_backward=False, checkpoint=False, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)),
     ({"in_backward": False, "ojas": False, "dtype": "bfloat16", "activation_checkpointing": True},
-     dict(dtype="bf16", fused=False, checkpoint=True, ojas_attention=False, ojas_loss=False, ojas_rms_norm=False, ojas_swiglu=False)),
+     dict(dtype="bf16", in_backward=False, checkpoint=True, ojas_attention=False, ojas_loss=False, ojas_rms_norm=False, ojas_swiglu=False)),
     ({"in_backward": True, "max_grad_norm": None, "batch_size": 3, "seq_len": 64},
-     dict(dtype="fp32", fused=True, checkpoint=False, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)),
+     dict(dtype="fp32", in_backward=True, checkpoint=False, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)),
 ])
 def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, cache: str, changes: dict,
                                                                setting: dict, capsys: pytest.CaptureFixture) -> None:
@@ -325,7 +325,7 @@ def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, c
 
 def test_check_fits_with_clipping_in_backward_is_a_lower_bound(tmp_path: Path, cache: str) -> None:
     config = small(tmp_path, cache, in_backward=True, max_grad_norm=1.0)
-    expected = _planned_peak(config, 512, dtype="fp32", fused=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    expected = _planned_peak(config, 512, dtype="fp32", in_backward=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
     with pytest.raises(train_module.PlanDoesNotFit, match=rf"predicted peak at least {expected / 2**20:.1f} MiB"):
         train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20)
 
@@ -392,7 +392,7 @@ def test_cpu_run_is_not_checked_and_dry_run_prints_the_peak(tmp_path: Path, cach
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
     config = small(tmp_path / "run", cache, steps=2, device="cpu")
-    expected = _planned_peak(config, 512, dtype="fp32", fused=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    expected = _planned_peak(config, 512, dtype="fp32", in_backward=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0
     assert f"predicted peak on a GPU: at least {expected / 2**20:.1f} MiB at " in capsys.readouterr().out
     assert main(["train", "--dry-run"] + _cli_args(dataclasses.replace(config, accumulation_steps=2))) == 0
@@ -512,7 +512,7 @@ def test_offload_and_state_on_host_in_the_plan_and_dry_run(tmp_path: Path, cache
                                                             capsys: pytest.CaptureFixture) -> None:
     config = small(tmp_path, cache, max_grad_norm=None, **HOST)
     model = train_memory._meta_model(config, 512)
-    expected = _planned_peak(config, 512, dtype="fp32", fused=True, checkpoint=True, offload=True, host_state=True,
+    expected = _planned_peak(config, 512, dtype="fp32", in_backward=True, checkpoint=True, offload=True, host_state=True,
                              ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
     fits = train_module.check_fits(config, model, expected, "cuda:0")
     assert fits is not None and fits.peak == expected

@@ -15,7 +15,7 @@ __all__ = ["LCE_BLOCKS", "attention_backward_transient_bytes", "attention_saved_
            "lce_workspace_bytes", "mlp_backward_transient_bytes", "mlp_saved_bytes", "norm_shared_input_bytes",
            "offloaded_checkpoints_device_bytes", "optimizer_state_bytes", "overhead_bytes",
            "pending_gradients_bytes", "pending_staged_bytes", "recomputed_attention_half_bytes",
-           "recomputed_layer_bytes", "recomputed_mlp_half_bytes", "rmsnorm_saved_bytes", "rotary_bytes",
+           "recomputed_layer_bytes", "recomputed_mlp_half_bytes", "rmsnorm_saved_bytes", "rope_bytes",
            "slice_elements", "slice_state_bytes", "slice_temporary_bytes", "sliced", "standard_loss_backward_bytes",
            "standard_loss_forward_bytes", "standard_loss_logits_gradient_bytes", "state_per_gradient",
            "step_temporary_bytes", "weights_bytes"]
@@ -191,7 +191,7 @@ def recomputed_attention_half_bytes(m: Model, s: Setting) -> int:
     return rmsnorm_saved_bytes(m, s) + attention_saved_bytes(m, s) - norm_shared_input_bytes(m, s)
 
 
-def rotary_bytes(m: Model, s: Setting) -> int:
+def rope_bytes(m: Model, s: Setting) -> int:
     """cos and sin [1, seq, head_dim] in the model dtype, shared by the layers (the default
     position ids are one row for the whole batch)."""
     return 2 * s.size * s.seq * m.head_dim
@@ -258,7 +258,7 @@ def head_updated_first(m: Model, s: Setting) -> bool:
     """Whether InBackwardOptimizer updates (and frees) the head's gradient as soon as it
     exists: the head is untied (a tied weight's hook fires once, after the embedding's
     contribution) and its gradient fills a bucket alone (at least :func:`bucket_cap_bytes`)."""
-    return s.fused and not m.tied and head_gradient_bytes(m, s) >= bucket_cap_bytes(s)
+    return s.in_backward and not m.tied and head_gradient_bytes(m, s) >= bucket_cap_bytes(s)
 
 
 def bucket_cap_bytes(s: Setting) -> int:

@@ -4,8 +4,11 @@ training step (:class:`Setting`) that :func:`ojas_ref.memory.plan` predicts the 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
+
+from ojas_ref._deprecation import renamed_keyword
 
 __all__ = ["BUCKET_CAP_BYTES", "BUCKET_CAP_MB", "CUBLAS_HANDLES", "CUBLAS_WORKSPACE_BYTES", "DTYPE_BYTES",
            "FAMILIES", "LCE_PEAK_OVER_GRADIENTS", "LCE_WORKSPACE_FLOOR", "LCE_WORKSPACE_FRACTION", "OPTIMIZERS",
@@ -187,7 +190,7 @@ PRESETS: dict[str, Model] = {m.name: m for m in (
 class Setting:
     """A training setting. ``ojas_attention`` / ``ojas_loss`` / ``ojas_rms_norm`` /
     ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``cross_entropy=`` /
-    ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``fused``: the optimizer runs in
+    ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``in_backward``: the optimizer runs in
     backward (``InBackwardOptimizer``, buckets of ``bucket_cap_mb``, 64 MiB by default);
     ``checkpoint``: per-layer non-reentrant activation checkpointing; ``split`` (needs
     ``checkpoint``): ``optimize_model(checkpoint_split=True)``, each layer checkpointed as two
@@ -196,7 +199,7 @@ class Setting:
 
     ``offload`` (needs ``checkpoint``): ``optimize_model(checkpoint="offload")``
     (ojas_ref/nn/offload.py), each checkpointed layer's input held in pinned host
-    memory between forward and backward; ``host_state`` (needs ``fused``):
+    memory between forward and backward; ``host_state`` (needs ``in_backward``):
     ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
     to the device bucket by bucket. Both default off; their H200 records are
     bench_memory.py's (:func:`offloaded_checkpoints_device_bytes`,
@@ -208,7 +211,8 @@ class Setting:
 
     dtype: str = "bf16"
     optimizer: str = "adamw"
-    fused: bool = False
+    #: the optimizer in backward (``InBackwardOptimizer``); ``fused=`` is its deprecated name
+    in_backward: bool = False
     batch: int = 1
     seq: int = 2048
     checkpoint: bool = False
@@ -221,10 +225,10 @@ class Setting:
     ojas_attention_copy: bool = False
     #: checkpoints in pinned host memory (``optimize_model(checkpoint="offload")``); needs checkpoint
     offload: bool = False
-    #: the optimizer state in host memory (``InBackwardOptimizer(state_device="cpu")``); needs fused
+    #: the optimizer state in host memory (``InBackwardOptimizer(state_device="cpu")``); needs in_backward
     host_state: bool = False
     #: the head updated chunk by chunk inside the loss's backward
-    #: (``InBackwardOptimizer(head_weight=...)``): needs fused, ojas_loss, plain SGD, an untied head
+    #: (``InBackwardOptimizer(head_weight=...)``): needs in_backward, ojas_loss, plain SGD, an untied head
     head_update: bool = False
     #: with host_state: InBackwardOptimizer's ``state_slice_mb`` (None: whole parameters, as recorded
     #: before it existed)
@@ -232,7 +236,7 @@ class Setting:
     #: each checkpointed layer as two segments, attention half and MLP half
     #: (``optimize_model(checkpoint_split=True)``); needs checkpoint
     split: bool = False
-    #: InBackwardOptimizer's ``bucket_cap_mb`` (with fused: a bucket is updated when its gradients reach it)
+    #: InBackwardOptimizer's ``bucket_cap_mb`` (with in_backward: a bucket is updated when its gradients reach it)
     bucket_cap_mb: float = BUCKET_CAP_MB
 
     def __post_init__(self) -> None:
@@ -244,7 +248,7 @@ class Setting:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("fused", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
+        for name in ("in_backward", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
                      "ojas_attention_copy", "offload", "host_state", "head_update", "split"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -257,8 +261,9 @@ class Setting:
         if self.offload and not self.checkpoint:
             raise ValueError("offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
                              "that activation checkpointing keeps) to host memory")
-        if self.host_state and not self.fused:
-            raise ValueError("host_state=True needs fused=True: the optimizer state is streamed from the host only "
+        if self.host_state and not self.in_backward:
+            raise ValueError("host_state=True needs in_backward=True: the optimizer state is streamed from the host "
+                             "only "
                              "by InBackwardOptimizer(state_device=\"cpu\")")
         if self.state_slice_mb is not None:
             if isinstance(self.state_slice_mb, bool) or not isinstance(self.state_slice_mb, (int, float)):
@@ -268,10 +273,17 @@ class Setting:
             if not self.host_state:
                 raise ValueError("state_slice_mb needs host_state=True: only InBackwardOptimizer(state_device=\"cpu\") "
                                  "updates a parameter slice by slice")
-        if self.head_update and not (self.fused and self.ojas_loss and self.optimizer == "sgd"):
-            raise ValueError("head_update=True needs fused=True, ojas_loss=True and optimizer='sgd': the head is "
+        if self.head_update and not (self.in_backward and self.ojas_loss and self.optimizer == "sgd"):
+            raise ValueError("head_update=True needs in_backward=True, ojas_loss=True and optimizer='sgd': the head is "
                              "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
                              "...), plain SGD only")
+
+    @property
+    def fused(self) -> bool:
+        """Deprecated name of :attr:`in_backward` (warns ``DeprecationWarning``)."""
+        warnings.warn("Setting.fused is deprecated and will be removed in the next release; use Setting.in_backward",
+                      DeprecationWarning, stacklevel=2)
+        return self.in_backward
 
     @property
     def size(self) -> int:
@@ -288,16 +300,19 @@ class Setting:
         """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
         description of a mix it did not run; ``+split``, ``+offload``, ``+host-state`` and
         ``+head-update`` appended when on (bench_optimize_model's records have none of them), and
-        the bucket size when fused and not the default 64 MiB."""
+        the bucket size when in backward and not the default 64 MiB."""
         pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
-                  ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu), ("fused", self.fused))
+                  ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu),
+                  ("in-backward", self.in_backward))
         host = "".join(f"+{name}" for name, on in (("split", self.split), ("offload", self.offload),
                                                    ("host-state", self.host_state),
                                                    ("head-update", self.head_update)) if on)
-        if self.fused and self.bucket_cap_mb != BUCKET_CAP_MB:
+        if self.in_backward and self.bucket_cap_mb != BUCKET_CAP_MB:
             host += f"+bucket-{self.bucket_cap_mb:g}MiB"
         if all(on for _, on in pieces) or not any(on for _, on in pieces):
-            return ("ojas" if self.fused else "standard") + ("+ckpt" if self.checkpoint else "") + host
+            return ("ojas" if self.in_backward else "standard") + ("+ckpt" if self.checkpoint else "") + host
         parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
         return "+".join(parts) + host
 
+
+Setting.__init__ = renamed_keyword("fused", "in_backward", "Setting")(Setting.__init__)  # type: ignore[method-assign]

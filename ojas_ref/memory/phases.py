@@ -16,7 +16,7 @@ from ojas_ref.memory.formulas import (attention_backward_transient_bytes, bucket
                                       offloaded_checkpoints_device_bytes, optimizer_state_bytes, overhead_bytes,
                                       pending_gradients_bytes, pending_staged_bytes, recomputed_attention_half_bytes,
                                       recomputed_layer_bytes, recomputed_mlp_half_bytes, rmsnorm_saved_bytes,
-                                      rotary_bytes, slice_state_bytes, slice_temporary_bytes, sliced,
+                                      rope_bytes, slice_state_bytes, slice_temporary_bytes, sliced,
                                       standard_loss_backward_bytes, standard_loss_forward_bytes,
                                       standard_loss_logits_gradient_bytes, step_temporary_bytes, weights_bytes)
 from ojas_ref.memory.model import PRESETS, Model, Setting
@@ -74,7 +74,7 @@ class Plan:
         m, s = self.model, self.setting
         peak = self.peak_phase
         lines = [f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
-                 f"{' fused into backward' if s.fused else ''}, {s.mode}, batch {s.batch} x seq {s.seq} "
+                 f"{', optimizer in backward' if s.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq} "
                  "(predicted)",
                  f"peak {gib(self.peak)} GiB at: {peak.name}", "",
                  f"{'tensor class':<50} {'GiB':>8}  formula"]
@@ -148,7 +148,7 @@ def plan(model: Any, setting: Setting) -> Plan:
                      "(layers - 1) x layer_saved_bytes")
         last = _term("saved activations: last layer", layer_saved_bytes, m, s)
     head_in = (_term("saved activations: final norm", rmsnorm_saved_bytes, m, s),
-               _term("rotary cos/sin", rotary_bytes, m, s))
+               _term("RoPE cos/sin", rope_bytes, m, s))
     grad_flow = Term("gradient of the hidden states", s.size * s.tokens * m.hidden, "size x tokens x hidden")
     head_grad = _term("gradient of the head weight", head_gradient_bytes, m, s)
     if s.head_update:
@@ -194,7 +194,7 @@ def plan(model: Any, setting: Setting) -> Plan:
                      "head_gradient_bytes if tied")
     first = len(bucketed_order(m, s)) - 1 - 9 + 1  # up to the first layer's down_proj
     head_first = not m.tied and not s.head_update  # the head's gradient is the first in the buckets
-    if s.fused:
+    if s.in_backward:
         in_flight_last = (tied_head, Term("gradients pending in the bucket", pending_gradients_bytes(
             m, s, 2 + head_first), "pending_gradients_bytes(head, final norm, down_proj)" if head_first else
             "pending_gradients_bytes(final norm, down_proj)"))
@@ -204,24 +204,24 @@ def plan(model: Any, setting: Setting) -> Plan:
         down = _term("down_proj weight gradient", down_proj_gradient_bytes, m, s)
         in_flight_last = (head_grad, down)
         in_flight_first = (_term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s), down)
-    staged_last = pending_staged_bytes(m, s, 2 + head_first) if s.fused else 0
-    staged_first = pending_staged_bytes(m, s, first) if s.fused else 0
+    staged_last = pending_staged_bytes(m, s, 2 + head_first) if s.in_backward else 0
+    staged_first = pending_staged_bytes(m, s, first) if s.in_backward else 0
     phases.append(Phase("backward: last decoder layer (MLP)", fixed + (below, last) + in_flight_last + (
         head_in[1], grad_flow, mlp) + bucket_state(staged_last, "gradients pending in the bucket, not sliced")))
     if s.split:
-        phases.append(_split_attention_phase(m, s, fixed + (below_attention, tied_head if s.fused else head_grad,
+        phases.append(_split_attention_phase(m, s, fixed + (below_attention, tied_head if s.in_backward else head_grad,
                                                     head_in[1], grad_flow), head_first, bucket_state))
     phases.append(Phase("backward: first decoder layer (MLP)", fixed + in_flight_first + (
         _term("saved activations: first layer", first_layer_saved_bytes, m, s), head_in[1], grad_flow, mlp)
         + bucket_state(staged_first, "gradients pending in the bucket, not sliced")))
-    if s.fused:
+    if s.in_backward:
         before = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1),
                       "pending_gradients_bytes(all but the embedding)")
     else:
         before = Term("gradients of all but the embedding", (m.params() - m.vocab * m.hidden) * s.size,
                       "(params - vocab x hidden) x size")
     embedding = Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes")
-    staged = pending_staged_bytes(m, s, len(bucketed_order(m, s)) - 1) if s.fused else 0
+    staged = pending_staged_bytes(m, s, len(bucketed_order(m, s)) - 1) if s.in_backward else 0
     pending_state = bucket_state(staged, "gradients pending in the bucket, not sliced")
     embedding_sliced = sliced(s, m.vocab * m.hidden)
     phases.append(Phase("end of backward (embedding)", fixed + (before, embedding, tied_head) + (
@@ -229,7 +229,7 @@ def plan(model: Any, setting: Setting) -> Plan:
     if m.tied:
         phases.append(Phase("end of backward (tied gradients summed)", fixed + (before, embedding, tied_head) + (
             Term("their sum", head_gradient_bytes(m, s), "head_gradient_bytes"),) + pending_state))
-    if s.fused and s.optimizer == "adamw":
+    if s.in_backward and s.optimizer == "adamw":
         phases.append(Phase("end of backward (last bucket's update)", fixed + (before, embedding) + (
             _term("bucket update temporaries (last)", last_bucket_temporary_bytes, m, s),) + bucket_state(
             staged + (0 if embedding_sliced else embedding.bytes),
@@ -237,7 +237,7 @@ def plan(model: Any, setting: Setting) -> Plan:
         if embedding_sliced:  # then the embedding's slices; the whole part's copies back may be in flight
             phases.append(Phase("end of backward (the embedding's update, one slice at a time)", fixed + (
                 before, embedding) + pending_state + slice_terms("embedding")))
-    if not s.fused:
+    if not s.in_backward:
         grads = Term("gradients (all parameters)", m.params() * s.size, "params x size")
         phases.append(Phase("optimizer step", fixed + (grads,) + (
             _term("optimizer step temporaries", step_temporary_bytes, m, s),)))
@@ -248,10 +248,10 @@ def _split_attention_phase(m: Model, s: Setting, alive: tuple[Term, ...], head_f
                            bucket_state: Any) -> Phase:
     """With ``split``, the last layer's attention backward: ``alive`` (what every layer phase
     holds), its recomputed attention half, the layer's gradients so far (down, up, gate,
-    post-attention norm, o: pending in the bucket when fused, held otherwise) and the attention
+    post-attention norm, o: pending in the bucket when in backward, held otherwise) and the attention
     backward's temporaries."""
     count = 1 + head_first + 5  # (head,) final norm, down, up, gate, post-attention norm, o
-    if s.fused:
+    if s.in_backward:
         grads = Term("gradients pending in the bucket", pending_gradients_bytes(m, s, count),
                      "pending_gradients_bytes(..., last layer's o_proj)")
         state = bucket_state(pending_staged_bytes(m, s, count), "gradients pending in the bucket, not sliced")

@@ -11,8 +11,10 @@ held them before the library's :mod:`ojas_ref.memory` existed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -68,7 +70,7 @@ def fit_batch(memory: int, model: Any, setting: Setting, limit: int = 2**20) -> 
     return at(low)
 
 
-#: the benchmark's four modes, as (fused, checkpoint, ojas attention and loss)
+#: the benchmark's four modes, as (in_backward, checkpoint, ojas attention and loss)
 MODES = ((False, False, False), (False, True, False), (True, False, True), (True, True, True))
 
 
@@ -81,7 +83,6 @@ def _slice_mb(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not (math.isfinite(value) and value > 0):
-        import argparse
         raise argparse.ArgumentTypeError(f"--state-slice-mb must be a number of MiB > 0 or 'none', got {text!r}")
     return value
 
@@ -93,9 +94,23 @@ def _bucket_mb(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not (math.isfinite(value) and value >= 0):
-        import argparse
         raise argparse.ArgumentTypeError(f"--bucket-mb must be a number of MiB >= 0, got {text!r}")
     return value
+
+
+class _DeprecatedFlag(argparse.Action):
+    """A flag kept for one release under its old name (hidden from ``--help``): sets ``dest`` and
+    prints a note naming the new flag on stderr."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated and will be removed in the next release; use {self.new}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, True)
 
 
 def add_arguments(parser: Any) -> None:
@@ -107,9 +122,11 @@ def add_arguments(parser: Any) -> None:
                         help="the preset's (or config's) shape with N decoder layers instead of its own")
     parser.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights, gradients, state (default bf16)")
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
-    parser.add_argument("--fused", action="store_true", help="InBackwardOptimizer (64 MiB buckets, or --bucket-mb)")
+    parser.add_argument("--in-backward", action="store_true",
+                        help="the optimizer in backward: InBackwardOptimizer (64 MiB buckets, or --bucket-mb)")
+    parser.add_argument("--fused", action=_DeprecatedFlag, dest="in_backward", new="--in-backward")
     parser.add_argument("--bucket-mb", type=_bucket_mb, metavar="MB",
-                        help=f"with --fused: InBackwardOptimizer's bucket_cap_mb (default {BUCKET_CAP_MB:g})")
+                        help=f"with --in-backward: InBackwardOptimizer's bucket_cap_mb (default {BUCKET_CAP_MB:g})")
     parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
     parser.add_argument("--split", action="store_true",
                         help="with --checkpoint: each layer checkpointed as two segments, attention half and MLP "
@@ -118,14 +135,14 @@ def add_arguments(parser: Any) -> None:
                         help="with --checkpoint: the checkpoints in pinned host memory (optimize_model("
                              "checkpoint='offload'))")
     parser.add_argument("--host-state", action="store_true",
-                        help="with --fused: the optimizer state in host memory (InBackwardOptimizer("
+                        help="with --in-backward: the optimizer state in host memory (InBackwardOptimizer("
                              "state_device='cpu'))")
     parser.add_argument("--state-slice-mb", type=_slice_mb, metavar="MB|none",
                         help="with --host-state: InBackwardOptimizer's state_slice_mb (default none: whole parameters, "
                              f"its default), e.g. {STATE_SLICE_MB:g}: a parameter whose state exceeds it updated "
                              "slice by slice")
     parser.add_argument("--head-update", action="store_true",
-                        help="with --fused, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
+                        help="with --in-backward, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
                              "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
                              "gradient")
     parser.add_argument("--ojas", action="store_true",
@@ -152,8 +169,6 @@ def add_arguments(parser: Any) -> None:
 
 
 def _memory_argument(text: str) -> int:
-    import argparse
-
     try:
         return parse_bytes(text)
     except ValueError as err:
@@ -178,13 +193,11 @@ def _read_config(path: str) -> Model:
 def run_command(args: Any) -> int:
     """``ojas plan``: the breakdown of one setting (and with ``--plot`` its picture, with
     ``--time`` its predicted tokens/s and time to train), or with ``--fit`` the table of fits."""
-    import sys
-
     try:
         model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
         if args.layers is not None:
             model = with_layers(model, args.layers)
-        flags = dict(fused=args.fused, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
+        flags = dict(in_backward=args.in_backward, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
                      ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
                      offload=args.offload, host_state=args.host_state, head_update=args.head_update,
                      split=args.split)
@@ -197,11 +210,11 @@ def run_command(args: Any) -> int:
         if args.split and not args.checkpoint:
             raise ValueError("--split needs --checkpoint (it splits each layer's checkpoint in two)")
         if args.bucket_mb is not None:
-            if not args.fused:
-                raise ValueError("--bucket-mb needs --fused (the buckets are InBackwardOptimizer's)")
+            if not args.in_backward:
+                raise ValueError("--bucket-mb needs --in-backward (the buckets are InBackwardOptimizer's)")
             flags["bucket_cap_mb"] = args.bucket_mb
-        if args.host_state and not args.fused:
-            raise ValueError("--host-state needs --fused (InBackwardOptimizer streams its state from the host)")
+        if args.host_state and not args.in_backward:
+            raise ValueError("--host-state needs --in-backward (InBackwardOptimizer streams its state from the host)")
         setting = Setting(dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch,
                           seq=args.seq, **flags)
         if args.plot is not None:
@@ -230,7 +243,7 @@ def run_command(args: Any) -> int:
                     print("\n" + "\n".join(_shallow_lines(model, setting)))
             return 0
         modes = [flags] if any(flags.values()) else [
-            dict(fused=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
+            dict(in_backward=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
             for f, c, o in MODES]
         settings = [Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, **mode)
                     for d in ([args.dtype] if args.dtype else list(DTYPE_BYTES))

@@ -17,7 +17,7 @@ TENSOR_CLASSES = (("weights", "#4c72b0"), ("optimizer state", "#dd8452"), ("weig
                   ("input ids and labels", "#8c8c8c"))
 _CLASS_OF_TERM = {
     "weights": "weights", "optimizer state": "optimizer state", "cuBLAS workspaces": "cuBLAS workspaces",
-    "input ids and labels": "input ids and labels", "rotary cos/sin": "saved activations",
+    "input ids and labels": "input ids and labels", "RoPE cos/sin": "saved activations",
     "gradient of the hidden states": "activation gradients and temporaries", "their sum": "weight gradients",
     "tied head's gradient, waiting for the embedding's": "weight gradients",
 }
@@ -135,7 +135,7 @@ def plot_plan(result: Plan, path: Any, measured: Optional[int] = None) -> Any:
     full.set_title("whole step, from zero", fontsize=9)
     zoom.set_title("what changes through the step; phase totals (GiB) on the right", fontsize=9)
     fig.suptitle(f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
-                 f"{' fused into backward' if s.fused else ''}, {s.mode}, batch {s.batch} x seq {s.seq}\n"
+                 f"{', optimizer in backward' if s.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq}\n"
                  f"predicted peak {gib(result.peak)} GiB at: {peak.name}"
                  + (f"; measured {gib(measured)} GiB" if measured is not None else ""), fontsize=10)
     fig.legend(loc="outside lower center", ncols=3, fontsize=8.5, frameon=False)

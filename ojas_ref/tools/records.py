@@ -33,7 +33,7 @@ def load_records(path: Path | str, field: str = "peak") -> list[tuple[Setting, A
     for r in data["results"]:
         ojas = r["mode"].startswith("ojas")
         applied = r.get("applied") or dict(attention=ojas, cross_entropy=ojas, rms_norm=False, swiglu=False)
-        setting = Setting(dtype=dtypes[r["dtype"]], optimizer=r["optimizer"], fused=ojas, batch=config["batch"],
+        setting = Setting(dtype=dtypes[r["dtype"]], optimizer=r["optimizer"], in_backward=ojas, batch=config["batch"],
                           seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"),
                           ojas_attention=applied["attention"], ojas_loss=applied["cross_entropy"],
                           ojas_rms_norm=applied["rms_norm"], ojas_swiglu=applied["swiglu"],
@@ -53,7 +53,7 @@ def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optio
     if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
         return None
     ojas = t is not None
-    return Setting(dtype=row["dtype"], optimizer=row["optimizer"], fused=ojas, batch=batch, seq=seq, checkpoint=True,
+    return Setting(dtype=row["dtype"], optimizer=row["optimizer"], in_backward=ojas, batch=batch, seq=seq, checkpoint=True,
                    ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
                    offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None,
                    head_update=ojas and bool(t.get("head_update", False)),

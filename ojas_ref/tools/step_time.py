@@ -6,7 +6,7 @@ rate, benchmarks/RESULTS.md) misses by a factor of 3 to 7, and a sum of the step
 timed one by one misses too (it has no host, and the host and device overlap in part:
 benchmarks/RESULTS.md, issue 15's section). This module times instead the training step of
 the model's own width (hidden, heads, MLP, vocabulary, batch, sequence; the setting's dtype,
-optimizer, fused update, checkpointing or offload, host state, ojas kernels) at two depths
+optimizer, update in backward, checkpointing or offload, host state, ojas kernels) at two depths
 ``a < b`` on the device, interleaved, and extrapolates linearly in the decoder layers:
 
     step(L) = step(a) + (L - a) * (step(b) - step(a)) / (b - a)
@@ -69,7 +69,8 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     in the setting's dtype, set up as the setting trains it: ``optimize_model`` with the ojas
     kernels it names and checkpointing (``"offload"`` with ``s.offload``, split with ``s.split``), or Hugging Face's
     non-reentrant checkpointing for the standard loop; ``InBackwardOptimizer`` (state on the
-    host with ``s.host_state``, buckets of ``s.bucket_cap_mb``) when fused. SGD lr 1e-3, AdamW lr 1e-4 weight decay 0.1."""
+    host with ``s.host_state``, buckets of ``s.bucket_cap_mb``) with ``s.in_backward``. SGD lr 1e-3, AdamW lr
+    1e-4 weight decay 0.1."""
     import torch
     import transformers
 
@@ -104,7 +105,7 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cls, kwargs = ((torch.optim.SGD, dict(lr=1e-3)) if s.optimizer == "sgd" else
                    (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)))
-    if s.fused:
+    if s.in_backward:
         opt = InBackwardOptimizer(model.parameters(), cls, state_device="cpu" if s.host_state else None,
                                   state_slice_mb=s.state_slice_mb, bucket_cap_mb=s.bucket_cap_mb, **kwargs)
     else:

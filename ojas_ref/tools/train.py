@@ -182,7 +182,7 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     elif config.offload_checkpoints or config.split_checkpoints:  # optimize_model's checkpointing, no kernel swapped
         from ojas_ref import optimize_model
 
-        model, _ = optimize_model(model, attention=False, cross_entropy=False, rms_norm=False, swiglu=False,
+        model, _ = optimize_model(model, attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False,
                                   rope=False, checkpoint=checkpointing, checkpoint_split=config.split_checkpoints)
     elif config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -35,7 +35,7 @@ _HELP = {
     "lr": "peak learning rate", "min_lr_ratio": "final lr / peak lr of the cosine",
     "warmup_steps": "linear warmup steps",
     "weight_decay": "AdamW weight decay (matrices only)", "max_grad_norm": "clip the gradient norm (0: no clipping)",
-    "in_backward": "AdamW fused into backward (InBackwardOptimizer) or the standard loop",
+    "in_backward": "AdamW in backward (InBackwardOptimizer) or the standard loop",
     "ojas": "apply optimize_model (ojas attention and cross-entropy)",
     "activation_checkpointing": "per-layer activation checkpointing", "dtype": "parameter dtype",
     "split_checkpoints": "with --activation-checkpointing: checkpoint each layer as its attention half and its "

@@ -269,7 +269,7 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         + (", activation checkpointing" if config.activation_checkpointing else "")
         + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else "")
         + (" (two per layer: attention half, MLP half)" if config.split_checkpoints else ""),
-        f"optimizer  AdamW {'fused into backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
+        f"optimizer  AdamW {'in backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
         + ("state in host memory, " if config.state_on_host else "") +
         f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
         schedule,

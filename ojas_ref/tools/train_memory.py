@@ -49,7 +49,7 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
         shape = memory.Model.from_module(model)
     except (ValueError, TypeError) as err:  # a config the planner cannot read is not the run's error
         raise NotImplementedError(f"the planner cannot read the model's config ({err})") from None
-    setting = memory.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", fused=config.in_backward,
+    setting = memory.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", in_backward=config.in_backward,
                               batch=config.batch_size, seq=config.seq_len,
                               checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
                               ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas,
@@ -93,7 +93,7 @@ def check_fits(config: TrainConfig, model: torch.nn.Module, available_bytes: int
             f"({predicted.peak:,} bytes, at {peak.name}; largest terms: {terms}), available "
             f"{_gib(available_bytes)} ({available_bytes:,} bytes free). "
             f"{advice_text[0].upper() + advice_text[1:]} (`ojas plan --fit` lists what fits)")
-    note = (" (a lower bound: clipping in a fused backward runs two backward passes, the first keeping the "
+    note = (" (a lower bound: clipping in backward (InBackwardOptimizer) runs two backward passes, the first keeping the "
             "activations, which the planner does not model)") if lower_bound else ""
     print(f"ojas train: memory plan: predicted peak {bound}{_gib(predicted.peak)} at {peak.name}, "
           f"{_gib(available_bytes)} free on {where}{note}", file=sys.stderr)
@@ -120,5 +120,5 @@ def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
             if predicted.host else "")
     return (f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
             f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
-            + (", a lower bound: clipping in a fused backward runs two backward passes" if lower_bound else "")
+            + (", a lower bound: clipping in backward runs two backward passes" if lower_bound else "")
             + ")" + host)
