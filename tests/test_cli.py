@@ -42,7 +42,7 @@ def test_help_reads_as_text_and_names_train_the_main_job(capsys: pytest.CaptureF
     assert "``" not in out and "`" not in out
     assert "ojas train    train a small Llama from scratch on the CPU (or a GPU): the main job" in out
     assert out.count("main job") == 1
-    for command in ("train", "plan", "audit", "proofs"):
+    for command in ("train", "plan", "audit", "rocq", "proofs"):
         assert f"ojas {command}" in out
 
 
@@ -58,11 +58,12 @@ def test_train_help_prints_each_default_once_and_the_exit_status(capsys: pytest.
     assert "2: a bad setting" in out and "3: a file of the run could not be written" in out
 
 
+@pytest.mark.parametrize("command", ["rocq", "proofs"])
 @pytest.mark.parametrize("flag, expected", [([], None), (["--require-witnesses"], True)])
 def test_proofs_require_witnesses_reaches_the_audit(monkeypatch: pytest.MonkeyPatch, flag: list[str],
-                                                    expected: bool | None) -> None:
-    """``ojas proofs --require-witnesses`` asks the audit to fail on an unwitnessed premise; without it the
-    audit's default applies; a failing audit exits 1."""
+                                                    expected: bool | None, command: str) -> None:
+    """``ojas rocq --require-witnesses`` (and ``ojas proofs``, its former name) asks the audit to fail on an
+    unwitnessed premise; without it the audit's default applies; a failing audit exits 1."""
     from ojas_ref.verification import proof_audit as pa
 
     seen = []
@@ -72,5 +73,26 @@ def test_proofs_require_witnesses_reaches_the_audit(monkeypatch: pytest.MonkeyPa
         raise pa.ProofAuditError("Ojas.X.t has premises and no witness")
 
     monkeypatch.setattr(pa, "run_audit", fake_audit)
-    assert main(["proofs", *flag]) == 1
+    assert main([command, *flag]) == 1
     assert seen == [expected]
+
+
+def test_proofs_is_the_deprecated_name_of_rocq(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``ojas proofs`` (0.1's name; ``proofs/`` is the Lean folder) says it is deprecated, then runs ``ojas rocq``;
+    ``ojas --help`` lists rocq as the command."""
+    from ojas_ref.verification import proof_audit as pa
+
+    def missing(require_witnesses=None):
+        raise pa.SourcesMissing("no rocq/ here")
+
+    monkeypatch.setattr(pa, "run_audit", missing)
+    assert main(["rocq"]) == 2
+    rocq = capsys.readouterr().err
+    assert rocq == "ojas rocq: cannot run: no rocq/ here\n"
+    assert main(["proofs"]) == 2
+    assert capsys.readouterr().err == ("ojas proofs is deprecated and will be removed in the next release; use ojas rocq "
+                                       "(it audits rocq/)\n" + rocq)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "{train,plan,audit,rocq}" in out and "ojas rocq     rebuild rocq/" in out

@@ -3,9 +3,10 @@
   ojas train    train a small Llama from scratch on the CPU (or a GPU): the main job
   ojas plan     predict the peak GPU memory (and with --time the speed) of a training step, no GPU used
   ojas audit    check the proofs and run every implementation against the oracle extracted from them
-  ojas proofs   rebuild rocq/ and audit its assumptions
+  ojas rocq     rebuild rocq/ (the Coq proofs) and audit its assumptions; ojas proofs is its former
+                name, still accepted for one release
 
-Each subcommand's --help lists its options and its exit status. ojas audit and ojas proofs: 0
+Each subcommand's --help lists its options and its exit status. ojas audit and ojas rocq: 0
 when everything holds, 1 when something does not, 2 when they cannot run here (they need a
 source checkout with rocq/ and extraction/, and coqc, coq_makefile and make to rebuild the
 proofs; the message says which is missing); ojas audit exits 3 when a check was skipped
@@ -17,13 +18,13 @@ import argparse
 import sys
 
 
-def _proofs(args: argparse.Namespace) -> int:
+def _rocq(args: argparse.Namespace) -> int:
     from ojas_ref.verification import proof_audit as pa
 
     try:
         data = pa.run_audit(require_witnesses=args.require_witnesses or None)
     except pa.SourcesMissing as err:
-        print(f"ojas proofs: cannot run: {err}", file=sys.stderr)
+        print(f"ojas rocq: cannot run: {err}", file=sys.stderr)
         return 2
     except pa.ProofAuditError as err:
         print(f"proof audit FAILED: {err}", file=sys.stderr)
@@ -37,9 +38,16 @@ def _proofs(args: argparse.Namespace) -> int:
         print(f"wrote {pa.MANIFEST_PATH.relative_to(pa.REPO_ROOT)}")
     elif args.check_manifest and not pa.manifest_matches(data):
         print(f"{pa.MANIFEST_PATH.relative_to(pa.REPO_ROOT)} is out of date: "
-              "run `ojas proofs --write-manifest` and commit it", file=sys.stderr)
+              "run `ojas rocq --write-manifest` and commit it", file=sys.stderr)
         return 1
     return 0
+
+
+def _proofs(args: argparse.Namespace) -> int:
+    """``ojas proofs``, the former name of ``ojas rocq`` (``proofs/`` is the Lean folder): a note, then the same."""
+    print("ojas proofs is deprecated and will be removed in the next release; use ojas rocq (it audits rocq/)",
+          file=sys.stderr)
+    return _rocq(args)
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -55,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ojas", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ojas-ref {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,plan,audit,proofs}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,plan,audit,rocq}")
     from ojas_ref.tools import train_cli
 
     train_parser = sub.add_parser("train", help="train a Llama-style model from scratch (the CPU default: minutes)")
@@ -72,15 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     audit.add_argument("--allow-skip", action="store_true",
                        help="exit 0 when every check that ran held, even if some were skipped (without it: 3)")
     audit.set_defaults(func=_audit)
-    proofs = sub.add_parser("proofs", help="build rocq/ and audit its assumptions")
-    group = proofs.add_mutually_exclusive_group()
-    group.add_argument("--write-manifest", action="store_true", help="write rocq/MANIFEST.json")
-    group.add_argument("--check-manifest", action="store_true",
-                       help="fail if rocq/MANIFEST.json differs from what the audit finds")
-    proofs.add_argument("--require-witnesses", action="store_true",
-                        help="fail when an exported theorem with premises has no witness in rocq/Witnesses/ "
-                             "(off by default until every one has one; the report counts them)")
+    rocq = sub.add_parser("rocq", help="build rocq/ (the Coq proofs) and audit its assumptions")
+    rocq.set_defaults(func=_rocq)
+    proofs = sub.add_parser("proofs")  # the former name of rocq, deprecated: no help, so not listed
     proofs.set_defaults(func=_proofs)
+    for command in (rocq, proofs):
+        group = command.add_mutually_exclusive_group()
+        group.add_argument("--write-manifest", action="store_true", help="write rocq/MANIFEST.json")
+        group.add_argument("--check-manifest", action="store_true",
+                           help="fail if rocq/MANIFEST.json differs from what the audit finds")
+        command.add_argument("--require-witnesses", action="store_true",
+                             help="fail when an exported theorem with premises has no witness in rocq/Witnesses/ "
+                                  "(off by default until every one has one; the report counts them)")
     args = parser.parse_args(argv)
     return args.func(args)
 
