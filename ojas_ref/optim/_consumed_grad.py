@@ -39,8 +39,8 @@ _GRAD_SCALER = (
 
 # Why the gradient of an updated parameter cannot be read or changed before step() (_ConsumedGrad).
 _CONSUMED = (
-    "{op} was called on the .grad of a parameter that InBackwardOptimizer already updated inside this backward pass: the "
-    "gradient was used by that update and freed, and until optimizer.step() .grad is a placeholder without memory "
+    "{op} was called on the .grad of a parameter that InBackwardOptimizer already updated inside this backward pass: "
+    "the gradient was used by that update and freed, and until optimizer.step() .grad is a placeholder without memory "
     "whose every use raises. torch.optim reads .grad at step(), after code between backward and step(); here the "
     "update ran before it, so clipping (torch.nn.utils.clip_grad_norm_ / clip_grad_value_; it would return 0 and "
     "clip nothing), a gradient norm, zero_grad(set_to_none=False) or any other edit of the gradients cannot take "
@@ -90,12 +90,10 @@ def _release_placeholders(params: list[Tensor]) -> None:
     params.clear()
 
 
-
 def _live_grad(p: Tensor) -> Optional[Tensor]:
     """``p.grad``, or None when there is none or it was consumed by an update (:class:`_ConsumedGrad`)."""
     grad = p.grad
     return None if grad is None or type(grad) is _ConsumedGrad else grad
-
 
 
 class ConsumedGrads:

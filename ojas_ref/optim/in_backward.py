@@ -151,7 +151,6 @@ from ojas_ref.optim._sparse_rows import SparseRowsMixin
 __all__ = ["InBackwardOptimizer"]
 
 
-
 class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, torch.optim.Optimizer):
     """``optimizer_class`` applied to buckets of parameters whose post-accumulate-grad hooks ran.
 
