@@ -843,3 +843,22 @@ def test_three_products_plan_with_ignored_tokens(V):
     assert max(n for _, n, _ in plan) * (V + D) * 2 <= budget
     assert klce._three_products_plan(N, D, V, 2, (True, True, False), cfg, N) == \
         klce._three_products_plan(N, D, V, 2, (True, True, False), cfg)
+
+
+@cpu
+def test_three_products_gathers_one_chunk_at_a_time():
+    """With half the tokens ignored, the 3-product schedule holds one chunk's gathered rows at a
+    time (its workspace, ``_three_products_plan``), never a [K, D] copy of the kept rows: every
+    floating tensor made is a gradient, a [N] / [K] / [V] vector, the loss (or an empty one), or a chunk's [n, V]
+    logits or [n, D] rows (n the plan's chunk sizes)."""
+    N, D, V, chunk = 24, 16, 37, 5
+    p = _with_ignored(make_problem(33, shape=(N,), D=D, V=V, ignored=0.0, bias=True), "half")
+    K = N // 2
+    leaves = [p[k].float().requires_grad_() for k in ("x", "w", "b")]
+    with _Allocations() as mode:
+        loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2],
+                                    config=with_chunks(torch.float32, "cpu", chunk))
+        loss.backward()
+    sizes = {min(chunk, K - r0) * width for r0 in range(0, K, chunk) for width in (V, D)}
+    allowed = sizes | {N * D, V * D, V, N, K, 1, 0}
+    assert K * D not in allowed and set(mode.sizes) <= allowed, set(mode.sizes) - allowed
