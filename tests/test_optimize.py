@@ -92,8 +92,28 @@ def test_no_op_twice_revert_and_errors():
     assert len(report.left_alone) == 4  # and the relu of the two dropout-free feed-forwards (relu_mask)
     with pytest.raises(NotImplementedError, match="checkpoint=True"):
         optimize_model(encoder(), checkpoint=True)
-    with pytest.raises(TypeError, match="cross_entropy must be a bool"):
+    with pytest.raises(TypeError, match="linear_cross_entropy must be a bool"):
+        optimize_model(encoder(), linear_cross_entropy=1)
+
+
+def test_cross_entropy_is_the_deprecated_name_of_linear_cross_entropy():
+    """``cross_entropy=``, the keyword's name in release 0.1, warns and is ``linear_cross_entropy=``;
+    both at once raise."""
+    note = "a plain model computes its own loss"
+    _, report = optimize_model(encoder(), linear_cross_entropy=True)
+    assert any(note in n for n in report.notes)
+    model = encoder()
+    with pytest.warns(DeprecationWarning, match=r"cross_entropy=\.\.\.\) is deprecated.*linear_cross_entropy=") as w:
+        _, report = optimize_model(model, cross_entropy=False)
+    assert w[0].filename == __file__  # the warning names the caller's line
+    assert not any(note in n for n in report.notes)
+    assert optimize_model(model, linear_cross_entropy=False)[1] is report  # the same arguments: a no-op
+    with pytest.raises(ValueError, match=r"linear_cross_entropy=False \(now True\)"):
+        optimize_model(model, linear_cross_entropy=True)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="linear_cross_entropy must be a bool"):
         optimize_model(encoder(), cross_entropy=1)
+    with pytest.raises(TypeError, match="got both linear_cross_entropy= and its deprecated alias cross_entropy="):
+        optimize_model(encoder(), cross_entropy=True, linear_cross_entropy=True)
 
 
 def test_rms_norm_flag_on_a_plain_model():

@@ -1,4 +1,4 @@
-"""``optimize_model`` on Hugging Face causal LMs (ojas_ref/integrations/hf/adapters.py), tiny random configs.
+"""``optimize_model`` on Hugging Face causal LMs (ojas_ref/integrations/hf/), tiny random configs.
 
 Each family is built from a config in the test (no weights from a hub) and trained side
 by side with its unpatched copy. The comparisons run in float64, the unpatched model's
@@ -28,7 +28,15 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.functional import dispatch  # noqa: E402
+from ojas_ref.functional.dispatch import plain_kernel_call, use_impl  # noqa: E402
+import ojas_ref.integrations.hf.attention as hf_attention  # noqa: E402
+import ojas_ref.integrations.hf.rms_norm as hf_rms_norm  # noqa: E402
+import ojas_ref.integrations.hf.rope as hf_rope  # noqa: E402
+import ojas_ref.integrations.hf.swiglu as hf_swiglu  # noqa: E402
+from ojas_ref.integrations import hf  # noqa: E402
+from ojas_ref.integrations.hf.rms_norm import _OjasRMSNorm  # noqa: E402
+from ojas_ref.integrations.hf.swiglu import _OjasSwiGLU  # noqa: E402
 from ojas_ref.integrations.hf.optimize import (  # noqa: E402
     RMS_NORM_THEOREMS, SWIGLU_THEOREMS, optimize_model, revert_model)
 from ojas_ref.functional.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM  # noqa: E402
@@ -134,7 +142,7 @@ def assert_norms_swapped(model, report) -> None:
     """Every RMSNorm module of the model is an ojas one (none for GPT-2, whose norms are
     LayerNorms), each reported with its theorem."""
     norms = {n: m for n, m in model.named_modules() if type(m).__name__.endswith("RMSNorm")}
-    assert all(isinstance(m, hf._OjasRMSNorm) for m in norms.values()), norms
+    assert all(isinstance(m, _OjasRMSNorm) for m in norms.values()), norms
     reported = {c.module: c for c in report.changed if "rms_norm" in c.what}
     assert set(reported) == {n.removeprefix("base_model.model.") for n in norms}
     gemma = model.config.model_type.startswith("gemma")
@@ -152,7 +160,7 @@ def assert_mlps_swapped(model, report) -> None:
         return
     gemma = model.config.model_type.startswith("gemma")
     theorem = SWIGLU_THEOREMS["gelu_tanh"] if gemma else SWIGLU_THEOREM
-    assert all(isinstance(m, hf._OjasSwiGLU) for m in mlps.values()) and set(reported) == set(mlps) and mlps
+    assert all(isinstance(m, _OjasSwiGLU) for m in mlps.values()) and set(reported) == set(mlps) and mlps
     assert all(c.theorems == (theorem,) for c in reported.values())
     assert all(("gelu_tanh(gate) * up" if gemma else "silu(gate) * up") in c.what for c in reported.values())
 
@@ -403,7 +411,7 @@ def test_rms_norm_false_and_unchecked_norm_classes_are_left_alone():
     _, report = optimize_model(model, rms_norm=False)
     norms = [s for s in report.left_alone if s.reason == "rms_norm=False"]
     assert len(norms) == 9 and not any("rms_norm" in c.what for c in report.changed)
-    assert not any(isinstance(m, hf._OjasRMSNorm) for m in model.modules())
+    assert not any(isinstance(m, _OjasRMSNorm) for m in model.modules())
 
     class LlamaRMSNorm(transformers.models.llama.modeling_llama.LlamaRMSNorm):  # same name, another formula
         def forward(self, hidden_states):
@@ -424,7 +432,7 @@ def test_swiglu_false_and_unchecked_mlp_classes_are_left_alone():
     model = build("qwen3")
     _, report = optimize_model(model, swiglu=False)
     assert [s.reason for s in report.left_alone] == ["swiglu=False"] * 2
-    assert not any(isinstance(m, hf._OjasSwiGLU) for m in model.modules())
+    assert not any(isinstance(m, _OjasSwiGLU) for m in model.modules())
 
     class LlamaMLP(transformers.models.llama.modeling_llama.LlamaMLP):  # same name, another formula
         def forward(self, x):
@@ -436,7 +444,7 @@ def test_swiglu_false_and_unchecked_mlp_classes_are_left_alone():
     _, report = optimize_model(model)
     assert [s.module for s in report.left_alone] == ["model.layers.1.mlp"]
     assert "differs from down(silu(gate) * up)" in report.left_alone[0].reason
-    assert type(model.model.layers[1].mlp) is LlamaMLP and isinstance(model.model.layers[0].mlp, hf._OjasSwiGLU)
+    assert type(model.model.layers[1].mlp) is LlamaMLP and isinstance(model.model.layers[0].mlp, _OjasSwiGLU)
     revert_model(model)
     assert type(model.model.layers[0].mlp) is transformers.models.llama.modeling_llama.LlamaMLP
     with pytest.raises(TypeError, match="swiglu must be a bool"):
@@ -461,8 +469,8 @@ def test_swiglu_swap_alone_is_bitwise(family, overrides, dtype):
     class and the model."""
     ref = build(family, **overrides).to(dtype)
     cls = type(ref.model.layers[0].mlp)
-    opt, report = optimize_model(copy.deepcopy(ref), attention=False, cross_entropy=False, rms_norm=False,
-                                 rope=False)
+    opt, report = optimize_model(copy.deepcopy(ref), attention=False, linear_cross_entropy=False,
+                                 rms_norm=False, rope=False)
     activation = "silu" if family == "llama" and not overrides else "gelu_tanh"
     mlps = [f"model.layers.{i}.mlp" for i in range(2)]
     assert [c.module for c in report.changed] == mlps, str(report)
@@ -488,14 +496,14 @@ def test_other_gelu_mlps_are_left_alone():
     mlps = [s for s in report.left_alone if s.module.endswith("mlp")]
     assert [s.module for s in mlps] == ["model.layers.0.mlp", "model.layers.1.mlp"], str(report)
     assert all("activation GELUActivation" in s.reason and "GeGLU" in s.reason for s in mlps)
-    assert not any(isinstance(m, hf._OjasSwiGLU) for m in model.modules())
+    assert not any(isinstance(m, _OjasSwiGLU) for m in model.modules())
     model = build("gemma3")
     model.model.layers[1].mlp.act_fn = transformers.activations.GELUTanh(use_gelu_tanh_python=True)
     _, report = optimize_model(model, attention=False)
     mlps = [s for s in report.left_alone if s.module.endswith("mlp")]
     assert [s.module for s in mlps] == ["model.layers.1.mlp"], str(report)
     assert "GELUTanh (its Python formula)" in mlps[0].reason
-    assert isinstance(model.model.layers[0].mlp, hf._OjasSwiGLU)
+    assert isinstance(model.model.layers[0].mlp, _OjasSwiGLU)
     mlp = model.model.layers[0].mlp
     mlp.act_fn = torch.nn.ReLU()
     x = torch.randn(3, 32, dtype=torch.float64)
@@ -569,15 +577,14 @@ def test_float32_kernels_through_the_model(monkeypatch, family):
     else on CUDA) inside a padded Llama or Gemma 3, float32 against the unpatched model: relative
     1e-4 on the gradients (float32 accumulation over at most 64 terms per product and a different
     summation order: ~1e-6 expected; TF32 stays off, torch's default)."""
-    for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU"):
-        monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     ref = build(family).float().to(device)
     opt, _ = optimize_model(copy.deepcopy(ref))
     data = {k: v.to(device) for k, v in batch(5, padding=True).items()}
-    for m in (ref, opt):
-        m.train()
-        m(**data).loss.backward()
+    with use_impl(attention="triton", linear_cross_entropy="triton", rms_norm="triton", swiglu="triton"):
+        for m in (ref, opt):
+            m.train()
+            m(**data).loss.backward()
     for (name, p), q in zip(ref.named_parameters(), opt.parameters()):
         assert close(p.grad, q.grad, 1e-4), name
 
@@ -590,51 +597,51 @@ def test_plain_calls_skip_the_general_path(monkeypatch, general):
     the kernels without the primitives' general entry points (``attention``, ``rms_norm``,
     ``swiglu``), and the attention output needs no copy; a primitive set to the reference
     takes its general path.  Same gradients either way (the float32 test above)."""
-    for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU"):
-        monkeypatch.setenv(f"OJAS_{name}_IMPL", "reference" if name == general else "triton")
+    impls = use_impl(**{name.lower(): "reference" if name == general else "triton"
+                         for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU")})
     calls = {"ATTENTION": 0, "RMS_NORM": 0, "SWIGLU": 0}
-    for name, attr in (("ATTENTION", "attention"), ("RMS_NORM", "rms_norm"), ("SWIGLU", "swiglu")):
-        def counted(*args, _f=getattr(hf, attr), _name=name, **kwargs):
+    for name, module, attr in (("ATTENTION", hf_attention, "attention"), ("RMS_NORM", hf_rms_norm, "rms_norm"),
+                               ("SWIGLU", hf_swiglu, "swiglu")):
+        def counted(*args, _f=getattr(module, attr), _name=name, **kwargs):
             calls[_name] += 1
             return _f(*args, **kwargs)
-        monkeypatch.setattr(hf, attr, counted)
+        monkeypatch.setattr(module, attr, counted)
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     model, _ = optimize_model(build("llama").float().to(device))
     calls.update(dict.fromkeys(calls, 0))  # the swap's probes run the reference
     model.train()
     data = {k: v.to(device) for k, v in batch(2, padding=True).items()}
-    model(**data).loss.backward()
+    with impls:
+        model(**data).loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert {k for k, n in calls.items() if n} == ({general} if general else set())
     q = torch.randn(2, 4, 8, 16, device=device)
-    out, _ = hf.ojas_attention_forward(model.model.layers[0].self_attn, q, q, q, None)
+    with impls:
+        out, _ = hf.ojas_attention_forward(model.model.layers[0].self_attn, q, q, q, None)
     assert out.shape == (2, 8, 4, 16) and out.is_contiguous()
     assert (out._base is not None) == (general != "ATTENTION")  # the kernel's buffer itself: no copy
 
 
 def test_plain_kernel_call_is_the_plain_case_only(monkeypatch):
-    from ojas_ref.functional.dispatch import plain_kernel_call
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    env = "OJAS_TEST_IMPL"
+    monkeypatch.setattr(dispatch, "_interpret", True)
     x = torch.zeros(2, 3)
-    monkeypatch.setenv(env, "triton")
-    assert plain_kernel_call(env, x, x)
-    assert not plain_kernel_call(env, x, x.double()) and not plain_kernel_call(env, x.double())
-    assert not plain_kernel_call(env, x, x.bfloat16())
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # CPU autocast: the check reads CUDA's state
-        assert plain_kernel_call(env, x)
-    monkeypatch.setenv(env, "auto")  # auto runs the kernel on CUDA only
-    assert plain_kernel_call(env, x) == (x.device.type == "cuda")
-    monkeypatch.setenv(env, "reference")
-    assert not plain_kernel_call(env, x)
-    monkeypatch.setenv(env, "triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not plain_kernel_call(env, x)
+    with use_impl("triton"):
+        assert plain_kernel_call("swiglu", x, x) and plain_kernel_call("OJAS_SWIGLU_IMPL", x, x)
+        assert not plain_kernel_call("swiglu", x, x.double()) and not plain_kernel_call("swiglu", x.double())
+        assert not plain_kernel_call("swiglu", x, x.bfloat16())
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast counts where the function casts
+            assert plain_kernel_call("swiglu", x) and not plain_kernel_call("attention", x)
+    with use_impl("auto"):  # auto runs the kernel on CUDA only
+        assert plain_kernel_call("swiglu", x) == (x.device.type == "cuda")
+    with use_impl("reference"):
+        assert not plain_kernel_call("swiglu", x)
+    monkeypatch.setattr(dispatch, "_interpret", False)
+    with use_impl("triton"):
+        assert not plain_kernel_call("swiglu", x)
     if torch.cuda.is_available():
         y = torch.zeros(2, 3, device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            assert not plain_kernel_call(env, y) and plain_kernel_call(env, y.bfloat16())
+        with use_impl("triton"), torch.autocast("cuda", dtype=torch.bfloat16):
+            assert not plain_kernel_call("attention", y) and plain_kernel_call("attention", y.bfloat16())
 
 
 def test_rope_replaced_reported_and_reverted():
@@ -645,21 +652,21 @@ def test_rope_replaced_reported_and_reverted():
 
     module = "transformers.models.llama.modeling_llama"
     original = getattr(llama.apply_rotary_pos_emb, "_ojas_original", llama.apply_rotary_pos_emb)
-    users = hf._ROTARY_PATCHED.get(module, (None, 0))[1]  # models of earlier tests, never reverted
+    users = hf_rope._ROPE_PATCHED.get(module, (None, 0))[1]  # models of earlier tests, never reverted
     a, report = optimize_model(build("llama"))
     b, _ = optimize_model(build("llama", seed=1))
     name = f"{module}.apply_rotary_pos_emb"
     change = next(c for c in report.changed if c.module == name)
     assert change.theorems == ("Ojas.RoPE.Backward.rope_backward_eq_vjp",)
     assert llama.apply_rotary_pos_emb is not original and llama.apply_rotary_pos_emb._ojas_original is original
-    assert hf._ROTARY_PATCHED[module][1] == users + 2
+    assert hf_rope._ROPE_PATCHED[module][1] == users + 2
     revert_model(a)
     assert llama.apply_rotary_pos_emb is not original  # b still uses it
     revert_model(b)
     assert (llama.apply_rotary_pos_emb is original) == (users == 0)
     c, report = optimize_model(build("llama"), rope=False)
     assert any(s.module == name and s.reason == "rope=False" for s in report.left_alone)
-    assert hf._ROTARY_PATCHED.get(module, (None, 0))[1] == users
+    assert hf_rope._ROPE_PATCHED.get(module, (None, 0))[1] == users
     revert_model(c)
     _, report = optimize_model(build("gpt2"))
     assert not any("rotary" in x.module for x in report.changed + report.left_alone)
@@ -673,37 +680,37 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
     Hugging Face's function: outputs and gradients equal (torch.equal)."""
     import transformers.models.llama.modeling_llama as llama
 
-    monkeypatch.setenv("OJAS_ROPE_IMPL", "triton")
     calls = []
-    monkeypatch.setattr(hf, "fused_rotary", lambda *a, _f=hf.fused_rotary: calls.append(1) or _f(*a))
+    monkeypatch.setattr(hf_rope, "fused_rotary", lambda *a, _f=hf_rope.fused_rotary: calls.append(1) or _f(*a))
     original = getattr(llama.apply_rotary_pos_emb, "_ojas_original", llama.apply_rotary_pos_emb)
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     plain = build("llama").to(dtype).to(device)
     model, _ = optimize_model(build("llama").to(dtype).to(device))
-    try:
-        ids = batch(0)["input_ids"].to(device)
-        plain(input_ids=ids)  # another Llama in the process: Hugging Face's own function
-        assert not calls
-        model(input_ids=ids)  # the optimized one: the kernel in each of its 2 layers
-        assert len(calls) == 2
-        replaced = llama.apply_rotary_pos_emb
-        hf._enter_rotary_scope(None, ())  # as inside an optimized attention module
-        g = torch.Generator().manual_seed(0)
-        q = torch.randn(2, 7, 4, 16, generator=g).to(dtype).to(device).transpose(1, 2).requires_grad_()
-        k = torch.randn(2, 2, 7, 16, generator=g).to(dtype).to(device).requires_grad_()
-        cos, sin = (torch.randn(1, 7, 16, generator=g).to(dtype).to(device) for _ in range(2))
-        for args, kwargs in (((q, k, cos, sin), {}), ((q.transpose(1, 2), k.transpose(1, 2), cos, sin),
-                                                     {"unsqueeze_dim": 2}),
-                             ((q, k, cos.clone().requires_grad_(), sin), {})):
-            got, want = replaced(*args, **kwargs), original(*args, **kwargs)
-            assert all(torch.equal(x, y) for x, y in zip(got, want))
-            w = [torch.randn(t.shape, generator=g).to(dtype).to(device) for t in want]
-            assert all(torch.equal(x, y) for x, y in zip(torch.autograd.grad(got, (q, k), w),
-                                                          torch.autograd.grad(want, (q, k), w)))
-        assert len(calls) == 3  # the kernel ran for the plain case only
-    finally:
-        hf._ROTARY_SCOPE.depth = 0
-        revert_model(model)
+    with use_impl(rope="triton"):
+        try:
+            ids = batch(0)["input_ids"].to(device)
+            plain(input_ids=ids)  # another Llama in the process: Hugging Face's own function
+            assert not calls
+            model(input_ids=ids)  # the optimized one: the kernel in each of its 2 layers
+            assert len(calls) == 2
+            replaced = llama.apply_rotary_pos_emb
+            hf_rope._enter_rope_scope(None, ())  # as inside an optimized attention module
+            g = torch.Generator().manual_seed(0)
+            q = torch.randn(2, 7, 4, 16, generator=g).to(dtype).to(device).transpose(1, 2).requires_grad_()
+            k = torch.randn(2, 2, 7, 16, generator=g).to(dtype).to(device).requires_grad_()
+            cos, sin = (torch.randn(1, 7, 16, generator=g).to(dtype).to(device) for _ in range(2))
+            for args, kwargs in (((q, k, cos, sin), {}), ((q.transpose(1, 2), k.transpose(1, 2), cos, sin),
+                                                         {"unsqueeze_dim": 2}),
+                                 ((q, k, cos.clone().requires_grad_(), sin), {})):
+                got, want = replaced(*args, **kwargs), original(*args, **kwargs)
+                assert all(torch.equal(x, y) for x, y in zip(got, want))
+                w = [torch.randn(t.shape, generator=g).to(dtype).to(device) for t in want]
+                assert all(torch.equal(x, y) for x, y in zip(torch.autograd.grad(got, (q, k), w),
+                                                              torch.autograd.grad(want, (q, k), w)))
+            assert len(calls) == 3  # the kernel ran for the plain case only
+        finally:
+            hf_rope._ROPE_SCOPE.depth = 0
+            revert_model(model)
 
 
 def test_report_plans_what_it_applied():
@@ -712,9 +719,12 @@ def test_report_plans_what_it_applied():
     model = build("llama").float()
     _, report = optimize_model(model, checkpoint="offload")
     expected = P.plan(P.Model.from_module(model), P.Setting(
-        dtype="fp32", optimizer="sgd", fused=True, batch=2, seq=32, checkpoint=True, offload=True,
+        dtype="fp32", optimizer="sgd", in_backward=True, batch=2, seq=32, checkpoint=True, offload=True,
         ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True))
     assert report.plan(optimizer="sgd", batch=2, seq=32) == expected
+    with pytest.warns(DeprecationWarning, match=r"OptimizationReport.plan\(fused=\.\.\.\) is deprecated.*in_backward="):
+        assert report.plan(optimizer="sgd", fused=False) == report.plan(optimizer="sgd", in_backward=False) != (
+            report.plan(optimizer="sgd"))
     assert f"peak {report.plan().peak / 2**30:.2f} GiB at" in str(report)
     _, partial = optimize_model(build("llama").to(torch.bfloat16), attention=False, swiglu=False)
     s = partial.plan().setting
@@ -760,3 +770,17 @@ def test_data_parallel_replicas_are_refused():
     with pytest.raises(NotImplementedError, match="DataParallel.*DistributedDataParallel"):
         replica(**batch(0))
     assert model(**batch(0)).loss.isfinite()  # the model itself is unaffected
+
+
+def test_family_support_cross_entropy_is_a_deprecated_alias():
+    """FamilySupport.cross_entropy, the field's name in release 0.1, warns and reads
+    ``linear_cross_entropy``: None where the loss is supported (Gemma 2, with its final soft cap),
+    else the reason it is left alone (an output embedding that is not a Linear)."""
+    support = hf.family_support(build("gemma2"))
+    assert support.linear_cross_entropy is None and support.softcap == 3.0
+    model = build("llama")
+    model.set_output_embeddings(torch.nn.Identity())
+    support = hf.family_support(model)
+    assert "not a torch.nn.Linear" in support.linear_cross_entropy
+    with pytest.warns(DeprecationWarning, match="FamilySupport.cross_entropy is deprecated"):
+        assert support.cross_entropy == support.linear_cross_entropy

@@ -24,8 +24,12 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
-from ojas_ref.integrations.hf.optimize import REPORT_WIDTH, optimize_model, revert_model  # noqa: E402
+from ojas_ref.functional import dispatch  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
+from ojas_ref.integrations import hf  # noqa: E402
+import ojas_ref.integrations.hf.rope as hf_rope  # noqa: E402
+from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
+from ojas_ref.integrations.hf.report import REPORT_WIDTH  # noqa: E402
 from test_optimize_huggingface import (  # noqa: E402
     _LargestTensor, _logit_sized, assert_same_parameters, batch, build, close, float64_causal_lm_loss, train)
 
@@ -34,7 +38,7 @@ LLAMA = "transformers.models.llama.modeling_llama"
 
 def users() -> int:
     """How many optimized Llama models (of this and earlier tests) use the replaced rotary function."""
-    return hf._ROTARY_PATCHED.get(LLAMA, (None, 0))[1]
+    return hf_rope._ROPE_PATCHED.get(LLAMA, (None, 0))[1]
 
 
 def grads(model, data: dict) -> tuple[float, dict[str, torch.Tensor]]:
@@ -138,7 +142,7 @@ def test_a_deep_copy_and_the_original_revert_independently():
     assert model(**data).logits is not None
 
 
-def test_a_plain_rotary_function_is_replaced_by_a_function_and_counted(monkeypatch):
+def test_a_plain_rope_function_is_replaced_by_a_function_and_counted(monkeypatch):
     """Without Hugging Face's kernels package a modeling module's apply_rotary_pos_emb is a function:
     the replacement is a function too (the kernels case, an nn.Module, runs in every Llama test of
     this venv); uses are counted, copies of a use are uses, and the last release puts it back."""
@@ -149,16 +153,16 @@ def test_a_plain_rotary_function_is_replaced_by_a_function_and_counted(monkeypat
     module = types.ModuleType("fake_modeling")
     module.apply_rotary_pos_emb = rotary_reference
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    use = hf.RotaryUse(module.__name__)
+    use = hf_rope.RopeUse(module.__name__)
     replaced = module.apply_rotary_pos_emb
     assert isinstance(replaced, types.FunctionType) and replaced._ojas_original is rotary_reference
     copied = pickle.loads(pickle.dumps(use))
-    assert hf._ROTARY_PATCHED[module.__name__][1] == 2
+    assert hf_rope._ROPE_PATCHED[module.__name__][1] == 2
     use.release()
     use.release()  # once only
     assert module.apply_rotary_pos_emb is replaced
     copied.release()
-    assert module.apply_rotary_pos_emb is rotary_reference and module.__name__ not in hf._ROTARY_PATCHED
+    assert module.apply_rotary_pos_emb is rotary_reference and module.__name__ not in hf_rope._ROPE_PATCHED
     with pytest.raises(RuntimeError, match="released"):
         copy.deepcopy(use)
 
@@ -395,13 +399,12 @@ def test_the_printed_report_fits_a_screen_at_any_depth(monkeypatch):
     details = report.details()
     assert all(c.module in details and all(t in details for t in c.theorems) for c in report.changed)
     model.float()
-    for env in ("OJAS_ATTENTION_IMPL", "OJAS_RMS_NORM_IMPL", "OJAS_SWIGLU_IMPL", "OJAS_ROPE_IMPL",
-                "OJAS_LINEAR_CROSS_ENTROPY_IMPL"):
-        monkeypatch.setenv(env, "triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "runs on cpu, float32: the Triton kernels" in str(report)
-    monkeypatch.setenv("OJAS_ROPE_IMPL", "reference")
-    assert "Triton kernels for attention, rms_norm, swiglu, cross_entropy; PyTorch reference for rope" in str(report)
+    monkeypatch.setattr(dispatch, "_interpret", True)
+    with use_impl("triton"):
+        assert "runs on cpu, float32: the Triton kernels" in str(report)
+    with use_impl("triton", rope="reference"):
+        assert ("Triton kernels for attention, rms_norm, swiglu, linear_cross_entropy; PyTorch reference for rope"
+                in str(report))
 
 
 def test_a_printed_plan_is_its_table():

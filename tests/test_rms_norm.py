@@ -47,7 +47,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import ojas_ref  # noqa: E402
 from ojas_kernels import rms_norm as krms  # noqa: E402
-from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.integrations import hf  # noqa: E402
 from ojas_ref.functional import dispatch  # noqa: E402
 from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.functional.rms_norm import rms_norm, rms_norm_reference  # noqa: E402

@@ -1,5 +1,5 @@
 """``optimize_model(..., checkpoint_split=True)``: each decoder layer checkpointed as two segments
-(ojas_ref/integrations/hf/adapters.py, ``SplitCheckpoint``).
+(ojas_ref/integrations/hf/split_checkpoint.py, ``SplitCheckpoint``).
 
 Recomputing a segment from its input repeats the forward's operations, so on the CPU the losses
 and gradients must be those of the unsplit checkpointed model bit for bit (float32 and bfloat16,
@@ -26,7 +26,8 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 warnings.filterwarnings("ignore", module="transformers")
 
-from ojas_ref.integrations.hf import adapters as hf  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
+from ojas_ref.integrations import hf  # noqa: E402
 from ojas_ref.nn.offload import OffloadedCheckpoint  # noqa: E402
 from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
 from test_offload import batch, train  # noqa: E402
@@ -35,7 +36,7 @@ from test_optimize_huggingface import COMMON, FAMILIES, V  # noqa: E402
 SPLIT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 LAYERS = 3
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-OFF = dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+OFF = dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
 
 
 def build(family: str = "llama", dtype=torch.float32, device="cpu", **overrides) -> torch.nn.Module:
@@ -91,11 +92,11 @@ def test_split_with_the_ojas_kernels_off_is_bitwise_too():
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 for the kernels")
-def test_split_with_the_triton_kernels_interpreted(monkeypatch):
-    for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU", "ROPE"):
-        monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
-    whole, split, _ = pair("llama", torch.float32, "offload")
-    assert_bitwise(whole, split, (run(whole, 1), run(split, 1)))
+def test_split_with_the_triton_kernels_interpreted():
+    with use_impl(attention="triton", linear_cross_entropy="triton", rms_norm="triton", swiglu="triton",
+                  rope="triton"):
+        whole, split, _ = pair("llama", torch.float32, "offload")
+        assert_bitwise(whole, split, (run(whole, 1), run(split, 1)))
 
 
 # ---------------------------------------------------------------- what the split changes
@@ -299,7 +300,7 @@ def test_split_lowers_the_backward_peak_gpu():
         model = build("llama", torch.float32, "cuda", num_hidden_layers=8, hidden_size=hidden,
                       intermediate_size=2816, num_attention_heads=8, num_key_value_heads=8,
                       max_position_embeddings=s, vocab_size=256)
-        optimize_model(model, checkpoint="offload", checkpoint_split=split, cross_entropy=False)
+        optimize_model(model, checkpoint="offload", checkpoint_split=split, linear_cross_entropy=False)
         model.train()
         for p in model.parameters():
             p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))

@@ -2,7 +2,7 @@
 
 ``model, report = optimize_model(model)`` rewrites the model in place:
 
-* Hugging Face causal LMs (the families of ``ojas_ref.integrations.hf.adapters.SUPPORTED_MODEL_TYPES``):
+* Hugging Face causal LMs (the families of ``ojas_ref.integrations.hf.SUPPORTED_MODEL_TYPES``):
   attention through :func:`ojas_ref.attention` (registered as ``attn_implementation="ojas"``),
   the training loss through :func:`ojas_ref.linear_cross_entropy` (no ``[tokens,
   vocabulary]`` logits when ``labels`` are given in training mode), the RMSNorm modules
@@ -27,8 +27,8 @@ raises); :func:`revert_model` undoes the call; a deep or pickled copy is optimiz
 
 from __future__ import annotations
 
+import functools
 import inspect
-import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -36,14 +36,21 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from ojas_ref.functional.attention import IMPL_ENV as ATTENTION_IMPL_ENV
-from ojas_ref.functional.linear_cross_entropy import IMPL_ENV as CROSS_ENTROPY_IMPL_ENV
-from ojas_ref.functional.relu import (BACKWARD_THEOREM as RELU_THEOREM, IMPL_ENV as RELU_IMPL_ENV,
-                                      KERNEL_THEOREM as RELU_KERNEL_THEOREM)
-from ojas_ref.functional.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS, IMPL_ENV as RMS_NORM_IMPL_ENV
-from ojas_ref.functional.rope import BACKWARD_THEOREM as ROPE_THEOREM, IMPL_ENV as ROPE_IMPL_ENV
-from ojas_ref.functional.swiglu import (BACKWARD_THEOREMS as SWIGLU_THEOREMS,
-                                        IMPL_ENV as SWIGLU_IMPL_ENV)
+from ojas_ref._deprecation import renamed_keyword
+from ojas_ref.functional.relu import BACKWARD_THEOREM as RELU_THEOREM, KERNEL_THEOREM as RELU_KERNEL_THEOREM
+from ojas_ref.functional.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
+from ojas_ref.functional.rope import BACKWARD_THEOREM as ROPE_THEOREM
+from ojas_ref.functional.swiglu import BACKWARD_THEOREMS as SWIGLU_THEOREMS
+from ojas_ref.integrations.hf.attention import ATTENTION_NAME, register
+from ojas_ref.integrations.hf.family import family_support
+from ojas_ref.integrations.hf.linear_cross_entropy import CausalLMLossHead, head_weight_and_bias
+from ojas_ref.integrations.hf.report import Change, LeftAlone, OptimizationReport
+from ojas_ref.integrations.hf.rms_norm import _OjasRMSNorm, ojas_rms_norm_class, rms_norm_unsupported_reason
+from ojas_ref.integrations.hf.rope import RopeUse, rope_unsupported_reason, scope_rope
+from ojas_ref.integrations.hf.split_checkpoint import (SPLIT_SEGMENTS, SplitCheckpoint, split_layers, split_swap,
+                                                       split_unsupported_reason)
+from ojas_ref.integrations.hf.swiglu import (_OjasSwiGLU, is_gated_mlp, mlp_activation, ojas_swiglu_class,
+                                             swiglu_unsupported_reason)
 
 SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
                              "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense")
@@ -55,166 +62,11 @@ _STATE_ATTR = "_ojas_optimized"
 ATTENTION_THEOREMS = ("Ojas.Attention.StreamCorrect.attention_forward_correct",
                       "Ojas.Attention.Mask.stream_row_masked_keys",
                       "Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive")
-CROSS_ENTROPY_THEOREMS = ("Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
-                          "Ojas.CrossEntropy.Reduction.ce_loss_correct",
-                          "Ojas.CrossEntropy.Gradient.ce_backward_correct")
+LINEAR_CROSS_ENTROPY_THEOREMS = ("Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
+                                 "Ojas.CrossEntropy.Reduction.ce_loss_correct",
+                                 "Ojas.CrossEntropy.Gradient.ce_backward_correct")
 RMS_NORM_NOT_COVERED = ("the kernel's floating-point rounding; the cast to the input dtype "
                         "(the backward treats it as the identity, as torch's autograd does)")
-
-
-@dataclass(frozen=True)
-class Change:
-    """A module that ``optimize_model`` changed; ``kind``: the primitive that computes it now
-    (a key of :data:`KERNEL_ENVS`), or "" for a change without a kernel (checkpointing, sparse embedding)."""
-
-    module: str
-    what: str
-    theorems: tuple[str, ...] = ()
-    not_covered: str = ""
-    kind: str = ""
-
-
-@dataclass(frozen=True)
-class LeftAlone:
-    """A module that ``optimize_model`` did not change, and why."""
-
-    module: str
-    reason: str
-
-
-#: the primitives that ``optimize_model`` applies -> the environment variable choosing their
-#: implementation (``ojas_ref.functional.dispatch``)
-KERNEL_ENVS = {"attention": ATTENTION_IMPL_ENV, "cross_entropy": CROSS_ENTROPY_IMPL_ENV, "rms_norm": RMS_NORM_IMPL_ENV,
-               "swiglu": SWIGLU_IMPL_ENV, "rope": ROPE_IMPL_ENV, "relu": RELU_IMPL_ENV}
-#: the width that ``str(report)`` clips its lines to
-REPORT_WIDTH = 120
-
-
-def _clip(line: str) -> str:
-    return line if len(line) <= REPORT_WIDTH else line[:REPORT_WIDTH - 3] + "..."
-
-
-def _name_patterns(names: list[str]) -> str:
-    """Module names with their indices as ``*`` (``model.layers.*.mlp``), each pattern once."""
-    return ", ".join(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", n) for n in names))
-
-
-def _grouped(items: list[tuple[str, str]]) -> list[str]:
-    """``(key, module)`` pairs as two lines per key: the count and the key, the module-name patterns."""
-    groups: dict[str, list[str]] = {}
-    for key, module in items:
-        groups.setdefault(key, []).append(module)
-    return [line for key, names in groups.items()
-            for line in (_clip(f"    {len(names):>4} x {key}"), _clip(f"           {_name_patterns(names)}"))]
-
-
-@dataclass
-class OptimizationReport:
-    """What :func:`optimize_model` did. ``print(report)``: a summary of a few lines for any depth
-    (the changes grouped, with counts; what runs on the model's device); :meth:`details`: every
-    module with its theorems and what they do not cover."""
-
-    changed: list[Change] = field(default_factory=list)
-    left_alone: list[LeftAlone] = field(default_factory=list)
-    #: bytes not allocated per training token by the loss (the logits, their float32
-    #: copy and their gradient that the standard loss holds at its peak); 0 if unchanged
-    loss_bytes_saved_per_token: int = 0
-    notes: list[str] = field(default_factory=list)
-    #: what :meth:`plan` plans: (the planner's model, the Setting fields this call fixed: dtype,
-    #: the ojas kernels applied, checkpointing, its split), or None and ``unplanned`` says why
-    planned: Optional[tuple[Any, dict]] = None
-    unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
-    #: (device, dtype) of the model's first parameter at the call; :meth:`runs` reads the model's
-    #: own while it is alive (``_model``, a weak reference, not copied with the report)
-    placement: Optional[tuple[torch.device, torch.dtype]] = None
-    _model: Optional[weakref.ref] = field(default=None, repr=False, compare=False)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_model": None}
-
-    def plan(self, *, optimizer: str = "adamw", fused: bool = True, batch: int = 1, seq: int = 2048,
-             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = None,
-             bucket_cap_mb: float = 64.0) -> Any:
-        """The peak of device memory per tensor class of a training step of the optimized model
-        (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`; ``.table()`` is its
-        readable breakdown), with what this call applied and the rest of the setting given here
-        (``fused``: the update in :class:`ojas_ref.InBackwardOptimizer`; ``host_state``: its
-        ``state_device="cpu"``; ``head_update``: its ``head_weight``; ``state_slice_mb``, with
-        ``host_state``: its ``state_slice_mb``, default None as its default: whole parameters;
-        ``bucket_cap_mb``: its ``bucket_cap_mb``).
-        ``NotImplementedError`` with the reason for a model the planner does not model (not a
-        Llama-shaped decoder, sparse embedding, ...)."""
-        from ojas_ref.tools import plan as P
-
-        if self.planned is None:
-            raise NotImplementedError(f"report.plan(): {self.unplanned}")
-        model, fields = self.planned
-        setting = P.Setting(optimizer=optimizer, fused=fused, batch=batch, seq=seq, host_state=host_state,
-                            head_update=head_update, state_slice_mb=state_slice_mb if host_state else None,
-                            bucket_cap_mb=bucket_cap_mb, **fields)
-        return P.plan(model, setting)
-
-    def runs(self) -> str:
-        """What computes the changed modules on the model's device and dtype now: the Triton
-        kernels (CUDA, float16 / bfloat16 / float32, or the CPU under ``TRITON_INTERPRET=1`` with
-        ``OJAS_<NAME>_IMPL=triton``), or the PyTorch reference implementations, per primitive."""
-        from ojas_ref.functional.dispatch import plain_kernel_call
-
-        kinds = list(dict.fromkeys(c.kind for c in self.changed if c.kind))
-        if not kinds:
-            return "nothing that has a Triton kernel was changed"
-        model = self._model() if self._model is not None else None
-        param = next(model.parameters(), None) if model is not None else None
-        device, dtype = (param.device, param.dtype) if param is not None else self.placement or (None, None)
-        if device is None:
-            return "unknown (the model has no parameters)"
-        if device.type == "meta":
-            return f"nothing (the model is on the meta device), {dtype}"
-        probe = torch.empty(0, dtype=dtype, device=device)
-        kernel = [k for k in kinds if plain_kernel_call(KERNEL_ENVS[k], probe)]
-        reference = [k for k in kinds if k not in kernel]
-        where = f"on {device}, {str(dtype).removeprefix('torch.')}: "
-        if not kernel:
-            return where + "the PyTorch reference implementations (Triton kernels: CUDA, float16/bfloat16/float32)"
-        if not reference:
-            return where + "the Triton kernels"
-        return where + f"Triton kernels for {', '.join(kernel)}; PyTorch reference for {', '.join(reference)}"
-
-    def _tail(self) -> list[str]:
-        lines = []
-        if self.loss_bytes_saved_per_token:
-            lines.append(f"  expected: {self.loss_bytes_saved_per_token} bytes of logits and their gradient not "
-                         f"allocated per training token ({self.loss_bytes_saved_per_token * 4096 / 2**20:.0f} MiB "
-                         "at 4096 tokens)")
-        lines += [f"  note: {n}" for n in self.notes]
-        if self.planned is None:
-            lines.append(f"  plan: none ({self.unplanned})")
-        else:
-            p = self.plan()
-            lines += [f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
-                      f"at {p.peak_phase.name}",
-                      "        report.plan(optimizer=..., batch=..., seq=...).table(): the breakdown of another "
-                      "setting"]
-        return lines
-
-    def __str__(self) -> str:
-        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone "
-                 "(report.details(): each, with its theorems)", f"  runs {self.runs()}"]
-        if self.changed:
-            lines += ["  changed:"] + _grouped([(c.what, c.module) for c in self.changed])
-        if self.left_alone:
-            lines += ["  left alone:"] + _grouped([(s.reason, s.module) for s in self.left_alone])
-        return "\n".join(_clip(line) for line in lines + self._tail())
-
-    def details(self) -> str:
-        """Every module changed, with the theorems behind it and what they do not cover, and every
-        candidate left alone with the reason; one line each."""
-        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone",
-                 f"  runs {self.runs()}"]
-        lines += [f"  changed  {c.module}: {c.what}" + (f" [{', '.join(c.theorems)}]" if c.theorems else "")
-                  + (f"; not proved: {c.not_covered}" if c.not_covered else "") for c in self.changed]
-        lines += [f"  left     {s.module}: {s.reason}" for s in self.left_alone]
-        return "\n".join(lines + self._tail())
 
 
 @dataclass
@@ -225,14 +77,14 @@ class _State:
     #: the call's arguments (a second call with others raises)
     arguments: dict[str, Any] = field(default_factory=dict)
     attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
-    loss_head: Any = None                       # ojas_ref.integrations.hf.adapters.CausalLMLossHead
+    loss_head: Optional[CausalLMLossHead] = None
     enabled_checkpointing: bool = False
     #: (module, its ``_gradient_checkpointing_func`` before) where this call replaced the function of
     #: checkpointing the user had enabled already (checkpoint="offload", or a reentrant one)
     checkpoint_funcs: list[tuple[nn.Module, Any]] = field(default_factory=list)
     swapped: list[tuple[nn.Module, type]] = field(default_factory=list)  # (module, its class before the swap)
-    rotary_use: Any = None  # ojas_ref.integrations.hf.adapters.RotaryUse of the replaced apply_rotary_pos_emb
-    rotary_hooks: list[Any] = field(default_factory=list)  # handles of hf.scope_rotary's hooks
+    rope_use: Optional[RopeUse] = None  # this model's use of the replaced apply_rotary_pos_emb
+    rope_hooks: list[Any] = field(default_factory=list)  # handles of scope_rope's hooks
     sparse_embedding: Optional[nn.Module] = None  # the input embedding made sparse (sparse_embedding=True)
     activations: list[tuple[nn.Module, Any]] = field(default_factory=list)  # (layer, its activation before)
     split: bool = False  # some decoder layer checkpointed as two segments (checkpoint_split=True)
@@ -244,9 +96,7 @@ class _State:
         """An unpickled model (another process) gets the ``"ojas"`` attention registered there."""
         self.__dict__.update(state)
         if self.attn_implementation is not None:
-            from ojas_ref.integrations.hf import adapters as hf
-
-            hf.register()
+            register()
 
 
 def _is_hf_model(model: nn.Module) -> bool:
@@ -284,7 +134,8 @@ def _check_checkpoint(value: object) -> bool | str:
     return value
 
 
-def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: bool = True,
+@renamed_keyword("cross_entropy", "linear_cross_entropy")
+def optimize_model(model: nn.Module, *, attention: bool = True, linear_cross_entropy: bool = True,
                    checkpoint: bool | str = False, rms_norm: bool = True, swiglu: bool = True,
                    rope: bool = True, sparse_embedding: bool = False,
                    relu_mask: bool = True, checkpoint_split: bool = False) -> tuple[nn.Module, OptimizationReport]:
@@ -295,9 +146,10 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         model: a Hugging Face ``PreTrainedModel`` (or a PEFT model around one), or any
             ``nn.Module`` (its ``nn.MultiheadAttention`` modules are changed).
         attention: compute attention by :func:`ojas_ref.attention` (the Triton kernel on CUDA).
-        cross_entropy: compute a Hugging Face causal LM's training loss by
+        linear_cross_entropy: compute a Hugging Face causal LM's training loss by
             :func:`ojas_ref.linear_cross_entropy` from the hidden states and ``lm_head``
             (training mode with ``labels``: ``output.logits`` is None, as Liger-Kernel's).
+            ``cross_entropy=``, its name in release 0.1, is a deprecated alias (it warns).
         checkpoint: per-layer activation checkpointing (Hugging Face models only): ``True``:
             ``gradient_checkpointing_enable(use_reentrant=False)``; ``"offload"``: the same, each
             decoder layer's input (the hidden states the checkpoint keeps) copied to pinned host
@@ -310,10 +162,10 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             and prefetched with ``"offload"``), so the MLP half's backward runs without the
             attention half's recomputed activations alive (one layer input more per layer kept,
             on the host with ``"offload"``). Through the layer's checkpointing function
-            (:class:`ojas_ref.integrations.hf.adapters.SplitCheckpoint`) and ``__class__`` swaps
+            (:class:`ojas_ref.integrations.hf.SplitCheckpoint`) and ``__class__`` swaps
             of the four modules (same parameters and ``state_dict``): Hugging Face's forward runs,
             and eval / ``no_grad`` / ``generate`` compute as before. The decoder layers checked:
-            Llama, Mistral, Qwen2, Qwen3 (:data:`ojas_ref.integrations.hf.adapters.SPLIT_LAYERS`);
+            Llama, Mistral, Qwen2, Qwen3 (:data:`ojas_ref.integrations.hf.SPLIT_LAYERS`);
             ``NotImplementedError`` naming the family otherwise, before anything is changed.
             Exact for deterministic layers: the losses and gradients of ``checkpoint_split=False``
             bit for bit (tests/test_split_checkpoint.py).
@@ -329,12 +181,13 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             per layer); other activations are left alone with the reason; a class swap as for
             ``rms_norm``; plain models: no effect.
         rope: compute the rotary position embedding of the checked families (Llama, Mistral,
-            Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of :mod:`ojas_ref.functional.rope` (one launch
-            for q and k, forward and backward), which gives Hugging Face's values and gradients
-            bit for bit. The modeling module's ``apply_rotary_pos_emb`` is replaced (until the
-            last optimized model of the family is reverted) by a function that runs the kernel
-            inside this model's attention modules (forward hooks mark them) and Hugging Face's
-            own function everywhere else; plain models: no effect.
+            Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of
+            :mod:`ojas_ref.functional.rope` (one launch for q and k, forward and backward), which
+            gives Hugging Face's values and gradients bit for bit. The modeling module's
+            ``apply_rotary_pos_emb`` is replaced (until the last optimized model of the family is
+            reverted) by a function that runs the kernel inside this model's attention modules
+            (forward hooks mark them) and Hugging Face's own function everywhere else; plain
+            models: no effect.
         sparse_embedding: (default False; Hugging Face models only) set the input embedding's
             ``sparse = True``: its backward gives a row-sparse COO gradient (the rows of the
             batch's tokens) instead of a dense ``[V, D]`` one, ``V * D * element_size`` bytes not
@@ -365,7 +218,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     arguments = dict(attention=_check_flag("attention", attention),
-                     cross_entropy=_check_flag("cross_entropy", cross_entropy),
+                     linear_cross_entropy=_check_flag("linear_cross_entropy", linear_cross_entropy),
                      checkpoint=_check_checkpoint(checkpoint), rms_norm=_check_flag("rms_norm", rms_norm),
                      swiglu=_check_flag("swiglu", swiglu), rope=_check_flag("rope", rope),
                      sparse_embedding=_check_flag("sparse_embedding", sparse_embedding),
@@ -385,12 +238,11 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
         return model, existing.report
     if _is_hf_model(target):
         if checkpoint_split:
-            from ojas_ref.integrations.hf import adapters as hf
-
-            reason = hf.split_unsupported_reason(target)
+            reason = split_unsupported_reason(target)
             if reason is not None:
                 raise NotImplementedError(f"checkpoint_split=True: {reason}")
-        state = _optimize_hf(target, attention, cross_entropy, checkpoint, rms_norm, swiglu, rope, checkpoint_split)
+        state = _optimize_hf(target, attention, linear_cross_entropy, checkpoint, rms_norm, swiglu, rope,
+                             checkpoint_split)
         _make_embedding_sparse(target, sparse_embedding, state)
         if checkpoint:
             state.checkpointing = [(m, m.__dict__.get("_gradient_checkpointing_func")) for m in target.modules()
@@ -406,7 +258,7 @@ def optimize_model(model: nn.Module, *, attention: bool = True, cross_entropy: b
             raise NotImplementedError(f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
                                       "the layers of a plain model in "
                                       "torch.utils.checkpoint.checkpoint(use_reentrant=False)")
-        state = _optimize_torch(target, attention, cross_entropy, relu_mask)
+        state = _optimize_torch(target, attention, linear_cross_entropy, relu_mask)
     state.arguments = arguments
     param = next(target.parameters(), None)
     state.report.placement = None if param is None else (param.device, param.dtype)
@@ -437,10 +289,10 @@ def revert_model(model: nn.Module) -> nn.Module:
         module.__class__ = cls
     for module, activation in state.activations:
         module.activation = activation
-    if state.rotary_use is not None:
-        for handle in state.rotary_hooks:
+    if state.rope_use is not None:
+        for handle in state.rope_hooks:
             handle.remove()
-        state.rotary_use.release()
+        state.rope_use.release()
     if state.sparse_embedding is not None:
         state.sparse_embedding.sparse = False
     if state.guard is not None:
@@ -532,12 +384,10 @@ def _attention_modules(model: nn.Module) -> list[str]:
             if hasattr(m, "is_causal") and hasattr(m, "config") and type(m).__name__.endswith("Attention")]
 
 
-def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpoint: bool | str,
+def _optimize_hf(model: nn.Module, attention: bool, linear_cross_entropy: bool, checkpoint: bool | str,
                  rms_norm: bool, swiglu: bool, rope: bool, split: bool = False) -> _State:
-    from ojas_ref.integrations.hf import adapters as hf
-
-    hf.register()
-    support = hf.family_support(model)
+    register()
+    support = family_support(model)
     report = OptimizationReport()
     state = _State(report)
     attn_names = [(n, type(m).__name__) for n, m in model.named_modules() if n in _attention_modules(model)]
@@ -545,7 +395,7 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
     if attention:
         if support.attention is None:
             state.attn_implementation = model.config._attn_implementation
-            model.set_attn_implementation(hf.ATTENTION_NAME)
+            model.set_attn_implementation(ATTENTION_NAME)
             report.changed += [Change(n, f"{cls}: attention {state.attn_implementation} -> ojas_ref.attention",
                                       ATTENTION_THEOREMS, "the kernel's floating-point rounding; Hugging Face's mask "
                                       "and GQA layout", "attention")
@@ -554,20 +404,20 @@ def _optimize_hf(model: nn.Module, attention: bool, cross_entropy: bool, checkpo
             report.left_alone += [LeftAlone(n, support.attention) for n, _ in attn_names]
     _swap_rms_norms(model, rms_norm, support.rms_norm, state)
     _swap_swiglu_mlps(model, swiglu, support.swiglu, state)
-    _replace_rotary(model, rope, state)
+    _replace_rope(model, rope, state)
     head_name = next((n for n, m in model.named_modules() if m is model.get_output_embeddings()), "lm_head")
-    if cross_entropy:
-        if support.cross_entropy is None:
-            state.loss_head = hf.CausalLMLossHead(model, support.softcap)
+    if linear_cross_entropy:
+        if support.linear_cross_entropy is None:
+            state.loss_head = CausalLMLossHead(model, support.softcap)
             state.loss_head.install(model)
             cap = f", final soft cap {support.softcap}" if support.softcap is not None else ""
             report.changed.append(Change(
                 head_name, f"training loss with labels: logits + cross-entropy -> ojas_ref.linear_cross_entropy{cap}",
-                CROSS_ENTROPY_THEOREMS, "the label shift and num_items_in_batch division (Hugging Face's "
-                "ForCausalLMLoss, tested); the kernel's floating-point rounding", "cross_entropy"))
+                LINEAR_CROSS_ENTROPY_THEOREMS, "the label shift and num_items_in_batch division (Hugging Face's "
+                "ForCausalLMLoss, tested); the kernel's floating-point rounding", "linear_cross_entropy"))
             report.loss_bytes_saved_per_token = _logits_bytes_per_token(model)
         else:
-            report.left_alone.append(LeftAlone(head_name, support.cross_entropy))
+            report.left_alone.append(LeftAlone(head_name, support.linear_cross_entropy))
     if checkpoint:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise NotImplementedError(f"{type(model).__name__} does not support gradient checkpointing")
@@ -608,8 +458,6 @@ def _torch_checkpoint_reentrant(func: Any) -> Optional[bool]:
     """For ``functools.partial(torch.utils.checkpoint.checkpoint, **keywords)`` (Hugging Face's
     checkpointing function): whether it is reentrant (``use_reentrant`` True or unset, torch's
     default True); None for any other function."""
-    import functools
-
     from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
     if isinstance(func, functools.partial) and func.func is torch_checkpoint and not func.args:
@@ -621,8 +469,6 @@ def _make_non_reentrant(model: nn.Module, state: _State) -> str:
     """``checkpoint=True`` over checkpointing the user enabled: each reentrant checkpointing function
     (:func:`_torch_checkpoint_reentrant`) replaced by the non-reentrant one with the same other
     arguments (:func:`revert_model` puts it back); any other function kept. Returns what now runs."""
-    import functools
-
     replaced, kept = False, set()
     for m in model.modules():
         func = m.__dict__.get("_gradient_checkpointing_func")
@@ -660,38 +506,33 @@ def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[O
         shape = P.Model.from_module(model)
     except (NotImplementedError, ValueError, TypeError) as err:
         return None, f"not a Llama-shaped decoder the planner models: {err}"
-    from ojas_ref.integrations.hf import adapters as hf
-
     fields = dict(dtype=names[next(iter(dtypes))], checkpoint=bool(checkpoint), offload=checkpoint == "offload",
                   ojas_attention=state.attn_implementation is not None, ojas_loss=state.loss_head is not None,
-                  ojas_rms_norm=any(isinstance(m, hf._OjasRMSNorm) for m, _ in state.swapped),
-                  ojas_swiglu=any(isinstance(m, hf._OjasSwiGLU) for m, _ in state.swapped), split=state.split)
+                  ojas_rms_norm=any(isinstance(m, _OjasRMSNorm) for m, _ in state.swapped),
+                  ojas_swiglu=any(isinstance(m, _OjasSwiGLU) for m, _ in state.swapped), split=state.split)
     return (shape, fields), ""
 
 
 def _install_split(model: nn.Module, state: _State, offload: bool) -> None:
     """Make each checkpointed decoder layer's checkpointing function a
-    :class:`~ojas_ref.integrations.hf.adapters.SplitCheckpoint` (its segments checkpointed by one
+    :class:`~ojas_ref.integrations.hf.SplitCheckpoint` (its segments checkpointed by one
     shared :class:`~ojas_ref.nn.offload.OffloadedCheckpoint` with ``offload``, else by
     non-reentrant ``checkpoint``) and swap the classes of its norms and segment modules;
     :func:`revert_model` puts both back."""
-    import functools
-
     from torch.utils.checkpoint import checkpoint
 
-    from ojas_ref.integrations.hf import adapters as hf
     from ojas_ref.nn.offload import OffloadedCheckpoint
 
     segment_checkpoint = OffloadedCheckpoint() if offload else functools.partial(checkpoint, use_reentrant=False)
-    for layer in hf.split_layers(model):
+    for layer in split_layers(model):
         if not layer.gradient_checkpointing:  # the user's checkpointing left it out (every_n_layers)
             continue
         state.checkpoint_funcs.append((layer, layer.__dict__.get("_gradient_checkpointing_func")))
-        layer._gradient_checkpointing_func = hf.SplitCheckpoint(layer, segment_checkpoint)
-        for norm_name, module_name in hf.SPLIT_SEGMENTS:
+        layer._gradient_checkpointing_func = SplitCheckpoint(layer, segment_checkpoint)
+        for norm_name, module_name in SPLIT_SEGMENTS:
             for name, segment in ((norm_name, False), (module_name, True)):
                 module = getattr(layer, name)
-                state.swapped.append((module, hf.split_swap(module, segment)))
+                state.swapped.append((module, split_swap(module, segment)))
         state.split = True
 
 
@@ -733,8 +574,6 @@ def _swap_classes(model: nn.Module, flag: str, enabled: bool, family_reason: Opt
 
 def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face RMSNorm module (report the others)."""
-    from ojas_ref.integrations.hf import adapters as hf
-
     def change(name: str, module: nn.Module, cls: type) -> Change:
         offset = module._ojas_offset
         return Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
@@ -742,42 +581,38 @@ def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str
                       (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],), RMS_NORM_NOT_COVERED, "rms_norm")
 
     _swap_classes(model, "rms_norm", enabled, family_reason, state,
-                  lambda m: type(m).__name__.endswith("RMSNorm") and not isinstance(m, hf._OjasRMSNorm),
-                  hf.rms_norm_unsupported_reason, hf.ojas_rms_norm_class, change)
+                  lambda m: type(m).__name__.endswith("RMSNorm") and not isinstance(m, _OjasRMSNorm),
+                  rms_norm_unsupported_reason, ojas_rms_norm_class, change)
 
 
 def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face gated MLP with a SiLU or tanh-gelu activation
     (report the other gated MLPs, e.g. an exact-erf gelu; an MLP without a gate, as GPT-2's, is no
     candidate)."""
-    from ojas_ref.integrations.hf import adapters as hf
-
     def change(name: str, module: nn.Module, cls: type) -> Change:
-        act = hf.mlp_activation(module)
+        act = mlp_activation(module)
         call = "ojas_ref.swiglu" if act == "silu" else f"ojas_ref.swiglu(activation={act!r})"
         return Change(name, f"{cls.__name__}: {act}(gate) * up -> {call} (gate and up saved, {act} "
                             "recomputed in backward)",
                       (SWIGLU_THEOREMS[act],), "the kernel's floating-point rounding", "swiglu")
 
     _swap_classes(model, "swiglu", enabled, family_reason, state,
-                  lambda m: hf.is_gated_mlp(m) and not isinstance(m, hf._OjasSwiGLU),
-                  hf.swiglu_unsupported_reason, hf.ojas_swiglu_class, change)
+                  lambda m: is_gated_mlp(m) and not isinstance(m, _OjasSwiGLU),
+                  swiglu_unsupported_reason, ojas_swiglu_class, change)
 
 
-def _replace_rotary(model: nn.Module, enabled: bool, state: _State) -> None:
+def _replace_rope(model: nn.Module, enabled: bool, state: _State) -> None:
     """Replace the family's ``apply_rotary_pos_emb`` when its formula is the checked one (report
     it left alone otherwise; a family without one, as GPT-2, is not reported)."""
-    from ojas_ref.integrations.hf import adapters as hf
-
     if not any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()):
         return
-    reason, module_name = hf.rotary_unsupported_reason(model)
+    reason, module_name = rope_unsupported_reason(model)
     name = f"{module_name}.apply_rotary_pos_emb"
     if not enabled or reason is not None:
         state.report.left_alone.append(LeftAlone(name, "rope=False" if not enabled else reason))
         return
-    state.rotary_use = hf.RotaryUse(module_name)
-    state.rotary_hooks = hf.scope_rotary([m for n, m in model.named_modules() if n in _attention_modules(model)])
+    state.rope_use = RopeUse(module_name)
+    state.rope_hooks = scope_rope([m for n, m in model.named_modules() if n in _attention_modules(model)])
     state.report.changed.append(Change(
         name, "rotary embedding (rotate-half) -> ojas_ref.functional.rope in this model's attention, bit for bit "
         "Hugging Face's", (ROPE_THEOREM,),
@@ -788,9 +623,7 @@ def _logits_bytes_per_token(model: nn.Module) -> int:
     """Bytes per token the standard loss holds at its peak: the logits in the weight's dtype,
     their float32 copy (``ForCausalLMLoss`` upcasts) when that dtype is narrower, and the
     float32 gradient of the logits. An estimate from the shapes, not a theorem."""
-    from ojas_ref.integrations.hf import adapters as hf
-
-    weight, _ = hf.head_weight_and_bias(model.get_output_embeddings())
+    weight, _ = head_weight_and_bias(model.get_output_embeddings())
     vocab = weight.shape[0]
     size = weight.element_size()
     return vocab * (size + (4 if size < 4 else 0) + 4)
@@ -833,7 +666,7 @@ def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _
         "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value", "relu"))
 
 
-def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu_mask: bool = True) -> _State:
+def _optimize_torch(model: nn.Module, attention: bool, linear_cross_entropy: bool, relu_mask: bool = True) -> _State:
     from ojas_ref.nn.modules import MultiheadAttention, unsupported_reason
 
     report = OptimizationReport()
@@ -856,7 +689,7 @@ def _optimize_torch(model: nn.Module, attention: bool, cross_entropy: bool, relu
                                      ATTENTION_THEOREMS, "the kernel's floating-point rounding", "attention"))
     if not report.changed and not report.left_alone:
         report.notes.append("no nn.MultiheadAttention found")
-    if cross_entropy:
+    if linear_cross_entropy:
         report.notes.append("a plain model computes its own loss: use ojas_ref.LinearCrossEntropyLoss on the hidden "
                             "states and the output layer's weight")
     return state

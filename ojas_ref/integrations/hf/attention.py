@@ -1,0 +1,125 @@
+"""The Hugging Face attention adapter: :func:`ojas_attention_forward` is registered as ``"ojas"``
+(:data:`ATTENTION_NAME`) in ``transformers.AttentionInterface``, with Hugging Face's own
+``sdpa_mask`` registered under the same name in ``AttentionMaskInterface`` (without it the model
+builds no mask and left padding is silently ignored); the model is switched with
+``set_attn_implementation("ojas")``."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional
+
+import torch
+from torch import Tensor, nn
+
+from ojas_ref.functional.attention import attention
+from ojas_ref.functional.dispatch import plain_kernel_call
+
+__all__ = ["ATTENTION_NAME", "ojas_attention_forward", "register"]
+
+#: The name under which the attention function and its mask are registered.
+ATTENTION_NAME = "ojas"
+
+
+def register() -> None:
+    """Register ``"ojas"`` in Hugging Face's attention-function and mask registries (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, ojas_attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+# (id(mask), window) -> (weak reference to mask, its version, within): whether a bool mask
+# lies inside the causal pattern (and the window). Hugging Face builds one mask per layer
+# type per forward and hands the same tensor to every layer, so the check runs once per
+# forward and mask, not once per layer.
+_MASK_STRUCTURE: dict[tuple[int, Optional[int]], tuple[weakref.ref, int, bool]] = {}
+_MASK_CACHE_SIZE = 8
+
+
+def _within_causal(mask: Tensor, window: Optional[int]) -> bool:
+    """Whether every key the bool mask keeps has j <= i (and i - j < window): then the mask
+    AND the causal (and window) pattern is the mask itself, and passing ``is_causal`` lets
+    the kernel skip the tiles above the diagonal (Ojas.Attention.Mask.stream_row_masked_keys)."""
+    cached = _MASK_STRUCTURE.get((id(mask), window))
+    if cached is not None and cached[0]() is mask and cached[1] == mask._version:
+        return cached[2]
+    sq, sk = mask.shape[-2], mask.shape[-1]
+    i = torch.arange(sq, device=mask.device).unsqueeze(1)
+    j = torch.arange(sk, device=mask.device).unsqueeze(0)
+    allowed = j <= i
+    if window is not None:
+        allowed = allowed & (i - j < window)
+    within = not bool((mask & ~allowed).any())
+    if len(_MASK_STRUCTURE) >= _MASK_CACHE_SIZE:
+        _MASK_STRUCTURE.clear()
+    _MASK_STRUCTURE[(id(mask), window)] = (weakref.ref(mask), mask._version, within)
+    return within
+
+
+def ojas_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Optional[Tensor],
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    sliding_window: Optional[int] = None,
+    softcap: Optional[float] = None,
+    is_causal: Optional[bool] = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """Hugging Face attention function (``AttentionInterface``) computed by :func:`ojas_ref.attention`.
+
+    query [B, Hq, Sq, E], key/value [B, Hkv, Sk, E]; returns ([B, Sq, Hq, E], None), as
+    Hugging Face's ``sdpa_attention_forward``, whose masking rules it follows: without a
+    mask the attention is causal when the module is causal and Sq > 1 (top-left aligned);
+    a mask (bool, True = attend, from ``sdpa_mask``; or additive float) is applied as is.
+    A bool mask inside the causal pattern (checked once per mask) is also given as
+    ``is_causal`` (and ``sliding_window`` as ``window``) so the kernel skips masked tiles;
+    the conjunction changes nothing (Ojas.Attention.Mask.visibility_true_iff).
+
+    Theorems: those of :func:`ojas_ref.attention` (Ojas.Attention.StreamCorrect.attention_forward_correct,
+    Ojas.Attention.Mask.stream_row_masked_keys, Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive).
+    Not covered by a theorem: the mask Hugging Face builds, the head layout and GQA
+    (key/value head h // (Hq // Hkv) serves query head h, as ``repeat_kv``).
+    ``dropout`` is SDPA's ``dropout_p`` (Hugging Face passes 0.0 outside training): the
+    probabilities are dropped by a counter-based mask recomputed in the backward, which no
+    theorem covers beyond the per-row statements :func:`ojas_ref.attention` names.
+    Refused (NotImplementedError): attention soft-capping, a position bias, sinks.
+    """
+    if softcap is not None:
+        raise NotImplementedError(f"ojas attention has no logit soft-capping (softcap={softcap}); "
+                                  "optimize_model leaves such models' attention alone")
+    for name in ("position_bias", "s_aux", "sinks"):
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(f"ojas attention does not take {name}")
+    causal_module = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    sq, sk = query.shape[2], key.shape[2]
+    window = None
+    if attention_mask is None:
+        causal = bool(causal_module) and sq > 1
+        if causal and sk > sq:  # prefill of an empty static cache, as sdpa_attention_forward
+            key, value = key[:, :, :sq], value[:, :, :sq]
+    else:
+        causal = False
+        if (attention_mask.dtype == torch.bool and causal_module and sq == sk > 1
+                and not torch.compiler.is_compiling()):
+            if sliding_window is not None and _within_causal(attention_mask, sliding_window):
+                causal, window = True, sliding_window
+            else:
+                causal = _within_causal(attention_mask, None)
+    if (plain_kernel_call("attention", query, key, value)
+            and (attention_mask is None or not attention_mask.requires_grad)):
+        # what ``attention`` would run: the kernel wrapper checks the shapes and the mask, and
+        # writes the output in the [B, S, H, E] layout returned (no copy)
+        from ojas_kernels.attention import flash_attention
+
+        out = flash_attention(query, key, value, is_causal=causal, scale=scaling, window=window,
+                              attn_mask=attention_mask, seq_major=True, dropout_p=dropout)
+        return out.transpose(1, 2), None
+    out = attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal,
+                    scale=scaling, enable_gqa=query.shape[1] != key.shape[1], window=window)
+    return out.transpose(1, 2).contiguous(), None
