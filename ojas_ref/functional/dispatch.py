@@ -76,22 +76,20 @@ def triton_interpreted() -> bool:
     return _interpret
 
 
-def _check_primitive(primitive: str) -> None:
-    if primitive not in _settings:
-        raise ValueError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
-
-
 def get_impl(primitive: str) -> str:
     """What ``impl=None`` means for ``primitive`` now: its :class:`use_impl` block's setting, else
     its environment variable's at import, else "auto"."""
-    _check_primitive(primitive)
-    return _settings[primitive]
+    setting = _settings.get(primitive)
+    if setting is None:
+        raise ValueError(f"primitive must be one of {PRIMITIVES}, got {primitive!r}")
+    return setting
 
 
 def resolve_impl(primitive: str, impl: Optional[str]) -> str:
     """``impl`` checked, or :func:`get_impl`'s setting when it is None."""
+    setting = get_impl(primitive)
     if impl is None:
-        return _settings[primitive]
+        return setting
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS} (or None: the setting of use_impl or {IMPL_ENVS[primitive]}), "
                          f"got {impl!r}")
@@ -114,7 +112,8 @@ class use_impl(contextlib.ContextDecorator):
     sdpa_kernel's), not per thread.  A backward pass that recomputes a forward (activation
     checkpointing) decides again when it runs: keep it inside the block, as above.  Under
     ``torch.compile`` the setting is read when the graph is traced and guarded (a different
-    setting recompiles); enter the block outside the compiled function."""
+    setting recompiles); a block inside a compiled function is traced too, without a graph
+    break."""
 
     def __init__(self, impl: Optional[str] = None, /, **impls: str) -> None:
         unknown = sorted(set(impls) - set(PRIMITIVES))
@@ -155,9 +154,12 @@ def kernel_runs(primitive: str, impl: Optional[str], *tensors: Tensor, refused: 
         return False
     first = tensors[0]
     if impl == "auto":
-        dtypes = _AUTO_DTYPES[primitive]
-        if not (first.is_cuda and all(t.dtype in dtypes for t in tensors)):
+        if not first.is_cuda:
             return False
+        dtypes = _AUTO_DTYPES[primitive]
+        for t in tensors:
+            if t.dtype not in dtypes:
+                return False
         return (refused() if callable(refused) else refused) is None
     dtypes = _TRITON_DTYPES[primitive]
     for t in tensors:
@@ -187,18 +189,24 @@ def plain_kernel_call(primitive: str, first: Tensor, *others: Tensor) -> bool:
     path's argument checks, which the kernel wrappers' own checks and the adapter's fixed layout
     (each adapter checks its shapes) make redundant; anything else takes the general path.  Never
     raises for a refusal: where ``impl="triton"`` would raise, the answer is False and the general
-    path raises.  (The host time of those checks is what a host-bound step of a small model spends:
+    path raises (the RoPE adapter's general path is Hugging Face's function: the reference).  (The
+    host time of those checks is what a host-bound step of a small model spends:
     benchmarks/RESULTS.md.)"""
     primitive = _BY_ENV.get(primitive, primitive)
-    _check_primitive(primitive)
-    dtype, device = first.dtype, first.device
-    if dtype not in KERNEL_DTYPES or any(t.dtype != dtype or t.device != device for t in others):
+    get_impl(primitive)  # a known name
+    dtype = first.dtype
+    if dtype not in KERNEL_DTYPES:
         return False
-    if not (device.type == "cuda" or (device.type == "cpu" and triton_interpreted())):
+    if others:  # (written out: this runs several times per layer and step)
+        device = first.device
+        for t in others:
+            if t.dtype != dtype or t.device != device:
+                return False
+    if not (first.is_cuda or (first.is_cpu and triton_interpreted())):
         return False
     if torch._C._functorch.maybe_current_level() is not None:
         return False
-    if primitive in _AUTOCAST_CASTS and autocast_dtype(device.type) not in (None, dtype):
+    if primitive in _AUTOCAST_CASTS and autocast_dtype(first.device.type) not in (None, dtype):
         return False
     return kernel_runs(primitive, None, first, *others)
 

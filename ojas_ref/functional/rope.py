@@ -214,9 +214,10 @@ def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsquee
     operations), "auto" the kernel for 4-D CUDA ``q``/``k`` of a kernel dtype with 3-D
     ``cos``/``sin`` and ``unsqueeze_dim`` 1 or 2 (outside torch.func transforms), the reference
     otherwise; ``None``: the setting of ``dispatch.use_impl``, else the environment variable
-    OJAS_ROPE_IMPL read at import, else "auto" (``ojas_ref.functional.dispatch``).  When ``cos`` or ``sin`` requires
-    grad the reference runs (the kernel gives no gradient for them).  The kernel's gradients are
-    first-order only: a backward with ``create_graph=True`` through it raises RuntimeError.
+    OJAS_ROPE_IMPL read at import, else "auto" (``ojas_ref.functional.dispatch``).  When ``cos``
+    or ``sin`` requires grad the reference runs (the kernel gives no gradient for them).  The
+    kernel's gradients are first-order only: a backward with ``create_graph=True`` through it
+    raises RuntimeError; under torch.func transforms "triton" raises NotImplementedError.
 
     Under ``torch.compile`` the kernel runs as the registered ops ``ojas::rope_forward`` /
     ``ojas::rope_backward`` (the same kernel with the same arguments, so the theorem citation
