@@ -120,6 +120,8 @@ def test_use_impl_bad_arguments():
         get_impl("rotary")
     with pytest.raises(ValueError, match="primitive must be one of"):
         plain_kernel_call("rotary", torch.zeros(1))
+    with pytest.raises(ValueError, match="primitive must be one of"):
+        kernel_runs("rotary", None, torch.zeros(1))
     with pytest.raises(ValueError, match="impl must be one of .* got 'fast'"):
         kernel_runs("relu", "fast", torch.zeros(1))
 
