@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from torch.utils import flop_counter
 
+from _plan_fixtures import RECORDS_PATHS  # tests/_plan_fixtures.py: bench_optimize_model's H200 records
 from ojas_ref.tools import plan as P
 from ojas_ref.tools import throughput as T
 from ojas_ref.tools.cli import main
@@ -123,10 +123,6 @@ def test_predict_time_is_flops_over_rate():
             T.predict_time(m, s, **kwargs)
 
 
-#: benchmarks/bench_optimize_model.py's H200 records (copied from benchmarks/results/): before the fused
-#: RMSNorm and SwiGLU, with them, with the fused RoPE
-RECORDS_PATHS = tuple(Path(__file__).resolve().parent / "fixtures" / "plan" / f"bench_optimize_model_h200{s}.json"
-                      for s in ("", "_fused", "_rope"))
 RECORDS = [(path.name, s, t) for path in RECORDS_PATHS for s, t in P.load_records(path, "tokens_per_s")]
 
 

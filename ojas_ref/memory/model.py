@@ -144,7 +144,7 @@ class Model:
 
 
 #: the Hugging Face families the planner models: ``LlamaForCausalLM``'s modules and tensors
-#: (tests/test_plan.py checks a CPU training step of each against the plan)
+#: (tests/test_memory.py checks a CPU training step of each against the plan)
 FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM, without a sliding window"}
 #: families that optimize_model handles (tests/test_optimize_huggingface.py) and the planner does
 #: not model, with what it would have to model
