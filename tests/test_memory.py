@@ -121,7 +121,7 @@ def _saved_bytes(model, ids) -> int:
 # output in float32 (ojas_ref/functional/attention.py, _OnlineSoftmaxAttention), where the CUDA
 # kernel the plan models saves it in bfloat16 (kernels/ojas_kernels/attention.py, _FlashAttention).
 # The fused RMSNorm is left out too: on the CPU the swapped modules run Hugging Face's ops
-# (ojas_ref/integrations/hf/adapters.py), so they save what the plan's unfused formula counts. SwiGLU's
+# (ojas_ref/integrations/hf/rms_norm.py), so they save what the plan's unfused formula counts. SwiGLU's
 # autograd Function saves gate and up on every device.
 @pytest.mark.parametrize("dtype,ojas_attention,ojas_swiglu",
                          [("fp32", False, False), ("bf16", False, False), ("fp32", True, False), ("bf16", False, True)])
@@ -230,7 +230,7 @@ def test_predicted_peak_equals_a_cpu_step(shape, setting):
 
 def _cpu_step_peak(shape: dict, s: P.Setting, family: str = "llama") -> tuple[int, P.Model]:
     """The peak live bytes of the second of two training steps of a Hugging Face Llama (or another
-    ``family`` of :data:`ojas_ref.tools.plan.FAMILIES`, its config of the same fields) of ``shape``
+    ``family`` of :data:`ojas_ref.memory.FAMILIES`, its config of the same fields) of ``shape``
     on the CPU under ``s`` (:class:`_LiveBytes`; ``split``: optimize_model's, the kernels off),
     and the planner's model of it."""
     from ojas_ref import InBackwardOptimizer, optimize_model
@@ -269,7 +269,7 @@ def _cpu_step_peak(shape: dict, s: P.Setting, family: str = "llama") -> tuple[in
 
 @pytest.mark.parametrize("setting", [dict(), dict(in_backward=True, checkpoint=True)], ids=["standard", "fused-ckpt"])
 def test_mistral_without_a_window_is_planned_as_its_cpu_step(setting):
-    """Mistral, the other family of :data:`ojas_ref.tools.plan.FAMILIES`: its step on the CPU holds
+    """Mistral, the other family of :data:`ojas_ref.memory.FAMILIES`: its step on the CPU holds
     what the plan says, as a Llama's does (test_predicted_peak_equals_a_cpu_step)."""
     s = P.Setting(**(dict(dtype="fp32", optimizer="sgd", batch=2, seq=64) | setting))
     measured, m = _cpu_step_peak(SMALL | dict(num_key_value_heads=2), s, family="mistral")
@@ -286,7 +286,7 @@ TESTED_FAMILIES = {"llama": ("LlamaConfig", {}), "mistral": ("MistralConfig", di
 
 @pytest.mark.parametrize("family", list(TESTED_FAMILIES))
 def test_every_tested_family_is_planned_or_named_with_its_reason(family):
-    """A family optimize_model handles is planned (:data:`ojas_ref.tools.plan.FAMILIES`) or refused
+    """A family optimize_model handles is planned (:data:`ojas_ref.memory.FAMILIES`) or refused
     naming it and what the planner would have to model, from a config and from a module."""
     name, overrides = TESTED_FAMILIES[family]
     config = getattr(transformers, name)(**overrides)
