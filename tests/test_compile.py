@@ -36,6 +36,7 @@ from torch._dynamo.backends.registry import lookup_backend  # noqa: E402
 from torch._functorch.aot_autograd import make_boxed_func  # noqa: E402
 
 import ojas_ref  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_kernels import attention as kattn  # noqa: E402
 from ojas_kernels.attention import flash_attention  # noqa: E402
 
@@ -196,7 +197,7 @@ def test_ops_run_the_eager_kernels():
 
 @kernels
 @pytest.mark.parametrize("all_kernels", [True, False], ids=["all kernels", "attention and loss kernels only"])
-def test_compiled_optimized_llama_cpu(monkeypatch, all_kernels):
+def test_compiled_optimized_llama_cpu(all_kernels):
     """``torch.compile(model)`` of an ``optimize_model``'d float32 Llama with a padding mask, the
     attention and the loss on the kernels, and with ``all_kernels`` RMSNorm, SwiGLU and RoPE too
     (else Hugging Face's): one graph holding both layers' attention op, the loss op and (all
@@ -205,19 +206,18 @@ def test_compiled_optimized_llama_cpu(monkeypatch, all_kernels):
     model takes minutes on a small machine; Inductor is covered by the tests of each op and, on
     CUDA, by the GPU tests below."""
     transformers = pytest.importorskip("transformers")
-    names = ["ATTENTION", "LINEAR_CROSS_ENTROPY"] + (["RMS_NORM", "SWIGLU", "ROPE"] if all_kernels else [])
-    for name in names:
-        monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
-    # without all_kernels, RMSNorm, SwiGLU and RoPE left to Hugging Face: on CUDA "auto" would pick their kernels
-    flags = {} if all_kernels else dict(rms_norm=False, swiglu=False, rope=False)
-    model, data = _llama(transformers, torch.float32, DEVICE, **flags)
-    graphs = []
-    eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
-    assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
-    counts = {op: graphs[0].code.count(f"ojas.{op}_forward") for op in ("rms_norm", "swiglu", "rope")}
-    assert counts == ({"rms_norm": 5, "swiglu": 2, "rope": 2} if all_kernels else dict.fromkeys(counts, 0))
-    rtol = 0.0 if _INTERPRETED else 1e-5  # CUDA: the eager adapter may add is_causal (tiles skipped, not masked)
-    _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
+    names = ["attention", "linear_cross_entropy"] + (["rms_norm", "swiglu", "rope"] if all_kernels else [])
+    with use_impl(**dict.fromkeys(names, "triton")):
+        # without all_kernels, RMSNorm, SwiGLU and RoPE left to Hugging Face: on CUDA "auto" would pick their kernels
+        flags = {} if all_kernels else dict(rms_norm=False, swiglu=False, rope=False)
+        model, data = _llama(transformers, torch.float32, DEVICE, **flags)
+        graphs = []
+        eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
+        assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
+        counts = {op: graphs[0].code.count(f"ojas.{op}_forward") for op in ("rms_norm", "swiglu", "rope")}
+        assert counts == ({"rms_norm": 5, "swiglu": 2, "rope": 2} if all_kernels else dict.fromkeys(counts, 0))
+        rtol = 0.0 if _INTERPRETED else 1e-5  # CUDA: the eager adapter may add is_causal (tiles skipped, not masked)
+        _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
 
 
 # --------------------------------------------------------------------------
@@ -658,16 +658,16 @@ def _mode_llama(transformers, mode, dtype, device):
     return model, data
 
 
-def _kernels_forced(monkeypatch, all_kernels=True):
-    """The Triton kernels forced (as test_compiled_optimized_llama_cpu): attention and the loss, and
-    with ``all_kernels`` RMSNorm, SwiGLU and RoPE."""
-    for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY") + (("RMS_NORM", "SWIGLU", "ROPE") if all_kernels else ()):
-        monkeypatch.setenv(f"OJAS_{name}_IMPL", "triton")
+def _kernels_forced(all_kernels=True):
+    """The Triton kernels forced (as test_compiled_optimized_llama_cpu), a use_impl block: attention
+    and the loss, and with ``all_kernels`` RMSNorm, SwiGLU and RoPE."""
+    names = ("attention", "linear_cross_entropy") + (("rms_norm", "swiglu", "rope") if all_kernels else ())
+    return use_impl(**dict.fromkeys(names, "triton"))
 
 
 @kernels
 @pytest.mark.parametrize("mode", list(MODES))
-def test_compiled_optimized_llama_modes_cpu(monkeypatch, mode):
+def test_compiled_optimized_llama_modes_cpu(mode):
     """``torch.compile(model)`` (aot_eager, as test_compiled_optimized_llama_cpu) of an
     ``optimize_model``'d float32 Llama, every kernel forced, in each mode: the eager loss and
     gradients; packed sequences: one graph holding both layers' attention op and the loss op.
@@ -676,14 +676,14 @@ def test_compiled_optimized_llama_modes_cpu(monkeypatch, mode):
     ``CompileableContextVar`` set in the layer's forward, "HOP: Unsafe side effect"), so no
     compiled graph holds the attention op there, only the loss's."""
     transformers = pytest.importorskip("transformers")
-    _kernels_forced(monkeypatch)
-    model, data = _mode_llama(transformers, mode, torch.float32, DEVICE)
-    graphs = []
-    eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
-    if mode == "packed sequences":
-        assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
-    rtol = 0.0 if _INTERPRETED else 1e-5
-    _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
+    with _kernels_forced():
+        model, data = _mode_llama(transformers, mode, torch.float32, DEVICE)
+        graphs = []
+        eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
+        if mode == "packed sequences":
+            assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
+        rtol = 0.0 if _INTERPRETED else 1e-5
+        _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
 
 
 @pytest.mark.gpu
@@ -730,18 +730,18 @@ def _in_backward_steps(transformers, options, dtype, device, backend, autocast=N
 
 @kernels
 @pytest.mark.parametrize("options", [k for k in IN_BACKWARD if k != "overlap"])
-def test_compiled_optimized_llama_in_backward_cpu(monkeypatch, options):
+def test_compiled_optimized_llama_in_backward_cpu(options):
     """``torch.compile(model)`` (aot_eager) of an ``optimize_model``'d float32 Llama trained by
     ``InBackwardOptimizer`` (AdamW, the updates in the parameters' post-accumulate-grad hooks):
     two steps give the eager losses and updated parameters (overlap is CUDA only: the GPU twin).
     Attention and the loss on the kernels (the other kernels in the interpreter would double the
     time; they are compiled in test_compiled_optimized_llama_modes_cpu)."""
     transformers = pytest.importorskip("transformers")
-    _kernels_forced(monkeypatch, all_kernels=False)
-    (eager_losses, eager_params), (losses, params) = _in_backward_steps(
-        transformers, IN_BACKWARD[options], torch.float32, DEVICE, "aot_eager")
-    rtol = 0.0 if _INTERPRETED else 1e-5
-    _assert_step_close(eager_losses, losses, eager_params, params, rtol, rtol)
+    with _kernels_forced(all_kernels=False):
+        (eager_losses, eager_params), (losses, params) = _in_backward_steps(
+            transformers, IN_BACKWARD[options], torch.float32, DEVICE, "aot_eager")
+        rtol = 0.0 if _INTERPRETED else 1e-5
+        _assert_step_close(eager_losses, losses, eager_params, params, rtol, rtol)
 
 
 @pytest.mark.gpu

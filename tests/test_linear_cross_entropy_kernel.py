@@ -39,6 +39,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from ojas_kernels import linear_cross_entropy as klce  # noqa: E402
+from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_kernels.linear_cross_entropy import (  # noqa: E402
     LinearCrossEntropyConfig,
     default_config,
@@ -167,8 +168,8 @@ def test_kernel_matches_extracted_oracle(reduction, monkeypatch):
     except RuntimeError as e:
         pytest.skip(str(e))
     p = make_problem(11, shape=(3, 7), D=24, V=45, reduction=reduction, eps=0.1, lam=1e-3, cap=4.0)
-    monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
-    assert oracle_mismatches(p, torch.float32) == []
+    with use_impl(linear_cross_entropy="triton"):
+        assert oracle_mismatches(p, torch.float32) == []
     res = oracle.linear_cross_entropy_oracle(p["x"], p["w"], p["t"], linear_bias=p["b"], reduction=reduction,
                                              ignore_index=p["ignore_index"], label_smoothing=p["eps"],
                                              z_loss=p["lam"], softcap=p["cap"], token_chunk=3, vocab_chunk=7)
@@ -521,8 +522,7 @@ def test_saves_only_references_to_its_arguments(products):
 
 @cpu
 def test_dispatch(monkeypatch):
-    """impl="triton" and the environment variable reach the kernel; "auto" keeps CPU
-    tensors on the reference."""
+    """impl="triton" and use_impl reach the kernel; "auto" keeps CPU tensors on the reference."""
     calls = []
     real = klce.linear_cross_entropy
 
@@ -537,10 +537,10 @@ def test_dispatch(monkeypatch):
     a = ref_module.linear_cross_entropy(*args, impl="triton", **kw)
     b = ref_module.linear_cross_entropy(*args, impl="reference", **kw)
     assert len(calls) == 1 and rel_err(a, b) <= 1e-6
-    monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "triton")
-    ref_module.linear_cross_entropy(*args, **kw)
-    monkeypatch.setenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", "auto")
-    ref_module.linear_cross_entropy(*args, **kw)
+    with use_impl(linear_cross_entropy="triton"):
+        ref_module.linear_cross_entropy(*args, **kw)
+    with use_impl(linear_cross_entropy="auto"):
+        ref_module.linear_cross_entropy(*args, **kw)
     assert len(calls) == 2
     with pytest.raises(TypeError, match="float64"):
         ref_module.linear_cross_entropy(p["x"], p["w"], p["t"], impl="triton")
@@ -647,9 +647,9 @@ def test_dispatch_gpu(monkeypatch):
     calls = []
     real = klce.linear_cross_entropy
     monkeypatch.setattr(klce, "linear_cross_entropy", lambda *a, **k: calls.append(1) or real(*a, **k))
-    monkeypatch.delenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", raising=False)
     p = make_problem(1, shape=(512,), D=256, V=5000)
-    got = run(ref_module.linear_cross_entropy, p, torch.bfloat16, "cuda")
+    with use_impl(linear_cross_entropy="auto"):
+        got = run(ref_module.linear_cross_entropy, p, torch.bfloat16, "cuda")
     assert calls == [1]
     compare(got, reference(p, torch.bfloat16, "cuda"), torch.bfloat16, tol=GPU_TOL)
 
@@ -662,11 +662,11 @@ def test_float16_auto_runs_the_reference_gpu(monkeypatch):
     calls = []
     real = klce.linear_cross_entropy
     monkeypatch.setattr(klce, "linear_cross_entropy", lambda *a, **k: calls.append(1) or real(*a, **k))
-    monkeypatch.delenv("OJAS_LINEAR_CROSS_ENTROPY_IMPL", raising=False)
     x = torch.randn(4096, 64, device="cuda", dtype=torch.float16, requires_grad=True)
     w = torch.randn(8192, 64, device="cuda", dtype=torch.float16, requires_grad=True)
     t = torch.randint(0, 8192, (4096,), device="cuda")
-    loss = ref_module.linear_cross_entropy(x, w, t)
+    with use_impl(linear_cross_entropy="auto"):
+        loss = ref_module.linear_cross_entropy(x, w, t)
     (gw,) = torch.autograd.grad(loss * 2.0**16, w)
     assert calls == []
     exact = torch.autograd.grad(torch.nn.functional.cross_entropy((x.float() @ w.float().T), t) * 2.0**16,

@@ -439,9 +439,9 @@ def _logits_kernel(
 def _rows_kernel(
     PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE, BIAS, RW,
     row0, n_rows, n_groups, V, v0, stride_p, stride_z, stride_rw, g_scale,
-    softcap, eps, lam, inv_v, ignore_index,
+    softcap, eps, lam, inv_v,
     HAS_LSE: tl.constexpr, GRAD: tl.constexpr, STREAM: tl.constexpr, NEED_SUM: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr, MASKED: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Per token (row ``i`` of Z and G, kept token ``row0 + i``), for the vocabulary
@@ -459,16 +459,12 @@ def _rows_kernel(
     token weight is ``g_scale`` (1, or a power of two for float16).
     Backward (HAS_LSE): lse from LSE, token weights RW (times ``g_scale``).
     With GRAD: the token's row of G (``_grad_tile``) from the float32 logits Z, raw
-    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM).  MASKED (set by
-    no schedule: each removes the ignored tokens before its products): the rows hold every
-    token, ignored ones (target ``ignore_index``) too: their loss and their row of G are
-    stored as zeros (``ignored_grad_zero``)."""
+    with STREAM.  ``V``: Z's width (padded to whole tiles without STREAM).  The rows are kept
+    tokens only: every schedule removes the ignored ones before its products (``ce_drop_ignored``)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = offs_r < n_rows
     tok = row0 + offs_r
-    tgt_raw = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32)
-    tgt = tgt_raw - v0
-    valid = ok & (tgt_raw != ignore_index)
+    tgt = tl.load(TGT + tok, mask=ok, other=-1).to(tl.int32) - v0
     zrow = offs_r.to(tl.int64)[:, None] * stride_z
     if HAS_LSE:
         lse = tl.load(LSE + tok, mask=ok, other=0.0)
@@ -509,8 +505,6 @@ def _rows_kernel(
             zt = tl.load(ZT + tok, mask=ok, other=0.0)
         lse = tl.where(ok, m + tl.log(tl.where(ok, l, 1.0)), 0.0)
         loss = (1.0 - eps) * (lse - zt) + eps * (lse - s * inv_v) + lam * lse * lse
-        if MASKED:
-            loss = tl.where(valid, loss, 0.0)
         tl.store(LOSS + tok, loss, mask=ok)
         tl.store(LSE + tok, lse, mask=ok)
         weight = tl.full([BLOCK_R], 1.0, tl.float32) * g_scale
@@ -524,8 +518,6 @@ def _rows_kernel(
             if STREAM:
                 z = _logits_of(z, BIAS + v0, cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
             g = _grad_tile(z, lse, cols[None, :] == tgt[:, None], weight, eps, lam, inv_v, softcap, HAS_CAP)
-            if MASKED:
-                g = tl.where(valid[:, None], g, 0.0)
             tl.store(G + zrow + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
 
 
@@ -641,12 +633,9 @@ def _weight_stride(token_weight: torch.Tensor) -> int:
     return 0 if token_weight.numel() == 1 else token_weight.stride(0)
 
 
-def _launch_rows(n_rows: int, rcfg: RowConfig, *args, ignore_index: int = -100, masked: bool = False,
-                 **constexprs) -> None:
-    """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``
-    (``masked``: ignored tokens among the rows, MASKED)."""
-    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, ignore_index=ignore_index,
-                                                       MASKED=masked, BLOCK_R=rcfg.block_r,
+def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
+    """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
+    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
                                                        BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps)
 
 

@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from ojas_ref.functional.linear_cross_entropy import IMPL_ENV as LINEAR_CROSS_ENTROPY_IMPL_ENV
+from ojas_ref.functional.dispatch import use_impl
 from ojas_ref.verification import proof_audit as pa
 
 CITATION_RE = re.compile(r"\bOjas(?:\.[A-Za-z_][A-Za-z0-9_']*)+")
@@ -109,15 +109,8 @@ def _linear_cross_entropy_check(impl: str) -> Callable[[dict, int], list[str]]:
         from ojas_ref.verification.linear_cross_entropy_check import make_problem, oracle_mismatches
 
         device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
-        saved = os.environ.get(LINEAR_CROSS_ENTROPY_IMPL_ENV)
-        os.environ[LINEAR_CROSS_ENTROPY_IMPL_ENV] = impl
-        try:
+        with use_impl(linear_cross_entropy=impl):
             return oracle_mismatches(make_problem(seed, **params), device=device)
-        finally:
-            if saved is None:
-                del os.environ[LINEAR_CROSS_ENTROPY_IMPL_ENV]
-            else:
-                os.environ[LINEAR_CROSS_ENTROPY_IMPL_ENV] = saved
     return check
 
 

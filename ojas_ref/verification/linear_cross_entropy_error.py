@@ -73,7 +73,7 @@ def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor, softcap: float | No
     kernels._launch_rows(
         n, cfg.rows, none, none, none, none, z, z, target, loss, lse, none, none,
         0, n, 1, V, 0, 0, V, 0, 1.0,
-        **opts.kernel_args(V), ignore_index=-100, masked=False,
+        **opts.kernel_args(V),
         HAS_LSE=False, GRAD=False, STREAM=True, NEED_SUM=False, HAS_BIAS=False, HAS_CAP=softcap is not None,
         BLOCK_P=16,
     )
@@ -306,7 +306,7 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
     if softcap is not None:
         zmax = min(zmax, softcap * (1 + 2.0**-19))
-    plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
+    plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, logit_error=delta, lse_error=dl,
                   max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01, exp_error=exp_error,
                   storage_rounding=storage_rounding, softcap=softcap)
@@ -472,7 +472,7 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
         torch.log_softmax(y, dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
         storage_rounding=storage_rounding, ignore_index=ignore_index)
     (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
-    plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config)
+    plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
     bh = linear_cross_entropy_grad_posteriori_bound(factors @ ww.abs(), t_h, ha_h, n_terms=V, **common)
     bw = linear_cross_entropy_grad_posteriori_bound(factors.t() @ (h.abs() * kept), t_w, ha_w,
