@@ -15,7 +15,7 @@ events, after warm-up, L2 flushed between runs).  Peak memory is the peak of
 
 ``--padding``: a left-padded bf16 batch (B=4, H=16, S=2048, E=128; 0, 256, 512 and 768
 padding tokens) with Hugging Face's [B, 1, S, S] bool mask (causal and key padding),
-ojas with the mask and ``is_causal=True`` (what ``ojas_ref.integrations.hf.adapters`` passes for a
+ojas with the mask and ``is_causal=True`` (what ``ojas_ref.integrations.hf.attention`` passes for a
 mask inside the causal pattern) and with the mask alone, against SDPA with the same mask
 (its default dispatch, and the memory-efficient kernel); then float32 causal attention
 (B=1, S=2048) under the default "highest" precision, ojas (3xTF32 dots) against SDPA.

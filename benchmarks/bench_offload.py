@@ -43,7 +43,7 @@ from ojas_ref import optimize_model  # noqa: E402
 from ojas_ref.nn.offload import OffloadedCheckpoint  # noqa: E402
 
 MODES = ("standard+ckpt", "standard+offload", "ojas+ckpt", "ojas+offload")
-STANDARD = dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+STANDARD = dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
 
 
 class Runner:

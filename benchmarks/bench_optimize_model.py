@@ -82,7 +82,7 @@ def setup(model, mode: str, opt_name: str, bucket_mb: float = 64.0):
     attention, loss, fused = pieces.get(mode, (True, True, True))
     report = None
     if attention or loss:
-        _, report = optimize_model(model, attention=attention, cross_entropy=loss, checkpoint=mode.endswith("+ckpt"))
+        _, report = optimize_model(model, attention=attention, linear_cross_entropy=loss, checkpoint=mode.endswith("+ckpt"))
     if fused:
         return InBackwardOptimizer(model.parameters(), opt_class, bucket_cap_mb=bucket_mb, overlap=overlap,
                                    **kwargs), report

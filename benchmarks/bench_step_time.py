@@ -29,13 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ojas_ref.tools import plan as P  # noqa: E402
 from ojas_ref.tools.step_time import Measured, depths_for, predict_step_seconds, time_steps  # noqa: E402
 
+#: the H200 records the predictions are compared with (the planner's test fixtures)
+RECORDS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "plan"
+
 
 def recorded(presets: list[str]) -> list[tuple[P.Model, P.Setting, float]]:
     """(model, setting, recorded tokens/s) of the records of these presets."""
     rows = []
     if "llama-1b" in presets:
-        rows += [(P.record_model(), s, t) for s, t in P.load_records(P.RECORDS_PATH, "tokens_per_s")]
-    for m, s, row in P.load_memory_records(P.MEMORY_RECORDS_PATHS[1]):
+        path = RECORDS / "bench_optimize_model_h200_rope.json"
+        rows += [(P.record_model(path), s, t) for s, t in P.load_records(path, "tokens_per_s")]
+    for m, s, row in P.load_memory_records(RECORDS / "bench_memory_h200_presets.json"):
         if m.name in presets and m.name != "llama-1b":
             rows.append((m, s, row["tokens_per_s"]))
     return rows

@@ -24,7 +24,7 @@ MOVED = {
     "ojas_ref.integrations.offload": "ojas_ref.nn.offload",
     "ojas_ref.integrations.reversible_decoder": "ojas_ref.nn.reversible_decoder",
     "ojas_ref.integrations.optimize": "ojas_ref.integrations.hf.optimize",
-    "ojas_ref.integrations.huggingface": "ojas_ref.integrations.hf.adapters",
+    "ojas_ref.integrations.huggingface": "ojas_ref.integrations.hf",
     "ojas_ref.tools.checkpoint": "ojas_ref.tools.train_state",
     "ojas_ref.verification.lce_error": "ojas_ref.verification.linear_cross_entropy_error",
 }

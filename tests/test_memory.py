@@ -403,8 +403,6 @@ def test_imported_modules_sees_every_form_of_import():
 PACKAGE = Path(P.__file__).resolve().parents[1]
 
 
-@pytest.mark.xfail(strict=True, reason="ojas_ref/integrations/hf/report.py (OptimizationReport.plan) and optimize.py "
-                                       "(_planned) import ojas_ref.tools.plan until they import ojas_ref.memory")
 def test_no_library_module_imports_the_tools():
     """The layers: functional, nn, optim, integrations, verification and memory import nothing of
     ojas_ref.tools (the commands and their helpers), which may import them."""

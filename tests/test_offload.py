@@ -84,7 +84,7 @@ def offload_func(model) -> OffloadedCheckpoint:
 @pytest.mark.parametrize("padding", [False, True])
 @pytest.mark.parametrize("optimized", [True, False], ids=["ojas", "checkpoint-only"])
 def test_offload_trains_bit_identically_to_checkpointing(padding, optimized):
-    flags = {} if optimized else dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+    flags = {} if optimized else dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
     ref = build()
     ckpt, _ = optimize_model(copy.deepcopy(ref), checkpoint=True, **flags)
     off, report = optimize_model(copy.deepcopy(ref), checkpoint="offload", **flags)
@@ -254,7 +254,7 @@ def test_offload_matches_checkpointing_bitwise_gpu(dtype):
     """Side-stream copies, prefetch, host buffers reused: the same bits as checkpoint=True. Checkpointing alone (the
     ojas kernels off, eager attention), deterministic algorithms; a tensor that differs between
     two runs of checkpoint=True itself is not compared (none of the layers' may)."""
-    flags = dict(attention=False, cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+    flags = dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
     ref = build(dtype=dtype, device="cuda", num_hidden_layers=4, attn_implementation="eager")
     batches = [batch(seed, padding=seed == 1, device="cuda") for seed in range(3)]
     runs = {}
@@ -289,7 +289,7 @@ def test_offload_lowers_peak_cuda_memory_gpu():
         model = build(dtype=torch.float32, device="cuda", num_hidden_layers=layers, hidden_size=hidden,
                       intermediate_size=2816, num_attention_heads=8, num_key_value_heads=8,
                       max_position_embeddings=s, vocab_size=256)
-        optimize_model(model, checkpoint=value, attention=False, cross_entropy=False)
+        optimize_model(model, checkpoint=value, attention=False, linear_cross_entropy=False)
         model.train()
         for p in model.parameters():
             p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))

@@ -92,9 +92,6 @@ def test_cli_time_shallow(capsys, monkeypatch):
     assert "--shallow goes with --time" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="benchmarks/bench_step_time.py's recorded() reads ojas_ref.tools.plan.RECORDS_PATH and "
-                          "MEMORY_RECORDS_PATHS, paths into benchmarks/results/ the package no longer holds")
 def test_bench_compares_every_record():
     rows = bench_step_time.recorded(["llama-1b", "llama-7b"])
     assert sum(m.name == "llama-1b" for m, _, _ in rows) == 16

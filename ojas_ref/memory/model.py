@@ -189,7 +189,7 @@ PRESETS: dict[str, Model] = {m.name: m for m in (
 @dataclass(frozen=True)
 class Setting:
     """A training setting. ``ojas_attention`` / ``ojas_loss`` / ``ojas_rms_norm`` /
-    ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``cross_entropy=`` /
+    ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``linear_cross_entropy=`` /
     ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``in_backward``: the optimizer runs in
     backward (``InBackwardOptimizer``, buckets of ``bucket_cap_mb``, 64 MiB by default);
     ``checkpoint``: per-layer non-reentrant activation checkpointing; ``split`` (needs

@@ -494,7 +494,7 @@ def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[O
     """The report's ``planned`` and ``unplanned``: (planner model, Setting fields) of what
     :func:`_optimize_hf` applied to ``model``, or None and the reason ojas_ref/tools/plan.py
     does not model it."""
-    from ojas_ref.tools import plan as P
+    from ojas_ref import memory as P
 
     if state.sparse_embedding is not None:
         return None, "the sparse embedding is not modelled by the planner"

@@ -98,7 +98,7 @@ class OptimizationReport:
         ``bucket_cap_mb``: its ``bucket_cap_mb``).
         ``NotImplementedError`` with the reason for a model the planner does not model (not a
         Llama-shaped decoder, sparse embedding, ...)."""
-        from ojas_ref.tools import plan as P
+        from ojas_ref import memory as P
 
         if self.planned is None:
             raise NotImplementedError(f"report.plan(): {self.unplanned}")
