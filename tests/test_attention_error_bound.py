@@ -2,7 +2,7 @@
 
 ``attention_forward_error_bound`` (ojas_ref/verification/bounds/attention.py) is the value of
 ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked`` computed by the
-oracle (``attn_fwd_q`` of ``Ojas.BoundValues``, ``Ojas.BoundValues.attn_fwd_q_sound_masked``):
+oracle (``attn_fwd_q`` of ``Ojas.Bounds.Attention``, ``Ojas.Bounds.Attention.attn_fwd_q_sound_masked``):
 for every output coordinate of a query row, ``|out - softmax(scale q.k) v| <= bound * max|v|`` in the theorem's model of
 the kernel (kernels/ojas_kernels/attention.py: fp32 scores from an fp32 dot times the fp32 qk_scale,
 base-2 exponentials, P rounded to the input dtype before P.V, fp32 accumulation in the

@@ -4,7 +4,7 @@
 (``block_step`` over tiles, ``finalize``) with every operation rounded to float32:
 numpy float32 scalars and arrays round each ``+ - * /`` and ``exp`` separately, and
 sums run left to right as in the Coq definitions. That is ``stream_row fl_ops``
-of rocq/RoundingModel.v with u = 2^-24, so by ``stream_row_error_bound``
+of rocq/FloatModel/NoUnderflow.v with u = 2^-24, so by ``stream_row_error_bound``
 (rocq/Attention/StreamError.v) its distance to the exact softmax (computed here
 with mpmath at 40 digits) is at most ``online_softmax_error_bound(n, u, ue) * V``.
 
@@ -267,7 +267,7 @@ def test_linear_cross_entropy_forward_bound_not_vacuous() -> None:
 
 
 # --------------------------------------------------------------------------
-# The oracle's values (rocq/BoundValues.v, extracted with exact rationals)
+# The oracle's values (rocq/Bounds/, extracted with exact rationals)
 # against the hand formulas and mpmath
 # --------------------------------------------------------------------------
 
@@ -477,7 +477,7 @@ def test_reversible_reconstruction_error_bound_recurrence():
 @pytest.mark.usefixtures("oracle_bounds")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_attention_forward_bound_oracle_matches_hand_formula(dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """attn_fwd_q (Ojas.BoundValues, extracted) against the float64 hand copy of afe_rel:
+    """attn_fwd_q (Ojas.Bounds.Attention, extracted) against the float64 hand copy of afe_rel:
     the hand copy is at least the oracle's value and within 1e-5 of it; both grow with the
     number of keys; the bf16 value at S = 16384, E = 128 is far from vacuous."""
     kw = dict(block_n=64, dtype=dtype, max_abs_q=4.0, max_abs_k=4.0, max_abs_v=4.0)
@@ -494,7 +494,7 @@ def test_attention_forward_bound_oracle_matches_hand_formula(dtype, monkeypatch:
 
 @pytest.mark.usefixtures("oracle_bounds")
 def test_attention_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyPatch) -> None:
-    """attn_lse_q (Ojas.BoundValues, extracted) against the float64 hand copy of lse_bound."""
+    """attn_lse_q (Ojas.Bounds.Attention, extracted) against the float64 hand copy of lse_bound."""
     kw = dict(block_n=64, max_abs_q=4.0, max_abs_k=4.0)
     for n in (1, 64, 4096, 16384, 65536):
         oracle = attention_lse_error_bound(n, 128, **kw)
@@ -507,7 +507,7 @@ def test_attention_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.Mon
 @pytest.mark.usefixtures("oracle_bounds")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """attn_fwd_post_q (Ojas.BoundValues, extracted) against the float64 hand copy of
+    """attn_fwd_post_q (Ojas.Bounds.Attention, extracted) against the float64 hand copy of
     (afp_rel, afp_abs). The hand copy is never below the oracle's pair (its float64 steps
     are rounded up by 2^-30 each); above afp_rel by at most 32 * 2^-30 absolute: afp_gA
     and afe_bL are products of about 8 factors near 1 minus 1, so their margins add up
@@ -544,7 +544,7 @@ def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeyp
 
 @pytest.mark.usefixtures("oracle_bounds")
 def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ce_merge_lse_q (Ojas.BoundValues, extracted) against the hand copy of
+    """ce_merge_lse_q (Ojas.Bounds.CrossEntropy, extracted) against the hand copy of
     ce_lse_error_two_level's bound in exact rationals: the same closed form, the hand copy
     with exact powers and e^x <= 1 + x + x^2 (x = 2 u Zmax), the oracle with certified
     upper bounds (powers within 2^-190 or so, exp within (x / 2^64)^2 / 2). So the hand copy
@@ -572,7 +572,7 @@ def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyP
 @pytest.mark.usefixtures("oracle_bounds")
 @pytest.mark.parametrize("dtype, n_terms, n_chunks", [(torch.bfloat16, 128256, 1), (torch.float32, 512, 4)])
 def test_grad_coefficients_oracle_match_hand_formula(dtype, n_terms, n_chunks) -> None:
-    """ce_grad_q (Ojas.BoundValues, extracted) against the exact-rational hand copy of the
+    """ce_grad_q (Ojas.Bounds.CrossEntropyGrad, extracted) against the exact-rational hand copy of the
     coefficients of ce_dw_bound: cT, cH, c0 do not involve X, so the oracle's are the hand
     copy's rounded up to a multiple of 2^-200; cS is linear in X, the oracle's at
     X = 1 + perturbation_q(x / 2) >= e^x, within a relative 1e-12 of cS at X = e^x (mpmath,

@@ -17,7 +17,7 @@ against the exact capped logits' (the ``softcap`` argument of the bound function
   approximate division), then V = 128256, D = 4096, bfloat16 and float32, caps 30 and 5.
 The capped gradients of the 3-product schedule: ``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error``
 / ``sc_dw_error`` (built on ``sc_chain_error`` for the chain factor ``1 - (z / c)^2``), their
-coefficients from the oracle (``Ojas.BoundValues.sc_grad_q``); the 4-product schedule's capped
+coefficients from the oracle (``Ojas.Bounds.CrossEntropyGrad.sc_grad_q``); the 4-product schedule's capped
 gradients have no theorem.
 """
 

@@ -112,7 +112,7 @@ under ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` (or
 default.  Under the CPU interpreter the Triton dots go through float32 and IEEE
 (``_UPCAST_DOTS`` of kernels/ojas_kernels/attention.py), the torch products are CPU matmuls.
 Rounding: ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` (and ``ce_lse_error_up``,
-whose value the oracle computes: ``Ojas.BoundValues.ce_lse_q_sound``) bounds the lse that
+whose value the oracle computes: ``Ojas.Bounds.CrossEntropy.ce_lse_q_sound``) bounds the lse that
 ``_rows_kernel`` with STREAM computes from the float32 logits it reads (the 3-product
 schedule, and ``fwd_logits="cublas"``): the online max and rescaled sum over its
 vocabulary tiles in float32, ``tl.exp`` / ``tl.log`` / ``tl.sum`` within stated errors
@@ -124,7 +124,7 @@ tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/er
 schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming
 each program's group of tiles, ``_rows_kernel`` merging the groups' states
 (``linear_cross_entropy_merge_lse_error_bound``, whose value the oracle computes:
-``Ojas.BoundValues.ce_merge_lse_q_sound``).
+``Ojas.Bounds.CrossEntropy.ce_merge_lse_q_sound``).
 ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` and ``ce_dw_error`` bound every entry
 of the 3-product schedule's grad_input and grad_weight (reductions "mean" / "sum", bfloat16
 and float32, no bias, cap, smoothing or z-loss): G = ``rnd_s(tl.exp(rnd(z - lse)))`` (the

@@ -1,7 +1,7 @@
 """The proved floating-point error bounds, as tolerances: one module per operation.
 
 * :mod:`.common`: the float models' constants (unit roundoffs, storage formats, the assumed
-  ``exp`` error) and the oracle that evaluates the bounds exactly (``rocq/BoundValues.v``),
+  ``exp`` error) and the oracle that evaluates the bounds exactly (``rocq/Bounds/``),
   with the hand copies of the formulas as its fallback;
 * :mod:`.sums`: dot products (``gamma_n``) and chunked sums;
 * :mod:`.online_softmax`: the streamed softmax and the score perturbation (the PyTorch

@@ -149,7 +149,7 @@ def attention_forward_error_bound(
     (the kernel's loop from its start under any boolean mask: causal, window, sequence
     bounds; the softmax over the visible keys) and ``attention_forward_error`` (fully
     visible tiles), rocq/FloatModel/AttentionForwardError.v, through ``attn_fwd_q`` of
-    ``Ojas.BoundValues`` (``Ojas.BoundValues.attn_fwd_q_sound_masked``,
+    ``Ojas.Bounds.Attention`` (``Ojas.Bounds.Attention.attn_fwd_q_sound_masked``,
     ``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
     rationals, with certified upper bounds of its exponentials and powers, and this
     function rounds it up. The theorem's model of the kernel, per key tile of at most
@@ -225,7 +225,7 @@ def attention_forward_posteriori_bound(
     smaller by more than that (random data: several times smaller).
 
     The closed forms ``afp_rel``, ``afp_abs`` come from ``attn_fwd_post_q`` of
-    ``Ojas.BoundValues`` (``Ojas.BoundValues.attn_fwd_post_q_sound_masked``,
+    ``Ojas.Bounds.Attention`` (``Ojas.Bounds.Attention.attn_fwd_post_q_sound_masked``,
     ``attn_fwd_post_q_sound``: whenever it answers ``(r, a)``, ``r * W_ic + a`` bounds the
     error): the oracle computes them over exact rationals at the same certified upper
     bounds of X, Y, P1, CG, CR as ``attn_fwd_q`` (``afe_consts``), and this function rounds
@@ -309,8 +309,8 @@ def attention_lse_error_bound(
 
     Implements ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked`` (the
     kernel's loop from its start under any boolean mask) and ``attention_lse_error``
-    (fully visible tiles), through ``attn_lse_q`` of ``Ojas.BoundValues``
-    (``Ojas.BoundValues.attn_lse_q_sound_masked``, ``attn_lse_q_sound``): the oracle computes
+    (fully visible tiles), through ``attn_lse_q`` of ``Ojas.Bounds.Attention``
+    (``Ojas.Bounds.Attention.attn_lse_q_sound_masked``, ``attn_lse_q_sound``): the oracle computes
     ``lse_bound`` over exact rationals, ``ln n_keys <= LN`` certified by a lower bound of
     ``exp(LN)``, ``-ln(1 - bL) <= bL / (1 - bL)``. The model and the arguments are those of
     :func:`attention_forward_error_bound` (the value dtype plays no part); ``log2_error``
@@ -412,7 +412,7 @@ def attention_dv_error_bound(
     float64: enlarged here by ``4 (n + 1) 2^-53``), ``n = n_queries``, ``g`` = gamma of
     ``(block_m - 1) + (n_query_tiles - 1)``, ``F = (1+u)(1+us)(1+ue) X``, ``c`` the absolute
     term. The scalar factors come from the oracle (``gamma``; ``score_max_q``,
-    ``score_delta_q`` of ``Ojas.BoundValues``; ``X = 1 + perturbation_q(x / 2) >= 2^x``);
+    ``score_delta_q`` of ``Ojas.Bounds.Attention``; ``X = 1 + perturbation_q(x / 2) >= 2^x``);
     composing them is exact rational arithmetic here (no single Coq theorem states the
     composed number), the tensor part float64 rounded up by 2^-40.
 

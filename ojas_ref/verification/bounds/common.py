@@ -1,6 +1,6 @@
 """The floating-point model that the proved error bounds share, and the oracle that evaluates them.
 
-Two rounding models: ``rocq/RoundingModel.v`` (every ``+ - * /`` has relative error at most the
+Two rounding models: ``rocq/FloatModel/NoUnderflow.v`` (every ``+ - * /`` has relative error at most the
 unit roundoff ``u``, the computed ``exp`` relative error at most ``exp_error``, and nothing
 underflows or overflows: no absolute error term), for the PyTorch references' bounds
 (:mod:`.sums`, :mod:`.online_softmax`, the reference's in :mod:`.linear_cross_entropy`); and
@@ -10,7 +10,7 @@ storage in bfloat16, float16 or float32), for the Triton kernels' bounds (:mod:`
 
 Where the oracle (``extraction/_build/ojas-oracle``, ``make -C extraction``) is built,
 the scalar bounds come from it: its ``error_bounds`` operation runs the definitions of
-``rocq/BoundValues.v`` (``dot_bound_q``, ``chunked_sum_factor_q``, ``nat_err_q``,
+``rocq/Bounds/`` (``dot_bound_q``, ``chunked_sum_factor_q``, ``nat_err_q``,
 ``stream_beta_q``, ``stream_err_q``, ``perturbation_q``, ``neg_ln_check``, and the kernels'
 closed forms), extracted with exact rationals, whose results are proved equal to (``gamma``)
 or at least (the others, which involve ``exp``, ``ln`` or powers too large to carry exactly)

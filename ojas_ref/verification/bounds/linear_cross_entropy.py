@@ -1,6 +1,6 @@
 """Error bounds of the linear cross-entropy's forward: the PyTorch reference's per-token loss and
 lse and their reductions (``Ojas.CrossEntropy.LossError``, rounding model of
-``rocq/RoundingModel.v``), and the Triton kernel's (kernels/ojas_kernels/linear_cross_entropy.py)
+``rocq/FloatModel/NoUnderflow.v``), and the Triton kernel's (kernels/ojas_kernels/linear_cross_entropy.py)
 streamed and two-level lse, loss, logits and softcap (``rocq/FloatModel/CrossEntropy*.v``,
 mixed-precision model), with the premises about the kernel's ``tl.exp``, ``tl.log``, tanh and
 division (``LINEAR_CROSS_ENTROPY_*_ERROR``). The gradients: :mod:`.linear_cross_entropy_grad`."""
@@ -116,7 +116,7 @@ def linear_cross_entropy_token_error_bound(
     |L| + 1), a bound of their float64 error; the result is rounded up by 2^-40.
     The theorem is about ``dot``'s and the vocabulary loop's left-to-right sums;
     a blocked matmul or pairwise sum satisfies the same gamma bounds (Higham 3.1),
-    not proved here. The scalar factors come from the oracle (``Ojas.BoundValues``):
+    not proved here. The scalar factors come from the oracle (``Ojas.Bounds.CrossEntropy``):
     ``gamma_D`` (:func:`dot_product_error_bound`), ``beta_V`` (``stream_beta_q``),
     ``g`` (``chunked_sum_factor_q``, ``sum_factor_q_ge``), ``nat_err V``
     (``nat_err_q``, ``nat_err_q_ge``) and ``-ln(1 - beta_V)`` (a float candidate
@@ -293,8 +293,8 @@ def linear_cross_entropy_lse_error_bound(
       bound = u (Zmax + LN + NL + el) + el + NL + delta,
     ``NL = bL / (1 - bL) >= -ln(1 - bL)``, ``bL = ce_bL`` (the rescaling factors telescope),
     ``LN >= ln V``, ``Zmax`` a bound of the computed logits, ``delta`` of their error.
-    The oracle computes it (``ce_lse_q`` of ``Ojas.BoundValues``,
-    ``Ojas.BoundValues.ce_lse_q_sound``: exact rationals, certified upper bounds of
+    The oracle computes it (``ce_lse_q`` of ``Ojas.Bounds.CrossEntropy``,
+    ``Ojas.Bounds.CrossEntropy.ce_lse_q_sound``: exact rationals, certified upper bounds of
     ``exp(2 u Zmax)`` and of the powers, ``ln V <= LN`` checked); without the oracle a hand
     copy in exact rationals (``fractions``), rounded up.
 
@@ -490,7 +490,7 @@ def linear_cross_entropy_merge_lse_error_bound(
     ``_rows_kernel`` merges the programs' states in tiles of ``block_p`` (the kernel's
     ``min(rows.block_p, next_power_of_2(n_groups))``). Implements
     ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` through ``ce_merge_lse_q``
-    of ``Ojas.BoundValues`` (``Ojas.BoundValues.ce_merge_lse_q_sound``: the oracle computes
+    of ``Ojas.Bounds.CrossEntropy`` (``Ojas.Bounds.CrossEntropy.ce_merge_lse_q_sound``: the oracle computes
     the bound over exact rationals with certified upper bounds of ``exp(2 u Zmax)`` and the
     powers, ``ln V <= LN`` checked; without the oracle binary, a hand copy in exact rationals
     with exact powers), tile sums of depth ``block_n - 1`` and

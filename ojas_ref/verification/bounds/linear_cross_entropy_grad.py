@@ -46,7 +46,7 @@ __all__ = [
 
 
 def _hand_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) -> tuple[Fraction, ...]:
-    """Hand copy of ``ce_grad_q`` of ``Ojas.BoundValues`` (fallback without the oracle): the
+    """Hand copy of ``ce_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (fallback without the oracle): the
     coefficients ``(cS, cT, cH, c0)`` of ``ce_dw_bound`` in exact rationals, at the exact
     ``gamma_{n_terms}`` and ``X = 1 + x + x^2 >= e^x``."""
     X = _exp_up_small(x)
@@ -65,7 +65,7 @@ def _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunk
     """The coefficients of ``(S, T0, Ha, Sk, Tc)`` and the constant of ``ce_gen_bound`` at
     ``sc_E1`` (``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dw_error``), exact rationals,
     ``gamma_{n_terms}``, ``X = 1 + x + x^2 >= e^x``, ``chain`` = ``Ec``: the hand copy of
-    ``sc_grad_q`` of ``Ojas.BoundValues``, the fallback without the oracle binary."""
+    ``sc_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad``, the fallback without the oracle binary."""
     fe = (1 + ue) * _exp_up_small(x)
     gd = n_terms * u / (1 - n_terms * u)
     kg = (1 + us) * (1 + u)
@@ -112,7 +112,7 @@ def linear_cross_entropy_grad_error_bound(
     :func:`linear_cross_entropy_lse_error_bound`; ``Am = max_abs_arg`` >= |z - lse|),
     ``gd = gamma_{n_terms}`` (``n_terms``: the most terms one accumulated sum has, V for dH,
     the largest token chunk for dW). The coefficients of S, T, Ha and the constant come from
-    ``ce_grad_q`` of ``Ojas.BoundValues`` (``Ojas.BoundValues.ce_grad_q_sound_dw``,
+    ``ce_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (``Ojas.Bounds.CrossEntropyGrad.ce_grad_q_sound_dw``,
     ``ce_grad_q_sound_dh``: whenever it answers ``(cS, cT, cH, c0)``, ``cS S + cT T + cH Ha + c0``
     bounds the kernel's entry under the premises of ``ce_dw_error`` / ``ce_dh_error`` with
     ``gd = gamma_{n_terms}`` and any ``X >= e^x``, ``x = delta + Dl + u Am + ea``): the oracle
@@ -131,7 +131,7 @@ def linear_cross_entropy_grad_error_bound(
     With ``softcap = c`` (None: the above): ``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error``
     / ``sc_dw_error`` for the capped entries ``rnd_s(rnd(g (1 - (z / c)^2)))`` against
     ``(P_c - onehot)(1 - tanh(y / c)^2)``: the coefficients of ``S, T0, Ha, Sk, Tc`` and the
-    constant come from ``sc_grad_q`` of ``Ojas.BoundValues`` (``Ojas.BoundValues.sc_grad_q_sound_dw``,
+    constant come from ``sc_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (``Ojas.Bounds.CrossEntropyGrad.sc_grad_q_sound_dw``,
     ``sc_grad_q_sound_dh``: whenever it answers, they bound the kernel's capped entry under the
     premises of ``sc_dw_error`` / ``sc_dh_error`` with ``gd = gamma_{n_terms}``, any ``X >= e^x``,
     ``x = sc_delta + Dl + u Am + ea``, and ``chain = Ec >= sc_chain_bound``): the oracle computes
@@ -201,7 +201,7 @@ def _grad_coef_sum(coefs: Sequence[Fraction], sums: Sequence[torch.Tensor], n_te
 
 
 def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[Fraction, ...]:
-    """Hand copy of ``ce_gp_q`` of ``Ojas.BoundValues`` (fallback without the oracle): the
+    """Hand copy of ``ce_gp_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (fallback without the oracle): the
     coefficients ``(cS, cT, cH, c0)`` of ``ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T``
     (``Ojas.FloatModel.CrossEntropyGradError``) in ``Sp``, ``T``, ``Ha``, exact rationals at the
     exact ``gd = gamma_{n_terms}``: ``ce_gen_bound gd a0 ua C B T = Kg^C (|a0| ((1 + w) ((1 + gd) B
@@ -302,7 +302,7 @@ def linear_cross_entropy_grad_posteriori_bound(
     as in :func:`linear_cross_entropy_grad_error_bound` (float64, enlarged here by
     ``4 (n_terms + 1) 2^-53``), ``gd = gamma_{n_terms}``, ``a0 = scale``, ``C = n_chunks``.
     The coefficients ``(cS, cT, cH, c0)`` of ``Sp``, ``T``, ``Ha`` and the constant come from
-    ``ce_gp_q`` of ``Ojas.BoundValues`` (``Ojas.BoundValues.ce_gp_q_sound_dw``,
+    ``ce_gp_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (``Ojas.Bounds.CrossEntropyGrad.ce_gp_q_sound_dw``,
     ``ce_gp_q_sound_dh``: whenever it answers ``(cS, cT, cH, c0)``, ``cS Sp + cT T + cH Ha + c0``
     bounds the kernel's entry under the premises of ``ce_gp_dw_error`` / ``ce_gp_dh_error`` with
     ``gd = gamma_{n_terms}``): the oracle computes them over exact rationals, each rounded up;

@@ -1,5 +1,5 @@
 """Error bounds of the streamed (online) softmax, in the rounding model of
-``rocq/RoundingModel.v`` (:mod:`.common`): the computed output against the exact two-pass
+``rocq/FloatModel/NoUnderflow.v`` (:mod:`.common`): the computed output against the exact two-pass
 softmax (``Ojas.Attention.StreamError``), the exact output's move when every score moves
 (``Ojas.Attention.ScorePerturbation``), and the streamed log-sum-exp's ``beta`` and
 ``-ln(1 - beta)``, which the linear cross-entropy's per-token bound reuses."""
@@ -48,7 +48,7 @@ def _hand_neg_ln_one_minus(beta: float) -> float:
 
 def _stream_beta(n: int, u: float, ue: float) -> tuple[float, Fraction | None]:
     """An upper bound of ``stream_beta u ue n`` as a float, and the exact rational
-    ``stream_beta_q`` of ``Ojas.BoundValues`` it rounds up (``None`` without the oracle;
+    ``stream_beta_q`` of ``Ojas.Bounds.Softmax`` it rounds up (``None`` without the oracle;
     ``stream_beta_q_ge``: ``stream_beta <= stream_beta_q``); ``inf`` when beta is
     clearly >= 1 (then the oracle is not asked: its powers would be huge)."""
     hand = _hand_stream_beta(n, u, ue)
@@ -78,7 +78,7 @@ def online_softmax_error_bound(n_keys: int, unit_roundoff: float, exp_error: flo
         beta = (K - 1) + n * alpha * K
         E    = (2 beta + u (1 + beta)) / (1 - beta)
 
-    The value is the oracle's ``stream_err_q`` of ``Ojas.BoundValues``
+    The value is the oracle's ``stream_err_q`` of ``Ojas.Bounds.Softmax``
     (``stream_err_q_ge``: it is Some only when ``stream_beta < 1``, and then
     ``stream_err <= stream_err_q``), rounded up; without the oracle, the hand copy.
     Raises ``ValueError`` unless the theorem's side conditions hold:
@@ -108,7 +108,7 @@ def softmax_score_perturbation_bound(delta: float) -> float:
     (``rocq/Attention/ScorePerturbation.v``): for score rows with
     ``|s'_j - s_j| <= delta`` and values ``|v_jc| <= V``, coordinate ``c`` of the
     exact two-pass softmax output moves by at most ``(exp(2 delta) - 1) * V``.
-    The value is the oracle's ``perturbation_q`` of ``Ojas.BoundValues``
+    The value is the oracle's ``perturbation_q`` of ``Ojas.Bounds.Softmax``
     (``perturbation_q_ge``: ``exp (2 delta) - 1 <= perturbation_q delta``, a certified
     upper bound), rounded up; ``inf`` when ``2 delta > 709`` (beyond float64); without
     the oracle, the hand copy. Raises ``ValueError`` if ``delta < 0``.

@@ -1,5 +1,5 @@
-"""Error bounds of sums, in the rounding model of ``rocq/RoundingModel.v`` (:mod:`.common`): a dot
-product (Higham's ``gamma_n``, ``Ojas.DotError``), a sum cut into chunks
+"""Error bounds of sums, in the rounding model of ``rocq/FloatModel/NoUnderflow.v`` (:mod:`.common`): a dot
+product (Higham's ``gamma_n``, ``Ojas.FloatModel.DotError``), a sum cut into chunks
 (``Ojas.CrossEntropy.LossError.chunked_sum_error_bound``) and ``n`` computed as ``1 + ... + 1``
 (``nat_err``)."""
 
@@ -21,7 +21,7 @@ __all__ = ["chunked_sum_error_factor", "dot_product_error_bound"]
 
 
 def _hand_dot_product_error_bound(n: int, u: float) -> float:
-    """Hand copy of ``gamma`` of ``Ojas.DotError`` (fallback without the oracle)."""
+    """Hand copy of ``gamma`` of ``Ojas.FloatModel.DotError`` (fallback without the oracle)."""
     return n * u / (1.0 - n * u) * _ROUND_UP
 
 
@@ -38,14 +38,14 @@ def _hand_nat_err(n: int, u: float) -> float:
 def dot_product_error_bound(n: int, unit_roundoff: float) -> float:
     """Higham's gamma_n = n u / (1 - n u): |dot_hat - dot| <= gamma_n * sum_i |a_i b_i|.
 
-    Implements ``gamma`` of ``Ojas.DotError`` (``rocq/DotError.v``), the bound of
+    Implements ``gamma`` of ``Ojas.FloatModel.DotError`` (``rocq/FloatModel/DotError.v``), the bound of
     ``dot_error_bound`` for ``dot fl_ops`` on two vectors of length ``n`` (under the
     model's hypotheses plus idempotent rounding, which every floating-point format
     has). The theorem is about ``Vector.dot``'s summation order; other orders
     (pairwise, blocked, fused multiply-add) satisfy the same gamma_n bound
     (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.1),
     but that is not proved here. The value is the oracle's exact ``dot_bound_q`` of
-    ``Ojas.BoundValues`` (``dot_bound_q_correct``: ``gamma_q u n = gamma u n``),
+    ``Ojas.Bounds.Sums`` (``dot_bound_q_correct``: ``gamma_q u n = gamma u n``),
     rounded up; without the oracle, the hand copy. Raises ``ValueError`` unless
     ``n >= 0`` and ``n u < 1``.
     """
@@ -66,7 +66,7 @@ def chunked_sum_error_factor(n_terms: int, unit_roundoff: float) -> float:
 
     Implements the bound of ``Ojas.CrossEntropy.LossError.chunked_sum_error_bound``
     (exponent terms + chunks <= 2 n). The value is the oracle's
-    ``chunked_sum_factor_q`` of ``Ojas.BoundValues`` (``chunked_sum_factor_q_ge``:
+    ``chunked_sum_factor_q`` of ``Ojas.Bounds.Sums`` (``chunked_sum_factor_q_ge``:
     ``(1+u)^(2n) - 1 <= chunked_sum_factor_q u n``), rounded up; ``inf`` when
     ``2 n ln(1+u) > 709``; without the oracle, the hand copy. Raises ``ValueError``
     unless ``0 <= u < 1`` and ``n_terms >= 0``."""
