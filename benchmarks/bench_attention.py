@@ -54,12 +54,14 @@ def sdpa(backend):
     def run(q, k, v, is_causal, scale):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+
     return run
 
 
 def ojas(config=None):
     def run(q, k, v, is_causal, scale):
         return kattn.flash_attention(q, k, v, is_causal, scale, None, config)
+
     return run
 
 
@@ -89,8 +91,9 @@ def measure(fn, b, h, s, e, is_causal):
     scale = 1 / math.sqrt(e)
     try:
         with torch.no_grad():
-            fwd = triton.testing.do_bench(lambda: fn(q, k, v, is_causal, scale), warmup=25, rep=100,
-                                          return_mode="median")
+            fwd = triton.testing.do_bench(
+                lambda: fn(q, k, v, is_causal, scale), warmup=25, rep=100, return_mode="median"
+            )
 
         def step():
             fn(q, k, v, is_causal, scale).backward(do)
@@ -117,8 +120,10 @@ def fits_naive(b, h, s):
 
 def bench(dims, seqs, impls, out_path):
     rows = []
-    header = ("| E | S | B | causal | impl | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB |\n"
-              "|---|---|---|---|---|---|---|---|---|---|")
+    header = (
+        "| E | S | B | causal | impl | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | peak MiB |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
     print(header, flush=True)
     lines = [header]
     for e in dims:
@@ -137,29 +142,46 @@ def bench(dims, seqs, impls, out_path):
                         line = f"| {e} | {s} | {b} | {is_causal} | {name} | - | - | - | - | {why} |"
                     else:
                         fwd, both, peak = got
-                        line = (f"| {e} | {s} | {b} | {is_causal} | {name} | {fwd:.3f} | {f / fwd / 1e9:.1f} | "
-                                f"{both:.3f} | {3.5 * f / both / 1e9:.1f} | {peak:.0f} |")
+                        line = (
+                            f"| {e} | {s} | {b} | {is_causal} | {name} | {fwd:.3f} | {f / fwd / 1e9:.1f} | "
+                            f"{both:.3f} | {3.5 * f / both / 1e9:.1f} | {peak:.0f} |"
+                        )
                     print(line, flush=True)
                     lines.append(line)
                 rows.append(((e, s, b, is_causal), res))
-    summary = ["", "| E | S | causal | fwd ojas/flash | fwd ojas/cuDNN | fwd+bwd ojas/flash | fwd+bwd ojas/cuDNN |",
-               "|---|---|---|---|---|---|---|"]
+    summary = [
+        "",
+        "| E | S | causal | fwd ojas/flash | fwd ojas/cuDNN | fwd+bwd ojas/flash | fwd+bwd ojas/cuDNN |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (e, s, b, is_causal), res in rows:
+
         def ratio(peer, i):
             a, p = res.get("ojas", (None,))[0], res.get(peer, (None,))[0]
             return f"{p[i] / a[i]:.2f}" if a and p else "-"
-        summary.append(f"| {e} | {s} | {is_causal} | {ratio('flash', 0)} | {ratio('cudnn', 0)} | "
-                       f"{ratio('flash', 1)} | {ratio('cudnn', 1)} |")
-    summary[1:1] = ["Throughput ratios, ojas TFLOP/s over the peer's "
-                    "(= peer time / ojas time; above 1: ojas faster):", ""]
+
+        summary.append(
+            f"| {e} | {s} | {is_causal} | {ratio('flash', 0)} | {ratio('cudnn', 0)} | "
+            f"{ratio('flash', 1)} | {ratio('cudnn', 1)} |"
+        )
+    summary[1:1] = [
+        "Throughput ratios, ojas TFLOP/s over the peer's (= peer time / ojas time; above 1: ojas faster):",
+        "",
+    ]
     print("\n".join(summary), flush=True)
     Path(out_path).write_text("\n".join(lines + summary) + "\n")
 
 
 TUNE_VARIANTS = {  # (BM, BN, warps, stages[, split]); screened for register spills with ptxas first
     "fwd": [(64, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3, False)],
-    "bwd_kv": [(32, 64, 4, 3), (32, 64, 4, 3, True), (32, 64, 4, 3, False), (64, 64, 4, 3), (64, 128, 8, 3),
-               (64, 64, 4, 2)],
+    "bwd_kv": [
+        (32, 64, 4, 3),
+        (32, 64, 4, 3, True),
+        (32, 64, 4, 3, False),
+        (64, 64, 4, 3),
+        (64, 128, 8, 3),
+        (64, 64, 4, 2),
+    ],
     "bwd_q": [(128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 4)],
 }
 
@@ -171,8 +193,17 @@ def tune_configs(e, is_causal):
     out = []
     for kind, variants in TUNE_VARIANTS.items():
         for var in map(lambda v: K(*v), variants):
-            out.append((kind, var, A(var if kind == "fwd" else base.fwd, var if kind == "bwd_kv" else base.bwd_kv,
-                                     var if kind == "bwd_q" else base.bwd_q)))
+            out.append(
+                (
+                    kind,
+                    var,
+                    A(
+                        var if kind == "fwd" else base.fwd,
+                        var if kind == "bwd_kv" else base.bwd_kv,
+                        var if kind == "bwd_q" else base.bwd_q,
+                    ),
+                )
+            )
     return out
 
 
@@ -204,8 +235,10 @@ def tune(dims, out_path, budget_s, workers):
     precompile([(e, c, cfg) for e in dims for c in (False, True) for _, _, cfg in tune_configs(e, c)], workers)
     print(f"precompiled in {time.time() - t0:.0f} s", flush=True)
     start = time.time()
-    lines = ["| E | causal | kernel | variant (BM, BN, warps, stages, split) | ms | TFLOP/s |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| E | causal | kernel | variant (BM, BN, warps, stages, split) | ms | TFLOP/s |",
+        "|---|---|---|---|---|---|",
+    ]
     print(lines[0], flush=True)
     for e in dims:
         for is_causal in (False, True):
@@ -226,8 +259,10 @@ def tune(dims, out_path, budget_s, workers):
                 else:
                     fn = lambda: kattn._backward(do, q, k, v, out, lse, is_causal, scale, None, cfg)  # noqa: E731
                     work = 2.5 * f
-                label = (f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
-                         f"{var.num_stages}, {var.split} |")
+                label = (
+                    f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
+                    f"{var.num_stages}, {var.split} |"
+                )
                 try:
                     with torch.no_grad():
                         ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
@@ -252,8 +287,9 @@ def overhead(iters=200):
         for _ in range(iters):
             fn(q, k, v, True, 0.125).backward(do)
         torch.cuda.synchronize()
-        print(f"host time per forward+backward call, {name}: {(time.perf_counter() - t) / iters * 1e6:.0f} us",
-              flush=True)
+        print(
+            f"host time per forward+backward call, {name}: {(time.perf_counter() - t) / iters * 1e6:.0f} us", flush=True
+        )
 
 
 def padded_mask(b: int, s: int) -> torch.Tensor:
@@ -279,8 +315,10 @@ def padding() -> None:
     global DTYPE
     DTYPE = torch.float32
     print("| float32 causal, B=1 | fwd ms | fwd+bwd ms | peak MiB |\n|---|---|---|---|", flush=True)
-    for name, fn in (("ojas (3xTF32)", ojas()), ("SDPA (default)", lambda q, k, v, c, sc:
-                     F.scaled_dot_product_attention(q, k, v, is_causal=c, scale=sc))):
+    for name, fn in (
+        ("ojas (3xTF32)", ojas()),
+        ("SDPA (default)", lambda q, k, v, c, sc: F.scaled_dot_product_attention(q, k, v, is_causal=c, scale=sc)),
+    ):
         res, err = measure(fn, 1, h, s, e, True)
         print(f"| {name} | " + (" | ".join(f"{x:.3f}" for x in res) if res else err) + " |", flush=True)
 
@@ -295,7 +333,7 @@ def tune_fp32(phase: str) -> None:
     K, AC = kattn.KernelConfig, kattn.AttentionConfig
     b, h, s, e = 1, 16, 2048, 128
     q, k, v, do = (torch.randn(b, h, s, e, device="cuda") for _ in range(4))
-    scale = e ** -0.5
+    scale = e**-0.5
     base = kattn.default_config(e, torch.float32, q.device, True)
     out, lse = kattn.flash_attention_forward(q, k, v, True, scale, None, base)
     if phase == "fwd":
@@ -322,8 +360,9 @@ def tune_fp32(phase: str) -> None:
             break
     results.sort(key=lambda r: r[0])
     for t, c in results[:5]:
-        print(f"| {phase} | {c.block_m}, {c.block_n}, {c.num_warps}, {c.num_stages}, {c.split} | {t:.3f} ms |",
-              flush=True)
+        print(
+            f"| {phase} | {c.block_m}, {c.block_n}, {c.num_warps}, {c.num_stages}, {c.split} | {t:.3f} ms |", flush=True
+        )
 
 
 def sdpa_efficient_masked(q, k, v, mask, scale):
@@ -344,8 +383,7 @@ def main() -> None:
     parser.add_argument("--padding", action="store_true", help="left-padded batch with a mask; float32")
     parser.add_argument("--tune-fp32", choices=("fwd", "kv", "q"), help="float32 tiles of one kernel")
     args = parser.parse_args()
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}",
-          flush=True)
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
     impls = args.impls.split(",")
     if args.overhead:
         overhead()

@@ -87,7 +87,12 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import bench_optimize_model as B  # noqa: E402
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
-    DTYPES, OPTIMIZERS, Config, add_common_arguments, gib)
+    DTYPES,
+    OPTIMIZERS,
+    Config,
+    add_common_arguments,
+    gib,
+)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 
 #: ``--quick``: smaller than bench_optimize_model's QUICK (a rank's batch of 1): 2 processes on 2 CI cores
@@ -103,8 +108,18 @@ class Runner(B.Runner):
     group (``sharded``) or not, its optimizer, and its batches: rank ``rank``'s rows of the global
     batches (``world * c.batch`` rows), all of them when not sharded. Steps as bench_optimize_model's."""
 
-    def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device,
-                 bucket_mb: float, rank: int, world: int, sharded: bool) -> None:
+    def __init__(
+        self,
+        c: Config,
+        dtype: torch.dtype,
+        opt_name: str,
+        mode: str,
+        device: torch.device,
+        bucket_mb: float,
+        rank: int,
+        world: int,
+        sharded: bool,
+    ) -> None:
         self.mode, self.c = mode, c
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         self.model = B.build(c, dtype, device)
@@ -115,8 +130,9 @@ class Runner(B.Runner):
         self.opt = make_optimizer(self.model, mode, opt_name, bucket_mb)
         g = torch.Generator(device="cpu").manual_seed(1)
         rows = slice(rank * c.batch, (rank + 1) * c.batch) if sharded else slice(None)
-        self.batches = [torch.randint(0, c.vocab, (world * c.batch, c.seq), generator=g)[rows].to(device)
-                        for _ in range(4)]
+        self.batches = [
+            torch.randint(0, c.vocab, (world * c.batch, c.seq), generator=g)[rows].to(device) for _ in range(4)
+        ]
         self.times: list[float] = []
         self.losses: list[float] = []
         self.peak: Optional[int] = None
@@ -161,8 +177,17 @@ def full_parameters(model: torch.nn.Module, keep: bool = True) -> dict[str, torc
     return params
 
 
-def run_modes(c: Config, dtype: torch.dtype, opt_name: str, args: argparse.Namespace, device: torch.device,
-              kept: int, rank: int, world: int, sharded: bool) -> list[tuple[Runner, dict[str, torch.Tensor]]]:
+def run_modes(
+    c: Config,
+    dtype: torch.dtype,
+    opt_name: str,
+    args: argparse.Namespace,
+    device: torch.device,
+    kept: int,
+    rank: int,
+    world: int,
+    sharded: bool,
+) -> list[tuple[Runner, dict[str, torch.Tensor]]]:
     """Every mode of one dtype and optimizer on this process: measured, timed (``args.steps`` steps in all)
     and its parameters afterwards (gathered on every rank when ``sharded``)."""
     timed = args.steps - args.warmup - (device.type == "cuda")  # B.measure_peak steps once more on CUDA
@@ -200,8 +225,9 @@ def run_single(args: argparse.Namespace, device: torch.device, out_dir: Path) ->
             B.release(device)
             kept = B.allocate_workspaces(device) if kept is None else kept
             rows = {}
-            for r, params in run_modes(c, DTYPES[dtype_name], opt_name, args, device, kept, 0, args.world,
-                                       sharded=False):
+            for r, params in run_modes(
+                c, DTYPES[dtype_name], opt_name, args, device, kept, 0, args.world, sharded=False
+            ):
                 rows[r.mode] = figures(r, c, args.world)
                 torch.save(params, folder / f"{r.mode}.pt")
             (folder / "single.json").write_text(json.dumps(rows))
@@ -209,8 +235,7 @@ def run_single(args: argparse.Namespace, device: torch.device, out_dir: Path) ->
             B.release(device)
 
 
-def compare(fsdp: dict[str, torch.Tensor], single: dict[str, torch.Tensor],
-            initial: dict[str, torch.Tensor]) -> dict:
+def compare(fsdp: dict[str, torch.Tensor], single: dict[str, torch.Tensor], initial: dict[str, torch.Tensor]) -> dict:
     """Max |fsdp - single|, its largest ratio to a tensor's max |single|, and ||fsdp - single|| /
     ||single - initial|| over all parameters (in float64)."""
     assert fsdp.keys() == single.keys() == initial.keys(), "the runs have different parameters"
@@ -257,16 +282,42 @@ def groups(args: argparse.Namespace) -> list[tuple[list[str], list[str]]]:
     return [([d], [o]) for d in args.dtypes for o in args.optimizers]
 
 
-def one_gpu_pass(argv: list[str], dtypes: list[str], optimizers: list[str], folder: str, world: int,
-                 device: torch.device) -> None:
+def one_gpu_pass(
+    argv: list[str], dtypes: list[str], optimizers: list[str], folder: str, world: int, device: torch.device
+) -> None:
     """This script as ``--single`` in a child process (no process group) on ``device``, the other
     options as given."""
-    subprocess.run([sys.executable, __file__, *argv, "--single", folder, "--world", str(world), "--device",
-                    str(device), "--dtypes", *dtypes, "--optimizers", *optimizers], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            *argv,
+            "--single",
+            folder,
+            "--world",
+            str(world),
+            "--device",
+            str(device),
+            "--dtypes",
+            *dtypes,
+            "--optimizers",
+            *optimizers,
+        ],
+        check=True,
+    )
 
 
-def fsdp_pass(c: Config, dtype_name: str, opt_name: str, args: argparse.Namespace, device: torch.device,
-              kept: int, rank: int, world: int, folder: Path) -> list[dict]:
+def fsdp_pass(
+    c: Config,
+    dtype_name: str,
+    opt_name: str,
+    args: argparse.Namespace,
+    device: torch.device,
+    kept: int,
+    rank: int,
+    world: int,
+    folder: Path,
+) -> list[dict]:
     """The FSDP2 pass of one dtype and optimizer, compared with the one-GPU pass in ``folder``; rank 0
     returns one row per mode (the other ranks an empty list)."""
     results = run_modes(c, DTYPES[dtype_name], opt_name, args, device, kept, rank, world, sharded=True)
@@ -276,9 +327,17 @@ def fsdp_pass(c: Config, dtype_name: str, opt_name: str, args: argparse.Namespac
         return []
     single = json.loads((folder / "single.json").read_text())
     initial = load(folder, "initial")
-    rows = [row(dtype_name, opt_name, r.mode, [p[i] for p in per_rank], single[r.mode],
-                compare(params, load(folder, r.mode), initial))
-            for i, (r, params) in enumerate(results)]
+    rows = [
+        row(
+            dtype_name,
+            opt_name,
+            r.mode,
+            [p[i] for p in per_rank],
+            single[r.mode],
+            compare(params, load(folder, r.mode), initial),
+        )
+        for i, (r, params) in enumerate(results)
+    ]
     for r in rows:  # the ojas kernels' own distance to torch's, on one GPU
         if r["mode"].startswith("ojas") and base_mode(r["mode"]) in args.modes:
             r["vs_standard_1gpu"] = compare(load(folder, r["mode"]), load(folder, base_mode(r["mode"])), initial)
@@ -297,32 +356,47 @@ def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 def row(dtype_name: str, opt_name: str, mode: str, ranks: list[dict], single: dict, diff: dict) -> dict:
     """One mode's record: per rank and the worst rank, the one-GPU figures, their ratios, the comparison."""
+
     def worst(key: str) -> Optional[float]:
         values = [r[key] for r in ranks]
         return None if None in values else max(values)
 
     tokens = min(r["tokens_per_s"] for r in ranks)  # the slowest rank's step sets the pace
-    return dict(dtype=str(DTYPES[dtype_name]).removeprefix("torch."), optimizer=opt_name, mode=mode, ranks=ranks,
-                peak=worst("peak"), static=worst("static"), tokens_per_s=tokens,
-                last_loss=sum(r["last_loss"] for r in ranks) / len(ranks), single=single,
-                peak_ratio=ratio(worst("peak"), single["peak"]), static_ratio=ratio(worst("static"), single["static"]),
-                scaling=tokens / single["tokens_per_s"], **diff)
+    return dict(
+        dtype=str(DTYPES[dtype_name]).removeprefix("torch."),
+        optimizer=opt_name,
+        mode=mode,
+        ranks=ranks,
+        peak=worst("peak"),
+        static=worst("static"),
+        tokens_per_s=tokens,
+        last_loss=sum(r["last_loss"] for r in ranks) / len(ranks),
+        single=single,
+        peak_ratio=ratio(worst("peak"), single["peak"]),
+        static_ratio=ratio(worst("static"), single["static"]),
+        scaling=tokens / single["tokens_per_s"],
+        **diff,
+    )
 
 
 def markdown(results: list[dict], world: int) -> str:
     def r3(x: Optional[float]) -> str:
         return "-" if x is None else f"{x:.3f}"
 
-    lines = [f"| dtype | optimizer | mode | peak GiB/GPU ({world}) | 1 GPU | peak ratio | w+s GiB/GPU | 1 GPU | "
-             f"w+s ratio | tokens/s ({world}) | 1 GPU | scaling | max abs | max rel | update_rel | tolerance | ok |",
-             "|" + "---|" * 17]
+    lines = [
+        f"| dtype | optimizer | mode | peak GiB/GPU ({world}) | 1 GPU | peak ratio | w+s GiB/GPU | 1 GPU | "
+        f"w+s ratio | tokens/s ({world}) | 1 GPU | scaling | max abs | max rel | update_rel | tolerance | ok |",
+        "|" + "---|" * 17,
+    ]
     for r in results:
         s = r["single"]
-        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | {gib(s['peak'])} | "
-                     f"{r3(r['peak_ratio'])} | {gib(r['static'])} | {gib(s['static'])} | {r3(r['static_ratio'])} | "
-                     f"{r['tokens_per_s']:,.0f} | {s['tokens_per_s']:,.0f} | {r['scaling']:.2f}x | "
-                     f"{r['max_abs']:.3g} | {r['max_rel']:.3g} | {r['update_rel']:.3g} | "
-                     f"{'floor' if r['tolerance'] is None else format(r['tolerance'], '.3g')} | {verdict(r)} |")
+        lines.append(
+            f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | {gib(s['peak'])} | "
+            f"{r3(r['peak_ratio'])} | {gib(r['static'])} | {gib(s['static'])} | {r3(r['static_ratio'])} | "
+            f"{r['tokens_per_s']:,.0f} | {s['tokens_per_s']:,.0f} | {r['scaling']:.2f}x | "
+            f"{r['max_abs']:.3g} | {r['max_rel']:.3g} | {r['update_rel']:.3g} | "
+            f"{'floor' if r['tolerance'] is None else format(r['tolerance'], '.3g')} | {verdict(r)} |"
+        )
     return "\n".join(lines)
 
 
@@ -339,8 +413,11 @@ def init_distributed(device_arg: str) -> tuple[int, int, torch.device]:
         os.environ["NCCL_NVLS_ENABLE"] = "0"
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(minutes=60),
-                            device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        timeout=datetime.timedelta(minutes=60),
+        device_id=device if device.type == "cuda" else None,
+    )
     return dist.get_rank(), dist.get_world_size(), device
 
 
@@ -373,8 +450,17 @@ def main(argv: Optional[list[str]] = None) -> None:
                 dist.barrier()  # the other ranks wait for the one-GPU pass
                 for dtype_name in dtypes:
                     for opt_name in optimizers:
-                        for r in fsdp_pass(c, dtype_name, opt_name, args, device, kept, rank, world,
-                                           Path(tmp, f"{dtype_name}-{opt_name}")):
+                        for r in fsdp_pass(
+                            c,
+                            dtype_name,
+                            opt_name,
+                            args,
+                            device,
+                            kept,
+                            rank,
+                            world,
+                            Path(tmp, f"{dtype_name}-{opt_name}"),
+                        ):
                             print(json.dumps({k: v for k, v in r.items() if k not in ("ranks", "single")}), flush=True)
                             results.append(r)
                         B.release(device)
@@ -386,18 +472,33 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 def report(args: argparse.Namespace, c: Config, device: torch.device, world: int, results: list[dict]) -> None:
     """Print the table, write the JSON (``--out``), then assert the comparison (unless ``--no-check``)."""
-    env = B.environment(device) | dict(world_size=world, backend=dist.get_backend(),
-                                       NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE"))
+    env = B.environment(device) | dict(
+        world_size=world, backend=dist.get_backend(), NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE")
+    )
     if device.type == "cuda":
         env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(dict(env=env, config=vars(c), steps=args.steps, warmup=args.warmup,
-                                            bucket_mb=args.bucket_mb, results=results), indent=1))
+        args.out.write_text(
+            json.dumps(
+                dict(
+                    env=env,
+                    config=vars(c),
+                    steps=args.steps,
+                    warmup=args.warmup,
+                    bucket_mb=args.bucket_mb,
+                    results=results,
+                ),
+                indent=1,
+            )
+        )
     print(env)
     print(markdown(results, world))
-    bad = [f"{r['dtype']} {r['optimizer']} {r['mode']}: update_rel {r['update_rel']:.3g} > {r['tolerance']:.3g}"
-           for r in results if r["ok"] is False]
+    bad = [
+        f"{r['dtype']} {r['optimizer']} {r['mode']}: update_rel {r['update_rel']:.3g} > {r['tolerance']:.3g}"
+        for r in results
+        if r["ok"] is False
+    ]
     if bad and not args.no_check:
         raise SystemExit("FSDP2 and one GPU disagree beyond the tolerance:\n" + "\n".join(bad))
 

@@ -56,28 +56,40 @@ def _cases(grad: bool) -> dict[str, tuple[Callable, Callable, tuple]]:
     target = torch.randint(0, VOCAB, (TOKENS,), generator=g).to(DEVICE)
     h = x.reshape(TOKENS, HIDDEN)
     return {
-        "rms_norm": (lambda a, b: rms_norm(a, (HIDDEN,), b, 1e-6), lambda a, b: F.rms_norm(a, (HIDDEN,), b, 1e-6),
-                     (x, w)),
+        "rms_norm": (
+            lambda a, b: rms_norm(a, (HIDDEN,), b, 1e-6),
+            lambda a, b: F.rms_norm(a, (HIDDEN,), b, 1e-6),
+            (x, w),
+        ),
         "swiglu": (lambda a, b: swiglu(a, b), lambda a, b: F.silu(a) * b, (gate, up)),
         "rope": (apply_rotary_pos_emb, _hf_rope, (q, k, cos, sin)),
-        "attention": (lambda a, b, c: attention(a, b, c, is_causal=True),
-                      lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), (q, k, v)),
-        "linear_cross_entropy": (lambda a, b, t: linear_cross_entropy(a, b, t),
-                                 lambda a, b, t: F.cross_entropy(F.linear(a, b).float(), t), (h, head, target)),
+        "attention": (
+            lambda a, b, c: attention(a, b, c, is_causal=True),
+            lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True),
+            (q, k, v),
+        ),
+        "linear_cross_entropy": (
+            lambda a, b, t: linear_cross_entropy(a, b, t),
+            lambda a, b, t: F.cross_entropy(F.linear(a, b).float(), t),
+            (h, head, target),
+        ),
     }
 
 
 def _run(fn: Callable, args: tuple, grad: bool) -> Callable[[], object]:
     if not grad:
+
         def call():
             with torch.no_grad():
                 return fn(*args)
+
         return call
 
     def step():
         out = fn(*args)
         out = out if isinstance(out, torch.Tensor) else sum(o.float().sum() for o in out)
         out.float().sum().backward()
+
     return step
 
 
@@ -91,7 +103,18 @@ def test_host_cost_per_call(benchmark, name: str, peer: str, grad: bool) -> None
     benchmark(call)
     path = os.environ.get("OJAS_BENCH_RECORD")
     if path:
-        case = dict(primitive=name, mode="forward_backward" if grad else "forward", tokens=TOKENS, hidden=HIDDEN,
-                    dtype=str(DTYPE).removeprefix("torch."))
-        records.append("bench_host_overhead", case=case, metrics={"us_per_call": benchmark.stats.stats.median * 1e6},
-                       peer=peer, path=path, device=DEVICE)
+        case = dict(
+            primitive=name,
+            mode="forward_backward" if grad else "forward",
+            tokens=TOKENS,
+            hidden=HIDDEN,
+            dtype=str(DTYPE).removeprefix("torch."),
+        )
+        records.append(
+            "bench_host_overhead",
+            case=case,
+            metrics={"us_per_call": benchmark.stats.stats.median * 1e6},
+            peer=peer,
+            path=path,
+            device=DEVICE,
+        )

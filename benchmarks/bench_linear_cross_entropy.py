@@ -61,8 +61,9 @@ def import_ojas_kernels():
         return importlib.import_module("ojas_kernels.linear_cross_entropy")
     except ImportError:
         package = ROOT / "kernels" / "ojas_kernels"
-        spec = importlib.util.spec_from_file_location("ojas_kernels", package / "__init__.py",
-                                                      submodule_search_locations=[str(package)])
+        spec = importlib.util.spec_from_file_location(
+            "ojas_kernels", package / "__init__.py", submodule_search_locations=[str(package)]
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules["ojas_kernels"] = module
         spec.loader.exec_module(module)
@@ -85,8 +86,10 @@ def make_impls(torch, F, klce, cuda: bool) -> dict:
     if hasattr(F, "linear_cross_entropy"):
         if hasattr(torch.nn, "LinearCrossEntropyOptions"):
             opts = torch.nn.LinearCrossEntropyOptions()
-            impls["torch_chunked"] = (lambda x, w, t: F.linear_cross_entropy(x, w, t, ignore_index=-100,
-                                                                             options=opts), None)
+            impls["torch_chunked"] = (
+                lambda x, w, t: F.linear_cross_entropy(x, w, t, ignore_index=-100, options=opts),
+                None,
+            )
         else:
             impls["torch_chunked"] = (None, "torch has F.linear_cross_entropy but no LinearCrossEntropyOptions")
     else:
@@ -161,8 +164,11 @@ def measure(torch, fn, x, w, t, ref, cuda: bool, reps: int):
     loss = run_once(fn, x, w, t)  # warm-up (compilation, autotuning)
     errs = {}
     if ref is not None:
-        errs = {"loss": abs(loss.float().item() - ref[0].item()) / max(abs(ref[0].item()), 1e-30),
-                "dx": rel(torch, x.grad, ref[1]), "dw": rel(torch, w.grad, ref[2])}
+        errs = {
+            "loss": abs(loss.float().item() - ref[0].item()) / max(abs(ref[0].item()), 1e-30),
+            "dx": rel(torch, x.grad, ref[1]),
+            "dw": rel(torch, w.grad, ref[2]),
+        }
     x.grad = w.grad = None
     del loss
     if not cuda:
@@ -179,8 +185,9 @@ def measure(torch, fn, x, w, t, ref, cuda: bool, reps: int):
     torch.cuda.synchronize()
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     x.grad = w.grad = None
-    ms = triton.testing.do_bench(lambda: run_once(fn, x, w, t), warmup=200, rep=200 * reps,
-                                 grad_to_none=[x, w], return_mode="median")
+    ms = triton.testing.do_bench(
+        lambda: run_once(fn, x, w, t), warmup=200, rep=200 * reps, grad_to_none=[x, w], return_mode="median"
+    )
     return ms, peak, errs
 
 
@@ -204,9 +211,11 @@ def bench(args, torch, F, klce, cuda, shapes, device):
         times = {}  # ignored fraction -> {impl: ms}
         for ignored in args.ignored:
             gemm, floor4, floor3 = floors(N, D, V, ignored)
-            emit(f"\n### {sname}: N={N} D={D} V={V} bf16, ignored {ignored}: one product 2KDV = {gemm / 1e12:.2f} "
-                 f"TFLOP; floors {floor4:.1f} ms (4 GEMMs) / {floor3:.1f} ms (3 GEMMs) at {BF16_TFLOPS:.0f} TFLOP/s; "
-                 f"gradients {grads_mib:.0f} MiB\n")
+            emit(
+                f"\n### {sname}: N={N} D={D} V={V} bf16, ignored {ignored}: one product 2KDV = {gemm / 1e12:.2f} "
+                f"TFLOP; floors {floor4:.1f} ms (4 GEMMs) / {floor3:.1f} ms (3 GEMMs) at {BF16_TFLOPS:.0f} TFLOP/s; "
+                f"gradients {grads_mib:.0f} MiB\n"
+            )
             emit("| impl | fwd+bwd ms | 3-GEMM floor / time | peak MiB | x grads | loss err | dx err | dw err |")
             emit("|---|---|---|---|---|---|---|---|")
             x, w, t = make_inputs(torch, N, D, V, ignored, device, args.logit_std)
@@ -231,19 +240,25 @@ def bench(args, torch, F, klce, cuda, shapes, device):
                 e = {k: f"{v:.1e}" for k, v in errs.items()}
                 pk = "-" if peak is None else f"{peak:.0f}"
                 ratio = "-" if peak is None else f"{peak / grads_mib:.3f}"
-                emit(f"| {name} | {ms:.2f} | {floor3 / ms:.2f} | {pk} | {ratio} | {e.get('loss', '-')} | "
-                     f"{e.get('dx', '-')} | {e.get('dw', '-')} |")
+                emit(
+                    f"| {name} | {ms:.2f} | {floor3 / ms:.2f} | {pk} | {ratio} | {e.get('loss', '-')} | "
+                    f"{e.get('dx', '-')} | {e.get('dw', '-')} |"
+                )
             if "ojas" in results:
-                emit("\nojas speed-up (peer time / ojas time): " + ", ".join(
-                    f"{n} {ms / results['ojas']:.2f}" for n, ms in results.items() if n != "ojas"))
+                emit(
+                    "\nojas speed-up (peer time / ojas time): "
+                    + ", ".join(f"{n} {ms / results['ojas']:.2f}" for n, ms in results.items() if n != "ojas")
+                )
             times[ignored] = results
             x = w = t = ref = None
             if cuda:
                 torch.cuda.empty_cache()
         if 0.0 in times and 0.5 in times:
             both = [n for n in times[0.0] if n in times[0.5]]
-            emit(f"\n{sname}: time with half the tokens ignored / with none: " + ", ".join(
-                f"{n} {times[0.5][n] / times[0.0][n]:.3f}" for n in both))
+            emit(
+                f"\n{sname}: time with half the tokens ignored / with none: "
+                + ", ".join(f"{n} {times[0.5][n] / times[0.0][n]:.3f}" for n in both)
+            )
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 
@@ -275,8 +290,11 @@ def tune(args, torch, klce, shapes):
         for ignored in args.ignored:
             x, w, t = make_inputs(torch, N, D, V, ignored, "cuda", args.logit_std)
             floor3 = floors(N, D, V, ignored)[2]
-            print(f"\n### tune {sname} ignored {ignored} (3-GEMM floor {floor3:.1f} ms)\n\n"
-                  "| variant | fwd+bwd ms | fwd ms | peak MiB |\n|---|---|---|---|", flush=True)
+            print(
+                f"\n### tune {sname} ignored {ignored} (3-GEMM floor {floor3:.1f} ms)\n\n"
+                "| variant | fwd+bwd ms | fwd ms | peak MiB |\n|---|---|---|---|",
+                flush=True,
+            )
             for label, cfg in tune_variants(klce, torch):
                 if args.variants and label != "default" and not any(v in label for v in args.variants.split(",")):
                     continue
@@ -315,8 +333,10 @@ def profile(args, torch, F, klce, shapes):
                     run_once(fn, x, w, t)
                     torch.cuda.synchronize()
                 print(f"\n### profile {name} {sname} ignored {ignored}\n")
-                print(p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70),
-                      flush=True)
+                print(
+                    p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70),
+                    flush=True,
+                )
                 print(gaps(torch, p.events()), flush=True)
             x = w = t = None
             torch.cuda.empty_cache()
@@ -324,8 +344,11 @@ def profile(args, torch, F, klce, shapes):
 
 def gaps(torch, events) -> str:
     """Busy and idle time of the GPU from its first kernel to its last, and the three largest gaps."""
-    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
-                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
     busy, idle, end, holes, last = 0.0, 0.0, kernels[0][0], [], ""
     for start, stop, name in kernels:
         if start > end:
@@ -357,61 +380,144 @@ def screen(klce):
         sig = {n: ("constexpr" if n in constexprs else types.get(n, "*fp32")) for n in fn.arg_names}
         attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
         try:
-            c = triton.compile(ASTSource(fn, sig, constexprs=constexprs, attrs=attrs),
-                               target=GPUTarget("cuda", 90, 32),
-                               options=dict(num_warps=num_warps, num_stages=num_stages))
+            c = triton.compile(
+                ASTSource(fn, sig, constexprs=constexprs, attrs=attrs),
+                target=GPUTarget("cuda", 90, 32),
+                options=dict(num_warps=num_warps, num_stages=num_stages),
+            )
         except Exception as err:  # noqa: BLE001  (a compile failure is a result here)
             print(f"| {label} | compile failed: {str(err).splitlines()[0][:100]} |", flush=True)
             return
         with tempfile.TemporaryDirectory() as d:
             cubin = Path(d) / "k.cubin"
             cubin.write_bytes(c.asm["cubin"])
-            res = subprocess.run([tools / "cuobjdump", "--dump-resource-usage", cubin], capture_output=True,
-                                 text=True).stdout
+            res = subprocess.run(
+                [tools / "cuobjdump", "--dump-resource-usage", cubin], capture_output=True, text=True
+            ).stdout
             sass = subprocess.run([tools / "cuobjdump", "--dump-sass", cubin], capture_output=True, text=True).stdout
         regs, stack = re.search(r"REG:(\d+)", res).group(1), re.search(r"STACK:(\d+)", res).group(1)
-        print(f"| {label} | {regs} | {stack} | {len(re.findall(r'(LDL|STL)', sass))} | "
-              f"{len(re.findall('HGMMA', sass))} | {c.metadata.shared} |", flush=True)
+        print(
+            f"| {label} | {regs} | {stack} | {len(re.findall(r'(LDL|STL)', sass))} | "
+            f"{len(re.findall('HGMMA', sass))} | {c.metadata.shared} |",
+            flush=True,
+        )
 
-    ints = ["row0", "n_rows", "v0", "v1", "D", "n_groups", "tiles_per_group", "stride_x", "stride_w", "stride_z",
-            "stride_p", "stride_rw", "n_groups", "V"]
+    ints = [
+        "row0",
+        "n_rows",
+        "v0",
+        "v1",
+        "D",
+        "n_groups",
+        "tiles_per_group",
+        "stride_x",
+        "stride_w",
+        "stride_z",
+        "stride_p",
+        "stride_rw",
+        "n_groups",
+        "V",
+    ]
     floats = ["softcap", "eps", "lam", "inv_v"]
     print("| kernel | registers | stack B | LDL/STL | HGMMA | shared B |\n|---|---|---|---|---|---|")
     for mode in ("fwd", "bwd"):
-        for (bm, bn, bk, warps, stages) in ((128, 128, 64, 8, 3), (128, 64, 64, 8, 3), (128, 256, 64, 8, 3),
-                                            (64, 128, 64, 4, 4), (128, 128, 32, 8, 4)):
+        for bm, bn, bk, warps, stages in (
+            (128, 128, 64, 8, 3),
+            (128, 64, 64, 8, 3),
+            (128, 256, 64, 8, 3),
+            (64, 128, 64, 4, 4),
+            (128, 128, 32, 8, 4),
+        ):
             for cap in (False, True):
                 types = {n: "i32" for n in ints} | {n: "fp32" for n in floats}
                 types |= {"X": "*bf16", "W": "*bf16", "BIAS": "*bf16", "TGT": "*i64", "G": "*bf16"}
-                ce = dict(STATS=mode == "fwd", WRITE_Z=mode == "fwd", HAS_BIAS=False, HAS_CAP=cap, NEED_SUM=False,
-                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, EVEN_K=True, DOT_PREC="tf32")
-                div = ["X", "W", "BIAS", "TGT", "LSE", "RW", "Z", "PM", "PL", "PS", "ZT", "G", "D", "stride_x",
-                       "stride_w", "stride_z", "v0", "v1", "row0", "n_rows"]
-                compile_and_report(f"{mode} {bm}x{bn}x{bk} w{warps} s{stages}{' softcap' if cap else ''}",
-                                   klce._logits_kernel, types, ce, div, warps, stages)
+                ce = dict(
+                    STATS=mode == "fwd",
+                    WRITE_Z=mode == "fwd",
+                    HAS_BIAS=False,
+                    HAS_CAP=cap,
+                    NEED_SUM=False,
+                    BLOCK_M=bm,
+                    BLOCK_N=bn,
+                    BLOCK_K=bk,
+                    GROUP_M=8,
+                    EVEN_K=True,
+                    DOT_PREC="tf32",
+                )
+                div = [
+                    "X",
+                    "W",
+                    "BIAS",
+                    "TGT",
+                    "LSE",
+                    "RW",
+                    "Z",
+                    "PM",
+                    "PL",
+                    "PS",
+                    "ZT",
+                    "G",
+                    "D",
+                    "stride_x",
+                    "stride_w",
+                    "stride_z",
+                    "v0",
+                    "v1",
+                    "row0",
+                    "n_rows",
+                ]
+                compile_and_report(
+                    f"{mode} {bm}x{bn}x{bk} w{warps} s{stages}{' softcap' if cap else ''}",
+                    klce._logits_kernel,
+                    types,
+                    ce,
+                    div,
+                    warps,
+                    stages,
+                )
     for r in (klce.RowConfig(), klce.RowConfig(1, 2048, 64, 4), klce.RowConfig(8, 512, 64, 8)):
         for label, has_lse, stream in (("", False, False), (" stream", False, True), (" bwd", True, True)):
             types = {n: "i32" for n in ints} | {n: "fp32" for n in floats}
             types |= {"G": "*bf16", "TGT": "*i64", "BIAS": "*bf16", "g_scale": "fp32"}
-            ce = dict(HAS_LSE=has_lse, GRAD=True, STREAM=stream, NEED_SUM=not has_lse, HAS_BIAS=False, HAS_CAP=True,
-                      BLOCK_R=r.block_r, BLOCK_P=r.block_p, BLOCK_V=r.block_v)
-            compile_and_report(f"rows {r.block_r}x{r.block_v} w{r.num_warps}{label}", klce._rows_kernel, types, ce,
-                               ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "RW", "stride_z", "V", "v0"],
-                               r.num_warps)
+            ce = dict(
+                HAS_LSE=has_lse,
+                GRAD=True,
+                STREAM=stream,
+                NEED_SUM=not has_lse,
+                HAS_BIAS=False,
+                HAS_CAP=True,
+                BLOCK_R=r.block_r,
+                BLOCK_P=r.block_p,
+                BLOCK_V=r.block_v,
+            )
+            compile_and_report(
+                f"rows {r.block_r}x{r.block_v} w{r.num_warps}{label}",
+                klce._rows_kernel,
+                types,
+                ce,
+                ["PM", "PL", "PS", "ZT", "Z", "G", "TGT", "LOSS", "LSE", "RW", "stride_z", "V", "v0"],
+                r.num_warps,
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (Triton interpreter)")
     parser.add_argument("--tune", action="store_true", help="ojas kernel variants, one change at a time")
-    parser.add_argument("--profile", action="store_true",
-                        help="CUDA time per kernel of one forward+backward (--impls, default ojas), idle gaps")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="CUDA time per kernel of one forward+backward (--impls, default ojas), idle gaps",
+    )
     parser.add_argument("--screen", action="store_true", help="sm_90a registers/spills of kernel variants, no GPU")
     parser.add_argument("--shapes", default=None, help=f"comma-separated of {sorted(SHAPES)} (default all)")
     parser.add_argument("--impls", default=None, help="comma-separated implementations (default all)")
     parser.add_argument("--ignored", default="0,0.5", help="comma-separated ignored fractions (default 0,0.5)")
-    parser.add_argument("--variants", default=None, help="--tune: only variants whose label contains one of these "
-                        "comma-separated strings (and the default)")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help="--tune: only variants whose label contains one of these comma-separated strings (and the default)",
+    )
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions (about)")
     parser.add_argument("--logit-std", type=float, default=1.0, help="standard deviation of the logits")
     parser.add_argument("--no-check", action="store_true", help="skip the float32 reference and the errors")

@@ -82,8 +82,14 @@ QUICK_SIZES = dict(N=8, D=64, V=1000)
 def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> dict:
     """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
     from ojas_kernels import linear_cross_entropy as kernels
-    from ojas_ref.verification.linear_cross_entropy_error import (exact_gradients, gradient_bounds, gradient_posteriori_bounds,
-                                                 gradient_sums, measured_premise_depth, stored_logits)
+    from ojas_ref.verification.linear_cross_entropy_error import (
+        exact_gradients,
+        gradient_bounds,
+        gradient_posteriori_bounds,
+        gradient_sums,
+        measured_premise_depth,
+        stored_logits,
+    )
 
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     kernels.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
@@ -93,8 +99,15 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
     post = meas = (None, None)  # ce_gp_dh_error / ce_gp_dw_error: no softcap
     if cap is None:
         post = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding)
-        meas = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding,
-                                          logits=stored_logits(x, w), tile_sum_depth=measured_premise_depth(x))
+        meas = gradient_posteriori_bounds(
+            x,
+            w,
+            target,
+            reduction="mean",
+            storage_rounding=rounding,
+            logits=stored_logits(x, w),
+            tile_sum_depth=measured_premise_depth(x),
+        )
     cols = {}
     K = int((target != -100).sum())
     (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
@@ -107,17 +120,29 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
         for key, b in (("", bound), ("_post", pb), ("_meas", mb)):
             if b is not None:
                 cols[f"{name}{key}_vs_trivial"] = b.max().item() / trivial
-        cols.update({f"{name}_bound": bound.max().item(), f"{name}_observed": err.max().item(),
-                     f"{name}_ratio": (bound / err.clamp_min(1e-300)).min().item(),
-                     f"{name}_max_ratio": bound.max().item() / emax,
-                     f"{name}_holds": bool((err <= bound).all())})
+        cols.update(
+            {
+                f"{name}_bound": bound.max().item(),
+                f"{name}_observed": err.max().item(),
+                f"{name}_ratio": (bound / err.clamp_min(1e-300)).min().item(),
+                f"{name}_max_ratio": bound.max().item() / emax,
+                f"{name}_holds": bool((err <= bound).all()),
+            }
+        )
         if pb is not None:
             best = torch.minimum(bound, pb)  # both are theorems: entry by entry, the smaller one is a bound
-            cols.update({f"{name}_post_bound": pb.max().item(), f"{name}_post_max_ratio": pb.max().item() / emax,
-                         f"{name}_post_holds": bool((err <= pb).all()), f"{name}_best_bound": best.max().item(),
-                         f"{name}_best_max_ratio": best.max().item() / emax,
-                         f"{name}_meas_bound": mb.max().item(), f"{name}_meas_max_ratio": mb.max().item() / emax,
-                         f"{name}_meas_holds": bool((err <= mb).all())})
+            cols.update(
+                {
+                    f"{name}_post_bound": pb.max().item(),
+                    f"{name}_post_max_ratio": pb.max().item() / emax,
+                    f"{name}_post_holds": bool((err <= pb).all()),
+                    f"{name}_best_bound": best.max().item(),
+                    f"{name}_best_max_ratio": best.max().item() / emax,
+                    f"{name}_meas_bound": mb.max().item(),
+                    f"{name}_meas_max_ratio": mb.max().item() / emax,
+                    f"{name}_meas_holds": bool((err <= mb).all()),
+                }
+            )
     return cols
 
 
@@ -125,12 +150,20 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     """The loss and row-loop columns of one row: the 3-product forward's per-token loss and the
     row loop alone against float64 (capped at ``cap`` when given), and their bounds."""
     from ojas_kernels import linear_cross_entropy as kernels
-    from ojas_ref.verification.bounds.linear_cross_entropy import (linear_cross_entropy_logit_error_bound,
-                                                                   linear_cross_entropy_loss_error_bound,
-                                                                   linear_cross_entropy_loss_posteriori_bound,
-                                                                   linear_cross_entropy_lse_error_bound)
-    from ojas_ref.verification.linear_cross_entropy_error import (exact_capped, exact_lse, kernel_stream_lse, measured_premise_depth,
-                                                 stored_logits, stream_block_v)
+    from ojas_ref.verification.bounds.linear_cross_entropy import (
+        linear_cross_entropy_logit_error_bound,
+        linear_cross_entropy_loss_error_bound,
+        linear_cross_entropy_loss_posteriori_bound,
+        linear_cross_entropy_lse_error_bound,
+    )
+    from ojas_ref.verification.linear_cross_entropy_error import (
+        exact_capped,
+        exact_lse,
+        kernel_stream_lse,
+        measured_premise_depth,
+        stored_logits,
+        stream_block_v,
+    )
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
     opts = kernels._Options(0.0, 0.0, cap)
@@ -147,41 +180,81 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     err_tok = (loss.to(F64) - ref).abs()
     err = err_tok.max().item()
     trivial = (loss.to(F64).abs() + ref.abs()).max().item()  # |computed - exact| <= |computed| + |exact|
-    post = dict(loss_best_bound=loss_b, loss_best_ratio=loss_b / max(err, 1e-300), loss_trivial=trivial,
-                loss_vs_trivial=loss_b / trivial)
+    post = dict(
+        loss_best_bound=loss_b,
+        loss_best_ratio=loss_b / max(err, 1e-300),
+        loss_trivial=trivial,
+        loss_vs_trivial=loss_b / trivial,
+    )
     if cap is None:  # ce_loss_posteriori: no softcap
         B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
         pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
         best = pb.clamp_max(loss_b)  # both are theorems: per token, the smaller one is a bound
-        post.update(loss_post_bound=pb.max().item(), loss_post_ratio=pb.max().item() / max(err, 1e-300),
-                    loss_post_holds=bool((err_tok <= pb).all()), loss_best_bound=best.max().item(),
-                    loss_best_ratio=best.max().item() / max(err, 1e-300))
+        post.update(
+            loss_post_bound=pb.max().item(),
+            loss_post_ratio=pb.max().item() / max(err, 1e-300),
+            loss_post_holds=bool((err_tok <= pb).all()),
+            loss_best_bound=best.max().item(),
+            loss_best_ratio=best.max().item() / max(err, 1e-300),
+        )
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
     z = stored_logits(x, w)
     lse, _ = kernel_stream_lse(z, target, softcap=cap)
     on_err = (lse.to(F64) - exact_lse(z, cap)).abs().max().item()
-    on_b = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
-                                                max_abs_logit=z.abs().max().item(), softcap=cap)
+    on_b = linear_cross_entropy_lse_error_bound(
+        V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=z.abs().max().item(), softcap=cap
+    )
     if cap is None:  # ce_loss_posteriori on the stored logits' measured errors, B at their max |z|
-        mB = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True,
-                                                  max_abs_logit=z.abs().max().item(),
-                                                  tile_sum_depth=measured_premise_depth(x))
+        mB = linear_cross_entropy_lse_error_bound(
+            V,
+            1,
+            dtype=dtype,
+            block_v=bv,
+            exact_logits=True,
+            max_abs_logit=z.abs().max().item(),
+            tile_sum_depth=measured_premise_depth(x),
+        )
         mb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), mB)
-        post.update(loss_meas_bound=mb.max().item(), loss_meas_ratio=mb.max().item() / max(err, 1e-300),
-                    loss_meas_holds=bool((err_tok <= mb).all()), loss_meas_vs_trivial=mb.max().item() / trivial,
-                    loss_post_vs_trivial=pb.max().item() / trivial)
+        post.update(
+            loss_meas_bound=mb.max().item(),
+            loss_meas_ratio=mb.max().item() / max(err, 1e-300),
+            loss_meas_holds=bool((err_tok <= mb).all()),
+            loss_meas_vs_trivial=mb.max().item() / trivial,
+            loss_post_vs_trivial=pb.max().item() / trivial,
+        )
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
-    return dict(dtype=str(dtype).replace("torch.", ""), N=N, D=D, V=V, block_v=bv, softcap=cap,
-                dot_abs_sum=P, logit_delta=delta, loss_bound=loss_b, loss_observed=err,
-                ratio=loss_b / max(err, 1e-300), **post, online_bound=on_b, online_observed=on_err,
-                online_ratio=on_b / max(on_err, 1e-300), holds=err <= loss_b and on_err <= on_b, covered=covered)
+    return dict(
+        dtype=str(dtype).replace("torch.", ""),
+        N=N,
+        D=D,
+        V=V,
+        block_v=bv,
+        softcap=cap,
+        dot_abs_sum=P,
+        logit_delta=delta,
+        loss_bound=loss_b,
+        loss_observed=err,
+        ratio=loss_b / max(err, 1e-300),
+        **post,
+        online_bound=on_b,
+        online_observed=on_err,
+        online_ratio=on_b / max(on_err, 1e-300),
+        holds=err <= loss_b and on_err <= on_b,
+        covered=covered,
+    )
 
 
 def run(sizes: dict, device: str) -> dict:
-    from ojas_ref.verification.bounds.linear_cross_entropy import (LINEAR_CROSS_ENTROPY_EXP_ERROR,
-                                                                   LINEAR_CROSS_ENTROPY_LOG_ERROR,
-                                                                   LINEAR_CROSS_ENTROPY_TANH_ERROR)
-    from ojas_ref.verification.linear_cross_entropy_error import measured_exp_error, measured_log_error, measured_tanh_error
+    from ojas_ref.verification.bounds.linear_cross_entropy import (
+        LINEAR_CROSS_ENTROPY_EXP_ERROR,
+        LINEAR_CROSS_ENTROPY_LOG_ERROR,
+        LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    )
+    from ojas_ref.verification.linear_cross_entropy_error import (
+        measured_exp_error,
+        measured_log_error,
+        measured_tanh_error,
+    )
 
     rel, ab = measured_exp_error(device)
     lg = measured_log_error(device)
@@ -194,44 +267,64 @@ def run(sizes: dict, device: str) -> dict:
             cap = float(variant.split()[1]) if variant.startswith("softcap") else None
             gen = torch.Generator(device=device).manual_seed(0)
             x = torch.randn(N, D, device=device, generator=gen).to(dtype)
-            w = (torch.randn(V, D, device=device, generator=gen) * 0.02)
+            w = torch.randn(V, D, device=device, generator=gen) * 0.02
             target = torch.randint(0, V, (N,), device=device, generator=gen)
             if variant == "peaked":  # the target rows aligned with the hidden states: a confident softmax
-                w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * D ** 0.5 / 8
+                w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * D**0.5 / 8
             w = w.to(dtype)
             rows.append(dict(variant=variant, **forward_columns(x, w, target, cap)))
             r = rows[-1]
-            print(f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
-                  f"ratio {r['ratio']:8.1f} | a posteriori {r.get('loss_post_bound', float('nan')):.3e} "
-                  f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | best {r.get('loss_best_ratio', float('nan')):8.1f} "
-                  f"| measured logits {r.get('loss_meas_ratio', float('nan')):8.1f} "
-                  f"| / trivial {r['loss_vs_trivial']:.2g} {r.get('loss_post_vs_trivial', float('nan')):.2g} "
-                  f"{r.get('loss_meas_vs_trivial', float('nan')):.2g} "
-                  f"| row loop: bound {r['online_bound']:.3e} observed "
-                  f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
-                  f"covered={r['covered']}", flush=True)
+            print(
+                f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
+                f"ratio {r['ratio']:8.1f} | a posteriori {r.get('loss_post_bound', float('nan')):.3e} "
+                f"ratio {r.get('loss_post_ratio', float('nan')):8.1f} | best {r.get('loss_best_ratio', float('nan')):8.1f} "
+                f"| measured logits {r.get('loss_meas_ratio', float('nan')):8.1f} "
+                f"| / trivial {r['loss_vs_trivial']:.2g} {r.get('loss_post_vs_trivial', float('nan')):.2g} "
+                f"{r.get('loss_meas_vs_trivial', float('nan')):.2g} "
+                f"| row loop: bound {r['online_bound']:.3e} observed "
+                f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
+                f"covered={r['covered']}",
+                flush=True,
+            )
             target[::8] = -100
             r.update(grad_columns(x, w, target, cap))
-            r["holds"] = r["holds"] and r.get("loss_meas_holds", True) and all(
-                r.get(f"{g}{k}_holds", True) for g in ("dh", "dw") for k in ("", "_post", "_meas"))
+            r["holds"] = (
+                r["holds"]
+                and r.get("loss_meas_holds", True)
+                and all(r.get(f"{g}{k}_holds", True) for g in ("dh", "dw") for k in ("", "_post", "_meas"))
+            )
             for g in ("dh", "dw"):
-                print(f"{'':15} {g}: bound {r[g + '_bound']:.3e} observed {r[g + '_observed']:.3e} "
-                      f"ratio {r[g + '_ratio']:8.1f} (max/max {r[g + '_max_ratio']:8.1f}) | a posteriori "
-                      f"{r.get(g + '_post_bound', float('nan')):.3e} max/max {r.get(g + '_post_max_ratio', float('nan')):8.1f}"
-                      f" | best max/max {r.get(g + '_best_max_ratio', r[g + '_max_ratio']):8.1f}"
-                      f" | measured logits max/max {r.get(g + '_meas_max_ratio', float('nan')):8.1f}"
-                      f" | / trivial {r[g + '_vs_trivial']:.2g} {r.get(g + '_post_vs_trivial', float('nan')):.2g}"
-                      f" {r.get(g + '_meas_vs_trivial', float('nan')):.2g} holds={r[g + '_holds']}"
-                      f" {r.get(g + '_post_holds', '')}", flush=True)
-    return dict(benchmark="linear_cross_entropy_error", device=device,
-                device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                torch=torch.__version__, exp_rel_error=rel, exp_abs_error_subnormal=ab,
-                exp_error_assumed=LINEAR_CROSS_ENTROPY_EXP_ERROR, log_abs_error=lg,
-                log_error_assumed=LINEAR_CROSS_ENTROPY_LOG_ERROR, tanh_abs_error=th,
-                tanh_error_assumed=LINEAR_CROSS_ENTROPY_TANH_ERROR,
-                premises_hold=(rel <= LINEAR_CROSS_ENTROPY_EXP_ERROR and ab <= 2.0**-126
-                               and lg <= LINEAR_CROSS_ENTROPY_LOG_ERROR
-                               and max(th.values()) <= LINEAR_CROSS_ENTROPY_TANH_ERROR), rows=rows)
+                print(
+                    f"{'':15} {g}: bound {r[g + '_bound']:.3e} observed {r[g + '_observed']:.3e} "
+                    f"ratio {r[g + '_ratio']:8.1f} (max/max {r[g + '_max_ratio']:8.1f}) | a posteriori "
+                    f"{r.get(g + '_post_bound', float('nan')):.3e} max/max {r.get(g + '_post_max_ratio', float('nan')):8.1f}"
+                    f" | best max/max {r.get(g + '_best_max_ratio', r[g + '_max_ratio']):8.1f}"
+                    f" | measured logits max/max {r.get(g + '_meas_max_ratio', float('nan')):8.1f}"
+                    f" | / trivial {r[g + '_vs_trivial']:.2g} {r.get(g + '_post_vs_trivial', float('nan')):.2g}"
+                    f" {r.get(g + '_meas_vs_trivial', float('nan')):.2g} holds={r[g + '_holds']}"
+                    f" {r.get(g + '_post_holds', '')}",
+                    flush=True,
+                )
+    return dict(
+        benchmark="linear_cross_entropy_error",
+        device=device,
+        device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        torch=torch.__version__,
+        exp_rel_error=rel,
+        exp_abs_error_subnormal=ab,
+        exp_error_assumed=LINEAR_CROSS_ENTROPY_EXP_ERROR,
+        log_abs_error=lg,
+        log_error_assumed=LINEAR_CROSS_ENTROPY_LOG_ERROR,
+        tanh_abs_error=th,
+        tanh_error_assumed=LINEAR_CROSS_ENTROPY_TANH_ERROR,
+        premises_hold=(
+            rel <= LINEAR_CROSS_ENTROPY_EXP_ERROR
+            and ab <= 2.0**-126
+            and lg <= LINEAR_CROSS_ENTROPY_LOG_ERROR
+            and max(th.values()) <= LINEAR_CROSS_ENTROPY_TANH_ERROR
+        ),
+        rows=rows,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -94,10 +94,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimize_model import (  # noqa: E402
-    Runner, allocate_workspaces, build, environment, measure_and_time, measure_peak, release, time_interleaved,
-    timing)
+    Runner,
+    allocate_workspaces,
+    build,
+    environment,
+    measure_and_time,
+    measure_peak,
+    release,
+    time_interleaved,
+    timing,
+)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
-    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
+    DTYPES,
+    OPTIMIZERS,
+    QUICK,
+    Config,
+    add_common_arguments,
+    gib,
+)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 from ojas_ref.memory import PRESETS, STATE_SLICE_MB, with_layers  # noqa: E402
 
@@ -143,16 +157,22 @@ def _technique_skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optiona
     """Why one technique does not apply to this dtype / optimizer, or None."""
     if mode == "+sparse-embedding":
         if opt_name != "sgd":
-            return (f"sparse embedding needs plain SGD: {opt_name} changes rows that got no gradient "
-                    "(InBackwardOptimizer raises)")
+            return (
+                f"sparse embedding needs plain SGD: {opt_name} changes rows that got no gradient "
+                "(InBackwardOptimizer raises)"
+            )
         if dtype_name != "fp32":
-            return (f"sparse embedding in {dtype_name}: InBackwardOptimizer's sparse path is exact for float32 / "
-                    "float64 row sums only (it raises)")
+            return (
+                f"sparse embedding in {dtype_name}: InBackwardOptimizer's sparse path is exact for float32 / "
+                "float64 row sums only (it raises)"
+            )
     if mode == "+host-state" and opt_name == "sgd":
         return "host state: SGD without momentum has no optimizer state to move to the host"
     if mode == "+head-update" and opt_name != "sgd":
-        return (f"head update inside the loss: plain SGD only ({opt_name} keeps the dense path; "
-                "InBackwardOptimizer(head_weight=...) raises)")
+        return (
+            f"head update inside the loss: plain SGD only ({opt_name} keeps the dense path; "
+            "InBackwardOptimizer(head_weight=...) raises)"
+        )
     return None
 
 
@@ -162,9 +182,14 @@ def techniques(mode: str, dtype_name: str, opt_name: str, bucket_mb: float = 64.
     128, so that the head's and the embedding's state are never whole on the device), head_update, and
     InBackwardOptimizer's ``bucket_cap_mb``."""
     on = {m for m in mode_techniques(mode) if _technique_skip_reason(m, dtype_name, opt_name) is None}
-    t = dict(checkpoint="offload" if "+offload" in on else True, split="+split" in on,
-             sparse_embedding="+sparse-embedding" in on, state_device=None, head_update="+head-update" in on,
-             bucket_cap_mb=bucket_mb)
+    t = dict(
+        checkpoint="offload" if "+offload" in on else True,
+        split="+split" in on,
+        sparse_embedding="+sparse-embedding" in on,
+        state_device=None,
+        head_update="+head-update" in on,
+        bucket_cap_mb=bucket_mb,
+    )
     if "+host-state" in on:
         t["state_device"] = "cpu"
         t["state_slice_mb"] = STATE_SLICE_MB
@@ -180,10 +205,17 @@ def build_model(c: Config, dtype: torch.dtype, device: torch.device, preset=None
 
     transformers.logging.set_verbosity_error()
     config = transformers.LlamaConfig(
-        vocab_size=preset.vocab, hidden_size=preset.hidden, intermediate_size=preset.intermediate,
-        num_hidden_layers=preset.layers, num_attention_heads=preset.heads, num_key_value_heads=preset.kv_heads,
-        head_dim=preset.head_dim, max_position_embeddings=c.seq, tie_word_embeddings=preset.tied,
-        attention_dropout=0.0)
+        vocab_size=preset.vocab,
+        hidden_size=preset.hidden,
+        intermediate_size=preset.intermediate,
+        num_hidden_layers=preset.layers,
+        num_attention_heads=preset.heads,
+        num_key_value_heads=preset.kv_heads,
+        head_dim=preset.head_dim,
+        max_position_embeddings=c.seq,
+        tie_word_embeddings=preset.tied,
+        attention_dropout=0.0,
+    )
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # built in its dtype: a 50B model has no room for a float32 copy
@@ -199,10 +231,26 @@ def build_model(c: Config, dtype: torch.dtype, device: torch.device, preset=None
 def build_reversible(c: Config, dtype: torch.dtype, device: torch.device, preset=None):
     from ojas_ref.nn.reversible_decoder import ReversibleDecoder, ReversibleDecoderConfig
 
-    shape = (dict(vocab=c.vocab, hidden=c.hidden, layers=c.layers, heads=c.heads, kv_heads=c.heads,
-                  intermediate=c.intermediate) if preset is None else
-             dict(vocab=preset.vocab, hidden=preset.hidden, layers=preset.layers, heads=preset.heads,
-                  kv_heads=preset.kv_heads, intermediate=preset.intermediate, tie_embeddings=preset.tied))
+    shape = (
+        dict(
+            vocab=c.vocab,
+            hidden=c.hidden,
+            layers=c.layers,
+            heads=c.heads,
+            kv_heads=c.heads,
+            intermediate=c.intermediate,
+        )
+        if preset is None
+        else dict(
+            vocab=preset.vocab,
+            hidden=preset.hidden,
+            layers=preset.layers,
+            heads=preset.heads,
+            kv_heads=preset.kv_heads,
+            intermediate=preset.intermediate,
+            tie_embeddings=preset.tied,
+        )
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = ReversibleDecoder(ReversibleDecoderConfig(max_seq=c.seq, **shape)).to(dtype)
@@ -213,12 +261,22 @@ class MemoryRunner(Runner):
     """bench_optimize_model's :class:`Runner` (its step, batches and fields, measured by its
     ``measure_peak`` / ``time_interleaved``) for this benchmark's modes."""
 
-    def __init__(self, c: Config, dtype: torch.dtype, dtype_name: str, opt_name: str, mode: str,
-                 device: torch.device, bucket_mb: float, preset=None) -> None:
+    def __init__(
+        self,
+        c: Config,
+        dtype: torch.dtype,
+        dtype_name: str,
+        opt_name: str,
+        mode: str,
+        device: torch.device,
+        bucket_mb: float,
+        preset=None,
+    ) -> None:
         self.mode, self.c = mode, c
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        self.techniques = (None if mode in (BASELINE, "reversible")
-                           else techniques(mode, dtype_name, opt_name, bucket_mb))
+        self.techniques = (
+            None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
+        )
         opt_class, kwargs = OPTIMIZERS[opt_name]
         self.report = None
         if mode == "reversible":
@@ -236,14 +294,24 @@ class MemoryRunner(Runner):
             state_device = head = None
             if self.techniques is not None:
                 t = self.techniques
-                _, self.report = optimize_model(self.model, checkpoint=t["checkpoint"], checkpoint_split=t["split"],
-                                                sparse_embedding=t["sparse_embedding"])
+                _, self.report = optimize_model(
+                    self.model,
+                    checkpoint=t["checkpoint"],
+                    checkpoint_split=t["split"],
+                    sparse_embedding=t["sparse_embedding"],
+                )
                 state_device = t["state_device"]
                 if "state_slice_mb" in t:
                     kwargs = dict(kwargs, state_slice_mb=t["state_slice_mb"])
                 head = self.model.get_output_embeddings().weight if t["head_update"] else None
-            self.opt = InBackwardOptimizer(self.model.parameters(), opt_class, bucket_cap_mb=bucket_mb,
-                                           state_device=state_device, head_weight=head, **kwargs)
+            self.opt = InBackwardOptimizer(
+                self.model.parameters(),
+                opt_class,
+                bucket_cap_mb=bucket_mb,
+                state_device=state_device,
+                head_weight=head,
+                **kwargs,
+            )
         g = torch.Generator(device="cpu").manual_seed(1)
         self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
         self.times: list[float] = []
@@ -272,15 +340,22 @@ class MemoryRunner(Runner):
             from ojas_ref.nn.offload import OffloadedCheckpoint
 
             layer_funcs = (m.__dict__.get("_gradient_checkpointing_func") for m in self.model.modules())
-            funcs = {id(f): f for g in layer_funcs  # a split layer's function holds its segments' one
-                     if isinstance(f := getattr(g, "segment_checkpoint", g), OffloadedCheckpoint)}
+            funcs = {
+                id(f): f
+                for g in layer_funcs  # a split layer's function holds its segments' one
+                if isinstance(f := getattr(g, "segment_checkpoint", g), OffloadedCheckpoint)
+            }
             if funcs and self.n_steps:
                 known = True
                 total += sum(f.stats.offloaded_bytes for f in funcs.values()) // self.n_steps
         if self.techniques["state_device"] is not None:
             known = True
-            total += sum(t.numel() * t.element_size() for s in self.opt.state.values() for t in s.values()
-                         if isinstance(t, torch.Tensor) and t.device.type == "cpu")
+            total += sum(
+                t.numel() * t.element_size()
+                for s in self.opt.state.values()
+                for t in s.values()
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu"
+            )
         return total if known else None
 
 
@@ -291,8 +366,9 @@ def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None,
     from ojas_ref.tools import plan as P
 
     t = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
-    setting = P.memory_record_setting(dict(mode=mode, dtype=dtype_name, optimizer=opt_name, techniques=t),
-                                      c.batch, c.seq)
+    setting = P.memory_record_setting(
+        dict(mode=mode, dtype=dtype_name, optimizer=opt_name, techniques=t), c.batch, c.seq
+    )
     if setting is None:
         return dict(predicted_peak=None, predicted_host=None)
     model = preset if preset is not None else P.Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab)
@@ -300,8 +376,18 @@ def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None,
     return dict(predicted_peak=result.peak, predicted_host=result.host_bytes if result.host else None)
 
 
-def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, device: torch.device, warmup: int,
-              steps: int, bucket_mb: float, kept: int) -> tuple[list[dict], list[dict]]:
+def run_modes(
+    c: Config,
+    dtype_name: str,
+    opt_name: str,
+    modes: list[str],
+    *,
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    bucket_mb: float,
+    kept: int,
+) -> tuple[list[dict], list[dict]]:
     """Every applicable mode of one dtype / optimizer in one process (bench_optimize_model's
     ``measure_and_time``); returns (rows, skipped)."""
     dtype = DTYPES[dtype_name]
@@ -317,10 +403,20 @@ def run_modes(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, de
             skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
 
     runners = measure_and_time(applicable(), device, warmup, steps, kept)
-    rows = [dict(dtype=dtype_name, optimizer=opt_name, mode=r.mode, **timing(r, c), host=r.host_bytes(),
-                 **predicted(c, dtype_name, opt_name, r.mode, bucket_mb=bucket_mb), losses=r.losses,
-                 techniques=r.techniques,
-                 left_alone=None if r.report is None else [s.reason for s in r.report.left_alone]) for r in runners]
+    rows = [
+        dict(
+            dtype=dtype_name,
+            optimizer=opt_name,
+            mode=r.mode,
+            **timing(r, c),
+            host=r.host_bytes(),
+            **predicted(c, dtype_name, opt_name, r.mode, bucket_mb=bucket_mb),
+            losses=r.losses,
+            techniques=r.techniques,
+            left_alone=None if r.report is None else [s.reason for s in r.report.left_alone],
+        )
+        for r in runners
+    ]
     base = next((row for row in rows if row["mode"] == BASELINE), None)
     for row in rows:
         row["vs_baseline"] = None if base is None else row["tokens_per_s"] / base["tokens_per_s"]
@@ -333,8 +429,18 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
-def try_one(c: Config, dtype_name: str, opt_name: str, mode: str, device: torch.device, warmup: int,
-            bucket_mb: float, kept: int, preset=None, steps: int = 1) -> dict:
+def try_one(
+    c: Config,
+    dtype_name: str,
+    opt_name: str,
+    mode: str,
+    device: torch.device,
+    warmup: int,
+    bucket_mb: float,
+    kept: int,
+    preset=None,
+    steps: int = 1,
+) -> dict:
     """Build the model alone, train ``warmup`` steps, measure the peak of one more (CUDA), then
     time ``steps`` more (each synchronised); or the OOM."""
     r = None
@@ -353,8 +459,19 @@ def try_one(c: Config, dtype_name: str, opt_name: str, mode: str, device: torch.
     return out
 
 
-def largest(c: Config, dtype_name: str, opt_name: str, mode: str, *, device: torch.device, warmup: int,
-            bucket_mb: float, kept: int, max_layers: int, presets: bool) -> dict:
+def largest(
+    c: Config,
+    dtype_name: str,
+    opt_name: str,
+    mode: str,
+    *,
+    device: torch.device,
+    warmup: int,
+    bucket_mb: float,
+    kept: int,
+    max_layers: int,
+    presets: bool,
+) -> dict:
     """The largest model of ``mode`` that trains one step: layers doubled then bisected, or presets."""
     tries = []
     if presets:
@@ -399,12 +516,31 @@ def largest(c: Config, dtype_name: str, opt_name: str, mode: str, *, device: tor
         else:
             hi = n
     best = next((t for t in tries if t["layers"] == lo and t["fits"]), None)
-    return dict(dtype=dtype_name, optimizer=opt_name, mode=mode, search="layers", max_layers=max_layers,
-                largest=best, smallest_failure=hi, tries=tries)
+    return dict(
+        dtype=dtype_name,
+        optimizer=opt_name,
+        mode=mode,
+        search="layers",
+        max_layers=max_layers,
+        largest=best,
+        smallest_failure=hi,
+        tries=tries,
+    )
 
 
-def at_scale(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, device: torch.device, warmup: int,
-             steps: int, bucket_mb: float, kept: int, preset) -> tuple[list[dict], list[dict]]:
+def at_scale(
+    c: Config,
+    dtype_name: str,
+    opt_name: str,
+    modes: list[str],
+    *,
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    bucket_mb: float,
+    kept: int,
+    preset,
+) -> tuple[list[dict], list[dict]]:
     """``--preset``: each applicable mode of one dtype / optimizer at the preset's shape, built
     alone (:func:`try_one`: too large to keep another beside it), its peak, ``steps`` timed
     steps and the planner's prediction; an out-of-memory is a row with ``fits: false``."""
@@ -414,41 +550,57 @@ def at_scale(c: Config, dtype_name: str, opt_name: str, modes: list[str], *, dev
         if reason is not None:
             skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
             continue
-        row = dict(preset=preset.name, dtype=dtype_name, optimizer=opt_name, mode=mode,
-                   techniques=(None if mode in (BASELINE, "reversible")
-                               else techniques(mode, dtype_name, opt_name, bucket_mb)),
-                   **try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset, steps),
-                   **predicted(c, dtype_name, opt_name, mode, preset, bucket_mb))
+        row = dict(
+            preset=preset.name,
+            dtype=dtype_name,
+            optimizer=opt_name,
+            mode=mode,
+            techniques=(
+                None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
+            ),
+            **try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset, steps),
+            **predicted(c, dtype_name, opt_name, mode, preset, bucket_mb),
+        )
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows, skipped
 
 
 def scale_markdown(rows: list[dict]) -> str:
-    lines = ["| model | parameters | dtype | optimizer | mode | peak GiB | predicted GiB | host GiB "
-             "| predicted host GiB "
-             "| tokens/s | losses |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | parameters | dtype | optimizer | mode | peak GiB | predicted GiB | host GiB "
+        "| predicted host GiB "
+        "| tokens/s | losses |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if not r["fits"]:
-            lines.append(f"| {r['preset']} | - | {r['dtype']} | {r['optimizer']} | {r['mode']} | out of memory | "
-                         f"{gib(r['predicted_peak'])} | | | | |")
+            lines.append(
+                f"| {r['preset']} | - | {r['dtype']} | {r['optimizer']} | {r['mode']} | out of memory | "
+                f"{gib(r['predicted_peak'])} | | | | |"
+            )
             continue
         losses = ", ".join(f"{x:.4f}" for x in r["losses"])
-        lines.append(f"| {r['preset']} | {r['params'] / 1e9:.2f}B | {r['dtype']} | {r['optimizer']} | {r['mode']} | "
-                     f"{gib(r['peak'])} | {gib(r['predicted_peak'])} | {gib(r['host'])} | {gib(r['predicted_host'])} | "
-                     f"{r['tokens_per_s']:,.0f} | {losses} |")
+        lines.append(
+            f"| {r['preset']} | {r['params'] / 1e9:.2f}B | {r['dtype']} | {r['optimizer']} | {r['mode']} | "
+            f"{gib(r['peak'])} | {gib(r['predicted_peak'])} | {gib(r['host'])} | {gib(r['predicted_host'])} | "
+            f"{r['tokens_per_s']:,.0f} | {losses} |"
+        )
     return "\n".join(lines)
 
 
 def markdown(rows: list[dict], skipped: list[dict]) -> str:
-    lines = ["| dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | tokens/s | vs standard+ckpt "
-             "| last loss |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dtype | optimizer | mode | peak GiB | predicted GiB | host GiB | tokens/s | vs standard+ckpt | last loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ratio = "-" if r["vs_baseline"] is None else f"{r['vs_baseline']:.3f}x"
-        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
-                     f"{gib(r['predicted_peak'])} | {gib(r['host'])} | "
-                     f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
+        lines.append(
+            f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
+            f"{gib(r['predicted_peak'])} | {gib(r['host'])} | "
+            f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |"
+        )
     for s in skipped:
         lines.append(f"| {s['dtype']} | {s['optimizer']} | {s['mode']} | skipped: {s['skipped']} | | | | | |")
     return "\n".join(lines)
@@ -457,17 +609,36 @@ def markdown(rows: list[dict], skipped: list[dict]) -> str:
 def main(argv: Optional[list[str]] = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, warmup=2, steps=5)
-    parser.add_argument("--modes", nargs="+", type=_mode, default=list(MODES),
-                        help=f"among {', '.join(MODES)}, or techniques concatenated (e.g. +offload+head-update+split)")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        type=_mode,
+        default=list(MODES),
+        help=f"among {', '.join(MODES)}, or techniques concatenated (e.g. +offload+head-update+split)",
+    )
     parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
-    parser.add_argument("--largest", action="store_true",
-                        help="search the largest model of each (dtype, optimizer, mode) that trains one step")
-    parser.add_argument("--largest-presets", action="store_true",
-                        help="with --largest: try ojas_ref/tools/plan.py's PRESETS instead of layer counts")
-    parser.add_argument("--max-layers", type=int, default=None,
-                        help="with --largest: cap on the layers searched (default 1024; --quick: 8)")
-    parser.add_argument("--preset", choices=list(PRESETS), default=None,
-                        help="each mode at this plan.py preset's shape (built alone; peak, timed steps, prediction)")
+    parser.add_argument(
+        "--largest",
+        action="store_true",
+        help="search the largest model of each (dtype, optimizer, mode) that trains one step",
+    )
+    parser.add_argument(
+        "--largest-presets",
+        action="store_true",
+        help="with --largest: try ojas_ref/tools/plan.py's PRESETS instead of layer counts",
+    )
+    parser.add_argument(
+        "--max-layers",
+        type=int,
+        default=None,
+        help="with --largest: cap on the layers searched (default 1024; --quick: 8)",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help="each mode at this plan.py preset's shape (built alone; peak, timed steps, prediction)",
+    )
     parser.add_argument("--layers", type=int, default=None, help="with --preset: its shape with this many layers")
     args = parser.parse_args(argv)
     if args.largest_presets and (args.quick or not args.largest):
@@ -489,9 +660,18 @@ def main(argv: Optional[list[str]] = None) -> dict:
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
             if preset is not None:
-                new_rows, new_skipped = at_scale(c, dtype_name, opt_name, args.modes, device=device,
-                                                 warmup=args.warmup, steps=args.steps, bucket_mb=args.bucket_mb,
-                                                 kept=kept, preset=preset)
+                new_rows, new_skipped = at_scale(
+                    c,
+                    dtype_name,
+                    opt_name,
+                    args.modes,
+                    device=device,
+                    warmup=args.warmup,
+                    steps=args.steps,
+                    bucket_mb=args.bucket_mb,
+                    kept=kept,
+                    preset=preset,
+                )
                 rows += new_rows
                 skipped += new_skipped
                 continue
@@ -503,15 +683,32 @@ def main(argv: Optional[list[str]] = None) -> dict:
                         skipped.append(dict(dtype=dtype_name, optimizer=opt_name, mode=mode, skipped=reason))
                         continue
                     max_layers = args.max_layers or (8 if args.quick else 1024)
-                    s = largest(c, dtype_name, opt_name, mode, device=device, warmup=args.warmup,
-                                bucket_mb=args.bucket_mb, kept=kept, max_layers=max_layers,
-                                presets=args.largest_presets)
+                    s = largest(
+                        c,
+                        dtype_name,
+                        opt_name,
+                        mode,
+                        device=device,
+                        warmup=args.warmup,
+                        bucket_mb=args.bucket_mb,
+                        kept=kept,
+                        max_layers=max_layers,
+                        presets=args.largest_presets,
+                    )
                     print(json.dumps({k: v for k, v in s.items() if k != "tries"}), flush=True)
                     searches.append(s)
                 continue
-            new_rows, new_skipped = run_modes(c, dtype_name, opt_name, args.modes, device=device,
-                                              warmup=args.warmup, steps=args.steps, bucket_mb=args.bucket_mb,
-                                              kept=kept)
+            new_rows, new_skipped = run_modes(
+                c,
+                dtype_name,
+                opt_name,
+                args.modes,
+                device=device,
+                warmup=args.warmup,
+                steps=args.steps,
+                bucket_mb=args.bucket_mb,
+                kept=kept,
+            )
             for r in new_rows:
                 print(json.dumps(r), flush=True)
             rows += new_rows

@@ -61,18 +61,29 @@ def main(argv: list[str] | None = None) -> dict:
     events = record(lambda: runner.step(args.warmup), default_modules(runner.model), memory)
     sync(device)
     t = None if args.mode in ("standard+ckpt", "reversible") else techniques(args.mode, args.dtype, args.optimizer)
-    setting = P.memory_record_setting(dict(mode=args.mode, dtype=args.dtype, optimizer=args.optimizer, techniques=t),
-                                      c.batch, c.seq)
-    plan = None if setting is None else P.plan(P.Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab),
-                                               setting)
+    setting = P.memory_record_setting(
+        dict(mode=args.mode, dtype=args.dtype, optimizer=args.optimizer, techniques=t), c.batch, c.seq
+    )
+    plan = (
+        None
+        if setting is None
+        else P.plan(P.Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab), setting)
+    )
     name = f"timeline_{args.dtype}_{args.optimizer}_{args.mode.replace('+', '_').strip('_')}"
     measured = max(e.peak for e in events)
-    title = (f"{args.dtype} {args.optimizer} {args.mode}, one step: measured peak {measured / 2**30:.3f} GiB"
-             + (f", planned {plan.peak / 2**30:.3f} GiB at {plan.peak_phase.name}" if plan else ""))
+    title = f"{args.dtype} {args.optimizer} {args.mode}, one step: measured peak {measured / 2**30:.3f} GiB" + (
+        f", planned {plan.peak / 2**30:.3f} GiB at {plan.peak_phase.name}" if plan else ""
+    )
     plot_timeline(events, args.out / f"{name}.png", plan, title=title)
-    result = dict(dtype=args.dtype, optimizer=args.optimizer, mode=args.mode, measured_peak=measured,
-                  predicted_peak=None if plan is None else plan.peak, environment=environment(device),
-                  events=[dict(label=e.label, allocated=e.allocated, peak=e.peak) for e in events])
+    result = dict(
+        dtype=args.dtype,
+        optimizer=args.optimizer,
+        mode=args.mode,
+        measured_peak=measured,
+        predicted_peak=None if plan is None else plan.peak,
+        environment=environment(device),
+        events=[dict(label=e.label, allocated=e.allocated, peak=e.peak) for e in events],
+    )
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(title)
     return result

@@ -36,9 +36,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimize_model import (  # noqa: E402
-    allocate_workspaces, build, environment, measure_and_time, release, timing)
+    allocate_workspaces,
+    build,
+    environment,
+    measure_and_time,
+    release,
+    timing,
+)
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
-    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib)
+    DTYPES,
+    OPTIMIZERS,
+    QUICK,
+    Config,
+    add_common_arguments,
+    gib,
+)
 from ojas_ref import optimize_model  # noqa: E402
 from ojas_ref.nn.offload import OffloadedCheckpoint  # noqa: E402
 
@@ -59,8 +71,9 @@ class Runner:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         else:
             flags = STANDARD if mode.startswith("standard") else {}
-            _, self.report = optimize_model(self.model, checkpoint="offload" if mode.endswith("offload") else True,
-                                            **flags)
+            _, self.report = optimize_model(
+                self.model, checkpoint="offload" if mode.endswith("offload") else True, **flags
+            )
         opt_class, kwargs = OPTIMIZERS[opt_name]
         self.opt = opt_class(self.model.parameters(), **kwargs)
         g = torch.Generator(device="cpu").manual_seed(1)
@@ -68,8 +81,11 @@ class Runner:
         self.times: list[float] = []
         self.losses: list[float] = []
         self.peak: int | None = None
-        funcs = {id(f): f for m in self.model.modules()
-                 if isinstance(f := getattr(m, "_gradient_checkpointing_func", None), OffloadedCheckpoint)}
+        funcs = {
+            id(f): f
+            for m in self.model.modules()
+            if isinstance(f := getattr(m, "_gradient_checkpointing_func", None), OffloadedCheckpoint)
+        }
         self.offload = next(iter(funcs.values()), None)
 
     def step(self, i: int) -> float:
@@ -102,35 +118,55 @@ def held_after_forward(r: Runner, device: torch.device) -> int | None:
     return held
 
 
-def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
-              warmup: int, steps: int, kept: int) -> list[dict]:
-    runners = measure_and_time((Runner(c, dtype, opt_name, mode, device) for mode in modes), device, warmup, steps,
-                               kept)
+def run_modes(
+    c: Config,
+    dtype: torch.dtype,
+    opt_name: str,
+    modes: list[str],
+    *,
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    kept: int,
+) -> list[dict]:
+    runners = measure_and_time(
+        (Runner(c, dtype, opt_name, mode, device) for mode in modes), device, warmup, steps, kept
+    )
     results = []
     for r in runners:
         stats = r.offload.stats if r.offload is not None else None
-        results.append(dict(
-            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
-            held_after_forward=held_after_forward(r, device),
-            host_bytes_per_step=None if stats is None else stats.offloaded_bytes,
-            offloaded_tensors_per_step=None if stats is None else stats.offloaded_tensors,
-            prefetched_per_step=None if stats is None else stats.prefetched_tensors))
+        results.append(
+            dict(
+                dtype=str(dtype).removeprefix("torch."),
+                optimizer=opt_name,
+                mode=r.mode,
+                **timing(r, c),
+                held_after_forward=held_after_forward(r, device),
+                host_bytes_per_step=None if stats is None else stats.offloaded_bytes,
+                offloaded_tensors_per_step=None if stats is None else stats.offloaded_tensors,
+                prefetched_per_step=None if stats is None else stats.prefetched_tensors,
+            )
+        )
     del runners, r
     release(device)
     return results
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| dtype | optimizer | mode | peak GiB | held after forward GiB | host GiB/step | tokens/s | "
-             "vs same family +ckpt | last loss |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dtype | optimizer | mode | peak GiB | held after forward GiB | host GiB/step | tokens/s | "
+        "vs same family +ckpt | last loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     base = {(r["dtype"], r["optimizer"], r["mode"].split("+")[0]): r for r in results if r["mode"].endswith("+ckpt")}
     for r in results:
         ref = base.get((r["dtype"], r["optimizer"], r["mode"].split("+")[0]))
         ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref else "-"
-        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
-                     f"{gib(r['held_after_forward'])} | {gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | "
-                     f"{ratio} | {r['last_loss']:.4f} |")
+        lines.append(
+            f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
+            f"{gib(r['held_after_forward'])} | {gib(r['host_bytes_per_step'])} | {r['tokens_per_s']:,.0f} | "
+            f"{ratio} | {r['last_loss']:.4f} |"
+        )
     return "\n".join(lines)
 
 
@@ -145,8 +181,16 @@ def main() -> None:
     results = []
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
-            for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
-                               steps=args.steps, kept=kept):
+            for r in run_modes(
+                c,
+                DTYPES[dtype_name],
+                opt_name,
+                args.modes,
+                device=device,
+                warmup=args.warmup,
+                steps=args.steps,
+                kept=kept,
+            ):
                 print(json.dumps(r), flush=True)
                 results.append(r)
     env = environment(device)

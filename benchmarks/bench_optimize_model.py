@@ -45,7 +45,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
-    DTYPES, OPTIMIZERS, QUICK, Config, add_common_arguments, gib, sync)
+    DTYPES,
+    OPTIMIZERS,
+    QUICK,
+    Config,
+    add_common_arguments,
+    gib,
+    sync,
+)
 from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
 
 MODES = ("standard", "standard+ckpt", "ojas", "ojas+ckpt")
@@ -59,9 +66,16 @@ def build(c: Config, dtype: torch.dtype, device: torch.device):
 
     transformers.logging.set_verbosity_error()
     config = transformers.LlamaConfig(
-        vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.intermediate, num_hidden_layers=c.layers,
-        num_attention_heads=c.heads, num_key_value_heads=c.heads, max_position_embeddings=c.seq,
-        tie_word_embeddings=False, attention_dropout=0.0)
+        vocab_size=c.vocab,
+        hidden_size=c.hidden,
+        intermediate_size=c.intermediate,
+        num_hidden_layers=c.layers,
+        num_attention_heads=c.heads,
+        num_key_value_heads=c.heads,
+        max_position_embeddings=c.seq,
+        tie_word_embeddings=False,
+        attention_dropout=0.0,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = transformers.LlamaForCausalLM(config).to(dtype)
@@ -77,15 +91,21 @@ def setup(model, mode: str, opt_name: str, bucket_mb: float = 64.0):
         if mode.endswith("+ckpt"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return opt_class(model.parameters(), **kwargs), None
-    pieces = {"ojas-attention": (True, False, False), "ojas-loss": (False, True, False),
-              "ojas-optimizer": (False, False, True)}
+    pieces = {
+        "ojas-attention": (True, False, False),
+        "ojas-loss": (False, True, False),
+        "ojas-optimizer": (False, False, True),
+    }
     attention, loss, fused = pieces.get(mode, (True, True, True))
     report = None
     if attention or loss:
-        _, report = optimize_model(model, attention=attention, linear_cross_entropy=loss, checkpoint=mode.endswith("+ckpt"))
+        _, report = optimize_model(
+            model, attention=attention, linear_cross_entropy=loss, checkpoint=mode.endswith("+ckpt")
+        )
     if fused:
-        return InBackwardOptimizer(model.parameters(), opt_class, bucket_cap_mb=bucket_mb, overlap=overlap,
-                                   **kwargs), report
+        return InBackwardOptimizer(
+            model.parameters(), opt_class, bucket_cap_mb=bucket_mb, overlap=overlap, **kwargs
+        ), report
     return opt_class(model.parameters(), **kwargs), report
 
 
@@ -117,8 +137,9 @@ def host_profile(model, opt, ids, device: torch.device) -> str:
 class Runner:
     """One mode's model, optimizer and batches, stepping as the training loop does."""
 
-    def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device,
-                 bucket_mb: float) -> None:
+    def __init__(
+        self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device, bucket_mb: float
+    ) -> None:
         self.mode, self.c = mode, c
         #: bytes held by the modes built before this one (idle while this one runs)
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
@@ -193,8 +214,9 @@ def allocate_workspaces(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
-def measure_and_time(runners: Iterable[Runner], device: torch.device, warmup: int, steps: int,
-                     kept: int) -> list[Runner]:
+def measure_and_time(
+    runners: Iterable[Runner], device: torch.device, warmup: int, steps: int, kept: int
+) -> list[Runner]:
     """Each runner, as ``runners`` builds it, warmed up and its peak measured (the earlier ones
     kept, idle: :func:`measure_peak`), then all timed together (:func:`time_interleaved`)."""
     built = []
@@ -219,8 +241,13 @@ def environment(device: torch.device) -> dict:
 def timing(r: Runner, c: Config) -> dict:
     """A measured runner's peak, median step, its spread, tokens/s and last loss."""
     step_s = statistics.median(r.times)
-    return dict(peak=r.peak, step_s=step_s, step_s_spread=[min(r.times), max(r.times)],
-                tokens_per_s=c.batch * c.seq / step_s, last_loss=r.losses[-1])
+    return dict(
+        peak=r.peak,
+        step_s=step_s,
+        step_s_spread=[min(r.times), max(r.times)],
+        tokens_per_s=c.batch * c.seq / step_s,
+        last_loss=r.losses[-1],
+    )
 
 
 def release(device: torch.device) -> None:
@@ -230,15 +257,29 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *, device: torch.device,
-              warmup: int, steps: int, profile: list[str], host: list[str], bucket_mb: float,
-              kept: int, overlap_bucket_mb: float | None = None) -> list[dict]:
+def run_modes(
+    c: Config,
+    dtype: torch.dtype,
+    opt_name: str,
+    modes: list[str],
+    *,
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    profile: list[str],
+    host: list[str],
+    bucket_mb: float,
+    kept: int,
+    overlap_bucket_mb: float | None = None,
+) -> list[dict]:
     """Every mode of one dtype and optimizer in one process (:func:`measure_and_time`)."""
+
     def buckets(mode: str) -> float:
         return overlap_bucket_mb if overlap_bucket_mb is not None and mode in OVERLAP else bucket_mb
 
-    runners = measure_and_time((Runner(c, dtype, opt_name, mode, device, buckets(mode)) for mode in modes), device,
-                               warmup, steps, kept)
+    runners = measure_and_time(
+        (Runner(c, dtype, opt_name, mode, device, buckets(mode)) for mode in modes), device, warmup, steps, kept
+    )
     results = []
     applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True, rope=True)  # optimize_model defaults
     pieces = {"ojas-attention": "attention", "ojas-loss": "cross_entropy"}
@@ -246,28 +287,37 @@ def run_modes(c: Config, dtype: torch.dtype, opt_name: str, modes: list[str], *,
         table = profile_table(r, device) if r.mode in profile and device.type == "cuda" else None
         if r.mode in host:
             table = (table or "") + host_profile(r.model, r.opt, r.batches[0], device)
-        results.append(dict(
-            dtype=str(dtype).removeprefix("torch."), optimizer=opt_name, mode=r.mode, **timing(r, c),
-            bucket_mb=None if r.mode.startswith("standard") else buckets(r.mode),
-            changed=None if r.report is None else len(r.report.changed),
-            applied={k: r.mode in ("ojas", "ojas+ckpt") + OVERLAP or pieces.get(r.mode) == k for k in applied},
-            left_alone=None if r.report is None else [s.reason for s in r.report.left_alone])
-            | ({"profile": table} if table else {}))
+        results.append(
+            dict(
+                dtype=str(dtype).removeprefix("torch."),
+                optimizer=opt_name,
+                mode=r.mode,
+                **timing(r, c),
+                bucket_mb=None if r.mode.startswith("standard") else buckets(r.mode),
+                changed=None if r.report is None else len(r.report.changed),
+                applied={k: r.mode in ("ojas", "ojas+ckpt") + OVERLAP or pieces.get(r.mode) == k for k in applied},
+                left_alone=None if r.report is None else [s.reason for s in r.report.left_alone],
+            )
+            | ({"profile": table} if table else {})
+        )
     del runners, r
     release(device)
     return results
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| dtype | optimizer | mode | peak GiB | tokens/s | vs standard, same checkpointing | last loss |",
-             "|---|---|---|---|---|---|---|"]
-    base = {(r["dtype"], r["optimizer"], "+ckpt" in r["mode"]): r for r in results
-            if r["mode"].startswith("standard")}
+    lines = [
+        "| dtype | optimizer | mode | peak GiB | tokens/s | vs standard, same checkpointing | last loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    base = {(r["dtype"], r["optimizer"], "+ckpt" in r["mode"]): r for r in results if r["mode"].startswith("standard")}
     for r in results:
         ref = base.get((r["dtype"], r["optimizer"], "+ckpt" in r["mode"]))
         ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.3f}x" if ref else "-"
-        lines.append(f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
-                     f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |")
+        lines.append(
+            f"| {r['dtype']} | {r['optimizer']} | {r['mode']} | {gib(r['peak'])} | "
+            f"{r['tokens_per_s']:,.0f} | {ratio} | {r['last_loss']:.4f} |"
+        )
     return "\n".join(lines)
 
 
@@ -276,12 +326,22 @@ def main() -> None:
     add_common_arguments(parser, warmup=2, steps=5)
     parser.add_argument("--modes", nargs="+", choices=MODES + PIECES + OVERLAP, default=list(MODES))
     parser.add_argument("--bucket-mb", type=float, default=64.0, help="bucket_cap_mb of InBackwardOptimizer")
-    parser.add_argument("--overlap-bucket-mb", type=float, default=None,
-                        help="bucket_cap_mb of the +overlap modes (default: --bucket-mb)")
-    parser.add_argument("--profile", nargs="*", choices=MODES, default=[],
-                        help="print the top CUDA kernels of one step of these modes")
-    parser.add_argument("--host-profile", nargs="*", choices=MODES + PIECES, default=[],
-                        help="print the phases' wall times and the operators' CPU times of one step of these modes")
+    parser.add_argument(
+        "--overlap-bucket-mb",
+        type=float,
+        default=None,
+        help="bucket_cap_mb of the +overlap modes (default: --bucket-mb)",
+    )
+    parser.add_argument(
+        "--profile", nargs="*", choices=MODES, default=[], help="print the top CUDA kernels of one step of these modes"
+    )
+    parser.add_argument(
+        "--host-profile",
+        nargs="*",
+        choices=MODES + PIECES,
+        default=[],
+        help="print the phases' wall times and the operators' CPU times of one step of these modes",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     c = QUICK if args.quick else Config()
@@ -289,9 +349,20 @@ def main() -> None:
     kept = allocate_workspaces(device)
     for dtype_name in args.dtypes:
         for opt_name in args.optimizers:
-            for r in run_modes(c, DTYPES[dtype_name], opt_name, args.modes, device=device, warmup=args.warmup,
-                               steps=args.steps, profile=args.profile, host=args.host_profile,
-                               bucket_mb=args.bucket_mb, kept=kept, overlap_bucket_mb=args.overlap_bucket_mb):
+            for r in run_modes(
+                c,
+                DTYPES[dtype_name],
+                opt_name,
+                args.modes,
+                device=device,
+                warmup=args.warmup,
+                steps=args.steps,
+                profile=args.profile,
+                host=args.host_profile,
+                bucket_mb=args.bucket_mb,
+                kept=kept,
+                overlap_bucket_mb=args.overlap_bucket_mb,
+            ):
                 if "profile" in r:
                     print(f"== profile {dtype_name} {opt_name} {r['mode']}\n{r.pop('profile')}", flush=True)
                 print(json.dumps(r), flush=True)

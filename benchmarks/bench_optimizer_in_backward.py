@@ -81,6 +81,7 @@ QUICK = Config(hidden=64, layers=2, heads=4, intermediate=172, vocab=256, batch=
 # Llama-style model
 # --------------------------------------------------------------------------
 
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -127,8 +128,9 @@ class Llama(nn.Module):
         self.norm = RMSNorm(c.hidden)
         self.head = nn.Linear(c.hidden, c.vocab, bias=False)
         half = c.hidden // c.heads // 2
-        angles = torch.outer(torch.arange(c.seq, dtype=torch.float32),
-                             10000.0 ** (-torch.arange(half, dtype=torch.float32) / half))
+        angles = torch.outer(
+            torch.arange(c.seq, dtype=torch.float32), 10000.0 ** (-torch.arange(half, dtype=torch.float32) / half)
+        )
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
         for p in self.parameters():
@@ -151,14 +153,26 @@ class Llama(nn.Module):
 # Measurement
 # --------------------------------------------------------------------------
 
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torch.device, warmup: int,
-        steps: int, max_grad_norm: Optional[float], checkpoint: bool,
-        bucket_mb: Optional[float] = None, state_device: Optional[str] = None) -> tuple[dict, list[torch.Tensor]]:
+def run(
+    c: Config,
+    dtype: torch.dtype,
+    opt_name: str,
+    mode: str,
+    *,
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    max_grad_norm: Optional[float],
+    checkpoint: bool,
+    bucket_mb: Optional[float] = None,
+    state_device: Optional[str] = None,
+) -> tuple[dict, list[torch.Tensor]]:
     """Train ``warmup + steps`` steps; return the measurements and the final parameters (on the CPU)."""
     torch.manual_seed(0)
     with torch.device(device):
@@ -168,8 +182,14 @@ def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torc
     if mode == "standard":
         opt = cls(model.parameters(), **kwargs)
     else:
-        opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=max_grad_norm, bucket_cap_mb=bucket_mb,
-                                  state_device=state_device, **kwargs)
+        opt = InBackwardOptimizer(
+            model.parameters(),
+            cls,
+            max_grad_norm=max_grad_norm,
+            bucket_cap_mb=bucket_mb,
+            state_device=state_device,
+            **kwargs,
+        )
         for bucket_opt in opt._group_opts:
             bucket_opt.register_step_post_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     gen = torch.Generator().manual_seed(1)
@@ -202,8 +222,12 @@ def run(c: Config, dtype: torch.dtype, opt_name: str, mode: str, *, device: torc
         sync(device)
         times.append(time.perf_counter() - t0)
     result = {
-        "dtype": next(k for k, v in DTYPES.items() if v == dtype), "optimizer": opt_name, "mode": mode,
-        "checkpoint": checkpoint, "bucket_mb": bucket_mb, "state_device": state_device,
+        "dtype": next(k for k, v in DTYPES.items() if v == dtype),
+        "optimizer": opt_name,
+        "mode": mode,
+        "checkpoint": checkpoint,
+        "bucket_mb": bucket_mb,
+        "state_device": state_device,
         "optimizer_calls": calls[0] if mode == "in_backward" else 1,
         "peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
         "between_steps_bytes": static,
@@ -236,23 +260,45 @@ def add_common_arguments(parser: argparse.ArgumentParser, warmup: int, steps: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, warmup=3, steps=10)
-    parser.add_argument("--max-grad-norm", type=float, default=None,
-                        help="clip in both loops (in backward: two backward passes)")
-    parser.add_argument("--checkpoint", nargs="+", choices=("off", "on"), default=["off", "on"],
-                        help="activation checkpointing per decoder layer (use_reentrant=False), in both loops")
-    parser.add_argument("--bucket-mb", nargs="+", type=float, default=[64.0],
-                        help="bucket_cap_mb values of InBackwardOptimizer (0: one update per parameter)")
-    parser.add_argument("--state-device", nargs="+", choices=("device", "cpu"), default=["device"],
-                        help="where InBackwardOptimizer keeps its state: device (state_device=None) and/or "
-                             "cpu (state_device='cpu': pinned host memory, streamed per bucket)")
-    parser.add_argument("--repeat-standard", action="store_true",
-                        help="run the standard loop twice to measure the nondeterminism of the backward")
+    parser.add_argument(
+        "--max-grad-norm", type=float, default=None, help="clip in both loops (in backward: two backward passes)"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        nargs="+",
+        choices=("off", "on"),
+        default=["off", "on"],
+        help="activation checkpointing per decoder layer (use_reentrant=False), in both loops",
+    )
+    parser.add_argument(
+        "--bucket-mb",
+        nargs="+",
+        type=float,
+        default=[64.0],
+        help="bucket_cap_mb values of InBackwardOptimizer (0: one update per parameter)",
+    )
+    parser.add_argument(
+        "--state-device",
+        nargs="+",
+        choices=("device", "cpu"),
+        default=["device"],
+        help="where InBackwardOptimizer keeps its state: device (state_device=None) and/or "
+        "cpu (state_device='cpu': pinned host memory, streamed per bucket)",
+    )
+    parser.add_argument(
+        "--repeat-standard",
+        action="store_true",
+        help="run the standard loop twice to measure the nondeterminism of the backward",
+    )
     args = parser.parse_args()
     c = QUICK if args.quick else Config()
     device = torch.device(args.device)
     n_params = sum(p.numel() for p in Llama(c).to("meta").parameters())
-    print(f"Llama-style model: {n_params / 1e6:.2f}M parameters, {asdict(c)}, device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""), flush=True)
+    print(
+        f"Llama-style model: {n_params / 1e6:.2f}M parameters, {asdict(c)}, device {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
+        flush=True,
+    )
 
     def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
         return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b))
@@ -261,8 +307,13 @@ def main() -> None:
     for ckpt in args.checkpoint:
         for dname in args.dtypes:
             for opt_name in args.optimizers:
-                common = dict(device=device, warmup=args.warmup, steps=args.steps,
-                              max_grad_norm=args.max_grad_norm, checkpoint=ckpt == "on")
+                common = dict(
+                    device=device,
+                    warmup=args.warmup,
+                    steps=args.steps,
+                    max_grad_norm=args.max_grad_norm,
+                    checkpoint=ckpt == "on",
+                )
                 std, std_params = run(c, DTYPES[dname], opt_name, "standard", **common)
                 results.append(std)
                 repeat_diff = None
@@ -272,16 +323,30 @@ def main() -> None:
                     del again, again_params
                 for bucket_mb, where in [(b, w) for b in args.bucket_mb for w in args.state_device]:
                     state_device = None if where == "device" else where
-                    fused, fused_params = run(c, DTYPES[dname], opt_name, "in_backward", bucket_mb=bucket_mb,
-                                              state_device=state_device, **common)
+                    fused, fused_params = run(
+                        c,
+                        DTYPES[dname],
+                        opt_name,
+                        "in_backward",
+                        bucket_mb=bucket_mb,
+                        state_device=state_device,
+                        **common,
+                    )
                     results.append(fused)
                     cmp = {
-                        "checkpoint": ckpt == "on", "dtype": dname, "optimizer": opt_name, "bucket_mb": bucket_mb,
+                        "checkpoint": ckpt == "on",
+                        "dtype": dname,
+                        "optimizer": opt_name,
+                        "bucket_mb": bucket_mb,
                         "state_device": where,
-                        "peak_standard_bytes": std["peak_bytes"], "peak_in_backward_bytes": fused["peak_bytes"],
+                        "peak_standard_bytes": std["peak_bytes"],
+                        "peak_in_backward_bytes": fused["peak_bytes"],
                         "peak_ratio": None if std["peak_bytes"] is None else fused["peak_bytes"] / std["peak_bytes"],
-                        "peak_saved_bytes": None if std["peak_bytes"] is None else std["peak_bytes"] - fused["peak_bytes"],
-                        "step_ms_standard": std["median_step_ms"], "step_ms_in_backward": fused["median_step_ms"],
+                        "peak_saved_bytes": None
+                        if std["peak_bytes"] is None
+                        else std["peak_bytes"] - fused["peak_bytes"],
+                        "step_ms_standard": std["median_step_ms"],
+                        "step_ms_in_backward": fused["median_step_ms"],
                         "time_ratio": fused["median_step_ms"] / std["median_step_ms"],
                         "optimizer_calls": fused["optimizer_calls"],
                         "max_param_diff": max_diff(std_params, fused_params),
@@ -298,29 +363,41 @@ def main() -> None:
 
     if args.out is not None:
         report = {
-            "config": asdict(c), "parameters": n_params, "device": str(device),
+            "config": asdict(c),
+            "parameters": n_params,
+            "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps,
-            "max_grad_norm": args.max_grad_norm, "checkpoint": args.checkpoint, "bucket_mb": args.bucket_mb,
-            "state_device": args.state_device, "results": results, "comparisons": comparisons,
+            "torch": torch.__version__,
+            "warmup": args.warmup,
+            "steps": args.steps,
+            "max_grad_norm": args.max_grad_norm,
+            "checkpoint": args.checkpoint,
+            "bucket_mb": args.bucket_mb,
+            "state_device": args.state_device,
+            "results": results,
+            "comparisons": comparisons,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.out}")
 
 
-HEADER = (f"{'ckpt':4} {'dtype':5} {'opt':5} {'bucket':>6} {'state':>6} | {'peak GiB std':>12} {'in-bwd':>7} {'saved':>6} | "
-          f"{'step ms std':>11} {'in-bwd':>8} {'ratio':>6} | {'calls':>5} | {'max |param diff|':>16} {'std vs std':>10}")
+HEADER = (
+    f"{'ckpt':4} {'dtype':5} {'opt':5} {'bucket':>6} {'state':>6} | {'peak GiB std':>12} {'in-bwd':>7} {'saved':>6} | "
+    f"{'step ms std':>11} {'in-bwd':>8} {'ratio':>6} | {'calls':>5} | {'max |param diff|':>16} {'std vs std':>10}"
+)
 
 
 def row(cmp: dict) -> str:
     saved = "-" if cmp["peak_saved_bytes"] is None else f"{cmp['peak_saved_bytes'] / 2**30:.2f}"
     repeat = "-" if cmp["standard_repeat_diff"] is None else f"{cmp['standard_repeat_diff']:.3g}"
-    return (f"{'on' if cmp['checkpoint'] else 'off':4} {cmp['dtype']:5} {cmp['optimizer']:5} {cmp['bucket_mb']:6g} "
-            f"{cmp.get('state_device', 'device'):>6} | "
-            f"{gib(cmp['peak_standard_bytes']):>12} {gib(cmp['peak_in_backward_bytes']):>7} {saved:>6} | "
-            f"{cmp['step_ms_standard']:11.1f} {cmp['step_ms_in_backward']:8.1f} {cmp['time_ratio']:6.3f} | "
-            f"{cmp['optimizer_calls']:5d} | {cmp['max_param_diff']:16.3g} {repeat:>10}")
+    return (
+        f"{'on' if cmp['checkpoint'] else 'off':4} {cmp['dtype']:5} {cmp['optimizer']:5} {cmp['bucket_mb']:6g} "
+        f"{cmp.get('state_device', 'device'):>6} | "
+        f"{gib(cmp['peak_standard_bytes']):>12} {gib(cmp['peak_in_backward_bytes']):>7} {saved:>6} | "
+        f"{cmp['step_ms_standard']:11.1f} {cmp['step_ms_in_backward']:8.1f} {cmp['time_ratio']:6.3f} | "
+        f"{cmp['optimizer_calls']:5d} | {cmp['max_param_diff']:16.3g} {repeat:>10}"
+    )
 
 
 if __name__ == "__main__":

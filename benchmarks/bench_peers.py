@@ -78,8 +78,10 @@ class Setting:
         """A setting from its name (module docstring); ``ValueError`` naming the expected form."""
         m = SETTING_RE.fullmatch(text)
         if m is None:
-            raise ValueError(f"--settings: {text!r} is not <bf16|fp32>[-autocast]-<sgd|adamw>-b<batch>[-v<vocab>], "
-                             "e.g. bf16-adamw-b1 or fp32-autocast-adamw-b1 or bf16-adamw-b1-v128256")
+            raise ValueError(
+                f"--settings: {text!r} is not <bf16|fp32>[-autocast]-<sgd|adamw>-b<batch>[-v<vocab>], "
+                "e.g. bf16-adamw-b1 or fp32-autocast-adamw-b1 or bf16-adamw-b1-v128256"
+            )
         weights, autocast, optimizer, batch, vocab = m.groups()
         if autocast and weights != "fp32":
             raise ValueError(f"--settings: {text!r}: -autocast (to bf16) is for fp32 weights")
@@ -120,13 +122,15 @@ def runner(mode: str, setting: Setting, c: Config, device: torch.device) -> Runn
     if mode.startswith("liger"):
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
-        apply_liger_kernel_to_llama(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True,
-                                    swiglu=True)
+        apply_liger_kernel_to_llama(
+            rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True
+        )
     if mode.startswith("ojas"):
         ckpt = mode == "ojas+ckpt"
         base = "ojas+ckpt" if ckpt else "ojas+overlap"
-        bucket_mb = inspect.signature(InBackwardOptimizer).parameters["bucket_cap_mb"].default if ckpt \
-            else OVERLAP_BUCKET_MB
+        bucket_mb = (
+            inspect.signature(InBackwardOptimizer).parameters["bucket_cap_mb"].default if ckpt else OVERLAP_BUCKET_MB
+        )
     else:
         base, bucket_mb = ("standard+ckpt" if mode.endswith("+ckpt") else "standard"), 0.0
     r = Runner(c, DTYPES[setting.weights], setting.optimizer, base, device, bucket_mb)
@@ -144,22 +148,51 @@ def child(mode: str, setting: Setting, quick: bool, device: torch.device, warmup
     measure_peak(r, device, warmup, 0)
     time_interleaved([r], device, steps)
     t = timing(r, c)
-    metrics = dict(tokens_per_s=t["tokens_per_s"], step_ms=1e3 * t["step_s"], step_ms_min=1e3 * t["step_s_spread"][0],
-                   step_ms_max=1e3 * t["step_s_spread"][1], last_loss=t["last_loss"])
+    metrics = dict(
+        tokens_per_s=t["tokens_per_s"],
+        step_ms=1e3 * t["step_s"],
+        step_ms_min=1e3 * t["step_s_spread"][0],
+        step_ms_max=1e3 * t["step_s_spread"][1],
+        last_loss=t["last_loss"],
+    )
     if t["peak"] is not None:
         metrics["peak_gib"] = t["peak"] / 2**30
-    case = dict(model="LlamaForCausalLM", hidden=c.hidden, layers=c.layers, heads=c.heads, intermediate=c.intermediate,
-                vocab=c.vocab, batch=c.batch, seq=c.seq, weights=setting.weights,
-                autocast="bf16" if setting.autocast else "none", optimizer=setting.optimizer, warmup=warmup,
-                steps=steps)
+    case = dict(
+        model="LlamaForCausalLM",
+        hidden=c.hidden,
+        layers=c.layers,
+        heads=c.heads,
+        intermediate=c.intermediate,
+        vocab=c.vocab,
+        batch=c.batch,
+        seq=c.seq,
+        weights=setting.weights,
+        autocast="bf16" if setting.autocast else "none",
+        optimizer=setting.optimizer,
+        warmup=warmup,
+        steps=steps,
+    )
     env = records.environment(device)
     return dict(case=case, metrics=metrics, device=env["device"], versions=env["versions"])
 
 
 def spawn(mode: str, setting: str, args: argparse.Namespace) -> dict:
     """``mode`` of ``setting`` in a fresh process: :func:`child`'s dict, or ``{"failed": reason}``."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", "--modes", mode, "--settings", setting,
-               "--device", args.device, "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--modes",
+        mode,
+        "--settings",
+        setting,
+        "--device",
+        args.device,
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+    ]
     if args.quick:
         command.append("--quick")
     try:
@@ -168,8 +201,7 @@ def spawn(mode: str, setting: str, args: argparse.Namespace) -> dict:
         return dict(failed=f"timed out after {args.timeout} s")
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not result:
-        print(f"== {setting} {mode}: exit {done.returncode}\n" + "\n".join(done.stderr.splitlines()[-25:]),
-              flush=True)
+        print(f"== {setting} {mode}: exit {done.returncode}\n" + "\n".join(done.stderr.splitlines()[-25:]), flush=True)
         errors = [line for line in done.stderr.splitlines() if line.strip()]
         return dict(failed=(errors[-1] if errors else f"exit status {done.returncode}")[:200])
     return json.loads(result[-1].removeprefix("RESULT "))
@@ -179,10 +211,14 @@ def table(rows: list[tuple[str, str, dict]]) -> str:
     """One line per setting and mode: tokens/s and peak with their ratios (:data:`PEER_RATIOS`) to the
     fastest peer without checkpointing and to Liger-Kernel with it, or why the mode did not run."""
     measured = [row["record"] for _, _, row in rows if "record" in row]
-    columns = [iter([x for _, x in records.ratios(measured, metric, baseline, by=by)])
-               for _, metric, baseline, by in PEER_RATIOS]
-    lines = ["| setting | mode | tokens/s | peak GiB | " + " | ".join(label for label, *_ in PEER_RATIOS) + " |",
-             "|---|---|---|---|" + "---|" * len(PEER_RATIOS)]
+    columns = [
+        iter([x for _, x in records.ratios(measured, metric, baseline, by=by)])
+        for _, metric, baseline, by in PEER_RATIOS
+    ]
+    lines = [
+        "| setting | mode | tokens/s | peak GiB | " + " | ".join(label for label, *_ in PEER_RATIOS) + " |",
+        "|---|---|---|---|" + "---|" * len(PEER_RATIOS),
+    ]
     for setting, mode, row in rows:
         if "record" not in row:
             why = row.get("skipped") or "failed: " + row["failed"]
@@ -226,15 +262,26 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             t0 = time.perf_counter()
             row = dict(skipped=reason) if reason else spawn(mode, name, args)
             if "metrics" in row:
-                row["record"] = records.append("bench_peers", row["case"], row["metrics"], mode, path=args.out,
-                                               date=env["date"], commit=env["commit"], device_name=row["device"],
-                                               versions=row["versions"])
-            print(f"{name} {mode}: {json.dumps(row.get('metrics') or row)} ({time.perf_counter() - t0:.0f} s)",
-                  flush=True)
+                row["record"] = records.append(
+                    "bench_peers",
+                    row["case"],
+                    row["metrics"],
+                    mode,
+                    path=args.out,
+                    date=env["date"],
+                    commit=env["commit"],
+                    device_name=row["device"],
+                    versions=row["versions"],
+                )
+            print(
+                f"{name} {mode}: {json.dumps(row.get('metrics') or row)} ({time.perf_counter() - t0:.0f} s)", flush=True
+            )
             rows.append((name, mode, row))
     ran = [row["record"] for _, _, row in rows if "record" in row]
-    print(f"{ran[0]['device'] if ran else device}, {env['date']}, commit {env['commit']}; "
-          f"{ran[0]['versions'] if ran else env['versions']}")
+    print(
+        f"{ran[0]['device'] if ran else device}, {env['date']}, commit {env['commit']}; "
+        f"{ran[0]['versions'] if ran else env['versions']}"
+    )
     print(table(rows))
 
 

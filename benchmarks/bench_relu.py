@@ -97,8 +97,11 @@ def peak_mib(step: Callable[[], None], leaves: list[Tensor]) -> float:
 
 
 def bitwise(x: Tensor, y: Tensor) -> bool:
-    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(
-        x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+    return (
+        x.shape == y.shape
+        and x.dtype == y.dtype
+        and torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+    )
 
 
 def variants(case: str, tokens: int, ffn: int, dtype: torch.dtype, device: str, impl: str) -> dict:
@@ -113,8 +116,10 @@ def variants(case: str, tokens: int, ffn: int, dtype: torch.dtype, device: str, 
         down = nn.Linear(ffn, d, device=device, dtype=dtype)
         act = hf_relu2()
         leaves = [h, down.weight, down.bias]
-        return {"torch": (lambda: down(act(h)), leaves),
-                "ojas": (lambda: relu_squared_linear(h, down.weight, down.bias), leaves)}
+        return {
+            "torch": (lambda: down(act(h)), leaves),
+            "ojas": (lambda: relu_squared_linear(h, down.weight, down.bias), leaves),
+        }
     x = torch.randn(tokens, d, device=device, generator=g).to(dtype).requires_grad_()
     p = 0.1 if case == "ffn_dropout" else 0.0
     torch.manual_seed(0)
@@ -127,6 +132,7 @@ def variants(case: str, tokens: int, ffn: int, dtype: torch.dtype, device: str, 
         def fwd(mlp=mlp) -> Tensor:
             torch.manual_seed(1)
             return mlp(x)
+
         out[name] = (fwd, leaves)
     return out
 
@@ -146,11 +152,19 @@ def run_case(case: str, shape: tuple[int, int], dtype: torch.dtype, device: str,
             t.grad = None
     rows = []
     for name, (fwd, leaves) in vs.items():
+
         def step(fwd=fwd) -> None:
             fwd().backward(dy)
-        row = {"case": case, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "variant": name,
-               "step_ms": time_ms(step, leaves, device, reps), "saved_mib": saved_mib(fwd),
-               "equal": all(bitwise(a, b) for a, b in zip(results[name], results["torch"]))}
+
+        row = {
+            "case": case,
+            "shape": list(shape),
+            "dtype": str(dtype).removeprefix("torch."),
+            "variant": name,
+            "step_ms": time_ms(step, leaves, device, reps),
+            "saved_mib": saved_mib(fwd),
+            "equal": all(bitwise(a, b) for a, b in zip(results[name], results["torch"])),
+        }
         if device == "cuda":
             row["peak_mib"] = peak_mib(step, leaves)
         rows.append(row)
@@ -163,14 +177,23 @@ CASES = ("act", "ffn_dropout", "ffn", "relu2_linear")
 def main() -> None:
     args, device = kernel_bench_cli(__doc__, "ojas_ref.functional.relu.relu")
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    rows = [row for case in CASES for shape in shapes for dtype in DTYPES.values()
-            for row in run_case(case, shape, dtype, device, args.impl, 5)]
-    print(f"{'case':>12} {'shape':>12} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} "
-          f"{'peak MiB':>9} {'equal':>6}")
+    rows = [
+        row
+        for case in CASES
+        for shape in shapes
+        for dtype in DTYPES.values()
+        for row in run_case(case, shape, dtype, device, args.impl, 5)
+    ]
+    print(
+        f"{'case':>12} {'shape':>12} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} "
+        f"{'peak MiB':>9} {'equal':>6}"
+    )
     for r in rows:
         peak = f"{r['peak_mib']:9.1f}" if "peak_mib" in r else f"{'-':>9}"
-        print(f"{r['case']:>12} {'x'.join(map(str, r['shape'])):>12} {r['dtype']:>9} {r['variant']:>7} "
-              f"{r['step_ms']:9.3f} {r['saved_mib']:10.3f} {peak} {str(r['equal']):>6}")
+        print(
+            f"{r['case']:>12} {'x'.join(map(str, r['shape'])):>12} {r['dtype']:>9} {r['variant']:>7} "
+            f"{r['step_ms']:9.3f} {r['saved_mib']:10.3f} {peak} {str(r['equal']):>6}"
+        )
     write_rows(args.out, device, rows)
 
 

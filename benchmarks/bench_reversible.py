@@ -81,8 +81,7 @@ class MLP(nn.Module):
 
     def __init__(self, d: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"),
-                                 nn.Linear(4 * d, d))
+        self.net = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x.to(COMPUTE)).float()
@@ -146,8 +145,15 @@ def timed_steps(step: Callable[[], None], device: torch.device, warmup: int, ste
     return statistics.median(times)
 
 
-def measure(run: Callable[[Tensor], Tensor], x: Tensor, gy: Tensor, params: list[Tensor], device: torch.device,
-            warmup: int, steps: int) -> dict:
+def measure(
+    run: Callable[[Tensor], Tensor],
+    x: Tensor,
+    gy: Tensor,
+    params: list[Tensor],
+    device: torch.device,
+    warmup: int,
+    steps: int,
+) -> dict:
     def step() -> None:
         run(x).backward(gy)
 
@@ -181,8 +187,7 @@ def bench(args: argparse.Namespace) -> dict:
         gy = torch.randn_like(x)
         reference: Optional[Tensor] = None
         for name, run in runners(blocks).items():
-            row = {"depth": depth, "impl": name,
-                   "params_mib": sum(p.numel() * p.element_size() for p in params) / MIB}
+            row = {"depth": depth, "impl": name, "params_mib": sum(p.numel() * p.element_size() for p in params) / MIB}
             try:
                 result, grad_x = measure(run, x, gy, params, device, args.warmup, args.steps)
             except torch.OutOfMemoryError:
@@ -201,9 +206,14 @@ def bench(args: argparse.Namespace) -> dict:
         del blocks, params, x, gy, reference
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return {"config": {k: v for k, v in vars(args).items() if k != "out"}, "act_mib_definition": ACT_MIB,
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "torch": torch.__version__, "results": rows, "ratios": ratios(rows)}
+    return {
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "act_mib_definition": ACT_MIB,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "results": rows,
+        "ratios": ratios(rows),
+    }
 
 
 def ratios(rows: list[dict]) -> list[dict]:
@@ -222,8 +232,10 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
-ACT_MIB = ("act_mib: peak allocated during a step - allocated before it (parameters, their preallocated .grad "
-           "buffers, x, x.grad, upstream gradient) - the output")
+ACT_MIB = (
+    "act_mib: peak allocated during a step - allocated before it (parameters, their preallocated .grad "
+    "buffers, x, x.grad, upstream gradient) - the output"
+)
 
 
 def print_table(report: dict) -> None:
@@ -240,8 +252,11 @@ def print_table(report: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes on the CPU (d_model 64, 4 heads, batch 2, seq 32, depths 1,2,4)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes on the CPU (d_model 64, 4 heads, batch 2, seq 32, depths 1,2,4)",
+    )
     parser.add_argument("--out", default="reversible_bench.json", help="JSON report")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--depths", default="1,8,16,32,64")

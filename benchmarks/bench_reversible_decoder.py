@@ -50,12 +50,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ojas_ref.nn.reversible_decoder import MODES, ReversibleDecoder, ReversibleDecoderConfig  # noqa: E402
 
 SHAPES = {
-    "1.06B": dict(config=dict(vocab=32000, hidden=2048, layers=18, heads=16, kv_heads=16, intermediate=5632,
-                              max_seq=2048), batch=1, seq=2048),
-    "deep64": dict(config=dict(vocab=32000, hidden=1024, layers=64, heads=16, kv_heads=16, intermediate=2816,
-                               max_seq=2048), batch=1, seq=2048),
-    "quick": dict(config=dict(vocab=256, hidden=64, layers=4, heads=4, kv_heads=2, intermediate=96, max_seq=64),
-                  batch=2, seq=64),
+    "1.06B": dict(
+        config=dict(vocab=32000, hidden=2048, layers=18, heads=16, kv_heads=16, intermediate=5632, max_seq=2048),
+        batch=1,
+        seq=2048,
+    ),
+    "deep64": dict(
+        config=dict(vocab=32000, hidden=1024, layers=64, heads=16, kv_heads=16, intermediate=2816, max_seq=2048),
+        batch=1,
+        seq=2048,
+    ),
+    "quick": dict(
+        config=dict(vocab=256, hidden=64, layers=4, heads=4, kv_heads=2, intermediate=96, max_seq=64), batch=2, seq=64
+    ),
 }
 MIB = 2.0**20
 
@@ -153,10 +160,17 @@ def bench_shape(name, args, device, layers=None):
     for mode in order:
         if args.modes and mode not in args.modes:
             continue
-        row = dict(shape=name if layers is None else f"{name}@{layers}", mode=mode, params=n_params,
-                   batch=spec["batch"], seq=spec["seq"],
-                   layers=cfg.layers, hidden=cfg.hidden, compute="bf16-autocast" if bf16 else "fp32",
-                   device=str(device))
+        row = dict(
+            shape=name if layers is None else f"{name}@{layers}",
+            mode=mode,
+            params=n_params,
+            batch=spec["batch"],
+            seq=spec["seq"],
+            layers=cfg.layers,
+            hidden=cfg.hidden,
+            compute="bf16-autocast" if bf16 else "fp32",
+            device=str(device),
+        )
         try:
             res, grads = run_mode(model, ids, labels, mode, args, ctx, cuda, ref)
             row.update(res)
@@ -198,8 +212,11 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--fp32", action="store_true", help="no bf16 autocast on CUDA")
-    ap.add_argument("--depths", default="", help="comma list of layer counts: each shape at each depth "
-                                                 "(the flatness of act_mib in depth)")
+    ap.add_argument(
+        "--depths",
+        default="",
+        help="comma list of layer counts: each shape at each depth (the flatness of act_mib in depth)",
+    )
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     args.modes = [m for m in args.modes.split(",") if m]
@@ -224,8 +241,11 @@ def main(argv=None):
             rows.extend(bench_shape(s, args, device, d))
     if len(depths) > 1:
         print(depth_table(rows))
-    meta = dict(torch=torch.__version__, python=platform.python_version(),
-                gpu=torch.cuda.get_device_name() if device.type == "cuda" else None)
+    meta = dict(
+        torch=torch.__version__,
+        python=platform.python_version(),
+        gpu=torch.cuda.get_device_name() if device.type == "cuda" else None,
+    )
     if args.out:
         Path(args.out).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
     return rows

@@ -69,7 +69,7 @@ def peak_mib(torch, fn) -> float:
     base = torch.cuda.memory_allocated()
     fn()
     torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def kernels_per_call(torch, fn) -> int:
@@ -98,6 +98,7 @@ def bench_one(torch, rows: int, n: int, dtype, device: str, args) -> list[str]:
     (dxd,) = torch.autograd.grad(yd, xd, dy.double())
     lines = []
     for name, fn in implementations(torch, module, args.compile and cuda).items():
+
         def forward():
             with torch.no_grad():
                 fn(x)
@@ -112,8 +113,10 @@ def bench_one(torch, rows: int, n: int, dtype, device: str, args) -> list[str]:
         err_dx = ((dx.double() - dxd).norm() / dxd.norm()).item()
         fwd, both = timer(torch, cuda, forward, args.reps), timer(torch, cuda, step, args.reps)
         extra = f" {peak_mib(torch, step):10.1f} {kernels_per_call(torch, step):7d}" if cuda else f" {'-':>10} {'-':>7}"
-        lines.append(f"{rows}x{n:<6} {str(dtype).removeprefix('torch.'):9} {name:16} {fwd:9.3f} {both:10.3f}"
-                     f"{extra} {err_y:9.2e} {err_dx:9.2e}")
+        lines.append(
+            f"{rows}x{n:<6} {str(dtype).removeprefix('torch.'):9} {name:16} {fwd:9.3f} {both:10.3f}"
+            f"{extra} {err_y:9.2e} {err_dx:9.2e}"
+        )
     return lines
 
 
@@ -139,8 +142,10 @@ def main() -> None:
     device = "cuda" if cuda else "cpu"
     if cuda:
         print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    print(f"{'shape':11} {'dtype':9} {'impl':16} {'fwd ms':>9} {'fwd+bwd ms':>10} {'peak MiB':>10} {'kernels':>7} "
-          f"{'err y':>9} {'err dx':>9}")
+    print(
+        f"{'shape':11} {'dtype':9} {'impl':16} {'fwd ms':>9} {'fwd+bwd ms':>10} {'peak MiB':>10} {'kernels':>7} "
+        f"{'err y':>9} {'err dx':>9}"
+    )
     for rows, n in shapes:
         for key in args.dtypes.split(","):
             for line in bench_one(torch, rows, n, getattr(torch, DTYPES[key]), device, args):

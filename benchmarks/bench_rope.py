@@ -59,8 +59,9 @@ def step_ms(fn: Rope, args: tuple[Tensor, ...], reps: int) -> float:
     if q.is_cuda:
         import triton
 
-        return triton.testing.do_bench(lambda: step(fn, *args), warmup=25, rep=100, grad_to_none=[q, k],
-                                       return_mode="median")
+        return triton.testing.do_bench(
+            lambda: step(fn, *args), warmup=25, rep=100, grad_to_none=[q, k], return_mode="median"
+        )
     times = []
     for _ in range(reps):
         q.grad = k.grad = None
@@ -94,9 +95,13 @@ def run_case(shape: tuple[int, ...], dtype: torch.dtype, device: str, impl: str,
     q.grad = k.grad = None
     rows = []
     for name, fn in variants.items():
-        row = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "variant": name,
-               "step_ms": step_ms(fn, args, reps),
-               "equal": all(torch.equal(a, b) for a, b in zip(results[name], results["hf"]))}
+        row = {
+            "shape": list(shape),
+            "dtype": str(dtype).removeprefix("torch."),
+            "variant": name,
+            "step_ms": step_ms(fn, args, reps),
+            "equal": all(torch.equal(a, b) for a, b in zip(results[name], results["hf"])),
+        }
         if device == "cuda":
             row["host_us"] = host_us(fn, dtype)
         rows.append(row)
@@ -106,13 +111,16 @@ def run_case(shape: tuple[int, ...], dtype: torch.dtype, device: str, impl: str,
 def main() -> None:
     args, device = kernel_bench_cli(__doc__, "the ojas function")
     shapes = QUICK_SHAPES if args.quick else SHAPES
-    rows = [row for shape in shapes for dtype in DTYPES.values() for row in run_case(shape, dtype, device,
-                                                                                    args.impl, 5)]
+    rows = [
+        row for shape in shapes for dtype in DTYPES.values() for row in run_case(shape, dtype, device, args.impl, 5)
+    ]
     print(f"{'shape (B,Hq,Hkv,S,E)':>22} {'dtype':>9} {'variant':>7} {'step ms':>9} {'host us':>8} {'equal':>6}")
     for r in rows:
         host = f"{r['host_us']:8.1f}" if "host_us" in r else f"{'-':>8}"
-        print(f"{','.join(map(str, r['shape'])):>22} {r['dtype']:>9} {r['variant']:>7} {r['step_ms']:9.3f} "
-              f"{host} {str(r['equal']):>6}")
+        print(
+            f"{','.join(map(str, r['shape'])):>22} {r['dtype']:>9} {r['variant']:>7} {r['step_ms']:9.3f} "
+            f"{host} {str(r['equal']):>6}"
+        )
     write_rows(args.out, device, rows)
 
 

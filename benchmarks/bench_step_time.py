@@ -77,12 +77,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
             shallow = time_steps(m, s, depths, steps=args.steps)
             full = time_steps(m, s, (m.layers,), steps=args.steps)
         predicted = predict_step_seconds(m, shallow)
-        row = dict(model=m.name, layers=m.layers, dtype=s.dtype, optimizer=s.optimizer, mode=s.mode,
-                   setting=dataclasses.asdict(s), device=shallow.device, depths=list(shallow.depths),
-                   seconds=list(shallow.seconds), full_seconds=full.seconds[0], together=together,
-                   predicted_tokens_per_s=s.tokens / predicted["step"],
-                   measured_tokens_per_s=s.tokens / full.seconds[0], recorded_tokens_per_s=recorded_tokens_per_s,
-                   per_layer=predicted["per_layer"], rest=predicted["rest"])
+        row = dict(
+            model=m.name,
+            layers=m.layers,
+            dtype=s.dtype,
+            optimizer=s.optimizer,
+            mode=s.mode,
+            setting=dataclasses.asdict(s),
+            device=shallow.device,
+            depths=list(shallow.depths),
+            seconds=list(shallow.seconds),
+            full_seconds=full.seconds[0],
+            together=together,
+            predicted_tokens_per_s=s.tokens / predicted["step"],
+            measured_tokens_per_s=s.tokens / full.seconds[0],
+            recorded_tokens_per_s=recorded_tokens_per_s,
+            per_layer=predicted["per_layer"],
+            rest=predicted["rest"],
+        )
         row["ratio"] = row["predicted_tokens_per_s"] / row["measured_tokens_per_s"]
         print(json.dumps(row), flush=True)
         results.append(row)
@@ -93,13 +105,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | dtype | optimizer | mode | steps timed (ms) | predicted tokens/s | measured | predicted / "
-             "measured | recorded (earlier run) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | dtype | optimizer | mode | steps timed (ms) | predicted tokens/s | measured | predicted / "
+        "measured | recorded (earlier run) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         timed = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in zip(r["depths"], r["seconds"]))
-        lines.append(f"| {r['model']} | {r['dtype']} | {r['optimizer']} | {r['mode']} | {timed}; {r['layers']}: "
-                     f"{r['full_seconds'] * 1e3:.1f} | {r['predicted_tokens_per_s']:,.0f} | "
-                     f"{r['measured_tokens_per_s']:,.0f} | {r['ratio']:.3f} | {r['recorded_tokens_per_s']:,.0f} |")
+        lines.append(
+            f"| {r['model']} | {r['dtype']} | {r['optimizer']} | {r['mode']} | {timed}; {r['layers']}: "
+            f"{r['full_seconds'] * 1e3:.1f} | {r['predicted_tokens_per_s']:,.0f} | "
+            f"{r['measured_tokens_per_s']:,.0f} | {r['ratio']:.3f} | {r['recorded_tokens_per_s']:,.0f} |"
+        )
     return "\n".join(lines)
 
 

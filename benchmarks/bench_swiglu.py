@@ -77,8 +77,9 @@ def time_ms(fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, dh: Te
     if a.is_cuda:
         import triton
 
-        return triton.testing.do_bench(lambda: step(fn, a, b, dh), warmup=25, rep=100, grad_to_none=[a, b],
-                                       return_mode="median")
+        return triton.testing.do_bench(
+            lambda: step(fn, a, b, dh), warmup=25, rep=100, grad_to_none=[a, b], return_mode="median"
+        )
     times = []
     for _ in range(reps):
         a.grad = b.grad = None
@@ -105,8 +106,9 @@ def rel_diff(x: Tensor, ref: Tensor) -> float:
     return (x.float() - ref.float()).abs().max().item() / (scale or 1.0)
 
 
-def run_case(shape: tuple[int, int], dtype: torch.dtype, device: str, impl: str, reps: int,
-             activation: str = "silu") -> list[dict]:
+def run_case(
+    shape: tuple[int, int], dtype: torch.dtype, device: str, impl: str, reps: int, activation: str = "silu"
+) -> list[dict]:
     g = torch.Generator(device).manual_seed(0)
     a = (torch.randn(shape, device=device, generator=g) * 3).to(dtype).requires_grad_()
     b = torch.randn(shape, device=device, generator=g).to(dtype).requires_grad_()
@@ -120,24 +122,34 @@ def run_case(shape: tuple[int, int], dtype: torch.dtype, device: str, impl: str,
         a.grad = b.grad = None  # the timed steps below would accumulate into these (do_bench's first call)
     rows = []
     for name, fn in variants.items():
-        row = {"activation": activation, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
-               "variant": name,
-               "step_ms": time_ms(fn, a, b, dh, reps), "saved_mib": saved_bytes(fn, a, b) / MIB,
-               "max_rel_diff": max(rel_diff(x, r) for x, r in zip(outs[name], outs["torch"]))}
+        row = {
+            "activation": activation,
+            "shape": list(shape),
+            "dtype": str(dtype).removeprefix("torch."),
+            "variant": name,
+            "step_ms": time_ms(fn, a, b, dh, reps),
+            "saved_mib": saved_bytes(fn, a, b) / MIB,
+            "max_rel_diff": max(rel_diff(x, r) for x, r in zip(outs[name], outs["torch"])),
+        }
         if a.is_cuda:
             row["peak_mib"] = peak_mib(fn, a, b, dh)
         rows.append(row)
     return rows
 
 
-def kernel_bench_cli(doc: str, impl_of: str, extra: Optional[Callable[[argparse.ArgumentParser], None]] = None
-                     ) -> tuple[argparse.Namespace, str]:
+def kernel_bench_cli(
+    doc: str, impl_of: str, extra: Optional[Callable[[argparse.ArgumentParser], None]] = None
+) -> tuple[argparse.Namespace, str]:
     """The command line of a kernel benchmark (``--quick``, ``--impl``, ``--out``, and what ``extra``
     adds) and its device: the CPU with ``--quick``, else CUDA (an error without it)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny shapes on the CPU (checks that it runs)")
-    parser.add_argument("--impl", default="auto", choices=["auto", "reference", "triton"],
-                        help=f"{impl_of}'s impl (auto: the Triton kernel on CUDA)")
+    parser.add_argument(
+        "--impl",
+        default="auto",
+        choices=["auto", "reference", "triton"],
+        help=f"{impl_of}'s impl (auto: the Triton kernel on CUDA)",
+    )
     parser.add_argument("--out", type=Path, help="write the rows as JSON")
     if extra is not None:
         extra(parser)
@@ -150,27 +162,49 @@ def kernel_bench_cli(doc: str, impl_of: str, extra: Optional[Callable[[argparse.
 def write_rows(path: Optional[Path], device: str, rows: list[dict]) -> None:
     """The rows as JSON, with the device and torch's version, when ``--out`` was given."""
     if path:
-        path.write_text(json.dumps({"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                                    "torch": torch.__version__, "rows": rows}, indent=2) + "\n")
+        path.write_text(
+            json.dumps(
+                {
+                    "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                    "torch": torch.__version__,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 def _activation_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--activation", default="silu", choices=[*ACTIVATIONS, "all"],
-                        help="the gate's activation: silu (SwiGLU), gelu_tanh (GeGLU, Gemma's), or all")
+    parser.add_argument(
+        "--activation",
+        default="silu",
+        choices=[*ACTIVATIONS, "all"],
+        help="the gate's activation: silu (SwiGLU), gelu_tanh (GeGLU, Gemma's), or all",
+    )
 
 
 def main() -> None:
     args, device = kernel_bench_cli(__doc__, "ojas_ref.swiglu", _activation_option)
     shapes = QUICK_SHAPES if args.quick else SHAPES
     activations = ACTIVATIONS if args.activation == "all" else (args.activation,)
-    rows = [row for activation in activations for shape in shapes for dtype in DTYPES.values()
-            for row in run_case(shape, dtype, device, args.impl, 5, activation)]
-    print(f"{'activation':>10} {'shape':>14} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} "
-          f"{'peak MiB':>9} {'rel diff':>9}")
+    rows = [
+        row
+        for activation in activations
+        for shape in shapes
+        for dtype in DTYPES.values()
+        for row in run_case(shape, dtype, device, args.impl, 5, activation)
+    ]
+    print(
+        f"{'activation':>10} {'shape':>14} {'dtype':>9} {'variant':>7} {'step ms':>9} {'saved MiB':>10} "
+        f"{'peak MiB':>9} {'rel diff':>9}"
+    )
     for r in rows:
         peak = f"{r['peak_mib']:9.1f}" if "peak_mib" in r else f"{'-':>9}"
-        print(f"{r['activation']:>10} {'x'.join(map(str, r['shape'])):>14} {r['dtype']:>9} {r['variant']:>7} "
-              f"{r['step_ms']:9.3f} {r['saved_mib']:10.2f} {peak} {r['max_rel_diff']:9.2e}")
+        print(
+            f"{r['activation']:>10} {'x'.join(map(str, r['shape'])):>14} {r['dtype']:>9} {r['variant']:>7} "
+            f"{r['step_ms']:9.3f} {r['saved_mib']:10.2f} {peak} {r['max_rel_diff']:9.2e}"
+        )
     write_rows(args.out, device, rows)
 
 

@@ -38,9 +38,20 @@ def _same_parameters(a: torch.nn.Module, b: torch.nn.Module) -> tuple[bool, list
 
 def run(args: argparse.Namespace) -> dict:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_train_"))
-    base = dict(preset=args.preset, device=args.device, dtype=args.dtype, steps=args.steps, seq_len=args.seq_len,
-                batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps, vocab=args.vocab,
-                checkpoint_every=args.steps, cache_dir=str(work / "cache"), progress=False)
+    base = dict(
+        preset=args.preset,
+        device=args.device,
+        dtype=args.dtype,
+        steps=args.steps,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        vocab=args.vocab,
+        checkpoint_every=args.steps,
+        cache_dir=str(work / "cache"),
+        progress=False,
+    )
     full = train(TrainConfig(out_dir=str(work / "full"), **base))
     stopped = train(TrainConfig(out_dir=str(work / "resumed"), stop_after=args.stop, **base))
     resumed = train(TrainConfig(out_dir=str(work / "resumed"), resume="latest", **base))
@@ -52,16 +63,20 @@ def run(args: argparse.Namespace) -> dict:
         setting=base | dict(stop=args.stop),
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() and "cuda" in args.device else "cpu",
         torch=torch.__version__,
-        first_loss=full.losses[0][1], last_loss=full.losses[-1][1],
+        first_loss=full.losses[0][1],
+        last_loss=full.losses[-1][1],
         loss_fell=full.losses[-1][1] < full.losses[0][1],
         median_tokens_per_s=statistics.median(r["tokens_per_s"] for r in records[1:] or records),
         peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in records),
-        stopped_at=stopped.step, stopped_reason=stopped.stopped,
+        stopped_at=stopped.step,
+        stopped_reason=stopped.stopped,
         resumed_losses_equal=all(resumed_losses[s] == tail[s] for s in resumed_losses),
         resumed_steps=sorted(resumed_losses),
         max_resumed_loss_diff=max(abs(resumed_losses[s] - tail[s]) for s in resumed_losses),
-        resumed_parameters_equal=same_params, parameters_that_differ=differ[:10],
-        losses=full.losses)
+        resumed_parameters_equal=same_params,
+        parameters_that_differ=differ[:10],
+        losses=full.losses,
+    )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
         shutil.copyfile(full.plot_path, Path(args.out).with_suffix(".png"))

@@ -38,8 +38,13 @@ RECORDS = Path(__file__).resolve().with_name("records.jsonl")
 #: every record has exactly these fields
 FIELDS = ("date", "commit", "device", "versions", "benchmark", "case", "metrics", "peer")
 #: distributions whose versions a record names where installed (key: distribution name)
-DISTRIBUTIONS = {"torch": "torch", "triton": "triton", "transformers": "transformers",
-                 "liger_kernel": "liger-kernel", "cut_cross_entropy": "cut-cross-entropy"}
+DISTRIBUTIONS = {
+    "torch": "torch",
+    "triton": "triton",
+    "transformers": "transformers",
+    "liger_kernel": "liger-kernel",
+    "cut_cross_entropy": "cut-cross-entropy",
+}
 
 
 def validate(record: Mapping[str, Any]) -> dict:
@@ -61,8 +66,9 @@ def validate(record: Mapping[str, Any]) -> dict:
     except ValueError:
         raise ValueError(f"record field 'date' must be an ISO date (YYYY-MM-DD), got {record['date']!r}") from None
     versions = record["versions"]
-    if not isinstance(versions, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in versions.items()):
+    if not isinstance(versions, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
+    ):
         raise ValueError(f"record field 'versions' must map names to version strings, got {versions!r}")
     if not isinstance(record["case"], Mapping):
         raise ValueError(f"record field 'case' must be a mapping of the configuration, got {record['case']!r}")
@@ -70,8 +76,12 @@ def validate(record: Mapping[str, Any]) -> dict:
     if not isinstance(metrics, Mapping) or not metrics:
         raise ValueError(f"record field 'metrics' must be a non-empty mapping of name to number, got {metrics!r}")
     for name, value in metrics.items():
-        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
+        if (
+            not isinstance(name, str)
+            or isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
             raise ValueError(f"record metric {name!r} must be a finite number, got {value!r}")
     out = {f: record[f] for f in FIELDS}
     json.dumps(out, allow_nan=False)  # the case too must be JSON
@@ -81,8 +91,9 @@ def validate(record: Mapping[str, Any]) -> dict:
 def _commit() -> str:
     """The checkout's short commit, ``"unknown"`` outside a git checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=RECORDS.parent, capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=RECORDS.parent, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
@@ -91,8 +102,12 @@ def _commit() -> str:
 def _driver() -> Optional[str]:
     """The NVIDIA driver's version (``nvidia-smi``), or None."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = out.stdout.split()
@@ -134,19 +149,31 @@ def environment(device: Optional[Union[str, "torch.device"]] = None) -> dict:
     import torch
 
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    return dict(date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(), commit=_commit(),
-                device=device_name(device), versions=versions(device))
+    return dict(
+        date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+        commit=_commit(),
+        device=device_name(device),
+        versions=versions(device),
+    )
 
 
-def append(benchmark: str, case: Mapping[str, Any], metrics: Mapping[str, float], peer: str, *,
-           path: Union[str, Path] = RECORDS, device: Optional[Union[str, "torch.device"]] = None,
-           **given: Any) -> dict:
+def append(
+    benchmark: str,
+    case: Mapping[str, Any],
+    metrics: Mapping[str, float],
+    peer: str,
+    *,
+    path: Union[str, Path] = RECORDS,
+    device: Optional[Union[str, "torch.device"]] = None,
+    **given: Any,
+) -> dict:
     """Validate one record and append it to ``path`` as one line; return it. ``date``, ``commit``,
     ``device`` and ``versions`` are collected (:func:`environment` on ``device``) unless given."""
     unknown = sorted(set(given) - {"date", "commit", "device_name", "versions"})
     if unknown:
-        raise TypeError(f"append() got unexpected keyword argument(s) {unknown}; "
-                        "it takes date=, commit=, device_name=, versions=")
+        raise TypeError(
+            f"append() got unexpected keyword argument(s) {unknown}; it takes date=, commit=, device_name=, versions="
+        )
     env = {}
     if not {"date", "commit", "device_name", "versions"} <= set(given):
         env = environment(device)
@@ -177,12 +204,22 @@ def read(path: Union[str, Path] = RECORDS, *, benchmark: Optional[str] = None) -
 
 def comparison_key(record: Mapping[str, Any]) -> tuple:
     """The records one comparison holds share this: benchmark, date, commit, device and case."""
-    return (record["benchmark"], record["date"], record["commit"], record["device"],
-            json.dumps(record["case"], sort_keys=True))
+    return (
+        record["benchmark"],
+        record["date"],
+        record["commit"],
+        record["device"],
+        json.dumps(record["case"], sort_keys=True),
+    )
 
 
-def ratios(rows: Iterable[Mapping[str, Any]], metric: str, baseline: Union[str, Sequence[str]],
-           best: Callable[..., Any] = max, by: Optional[str] = None) -> list[tuple[dict, Optional[float]]]:
+def ratios(
+    rows: Iterable[Mapping[str, Any]],
+    metric: str,
+    baseline: Union[str, Sequence[str]],
+    best: Callable[..., Any] = max,
+    by: Optional[str] = None,
+) -> list[tuple[dict, Optional[float]]]:
     """Each record of ``rows`` with ``metric`` over the baseline's ``metric`` in its comparison
     (:func:`comparison_key`). ``baseline`` names one peer, or several, of which the baseline is the
     record with the ``best`` (``max`` or ``min``) value of ``by`` (default ``metric``): e.g. the

@@ -21,10 +21,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import records  # noqa: E402
 
 
-
 @dataclass(frozen=True)
 class Ratio:
     """A column of ``metric`` over the baseline's: the peer named, or the best of several."""
+
     metric: str
     baseline: str | tuple[str, ...]
     label: str
@@ -35,10 +35,12 @@ class Ratio:
 #: bench_peers' peers without checkpointing: the fastest of them is the baseline of the modes without it (issue 29)
 PEERS = ("hf", "hf+compile", "liger", "liger+compile")
 #: bench_peers' ratios (printed by it, tabled here): (label, metric, baseline, the metric choosing the baseline)
-PEER_RATIOS = (("tokens/s vs fastest peer", "tokens_per_s", PEERS, "tokens_per_s"),
-               ("peak vs fastest peer's", "peak_gib", PEERS, "tokens_per_s"),
-               ("tokens/s vs liger+ckpt", "tokens_per_s", "liger+ckpt", None),
-               ("peak vs liger+ckpt", "peak_gib", "liger+ckpt", None))
+PEER_RATIOS = (
+    ("tokens/s vs fastest peer", "tokens_per_s", PEERS, "tokens_per_s"),
+    ("peak vs fastest peer's", "peak_gib", PEERS, "tokens_per_s"),
+    ("tokens/s vs liger+ckpt", "tokens_per_s", "liger+ckpt", None),
+    ("peak vs liger+ckpt", "peak_gib", "liger+ckpt", None),
+)
 
 
 @dataclass(frozen=True)
@@ -53,80 +55,140 @@ class Section:
 
 
 SECTIONS = (
-    Section("bench_peers", "Hugging Face Llama against Liger-Kernel and torch.compile",
-            "`benchmarks/bench_peers.py`: Hugging Face's `LlamaForCausalLM` (hidden 2048, 18 layers, 16 heads, "
-            "MLP 5632, untied head, sequence 2048) trained as is (`hf`), compiled (`+compile`), patched by "
-            "Liger-Kernel (`apply_liger_kernel_to_llama()`), with Hugging Face's activation checkpointing "
-            "(`+ckpt`), and by `optimize_model` + `InBackwardOptimizer` (`ojas`); each mode in its own process, "
-            "3 warm-up and 12 timed steps; peak: `torch.cuda.max_memory_allocated` over one step after warm-up. "
-            "Ratios (issue 29's): tokens/s and peak over those of the fastest peer without checkpointing "
-            "(`hf`, `hf+compile`, `liger`, `liger+compile`) and over `liger+ckpt`'s, in the same case.",
-            ("tokens_per_s", "peak_gib"),
-            tuple(Ratio(metric, baseline, label, by=by) for label, metric, baseline, by in PEER_RATIOS),
-            "plot_peers"),
-    Section("bench_optimize_model", "optimize_model against the standard loop",
-            "`benchmarks/bench_optimize_model.py`: Hugging Face's `LlamaForCausalLM` (1.06B parameters, batch 1 x "
-            "2048), the standard loop against `optimize_model` + `InBackwardOptimizer`, with and without "
-            "Hugging Face's activation checkpointing (`checkpoint`); `ojas+overlap` is the recipe without "
-            "checkpointing (`overlap=True, bucket_cap_mb=256`), `ojas` the defaults (64 MiB buckets). "
-            "Ratio: tokens/s over the standard loop's with the same checkpointing.",
-            ("tokens_per_s", "peak_gib"), (Ratio("tokens_per_s", "standard", "tokens/s vs standard"),
-                                           Ratio("peak_gib", "standard", "peak vs standard")),
-            "plot_optimize_model"),
-    Section("bench_memory", "Memory techniques",
-            "`benchmarks/bench_memory.py`: the techniques of docs/memory.md on the 1.06B Llama and on larger "
-            "presets; peer: the standard loop with checkpointing (`standard+ckpt`) in the same run; "
-            "`predicted_peak_gib`: `ojas plan` for the same setting.",
-            ("peak_gib", "predicted_peak_gib", "host_gib", "tokens_per_s"),
-            (Ratio("tokens_per_s", "standard+ckpt", "tokens/s vs standard+ckpt"),
-             Ratio("peak_gib", "standard+ckpt", "peak vs standard+ckpt", min)),
-            "plot_memory", {"model": "llama-1.06b"}),
-    Section("bench_reversible_decoder", "The reversible decoder in depth",
-            "`benchmarks/bench_reversible_decoder.py`: activation memory (the step's peak above the memory "
-            "allocated before it) of stored, checkpointed and reversible layers from 1 to 64 layers.",
-            ("activation_mib", "peak_mib", "tokens_per_s"),
-            (Ratio("activation_mib", "stored", "activations vs stored", min),), "plot_reversible"),
-    Section("bench_optimizer_in_backward", "InBackwardOptimizer's buckets",
-            "`benchmarks/bench_optimizer_in_backward.py`: a Llama-style 1.06B decoder, the standard "
-            "`backward(); step()` against `InBackwardOptimizer` (64 MiB buckets), with and without checkpointing.",
-            ("peak_gib", "between_steps_gib", "step_ms"),
-            (Ratio("peak_gib", "standard", "peak vs standard"), Ratio("step_ms", "standard", "step time vs standard"))),
-    Section("bench_linear_cross_entropy", "Linear cross-entropy against Liger-Kernel and Cut Cross-Entropy",
-            "`benchmarks/bench_linear_cross_entropy.py`: forward + backward, reduction \"mean\", "
-            "`triton.testing.do_bench` medians; peak above the inputs; errors against a float32 reference.",
-            ("ms", "peak_mib", "peak_over_gradients"),
-            (Ratio("ms", "liger", "time vs Liger"),), "plot_linear_cross_entropy"),
-    Section("bench_rms_norm", "RMSNorm",
-            "`benchmarks/bench_rms_norm.py`: forward and forward + backward (`do_bench` medians) and kernels per "
-            "forward + backward; peers Hugging Face's `LlamaRMSNorm`, torch's `F.rms_norm` and the compiled "
-            "Hugging Face module.",
-            ("forward_ms", "forward_backward_ms", "kernels", "peak_mib"),
-            (Ratio("forward_backward_ms", "hf", "fwd+bwd time vs HF"),)),
-    Section("bench_relu", "ReLU with a packed mask",
-            "`benchmarks/bench_relu.py`: forward + backward against torch's `F.relu` (and Hugging Face's relu2 + "
-            "`nn.Linear`); `saved_mib`: the memory saved for backward; `bitwise_equal`: values and gradients "
-            "bitwise torch's.",
-            ("step_ms", "saved_mib", "bitwise_equal"),
-            (Ratio("step_ms", "torch", "time vs torch"), Ratio("saved_mib", "torch", "saved vs torch"))),
-    Section("bench_step_time", "Step time predicted from two shallow depths",
-            "`benchmarks/bench_step_time.py`: `ojas plan --time --shallow`'s prediction (`ojas_ref/tools/"
-            "step_time.py`) beside the full model's step measured in the same rounds.",
-            ("tokens_per_s",), (Ratio("tokens_per_s", "measured", "vs measured"),)),
-    Section("bench_memory_timeline", "One step's memory against the plan",
-            "`benchmarks/bench_memory_timeline.py`: the measured peak of one step beside `ojas plan`'s.",
-            ("peak_gib",), (Ratio("peak_gib", "measured", "vs measured"),)),
-    Section("bench_attention_error", "Attention: proved error bounds beside observed errors",
-            "`benchmarks/bench_attention_error.py`: the Triton attention against a float64 reference; each "
-            "ratio is the proved bound over the observed error (largest over largest; `min` ratios entry by entry). "
-            "No peer: no peer library publishes rounding bounds.",
-            ("ratio", "out_post_max_ratio", "lse_ratio", "dv_min_ratio", "dq_proved_max_ratio",
-             "dk_proved_max_ratio", "dq_measured_max_ratio", "dk_measured_max_ratio", "holds")),
-    Section("bench_linear_cross_entropy_error", "Linear cross-entropy: proved error bounds beside observed errors",
-            "`benchmarks/bench_linear_cross_entropy_error.py`: the kernel against float64 autograd; ratios are "
-            "bound over observed error; `*_vs_trivial`: the bound over the trivial `|computed| + |exact|` "
-            "(above 1: vacuous).",
-            ("loss_bound", "loss_observed", "ratio", "loss_post_ratio", "dh_max_ratio", "dw_max_ratio",
-             "loss_vs_trivial", "holds")),
+    Section(
+        "bench_peers",
+        "Hugging Face Llama against Liger-Kernel and torch.compile",
+        "`benchmarks/bench_peers.py`: Hugging Face's `LlamaForCausalLM` (hidden 2048, 18 layers, 16 heads, "
+        "MLP 5632, untied head, sequence 2048) trained as is (`hf`), compiled (`+compile`), patched by "
+        "Liger-Kernel (`apply_liger_kernel_to_llama()`), with Hugging Face's activation checkpointing "
+        "(`+ckpt`), and by `optimize_model` + `InBackwardOptimizer` (`ojas`); each mode in its own process, "
+        "3 warm-up and 12 timed steps; peak: `torch.cuda.max_memory_allocated` over one step after warm-up. "
+        "Ratios (issue 29's): tokens/s and peak over those of the fastest peer without checkpointing "
+        "(`hf`, `hf+compile`, `liger`, `liger+compile`) and over `liger+ckpt`'s, in the same case.",
+        ("tokens_per_s", "peak_gib"),
+        tuple(Ratio(metric, baseline, label, by=by) for label, metric, baseline, by in PEER_RATIOS),
+        "plot_peers",
+    ),
+    Section(
+        "bench_optimize_model",
+        "optimize_model against the standard loop",
+        "`benchmarks/bench_optimize_model.py`: Hugging Face's `LlamaForCausalLM` (1.06B parameters, batch 1 x "
+        "2048), the standard loop against `optimize_model` + `InBackwardOptimizer`, with and without "
+        "Hugging Face's activation checkpointing (`checkpoint`); `ojas+overlap` is the recipe without "
+        "checkpointing (`overlap=True, bucket_cap_mb=256`), `ojas` the defaults (64 MiB buckets). "
+        "Ratio: tokens/s over the standard loop's with the same checkpointing.",
+        ("tokens_per_s", "peak_gib"),
+        (Ratio("tokens_per_s", "standard", "tokens/s vs standard"), Ratio("peak_gib", "standard", "peak vs standard")),
+        "plot_optimize_model",
+    ),
+    Section(
+        "bench_memory",
+        "Memory techniques",
+        "`benchmarks/bench_memory.py`: the techniques of docs/memory.md on the 1.06B Llama and on larger "
+        "presets; peer: the standard loop with checkpointing (`standard+ckpt`) in the same run; "
+        "`predicted_peak_gib`: `ojas plan` for the same setting.",
+        ("peak_gib", "predicted_peak_gib", "host_gib", "tokens_per_s"),
+        (
+            Ratio("tokens_per_s", "standard+ckpt", "tokens/s vs standard+ckpt"),
+            Ratio("peak_gib", "standard+ckpt", "peak vs standard+ckpt", min),
+        ),
+        "plot_memory",
+        {"model": "llama-1.06b"},
+    ),
+    Section(
+        "bench_reversible_decoder",
+        "The reversible decoder in depth",
+        "`benchmarks/bench_reversible_decoder.py`: activation memory (the step's peak above the memory "
+        "allocated before it) of stored, checkpointed and reversible layers from 1 to 64 layers.",
+        ("activation_mib", "peak_mib", "tokens_per_s"),
+        (Ratio("activation_mib", "stored", "activations vs stored", min),),
+        "plot_reversible",
+    ),
+    Section(
+        "bench_optimizer_in_backward",
+        "InBackwardOptimizer's buckets",
+        "`benchmarks/bench_optimizer_in_backward.py`: a Llama-style 1.06B decoder, the standard "
+        "`backward(); step()` against `InBackwardOptimizer` (64 MiB buckets), with and without checkpointing.",
+        ("peak_gib", "between_steps_gib", "step_ms"),
+        (Ratio("peak_gib", "standard", "peak vs standard"), Ratio("step_ms", "standard", "step time vs standard")),
+    ),
+    Section(
+        "bench_linear_cross_entropy",
+        "Linear cross-entropy against Liger-Kernel and Cut Cross-Entropy",
+        '`benchmarks/bench_linear_cross_entropy.py`: forward + backward, reduction "mean", '
+        "`triton.testing.do_bench` medians; peak above the inputs; errors against a float32 reference.",
+        ("ms", "peak_mib", "peak_over_gradients"),
+        (Ratio("ms", "liger", "time vs Liger"),),
+        "plot_linear_cross_entropy",
+    ),
+    Section(
+        "bench_rms_norm",
+        "RMSNorm",
+        "`benchmarks/bench_rms_norm.py`: forward and forward + backward (`do_bench` medians) and kernels per "
+        "forward + backward; peers Hugging Face's `LlamaRMSNorm`, torch's `F.rms_norm` and the compiled "
+        "Hugging Face module.",
+        ("forward_ms", "forward_backward_ms", "kernels", "peak_mib"),
+        (Ratio("forward_backward_ms", "hf", "fwd+bwd time vs HF"),),
+    ),
+    Section(
+        "bench_relu",
+        "ReLU with a packed mask",
+        "`benchmarks/bench_relu.py`: forward + backward against torch's `F.relu` (and Hugging Face's relu2 + "
+        "`nn.Linear`); `saved_mib`: the memory saved for backward; `bitwise_equal`: values and gradients "
+        "bitwise torch's.",
+        ("step_ms", "saved_mib", "bitwise_equal"),
+        (Ratio("step_ms", "torch", "time vs torch"), Ratio("saved_mib", "torch", "saved vs torch")),
+    ),
+    Section(
+        "bench_step_time",
+        "Step time predicted from two shallow depths",
+        "`benchmarks/bench_step_time.py`: `ojas plan --time --shallow`'s prediction (`ojas_ref/tools/"
+        "step_time.py`) beside the full model's step measured in the same rounds.",
+        ("tokens_per_s",),
+        (Ratio("tokens_per_s", "measured", "vs measured"),),
+    ),
+    Section(
+        "bench_memory_timeline",
+        "One step's memory against the plan",
+        "`benchmarks/bench_memory_timeline.py`: the measured peak of one step beside `ojas plan`'s.",
+        ("peak_gib",),
+        (Ratio("peak_gib", "measured", "vs measured"),),
+    ),
+    Section(
+        "bench_attention_error",
+        "Attention: proved error bounds beside observed errors",
+        "`benchmarks/bench_attention_error.py`: the Triton attention against a float64 reference; each "
+        "ratio is the proved bound over the observed error (largest over largest; `min` ratios entry by entry). "
+        "No peer: no peer library publishes rounding bounds.",
+        (
+            "ratio",
+            "out_post_max_ratio",
+            "lse_ratio",
+            "dv_min_ratio",
+            "dq_proved_max_ratio",
+            "dk_proved_max_ratio",
+            "dq_measured_max_ratio",
+            "dk_measured_max_ratio",
+            "holds",
+        ),
+    ),
+    Section(
+        "bench_linear_cross_entropy_error",
+        "Linear cross-entropy: proved error bounds beside observed errors",
+        "`benchmarks/bench_linear_cross_entropy_error.py`: the kernel against float64 autograd; ratios are "
+        "bound over observed error; `*_vs_trivial`: the bound over the trivial `|computed| + |exact|` "
+        "(above 1: vacuous).",
+        (
+            "loss_bound",
+            "loss_observed",
+            "ratio",
+            "loss_post_ratio",
+            "dh_max_ratio",
+            "dw_max_ratio",
+            "loss_vs_trivial",
+            "holds",
+        ),
+    ),
 )
 
 
@@ -167,8 +229,10 @@ def table(section: Section, run: list[dict]) -> list[str]:
     varying = [k for k in keys if len({json.dumps(r["case"].get(k)) for r in run}) > 1]
     shared = {k: first["case"][k] for k in keys if k not in varying and k in first["case"]}
     metrics = [m for m in section.metrics if any(m in r["metrics"] for r in run)]
-    columns = [(ratio, [x for _, x in records.ratios(run, ratio.metric, ratio.baseline, ratio.best, ratio.by)])
-               for ratio in section.ratios]
+    columns = [
+        (ratio, [x for _, x in records.ratios(run, ratio.metric, ratio.baseline, ratio.best, ratio.by)])
+        for ratio in section.ratios
+    ]
     columns = [(ratio, xs) for ratio, xs in columns if any(x is not None for x in xs)]
     lines = [f"{first['date']}, commit `{first['commit']}`, {first['device']}; {versions}.", ""]
     if shared:
@@ -232,13 +296,16 @@ def plot_optimize_model(run: list[dict], plt):
     values = {(_label(r["case"], ("dtype", "optimizer")), r["peer"]): r["metrics"]["peak_gib"] for r in rows}
     fig, ax = plt.subplots(figsize=(8, 4.5))
     _grouped_bars(ax, groups, peers, values, "peak GiB")
-    ratios = {(_label(r["case"], ("dtype", "optimizer")), r["peer"]): x
-              for r, x in records.ratios(rows, "tokens_per_s", "standard")}
+    ratios = {
+        (_label(r["case"], ("dtype", "optimizer")), r["peer"]): x
+        for r, x in records.ratios(rows, "tokens_per_s", "standard")
+    }
     for i, g in enumerate(groups):
         x = ratios.get((g, "ojas"))
         if x is not None:
-            ax.annotate(f"{x:.2f}x tokens/s", (i + 0.2, values.get((g, "ojas"), 0)), ha="center", va="bottom",
-                        fontsize=8)
+            ax.annotate(
+                f"{x:.2f}x tokens/s", (i + 0.2, values.get((g, "ojas"), 0)), ha="center", va="bottom", fontsize=8
+            )
     ax.legend([f"{p} + checkpointing" for p in peers])
     fig.suptitle(_title(run, "1.06B Llama, batch 1 x 2048: peak memory with activation checkpointing"))
     return fig
@@ -259,8 +326,7 @@ def plot_reversible(run: list[dict], plt):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for peer in dict.fromkeys(r["peer"] for r in run):
         rows = sorted((r for r in run if r["peer"] == peer), key=lambda r: r["case"]["layers"])
-        ax.plot([r["case"]["layers"] for r in rows], [r["metrics"]["activation_mib"] for r in rows], "o-",
-                label=peer)
+        ax.plot([r["case"]["layers"] for r in rows], [r["metrics"]["activation_mib"] for r in rows], "o-", label=peer)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("decoder layers")
@@ -283,8 +349,13 @@ def plot_linear_cross_entropy(run: list[dict], plt):
     return fig
 
 
-PLOTS = dict(plot_peers=plot_peers, plot_optimize_model=plot_optimize_model, plot_memory=plot_memory,
-             plot_reversible=plot_reversible, plot_linear_cross_entropy=plot_linear_cross_entropy)
+PLOTS = dict(
+    plot_peers=plot_peers,
+    plot_optimize_model=plot_optimize_model,
+    plot_memory=plot_memory,
+    plot_reversible=plot_reversible,
+    plot_linear_cross_entropy=plot_linear_cross_entropy,
+)
 
 
 def write_plot(section: Section, run: list[dict], images: Path) -> Optional[Path]:
@@ -309,10 +380,14 @@ def report(rows: Sequence[dict], out: Path, images: Path) -> list[Path]:
     """Write ``out`` (markdown) and the plots under ``images``; return the files written."""
     images.mkdir(parents=True, exist_ok=True)
     written = []
-    lines = ["# Benchmarks", "",
-             "Generated by `python benchmarks/report.py` from `benchmarks/records.jsonl` (one record per line: "
-             "date, commit, device, versions, benchmark, case, metrics, peer; `benchmarks/records.py` writes "
-             "and reads them). Do not edit: add records, then run the script.", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python benchmarks/report.py` from `benchmarks/records.jsonl` (one record per line: "
+        "date, commit, device, versions, benchmark, case, metrics, peer; `benchmarks/records.py` writes "
+        "and reads them). Do not edit: add records, then run the script.",
+        "",
+    ]
     sections = [s for s in SECTIONS if any(r["benchmark"] == s.benchmark for r in rows)]
     unknown = sorted({r["benchmark"] for r in rows} - {s.benchmark for s in SECTIONS})
     if unknown:

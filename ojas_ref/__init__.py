@@ -29,13 +29,37 @@ import importlib.metadata
 from ojas_ref import _moved
 from ojas_ref.functional import attention, linear_cross_entropy, relu, relu_squared_linear, rms_norm, swiglu
 from ojas_ref.integrations.hf.optimize import optimize_model, revert_model
-from ojas_ref.nn import (AdditiveCoupling, LinearCrossEntropyLoss, MultiheadAttention, ReLU, ReversibleSequence,
-                         RMSNorm, SwiGLU, SymplecticCoupling)
+from ojas_ref.nn import (
+    AdditiveCoupling,
+    LinearCrossEntropyLoss,
+    MultiheadAttention,
+    ReLU,
+    ReversibleSequence,
+    RMSNorm,
+    SwiGLU,
+    SymplecticCoupling,
+)
 from ojas_ref.optim import InBackwardOptimizer
 
-__all__ = ["attention", "linear_cross_entropy", "optimize_model", "relu", "relu_squared_linear", "revert_model",
-           "rms_norm", "swiglu", "AdditiveCoupling", "InBackwardOptimizer", "LinearCrossEntropyLoss",
-           "MultiheadAttention", "RMSNorm", "ReLU", "ReversibleSequence", "SwiGLU", "SymplecticCoupling"]
+__all__ = [
+    "attention",
+    "linear_cross_entropy",
+    "optimize_model",
+    "relu",
+    "relu_squared_linear",
+    "revert_model",
+    "rms_norm",
+    "swiglu",
+    "AdditiveCoupling",
+    "InBackwardOptimizer",
+    "LinearCrossEntropyLoss",
+    "MultiheadAttention",
+    "RMSNorm",
+    "ReLU",
+    "ReversibleSequence",
+    "SwiGLU",
+    "SymplecticCoupling",
+]
 
 _moved.install()
 

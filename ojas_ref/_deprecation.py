@@ -25,8 +25,11 @@ def renamed_keyword(old: str, new: str, owner: Optional[str] = None) -> Callable
             if old in kwargs:
                 if new in kwargs:
                     raise TypeError(f"{name}() got both {new}= and its deprecated alias {old}=")
-                warnings.warn(f"{name}({old}=...) is deprecated and will be removed in the next release; "
-                              f"use {new}=...", DeprecationWarning, stacklevel=2)
+                warnings.warn(
+                    f"{name}({old}=...) is deprecated and will be removed in the next release; use {new}=...",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
                 kwargs[new] = kwargs.pop(old)
             return func(*args, **kwargs)
 

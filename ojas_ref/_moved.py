@@ -14,9 +14,20 @@ from typing import Optional, Sequence
 #: old module path -> new module path
 MOVED = {
     "ojas_ref.primitives": "ojas_ref.functional",
-    **{f"ojas_ref.primitives.{m}": f"ojas_ref.functional.{m}"
-       for m in ("attention", "linear_cross_entropy", "rms_norm", "swiglu", "relu", "rope", "dispatch", "autocast",
-                 "transforms")},
+    **{
+        f"ojas_ref.primitives.{m}": f"ojas_ref.functional.{m}"
+        for m in (
+            "attention",
+            "linear_cross_entropy",
+            "rms_norm",
+            "swiglu",
+            "relu",
+            "rope",
+            "dispatch",
+            "autocast",
+            "transforms",
+        )
+    },
     "ojas_ref.primitives.reversible": "ojas_ref.nn.reversible",
     "ojas_ref.primitives.optimizer_in_backward": "ojas_ref.optim.in_backward",
     "ojas_ref.integrations.block_coordinate": "ojas_ref.optim.block_coordinate",
@@ -31,16 +42,20 @@ MOVED = {
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
-                  ) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname not in MOVED:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} is deprecated and will be removed in the next release; import {new}",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} is deprecated and will be removed in the next release; import {new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.import_module(new)
 
     def exec_module(self, module: ModuleType) -> None:

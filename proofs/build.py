@@ -24,7 +24,9 @@ REPO = ROOT.parent
 # The trusted core declares no axiom; an exported theorem may depend on none.
 ALLOWED_AXIOMS: frozenset[str] = frozenset()
 SORRY_RE = re.compile(r"declaration uses 'sorry'|\bsorryAx\b")
-AXIOM_DECL_RE = re.compile(r"^[ \t]*(?:@\[[^\]]*\][ \t]*)?(?:private |protected |noncomputable )*(unsafe )?axiom[ \t]+(\S+)", re.M)
+AXIOM_DECL_RE = re.compile(
+    r"^[ \t]*(?:@\[[^\]]*\][ \t]*)?(?:private |protected |noncomputable )*(unsafe )?axiom[ \t]+(\S+)", re.M
+)
 # The code generator's placeholders, declared `unsafe` in Core.lean: no theorem can use them.
 CORE_UNSAFE_AXIOMS = frozenset({"lcErased", "lcAny", "lcVoid", "lcProof", "lcCast", "lcUnreachable"})
 
@@ -168,8 +170,10 @@ def main() -> int:
     if not names or problems:
         print("lean: FAILED axiom audit:\n  " + "\n  ".join(problems or ["Audit.lean lists no theorem"]))
         return 1
-    print(f"lean: axiom audit: {len(names)} theorems, no axioms "
-          f"(allowed: {sorted(ALLOWED_AXIOMS) or 'none'}); no sorry", flush=True)
+    print(
+        f"lean: axiom audit: {len(names)} theorems, no axioms (allowed: {sorted(ALLOWED_AXIOMS) or 'none'}); no sorry",
+        flush=True,
+    )
     print(f"lean: all {len(order)} modules checked in {time.monotonic() - t0:.1f}s", flush=True)
     return 0
 

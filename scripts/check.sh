@@ -21,8 +21,9 @@ else
   exit 1
 fi
 
-echo "== lint (ruff check; pyproject.toml's [tool.ruff])"
+echo "== lint and format (ruff check, ruff format --check; pyproject.toml's [tool.ruff], .pre-commit-config.yaml)"
 ruff check .
+ruff format --check .
 
 echo "== tests (Triton kernels in interpreter mode on the CPU)"
 TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider tests

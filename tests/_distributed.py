@@ -77,13 +77,16 @@ def spawn(fn: Callable, *args: Any, world_size: int = WORLD, attempts: int = 3) 
 # Model, data, the standard loop
 # --------------------------------------------------------------------------
 
+
 def make_model(reversible: bool = False) -> nn.Sequential:
     """An MLP 8 -> 16 -> 16 -> 4; ``reversible``: its middle is a ReversibleSequence of two
     AdditiveCoupling blocks (f, g = Linear(8, 8) + tanh) on the 16-wide stream."""
     torch.manual_seed(0)
     if reversible:
+
         def half() -> nn.Module:
             return nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+
         middle = ReversibleSequence([AdditiveCoupling(half(), half()) for _ in range(2)])
         return nn.Sequential(nn.Linear(8, 16), middle, nn.Linear(16, 4)).to(F64)
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4)).to(F64)
@@ -92,13 +95,15 @@ def make_model(reversible: bool = False) -> nn.Sequential:
 def global_batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch of all ranks, WORLD * ROWS rows; rank r takes rows r*ROWS:(r+1)*ROWS."""
     gen = torch.Generator().manual_seed(100 * step + micro)
-    return (torch.randn(WORLD * ROWS, 8, generator=gen, dtype=F64),
-            torch.randn(WORLD * ROWS, 4, generator=gen, dtype=F64))
+    return (
+        torch.randn(WORLD * ROWS, 8, generator=gen, dtype=F64),
+        torch.randn(WORLD * ROWS, 4, generator=gen, dtype=F64),
+    )
 
 
 def local_batch(step: int, micro: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     x, y = global_batch(step, micro)
-    return x[rank * ROWS:(rank + 1) * ROWS], y[rank * ROWS:(rank + 1) * ROWS]
+    return x[rank * ROWS : (rank + 1) * ROWS], y[rank * ROWS : (rank + 1) * ROWS]
 
 
 def reference(name: str, reversible: bool = False) -> tuple[list[torch.Tensor], list[float]]:
@@ -118,8 +123,14 @@ def reference(name: str, reversible: bool = False) -> tuple[list[torch.Tensor], 
     return [p.detach().clone() for p in model.parameters()], norms
 
 
-def _train(wrapped: nn.Module, opt: torch.optim.Optimizer, rank: int, micro_batches: int,
-           no_sync: Callable[[bool], Any], clip: Optional[float]) -> None:
+def _train(
+    wrapped: nn.Module,
+    opt: torch.optim.Optimizer,
+    rank: int,
+    micro_batches: int,
+    no_sync: Callable[[bool], Any],
+    clip: Optional[float],
+) -> None:
     """The data-parallel loop: micro-batches 1..k-1 without gradient synchronisation
     (``no_sync(True)`` is entered around them), the k-th synchronised; a torch.optim
     optimizer is stepped after clip_grad_norm_."""
@@ -170,14 +181,17 @@ def lm_batch(step: int, rank: Optional[int] = None) -> tuple[torch.Tensor, torch
     """Tokens and next-token targets of all ranks (WORLD * 2 sequences of 6), or of ``rank``."""
     tokens = torch.randint(20, (WORLD * 2, 7), generator=torch.Generator().manual_seed(step))
     if rank is not None:
-        tokens = tokens[2 * rank:2 * (rank + 1)]
+        tokens = tokens[2 * rank : 2 * (rank + 1)]
     return tokens[:, :-1], tokens[:, 1:]
 
 
 def _lm_optimizer(model: nn.Module, in_backward: bool) -> torch.optim.Optimizer:
     kw = dict(lr=0.1, momentum=0.9)
-    return InBackwardOptimizer(model.parameters(), torch.optim.SGD, **kw) if in_backward \
+    return (
+        InBackwardOptimizer(model.parameters(), torch.optim.SGD, **kw)
+        if in_backward
         else torch.optim.SGD(model.parameters(), **kw)
+    )
 
 
 def lm_reference() -> list[torch.Tensor]:
@@ -212,9 +226,18 @@ def _lm_run(rank: int, engine: str, in_backward: bool) -> list[torch.Tensor]:
 # DistributedDataParallel
 # --------------------------------------------------------------------------
 
-def _ddp_run(rank: int, name: str, *, in_backward: bool = True, bucket_view: bool = False,
-             accumulation_steps: int = 1, find_unused: bool = False, static_graph: bool = False,
-             reversible: bool = False) -> list[torch.Tensor]:
+
+def _ddp_run(
+    rank: int,
+    name: str,
+    *,
+    in_backward: bool = True,
+    bucket_view: bool = False,
+    accumulation_steps: int = 1,
+    find_unused: bool = False,
+    static_graph: bool = False,
+    reversible: bool = False,
+) -> list[torch.Tensor]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     cls, kw, clip, micro_batches = CONFIGS[name]
@@ -222,11 +245,19 @@ def _ddp_run(rank: int, name: str, *, in_backward: bool = True, bucket_view: boo
     if find_unused:  # a layer that only rank 1 uses, and one that no rank uses
         model.extend([nn.Linear(4, 4).to(F64), nn.Linear(4, 4).to(F64)])
         model.forward = (lambda x: model[5](model[:5](x))) if rank == 1 else model[:5].forward
-    opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps,
-                              **kw) if in_backward else cls(model.parameters(), **kw)
+    opt = (
+        InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps, **kw)
+        if in_backward
+        else cls(model.parameters(), **kw)
+    )
     # 1 KB buckets: the 3.8 KB of gradients go through several all-reduces
-    ddp = DDP(model, bucket_cap_mb=0.001, gradient_as_bucket_view=bucket_view, find_unused_parameters=find_unused,
-              static_graph=static_graph)
+    ddp = DDP(
+        model,
+        bucket_cap_mb=0.001,
+        gradient_as_bucket_view=bucket_view,
+        find_unused_parameters=find_unused,
+        static_graph=static_graph,
+    )
     _train(ddp, opt, rank, micro_batches, lambda off: ddp.no_sync() if off else contextlib.nullcontext(), clip)
     return [p.detach().clone() for p in model.parameters()]
 
@@ -248,8 +279,9 @@ def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
     out["adamw_clip/reversible"] = _ddp_run(rank, "adamw_clip", reversible=True)
     out["lm"], out["lm/torch"] = _lm_run(rank, "ddp", True), _lm_run(rank, "ddp", False)
     for impl in (True, False):
-        out["adamw/find_unused" + ("" if impl else "/torch")] = _ddp_run(rank, "adamw", in_backward=impl,
-                                                                         find_unused=True)
+        out["adamw/find_unused" + ("" if impl else "/torch")] = _ddp_run(
+            rank, "adamw", in_backward=impl, find_unused=True
+        )
     out["error/accumulation_steps"] = _error_of(lambda: _ddp_run(rank, "adamw_accumulate", accumulation_steps=2))
     out["warning/local"] = _local_update_warnings()
     out["error/mixed_precision"] = _error_of(_ddp_mixed_precision)
@@ -284,6 +316,7 @@ def _local_update_warnings() -> list[str]:
 # FSDP2 (fully_shard)
 # --------------------------------------------------------------------------
 
+
 def _fsdp_run(rank: int, name: str, *, accumulation_steps: int = 1, reversible: bool = False) -> list[torch.Tensor]:
     """FSDP2 on each Linear and on the root (a ReversibleSequence is sharded as one unit, by the
     root: its blocks' forwards are not called, so they cannot be FSDP modules of their own)."""
@@ -295,8 +328,7 @@ def _fsdp_run(rank: int, name: str, *, accumulation_steps: int = 1, reversible: 
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     fully_shard(model)
-    opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps,
-                              **kw)
+    opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, accumulation_steps=accumulation_steps, **kw)
     _train(model, opt, rank, micro_batches, lambda off: _fsdp_sync(model, not off), clip)
     return [p.detach().full_tensor() for p in model.parameters()]
 

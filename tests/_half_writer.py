@@ -37,7 +37,7 @@ class HalfWriter:
 
     def write(self, chunk) -> int:
         if len(chunk) > 1000:
-            self.f.write(bytes(chunk)[:len(chunk) // 2])
+            self.f.write(bytes(chunk)[: len(chunk) // 2])
             self.f.flush()
             os.fsync(self.f.fileno())
             hang()
@@ -46,5 +46,6 @@ class HalfWriter:
 
 def stop_half_way(name_part: str = "") -> None:
     """Make the checkpoint files whose path contains ``name_part`` stop half-written."""
-    train_state.open = lambda path, mode: (HalfWriter(builtins.open(path, mode)) if name_part in str(path)
-                                    else builtins.open(path, mode))
+    train_state.open = lambda path, mode: (
+        HalfWriter(builtins.open(path, mode)) if name_part in str(path) else builtins.open(path, mode)
+    )

@@ -21,24 +21,53 @@ RECORDS_PATHS = tuple(FIXTURES / f"bench_optimize_model_h200{s}.json" for s in (
 #: the presets at scale (llama-0.5b to llama-13b, llama-70b, and llama-70b's shape at 23 and 58
 #: layers: 20.2B and 50.2B parameters), fp32 AdamW with the state on the host in 128 MiB slices,
 #: split checkpoints offloaded in its "all" row, and issue 14's one run (32 MiB buckets)
-MEMORY_RECORDS_PATHS = tuple(FIXTURES / f"bench_memory_h200{s}.json"
-                             for s in ("", "_presets", "_host_state_sliced128_pool_split", "_one_run"))
+MEMORY_RECORDS_PATHS = tuple(
+    FIXTURES / f"bench_memory_h200{s}.json" for s in ("", "_presets", "_host_state_sliced128_pool_split", "_one_run")
+)
 ONE_B = P.record_model(RECORDS_PATHS[-1])
 RECORDS = [r for path in RECORDS_PATHS for r in P.load_records(path)]
 MEMORY_RECORDS = [r for path in MEMORY_RECORDS_PATHS for r in P.load_memory_records(path)]
 
 #: bf16 AdamW in backward with checkpointing and everything optimize_model applies
-OJAS_CKPT = P.Setting(dtype="bf16", optimizer="adamw", in_backward=True, checkpoint=True, ojas_attention=True,
-                      ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+OJAS_CKPT = P.Setting(
+    dtype="bf16",
+    optimizer="adamw",
+    in_backward=True,
+    checkpoint=True,
+    ojas_attention=True,
+    ojas_loss=True,
+    ojas_rms_norm=True,
+    ojas_swiglu=True,
+)
 #: fp32 AdamW on llama-1b with offload and the state on the host in 128 MiB slices
-SLICED_1B = replace(OJAS_CKPT, dtype="fp32", optimizer="adamw", offload=True, host_state=True,
-                    state_slice_mb=P.STATE_SLICE_MB)
+SLICED_1B = replace(
+    OJAS_CKPT, dtype="fp32", optimizer="adamw", offload=True, host_state=True, state_slice_mb=P.STATE_SLICE_MB
+)
 #: fp32 SGD on llama-1b with offload and the head updated inside the loss
-SGD_1B = P.Setting(dtype="fp32", optimizer="sgd", in_backward=True, checkpoint=True, offload=True, head_update=True,
-                   ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+SGD_1B = P.Setting(
+    dtype="fp32",
+    optimizer="sgd",
+    in_backward=True,
+    checkpoint=True,
+    offload=True,
+    head_update=True,
+    ojas_attention=True,
+    ojas_loss=True,
+    ojas_rms_norm=True,
+    ojas_swiglu=True,
+)
 
 
 def llama_config(**overrides) -> "transformers.LlamaConfig":
-    base = dict(vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False, attention_dropout=0.0)
+    base = dict(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        attention_dropout=0.0,
+    )
     return transformers.LlamaConfig(**(base | overrides))

@@ -30,7 +30,9 @@ def pytest_collection_modifyitems(config, items):
 
     marked = [item for item in items if item.get_closest_marker("oracle")]
     if marked and not oracle_bounds_available():
-        skip = pytest.mark.skip(reason="needs the extracted oracle, which is not built here (scripts/setup.sh --proofs)")
+        skip = pytest.mark.skip(
+            reason="needs the extracted oracle, which is not built here (scripts/setup.sh --proofs)"
+        )
         for item in marked:
             item.add_marker(skip)
 

@@ -43,8 +43,9 @@ def _kernel_runs() -> bool:
     return torch.cuda.is_available() or type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
 
 
-kernel = pytest.mark.skipif(not _kernel_runs(),
-                            reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported")
+kernel = pytest.mark.skipif(
+    not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported"
+)
 IMPLS = ["reference", pytest.param("triton", marks=kernel)]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -94,8 +95,20 @@ def grads(out, inputs, seed=1):
     return torch.autograd.grad(out, inputs, g)
 
 
-def read_mask(impl: str, seed: int, p: float, b: int, hq: int, hkv: int, sq: int, sk: int, is_causal=False,
-              dtype=torch.float32, device=DEVICE, config=None) -> torch.Tensor:
+def read_mask(
+    impl: str,
+    seed: int,
+    p: float,
+    b: int,
+    hq: int,
+    hkv: int,
+    sq: int,
+    sk: int,
+    is_causal=False,
+    dtype=torch.float32,
+    device=DEVICE,
+    config=None,
+) -> torch.Tensor:
     """The keep mask an implementation used, on the visible entries: q = 0 and V = I make
     out[b, h, i, j] = Z_ij / (n_i (1 - p)), nonzero iff j is visible and kept."""
     q = torch.zeros(b, hq, sq, 16, dtype=dtype, device=device)
@@ -120,8 +133,11 @@ def read_mask(impl: str, seed: int, p: float, b: int, hq: int, hkv: int, sq: int
 PHILOX_KAT = [
     ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
     ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -278,8 +294,13 @@ def test_kernel_equals_reference(b, hq, hkv, sq, sk, e, is_causal, window, mask,
     out = attention(q, k, v, impl="triton", **kw)
     q64, k64, v64 = (t.detach().to(F64).requires_grad_() for t in (q, k, v))
     torch.manual_seed(9)
-    ref = attention(q64, k64, v64, impl="reference", **dict(kw, attn_mask=None if attn_mask is None else
-                                                              attn_mask.to(F64) if mask == "float" else attn_mask))
+    ref = attention(
+        q64,
+        k64,
+        v64,
+        impl="reference",
+        **dict(kw, attn_mask=None if attn_mask is None else attn_mask.to(F64) if mask == "float" else attn_mask),
+    )
     tol_fwd, tol_grad = (1e-5, 1e-5) if dtype == torch.float32 else (1e-2, 2e-2)
     rel = lambda x, y: ((x.to(F64) - y).norm() / y.norm()).item()  # noqa: E731
     assert rel(out.detach(), ref.detach()) < tol_fwd
@@ -300,6 +321,7 @@ def test_kernel_forward_lse_is_that_of_all_probabilities():
 # --------------------------------------------------------------------------
 # Edges: p = 0, p = 1, bad arguments, checkpointing
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_zero_p_is_no_dropout_and_draws_nothing(impl):
@@ -370,6 +392,7 @@ def test_attention_forward_drops_as_attention():
 # The tests catch a wrong dropout (mutants of the reference)
 # --------------------------------------------------------------------------
 
+
 def _renormalised(m, l, acc, scores, value, keep=None):
     """Dropout before the softmax: the normaliser sums the kept probabilities only."""
     if keep is not None:
@@ -387,8 +410,9 @@ _block_step = attn_mod._online_softmax_block_step
 _backward = attn_mod._reference_backward
 
 
-@pytest.mark.parametrize("name,mutant", [("_online_softmax_block_step", _renormalised),
-                                         ("_reference_backward", _backward_without_mask)])
+@pytest.mark.parametrize(
+    "name,mutant", [("_online_softmax_block_step", _renormalised), ("_reference_backward", _backward_without_mask)]
+)
 def test_mutants_are_caught(name, mutant, monkeypatch):
     monkeypatch.setattr(attn_mod, name, mutant)
     with pytest.raises(AssertionError):
@@ -398,6 +422,7 @@ def test_mutants_are_caught(name, mutant, monkeypatch):
 # --------------------------------------------------------------------------
 # GPU
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("is_causal", [False, True])

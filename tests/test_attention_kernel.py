@@ -103,9 +103,12 @@ def materialised(q, k, v, is_causal, scale, window, grad_out, attn_mask=None):
     with torch.no_grad():
         p, out = p.detach(), out.detach()
         terms = p * ((do @ vr.transpose(-1, -2)).abs() + (do * out).sum(-1, keepdim=True).abs())
-        mags = [p @ vr.abs(), abs(scale) * terms @ kr.abs(),
-                (abs(scale) * terms.transpose(-1, -2) @ q.abs()).unflatten(1, (-1, groups)).sum(2),
-                (p.transpose(-1, -2) @ do.abs()).unflatten(1, (-1, groups)).sum(2)]
+        mags = [
+            p @ vr.abs(),
+            abs(scale) * terms @ kr.abs(),
+            (abs(scale) * terms.transpose(-1, -2) @ q.abs()).unflatten(1, (-1, groups)).sum(2),
+            (p.transpose(-1, -2) @ do.abs()).unflatten(1, (-1, groups)).sum(2),
+        ]
     return (out, lse, gq, gk, gv), [m.norm().item() for m in mags]
 
 
@@ -127,8 +130,9 @@ def check_lse(lse: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
 
 def run_kernel(q, k, v, is_causal, scale, window, grad_out, config=None, attn_mask=None):
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out, lse = flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal, scale, window, config,
-                                       attn_mask=attn_mask)
+    out, lse = flash_attention_forward(
+        q.detach(), k.detach(), v.detach(), is_causal, scale, window, config, attn_mask=attn_mask
+    )
     out2 = flash_attention(q, k, v, is_causal, scale, window, config, attn_mask=attn_mask)
     assert torch.equal(out, out2.detach())
     grads = torch.autograd.grad(out2, (q, k, v), grad_out)
@@ -138,8 +142,10 @@ def run_kernel(q, k, v, is_causal, scale, window, grad_out, config=None, attn_ma
 def compare(got, ref, tol_fwd, tol_grad, lse_tol, mags=(0.0, 0.0, 0.0, 0.0)):
     out, lse, gq, gk, gv = got
     rout, rlse, rq, rk, rv = ref
-    errs = {name: rel_err(x, r, m) for name, x, r, m in zip(("out", "dq", "dk", "dv"), (out, gq, gk, gv),
-                                                             (rout, rq, rk, rv), mags)}
+    errs = {
+        name: rel_err(x, r, m)
+        for name, x, r, m in zip(("out", "dq", "dk", "dv"), (out, gq, gk, gv), (rout, rq, rk, rv), mags)
+    }
     check_lse(lse, rlse, lse_tol)
     assert errs["out"] <= tol_fwd, errs
     assert max(errs["dq"], errs["dk"], errs["dv"]) <= tol_grad, errs
@@ -168,14 +174,20 @@ def small_problems(draw):
     e = draw(st.sampled_from([16, 32, 24]))
     ev = draw(st.sampled_from([e, 16]))
     return dict(
-        b=draw(st.integers(1, 2)), hq=hkv * groups, hkv=hkv,
-        sq=draw(st.integers(1, 40)), sk=draw(st.integers(1, 40)), e=e, ev=ev,
+        b=draw(st.integers(1, 2)),
+        hq=hkv * groups,
+        hkv=hkv,
+        sq=draw(st.integers(1, 40)),
+        sk=draw(st.integers(1, 40)),
+        e=e,
+        ev=ev,
         is_causal=draw(st.booleans()),
         window=draw(st.one_of(st.none(), st.integers(0, 45))),
         scale=draw(st.sampled_from([None, 0.5, -0.3])),
         dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])),
-        config=AttentionConfig(*(KernelConfig(draw(BLOCKS), draw(BLOCKS), split=draw(st.booleans()))
-                                 for _ in range(3))),
+        config=AttentionConfig(
+            *(KernelConfig(draw(BLOCKS), draw(BLOCKS), split=draw(st.booleans())) for _ in range(3))
+        ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
@@ -184,8 +196,9 @@ def small_problems(draw):
 @settings(max_examples=20)
 @given(small_problems())
 def test_kernel_matches_materialised_softmax(p):
-    q, k, v, do = make_inputs(p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["e"], p["ev"], p["dtype"], "cpu",
-                              p["seed"])
+    q, k, v, do = make_inputs(
+        p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["e"], p["ev"], p["dtype"], "cpu", p["seed"]
+    )
     scale = 1 / math.sqrt(p["e"]) if p["scale"] is None else p["scale"]
     got = run_kernel(q, k, v, p["is_causal"], scale, p["window"], do, p["config"])
     ref, mags = materialised(q, k, v, p["is_causal"], scale, p["window"], do)
@@ -237,9 +250,14 @@ def test_strided_inputs_and_head_dim_limit():
 def oracle_problems(draw):
     hkv, groups = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     return dict(
-        hq=hkv * groups, hkv=hkv, sq=draw(st.integers(1, 24)), sk=draw(st.integers(1, 24)),
-        is_causal=draw(st.booleans()), window=draw(st.one_of(st.none(), st.integers(1, 12))),
-        block=draw(BLOCKS), seed=draw(st.integers(0, 2**31 - 1)),
+        hq=hkv * groups,
+        hkv=hkv,
+        sq=draw(st.integers(1, 24)),
+        sk=draw(st.integers(1, 24)),
+        is_causal=draw(st.booleans()),
+        window=draw(st.one_of(st.none(), st.integers(1, 12))),
+        block=draw(BLOCKS),
+        seed=draw(st.integers(0, 2**31 - 1)),
     )
 
 
@@ -255,8 +273,17 @@ def test_kernel_matches_extracted_oracle(p):
     q, k, v, do = make_inputs(1, p["hq"], p["hkv"], p["sq"], p["sk"], 16, 16, torch.float32, "cpu", p["seed"])
     cfg = AttentionConfig(*(KernelConfig(p["block"], p["block"]) for _ in range(3)))
     got = run_kernel(q, k, v, p["is_causal"], 0.25, p["window"], do, cfg)
-    res = oracle.attention_oracle(q, k, v, is_causal=p["is_causal"], scale=0.25, enable_gqa=True,
-                                  window=p["window"], block_size=p["block"], grad_out=do)
+    res = oracle.attention_oracle(
+        q,
+        k,
+        v,
+        is_causal=p["is_causal"],
+        scale=0.25,
+        enable_gqa=True,
+        window=p["window"],
+        block_size=p["block"],
+        grad_out=do,
+    )
     ref = (res["out"], res["lse"], res["grad_query"], res["grad_key"], res["grad_value"])
     mags = materialised(q, k, v, p["is_causal"], 0.25, p["window"], do)[1]
     compare(got, ref, 1e-5, 1e-5, 1e-4, mags)
@@ -302,10 +329,18 @@ def mask_case(kind, b, hq, sq, sk, dtype, gen):
     return add.masked_fill(hidden, math.nan).to(dtype), is_causal, window
 
 
-MASK_KINDS = ["key_padding", "hf_left_padding", "causal_left_padding", "packed", "dead_rows", "additive_window",
-              "additive_causal"]
+MASK_KINDS = [
+    "key_padding",
+    "hf_left_padding",
+    "causal_left_padding",
+    "packed",
+    "dead_rows",
+    "additive_window",
+    "additive_causal",
+]
 MASK_SHAPES = {  # b, hq, hkv, sq, sk: GQA, sizes not multiples of the tiles (16, 32)
-    "key_padding": (2, 4, 2, 29, 45), "additive_window": (2, 4, 2, 21, 40),
+    "key_padding": (2, 4, 2, 29, 45),
+    "additive_window": (2, 4, 2, 21, 40),
 }
 MIXED_TILES = AttentionConfig(KernelConfig(32, 16), KernelConfig(16, 32), KernelConfig(32, 16))
 
@@ -356,9 +391,14 @@ def test_kernel_additive_mask_at_finfo_min(dtype):
     rows = torch.ones(sq, dtype=torch.bool)
     rows[[2, 11]] = False
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    compare([got[0][:, :, rows], got[1][..., rows], got[2][:, :, rows], *got[3:]],
-            [ref[0][:, :, rows], ref[1][..., rows], ref[2][:, :, rows], *ref[3:]],
-            tol, tol, 1e-4 if dtype == torch.float32 else 1e-2, mags)
+    compare(
+        [got[0][:, :, rows], got[1][..., rows], got[2][:, :, rows], *got[3:]],
+        [ref[0][:, :, rows], ref[1][..., rows], ref[2][:, :, rows], *ref[3:]],
+        tol,
+        tol,
+        1e-4 if dtype == torch.float32 else 1e-2,
+        mags,
+    )
     assert (got[0][:, :, ~rows] == 0).all() and (got[2][:, :, ~rows] == 0).all()
     assert torch.isneginf(got[1][..., ~rows]).all()
 
@@ -464,8 +504,10 @@ def test_kernel_vs_sdpa_gpu(b, hq, hkv, sq, sk, e, dtype, is_causal, window):
     ref = sdpa_reference(q, k, v, is_causal, scale, window, do)
     tol_fwd, tol_grad = TOL[dtype]
     errs = compare(got, ref, tol_fwd, tol_grad, 1e-3 if dtype == torch.float32 else 2e-2)
-    print(f"\nrel errors {dtype} E={e} S={sq}x{sk} causal={is_causal} window={window}: "
-          + ", ".join(f"{n} {x:.2e}" for n, x in errs.items()))
+    print(
+        f"\nrel errors {dtype} E={e} S={sq}x{sk} causal={is_causal} window={window}: "
+        + ", ".join(f"{n} {x:.2e}" for n, x in errs.items())
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -492,8 +534,7 @@ def test_ojas_ref_attention_runs_the_kernel_on_cuda(monkeypatch):
     """``ojas_ref.attention`` with the default impl sends CUDA tensors to this kernel,
     and its result matches SDPA like the kernel's own."""
     calls = []
-    monkeypatch.setattr(kattn, "flash_attention",
-                        lambda *a, **kw: calls.append(1) or flash_attention(*a, **kw))
+    monkeypatch.setattr(kattn, "flash_attention", lambda *a, **kw: calls.append(1) or flash_attention(*a, **kw))
     from ojas_ref import attention
 
     b, hq, hkv, sq, sk, e = 2, 8, 2, 1000, 1000, 128
@@ -581,8 +622,9 @@ def test_ojas_ref_attention_sends_masks_to_the_kernel_gpu(monkeypatch):
     gradient run this kernel; a float mask that requires grad runs the reference (which
     computes d(attn_mask)), and both agree."""
     calls = []
-    monkeypatch.setattr(kattn, "flash_attention",
-                        lambda *a, **kw: calls.append(kw["attn_mask"]) or flash_attention(*a, **kw))
+    monkeypatch.setattr(
+        kattn, "flash_attention", lambda *a, **kw: calls.append(kw["attn_mask"]) or flash_attention(*a, **kw)
+    )
     from ojas_ref import attention
 
     b, hq, hkv, s, e = 2, 8, 2, 500, 64
@@ -599,10 +641,15 @@ def test_ojas_ref_attention_sends_masks_to_the_kernel_gpu(monkeypatch):
     assert dmask.shape == additive.shape and torch.isfinite(dmask).all()
 
 
-@pytest.mark.parametrize("device", [
-    pytest.param("cpu", marks=cpu),
-    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]),
-])
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param("cpu", marks=cpu),
+        pytest.param(
+            "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
+        ),
+    ],
+)
 @pytest.mark.parametrize("masked", [False, True])
 def test_seq_major_output_is_the_same_attention(device, masked):
     """``seq_major=True`` writes the output through the strides of a [B, S, H, E] buffer: the

@@ -51,8 +51,20 @@ MUTANTS = {
 # masked row as in the oracle tests.
 CASES = [
     dict(dtype=torch.float32, batch=1, kv_heads=2, group=2, sq=50, sk=64, e=16, ev=8, is_causal=True),
-    dict(dtype=torch.bfloat16, batch=2, kv_heads=1, group=1, sq=64, sk=70, e=32, ev=16, is_causal=True,
-         mask="bool", mask_shape="rows", dead_rows=(5,)),
+    dict(
+        dtype=torch.bfloat16,
+        batch=2,
+        kv_heads=1,
+        group=1,
+        sq=64,
+        sk=70,
+        e=32,
+        ev=16,
+        is_causal=True,
+        mask="bool",
+        mask_shape="rows",
+        dead_rows=(5,),
+    ),
 ]
 
 

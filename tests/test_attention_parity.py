@@ -32,8 +32,15 @@ def _kernel_runs() -> bool:
     return torch.cuda.is_available() or type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
 
 
-IMPLS = ["reference", pytest.param("triton", marks=pytest.mark.skipif(
-    not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported"))]
+IMPLS = [
+    "reference",
+    pytest.param(
+        "triton",
+        marks=pytest.mark.skipif(
+            not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported"
+        ),
+    ),
+]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -46,6 +53,7 @@ def _leaves(*shapes, dtype=torch.float32, seed=0) -> list[torch.Tensor]:
 # Double backward: refused (item 2 of issue 13)
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_gradient_penalty_raises(impl):
     """create_graph=True through the attention raises, also when the incoming gradient
@@ -57,10 +65,10 @@ def test_gradient_penalty_raises(impl):
     with pytest.raises(RuntimeError, match=r"double backward \(create_graph=True"):
         torch.autograd.grad(out.sum(), q, create_graph=True)
     # the graph is intact: a first-order backward still runs, and agrees with SDPA
-    dq, = torch.autograd.grad(out.sum(), q)
+    (dq,) = torch.autograd.grad(out.sum(), q)
     q2 = q.detach().requires_grad_()
     ref = torch.nn.functional.scaled_dot_product_attention(q2, k, v, is_causal=True)
-    ref_dq, = torch.autograd.grad(ref.sum(), q2)
+    (ref_dq,) = torch.autograd.grad(ref.sum(), q2)
     torch.testing.assert_close(dq, ref_dq, rtol=1e-5, atol=1e-5)  # float32, S <= 7: a few ulps of |dq| ~ 1
 
 
@@ -88,7 +96,9 @@ EMPTY_SHAPES = {  # (query, key, value): one dimension 0 each; E > 0
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kw", [{}, dict(is_causal=True, enable_gqa=True), dict(mask=True)], ids=["plain", "causal-gqa", "mask"])
+@pytest.mark.parametrize(
+    "kw", [{}, dict(is_causal=True, enable_gqa=True), dict(mask=True)], ids=["plain", "causal-gqa", "mask"]
+)
 @pytest.mark.parametrize("shapes", EMPTY_SHAPES.values(), ids=EMPTY_SHAPES.keys())
 def test_empty_dimensions_as_sdpa(shapes, kw, dtype, impl):
     """What SDPA (math backend) returns, exactly: shape, dtype, values (zeros or empty),
@@ -186,6 +196,13 @@ def test_numpy_scalars_as_python_scalars(impl):
     scale = np.float32(0.3)
     want = attention(*xs, is_causal=True, scale=float(scale), enable_gqa=True, window=3, impl=impl)
     for dropout_p in (0, np.float32(0), np.int64(0)):
-        got = attention(*xs, dropout_p=dropout_p, is_causal=np.bool_(True), scale=scale, enable_gqa=np.bool_(True),
-                        window=np.int64(3), impl=impl)
+        got = attention(
+            *xs,
+            dropout_p=dropout_p,
+            is_causal=np.bool_(True),
+            scale=scale,
+            enable_gqa=np.bool_(True),
+            window=np.int64(3),
+            impl=impl,
+        )
         assert torch.equal(got, want)

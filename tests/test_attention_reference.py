@@ -54,9 +54,17 @@ F64 = torch.float64
 # Test cases
 # --------------------------------------------------------------------------
 
+
 @st.composite
-def cases(draw, dtype: torch.dtype, *, max_s: int = 70, head_dims=(16, 32, 64, 128), float_masks: bool = True,
-          regimes=("normal",)) -> Case:
+def cases(
+    draw,
+    dtype: torch.dtype,
+    *,
+    max_s: int = 70,
+    head_dims=(16, 32, 64, 128),
+    float_masks: bool = True,
+    regimes=("normal",),
+) -> Case:
     """Shapes: S = 1, S not a multiple of the tiles, Sq != Sk; GQA; causal; window; masks."""
     sq = draw(st.integers(1, max_s))
     sk = draw(st.integers(1, max_s))
@@ -96,6 +104,7 @@ def leaves(case: Case) -> list[Tensor]:
 # --------------------------------------------------------------------------
 # Against torch SDPA (math backend)
 # --------------------------------------------------------------------------
+
 
 def sdpa_run(case: Case) -> tuple[Tensor, list[Tensor]]:
     """SDPA on the case, its causal/window masks folded into an explicit mask. Fully masked
@@ -145,15 +154,24 @@ def check_against_sdpa(case: Case) -> None:
 
 
 EDGE_SHAPES = [  # (sq, sk, e): S = 1, S not a multiple of the tiles, Sq != Sk, every E
-    (1, 1, 16), (1, 37, 32), (37, 1, 64), (17, 17, 128), (33, 70, 16), (70, 33, 32), (16, 48, 64),
+    (1, 1, 16),
+    (1, 37, 32),
+    (37, 1, 64),
+    (17, 17, 128),
+    (33, 70, 16),
+    (70, 33, 32),
+    (16, 48, 64),
 ]
 
 
 @pytest.mark.parametrize("dtype", [F64, torch.float32])
 @pytest.mark.parametrize("sq,sk,e", EDGE_SHAPES)
 def test_edge_shapes_match_sdpa(sq, sk, e, dtype):
-    check_against_sdpa(make_case(sq * 1000 + sk, batch=2, kv_heads=2, group=2, sq=sq, sk=sk, e=e, ev=24,
-                                 dtype=dtype, is_causal=sq > 16))
+    check_against_sdpa(
+        make_case(
+            sq * 1000 + sk, batch=2, kv_heads=2, group=2, sq=sq, sk=sk, e=e, ev=24, dtype=dtype, is_causal=sq > 16
+        )
+    )
 
 
 @pytest.mark.parametrize("dtype", [F64, torch.float32])
@@ -166,6 +184,7 @@ def test_matches_sdpa(dtype, data):
 # Tiling does not matter (Ojas.Attention.StreamCorrect)
 # --------------------------------------------------------------------------
 
+
 @given(case=cases(F64, max_s=40, head_dims=(16,)), block_q=st.integers(1, 40), block_k=st.integers(1, 40))
 def test_any_tiling_gives_the_same_result(case, block_q, block_k):
     scale = 1.0 / math.sqrt(case.query.shape[-1]) if case.scale is None else case.scale
@@ -175,8 +194,9 @@ def test_any_tiling_gives_the_same_result(case, block_q, block_k):
     assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
     assert_normwise_close(out, ref_out, 1e-12, "out")
     assert_normwise_close(lse.nan_to_num(neginf=0.0), ref_lse.nan_to_num(neginf=0.0), 1e-12, "lse")
-    grads = attn_mod._reference_backward(*args[:4], out, lse, case.grad_out, *args[4:], False,
-                                         block_q=block_q, block_k=block_k)
+    grads = attn_mod._reference_backward(
+        *args[:4], out, lse, case.grad_out, *args[4:], False, block_q=block_q, block_k=block_k
+    )
     ref_grads = attn_mod._reference_backward(*args[:4], ref_out, ref_lse, case.grad_out, *args[4:], False)
     for name, g, rg in zip(("grad_query", "grad_key", "grad_value"), grads, ref_grads):
         assert_normwise_close(g, rg, 1e-12, name)
@@ -186,26 +206,54 @@ def test_any_tiling_gives_the_same_result(case, block_q, block_k):
 # Against the oracle extracted from Coq
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @given(data=st.data())
 def test_matches_oracle(dtype, data):
-    case = data.draw(cases(dtype, max_s=40, head_dims=(16, 32), float_masks=False,
-                           regimes=("normal", "peaked", "large")))
+    case = data.draw(
+        cases(dtype, max_s=40, head_dims=(16, 32), float_masks=False, regimes=("normal", "peaked", "large"))
+    )
     assert oracle_mismatches(case) == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("regime", ["normal", "large"])
 def test_matches_oracle_fully_masked_rows(dtype, regime):
-    case = make_case(3, batch=2, kv_heads=2, group=2, sq=21, sk=35, e=16, ev=8, dtype=dtype, mask="bool",
-                     mask_shape="batch", dead_rows=(0, 7, 20), regime=regime, is_causal=True)
+    case = make_case(
+        3,
+        batch=2,
+        kv_heads=2,
+        group=2,
+        sq=21,
+        sk=35,
+        e=16,
+        ev=8,
+        dtype=dtype,
+        mask="bool",
+        mask_shape="batch",
+        dead_rows=(0, 7, 20),
+        regime=regime,
+        is_causal=True,
+    )
     assert dead_rows_of(case).sum() == 2 * 4 * 3
     assert oracle_mismatches(case) == []
 
 
 def test_every_row_masked_gives_zeros_and_zero_grads():
-    case = make_case(5, kv_heads=2, group=2, sq=9, sk=20, e=16, ev=8, dtype=torch.float32, window=3,
-                     mask="bool", mask_shape="rows", dead_rows=tuple(range(9)))
+    case = make_case(
+        5,
+        kv_heads=2,
+        group=2,
+        sq=9,
+        sk=20,
+        e=16,
+        ev=8,
+        dtype=torch.float32,
+        window=3,
+        mask="bool",
+        mask_shape="rows",
+        dead_rows=tuple(range(9)),
+    )
     out, lse = attention_forward(case.query, case.key, case.value, **case.kwargs())
     assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
     _, grads = ours_run(case)
@@ -216,6 +264,7 @@ def test_every_row_masked_gives_zeros_and_zero_grads():
 # --------------------------------------------------------------------------
 # Bad arguments
 # --------------------------------------------------------------------------
+
 
 def _args(**over):
     q = torch.randn(2, 4, 5, 8)
@@ -237,8 +286,11 @@ BAD_ARGUMENTS = [
     (dict(value=torch.randn(1, 2, 2, 6, 3)), ValueError, "value must have as many dimensions as query"),
     (dict(query=[[1.0]]), TypeError, "query must be a torch.Tensor"),
     (dict(key=torch.randn(3, 2, 6, 8)), ValueError, "batch size"),
-    (dict(query=torch.randn(2, 3, 4, 5, 8), key=torch.randn(2, 1, 2, 6, 8), value=torch.randn(2, 1, 2, 6, 3)),
-     ValueError, r"batch size mismatch: .* \[2, 3\] in query, \[2, 1\] in key .* not broadcast"),
+    (
+        dict(query=torch.randn(2, 3, 4, 5, 8), key=torch.randn(2, 1, 2, 6, 8), value=torch.randn(2, 1, 2, 6, 3)),
+        ValueError,
+        r"batch size mismatch: .* \[2, 3\] in query, \[2, 1\] in key .* not broadcast",
+    ),
     (dict(key=torch.randn(2, 2, 6, 7)), ValueError, "key must have the query's head dim"),
     (dict(value=torch.randn(2, 2, 7, 3)), ValueError, "value must have as many rows Sk"),
     (dict(value=torch.randn(2, 1, 6, 3)), ValueError, "value must have as many heads as key"),
@@ -256,8 +308,13 @@ BAD_ARGUMENTS = [
     (dict(attn_mask=torch.ones(5, 6, dtype=F64)), TypeError, "attn_mask must have dtype"),
     (dict(attn_mask=torch.ones(5, 7, dtype=torch.bool)), ValueError, "attn_mask must be broadcastable"),
     (dict(attn_mask=torch.ones(1, 2, 4, 5, 6, dtype=torch.bool)), ValueError, "attn_mask must be broadcastable"),
-    (dict(query=torch.randn(5, 8), key=torch.randn(6, 8), value=torch.randn(6, 3), attn_mask=torch.ones(1, 5, 6) > 0),
-     ValueError, r"attn_mask must be broadcastable to \[\.\.\., Hq, Sq, Sk\] = \[5, 6\]"),
+    (
+        dict(
+            query=torch.randn(5, 8), key=torch.randn(6, 8), value=torch.randn(6, 3), attn_mask=torch.ones(1, 5, 6) > 0
+        ),
+        ValueError,
+        r"attn_mask must be broadcastable to \[\.\.\., Hq, Sq, Sk\] = \[5, 6\]",
+    ),
     (dict(attn_mask=[[True]]), TypeError, "attn_mask must be a torch.Tensor"),
     (dict(window=0), ValueError, "window must be >= 1"),
     (dict(window=2.5), TypeError, "window must be an int"),
@@ -291,6 +348,7 @@ def test_bad_arguments_raise(over, exc, message):
 # --------------------------------------------------------------------------
 # impl dispatch
 # --------------------------------------------------------------------------
+
 
 @pytest.fixture
 def fake_kernel(monkeypatch):
@@ -379,8 +437,9 @@ def test_impl_triton_runs_the_kernel_interpreted():
     imported, hence a subprocess) runs ojas_kernels.attention and agrees with the reference."""
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1")
-    run = subprocess.run([sys.executable, "-c", _INTERPRETED_KERNEL_CHECK], env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", _INTERPRETED_KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
 
 
@@ -409,6 +468,7 @@ def test_attn_mask_with_is_causal_is_their_conjunction():
 # --------------------------------------------------------------------------
 # Autocast: as scaled_dot_product_attention
 # --------------------------------------------------------------------------
+
 
 def _autocast_inputs(mask: Optional[str], dtype: torch.dtype = torch.float32) -> tuple[list[Tensor], dict]:
     """Leaves q, k, v (and a float mask) of dtype, GQA, 37 keys (not a multiple of the tiles)."""

@@ -39,12 +39,15 @@ def test_audit_without_a_source_checkout_says_what_it_needs(tmp_path):
     ``make`` "No such file or directory" (issue 13 item 8)."""
     site = tmp_path / "site"
     shutil.copytree(Path(audit.__file__).parents[1], site / "ojas_ref", ignore=shutil.ignore_patterns("__pycache__"))
-    script = ("import sys, ojas_ref.tools.cli as cli\n"
-              f"assert cli.__file__.startswith({str(site)!r}), cli.__file__\n"
-              "sys.stdout.write('rc=%d %d\\n' % (cli.main(['audit', '--quick']), cli.main(['proofs'])))\n")
+    script = (
+        "import sys, ojas_ref.tools.cli as cli\n"
+        f"assert cli.__file__.startswith({str(site)!r}), cli.__file__\n"
+        "sys.stdout.write('rc=%d %d\\n' % (cli.main(['audit', '--quick']), cli.main(['proofs'])))\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "rc=2 2" in out, out
@@ -70,8 +73,13 @@ def _stub_audit(monkeypatch: pytest.MonkeyPatch, skipped: bool, failing: bool = 
     """``audit.run`` on two stand-in implementations (one skipped when ``skipped``), the proofs and
     the oracle stubbed: what the verdict says about skipped checks, nothing else."""
     ran = audit.Implementation("ran", _cites_a_theorem, [{}], lambda case, seed: ["differs"] if failing else [])
-    other = audit.Implementation("kernel", _cites_a_theorem, [{}], lambda case, seed: [],
-                                 "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)" if skipped else None)
+    other = audit.Implementation(
+        "kernel",
+        _cites_a_theorem,
+        [{}],
+        lambda case, seed: [],
+        "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)" if skipped else None,
+    )
     monkeypatch.setattr(audit.pa, "require_sources", lambda: None)
     monkeypatch.setattr(audit, "proof_status", lambda: ({"Ojas.Fake.theorem": "proved, audited"}, True))
     monkeypatch.setattr(audit, "implementations", lambda: [ran, other])
@@ -87,8 +95,10 @@ def test_audit_is_ok_only_when_every_check_ran(monkeypatch: pytest.MonkeyPatch, 
     _stub_audit(monkeypatch, skipped=True)
     assert audit.run() == 3
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == ("audit: INCOMPLETE: every check that ran held; 1 of 2 differential checks were skipped: kernel "
-                    "(no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU))")
+    assert last == (
+        "audit: INCOMPLETE: every check that ran held; 1 of 2 differential checks were skipped: kernel "
+        "(no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU))"
+    )
     assert audit.run(allow_skip=True) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("audit: INCOMPLETE (allowed by --allow-skip): ") and "OK" not in last

@@ -20,8 +20,9 @@ from benchmarks import bench_fsdp
 from benchmarks.bench_optimize_model import MODES
 from ojas_ref import InBackwardOptimizer, revert_model
 
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="needs torch.distributed with the gloo backend")
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed with the gloo backend"
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--quick", "--steps", "3", "--warmup", "1"]
@@ -30,9 +31,26 @@ MUTANT = ["--quick", "--steps", "2", "--warmup", "0", "--device", "cpu", "--mode
 
 def torchrun(device: str, out: Path) -> dict:
     """The benchmark as its docstring launches it; its JSON."""
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(ROOT / "benchmarks" / "bench_fsdp.py"), *QUICK, "--device", device, "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(ROOT / "benchmarks" / "bench_fsdp.py"),
+            *QUICK,
+            "--device",
+            device,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -42,7 +60,8 @@ def check_rows(report: dict, decisive: tuple[str, ...] = ("float32", "bfloat16")
     that tolerance below a bug's size."""
     rows = report["results"]
     assert sorted((r["dtype"], r["optimizer"], r["mode"]) for r in rows) == sorted(
-        itertools.product(["float32", "bfloat16"], ["sgd", "adamw"], MODES))
+        itertools.product(["float32", "bfloat16"], ["sgd", "adamw"], MODES)
+    )
     for r in rows:
         name = f"{r['dtype']} {r['optimizer']} {r['mode']}"
         if r["mode"].startswith("ojas"):
@@ -53,7 +72,7 @@ def check_rows(report: dict, decisive: tuple[str, ...] = ("float32", "bfloat16")
             assert r["ok"] is None and r["tolerance"] is None, name
         assert len(r["ranks"]) == 2 and r["tokens_per_s"] > 0 and r["single"]["tokens_per_s"] > 0, name
         if r["dtype"] == "float32" and r["mode"].startswith("standard"):  # the split, gathered right: a few
-            assert r["update_rel"] < 1e-4, name                             # float32 roundings (measured 1.8e-6)
+            assert r["update_rel"] < 1e-4, name  # float32 roundings (measured 1.8e-6)
     assert report["env"]["world_size"] == 2 and report["steps"] == 3
 
 
@@ -87,8 +106,9 @@ def _summed_rank(rank: int, world: int) -> dict[str, torch.Tensor]:
 
     InBackwardOptimizer._on_reduced = summed
     args = bench_fsdp.parse(MUTANT)
-    (_, params), = bench_fsdp.run_modes(bench_fsdp.TINY, torch.float32, "sgd", args, torch.device("cpu"), 0,
-                                        rank, world, sharded=True)
+    ((_, params),) = bench_fsdp.run_modes(
+        bench_fsdp.TINY, torch.float32, "sgd", args, torch.device("cpu"), 0, rank, world, sharded=True
+    )
     return params
 
 
@@ -97,8 +117,9 @@ def test_comparison_catches_summed_gradients() -> None:
     fsdp = D.spawn(_summed_rank)[0]
     args = bench_fsdp.parse(MUTANT)
     initial = bench_fsdp.full_parameters(bench_fsdp.B.build(bench_fsdp.TINY, torch.float32, torch.device("cpu")))
-    (runner, single), = bench_fsdp.run_modes(bench_fsdp.TINY, torch.float32, "sgd", args, torch.device("cpu"), 0,
-                                             0, 2, sharded=False)
+    ((runner, single),) = bench_fsdp.run_modes(
+        bench_fsdp.TINY, torch.float32, "sgd", args, torch.device("cpu"), 0, 0, 2, sharded=False
+    )
     revert_model(runner.model)  # optimize_model's patch of the Llama module, for the other tests
     diff = bench_fsdp.compare(fsdp, single, initial)
     assert 0.9 < diff["update_rel"] < 1.1 and diff["update_rel"] > bench_fsdp.DECISIVE_BELOW, diff

@@ -13,8 +13,23 @@ from benchmarks import bench_memory
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_quick_rows(optimizer, tmp_path):
     out = tmp_path / "memory.json"
-    result = bench_memory.main(["--quick", "--device", "cpu", "--dtypes", "fp32", "--optimizers", optimizer,
-                                "--warmup", "1", "--steps", "2", "--out", str(out)])
+    result = bench_memory.main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--dtypes",
+            "fp32",
+            "--optimizers",
+            optimizer,
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert out.exists()
     rows = {r["mode"]: r for r in result["results"]}
     skipped = {s["mode"]: s["skipped"] for s in result["skipped"]}
@@ -51,22 +66,68 @@ def test_concatenated_techniques_and_the_bucket_size_are_recorded():
     from ojas_ref.tools import plan as P
 
     modes = ["+offload+head-update", "+offload+head-update+split"]
-    result = bench_memory.main(["--quick", "--device", "cpu", "--dtypes", "fp32", "--optimizers", "sgd",
-                                "--warmup", "0", "--steps", "2", "--bucket-mb", "32", "--modes", *modes])
+    result = bench_memory.main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--dtypes",
+            "fp32",
+            "--optimizers",
+            "sgd",
+            "--warmup",
+            "0",
+            "--steps",
+            "2",
+            "--bucket-mb",
+            "32",
+            "--modes",
+            *modes,
+        ]
+    )
     rows = {r["mode"]: r for r in result["results"]}
     t = rows[modes[1]]["techniques"]
     assert (t["checkpoint"], t["head_update"], t["split"], t["sparse_embedding"], t["bucket_cap_mb"]) == (
-        "offload", True, True, False, 32.0)
+        "offload",
+        True,
+        True,
+        False,
+        32.0,
+    )
     assert rows[modes[0]]["techniques"] == dict(t, split=False)
     assert rows[modes[0]]["losses"] == rows[modes[1]]["losses"]
     assert rows[modes[1]]["host"] == 2 * rows[modes[0]]["host"]
     setting = P.memory_record_setting(rows[modes[1]], bench_memory.QUICK.batch, bench_memory.QUICK.seq)
     assert setting.split and setting.offload and setting.head_update and setting.bucket_cap_mb == 32.0
-    assert rows[modes[1]]["predicted_peak"] == P.plan(P.Model(
-        *(getattr(bench_memory.QUICK, k) for k in ("hidden", "layers", "heads", "heads", "intermediate", "vocab"))),
-        setting).peak
-    skipped = bench_memory.main(["--quick", "--device", "cpu", "--dtypes", "fp32", "--optimizers", "adamw",
-                                 "--warmup", "0", "--steps", "1", "--modes", "+split+head-update"])["skipped"]
+    assert (
+        rows[modes[1]]["predicted_peak"]
+        == P.plan(
+            P.Model(
+                *(
+                    getattr(bench_memory.QUICK, k)
+                    for k in ("hidden", "layers", "heads", "heads", "intermediate", "vocab")
+                )
+            ),
+            setting,
+        ).peak
+    )
+    skipped = bench_memory.main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--dtypes",
+            "fp32",
+            "--optimizers",
+            "adamw",
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+            "--modes",
+            "+split+head-update",
+        ]
+    )["skipped"]
     assert [s["mode"] for s in skipped] == ["+split+head-update"] and "plain SGD" in skipped[0]["skipped"]
 
 
@@ -78,19 +139,38 @@ def test_bad_modes_are_refused(mode, capsys):
 
 
 def test_largest_quick():
-    result = bench_memory.main(["--quick", "--device", "cpu", "--dtypes", "fp32", "--optimizers", "sgd",
-                                "--modes", "ojas+ckpt", "--warmup", "0", "--largest", "--max-layers", "5"])
+    result = bench_memory.main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--dtypes",
+            "fp32",
+            "--optimizers",
+            "sgd",
+            "--modes",
+            "ojas+ckpt",
+            "--warmup",
+            "0",
+            "--largest",
+            "--max-layers",
+            "5",
+        ]
+    )
     (search,) = result["largest"]
     assert [t["layers"] for t in search["tries"]] == [2, 4, 5]
     assert search["largest"]["layers"] == 5 and search["largest"]["fits"]
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--preset", "llama-1b", "--quick"], "--preset"),
-    (["--preset", "llama-1b", "--largest"], "--preset"),
-    (["--layers", "4"], "--layers needs --preset"),
-    (["--preset", "llama-1b", "--layers", "0"], "layers must be an int >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--preset", "llama-1b", "--quick"], "--preset"),
+        (["--preset", "llama-1b", "--largest"], "--preset"),
+        (["--layers", "4"], "--layers needs --preset"),
+        (["--preset", "llama-1b", "--layers", "0"], "layers must be an int >= 1"),
+    ],
+)
 def test_preset_arguments_are_checked(argv, match, capsys):
     with pytest.raises(SystemExit):
         bench_memory.main(argv)

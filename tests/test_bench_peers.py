@@ -38,8 +38,27 @@ def test_modes_are_set_up_as_issue_29_says():
 
 def test_quick_run_on_the_cpu_appends_records(tmp_path, capsys):
     out = tmp_path / "records.jsonl"
-    bench_peers.main(["--quick", "--device", "cpu", "--modes", "hf", "ojas", "liger", "--settings", "bf16-sgd-b1",
-                      "--warmup", "1", "--steps", "2", "--out", str(out), "--timeout", "600"])
+    bench_peers.main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--modes",
+            "hf",
+            "ojas",
+            "liger",
+            "--settings",
+            "bf16-sgd-b1",
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--timeout",
+            "600",
+        ]
+    )
     rows = records.read(out)
     assert [r["peer"] for r in rows] == ["hf", "ojas"]
     for r in rows:

@@ -16,8 +16,16 @@ def test_append_then_read_round_trip(tmp_path):
     b = records.append("bench_x", CASE, {"tokens_per_s": 80}, "liger", path=path, **ENV)
     assert path.read_text().count("\n") == 2
     assert records.read(path) == [a, b]
-    assert a == dict(date="2026-12-01", commit="abc1234", device="NVIDIA H200", versions={"torch": "2.11.0"},
-                     benchmark="bench_x", case=CASE, metrics={"tokens_per_s": 100.0, "peak_gib": 2.5}, peer="ojas")
+    assert a == dict(
+        date="2026-12-01",
+        commit="abc1234",
+        device="NVIDIA H200",
+        versions={"torch": "2.11.0"},
+        benchmark="bench_x",
+        case=CASE,
+        metrics={"tokens_per_s": 100.0, "peak_gib": 2.5},
+        peer="ojas",
+    )
     assert records.read(path, benchmark="bench_y") == []
 
 
@@ -32,8 +40,16 @@ def test_append_collects_the_environment(tmp_path):
 
 @pytest.mark.parametrize("field", records.FIELDS)
 def test_a_missing_field_is_refused(tmp_path, field):
-    record = dict(date="2026-12-01", commit="abc", device="cpu", versions={}, benchmark="b", case={},
-                  metrics={"ms": 1.0}, peer="p")
+    record = dict(
+        date="2026-12-01",
+        commit="abc",
+        device="cpu",
+        versions={},
+        benchmark="b",
+        case={},
+        metrics={"ms": 1.0},
+        peer="p",
+    )
     records.validate(record)
     del record[field]
     with pytest.raises(ValueError, match=f"missing required field.*'{field}'"):
@@ -44,19 +60,33 @@ def test_a_missing_field_is_refused(tmp_path, field):
         records.read(path)
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(date="01/12/2026"), "ISO date"),
-    (dict(metrics={}), "non-empty mapping"),
-    (dict(metrics={"ms": "1.0"}), "metric 'ms' must be a finite number"),
-    (dict(metrics={"ms": float("nan")}), "metric 'ms' must be a finite number"),
-    (dict(metrics={"ok": True}), "metric 'ok' must be a finite number"),
-    (dict(versions={"torch": 2.11}), "versions"),
-    (dict(peer=""), "'peer' must be a non-empty string"),
-    (dict(extra=1), "unknown field"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(date="01/12/2026"), "ISO date"),
+        (dict(metrics={}), "non-empty mapping"),
+        (dict(metrics={"ms": "1.0"}), "metric 'ms' must be a finite number"),
+        (dict(metrics={"ms": float("nan")}), "metric 'ms' must be a finite number"),
+        (dict(metrics={"ok": True}), "metric 'ok' must be a finite number"),
+        (dict(versions={"torch": 2.11}), "versions"),
+        (dict(peer=""), "'peer' must be a non-empty string"),
+        (dict(extra=1), "unknown field"),
+    ],
+)
 def test_bad_values_are_refused(change, message):
-    record = dict(date="2026-12-01", commit="abc", device="cpu", versions={}, benchmark="b", case={},
-                  metrics={"ms": 1.0}, peer="p") | change
+    record = (
+        dict(
+            date="2026-12-01",
+            commit="abc",
+            device="cpu",
+            versions={},
+            benchmark="b",
+            case={},
+            metrics={"ms": 1.0},
+            peer="p",
+        )
+        | change
+    )
     with pytest.raises(ValueError, match=message):
         records.validate(record)
 
@@ -88,7 +118,14 @@ def test_ratios_within_each_comparison(tmp_path):
     rows[1]["metrics"]["peak_gib"] = 4.0  # liger, the fastest peer
     peaks = records.ratios(rows, "peak_gib", ["hf", "liger", "slow"], by="tokens_per_s")
     assert [x for _, x in peaks] == [None, 1.0, None, None, None, 0.25]
-    assert [x for _, x in records.ratios(rows, "peak_gib", ["liger", "slow"], min)] == [None, 4.0, None, None, None, 1.0]
+    assert [x for _, x in records.ratios(rows, "peak_gib", ["liger", "slow"], min)] == [
+        None,
+        4.0,
+        None,
+        None,
+        None,
+        1.0,
+    ]
     rows = rows[:5]
     # no baseline in the comparison, or no such metric: None
     assert [ratio for _, ratio in records.ratios(rows, "tokens_per_s", "liger")][3:] == [None, None]
@@ -103,7 +140,9 @@ def test_report_tables_each_run_with_its_ratios(tmp_path):
 
     path = tmp_path / "r.jsonl"
     case = dict(dtype="bf16", optimizer="adamw", checkpoint=True)
-    records.append("bench_optimize_model", case, {"tokens_per_s": 100.0, "peak_gib": 10.0}, "standard", path=path, **ENV)
+    records.append(
+        "bench_optimize_model", case, {"tokens_per_s": 100.0, "peak_gib": 10.0}, "standard", path=path, **ENV
+    )
     records.append("bench_optimize_model", case, {"tokens_per_s": 112.0, "peak_gib": 6.5}, "ojas", path=path, **ENV)
     written = report.report(records.read(path), tmp_path / "benchmarks.md", tmp_path / "images")
     text = (tmp_path / "benchmarks.md").read_text()

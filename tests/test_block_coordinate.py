@@ -35,8 +35,13 @@ def split(model: nn.Module, n: int) -> list[list[torch.Tensor]]:
     return {1: [emb + layer0 + last], 2: [emb + layer0, last], 3: [emb, layer0, last]}[n]
 
 
-def train(model: nn.Module, opt: BlockCoordinateOptimizer, steps: range, sched=None,
-          check: Optional[Callable[[int], None]] = None) -> None:
+def train(
+    model: nn.Module,
+    opt: BlockCoordinateOptimizer,
+    steps: range,
+    sched=None,
+    check: Optional[Callable[[int], None]] = None,
+) -> None:
     for step in steps:
         opt.backward(model(*batch(step, 0)))
         if check is not None:
@@ -47,19 +52,29 @@ def train(model: nn.Module, opt: BlockCoordinateOptimizer, steps: range, sched=N
             sched.step()
 
 
-def block_run(n: int, fused: bool, steps: int, *, switch_every: int = 2, order: str = "ascending",
-              model: Optional[nn.Module] = None, **options) -> tuple[nn.Module, BlockCoordinateOptimizer]:
+def block_run(
+    n: int,
+    fused: bool,
+    steps: int,
+    *,
+    switch_every: int = 2,
+    order: str = "ascending",
+    model: Optional[nn.Module] = None,
+    **options,
+) -> tuple[nn.Module, BlockCoordinateOptimizer]:
     """Train with ``n`` blocks of TinyLM; ``options`` are passed to the optimizer (InBackwardOptimizer's
     ``max_grad_norm``, ...)."""
     model = make_model() if model is None else model
-    opt = BlockCoordinateOptimizer(split(model, n), switch_every=switch_every, order=order,
-                                   fused_into_backward=fused, **KW, **options)
+    opt = BlockCoordinateOptimizer(
+        split(model, n), switch_every=switch_every, order=order, fused_into_backward=fused, **KW, **options
+    )
     train(model, opt, range(steps))
     return model, opt
 
 
-def reference(periods: list[int], steps: int, switch_every: int, n: int = 3,
-              lam: Callable[[int], float] = lambda t: 1.0) -> tuple[nn.Module, torch.optim.Optimizer]:
+def reference(
+    periods: list[int], steps: int, switch_every: int, n: int = 3, lam: Callable[[int], float] = lambda t: 1.0
+) -> tuple[nn.Module, torch.optim.Optimizer]:
     """BAdam by hand: at each period freeze all but its block (of ``n``) and build a fresh AdamW on it."""
     model = make_model()
     blocks = split(model, n)
@@ -77,8 +92,9 @@ def reference(periods: list[int], steps: int, switch_every: int, n: int = 3,
     return model, opt
 
 
-@pytest.mark.parametrize("fused,clip", [(False, None), (True, None), (True, CLIP)],
-                         ids=["plain", "fused", "fused_clip"])
+@pytest.mark.parametrize(
+    "fused,clip", [(False, None), (True, None), (True, CLIP)], ids=["plain", "fused", "fused_clip"]
+)
 def test_one_block_is_the_standard_loop(fused: bool, clip: Optional[float]) -> None:
     model_s = make_model()
     opt_s = torch.optim.AdamW(model_s.parameters(), **KW)
@@ -136,7 +152,7 @@ def test_switch_to_the_same_block_restarts_its_state(fused: bool) -> None:
 @FUSED
 def test_scheduler_runs_across_switches(fused: bool) -> None:
     def lam(t: int) -> float:
-        return 0.8 ** t
+        return 0.8**t
 
     model = make_model()
     opt = BlockCoordinateOptimizer(split(model, 3), switch_every=2, fused_into_backward=fused, **KW)
@@ -176,8 +192,7 @@ def test_state_dict_resumes_bit_for_bit(stop: int, fused: bool) -> None:
     del model_b, opt_b
     model_c = make_model()
     model_c.load_state_dict(saved_model)
-    opt_c = BlockCoordinateOptimizer(split(model_c, 3), switch_every=2, order="random", fused_into_backward=fused,
-                                     **KW)
+    opt_c = BlockCoordinateOptimizer(split(model_c, 3), switch_every=2, order="random", fused_into_backward=fused, **KW)
     opt_c.load_state_dict(saved_opt)
     train(model_c, opt_c, range(stop, 9))
     assert_same(model_a, opt_a, model_c, opt_c)
@@ -230,15 +245,24 @@ def test_bad_arguments_raise_naming_them() -> None:
 @pytest.mark.parametrize("extra", ["last", "own"])
 def test_decoder_layer_blocks_of_a_llama(extra: str) -> None:
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=61, hidden_size=16, intermediate_size=24, num_hidden_layers=4,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    config = transformers.LlamaConfig(
+        vocab_size=61,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config)
     blocks = decoder_layer_blocks(model, layers_per_block=2, extra=extra)
     layers = model.model.layers
     rest = [model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head.weight]
-    expected = [list(layers[0].parameters()) + list(layers[1].parameters()),
-                list(layers[2].parameters()) + list(layers[3].parameters())]
+    expected = [
+        list(layers[0].parameters()) + list(layers[1].parameters()),
+        list(layers[2].parameters()) + list(layers[3].parameters()),
+    ]
     expected = [expected[0], expected[1] + rest] if extra == "last" else expected + [rest]
     assert [list(map(id, b)) for b in blocks] == [list(map(id, b)) for b in expected]
     opt = BlockCoordinateOptimizer(blocks, switch_every=1, **KW)

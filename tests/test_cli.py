@@ -23,14 +23,21 @@ def test_version_is_the_package_metadata(capsys: pytest.CaptureFixture) -> None:
 
 def test_version_without_metadata_is_marked_unknown() -> None:
     """A source tree imported without being installed: no metadata, a version that says so."""
-    script = ("import importlib.metadata as m\n"
-              "def version(name):\n"
-              "    raise m.PackageNotFoundError(name)\n"
-              "m.version = version\n"
-              "import ojas_ref\n"
-              "print(ojas_ref.__version__)\n")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    script = (
+        "import importlib.metadata as m\n"
+        "def version(name):\n"
+        "    raise m.PackageNotFoundError(name)\n"
+        "m.version = version\n"
+        "import ojas_ref\n"
+        "print(ojas_ref.__version__)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "0+unknown\n"
 
@@ -50,8 +57,8 @@ def test_train_help_prints_each_default_once_and_the_exit_status(capsys: pytest.
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal's width
-    options = out[out.index("options:"):]
-    data_dir = options[options.index("--data-dir DATA_DIR"):options.index("--data-glob DATA_GLOB")]
+    options = out[out.index("options:") :]
+    data_dir = options[options.index("--data-dir DATA_DIR") : options.index("--data-glob DATA_GLOB")]
     assert data_dir.count("default") == 1 and "(default: None)" not in out
     assert "--threads THREADS intra-op CPU threads" in out
     assert "exit status: 0: the run finished" in out and "1: the training diverged" in out
@@ -60,8 +67,9 @@ def test_train_help_prints_each_default_once_and_the_exit_status(capsys: pytest.
 
 @pytest.mark.parametrize("command", ["rocq", "proofs"])
 @pytest.mark.parametrize("flag, expected", [([], None), (["--require-witnesses"], True)])
-def test_proofs_require_witnesses_reaches_the_audit(monkeypatch: pytest.MonkeyPatch, flag: list[str],
-                                                    expected: bool | None, command: str) -> None:
+def test_proofs_require_witnesses_reaches_the_audit(
+    monkeypatch: pytest.MonkeyPatch, flag: list[str], expected: bool | None, command: str
+) -> None:
     """``ojas rocq --require-witnesses`` (and ``ojas proofs``, its former name) asks the audit to fail on an
     unwitnessed premise; without it the audit's default applies; a failing audit exits 1."""
     from ojas_ref.verification import proof_audit as pa
@@ -90,8 +98,9 @@ def test_proofs_is_the_deprecated_name_of_rocq(monkeypatch: pytest.MonkeyPatch, 
     rocq = capsys.readouterr().err
     assert rocq == "ojas rocq: cannot run: no rocq/ here\n"
     assert main(["proofs"]) == 2
-    assert capsys.readouterr().err == ("ojas proofs is deprecated and will be removed in the next release; use ojas rocq "
-                                       "(it audits rocq/)\n" + rocq)
+    assert capsys.readouterr().err == (
+        "ojas proofs is deprecated and will be removed in the next release; use ojas rocq (it audits rocq/)\n" + rocq
+    )
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out

@@ -42,10 +42,13 @@ from ojas_kernels.attention import flash_attention  # noqa: E402
 
 _INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
 DEVICE = "cpu" if _INTERPRETED else "cuda"
-kernels = pytest.mark.skipif(not _INTERPRETED and not torch.cuda.is_available(),
-                             reason="needs TRITON_INTERPRET=1 (set before ojas_kernels is imported) or CUDA")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or _INTERPRETED,
-                                reason="needs CUDA (and TRITON_INTERPRET unset)")
+kernels = pytest.mark.skipif(
+    not _INTERPRETED and not torch.cuda.is_available(),
+    reason="needs TRITON_INTERPRET=1 (set before ojas_kernels is imported) or CUDA",
+)
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or _INTERPRETED, reason="needs CUDA (and TRITON_INTERPRET unset)"
+)
 FORWARD_OP, BACKWARD_OP = "ojas.flash_attention_forward", "ojas.flash_attention_backward"
 
 
@@ -67,6 +70,7 @@ def aot_recording(graphs: dict) -> object:
         def compile_graph(gm, example_inputs):
             graphs.setdefault(name, []).append(gm)
             return make_boxed_func(gm.forward)
+
         return compile_graph
 
     return aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
@@ -105,17 +109,29 @@ def eager_and_compiled(fn, args, backend="inductor"):
 ATTENTION_CASES = {
     "causal": (lambda q, k, v: ojas_ref.attention(q, k, v, is_causal=True, impl="triton"), {}),
     "bool mask": (lambda q, k, v, m: ojas_ref.attention(q, k, v, attn_mask=m, impl="triton"), {"mask": True}),
-    "bool mask, causal": (lambda q, k, v, m: ojas_ref.attention(q, k, v, attn_mask=m, is_causal=True, impl="triton"),
-                          {"mask": True}),
+    "bool mask, causal": (
+        lambda q, k, v, m: ojas_ref.attention(q, k, v, attn_mask=m, is_causal=True, impl="triton"),
+        {"mask": True},
+    ),
     "float mask": (lambda q, k, v, m: ojas_ref.attention(q, k, v, attn_mask=m, impl="triton"), {"float_mask": True}),
-    "GQA, window, 5-D": (lambda q, k, v: ojas_ref.attention(q.unflatten(0, (1, 2)), k.unflatten(0, (1, 2)),
-                                                          v.unflatten(0, (1, 2)), is_causal=True, enable_gqa=True,
-                                                          window=4, impl="triton"), {"hq": 4, "hkv": 2}),
+    "GQA, window, 5-D": (
+        lambda q, k, v: ojas_ref.attention(
+            q.unflatten(0, (1, 2)),
+            k.unflatten(0, (1, 2)),
+            v.unflatten(0, (1, 2)),
+            is_causal=True,
+            enable_gqa=True,
+            window=4,
+            impl="triton",
+        ),
+        {"hq": 4, "hkv": 2},
+    ),
     "Sq != Sk": (lambda q, k, v: ojas_ref.attention(q, k, v, scale=0.3, impl="triton"), {"sq": 5, "sk": 12}),
     "dropout": (lambda q, k, v: ojas_ref.attention(q, k, v, dropout_p=0.3, is_causal=True, impl="triton"), {}),
     "dropout seed given, GQA, seq_major": (
         lambda q, k, v, s: flash_attention(q, k, v, True, dropout_p=0.4, dropout_seed=s, seq_major=True),
-        {"hq": 4, "hkv": 1, "seed": True}),
+        {"hq": 4, "hkv": 1, "seed": True},
+    ),
 }
 
 
@@ -181,12 +197,14 @@ def test_ops_run_the_eager_kernels():
     """The registered forward op called directly is the eager path bit for bit, with a
     non-default config (carried through the op as ints); double backward raises in both."""
     q, k, v = inputs(hq=2, hkv=1)
-    config = kattn.AttentionConfig(kattn.KernelConfig(16, 32), kattn.KernelConfig(32, 16, split=False),
-                                   kattn.KernelConfig(16, 16))
+    config = kattn.AttentionConfig(
+        kattn.KernelConfig(16, 32), kattn.KernelConfig(32, 16, split=False), kattn.KernelConfig(16, 16)
+    )
     assert kattn._config_of(kattn._config_ints(config)) == config
     eager = flash_attention(q, k, v, True, config=config)
-    out, _ = torch.ops.ojas.flash_attention_forward(q, k, v, None, None, True, 0.25, None, 0.0, False,
-                                                    kattn._config_ints(config))
+    out, _ = torch.ops.ojas.flash_attention_forward(
+        q, k, v, None, None, True, 0.25, None, 0.0, False, kattn._config_ints(config)
+    )
     assert torch.equal(eager, out)
     g_eager = torch.autograd.grad(eager.sum(), (q, k, v))
     assert all(torch.equal(a, b) for a, b in zip(g_eager, torch.autograd.grad(out.sum(), (q, k, v))))
@@ -237,8 +255,9 @@ def _lce_inputs(bias: bool, seed: int = 0):
 
 
 @kernels
-@pytest.mark.parametrize("reduction,products,bias", [("mean", 3, False), ("sum", 3, True), ("none", 3, True),
-                                                     ("mean", 4, False)])
+@pytest.mark.parametrize(
+    "reduction,products,bias", [("mean", 3, False), ("sum", 3, True), ("none", 3, True), ("mean", 4, False)]
+)
 def test_compiled_linear_cross_entropy_is_eager(reduction, products, bias):
     """``torch.compile(fullgraph=True)`` (Inductor) of ``ojas_ref.linear_cross_entropy`` on the
     kernel: one graph holding the op, the eager loss and gradients bit for bit, for the
@@ -252,8 +271,9 @@ def test_compiled_linear_cross_entropy_is_eager(reduction, products, bias):
 
     def fn(x, w, t, b=None):
         if products == 3:
-            return ojas_ref.linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, label_smoothing=0.1,
-                                                 impl="triton")
+            return ojas_ref.linear_cross_entropy(
+                x, w, t, linear_bias=b, reduction=reduction, label_smoothing=0.1, impl="triton"
+            )
         return klce.linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, config=config)
 
     (loss, grads), (c_loss, c_grads), graphs = eager_and_compiled(fn, _lce_inputs(bias))
@@ -306,10 +326,12 @@ def test_linear_cross_entropy_ops_opcheck():
         loss, gi, gw, gb, lse = forward(*args)
         assert (gw.numel() > 0) == (reduction == "mean") and (lse.numel() > 0) == (reduction == "none")
         grad = torch.ones_like(loss) * 0.5
-        torch.library.opcheck(backward, (grad, *args[:4], lse, gi, gw, gb, *args[4:]),
-                              test_utils=("test_schema", "test_faketensor"))
-    assert klce._config_of(klce._config_text(klce.default_config(torch.float32, torch.device("cpu")))) == \
-        klce.default_config(torch.float32, torch.device("cpu"))
+        torch.library.opcheck(
+            backward, (grad, *args[:4], lse, gi, gw, gb, *args[4:]), test_utils=("test_schema", "test_faketensor")
+        )
+    assert klce._config_of(
+        klce._config_text(klce.default_config(torch.float32, torch.device("cpu")))
+    ) == klce.default_config(torch.float32, torch.device("cpu"))
 
 
 @kernels
@@ -320,7 +342,9 @@ def test_compiled_head_update_runs_eagerly(monkeypatch):
     eager weights bit for bit."""
     from ojas_ref import InBackwardOptimizer
 
-    lce = importlib.import_module("ojas_ref.functional.linear_cross_entropy")  # the module: the package's name is the function
+    lce = importlib.import_module(
+        "ojas_ref.functional.linear_cross_entropy"
+    )  # the module: the package's name is the function
 
     updates = []
     begin = lce._HeadUpdate.begin
@@ -351,6 +375,7 @@ def test_compiled_head_update_runs_eagerly(monkeypatch):
 # --------------------------------------------------------------------------
 # RMSNorm, SwiGLU/GeGLU, RoPE, ReLU: ojas::<name>_forward and ojas::<name>_backward
 # --------------------------------------------------------------------------
+
 
 def _rope_tables(s=9, e=16, dtype=torch.float32):
     pos = torch.arange(s, dtype=torch.float32)[:, None] * torch.linspace(0.05, 1.0, e // 2)
@@ -389,25 +414,41 @@ def _rope(dim):
 
     def fn(q, k, cos, sin):
         return torch.cat(apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=dim, impl="triton"), 1 if dim == 1 else 2)
+
     return fn
 
 
 ELEMENTWISE_CASES = {
     "rms_norm Llama": (lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, impl="triton"), _rms_inputs, "rms_norm"),
-    "rms_norm Llama bf16 x, fp32 weight": (lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, impl="triton"),
-                                           lambda: _rms_inputs(torch.bfloat16), "rms_norm"),
-    "rms_norm Gemma": (lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, offset=1.0, cast="after_weight", impl="triton"),
-                       lambda: _rms_inputs(torch.bfloat16, torch.bfloat16), "rms_norm"),
+    "rms_norm Llama bf16 x, fp32 weight": (
+        lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, impl="triton"),
+        lambda: _rms_inputs(torch.bfloat16),
+        "rms_norm",
+    ),
+    "rms_norm Gemma": (
+        lambda x, w: ojas_ref.rms_norm(x, 48, w, 1e-6, offset=1.0, cast="after_weight", impl="triton"),
+        lambda: _rms_inputs(torch.bfloat16, torch.bfloat16),
+        "rms_norm",
+    ),
     "swiglu silu": (lambda a, b: ojas_ref.swiglu(a, b, impl="triton"), _pair_inputs, "swiglu"),
-    "swiglu gelu_tanh bf16": (lambda a, b: ojas_ref.swiglu(a, b, activation="gelu_tanh", impl="triton"),
-                              lambda: _pair_inputs(dtype=torch.bfloat16), "swiglu"),
-    "swiglu of a split projection": (lambda a, b: ojas_ref.swiglu(*torch.cat([a, b], -1).chunk(2, -1), impl="triton"),
-                                     _pair_inputs, "swiglu"),
+    "swiglu gelu_tanh bf16": (
+        lambda a, b: ojas_ref.swiglu(a, b, activation="gelu_tanh", impl="triton"),
+        lambda: _pair_inputs(dtype=torch.bfloat16),
+        "swiglu",
+    ),
+    "swiglu of a split projection": (
+        lambda a, b: ojas_ref.swiglu(*torch.cat([a, b], -1).chunk(2, -1), impl="triton"),
+        _pair_inputs,
+        "swiglu",
+    ),
     "rope q and k, unsqueeze_dim=1": (_rope(1), lambda: _rope_q_k(True), "rope"),
     "rope q and k, unsqueeze_dim=2, bf16": (_rope(2), lambda: _rope_q_k(False, torch.bfloat16), "rope"),
     "relu": (lambda x: ojas_ref.relu(x, impl="triton"), _relu_inputs, "relu"),
-    "relu fp16, non-contiguous": (lambda x: ojas_ref.relu(x.transpose(0, 2), impl="triton"),
-                                  lambda: _relu_inputs(torch.float16), "relu"),
+    "relu fp16, non-contiguous": (
+        lambda x: ojas_ref.relu(x.transpose(0, 2), impl="triton"),
+        lambda: _relu_inputs(torch.float16),
+        "relu",
+    ),
 }
 
 
@@ -457,18 +498,36 @@ def _elementwise_op_args():
     (h,) = _relu_inputs()
     x2 = x.detach().flatten(0, 1).requires_grad_()
     return {
-        "rms_norm": (ops.rms_norm_forward.default, (x2, w, 1e-6, 0.0, False), ops.rms_norm_backward.default,
-                     lambda out: (torch.randn_like(out[0]), x2.detach(), w.detach(), out[1].detach(), 0.0, False)),
-        "rms_norm Gemma": (ops.rms_norm_forward.default, (x2, w.detach().bfloat16().requires_grad_(), 1e-6, 1.0, True),
-                           ops.rms_norm_backward.default,
-                           lambda out: (torch.randn_like(out[0]), x2.detach(), w.detach().bfloat16(),
-                                        out[1].detach(), 1.0, True)),
-        "swiglu": (ops.swiglu_forward.default, (a, b, "gelu_tanh"), ops.swiglu_backward.default,
-                   lambda out: (a.detach(), b.detach(), torch.randn_like(out), "gelu_tanh")),
-        "rope": (ops.rope_forward.default, (q, k, cos, sin), ops.rope_backward.default,
-                 lambda out: (torch.randn_like(out[0]), torch.randn_like(out[1]), cos, sin)),
-        "relu": (ops.relu_forward.default, (h,), ops.relu_backward.default,
-                 lambda out: (torch.randn_like(out[0]), out[1])),
+        "rms_norm": (
+            ops.rms_norm_forward.default,
+            (x2, w, 1e-6, 0.0, False),
+            ops.rms_norm_backward.default,
+            lambda out: (torch.randn_like(out[0]), x2.detach(), w.detach(), out[1].detach(), 0.0, False),
+        ),
+        "rms_norm Gemma": (
+            ops.rms_norm_forward.default,
+            (x2, w.detach().bfloat16().requires_grad_(), 1e-6, 1.0, True),
+            ops.rms_norm_backward.default,
+            lambda out: (torch.randn_like(out[0]), x2.detach(), w.detach().bfloat16(), out[1].detach(), 1.0, True),
+        ),
+        "swiglu": (
+            ops.swiglu_forward.default,
+            (a, b, "gelu_tanh"),
+            ops.swiglu_backward.default,
+            lambda out: (a.detach(), b.detach(), torch.randn_like(out), "gelu_tanh"),
+        ),
+        "rope": (
+            ops.rope_forward.default,
+            (q, k, cos, sin),
+            ops.rope_backward.default,
+            lambda out: (torch.randn_like(out[0]), torch.randn_like(out[1]), cos, sin),
+        ),
+        "relu": (
+            ops.relu_forward.default,
+            (h,),
+            ops.relu_backward.default,
+            lambda out: (torch.randn_like(out[0]), out[1]),
+        ),
     }
 
 
@@ -492,19 +551,21 @@ def test_elementwise_ops_run_the_eager_kernels(name):
     from ojas_ref.functional.rope import apply_rotary_pos_emb
 
     forward, args, _, _ = _elementwise_op_args()[name]
-    eager = {"rms_norm": lambda x, w, eps, *_: ojas_ref.rms_norm(x, 48, w, eps, impl="triton"),
-             "swiglu": lambda a, b, act: ojas_ref.swiglu(a, b, activation=act, impl="triton"),
-             "rope": lambda q, k, cos, sin: apply_rotary_pos_emb(q, k, cos, sin, impl="triton"),
-             "relu": lambda h: ojas_ref.relu(h, impl="triton")}[name]
+    eager = {
+        "rms_norm": lambda x, w, eps, *_: ojas_ref.rms_norm(x, 48, w, eps, impl="triton"),
+        "swiglu": lambda a, b, act: ojas_ref.swiglu(a, b, activation=act, impl="triton"),
+        "rope": lambda q, k, cos, sin: apply_rotary_pos_emb(q, k, cos, sin, impl="triton"),
+        "relu": lambda h: ojas_ref.relu(h, impl="triton"),
+    }[name]
     leaves = [t for t in args if torch.is_tensor(t) and t.requires_grad]
     results = []
     for f in (eager, forward):
         out = f(*args)
-        out = (out,) if torch.is_tensor(out) else tuple(out)[:2 if name == "rope" else 1]
+        out = (out,) if torch.is_tensor(out) else tuple(out)[: 2 if name == "rope" else 1]
         grad_out = [torch.randn(o.shape, generator=torch.Generator().manual_seed(9)).to(o) for o in out]
         results.append((out, torch.autograd.grad(out, leaves, grad_out)))
         again = f(*args)
-        again = (again,) if torch.is_tensor(again) else tuple(again)[:len(out)]
+        again = (again,) if torch.is_tensor(again) else tuple(again)[: len(out)]
         with pytest.raises(RuntimeError, match="does not support double backward"):
             torch.autograd.grad(again, leaves, grad_out, create_graph=True)
     (out, grads), (o_out, o_grads) = results
@@ -515,10 +576,18 @@ def test_elementwise_ops_run_the_eager_kernels(name):
 # GPU: optimize_model'd Llama, and fullgraph for every functional op
 # --------------------------------------------------------------------------
 
+
 def _llama(transformers, dtype, device, checkpoint=False, **optimize):
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      attention_dropout=0.0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attention_dropout=0.0,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype)
     model, _ = ojas_ref.optimize_model(model, checkpoint=checkpoint, **optimize)
@@ -573,7 +642,8 @@ def test_compiled_optimized_llama_gpu(mode, checkpoint, kernels_on):
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     model, data = _llama(transformers, dtype, "cuda", checkpoint=checkpoint, **flags)
     eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(
-        model, data, autocast=None if mode == "bf16" else torch.bfloat16)
+        model, data, autocast=None if mode == "bf16" else torch.bfloat16
+    )
     _assert_step_close(eager_loss, loss, eager_grads, grads, 1e-2, 2e-2)
 
 
@@ -612,8 +682,14 @@ def _functional_cases():
 
 
 #: the forward op each functional case's graph holds
-FUNCTIONAL_OPS = dict(attention=FORWARD_OP, linear_cross_entropy=LCE_OPS[0], rms_norm="ojas.rms_norm_forward",
-                      swiglu="ojas.swiglu_forward", rope="ojas.rope_forward", relu="ojas.relu_forward")
+FUNCTIONAL_OPS = dict(
+    attention=FORWARD_OP,
+    linear_cross_entropy=LCE_OPS[0],
+    rms_norm="ojas.rms_norm_forward",
+    swiglu="ojas.swiglu_forward",
+    rope="ojas.rope_forward",
+    relu="ojas.relu_forward",
+)
 
 
 @pytest.mark.gpu
@@ -639,10 +715,12 @@ def test_functional_ops_compile_fullgraph_gpu(name, dtype):
 # packed sequences, InBackwardOptimizer (issue 29 item 1)
 # --------------------------------------------------------------------------
 
-MODES = {"checkpoint offload": dict(checkpoint="offload"),
-         "checkpoint split": dict(checkpoint=True, checkpoint_split=True),
-         "checkpoint offload split": dict(checkpoint="offload", checkpoint_split=True),
-         "packed sequences": {}}
+MODES = {
+    "checkpoint offload": dict(checkpoint="offload"),
+    "checkpoint split": dict(checkpoint=True, checkpoint_split=True),
+    "checkpoint offload split": dict(checkpoint="offload", checkpoint_split=True),
+    "packed sequences": {},
+}
 
 
 def _mode_llama(transformers, mode, dtype, device):
@@ -696,15 +774,17 @@ def test_compiled_optimized_llama_modes_gpu(mode, dtype):
     transformers = pytest.importorskip("transformers")
     model, data = _mode_llama(transformers, mode, torch.bfloat16 if dtype == "bf16" else torch.float32, "cuda")
     eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(
-        model, data, autocast=None if dtype == "bf16" else torch.bfloat16)
+        model, data, autocast=None if dtype == "bf16" else torch.bfloat16
+    )
     _assert_step_close(eager_loss, loss, eager_grads, grads, 1e-2, 2e-2)
 
 
 IN_BACKWARD = {"default": {}, "overlap": dict(overlap=True), "state on cpu": dict(state_device="cpu")}
 
 
-def _in_backward_steps(transformers, options, dtype, device, backend, autocast=None,
-                       optimizer=(torch.optim.AdamW, dict(lr=1e-2))):
+def _in_backward_steps(
+    transformers, options, dtype, device, backend, autocast=None, optimizer=(torch.optim.AdamW, dict(lr=1e-2))
+):
     """Two steps of ``optimizer`` (class, keywords) on an ``optimize_model``'d Llama by
     ``InBackwardOptimizer(**options)``, eager and compiled (each from the same initial weights):
     the losses and the updated parameters."""
@@ -739,7 +819,8 @@ def test_compiled_optimized_llama_in_backward_cpu(options):
     transformers = pytest.importorskip("transformers")
     with _kernels_forced(all_kernels=False):
         (eager_losses, eager_params), (losses, params) = _in_backward_steps(
-            transformers, IN_BACKWARD[options], torch.float32, DEVICE, "aot_eager")
+            transformers, IN_BACKWARD[options], torch.float32, DEVICE, "aot_eager"
+        )
         rtol = 0.0 if _INTERPRETED else 1e-5
         _assert_step_close(eager_losses, losses, eager_params, params, rtol, rtol)
 
@@ -757,8 +838,14 @@ def test_compiled_optimized_llama_in_backward_gpu(options, dtype):
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
     initial = [p.detach().clone() for p in _llama(transformers, dt, "cuda")[0].parameters()]
     (eager_losses, eager_params), (losses, params) = _in_backward_steps(
-        transformers, IN_BACKWARD[options], dt, "cuda", "inductor",
-        autocast=None if dtype == "bf16" else torch.bfloat16, optimizer=(torch.optim.SGD, dict(lr=0.5)))
+        transformers,
+        IN_BACKWARD[options],
+        dt,
+        "cuda",
+        "inductor",
+        autocast=None if dtype == "bf16" else torch.bfloat16,
+        optimizer=(torch.optim.SGD, dict(lr=0.5)),
+    )
     _assert_close(eager_losses, losses, 1e-2)
     moved = [(p - p0).float() for p, p0 in zip(eager_params, initial)]
     assert max(d.abs().max().item() for d in moved) > 1e-2  # the eager steps did update the weights

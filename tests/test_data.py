@@ -28,8 +28,10 @@ def prepared(corpus: data.Corpus, tmp_path_factory: pytest.TempPathFactory) -> d
 def test_stdlib_corpus_sorted_and_cut(corpus: data.Corpus) -> None:
     assert corpus.num_bytes == MAX_BYTES
     root = data.stdlib_directory()
-    first = sorted((p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts),
-                   key=lambda p: p.relative_to(root).as_posix())[0]
+    first = sorted(
+        (p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )[0]
     assert corpus.documents[0] == first.read_bytes()[:MAX_BYTES]
     assert data.read_corpus(max_bytes=MAX_BYTES).sha256 == corpus.sha256
     assert data.read_corpus(max_bytes=MAX_BYTES - 1).sha256 != corpus.sha256
@@ -59,8 +61,11 @@ def test_corpus_unreadable_file_is_named(tmp_path: Path, monkeypatch: pytest.Mon
         return read(self)
 
     monkeypatch.setattr(Path, "read_bytes", denied)
-    with pytest.raises(ValueError, match=rf"^directory {re.escape(repr(str(tmp_path)))}: cannot read "
-                                         rf"{re.escape(str(tmp_path / 'b.py'))} \(Permission denied\)$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^directory {re.escape(repr(str(tmp_path)))}: cannot read "
+        rf"{re.escape(str(tmp_path / 'b.py'))} \(Permission denied\)$",
+    ):
         data.read_corpus(tmp_path, "*.py")
 
 
@@ -71,7 +76,7 @@ def test_tokenizer_round_trip_and_eos(prepared: data.PreparedData, corpus: data.
     ends = np.flatnonzero(tokens == eos)
     assert len(ends) == len(corpus.documents)  # one end-of-text token after each document
     text = corpus.texts()[0]
-    assert tokenizer.decode(tokens[:ends[0]].tolist()) == text  # byte-level BPE: lossless
+    assert tokenizer.decode(tokens[: ends[0]].tolist()) == text  # byte-level BPE: lossless
     assert len(tokens) < 0.75 * corpus.num_bytes  # merges learned: well under a token per byte
 
 

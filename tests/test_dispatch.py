@@ -27,8 +27,15 @@ import pytest
 import torch
 
 from ojas_ref.functional import dispatch
-from ojas_ref.functional.dispatch import (IMPL_ENVS, IMPLS, PRIMITIVES, get_impl, kernel_runs, plain_kernel_call,
-                                          use_impl)
+from ojas_ref.functional.dispatch import (
+    IMPL_ENVS,
+    IMPLS,
+    PRIMITIVES,
+    get_impl,
+    kernel_runs,
+    plain_kernel_call,
+    use_impl,
+)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # the primitives' modules (ojas_ref.functional's attributes of those names are the functions)
@@ -39,12 +46,19 @@ MODULES = {p: importlib.import_module(f"ojas_ref.functional.{p}") for p in PRIMI
 # The environment, read at import
 # --------------------------------------------------------------------------
 
+
 def test_settings_from_the_environment():
     assert dispatch._settings_from({}) == dict.fromkeys(PRIMITIVES, "auto")
-    environ = {"OJAS_ATTENTION_IMPL": "reference", "OJAS_ROPE_IMPL": "triton", "OJAS_RELU_IMPL": "",
-               "OJAS_UNRELATED": "x"}
-    assert dispatch._settings_from(environ) == dict.fromkeys(PRIMITIVES, "auto") | {"attention": "reference",
-                                                                                    "rope": "triton"}
+    environ = {
+        "OJAS_ATTENTION_IMPL": "reference",
+        "OJAS_ROPE_IMPL": "triton",
+        "OJAS_RELU_IMPL": "",
+        "OJAS_UNRELATED": "x",
+    }
+    assert dispatch._settings_from(environ) == dict.fromkeys(PRIMITIVES, "auto") | {
+        "attention": "reference",
+        "rope": "triton",
+    }
     assert IMPL_ENVS == {p: f"OJAS_{p.upper()}_IMPL" for p in PRIMITIVES} and IMPL_ENVS["rope"] == "OJAS_ROPE_IMPL"
     for primitive, name in IMPL_ENVS.items():
         assert MODULES[primitive].IMPL_ENV == name
@@ -70,8 +84,10 @@ def test_the_environment_is_read_at_import():
     env = dict(os.environ, TRITON_INTERPRET="1", OJAS_RELU_IMPL="triton", OJAS_ATTENTION_IMPL="reference")
     env.pop("OJAS_ROPE_IMPL", None)
     bad = dict(env, OJAS_SWIGLU_IMPL="fast")
-    runs = [subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for code, e in ((_SET_BEFORE_START, env), ("import ojas_ref", bad))]
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for code, e in ((_SET_BEFORE_START, env), ("import ojas_ref", bad))
+    ]
     (_, good_err), (_, bad_err) = (r.communicate(timeout=600) for r in runs)
     assert runs[0].returncode == 0, good_err[-3000:]
     assert runs[1].returncode != 0
@@ -81,6 +97,7 @@ def test_the_environment_is_read_at_import():
 # --------------------------------------------------------------------------
 # use_impl
 # --------------------------------------------------------------------------
+
 
 def test_use_impl_sets_and_restores():
     before = {p: get_impl(p) for p in PRIMITIVES}
@@ -173,6 +190,7 @@ def test_use_impl_under_compile_fullgraph():
 # The public function and the adapters' rule: the same path
 # --------------------------------------------------------------------------
 
+
 def _inputs(primitive: str, dtype: torch.dtype, device: str, mask: str) -> tuple:
     """(positional arguments of the public function, its keyword arguments, the tensors the
     adapter passes to plain_kernel_call, and whether the adapter's own checks let it be plain)."""
@@ -183,9 +201,13 @@ def _inputs(primitive: str, dtype: torch.dtype, device: str, mask: str) -> tuple
 
     if primitive == "attention":
         q, k, v = rand(1, 2, 4, 8), rand(1, 2, 4, 8), rand(1, 2, 4, 8)
-        masks = {"none": None, "bool": torch.ones(4, 4, dtype=torch.bool, device=device).tril(),
-                 "float": torch.zeros(4, 4, device=device, dtype=dtype).triu(1).masked_fill_(
-                     torch.ones(4, 4, dtype=torch.bool, device=device).triu(1), -torch.inf)}
+        masks = {
+            "none": None,
+            "bool": torch.ones(4, 4, dtype=torch.bool, device=device).tril(),
+            "float": torch.zeros(4, 4, device=device, dtype=dtype)
+            .triu(1)
+            .masked_fill_(torch.ones(4, 4, dtype=torch.bool, device=device).triu(1), -torch.inf),
+        }
         masks["float_grad"] = masks["float"].clone().requires_grad_()
         attn_mask = masks[mask]
         # the adapter: plain_kernel_call(query, key, value) and no mask that requires grad
@@ -245,7 +267,7 @@ def _grid(primitive: str, device: str):
         for mode in ("off", "same", "other"):
             if mode == "same" and dtype not in (torch.float16, torch.bfloat16):
                 continue  # autocast runs at float16 or bfloat16 only
-            for mask in (("none", "bool", "float", "float_grad") if primitive == "attention" else ("none",)):
+            for mask in ("none", "bool", "float", "float_grad") if primitive == "attention" else ("none",):
                 yield dtype, mode, mask
 
 
@@ -294,13 +316,17 @@ def test_public_function_and_adapter_agree_cuda(monkeypatch, primitive):
     settings = {c[6] for c in kernel_cases}
     assert settings == {"auto", "triton"}
     auto_dtypes = {c[3] for c in kernel_cases if c[6] == "auto"}
-    assert auto_dtypes == ({torch.bfloat16, torch.float32} if primitive == "linear_cross_entropy" else
-                           {torch.float16, torch.bfloat16, torch.float32})
+    assert auto_dtypes == (
+        {torch.bfloat16, torch.float32}
+        if primitive == "linear_cross_entropy"
+        else {torch.float16, torch.bfloat16, torch.float32}
+    )
 
 
 # --------------------------------------------------------------------------
 # No environment read per call
 # --------------------------------------------------------------------------
+
 
 class _NoEnviron(MutableMapping):
     """os.environ for the test below: any access is a failure."""

@@ -24,8 +24,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="needs torch.distributed with the gloo backend")
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed with the gloo backend"
+)
 
 import _distributed as D  # noqa: E402  (tests/_distributed.py)
 
@@ -53,8 +54,10 @@ def ranks_equal(results: list[dict], key: str) -> list[torch.Tensor]:
     first = results[0][key]
     for rank, other in enumerate(results[1:], 1):
         for i, (a, b) in enumerate(zip(first, other[key])):
-            assert torch.equal(a, b), f"{key}: parameter {i} differs between rank 0 and rank {rank}: " \
-                                      f"max |diff| {float((a - b).abs().max()):.3g}"
+            assert torch.equal(a, b), (
+                f"{key}: parameter {i} differs between rank 0 and rank {rank}: "
+                f"max |diff| {float((a - b).abs().max()):.3g}"
+            )
     return first
 
 
@@ -106,7 +109,7 @@ def test_ddp_find_unused_parameters(ddp: list[dict]) -> None:
     initial = [p.detach() for p in model.parameters()]
     assert len(ours) == len(initial)
     assert not torch.equal(ours[-4], initial[-4])  # used on rank 1: updated on both ranks
-    assert torch.equal(ours[-1], initial[-1])      # used nowhere: never stepped
+    assert torch.equal(ours[-1], initial[-1])  # used nowhere: never stepped
 
 
 def test_ddp_mixed_precision_is_refused(ddp: list[dict]) -> None:
@@ -151,8 +154,10 @@ def test_fsdp2_attention_and_linear_cross_entropy(fsdp: list[dict]) -> None:
 
 def test_fsdp2_on_reversible_blocks_is_refused(fsdp: list[dict]) -> None:
     """Sharding the blocks themselves: a clear error, not torch's "mixed torch.Tensor and DTensor"."""
-    assert "apply fully_shard to the ReversibleSequence or to a module above it" in \
-        fsdp[0]["error/reversible_blocks_sharded"]
+    assert (
+        "apply fully_shard to the ReversibleSequence or to a module above it"
+        in fsdp[0]["error/reversible_blocks_sharded"]
+    )
 
 
 def test_fsdp2_accumulation_steps_is_refused(fsdp: list[dict]) -> None:

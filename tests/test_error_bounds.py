@@ -50,7 +50,7 @@ def emulated_stream_row(scores: np.ndarray, values: np.ndarray, block: int) -> n
     f32 = np.float32
     m = l = acc = None
     for start in range(0, len(scores), block):
-        s_blk, v_blk = scores[start:start + block], values[start:start + block]
+        s_blk, v_blk = scores[start : start + block], values[start : start + block]
         unmasked = s_blk[np.isfinite(s_blk)]
         blk_max = unmasked.max() if unmasked.size else None
         m_new = blk_max if m is None else (m if blk_max is None else max(m, blk_max))
@@ -84,8 +84,9 @@ def exact_softmax_row(scores: np.ndarray, values: np.ndarray) -> np.ndarray:
         w = [mpmath.exp(x - big) for x in s]
         z = mpmath.fsum(w)
         vs = values[keep].astype(np.float64)
-        return np.array([float(mpmath.fsum(wj * float(vj[c]) for wj, vj in zip(w, vs)) / z)
-                         for c in range(values.shape[1])])
+        return np.array(
+            [float(mpmath.fsum(wj * float(vj[c]) for wj, vj in zip(w, vs)) / z) for c in range(values.shape[1])]
+        )
 
 
 def make_row(n: int, spread: float, order: str, masked: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,8 +149,12 @@ def stream_err_mp(n: int, u: float, ue: float) -> tuple[mpmath.mpf, mpmath.mpf]:
 
 def test_online_softmax_formula() -> None:
     """The Python formula is stream_err of StreamError.v (evaluated here with mpmath)."""
-    for n, u, ue in [(1, 2.0**-24, 2.0**-21), (4096, 2.0**-24, 2.0**-23), (100, 2.0**-11, 2.0**-11),
-                     (10**6, 2.0**-53, 2.0**-50)]:
+    for n, u, ue in [
+        (1, 2.0**-24, 2.0**-21),
+        (4096, 2.0**-24, 2.0**-23),
+        (100, 2.0**-11, 2.0**-11),
+        (10**6, 2.0**-53, 2.0**-50),
+    ]:
         _, expected = stream_err_mp(n, u, ue)
         got = online_softmax_error_bound(n, u, ue)
         assert got >= expected
@@ -219,13 +224,23 @@ U64 = UNIT_ROUNDOFF[torch.float64]
 
 def _linear_cross_entropy_bounds(x, w, b, t, eps, lam, u, ue):
     V = w.shape[0]
-    return linear_cross_entropy_token_error_bound(x, w, b, t, label_smoothing=eps, z_loss=lam, unit_roundoff=u,
-                                                  exp_error=ue, log_error=ue * (1.0 + math.log(V)))
+    return linear_cross_entropy_token_error_bound(
+        x, w, b, t, label_smoothing=eps, z_loss=lam, unit_roundoff=u, exp_error=ue, log_error=ue * (1.0 + math.log(V))
+    )
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 20), st.integers(1, 4), st.sampled_from([1.0, 300.0]), st.booleans(),
-       st.sampled_from([0.0, 0.1]), st.sampled_from([0.0, 1e-2]), st.integers(1, 8), st.integers(0, 2**31 - 1))
+@given(
+    st.integers(1, 6),
+    st.integers(1, 20),
+    st.integers(1, 4),
+    st.sampled_from([1.0, 300.0]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.1]),
+    st.sampled_from([0.0, 1e-2]),
+    st.integers(1, 8),
+    st.integers(0, 2**31 - 1),
+)
 def test_linear_cross_entropy_forward_bound_holds(D, V, N, scale, bias, eps, lam, vocab_chunk, seed) -> None:
     """The float32 reference forward (loss, lse per token) is within the proved bound of
     the exact one: |ref32 - ref64| <= B(u32) + B(u64), on small problems including
@@ -241,8 +256,9 @@ def test_linear_cross_entropy_forward_bound_holds(D, V, N, scale, bias, eps, lam
     t = torch.randint(0, V, (N,), generator=gen)
     kw = dict(label_smoothing=eps, z_loss=lam, chunk_size=(3, vocab_chunk))
     loss32, lse32 = linear_cross_entropy_forward(x, w, t, linear_bias=b, **kw)
-    loss64, lse64 = linear_cross_entropy_forward(x.double(), w.double(), t,
-                                                 linear_bias=None if b is None else b.double(), **kw)
+    loss64, lse64 = linear_cross_entropy_forward(
+        x.double(), w.double(), t, linear_bias=None if b is None else b.double(), **kw
+    )
     lb32, eb32, _ = _linear_cross_entropy_bounds(x, w, b, t, eps, lam, U32, EXP_ERROR32)
     lb64, eb64, _ = _linear_cross_entropy_bounds(x, w, b, t, eps, lam, U64, 2.0**-50)
     assert ((loss32.double() - loss64).abs() <= lb32 + lb64).all()
@@ -288,7 +304,7 @@ from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
 )
 from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_error_bound  # noqa: E402
 
-ROUNDOFFS = sorted(set(UNIT_ROUNDOFF.values()))           # float64, float32, float16, bfloat16
+ROUNDOFFS = sorted(set(UNIT_ROUNDOFF.values()))  # float64, float32, float16, bfloat16
 EXP_ERRORS = [0.0, 2.0**-50, 2.0**-21]
 LENGTHS = [0, 1, 2, 7, 64, 1000, 4096, 2**16, 10**6]
 DELTAS = [0.0, 1e-300, 1e-12, 3e-7, 1e-3, 0.1, 1.0, 10.0, 300.0]
@@ -344,7 +360,8 @@ def test_oracle_gamma_and_sum_factors_match_hand_formulas(u: float) -> None:
             with mpmath.workdps(60):
                 exact = (1 + mpmath.mpf(u)) ** (2 * n) - 1
                 assert Fraction(_query(bound="chunked_sum_factor", u=common._rational(u), n=n)) >= Fraction(
-                    mpmath.nstr(exact, 55, min_fixed=-math.inf, max_fixed=math.inf)) * (1 - Fraction(1, 10**50))
+                    mpmath.nstr(exact, 55, min_fixed=-math.inf, max_fixed=math.inf)
+                ) * (1 - Fraction(1, 10**50))
         else:
             assert chunked_sum_error_factor(n, u) == math.inf
         if n * math.log1p(u) <= 709.0:
@@ -360,8 +377,11 @@ def test_oracle_stream_err_matches_hand_formula(u: float, ue: float) -> None:
     side condition beta < 1 fails."""
     for n in LENGTHS:
         hand = online_softmax._hand_online_softmax_error_bound(n, u, ue)
-        q = _query(bound="stream_err", u=common._rational(u), ue=common._rational(ue), n=n) \
-            if online_softmax._hand_stream_beta(n, u, ue) < 1.0 else None
+        q = (
+            _query(bound="stream_err", u=common._rational(u), ue=common._rational(ue), n=n)
+            if online_softmax._hand_stream_beta(n, u, ue) < 1.0
+            else None
+        )
         if hand == math.inf:
             assert q is None
             with pytest.raises(ValueError):
@@ -413,14 +433,25 @@ def test_oracle_neg_ln_check() -> None:
 def test_hand_fallback_without_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the oracle the public functions fall back to the hand formulas, which agree
     with the oracle's values to float64 rounding (the cross-check above)."""
-    with_oracle = [dot_product_error_bound(64, U32), chunked_sum_error_factor(100, U32),
-                   online_softmax_error_bound(4096, U32, EXP_ERROR32), softmax_score_perturbation_bound(1e-3)]
+    with_oracle = [
+        dot_product_error_bound(64, U32),
+        chunked_sum_error_factor(100, U32),
+        online_softmax_error_bound(4096, U32, EXP_ERROR32),
+        softmax_score_perturbation_bound(1e-3),
+    ]
     monkeypatch.setitem(common._oracle_state, "available", False)
-    hand = [dot_product_error_bound(64, U32), chunked_sum_error_factor(100, U32),
-            online_softmax_error_bound(4096, U32, EXP_ERROR32), softmax_score_perturbation_bound(1e-3)]
-    assert hand == [sums._hand_dot_product_error_bound(64, U32), sums._hand_chunked_sum_error_factor(100, U32),
-                    online_softmax._hand_online_softmax_error_bound(4096, U32, EXP_ERROR32),
-                    online_softmax._hand_softmax_score_perturbation_bound(1e-3)]
+    hand = [
+        dot_product_error_bound(64, U32),
+        chunked_sum_error_factor(100, U32),
+        online_softmax_error_bound(4096, U32, EXP_ERROR32),
+        softmax_score_perturbation_bound(1e-3),
+    ]
+    assert hand == [
+        sums._hand_dot_product_error_bound(64, U32),
+        sums._hand_chunked_sum_error_factor(100, U32),
+        online_softmax._hand_online_softmax_error_bound(4096, U32, EXP_ERROR32),
+        online_softmax._hand_softmax_score_perturbation_bound(1e-3),
+    ]
     for o, h in zip(with_oracle, hand):
         _close(o, h)
     gen = torch.Generator().manual_seed(1)
@@ -518,11 +549,16 @@ def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeyp
     kw = dict(block_n=64, dtype=dtype, max_abs_q=4.0, max_abs_k=4.0, max_abs_v=4.0)
     w = torch.tensor([0.0, 0.5, 4.0], dtype=torch.float64)
     for n in (1, 64, 4096, 16384, 65536):
-        args, tiles = attention_bounds._afe_args(n, 64, dtype, "nearest", EXP2_ERROR, 1 / math.sqrt(128), 128 * 16.0,
-                                                 4.0)
+        args, tiles = attention_bounds._afe_args(
+            n, 64, dtype, "nearest", EXP2_ERROR, 1 / math.sqrt(128), 128 * 16.0, 4.0
+        )
         query = {k: common._rational(x) for k, x in args.items()}
-        rel, absolute = (common._float_up(x) for x in common._from_oracle(
-            bound="attention_forward_posteriori", **query, e=128, block=64, keys=n, tiles=tiles))
+        rel, absolute = (
+            common._float_up(x)
+            for x in common._from_oracle(
+                bound="attention_forward_posteriori", **query, e=128, block=64, keys=n, tiles=tiles
+            )
+        )
         hand_rel, hand_abs = attention_bounds._hand_attention_forward_posteriori(*args.values(), 128, 64, n, tiles)
         assert rel <= hand_rel <= rel + 32 * 2.0**-30, (n, rel, hand_rel)
         assert absolute <= hand_abs <= absolute * (1 + 1e-6), (n, absolute, hand_abs)
@@ -562,9 +598,25 @@ def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyP
         assert oracle <= hand <= oracle * (1 + 1e-6), (vocab, oracle, hand)
     with pytest.raises(ValueError, match="ce_merge_lse_q answered None"):
         linear_cross_entropy_merge_lse_error_bound(700, 32, **{**kw, "exp_error": 0.5})
-    q = dict(bound="linear_cross_entropy_merge_lse", u=common._rational(U32), ue=common._rational(2.0**-21), ee="0",
-             ea="0", el="0", zmax="60", delta="0", depth=15, block=16, tiles=4, items=64, merge_depth=15,
-             merge_block=16, merge_tiles=1, groups=11, vocab=700)
+    q = dict(
+        bound="linear_cross_entropy_merge_lse",
+        u=common._rational(U32),
+        ue=common._rational(2.0**-21),
+        ee="0",
+        ea="0",
+        el="0",
+        zmax="60",
+        delta="0",
+        depth=15,
+        block=16,
+        tiles=4,
+        items=64,
+        merge_depth=15,
+        merge_block=16,
+        merge_tiles=1,
+        groups=11,
+        vocab=700,
+    )
     assert common._from_oracle(**q, ln=common._rational(math.log(700) * (1 + 2.0**-40))) is not None
     assert common._from_oracle(**q, ln=common._rational(math.log(700) * (1 - 2.0**-40))) is None
 
@@ -595,15 +647,32 @@ def test_grad_coefficients_oracle_match_hand_formula(dtype, n_terms, n_chunks) -
     kg, w = (1 + us) * (1 + u), ua + u * (1 + ua)
     k = kg**n_chunks * a0 * (1 + w) * (1 + gd)
     with mpmath.workdps(40):
-        at_exp = mpmath.mpf(k.numerator) / k.denominator * (
-            mpmath.mpf(kg.numerator) / kg.denominator * (1 + mpmath.mpf(ue.numerator) / ue.denominator)
-            * mpmath.exp(mpmath.mpf(x.numerator) / x.denominator) - 1)
-        assert at_exp <= mpmath.mpf(got[0].numerator) / got[0].denominator <= at_exp * (1 + mpmath.mpf(10)**-12)
+        at_exp = (
+            mpmath.mpf(k.numerator)
+            / k.denominator
+            * (
+                mpmath.mpf(kg.numerator)
+                / kg.denominator
+                * (1 + mpmath.mpf(ue.numerator) / ue.denominator)
+                * mpmath.exp(mpmath.mpf(x.numerator) / x.denominator)
+                - 1
+            )
+        )
+        assert at_exp <= mpmath.mpf(got[0].numerator) / got[0].denominator <= at_exp * (1 + mpmath.mpf(10) ** -12)
     assert got[0] <= hand[0]
     s = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
     bound = linear_cross_entropy_grad_error_bound(
-        s, s, s, n_terms=n_terms, dtype=dtype, scale=float(a0), logit_error=0.05, lse_error=0.01, max_abs_arg=40.0,
-        n_chunks=n_chunks)
+        s,
+        s,
+        s,
+        n_terms=n_terms,
+        dtype=dtype,
+        scale=float(a0),
+        logit_error=0.05,
+        lse_error=0.01,
+        max_abs_arg=40.0,
+        n_chunks=n_chunks,
+    )
     grow = 1.0 + 4 * (n_terms + 1) * 2.0**-53
     up = common._float_up
     want = (up(got[0]) * s * grow + up(got[1]) * s * grow + up(got[2]) * s * grow + up(got[3])) * common._ROUND_UP

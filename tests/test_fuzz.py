@@ -68,11 +68,11 @@ DOCUMENTED = (TypeError, ValueError, NotImplementedError, RuntimeError)
 
 
 def _unit_roundoff(dtype: torch.dtype) -> float:
-    return 2.0 ** -53 if dtype == F64 else 2.0 ** -24
+    return 2.0**-53 if dtype == F64 else 2.0**-24
 
 
 def _out_rounding(dtype: torch.dtype) -> float:
-    return 2.0 ** -7 if dtype == torch.bfloat16 else 0.0
+    return 2.0**-7 if dtype == torch.bfloat16 else 0.0
 
 
 def _amax(x) -> float:
@@ -114,6 +114,7 @@ def _tensor(gen: torch.Generator, shape, dtype: torch.dtype, magnitude: float = 
 # attention
 # --------------------------------------------------------------------------
 
+
 @st.composite
 def attention_calls(draw):
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
@@ -131,35 +132,49 @@ def attention_calls(draw):
     kind = draw(st.sampled_from([None, "bool", "float"]))
     if kind is not None:
         # broadcastable: each dimension full or 1, leading dimensions maybe left out
-        shape = [d if draw(st.booleans()) else 1 for d in full][draw(st.integers(0, len(full) - 2)):]
+        shape = [d if draw(st.booleans()) else 1 for d in full][draw(st.integers(0, len(full) - 2)) :]
         if kind == "bool":
             mask = torch.rand(shape, generator=gen) < 0.7
         else:  # values, not near finfo.min: their rounding error would be their size
             values = torch.tensor([0.0, -1.0, 2.5, -30.0, -math.inf], dtype=F64)
             mask = values[torch.randint(0, 5, shape, generator=gen)].to(dtype)
             mask.requires_grad_(draw(st.booleans()))  # the reference differentiates a float mask too
-    kw = dict(attn_mask=mask, is_causal=draw(st.booleans()), enable_gqa=group > 1 or draw(st.booleans()),
-              window=draw(st.sampled_from([None, 1, 2, np.int64(3)])),
-              scale=draw(st.sampled_from([None, 0.5, np.float32(0.25), 2])),
-              dropout_p=draw(st.sampled_from([0.0, 0, np.float64(0.0)])))
+    kw = dict(
+        attn_mask=mask,
+        is_causal=draw(st.booleans()),
+        enable_gqa=group > 1 or draw(st.booleans()),
+        window=draw(st.sampled_from([None, 1, 2, np.int64(3)])),
+        scale=draw(st.sampled_from([None, 0.5, np.float32(0.25), 2])),
+        dropout_p=draw(st.sampled_from([0.0, 0, np.float64(0.0)])),
+    )
     if draw(st.booleans()):  # the numpy bools SDPA refuses, accepted here
         kw["is_causal"], kw["enable_gqa"] = np.bool_(kw["is_causal"]), np.bool_(kw["enable_gqa"])
-    bad = _invalid(draw, [
-        ("dropout_p", dict(dropout_p=1.5)), ("dropout_p", dict(dropout_p="0")), ("dropout_p", dict(dropout_p=True)),
-        ("scale", dict(scale=math.nan)), ("scale", dict(scale=math.inf)), ("scale", dict(scale="0.5")),
-        ("scale", dict(scale=True)),
-        ("window", dict(window=0)), ("window", dict(window=-2)), ("window", dict(window=1.5)),
-        ("window", dict(window=True)),
-        ("is_causal", dict(is_causal=1)), ("enable_gqa", dict(enable_gqa=None)),
-        ("attn_mask", dict(attn_mask=torch.zeros(full, dtype=torch.int32))),
-        ("attn_mask", dict(attn_mask=torch.zeros(*full[:-1], Sk + 2, dtype=torch.bool))),
-        ("attn_mask", dict(attn_mask=[[True]])),
-        ("impl", dict(impl="fast")),
-        ("key", dict(key=k.to(torch.float16 if dtype != torch.float16 else F64))),
-        ("value", dict(value=_tensor(gen, (*heads(Hkv), Sk + 1, Ev), dtype))),
-        ("query", dict(query=q[..., :0], key=k[..., :0])),  # head dim E = 0
-        ("query", dict(query=q.tolist())),
-    ])
+    bad = _invalid(
+        draw,
+        [
+            ("dropout_p", dict(dropout_p=1.5)),
+            ("dropout_p", dict(dropout_p="0")),
+            ("dropout_p", dict(dropout_p=True)),
+            ("scale", dict(scale=math.nan)),
+            ("scale", dict(scale=math.inf)),
+            ("scale", dict(scale="0.5")),
+            ("scale", dict(scale=True)),
+            ("window", dict(window=0)),
+            ("window", dict(window=-2)),
+            ("window", dict(window=1.5)),
+            ("window", dict(window=True)),
+            ("is_causal", dict(is_causal=1)),
+            ("enable_gqa", dict(enable_gqa=None)),
+            ("attn_mask", dict(attn_mask=torch.zeros(full, dtype=torch.int32))),
+            ("attn_mask", dict(attn_mask=torch.zeros(*full[:-1], Sk + 2, dtype=torch.bool))),
+            ("attn_mask", dict(attn_mask=[[True]])),
+            ("impl", dict(impl="fast")),
+            ("key", dict(key=k.to(torch.float16 if dtype != torch.float16 else F64))),
+            ("value", dict(value=_tensor(gen, (*heads(Hkv), Sk + 1, Ev), dtype))),
+            ("query", dict(query=q[..., :0], key=k[..., :0])),  # head dim E = 0
+            ("query", dict(query=q.tolist())),
+        ],
+    )
     return q, k, v, kw, bad, torch.randn(*heads(Hkv * group), Sq, Ev, generator=gen, dtype=F64).to(dtype)
 
 
@@ -194,8 +209,9 @@ def _sdpa(q, k, v, kw, grad_out):
     alive = (total > -math.inf).any(-1, keepdim=True)
     scale = None if kw["scale"] is None else float(kw["scale"])
     as4 = (lambda t: t.reshape(math.prod(t.shape[:-3]), *t.shape[-3:])) if q.dim() >= 3 else (lambda t: t[None, None])
-    out = F.scaled_dot_product_attention(as4(q), as4(k), as4(v), attn_mask=as4(total), scale=scale,
-                                         enable_gqa=bool(kw["enable_gqa"]))
+    out = F.scaled_dot_product_attention(
+        as4(q), as4(k), as4(v), attn_mask=as4(total), scale=scale, enable_gqa=bool(kw["enable_gqa"])
+    )
     out = torch.where(alive, out.reshape(*q.shape[:-1], v.shape[-1]), 0.0)
     grads = torch.autograd.grad(out, leaves, grad_out.to(F64), allow_unused=True) if out.numel() else ()
     return out, [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]  # unused: a 0 gradient
@@ -245,6 +261,7 @@ def test_attention_fuzz(call):
 # linear_cross_entropy and LinearCrossEntropyLoss
 # --------------------------------------------------------------------------
 
+
 @st.composite
 def cross_entropy_calls(draw):
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
@@ -270,34 +287,53 @@ def cross_entropy_calls(draw):
     probs = t.is_floating_point()
     plain = weight is None and not probs  # what the kernel and the module take
     impl = "triton" if kernel else "reference"
-    kw = dict(weight=weight, reduction=draw(st.sampled_from(["none", "mean", "sum"])), ignore_index=ignore_index,
-              label_smoothing=draw(st.sampled_from([0.0, 0.1, 1.0, np.float32(0.5)])),
-              z_loss=0.0 if weight is not None else draw(st.sampled_from([0.0, 1e-2])),
-              softcap=draw(st.sampled_from([None, 3.0, 1])), chunk_size=draw(st.sampled_from([None, 1, (2, 3)])),
-              impl=impl)
+    kw = dict(
+        weight=weight,
+        reduction=draw(st.sampled_from(["none", "mean", "sum"])),
+        ignore_index=ignore_index,
+        label_smoothing=draw(st.sampled_from([0.0, 0.1, 1.0, np.float32(0.5)])),
+        z_loss=0.0 if weight is not None else draw(st.sampled_from([0.0, 1e-2])),
+        softcap=draw(st.sampled_from([None, 3.0, 1])),
+        chunk_size=draw(st.sampled_from([None, 1, (2, 3)])),
+        impl=impl,
+    )
     module = plain and draw(st.booleans())
-    bad = _invalid(draw, [
-        ("label_smoothing", dict(label_smoothing=-0.1)), ("label_smoothing", dict(label_smoothing=math.nan)),
-        ("label_smoothing", dict(label_smoothing="0.1")), ("label_smoothing", dict(label_smoothing=1.5)),
-        ("z_loss", dict(z_loss=-1.0, weight=None)), ("z_loss", dict(z_loss=math.inf, weight=None)),
-        ("softcap", dict(softcap=0.0)), ("softcap", dict(softcap=-3.0)), ("softcap", dict(softcap=math.nan)),
-        ("softcap", dict(softcap="3")),
-        ("chunk_size", dict(chunk_size=0)), ("chunk_size", dict(chunk_size=(2, -1))),
-        ("chunk_size", dict(chunk_size=2.5)),
-        ("reduction", dict(reduction="avg")), ("reduction", dict(reduction=None)),
-        ("ignore_index", dict(ignore_index=1.5)), ("ignore_index", dict(ignore_index=True)),
-        ("impl", dict(impl="cuda")),
-        ("weight", dict(weight=torch.rand(V + 1, dtype=F64))), ("weight", dict(weight=torch.ones(V).long())),
-        ("weight", dict(weight=torch.ones(V), z_loss=0.1)),
-        ("linear_weight", dict(linear_weight=w[:, :0] if D else torch.zeros(V, 1, dtype=dtype))),
-        ("linear_weight", dict(linear_weight=w[:0])), ("linear_weight", dict(linear_weight=w.to(torch.float16))),
-        ("linear_bias", dict(linear_bias=torch.zeros(V + 1, dtype=dtype))),
-        ("target", dict(target=torch.zeros(*tokens, 2, dtype=torch.long))),
-        ("target", dict(target=torch.full(tokens, V, dtype=torch.long), ignore_index=None)),
-        ("target", dict(target=torch.zeros(*tokens, V + 1, dtype=F64))),
-        ("target", dict(target=torch.zeros(tokens, dtype=torch.int16))),
-        ("input", dict(input=x.long())), ("input", dict(input=x.reshape(1, 1, 1, *x.shape))),
-    ])
+    bad = _invalid(
+        draw,
+        [
+            ("label_smoothing", dict(label_smoothing=-0.1)),
+            ("label_smoothing", dict(label_smoothing=math.nan)),
+            ("label_smoothing", dict(label_smoothing="0.1")),
+            ("label_smoothing", dict(label_smoothing=1.5)),
+            ("z_loss", dict(z_loss=-1.0, weight=None)),
+            ("z_loss", dict(z_loss=math.inf, weight=None)),
+            ("softcap", dict(softcap=0.0)),
+            ("softcap", dict(softcap=-3.0)),
+            ("softcap", dict(softcap=math.nan)),
+            ("softcap", dict(softcap="3")),
+            ("chunk_size", dict(chunk_size=0)),
+            ("chunk_size", dict(chunk_size=(2, -1))),
+            ("chunk_size", dict(chunk_size=2.5)),
+            ("reduction", dict(reduction="avg")),
+            ("reduction", dict(reduction=None)),
+            ("ignore_index", dict(ignore_index=1.5)),
+            ("ignore_index", dict(ignore_index=True)),
+            ("impl", dict(impl="cuda")),
+            ("weight", dict(weight=torch.rand(V + 1, dtype=F64))),
+            ("weight", dict(weight=torch.ones(V).long())),
+            ("weight", dict(weight=torch.ones(V), z_loss=0.1)),
+            ("linear_weight", dict(linear_weight=w[:, :0] if D else torch.zeros(V, 1, dtype=dtype))),
+            ("linear_weight", dict(linear_weight=w[:0])),
+            ("linear_weight", dict(linear_weight=w.to(torch.float16))),
+            ("linear_bias", dict(linear_bias=torch.zeros(V + 1, dtype=dtype))),
+            ("target", dict(target=torch.zeros(*tokens, 2, dtype=torch.long))),
+            ("target", dict(target=torch.full(tokens, V, dtype=torch.long), ignore_index=None)),
+            ("target", dict(target=torch.zeros(*tokens, V + 1, dtype=F64))),
+            ("target", dict(target=torch.zeros(tokens, dtype=torch.int16))),
+            ("input", dict(input=x.long())),
+            ("input", dict(input=x.reshape(1, 1, 1, *x.shape))),
+        ],
+    )
     return x, w, b, t, kw, module, bad, torch.randn(tokens, generator=gen, dtype=F64)
 
 
@@ -314,8 +350,14 @@ def _torch_cross_entropy(x, w, b, t, kw):
     weight = None if kw["weight"] is None else kw["weight"].to(F64)
     if kw["reduction"] == "mean" and not kept.any():
         return z.sum() * 0.0
-    loss = F.cross_entropy(z, tf.to(F64) if probs else tf, weight=weight, reduction=kw["reduction"],
-                           ignore_index=-100 if probs else ignore, label_smoothing=float(kw["label_smoothing"]))
+    loss = F.cross_entropy(
+        z,
+        tf.to(F64) if probs else tf,
+        weight=weight,
+        reduction=kw["reduction"],
+        ignore_index=-100 if probs else ignore,
+        label_smoothing=float(kw["label_smoothing"]),
+    )
     if kw["z_loss"]:
         zl = torch.where(kept, kw["z_loss"] * torch.logsumexp(z, dim=-1) ** 2, 0.0)
         loss = loss + {"none": zl, "sum": zl.sum(), "mean": zl.sum() / kept.sum()}[kw["reduction"]]
@@ -338,12 +380,23 @@ def test_linear_cross_entropy_fuzz(call):
         arg, change = bad
         args = {"input": x, "linear_weight": w, "target": t, "linear_bias": b, **kw, **change}
         tensors = [args.pop(name) for name in ("input", "linear_weight", "linear_bias", "target")]
-        if module and set(change) <= {"label_smoothing", "z_loss", "softcap", "chunk_size", "reduction",
-                                      "ignore_index", "impl"}:
+        if module and set(change) <= {
+            "label_smoothing",
+            "z_loss",
+            "softcap",
+            "chunk_size",
+            "reduction",
+            "ignore_index",
+            "impl",
+        }:
             _expect_error(lambda: run(*tensors, **args), arg)
         else:
-            _expect_error(lambda: ojas_ref.linear_cross_entropy(tensors[0], tensors[1], tensors[3],
-                                                                linear_bias=tensors[2], **args), arg)
+            _expect_error(
+                lambda: ojas_ref.linear_cross_entropy(
+                    tensors[0], tensors[1], tensors[3], linear_bias=tensors[2], **args
+                ),
+                arg,
+            )
         return
     probs = t.is_floating_point()
     leaves = [x, w] + ([b] if b is not None else []) + ([t] if probs else [])
@@ -365,7 +418,7 @@ def test_linear_cross_entropy_fuzz(call):
     mass = V * _amax(t) * wmax if probs else wmax  # sum_v c_v of a token's target row
     # the kernel rounds the logits to the input dtype, as F.linear does (its docstring):
     # |dz| <= 2^-8 S in bfloat16 moves the loss by <= 2 |dz| per unit of target mass
-    r_logit = 2.0 ** -8 if kw["impl"] == "triton" and dtype == torch.bfloat16 else 0.0
+    r_logit = 2.0**-8 if kw["impl"] == "triton" and dtype == torch.bfloat16 else 0.0
     c = 16 * u * (D + V + 4 + S) + 2 * r_logit
     # a token's loss sums terms of size mass * S; "sum" adds N of them, a weighted "mean"
     # divides a sum of N by one of at least N * min(w)
@@ -376,16 +429,23 @@ def test_linear_cross_entropy_fuzz(call):
         return
     go = grad_out.to(loss.dtype) if kw["reduction"] == "none" else torch.ones((), dtype=loss.dtype)
     grads = torch.autograd.grad(loss, ins, go)
-    expected_grads = [torch.zeros_like(m) if e is None else e  # the "mean over none kept is 0" stand-in
-                      for m, e in zip(mat, torch.autograd.grad(expected, mat, go.to(F64), allow_unused=True))]
+    expected_grads = [
+        torch.zeros_like(m) if e is None else e  # the "mean over none kept is 0" stand-in
+        for m, e in zip(mat, torch.autograd.grad(expected, mat, go.to(F64), allow_unused=True))
+    ]
     # G (the gradient of the logits) has entries of size <= gmax * spread * (mass + 1 + S)
     # (S covers the z-loss's 2 lam lse); grad_input sums V terms G W, grad_weight and
     # grad_bias N terms G^T x and G; grad_target is g (1 - eps) w (lse - z), of size g w 2S
     G = _amax(go) * spread * (mass + 1 + S)
-    bounds = {"grad_input": G * V * _amax(w), "grad_weight": G * N * max(1.0, _amax(x)), "grad_bias": G * N,
-              "grad_target": _amax(go) * wmax * 2 * S}
-    names = ["grad_input", "grad_weight"] + (["grad_bias"] if b is not None else []) + (["grad_target"] if probs
-                                                                                          else [])
+    bounds = {
+        "grad_input": G * V * _amax(w),
+        "grad_weight": G * N * max(1.0, _amax(x)),
+        "grad_bias": G * N,
+        "grad_target": _amax(go) * wmax * 2 * S,
+    }
+    names = (
+        ["grad_input", "grad_weight"] + (["grad_bias"] if b is not None else []) + (["grad_target"] if probs else [])
+    )
     for name, leaf, a, e in zip(names, leaves, grads, expected_grads):
         assert a.dtype == leaf.dtype, f"{name}: dtype {a.dtype}, its tensor's is {leaf.dtype}"
         _check_close(name, a, e, (c + r + 2 * r_logit * S) * bounds[name] + r * _amax(e))

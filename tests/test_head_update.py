@@ -26,7 +26,7 @@ from ojas_ref import InBackwardOptimizer, linear_cross_entropy  # noqa: E402
 
 ref_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
-V, D, N, EMB = 37, 8, 21, 30   # V not a multiple of the vocabulary chunk (5), N not of the token chunk (8)
+V, D, N, EMB = 37, 8, 21, 30  # V not a multiple of the vocabulary chunk (5), N not of the token chunk (8)
 CHUNKS = (8, 5)
 LR = 0.1
 
@@ -59,12 +59,14 @@ def _optimizer(mode: str, model: _Model):
     """torch.optim.SGD for "standard", else InBackwardOptimizer (head_weight for "head")."""
     if mode == "standard":
         return torch.optim.SGD(model.parameters(), lr=LR)
-    return InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
-                               head_weight=model.head if mode == "head" else None)
+    return InBackwardOptimizer(
+        model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0, head_weight=model.head if mode == "head" else None
+    )
 
 
-def _train(mode: str, dtype: torch.dtype, steps: int = 3, reduction: str = "mean", all_ignored: bool = False,
-           **loss_kw):
+def _train(
+    mode: str, dtype: torch.dtype, steps: int = 3, reduction: str = "mean", all_ignored: bool = False, **loss_kw
+):
     """mode: "standard" (torch.optim.SGD after backward), "dense" (InBackwardOptimizer, the head's
     gradient in its hook), "head" (head_weight=...). Returns (head, embedding, losses)."""
     model = _Model(dtype)
@@ -72,8 +74,9 @@ def _train(mode: str, dtype: torch.dtype, steps: int = 3, reduction: str = "mean
     losses = []
     for step in range(steps):
         ids, target = _batch(step, all_ignored=all_ignored)
-        loss = linear_cross_entropy(model.hidden(ids), model.head, target, reduction=reduction,
-                                    chunk_size=CHUNKS, impl="reference", **loss_kw)
+        loss = linear_cross_entropy(
+            model.hidden(ids), model.head, target, reduction=reduction, chunk_size=CHUNKS, impl="reference", **loss_kw
+        )
         (loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N)).sum()).backward()
         opt.step()
         opt.zero_grad()
@@ -114,12 +117,17 @@ def test_head_update_bf16_one_ulp(reduction):
     standard = _train("standard", torch.bfloat16, steps=1, reduction=reduction)
     assert torch.equal(head[1], standard[1]) and torch.equal(head[2][0], standard[2][0])
     h, s, w = head[0].float(), standard[0].float(), _Model(torch.bfloat16).head.detach().float()
-    assert ((h - s).abs() <= 2.0 ** -7 * (w.abs() + s.abs())).all()
+    assert ((h - s).abs() <= 2.0**-7 * (w.abs() + s.abs())).all()
     assert (h != s).float().mean() < 0.5  # most elements bitwise (the vectorised body)
 
 
-@pytest.mark.parametrize("kw", [dict(label_smoothing=0.1, z_loss=1e-3, softcap=5.0),
-                                dict(weight=torch.linspace(0.5, 1.5, V), label_smoothing=0.05)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(label_smoothing=0.1, z_loss=1e-3, softcap=5.0),
+        dict(weight=torch.linspace(0.5, 1.5, V), label_smoothing=0.05),
+    ],
+)
 def test_head_update_loss_options_bitwise(kw):
     """Label smoothing, z-loss, a soft cap, class weights take the same path: bitwise."""
     _same(_train("head", torch.float32, **kw), _train("standard", torch.float32, **kw))
@@ -160,7 +168,7 @@ class _Record(TorchDispatchMode):
         schema's returns alias an input; e.g. the interpreter's ``set_`` of a kernel argument)."""
         out = func(*args, **(kwargs or {}))
         if all(r.alias_info is None for r in func._schema.returns):
-            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            for t in out if isinstance(out, (tuple, list)) else (out,):
                 if isinstance(t, torch.Tensor):
                     self.shapes.append(tuple(t.shape))
         return out
@@ -172,8 +180,9 @@ def test_no_full_gradient_allocated(head_update):
     are grad x [kept, D], one [vocab chunk, D] gradient, one [token chunk, vocab chunk] block);
     without it the [V, D] gradient is there (so the check can fail)."""
     model = _Model(torch.float32)
-    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
-                              head_weight=model.head if head_update else None)
+    opt = InBackwardOptimizer(
+        model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0, head_weight=model.head if head_update else None
+    )
     ids, target = _batch(0)
     loss = linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, impl="reference")
     with _Record() as rec:
@@ -204,17 +213,21 @@ def test_autograd_grad_leaves_head_alone():
 # Unsupported uses raise, naming the reason
 # --------------------------------------------------------------------------
 
+
 def _opt(model, cls=torch.optim.SGD, **kw):
     return InBackwardOptimizer(model.parameters(), cls, head_weight=model.head, **{"lr": LR, **kw})
 
 
-@pytest.mark.parametrize("cls, kw, match", [
-    (torch.optim.AdamW, {}, "optimizer_class=torch.optim.SGD"),
-    (torch.optim.SGD, {"momentum": 0.9}, "momentum=0.9"),
-    (torch.optim.SGD, {"weight_decay": 0.1}, "weight_decay=0.1"),
-    (torch.optim.SGD, {"accumulation_steps": 2}, "accumulation_steps=2"),
-    (torch.optim.SGD, {"max_grad_norm": 1.0}, "max_grad_norm"),
-])
+@pytest.mark.parametrize(
+    "cls, kw, match",
+    [
+        (torch.optim.AdamW, {}, "optimizer_class=torch.optim.SGD"),
+        (torch.optim.SGD, {"momentum": 0.9}, "momentum=0.9"),
+        (torch.optim.SGD, {"weight_decay": 0.1}, "weight_decay=0.1"),
+        (torch.optim.SGD, {"accumulation_steps": 2}, "accumulation_steps=2"),
+        (torch.optim.SGD, {"max_grad_norm": 1.0}, "max_grad_norm"),
+    ],
+)
 def test_construction_refuses(cls, kw, match):
     with pytest.raises(ValueError, match=match):
         _opt(_Model(torch.float32), cls, **kw)
@@ -250,7 +263,7 @@ def test_use_after_loss_raises():
     loss updated it (or autograd's in-place check fires): an error, not a silent wrong step."""
     model = _Model(torch.float32)
     opt = _opt(model)
-    loss = _loss(model) + (model.head ** 2).sum() * 1e-3
+    loss = _loss(model) + (model.head**2).sum() * 1e-3
     with pytest.raises(RuntimeError, match="another use|modified by an inplace operation"):
         loss.backward()
     del opt
@@ -277,7 +290,7 @@ def test_second_backward_refused():
         loss.backward()
     opt.zero_grad()
     opt.step()
-    _loss(model).backward()   # a fresh forward after step() is fine
+    _loss(model).backward()  # a fresh forward after step() is fine
     with pytest.raises(RuntimeError, match="already updated since the last optimizer.step"):
         _loss(model).backward()
 
@@ -296,6 +309,7 @@ def test_group_changed_after_construction_raises():
 # The Triton kernel (CUDA, or the interpreter on the CPU): 4 products, slabs updated in the backward
 # --------------------------------------------------------------------------
 
+
 def _kernel_runs() -> bool:
     try:
         from ojas_kernels import linear_cross_entropy as klce
@@ -304,12 +318,19 @@ def _kernel_runs() -> bool:
     return torch.cuda.is_available() or type(klce._logits_kernel).__name__ == "InterpretedFunction"
 
 
-kernel = pytest.mark.skipif(not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before "
-                            "ojas_kernels is imported")
+kernel = pytest.mark.skipif(
+    not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported"
+)
 
 
-def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype = torch.float32,
-                  all_ignored: bool = False, forwards: int = 1):
+def _train_kernel(
+    mode: str,
+    reduction: str,
+    steps: int = 2,
+    dtype: torch.dtype = torch.float32,
+    all_ignored: bool = False,
+    forwards: int = 1,
+):
     """The kernel's loss; mode "head" (head_weight), "dense4" (InBackwardOptimizer without it, the
     kernel with the config head mode picks: 4 products, its forward token chunk, float32 CUDA logits
     from cuBLAS), "standard"
@@ -327,8 +348,9 @@ def _train_kernel(mode: str, reduction: str, steps: int = 2, dtype: torch.dtype 
             ids, target = (t.to(device) for t in _batch(step + 10 * f, all_ignored=all_ignored))
             h = model.hidden(ids)
             if mode == "dense4":
-                config = klce._head_update_config(klce.default_config(h.dtype, h.device), h, model.head,
-                                                  cublas_logits=True)  # the config head mode gets by default
+                config = klce._head_update_config(
+                    klce.default_config(h.dtype, h.device), h, model.head, cublas_logits=True
+                )  # the config head mode gets by default
                 loss = klce.linear_cross_entropy(h, model.head, target, reduction=reduction, config=config)
             else:
                 loss = linear_cross_entropy(h, model.head, target, reduction=reduction, impl="triton")
@@ -390,28 +412,30 @@ def test_kernel_no_full_gradient_allocated():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for head_update in (True, False):
         model = _Model(torch.float32).to(device)
-        opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0,
-                                  head_weight=model.head if head_update else None)
+        opt = InBackwardOptimizer(
+            model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0, head_weight=model.head if head_update else None
+        )
         ids, target = (t.to(device) for t in _batch(0))
         h = model.hidden(ids)
-        config = klce.LinearCrossEntropyConfig(**{**klce.default_config(h.dtype, h.device).__dict__,
-                                                  "vocab_slab": 16})
+        config = klce.LinearCrossEntropyConfig(**{**klce.default_config(h.dtype, h.device).__dict__, "vocab_slab": 16})
         if head_update:
-            loss = klce.linear_cross_entropy(h, model.head, target, config=config,
-                                             head=ref_module._HeadUpdate(opt, model.head))
+            loss = klce.linear_cross_entropy(
+                h, model.head, target, config=config, head=ref_module._HeadUpdate(opt, model.head)
+            )
         else:
-            loss = klce.linear_cross_entropy(h, model.head, target, config=klce._head_update_config(config, h,
-                                                                                                 model.head))
+            loss = klce.linear_cross_entropy(
+                h, model.head, target, config=klce._head_update_config(config, h, model.head)
+            )
         with _Record() as rec:
             loss.backward()
         opt.step()
         assert ((V, D) in rec.shapes) != head_update, rec.shapes
 
 
-
 # --------------------------------------------------------------------------
 # Through optimize_model on a Hugging Face Llama
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_optimize_model_llama(tied):
@@ -423,19 +447,27 @@ def test_optimize_model_llama(tied):
 
     def build():
         torch.manual_seed(0)
-        config = transformers.LlamaConfig(vocab_size=37, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16,
-                                          tie_word_embeddings=tied)
+        config = transformers.LlamaConfig(
+            vocab_size=37,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=16,
+            tie_word_embeddings=tied,
+        )
         model = transformers.LlamaForCausalLM(config)
         optimize_model(model)
         return model.train()
 
     ids = torch.randint(0, 37, (2, 9), generator=torch.Generator().manual_seed(3))
     runs = []
-    for head_update in ([True] if tied else [True, False]):
+    for head_update in [True] if tied else [True, False]:
         model = build()
-        opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR,
-                                  head_weight=model.lm_head.weight if head_update else None)
+        opt = InBackwardOptimizer(
+            model.parameters(), torch.optim.SGD, lr=LR, head_weight=model.lm_head.weight if head_update else None
+        )
         if tied:
             before = model.lm_head.weight.detach().clone()
             with pytest.raises(ValueError, match="tied to the input embedding"):
@@ -449,10 +481,13 @@ def test_optimize_model_llama(tied):
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-@pytest.mark.parametrize("dtype,device,cublas", [(torch.float32, "cuda", True), (torch.bfloat16, "cuda", False),
-                                                 (torch.float32, "cpu", False)])
-def test_head_update_float32_on_cuda_takes_the_logits_from_cublas(dtype: torch.dtype, device: str,
-                                                                 cublas: bool) -> None:
+@pytest.mark.parametrize(
+    "dtype,device,cublas",
+    [(torch.float32, "cuda", True), (torch.bfloat16, "cuda", False), (torch.float32, "cpu", False)],
+)
+def test_head_update_float32_on_cuda_takes_the_logits_from_cublas(
+    dtype: torch.dtype, device: str, cublas: bool
+) -> None:
     """The default config's head update in float32 on CUDA computes both passes' logits with cuBLAS
     (the Triton dots run float32 on the FMA units); other dtypes and devices, and a config the caller
     chose, keep the Triton dots."""

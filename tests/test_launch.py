@@ -38,8 +38,8 @@ def _device() -> str:
 
 def test_spec_tells_apart_what_triton_specializes_on():
     t = torch.zeros(8)
-    assert launch._spec(t) != launch._spec(t[1:])            # 16-byte alignment of the pointer
-    assert launch._spec(t) != launch._spec(t.double())       # dtype
+    assert launch._spec(t) != launch._spec(t[1:])  # 16-byte alignment of the pointer
+    assert launch._spec(t) != launch._spec(t.double())  # dtype
     assert len({launch._spec(v) for v in (0, 1, 2, 16, 2**31)}) == 5  # 0, 1, multiple of 16, 64-bit
     assert launch._spec(3) == launch._spec(5) and launch._spec(0.5) == launch._spec(2.0)
     assert launch._spec(True) != launch._spec(False) != launch._spec(0)
@@ -57,8 +57,12 @@ def test_fast_launch_equals_triton_launch(repeat):
     for dtype in (torch.float32, torch.bfloat16):
         base = torch.randn(130, generator=g).to(dtype).to(_device())
         for x, n, alpha, stride, block, square in (
-                (base, 100, 0.5, 1, 32, False), (base[1:], 100, -2.0, 1, 32, False), (base, 64, 3.0, 1, 16, True),
-                (base, 16, 1.5, 2, 16, False), (base, 1, 0.25, 1, 32, True)):
+            (base, 100, 0.5, 1, 32, False),
+            (base[1:], 100, -2.0, 1, 32, False),
+            (base, 64, 3.0, 1, 16, True),
+            (base, 16, 1.5, 2, 16, False),
+            (base, 1, 0.25, 1, 32, True),
+        ):
             y = torch.randn(n, generator=g).to(dtype).to(_device())
             for _ in range(repeat):
                 want, got = torch.full_like(y, float("nan")), torch.full_like(y, float("nan"))
@@ -73,6 +77,7 @@ def test_fast_launch_equals_triton_launch(repeat):
 def test_no_launch_hook_means_fast_path():
     """Triton >= 3.4 keeps an empty ``HookChain`` in ``knobs.runtime.launch_enter_hook``: that
     is no hook (the cached path is allowed); one with a call in it is."""
+
     class Chain:
         def __init__(self, calls):
             self.calls = calls

@@ -53,8 +53,7 @@ def test_binary_is_the_pinned_lean() -> None:
     res = subprocess.run([str(LEAN), "--version"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == (
-        "Lean (version 4.35.0, x86_64-unknown-linux-gnu, "
-        "commit eb6cafb7290e8bd5f2937522d8d804f58f02bafc, Release)"
+        "Lean (version 4.35.0, x86_64-unknown-linux-gnu, commit eb6cafb7290e8bd5f2937522d8d804f58f02bafc, Release)"
     )
 
 
@@ -107,10 +106,7 @@ def test_declared_axiom_fails(tmp_path: Path) -> None:
 
 def test_audit_reads_print_axioms() -> None:
     build = _build_module()
-    out = (
-        "'a' does not depend on any axioms\n"
-        "'b' depends on axioms: [propext, sorryAx]\n"
-    )
+    out = "'a' does not depend on any axioms\n'b' depends on axioms: [propext, sorryAx]\n"
     assert build.audit(out, ["a"]) == []
     assert build.audit(out, ["a", "b"]) == ["b depends on ['propext', 'sorryAx']"]
     assert build.audit(out, ["c"]) == ["c: no `#print axioms` answer"]

@@ -21,8 +21,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_forward
-from ojas_ref.verification.linear_cross_entropy_check import (autocast_mismatches, oracle_and_reference,
-                                                             oracle_mismatches)
+from ojas_ref.verification.linear_cross_entropy_check import (
+    autocast_mismatches,
+    oracle_and_reference,
+    oracle_mismatches,
+)
 
 lce_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
@@ -33,6 +36,7 @@ REDUCTIONS = ("none", "mean", "sum")
 # --------------------------------------------------------------------------
 # Materialised computation and comparison helper
 # --------------------------------------------------------------------------
+
 
 def materialised(x, w, t, *, b=None, reduction="mean", ignore_index=-100, eps=0.0, lam=0.0, cap=None):
     """F.cross_entropy of the full logits, plus the z-loss; mean over no kept token is 0."""
@@ -70,16 +74,30 @@ def assert_close(actual, expected, rtol, atol, what=""):
 def run_both(p, dtype):
     """(reference, materialised) losses and gradients of problem p, inputs cast to dtype;
     the materialised side runs in float64 on the same (rounded) inputs."""
-    kw = dict(reduction=p["reduction"], ignore_index=p["ignore_index"], label_smoothing=p["eps"],
-              z_loss=p["lam"], softcap=p["cap"])
+    kw = dict(
+        reduction=p["reduction"],
+        ignore_index=p["ignore_index"],
+        label_smoothing=p["eps"],
+        z_loss=p["lam"],
+        softcap=p["cap"],
+    )
     leaves = [p["x"].to(dtype), p["w"].to(dtype)] + ([p["b"].to(dtype)] if p["b"] is not None else [])
     ref_in = [t.clone().requires_grad_() for t in leaves]
     mat_in = [t.to(F64).requires_grad_() for t in leaves]
-    out = linear_cross_entropy(ref_in[0], ref_in[1], p["t"], linear_bias=ref_in[2] if len(ref_in) > 2 else None,
-                               chunk_size=p["chunks"], **kw)
-    exp = materialised(mat_in[0], mat_in[1], p["t"], b=mat_in[2] if len(mat_in) > 2 else None,
-                       reduction=p["reduction"], ignore_index=p["ignore_index"], eps=p["eps"], lam=p["lam"],
-                       cap=p["cap"])
+    out = linear_cross_entropy(
+        ref_in[0], ref_in[1], p["t"], linear_bias=ref_in[2] if len(ref_in) > 2 else None, chunk_size=p["chunks"], **kw
+    )
+    exp = materialised(
+        mat_in[0],
+        mat_in[1],
+        p["t"],
+        b=mat_in[2] if len(mat_in) > 2 else None,
+        reduction=p["reduction"],
+        ignore_index=p["ignore_index"],
+        eps=p["eps"],
+        lam=p["lam"],
+        cap=p["cap"],
+    )
     go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
     g_ref = torch.autograd.grad(out, ref_in, go.to(out.dtype))
     g_mat = torch.autograd.grad(exp, mat_in, go)
@@ -93,6 +111,7 @@ def run_both(p, dtype):
 # Problems
 # --------------------------------------------------------------------------
 
+
 @st.composite
 def problems(draw, options=True):
     three_d = draw(st.booleans())
@@ -105,12 +124,17 @@ def problems(draw, options=True):
     b = torch.randn(V, generator=gen, dtype=F64) if draw(st.booleans()) else None
     ignore_index = draw(st.sampled_from([-100, -1, 0, V - 1]))
     t = torch.randint(0, V, shape, generator=gen)
-    t = torch.where(torch.rand(shape, generator=gen) < draw(st.sampled_from([0.0, 0.3, 1.0])),
-                    torch.full_like(t, ignore_index), t)
+    t = torch.where(
+        torch.rand(shape, generator=gen) < draw(st.sampled_from([0.0, 0.3, 1.0])), torch.full_like(t, ignore_index), t
+    )
     chunks = draw(st.sampled_from([None, 1, 2, 5, (1, 3), (4, 1), (3, 7), (2, 100)]))
     return {
-        "x": x, "w": w, "b": b, "t": t.to(draw(st.sampled_from([torch.int64, torch.int32]))),
-        "ignore_index": ignore_index, "chunks": chunks,
+        "x": x,
+        "w": w,
+        "b": b,
+        "t": t.to(draw(st.sampled_from([torch.int64, torch.int32]))),
+        "ignore_index": ignore_index,
+        "chunks": chunks,
         "reduction": draw(st.sampled_from(REDUCTIONS)),
         "eps": draw(st.sampled_from([0.0, 0.1, 1.0])) if options else 0.0,
         "lam": draw(st.sampled_from([0.0, 1e-2, 0.5])) if options else 0.0,
@@ -122,6 +146,7 @@ def problems(draw, options=True):
 # --------------------------------------------------------------------------
 # Against the materialised computation
 # --------------------------------------------------------------------------
+
 
 @settings(max_examples=60, deadline=None)
 @given(problems())
@@ -148,10 +173,19 @@ def test_half_precision(dtype):
     t = torch.randint(0, V, (N,), generator=gen)
     t[3] = -100
     for reduction in REDUCTIONS:
-        p = {"x": torch.randn(N, D, generator=gen, dtype=F64), "w": torch.randn(V, D, generator=gen, dtype=F64) / 4,
-             "b": torch.randn(V, generator=gen, dtype=F64), "t": t, "ignore_index": -100, "chunks": (5, 8),
-             "reduction": reduction, "eps": 0.1, "lam": 1e-3, "cap": 3.0,
-             "grad_out": torch.randn(N, generator=gen, dtype=F64)}
+        p = {
+            "x": torch.randn(N, D, generator=gen, dtype=F64),
+            "w": torch.randn(V, D, generator=gen, dtype=F64) / 4,
+            "b": torch.randn(V, generator=gen, dtype=F64),
+            "t": t,
+            "ignore_index": -100,
+            "chunks": (5, 8),
+            "reduction": reduction,
+            "eps": 0.1,
+            "lam": 1e-3,
+            "cap": 3.0,
+            "grad_out": torch.randn(N, generator=gen, dtype=F64),
+        }
         for name, (a, e) in run_both(p, dtype).items():
             # the loss in float32 (as Hugging Face's and Liger's), gradients in the input dtype
             assert a.dtype == (torch.float32 if name == "loss" else dtype), name
@@ -162,17 +196,28 @@ def test_half_precision(dtype):
 
 @settings(max_examples=30, deadline=None)
 @given(problems(options=False))
-@example({"x": torch.ones(1, 3, dtype=F64), "w": torch.eye(5, 3, dtype=F64), "b": None,
-          "t": torch.tensor([4]), "ignore_index": -100, "chunks": (1, 2), "reduction": "mean",
-          "eps": 0.0, "lam": 0.0, "cap": None, "grad_out": torch.ones(1, dtype=F64)})
+@example(
+    {
+        "x": torch.ones(1, 3, dtype=F64),
+        "w": torch.eye(5, 3, dtype=F64),
+        "b": None,
+        "t": torch.tensor([4]),
+        "ignore_index": -100,
+        "chunks": (1, 2),
+        "reduction": "mean",
+        "eps": 0.0,
+        "lam": 0.0,
+        "cap": None,
+        "grad_out": torch.ones(1, dtype=F64),
+    }
+)
 def test_matches_torch_linear_cross_entropy(p):
     """Without z-loss and soft cap the loss is F.linear_cross_entropy's (input flattened to
     [N, D]; torch's "mean" over only ignored tokens is NaN, ours 0)."""
     x = p["x"].reshape(-1, p["x"].shape[-1]).requires_grad_()
     w = p["w"].clone().requires_grad_()
     t = p["t"].reshape(-1).long()
-    kw = dict(linear_bias=p["b"], reduction=p["reduction"], ignore_index=p["ignore_index"],
-              label_smoothing=p["eps"])
+    kw = dict(linear_bias=p["b"], reduction=p["reduction"], ignore_index=p["ignore_index"], label_smoothing=p["eps"])
     ours = linear_cross_entropy(x, w, t, chunk_size=p["chunks"], **kw)
     theirs = F.linear_cross_entropy(x, w, t, **kw)
     if p["reduction"] == "mean" and (t == p["ignore_index"]).all():
@@ -180,8 +225,9 @@ def test_matches_torch_linear_cross_entropy(p):
         return
     assert_close(ours, theirs, 1e-10, 1e-10, "loss")
     go = p["grad_out"].reshape(-1) if p["reduction"] == "none" else torch.tensor(1.0, dtype=F64)
-    for name, a, e in zip(("grad_input", "grad_weight"), torch.autograd.grad(ours, (x, w), go),
-                          torch.autograd.grad(theirs, (x, w), go)):
+    for name, a, e in zip(
+        ("grad_input", "grad_weight"), torch.autograd.grad(ours, (x, w), go), torch.autograd.grad(theirs, (x, w), go)
+    ):
         assert_close(a, e, 1e-10, 1e-10, name)
 
 
@@ -193,9 +239,19 @@ def test_gradcheck():
     t = torch.tensor([[1, -100, 6], [0, 3, 3]])
     for reduction in REDUCTIONS:
         assert torch.autograd.gradcheck(
-            lambda x, w, b: linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, label_smoothing=0.2,
-                                                 z_loss=0.1, softcap=2.0, chunk_size=(2, 3)),
-            (x, w, b))
+            lambda x, w, b: linear_cross_entropy(
+                x,
+                w,
+                t,
+                linear_bias=b,
+                reduction=reduction,
+                label_smoothing=0.2,
+                z_loss=0.1,
+                softcap=2.0,
+                chunk_size=(2, 3),
+            ),
+            (x, w, b),
+        )
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -212,6 +268,7 @@ def test_double_backward_raises(reduction):
 # --------------------------------------------------------------------------
 # Edge cases
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_all_ignored(reduction):
@@ -328,8 +385,9 @@ def test_huge_logits_without_z_loss_are_finite(reduction):
     assert torch.isfinite(ours).all() and theirs.abs().max() >= 1e20
     assert_close(ours, theirs, 1e-6, 0.0, "loss")
     go = torch.ones_like(ours)
-    for name, a, e in zip(("grad_input", "grad_weight"), torch.autograd.grad(ours, (x, w), go),
-                          torch.autograd.grad(theirs, (x, w), go)):
+    for name, a, e in zip(
+        ("grad_input", "grad_weight"), torch.autograd.grad(ours, (x, w), go), torch.autograd.grad(theirs, (x, w), go)
+    ):
         assert_close(a, e, 1e-6, 0.0, name)
 
 
@@ -337,47 +395,58 @@ def test_huge_logits_without_z_loss_are_finite(reduction):
 # Errors name the argument
 # --------------------------------------------------------------------------
 
+
 def _args():
     return dict(input=torch.randn(4, 3), linear_weight=torch.randn(5, 3), target=torch.tensor([0, 1, 4, -100]))
 
 
-@pytest.mark.parametrize("change, exc, words", [
-    (dict(input=torch.randn(3)), ValueError, "target"),  # one token: target must be 0-dim
-    (dict(input=torch.randn(1, 2, 4, 3)), ValueError, "input"),
-    (dict(input=torch.randn(4, 3).long()), TypeError, "input"),
-    (dict(input=[[0.0] * 3] * 4), TypeError, "input"),
-    (dict(linear_weight=torch.randn(5, 2)), ValueError, "linear_weight"),
-    (dict(linear_weight=torch.randn(15)), ValueError, "linear_weight"),
-    (dict(linear_weight=torch.randn(0, 3)), ValueError, "linear_weight"),
-    (dict(linear_weight=torch.randn(5, 3, dtype=F64)), TypeError, "linear_weight"),
-    (dict(linear_bias=torch.randn(4)), ValueError, "linear_bias"),
-    (dict(linear_bias=torch.randn(5, 1)), ValueError, "linear_bias"),
-    (dict(linear_bias=torch.randn(5, dtype=F64)), TypeError, "linear_bias"),
-    (dict(input=torch.randn(4, 3, dtype=torch.bfloat16)), TypeError, "linear_weight"),  # no autocast, no cast
-    (dict(input=torch.randn(4, 3, dtype=torch.bfloat16), linear_weight=torch.randn(5, 3, dtype=torch.bfloat16),
-          linear_bias=torch.randn(5)), TypeError, "linear_bias"),
-    (dict(target=torch.tensor([0, 1, 2])), ValueError, "target"),
-    (dict(target=torch.tensor([[0, 1, 2, 3]])), ValueError, "target"),
-    (dict(target=torch.tensor([0.0, 1.0, 2.0, 3.0])), TypeError, "target"),
-    (dict(target=torch.tensor([0, 1, 2, 3], dtype=torch.int16)), TypeError, "target"),
-    (dict(target=torch.tensor([0, 1, 5, 3])), ValueError, "target"),
-    (dict(target=torch.tensor([0, -1, 2, 3])), ValueError, "target"),
-    (dict(target=torch.tensor([0, 1, 2, -100]), ignore_index=-1), ValueError, "target"),
-    (dict(reduction="avg"), ValueError, "reduction"),
-    (dict(ignore_index=1.5), TypeError, "ignore_index"),
-    (dict(label_smoothing=-0.1), ValueError, "label_smoothing"),
-    (dict(label_smoothing=1.5), ValueError, "label_smoothing"),
-    (dict(label_smoothing=math.nan), ValueError, "label_smoothing"),
-    (dict(z_loss=-1.0), ValueError, "z_loss"),
-    (dict(z_loss=math.inf), ValueError, "z_loss"),
-    (dict(softcap=0.0), ValueError, "softcap"),
-    (dict(softcap=-2.0), ValueError, "softcap"),
-    (dict(softcap="1"), TypeError, "softcap"),
-    (dict(chunk_size=0), ValueError, "chunk_size"),
-    (dict(chunk_size=(4, 0)), ValueError, "chunk_size"),
-    (dict(chunk_size=(4, 2, 1)), TypeError, "chunk_size"),
-    (dict(chunk_size=2.0), TypeError, "chunk_size"),
-])
+@pytest.mark.parametrize(
+    "change, exc, words",
+    [
+        (dict(input=torch.randn(3)), ValueError, "target"),  # one token: target must be 0-dim
+        (dict(input=torch.randn(1, 2, 4, 3)), ValueError, "input"),
+        (dict(input=torch.randn(4, 3).long()), TypeError, "input"),
+        (dict(input=[[0.0] * 3] * 4), TypeError, "input"),
+        (dict(linear_weight=torch.randn(5, 2)), ValueError, "linear_weight"),
+        (dict(linear_weight=torch.randn(15)), ValueError, "linear_weight"),
+        (dict(linear_weight=torch.randn(0, 3)), ValueError, "linear_weight"),
+        (dict(linear_weight=torch.randn(5, 3, dtype=F64)), TypeError, "linear_weight"),
+        (dict(linear_bias=torch.randn(4)), ValueError, "linear_bias"),
+        (dict(linear_bias=torch.randn(5, 1)), ValueError, "linear_bias"),
+        (dict(linear_bias=torch.randn(5, dtype=F64)), TypeError, "linear_bias"),
+        (dict(input=torch.randn(4, 3, dtype=torch.bfloat16)), TypeError, "linear_weight"),  # no autocast, no cast
+        (
+            dict(
+                input=torch.randn(4, 3, dtype=torch.bfloat16),
+                linear_weight=torch.randn(5, 3, dtype=torch.bfloat16),
+                linear_bias=torch.randn(5),
+            ),
+            TypeError,
+            "linear_bias",
+        ),
+        (dict(target=torch.tensor([0, 1, 2])), ValueError, "target"),
+        (dict(target=torch.tensor([[0, 1, 2, 3]])), ValueError, "target"),
+        (dict(target=torch.tensor([0.0, 1.0, 2.0, 3.0])), TypeError, "target"),
+        (dict(target=torch.tensor([0, 1, 2, 3], dtype=torch.int16)), TypeError, "target"),
+        (dict(target=torch.tensor([0, 1, 5, 3])), ValueError, "target"),
+        (dict(target=torch.tensor([0, -1, 2, 3])), ValueError, "target"),
+        (dict(target=torch.tensor([0, 1, 2, -100]), ignore_index=-1), ValueError, "target"),
+        (dict(reduction="avg"), ValueError, "reduction"),
+        (dict(ignore_index=1.5), TypeError, "ignore_index"),
+        (dict(label_smoothing=-0.1), ValueError, "label_smoothing"),
+        (dict(label_smoothing=1.5), ValueError, "label_smoothing"),
+        (dict(label_smoothing=math.nan), ValueError, "label_smoothing"),
+        (dict(z_loss=-1.0), ValueError, "z_loss"),
+        (dict(z_loss=math.inf), ValueError, "z_loss"),
+        (dict(softcap=0.0), ValueError, "softcap"),
+        (dict(softcap=-2.0), ValueError, "softcap"),
+        (dict(softcap="1"), TypeError, "softcap"),
+        (dict(chunk_size=0), ValueError, "chunk_size"),
+        (dict(chunk_size=(4, 0)), ValueError, "chunk_size"),
+        (dict(chunk_size=(4, 2, 1)), TypeError, "chunk_size"),
+        (dict(chunk_size=2.0), TypeError, "chunk_size"),
+    ],
+)
 def test_errors_name_the_argument(change, exc, words):
     args = _args()
     args.update(change)
@@ -398,6 +467,7 @@ def test_ignore_index_inside_the_vocabulary():
 # Parity with F.cross_entropy / F.linear_cross_entropy (issue 13 item 7): class
 # weights, probability targets, ignore_index=None, one token (1-D input)
 # --------------------------------------------------------------------------
+
 
 @st.composite
 def parity_problems(draw):
@@ -422,10 +492,19 @@ def parity_problems(draw):
         weight = torch.rand(V, generator=gen, dtype=F64) + 0.1
         if draw(st.booleans()):
             weight[torch.rand(V, generator=gen) < 0.4] = 0.0  # classes of weight 0
-    return {"x": x, "w": w, "b": b, "t": t, "weight": weight, "ignore_index": ignore_index,
-            "reduction": draw(st.sampled_from(REDUCTIONS)), "eps": draw(st.sampled_from([0.0, 0.3, 1.0])),
-            "cap": draw(st.sampled_from([None, 2.0])), "chunks": draw(st.sampled_from([None, 1, (2, 3)])),
-            "grad_out": torch.randn(shape, generator=gen, dtype=F64)}
+    return {
+        "x": x,
+        "w": w,
+        "b": b,
+        "t": t,
+        "weight": weight,
+        "ignore_index": ignore_index,
+        "reduction": draw(st.sampled_from(REDUCTIONS)),
+        "eps": draw(st.sampled_from([0.0, 0.3, 1.0])),
+        "cap": draw(st.sampled_from([None, 2.0])),
+        "chunks": draw(st.sampled_from([None, 1, (2, 3)])),
+        "grad_out": torch.randn(shape, generator=gen, dtype=F64),
+    }
 
 
 def _parity_sides(p):
@@ -442,8 +521,9 @@ def _parity_sides(p):
         t = ins[-1] if probs else p["t"]
         kw = dict(weight=p["weight"], reduction=p["reduction"], label_smoothing=p["eps"])
         if mine:
-            out = linear_cross_entropy(x, w, t, linear_bias=b, ignore_index=p["ignore_index"], softcap=p["cap"],
-                                       chunk_size=p["chunks"], **kw)
+            out = linear_cross_entropy(
+                x, w, t, linear_bias=b, ignore_index=p["ignore_index"], softcap=p["cap"], chunk_size=p["chunks"], **kw
+            )
         else:
             z = F.linear(x.reshape(-1, x.shape[-1]) if x.dim() > 1 else x, w, b)
             z = z if p["cap"] is None else p["cap"] * torch.tanh(z / p["cap"])
@@ -457,9 +537,21 @@ def _parity_sides(p):
 
 @settings(max_examples=60, deadline=None)
 @given(parity_problems())
-@example({"x": torch.ones(2, 3, dtype=F64), "w": torch.eye(4, 3, dtype=F64), "b": None, "t": torch.tensor([1, -100]),
-          "weight": torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=F64), "ignore_index": None, "reduction": "mean",
-          "eps": 0.3, "cap": None, "chunks": None, "grad_out": torch.ones(2, dtype=F64)})  # kept weight 0
+@example(
+    {
+        "x": torch.ones(2, 3, dtype=F64),
+        "w": torch.eye(4, 3, dtype=F64),
+        "b": None,
+        "t": torch.tensor([1, -100]),
+        "weight": torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=F64),
+        "ignore_index": None,
+        "reduction": "mean",
+        "eps": 0.3,
+        "cap": None,
+        "chunks": None,
+        "grad_out": torch.ones(2, dtype=F64),
+    }
+)  # kept weight 0
 def test_weights_and_probability_targets_match_torch(p):
     """Loss and every gradient equal torch's (float64, 1e-10: a few hundred roundings of
     values of size <= 1e2 at most, against 1e-10 relative), except torch's NaN for
@@ -489,8 +581,13 @@ def test_ignore_index_none_is_torchs_default():
     t = torch.tensor([0, -100, 6, 2, -100])
     for kw in ({}, {"ignore_index": None}, {"ignore_index": -100}):
         for reduction in REDUCTIONS:
-            assert_close(linear_cross_entropy(x, w, t, reduction=reduction, **kw),
-                         F.linear_cross_entropy(x, w, t, reduction=reduction), 1e-12, 1e-12, f"{kw} {reduction}")
+            assert_close(
+                linear_cross_entropy(x, w, t, reduction=reduction, **kw),
+                F.linear_cross_entropy(x, w, t, reduction=reduction),
+                1e-12,
+                1e-12,
+                f"{kw} {reduction}",
+            )
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -523,19 +620,22 @@ def test_weight_with_float32_inputs_and_numpy_scalars():
     assert_close(ours, F.cross_entropy(x @ w.T, t, weight=cw.float(), label_smoothing=0.25), 1e-5, 1e-5, "loss")
 
 
-@pytest.mark.parametrize("change, exc, words", [
-    (dict(weight=torch.rand(4)), ValueError, "weight"),
-    (dict(weight=torch.ones(5, dtype=torch.long)), TypeError, "weight"),
-    (dict(weight=[1.0] * 5), TypeError, "weight"),
-    (dict(weight=torch.rand(5), z_loss=0.1), NotImplementedError, "z_loss with class weights"),
-    (dict(weight=torch.rand(5, requires_grad=True)), NotImplementedError, "weight.detach()"),
-    (dict(weight=torch.rand(5), impl="triton"), NotImplementedError, "impl='triton' has no weight="),
-    (dict(target=torch.rand(4, 5), impl="triton"), NotImplementedError, "impl='triton' has no probability"),
-    (dict(target=torch.rand(4, 5), ignore_index=3), ValueError, "ignore_index=3 applies to class-index"),
-    (dict(target=torch.rand(4, 4)), ValueError, "target"),
-    (dict(target=torch.rand(5)), ValueError, "target"),
-    (dict(ignore_index=True), TypeError, "ignore_index"),
-])
+@pytest.mark.parametrize(
+    "change, exc, words",
+    [
+        (dict(weight=torch.rand(4)), ValueError, "weight"),
+        (dict(weight=torch.ones(5, dtype=torch.long)), TypeError, "weight"),
+        (dict(weight=[1.0] * 5), TypeError, "weight"),
+        (dict(weight=torch.rand(5), z_loss=0.1), NotImplementedError, "z_loss with class weights"),
+        (dict(weight=torch.rand(5, requires_grad=True)), NotImplementedError, "weight.detach()"),
+        (dict(weight=torch.rand(5), impl="triton"), NotImplementedError, "impl='triton' has no weight="),
+        (dict(target=torch.rand(4, 5), impl="triton"), NotImplementedError, "impl='triton' has no probability"),
+        (dict(target=torch.rand(4, 5), ignore_index=3), ValueError, "ignore_index=3 applies to class-index"),
+        (dict(target=torch.rand(4, 4)), ValueError, "target"),
+        (dict(target=torch.rand(5)), ValueError, "target"),
+        (dict(ignore_index=True), TypeError, "ignore_index"),
+    ],
+)
 def test_parity_errors_name_the_argument(change, exc, words):
     args = _args()
     args.update(change)
@@ -546,6 +646,7 @@ def test_parity_errors_name_the_argument(change, exc, words):
 # --------------------------------------------------------------------------
 # Memory: no [N, V] tensor
 # --------------------------------------------------------------------------
+
 
 class _RecordShapes(TorchDispatchMode):
     """Records the shape of every tensor an aten op returns."""
@@ -578,8 +679,17 @@ def test_no_n_by_v_tensor_is_created_or_saved():
 
     for reduction in REDUCTIONS:
         with _RecordShapes() as rec, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            loss = linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, label_smoothing=0.1, z_loss=1e-3,
-                                        softcap=10.0, chunk_size=chunk)
+            loss = linear_cross_entropy(
+                x,
+                w,
+                t,
+                linear_bias=b,
+                reduction=reduction,
+                label_smoothing=0.1,
+                z_loss=1e-3,
+                softcap=10.0,
+                chunk_size=chunk,
+            )
             n_forward = len(rec.shapes)
             loss.backward(torch.ones_like(loss))
         assert len(rec.shapes) > n_forward, "the recorder saw no backward op"
@@ -597,9 +707,13 @@ def test_no_n_by_v_tensor_is_created_or_saved():
 # Mutations of the reference are caught
 # --------------------------------------------------------------------------
 
+
 def _mismatches(p) -> list[str]:
-    return [f"{name}: {msg}" for name, (a, e) in run_both(p, F64).items()
-            if (msg := mismatch(a, e, 1e-10, 1e-10)) is not None]
+    return [
+        f"{name}: {msg}"
+        for name, (a, e) in run_both(p, F64).items()
+        if (msg := mismatch(a, e, 1e-10, 1e-10)) is not None
+    ]
 
 
 def _mutation_problem(reduction="none", ignored=False):
@@ -608,9 +722,19 @@ def _mutation_problem(reduction="none", ignored=False):
     t = torch.randint(0, V, (N,), generator=gen)
     if ignored:
         t[1] = -100
-    return {"x": torch.randn(N, D, generator=gen, dtype=F64), "w": torch.randn(V, D, generator=gen, dtype=F64),
-            "b": None, "t": t, "ignore_index": -100, "chunks": (4, 3), "reduction": reduction, "eps": 0.0,
-            "lam": 0.0, "cap": None, "grad_out": torch.randn(N, generator=gen, dtype=F64)}
+    return {
+        "x": torch.randn(N, D, generator=gen, dtype=F64),
+        "w": torch.randn(V, D, generator=gen, dtype=F64),
+        "b": None,
+        "t": t,
+        "ignore_index": -100,
+        "chunks": (4, 3),
+        "reduction": reduction,
+        "eps": 0.0,
+        "lam": 0.0,
+        "cap": None,
+        "grad_out": torch.randn(N, generator=gen, dtype=F64),
+    }
 
 
 def test_mutation_no_rescale_is_caught(monkeypatch):
@@ -646,6 +770,7 @@ def test_mutation_target_in_wrong_chunk_is_caught(monkeypatch):
 # Against the oracle extracted from rocq/CrossEntropy/Definitions.v
 # --------------------------------------------------------------------------
 
+
 @settings(max_examples=40, deadline=None)
 @given(problems())
 def test_reference_matches_oracle(p):
@@ -661,28 +786,42 @@ def test_reference_matches_oracle(p):
         assert loss.item() == 0.0 and oracle_loss.item() == 0.0
 
 
-@pytest.mark.parametrize("field, change", [
-    ("target", {"target": [0, 3]}),
-    ("target", {"target": [0, -1]}),
-    ("target", {"target": [0]}),
-    ("target", {"target": [0, 1.5]}),
-    ("linear_bias", {"linear_bias": [0.0, 1.0]}),
-    ("linear_weight", {"linear_weight": [[1.0], [2.0], [3.0]]}),
-    ("reduction", {"reduction": "avg"}),
-    ("token_chunk", {"token_chunk": 0}),
-    ("vocab_chunk", {"vocab_chunk": 1.0}),
-    ("softcap", {"softcap": 0.0}),
-    ("grad_output", {"reduction": "none", "grad_output": [1.0]}),
-    ("ignore_index", {"ignore_index": "x"}),
-    ("weight", {"weight": None}),
-])
+@pytest.mark.parametrize(
+    "field, change",
+    [
+        ("target", {"target": [0, 3]}),
+        ("target", {"target": [0, -1]}),
+        ("target", {"target": [0]}),
+        ("target", {"target": [0, 1.5]}),
+        ("linear_bias", {"linear_bias": [0.0, 1.0]}),
+        ("linear_weight", {"linear_weight": [[1.0], [2.0], [3.0]]}),
+        ("reduction", {"reduction": "avg"}),
+        ("token_chunk", {"token_chunk": 0}),
+        ("vocab_chunk", {"vocab_chunk": 1.0}),
+        ("softcap", {"softcap": 0.0}),
+        ("grad_output", {"reduction": "none", "grad_output": [1.0]}),
+        ("ignore_index", {"ignore_index": "x"}),
+        ("weight", {"weight": None}),
+    ],
+)
 def test_oracle_rejects_malformed_requests(field, change):
     from ojas_ref.verification.oracle import oracle_request
 
-    req = {"op": "linear_cross_entropy", "input": [[1.0, 0.5], [0.0, 2.0]],
-           "linear_weight": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], "linear_bias": None, "target": [0, 2],
-           "ignore_index": -100, "reduction": "mean", "label_smoothing": 0.0, "z_loss": 0.0, "softcap": None,
-           "token_chunk": 1, "vocab_chunk": 2, "grad_output": None}
+    req = {
+        "op": "linear_cross_entropy",
+        "input": [[1.0, 0.5], [0.0, 2.0]],
+        "linear_weight": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+        "linear_bias": None,
+        "target": [0, 2],
+        "ignore_index": -100,
+        "reduction": "mean",
+        "label_smoothing": 0.0,
+        "z_loss": 0.0,
+        "softcap": None,
+        "token_chunk": 1,
+        "vocab_chunk": 2,
+        "grad_output": None,
+    }
     assert "error" not in oracle_request(req)
     req.update(change)
     answer = oracle_request(req)

@@ -101,20 +101,24 @@ def test_bound_values_at_llama3_size_are_not_vacuous():
     for dtype, upper in ((torch.float32, 0.02), (torch.bfloat16, 0.3)):
         b = linear_cross_entropy_lse_error_bound(128256, 4096, dtype=dtype, block_v=4096, dot_abs_sum=60.0)
         assert 0 < b < upper
-    online = linear_cross_entropy_lse_error_bound(128256, 4096, dtype=torch.float32, block_v=4096,
-                                                  exact_logits=True, max_abs_logit=30.0)
+    online = linear_cross_entropy_lse_error_bound(
+        128256, 4096, dtype=torch.float32, block_v=4096, exact_logits=True, max_abs_logit=30.0
+    )
     assert online < 1e-3  # the old LseError.v bound allowed 0.086 nats here
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(block_v=0), "block_v"),
-    (dict(exp_error=-1.0), "exp_error"),
-    (dict(exp_error=float("nan")), "exp_error"),
-    (dict(dtype=torch.float64), "dtype"),
-    (dict(max_abs_input=-1.0), "max_abs_input"),
-    (dict(dot_abs_sum=1e9), "vacuous|outside"),
-    (dict(tile_sum_depth=5000), "tile_sum_depth"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(block_v=0), "block_v"),
+        (dict(exp_error=-1.0), "exp_error"),
+        (dict(exp_error=float("nan")), "exp_error"),
+        (dict(dtype=torch.float64), "dtype"),
+        (dict(max_abs_input=-1.0), "max_abs_input"),
+        (dict(dot_abs_sum=1e9), "vacuous|outside"),
+        (dict(tile_sum_depth=5000), "tile_sum_depth"),
+    ],
+)
 def test_bad_arguments_raise(kwargs, match):
     args = dict(dtype=torch.float32, block_v=4096, max_abs_input=1.0, max_abs_weight=0.01)
     args.update(kwargs)
@@ -133,9 +137,15 @@ def test_row_kernel_lse_within_bound(dtype, scale):
     lse, loss = kernel_stream_lse(z, torch.arange(n) * 7)
     ref = exact_lse(z)
     err = (lse.to(F64) - ref).abs().max().item()
-    bound = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=stream_block_v(dtype, "cpu"),
-                                                 exact_logits=True, max_abs_logit=z.abs().max().item(),
-                                                 exp_error=CPU_EXP_ERROR)
+    bound = linear_cross_entropy_lse_error_bound(
+        V,
+        1,
+        dtype=dtype,
+        block_v=stream_block_v(dtype, "cpu"),
+        exact_logits=True,
+        max_abs_logit=z.abs().max().item(),
+        exp_error=CPU_EXP_ERROR,
+    )
     assert err <= bound < 1e-3, (err, bound)
     # the loss: rnd(lse - z_t), ce_loss_error with delta = 0
     zt = z.to(F64)[torch.arange(n), torch.arange(n) * 7]
@@ -148,8 +158,15 @@ def test_mutant_dropped_rescale_is_caught():
     z = torch.randn(n, V, generator=_gen(2))
     z[:, 500:] += 6.0  # the max jumps in tile 31 (columns 496..511)
     ref = exact_lse(z)
-    bound = linear_cross_entropy_lse_error_bound(V, 1, dtype=torch.float32, block_v=bv, exact_logits=True,
-                                                 max_abs_logit=z.abs().max().item(), exp_error=CPU_EXP_ERROR)
+    bound = linear_cross_entropy_lse_error_bound(
+        V,
+        1,
+        dtype=torch.float32,
+        block_v=bv,
+        exact_logits=True,
+        max_abs_logit=z.abs().max().item(),
+        exp_error=CPU_EXP_ERROR,
+    )
     good = (emulated_stream_lse(z, bv).to(F64) - ref).abs().max().item()
     bad = (emulated_stream_lse(z, bv, drop_rescale=31).to(F64) - ref).abs().max().item()
     assert good <= bound < bad, (good, bound, bad)
@@ -200,11 +217,13 @@ def _posteriori_check(x, w, target, block_v, exp_error):
     ref = torch.where(kept, torch.logsumexp(y, dim=1) - y[torch.arange(N, device=y.device), t], 0.0)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, dtype=x.dtype, dot_abs_sum=P)
-    B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=block_v, exact_logits=True,
-                                             max_abs_logit=zmax, exp_error=exp_error)
+    B = linear_cross_entropy_lse_error_bound(
+        V, 1, dtype=x.dtype, block_v=block_v, exact_logits=True, max_abs_logit=zmax, exp_error=exp_error
+    )
     bound = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
-    old_lse = linear_cross_entropy_lse_error_bound(V, D, dtype=x.dtype, block_v=block_v, dot_abs_sum=P,
-                                                   exp_error=exp_error)
+    old_lse = linear_cross_entropy_lse_error_bound(
+        V, D, dtype=x.dtype, block_v=block_v, dot_abs_sum=P, exp_error=exp_error
+    )
     old = linear_cross_entropy_loss_error_bound(old_lse, delta, ref.abs().max().item())
     return (loss.to(F64) - ref).abs(), bound, old
 
@@ -224,8 +243,10 @@ def test_loss_posteriori_within_bound(dtype, peaked):
     assert bool((bound[~kept] == 0).all()) and bool((err[~kept] == 0).all())
     assert float(bound[kept].max()) < 1.0, bound  # not vacuous
     ratio = float(bound[kept].max()) / max(float(err[kept].max()), 1e-300)
-    print(f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
-          f"(a priori {old:.3e}), ratio {ratio:.1f}")
+    print(
+        f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
+        f"(a priori {old:.3e}), ratio {ratio:.1f}"
+    )
     if peaked:  # the target's own error no longer charged twice: issue 17's 1000x bar
         assert float(bound[kept].max()) < old / 4 and ratio < 1000, (bound, old, ratio)
 
@@ -274,8 +295,10 @@ def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
     err, bound, old = _posteriori_check(x, w, target, stream_block_v(dtype, "cuda"), LINEAR_CROSS_ENTROPY_EXP_ERROR)
     kept = target >= 0
     ratio = float(bound[kept].max()) / max(float(err[kept].max()), 1e-300)
-    print(f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
-          f"(a priori {old:.3e}), ratio {ratio:.1f}")
+    print(
+        f"{dtype} peaked={peaked}: observed {float(err.max()):.3e}, bound {float(bound.max()):.3e} "
+        f"(a priori {old:.3e}), ratio {ratio:.1f}"
+    )
     assert bool((err <= bound).all())
     if peaked:  # normal bf16 rows: E ~ e^(2 delta) - 1, the a-priori bound is the tighter one there
         assert float(bound.max()) < old
@@ -284,12 +307,16 @@ def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
 
 
 def test_oracle_value_matches_the_hand_copy(oracle_and_hand):
-    cases = [dict(dot_abs_sum=60.0), dict(exact_logits=True, max_abs_logit=30.0),
-             dict(dot_abs_sum=60.0, tile_sum_depth=23)]
+    cases = [
+        dict(dot_abs_sum=60.0),
+        dict(exact_logits=True, max_abs_logit=30.0),
+        dict(dot_abs_sum=60.0, tile_sum_depth=23),
+    ]
     for dtype in (torch.float32, torch.bfloat16):
         for kw in cases:
-            oracle, hand = oracle_and_hand(linear_cross_entropy_lse_error_bound, 128256, 4096, dtype=dtype,
-                                           block_v=4096, **kw)
+            oracle, hand = oracle_and_hand(
+                linear_cross_entropy_lse_error_bound, 128256, 4096, dtype=dtype, block_v=4096, **kw
+            )
             assert math.isfinite(oracle) and abs(oracle - hand) <= 1e-6 * hand, (oracle, hand)
 
 
@@ -310,8 +337,16 @@ def test_two_level_forward_within_bound(dtype):
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     n_groups = -(-(-(-V // cfg.fwd.block_n)) // tpp)
     block_p = min(cfg.rows.block_p, 1 << (n_groups - 1).bit_length())
-    b = linear_cross_entropy_merge_lse_error_bound(V, D, dtype=dtype, block_n=cfg.fwd.block_n, tiles_per_program=tpp,
-                                                   block_p=block_p, dot_abs_sum=P, exp_error=CPU_EXP_ERROR)
+    b = linear_cross_entropy_merge_lse_error_bound(
+        V,
+        D,
+        dtype=dtype,
+        block_n=cfg.fwd.block_n,
+        tiles_per_program=tpp,
+        block_p=block_p,
+        dot_abs_sum=P,
+        exp_error=CPU_EXP_ERROR,
+    )
     err = (lse.to(F64) - ref).abs().max().item()
     assert err <= b < 1e-2, (err, b)
 
@@ -340,14 +375,16 @@ def _kernel_grads(x, w, target, reduction, cfg):
 
 def _cpu_grad_bounds(x, w, target, reduction, cfg):
     rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
-    return gradient_bounds(x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR,
-                           storage_rounding=rounding)
+    return gradient_bounds(
+        x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding
+    )
 
 
 def _cpu_grad_posteriori_bounds(x, w, target, reduction, cfg):
     rounding = "nearest" if x.dtype == torch.float32 else "truncate"
-    return gradient_posteriori_bounds(x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR,
-                                      storage_rounding=rounding)
+    return gradient_posteriori_bounds(
+        x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding
+    )
 
 
 def _ratio(bound, err):
@@ -387,8 +424,10 @@ def test_gradients_within_posteriori_bound(dtype, reduction, peaked):
     ph, pw = _cpu_grad_posteriori_bounds(x, w, target, reduction, cfg)
     bh, bw = _cpu_grad_bounds(x, w, target, reduction, cfg)
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
-    print(f"{dtype} {reduction} peaked={peaked}: dH ratio {_ratio(ph, eh)} (a priori {_ratio(bh, eh)}), "
-          f"dW ratio {_ratio(pw, ew)} (a priori {_ratio(bw, ew)})")
+    print(
+        f"{dtype} {reduction} peaked={peaked}: dH ratio {_ratio(ph, eh)} (a priori {_ratio(bh, eh)}), "
+        f"dW ratio {_ratio(pw, ew)} (a priori {_ratio(bw, ew)})"
+    )
     assert (eh <= ph).all() and (ew <= pw).all()
     gain = 1.5 if peaked else 1 / 1.05
     assert ph.max() * gain < bh.max() and pw.max() * gain < bw.max()
@@ -408,8 +447,10 @@ def test_gradients_within_measured_logit_bound(dtype, peaked):
     mh, mw = gradient_posteriori_bounds(x, w, target, logits=stored_logits(x, w), **kw)
     ph, pw = gradient_posteriori_bounds(x, w, target, **kw)
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
-    print(f"{dtype} peaked={peaked}: dH ratio {_ratio(mh, eh)} (delta {_ratio(ph, eh)}), "
-          f"dW ratio {_ratio(mw, ew)} (delta {_ratio(pw, ew)})")
+    print(
+        f"{dtype} peaked={peaked}: dH ratio {_ratio(mh, eh)} (delta {_ratio(ph, eh)}), "
+        f"dW ratio {_ratio(mw, ew)} (delta {_ratio(pw, ew)})"
+    )
     assert (eh <= mh).all() and (ew <= mw).all()
     assert mh.max() <= ph.max() and mw.max() <= pw.max()
 
@@ -421,8 +462,9 @@ def test_stored_logits_are_the_kernels():
     z = stored_logits(x, w)
     kept = target != -100
     lse, loss = kernel_stream_lse(z[kept], target[kept])
-    got = kernels._three_products(x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, None),
-                                  (True, False, False), cfg).loss
+    got = kernels._three_products(
+        x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, None), (True, False, False), cfg
+    ).loss
     assert torch.equal(got[kept], loss)
 
 
@@ -436,7 +478,10 @@ def test_tree_sum_adds_every_element_once():
     for layout in ((4, 32, 8), (8, 32, 8), (2, 4, 2)):
         assert torch.equal(_tree_sum(x, *layout), x.sum(1)), layout
     line = "#blocked = #ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [1, 32], warpsPerCTA = [1, 8], order = [1, 0]}>"
-    assert _blocked_layout(line) == (4, 32, 8) and _blocked_layout("#blocked1 = #ttg.blocked<{sizePerThread = [1]}>") is None
+    assert (
+        _blocked_layout(line) == (4, 32, 8)
+        and _blocked_layout("#blocked1 = #ttg.blocked<{sizePerThread = [1]}>") is None
+    )
 
 
 def test_entry_factors_confident_target_falls_to_the_stream_bound():
@@ -449,32 +494,46 @@ def test_entry_factors_confident_target_falls_to_the_stream_bound():
     f = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([0]), 0.1, 1e-4, dtype=torch.float32)
     assert 1e-4 < f[0, 0] < 1.2e-4
     assert 0.284 * 1e-9 < f[0, 1] < 0.285 * 1e-9  # e^0.2504 - 1 = 0.2845
-    g = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([0]), 0.1, 1e-4, dtype=torch.float32,
-                                                      lse_error=0.1 + 1e-4)
+    g = linear_cross_entropy_entry_posteriori_factors(
+        lp, torch.tensor([0]), 0.1, 1e-4, dtype=torch.float32, lse_error=0.1 + 1e-4
+    )
     assert g[0, 0] == f[0, 0] and 0.2214 * 1e-9 < g[0, 1] < 0.2216 * 1e-9  # e^0.2001 - 1 = 0.2215
     ignored = linear_cross_entropy_entry_posteriori_factors(lp, torch.tensor([-100]), 0.1, 1e-4, dtype=torch.float32)
     assert (ignored == 0).all()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(logit_error=-1.0), "logit_error"),
-    (dict(stream_lse_bound=float("nan")), "stream_lse_bound"),
-    (dict(logit_error=0.5), "vacuous"),
-    (dict(log_probs=torch.zeros(2, 3) + 0.5), "log_probs"),
-    (dict(target=torch.zeros(3, dtype=torch.long)), "target"),
-    (dict(logit_error=torch.zeros(2, 2)), "logit_error"),
-    (dict(logit_error=torch.full((2, 3), -1.0)), "logit_error"),
-    (dict(logit_error=torch.zeros(2, 3), lse_error=0.1), "lse_error"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(logit_error=-1.0), "logit_error"),
+        (dict(stream_lse_bound=float("nan")), "stream_lse_bound"),
+        (dict(logit_error=0.5), "vacuous"),
+        (dict(log_probs=torch.zeros(2, 3) + 0.5), "log_probs"),
+        (dict(target=torch.zeros(3, dtype=torch.long)), "target"),
+        (dict(logit_error=torch.zeros(2, 2)), "logit_error"),
+        (dict(logit_error=torch.full((2, 3), -1.0)), "logit_error"),
+        (dict(logit_error=torch.zeros(2, 3), lse_error=0.1), "lse_error"),
+    ],
+)
 def test_entry_factors_bad_arguments_raise(kwargs, match):
     from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_entry_posteriori_factors
 
-    args = dict(log_probs=torch.log(torch.full((2, 3), 1 / 3)), target=torch.zeros(2, dtype=torch.long),
-                logit_error=0.01, stream_lse_bound=1e-4)
+    args = dict(
+        log_probs=torch.log(torch.full((2, 3), 1 / 3)),
+        target=torch.zeros(2, dtype=torch.long),
+        logit_error=0.01,
+        stream_lse_bound=1e-4,
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        linear_cross_entropy_entry_posteriori_factors(args.pop("log_probs"), args.pop("target"), args.pop("logit_error"),
-                                                      args.pop("stream_lse_bound"), dtype=torch.float32, **args)
+        linear_cross_entropy_entry_posteriori_factors(
+            args.pop("log_probs"),
+            args.pop("target"),
+            args.pop("logit_error"),
+            args.pop("stream_lse_bound"),
+            dtype=torch.float32,
+            **args,
+        )
 
 
 def _mutant_dropped_accumulation(orig):
@@ -483,6 +542,7 @@ def _mutant_dropped_accumulation(orig):
     def addmm(out, a, b, alpha, beta):  # the second chunk's grad_weight overwritten (beta 0)
         calls.append(beta)
         orig(out, a, b, alpha, 0.0 if beta == 1.0 and calls.count(1.0) == 1 else beta)
+
     return "_addmm_into", addmm
 
 
@@ -491,12 +551,14 @@ def _mutant_short_row(orig):
         args = list(args)
         args[14] -= 1
         orig(n_rows, rcfg, *args, **kw)
+
     return "_launch_rows", launch
 
 
 def _mutant_mean_over_all(orig, kept, n):
     def addmm(out, a, b, alpha, beta):  # "mean" divided by every token, ignored ones too
         orig(out, a, b, alpha * kept / n, beta)
+
     return "_addmm_into", addmm
 
 
@@ -509,10 +571,11 @@ def test_gradient_mutants_exceed_bound(dtype, mutant, bounds, monkeypatch):
     x, w, target, cfg = _grad_case(dtype, seed=10)
     dh, dw = exact_gradients(x, w, target, "mean")
     bh, bw = bounds(x, w, target, "mean", cfg)
-    make = dict(dropped_accumulation=lambda: _mutant_dropped_accumulation(kernels._addmm_into),
-                short_row=lambda: _mutant_short_row(kernels._launch_rows),
-                mean_over_all=lambda: _mutant_mean_over_all(kernels._addmm_into, int((target != -100).sum()),
-                                                            len(target)))
+    make = dict(
+        dropped_accumulation=lambda: _mutant_dropped_accumulation(kernels._addmm_into),
+        short_row=lambda: _mutant_short_row(kernels._launch_rows),
+        mean_over_all=lambda: _mutant_mean_over_all(kernels._addmm_into, int((target != -100).sum()), len(target)),
+    )
     if mutant is not None:
         monkeypatch.setattr(kernels, *make[mutant]())
     gh, gw = _kernel_grads(x, w, target, "mean", cfg)
@@ -521,14 +584,17 @@ def test_gradient_mutants_exceed_bound(dtype, mutant, bounds, monkeypatch):
     assert (excess <= 1.0) == (mutant is None)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(scale=-1.0), "scale"),
-    (dict(logit_error=float("inf")), "logit_error"),
-    (dict(n_terms=0), "n_terms"),
-    (dict(n_terms=1 << 24), "n_terms"),
-    (dict(n_chunks=0), "n_chunks"),
-    (dict(logit_error=2.0), "vacuous"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(scale=-1.0), "scale"),
+        (dict(logit_error=float("inf")), "logit_error"),
+        (dict(n_terms=0), "n_terms"),
+        (dict(n_terms=1 << 24), "n_terms"),
+        (dict(n_chunks=0), "n_chunks"),
+        (dict(logit_error=2.0), "vacuous"),
+    ],
+)
 def test_grad_bound_bad_arguments_raise(kwargs, match):
     args = dict(n_terms=100, dtype=torch.bfloat16, scale=1.0, logit_error=0.01, lse_error=0.01, max_abs_arg=10.0)
     args.update(kwargs)
@@ -542,8 +608,15 @@ def test_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand):
     against the hand composition (exact rationals, e^x by 1 + x + x^2): never above it and
     within 5%."""
     s = torch.tensor([0.5, 2.0])
-    args = dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, logit_error=0.05, lse_error=0.01,
-                max_abs_arg=40.0, n_chunks=2)
+    args = dict(
+        n_terms=128256,
+        dtype=torch.bfloat16,
+        scale=1.0 / 3,
+        logit_error=0.05,
+        lse_error=0.01,
+        max_abs_arg=40.0,
+        n_chunks=2,
+    )
     oracle, hand = oracle_and_hand(linear_cross_entropy_grad_error_bound, s, s, s, **args)
     assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all()  # 1 + x + x^2 >= the oracle's e^x
 
@@ -555,8 +628,10 @@ def test_grad_posteriori_bound_oracle_factors_match_the_hand_values(oracle_and_h
     from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_posteriori_bound
 
     s = torch.tensor([0.5, 2.0])
-    for args in (dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
-                 dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2)):
+    for args in (
+        dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
+        dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2),
+    ):
         oracle, hand = oracle_and_hand(linear_cross_entropy_grad_posteriori_bound, s, s, s, **args)
         assert torch.allclose(oracle, hand, rtol=1e-12, atol=0) and (oracle >= hand * (1 - 1e-12)).all()
 
@@ -572,8 +647,10 @@ def test_gpu_llama3_size_gradients_within_bound(dtype):
     dh, dw = exact_gradients(x, w, target, "mean")
     bh, bw = gradient_bounds(x, w, target, reduction="mean")
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
-    print(f"{dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
-          f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
+    print(
+        f"{dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
+        f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}"
+    )
     assert (eh <= bh).all() and (ew <= bw).all()
 
 
@@ -587,7 +664,9 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
     ce_gp_dh_error / ce_gp_dw_error's bound."""
     x, w, target = _gpu_case(1024, dtype)
     if peaked:  # distinct targets: a shared weight row would be aligned with one of its tokens only
-        target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))[:1024]
+        target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))[
+            :1024
+        ]
         w = _peak(x, w, target, 0.05 * x.shape[1] ** 0.5 / 8).to(dtype)
     target[::7] = -100
     gh, gw = _kernel_grads(x, w, target, "mean", None)
@@ -597,8 +676,10 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
     kept = target != -100
     pt = torch.softmax(x[kept].to(F64) @ w.to(F64).t(), dim=1).gather(1, target[kept, None]).squeeze(1)
     print(f"{dtype} peaked={peaked}: 1 - P_t median {(1 - pt).median().item():.3e}")
-    print(f"{dtype} peaked={peaked}: dH max err {eh.max().item():.3e} bound {ph.max().item():.3e} ratio {_ratio(ph, eh)}; "
-          f"dW max err {ew.max().item():.3e} bound {pw.max().item():.3e} ratio {_ratio(pw, ew)}")
+    print(
+        f"{dtype} peaked={peaked}: dH max err {eh.max().item():.3e} bound {ph.max().item():.3e} ratio {_ratio(ph, eh)}; "
+        f"dW max err {ew.max().item():.3e} bound {pw.max().item():.3e} ratio {_ratio(pw, ew)}"
+    )
     assert (eh <= ph).all() and (ew <= pw).all()
 
 
@@ -635,12 +716,20 @@ def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     depth = checked_tile_sum_depth(dtype, "cuda")
     z = stored_logits(x, w)
     y = x.to(F64) @ w.to(F64).t()
-    B = linear_cross_entropy_lse_error_bound(w.shape[0], 1, dtype=dtype, block_v=stream_block_v(dtype, "cuda"),
-                                             exact_logits=True, max_abs_logit=z.abs().max().item(), tile_sum_depth=depth)
+    B = linear_cross_entropy_lse_error_bound(
+        w.shape[0],
+        1,
+        dtype=dtype,
+        block_v=stream_block_v(dtype, "cuda"),
+        exact_logits=True,
+        max_abs_logit=z.abs().max().item(),
+        tile_sum_depth=depth,
+    )
     lb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), B)
     opts = kernels._Options(0.0, 0.0, None)
-    loss = kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False),
-                                   kernels.default_config(dtype, x.device)).loss.to(F64)
+    loss = kernels._three_products(
+        x, w, None, target, -100, "sum", opts, (True, False, False), kernels.default_config(dtype, x.device)
+    ).loss.to(F64)
     t0 = torch.where(kept, target, 0)
     ref = torch.logsumexp(y, 1) - y.gather(1, t0[:, None]).squeeze(1)
     el = torch.where(kept, (loss - ref).abs(), torch.zeros_like(ref))
@@ -648,13 +737,16 @@ def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     dh, dw = exact_gradients(x, w, target, "mean")
     mh, mw = gradient_posteriori_bounds(x, w, target, reduction="mean", logits=z, tile_sum_depth=depth)
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
-    print(f"{dtype} peaked={peaked}: loss ratio {(lb.max() / el.max()).item():.1f}, dH {_ratio(mh, eh)}, "
-          f"dW {_ratio(mw, ew)}")
+    print(
+        f"{dtype} peaked={peaked}: loss ratio {(lb.max() / el.max()).item():.1f}, dH {_ratio(mh, eh)}, "
+        f"dW {_ratio(mw, ew)}"
+    )
     assert (el <= lb).all() and (eh <= mh).all() and (ew <= mw).all()
 
 
 # The 4-product schedule (reduction "none", products=4): ce_dh4_error / ce_dw4_error of
 # rocq/FloatModel/CrossEntropyWeightedGradError.v, the token weights inside G.
+
 
 def _four_case(dtype, reduction, seed=11):
     """``_grad_case`` with 4 products (forward token chunks of 5, groups of 4 vocabulary tiles)
@@ -677,12 +769,21 @@ def _four_grads(x, w, target, reduction, cfg, go):
 
 def _four_bounds(x, w, target, reduction, cfg, go):
     rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
-    return gradient_bounds(x, w, target, reduction=reduction, config=cfg, exp_error=CPU_EXP_ERROR,
-                           storage_rounding=rounding, grad_output=go)
+    return gradient_bounds(
+        x,
+        w,
+        target,
+        reduction=reduction,
+        config=cfg,
+        exp_error=CPU_EXP_ERROR,
+        storage_rounding=rounding,
+        grad_output=go,
+    )
 
 
-@pytest.mark.parametrize("dtype, reduction", [(torch.float32, "none"), (torch.bfloat16, "none"),
-                                              (torch.float32, "mean")])
+@pytest.mark.parametrize(
+    "dtype, reduction", [(torch.float32, "none"), (torch.bfloat16, "none"), (torch.float32, "mean")]
+)
 def test_four_product_gradients_within_bound(dtype, reduction):
     """Every entry of dH and dW within ce_dh4_error / ce_dw4_error's bound against float64 autograd
     with the same grad_output; bfloat16 on the CPU: the formula at the truncation's constants (the
@@ -716,17 +817,26 @@ def test_four_product_gradients_within_bound(dtype, reduction):
 def _mutant_weight_twice(orig):
     def backward_weight(x, weight, bias, kept, tgt, lse, token_weight, *args, **kw):  # w_n applied twice in G
         return orig(x, weight, bias, kept, tgt, lse, token_weight * token_weight, *args, **kw)
+
     return "_backward_weight", backward_weight
 
 
 def _mutant_lse_shift(orig):
     def backward_weight(x, weight, bias, kept, tgt, lse, *args, **kw):  # the backward's lse off by 2^-10
         return orig(x, weight, bias, kept, tgt, lse + 2.0**-10, *args, **kw)
+
     return "_backward_weight", backward_weight
 
 
-@pytest.mark.parametrize("dtype, mutant", [(torch.float32, None), (torch.float32, "weight_twice"),
-                                           (torch.bfloat16, "weight_twice"), (torch.float32, "lse_shift")])
+@pytest.mark.parametrize(
+    "dtype, mutant",
+    [
+        (torch.float32, None),
+        (torch.float32, "weight_twice"),
+        (torch.bfloat16, "weight_twice"),
+        (torch.float32, "lse_shift"),
+    ],
+)
 def test_four_product_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
     """The unmutated 4-product backward within ce_dw4_error's bound, each mutant of it outside."""
     x, w, target, cfg, go = _four_case(dtype, "none", seed=12)
@@ -759,17 +869,22 @@ def test_gpu_llama3_size_four_product_gradients_within_bound(dtype):
     dh, dw = exact_gradients(x, w, target, "none", grad_output=go)
     bh, bw = gradient_bounds(x, w, target, reduction="none", config=cfg, grad_output=go)
     eh, ew = (gh - dh).abs(), (gw - dw).abs()
-    print(f"4 products {dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
-          f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}")
+    print(
+        f"4 products {dtype}: dH max err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {_ratio(bh, eh)}; "
+        f"dW max err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {_ratio(bw, ew)}"
+    )
     assert (eh <= bh).all() and (ew <= bw).all()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(n_terms=0), "n_terms"),
-    (dict(weight_error=1.0), "weight_error"),
-    (dict(lse_error=-1.0), "lse_error"),
-    (dict(logit_error=2.0), "vacuous"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_terms=0), "n_terms"),
+        (dict(weight_error=1.0), "weight_error"),
+        (dict(lse_error=-1.0), "lse_error"),
+        (dict(logit_error=2.0), "vacuous"),
+    ],
+)
 def test_weighted_dw_bound_bad_arguments_raise(kwargs, match):
     from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_weighted_dw_error_bound
 

@@ -68,11 +68,28 @@ GPU_TOL = {**TOL, torch.float32: 1e-4}  # sums over thousands of terms
 NAMES = ("loss", "grad_input", "grad_weight", "grad_bias")
 
 
-def with_chunks(dtype, device, token_chunk=None, vocab_slab=None, tiles_per_program=None, fwd_logits="triton",
-                bwd_logits="triton", products=3):
+def with_chunks(
+    dtype,
+    device,
+    token_chunk=None,
+    vocab_slab=None,
+    tiles_per_program=None,
+    fwd_logits="triton",
+    bwd_logits="triton",
+    products=3,
+):
     cfg = default_config(dtype, torch.device(device))
-    return LinearCrossEntropyConfig(cfg.fwd, cfg.bwd, cfg.rows, token_chunk, vocab_slab, tiles_per_program,
-                                    fwd_logits=fwd_logits, bwd_logits=bwd_logits, products=products)
+    return LinearCrossEntropyConfig(
+        cfg.fwd,
+        cfg.bwd,
+        cfg.rows,
+        token_chunk,
+        vocab_slab,
+        tiles_per_program,
+        fwd_logits=fwd_logits,
+        bwd_logits=bwd_logits,
+        products=products,
+    )
 
 
 def run(fn, p, dtype, device="cpu", **kw):
@@ -82,9 +99,18 @@ def run(fn, p, dtype, device="cpu", **kw):
     compute_dtype = kw.pop("compute_dtype", dtype)
     leaves = [p["x"], p["w"]] + ([p["b"]] if p["b"] is not None else [])
     leaves = [t.to(dtype).to(device=device, dtype=compute_dtype).requires_grad_() for t in leaves]
-    out = fn(leaves[0], leaves[1], p["t"].to(device), linear_bias=leaves[2] if len(leaves) > 2 else None,
-             reduction=p["reduction"], ignore_index=p["ignore_index"], label_smoothing=p["eps"], z_loss=p["lam"],
-             softcap=p["cap"], **kw)
+    out = fn(
+        leaves[0],
+        leaves[1],
+        p["t"].to(device),
+        linear_bias=leaves[2] if len(leaves) > 2 else None,
+        reduction=p["reduction"],
+        ignore_index=p["ignore_index"],
+        label_smoothing=p["eps"],
+        z_loss=p["lam"],
+        softcap=p["cap"],
+        **kw,
+    )
     go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
     grads = torch.autograd.grad(out, leaves, go.to(device=device, dtype=out.dtype))
     return [out.detach(), *grads]
@@ -130,19 +156,31 @@ def problems(draw):
     three_d = draw(st.booleans())
     shape = (draw(st.integers(1, 3)), draw(st.integers(1, 8))) if three_d else (draw(st.integers(1, 24)),)
     p = make_problem(
-        draw(st.integers(0, 2**31 - 1)), shape=shape, D=draw(st.sampled_from([16, 24, 32])),
-        V=draw(st.integers(1, 70)), reduction=draw(st.sampled_from(["none", "mean", "sum"])),
-        ignored=draw(st.sampled_from([0.0, 0.5])), bias=draw(st.booleans()),
-        eps=draw(st.sampled_from([0.0, 0.1])), lam=draw(st.sampled_from([0.0, 1e-2])),
-        cap=draw(st.sampled_from([None, 3.0])))
+        draw(st.integers(0, 2**31 - 1)),
+        shape=shape,
+        D=draw(st.sampled_from([16, 24, 32])),
+        V=draw(st.integers(1, 70)),
+        reduction=draw(st.sampled_from(["none", "mean", "sum"])),
+        ignored=draw(st.sampled_from([0.0, 0.5])),
+        bias=draw(st.booleans()),
+        eps=draw(st.sampled_from([0.0, 0.1])),
+        lam=draw(st.sampled_from([0.0, 1e-2])),
+        cap=draw(st.sampled_from([None, 3.0])),
+    )
     p["dtype"] = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
     # "cublas": forward and backward logits from different products, whose rounding
     # differences show in cancelling float32 gradients (p_t - 1)
     paths = ["triton"] if p["dtype"] == torch.float32 else ["triton", "cublas"]
-    p["config"] = with_chunks(p["dtype"], "cpu", draw(st.sampled_from([None, 5, 16])),
-                              draw(st.sampled_from([None, 16, 32])), draw(st.sampled_from([None, 1, 2])),
-                              draw(st.sampled_from(paths)), draw(st.sampled_from(paths)),
-                              draw(st.sampled_from([3, 4])))
+    p["config"] = with_chunks(
+        p["dtype"],
+        "cpu",
+        draw(st.sampled_from([None, 5, 16])),
+        draw(st.sampled_from([None, 16, 32])),
+        draw(st.sampled_from([None, 1, 2])),
+        draw(st.sampled_from(paths)),
+        draw(st.sampled_from(paths)),
+        draw(st.sampled_from([3, 4])),
+    )
     if draw(st.booleans()):
         p["t"] = p["t"].int()
     return p
@@ -170,11 +208,28 @@ def test_kernel_matches_extracted_oracle(reduction, monkeypatch):
     p = make_problem(11, shape=(3, 7), D=24, V=45, reduction=reduction, eps=0.1, lam=1e-3, cap=4.0)
     with use_impl(linear_cross_entropy="triton"):
         assert oracle_mismatches(p, torch.float32) == []
-    res = oracle.linear_cross_entropy_oracle(p["x"], p["w"], p["t"], linear_bias=p["b"], reduction=reduction,
-                                             ignore_index=p["ignore_index"], label_smoothing=p["eps"],
-                                             z_loss=p["lam"], softcap=p["cap"], token_chunk=3, vocab_chunk=7)
-    loss, lse = linear_cross_entropy_forward(p["x"].float(), p["w"].float(), p["t"], linear_bias=p["b"].float(),
-                                             label_smoothing=p["eps"], z_loss=p["lam"], softcap=p["cap"])
+    res = oracle.linear_cross_entropy_oracle(
+        p["x"],
+        p["w"],
+        p["t"],
+        linear_bias=p["b"],
+        reduction=reduction,
+        ignore_index=p["ignore_index"],
+        label_smoothing=p["eps"],
+        z_loss=p["lam"],
+        softcap=p["cap"],
+        token_chunk=3,
+        vocab_chunk=7,
+    )
+    loss, lse = linear_cross_entropy_forward(
+        p["x"].float(),
+        p["w"].float(),
+        p["t"],
+        linear_bias=p["b"].float(),
+        label_smoothing=p["eps"],
+        z_loss=p["lam"],
+        softcap=p["cap"],
+    )
     kept = p["t"] != p["ignore_index"]
     assert torch.isnan(lse[~kept]).all() and (loss[~kept] == 0).all()
     err = (lse[kept].to(F64) - res["lse"][kept]).abs().max().item()
@@ -207,13 +262,18 @@ def test_large_logits_and_all_options():
     # moves by that much relative, hence 1e-4 rather than 1e-5.
     for paths in (("triton", "triton", 3), ("triton", "triton", 4), ("cublas", "triton", 4), ("cublas", "cublas", 4)):
         cfg = with_chunks(torch.float32, "cpu", 7, 32, 1, *paths)
-        compare(run(linear_cross_entropy, p, torch.float32, config=cfg), want, torch.float32,
-                tol={torch.float32: 1e-4})
+        compare(run(linear_cross_entropy, p, torch.float32, config=cfg), want, torch.float32, tol={torch.float32: 1e-4})
 
 
 @settings(max_examples=200)
-@given(st.integers(1, 5000), st.integers(1, 64), st.integers(1, 3000), st.integers(1, 600),
-       st.one_of(st.none(), st.integers(1, 700)), st.booleans())
+@given(
+    st.integers(1, 5000),
+    st.integers(1, 64),
+    st.integers(1, 3000),
+    st.integers(1, 600),
+    st.one_of(st.none(), st.integers(1, 700)),
+    st.booleans(),
+)
 def test_token_chunks_plan(K, D, V, limit, fixed, in_rows):
     """The chunks cover the kept tokens in order; a chunk in the workspace fits it; a
     chunk inside grad_input lies in rows that neither it nor an earlier chunk has
@@ -284,10 +344,12 @@ def test_grad_subsets_and_no_grad():
     p = make_problem(8, shape=(13,), D=16, V=30, reduction="sum", bias=False, ignored=0.4)
     x, w = p["x"].float(), p["w"].float()
     full = run(linear_cross_entropy, p, torch.float32)
-    only_w = torch.autograd.grad(linear_cross_entropy(x, w.requires_grad_(), p["t"], reduction="sum"), w,
-                                 torch.tensor(1.7))[0]
-    only_x = torch.autograd.grad(linear_cross_entropy(x.requires_grad_(), w.detach(), p["t"], reduction="sum"), x,
-                                 torch.tensor(1.7))[0]
+    only_w = torch.autograd.grad(
+        linear_cross_entropy(x, w.requires_grad_(), p["t"], reduction="sum"), w, torch.tensor(1.7)
+    )[0]
+    only_x = torch.autograd.grad(
+        linear_cross_entropy(x.requires_grad_(), w.detach(), p["t"], reduction="sum"), x, torch.tensor(1.7)
+    )[0]
     with torch.no_grad():
         loss = linear_cross_entropy(x, w, p["t"], reduction="sum")
     assert max(rel_err(only_w, full[2]), rel_err(only_x, full[1]), rel_err(loss, full[0])) <= 1e-6
@@ -301,8 +363,9 @@ def check_second_backward(p, dtype, products, device="cpu", cfg=None, tol=TOL):
     deterministic there), and they are the reference's."""
     leaves = [p[k].to(device=device, dtype=dtype).requires_grad_() for k in ("x", "w", "b")]
     cfg = cfg or with_chunks(dtype, device, products=products)
-    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"].to(device), linear_bias=leaves[2],
-                                reduction=p["reduction"], config=cfg)
+    loss = linear_cross_entropy(
+        leaves[0], leaves[1], p["t"].to(device), linear_bias=leaves[2], reduction=p["reduction"], config=cfg
+    )
     go = (p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7)).to(device=device, dtype=torch.float32)
     first = torch.autograd.grad(loss, leaves, go, retain_graph=True)
     second = torch.autograd.grad(loss, leaves, go)
@@ -327,8 +390,9 @@ def test_double_backward_raises(products, reduction):
     does when grad_output does not require grad)."""
     p = make_problem(3, shape=(9,), D=16, V=20, reduction=reduction)
     x, w = p["x"].float().requires_grad_(), p["w"].float().requires_grad_()
-    loss = linear_cross_entropy(x, w, p["t"], reduction=reduction,
-                                config=with_chunks(torch.float32, "cpu", products=products))
+    loss = linear_cross_entropy(
+        x, w, p["t"], reduction=reduction, config=with_chunks(torch.float32, "cpu", products=products)
+    )
     with pytest.raises(RuntimeError, match="does not support double backward"):
         torch.autograd.grad(loss, (x, w), torch.ones_like(loss), create_graph=True)
 
@@ -405,11 +469,13 @@ def check_hidden_size_zero(device):
     for reduction, products in itertools.product(("none", "mean", "sum"), (3, 4)):
         cfg = with_chunks(torch.float32, device, products=products)
         loss = linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, config=cfg)
-        want = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b).transpose(1, 2), t,
-                                                 reduction=reduction)
+        want = torch.nn.functional.cross_entropy(
+            torch.nn.functional.linear(x, w, b).transpose(1, 2), t, reduction=reduction
+        )
         go = torch.ones_like(loss)
-        for a, e in zip([loss, *torch.autograd.grad(loss, (x, w, b), go)],
-                        [want, *torch.autograd.grad(want, (x, w, b), go)]):
+        for a, e in zip(
+            [loss, *torch.autograd.grad(loss, (x, w, b), go)], [want, *torch.autograd.grad(want, (x, w, b), go)]
+        ):
             assert a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6), (reduction, products, a, e)
 
 
@@ -436,11 +502,16 @@ def test_none_then_sum_or_mean(products, ignored):
     p = make_problem(14, shape=(3, 7), D=16, V=30, reduction="none", ignored=ignored)
     for reduce, weight in ((torch.sum, 1.0), (torch.mean, 1.0 / 21)):
         leaves = [p[k].float().requires_grad_() for k in ("x", "w", "b")]
-        loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2], reduction="none",
-                                    config=with_chunks(torch.float32, "cpu", products=products))
+        loss = linear_cross_entropy(
+            leaves[0],
+            leaves[1],
+            p["t"],
+            linear_bias=leaves[2],
+            reduction="none",
+            config=with_chunks(torch.float32, "cpu", products=products),
+        )
         got = [loss.detach(), *torch.autograd.grad(reduce(loss), leaves)]
-        compare(got, reference(dict(p, grad_out=torch.full((3, 7), weight, dtype=F64)), torch.float32),
-                torch.float32)
+        compare(got, reference(dict(p, grad_out=torch.full((3, 7), weight, dtype=F64)), torch.float32), torch.float32)
 
 
 @cpu
@@ -468,8 +539,7 @@ def test_strided_input():
     compare(got, want[:3], torch.float32)
     wide = torch.cat([p["x"].float().reshape(15, 16), torch.randn(15, 8)], 1)[:, :16]
     assert wide.stride(0) == 24
-    loss2 = linear_cross_entropy(wide, p["w"].float(), p["t"].reshape(-1), linear_bias=p["b"].float(),
-                                 reduction="none")
+    loss2 = linear_cross_entropy(wide, p["w"].float(), p["t"].reshape(-1), linear_bias=p["b"].float(), reduction="none")
     assert rel_err(loss2, want[0].reshape(-1)) <= TOL[torch.float32]
 
 
@@ -559,14 +629,18 @@ def _set_cuda_matmul(name, value):
     return lambda: setattr(torch.backends.cuda.matmul, name, value)
 
 
-@pytest.mark.parametrize("setting, want", [
-    (lambda: torch.set_float32_matmul_precision("highest"), "ieee"),
-    (lambda: torch.set_float32_matmul_precision("high"), "tf32"),
-    (lambda: torch.set_float32_matmul_precision("medium"), "tf32"),
-    (_set_cuda_matmul("allow_tf32", True), "tf32"),
-    (_set_cuda_matmul("fp32_precision", "tf32"), "tf32"),
-    (_set_cuda_matmul("fp32_precision", "ieee"), "ieee"),
-], ids=["highest", "high", "medium", "allow_tf32", "fp32_precision_tf32", "fp32_precision_ieee"])
+@pytest.mark.parametrize(
+    "setting, want",
+    [
+        (lambda: torch.set_float32_matmul_precision("highest"), "ieee"),
+        (lambda: torch.set_float32_matmul_precision("high"), "tf32"),
+        (lambda: torch.set_float32_matmul_precision("medium"), "tf32"),
+        (_set_cuda_matmul("allow_tf32", True), "tf32"),
+        (_set_cuda_matmul("fp32_precision", "tf32"), "tf32"),
+        (_set_cuda_matmul("fp32_precision", "ieee"), "ieee"),
+    ],
+    ids=["highest", "high", "medium", "allow_tf32", "fp32_precision_tf32", "fp32_precision_ieee"],
+)
 def test_float32_dot_precision_follows_torch(setting, want, restore_matmul_precision):
     """The Triton dots of float32 operands (``_dot_precision``, shared with the attention
     kernel) take torch's own float32 matmul setting, as the cuBLAS products beside them
@@ -609,12 +683,15 @@ GPU_CASES = [  # N, D, V, dtype, reduction, ignored, bias, eps, lam, cap, produc
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kernel_vs_reference_gpu(N, D, V, dtype, reduction, ignored, bias, eps, lam, cap, products):
-    p = make_problem(N + V, shape=(N,), D=D, V=V, reduction=reduction, ignored=ignored, bias=bias, eps=eps,
-                     lam=lam, cap=cap)
+    p = make_problem(
+        N + V, shape=(N,), D=D, V=V, reduction=reduction, ignored=ignored, bias=bias, eps=eps, lam=lam, cap=cap
+    )
     got = run(linear_cross_entropy, p, dtype, "cuda", config=with_chunks(dtype, "cuda", products=products))
     errs = compare(got, reference(p, dtype, "cuda"), dtype, tol=GPU_TOL)
-    print(f"\nrel errors {dtype} N={N} D={D} V={V} {reduction} ignored={ignored} products={products}: "
-          + ", ".join(f"{n} {e:.2e}" for n, e in errs.items()))
+    print(
+        f"\nrel errors {dtype} N={N} D={D} V={V} {reduction} ignored={ignored} products={products}: "
+        + ", ".join(f"{n} {e:.2e}" for n, e in errs.items())
+    )
 
 
 @pytest.mark.gpu
@@ -669,8 +746,7 @@ def test_float16_auto_runs_the_reference_gpu(monkeypatch):
         loss = ref_module.linear_cross_entropy(x, w, t)
     (gw,) = torch.autograd.grad(loss * 2.0**16, w)
     assert calls == []
-    exact = torch.autograd.grad(torch.nn.functional.cross_entropy((x.float() @ w.float().T), t) * 2.0**16,
-                                w)[0]
+    exact = torch.autograd.grad(torch.nn.functional.cross_entropy((x.float() @ w.float().T), t) * 2.0**16, w)[0]
     assert rel_err(gw.float(), exact) <= 5e-3  # float16 rounding of the scaled gradient
 
 
@@ -696,8 +772,13 @@ def test_float32_precision_follows_torch_gpu(restore_matmul_precision):
         want = reference(p, torch.float32, "cuda")[which]
         for precision in ("highest", "high"):
             torch.set_float32_matmul_precision(precision)
-            got = run(linear_cross_entropy, p, torch.float32, "cuda",
-                      config=with_chunks(torch.float32, "cuda", products=products))[which]
+            got = run(
+                linear_cross_entropy,
+                p,
+                torch.float32,
+                "cuda",
+                config=with_chunks(torch.float32, "cuda", products=products),
+            )[which]
             errs[products, precision] = rel_err(got, want)
     print(f"\nfloat32 relative errors (products, precision): {errs}")
     for products in (3, 4):
@@ -722,8 +803,12 @@ class _ProductRows:
     def __init__(self, monkeypatch, x: torch.Tensor):
         self.x = x.detach().reshape(-1, x.shape[-1])
         self.seen = torch.zeros(self.x.shape[0], dtype=torch.bool)
-        for name, operands in (("_mm_into", (1, 2)), ("_mm_f32", (0, 1)), ("_addmm_into", (1, 2)),
-                               ("_launch_logits", (0,))):
+        for name, operands in (
+            ("_mm_into", (1, 2)),
+            ("_mm_f32", (0, 1)),
+            ("_addmm_into", (1, 2)),
+            ("_launch_logits", (0,)),
+        ):
             monkeypatch.setattr(klce, name, self._marking(getattr(klce, name), operands))
 
     def _marking(self, fn, operands):
@@ -733,6 +818,7 @@ class _ProductRows:
                 if t.dim() == 2 and t.shape[1] == self.x.shape[1] and t.dtype == self.x.dtype and t.numel():
                     self.seen |= (t[:, None, :] == self.x[None]).all(-1).any(0).cpu()
             return fn(*args, **kw)
+
         return wrapped
 
 
@@ -779,8 +865,10 @@ def test_ignored_tokens_enter_no_product(pattern, schedule, monkeypatch):
     grad_input are exactly 0 (Ojas.CrossEntropy.Reduction.ignored_grad_zero), and so are their
     losses with reduction "none"."""
     products, reduction, options = SCHEDULES[schedule]
-    p = _with_ignored(make_problem(31, shape=(3, 8), D=16, V=37, reduction=reduction, ignored=0.0,
-                                   **{"bias": False, **options}), pattern)
+    p = _with_ignored(
+        make_problem(31, shape=(3, 8), D=16, V=37, reduction=reduction, ignored=0.0, **{"bias": False, **options}),
+        pattern,
+    )
     kept = (p["t"] != p["ignore_index"]).reshape(-1)
     cfg = with_chunks(torch.float32, "cpu", 5, 16, products=products)
     rows = _ProductRows(monkeypatch, p["x"].float())
@@ -841,8 +929,9 @@ def test_three_products_plan_with_ignored_tokens(V):
     plan = klce._three_products_plan(N, D, V, 2, (True, True, False), cfg, K)
     assert sum(n for _, n, _ in plan) == K and not any(inside for *_, inside in plan)
     assert max(n for _, n, _ in plan) * (V + D) * 2 <= budget
-    assert klce._three_products_plan(N, D, V, 2, (True, True, False), cfg, N) == \
-        klce._three_products_plan(N, D, V, 2, (True, True, False), cfg)
+    assert klce._three_products_plan(N, D, V, 2, (True, True, False), cfg, N) == klce._three_products_plan(
+        N, D, V, 2, (True, True, False), cfg
+    )
 
 
 @cpu
@@ -856,8 +945,9 @@ def test_three_products_gathers_one_chunk_at_a_time():
     K = N // 2
     leaves = [p[k].float().requires_grad_() for k in ("x", "w", "b")]
     with _Allocations() as mode:
-        loss = linear_cross_entropy(leaves[0], leaves[1], p["t"], linear_bias=leaves[2],
-                                    config=with_chunks(torch.float32, "cpu", chunk))
+        loss = linear_cross_entropy(
+            leaves[0], leaves[1], p["t"], linear_bias=leaves[2], config=with_chunks(torch.float32, "cpu", chunk)
+        )
         loss.backward()
     sizes = {min(chunk, K - r0) * width for r0 in range(0, K, chunk) for width in (V, D)}
     allowed = sizes | {N * D, V * D, V, N, K, 1, 0}

@@ -87,11 +87,17 @@ def test_softcap_bound_values():
     dl, _ = linear_cross_entropy_logit_error_bound(128256, 4096, dtype=torch.bfloat16, dot_abs_sum=60.0)
     dc, zc = linear_cross_entropy_logit_error_bound(128256, 4096, dtype=torch.bfloat16, dot_abs_sum=60.0, softcap=30.0)
     assert (dc, zc) == pytest.approx(linear_cross_entropy_softcap_logit_error_bound(dl, 30.0), rel=1e-9)
-    for bad in (dict(softcap=0.0), dict(softcap=-1.0), dict(softcap=float("nan")), dict(softcap=5.0, tanh_error=1.0),
-                dict(softcap=5.0, tanh_rel_error=-1.0)):
+    for bad in (
+        dict(softcap=0.0),
+        dict(softcap=-1.0),
+        dict(softcap=float("nan")),
+        dict(softcap=5.0, tanh_error=1.0),
+        dict(softcap=5.0, tanh_rel_error=-1.0),
+    ):
         with pytest.raises(ValueError):
-            linear_cross_entropy_lse_error_bound(1000, 1, dtype=torch.float32, block_v=16, exact_logits=True,
-                                                 max_abs_logit=1.0, **bad)
+            linear_cross_entropy_lse_error_bound(
+                1000, 1, dtype=torch.float32, block_v=16, exact_logits=True, max_abs_logit=1.0, **bad
+            )
 
 
 def _chain_errors(device: str, cap: float, points: int) -> tuple[float, float, float]:
@@ -100,8 +106,9 @@ def _chain_errors(device: str, cap: float, points: int) -> tuple[float, float, f
     r = cap_sweep(cap, points, device)
     exact = 1.0 - torch.tanh(r.to(F64) / cap) ** 2
     err = (kernel_cap(r, cap, chain=True).to(F64) - exact).abs().max().item()
-    bound = linear_cross_entropy_softcap_chain_error_bound(linear_cross_entropy_softcap_logit_error_bound(0.0, cap)[0],
-                                                           cap)
+    bound = linear_cross_entropy_softcap_chain_error_bound(
+        linear_cross_entropy_softcap_logit_error_bound(0.0, cap)[0], cap
+    )
     return err, bound, (1.0 - exact).abs().max().item()
 
 
@@ -120,9 +127,16 @@ def _raw_logits(dtype: torch.dtype, n: int = 6, V: int = 1000, scale: float = 8.
 
 
 def _row_bound(V: int, dtype: torch.dtype, z: torch.Tensor, cap: float) -> float:
-    return linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=stream_block_v(dtype, "cpu"),
-                                                exact_logits=True, max_abs_logit=z.abs().max().item(),
-                                                exp_error=CPU_EXP_ERROR, softcap=cap)
+    return linear_cross_entropy_lse_error_bound(
+        V,
+        1,
+        dtype=dtype,
+        block_v=stream_block_v(dtype, "cpu"),
+        exact_logits=True,
+        max_abs_logit=z.abs().max().item(),
+        exp_error=CPU_EXP_ERROR,
+        softcap=cap,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -204,8 +218,9 @@ def test_three_product_forward_within_bound(dtype, cap):
     target = torch.randint(0, V, (N,), generator=_gen(5))
     target[[1, 6]] = -100
     cfg = kernels.default_config(dtype, x.device)
-    loss = kernels._three_products(x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, cap),
-                                   (True, False, False), cfg).loss
+    loss = kernels._three_products(
+        x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, cap), (True, False, False), cfg
+    ).loss
     _, ref, kept = _capped_reference(x, w, target, cap)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
@@ -231,9 +246,17 @@ def test_two_level_forward_within_bound(dtype):
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     n_groups = -(-(-(-V // cfg.fwd.block_n)) // tpp)
     block_p = min(cfg.rows.block_p, 1 << (n_groups - 1).bit_length())
-    b = linear_cross_entropy_merge_lse_error_bound(V, D, dtype=dtype, block_n=cfg.fwd.block_n, tiles_per_program=tpp,
-                                                   block_p=block_p, dot_abs_sum=P, exp_error=CPU_EXP_ERROR,
-                                                   softcap=cap)
+    b = linear_cross_entropy_merge_lse_error_bound(
+        V,
+        D,
+        dtype=dtype,
+        block_n=cfg.fwd.block_n,
+        tiles_per_program=tpp,
+        block_p=block_p,
+        dot_abs_sum=P,
+        exp_error=CPU_EXP_ERROR,
+        softcap=cap,
+    )
     err = (lse.to(F64) - ref).abs().max().item()
     assert err <= b < 1e-2, (err, b)
 
@@ -254,8 +277,17 @@ def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
     assert err <= bound
     x, w, target = _gpu_inputs(64, dtype, ignore_every=9)
     D, V = x.shape[1], w.shape[0]
-    loss = kernels._three_products(x, w, None, target, -100, "sum", kernels._Options(0.0, 0.0, cap),
-                                   (True, False, False), kernels.default_config(dtype, x.device)).loss
+    loss = kernels._three_products(
+        x,
+        w,
+        None,
+        target,
+        -100,
+        "sum",
+        kernels._Options(0.0, 0.0, cap),
+        (True, False, False),
+        kernels.default_config(dtype, x.device),
+    ).loss
     _, ref, kept = _capped_reference(x, w, target, cap)
     P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
@@ -286,8 +318,7 @@ def _capped_errors(x, w, target, cfg, cap):
     kernels.linear_cross_entropy(xr, wr, target, softcap=cap, config=cfg).backward()
     dh, dw = exact_gradients(x, w, target, softcap=cap)  # float64 autograd of the capped loss
     rounding = "nearest" if x.dtype == torch.float32 else "truncate"  # the interpreter truncates G to bf16
-    bh, bw = gradient_bounds(x, w, target, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding,
-                             softcap=cap)
+    bh, bw = gradient_bounds(x, w, target, config=cfg, exp_error=CPU_EXP_ERROR, storage_rounding=rounding, softcap=cap)
     return (xr.grad.to(F64) - dh).abs(), (wr.grad.to(F64) - dw).abs(), bh, bw
 
 
@@ -302,8 +333,10 @@ def test_capped_gradients_within_bound(dtype, cap):
     eh, ew, bh, bw = _capped_errors(x, w, target, cfg, cap)
     kept = target != -100
     rh, rw = (bh.max() / eh.max()).item(), (bw.max() / ew.max()).item()
-    print(f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
-          f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}")
+    print(
+        f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
+        f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}"
+    )
     assert (eh <= bh).all() and (ew <= bw).all()
     assert (eh[~kept] == 0).all()
     a0 = 1.0 / int(kept.sum())
@@ -347,10 +380,11 @@ def test_capped_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand)
     s = torch.tensor([0.5, 2.0])
     sums = (torch.tensor([0.25, 1.5]), torch.tensor([0.4, 1.0]))
     for cap in CAPS:
-        for args in (dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
-                     dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2)):
-            args.update(logit_error=0.01, lse_error=0.01, max_abs_arg=2 * cap + 12.0, softcap=cap,
-                        capped_sums=sums)
+        for args in (
+            dict(n_terms=128256, dtype=torch.bfloat16, scale=1.0 / 3, n_chunks=1),
+            dict(n_terms=512, dtype=torch.float32, scale=1.0, n_chunks=2),
+        ):
+            args.update(logit_error=0.01, lse_error=0.01, max_abs_arg=2 * cap + 12.0, softcap=cap, capped_sums=sums)
             oracle, hand = oracle_and_hand(linear_cross_entropy_grad_error_bound, s, s, s, **args)
             assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all(), (cap, args, oracle, hand)
 
@@ -364,6 +398,8 @@ def test_gpu_llama3_size_capped_gradients_within_bound(dtype, cap):
     x, w, target = _gpu_inputs(1024, dtype, ignore_every=7)
     eh, ew, bh, bw = _capped_errors(x, w, target, kernels.default_config(dtype, x.device), cap)
     rh, rw = (bh.max() / eh.max()).item(), (bw.max() / ew.max()).item()
-    print(f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
-          f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}")
+    print(
+        f"{dtype} cap {cap}: dH err {eh.max().item():.3e} bound {bh.max().item():.3e} ratio {rh:.1f}; "
+        f"dW err {ew.max().item():.3e} bound {bw.max().item():.3e} ratio {rw:.1f}"
+    )
     assert (eh <= bh).all() and (ew <= bw).all()

@@ -43,7 +43,8 @@ def test_predicted_peak_within_5_percent_of_measured(record):
     predicted = P.plan(ONE_B, setting).peak
     assert abs(predicted - measured) <= TOLERANCE * measured, (
         f"predicted {predicted / 2**30:.3f} GiB, measured {measured / 2**30:.3f} GiB "
-        f"({100 * (predicted - measured) / measured:+.2f}%)")
+        f"({100 * (predicted - measured) / measured:+.2f}%)"
+    )
 
 
 def _memory_id(record: tuple[P.Model, P.Setting, dict]) -> str:
@@ -59,7 +60,8 @@ def test_predicted_peak_and_host_of_the_memory_records(record):
     predicted = P.plan(model, setting)
     tolerance = TOLERANCE if model.name == "llama-1b" else 0.10
     assert abs(predicted.peak - row["peak"]) <= tolerance * row["peak"], (
-        f"predicted {predicted.peak / 2**30:.3f} GiB, measured {row['peak'] / 2**30:.3f} GiB")
+        f"predicted {predicted.peak / 2**30:.3f} GiB, measured {row['peak'] / 2**30:.3f} GiB"
+    )
     if row["host"] is not None:
         assert abs(predicted.host_bytes - row["host"]) <= 0.01 * row["host"]
 
@@ -67,9 +69,15 @@ def test_predicted_peak_and_host_of_the_memory_records(record):
 @pytest.mark.parametrize("name", list(P.PRESETS))
 def test_param_count_of_presets_matches_meta_model(name):
     m = P.PRESETS[name]
-    config = llama_config(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
-                           num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
-                           tie_word_embeddings=m.tied)
+    config = llama_config(
+        vocab_size=m.vocab,
+        hidden_size=m.hidden,
+        intermediate_size=m.intermediate,
+        num_hidden_layers=m.layers,
+        num_attention_heads=m.heads,
+        num_key_value_heads=m.kv_heads,
+        tie_word_embeddings=m.tied,
+    )
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)
     assert m.params() == sum(p.numel() for p in model.parameters())
@@ -92,9 +100,16 @@ def test_plan_of_a_meta_device_module():
     s = P.Setting(seq=64)
     assert P.plan(model, s).peak == P.plan(P.Model.from_config(config), s).peak
     with torch.device("meta"):
-        qwen = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-            vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2))
+        qwen = transformers.Qwen2ForCausalLM(
+            transformers.Qwen2Config(
+                vocab_size=101,
+                hidden_size=64,
+                intermediate_size=176,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+            )
+        )
     with pytest.raises(NotImplementedError, match="not modelled"):
         P.plan(qwen, s)  # q/k/v biases
     with pytest.raises(TypeError, match="model must be"):
@@ -123,8 +138,10 @@ def _saved_bytes(model, ids) -> int:
 # The fused RMSNorm is left out too: on the CPU the swapped modules run Hugging Face's ops
 # (ojas_ref/integrations/hf/rms_norm.py), so they save what the plan's unfused formula counts. SwiGLU's
 # autograd Function saves gate and up on every device.
-@pytest.mark.parametrize("dtype,ojas_attention,ojas_swiglu",
-                         [("fp32", False, False), ("bf16", False, False), ("fp32", True, False), ("bf16", False, True)])
+@pytest.mark.parametrize(
+    "dtype,ojas_attention,ojas_swiglu",
+    [("fp32", False, False), ("bf16", False, False), ("fp32", True, False), ("bf16", False, True)],
+)
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_saved_activations_match_a_real_llama(dtype, ojas_attention, ojas_swiglu, kv_heads):
     """layer_saved_bytes counts exactly what one decoder layer saves (second layer minus
@@ -136,8 +153,14 @@ def test_saved_activations_match_a_real_llama(dtype, ojas_attention, ojas_swiglu
     batch, seq = 2, 32
     # on the CPU the adapter's general path copies the reference's [B, H, S, E] output (the CUDA
     # kernel writes [B, S, H, E] itself): the copy of the older records
-    setting = P.Setting(dtype=dtype, batch=batch, seq=seq, ojas_attention=ojas_attention, ojas_swiglu=ojas_swiglu,
-                        ojas_attention_copy=ojas_attention)
+    setting = P.Setting(
+        dtype=dtype,
+        batch=batch,
+        seq=seq,
+        ojas_attention=ojas_attention,
+        ojas_swiglu=ojas_swiglu,
+        ojas_attention_copy=ojas_attention,
+    )
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     ids = torch.randint(0, 101, (batch, seq), generator=torch.Generator().manual_seed(0))
     totals = []
@@ -146,8 +169,9 @@ def test_saved_activations_match_a_real_llama(dtype, ojas_attention, ojas_swiglu
         torch.manual_seed(0)
         model = transformers.LlamaForCausalLM(config).to(torch_dtype).train()
         if ojas_attention or ojas_swiglu:
-            optimize_model(model, attention=ojas_attention, linear_cross_entropy=False, rms_norm=False,
-                           swiglu=ojas_swiglu)
+            optimize_model(
+                model, attention=ojas_attention, linear_cross_entropy=False, rms_norm=False, swiglu=ojas_swiglu
+            )
         totals.append(_saved_bytes(model, ids))
     m = P.Model.from_config(config)
     assert totals[1] - totals[0] == P.layer_saved_bytes(m, setting)
@@ -190,8 +214,14 @@ SMALL = dict(vocab_size=2000, hidden_size=256, intermediate_size=688, num_hidden
 
 
 #: the head's gradient fills a 64 MiB bucket alone (fp32): several buckets per step
-BUCKETED = dict(vocab_size=16500, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2, num_attention_heads=8,
-                num_key_value_heads=4)
+BUCKETED = dict(
+    vocab_size=16500,
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=2,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+)
 
 
 #: a wide MLP and a small vocabulary: the split step's peak is the last layer's MLP backward
@@ -199,7 +229,9 @@ SPLIT_MLP = dict(vocab_size=64, hidden_size=256, intermediate_size=2048, num_hid
 
 
 CPU_STEPS = {
-    "standard": (SMALL, dict()), "adamw": (SMALL, dict(optimizer="adamw")), "ckpt": (SMALL, dict(checkpoint=True)),
+    "standard": (SMALL, dict()),
+    "adamw": (SMALL, dict(optimizer="adamw")),
+    "ckpt": (SMALL, dict(checkpoint=True)),
     "bf16-ckpt": (SMALL, dict(dtype="bf16", checkpoint=True)),
     "bf16-gqa": (SMALL | dict(num_key_value_heads=2), dict(dtype="bf16")),
     "tied-ckpt": (SMALL | dict(tie_word_embeddings=True), dict(checkpoint=True)),
@@ -239,21 +271,34 @@ def _cpu_step_peak(shape: dict, s: P.Setting, family: str = "llama") -> tuple[in
     if family != "llama":
         fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
         config = transformers.AutoConfig.for_model(family, **fields | dict(sliding_window=None))
-    optimizer = {"sgd": (torch.optim.SGD, dict(lr=1e-3)),
-                 "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, foreach=True))}[s.optimizer]
+    optimizer = {
+        "sgd": (torch.optim.SGD, dict(lr=1e-3)),
+        "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, foreach=True)),
+    }[s.optimizer]
     ids = torch.randint(0, config.vocab_size, (s.batch, s.seq), generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).to(
-        {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype])
+        {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype]
+    )
     model.train()
     if s.split:
-        optimize_model(model, checkpoint=True, checkpoint_split=True, attention=False, linear_cross_entropy=False,
-                       rms_norm=False, swiglu=False, rope=False)
+        optimize_model(
+            model,
+            checkpoint=True,
+            checkpoint_split=True,
+            attention=False,
+            linear_cross_entropy=False,
+            rms_norm=False,
+            swiglu=False,
+            rope=False,
+        )
     elif s.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    opt = (InBackwardOptimizer(model.parameters(), optimizer[0], bucket_cap_mb=s.bucket_cap_mb, **optimizer[1])
-           if s.in_backward
-           else optimizer[0](model.parameters(), **optimizer[1]))
+    opt = (
+        InBackwardOptimizer(model.parameters(), optimizer[0], bucket_cap_mb=s.bucket_cap_mb, **optimizer[1])
+        if s.in_backward
+        else optimizer[0](model.parameters(), **optimizer[1])
+    )
     tracker = _LiveBytes()
     with tracker:
         for t in [ids, *model.parameters()]:
@@ -279,9 +324,16 @@ def test_mistral_without_a_window_is_planned_as_its_cpu_step(setting):
 
 
 #: the families of tests/test_optimize_huggingface.py (config class, its overrides there)
-TESTED_FAMILIES = {"llama": ("LlamaConfig", {}), "mistral": ("MistralConfig", dict(sliding_window=None)),
-                   "qwen2": ("Qwen2Config", {}), "qwen3": ("Qwen3Config", {}), "gemma2": ("Gemma2Config", {}),
-                   "gemma3_text": ("Gemma3TextConfig", {}), "phi3": ("Phi3Config", {}), "gpt2": ("GPT2Config", {})}
+TESTED_FAMILIES = {
+    "llama": ("LlamaConfig", {}),
+    "mistral": ("MistralConfig", dict(sliding_window=None)),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {}),
+    "gemma2": ("Gemma2Config", {}),
+    "gemma3_text": ("Gemma3TextConfig", {}),
+    "phi3": ("Phi3Config", {}),
+    "gpt2": ("GPT2Config", {}),
+}
 
 
 @pytest.mark.parametrize("family", list(TESTED_FAMILIES))
@@ -294,23 +346,31 @@ def test_every_tested_family_is_planned_or_named_with_its_reason(family):
     if family in P.FAMILIES:
         assert P.Model.from_config(config).params() > 0
         return
-    message = f"model_type {family!r} is not modelled by the planner ({P.UNMODELLED[family]}); it models llama and " \
-              "mistral decoders"
+    message = (
+        f"model_type {family!r} is not modelled by the planner ({P.UNMODELLED[family]}); it models llama and "
+        "mistral decoders"
+    )
     with pytest.raises(NotImplementedError, match=re.escape(message)):
         P.Model.from_config(config)
     with pytest.raises(NotImplementedError, match=re.escape(message)):
         P.Model.from_config(config.to_dict())
     if family == "qwen2":  # the module path, as optimize_model's report takes it
         with torch.device("meta"):
-            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-                vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4))
+            model = transformers.Qwen2ForCausalLM(
+                transformers.Qwen2Config(
+                    vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4
+                )
+            )
         with pytest.raises(NotImplementedError, match=re.escape(message)):
             P.Model.from_module(model)
 
 
 def test_mistral_with_a_sliding_window_is_refused():
-    with pytest.raises(NotImplementedError, match=r"mistral with sliding_window=4096 is not modelled by the planner "
-                                                  r"\(the attention mask"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"mistral with sliding_window=4096 is not modelled by the planner "
+        r"\(the attention mask",
+    ):
         P.Model.from_config(transformers.MistralConfig(sliding_window=4096))
 
 
@@ -393,11 +453,18 @@ def _imported_modules(text: str, package: str) -> set[str]:
 
 
 def test_imported_modules_sees_every_form_of_import():
-    text = ("import ojas_ref.tools.plan as P\ndef f():\n    from ojas_ref import tools\n"
-            "    from ...tools import cli\n    from . import report\n")
+    text = (
+        "import ojas_ref.tools.plan as P\ndef f():\n    from ojas_ref import tools\n"
+        "    from ...tools import cli\n    from . import report\n"
+    )
     assert _imported_modules(text, "ojas_ref.integrations.hf") == {
-        "ojas_ref.tools.plan", "ojas_ref", "ojas_ref.tools", "ojas_ref.tools.cli", "ojas_ref.integrations.hf",
-        "ojas_ref.integrations.hf.report"}
+        "ojas_ref.tools.plan",
+        "ojas_ref",
+        "ojas_ref.tools",
+        "ojas_ref.tools.cli",
+        "ojas_ref.integrations.hf",
+        "ojas_ref.integrations.hf.report",
+    }
 
 
 PACKAGE = Path(P.__file__).resolve().parents[1]
@@ -412,15 +479,20 @@ def test_no_library_module_imports_the_tools():
             continue
         package = ".".join(path.parent.relative_to(PACKAGE.parent).parts)
         upward[str(path.relative_to(PACKAGE.parent))] = sorted(
-            m for m in _imported_modules(path.read_text(), package) if m.split(".")[:2] == ["ojas_ref", "tools"])
+            m for m in _imported_modules(path.read_text(), package) if m.split(".")[:2] == ["ojas_ref", "tools"]
+        )
     assert {path: modules for path, modules in upward.items() if modules} == {}
 
 
-@pytest.mark.parametrize("base", [
-    P.Setting(dtype="bf16", optimizer="adamw", checkpoint=True),
-    P.Setting(dtype="fp32", optimizer="sgd", checkpoint=True, seq=4096),
-    OJAS_CKPT,
-], ids=lambda s: s.mode)
+@pytest.mark.parametrize(
+    "base",
+    [
+        P.Setting(dtype="bf16", optimizer="adamw", checkpoint=True),
+        P.Setting(dtype="fp32", optimizer="sgd", checkpoint=True, seq=4096),
+        OJAS_CKPT,
+    ],
+    ids=lambda s: s.mode,
+)
 def test_offload_moves_the_checkpoints_to_host(base):
     m = P.PRESETS["llama-1b"]
     on, off = P.plan(m, replace(base, offload=True)), P.plan(m, base)
@@ -435,10 +507,14 @@ def test_offload_moves_the_checkpoints_to_host(base):
     assert on.setting.mode == base.mode + "+offload"
 
 
-@pytest.mark.parametrize("base", [  # peaks at the loss's backward, and in the last layer's backward
-    P.Setting(dtype="bf16", optimizer="sgd", checkpoint=True, batch=16, seq=4096),
-    replace(OJAS_CKPT, batch=8, seq=4096),
-], ids=lambda s: s.mode)
+@pytest.mark.parametrize(
+    "base",
+    [  # peaks at the loss's backward, and in the last layer's backward
+        P.Setting(dtype="bf16", optimizer="sgd", checkpoint=True, batch=16, seq=4096),
+        replace(OJAS_CKPT, batch=8, seq=4096),
+    ],
+    ids=lambda s: s.mode,
+)
 def test_offload_peak_is_lower_by_all_but_two_layer_inputs(base):
     """Where the peak holds the checkpoints (not the optimizer step, nor the first layer's backward)."""
     m, s = P.PRESETS["llama-1b"], base
@@ -447,11 +523,15 @@ def test_offload_peak_is_lower_by_all_but_two_layer_inputs(base):
     assert off.peak - on.peak == (m.layers - 2) * P.checkpoint_layer_bytes(m, s)
 
 
-@pytest.mark.parametrize("base", [
-    P.Setting(dtype="bf16", optimizer="adamw", in_backward=True),
-    P.Setting(dtype="fp32", optimizer="adamw", in_backward=True, checkpoint=True, offload=True),
-    OJAS_CKPT,
-], ids=lambda s: s.mode)
+@pytest.mark.parametrize(
+    "base",
+    [
+        P.Setting(dtype="bf16", optimizer="adamw", in_backward=True),
+        P.Setting(dtype="fp32", optimizer="adamw", in_backward=True, checkpoint=True, offload=True),
+        OJAS_CKPT,
+    ],
+    ids=lambda s: s.mode,
+)
 @pytest.mark.parametrize("name", ["llama-1b", "llama-0.5b"])  # untied head, tied head
 def test_host_state_moves_the_optimizer_state_to_host(base, name):
     m = P.PRESETS[name]
@@ -485,10 +565,15 @@ def test_host_state_keeps_one_buckets_state_at_its_update():
     assert sgd.host_bytes == 0 and sgd.peak == P.plan(m, replace(s, optimizer="sgd", host_state=False)).peak
 
 
-@pytest.mark.parametrize("changes, field", [
-    (dict(offload=True), "offload"), (dict(offload=True, in_backward=True), "offload"),
-    (dict(host_state=True), "host_state"), (dict(host_state=True, checkpoint=True), "host_state"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(offload=True), "offload"),
+        (dict(offload=True, in_backward=True), "offload"),
+        (dict(host_state=True), "host_state"),
+        (dict(host_state=True, checkpoint=True), "host_state"),
+    ],
+)
 def test_offload_and_host_state_need_their_technique(changes, field):
     with pytest.raises(ValueError, match=field):
         P.Setting(**changes)
@@ -512,8 +597,10 @@ def test_sliced_host_state_keeps_one_slice_of_the_head_and_embedding():
     head = P.head_gradient_bytes(m, SLICED_1B)
     one_slice = P.slice_state_bytes(m, SLICED_1B) + P.slice_temporary_bytes(m, SLICED_1B)
     assert one_slice == (128 + 32) * 2**20  # two slices' state, one slice's sqrt
-    assert (t["backward: head's bucket update, one slice at a time"].total
-            == w["backward: head's bucket update"].total - 3 * head + one_slice)
+    assert (
+        t["backward: head's bucket update, one slice at a time"].total
+        == w["backward: head's bucket update"].total - 3 * head + one_slice
+    )
     assert t["backward: head gradient"].total == w["backward: head gradient"].total - 2 * head
     assert "end of backward (the embedding's update, one slice at a time)" in t
     assert sliced.host_bytes == whole.host_bytes
@@ -522,11 +609,15 @@ def test_sliced_host_state_keeps_one_slice_of_the_head_and_embedding():
     assert P.plan(m, replace(SLICED_1B, state_slice_mb=1e4)).peak == whole.peak
 
 
-@pytest.mark.parametrize("changes,error", [
-    (dict(state_slice_mb=64.0), ValueError), (dict(host_state=True, in_backward=True, state_slice_mb=0.0), ValueError),
-    (dict(host_state=True, in_backward=True, state_slice_mb=float("nan")), ValueError),
-    (dict(host_state=True, in_backward=True, state_slice_mb="64"), TypeError),
-])
+@pytest.mark.parametrize(
+    "changes,error",
+    [
+        (dict(state_slice_mb=64.0), ValueError),
+        (dict(host_state=True, in_backward=True, state_slice_mb=0.0), ValueError),
+        (dict(host_state=True, in_backward=True, state_slice_mb=float("nan")), ValueError),
+        (dict(host_state=True, in_backward=True, state_slice_mb="64"), TypeError),
+    ],
+)
 def test_bad_state_slice_mb(changes, error):
     with pytest.raises(error, match="state_slice_mb"):
         P.Setting(**changes)
@@ -538,8 +629,17 @@ def test_head_update_drops_the_head_gradient():
     most of that much (one slab's workspace comes instead), the layers' phases unchanged;
     refused without fused SGD and the ojas loss, and for a tied head."""
     m = P.PRESETS["llama-1b"]
-    base = P.Setting(dtype="fp32", optimizer="sgd", in_backward=True, checkpoint=True, offload=True, ojas_attention=True,
-                     ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    base = P.Setting(
+        dtype="fp32",
+        optimizer="sgd",
+        in_backward=True,
+        checkpoint=True,
+        offload=True,
+        ojas_attention=True,
+        ojas_loss=True,
+        ojas_rms_norm=True,
+        ojas_swiglu=True,
+    )
     dense, head = P.plan(m, base), P.plan(m, replace(base, head_update=True))
     assert head.setting.mode.endswith("+head-update")
     grads = {"gradient of the head weight", "loss: gradients computed in the forward"}
@@ -574,8 +674,10 @@ def test_split_recomputes_the_mlp_half_alone_and_keeps_two_inputs_per_layer(offl
     assert t[first].total == w[first].total - attention_half + layer_input  # the attention half's input too
     attention = "backward: last decoder layer (attention, split)"
     assert attention in t and attention not in w and t[attention].total < t[mlp].total
-    assert {t.name for t in t[attention].terms} >= {"saved activations: recomputed last attention half (split)",
-                                                     "layer backward temporaries (attention)"}
+    assert {t.name for t in t[attention].terms} >= {
+        "saved activations: recomputed last attention half (split)",
+        "layer backward temporaries (attention)",
+    }
     assert P.plan(m, split).setting.mode.endswith("+split" + ("+offload" if offload else "") + "+head-update")
 
 
@@ -597,12 +699,17 @@ def test_a_32_mib_bucket_updates_down_proj_at_once():
     assert P.plan(m, replace(SGD_1B, bucket_cap_mb=64)).peak == P.plan(m, SGD_1B).peak
 
 
-@pytest.mark.parametrize("changes,error,match", [
-    (dict(split=True), ValueError, "split=True needs checkpoint"),
-    (dict(checkpoint=True, split=1), TypeError, "split must be a bool"),
-    (dict(bucket_cap_mb=-1.0), ValueError, "bucket_cap_mb"), (dict(bucket_cap_mb=float("inf")), ValueError, "bucket"),
-    (dict(bucket_cap_mb="64"), TypeError, "bucket_cap_mb"), (dict(bucket_cap_mb=True), TypeError, "bucket_cap_mb"),
-])
+@pytest.mark.parametrize(
+    "changes,error,match",
+    [
+        (dict(split=True), ValueError, "split=True needs checkpoint"),
+        (dict(checkpoint=True, split=1), TypeError, "split must be a bool"),
+        (dict(bucket_cap_mb=-1.0), ValueError, "bucket_cap_mb"),
+        (dict(bucket_cap_mb=float("inf")), ValueError, "bucket"),
+        (dict(bucket_cap_mb="64"), TypeError, "bucket_cap_mb"),
+        (dict(bucket_cap_mb=True), TypeError, "bucket_cap_mb"),
+    ],
+)
 def test_bad_split_and_bucket_settings(changes, error, match):
     with pytest.raises(error, match=match):
         P.Setting(**changes)

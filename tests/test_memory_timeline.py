@@ -16,8 +16,15 @@ transformers.logging.set_verbosity_error()
 
 def tiny_llama(layers: int = 3) -> transformers.LlamaForCausalLM:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
     return transformers.LlamaForCausalLM(config)
 
 
@@ -40,6 +47,7 @@ def one_step(model: torch.nn.Module):
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         opt.zero_grad()
+
     return step
 
 
@@ -53,10 +61,16 @@ def test_events_follow_the_step():
     events = record(one_step(model), default_modules(model), counter)
     names = [f"model.layers.{i}" for i in range(3)] + ["lm_head"]
     blocks = {n: [n] + ([f"{n}.self_attn", f"{n}.mlp"] if n != "lm_head" else []) for n in names}
-    forward = [e for n in names for e in ([f"forward {n}"] + [f"{kind} {b}" for b in blocks[n][1:]
-                                                             for kind in ("forward", "forward end")]
-                                          + [f"forward end {n}"])]
-    assert labels(events)[:len(forward)] == forward
+    forward = [
+        e
+        for n in names
+        for e in (
+            [f"forward {n}"]
+            + [f"{kind} {b}" for b in blocks[n][1:] for kind in ("forward", "forward end")]
+            + [f"forward end {n}"]
+        )
+    ]
+    assert labels(events)[: len(forward)] == forward
     order = labels(events)
     for n in names:  # each module's backward begins (its output's gradient) before it ends (its input's)
         assert len(forward) <= order.index(f"backward {n}") < order.index(f"backward end {n}")
@@ -87,6 +101,7 @@ def test_modules_are_required_and_hooks_removed_on_error():
     def failing() -> None:
         model(input_ids=torch.zeros(1, 4, dtype=torch.long))
         raise RuntimeError("boom")
+
     with pytest.raises(RuntimeError, match="boom"):
         record(failing, default_modules(model), Counter())
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())

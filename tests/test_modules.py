@@ -58,9 +58,14 @@ def check(ref, ours, q, k, v, **kwargs):
         assert close(p.grad, q_.grad), name
 
 
-@given(batch_first=st.booleans(), L=st.integers(1, 9), S=st.integers(1, 9), N=st.integers(1, 3),
-       mask_kind=st.sampled_from(["none", "bool2d", "float2d", "bool3d", "kpm_bool", "kpm_float", "both"]),
-       bias=st.booleans())
+@given(
+    batch_first=st.booleans(),
+    L=st.integers(1, 9),
+    S=st.integers(1, 9),
+    N=st.integers(1, 3),
+    mask_kind=st.sampled_from(["none", "bool2d", "float2d", "bool3d", "kpm_bool", "kpm_float", "both"]),
+    bias=st.booleans(),
+)
 def test_matches_torch(batch_first, L, S, N, mask_kind, bias):
     E, H = 8, 2
     ref, ours = pair(embed_dim=E, num_heads=H, batch_first=batch_first, bias=bias)
@@ -116,8 +121,10 @@ def _dropped_reference(module, x, keep, p):
     multiplied by keep [N, H, L, S] and 1 / (1 - p), float64."""
     L, N, E = x.shape
     H = module.num_heads
-    q, k, v = (F.linear(x, w, b).reshape(L, N, H, E // H).permute(1, 2, 0, 3)
-               for w, b in zip(module.in_proj_weight.chunk(3), module.in_proj_bias.chunk(3)))
+    q, k, v = (
+        F.linear(x, w, b).reshape(L, N, H, E // H).permute(1, 2, 0, 3)
+        for w, b in zip(module.in_proj_weight.chunk(3), module.in_proj_bias.chunk(3))
+    )
     probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(E // H), -1)
     out = (probs * keep / (1 - p)) @ v
     return module.out_proj(out.permute(2, 0, 1, 3).reshape(L, N, E))
@@ -188,8 +195,9 @@ def test_linear_cross_entropy_loss_module(reduction):
     class_weight = torch.rand(11, dtype=torch.float64) + 0.5
     loss_fn = ojas_ref.LinearCrossEntropyLoss(class_weight, reduction=reduction, label_smoothing=0.1)
     ours = loss_fn(x, w, t)
-    ref = F.cross_entropy((x @ w.T).reshape(-1, 11), t.reshape(-1), weight=class_weight, reduction=reduction,
-                          label_smoothing=0.1)
+    ref = F.cross_entropy(
+        (x @ w.T).reshape(-1, 11), t.reshape(-1), weight=class_weight, reduction=reduction, label_smoothing=0.1
+    )
     assert "weight" in dict(loss_fn.named_buffers())
     assert close(ours.reshape(-1), ref.reshape(-1))
     assert "reduction='" + reduction in repr(loss_fn)

@@ -26,8 +26,16 @@ from ojas_ref.nn.offload import OffloadedCheckpoint, is_offloaded_activation  # 
 from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
 
 V = 61
-CONFIG = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0)
+CONFIG = dict(
+    vocab_size=V,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    attention_dropout=0.0,
+)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -50,7 +58,7 @@ def batch(seed: int, b: int = 2, s: int = 11, padding: bool = False, device="cpu
     if padding:
         for row, pad in zip(range(b), (3, 1)):
             mask[row, :pad] = 0
-            labels[row, :pad + 1] = -100
+            labels[row, : pad + 1] = -100
     return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=mask, labels=labels).items()}
 
 
@@ -70,8 +78,11 @@ def train(model, batches: list[dict], lr: float = 1e-2) -> tuple[list[torch.Tens
 
 
 def offload_func(model) -> OffloadedCheckpoint:
-    funcs = {id(m._gradient_checkpointing_func): m._gradient_checkpointing_func
-             for m in model.modules() if getattr(m, "gradient_checkpointing", False)}
+    funcs = {
+        id(m._gradient_checkpointing_func): m._gradient_checkpointing_func
+        for m in model.modules()
+        if getattr(m, "gradient_checkpointing", False)
+    }
     assert len(funcs) == 1
     func = next(iter(funcs.values()))
     assert isinstance(func, OffloadedCheckpoint)
@@ -84,7 +95,9 @@ def offload_func(model) -> OffloadedCheckpoint:
 @pytest.mark.parametrize("padding", [False, True])
 @pytest.mark.parametrize("optimized", [True, False], ids=["ojas", "checkpoint-only"])
 def test_offload_trains_bit_identically_to_checkpointing(padding, optimized):
-    flags = {} if optimized else dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+    flags = (
+        {} if optimized else dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+    )
     ref = build()
     ckpt, _ = optimize_model(copy.deepcopy(ref), checkpoint=True, **flags)
     off, report = optimize_model(copy.deepcopy(ref), checkpoint="offload", **flags)
@@ -112,9 +125,12 @@ def test_exactly_the_layer_inputs_are_offloaded_never_a_parameter(tied):
     func = offload_func(model)
     offloaded, inputs = [], []
     func.observe = lambda t: offloaded.append((t.data_ptr(), tuple(t.shape), t.dtype))
-    hooks = [layer.register_forward_pre_hook(lambda m, args: inputs.append((args[0].data_ptr(), tuple(args[0].shape),
-                                                                            args[0].dtype)))
-             for layer in model.model.layers]
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda m, args: inputs.append((args[0].data_ptr(), tuple(args[0].shape), args[0].dtype))
+        )
+        for layer in model.model.layers
+    ]
     data = batch(0, padding=True)
     model.train()
     loss = model(**data).loss
@@ -188,8 +204,17 @@ def test_offloaded_checkpoint_pickles_and_deep_copies():
 # ---------------------------------------------------------------- (c) bad values
 
 
-@pytest.mark.parametrize("value,error", [(1, TypeError), (None, TypeError), (1.0, TypeError), ("yes", ValueError),
-                                         ("Offload", ValueError), ("", ValueError)])
+@pytest.mark.parametrize(
+    "value,error",
+    [
+        (1, TypeError),
+        (None, TypeError),
+        (1.0, TypeError),
+        ("yes", ValueError),
+        ("Offload", ValueError),
+        ("", ValueError),
+    ],
+)
 def test_bad_checkpoint_values_raise_naming_the_argument(value, error):
     with pytest.raises(error, match="checkpoint must be") as info:
         optimize_model(build(), checkpoint=value)
@@ -213,8 +238,9 @@ def test_revert_model_restores_the_model():
     assert all(isinstance(m._gradient_checkpointing_func, OffloadedCheckpoint) for m in model.model.layers)
     revert_model(model)
     assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
-    assert not any(isinstance(getattr(m, "_gradient_checkpointing_func", None), OffloadedCheckpoint)
-                   for m in model.modules())
+    assert not any(
+        isinstance(getattr(m, "_gradient_checkpointing_func", None), OffloadedCheckpoint) for m in model.modules()
+    )
     model.train()
     after = model(**data)
     assert torch.equal(before.loss, after.loss) and torch.equal(before.logits, after.logits)
@@ -286,9 +312,17 @@ def test_offload_lowers_peak_cuda_memory_gpu():
     layers, b, s, hidden = 8, 2, 1024, 1024
     held, peaks = {}, {}
     for value in (True, "offload"):
-        model = build(dtype=torch.float32, device="cuda", num_hidden_layers=layers, hidden_size=hidden,
-                      intermediate_size=2816, num_attention_heads=8, num_key_value_heads=8,
-                      max_position_embeddings=s, vocab_size=256)
+        model = build(
+            dtype=torch.float32,
+            device="cuda",
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            intermediate_size=2816,
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            max_position_embeddings=s,
+            vocab_size=256,
+        )
         optimize_model(model, checkpoint=value, attention=False, linear_cross_entropy=False)
         model.train()
         for p in model.parameters():
@@ -309,8 +343,10 @@ def test_offload_lowers_peak_cuda_memory_gpu():
         torch.cuda.empty_cache()
     layer_input = b * s * hidden * 4
     mib = 2**20
-    print(f"\nheld after the forward: checkpoint=True {held[True] / mib:.1f} MiB, offload {held['offload'] / mib:.1f};"
-          f" peak of the step: {peaks[True] / mib:.1f} MiB, offload {peaks['offload'] / mib:.1f}")
+    print(
+        f"\nheld after the forward: checkpoint=True {held[True] / mib:.1f} MiB, offload {held['offload'] / mib:.1f};"
+        f" peak of the step: {peaks[True] / mib:.1f} MiB, offload {peaks['offload'] / mib:.1f}"
+    )
     # after the forward the 8 layer inputs are the only difference (1 MiB of slack: allocator rounding)
     assert held[True] - held["offload"] >= layers * layer_input - mib
     # the peak falls in the forward's last layer or the backward's first: at least half the inputs are off

@@ -22,8 +22,9 @@ from ojas_ref import MultiheadAttention, optimize_model, revert_model
 def encoder(dropout: float = 0.0) -> nn.Module:
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=dropout, batch_first=True, dtype=torch.float64)
-    return nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
-                         nn.Linear(16, 5, dtype=torch.float64))
+    return nn.Sequential(
+        nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Linear(16, 5, dtype=torch.float64)
+    )
 
 
 def train(model, causal: bool, steps: int = 3) -> list[float]:
@@ -72,8 +73,12 @@ def test_layers_with_dropout_are_changed():
     """Attention dropout is supported (ojas_ref.MultiheadAttention applies it in training): with
     dropout 0.1 the attention and the feed-forward relu (relu_mask: tests/test_relu.py) are changed."""
     model, report = optimize_model(encoder(dropout=0.1))
-    assert {c.module for c in report.changed} == {"0.layers.0.activation", "0.layers.1.activation",
-                                                  "0.layers.0.self_attn", "0.layers.1.self_attn"}
+    assert {c.module for c in report.changed} == {
+        "0.layers.0.activation",
+        "0.layers.1.activation",
+        "0.layers.0.self_attn",
+        "0.layers.1.self_attn",
+    }
     assert not report.left_alone
     assert "LinearCrossEntropyLoss" in str(report)
 
@@ -87,8 +92,10 @@ def test_no_op_twice_revert_and_errors():
     revert_model(model)
     assert type(model[0].layers[0].self_attn) is nn.MultiheadAttention
     _, report = optimize_model(model, attention=False)
-    assert not report.changed and [s.reason for s in report.left_alone if s.module.endswith("self_attn")] == [
-        "attention=False"] * 2
+    assert (
+        not report.changed
+        and [s.reason for s in report.left_alone if s.module.endswith("self_attn")] == ["attention=False"] * 2
+    )
     assert len(report.left_alone) == 4  # and the relu of the two dropout-free feed-forwards (relu_mask)
     with pytest.raises(NotImplementedError, match="checkpoint=True"):
         optimize_model(encoder(), checkpoint=True)

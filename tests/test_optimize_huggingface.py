@@ -38,22 +38,41 @@ from ojas_ref.integrations import hf  # noqa: E402
 from ojas_ref.integrations.hf.rms_norm import _OjasRMSNorm  # noqa: E402
 from ojas_ref.integrations.hf.swiglu import _OjasSwiGLU  # noqa: E402
 from ojas_ref.integrations.hf.optimize import (  # noqa: E402
-    RMS_NORM_THEOREMS, SWIGLU_THEOREMS, optimize_model, revert_model)
+    RMS_NORM_THEOREMS,
+    SWIGLU_THEOREMS,
+    optimize_model,
+    revert_model,
+)
 from ojas_ref.functional.swiglu import BACKWARD_THEOREM as SWIGLU_THEOREM  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.loss.loss_utils import fixed_cross_entropy  # noqa: E402
 
 V = 61
-COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0)
+COMMON = dict(
+    vocab_size=V,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    attention_dropout=0.0,
+)
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=5)),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=8)),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
-               dict(head_dim=8, sliding_window=5, attn_logit_softcapping=None, final_logit_softcapping=3.0)),
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(head_dim=8, sliding_window=5, final_logit_softcapping=3.0)),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        dict(head_dim=8, sliding_window=5, attn_logit_softcapping=None, final_logit_softcapping=3.0),
+    ),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(head_dim=8, sliding_window=5, final_logit_softcapping=3.0),
+    ),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(pad_token_id=0)),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", None),
 }
@@ -63,20 +82,30 @@ transformers.AttentionInterface.register(REFERENCE_SDPA, sdpa_attention_forward)
 transformers.masking_utils.AttentionMaskInterface.register(REFERENCE_SDPA, transformers.masking_utils.sdpa_mask)
 
 
-def float64_causal_lm_loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
-                           shift_labels=None, **kwargs):
+def float64_causal_lm_loss(
+    logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100, shift_labels=None, **kwargs
+):
     """``ForCausalLMLoss`` of transformers, in the logits' dtype."""
     if shift_labels is None:
         shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-    return fixed_cross_entropy(logits.reshape(-1, vocab_size), shift_labels.reshape(-1), num_items_in_batch,
-                               ignore_index)
+    return fixed_cross_entropy(
+        logits.reshape(-1, vocab_size), shift_labels.reshape(-1), num_items_in_batch, ignore_index
+    )
 
 
 def build(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
     config_name, model_name, extra = FAMILIES[family]
     if extra is None:  # GPT-2 names its sizes differently
-        kwargs = dict(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_pdrop=0.0, resid_pdrop=0.0,
-                      embd_pdrop=0.0)
+        kwargs = dict(
+            vocab_size=V,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            attn_pdrop=0.0,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+        )
     else:
         kwargs = {**COMMON, **extra}
     kwargs.update(overrides)
@@ -101,7 +130,7 @@ def batch(seed: int, b: int = 2, s: int = 11, padding: bool = False) -> dict:
     if padding:
         for row, pad in zip(range(b), (3, 1)):
             mask[row, :pad] = 0
-            labels[row, :pad + 1] = -100
+            labels[row, : pad + 1] = -100
     labels[0, -2] = -100  # an ignored token inside the sequence
     return dict(input_ids=ids, attention_mask=mask, labels=labels)
 
@@ -203,8 +232,9 @@ def test_packed_sequences_by_position_ids():
     ids, labels = data["input_ids"], data["labels"].clone()
     labels[0, 5] = -100  # the second sequence's first token is not predicted from the first's
     # Hugging Face looks for packing only without a cache: use_cache=False
-    packed = dict(input_ids=ids, labels=labels, position_ids=torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5]]),
-                  use_cache=False)
+    packed = dict(
+        input_ids=ids, labels=labels, position_ids=torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5]]), use_cache=False
+    )
 
     def summed(model, **kwargs):
         kept = int((kwargs["labels"][:, 1:] != -100).sum())
@@ -212,8 +242,9 @@ def test_packed_sequences_by_position_ids():
 
     for m in (ref, opt):
         m.train()
-    alone = summed(opt, input_ids=ids[:, :5], labels=labels[:, :5]) + summed(opt, input_ids=ids[:, 5:],
-                                                                             labels=labels[:, 5:])
+    alone = summed(opt, input_ids=ids[:, :5], labels=labels[:, :5]) + summed(
+        opt, input_ids=ids[:, 5:], labels=labels[:, 5:]
+    )
     assert summed(opt, **packed) == pytest.approx(alone, rel=RTOL)
     assert summed(opt, **packed) == pytest.approx(summed(ref, **packed), rel=RTOL)
     unpacked = summed(opt, input_ids=ids, labels=labels, use_cache=False)
@@ -311,8 +342,13 @@ def test_generate_gives_the_same_tokens(family):
     ref = build(family)
     opt, _ = optimize_model(copy.deepcopy(ref))
     data = batch(3, padding=True)
-    kwargs = dict(input_ids=data["input_ids"], attention_mask=data["attention_mask"], max_new_tokens=6,
-                  do_sample=False, pad_token_id=0)
+    kwargs = dict(
+        input_ids=data["input_ids"],
+        attention_mask=data["attention_mask"],
+        max_new_tokens=6,
+        do_sample=False,
+        pad_token_id=0,
+    )
     for m in (ref, opt):
         m.eval()
     assert torch.equal(ref.generate(**kwargs), opt.generate(**kwargs))
@@ -399,8 +435,11 @@ def test_report_names_what_is_left_alone():
     _, report = optimize_model(gpt2)
     assert not [s for s in report.left_alone if "attn" in s.module]
     assert gpt2.config._attn_implementation == "ojas"
-    bert = transformers.BertForMaskedLM(transformers.BertConfig(
-        vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
+    bert = transformers.BertForMaskedLM(
+        transformers.BertConfig(
+            vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+        )
+    )
     _, report = optimize_model(bert)
     assert not report.changed and all("not among the tested families" in s.reason for s in report.left_alone)
     assert "left" in str(report)
@@ -459,8 +498,10 @@ def _loss_and_grads(model, data: dict) -> list[torch.Tensor]:
     return [loss.detach()] + [p.grad for p in model.parameters()]
 
 
-@pytest.mark.parametrize("family, overrides", [("gemma2", {}), ("gemma3", {}), ("llama", {}),
-                                               ("llama", dict(hidden_act="gelu_pytorch_tanh"))])
+@pytest.mark.parametrize(
+    "family, overrides",
+    [("gemma2", {}), ("gemma3", {}), ("llama", {}), ("llama", dict(hidden_act="gelu_pytorch_tanh"))],
+)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_swiglu_swap_alone_is_bitwise(family, overrides, dtype):
     """The gate-product swap alone (everything else off): the loss and every gradient bit for bit
@@ -469,14 +510,16 @@ def test_swiglu_swap_alone_is_bitwise(family, overrides, dtype):
     class and the model."""
     ref = build(family, **overrides).to(dtype)
     cls = type(ref.model.layers[0].mlp)
-    opt, report = optimize_model(copy.deepcopy(ref), attention=False, linear_cross_entropy=False,
-                                 rms_norm=False, rope=False)
+    opt, report = optimize_model(
+        copy.deepcopy(ref), attention=False, linear_cross_entropy=False, rms_norm=False, rope=False
+    )
     activation = "silu" if family == "llama" and not overrides else "gelu_tanh"
     mlps = [f"model.layers.{i}.mlp" for i in range(2)]
     assert [c.module for c in report.changed] == mlps, str(report)
     assert not [s for s in report.left_alone if s.module.endswith("mlp")], str(report)
-    assert all(c.theorems == (SWIGLU_THEOREMS[activation],) and f"{activation}(gate) * up" in c.what
-               for c in report.changed)
+    assert all(
+        c.theorems == (SWIGLU_THEOREMS[activation],) and f"{activation}(gate) * up" in c.what for c in report.changed
+    )
     assert all(type(layer.mlp) is hf.ojas_swiglu_class(cls) for layer in opt.model.layers)
     data = batch(4, padding=True)
     want = _loss_and_grads(ref, data)
@@ -569,8 +612,10 @@ def test_return_dict_false_leaves_the_logits_out():
     assert all(not torch.is_tensor(x) or x.numel() > 0 for x in b)
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
-                    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels",
+)
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_float32_kernels_through_the_model(monkeypatch, family):
     """The Triton kernels (attention, loss, RMSNorm, SwiGLU / GeGLU; the interpreter on the CPU,
@@ -589,22 +634,33 @@ def test_float32_kernels_through_the_model(monkeypatch, family):
         assert close(p.grad, q.grad, 1e-4), name
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
-                    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels",
+)
 @pytest.mark.parametrize("general", [None, "ATTENTION", "RMS_NORM", "SWIGLU"])
 def test_plain_calls_skip_the_general_path(monkeypatch, general):
     """In the plain case (kernels chosen, one dtype and device, autocast off) the adapters call
     the kernels without the primitives' general entry points (``attention``, ``rms_norm``,
     ``swiglu``), and the attention output needs no copy; a primitive set to the reference
     takes its general path.  Same gradients either way (the float32 test above)."""
-    impls = use_impl(**{name.lower(): "reference" if name == general else "triton"
-                         for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU")})
+    impls = use_impl(
+        **{
+            name.lower(): "reference" if name == general else "triton"
+            for name in ("ATTENTION", "LINEAR_CROSS_ENTROPY", "RMS_NORM", "SWIGLU")
+        }
+    )
     calls = {"ATTENTION": 0, "RMS_NORM": 0, "SWIGLU": 0}
-    for name, module, attr in (("ATTENTION", hf_attention, "attention"), ("RMS_NORM", hf_rms_norm, "rms_norm"),
-                               ("SWIGLU", hf_swiglu, "swiglu")):
+    for name, module, attr in (
+        ("ATTENTION", hf_attention, "attention"),
+        ("RMS_NORM", hf_rms_norm, "rms_norm"),
+        ("SWIGLU", hf_swiglu, "swiglu"),
+    ):
+
         def counted(*args, _f=getattr(module, attr), _name=name, **kwargs):
             calls[_name] += 1
             return _f(*args, **kwargs)
+
         monkeypatch.setattr(module, attr, counted)
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     model, _ = optimize_model(build("llama").float().to(device))
@@ -672,8 +728,10 @@ def test_rope_replaced_reported_and_reverted():
     assert not any("rotary" in x.module for x in report.changed + report.left_alone)
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
-                    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels",
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
     """The replacement, kernel path and fallback (unsqueeze_dim=2, cos requiring grad), against
@@ -699,14 +757,18 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
             q = torch.randn(2, 7, 4, 16, generator=g).to(dtype).to(device).transpose(1, 2).requires_grad_()
             k = torch.randn(2, 2, 7, 16, generator=g).to(dtype).to(device).requires_grad_()
             cos, sin = (torch.randn(1, 7, 16, generator=g).to(dtype).to(device) for _ in range(2))
-            for args, kwargs in (((q, k, cos, sin), {}), ((q.transpose(1, 2), k.transpose(1, 2), cos, sin),
-                                                         {"unsqueeze_dim": 2}),
-                                 ((q, k, cos.clone().requires_grad_(), sin), {})):
+            for args, kwargs in (
+                ((q, k, cos, sin), {}),
+                ((q.transpose(1, 2), k.transpose(1, 2), cos, sin), {"unsqueeze_dim": 2}),
+                ((q, k, cos.clone().requires_grad_(), sin), {}),
+            ):
                 got, want = replaced(*args, **kwargs), original(*args, **kwargs)
                 assert all(torch.equal(x, y) for x, y in zip(got, want))
                 w = [torch.randn(t.shape, generator=g).to(dtype).to(device) for t in want]
-                assert all(torch.equal(x, y) for x, y in zip(torch.autograd.grad(got, (q, k), w),
-                                                              torch.autograd.grad(want, (q, k), w)))
+                assert all(
+                    torch.equal(x, y)
+                    for x, y in zip(torch.autograd.grad(got, (q, k), w), torch.autograd.grad(want, (q, k), w))
+                )
             assert len(calls) == 3  # the kernel ran for the plain case only
         finally:
             hf_rope._ROPE_SCOPE.depth = 0
@@ -718,20 +780,45 @@ def test_report_plans_what_it_applied():
 
     model = build("llama").float()
     _, report = optimize_model(model, checkpoint="offload")
-    expected = P.plan(P.Model.from_module(model), P.Setting(
-        dtype="fp32", optimizer="sgd", in_backward=True, batch=2, seq=32, checkpoint=True, offload=True,
-        ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True))
+    expected = P.plan(
+        P.Model.from_module(model),
+        P.Setting(
+            dtype="fp32",
+            optimizer="sgd",
+            in_backward=True,
+            batch=2,
+            seq=32,
+            checkpoint=True,
+            offload=True,
+            ojas_attention=True,
+            ojas_loss=True,
+            ojas_rms_norm=True,
+            ojas_swiglu=True,
+        ),
+    )
     assert report.plan(optimizer="sgd", batch=2, seq=32) == expected
     with pytest.warns(DeprecationWarning, match=r"OptimizationReport.plan\(fused=\.\.\.\) is deprecated.*in_backward="):
-        assert report.plan(optimizer="sgd", fused=False) == report.plan(optimizer="sgd", in_backward=False) != (
-            report.plan(optimizer="sgd"))
+        assert (
+            report.plan(optimizer="sgd", fused=False)
+            == report.plan(optimizer="sgd", in_backward=False)
+            != (report.plan(optimizer="sgd"))
+        )
     assert f"peak {report.plan().peak / 2**30:.2f} GiB at" in str(report)
     _, partial = optimize_model(build("llama").to(torch.bfloat16), attention=False, swiglu=False)
     s = partial.plan().setting
     assert (s.dtype, s.ojas_attention, s.ojas_swiglu, s.ojas_rms_norm, s.ojas_loss, s.checkpoint) == (
-        "bf16", False, False, True, True, False)
-    for unplanned, reason in ((build("llama"), "float32 or bfloat16"), (build("gpt2").float(), "Llama-shaped"),
-                              (torch.nn.TransformerEncoderLayer(8, 2), "plain models")):
+        "bf16",
+        False,
+        False,
+        True,
+        True,
+        False,
+    )
+    for unplanned, reason in (
+        (build("llama"), "float32 or bfloat16"),
+        (build("gpt2").float(), "Llama-shaped"),
+        (torch.nn.TransformerEncoderLayer(8, 2), "plain models"),
+    ):
         _, r = optimize_model(unplanned)
         with pytest.raises(NotImplementedError, match=reason):
             r.plan()

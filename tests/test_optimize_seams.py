@@ -31,7 +31,15 @@ import ojas_ref.integrations.hf.rope as hf_rope  # noqa: E402
 from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
 from ojas_ref.integrations.hf.report import REPORT_WIDTH  # noqa: E402
 from test_optimize_huggingface import (  # noqa: E402
-    _LargestTensor, _logit_sized, assert_same_parameters, batch, build, close, float64_causal_lm_loss, train)
+    _LargestTensor,
+    _logit_sized,
+    assert_same_parameters,
+    batch,
+    build,
+    close,
+    float64_causal_lm_loss,
+    train,
+)
 
 LLAMA = "transformers.models.llama.modeling_llama"
 
@@ -47,8 +55,11 @@ def grads(model, data: dict) -> tuple[float, dict[str, torch.Tensor]]:
     model.zero_grad()
     loss = model(**data).loss
     loss.backward()
-    return loss.item(), {n: p.grad.to_dense() if p.grad.is_sparse else p.grad.clone()
-                         for n, p in model.named_parameters() if p.requires_grad}
+    return loss.item(), {
+        n: p.grad.to_dense() if p.grad.is_sparse else p.grad.clone()
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
 
 
 def assert_same_grads(ref, opt, data: dict) -> None:
@@ -62,6 +73,7 @@ def assert_same_grads(ref, opt, data: dict) -> None:
 # --------------------------------------------------------------------------
 # PEFT LoRA on lm_head (issue 33, item 6)
 # --------------------------------------------------------------------------
+
 
 def lora_config(dropout: float = 0.0):
     peft = pytest.importorskip("peft")
@@ -119,6 +131,7 @@ def test_lora_dropout_on_lm_head_is_refused_in_either_order():
 # --------------------------------------------------------------------------
 # Copies (issue 33, item 7; issue 34, item 2)
 # --------------------------------------------------------------------------
+
 
 def test_a_deep_copy_and_the_original_revert_independently():
     """The replaced rotary function is counted per model, copies included: reverting the copy leaves
@@ -178,8 +191,10 @@ def _round_trips() -> dict:
 
 
 @pytest.mark.parametrize("how", list(_round_trips()))
-@pytest.mark.parametrize("family, flags", [("llama", {}), ("llama", dict(rope=False)), ("gemma3", {}),
-                                           ("qwen3", dict(sparse_embedding=True))])
+@pytest.mark.parametrize(
+    "family, flags",
+    [("llama", {}), ("llama", dict(rope=False)), ("gemma3", {}), ("qwen3", dict(sparse_embedding=True))],
+)
 def test_an_optimized_model_round_trips(how, family, flags):
     """pickle, torch.save / torch.load(weights_only=False) and copy.deepcopy of an optimized model give
     an optimized model (the same losses and gradients in training, no logits) that reverts on its
@@ -245,6 +260,7 @@ def test_save_pretrained_and_from_pretrained(tmp_path, flags):
 # --------------------------------------------------------------------------
 # Later edits of the model (issue 33, item 8)
 # --------------------------------------------------------------------------
+
 
 def test_the_loss_follows_a_resized_output_embedding():
     """resize_token_embeddings after optimize_model gives a new lm_head: the loss hook moves to it, so
@@ -326,6 +342,7 @@ def test_the_same_non_reentrant_checkpointing_set_again_is_accepted():
 # The user's reentrant checkpointing (issue 33, item 9)
 # --------------------------------------------------------------------------
 
+
 def test_reentrant_checkpointing_is_made_non_reentrant_and_reverted(monkeypatch):
     """checkpoint=True over the model's own reentrant checkpointing: the layers run non-reentrant (the
     reentrant CheckpointFunction never runs), as reported; the gradients are the unpatched model's;
@@ -340,8 +357,11 @@ def test_reentrant_checkpointing_is_made_non_reentrant_and_reverted(monkeypatch)
     layers = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
     assert all(m._gradient_checkpointing_func.keywords == {"use_reentrant": False} for m in layers)
     reentrant = []
-    monkeypatch.setattr(torch.utils.checkpoint.CheckpointFunction, "apply",
-                        lambda *a: reentrant.append(1) or pytest.fail("reentrant checkpoint ran"))
+    monkeypatch.setattr(
+        torch.utils.checkpoint.CheckpointFunction,
+        "apply",
+        lambda *a: reentrant.append(1) or pytest.fail("reentrant checkpoint ran"),
+    )
     assert_same_grads(ref, model, batch(7, padding=True))
     assert not reentrant
     revert_model(model)
@@ -359,13 +379,15 @@ def test_an_unknown_checkpointing_function_is_reported_as_kept():
     [change] = [c for c in report.changed if "checkpointing" in c.what]
     assert "model's own function" in change.what and "my_checkpoint" in change.what
     assert "(non-reentrant)" not in change.what
-    assert all(m._gradient_checkpointing_func is my_checkpoint
-               for m in model.modules() if hasattr(m, "gradient_checkpointing"))
+    assert all(
+        m._gradient_checkpointing_func is my_checkpoint for m in model.modules() if hasattr(m, "gradient_checkpointing")
+    )
 
 
 # --------------------------------------------------------------------------
 # A second call, and the report as printed (issue 34, item 7)
 # --------------------------------------------------------------------------
+
 
 def test_a_second_call_with_other_arguments_raises_and_the_same_returns_the_report():
     model = build("llama")
@@ -403,8 +425,10 @@ def test_the_printed_report_fits_a_screen_at_any_depth(monkeypatch):
     with use_impl("triton"):
         assert "runs on cpu, float32: the Triton kernels" in str(report)
     with use_impl("triton", rope="reference"):
-        assert ("Triton kernels for attention, rms_norm, swiglu, linear_cross_entropy; PyTorch reference for rope"
-                in str(report))
+        assert (
+            "Triton kernels for attention, rms_norm, swiglu, linear_cross_entropy; PyTorch reference for rope"
+            in str(report)
+        )
 
 
 def test_a_printed_plan_is_its_table():

@@ -41,6 +41,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # Model, data and training loop
 # --------------------------------------------------------------------------
 
+
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -88,8 +89,9 @@ def batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int = 1,
-          clip: Optional[float] = None, sched=None) -> list[float]:
+def train(
+    model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int = 1, clip: Optional[float] = None, sched=None
+) -> list[float]:
     """The usual loop; for InBackwardOptimizer the backward call differs and there is no clip_grad_norm_
     call (it clips with max_grad_norm, and refuses clip_grad_norm_ after its updates). Returns the
     clipped norms of the standard loop."""
@@ -110,16 +112,25 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range, *, k: int 
     return norms
 
 
-def run(name: str, *, fused: bool, steps: int = 3, k: int = 1, clip: Optional[float] = None,
-        sched: Optional[Callable] = None, bucket_cap_mb: float = 64.0,
-        options: Optional[dict] = None) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
+def run(
+    name: str,
+    *,
+    fused: bool,
+    steps: int = 3,
+    k: int = 1,
+    clip: Optional[float] = None,
+    sched: Optional[Callable] = None,
+    bucket_cap_mb: float = 64.0,
+    options: Optional[dict] = None,
+) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
     """Train ``name`` (with extra ``options`` such as ``foreach=True``) in the standard loop or in backward."""
     cls, kw = OPTIMIZERS[name]
     kw = {**kw, **(options or {})}
     model = make_model()
     if fused:
-        opt = InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip,
-                                  bucket_cap_mb=bucket_cap_mb, **kw)
+        opt = InBackwardOptimizer(
+            model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, bucket_cap_mb=bucket_cap_mb, **kw
+        )
     else:
         opt = cls(model.parameters(), **kw)
     norms = train(model, opt, range(steps), k=k, clip=clip, sched=None if sched is None else sched(opt))
@@ -154,6 +165,7 @@ def max_diff(model_a: nn.Module, model_b: nn.Module) -> float:
 # Equality with the standard loop
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("clip", [None, CLIP], ids=["noclip", "clip"])
 @pytest.mark.parametrize("k", [1, 3], ids=["k1", "k3"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
@@ -177,6 +189,7 @@ def count_bucket_steps(opt: InBackwardOptimizer) -> list[int]:
 
     def count(*_: Any) -> None:
         calls[0] += 1
+
     for bucket_opt in opt._group_opts:
         bucket_opt.register_step_post_hook(count)
     return calls
@@ -194,23 +207,33 @@ def test_buckets_match_standard_loop(name: str, cap: float, k: int, clip: Option
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("options,direct", [
-    (dict(), True), (dict(foreach=False), True), (dict(foreach=True), True),
-    (dict(momentum=0.9), False), (dict(weight_decay=0.01), False), (dict(maximize=True), False),
-    (dict(lr=torch.tensor(0.1)), False),
-])
-def test_plain_sgd_is_updated_without_optimizer_step(options: dict, direct: bool, dtype: torch.dtype,
-                                                     monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "options,direct",
+    [
+        (dict(), True),
+        (dict(foreach=False), True),
+        (dict(foreach=True), True),
+        (dict(momentum=0.9), False),
+        (dict(weight_decay=0.01), False),
+        (dict(maximize=True), False),
+        (dict(lr=torch.tensor(0.1)), False),
+    ],
+)
+def test_plain_sgd_is_updated_without_optimizer_step(
+    options: dict, direct: bool, dtype: torch.dtype, monkeypatch
+) -> None:
     """Plain SGD buckets are updated by ``torch._foreach_add_(params, grads, alpha=-lr)`` directly
     (InBackwardOptimizer._plain_sgd_lr), every other setting by ``SGD.step``; both are bitwise
     the standard loop's SGD, in float32 and bfloat16."""
+
     def build() -> TinyLM:
         return make_model().to(dtype)
 
     model_s, model_f = build(), build()
     opt_s = torch.optim.SGD(model_s.parameters(), **({"lr": 0.1} | options))
-    opt_f = InBackwardOptimizer(model_f.parameters(), torch.optim.SGD, bucket_cap_mb=SPLIT_CAP,
-                                **({"lr": 0.1} | options))
+    opt_f = InBackwardOptimizer(
+        model_f.parameters(), torch.optim.SGD, bucket_cap_mb=SPLIT_CAP, **({"lr": 0.1} | options)
+    )
     train(model_s, opt_s, range(3))
     steps = []
     original = torch.optim.SGD.step
@@ -221,14 +244,22 @@ def test_plain_sgd_is_updated_without_optimizer_step(options: dict, direct: bool
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("cls,options,direct", [
-    (torch.optim.AdamW, dict(), True), (torch.optim.AdamW, dict(foreach=False), True),
-    (torch.optim.AdamW, dict(foreach=True, amsgrad=True), True), (torch.optim.AdamW, dict(maximize=True), True),
-    (torch.optim.Adam, dict(weight_decay=0.01), True), (torch.optim.AdamW, dict(fused=True), False),
-    (torch.optim.AdamW, dict(lr=torch.tensor(0.01), foreach=False), False),
-], ids=["adamw", "single", "amsgrad", "maximize", "adam", "fused", "tensor-lr"])
-def test_adam_is_updated_without_optimizer_step(cls: type, options: dict, direct: bool, dtype: torch.dtype,
-                                                monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "cls,options,direct",
+    [
+        (torch.optim.AdamW, dict(), True),
+        (torch.optim.AdamW, dict(foreach=False), True),
+        (torch.optim.AdamW, dict(foreach=True, amsgrad=True), True),
+        (torch.optim.AdamW, dict(maximize=True), True),
+        (torch.optim.Adam, dict(weight_decay=0.01), True),
+        (torch.optim.AdamW, dict(fused=True), False),
+        (torch.optim.AdamW, dict(lr=torch.tensor(0.01), foreach=False), False),
+    ],
+    ids=["adamw", "single", "amsgrad", "maximize", "adam", "fused", "tensor-lr"],
+)
+def test_adam_is_updated_without_optimizer_step(
+    cls: type, options: dict, direct: bool, dtype: torch.dtype, monkeypatch
+) -> None:
     """Once their state exists, Adam / AdamW buckets are stepped by torch's functional ``adam``
     directly (ojas_ref.optim._fast_paths.step_adam_directly), fused and tensor-lr steps by
     ``Adam.step``; both bitwise the standard loop, in float32 and bfloat16."""
@@ -275,11 +306,19 @@ def test_one_step_per_bucket(cap: float, buckets: str) -> None:
 
 @pytest.mark.parametrize("options", [dict(foreach=True), dict(fused=True)], ids=["foreach", "fused"])
 @pytest.mark.parametrize("cap", [SPLIT_CAP, 64.0], ids=["cap0.01", "cap64"])
-@pytest.mark.parametrize("name,k,clip", [
-    ("sgd", 1, None), ("sgd_momentum", 3, None), ("adam", 1, CLIP), ("adamw", 1, None), ("adamw", 3, CLIP),
-])
-def test_foreach_and_fused_buckets_match_standard_loop(name: str, k: int, clip: Optional[float], cap: float,
-                                                        options: dict) -> None:
+@pytest.mark.parametrize(
+    "name,k,clip",
+    [
+        ("sgd", 1, None),
+        ("sgd_momentum", 3, None),
+        ("adam", 1, CLIP),
+        ("adamw", 1, None),
+        ("adamw", 3, CLIP),
+    ],
+)
+def test_foreach_and_fused_buckets_match_standard_loop(
+    name: str, k: int, clip: Optional[float], cap: float, options: dict
+) -> None:
     """torch's foreach (the CUDA default) and fused paths run on the CPU too: a bucket
     stepped by them is bitwise the standard loop stepping the whole group by them."""
     model_s, opt_s, _ = run(name, fused=False, k=k, clip=clip, options=options)
@@ -287,10 +326,14 @@ def test_foreach_and_fused_buckets_match_standard_loop(name: str, k: int, clip: 
     assert_same(model_s, opt_s, model_f, opt_f)
 
 
-@pytest.mark.parametrize("sched", [
-    lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.3),
-    lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
-], ids=["StepLR", "LambdaLR"])
+@pytest.mark.parametrize(
+    "sched",
+    [
+        lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.3),
+        lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
+    ],
+    ids=["StepLR", "LambdaLR"],
+)
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
 def test_lr_scheduler(name: str, sched: Callable) -> None:
     model_s, opt_s, _ = run(name, fused=False, steps=4, sched=sched)
@@ -306,8 +349,11 @@ def test_param_groups_with_their_own_hyperparameters() -> None:
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0, "lr": 3e-3}]
-        opt = InBackwardOptimizer(groups, torch.optim.AdamW, lr=1e-2) if cls is InBackwardOptimizer \
+        opt = (
+            InBackwardOptimizer(groups, torch.optim.AdamW, lr=1e-2)
+            if cls is InBackwardOptimizer
             else torch.optim.AdamW(groups, lr=1e-2)
+        )
         train(model, opt, range(3))
         models.append(model)
         opts.append(opt)
@@ -322,8 +368,11 @@ def test_parameter_without_gradient_in_last_micro_batch() -> None:
         torch.manual_seed(0)
         first, second = nn.Linear(4, 4), nn.Linear(4, 1)
         params = list(first.parameters()) + list(second.parameters())
-        opt = InBackwardOptimizer(params, torch.optim.Adam, accumulation_steps=3, lr=0.1) if fused \
+        opt = (
+            InBackwardOptimizer(params, torch.optim.Adam, accumulation_steps=3, lr=0.1)
+            if fused
             else torch.optim.Adam(params, lr=0.1)
+        )
         for step in range(2):
             for micro in range(3):
                 x = torch.randn(5, 4, generator=torch.Generator().manual_seed(10 * step + micro))
@@ -342,6 +391,7 @@ def test_parameter_without_gradient_in_last_micro_batch() -> None:
 # --------------------------------------------------------------------------
 # Gradients do not survive
 # --------------------------------------------------------------------------
+
 
 def live_grad_bytes(params: list[torch.Tensor]) -> int:
     return sum(g.numel() * g.element_size() for g in map(_live_grad, params) if g is not None)
@@ -372,8 +422,7 @@ def test_at_most_one_bucket_of_gradients_is_alive(cap: float, groups: int) -> No
     for clip in (None, CLIP):
         opt = InBackwardOptimizer(param_groups, torch.optim.AdamW, bucket_cap_mb=cap, max_grad_norm=clip, lr=1e-2)
         live = []
-        handles = [p.register_post_accumulate_grad_hook(lambda p: live.append(live_grad_bytes(params)))
-                   for p in params]
+        handles = [p.register_post_accumulate_grad_hook(lambda p: live.append(live_grad_bytes(params))) for p in params]
         opt.backward(model(*batch(0, 0)))
         assert all(_live_grad(p) is None for p in params)
         assert len(live) == len(params) * (1 if clip is None else 2)
@@ -414,6 +463,7 @@ def test_clipping_first_pass_frees_every_gradient() -> None:
 # Tied weights
 # --------------------------------------------------------------------------
 
+
 def test_tied_weight_hook_fires_once_with_the_summed_gradient() -> None:
     """The embedding is used twice (input lookup, output projection); PyTorch's
     post-accumulate-grad hook fires once, after both contributions (as
@@ -451,6 +501,7 @@ def test_hook_per_use_on_tied_weights_differs() -> None:
 # Counterexamples: what the repairs are for
 # --------------------------------------------------------------------------
 
+
 def test_naive_per_micro_batch_updates_differ() -> None:
     """Updating in every micro-batch's hooks (no accumulation repair) is not the
     standard accumulate-then-step loop (Counterexamples.accum_fused_neq_standard)."""
@@ -471,6 +522,7 @@ def test_one_pass_clipping_differs() -> None:
     (Counterexamples.clip_running_neq_standard clips by the running norm)."""
     model_s, _, _ = run("adamw", fused=False, clip=CLIP)
     model_n = make_model()
+
     def clip_alone(p: torch.Tensor) -> None:
         torch.nn.utils.clip_grad_norm_([p], CLIP)
 
@@ -484,6 +536,7 @@ def test_one_pass_clipping_differs() -> None:
 # --------------------------------------------------------------------------
 # state_dict
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("source,target", [("fused", "fused"), ("standard", "fused"), ("fused", "standard")])
 def test_state_dict_round_trip(source: str, target: str) -> None:
@@ -514,22 +567,26 @@ def test_state_dict_round_trip(source: str, target: str) -> None:
 # Errors
 # --------------------------------------------------------------------------
 
+
 def small() -> tuple[nn.Linear, torch.Tensor]:
     torch.manual_seed(0)
     return nn.Linear(3, 2), torch.randn(4, 3)
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(optimizer_class=nn.Linear), TypeError, "optimizer_class must be a torch.optim.Optimizer"),
-    (dict(optimizer_class=torch.optim.LBFGS), ValueError, "LBFGS needs step.closure."),
-    (dict(accumulation_steps=0), ValueError, "accumulation_steps must be >= 1"),
-    (dict(accumulation_steps=2.0), TypeError, "accumulation_steps must be an int"),
-    (dict(max_grad_norm=-1.0), ValueError, "max_grad_norm must be a finite float > 0"),
-    (dict(max_grad_norm=math.inf), ValueError, "max_grad_norm must be a finite float > 0"),
-    (dict(bucket_cap_mb=-1.0), ValueError, "bucket_cap_mb must be a finite float >= 0"),
-    (dict(bucket_cap_mb="64"), TypeError, "bucket_cap_mb must be a float"),
-    (dict(lr=-1.0), ValueError, "Invalid learning rate"),  # optimizer_class's own check
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(optimizer_class=nn.Linear), TypeError, "optimizer_class must be a torch.optim.Optimizer"),
+        (dict(optimizer_class=torch.optim.LBFGS), ValueError, "LBFGS needs step.closure."),
+        (dict(accumulation_steps=0), ValueError, "accumulation_steps must be >= 1"),
+        (dict(accumulation_steps=2.0), TypeError, "accumulation_steps must be an int"),
+        (dict(max_grad_norm=-1.0), ValueError, "max_grad_norm must be a finite float > 0"),
+        (dict(max_grad_norm=math.inf), ValueError, "max_grad_norm must be a finite float > 0"),
+        (dict(bucket_cap_mb=-1.0), ValueError, "bucket_cap_mb must be a finite float >= 0"),
+        (dict(bucket_cap_mb="64"), TypeError, "bucket_cap_mb must be a float"),
+        (dict(lr=-1.0), ValueError, "Invalid learning rate"),  # optimizer_class's own check
+    ],
+)
 def test_bad_arguments(kwargs: dict, error: type, match: str) -> None:
     layer, _ = small()
     with pytest.raises(error, match=match):
@@ -606,6 +663,7 @@ def test_cannot_be_pickled() -> None:
 # One update against the oracle extracted from rocq/OptimizerInBackward/UpdateRules.v
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("options", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_update_matches_oracle(options: dict, seed: int) -> None:
@@ -618,20 +676,32 @@ def test_update_matches_oracle(options: dict, seed: int) -> None:
     assert all(same_value(v, s_fused[k]) for k, v in s_torch.items())
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"rule": "adam"}, "rule: expected"),
-    ({"eps": 1e-8}, "eps: not a hyper-parameter of rule \"sgd\""),
-    ({"grad": [1.0]}, "grad: dimension n has length 1"),
-    ({"state": {"exp_avg": [0.0, 0.0]}}, "state: unknown field exp_avg"),
-    ({"nesterov": 1}, "nesterov: expected a boolean"),
-    ({"lr": None}, "lr: expected a number"),
-    ({"extra": 0}, "extra: unknown field"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"rule": "adam"}, "rule: expected"),
+        ({"eps": 1e-8}, 'eps: not a hyper-parameter of rule "sgd"'),
+        ({"grad": [1.0]}, "grad: dimension n has length 1"),
+        ({"state": {"exp_avg": [0.0, 0.0]}}, "state: unknown field exp_avg"),
+        ({"nesterov": 1}, "nesterov: expected a boolean"),
+        ({"lr": None}, "lr: expected a number"),
+        ({"extra": 0}, "extra: unknown field"),
+    ],
+)
 def test_oracle_rejects_malformed_optimizer_requests(change: dict, message: str) -> None:
     from ojas_ref.verification.oracle import oracle_request
 
-    req = {"op": "optimizer_update", "rule": "sgd", "lr": 0.1, "weight_decay": 0.0, "momentum": 0.9,
-           "dampening": 0.0, "nesterov": False, "param": [1.0, 2.0], "grad": [0.5, -0.5]}
+    req = {
+        "op": "optimizer_update",
+        "rule": "sgd",
+        "lr": 0.1,
+        "weight_decay": 0.0,
+        "momentum": 0.9,
+        "dampening": 0.0,
+        "nesterov": False,
+        "param": [1.0, 2.0],
+        "grad": [0.5, -0.5],
+    }
     assert "error" not in oracle_request(req)
     answer = oracle_request({**req, **change})
     assert message in answer.get("error", ""), answer
@@ -681,8 +751,9 @@ def test_failed_backward_is_reported_then_dropped_by_zero_grad() -> None:
     and zero_grad() drops the pending updates."""
     torch.manual_seed(0)
     first, second = nn.Linear(3, 3), nn.Linear(3, 2)
-    opt = InBackwardOptimizer(list(first.parameters()) + list(second.parameters()), torch.optim.SGD,
-                              bucket_cap_mb=64, lr=0.1)
+    opt = InBackwardOptimizer(
+        list(first.parameters()) + list(second.parameters()), torch.optim.SGD, bucket_cap_mb=64, lr=0.1
+    )
     x = torch.randn(4, 3)
     with pytest.raises(RuntimeError, match="on purpose"):
         second(_FailingBackward.apply(first(x))).sum().backward()
@@ -700,6 +771,7 @@ def test_failed_backward_is_reported_then_dropped_by_zero_grad() -> None:
 # Two backward passes in one step, a parameter unfrozen after construction
 # --------------------------------------------------------------------------
 
+
 def test_two_updating_backward_passes_without_step_raise() -> None:
     """torch.optim makes one update of the summed gradient for loss1.backward();
     loss2.backward(); step(); here each backward updates, so the second one raises
@@ -708,8 +780,11 @@ def test_two_updating_backward_passes_without_step_raise() -> None:
     opt = InBackwardOptimizer(layer.parameters(), torch.optim.SGD, lr=0.1)
     layer(x).sum().backward()
     after_first = [p.detach().clone() for p in layer.parameters()]
-    with pytest.raises(RuntimeError, match=r"already updated since the last optimizer.step\(\) gets a "
-                                           r"gradient again"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"already updated since the last optimizer.step\(\) gets a "
+        r"gradient again",
+    ):
         layer(x).square().sum().backward()
     assert all(torch.equal(p, a) and _live_grad(p) is None for p, a in zip(layer.parameters(), after_first))
     opt.step()
@@ -740,8 +815,11 @@ def test_reentrant_checkpointing_updates_each_parameter_once() -> None:
         torch.manual_seed(0)
         a, b, c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
         params = [*a.parameters(), *b.parameters(), *c.parameters()]
-        opt = InBackwardOptimizer(params, torch.optim.Adam, bucket_cap_mb=0, lr=0.1) if fused \
+        opt = (
+            InBackwardOptimizer(params, torch.optim.Adam, bucket_cap_mb=0, lr=0.1)
+            if fused
             else torch.optim.Adam(params, lr=0.1)
+        )
         for step in range(2):
             x = torch.randn(3, 4, generator=torch.Generator().manual_seed(step), requires_grad=True)
             h = checkpoint(b, checkpoint(a, x, use_reentrant=True), use_reentrant=True)
@@ -805,8 +883,11 @@ def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype, overlap: bool
     with sdpa_kernel(SDPBackend.MATH):
         for fused in (False, True):
             model = make_model().to("cuda", dtype)
-            opt = (InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=SPLIT_CAP, overlap=overlap, **kw)
-                   if fused else cls(model.parameters(), **kw))
+            opt = (
+                InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=SPLIT_CAP, overlap=overlap, **kw)
+                if fused
+                else cls(model.parameters(), **kw)
+            )
             for step in range(3):
                 tokens, targets = (t.cuda() for t in batch(step, 0))
                 loss = model(tokens, targets)
@@ -845,9 +926,14 @@ def test_cuda_overlap_keeps_at_most_one_more_bucket() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("cls,kw,side", [(torch.optim.SGD, dict(lr=0.1), False),
-                                         (torch.optim.SGD, dict(lr=0.1, momentum=0.9), True),
-                                         (torch.optim.AdamW, dict(lr=1e-3), True)])
+@pytest.mark.parametrize(
+    "cls,kw,side",
+    [
+        (torch.optim.SGD, dict(lr=0.1), False),
+        (torch.optim.SGD, dict(lr=0.1, momentum=0.9), True),
+        (torch.optim.AdamW, dict(lr=1e-3), True),
+    ],
+)
 def test_cuda_overlap_leaves_plain_sgd_on_the_compute_stream(cls: type, kw: dict, side: bool) -> None:
     """overlap=True puts a bucket's update on a side stream unless it is plain SGD (one add)."""
     model = nn.Sequential(*[nn.Linear(256, 256, bias=False) for _ in range(3)]).cuda()

@@ -61,15 +61,24 @@ def batch(step: int, micro: int, device: str = "cpu", width: int = WIDTH) -> tup
     return (torch.randn(BATCH, width, generator=gen).to(device), torch.randn(BATCH, 1, generator=gen).to(device))
 
 
-def make_opt(model: nn.Module, name: str, state_device: Any, *, k: int = 1, clip: Optional[float] = None,
-             cap: float = CAP) -> InBackwardOptimizer:
+def make_opt(
+    model: nn.Module, name: str, state_device: Any, *, k: int = 1, clip: Optional[float] = None, cap: float = CAP
+) -> InBackwardOptimizer:
     cls, kw = OPTIMIZERS[name]
-    return InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip,
-                               bucket_cap_mb=cap, state_device=state_device, **kw)
+    return InBackwardOptimizer(
+        model.parameters(),
+        cls,
+        accumulation_steps=k,
+        max_grad_norm=clip,
+        bucket_cap_mb=cap,
+        state_device=state_device,
+        **kw,
+    )
 
 
-def train(model: nn.Module, opt: InBackwardOptimizer, steps: range, *, k: int = 1, device: str = "cpu",
-          check=None) -> list[float]:
+def train(
+    model: nn.Module, opt: InBackwardOptimizer, steps: range, *, k: int = 1, device: str = "cpu", check=None
+) -> list[float]:
     losses = []
     for step in steps:
         for micro in range(k):
@@ -85,8 +94,9 @@ def train(model: nn.Module, opt: InBackwardOptimizer, steps: range, *, k: int = 
 
 
 def streamed_tensors(opt: InBackwardOptimizer) -> list[tuple[Any, torch.Tensor]]:
-    return [(k, v) for p, s in opt.state.items() for k, v in s.items()
-            if opt._host_state.streamed(k, v, opt._group_for(p))]
+    return [
+        (k, v) for p, s in opt.state.items() for k, v in s.items() if opt._host_state.streamed(k, v, opt._group_for(p))
+    ]
 
 
 def check_on_host(opt: InBackwardOptimizer) -> None:
@@ -104,6 +114,7 @@ def check_on_host(opt: InBackwardOptimizer) -> None:
 # --------------------------------------------------------------------------
 # (a) bitwise equal to state_device=None
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("variant", ["plain", "clip", "accum2", "clip_accum2"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
@@ -143,6 +154,7 @@ def test_host_state_matches_torch_optim() -> None:
 # (b) where the state is
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw", "adamw_fused"])
 def test_state_on_host_after_each_step(name: str) -> None:
     model = make_model()
@@ -153,12 +165,14 @@ def test_state_on_host_after_each_step(name: str) -> None:
     # the copies back go into the same host tensors
     assert {id(v) for _, v in streamed_tensors(opt)} == first
     keys = {k for k, _ in streamed_tensors(opt)}
-    expected = {"sgd_momentum": {"momentum_buffer"}, "adamw": {"exp_avg", "exp_avg_sq"},
-                "adamw_fused": {"exp_avg", "exp_avg_sq", "step"}}[name]
+    expected = {
+        "sgd_momentum": {"momentum_buffer"},
+        "adamw": {"exp_avg", "exp_avg_sq"},
+        "adamw_fused": {"exp_avg", "exp_avg_sq", "step"},
+    }[name]
     assert keys == expected
     if name == "adamw":  # the step counters are left where torch keeps them (the CPU), not streamed
-        assert all(not opt._host_state.streamed("step", s["step"], opt._group_for(p))
-                   for p, s in opt.state.items())
+        assert all(not opt._host_state.streamed("step", s["step"], opt._group_for(p)) for p, s in opt.state.items())
 
 
 def test_zero_grad_after_failed_backward_drops_staged_copies() -> None:
@@ -192,6 +206,7 @@ def test_zero_grad_after_failed_backward_drops_staged_copies() -> None:
 # (c) state_dict round trips
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("source,target", [(None, "cpu"), ("cpu", None), ("cpu", "cpu")])
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw", "adamw_fused"])
 def test_state_dict_round_trip(name: str, source: Optional[str], target: Optional[str]) -> None:
@@ -205,8 +220,12 @@ def test_state_dict_round_trip(name: str, source: Optional[str], target: Optiona
     losses = train(model_a, opt_a, range(2))
     saved = copy.deepcopy({"model": model_a.state_dict(), "opt": opt_a.state_dict()})
     if source == "cpu":
-        assert all(v.device.type == "cpu" for s in saved["opt"]["state"].values() for v in s.values()
-                   if isinstance(v, torch.Tensor))
+        assert all(
+            v.device.type == "cpu"
+            for s in saved["opt"]["state"].values()
+            for v in s.values()
+            if isinstance(v, torch.Tensor)
+        )
     model_b = make_model()
     model_b.load_state_dict(saved["model"])
     opt_b = make_opt(model_b, name, target)
@@ -238,16 +257,26 @@ def test_state_dict_loads_into_torch_optim() -> None:
 # (d) argument validation
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["cpu", torch.device("cpu"), "cpu:0", None])
 def test_accepted_state_devices(value: Any) -> None:
     opt = make_opt(make_model(), "adamw", value)
     assert opt.state_device == (None if value is None else torch.device("cpu"))
 
 
-@pytest.mark.parametrize("value,error", [
-    ("cuda", ValueError), (torch.device("cuda", 0), ValueError), ("meta", ValueError), ("host", ValueError),
-    ("", ValueError), (0, TypeError), (True, TypeError), (["cpu"], TypeError),
-])
+@pytest.mark.parametrize(
+    "value,error",
+    [
+        ("cuda", ValueError),
+        (torch.device("cuda", 0), ValueError),
+        ("meta", ValueError),
+        ("host", ValueError),
+        ("", ValueError),
+        (0, TypeError),
+        (True, TypeError),
+        (["cpu"], TypeError),
+    ],
+)
 def test_bad_state_device_raises(value: Any, error: type) -> None:
     with pytest.raises(error, match="state_device"):
         make_opt(make_model(), "adamw", value)
@@ -277,12 +306,14 @@ def count_slices(opt: InBackwardOptimizer) -> list[int]:
     def counted(*args: Any) -> None:
         calls[0] += 1
         inner(*args)
+
     opt._host_state.step_sliced = counted
     return calls
 
 
-def standard_run(cls: type, kw: dict, steps: int, *, k: int = 1, clip: Optional[float] = None,
-                 width: int = ODD) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
+def standard_run(
+    cls: type, kw: dict, steps: int, *, k: int = 1, clip: Optional[float] = None, width: int = ODD
+) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
     """The standard loop: backward of each micro-batch, clip_grad_norm_, step, zero_grad."""
     model = make_model(width=width)
     opt = cls(model.parameters(), **kw)
@@ -300,11 +331,27 @@ def standard_run(cls: type, kw: dict, steps: int, *, k: int = 1, clip: Optional[
     return model, opt, losses
 
 
-def sliced_run(cls: type, kw: dict, steps: int, slice_mb: Optional[float], *, k: int = 1,
-               clip: Optional[float] = None, width: int = ODD) -> tuple[nn.Module, InBackwardOptimizer, list[float], int]:
+def sliced_run(
+    cls: type,
+    kw: dict,
+    steps: int,
+    slice_mb: Optional[float],
+    *,
+    k: int = 1,
+    clip: Optional[float] = None,
+    width: int = ODD,
+) -> tuple[nn.Module, InBackwardOptimizer, list[float], int]:
     model = make_model(width=width)
-    opt = InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, bucket_cap_mb=CAP,
-                              state_device="cpu", state_slice_mb=slice_mb, **kw)
+    opt = InBackwardOptimizer(
+        model.parameters(),
+        cls,
+        accumulation_steps=k,
+        max_grad_norm=clip,
+        bucket_cap_mb=CAP,
+        state_device="cpu",
+        state_slice_mb=slice_mb,
+        **kw,
+    )
     slices = count_slices(opt)
     losses = train(model, opt, range(steps), k=k, check=check_on_host)
     return model, opt, losses, slices[0]
@@ -363,6 +410,7 @@ def test_one_element_slices(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     elementwise. (Fused AdamW on the CPU is not, at 1 element: its scalar tail rounds differently
     from its vector body, 1.5e-8 measured; hence the alignment.)"""
     import ojas_ref.optim._host_state as M
+
     monkeypatch.setattr(M, "_SLICE_ALIGN", 1)
     cls, kw = SLICED[name]
     model_u, opt_u, losses_u, _ = sliced_run(cls, kw, 3, None, width=5)
@@ -395,8 +443,14 @@ def test_sliced_state_dict_round_trip() -> None:
         if target == "torch":
             opt_b = cls(model_b.parameters(), **kw)
         else:
-            opt_b = InBackwardOptimizer(model_b.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu",
-                                        state_slice_mb=TINY if target == "sliced" else None, **kw)
+            opt_b = InBackwardOptimizer(
+                model_b.parameters(),
+                cls,
+                bucket_cap_mb=CAP,
+                state_device="cpu",
+                state_slice_mb=TINY if target == "sliced" else None,
+                **kw,
+            )
         opt_b.load_state_dict(copy.deepcopy(saved["opt"]))
         for step in range(2, 4):
             x, y = batch(step, 0, width=ODD)
@@ -411,11 +465,15 @@ class AdamWSubclass(torch.optim.AdamW):
     pass
 
 
-@pytest.mark.parametrize("cls,kw", [
-    (AdamWSubclass, dict(lr=1e-2)),                      # not torch.optim.AdamW itself
-    (torch.optim.RMSprop, dict(lr=1e-2, momentum=0.5)),  # not on the list
-    (torch.optim.SGD, dict(lr=0.05)),                    # plain SGD: no state to slice
-], ids=["subclass", "rmsprop", "plain_sgd"])
+@pytest.mark.parametrize(
+    "cls,kw",
+    [
+        (AdamWSubclass, dict(lr=1e-2)),  # not torch.optim.AdamW itself
+        (torch.optim.RMSprop, dict(lr=1e-2, momentum=0.5)),  # not on the list
+        (torch.optim.SGD, dict(lr=0.05)),  # plain SGD: no state to slice
+    ],
+    ids=["subclass", "rmsprop", "plain_sgd"],
+)
 def test_unlisted_updates_whole(cls: type, kw: dict) -> None:
     """Classes other than SGD / Adam / AdamW themselves, and plain SGD, are updated whole whatever
     state_slice_mb, as with state_slice_mb=None."""
@@ -430,10 +488,17 @@ def test_unlisted_updates_whole(cls: type, kw: dict) -> None:
     assert_same(model_u, opt_u, model_t, opt_t)
 
 
-@pytest.mark.parametrize("value,error", [
-    (0, ValueError), (-1.0, ValueError), (float("inf"), ValueError), (float("nan"), ValueError),
-    ("64", TypeError), (True, TypeError),
-])
+@pytest.mark.parametrize(
+    "value,error",
+    [
+        (0, ValueError),
+        (-1.0, ValueError),
+        (float("inf"), ValueError),
+        (float("nan"), ValueError),
+        ("64", TypeError),
+        (True, TypeError),
+    ],
+)
 def test_bad_state_slice_mb_raises(value: Any, error: type) -> None:
     with pytest.raises(error, match="state_slice_mb"):
         InBackwardOptimizer(make_model().parameters(), torch.optim.AdamW, state_device="cpu", state_slice_mb=value)
@@ -442,6 +507,7 @@ def test_bad_state_slice_mb_raises(value: Any, error: type) -> None:
 # --------------------------------------------------------------------------
 # (e) CUDA
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -502,6 +568,7 @@ def test_cuda_peak_memory_lower_by_the_state() -> None:
 # DDP and FSDP2 (2 CPU processes on gloo, tests/_distributed.py)
 # --------------------------------------------------------------------------
 
+
 def _distributed_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Each DDP config of tests/_distributed.py with state_device None and "cpu" (parameters and
     state after the steps); the error for state_device="cpu" with FSDP2 shards."""
@@ -516,15 +583,24 @@ def _distributed_worker(rank: int, world_size: int) -> dict[str, Any]:
         cls, kw, clip, micro_batches = D.CONFIGS[name]
         for state_device in (None, "cpu"):
             model = D.make_model()
-            opt = InBackwardOptimizer(model.parameters(), cls, max_grad_norm=clip, bucket_cap_mb=0.001,
-                                      state_device=state_device, **kw)
+            opt = InBackwardOptimizer(
+                model.parameters(), cls, max_grad_norm=clip, bucket_cap_mb=0.001, state_device=state_device, **kw
+            )
             ddp = DDP(model, bucket_cap_mb=0.001)
-            D._train(ddp, opt, rank, micro_batches, lambda off: ddp.no_sync() if off else contextlib.nullcontext(),
-                     clip)
+            D._train(
+                ddp, opt, rank, micro_batches, lambda off: ddp.no_sync() if off else contextlib.nullcontext(), clip
+            )
             state = opt.state_dict()["state"]
-            out[f"{name}/{state_device}"] = ([p.detach().clone() for p in model.parameters()], state,
-                                             all(v.device.type == "cpu" for s in opt.state.values()
-                                                 for v in s.values() if isinstance(v, torch.Tensor)))
+            out[f"{name}/{state_device}"] = (
+                [p.detach().clone() for p in model.parameters()],
+                state,
+                all(
+                    v.device.type == "cpu"
+                    for s in opt.state.values()
+                    for v in s.values()
+                    if isinstance(v, torch.Tensor)
+                ),
+            )
     model = D.make_model()
     fully_shard(model)
     try:
@@ -541,6 +617,7 @@ def distributed() -> list[dict]:
     if not (dist.is_available() and dist.is_gloo_available()):
         pytest.skip("needs torch.distributed with the gloo backend")
     import _distributed as D
+
     return D.spawn(_distributed_worker)
 
 
@@ -568,6 +645,7 @@ def test_fsdp2_host_state_is_refused(distributed: list[dict]) -> None:
 # --------------------------------------------------------------------------
 # (g) the CUDA stream code run on the CPU against a model of CUDA's stream semantics
 # --------------------------------------------------------------------------
+
 
 class FakeStream:
     """A CUDA stream of :class:`StreamModel`: its vector clock orders its work after what it waited for."""
@@ -602,8 +680,13 @@ class FakeEvent:
         return True
 
 
-_ALLOCATIONS = (torch.ops.aten.empty, torch.ops.aten.empty_like, torch.ops.aten.empty_strided,
-                torch.ops.aten.new_empty, torch.ops.aten.new_empty_strided)
+_ALLOCATIONS = (
+    torch.ops.aten.empty,
+    torch.ops.aten.empty_like,
+    torch.ops.aten.empty_strided,
+    torch.ops.aten.new_empty,
+    torch.ops.aten.new_empty_strided,
+)
 
 
 class StreamModel(TorchDispatchMode):
@@ -686,13 +769,15 @@ class StreamModel(TorchDispatchMode):
         if owner is not None and owner[0] is not stream and stream is not self.host_stream:
             self.foreign[key].add(stream)
             if clock.get(owner[0], 0) < owner[1]:
-                self.errors.append(f"allocation: {what} on {stream} uses memory allocated on {owner[0]} "
-                                   f"without waiting for it")
+                self.errors.append(
+                    f"allocation: {what} on {stream} uses memory allocated on {owner[0]} without waiting for it"
+                )
         for plo, phi, pwrite, pstream, ptime, pwhat in self.accesses[key]:
-            if (pstream is not stream and (pwrite or write) and plo < hi and lo < phi
-                    and clock.get(pstream, 0) < ptime):
-                self.errors.append(f"race: {what} on {stream} ({'write' if write else 'read'}) against "
-                                   f"{pwhat} on {pstream} ({'write' if pwrite else 'read'})")
+            if pstream is not stream and (pwrite or write) and plo < hi and lo < phi and clock.get(pstream, 0) < ptime:
+                self.errors.append(
+                    f"race: {what} on {stream} ({'write' if write else 'read'}) against "
+                    f"{pwhat} on {pstream} ({'write' if pwrite else 'read'})"
+                )
         self.accesses[key].append((lo, hi, write, stream, clock[stream], what))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -745,8 +830,10 @@ class StreamModel(TorchDispatchMode):
         for key, streams in self.foreign.items():
             missing = streams - self.recorded[key]
             if missing:
-                self.errors.append(f"record_stream: memory allocated on {self.owner[key][0]} used on "
-                                   f"{sorted(map(str, missing))} without record_stream")
+                self.errors.append(
+                    f"record_stream: memory allocated on {self.owner[key][0]} used on "
+                    f"{sorted(map(str, missing))} without record_stream"
+                )
         return self.errors
 
 
@@ -808,8 +895,9 @@ def test_stream_model_catches_the_hazards(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.parametrize("slice_mb", [None, TINY], ids=["whole", "sliced"])
 @pytest.mark.parametrize("name", ["adamw", "adamw_foreach", "adamw_fused", "sgd_momentum"])
-def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[float],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_stream_order_in_a_model_of_cuda(
+    name: str, slice_mb: Optional[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The CUDA branches of the host-state code (whole parameters, and slices: two buffers, inward and
     outward streams, events), run on the CPU under StreamModel for 3 steps: no copy or step uses memory
     before the stream that allocated it is ordered before it, no two streams race on device or host
@@ -822,8 +910,9 @@ def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[floa
     cls, kw = SLICED[name]
     model_s, opt_s, losses_s = standard_run(cls, kw, 3)
     model = make_model(width=ODD)
-    opt = InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu",
-                              state_slice_mb=slice_mb, **kw)
+    opt = InBackwardOptimizer(
+        model.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu", state_slice_mb=slice_mb, **kw
+    )
     slices = count_slices(opt)
     with fake_cuda(monkeypatch, opt) as streams:
         losses = train(model, opt, range(3))
@@ -839,6 +928,7 @@ def test_cuda_stream_order_in_a_model_of_cuda(name: str, slice_mb: Optional[floa
 # --------------------------------------------------------------------------
 # (h) CUDA, sliced (passed on the H200, 2026-12-01, after the fix of 7f52cf3)
 # --------------------------------------------------------------------------
+
 
 def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
     """A post-accumulate-grad hook (registered before the optimizer's, so it runs first) that makes
@@ -863,13 +953,13 @@ def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
             with torch.cuda.stream(opt_ref[0]._host_state.copy_stream(p.device, "in")):
                 torch.cuda._sleep(int(1e8))
         del junk
+
     return hook
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("kind,name", [("compute", "adamw"), ("compute", "adamw_foreach"),
-                                       ("inward", "adamw_fused")])
+@pytest.mark.parametrize("kind,name", [("compute", "adamw"), ("compute", "adamw_foreach"), ("inward", "adamw_fused")])
 def test_cuda_sliced_with_the_device_behind(kind: str, name: str) -> None:
     """Sliced (state_slice_mb=8: buffers of 2 MiB) and whole, 2 x 2048^2 weights, 3 steps, with
     :func:`_poison_hook` on the last weight: bitwise equal and finite. The 1.06B Llama's NaN losses
@@ -882,8 +972,9 @@ def test_cuda_sliced_with_the_device_behind(kind: str, name: str) -> None:
         model = make_model("cuda", width=2048, depth=2)
         opt_ref: list = []
         model.layers[-1].weight.register_post_accumulate_grad_hook(_poison_hook(kind, opt_ref, 2**19))
-        opt = InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu",
-                                  state_slice_mb=slice_mb, **kw)
+        opt = InBackwardOptimizer(
+            model.parameters(), cls, bucket_cap_mb=CAP, state_device="cpu", state_slice_mb=slice_mb, **kw
+        )
         opt_ref.append(opt)
         slices = count_slices(opt)
         losses = train(model, opt, range(3), device="cuda")
@@ -913,8 +1004,15 @@ def test_cuda_sliced_peak_lower_by_the_parameter_state() -> None:
         torch.cuda.empty_cache()
         base = torch.cuda.memory_allocated()  # the first run's model, kept for the comparison
         model = make_model("cuda", width=width, depth=depth)
-        opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=cap, state_device="cpu",
-                                  state_slice_mb=state_slice_mb, lr=1e-2, weight_decay=0.1)
+        opt = InBackwardOptimizer(
+            model.parameters(),
+            torch.optim.AdamW,
+            bucket_cap_mb=cap,
+            state_device="cpu",
+            state_slice_mb=state_slice_mb,
+            lr=1e-2,
+            weight_decay=0.1,
+        )
         slices = count_slices(opt)
         train(model, opt, range(2), device="cuda")  # the state exists
         torch.cuda.synchronize()

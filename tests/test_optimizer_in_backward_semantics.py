@@ -57,15 +57,23 @@ def _uses_branch(step: int, micro: int, k: int) -> bool:
     return step % 2 == 0 and micro == 0 if k > 1 else step % 2 == 0
 
 
-def _run(name: str, fused: bool, *, k: int = 1, clip: Optional[float] = None, cap: float = 64.0,
-         set_to_none: tuple[bool, ...] = (False,) * 5) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
+def _run(
+    name: str,
+    fused: bool,
+    *,
+    k: int = 1,
+    clip: Optional[float] = None,
+    cap: float = 64.0,
+    set_to_none: tuple[bool, ...] = (False,) * 5,
+) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
     """``len(set_to_none)`` steps of the standard loop (``fused=False``) or of InBackwardOptimizer,
     each ending with ``zero_grad(set_to_none=set_to_none[step])``; the standard loop's clipped norms."""
     cls, kw = OPTIMIZERS[name]
     model = _TwoBranches()
     if fused:
-        opt = InBackwardOptimizer(model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip,
-                                  bucket_cap_mb=cap, **kw)
+        opt = InBackwardOptimizer(
+            model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, bucket_cap_mb=cap, **kw
+        )
     else:
         opt = cls(model.parameters(), **kw)
     norms = []
@@ -89,13 +97,15 @@ def _assert_same(a: tuple[nn.Module, torch.optim.Optimizer, Any], b: tuple[nn.Mo
     for i in sa:
         assert sa[i].keys() == sb[i].keys()
         for key, value in sa[i].items():
-            assert torch.equal(value, sb[i][key]) if isinstance(value, torch.Tensor) else value == sb[i][key], \
+            assert torch.equal(value, sb[i][key]) if isinstance(value, torch.Tensor) else value == sb[i][key], (
                 f"state {key!r} of parameter {i} differs"
+            )
 
 
 # --------------------------------------------------------------------------
 # zero_grad(set_to_none=False)
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cap", [0.0, 64.0], ids=["cap0", "cap64"])
 @pytest.mark.parametrize("k,clip", [(1, None), (3, None), (1, CLIP), (3, CLIP)], ids=["k1", "k3", "k1clip", "k3clip"])
@@ -109,8 +119,10 @@ def test_zero_grad_keep_matches_standard_loop(name: str, k: int, clip: Optional[
         assert min(standard[2]) > clip, "the test must exercise clipping"
     _assert_same(standard, fused)
     if name != "sgd":  # the branch did move in the steps without its gradient
-        assert not torch.equal(_run(name, False, set_to_none=(False,))[0].branch.weight,
-                               _run(name, False, set_to_none=(False, False))[0].branch.weight)
+        assert not torch.equal(
+            _run(name, False, set_to_none=(False,))[0].branch.weight,
+            _run(name, False, set_to_none=(False, False))[0].branch.weight,
+        )
 
 
 @pytest.mark.parametrize("name", ["adamw", "sgd_momentum"])
@@ -143,7 +155,9 @@ def test_zero_grad_keep_between_backward_and_step_raises() -> None:
     model = _TwoBranches()
     opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, lr=0.1)
     model.loss(0, 0, True).backward()
-    with pytest.raises(RuntimeError, match=r"already updated inside this backward pass.*zero_grad\(set_to_none=False\)"):
+    with pytest.raises(
+        RuntimeError, match=r"already updated inside this backward pass.*zero_grad\(set_to_none=False\)"
+    ):
         opt.zero_grad(set_to_none=False)
     opt.step()
     opt.zero_grad(set_to_none=False)  # after step(): the usual place
@@ -156,6 +170,7 @@ def test_zero_grad_keep_between_backward_and_step_raises() -> None:
 # --------------------------------------------------------------------------
 # Reading the gradients between backward and step()
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("read", ["clip_grad_norm_", "clip_grad_value_", "norm", "get_total_norm"])
 def test_reading_consumed_gradients_raises(read: str) -> None:
@@ -172,8 +187,11 @@ def test_reading_consumed_gradients_raises(read: str) -> None:
         "norm": lambda: model.trunk.weight.grad.norm(),
         "get_total_norm": lambda: torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]),
     }
-    with pytest.raises(RuntimeError, match=r"already updated inside this backward pass.*"
-                                           r"InBackwardOptimizer\(\.\.\., max_grad_norm=\.\.\.\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"already updated inside this backward pass.*"
+        r"InBackwardOptimizer\(\.\.\., max_grad_norm=\.\.\.\)",
+    ):
         reads[read]()
     assert "consumed by InBackwardOptimizer" in repr(model.trunk.weight.grad)
     opt.step()
@@ -222,8 +240,9 @@ def _tokens(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _head_loss(emb: nn.Embedding, head: torch.Tensor, seed: int, reduction: str = "mean") -> torch.Tensor:
     ids, target = _tokens(seed)
-    loss = linear_cross_entropy(torch.tanh(emb(ids)), head, target, reduction=reduction, chunk_size=CHUNKS,
-                                impl="reference")
+    loss = linear_cross_entropy(
+        torch.tanh(emb(ids)), head, target, reduction=reduction, chunk_size=CHUNKS, impl="reference"
+    )
     return loss if reduction != "none" else loss.sum()
 
 
@@ -232,8 +251,11 @@ def _head_run(mode: str, losses_per_step: int, reduction: str = "mean", steps: i
     forward whose loss is kept alive and never back-propagated, made before the others each step."""
     emb, head = _head_model()
     params = [*emb.parameters(), head]
-    opt = (torch.optim.SGD(params, lr=0.1) if mode == "standard" else
-           InBackwardOptimizer(params, torch.optim.SGD, lr=0.1, bucket_cap_mb=0, head_weight=head))
+    opt = (
+        torch.optim.SGD(params, lr=0.1)
+        if mode == "standard"
+        else InBackwardOptimizer(params, torch.optim.SGD, lr=0.1, bucket_cap_mb=0, head_weight=head)
+    )
     kept = []
     for step in range(steps):
         if stale:
@@ -317,14 +339,18 @@ def test_dropping_the_optimizer_releases_the_placeholders() -> None:
 # param_groups edited after construction
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("edit", ["pop", "replace", "move"])
 def test_parameter_leaving_its_group_raises_before_any_update(edit: str) -> None:
     """torch.optim no longer steps a parameter removed from param_groups (and steps a moved one with
     its new group's hyper-parameters); its hook would go on updating it with the old group's: the
     next backward raises at its first hook, before any update."""
     model = _TwoBranches()
-    opt = InBackwardOptimizer([{"params": model.trunk.parameters()}, {"params": model.branch.parameters(), "lr": 0.01}],
-                              torch.optim.SGD, lr=0.1)
+    opt = InBackwardOptimizer(
+        [{"params": model.trunk.parameters()}, {"params": model.branch.parameters(), "lr": 0.01}],
+        torch.optim.SGD,
+        lr=0.1,
+    )
     model.loss(0, 0, True).backward()
     opt.step()
     groups = opt.param_groups
@@ -343,8 +369,10 @@ def test_parameter_leaving_its_group_raises_before_any_update(edit: str) -> None
 def test_hyper_parameters_and_added_groups_are_fine() -> None:
     """Editing hyper-parameters in place and add_param_group are torch's semantics (no error)."""
     standard, fused = [], []
-    for out, make in ((standard, lambda ps: torch.optim.AdamW(ps, lr=0.1)),
-                      (fused, lambda ps: InBackwardOptimizer(ps, torch.optim.AdamW, lr=0.1))):
+    for out, make in (
+        (standard, lambda ps: torch.optim.AdamW(ps, lr=0.1)),
+        (fused, lambda ps: InBackwardOptimizer(ps, torch.optim.AdamW, lr=0.1)),
+    ):
         model = _TwoBranches()
         opt = make(list(model.trunk.parameters()))
         for step in range(4):
@@ -363,6 +391,7 @@ def test_hyper_parameters_and_added_groups_are_fine() -> None:
 # --------------------------------------------------------------------------
 # Hyper-parameters changed, and step pre-hooks, between backward and step()
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("change", ["lr", "betas", "scheduler_first", "tensor_lr_in_place"])
 def test_hyper_parameters_changed_between_backward_and_step_raise(change: str) -> None:
@@ -386,8 +415,11 @@ def test_hyper_parameters_changed_between_backward_and_step_raise(change: str) -
         scheduler.step()
     else:
         group["lr"].fill_(0.01)
-    with pytest.raises(RuntimeError, match=r"param_groups\[0\] \['(lr|betas)'\] changed between the backward pass "
-                                           r"and step\(\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"param_groups\[0\] \['(lr|betas)'\] changed between the backward pass "
+        r"and step\(\)",
+    ):
         opt.step()
 
 

@@ -51,8 +51,12 @@ def reference(q, k, v, *, scale, is_causal=False, window=None, mask=None, groups
     res = {"out": out.detach(), "lse": lse.detach()}
     if grad_out is not None:
         out.backward(grad_out)
-        res.update(grad_query=q.grad, grad_key=k.grad, grad_value=v.grad,
-                   grad_attn_mask=None if bias is None else bias.grad.masked_fill(~visible, 0.0))
+        res.update(
+            grad_query=q.grad,
+            grad_key=k.grad,
+            grad_value=v.grad,
+            grad_attn_mask=None if bias is None else bias.grad.masked_fill(~visible, 0.0),
+        )
     return res
 
 
@@ -90,8 +94,15 @@ def test_oracle_matches_materialised_torch(problem):
     scale = kw["scale"] if kw["scale"] is not None else 1 / math.sqrt(q.shape[-1])
     full_mask = None if mask is None else mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     want = reference(
-        q, k, v, scale=scale, is_causal=kw["is_causal"], window=kw["window"], mask=full_mask,
-        groups=groups, grad_out=d_o,
+        q,
+        k,
+        v,
+        scale=scale,
+        is_causal=kw["is_causal"],
+        window=kw["window"],
+        mask=full_mask,
+        groups=groups,
+        grad_out=d_o,
     )
     # streamed (block_step over chunk) = two-pass spec, up to rounding
     close(got["out"], got["out_two_pass"], 1e-12)
@@ -112,8 +123,9 @@ def test_grouped_heads_are_not_repeated_by_the_client():
     q, d_o = (torch.randn(1, 6, 4, 3, generator=gen, dtype=F64) for _ in range(2))
     k, v = (torch.randn(1, 2, 5, 3, generator=gen, dtype=F64) for _ in range(2))
     got = attention_oracle(q, k, v, is_causal=True, enable_gqa=True, block_size=2, grad_out=d_o)
-    rep = attention_oracle(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), is_causal=True,
-                           block_size=2, grad_out=d_o)
+    rep = attention_oracle(
+        q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), is_causal=True, block_size=2, grad_out=d_o
+    )
     assert got["grad_key"].shape == k.shape and got["grad_value"].shape == v.shape
     close(got["out"], rep["out"], 0.0)
     close(got["grad_query"], rep["grad_query"], 0.0)
@@ -133,8 +145,9 @@ def test_oracle_float_mask_matches_materialised_torch(problem, masked):
     bias = bias.masked_fill(torch.rand(bias.shape, generator=gen) < masked, -math.inf)
     got = attention_oracle(q, k, v, bias, enable_gqa=True, block_size=block_size, grad_out=d_o, **kw)
     scale = kw["scale"] if kw["scale"] is not None else 1 / math.sqrt(q.shape[-1])
-    want = reference(q, k, v, scale=scale, is_causal=kw["is_causal"], window=kw["window"], groups=groups,
-                     grad_out=d_o, bias=bias)
+    want = reference(
+        q, k, v, scale=scale, is_causal=kw["is_causal"], window=kw["window"], groups=groups, grad_out=d_o, bias=bias
+    )
     close(got["out"], got["out_two_pass"], 1e-12)
     close(got["lse"], got["lse_two_pass"], 1e-12)
     for name in ("out", "lse", "grad_attn_mask"):
@@ -190,8 +203,16 @@ def test_client_rejects_what_the_oracle_cannot_carry(monkeypatch):
 def _request(**changes):
     one = [[[[1.0, 0.5]]]]
     req = {
-        "op": "attention", "query": one, "key": one, "value": one, "scale": 1.0,
-        "is_causal": False, "window": None, "attn_mask": None, "block_size": 2, "grad_out": None,
+        "op": "attention",
+        "query": one,
+        "key": one,
+        "value": one,
+        "scale": 1.0,
+        "is_causal": False,
+        "window": None,
+        "attn_mask": None,
+        "block_size": 2,
+        "grad_out": None,
     }
     req.update(changes)
     return req

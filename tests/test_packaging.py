@@ -27,16 +27,24 @@ def test_no_top_level_package_shadows_another():
     """No ``__init__.py`` in a top-level folder but ``ojas_ref``: ``kernels`` from the root is not ours."""
     shadowing = sorted(p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name != "ojas_ref")
     assert shadowing == [], f"top-level folders that are packages: {shadowing}"
-    origin = _run([sys.executable, "-c", "import importlib.util as u; s = u.find_spec('kernels'); "
-                                         "print(s.origin if s else 'absent')"], cwd=REPO).strip()
+    origin = _run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util as u; s = u.find_spec('kernels'); print(s.origin if s else 'absent')",
+        ],
+        cwd=REPO,
+    ).strip()
     assert not origin.startswith(str(REPO / "kernels")), origin
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
-         cwd=out)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        cwd=out,
+    )
     (built,) = out.glob("ojas_ref-*.whl")
     return built
 
@@ -54,8 +62,10 @@ def test_wheel_holds_the_library_and_the_license_only(wheel):
 def test_installed_wheel_runs_without_a_checkout(wheel, tmp_path):
     """Installed into an empty folder and run from elsewhere: the primitives and a kernel import and compute."""
     target = tmp_path / "site"
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
-         cwd=tmp_path)
+    _run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        cwd=tmp_path,
+    )
     script = (
         "import torch, ojas_ref, ojas_kernels, torch.nn.functional as F\n"
         "assert ojas_ref.__file__.startswith(%r), ojas_ref.__file__\n"

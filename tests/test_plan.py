@@ -11,8 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from _plan_fixtures import (MEMORY_RECORDS, MEMORY_RECORDS_PATHS, OJAS_CKPT, ONE_B, RECORDS,  # tests/_plan_fixtures.py
-                            RECORDS_PATHS, SGD_1B, SLICED_1B, llama_config)
+from _plan_fixtures import (
+    MEMORY_RECORDS,
+    MEMORY_RECORDS_PATHS,
+    OJAS_CKPT,
+    ONE_B,
+    RECORDS,  # tests/_plan_fixtures.py
+    RECORDS_PATHS,
+    SGD_1B,
+    SLICED_1B,
+    llama_config,
+)
 from ojas_ref.tools import plan as P
 from ojas_ref.tools.cli import main
 
@@ -37,8 +46,18 @@ def test_the_files_tell_the_ojas_settings_apart():
     assert all(s.ojas_rms_norm and s.ojas_swiglu and not s.ojas_attention_copy for s in third if s.in_backward)
     assert len(set(first) | set(second) | set(third)) == 32  # the 8 standard settings are in all three
     # a plan made today is the third file's setting
-    assert P.Setting(dtype="bf16", optimizer="sgd", in_backward=True, ojas_attention=True, ojas_loss=True,
-                     ojas_rms_norm=True, ojas_swiglu=True) in third
+    assert (
+        P.Setting(
+            dtype="bf16",
+            optimizer="sgd",
+            in_backward=True,
+            ojas_attention=True,
+            ojas_loss=True,
+            ojas_rms_norm=True,
+            ojas_swiglu=True,
+        )
+        in third
+    )
 
 
 def _resolved(field: str) -> dict:
@@ -58,14 +77,16 @@ def test_the_packaged_measurements_are_the_records():
     from ojas_ref.tools.h200_records import MODELS, ROWS
 
     peaks, speeds = _resolved("peak"), _resolved("tokens_per_s")
-    packaged = {(_shape(P.Model(*MODELS[name])), P.Setting(**fields)): (peak, speed)
-                for name, fields, peak, speed in ROWS}
+    packaged = {
+        (_shape(P.Model(*MODELS[name])), P.Setting(**fields)): (peak, speed) for name, fields, peak, speed in ROWS
+    }
     assert len(packaged) == len(ROWS) == len(peaks.keys() | speeds.keys()) == 69
     assert packaged == {key: (peaks.get(key), speeds.get(key)) for key in peaks.keys() | speeds.keys()}
     for (m, s), (peak, speed) in packaged.items():
         assert P.measured_peak(m, s) == peak and P.measured_peak(m, s, "tokens_per_s") == speed
     assert {name: _shape(P.preset_model(name)) for name in MODELS if name != "llama-1b"} == {
-        name: _shape(P.Model(*shape)) for name, shape in MODELS.items() if name != "llama-1b"}
+        name: _shape(P.Model(*shape)) for name, shape in MODELS.items() if name != "llama-1b"
+    }
     with pytest.raises(ValueError, match="field must be one of"):
         P.measured_peak(ONE_B, P.Setting(), "host")
 
@@ -89,11 +110,23 @@ def test_memory_records_hold_the_techniques_and_the_presets():
     0.5B to 13B in the four bf16 settings, the 20B / 50B models of llama-70b's shape and
     llama-70b itself (bf16 SGD)."""
     names = {(m.name, s.mode) for m, s, _ in MEMORY_RECORDS}
-    assert {("llama-1b", mode) for mode in ("standard+ckpt", "ojas+ckpt", "ojas+ckpt+offload",
-                                            "ojas+ckpt+host-state", "ojas+ckpt+offload+host-state")} <= names
+    assert {
+        ("llama-1b", mode)
+        for mode in (
+            "standard+ckpt",
+            "ojas+ckpt",
+            "ojas+ckpt+offload",
+            "ojas+ckpt+host-state",
+            "ojas+ckpt+offload+host-state",
+        )
+    } <= names
     for preset in ("llama-0.5b", "llama-3b", "llama-7b", "llama-13b"):
         assert sum(m.name == preset for m, _, _ in MEMORY_RECORDS) == 4
-    assert {("llama-70b@58", "ojas+ckpt"), ("llama-70b@23", "ojas+ckpt+host-state"), ("llama-70b", "ojas+ckpt")} <= names
+    assert {
+        ("llama-70b@58", "ojas+ckpt"),
+        ("llama-70b@23", "ojas+ckpt+host-state"),
+        ("llama-70b", "ojas+ckpt"),
+    } <= names
     big = {m.name: m.params() for m, _, _ in MEMORY_RECORDS if m.name.startswith("llama-70b@")}
     assert big["llama-70b@23"] >= 20e9 and big["llama-70b@58"] >= 50e9
 
@@ -108,18 +141,24 @@ def test_cli_plan_config_of_a_family_it_does_not_model(tmp_path, capsys):
         assert main(["plan", "--config", str(path.parent), "--ojas"]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
-        assert captured.err == (f"ojas plan: model_type {family!r} is not modelled by the planner "
-                                f"({P.UNMODELLED[family]}); it models llama and mistral decoders\n")
+        assert captured.err == (
+            f"ojas plan: model_type {family!r} is not modelled by the planner "
+            f"({P.UNMODELLED[family]}); it models llama and mistral decoders\n"
+        )
     for text, kind in (("[1, 2]", "list"), ("3", "int"), ('{"text_config": "x"}', "str")):
         path = tmp_path / "bad.json"
         path.write_text(text)
         assert main(["plan", "--config", str(path)]) == 2
-        assert capsys.readouterr().err == (f"ojas plan: --config {path}: expected a JSON object of config fields "
-                                           f"(a Hugging Face config.json), got a JSON {kind}\n")
+        assert capsys.readouterr().err == (
+            f"ojas plan: --config {path}: expected a JSON object of config fields "
+            f"(a Hugging Face config.json), got a JSON {kind}\n"
+        )
 
 
 def test_fit_preset_and_batch():
-    s = P.Setting(dtype="bf16", optimizer="adamw", in_backward=True, checkpoint=True, ojas_attention=True, ojas_loss=True)
+    s = P.Setting(
+        dtype="bf16", optimizer="adamw", in_backward=True, checkpoint=True, ojas_attention=True, ojas_loss=True
+    )
     memory = P.parse_bytes("24GiB")
     best = P.fit_preset(memory, s)
     sizes = list(P.PRESETS.values())
@@ -131,25 +170,29 @@ def test_fit_preset_and_batch():
     assert P.fit_batch(2**20, "llama-1b", s) is None
 
 
-@pytest.mark.parametrize("text,expected", [("24GiB", 24 * 2**30), ("80GB", 80 * 10**9), ("1.5 MiB", 3 * 2**19),
-                                           ("4096", 4096)])
+@pytest.mark.parametrize(
+    "text,expected", [("24GiB", 24 * 2**30), ("80GB", 80 * 10**9), ("1.5 MiB", 3 * 2**19), ("4096", 4096)]
+)
 def test_parse_bytes(text, expected):
     assert P.parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: P.Setting(dtype="fp16"), "dtype"),
-    (lambda: P.Setting(optimizer="adam"), "optimizer"),
-    (lambda: P.Setting(batch=0), "batch"),
-    (lambda: P.Setting(seq=2.5), "seq"),
-    (lambda: P.Setting(in_backward=1), "in_backward"),
-    (lambda: P.plan("llama-405b", P.Setting()), "preset"),
-    (lambda: P.with_layers(P.PRESETS["llama-1b"], 0), "layers"),
-    (lambda: P.Model(64, 2, 4, 3, 100, 100), "kv_heads"),
-    (lambda: P.Model.from_config({"hidden_size": 64}), "num_hidden_layers"),
-    (lambda: P.Model.from_config(llama_config(attention_bias=True)), "attention_bias"),
-    (lambda: P.parse_bytes("24 gigs"), "GPU_MEMORY"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: P.Setting(dtype="fp16"), "dtype"),
+        (lambda: P.Setting(optimizer="adam"), "optimizer"),
+        (lambda: P.Setting(batch=0), "batch"),
+        (lambda: P.Setting(seq=2.5), "seq"),
+        (lambda: P.Setting(in_backward=1), "in_backward"),
+        (lambda: P.plan("llama-405b", P.Setting()), "preset"),
+        (lambda: P.with_layers(P.PRESETS["llama-1b"], 0), "layers"),
+        (lambda: P.Model(64, 2, 4, 3, 100, 100), "kv_heads"),
+        (lambda: P.Model.from_config({"hidden_size": 64}), "num_hidden_layers"),
+        (lambda: P.Model.from_config(llama_config(attention_bias=True)), "attention_bias"),
+        (lambda: P.parse_bytes("24 gigs"), "GPU_MEMORY"),
+    ],
+)
 def test_bad_arguments_name_the_argument(make, match):
     with pytest.raises((ValueError, TypeError, NotImplementedError), match=match):
         make()
@@ -178,8 +221,22 @@ def test_fused_is_the_deprecated_name_of_in_backward(capsys):
 
 
 def test_cli_plan_prints_the_breakdown(capsys):
-    args = ["plan", "--preset", "llama-1b", "--dtype", "bf16", "--optimizer", "adamw", "--in-backward", "--checkpoint",
-            "--ojas", "--batch", "1", "--seq", "2048"]
+    args = [
+        "plan",
+        "--preset",
+        "llama-1b",
+        "--dtype",
+        "bf16",
+        "--optimizer",
+        "adamw",
+        "--in-backward",
+        "--checkpoint",
+        "--ojas",
+        "--batch",
+        "1",
+        "--seq",
+        "2048",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     expected = P.plan("llama-1b", OJAS_CKPT)
@@ -188,14 +245,34 @@ def test_cli_plan_prints_the_breakdown(capsys):
 
 def test_cli_plan_layers_changes_the_depth_only(capsys):
     """``--layers 58`` of llama-70b's shape: the 50B model of bench_memory.py's at-scale rows."""
-    args = ["plan", "--preset", "llama-70b", "--layers", "58", "--dtype", "bf16", "--optimizer", "sgd", "--in-backward",
-            "--checkpoint", "--ojas"]
+    args = [
+        "plan",
+        "--preset",
+        "llama-70b",
+        "--layers",
+        "58",
+        "--dtype",
+        "bf16",
+        "--optimizer",
+        "sgd",
+        "--in-backward",
+        "--checkpoint",
+        "--ojas",
+    ]
     assert main(args) == 0
     model = P.with_layers(P.PRESETS["llama-70b"], 58)
     per_layer = 8192 * (2 * 8192 + 2 * 1024) + 3 * 8192 * 28672 + 2 * 8192
     assert model.params() == 58 * per_layer + 2 * 32000 * 8192 + 8192 and model.kv_heads == 8
-    setting = P.Setting(dtype="bf16", optimizer="sgd", in_backward=True, checkpoint=True, ojas_attention=True,
-                        ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    setting = P.Setting(
+        dtype="bf16",
+        optimizer="sgd",
+        in_backward=True,
+        checkpoint=True,
+        ojas_attention=True,
+        ojas_loss=True,
+        ojas_rms_norm=True,
+        ojas_swiglu=True,
+    )
     out = capsys.readouterr().out
     assert "llama-70b@58 (50.15B parameters)" in out and f"peak {P.gib(P.plan(model, setting).peak)} GiB" in out
 
@@ -222,8 +299,9 @@ def test_cli_fit_measured_row(capsys):
     s = RECORDS[0][0]
     measured = dict(RECORDS)[s]  # the latest record of the setting, as the CLI shows it
     memory = P.plan("llama-1b", s).peak + 2**20
-    assert main(["plan", "--fit", str(memory), "--dtype", s.dtype, "--optimizer", s.optimizer,
-                 "--seq", str(s.seq)]) == 0
+    assert (
+        main(["plan", "--fit", str(memory), "--dtype", s.dtype, "--optimizer", s.optimizer, "--seq", str(s.seq)]) == 0
+    )
     out = capsys.readouterr().out
     assert f"measured {P.gib(measured)}" in out
 
@@ -304,8 +382,14 @@ def test_every_term_has_a_tensor_class():
                 for fused in (False, True):
                     for checkpoint in (False, True):
                         for ojas in (False, True):
-                            s = P.Setting(dtype=dtype, optimizer=optimizer, in_backward=fused, checkpoint=checkpoint,
-                                          ojas_attention=ojas, ojas_loss=ojas)
+                            s = P.Setting(
+                                dtype=dtype,
+                                optimizer=optimizer,
+                                in_backward=fused,
+                                checkpoint=checkpoint,
+                                ojas_attention=ojas,
+                                ojas_loss=ojas,
+                            )
                             for phase in P.plan(m, s).phases:
                                 for t in phase.terms:
                                     assert P.tensor_class(t.name) != "other", t.name
@@ -348,8 +432,25 @@ def test_cli_plot_passes_the_measured_peak(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(P, "plot_plan", spy)
     path = tmp_path / "plan.png"
-    assert main(["plan", "--preset", "llama-1b", "--dtype", "bf16", "--optimizer", "adamw", "--in-backward",
-                 "--checkpoint", "--ojas", "--plot", str(path)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--preset",
+                "llama-1b",
+                "--dtype",
+                "bf16",
+                "--optimizer",
+                "adamw",
+                "--in-backward",
+                "--checkpoint",
+                "--ojas",
+                "--plot",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert _is_png(path) and f"plot written to {path}" in capsys.readouterr().out
     assert calls == [(OJAS_CKPT, dict(RECORDS)[OJAS_CKPT])]
     assert main(["plan", "--preset", "llama-3b", "--plot", str(tmp_path / "3b.png")]) == 0
@@ -370,23 +471,45 @@ def test_cli_plot_bad_arguments(tmp_path, capsys):
 def test_existing_settings_keep_their_names_and_records():
     assert {s.mode for s, _ in RECORDS} >= {"standard", "standard+ckpt", "ojas", "ojas+ckpt"}
     assert all(not s.offload and not s.host_state for s, _ in RECORDS)
-    assert P.Setting(checkpoint=True, offload=True, in_backward=True, host_state=True).mode == "in-backward+ckpt+offload+host-state"
+    assert (
+        P.Setting(checkpoint=True, offload=True, in_backward=True, host_state=True).mode
+        == "in-backward+ckpt+offload+host-state"
+    )
     # recorded by benchmarks/bench_memory.py (its +offload row), not by bench_optimize_model
     assert P.measured_peak(ONE_B, replace(OJAS_CKPT, offload=True)) == next(
-        row["peak"] for m, s, row in P.load_memory_records(MEMORY_RECORDS_PATHS[0]) if s.offload and not s.host_state
-        and s.dtype == OJAS_CKPT.dtype and s.optimizer == OJAS_CKPT.optimizer)
+        row["peak"]
+        for m, s, row in P.load_memory_records(MEMORY_RECORDS_PATHS[0])
+        if s.offload and not s.host_state and s.dtype == OJAS_CKPT.dtype and s.optimizer == OJAS_CKPT.optimizer
+    )
 
 
 def test_cli_offload_and_host_state_print_the_host_memory(capsys):
     """--host-state plans whole-parameter updates (InBackwardOptimizer's default, what bench_memory's
     records measured: their record is printed); with --state-slice-mb 128, the slices."""
-    assert main(["plan", "--preset", "llama-1b", "--in-backward", "--checkpoint", "--ojas", "--offload",
-                 "--host-state", "--state-slice-mb", "128"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--preset",
+                "llama-1b",
+                "--in-backward",
+                "--checkpoint",
+                "--ojas",
+                "--offload",
+                "--host-state",
+                "--state-slice-mb",
+                "128",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     sliced = P.plan("llama-1b", replace(OJAS_CKPT, offload=True, host_state=True, state_slice_mb=P.STATE_SLICE_MB))
     assert f"peak {P.gib(sliced.peak)} GiB" in out and "measured on an H200" not in out
-    assert main(["plan", "--preset", "llama-1b", "--in-backward", "--checkpoint", "--ojas", "--offload",
-                 "--host-state"]) == 0
+    assert (
+        main(["plan", "--preset", "llama-1b", "--in-backward", "--checkpoint", "--ojas", "--offload", "--host-state"])
+        == 0
+    )
     out = capsys.readouterr().out
     expected = P.plan("llama-1b", replace(OJAS_CKPT, offload=True, host_state=True))
     assert expected.peak > sliced.peak
@@ -419,17 +542,20 @@ def test_state_slice_default_is_whole_parameters_and_bench_memory_records_it():
     from benchmarks import bench_memory
     from ojas_ref.integrations.hf.optimize import OptimizationReport
     from ojas_ref.optim.in_backward import _SLICE_ALIGN, InBackwardOptimizer
+
     for fn in (InBackwardOptimizer, OptimizationReport.plan):
         assert inspect.signature(fn).parameters["state_slice_mb"].default is None
     assert _SLICE_ALIGN == P.SLICE_ALIGN
     t = bench_memory.techniques("all", "fp32", "adamw")
     assert "state_slice_mb" in t and t["state_slice_mb"] == P.STATE_SLICE_MB
     row = dict(mode="all", dtype="fp32", optimizer="adamw", techniques=t)
-    assert P.memory_record_setting(row, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048,
-                                                            split=True)  # "all" splits the checkpoints too
+    assert P.memory_record_setting(row, 1, 2048) == replace(
+        SLICED_1B, batch=1, seq=2048, split=True
+    )  # "all" splits the checkpoints too
     whole = dict(row, techniques=dict(t, state_slice_mb=None))
-    assert P.memory_record_setting(whole, 1, 2048) == replace(SLICED_1B, batch=1, seq=2048, state_slice_mb=None,
-                                                              split=True)
+    assert P.memory_record_setting(whole, 1, 2048) == replace(
+        SLICED_1B, batch=1, seq=2048, state_slice_mb=None, split=True
+    )
     old = dict(row, techniques={k: v for k, v in t.items() if k != "state_slice_mb"})  # recorded before slicing
     assert P.memory_record_setting(old, 1, 2048).state_slice_mb is None
 
@@ -443,15 +569,32 @@ def test_plot_of_offload_and_host_state(tmp_path):
 
 
 def test_cli_split_and_bucket_mb(capsys):
-    argv = ["plan", "--preset", "llama-1b", "--dtype", "fp32", "--optimizer", "sgd", "--in-backward", "--checkpoint",
-            "--offload", "--head-update", "--ojas", "--split", "--bucket-mb", "32"]
+    argv = [
+        "plan",
+        "--preset",
+        "llama-1b",
+        "--dtype",
+        "fp32",
+        "--optimizer",
+        "sgd",
+        "--in-backward",
+        "--checkpoint",
+        "--offload",
+        "--head-update",
+        "--ojas",
+        "--split",
+        "--bucket-mb",
+        "32",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     expected = P.plan("llama-1b", replace(SGD_1B, split=True, bucket_cap_mb=32.0))
     assert f"peak {P.gib(expected.peak)} GiB" in out and "ojas+ckpt+split+offload+head-update+bucket-32MiB" in out
     assert "recomputed last MLP half (split)" in out and "backward: last decoder layer (attention, split)" in out
-    for bad, message in ((["plan", "--split"], "--split needs --checkpoint"),
-                         (["plan", "--checkpoint", "--bucket-mb", "32"], "--bucket-mb needs --in-backward")):
+    for bad, message in (
+        (["plan", "--split"], "--split needs --checkpoint"),
+        (["plan", "--checkpoint", "--bucket-mb", "32"], "--bucket-mb needs --in-backward"),
+    ):
         assert main(bad) == 2
         assert message in capsys.readouterr().err
     for bad in ("-1", "nan", "big"):

@@ -46,10 +46,7 @@ def test_scan_accepts(tmp_path, text):
 def test_parse_assumptions():
     closed = "Closed under the global context\n"
     assert pa._parse_assumptions(closed) == []
-    block = (
-        "Axioms:\nClassicalDedekindReals.sig_not_dec : forall P : Prop, {~ ~ P} + {~ P}\n"
-        "my_axiom\n  : False\n"
-    )
+    block = "Axioms:\nClassicalDedekindReals.sig_not_dec : forall P : Prop, {~ ~ P} + {~ P}\nmy_axiom\n  : False\n"
     assert pa._parse_assumptions(block) == ["ClassicalDedekindReals.sig_not_dec", "my_axiom"]
     theorems = [pa.Theorem("Ojas.X.t", "Theorem", "rocq/X.v", ["my_axiom"])]
     assert pa.disallowed(theorems) == ["Ojas.X.t (rocq/X.v) assumes my_axiom"]
@@ -62,8 +59,10 @@ def test_list_theorems_qualifies_names():
 
 # ---- premises and witnesses (issue 28) ----
 
-LG_OLD = ["forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) (lg x)",
-          "forall x : R, 0 < x -> Rabs (lg x - ln x) <= el"]
+LG_OLD = [
+    "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) (lg x)",
+    "forall x : R, 0 < x -> Rabs (lg x - ln x) <= el",
+]
 
 
 def test_vacuity_pattern_flags_the_old_lg_premises():
@@ -72,10 +71,13 @@ def test_vacuity_pattern_flags_the_old_lg_premises():
     (a relative bound) do not."""
     assert pa.vacuity_pattern(LG_OLD) == ["lg"]
     assert pa.vacuity_pattern([LG_OLD[0], "forall x : R, x <= 0 -> Rabs (lg x - exp x) <= ee"]) == ["lg"]
-    new = [LG_OLD[0], "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) x -> lmin <= x <= lmax -> "
-                      "Rabs (lg x - ln x) <= el",
-           "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) (ex x)",
-           "forall x : R, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee"]
+    new = [
+        LG_OLD[0],
+        "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) x -> lmin <= x <= lmax -> "
+        "Rabs (lg x - ln x) <= el",
+        "forall x : R, MixedPrecision.ff_fmt (MixedPrecision.mp_a M) (ex x)",
+        "forall x : R, x <= 0 -> Rabs (ex x - exp x) <= ue * exp x + ee",
+    ]
     assert pa.vacuity_pattern(new) == []
     assert pa.vacuity_pattern(LG_OLD[1:]) == []  # no format premise: lg = ln meets it
 
@@ -84,13 +86,20 @@ def test_witness_problems_rule():
     """A theorem with premises and no witness fails when the saved manifest had one for it, when
     it shows the vacuity pattern, or when every witness is required; otherwise it is counted."""
     th = lambda name, premises, witness=None: pa.Theorem(name, "Theorem", "rocq/X.v", [], premises, witness)
-    theorems = [th("Ojas.X.a", ["(0 < x)"]), th("Ojas.X.b", ["(0 < x)"]), th("Ojas.X.c", LG_OLD),
-                th("Ojas.X.d", ["(0 < x)"], "Ojas.Witnesses.X.d_witness"), th("Ojas.X.e", [])]
+    theorems = [
+        th("Ojas.X.a", ["(0 < x)"]),
+        th("Ojas.X.b", ["(0 < x)"]),
+        th("Ojas.X.c", LG_OLD),
+        th("Ojas.X.d", ["(0 < x)"], "Ojas.Witnesses.X.d_witness"),
+        th("Ojas.X.e", []),
+    ]
     saved = {"theorems": [{"name": "Ojas.X.b", "witness": "Ojas.Witnesses.X.b_witness"}]}
     problems = pa.witness_problems(theorems, saved, require_witnesses=False)
-    assert problems == ["Ojas.X.b (rocq/X.v) lost its witness",
-                        "Ojas.X.c (rocq/X.v) has premises of the unsatisfiable pattern (every value of lg a float "
-                        "with an absolute accuracy bound on an unbounded range) and no witness"]
+    assert problems == [
+        "Ojas.X.b (rocq/X.v) lost its witness",
+        "Ojas.X.c (rocq/X.v) has premises of the unsatisfiable pattern (every value of lg a float "
+        "with an absolute accuracy bound on an unbounded range) and no witness",
+    ]
     strict = pa.witness_problems(theorems, saved, require_witnesses=True)
     assert strict[0] == "Ojas.X.a (rocq/X.v) has premises and no witness" and strict[1:] == problems
     assert pa.witness_summary([{"premises": len(t.premises), "witness": t.witness} for t in theorems]) == (1, 4)
@@ -170,6 +179,8 @@ def test_audit_checks_witnesses_in_coq(tmp_path):
 @needs_coq
 def test_audit_rejects_a_witness_of_contradictory_premises(tmp_path):
     """No witness of x < 0 /\\ 0 < x can be written: one that tries does not build."""
-    root = _scratch(tmp_path, SCRATCH_WITNESSES + "Definition contradictory_witness := contradictory 1 ltac:(lra) Rlt_0_1.\n")
+    root = _scratch(
+        tmp_path, SCRATCH_WITNESSES + "Definition contradictory_witness := contradictory 1 ltac:(lra) Rlt_0_1.\n"
+    )
     with pytest.raises(pa.ProofAuditError, match="building rocq/ failed"):
         pa.run_audit(root, log=lambda m: None, require_witnesses=False)

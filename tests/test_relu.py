@@ -38,7 +38,12 @@ from ojas_ref.functional import dispatch  # noqa: E402
 from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.nn import ReLU  # noqa: E402
 from ojas_ref.functional.relu import (  # noqa: E402
-    pack_mask, relu, relu_backward_reference, relu_squared_linear, unpack_mask)
+    pack_mask,
+    relu,
+    relu_backward_reference,
+    relu_squared_linear,
+    unpack_mask,
+)
 
 triton = pytest.importorskip("triton")
 from ojas_kernels import relu as krelu  # noqa: E402
@@ -52,11 +57,28 @@ cpu_kernel = pytest.mark.skipif(
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
-        torch.float16: torch.int16}
+BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 IMPLS = ["reference", pytest.param("triton", marks=cpu_kernel)]
-SPECIAL = [0.0, -0.0, float("nan"), -float("nan"), float("inf"), -float("inf"), 1.0, -1.0, 3e38, -3e38,
-           1e-39, -1e-39, 1e-45, -1e-45, 65504.0, -65504.0, 6e-8, -6e-8]
+SPECIAL = [
+    0.0,
+    -0.0,
+    float("nan"),
+    -float("nan"),
+    float("inf"),
+    -float("inf"),
+    1.0,
+    -1.0,
+    3e38,
+    -3e38,
+    1e-39,
+    -1e-39,
+    1e-45,
+    -1e-45,
+    65504.0,
+    -65504.0,
+    6e-8,
+    -6e-8,
+]
 
 
 def assert_bitwise(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -174,7 +196,7 @@ def test_every_16_bit_pattern(impl, dtype):
     too, except the payload of a NaN input in the kernel (torch's CPU 16-bit relu goes through
     float32 and changes some: float16 signalling NaNs come back quiet, bfloat16 negative ones as
     0xFFFF; the kernel returns the input's bits; both are NaN)."""
-    h = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+    h = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
     g = torch.randn(h.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     (r, dh), (r_t, dh_t) = ours(h, g, impl), torch_autograd(h, g)
     assert_bitwise(dh, dh_t)
@@ -192,10 +214,27 @@ def test_every_16_bit_pattern(impl, dtype):
 def test_float32_bit_patterns(impl):
     """The float32 boundaries of the kernel's integer classification (zeros, the smallest
     subnormals, the largest finite, infinities, the first NaN of each sign) and random patterns."""
-    edges = [0, 0x80000000, 1, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000, 0x80800000, 0x7F7FFFFF,
-             0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7F800001, 0xFF800001, 0x7FC00000, 0xFFC00000,
-             0x7FFFFFFF, 0xFFFFFFFF]
-    rand = torch.randint(-2**31, 2**31 - 1, (4000,), generator=torch.Generator().manual_seed(2), dtype=torch.int64)
+    edges = [
+        0,
+        0x80000000,
+        1,
+        0x80000001,
+        0x007FFFFF,
+        0x807FFFFF,
+        0x00800000,
+        0x80800000,
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x7F800000,
+        0xFF800000,
+        0x7F800001,
+        0xFF800001,
+        0x7FC00000,
+        0xFFC00000,
+        0x7FFFFFFF,
+        0xFFFFFFFF,
+    ]
+    rand = torch.randint(-(2**31), 2**31 - 1, (4000,), generator=torch.Generator().manual_seed(2), dtype=torch.int64)
     bits = torch.cat([torch.tensor(edges, dtype=torch.int64), rand])
     h = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
     g = torch.randn(h.shape, generator=torch.Generator().manual_seed(3))
@@ -224,8 +263,12 @@ def test_non_contiguous(impl):
 
 @cpu_kernel
 @settings(max_examples=20, deadline=None)
-@given(rows=st.integers(0, 4), cols=st.integers(1, 200), dtype=st.sampled_from((*DTYPES, torch.float64)),
-       seed=st.integers(0, 2**16))
+@given(
+    rows=st.integers(0, 4),
+    cols=st.integers(1, 200),
+    dtype=st.sampled_from((*DTYPES, torch.float64)),
+    seed=st.integers(0, 2**16),
+)
 def test_property(rows, cols, dtype, seed):
     h, g = draw((rows, cols), dtype, seed=seed)
     want = torch_autograd(h, g)
@@ -437,12 +480,18 @@ def test_optimize_model_swaps_the_feed_forward_relu():
     ref, model = encoder(0.1), encoder(0.1)
     _, with_attention = ojas_ref.optimize_model(encoder(0.1))  # the attention takes dropout 0.1 too
     assert {c.module for c in with_attention.changed} == {
-        "layers.0.activation", "layers.1.activation", "layers.0.self_attn", "layers.1.self_attn"}
+        "layers.0.activation",
+        "layers.1.activation",
+        "layers.0.self_attn",
+        "layers.1.self_attn",
+    }
     model, report = ojas_ref.optimize_model(model, attention=False)  # the relu alone: torch's dropout draws
     changed = {c.module: c for c in report.changed}
     assert set(changed) == {"layers.0.activation", "layers.1.activation"}
-    assert changed["layers.0.activation"].theorems == ("Ojas.ReLU.Backward.relu_packed_backward_bitwise",
-                                                      "Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise")
+    assert changed["layers.0.activation"].theorems == (
+        "Ojas.ReLU.Backward.relu_packed_backward_bitwise",
+        "Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise",
+    )
     assert model.layers[0].activation is relu
     x = torch.randn(3, 5, 16, requires_grad=True)
     outs = []
@@ -460,10 +509,13 @@ def test_optimize_model_swaps_the_feed_forward_relu():
     assert model.layers[0].activation is F.relu
 
 
-@pytest.mark.parametrize("dropout, activation, reason", [
-    (0.0, "relu", "no dropout between relu and linear2"),
-    (0.1, "gelu", "the activation is gelu, not F.relu"),
-])
+@pytest.mark.parametrize(
+    "dropout, activation, reason",
+    [
+        (0.0, "relu", "no dropout between relu and linear2"),
+        (0.1, "gelu", "the activation is gelu, not F.relu"),
+    ],
+)
 def test_optimize_model_leaves_other_feed_forwards(dropout, activation, reason):
     import ojas_ref
 
@@ -480,12 +532,15 @@ def test_optimize_model_leaves_other_feed_forwards(dropout, activation, reason):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("x, error, match", [
-    (torch.ones(3, dtype=torch.int64), TypeError, "input has dtype torch.int64"),
-    (torch.ones(3, dtype=torch.complex64), TypeError, "input has dtype torch.complex64"),
-    (torch.ones(3, dtype=torch.bool), TypeError, "input has dtype torch.bool"),
-    ([1.0, -1.0], TypeError, "input must be a torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "x, error, match",
+    [
+        (torch.ones(3, dtype=torch.int64), TypeError, "input has dtype torch.int64"),
+        (torch.ones(3, dtype=torch.complex64), TypeError, "input has dtype torch.complex64"),
+        (torch.ones(3, dtype=torch.bool), TypeError, "input has dtype torch.bool"),
+        ([1.0, -1.0], TypeError, "input must be a torch.Tensor"),
+    ],
+)
 def test_bad_input(x, error, match):
     with pytest.raises(error, match=match):
         relu(x)
@@ -644,16 +699,19 @@ def test_relu_squared_linear_double_backward_refused():
         torch.autograd.grad(relu_squared_linear(h, w, b).sum(), h, create_graph=True)
 
 
-@pytest.mark.parametrize("args, error, match", [
-    ((torch.ones(3, 4), torch.ones(2, 5)), ValueError, r"weight must be \[out_features, in_features=4\]"),
-    ((torch.ones(3, 4), torch.ones(2, 4), torch.ones(3)), ValueError, r"bias must be \[out_features=2\]"),
-    ((torch.ones(3, 4), torch.ones(2, 4).double()), TypeError, "weight has dtype torch.float64"),
-    ((torch.ones(3, 4), torch.ones(2, 4), torch.ones(2).half()), TypeError, "bias has dtype torch.float16"),
-    ((torch.ones(3, 4, dtype=torch.int32), torch.ones(2, 4, dtype=torch.int32)), TypeError, "h has dtype"),
-    ((torch.ones(()), torch.ones(2, 1)), ValueError, "at least one dimension"),
-    ((torch.ones(3, 4), "w"), TypeError, "weight must be a torch.Tensor"),
-    ((torch.ones(3, 4), torch.ones(2, 4, device="meta")), ValueError, "weight is on meta"),
-])
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        ((torch.ones(3, 4), torch.ones(2, 5)), ValueError, r"weight must be \[out_features, in_features=4\]"),
+        ((torch.ones(3, 4), torch.ones(2, 4), torch.ones(3)), ValueError, r"bias must be \[out_features=2\]"),
+        ((torch.ones(3, 4), torch.ones(2, 4).double()), TypeError, "weight has dtype torch.float64"),
+        ((torch.ones(3, 4), torch.ones(2, 4), torch.ones(2).half()), TypeError, "bias has dtype torch.float16"),
+        ((torch.ones(3, 4, dtype=torch.int32), torch.ones(2, 4, dtype=torch.int32)), TypeError, "h has dtype"),
+        ((torch.ones(()), torch.ones(2, 1)), ValueError, "at least one dimension"),
+        ((torch.ones(3, 4), "w"), TypeError, "weight must be a torch.Tensor"),
+        ((torch.ones(3, 4), torch.ones(2, 4, device="meta")), ValueError, "weight is on meta"),
+    ],
+)
 def test_relu_squared_linear_bad_input(args, error, match):
     with pytest.raises(error, match=match):
         relu_squared_linear(*args)
@@ -687,7 +745,7 @@ def test_special_values_gpu(dtype):
     for x, ref in zip(ours(h, g, "triton"), torch_autograd(h, g)):
         assert_bitwise(x, ref)
     for dt in (torch.bfloat16, torch.float16):
-        h16 = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(dt).cuda()
+        h16 = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dt).cuda()
         g16 = torch.randn(h16.shape, device="cuda").to(dt)
         (r, dh), (r_t, dh_t) = ours(h16, g16, "triton"), torch_autograd(h16, g16)
         assert_bitwise(dh, dh_t)

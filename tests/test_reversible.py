@@ -22,12 +22,16 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ojas_ref.nn.reversible import (AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence,
-                                            SymplecticCoupling)
+from ojas_ref.nn.reversible import AdditiveCoupling, HalfUpdate, ReversibleBlock, ReversibleSequence, SymplecticCoupling
 from ojas_ref.verification.bounds.reversible import reversible_reconstruction_error_bound
 from ojas_ref.verification.oracle import coupling_stack_oracle
-from ojas_ref.verification.reversible_check import (make_problem, oracle_mismatches, reconstruction_bounds,
-                                                    tanh_mlp_constants, unit_roundoff)
+from ojas_ref.verification.reversible_check import (
+    make_problem,
+    oracle_mismatches,
+    reconstruction_bounds,
+    tanh_mlp_constants,
+    unit_roundoff,
+)
 
 F64 = torch.float64
 F32 = torch.float32
@@ -36,6 +40,7 @@ F32 = torch.float32
 # --------------------------------------------------------------------------
 # Stacks
 # --------------------------------------------------------------------------
+
 
 def mlp(d: int, hidden: int, *, dropout: float = 0.0, w1: float = 1.0, w2: float = 1.0) -> nn.Module:
     """Linear -> tanh -> (dropout) -> Linear, first and second weights scaled by w1, w2."""
@@ -46,16 +51,28 @@ def mlp(d: int, hidden: int, *, dropout: float = 0.0, w1: float = 1.0, w2: float
     return m
 
 
-def make_blocks(seed: int, depth: int, d: int, *, kinds: str = "as", dropout: float = 0.0, w1: float = 1.0,
-                w2: float = 1.0, dtype: torch.dtype = F64) -> list[ReversibleBlock]:
+def make_blocks(
+    seed: int,
+    depth: int,
+    d: int,
+    *,
+    kinds: str = "as",
+    dropout: float = 0.0,
+    w1: float = 1.0,
+    w2: float = 1.0,
+    dtype: torch.dtype = F64,
+) -> list[ReversibleBlock]:
     """depth blocks cycling through kinds: "a" AdditiveCoupling(mlp, mlp), "s" SymplecticCoupling(mlp)."""
     torch.manual_seed(seed)
     blocks: list[ReversibleBlock] = []
     for i in range(depth):
         hidden = 2 * d + 1
         if kinds[i % len(kinds)] == "a":
-            blocks.append(AdditiveCoupling(mlp(d, hidden, dropout=dropout, w1=w1, w2=w2),
-                                           mlp(d, hidden, dropout=dropout, w1=w1, w2=w2)))
+            blocks.append(
+                AdditiveCoupling(
+                    mlp(d, hidden, dropout=dropout, w1=w1, w2=w2), mlp(d, hidden, dropout=dropout, w1=w1, w2=w2)
+                )
+            )
         else:
             blocks.append(SymplecticCoupling(mlp(d, hidden, dropout=dropout, w1=w1, w2=w2), step_size=0.3))
     return [b.to(dtype) for b in blocks]
@@ -79,11 +96,17 @@ def max_rel_error(a: torch.Tensor, e: torch.Tensor) -> float:
 # Gradients: reversible = ordinary
 # --------------------------------------------------------------------------
 
+
 @st.composite
 def stacks(draw):
-    return dict(seed=draw(st.integers(0, 2**16)), depth=draw(st.integers(1, 8)), d=draw(st.integers(1, 4)),
-                batch=tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2))),
-                kinds=draw(st.sampled_from(["a", "s", "as", "sa"])), dropout=draw(st.sampled_from([0.0, 0.3])))
+    return dict(
+        seed=draw(st.integers(0, 2**16)),
+        depth=draw(st.integers(1, 8)),
+        d=draw(st.integers(1, 4)),
+        batch=tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2))),
+        kinds=draw(st.sampled_from(["a", "s", "as", "sa"])),
+        dropout=draw(st.sampled_from([0.0, 0.3])),
+    )
 
 
 # float64: every block is Lipschitz with a constant of order 1 here (default Linear
@@ -152,8 +175,11 @@ def test_shared_parameters_sum_their_gradients():
     """One MLP used by several blocks (and twice per symplectic step): .grad is the sum over uses."""
     torch.manual_seed(0)
     shared = mlp(3, 5).double()
-    blocks = [AdditiveCoupling(shared, mlp(3, 5).double()), SymplecticCoupling(shared, step_size=0.5),
-              AdditiveCoupling(mlp(3, 5).double(), shared)]
+    blocks = [
+        AdditiveCoupling(shared, mlp(3, 5).double()),
+        SymplecticCoupling(shared, step_size=0.5),
+        AdditiveCoupling(mlp(3, 5).double(), shared),
+    ]
     rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
     params = list(rev.parameters())
     x = torch.randn(2, 6, dtype=F64)
@@ -178,9 +204,11 @@ def test_functions_aliasing_the_stream():
     """Backward updates the stream and its gradient in place: gradients that alias them (an
     identity velocity with step 1, a bias whose gradient is the output gradient) still match."""
     torch.manual_seed(0)
-    blocks = [SymplecticCoupling(mlp(3, 5).double(), step_size=1.0),
-              AdditiveCoupling(FullBias((4, 3)), mlp(3, 5).double()),
-              AdditiveCoupling(mlp(3, 5).double(), FullBias((4, 3)))]
+    blocks = [
+        SymplecticCoupling(mlp(3, 5).double(), step_size=1.0),
+        AdditiveCoupling(FullBias((4, 3)), mlp(3, 5).double()),
+        AdditiveCoupling(mlp(3, 5).double(), FullBias((4, 3))),
+    ]
     rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
     params = list(rev.parameters())
     x = torch.randn(4, 6, dtype=F64)
@@ -211,8 +239,9 @@ def test_transformer_blocks_attention_and_mlp():
     """f = attention block, g = MLP block on a doubled stream (RevViT / Reformer)."""
     torch.manual_seed(0)
     d = 8
-    blocks = [AdditiveCoupling(Attention(d, 2), nn.Sequential(nn.LayerNorm(d), mlp(d, 4 * d))).double()
-              for _ in range(3)]
+    blocks = [
+        AdditiveCoupling(Attention(d, 2), nn.Sequential(nn.LayerNorm(d), mlp(d, 4 * d))).double() for _ in range(3)
+    ]
     rev, seq = ReversibleSequence(blocks), nn.Sequential(*blocks)
     params = list(rev.parameters())
     e = torch.randn(2, 5, d, dtype=F64)
@@ -227,6 +256,7 @@ def test_transformer_blocks_attention_and_mlp():
 # --------------------------------------------------------------------------
 # Exact (fixed-point) mode
 # --------------------------------------------------------------------------
+
 
 def straight_through_stack(blocks: list[ReversibleBlock], x: torch.Tensor, k: int) -> torch.Tensor:
     """The fixed-point computation of exact mode with ordinary autograd, float64: every
@@ -253,16 +283,20 @@ def test_exact_mode_is_straight_through_fixed_point(p, k):
     params = list(rev.parameters())
     x = torch.randn(*p["batch"], 2 * p["d"], dtype=F64, generator=torch.Generator().manual_seed(p["seed"]))
     y_rev, g_rev = grads_of(rev, x, params, p["seed"], rng_seed=p["seed"])
-    y_ref, g_ref = grads_of(lambda v: straight_through_stack(blocks, v, k), x, params, p["seed"],
-                            rng_seed=p["seed"])
+    y_ref, g_ref = grads_of(lambda v: straight_through_stack(blocks, v, k), x, params, p["seed"], rng_seed=p["seed"])
     assert torch.equal(y_rev, y_ref)
     assert rev.reconstruction_errors == [0.0] * p["depth"]
     for i, (a, e) in enumerate(zip(g_rev, g_ref)):
         assert max_rel_error(a, e) <= F64_TOL, f"gradient {i}: {max_rel_error(a, e):.3g}"
 
 
-@given(st.integers(0, 2**16), st.integers(1, 12), st.sampled_from(["a", "s", "as"]), st.sampled_from([F32, F64]),
-       st.sampled_from([0.3, 1.0, 10.0]))
+@given(
+    st.integers(0, 2**16),
+    st.integers(1, 12),
+    st.sampled_from(["a", "s", "as"]),
+    st.sampled_from([F32, F64]),
+    st.sampled_from([0.3, 1.0, 10.0]),
+)
 def test_exact_inverse_is_bit_exact(seed, depth, kinds, dtype, scale):
     """stack_inverse(stack_forward(s)) == s for any functions (FixedPoint.fixed_point_stack_inverse_exact_list),
     badly conditioned ones (weights x10) included."""
@@ -290,6 +324,7 @@ def test_badly_conditioned_float_reconstruction_vs_exact():
 # --------------------------------------------------------------------------
 # Memory: what autograd saves
 # --------------------------------------------------------------------------
+
 
 def saved_activation_bytes(module: nn.Module, x: torch.Tensor) -> int:
     """Bytes of the tensors autograd saves for backward during module(x), parameters excluded."""
@@ -397,6 +432,7 @@ def test_check_reconstruction_stores_inputs():
 # Autocast
 # --------------------------------------------------------------------------
 
+
 class AutocastProbe(nn.Module):
     """An MLP that records whether CPU autocast is on at each call."""
 
@@ -430,6 +466,7 @@ def test_autocast_state_replayed_in_backward():
 # --------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------
+
 
 class Tupled(nn.Module):
     def forward(self, x):
@@ -527,14 +564,20 @@ def test_tensor_reached_outside_the_parameters_raises(kind: str) -> None:
     from the reversible backward, where ordinary autograd gives it one: backward raises."""
     torch.manual_seed(0)
     other = AdditiveCoupling(nn.Linear(2, 2), nn.Linear(2, 2))
-    w = {"leaf": nn.Parameter(torch.randn(2)), "derived": nn.Parameter(torch.randn(2)) * 2,
-         "other_block": other.f.bias}[kind]
+    w = {
+        "leaf": nn.Parameter(torch.randn(2)),
+        "derived": nn.Parameter(torch.randn(2)) * 2,
+        "other_block": other.f.bias,
+    }[kind]
     blocks = [AdditiveCoupling(Closure(w), nn.Linear(2, 2)), other]
     x = torch.randn(3, 4)
     leaf = w if w.is_leaf else next(iter(w.grad_fn.next_functions))[0].variable
     assert torch.autograd.grad(nn.Sequential(*blocks)(x).sum(), leaf)[0].abs().sum() > 0  # ordinary autograd
-    with pytest.raises(RuntimeError, match=r"blocks\[0\] \(AdditiveCoupling\): f uses a tensor that requires "
-                                           r"grad \(shape \(2,\)\) and is not one of its parameters"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"blocks\[0\] \(AdditiveCoupling\): f uses a tensor that requires "
+        r"grad \(shape \(2,\)\) and is not one of its parameters",
+    ):
         ReversibleSequence(blocks)(x).sum().backward()
 
 
@@ -553,13 +596,19 @@ def test_tensor_reached_outside_the_parameters_without_grad_is_fine() -> None:
 # float32: the Coq reconstruction bound, gradients
 # --------------------------------------------------------------------------
 
+
 def mlp_constants(dtype: torch.dtype):
     u = unit_roundoff(dtype)
     return lambda m, x_max: tanh_mlp_constants(m[0].weight, m[0].bias, m[3].weight, m[3].bias, x_max, u)
 
 
-@given(st.integers(0, 2**16), st.integers(1, 8), st.integers(1, 4), st.sampled_from([F32, F64]),
-       st.sampled_from([0.5, 1.0, 3.0]))
+@given(
+    st.integers(0, 2**16),
+    st.integers(1, 8),
+    st.integers(1, 4),
+    st.sampled_from([F32, F64]),
+    st.sampled_from([0.5, 1.0, 3.0]),
+)
 def test_reconstruction_within_coq_bound(seed, depth, d, dtype, scale):
     """Measured per-block reconstruction errors <= Ojas.Reversible.FloatError.vec_stack_recon_error
     (evaluated by reversible_check.reconstruction_bounds; inf where not established)."""
@@ -601,15 +650,27 @@ def test_gradients_match_ordinary_float32(p):
 # The oracle extracted from rocq/Reversible (coupling_stack)
 # --------------------------------------------------------------------------
 
-@given(st.integers(0, 2**16), st.integers(1, 4), st.integers(1, 4), st.integers(1, 5), st.integers(1, 3),
-       st.sampled_from([0.5, 1.0, 2.0]))
+
+@given(
+    st.integers(0, 2**16),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.sampled_from([0.5, 1.0, 2.0]),
+)
 def test_oracle_float(seed, depth, d, hidden, rows, scale):
     p = make_problem(seed, depth=depth, d=d, hidden=hidden, rows=rows, weight_scale=scale)
     assert oracle_mismatches(p) == []
 
 
-@given(st.integers(0, 2**16), st.integers(1, 4), st.integers(1, 4), st.sampled_from([0, 8, 20, 40]),
-       st.sampled_from([1.0, 4.0]))
+@given(
+    st.integers(0, 2**16),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.sampled_from([0, 8, 20, 40]),
+    st.sampled_from([1.0, 4.0]),
+)
 def test_oracle_fixed_point(seed, depth, d, k, scale):
     p = make_problem(seed, depth=depth, d=d, hidden=4, rows=2, weight_scale=scale, fraction_bits=k)
     assert oracle_mismatches(p) == []
@@ -625,13 +686,15 @@ def test_oracle_vector_and_errors():
     with pytest.raises(ValueError, match=r"layers\[0\].g"):
         coupling_stack_oracle(p["x1"], p["x2"], bad)
     with pytest.raises(ValueError, match="fixed-point range|2\\^60"):
-        coupling_stack_oracle(torch.full((1, 3), 2**61), torch.zeros(1, 3, dtype=torch.int64), p["layers"],
-                              fraction_bits=8)
+        coupling_stack_oracle(
+            torch.full((1, 3), 2**61), torch.zeros(1, 3, dtype=torch.int64), p["layers"], fraction_bits=8
+        )
 
 
 # --------------------------------------------------------------------------
 # float32: the a-posteriori bound (Ojas.Reversible.APosteriori)
 # --------------------------------------------------------------------------
+
 
 def _inverse_steps(blocks: list, y: torch.Tensor) -> list[torch.Tensor]:
     """a[i] = the reconstructed output of block i (a[N] = y), by each block's own inverse, last block first."""

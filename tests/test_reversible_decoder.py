@@ -213,15 +213,18 @@ def test_saved_activation_bytes_flat_in_depth():
 # -------------------------------------------------------------------------- (d) configs
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(hidden=18, heads=4), "hidden"),
-    (dict(hidden=12, heads=4), "head_dim"),
-    (dict(heads=4, kv_heads=3), "kv_heads"),
-    (dict(layers=0), "layers"),
-    (dict(vocab=0), "vocab"),
-    (dict(eps=0.0), "eps"),
-    (dict(rope_theta=-1.0), "rope_theta"),
-])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(hidden=18, heads=4), "hidden"),
+        (dict(hidden=12, heads=4), "head_dim"),
+        (dict(heads=4, kv_heads=3), "kv_heads"),
+        (dict(layers=0), "layers"),
+        (dict(vocab=0), "vocab"),
+        (dict(eps=0.0), "eps"),
+        (dict(rope_theta=-1.0), "rope_theta"),
+    ],
+)
 def test_bad_config_names_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
         tiny(**kw)

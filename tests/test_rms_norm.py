@@ -54,20 +54,31 @@ from ojas_ref.functional.rms_norm import rms_norm, rms_norm_reference  # noqa: E
 from ojas_ref.nn import RMSNorm  # noqa: E402
 
 _INTERPRETED = type(krms._fwd_kernel).__name__ == "InterpretedFunction"
-kernel = pytest.mark.skipif(not (_INTERPRETED or torch.cuda.is_available()),
-                            reason="needs CUDA, or TRITON_INTERPRET=1 before ojas_kernels.rms_norm is imported")
+kernel = pytest.mark.skipif(
+    not (_INTERPRETED or torch.cuda.is_available()),
+    reason="needs CUDA, or TRITON_INTERPRET=1 before ojas_kernels.rms_norm is imported",
+)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 _MODELING = transformers.models
 HF_CLASSES = {  # class -> rms_norm keywords of its formula
-    **{c: {} for c in (_MODELING.llama.modeling_llama.LlamaRMSNorm, _MODELING.mistral.modeling_mistral.MistralRMSNorm,
-                       _MODELING.qwen2.modeling_qwen2.Qwen2RMSNorm, _MODELING.qwen3.modeling_qwen3.Qwen3RMSNorm,
-                       _MODELING.phi3.modeling_phi3.Phi3RMSNorm)},
-    **{c: dict(offset=1.0, cast="after_weight")
-       for c in (_MODELING.gemma2.modeling_gemma2.Gemma2RMSNorm, _MODELING.gemma3.modeling_gemma3.Gemma3RMSNorm)},
+    **{
+        c: {}
+        for c in (
+            _MODELING.llama.modeling_llama.LlamaRMSNorm,
+            _MODELING.mistral.modeling_mistral.MistralRMSNorm,
+            _MODELING.qwen2.modeling_qwen2.Qwen2RMSNorm,
+            _MODELING.qwen3.modeling_qwen3.Qwen3RMSNorm,
+            _MODELING.phi3.modeling_phi3.Phi3RMSNorm,
+        )
+    },
+    **{
+        c: dict(offset=1.0, cast="after_weight")
+        for c in (_MODELING.gemma2.modeling_gemma2.Gemma2RMSNorm, _MODELING.gemma3.modeling_gemma3.Gemma3RMSNorm)
+    },
 }
 LLAMA, GEMMA = _MODELING.llama.modeling_llama.LlamaRMSNorm, _MODELING.gemma2.modeling_gemma2.Gemma2RMSNorm
-UNIT = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+UNIT = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 def hf_module(cls: type, n: int, dtype: torch.dtype, seed: int = 0, device: str = DEVICE) -> torch.nn.Module:
@@ -124,6 +135,7 @@ def tolerance(dtype: torch.dtype, n: int) -> float:
 # The reference: Hugging Face's modules bit for bit
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cls", list(HF_CLASSES), ids=lambda c: c.__name__)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 def test_swapped_module_equals_hugging_face_bit_for_bit(cls, dtype):
@@ -137,8 +149,15 @@ def test_swapped_module_equals_hugging_face_bit_for_bit(cls, dtype):
 
 
 @pytest.mark.parametrize("cls", [LLAMA, GEMMA], ids=lambda c: c.__name__)
-@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16),
-                                    (torch.float64, torch.float32), (torch.float16, torch.float64)])
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.bfloat16),
+        (torch.float64, torch.float32),
+        (torch.float16, torch.float64),
+    ],
+)
 def test_mixed_input_and_weight_dtypes_follow_hugging_face(cls, dtypes, monkeypatch):
     """x and weight of different dtypes: the output dtype and values are Hugging Face's
     (torch's promotion in Llama's product; Gemma's output in the input dtype), by the
@@ -157,7 +176,8 @@ def test_mixed_input_and_weight_dtypes_follow_hugging_face(cls, dtypes, monkeypa
         got = run(ours, x.to(DEVICE), ours.weight, dy.to(DEVICE))
     for name, a, b in zip(("y", "dx", "dw"), got, expected):
         assert a.dtype == b.dtype and rel_err(a.cpu(), b.double()) <= tolerance(
-            narrow if narrow != torch.float64 else torch.float32, 40), name
+            narrow if narrow != torch.float64 else torch.float32, 40
+        ), name
 
 
 def test_the_backward_treats_the_cast_as_the_identity_as_torch_does():
@@ -178,9 +198,13 @@ def test_the_backward_treats_the_cast_as_the_identity_as_torch_does():
 # The kernel
 # --------------------------------------------------------------------------
 
+
 @kernel
-@pytest.mark.parametrize("kw", [{}, dict(offset=1.0, cast="after_weight"), dict(cast="after_weight")],
-                         ids=["llama", "gemma", "after_weight_offset0"])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, dict(offset=1.0, cast="after_weight"), dict(cast="after_weight")],
+    ids=["llama", "gemma", "after_weight_offset0"],
+)
 @pytest.mark.parametrize("n", [1, 5, 72, 130])
 def test_kernel_float64_backward_is_the_vjp(kw, n):
     """float64: the kernel's closed-form dx, dw equal torch's autograd of the reference to 1e-12."""
@@ -273,8 +297,7 @@ def test_kernel_huge_and_tiny_magnitudes_match_hugging_face(cls, value):
     x[2, ::2] = 1.0  # a row of ordinary values beside them
     dy = torch.randn(3, 72, generator=torch.Generator().manual_seed(0)).to(DEVICE)
     expected = run(module, x, module.weight, dy)
-    got = run(lambda t: rms_norm(t, 72, module.weight, 1e-6, impl="triton", **HF_CLASSES[cls]), x,
-              module.weight, dy)
+    got = run(lambda t: rms_norm(t, 72, module.weight, 1e-6, impl="triton", **HF_CLASSES[cls]), x, module.weight, dy)
     for name, a, b in zip(("y", "dx", "dw"), got, expected):
         assert torch.equal(a.isnan(), b.isnan()), name
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-30, equal_nan=True, msg=name)
@@ -282,8 +305,14 @@ def test_kernel_huge_and_tiny_magnitudes_match_hugging_face(cls, value):
 
 @kernel
 @settings(max_examples=8, deadline=None)
-@given(rows=st.integers(0, 9), n=st.integers(1, 300), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
-       gemma=st.booleans(), eps=st.sampled_from([0.0, 1e-6, 1e-2]), seed=st.integers(0, 2 ** 16))
+@given(
+    rows=st.integers(0, 9),
+    n=st.integers(1, 300),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    gemma=st.booleans(),
+    eps=st.sampled_from([0.0, 1e-6, 1e-2]),
+    seed=st.integers(0, 2**16),
+)
 def test_kernel_matches_the_reference_property(rows, n, dtype, gemma, eps, seed):
     kw = dict(offset=1.0, cast="after_weight") if gemma else {}
     g = torch.Generator().manual_seed(seed)
@@ -336,14 +365,16 @@ def test_impl_triton_without_cuda_or_interpreter_raises(monkeypatch):
 # The API
 # --------------------------------------------------------------------------
 
+
 def test_defaults_follow_torch_functional_rms_norm():
     """weight=None and eps=None as torch.nn.functional.rms_norm (eps = finfo.eps); a 2-D
     normalized_shape normalises over both dimensions."""
     x = torch.randn(3, 4, 6, dtype=torch.float64)
     torch.testing.assert_close(rms_norm(x, 6), torch.nn.functional.rms_norm(x, (6,)), rtol=1e-12, atol=1e-12)
     w = torch.randn(4, 6, dtype=torch.float64)
-    torch.testing.assert_close(rms_norm(x, (4, 6), w, 1e-5), torch.nn.functional.rms_norm(x, (4, 6), w, 1e-5),
-                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        rms_norm(x, (4, 6), w, 1e-5), torch.nn.functional.rms_norm(x, (4, 6), w, 1e-5), rtol=1e-12, atol=1e-12
+    )
     assert ojas_ref.rms_norm is rms_norm and ojas_ref.RMSNorm is RMSNorm
 
 
@@ -383,8 +414,7 @@ def test_bad_arguments_raise_clear_errors():
         (dict(input=x, normalized_shape=4, weight=w, eps=-1.0), ValueError, "eps must be >= 0"),
         (dict(input=x, normalized_shape=4, weight=w, eps=float("nan")), TypeError, "eps must be a finite"),
         (dict(input=x, normalized_shape=4, weight=w, offset=1.0), ValueError, "needs cast='after_weight'"),
-        (dict(input=x, normalized_shape=4, weight=None, offset=1.0, cast="after_weight"), ValueError,
-         "needs a weight"),
+        (dict(input=x, normalized_shape=4, weight=None, offset=1.0, cast="after_weight"), ValueError, "needs a weight"),
         (dict(input=x, normalized_shape=4, weight=w, cast="before"), ValueError, "cast must be one of"),
         (dict(input=x, normalized_shape=4, weight=w, impl="cuda"), ValueError, "impl must be one of"),
     ]
@@ -402,6 +432,7 @@ def test_bad_arguments_raise_clear_errors():
 # --------------------------------------------------------------------------
 # GPU (run through the device tool)
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

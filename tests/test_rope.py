@@ -25,7 +25,11 @@ from ojas_ref.functional import dispatch  # noqa: E402
 from ojas_ref.functional import rope as prope  # noqa: E402
 from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.functional.rope import (  # noqa: E402
-    BACKWARD_THEOREM, IMPL_ENV, apply_rotary_pos_emb, fused_rotary, rotary_reference,
+    BACKWARD_THEOREM,
+    IMPL_ENV,
+    apply_rotary_pos_emb,
+    fused_rotary,
+    rotary_reference,
 )
 
 hf_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
@@ -50,8 +54,9 @@ def hf_apply(q, k, cos, sin, unsqueeze_dim=1):
     return hf_llama.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)
 
 
-def rotary_tables(B: int, S: int, E: int, dtype: torch.dtype, kind: str = "hf", seed: int = 0,
-                  device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(
+    B: int, S: int, E: int, dtype: torch.dtype, kind: str = "hf", seed: int = 0, device: str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin ``[B, S, E]``: Hugging Face's (float32, then cast) or random in [-1, 1] (halves differ)."""
     if kind == "hf":
         inv_freq = 1.0 / (10000 ** (torch.arange(0, E, 2, dtype=torch.float32) / E))
@@ -71,8 +76,17 @@ def draw(shape, dtype: torch.dtype, g: torch.Generator, scale: float = 1.0, devi
     return (x if scale == 1.0 else scale * torch.tanh(x)).to(dtype).to(device)
 
 
-def hf_qk(B: int, Hq: int, Hkv: int, S: int, E: int, dtype: torch.dtype, seed: int = 0, scale: float = 1.0,
-          device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def hf_qk(
+    B: int,
+    Hq: int,
+    Hkv: int,
+    S: int,
+    E: int,
+    dtype: torch.dtype,
+    seed: int = 0,
+    scale: float = 1.0,
+    device: str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Leaves ``[B, S, H * E]`` (the projections' outputs), as Hugging Face makes them."""
     g = torch.Generator().manual_seed(seed)
     return draw((B, S, Hq * E), dtype, g, scale, device), draw((B, S, Hkv * E), dtype, g, scale, device)
@@ -105,8 +119,22 @@ def assert_equal(x, ref) -> None:
     assert torch.equal(x, ref), f"{int(differ.sum())} of {x.numel()} differ, e.g. {x[differ][:4]} vs {ref[differ][:4]}"
 
 
-def check_parity(impl: str, dtype: torch.dtype, B=2, Hq=4, Hkv=2, S=37, E=64, cos_batch=1, kind="hf",
-                 scale=1.0, seed=0, use_q=True, use_k=True, device="cpu") -> None:
+def check_parity(
+    impl: str,
+    dtype: torch.dtype,
+    B=2,
+    Hq=4,
+    Hkv=2,
+    S=37,
+    E=64,
+    cos_batch=1,
+    kind="hf",
+    scale=1.0,
+    seed=0,
+    use_q=True,
+    use_k=True,
+    device="cpu",
+) -> None:
     xq, xk = hf_qk(B, Hq, Hkv, S, E, dtype, seed, scale, device)
     cos, sin = rotary_tables(cos_batch, S, E, dtype, kind, seed, device)
     g = torch.Generator().manual_seed(seed + 2)
@@ -223,8 +251,9 @@ def test_fused_rotary(dtype):
     xq, xk = hf_qk(B, Hq, Hkv, S, E, dtype, seed=8)
     cos, sin = rotary_tables(1, S, E, dtype, "hf")
     gq, gk = torch.randn(B, Hq, S, E).to(dtype), torch.randn(B, Hkv, S, E).to(dtype)
-    for x, ref in zip(run(fused_rotary, xq, xk, cos, sin, Hq, Hkv, E, gq, gk),
-                      run(hf_apply, xq, xk, cos, sin, Hq, Hkv, E, gq, gk)):
+    for x, ref in zip(
+        run(fused_rotary, xq, xk, cos, sin, Hq, Hkv, E, gq, gk), run(hf_apply, xq, xk, cos, sin, Hq, Hkv, E, gq, gk)
+    ):
         assert_equal(x, ref)
 
 
@@ -261,7 +290,9 @@ def test_one_launch_each_way_without_fp_fusion(monkeypatch):
                 def call(*args, **kwargs):
                     launches.append((grid, kwargs))
                     return launcher[grid](*args, **kwargs)
+
                 return call
+
         return Spy()
 
     monkeypatch.setattr(krope, "fast", spy)
@@ -363,22 +394,28 @@ def test_reference_is_transformers():
 _Q, _K, _C = torch.ones(2, 4, 5, 8), torch.ones(2, 2, 5, 8), torch.ones(1, 5, 8)
 
 
-@pytest.mark.parametrize("args, error, match", [
-    ((torch.ones(2, 4, 5, 7), torch.ones(2, 2, 5, 7), torch.ones(1, 5, 7), torch.ones(1, 5, 7)), ValueError,
-     "q's head size .* must be even, got 7"),
-    ((_Q, _K.double(), _C, _C), TypeError, "k has dtype torch.float64 but q has dtype torch.float32"),
-    ((_Q, _K, _C.bfloat16(), _C), TypeError, "cos has dtype torch.bfloat16"),
-    ((_Q, _K, _C, _C.half()), TypeError, "sin has dtype torch.float16"),
-    ((_Q, _K, _C, torch.ones(1, 5, 8, device="meta")), ValueError, "sin is on meta"),
-    ((_Q, _K, _C, torch.ones(2, 5, 8)), ValueError, r"sin \(2, 5, 8\) must have cos's shape"),
-    ((_Q, torch.ones(2, 2, 5, 6), _C, _C), ValueError, "k's last dimension"),
-    ((_Q, torch.ones(3, 2, 5, 8), _C, _C), ValueError, "k's batch"),
-    ((_Q, torch.ones(2, 2, 6, 8), _C, _C), ValueError, "k's positions"),
-    ((_Q, _K, torch.ones(1, 6, 8), torch.ones(1, 6, 8)), ValueError, "cos .* must have q's 5 positions"),
-    ((_Q, _K, torch.ones(3, 5, 8), torch.ones(3, 5, 8)), ValueError, "cos's batch"),
-    (([1.0], _K, _C, _C), TypeError, "q must be a torch.Tensor"),
-    ((_Q.long(), _K, _C, _C), TypeError, "q has dtype torch.int64"),
-])
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        (
+            (torch.ones(2, 4, 5, 7), torch.ones(2, 2, 5, 7), torch.ones(1, 5, 7), torch.ones(1, 5, 7)),
+            ValueError,
+            "q's head size .* must be even, got 7",
+        ),
+        ((_Q, _K.double(), _C, _C), TypeError, "k has dtype torch.float64 but q has dtype torch.float32"),
+        ((_Q, _K, _C.bfloat16(), _C), TypeError, "cos has dtype torch.bfloat16"),
+        ((_Q, _K, _C, _C.half()), TypeError, "sin has dtype torch.float16"),
+        ((_Q, _K, _C, torch.ones(1, 5, 8, device="meta")), ValueError, "sin is on meta"),
+        ((_Q, _K, _C, torch.ones(2, 5, 8)), ValueError, r"sin \(2, 5, 8\) must have cos's shape"),
+        ((_Q, torch.ones(2, 2, 5, 6), _C, _C), ValueError, "k's last dimension"),
+        ((_Q, torch.ones(3, 2, 5, 8), _C, _C), ValueError, "k's batch"),
+        ((_Q, torch.ones(2, 2, 6, 8), _C, _C), ValueError, "k's positions"),
+        ((_Q, _K, torch.ones(1, 6, 8), torch.ones(1, 6, 8)), ValueError, "cos .* must have q's 5 positions"),
+        ((_Q, _K, torch.ones(3, 5, 8), torch.ones(3, 5, 8)), ValueError, "cos's batch"),
+        (([1.0], _K, _C, _C), TypeError, "q must be a torch.Tensor"),
+        ((_Q.long(), _K, _C, _C), TypeError, "q has dtype torch.int64"),
+    ],
+)
 @pytest.mark.parametrize("impl", ["reference", KERNEL])
 def test_bad_input(args, error, match, impl):
     with pytest.raises(error, match=match):

@@ -27,9 +27,18 @@ V, D, PAD = 61, 32, 0
 
 
 def llama(tied: bool = False, dtype=torch.float32, seed: int = 0):
-    config = transformers.LlamaConfig(vocab_size=V, hidden_size=D, intermediate_size=48, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      attention_dropout=0.0, pad_token_id=PAD, tie_word_embeddings=tied)
+    config = transformers.LlamaConfig(
+        vocab_size=V,
+        hidden_size=D,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attention_dropout=0.0,
+        pad_token_id=PAD,
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(seed)
     return transformers.LlamaForCausalLM(config).to(dtype)
 
@@ -39,7 +48,7 @@ def batches(n: int = 3):
     out = []
     for _ in range(n):
         ids = torch.randint(1, 12, (2, 12), generator=g)  # few tokens: many duplicate rows
-        ids[:, -3:] = PAD                                  # padding (padding_idx rows get no gradient)
+        ids[:, -3:] = PAD  # padding (padding_idx rows get no gradient)
         labels = ids.clone()
         labels[ids == PAD] = -100
         out.append((ids, labels))
@@ -115,12 +124,15 @@ def _sparse_embedding(dtype=torch.float32):
     return torch.nn.Embedding(10, 4, sparse=True, dtype=dtype)
 
 
-@pytest.mark.parametrize("cls, kwargs, match", [
-    (torch.optim.AdamW, dict(lr=0.1), "not torch.optim.SGD.*AdamW.*lazy_adamw_neq_dense|not torch.optim.SGD"),
-    (torch.optim.SGD, dict(lr=0.1, momentum=0.9), "momentum=0.9"),
-    (torch.optim.SGD, dict(lr=0.1, weight_decay=0.01), "weight_decay=0.01"),
-    (torch.optim.SGD, dict(lr=0.1, maximize=True), "maximize=True"),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs, match",
+    [
+        (torch.optim.AdamW, dict(lr=0.1), "not torch.optim.SGD.*AdamW.*lazy_adamw_neq_dense|not torch.optim.SGD"),
+        (torch.optim.SGD, dict(lr=0.1, momentum=0.9), "momentum=0.9"),
+        (torch.optim.SGD, dict(lr=0.1, weight_decay=0.01), "weight_decay=0.01"),
+        (torch.optim.SGD, dict(lr=0.1, maximize=True), "maximize=True"),
+    ],
+)
 def test_unsupported_settings_raise(cls, kwargs, match):
     emb = _sparse_embedding()
     before = emb.weight.detach().clone()
@@ -162,6 +174,7 @@ def test_clipping_accumulation_low_precision_raise():
 def test_subclass_of_sgd_refused():
     class MySGD(torch.optim.SGD):
         pass
+
     emb = _sparse_embedding()
     opt = InBackwardOptimizer(emb.parameters(), MySGD, lr=0.1)  # noqa: F841 (kept alive)
     with pytest.raises(RuntimeError, match="MySGD"):
@@ -204,7 +217,7 @@ class _Allocations(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+        for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor) and t.layout is torch.strided:
                 if t.untyped_storage().data_ptr() not in self.ptrs:
                     self.shapes.append(tuple(t.shape))
@@ -218,8 +231,9 @@ def test_no_dense_embedding_gradient_allocated(sparse):
     model = llama()
     optimize_model(model, sparse_embedding=sparse)
     model.lm_head.weight.requires_grad_(False)
-    opt = InBackwardOptimizer([p for p in model.parameters() if p.requires_grad], torch.optim.SGD, lr=0.1,
-                              bucket_cap_mb=0)
+    opt = InBackwardOptimizer(
+        [p for p in model.parameters() if p.requires_grad], torch.optim.SGD, lr=0.1, bucket_cap_mb=0
+    )
     ids, labels = batches(1)[0]
     loss = model(input_ids=ids, labels=labels).loss
     mode = _Allocations(list(model.parameters()))

@@ -73,9 +73,15 @@ def pair(family: str, dtype, checkpoint, device="cpu", **flags):
 # ---------------------------------------------------------------- exactness
 
 
-@pytest.mark.parametrize("family,dtype,checkpoint", [
-    *((f, d, True) for f in SPLIT_FAMILIES for d in (torch.float32, torch.bfloat16)),
-    ("llama", torch.float32, "offload"), ("qwen3", torch.bfloat16, "offload")], ids=str)
+@pytest.mark.parametrize(
+    "family,dtype,checkpoint",
+    [
+        *((f, d, True) for f in SPLIT_FAMILIES for d in (torch.float32, torch.bfloat16)),
+        ("llama", torch.float32, "offload"),
+        ("qwen3", torch.bfloat16, "offload"),
+    ],
+    ids=str,
+)
 def test_split_trains_bit_identically_to_whole_layer_checkpointing(family, dtype, checkpoint):
     whole, split, report = pair(family, dtype, checkpoint)
     assert any("split in two segments" in c.what for c in report.changed), str(report)
@@ -93,8 +99,7 @@ def test_split_with_the_ojas_kernels_off_is_bitwise_too():
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 for the kernels")
 def test_split_with_the_triton_kernels_interpreted():
-    with use_impl(attention="triton", linear_cross_entropy="triton", rms_norm="triton", swiglu="triton",
-                  rope="triton"):
+    with use_impl(attention="triton", linear_cross_entropy="triton", rms_norm="triton", swiglu="triton", rope="triton"):
         whole, split, _ = pair("llama", torch.float32, "offload")
         assert_bitwise(whole, split, (run(whole, 1), run(split, 1)))
 
@@ -110,12 +115,16 @@ def _backward_events(model) -> list[str]:
     for i, layer in enumerate(model.model.layers):
         for part in ("self_attn", "mlp"):
             module = getattr(layer, part)
-            handles.append(module.register_forward_pre_hook(
-                lambda m, a, k, tag=f"recompute {part} {i}": events.append(tag) if state["backward"] else None,
-                with_kwargs=True))
+            handles.append(
+                module.register_forward_pre_hook(
+                    lambda m, a, k, tag=f"recompute {part} {i}": events.append(tag) if state["backward"] else None,
+                    with_kwargs=True,
+                )
+            )
         for part, weight in (("mlp", layer.mlp.down_proj.weight), ("self_attn", layer.self_attn.q_proj.weight)):
-            handles.append(weight.register_post_accumulate_grad_hook(
-                lambda p, tag=f"grad {part} {i}": events.append(tag)))
+            handles.append(
+                weight.register_post_accumulate_grad_hook(lambda p, tag=f"grad {part} {i}": events.append(tag))
+            )
     model.train()
     loss = model(**batch(0, padding=True)).loss
     state["backward"] = True
@@ -128,11 +137,18 @@ def _backward_events(model) -> list[str]:
 def test_the_mlp_half_is_recomputed_and_done_before_the_attention_half():
     whole, split, _ = pair("llama", torch.float32, True)
     last = LAYERS - 1
-    assert _backward_events(whole)[:4] == [f"recompute self_attn {last}", f"recompute mlp {last}",
-                                           f"grad mlp {last}", f"grad self_attn {last}"]
+    assert _backward_events(whole)[:4] == [
+        f"recompute self_attn {last}",
+        f"recompute mlp {last}",
+        f"grad mlp {last}",
+        f"grad self_attn {last}",
+    ]
     events = _backward_events(split)
-    assert events == [e for i in reversed(range(LAYERS)) for e in (
-        f"recompute mlp {i}", f"grad mlp {i}", f"recompute self_attn {i}", f"grad self_attn {i}")]
+    assert events == [
+        e
+        for i in reversed(range(LAYERS))
+        for e in (f"recompute mlp {i}", f"grad mlp {i}", f"recompute self_attn {i}", f"grad self_attn {i}")
+    ]
 
 
 def test_the_segment_inputs_are_the_saved_checkpoints():
@@ -185,8 +201,9 @@ def test_state_dict_copies_and_revert():
     assert type(pickled.mlp) is type(layer.mlp) and pickled._gradient_checkpointing_func.layer is pickled
     revert_model(split)
     assert [type(m) for m in split.modules()] == [type(m) for m in ref.modules()]
-    assert not any(isinstance(getattr(m, "_gradient_checkpointing_func", None), hf.SplitCheckpoint)
-                   for m in split.modules())
+    assert not any(
+        isinstance(getattr(m, "_gradient_checkpointing_func", None), hf.SplitCheckpoint) for m in split.modules()
+    )
     assert not any(getattr(m, "gradient_checkpointing", False) for m in split.modules())
     split.train()
     ref.train()
@@ -245,10 +262,12 @@ def test_a_changed_layout_raises_at_the_call():
     layer = split.model.layers[0]
     func = layer._gradient_checkpointing_func
     x = torch.randn(2, 5, COMMON["hidden_size"], requires_grad=True)
-    for wrong in (lambda h: layer.post_attention_layernorm(h),  # a norm's output never reaches its module
-                  lambda h: layer.mlp(layer.input_layernorm(h)),  # the other segment's norm
-                  lambda h: layer.mlp(layer.post_attention_layernorm(h) * 2),  # not the norm's output itself
-                  lambda h: layer.input_layernorm(layer.post_attention_layernorm(h))):  # two norms in a row
+    for wrong in (
+        lambda h: layer.post_attention_layernorm(h),  # a norm's output never reaches its module
+        lambda h: layer.mlp(layer.input_layernorm(h)),  # the other segment's norm
+        lambda h: layer.mlp(layer.post_attention_layernorm(h) * 2),  # not the norm's output itself
+        lambda h: layer.input_layernorm(layer.post_attention_layernorm(h)),
+    ):  # two norms in a row
         with pytest.raises(RuntimeError, match="split checkpointing"):
             func(wrong, x)
     right = func(lambda h: layer.mlp(layer.post_attention_layernorm(h)), x)
@@ -297,9 +316,18 @@ def test_split_lowers_the_backward_peak_gpu():
     b, s, hidden = 2, 1024, 1024
     peaks = {}
     for split in (False, True):
-        model = build("llama", torch.float32, "cuda", num_hidden_layers=8, hidden_size=hidden,
-                      intermediate_size=2816, num_attention_heads=8, num_key_value_heads=8,
-                      max_position_embeddings=s, vocab_size=256)
+        model = build(
+            "llama",
+            torch.float32,
+            "cuda",
+            num_hidden_layers=8,
+            hidden_size=hidden,
+            intermediate_size=2816,
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            max_position_embeddings=s,
+            vocab_size=256,
+        )
         optimize_model(model, checkpoint="offload", checkpoint_split=split, linear_cross_entropy=False)
         model.train()
         for p in model.parameters():
@@ -315,9 +343,21 @@ def test_split_lowers_the_backward_peak_gpu():
         del model
         torch.cuda.empty_cache()
     shape = P.Model(hidden, 8, 8, 8, 2816, 256)
-    attention_half = P.recomputed_attention_half_bytes(shape, P.Setting(
-        dtype="fp32", batch=b, seq=s, checkpoint=True, split=True, ojas_attention=True, ojas_rms_norm=True,
-        ojas_swiglu=True))
-    print(f"\npeak unsplit {peaks[False] / 2**20:.1f} MiB, split {peaks[True] / 2**20:.1f} MiB, attention half "
-          f"{attention_half / 2**20:.1f} MiB")
+    attention_half = P.recomputed_attention_half_bytes(
+        shape,
+        P.Setting(
+            dtype="fp32",
+            batch=b,
+            seq=s,
+            checkpoint=True,
+            split=True,
+            ojas_attention=True,
+            ojas_rms_norm=True,
+            ojas_swiglu=True,
+        ),
+    )
+    print(
+        f"\npeak unsplit {peaks[False] / 2**20:.1f} MiB, split {peaks[True] / 2**20:.1f} MiB, attention half "
+        f"{attention_half / 2**20:.1f} MiB"
+    )
     assert peaks[True] <= peaks[False] - attention_half // 2

@@ -40,13 +40,35 @@ def test_prediction_is_linear_in_depth():
         S.predict_step_seconds(m, S.Measured("t", (1,), (0.5,)))
 
 
-@pytest.mark.parametrize("setting", [
-    P.Setting(dtype="fp32", optimizer="sgd", seq=16),
-    P.Setting(dtype="fp32", optimizer="adamw", in_backward=True, checkpoint=True, ojas_attention=True, ojas_loss=True,
-              ojas_rms_norm=True, ojas_swiglu=True, seq=16),
-    P.Setting(dtype="bf16", optimizer="adamw", in_backward=True, checkpoint=True, offload=True, host_state=True,
-              ojas_attention=True, ojas_loss=True, seq=16),
-], ids=["standard", "ojas+ckpt", "offload+host-state"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        P.Setting(dtype="fp32", optimizer="sgd", seq=16),
+        P.Setting(
+            dtype="fp32",
+            optimizer="adamw",
+            in_backward=True,
+            checkpoint=True,
+            ojas_attention=True,
+            ojas_loss=True,
+            ojas_rms_norm=True,
+            ojas_swiglu=True,
+            seq=16,
+        ),
+        P.Setting(
+            dtype="bf16",
+            optimizer="adamw",
+            in_backward=True,
+            checkpoint=True,
+            offload=True,
+            host_state=True,
+            ojas_attention=True,
+            ojas_loss=True,
+            seq=16,
+        ),
+    ],
+    ids=["standard", "ojas+ckpt", "offload+host-state"],
+)
 def test_measure_runs_on_the_cpu(setting):
     measured = S.measure(TINY, setting, "cpu", steps=1)
     assert measured.depths == (2, 3) and len(measured.seconds) == 2 and all(t > 0 for t in measured.seconds)
@@ -65,8 +87,21 @@ def test_build_refuses_what_the_setting_cannot_mean():
 def test_built_model_has_the_split_and_the_bucket_size():
     from ojas_ref.integrations.hf import SplitCheckpoint
 
-    model, opt = S.build(TINY, P.Setting(dtype="fp32", optimizer="sgd", seq=8, in_backward=True, checkpoint=True,
-                                         split=True, ojas_rms_norm=True, bucket_cap_mb=32.0), 2, "cpu")
+    model, opt = S.build(
+        TINY,
+        P.Setting(
+            dtype="fp32",
+            optimizer="sgd",
+            seq=8,
+            in_backward=True,
+            checkpoint=True,
+            split=True,
+            ojas_rms_norm=True,
+            bucket_cap_mb=32.0,
+        ),
+        2,
+        "cpu",
+    )
     assert all(isinstance(layer._gradient_checkpointing_func, SplitCheckpoint) for layer in model.model.layers)
     assert opt.bucket_cap_mb == 32.0
 
@@ -74,8 +109,15 @@ def test_built_model_has_the_split_and_the_bucket_size():
 def test_built_model_has_the_width_and_depth():
     model, opt = S.build(P.Model(96, 4, 6, 2, 160, 90, tied=True), P.Setting(dtype="fp32", seq=8), 2, "cpu")
     c = model.config
-    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-            c.intermediate_size, c.vocab_size, c.tie_word_embeddings) == (96, 2, 6, 2, 160, 90, True)
+    assert (
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.intermediate_size,
+        c.vocab_size,
+        c.tie_word_embeddings,
+    ) == (96, 2, 6, 2, 160, 90, True)
     assert isinstance(opt, __import__("torch").optim.AdamW)
 
 

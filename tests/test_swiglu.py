@@ -48,7 +48,11 @@ from hypothesis import strategies as st  # noqa: E402
 from ojas_ref.functional import dispatch  # noqa: E402
 from ojas_ref.nn import SwiGLU  # noqa: E402
 from ojas_ref.functional.swiglu import (  # noqa: E402
-    ACTIVATIONS, swiglu, swiglu_backward_reference, swiglu_forward_reference)
+    ACTIVATIONS,
+    swiglu,
+    swiglu_backward_reference,
+    swiglu_forward_reference,
+)
 
 triton = pytest.importorskip("triton")
 from ojas_kernels import swiglu as kswiglu  # noqa: E402
@@ -70,8 +74,9 @@ TORCH_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximat
 act_param = pytest.mark.parametrize("activation", ACTIVATIONS)
 
 
-def torch_autograd(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor,
-                   activation: str = "silu") -> tuple[torch.Tensor, ...]:
+def torch_autograd(
+    a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, activation: str = "silu"
+) -> tuple[torch.Tensor, ...]:
     """``F.silu(a) * b`` (or ``F.gelu(a, approximate="tanh") * b``) and its gradients by torch's autograd."""
     a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
     h = TORCH_ACTIVATIONS[activation](a) * b
@@ -79,8 +84,9 @@ def torch_autograd(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor,
     return h.detach(), a.grad, b.grad
 
 
-def ours(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, impl: str,
-         activation: str = "silu") -> tuple[torch.Tensor, ...]:
+def ours(
+    a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, impl: str, activation: str = "silu"
+) -> tuple[torch.Tensor, ...]:
     a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
     h = swiglu(a, b, activation=activation, impl=impl)
     h.backward(dh)
@@ -97,8 +103,12 @@ def draw(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0, scale: float
 
 def assert_bitwise(x: torch.Tensor, y: torch.Tensor) -> None:
     assert x.dtype == y.dtype and x.shape == y.shape
-    bits = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
-            torch.float16: torch.int16}[x.dtype]
+    bits = {
+        torch.float64: torch.int64,
+        torch.float32: torch.int32,
+        torch.bfloat16: torch.int16,
+        torch.float16: torch.int16,
+    }[x.dtype]
     differ = x.contiguous().view(bits) != y.contiguous().view(bits)
     assert not differ.any(), f"{int(differ.sum())} of {x.numel()} differ, e.g. {x[differ][:4]} vs {y[differ][:4]}"
 
@@ -126,8 +136,9 @@ def assert_fp32_close(x: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor) -
     assert (err <= bound).all(), f"max error / bound {float((err / bound).max()):.3g}"
 
 
-def term_scales(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, want: tuple[torch.Tensor, ...],
-                activation: str) -> tuple[torch.Tensor, ...]:
+def term_scales(
+    a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, want: tuple[torch.Tensor, ...], activation: str
+) -> tuple[torch.Tensor, ...]:
     """The scale of each result's terms, in float64 (module docstring)."""
     a64, b64, dh64 = a.double(), b.double(), dh.double()
     if activation == "silu":
@@ -136,8 +147,14 @@ def term_scales(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, want: tuple[
     return (a64 * b64).abs(), da_scale, (dh64 * a64).abs()
 
 
-def assert_kernel_matches_torch(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...],
-                                a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, activation: str = "silu") -> None:
+def assert_kernel_matches_torch(
+    got: tuple[torch.Tensor, ...],
+    want: tuple[torch.Tensor, ...],
+    a: torch.Tensor,
+    b: torch.Tensor,
+    dh: torch.Tensor,
+    activation: str = "silu",
+) -> None:
     """The interpreted kernel against torch's CPU autograd (module docstring)."""
     scales = term_scales(a, b, dh, want, activation)
     if a.dtype == torch.float32:
@@ -164,8 +181,9 @@ def float16_da_in_float32(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor) ->
     return torch.ops.aten.silu_backward((dh * b).float(), a.float()).half()
 
 
-def vjp_formula64(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor,
-                  activation: str = "silu") -> tuple[torch.Tensor, ...]:
+def vjp_formula64(
+    a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor, activation: str = "silu"
+) -> tuple[torch.Tensor, ...]:
     """silu: ``h = a s b``, ``da = dh b s (1 + a (1 - s))``, ``db = dh a s`` (the statement of
     Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp); gelu_tanh: ``h = gelu(a) b``, ``da = dh b
     (1/2 (1 + T) + 1/2 a (1 - T^2) k (1 + 3 c a^2))``, ``db = dh gelu(a)`` (the statement of
@@ -236,8 +254,9 @@ def test_kernel_vs_torch_cpu(dtype, shape, activation):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_kernel_through_swiglu_cpu(dtype, activation):
     a, b, dh = draw((4, 1500), dtype, seed=5)
-    assert_kernel_matches_torch(ours(a, b, dh, "triton", activation), torch_autograd(a, b, dh, activation),
-                                a, b, dh, activation)
+    assert_kernel_matches_torch(
+        ours(a, b, dh, "triton", activation), torch_autograd(a, b, dh, activation), a, b, dh, activation
+    )
 
 
 @cpu_kernel
@@ -248,8 +267,10 @@ def test_kernel_bfloat16_subnormals_cpu(activation):
     bit-shift conversions; the interpreter's own bfloat16 conversion renormalises them wrongly)."""
     tiny = torch.tensor([1e-39, -3e-39, 5e-40, 2e-38, 0.0, -1e-38], dtype=torch.float32).to(torch.bfloat16)
     a, b, dh = tiny, torch.full_like(tiny, 1.5), torch.full_like(tiny, 0.75)
-    got = (kswiglu.swiglu_forward(a, b, activation=activation),
-           *kswiglu.swiglu_backward(a, b, dh, activation=activation))
+    got = (
+        kswiglu.swiglu_forward(a, b, activation=activation),
+        *kswiglu.swiglu_backward(a, b, dh, activation=activation),
+    )
     want = torch_autograd(a, b, dh, activation)
     assert_kernel_matches_torch(got, want, a, b, dh, activation)
     for x, ref in zip(got, want):
@@ -313,8 +334,14 @@ def test_empty(impl, shape, activation):
 @cpu_kernel
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @settings(max_examples=16)
-@given(rows=st.integers(0, 5), cols=st.integers(1, 300), dtype=st.sampled_from(DTYPES),
-       scale=st.sampled_from([0.1, 4.0, 30.0]), seed=st.integers(0, 2**16), activation=st.sampled_from(ACTIVATIONS))
+@given(
+    rows=st.integers(0, 5),
+    cols=st.integers(1, 300),
+    dtype=st.sampled_from(DTYPES),
+    scale=st.sampled_from([0.1, 4.0, 30.0]),
+    seed=st.integers(0, 2**16),
+    activation=st.sampled_from(ACTIVATIONS),
+)
 def test_property_kernel_and_reference(rows, cols, dtype, scale, seed, activation):
     a, b, dh = draw((rows, cols), dtype, seed=seed, scale=scale)
     want = torch_autograd(a, b, dh, activation)
@@ -390,15 +417,17 @@ def test_impl_selects_the_kernel(monkeypatch):
     calls = []
     for name in ("swiglu_forward", "swiglu_backward"):
         fn = getattr(kswiglu, name)
-        monkeypatch.setattr(kswiglu, name, lambda *args, _fn=fn, _name=name, **kw: calls.append((_name, kw))
-                            or _fn(*args, **kw))
+        monkeypatch.setattr(
+            kswiglu, name, lambda *args, _fn=fn, _name=name, **kw: calls.append((_name, kw)) or _fn(*args, **kw)
+        )
     a, b, dh = draw((9,), torch.float32)
     ours(a, b, dh, "reference")
     assert calls == []
     ours(a, b, dh, "triton")
     ours(a, b, dh, "triton", "gelu_tanh")
-    assert calls == [(name, dict(activation=act)) for act in ACTIVATIONS
-                     for name in ("swiglu_forward", "swiglu_backward")]
+    assert calls == [
+        (name, dict(activation=act)) for act in ACTIVATIONS for name in ("swiglu_forward", "swiglu_backward")
+    ]
 
 
 def test_function_transforms_refused():
@@ -430,15 +459,18 @@ def test_module():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("gate, up, error, match", [
-    (torch.ones(3, 4), torch.ones(4, 3), ValueError, "same shape"),
-    (torch.ones(3, 4), torch.ones(4), ValueError, "no broadcasting"),
-    (torch.ones(3), torch.ones(3, dtype=torch.bfloat16), TypeError, "share one dtype"),
-    (torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.int64), TypeError, "floating-point"),
-    (torch.ones(3, dtype=torch.complex64), torch.ones(3, dtype=torch.complex64), TypeError, "floating-point"),
-    ([1.0, 2.0], torch.ones(2), TypeError, "gate must be a torch.Tensor"),
-    (torch.ones(3), torch.ones(3, device="meta"), ValueError, "up is on meta"),
-])
+@pytest.mark.parametrize(
+    "gate, up, error, match",
+    [
+        (torch.ones(3, 4), torch.ones(4, 3), ValueError, "same shape"),
+        (torch.ones(3, 4), torch.ones(4), ValueError, "no broadcasting"),
+        (torch.ones(3), torch.ones(3, dtype=torch.bfloat16), TypeError, "share one dtype"),
+        (torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.int64), TypeError, "floating-point"),
+        (torch.ones(3, dtype=torch.complex64), torch.ones(3, dtype=torch.complex64), TypeError, "floating-point"),
+        ([1.0, 2.0], torch.ones(2), TypeError, "gate must be a torch.Tensor"),
+        (torch.ones(3), torch.ones(3, device="meta"), ValueError, "up is on meta"),
+    ],
+)
 @act_param
 def test_bad_input(gate, up, error, match, activation):
     with pytest.raises(error, match=match):

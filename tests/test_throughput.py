@@ -22,16 +22,30 @@ transformers.logging.set_verbosity_error()
 aten = torch.ops.aten
 #: the CPU's SDPA ops are not in FlopCounterMode's table: count them with torch's own
 #: formulas for the CUDA flash kernels (full square: its "NB: We aren't accounting for causal")
-CPU_SDPA = {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_counter.sdpa_backward_flop.__wrapped__}
+CPU_SDPA = {
+    aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_counter.sdpa_backward_flop.__wrapped__,
+}
 ATTENTION_OPS = {str(op) for op in CPU_SDPA}
 
 
 def _llama(checkpoint: bool, **overrides):
-    config = transformers.LlamaConfig(**(dict(
-        vocab_size=101, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False, attention_dropout=0.0)
-        | overrides))
+    config = transformers.LlamaConfig(
+        **(
+            dict(
+                vocab_size=101,
+                hidden_size=64,
+                intermediate_size=176,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=4,
+                max_position_embeddings=128,
+                tie_word_embeddings=False,
+                attention_dropout=0.0,
+            )
+            | overrides
+        )
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).train()
     if checkpoint:
@@ -51,8 +65,11 @@ def _counted(model, ids) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("checkpoint", [False, True], ids=["plain", "ckpt"])
-@pytest.mark.parametrize("overrides", [{}, dict(num_key_value_heads=2, tie_word_embeddings=True), dict(head_dim=32)],
-                         ids=["mha", "gqa-tied", "head-dim"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, dict(num_key_value_heads=2, tie_word_embeddings=True), dict(head_dim=32)],
+    ids=["mha", "gqa-tied", "head-dim"],
+)
 def test_step_flops_match_flop_counter(checkpoint, overrides):
     """The products agree exactly with what FlopCounterMode counts; attention agrees with its
     full-square count times CAUSAL_FRACTION. Nothing else is counted (norms, rotary, SiLU,
@@ -80,7 +97,8 @@ def test_checkpointing_adds_one_forward_of_the_layers_but_down_proj():
     plain, ckpt = (T.flop_terms(m, P.Setting(checkpoint=c)) for c in (False, True))
     down_proj = 2 * 2048 * m.layers * m.hidden * m.intermediate
     assert T.step_flops(m, P.Setting(checkpoint=True)) - T.step_flops(m, P.Setting()) == (
-        plain["layer products forward"] - down_proj + plain["attention forward"])
+        plain["layer products forward"] - down_proj + plain["attention forward"]
+    )
     assert {k: v for k, v in ckpt.items() if k != "checkpoint recompute"} == plain
 
 
@@ -117,8 +135,13 @@ def test_predict_time_is_flops_over_rate():
     assert set(seconds) == {20, 30}
     assert seconds[20] == pytest.approx(20 * m.params() / tokens_per_s)
     assert T.predict_time(m, s, 1e15, efficiency=0.5)[0] == pytest.approx(tokens_per_s / 2)
-    for kwargs in (dict(rate=0), dict(rate=float("inf")), dict(rate=1e12, efficiency=1.5),
-                   dict(rate=1e12, tokens_per_param=()), dict(rate=1e12, tokens_per_param=(-1,))):
+    for kwargs in (
+        dict(rate=0),
+        dict(rate=float("inf")),
+        dict(rate=1e12, efficiency=1.5),
+        dict(rate=1e12, tokens_per_param=()),
+        dict(rate=1e12, tokens_per_param=(-1,)),
+    ):
         with pytest.raises(ValueError):
             T.predict_time(m, s, **kwargs)
 
@@ -126,8 +149,11 @@ def test_predict_time_is_flops_over_rate():
 RECORDS = [(path.name, s, t) for path in RECORDS_PATHS for s, t in P.load_records(path, "tokens_per_s")]
 
 
-@pytest.mark.parametrize("name,setting,tokens_per_s", RECORDS,
-                         ids=[f"{n.removesuffix('.json')}-{s.dtype}-{s.optimizer}-{s.mode}" for n, s, _ in RECORDS])
+@pytest.mark.parametrize(
+    "name,setting,tokens_per_s",
+    RECORDS,
+    ids=[f"{n.removesuffix('.json')}-{s.dtype}-{s.optimizer}-{s.mode}" for n, s, _ in RECORDS],
+)
 def test_h200_records_imply_plausible_flop_rates(name, setting, tokens_per_s):
     """The counted FLOPs at the measured tokens/s: fp32 38.9-42.8 TFLOP/s (torch's default IEEE
     float32 products; the H200's float32 peak is about 67), the same with and without
@@ -136,7 +162,9 @@ def test_h200_records_imply_plausible_flop_rates(name, setting, tokens_per_s):
     between calls; the third record's call ran on a faster one): the FLOP bound
     overestimates a bf16 step 3-7x."""
     achieved = T.step_flops(P.record_model(RECORDS_PATHS[-1]), setting) * tokens_per_s / setting.tokens
-    low, high = (38e12, 44e12) if setting.dtype == "fp32" else (0.13 * T.H200_BF16_GEMM_RATE, 0.40 * T.H200_BF16_GEMM_RATE)
+    low, high = (
+        (38e12, 44e12) if setting.dtype == "fp32" else (0.13 * T.H200_BF16_GEMM_RATE, 0.40 * T.H200_BF16_GEMM_RATE)
+    )
     assert low <= achieved <= high, f"{achieved / 1e12:.1f} TFLOP/s"
 
 
@@ -172,11 +200,14 @@ def test_cli_time(capsys, monkeypatch):
     assert "(fp32): 1.000 TFLOP/s" in out and "measured on an H200: " not in out.split("time to train")[1]
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--time", "--fit", "24GiB"], "--time times one setting"),
-    (["--time", "--tokens-per-param", "0"], "--tokens-per-param must be positive"),
-    (["--time", "--tokens-per-param", "nan"], "--tokens-per-param must be positive"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--time", "--fit", "24GiB"], "--time times one setting"),
+        (["--time", "--tokens-per-param", "0"], "--tokens-per-param must be positive"),
+        (["--time", "--tokens-per-param", "nan"], "--tokens-per-param must be positive"),
+    ],
+)
 def test_cli_time_bad_arguments(capsys, argv, message):
     assert main(["plan", *argv]) == 2
     assert message in capsys.readouterr().err

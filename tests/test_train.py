@@ -32,9 +32,21 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def small(out_dir: Path, cache: str, **changes) -> TrainConfig:
     """The nano preset on 200 kB of the standard library: about 10 ms a step."""
-    settings = dict(preset="nano", seq_len=32, batch_size=4, steps=12, lr=1e-2, warmup_steps=3, max_bytes=200_000,
-                    vocab=512, cache_dir=cache, out_dir=str(out_dir), checkpoint_every=4, keep_checkpoints=10,
-                    progress=False)
+    settings = dict(
+        preset="nano",
+        seq_len=32,
+        batch_size=4,
+        steps=12,
+        lr=1e-2,
+        warmup_steps=3,
+        max_bytes=200_000,
+        vocab=512,
+        cache_dir=cache,
+        out_dir=str(out_dir),
+        checkpoint_every=4,
+        keep_checkpoints=10,
+        progress=False,
+    )
     return TrainConfig(**{**settings, **changes})
 
 
@@ -64,11 +76,19 @@ def test_schedule_is_a_function_of_the_step() -> None:
     assert [learning_rate(s, short) for s in range(5)] == pytest.approx([2e-5 * (s + 1) for s in range(5)])
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"preset": "huge"}, "preset"), ({"steps": 0}, "steps"), ({"lr": -1.0}, "lr"), ({"dtype": "fp8"}, "dtype"),
-    ({"warmup_steps": -1}, "warmup_steps"),
-    ({"stop_after": 11, "steps": 10, "warmup_steps": 1}, "stop_after"),
-    ({"max_grad_norm": float("nan")}, "max_grad_norm"), ({"accumulation_steps": 0}, "accumulation_steps")])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"preset": "huge"}, "preset"),
+        ({"steps": 0}, "steps"),
+        ({"lr": -1.0}, "lr"),
+        ({"dtype": "fp8"}, "dtype"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"stop_after": 11, "steps": 10, "warmup_steps": 1}, "stop_after"),
+        ({"max_grad_norm": float("nan")}, "max_grad_norm"),
+        ({"accumulation_steps": 0}, "accumulation_steps"),
+    ],
+)
 def test_bad_setting_names_the_field(changes: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TrainConfig(**changes)
@@ -85,7 +105,9 @@ def test_loss_falls_and_records(tmp_path: Path, cache: str) -> None:
     assert {"lr", "tokens_per_s", "peak_memory_bytes", "tokens"} <= record.keys() and record["tokens"] == 4 * 32
     assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for _, p in train_state.list_states(tmp_path / "checkpoints")] == [
-        "step-00000030.ckpt", "step-00000060.ckpt"]
+        "step-00000030.ckpt",
+        "step-00000060.ckpt",
+    ]
 
 
 RUNS = {  # fused AdamW with two-pass clipping; the standard loop with accumulation and clipping
@@ -110,8 +132,9 @@ def test_resume_is_bitwise(tmp_path: Path, cache: str, reference: dict, name: st
     stopped = train(small(tmp_path, cache, stop_after=7, **RUNS[name]))
     assert stopped.stopped == "stop_after" and stopped.losses == losses[:7]
     # resume from the step-4 checkpoint, not the latest (7): the log is cut back to step 4
-    resumed = train(small(tmp_path, cache, resume=str(train_state.state_path(tmp_path / "checkpoints", 4)),
-                          **RUNS[name]))
+    resumed = train(
+        small(tmp_path, cache, resume=str(train_state.state_path(tmp_path / "checkpoints", 4)), **RUNS[name])
+    )
     assert resumed.losses == losses[4:] and resumed.step == 12
     _assert_bitwise(_parameters(resumed.model), parameters)
     assert _logged_losses(tmp_path) == losses
@@ -164,9 +187,12 @@ def _cli_args(config: TrainConfig) -> list[str]:
 def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference: dict) -> None:
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
-    run = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm",
-                          str(Path(__file__).parent)],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm", str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 128 + signal.SIGTERM, run.stderr
     assert "stopped by SIGTERM" in run.stdout
     assert train_state.latest_state(tmp_path / "checkpoints") == train_state.state_path(tmp_path / "checkpoints", 6)
@@ -179,9 +205,12 @@ def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference
 def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache: str, reference: dict) -> None:
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
-    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill",
-                               str(Path(__file__).parent)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    runner = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill", str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert runner.stdout.readline().strip() == "READY"
         os.kill(runner.pid, signal.SIGKILL)
@@ -234,8 +263,9 @@ def test_cli_refuses_truncated_checkpoint(tmp_path: Path, cache: str, capsys: py
 
 
 @pytest.mark.parametrize("in_backward", [True, False])
-def test_nonfinite_gradient_stops_naming_parameter(tmp_path: Path, cache: str, in_backward: bool,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nonfinite_gradient_stops_naming_parameter(
+    tmp_path: Path, cache: str, in_backward: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A NaN gradient with a finite loss (a hook poisons one parameter's gradient at step 3)."""
     original = train_module._build
     backward_passes = []
@@ -252,8 +282,11 @@ def test_nonfinite_gradient_stops_naming_parameter(tmp_path: Path, cache: str, i
     monkeypatch.setattr(train_module, "_build", build_with_poison)
     applied = "was applied in backward" if in_backward else "was not applied"
     # without clipping (a NaN norm would make every parameter NaN), only the poisoned one goes bad
-    with pytest.raises(TrainingDiverged, match=rf"at step 3: .*model\.layers\.1\.mlp\.up_proj\.weight "
-                                               rf"\(1st of 1 of 21\).*{applied}"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=rf"at step 3: .*model\.layers\.1\.mlp\.up_proj\.weight "
+        rf"\(1st of 1 of 21\).*{applied}",
+    ):
         train(small(tmp_path, cache, steps=6, checkpoint_every=2, in_backward=in_backward, max_grad_norm=None))
     assert train_state.latest_state(tmp_path / "checkpoints") == train_state.state_path(tmp_path / "checkpoints", 2)
 
@@ -262,12 +295,23 @@ def test_hugging_face_config_file(tmp_path: Path, cache: str, capsys: pytest.Cap
     from transformers import Qwen2Config
 
     file = tmp_path / "config.json"
-    Qwen2Config(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                vocab_size=7, max_position_embeddings=8).to_json_file(file)
+    Qwen2Config(
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=7,
+        max_position_embeddings=8,
+    ).to_json_file(file)
     result = train(small(tmp_path / "run", cache, steps=3, model_config_file=str(file)))
     config = result.model.config
     assert (config.model_type, config.hidden_size, config.num_hidden_layers, config.num_key_value_heads) == (
-        "qwen2", 48, 1, 2)
+        "qwen2",
+        48,
+        1,
+        2,
+    )
     assert config.vocab_size == 512 and config.max_position_embeddings == 32  # the tokenizer's, the run's
     assert f"qwen2 of {file}: hidden 48, 1 layers" in capsys.readouterr().err
     with pytest.raises(ValueError, match="model_config_file 'nowhere.json' does not exist"):
@@ -287,74 +331,131 @@ def test_stop_flag_signals() -> None:
 
 # The memory plan (ojas plan's formulas) checked before the first step.
 
+
 def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
     """The planner's peak of ``config``'s model under the Setting written out here (not train's mapping)."""
     from ojas_ref.tools import plan as planner
 
     shape = planner.Model.from_module(train_memory._meta_model(config, vocab))
-    return planner.plan(shape, planner.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
-                                               **setting)).peak
+    return planner.plan(
+        shape, planner.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len, **setting)
+    ).peak
 
 
-@pytest.mark.parametrize("changes, setting", [
-    ({"in_backward": False}, dict(dtype="fp32", in_backward=False, checkpoint=False, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)),
-    ({"in_backward": False, "ojas": False, "dtype": "bfloat16", "activation_checkpointing": True},
-     dict(dtype="bf16", in_backward=False, checkpoint=True, ojas_attention=False, ojas_loss=False, ojas_rms_norm=False, ojas_swiglu=False)),
-    ({"in_backward": True, "max_grad_norm": None, "batch_size": 3, "seq_len": 64},
-     dict(dtype="fp32", in_backward=True, checkpoint=False, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)),
-])
-def test_check_fits_passes_and_refuses_with_peak_and_available(tmp_path: Path, cache: str, changes: dict,
-                                                               setting: dict, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "changes, setting",
+    [
+        (
+            {"in_backward": False},
+            dict(
+                dtype="fp32",
+                in_backward=False,
+                checkpoint=False,
+                ojas_attention=True,
+                ojas_loss=True,
+                ojas_rms_norm=True,
+                ojas_swiglu=True,
+            ),
+        ),
+        (
+            {"in_backward": False, "ojas": False, "dtype": "bfloat16", "activation_checkpointing": True},
+            dict(
+                dtype="bf16",
+                in_backward=False,
+                checkpoint=True,
+                ojas_attention=False,
+                ojas_loss=False,
+                ojas_rms_norm=False,
+                ojas_swiglu=False,
+            ),
+        ),
+        (
+            {"in_backward": True, "max_grad_norm": None, "batch_size": 3, "seq_len": 64},
+            dict(
+                dtype="fp32",
+                in_backward=True,
+                checkpoint=False,
+                ojas_attention=True,
+                ojas_loss=True,
+                ojas_rms_norm=True,
+                ojas_swiglu=True,
+            ),
+        ),
+    ],
+)
+def test_check_fits_passes_and_refuses_with_peak_and_available(
+    tmp_path: Path, cache: str, changes: dict, setting: dict, capsys: pytest.CaptureFixture
+) -> None:
     config = small(tmp_path, cache, **changes)
     model = train_memory._meta_model(config, 512)
     expected = _planned_peak(config, 512, **setting)
     fits = train_module.check_fits(config, model, expected, "cuda:0")  # exactly enough
     assert fits is not None and fits.peak == expected
-    assert fits.setting == plan.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len,
-                                        **setting)  # TrainConfig -> Setting, the rest of its fields their defaults
+    assert fits.setting == plan.Setting(
+        optimizer="adamw", batch=config.batch_size, seq=config.seq_len, **setting
+    )  # TrainConfig -> Setting, the rest of its fields their defaults
     assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
     with pytest.raises(train_module.PlanDoesNotFit) as refused:
         train_module.check_fits(config, model, expected - 1, "cuda:0")
     assert f"predicted peak {expected / 2**20:.1f} MiB ({expected:,} bytes" in str(refused.value)
     assert f"({expected - 1:,} bytes free)" in str(refused.value)
     largest = max(fits.peak_phase.terms, key=lambda t: t.bytes)
-    with pytest.raises(ValueError, match=rf"will not fit in the memory of cuda:0: .*largest terms: "
-                                         rf"{re.escape(largest.name)} .*available 1\.0 MiB \(1,048,576 bytes free\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"will not fit in the memory of cuda:0: .*largest terms: "
+        rf"{re.escape(largest.name)} .*available 1\.0 MiB \(1,048,576 bytes free\)",
+    ):
         train_module.check_fits(config, model, 2**20, "cuda:0")
 
 
 def test_check_fits_with_clipping_in_backward_is_a_lower_bound(tmp_path: Path, cache: str) -> None:
     config = small(tmp_path, cache, in_backward=True, max_grad_norm=1.0)
-    expected = _planned_peak(config, 512, dtype="fp32", in_backward=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    expected = _planned_peak(
+        config,
+        512,
+        dtype="fp32",
+        in_backward=True,
+        ojas_attention=True,
+        ojas_loss=True,
+        ojas_rms_norm=True,
+        ojas_swiglu=True,
+    )
     with pytest.raises(train_module.PlanDoesNotFit, match=rf"predicted peak at least {expected / 2**20:.1f} MiB"):
         train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20)
 
 
-def test_check_fits_skips_what_the_planner_does_not_model(tmp_path: Path, cache: str,
-                                                         capsys: pytest.CaptureFixture) -> None:
+def test_check_fits_skips_what_the_planner_does_not_model(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture
+) -> None:
     from transformers import LlamaConfig, Qwen2Config
 
     accumulation = small(tmp_path, cache, accumulation_steps=2)
     assert train_module.check_fits(accumulation, train_memory._meta_model(accumulation, 512), 2**20) is None
-    assert capsys.readouterr().err == ("ojas train: memory plan not checked: gradient accumulation "
-                                       "(accumulation_steps=2) is not modelled by the planner\n")
+    assert capsys.readouterr().err == (
+        "ojas train: memory plan not checked: gradient accumulation "
+        "(accumulation_steps=2) is not modelled by the planner\n"
+    )
     qwen = tmp_path / "qwen2.json"
-    Qwen2Config(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2).to_json_file(qwen)
+    Qwen2Config(
+        hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2
+    ).to_json_file(qwen)
     config = small(tmp_path, cache, model_config_file=str(qwen))
     assert train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20) is None
     assert "memory plan not checked: the model is 'qwen2': the planner models Llama decoders only" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     biased = tmp_path / "llama-bias.json"
-    LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
-                mlp_bias=True).to_json_file(biased)
+    LlamaConfig(
+        hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, mlp_bias=True
+    ).to_json_file(biased)
     config = small(tmp_path, cache, model_config_file=str(biased))
     assert train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20) is None
     assert "memory plan not checked: config.mlp_bias=True" in capsys.readouterr().err
 
 
-def test_cuda_run_refused_before_the_model_is_built(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_run_refused_before_the_model_is_built(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The CUDA path on a CPU machine: mem_get_info and the model's construction stubbed."""
     asked = []
 
@@ -370,12 +471,18 @@ def test_cuda_run_refused_before_the_model_is_built(tmp_path: Path, cache: str, 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(train_module, "_build", build)
     config = small(tmp_path / "run", cache, device="cuda", in_backward=False)
-    expected = _planned_peak(config, 512, dtype="fp32", ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    expected = _planned_peak(
+        config, 512, dtype="fp32", ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True
+    )
     free = 2**20
     assert main(["train"] + _cli_args(config)) == 2
     err = capsys.readouterr().err
-    assert asked == ["cuda"] and f"ojas train: the run will not fit in the memory of cuda: predicted peak " \
-                                 f"{expected / 2**20:.1f} MiB ({expected:,} bytes" in err
+    assert (
+        asked == ["cuda"]
+        and f"ojas train: the run will not fit in the memory of cuda: predicted peak "
+        f"{expected / 2**20:.1f} MiB ({expected:,} bytes"
+        in err
+    )
     assert "(1,048,576 bytes free)" in err
     assert not train_state.list_states(tmp_path / "run" / "checkpoints")
     free = expected  # fits: the check passes and the run goes on to build the model
@@ -384,15 +491,24 @@ def test_cuda_run_refused_before_the_model_is_built(tmp_path: Path, cache: str, 
     assert f"memory plan: predicted peak {expected / 2**20:.1f} MiB" in capsys.readouterr().err
 
 
-def test_cpu_run_is_not_checked_and_dry_run_prints_the_peak(tmp_path: Path, cache: str,
-                                                            capsys: pytest.CaptureFixture,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_run_is_not_checked_and_dry_run_prints_the_peak(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def mem_get_info(device: torch.device) -> tuple[int, int]:
         raise AssertionError("mem_get_info called on a CPU run")
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
     config = small(tmp_path / "run", cache, steps=2, device="cpu")
-    expected = _planned_peak(config, 512, dtype="fp32", in_backward=True, ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    expected = _planned_peak(
+        config,
+        512,
+        dtype="fp32",
+        in_backward=True,
+        ojas_attention=True,
+        ojas_loss=True,
+        ojas_rms_norm=True,
+        ojas_swiglu=True,
+    )
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0
     assert f"predicted peak on a GPU: at least {expected / 2**20:.1f} MiB at " in capsys.readouterr().out
     assert main(["train", "--dry-run"] + _cli_args(dataclasses.replace(config, accumulation_steps=2))) == 0
@@ -411,9 +527,16 @@ def _pretrained(directory: Path, cache: str, extra_vocab: int = 3) -> Path:
     corpus = data_module.read_corpus(None, "*.py", 200_000)
     tokenizer = data_module.train_tokenizer(corpus.texts()[:50], 400)
     size = data_module.vocab_size(tokenizer)
-    config = transformers.LlamaConfig(vocab_size=size + extra_vocab, hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                      max_position_embeddings=64, tie_word_embeddings=False)
+    config = transformers.LlamaConfig(
+        vocab_size=size + extra_vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(7)
     transformers.LlamaForCausalLM(config).save_pretrained(directory)
     (directory / "tokenizer.json").write_text(tokenizer.to_str())
@@ -435,10 +558,12 @@ def test_init_from_pretrained_weights(tmp_path: Path, cache: str) -> None:
     loaded = transformers.LlamaForCausalLM.from_pretrained(pretrained)
     assert result.model.config.vocab_size == loaded.config.vocab_size and result.model.config.hidden_size == 32
     tokenizer = tokenizers.Tokenizer.from_file(str(pretrained / "tokenizer.json"))
-    data = data_module.prepare(data_module.read_corpus(None, "*.py", config.max_bytes), config.vocab, cache,
-                               tokenizer=tokenizer)
-    window = next(data_module.WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed,
-                                           loaded.config.vocab_size))
+    data = data_module.prepare(
+        data_module.read_corpus(None, "*.py", config.max_bytes), config.vocab, cache, tokenizer=tokenizer
+    )
+    window = next(
+        data_module.WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed, loaded.config.vocab_size)
+    )
     with torch.no_grad():
         inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()
         first = loaded(input_ids=inputs, labels=targets, shift_labels=targets).loss.item()
@@ -466,15 +591,18 @@ def test_init_from_is_checked(tmp_path: Path, cache: str) -> None:
 HOST = {"in_backward": True, "activation_checkpointing": True, "offload_checkpoints": True, "state_on_host": True}
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"offload_checkpoints": True}, "offload_checkpoints.*--activation-checkpointing"),
-    ({"offload_checkpoints": True, "activation_checkpointing": False, "in_backward": False},
-     "offload_checkpoints"),
-    ({"state_on_host": True, "in_backward": False}, "state_on_host.*--in-backward"),
-    ({"state_on_host": True, "in_backward": False, "activation_checkpointing": True}, "state_on_host"),
-])
-def test_offload_and_state_on_host_need_their_technique(changes: dict, match: str,
-                                                        capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"offload_checkpoints": True}, "offload_checkpoints.*--activation-checkpointing"),
+        ({"offload_checkpoints": True, "activation_checkpointing": False, "in_backward": False}, "offload_checkpoints"),
+        ({"state_on_host": True, "in_backward": False}, "state_on_host.*--in-backward"),
+        ({"state_on_host": True, "in_backward": False, "activation_checkpointing": True}, "state_on_host"),
+    ],
+)
+def test_offload_and_state_on_host_need_their_technique(
+    changes: dict, match: str, capsys: pytest.CaptureFixture
+) -> None:
     with pytest.raises(ValueError, match=match):
         TrainConfig(**changes)
     assert main(["train", "--dry-run", "--offload-checkpoints"]) == 2
@@ -490,8 +618,7 @@ def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) ->
     from ojas_ref.nn.offload import OffloadedCheckpoint
 
     assert isinstance(full.model.model.layers[0]._gradient_checkpointing_func, OffloadedCheckpoint)
-    plain = train(small(tmp_path / "plain", cache, **{**HOST, "offload_checkpoints": False,
-                                                        "state_on_host": False}))
+    plain = train(small(tmp_path / "plain", cache, **{**HOST, "offload_checkpoints": False, "state_on_host": False}))
     assert full.losses == plain.losses
     _assert_bitwise(_parameters(full.model), _parameters(plain.model))
     stopped = train(small(tmp_path / "run", cache, stop_after=7, **HOST))
@@ -500,20 +627,33 @@ def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) ->
     moments = [v for s in state["optimizer"]["state"].values() for k, v in s.items() if k != "step"]
     assert moments and all(v.device.type == "cpu" for v in moments)
     assert state["config"]["offload_checkpoints"] and state["config"]["state_on_host"]
-    resumed = train(small(tmp_path / "run", cache, resume=str(train_state.state_path(tmp_path / "run" / "checkpoints", 4)),
-                          **HOST))
+    resumed = train(
+        small(tmp_path / "run", cache, resume=str(train_state.state_path(tmp_path / "run" / "checkpoints", 4)), **HOST)
+    )
     assert resumed.losses == full.losses[4:] and resumed.step == 12
     _assert_bitwise(_parameters(resumed.model), _parameters(full.model))
     with pytest.raises(ValueError, match="state_on_host"):  # a checkpoint of the setting is not resumed without it
         train(small(tmp_path / "run", cache, resume="latest", **{**HOST, "state_on_host": False}))
 
 
-def test_offload_and_state_on_host_in_the_plan_and_dry_run(tmp_path: Path, cache: str,
-                                                            capsys: pytest.CaptureFixture) -> None:
+def test_offload_and_state_on_host_in_the_plan_and_dry_run(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture
+) -> None:
     config = small(tmp_path, cache, max_grad_norm=None, **HOST)
     model = train_memory._meta_model(config, 512)
-    expected = _planned_peak(config, 512, dtype="fp32", in_backward=True, checkpoint=True, offload=True, host_state=True,
-                             ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True)
+    expected = _planned_peak(
+        config,
+        512,
+        dtype="fp32",
+        in_backward=True,
+        checkpoint=True,
+        offload=True,
+        host_state=True,
+        ojas_attention=True,
+        ojas_loss=True,
+        ojas_rms_norm=True,
+        ojas_swiglu=True,
+    )
     fits = train_module.check_fits(config, model, expected, "cuda:0")
     assert fits is not None and fits.peak == expected
     assert fits.setting.offload and fits.setting.host_state and fits.host_bytes > 0
@@ -526,6 +666,7 @@ def test_offload_and_state_on_host_in_the_plan_and_dry_run(tmp_path: Path, cache
 
 
 # Split checkpoints (--split-checkpoints)
+
 
 def test_split_checkpoints_need_activation_checkpointing(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(ValueError, match="split_checkpoints.*--activation-checkpointing"):
@@ -553,16 +694,20 @@ def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: 
 
 # Files and errors (issue 33 items 3, 4, 11, 12; issue 34 items 5 and 7).
 
-def test_a_second_run_into_a_locked_out_dir_is_refused_at_once(tmp_path: Path, cache: str,
-                                                               capsys: pytest.CaptureFixture,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_a_second_run_into_a_locked_out_dir_is_refused_at_once(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run in a subprocess holds --out-dir (stopped half-way through its step-8 checkpoint); a
     second run into it, new or resumed, exits 2 naming the directory and the holder before
     reading the corpus; once the holder is gone the directory is free."""
     config = small(tmp_path, cache, **RUNS["in-backward"])
-    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill",
-                               str(Path(__file__).parent)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    runner = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill", str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert runner.stdout.readline().strip() == "READY"
         monkeypatch.setattr(train_module, "read_corpus", lambda *a: pytest.fail("the corpus was read"))
@@ -587,8 +732,10 @@ def test_resume_without_a_checkpoint_keeps_the_log(tmp_path: Path, cache: str, c
     log = (tmp_path / "train.jsonl").read_bytes()
     assert main(["train", "--resume"] + _cli_args(config)) == 2
     err = capsys.readouterr().err
-    assert (f"--resume latest: --out-dir {str(tmp_path)!r} holds train.jsonl of 6 step(s), no checkpoint: the run "
-            "stopped before its first checkpoint, so there is nothing to resume from") in err
+    assert (
+        f"--resume latest: --out-dir {str(tmp_path)!r} holds train.jsonl of 6 step(s), no checkpoint: the run "
+        "stopped before its first checkpoint, so there is nothing to resume from"
+    ) in err
     assert (tmp_path / "train.jsonl").read_bytes() == log
     with pytest.raises(ValueError, match="holds no checkpoint to resume from"):
         train(small(tmp_path / "empty", cache, resume="latest"))
@@ -621,17 +768,20 @@ def test_divergence_advice_is_what_works(tmp_path: Path, cache: str) -> None:
         train(dataclasses.replace(config, resume="latest"))
     message = str(info.value)
     assert "resume from it" not in message
-    assert message.endswith("A resume keeps the setting and would diverge again: start a new run in another "
-                            "--out-dir with a lower --lr (this run: 0.01), more --warmup-steps (this run: 3) or "
-                            "clipping, e.g. --max-grad-norm 1.0 (this run: none)")
+    assert message.endswith(
+        "A resume keeps the setting and would diverge again: start a new run in another "
+        "--out-dir with a lower --lr (this run: 0.01), more --warmup-steps (this run: 3) or "
+        "clipping, e.g. --max-grad-norm 1.0 (this run: none)"
+    )
     with pytest.raises(ValueError, match="changes the computation"):
         train(dataclasses.replace(config, resume="latest", lr=1e-3))
     advised = train(dataclasses.replace(config, out_dir=str(tmp_path / "new"), lr=1e-3, max_grad_norm=1.0))
     assert advised.step == 10 and all(math.isfinite(loss) for _, loss in advised.losses)
 
 
-def test_bad_device_and_out_dir_exit_2_with_a_message(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_device_and_out_dir_exit_2_with_a_message(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = small(tmp_path / "run", cache, steps=2)
     args = _cli_args(config)
     file = tmp_path / "file"
@@ -658,13 +808,17 @@ def test_bad_device_and_out_dir_exit_2_with_a_message(tmp_path: Path, cache: str
     monkeypatch.setattr(train_module, "read_corpus", lambda *a: pytest.fail("the corpus was read"))
     assert main(["train"] + args + ["--model-config-file", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert f"model_config_file (--model-config-file) {str(bad)!r}: not a Hugging Face config transformers can read " \
-           "(It looks like the config file" in err and "Traceback" not in err
+    assert (
+        f"model_config_file (--model-config-file) {str(bad)!r}: not a Hugging Face config transformers can read "
+        "(It looks like the config file"
+        in err
+        and "Traceback" not in err
+    )
 
 
-def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(tmp_path: Path, cache: str,
-                                                              capsys: pytest.CaptureFixture,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC while the step-8 checkpoint is written: exit 3 naming the file and the step-4
     checkpoint, which a resume then continues from, bitwise the uninterrupted run."""
     import errno
@@ -681,9 +835,10 @@ def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(tmp_path: Path, ca
     assert main(["train"] + _cli_args(config)) == 3
     err = capsys.readouterr().err
     four = train_state.state_path(tmp_path / "checkpoints", 4)
-    assert (f"ojas train: cannot write {train_state.state_path(tmp_path / 'checkpoints', 8)} (No space left on device); "
-            f"the last complete checkpoint is {four}: free space (or fix the path) and continue with --resume latest"
-            ) in err
+    assert (
+        f"ojas train: cannot write {train_state.state_path(tmp_path / 'checkpoints', 8)} (No space left on device); "
+        f"the last complete checkpoint is {four}: free space (or fix the path) and continue with --resume latest"
+    ) in err
     monkeypatch.undo()
     assert train_state.latest_state(tmp_path / "checkpoints") == four
 
@@ -692,15 +847,20 @@ def test_warmup_longer_than_the_run_is_said(tmp_path: Path, cache: str, capsys: 
     config = small(tmp_path, cache, steps=5, warmup_steps=50)
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0
     out = capsys.readouterr().out
-    assert ("schedule   5 steps, all inside the 50-step warm-up: the lr rises to 0.001 and never reaches --lr 0.01 "
-            "(warning: lower --warmup-steps to at most --steps to reach it)") in out
+    assert (
+        "schedule   5 steps, all inside the 50-step warm-up: the lr rises to 0.001 and never reaches --lr 0.01 "
+        "(warning: lower --warmup-steps to at most --steps to reach it)"
+    ) in out
     train(config)
-    assert ("ojas train: warning: warmup_steps (--warmup-steps 50) is above steps (--steps 5): the whole run is "
-            "warm-up and the lr never reaches --lr 0.01") in capsys.readouterr().err
+    assert (
+        "ojas train: warning: warmup_steps (--warmup-steps 50) is above steps (--steps 5): the whole run is "
+        "warm-up and the lr never reaches --lr 0.01"
+    ) in capsys.readouterr().err
 
 
-def test_threads_default_override_and_restore(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threads_default_override_and_restore(
+    tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Half the cores (1 to 4), OMP_NUM_THREADS kept, --threads wins; set for the run only."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     for cores, threads in ((1, 1), (2, 1), (3, 1), (8, 4), (64, 4)):
@@ -718,7 +878,8 @@ def test_threads_default_override_and_restore(tmp_path: Path, cache: str, capsys
     before = torch.get_num_threads()
     train(small(tmp_path / "auto", cache, steps=1))
     assert "threads    3 intra-op CPU thread(s) (automatic: half of this process's 6 core(s), at most 4" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     train(small(tmp_path / "flag", cache, steps=1, threads=2))
     assert "threads    2 intra-op CPU thread(s) (--threads)" in capsys.readouterr().err
     assert seen == [3, 2] and torch.get_num_threads() == before
@@ -734,20 +895,23 @@ def test_cli_messages_for_runs_already_there(tmp_path: Path, cache: str, capsys:
     assert main(["train"] + _cli_args(config)) == 0
     capsys.readouterr()
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0
-    held = (f"--out-dir {str(tmp_path)!r} holds a run already (train.jsonl of 3 step(s), checkpoints up to step 3): "
-            "continue it with --resume latest, or pass another --out-dir")
+    held = (
+        f"--out-dir {str(tmp_path)!r} holds a run already (train.jsonl of 3 step(s), checkpoints up to step 3): "
+        "continue it with --resume latest, or pass another --out-dir"
+    )
     assert f"ojas train: warning: {held}" in capsys.readouterr().err
     assert main(["train"] + _cli_args(config)) == 2
     assert f"ojas train: {held}" in capsys.readouterr().err
     assert main(["train", "--resume"] + _cli_args(config)) == 0
     out = capsys.readouterr().out
     assert "nan" not in out
-    assert (f"ojas train: the run in {tmp_path} is finished (step 3 of 3, checkpoint "
-            f"{train_state.state_path(tmp_path / 'checkpoints', 3)}): nothing to resume") in out
+    assert (
+        f"ojas train: the run in {tmp_path} is finished (step 3 of 3, checkpoint "
+        f"{train_state.state_path(tmp_path / 'checkpoints', 3)}): nothing to resume"
+    ) in out
 
 
-def test_plot_has_the_setting_and_memory_from_zero(tmp_path: Path, cache: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plot_has_the_setting_and_memory_from_zero(tmp_path: Path, cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from matplotlib.figure import Figure
 
     figures = []
@@ -756,5 +920,6 @@ def test_plot_has_the_setting_and_memory_from_zero(tmp_path: Path, cache: str,
     figure = figures[-1]
     assert figure._suptitle.get_text() == (
         "ojas train: Llama preset 'nano', 0.05M parameters, float32 on cpu\n3 steps of 4 x 32 tokens, lr 0.01 "
-        "(3 warm-up, cosine), AdamW in backward, clip 1.0, optimize_model on")
+        "(3 warm-up, cosine), AdamW in backward, clip 1.0, optimize_model on"
+    )
     assert figure.axes[1].get_ylim()[0] == 0

@@ -36,7 +36,7 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_truncated_is_refused(tmp_path: Path, keep: int, monkeypatch: pytest.MonkeyPatch) -> None:
     path = train_state.save_state(tmp_path / "a.ckpt", _state(1))
     data = path.read_bytes()
-    path.write_bytes(data[:keep] if keep >= 0 else data[:len(data) // 2])
+    path.write_bytes(data[:keep] if keep >= 0 else data[: len(data) // 2])
     monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("a corrupt file reached torch.load"))
     with pytest.raises(train_state.CorruptStateError, match="truncated") as info:
         train_state.load_state(path)
@@ -112,8 +112,11 @@ _WRITER = textwrap.dedent("""
 
 @pytest.mark.parametrize("where", ["mid-write", "before-rename"])
 def test_sigkill_while_writing_keeps_previous(tmp_path: Path, where: str) -> None:
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), where, str(Path(__file__).parent)],
-                              stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path), where, str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout.readline().strip() == "READY"
         temporaries = [p for p in tmp_path.iterdir() if p.name.endswith(train_state.TEMP_SUFFIX)]
@@ -138,17 +141,28 @@ def test_lock_directory_refuses_a_second_holder(tmp_path: Path) -> None:
     lock goes with the holder (released on exit, also when the holder is killed)."""
     with train_state.lock_directory(tmp_path, what="--out-dir") as lock:
         assert lock == tmp_path / ".lock" and lock.read_text() == f"{os.getpid()}\n"
-        with pytest.raises(train_state.DirectoryLocked, match=rf"^--out-dir {re.escape(repr(str(tmp_path)))} is in use by "
-                                                        rf"another run \(process {os.getpid()} holds"):
+        with pytest.raises(
+            train_state.DirectoryLocked,
+            match=rf"^--out-dir {re.escape(repr(str(tmp_path)))} is in use by "
+            rf"another run \(process {os.getpid()} holds",
+        ):
             with train_state.lock_directory(tmp_path, what="--out-dir"):
                 pass
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         from ojas_ref.tools import train_state
         with train_state.lock_directory({str(tmp_path)!r}):
             print("READY", flush=True)
             time.sleep(600)
-        """)], stdout=subprocess.PIPE, text=True)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "READY"
         with pytest.raises(train_state.DirectoryLocked, match=f"process {holder.pid} holds"):

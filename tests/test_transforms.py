@@ -18,9 +18,12 @@ Q = torch.randn(1, 2, 8, 4, dtype=torch.float64)
 
 def stack() -> ojas_ref.ReversibleSequence:
     torch.manual_seed(0)
-    return ojas_ref.ReversibleSequence([ojas_ref.AdditiveCoupling(nn.Linear(2, 2, dtype=torch.float64),
-                                                                  nn.Linear(2, 2, dtype=torch.float64))
-                                        for _ in range(2)])
+    return ojas_ref.ReversibleSequence(
+        [
+            ojas_ref.AdditiveCoupling(nn.Linear(2, 2, dtype=torch.float64), nn.Linear(2, 2, dtype=torch.float64))
+            for _ in range(2)
+        ]
+    )
 
 
 STACK = stack()
@@ -31,8 +34,13 @@ CALLS = {
     "relu": lambda x: (ojas_ref.relu(x) * X).sum(),
     "relu_squared_linear": lambda x: ojas_ref.relu_squared_linear(x, W).sum(),
 }
-INPUTS = {"linear_cross_entropy": X, "attention": Q, "ReversibleSequence": torch.randn(3, 4, dtype=torch.float64),
-          "relu": X, "relu_squared_linear": X}
+INPUTS = {
+    "linear_cross_entropy": X,
+    "attention": Q,
+    "ReversibleSequence": torch.randn(3, 4, dtype=torch.float64),
+    "relu": X,
+    "relu_squared_linear": X,
+}
 
 
 @pytest.mark.parametrize("name", list(CALLS))

@@ -238,8 +238,17 @@ def _apply_mask(s2, vis, i, j, mask_base, stride_mm, stride_mn, MASK_BOOL: tl.co
 
 
 @triton.jit
-def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr):
+def _key_tiles(
+    start_m,
+    seq_q,
+    seq_k,
+    window,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
     """Key tiles of the query tile ``[start_m, start_m + BLOCK_M)``.
 
     Returns ``lo <= a <= b <= hi``: tiles starting in ``[lo, a)`` and
@@ -271,8 +280,17 @@ def _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def _query_tiles(start_n, seq_q, seq_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr):
+def _query_tiles(
+    start_n,
+    seq_q,
+    seq_k,
+    window,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
     """Query tiles of the key tile ``[start_n, start_n + BLOCK_N)``, split as in
     ``_key_tiles``: ``[a, b)`` needs no mask, rows outside ``[lo, hi)`` see
     none of the tile's keys and are dropped (Mask.v, ``stream_row_masked_keys``)."""
@@ -315,8 +333,7 @@ def _dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M: tl.constexpr, BLOCK_N: 
     ``j % 4`` of Philox-4x32-10 (``tl.philox_impl``) at the counter ``(j // 4, i, bh, 0)``
     under the key ``(k0, k1)``; ``start_n`` a multiple of 4.  The reference
     (``ojas_ref.functional.attention._dropout_keep``) computes the same words."""
-    c0 = tl.broadcast_to((start_n // 4 + tl.arange(0, BLOCK_N // 4)).to(tl.uint32)[None, :],
-                         [BLOCK_M, BLOCK_N // 4])
+    c0 = tl.broadcast_to((start_n // 4 + tl.arange(0, BLOCK_N // 4)).to(tl.uint32)[None, :], [BLOCK_M, BLOCK_N // 4])
     c1 = tl.broadcast_to(offs_m.to(tl.uint32)[:, None], [BLOCK_M, BLOCK_N // 4])
     c3 = c1 * 0
     c2 = c3 + bh.to(tl.uint32)
@@ -337,21 +354,56 @@ def _kept(words, drop_threshold):
 
 
 @triton.jit
-def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm, stride_mn, start_n,
-              offs_m, seq_q, seq_k, window, qk_scale,
-              HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-              POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr,
-              k0, k1, bh, drop_threshold, BLOCK_M: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _fwd_tile(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    mask_base,
+    stride_kn,
+    stride_vn,
+    stride_mm,
+    stride_mn,
+    start_n,
+    offs_m,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    POS_SCALE: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    k0,
+    k1,
+    bh,
+    drop_threshold,
+    BLOCK_M: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """``block_step`` of OnlineSoftmax.v on one key tile, for BLOCK_M rows.  With dropout,
     l sums every probability and acc only the kept ones (``block_step`` on the values
     ``keep_ij * v_j``; the 1 / (1 - p) comes at ``finalize``)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
-    kt = _load_2d(k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
-                  offs_n[None, :] < seq_k, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
+    kt = _load_2d(
+        k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
+        offs_n[None, :] < seq_k,
+        offs_e[:, None] < HEAD_E,
+        MASKED,
+        BLOCK_E != HEAD_E,
+    )
     s = _dot(q, kt, None, DOT_PREC)
     if MASKED:
         vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
@@ -374,23 +426,66 @@ def _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
     l_i = l_i * alpha + tl.sum(p, 1)
     if HAS_DROPOUT:
         p = tl.where(_kept(_dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M, BLOCK_N), drop_threshold), p, 0.0)
-    v = _load_2d(v_base + offs_n[:, None] * stride_vn + offs_ev[None, :],
-                 offs_n[:, None] < seq_k, offs_ev[None, :] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
+    v = _load_2d(
+        v_base + offs_n[:, None] * stride_vn + offs_ev[None, :],
+        offs_n[:, None] < seq_k,
+        offs_ev[None, :] < HEAD_EV,
+        MASKED,
+        BLOCK_EV != HEAD_EV,
+    )
     acc = acc * alpha[:, None]
     acc = _dot(p.to(v.dtype), v, acc, DOT_PREC)
     return acc, l_i, m_new
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, M, O, LSE, SEED,
-                stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
-                stride_ob, stride_oh, stride_om,
-                num_heads, group, seq_q, seq_k, window, qk_scale, drop_threshold, drop_scale,
-                HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                POS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr, SPLIT: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    M,
+    O,
+    LSE,
+    SEED,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_mb,
+    stride_mh,
+    stride_mm,
+    stride_mn,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    num_heads,
+    group,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    drop_threshold,
+    drop_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    POS_SCALE: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    SPLIT: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
     ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l;
     with dropout out = acc / l * drop_scale, lse that of all the probabilities)."""
@@ -407,32 +502,131 @@ def _fwd_kernel(Q, K, V, M, O, LSE, SEED,
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
-                mask=(offs_m[:, None] < seq_q) & (offs_e[None, :] < HEAD_E), other=0.0)
+    q = tl.load(
+        Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
+        mask=(offs_m[:, None] < seq_q) & (offs_e[None, :] < HEAD_E),
+        other=0.0,
+    )
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
     k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
     lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
-        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
-                                  stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
-                                  HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW,
-                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC, k0, k1, pid_bh, drop_threshold,
-                                  BLOCK_M, HAS_DROPOUT)
+        acc, l_i, m_i = _fwd_tile(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            mask_base,
+            stride_kn,
+            stride_vn,
+            stride_mm,
+            stride_mn,
+            start_n,
+            offs_m,
+            seq_q,
+            seq_k,
+            window,
+            qk_scale,
+            HEAD_E,
+            HEAD_EV,
+            BLOCK_E,
+            BLOCK_EV,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            HAS_MASK,
+            MASK_BOOL,
+            POS_SCALE,
+            DOT_PREC,
+            k0,
+            k1,
+            pid_bh,
+            drop_threshold,
+            BLOCK_M,
+            HAS_DROPOUT,
+        )
     for start_n in range(a, b_end, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
-                                  stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
-                                  HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW,
-                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC, k0, k1, pid_bh, drop_threshold,
-                                  BLOCK_M, HAS_DROPOUT)
+        acc, l_i, m_i = _fwd_tile(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            mask_base,
+            stride_kn,
+            stride_vn,
+            stride_mm,
+            stride_mn,
+            start_n,
+            offs_m,
+            seq_q,
+            seq_k,
+            window,
+            qk_scale,
+            HEAD_E,
+            HEAD_EV,
+            BLOCK_E,
+            BLOCK_EV,
+            BLOCK_N,
+            False,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            HAS_MASK,
+            MASK_BOOL,
+            POS_SCALE,
+            DOT_PREC,
+            k0,
+            k1,
+            pid_bh,
+            drop_threshold,
+            BLOCK_M,
+            HAS_DROPOUT,
+        )
     for start_n in range(b_end, hi, BLOCK_N):
-        acc, l_i, m_i = _fwd_tile(acc, l_i, m_i, q, k_base, v_base, mask_base, stride_kn, stride_vn,
-                                  stride_mm, stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale,
-                                  HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW,
-                                  HAS_MASK, MASK_BOOL, POS_SCALE, DOT_PREC, k0, k1, pid_bh, drop_threshold,
-                                  BLOCK_M, HAS_DROPOUT)
+        acc, l_i, m_i = _fwd_tile(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            mask_base,
+            stride_kn,
+            stride_vn,
+            stride_mm,
+            stride_mn,
+            start_n,
+            offs_m,
+            seq_q,
+            seq_k,
+            window,
+            qk_scale,
+            HEAD_E,
+            HEAD_EV,
+            BLOCK_E,
+            BLOCK_EV,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            HAS_MASK,
+            MASK_BOOL,
+            POS_SCALE,
+            DOT_PREC,
+            k0,
+            k1,
+            pid_bh,
+            drop_threshold,
+            BLOCK_M,
+            HAS_DROPOUT,
+        )
     # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -440,8 +634,11 @@ def _fwd_kernel(Q, K, V, M, O, LSE, SEED,
         out = out * drop_scale
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     row_ok = offs_m < seq_q
-    tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
-             out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_ev[None, :] < HEAD_EV))
+    tl.store(
+        O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
+        out.to(O.dtype.element_ty),
+        mask=row_ok[:, None] & (offs_ev[None, :] < HEAD_EV),
+    )
     tl.store(LSE + pid_bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
 
 
@@ -451,22 +648,66 @@ def _fwd_kernel(Q, K, V, M, O, LSE, SEED,
 
 
 @triton.jit
-def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, stride_qm, stride_dom,
-               stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k, window, qk_scale,
-               HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-               BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr,
-               k0, k1, bh, start_n, drop_threshold, drop_scale, BLOCK_N: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _dkdv_tile(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    mask_base,
+    stride_qm,
+    stride_dom,
+    stride_mm,
+    stride_mn,
+    start_m,
+    offs_n,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    k0,
+    k1,
+    bh,
+    start_n,
+    drop_threshold,
+    drop_scale,
+    BLOCK_N: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """One query tile's share of dK_j and dV_j (Backward.v), transposed: rows are keys.
     With dropout (keep mask Z recomputed): dV_j += (P Z)^T dO (times 1 / (1 - p) at the
     end), dP = (dO V^T) Z / (1 - p), dS = P (dP - D)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
-    qt = _load_2d(q_base + offs_m[None, :] * stride_qm + offs_e[:, None],
-                  offs_m[None, :] < seq_q, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
-    do = _load_2d(do_base + offs_m[:, None] * stride_dom + offs_ev[None, :],
-                  offs_m[:, None] < seq_q, offs_ev[None, :] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
+    qt = _load_2d(
+        q_base + offs_m[None, :] * stride_qm + offs_e[:, None],
+        offs_m[None, :] < seq_q,
+        offs_e[:, None] < HEAD_E,
+        MASKED,
+        BLOCK_E != HEAD_E,
+    )
+    do = _load_2d(
+        do_base + offs_m[:, None] * stride_dom + offs_ev[None, :],
+        offs_m[:, None] < seq_q,
+        offs_ev[None, :] < HEAD_EV,
+        MASKED,
+        BLOCK_EV != HEAD_EV,
+    )
     if MASKED:
         lse2 = tl.load(lse_base + offs_m, mask=offs_m < seq_q, other=0.0) * 1.4426950408889634
         delta = tl.load(delta_base + offs_m, mask=offs_m < seq_q, other=0.0)
@@ -478,8 +719,7 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, s
     if MASKED:
         vis = _visible(offs_m[None, :], offs_n[:, None], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
         if HAS_MASK:
-            st, vis = _apply_mask(st, vis, offs_m[None, :], offs_n[:, None], mask_base, stride_mm, stride_mn,
-                                  MASK_BOOL)
+            st, vis = _apply_mask(st, vis, offs_m[None, :], offs_n[:, None], mask_base, stride_mm, stride_mn, MASK_BOOL)
         pt = tl.where(vis, tl.exp2(st - lse2[None, :]), 0.0)
     else:
         pt = tl.exp2(st - lse2[None, :])
@@ -498,16 +738,62 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, s
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV, SEED,
-                     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                     stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
-                     stride_dob, stride_doh, stride_dom,
-                     stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                     num_kv_heads, group, seq_q, seq_k, window, qk_scale, scale, drop_threshold, drop_scale,
-                     HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                     HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                     DOT_PREC: tl.constexpr, SPLIT: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    M,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    SEED,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_mb,
+    stride_mh,
+    stride_mm,
+    stride_mn,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    num_kv_heads,
+    group,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    scale,
+    drop_threshold,
+    drop_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    SPLIT: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group (GroupedQuery.v,
     ``gqa_dK_is_derive``, ``gqa_dV_is_derive``: loop ``g = 0 .. group-1``) and over the
@@ -525,10 +811,16 @@ def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV, SEED,
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     n_ok = offs_n[:, None] < seq_k
-    k = tl.load(K + b * stride_kb + hk.to(tl.int64) * stride_kh + offs_n[:, None] * stride_kn + offs_e[None, :],
-                mask=n_ok & (offs_e[None, :] < HEAD_E), other=0.0)
-    v = tl.load(V + b * stride_vb + hk.to(tl.int64) * stride_vh + offs_n[:, None] * stride_vn + offs_ev[None, :],
-                mask=n_ok & (offs_ev[None, :] < HEAD_EV), other=0.0)
+    k = tl.load(
+        K + b * stride_kb + hk.to(tl.int64) * stride_kh + offs_n[:, None] * stride_kn + offs_e[None, :],
+        mask=n_ok & (offs_e[None, :] < HEAD_E),
+        other=0.0,
+    )
+    v = tl.load(
+        V + b * stride_vb + hk.to(tl.int64) * stride_vh + offs_n[:, None] * stride_vn + offs_ev[None, :],
+        mask=n_ok & (offs_ev[None, :] < HEAD_EV),
+        other=0.0,
+    )
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
     k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
@@ -541,48 +833,201 @@ def _bwd_dkdv_kernel(Q, K, V, M, DO, LSE, DELTA, DK, DV, SEED,
         bh = b * num_kv_heads * group + h
         row_base = bh * seq_q
         for start_m in range(lo, a, BLOCK_M):
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
-                                stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
-                                window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, True,
-                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, bh, start_n,
-                                drop_threshold, drop_scale, BLOCK_N, HAS_DROPOUT)
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                LSE + row_base,
+                DELTA + row_base,
+                mask_base,
+                stride_qm,
+                stride_dom,
+                stride_mm,
+                stride_mn,
+                start_m,
+                offs_n,
+                seq_q,
+                seq_k,
+                window,
+                qk_scale,
+                HEAD_E,
+                HEAD_EV,
+                BLOCK_E,
+                BLOCK_EV,
+                BLOCK_M,
+                True,
+                IS_CAUSAL,
+                HAS_WINDOW,
+                HAS_MASK,
+                MASK_BOOL,
+                DOT_PREC,
+                k0,
+                k1,
+                bh,
+                start_n,
+                drop_threshold,
+                drop_scale,
+                BLOCK_N,
+                HAS_DROPOUT,
+            )
         for start_m in range(a, b_end, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
-                                stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
-                                window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, False,
-                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, bh, start_n,
-                                drop_threshold, drop_scale, BLOCK_N, HAS_DROPOUT)
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                LSE + row_base,
+                DELTA + row_base,
+                mask_base,
+                stride_qm,
+                stride_dom,
+                stride_mm,
+                stride_mn,
+                start_m,
+                offs_n,
+                seq_q,
+                seq_k,
+                window,
+                qk_scale,
+                HEAD_E,
+                HEAD_EV,
+                BLOCK_E,
+                BLOCK_EV,
+                BLOCK_M,
+                False,
+                IS_CAUSAL,
+                HAS_WINDOW,
+                HAS_MASK,
+                MASK_BOOL,
+                DOT_PREC,
+                k0,
+                k1,
+                bh,
+                start_n,
+                drop_threshold,
+                drop_scale,
+                BLOCK_N,
+                HAS_DROPOUT,
+            )
         for start_m in range(b_end, hi, BLOCK_M):
-            dk, dv = _dkdv_tile(dk, dv, k, v, q_base, do_base, LSE + row_base, DELTA + row_base, mask_base,
-                                stride_qm, stride_dom, stride_mm, stride_mn, start_m, offs_n, seq_q, seq_k,
-                                window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E, BLOCK_EV, BLOCK_M, True,
-                                IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, bh, start_n,
-                                drop_threshold, drop_scale, BLOCK_N, HAS_DROPOUT)
+            dk, dv = _dkdv_tile(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                LSE + row_base,
+                DELTA + row_base,
+                mask_base,
+                stride_qm,
+                stride_dom,
+                stride_mm,
+                stride_mn,
+                start_m,
+                offs_n,
+                seq_q,
+                seq_k,
+                window,
+                qk_scale,
+                HEAD_E,
+                HEAD_EV,
+                BLOCK_E,
+                BLOCK_EV,
+                BLOCK_M,
+                True,
+                IS_CAUSAL,
+                HAS_WINDOW,
+                HAS_MASK,
+                MASK_BOOL,
+                DOT_PREC,
+                k0,
+                k1,
+                bh,
+                start_n,
+                drop_threshold,
+                drop_scale,
+                BLOCK_N,
+                HAS_DROPOUT,
+            )
     dk = dk * scale
     if HAS_DROPOUT:
         dv = dv * drop_scale
-    tl.store(DK + b * stride_dkb + hk.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkn + offs_e[None, :],
-             dk.to(DK.dtype.element_ty), mask=n_ok & (offs_e[None, :] < HEAD_E))
-    tl.store(DV + b * stride_dvb + hk.to(tl.int64) * stride_dvh + offs_n[:, None] * stride_dvn + offs_ev[None, :],
-             dv.to(DV.dtype.element_ty), mask=n_ok & (offs_ev[None, :] < HEAD_EV))
+    tl.store(
+        DK + b * stride_dkb + hk.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkn + offs_e[None, :],
+        dk.to(DK.dtype.element_ty),
+        mask=n_ok & (offs_e[None, :] < HEAD_E),
+    )
+    tl.store(
+        DV + b * stride_dvb + hk.to(tl.int64) * stride_dvh + offs_n[:, None] * stride_dvn + offs_ev[None, :],
+        dv.to(DV.dtype.element_ty),
+        mask=n_ok & (offs_ev[None, :] < HEAD_EV),
+    )
 
 
 @triton.jit
-def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm, stride_mn,
-             start_n, offs_m, seq_q, seq_k, window, qk_scale,
-             HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, DOT_PREC: tl.constexpr,
-             k0, k1, bh, drop_threshold, drop_scale, BLOCK_M: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _dq_tile(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_base,
+    v_base,
+    mask_base,
+    stride_kn,
+    stride_vn,
+    stride_mm,
+    stride_mn,
+    start_n,
+    offs_m,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    k0,
+    k1,
+    bh,
+    drop_threshold,
+    drop_scale,
+    BLOCK_M: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """One key tile's share of dQ_i (Backward.v); with dropout dP = (dO V^T) Z / (1 - p)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
-    kt = _load_2d(k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
-                  offs_n[None, :] < seq_k, offs_e[:, None] < HEAD_E, MASKED, BLOCK_E != HEAD_E)
-    vt = _load_2d(v_base + offs_n[None, :] * stride_vn + offs_ev[:, None],
-                  offs_n[None, :] < seq_k, offs_ev[:, None] < HEAD_EV, MASKED, BLOCK_EV != HEAD_EV)
+    kt = _load_2d(
+        k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
+        offs_n[None, :] < seq_k,
+        offs_e[:, None] < HEAD_E,
+        MASKED,
+        BLOCK_E != HEAD_E,
+    )
+    vt = _load_2d(
+        v_base + offs_n[None, :] * stride_vn + offs_ev[:, None],
+        offs_n[None, :] < seq_k,
+        offs_ev[:, None] < HEAD_EV,
+        MASKED,
+        BLOCK_EV != HEAD_EV,
+    )
     s = _dot(q, kt, None, DOT_PREC) * qk_scale
     if MASKED:
         vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
@@ -601,16 +1046,62 @@ def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, strid
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ, SEED,
-                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                   stride_vb, stride_vh, stride_vn, stride_mb, stride_mh, stride_mm, stride_mn,
-                   stride_dob, stride_doh, stride_dom,
-                   stride_ob, stride_oh, stride_om, stride_dqb, stride_dqh, stride_dqm,
-                   num_heads, group, seq_q, seq_k, window, qk_scale, scale, drop_threshold, drop_scale,
-                   HEAD_E: tl.constexpr, HEAD_EV: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr,
-                   DOT_PREC: tl.constexpr, SPLIT: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def _bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    M,
+    DO,
+    LSE,
+    O,
+    DELTA,
+    DQ,
+    SEED,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_mb,
+    stride_mh,
+    stride_mm,
+    stride_mn,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_dqb,
+    stride_dqh,
+    stride_dqm,
+    num_heads,
+    group,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    scale,
+    drop_threshold,
+    drop_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    SPLIT: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
     """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head,
     accumulated over key tiles (BackwardCorrect.v, ``attention_backward_dQ_key_tiles``).
     It first computes ``D_i = dO_i . o_i`` (``row_dscores``; ``backward_D_identity``)
@@ -634,12 +1125,21 @@ def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ, SEED,
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     m_ok = offs_m < seq_q
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
-                mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E), other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_ev[None, :],
-                 mask=m_ok[:, None] & (offs_ev[None, :] < HEAD_EV), other=0.0)
-    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
-                mask=m_ok[:, None] & (offs_ev[None, :] < HEAD_EV), other=0.0)
+    q = tl.load(
+        Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
+        mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_ev[None, :],
+        mask=m_ok[:, None] & (offs_ev[None, :] < HEAD_EV),
+        other=0.0,
+    )
+    o = tl.load(
+        O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
+        mask=m_ok[:, None] & (offs_ev[None, :] < HEAD_EV),
+        other=0.0,
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     row = pid_bh.to(tl.int64) * seq_q + offs_m
     tl.store(DELTA + row, delta, mask=m_ok)
@@ -648,24 +1148,129 @@ def _bwd_dq_kernel(Q, K, V, M, DO, LSE, O, DELTA, DQ, SEED,
     k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
     lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
     for start_n in range(lo, a, BLOCK_N):
-        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
-                      stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
-                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, pid_bh,
-                      drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
+        dq = _dq_tile(
+            dq,
+            q,
+            do,
+            lse2,
+            delta,
+            k_base,
+            v_base,
+            mask_base,
+            stride_kn,
+            stride_vn,
+            stride_mm,
+            stride_mn,
+            start_n,
+            offs_m,
+            seq_q,
+            seq_k,
+            window,
+            qk_scale,
+            HEAD_E,
+            HEAD_EV,
+            BLOCK_E,
+            BLOCK_EV,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            HAS_MASK,
+            MASK_BOOL,
+            DOT_PREC,
+            k0,
+            k1,
+            pid_bh,
+            drop_threshold,
+            drop_scale,
+            BLOCK_M,
+            HAS_DROPOUT,
+        )
     for start_n in range(a, b_end, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
-                      stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
-                      BLOCK_EV, BLOCK_N, False, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, pid_bh,
-                      drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
+        dq = _dq_tile(
+            dq,
+            q,
+            do,
+            lse2,
+            delta,
+            k_base,
+            v_base,
+            mask_base,
+            stride_kn,
+            stride_vn,
+            stride_mm,
+            stride_mn,
+            start_n,
+            offs_m,
+            seq_q,
+            seq_k,
+            window,
+            qk_scale,
+            HEAD_E,
+            HEAD_EV,
+            BLOCK_E,
+            BLOCK_EV,
+            BLOCK_N,
+            False,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            HAS_MASK,
+            MASK_BOOL,
+            DOT_PREC,
+            k0,
+            k1,
+            pid_bh,
+            drop_threshold,
+            drop_scale,
+            BLOCK_M,
+            HAS_DROPOUT,
+        )
     for start_n in range(b_end, hi, BLOCK_N):
-        dq = _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, stride_kn, stride_vn, stride_mm,
-                      stride_mn, start_n, offs_m, seq_q, seq_k, window, qk_scale, HEAD_E, HEAD_EV, BLOCK_E,
-                      BLOCK_EV, BLOCK_N, True, IS_CAUSAL, HAS_WINDOW, HAS_MASK, MASK_BOOL, DOT_PREC, k0, k1, pid_bh,
-                      drop_threshold, drop_scale, BLOCK_M, HAS_DROPOUT)
+        dq = _dq_tile(
+            dq,
+            q,
+            do,
+            lse2,
+            delta,
+            k_base,
+            v_base,
+            mask_base,
+            stride_kn,
+            stride_vn,
+            stride_mm,
+            stride_mn,
+            start_n,
+            offs_m,
+            seq_q,
+            seq_k,
+            window,
+            qk_scale,
+            HEAD_E,
+            HEAD_EV,
+            BLOCK_E,
+            BLOCK_EV,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            HAS_WINDOW,
+            HAS_MASK,
+            MASK_BOOL,
+            DOT_PREC,
+            k0,
+            k1,
+            pid_bh,
+            drop_threshold,
+            drop_scale,
+            BLOCK_M,
+            HAS_DROPOUT,
+        )
     dq = dq * scale
-    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_e[None, :],
-             dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E))
+    tl.store(
+        DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_e[None, :],
+        dq.to(DQ.dtype.element_ty),
+        mask=m_ok[:, None] & (offs_e[None, :] < HEAD_E),
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -677,21 +1282,25 @@ def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None,
-           attn_mask: torch.Tensor | None) -> None:
+def _check(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None, attn_mask: torch.Tensor | None
+) -> None:
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError("flash_attention expects [B, H, S, E] query, key and value")
     dtypes = (torch.float16, torch.bfloat16, torch.float32)
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in dtypes:
-        raise ValueError(f"flash_attention supports float16, bfloat16 and float32 inputs of one dtype, "
-                         f"got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise ValueError(
+            f"flash_attention supports float16, bfloat16 and float32 inputs of one dtype, "
+            f"got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
     if not (query.device == key.device == value.device):
         raise ValueError("query, key and value must be on one device")
     bq, hq, _, e = query.shape
     bk, hk, sk, ek = key.shape
     if bk != bq or value.shape[0] != bq or value.shape[1] != hk or value.shape[2] != sk or ek != e:
-        raise ValueError(f"incompatible shapes: query {tuple(query.shape)}, key {tuple(key.shape)}, "
-                         f"value {tuple(value.shape)}")
+        raise ValueError(
+            f"incompatible shapes: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
     if hk == 0 or hq % hk != 0:
         raise ValueError(f"key heads ({hk}) must divide query heads ({hq})")
     if max(e, value.shape[3]) > _MAX_HEAD_DIM:
@@ -710,8 +1319,9 @@ def _check_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor)
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
     if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
-        raise ValueError(f"attn_mask must have dtype torch.bool or the query's dtype {query.dtype}, "
-                         f"got {attn_mask.dtype}")
+        raise ValueError(
+            f"attn_mask must have dtype torch.bool or the query's dtype {query.dtype}, got {attn_mask.dtype}"
+        )
     if attn_mask.device != query.device:
         raise ValueError(f"attn_mask is on {attn_mask.device} but query is on {query.device}")
     full = _full_mask_shape(query, key)
@@ -721,8 +1331,9 @@ def _check_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor)
         raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
 
 
-def _mask_args(attn_mask: torch.Tensor | None, query: torch.Tensor,
-               key: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], dict[str, bool]]:
+def _mask_args(
+    attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, tuple[int, ...], dict[str, bool]]:
     """The kernels' mask pointer, its ``[B, Hq, Sq, Sk]`` strides (0 along broadcast
     dimensions: the mask is never expanded in memory) and flags.  Without a mask the
     query stands in for the pointer, which the kernels then never read."""
@@ -760,12 +1371,21 @@ def _dropout_args(dropout_p: float, dropout_seed: torch.Tensor | None, query: to
         return None
     if dropout_seed is None:
         dropout_seed = torch.randint(0, 2**32, (2,), dtype=torch.int64, device=query.device)
-    elif (not isinstance(dropout_seed, torch.Tensor) or dropout_seed.dtype != torch.int64
-          or tuple(dropout_seed.shape) != (2,) or dropout_seed.device != query.device):
-        got = (f"{dropout_seed.dtype} of shape {list(dropout_seed.shape)} on {dropout_seed.device}"
-               if isinstance(dropout_seed, torch.Tensor) else type(dropout_seed).__name__)
-        raise ValueError(f"dropout_seed must be an int64 tensor of shape [2] on the query's device {query.device} "
-                         f"(the Philox key), got {got}")
+    elif (
+        not isinstance(dropout_seed, torch.Tensor)
+        or dropout_seed.dtype != torch.int64
+        or tuple(dropout_seed.shape) != (2,)
+        or dropout_seed.device != query.device
+    ):
+        got = (
+            f"{dropout_seed.dtype} of shape {list(dropout_seed.shape)} on {dropout_seed.device}"
+            if isinstance(dropout_seed, torch.Tensor)
+            else type(dropout_seed).__name__
+        )
+        raise ValueError(
+            f"dropout_seed must be an int64 tensor of shape [2] on the query's device {query.device} "
+            f"(the Philox key), got {got}"
+        )
     return _dropout_of(dropout_p, dropout_seed.contiguous())
 
 
@@ -814,16 +1434,25 @@ def _forward_outputs(query: torch.Tensor, value: torch.Tensor, seq_major: bool) 
     return out, torch.empty((batch, heads, seq_q), dtype=torch.float32, device=query.device)
 
 
-def _backward_outputs(query: torch.Tensor, key: torch.Tensor,
-                      value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward_outputs(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV, uninitialised and contiguous, as the backward kernels write them."""
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (query, key, value))
 
 
-def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-             is_causal: bool, scale: float, window: int | None,
-             config: AttentionConfig | None = None, seq_major: bool = False,
-             dropout: _Dropout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    window: int | None,
+    config: AttentionConfig | None = None,
+    seq_major: bool = False,
+    dropout: _Dropout | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
@@ -839,16 +1468,49 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
     seed, drop_threshold, drop_scale, has_dropout = _dropout_launch_args(dropout, query)
     grid = (cdiv(seq_q, cfg.block_m), batch * heads)
     fast(_fwd_kernel)[grid](
-        query, key, value, mask, out, lse, seed,
-        query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
-        value.stride(0), value.stride(1), value.stride(2), *mask_strides,
-        out.stride(0), out.stride(1), out.stride(2),
-        heads, heads // kv_heads, seq_q, seq_k, _window_arg(window, seq_q, seq_k), scale * _LOG2E,
-        drop_threshold, drop_scale,
-        HEAD_E=e, HEAD_EV=ev, BLOCK_E=_block_dim(e), BLOCK_EV=_block_dim(ev),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None,
-        POS_SCALE=scale >= 0, DOT_PREC=_dot_precision(query.dtype, _HIGHEST), SPLIT=cfg.split and attn_mask is None,
-        HAS_DROPOUT=has_dropout, **mask_flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        query,
+        key,
+        value,
+        mask,
+        out,
+        lse,
+        seed,
+        query.stride(0),
+        query.stride(1),
+        query.stride(2),
+        key.stride(0),
+        key.stride(1),
+        key.stride(2),
+        value.stride(0),
+        value.stride(1),
+        value.stride(2),
+        *mask_strides,
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        heads,
+        heads // kv_heads,
+        seq_q,
+        seq_k,
+        _window_arg(window, seq_q, seq_k),
+        scale * _LOG2E,
+        drop_threshold,
+        drop_scale,
+        HEAD_E=e,
+        HEAD_EV=ev,
+        BLOCK_E=_block_dim(e),
+        BLOCK_EV=_block_dim(ev),
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        IS_CAUSAL=bool(is_causal),
+        HAS_WINDOW=window is not None,
+        POS_SCALE=scale >= 0,
+        DOT_PREC=_dot_precision(query.dtype, _HIGHEST),
+        SPLIT=cfg.split and attn_mask is None,
+        HAS_DROPOUT=has_dropout,
+        **mask_flags,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     return out, lse
 
@@ -858,10 +1520,20 @@ def _window_arg(window: int | None, seq_q: int, seq_k: int) -> int:
     return 0 if window is None else min(window, seq_q + seq_k + 1)
 
 
-def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              attn_mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float,
-              window: int | None, config: AttentionConfig | None = None,
-              dropout: _Dropout | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    window: int | None,
+    config: AttentionConfig | None = None,
+    dropout: _Dropout | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_out = _last_dim_contiguous(grad_out)
     query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
     batch, heads, seq_q, e = query.shape
@@ -874,28 +1546,101 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
     delta = torch.empty_like(lse)
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
     seed, drop_threshold, drop_scale, has_dropout = _dropout_launch_args(dropout, query)
-    flags = dict(IS_CAUSAL=bool(is_causal), HAS_WINDOW=window is not None, DOT_PREC=_dot_precision(query.dtype, _HIGHEST),
-                 HAS_DROPOUT=has_dropout, **mask_flags)
+    flags = dict(
+        IS_CAUSAL=bool(is_causal),
+        HAS_WINDOW=window is not None,
+        DOT_PREC=_dot_precision(query.dtype, _HIGHEST),
+        HAS_DROPOUT=has_dropout,
+        **mask_flags,
+    )
     w = _window_arg(window, seq_q, seq_k)
     qk_scale = scale * _LOG2E
-    qkv_do_strides = (query.stride(0), query.stride(1), query.stride(2), key.stride(0), key.stride(1), key.stride(2),
-                      value.stride(0), value.stride(1), value.stride(2), *mask_strides,
-                      grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
+    qkv_do_strides = (
+        query.stride(0),
+        query.stride(1),
+        query.stride(2),
+        key.stride(0),
+        key.stride(1),
+        key.stride(2),
+        value.stride(0),
+        value.stride(1),
+        value.stride(2),
+        *mask_strides,
+        grad_out.stride(0),
+        grad_out.stride(1),
+        grad_out.stride(2),
+    )
     qc = cfg.bwd_q
     fast(_bwd_dq_kernel)[(cdiv(seq_q, qc.block_m), batch * heads)](
-        query, key, value, mask, grad_out, lse, out, delta, dq, seed, *qkv_do_strides,
-        out.stride(0), out.stride(1), out.stride(2), dq.stride(0), dq.stride(1), dq.stride(2),
-        heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale, drop_threshold, drop_scale,
-        BLOCK_M=qc.block_m, BLOCK_N=qc.block_n, SPLIT=qc.split and attn_mask is None, **common, **flags,
-        num_warps=qc.num_warps, num_stages=qc.num_stages,
+        query,
+        key,
+        value,
+        mask,
+        grad_out,
+        lse,
+        out,
+        delta,
+        dq,
+        seed,
+        *qkv_do_strides,
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        dq.stride(0),
+        dq.stride(1),
+        dq.stride(2),
+        heads,
+        heads // kv_heads,
+        seq_q,
+        seq_k,
+        w,
+        qk_scale,
+        scale,
+        drop_threshold,
+        drop_scale,
+        BLOCK_M=qc.block_m,
+        BLOCK_N=qc.block_n,
+        SPLIT=qc.split and attn_mask is None,
+        **common,
+        **flags,
+        num_warps=qc.num_warps,
+        num_stages=qc.num_stages,
     )
     kv = cfg.bwd_kv
     fast(_bwd_dkdv_kernel)[(cdiv(seq_k, kv.block_n), batch * kv_heads)](
-        query, key, value, mask, grad_out, lse, delta, dk, dv, seed, *qkv_do_strides,
-        dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-        kv_heads, heads // kv_heads, seq_q, seq_k, w, qk_scale, scale, drop_threshold, drop_scale,
-        BLOCK_M=kv.block_m, BLOCK_N=kv.block_n, SPLIT=kv.split and attn_mask is None, **common, **flags,
-        num_warps=kv.num_warps, num_stages=kv.num_stages,
+        query,
+        key,
+        value,
+        mask,
+        grad_out,
+        lse,
+        delta,
+        dk,
+        dv,
+        seed,
+        *qkv_do_strides,
+        dk.stride(0),
+        dk.stride(1),
+        dk.stride(2),
+        dv.stride(0),
+        dv.stride(1),
+        dv.stride(2),
+        kv_heads,
+        heads // kv_heads,
+        seq_q,
+        seq_k,
+        w,
+        qk_scale,
+        scale,
+        drop_threshold,
+        drop_scale,
+        BLOCK_M=kv.block_m,
+        BLOCK_N=kv.block_n,
+        SPLIT=kv.split and attn_mask is None,
+        **common,
+        **flags,
+        num_warps=kv.num_warps,
+        num_stages=kv.num_stages,
     )
     return dq, dk, dv
 
@@ -904,9 +1649,11 @@ def _refuse_double_backward() -> None:
     """Raise in a backward run with ``create_graph=True`` (once_differentiable would let the
     gradients pass as constants)."""
     if torch.is_grad_enabled():
-        raise RuntimeError("attention does not support double backward (create_graph=True through it, e.g. a "
-                           "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
-                           "use torch.nn.functional.scaled_dot_product_attention for higher-order gradients")
+        raise RuntimeError(
+            "attention does not support double backward (create_graph=True through it, e.g. a "
+            "gradient penalty or gradgradcheck): the Triton backward is not differentiable; "
+            "use torch.nn.functional.scaled_dot_product_attention for higher-order gradients"
+        )
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -925,8 +1672,9 @@ class _FlashAttention(torch.autograd.Function):
         _refuse_double_backward()
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, window, config, dropout = ctx.args
-        dq, dk, dv = _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config,
-                               dropout)
+        dq, dk, dv = _backward(
+            grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config, dropout
+        )
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
@@ -943,33 +1691,50 @@ class _FlashAttention(torch.autograd.Function):
 # same kernels with the same arguments as the eager path, so the same values and the same
 # theorems.  The dropout key is an input tensor, drawn outside the op.
 
-_FORWARD_SCHEMA = ("(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor? dropout_seed, "
-                   "bool is_causal, float scale, int? window, float dropout_p, bool seq_major, int[]? config) "
-                   "-> (Tensor, Tensor)")
-_BACKWARD_SCHEMA = ("(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor out, "
-                    "Tensor lse, Tensor? dropout_seed, bool is_causal, float scale, int? window, float dropout_p, "
-                    "int[]? config) -> (Tensor, Tensor, Tensor)")
+_FORWARD_SCHEMA = (
+    "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor? dropout_seed, "
+    "bool is_causal, float scale, int? window, float dropout_p, bool seq_major, int[]? config) "
+    "-> (Tensor, Tensor)"
+)
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor out, "
+    "Tensor lse, Tensor? dropout_seed, bool is_causal, float scale, int? window, float dropout_p, "
+    "int[]? config) -> (Tensor, Tensor, Tensor)"
+)
 
 
 def _config_ints(config: AttentionConfig | None) -> list[int] | None:
     """``config`` as the ops take it: the fields of its three ``KernelConfig`` in order."""
     if config is None:
         return None
-    return [int(v) for k in (config.fwd, config.bwd_kv, config.bwd_q)
-            for v in (k.block_m, k.block_n, k.num_warps, k.num_stages, k.split)]
+    return [
+        int(v)
+        for k in (config.fwd, config.bwd_kv, config.bwd_q)
+        for v in (k.block_m, k.block_n, k.num_warps, k.num_stages, k.split)
+    ]
 
 
 def _config_of(ints: list[int] | None) -> AttentionConfig | None:
     """The inverse of :func:`_config_ints`."""
     if ints is None:
         return None
-    return AttentionConfig(*(KernelConfig(*ints[i:i + 4], bool(ints[i + 4])) for i in (0, 5, 10)))
+    return AttentionConfig(*(KernelConfig(*ints[i : i + 4], bool(ints[i + 4])) for i in (0, 5, 10)))
 
 
 @torch.library.custom_op("ojas::flash_attention_forward", mutates_args=(), schema=_FORWARD_SCHEMA)
 def _forward_op(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
-    return _forward(query, key, value, attn_mask, is_causal, scale, window, _config_of(config), seq_major,
-                    _dropout_of(dropout_p, dropout_seed))
+    return _forward(
+        query,
+        key,
+        value,
+        attn_mask,
+        is_causal,
+        scale,
+        window,
+        _config_of(config),
+        seq_major,
+        _dropout_of(dropout_p, dropout_seed),
+    )
 
 
 @_forward_op.register_fake
@@ -978,10 +1743,23 @@ def _(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, drop
 
 
 @torch.library.custom_op("ojas::flash_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def _backward_op(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p,
-                 config):
-    return _backward(grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, _config_of(config),
-                     _dropout_of(dropout_p, dropout_seed))
+def _backward_op(
+    grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p, config
+):
+    return _backward(
+        grad_out,
+        query,
+        key,
+        value,
+        attn_mask,
+        out,
+        lse,
+        is_causal,
+        scale,
+        window,
+        _config_of(config),
+        _dropout_of(dropout_p, dropout_seed),
+    )
 
 
 @_backward_op.register_fake
@@ -1007,19 +1785,48 @@ def _forward_op_backward(ctx, grad_out, grad_lse):
 _forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
 
 
-def _compiled_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-                      is_causal: bool, scale: float, window: int | None, config: AttentionConfig | None,
-                      seq_major: bool, dropout: _Dropout | None, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _compiled_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    window: int | None,
+    config: AttentionConfig | None,
+    seq_major: bool,
+    dropout: _Dropout | None,
+    dropout_p: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)`` by ``ojas::flash_attention_forward`` (differentiable in query, key, value)."""
-    return _forward_op(query, key, value, attn_mask, None if dropout is None else dropout.seed, bool(is_causal),
-                       float(scale), window, float(dropout_p) if dropout is not None else 0.0, bool(seq_major),
-                       _config_ints(config))
+    return _forward_op(
+        query,
+        key,
+        value,
+        attn_mask,
+        None if dropout is None else dropout.seed,
+        bool(is_causal),
+        float(scale),
+        window,
+        float(dropout_p) if dropout is not None else 0.0,
+        bool(seq_major),
+        _config_ints(config),
+    )
 
 
-def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
-                            scale: float, window: int | None, config: AttentionConfig | None = None, *,
-                            attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
-                            dropout_seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attention_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    window: int | None,
+    config: AttentionConfig | None = None,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward pass: ``(out, lse)``, lse float32 ``[B, Hq, Sq]`` (``-inf`` for a
     fully masked row, whose output is zeros; with dropout the lse of all the
     probabilities, dropped ones included).
@@ -1034,16 +1841,26 @@ def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch
     dropout = _dropout_args(dropout_p, dropout_seed, query)
     if torch.compiler.is_compiling():
         with torch.no_grad():  # the forward alone, as in eager
-            return _compiled_forward(query, key, value, attn_mask, is_causal, scale, window, config, False, dropout,
-                                     dropout_p)
+            return _compiled_forward(
+                query, key, value, attn_mask, is_causal, scale, window, config, False, dropout, dropout_p
+            )
     return _forward(query, key, value, attn_mask, is_causal, scale, window, config, dropout=dropout)
 
 
-def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
-                    scale: float | None = None, window: int | None = None,
-                    config: AttentionConfig | None = None, *,
-                    attn_mask: torch.Tensor | None = None, seq_major: bool = False, dropout_p: float = 0.0,
-                    dropout_seed: torch.Tensor | None = None) -> torch.Tensor:
+def flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    is_causal: bool,
+    scale: float | None = None,
+    window: int | None = None,
+    config: AttentionConfig | None = None,
+    *,
+    attn_mask: torch.Tensor | None = None,
+    seq_major: bool = False,
+    dropout_p: float = 0.0,
+    dropout_seed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
 
     ``seq_major``: the output ``[B, Hq, Sq, Ev]`` is a view of a contiguous ``[B, Sq, Hq, Ev]``
@@ -1116,13 +1933,17 @@ def flash_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     for torch's own dropout)."""
     _check(query, key, value, window, attn_mask)
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
-        raise ValueError("attn_mask requires grad, but the kernel computes no gradient for the mask; "
-                         "detach it, or use ojas_ref.attention(..., impl='reference') for d(attn_mask)")
+        raise ValueError(
+            "attn_mask requires grad, but the kernel computes no gradient for the mask; "
+            "detach it, or use ojas_ref.attention(..., impl='reference') for d(attn_mask)"
+        )
     dropout = _dropout_args(dropout_p, dropout_seed, query)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     if torch.compiler.is_compiling():
-        return _compiled_forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout,
-                                 dropout_p)[0]
-    return _FlashAttention.apply(query, key, value, attn_mask, is_causal, float(scale), window, config,
-                                 bool(seq_major), dropout)
+        return _compiled_forward(
+            query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout, dropout_p
+        )[0]
+    return _FlashAttention.apply(
+        query, key, value, attn_mask, is_causal, float(scale), window, config, bool(seq_major), dropout
+    )

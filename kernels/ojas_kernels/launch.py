@@ -32,7 +32,7 @@ __all__ = ["FastLaunch", "fast"]
 _INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 _VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2] if p.isdigit())
 _SUPPORTED = _VERSION >= (3, 3) and not _INTERPRETED
-_INT32 = range(-2**31, 2**31)
+_INT32 = range(-(2**31), 2**31)
 _EXACT_SIZE = 4096
 
 
@@ -90,9 +90,22 @@ class FastLaunch:
             self.kernel[grid](*args, **kwargs)
             return
         device = torch._C._cuda_getDevice()  # the arguments live on CUDA: it is initialised
-        exact = (device, tuple([a if type(a) is int else "f" if type(a) is float else
-                                (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (type(a), a)
-                                for a in args]), tuple(kwargs.items()))
+        exact = (
+            device,
+            tuple(
+                [
+                    a
+                    if type(a) is int
+                    else "f"
+                    if type(a) is float
+                    else (a.dtype, a.data_ptr() % 16 == 0)
+                    if isinstance(a, torch.Tensor)
+                    else (type(a), a)
+                    for a in args
+                ]
+            ),
+            tuple(kwargs.items()),
+        )
         try:
             hit = self._exact.get(exact)
         except TypeError:  # an unhashable argument: Triton's own path
@@ -108,11 +121,23 @@ class FastLaunch:
         compiled, tail_names = hit
         tail = [kwargs[name] for name in tail_names]
         grid0, grid1, grid2 = (tuple(grid) + (1, 1))[:3]
-        compiled.run(grid0, grid1, grid2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
-                     compiled.packed_metadata, None, None, None, *args, *tail)
+        compiled.run(
+            grid0,
+            grid1,
+            grid2,
+            torch._C._cuda_getCurrentRawStream(device),
+            compiled.function,
+            compiled.packed_metadata,
+            None,
+            None,
+            None,
+            *args,
+            *tail,
+        )
 
-    def _specialization(self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any],
-                        device: int) -> Optional[tuple[Any, list[str]]]:
+    def _specialization(
+        self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any], device: int
+    ) -> Optional[tuple[Any, list[str]]]:
         """The cached compiled kernel of these arguments' specialization, or None after launching
         through Triton (a first call, a tensor keyword argument, a parameter left to its default)."""
         constants = tuple((k, _spec(v) if isinstance(v, float) else v) for k, v in kwargs.items())
@@ -124,9 +149,12 @@ class FastLaunch:
         if hit is not None:
             return hit
         compiled = self.kernel[grid](*args, **kwargs)
-        tail_names = self._arg_names[len(args):]
-        if (self._arg_names and all(name in kwargs for name in tail_names)
-                and all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))):
+        tail_names = self._arg_names[len(args) :]
+        if (
+            self._arg_names
+            and all(name in kwargs for name in tail_names)
+            and all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))
+        ):
             self._cache[key] = (compiled, tail_names)
         return None
 

@@ -339,15 +339,45 @@ def _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP: tl.const
 
 @triton.jit
 def _logits_kernel(
-    X, W, BIAS, TGT, LSE, RW,
-    Z, PM, PL, PS, ZT, G,
-    row0, n_rows, v0, v1, D, n_groups, tiles_per_group,
-    stride_x, stride_w, stride_z, stride_p, stride_rw,
-    softcap, eps, lam, inv_v,
-    STATS: tl.constexpr, WRITE_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr,
+    X,
+    W,
+    BIAS,
+    TGT,
+    LSE,
+    RW,
+    Z,
+    PM,
+    PL,
+    PS,
+    ZT,
+    G,
+    row0,
+    n_rows,
+    v0,
+    v1,
+    D,
+    n_groups,
+    tiles_per_group,
+    stride_x,
+    stride_w,
+    stride_z,
+    stride_p,
+    stride_rw,
+    softcap,
+    eps,
+    lam,
+    inv_v,
+    STATS: tl.constexpr,
+    WRITE_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_CAP: tl.constexpr,
     NEED_SUM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, DOT_PREC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DOT_PREC: tl.constexpr,
 ):
     """Logits of the tokens ``[0, n_rows)`` (rows of X; token ``row0 + i`` of the kept
     tokens for TGT, LSE, RW, ZT) against the vocabulary rows ``[v0, v1)``
@@ -437,12 +467,39 @@ def _logits_kernel(
 
 @triton.jit
 def _rows_kernel(
-    PM, PL, PS, ZT, Z, G, TGT, LOSS, LSE, BIAS, RW,
-    row0, n_rows, n_groups, V, v0, stride_p, stride_z, stride_rw, g_scale,
-    softcap, eps, lam, inv_v,
-    HAS_LSE: tl.constexpr, GRAD: tl.constexpr, STREAM: tl.constexpr, NEED_SUM: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_CAP: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr,
+    PM,
+    PL,
+    PS,
+    ZT,
+    Z,
+    G,
+    TGT,
+    LOSS,
+    LSE,
+    BIAS,
+    RW,
+    row0,
+    n_rows,
+    n_groups,
+    V,
+    v0,
+    stride_p,
+    stride_z,
+    stride_rw,
+    g_scale,
+    softcap,
+    eps,
+    lam,
+    inv_v,
+    HAS_LSE: tl.constexpr,
+    GRAD: tl.constexpr,
+    STREAM: tl.constexpr,
+    NEED_SUM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_V: tl.constexpr,
 ):
     """Per token (row ``i`` of Z and G, kept token ``row0 + i``), for the vocabulary
     rows ``v0 + [0, V)`` held in Z.
@@ -479,8 +536,15 @@ def _rows_kernel(
                 cols = c0 + tl.arange(0, BLOCK_V)
                 col_ok = cols < V
                 mask = ok[:, None] & col_ok[None, :]
-                z = _logits_of(tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32), BIAS + v0,
-                               cols, col_ok, softcap, HAS_BIAS, HAS_CAP)
+                z = _logits_of(
+                    tl.load(Z + zrow + cols[None, :], mask=mask, other=0.0).to(tl.float32),
+                    BIAS + v0,
+                    cols,
+                    col_ok,
+                    softcap,
+                    HAS_BIAS,
+                    HAS_CAP,
+                )
                 zm = tl.where(mask, z, float("-inf"))
                 m_new = tl.maximum(m, tl.max(zm, 1))
                 m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows past n_rows: nothing seen
@@ -547,8 +611,7 @@ class _Options:
     softcap: Optional[float]
 
     def kernel_args(self, V: int) -> dict:
-        return dict(softcap=1.0 if self.softcap is None else self.softcap, eps=self.eps, lam=self.lam,
-                    inv_v=1.0 / V)
+        return dict(softcap=1.0 if self.softcap is None else self.softcap, eps=self.eps, lam=self.lam, inv_v=1.0 / V)
 
 
 @functools.lru_cache(maxsize=None)
@@ -635,12 +698,30 @@ def _weight_stride(token_weight: torch.Tensor) -> int:
 
 def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
     """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
-    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](*args, **constexprs, BLOCK_R=rcfg.block_r,
-                                                       BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps)
+    fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](
+        *args, **constexprs, BLOCK_R=rcfg.block_r, BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps
+    )
 
 
-def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, opts: _Options, V: int,
-                   tiles_per_program: int, *, stats=None, out=None, lse=None, token_weight=None):
+def _launch_logits(
+    x,
+    weight,
+    bias,
+    tgt,
+    row0,
+    n_rows,
+    v0,
+    v1,
+    cfg: GemmConfig,
+    opts: _Options,
+    V: int,
+    tiles_per_program: int,
+    *,
+    stats=None,
+    out=None,
+    lse=None,
+    token_weight=None,
+):
     """One launch of ``_logits_kernel`` over the rows ``[0, n_rows)`` of x (kept tokens
     ``row0 + [0, n_rows)``) and vocabulary rows ``[v0, v1)``.  STATS when
     ``stats = (pm, pl, ps, zt)`` is given, ``out`` the float32 logits or None; else
@@ -653,18 +734,44 @@ def _launch_logits(x, weight, bias, tgt, row0, n_rows, v0, v1, cfg: GemmConfig, 
     pm, pl, ps, zt = stats if stats is not None else (none,) * 4
     stats_out = out if stats is not None and out is not None else none
     fast(_logits_kernel)[(cdiv(n_rows, cfg.block_m) * n_groups,)](
-        x, weight, none if bias is None else bias, tgt,
-        none if lse is None else lse, none if token_weight is None else token_weight,
-        stats_out, pm, pl, ps, zt, out if stats is None else none,
-        row0, n_rows, v0, v1, D, n_groups, tiles_per_program,
-        x.stride(0), weight.stride(0), 0 if out is None else out.stride(0), pm.stride(0),
+        x,
+        weight,
+        none if bias is None else bias,
+        tgt,
+        none if lse is None else lse,
+        none if token_weight is None else token_weight,
+        stats_out,
+        pm,
+        pl,
+        ps,
+        zt,
+        out if stats is None else none,
+        row0,
+        n_rows,
+        v0,
+        v1,
+        D,
+        n_groups,
+        tiles_per_program,
+        x.stride(0),
+        weight.stride(0),
+        0 if out is None else out.stride(0),
+        pm.stride(0),
         0 if token_weight is None else _weight_stride(token_weight),
         **opts.kernel_args(V),
-        STATS=stats is not None, WRITE_Z=stats is not None and out is not None, HAS_BIAS=bias is not None,
-        HAS_CAP=opts.softcap is not None, NEED_SUM=opts.eps != 0.0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        EVEN_K=D % cfg.block_k == 0, DOT_PREC=_dot_precision(x.dtype),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        STATS=stats is not None,
+        WRITE_Z=stats is not None and out is not None,
+        HAS_BIAS=bias is not None,
+        HAS_CAP=opts.softcap is not None,
+        NEED_SUM=opts.eps != 0.0,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        EVEN_K=D % cfg.block_k == 0,
+        DOT_PREC=_dot_precision(x.dtype),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
 
 
@@ -677,8 +784,9 @@ class _Forward:
     grad_input: Optional[torch.Tensor]  # [N, D] in the input dtype, token weights applied, or None
 
 
-def _kept_tokens(target: torch.Tensor, mask: torch.Tensor, count: torch.Tensor
-                 ) -> tuple[Optional[torch.Tensor], int, torch.Tensor]:
+def _kept_tokens(
+    target: torch.Tensor, mask: torch.Tensor, count: torch.Tensor
+) -> tuple[Optional[torch.Tensor], int, torch.Tensor]:
     """The kept tokens (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) from ``mask`` =
     (target != ignore_index) and ``count`` = its sum, launched by the caller before any
     host work that does not need them: their indices (None when all are kept), their
@@ -690,9 +798,17 @@ def _kept_tokens(target: torch.Tensor, mask: torch.Tensor, count: torch.Tensor
     return kept, K, target.index_select(0, kept)
 
 
-def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
-             ignore_index: int, reduction: str, opts: _Options, need_grad_input: bool,
-             config: LinearCrossEntropyConfig) -> _Forward:
+def _forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    target: torch.Tensor,
+    ignore_index: int,
+    reduction: str,
+    opts: _Options,
+    need_grad_input: bool,
+    config: LinearCrossEntropyConfig,
+) -> _Forward:
     """Losses and lse of the kept tokens, and grad_input when asked (module docstring)."""
     N, D = x.shape
     V = weight.shape[0]
@@ -719,7 +835,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
         chunk = K
     n_tiles = cdiv(V, cfg.block_n)
     tiles_per_program = config.tiles_per_program or _tiles_per_program(
-        cdiv(chunk, cfg.block_m), n_tiles, _num_sms(x.device))
+        cdiv(chunk, cfg.block_m), n_tiles, _num_sms(x.device)
+    )
     n_groups = cdiv(n_tiles, tiles_per_program)
     pm, pl, ps = (torch.empty(chunk, n_groups, **f32) for _ in range(3))
     zt = torch.empty(K, **f32)
@@ -733,18 +850,56 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
     token_weight = (1.0 / K if reduction == "mean" else 1.0) / g_scale
     for r0 in range(0, K, chunk):
         n = min(chunk, K - r0)
-        x_chunk = x[r0:r0 + n] if kept is None else x.index_select(0, kept[r0:r0 + n])
+        x_chunk = x[r0 : r0 + n] if kept is None else x.index_select(0, kept[r0 : r0 + n])
         if cublas:  # raw logits; bias and cap applied by _rows_kernel
             _mm_into(z[:n], x_chunk, weight.t())
         else:
-            _launch_logits(x_chunk, weight, bias, tgt, r0, n, 0, V, cfg, opts, V, tiles_per_program,
-                           stats=(pm, pl, ps, zt), out=z if need_grad_input else None)
+            _launch_logits(
+                x_chunk,
+                weight,
+                bias,
+                tgt,
+                r0,
+                n,
+                0,
+                V,
+                cfg,
+                opts,
+                V,
+                tiles_per_program,
+                stats=(pm, pl, ps, zt),
+                out=z if need_grad_input else None,
+            )
         _launch_rows(
-            n, rcfg, pm, pl, ps, zt, z, g, tgt, loss, lse, none if bias is None else bias, none,
-            r0, n, n_groups, v_pad, 0, pm.stride(0), z.stride(0), 0, g_scale,
+            n,
+            rcfg,
+            pm,
+            pl,
+            ps,
+            zt,
+            z,
+            g,
+            tgt,
+            loss,
+            lse,
+            none if bias is None else bias,
+            none,
+            r0,
+            n,
+            n_groups,
+            v_pad,
+            0,
+            pm.stride(0),
+            z.stride(0),
+            0,
+            g_scale,
             **opts.kernel_args(V),
-            HAS_LSE=False, GRAD=need_grad_input, STREAM=cublas, NEED_SUM=opts.eps != 0.0,
-            HAS_BIAS=cublas and bias is not None, HAS_CAP=opts.softcap is not None,
+            HAS_LSE=False,
+            GRAD=need_grad_input,
+            STREAM=cublas,
+            NEED_SUM=opts.eps != 0.0,
+            HAS_BIAS=cublas and bias is not None,
+            HAS_CAP=opts.softcap is not None,
             BLOCK_P=min(rcfg.block_p, next_power_of_2(n_groups)),
         )
         if need_grad_input:
@@ -752,16 +907,26 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
             if token_weight != 1.0:
                 rows_dx *= token_weight
             if kept is None:
-                grad_input[r0:r0 + n] = rows_dx
+                grad_input[r0 : r0 + n] = rows_dx
             else:
-                grad_input.index_copy_(0, kept[r0:r0 + n], rows_dx.to(x.dtype))
+                grad_input.index_copy_(0, kept[r0 : r0 + n], rows_dx.to(x.dtype))
     return _Forward(loss, lse, kept, tgt, grad_input)
 
 
-def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     kept: Optional[torch.Tensor], tgt: torch.Tensor, lse: torch.Tensor, token_weight: torch.Tensor,
-                     need_weight: bool, need_bias: bool, opts: _Options, config: LinearCrossEntropyConfig,
-                     step=None) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+def _backward_weight(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    kept: Optional[torch.Tensor],
+    tgt: torch.Tensor,
+    lse: torch.Tensor,
+    token_weight: torch.Tensor,
+    need_weight: bool,
+    need_bias: bool,
+    opts: _Options,
+    config: LinearCrossEntropyConfig,
+    step=None,
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """grad_weight and grad_bias (float32): per vocabulary slab, G of all kept tokens
     (``_logits_kernel`` GRAD), then G^T H and colsum G.  ``token_weight``: [K], or
     [1] for one weight shared by all kept tokens, float32.  Rounding of grad_weight (bfloat16 /
@@ -816,21 +981,47 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         v1 = min(v0 + slab, V)
         if cublas:
             width = v1 - v0
-            z, gs = z_flat[:K * width].view(K, width), g_flat[:K * width].view(K, width)
+            z, gs = z_flat[: K * width].view(K, width), g_flat[: K * width].view(K, width)
             _mm_into(z, hk, weight[v0:v1].t())
             _launch_rows(
-                K, rcfg, none, none, none, none, z, gs, tgt, none, lse, none if bias is None else bias,
-                token_weight, 0, K, 1, width, v0, 0, width, _weight_stride(token_weight), 1.0,
+                K,
+                rcfg,
+                none,
+                none,
+                none,
+                none,
+                z,
+                gs,
+                tgt,
+                none,
+                lse,
+                none if bias is None else bias,
+                token_weight,
+                0,
+                K,
+                1,
+                width,
+                v0,
+                0,
+                width,
+                _weight_stride(token_weight),
+                1.0,
                 **opts.kernel_args(V),
-                HAS_LSE=True, GRAD=True, STREAM=True, NEED_SUM=False, HAS_BIAS=bias is not None,
-                HAS_CAP=opts.softcap is not None, BLOCK_P=16,
+                HAS_LSE=True,
+                GRAD=True,
+                STREAM=True,
+                NEED_SUM=False,
+                HAS_BIAS=bias is not None,
+                HAS_CAP=opts.softcap is not None,
+                BLOCK_P=16,
             )
         else:
-            _launch_logits(hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse,
-                           token_weight=token_weight)
-            gs = g[:K, :v1 - v0]
+            _launch_logits(
+                hk, weight, bias, tgt, 0, K, v0, v1, cfg, opts, V, 1, out=g, lse=lse, token_weight=token_weight
+            )
+            gs = g[:K, : v1 - v0]
         if step is not None:
-            rows = rows_buf[:v1 - v0]
+            rows = rows_buf[: v1 - v0]
             if half:
                 rows.copy_(_mm_f32(gs.t(), hk).div_(scale))
             else:
@@ -847,14 +1038,16 @@ def _backward_weight(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     return grad_weight, grad_bias
 
 
-def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_rows: bool
-                  ) -> list[tuple[int, int, bool]]:
+def _token_chunks(
+    K: int, D: int, V: int, limit: int, fixed: Optional[int], in_rows: bool
+) -> list[tuple[int, int, bool]]:
     """(first kept token, count, inside) of each token chunk of ``_three_products``:
     ``fixed`` tokens each, or as many as the workspace holds (``limit``), the chunks
     made even.  With ``in_rows`` (every token kept, grad_input wanted) a chunk may put
     its logits/G ("inside") in the rows of grad_input that later chunks write, from
     element ``round_up((first + count) D, 64)`` on: while those rows hold more tokens
     than the workspace, the chunks go there, as large as they fit."""
+
     def fits(r0: int, n: int) -> bool:
         return in_rows and _round_up((r0 + n) * D, 64) + n * V <= K * D
 
@@ -877,9 +1070,15 @@ def _token_chunks(K: int, D: int, V: int, limit: int, fixed: Optional[int], in_r
     return plan
 
 
-def _three_products_plan(N: int, D: int, V: int, itemsize: int, need: tuple[bool, bool, bool],
-                         config: LinearCrossEntropyConfig, kept: Optional[int] = None
-                         ) -> list[tuple[int, int, bool]]:
+def _three_products_plan(
+    N: int,
+    D: int,
+    V: int,
+    itemsize: int,
+    need: tuple[bool, bool, bool],
+    config: LinearCrossEntropyConfig,
+    kept: Optional[int] = None,
+) -> list[tuple[int, int, bool]]:
     """``_three_products``'s token chunks (``_token_chunks``) over the ``kept`` tokens of N
     (None: all N kept): its workspace, ``workspace_fraction`` of the gradients' bytes (16 MiB
     at least), holds a chunk's logits/G and, when some token is ignored, the chunk's gathered
@@ -915,9 +1114,17 @@ class _Gradients:
     grad_bias: Optional[torch.Tensor]  # [V] float32
 
 
-def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
-                    ignore_index: int, reduction: str, opts: _Options, need: tuple[bool, bool, bool],
-                    config: LinearCrossEntropyConfig) -> _Gradients:
+def _three_products(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    target: torch.Tensor,
+    ignore_index: int,
+    reduction: str,
+    opts: _Options,
+    need: tuple[bool, bool, bool],
+    config: LinearCrossEntropyConfig,
+) -> _Gradients:
     """Losses of every token (0 at the ignored ones) and the gradients for grad_output 1, in
     one pass over chunks of the kept tokens, each against the whole vocabulary: the chunk's
     logits (cuBLAS, float32 accumulation, rounded to the input dtype as ``F.linear`` rounds
@@ -970,19 +1177,44 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     g_scale = _FP16_HEADROOM if x.dtype == torch.float16 else 1.0
     alpha = (1.0 / K if reduction == "mean" else 1.0) / g_scale
     for r0, n, inside in plan:
-        x_chunk = x[r0:r0 + n] if kept is None else torch.index_select(x, 0, kept[r0:r0 + n], out=rows[:n])
+        x_chunk = x[r0 : r0 + n] if kept is None else torch.index_select(x, 0, kept[r0 : r0 + n], out=rows[:n])
         if inside:
             start = _round_up((r0 + n) * D, 64)
-            g = grad_input.view(-1)[start:start + n * V].view(n, V)
+            g = grad_input.view(-1)[start : start + n * V].view(n, V)
         else:
             g = z[:n]
         _mm_into(g, x_chunk, weight.t())
         _launch_rows(
-            n, rcfg, none, none, none, none, g, g, tgt, loss, lse, none if bias is None else bias, none,
-            r0, n, 1, V, 0, 0, V, 0, g_scale,
+            n,
+            rcfg,
+            none,
+            none,
+            none,
+            none,
+            g,
+            g,
+            tgt,
+            loss,
+            lse,
+            none if bias is None else bias,
+            none,
+            r0,
+            n,
+            1,
+            V,
+            0,
+            0,
+            V,
+            0,
+            g_scale,
             **opts.kernel_args(V),
-            HAS_LSE=False, GRAD=True, STREAM=True, NEED_SUM=opts.eps != 0.0, HAS_BIAS=bias is not None,
-            HAS_CAP=opts.softcap is not None, BLOCK_P=16,
+            HAS_LSE=False,
+            GRAD=True,
+            STREAM=True,
+            NEED_SUM=opts.eps != 0.0,
+            HAS_BIAS=bias is not None,
+            HAS_CAP=opts.softcap is not None,
+            BLOCK_P=16,
         )
         if need_weight:
             _addmm_into(grad_weight, g.t(), x_chunk, alpha, 1.0 if r0 > 0 else 0.0)
@@ -990,21 +1222,26 @@ def _three_products(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             grad_bias.add_(g.sum(0, dtype=torch.float32), alpha=alpha)
         if need_input:
             if kept is None:
-                _addmm_into(grad_input[r0:r0 + n], g, weight, alpha, 0.0)
+                _addmm_into(grad_input[r0 : r0 + n], g, weight, alpha, 0.0)
             else:  # over the gathered rows, read for the last time above
                 _addmm_into(x_chunk, g, weight, alpha, 0.0)
-                grad_input.index_copy_(0, kept[r0:r0 + n], x_chunk)
+                grad_input.index_copy_(0, kept[r0 : r0 + n], x_chunk)
     return _Gradients(_reduce(loss, kept, N, "none"), K, grad_input, grad_weight, grad_bias)
 
 
-def _check(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
-           reduction: str) -> None:
+def _check(
+    input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor], reduction: str
+) -> None:
     if input.dtype not in _DTYPES or weight.dtype != input.dtype or (bias is not None and bias.dtype != input.dtype):
-        raise TypeError(f"the Triton linear cross-entropy takes float16, bfloat16 or float32 input, weight and bias "
-                        f"of one dtype, got {input.dtype}, {weight.dtype}, {None if bias is None else bias.dtype}")
+        raise TypeError(
+            f"the Triton linear cross-entropy takes float16, bfloat16 or float32 input, weight and bias "
+            f"of one dtype, got {input.dtype}, {weight.dtype}, {None if bias is None else bias.dtype}"
+        )
     if input.dim() not in (2, 3) or weight.dim() != 2 or weight.shape[1] != input.shape[-1] or weight.shape[0] == 0:
-        raise ValueError(f"expected input [N, D] or [B, S, D] and weight [V, D], V >= 1; got {tuple(input.shape)} "
-                         f"and {tuple(weight.shape)}")
+        raise ValueError(
+            f"expected input [N, D] or [B, S, D] and weight [V, D], V >= 1; got {tuple(input.shape)} "
+            f"and {tuple(weight.shape)}"
+        )
     if tuple(target.shape) != tuple(input.shape[:-1]):
         raise ValueError(f"target must have shape {list(input.shape[:-1])}, got {list(target.shape)}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
@@ -1024,8 +1261,9 @@ def _prepare(input, weight, target, bias):
     return x, weight.contiguous(), None if bias is None else bias.contiguous(), target.reshape(-1).contiguous()
 
 
-def _reduce(loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int, reduction: str,
-            count: Optional[int] = None) -> torch.Tensor:
+def _reduce(
+    loss_kept: torch.Tensor, kept: Optional[torch.Tensor], n_tokens: int, reduction: str, count: Optional[int] = None
+) -> torch.Tensor:
     """``ce_output``: per-token losses (0 at ignored tokens), their sum, or the sum over
     the kept count (0 with no kept token: ``ce_mean_all_ignored``).  ``loss_kept``: the kept
     tokens' losses (``kept`` their indices, None when all are kept), or every token's with
@@ -1043,8 +1281,10 @@ def _refuse_double_backward() -> None:
     """Raise in a backward run with ``create_graph=True`` (once_differentiable would let the
     gradients pass as constants)."""
     if torch.is_grad_enabled():
-        raise RuntimeError("the Triton linear cross-entropy does not support double backward "
-                           "(create_graph=True): its backward is not differentiable")
+        raise RuntimeError(
+            "the Triton linear cross-entropy does not support double backward "
+            "(create_graph=True): its backward is not differentiable"
+        )
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -1109,19 +1349,43 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if grad_input is None:  # a second backward through the retained graph: the forward's again
                     x, w, b, t = _prepare(input, weight, target, bias)
                     grad_input = _forward(x, w, b, t, ignore_index, reduction, opts, True, config).grad_input
-            grads = _four_products_backward(grad_output, input, weight, bias, target, kept, tgt, lse, grad_input,
-                                            ctx.needs_input_grad[:3], reduction, opts, config, step)
+            grads = _four_products_backward(
+                grad_output,
+                input,
+                weight,
+                bias,
+                target,
+                kept,
+                tgt,
+                lse,
+                grad_input,
+                ctx.needs_input_grad[:3],
+                reduction,
+                opts,
+                config,
+                step,
+            )
             if step is not None:
                 ctx.head.end()
             return (*grads, None, None, None, None, None, None, None)
 
 
-def _four_products_backward(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
-                            bias: Optional[torch.Tensor], target: torch.Tensor, kept: Optional[torch.Tensor],
-                            tgt: torch.Tensor, lse: torch.Tensor, grad_input: Optional[torch.Tensor],
-                            need: tuple[bool, ...], reduction: str, opts: _Options,
-                            config: LinearCrossEntropyConfig, step=None
-                            ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+def _four_products_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    target: torch.Tensor,
+    kept: Optional[torch.Tensor],
+    tgt: torch.Tensor,
+    lse: torch.Tensor,
+    grad_input: Optional[torch.Tensor],
+    need: tuple[bool, ...],
+    reduction: str,
+    opts: _Options,
+    config: LinearCrossEntropyConfig,
+    step=None,
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The backward of the 4-product schedule (``_forward``'s kept tokens, their targets and
     lse): the forward's grad_input scaled by grad_output in place, grad_weight and grad_bias
     by vocabulary slabs (``_backward_weight``), each when ``need`` asks for it."""
@@ -1142,8 +1406,9 @@ def _four_products_backward(grad_output: torch.Tensor, input: torch.Tensor, weig
     need_bias = bias is not None and need[2]
     if need_weight or need_bias:
         x, w, b, _ = _prepare(input, weight, target, bias)
-        grad_weight, gb = _backward_weight(x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts,
-                                           config, step)
+        grad_weight, gb = _backward_weight(
+            x, w, b, kept, tgt, lse, token_weight, need_weight, need_bias, opts, config, step
+        )
         grad_bias = None if gb is None else gb.to(bias.dtype)
     return grad_input if need[0] else None, grad_weight, grad_bias
 
@@ -1151,9 +1416,11 @@ def _four_products_backward(grad_output: torch.Tensor, input: torch.Tensor, weig
 _SCALE_BLOCK = 4096
 
 
-def _scaled_gradients(grads: list[Optional[torch.Tensor]], grad_output: torch.Tensor,
-                      leaves: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
-                      ) -> list[Optional[torch.Tensor]]:
+def _scaled_gradients(
+    grads: list[Optional[torch.Tensor]],
+    grad_output: torch.Tensor,
+    leaves: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]],
+) -> list[Optional[torch.Tensor]]:
     """``_three_products``'s gradients (for grad_output 1) times grad_output, in place
     (``_scale_kernel``: skipped when grad_output is 1), in the shape and dtype of
     ``leaves`` (input, weight, bias)."""
@@ -1188,13 +1455,17 @@ def _options(label_smoothing: float, z_loss: float, softcap: Optional[float]) ->
 # kept tokens are recomputed from the target in the backward, its lse handed over for every
 # token, NaN at ignored ones).
 
-_FORWARD_SCHEMA = ("(Tensor input, Tensor weight, Tensor? bias, Tensor target, str reduction, int ignore_index, "
-                   "float label_smoothing, float z_loss, float? softcap, bool[] need, str config) "
-                   "-> (Tensor, Tensor, Tensor, Tensor, Tensor)")
-_BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor weight, Tensor? bias, Tensor target, Tensor lse, "
-                    "Tensor(a!) grad_input, Tensor(b!) grad_weight, Tensor(c!) grad_bias, str reduction, "
-                    "int ignore_index, float label_smoothing, float z_loss, float? softcap, bool[] need, str config) "
-                    "-> (Tensor, Tensor)")
+_FORWARD_SCHEMA = (
+    "(Tensor input, Tensor weight, Tensor? bias, Tensor target, str reduction, int ignore_index, "
+    "float label_smoothing, float z_loss, float? softcap, bool[] need, str config) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_output, Tensor input, Tensor weight, Tensor? bias, Tensor target, Tensor lse, "
+    "Tensor(a!) grad_input, Tensor(b!) grad_weight, Tensor(c!) grad_bias, str reduction, "
+    "int ignore_index, float label_smoothing, float z_loss, float? softcap, bool[] need, str config) "
+    "-> (Tensor, Tensor)"
+)
 
 
 @torch.compiler.assume_constant_result
@@ -1212,8 +1483,9 @@ def _op_config(text: str, input: torch.Tensor) -> LinearCrossEntropyConfig:
 @functools.lru_cache(maxsize=64)
 def _config_of(text: str) -> LinearCrossEntropyConfig:
     fields = json.loads(text)
-    return LinearCrossEntropyConfig(GemmConfig(**fields.pop("fwd")), GemmConfig(**fields.pop("bwd")),
-                                    RowConfig(**fields.pop("rows")), **fields)
+    return LinearCrossEntropyConfig(
+        GemmConfig(**fields.pop("fwd")), GemmConfig(**fields.pop("bwd")), RowConfig(**fields.pop("rows")), **fields
+    )
 
 
 def _check_targets(target: torch.Tensor, ignore_index: int, V: int) -> None:
@@ -1221,8 +1493,7 @@ def _check_targets(target: torch.Tensor, ignore_index: int, V: int) -> None:
     leaves this to ``ojas_ref.linear_cross_entropy``, which checks before dispatching here)."""
     bad = (target != ignore_index) & ((target < 0) | (target >= V))
     if bad.any():
-        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
-                         f"{ignore_index}")
+        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index={ignore_index}")
 
 
 def _three(config: LinearCrossEntropyConfig, reduction: str, need) -> bool:
@@ -1260,17 +1531,38 @@ def _(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_l
     N, (V, D) = target.numel(), weight.shape
     three = _three(_op_config(config, input), reduction, need)
     f32 = dict(dtype=torch.float32, device=input.device)
-    return (torch.empty(target.shape if reduction == "none" else (), **f32),
-            input.new_empty((N, D) if need[0] else (0,)),
-            input.new_empty((V, D) if three and need[1] else (0,)),
-            torch.empty((V,) if three and need[2] else (0,), **f32),
-            torch.empty((0,) if three else (N,), **f32))
+    return (
+        torch.empty(target.shape if reduction == "none" else (), **f32),
+        input.new_empty((N, D) if need[0] else (0,)),
+        input.new_empty((V, D) if three and need[1] else (0,)),
+        torch.empty((V,) if three and need[2] else (0,), **f32),
+        torch.empty((0,) if three else (N,), **f32),
+    )
 
 
-@torch.library.custom_op("ojas::linear_cross_entropy_backward",
-                         mutates_args=("grad_input", "grad_weight", "grad_bias"), schema=_BACKWARD_SCHEMA)
-def _backward_op(grad_output, input, weight, bias, target, lse, grad_input, grad_weight, grad_bias, reduction,
-                 ignore_index, label_smoothing, z_loss, softcap, need, config):
+@torch.library.custom_op(
+    "ojas::linear_cross_entropy_backward",
+    mutates_args=("grad_input", "grad_weight", "grad_bias"),
+    schema=_BACKWARD_SCHEMA,
+)
+def _backward_op(
+    grad_output,
+    input,
+    weight,
+    bias,
+    target,
+    lse,
+    grad_input,
+    grad_weight,
+    grad_bias,
+    reduction,
+    ignore_index,
+    label_smoothing,
+    z_loss,
+    softcap,
+    need,
+    config,
+):
     opts, config = _options(label_smoothing, z_loss, softcap), _op_config(config, input)
     with torch.autocast(grad_output.device.type, enabled=False):
         if _three(config, reduction, need):
@@ -1279,18 +1571,48 @@ def _backward_op(grad_output, input, weight, bias, target, lse, grad_input, grad
         t = _prepare(input, weight, target, bias)[3]
         mask = t != ignore_index
         kept, _, tgt = _kept_tokens(t, mask, mask.sum())
-        _, grad_w, grad_b = _four_products_backward(grad_output, input, weight, bias, target, kept, tgt,
-                                                    lse if kept is None else lse.index_select(0, kept), grad_input,
-                                                    tuple(need), reduction, opts, config)
+        _, grad_w, grad_b = _four_products_backward(
+            grad_output,
+            input,
+            weight,
+            bias,
+            target,
+            kept,
+            tgt,
+            lse if kept is None else lse.index_select(0, kept),
+            grad_input,
+            tuple(need),
+            reduction,
+            opts,
+            config,
+        )
     return tuple(weight.new_empty(0) if g is None else g for g in (grad_w, grad_b))
 
 
 @_backward_op.register_fake
-def _(grad_output, input, weight, bias, target, lse, grad_input, grad_weight, grad_bias, reduction, ignore_index,
-      label_smoothing, z_loss, softcap, need, config):
+def _(
+    grad_output,
+    input,
+    weight,
+    bias,
+    target,
+    lse,
+    grad_input,
+    grad_weight,
+    grad_bias,
+    reduction,
+    ignore_index,
+    label_smoothing,
+    z_loss,
+    softcap,
+    need,
+    config,
+):
     four = not _three(_op_config(config, input), reduction, need)
-    return (weight.new_empty(weight.shape if four and need[1] else (0,)),
-            bias.new_empty(bias.shape) if four and need[2] and bias is not None else weight.new_empty(0))
+    return (
+        weight.new_empty(weight.shape if four and need[1] else (0,)),
+        bias.new_empty(bias.shape) if four and need[2] and bias is not None else weight.new_empty(0),
+    )
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -1305,14 +1627,19 @@ def _forward_op_backward(ctx, grad_output, *_):
     _refuse_double_backward()
     input, weight, bias, target, lse, grad_input, grad_weight, grad_bias = ctx.saved_tensors
     reduction, _, _, _, _, need, config = ctx.args
-    new_weight, new_bias = _backward_op(grad_output, input, weight, bias, target, lse, grad_input, grad_weight,
-                                        grad_bias, *ctx.args)
+    new_weight, new_bias = _backward_op(
+        grad_output, input, weight, bias, target, lse, grad_input, grad_weight, grad_bias, *ctx.args
+    )
     if not _three(_op_config(config, input), reduction, need):
         grad_weight, grad_bias = new_weight, new_bias
-    grads = [g if wanted and t is not None else None
-             for g, t, wanted in zip((grad_input, grad_weight, grad_bias), (input, weight, bias), need)]
-    return (*(None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, (input, weight, bias))),
-            *(None,) * 8)
+    grads = [
+        g if wanted and t is not None else None
+        for g, t, wanted in zip((grad_input, grad_weight, grad_bias), (input, weight, bias), need)
+    ]
+    return (
+        *(None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, (input, weight, bias))),
+        *(None,) * 8,
+    )
 
 
 _forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
@@ -1393,23 +1720,38 @@ def linear_cross_entropy(
     need = tuple(grad and t is not None and t.requires_grad for t in (input, linear_weight, linear_bias))
     if torch.compiler.is_compiling():
         if head is not None:
-            raise NotImplementedError("linear_cross_entropy under torch.compile: the head weight updated inside the "
-                                      "backward (InBackwardOptimizer(head_weight=...)) is not supported; construct "
-                                      "the optimizer without head_weight, or run the loss eagerly")
-        return _forward_op(input, linear_weight, linear_bias, target, reduction, ignore_index, opts.eps, opts.lam,
-                           opts.softcap, list(need), _config_text(config))[0]
+            raise NotImplementedError(
+                "linear_cross_entropy under torch.compile: the head weight updated inside the "
+                "backward (InBackwardOptimizer(head_weight=...)) is not supported; construct "
+                "the optimizer without head_weight, or run the loss eagerly"
+            )
+        return _forward_op(
+            input,
+            linear_weight,
+            linear_bias,
+            target,
+            reduction,
+            ignore_index,
+            opts.eps,
+            opts.lam,
+            opts.softcap,
+            list(need),
+            _config_text(config),
+        )[0]
     chosen = config is not None
     config = config or default_config(input.dtype, input.device)
     if head is not None:
         if linear_bias is not None:
             raise NotImplementedError("the head updated inside the backward takes no bias")
         config = _head_update_config(config, input, linear_weight, cublas_logits=not chosen)
-    return _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, reduction, ignore_index, opts,
-                                     config, need, head)
+    return _LinearCrossEntropy.apply(
+        input, linear_weight, linear_bias, target, reduction, ignore_index, opts, config, need, head
+    )
 
 
-def _head_update_config(config: LinearCrossEntropyConfig, input: torch.Tensor, weight: torch.Tensor,
-                        cublas_logits: bool = False) -> LinearCrossEntropyConfig:
+def _head_update_config(
+    config: LinearCrossEntropyConfig, input: torch.Tensor, weight: torch.Tensor, cublas_logits: bool = False
+) -> LinearCrossEntropyConfig:
     """``config`` with 4 products and, unless it fixes one, a forward token chunk whose float32
     logits, G rows, gathered rows and grad_input rows fit ``workspace_fraction`` of the
     gradients' bytes (16 MiB at least), as the backward slab is sized: the [V, D] gradient is
@@ -1453,8 +1795,19 @@ def linear_cross_entropy_forward(
     opts = _options(label_smoothing, z_loss, softcap)
     if torch.compiler.is_compiling():
         with torch.no_grad():
-            loss, *_, lse = _forward_op(input, linear_weight, linear_bias, target, "none", ignore_index, opts.eps,
-                                        opts.lam, opts.softcap, [False] * 3, _config_text(config))
+            loss, *_, lse = _forward_op(
+                input,
+                linear_weight,
+                linear_bias,
+                target,
+                "none",
+                ignore_index,
+                opts.eps,
+                opts.lam,
+                opts.softcap,
+                [False] * 3,
+                _config_text(config),
+            )
         return loss, lse.view(target.shape)
     config = config or default_config(input.dtype, input.device)
     x, w, b, t = _prepare(input, linear_weight, target, linear_bias)

@@ -56,14 +56,17 @@ __all__ = ["DEFAULT_BLOCK_SIZE", "keeps_negative_zero", "packed_numel", "relu_fo
 
 DEFAULT_BLOCK_SIZE = 1024  # elements per program; untuned
 # per dtype: the integer view, the magnitude mask and the bits of +inf
-_BITS = {torch.float32: (torch.int32, 0x7FFFFFFF, 0x7F800000),
-         torch.bfloat16: (torch.int16, 0x7FFF, 0x7F80),
-         torch.float16: (torch.int16, 0x7FFF, 0x7C00)}
+_BITS = {
+    torch.float32: (torch.int32, 0x7FFFFFFF, 0x7F800000),
+    torch.bfloat16: (torch.int16, 0x7FFF, 0x7F80),
+    torch.float16: (torch.int16, 0x7FFF, 0x7C00),
+}
 
 
 @triton.jit
-def _relu_fwd_kernel(X, R, P, n, n_bytes, BLOCK: tl.constexpr, MAG: tl.constexpr, INF: tl.constexpr,
-                     KEEP_NEG_ZERO: tl.constexpr):
+def _relu_fwd_kernel(
+    X, R, P, n, n_bytes, BLOCK: tl.constexpr, MAG: tl.constexpr, INF: tl.constexpr, KEEP_NEG_ZERO: tl.constexpr
+):
     """``r = relu(h)`` and the packed mask ``not (h <= 0)`` of one block (8 elements per byte)."""
     pid = tl.program_id(0).to(tl.int64)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -138,9 +141,17 @@ def relu_forward(h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE) -> tuple
     n = h.numel()
     packed = torch.empty(packed_numel(n), dtype=torch.uint8, device=h.device)
     if n:
-        fast(_relu_fwd_kernel)[(cdiv(n, block_size),)](h.view(int_dtype), r.view(int_dtype), packed, n,
-                                                        packed.numel(), BLOCK=block_size, MAG=mag, INF=inf,
-                                                        KEEP_NEG_ZERO=keeps_negative_zero(h.device))
+        fast(_relu_fwd_kernel)[(cdiv(n, block_size),)](
+            h.view(int_dtype),
+            r.view(int_dtype),
+            packed,
+            n,
+            packed.numel(),
+            BLOCK=block_size,
+            MAG=mag,
+            INF=inf,
+            KEEP_NEG_ZERO=keeps_negative_zero(h.device),
+        )
     return r, packed
 
 
@@ -154,11 +165,14 @@ def relu_backward(grad: torch.Tensor, packed: torch.Tensor, block_size: int = DE
         raise TypeError("packed must be a 1-D uint8 tensor (the mask relu_forward returned)")
     n = grad.numel()
     if packed.numel() != packed_numel(n) or packed.device != grad.device:
-        raise ValueError(f"packed has {packed.numel()} bytes on {packed.device}; a gradient of {n} elements on "
-                         f"{grad.device} needs {packed_numel(n)} there")
+        raise ValueError(
+            f"packed has {packed.numel()} bytes on {packed.device}; a gradient of {n} elements on "
+            f"{grad.device} needs {packed_numel(n)} there"
+        )
     grad, packed = grad.contiguous(), packed.contiguous()
     dx = torch.empty_like(grad)
     if n:
-        fast(_relu_bwd_kernel)[(cdiv(n, block_size),)](grad.view(int_dtype), packed, dx.view(int_dtype), n,
-                                                        BLOCK=block_size)
+        fast(_relu_bwd_kernel)[(cdiv(n, block_size),)](
+            grad.view(int_dtype), packed, dx.view(int_dtype), n, BLOCK=block_size
+        )
     return dx

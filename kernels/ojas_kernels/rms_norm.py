@@ -48,8 +48,12 @@ MAX_HIDDEN = 65536
 # Elements of x per program tile: rows per program = this / the column block.
 _TILE = 4096
 
-_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32,
-              torch.float64: tl.float64}
+_TL_DTYPES = {
+    torch.float16: tl.float16,
+    torch.bfloat16: tl.bfloat16,
+    torch.float32: tl.float32,
+    torch.float64: tl.float64,
+}
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -65,9 +69,23 @@ def _blocks(n: int) -> tuple[int, int, int]:
 
 
 @triton.jit
-def _fwd_kernel(X, W, Y, RSTD, n_rows, n, stride_x, stride_y, eps, offset,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, AFTER_WEIGHT: tl.constexpr,
-                COMPUTE: tl.constexpr, PRODUCT: tl.constexpr):
+def _fwd_kernel(
+    X,
+    W,
+    Y,
+    RSTD,
+    n_rows,
+    n,
+    stride_x,
+    stride_y,
+    eps,
+    offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    AFTER_WEIGHT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    PRODUCT: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_ok = rows < n_rows
@@ -87,9 +105,24 @@ def _fwd_kernel(X, W, Y, RSTD, n_rows, n, stride_x, stride_y, eps, offset,
 
 
 @triton.jit
-def _bwd_kernel(DY, X, W, RSTD, DX, DW_PART, n_rows, n, stride_dy, stride_x, stride_dx, offset,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, AFTER_WEIGHT: tl.constexpr,
-                COMPUTE: tl.constexpr):
+def _bwd_kernel(
+    DY,
+    X,
+    W,
+    RSTD,
+    DX,
+    DW_PART,
+    n_rows,
+    n,
+    stride_dy,
+    stride_x,
+    stride_dx,
+    offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    AFTER_WEIGHT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -151,19 +184,24 @@ def forward_outputs(x: torch.Tensor, weight: torch.Tensor, after_weight: bool) -
     the compute dtype (also the fake implementation of ``ojas::rms_norm_forward``)."""
     rows, n = x.shape
     out_dtype = x.dtype if after_weight else torch.promote_types(x.dtype, weight.dtype)
-    return (torch.empty((rows, n), dtype=out_dtype, device=x.device),
-            torch.empty(rows, dtype=_compute_dtype(x.dtype), device=x.device))
+    return (
+        torch.empty((rows, n), dtype=out_dtype, device=x.device),
+        torch.empty(rows, dtype=_compute_dtype(x.dtype), device=x.device),
+    )
 
 
 def backward_outputs(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`rms_norm_backward`'s ``(dx, dw)``, uninitialised and contiguous, in the dtypes of
     ``x`` and ``weight`` (also the fake implementation of ``ojas::rms_norm_backward``)."""
-    return (torch.empty(x.shape, dtype=x.dtype, device=x.device),
-            torch.empty(weight.shape[0], dtype=weight.dtype, device=weight.device))
+    return (
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        torch.empty(weight.shape[0], dtype=weight.dtype, device=weight.device),
+    )
 
 
-def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0,
-                     after_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_forward(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0, after_weight: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, rstd)`` for ``x [rows, n]`` and ``weight [n]`` (see the module docstring).
 
     ``y`` has the input dtype (``after_weight``) or torch's promotion of ``weight`` and
@@ -178,9 +216,23 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: 
         return y, rstd.fill_(torch.nan if n == 0 else 0.0)
     block_m, block_n, warps = _blocks(n)
     fast(_fwd_kernel)[(cdiv(rows, block_m),)](
-        x, weight, y, rstd, rows, n, x.stride(0), y.stride(0), float(eps), float(offset),
-        BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=_TL_DTYPES[compute],
-        PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)], num_warps=warps)
+        x,
+        weight,
+        y,
+        rstd,
+        rows,
+        n,
+        x.stride(0),
+        y.stride(0),
+        float(eps),
+        float(offset),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        AFTER_WEIGHT=bool(after_weight),
+        COMPUTE=_TL_DTYPES[compute],
+        PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)],
+        num_warps=warps,
+    )
     return y, rstd
 
 
@@ -194,8 +246,14 @@ def _programs(device: torch.device, blocks: int) -> int:
     return max(1, min(blocks, 4 * _multiprocessors(device)))
 
 
-def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
-                      offset: float = 0.0, after_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_backward(
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    offset: float = 0.0,
+    after_weight: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dx, dw)`` from the saved ``x`` and ``rstd`` (see the module docstring); ``dx`` in
     the dtype of ``x``, ``dw`` in the dtype of ``weight`` (summed in the compute dtype)."""
     _check(x, weight)
@@ -210,8 +268,23 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     partial = torch.empty((programs, n), dtype=compute, device=x.device)
     tl_compute = _TL_DTYPES[compute]
     fast(_bwd_kernel)[(programs,)](
-        grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), dx.stride(0), float(offset),
-        BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=tl_compute,
-        num_warps=warps)
+        grad_y,
+        x,
+        weight,
+        rstd,
+        dx,
+        partial,
+        rows,
+        n,
+        grad_y.stride(0),
+        x.stride(0),
+        dx.stride(0),
+        float(offset),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        AFTER_WEIGHT=bool(after_weight),
+        COMPUTE=tl_compute,
+        num_warps=warps,
+    )
     fast(_dw_kernel)[(cdiv(n, _DW_BLOCK),)](partial, dw, programs, n, BLOCK=_DW_BLOCK, COMPUTE=tl_compute)
     return dx, dw

@@ -74,8 +74,7 @@ _TILE = 4096  # elements of a [BLOCK_H, 2 * BLOCK_E] tile of heads; untuned
 
 
 @triton.jit
-def _rope_heads(X, Y, x_row, y_row, sxh, syh, H, c1, c2, s1, s2, e, e_ok,
-                HALF: tl.constexpr, BLOCK_H: tl.constexpr):
+def _rope_heads(X, Y, x_row, y_row, sxh, syh, H, c1, c2, s1, s2, e, e_ok, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
     """``y = rnd(rnd(x c) + rnd(rotate_half(x) s))`` for the ``H`` heads of one row, by blocks."""
     dtype = Y.dtype.element_ty
     for h0 in range(0, H, BLOCK_H):
@@ -92,12 +91,38 @@ def _rope_heads(X, Y, x_row, y_row, sxh, syh, H, c1, c2, s1, s2, e, e_ok,
 
 
 @triton.jit
-def _rope_kernel(Q, K, COS, SIN, QO, KO, S, Hq, Hkv,
-                 sqb, sqh, sqs, skb, skh, sks,
-                 soqb, soqh, soqs, sokb, sokh, soks,
-                 scb, scs, ssb, sss,
-                 HALF: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
-                 BACKWARD: tl.constexpr):
+def _rope_kernel(
+    Q,
+    K,
+    COS,
+    SIN,
+    QO,
+    KO,
+    S,
+    Hq,
+    Hkv,
+    sqb,
+    sqh,
+    sqs,
+    skb,
+    skh,
+    sks,
+    soqb,
+    soqh,
+    soqs,
+    sokb,
+    sokh,
+    soks,
+    scb,
+    scs,
+    ssb,
+    sss,
+    HALF: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BACKWARD: tl.constexpr,
+):
     """One ``(b, s)`` row of ``q`` and ``k``: the forward, or (``BACKWARD``) the gradient, which is
     the forward with the sine row ``cat(-s[h:], -s[:h])`` (module docstring)."""
     row = tl.program_id(0).to(tl.int64)
@@ -115,10 +140,40 @@ def _rope_kernel(Q, K, COS, SIN, QO, KO, S, Hq, Hkv,
     else:
         s1 = _to_float32(tl.load(sp, mask=e_ok, other=0.0))[None, :]
         s2 = _to_float32(tl.load(sp + HALF, mask=e_ok, other=0.0))[None, :]
-    _rope_heads(Q, QO, b * sqb + s * sqs, b * soqb + s * soqs, sqh, soqh, Hq, c1, c2, s1, s2, e, e_ok,
-                HALF=HALF, BLOCK_H=BLOCK_HQ)
-    _rope_heads(K, KO, b * skb + s * sks, b * sokb + s * soks, skh, sokh, Hkv, c1, c2, s1, s2, e, e_ok,
-                HALF=HALF, BLOCK_H=BLOCK_HK)
+    _rope_heads(
+        Q,
+        QO,
+        b * sqb + s * sqs,
+        b * soqb + s * soqs,
+        sqh,
+        soqh,
+        Hq,
+        c1,
+        c2,
+        s1,
+        s2,
+        e,
+        e_ok,
+        HALF=HALF,
+        BLOCK_H=BLOCK_HQ,
+    )
+    _rope_heads(
+        K,
+        KO,
+        b * skb + s * sks,
+        b * sokb + s * soks,
+        skh,
+        sokh,
+        Hkv,
+        c1,
+        c2,
+        s1,
+        s2,
+        e,
+        e_ok,
+        HALF=HALF,
+        BLOCK_H=BLOCK_HK,
+    )
 
 
 _BLOCKS: dict[tuple[int, int, int], tuple[int, int, int]] = {}
@@ -131,8 +186,11 @@ def _blocks(Hq: int, Hkv: int, half: int) -> tuple[int, int, int]:
     if hit is None:
         block_e = triton.next_power_of_2(max(half, 1))
         rows = max(1, _TILE // (2 * block_e))
-        hit = _BLOCKS[key] = (block_e, min(triton.next_power_of_2(max(Hq, 1)), rows),
-                              min(triton.next_power_of_2(max(Hkv, 1)), rows))
+        hit = _BLOCKS[key] = (
+            block_e,
+            min(triton.next_power_of_2(max(Hq, 1)), rows),
+            min(triton.next_power_of_2(max(Hkv, 1)), rows),
+        )
     return hit
 
 
@@ -147,8 +205,9 @@ def outputs_like(x_q: torch.Tensor, x_k: torch.Tensor) -> tuple[torch.Tensor, to
     return torch.empty_like(_unit_last(x_q)), torch.empty_like(_unit_last(x_k))
 
 
-def _launch(x_q: Optional[torch.Tensor], x_k: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor,
-            backward: bool) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+def _launch(
+    x_q: Optional[torch.Tensor], x_k: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, backward: bool
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """Outputs ``empty_like`` their inputs; a ``None`` input (a missing gradient) gives ``None``."""
     first = x_q if x_q is not None else x_k
     B, _, S, E = first.shape
@@ -165,12 +224,38 @@ def _launch(x_q: Optional[torch.Tensor], x_k: Optional[torch.Tensor], cos: torch
     sq, sk, soq, sok, sc, ss = q.stride(), k.stride(), qo.stride(), ko.stride(), cos.stride(), sin.stride()
     block_e, block_hq, block_hk = _blocks(Hq, Hkv, half)
     fast(_rope_kernel)[(B * S,)](
-        q, k, cos, sin, qo, ko, S, Hq, Hkv,
-        sq[0], sq[1], sq[2], sk[0], sk[1], sk[2],
-        soq[0], soq[1], soq[2], sok[0], sok[1], sok[2],
-        sc[0] if cos.shape[0] != 1 else 0, sc[1], ss[0] if sin.shape[0] != 1 else 0, ss[1],
-        HALF=half, BLOCK_E=block_e, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BACKWARD=backward,
-        enable_fp_fusion=False)
+        q,
+        k,
+        cos,
+        sin,
+        qo,
+        ko,
+        S,
+        Hq,
+        Hkv,
+        sq[0],
+        sq[1],
+        sq[2],
+        sk[0],
+        sk[1],
+        sk[2],
+        soq[0],
+        soq[1],
+        soq[2],
+        sok[0],
+        sok[1],
+        sok[2],
+        sc[0] if cos.shape[0] != 1 else 0,
+        sc[1],
+        ss[0] if sin.shape[0] != 1 else 0,
+        ss[1],
+        HALF=half,
+        BLOCK_E=block_e,
+        BLOCK_HQ=block_hq,
+        BLOCK_HK=block_hk,
+        BACKWARD=backward,
+        enable_fp_fusion=False,
+    )
     return y_q, y_k
 
 
@@ -181,8 +266,10 @@ def _check(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
         if t.dtype != q.dtype or t.device != q.device:
             raise TypeError(f"{name} ({t.dtype}, {t.device}) must have q's dtype and device ({q.dtype}, {q.device})")
     if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3:
-        raise ValueError(f"q and k must be 4-D [B, H, S, E] and cos 3-D [B or 1, S, E], got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, cos {tuple(cos.shape)}")
+        raise ValueError(
+            f"q and k must be 4-D [B, H, S, E] and cos 3-D [B or 1, S, E], got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, cos {tuple(cos.shape)}"
+        )
     B, _, S, E = q.shape
     if k.shape[0] != B or k.shape[2:] != q.shape[2:]:
         raise ValueError(f"k {tuple(k.shape)} must match q {tuple(q.shape)} in batch, positions and head size")
@@ -194,8 +281,9 @@ def _check(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
         raise ValueError(f"q's head size (last dimension) must be even, got {E}")
 
 
-def rope_forward(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
-                 sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_forward(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with ``cos``/``sin``
     ``[B or 1, S, E]`` broadcast over the heads, rounded as torch rounds Hugging Face's formula
     (module docstring).  One launch for ``q`` and ``k``."""
@@ -203,13 +291,19 @@ def rope_forward(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     return _launch(_unit_last(q), _unit_last(k), cos, sin, False)
 
 
-def rope_backward(grad_q_out: Optional[torch.Tensor], grad_k_out: Optional[torch.Tensor], cos: torch.Tensor,
-                  sin: torch.Tensor) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+def rope_backward(
+    grad_q_out: Optional[torch.Tensor], grad_k_out: Optional[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """``(dq, dk)`` from the output gradients (Ojas.RoPE.Backward.rope_backward_eq_vjp over the reals;
     rounding as torch's autograd, module docstring); a ``None`` gradient gives ``None``.  One launch.
     No argument checks: the arguments are those :func:`rope_forward` checked, and gradients of its
     outputs."""
     if grad_q_out is None and grad_k_out is None:
         return None, None
-    return _launch(None if grad_q_out is None else _unit_last(grad_q_out),
-                   None if grad_k_out is None else _unit_last(grad_k_out), cos, sin, True)
+    return _launch(
+        None if grad_q_out is None else _unit_last(grad_q_out),
+        None if grad_k_out is None else _unit_last(grad_k_out),
+        cos,
+        sin,
+        True,
+    )

@@ -173,13 +173,16 @@ def _check(activation: object, **tensors: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"{name0} has dtype {t0.dtype}; the SwiGLU kernel supports float16, bfloat16, float32")
     for name, t in rest:
         if t.shape != t0.shape or t.dtype != t0.dtype or t.device != t0.device:
-            raise ValueError(f"{name} ({tuple(t.shape)}, {t.dtype}, {t.device}) must match {name0} "
-                             f"({tuple(t0.shape)}, {t0.dtype}, {t0.device})")
+            raise ValueError(
+                f"{name} ({tuple(t.shape)}, {t.dtype}, {t.device}) must match {name0} "
+                f"({tuple(t0.shape)}, {t0.dtype}, {t0.device})"
+            )
     return t0
 
 
-def swiglu_forward(a: torch.Tensor, b: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE, *,
-                   activation: str = "silu") -> torch.Tensor:
+def swiglu_forward(
+    a: torch.Tensor, b: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE, *, activation: str = "silu"
+) -> torch.Tensor:
     """``act(a) * b`` (``activation`` "silu" or "gelu_tanh"), rounded as torch's ``F.silu(a) * b`` or
     ``F.gelu(a, approximate="tanh") * b`` (module docstring); contiguous output."""
     _check(activation, a=a, b=b)
@@ -191,8 +194,14 @@ def swiglu_forward(a: torch.Tensor, b: torch.Tensor, block_size: int = DEFAULT_B
     return h
 
 
-def swiglu_backward(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor, block_size: int = DEFAULT_BLOCK_SIZE,
-                    *, activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
+def swiglu_backward(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    grad_h: torch.Tensor,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    *,
+    activation: str = "silu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(da, db)`` of ``h = act(a) * b`` from ``a``, ``b`` and ``dh`` alone, the activation recomputed
     (over the reals Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp for silu,
     Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp for gelu_tanh; rounding as torch's autograd,

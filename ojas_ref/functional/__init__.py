@@ -18,5 +18,12 @@ from ojas_ref.functional.rms_norm import rms_norm
 from ojas_ref.functional.rope import apply_rotary_pos_emb
 from ojas_ref.functional.swiglu import swiglu
 
-__all__ = ["apply_rotary_pos_emb", "attention", "linear_cross_entropy", "relu", "relu_squared_linear", "rms_norm",
-           "swiglu"]
+__all__ = [
+    "apply_rotary_pos_emb",
+    "attention",
+    "linear_cross_entropy",
+    "relu",
+    "relu_squared_linear",
+    "rms_norm",
+    "swiglu",
+]

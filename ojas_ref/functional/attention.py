@@ -87,6 +87,7 @@ IMPL_ENV = IMPL_ENVS["attention"]
 # Argument checks
 # --------------------------------------------------------------------------
 
+
 def _type_name(x: object) -> str:
     """``float``, ``numpy.bool``, ``torch.Tensor``: the type of x, with its module unless builtin
     (numpy 2's bool is called ``bool`` too)."""
@@ -136,22 +137,29 @@ def _check_inputs(
     _check_tensor("value", value, "[..., Hkv, Sk, Ev]")
     for name, x in (("key", key), ("value", value)):
         if x.dtype != query.dtype:
-            raise TypeError(f"{name} has dtype {x.dtype} but query has dtype {query.dtype}; "
-                            "query, key and value must share one dtype")
+            raise TypeError(
+                f"{name} has dtype {x.dtype} but query has dtype {query.dtype}; "
+                "query, key and value must share one dtype"
+            )
         if x.device != query.device:
             raise ValueError(f"{name} is on {x.device} but query is on {query.device}")
         if x.dim() != query.dim():
-            raise ValueError(f"{name} must have as many dimensions as query ({query.dim()}), "
-                             f"got {name} shape {tuple(x.shape)} and query shape {tuple(query.shape)}")
+            raise ValueError(
+                f"{name} must have as many dimensions as query ({query.dim()}), "
+                f"got {name} shape {tuple(x.shape)} and query shape {tuple(query.shape)}"
+            )
     batch = query.shape[:-3]
     if key.shape[:-3] != batch or value.shape[:-3] != batch:
-        raise ValueError(f"batch size mismatch: the dimensions before the heads are {list(batch)} in query, "
-                         f"{list(key.shape[:-3])} in key and {list(value.shape[:-3])} in value; they must be equal "
-                         "(they are not broadcast)")
+        raise ValueError(
+            f"batch size mismatch: the dimensions before the heads are {list(batch)} in query, "
+            f"{list(key.shape[:-3])} in key and {list(value.shape[:-3])} in value; they must be equal "
+            "(they are not broadcast)"
+        )
     Hq, Sq, E = _heads(query), query.shape[-2], query.shape[-1]
     if key.shape[-1] != E:
-        raise ValueError(f"key must have the query's head dim E={E} in its last dimension, "
-                         f"got key shape {tuple(key.shape)}")
+        raise ValueError(
+            f"key must have the query's head dim E={E} in its last dimension, got key shape {tuple(key.shape)}"
+        )
     if E == 0:
         raise ValueError("query must have a head dim E >= 1, got E=0")
     Hkv, Sk = _heads(key), key.shape[-2]
@@ -164,8 +172,9 @@ def _check_inputs(
         if not divides:
             raise ValueError(f"enable_gqa=True needs the key/value heads ({Hkv}) to divide the query heads ({Hq})")
     elif Hkv != Hq:
-        raise ValueError(f"key/value have {Hkv} heads but query has {Hq}; pass enable_gqa=True for grouped-query "
-                         "attention")
+        raise ValueError(
+            f"key/value have {Hkv} heads but query has {Hq}; pass enable_gqa=True for grouped-query attention"
+        )
     dropout_p = _check_dropout_p(dropout_p)
     is_causal = _check_bool("is_causal", is_causal)
     if window is not None:
@@ -191,8 +200,9 @@ def _check_dropout_p(dropout_p: object) -> float:
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p must be a float, got {_type_name(dropout_p)}")
     if not 0 <= dropout_p <= 1:  # NaN too
-        raise ValueError(f"dropout_p must be in [0, 1] (the probability that an attention probability is "
-                         f"dropped), got {dropout_p!r}")
+        raise ValueError(
+            f"dropout_p must be in [0, 1] (the probability that an attention probability is dropped), got {dropout_p!r}"
+        )
     return float(dropout_p)
 
 
@@ -202,19 +212,22 @@ def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, ...]) -> None
     if attn_mask.is_nested:
         raise NotImplementedError("attn_mask: nested tensors are not supported")
     if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
-        raise TypeError(f"attn_mask must have dtype torch.bool or the query's dtype {query.dtype}, "
-                        f"got {attn_mask.dtype}")
+        raise TypeError(
+            f"attn_mask must have dtype torch.bool or the query's dtype {query.dtype}, got {attn_mask.dtype}"
+        )
     if attn_mask.device != query.device:
         raise ValueError(f"attn_mask is on {attn_mask.device} but query is on {query.device}")
     shape = tuple(attn_mask.shape)
     padded = (1,) * (len(full) - len(shape)) + shape
     if len(shape) > len(full) or any(m != 1 and m != f for m, f in zip(padded, full)):
-        raise ValueError(f"attn_mask must be broadcastable to [..., Hq, Sq, Sk] = {list(full)}, "
-                         f"got shape {list(shape)}")
+        raise ValueError(
+            f"attn_mask must be broadcastable to [..., Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}"
+        )
 
 
-def _as_4d(query: Tensor, key: Tensor, value: Tensor,
-           attn_mask: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+def _as_4d(
+    query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor]
+) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """The checked inputs as [B, H, S, E] (B the product of the dimensions before the heads;
     [S, E] as [1, 1, S, E]; views where the strides allow), and the mask as one
     broadcastable to [B, Hq, Sq, Sk]. A mask that broadcasts over some but not all of more
@@ -237,8 +250,10 @@ def _kernel_runs(impl: Optional[str], query: Tensor, attn_mask: Optional[Tensor]
     with the mask gradient the kernel does not compute refused."""
     refused = None
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
-        refused = ValueError("impl='triton' computes no gradient for attn_mask, and this float attn_mask requires "
-                             "grad; detach it, or use impl='reference' for d(attn_mask)")
+        refused = ValueError(
+            "impl='triton' computes no gradient for attn_mask, and this float attn_mask requires "
+            "grad; detach it, or use impl='reference' for d(attn_mask)"
+        )
     return kernel_runs("attention", impl, query, refused=refused)
 
 
@@ -273,8 +288,9 @@ def _mulhilo32(a: int, x: Tensor) -> tuple[Tensor, Tensor]:
     return (upper >> 16) + (t >> 32), t & _U32
 
 
-def _philox4x32(c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, k0: Tensor,
-                k1: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _philox4x32(
+    c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, k0: Tensor, k1: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Philox-4x32-10 of the counter (c0, c1, c2, c3) under the key (k0, k1), all int64
     tensors holding 32-bit unsigned values (broadcast together): the rounds of Triton's
     ``tl.philox_impl`` (Random123's ``philox4x32_R``), bit for bit."""
@@ -316,25 +332,29 @@ def _dropout_keep_mask(dropout: _Dropout, batch: int, heads: int, seq_q: int, se
     """The whole [batch, heads, seq_q, seq_k] keep mask of :func:`_dropout_keep` (for tests)."""
     device = dropout.seed.device
     bh = torch.arange(batch * heads, device=device).view(batch, heads, 1, 1)
-    return _dropout_keep(dropout, bh, torch.arange(seq_q, device=device).unsqueeze(1),
-                         torch.arange(seq_k, device=device))
+    return _dropout_keep(
+        dropout, bh, torch.arange(seq_q, device=device).unsqueeze(1), torch.arange(seq_k, device=device)
+    )
 
 
-def _tile_keep(dropout: Optional[_Dropout], shape: tuple[int, int, int], q0: int, q1: int, k0: int,
-               k1: int) -> Optional[Tensor]:
+def _tile_keep(
+    dropout: Optional[_Dropout], shape: tuple[int, int, int], q0: int, q1: int, k0: int, k1: int
+) -> Optional[Tensor]:
     """The keep mask of one tile, [B, Hkv, G, q1 - q0, k1 - k0] for (B, Hkv, G) = shape
     (query head h = hkv * G + g); None without dropout."""
     if dropout is None:
         return None
     device = dropout.seed.device
     bh = torch.arange(math.prod(shape), device=device).view(*shape, 1, 1)  # b * Hq + hkv * G + g
-    return _dropout_keep(dropout, bh, torch.arange(q0, q1, device=device).unsqueeze(1),
-                         torch.arange(k0, k1, device=device))
+    return _dropout_keep(
+        dropout, bh, torch.arange(q0, q1, device=device).unsqueeze(1), torch.arange(k0, k1, device=device)
+    )
 
 
 # --------------------------------------------------------------------------
 # One tile: scores, masks, the block step, finalize
 # --------------------------------------------------------------------------
+
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -442,6 +462,7 @@ def _finalize(m: Tensor, l: Tensor, acc: Tensor) -> tuple[Tensor, Tensor]:
 # --------------------------------------------------------------------------
 # Whole-head passes
 # --------------------------------------------------------------------------
+
 
 def _grouped(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dtype: torch.dtype):
     """Views for grouped-query attention without repeating key/value: query
@@ -611,8 +632,18 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
         mask_grad = attn_mask is not None and attn_mask.is_floating_point() and ctx.needs_input_grad[3]
         with autocast_off(grad_out.device.type):  # backward may run under the caller's autocast
             dq, dk, dv, dmask = _reference_backward(
-                query, key, value, attn_mask, out, lse, grad_out, ctx.is_causal, ctx.scale, ctx.window, mask_grad,
-                ctx.dropout
+                query,
+                key,
+                value,
+                attn_mask,
+                out,
+                lse,
+                grad_out,
+                ctx.is_causal,
+                ctx.scale,
+                ctx.window,
+                mask_grad,
+                ctx.dropout,
             )
         return dq, dk, dv, dmask, None, None, None, None
 
@@ -620,6 +651,7 @@ class _OnlineSoftmaxAttention(torch.autograd.Function):
 # --------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------
+
 
 def attention(
     query: Tensor,
@@ -749,8 +781,9 @@ def attention(
     refuse_function_transforms("attention")
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
-    scale, dropout_p, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                                                        enable_gqa, window)
+    scale, dropout_p, is_causal, window = _check_inputs(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window
+    )
     q, k, v, mask = _as_4d(query, key, value, attn_mask)
     dropout = _dropout_args(dropout_p, query.device)  # drawn whichever implementation runs
     with autocast_off(query.device.type):
@@ -759,8 +792,17 @@ def attention(
         if _kernel_runs(impl, query, attn_mask) and k.shape[1] > 0:
             from ojas_kernels.attention import flash_attention
 
-            out = flash_attention(q, k, v, is_causal=is_causal, scale=scale, window=window, attn_mask=mask,
-                                  dropout_p=dropout_p, dropout_seed=None if dropout is None else dropout.seed)
+            out = flash_attention(
+                q,
+                k,
+                v,
+                is_causal=is_causal,
+                scale=scale,
+                window=window,
+                attn_mask=mask,
+                dropout_p=dropout_p,
+                dropout_seed=None if dropout is None else dropout.seed,
+            )
         else:
             out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window, dropout)
     return out.reshape(*query.shape[:-1], value.shape[-1])
@@ -790,8 +832,9 @@ def attention_forward(
     """
     if isinstance(query, Tensor):
         query, key, value, attn_mask = cast_for_autocast(query.device.type, query, key, value, attn_mask)
-    scale, dropout_p, is_causal, window = _check_inputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                                                        enable_gqa, window)
+    scale, dropout_p, is_causal, window = _check_inputs(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window
+    )
     dropout = _dropout_args(dropout_p, query.device)
     with torch.no_grad(), autocast_off(query.device.type):
         out, lse = _reference_forward(*_as_4d(query, key, value, attn_mask), is_causal, scale, window, dropout)

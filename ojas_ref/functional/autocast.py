@@ -35,8 +35,17 @@ def cast_for_autocast(device_type: str, *tensors: Any) -> tuple:
     dtype = autocast_dtype(device_type)
     if dtype is None:
         return tensors
-    return tuple(t.to(dtype) if (isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
-                                 and t.device.type == device_type) else t for t in tensors)
+    return tuple(
+        t.to(dtype)
+        if (
+            isinstance(t, torch.Tensor)
+            and t.is_floating_point()
+            and t.dtype != torch.float64
+            and t.device.type == device_type
+        )
+        else t
+        for t in tensors
+    )
 
 
 def autocast_off(device_type: str) -> contextlib.AbstractContextManager:

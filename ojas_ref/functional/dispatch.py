@@ -22,8 +22,19 @@ from torch import Tensor
 
 from ojas_ref.functional.autocast import autocast_dtype
 
-__all__ = ["IMPLS", "IMPL_ENVS", "KERNEL_DTYPES", "PRIMITIVES", "get_impl", "kernel_runs", "plain_kernel_call",
-           "refuse_double_backward", "resolve_impl", "triton_interpreted", "use_impl"]
+__all__ = [
+    "IMPLS",
+    "IMPL_ENVS",
+    "KERNEL_DTYPES",
+    "PRIMITIVES",
+    "get_impl",
+    "kernel_runs",
+    "plain_kernel_call",
+    "refuse_double_backward",
+    "resolve_impl",
+    "triton_interpreted",
+    "use_impl",
+]
 
 IMPLS = ("auto", "reference", "triton")
 #: the primitives with a Triton kernel, by the name of their function (rope: ``apply_rotary_pos_emb``)
@@ -91,8 +102,9 @@ def resolve_impl(primitive: str, impl: Optional[str]) -> str:
     if impl is None:
         return setting
     if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS} (or None: the setting of use_impl or {IMPL_ENVS[primitive]}), "
-                         f"got {impl!r}")
+        raise ValueError(
+            f"impl must be one of {IMPLS} (or None: the setting of use_impl or {IMPL_ENVS[primitive]}), got {impl!r}"
+        )
     return impl
 
 
@@ -164,11 +176,15 @@ def kernel_runs(primitive: str, impl: Optional[str], *tensors: Tensor, refused: 
     dtypes = _TRITON_DTYPES[primitive]
     for t in tensors:
         if t.dtype not in dtypes:
-            raise TypeError(f"impl='triton' takes tensors of {', '.join(str(d) for d in dtypes)}, got {t.dtype}; "
-                            "use impl='reference' for float64")
+            raise TypeError(
+                f"impl='triton' takes tensors of {', '.join(str(d) for d in dtypes)}, got {t.dtype}; "
+                "use impl='reference' for float64"
+            )
     if not first.is_cuda and not triton_interpreted():
-        raise RuntimeError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 (set before the kernels are "
-                           "imported) to run the kernel on CPU")
+        raise RuntimeError(
+            "impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 (set before the kernels are "
+            "imported) to run the kernel on CPU"
+        )
     refusal = refused() if callable(refused) else refused
     if refusal is not None:
         raise refusal
@@ -219,6 +235,8 @@ def refuse_double_backward(name: str, alternative: str) -> None:
     ``torch.autograd.function.once_differentiable`` is not enough: it raises only when the
     incoming gradient requires grad, and the gradient of ``out.sum()`` does not."""
     if torch.is_grad_enabled():
-        raise RuntimeError(f"{name} does not support double backward (create_graph=True through it, e.g. a "
-                           f"gradient penalty or gradgradcheck): its backward is not differentiable; use "
-                           f"{alternative} for higher-order gradients")
+        raise RuntimeError(
+            f"{name} does not support double backward (create_graph=True through it, e.g. a "
+            f"gradient penalty or gradgradcheck): its backward is not differentiable; use "
+            f"{alternative} for higher-order gradients"
+        )

@@ -109,6 +109,7 @@ ChunkSize = Union[int, tuple[int, int], None]
 # Argument checks
 # --------------------------------------------------------------------------
 
+
 def _check_float(name: str, value: object, low: float, high: float = math.inf, *, open_low: bool = False) -> float:
     """A finite float in [low, high] ((low, high] with open_low), else an error naming it.
     Any real number is taken (a numpy float32 too), not a bool."""
@@ -129,8 +130,9 @@ def _check_chunk_size(chunk_size: ChunkSize) -> tuple[int, int]:
         return _TOKEN_CHUNK, _VOCAB_CHUNK
     pair = chunk_size if isinstance(chunk_size, tuple) else (chunk_size, chunk_size)
     if len(pair) != 2 or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) for c in pair):
-        raise TypeError(f"chunk_size must be None, an int or a pair (token_chunk, vocab_chunk) of ints, "
-                        f"got {chunk_size!r}")
+        raise TypeError(
+            f"chunk_size must be None, an int or a pair (token_chunk, vocab_chunk) of ints, got {chunk_size!r}"
+        )
     if min(pair) < 1:
         raise ValueError(f"chunk_size must be >= 1 (tokens and vocabulary entries per chunk), got {chunk_size!r}")
     return int(pair[0]), int(pair[1])
@@ -154,8 +156,13 @@ def _check_inputs(
     (None -> -100, as torch maps it for class indices) and scalars.  ``check_targets=False``
     leaves the class targets' values unchecked (a data-dependent branch, which torch.compile
     cannot trace: the caller checks them another way)."""
-    for name, x in (("input", input), ("linear_weight", linear_weight), ("target", target),
-                    ("linear_bias", linear_bias), ("weight", weight)):
+    for name, x in (
+        ("input", input),
+        ("linear_weight", linear_weight),
+        ("target", target),
+        ("linear_bias", linear_bias),
+        ("weight", weight),
+    ):
         if x is None and name in ("linear_bias", "weight"):
             continue
         if not isinstance(x, Tensor):
@@ -163,21 +170,24 @@ def _check_inputs(
         if x.device != input.device:
             raise ValueError(f"{name} is on {x.device} but input is on {input.device}")
     if input.dim() not in (1, 2, 3):
-        raise ValueError(f"input must be a 1-D [D], 2-D [N, D] or 3-D [B, S, D] tensor, got shape "
-                         f"{tuple(input.shape)}")
+        raise ValueError(f"input must be a 1-D [D], 2-D [N, D] or 3-D [B, S, D] tensor, got shape {tuple(input.shape)}")
     if input.dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"input has dtype {input.dtype}; supported: float16, bfloat16, float32, float64")
     if linear_weight.dim() != 2:
         raise ValueError(f"linear_weight must be a 2-D [V, D] tensor, got shape {tuple(linear_weight.shape)}")
     V, D = linear_weight.shape
     if D != input.shape[-1]:
-        raise ValueError(f"linear_weight has D={D} columns but input has D={input.shape[-1]} in its last "
-                         f"dimension (input {tuple(input.shape)}, linear_weight {tuple(linear_weight.shape)})")
+        raise ValueError(
+            f"linear_weight has D={D} columns but input has D={input.shape[-1]} in its last "
+            f"dimension (input {tuple(input.shape)}, linear_weight {tuple(linear_weight.shape)})"
+        )
     if V == 0:
         raise ValueError("linear_weight must have at least one row (vocabulary size V >= 1), got V=0")
     if linear_weight.dtype != input.dtype:
-        raise TypeError(f"linear_weight has dtype {linear_weight.dtype} but input has dtype {input.dtype}; "
-                        "they must share one dtype (as for F.linear; torch.autocast casts them to one)")
+        raise TypeError(
+            f"linear_weight has dtype {linear_weight.dtype} but input has dtype {input.dtype}; "
+            "they must share one dtype (as for F.linear; torch.autocast casts them to one)"
+        )
     if linear_bias is not None:
         if tuple(linear_bias.shape) != (V,):
             raise ValueError(f"linear_bias must have shape [V] = [{V}], got {tuple(linear_bias.shape)}")
@@ -194,11 +204,14 @@ def _check_inputs(
         raise (TypeError if list(target.shape) == tokens else ValueError)(
             f"target has floating dtype {target.dtype}, so it must hold class probabilities of shape "
             f"{tokens + [V]} (input's shape without D, then V), got {list(target.shape)}; class indices must be "
-            f"int64 or int32 of shape {tokens}")
+            f"int64 or int32 of shape {tokens}"
+        )
     if not probs:
         if target.dtype not in _TARGET_DTYPES:
-            raise TypeError(f"target must hold class indices of dtype int64 or int32 (or class probabilities of a "
-                            f"floating dtype), got {target.dtype}")
+            raise TypeError(
+                f"target must hold class indices of dtype int64 or int32 (or class probabilities of a "
+                f"floating dtype), got {target.dtype}"
+            )
         if list(target.shape) != tokens:
             raise ValueError(f"target must have shape {tokens} (input's shape without D), got {list(target.shape)}")
     if reduction not in _REDUCTIONS:
@@ -207,13 +220,17 @@ def _check_inputs(
         raise TypeError(f"ignore_index must be an int or None, got {type(ignore_index).__name__}")
     ignore_index = -100 if ignore_index is None else int(ignore_index)
     if probs and ignore_index != -100:
-        raise ValueError(f"ignore_index={ignore_index} applies to class-index targets only; with probability "
-                         "targets (a floating target) pass ignore_index=None")
+        raise ValueError(
+            f"ignore_index={ignore_index} applies to class-index targets only; with probability "
+            "targets (a floating target) pass ignore_index=None"
+        )
     eps = _check_float("label_smoothing", label_smoothing, 0.0, 1.0)
     lam = _check_float("z_loss", z_loss, 0.0)
     if weight is not None and lam != 0.0:
-        raise NotImplementedError("z_loss with class weights (weight=) is not defined: torch has no z-loss to "
-                                  "follow and the spec no class weights; pass one or the other")
+        raise NotImplementedError(
+            "z_loss with class weights (weight=) is not defined: torch has no z-loss to "
+            "follow and the spec no class weights; pass one or the other"
+        )
     if softcap is not None:
         softcap = _check_float("softcap", softcap, 0.0, open_low=True)
     chunks = _check_chunk_size(chunk_size)
@@ -226,16 +243,20 @@ def _check_targets(target: Tensor, ignore_index: int, V: int) -> None:
     """Raise unless every class target is in [0, V) or ``ignore_index`` (a host sync)."""
     bad = (target != ignore_index) & ((target < 0) | (target >= V))
     if bad.any():
-        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index="
-                         f"{ignore_index}")
+        raise ValueError(f"target holds {int(target[bad][0])}, not a class in [0, {V}) nor ignore_index={ignore_index}")
 
 
 def _kernel_runs(impl: Optional[str], input: Tensor, unsupported: Optional[str]) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False): ``dispatch.kernel_runs``.
     ``unsupported`` names what the call has that the kernel lacks (class weights, probability
     targets), or is None: "auto" runs the reference for it, "triton" raises NotImplementedError."""
-    refused = None if unsupported is None else NotImplementedError(
-        f"impl='triton' has no {unsupported}; use impl='reference' (or 'auto', which runs the reference for it)")
+    refused = (
+        None
+        if unsupported is None
+        else NotImplementedError(
+            f"impl='triton' has no {unsupported}; use impl='reference' (or 'auto', which runs the reference for it)"
+        )
+    )
     return kernel_runs("linear_cross_entropy", impl, input, refused=refused)
 
 
@@ -243,12 +264,14 @@ def _kernel_runs(impl: Optional[str], input: Tensor, unsupported: Optional[str])
 # One block of logits, the vocabulary step, the per-token loss, the reduction
 # --------------------------------------------------------------------------
 
+
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _chunk_logits(x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1: int,
-                  softcap: Optional[float]) -> Tensor:
+def _chunk_logits(
+    x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1: int, softcap: Optional[float]
+) -> Tensor:
     """``chunk_logits`` of rocq/CrossEntropy/Definitions.v for a block of tokens:
     z = softcap(x W[v0:v1]^T + b[v0:v1]), softcap(r) = c tanh(r / c) (identity without c);
     [tokens, v1 - v0] in x's (compute) dtype."""
@@ -412,8 +435,18 @@ def _mean_denominator(tg: _Targets) -> Union[Tensor, int]:
 # Forward and backward over the kept tokens
 # --------------------------------------------------------------------------
 
-def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targets, eps: float, lam: float,
-                  softcap: Optional[float], token_chunk: int, vocab_chunk: int) -> tuple[Tensor, Tensor]:
+
+def _forward_kept(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    tg: _Targets,
+    eps: float,
+    lam: float,
+    softcap: Optional[float],
+    token_chunk: int,
+    vocab_chunk: int,
+) -> tuple[Tensor, Tensor]:
     """``ce_forward`` restricted to the kept tokens (x [K, D] in the compute dtype): per
     token chunk, ``vocab_loop`` over the vocabulary chunks, then ``token_loss``. One
     [token_chunk, vocab_chunk] block of logits exists at a time. Returns (loss, lse), [K]."""
@@ -431,25 +464,50 @@ def _forward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Target
     return loss, lse
 
 
-def _block_grad(x_t: Tensor, weight: Tensor, bias: Optional[Tensor], tg_t: _Targets, lse_t: Tensor, g_t: Tensor,
-                t0: int, v0: int, v1: int, V: int, eps: float, lam: float, softcap: Optional[float],
-                grad_p: Optional[Tensor]) -> Tensor:
+def _block_grad(
+    x_t: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    tg_t: _Targets,
+    lse_t: Tensor,
+    g_t: Tensor,
+    t0: int,
+    v0: int,
+    v1: int,
+    V: int,
+    eps: float,
+    lam: float,
+    softcap: Optional[float],
+    grad_p: Optional[Tensor],
+) -> Tensor:
     """G of one block (tokens t0.., vocabulary [v0, v1)), its logits recomputed:
     G_nv = g_n * ``dlogit`` * softcap'(r_nv) (``grad_entry``; softcap'(r) = 1 - (z / c)^2); with
     probability targets it also writes the block of ``grad_p``, g_n (1 - eps) w_v (lse_n - z_nv)."""
     z = _chunk_logits(x_t, weight, bias, v0, v1, softcap)
     if grad_p is not None:
-        grad_p[t0:t0 + x_t.shape[0], v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
+        grad_p[t0 : t0 + x_t.shape[0], v0:v1] = g_t * (1.0 - eps) * tg_t.weights(v0, v1) * (lse_t - z)
     G = _dlogit(z, lse_t, tg_t, v0, V, eps, lam) * g_t
     if softcap is not None:
         G *= 1.0 - (z / softcap) ** 2
     return G
 
 
-def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targets, lse: Tensor, g: Tensor,
-                   eps: float, lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
-                   need_weight: bool, need_bias: bool, need_target: bool
-                   ) -> tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+def _backward_kept(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    tg: _Targets,
+    lse: Tensor,
+    g: Tensor,
+    eps: float,
+    lam: float,
+    softcap: Optional[float],
+    token_chunk: int,
+    vocab_chunk: int,
+    need_weight: bool,
+    need_bias: bool,
+    need_target: bool,
+) -> tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """``ce_backward`` restricted to the kept tokens, logits recomputed block by block.
 
     G_nv = g_n * ``dlogit`` * softcap'(r_nv) (``grad_entry``, g_n the ``token_weight``,
@@ -480,9 +538,20 @@ def _backward_kept(x: Tensor, weight: Tensor, bias: Optional[Tensor], tg: _Targe
     return grad_x, grad_w, grad_b, grad_p
 
 
-def _backward_kept_update_head(x: Tensor, weight: Tensor, tg: _Targets, lse: Tensor, g: Tensor, eps: float,
-                               lam: float, softcap: Optional[float], token_chunk: int, vocab_chunk: int,
-                               need_target: bool, step: Any) -> tuple[Tensor, Optional[Tensor]]:
+def _backward_kept_update_head(
+    x: Tensor,
+    weight: Tensor,
+    tg: _Targets,
+    lse: Tensor,
+    g: Tensor,
+    eps: float,
+    lam: float,
+    softcap: Optional[float],
+    token_chunk: int,
+    vocab_chunk: int,
+    need_target: bool,
+    step: Any,
+) -> tuple[Tensor, Optional[Tensor]]:
     """:func:`_backward_kept` without a bias and with the head updated in place, chunk by
     chunk (``InBackwardOptimizer(head_weight=...)``): the vocabulary loop outside, the token
     loop inside. For each vocabulary chunk [v0, v1): over all token chunks, the logits block
@@ -581,7 +650,8 @@ class _HeadUpdate:
                 "linear_cross_entropy: a second backward through this graph (retain_graph=True), whose first "
                 "backward updated the head weight in place (InBackwardOptimizer(head_weight=...)): the weights the "
                 "forward used are gone. Run one backward per forward (or construct the optimizer without "
-                "head_weight)")
+                "head_weight)"
+            )
         opt = self._opt()
         if opt is None or not _will_accumulate(node):
             return None  # a collected optimizer: the head's hook raises with the reason
@@ -641,8 +711,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, input, weight, bias, target, class_weight, reduction, ignore_index, eps, lam, softcap,
-                token_chunk, vocab_chunk, head=None):
+    def forward(
+        ctx,
+        input,
+        weight,
+        bias,
+        target,
+        class_weight,
+        reduction,
+        ignore_index,
+        eps,
+        lam,
+        softcap,
+        token_chunk,
+        vocab_chunk,
+        head=None,
+    ):
         dtype = _compute_dtype(input.dtype)
         flat_input = _flat_input(input)
         kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
@@ -678,14 +762,38 @@ class _LinearCrossEntropy(torch.autograd.Function):
             need_w, need_b = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
             if step is not None:
                 grad_x, grad_p = _backward_kept_update_head(
-                    x, weight, tg, lse, g, eps, lam, softcap, token_chunk, vocab_chunk, ctx.needs_input_grad[3],
-                    lambda v0, v1, dw: step(v0, v1, dw.to(weight.dtype)))
+                    x,
+                    weight,
+                    tg,
+                    lse,
+                    g,
+                    eps,
+                    lam,
+                    softcap,
+                    token_chunk,
+                    vocab_chunk,
+                    ctx.needs_input_grad[3],
+                    lambda v0, v1, dw: step(v0, v1, dw.to(weight.dtype)),
+                )
                 ctx.head.end()
                 grad_w = grad_b = None
             else:
-                grad_x, grad_w, grad_b, grad_p = _backward_kept(x, weight, bias, tg, lse, g, eps, lam, softcap,
-                                                                token_chunk, vocab_chunk, need_w, need_b,
-                                                                ctx.needs_input_grad[3])
+                grad_x, grad_w, grad_b, grad_p = _backward_kept(
+                    x,
+                    weight,
+                    bias,
+                    tg,
+                    lse,
+                    g,
+                    eps,
+                    lam,
+                    softcap,
+                    token_chunk,
+                    vocab_chunk,
+                    need_w,
+                    need_b,
+                    ctx.needs_input_grad[3],
+                )
             grad_input = None
             if ctx.needs_input_grad[0]:
                 grad_input = flat_input.new_zeros(flat_input.shape, dtype=dtype).index_copy(0, kept, grad_x)
@@ -693,8 +801,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_weight = None if grad_w is None else grad_w.to(weight.dtype)
             grad_bias = None if grad_b is None else grad_b.to(bias.dtype)
             grad_target = None if grad_p is None else grad_p.view(target_shape).to(kept_target.dtype)
-            return (grad_input, grad_weight, grad_bias, grad_target, None, None, None, None, None, None, None, None,
-                    None)
+            return (
+                grad_input,
+                grad_weight,
+                grad_bias,
+                grad_target,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
 
 
 def _will_accumulate(node: Any) -> bool:
@@ -714,6 +835,7 @@ def _will_accumulate(node: Any) -> bool:
 # --------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------
+
 
 def linear_cross_entropy(
     input: Tensor,
@@ -850,9 +972,19 @@ def linear_cross_entropy(
     compiling = torch.compiler.is_compiling()
     if compiling and torch.is_grad_enabled() and _is_head_weight(linear_weight):
         return torch.compiler.disable(linear_cross_entropy)(
-            input, linear_weight, target, linear_bias=linear_bias, weight=weight, reduction=reduction,
-            ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-            chunk_size=chunk_size, impl=impl)
+            input,
+            linear_weight,
+            target,
+            linear_bias=linear_bias,
+            weight=weight,
+            reduction=reduction,
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+            z_loss=z_loss,
+            softcap=softcap,
+            chunk_size=chunk_size,
+            impl=impl,
+        )
     head = _head_optimizer(linear_weight) if torch.is_grad_enabled() and not compiling else None
     if isinstance(input, Tensor):
         original_weight = linear_weight
@@ -861,10 +993,22 @@ def linear_cross_entropy(
             raise NotImplementedError(
                 "linear_cross_entropy: the head weight is updated inside the loss (InBackwardOptimizer(head_weight="
                 "...)) but torch.autocast casts it to another dtype here, so the loss sees a copy: not supported. "
-                "Train the model in one dtype without autocast, or construct the optimizer without head_weight")
+                "Train the model in one dtype without autocast, or construct the optimizer without head_weight"
+            )
     ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
-        input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing, z_loss, softcap,
-        chunk_size, check_targets=not compiling)
+        input,
+        linear_weight,
+        target,
+        linear_bias,
+        weight,
+        reduction,
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        chunk_size,
+        check_targets=not compiling,
+    )
     if weight is not None and weight.requires_grad and torch.is_grad_enabled():
         raise NotImplementedError("weight (the class weights) gets no gradient here: pass weight.detach()")
     if head is not None:
@@ -872,14 +1016,20 @@ def linear_cross_entropy(
             raise NotImplementedError(
                 "linear_cross_entropy: linear_bias with the head weight updated inside the loss "
                 "(InBackwardOptimizer(head_weight=...)) is not supported; use a head without a bias, or construct "
-                "the optimizer without head_weight")
+                "the optimizer without head_weight"
+            )
         head._check_head_forward(linear_weight, input, target)
         head = _HeadUpdate(head, linear_weight)
     unbatched = input.dim() == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.unsqueeze(0)
-    unsupported = ("weight= (class weights)" if weight is not None else
-                   "probability targets (a floating target)" if target.is_floating_point() else None)
+    unsupported = (
+        "weight= (class weights)"
+        if weight is not None
+        else "probability targets (a floating target)"
+        if target.is_floating_point()
+        else None
+    )
     kernel = _kernel_runs(impl, input, unsupported)
     if compiling and not kernel and not target.is_floating_point():
         _check_targets(target, ignore_index, linear_weight.shape[0])
@@ -887,12 +1037,34 @@ def linear_cross_entropy(
         if kernel:
             from ojas_kernels.linear_cross_entropy import linear_cross_entropy as triton_linear_cross_entropy
 
-            loss = triton_linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias,
-                                               reduction=reduction, ignore_index=ignore_index, label_smoothing=eps,
-                                               z_loss=lam, softcap=softcap, head=head)
+            loss = triton_linear_cross_entropy(
+                input,
+                linear_weight,
+                target,
+                linear_bias=linear_bias,
+                reduction=reduction,
+                ignore_index=ignore_index,
+                label_smoothing=eps,
+                z_loss=lam,
+                softcap=softcap,
+                head=head,
+            )
         else:
-            loss = _LinearCrossEntropy.apply(input, linear_weight, linear_bias, target, weight, reduction,
-                                             ignore_index, eps, lam, softcap, token_chunk, vocab_chunk, head)
+            loss = _LinearCrossEntropy.apply(
+                input,
+                linear_weight,
+                linear_bias,
+                target,
+                weight,
+                reduction,
+                ignore_index,
+                eps,
+                lam,
+                softcap,
+                token_chunk,
+                vocab_chunk,
+                head,
+            )
     if head is not None:
         head.attach(loss)
     return loss.squeeze(0) if unbatched and reduction == "none" else loss
@@ -922,15 +1094,34 @@ def linear_cross_entropy_forward(
     if isinstance(input, Tensor):
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)
     ignore_index, eps, lam, softcap, (token_chunk, vocab_chunk) = _check_inputs(
-        input, linear_weight, target, linear_bias, weight, "none", ignore_index, label_smoothing, z_loss, softcap,
-        chunk_size)
+        input,
+        linear_weight,
+        target,
+        linear_bias,
+        weight,
+        "none",
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        chunk_size,
+    )
     dtype = _compute_dtype(input.dtype)
     flat_input = _flat_input(input)
     kept, kept_target = _kept_targets(_flat_target(target), ignore_index)
     with torch.no_grad(), autocast_off(input.device.type):
         x = flat_input.index_select(0, kept).to(dtype)
-        loss_kept, lse_kept = _forward_kept(x, linear_weight, linear_bias, _targets(kept_target, weight, dtype),
-                                            eps, lam, softcap, token_chunk, vocab_chunk)
+        loss_kept, lse_kept = _forward_kept(
+            x,
+            linear_weight,
+            linear_bias,
+            _targets(kept_target, weight, dtype),
+            eps,
+            lam,
+            softcap,
+            token_chunk,
+            vocab_chunk,
+        )
         loss = x.new_zeros(flat_input.shape[0]).index_copy(0, kept, loss_kept)
         lse = x.new_full((flat_input.shape[0],), math.nan).index_copy(0, kept, lse_kept)
     return loss.view(input.shape[:-1]), lse.view(input.shape[:-1])

@@ -64,8 +64,16 @@ from ojas_ref.functional.autocast import autocast_dtype, autocast_off
 from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
-__all__ = ["BACKWARD_THEOREM", "KERNEL_THEOREM", "RELU_SQUARED_THEOREM", "pack_mask", "relu", "relu_backward_reference",
-           "relu_squared_linear", "unpack_mask"]
+__all__ = [
+    "BACKWARD_THEOREM",
+    "KERNEL_THEOREM",
+    "RELU_SQUARED_THEOREM",
+    "pack_mask",
+    "relu",
+    "relu_backward_reference",
+    "relu_squared_linear",
+    "unpack_mask",
+]
 
 #: The theorem of :func:`relu`'s backward from the packed mask (cited by optimize_model's report).
 BACKWARD_THEOREM = "Ojas.ReLU.Backward.relu_packed_backward_bitwise"
@@ -122,8 +130,10 @@ def _check_input(name: str, x: object) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__qualname__}")
     if x.dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {x.dtype}; relu with a packed mask needs float16, bfloat16, float32 "
-                        "or float64 (use torch.nn.functional.relu for other dtypes)")
+        raise TypeError(
+            f"{name} has dtype {x.dtype}; relu with a packed mask needs float16, bfloat16, float32 "
+            "or float64 (use torch.nn.functional.relu for other dtypes)"
+        )
 
 
 class _ReLUFunction(torch.autograd.Function):
@@ -176,8 +186,10 @@ def _forward_op(h: Tensor) -> tuple[Tensor, Tensor]:
 def _(h):
     from ojas_kernels.relu import packed_numel
 
-    return (torch.empty_like(h, memory_format=torch.contiguous_format),
-            h.new_empty(packed_numel(h.numel()), dtype=torch.uint8))
+    return (
+        torch.empty_like(h, memory_format=torch.contiguous_format),
+        h.new_empty(packed_numel(h.numel()), dtype=torch.uint8),
+    )
 
 
 @torch.library.custom_op("ojas::relu_backward", mutates_args=())
@@ -235,8 +247,10 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     """
     refuse_function_transforms("relu")
     if inplace is not False:
-        raise NotImplementedError("relu(inplace=True) is not supported: the packed-mask relu returns a new tensor "
-                                  "(use inplace=False, or torch.nn.functional.relu for an in-place relu)")
+        raise NotImplementedError(
+            "relu(inplace=True) is not supported: the packed-mask relu returns a new tensor "
+            "(use inplace=False, or torch.nn.functional.relu for an in-place relu)"
+        )
     _check_input("input", input)
     use_triton = kernel_runs("relu", impl, input)
     if not (torch.is_grad_enabled() and input.requires_grad):
@@ -266,8 +280,9 @@ class _ReLUSquaredLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor], None]:
-        refuse_double_backward("relu_squared_linear",
-                               "torch.nn.functional.linear(torch.square(torch.nn.functional.relu(h)), weight, bias)")
+        refuse_double_backward(
+            "relu_squared_linear", "torch.nn.functional.linear(torch.square(torch.nn.functional.relu(h)), weight, bias)"
+        )
         r, weight = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1])
         grad_w = grad_b = grad_h = None
@@ -308,8 +323,10 @@ def relu_squared_linear(h: Tensor, weight: Tensor, bias: Optional[Tensor] = None
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__qualname__}")
         if t.dtype != h.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but h has dtype {h.dtype}; they must share one dtype "
-                            "(relu_squared_linear does not promote)")
+            raise TypeError(
+                f"{name} has dtype {t.dtype} but h has dtype {h.dtype}; they must share one dtype "
+                "(relu_squared_linear does not promote)"
+            )
         if t.device != h.device:
             raise ValueError(f"{name} is on {t.device} but h is on {h.device}")
     if h.dim() < 1:

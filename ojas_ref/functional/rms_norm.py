@@ -47,15 +47,23 @@ from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["CASTS", "fused_rms_norm", "normalized_shape_tuple", "real_argument", "rms_norm", "rms_norm_reference"]
 
-BACKWARD_THEOREMS = ("Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
-                     "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp")
+BACKWARD_THEOREMS = (
+    "Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp",
+    "Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp",
+)
 CASTS = ("before_weight", "after_weight")
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 IMPL_ENV = IMPL_ENVS["rms_norm"]
 
 
-def rms_norm_reference(input: Tensor, weight: Tensor, eps: float, dims: tuple[int, ...] = (-1,),
-                       offset: float = 0.0, cast: str = "before_weight") -> Tensor:
+def rms_norm_reference(
+    input: Tensor,
+    weight: Tensor,
+    eps: float,
+    dims: tuple[int, ...] = (-1,),
+    offset: float = 0.0,
+    cast: str = "before_weight",
+) -> Tensor:
     """The formula of the module docstring in plain PyTorch ops (no argument checks)."""
     compute = torch.float64 if input.dtype == torch.float64 else torch.float32
     x = input.to(compute)
@@ -114,8 +122,9 @@ def _(x, weight, eps, offset, after_weight):
 
 
 @torch.library.custom_op("ojas::rms_norm_backward", mutates_args=())
-def _backward_op(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, offset: float,
-                 after_weight: bool) -> tuple[Tensor, Tensor]:
+def _backward_op(
+    grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, offset: float, after_weight: bool
+) -> tuple[Tensor, Tensor]:
     from ojas_kernels.rms_norm import rms_norm_backward
 
     return rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
@@ -148,11 +157,14 @@ _forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context
 def normalized_shape_tuple(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int, ...]:
     if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
         return (int(normalized_shape),)
-    if (not isinstance(normalized_shape, (Sequence, torch.Size)) or not normalized_shape
-            or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0
-                       for d in normalized_shape)):
-        raise TypeError(f"normalized_shape must be an int or a non-empty sequence of non-negative ints, "
-                        f"got {normalized_shape!r}")
+    if (
+        not isinstance(normalized_shape, (Sequence, torch.Size))
+        or not normalized_shape
+        or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in normalized_shape)
+    ):
+        raise TypeError(
+            f"normalized_shape must be an int or a non-empty sequence of non-negative ints, got {normalized_shape!r}"
+        )
     return tuple(int(d) for d in normalized_shape)
 
 
@@ -168,13 +180,15 @@ def _check(input: object, shape: tuple[int, ...], weight: object, offset: float,
     if not isinstance(input, Tensor) or input.dtype not in _DTYPES:
         what = input.dtype if isinstance(input, Tensor) else type(input).__name__
         raise TypeError(f"input must be a float16, bfloat16, float32 or float64 tensor, got {what}")
-    if tuple(input.shape[input.dim() - len(shape):]) != shape or input.dim() < len(shape):
+    if tuple(input.shape[input.dim() - len(shape) :]) != shape or input.dim() < len(shape):
         raise ValueError(f"input of shape {tuple(input.shape)} does not end with normalized_shape {shape}")
     if cast not in CASTS:
         raise ValueError(f"cast must be one of {CASTS}, got {cast!r}")
     if offset != 0.0 and cast == "before_weight":
-        raise ValueError(f"offset={offset} needs cast='after_weight' (Gemma's form); no Hugging Face family adds an "
-                         "offset to a weight applied after the cast")
+        raise ValueError(
+            f"offset={offset} needs cast='after_weight' (Gemma's form); no Hugging Face family adds an "
+            "offset to a weight applied after the cast"
+        )
     if weight is None:
         if offset != 0.0:
             raise ValueError(f"offset={offset} needs a weight")
@@ -191,20 +205,30 @@ def _check(input: object, shape: tuple[int, ...], weight: object, offset: float,
 def _kernel_runs(impl: Optional[str], input: Tensor, weight: Tensor, n: int) -> bool:
     """Whether to run the Triton kernel (True) or the reference (False): ``dispatch.kernel_runs``,
     with more than the kernel's ``MAX_HIDDEN`` entries to normalise refused."""
+
     def too_wide() -> Optional[Exception]:
         from ojas_kernels.rms_norm import MAX_HIDDEN
 
         if n <= MAX_HIDDEN:
             return None
-        return ValueError(f"impl='triton' normalises at most {MAX_HIDDEN} entries (prod(normalized_shape) = {n}); "
-                          "use impl='reference'")
+        return ValueError(
+            f"impl='triton' normalises at most {MAX_HIDDEN} entries (prod(normalized_shape) = {n}); "
+            "use impl='reference'"
+        )
 
     return kernel_runs("rms_norm", impl, input, weight, refused=too_wide)
 
 
-def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Size], weight: Optional[Tensor] = None,
-             eps: Optional[float] = None, *, offset: float = 0.0, cast: str = "before_weight",
-             impl: Optional[str] = None) -> Tensor:
+def rms_norm(
+    input: Tensor,
+    normalized_shape: Union[int, Sequence[int], torch.Size],
+    weight: Optional[Tensor] = None,
+    eps: Optional[float] = None,
+    *,
+    offset: float = 0.0,
+    cast: str = "before_weight",
+    impl: Optional[str] = None,
+) -> Tensor:
     """RMSNorm of ``input`` over its last dimensions ``normalized_shape`` (the module docstring's formula).
 
     Arguments as ``torch.nn.functional.rms_norm`` (``eps=None`` is ``torch.finfo(input.dtype).eps``;
@@ -238,9 +262,10 @@ def rms_norm(input: Tensor, normalized_shape: Union[int, Sequence[int], torch.Si
     n = math.prod(shape)
     if not _kernel_runs(impl, input, weight, n):
         return rms_norm_reference(input, weight, eps, tuple(range(-len(shape), 0)), offset, cast)
-    rows = math.prod(input.shape[:input.dim() - len(shape)])
-    return fused_rms_norm(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight"
-                          ).reshape(input.shape)
+    rows = math.prod(input.shape[: input.dim() - len(shape)])
+    return fused_rms_norm(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight").reshape(
+        input.shape
+    )
 
 
 def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> Tensor:

@@ -44,7 +44,7 @@ _HEADS_FIRST = {1: True, -3: True, 2: False, -2: False}
 def rotate_half(x: Tensor) -> Tensor:
     """Hugging Face's ``rotate_half``: ``cat(-x[..., E/2:], x[..., :E/2])``."""
     x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
+    x2 = x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -153,8 +153,10 @@ def _check_inputs(q: object, k: object, cos: object, sin: object, unsqueeze_dim:
         raise TypeError(f"unsqueeze_dim must be an int, got {type(unsqueeze_dim).__qualname__}")
     for name, x in named[1:]:
         if x.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {x.dtype} but q has dtype {q.dtype}; q, k, cos and sin must share "
-                            "one dtype (cast cos/sin to q's dtype, as Hugging Face's rotary embedding does)")
+            raise TypeError(
+                f"{name} has dtype {x.dtype} but q has dtype {q.dtype}; q, k, cos and sin must share "
+                "one dtype (cast cos/sin to q's dtype, as Hugging Face's rotary embedding does)"
+            )
         if x.device != q.device:
             raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
     E = q.shape[-1]
@@ -187,18 +189,22 @@ def _kernel_runs(impl: Optional[str], q: Tensor, k: Tensor, cos: Tensor, sin: Te
         return False
     refused = None
     if not (q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and unsqueeze_dim in _HEADS_FIRST):
-        refused = ValueError(f"impl='triton' needs 4-D q and k and 3-D cos/sin [B or 1, S, E] with unsqueeze_dim "
-                             f"1 or 2, got q {tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, "
-                             f"unsqueeze_dim={unsqueeze_dim}; use impl='reference'")
+        refused = ValueError(
+            f"impl='triton' needs 4-D q and k and 3-D cos/sin [B or 1, S, E] with unsqueeze_dim "
+            f"1 or 2, got q {tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, "
+            f"unsqueeze_dim={unsqueeze_dim}; use impl='reference'"
+        )
     elif not torch.compiler.is_compiling() and torch._C._functorch.maybe_current_level() is not None:
         refused = NotImplementedError(
             "apply_rotary_pos_emb(impl='triton') does not support torch.func transforms (grad, vmap, jacrev, jvp, "
-            "...): use impl='reference' (or 'auto', which runs it under a transform), or torch.autograd")
+            "...): use impl='reference' (or 'auto', which runs it under a transform), or torch.autograd"
+        )
     return kernel_runs("rope", impl, q, k, cos, sin, refused=refused)
 
 
-def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1, *,
-                         impl: Optional[str] = None) -> tuple[Tensor, Tensor]:
+def apply_rotary_pos_emb(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1, *, impl: Optional[str] = None
+) -> tuple[Tensor, Tensor]:
     """Hugging Face's Llama ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)``: the same values,
     forward and gradients (``torch.equal``; module docstring).
 

@@ -53,15 +53,25 @@ from ojas_ref.functional.autocast import autocast_off
 from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
-__all__ = ["ACTIVATIONS", "BACKWARD_THEOREM", "BACKWARD_THEOREMS", "check_activation", "fused_swiglu",
-           "swiglu", "swiglu_forward_reference", "swiglu_backward_reference"]
+__all__ = [
+    "ACTIVATIONS",
+    "BACKWARD_THEOREM",
+    "BACKWARD_THEOREMS",
+    "check_activation",
+    "fused_swiglu",
+    "swiglu",
+    "swiglu_forward_reference",
+    "swiglu_backward_reference",
+]
 
 #: The activations of the gate: "silu" (SwiGLU) and "gelu_tanh" (GeGLU, ``F.gelu(approximate="tanh")``).
 ACTIVATIONS = ("silu", "gelu_tanh")
 
 #: The theorem of the backward from the saved gate and up, per activation (cited by optimize_model's report).
-BACKWARD_THEOREMS = {"silu": "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp",
-                     "gelu_tanh": "Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp"}
+BACKWARD_THEOREMS = {
+    "silu": "Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp",
+    "gelu_tanh": "Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp",
+}
 BACKWARD_THEOREM = BACKWARD_THEOREMS["silu"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -85,8 +95,7 @@ def swiglu_forward_reference(a: Tensor, b: Tensor, activation: str = "silu") -> 
     return _activate(a, check_activation(activation)) * b
 
 
-def swiglu_backward_reference(a: Tensor, b: Tensor, grad_h: Tensor,
-                              activation: str = "silu") -> tuple[Tensor, Tensor]:
+def swiglu_backward_reference(a: Tensor, b: Tensor, grad_h: Tensor, activation: str = "silu") -> tuple[Tensor, Tensor]:
     """``(da, db)`` from ``a``, ``b`` and ``dh`` alone, the activation recomputed: the operations of
     torch's autograd of ``act(a) * b``, ``da = act_backward(rnd(dh * b), a)``, ``db = rnd(dh * rnd(act(a)))``
     (over the reals Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp for silu,
@@ -104,18 +113,24 @@ def _check_inputs(gate: object, up: object) -> None:
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__qualname__}")
         if not x.is_floating_point():
-            raise TypeError(f"{name} has dtype {x.dtype}; swiglu needs a floating-point tensor "
-                            "(float16, bfloat16, float32, float64)")
+            raise TypeError(
+                f"{name} has dtype {x.dtype}; swiglu needs a floating-point tensor "
+                "(float16, bfloat16, float32, float64)"
+            )
         if x.dtype not in _SUPPORTED_DTYPES:
             raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32, float64")
     if up.dtype != gate.dtype:
-        raise TypeError(f"up has dtype {up.dtype} but gate has dtype {gate.dtype}; they must share one dtype "
-                        "(cast one of them: swiglu does not promote)")
+        raise TypeError(
+            f"up has dtype {up.dtype} but gate has dtype {gate.dtype}; they must share one dtype "
+            "(cast one of them: swiglu does not promote)"
+        )
     if up.device != gate.device:
         raise ValueError(f"up is on {up.device} but gate is on {gate.device}")
     if up.shape != gate.shape:
-        raise ValueError(f"gate and up must have the same shape (no broadcasting), got gate {tuple(gate.shape)} "
-                         f"and up {tuple(up.shape)}")
+        raise ValueError(
+            f"gate and up must have the same shape (no broadcasting), got gate {tuple(gate.shape)} "
+            f"and up {tuple(up.shape)}"
+        )
 
 
 class _SwiGLUFunction(torch.autograd.Function):
@@ -136,8 +151,12 @@ class _SwiGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_h: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None, None]:
-        refuse_double_backward("swiglu", "torch.nn.functional.silu(gate) * up" if ctx.activation == "silu"
-                               else "torch.nn.functional.gelu(gate, approximate='tanh') * up")
+        refuse_double_backward(
+            "swiglu",
+            "torch.nn.functional.silu(gate) * up"
+            if ctx.activation == "silu"
+            else "torch.nn.functional.gelu(gate, approximate='tanh') * up",
+        )
         a, b = ctx.saved_tensors
         with autocast_off(grad_h.device.type):
             if ctx.use_triton:
@@ -192,8 +211,12 @@ def _setup_context(ctx, inputs, output) -> None:
 
 
 def _forward_op_backward(ctx, grad_h):
-    refuse_double_backward("swiglu", "torch.nn.functional.silu(gate) * up" if ctx.activation == "silu"
-                           else "torch.nn.functional.gelu(gate, approximate='tanh') * up")
+    refuse_double_backward(
+        "swiglu",
+        "torch.nn.functional.silu(gate) * up"
+        if ctx.activation == "silu"
+        else "torch.nn.functional.gelu(gate, approximate='tanh') * up",
+    )
     a, b = ctx.saved_tensors
     da, db = _backward_op(a, b, grad_h, ctx.activation)
     return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None

@@ -22,4 +22,5 @@ def refuse_function_transforms(name: str) -> None:
         raise NotImplementedError(
             f"{name} does not support torch.func transforms (grad, vmap, jacrev, jvp, ...): its backward is a "
             "custom torch.autograd.Function of the chunked schedule; use torch.autograd (loss.backward(), "
-            "torch.autograd.grad) instead")
+            "torch.autograd.grad) instead"
+        )

@@ -3,22 +3,66 @@ under a :class:`~ojas_ref.memory.model.Setting`, each docstring saying where its
 
 from __future__ import annotations
 
-from ojas_ref.memory.model import (LCE_WORKSPACE_FLOOR, LCE_WORKSPACE_FRACTION, SLICE_ALIGN, CUBLAS_HANDLES,
-                                   CUBLAS_WORKSPACE_BYTES, Model, Setting)
+from ojas_ref.memory.model import (
+    LCE_WORKSPACE_FLOOR,
+    LCE_WORKSPACE_FRACTION,
+    SLICE_ALIGN,
+    CUBLAS_HANDLES,
+    CUBLAS_WORKSPACE_BYTES,
+    Model,
+    Setting,
+)
 
-__all__ = ["LCE_BLOCKS", "attention_backward_transient_bytes", "attention_saved_bytes", "bucket_cap_bytes",
-           "bucket_state_bytes", "bucket_step_temporary_bytes", "bucketed_order", "checkpoint_bytes",
-           "checkpoint_layer_bytes", "checkpoints_per_layer", "down_proj_gradient_bytes", "embedding_backward_bytes",
-           "first_layer_saved_bytes", "gradient_order", "gradients_before_first_layer_bytes", "head_gradient_bytes",
-           "head_update_backward_bytes", "head_update_forward_bytes", "head_updated_first", "inputs_bytes",
-           "last_bucket_temporary_bytes", "layer_gradients_bytes", "layer_saved_bytes", "lce_gradients_bytes",
-           "lce_workspace_bytes", "mlp_backward_transient_bytes", "mlp_saved_bytes", "norm_shared_input_bytes",
-           "offloaded_checkpoints_device_bytes", "optimizer_state_bytes", "overhead_bytes",
-           "pending_gradients_bytes", "pending_staged_bytes", "recomputed_attention_half_bytes",
-           "recomputed_layer_bytes", "recomputed_mlp_half_bytes", "rmsnorm_saved_bytes", "rope_bytes",
-           "slice_elements", "slice_state_bytes", "slice_temporary_bytes", "sliced", "standard_loss_backward_bytes",
-           "standard_loss_forward_bytes", "standard_loss_logits_gradient_bytes", "state_per_gradient",
-           "step_temporary_bytes", "weights_bytes"]
+__all__ = [
+    "LCE_BLOCKS",
+    "attention_backward_transient_bytes",
+    "attention_saved_bytes",
+    "bucket_cap_bytes",
+    "bucket_state_bytes",
+    "bucket_step_temporary_bytes",
+    "bucketed_order",
+    "checkpoint_bytes",
+    "checkpoint_layer_bytes",
+    "checkpoints_per_layer",
+    "down_proj_gradient_bytes",
+    "embedding_backward_bytes",
+    "first_layer_saved_bytes",
+    "gradient_order",
+    "gradients_before_first_layer_bytes",
+    "head_gradient_bytes",
+    "head_update_backward_bytes",
+    "head_update_forward_bytes",
+    "head_updated_first",
+    "inputs_bytes",
+    "last_bucket_temporary_bytes",
+    "layer_gradients_bytes",
+    "layer_saved_bytes",
+    "lce_gradients_bytes",
+    "lce_workspace_bytes",
+    "mlp_backward_transient_bytes",
+    "mlp_saved_bytes",
+    "norm_shared_input_bytes",
+    "offloaded_checkpoints_device_bytes",
+    "optimizer_state_bytes",
+    "overhead_bytes",
+    "pending_gradients_bytes",
+    "pending_staged_bytes",
+    "recomputed_attention_half_bytes",
+    "recomputed_layer_bytes",
+    "recomputed_mlp_half_bytes",
+    "rmsnorm_saved_bytes",
+    "rope_bytes",
+    "slice_elements",
+    "slice_state_bytes",
+    "slice_temporary_bytes",
+    "sliced",
+    "standard_loss_backward_bytes",
+    "standard_loss_forward_bytes",
+    "standard_loss_logits_gradient_bytes",
+    "state_per_gradient",
+    "step_temporary_bytes",
+    "weights_bytes",
+]
 
 
 def weights_bytes(m: Model, s: Setting) -> int:
@@ -67,8 +111,9 @@ def sliced(s: Setting, elements: int) -> bool:
     state, a slice size, state (AdamW; SGD without momentum keeps none) larger than it. It is then
     not staged with its bucket: its state is on the device one slice at a time, at its update."""
     n = slice_elements(s)
-    return (s.host_state and n > 0 and elements * state_per_gradient(s) * s.size > s.state_slice_mb * 2**20
-            and elements > n)
+    return (
+        s.host_state and n > 0 and elements * state_per_gradient(s) * s.size > s.state_slice_mb * 2**20 and elements > n
+    )
 
 
 def slice_state_bytes(m: Model, s: Setting) -> int:
@@ -114,8 +159,7 @@ def attention_saved_bytes(m: Model, s: Setting) -> int:
     copied: one more [tokens, q width] tensor.)  The fused RoPE (``optimize_model(rope=True)``)
     saves what Hugging Face's saves (cos and sin), so it is no term of its own."""
     out_copies = 2 if s.ojas_attention and s.ojas_attention_copy else 1
-    return (s.size * s.tokens * ((1 + out_copies) * m.q_width + 2 * m.kv_width)
-            + 4 * s.batch * m.heads * s.seq)
+    return s.size * s.tokens * ((1 + out_copies) * m.q_width + 2 * m.kv_width) + 4 * s.batch * m.heads * s.seq
 
 
 def mlp_saved_bytes(m: Model, s: Setting) -> int:
@@ -295,7 +339,7 @@ def attention_backward_transient_bytes(m: Model, s: Setting) -> int:
 def layer_gradients_bytes(m: Model, s: Setting, count: int) -> int:
     """The first ``count`` weight gradients of a layer's backward (:func:`gradient_order`'s layer
     order: down, up, gate, post-attention norm, o, ...)."""
-    return sum(gradient_order(m)[-1 - 9:-1][:count]) * s.size
+    return sum(gradient_order(m)[-1 - 9 : -1][:count]) * s.size
 
 
 def down_proj_gradient_bytes(m: Model, s: Setting) -> int:
@@ -307,8 +351,14 @@ def gradient_order(m: Model) -> list[int]:
     """Parameter sizes (elements) in the order backward completes their gradients: the head
     (untied), the final norm, per layer from the last down, up, gate, post-attention norm,
     o, v, k, q, input norm, then the embedding (a tied weight's, summed, last)."""
-    layer = [m.hidden * m.intermediate] * 3 + [m.hidden, m.q_width * m.hidden, m.kv_width * m.hidden,
-                                               m.kv_width * m.hidden, m.q_width * m.hidden, m.hidden]
+    layer = [m.hidden * m.intermediate] * 3 + [
+        m.hidden,
+        m.q_width * m.hidden,
+        m.kv_width * m.hidden,
+        m.kv_width * m.hidden,
+        m.q_width * m.hidden,
+        m.hidden,
+    ]
     return ([] if m.tied else [m.vocab * m.hidden]) + [m.hidden] + layer * m.layers + [m.vocab * m.hidden]
 
 
@@ -413,9 +463,7 @@ def head_update_backward_bytes(m: Model, s: Setting) -> int:
     gradient (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard)."""
     bm, bn = LCE_BLOCKS[s.dtype]
     gathered = s.tokens * m.hidden * s.size
-    budget = max(int(LCE_WORKSPACE_FRACTION * (s.tokens + m.vocab) * m.hidden * s.size) - gathered,
-                 LCE_WORKSPACE_FLOOR)
+    budget = max(int(LCE_WORKSPACE_FRACTION * (s.tokens + m.vocab) * m.hidden * s.size) - gathered, LCE_WORKSPACE_FLOOR)
     k_pad = _round_to(s.tokens, bm, True)
     slab = min(_round_to(budget // (k_pad * s.size), bn, False), _round_to(m.vocab, bn, True))
     return gathered + k_pad * slab * s.size + slab * m.hidden * s.size
-

@@ -10,9 +10,25 @@ from typing import Any, Mapping, Optional
 
 from ojas_ref._deprecation import renamed_keyword
 
-__all__ = ["BUCKET_CAP_BYTES", "BUCKET_CAP_MB", "CUBLAS_HANDLES", "CUBLAS_WORKSPACE_BYTES", "DTYPE_BYTES",
-           "FAMILIES", "LCE_PEAK_OVER_GRADIENTS", "LCE_WORKSPACE_FLOOR", "LCE_WORKSPACE_FRACTION", "OPTIMIZERS",
-           "PRESETS", "SLICE_ALIGN", "STATE_SLICE_MB", "UNMODELLED", "Model", "Setting", "with_layers"]
+__all__ = [
+    "BUCKET_CAP_BYTES",
+    "BUCKET_CAP_MB",
+    "CUBLAS_HANDLES",
+    "CUBLAS_WORKSPACE_BYTES",
+    "DTYPE_BYTES",
+    "FAMILIES",
+    "LCE_PEAK_OVER_GRADIENTS",
+    "LCE_WORKSPACE_FLOOR",
+    "LCE_WORKSPACE_FRACTION",
+    "OPTIMIZERS",
+    "PRESETS",
+    "SLICE_ALIGN",
+    "STATE_SLICE_MB",
+    "UNMODELLED",
+    "Model",
+    "Setting",
+    "with_layers",
+]
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 OPTIMIZERS = ("sgd", "adamw")
@@ -65,8 +81,9 @@ class Model:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None:
             if self.hidden % self.heads:
-                raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}), "
-                                 "or head_dim given")
+                raise ValueError(
+                    f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}), or head_dim given"
+                )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
 
     @property
@@ -106,12 +123,16 @@ class Model:
         family = get("model_type")
         if family is not None and family not in FAMILIES:
             why = UNMODELLED.get(family, "not a Llama-shaped decoder")
-            raise NotImplementedError(f"model_type {family!r} is not modelled by the planner ({why}); it models "
-                                      f"{' and '.join(FAMILIES)} decoders")
+            raise NotImplementedError(
+                f"model_type {family!r} is not modelled by the planner ({why}); it models "
+                f"{' and '.join(FAMILIES)} decoders"
+            )
         if family == "mistral" and get("sliding_window") is not None:
-            raise NotImplementedError(f"mistral with sliding_window={get('sliding_window')} is not modelled by the "
-                                      "planner (the attention mask Hugging Face builds for the window); it models "
-                                      "mistral without a window (sliding_window=None)")
+            raise NotImplementedError(
+                f"mistral with sliding_window={get('sliding_window')} is not modelled by the "
+                "planner (the attention mask Hugging Face builds for the window); it models "
+                "mistral without a window (sliding_window=None)"
+            )
         for key in ("attention_bias", "mlp_bias"):
             if get(key, False):
                 raise NotImplementedError(f"config.{key}=True: biases are not modelled by the planner")
@@ -121,10 +142,17 @@ class Model:
                 raise ValueError(f"config has no {key} (a LlamaConfig-like config is needed)")
             values[key] = get(key)
         heads = values["num_attention_heads"]
-        return cls(hidden=values["hidden_size"], layers=values["num_hidden_layers"], heads=heads,
-                   kv_heads=get("num_key_value_heads") or heads, intermediate=values["intermediate_size"],
-                   vocab=values["vocab_size"], tied=bool(get("tie_word_embeddings", False)),
-                   head_dim=get("head_dim"), name=name)
+        return cls(
+            hidden=values["hidden_size"],
+            layers=values["num_hidden_layers"],
+            heads=heads,
+            kv_heads=get("num_key_value_heads") or heads,
+            intermediate=values["intermediate_size"],
+            vocab=values["vocab_size"],
+            tied=bool(get("tie_word_embeddings", False)),
+            head_dim=get("head_dim"),
+            name=name,
+        )
 
     @classmethod
     def from_module(cls, module: Any) -> "Model":
@@ -138,8 +166,10 @@ class Model:
         model = cls.from_config(text, name=getattr(text, "model_type", None) or "custom")
         count = sum(p.numel() for p in module.parameters())
         if count != model.params():
-            raise NotImplementedError(f"the model has {count} parameters, a Llama decoder of its config "
-                                      f"{model.params()}: its architecture is not modelled")
+            raise NotImplementedError(
+                f"the model has {count} parameters, a Llama decoder of its config "
+                f"{model.params()}: its architecture is not modelled"
+            )
         return model
 
 
@@ -152,11 +182,11 @@ UNMODELLED = {
     "qwen2": "the q/k/v projections' biases",
     "qwen3": "the per-head RMSNorms of the queries and keys (q_norm, k_norm)",
     "gemma2": "the soft-capped attention, which optimize_model leaves to eager attention (a [seq, seq] score "
-              "matrix per head), four RMSNorms per layer, a GeGLU MLP",
+    "matrix per head), four RMSNorms per layer, a GeGLU MLP",
     "gemma3_text": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global "
-                   "attention layers",
+    "attention layers",
     "gemma3": "four RMSNorms per layer and per-head query and key norms, a GeGLU MLP, local and global attention "
-              "layers",
+    "layers",
     "phi3": "the fused qkv_proj and gate_up_proj, the partial rotary embedding that optimize_model leaves alone",
     "gpt2": "LayerNorm, a two-matrix GELU MLP, learned position embeddings, Conv1D layers, attention dropout",
 }
@@ -171,19 +201,39 @@ def with_layers(model: Model, layers: int) -> Model:
 
 
 #: Llama-shaped presets, smallest first (the family ``--fit`` searches).
-PRESETS: dict[str, Model] = {m.name: m for m in (
-    Model(896, 24, 14, 2, 4864, 151936, tied=True, name="llama-0.5b",
-          source="the dimensions of Qwen2.5-0.5B's config.json (tied, GQA 14/2), as a LlamaForCausalLM: "
-                 "Qwen2's q/k/v biases are left out"),
-    Model(2048, 18, 16, 16, 5632, 32000, name="llama-1b",
-          source="benchmarks/bench_optimize_model.py's 1.06B model (measured on the H200)"),
-    Model(3072, 28, 24, 8, 8192, 128256, tied=True, name="llama-3b",
-          source="meta-llama/Llama-3.2-3B's config.json"),
-    Model(4096, 32, 32, 32, 11008, 32000, name="llama-7b", source="meta-llama/Llama-2-7b-hf's config.json"),
-    Model(5120, 40, 40, 40, 13824, 32000, name="llama-13b", source="meta-llama/Llama-2-13b-hf's config.json"),
-    Model(8192, 80, 64, 8, 28672, 32000, name="llama-70b", source="meta-llama/Llama-2-70b-hf's config.json"),
-)}
-
+PRESETS: dict[str, Model] = {
+    m.name: m
+    for m in (
+        Model(
+            896,
+            24,
+            14,
+            2,
+            4864,
+            151936,
+            tied=True,
+            name="llama-0.5b",
+            source="the dimensions of Qwen2.5-0.5B's config.json (tied, GQA 14/2), as a LlamaForCausalLM: "
+            "Qwen2's q/k/v biases are left out",
+        ),
+        Model(
+            2048,
+            18,
+            16,
+            16,
+            5632,
+            32000,
+            name="llama-1b",
+            source="benchmarks/bench_optimize_model.py's 1.06B model (measured on the H200)",
+        ),
+        Model(
+            3072, 28, 24, 8, 8192, 128256, tied=True, name="llama-3b", source="meta-llama/Llama-3.2-3B's config.json"
+        ),
+        Model(4096, 32, 32, 32, 11008, 32000, name="llama-7b", source="meta-llama/Llama-2-7b-hf's config.json"),
+        Model(5120, 40, 40, 40, 13824, 32000, name="llama-13b", source="meta-llama/Llama-2-13b-hf's config.json"),
+        Model(8192, 80, 64, 8, 28672, 32000, name="llama-70b", source="meta-llama/Llama-2-70b-hf's config.json"),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -248,8 +298,19 @@ class Setting:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("in_backward", "checkpoint", "ojas_attention", "ojas_loss", "ojas_rms_norm", "ojas_swiglu",
-                     "ojas_attention_copy", "offload", "host_state", "head_update", "split"):
+        for name in (
+            "in_backward",
+            "checkpoint",
+            "ojas_attention",
+            "ojas_loss",
+            "ojas_rms_norm",
+            "ojas_swiglu",
+            "ojas_attention_copy",
+            "offload",
+            "host_state",
+            "head_update",
+            "split",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, (int, float)):
@@ -259,30 +320,41 @@ class Setting:
         if self.split and not self.checkpoint:
             raise ValueError("split=True needs checkpoint=True: it checkpoints each layer as two segments")
         if self.offload and not self.checkpoint:
-            raise ValueError("offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
-                             "that activation checkpointing keeps) to host memory")
+            raise ValueError(
+                "offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
+                "that activation checkpointing keeps) to host memory"
+            )
         if self.host_state and not self.in_backward:
-            raise ValueError("host_state=True needs in_backward=True: the optimizer state is streamed from the host "
-                             "only "
-                             "by InBackwardOptimizer(state_device=\"cpu\")")
+            raise ValueError(
+                "host_state=True needs in_backward=True: the optimizer state is streamed from the host "
+                "only "
+                'by InBackwardOptimizer(state_device="cpu")'
+            )
         if self.state_slice_mb is not None:
             if isinstance(self.state_slice_mb, bool) or not isinstance(self.state_slice_mb, (int, float)):
                 raise TypeError(f"state_slice_mb must be None or a float, got {type(self.state_slice_mb).__name__}")
             if not (math.isfinite(self.state_slice_mb) and self.state_slice_mb > 0):
                 raise ValueError(f"state_slice_mb must be None or a finite float > 0, got {self.state_slice_mb}")
             if not self.host_state:
-                raise ValueError("state_slice_mb needs host_state=True: only InBackwardOptimizer(state_device=\"cpu\") "
-                                 "updates a parameter slice by slice")
+                raise ValueError(
+                    'state_slice_mb needs host_state=True: only InBackwardOptimizer(state_device="cpu") '
+                    "updates a parameter slice by slice"
+                )
         if self.head_update and not (self.in_backward and self.ojas_loss and self.optimizer == "sgd"):
-            raise ValueError("head_update=True needs in_backward=True, ojas_loss=True and optimizer='sgd': the head is "
-                             "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
-                             "...), plain SGD only")
+            raise ValueError(
+                "head_update=True needs in_backward=True, ojas_loss=True and optimizer='sgd': the head is "
+                "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
+                "...), plain SGD only"
+            )
 
     @property
     def fused(self) -> bool:
         """Deprecated name of :attr:`in_backward` (warns ``DeprecationWarning``)."""
-        warnings.warn("Setting.fused is deprecated and will be removed in the next release; use Setting.in_backward",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Setting.fused is deprecated and will be removed in the next release; use Setting.in_backward",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.in_backward
 
     @property
@@ -301,12 +373,23 @@ class Setting:
         description of a mix it did not run; ``+split``, ``+offload``, ``+host-state`` and
         ``+head-update`` appended when on (bench_optimize_model's records have none of them), and
         the bucket size when in backward and not the default 64 MiB."""
-        pieces = (("ojas-attention", self.ojas_attention), ("ojas-loss", self.ojas_loss),
-                  ("ojas-rms-norm", self.ojas_rms_norm), ("ojas-swiglu", self.ojas_swiglu),
-                  ("in-backward", self.in_backward))
-        host = "".join(f"+{name}" for name, on in (("split", self.split), ("offload", self.offload),
-                                                   ("host-state", self.host_state),
-                                                   ("head-update", self.head_update)) if on)
+        pieces = (
+            ("ojas-attention", self.ojas_attention),
+            ("ojas-loss", self.ojas_loss),
+            ("ojas-rms-norm", self.ojas_rms_norm),
+            ("ojas-swiglu", self.ojas_swiglu),
+            ("in-backward", self.in_backward),
+        )
+        host = "".join(
+            f"+{name}"
+            for name, on in (
+                ("split", self.split),
+                ("offload", self.offload),
+                ("host-state", self.host_state),
+                ("head-update", self.head_update),
+            )
+            if on
+        )
         if self.in_backward and self.bucket_cap_mb != BUCKET_CAP_MB:
             host += f"+bucket-{self.bucket_cap_mb:g}MiB"
         if all(on for _, on in pieces) or not any(on for _, on in pieces):

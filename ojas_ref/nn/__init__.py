@@ -9,6 +9,17 @@ from ojas_ref.nn.offload import OffloadedCheckpoint
 from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleBlock, ReversibleSequence, SymplecticCoupling
 from ojas_ref.nn.reversible_decoder import ReversibleDecoder, ReversibleDecoderConfig
 
-__all__ = ["AdditiveCoupling", "LinearCrossEntropyLoss", "MultiheadAttention", "OffloadedCheckpoint", "RMSNorm", "ReLU",
-           "ReversibleBlock", "ReversibleDecoder", "ReversibleDecoderConfig", "ReversibleSequence", "SwiGLU",
-           "SymplecticCoupling"]
+__all__ = [
+    "AdditiveCoupling",
+    "LinearCrossEntropyLoss",
+    "MultiheadAttention",
+    "OffloadedCheckpoint",
+    "RMSNorm",
+    "ReLU",
+    "ReversibleBlock",
+    "ReversibleDecoder",
+    "ReversibleDecoderConfig",
+    "ReversibleSequence",
+    "SwiGLU",
+    "SymplecticCoupling",
+]

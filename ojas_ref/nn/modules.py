@@ -58,8 +58,10 @@ def _combine(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
     if a.dtype == torch.bool and b.dtype == torch.bool:
         return a & b
     dtype = a.dtype if a.is_floating_point() else b.dtype
-    a, b = (m if m.is_floating_point() else torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, -torch.inf)
-            for m in (a, b))
+    a, b = (
+        m if m.is_floating_point() else torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(~m, -torch.inf)
+        for m in (a, b)
+    )
     return a + b
 
 
@@ -84,19 +86,36 @@ class MultiheadAttention(nn.MultiheadAttention):
     own computation; ``add_bias_kv`` and ``add_zero_attn`` are refused.
     """
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor] = None,
-                need_weights: bool = True, attn_mask: Optional[Tensor] = None, average_attn_weights: bool = True,
-                is_causal: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        need_weights: bool = True,
+        attn_mask: Optional[Tensor] = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Optional[Tensor]]:
         if need_weights:
-            return super().forward(query, key, value, key_padding_mask=key_padding_mask, need_weights=True,
-                                   attn_mask=attn_mask, average_attn_weights=average_attn_weights,
-                                   is_causal=is_causal)
+            return super().forward(
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                need_weights=True,
+                attn_mask=attn_mask,
+                average_attn_weights=average_attn_weights,
+                is_causal=is_causal,
+            )
         reason = unsupported_reason(self)
         if reason is not None:
             raise NotImplementedError(f"ojas_ref.MultiheadAttention: {reason}")
         if is_causal and attn_mask is None:
-            raise RuntimeError("is_causal=True is a hint that attn_mask is the causal mask: pass attn_mask too "
-                               "(as nn.MultiheadAttention requires)")
+            raise RuntimeError(
+                "is_causal=True is a hint that attn_mask is the causal mask: pass attn_mask too "
+                "(as nn.MultiheadAttention requires)"
+            )
         batched = query.dim() == 3
         if query.dim() not in (2, 3):
             raise ValueError(f"query must be [L, E] or a batch of them, got shape {tuple(query.shape)}")
@@ -112,16 +131,24 @@ class MultiheadAttention(nn.MultiheadAttention):
             wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         bq, bk, bv = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
         # [L, N, E] -> [N, H, L, hd]
-        q, k, v = (F.linear(x, w, b).reshape(x.shape[0], N, H, hd).permute(1, 2, 0, 3)
-                   for x, w, b in ((q, wq, bq), (k, wk, bk), (v, wv, bv)))
+        q, k, v = (
+            F.linear(x, w, b).reshape(x.shape[0], N, H, hd).permute(1, 2, 0, 3)
+            for x, w, b in ((q, wq, bq), (k, wk, bk), (v, wv, bv))
+        )
         mask = None
         if attn_mask is not None:
             shape = (1, 1, L, S) if attn_mask.dim() == 2 else (N, H, L, S)
             mask = _keep_mask(attn_mask, shape, "attn_mask", q.dtype)
         if key_padding_mask is not None:
             mask = _combine(mask, _keep_mask(key_padding_mask, (N, 1, 1, S), "key_padding_mask", q.dtype))
-        out = attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                        is_causal=bool(is_causal) and L > 1)
+        out = attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=bool(is_causal) and L > 1,
+        )
         out = F.linear(out.permute(2, 0, 1, 3).reshape(L, N, E), self.out_proj.weight, self.out_proj.bias)
         if self.batch_first and batched:
             out = out.transpose(0, 1)
@@ -140,9 +167,17 @@ class LinearCrossEntropyLoss(nn.Module):
     differs from torch (class weights are outside the Coq spec).
     """
 
-    def __init__(self, weight: Optional[Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: Optional[float] = None,
-                 chunk_size=None, impl: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        weight: Optional[Tensor] = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        z_loss: float = 0.0,
+        softcap: Optional[float] = None,
+        chunk_size=None,
+        impl: Optional[str] = None,
+    ) -> None:
         super().__init__()
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
@@ -150,26 +185,46 @@ class LinearCrossEntropyLoss(nn.Module):
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
         self.z_loss, self.softcap, self.chunk_size, self.impl = z_loss, softcap, chunk_size, impl
 
-    def forward(self, input: Tensor, linear_weight: Tensor, target: Tensor,
-                linear_bias: Optional[Tensor] = None) -> Tensor:
-        return linear_cross_entropy(input, linear_weight, target, linear_bias=linear_bias, weight=self.weight,
-                                    reduction=self.reduction,
-                                    ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
-                                    z_loss=self.z_loss, softcap=self.softcap, chunk_size=self.chunk_size,
-                                    impl=self.impl)
+    def forward(
+        self, input: Tensor, linear_weight: Tensor, target: Tensor, linear_bias: Optional[Tensor] = None
+    ) -> Tensor:
+        return linear_cross_entropy(
+            input,
+            linear_weight,
+            target,
+            linear_bias=linear_bias,
+            weight=self.weight,
+            reduction=self.reduction,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            z_loss=self.z_loss,
+            softcap=self.softcap,
+            chunk_size=self.chunk_size,
+            impl=self.impl,
+        )
 
     def extra_repr(self) -> str:
-        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
-                f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}")
+        return (
+            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+            f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}"
+        )
 
 
 class RMSNorm(nn.Module):
     """:func:`rms_norm` as a module, in the style of ``torch.nn.RMSNorm`` (same constructor and
     ``weight``), plus ``offset`` and ``cast``; the weight starts at ``1 - offset`` (scale 1)."""
 
-    def __init__(self, normalized_shape: Union[int, Sequence[int], torch.Size], eps: Optional[float] = None,
-                 elementwise_affine: bool = True, *, offset: float = 0.0, cast: str = "before_weight",
-                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
+    def __init__(
+        self,
+        normalized_shape: Union[int, Sequence[int], torch.Size],
+        eps: Optional[float] = None,
+        elementwise_affine: bool = True,
+        *,
+        offset: float = 0.0,
+        cast: str = "before_weight",
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> None:
         super().__init__()
         self.normalized_shape = normalized_shape_tuple(normalized_shape)
         self.eps = None if eps is None else real_argument("eps", eps, minimum=0.0)
@@ -179,15 +234,20 @@ class RMSNorm(nn.Module):
         self.cast = cast
         if not elementwise_affine and self.offset:
             raise ValueError(f"offset={offset} needs elementwise_affine=True")
-        self.weight = (nn.Parameter(torch.full(self.normalized_shape, 1.0 - self.offset, device=device, dtype=dtype))
-                       if elementwise_affine else None)
+        self.weight = (
+            nn.Parameter(torch.full(self.normalized_shape, 1.0 - self.offset, device=device, dtype=dtype))
+            if elementwise_affine
+            else None
+        )
 
     def forward(self, input: Tensor) -> Tensor:
         return rms_norm(input, self.normalized_shape, self.weight, self.eps, offset=self.offset, cast=self.cast)
 
     def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
-                f"offset={self.offset}, cast={self.cast!r}")
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+            f"offset={self.offset}, cast={self.cast!r}"
+        )
 
 
 class SwiGLU(nn.Module):
@@ -206,7 +266,8 @@ class SwiGLU(nn.Module):
 
     def extra_repr(self) -> str:
         parts = ([] if self.impl is None else [f"impl={self.impl!r}"]) + (
-            [] if self.activation == "silu" else [f"activation={self.activation!r}"])
+            [] if self.activation == "silu" else [f"activation={self.activation!r}"]
+        )
         return ", ".join(parts)
 
 

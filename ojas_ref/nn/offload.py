@@ -115,8 +115,13 @@ def is_offloaded_activation(t: torch.Tensor, ref_shape: torch.Size) -> bool:
     """The rule of the module docstring: a floating, non-parameter tensor with the reference's
     token dimensions (``shape[:-1]``) and at least its features (``ref_shape``: the hidden
     states' shape)."""
-    return (t.is_floating_point() and not _is_parameter(t) and t.dim() == len(ref_shape)
-            and t.shape[:-1] == ref_shape[:-1] and t.shape[-1] >= ref_shape[-1])
+    return (
+        t.is_floating_point()
+        and not _is_parameter(t)
+        and t.dim() == len(ref_shape)
+        and t.shape[:-1] == ref_shape[:-1]
+        and t.shape[-1] >= ref_shape[-1]
+    )
 
 
 @dataclass
@@ -127,7 +132,7 @@ class OffloadStats:
     offloaded_bytes: int = 0
     restored_tensors: int = 0
     prefetched_tensors: int = 0
-    kept_tensors: int = 0       # saved inputs the rule left on the device
+    kept_tensors: int = 0  # saved inputs the rule left on the device
 
 
 def _layout(t: torch.Tensor) -> tuple:
@@ -142,7 +147,7 @@ class _Offloaded:
     def __init__(self, host: torch.Tensor, device: torch.device, prev: Optional[weakref.ref]) -> None:
         self.host = host
         self.device = device
-        self.prev = prev            # weak reference to the handle packed before this one
+        self.prev = prev  # weak reference to the handle packed before this one
         self.fetched: Optional[torch.Tensor] = None
         self.event: Optional[Any] = None
 
@@ -166,8 +171,13 @@ class OffloadedCheckpoint:
         observe: called with each tensor about to be offloaded (tests, accounting).
     """
 
-    def __init__(self, *, pin_memory: bool = True, prefetch: bool = True,
-                 observe: Optional[Callable[[torch.Tensor], None]] = None) -> None:
+    def __init__(
+        self,
+        *,
+        pin_memory: bool = True,
+        prefetch: bool = True,
+        observe: Optional[Callable[[torch.Tensor], None]] = None,
+    ) -> None:
         self.pin_memory = pin_memory
         self.prefetch = prefetch
         self.observe = observe

@@ -102,6 +102,7 @@ _MAX_FRACTION_BITS = 62
 # Half-updates and blocks
 # --------------------------------------------------------------------------
 
+
 class HalfUpdate(NamedTuple):
     """``x[target] <- x[target] + scale * fn(x[1 - target])``; ``name`` is used in errors."""
 
@@ -116,8 +117,10 @@ def split_halves(x: Tensor, name: str = "x") -> tuple[Tensor, Tensor]:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() == 0 or x.shape[-1] % 2 != 0 or x.shape[-1] == 0:
-        raise ValueError(f"{name} must have an even, nonzero last dimension (the halves x1, x2 of the residual "
-                         f"stream), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have an even, nonzero last dimension (the halves x1, x2 of the residual "
+            f"stream), got shape {tuple(x.shape)}"
+        )
     d = x.shape[-1] // 2
     return x[..., :d], x[..., d:]
 
@@ -129,14 +132,17 @@ def _call(update: HalfUpdate, inp: Tensor, where: str, params: Optional[dict[str
     version = None if inp.is_inference() else inp._version  # inference tensors have no version counter
     out = torch.func.functional_call(update.fn, params, (inp,)) if params else update.fn(inp)
     if version is not None and inp._version != version:
-        raise RuntimeError(f"{where}: {update.name} modified its input in place; the reconstruction needs it "
-                           "unchanged")
+        raise RuntimeError(f"{where}: {update.name} modified its input in place; the reconstruction needs it unchanged")
     if not isinstance(out, Tensor):
-        raise TypeError(f"{where}: {update.name} must return a torch.Tensor, got {type(out).__name__} (wrap "
-                        "modules that return tuples, e.g. nn.MultiheadAttention, in a module returning the tensor)")
+        raise TypeError(
+            f"{where}: {update.name} must return a torch.Tensor, got {type(out).__name__} (wrap "
+            "modules that return tuples, e.g. nn.MultiheadAttention, in a module returning the tensor)"
+        )
     if out.shape != inp.shape:
-        raise ValueError(f"{where}: {update.name} changed the shape: input {tuple(inp.shape)}, output "
-                         f"{tuple(out.shape)}; it must map a half of the stream to a tensor of the same shape")
+        raise ValueError(
+            f"{where}: {update.name} changed the shape: input {tuple(inp.shape)}, output "
+            f"{tuple(out.shape)}; it must map a half of the stream to a tensor of the same shape"
+        )
     if not out.is_floating_point():
         raise TypeError(f"{where}: {update.name} returned dtype {out.dtype}; a floating dtype is needed")
     return out
@@ -255,22 +261,28 @@ class SymplecticCoupling(ReversibleBlock):
 
     def half_updates(self) -> tuple[HalfUpdate, ...]:
         h = self.step_size
-        return (HalfUpdate(0, self.force, h / 2, "force"), HalfUpdate(1, self.velocity, h, "velocity"),
-                HalfUpdate(0, self.force, h / 2, "force"))
+        return (
+            HalfUpdate(0, self.force, h / 2, "force"),
+            HalfUpdate(1, self.velocity, h, "velocity"),
+            HalfUpdate(0, self.force, h / 2, "force"),
+        )
 
 
 # --------------------------------------------------------------------------
 # Fixed point (exact mode)
 # --------------------------------------------------------------------------
 
+
 def _to_fixed(v: Tensor, fraction_bits: int, what: str) -> Tensor:
     """round(v * 2^fraction_bits) as int64 (round half to even), computed in float64;
     OverflowError if a value is not finite or reaches 2^62."""
     s = torch.round(v.detach().to(torch.float64) * 2.0**fraction_bits)
     if s.numel() and not bool((s.abs() < _STATE_LIMIT).all()):
-        raise OverflowError(f"{what}: a value is not finite or |value| * 2^{fraction_bits} >= 2^62, outside the "
-                            f"int64 fixed-point range; lower fraction_bits (range is |x| < "
-                            f"2^{62 - fraction_bits})")
+        raise OverflowError(
+            f"{what}: a value is not finite or |value| * 2^{fraction_bits} >= 2^62, outside the "
+            f"int64 fixed-point range; lower fraction_bits (range is |x| < "
+            f"2^{62 - fraction_bits})"
+        )
     return s.to(torch.int64)
 
 
@@ -284,14 +296,16 @@ def _fixed_add(state: Tensor, delta: Tensor, fraction_bits: int, where: str, *, 
     reaches 2^62 (both are below 2^62, so the sum itself cannot wrap)."""
     s = state.add_(delta) if inplace else state + delta
     if s.numel() and not bool((s.abs() < _STATE_LIMIT).all()):
-        raise OverflowError(f"{where}: the fixed-point state reached 2^62 (|x| >= 2^{62 - fraction_bits}); "
-                            "lower fraction_bits")
+        raise OverflowError(
+            f"{where}: the fixed-point state reached 2^62 (|x| >= 2^{62 - fraction_bits}); lower fraction_bits"
+        )
     return s
 
 
 # --------------------------------------------------------------------------
 # RNG and autocast state, recorded in forward and replayed in backward
 # --------------------------------------------------------------------------
+
 
 class _RngState:
     """The CPU RNG state and that of x's accelerator, as torch.utils.checkpoint records them."""
@@ -309,9 +323,18 @@ class _RngState:
 def _autocast_kwargs(device_type: str) -> list[tuple[str, dict]]:
     """Autocast settings in force for x's device type and for the CPU."""
     kinds = [device_type] + (["cpu"] if device_type != "cpu" else [])
-    return [(t, {"enabled": torch.is_autocast_enabled(t), "dtype": torch.get_autocast_dtype(t),
-                 "cache_enabled": torch.is_autocast_cache_enabled()})
-            for t in kinds if torch.amp.is_autocast_available(t)]
+    return [
+        (
+            t,
+            {
+                "enabled": torch.is_autocast_enabled(t),
+                "dtype": torch.get_autocast_dtype(t),
+                "cache_enabled": torch.is_autocast_cache_enabled(),
+            },
+        )
+        for t in kinds
+        if torch.amp.is_autocast_available(t)
+    ]
 
 
 def _recompute_context(autocast: Sequence[tuple[str, dict]]) -> contextlib.ExitStack:
@@ -329,6 +352,7 @@ def _recompute_context(autocast: Sequence[tuple[str, dict]]) -> contextlib.ExitS
 # --------------------------------------------------------------------------
 # The stack
 # --------------------------------------------------------------------------
+
 
 class _Plan(NamedTuple):
     """One half-update of the stack: its block, whether it is the block's first, and the
@@ -535,21 +559,35 @@ class ReversibleSequence(nn.Module):
     before the next block runs), whatever the depth.
     """
 
-    def __init__(self, blocks: Iterable[ReversibleBlock], *, exact: bool = False, fraction_bits: int = 32,
-                 check_reconstruction: bool = False, preserve_rng_state: bool = True) -> None:
+    def __init__(
+        self,
+        blocks: Iterable[ReversibleBlock],
+        *,
+        exact: bool = False,
+        fraction_bits: int = 32,
+        check_reconstruction: bool = False,
+        preserve_rng_state: bool = True,
+    ) -> None:
         super().__init__()
         if isinstance(blocks, nn.Module) and not isinstance(blocks, (nn.ModuleList, nn.Sequential)):
-            raise TypeError("blocks must be a sequence of ReversibleBlock modules, got a single "
-                            f"{type(blocks).__name__}; pass [block]")
+            raise TypeError(
+                "blocks must be a sequence of ReversibleBlock modules, got a single "
+                f"{type(blocks).__name__}; pass [block]"
+            )
         blocks = list(blocks)
         if not blocks:
             raise ValueError("blocks must hold at least one ReversibleBlock")
         for i, b in enumerate(blocks):
             if not isinstance(b, ReversibleBlock):
-                raise TypeError(f"blocks[{i}] must be a ReversibleBlock (AdditiveCoupling, SymplecticCoupling or "
-                                f"a subclass), got {type(b).__name__}")
-        for name, flag in (("exact", exact), ("check_reconstruction", check_reconstruction),
-                           ("preserve_rng_state", preserve_rng_state)):
+                raise TypeError(
+                    f"blocks[{i}] must be a ReversibleBlock (AdditiveCoupling, SymplecticCoupling or "
+                    f"a subclass), got {type(b).__name__}"
+                )
+        for name, flag in (
+            ("exact", exact),
+            ("check_reconstruction", check_reconstruction),
+            ("preserve_rng_state", preserve_rng_state),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
         if isinstance(fraction_bits, bool) or not isinstance(fraction_bits, int):
@@ -575,7 +613,8 @@ class ReversibleSequence(nn.Module):
                 f"parameter {sharded[0]} of the ReversibleSequence is a DTensor (still sharded) while x is a plain "
                 "tensor: with FSDP2, apply fully_shard to the ReversibleSequence or to a module above it, not to "
                 "its blocks or their functions (the stack calls the functions itself, so the blocks' FSDP "
-                "forward hooks that all-gather their parameters never run)")
+                "forward hooks that all-gather their parameters never run)"
+            )
         plan = self._plan(params)
         tape = _Tape(self, plan, params, x)
         link = _StackInput.apply(x, tape)
@@ -616,8 +655,9 @@ class ReversibleSequence(nn.Module):
         h = list(split_halves(state, "state"))
         if self.exact != (state.dtype == torch.int64):
             want = "an int64 fixed-point state (see quantize)" if self.exact else "a float stream"
-            raise TypeError(f"state must be {want} in {'exact' if self.exact else 'float'} mode, "
-                            f"got dtype {state.dtype}")
+            raise TypeError(
+                f"state must be {want} in {'exact' if self.exact else 'float'} mode, got dtype {state.dtype}"
+            )
         dtype = dtype or (torch.float32 if self.exact else state.dtype)
         plan = self._plan(())
         for step in reversed(plan) if inverse else plan:
@@ -630,12 +670,18 @@ class ReversibleSequence(nn.Module):
         for i, block in enumerate(self.blocks):
             for u in block.half_updates():
                 if not (isinstance(u, HalfUpdate) and u.target in (0, 1) and isinstance(u.fn, nn.Module)):
-                    raise TypeError(f"blocks[{i}].half_updates() must return HalfUpdate(target 0 or 1, an "
-                                    f"nn.Module, scale, name) tuples, got {u!r}")
+                    raise TypeError(
+                        f"blocks[{i}].half_updates() must return HalfUpdate(target 0 or 1, an "
+                        f"nn.Module, scale, name) tuples, got {u!r}"
+                    )
         index = {id(p): i for i, p in enumerate(params)}
-        return [_Plan(layer, k == 0, u, tuple((name, index[id(p)]) for name, p in u.fn.named_parameters()
-                                             if id(p) in index))
-                for layer, block in enumerate(self.blocks) for k, u in enumerate(block.half_updates())]
+        return [
+            _Plan(
+                layer, k == 0, u, tuple((name, index[id(p)]) for name, p in u.fn.named_parameters() if id(p) in index)
+            )
+            for layer, block in enumerate(self.blocks)
+            for k, u in enumerate(block.half_updates())
+        ]
 
     def _where(self, step: _Plan) -> str:
         return f"blocks[{step.layer}] ({type(self.blocks[step.layer]).__name__})"
@@ -689,7 +735,8 @@ class ReversibleSequence(nn.Module):
                     f"{tuple(foreign.shape)}) and is not one of its parameters (a closure, a global, a plain "
                     "tensor attribute, or a parameter of another module?). ReversibleSequence back-propagates "
                     f"only to the stream and to {u.name}.parameters(), so that tensor would silently get no "
-                    "gradient: make it an nn.Parameter of the module (or of a submodule), or detach it")
+                    "gradient: make it an nn.Parameter of the module (or of a submodule), or detach it"
+                )
             vjp = torch.autograd.grad(inc, [other, *aliases.values()], g[t].to(inc.dtype), allow_unused=True)
         else:  # fn ignores its input and has no trainable parameters
             vjp = (None,) * (1 + len(aliases))
@@ -699,10 +746,11 @@ class ReversibleSequence(nn.Module):
             g[1 - t].add_(vjp[0])
         buffers = {tape.state.untyped_storage().data_ptr(), tape.grad.untyped_storage().data_ptr()}
         # a gradient aliasing a buffer (fn = x + bias with a bias of x's shape) would change with it
-        return tuple(v.clone() if v is not None and v.untyped_storage().data_ptr() in buffers else v
-                     for v in vjp[1:])
+        return tuple(v.clone() if v is not None and v.untyped_storage().data_ptr() in buffers else v for v in vjp[1:])
 
     def _distance(self, h: list[Tensor], stored: list[Tensor]) -> float:
-        diff = max(float((a.to(torch.float64) - b.to(torch.float64)).abs().max()) if a.numel() else 0.0
-                   for a, b in zip(h, stored))
+        diff = max(
+            float((a.to(torch.float64) - b.to(torch.float64)).abs().max()) if a.numel() else 0.0
+            for a, b in zip(h, stored)
+        )
         return diff * 2.0**-self.fraction_bits if self.exact else diff

@@ -91,8 +91,15 @@ from ojas_ref.functional.rms_norm import rms_norm
 from ojas_ref.functional.rope import apply_rotary_pos_emb
 from ojas_ref.functional.swiglu import swiglu
 
-__all__ = ["ReversibleDecoderConfig", "ReversibleDecoder", "DecoderAttention", "DecoderMLP", "RotaryCache", "MODES",
-           "rotary_tables"]
+__all__ = [
+    "ReversibleDecoderConfig",
+    "ReversibleDecoder",
+    "DecoderAttention",
+    "DecoderMLP",
+    "RotaryCache",
+    "MODES",
+    "rotary_tables",
+]
 
 MODES = ("reversible", "stored", "checkpointed")
 IGNORE_INDEX = -100
@@ -145,29 +152,37 @@ class ReversibleDecoderConfig:
             self.kv_heads = self.heads
         _positive_int("kv_heads", self.kv_heads)
         if self.hidden % self.heads:
-            raise ValueError(f"ReversibleDecoderConfig.hidden ({self.hidden}) must be divisible by heads "
-                             f"({self.heads}): head_dim = hidden / heads")
+            raise ValueError(
+                f"ReversibleDecoderConfig.hidden ({self.hidden}) must be divisible by heads "
+                f"({self.heads}): head_dim = hidden / heads"
+            )
         if self.head_dim % 2:
-            raise ValueError(f"ReversibleDecoderConfig: head_dim = hidden / heads = {self.hidden} / {self.heads} = "
-                             f"{self.head_dim} is odd; the rotary embedding needs an even head_dim (change hidden "
-                             "or heads)")
+            raise ValueError(
+                f"ReversibleDecoderConfig: head_dim = hidden / heads = {self.hidden} / {self.heads} = "
+                f"{self.head_dim} is odd; the rotary embedding needs an even head_dim (change hidden "
+                "or heads)"
+            )
         if self.heads % self.kv_heads:
-            raise ValueError(f"ReversibleDecoderConfig.kv_heads ({self.kv_heads}) must divide heads ({self.heads}) "
-                             "(grouped-query attention)")
+            raise ValueError(
+                f"ReversibleDecoderConfig.kv_heads ({self.kv_heads}) must divide heads ({self.heads}) "
+                "(grouped-query attention)"
+            )
         self.rope_theta = _positive_float("rope_theta", self.rope_theta)
         self.eps = _positive_float("eps", self.eps)
         self.init_std = _positive_float("init_std", self.init_std)
         if not isinstance(self.tie_embeddings, bool):
-            raise TypeError(f"ReversibleDecoderConfig.tie_embeddings must be a bool, got "
-                            f"{type(self.tie_embeddings).__name__}")
+            raise TypeError(
+                f"ReversibleDecoderConfig.tie_embeddings must be a bool, got {type(self.tie_embeddings).__name__}"
+            )
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
 
-def rotary_tables(seq: int, head_dim: int, theta: float, device: torch.device, dtype: torch.dtype
-                  ) -> tuple[Tensor, Tensor]:
+def rotary_tables(
+    seq: int, head_dim: int, theta: float, device: torch.device, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
     """cos, sin ``[1, seq, head_dim]`` for positions ``arange(seq)``, as Hugging Face's default
     Llama rotary embedding computes them (inverse frequencies and angles in float32, then cast
     to ``dtype``), except in float64 for float64 (so the float64 tests are float64 end to end)."""
@@ -278,8 +293,9 @@ class ReversibleDecoder(nn.Module):
         self.mode = _check_mode(mode)
         self.embed = nn.Embedding(config.vocab, config.hidden)
         self.rotary = RotaryCache(config.head_dim, config.rope_theta)
-        blocks = [AdditiveCoupling(DecoderAttention(config, self.rotary), DecoderMLP(config))
-                  for _ in range(config.layers)]
+        blocks = [
+            AdditiveCoupling(DecoderAttention(config, self.rotary), DecoderMLP(config)) for _ in range(config.layers)
+        ]
         # F and G use no randomness: no RNG snapshots (they would cost memory per block call).
         self.stack = ReversibleSequence(blocks, preserve_rng_state=False)
         self.norm_weight = nn.Parameter(torch.ones(config.hidden))
@@ -302,18 +318,29 @@ class ReversibleDecoder(nn.Module):
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
     def _check_ids(self, input_ids: object, labels: object) -> None:
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.dtype not in (torch.int64,
-                                                                                                 torch.int32):
-            raise TypeError("input_ids must be an int64/int32 tensor [batch, seq], got "
-                            + (f"{input_ids.dtype} of shape {tuple(input_ids.shape)}" if isinstance(input_ids, Tensor)
-                               else type(input_ids).__name__))
+        if (
+            not isinstance(input_ids, Tensor)
+            or input_ids.dim() != 2
+            or input_ids.dtype not in (torch.int64, torch.int32)
+        ):
+            raise TypeError(
+                "input_ids must be an int64/int32 tensor [batch, seq], got "
+                + (
+                    f"{input_ids.dtype} of shape {tuple(input_ids.shape)}"
+                    if isinstance(input_ids, Tensor)
+                    else type(input_ids).__name__
+                )
+            )
         if input_ids.shape[1] > self.config.max_seq:
-            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds ReversibleDecoderConfig.max_seq "
-                             f"({self.config.max_seq})")
+            raise ValueError(
+                f"sequence length {input_ids.shape[1]} exceeds ReversibleDecoderConfig.max_seq ({self.config.max_seq})"
+            )
         if labels is not None and (not isinstance(labels, Tensor) or labels.shape != input_ids.shape):
-            raise ValueError("labels must be a tensor of input_ids' shape "
-                             f"{tuple(input_ids.shape)}, got "
-                             + (str(tuple(labels.shape)) if isinstance(labels, Tensor) else type(labels).__name__))
+            raise ValueError(
+                "labels must be a tensor of input_ids' shape "
+                f"{tuple(input_ids.shape)}, got "
+                + (str(tuple(labels.shape)) if isinstance(labels, Tensor) else type(labels).__name__)
+            )
 
     def hidden_states(self, input_ids: Tensor, *, mode: Optional[str] = None) -> Tensor:
         """The final normalised hidden state ``[B, S, hidden]`` (before the LM head)."""

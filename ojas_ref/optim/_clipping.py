@@ -22,8 +22,8 @@ _NORM_TYPE = 2.0
 
 class _Mode(Enum):
     UPDATE = "update"  # hooks update (or accumulate, before the last micro-batch)
-    NORM = "norm"      # first pass of clipping: hooks record the gradient norm and free it
-    CLIP = "clip"      # second pass of clipping: hooks clip with the total norm, then update
+    NORM = "norm"  # first pass of clipping: hooks record the gradient norm and free it
+    CLIP = "clip"  # second pass of clipping: hooks clip with the total norm, then update
 
 
 def _grad_norm(grad: Tensor) -> Tensor:
@@ -42,7 +42,10 @@ def total_norm(params: Iterable[Tensor], norms: dict[Tensor, Tensor], zeros: set
     if not params:
         return None
     groups = _group_tensors_by_device_and_dtype([params], with_indices=True)
-    ordered = [norms[p] if p in norms else p.new_zeros(()) for _, (_, indices) in groups.items()
-               for p in (params[i] for i in indices)]
+    ordered = [
+        norms[p] if p in norms else p.new_zeros(())
+        for _, (_, indices) in groups.items()
+        for p in (params[i] for i in indices)
+    ]
     first_device = params[0].device
     return torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in ordered]), _NORM_TYPE)

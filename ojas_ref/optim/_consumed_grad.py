@@ -21,7 +21,8 @@ _SECOND_UPDATE = (
     "accumulation) updates the parameters in its hooks, so two backward passes would be two updates, not one on "
     "the summed gradient. Call optimizer.step() once per update (it marks the end of the step); to combine several "
     "losses in one update, back-propagate their sum, or set accumulation_steps to the number of backward passes "
-    "per update. This backward pass is abandoned: call optimizer.zero_grad() before the next")
+    "per update. This backward pass is abandoned: call optimizer.zero_grad() before the next"
+)
 
 # Why the head updated inside the loss cannot take a gradient from another use (_hook, _ConsumedGrad).
 _HEAD_OTHER_USE = (
@@ -30,12 +31,14 @@ _HEAD_OTHER_USE = (
     "its update needs the sum of all its gradients, so updating it inside the loss is not the standard step "
     "(Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Its rows were already updated with the "
     "loss's part: restore them from a checkpoint, and construct the optimizer without head_weight for a weight "
-    "with several uses")
+    "with several uses"
+)
 
 _GRAD_SCALER = (
     "InBackwardOptimizer cannot be used with an enabled torch.amp.GradScaler: unscaling and the inf/NaN check need "
     "all gradients before any update, but each parameter was already updated in backward with its scaled gradient. "
-    "Use bfloat16 autocast (no scaler) instead")
+    "Use bfloat16 autocast (no scaler) instead"
+)
 
 # Why the gradient of an updated parameter cannot be read or changed before step() (_ConsumedGrad).
 _CONSUMED = (
@@ -46,7 +49,8 @@ _CONSUMED = (
     "clip nothing), a gradient norm, zero_grad(set_to_none=False) or any other edit of the gradients cannot take "
     "effect. To clip, construct InBackwardOptimizer(..., max_grad_norm=...) and run optimizer.backward(loss) "
     "(clip_grad_norm_'s clipping before every update) instead of calling clip_grad_norm_; to read or edit "
-    "gradients before the update, use a torch.optim optimizer")
+    "gradients before the update, use a torch.optim optimizer"
+)
 
 
 class _ConsumedGrad(Tensor):
@@ -67,8 +71,10 @@ class _ConsumedGrad(Tensor):
         return t
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
-        return (f"<gradient of shape {tuple(self.shape)} consumed by InBackwardOptimizer's update in backward; "
-                "freed until optimizer.step()>")
+        return (
+            f"<gradient of shape {tuple(self.shape)} consumed by InBackwardOptimizer's update in backward; "
+            "freed until optimizer.step()>"
+        )
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

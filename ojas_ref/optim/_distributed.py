@@ -64,8 +64,11 @@ _WATCH_HANDLE: list[Any] = []
 
 def several_processes() -> bool:
     """Whether this process is one of a process group of several ranks."""
-    return (torch.distributed.is_available() and torch.distributed.is_initialized()
-            and torch.distributed.get_world_size() > 1)
+    return (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_world_size() > 1
+    )
 
 
 def _watch_for_ddp(opt: "InBackwardOptimizer") -> None:
@@ -123,16 +126,25 @@ class DataParallel:
 
     def attach_ddp(self, ddp: torch.nn.Module, p: Tensor) -> None:
         """At a forward of DDP model ``ddp``: its reducer all-reduces the gradient of ``p``."""
-        unsupported = [name for name, on in (
-            ("mixed_precision", getattr(ddp, "mixed_precision", None) is not None),
-            ("a compiled DDP (python reducer)", getattr(ddp, "_use_python_reducer", False)),
-            ("delay_all_reduce_named_params covering every parameter",
-             getattr(ddp, "_delay_all_reduce_all_params", False))) if on]
+        unsupported = [
+            name
+            for name, on in (
+                ("mixed_precision", getattr(ddp, "mixed_precision", None) is not None),
+                ("a compiled DDP (python reducer)", getattr(ddp, "_use_python_reducer", False)),
+                (
+                    "delay_all_reduce_named_params covering every parameter",
+                    getattr(ddp, "_delay_all_reduce_all_params", False),
+                ),
+            )
+            if on
+        ]
         if unsupported:
-            raise RuntimeError(f"InBackwardOptimizer does not support DistributedDataParallel with "
-                               f"{', '.join(unsupported)}: the gradients are then reduced on low-precision copies "
-                               "of the parameters or outside DDP's reducer, not where this optimizer waits for the "
-                               "averages (the end of backward). Use a torch.optim optimizer")
+            raise RuntimeError(
+                f"InBackwardOptimizer does not support DistributedDataParallel with "
+                f"{', '.join(unsupported)}: the gradients are then reduced on low-precision copies "
+                "of the parameters or outside DDP's reducer, not where this optimizer waits for the "
+                "averages (the end of backward). Use a torch.optim optimizer"
+            )
         self.ddp_of[p] = weakref.ref(ddp)
 
     def reduces_this_pass(self, ddp: torch.nn.Module) -> None:
@@ -162,4 +174,6 @@ class DataParallel:
             "a DistributedDataParallel model whose forward this optimizer saw nor an FSDP2 shard. If it belongs "
             "to a DDP model, construct the optimizer after torch.distributed.init_process_group (it then finds "
             "DDP models at their forward); otherwise every rank updates with its own gradient",
-            RuntimeWarning, stacklevel=2)
+            RuntimeWarning,
+            stacklevel=2,
+        )

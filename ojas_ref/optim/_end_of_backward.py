@@ -60,7 +60,8 @@ class EndOfBackwardMixin:
                 "accumulation_steps > 1 is not supported under DistributedDataParallel or FSDP2 (fully_shard): "
                 "keep accumulation_steps=1 and run micro-batches 1..k-1 inside ddp_model.no_sync() (FSDP2: "
                 "after model.set_requires_gradient_sync(False), and True again for the k-th); the update then "
-                "runs once, when the accumulated gradient is reduced")
+                "runs once, when the accumulated gradient is reduced"
+            )
         if ddp is not None:
             # DDP copies the average of the ranks' gradients into p.grad in its own end-of-backward
             # callback: update after it (DataParallel.after_reduction). Under no_sync() (DDP's last forward did
@@ -80,7 +81,8 @@ class EndOfBackwardMixin:
             raise RuntimeError(
                 "with max_grad_norm (and accumulation_steps=1) run the backward pass as "
                 "optimizer.backward(loss), not loss.backward(): clipping needs the norm of every gradient "
-                "before the first update, so the gradients are computed twice")
+                "before the first update, so the gradients are computed twice"
+            )
         elif self._micro_batch + 1 == self.accumulation_steps and self.max_grad_norm is None:
             self._add_to_bucket(p)
         # else: an earlier micro-batch (or clipping after accumulation): keep accumulating in p.grad
@@ -104,8 +106,12 @@ class EndOfBackwardMixin:
             self._group_checks.check_layout(self.param_groups, self._group_of)
             self._queued_task = task
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
-            self._plain_pass = (self.accumulation_steps == 1 and self.max_grad_norm is None
-                                and not self._data_parallel.active() and not several_processes())
+            self._plain_pass = (
+                self.accumulation_steps == 1
+                and self.max_grad_norm is None
+                and not self._data_parallel.active()
+                and not several_processes()
+            )
 
     @torch.no_grad()
     def _end_of_backward(self) -> None:
@@ -138,8 +144,9 @@ class EndOfBackwardMixin:
         dp = self._data_parallel
         synced, reduced = dp.synced, set(dp.reduced)
         dp.reset()
-        self._clip_and_update([p for p in self._params() if _live_grad(p) is not None and (
-            p in reduced or dp.reduced_in(p, synced))])
+        self._clip_and_update(
+            [p for p in self._params() if _live_grad(p) is not None and (p in reduced or dp.reduced_in(p, synced))]
+        )
         self._group_checks.check_unhooked(self.param_groups, self._group_of)
 
     def _clip_and_update(self, params: list[Tensor]) -> None:

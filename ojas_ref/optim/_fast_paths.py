@@ -21,10 +21,17 @@ _ADAM_STEP = inspect.unwrap(torch.optim.Adam.step)
 def plain_sgd_violations(group: dict[str, Any]) -> list[str]:
     """The settings of ``group`` (``"momentum=0.9"``, ...) that make an SGD update other than plain:
     momentum, weight decay, maximize, fused, differentiable."""
-    return [f"{k}={group.get(k)!r}" for k, ok in (
-        ("momentum", group.get("momentum", 0) == 0), ("weight_decay", group.get("weight_decay", 0) == 0),
-        ("maximize", not group.get("maximize", False)), ("fused", not group.get("fused", False)),
-        ("differentiable", not group.get("differentiable", False))) if not ok]
+    return [
+        f"{k}={group.get(k)!r}"
+        for k, ok in (
+            ("momentum", group.get("momentum", 0) == 0),
+            ("weight_decay", group.get("weight_decay", 0) == 0),
+            ("maximize", not group.get("maximize", False)),
+            ("fused", not group.get("fused", False)),
+            ("differentiable", not group.get("differentiable", False)),
+        )
+        if not ok
+    ]
 
 
 def plain_sgd_lr(bucket_opt: Optional[torch.optim.Optimizer], group: dict[str, Any]) -> Optional[float]:
@@ -38,10 +45,18 @@ def plain_sgd_lr(bucket_opt: Optional[torch.optim.Optimizer], group: dict[str, A
     if type(bucket_opt) is not torch.optim.SGD:
         return None
     lr = group["lr"]
-    if (group["momentum"] != 0 or group["weight_decay"] != 0 or group["maximize"] or group["differentiable"]
-            or group.get("fused") or isinstance(lr, torch.Tensor) or bucket_opt._optimizer_step_pre_hooks
-            or bucket_opt._optimizer_step_post_hooks or _optim._global_optimizer_pre_hooks
-            or _optim._global_optimizer_post_hooks):
+    if (
+        group["momentum"] != 0
+        or group["weight_decay"] != 0
+        or group["maximize"]
+        or group["differentiable"]
+        or group.get("fused")
+        or isinstance(lr, torch.Tensor)
+        or bucket_opt._optimizer_step_pre_hooks
+        or bucket_opt._optimizer_step_post_hooks
+        or _optim._global_optimizer_pre_hooks
+        or _optim._global_optimizer_post_hooks
+    ):
         return None
     return lr
 
@@ -56,13 +71,20 @@ def step_adam_directly(bucket_opt: torch.optim.Optimizer, group: dict[str, Any],
     the step wrapper; under torch.profiler on the H200 a bf16 1.06B step spent 22 ms of host time
     in 26 bucket ``AdamW.step`` calls against 11 ms in the standard loop's one, benchmarks/RESULTS.md);
     tests/test_optimizer_in_backward.py checks the bits against the standard loop."""
-    if (inspect.unwrap(type(bucket_opt).step) is not _ADAM_STEP or group["fused"] or group["capturable"]
-            or group["differentiable"] or isinstance(group["lr"], Tensor)
-            or bucket_opt._optimizer_step_pre_hooks or bucket_opt._optimizer_step_post_hooks
-            or _optim._global_optimizer_pre_hooks or _optim._global_optimizer_post_hooks
-            or getattr(bucket_opt, "grad_scale", None) is not None
-            or getattr(bucket_opt, "found_inf", None) is not None
-            or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())):
+    if (
+        inspect.unwrap(type(bucket_opt).step) is not _ADAM_STEP
+        or group["fused"]
+        or group["capturable"]
+        or group["differentiable"]
+        or isinstance(group["lr"], Tensor)
+        or bucket_opt._optimizer_step_pre_hooks
+        or bucket_opt._optimizer_step_post_hooks
+        or _optim._global_optimizer_pre_hooks
+        or _optim._global_optimizer_post_hooks
+        or getattr(bucket_opt, "grad_scale", None) is not None
+        or getattr(bucket_opt, "found_inf", None) is not None
+        or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    ):
         return False
     amsgrad = group["amsgrad"]
     grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], []
@@ -79,11 +101,29 @@ def step_adam_directly(bucket_opt: torch.optim.Optimizer, group: dict[str, Any],
     beta1, beta2 = group["betas"]
     decoupled = {"decoupled_weight_decay": group["decoupled_weight_decay"]} if "decoupled_weight_decay" in group else {}
     with torch.no_grad():
-        _adam.adam(bucket, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, amsgrad=amsgrad,
-                   has_complex=False, beta1=beta1, beta2=beta2, lr=group["lr"],
-                   weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
-                   foreach=group["foreach"], capturable=False, differentiable=False, fused=group["fused"],
-                   grad_scale=None, found_inf=None, **decoupled)
+        _adam.adam(
+            bucket,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            max_exp_avg_sqs,
+            steps,
+            amsgrad=amsgrad,
+            has_complex=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=group["maximize"],
+            foreach=group["foreach"],
+            capturable=False,
+            differentiable=False,
+            fused=group["fused"],
+            grad_scale=None,
+            found_inf=None,
+            **decoupled,
+        )
     return True
 
 
@@ -92,9 +132,14 @@ def not_plain_sgd(bucket_opt: Optional[torch.optim.Optimizer], group: dict[str, 
     bad = plain_sgd_violations(group)
     if isinstance(group.get("lr"), Tensor):
         bad.append(f"lr={group.get('lr')!r}")
-    if (bucket_opt is not None and (bucket_opt._optimizer_step_pre_hooks or bucket_opt._optimizer_step_post_hooks)
-            or _optim._global_optimizer_pre_hooks or _optim._global_optimizer_post_hooks):
+    if (
+        bucket_opt is not None
+        and (bucket_opt._optimizer_step_pre_hooks or bucket_opt._optimizer_step_post_hooks)
+        or _optim._global_optimizer_pre_hooks
+        or _optim._global_optimizer_post_hooks
+    ):
         bad.append("optimizer step hooks registered (they would not run for the head)")
     return (", ".join(bad) or "not torch.optim.SGD") + (
         "; only momentum=0, weight_decay=0, maximize=False, fused=False, differentiable=False, a float lr and "
-        "no step hooks are supported (with momentum or weight decay use the dense path: no head_weight)")
+        "no step hooks are supported (with momentum or weight decay use the dense path: no head_weight)"
+    )

@@ -16,8 +16,13 @@ def _same_hyper(a: Any, b: Any) -> bool:
     """Whether hyper-parameter values ``a`` (kept at an update; a tensor cloned) and ``b`` (now) are
     the same: equal bits for tensors, ``==`` otherwise."""
     if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.dtype == b.dtype
-                and torch.equal(a.cpu(), b.cpu()))
+        return (
+            isinstance(a, Tensor)
+            and isinstance(b, Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a.cpu(), b.cpu())
+        )
     return bool(a == b)
 
 
@@ -46,8 +51,9 @@ class GroupChecks:
     def note_hyper(self, param_groups: list[dict[str, Any]], index: int) -> None:
         """At an update of group ``index``: keep its hyper-parameters at its first update of the step."""
         if index not in self.hyper_used:
-            self.hyper_used[index] = {k: v.clone() if isinstance(v, Tensor) else v
-                                      for k, v in self.hyper(param_groups[index]).items()}
+            self.hyper_used[index] = {
+                k: v.clone() if isinstance(v, Tensor) else v for k, v in self.hyper(param_groups[index]).items()
+            }
 
     def check_hyper(self, param_groups: list[dict[str, Any]]) -> None:
         """At ``step()``: raise if a group updated since the last step() has other
@@ -61,7 +67,8 @@ class GroupChecks:
                     f"param_groups[{index}] {changed} changed between the backward pass and step(): torch.optim's "
                     "step() would use the new values in this step, but InBackwardOptimizer already updated the "
                     "parameters in backward with the old ones. Change hyper-parameters before the backward pass "
-                    "(an LR scheduler: its step() after optimizer.step(), as usual)")
+                    "(an LR scheduler: its step() after optimizer.step(), as usual)"
+                )
 
     def check_layout(self, param_groups: list[dict[str, Any]], group_of: dict[Tensor, int]) -> None:
         """When the parameters of ``param_groups`` changed since the last check (a list edited,
@@ -83,9 +90,11 @@ class GroupChecks:
                 "hooks would keep updating them with the old group's hyper-parameters, where torch.optim would not "
                 "step them or would use the new group's. Change hyper-parameters in place (param_groups[i]['lr'] "
                 "= ...), freeze a parameter with requires_grad_(False) instead of removing it, or call "
-                "remove_hooks() and construct a new InBackwardOptimizer over the new groups")
-        self.unhooked = [(i, j, p) for i, g in enumerate(param_groups) for j, p in enumerate(g["params"])
-                         if p not in group_of]
+                "remove_hooks() and construct a new InBackwardOptimizer over the new groups"
+            )
+        self.unhooked = [
+            (i, j, p) for i, g in enumerate(param_groups) for j, p in enumerate(g["params"]) if p not in group_of
+        ]
         self.layout = layout
 
     def check_unhooked(self, param_groups: list[dict[str, Any]], group_of: dict[Tensor, int]) -> None:
@@ -98,4 +107,5 @@ class GroupChecks:
                 f"parameter(s) {unhooked} ((group, index) in param_groups) have a gradient but no hook: they did "
                 "not require grad when InBackwardOptimizer was constructed (unfrozen since?), so they are never "
                 "updated while their .grad accumulates. Construct the optimizer after unfreezing, or leave "
-                "frozen parameters out of params and pass them to add_param_group when you unfreeze them")
+                "frozen parameters out of params and pass them to add_param_group when you unfreeze them"
+            )

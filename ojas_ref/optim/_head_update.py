@@ -81,33 +81,43 @@ class HeadUpdateMixin:
         """Raise unless ``head_weight`` can be updated inside the loss's backward: a hooked 2-D
         parameter of a plain-SGD group, without accumulation or clipping."""
         if not isinstance(head_weight, Tensor):
-            raise TypeError(f"head_weight must be a torch.Tensor (the [V, D] weight of the loss's head, e.g. "
-                            f"model.lm_head.weight) or None, got {type(head_weight).__name__}")
+            raise TypeError(
+                f"head_weight must be a torch.Tensor (the [V, D] weight of the loss's head, e.g. "
+                f"model.lm_head.weight) or None, got {type(head_weight).__name__}"
+            )
         if head_weight.dim() != 2:
-            raise ValueError(f"head_weight must be the 2-D [V, D] weight of a linear head, got shape "
-                             f"{tuple(head_weight.shape)}")
+            raise ValueError(
+                f"head_weight must be the 2-D [V, D] weight of a linear head, got shape {tuple(head_weight.shape)}"
+            )
         if head_weight not in self._group_of:
-            raise ValueError("head_weight must be one of params and require grad (it is updated by this optimizer, "
-                             "inside the loss's backward)")
+            raise ValueError(
+                "head_weight must be one of params and require grad (it is updated by this optimizer, "
+                "inside the loss's backward)"
+            )
         if isinstance(head_weight, DTensor):
-            raise NotImplementedError("head_weight as an FSDP2 shard (DTensor) is not supported: the shard's "
-                                      "gradient is whole only after the reduce-scatter")
+            raise NotImplementedError(
+                "head_weight as an FSDP2 shard (DTensor) is not supported: the shard's "
+                "gradient is whole only after the reduce-scatter"
+            )
         if self.optimizer_class is not torch.optim.SGD:
             raise ValueError(
                 f"head_weight needs optimizer_class=torch.optim.SGD (plain: no momentum, weight decay, maximize), "
                 f"got {self.optimizer_class.__name__}: only plain SGD's update inside the loss is implemented (one "
                 "add_ per vocabulary chunk, no state). With other optimizers the head keeps the dense path (its "
-                "[V, D] gradient, updated in its hook): construct the optimizer without head_weight")
+                "[V, D] gradient, updated in its hook): construct the optimizer without head_weight"
+            )
         if self.accumulation_steps > 1:
             raise ValueError(
                 f"head_weight with accumulation_steps={self.accumulation_steps} is not supported: the head's "
                 "gradient must be summed over the micro-batches before its update, so its [V, D] gradient exists "
-                "anyway (the dense path); construct the optimizer without head_weight")
+                "anyway (the dense path); construct the optimizer without head_weight"
+            )
         if self.max_grad_norm is not None:
             raise ValueError(
                 "head_weight with max_grad_norm is not supported: clipping needs the norm of every gradient "
                 "before the first update, the head's included (the dense path); construct the optimizer without "
-                "head_weight")
+                "head_weight"
+            )
         index = self._group_of[head_weight]
         if self._plain_sgd_lr(index) is None:
             raise ValueError(f"head_weight needs its group to be plain SGD: {self._not_plain_sgd(index)}")
@@ -137,7 +147,8 @@ class HeadUpdateMixin:
                         "input embedding, tie_word_embeddings=True?): its update needs the embedding's gradient "
                         "as well, which arrives after the loss's backward, so it cannot be updated inside the "
                         "loss (Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Construct "
-                        "InBackwardOptimizer without head_weight for a tied head (it keeps the dense path)")
+                        "InBackwardOptimizer without head_weight for a tied head (it keeps the dense path)"
+                    )
                 stack.append(nxt)
 
     def _head_shared_pass(self) -> bool:
@@ -163,15 +174,19 @@ class HeadUpdateMixin:
             raise RuntimeError(
                 "the head weight was already updated since the last optimizer.step() (a second backward pass "
                 "without optimizer.step()?): every backward pass updates it inside the loss, so two would be two "
-                "updates, not one on the summed gradient. Call optimizer.step() once per update")
+                "updates, not one on the summed gradient. Call optimizer.step() once per update"
+            )
         if self._mode is not _Mode.UPDATE:
-            raise RuntimeError("the head weight cannot be updated inside the loss during the passes of "
-                               "InBackwardOptimizer.backward's clipping")
+            raise RuntimeError(
+                "the head weight cannot be updated inside the loss during the passes of "
+                "InBackwardOptimizer.backward's clipping"
+            )
         if self._data_parallel.active() or several_processes():
             raise RuntimeError(
                 "head_weight is not supported with several processes (DDP / FSDP2): the head's gradient must be "
                 "averaged over the ranks before its update (the dense path); construct the optimizer without "
-                "head_weight")
+                "head_weight"
+            )
         lr = self._plain_sgd_lr(index)
         if lr is None:
             raise RuntimeError(f"head_weight's group is no longer plain SGD: {self._not_plain_sgd(index)}")

@@ -34,8 +34,10 @@ def _weak_hook(opt: "InBackwardOptimizer", index: int, nbytes: int) -> Callable[
             raise RuntimeError(
                 "the InBackwardOptimizer of this parameter was garbage collected while its hooks remain: "
                 "keep a reference to it for as long as you train (it holds the optimizer state), or call "
-                "its remove_hooks() before dropping it")
+                "its remove_hooks() before dropping it"
+            )
         owner._hook(p, index, nbytes)
+
     return hook
 
 

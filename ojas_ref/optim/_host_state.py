@@ -81,15 +81,19 @@ def check_state_device(state_device: Any) -> Optional[torch.device]:
     if state_device is None:
         return None
     if not isinstance(state_device, (str, torch.device)):
-        raise TypeError(f"state_device must be None, 'cpu' or torch.device('cpu'), got "
-                        f"{type(state_device).__name__} {state_device!r}")
+        raise TypeError(
+            f"state_device must be None, 'cpu' or torch.device('cpu'), got "
+            f"{type(state_device).__name__} {state_device!r}"
+        )
     try:
         device = torch.device(state_device)
     except RuntimeError:
         device = None
     if device is None or device.type != "cpu":
-        raise ValueError(f"state_device must be None (the state lives with its parameter) or 'cpu' (the state "
-                         f"lives in host memory and is streamed to the device for each update), got {state_device!r}")
+        raise ValueError(
+            f"state_device must be None (the state lives with its parameter) or 'cpu' (the state "
+            f"lives in host memory and is streamed to the device for each update), got {state_device!r}"
+        )
     return torch.device("cpu")
 
 
@@ -126,7 +130,6 @@ class HostState:
             return True
         return bool(group.get("fused")) or bool(group.get("capturable"))
 
-
     def copy_stream(self, device: torch.device, direction: str = "in") -> Any:
         """The side stream of the state's copies to the device (``"in"``) or back to the host
         (``"out"``): one each, so that the two directions of PCIe run at once."""
@@ -135,8 +138,14 @@ class HostState:
             stream = self.copy_streams[(device, direction)] = torch.cuda.Stream(device)
         return stream
 
-    def stage(self, p: Tensor, state: Optional[dict[Any, Any]], group: dict[str, Any],
-              bucket_opt: Optional[torch.optim.Optimizer], index: int) -> None:
+    def stage(
+        self,
+        p: Tensor,
+        state: Optional[dict[Any, Any]],
+        group: dict[str, Any],
+        bucket_opt: Optional[torch.optim.Optimizer],
+        index: int,
+    ) -> None:
         """Start copying the host state of ``p`` (just added to the bucket of group ``index``) to
         its device: on CUDA ``non_blocking`` on the side stream, after the latest copy back into
         those host tensors; the step waits on ``stage_events[index]``."""
@@ -155,14 +164,20 @@ class HostState:
         with torch.cuda.stream(stream):
             if done is not None:
                 stream.wait_event(done)
-            self.staged[id(p)] = {k: torch.empty_like(h, device=p.device).copy_(h, non_blocking=True)
-                                  for k, h in hosts.items()}
+            self.staged[id(p)] = {
+                k: torch.empty_like(h, device=p.device).copy_(h, non_blocking=True) for k, h in hosts.items()
+            }
             event = torch.cuda.Event()
             event.record(stream)
         self.stage_events[index] = event
 
-    def slice_length(self, p: Tensor, state: Optional[dict[Any, Any]], group: dict[str, Any],
-                     bucket_opt: Optional[torch.optim.Optimizer]) -> Optional[int]:
+    def slice_length(
+        self,
+        p: Tensor,
+        state: Optional[dict[Any, Any]],
+        group: dict[str, Any],
+        bucket_opt: Optional[torch.optim.Optimizer],
+    ) -> Optional[int]:
         """How many elements of ``p`` (of ``group``, stepped by ``bucket_opt``; ``state`` its state) each slice
         of its update holds, or None when ``p`` is updated whole: ``state_slice_mb`` is None, the group's
         class is not one of :data:`_SLICED_CLASSES` exactly, the step is ``differentiable``, plain SGD
@@ -179,9 +194,16 @@ class HostState:
         if limit is None or type(bucket_opt) not in _SLICED_CLASSES:
             return None
         grad = p.grad
-        if (group.get("differentiable") or (type(bucket_opt) is torch.optim.SGD and group["momentum"] == 0)
-                or grad is None or grad.is_sparse or isinstance(p, DTensor) or not p.is_contiguous()
-                or not grad.is_contiguous() or grad.shape != p.shape):
+        if (
+            group.get("differentiable")
+            or (type(bucket_opt) is torch.optim.SGD and group["momentum"] == 0)
+            or grad is None
+            or grad.is_sparse
+            or isinstance(p, DTensor)
+            or not p.is_contiguous()
+            or not grad.is_contiguous()
+            or grad.shape != p.shape
+        ):
             return None
         per_element = 0
         for v in (state or {}).values():
@@ -195,8 +217,14 @@ class HostState:
         length = max(_SLICE_ALIGN, limit // 2 // per_element // _SLICE_ALIGN * _SLICE_ALIGN)  # two slices in flight
         return length if p.numel() * per_element > limit and p.numel() > length else None
 
-    def step_sliced(self, bucket_opt: torch.optim.Optimizer, p: Tensor, state: dict[Any, Any],
-                    param_group: dict[str, Any], length: int) -> None:
+    def step_sliced(
+        self,
+        bucket_opt: torch.optim.Optimizer,
+        p: Tensor,
+        state: dict[Any, Any],
+        param_group: dict[str, Any],
+        length: int,
+    ) -> None:
         """Update ``p`` with one ``step()`` of ``bucket_opt`` per slice of ``length`` elements of its
         flattened storage, so that at most two slices' state (``state_slice_mb`` in all) is on the
         device at a time.
@@ -246,23 +274,34 @@ class HostState:
             # recorded on them (compute: the steps; outward: the copies back) have passed their frees.
             with torch.cuda.stream(streams[0]):
                 # the 0-d values torch keeps with the parameter (fused / capturable step), once on the device
-                scalars = {k: (self.copy(torch.empty_like(v, device=p.device), v, streams[0])
-                               if self.streamed(k, v, param_group) else v) for k, v in scalars.items()}
-                buffers = [{k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
-                           for a, b in bounds[:2]]
-            for t in [*(v for v in scalars.values() if isinstance(v, Tensor) and _is_cuda(v)),
-                      *(t for d in buffers for t in d.values())]:
+                scalars = {
+                    k: (
+                        self.copy(torch.empty_like(v, device=p.device), v, streams[0])
+                        if self.streamed(k, v, param_group)
+                        else v
+                    )
+                    for k, v in scalars.items()
+                }
+                buffers = [
+                    {k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
+                    for a, b in bounds[:2]
+                ]
+            for t in [
+                *(v for v in scalars.values() if isinstance(v, Tensor) and _is_cuda(v)),
+                *(t for d in buffers for t in d.values()),
+            ]:
                 t.record_stream(compute)  # read and written by the steps
         else:
-            buffers = [{k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()}
-                       for a, b in bounds[:2]]
+            buffers = [
+                {k: torch.empty(b - a, dtype=h.dtype, device=p.device) for k, h in hosts.items()} for a, b in bounds[:2]
+            ]
 
         def copy_in(i: int) -> tuple[dict[Any, Tensor], Any]:
             """Slice ``i``'s state in its buffer (and, on CUDA, the event after its copies in)."""
             a, b = bounds[i]
             if freed[i % 2] is not None:
                 streams[0].wait_event(freed[i % 2])
-            copies = {k: self.copy(buffers[i % 2][k][:b - a], h[a:b], streams[0]) for k, h in hosts.items()}
+            copies = {k: self.copy(buffers[i % 2][k][: b - a], h[a:b], streams[0]) for k, h in hosts.items()}
             event = None
             if cuda:
                 event = torch.cuda.Event()
@@ -337,8 +376,9 @@ class HostState:
         (src if _is_cuda(src) else dst).record_stream(stream)  # kept until the copy is done
         return dst
 
-    def swap_in(self, bucket: list[Tensor], states: dict[Tensor, dict[Any, Any]],
-                index: int) -> dict[int, dict[Any, Tensor]]:
+    def swap_in(
+        self, bucket: list[Tensor], states: dict[Tensor, dict[Any, Any]], index: int
+    ) -> dict[int, dict[Any, Tensor]]:
         """Put the staged device copies of the bucket's state in :attr:`state` (the step's stream
         waiting for their copies); return the host tensors they stand for."""
         event = self.stage_events.pop(index, None)
@@ -360,8 +400,13 @@ class HostState:
                 state[k] = dev
         return hosts
 
-    def swap_out(self, bucket: list[Tensor], hosts: dict[int, dict[Any, Tensor]],
-                 states: dict[Tensor, dict[Any, Any]], group: dict[str, Any]) -> None:
+    def swap_out(
+        self,
+        bucket: list[Tensor],
+        hosts: dict[int, dict[Any, Tensor]],
+        states: dict[Tensor, dict[Any, Any]],
+        group: dict[str, Any],
+    ) -> None:
         """Copy the bucket's state back into its host tensors (new pinned ones for state the step
         created) and put them in :attr:`state`: the device copies are dropped. On CUDA the copies
         run ``non_blocking`` on the outward copy stream (not :meth:`stage`'s: the two directions of
@@ -384,8 +429,13 @@ class HostState:
                 h = old.get(k)
                 if v is h:
                     continue
-                if (h is None or h.shape != v.shape or h.dtype != v.dtype or h.stride() != v.stride()
-                        or (self.pin and not h.is_pinned())):
+                if (
+                    h is None
+                    or h.shape != v.shape
+                    or h.dtype != v.dtype
+                    or h.stride() != v.stride()
+                    or (self.pin and not h.is_pinned())
+                ):
                     h = torch.empty_like(v, device="cpu", pin_memory=self.pin)
                 if _is_cuda(v):
                     with torch.cuda.stream(streams[p.device]):
@@ -406,7 +456,6 @@ class HostState:
         for event in {id(e): e for e in self.out_events.values()}.values():
             event.synchronize()
         self.out_events.clear()
-
 
     def to_host(self, state: dict[Any, Any], group: dict[str, Any]) -> None:
         """Put every streamed tensor of one parameter's ``state`` (of ``group``) in (pinned) host

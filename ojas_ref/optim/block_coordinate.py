@@ -106,8 +106,9 @@ class BlockCoordinateOptimizer(torch.optim.Optimizer):
         self._trainable = [[p for p in block if p.requires_grad] for block in self.blocks]
         frozen = [i for i, block in enumerate(self._trainable) if not block]
         if frozen:
-            raise ValueError(f"blocks: block(s) {frozen} hold only frozen parameters (requires_grad=False); "
-                             "they would train nothing")
+            raise ValueError(
+                f"blocks: block(s) {frozen} hold only frozen parameters (requires_grad=False); they would train nothing"
+            )
         self._steps = 0
         self._inner: Optional[torch.optim.Optimizer] = None
         self._activate()
@@ -156,8 +157,7 @@ class BlockCoordinateOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Only at construction (by ``torch.optim.Optimizer``): the groups are the active block's."""
         if self.param_groups is self._inner.param_groups:
-            raise TypeError("BlockCoordinateOptimizer.add_param_group is not supported: pass every "
-                            "parameter in blocks")
+            raise TypeError("BlockCoordinateOptimizer.add_param_group is not supported: pass every parameter in blocks")
         super().add_param_group(param_group)
 
     def backward(self, loss: Tensor) -> None:
@@ -185,8 +185,10 @@ class BlockCoordinateOptimizer(torch.optim.Optimizer):
     def state_dict(self) -> dict[str, Any]:
         """The active optimizer's state dict, plus ``"block_coordinate"``: the steps taken, the
         active block and the schedule (order, seed, switch_every, number of blocks)."""
-        return {**self._inner.state_dict(), "block_coordinate": {**self._schedule(), "steps": self._steps,
-                                                                 "active_block": self.active_block}}
+        return {
+            **self._inner.state_dict(),
+            "block_coordinate": {**self._schedule(), "steps": self._steps, "active_block": self.active_block},
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the same schedule (else ValueError), its block activated."""
@@ -203,8 +205,12 @@ class BlockCoordinateOptimizer(torch.optim.Optimizer):
         self._adopt_inner()
 
     def _schedule(self) -> dict[str, Any]:
-        return {"order": self.order, "seed": self.seed, "switch_every": self.switch_every,
-                "num_blocks": len(self.blocks)}
+        return {
+            "order": self.order,
+            "seed": self.seed,
+            "switch_every": self.switch_every,
+            "num_blocks": len(self.blocks),
+        }
 
 
 def _check_blocks(blocks: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
@@ -220,8 +226,10 @@ def _check_blocks(blocks: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
             if not isinstance(p, Tensor):
                 raise TypeError(f"blocks: block {i} holds a {type(p).__name__}, not a parameter tensor")
             if id(p) in seen:
-                raise ValueError(f"blocks: a parameter of shape {tuple(p.shape)} is in block {seen[id(p)]} and "
-                                 f"again in block {i}; each parameter must be in one block, once")
+                raise ValueError(
+                    f"blocks: a parameter of shape {tuple(p.shape)} is in block {seen[id(p)]} and "
+                    f"again in block {i}; each parameter must be in one block, once"
+                )
             seen[id(p)] = i
     return blocks
 
@@ -241,8 +249,10 @@ def decoder_layer_blocks(model: nn.Module, layers_per_block: int = 1, extra: str
     classes = set(getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in classes]
     if not layers:
-        raise ValueError(f"model: no decoder layers found (modules of a class in _no_split_modules, "
-                         f"{sorted(classes)}); is {type(model).__name__} a Hugging Face causal LM?")
+        raise ValueError(
+            f"model: no decoder layers found (modules of a class in _no_split_modules, "
+            f"{sorted(classes)}); is {type(model).__name__} a Hugging Face causal LM?"
+        )
     seen: set[int] = set()
 
     def new(params: Any) -> list[Tensor]:
@@ -250,8 +260,10 @@ def decoder_layer_blocks(model: nn.Module, layers_per_block: int = 1, extra: str
         seen.update(map(id, fresh))
         return fresh
 
-    blocks = [new(p for layer in layers[i:i + layers_per_block] for p in layer.parameters())
-              for i in range(0, len(layers), layers_per_block)]
+    blocks = [
+        new(p for layer in layers[i : i + layers_per_block] for p in layer.parameters())
+        for i in range(0, len(layers), layers_per_block)
+    ]
     rest = new(model.parameters())
     if extra == "last":
         blocks[-1].extend(rest)

@@ -134,8 +134,14 @@ import torch
 from torch import Tensor
 
 from ojas_ref.optim._clipping import _Mode, total_norm
-from ojas_ref.optim._consumed_grad import (_GRAD_SCALER, _HEAD_OTHER_USE, _SECOND_UPDATE, ConsumedGrads,
-                                           _live_grad, _release_placeholders)
+from ojas_ref.optim._consumed_grad import (
+    _GRAD_SCALER,
+    _HEAD_OTHER_USE,
+    _SECOND_UPDATE,
+    ConsumedGrads,
+    _live_grad,
+    _release_placeholders,
+)
 from ojas_ref.optim._distributed import _WATCH_HANDLE  # noqa: F401 (tests read it here)
 from ojas_ref.optim._distributed import DataParallel, DTensor, _watch_for_ddp, several_processes
 from ojas_ref.optim._end_of_backward import EndOfBackwardMixin
@@ -362,8 +368,10 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         if issubclass(optimizer_class, InBackwardOptimizer):
             raise TypeError("optimizer_class cannot be InBackwardOptimizer itself")
         if issubclass(optimizer_class, torch.optim.LBFGS):
-            raise ValueError("optimizer_class=LBFGS needs step(closure) over all parameters at once; "
-                             "it cannot update one parameter in its hook")
+            raise ValueError(
+                "optimizer_class=LBFGS needs step(closure) over all parameters at once; "
+                "it cannot update one parameter in its hook"
+            )
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
             raise TypeError(f"accumulation_steps must be an int, got {type(accumulation_steps).__name__}")
         if accumulation_steps < 1:
@@ -384,8 +392,10 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             if isinstance(state_slice_mb, bool) or not isinstance(state_slice_mb, (int, float)):
                 raise TypeError(f"state_slice_mb must be None or a float, got {type(state_slice_mb).__name__}")
             if not (math.isfinite(state_slice_mb) and state_slice_mb > 0):
-                raise ValueError(f"state_slice_mb must be None or a finite float > 0 (MiB of one parameter's "
-                                 f"optimizer state on the device at a time), got {state_slice_mb}")
+                raise ValueError(
+                    f"state_slice_mb must be None or a finite float > 0 (MiB of one parameter's "
+                    f"optimizer state on the device at a time), got {state_slice_mb}"
+                )
             state_slice_mb = float(state_slice_mb)
         self.state_slice_mb = state_slice_mb
         self.overlap = overlap
@@ -394,7 +404,8 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         self.state_device = check_state_device(state_device)
         self._host_state = HostState(
             pin=self.state_device is not None and torch.cuda.is_available(),
-            slice_bytes=None if state_slice_mb is None else max(1, int(state_slice_mb * 2**20)))
+            slice_bytes=None if state_slice_mb is None else max(1, int(state_slice_mb * 2**20)),
+        )
         self._bucket_cap_bytes = int(bucket_cap_mb * 2**20)
         self.optimizer_class = optimizer_class
         self.accumulation_steps = accumulation_steps
@@ -410,8 +421,8 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         self._pending_bytes: list[int] = []
         self._hook_handles: list[Any] = []
         self._mode = _Mode.UPDATE
-        self._micro_batch = 0           # backward passes since the last update
-        self._queued_task = None        # the backward pass whose end-of-backward callback is queued
+        self._micro_batch = 0  # backward passes since the last update
+        self._queued_task = None  # the backward pass whose end-of-backward callback is queued
         self._norms: dict[Tensor, Tensor] = {}
         self._total_norm: Optional[Tensor] = None
         self._data_parallel = DataParallel()
@@ -454,15 +465,18 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
                 f"state_device={str(self.state_device)!r} is not supported with FSDP2 (fully_shard) parameters "
                 f"(parameter(s) {sharded} of group {index} are DTensors): streaming DTensor shard state to and "
                 "from the host is not implemented. Use state_device=None (FSDP2's own CPUOffloadPolicy offloads "
-                "parameters, gradients and optimizer state)")
+                "parameters, gradients and optimizer state)"
+            )
         if with_grad:
             raise ValueError(
                 f"params: parameter(s) {with_grad} of group {index} already have a .grad; updates in backward "
-                "would add it to the next gradient. Call zero_grad(set_to_none=True) on them first")
+                "would add it to the next gradient. Call zero_grad(set_to_none=True) on them first"
+            )
         if hooked:
             raise ValueError(
                 f"params: parameter(s) {hooked} of group {index} are already updated in backward by another "
-                "InBackwardOptimizer (they would be updated twice); call its remove_hooks() first")
+                "InBackwardOptimizer (they would be updated twice); call its remove_hooks() first"
+            )
         hooked = [p for p in group["params"] if p.requires_grad]
         bucket_opt = None
         if hooked:
@@ -492,13 +506,17 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         if closure is not None:
             raise RuntimeError(
                 "InBackwardOptimizer.step(closure) is not supported: a closure re-evaluates the loss and "
-                "steps on the whole gradient, but here every parameter is updated inside backward")
+                "steps on the whole gradient, but here every parameter is updated inside backward"
+            )
         if hasattr(self, "found_inf") or hasattr(self, "grad_scale"):
             raise RuntimeError(_GRAD_SCALER)
         self._group_checks.check_hyper(self.param_groups)
         self._overlap.join()
-        zeros = [p for p in self._zero_grad_params()  # plain SGD's step on a zero gradient is x + (-lr) * 0.0 == x
-                 if self._plain_sgd_lr(self._group_of[p]) is None]
+        zeros = [
+            p
+            for p in self._zero_grad_params()  # plain SGD's step on a zero gradient is x + (-lr) * 0.0 == x
+            if self._plain_sgd_lr(self._group_of[p]) is None
+        ]
         if zeros:
             for p in zeros:
                 p.grad = torch.zeros_like(p)
@@ -518,7 +536,8 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             "InBackwardOptimizer.register_step_pre_hook is not supported: torch.optim runs a step pre-hook "
             "before the update, but InBackwardOptimizer updates each parameter in backward, before step(), so "
             "the hook would act after the update. Change hyper-parameters before the backward pass; "
-            "register_step_post_hook (after step(), and so after the update, as in torch.optim) works")
+            "register_step_post_hook (after step(), and so after the update, as in torch.optim) works"
+        )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``torch.optim.Optimizer.zero_grad``; also drops the updates still pending from a
@@ -564,8 +583,10 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
                     bucket_opt.state = self.state
 
     def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("InBackwardOptimizer cannot be pickled or copied (it holds hooks on the parameters); "
-                        "save and load state_dict() instead")
+        raise TypeError(
+            "InBackwardOptimizer cannot be pickled or copied (it holds hooks on the parameters); "
+            "save and load state_dict() instead"
+        )
 
     # ------------------------------------------------------------------
     # Backward
@@ -640,7 +661,8 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         raise RuntimeError(
             "a parameter is already waiting for its update: an earlier backward pass did not finish (it "
             "raised?), and its gradient would be stepped twice. Call optimizer.zero_grad() after a failed "
-            "backward pass; it drops the gradients and the pending updates")
+            "backward pass; it drops the gradients and the pending updates"
+        )
 
     def _note_hyper(self, index: int) -> None:
         """At an update of group ``index``: keep its hyper-parameters at its first update of the step
@@ -657,8 +679,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         :meth:`step`, no gradient now."""
         if not (self._zeroed_grads and self._had_grad):
             return []
-        return [p for p in self._params()
-                if id(p) in self._had_grad and id(p) not in self._updated and p.grad is None]
+        return [p for p in self._params() if id(p) in self._had_grad and id(p) not in self._updated and p.grad is None]
 
     @staticmethod
     @torch.no_grad()

@@ -31,22 +31,29 @@ def _rocq(args: argparse.Namespace) -> int:
         return 1
     pa.print_report(data["theorems"])
     n = len(data["theorems"])
-    print(f"proof audit passed: {n} exported theorems, no admitted proof, "
-          f"no assumption beyond {', '.join(sorted(pa.ALLOWED_AXIOMS))}")
+    print(
+        f"proof audit passed: {n} exported theorems, no admitted proof, "
+        f"no assumption beyond {', '.join(sorted(pa.ALLOWED_AXIOMS))}"
+    )
     if args.write_manifest:
         pa.write_manifest(data)
         print(f"wrote {pa.MANIFEST_PATH.relative_to(pa.REPO_ROOT)}")
     elif args.check_manifest and not pa.manifest_matches(data):
-        print(f"{pa.MANIFEST_PATH.relative_to(pa.REPO_ROOT)} is out of date: "
-              "run `ojas rocq --write-manifest` and commit it", file=sys.stderr)
+        print(
+            f"{pa.MANIFEST_PATH.relative_to(pa.REPO_ROOT)} is out of date: "
+            "run `ojas rocq --write-manifest` and commit it",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 def _proofs(args: argparse.Namespace) -> int:
     """``ojas proofs``, the former name of ``ojas rocq`` (``proofs/`` is the Lean folder): a note, then the same."""
-    print("ojas proofs is deprecated and will be removed in the next release; use ojas rocq (it audits rocq/)",
-          file=sys.stderr)
+    print(
+        "ojas proofs is deprecated and will be removed in the next release; use ojas rocq (it audits rocq/)",
+        file=sys.stderr,
+    )
     return _rocq(args)
 
 
@@ -60,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the subcommand, return its exit status."""
     from ojas_ref import __version__
 
-    parser = argparse.ArgumentParser(prog="ojas", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="ojas", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"ojas-ref {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,plan,audit,rocq}")
     from ojas_ref.tools import train_cli
@@ -77,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     audit = sub.add_parser("audit", help="check the proofs and the implementations against the oracle")
     audit.add_argument("--seed", type=int, default=0, help="seed of the random differential inputs")
     audit.add_argument("--quick", action="store_true", help="fewer differential cases")
-    audit.add_argument("--allow-skip", action="store_true",
-                       help="exit 0 when every check that ran held, even if some were skipped (without it: 3)")
+    audit.add_argument(
+        "--allow-skip",
+        action="store_true",
+        help="exit 0 when every check that ran held, even if some were skipped (without it: 3)",
+    )
     audit.set_defaults(func=_audit)
     rocq = sub.add_parser("rocq", help="build rocq/ (the Coq proofs) and audit its assumptions")
     rocq.set_defaults(func=_rocq)
@@ -87,11 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     for command in (rocq, proofs):
         group = command.add_mutually_exclusive_group()
         group.add_argument("--write-manifest", action="store_true", help="write rocq/MANIFEST.json")
-        group.add_argument("--check-manifest", action="store_true",
-                           help="fail if rocq/MANIFEST.json differs from what the audit finds")
-        command.add_argument("--require-witnesses", action="store_true",
-                             help="fail when an exported theorem with premises has no witness in rocq/Witnesses/ "
-                                  "(off by default until every one has one; the report counts them)")
+        group.add_argument(
+            "--check-manifest", action="store_true", help="fail if rocq/MANIFEST.json differs from what the audit finds"
+        )
+        command.add_argument(
+            "--require-witnesses",
+            action="store_true",
+            help="fail when an exported theorem with premises has no witness in rocq/Witnesses/ "
+            "(off by default until every one has one; the report counts them)",
+        )
     args = parser.parse_args(argv)
     return args.func(args)
 

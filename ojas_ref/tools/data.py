@@ -28,8 +28,18 @@ import torch
 
 from ojas_ref.tools.train_state import atomic_write
 
-__all__ = ["EOS_TOKEN", "Corpus", "PreparedData", "WindowLoader", "check_token_ids", "prepare", "read_corpus",
-           "stdlib_directory", "train_tokenizer", "vocab_size"]
+__all__ = [
+    "EOS_TOKEN",
+    "Corpus",
+    "PreparedData",
+    "WindowLoader",
+    "check_token_ids",
+    "prepare",
+    "read_corpus",
+    "stdlib_directory",
+    "train_tokenizer",
+    "vocab_size",
+]
 
 EOS_TOKEN = "<|endoftext|>"
 SPECIAL_TOKENS = (EOS_TOKEN,)
@@ -64,12 +74,14 @@ def read_corpus(directory: Optional[Path | str] = None, glob: str = "*.py", max_
     root = stdlib_directory() if directory is None else Path(directory)
     if not root.is_dir():
         raise ValueError(f"directory {str(root)!r} is not a directory")
-    files = sorted((p for p in root.rglob(glob) if p.is_file() and "site-packages" not in p.relative_to(root).parts),
-                   key=lambda p: p.relative_to(root).as_posix())
+    files = sorted(
+        (p for p in root.rglob(glob) if p.is_file() and "site-packages" not in p.relative_to(root).parts),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
     documents, total, digest = [], 0, hashlib.sha256()
     for path in files:
         try:
-            data = path.read_bytes()[:max_bytes - total]
+            data = path.read_bytes()[: max_bytes - total]
         except OSError as err:
             raise ValueError(f"directory {str(root)!r}: cannot read {path} ({err.strerror or err})") from None
         if data:
@@ -90,13 +102,18 @@ def train_tokenizer(texts: list[str], vocab: int, special_tokens: tuple[str, ...
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab < 256 + len(special_tokens):
-        raise ValueError(f"vocab must be >= {256 + len(special_tokens)} (256 bytes and the special tokens), "
-                         f"got {vocab}")
+        raise ValueError(
+            f"vocab must be >= {256 + len(special_tokens)} (256 bytes and the special tokens), got {vocab}"
+        )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(special_tokens), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(special_tokens),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
@@ -118,7 +135,8 @@ def check_token_ids(tokens: np.ndarray | torch.Tensor, model_vocab_size: int) ->
         raise ValueError(
             f"token id {int(array[position])} (at position {position}, {bad.size} such ids in all) is outside the "
             f"model's vocabulary of size {model_vocab_size}: the embedding would be indexed out of range. Build the "
-            "model with vocab_size(tokenizer), which counts the added tokens")
+            "model with vocab_size(tokenizer), which counts the added tokens"
+        )
 
 
 @dataclass
@@ -149,8 +167,9 @@ def _eos_id(tokenizer: Any) -> int:
         found = tokenizer.token_to_id(token)
         if found is not None:
             return found
-    raise ValueError(f"the tokenizer has none of the end-of-text tokens {EOS_CANDIDATES}: documents cannot be "
-                     "separated")
+    raise ValueError(
+        f"the tokenizer has none of the end-of-text tokens {EOS_CANDIDATES}: documents cannot be separated"
+    )
 
 
 def prepare(corpus: Corpus, vocab: int, cache_dir: Path | str, tokenizer: Any = None) -> PreparedData:
@@ -170,8 +189,15 @@ def prepare(corpus: Corpus, vocab: int, cache_dir: Path | str, tokenizer: Any = 
     if tokenizer is not None:
         tokenizer_key = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
     else:
-        settings = json.dumps({"model": "bpe", "pre_tokenizer": "byte_level", "vocab": vocab,
-                               "special_tokens": list(SPECIAL_TOKENS), "tokenizers": tokenizers.__version__})
+        settings = json.dumps(
+            {
+                "model": "bpe",
+                "pre_tokenizer": "byte_level",
+                "vocab": vocab,
+                "special_tokens": list(SPECIAL_TOKENS),
+                "tokenizers": tokenizers.__version__,
+            }
+        )
         tokenizer_key = _sha256(corpus.sha256, settings)
         tokenizer_file = cache / "tokenizers" / f"{tokenizer_key}.json"
         if tokenizer_file.exists():
@@ -207,9 +233,11 @@ class WindowLoader:
         self.windows = (len(tokens) - 1) // seq_len
         self.batches_per_epoch = self.windows // batch_size
         if self.batches_per_epoch == 0:
-            raise ValueError(f"the corpus's {len(tokens)} tokens make {self.windows} window(s) of seq_len "
-                             f"{seq_len} + 1, "
-                             f"fewer than batch_size {batch_size}: use more data (max_bytes) or smaller batches")
+            raise ValueError(
+                f"the corpus's {len(tokens)} tokens make {self.windows} window(s) of seq_len "
+                f"{seq_len} + 1, "
+                f"fewer than batch_size {batch_size}: use more data (max_bytes) or smaller batches"
+            )
         self.epoch, self.index = 0, 0
         self._order_epoch, self._order = -1, np.empty(0, dtype=np.int64)
 
@@ -225,24 +253,33 @@ class WindowLoader:
     def __next__(self) -> torch.Tensor:
         if self.index == self.batches_per_epoch:
             self.epoch, self.index = self.epoch + 1, 0
-        picked = self._permutation()[self.index * self.batch_size:(self.index + 1) * self.batch_size]
+        picked = self._permutation()[self.index * self.batch_size : (self.index + 1) * self.batch_size]
         self.index += 1
         span = self.seq_len + 1
-        rows = [np.asarray(self.tokens[w * self.seq_len:w * self.seq_len + span], dtype=np.int64) for w in picked]
+        rows = [np.asarray(self.tokens[w * self.seq_len : w * self.seq_len + span], dtype=np.int64) for w in picked]
         return torch.from_numpy(np.stack(rows))
 
     def state_dict(self) -> dict[str, int]:
         """The position (and the settings it is relative to)."""
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "batch_size": self.batch_size,
-                "seq_len": self.seq_len, "windows": self.windows}
+        return {
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "windows": self.windows,
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue from a saved position; the settings must be those it was saved with."""
         for name in ("seed", "batch_size", "seq_len", "windows"):
             if state[name] != getattr(self, name):
-                raise ValueError(f"loader state is for {name}={state[name]}, "
-                                 f"this loader has {name}={getattr(self, name)}")
+                raise ValueError(
+                    f"loader state is for {name}={state[name]}, this loader has {name}={getattr(self, name)}"
+                )
         if not (0 <= state["index"] <= self.batches_per_epoch and state["epoch"] >= 0):
-            raise ValueError(f"loader state has epoch {state['epoch']}, index {state['index']}, outside "
-                             f"0..{self.batches_per_epoch} batches per epoch")
+            raise ValueError(
+                f"loader state has epoch {state['epoch']}, index {state['index']}, outside "
+                f"0..{self.batches_per_epoch} batches per epoch"
+            )
         self.epoch, self.index = state["epoch"], state["index"]

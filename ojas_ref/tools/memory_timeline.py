@@ -46,6 +46,7 @@ def cuda_memory(device: Any = None) -> Callable[[], tuple[int, int]]:
         allocated, peak = torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         return allocated, peak
+
     return read
 
 
@@ -61,14 +62,17 @@ def default_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
         if isinstance(m, nn.ModuleList) and n.rsplit(".", 1)[-1] in ("layers", "h"):
             for i, layer in enumerate(m):
                 picked.append((f"{n}.{i}", layer))
-                picked += [(f"{n}.{i}.{c}", child) for c, child in layer.named_children()
-                           if c in ("self_attn", "attn", "mlp")]
+                picked += [
+                    (f"{n}.{i}.{c}", child) for c, child in layer.named_children() if c in ("self_attn", "attn", "mlp")
+                ]
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None:
         picked.append((names[id(head)], head))
     if not picked:
-        raise ValueError("model has no decoder layers (a ModuleList named layers or h) nor output embeddings: "
-                         "pass modules=[(name, module), ...]")
+        raise ValueError(
+            "model has no decoder layers (a ModuleList named layers or h) nor output embeddings: "
+            "pass modules=[(name, module), ...]"
+        )
     return picked
 
 
@@ -82,8 +86,9 @@ def _first_tensor(value: Any) -> Optional[torch.Tensor]:
     return None
 
 
-def record(step: Callable[[], Any], modules: Iterable[tuple[str, nn.Module]],
-           memory: Callable[[], tuple[int, int]]) -> list[Event]:
+def record(
+    step: Callable[[], Any], modules: Iterable[tuple[str, nn.Module]], memory: Callable[[], tuple[int, int]]
+) -> list[Event]:
     """Run ``step()`` (one forward, backward and optimizer step) once with the module
     docstring's hooks on ``modules``; ``memory()`` returns (allocated, peak since its last
     call), e.g. :func:`cuda_memory`. The hooks are removed afterwards, also on an error."""
@@ -96,10 +101,12 @@ def record(step: Callable[[], Any], modules: Iterable[tuple[str, nn.Module]],
     def on_grad(label: str) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             mark(label)
+
         return hook
 
     handles = []
     for name, module in modules:
+
         def pre(mod: nn.Module, args: Any, kwargs: Any, name: str = name) -> None:
             mark(f"forward {name}")
             x = _first_tensor((args, kwargs))
@@ -111,8 +118,11 @@ def record(step: Callable[[], Any], modules: Iterable[tuple[str, nn.Module]],
             y = _first_tensor(out)
             if y is not None and y.requires_grad and torch.is_grad_enabled():
                 y.register_hook(on_grad(f"backward {name}"))
-        handles += [module.register_forward_pre_hook(pre, with_kwargs=True),
-                    module.register_forward_hook(post, with_kwargs=True)]
+
+        handles += [
+            module.register_forward_pre_hook(pre, with_kwargs=True),
+            module.register_forward_hook(post, with_kwargs=True),
+        ]
     try:
         memory()  # the first interval starts here
         step()
@@ -144,8 +154,14 @@ def plot_timeline(events: list[Event], path: Any, plan: Optional[Plan] = None, t
             colour = f"C{(i + 2) % 10}"
             ax.axhline(phase.total / _GIB, linestyle="--", linewidth=1, color=colour)
             x0 = 0 if i % 2 == 0 else len(events) // 2  # alternate sides: close phases stay legible
-            ax.annotate(f"planned: {phase.name} {phase.total / _GIB:.2f}", (x0, phase.total / _GIB), fontsize=7,
-                        color=colour, xytext=(2, 2), textcoords="offset points")
+            ax.annotate(
+                f"planned: {phase.name} {phase.total / _GIB:.2f}",
+                (x0, phase.total / _GIB),
+                fontsize=7,
+                color=colour,
+                xytext=(2, 2),
+                textcoords="offset points",
+            )
     every = max(1, len(events) // 40)
     ax.set_xticks(list(x)[::every], [e.label for e in events][::every], rotation=90, fontsize=6)
     ax.set_ylabel("GiB")

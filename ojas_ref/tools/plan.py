@@ -21,26 +21,81 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ojas_ref.memory import *  # noqa: F403 (re-exported: the formulas, Model, Setting, plan)
-from ojas_ref.memory import (BUCKET_CAP_MB, DTYPE_BYTES, FAMILIES, OPTIMIZERS, PRESETS, STATE_SLICE_MB, UNMODELLED,
-                             Model, Phase, Plan, Setting, Term, gib, plan, with_layers)
+from ojas_ref.memory import (
+    BUCKET_CAP_MB,
+    DTYPE_BYTES,
+    FAMILIES,
+    OPTIMIZERS,
+    PRESETS,
+    STATE_SLICE_MB,
+    UNMODELLED,
+    Model,
+    Phase,
+    Plan,
+    Setting,
+    Term,
+    gib,
+    plan,
+    with_layers,
+)
 from ojas_ref.tools.plan_plot import TENSOR_CLASSES, check_png_path, plot_plan, tensor_class  # noqa: F401 (re-exported)
-from ojas_ref.tools.records import (config_model, load_memory_records, load_records,  # noqa: F401 (re-exported)
-                                    measured_peak, memory_record_setting, preset_model, record_model)
+from ojas_ref.tools.records import (
+    config_model,  # noqa: F401 (re-exported)
+    load_memory_records,
+    load_records,  # noqa: F401 (re-exported)
+    measured_peak,
+    memory_record_setting,
+    preset_model,
+    record_model,
+)
 
-__all__ = ["FAMILIES", "PRESETS", "UNMODELLED", "Model", "Phase", "Plan", "Setting", "Term", "fit_batch", "fit_preset",
-           "fit_table", "load_memory_records", "load_records", "measured_peak", "memory_record_setting", "parse_bytes",
-           "plan", "plot_plan", "preset_model", "record_model", "tensor_class", "with_layers"]
+__all__ = [
+    "FAMILIES",
+    "PRESETS",
+    "UNMODELLED",
+    "Model",
+    "Phase",
+    "Plan",
+    "Setting",
+    "Term",
+    "fit_batch",
+    "fit_preset",
+    "fit_table",
+    "load_memory_records",
+    "load_records",
+    "measured_peak",
+    "memory_record_setting",
+    "parse_bytes",
+    "plan",
+    "plot_plan",
+    "preset_model",
+    "record_model",
+    "tensor_class",
+    "with_layers",
+]
 
-_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
 
 
 def parse_bytes(text: str) -> int:
     """'24GiB', '80GB', '139 GiB', '512MiB' or a plain byte count, as bytes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"GPU_MEMORY must be a number with a unit among B, KiB, MiB, GiB, TiB, KB, MB, GB, TB "
-                         f"(e.g. 24GiB), got {text!r}")
+        raise ValueError(
+            f"GPU_MEMORY must be a number with a unit among B, KiB, MiB, GiB, TiB, KB, MB, GB, TB "
+            f"(e.g. 24GiB), got {text!r}"
+        )
     value = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if value <= 0 or not math.isfinite(value):
         raise ValueError(f"GPU_MEMORY must be positive, got {text!r}")
@@ -58,6 +113,7 @@ def fit_batch(memory: int, model: Any, setting: Setting, limit: int = 2**20) -> 
     """The plan of the largest batch (at ``setting.seq``, up to ``limit``) whose predicted
     peak is at most ``memory`` bytes; None if batch 1 does not fit. The peak grows with
     the batch, so a bisection finds it."""
+
     def at(batch: int) -> Plan:
         return plan(model, replace(setting, batch=batch))
 
@@ -106,10 +162,17 @@ class _DeprecatedFlag(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
         self.new = new
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: Optional[str] = None) -> None:
-        print(f"{parser.prog}: {option_string} is deprecated and will be removed in the next release; use {self.new}",
-              file=sys.stderr)
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: Optional[str] = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: {option_string} is deprecated and will be removed in the next release; use {self.new}",
+            file=sys.stderr,
+        )
         setattr(namespace, self.dest, True)
 
 
@@ -118,54 +181,101 @@ def add_arguments(parser: Any) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--preset", choices=list(PRESETS), help="a Llama-shaped preset (default llama-1b)")
     source.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (or a folder holding one)")
-    parser.add_argument("--layers", type=int, metavar="N",
-                        help="the preset's (or config's) shape with N decoder layers instead of its own")
+    parser.add_argument(
+        "--layers",
+        type=int,
+        metavar="N",
+        help="the preset's (or config's) shape with N decoder layers instead of its own",
+    )
     parser.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights, gradients, state (default bf16)")
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
-    parser.add_argument("--in-backward", action="store_true",
-                        help="the optimizer in backward: InBackwardOptimizer (64 MiB buckets, or --bucket-mb)")
+    parser.add_argument(
+        "--in-backward",
+        action="store_true",
+        help="the optimizer in backward: InBackwardOptimizer (64 MiB buckets, or --bucket-mb)",
+    )
     parser.add_argument("--fused", action=_DeprecatedFlag, dest="in_backward", new="--in-backward")
-    parser.add_argument("--bucket-mb", type=_bucket_mb, metavar="MB",
-                        help=f"with --in-backward: InBackwardOptimizer's bucket_cap_mb (default {BUCKET_CAP_MB:g})")
+    parser.add_argument(
+        "--bucket-mb",
+        type=_bucket_mb,
+        metavar="MB",
+        help=f"with --in-backward: InBackwardOptimizer's bucket_cap_mb (default {BUCKET_CAP_MB:g})",
+    )
     parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
-    parser.add_argument("--split", action="store_true",
-                        help="with --checkpoint: each layer checkpointed as two segments, attention half and MLP "
-                             "half (optimize_model(checkpoint_split=True))")
-    parser.add_argument("--offload", action="store_true",
-                        help="with --checkpoint: the checkpoints in pinned host memory (optimize_model("
-                             "checkpoint='offload'))")
-    parser.add_argument("--host-state", action="store_true",
-                        help="with --in-backward: the optimizer state in host memory (InBackwardOptimizer("
-                             "state_device='cpu'))")
-    parser.add_argument("--state-slice-mb", type=_slice_mb, metavar="MB|none",
-                        help="with --host-state: InBackwardOptimizer's state_slice_mb (default none: whole parameters, "
-                             f"its default), e.g. {STATE_SLICE_MB:g}: a parameter whose state exceeds it updated "
-                             "slice by slice")
-    parser.add_argument("--head-update", action="store_true",
-                        help="with --in-backward, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
-                             "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
-                             "gradient")
-    parser.add_argument("--ojas", action="store_true",
-                        help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="with --checkpoint: each layer checkpointed as two segments, attention half and MLP "
+        "half (optimize_model(checkpoint_split=True))",
+    )
+    parser.add_argument(
+        "--offload",
+        action="store_true",
+        help="with --checkpoint: the checkpoints in pinned host memory (optimize_model(checkpoint='offload'))",
+    )
+    parser.add_argument(
+        "--host-state",
+        action="store_true",
+        help="with --in-backward: the optimizer state in host memory (InBackwardOptimizer(state_device='cpu'))",
+    )
+    parser.add_argument(
+        "--state-slice-mb",
+        type=_slice_mb,
+        metavar="MB|none",
+        help="with --host-state: InBackwardOptimizer's state_slice_mb (default none: whole parameters, "
+        f"its default), e.g. {STATE_SLICE_MB:g}: a parameter whose state exceeds it updated "
+        "slice by slice",
+    )
+    parser.add_argument(
+        "--head-update",
+        action="store_true",
+        help="with --in-backward, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
+        "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
+        "gradient",
+    )
+    parser.add_argument(
+        "--ojas",
+        action="store_true",
+        help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU",
+    )
     parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
     parser.add_argument("--ojas-loss", action="store_true", help="ojas linear cross-entropy only")
     parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
     parser.add_argument("--seq", type=int, default=2048, help="tokens per sequence (default 2048)")
-    parser.add_argument("--fit", type=_memory_argument, metavar="GPU_MEMORY",
-                        help="e.g. 24GiB: for each dtype x optimizer x mode (the benchmark's four, or the one the "
-                             "flags give), the largest preset that fits (the largest batch with --preset/--config)")
-    parser.add_argument("--plot", metavar="FILE.png",
-                        help="also draw the breakdown of every phase as a stacked bar chart (PNG, needs matplotlib), "
-                             "with the measured peak beside it for a recorded setting")
-    parser.add_argument("--time", action="store_true",
-                        help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
-                             "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)")
-    parser.add_argument("--shallow", action="store_true",
-                        help="with --time: also time training steps of the model's width at 2 and 10 decoder layers "
-                             "on this device (the model built there: seconds on a GPU) and predict the step by "
-                             "extrapolating in depth (ojas_ref/tools/step_time.py)")
-    parser.add_argument("--tokens-per-param", type=float, nargs="+", default=[20.0, 30.0], metavar="K",
-                        help="with --time: token budgets as multiples of the parameter count (default 20 30)")
+    parser.add_argument(
+        "--fit",
+        type=_memory_argument,
+        metavar="GPU_MEMORY",
+        help="e.g. 24GiB: for each dtype x optimizer x mode (the benchmark's four, or the one the "
+        "flags give), the largest preset that fits (the largest batch with --preset/--config)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw the breakdown of every phase as a stacked bar chart (PNG, needs matplotlib), "
+        "with the measured peak beside it for a recorded setting",
+    )
+    parser.add_argument(
+        "--time",
+        action="store_true",
+        help="also measure this device's GEMM rate (a few seconds) and predict tokens/s and the wall "
+        "time to --tokens-per-param tokens (ojas_ref/tools/throughput.py)",
+    )
+    parser.add_argument(
+        "--shallow",
+        action="store_true",
+        help="with --time: also time training steps of the model's width at 2 and 10 decoder layers "
+        "on this device (the model built there: seconds on a GPU) and predict the step by "
+        "extrapolating in depth (ojas_ref/tools/step_time.py)",
+    )
+    parser.add_argument(
+        "--tokens-per-param",
+        type=float,
+        nargs="+",
+        default=[20.0, 30.0],
+        metavar="K",
+        help="with --time: token budgets as multiples of the parameter count (default 20 30)",
+    )
 
 
 def _memory_argument(text: str) -> int:
@@ -185,8 +295,10 @@ def _read_config(path: str) -> Model:
         raise ValueError(f"--config {path}: cannot read a JSON config ({err})") from None
     config = config.get("text_config", config) if isinstance(config, dict) else config
     if not isinstance(config, dict):
-        raise ValueError(f"--config {path}: expected a JSON object of config fields (a Hugging Face config.json), "
-                         f"got a JSON {type(config).__name__}")
+        raise ValueError(
+            f"--config {path}: expected a JSON object of config fields (a Hugging Face config.json), "
+            f"got a JSON {type(config).__name__}"
+        )
     return Model.from_config(config, name=file.parent.name or file.stem)
 
 
@@ -197,10 +309,18 @@ def run_command(args: Any) -> int:
         model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
         if args.layers is not None:
             model = with_layers(model, args.layers)
-        flags = dict(in_backward=args.in_backward, checkpoint=args.checkpoint, ojas_attention=args.ojas or args.ojas_attention,
-                     ojas_loss=args.ojas or args.ojas_loss, ojas_rms_norm=args.ojas, ojas_swiglu=args.ojas,
-                     offload=args.offload, host_state=args.host_state, head_update=args.head_update,
-                     split=args.split)
+        flags = dict(
+            in_backward=args.in_backward,
+            checkpoint=args.checkpoint,
+            ojas_attention=args.ojas or args.ojas_attention,
+            ojas_loss=args.ojas or args.ojas_loss,
+            ojas_rms_norm=args.ojas,
+            ojas_swiglu=args.ojas,
+            offload=args.offload,
+            host_state=args.host_state,
+            head_update=args.head_update,
+            split=args.split,
+        )
         if args.state_slice_mb is not None and not args.host_state:
             raise ValueError("--state-slice-mb needs --host-state (only state on the host is updated in slices)")
         if args.host_state:
@@ -215,8 +335,9 @@ def run_command(args: Any) -> int:
             flags["bucket_cap_mb"] = args.bucket_mb
         if args.host_state and not args.in_backward:
             raise ValueError("--host-state needs --in-backward (InBackwardOptimizer streams its state from the host)")
-        setting = Setting(dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch,
-                          seq=args.seq, **flags)
+        setting = Setting(
+            dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch, seq=args.seq, **flags
+        )
         if args.plot is not None:
             if args.fit is not None:
                 raise ValueError("--plot draws the plan of one setting: it does not go with --fit")
@@ -232,8 +353,10 @@ def run_command(args: Any) -> int:
             print(predicted.table())
             measured = measured_peak(model, setting)
             if measured is not None:
-                print(f"\nmeasured on an H200: {gib(measured)} GiB (torch.cuda.max_memory_allocated, "
-                      f"ojas_ref/tools/h200_records.py); predicted {100 * (predicted.peak - measured) / measured:+.2f}%")
+                print(
+                    f"\nmeasured on an H200: {gib(measured)} GiB (torch.cuda.max_memory_allocated, "
+                    f"ojas_ref/tools/h200_records.py); predicted {100 * (predicted.peak - measured) / measured:+.2f}%"
+                )
             if args.plot is not None:
                 plot_plan(predicted, args.plot, measured)
                 print(f"\nplot written to {args.plot}")
@@ -242,12 +365,20 @@ def run_command(args: Any) -> int:
                 if args.shallow:
                     print("\n" + "\n".join(_shallow_lines(model, setting)))
             return 0
-        modes = [flags] if any(flags.values()) else [
-            dict(in_backward=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
-            for f, c, o in MODES]
-        settings = [Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, **mode)
-                    for d in ([args.dtype] if args.dtype else list(DTYPE_BYTES))
-                    for o in ([args.optimizer] if args.optimizer else list(OPTIMIZERS)) for mode in modes]
+        modes = (
+            [flags]
+            if any(flags.values())
+            else [
+                dict(in_backward=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
+                for f, c, o in MODES
+            ]
+        )
+        settings = [
+            Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, **mode)
+            for d in ([args.dtype] if args.dtype else list(DTYPE_BYTES))
+            for o in ([args.optimizer] if args.optimizer else list(OPTIMIZERS))
+            for mode in modes
+        ]
     except (ValueError, TypeError, NotImplementedError, OSError, ImportError) as err:
         print(f"ojas plan: {err}", file=sys.stderr)
         return 2
@@ -278,13 +409,17 @@ def _shallow_lines(model: Model, setting: Setting) -> list[str]:
     measured = measure(model, setting)
     predicted = predict_step_seconds(model, measured)
     timed = ", ".join(f"{d} layers {t * 1e3:.1f} ms" for d, t in zip(measured.depths, measured.seconds))
-    lines = [f"step predicted from steps timed on {measured.device} ({timed}): {predicted['step'] * 1e3:.1f} ms, "
-             f"{setting.tokens / predicted['step']:,.0f} tokens/s",
-             f"  per layer {predicted['per_layer'] * 1e3:.2f} ms, the rest of the step {predicted['rest'] * 1e3:.1f} ms"]
+    lines = [
+        f"step predicted from steps timed on {measured.device} ({timed}): {predicted['step'] * 1e3:.1f} ms, "
+        f"{setting.tokens / predicted['step']:,.0f} tokens/s",
+        f"  per layer {predicted['per_layer'] * 1e3:.2f} ms, the rest of the step {predicted['rest'] * 1e3:.1f} ms",
+    ]
     recorded = measured_peak(model, setting, "tokens_per_s")
     if recorded is not None:
-        lines.append(f"  measured on an H200: {recorded:,.0f} tokens/s (predicted "
-                     f"{100 * (setting.tokens / predicted['step'] - recorded) / recorded:+.1f}%)")
+        lines.append(
+            f"  measured on an H200: {recorded:,.0f} tokens/s (predicted "
+            f"{100 * (setting.tokens / predicted['step'] - recorded) / recorded:+.1f}%)"
+        )
     return lines
 
 
@@ -293,9 +428,11 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
     ``model``, its largest batch), its predicted peak, and the measured peak where the row
     is a recorded configuration (the llama-1b records)."""
     what = f"largest batch of {model.name} at seq {settings[0].seq}" if model else "largest preset"
-    lines = [f"ojas plan --fit {gib(memory)} GiB: {what}; peak predicted by the formulas of ojas_ref/memory",
-             "| dtype | optimizer | mode | fits | tokens/step | peak GiB | at | measured on H200 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"ojas plan --fit {gib(memory)} GiB: {what}; peak predicted by the formulas of ojas_ref/memory",
+        "| dtype | optimizer | mode | fits | tokens/step | peak GiB | at | measured on H200 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in settings:
         found = fit_batch(memory, model, s) if model else fit_preset(memory, s)
         if found is None:
@@ -306,8 +443,8 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
         name = f"batch {fs.batch}" if model else found.model.name + (" (every preset fits)" if largest else "")
         peak = measured_peak(found.model, fs)
         label = "predicted" if peak is None else f"measured {gib(peak)} GiB"
-        lines.append(f"| {s.dtype} | {s.optimizer} | {s.mode} | {name} | {fs.tokens} | {gib(found.peak)} | "
-                     f"{found.peak_phase.name} | {label} |")
+        lines.append(
+            f"| {s.dtype} | {s.optimizer} | {s.mode} | {name} | {fs.tokens} | {gib(found.peak)} | "
+            f"{found.peak_phase.name} | {label} |"
+        )
     return "\n".join(lines)
-
-

@@ -11,14 +11,24 @@ from ojas_ref.memory import Plan, gib
 __all__ = ["TENSOR_CLASSES", "check_png_path", "plot_plan", "tensor_class"]
 
 #: the classes a phase's terms are stacked by, bottom (left) first, with their colours
-TENSOR_CLASSES = (("weights", "#4c72b0"), ("optimizer state", "#dd8452"), ("weight gradients", "#55a868"),
-                  ("saved activations", "#c44e52"), ("loss: logits / kernel gradients and workspace", "#8172b3"),
-                  ("activation gradients and temporaries", "#937860"), ("cuBLAS workspaces", "#da8bc3"),
-                  ("input ids and labels", "#8c8c8c"))
+TENSOR_CLASSES = (
+    ("weights", "#4c72b0"),
+    ("optimizer state", "#dd8452"),
+    ("weight gradients", "#55a868"),
+    ("saved activations", "#c44e52"),
+    ("loss: logits / kernel gradients and workspace", "#8172b3"),
+    ("activation gradients and temporaries", "#937860"),
+    ("cuBLAS workspaces", "#da8bc3"),
+    ("input ids and labels", "#8c8c8c"),
+)
 _CLASS_OF_TERM = {
-    "weights": "weights", "optimizer state": "optimizer state", "cuBLAS workspaces": "cuBLAS workspaces",
-    "input ids and labels": "input ids and labels", "RoPE cos/sin": "saved activations",
-    "gradient of the hidden states": "activation gradients and temporaries", "their sum": "weight gradients",
+    "weights": "weights",
+    "optimizer state": "optimizer state",
+    "cuBLAS workspaces": "cuBLAS workspaces",
+    "input ids and labels": "input ids and labels",
+    "RoPE cos/sin": "saved activations",
+    "gradient of the hidden states": "activation gradients and temporaries",
+    "their sum": "weight gradients",
     "tied head's gradient, waiting for the embedding's": "weight gradients",
 }
 
@@ -99,16 +109,29 @@ def plot_plan(result: Plan, path: Any, measured: Optional[int] = None) -> Any:
                 continue
             widths = [sum(t.bytes for t in p.terms if tensor_class(t.name) == cls) / 2**30 for p in phases]
             if any(widths):
-                ax.barh(range(len(phases)), widths, left=left, height=0.7, color=colours[cls],
-                        label=cls if ax is full else "_" + cls)  # "_": in the legend once
+                ax.barh(
+                    range(len(phases)),
+                    widths,
+                    left=left,
+                    height=0.7,
+                    color=colours[cls],
+                    label=cls if ax is full else "_" + cls,
+                )  # "_": in the legend once
                 left = [a + b for a, b in zip(left, widths)]
         i = phases.index(peak)
         ax.barh(i, left[i], height=0.7, fill=False, edgecolor="black", linewidth=2.0)
         shift = fixed / 2**30 if skip else 0.0
         ends = left
         if measured is not None:
-            ax.barh(len(phases), measured / 2**30 - shift, height=0.7, color="white", edgecolor="black", hatch="//",
-                    label="measured peak (torch.cuda.max_memory_allocated on an H200)" if ax is full else None)
+            ax.barh(
+                len(phases),
+                measured / 2**30 - shift,
+                height=0.7,
+                color="white",
+                edgecolor="black",
+                hatch="//",
+                label="measured peak (torch.cuda.max_memory_allocated on an H200)" if ax is full else None,
+            )
             ax.axvline(measured / 2**30 - shift, color="black", linestyle="--", linewidth=1.0)
             ends = left + [measured / 2**30 - shift]
         ax.grid(axis="x", alpha=0.3)
@@ -119,13 +142,27 @@ def plot_plan(result: Plan, path: Any, measured: Optional[int] = None) -> Any:
     column = top * 1.04
     for i, p in enumerate(phases):
         is_peak = p is peak
-        zoom.text(column, i, f"{gib(p.total)}" + ("  peak" if is_peak else ""),
-                  va="center", ha="left", fontsize=9, fontweight="bold" if is_peak else "normal")
+        zoom.text(
+            column,
+            i,
+            f"{gib(p.total)}" + ("  peak" if is_peak else ""),
+            va="center",
+            ha="left",
+            fontsize=9,
+            fontweight="bold" if is_peak else "normal",
+        )
     labels = [p.name for p in phases]
     if measured is not None:
         error = 100 * (result.peak - measured) / measured
-        zoom.text(column, len(phases), f"{gib(measured)}  measured\n(predicted {error:+.2f}%)",
-                  va="center", ha="left", fontsize=9, fontweight="bold")
+        zoom.text(
+            column,
+            len(phases),
+            f"{gib(measured)}  measured\n(predicted {error:+.2f}%)",
+            va="center",
+            ha="left",
+            fontsize=9,
+            fontweight="bold",
+        )
         labels.append("measured on an H200")
     zoom.set_xlim(0, top * 1.7)
     full.set_yticks(range(rows), labels)
@@ -134,10 +171,13 @@ def plot_plan(result: Plan, path: Any, measured: Optional[int] = None) -> Any:
     zoom.set_xlabel(f"GiB above weights + optimizer state ({gib(fixed)} GiB)")
     full.set_title("whole step, from zero", fontsize=9)
     zoom.set_title("what changes through the step; phase totals (GiB) on the right", fontsize=9)
-    fig.suptitle(f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
-                 f"{', optimizer in backward' if s.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq}\n"
-                 f"predicted peak {gib(result.peak)} GiB at: {peak.name}"
-                 + (f"; measured {gib(measured)} GiB" if measured is not None else ""), fontsize=10)
+    fig.suptitle(
+        f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
+        f"{', optimizer in backward' if s.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq}\n"
+        f"predicted peak {gib(result.peak)} GiB at: {peak.name}"
+        + (f"; measured {gib(measured)} GiB" if measured is not None else ""),
+        fontsize=10,
+    )
     fig.legend(loc="outside lower center", ncols=3, fontsize=8.5, frameon=False)
     fig.savefig(file, dpi=110)
     return fig

@@ -16,8 +16,15 @@ from typing import Any, Mapping, Optional
 
 from ojas_ref.memory import BUCKET_CAP_MB, PRESETS, Model, Setting, with_layers
 
-__all__ = ["config_model", "load_memory_records", "load_records", "measured_peak", "memory_record_setting",
-           "preset_model", "record_model"]
+__all__ = [
+    "config_model",
+    "load_memory_records",
+    "load_records",
+    "measured_peak",
+    "memory_record_setting",
+    "preset_model",
+    "record_model",
+]
 
 
 def load_records(path: Path | str, field: str = "peak") -> list[tuple[Setting, Any]]:
@@ -33,11 +40,19 @@ def load_records(path: Path | str, field: str = "peak") -> list[tuple[Setting, A
     for r in data["results"]:
         ojas = r["mode"].startswith("ojas")
         applied = r.get("applied") or dict(attention=ojas, cross_entropy=ojas, rms_norm=False, swiglu=False)
-        setting = Setting(dtype=dtypes[r["dtype"]], optimizer=r["optimizer"], in_backward=ojas, batch=config["batch"],
-                          seq=config["seq"], checkpoint=r["mode"].endswith("+ckpt"),
-                          ojas_attention=applied["attention"], ojas_loss=applied["cross_entropy"],
-                          ojas_rms_norm=applied["rms_norm"], ojas_swiglu=applied["swiglu"],
-                          ojas_attention_copy=applied["attention"] and "rope" not in applied)
+        setting = Setting(
+            dtype=dtypes[r["dtype"]],
+            optimizer=r["optimizer"],
+            in_backward=ojas,
+            batch=config["batch"],
+            seq=config["seq"],
+            checkpoint=r["mode"].endswith("+ckpt"),
+            ojas_attention=applied["attention"],
+            ojas_loss=applied["cross_entropy"],
+            ojas_rms_norm=applied["rms_norm"],
+            ojas_swiglu=applied["swiglu"],
+            ojas_attention_copy=applied["attention"] and "rope" not in applied,
+        )
         records.append((setting, r[field]))
     return records
 
@@ -53,13 +68,24 @@ def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optio
     if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
         return None
     ojas = t is not None
-    return Setting(dtype=row["dtype"], optimizer=row["optimizer"], in_backward=ojas, batch=batch, seq=seq, checkpoint=True,
-                   ojas_attention=ojas, ojas_loss=ojas, ojas_rms_norm=ojas, ojas_swiglu=ojas,
-                   offload=ojas and t["checkpoint"] == "offload", host_state=ojas and t["state_device"] is not None,
-                   head_update=ojas and bool(t.get("head_update", False)),
-                   state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None,
-                   split=ojas and bool(t.get("split", False)),
-                   bucket_cap_mb=float(t.get("bucket_cap_mb", BUCKET_CAP_MB)) if ojas else BUCKET_CAP_MB)
+    return Setting(
+        dtype=row["dtype"],
+        optimizer=row["optimizer"],
+        in_backward=ojas,
+        batch=batch,
+        seq=seq,
+        checkpoint=True,
+        ojas_attention=ojas,
+        ojas_loss=ojas,
+        ojas_rms_norm=ojas,
+        ojas_swiglu=ojas,
+        offload=ojas and t["checkpoint"] == "offload",
+        host_state=ojas and t["state_device"] is not None,
+        head_update=ojas and bool(t.get("head_update", False)),
+        state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None,
+        split=ojas and bool(t.get("split", False)),
+        bucket_cap_mb=float(t.get("bucket_cap_mb", BUCKET_CAP_MB)) if ojas else BUCKET_CAP_MB,
+    )
 
 
 def preset_model(name: str) -> Model:

@@ -78,9 +78,17 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
 
     transformers.logging.set_verbosity_error()
     config = transformers.LlamaConfig(
-        vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate, num_hidden_layers=layers,
-        num_attention_heads=m.heads, num_key_value_heads=m.kv_heads, head_dim=m.head_dim,
-        max_position_embeddings=s.seq, tie_word_embeddings=m.tied, attention_dropout=0.0)
+        vocab_size=m.vocab,
+        hidden_size=m.hidden,
+        intermediate_size=m.intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=m.heads,
+        num_key_value_heads=m.kv_heads,
+        head_dim=m.head_dim,
+        max_position_embeddings=s.seq,
+        tie_word_embeddings=m.tied,
+        attention_dropout=0.0,
+    )
     dtype = _torch_dtype(s)
     torch.manual_seed(0)
     default = torch.get_default_dtype()
@@ -94,27 +102,46 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     model.train()
     ojas = s.ojas_attention or s.ojas_loss or s.ojas_rms_norm or s.ojas_swiglu
     if ojas:
-        optimize_model(model, attention=s.ojas_attention, linear_cross_entropy=s.ojas_loss, rms_norm=s.ojas_rms_norm,
-                       swiglu=s.ojas_swiglu, checkpoint="offload" if s.offload else s.checkpoint,
-                       checkpoint_split=s.split)
+        optimize_model(
+            model,
+            attention=s.ojas_attention,
+            linear_cross_entropy=s.ojas_loss,
+            rms_norm=s.ojas_rms_norm,
+            swiglu=s.ojas_swiglu,
+            checkpoint="offload" if s.offload else s.checkpoint,
+            checkpoint_split=s.split,
+        )
     elif s.offload or s.split:
-        what = "offload is optimize_model(checkpoint='offload')" if s.offload else \
-            "split is optimize_model(checkpoint_split=True)"
+        what = (
+            "offload is optimize_model(checkpoint='offload')"
+            if s.offload
+            else "split is optimize_model(checkpoint_split=True)"
+        )
         raise ValueError(f"{what}: set the ojas flags with it")
     elif s.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    cls, kwargs = ((torch.optim.SGD, dict(lr=1e-3)) if s.optimizer == "sgd" else
-                   (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)))
+    cls, kwargs = (
+        (torch.optim.SGD, dict(lr=1e-3))
+        if s.optimizer == "sgd"
+        else (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1))
+    )
     if s.in_backward:
-        opt = InBackwardOptimizer(model.parameters(), cls, state_device="cpu" if s.host_state else None,
-                                  state_slice_mb=s.state_slice_mb, bucket_cap_mb=s.bucket_cap_mb, **kwargs)
+        opt = InBackwardOptimizer(
+            model.parameters(),
+            cls,
+            state_device="cpu" if s.host_state else None,
+            state_slice_mb=s.state_slice_mb,
+            bucket_cap_mb=s.bucket_cap_mb,
+            **kwargs,
+        )
     else:
         opt = cls(model.parameters(), **kwargs)
     return model, opt
 
 
-def time_steps(m: Model, s: Setting, depths: tuple[int, ...], device: Any = None, steps: int = 16,
-               warmup: int = 2) -> Measured:
+def time_steps(
+    m: Model, s: Setting, depths: tuple[int, ...], device: Any = None, steps: int = 16, warmup: int = 2
+) -> Measured:
     """Median seconds of a synchronised training step (forward, backward, ``step()``,
     ``zero_grad()``) of :func:`build`'s model at each of ``depths``, the models built together
     and stepped in interleaved rounds (the host's speed drifts: each depth sees the same)."""
@@ -156,8 +183,7 @@ def time_steps(m: Model, s: Setting, depths: tuple[int, ...], device: Any = None
     return Measured(device=name, depths=tuple(depths), seconds=tuple(statistics.median(t) for t in times))
 
 
-def measure(m: Model, s: Setting, device: Any = None, steps: int = 16,
-            depths: tuple[int, int] = DEPTHS) -> Measured:
+def measure(m: Model, s: Setting, device: Any = None, steps: int = 16, depths: tuple[int, int] = DEPTHS) -> Measured:
     """:func:`time_steps` at :func:`depths_for` ``m``: what :func:`predict_step_seconds` needs."""
     return time_steps(m, s, depths_for(m, depths), device, steps)
 

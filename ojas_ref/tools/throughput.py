@@ -27,8 +27,19 @@ from typing import Any, Optional, Sequence
 from ojas_ref.memory import Model, Setting
 from ojas_ref.tools.records import measured_peak
 
-__all__ = ["CAUSAL_FRACTION", "H200_BF16_GEMM_RATE", "TOKENS_PER_PARAM", "duration", "flop_terms", "head_tokens",
-           "measure_gemm_rate", "predict_time", "recorded_throughput", "step_flops", "time_lines"]
+__all__ = [
+    "CAUSAL_FRACTION",
+    "H200_BF16_GEMM_RATE",
+    "TOKENS_PER_PARAM",
+    "duration",
+    "flop_terms",
+    "head_tokens",
+    "measure_gemm_rate",
+    "predict_time",
+    "recorded_throughput",
+    "step_flops",
+    "time_lines",
+]
 
 #: the share of the [seq, seq] score matrix a causal kernel computes: SDPA's flash and
 #: memory-efficient kernels and the ojas kernel skip the tiles above the diagonal, so
@@ -84,9 +95,13 @@ def flop_terms(m: Model, s: Setting) -> dict[str, int]:
     head_forward = 2 * head_tokens(s) * m.hidden * m.vocab
     full_scores = 2 * s.batch * m.heads * s.seq * s.seq * m.head_dim * m.layers
     attention_forward = round(CAUSAL_FRACTION * 2 * full_scores)
-    terms = {"layer products forward": layers_forward, "head forward": head_forward,
-             "products backward": 2 * (layers_forward + head_forward), "attention forward": attention_forward,
-             "attention backward": round(CAUSAL_FRACTION * 5 * full_scores)}
+    terms = {
+        "layer products forward": layers_forward,
+        "head forward": head_forward,
+        "products backward": 2 * (layers_forward + head_forward),
+        "attention forward": attention_forward,
+        "attention backward": round(CAUSAL_FRACTION * 5 * full_scores),
+    }
     if s.checkpoint:
         down_proj = 2 * s.tokens * m.layers * m.hidden * m.intermediate
         terms["checkpoint recompute"] = layers_forward - down_proj + attention_forward
@@ -139,8 +154,9 @@ def measure_gemm_rate(device: Any = None, dtype: Any = None, seconds: float = 2.
     return 2 * size**3 / statistics.median(times)
 
 
-def predict_time(m: Model, s: Setting, rate: float, *, efficiency: float = 1.0,
-                 tokens_per_param: Sequence[float] = TOKENS_PER_PARAM) -> tuple[float, dict[float, float]]:
+def predict_time(
+    m: Model, s: Setting, rate: float, *, efficiency: float = 1.0, tokens_per_param: Sequence[float] = TOKENS_PER_PARAM
+) -> tuple[float, dict[float, float]]:
     """(tokens/s, {k: seconds to k x parameters tokens}) at ``rate`` FLOP/s times
     ``efficiency``: tokens per step over :func:`step_flops` / (rate x efficiency). With
     the default efficiency 1 it is a bound (the step as fast as its products at the
@@ -172,32 +188,42 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} minutes"
 
 
-def time_lines(m: Model, s: Setting, rate: float, device: str,
-               tokens_per_param: Sequence[float] = TOKENS_PER_PARAM) -> list[str]:
+def time_lines(
+    m: Model, s: Setting, rate: float, device: str, tokens_per_param: Sequence[float] = TOKENS_PER_PARAM
+) -> list[str]:
     """What ``ojas plan --time`` prints: the step's FLOPs by term, the rate measured on
     ``device``, the predicted tokens/s and wall times, and the H200 record beside them
     where this setting was measured."""
     terms = flop_terms(m, s)
     total = sum(terms.values())
     tokens_per_s, seconds = predict_time(m, s, rate, tokens_per_param=tokens_per_param)
-    lines = [f"time to train {m.name} ({m.params() / 1e9:.2f}B parameters), {s.tokens} tokens per step: "
-             f"{total / 1e12:.2f} TFLOP per step (ojas_ref/tools/throughput.py, flop_terms)"]
+    lines = [
+        f"time to train {m.name} ({m.params() / 1e9:.2f}B parameters), {s.tokens} tokens per step: "
+        f"{total / 1e12:.2f} TFLOP per step (ojas_ref/tools/throughput.py, flop_terms)"
+    ]
     lines += [f"  {name:<24} {value / 1e12:9.3f} TFLOP" for name, value in terms.items()]
     lines.append(f"GEMM rate measured on {device} ({s.dtype}): {rate / 1e12:.3f} TFLOP/s")
-    lines.append(f"predicted at that rate (a bound: elementwise work and host time are not counted): "
-                 f"{tokens_per_s:,.0f} tokens/s")
-    lines += [f"  {k:g} tokens per parameter ({k * m.params() / 1e9:,.1f}B tokens): {duration(t)}"
-              for k, t in seconds.items()]
+    lines.append(
+        f"predicted at that rate (a bound: elementwise work and host time are not counted): "
+        f"{tokens_per_s:,.0f} tokens/s"
+    )
+    lines += [
+        f"  {k:g} tokens per parameter ({k * m.params() / 1e9:,.1f}B tokens): {duration(t)}" for k, t in seconds.items()
+    ]
     recorded = recorded_throughput(m, s)
     if recorded is not None:
         measured, achieved = recorded
         at_h200 = predict_time(m, s, H200_BF16_GEMM_RATE, tokens_per_param=tokens_per_param)[0]
-        lines.append(f"measured on an H200: {measured:,.0f} tokens/s ({achieved / 1e12:.1f} TFLOP/s of counted work; "
-                     "ojas_ref/tools/h200_records.py)")
+        lines.append(
+            f"measured on an H200: {measured:,.0f} tokens/s ({achieved / 1e12:.1f} TFLOP/s of counted work; "
+            "ojas_ref/tools/h200_records.py)"
+        )
         if s.dtype == "bf16":
-            lines.append(f"  {100 * achieved / H200_BF16_GEMM_RATE:.0f}% of the H200's measured bf16 GEMM rate (790 "
-                         f"TFLOP/s, at which the bound is {at_h200:,.0f} tokens/s): the bf16 step is host-bound "
-                         "(benchmarks/RESULTS.md), so the FLOP bound overestimates it")
+            lines.append(
+                f"  {100 * achieved / H200_BF16_GEMM_RATE:.0f}% of the H200's measured bf16 GEMM rate (790 "
+                f"TFLOP/s, at which the bound is {at_h200:,.0f} tokens/s): the bf16 step is host-bound "
+                "(benchmarks/RESULTS.md), so the FLOP bound overestimates it"
+            )
         else:
             lines.append("  no float32 GEMM rate of the H200 is recorded to set it against")
     return lines

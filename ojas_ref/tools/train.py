@@ -73,14 +73,50 @@ import torch
 
 from ojas_ref.tools import train_state
 from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus
-from ojas_ref.tools.train_config import (CHECKPOINT_DIR, DTYPES, LOG_NAME, PLOT_NAME, PRESETS, RESUMABLE_CHANGES,
-                                         TOKENIZER_NAME, TrainConfig, _check_device, _device, _pretrained_tokenizer,
-                                         _vocab, default_threads, describe, learning_rate)
-from ojas_ref.tools.train_log import OutputError, _Log, _plot, _plot_title, _peak_memory, _read_log, _write, _write_failed
+from ojas_ref.tools.train_config import (
+    CHECKPOINT_DIR,
+    DTYPES,
+    LOG_NAME,
+    PLOT_NAME,
+    PRESETS,
+    RESUMABLE_CHANGES,
+    TOKENIZER_NAME,
+    TrainConfig,
+    _check_device,
+    _device,
+    _pretrained_tokenizer,
+    _vocab,
+    default_threads,
+    describe,
+    learning_rate,
+)
+from ojas_ref.tools.train_log import (
+    OutputError,
+    _Log,
+    _plot,
+    _plot_title,
+    _peak_memory,
+    _read_log,
+    _write,
+    _write_failed,
+)
 from ojas_ref.tools.train_memory import PlanDoesNotFit, _check_memory, check_fits, plan_line, predict_peak
 
-__all__ = ["PRESETS", "OutputError", "PlanDoesNotFit", "TrainConfig", "TrainResult", "TrainingDiverged", "check_fits",
-           "default_threads", "describe", "learning_rate", "plan_line", "predict_peak", "train"]
+__all__ = [
+    "PRESETS",
+    "OutputError",
+    "PlanDoesNotFit",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingDiverged",
+    "check_fits",
+    "default_threads",
+    "describe",
+    "learning_rate",
+    "plan_line",
+    "predict_peak",
+    "train",
+]
 
 
 @dataclass
@@ -117,8 +153,10 @@ def _existing_run(out: Path) -> Optional[str]:
 
 def _holds_a_run(out: Path, what: str) -> str:
     """The message for a new run into ``out``, which holds ``what`` (:func:`_existing_run`)."""
-    return (f"--out-dir {str(out)!r} holds a run already ({what}): continue it with --resume latest, or pass "
-            "another --out-dir (from Python: resume='latest', or another out_dir)")
+    return (
+        f"--out-dir {str(out)!r} holds a run already ({what}): continue it with --resume latest, or pass "
+        "another --out-dir (from Python: resume='latest', or another out_dir)"
+    )
 
 
 class _StopFlag:
@@ -168,8 +206,9 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     random.seed(config.seed)
     model_config = config.model_config(data.vocab_size)
     if config.init_from is not None:
-        model = transformers.AutoModelForCausalLM.from_pretrained(config.init_from, config=model_config,
-                                                                  local_files_only=True)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            config.init_from, config=model_config, local_files_only=True
+        )
     else:
         model = transformers.AutoModelForCausalLM.from_config(model_config)
     model = model.to(device=device, dtype=DTYPES[config.dtype])
@@ -182,8 +221,16 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     elif config.offload_checkpoints or config.split_checkpoints:  # optimize_model's checkpointing, no kernel swapped
         from ojas_ref import optimize_model
 
-        model, _ = optimize_model(model, attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False,
-                                  rope=False, checkpoint=checkpointing, checkpoint_split=config.split_checkpoints)
+        model, _ = optimize_model(
+            model,
+            attention=False,
+            linear_cross_entropy=False,
+            rms_norm=False,
+            swiglu=False,
+            rope=False,
+            checkpoint=checkpointing,
+            checkpoint_split=config.split_checkpoints,
+        )
     elif config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -192,9 +239,14 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
     if config.in_backward:
         from ojas_ref import InBackwardOptimizer
 
-        optimizer = InBackwardOptimizer(groups, torch.optim.AdamW, lr=config.lr, max_grad_norm=config.max_grad_norm,
-                                        accumulation_steps=config.accumulation_steps,
-                                        state_device="cpu" if config.state_on_host else None)
+        optimizer = InBackwardOptimizer(
+            groups,
+            torch.optim.AdamW,
+            lr=config.lr,
+            max_grad_norm=config.max_grad_norm,
+            accumulation_steps=config.accumulation_steps,
+            state_device="cpu" if config.state_on_host else None,
+        )
     else:
         optimizer = torch.optim.AdamW(groups, lr=config.lr)
     return model, optimizer
@@ -204,15 +256,20 @@ def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> 
     current = dataclasses.asdict(config)
     for name, value in saved.items():
         if name not in RESUMABLE_CHANGES and current.get(name) != value:
-            raise ValueError(f"cannot resume from {path}: it was written with {name}={value!r}, this run has "
-                             f"{name}={current.get(name)!r} (it changes the computation); resume with the "
-                             "checkpoint's setting, or start a new run in another --out-dir")
+            raise ValueError(
+                f"cannot resume from {path}: it was written with {name}={value!r}, this run has "
+                f"{name}={current.get(name)!r} (it changes the computation); resume with the "
+                "checkpoint's setting, or start a new run in another --out-dir"
+            )
 
 
 def _first_nonfinite(model: torch.nn.Module, attribute: str) -> str:
     """The first parameter whose ``.grad`` or ``.data`` (``attribute``) holds a NaN or inf, and how many do."""
-    bad = [n for n, p in model.named_parameters()
-           if getattr(p, attribute) is not None and not torch.isfinite(getattr(p, attribute)).all()]
+    bad = [
+        n
+        for n, p in model.named_parameters()
+        if getattr(p, attribute) is not None and not torch.isfinite(getattr(p, attribute)).all()
+    ]
     total = sum(1 for _ in model.parameters())
     return f"{bad[0]} (1st of {len(bad)} of {total})" if bad else "<none>"
 
@@ -232,8 +289,9 @@ def train(config: TrainConfig) -> TrainResult:
     try:
         (out / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"--out-dir {str(out)!r}: cannot create the directory {err.filename} "
-                         f"({err.strerror})") from None
+        raise ValueError(
+            f"--out-dir {str(out)!r}: cannot create the directory {err.filename} ({err.strerror})"
+        ) from None
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or default_threads())
     try:
@@ -256,26 +314,35 @@ def _resume_state(config: TrainConfig, out: Path) -> tuple[Optional[Path], Optio
     if config.resume == "latest":
         path = train_state.latest_state(checkpoints)
         if path is None:
-            logged = (f"holds {existing}: the run stopped before its first checkpoint, so there is nothing to "
-                      "resume from, and starting again would overwrite its log. Start a new run with another "
-                      f"--out-dir (or delete {str(out)!r} first)") if existing else (
-                "holds no checkpoint to resume from: start a new run without --resume")
+            logged = (
+                (
+                    f"holds {existing}: the run stopped before its first checkpoint, so there is nothing to "
+                    "resume from, and starting again would overwrite its log. Start a new run with another "
+                    f"--out-dir (or delete {str(out)!r} first)"
+                )
+                if existing
+                else ("holds no checkpoint to resume from: start a new run without --resume")
+            )
             raise ValueError(f"--resume latest: --out-dir {str(out)!r} {logged}")
     else:
         path = Path(config.resume)
         if not path.is_file():
             raise ValueError(f"--resume {config.resume!r} is neither 'latest' nor a checkpoint file")
         if existing and path.resolve().parent != checkpoints.resolve():
-            raise ValueError(f"--resume {config.resume!r} is a checkpoint of another directory, and --out-dir "
-                             f"{str(out)!r} holds a run already ({existing}): resume into an empty --out-dir")
+            raise ValueError(
+                f"--resume {config.resume!r} is a checkpoint of another directory, and --out-dir "
+                f"{str(out)!r} holds a run already ({existing}): resume into an empty --out-dir"
+            )
     try:
         state = train_state.load_state(path)
     except OSError as err:
         raise ValueError(f"--resume: cannot read {path} ({err.strerror})") from None
     _check_resumable(state["config"], config, path)
     if config.stop_after is not None and config.stop_after <= state["step"]:
-        raise ValueError(f"--stop-after {config.stop_after} is not after the step of the checkpoint resumed "
-                         f"({state['step']}, {path})")
+        raise ValueError(
+            f"--stop-after {config.stop_after} is not after the step of the checkpoint resumed "
+            f"({state['step']}, {path})"
+        )
     return path, state
 
 
@@ -289,9 +356,11 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     for stale in train_state.remove_temporaries(checkpoints):
         print(f"ojas train: removed {stale}, left by a writer killed before its rename", file=sys.stderr)
     if config.warmup_steps > config.steps:
-        print(f"ojas train: warning: warmup_steps (--warmup-steps {config.warmup_steps}) is above steps (--steps "
-              f"{config.steps}): the whole run is warm-up and the lr never reaches --lr {config.lr:g}",
-              file=sys.stderr)
+        print(
+            f"ojas train: warning: warmup_steps (--warmup-steps {config.warmup_steps}) is above steps (--steps "
+            f"{config.steps}): the whole run is warm-up and the lr never reaches --lr {config.lr:g}",
+            file=sys.stderr,
+        )
 
     config.model_config(_vocab(config, None))  # a config transformers cannot read: refused before the corpus
     print("ojas train: reading and tokenising the corpus (cached after the first run)", file=sys.stderr)
@@ -299,10 +368,15 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     try:
         data = prepare(corpus, config.vocab, config.cache_dir, tokenizer=_pretrained_tokenizer(config))
     except OSError as err:
-        raise ValueError(f"--cache-dir {config.cache_dir!r}: cannot write the token cache: {err.filename or ''} "
-                         f"({err.strerror or err})") from None
-    print(f"ojas train: {corpus.num_bytes:,} bytes in {len(corpus.documents)} files -> {len(data.tokens):,} tokens, "
-          f"vocabulary {data.vocab_size} (cache key {data.tokens_key[:12]})", file=sys.stderr)
+        raise ValueError(
+            f"--cache-dir {config.cache_dir!r}: cannot write the token cache: {err.filename or ''} "
+            f"({err.strerror or err})"
+        ) from None
+    print(
+        f"ojas train: {corpus.num_bytes:,} bytes in {len(corpus.documents)} files -> {len(data.tokens):,} tokens, "
+        f"vocabulary {data.vocab_size} (cache key {data.tokens_key[:12]})",
+        file=sys.stderr,
+    )
     _write(out / TOKENIZER_NAME, [data.tokenizer.to_str().encode()], None)
     _check_memory(config, data.vocab_size, device)  # before anything is allocated on the device
     model, optimizer = _build(config, data, device)
@@ -312,8 +386,10 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     last_checkpoint: Optional[Path] = None
     if state is not None:
         if state["tokens_key"] != data.tokens_key:
-            raise ValueError(f"cannot resume from {resume_path}: it was trained on other token ids (corpus or "
-                             f"tokenizer changed: key {state['tokens_key'][:12]}..., now {data.tokens_key[:12]}...)")
+            raise ValueError(
+                f"cannot resume from {resume_path}: it was trained on other token ids (corpus or "
+                f"tokenizer changed: key {state['tokens_key'][:12]}..., now {data.tokens_key[:12]}...)"
+            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])
@@ -327,10 +403,20 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     def save(step: int) -> Path:
         path = train_state.state_path(checkpoints, step)
         try:
-            train_state.save_state(path, {
-                "format": 1, "step": step, "config": dataclasses.asdict(config), "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "rng": _rng_state(device),
-                "tokens_key": data.tokens_key, "tokenizer": data.tokenizer.to_str()})
+            train_state.save_state(
+                path,
+                {
+                    "format": 1,
+                    "step": step,
+                    "config": dataclasses.asdict(config),
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "loader": loader.state_dict(),
+                    "rng": _rng_state(device),
+                    "tokens_key": data.tokens_key,
+                    "tokenizer": data.tokenizer.to_str(),
+                },
+            )
             train_state.prune_states(checkpoints, config.keep_checkpoints)
         except OSError as err:
             raise OutputError(_write_failed(path, err, last_checkpoint)) from err
@@ -342,23 +428,33 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
         except OSError:
             pass  # the divergence is the news; a full disk shows at the next write
         where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
-        update = ("the update was applied in backward (InBackwardOptimizer), so the model in memory is lost"
-                  if applied else "the update was not applied")
-        advice = [f"a lower --lr (this run: {config.lr:g})",
-                  f"more --warmup-steps (this run: {config.warmup_steps})"]
+        update = (
+            "the update was applied in backward (InBackwardOptimizer), so the model in memory is lost"
+            if applied
+            else "the update was not applied"
+        )
+        advice = [f"a lower --lr (this run: {config.lr:g})", f"more --warmup-steps (this run: {config.warmup_steps})"]
         if config.max_grad_norm is None:
             advice.append("clipping, e.g. --max-grad-norm 1.0 (this run: none)")
         return TrainingDiverged(
             f"training diverged at step {step}: {what}; {update}; {where}. A resume keeps the setting and would "
-            f"diverge again: start a new run in another --out-dir with {', '.join(advice[:-1])} or {advice[-1]}")
+            f"diverge again: start a new run in another --out-dir with {', '.join(advice[:-1])} or {advice[-1]}"
+        )
 
     end = config.steps if config.stop_after is None else config.stop_after
     tokens_per_step = config.batch_size * config.seq_len * config.accumulation_steps
     losses: list[tuple[int, float]] = []
     stopped: Optional[str] = None
     print(describe(config, data.vocab_size), file=sys.stderr)
-    bar = tqdm(total=config.steps, initial=start, unit="step", disable=not config.progress, dynamic_ncols=True,
-               mininterval=0.25, desc="ojas train")
+    bar = tqdm(
+        total=config.steps,
+        initial=start,
+        unit="step",
+        disable=not config.progress,
+        dynamic_ncols=True,
+        mininterval=0.25,
+        desc="ojas train",
+    )
     try:
         with _StopFlag() as flag, _Log(log_path, last_checkpoint) as log:
             began = time.perf_counter()
@@ -386,29 +482,46 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
                     grads = [p.grad for p in model.parameters() if p.grad is not None]
                     norm = torch.nn.utils.get_total_norm(grads)
                     if not torch.isfinite(norm):
-                        raise diverged(step + 1, f"the gradient norm is {norm.item()} (first non-finite gradient: "
-                                                 f"{_first_nonfinite(model, 'grad')})")
+                        raise diverged(
+                            step + 1,
+                            f"the gradient norm is {norm.item()} (first non-finite gradient: "
+                            f"{_first_nonfinite(model, 'grad')})",
+                        )
                     if config.max_grad_norm is not None:
                         torch.nn.utils.clip_grads_with_norm_(grads, config.max_grad_norm, norm)
                     grad_norm = norm.item()
                 optimizer.step()
                 optimizer.zero_grad()
                 if config.in_backward and not torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all():
-                    raise diverged(step + 1, f"parameter {_first_nonfinite(model, 'data')} is non-finite after its "
-                                             "update (a non-finite gradient)", applied=True)
+                    raise diverged(
+                        step + 1,
+                        f"parameter {_first_nonfinite(model, 'data')} is non-finite after its "
+                        "update (a non-finite gradient)",
+                        applied=True,
+                    )
                 step_loss = (total / config.accumulation_steps).item()
                 seconds = time.perf_counter() - t0
                 done = step + 1
                 memory = _peak_memory(device)
-                record = {"step": done, "loss": step_loss, "lr": lr, "grad_norm": grad_norm,
-                          "tokens": done * tokens_per_step,
-                          "tokens_per_s": tokens_per_step / seconds, "step_s": seconds,
-                          "elapsed_s": time.perf_counter() - began, "peak_memory_bytes": memory}
+                record = {
+                    "step": done,
+                    "loss": step_loss,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "tokens": done * tokens_per_step,
+                    "tokens_per_s": tokens_per_step / seconds,
+                    "step_s": seconds,
+                    "elapsed_s": time.perf_counter() - began,
+                    "peak_memory_bytes": memory,
+                }
                 records.append(record)
                 losses.append((done, step_loss))
                 log.write(json.dumps(record) + "\n")
-                bar.set_postfix_str(f"loss {step_loss:.4f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
-                                    f"mem {memory / 2**20:,.0f} MiB", refresh=False)
+                bar.set_postfix_str(
+                    f"loss {step_loss:.4f} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s "
+                    f"mem {memory / 2**20:,.0f} MiB",
+                    refresh=False,
+                )
                 bar.update(1)
                 if done == start + 1:
                     bar.refresh()  # the first step is shown however short it was

@@ -24,8 +24,12 @@ __all__ = ["DTYPES", "PRESETS", "RESUMABLE_CHANGES", "TrainConfig", "default_thr
 def _llama_shape(model: memory.Model) -> dict[str, int]:
     """The config fields of a planner preset that ``ojas train`` takes (the vocabulary comes
     from the tokenizer)."""
-    return {"hidden_size": model.hidden, "intermediate_size": model.intermediate,
-            "num_hidden_layers": model.layers, "num_attention_heads": model.heads}
+    return {
+        "hidden_size": model.hidden,
+        "intermediate_size": model.intermediate,
+        "num_hidden_layers": model.layers,
+        "num_attention_heads": model.heads,
+    }
 
 
 #: Llama shapes (the vocabulary comes from the tokenizer). ``tiny``: the CPU default;
@@ -38,8 +42,19 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: settings a resumed run may change (they do not change the computation)
-RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "progress", "checkpoint_every", "keep_checkpoints",
-                               "cache_dir", "out_dir", "device", "threads"})
+RESUMABLE_CHANGES = frozenset(
+    {
+        "resume",
+        "stop_after",
+        "progress",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "cache_dir",
+        "out_dir",
+        "device",
+        "threads",
+    }
+)
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 LOG_NAME, PLOT_NAME, TOKENIZER_NAME, CHECKPOINT_DIR = "train.jsonl", "loss.png", "tokenizer.json", "checkpoints"
 
@@ -100,23 +115,32 @@ class TrainConfig:
                 raise ValueError("init_from and model_config_file both give the model: pass one")
             missing = [n for n in ("config.json", TOKENIZER_NAME) if not (Path(self.init_from) / n).is_file()]
             if missing:
-                raise ValueError(f"init_from {self.init_from!r} must be a directory written by save_pretrained with "
-                                 f"the tokenizer.json the weights were trained with; it lacks {', '.join(missing)}")
+                raise ValueError(
+                    f"init_from {self.init_from!r} must be a directory written by save_pretrained with "
+                    f"the tokenizer.json the weights were trained with; it lacks {', '.join(missing)}"
+                )
         if self.offload_checkpoints and not self.activation_checkpointing:
-            raise ValueError("offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
-                             "(--activation-checkpointing): it moves the checkpoints to host memory")
+            raise ValueError(
+                "offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
+                "(--activation-checkpointing): it moves the checkpoints to host memory"
+            )
         if self.split_checkpoints and not self.activation_checkpointing:
-            raise ValueError("split_checkpoints (--split-checkpoints) needs activation_checkpointing "
-                             "(--activation-checkpointing): it splits each layer's checkpoint in two")
+            raise ValueError(
+                "split_checkpoints (--split-checkpoints) needs activation_checkpointing "
+                "(--activation-checkpointing): it splits each layer's checkpoint in two"
+            )
         if self.state_on_host and not self.in_backward:
-            raise ValueError("state_on_host (--state-on-host) needs in_backward (--in-backward): only "
-                             "InBackwardOptimizer streams its state from host memory")
+            raise ValueError(
+                "state_on_host (--state-on-host) needs in_backward (--in-backward): only "
+                "InBackwardOptimizer streams its state from host memory"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise ValueError(f"device (--device) must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise ValueError(f"threads (--threads) must be None (automatic) or an int >= 1, got {self.threads!r}")
         for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
             value = getattr(self, name)
@@ -130,8 +154,9 @@ class TrainConfig:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
             raise ValueError(f"max_grad_norm must be None or a finite float > 0, got {self.max_grad_norm!r}")
-        if self.stop_after is not None and not (isinstance(self.stop_after, int)
-                                                and 1 <= self.stop_after <= self.steps):
+        if self.stop_after is not None and not (
+            isinstance(self.stop_after, int) and 1 <= self.stop_after <= self.steps
+        ):
             raise ValueError(f"stop_after must be None or an int in [1, steps={self.steps}], got {self.stop_after!r}")
 
     def model_config(self, vocab_size: int) -> Any:
@@ -144,8 +169,10 @@ class TrainConfig:
         if self.init_from is not None:
             config = transformers.AutoConfig.from_pretrained(self.init_from, local_files_only=True)
             if vocab_size > config.vocab_size:
-                raise ValueError(f"init_from {self.init_from!r}: its tokenizer has {vocab_size} ids (added tokens "
-                                 f"included) but the model's vocabulary only {config.vocab_size}")
+                raise ValueError(
+                    f"init_from {self.init_from!r}: its tokenizer has {vocab_size} ids (added tokens "
+                    f"included) but the model's vocabulary only {config.vocab_size}"
+                )
             positions = getattr(config, "max_position_embeddings", None)
             if positions is not None and self.seq_len > positions:
                 raise ValueError(f"seq_len {self.seq_len} is above init_from's max_position_embeddings {positions}")
@@ -156,16 +183,23 @@ class TrainConfig:
                 config = transformers.AutoConfig.from_pretrained(self.model_config_file)
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
                 first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise ValueError(f"model_config_file (--model-config-file) {self.model_config_file!r}: not a Hugging "
-                                 f"Face config transformers can read ({first})") from None
+                raise ValueError(
+                    f"model_config_file (--model-config-file) {self.model_config_file!r}: not a Hugging "
+                    f"Face config transformers can read ({first})"
+                ) from None
             config.vocab_size, config.use_cache = vocab_size, False
             config.max_position_embeddings = max(getattr(config, "max_position_embeddings", 0), self.seq_len)
             return config
         shape = PRESETS[self.preset]
         return transformers.LlamaConfig(
-            vocab_size=vocab_size, max_position_embeddings=self.seq_len,
-            num_key_value_heads=shape["num_attention_heads"], tie_word_embeddings=False, attention_dropout=0.0,
-            use_cache=False, **shape)
+            vocab_size=vocab_size,
+            max_position_embeddings=self.seq_len,
+            num_key_value_heads=shape["num_attention_heads"],
+            tie_word_embeddings=False,
+            attention_dropout=0.0,
+            use_cache=False,
+            **shape,
+        )
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -192,12 +226,15 @@ def _check_device(device: torch.device) -> None:
         return
     if not torch.cuda.is_available():
         why = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-        raise ValueError(f"device (--device) {str(device)!r}: CUDA is not available here ({why}, torch "
-                         f"{torch.__version__}); use --device cpu or --device auto")
+        raise ValueError(
+            f"device (--device) {str(device)!r}: CUDA is not available here ({why}, torch "
+            f"{torch.__version__}); use --device cpu or --device auto"
+        )
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
-        raise ValueError(f"device (--device) {str(device)!r}: this machine has {count} CUDA device(s), "
-                         f"cuda:0 to cuda:{count - 1}")
+        raise ValueError(
+            f"device (--device) {str(device)!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+        )
 
 
 def default_threads() -> int:
@@ -253,25 +290,32 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
     source = _source(config, model_config)
     data = config.data_dir or f"the Python standard library ({stdlib_directory()})"
     if config.warmup_steps > config.steps:
-        schedule = (f"schedule   {config.steps} steps, all inside the {config.warmup_steps}-step warm-up: the lr rises "
-                    f"to {learning_rate(config.steps - 1, config):g} and never reaches --lr {config.lr:g} "
-                    "(warning: lower --warmup-steps to at most --steps to reach it)")
+        schedule = (
+            f"schedule   {config.steps} steps, all inside the {config.warmup_steps}-step warm-up: the lr rises "
+            f"to {learning_rate(config.steps - 1, config):g} and never reaches --lr {config.lr:g} "
+            "(warning: lower --warmup-steps to at most --steps to reach it)"
+        )
     else:
-        schedule = (f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine "
-                    f"to {config.lr * config.min_lr_ratio:g}")
+        schedule = (
+            f"schedule   {config.steps} steps, lr {config.lr:g}, {config.warmup_steps} warmup steps, cosine "
+            f"to {config.lr * config.min_lr_ratio:g}"
+        )
     lines = [
         f"model      {source}: hidden {model_config.hidden_size}, {model_config.num_hidden_layers} layers, "
         f"{model_config.num_attention_heads} heads, intermediate {model_config.intermediate_size}, vocabulary {model_config.vocab_size}"
-        + (" (the BPE's target; the trained tokenizer's size with added tokens is used)"
-           if vocab_size is None and config.init_from is None else "")
+        + (
+            " (the BPE's target; the trained tokenizer's size with added tokens is used)"
+            if vocab_size is None and config.init_from is None
+            else ""
+        )
         + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
         f"ojas       optimize_model {'on' if config.ojas else 'off'}"
         + (", activation checkpointing" if config.activation_checkpointing else "")
         + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else "")
         + (" (two per layer: attention half, MLP half)" if config.split_checkpoints else ""),
         f"optimizer  AdamW {'in backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
-        + ("state in host memory, " if config.state_on_host else "") +
-        f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
+        + ("state in host memory, " if config.state_on_host else "")
+        + f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
         schedule,
         f"batch      {config.batch_size} x {config.seq_len} tokens x {config.accumulation_steps} accumulation = "
         f"{tokens_per_step} tokens/step, {tokens_per_step * config.steps:,} in all",

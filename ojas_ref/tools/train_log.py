@@ -25,8 +25,12 @@ class OutputError(RuntimeError):
 
 def _write_failed(path: Path, err: OSError, last_checkpoint: Optional[Path]) -> str:
     """The message of an :class:`OutputError`: the file, the error, the last complete checkpoint."""
-    where = (f"the last complete checkpoint is {last_checkpoint}: free space (or fix the path) and continue with "
-             "--resume latest" if last_checkpoint else "no checkpoint was written")
+    where = (
+        f"the last complete checkpoint is {last_checkpoint}: free space (or fix the path) and continue with "
+        "--resume latest"
+        if last_checkpoint
+        else "no checkpoint was written"
+    )
     return f"cannot write {path} ({err.strerror or err}); {where}"
 
 
@@ -92,11 +96,13 @@ def _plot_title(config: TrainConfig, model: torch.nn.Module, device: torch.devic
     """The plot's title: the model and the setting, in two lines."""
     parameters = sum(p.numel() for p in model.parameters())
     optimizer = "AdamW in backward" if config.in_backward else "AdamW"
-    return (f"ojas train: {_source(config, model.config)}, {parameters / 1e6:.2f}M parameters, {config.dtype} on "
-            f"{device}\n{config.steps} steps of {config.batch_size} x {config.seq_len} tokens"
-            + (f" x {config.accumulation_steps}" if config.accumulation_steps > 1 else "")
-            + f", lr {config.lr:g} ({config.warmup_steps} warm-up, cosine), {optimizer}, clip {config.max_grad_norm}, "
-            f"optimize_model {'on' if config.ojas else 'off'}")
+    return (
+        f"ojas train: {_source(config, model.config)}, {parameters / 1e6:.2f}M parameters, {config.dtype} on "
+        f"{device}\n{config.steps} steps of {config.batch_size} x {config.seq_len} tokens"
+        + (f" x {config.accumulation_steps}" if config.accumulation_steps > 1 else "")
+        + f", lr {config.lr:g} ({config.warmup_steps} warm-up, cosine), {optimizer}, clip {config.max_grad_norm}, "
+        f"optimize_model {'on' if config.ojas else 'off'}"
+    )
 
 
 def _plot(records: list[dict[str, Any]], path: Path, device: torch.device, title: str) -> None:
@@ -111,8 +117,10 @@ def _plot(records: list[dict[str, Any]], path: Path, device: torch.device, title
     loss_axes, memory_axes = figure.subplots(2, 1, sharex=True)
     losses = [r["loss"] for r in records]
     window = max(1, len(losses) // 50)
-    smooth = [sum(losses[max(0, i - window + 1):i + 1]) / len(losses[max(0, i - window + 1):i + 1])
-              for i in range(len(losses))]
+    smooth = [
+        sum(losses[max(0, i - window + 1) : i + 1]) / len(losses[max(0, i - window + 1) : i + 1])
+        for i in range(len(losses))
+    ]
     loss_axes.plot(steps, losses, alpha=0.35, label="per step")
     loss_axes.plot(steps, smooth, label=f"mean of {window} steps")
     loss_axes.legend()

@@ -40,8 +40,9 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
     (the reason) for a setting the planner does not model."""
 
     if config.accumulation_steps > 1:
-        raise NotImplementedError(f"gradient accumulation (accumulation_steps={config.accumulation_steps}) is not "
-                                  "modelled by the planner")
+        raise NotImplementedError(
+            f"gradient accumulation (accumulation_steps={config.accumulation_steps}) is not modelled by the planner"
+        )
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type != "llama":
         raise NotImplementedError(f"the model is {model_type!r}: the planner models Llama decoders only")
@@ -49,12 +50,21 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
         shape = memory.Model.from_module(model)
     except (ValueError, TypeError) as err:  # a config the planner cannot read is not the run's error
         raise NotImplementedError(f"the planner cannot read the model's config ({err})") from None
-    setting = memory.Setting(dtype=_PLAN_DTYPES[config.dtype], optimizer="adamw", in_backward=config.in_backward,
-                              batch=config.batch_size, seq=config.seq_len,
-                              checkpoint=config.activation_checkpointing, ojas_attention=config.ojas,
-                              ojas_loss=config.ojas, ojas_rms_norm=config.ojas, ojas_swiglu=config.ojas,
-                              offload=config.offload_checkpoints, split=config.split_checkpoints,
-                              host_state=config.state_on_host)
+    setting = memory.Setting(
+        dtype=_PLAN_DTYPES[config.dtype],
+        optimizer="adamw",
+        in_backward=config.in_backward,
+        batch=config.batch_size,
+        seq=config.seq_len,
+        checkpoint=config.activation_checkpointing,
+        ojas_attention=config.ojas,
+        ojas_loss=config.ojas,
+        ojas_rms_norm=config.ojas,
+        ojas_swiglu=config.ojas,
+        offload=config.offload_checkpoints,
+        split=config.split_checkpoints,
+        host_state=config.state_on_host,
+    )
     lower_bound = config.in_backward and config.max_grad_norm is not None
     return memory.plan(shape, setting), lower_bound
 
@@ -64,8 +74,9 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.3f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def check_fits(config: TrainConfig, model: torch.nn.Module, available_bytes: int,
-               where: str = "the device") -> Optional[Any]:
+def check_fits(
+    config: TrainConfig, model: torch.nn.Module, available_bytes: int, where: str = "the device"
+) -> Optional[Any]:
     """Refuse the run (:class:`PlanDoesNotFit`, naming the predicted peak, its largest terms and
     ``available_bytes``) when its predicted peak (:func:`predict_peak`) exceeds ``available_bytes``;
     return the plan when it fits. A setting the planner does not model is not checked: one line
@@ -80,23 +91,40 @@ def check_fits(config: TrainConfig, model: torch.nn.Module, available_bytes: int
     if predicted.peak > available_bytes:
         largest = sorted((t for t in peak.terms if t.bytes), key=lambda t: t.bytes, reverse=True)[:3]
         terms = ", ".join(f"{t.name} {_gib(t.bytes)}" for t in largest)
-        advice = [a for on, a in ((config.batch_size > 1, "lower batch_size"), (True, "lower seq_len"),
-                                  (not config.activation_checkpointing, "turn on activation_checkpointing"),
-                                  (config.activation_checkpointing and not config.offload_checkpoints,
-                                   "turn on offload_checkpoints"),
-                                  (config.in_backward and not config.state_on_host, "turn on state_on_host"),
-                                  (not config.in_backward, "turn on in_backward"), (not config.ojas, "turn on ojas"),
-                                  (config.dtype == "float32", "use bfloat16")) if on]
+        advice = [
+            a
+            for on, a in (
+                (config.batch_size > 1, "lower batch_size"),
+                (True, "lower seq_len"),
+                (not config.activation_checkpointing, "turn on activation_checkpointing"),
+                (config.activation_checkpointing and not config.offload_checkpoints, "turn on offload_checkpoints"),
+                (config.in_backward and not config.state_on_host, "turn on state_on_host"),
+                (not config.in_backward, "turn on in_backward"),
+                (not config.ojas, "turn on ojas"),
+                (config.dtype == "float32", "use bfloat16"),
+            )
+            if on
+        ]
         advice_text = ", ".join(advice)
         raise PlanDoesNotFit(
             f"the run will not fit in the memory of {where}: predicted peak {bound}{_gib(predicted.peak)} "
             f"({predicted.peak:,} bytes, at {peak.name}; largest terms: {terms}), available "
             f"{_gib(available_bytes)} ({available_bytes:,} bytes free). "
-            f"{advice_text[0].upper() + advice_text[1:]} (`ojas plan --fit` lists what fits)")
-    note = (" (a lower bound: clipping in backward (InBackwardOptimizer) runs two backward passes, the first keeping the "
-            "activations, which the planner does not model)") if lower_bound else ""
-    print(f"ojas train: memory plan: predicted peak {bound}{_gib(predicted.peak)} at {peak.name}, "
-          f"{_gib(available_bytes)} free on {where}{note}", file=sys.stderr)
+            f"{advice_text[0].upper() + advice_text[1:]} (`ojas plan --fit` lists what fits)"
+        )
+    note = (
+        (
+            " (a lower bound: clipping in backward (InBackwardOptimizer) runs two backward passes, the first keeping the "
+            "activations, which the planner does not model)"
+        )
+        if lower_bound
+        else ""
+    )
+    print(
+        f"ojas train: memory plan: predicted peak {bound}{_gib(predicted.peak)} at {peak.name}, "
+        f"{_gib(available_bytes)} free on {where}{note}",
+        file=sys.stderr,
+    )
     return predicted
 
 
@@ -116,9 +144,15 @@ def plan_line(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         predicted, lower_bound = predict_peak(config, _meta_model(config, vocab))
     except NotImplementedError as err:
         return f"plan       predicted peak on a GPU: not predicted ({err})"
-    host = (f"; host memory {_gib(predicted.host_bytes)} (offloaded checkpoints / optimizer state)"
-            if predicted.host else "")
-    return (f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
-            f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
-            + (", a lower bound: clipping in backward runs two backward passes" if lower_bound else "")
-            + ")" + host)
+    host = (
+        f"; host memory {_gib(predicted.host_bytes)} (offloaded checkpoints / optimizer state)"
+        if predicted.host
+        else ""
+    )
+    return (
+        f"plan       predicted peak on a GPU: {'at least ' if lower_bound else ''}{_gib(predicted.peak)} "
+        f"at {predicted.peak_phase.name} (ojas plan's formulas, vocabulary {vocab}"
+        + (", a lower bound: clipping in backward runs two backward passes" if lower_bound else "")
+        + ")"
+        + host
+    )

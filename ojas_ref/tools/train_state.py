@@ -31,8 +31,19 @@ from typing import Any, Iterable, Iterator, Optional
 
 import torch
 
-__all__ = ["CorruptStateError", "DirectoryLocked", "atomic_write", "latest_state", "list_states", "load_state",
-           "lock_directory", "prune_states", "remove_temporaries", "save_state", "state_path"]
+__all__ = [
+    "CorruptStateError",
+    "DirectoryLocked",
+    "atomic_write",
+    "latest_state",
+    "list_states",
+    "load_state",
+    "lock_directory",
+    "prune_states",
+    "remove_temporaries",
+    "save_state",
+    "state_path",
+]
 
 MAGIC = b"OJASCKP1"
 _LENGTH = struct.Struct("<Q")
@@ -64,8 +75,10 @@ def lock_directory(directory: Path | str, what: str = "directory") -> Iterator[P
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise DirectoryLocked(f"{what} {str(directory)!r} is in use by another run (process {holder} holds {path}); "
-                                  "wait for it to end or use another directory") from None
+            raise DirectoryLocked(
+                f"{what} {str(directory)!r} is in use by another run (process {holder} holds {path}); "
+                "wait for it to end or use another directory"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield path
@@ -129,19 +142,22 @@ def load_state(path: Path | str) -> dict[str, Any]:
     if len(data) < len(MAGIC) + trailer or not data.startswith(MAGIC):
         raise CorruptStateError(
             f"{path} is not an ojas checkpoint or is truncated: {len(data)} bytes, without the "
-            f"{MAGIC!r} header and trailer; refusing to load it (use an earlier checkpoint)")
+            f"{MAGIC!r} header and trailer; refusing to load it (use an earlier checkpoint)"
+        )
     body_end = len(data) - _DIGEST_BYTES
     (length,) = _LENGTH.unpack_from(data, body_end - _LENGTH.size)
     held = body_end - _LENGTH.size - len(MAGIC)
     if length != held:
         raise CorruptStateError(
             f"{path} is truncated or corrupted: its trailer records {length} payload bytes, the file holds {held}; "
-            "refusing to load it (use an earlier checkpoint)")
+            "refusing to load it (use an earlier checkpoint)"
+        )
     if hashlib.sha256(memoryview(data)[:body_end]).digest() != data[body_end:]:
         raise CorruptStateError(
             f"{path} is corrupted: the sha256 of its contents does not match the one stored in it; "
-            "refusing to load it (use an earlier checkpoint)")
-    payload = memoryview(data)[len(MAGIC):body_end - _LENGTH.size]
+            "refusing to load it (use an earlier checkpoint)"
+        )
+    payload = memoryview(data)[len(MAGIC) : body_end - _LENGTH.size]
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
 
 

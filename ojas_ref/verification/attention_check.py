@@ -40,8 +40,13 @@ class Case:
 
     def kwargs(self) -> dict:
         """Keyword arguments of ``attention`` (and of the oracle) besides q, k, v."""
-        return dict(attn_mask=self.attn_mask, is_causal=self.is_causal, scale=self.scale,
-                    enable_gqa=self.enable_gqa, window=self.window)
+        return dict(
+            attn_mask=self.attn_mask,
+            is_causal=self.is_causal,
+            scale=self.scale,
+            enable_gqa=self.enable_gqa,
+            window=self.window,
+        )
 
 
 MASK_SHAPES = {  # shape of an attn_mask that broadcasts to [B, Hq, Sq, Sk]
@@ -100,8 +105,7 @@ def make_case(
             attn_mask = keep
         else:
             attn_mask = (2 * torch.randn(shape, generator=g, dtype=F64)).masked_fill(~keep, -math.inf).to(dtype)
-    return Case(q.to(dtype), k.to(dtype), v.to(dtype), do.to(dtype), attn_mask, is_causal, scale,
-                group > 1, window)
+    return Case(q.to(dtype), k.to(dtype), v.to(dtype), do.to(dtype), attn_mask, is_causal, scale, group > 1, window)
 
 
 def structural_visibility(case: Case) -> Tensor:
@@ -148,8 +152,9 @@ def score_magnitude(case: Case) -> tuple[float, Tensor]:
     return scale, abs_qk.amax(-1).view(b, hq, sq)
 
 
-def forward_tolerance(case: Case, oracle_out: Tensor, *, score_roundings: int = 2,
-                      weight_rounding: float = 0.0) -> Tensor:
+def forward_tolerance(
+    case: Case, oracle_out: Tensor, *, score_roundings: int = 2, weight_rounding: float = 0.0
+) -> Tensor:
     """Elementwise bound on |out - oracle_out| for the reference run on ``case``
     (float32 computation) against the float64 oracle, shape [B, Hq, Sq, Ev].
 
@@ -193,12 +198,14 @@ def forward_tolerance(case: Case, oracle_out: Tensor, *, score_roundings: int = 
     def implementation_bound(u: float, u_exp: float) -> Tensor:
         gamma = dot_product_error_bound(e, u)
         delta = abs(scale) * a * (gamma + ((1 + u) ** score_roundings - 1) * (1 + gamma))
-        perturbation = torch.tensor([softmax_score_perturbation_bound(d) for d in delta.flatten().tolist()],
-                                    dtype=F64).view_as(delta)
+        perturbation = torch.tensor(
+            [softmax_score_perturbation_bound(d) for d in delta.flatten().tolist()], dtype=F64
+        ).view_as(delta)
         return v_max * (online_softmax_error_bound(sk, u, u_exp) + perturbation).unsqueeze(-1)
 
-    bound = (implementation_bound(UNIT_ROUNDOFF[torch.float32], EXP_ERROR[torch.float32])
-             + implementation_bound(UNIT_ROUNDOFF[F64], EXP_ERROR[F64]))
+    bound = implementation_bound(UNIT_ROUNDOFF[torch.float32], EXP_ERROR[torch.float32]) + implementation_bound(
+        UNIT_ROUNDOFF[F64], EXP_ERROR[F64]
+    )
     u_out = UNIT_ROUNDOFF[case.query.dtype] if case.query.dtype != torch.float32 else 0.0
     bound = bound + weight_rounding * v_max
     return bound + u_out * (oracle_out.abs() + bound)
@@ -243,8 +250,9 @@ def _run_forward(case: Case, impl: str) -> tuple[Tensor, Tensor]:
     from ojas_kernels.attention import flash_attention_forward
 
     scale = 1.0 / math.sqrt(case.query.shape[-1]) if case.scale is None else case.scale
-    return flash_attention_forward(case.query, case.key, case.value, case.is_causal, scale, case.window,
-                                   attn_mask=case.attn_mask)
+    return flash_attention_forward(
+        case.query, case.key, case.value, case.is_causal, scale, case.window, attn_mask=case.attn_mask
+    )
 
 
 def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
@@ -258,20 +266,26 @@ def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
 
     device = case.query.device  # where the implementation runs; the comparison is on the CPU
     case = _on(case, torch.device("cpu"))
-    ref = attention_oracle(case.query, case.key, case.value, grad_out=case.grad_out,
-                           block_size=attn_mod._BLOCK_K, **case.kwargs())
+    ref = attention_oracle(
+        case.query, case.key, case.value, grad_out=case.grad_out, block_size=attn_mod._BLOCK_K, **case.kwargs()
+    )
     out, lse = (t.cpu() for t in _run_forward(_on(case, device), impl))
     problems = []
     dead = torch.isneginf(ref["lse"])
     kernel_low_precision = impl == "triton" and case.query.dtype in (torch.bfloat16, torch.float16)
     tolerance = forward_tolerance(
-        case, ref["out"], score_roundings=2 if impl == "reference" else 3,
-        weight_rounding=UNIT_ROUNDOFF[case.query.dtype] if kernel_low_precision else 0.0)
+        case,
+        ref["out"],
+        score_roundings=2 if impl == "reference" else 3,
+        weight_rounding=UNIT_ROUNDOFF[case.query.dtype] if kernel_low_precision else 0.0,
+    )
     excess = (out.to(F64) - ref["out"]).abs() - tolerance
     if not (excess <= 0).all():
         bad = excess.nan_to_num(nan=math.inf)
-        problems.append(f"out: exceeds the error bound by {bad.max().item():.3g} "
-                        f"at {tuple(torch.nonzero(bad == bad.max())[0].tolist())}")
+        problems.append(
+            f"out: exceeds the error bound by {bad.max().item():.3g} "
+            f"at {tuple(torch.nonzero(bad == bad.max())[0].tolist())}"
+        )
     if not torch.equal(torch.isneginf(lse), dead):
         problems.append("lse: -inf rows differ from the oracle's fully masked rows")
     elif not torch.all(out[dead] == 0):
@@ -282,8 +296,9 @@ def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
             problems.append(f"lse: max error {diff.nan_to_num(nan=math.inf).max().item():.3g} exceeds the tolerance")
     on_device = _on(case, device)
     xs = [t.detach().clone().requires_grad_() for t in (on_device.query, on_device.key, on_device.value)]
-    grads = [g.cpu() for g in torch.autograd.grad(attention(*xs, impl=impl, **on_device.kwargs()), xs,
-                                                  on_device.grad_out)]
+    grads = [
+        g.cpu() for g in torch.autograd.grad(attention(*xs, impl=impl, **on_device.kwargs()), xs, on_device.grad_out)
+    ]
     rtol = grad_rtol(case)
     for name, g in zip(("grad_query", "grad_key", "grad_value"), grads):
         try:

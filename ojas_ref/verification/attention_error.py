@@ -36,10 +36,21 @@ from ojas_ref.verification.bounds.attention import (
     attention_lse_error_bound,
 )
 
-__all__ = ["exact_attention", "exact_lse", "exact_dv", "exact_grads", "forward_error_bound",
-           "forward_posteriori_bound", "lse_error_bound",
-           "dv_error_bound", "grad_error_bounds", "observed_error", "measured_exp2_error", "measured_log2_error",
-           "storage_rounding"]
+__all__ = [
+    "exact_attention",
+    "exact_lse",
+    "exact_dv",
+    "exact_grads",
+    "forward_error_bound",
+    "forward_posteriori_bound",
+    "lse_error_bound",
+    "dv_error_bound",
+    "grad_error_bounds",
+    "observed_error",
+    "measured_exp2_error",
+    "measured_log2_error",
+    "storage_rounding",
+]
 
 F64 = torch.float64
 
@@ -48,7 +59,7 @@ def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[
     """(first row, float64 query rows, float64 keys repeated to the query heads)."""
     kr = k.to(F64).repeat_interleave(q.shape[1] // k.shape[1], 1)
     for r0 in range(0, q.shape[2], rows):
-        yield r0, q[:, :, r0:r0 + rows].to(F64), kr
+        yield r0, q[:, :, r0 : r0 + rows].to(F64), kr
 
 
 def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -62,11 +73,14 @@ def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale:
 
 def exact_lse(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
     """float64 ln sum_j exp(scale q.k_j) over the visible keys, [B, Hq, S]."""
-    return torch.cat([torch.logsumexp(_scores(r0, qc, kr, is_causal, scale), -1) for r0, qc, kr in _row_blocks(q, k)], 2)
+    return torch.cat(
+        [torch.logsumexp(_scores(r0, qc, kr, is_causal, scale), -1) for r0, qc, kr in _row_blocks(q, k)], 2
+    )
 
 
-def exact_dv(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, is_causal: bool,
-             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def exact_dv(
+    q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, is_causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 dV = P^T dO summed over each key/value head's query heads, and
     S = P^T |dO| (the same sum over absolute values), both [B, Hkv, Sk, Ev]."""
     g = q.shape[1] // k.shape[1]
@@ -74,15 +88,22 @@ def exact_dv(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, is_causal: bool
     sa = torch.zeros_like(dv)
     for r0, qc, kr in _row_blocks(q, k):
         pr = torch.softmax(_scores(r0, qc, kr, is_causal, scale), -1).transpose(-1, -2)
-        d = do[:, :, r0:r0 + qc.shape[2]].to(F64)
+        d = do[:, :, r0 : r0 + qc.shape[2]].to(F64)
         dv += pr @ d
         sa += pr @ d.abs()
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
     return fold(dv), fold(sa)
 
 
-def exact_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, is_causal: bool, scale: float,
-                delta_error: torch.Tensor) -> dict:
+def exact_grads(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    delta_error: torch.Tensor,
+) -> dict:
     """float64 ``dq`` [B, Hq, Sq, E] and ``dk`` [B, Hkv, Sk, E] of attention against ``do``
     (``D_i = dO_i . O_i``, O the exact output); the a-posteriori sums of
     ``attention_dq_error_bound`` / ``attention_dk_error_bound`` (``dq_sums``, ``dk_sums``:
@@ -96,11 +117,11 @@ def exact_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     for r0, qc, kr in _row_blocks(q, k):
         s = _scores(r0, qc, kr, is_causal, scale)
         pr = torch.softmax(s, -1)
-        d = do[:, :, r0:r0 + qc.shape[2]].to(F64)
+        d = do[:, :, r0 : r0 + qc.shape[2]].to(F64)
         y = d @ vr.transpose(-1, -2) - (d * (pr @ vr)).sum(-1, keepdim=True)
         ym = max(ym, y.abs().masked_fill(s == -math.inf, 0.0).max().item())
         pd = max(pd, (d.abs() @ vr.abs().transpose(-1, -2)).max().item())
-        py, pay, e = pr * y, pr * y.abs(), delta_error[:, :, r0:r0 + qc.shape[2], None].to(F64)
+        py, pay, e = pr * y, pr * y.abs(), delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64)
         for acc, t, w in zip(dk, (py * scale, pay, pr, pr * e), (qc, qc.abs(), qc.abs(), qc.abs())):
             acc += t.transpose(-1, -2) @ w
         ka = kr.abs()
@@ -108,8 +129,14 @@ def exact_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
             parts.append(t)
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
     dq = [torch.cat(parts, 2) for parts in dq]
-    return dict(dq=dq[0], dk=fold(dk[0]), dq_sums=tuple(dq[1:]), dk_sums=tuple(fold(t) for t in dk[1:]),
-                max_abs_y=ym, dp_abs_sum=pd)
+    return dict(
+        dq=dq[0],
+        dk=fold(dk[0]),
+        dq_sums=tuple(dq[1:]),
+        dk_sums=tuple(fold(t) for t in dk[1:]),
+        max_abs_y=ym,
+        dp_abs_sum=pd,
+    )
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -130,40 +157,60 @@ def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: in
 
         block_n = default_config(q.shape[-1], q.dtype, q.device, is_causal).fwd.block_n
     qk_abs = max((qc.abs() @ kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
-    return dict(block_n=block_n, max_abs_q=q.abs().max().item(), max_abs_k=k.abs().max().item(),
-                qk_abs_sum=qk_abs * (1 + 2.0**-40))
+    return dict(
+        block_n=block_n,
+        max_abs_q=q.abs().max().item(),
+        max_abs_k=k.abs().max().item(),
+        qk_abs_sum=qk_abs * (1 + 2.0**-40),
+    )
 
 
-def forward_error_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
-                        block_n: int | None = None) -> float:
+def forward_error_bound(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
+) -> float:
     """The bound on :func:`observed_error` for these inputs (``attention_forward_error_bound``),
     at the float32-to-``q.dtype`` rounding the device's kernels use (:func:`storage_rounding`)."""
-    return attention_forward_error_bound(k.shape[2], q.shape[-1], dtype=q.dtype, max_abs_v=v.abs().max().item(),
-                                         scale=scale, storage_rounding=storage_rounding(q.device.type, q.dtype),
-                                         **_bound_inputs(q, k, is_causal, block_n))
+    return attention_forward_error_bound(
+        k.shape[2],
+        q.shape[-1],
+        dtype=q.dtype,
+        max_abs_v=v.abs().max().item(),
+        scale=scale,
+        storage_rounding=storage_rounding(q.device.type, q.dtype),
+        **_bound_inputs(q, k, is_causal, block_n),
+    )
 
 
-def forward_posteriori_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
-                             block_n: int | None = None) -> torch.Tensor:
+def forward_posteriori_bound(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
+) -> torch.Tensor:
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
     (``attention_forward_posteriori_bound``) with ``W = P |v|`` from the float64 exact
     probabilities (:func:`exact_attention` of ``|v|``), enlarged by ``2^-30`` for its own
     rounding (a float64 softmax and sum of at most ``2^20`` nonnegative terms)."""
     w = exact_attention(q, k, v.abs(), is_causal, scale) * (1 + 2.0**-30)
-    return attention_forward_posteriori_bound(w, k.shape[2], q.shape[-1], dtype=q.dtype,
-                                              max_abs_v=v.abs().max().item(), scale=scale,
-                                              storage_rounding=storage_rounding(q.device.type, q.dtype),
-                                              **_bound_inputs(q, k, is_causal, block_n))
+    return attention_forward_posteriori_bound(
+        w,
+        k.shape[2],
+        q.shape[-1],
+        dtype=q.dtype,
+        max_abs_v=v.abs().max().item(),
+        scale=scale,
+        storage_rounding=storage_rounding(q.device.type, q.dtype),
+        **_bound_inputs(q, k, is_causal, block_n),
+    )
 
 
-def lse_error_bound(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float,
-                    block_n: int | None = None) -> float:
+def lse_error_bound(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
+) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs (``attention_lse_error_bound``)."""
     return attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **_bound_inputs(q, k, is_causal, block_n))
 
 
-def dv_error_bound(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, prob_abs_do: torch.Tensor, is_causal: bool,
-                   scale: float) -> torch.Tensor:
+def dv_error_bound(
+    q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, prob_abs_do: torch.Tensor, is_causal: bool, scale: float
+) -> torch.Tensor:
     """The proved a-posteriori bounds on |dV - exact| (``attention_dv_error_bound``), with
     the forward's lse bound, the dK/dV kernel's query tile (``default_config``) and
     every query head of a key's group counted."""
@@ -175,14 +222,34 @@ def dv_error_bound(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, prob_abs_
     lse = exact_lse(q, k, is_causal, scale)
     lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **inputs)
     return attention_dv_error_bound(
-        prob_abs_do, g * sq, g * -(-sq // bm), q.shape[-1], block_m=bm, dtype=q.dtype,
-        max_abs_q=inputs["max_abs_q"], max_abs_k=inputs["max_abs_k"], qk_abs_sum=inputs["qk_abs_sum"],
-        max_abs_do=do.abs().max().item(), max_abs_lse=lse.abs().max().item(), lse_error=lse_err, scale=scale,
-        storage_rounding=storage_rounding(q.device.type, q.dtype))
+        prob_abs_do,
+        g * sq,
+        g * -(-sq // bm),
+        q.shape[-1],
+        block_m=bm,
+        dtype=q.dtype,
+        max_abs_q=inputs["max_abs_q"],
+        max_abs_k=inputs["max_abs_k"],
+        qk_abs_sum=inputs["qk_abs_sum"],
+        max_abs_do=do.abs().max().item(),
+        max_abs_lse=lse.abs().max().item(),
+        lse_error=lse_err,
+        scale=scale,
+        storage_rounding=storage_rounding(q.device.type, q.dtype),
+    )
 
 
-def grad_error_bounds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, out: torch.Tensor,
-                      lse: torch.Tensor, is_causal: bool, scale: float, inputs: str = "proved") -> dict:
+def grad_error_bounds(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    inputs: str = "proved",
+) -> dict:
     """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
     on |kernel - exact| entry by entry (``attention_dq_error_bound``, ``attention_dk_error_bound``)
     for the backward kernels' tiles (``default_config``), fed with the forward's saved ``out``
@@ -216,14 +283,21 @@ def grad_error_bounds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: tor
         ed = ed + o_err + 2.0**-30 * do_abs * v.abs().max().item()
         lse_err = (lse.to(F64) - lse_ex).abs().max().item() + 2.0**-30 * (1.0 + lse_ex.abs().max().item())
     ex = exact_grads(q, k, v, do, is_causal, scale, ed)
-    common = dict(dtype=q.dtype, max_abs_q=bnd["max_abs_q"], max_abs_k=bnd["max_abs_k"],
-                  qk_abs_sum=bnd["qk_abs_sum"], dp_abs_sum=ex["dp_abs_sum"] * (1 + 2.0**-40),
-                  max_abs_y=ex["max_abs_y"] * (1 + 2.0**-40), max_delta_error=ed.max().item(),
-                  max_abs_lse=lse_ex.abs().max().item(), lse_error=lse_err, scale=scale,
-                  storage_rounding=storage_rounding(q.device.type, q.dtype))
+    common = dict(
+        dtype=q.dtype,
+        max_abs_q=bnd["max_abs_q"],
+        max_abs_k=bnd["max_abs_k"],
+        qk_abs_sum=bnd["qk_abs_sum"],
+        dp_abs_sum=ex["dp_abs_sum"] * (1 + 2.0**-40),
+        max_abs_y=ex["max_abs_y"] * (1 + 2.0**-40),
+        max_delta_error=ed.max().item(),
+        max_abs_lse=lse_ex.abs().max().item(),
+        lse_error=lse_err,
+        scale=scale,
+        storage_rounding=storage_rounding(q.device.type, q.dtype),
+    )
     bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
-    dk_bound = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm,
-                                        **common)
+    dk_bound = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm, **common)
     dq_bound = attention_dq_error_bound(ex["dq_sums"], sk, -(-sk // bn), q.shape[-1], ev, block_n=bn, **common)
     return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq_bound, dk_bound=dk_bound)
 
@@ -300,8 +374,11 @@ def storage_rounding(device: str, dtype: torch.dtype, points: int = 1 << 16) -> 
     y = _run_unary("cast", x, dtype)
     if torch.equal(y, x.to(dtype)):
         return "nearest"
-    trunc = torch.where(x.abs() < x.to(dtype).to(torch.float32).abs(),
-                        torch.nextafter(x.to(dtype), torch.zeros_like(x, dtype=dtype)), x.to(dtype))
+    trunc = torch.where(
+        x.abs() < x.to(dtype).to(torch.float32).abs(),
+        torch.nextafter(x.to(dtype), torch.zeros_like(x, dtype=dtype)),
+        x.to(dtype),
+    )
     if torch.equal(y, trunc):
         return "truncate"
     raise ValueError(f"Triton's float32 -> {dtype} cast on {device} is neither round-to-nearest nor truncation")

@@ -46,8 +46,18 @@ ATTENTION_CASES = [
     dict(dtype=torch.bfloat16, kv_heads=1, group=3, sq=24, sk=24, e=16, ev=16, is_causal=True),
     dict(dtype=torch.float32, sq=20, sk=20, e=16, ev=8, window=2),
     dict(dtype=torch.float32, batch=2, sq=21, sk=21, e=16, ev=16, is_causal=True, mask="bool", mask_shape="keys"),
-    dict(dtype=torch.float32, kv_heads=2, group=2, sq=18, sk=25, e=16, ev=8, mask="bool", mask_shape="batch",
-         dead_rows=(3,)),
+    dict(
+        dtype=torch.float32,
+        kv_heads=2,
+        group=2,
+        sq=18,
+        sk=25,
+        e=16,
+        ev=8,
+        mask="bool",
+        mask_shape="batch",
+        dead_rows=(3,),
+    ),
 ]
 
 
@@ -101,6 +111,7 @@ def _attention_check(impl: str) -> Callable[[dict, int], list[str]]:
         if impl == "triton" and torch.cuda.is_available():
             case = replace(case, **{f: getattr(case, f).cuda() for f in ("query", "key", "value", "grad_out")})
         return oracle_mismatches(case, impl=impl)
+
     return check
 
 
@@ -111,6 +122,7 @@ def _linear_cross_entropy_check(impl: str) -> Callable[[dict, int], list[str]]:
         device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
         with use_impl(linear_cross_entropy=impl):
             return oracle_mismatches(make_problem(seed, **params), device=device)
+
     return check
 
 
@@ -135,22 +147,39 @@ def implementations() -> list[Implementation]:
     from ojas_ref.verification.optimizer_in_backward_check import CASES as OPTIMIZER_CASES
 
     impls = [
-        Implementation("ojas_ref.attention (PyTorch reference)", attention, ATTENTION_CASES,
-                       _attention_check("reference")),
-        Implementation("ojas_ref.linear_cross_entropy (PyTorch reference)", linear_cross_entropy,
-                       LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check("reference")),
+        Implementation(
+            "ojas_ref.attention (PyTorch reference)", attention, ATTENTION_CASES, _attention_check("reference")
+        ),
+        Implementation(
+            "ojas_ref.linear_cross_entropy (PyTorch reference)",
+            linear_cross_entropy,
+            LINEAR_CROSS_ENTROPY_CASES,
+            _linear_cross_entropy_check("reference"),
+        ),
         Implementation("ojas_ref.ReversibleSequence", ReversibleSequence, REVERSIBLE_CASES, _reversible_check),
-        Implementation("ojas_ref.InBackwardOptimizer", InBackwardOptimizer, OPTIMIZER_CASES,
-                       _optimizer_in_backward_check),
+        Implementation(
+            "ojas_ref.InBackwardOptimizer", InBackwardOptimizer, OPTIMIZER_CASES, _optimizer_in_backward_check
+        ),
     ]
     why = None
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         why = "no CUDA device (set TRITON_INTERPRET=1 to run it on the CPU)"
     for name, module, function, cases, check in (
-            ("ojas_kernels.attention (Triton)", "ojas_kernels.attention", "flash_attention", ATTENTION_CASES,
-             _attention_check("triton")),
-            ("ojas_kernels.linear_cross_entropy (Triton)", "ojas_kernels.linear_cross_entropy",
-             "linear_cross_entropy", LINEAR_CROSS_ENTROPY_CASES, _linear_cross_entropy_check("triton"))):
+        (
+            "ojas_kernels.attention (Triton)",
+            "ojas_kernels.attention",
+            "flash_attention",
+            ATTENTION_CASES,
+            _attention_check("triton"),
+        ),
+        (
+            "ojas_kernels.linear_cross_entropy (Triton)",
+            "ojas_kernels.linear_cross_entropy",
+            "linear_cross_entropy",
+            LINEAR_CROSS_ENTROPY_CASES,
+            _linear_cross_entropy_check("triton"),
+        ),
+    ):
         try:
             kernel = getattr(importlib.import_module(module), function)
         except ImportError as err:  # triton missing
@@ -214,8 +243,11 @@ def differential_status(impls: list[Implementation], quick: bool, seed: int, log
             if problems:
                 failures.append(f"case {k}: {problems[0]}")
         took = time.perf_counter() - t0
-        results[impl.name] = (f"FAIL ({len(failures)}/{len(cases)}) {failures[0]}" if failures
-                              else f"pass ({len(cases)} cases, {took:.1f} s)")
+        results[impl.name] = (
+            f"FAIL ({len(failures)}/{len(cases)}) {failures[0]}"
+            if failures
+            else f"pass ({len(cases)} cases, {took:.1f} s)"
+        )
     return results
 
 
@@ -232,8 +264,7 @@ def ensure_oracle(log=_say) -> str | None:
     if missing:
         return f"the oracle is not built and {', '.join(missing)} (needed to build it) not found (run scripts/setup.sh)"
     log("      building the oracle: make -C extraction")
-    proc = subprocess.run(["make", "-s", "-C", str(pa.REPO_ROOT / "extraction")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(["make", "-s", "-C", str(pa.REPO_ROOT / "extraction")], capture_output=True, text=True)
     return None if proc.returncode == 0 else f"oracle build failed: {proc.stderr[-500:]}"
 
 
@@ -286,6 +317,8 @@ def run(seed: int = 0, quick: bool = False, allow_skip: bool = False) -> int:
         _say("audit: OK")
         return 0
     verdict = "INCOMPLETE (allowed by --allow-skip)" if allow_skip else "INCOMPLETE"
-    _say(f"audit: {verdict}: every check that ran held; {len(skipped)} of {len(diff)} differential checks were "
-         f"skipped: {'; '.join(skipped)}")
+    _say(
+        f"audit: {verdict}: every check that ran held; {len(skipped)} of {len(diff)} differential checks were "
+        f"skipped: {'; '.join(skipped)}"
+    )
     return 0 if allow_skip else 3

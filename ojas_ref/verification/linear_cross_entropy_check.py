@@ -30,9 +30,21 @@ linear_cross_entropy_module = importlib.import_module("ojas_ref.functional.linea
 F64 = torch.float64
 
 
-def make_problem(seed: int, *, shape: tuple[int, ...], D: int, V: int, reduction: str = "mean",
-                 ignored: float = 0.3, bias: bool = True, chunks=(3, 7), eps: float = 0.0,
-                 lam: float = 0.0, cap: float | None = None, ignore_index: int = -100) -> dict:
+def make_problem(
+    seed: int,
+    *,
+    shape: tuple[int, ...],
+    D: int,
+    V: int,
+    reduction: str = "mean",
+    ignored: float = 0.3,
+    bias: bool = True,
+    chunks=(3, 7),
+    eps: float = 0.0,
+    lam: float = 0.0,
+    cap: float | None = None,
+    ignore_index: int = -100,
+) -> dict:
     """A deterministic problem: a fraction ``ignored`` of the targets set to ``ignore_index``."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, D, generator=gen, dtype=F64)
@@ -40,9 +52,19 @@ def make_problem(seed: int, *, shape: tuple[int, ...], D: int, V: int, reduction
     b = torch.randn(V, generator=gen, dtype=F64) if bias else None
     t = torch.randint(0, V, shape, generator=gen)
     t = torch.where(torch.rand(shape, generator=gen) < ignored, torch.full_like(t, ignore_index), t)
-    return {"x": x, "w": w, "b": b, "t": t, "ignore_index": ignore_index, "chunks": chunks,
-            "reduction": reduction, "eps": eps, "lam": lam, "cap": cap,
-            "grad_out": torch.randn(shape, generator=gen, dtype=F64)}
+    return {
+        "x": x,
+        "w": w,
+        "b": b,
+        "t": t,
+        "ignore_index": ignore_index,
+        "chunks": chunks,
+        "reduction": reduction,
+        "eps": eps,
+        "lam": lam,
+        "cap": cap,
+        "grad_out": torch.randn(shape, generator=gen, dtype=F64),
+    }
 
 
 def oracle_tolerance(unit_roundoff: float, D: int, V: int, expected: torch.Tensor) -> float:
@@ -78,15 +100,24 @@ def _forward_bounds(p: dict, dtype: torch.dtype, u: float) -> dict[str, torch.Te
     kept = t != p["ignore_index"]
     b = None if p["b"] is None else p["b"].to(dtype)
     loss_b, lse_b, loss_mag = linear_cross_entropy_token_error_bound(
-        x[kept], p["w"].to(dtype), b, t[kept], label_smoothing=p["eps"], z_loss=p["lam"],
-        unit_roundoff=u, exp_error=EXP_ERROR[dtype], log_error=_log_error(dtype, V))
+        x[kept],
+        p["w"].to(dtype),
+        b,
+        t[kept],
+        label_smoothing=p["eps"],
+        z_loss=p["lam"],
+        unit_roundoff=u,
+        exp_error=EXP_ERROR[dtype],
+        log_error=_log_error(dtype, V),
+    )
     per_token = torch.zeros(t.shape, dtype=F64)
     per_token[kept] = loss_b
     if p["reduction"] == "none":
         loss = per_token.reshape(p["t"].shape)
     else:
-        loss = torch.tensor(linear_cross_entropy_reduction_error_bound(loss_b, loss_mag, t.numel(),
-                                                                       p["reduction"], u), dtype=F64)
+        loss = torch.tensor(
+            linear_cross_entropy_reduction_error_bound(loss_b, loss_mag, t.numel(), p["reduction"], u), dtype=F64
+        )
     return {"loss": loss, "lse": lse_b}
 
 
@@ -110,19 +141,26 @@ def oracle_and_reference(p, dtype, device="cpu"):
     from ojas_ref.verification.oracle import linear_cross_entropy_oracle
 
     token_chunk, vocab_chunk = linear_cross_entropy_module._check_chunk_size(p["chunks"])
-    kw = dict(linear_bias=None if p["b"] is None else p["b"].to(dtype), reduction=p["reduction"],
-              ignore_index=p["ignore_index"], label_smoothing=p["eps"], z_loss=p["lam"], softcap=p["cap"])
+    kw = dict(
+        linear_bias=None if p["b"] is None else p["b"].to(dtype),
+        reduction=p["reduction"],
+        ignore_index=p["ignore_index"],
+        label_smoothing=p["eps"],
+        z_loss=p["lam"],
+        softcap=p["cap"],
+    )
     x, w = p["x"].to(dtype), p["w"].to(dtype)
     go = p["grad_out"] if p["reduction"] == "none" else torch.tensor(1.7, dtype=F64)
-    oracle = linear_cross_entropy_oracle(x.detach(), w.detach(), p["t"], token_chunk=token_chunk,
-                                         vocab_chunk=vocab_chunk, grad_output=go, **kw)
-    _, lse = linear_cross_entropy_forward(x, w, p["t"], chunk_size=(token_chunk, vocab_chunk),
-                                          **{k: v for k, v in kw.items() if k != "reduction"})
+    oracle = linear_cross_entropy_oracle(
+        x.detach(), w.detach(), p["t"], token_chunk=token_chunk, vocab_chunk=vocab_chunk, grad_output=go, **kw
+    )
+    _, lse = linear_cross_entropy_forward(
+        x, w, p["t"], chunk_size=(token_chunk, vocab_chunk), **{k: v for k, v in kw.items() if k != "reduction"}
+    )
     leaves = [t.detach().to(device).requires_grad_() for t in (x, w, kw["linear_bias"]) if t is not None]
     if kw["linear_bias"] is not None:
         kw["linear_bias"] = leaves[2]
-    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"].to(device), chunk_size=(token_chunk, vocab_chunk),
-                                **kw)
+    loss = linear_cross_entropy(leaves[0], leaves[1], p["t"].to(device), chunk_size=(token_chunk, vocab_chunk), **kw)
     grads = [g.cpu() for g in torch.autograd.grad(loss, leaves, go.to(device=device, dtype=dtype))]
     loss = loss.cpu()
     kept = p["t"] != p["ignore_index"]
@@ -145,8 +183,10 @@ def oracle_mismatches(p: dict, dtype: torch.dtype = torch.float32, device: str =
             bad = ~(diff <= proved[name])
             if bad.any():
                 i = int(bad.reshape(-1).nonzero()[0])
-                problems.append(f"{name}: error {float(diff.reshape(-1)[i]):.3g} exceeds the proved bound "
-                                f"{float(proved[name].reshape(-1)[i]):.3g}")
+                problems.append(
+                    f"{name}: error {float(diff.reshape(-1)[i]):.3g} exceeds the proved bound "
+                    f"{float(proved[name].reshape(-1)[i]):.3g}"
+                )
         else:
             err = diff.max().item() if diff.numel() else 0.0
             if not err <= oracle_tolerance(u, D, V, e):
@@ -173,13 +213,14 @@ def autocast_runs(impl: str, reduction: str = "mean", device: str = "cpu") -> di
     kw = dict(reduction=reduction, ignore_index=p["ignore_index"])
     runs = {}
     for way in ("autocast", "cast", "torch"):
-        leaves = [p["x"].to(device=device, dtype=torch.bfloat16).requires_grad_(),
-                  p["w"].to(device=device, dtype=torch.float32).requires_grad_(),
-                  p["b"].to(device=device, dtype=torch.float32).requires_grad_()]
+        leaves = [
+            p["x"].to(device=device, dtype=torch.bfloat16).requires_grad_(),
+            p["w"].to(device=device, dtype=torch.float32).requires_grad_(),
+            p["b"].to(device=device, dtype=torch.float32).requires_grad_(),
+        ]
         x, w, b = leaves
         if way == "cast":
-            loss = linear_cross_entropy(x, w.to(torch.bfloat16), t, linear_bias=b.to(torch.bfloat16), impl=impl,
-                                        **kw)
+            loss = linear_cross_entropy(x, w.to(torch.bfloat16), t, linear_bias=b.to(torch.bfloat16), impl=impl, **kw)
             grads = torch.autograd.grad(loss, leaves, go)
         elif way == "autocast":
             with torch.autocast(device, dtype=torch.bfloat16):

@@ -54,8 +54,9 @@ from ojas_ref.verification.bounds.linear_cross_entropy_grad import (
 F64 = torch.float64
 
 
-def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor, softcap: float | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+def kernel_stream_lse(
+    z: torch.Tensor, target: torch.Tensor, softcap: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(lse, loss) [n] float32 of ``_rows_kernel`` STREAM (no bias, eps = lam = 0; the raw
     logits capped at ``softcap`` when given) over the rows of the logits ``z`` [n, V] (float32,
     bfloat16 or float16, as the 3-product schedule stores them), targets ``target`` [n] in [0, V)."""
@@ -71,10 +72,35 @@ def kernel_stream_lse(z: torch.Tensor, target: torch.Tensor, softcap: float | No
     none = torch.empty(1, **f32)
     opts = kernels._Options(0.0, 0.0, None if softcap is None else float(softcap))
     kernels._launch_rows(
-        n, cfg.rows, none, none, none, none, z, z, target, loss, lse, none, none,
-        0, n, 1, V, 0, 0, V, 0, 1.0,
+        n,
+        cfg.rows,
+        none,
+        none,
+        none,
+        none,
+        z,
+        z,
+        target,
+        loss,
+        lse,
+        none,
+        none,
+        0,
+        n,
+        1,
+        V,
+        0,
+        0,
+        V,
+        0,
+        1.0,
         **opts.kernel_args(V),
-        HAS_LSE=False, GRAD=False, STREAM=True, NEED_SUM=False, HAS_BIAS=False, HAS_CAP=softcap is not None,
+        HAS_LSE=False,
+        GRAD=False,
+        STREAM=True,
+        NEED_SUM=False,
+        HAS_BIAS=False,
+        HAS_CAP=softcap is not None,
         BLOCK_P=16,
     )
     return lse, loss
@@ -96,7 +122,7 @@ def emulated_stream_lse(z: torch.Tensor, block_v: int, drop_rescale: int | None 
     m = z[:, 0].clone()
     l = torch.zeros_like(m)
     for k, c0 in enumerate(range(0, z.shape[1], block_v)):
-        tile = z[:, c0:c0 + block_v]
+        tile = z[:, c0 : c0 + block_v]
         m_new = torch.maximum(m, tile.max(dim=1).values)
         alpha = torch.exp(m - m_new)
         scaled = l if k == drop_rescale else l * alpha
@@ -136,7 +162,9 @@ def _unary_kernel():
     return kernel
 
 
-_cap_tanh = _softcap = _cap_chain = None  # the kernel's jit functions, set by _cap_kernel (Triton finds callees in globals)
+_cap_tanh = _softcap = _cap_chain = (
+    None  # the kernel's jit functions, set by _cap_kernel (Triton finds callees in globals)
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -215,9 +243,15 @@ def measured_log_error(device: str, points: int = 1 << 20) -> float:
     return (y.to(F64) - torch.log(x.to(F64))).abs().max().item()
 
 
-def exact_gradients(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
-                    ignore_index: int = -100, grad_output: torch.Tensor | None = None,
-                    softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def exact_gradients(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    grad_output: torch.Tensor | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` (with ``softcap``: of the
     capped logits ``c tanh(x @ w^T / c)``) on the upcast inputs, with ``grad_output`` (upcast;
     default 1) as the loss's upstream gradient."""
@@ -228,8 +262,9 @@ def exact_gradients(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, redu
     return dh, dw
 
 
-def _probabilities(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int,
-                   softcap: float | None = None) -> tuple[torch.Tensor, ...]:
+def _probabilities(
+    x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int, softcap: float | None = None
+) -> tuple[torch.Tensor, ...]:
     """(H, W, kept [N, 1], P, G = P - onehot) float64, P and G zero at the ignored tokens; with
     ``softcap`` P of the capped logits ``c tanh(h . w_v / c)``."""
     h, ww = x.to(F64), w.to(F64)
@@ -241,8 +276,9 @@ def _probabilities(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignor
     return h, ww, kept, p, g
 
 
-def weighted_gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, token_weight: torch.Tensor,
-                           ignore_index: int = -100) -> tuple[torch.Tensor, ...]:
+def weighted_gradient_sums(
+    x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, token_weight: torch.Tensor, ignore_index: int = -100
+) -> tuple[torch.Tensor, ...]:
     """The sums (S, T, Hw, Ha) [V, D] of ``ce_dw4_error`` over the kept tokens, exact weights
     ``w0 = token_weight`` [N] (upcast): ``(|w0| P)^T |H|``, ``|w0 G|^T |H|``, ``colsum |w0| |H|``,
     ``colsum |H_kept|``."""
@@ -250,12 +286,17 @@ def weighted_gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tenso
     ha = h.abs() * kept
     wa = token_weight.to(F64).abs().reshape(-1, 1).expand(h.shape[0], 1)
     V = w.shape[0]
-    return ((wa * p).t() @ ha, (wa * g).abs().t() @ ha, (wa * ha).sum(0)[None, :].expand(V, -1),
-            ha.sum(0)[None, :].expand(V, -1))
+    return (
+        (wa * p).t() @ ha,
+        (wa * g).abs().t() @ ha,
+        (wa * ha).sum(0)[None, :].expand(V, -1),
+        ha.sum(0)[None, :].expand(V, -1),
+    )
 
 
-def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
-                  softcap: float | None = None) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+def gradient_sums(
+    x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, softcap: float | None = None
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """The sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error`` [V, D] from the exact
     float64 probabilities P of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
     ``kept x colsum |W|``; dW ``P^T |H|``, ``|G|^T |H|``, ``colsum |H_kept|``.  With ``softcap``
@@ -275,10 +316,19 @@ def gradient_sums(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore
     return tuple(dh), tuple(dw)
 
 
-def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
-                    ignore_index: int = -100, config=None, exp_error: float | None = None,
-                    storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None,
-                    softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gradient_bounds(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    config=None,
+    exp_error: float | None = None,
+    storage_rounding: str = "nearest",
+    grad_output: torch.Tensor | None = None,
+    softcap: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_error_bound` for
     ``_three_products`` (no bias, reduction "mean" / "sum") on these inputs: ``delta`` and
@@ -293,27 +343,44 @@ def gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, r
     if reduction == "none" or (config is not None and config.products == 4):
         if softcap is not None:
             raise ValueError("no theorem bounds the 4-product schedule's capped gradients")
-        return four_product_gradient_bounds(x, w, target, config, reduction=reduction, ignore_index=ignore_index,
-                                            exp_error=exp_error, storage_rounding=storage_rounding,
-                                            grad_output=grad_output)
+        return four_product_gradient_bounds(
+            x,
+            w,
+            target,
+            config,
+            reduction=reduction,
+            ignore_index=ignore_index,
+            exp_error=exp_error,
+            storage_rounding=storage_rounding,
+            grad_output=grad_output,
+        )
     exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
     config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
     kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
-    dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error,
-                                              softcap=softcap, **kw)
+    dl = linear_cross_entropy_lse_error_bound(
+        V, D, block_v=config.rows.block_v, exp_error=exp_error, softcap=softcap, **kw
+    )
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
     if softcap is not None:
         zmax = min(zmax, softcap * (1 + 2.0**-19))
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
-    common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, logit_error=delta, lse_error=dl,
-                  max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01, exp_error=exp_error,
-                  storage_rounding=storage_rounding, softcap=softcap)
+    common = dict(
+        dtype=x.dtype,
+        scale=1.0 / K if reduction == "mean" else 1.0,
+        logit_error=delta,
+        lse_error=dl,
+        max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01,
+        exp_error=exp_error,
+        storage_rounding=storage_rounding,
+        softcap=softcap,
+    )
     sums_h, sums_w = gradient_sums(x, w, target, ignore_index, softcap)
     bh = linear_cross_entropy_grad_error_bound(*sums_h[:3], n_terms=V, capped_sums=sums_h[3:] or None, **common)
-    bw = linear_cross_entropy_grad_error_bound(*sums_w[:3], n_terms=max(n for _, n, _ in plan), n_chunks=len(plan),
-                                               capped_sums=sums_w[3:] or None, **common)
+    bw = linear_cross_entropy_grad_error_bound(
+        *sums_w[:3], n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), capped_sums=sums_w[3:] or None, **common
+    )
     return bh, bw
 
 
@@ -381,9 +448,11 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     gen = torch.Generator(device=device).manual_seed(0)
     n = 1024
     probe = _sum_probe()
-    cases = (torch.exp(3 * torch.randn(n, V, device=device, generator=gen)),
-             torch.randn(n, V, device=device, generator=gen),
-             torch.where(torch.rand(n, V, device=device, generator=gen) < 1e-3, 1.0, 1e-9))
+    cases = (
+        torch.exp(3 * torch.randn(n, V, device=device, generator=gen)),
+        torch.randn(n, V, device=device, generator=gen),
+        torch.where(torch.rand(n, V, device=device, generator=gen) < 1e-3, 1.0, 1e-9),
+    )
 
     def compiled() -> dict[int, Any]:
         return {id(k): k for c in probe.device_caches.values() for k in c[0].values()}
@@ -431,10 +500,19 @@ def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return zs[0]
 
 
-def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, reduction: str = "mean",
-                               ignore_index: int = -100, config=None, exp_error: float | None = None,
-                               storage_rounding: str = "nearest", logits: torch.Tensor | None = None,
-                               tile_sum_depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gradient_posteriori_bounds(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+    config=None,
+    exp_error: float | None = None,
+    storage_rounding: str = "nearest",
+    logits: torch.Tensor | None = None,
+    tile_sum_depth: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_posteriori_bound`
     (``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
@@ -466,24 +544,49 @@ def gradient_posteriori_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.T
         raise ValueError(f"logits must be [N, V] = {tuple(y.shape)}, got {tuple(logits.shape)}")
     else:
         delta, dl, zmax = (logits.to(F64) - y).abs(), None, logits.abs().max().item()
-    B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=config.rows.block_v, exact_logits=True,
-                                             max_abs_logit=zmax, exp_error=exp_error, tile_sum_depth=tile_sum_depth)
+    B = linear_cross_entropy_lse_error_bound(
+        V,
+        1,
+        dtype=x.dtype,
+        block_v=config.rows.block_v,
+        exact_logits=True,
+        max_abs_logit=zmax,
+        exp_error=exp_error,
+        tile_sum_depth=tile_sum_depth,
+    )
     factors = linear_cross_entropy_entry_posteriori_factors(
-        torch.log_softmax(y, dim=1), target, delta, B, dtype=x.dtype, lse_error=dl, exp_error=exp_error,
-        storage_rounding=storage_rounding, ignore_index=ignore_index)
+        torch.log_softmax(y, dim=1),
+        target,
+        delta,
+        B,
+        dtype=x.dtype,
+        lse_error=dl,
+        exp_error=exp_error,
+        storage_rounding=storage_rounding,
+        ignore_index=ignore_index,
+    )
     (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
     bh = linear_cross_entropy_grad_posteriori_bound(factors @ ww.abs(), t_h, ha_h, n_terms=V, **common)
-    bw = linear_cross_entropy_grad_posteriori_bound(factors.t() @ (h.abs() * kept), t_w, ha_w,
-                                                    n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common)
+    bw = linear_cross_entropy_grad_posteriori_bound(
+        factors.t() @ (h.abs() * kept), t_w, ha_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common
+    )
     return bh, bw
 
 
-def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, config, *,
-                                 reduction: str = "none", ignore_index: int = -100, exp_error: float | None = None,
-                                 storage_rounding: str = "nearest", grad_output: torch.Tensor | None = None
-                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def four_product_gradient_bounds(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    config,
+    *,
+    reduction: str = "none",
+    ignore_index: int = -100,
+    exp_error: float | None = None,
+    storage_rounding: str = "nearest",
+    grad_output: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of ``ce_dh4_error`` / ``ce_dw4_error``
     (:func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_weighted_dh_error_bound`,
     ``..._weighted_dw_error_bound``) for the 4-product schedule with ``config`` (which must fix
@@ -506,17 +609,35 @@ def four_product_gradient_bounds(x: torch.Tensor, w: torch.Tensor, target: torch
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, logits_in_dtype=False, **kw)
     n_groups = -(-(-(-V // config.fwd.block_n)) // config.tiles_per_program)
     dl = linear_cross_entropy_merge_lse_error_bound(
-        V, D, block_n=config.fwd.block_n, tiles_per_program=config.tiles_per_program,
-        block_p=min(config.rows.block_p, kernels.next_power_of_2(n_groups)), exp_error=exp_error, **kw)
-    premises = dict(logit_error=delta, lse_error=dl, max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01,
-                    exp_error=exp_error)
+        V,
+        D,
+        block_n=config.fwd.block_n,
+        tiles_per_program=config.tiles_per_program,
+        block_p=min(config.rows.block_p, kernels.next_power_of_2(n_groups)),
+        exp_error=exp_error,
+        **kw,
+    )
+    premises = dict(
+        logit_error=delta, lse_error=dl, max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01, exp_error=exp_error
+    )
     mean = reduction == "mean"
     sums_h, _ = gradient_sums(x, w, target, ignore_index)
     bh = linear_cross_entropy_weighted_dh_error_bound(
-        *sums_h, go, n_terms=V, dtype=x.dtype, scale=1.0 / K if mean else 1.0,
-        storage_rounding=storage_rounding, **premises)
+        *sums_h,
+        go,
+        n_terms=V,
+        dtype=x.dtype,
+        scale=1.0 / K if mean else 1.0,
+        storage_rounding=storage_rounding,
+        **premises,
+    )
     w0 = (go / K if mean else go).expand(N)
     bw = linear_cross_entropy_weighted_dw_error_bound(
-        *weighted_gradient_sums(x, w, target, w0, ignore_index), n_terms=max(K, 1),
-        dtype=x.dtype, weight_error=2.0**-24 if mean else 0.0, storage_rounding=storage_rounding, **premises)
+        *weighted_gradient_sums(x, w, target, w0, ignore_index),
+        n_terms=max(K, 1),
+        dtype=x.dtype,
+        weight_error=2.0**-24 if mean else 0.0,
+        storage_rounding=storage_rounding,
+        **premises,
+    )
     return bh, bw

@@ -31,15 +31,19 @@ _ULPS = 16
 #: momentum off, Nesterov, other betas and a parameter large enough for torch's
 #: vectorised CPU kernels.
 CASES = [
-    {"rule": "sgd"}, {"rule": "sgd", "fresh": True}, {"rule": "sgd", "momentum": 0.0},
-    {"rule": "sgd", "nesterov": True, "dampening": 0.0}, {"rule": "sgd", "momentum": 0.0, "weight_decay": 0.0},
-    {"rule": "adamw"}, {"rule": "adamw", "fresh": True}, {"rule": "adamw", "betas": (0.8, 0.95), "eps": 1e-6},
+    {"rule": "sgd"},
+    {"rule": "sgd", "fresh": True},
+    {"rule": "sgd", "momentum": 0.0},
+    {"rule": "sgd", "nesterov": True, "dampening": 0.0},
+    {"rule": "sgd", "momentum": 0.0, "weight_decay": 0.0},
+    {"rule": "adamw"},
+    {"rule": "adamw", "fresh": True},
+    {"rule": "adamw", "betas": (0.8, 0.95), "eps": 1e-6},
     {"rule": "adamw", "weight_decay": 0.0, "shape": (64, 33)},
 ]
 
 
-def make_case(seed: int, rule: str, *, shape: tuple[int, ...] = (4, 5), fresh: bool = False,
-              **hyper: Any) -> dict:
+def make_case(seed: int, rule: str, *, shape: tuple[int, ...] = (4, 5), fresh: bool = False, **hyper: Any) -> dict:
     """A deterministic case; ``fresh``: no optimizer state yet (the first step).
 
     Hyper-parameters default to non-trivial values (weight decay, momentum with
@@ -49,16 +53,23 @@ def make_case(seed: int, rule: str, *, shape: tuple[int, ...] = (4, 5), fresh: b
     grad = torch.randn(shape, generator=gen, dtype=F64) * 0.3
     if rule == "sgd":
         hyper = {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01, "nesterov": False, **hyper}
-        state = {} if fresh or hyper["momentum"] == 0 else \
-            {"momentum_buffer": torch.randn(shape, generator=gen, dtype=F64) * 0.2}
+        state = (
+            {}
+            if fresh or hyper["momentum"] == 0
+            else {"momentum_buffer": torch.randn(shape, generator=gen, dtype=F64) * 0.2}
+        )
     elif rule == "adamw":
         hyper = {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1, **hyper}
         step = int(torch.randint(1, 50, (), generator=gen))
-        state = {} if fresh else {
-            "step": torch.tensor(float(step)),
-            "exp_avg": torch.randn(shape, generator=gen, dtype=F64) * 0.1,
-            "exp_avg_sq": torch.rand(shape, generator=gen, dtype=F64) * 0.01,
-        }
+        state = (
+            {}
+            if fresh
+            else {
+                "step": torch.tensor(float(step)),
+                "exp_avg": torch.randn(shape, generator=gen, dtype=F64) * 0.1,
+                "exp_avg_sq": torch.rand(shape, generator=gen, dtype=F64) * 0.01,
+            }
+        )
     else:
         raise ValueError(f"rule: expected 'sgd' or 'adamw', got {rule!r}")
     return {"rule": rule, "hyper": hyper, "param": param, "grad": grad, "state": state}
@@ -91,8 +102,7 @@ def oracle_update(case: dict) -> tuple[torch.Tensor, dict[str, Any]]:
     """The oracle's (new param, new state) for the case."""
     from ojas_ref.verification.oracle import optimizer_update_oracle
 
-    return optimizer_update_oracle(case["rule"], case["param"], case["grad"], state=case["state"],
-                                   **case["hyper"])
+    return optimizer_update_oracle(case["rule"], case["param"], case["grad"], state=case["state"], **case["hyper"])
 
 
 def oracle_tolerance(*tensors: torch.Tensor) -> float:
@@ -117,8 +127,9 @@ def oracle_mismatches(case: dict) -> list[str]:
         if "step" in state and int(state["step"]) != expected_state["step"]:
             problems.append(f"{impl}: step {int(state['step'])} != oracle's {expected_state['step']}")
         inputs = [case["param"], case["grad"], *(v for k, v in case["state"].items() if k != "step")]
-        pairs = [("param", param, expected_param)] + \
-            [(k, v, expected_state[k]) for k, v in state.items() if k != "step"]
+        pairs = [("param", param, expected_param)] + [
+            (k, v, expected_state[k]) for k, v in state.items() if k != "step"
+        ]
         for name, actual, expected in pairs:
             err = float((actual - expected).abs().max())
             if not err <= oracle_tolerance(expected, *inputs):

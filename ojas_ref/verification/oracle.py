@@ -26,8 +26,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["attention_oracle", "coupling_stack_oracle", "linear_cross_entropy_oracle", "optimizer_update_oracle",
-           "oracle_binary", "oracle_request"]
+__all__ = [
+    "attention_oracle",
+    "coupling_stack_oracle",
+    "linear_cross_entropy_oracle",
+    "optimizer_update_oracle",
+    "oracle_binary",
+    "oracle_request",
+]
 
 _DEFAULT_BINARY = Path(__file__).resolve().parents[2] / "extraction" / "_build" / "ojas-oracle"
 
@@ -49,9 +55,7 @@ class _OracleProcess:
     def __init__(self, path: Path) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen(
-            [str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        self.proc = subprocess.Popen([str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
@@ -186,8 +190,10 @@ def attention_oracle(
         elif attn_mask.is_floating_point():
             if bool((torch.isnan(full) | (full == math.inf)).any()):
                 raise ValueError("attn_mask: a float mask must be finite or -inf (no NaN, no +inf)")
-            bias = [[[[None if x == -math.inf else x for x in row] for row in h] for h in bb]
-                    for bb in full.to(torch.float64).tolist()]
+            bias = [
+                [[[None if x == -math.inf else x for x in row] for row in h] for h in bb]
+                for bb in full.to(torch.float64).tolist()
+            ]
         else:
             raise TypeError(f"attn_mask: expected a boolean or floating-point mask, got {attn_mask.dtype}")
     if grad_out is not None and grad_out.shape != (b, hq, sq, value.shape[3]):
@@ -342,8 +348,10 @@ def coupling_stack_oracle(
     """
     exact = fraction_bits is not None
     if x1.shape != x2.shape or x1.dim() not in (1, 2) or x1.numel() == 0:
-        raise ValueError(f"x1, x2: expected two non-empty [d] or [N, d] tensors of one shape, got "
-                         f"{tuple(x1.shape)} and {tuple(x2.shape)}")
+        raise ValueError(
+            f"x1, x2: expected two non-empty [d] or [N, d] tensors of one shape, got "
+            f"{tuple(x1.shape)} and {tuple(x2.shape)}"
+        )
     if exact and (x1.dtype != torch.int64 or x2.dtype != torch.int64):
         raise TypeError("x1, x2: int mode (fraction_bits given) takes int64 fixed-point states")
     if exact and (grad_y1 is not None or grad_y2 is not None):
@@ -365,8 +373,9 @@ def coupling_stack_oracle(
         "mode": "int" if exact else "float",
         "x1": halves(x1, "x1"),
         "x2": halves(x2, "x2"),
-        "layers": [{"f": weights(f, f"layers[{i}].f"), "g": weights(g, f"layers[{i}].g")}
-                   for i, (f, g) in enumerate(layers)],
+        "layers": [
+            {"f": weights(f, f"layers[{i}].f"), "g": weights(g, f"layers[{i}].g")} for i, (f, g) in enumerate(layers)
+        ],
     }
     if exact:
         req["fraction_bits"] = int(fraction_bits)
@@ -384,8 +393,9 @@ def coupling_stack_oracle(
     if grad_y1 is not None:
         result["grad_x1"] = tensor(answer["grad_x1"]).view(x1.shape)
         result["grad_x2"] = tensor(answer["grad_x2"]).view(x1.shape)
-        result["grad_layers"] = [tuple([tensor(w) for w in layer[fn]] for fn in ("f", "g"))
-                                 for layer in answer["grad_layers"]]
+        result["grad_layers"] = [
+            tuple([tensor(w) for w in layer[fn]] for fn in ("f", "g")) for layer in answer["grad_layers"]
+        ]
     return result
 
 
@@ -419,8 +429,9 @@ def optimizer_update_oracle(
     if rule not in ("sgd", "adamw"):
         raise ValueError(f"rule: expected 'sgd' or 'adamw', got {rule!r}")
     if param.numel() == 0 or grad.shape != param.shape:
-        raise ValueError(f"param and grad: expected one non-empty shape, got {tuple(param.shape)} "
-                         f"and {tuple(grad.shape)}")
+        raise ValueError(
+            f"param and grad: expected one non-empty shape, got {tuple(param.shape)} and {tuple(grad.shape)}"
+        )
     state = state or {}
 
     def vector(name: str, t: torch.Tensor) -> list:
@@ -428,20 +439,30 @@ def optimizer_update_oracle(
             raise ValueError(f"state[{name!r}]: expected shape {tuple(param.shape)}, got {tuple(t.shape)}")
         return _as_list(t.reshape(-1), f"state[{name!r}]")
 
-    req: dict[str, Any] = {"op": "optimizer_update", "rule": rule, "lr": float(lr),
-                           "weight_decay": float(weight_decay),
-                           "param": _as_list(param.reshape(-1), "param"),
-                           "grad": _as_list(grad.reshape(-1), "grad")}
+    req: dict[str, Any] = {
+        "op": "optimizer_update",
+        "rule": rule,
+        "lr": float(lr),
+        "weight_decay": float(weight_decay),
+        "param": _as_list(param.reshape(-1), "param"),
+        "grad": _as_list(grad.reshape(-1), "grad"),
+    }
     if rule == "sgd":
         buf = state.get("momentum_buffer")
-        req.update(momentum=float(momentum) if momentum != 0 else None, dampening=float(dampening),
-                   nesterov=bool(nesterov),
-                   state=None if buf is None else {"momentum_buffer": vector("momentum_buffer", buf)})
+        req.update(
+            momentum=float(momentum) if momentum != 0 else None,
+            dampening=float(dampening),
+            nesterov=bool(nesterov),
+            state=None if buf is None else {"momentum_buffer": vector("momentum_buffer", buf)},
+        )
     else:
         req.update(betas=[float(betas[0]), float(betas[1])], eps=float(eps))
         if state:
-            req["state"] = {"step": int(state["step"]), "exp_avg": vector("exp_avg", state["exp_avg"]),
-                            "exp_avg_sq": vector("exp_avg_sq", state["exp_avg_sq"])}
+            req["state"] = {
+                "step": int(state["step"]),
+                "exp_avg": vector("exp_avg", state["exp_avg"]),
+                "exp_avg_sq": vector("exp_avg_sq", state["exp_avg_sq"]),
+            }
     answer = oracle_request(req)
     if "error" in answer:
         raise ValueError(f"optimizer_update oracle: {answer['error']}")

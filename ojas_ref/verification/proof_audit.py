@@ -234,7 +234,8 @@ def require_sources(root: Path | None = None) -> None:
             f"{', '.join(missing)} not found under {root} (an install that is not editable ships the "
             f"Python packages only). Clone the repository, run `pip install -e .` in it and run the command "
             f"from that install; rebuilding the proofs and the oracle also needs {', '.join(ORACLE_TOOLS)} "
-            f"(scripts/setup.sh installs them)")
+            f"(scripts/setup.sh installs them)"
+        )
 
 
 def build(root: Path = REPO_ROOT) -> None:
@@ -298,7 +299,7 @@ Ltac ojas_check_witness thm b :=
 
 def _requires(root: Path) -> list[str]:
     modules = [module_path(rel) for rel in project_files(root)]
-    return [f"From {LOGICAL_PREFIX} Require {m[len(LOGICAL_PREFIX) + 1:]}." for m in modules]
+    return [f"From {LOGICAL_PREFIX} Require {m[len(LOGICAL_PREFIX) + 1 :]}." for m in modules]
 
 
 def _assumptions_script(theorems: list[Theorem], root: Path) -> str:
@@ -318,9 +319,15 @@ def _run_coq(scripts: list[str], root: Path, what: str) -> list[str]:
         for k, text in enumerate(scripts):
             vfile = Path(tmp) / f"Audit{k}.v"
             vfile.write_text(text)
-            procs.append(subprocess.Popen(
-                ["coqc", "-Q", str(root / "rocq"), LOGICAL_PREFIX, str(vfile)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp))
+            procs.append(
+                subprocess.Popen(
+                    ["coqc", "-Q", str(root / "rocq"), LOGICAL_PREFIX, str(vfile)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=tmp,
+                )
+            )
         outputs = [proc.communicate() + (proc.returncode,) for proc in procs]
     for out, err, code in outputs:
         if code != 0:
@@ -394,8 +401,11 @@ def check_witnesses(theorems: list[Theorem], root: Path = REPO_ROOT) -> list[str
     (a witness of no exported theorem, not a full application, with an axiom)."""
     by_name = {th.name: th for th in theorems if th.exported}
     candidates = witness_candidates(root)
-    problems = [f"{wit} witnesses {thm}, which is not an exported theorem of rocq/"
-                for thm, wit in candidates.items() if thm not in by_name]
+    problems = [
+        f"{wit} witnesses {thm}, which is not an exported theorem of rocq/"
+        for thm, wit in candidates.items()
+        if thm not in by_name
+    ]
     pairs = [(thm, wit) for thm, wit in candidates.items() if thm in by_name]
     if not pairs:
         return problems
@@ -403,13 +413,18 @@ def check_witnesses(theorems: list[Theorem], root: Path = REPO_ROOT) -> list[str
     answers = _answers(out, "WITNESS")
     for i, (thm, wit) in enumerate(pairs):
         block = answers.get(i, "")
-        axioms = [ax for ax in _parse_assumptions(block.split("@@WITNESS_", 1)[-1].split("\n", 1)[-1])
-                  if ax not in ALLOWED_AXIOMS]
+        axioms = [
+            ax
+            for ax in _parse_assumptions(block.split("@@WITNESS_", 1)[-1].split("\n", 1)[-1])
+            if ax not in ALLOWED_AXIOMS
+        ]
         if "@@WITNESS_HEAD" in block:
             problems.append(f"{wit} is not an application of {thm}")
         elif "@@WITNESS_PARTIAL" in block:
-            problems.append(f"{wit} applies {thm} to too few arguments: its type is still a product "
-                            "(every premise must be instantiated)")
+            problems.append(
+                f"{wit} applies {thm} to too few arguments: its type is still a product "
+                "(every premise must be instantiated)"
+            )
         elif "@@WITNESS_OK" not in block:
             problems.append(f"no answer checking {wit}")
         elif axioms:
@@ -463,9 +478,11 @@ def witness_problems(theorems: list[Theorem], saved: dict | None, require_witnes
         if th.name in was_witnessed:
             problems.append(f"{th.name} ({th.file}) lost its witness")
         elif vacuity_pattern(th.premises):
-            problems.append(f"{th.name} ({th.file}) has premises of the unsatisfiable pattern "
-                            f"(every value of {', '.join(vacuity_pattern(th.premises))} a float with an absolute "
-                            "accuracy bound on an unbounded range) and no witness")
+            problems.append(
+                f"{th.name} ({th.file}) has premises of the unsatisfiable pattern "
+                f"(every value of {', '.join(vacuity_pattern(th.premises))} a float with an absolute "
+                "accuracy bound on an unbounded range) and no witness"
+            )
         elif require_witnesses:
             problems.append(f"{th.name} ({th.file}) has premises and no witness")
     return problems
@@ -493,10 +510,7 @@ def manifest(theorems: list[Theorem], root: Path = REPO_ROOT) -> dict:
 
 def disallowed(theorems: list[Theorem]) -> list[str]:
     return [
-        f"{th.name} ({th.file}) assumes {ax}"
-        for th in theorems
-        for ax in th.assumptions
-        if ax not in ALLOWED_AXIOMS
+        f"{th.name} ({th.file}) assumes {ax}" for th in theorems for ax in th.assumptions if ax not in ALLOWED_AXIOMS
     ]
 
 
@@ -506,8 +520,9 @@ def run_audit(root: Path = REPO_ROOT, log=print, require_witnesses: bool | None 
     require_sources(root)
     missing = missing_tools(PROOF_TOOLS)
     if missing:
-        raise SourcesMissing(f"rebuilding rocq/ needs {', '.join(missing)}, not found on PATH "
-                              "(scripts/setup.sh installs them)")
+        raise SourcesMissing(
+            f"rebuilding rocq/ needs {', '.join(missing)}, not found on PATH (scripts/setup.sh installs them)"
+        )
     problems = scan_sources(root)
     if problems:
         raise ProofAuditError("forbidden declarations in the Coq sources:\n" + "\n".join(problems))
@@ -515,8 +530,10 @@ def run_audit(root: Path = REPO_ROOT, log=print, require_witnesses: bool | None 
     build(root)
     theorems = list_theorems(root)
     exported = [th for th in theorems if th.exported]
-    log(f"Print Assumptions for the {len(exported)} exported theorems "
-        f"({len(theorems) - len(exported)} lemmas are covered through them and by the source scan) ...")
+    log(
+        f"Print Assumptions for the {len(exported)} exported theorems "
+        f"({len(theorems) - len(exported)} lemmas are covered through them and by the source scan) ..."
+    )
     print_assumptions(exported, root)
     bad = disallowed(theorems)
     if bad:
@@ -528,8 +545,10 @@ def run_audit(root: Path = REPO_ROOT, log=print, require_witnesses: bool | None 
     bad += witness_problems(theorems, saved, require)
     data = manifest(theorems, root)
     done, total = witness_summary(data["theorems"])
-    log(f"{done} of {total} exported theorems with premises witnessed"
-        + ("" if require or done == total else f" ({total - done} not yet: see rocq/MANIFEST.json, \"witness\": null)"))
+    log(
+        f"{done} of {total} exported theorems with premises witnessed"
+        + ("" if require or done == total else f' ({total - done} not yet: see rocq/MANIFEST.json, "witness": null)')
+    )
     if bad:
         raise ProofAuditError("premises without a valid witness:\n" + "\n".join(bad))
     return data

@@ -29,8 +29,16 @@ from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence
 
 F64 = torch.float64
 
-__all__ = ["TanhMLP", "make_problem", "oracle_mismatches", "oracle_tolerance", "reconstruction_bounds",
-           "reference_stack", "tanh_mlp_constants", "unit_roundoff"]
+__all__ = [
+    "TanhMLP",
+    "make_problem",
+    "oracle_mismatches",
+    "oracle_tolerance",
+    "reconstruction_bounds",
+    "reference_stack",
+    "tanh_mlp_constants",
+    "unit_roundoff",
+]
 
 
 class TanhMLP(nn.Module):
@@ -44,8 +52,16 @@ class TanhMLP(nn.Module):
         return nn.functional.linear(torch.tanh(nn.functional.linear(x, self.w1, self.b1)), self.w2, self.b2)
 
 
-def make_problem(seed: int, *, depth: int = 3, d: int = 3, hidden: int = 5, rows: int = 2,
-                 weight_scale: float = 1.0, fraction_bits: Optional[int] = None) -> dict:
+def make_problem(
+    seed: int,
+    *,
+    depth: int = 3,
+    d: int = 3,
+    hidden: int = 5,
+    rows: int = 2,
+    weight_scale: float = 1.0,
+    fraction_bits: Optional[int] = None,
+) -> dict:
     """A deterministic problem; weights ~ N(0, 1) * weight_scale / sqrt(fan_in)."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -53,12 +69,21 @@ def make_problem(seed: int, *, depth: int = 3, d: int = 3, hidden: int = 5, rows
         return torch.randn(*shape, generator=gen, dtype=F64) * scale
 
     def mlp_weights() -> list[Tensor]:
-        return [randn(hidden, d, scale=weight_scale / math.sqrt(d)), randn(hidden),
-                randn(d, hidden, scale=weight_scale / math.sqrt(hidden)), randn(d)]
+        return [
+            randn(hidden, d, scale=weight_scale / math.sqrt(d)),
+            randn(hidden),
+            randn(d, hidden, scale=weight_scale / math.sqrt(hidden)),
+            randn(d),
+        ]
 
-    return {"x1": randn(rows, d), "x2": randn(rows, d), "layers": [(mlp_weights(), mlp_weights()) for _ in
-                                                                    range(depth)],
-            "grad_y1": randn(rows, d), "grad_y2": randn(rows, d), "fraction_bits": fraction_bits}
+    return {
+        "x1": randn(rows, d),
+        "x2": randn(rows, d),
+        "layers": [(mlp_weights(), mlp_weights()) for _ in range(depth)],
+        "grad_y1": randn(rows, d),
+        "grad_y2": randn(rows, d),
+        "fraction_bits": fraction_bits,
+    }
 
 
 def reference_stack(p: dict) -> ReversibleSequence:
@@ -114,8 +139,9 @@ def _gamma(n: int, u: float) -> float:
     return n * u / (1 - n * u)
 
 
-def tanh_mlp_constants(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, x_max: float, u: float,
-                       tanh_ulps: float = 4.0) -> tuple[float, float]:
+def tanh_mlp_constants(
+    w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, x_max: float, u: float, tanh_ulps: float = 4.0
+) -> tuple[float, float]:
     """(L, dF) such that the computed MLP x -> W2 tanh(W1 x + b1) + b2 satisfies
     |f(a) - f(b)|_max <= L |a - b|_max + dF for |a|_max, |b|_max <= x_max: the
     ``vapprox_lipschitz n L dF`` hypothesis of Ojas.Reversible.FloatError.
@@ -128,6 +154,7 @@ def tanh_mlp_constants(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, x_max: fl
     library's tanh, not a proof), so
     eF = gamma_(h+1) (||W2||_inf + |b2|_max) + ||W2||_inf (gamma_(d+1) (||W1||_inf x_max + |b1|_max) + tanh_ulps u).
     """
+
     def inorm(w: Tensor) -> float:
         return float(w.detach().abs().sum(dim=1).max())
 
@@ -138,8 +165,9 @@ def tanh_mlp_constants(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, x_max: fl
     return n1 * n2, 2 * e_f
 
 
-def reconstruction_bounds(blocks: Sequence[AdditiveCoupling], x: Tensor,
-                          constants: Callable[[nn.Module, float], tuple[float, float]]) -> list[float]:
+def reconstruction_bounds(
+    blocks: Sequence[AdditiveCoupling], x: Tensor, constants: Callable[[nn.Module, float], tuple[float, float]]
+) -> list[float]:
     """Per block l, a bound on max |reconstructed input - stored input| of block l when the
     float inverse starts from the stored output of the stack (e0 = 0):
     Ojas.Reversible.FloatError.vec_stack_recon_error (with ``vec_stack_recon_error_flx``
@@ -180,14 +208,18 @@ def reconstruction_bounds(blocks: Sequence[AdditiveCoupling], x: Tensor,
     e = 0.0
     for i in reversed(range(len(blocks))):
         x1, x2, pf, pg = acts[i]
-        e = k * e + (1 + (1 + u) * lf) * ((1 + u) * (dg + u * (x2 + pg)) + u * x2) + (1 + u) * (df + u * (x1 + pf)) \
+        e = (
+            k * e
+            + (1 + (1 + u) * lf) * ((1 + u) * (dg + u * (x2 + pg)) + u * x2)
+            + (1 + u) * (df + u * (x1 + pf))
             + u * x1
+        )
         if e > margin:
             break
         bounds[i] = e
     else:
         return bounds
-    return [math.inf] * (i + 1) + bounds[i + 1:]
+    return [math.inf] * (i + 1) + bounds[i + 1 :]
 
 
 def _float_mismatches(p: dict) -> list[str]:
@@ -200,9 +232,11 @@ def _float_mismatches(p: dict) -> list[str]:
     grads = torch.autograd.grad(y, [x, *rev.parameters()], torch.cat([p["grad_y1"], p["grad_y2"]], dim=-1))
     x_rec = rev.stack_inverse(y.detach())
     d = p["x1"].shape[-1]
-    pairs = {"y": (y.detach(), torch.cat([oracle["y1"], oracle["y2"]], dim=-1)),
-             "x reconstructed": (x_rec, torch.cat([oracle["x1"], oracle["x2"]], dim=-1)),
-             "grad x": (grads[0], torch.cat([oracle["grad_x1"], oracle["grad_x2"]], dim=-1))}
+    pairs = {
+        "y": (y.detach(), torch.cat([oracle["y1"], oracle["y2"]], dim=-1)),
+        "x reconstructed": (x_rec, torch.cat([oracle["x1"], oracle["x2"]], dim=-1)),
+        "grad x": (grads[0], torch.cat([oracle["grad_x1"], oracle["grad_x2"]], dim=-1)),
+    }
     names = ("W1", "b1", "W2", "b2")
     ours = iter(grads[1:])
     for i, (gf, gg) in enumerate(oracle["grad_layers"]):

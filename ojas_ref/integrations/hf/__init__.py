@@ -12,13 +12,43 @@ from ojas_ref.integrations.hf.linear_cross_entropy import CausalLMLossHead
 from ojas_ref.integrations.hf.optimize import optimize_model, revert_model
 from ojas_ref.integrations.hf.report import OptimizationReport
 from ojas_ref.integrations.hf.rms_norm import RMS_NORM_FORMS, ojas_rms_norm_class, rms_norm_unsupported_reason
-from ojas_ref.integrations.hf.split_checkpoint import (SPLIT_LAYERS, SplitCheckpoint, split_layers, split_swap,
-                                                       split_unsupported_reason)
-from ojas_ref.integrations.hf.swiglu import (SWIGLU_FORMS, is_gated_mlp, mlp_activation, ojas_swiglu_class,
-                                             swiglu_unsupported_reason)
+from ojas_ref.integrations.hf.split_checkpoint import (
+    SPLIT_LAYERS,
+    SplitCheckpoint,
+    split_layers,
+    split_swap,
+    split_unsupported_reason,
+)
+from ojas_ref.integrations.hf.swiglu import (
+    SWIGLU_FORMS,
+    is_gated_mlp,
+    mlp_activation,
+    ojas_swiglu_class,
+    swiglu_unsupported_reason,
+)
 
-__all__ = ["ATTENTION_NAME", "RMS_NORM_FORMS", "SPLIT_LAYERS", "SUPPORTED_MODEL_TYPES", "SWIGLU_FORMS",
-           "CausalLMLossHead", "FamilySupport", "OptimizationReport", "SplitCheckpoint", "family_support",
-           "is_gated_mlp", "mlp_activation", "ojas_attention_forward", "ojas_rms_norm_class", "ojas_swiglu_class",
-           "optimize_model", "register", "revert_model", "rms_norm_unsupported_reason", "split_layers",
-           "split_swap", "split_unsupported_reason", "swiglu_unsupported_reason"]
+__all__ = [
+    "ATTENTION_NAME",
+    "RMS_NORM_FORMS",
+    "SPLIT_LAYERS",
+    "SUPPORTED_MODEL_TYPES",
+    "SWIGLU_FORMS",
+    "CausalLMLossHead",
+    "FamilySupport",
+    "OptimizationReport",
+    "SplitCheckpoint",
+    "family_support",
+    "is_gated_mlp",
+    "mlp_activation",
+    "ojas_attention_forward",
+    "ojas_rms_norm_class",
+    "ojas_swiglu_class",
+    "optimize_model",
+    "register",
+    "revert_model",
+    "rms_norm_unsupported_reason",
+    "split_layers",
+    "split_swap",
+    "split_unsupported_reason",
+    "swiglu_unsupported_reason",
+]

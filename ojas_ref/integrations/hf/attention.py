@@ -91,8 +91,10 @@ def ojas_attention_forward(
     Refused (NotImplementedError): attention soft-capping, a position bias, sinks.
     """
     if softcap is not None:
-        raise NotImplementedError(f"ojas attention has no logit soft-capping (softcap={softcap}); "
-                                  "optimize_model leaves such models' attention alone")
+        raise NotImplementedError(
+            f"ojas attention has no logit soft-capping (softcap={softcap}); "
+            "optimize_model leaves such models' attention alone"
+        )
     for name in ("position_bias", "s_aux", "sinks"):
         if kwargs.get(name) is not None:
             raise NotImplementedError(f"ojas attention does not take {name}")
@@ -105,21 +107,39 @@ def ojas_attention_forward(
             key, value = key[:, :, :sq], value[:, :, :sq]
     else:
         causal = False
-        if (attention_mask.dtype == torch.bool and causal_module and sq == sk > 1
-                and not torch.compiler.is_compiling()):
+        if attention_mask.dtype == torch.bool and causal_module and sq == sk > 1 and not torch.compiler.is_compiling():
             if sliding_window is not None and _within_causal(attention_mask, sliding_window):
                 causal, window = True, sliding_window
             else:
                 causal = _within_causal(attention_mask, None)
-    if (plain_kernel_call("attention", query, key, value)
-            and (attention_mask is None or not attention_mask.requires_grad)):
+    if plain_kernel_call("attention", query, key, value) and (
+        attention_mask is None or not attention_mask.requires_grad
+    ):
         # what ``attention`` would run: the kernel wrapper checks the shapes and the mask, and
         # writes the output in the [B, S, H, E] layout returned (no copy)
         from ojas_kernels.attention import flash_attention
 
-        out = flash_attention(query, key, value, is_causal=causal, scale=scaling, window=window,
-                              attn_mask=attention_mask, seq_major=True, dropout_p=dropout)
+        out = flash_attention(
+            query,
+            key,
+            value,
+            is_causal=causal,
+            scale=scaling,
+            window=window,
+            attn_mask=attention_mask,
+            seq_major=True,
+            dropout_p=dropout,
+        )
         return out.transpose(1, 2), None
-    out = attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal,
-                    scale=scaling, enable_gqa=query.shape[1] != key.shape[1], window=window)
+    out = attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        is_causal=causal,
+        scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1],
+        window=window,
+    )
     return out.transpose(1, 2).contiguous(), None

@@ -21,17 +21,21 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3
 class FamilySupport:
     """What :func:`ojas_ref.optimize_model` can change in a Hugging Face model, and why not otherwise."""
 
-    attention: Optional[str]      # None if supported, else the reason it is left alone
+    attention: Optional[str]  # None if supported, else the reason it is left alone
     linear_cross_entropy: Optional[str]
-    softcap: Optional[float]      # the final-logit soft cap the loss applies
+    softcap: Optional[float]  # the final-logit soft cap the loss applies
     rms_norm: Optional[str] = None
     swiglu: Optional[str] = None
 
     @property
     def cross_entropy(self) -> Optional[str]:
         """Deprecated alias of :attr:`linear_cross_entropy`, removed in the next release."""
-        warnings.warn("FamilySupport.cross_entropy is deprecated and will be removed in the next release; use "
-                      "FamilySupport.linear_cross_entropy", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "FamilySupport.cross_entropy is deprecated and will be removed in the next release; use "
+            "FamilySupport.linear_cross_entropy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.linear_cross_entropy
 
 
@@ -46,12 +50,13 @@ def family_support(model: nn.Module) -> FamilySupport:
     config = text_config(model)
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
-        reason = (f"model type {model_type!r} is not among the tested families {SUPPORTED_MODEL_TYPES}")
+        reason = f"model type {model_type!r} is not among the tested families {SUPPORTED_MODEL_TYPES}"
         return FamilySupport(reason, reason, None, reason, reason)
     attention_reason = None
     if getattr(config, "attn_logit_softcapping", None) is not None:
-        attention_reason = (f"attention logit soft-capping {config.attn_logit_softcapping} "
-                            "(not in the ojas attention kernel)")
+        attention_reason = (
+            f"attention logit soft-capping {config.attn_logit_softcapping} (not in the ojas attention kernel)"
+        )
     elif getattr(config, "add_cross_attention", False):
         attention_reason = "cross-attention layers (not tested)"
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

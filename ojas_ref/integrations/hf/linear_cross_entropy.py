@@ -48,13 +48,17 @@ def head_unsupported_reason(head: Optional[nn.Module]) -> Optional[str]:
         if name not in head.lora_A:
             continue
         if name in head.lora_variant:
-            return (f"the output embedding's LoRA adapter {name!r} is a {type(head.lora_variant[name]).__name__} "
-                    "(DoRA or another variant), not plain LoRA")
+            return (
+                f"the output embedding's LoRA adapter {name!r} is a {type(head.lora_variant[name]).__name__} "
+                "(DoRA or another variant), not plain LoRA"
+            )
         dropout = head.lora_dropout[name]
         if isinstance(dropout, nn.Dropout) and dropout.p > 0:
-            return (f"the output embedding's LoRA adapter {name!r} has lora_dropout={dropout.p}: the dropout of "
-                    "the hidden states has no weight form (set lora_dropout=0, or leave lm_head out of "
-                    "target_modules)")
+            return (
+                f"the output embedding's LoRA adapter {name!r} has lora_dropout={dropout.p}: the dropout of "
+                "the hidden states has no weight form (set lora_dropout=0, or leave lm_head out of "
+                "target_modules)"
+            )
     return None
 
 
@@ -125,8 +129,10 @@ class CausalLMLossHead:
         ``NotImplementedError`` for one the loss cannot be computed from."""
         reason = head_unsupported_reason(head)
         if reason is not None:
-            raise NotImplementedError(f"optimize_model's training loss (linear cross-entropy without logits): {reason}."
-                                      " revert_model(model) to train with Hugging Face's loss")
+            raise NotImplementedError(
+                f"optimize_model's training loss (linear cross-entropy without logits): {reason}."
+                " revert_model(model) to train with Hugging Face's loss"
+            )
         if head is not self.head:
             self._head_handle.remove()
             self.head = head
@@ -142,7 +148,8 @@ class CausalLMLossHead:
         if getattr(module, "_is_replica", False):  # set by torch.nn.parallel.replicate
             raise NotImplementedError(
                 "optimize_model's model under nn.DataParallel: its replicas run in threads and would share the "
-                "training loss's per-call state; use DistributedDataParallel (one process per GPU) instead")
+                "training loss's per-call state; use DistributedDataParallel (one process per GPU) instead"
+            )
         self._active = module.training and self._labels(args, kwargs) is not None
         self._hidden = None
         if self._active:
@@ -168,24 +175,48 @@ class CausalLMLossHead:
         fields = {k: v for k, v in output.items() if k != "logits"}
         return type(output)(**fields)
 
-    def loss(self, logits: Tensor, labels: Tensor, vocab_size: int, num_items_in_batch: Optional[Any] = None,
-             ignore_index: int = -100, shift_labels: Optional[Tensor] = None, **kwargs: Any) -> Tensor:
+    def loss(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        vocab_size: int,
+        num_items_in_batch: Optional[Any] = None,
+        ignore_index: int = -100,
+        shift_labels: Optional[Tensor] = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Hugging Face's ``ForCausalLMLoss`` of the hidden states the head received, without logits
         (float32, as its upcast logits give, since ``linear_cross_entropy`` returns float32 for
         16-bit inputs; float64 stays float64)."""
         hidden, self._hidden = self._hidden, None
         if hidden is None:  # eval mode, or no labels at the forward: the logits exist
-            return self.original_loss(logits, labels, vocab_size, num_items_in_batch=num_items_in_batch,
-                                      ignore_index=ignore_index, shift_labels=shift_labels, **kwargs)
+            return self.original_loss(
+                logits,
+                labels,
+                vocab_size,
+                num_items_in_batch=num_items_in_batch,
+                ignore_index=ignore_index,
+                shift_labels=shift_labels,
+                **kwargs,
+            )
         if shift_labels is None:
             shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
         if shift_labels.shape != hidden.shape[:-1]:
-            raise ValueError(f"labels of shape {tuple(shift_labels.shape)} do not match the {tuple(hidden.shape[:-1])} "
-                             "positions whose hidden states reach the head (logits_to_keep must be 0 in training)")
+            raise ValueError(
+                f"labels of shape {tuple(shift_labels.shape)} do not match the {tuple(hidden.shape[:-1])} "
+                "positions whose hidden states reach the head (logits_to_keep must be 0 in training)"
+            )
         reduction = "sum" if num_items_in_batch is not None else "mean"
         weight, bias = head_weight_and_bias(self.head)
-        loss = linear_cross_entropy(hidden, weight, shift_labels.to(hidden.device), linear_bias=bias,
-                                    reduction=reduction, ignore_index=ignore_index, softcap=self.softcap)
+        loss = linear_cross_entropy(
+            hidden,
+            weight,
+            shift_labels.to(hidden.device),
+            linear_bias=bias,
+            reduction=reduction,
+            ignore_index=ignore_index,
+            softcap=self.softcap,
+        )
         if reduction == "sum":
             if torch.is_tensor(num_items_in_batch):
                 num_items_in_batch = num_items_in_batch.to(loss.device)

@@ -47,26 +47,44 @@ from ojas_ref.integrations.hf.linear_cross_entropy import CausalLMLossHead, head
 from ojas_ref.integrations.hf.report import Change, LeftAlone, OptimizationReport
 from ojas_ref.integrations.hf.rms_norm import _OjasRMSNorm, ojas_rms_norm_class, rms_norm_unsupported_reason
 from ojas_ref.integrations.hf.rope import RopeUse, rope_unsupported_reason, scope_rope
-from ojas_ref.integrations.hf.split_checkpoint import (SPLIT_SEGMENTS, SplitCheckpoint, split_layers, split_swap,
-                                                       split_unsupported_reason)
-from ojas_ref.integrations.hf.swiglu import (_OjasSwiGLU, is_gated_mlp, mlp_activation, ojas_swiglu_class,
-                                             swiglu_unsupported_reason)
+from ojas_ref.integrations.hf.split_checkpoint import (
+    SPLIT_SEGMENTS,
+    SplitCheckpoint,
+    split_layers,
+    split_swap,
+    split_unsupported_reason,
+)
+from ojas_ref.integrations.hf.swiglu import (
+    _OjasSwiGLU,
+    is_gated_mlp,
+    mlp_activation,
+    ojas_swiglu_class,
+    swiglu_unsupported_reason,
+)
 
-SPARSE_EMBEDDING_THEOREMS = ("Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
-                             "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense")
+SPARSE_EMBEDDING_THEOREMS = (
+    "Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
+    "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense",
+)
 
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
 
 _STATE_ATTR = "_ojas_optimized"
 
-ATTENTION_THEOREMS = ("Ojas.Attention.StreamCorrect.attention_forward_correct",
-                      "Ojas.Attention.Mask.stream_row_masked_keys",
-                      "Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive")
-LINEAR_CROSS_ENTROPY_THEOREMS = ("Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
-                                 "Ojas.CrossEntropy.Reduction.ce_loss_correct",
-                                 "Ojas.CrossEntropy.Gradient.ce_backward_correct")
-RMS_NORM_NOT_COVERED = ("the kernel's floating-point rounding; the cast to the input dtype "
-                        "(the backward treats it as the identity, as torch's autograd does)")
+ATTENTION_THEOREMS = (
+    "Ojas.Attention.StreamCorrect.attention_forward_correct",
+    "Ojas.Attention.Mask.stream_row_masked_keys",
+    "Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive",
+)
+LINEAR_CROSS_ENTROPY_THEOREMS = (
+    "Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
+    "Ojas.CrossEntropy.Reduction.ce_loss_correct",
+    "Ojas.CrossEntropy.Gradient.ce_backward_correct",
+)
+RMS_NORM_NOT_COVERED = (
+    "the kernel's floating-point rounding; the cast to the input dtype "
+    "(the backward treats it as the identity, as torch's autograd does)"
+)
 
 
 @dataclass
@@ -76,7 +94,7 @@ class _State:
     report: OptimizationReport
     #: the call's arguments (a second call with others raises)
     arguments: dict[str, Any] = field(default_factory=dict)
-    attn_implementation: Optional[str] = None   # the Hugging Face implementation replaced
+    attn_implementation: Optional[str] = None  # the Hugging Face implementation replaced
     loss_head: Optional[CausalLMLossHead] = None
     enabled_checkpointing: bool = False
     #: (module, its ``_gradient_checkpointing_func`` before) where this call replaced the function of
@@ -135,10 +153,19 @@ def _check_checkpoint(value: object) -> bool | str:
 
 
 @renamed_keyword("cross_entropy", "linear_cross_entropy")
-def optimize_model(model: nn.Module, *, attention: bool = True, linear_cross_entropy: bool = True,
-                   checkpoint: bool | str = False, rms_norm: bool = True, swiglu: bool = True,
-                   rope: bool = True, sparse_embedding: bool = False,
-                   relu_mask: bool = True, checkpoint_split: bool = False) -> tuple[nn.Module, OptimizationReport]:
+def optimize_model(
+    model: nn.Module,
+    *,
+    attention: bool = True,
+    linear_cross_entropy: bool = True,
+    checkpoint: bool | str = False,
+    rms_norm: bool = True,
+    swiglu: bool = True,
+    rope: bool = True,
+    sparse_embedding: bool = False,
+    relu_mask: bool = True,
+    checkpoint_split: bool = False,
+) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
@@ -217,23 +244,31 @@ def optimize_model(model: nn.Module, *, attention: bool = True, linear_cross_ent
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    arguments = dict(attention=_check_flag("attention", attention),
-                     linear_cross_entropy=_check_flag("linear_cross_entropy", linear_cross_entropy),
-                     checkpoint=_check_checkpoint(checkpoint), rms_norm=_check_flag("rms_norm", rms_norm),
-                     swiglu=_check_flag("swiglu", swiglu), rope=_check_flag("rope", rope),
-                     sparse_embedding=_check_flag("sparse_embedding", sparse_embedding),
-                     relu_mask=_check_flag("relu_mask", relu_mask),
-                     checkpoint_split=_check_flag("checkpoint_split", checkpoint_split))
+    arguments = dict(
+        attention=_check_flag("attention", attention),
+        linear_cross_entropy=_check_flag("linear_cross_entropy", linear_cross_entropy),
+        checkpoint=_check_checkpoint(checkpoint),
+        rms_norm=_check_flag("rms_norm", rms_norm),
+        swiglu=_check_flag("swiglu", swiglu),
+        rope=_check_flag("rope", rope),
+        sparse_embedding=_check_flag("sparse_embedding", sparse_embedding),
+        relu_mask=_check_flag("relu_mask", relu_mask),
+        checkpoint_split=_check_flag("checkpoint_split", checkpoint_split),
+    )
     if checkpoint_split and not checkpoint:
-        raise ValueError("checkpoint_split=True needs checkpoint=True or 'offload': it splits the checkpoint of each "
-                         "decoder layer in two")
+        raise ValueError(
+            "checkpoint_split=True needs checkpoint=True or 'offload': it splits the checkpoint of each "
+            "decoder layer in two"
+        )
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
         changed = [f"{k}={v!r} (now {arguments[k]!r})" for k, v in existing.arguments.items() if arguments[k] != v]
         if changed:
-            raise ValueError(f"optimize_model: the model was optimized already, with {', '.join(changed)}; "
-                             "revert_model(model) first, then optimize_model with the new arguments")
+            raise ValueError(
+                f"optimize_model: the model was optimized already, with {', '.join(changed)}; "
+                "revert_model(model) first, then optimize_model with the new arguments"
+            )
         existing.report._model = weakref.ref(target)
         return model, existing.report
     if _is_hf_model(target):
@@ -241,23 +276,31 @@ def optimize_model(model: nn.Module, *, attention: bool = True, linear_cross_ent
             reason = split_unsupported_reason(target)
             if reason is not None:
                 raise NotImplementedError(f"checkpoint_split=True: {reason}")
-        state = _optimize_hf(target, attention, linear_cross_entropy, checkpoint, rms_norm, swiglu, rope,
-                             checkpoint_split)
+        state = _optimize_hf(
+            target, attention, linear_cross_entropy, checkpoint, rms_norm, swiglu, rope, checkpoint_split
+        )
         _make_embedding_sparse(target, sparse_embedding, state)
         if checkpoint:
-            state.checkpointing = [(m, m.__dict__.get("_gradient_checkpointing_func")) for m in target.modules()
-                                   if hasattr(m, "gradient_checkpointing")]
+            state.checkpointing = [
+                (m, m.__dict__.get("_gradient_checkpointing_func"))
+                for m in target.modules()
+                if hasattr(m, "gradient_checkpointing")
+            ]
         if state.checkpointing or state.sparse_embedding is not None:
             state.guard = target.register_forward_pre_hook(_check_edits)
         state.report.planned, state.report.unplanned = _planned(target, state, checkpoint)
     else:
         if sparse_embedding:
-            raise NotImplementedError("sparse_embedding=True is supported for Hugging Face models only; set "
-                                      "sparse=True on the nn.Embedding of a plain model")
+            raise NotImplementedError(
+                "sparse_embedding=True is supported for Hugging Face models only; set "
+                "sparse=True on the nn.Embedding of a plain model"
+            )
         if checkpoint:
-            raise NotImplementedError(f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
-                                      "the layers of a plain model in "
-                                      "torch.utils.checkpoint.checkpoint(use_reentrant=False)")
+            raise NotImplementedError(
+                f"checkpoint={checkpoint!r} is supported for Hugging Face models only; wrap "
+                "the layers of a plain model in "
+                "torch.utils.checkpoint.checkpoint(use_reentrant=False)"
+            )
         state = _optimize_torch(target, attention, linear_cross_entropy, relu_mask)
     state.arguments = arguments
     param = next(target.parameters(), None)
@@ -306,9 +349,11 @@ def _sparse_unsupported_reason(model: nn.Module, embedding: nn.Module) -> Option
     if not isinstance(embedding, nn.Embedding):
         return f"the input embedding is {type(embedding).__name__}, not an nn.Embedding"
     if head is not None and getattr(head, "weight", None) is embedding.weight:
-        return ("tied to the output head (tie_word_embeddings): the one tensor's gradient is the sum of both "
-                "uses, and the head's part is dense in every row, so a sparse embedding gradient would not "
-                "be the whole gradient; left dense")
+        return (
+            "tied to the output head (tie_word_embeddings): the one tensor's gradient is the sum of both "
+            "uses, and the head's part is dense in every row, so a sparse embedding gradient would not "
+            "be the whole gradient; left dense"
+        )
     if embedding.max_norm is not None or embedding.scale_grad_by_freq:
         return "max_norm / scale_grad_by_freq: the sparse backward with them is not checked"
     return None
@@ -330,12 +375,17 @@ def _make_embedding_sparse(model: nn.Module, enabled: bool, state: _State) -> No
     state.sparse_embedding = embedding
     weight = embedding.weight
     saved = weight.numel() * weight.element_size()
-    state.report.changed.append(Change(
-        name, f"nn.Embedding sparse=True: row-sparse gradient (the batch's token rows), the dense "
-              f"{list(weight.shape)} gradient ({saved} bytes) not allocated; update it with "
-              "InBackwardOptimizer(optimizer_class=torch.optim.SGD) (momentum 0, weight decay 0; AdamW raises)",
-        SPARSE_EMBEDDING_THEOREMS, "the floats: rows summed in token order as the dense CPU backward does "
-        "(tested bit for bit on the CPU; CUDA's dense backward sums in another order)"))
+    state.report.changed.append(
+        Change(
+            name,
+            f"nn.Embedding sparse=True: row-sparse gradient (the batch's token rows), the dense "
+            f"{list(weight.shape)} gradient ({saved} bytes) not allocated; update it with "
+            "InBackwardOptimizer(optimizer_class=torch.optim.SGD) (momentum 0, weight decay 0; AdamW raises)",
+            SPARSE_EMBEDDING_THEOREMS,
+            "the floats: rows summed in token order as the dense CPU backward does "
+            "(tested bit for bit on the CPU; CUDA's dense backward sums in another order)",
+        )
+    )
     state.report.notes.append(f"sparse_embedding: {saved} bytes of embedding gradient not allocated per step")
 
 
@@ -358,17 +408,21 @@ def _check_edits(model: nn.Module, args: tuple) -> None:
         if plain and _torch_checkpoint_reentrant(now) is False:  # the same non-reentrant checkpointing
             state.checkpointing[i] = (module, now)
         else:
-            raise RuntimeError(f"the checkpointing function of {type(module).__name__} was replaced after "
-                               f"optimize_model(checkpoint={state.arguments['checkpoint']!r}"
-                               f"{', checkpoint_split=True' if state.split else ''}) by {now!r} (e.g. by "
-                               "gradient_checkpointing_enable), which would silently undo it: revert_model(model), "
-                               "set up the checkpointing, then optimize_model")
+            raise RuntimeError(
+                f"the checkpointing function of {type(module).__name__} was replaced after "
+                f"optimize_model(checkpoint={state.arguments['checkpoint']!r}"
+                f"{', checkpoint_split=True' if state.split else ''}) by {now!r} (e.g. by "
+                "gradient_checkpointing_enable), which would silently undo it: revert_model(model), "
+                "set up the checkpointing, then optimize_model"
+            )
     embedding = model.get_input_embeddings()
     if state.sparse_embedding is not None and embedding is not state.sparse_embedding:
         reason = _sparse_unsupported_reason(model, embedding)
         if reason is not None:
-            raise NotImplementedError(f"sparse_embedding=True: the input embedding was replaced after optimize_model "
-                                      f"and the new one cannot be made sparse: {reason}. revert_model(model)")
+            raise NotImplementedError(
+                f"sparse_embedding=True: the input embedding was replaced after optimize_model "
+                f"and the new one cannot be made sparse: {reason}. revert_model(model)"
+            )
         embedding.sparse = True
         state.sparse_embedding = embedding
 
@@ -377,15 +431,27 @@ def _check_edits(model: nn.Module, args: tuple) -> None:
 # Hugging Face
 # --------------------------------------------------------------------------
 
+
 def _attention_modules(model: nn.Module) -> list[str]:
     """Names of the modules whose forward calls the attention interface (they carry
     ``is_causal`` and a ``config`` in Hugging Face's models); reported, not changed."""
-    return [name for name, m in model.named_modules()
-            if hasattr(m, "is_causal") and hasattr(m, "config") and type(m).__name__.endswith("Attention")]
+    return [
+        name
+        for name, m in model.named_modules()
+        if hasattr(m, "is_causal") and hasattr(m, "config") and type(m).__name__.endswith("Attention")
+    ]
 
 
-def _optimize_hf(model: nn.Module, attention: bool, linear_cross_entropy: bool, checkpoint: bool | str,
-                 rms_norm: bool, swiglu: bool, rope: bool, split: bool = False) -> _State:
+def _optimize_hf(
+    model: nn.Module,
+    attention: bool,
+    linear_cross_entropy: bool,
+    checkpoint: bool | str,
+    rms_norm: bool,
+    swiglu: bool,
+    rope: bool,
+    split: bool = False,
+) -> _State:
     register()
     support = family_support(model)
     report = OptimizationReport()
@@ -396,10 +462,16 @@ def _optimize_hf(model: nn.Module, attention: bool, linear_cross_entropy: bool, 
         if support.attention is None:
             state.attn_implementation = model.config._attn_implementation
             model.set_attn_implementation(ATTENTION_NAME)
-            report.changed += [Change(n, f"{cls}: attention {state.attn_implementation} -> ojas_ref.attention",
-                                      ATTENTION_THEOREMS, "the kernel's floating-point rounding; Hugging Face's mask "
-                                      "and GQA layout", "attention")
-                               for n, cls in attn_names]
+            report.changed += [
+                Change(
+                    n,
+                    f"{cls}: attention {state.attn_implementation} -> ojas_ref.attention",
+                    ATTENTION_THEOREMS,
+                    "the kernel's floating-point rounding; Hugging Face's mask and GQA layout",
+                    "attention",
+                )
+                for n, cls in attn_names
+            ]
         else:
             report.left_alone += [LeftAlone(n, support.attention) for n, _ in attn_names]
     _swap_rms_norms(model, rms_norm, support.rms_norm, state)
@@ -411,10 +483,16 @@ def _optimize_hf(model: nn.Module, attention: bool, linear_cross_entropy: bool, 
             state.loss_head = CausalLMLossHead(model, support.softcap)
             state.loss_head.install(model)
             cap = f", final soft cap {support.softcap}" if support.softcap is not None else ""
-            report.changed.append(Change(
-                head_name, f"training loss with labels: logits + cross-entropy -> ojas_ref.linear_cross_entropy{cap}",
-                LINEAR_CROSS_ENTROPY_THEOREMS, "the label shift and num_items_in_batch division (Hugging Face's "
-                "ForCausalLMLoss, tested); the kernel's floating-point rounding", "linear_cross_entropy"))
+            report.changed.append(
+                Change(
+                    head_name,
+                    f"training loss with labels: logits + cross-entropy -> ojas_ref.linear_cross_entropy{cap}",
+                    LINEAR_CROSS_ENTROPY_THEOREMS,
+                    "the label shift and num_items_in_batch division (Hugging Face's "
+                    "ForCausalLMLoss, tested); the kernel's floating-point rounding",
+                    "linear_cross_entropy",
+                )
+            )
             report.loss_bytes_saved_per_token = _logits_bytes_per_token(model)
         else:
             report.left_alone.append(LeftAlone(head_name, support.linear_cross_entropy))
@@ -422,8 +500,10 @@ def _optimize_hf(model: nn.Module, attention: bool, linear_cross_entropy: bool, 
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise NotImplementedError(f"{type(model).__name__} does not support gradient checkpointing")
         if checkpoint == "offload" and "value" in inspect.signature(model._set_gradient_checkpointing).parameters:
-            raise NotImplementedError(f"checkpoint='offload': {type(model).__name__} uses the old "
-                                      "_set_gradient_checkpointing(value) format, which takes no function")
+            raise NotImplementedError(
+                f"checkpoint='offload': {type(model).__name__} uses the old "
+                "_set_gradient_checkpointing(value) format, which takes no function"
+            )
         if not any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
             kwargs = {"use_reentrant": False}
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
@@ -435,17 +515,28 @@ def _optimize_hf(model: nn.Module, attention: bool, linear_cross_entropy: bool, 
         if split:
             _install_split(model, state, checkpoint == "offload")
             where = ", the segments' inputs offloaded to pinned host memory" if checkpoint == "offload" else ""
-            report.changed.append(Change(
-                "(decoder layers)", "activation checkpointing split in two segments per layer (input norm + "
-                f"self-attention, post-attention norm + MLP; non-reentrant){where}", (), not_covered
-                + "; the split and the offload are exact rearrangements (no theorem); their cost is measured, not "
-                "proved (benchmarks/bench_memory.py, +split)"))
+            report.changed.append(
+                Change(
+                    "(decoder layers)",
+                    "activation checkpointing split in two segments per layer (input norm + "
+                    f"self-attention, post-attention norm + MLP; non-reentrant){where}",
+                    (),
+                    not_covered
+                    + "; the split and the offload are exact rearrangements (no theorem); their cost is measured, not "
+                    "proved (benchmarks/bench_memory.py, +split)",
+                )
+            )
         elif checkpoint == "offload":
             _install_offload(model, state)
-            report.changed.append(Change(
-                "(decoder layers)", "per-layer activation checkpointing, layer inputs offloaded to pinned host "
-                "memory (non-reentrant)", (), not_covered + "; the offload is a copy (exact, no theorem); "
-                "its cost is measured, not proved (benchmarks/RESULTS.md)"))
+            report.changed.append(
+                Change(
+                    "(decoder layers)",
+                    "per-layer activation checkpointing, layer inputs offloaded to pinned host memory (non-reentrant)",
+                    (),
+                    not_covered + "; the offload is a copy (exact, no theorem); "
+                    "its cost is measured, not proved (benchmarks/RESULTS.md)",
+                )
+            )
         else:
             what = "per-layer activation checkpointing (non-reentrant)"
             if not state.enabled_checkpointing:
@@ -482,11 +573,15 @@ def _make_non_reentrant(model: nn.Module, state: _State) -> str:
         elif reentrant is None and m.gradient_checkpointing:
             kept.add(getattr(getattr(func, "func", func), "__qualname__", type(func).__name__))
     if kept:
-        return (f"per-layer activation checkpointing by the model's own function ({', '.join(sorted(kept))}), kept as "
-                "it is: optimize_model does not know whether it is non-reentrant")
+        return (
+            f"per-layer activation checkpointing by the model's own function ({', '.join(sorted(kept))}), kept as "
+            "it is: optimize_model does not know whether it is non-reentrant"
+        )
     if replaced:
-        return ("per-layer activation checkpointing (non-reentrant: the model's reentrant checkpointing made "
-                "non-reentrant, its other arguments kept)")
+        return (
+            "per-layer activation checkpointing (non-reentrant: the model's reentrant checkpointing made "
+            "non-reentrant, its other arguments kept)"
+        )
     return "per-layer activation checkpointing (non-reentrant)"
 
 
@@ -506,10 +601,16 @@ def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[O
         shape = P.Model.from_module(model)
     except (NotImplementedError, ValueError, TypeError) as err:
         return None, f"not a Llama-shaped decoder the planner models: {err}"
-    fields = dict(dtype=names[next(iter(dtypes))], checkpoint=bool(checkpoint), offload=checkpoint == "offload",
-                  ojas_attention=state.attn_implementation is not None, ojas_loss=state.loss_head is not None,
-                  ojas_rms_norm=any(isinstance(m, _OjasRMSNorm) for m, _ in state.swapped),
-                  ojas_swiglu=any(isinstance(m, _OjasSwiGLU) for m, _ in state.swapped), split=state.split)
+    fields = dict(
+        dtype=names[next(iter(dtypes))],
+        checkpoint=bool(checkpoint),
+        offload=checkpoint == "offload",
+        ojas_attention=state.attn_implementation is not None,
+        ojas_loss=state.loss_head is not None,
+        ojas_rms_norm=any(isinstance(m, _OjasRMSNorm) for m, _ in state.swapped),
+        ojas_swiglu=any(isinstance(m, _OjasSwiGLU) for m, _ in state.swapped),
+        split=state.split,
+    )
     return (shape, fields), ""
 
 
@@ -553,9 +654,17 @@ def _install_offload(model: nn.Module, state: _State) -> None:
             m._gradient_checkpointing_func = func
 
 
-def _swap_classes(model: nn.Module, flag: str, enabled: bool, family_reason: Optional[str], state: _State,
-                  is_candidate: Callable[[nn.Module], bool], unsupported: Callable[[nn.Module], Optional[str]],
-                  swapped_class: Callable[[type], type], change: Callable[[str, nn.Module, type], Change]) -> None:
+def _swap_classes(
+    model: nn.Module,
+    flag: str,
+    enabled: bool,
+    family_reason: Optional[str],
+    state: _State,
+    is_candidate: Callable[[nn.Module], bool],
+    unsupported: Callable[[nn.Module], Optional[str]],
+    swapped_class: Callable[[type], type],
+    change: Callable[[str, nn.Module, type], Change],
+) -> None:
     """Swap the class of every candidate module that ``unsupported`` clears (``change`` reports
     it); report the other candidates left alone with the reason (``flag=False``, the family's,
     or ``unsupported``'s)."""
@@ -574,31 +683,57 @@ def _swap_classes(model: nn.Module, flag: str, enabled: bool, family_reason: Opt
 
 def _swap_rms_norms(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face RMSNorm module (report the others)."""
+
     def change(name: str, module: nn.Module, cls: type) -> Change:
         offset = module._ojas_offset
-        return Change(name, f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}"
-                            f"{', weight 1 + w' if offset else ''})",
-                      (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],), RMS_NORM_NOT_COVERED, "rms_norm")
+        return Change(
+            name,
+            f"{cls.__name__} -> ojas_ref.rms_norm (cast {module._ojas_cast}{', weight 1 + w' if offset else ''})",
+            (RMS_NORM_THEOREMS[1] if offset else RMS_NORM_THEOREMS[0],),
+            RMS_NORM_NOT_COVERED,
+            "rms_norm",
+        )
 
-    _swap_classes(model, "rms_norm", enabled, family_reason, state,
-                  lambda m: type(m).__name__.endswith("RMSNorm") and not isinstance(m, _OjasRMSNorm),
-                  rms_norm_unsupported_reason, ojas_rms_norm_class, change)
+    _swap_classes(
+        model,
+        "rms_norm",
+        enabled,
+        family_reason,
+        state,
+        lambda m: type(m).__name__.endswith("RMSNorm") and not isinstance(m, _OjasRMSNorm),
+        rms_norm_unsupported_reason,
+        ojas_rms_norm_class,
+        change,
+    )
 
 
 def _swap_swiglu_mlps(model: nn.Module, enabled: bool, family_reason: Optional[str], state: _State) -> None:
     """Swap the class of every checked Hugging Face gated MLP with a SiLU or tanh-gelu activation
     (report the other gated MLPs, e.g. an exact-erf gelu; an MLP without a gate, as GPT-2's, is no
     candidate)."""
+
     def change(name: str, module: nn.Module, cls: type) -> Change:
         act = mlp_activation(module)
         call = "ojas_ref.swiglu" if act == "silu" else f"ojas_ref.swiglu(activation={act!r})"
-        return Change(name, f"{cls.__name__}: {act}(gate) * up -> {call} (gate and up saved, {act} "
-                            "recomputed in backward)",
-                      (SWIGLU_THEOREMS[act],), "the kernel's floating-point rounding", "swiglu")
+        return Change(
+            name,
+            f"{cls.__name__}: {act}(gate) * up -> {call} (gate and up saved, {act} recomputed in backward)",
+            (SWIGLU_THEOREMS[act],),
+            "the kernel's floating-point rounding",
+            "swiglu",
+        )
 
-    _swap_classes(model, "swiglu", enabled, family_reason, state,
-                  lambda m: is_gated_mlp(m) and not isinstance(m, _OjasSwiGLU),
-                  swiglu_unsupported_reason, ojas_swiglu_class, change)
+    _swap_classes(
+        model,
+        "swiglu",
+        enabled,
+        family_reason,
+        state,
+        lambda m: is_gated_mlp(m) and not isinstance(m, _OjasSwiGLU),
+        swiglu_unsupported_reason,
+        ojas_swiglu_class,
+        change,
+    )
 
 
 def _replace_rope(model: nn.Module, enabled: bool, state: _State) -> None:
@@ -613,10 +748,16 @@ def _replace_rope(model: nn.Module, enabled: bool, state: _State) -> None:
         return
     state.rope_use = RopeUse(module_name)
     state.rope_hooks = scope_rope([m for n, m in model.named_modules() if n in _attention_modules(model)])
-    state.report.changed.append(Change(
-        name, "rotary embedding (rotate-half) -> ojas_ref.functional.rope in this model's attention, bit for bit "
-        "Hugging Face's", (ROPE_THEOREM,),
-        "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)", "rope"))
+    state.report.changed.append(
+        Change(
+            name,
+            "rotary embedding (rotate-half) -> ojas_ref.functional.rope in this model's attention, bit for bit "
+            "Hugging Face's",
+            (ROPE_THEOREM,),
+            "the rounding (the kernel repeats torch's operation-by-operation rounding; tested bit for bit)",
+            "rope",
+        )
+    )
 
 
 def _logits_bytes_per_token(model: nn.Module) -> int:
@@ -633,6 +774,7 @@ def _logits_bytes_per_token(model: nn.Module) -> int:
 # Plain PyTorch
 # --------------------------------------------------------------------------
 
+
 def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _State) -> None:
     """The ReLU of an ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` with feed-forward dropout ->
     :func:`ojas_ref.functional.relu.relu` (or :class:`ojas_ref.nn.ReLU` for an ``nn.ReLU``
@@ -646,24 +788,37 @@ def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _
     where = f"{name or '(model)'}.activation"
     if not (act is F.relu or (type(act) is nn.ReLU and not act.inplace)):
         what = getattr(act, "__name__", type(act).__name__)
-        state.report.left_alone.append(LeftAlone(where, f"relu_mask: the activation is {what}, not F.relu / "
-                                                 "nn.ReLU: no packed-mask form"))
+        state.report.left_alone.append(
+            LeftAlone(where, f"relu_mask: the activation is {what}, not F.relu / nn.ReLU: no packed-mask form")
+        )
         return
     dropout = getattr(layer, "dropout", None)
     if not enabled:
         state.report.left_alone.append(LeftAlone(where, "relu_mask=False"))
         return
     if not isinstance(dropout, nn.Dropout) or dropout.p == 0:
-        state.report.left_alone.append(LeftAlone(where, "relu_mask: no dropout between relu and linear2, which "
-                                                 "then keeps relu's output anyway (a mask would add n / 8 bytes)"))
+        state.report.left_alone.append(
+            LeftAlone(
+                where,
+                "relu_mask: no dropout between relu and linear2, which "
+                "then keeps relu's output anyway (a mask would add n / 8 bytes)",
+            )
+        )
         return
     layer.activation = relu if act is F.relu else ReLU()
     state.activations.append((layer, act))
-    state.report.changed.append(Change(
-        where, "relu -> ojas_ref.functional.relu.relu: its mask saved packed 1 bit per element instead of relu's "
-        "output (one [tokens, dim_feedforward] tensor less per layer in training); values and gradients bit for "
-        "bit torch's", (RELU_THEOREM, RELU_KERNEL_THEOREM), "the sign of a zero output where torch's relu(-0.0) "
-        "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value", "relu"))
+    state.report.changed.append(
+        Change(
+            where,
+            "relu -> ojas_ref.functional.relu.relu: its mask saved packed 1 bit per element instead of relu's "
+            "output (one [tokens, dim_feedforward] tensor less per layer in training); values and gradients bit for "
+            "bit torch's",
+            (RELU_THEOREM, RELU_KERNEL_THEOREM),
+            "the sign of a zero output where torch's relu(-0.0) "
+            "is +0.0 (the kernel then zeroes -0.0 too), and NaN payloads of relu's value",
+            "relu",
+        )
+    )
 
 
 def _optimize_torch(model: nn.Module, attention: bool, linear_cross_entropy: bool, relu_mask: bool = True) -> _State:
@@ -685,11 +840,20 @@ def _optimize_torch(model: nn.Module, attention: bool, linear_cross_entropy: boo
             continue
         module.__class__ = MultiheadAttention
         state.swapped.append((module, nn.MultiheadAttention))
-        report.changed.append(Change(name or "(model)", "nn.MultiheadAttention -> ojas_ref.attention",
-                                     ATTENTION_THEOREMS, "the kernel's floating-point rounding", "attention"))
+        report.changed.append(
+            Change(
+                name or "(model)",
+                "nn.MultiheadAttention -> ojas_ref.attention",
+                ATTENTION_THEOREMS,
+                "the kernel's floating-point rounding",
+                "attention",
+            )
+        )
     if not report.changed and not report.left_alone:
         report.notes.append("no nn.MultiheadAttention found")
     if linear_cross_entropy:
-        report.notes.append("a plain model computes its own loss: use ojas_ref.LinearCrossEntropyLoss on the hidden "
-                            "states and the output layer's weight")
+        report.notes.append(
+            "a plain model computes its own loss: use ojas_ref.LinearCrossEntropyLoss on the hidden "
+            "states and the output layer's weight"
+        )
     return state

@@ -43,7 +43,7 @@ REPORT_WIDTH = 120
 
 
 def _clip(line: str) -> str:
-    return line if len(line) <= REPORT_WIDTH else line[:REPORT_WIDTH - 3] + "..."
+    return line if len(line) <= REPORT_WIDTH else line[: REPORT_WIDTH - 3] + "..."
 
 
 def _name_patterns(names: list[str]) -> str:
@@ -56,8 +56,11 @@ def _grouped(items: list[tuple[str, str]]) -> list[str]:
     groups: dict[str, list[str]] = {}
     for key, module in items:
         groups.setdefault(key, []).append(module)
-    return [line for key, names in groups.items()
-            for line in (_clip(f"    {len(names):>4} x {key}"), _clip(f"           {_name_patterns(names)}"))]
+    return [
+        line
+        for key, names in groups.items()
+        for line in (_clip(f"    {len(names):>4} x {key}"), _clip(f"           {_name_patterns(names)}"))
+    ]
 
 
 @dataclass
@@ -85,9 +88,18 @@ class OptimizationReport:
         return {**self.__dict__, "_model": None}
 
     @renamed_keyword("fused", "in_backward", "OptimizationReport.plan")
-    def plan(self, *, optimizer: str = "adamw", in_backward: bool = True, batch: int = 1, seq: int = 2048,
-             host_state: bool = False, head_update: bool = False, state_slice_mb: Optional[float] = None,
-             bucket_cap_mb: float = 64.0) -> Any:
+    def plan(
+        self,
+        *,
+        optimizer: str = "adamw",
+        in_backward: bool = True,
+        batch: int = 1,
+        seq: int = 2048,
+        host_state: bool = False,
+        head_update: bool = False,
+        state_slice_mb: Optional[float] = None,
+        bucket_cap_mb: float = 64.0,
+    ) -> Any:
         """The peak of device memory per tensor class of a training step of the optimized model
         (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`; ``.table()`` is its
         readable breakdown), with what this call applied and the rest of the setting given here
@@ -103,9 +115,17 @@ class OptimizationReport:
         if self.planned is None:
             raise NotImplementedError(f"report.plan(): {self.unplanned}")
         model, fields = self.planned
-        setting = P.Setting(optimizer=optimizer, in_backward=in_backward, batch=batch, seq=seq, host_state=host_state,
-                            head_update=head_update, state_slice_mb=state_slice_mb if host_state else None,
-                            bucket_cap_mb=bucket_cap_mb, **fields)
+        setting = P.Setting(
+            optimizer=optimizer,
+            in_backward=in_backward,
+            batch=batch,
+            seq=seq,
+            host_state=host_state,
+            head_update=head_update,
+            state_slice_mb=state_slice_mb if host_state else None,
+            bucket_cap_mb=bucket_cap_mb,
+            **fields,
+        )
         return P.plan(model, setting)
 
     def runs(self) -> str:
@@ -136,23 +156,29 @@ class OptimizationReport:
     def _tail(self) -> list[str]:
         lines = []
         if self.loss_bytes_saved_per_token:
-            lines.append(f"  expected: {self.loss_bytes_saved_per_token} bytes of logits and their gradient not "
-                         f"allocated per training token ({self.loss_bytes_saved_per_token * 4096 / 2**20:.0f} MiB "
-                         "at 4096 tokens)")
+            lines.append(
+                f"  expected: {self.loss_bytes_saved_per_token} bytes of logits and their gradient not "
+                f"allocated per training token ({self.loss_bytes_saved_per_token * 4096 / 2**20:.0f} MiB "
+                "at 4096 tokens)"
+            )
         lines += [f"  note: {n}" for n in self.notes]
         if self.planned is None:
             lines.append(f"  plan: none ({self.unplanned})")
         else:
             p = self.plan()
-            lines += [f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
-                      f"at {p.peak_phase.name}",
-                      "        report.plan(optimizer=..., batch=..., seq=...).table(): the breakdown of another "
-                      "setting"]
+            lines += [
+                f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
+                f"at {p.peak_phase.name}",
+                "        report.plan(optimizer=..., batch=..., seq=...).table(): the breakdown of another setting",
+            ]
         return lines
 
     def __str__(self) -> str:
-        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone "
-                 "(report.details(): each, with its theorems)", f"  runs {self.runs()}"]
+        lines = [
+            f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone "
+            "(report.details(): each, with its theorems)",
+            f"  runs {self.runs()}",
+        ]
         if self.changed:
             lines += ["  changed:"] + _grouped([(c.what, c.module) for c in self.changed])
         if self.left_alone:
@@ -162,10 +188,15 @@ class OptimizationReport:
     def details(self) -> str:
         """Every module changed, with the theorems behind it and what they do not cover, and every
         candidate left alone with the reason; one line each."""
-        lines = [f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone",
-                 f"  runs {self.runs()}"]
-        lines += [f"  changed  {c.module}: {c.what}" + (f" [{', '.join(c.theorems)}]" if c.theorems else "")
-                  + (f"; not proved: {c.not_covered}" if c.not_covered else "") for c in self.changed]
+        lines = [
+            f"optimize_model: {len(self.changed)} module(s) changed, {len(self.left_alone)} left alone",
+            f"  runs {self.runs()}",
+        ]
+        lines += [
+            f"  changed  {c.module}: {c.what}"
+            + (f" [{', '.join(c.theorems)}]" if c.theorems else "")
+            + (f"; not proved: {c.not_covered}" if c.not_covered else "")
+            for c in self.changed
+        ]
         lines += [f"  left     {s.module}: {s.reason}" for s in self.left_alone]
         return "\n".join(lines + self._tail())
-

@@ -23,11 +23,20 @@ __all__ = ["RMS_NORM_FORMS", "ojas_rms_norm_class", "rms_norm_unsupported_reason
 #: ``1 + weight`` in float32 and round once. Qwen3's and Gemma 3's q_norm / k_norm (over the
 #: head dimension) are of the same classes.
 RMS_NORM_FORMS: dict[tuple[str, str], tuple[str, str, float]] = {
-    **{(f"transformers.models.{m}.modeling_{m}", f"{c}RMSNorm"): ("variance_epsilon", "before_weight", 0.0)
-       for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
-                    ("phi3", "Phi3"))},
-    **{(f"transformers.models.{m}.modeling_{m}", f"{c}RMSNorm"): ("eps", "after_weight", 1.0)
-       for m, c in (("gemma2", "Gemma2"), ("gemma3", "Gemma3"))},
+    **{
+        (f"transformers.models.{m}.modeling_{m}", f"{c}RMSNorm"): ("variance_epsilon", "before_weight", 0.0)
+        for m, c in (
+            ("llama", "Llama"),
+            ("mistral", "Mistral"),
+            ("qwen2", "Qwen2"),
+            ("qwen3", "Qwen3"),
+            ("phi3", "Phi3"),
+        )
+    },
+    **{
+        (f"transformers.models.{m}.modeling_{m}", f"{c}RMSNorm"): ("eps", "after_weight", 1.0)
+        for m, c in (("gemma2", "Gemma2"), ("gemma3", "Gemma3"))
+    },
 }
 
 _PROBED: dict[type, Optional[str]] = {}
@@ -50,8 +59,10 @@ def _probe(cls: type, eps_attr: str, cast: str, offset: float) -> Optional[str]:
             module.weight.copy_(torch.randn(24, generator=g))
             x = (torch.randn(5, 24, generator=g) * 3).to(dtype)
             if not torch.equal(module(x), rms_norm_reference(x, module.weight, 1e-5, (-1,), offset, cast)):
-                return (f"{cls.__name__}'s forward differs from the checked formula (cast {cast}, offset {offset}) "
-                        f"in {dtype}: this transformers version changed it")
+                return (
+                    f"{cls.__name__}'s forward differs from the checked formula (cast {cast}, offset {offset}) "
+                    f"in {dtype}: this transformers version changed it"
+                )
     return None
 
 
@@ -83,8 +94,13 @@ class _OjasRMSNorm:
         float64 inputs are rounded to float32 first, as Hugging Face's ``.to(torch.float32)``."""
         x, weight = hidden_states, self.weight
         eps = getattr(self, self._ojas_eps_attr)
-        if (plain_kernel_call("rms_norm", x, weight) and weight.dim() == 1
-                and 0 < x.shape[-1] == weight.shape[0] and type(eps) is float and eps >= 0):
+        if (
+            plain_kernel_call("rms_norm", x, weight)
+            and weight.dim() == 1
+            and 0 < x.shape[-1] == weight.shape[0]
+            and type(eps) is float
+            and eps >= 0
+        ):
             from ojas_kernels.rms_norm import MAX_HIDDEN
 
             if x.shape[-1] <= MAX_HIDDEN:  # what rms_norm would run (cast and offset checked at the swap)

@@ -22,8 +22,9 @@ __all__ = ["ROPE_MODULES", "RopeUse", "patch_rope", "rope_unsupported_reason", "
 
 #: modeling modules whose ``apply_rotary_pos_emb`` is Llama's rotate-half formula (checked by
 #: :func:`_probe_rope` before it is replaced)
-ROPE_MODULES = tuple(f"transformers.models.{m}.modeling_{m}"
-                       for m in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"))
+ROPE_MODULES = tuple(
+    f"transformers.models.{m}.modeling_{m}" for m in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3")
+)
 
 # modeling module -> (Hugging Face's function, the optimized models using the replacement)
 _ROPE_PATCHED: dict[str, tuple[Callable[..., Any], int]] = {}
@@ -66,8 +67,9 @@ def _probe_rope(original: Callable[..., Any]) -> Optional[str]:
             return f"its apply_rotary_pos_emb cannot be called as Llama's ({e})"
         ones = [torch.ones_like(t) for t in want]
         if not all(torch.equal(a, b) for a, b in zip(got, want)) or not all(
-                torch.equal(a, b) for a, b in zip(torch.autograd.grad(got, (q, k), ones),
-                                                   torch.autograd.grad(want, (q, k), ones))):
+            torch.equal(a, b)
+            for a, b in zip(torch.autograd.grad(got, (q, k), ones), torch.autograd.grad(want, (q, k), ones))
+        ):
             return f"its apply_rotary_pos_emb differs from Llama's rotate-half formula in {dtype}"
     return None
 
@@ -80,12 +82,21 @@ def _ojas_rope(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original, updated=())  # (original may be a kernels nn.Module: none of its __dict__)
     def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1):
-        if (getattr(_ROPE_SCOPE, "depth", 0) > 0 and unsqueeze_dim == 1 and q.dim() == 4 and k.dim() == 4
-                and cos.dim() == 3 and sin.shape == cos.shape and not (cos.requires_grad or sin.requires_grad)
-                and plain_kernel_call("rope", q, k, cos, sin)
-                and q.shape[-1] % 2 == 0 and q.shape[-1] == k.shape[-1] == cos.shape[-1]
-                and q.shape[2] == k.shape[2] == cos.shape[1] and cos.shape[0] in (1, q.shape[0])
-                and q.shape[0] == k.shape[0]):
+        if (
+            getattr(_ROPE_SCOPE, "depth", 0) > 0
+            and unsqueeze_dim == 1
+            and q.dim() == 4
+            and k.dim() == 4
+            and cos.dim() == 3
+            and sin.shape == cos.shape
+            and not (cos.requires_grad or sin.requires_grad)
+            and plain_kernel_call("rope", q, k, cos, sin)
+            and q.shape[-1] % 2 == 0
+            and q.shape[-1] == k.shape[-1] == cos.shape[-1]
+            and q.shape[2] == k.shape[2] == cos.shape[1]
+            and cos.shape[0] in (1, q.shape[0])
+            and q.shape[0] == k.shape[0]
+        ):
             return fused_rotary(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)
 
@@ -102,7 +113,7 @@ def rope_unsupported_reason(model: nn.Module) -> tuple[Optional[str], str]:
         module = sys.modules[module_name]
         fn = getattr(module, "apply_rotary_pos_emb", None)
         original = getattr(fn, "_ojas_original", fn)
-        _PROBED_ROPE[module_name] = ("no apply_rotary_pos_emb" if original is None else _probe_rope(original))
+        _PROBED_ROPE[module_name] = "no apply_rotary_pos_emb" if original is None else _probe_rope(original)
     return _PROBED_ROPE[module_name], module_name
 
 
@@ -134,8 +145,9 @@ def patch_rope(module_name: str) -> None:
 def unpatch_rope(module_name: str) -> None:
     """Undo one :func:`patch_rope`; Hugging Face's function is back when no model uses it."""
     if module_name not in _ROPE_PATCHED:
-        raise RuntimeError(f"unpatch_rope: {module_name}.apply_rotary_pos_emb is not replaced (more releases "
-                           "than uses)")
+        raise RuntimeError(
+            f"unpatch_rope: {module_name}.apply_rotary_pos_emb is not replaced (more releases than uses)"
+        )
     original, users = _ROPE_PATCHED[module_name]
     if users == 1:
         sys.modules[module_name].apply_rotary_pos_emb = original

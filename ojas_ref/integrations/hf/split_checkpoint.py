@@ -17,8 +17,14 @@ from torch import Tensor, nn
 from ojas_ref.integrations.hf.family import text_config
 from ojas_ref.integrations.hf.swap import swapped_class
 
-__all__ = ["SPLIT_LAYERS", "SPLIT_SEGMENTS", "SplitCheckpoint", "split_layers", "split_swap",
-           "split_unsupported_reason"]
+__all__ = [
+    "SPLIT_LAYERS",
+    "SPLIT_SEGMENTS",
+    "SplitCheckpoint",
+    "split_layers",
+    "split_swap",
+    "split_unsupported_reason",
+]
 
 #: (module, class name) of the decoder layers whose forward is, in this order, ``h = x +
 #: self_attn(hidden_states=input_layernorm(x), ...)[0]`` and ``h + mlp(post_attention_layernorm(h))``
@@ -26,7 +32,8 @@ __all__ = ["SPLIT_LAYERS", "SPLIT_SEGMENTS", "SplitCheckpoint", "split_layers", 
 #: dropout are other layouts). :class:`SplitCheckpoint` checks the order at every call.
 SPLIT_LAYERS: tuple[tuple[str, str], ...] = tuple(
     (f"transformers.models.{m}.modeling_{m}", f"{c}DecoderLayer")
-    for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3")))
+    for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"))
+)
 #: (the norm, the module it feeds) of the two segments of a split layer
 SPLIT_SEGMENTS = (("input_layernorm", "self_attn"), ("post_attention_layernorm", "mlp"))
 
@@ -98,8 +105,10 @@ class SplitCheckpoint:
         with _running(run):
             out = function(*args, **kwargs)
         if run.marked is not None:
-            raise RuntimeError(f"split checkpointing: {type(self.layer).__name__}'s forward did not pass the output of "
-                               "a norm to its module (self_attn / mlp): not the checked layout")
+            raise RuntimeError(
+                f"split checkpointing: {type(self.layer).__name__}'s forward did not pass the output of "
+                "a norm to its module (self_attn / mlp): not the checked layout"
+            )
         return out
 
     def __repr__(self) -> str:
@@ -121,8 +130,10 @@ class _SplitNorm:
         if not _is_segment_norm(run, self):
             return super().forward(hidden_states)
         if run.marked is not None:
-            raise RuntimeError(f"split checkpointing: {type(run.layer).__name__} called two norms before their "
-                               "modules: not the checked layout")
+            raise RuntimeError(
+                f"split checkpointing: {type(run.layer).__name__} called two norms before their "
+                "modules: not the checked layout"
+            )
         run.marked = (self, hidden_states)
         return hidden_states
 
@@ -139,8 +150,10 @@ class _SplitSegment:
             return super().forward(*args, **kwargs)
         x, args = (args[0], args[1:]) if args else (kwargs.pop("hidden_states"), ())
         if run.marked is None or run.marked[0] is not norm or run.marked[1] is not x:
-            raise RuntimeError(f"split checkpointing: {type(self).__name__} did not receive its norm's output: "
-                               f"{type(run.layer).__name__} is not the checked layout")
+            raise RuntimeError(
+                f"split checkpointing: {type(self).__name__} did not receive its norm's output: "
+                f"{type(run.layer).__name__} is not the checked layout"
+            )
         run.marked = None
         return run.checkpoint(functools.partial(_run_segment, norm, self), x, *args, **kwargs)
 
@@ -159,11 +172,18 @@ def split_unsupported_reason(model: nn.Module) -> Optional[str]:
     family = getattr(text_config(model), "model_type", None)
     if not layers:
         return f"{type(model).__name__} (model type {family!r}) has no decoder layers (GradientCheckpointingLayer)"
-    other = sorted({f"{type(m).__module__}.{type(m).__name__}" for m in layers
-                    if (type(m).__module__, type(m).__name__) not in SPLIT_LAYERS})
+    other = sorted(
+        {
+            f"{type(m).__module__}.{type(m).__name__}"
+            for m in layers
+            if (type(m).__module__, type(m).__name__) not in SPLIT_LAYERS
+        }
+    )
     if other:
-        return (f"model type {family!r}: its decoder layers ({', '.join(other)}) are not among the checked "
-                "norm / self-attention / norm / MLP layouts (Llama, Mistral, Qwen2, Qwen3)")
+        return (
+            f"model type {family!r}: its decoder layers ({', '.join(other)}) are not among the checked "
+            "norm / self-attention / norm / MLP layouts (Llama, Mistral, Qwen2, Qwen3)"
+        )
     return None
 
 

@@ -23,8 +23,11 @@ def swapped_class(cls: type, mixin: type, attrs: dict[str, Any], prefix: str = "
     name = f"{prefix}{cls.__name__}"
     swapped = globals().get(name)
     if swapped is None or cls not in swapped.__bases__:
-        swapped = SwappedType(name, (mixin, cls), dict(attrs, __module__=__name__, __qualname__=name,
-                                                       _ojas_made_by=(cls, mixin, attrs, prefix)))
+        swapped = SwappedType(
+            name,
+            (mixin, cls),
+            dict(attrs, __module__=__name__, __qualname__=name, _ojas_made_by=(cls, mixin, attrs, prefix)),
+        )
         globals()[name] = swapped
     return swapped
 

@@ -26,9 +26,17 @@ __all__ = ["SWIGLU_FORMS", "is_gated_mlp", "mlp_activation", "ojas_swiglu_class"
 #: up_proj(x))`` (Gemma 2's and Gemma 3's too, with ``config.hidden_activation``); "fused"
 #: (Phi-3), ``gate, up = gate_up_proj(x).chunk(2, -1)`` then ``down_proj(up * activation_fn(gate))``.
 SWIGLU_FORMS: dict[tuple[str, str], str] = {
-    **{(f"transformers.models.{m}.modeling_{m}", f"{c}MLP"): "separate"
-       for m, c in (("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
-                    ("gemma2", "Gemma2"), ("gemma3", "Gemma3"))},
+    **{
+        (f"transformers.models.{m}.modeling_{m}", f"{c}MLP"): "separate"
+        for m, c in (
+            ("llama", "Llama"),
+            ("mistral", "Mistral"),
+            ("qwen2", "Qwen2"),
+            ("qwen3", "Qwen3"),
+            ("gemma2", "Gemma2"),
+            ("gemma3", "Gemma3"),
+        )
+    },
     ("transformers.models.phi3.modeling_phi3", "Phi3MLP"): "fused",
 }
 
@@ -51,8 +59,13 @@ def mlp_activation(module: nn.Module) -> Optional[str]:
     if isinstance(act, nn.GELU):
         return "gelu_tanh" if act.approximate == "tanh" else None
     fn = getattr(act, "act", None)
-    if (type(act).__name__ == "GELUTanh" and isinstance(fn, functools.partial) and fn.func is F.gelu
-            and not fn.args and fn.keywords == {"approximate": "tanh"}):
+    if (
+        type(act).__name__ == "GELUTanh"
+        and isinstance(fn, functools.partial)
+        and fn.func is F.gelu
+        and not fn.args
+        and fn.keywords == {"approximate": "tanh"}
+    ):
         return "gelu_tanh"
     return None
 
@@ -81,16 +94,21 @@ def _probe_mlp(module: nn.Module, form: str, activation: str) -> Optional[str]:
                 p.copy_(torch.randn(p.shape, generator=g))
             x = (torch.randn(3, 16, generator=g) * 3).to(dtype)
             if not torch.equal(probe(x), _swiglu_mlp_forward(probe, x, form, activation, impl="reference")):
-                return (f"{cls.__name__}'s forward differs from down({activation}(gate) * up) in {dtype}: "
-                        "this transformers version changed it")
+                return (
+                    f"{cls.__name__}'s forward differs from down({activation}(gate) * up) in {dtype}: "
+                    "this transformers version changed it"
+                )
     return None
 
 
 def is_gated_mlp(module: nn.Module) -> bool:
     """Whether ``module`` is a Hugging Face gated MLP: a ``*MLP`` class with a down projection and
     a gate (``gate_proj`` and ``up_proj``, or Phi-3's fused ``gate_up_proj``)."""
-    return (type(module).__name__.endswith("MLP") and hasattr(module, "down_proj")
-            and (hasattr(module, "gate_proj") and hasattr(module, "up_proj") or hasattr(module, "gate_up_proj")))
+    return (
+        type(module).__name__.endswith("MLP")
+        and hasattr(module, "down_proj")
+        and (hasattr(module, "gate_proj") and hasattr(module, "up_proj") or hasattr(module, "gate_up_proj"))
+    )
 
 
 def swiglu_unsupported_reason(module: nn.Module) -> Optional[str]:
@@ -101,9 +119,11 @@ def swiglu_unsupported_reason(module: nn.Module) -> Optional[str]:
         act = getattr(module, _act_attr(module), None)
         detail = f"approximate={act.approximate!r}" if isinstance(act, nn.GELU) else None
         detail = detail or ("its Python formula" if type(act).__name__ == "GELUTanh" else None)
-        return (f"activation {type(act).__name__}{f' ({detail})' if detail else ''}: the fused gate product "
-                "takes SiLU (SwiGLU, Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp) and torch's tanh-approximated "
-                "gelu (GeGLU, gelu_pytorch_tanh, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp) only")
+        return (
+            f"activation {type(act).__name__}{f' ({detail})' if detail else ''}: the fused gate product "
+            "takes SiLU (SwiGLU, Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp) and torch's tanh-approximated "
+            "gelu (GeGLU, gelu_pytorch_tanh, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp) only"
+        )
     form = SWIGLU_FORMS.get((cls.__module__, cls.__name__))
     if form is None:
         return f"{cls.__module__}.{cls.__name__} is not among the checked gated-MLP classes"
@@ -112,8 +132,7 @@ def swiglu_unsupported_reason(module: nn.Module) -> Optional[str]:
     return _PROBED_MLP[cls, activation]
 
 
-def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, activation: str,
-                        impl: Optional[str] = None) -> Tensor:
+def _swiglu_mlp_forward(module: nn.Module, x: Tensor, form: str, activation: str, impl: Optional[str] = None) -> Tensor:
     if form == "separate":
         gate, up = module.gate_proj(x), module.up_proj(x)
     else:

@@ -69,6 +69,7 @@ _LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t):
     """The float64 hand copy of the quantities ``attn_fwd_q`` and ``attn_lse_q`` share:
     (smax, delta, X, P1, CG, CR, bL), each rounded up by a relative 2^-30."""
+
     def gamma(k):
         return k * u / (1.0 - k * u)
 
@@ -90,8 +91,18 @@ def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[f
     ``Ojas.FloatModel.AttentionForwardPosteriori``; ``afe_bN = afp_gA + afp_rA / V``), in
     float64, not yet rounded up."""
     ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
-    ra = t * CR * ((((ha * CG * X) * (n * v) * ee) * (1.0 + u) + ea
-                    + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea)) * (1.0 + u))
+    ra = (
+        t
+        * CR
+        * (
+            (
+                ((ha * CG * X) * (n * v) * ee) * (1.0 + u)
+                + ea
+                + P1 * ((1.0 + u) * ((1.0 + us) * ee + es) * (b * v) + b * ea)
+            )
+            * (1.0 + u)
+        )
+    )
     return ha * CG * X - 1.0, ra
 
 
@@ -125,20 +136,47 @@ def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e
     return rel * _ROUND_UP, absolute * _ROUND_UP
 
 
-def _afe_args(n_keys: int, block_n: int, dtype: torch.dtype, storage_rounding: str, exp2_error: float,
-              scale: float, p: float, max_abs_v: float) -> tuple[dict[str, float], int]:
+def _afe_args(
+    n_keys: int,
+    block_n: int,
+    dtype: torch.dtype,
+    storage_rounding: str,
+    exp2_error: float,
+    scale: float,
+    p: float,
+    max_abs_v: float,
+) -> tuple[dict[str, float], int]:
     """The model's constants and the arguments that ``attn_fwd_q`` and ``attn_fwd_post_q``
     take (in their order), and the number of key tiles."""
     us, es = _storage(dtype, storage_rounding)
-    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, us=us, es=es,
-                uc=_QK_SCALE_ERROR, scale=float(scale), p=float(p), v=float(max_abs_v))
+    args = dict(
+        u=_FP32_U,
+        ue=float(exp2_error),
+        ee=_EXP2_ABS_ERROR,
+        ea=_FP32_ETA,
+        us=us,
+        es=es,
+        uc=_QK_SCALE_ERROR,
+        scale=float(scale),
+        p=float(p),
+        v=float(max_abs_v),
+    )
     return args, -(-n_keys // block_n)
 
 
 def attention_forward_error_bound(
-    n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
-    max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
-    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+    n_keys: int,
+    head_dim: int,
+    *,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
 ) -> float:
     """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
     flash-attention forward (kernels/ojas_kernels/attention.py) on one query row of at most ``n_keys``
@@ -183,11 +221,18 @@ def attention_forward_error_bound(
     exactly). Grouped-query attention changes only which key/value head a row reads:
     covered; so are causal masks, windows and a last key tile cut by the sequence end.
     """
-    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
-                                     exp2_error, dtype=dtype, max_abs_v=max_abs_v)
+    p, scale = _attention_bound_args(
+        n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
+    )
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    got = _from_oracle(bound="attention_forward", **{k: _rational(x) for k, x in args.items()},
-                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    got = _from_oracle(
+        bound="attention_forward",
+        **{k: _rational(x) for k, x in args.items()},
+        e=head_dim,
+        block=block_n,
+        keys=n_keys,
+        tiles=tiles,
+    )
     if got is _NO_ORACLE:
         value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
         if value == math.inf:
@@ -195,15 +240,27 @@ def attention_forward_error_bound(
     elif got is not None:
         value = _float_up(got)
     if got is None:
-        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
-                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_forward_error fails for n_keys={n_keys}, "
+            f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}"
+        )
     return value
 
 
 def attention_forward_posteriori_bound(
-    prob_abs_v: torch.Tensor, n_keys: int, head_dim: int, *, block_n: int, dtype: torch.dtype, max_abs_q: float,
-    max_abs_k: float, max_abs_v: float, scale: float | None = None, qk_abs_sum: float | None = None,
-    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+    prob_abs_v: torch.Tensor,
+    n_keys: int,
+    head_dim: int,
+    *,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention
     forward (kernels/ojas_kernels/attention.py): ``afp_rel * W_ic + afp_abs`` with
@@ -237,25 +294,45 @@ def attention_forward_posteriori_bound(
     additive float masks, overflow, 3xTF32 on CUDA in float32, ``exp2_error`` an
     assumption, and ``storage_rounding="truncate"`` not a proved bound). Raises
     ``ValueError`` on a bad argument or when the side condition fails."""
-    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
-                                     exp2_error, dtype=dtype, max_abs_v=max_abs_v)
+    p, scale = _attention_bound_args(
+        n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
+    )
     if prob_abs_v.is_complex() or not bool(((prob_abs_v >= 0) & torch.isfinite(prob_abs_v)).all()):
         raise ValueError("prob_abs_v must be finite and >= 0")
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    got = _from_oracle(bound="attention_forward_posteriori", **{k: _rational(x) for k, x in args.items()},
-                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    got = _from_oracle(
+        bound="attention_forward_posteriori",
+        **{k: _rational(x) for k, x in args.items()},
+        e=head_dim,
+        block=block_n,
+        keys=n_keys,
+        tiles=tiles,
+    )
     if got is _NO_ORACLE:
         rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles)
     else:
         rel, absolute = (math.inf, math.inf) if got is None else (_float_up(got[0]), _float_up(got[1]))
     if rel == math.inf:
-        raise ValueError(f"side condition afe_bL < 1 of attention_forward_posteriori fails for n_keys={n_keys}, "
-                         f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}")
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_forward_posteriori fails for n_keys={n_keys}, "
+            f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}"
+        )
     return (rel * prob_abs_v.to(torch.float64) + absolute) * _ROUND_UP
 
 
-def _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, *,
-                          dtype=torch.float32, max_abs_v=1.0) -> tuple[float, float]:
+def _attention_bound_args(
+    n_keys,
+    head_dim,
+    block_n,
+    max_abs_q,
+    max_abs_k,
+    scale,
+    qk_abs_sum,
+    exp2_error,
+    *,
+    dtype=torch.float32,
+    max_abs_v=1.0,
+) -> tuple[float, float]:
     """Validate the arguments of the attention bounds; return (qk_abs_sum, scale)."""
     for name, val in (("n_keys", n_keys), ("head_dim", head_dim), ("block_n", block_n)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
@@ -264,23 +341,31 @@ def _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale
         raise ValueError(f"dtype must be one of torch.bfloat16, torch.float16, torch.float32, got {dtype}")
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    for name, val in (("max_abs_q", max_abs_q), ("max_abs_k", max_abs_k), ("max_abs_v", max_abs_v),
-                      ("scale", scale), ("exp2_error", exp2_error)):
+    for name, val in (
+        ("max_abs_q", max_abs_q),
+        ("max_abs_k", max_abs_k),
+        ("max_abs_v", max_abs_v),
+        ("scale", scale),
+        ("exp2_error", exp2_error),
+    ):
         if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
     if not scale > 0.0:
         raise ValueError(f"scale must be > 0 (the theorem's premise), got {scale}")
     if not max_abs_v > 0.0:
-        raise ValueError(f"max_abs_v must be > 0 (the theorem's premise; all-zero values give zero outputs), "
-                         f"got {max_abs_v}")
+        raise ValueError(
+            f"max_abs_v must be > 0 (the theorem's premise; all-zero values give zero outputs), got {max_abs_v}"
+        )
     p = head_dim * float(max_abs_q) * float(max_abs_k) if qk_abs_sum is None else qk_abs_sum
     if not (isinstance(p, (int, float)) and math.isfinite(p) and p >= 0.0):
         raise ValueError(f"qk_abs_sum must be a finite number >= 0, got {qk_abs_sum!r}")
     if not head_dim * _FP32_U < 1.0:
         raise ValueError(f"side condition head_dim * 2^-24 < 1 fails: head_dim={head_dim}")
     if _FP32_U * 4.0 * scale * p > _EXP_OVERFLOW:  # 2^(u K) alone is beyond float64: the side condition fails
-        raise ValueError(f"side condition afe_bL < 1 of attention_forward_error fails: 2^(u K) overflows for "
-                         f"scale={scale}, qk_abs_sum={p}")
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_forward_error fails: 2^(u K) overflows for "
+            f"scale={scale}, qk_abs_sum={p}"
+        )
     return float(p), float(scale)
 
 
@@ -298,8 +383,15 @@ def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, 
 
 
 def attention_lse_error_bound(
-    n_keys: int, head_dim: int, *, block_n: int, max_abs_q: float, max_abs_k: float,
-    scale: float | None = None, qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR,
+    n_keys: int,
+    head_dim: int,
+    *,
+    block_n: int,
+    max_abs_q: float,
+    max_abs_k: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
     log2_error: float = LOG2_ERROR,
 ) -> float:
     """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
@@ -321,16 +413,31 @@ def attention_lse_error_bound(
     ``exp2_error`` themselves. Raises ``ValueError`` on a bad argument or a failed side
     condition.
     """
-    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum,
-                                     exp2_error)
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error)
     if not (isinstance(log2_error, (int, float)) and math.isfinite(log2_error) and log2_error >= 0.0):
         raise ValueError(f"log2_error must be a finite number >= 0, got {log2_error!r}")
     tiles = -(-n_keys // block_n)
     ln_n = math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40  # a candidate the oracle checks: n <= exp_dn(ln_n)
-    args = dict(u=_FP32_U, ue=float(exp2_error), ee=_EXP2_ABS_ERROR, ea=_FP32_ETA, el=float(log2_error),
-                ucl=_LN2_CONST_ERROR, uc=_QK_SCALE_ERROR, scale=scale, p=p, ln=ln_n)
-    got = _from_oracle(bound="attention_lse", **{k: _rational(x) for k, x in args.items()},
-                       e=head_dim, block=block_n, keys=n_keys, tiles=tiles)
+    args = dict(
+        u=_FP32_U,
+        ue=float(exp2_error),
+        ee=_EXP2_ABS_ERROR,
+        ea=_FP32_ETA,
+        el=float(log2_error),
+        ucl=_LN2_CONST_ERROR,
+        uc=_QK_SCALE_ERROR,
+        scale=scale,
+        p=p,
+        ln=ln_n,
+    )
+    got = _from_oracle(
+        bound="attention_lse",
+        **{k: _rational(x) for k, x in args.items()},
+        e=head_dim,
+        block=block_n,
+        keys=n_keys,
+        tiles=tiles,
+    )
     if got is _NO_ORACLE:
         value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
         if value == math.inf:
@@ -338,8 +445,10 @@ def attention_lse_error_bound(
     elif got is not None:
         value = _float_up(got)
     if got is None:
-        raise ValueError(f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_keys}, "
-                         f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}")
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_keys}, "
+            f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}"
+        )
     return value
 
 
@@ -348,16 +457,28 @@ def attention_lse_error_bound(
 _LOG2E_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
-def _backward_weight_terms(n_items: int, n_tiles: int, head_dim: int, block: int, max_abs_q: float,
-                           max_abs_k: float, max_abs_lse: float, lse_error: float, scale: float | None,
-                           qk_abs_sum: float | None, exp2_error: float, dtype: torch.dtype,
-                           storage_rounding: str) -> dict[str, Any]:
+def _backward_weight_terms(
+    n_items: int,
+    n_tiles: int,
+    head_dim: int,
+    block: int,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_lse: float,
+    lse_error: float,
+    scale: float | None,
+    qk_abs_sum: float | None,
+    exp2_error: float,
+    dtype: torch.dtype,
+    storage_rounding: str,
+) -> dict[str, Any]:
     """The exact-rational constants the backward bounds share: the arguments checked, the
     model's ``u, ea, ue, ee, us, es``, ``scale``, ``X >= 2^(2 (delta + Dl) + u Am + ea)`` (score
     terms from ``score2_error``, ``Dl``, ``Am`` from ``lse2_close``; ``X = 1 + perturbation_q(x / 2)``)
     and ``g`` = gamma of ``(block - 1) + (n_tiles - 1)`` (the blocked sum over the tiles)."""
-    p, scale = _attention_bound_args(max(n_items, 1), head_dim, block, max_abs_q, max_abs_k, scale,
-                                     qk_abs_sum, exp2_error, dtype=dtype)
+    p, scale = _attention_bound_args(
+        max(n_items, 1), head_dim, block, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype
+    )
     for name, val in (("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
         if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
@@ -367,8 +488,14 @@ def _backward_weight_terms(n_items: int, n_tiles: int, head_dim: int, block: int
     u, ea, ue, ee = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp2_error)), F_(_EXP2_ABS_ERROR)
     us, es = (F_(x) for x in _storage(dtype, storage_rounding))
     uc2 = F_(_LOG2E_CONST_ERROR)
-    sargs = dict(u=_rational(u), ea=_rational(ea), scale=_rational(scale), uc=_rational(_QK_SCALE_ERROR),
-                 e=head_dim, p=_rational(p))
+    sargs = dict(
+        u=_rational(u),
+        ea=_rational(ea),
+        scale=_rational(scale),
+        uc=_rational(_QK_SCALE_ERROR),
+        e=head_dim,
+        p=_rational(p),
+    )
     smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
     if smax is _NO_ORACLE or delta is _NO_ORACLE:
         raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
@@ -388,10 +515,22 @@ def _backward_weight_terms(n_items: int, n_tiles: int, head_dim: int, block: int
 
 
 def attention_dv_error_bound(
-    prob_abs_do: torch.Tensor, n_queries: int, n_query_tiles: int, head_dim: int, *, block_m: int,
-    dtype: torch.dtype, max_abs_q: float, max_abs_k: float, max_abs_do: float, max_abs_lse: float,
-    lse_error: float, scale: float | None = None, qk_abs_sum: float | None = None,
-    exp2_error: float = EXP2_ERROR, storage_rounding: str = "nearest",
+    prob_abs_do: torch.Tensor,
+    n_queries: int,
+    n_query_tiles: int,
+    head_dim: int,
+    *,
+    block_m: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_do: float,
+    max_abs_lse: float,
+    lse_error: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|dV_jc - sum_i P_ij dO_ic|`` for the dK/dV kernel of the
     Triton flash attention (kernels/ojas_kernels/attention.py), one per entry of ``prob_abs_do``.
@@ -421,12 +560,25 @@ def attention_dv_error_bound(
     """
     if not (isinstance(max_abs_do, (int, float)) and math.isfinite(max_abs_do) and max_abs_do >= 0.0):
         raise ValueError(f"max_abs_do must be a finite number >= 0, got {max_abs_do!r}")
-    c = _backward_weight_terms(n_queries, n_query_tiles, head_dim, block_m, max_abs_q, max_abs_k, max_abs_lse,
-                               lse_error, scale, qk_abs_sum, exp2_error, dtype, storage_rounding)
+    c = _backward_weight_terms(
+        n_queries,
+        n_query_tiles,
+        head_dim,
+        block_m,
+        max_abs_q,
+        max_abs_k,
+        max_abs_lse,
+        lse_error,
+        scale,
+        qk_abs_sum,
+        exp2_error,
+        dtype,
+        storage_rounding,
+    )
     u, ea, ue, ee, us, es, g = (c[name] for name in ("u", "ea", "ue", "ee", "us", "es", "g"))
     Ff = (1 + u) * (1 + us) * ((1 + ue) * c["X"])
     cc = (1 + u) * ((1 + us) * ee + es) * Fraction(float(max_abs_do)) + ea
-    a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)     # coefficient of S
+    a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)  # coefficient of S
     b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
     return (a * _enlarged(prob_abs_do, n_queries) + b) * _ROUND_UP
 
@@ -465,34 +617,67 @@ _SCALE_CONST_ERROR = 2.0**-24
 
 
 def _attention_grad_error_bound(
-    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_items: int, n_tiles: int, head_dim: int,
-    value_dim: int, *, block: int, max_abs_w: float, dtype: torch.dtype, max_abs_q: float, max_abs_k: float,
-    dp_abs_sum: float, max_abs_y: float, max_delta_error: float, max_abs_lse: float, lse_error: float,
-    scale: float | None = None, qk_abs_sum: float | None = None, exp2_error: float = EXP2_ERROR,
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    n_items: int,
+    n_tiles: int,
+    head_dim: int,
+    value_dim: int,
+    *,
+    block: int,
+    max_abs_w: float,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    dp_abs_sum: float,
+    max_abs_y: float,
+    max_delta_error: float,
+    max_abs_lse: float,
+    lse_error: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """``grad_bound`` of ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``) over
     tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
-    for name, val in (("max_abs_w", max_abs_w), ("dp_abs_sum", dp_abs_sum), ("max_abs_y", max_abs_y),
-                      ("max_delta_error", max_delta_error)):
+    for name, val in (
+        ("max_abs_w", max_abs_w),
+        ("dp_abs_sum", dp_abs_sum),
+        ("max_abs_y", max_abs_y),
+        ("max_delta_error", max_delta_error),
+    ):
         if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
     if isinstance(value_dim, bool) or not isinstance(value_dim, int) or value_dim < 1:
         raise ValueError(f"value_dim must be an integer >= 1, got {value_dim!r}")
-    c = _backward_weight_terms(n_items, n_tiles, head_dim, block, max_abs_q, max_abs_k, max_abs_lse, lse_error,
-                               scale, qk_abs_sum, exp2_error, dtype, storage_rounding)
+    c = _backward_weight_terms(
+        n_items,
+        n_tiles,
+        head_dim,
+        block,
+        max_abs_q,
+        max_abs_k,
+        max_abs_lse,
+        lse_error,
+        scale,
+        qk_abs_sum,
+        exp2_error,
+        dtype,
+        storage_rounding,
+    )
     u, ea, ue, ee, us, es, g, scale = (c[k] for k in ("u", "ea", "ue", "ee", "us", "es", "g", "scale"))
     F_ = Fraction
     ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
-    ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea                     # dot_err Ev Pd
+    ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea  # dot_err Ev Pd
     E = (1 + ue) * c["X"]
-    ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u      # grad_A
-    gb = (1 + u) * (1 + us) * ((1 + u) * E)                                         # grad_B
+    ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u  # grad_A
+    gb = (1 + u) * (1 + us) * ((1 + u) * E)  # grad_B
     crm = (1 + u) * (ep + F_(float(max_delta_error))) + ea
-    gc = (((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * F_(float(max_abs_y)) + crm) + ea) + (1 + u) * es)
-          * F_(float(max_abs_w)) + ea)                                              # grad_c
+    gc = ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * F_(float(max_abs_y)) + crm) + ea) + (1 + u) * es) * F_(
+        float(max_abs_w)
+    ) + ea  # grad_c
     ucs = F_(_SCALE_CONST_ERROR)
-    k = (1 + us) * scale * (1 + u) * (1 + ucs)     # grad_bound's factor of eA
+    k = (1 + us) * scale * (1 + u) * (1 + ucs)  # grad_bound's factor of eA
     a1 = _float_up(k * ((1 + g) * ga + g) + (1 + us) * scale * (u * (1 + ucs) + ucs) + us * scale)
     a2 = _float_up(k * (1 + g) * gb * ((1 + u) * ep + ea))
     a3 = _float_up(k * (1 + g) * gb * (1 + u))
@@ -501,9 +686,17 @@ def _attention_grad_error_bound(
     return (a1 * s1 + a2 * s2 + a3 * s3 + b) * _ROUND_UP
 
 
-def attention_dk_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_queries: int,
-                             n_query_tiles: int, head_dim: int, value_dim: int, *, block_m: int, max_abs_q: float,
-                             **kwargs: Any) -> torch.Tensor:
+def attention_dk_error_bound(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    n_queries: int,
+    n_query_tiles: int,
+    head_dim: int,
+    value_dim: int,
+    *,
+    block_m: int,
+    max_abs_q: float,
+    **kwargs: Any,
+) -> torch.Tensor:
     """A-posteriori bounds on ``|dK_je - scale sum_i P_ij (dP_ij - D_i) q_ie|`` for the dK/dV
     kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dkdv_tile``), one per
     entry of the sums ``(S1, S2, S3)`` (each ``[.., Sk, E]``, over the visible queries of
@@ -533,13 +726,30 @@ def attention_dk_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
     Not covered: the MMA order and its accumulation into dk, FMA contraction, 3xTF32
     (float32 on CUDA: not a proved bound there), ``exp2_error`` (an assumption)."""
-    return _attention_grad_error_bound(sums, n_queries, n_query_tiles, head_dim, value_dim, block=block_m,
-                                       max_abs_w=max_abs_q, max_abs_q=max_abs_q, **kwargs)
+    return _attention_grad_error_bound(
+        sums,
+        n_queries,
+        n_query_tiles,
+        head_dim,
+        value_dim,
+        block=block_m,
+        max_abs_w=max_abs_q,
+        max_abs_q=max_abs_q,
+        **kwargs,
+    )
 
 
-def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor], n_keys: int,
-                             n_key_tiles: int, head_dim: int, value_dim: int, *, block_n: int, max_abs_k: float,
-                             **kwargs: Any) -> torch.Tensor:
+def attention_dq_error_bound(
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    n_keys: int,
+    n_key_tiles: int,
+    head_dim: int,
+    value_dim: int,
+    *,
+    block_n: int,
+    max_abs_k: float,
+    **kwargs: Any,
+) -> torch.Tensor:
     """A-posteriori bounds on ``|dQ_ie - scale sum_j P_ij (dP_ij - D_i) k_je|`` for the dQ
     kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dq_tile``), one per entry
     of the sums ``(S1, S2, S3)`` (each ``[.., Sq, E]``, over the visible keys of query ``i``):
@@ -551,5 +761,14 @@ def attention_dq_error_bound(sums: tuple[torch.Tensor, torch.Tensor, torch.Tenso
     the value is ``grad_bound`` as in :func:`attention_dk_error_bound` with ``W = max_abs_k``,
     ``n = n_keys``, ``t = n_key_tiles``; the other keyword arguments are its. Not covered: as
     for :func:`attention_dk_error_bound`."""
-    return _attention_grad_error_bound(sums, n_keys, n_key_tiles, head_dim, value_dim, block=block_n,
-                                       max_abs_w=max_abs_k, max_abs_k=max_abs_k, **kwargs)
+    return _attention_grad_error_bound(
+        sums,
+        n_keys,
+        n_key_tiles,
+        head_dim,
+        value_dim,
+        block=block_n,
+        max_abs_w=max_abs_k,
+        max_abs_k=max_abs_k,
+        **kwargs,
+    )

@@ -97,8 +97,12 @@ def oracle_bounds_available() -> bool:
             answer = oracle_request({"op": "error_bounds", "queries": []})
             _oracle_state["available"] = "values" in answer
             if "values" not in answer:
-                warnings.warn(f"the oracle does not answer error_bounds ({answer.get('error')}): rebuild it with "
-                              "`make -C extraction`; using the hand formulas", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"the oracle does not answer error_bounds ({answer.get('error')}): rebuild it with "
+                    "`make -C extraction`; using the hand formulas",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
     return _oracle_state["available"]
 
 

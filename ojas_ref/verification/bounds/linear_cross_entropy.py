@@ -87,8 +87,16 @@ def _div_err(u: float, a, ea, b: float, eb: float):
 
 
 def linear_cross_entropy_token_error_bound(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor, *,
-    label_smoothing: float, z_loss: float, unit_roundoff: float, exp_error: float, log_error: float,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    *,
+    label_smoothing: float,
+    z_loss: float,
+    unit_roundoff: float,
+    exp_error: float,
+    log_error: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token bounds (loss, lse), each [N], on |computed - exact| for the chunked
     linear cross-entropy forward without softcap, tokens ``x`` [N, D] with targets in
@@ -140,8 +148,8 @@ def linear_cross_entropy_token_error_bound(
         raise ValueError(f"side conditions of token_forward_error_bound fail: beta={beta}, V={V}, u={u}")
     slack = 4 * (D + V + 4) * 2.0**-53
     absb = bias.to(f64).abs() if bias is not None else torch.zeros(V, dtype=f64)
-    prod = x.abs() @ weight.abs().T                                   # sum_i |x_i w_vi|, [N, V]
-    z = x @ weight.T + (bias.to(f64) if bias is not None else 0.0)   # exact logits, float64
+    prod = x.abs() @ weight.abs().T  # sum_i |x_i w_vi|, [N, V]
+    z = x @ weight.T + (bias.to(f64) if bias is not None else 0.0)  # exact logits, float64
     scale = prod + absb
     zmag = z.abs() + slack * scale
     gdot = dot_product_error_bound(D, u) * prod
@@ -178,7 +186,10 @@ def linear_cross_entropy_token_error_bound(
 
 
 def linear_cross_entropy_reduction_error_bound(
-    token_bounds: torch.Tensor, loss_magnitudes: torch.Tensor, n_tokens: int, reduction: str,
+    token_bounds: torch.Tensor,
+    loss_magnitudes: torch.Tensor,
+    n_tokens: int,
+    reduction: str,
     unit_roundoff: float,
 ) -> float:
     """Bound on |computed - exact| of the "sum" or "mean" of per-token losses (0 at the
@@ -205,11 +216,10 @@ def linear_cross_entropy_reduction_error_bound(
 
 
 def _frac_pow(x: Fraction, n: int) -> Fraction:
-    return x ** n
+    return x**n
 
 
-def _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
-                     logits_in_dtype):
+def _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype):
     """(delta, Zmax) as Fractions: the logits' error against h.w_v and the bound of the
     computed logits' magnitudes."""
     if dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -255,15 +265,25 @@ def _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error):
     return delta + c * (ut + et) + u * (c * (1 + ut + et)) + ea, (1 + u) * (c * (1 + ut + et)) + ea
 
 
-def _delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype,
-                    exact_logits, max_abs_logit, exp_error, log_error):
+def _delta_zmax(
+    vocab_size,
+    hidden_dim,
+    dtype,
+    max_abs_input,
+    max_abs_weight,
+    dot_abs_sum,
+    logits_in_dtype,
+    exact_logits,
+    max_abs_logit,
+    exp_error,
+    log_error,
+):
     """The checked premises' (delta, Zmax) of the lse bounds (``exact_logits``: delta = 0)."""
     for name, v in (("exp_error", exp_error), ("log_error", log_error)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
             raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
     if not exact_logits:
-        return _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
-                                logits_in_dtype)
+        return _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype)
     if not (isinstance(max_abs_logit, (int, float)) and math.isfinite(max_abs_logit) and max_abs_logit >= 0):
         raise ValueError(f"exact_logits needs max_abs_logit, a finite number >= 0, got {max_abs_logit!r}")
     if not (isinstance(vocab_size, int) and vocab_size >= 1):
@@ -272,12 +292,23 @@ def _delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, do
 
 
 def linear_cross_entropy_lse_error_bound(
-    vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, block_v: int,
-    max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
-    tile_sum_depth: int | None = None, logits_in_dtype: bool = True, exact_logits: bool = False,
-    max_abs_logit: float | None = None, exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
-    log_error: float = LINEAR_CROSS_ENTROPY_LOG_ERROR, softcap: float | None = None,
-    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR, tanh_rel_error: float = 0.0,
+    vocab_size: int,
+    hidden_dim: int,
+    *,
+    dtype: torch.dtype,
+    block_v: int,
+    max_abs_input: float | None = None,
+    max_abs_weight: float | None = None,
+    dot_abs_sum: float | None = None,
+    tile_sum_depth: int | None = None,
+    logits_in_dtype: bool = True,
+    exact_logits: bool = False,
+    max_abs_logit: float | None = None,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    log_error: float = LINEAR_CROSS_ENTROPY_LOG_ERROR,
+    softcap: float | None = None,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    tanh_rel_error: float = 0.0,
 ) -> float:
     """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the chunked linear
     cross-entropy (kernels/ojas_kernels/linear_cross_entropy.py, ``_rows_kernel`` with STREAM: the
@@ -325,16 +356,39 @@ def linear_cross_entropy_lse_error_bound(
     dt = block_v - 1 if tile_sum_depth is None else tile_sum_depth
     if not (isinstance(dt, int) and 0 <= dt <= max(block_v - 1, 0)) and tile_sum_depth is not None:
         raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
-    delta, zmax = _delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
-                                  logits_in_dtype, exact_logits, max_abs_logit, exp_error, log_error)
+    delta, zmax = _delta_zmax(
+        vocab_size,
+        hidden_dim,
+        dtype,
+        max_abs_input,
+        max_abs_weight,
+        dot_abs_sum,
+        logits_in_dtype,
+        exact_logits,
+        max_abs_logit,
+        exp_error,
+        log_error,
+    )
     delta, zmax = _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
     tt, bt, nn = -(-vocab_size // block_v), block_v, vocab_size
     ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
-    got = _from_oracle(bound="linear_cross_entropy_lse", u=_rational(u), ue=_rational(ue), ee=_rational(ee),
-                       ea=_rational(ea), el=_rational(el), zmax=_rational(zmax), delta=_rational(delta),
-                       ln=_rational(ln_v), depth=dt, block=bt, tiles=tt, vocab=nn)
+    got = _from_oracle(
+        bound="linear_cross_entropy_lse",
+        u=_rational(u),
+        ue=_rational(ue),
+        ee=_rational(ee),
+        ea=_rational(ea),
+        el=_rational(el),
+        zmax=_rational(zmax),
+        delta=_rational(delta),
+        ln=_rational(ln_v),
+        depth=dt,
+        block=bt,
+        tiles=tt,
+        vocab=nn,
+    )
     if got is None:
         raise ValueError("the bound is vacuous or a check failed (ce_lse_q answered None: bL >= 1 or ln V > LN)")
     if got is not _NO_ORACLE:
@@ -370,7 +424,11 @@ def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, 
 
 
 def linear_cross_entropy_loss_posteriori_bound(
-    probs: torch.Tensor, target: torch.Tensor, logit_error: torch.Tensor | float, stream_lse_bound: float, *,
+    probs: torch.Tensor,
+    target: torch.Tensor,
+    logit_error: torch.Tensor | float,
+    stream_lse_bound: float,
+    *,
     ignore_index: int = -100,
 ) -> torch.Tensor:
     """Per-token bounds [N] on ``|loss_kernel - (ln sum_v e^(y_v) - y_t)|`` (0 at ignored tokens)
@@ -411,7 +469,10 @@ def linear_cross_entropy_loss_posteriori_bound(
 
 
 def linear_cross_entropy_softcap_logit_error_bound(
-    raw_error: float, softcap: float, *, tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    raw_error: float,
+    softcap: float,
+    *,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
     tanh_rel_error: float = 0.0,
 ) -> tuple[float, float]:
     """``(sc_delta, sc_zmax)`` of ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``:
@@ -426,8 +487,9 @@ def linear_cross_entropy_softcap_logit_error_bound(
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
 
 
-def linear_cross_entropy_softcap_chain_error_bound(logit_error: float, softcap: float, *,
-                                                   div_error: float = LINEAR_CROSS_ENTROPY_DIV_ERROR) -> float:
+def linear_cross_entropy_softcap_chain_error_bound(
+    logit_error: float, softcap: float, *, div_error: float = LINEAR_CROSS_ENTROPY_DIV_ERROR
+) -> float:
     """Bound on ``|cf - (1 - tanh(y / c)^2)|`` for the gradient's chain factor ``cf`` that
     ``_cap_chain`` computes from a capped logit within ``logit_error`` of ``c tanh(y / c)``
     (e.g. ``sc_delta`` of :func:`linear_cross_entropy_softcap_logit_error_bound`):
@@ -448,17 +510,24 @@ def linear_cross_entropy_softcap_chain_error_bound(logit_error: float, softcap: 
 
 
 def linear_cross_entropy_logit_error_bound(
-    vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, max_abs_input: float | None = None,
-    max_abs_weight: float | None = None, dot_abs_sum: float | None = None, logits_in_dtype: bool = True,
-    softcap: float | None = None, tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR, tanh_rel_error: float = 0.0,
+    vocab_size: int,
+    hidden_dim: int,
+    *,
+    dtype: torch.dtype,
+    max_abs_input: float | None = None,
+    max_abs_weight: float | None = None,
+    dot_abs_sum: float | None = None,
+    logits_in_dtype: bool = True,
+    softcap: float | None = None,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    tanh_rel_error: float = 0.0,
 ) -> tuple[float, float]:
     """``(delta, Zmax)``: the bound on each logit's error that
     :func:`linear_cross_entropy_lse_error_bound` uses (``gamma_D P``, plus the storage rounding
     with ``logits_in_dtype``; premises stated there) and the bound of the computed logits; with
     ``softcap`` those of the capped logits (``sc_delta``, ``sc_zmax`` of
     ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``)."""
-    d, z = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
-                            logits_in_dtype)
+    d, z = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype)
     d, z = _softcapped(d, z, softcap, tanh_error, tanh_rel_error)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
 
@@ -478,11 +547,23 @@ def _stream_level(u, ue, ee, ea, xk, ci, ri, nx, dt, bt, tt, nn):
 
 
 def linear_cross_entropy_merge_lse_error_bound(
-    vocab_size: int, hidden_dim: int, *, dtype: torch.dtype, block_n: int, tiles_per_program: int, block_p: int,
-    max_abs_input: float | None = None, max_abs_weight: float | None = None, dot_abs_sum: float | None = None,
-    exact_logits: bool = False, max_abs_logit: float | None = None,
-    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR, log_error: float = LINEAR_CROSS_ENTROPY_LOG_ERROR,
-    softcap: float | None = None, tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR, tanh_rel_error: float = 0.0,
+    vocab_size: int,
+    hidden_dim: int,
+    *,
+    dtype: torch.dtype,
+    block_n: int,
+    tiles_per_program: int,
+    block_p: int,
+    max_abs_input: float | None = None,
+    max_abs_weight: float | None = None,
+    dot_abs_sum: float | None = None,
+    exact_logits: bool = False,
+    max_abs_logit: float | None = None,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    log_error: float = LINEAR_CROSS_ENTROPY_LOG_ERROR,
+    softcap: float | None = None,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    tanh_rel_error: float = 0.0,
 ) -> float:
     """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the two-level
     schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streams
@@ -504,8 +585,19 @@ def linear_cross_entropy_merge_lse_error_bound(
     for name, v in (("block_n", block_n), ("tiles_per_program", tiles_per_program), ("block_p", block_p)):
         if not (isinstance(v, int) and v >= 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    delta, zmax = _delta_zmax(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum,
-                                  False, exact_logits, max_abs_logit, exp_error, log_error)
+    delta, zmax = _delta_zmax(
+        vocab_size,
+        hidden_dim,
+        dtype,
+        max_abs_input,
+        max_abs_weight,
+        dot_abs_sum,
+        False,
+        exact_logits,
+        max_abs_logit,
+        exp_error,
+        log_error,
+    )
     delta, zmax = _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
@@ -514,10 +606,26 @@ def linear_cross_entropy_merge_lse_error_bound(
     t1, n1 = min(tiles_per_program, n_tiles), min(tiles_per_program * block_n, vocab_size)
     t2 = -(-groups // block_p)
     ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)
-    got = _from_oracle(bound="linear_cross_entropy_merge_lse", u=_rational(u), ue=_rational(ue), ee=_rational(ee),
-                       ea=_rational(ea), el=_rational(el), zmax=_rational(zmax), delta=_rational(delta),
-                       ln=_rational(ln_v), depth=block_n - 1, block=block_n, tiles=t1, items=n1,
-                       merge_depth=block_p - 1, merge_block=block_p, merge_tiles=t2, groups=groups, vocab=vocab_size)
+    got = _from_oracle(
+        bound="linear_cross_entropy_merge_lse",
+        u=_rational(u),
+        ue=_rational(ue),
+        ee=_rational(ee),
+        ea=_rational(ea),
+        el=_rational(el),
+        zmax=_rational(zmax),
+        delta=_rational(delta),
+        ln=_rational(ln_v),
+        depth=block_n - 1,
+        block=block_n,
+        tiles=t1,
+        items=n1,
+        merge_depth=block_p - 1,
+        merge_block=block_p,
+        merge_tiles=t2,
+        groups=groups,
+        vocab=vocab_size,
+    )
     if got is None:
         raise ValueError("the bound is vacuous or a check failed (ce_merge_lse_q answered None: bL >= 1 or ln V > LN)")
     if got is not _NO_ORACLE:

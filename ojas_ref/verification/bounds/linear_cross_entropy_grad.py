@@ -54,11 +54,13 @@ def _hand_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) -> tup
     kg = (1 + us) * (1 + u)
     cg = (1 + us) * ((1 + u) * ee + ea) + es
     w = ua + u * (1 + ua)
-    kc = kg ** n_chunks
-    return (kc * a0 * (1 + w) * (1 + gd) * (kg * (1 + ue) * X - 1),
-            kc * a0 * (w + (1 + w) * ((1 + gd) * (kg - 1) + gd)) + (kc - 1) * a0,
-            kc * a0 * (1 + w) * (1 + gd) * cg,
-            n_chunks * kc * (ea + es))
+    kc = kg**n_chunks
+    return (
+        kc * a0 * (1 + w) * (1 + gd) * (kg * (1 + ue) * X - 1),
+        kc * a0 * (w + (1 + w) * ((1 + gd) * (kg - 1) + gd)) + (kc - 1) * a0,
+        kc * a0 * (1 + w) * (1 + gd) * cg,
+        n_chunks * kc * (ea + es),
+    )
 
 
 def _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunks) -> tuple[Fraction, ...]:
@@ -72,20 +74,37 @@ def _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunk
     kcap = (1 + us) * (1 + u) ** 2
     c1 = (1 + u) * ee + ea
     w = ua + u * (1 + ua)
-    kc = kg ** n_chunks
+    kc = kg**n_chunks
     m = kc * a0 * (1 + w) * (1 + gd)
-    return (m * kg * chain * ((1 + u) * fe - 1), m * kg * chain * (1 + u),
-            m * (kg * chain * c1 + kg * c1 + (1 + us) * ea + es), m * (kcap * fe - 1),
-            m * (kcap - 1) + kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0,
-            n_chunks * kc * (ea + es))
+    return (
+        m * kg * chain * ((1 + u) * fe - 1),
+        m * kg * chain * (1 + u),
+        m * (kg * chain * c1 + kg * c1 + (1 + us) * ea + es),
+        m * (kcap * fe - 1),
+        m * (kcap - 1) + kc * a0 * ((1 + w) * gd + w) + (kc - 1) * a0,
+        n_chunks * kc * (ea + es),
+    )
 
 
 def linear_cross_entropy_grad_error_bound(
-    prob_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, *, n_terms: int, dtype: torch.dtype,
-    scale: float, logit_error: float, lse_error: float, max_abs_arg: float, n_chunks: int = 1,
-    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR, storage_rounding: str = "nearest", softcap: float | None = None,
-    capped_sums: tuple[torch.Tensor, torch.Tensor] | None = None, tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
-    tanh_rel_error: float = 0.0, div_error: float = LINEAR_CROSS_ENTROPY_DIV_ERROR,
+    prob_abs: torch.Tensor,
+    grad_abs: torch.Tensor,
+    operand_abs: torch.Tensor,
+    *,
+    n_terms: int,
+    dtype: torch.dtype,
+    scale: float,
+    logit_error: float,
+    lse_error: float,
+    max_abs_arg: float,
+    n_chunks: int = 1,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    storage_rounding: str = "nearest",
+    softcap: float | None = None,
+    capped_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    tanh_rel_error: float = 0.0,
+    div_error: float = LINEAR_CROSS_ENTROPY_DIV_ERROR,
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|grad_kernel - grad_exact|`` for every entry of dH (grad_input)
     or dW (grad_weight) of the 3-product schedule of kernels/ojas_kernels/linear_cross_entropy.py
@@ -146,8 +165,13 @@ def linear_cross_entropy_grad_error_bound(
     smoothing, z-loss, float16 (G scaled by 256), the scaling by grad_output after the fact,
     overflow. The 4-product schedule (token weights inside G): :func:`linear_cross_entropy_weighted_dw_error_bound`
     and :func:`linear_cross_entropy_weighted_dh_error_bound`."""
-    for name, v in (("scale", scale), ("logit_error", logit_error), ("lse_error", lse_error),
-                    ("max_abs_arg", max_abs_arg), ("exp_error", exp_error)):
+    for name, v in (
+        ("scale", scale),
+        ("logit_error", logit_error),
+        ("lse_error", lse_error),
+        ("max_abs_arg", max_abs_arg),
+        ("exp_error", exp_error),
+    ):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     _check_grad_terms(n_terms, n_chunks)
@@ -159,12 +183,17 @@ def linear_cross_entropy_grad_error_bound(
     if x > 1:
         raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
     consts = (u, ea, us, es, ue, ee, a0, ua, x)
-    got = _from_oracle(bound="linear_cross_entropy_grad", **{k: _rational(v) for k, v in zip(
-        ("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x"), consts)}, n=n_terms, chunks=n_chunks)
+    got = _from_oracle(
+        bound="linear_cross_entropy_grad",
+        **{k: _rational(v) for k, v in zip(("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x"), consts)},
+        n=n_terms,
+        chunks=n_chunks,
+    )
     if got is None:
         raise ValueError("a check of ce_grad_q failed (the oracle answered None)")
-    coef_s, coef_t, coef_h, const = (_hand_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE
-                                     else (F_(c) for c in got))
+    coef_s, coef_t, coef_h, const = (
+        _hand_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE else (F_(c) for c in got)
+    )
     if softcap is not None:
         if capped_sums is None:
             raise ValueError("softcap needs capped_sums = (Sk, Tc)")
@@ -174,13 +203,17 @@ def linear_cross_entropy_grad_error_bound(
         if x > 1:
             raise ValueError(f"the exponent's error {float(x)} exceeds 1: the bound is vacuous (G off by e - 1)")
         capped = (u, ea, us, es, ue, ee, a0, ua, x, chain)
-        got = _from_oracle(bound="linear_cross_entropy_grad_capped", **{k: _rational(v) for k, v in zip(
-            ("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x", "chain"), capped)}, n=n_terms, chunks=n_chunks)
+        got = _from_oracle(
+            bound="linear_cross_entropy_grad_capped",
+            **{k: _rational(v) for k, v in zip(("u", "ea", "us", "es", "ue", "ee", "a0", "ua", "x", "chain"), capped)},
+            n=n_terms,
+            chunks=n_chunks,
+        )
         if got is None:
-            raise ValueError("a check of sc_grad_q failed (the oracle answered None): the constants, x and chain "
-                             ">= 0, n_terms u < 1")
-        coefs = (_capped_grad_coefs(*capped, n_terms, n_chunks) if got is _NO_ORACLE
-                 else tuple(F_(c) for c in got))
+            raise ValueError(
+                "a check of sc_grad_q failed (the oracle answered None): the constants, x and chain >= 0, n_terms u < 1"
+            )
+        coefs = _capped_grad_coefs(*capped, n_terms, n_chunks) if got is _NO_ORACLE else tuple(F_(c) for c in got)
         return _grad_coef_sum(coefs, (prob_abs, grad_abs, operand_abs, *capped_sums), n_terms)
     return _grad_coef_sum((coef_s, coef_t, coef_h, const), (prob_abs, grad_abs, operand_abs), n_terms)
 
@@ -210,7 +243,7 @@ def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[
     gd = n_terms * u / (1 - n_terms * u)
     kg = (1 + us) * (1 + u)
     cg = (1 + us) * ((1 + u) * ee + ea) + es
-    kc = kg ** n_chunks
+    kc = kg**n_chunks
     w = ua + u * (1 + ua)
     a0 = abs(a0)
     c_b = kc * a0 * (1 + w) * (1 + gd)
@@ -219,9 +252,16 @@ def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[
 
 
 def linear_cross_entropy_entry_posteriori_factors(
-    log_probs: torch.Tensor, target: torch.Tensor, logit_error: float | torch.Tensor, stream_lse_bound: float, *,
-    dtype: torch.dtype, lse_error: float | None = None, exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
-    storage_rounding: str = "nearest", ignore_index: int = -100,
+    log_probs: torch.Tensor,
+    target: torch.Tensor,
+    logit_error: float | torch.Tensor,
+    stream_lse_bound: float,
+    *,
+    dtype: torch.dtype,
+    lse_error: float | None = None,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    storage_rounding: str = "nearest",
+    ignore_index: int = -100,
 ) -> torch.Tensor:
     """Per entry of G [N, V], the factor ``k P``, ``k = (1 + us) ((1 + u) (1 + ue) X - 1)``, of
     ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_S`` (0 at ignored tokens), for
@@ -242,19 +282,26 @@ def linear_cross_entropy_entry_posteriori_factors(
     ``expm1`` then 2^-40) and the caller's probabilities. Raises ``ValueError`` on a bad
     argument or when ``E >= 1`` (vacuous)."""
     per_logit = isinstance(logit_error, torch.Tensor)
-    if per_logit and (logit_error.shape != log_probs.shape or not bool(
-            ((logit_error >= 0) & torch.isfinite(logit_error)).all())):
-        raise ValueError(f"logit_error must be a number or a finite tensor >= 0 shaped like log_probs "
-                         f"{tuple(log_probs.shape)}")
+    if per_logit and (
+        logit_error.shape != log_probs.shape or not bool(((logit_error >= 0) & torch.isfinite(logit_error)).all())
+    ):
+        raise ValueError(
+            f"logit_error must be a number or a finite tensor >= 0 shaped like log_probs {tuple(log_probs.shape)}"
+        )
     if per_logit and lse_error is not None:
         raise ValueError("lse_error (the a-priori clamp) needs a scalar logit_error")
-    for name, v in (("logit_error", 0.0 if per_logit else logit_error), ("stream_lse_bound", stream_lse_bound),
-                    ("exp_error", exp_error), ("lse_error", 0.0 if lse_error is None else lse_error)):
+    for name, v in (
+        ("logit_error", 0.0 if per_logit else logit_error),
+        ("stream_lse_bound", stream_lse_bound),
+        ("exp_error", exp_error),
+        ("lse_error", 0.0 if lse_error is None else lse_error),
+    ):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     if log_probs.dim() != 2 or target.shape != (log_probs.shape[0],):
-        raise ValueError(f"log_probs must be [N, V] and target [N], got {tuple(log_probs.shape)} and "
-                         f"{tuple(target.shape)}")
+        raise ValueError(
+            f"log_probs must be [N, V] and target [N], got {tuple(log_probs.shape)} and {tuple(target.shape)}"
+        )
     lp = log_probs.to(torch.float64)
     if bool((lp > 0).any()) or bool(torch.isnan(lp).any()):
         raise ValueError("log_probs must be <= 0 and not NaN (a log-softmax)")
@@ -284,8 +331,15 @@ def linear_cross_entropy_entry_posteriori_factors(
 
 
 def linear_cross_entropy_grad_posteriori_bound(
-    entry_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, *, n_terms: int,
-    dtype: torch.dtype, scale: float, n_chunks: int = 1, storage_rounding: str = "nearest",
+    entry_abs: torch.Tensor,
+    grad_abs: torch.Tensor,
+    operand_abs: torch.Tensor,
+    *,
+    n_terms: int,
+    dtype: torch.dtype,
+    scale: float,
+    n_chunks: int = 1,
+    storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """Per-entry bounds on dH (``n_chunks = 1``) or dW of the 3-product schedule (as
     :func:`linear_cross_entropy_grad_error_bound`: no bias, softcap, smoothing, z-loss) with
@@ -319,8 +373,12 @@ def linear_cross_entropy_grad_posteriori_bound(
     us, es = (F_(x) for x in _storage(dtype, storage_rounding))
     a0, ua = F_(float(scale)), u
     consts = (u, ea, us, es, ee, a0, ua)
-    got = _from_oracle(bound="linear_cross_entropy_grad_posteriori", **{k: _rational(v) for k, v in zip(
-        ("u", "ea", "us", "es", "ee", "a0", "ua"), consts)}, n=n_terms, chunks=n_chunks)
+    got = _from_oracle(
+        bound="linear_cross_entropy_grad_posteriori",
+        **{k: _rational(v) for k, v in zip(("u", "ea", "us", "es", "ee", "a0", "ua"), consts)},
+        n=n_terms,
+        chunks=n_chunks,
+    )
     if got is None:
         raise ValueError("a check of ce_gp_q failed (the oracle answered None): the constants >= 0, n_terms u < 1")
     coefs = _hand_gen_grad_coefs(*consts, n_terms, n_chunks) if got is _NO_ORACLE else tuple(F_(c) for c in got)
@@ -330,8 +388,12 @@ def linear_cross_entropy_grad_posteriori_bound(
 def _exp_factor(logit_error: float, lse_error: float, max_abs_arg: float, exp_error: float) -> Fraction:
     """``Fe = (1 + ue) X`` with ``X >= exp(delta + Dl + u Am + ea)`` (``1 + perturbation_q(x / 2)``
     from the oracle, else ``1 + x + x^2``), exact rationals; ``ValueError`` when ``x > 1``."""
-    for name, v in (("logit_error", logit_error), ("lse_error", lse_error), ("max_abs_arg", max_abs_arg),
-                    ("exp_error", exp_error)):
+    for name, v in (
+        ("logit_error", logit_error),
+        ("lse_error", lse_error),
+        ("max_abs_arg", max_abs_arg),
+        ("exp_error", exp_error),
+    ):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
@@ -344,8 +406,16 @@ def _exp_factor(logit_error: float, lse_error: float, max_abs_arg: float, exp_er
 
 
 def linear_cross_entropy_weighted_dh_error_bound(
-    prob_abs: torch.Tensor, grad_abs: torch.Tensor, operand_abs: torch.Tensor, token_weight: torch.Tensor, *,
-    n_terms: int, dtype: torch.dtype, scale: float, storage_rounding: str = "nearest", **premises: float,
+    prob_abs: torch.Tensor,
+    grad_abs: torch.Tensor,
+    operand_abs: torch.Tensor,
+    token_weight: torch.Tensor,
+    *,
+    n_terms: int,
+    dtype: torch.dtype,
+    scale: float,
+    storage_rounding: str = "nearest",
+    **premises: float,
 ) -> torch.Tensor:
     """Per-entry bounds on dH (grad_input [N, D]) of the 4-product schedule of
     kernels/ojas_kernels/linear_cross_entropy.py (reduction "none", or ``products=4``; no bias, softcap,
@@ -362,8 +432,16 @@ def linear_cross_entropy_weighted_dh_error_bound(
     ``T = grad_abs``, ``a0 = scale``, ``token_weight`` [N] (or [1]) the grad_output of each row.
     ``premises``: ``logit_error``, ``lse_error``, ``max_abs_arg``, ``exp_error`` as there. Not
     covered: as ``ce_dh4_error`` says (rocq/FloatModel/CrossEntropyWeightedGradError.v)."""
-    b1 = linear_cross_entropy_grad_error_bound(prob_abs, grad_abs, operand_abs, n_terms=n_terms, dtype=dtype,
-                                               scale=scale, storage_rounding=storage_rounding, **premises)
+    b1 = linear_cross_entropy_grad_error_bound(
+        prob_abs,
+        grad_abs,
+        operand_abs,
+        n_terms=n_terms,
+        dtype=dtype,
+        scale=scale,
+        storage_rounding=storage_rounding,
+        **premises,
+    )
     u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
     us, es = (Fraction(x) for x in _storage(dtype, storage_rounding))
     kg = (1 + us) * (1 + u)
@@ -373,9 +451,19 @@ def linear_cross_entropy_weighted_dh_error_bound(
 
 
 def linear_cross_entropy_weighted_dw_error_bound(
-    prob_abs: torch.Tensor, grad_abs: torch.Tensor, weighted_operand_abs: torch.Tensor, operand_abs: torch.Tensor, *,
-    n_terms: int, dtype: torch.dtype, weight_error: float = 0.0, logit_error: float, lse_error: float,
-    max_abs_arg: float, exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR, storage_rounding: str = "nearest",
+    prob_abs: torch.Tensor,
+    grad_abs: torch.Tensor,
+    weighted_operand_abs: torch.Tensor,
+    operand_abs: torch.Tensor,
+    *,
+    n_terms: int,
+    dtype: torch.dtype,
+    weight_error: float = 0.0,
+    logit_error: float,
+    lse_error: float,
+    max_abs_arg: float,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """Per-entry bounds on dW (grad_weight [V, D]) of the 4-product schedule (``_backward_weight``:
     G = ``rnd_s(rnd(g_e w_n))`` with the float32 token weight ``w_n`` inside, from the recomputed

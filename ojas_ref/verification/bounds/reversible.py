@@ -13,7 +13,9 @@ __all__ = ["reversible_reconstruction_error_bound"]
 
 
 def reversible_reconstruction_error_bound(
-    local_errors: Sequence[float], lipschitz_f: Sequence[float], lipschitz_g: Sequence[float],
+    local_errors: Sequence[float],
+    lipschitz_f: Sequence[float],
+    lipschitz_g: Sequence[float],
     output_error: float = 0.0,
 ) -> list[float]:
     """A-posteriori bounds on the reconstruction error of a reversible coupling stack,
@@ -51,8 +53,10 @@ def reversible_reconstruction_error_bound(
     ``ValueError`` on lists of different lengths or a negative or non-finite input.
     """
     if not len(local_errors) == len(lipschitz_f) == len(lipschitz_g):
-        raise ValueError(f"local_errors, lipschitz_f, lipschitz_g must have one length, got "
-                         f"{len(local_errors)}, {len(lipschitz_f)}, {len(lipschitz_g)}")
+        raise ValueError(
+            f"local_errors, lipschitz_f, lipschitz_g must have one length, got "
+            f"{len(local_errors)}, {len(lipschitz_f)}, {len(lipschitz_g)}"
+        )
     vals = [float(output_error), *map(float, local_errors), *map(float, lipschitz_f), *map(float, lipschitz_g)]
     if not all(math.isfinite(v) and v >= 0.0 for v in vals):
         raise ValueError("local errors, Lipschitz constants and output_error must be finite and >= 0")
