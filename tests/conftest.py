@@ -1,10 +1,11 @@
-"""Shared test settings: hypothesis profiles, the ``oracle`` marker, and the ``one_thread`` and
-``oracle_and_hand`` fixtures.
+"""Shared test settings: hypothesis profiles, the gating markers (``gpu``, ``interpreter``,
+``kernel``, ``oracle``), and the ``one_thread`` and ``oracle_and_hand`` fixtures.
 
 ``ci`` (the default) is derandomized, so a run is reproducible; ``dev`` draws fresh
 examples and more of them. Pick one with HYPOTHESIS_PROFILE=dev.
 """
 
+import importlib.util
 import os
 
 import pytest
@@ -23,18 +24,42 @@ settings.register_profile("dev", deadline=None, max_examples=200, suppress_healt
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked ``oracle`` (bounds with no hand copy) skip, with the reason, where the oracle
-    binary is not built (a GPU machine without Coq); where it is built (CI) they run."""
+def _gates() -> dict[str, tuple[bool, str]]:
+    """Marker name -> (whether its tests can run here, the reason they skip where they cannot).
+    Read after collection: a kernel test module sets TRITON_INTERPRET=1 where there is no CUDA
+    device, before it imports ojas_kernels (Triton reads it when a kernel is defined)."""
+    from ojas_ref.functional.dispatch import triton_interpreted
     from ojas_ref.verification.bounds.common import oracle_bounds_available
 
-    marked = [item for item in items if item.get_closest_marker("oracle")]
-    if marked and not oracle_bounds_available():
-        skip = pytest.mark.skip(
-            reason="needs the extracted oracle, which is not built here (scripts/setup.sh --proofs)"
-        )
-        for item in marked:
-            item.add_marker(skip)
+    cuda = torch.cuda.is_available()
+    triton = importlib.util.find_spec("triton") is not None
+    interpreted = triton and triton_interpreted()
+    return {
+        "gpu": (cuda, "needs a CUDA device"),
+        "interpreter": (interpreted, "needs triton and TRITON_INTERPRET=1 (the Triton kernels on the CPU)"),
+        "kernel": (triton and (cuda or interpreted), "needs triton, and CUDA or TRITON_INTERPRET=1"),
+        "oracle": (
+            oracle_bounds_available(),
+            "needs the extracted oracle, which is not built here (scripts/setup.sh --proofs)",
+        ),
+    }
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu``, ``interpreter``, ``kernel`` or ``oracle`` (bounds with no hand copy) skip,
+    with the reason, where their condition does not hold (pyproject.toml lists the markers); where
+    it holds they run."""
+    gates = ("gpu", "interpreter", "kernel", "oracle")
+    gated = [item for item in items if any(item.get_closest_marker(name) for name in gates)]
+    if not gated:
+        return
+    for name, (runs, reason) in _gates().items():
+        if runs:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in gated:
+            if item.get_closest_marker(name):
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="module")

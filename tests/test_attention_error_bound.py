@@ -86,8 +86,6 @@ from ojas_ref.verification.bounds.attention import (  # noqa: E402
     attention_lse_error_bound,
 )
 
-_INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
-cpu = pytest.mark.skipif(not _INTERPRETED, reason="CPU tests need TRITON_INTERPRET=1 before ojas_kernels is imported")
 F64 = torch.float64
 
 
@@ -183,7 +181,7 @@ CPU_CASES = [  # (dtype, hq, hkv, S, E, causal); the interpreter's tiles are 16 
 ]
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize(
     "dtype,hq,hkv,s,e,causal",
     CPU_CASES,
@@ -216,7 +214,7 @@ def test_exact_grads_is_float64_autograd(causal, hq, hkv, s):
     torch.testing.assert_close(ex["dk"], kd.grad, rtol=1e-12, atol=1e-12)
 
 
-@cpu
+@pytest.mark.interpreter
 def test_interpreter_rounds_bfloat16_casts_toward_zero():
     """Triton's interpreter truncates float32 -> bfloat16 (float16: to nearest), so the CPU
     bfloat16 bounds use the truncation constants (storage_rounding), for which no Coq
@@ -416,7 +414,7 @@ MUTANTS = {
 }
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_bound_catches_mutant(mutant, monkeypatch):
     name, replacement, causal, offset, old_tolerance_misses = MUTANTS[mutant]
@@ -532,7 +530,7 @@ BACKWARD_MUTANTS = {
 }
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("mutant", sorted(BACKWARD_MUTANTS))
 def test_grad_bound_catches_backward_mutant(mutant, monkeypatch):
     """The backward kernels fed with the unmutated forward's out and lse; the dQ/dK bounds with the
@@ -564,7 +562,7 @@ def test_grad_bound_catches_backward_mutant(mutant, monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-@cpu
+@pytest.mark.interpreter
 def test_interpreter_exp2_log2_errors_within_assumption():
     rel, ab, one = measured_exp2_error("cpu", 1 << 18)
     assert rel <= EXP2_ERROR and ab <= 2.0**-126 and one, (rel, ab, one)
@@ -581,7 +579,6 @@ GPU_CASES = [
 
 @pytest.mark.gpu
 @pytest.mark.oracle  # the dQ / dK bounds have no hand copy
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
 @pytest.mark.parametrize(
     "dtype,s,causal,hq,hkv",
     GPU_CASES,

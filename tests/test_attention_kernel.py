@@ -50,12 +50,6 @@ from ojas_kernels.attention import (  # noqa: E402
     flash_attention_forward,
 )
 
-_INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
-cpu = pytest.mark.skipif(
-    not _INTERPRETED,
-    reason="CPU tests need TRITON_INTERPRET=1 before ojas_kernels is imported "
-    "(run `TRITON_INTERPRET=1 pytest tests/test_attention_kernel.py`)",
-)
 
 F64 = torch.float64
 TOL = {  # (forward, gradients)
@@ -192,7 +186,7 @@ def small_problems(draw):
     )
 
 
-@cpu
+@pytest.mark.interpreter
 @settings(max_examples=20)
 @given(small_problems())
 def test_kernel_matches_materialised_softmax(p):
@@ -219,7 +213,7 @@ CASES = [  # b, hq, hkv, sq, sk, e, is_causal, window
 ]
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("b,hq,hkv,sq,sk,e,is_causal,window", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_cases(b, hq, hkv, sq, sk, e, is_causal, window, dtype):
@@ -232,7 +226,7 @@ def test_kernel_cases(b, hq, hkv, sq, sk, e, is_causal, window, dtype):
     assert (got[0][:, :, masked_rows] == 0).all() and (got[2][:, :, masked_rows] == 0).all()
 
 
-@cpu
+@pytest.mark.interpreter
 def test_strided_inputs_and_head_dim_limit():
     q, k, v, do = make_inputs(1, 2, 2, 20, 20, 16, 16, torch.float32, "cpu", seed=7)
     qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, S, H, E] memory
@@ -261,7 +255,7 @@ def oracle_problems(draw):
     )
 
 
-@cpu
+@pytest.mark.interpreter
 @settings(max_examples=8)
 @given(oracle_problems())
 def test_kernel_matches_extracted_oracle(p):
@@ -345,7 +339,7 @@ MASK_SHAPES = {  # b, hq, hkv, sq, sk: GQA, sizes not multiples of the tiles (16
 MIXED_TILES = AttentionConfig(KernelConfig(32, 16), KernelConfig(16, 32), KernelConfig(32, 16))
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("kind", MASK_KINDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("config", [None, MIXED_TILES], ids=["tiles16", "tiles32x16"])
@@ -372,7 +366,7 @@ def test_kernel_with_attn_mask(kind, dtype, config):
     assert (got[0][dead] == 0).all() and (got[2][dead] == 0).all(), "zeros on fully masked rows"
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_additive_mask_at_finfo_min(dtype):
     """torch.finfo(dtype).min (Hugging Face's float "masked" value) overflows the base-2
@@ -403,7 +397,7 @@ def test_kernel_additive_mask_at_finfo_min(dtype):
     assert torch.isneginf(got[1][..., ~rows]).all()
 
 
-@cpu
+@pytest.mark.interpreter
 def test_kernel_attn_mask_errors_and_strides():
     q, k, v, _ = make_inputs(2, 4, 2, 5, 6, 16, 16, torch.float32, "cpu", seed=1)
     bad = [
@@ -496,7 +490,6 @@ def sdpa_reference(q, k, v, is_causal, scale, window, grad_out):
 
 @pytest.mark.parametrize("b,hq,hkv,sq,sk,e,dtype,is_causal,window", GPU_CASES)
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kernel_vs_sdpa_gpu(b, hq, hkv, sq, sk, e, dtype, is_causal, window):
     q, k, v, do = make_inputs(b, hq, hkv, sq, sk, e, e, dtype, "cuda", seed=sq + e)
     scale = 1 / math.sqrt(e)
@@ -512,7 +505,6 @@ def test_kernel_vs_sdpa_gpu(b, hq, hkv, sq, sk, e, dtype, is_causal, window):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kernel_masked_rows_and_strides_gpu(dtype):
     """Rows past Sk + window - 1 see no key (zeros, -inf lse, zero gradients);
     query/key/value laid out as [B, S, H, E] and transposed."""
@@ -529,7 +521,6 @@ def test_kernel_masked_rows_and_strides_gpu(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_ojas_ref_attention_runs_the_kernel_on_cuda(monkeypatch):
     """``ojas_ref.attention`` with the default impl sends CUDA tensors to this kernel,
     and its result matches SDPA like the kernel's own."""
@@ -572,7 +563,6 @@ def sdpa_masked_reference(q, k, v, mask, is_causal, scale, grad_out):
 
 @pytest.mark.parametrize("kind", ["hf_left_padding", "causal_key_padding"])
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kernel_with_padding_mask_vs_sdpa_gpu(kind):
     """A left-padded bfloat16 batch at a training size (GQA 16/4 heads, S = 2048, E = 128)
     against SDPA with the same bool mask: Hugging Face's [B, 1, S, S] mask (causal and
@@ -598,7 +588,6 @@ def test_kernel_with_padding_mask_vs_sdpa_gpu(kind):
 
 @pytest.mark.parametrize("e", [64, 128, 256])
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kernel_float32_tf32_gpu(e, matmul_precision):
     """float32 under torch.set_float32_matmul_precision("high"): the dots run TF32 (with
     the untuned TF32 tiles of default_config).  TF32 rounds the operands to 10 mantissa
@@ -616,7 +605,6 @@ def test_kernel_float32_tf32_gpu(e, matmul_precision):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_ojas_ref_attention_sends_masks_to_the_kernel_gpu(monkeypatch):
     """With the default impl, CUDA tensors with a bool mask or a float mask that needs no
     gradient run this kernel; a float mask that requires grad runs the reference (which
@@ -644,10 +632,8 @@ def test_ojas_ref_attention_sends_masks_to_the_kernel_gpu(monkeypatch):
 @pytest.mark.parametrize(
     "device",
     [
-        pytest.param("cpu", marks=cpu),
-        pytest.param(
-            "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
-        ),
+        pytest.param("cpu", marks=pytest.mark.interpreter),
+        pytest.param("cuda", marks=pytest.mark.gpu),
     ],
 )
 @pytest.mark.parametrize("masked", [False, True])

@@ -24,21 +24,11 @@ from ojas_ref.functional.attention import attention, attention_forward  # noqa: 
 F64 = torch.float64
 
 
-def _kernel_runs() -> bool:
-    try:
-        from ojas_kernels import attention as kattn
-    except ImportError:
-        return False
-    return torch.cuda.is_available() or type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
-
-
 IMPLS = [
     "reference",
     pytest.param(
         "triton",
-        marks=pytest.mark.skipif(
-            not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported"
-        ),
+        marks=pytest.mark.kernel,
     ),
 ]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -42,10 +42,6 @@ from ojas_kernels.attention import flash_attention  # noqa: E402
 
 _INTERPRETED = type(kattn._fwd_kernel).__name__ == "InterpretedFunction"
 DEVICE = "cpu" if _INTERPRETED else "cuda"
-kernels = pytest.mark.skipif(
-    not _INTERPRETED and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (set before ojas_kernels is imported) or CUDA",
-)
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available() or _INTERPRETED, reason="needs CUDA (and TRITON_INTERPRET unset)"
 )
@@ -135,7 +131,7 @@ ATTENTION_CASES = {
 }
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("case", list(ATTENTION_CASES))
 @torch._inductor.config.patch(fallback_random=True)
 def test_compiled_attention_is_eager_attention(case):
@@ -158,7 +154,7 @@ def test_compiled_attention_is_eager_attention(case):
     assert out.abs().sum() > 0 and all(g.abs().sum() > 0 for g in grads)
 
 
-@kernels
+@pytest.mark.kernel
 def test_backward_graph_holds_the_backward_op():
     """AOT autograd's forward graph calls the forward op and its backward graph the backward op
     (the kernels are not traced into, and the gradients are the eager ones)."""
@@ -172,7 +168,7 @@ def test_backward_graph_holds_the_backward_op():
     assert torch.equal(out, c_out) and all(torch.equal(g, h) for g, h in zip(grads, c_grads))
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("mask,seq_major", [("bool", True), ("float", False), (None, False)])
 def test_opcheck(mask, seq_major):
     """torch.library.opcheck: the ops' schemas, fake implementations (shapes and strides, the
@@ -192,7 +188,7 @@ def test_opcheck(mask, seq_major):
     torch.library.opcheck(backward, (torch.randn_like(out), q, k, v, m, out, lse, seed, True, 0.25, 3, 0.2, None))
 
 
-@kernels
+@pytest.mark.kernel
 def test_ops_run_the_eager_kernels():
     """The registered forward op called directly is the eager path bit for bit, with a
     non-default config (carried through the op as ints); double backward raises in both."""
@@ -213,7 +209,7 @@ def test_ops_run_the_eager_kernels():
             torch.autograd.grad(y.sum(), (q,), create_graph=True)
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("all_kernels", [True, False], ids=["all kernels", "attention and loss kernels only"])
 def test_compiled_optimized_llama_cpu(all_kernels):
     """``torch.compile(model)`` of an ``optimize_model``'d float32 Llama with a padding mask, the
@@ -254,7 +250,7 @@ def _lce_inputs(bias: bool, seed: int = 0):
     return args + ([torch.randn(37, generator=g).to(DEVICE).requires_grad_()] if bias else [])
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize(
     "reduction,products,bias", [("mean", 3, False), ("sum", 3, True), ("none", 3, True), ("mean", 4, False)]
 )
@@ -282,7 +278,7 @@ def test_compiled_linear_cross_entropy_is_eager(reduction, products, bias):
     assert all(g.abs().sum() > 0 for g in grads)
 
 
-@kernels
+@pytest.mark.kernel
 def test_compiled_linear_cross_entropy_second_backward():
     """A second backward through the retained compiled graph adds the same gradients again, as
     eagerly (the backward op scales the forward's gradients in place: functionalization must
@@ -296,7 +292,7 @@ def test_compiled_linear_cross_entropy_second_backward():
     assert first.abs().sum() > 0 and torch.equal(w.grad, 2 * first)
 
 
-@kernels
+@pytest.mark.kernel
 def test_compiled_linear_cross_entropy_checks_targets():
     """Under torch.compile the targets are checked inside the op (the eager check is a
     data-dependent branch): a target out of range raises the eager message, no graph break."""
@@ -309,7 +305,7 @@ def test_compiled_linear_cross_entropy_checks_targets():
             f(x, w, t)
 
 
-@kernels
+@pytest.mark.kernel
 def test_linear_cross_entropy_ops_opcheck():
     """opcheck of both ops: the 3-product forward (gradients for grad_output 1) and the
     4-product one (lse of every token), and the backward's in-place scaling declared as a
@@ -334,7 +330,7 @@ def test_linear_cross_entropy_ops_opcheck():
     ) == klce.default_config(torch.float32, torch.device("cpu"))
 
 
-@kernels
+@pytest.mark.kernel
 def test_compiled_head_update_runs_eagerly(monkeypatch):
     """With ``InBackwardOptimizer(head_weight=...)`` the loss under torch.compile runs eagerly
     behind a graph break (its hooks and weak references cannot be traced): the head is updated
@@ -452,7 +448,7 @@ ELEMENTWISE_CASES = {
 }
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("case", list(ELEMENTWISE_CASES))
 def test_compiled_elementwise_ops_are_eager(case):
     """``torch.compile(fullgraph=True)`` (Inductor) of rms_norm (Llama's and Gemma's casting),
@@ -473,7 +469,7 @@ def test_compiled_elementwise_ops_are_eager(case):
     assert torch.equal(out, a_out) and all(torch.equal(g, h) for g, h in zip(grads, a_grads))
 
 
-@kernels
+@pytest.mark.kernel
 def test_compiled_swiglu_gate_only_and_rope_q_only_gradients():
     """Only one input needing a gradient (the up projection frozen; k a constant, its rotated
     output used or not): the compiled gradient of the other is the eager one bit for bit."""
@@ -531,7 +527,7 @@ def _elementwise_op_args():
     }
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("name", ["rms_norm", "rms_norm Gemma", "swiglu", "rope", "relu"])
 def test_elementwise_ops_opcheck(name):
     """torch.library.opcheck of each forward op (schema, fake implementation with the real
@@ -543,7 +539,7 @@ def test_elementwise_ops_opcheck(name):
     torch.library.opcheck(backward, backward_args(out if len(out) > 1 else out[0]))
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("name", ["rms_norm", "swiglu", "rope", "relu"])
 def test_elementwise_ops_run_the_eager_kernels(name):
     """Each forward op called directly gives the eager kernel path's outputs and gradients bit
@@ -743,7 +739,7 @@ def _kernels_forced(all_kernels=True):
     return use_impl(**dict.fromkeys(names, "triton"))
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("mode", list(MODES))
 def test_compiled_optimized_llama_modes_cpu(mode):
     """``torch.compile(model)`` (aot_eager, as test_compiled_optimized_llama_cpu) of an
@@ -808,7 +804,7 @@ def _in_backward_steps(
     return results
 
 
-@kernels
+@pytest.mark.kernel
 @pytest.mark.parametrize("options", [k for k in IN_BACKWARD if k != "overlap"])
 def test_compiled_optimized_llama_in_backward_cpu(options):
     """``torch.compile(model)`` (aot_eager) of an ``optimize_model``'d float32 Llama trained by

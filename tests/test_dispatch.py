@@ -156,7 +156,7 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 _KERNEL_DEVICE = "cpu" if _INTERPRETED else "cuda"
 
 
-@pytest.mark.skipif(not (_INTERPRETED or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or CUDA")
+@pytest.mark.kernel
 def test_use_impl_under_compile_fullgraph():
     """Entered outside or inside a ``fullgraph=True`` function: traced, no graph break; the
     setting is guarded (a different one recompiles) and restored after."""
@@ -309,7 +309,6 @@ def test_public_function_and_adapter_agree_cpu(monkeypatch, primitive, interpret
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("primitive", PRIMITIVES)
 def test_public_function_and_adapter_agree_cuda(monkeypatch, primitive):
     kernel_cases = _check_agreement(monkeypatch, primitive, "cuda", dispatch.triton_interpreted())

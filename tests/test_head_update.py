@@ -310,19 +310,6 @@ def test_group_changed_after_construction_raises():
 # --------------------------------------------------------------------------
 
 
-def _kernel_runs() -> bool:
-    try:
-        from ojas_kernels import linear_cross_entropy as klce
-    except ImportError:
-        return False
-    return torch.cuda.is_available() or type(klce._logits_kernel).__name__ == "InterpretedFunction"
-
-
-kernel = pytest.mark.skipif(
-    not _kernel_runs(), reason="needs triton, and CUDA or TRITON_INTERPRET=1 before ojas_kernels is imported"
-)
-
-
 def _train_kernel(
     mode: str,
     reduction: str,
@@ -364,7 +351,7 @@ def _train_kernel(
     return model.head.detach().cpu().clone(), model.emb.weight.detach().cpu().clone(), losses
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_kernel_head_update_bitwise_4_products(reduction):
     """The kernel with head_weight: bit for bit the dense in-backward loop on the kernel's
@@ -379,7 +366,7 @@ def test_kernel_head_update_bitwise_4_products(reduction):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_kernel_head_two_forwards_one_backward_takes_the_dense_path(reduction):
     """Two forwards of the kernel's loss, one backward of their sum: the head's update needs both
@@ -391,7 +378,7 @@ def test_kernel_head_two_forwards_one_backward_takes_the_dense_path(reduction):
     assert not torch.equal(head[0], _Model(torch.float32).head.detach())
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_kernel_head_update_all_ignored(reduction):
     """Every token ignored: loss 0, the head unchanged (no slab is stepped: w + (-lr) 0 = w), the
@@ -402,7 +389,7 @@ def test_kernel_head_update_all_ignored(reduction):
     assert torch.equal(head[0], _Model(torch.float32).head.detach())
 
 
-@kernel
+@pytest.mark.kernel
 def test_kernel_no_full_gradient_allocated():
     """No [V, D] tensor in the kernel's backward with head_weight (the slab buffer is at most
     [V rounded to the slab, D] only when one slab covers the vocabulary: checked against the

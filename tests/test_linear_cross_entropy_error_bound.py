@@ -266,7 +266,6 @@ def _gpu_case(N: int, dtype: torch.dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_within_bound(dtype):
     x, w, target = _gpu_case(64, dtype)
@@ -284,7 +283,6 @@ def test_gpu_llama3_size_within_bound(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("peaked", [False, True])
 def test_gpu_llama3_size_loss_posteriori(dtype, peaked):
@@ -637,7 +635,6 @@ def test_grad_posteriori_bound_oracle_factors_match_the_hand_values(oracle_and_h
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_gradients_within_bound(dtype):
     """1024 tokens: the default plan's two token chunks of 512 (two stored roundings of dW)."""
@@ -655,7 +652,6 @@ def test_gpu_llama3_size_gradients_within_bound(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("peaked", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
@@ -684,7 +680,6 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_tile_sum_depth_identified(dtype):
     """The rows kernel's tl.sum is the identified tree on the device (checked_tile_sum_depth raises
@@ -698,7 +693,6 @@ def test_gpu_tile_sum_depth_identified(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("peaked", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
@@ -853,7 +847,6 @@ def test_four_product_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_four_product_gradients_within_bound(dtype):
     """V = 128256, D = 4096, 1024 tokens, reduction "none" with a random grad_output (zeros and a

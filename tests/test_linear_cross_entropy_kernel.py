@@ -55,12 +55,6 @@ from ojas_ref.verification.linear_cross_entropy_check import (  # noqa: E402
 
 ref_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
 
-_INTERPRETED = type(klce._logits_kernel).__name__ == "InterpretedFunction"
-cpu = pytest.mark.skipif(
-    not _INTERPRETED,
-    reason="CPU tests need TRITON_INTERPRET=1 before ojas_kernels is imported "
-    "(run `TRITON_INTERPRET=1 pytest tests/test_linear_cross_entropy_kernel.py`)",
-)
 
 F64 = torch.float64
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 2e-2}
@@ -186,7 +180,7 @@ def problems(draw):
     return p
 
 
-@cpu
+@pytest.mark.interpreter
 @settings(max_examples=40)
 @given(problems())
 def test_kernel_matches_reference(p):
@@ -195,7 +189,7 @@ def test_kernel_matches_reference(p):
     compare(got, want, p["dtype"], reference_errors(p, want, p["dtype"]))
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_kernel_matches_extracted_oracle(reduction, monkeypatch):
     """ojas_ref.verification.linear_cross_entropy_check.oracle_mismatches (the check ``ojas audit``
@@ -236,7 +230,7 @@ def test_kernel_matches_extracted_oracle(reduction, monkeypatch):
     assert err <= oracle_tolerance(2.0**-24, 24, 45, res["lse"][kept])
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_all_ignored_and_empty(reduction):
     """Every token ignored: losses 0 ("mean" included: Ojas.CrossEntropy.Reduction.ce_mean_all_ignored),
@@ -248,7 +242,7 @@ def test_all_ignored_and_empty(reduction):
         assert got[0].shape == (shape if reduction == "none" else ())
 
 
-@cpu
+@pytest.mark.interpreter
 def test_large_logits_and_all_options():
     """Logits in the thousands (the lse is shifted by the running max), smoothing,
     z-loss, bias, softcap, 3-D input with targets as int32, several chunks and slabs,
@@ -301,7 +295,7 @@ def test_token_chunks_v32k():
     assert len(plan) == 16 and all(n <= 864 for _, n, inside in plan if not inside)
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunks_inside_grad_input(dtype):
     """Chunks whose logits lie in grad_input's unwritten rows give bit for bit the
@@ -315,7 +309,7 @@ def test_chunks_inside_grad_input(dtype):
     compare(got, reference(p, dtype), dtype)
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grad_output_scaling(dtype):
     """The backward multiplies the forward's gradients by grad_output once, in float32,
@@ -338,7 +332,7 @@ def test_grad_output_scaling(dtype):
     compare(grads[1.0], [want[0], *[g / 1.7 for g in want[1:]]], dtype)
 
 
-@cpu
+@pytest.mark.interpreter
 def test_grad_subsets_and_no_grad():
     """Only the weight, only the input, or nothing requiring grad: the same values."""
     p = make_problem(8, shape=(13,), D=16, V=30, reduction="sum", bias=False, ignored=0.4)
@@ -373,7 +367,7 @@ def check_second_backward(p, dtype, products, device="cpu", cfg=None, tol=TOL):
     compare([loss.detach(), *first], reference(p, dtype, device), dtype, tol=tol)
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("ignored", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("products,reduction", [(3, "mean"), (3, "sum"), (4, "mean"), (4, "none")])
@@ -382,7 +376,7 @@ def test_second_backward_through_retained_graph(products, reduction, dtype, igno
     check_second_backward(p, dtype, products, cfg=with_chunks(dtype, "cpu", 5, 16, products=products))
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("products,reduction", [(3, "mean"), (4, "none")])
 def test_double_backward_raises(products, reduction):
     """Double backward is not supported: a backward with create_graph=True raises, rather
@@ -412,7 +406,7 @@ class _TinyLM(torch.nn.Module):
         return ref_module.linear_cross_entropy(h, self.head, targets, impl="triton")
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "autocast_bf16"])
 def test_in_backward_optimizer_clipping_matches_standard_loop(autocast):
     """Gradient clipping with the kernel: InBackwardOptimizer(AdamW, max_grad_norm) runs
@@ -479,7 +473,7 @@ def check_hidden_size_zero(device):
             assert a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6), (reduction, products, a, e)
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_autocast_casts_as_f_linear(reduction):
     """ojas_ref.linear_cross_entropy(impl="triton") under torch.autocast: as the
@@ -487,12 +481,12 @@ def test_autocast_casts_as_f_linear(reduction):
     assert autocast_mismatches("triton", reduction) == []
 
 
-@cpu
+@pytest.mark.interpreter
 def test_hidden_size_zero():
     check_hidden_size_zero("cpu")
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("ignored", [0.0, 0.3])
 @pytest.mark.parametrize("products", [3, 4])
 def test_none_then_sum_or_mean(products, ignored):
@@ -514,7 +508,7 @@ def test_none_then_sum_or_mean(products, ignored):
         compare(got, reference(dict(p, grad_out=torch.full((3, 7), weight, dtype=F64)), torch.float32), torch.float32)
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("products,reduction", [(3, "mean"), (4, "none")])
 def test_strided_target(products, reduction):
     """A target that is a column of a wider tensor (stride 2, every token kept): the
@@ -527,7 +521,7 @@ def test_strided_target(products, reduction):
     compare(got, want, torch.float32)
 
 
-@cpu
+@pytest.mark.interpreter
 def test_strided_input():
     """A [B, S, D] input viewed through a transpose, and rows with a stride above D."""
     p = make_problem(4, shape=(3, 5), D=16, V=40, reduction="none", ignored=0.2)
@@ -561,7 +555,7 @@ class _Allocations(TorchDispatchMode):
         return out
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("products", [3, 4])
 def test_workspace_is_one_chunk_or_slab(products):
     """No [N, V] tensor: the forward holds [token_chunk, V] blocks, the backward (4 products) [K, vocab_slab]."""
@@ -574,7 +568,7 @@ def test_workspace_is_one_chunk_or_slab(products):
     assert max(mode.sizes) < N * V, max(mode.sizes)
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("products", [3, 4])
 def test_saves_only_references_to_its_arguments(products):
     """What autograd saves for a second backward are the forward's input, weight, bias and
@@ -590,7 +584,7 @@ def test_saves_only_references_to_its_arguments(products):
     assert saved and all(t.data_ptr() in arguments or t.numel() <= N for t in saved), [t.shape for t in saved]
 
 
-@cpu
+@pytest.mark.interpreter
 def test_dispatch(monkeypatch):
     """impl="triton" and use_impl reach the kernel; "auto" keeps CPU tensors on the reference."""
     calls = []
@@ -649,7 +643,7 @@ def test_float32_dot_precision_follows_torch(setting, want, restore_matmul_preci
     assert klce._dot_precision(torch.float32) == want
 
 
-@cpu
+@pytest.mark.interpreter
 def test_kernel_rejects_bad_arguments():
     x, w, t = torch.randn(4, 16), torch.randn(10, 16), torch.randint(0, 10, (4,))
     with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
@@ -681,7 +675,6 @@ GPU_CASES = [  # N, D, V, dtype, reduction, ignored, bias, eps, lam, cap, produc
 
 @pytest.mark.parametrize("N,D,V,dtype,reduction,ignored,bias,eps,lam,cap,products", GPU_CASES)
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_kernel_vs_reference_gpu(N, D, V, dtype, reduction, ignored, bias, eps, lam, cap, products):
     p = make_problem(
         N + V, shape=(N,), D=D, V=V, reduction=reduction, ignored=ignored, bias=bias, eps=eps, lam=lam, cap=cap
@@ -695,7 +688,6 @@ def test_kernel_vs_reference_gpu(N, D, V, dtype, reduction, ignored, bias, eps, 
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("N,D,V", [(8192, 2048, 65536), (16384, 4096, 32000)])
 def test_peak_memory_gpu(N, D, V):
     """Peak memory above the inputs over forward + backward within 1.15 x the gradients'
@@ -718,7 +710,6 @@ def test_peak_memory_gpu(N, D, V):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_dispatch_gpu(monkeypatch):
     """ojas_ref.linear_cross_entropy sends CUDA tensors to the kernel ("auto")."""
     calls = []
@@ -732,7 +723,6 @@ def test_dispatch_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_float16_auto_runs_the_reference_gpu(monkeypatch):
     """float16 CUDA tensors go to the reference under "auto": a GradScaler-sized grad_output
     (2^16) keeps the small gradients the kernel's float16 forward-time gradients lose."""
@@ -751,14 +741,12 @@ def test_float16_auto_runs_the_reference_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_hidden_size_zero_gpu():
     """D = 0 on the device: the kernels get empty x and W (null pointers) and no K loop."""
     check_hidden_size_zero("cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_float32_precision_follows_torch_gpu(restore_matmul_precision):
     """float32 products in TF32 under torch.set_float32_matmul_precision("high"), IEEE
     under "highest": 4 products (Triton dots for the logits; reduction "none", the
@@ -787,7 +775,6 @@ def test_float32_precision_follows_torch_gpu(restore_matmul_precision):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("products,reduction,ignored", [(3, "mean", 0.0), (3, "mean", 0.3), (4, "none", 0.3)])
 def test_second_backward_through_retained_graph_gpu(products, reduction, ignored):
     p = make_problem(17, shape=(4096,), D=1024, V=32000, reduction=reduction, ignored=ignored)
@@ -853,7 +840,7 @@ SCHEDULES = {  # products, reduction, options of make_problem
 }
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("pattern", IGNORE_PATTERNS)
 def test_ignored_tokens_enter_no_product(pattern, schedule, monkeypatch):
@@ -886,7 +873,7 @@ def test_ignored_tokens_enter_no_product(pattern, schedule, monkeypatch):
         assert rel_err(loss, alone[0]) <= TOL[torch.float32]
 
 
-@cpu
+@pytest.mark.interpreter
 @pytest.mark.parametrize("pattern", ["half", "ends"])
 def test_ignored_tokens_enter_no_product_head_update(pattern, monkeypatch):
     """The head updated inside the backward (InBackwardOptimizer(head_weight=...), 4 products,
@@ -934,7 +921,7 @@ def test_three_products_plan_with_ignored_tokens(V):
     )
 
 
-@cpu
+@pytest.mark.interpreter
 def test_three_products_gathers_one_chunk_at_a_time():
     """With half the tokens ignored, the 3-product schedule holds one chunk's gathered rows at a
     time (its workspace, ``_three_products_plan``), never a [K, D] copy of the kept rows: every

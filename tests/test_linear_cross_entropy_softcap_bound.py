@@ -262,7 +262,6 @@ def test_two_level_forward_within_bound(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("cap", CAPS)
 def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
@@ -390,7 +389,6 @@ def test_capped_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand)
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("cap", CAPS)
 def test_gpu_llama3_size_capped_gradients_within_bound(dtype, cap):

@@ -36,7 +36,6 @@ CONFIG = dict(
     max_position_embeddings=64,
     attention_dropout=0.0,
 )
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def build(seed: int = 0, dtype=torch.float64, device="cpu", **overrides) -> torch.nn.Module:
@@ -274,7 +273,6 @@ def _deterministic_train(model, batches):
 
 
 @pytest.mark.gpu
-@cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_offload_matches_checkpointing_bitwise_gpu(dtype):
     """Side-stream copies, prefetch, host buffers reused: the same bits as checkpoint=True. Checkpointing alone (the
@@ -302,7 +300,6 @@ def test_offload_matches_checkpointing_bitwise_gpu(dtype):
 
 
 @pytest.mark.gpu
-@cuda
 def test_offload_lowers_peak_cuda_memory_gpu():
     """8 layers of hidden 1024, 2 x 1024 tokens, fp32: checkpoint=True keeps 8 layer inputs of
     8 MiB from the forward to the backward; offloaded, none is on the device after the forward

@@ -612,10 +612,7 @@ def test_return_dict_false_leaves_the_logits_out():
     assert all(not torch.is_tensor(x) or x.numel() > 0 for x in b)
 
 
-@pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels",
-)
+@pytest.mark.kernel
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_float32_kernels_through_the_model(monkeypatch, family):
     """The Triton kernels (attention, loss, RMSNorm, SwiGLU / GeGLU; the interpreter on the CPU,
@@ -634,10 +631,7 @@ def test_float32_kernels_through_the_model(monkeypatch, family):
         assert close(p.grad, q.grad, 1e-4), name
 
 
-@pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels",
-)
+@pytest.mark.kernel
 @pytest.mark.parametrize("general", [None, "ATTENTION", "RMS_NORM", "SWIGLU"])
 def test_plain_calls_skip_the_general_path(monkeypatch, general):
     """In the plain case (kernels chosen, one dtype and device, autocast off) the adapters call
@@ -728,10 +722,7 @@ def test_rope_replaced_reported_and_reverted():
     assert not any("rotary" in x.module for x in report.changed + report.left_alone)
 
 
-@pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
-    reason="needs TRITON_INTERPRET=1 (CPU) or CUDA for the kernels",
-)
+@pytest.mark.kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
     """The replacement, kernel path and fallback (unsqueeze_dim=2, cos requiring grad), against

@@ -867,7 +867,6 @@ def test_parameter_unfrozen_then_added_with_add_param_group() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("overlap", [False, True], ids=["compute-stream", "overlap"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["sgd", "sgd_momentum", "adamw"])
@@ -899,7 +898,6 @@ def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype, overlap: bool
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_overlap_keeps_at_most_one_more_bucket() -> None:
     """8 fp32 [1024, 1024] weights, a bucket per weight (4 MiB): with the updates on the side
     stream the backward's peak is at most one bucket of gradients above the compute-stream run,
@@ -925,7 +923,6 @@ def test_cuda_overlap_keeps_at_most_one_more_bucket() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize(
     "cls,kw,side",
     [

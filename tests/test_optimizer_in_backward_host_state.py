@@ -510,7 +510,6 @@ def test_bad_state_slice_mb_raises(value: Any, error: type) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("variant", ["plain", "clip", "accum2"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_cuda_host_state_is_bitwise_device_state(name: str, variant: str) -> None:
@@ -540,7 +539,6 @@ def test_cuda_host_state_is_bitwise_device_state(name: str, variant: str) -> Non
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_peak_memory_lower_by_the_state() -> None:
     """AdamW on 8 x 1024^2 weights (32 MiB): the state (64 MiB) leaves the device but about a
     bucket's (bucket_cap_mb=4: one weight, 8 MiB of state)."""
@@ -958,7 +956,6 @@ def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("kind,name", [("compute", "adamw"), ("compute", "adamw_foreach"), ("inward", "adamw_fused")])
 def test_cuda_sliced_with_the_device_behind(kind: str, name: str) -> None:
     """Sliced (state_slice_mb=8: buffers of 2 MiB) and whole, 2 x 2048^2 weights, 3 steps, with
@@ -988,7 +985,6 @@ def test_cuda_sliced_with_the_device_behind(kind: str, name: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_sliced_peak_lower_by_the_parameter_state() -> None:
     """The GPU test of 5d3dce4, with each run's peak taken above the memory allocated before it
     (the earlier version kept the whole run's model, 64 MiB, allocated during the sliced run and

@@ -48,17 +48,10 @@ from ojas_ref.functional.relu import (  # noqa: E402
 triton = pytest.importorskip("triton")
 from ojas_kernels import relu as krelu  # noqa: E402
 
-_INTERPRETED = type(krelu._relu_fwd_kernel).__name__ == "InterpretedFunction"
-cpu_kernel = pytest.mark.skipif(
-    not _INTERPRETED,
-    reason="CPU kernel tests need TRITON_INTERPRET=1 before ojas_kernels is imported "
-    "(run `TRITON_INTERPRET=1 pytest tests/test_relu.py`)",
-)
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
-IMPLS = ["reference", pytest.param("triton", marks=cpu_kernel)]
+IMPLS = ["reference", pytest.param("triton", marks=pytest.mark.interpreter)]
 SPECIAL = [
     0.0,
     -0.0,
@@ -131,7 +124,7 @@ def test_bitwise_torch(impl, dtype, shape):
         assert_bitwise(x, ref)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 127, 1000])
 def test_kernel_blocks_cpu(dtype, n):
@@ -173,7 +166,7 @@ def test_zero_convention(impl, dtype):
     assert torch.signbit(r).tolist() == [False, True] * 3
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @pytest.mark.parametrize("kept", [True, False])
 def test_kernel_sign_of_relu_of_negative_zero(monkeypatch, kept):
     """The kernel's relu(-0.0) follows torch's on the device (asked once, keeps_negative_zero): both
@@ -261,7 +254,7 @@ def test_non_contiguous(impl):
         assert_bitwise(x, ref)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @settings(max_examples=20, deadline=None)
 @given(
     rows=st.integers(0, 4),
@@ -303,7 +296,7 @@ def test_unpack_pack(n):
         assert int(packed[-1]) >> (n % 8) == 0  # unpack_pack_tail: the padding bits are zero
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_kernel_packs_as_the_reference():
     h, _ = draw((5, 77), torch.float16, seed=6)
     h[0, :9] = torch.tensor([0.0, -0.0, float("nan"), 1.0, -1.0, float("inf"), -float("inf"), 2.0, 0.0])
@@ -449,7 +442,7 @@ def test_module():
         ReLU(inplace=True)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_impl_selects_the_kernel(monkeypatch):
     calls = []
     for name in ("relu_forward", "relu_backward"):
@@ -723,7 +716,6 @@ def test_relu_squared_linear_bad_input(args, error, match):
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(2048, 5632), (3, 1000, 77), (1, 9)])
 def test_kernel_vs_torch_gpu(dtype, shape):
@@ -735,7 +727,6 @@ def test_kernel_vs_torch_gpu(dtype, shape):
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_special_values_gpu(dtype):
     """Including relu(-0.0), whose sign the kernel takes from torch's CUDA relu (keeps_negative_zero),
@@ -757,7 +748,6 @@ def test_special_values_gpu(dtype):
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape", [(2048, 5632), (2, 512, 1024)])
 def test_relu_squared_linear_gpu(dtype, shape):
@@ -768,7 +758,6 @@ def test_relu_squared_linear_gpu(dtype, shape):
 
 
 @pytest.mark.gpu
-@gpu
 def test_memory_held_by_the_feed_forward_gpu():
     """nn.TransformerEncoderLayer's feed-forward with dropout in training (bfloat16): the memory the
     forward leaves allocated for the backward falls by exactly relu's output minus the packed mask

@@ -54,10 +54,6 @@ from ojas_ref.functional.rms_norm import rms_norm, rms_norm_reference  # noqa: E
 from ojas_ref.nn import RMSNorm  # noqa: E402
 
 _INTERPRETED = type(krms._fwd_kernel).__name__ == "InterpretedFunction"
-kernel = pytest.mark.skipif(
-    not (_INTERPRETED or torch.cuda.is_available()),
-    reason="needs CUDA, or TRITON_INTERPRET=1 before ojas_kernels.rms_norm is imported",
-)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 _MODELING = transformers.models
@@ -199,7 +195,7 @@ def test_the_backward_treats_the_cast_as_the_identity_as_torch_does():
 # --------------------------------------------------------------------------
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize(
     "kw",
     [{}, dict(offset=1.0, cast="after_weight"), dict(cast="after_weight")],
@@ -220,7 +216,7 @@ def test_kernel_float64_backward_is_the_vjp(kw, n):
         assert a.dtype == torch.float64 and rel_err(a, b, terms) <= 1e-12, name
 
 
-@kernel
+@pytest.mark.kernel
 def test_kernel_gradcheck():
     weight = torch.randn(5, dtype=torch.float64, device=DEVICE, requires_grad=True)
     x = torch.randn(3, 5, dtype=torch.float64, device=DEVICE, requires_grad=True)
@@ -228,7 +224,7 @@ def test_kernel_gradcheck():
         assert torch.autograd.gradcheck(lambda a, w: rms_norm(a, 5, w, 1e-6, impl="triton", **kw), (x, weight))
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("cls", [LLAMA, GEMMA], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(7, 72), (2, 3, 130), (1, 5), (2, 5632)], ids=str)
@@ -248,7 +244,7 @@ def test_kernel_against_hugging_face(cls, dtype, shape):
         assert rel_err(a, t, terms) <= tol, name
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_kernel_rounds_where_hugging_face_rounds(dtype):
     """16-bit outputs: the kernel's forward equals Hugging Face's on all but a few elements
@@ -271,7 +267,7 @@ def test_kernel_rounds_where_hugging_face_rounds(dtype):
             assert (wrong != expected).float().mean().item() >= 0.1
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("shape", [(0, 72), (2, 0, 72), (72,), (4, 0)], ids=str)
 def test_kernel_empty_and_degenerate_shapes(shape):
     """Zero rows, a 1-D input (one row), n = 0: what Hugging Face's module gives."""
@@ -285,7 +281,7 @@ def test_kernel_empty_and_degenerate_shapes(shape):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, equal_nan=True, msg=name)
 
 
-@kernel
+@pytest.mark.kernel
 @pytest.mark.parametrize("cls", [LLAMA, GEMMA], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("value", [1e30, 3e38, 1e-30])
 def test_kernel_huge_and_tiny_magnitudes_match_hugging_face(cls, value):
@@ -303,7 +299,7 @@ def test_kernel_huge_and_tiny_magnitudes_match_hugging_face(cls, value):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-30, equal_nan=True, msg=name)
 
 
-@kernel
+@pytest.mark.kernel
 @settings(max_examples=8, deadline=None)
 @given(
     rows=st.integers(0, 9),
@@ -327,7 +323,7 @@ def test_kernel_matches_the_reference_property(rows, n, dtype, gemma, eps, seed)
         assert rel_err(a, b.double(), t) <= 2 * tolerance(dtype, n), name
 
 
-@kernel
+@pytest.mark.kernel
 def test_kernel_saves_only_x_and_the_row_rstd():
     weight = torch.randn(72, device=DEVICE, requires_grad=True)
     x = torch.randn(4, 72, device=DEVICE, requires_grad=True)
@@ -340,7 +336,7 @@ def test_kernel_saves_only_x_and_the_row_rstd():
     assert saved[0].data_ptr() == x.data_ptr() and saved[2].dtype == torch.float32
 
 
-@kernel
+@pytest.mark.kernel
 def test_double_backward_through_the_kernel_raises():
     weight = torch.randn(8, device=DEVICE, requires_grad=True)
     x = torch.randn(3, 8, device=DEVICE, requires_grad=True)
@@ -378,7 +374,7 @@ def test_defaults_follow_torch_functional_rms_norm():
     assert ojas_ref.rms_norm is rms_norm and ojas_ref.RMSNorm is RMSNorm
 
 
-@kernel
+@pytest.mark.kernel
 def test_multi_dimensional_normalized_shape_on_the_kernel():
     w = torch.randn(4, 6, dtype=torch.float64, device=DEVICE, requires_grad=True)
     x, dy = inputs((3, 4, 6), torch.float64)
@@ -435,7 +431,6 @@ def test_bad_arguments_raise_clear_errors():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("cls", [LLAMA, GEMMA], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_large_against_hugging_face(cls, dtype):
@@ -455,7 +450,6 @@ def test_gpu_large_against_hugging_face(cls, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_peak_memory_below_hugging_face():
     """Forward + backward of [8192, 4096] bf16: Hugging Face's module keeps float32 copies
     for its backward, the kernel only x and the row rstd."""

@@ -36,14 +36,7 @@ hf_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
 triton = pytest.importorskip("triton")
 from ojas_kernels import rope as krope  # noqa: E402
 
-_INTERPRETED = type(krope._rope_kernel).__name__ == "InterpretedFunction"
-cpu_kernel = pytest.mark.skipif(
-    not _INTERPRETED,
-    reason="CPU kernel tests need TRITON_INTERPRET=1 before ojas_kernels is imported "
-    "(run `TRITON_INTERPRET=1 pytest tests/test_rope.py`)",
-)
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-KERNEL = pytest.param("triton", marks=cpu_kernel)
+KERNEL = pytest.param("triton", marks=pytest.mark.interpreter)
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BIG = {torch.float32: 1e30, torch.bfloat16: 3.0e38, torch.float16: 6.0e4}
@@ -244,7 +237,7 @@ def test_cos_requiring_grad_runs_reference(impl, monkeypatch):
         assert_equal(x, ref)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fused_rotary(dtype):
     B, Hq, Hkv, S, E = 2, 4, 2, 7, 64
@@ -257,7 +250,7 @@ def test_fused_rotary(dtype):
         assert_equal(x, ref)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_kernel_functions_direct():
     """rope_forward / rope_backward: contiguous and transposed inputs, a None gradient, layouts kept."""
     B, Hq, Hkv, S, E = 2, 3, 1, 5, 16
@@ -276,7 +269,7 @@ def test_kernel_functions_direct():
     assert_equal(krope.rope_forward(q_last, k, cos, sin)[0], rotary_reference(q_last, k, cos, sin)[0])
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_one_launch_each_way_without_fp_fusion(monkeypatch):
     """One launch for q and k each way, with enable_fp_fusion=False and every constexpr explicit."""
     launches = []
@@ -310,7 +303,7 @@ def test_one_launch_each_way_without_fp_fusion(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_saves_only_cos_and_sin():
     saved = []
 
@@ -326,7 +319,7 @@ def test_saves_only_cos_and_sin():
     assert {t.data_ptr() for t in saved} == {cos.data_ptr(), sin.data_ptr()} and len(saved) == 2
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_double_backward_refused():
     xq, xk = hf_qk(1, 2, 1, 4, 8, torch.float32)
     cos, sin = rotary_tables(1, 4, 8, torch.float32)
@@ -347,7 +340,7 @@ def test_reference_double_backward_works():
     g.sum().backward()
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_function_transforms_refused_by_kernel():
     q, k = torch.ones(1, 2, 3, 4), torch.ones(1, 1, 3, 4)
     cos, sin = torch.ones(1, 3, 4), torch.zeros(1, 3, 4)
@@ -357,7 +350,7 @@ def test_function_transforms_refused_by_kernel():
     torch.func.grad(lambda x: apply_rotary_pos_emb(x, k, cos, sin, impl="auto")[0].sum())(q)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_impl_selects_the_kernel(monkeypatch):
     calls = []
     for name in ("rope_forward", "rope_backward"):
@@ -455,7 +448,6 @@ def test_kernel_refuses_bad_input():
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("E", [64, 128])
 def test_parity_gpu(dtype, E):
@@ -464,7 +456,6 @@ def test_parity_gpu(dtype, E):
 
 
 @pytest.mark.gpu
-@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_extreme_magnitudes_gpu(dtype):
     check_parity("triton", dtype, S=65, E=128, kind="random", scale=BIG[dtype], device="cuda")

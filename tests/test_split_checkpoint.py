@@ -35,7 +35,6 @@ from test_optimize_huggingface import COMMON, FAMILIES, V  # noqa: E402
 
 SPLIT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 LAYERS = 3
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 OFF = dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
 
 
@@ -97,7 +96,7 @@ def test_split_with_the_ojas_kernels_off_is_bitwise_too():
     assert_bitwise(whole, split, (run(whole), run(split)))
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 for the kernels")
+@pytest.mark.interpreter
 def test_split_with_the_triton_kernels_interpreted():
     with use_impl(attention="triton", linear_cross_entropy="triton", rms_norm="triton", swiglu="triton", rope="triton"):
         whole, split, _ = pair("llama", torch.float32, "offload")
@@ -278,7 +277,6 @@ def test_a_changed_layout_raises_at_the_call():
 
 
 @pytest.mark.gpu
-@cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_split_matches_whole_layer_checkpointing_bitwise_gpu(dtype):
     """Side-stream copies and prefetch of both segments' inputs, the ojas kernels on: the bits of
@@ -305,7 +303,6 @@ def test_split_matches_whole_layer_checkpointing_bitwise_gpu(dtype):
 
 
 @pytest.mark.gpu
-@cuda
 def test_split_lowers_the_backward_peak_gpu():
     """8 layers of hidden 1024 and MLP 2816, 2 x 1024 tokens, fp32, offloaded, each gradient dropped
     once accumulated: the split's peak (the last layer's MLP backward) is below the unsplit one by

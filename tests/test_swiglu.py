@@ -57,13 +57,6 @@ from ojas_ref.functional.swiglu import (  # noqa: E402
 triton = pytest.importorskip("triton")
 from ojas_kernels import swiglu as kswiglu  # noqa: E402
 
-_INTERPRETED = type(kswiglu._swiglu_fwd_kernel).__name__ == "InterpretedFunction"
-cpu_kernel = pytest.mark.skipif(
-    not _INTERPRETED,
-    reason="CPU kernel tests need TRITON_INTERPRET=1 before ojas_kernels is imported "
-    "(run `TRITON_INTERPRET=1 pytest tests/test_swiglu.py`)",
-)
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # float32, kernel against torch: |diff| <= FP32_ULPS * eps * scale, the scale of each result's
@@ -236,7 +229,7 @@ def test_reference_functions_round_as_torch(activation):
 # ---------------------------------------------------------------------------
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @act_param
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1,), (63,), (64,), (65,), (1000,), (3, 7, 41)])
@@ -249,7 +242,7 @@ def test_kernel_vs_torch_cpu(dtype, shape, activation):
     assert_kernel_matches_torch((h, da, db), torch_autograd(a, b, dh, activation), a, b, dh, activation)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @act_param
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_kernel_through_swiglu_cpu(dtype, activation):
@@ -259,7 +252,7 @@ def test_kernel_through_swiglu_cpu(dtype, activation):
     )
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @act_param
 def test_kernel_bfloat16_subnormals_cpu(activation):
     """Tiny bfloat16 inputs (subnormals near 1e-39, where exp(-a) is 1 and silu(a) = a / 2, tanh(.)
@@ -278,7 +271,7 @@ def test_kernel_bfloat16_subnormals_cpu(activation):
     assert got[0].abs().min() == 0 and (got[0][:4] != 0).all()  # the subnormal outputs survive
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @act_param
 def test_kernel_float32_against_vjp_formula_cpu(activation):
     """float32 kernel against the float64 formula: a few float32 ulps of each result's scale."""
@@ -290,7 +283,7 @@ def test_kernel_float32_against_vjp_formula_cpu(activation):
         assert ((x.double() - ref).abs() <= ulps * eps * scale).all()
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @act_param
 def test_kernel_non_contiguous_cpu(activation):
     a, b, dh = draw((300, 70), torch.bfloat16, seed=8)
@@ -299,7 +292,7 @@ def test_kernel_non_contiguous_cpu(activation):
     assert_kernel_matches_torch(got, torch_autograd(a_t, b_t, dh_t, activation), a_t, b_t, dh_t, activation)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @act_param
@@ -323,7 +316,7 @@ def test_huge_magnitudes_float32(impl, activation):
 
 
 @act_param
-@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=cpu_kernel)])
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
 @pytest.mark.parametrize("shape", [(0,), (3, 0, 5)])
 def test_empty(impl, shape, activation):
     a, b, dh = draw(shape, torch.float32)
@@ -331,7 +324,7 @@ def test_empty(impl, shape, activation):
     assert h.shape == da.shape == db.shape == shape
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @settings(max_examples=16)
 @given(
@@ -368,7 +361,7 @@ def saved_by(fn, a: torch.Tensor, b: torch.Tensor) -> list[torch.Tensor]:
 
 
 @act_param
-@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=cpu_kernel)])
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
 def test_saves_only_gate_and_up(impl, activation):
     a, b, _ = draw((16, 40), torch.bfloat16)
     a.requires_grad_(), b.requires_grad_()
@@ -381,7 +374,7 @@ def test_saves_only_gate_and_up(impl, activation):
 
 
 @act_param
-@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=cpu_kernel)])
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
 def test_gradient_of_one_input_only(impl, activation):
     a, b, dh = draw((50,), torch.float32, seed=2)
     a.requires_grad_()
@@ -391,7 +384,7 @@ def test_gradient_of_one_input_only(impl, activation):
     assert_fp32_close(a.grad, da, term_scales(a.detach(), b, dh, (da,) * 3, activation)[1])
 
 
-@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=cpu_kernel)])
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
 def test_retained_graph_second_backward(impl):
     a, b, dh = draw((30,), torch.float32, seed=4)
     a.requires_grad_(), b.requires_grad_()
@@ -403,7 +396,7 @@ def test_retained_graph_second_backward(impl):
 
 
 @act_param
-@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=cpu_kernel)])
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
 def test_double_backward_refused(impl, activation):
     a, b, _ = draw((10,), torch.float64 if impl == "reference" else torch.float32)
     a.requires_grad_(), b.requires_grad_()
@@ -412,7 +405,7 @@ def test_double_backward_refused(impl, activation):
         torch.autograd.grad(h.sum(), a, create_graph=True)
 
 
-@cpu_kernel
+@pytest.mark.interpreter
 def test_impl_selects_the_kernel(monkeypatch):
     calls = []
     for name in ("swiglu_forward", "swiglu_backward"):
@@ -521,7 +514,6 @@ def test_kernel_refuses_bad_input(activation):
 
 
 @pytest.mark.gpu
-@gpu
 @act_param
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(2048, 5632), (3, 1000, 77)])
@@ -543,7 +535,6 @@ def test_kernel_vs_torch_gpu(dtype, shape, activation):
 
 
 @pytest.mark.gpu
-@gpu
 def test_huge_magnitudes_gpu():
     vals = [1e4, -1e4, 88.0, -88.0, 89.0, -89.0, 3e38, -3e38, 0.0, -0.0]
     a = torch.tensor(vals, device="cuda").repeat_interleave(2)
