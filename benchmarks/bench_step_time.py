@@ -12,7 +12,7 @@ own depth, in the same interleaved rounds when the planner says the three models
 GPU together (``together`` in the row), else the full model after the shallow ones; and
 :func:`~ojas_ref.tools.step_time.predict_step_seconds` extrapolates the shallow steps.
 Issue 15's bar: predicted tokens/s within 15% of the measured. The timed steps are written
-to ``--out`` (benchmarks/results/step_time_h200.json), from which tests/test_step_time.py
+to ``--out`` (benchmarks/results/step_time_h200.json), from which tests/tools/test_step_time.py
 recomputes every prediction. Run on the device the records were
 measured on (an H200); elsewhere the record's column means nothing.
 """

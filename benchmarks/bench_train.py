@@ -10,7 +10,7 @@ BPE): ``full``, all ``--steps`` uninterrupted; ``stopped``, the same run stopped
 ``--steps``. Reported: the loss at the first and last step, whether it fell, the median
 tokens/s and the peak device memory of the full run (from its JSON-lines log), and whether
 the resumed run's losses and final parameters are bit for bit the full run's (the resume
-guarantee of ojas_ref/tools/train.py; tests/test_train.py checks it on the CPU; on CUDA it
+guarantee of ojas_ref/tools/train.py; tests/tools/test_train.py checks it on the CPU; on CUDA it
 also needs every kernel of the step to be deterministic, which this run measures rather
 than assumes). The loss plot of the full run is copied beside ``--out``.
 """

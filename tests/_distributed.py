@@ -1,4 +1,4 @@
-"""Two CPU processes on the gloo backend, for tests/test_distributed.py.
+"""Two CPU processes on the gloo backend, for tests/optim/test_distributed.py.
 
 :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes
 (torch.multiprocessing, the ``spawn`` start method, a process group over
@@ -8,7 +8,7 @@ standard loop on the concatenated batch that they are compared with.
 
 Float64 throughout, so that the only difference between a distributed run and the
 single-process one is the order of the floating-point sums (see the tolerance in
-tests/test_distributed.py).
+tests/optim/test_distributed.py).
 """
 
 from __future__ import annotations

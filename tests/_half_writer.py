@@ -1,4 +1,4 @@
-"""The fault tests' writer stop (tests/test_train_state.py, tests/test_train.py), imported by
+"""The fault tests' writer stop (tests/tools/test_train_state.py, tests/tools/test_train.py), imported by
 their subprocesses: ``ojas_ref.tools.train_state``'s ``open`` replaced so that the payload of the
 chosen checkpoint reaches the disk half, then the process prints READY and sleeps until
 the test SIGKILLs it."""

@@ -1,5 +1,5 @@
 """The planner's H200 records (tests/fixtures/plan/, copied from benchmarks/results/) and the settings
-that tests/test_memory.py (``ojas_ref.memory``'s formulas) and tests/test_plan.py (``ojas plan``) share."""
+that tests/memory/test_memory.py (``ojas_ref.memory``'s formulas) and tests/tools/test_plan.py (``ojas plan``) share."""
 
 from __future__ import annotations
 

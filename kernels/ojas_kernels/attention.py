@@ -42,7 +42,7 @@ coordinate of the forward's tile loop as it runs here (fp32 scores
 accumulation, out stored in the input dtype; any boolean visibility: causal, window,
 bounds) against the exact softmax over the visible keys;
 ``ojas_ref.verification.bounds.attention.attention_forward_error_bound`` is its value
-(``tests/test_attention_error_bound.py``).  The backward kernels: ``Ojas.FloatModel.AttentionBackwardError``
+(``tests/verification/test_attention_error_bound.py``).  The backward kernels: ``Ojas.FloatModel.AttentionBackwardError``
 (``dv_error``) and ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``, ``delta_close``)
 bound dV, dK and dQ a posteriori as the kernels compute them (P recomputed from the saved lse,
 ``dS = rnd(P * rnd(dP - Delta))`` rounded to the input dtype, fp32 accumulation over the tiles,

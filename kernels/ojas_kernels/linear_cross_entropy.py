@@ -118,7 +118,7 @@ schedule, and ``fwd_logits="cublas"``): the online max and rescaled sum over its
 vocabulary tiles in float32, ``tl.exp`` / ``tl.log`` / ``tl.sum`` within stated errors
 (Section premises), the logits' own error a premise ``delta``;
 ``Ojas.FloatModel.CrossEntropyLseError.ce_loss_error`` the loss ``rnd(lse - z_t)``
-without smoothing and z-loss (tests/test_linear_cross_entropy_error_bound.py uses them as
+without smoothing and z-loss (tests/verification/test_linear_cross_entropy_error_bound.py uses them as
 tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/error_bounds.py).
 ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` bounds the two-level
 schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming
@@ -132,7 +132,7 @@ target: minus 1 first) stored in the input dtype from the lse above (within its 
 products accumulated in float32 (within an any-order ``gamma_n``: a premise), the alpha
 epilogue rounded, grad_weight's running sum over the token chunks stored in its dtype per
 chunk; a-posteriori in the sums of the exact probabilities (``linear_cross_entropy_grad_error_bound``;
-tests/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
+tests/verification/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
 ``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori`` (the loss) and
 ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error`` (the same
 gradient entries) charge the logits' errors weighted by the softmax instead (each entry of G its

@@ -30,7 +30,7 @@ zeroes ``-0.0`` is not covered, and changes only the sign of a zero output), for
 format of Flocq's ``Bits`` (``float32_constants``, ``bfloat16_constants``, ``float16_constants``:
 the ``MAG`` and ``INF`` constants below are those formats'); composed with the backward,
 ``Ojas.ReLU.KernelBits.kernel_packed_backward_bitwise``: the kernel's whole backward from its packed
-bytes is ``threshold_backward`` on ``relu(h)``, element by element.  tests/test_relu.py also
+bytes is ``threshold_backward`` on ``relu(h)``, element by element.  tests/functional/test_relu.py also
 runs every bfloat16 and float16 bit pattern and the float32 boundaries.  Layout: any shape, flattened into
 contiguous 1-D blocks of ``block_size`` elements (a power of two, at least 8; non-contiguous
 inputs and gradients are copied); dtypes float16, bfloat16, float32.

@@ -41,7 +41,7 @@ Theorems (rocq/ReLU/Backward.v):
   ``r``, ``db = dy`` are the vector-Jacobian products of ``y = W relu(h)^2 + b``).  No theorem covers its rounding: the code runs torch's
   operations in torch's order (``square``'s backward ``ds * (2 * r)``, ``threshold_backward``,
   the linear map's backward as torch's ``addmm``/``mm`` backward: ``dy @ W``, ``dy^T @ s``,
-  ``dy.sum(0)``); tests/test_relu.py checks it bit for bit against torch's autograd on the CPU
+  ``dy.sum(0)``); tests/functional/test_relu.py checks it bit for bit against torch's autograd on the CPU
   (and, ``-m gpu``, on CUDA).
 
 The reference (``impl="reference"``) packs and unpacks with torch's integer operations; the
@@ -91,7 +91,7 @@ def pack_mask(mask: Tensor) -> Tensor:
     """A bool tensor as ``ceil(n / 8)`` uint8 bytes, element ``8 k + j`` of the row-major flattening
     in bit ``j`` of byte ``k``, the padding bits zero (the layout of ``pack`` in rocq/ReLU/Backward.v:
     Ojas.ReLU.Backward.unpack_pack, Ojas.ReLU.Backward.unpack_pack_tail).  That these torch
-    operations compute that layout is tested (tests/test_relu.py), not proved."""
+    operations compute that layout is tested (tests/functional/test_relu.py), not proved."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor, got {mask.dtype if isinstance(mask, Tensor) else type(mask)}")
     flat = mask.reshape(-1)
@@ -309,7 +309,7 @@ def relu_squared_linear(h: Tensor, weight: Tensor, bias: Optional[Tensor] = None
     linear map runs at the autocast dtype as torch's ``F.linear`` would (the square cast to it,
     ``weight`` and ``bias`` cast outside, their gradients cast back by autograd); relu and square
     stay in ``h``'s dtype, as torch's.  Values and gradients: torch's operations in torch's order
-    (bit for bit on the CPU, tests/test_relu.py); over the reals the backward is the VJP
+    (bit for bit on the CPU, tests/functional/test_relu.py); over the reals the backward is the VJP
     (Ojas.ReLU.Backward.relu2_linear_backward_eq_vjp, Ojas.ReLU.Backward.relu2_backward_eq_vjp); no
     theorem covers the rounding.  Reference only
     (no Triton kernel).  First-order gradients only (``create_graph=True`` raises RuntimeError);

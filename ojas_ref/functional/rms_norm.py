@@ -19,7 +19,7 @@ Theorems (rocq/RMSNorm/Backward.v, over the reals): the kernel's backward
 (summed over rows) is the vector-Jacobian product of ``y_i = w_i x_i r`` from the saved
 ``x`` and ``r`` alone: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp; with weight
 ``1 + w_i``: Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (both for ``eps > 0``;
-``eps = 0`` is accepted, as torch's, and not covered). Not covered by a theorem: the floating-point rounding (tests/test_rms_norm.py justifies its tolerances),
+``eps = 0`` is accepted, as torch's, and not covered). Not covered by a theorem: the floating-point rounding (tests/functional/test_rms_norm.py justifies its tolerances),
 and the cast of the normalised value to the input dtype, which the kernel's backward
 treats as the identity, as torch's autograd does for ``.to()`` (checked numerically
 against torch's backward of Hugging Face's module in the tests: its bfloat16 gradient

@@ -16,7 +16,7 @@ is the vector-Jacobian product of the formula (rocq/RoPE/Backward.v).  No
 theorem covers the rounding: the kernel rounds where torch's op-by-op evaluation of the formula
 and its autograd round (every operation in float32, each result rounded to the input dtype:
 ``rnd(rnd(x c) + rnd(rh s))`` forward, ``rnd(rnd(g c) ± rnd(g s))`` backward; kernel module
-docstring), tested bit for bit against transformers' own function (tests/test_rope.py).  Only the
+docstring), tested bit for bit against transformers' own function (tests/functional/test_rope.py).  Only the
 sign of a zero gradient may differ (autograd adds zero padding; ``torch.equal`` treats
 -0.0 == 0.0).
 """

@@ -35,7 +35,7 @@ a) * (1 - T * T) * (k * (1 + 3c * (a * a))))``.
 The reference below runs torch's own operations of that sequence (``F.silu`` /
 ``F.gelu(approximate="tanh")``, ``mul``, ``aten.silu_backward`` / ``aten.gelu_backward``), so it
 is torch's autograd bit for bit on every device and dtype, only with the activation
-recomputed in the backward instead of saved (tests/test_swiglu.py checks it bitwise, and
+recomputed in the backward instead of saved (tests/functional/test_swiglu.py checks it bitwise, and
 checks the formulas above in float64).  The Triton kernel (``ojas_kernels.swiglu``) writes the
 same sequence out in float32; where it can differ from torch in the last bit is written in
 its module docstring.

@@ -26,7 +26,7 @@ would need).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
 on a small ``LlamaForCausalLM`` on the CPU, transformers 5.24) and the kernels' source.
-tests/test_memory.py checks the peaks against the H200 records of benchmarks/bench_optimize_model.py
+tests/memory/test_memory.py checks the peaks against the H200 records of benchmarks/bench_optimize_model.py
 (the 16 configurations, three times: errors -1.0% to +1.6%) and benchmarks/bench_memory.py
 (offload, host state, whole-parameter and sliced updates, the presets at scale), copied under
 tests/fixtures/plan/, and the phases against the live bytes of real CPU training steps

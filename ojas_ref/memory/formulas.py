@@ -142,7 +142,7 @@ def rmsnorm_saved_bytes(m: Model, s: Setting) -> int:
     ([tokens, 1] float32), ``x * rsqrt`` in the model dtype (``weight * ...``) and its
     output (saved by the next projection): (4 + 2 size) x tokens x hidden + 4 tokens.
     The fused ``ojas_ref.rms_norm`` (``ojas_rms_norm``) saves its input as it is and the
-    float32 rstd per row (``tests/test_rms_norm.py`` checks what it saves), and its output
+    float32 rstd per row (``tests/functional/test_rms_norm.py`` checks what it saves), and its output
     is saved by the next projection: 2 size x tokens x hidden + 4 tokens."""
     per_element = 2 * s.size if s.ojas_rms_norm else 4 + 2 * s.size
     return per_element * s.tokens * m.hidden + 4 * s.tokens
@@ -166,7 +166,7 @@ def mlp_saved_bytes(m: Model, s: Setting) -> int:
     """``LlamaMLP``: gate output (SiLU's input), SiLU output and up output (the product's
     factors), the product (down_proj's input): 4 x tokens x intermediate. With
     ``ojas_swiglu`` the SiLU output is recomputed in backward, not saved
-    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp; ``tests/test_swiglu.py`` checks that only
+    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp; ``tests/functional/test_swiglu.py`` checks that only
     gate and up are saved): 3 x tokens x intermediate."""
     return (3 if s.ojas_swiglu else 4) * s.size * s.tokens * m.intermediate
 

@@ -116,7 +116,7 @@ class Model:
         """From a Hugging Face config (``LlamaConfig`` or any object or mapping with its
         attribute names). ``NotImplementedError`` naming the family and what the planner does
         not model for a ``model_type`` outside :data:`FAMILIES` (the families of
-        tests/test_optimize_huggingface.py are in :data:`UNMODELLED`, each with its reason), for
+        tests/integrations/test_optimize_huggingface.py are in :data:`UNMODELLED`, each with its reason), for
         Mistral's sliding window and for biases (``attention_bias``, ``mlp_bias``); a config
         without ``model_type`` is read as a Llama's."""
         get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
@@ -174,9 +174,9 @@ class Model:
 
 
 #: the Hugging Face families the planner models: ``LlamaForCausalLM``'s modules and tensors
-#: (tests/test_memory.py checks a CPU training step of each against the plan)
+#: (tests/memory/test_memory.py checks a CPU training step of each against the plan)
 FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM, without a sliding window"}
-#: families that optimize_model handles (tests/test_optimize_huggingface.py) and the planner does
+#: families that optimize_model handles (tests/integrations/test_optimize_huggingface.py) and the planner does
 #: not model, with what it would have to model
 UNMODELLED = {
     "qwen2": "the q/k/v projections' biases",

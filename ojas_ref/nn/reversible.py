@@ -64,7 +64,7 @@ E_l = (1 + LF_l)(1 + LG_l) E_(l+1) + e_l with per-block constants measured on th
 (LF_l, LG_l only at the points visited; e_l = the step's distance to the exact inverse
 plus the forward's defect) and no rounding assumption
 (``ojas_ref.verification.bounds.reversible.reversible_reconstruction_error_bound``;
-tests/test_reversible.py measures the inputs in float32 against float64). The
+tests/nn/test_reversible.py measures the inputs in float32 against float64). The
 resulting gradient error is bounded only by the a-posteriori
 ``vec_stack_grad_error_apost``, from measured constants of each block's backward
 that nothing in the package computes. ``check_reconstruction=True`` measures
@@ -506,7 +506,7 @@ class ReversibleSequence(nn.Module):
     recomputed graph is searched for such leaves), which would otherwise silently get no
     gradient. Double backward is not supported. Under
     ``torch.no_grad()`` or ``torch.inference_mode()`` only the forward runs.
-    Data parallel (tested, no theorem: tests/test_distributed.py): under DDP as any
+    Data parallel (tested, no theorem: tests/optim/test_distributed.py): under DDP as any
     module; under FSDP2, ``fully_shard`` the stack or a module above it, not its
     blocks (the stack calls the functions itself, so a block's FSDP hooks would never
     all-gather its parameters; a sharded parameter with a plain ``x`` raises).

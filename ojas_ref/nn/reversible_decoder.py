@@ -57,7 +57,7 @@ What the reversible backward rests on (rocq/Reversible/):
 What no theorem covers: in floating point the premise fails, ``(x + F(a)) - F(a)`` is not
 ``x``: each reconstructed input differs from the one the forward pass computed by
 rounding, amplified by F's and G's Lipschitz constants, and the reversible gradients are
-the stored ones evaluated at slightly perturbed activations (tests/test_reversible_decoder.py
+the stored ones evaluated at slightly perturbed activations (tests/nn/test_reversible_decoder.py
 measures the difference: up to ~5e-14 relative in float64 at depth 8, ~6e-7 in float32 at depth 4, small sizes).
 ``Ojas.Reversible.FloatError.vec_stack_recon_error`` (``vec_stack_recon_error_flx`` for
 round-to-nearest binary32/64, u = 2^-p) bounds the max-norm error of layer l's

@@ -3,7 +3,7 @@ reduces each parameter's gradient (:class:`DataParallel`, the global forward pre
 them), FSDP2 shards, and the updates that wait for the reduction.
 
 Data parallelism is not covered by a theorem: the equalities below are tested
-(``tests/test_distributed.py``: 2 CPU processes on gloo, SGD and AdamW, clipping,
+(``tests/optim/test_distributed.py``: 2 CPU processes on gloo, SGD and AdamW, clipping,
 accumulation; every rank bitwise equal, equal to the single-process loop on the
 concatenated batch within float64 rounding, and under DDP bitwise equal to
 ``torch.optim`` under DDP).

@@ -10,7 +10,7 @@ block's get ``requires_grad=True``.
 
 No theorem is claimed: BAdam is a different algorithm from full training (each step updates
 one block, and its Adam moments restart at every switch), not an exact reformulation of it.
-What is tested (``tests/test_block_coordinate.py``) is that this code is that schedule: bitwise
+What is tested (``tests/optim/test_block_coordinate.py``) is that this code is that schedule: bitwise
 equal to a hand-written freeze / AdamW-on-the-active-block / switch / fresh-state loop, and,
 with one block holding every parameter, bitwise the standard AdamW loop.
 

@@ -16,7 +16,7 @@ the time of the update): the arithmetic is ``torch.optim``'s, on the same
 per-parameter path as the standard loop (foreach kernels by default on CUDA,
 single-tensor ones on the CPU, fused ones with ``fused=True``), and the parameters
 and optimizer state are bitwise those of the standard loop ``loss.backward();
-opt.step(); opt.zero_grad()`` (tested: ``tests/test_optimizer_in_backward.py``).
+opt.step(); opt.zero_grad()`` (tested: ``tests/optim/test_optimizer_in_backward.py``).
 Plain SGD (``torch.optim.SGD`` without momentum, weight decay, maximize, a tensor lr or
 step hooks) is the one exception to calling ``step()``: its update is
 ``torch._foreach_add_(params, grads, alpha=-lr)`` (the call of torch's foreach path, and
@@ -115,7 +115,7 @@ defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
 ``optimizer_class``'s, so checkpoints load into either.
 
 Where the loop around the optimizer meets these updates (no theorem; bitwise tests in
-``tests/test_optimizer_in_backward_semantics.py``): after ``zero_grad(set_to_none=False)``
+``tests/optim/test_optimizer_in_backward_semantics.py``): after ``zero_grad(set_to_none=False)``
 a parameter without a gradient in a step is stepped at ``step()`` on a zero gradient,
 as ``torch.optim`` steps its zeroed ``.grad``; between backward and ``step()`` the
 ``.grad`` of an updated parameter is a placeholder whose every use raises
@@ -231,7 +231,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             last reads of its parameters), while the backward of the earlier layers
             continues on the compute stream, which waits for it when the next bucket is
             updated and at the end of the backward pass. The same kernels on the same
-            tensors: the same bits as ``overlap=False`` (tests/test_optimizer_in_backward.py).
+            tensors: the same bits as ``overlap=False`` (tests/optim/test_optimizer_in_backward.py).
             Plain-SGD buckets stay on the compute stream (their update is one add). Costs
             memory: a bucket's gradients (and its step's temporaries) live until the next
             bucket's update, so up to one bucket more is alive, and the side stream's
@@ -256,7 +256,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             the reference's rows are bitwise the dense path's (each row's gradient summed over the
             token chunks in the same order) and so is the float32 update on the CPU; bfloat16 on
             the CPU may differ by one rounding where ATen's ``add_`` takes its scalar tail
-            (tests/test_head_update.py; CUDA not yet compared). Only with
+            (tests/optim/test_head_update.py; CUDA not yet compared). Only with
             ``optimizer_class=torch.optim.SGD`` and the head's group plain (momentum 0, weight decay
             0, not maximize, not fused, a float lr, no step hooks), ``accumulation_steps=1``, no
             ``max_grad_norm``, one process: else ValueError here (or RuntimeError at the backward,

@@ -3,7 +3,7 @@ beside its prediction (from the table of :mod:`ojas_ref.tools.h200_records`, shi
 package), and the readers of the benchmarks' record files as the planner's models and settings,
 each given the file's path (benchmarks/bench_optimize_model.py's: :func:`load_records`;
 benchmarks/bench_memory.py's: :func:`load_memory_records`, :func:`memory_record_setting`). The
-package reads no file of benchmarks/: tests/test_memory.py reads the records it checks the formulas
+package reads no file of benchmarks/: tests/memory/test_memory.py reads the records it checks the formulas
 against from tests/fixtures/plan/."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ device; :func:`predict_time` divides one by the other. The prediction is a bound
 is not only products (norms, rotary, SiLU, the loss's softmax and the optimizer update
 are memory-bound, not FLOP-bound, and counted as 0 FLOPs here), and a small step is
 bound by the host's launches. The H200 records (ojas_ref/tools/h200_records.py) show how far from
-the bound a real step is (:func:`recorded_throughput`, tests/test_throughput.py): the
+the bound a real step is (:func:`recorded_throughput`, tests/tools/test_throughput.py): the
 fp32 steps of the 1.06B model run 39-43 TFLOP/s of counted work, the bf16 steps
 108-278 TFLOP/s, 14-35% of the H200's measured bf16 product rate (benchmarks/RESULTS.md: the
 bf16 step is host-bound). No efficiency factor is applied by default: the records are of one
@@ -87,7 +87,7 @@ def flop_terms(m: Model, s: Setting) -> dict[str, int]:
       backward, attention included, but for down_proj: torch's non-reentrant checkpoint
       stops recomputing once the tensors the backward needs exist (``early_stop``, the
       default), and down_proj's output, the layer's last product, is saved by nothing
-      (tests/test_throughput.py counts it). The head and the embedding are not checkpointed.
+      (tests/tools/test_throughput.py counts it). The head and the embedding are not checkpointed.
 
     Elementwise work (norms, rotary, SiLU, softmax, the optimizer update) is left out: it
     is memory-bound, not FLOP-bound."""

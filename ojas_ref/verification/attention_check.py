@@ -1,6 +1,6 @@
 """Differential check of attention against the oracle extracted from the Coq spec.
 
-Shared by the tests (tests/test_attention_reference.py, test_attention_mutations.py)
+Shared by the tests (tests/functional/test_attention_reference.py, test_attention_mutations.py)
 and by ``ojas audit``: deterministic cases (``make_case``), the tolerances derived
 from the proved error bounds (``forward_tolerance``), and ``oracle_mismatches``,
 which runs an implementation and the oracle on a case and lists what disagrees.

@@ -1,6 +1,6 @@
 """The proved forward-attention bound against the kernel's observed error.
 
-Shared by ``tests/test_attention_error_bound.py`` and ``benchmarks/bench_attention_error.py``:
+Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/bench_attention_error.py``:
 
 * :func:`exact_attention`: float64 ``softmax(scale q k^T) v`` of the (upcast) inputs,
   causal or not, GQA by repeating the key/value heads, computed a block of query rows at

@@ -1,6 +1,6 @@
 """Differential check of linear cross-entropy against the oracle extracted from Coq.
 
-Shared by tests/test_linear_cross_entropy.py and ``ojas audit``: a problem is a dict
+Shared by tests/functional/test_linear_cross_entropy.py and ``ojas audit``: a problem is a dict
 (x [.., D], w [V, D], b, t, ignore_index, chunks, reduction, eps, lam, cap, grad_out),
 ``oracle_and_reference`` runs the reference and the oracle on it, and
 ``oracle_mismatches`` lists what disagrees beyond the tolerances: the proved

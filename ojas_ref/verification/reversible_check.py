@@ -1,6 +1,6 @@
 """Differential check of ojas_ref.nn.reversible against the oracle extracted from Coq.
 
-Shared by tests/test_reversible.py and ``ojas audit``. A problem (``make_problem``) is
+Shared by tests/nn/test_reversible.py and ``ojas audit``. A problem (``make_problem``) is
 a stack of additive coupling layers whose f and g are tanh MLPs given by their weights
 (the oracle's residual functions), input halves x1, x2 [N, d], upstream gradients, and
 ``fraction_bits`` (None: float mode; k: exact mode). ``oracle_mismatches`` runs

@@ -13,7 +13,7 @@ from ojas_ref.integrations.hf.linear_cross_entropy import head_unsupported_reaso
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "FamilySupport", "family_support", "text_config"]
 
-#: Model types tested in tests/test_optimize_huggingface.py (config.model_type).
+#: Model types tested in tests/integrations/test_optimize_huggingface.py (config.model_type).
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt2")
 
 

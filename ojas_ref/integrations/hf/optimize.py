@@ -195,7 +195,7 @@ def optimize_model(
             Llama, Mistral, Qwen2, Qwen3 (:data:`ojas_ref.integrations.hf.SPLIT_LAYERS`);
             ``NotImplementedError`` naming the family otherwise, before anything is changed.
             Exact for deterministic layers: the losses and gradients of ``checkpoint_split=False``
-            bit for bit (tests/test_split_checkpoint.py).
+            bit for bit (tests/nn/test_split_checkpoint.py).
         rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
             :func:`ojas_ref.functional.rms_norm.rms_norm`, the same formula and casts (a class swap:

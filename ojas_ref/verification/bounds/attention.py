@@ -45,7 +45,7 @@ __all__ = [
 # Triton's CPU interpreter tl.exp2 is numpy's float32 exp2 (measured on this machine:
 # <= 1.73 ulp = 1.73 * 2^-24 relative over 4e6 arguments in [-150, 0] with normal
 # results, absolute <= 3.5 * 2^-150 below); on NVIDIA GPUs it is PTX ex2.approx.f32
-# (measured by tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py
+# (measured by tests/verification/test_attention_error_bound.py and benchmarks/bench_attention_error.py
 # on the device they run on). 2^-21 = 8 ulp as margin; the absolute term for results
 # below the normal range is taken as 2^-126 (flush to zero included).
 EXP2_ERROR: float = 2.0**-21
@@ -55,7 +55,7 @@ EXP2_ERROR: float = 2.0**-21
 # b <= 1; the kernel applies it to the row sum l in [1, n_keys]). A float32 result of magnitude below 32 has an ulp of
 # at most 2^-19, so one rounding costs 2^-20; 2^-18 as margin over the approximation
 # (numpy's float32 log2 in the interpreter, PTX lg2.approx.f32 on NVIDIA GPUs; measured by
-# tests/test_attention_error_bound.py and benchmarks/bench_attention_error.py on [0.5, 2^24]).
+# tests/verification/test_attention_error_bound.py and benchmarks/bench_attention_error.py on [0.5, 2^24]).
 LOG2_ERROR: float = 2.0**-18
 
 # |qk_scale ln 2 - scale| <= uc scale for the kernel's qk_scale = float32(scale * _LOG2E),
@@ -288,7 +288,7 @@ def attention_forward_posteriori_bound(
     bounds of X, Y, P1, CG, CR as ``attn_fwd_q`` (``afe_consts``), and this function rounds
     them up and evaluates ``r * W + a`` in float64, rounded up. Without the oracle binary,
     the float64 hand copy ``_hand_attention_forward_posteriori`` (each step rounded up by a
-    relative ``2^-30``; tests/test_error_bounds.py checks that it is at least the oracle's
+    relative ``2^-30``; tests/verification/test_error_bounds.py checks that it is at least the oracle's
     pair and within ``32 * 2^-30`` of its ``afp_rel``). Not covered: as for
     :func:`attention_forward_error_bound` (MMA order, ``tl.sum`` tree, FMA contraction,
     additive float masks, overflow, 3xTF32 on CUDA in float32, ``exp2_error`` an

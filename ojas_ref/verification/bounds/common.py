@@ -21,7 +21,7 @@ rationals of their floats. Values are cached per argument.
 Without the oracle binary (or with one built before ``error_bounds`` existed) the
 hand copies of the formulas (``_hand_*``, beside each bound) are used instead, evaluated in
 float64 and rounded up by a relative ``2**-40`` (or in exact rationals) so that the evaluation
-does not fall below the real number the theorem states; ``tests/test_error_bounds.py`` checks
+does not fall below the real number the theorem states; ``tests/verification/test_error_bounds.py`` checks
 that both agree to float64 rounding.
 """
 

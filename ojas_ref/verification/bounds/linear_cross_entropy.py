@@ -63,7 +63,7 @@ LINEAR_CROSS_ENTROPY_LOG_ERROR: float = 2.0**-18
 # rocq/FloatModel/CrossEntropySoftcapError.v, with ut = 0): an assumption, not a theorem. The
 # interpreter's numpy ops round to nearest; on NVIDIA GPUs tl.exp is ex2.approx.f32 and the
 # division div.full.f32 (2 ulp), about 2^-21 + 2^-23 in all. 2^-20 as margin (measured by
-# linear_cross_entropy_error.measured_tanh_error: tests/test_linear_cross_entropy_error_bound.py).
+# linear_cross_entropy_error.measured_tanh_error: tests/verification/test_linear_cross_entropy_error_bound.py).
 LINEAR_CROSS_ENTROPY_TANH_ERROR: float = 2.0**-20
 # Relative error of the kernel's float32 division z / c in _cap_chain (dv_err, with 2^-126
 # absolute): an assumption. IEEE in the interpreter (2^-24); div.full.f32 on NVIDIA GPUs

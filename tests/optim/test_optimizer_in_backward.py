@@ -629,7 +629,7 @@ def test_clipping_needs_optimizer_backward() -> None:
 
 def test_sparse_gradient_raises() -> None:
     """A sparse gradient is refused where the lazy row update is not the dense step (AdamW;
-    plain SGD's exact case: tests/test_sparse_embedding.py)."""
+    plain SGD's exact case: tests/optim/test_sparse_embedding.py)."""
     emb = nn.Embedding(10, 4, sparse=True)
     opt = InBackwardOptimizer(emb.parameters(), torch.optim.AdamW, lr=0.1)
     with pytest.raises(RuntimeError, match="does not support sparse gradients"):

@@ -188,7 +188,7 @@ def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
     run = subprocess.run(
-        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm", str(Path(__file__).parent)],
+        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigterm", str(Path(__file__).parents[1])],
         capture_output=True,
         text=True,
         timeout=120,
@@ -206,7 +206,7 @@ def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
     runner = subprocess.Popen(
-        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill", str(Path(__file__).parent)],
+        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill", str(Path(__file__).parents[1])],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -703,7 +703,7 @@ def test_a_second_run_into_a_locked_out_dir_is_refused_at_once(
     reading the corpus; once the holder is gone the directory is free."""
     config = small(tmp_path, cache, **RUNS["in-backward"])
     runner = subprocess.Popen(
-        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill", str(Path(__file__).parent)],
+        [sys.executable, "-c", _RUNNER, json.dumps(_cli_args(config)), "sigkill", str(Path(__file__).parents[1])],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -18,7 +18,7 @@ from ojas_ref.tools.cli import main
 
 TINY = P.Model(64, 3, 4, 2, 128, 100, name="tiny")
 #: benchmarks/bench_step_time.py's H200 record (copied from benchmarks/results/)
-RECORD = Path(__file__).resolve().parent / "fixtures" / "plan" / "step_time_h200.json"
+RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "plan" / "step_time_h200.json"
 
 
 def test_depths_are_clamped_to_the_model():

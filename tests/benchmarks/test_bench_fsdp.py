@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed with the gloo backend"
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["--quick", "--steps", "3", "--warmup", "1"]
 MUTANT = ["--quick", "--steps", "2", "--warmup", "0", "--device", "cpu", "--modes", "ojas"]
 

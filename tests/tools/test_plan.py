@@ -1,6 +1,6 @@
 """``ojas plan``: the H200 record files read as models and settings, the measurements shipped with
 the package, the command (table, ``--fit``, ``--plot``, ``--layers``, ``--config``, host memory,
-split and buckets), the plot, and the old names. The formulas themselves: tests/test_memory.py."""
+split and buckets), the plot, and the old names. The formulas themselves: tests/memory/test_memory.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ scalars and ``dropout_p``; each for the reference and for the Triton kernel
 (``impl="triton"``, in Triton's CPU interpreter when no CUDA device is present).
 
 The interpreter must be on before ``ojas_kernels`` is imported (see
-tests/test_attention_kernel.py); the kernel cases are skipped if it was imported
+tests/kernels/test_attention_kernel.py); the kernel cases are skipped if it was imported
 compiled without a CUDA device.
 """
 
@@ -121,7 +121,7 @@ LEADING = {
     "5-D keys mask": ((2, 3, 4, 5, 16), (2, 3, 2, 7), (3, 1, 1, 7)),  # fewer dims than the query
     "6-D": ((1, 2, 2, 2, 3, 16), (1, 2, 2, 2, 4), (1, 2, 2, 2, 3, 4)),  # a full mask
 }
-# Norm-relative tolerances against SDPA's math backend, as tests/test_attention_reference.py
+# Norm-relative tolerances against SDPA's math backend, as tests/functional/test_attention_reference.py
 # (float64) and the interpreted-kernel check there (float32, S <= 7: a few ulps).
 PARITY_RTOL = {F64: 1e-10, torch.float32: 1e-5}
 

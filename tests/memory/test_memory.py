@@ -323,7 +323,7 @@ def test_mistral_without_a_window_is_planned_as_its_cpu_step(setting):
     assert abs(predicted - measured) <= 1e-3 * measured, (predicted, measured)
 
 
-#: the families of tests/test_optimize_huggingface.py (config class, its overrides there)
+#: the families of tests/integrations/test_optimize_huggingface.py (config class, its overrides there)
 TESTED_FAMILIES = {
     "llama": ("LlamaConfig", {}),
     "mistral": ("MistralConfig", dict(sliding_window=None)),

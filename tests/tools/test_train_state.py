@@ -113,7 +113,7 @@ _WRITER = textwrap.dedent("""
 @pytest.mark.parametrize("where", ["mid-write", "before-rename"])
 def test_sigkill_while_writing_keeps_previous(tmp_path: Path, where: str) -> None:
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(tmp_path), where, str(Path(__file__).parent)],
+        [sys.executable, "-c", _WRITER, str(tmp_path), where, str(Path(__file__).parents[1])],
         stdout=subprocess.PIPE,
         text=True,
     )

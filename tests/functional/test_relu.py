@@ -2,7 +2,7 @@
 by a linear map saving only relu(h) (relu_squared_linear), against torch's F.relu and
 ``F.linear(torch.square(F.relu(h)), W, b)`` and their autograd.
 
-* torch.compile and torch.func: tests/test_transforms.py (compiled equals eager; transforms refused).
+* torch.compile and torch.func: tests/functional/test_transforms.py (compiled equals eager; transforms refused).
 * Values and gradients bit for bit (every dtype, the reference and the kernel in Triton's
   interpreter): the backward from the mask is a selection (Ojas.ReLU.Backward.relu_packed_backward_bitwise);
   sizes around the 8-bit packing tail, empty tensors, signed zeros (the ``relu'(0) = 0``

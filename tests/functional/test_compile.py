@@ -722,7 +722,7 @@ MODES = {
 def _mode_llama(transformers, mode, dtype, device):
     """``_llama`` with the mode's optimize_model flags; "packed sequences": two sequences in each
     row told apart by position_ids restarting at 0, no attention_mask, use_cache=False (the inputs of
-    tests/test_optimize_huggingface.py's test_packed_sequences_by_position_ids, both rows)."""
+    tests/integrations/test_optimize_huggingface.py's test_packed_sequences_by_position_ids, both rows)."""
     model, data = _llama(transformers, dtype, device, **MODES[mode])
     if mode == "packed sequences":
         ids, labels = data["input_ids"][:, :11], data["input_ids"][:, :11].clone()

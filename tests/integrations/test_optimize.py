@@ -2,7 +2,7 @@
 DecoderLayer and nn.MultiheadAttention are computed by ojas attention, the rest is reported.
 
 float64 training for several SGD-with-momentum steps against the unoptimized copy:
-relative 1e-9 (summation order only; see tests/test_optimize_huggingface.py). Not AdamW
+relative 1e-9 (summation order only; see tests/integrations/test_optimize_huggingface.py). Not AdamW
 here: the key bias of nn.MultiheadAttention has a zero gradient in exact arithmetic (it
 shifts every score of a row alike), so its float64 gradient is rounding noise ~1e-18 and
 AdamW's normalisation turns that noise into steps of +-lr in either implementation.
@@ -71,7 +71,7 @@ def test_decoder_layer_self_and_cross_attention():
 
 def test_layers_with_dropout_are_changed():
     """Attention dropout is supported (ojas_ref.MultiheadAttention applies it in training): with
-    dropout 0.1 the attention and the feed-forward relu (relu_mask: tests/test_relu.py) are changed."""
+    dropout 0.1 the attention and the feed-forward relu (relu_mask: tests/functional/test_relu.py) are changed."""
     model, report = optimize_model(encoder(dropout=0.1))
     assert {c.module for c in report.changed} == {
         "0.layers.0.activation",
