@@ -51,7 +51,7 @@
     (gradients of all rows first, then the step) computes the contributions
     of these events in the same order is a fact about the code, not proved
     here (the reference sums each row's gradient over the token chunks in the
-    same order both ways; tested bitwise in [tests/optim/test_head_update.py]). *)
+    same order both ways; tested bitwise in [tests/test_head_update.py]). *)
 
 From Coq Require Import List Arith Bool Lia.
 From Ojas Require Import ScalarOps OptimizerInBackward.Events OptimizerInBackward.Equivalence

@@ -41,7 +41,7 @@
       recomputed from [r]) and [db] are the vector-Jacobian products of [y] in
       [h], [W] and [b].  No theorem covers the rounding of ReLU²'s
       backward: the code runs torch's operations in torch's order
-      (tests/functional/test_relu.py checks it bit for bit).
+      (tests/test_relu.py checks it bit for bit).
 
     The maps are elementwise, so their Jacobians are diagonal and these
     scalar identities are the whole vector-Jacobian product, entry by entry. *)
