@@ -29,7 +29,7 @@ same mode: the largest absolute difference, the largest difference relative to t
 entry, and ``update_rel`` = ||fsdp - single|| / ||single - initial|| (the share of the training update
 that disagrees: about 1 for an update with a rank's local gradient, the bug tests/optim/test_distributed.py
 guards against). ``--quick``: a tiny model (on the CPU with ``--device cpu``, 2 gloo processes, for
-tests/benchmarks/test_bench_fsdp.py; no memory figures).
+tests/bench/test_bench_fsdp.py; no memory figures).
 
 Tolerance (asserted: the run exits with an error listing the rows beyond it; ``--no-check`` only
 reports). tests/optim/test_distributed.py shows, in float64 on 2 gloo processes, that InBackwardOptimizer under
@@ -41,7 +41,7 @@ few ulps of float64 but the larger of two distances that are not errors of the F
 mode's distance to ``standard`` on one GPU (``vs_standard_1gpu``: the kernels' rounding, which the split
 can change as much). An ojas mode passes (``ok``) when its ``update_rel`` is at most ``FLOOR_FACTOR`` (4)
 times that floor; the ``standard`` rows set the floor and are not judged. An update with a rank's local
-gradient, or with the sum of the ranks' gradients for SGD, gives about 1 (tests/benchmarks/test_bench_fsdp.py runs
+gradient, or with the sum of the ranks' gradients for SGD, gives about 1 (tests/bench/test_bench_fsdp.py runs
 the latter), so a row whose tolerance reaches ``DECISIVE_BELOW`` (0.5) is marked not ``decisive``: its
 rounding alone moves the update as much as a bug would (likely in bf16 at full size, where an update of
 lr 1e-3 x a small gradient is below half an ulp of the weights and only the elements that round up

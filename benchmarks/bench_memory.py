@@ -54,7 +54,7 @@ less the earlier modes' memory; then all modes timed together, rotated. Reported
 host GiB (where known), tokens/s from the median step, its ratio to standard+ckpt of the
 same dtype / optimizer, the last loss. The modes that are exact reformulations of ojas+ckpt
 (+offload, +sparse-embedding, +host-state, +split, their concatenations and ``all``) give its
-losses bit for bit on the CPU (tests/benchmarks/test_bench_memory.py); on CUDA the sparse embedding's row
+losses bit for bit on the CPU (tests/bench/test_bench_memory.py); on CUDA the sparse embedding's row
 sums are in another order than the dense backward's. ``--bucket-mb`` (default 64) is every
 InBackwardOptimizer's ``bucket_cap_mb``; each row's techniques record it (and the split), so
 that the planner plans what ran.

@@ -4,7 +4,7 @@ scalars and ``dropout_p``; each for the reference and for the Triton kernel
 (``impl="triton"``, in Triton's CPU interpreter when no CUDA device is present).
 
 The interpreter must be on before ``ojas_kernels`` is imported (see
-tests/kernels/test_attention_kernel.py); the kernel cases are skipped if it was imported
+tests/ojas_kernels/test_attention_kernel.py); the kernel cases are skipped if it was imported
 compiled without a CUDA device.
 """
 

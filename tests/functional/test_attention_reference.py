@@ -503,7 +503,7 @@ def _run_with_grads(fn, xs: list[Tensor], kw: dict, grad_seed: int = 3) -> tuple
 def test_autocast_matches_sdpa(mask):
     """Under torch.autocast("cpu", bfloat16) the output has SDPA's dtype (bfloat16) and
     values; gradients reach the float32 leaves (the float mask's too) in float32.
-    Tolerance 2e-2 of max |ref| (as bfloat16 in tests/kernels/test_attention_kernel.py): both
+    Tolerance 2e-2 of max |ref| (as bfloat16 in tests/ojas_kernels/test_attention_kernel.py): both
     sides round q, k, v, the mask and the output to bfloat16 (u = 2^-8); SDPA's CPU
     kernel also rounds P and dS to bfloat16 before its matrix products, an error of a
     few u relative to the sums of |terms|, which with these random inputs are within a

@@ -4,7 +4,7 @@
   is Hugging Face's formula in the same PyTorch ops: forward and both gradients equal
   Hugging Face's bit for bit, in float64 (which Hugging Face computes in float32), float32,
   bfloat16 and float16, for every family's class.
-* The Triton kernel (interpreter on the CPU, as tests/kernels/test_attention_kernel.py) in float64
+* The Triton kernel (interpreter on the CPU, as tests/ojas_kernels/test_attention_kernel.py) in float64
   computes in float64: its closed-form backward is the vector-Jacobian product
   (Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp, ``..._offset_backward_eq_vjp``), so it
   must equal torch's autograd of the reference to 1e-12 relative, and pass gradcheck.

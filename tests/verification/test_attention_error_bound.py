@@ -431,7 +431,7 @@ def test_bound_catches_mutant(mutant, monkeypatch):
     norm_rel = ((bad.to(F64) - ref).norm() / ref.norm()).item()
     print(
         f"{mutant}: observed {err:.3e} > bound {bound:.3e}; relative norm error {norm_rel:.3e} "
-        f"(tests/kernels/test_attention_kernel.py's bfloat16 tolerance: 1e-2)"
+        f"(tests/ojas_kernels/test_attention_kernel.py's bfloat16 tolerance: 1e-2)"
     )
     assert err > bound, (mutant, err, bound)
     if old_tolerance_misses:
@@ -550,7 +550,7 @@ def test_grad_bound_catches_backward_mutant(mutant, monkeypatch):
     norm_rel = ((bad.to(F64) - ref).norm() / ref.norm()).item()
     print(
         f"{mutant}: {grad} observed / bound up to {excess:.1f}; relative norm error {norm_rel:.3e} "
-        f"(tests/kernels/test_attention_kernel.py's bfloat16 tolerance: 2e-2)"
+        f"(tests/ojas_kernels/test_attention_kernel.py's bfloat16 tolerance: 2e-2)"
     )
     assert excess > 1.0, (mutant, excess)
     if old_tolerance_misses:

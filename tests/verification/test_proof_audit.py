@@ -144,8 +144,9 @@ def _scratch(tmp_path: Path, witnesses: str, saved: dict | None = None) -> Path:
     (tmp_path / "extraction").mkdir(exist_ok=True)
     (tmp_path / "extraction" / "Makefile").write_text("")
     (rocq / "Makefile").write_text((pa.ROCQ_DIR / "Makefile").read_text())
-    (rocq / "_CoqProject").write_text("-Q . Ojas\nT.v\nWitnesses/T.v\n")
+    (rocq / "_CoqProject").write_text("-Q . Ojas\nT.v\nWitnesses/T.v\nOjas.v\n")
     (rocq / "T.v").write_text(SCRATCH_THEOREMS)
+    (rocq / "Ojas.v").write_text("From Ojas Require Export T.\n")  # the entry file rocq/Makefile checks
     (rocq / "Witnesses" / "T.v").write_text(witnesses)
     (rocq / "MANIFEST.json").write_text(json.dumps(saved or {}))
     return tmp_path
