@@ -16,6 +16,8 @@ The package is layered as torch is:
 * :mod:`ojas_ref.optim`: :class:`InBackwardOptimizer` (each parameter updated in its
   post-accumulate-grad hook, no persistent gradients, rocq/OptimizerInBackward/) and the
   block-coordinate optimizer.
+* :class:`MemoryRecipe` (:mod:`ojas_ref.recipe`): the memory settings, one frozen dataclass read by
+  ``optimize_model``, ``InBackwardOptimizer``, the planner, ``ojas train`` and the benchmarks.
 * :mod:`ojas_ref.integrations.hf`: :func:`optimize_model` / :func:`revert_model`, the primitives
   applied to an existing model in one call (Hugging Face causal LMs, ``nn.MultiheadAttention``).
 * :mod:`ojas_ref.verification`: the oracle client, the differential checks, the proved error
@@ -40,6 +42,7 @@ from ojas_ref.nn import (
     SymplecticCoupling,
 )
 from ojas_ref.optim import InBackwardOptimizer
+from ojas_ref.recipe import MemoryRecipe
 
 __all__ = [
     "attention",
@@ -53,6 +56,7 @@ __all__ = [
     "AdditiveCoupling",
     "InBackwardOptimizer",
     "LinearCrossEntropyLoss",
+    "MemoryRecipe",
     "MultiheadAttention",
     "RMSNorm",
     "ReLU",
