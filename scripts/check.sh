@@ -25,8 +25,8 @@ echo "== lint and format (ruff check, ruff format --check; pyproject.toml's [too
 ruff check .
 ruff format --check .
 
-echo "== tests (Triton kernels in interpreter mode on the CPU)"
-TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider tests
+echo "== tests (Triton kernels in interpreter mode on the CPU; pytest-xdist, one worker per core unless OJAS_TEST_WORKERS says)"
+TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider -n "${OJAS_TEST_WORKERS:-auto}" --dist worksteal tests
 
 echo "== ojas audit (proofs rebuilt and audited, manifest up to date, implementations vs oracle)"
 TRITON_INTERPRET=1 ojas audit

@@ -7,10 +7,21 @@ examples and more of them. Pick one with HYPOTHESIS_PROFILE=dev.
 
 import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+# A test module may import another's helpers (``from test_offload import train``): every test
+# folder is on sys.path from the start, so that works whatever order (or xdist worker) collects
+# them in. Test file names are unique across the folders (pytest's default import mode needs it).
+sys.path[:0] = [
+    str(p)
+    for p in sorted(Path(__file__).parent.iterdir())
+    if p.is_dir() and p.name[0] not in "._" and p.name != "fixtures"
+]
 
 settings.register_profile(
     "ci",
@@ -22,6 +33,14 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (``check.sh`` runs ``-n auto``) each worker gets its share of the cores
+    as torch's intra-op threads, so the workers do not oversubscribe the machine."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def _gates() -> dict[str, tuple[bool, str]]:
