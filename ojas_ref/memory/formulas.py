@@ -3,6 +3,8 @@ under a :class:`~ojas_ref.memory.model.Setting`, each docstring saying where its
 
 from __future__ import annotations
 
+import torch
+
 from ojas_ref.memory.model import (
     LCE_WORKSPACE_FLOOR,
     LCE_WORKSPACE_FRACTION,
@@ -82,7 +84,7 @@ def state_per_gradient(s: Setting) -> int:
 
 
 def bucket_state_bytes(m: Model, s: Setting, gradient_bytes: int) -> int:
-    """With ``host_state`` (``InBackwardOptimizer(state_device="cpu")``), the optimizer state on
+    """With ``recipe.state_device="cpu"`` (``InBackwardOptimizer(state_device="cpu")``), the optimizer state on
     the device during the backward: the state of the parameters in the group's bucket, its
     gradients' ``gradient_bytes`` x :func:`state_per_gradient`. ``_stage`` starts copying a
     parameter's state to the device when it joins its bucket, ``_swap_in`` puts the copies in
@@ -91,18 +93,18 @@ def bucket_state_bytes(m: Model, s: Setting, gradient_bytes: int) -> int:
     about one bucket per group (the planner models one group). The whole
     :func:`optimizer_state_bytes` is in host memory (:attr:`Plan.host`). A prediction; no
     H200 record of it yet."""
-    return state_per_gradient(s) * gradient_bytes if s.host_state else 0
+    return state_per_gradient(s) * gradient_bytes if s.recipe.state_device == "cpu" else 0
 
 
 def slice_elements(s: Setting) -> int:
-    """With ``state_slice_mb``, the elements of one slice: half ``state_slice_mb`` MiB (two slices
+    """With ``recipe.state_slice_mb``, the elements of one slice: half ``state_slice_mb`` MiB (two slices
     are in flight) over the state's bytes per element (:func:`state_per_gradient` x size), rounded
     down to a multiple of SLICE_ALIGN (``InBackwardOptimizer._slice_length`` in the steady state,
     the state existing)."""
     per_element = state_per_gradient(s) * s.size
-    if s.state_slice_mb is None or per_element == 0:
+    if s.recipe.state_slice_mb is None or per_element == 0:
         return 0
-    return max(SLICE_ALIGN, max(1, int(s.state_slice_mb * 2**20)) // 2 // per_element // SLICE_ALIGN * SLICE_ALIGN)
+    return max(SLICE_ALIGN, max(1, int(s.recipe.state_slice_mb * 2**20)) // 2 // per_element // SLICE_ALIGN * SLICE_ALIGN)
 
 
 def sliced(s: Setting, elements: int) -> bool:
@@ -112,7 +114,7 @@ def sliced(s: Setting, elements: int) -> bool:
     not staged with its bucket: its state is on the device one slice at a time, at its update."""
     n = slice_elements(s)
     return (
-        s.host_state and n > 0 and elements * state_per_gradient(s) * s.size > s.state_slice_mb * 2**20 and elements > n
+        s.recipe.state_device == "cpu" and n > 0 and elements * state_per_gradient(s) * s.size > s.recipe.state_slice_mb * 2**20 and elements > n
     )
 
 
@@ -141,10 +143,10 @@ def rmsnorm_saved_bytes(m: Model, s: Setting) -> int:
     ``.to(float32)`` copy, or the input itself in float32), ``rsqrt`` of the variance
     ([tokens, 1] float32), ``x * rsqrt`` in the model dtype (``weight * ...``) and its
     output (saved by the next projection): (4 + 2 size) x tokens x hidden + 4 tokens.
-    The fused ``ojas_ref.rms_norm`` (``ojas_rms_norm``) saves its input as it is and the
+    The fused ``ojas_ref.rms_norm`` (``recipe.rms_norm``) saves its input as it is and the
     float32 rstd per row (``tests/functional/test_rms_norm.py`` checks what it saves), and its output
     is saved by the next projection: 2 size x tokens x hidden + 4 tokens."""
-    per_element = 2 * s.size if s.ojas_rms_norm else 4 + 2 * s.size
+    per_element = 2 * s.size if s.recipe.rms_norm else 4 + 2 * s.size
     return per_element * s.tokens * m.hidden + 4 * s.tokens
 
 
@@ -158,17 +160,17 @@ def attention_saved_bytes(m: Model, s: Setting) -> int:
     ``ojas_attention_copy``, as measured before the kernel wrote that layout, the output was
     copied: one more [tokens, q width] tensor.)  The fused RoPE (``optimize_model(rope=True)``)
     saves what Hugging Face's saves (cos and sin), so it is no term of its own."""
-    out_copies = 2 if s.ojas_attention and s.ojas_attention_copy else 1
+    out_copies = 2 if s.recipe.attention and s.ojas_attention_copy else 1
     return s.size * s.tokens * ((1 + out_copies) * m.q_width + 2 * m.kv_width) + 4 * s.batch * m.heads * s.seq
 
 
 def mlp_saved_bytes(m: Model, s: Setting) -> int:
     """``LlamaMLP``: gate output (SiLU's input), SiLU output and up output (the product's
     factors), the product (down_proj's input): 4 x tokens x intermediate. With
-    ``ojas_swiglu`` the SiLU output is recomputed in backward, not saved
+    ``recipe.swiglu`` the SiLU output is recomputed in backward, not saved
     (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp; ``tests/functional/test_swiglu.py`` checks that only
     gate and up are saved): 3 x tokens x intermediate."""
-    return (3 if s.ojas_swiglu else 4) * s.size * s.tokens * m.intermediate
+    return (3 if s.recipe.swiglu else 4) * s.size * s.tokens * m.intermediate
 
 
 def layer_saved_bytes(m: Model, s: Setting) -> int:
@@ -180,15 +182,15 @@ def layer_saved_bytes(m: Model, s: Setting) -> int:
 
 def checkpoint_bytes(m: Model, s: Setting) -> int:
     """Non-reentrant checkpointing keeps each segment's input: layers x
-    :func:`checkpoints_per_layer` x tokens x hidden. With ``offload`` these bytes are in pinned
+    :func:`checkpoints_per_layer` x tokens x hidden. With ``recipe.checkpoint="offload"`` these bytes are in pinned
     host memory (:attr:`Plan.host`), not on the device."""
     return m.layers * checkpoints_per_layer(s) * checkpoint_layer_bytes(m, s)
 
 
 def checkpoints_per_layer(s: Setting) -> int:
-    """Checkpointed segments per layer: the layer (1), or with ``split`` its attention half (input
+    """Checkpointed segments per layer: the layer (1), or with ``recipe.checkpoint_split`` its attention half (input
     x) and its MLP half (input h = x + attention): 2."""
-    return 2 if s.split else 1
+    return 2 if s.recipe.checkpoint_split else 1
 
 
 def checkpoint_layer_bytes(m: Model, s: Setting) -> int:
@@ -197,11 +199,11 @@ def checkpoint_layer_bytes(m: Model, s: Setting) -> int:
 
 
 def offloaded_checkpoints_device_bytes(m: Model, s: Setting) -> int:
-    """With ``offload`` (ojas_ref/nn/offload.py), the segment inputs on the device at
+    """With ``recipe.checkpoint="offload"`` (ojas_ref/nn/offload.py), the segment inputs on the device at
     a time: at most two, min(2, checkpoints) x :func:`checkpoint_layer_bytes`. In the forward, the
     input just packed, whose block ``record_stream`` keeps until its copy to the host has read
     it; in the backward, the input unpacked for the segment being recomputed and the previous
-    segment's (the previous layer's, or with ``split`` the same layer's attention half), prefetched
+    segment's (the previous layer's, or with ``checkpoint_split`` the same layer's attention half), prefetched
     by the unpack hook. An upper bound of the copies in flight (the H200 records of
     bench_memory.py agree within 1.5%, unsplit)."""
     return min(2, m.layers * checkpoints_per_layer(s)) * checkpoint_layer_bytes(m, s)
@@ -218,18 +220,18 @@ def norm_shared_input_bytes(m: Model, s: Setting) -> int:
     """The bytes of a segment's input that its norm saves as itself (the checkpoint, not a
     recomputed tensor): in float32 models (the norm's ``.to(float32)`` returns it) and with the
     fused RMSNorm, size x tokens x hidden; none otherwise (a float32 copy is saved)."""
-    return s.size * s.tokens * m.hidden if s.size == 4 or s.ojas_rms_norm else 0
+    return s.size * s.tokens * m.hidden if s.size == 4 or s.recipe.rms_norm else 0
 
 
 def recomputed_mlp_half_bytes(m: Model, s: Setting) -> int:
-    """With ``split``, the MLP half recomputed in its backward: the post-attention norm's and the
+    """With ``recipe.checkpoint_split``, the MLP half recomputed in its backward: the post-attention norm's and the
     MLP's saved tensors (:func:`rmsnorm_saved_bytes` + :func:`mlp_saved_bytes`), less the
     segment's input the norm shares; the attention half is recomputed only after it."""
     return rmsnorm_saved_bytes(m, s) + mlp_saved_bytes(m, s) - norm_shared_input_bytes(m, s)
 
 
 def recomputed_attention_half_bytes(m: Model, s: Setting) -> int:
-    """With ``split``, the attention half recomputed in its backward, after the MLP half's saved
+    """With ``recipe.checkpoint_split``, the attention half recomputed in its backward, after the MLP half's saved
     tensors are freed: the input norm's and attention's (:func:`rmsnorm_saved_bytes` +
     :func:`attention_saved_bytes`), less the shared input."""
     return rmsnorm_saved_bytes(m, s) + attention_saved_bytes(m, s) - norm_shared_input_bytes(m, s)
@@ -268,7 +270,7 @@ def standard_loss_backward_bytes(m: Model, s: Setting) -> int:
 def standard_loss_logits_gradient_bytes(m: Model, s: Setting) -> int:
     """The gradient of the logits [tokens, V] in the model dtype, the head's backward input
     with the standard loss (none with the linear cross-entropy: it has no logits)."""
-    return 0 if s.ojas_loss else s.size * s.tokens * m.vocab
+    return 0 if s.recipe.linear_cross_entropy else s.size * s.tokens * m.vocab
 
 
 def lce_gradients_bytes(m: Model, s: Setting) -> int:
@@ -302,12 +304,12 @@ def head_updated_first(m: Model, s: Setting) -> bool:
     """Whether InBackwardOptimizer updates (and frees) the head's gradient as soon as it
     exists: the head is untied (a tied weight's hook fires once, after the embedding's
     contribution) and its gradient fills a bucket alone (at least :func:`bucket_cap_bytes`)."""
-    return s.in_backward and not m.tied and head_gradient_bytes(m, s) >= bucket_cap_bytes(s)
+    return s.recipe.in_backward and not m.tied and head_gradient_bytes(m, s) >= bucket_cap_bytes(s)
 
 
 def bucket_cap_bytes(s: Setting) -> int:
     """InBackwardOptimizer's ``_bucket_cap_bytes``: ``int(bucket_cap_mb * 2**20)``."""
-    return int(s.bucket_cap_mb * 2**20)
+    return int(s.recipe.bucket_cap_mb * 2**20)
 
 
 def bucket_step_temporary_bytes(m: Model, s: Setting) -> int:
@@ -329,7 +331,7 @@ def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
 
 
 def attention_backward_transient_bytes(m: Model, s: Setting) -> int:
-    """With ``split``, the point of a layer's attention backward: the gradient of the attention
+    """With ``recipe.checkpoint_split``, the point of a layer's attention backward: the gradient of the attention
     output (o_proj's input gradient, [tokens, q width]), the kernel's dq, dk, dv ([tokens, q + 2 kv
     width], kernels/ojas_kernels/attention.py ``_backward``) and its float32 delta [batch, heads, seq]. A
     prediction from the kernel's allocations (no record isolates this phase)."""
@@ -367,7 +369,7 @@ def bucketed_order(m: Model, s: Setting) -> list[int]:
     all of them, but the head's with ``head_update`` (updated inside the loss, it never has a
     whole gradient)."""
     order = gradient_order(m)
-    return order[1:] if s.head_update and not m.tied else order
+    return order[1:] if s.recipe.head_update and not m.tied else order
 
 
 def pending_gradients_bytes(m: Model, s: Setting, count: int) -> int:
@@ -406,11 +408,11 @@ def gradients_before_first_layer_bytes(m: Model, s: Setting) -> int:
 def first_layer_saved_bytes(m: Model, s: Setting) -> int:
     """The first decoder layer's saved tensors in its backward: :func:`layer_saved_bytes`,
     or when checkpointed :func:`recomputed_layer_bytes` and its checkpoint (the
-    embedding's output); with ``split``, :func:`recomputed_mlp_half_bytes` and both halves'
+    embedding's output); with ``recipe.checkpoint_split``, :func:`recomputed_mlp_half_bytes` and both halves'
     checkpoints (on the device then, offloaded or not: the attention half's is prefetched)."""
-    if s.split:  # the MLP half recomputed, its input h and the attention half's x (the embedding's output)
+    if s.recipe.checkpoint_split:  # the MLP half recomputed, its input h and the attention half's x (the embedding's output)
         return recomputed_mlp_half_bytes(m, s) + 2 * checkpoint_layer_bytes(m, s)
-    if s.checkpoint:
+    if s.recipe.checkpoint:
         return recomputed_layer_bytes(m, s) + s.size * s.tokens * m.hidden
     return layer_saved_bytes(m, s)
 
@@ -434,7 +436,7 @@ def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
 
 #: the tile of kernels/ojas_kernels/linear_cross_entropy.py's ``default_config`` on CUDA: (block_m, block_n) of
 #: its forward and backward GemmConfig, per dtype
-LCE_BLOCKS = {"fp32": (64, 64), "bf16": (128, 128)}
+LCE_BLOCKS = {torch.float32: (64, 64), torch.bfloat16: (128, 128)}
 
 
 def _round_to(x: int, multiple: int, up: bool) -> int:
@@ -442,7 +444,7 @@ def _round_to(x: int, multiple: int, up: bool) -> int:
 
 
 def head_update_forward_bytes(m: Model, s: Setting) -> int:
-    """With ``head_update`` the kernel runs 4 products (kernels/ojas_kernels/linear_cross_entropy.py
+    """With ``recipe.head_update`` the kernel runs 4 products (kernels/ojas_kernels/linear_cross_entropy.py
     ``_head_update_config``): the forward computes grad_input [tokens, hidden] (the model dtype,
     held until the backward, where it is the hidden states' gradient) and no other gradient,
     over token chunks whose float32 logits and G rows [chunk, V rounded to block_n] fit
@@ -455,7 +457,7 @@ def head_update_forward_bytes(m: Model, s: Setting) -> int:
 
 
 def head_update_backward_bytes(m: Model, s: Setting) -> int:
-    """With ``head_update``, the kernel's backward (``_backward_weight`` with ``step``) besides the
+    """With ``recipe.head_update``, the kernel's backward (``_backward_weight`` with ``step``) besides the
     hidden states' gradient: the kept rows gathered [tokens, hidden] (the last token's label is
     padding, so some token is ignored), one vocabulary slab's G [tokens rounded to block_m, slab]
     and its rows' gradient [slab, hidden], both in the model dtype; the slab as the kernel sizes it

@@ -3,12 +3,15 @@ training step (:class:`Setting`) that :func:`ojas_ref.memory.plan` predicts the 
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import functools
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from ojas_ref._deprecation import renamed_keyword
+import torch
+
+from ojas_ref.recipe import MemoryRecipe, as_dtype, dtype_name
 
 __all__ = [
     "BUCKET_CAP_BYTES",
@@ -30,7 +33,8 @@ __all__ = [
     "with_layers",
 ]
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+#: the dtypes the planner models, and their bytes per element
+DTYPE_BYTES = {torch.float32: 4, torch.bfloat16: 2}
 OPTIMIZERS = ("sgd", "adamw")
 #: torch's default cuBLAS workspace on compute capability 9.x (one per handle and stream,
 #: allocated through the caching allocator, so counted by max_memory_allocated)
@@ -38,11 +42,11 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 #: handles that run products in a step: the main thread (forward, optimizer step) and the
 #: autograd engine's device thread (backward)
 CUBLAS_HANDLES = 2
-#: InBackwardOptimizer's default ``bucket_cap_mb``
-BUCKET_CAP_MB = 64.0
+#: InBackwardOptimizer's default ``bucket_cap_mb`` (:class:`MemoryRecipe`'s)
+BUCKET_CAP_MB = MemoryRecipe.bucket_cap_mb
 #: its bytes (:func:`bucket_cap_bytes` of the default setting)
 BUCKET_CAP_BYTES = int(BUCKET_CAP_MB * 2**20)
-#: a ``state_slice_mb`` to plan with (``ojas plan --host-state --state-slice-mb 128``; the option
+#: a ``state_slice_mb`` to plan with (``ojas plan --in-backward --state-device cpu --state-slice-mb 128``; the option
 #: is off by default in InBackwardOptimizer; bench_memory's host-state rows use it)
 STATE_SLICE_MB = 128.0
 #: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
@@ -238,124 +242,80 @@ PRESETS: dict[str, Model] = {
 
 @dataclass(frozen=True)
 class Setting:
-    """A training setting. ``ojas_attention`` / ``ojas_loss`` / ``ojas_rms_norm`` /
-    ``ojas_swiglu``: what ``optimize_model`` applies (``attention=`` / ``linear_cross_entropy=`` /
-    ``rms_norm=`` / ``swiglu=``, the fused kernels on CUDA); ``in_backward``: the optimizer runs in
-    backward (``InBackwardOptimizer``, buckets of ``bucket_cap_mb``, 64 MiB by default);
-    ``checkpoint``: per-layer non-reentrant activation checkpointing; ``split`` (needs
-    ``checkpoint``): ``optimize_model(checkpoint_split=True)``, each layer checkpointed as two
-    segments, its attention half and its MLP half (:func:`checkpoints_per_layer`,
-    :func:`recomputed_mlp_half_bytes`, :func:`recomputed_attention_half_bytes`).
+    """A training step to plan: what the library does to save memory (``recipe``, a
+    :class:`~ojas_ref.recipe.MemoryRecipe`; standard PyTorch by default) and the workload:
+    ``dtype`` (of weights, gradients, optimizer state and activations: ``torch.float32`` or
+    ``torch.bfloat16``, or their torch names, :func:`ojas_ref.recipe.as_dtype`), ``optimizer``
+    (:data:`OPTIMIZERS`), ``batch`` x ``seq`` tokens.
 
-    ``offload`` (needs ``checkpoint``): ``optimize_model(checkpoint="offload")``
-    (ojas_ref/nn/offload.py), each checkpointed layer's input held in pinned host
-    memory between forward and backward; ``host_state`` (needs ``in_backward``):
-    ``InBackwardOptimizer(state_device="cpu")``, the optimizer state in host memory, streamed
-    to the device bucket by bucket. Both default off; their H200 records are
-    bench_memory.py's (:func:`offloaded_checkpoints_device_bytes`,
-    :func:`bucket_state_bytes`). ``state_slice_mb`` (with ``host_state``): the optimizer's
-    ``state_slice_mb``, a parameter whose state exceeds it updated slice by slice
-    (:func:`sliced`); None (the default, and the records measured before slicing existed):
-    whole parameters. ``ojas plan --host-state`` uses :data:`STATE_SLICE_MB`, the optimizer's
-    default."""
+    The planner reads the recipe's ``attention``, ``linear_cross_entropy``, ``rms_norm``,
+    ``swiglu`` (what ``optimize_model`` applies, the fused kernels on CUDA), ``checkpoint``
+    (per-layer non-reentrant activation checkpointing; ``"offload"``: each checkpointed layer's
+    input in pinned host memory between forward and backward, ojas_ref/nn/offload.py,
+    :func:`offloaded_checkpoints_device_bytes`), ``checkpoint_split`` (each layer checkpointed as
+    two segments, its attention half and its MLP half: :func:`checkpoints_per_layer`,
+    :func:`recomputed_mlp_half_bytes`, :func:`recomputed_attention_half_bytes`), ``in_backward``
+    (``InBackwardOptimizer``, buckets of ``bucket_cap_mb``), ``state_device`` (``"cpu"``: the
+    optimizer state in host memory, streamed to the device bucket by bucket,
+    :func:`bucket_state_bytes`), ``state_slice_mb`` (a parameter whose state exceeds it updated
+    slice by slice, :func:`sliced`; None, the optimizer's default and what the records measured
+    before slicing existed: whole parameters) and ``head_update`` (the head updated chunk by
+    chunk inside the loss's backward: plain SGD only, an untied head). ``rope`` and ``relu_mask``
+    change no tensor the planner counts (the fused RoPE saves what Hugging Face's saves; a Llama
+    has no ReLU); ``sparse_embedding`` and ``overlap`` are not modelled (:func:`plan` raises).
 
-    dtype: str = "bf16"
+    ``ojas_attention_copy``: the ojas attention output copied to [batch, seq, heads, dim] (the
+    adapter before the kernel wrote that layout itself): set for the record files measured then,
+    not for a plan.
+
+    The keywords of release 0.2 (``in_backward``, ``checkpoint``, ``ojas_attention``,
+    ``ojas_loss``, ``ojas_rms_norm``, ``ojas_swiglu``, ``offload``, ``split``, ``host_state``,
+    ``head_update``, ``state_slice_mb``, ``bucket_cap_mb``; ``fused`` of 0.1) and the fields of
+    those names are deprecated aliases of the recipe's, for one release: they warn
+    (``DeprecationWarning``) and set / read ``recipe`` (:data:`_LEGACY`)."""
+
+    recipe: MemoryRecipe = MemoryRecipe.plain()
+    dtype: torch.dtype = torch.bfloat16
     optimizer: str = "adamw"
-    #: the optimizer in backward (``InBackwardOptimizer``); ``fused=`` is its deprecated name
-    in_backward: bool = False
     batch: int = 1
     seq: int = 2048
-    checkpoint: bool = False
-    ojas_attention: bool = False
-    ojas_loss: bool = False
-    ojas_rms_norm: bool = False
-    ojas_swiglu: bool = False
-    #: the ojas attention output copied to [batch, seq, heads, dim] (the adapter before the
-    #: kernel wrote that layout itself): set for the record files measured then, not for a plan
     ojas_attention_copy: bool = False
-    #: checkpoints in pinned host memory (``optimize_model(checkpoint="offload")``); needs checkpoint
-    offload: bool = False
-    #: the optimizer state in host memory (``InBackwardOptimizer(state_device="cpu")``); needs in_backward
-    host_state: bool = False
-    #: the head updated chunk by chunk inside the loss's backward
-    #: (``InBackwardOptimizer(head_weight=...)``): needs in_backward, ojas_loss, plain SGD, an untied head
-    head_update: bool = False
-    #: with host_state: InBackwardOptimizer's ``state_slice_mb`` (None: whole parameters, as recorded
-    #: before it existed)
-    state_slice_mb: Optional[float] = None
-    #: each checkpointed layer as two segments, attention half and MLP half
-    #: (``optimize_model(checkpoint_split=True)``); needs checkpoint
-    split: bool = False
-    #: InBackwardOptimizer's ``bucket_cap_mb`` (with in_backward: a bucket is updated when its gradients reach it)
-    bucket_cap_mb: float = BUCKET_CAP_MB
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {self.dtype!r}")
+        if not isinstance(self.recipe, MemoryRecipe):
+            raise TypeError(f"recipe must be an ojas_ref.MemoryRecipe, got {type(self.recipe).__name__}")
+        dtype = as_dtype(self.dtype, "dtype")
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(
+                f"dtype must be one of {tuple(dtype_name(d) for d in DTYPE_BYTES)} (the dtypes the planner models), "
+                f"got {dtype_name(dtype)}"
+            )
+        object.__setattr__(self, "dtype", dtype)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         for name in ("batch", "seq"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in (
-            "in_backward",
-            "checkpoint",
-            "ojas_attention",
-            "ojas_loss",
-            "ojas_rms_norm",
-            "ojas_swiglu",
-            "ojas_attention_copy",
-            "offload",
-            "host_state",
-            "head_update",
-            "split",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-        if isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, (int, float)):
-            raise TypeError(f"bucket_cap_mb must be a float, got {type(self.bucket_cap_mb).__name__}")
-        if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb >= 0):
-            raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {self.bucket_cap_mb}")
-        if self.split and not self.checkpoint:
-            raise ValueError("split=True needs checkpoint=True: it checkpoints each layer as two segments")
-        if self.offload and not self.checkpoint:
+        if not isinstance(self.ojas_attention_copy, bool):
+            raise TypeError(f"ojas_attention_copy must be a bool, got {type(self.ojas_attention_copy).__name__}")
+        if self.recipe.head_update and self.optimizer != "sgd":
             raise ValueError(
-                "offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs "
-                "that activation checkpointing keeps) to host memory"
-            )
-        if self.host_state and not self.in_backward:
-            raise ValueError(
-                "host_state=True needs in_backward=True: the optimizer state is streamed from the host "
-                "only "
-                'by InBackwardOptimizer(state_device="cpu")'
-            )
-        if self.state_slice_mb is not None:
-            if isinstance(self.state_slice_mb, bool) or not isinstance(self.state_slice_mb, (int, float)):
-                raise TypeError(f"state_slice_mb must be None or a float, got {type(self.state_slice_mb).__name__}")
-            if not (math.isfinite(self.state_slice_mb) and self.state_slice_mb > 0):
-                raise ValueError(f"state_slice_mb must be None or a finite float > 0, got {self.state_slice_mb}")
-            if not self.host_state:
-                raise ValueError(
-                    'state_slice_mb needs host_state=True: only InBackwardOptimizer(state_device="cpu") '
-                    "updates a parameter slice by slice"
-                )
-        if self.head_update and not (self.in_backward and self.ojas_loss and self.optimizer == "sgd"):
-            raise ValueError(
-                "head_update=True needs in_backward=True, ojas_loss=True and optimizer='sgd': the head is "
-                "updated inside the linear cross-entropy's backward by InBackwardOptimizer(head_weight="
-                "...), plain SGD only"
+                f"recipe.head_update=True needs optimizer='sgd', got {self.optimizer!r}: the head is updated inside "
+                "the linear cross-entropy's backward by InBackwardOptimizer(head_weight=...), plain SGD only"
             )
 
-    @property
-    def fused(self) -> bool:
-        """Deprecated name of :attr:`in_backward` (warns ``DeprecationWarning``)."""
-        warnings.warn(
-            "Setting.fused is deprecated and will be removed in the next release; use Setting.in_backward",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.in_backward
+    def __getattr__(self, name: str) -> Any:
+        """The deprecated fields (:data:`_LEGACY`), read from the recipe (warns ``DeprecationWarning``)."""
+        if name in _LEGACY and "recipe" in self.__dict__:
+            warnings.warn(
+                f"Setting.{name} is deprecated and will be removed in the next release; read "
+                f"Setting.recipe.{_LEGACY[name]}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return _legacy_value(self.recipe, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def size(self) -> int:
@@ -369,33 +329,122 @@ class Setting:
 
     @property
     def mode(self) -> str:
-        """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or a
-        description of a mix it did not run; ``+split``, ``+offload``, ``+host-state`` and
+        """The benchmark's name of the setting (standard, standard+ckpt, ojas, ojas+ckpt), or the
+        recipe's flags of a mix it did not run; ``+split``, ``+offload``, ``+host-state`` and
         ``+head-update`` appended when on (bench_optimize_model's records have none of them), and
         the bucket size when in backward and not the default 64 MiB."""
+        r = self.recipe
         pieces = (
-            ("ojas-attention", self.ojas_attention),
-            ("ojas-loss", self.ojas_loss),
-            ("ojas-rms-norm", self.ojas_rms_norm),
-            ("ojas-swiglu", self.ojas_swiglu),
-            ("in-backward", self.in_backward),
+            ("attention", r.attention),
+            ("linear-cross-entropy", r.linear_cross_entropy),
+            ("rms-norm", r.rms_norm),
+            ("swiglu", r.swiglu),
+            ("in-backward", r.in_backward),
         )
         host = "".join(
             f"+{name}"
             for name, on in (
-                ("split", self.split),
-                ("offload", self.offload),
-                ("host-state", self.host_state),
-                ("head-update", self.head_update),
+                ("split", r.checkpoint_split),
+                ("offload", r.checkpoint == "offload"),
+                ("host-state", r.state_device == "cpu"),
+                ("head-update", r.head_update),
             )
             if on
         )
-        if self.in_backward and self.bucket_cap_mb != BUCKET_CAP_MB:
-            host += f"+bucket-{self.bucket_cap_mb:g}MiB"
+        if r.in_backward and r.bucket_cap_mb != BUCKET_CAP_MB:
+            host += f"+bucket-{r.bucket_cap_mb:g}MiB"
+        checkpoint = bool(r.checkpoint)
         if all(on for _, on in pieces) or not any(on for _, on in pieces):
-            return ("ojas" if self.in_backward else "standard") + ("+ckpt" if self.checkpoint else "") + host
-        parts = [name for name, on in pieces + (("ckpt", self.checkpoint),) if on]
+            return ("ojas" if r.in_backward else "standard") + ("+ckpt" if checkpoint else "") + host
+        parts = [name for name, on in pieces + (("ckpt", checkpoint),) if on]
         return "+".join(parts) + host
 
 
-Setting.__init__ = renamed_keyword("fused", "in_backward", "Setting")(Setting.__init__)  # type: ignore[method-assign]
+#: the old keywords of :class:`Setting` (release 0.1 and 0.2), deprecated aliases for one release:
+#: each old name -> the :class:`~ojas_ref.recipe.MemoryRecipe` field it sets. ``checkpoint``,
+#: ``offload`` and ``host_state`` set ``checkpoint`` / ``state_device`` together
+#: (:func:`_legacy_recipe`); ``fused`` is the name of ``in_backward`` in release 0.1.
+_LEGACY = {
+    "fused": "in_backward",
+    "in_backward": "in_backward",
+    "ojas_attention": "attention",
+    "ojas_loss": "linear_cross_entropy",
+    "ojas_rms_norm": "rms_norm",
+    "ojas_swiglu": "swiglu",
+    "checkpoint": "checkpoint",
+    "offload": "checkpoint",
+    "split": "checkpoint_split",
+    "host_state": "state_device",
+    "head_update": "head_update",
+    "state_slice_mb": "state_slice_mb",
+    "bucket_cap_mb": "bucket_cap_mb",
+}
+
+
+def _legacy_value(recipe: MemoryRecipe, old: str) -> Any:
+    """The value of the old field ``old`` of a setting with ``recipe``."""
+    if old == "checkpoint":
+        return bool(recipe.checkpoint)
+    if old == "offload":
+        return recipe.checkpoint == "offload"
+    if old == "host_state":
+        return recipe.state_device == "cpu"
+    return getattr(recipe, _LEGACY[old])
+
+
+def _legacy_recipe(recipe: MemoryRecipe, old: Mapping[str, Any]) -> MemoryRecipe:
+    """``recipe`` with the old keywords ``old`` applied (:data:`_LEGACY`): the one translation of
+    the old settings. The old combination rules stand (``offload`` needs ``checkpoint``); the
+    others are :class:`MemoryRecipe`'s checks, which name the new field."""
+    if "fused" in old and "in_backward" in old:
+        raise TypeError("Setting() got both in_backward= and its deprecated alias fused=")
+    for name in ("checkpoint", "offload", "host_state"):
+        if name in old and not isinstance(old[name], bool):
+            raise TypeError(f"{name} must be a bool, got {type(old[name]).__name__}")
+    changes = {_LEGACY[name]: value for name, value in old.items() if name not in ("checkpoint", "offload", "host_state")}
+    checkpoint = old.get("checkpoint", _legacy_value(recipe, "checkpoint"))
+    offload = old.get("offload", _legacy_value(recipe, "offload"))
+    if offload and not checkpoint:
+        raise ValueError(
+            "offload=True needs checkpoint=True: offload moves the checkpoints (the layer inputs that activation "
+            "checkpointing keeps) to host memory"
+        )
+    changes["checkpoint"] = "offload" if offload else checkpoint
+    if "host_state" in old:
+        changes["state_device"] = "cpu" if old["host_state"] else None
+    return replace(recipe, **changes)
+
+
+_dataclass_init = Setting.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self: Setting, *args: Any, **kwargs: Any) -> None:
+    """``Setting``'s ``__init__``: the dataclass's, after the deprecated keywords (:data:`_LEGACY`)
+    are moved into ``recipe`` (on top of the one given, if any) with a ``DeprecationWarning``."""
+    old = {name: kwargs.pop(name) for name in list(kwargs) if name in _LEGACY}
+    if old:
+        base = args[0] if args else kwargs.get("recipe", MemoryRecipe.plain())
+        if not isinstance(base, MemoryRecipe):
+            raise TypeError(f"recipe must be an ojas_ref.MemoryRecipe, got {type(base).__name__}")
+        recipe = _legacy_recipe(base, old)
+        plain = MemoryRecipe.plain()
+        changed = ", ".join(
+            f"{f.name}={getattr(recipe, f.name)!r}"
+            for f in dataclasses.fields(recipe)
+            if getattr(recipe, f.name) != getattr(plain, f.name)
+        )
+        warnings.warn(
+            f"Setting({', '.join(f'{name}=...' for name in old)}) is deprecated and will be removed in the next "
+            f"release; use Setting(recipe=MemoryRecipe.plain({changed}))",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if args:
+            args = (recipe, *args[1:])
+        else:
+            kwargs["recipe"] = recipe
+    _dataclass_init(self, *args, **kwargs)
+
+
+Setting.__init__ = _init  # type: ignore[method-assign]

@@ -47,6 +47,7 @@ from ojas_ref.memory.formulas import (
     weights_bytes,
 )
 from ojas_ref.memory.model import PRESETS, Model, Setting
+from ojas_ref.recipe import dtype_name
 
 __all__ = ["Phase", "Plan", "Term", "gib", "plan"]
 
@@ -75,7 +76,8 @@ class Phase:
 @dataclass(frozen=True)
 class Plan:
     """The phases of one step; the peak is the largest. ``host``: what the setting keeps in
-    host memory instead (``offload``: the checkpoints; ``host_state``: the optimizer state),
+    host memory instead (``recipe.checkpoint="offload"``: the checkpoints; ``recipe.state_device="cpu"``: the
+    optimizer state),
     empty otherwise; not part of any phase's device total."""
 
     model: Model
@@ -101,8 +103,8 @@ class Plan:
         m, s = self.model, self.setting
         peak = self.peak_phase
         lines = [
-            f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
-            f"{', optimizer in backward' if s.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq} "
+            f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {dtype_name(s.dtype)}, {s.optimizer}"
+            f"{', optimizer in backward' if s.recipe.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq} "
             "(predicted)",
             f"peak {gib(self.peak)} GiB at: {peak.name}",
             "",
@@ -130,6 +132,13 @@ def gib(n: int) -> str:
     return f"{n / 2**30:.3f}"
 
 
+#: the recipe's fields the planner does not model, with what it would have to model
+_UNMODELLED_RECIPE = {
+    "sparse_embedding": "the embedding's sparse gradient, rows of the batch only",
+    "overlap": "the updates on a side CUDA stream, whose buckets live until that stream has stepped them",
+}
+
+
 def _term(name: str, fn: Any, m: Model, s: Setting) -> Term:
     return Term(name, fn(m, s), fn.__name__)
 
@@ -142,13 +151,18 @@ def plan(model: Any, setting: Setting) -> Plan:
     s = setting
     if not isinstance(s, Setting):
         raise TypeError(f"setting must be a Setting, got {type(s).__name__}")
-    if s.head_update and m.tied:
+    r = s.recipe
+    for name, what in _UNMODELLED_RECIPE.items():
+        if getattr(r, name):
+            raise NotImplementedError(f"recipe.{name}=True is not modelled by the planner ({what})")
+    if r.head_update and m.tied:
         raise ValueError(
-            f"head_update=True with a tied head ({m.name}): the loss refuses it (the tied weight's "
+            f"recipe.head_update=True with a tied head ({m.name}): the loss refuses it (the tied weight's "
             "update needs the embedding's gradient too); the dense path is the one to plan"
         )
+    host_state = r.state_device == "cpu"
     host = []
-    if s.host_state:  # the state lives on the host; the device holds the buckets' in flight (the phases')
+    if host_state:  # the state lives on the host; the device holds the buckets' in flight (the phases')
         host.append(_term("optimizer state (host, state_device='cpu')", optimizer_state_bytes, m, s))
         state = ()
     else:
@@ -160,8 +174,8 @@ def plan(model: Any, setting: Setting) -> Plan:
     )
 
     def bucket_state(gradient_bytes: int, what: str) -> tuple[Term, ...]:
-        """The in-flight state of a bucket whose gradients are ``gradient_bytes`` (host_state only)."""
-        if not s.host_state:
+        """The in-flight state of a bucket whose gradients are ``gradient_bytes`` (host state only)."""
+        if not host_state:
             return ()
         return (
             Term(
@@ -171,11 +185,11 @@ def plan(model: Any, setting: Setting) -> Plan:
             ),
         )
 
-    if s.checkpoint and s.offload:
+    if r.checkpoint == "offload":
         host.append(_term("layer inputs (offloaded checkpoints, pinned)", checkpoint_bytes, m, s))
         stack = _term("saved activations: layer inputs in flight (offload)", offloaded_checkpoints_device_bytes, m, s)
         below = below_attention = stack
-    elif s.checkpoint:
+    elif r.checkpoint:
         stack = _term("saved activations: layer inputs (checkpoints)", checkpoint_bytes, m, s)
         below = stack
         below_attention = Term(
@@ -183,9 +197,9 @@ def plan(model: Any, setting: Setting) -> Plan:
             stack.bytes - checkpoint_layer_bytes(m, s),
             "checkpoint_bytes - checkpoint_layer_bytes",
         )
-    if s.split:
+    if r.checkpoint_split:
         last = _term("saved activations: recomputed last MLP half (split)", recomputed_mlp_half_bytes, m, s)
-    elif s.checkpoint:
+    elif r.checkpoint:
         last = _term("saved activations: recomputed last layer", recomputed_layer_bytes, m, s)
     else:
         stack = Term("saved activations: all layers", m.layers * layer_saved_bytes(m, s), "layers x layer_saved_bytes")
@@ -201,10 +215,10 @@ def plan(model: Any, setting: Setting) -> Plan:
     )
     grad_flow = Term("gradient of the hidden states", s.size * s.tokens * m.hidden, "size x tokens x hidden")
     head_grad = _term("gradient of the head weight", head_gradient_bytes, m, s)
-    if s.head_update:
+    if r.head_update:
         head_grad = Term("gradient of the head weight (updated inside the loss)", 0, "none: head_update")
     phases = []
-    if s.head_update:
+    if r.head_update:
         phases.append(
             Phase(
                 "end of forward (linear cross-entropy, 4 products)",
@@ -214,7 +228,7 @@ def plan(model: Any, setting: Setting) -> Plan:
                 + (_term("loss: grad_input and one token chunk (head update)", head_update_forward_bytes, m, s),),
             )
         )
-    elif s.ojas_loss:
+    elif r.linear_cross_entropy:
         phases.append(
             Phase(
                 "end of forward (linear cross-entropy)",
@@ -271,7 +285,7 @@ def plan(model: Any, setting: Setting) -> Plan:
             "none: the head is sliced" if head_sliced else "head gradient, untied",
         )
     )
-    if s.head_update:
+    if r.head_update:
         phases.append(
             Phase(
                 "backward: loss, head updated chunk by chunk",
@@ -301,8 +315,8 @@ def plan(model: Any, setting: Setting) -> Plan:
         "head_gradient_bytes if tied",
     )
     first = len(bucketed_order(m, s)) - 1 - 9 + 1  # up to the first layer's down_proj
-    head_first = not m.tied and not s.head_update  # the head's gradient is the first in the buckets
-    if s.in_backward:
+    head_first = not m.tied and not r.head_update  # the head's gradient is the first in the buckets
+    if r.in_backward:
         in_flight_last = (
             tied_head,
             Term(
@@ -325,8 +339,8 @@ def plan(model: Any, setting: Setting) -> Plan:
         down = _term("down_proj weight gradient", down_proj_gradient_bytes, m, s)
         in_flight_last = (head_grad, down)
         in_flight_first = (_term("gradients accumulated so far", gradients_before_first_layer_bytes, m, s), down)
-    staged_last = pending_staged_bytes(m, s, 2 + head_first) if s.in_backward else 0
-    staged_first = pending_staged_bytes(m, s, first) if s.in_backward else 0
+    staged_last = pending_staged_bytes(m, s, 2 + head_first) if r.in_backward else 0
+    staged_first = pending_staged_bytes(m, s, first) if r.in_backward else 0
     phases.append(
         Phase(
             "backward: last decoder layer (MLP)",
@@ -337,12 +351,12 @@ def plan(model: Any, setting: Setting) -> Plan:
             + bucket_state(staged_last, "gradients pending in the bucket, not sliced"),
         )
     )
-    if s.split:
+    if r.checkpoint_split:
         phases.append(
             _split_attention_phase(
                 m,
                 s,
-                fixed + (below_attention, tied_head if s.in_backward else head_grad, head_in[1], grad_flow),
+                fixed + (below_attention, tied_head if r.in_backward else head_grad, head_in[1], grad_flow),
                 head_first,
                 bucket_state,
             )
@@ -356,7 +370,7 @@ def plan(model: Any, setting: Setting) -> Plan:
             + bucket_state(staged_first, "gradients pending in the bucket, not sliced"),
         )
     )
-    if s.in_backward:
+    if r.in_backward:
         before = Term(
             "gradients pending in the bucket",
             pending_gradients_bytes(m, s, len(bucketed_order(m, s)) - 1),
@@ -369,7 +383,7 @@ def plan(model: Any, setting: Setting) -> Plan:
             "(params - vocab x hidden) x size",
         )
     embedding = Term("gradient of the embedding", head_gradient_bytes(m, s), "head_gradient_bytes")
-    staged = pending_staged_bytes(m, s, len(bucketed_order(m, s)) - 1) if s.in_backward else 0
+    staged = pending_staged_bytes(m, s, len(bucketed_order(m, s)) - 1) if r.in_backward else 0
     pending_state = bucket_state(staged, "gradients pending in the bucket, not sliced")
     embedding_sliced = sliced(s, m.vocab * m.hidden)
     phases.append(
@@ -391,7 +405,7 @@ def plan(model: Any, setting: Setting) -> Plan:
                 + pending_state,
             )
         )
-    if s.in_backward and s.optimizer == "adamw":
+    if r.in_backward and s.optimizer == "adamw":
         phases.append(
             Phase(
                 "end of backward (last bucket's update)",
@@ -411,7 +425,7 @@ def plan(model: Any, setting: Setting) -> Plan:
                     fixed + (before, embedding) + pending_state + slice_terms("embedding"),
                 )
             )
-    if not s.in_backward:
+    if not r.in_backward:
         grads = Term("gradients (all parameters)", m.params() * s.size, "params x size")
         phases.append(
             Phase(
@@ -422,12 +436,12 @@ def plan(model: Any, setting: Setting) -> Plan:
 
 
 def _split_attention_phase(m: Model, s: Setting, alive: tuple[Term, ...], head_first: bool, bucket_state: Any) -> Phase:
-    """With ``split``, the last layer's attention backward: ``alive`` (what every layer phase
+    """With ``recipe.checkpoint_split``, the last layer's attention backward: ``alive`` (what every layer phase
     holds), its recomputed attention half, the layer's gradients so far (down, up, gate,
     post-attention norm, o: pending in the bucket when in backward, held otherwise) and the attention
     backward's temporaries."""
     count = 1 + head_first + 5  # (head,) final norm, down, up, gate, post-attention norm, o
-    if s.in_backward:
+    if s.recipe.in_backward:
         grads = Term(
             "gradients pending in the bucket",
             pending_gradients_bytes(m, s, count),

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ojas_ref.memory import Plan, gib
+from ojas_ref.recipe import dtype_name
 
 __all__ = ["TENSOR_CLASSES", "check_png_path", "plot_plan", "tensor_class"]
 
@@ -172,8 +173,8 @@ def plot_plan(result: Plan, path: Any, measured: Optional[int] = None) -> Any:
     full.set_title("whole step, from zero", fontsize=9)
     zoom.set_title("what changes through the step; phase totals (GiB) on the right", fontsize=9)
     fig.suptitle(
-        f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {s.dtype}, {s.optimizer}"
-        f"{', optimizer in backward' if s.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq}\n"
+        f"ojas plan: {m.name} ({m.params() / 1e9:.2f}B parameters), {dtype_name(s.dtype)}, {s.optimizer}"
+        f"{', optimizer in backward' if s.recipe.in_backward else ''}, {s.mode}, batch {s.batch} x seq {s.seq}\n"
         f"predicted peak {gib(result.peak)} GiB at: {peak.name}"
         + (f"; measured {gib(measured)} GiB" if measured is not None else ""),
         fontsize=10,
