@@ -108,7 +108,8 @@ end-of-backward callbacks), ``_clipping`` (norms), ``_distributed`` (DDP, FSDP2)
 ``_sparse_rows`` (row-sparse gradients), ``_head_update`` (the head updated inside the loss),
 ``_fast_paths`` (plain SGD and Adam without ``Optimizer.step``'s Python), ``_overlap`` (updates on a
 side stream), ``_group_checks`` (``param_groups`` edited under the updates), ``_consumed_grad`` (the
-``.grad`` of an updated parameter) and ``_hooks`` (which optimizer hooks a parameter).
+``.grad`` of an updated parameter), ``_hooks`` (which optimizer hooks a parameter) and ``_arguments``
+(the checks of the constructor's arguments).
 
 The arguments of ``optimizer_class`` (``lr``, ``betas``, ...) are validated and
 defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
@@ -126,13 +127,13 @@ as ``torch.optim`` steps its zeroed ``.grad``; between backward and ``step()`` t
 from __future__ import annotations
 
 import inspect
-import math
 import weakref
 from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 from torch import Tensor
 
+from ojas_ref.optim._arguments import check_optimizer_class, check_options, recipe_options
 from ojas_ref.optim._clipping import _Mode, total_norm
 from ojas_ref.optim._consumed_grad import (
     _GRAD_SCALER,
@@ -153,6 +154,7 @@ from ojas_ref.optim._host_state import _SLICE_ALIGN  # noqa: F401 (the planner's
 from ojas_ref.optim._host_state import HostState, check_state_device
 from ojas_ref.optim._overlap import UpdateStreams
 from ojas_ref.optim._sparse_rows import SparseRowsMixin
+from ojas_ref.recipe import MemoryRecipe
 
 __all__ = ["InBackwardOptimizer"]
 
@@ -363,44 +365,14 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         head_weight: Optional[Tensor] = None,
         **optimizer_kwargs: Any,
     ) -> None:
-        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
-            raise TypeError(f"optimizer_class must be a torch.optim.Optimizer subclass, got {optimizer_class!r}")
-        if issubclass(optimizer_class, InBackwardOptimizer):
-            raise TypeError("optimizer_class cannot be InBackwardOptimizer itself")
-        if issubclass(optimizer_class, torch.optim.LBFGS):
-            raise ValueError(
-                "optimizer_class=LBFGS needs step(closure) over all parameters at once; "
-                "it cannot update one parameter in its hook"
-            )
-        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
-            raise TypeError(f"accumulation_steps must be an int, got {type(accumulation_steps).__name__}")
-        if accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
-        if max_grad_norm is not None:
-            if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, (int, float)):
-                raise TypeError(f"max_grad_norm must be None or a float, got {type(max_grad_norm).__name__}")
-            if not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
-                raise ValueError(f"max_grad_norm must be a finite float > 0, got {max_grad_norm}")
-            max_grad_norm = float(max_grad_norm)
-        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)):
-            raise TypeError(f"bucket_cap_mb must be a float, got {type(bucket_cap_mb).__name__}")
-        if not (math.isfinite(bucket_cap_mb) and bucket_cap_mb >= 0):
-            raise ValueError(f"bucket_cap_mb must be a finite float >= 0, got {bucket_cap_mb}")
-        if not isinstance(overlap, bool):
-            raise TypeError(f"overlap must be a bool, got {type(overlap).__name__}")
-        if state_slice_mb is not None:
-            if isinstance(state_slice_mb, bool) or not isinstance(state_slice_mb, (int, float)):
-                raise TypeError(f"state_slice_mb must be None or a float, got {type(state_slice_mb).__name__}")
-            if not (math.isfinite(state_slice_mb) and state_slice_mb > 0):
-                raise ValueError(
-                    f"state_slice_mb must be None or a finite float > 0 (MiB of one parameter's "
-                    f"optimizer state on the device at a time), got {state_slice_mb}"
-                )
-            state_slice_mb = float(state_slice_mb)
+        check_optimizer_class(optimizer_class, InBackwardOptimizer)
+        max_grad_norm, bucket_cap_mb, state_slice_mb = check_options(
+            accumulation_steps, max_grad_norm, bucket_cap_mb, overlap, state_slice_mb
+        )
         self.state_slice_mb = state_slice_mb
         self.overlap = overlap
         self._overlap = UpdateStreams()
-        self.bucket_cap_mb = float(bucket_cap_mb)
+        self.bucket_cap_mb = bucket_cap_mb
         self.state_device = check_state_device(state_device)
         self._host_state = HostState(
             pin=self.state_device is not None and torch.cuda.is_available(),
@@ -445,6 +417,33 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         super().__init__(self._template.param_groups, self._template.defaults)
         # head_weight: the head updated inside the linear cross-entropy's backward (HeadUpdateMixin)
         self._init_head(head_weight)
+
+    @classmethod
+    def from_recipe(
+        cls,
+        params: Iterable[Union[Tensor, dict[str, Any]]],
+        recipe: MemoryRecipe,
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        *,
+        head_weight: Optional[Tensor] = None,
+        accumulation_steps: int = 1,
+        max_grad_norm: Optional[float] = None,
+        **optimizer_kwargs: Any,
+    ) -> "InBackwardOptimizer":
+        """The optimizer that ``recipe`` (a :class:`~ojas_ref.MemoryRecipe` with ``in_backward=True``)
+        sets: its :meth:`~ojas_ref.MemoryRecipe.optimizer_options` (``bucket_cap_mb``, ``overlap``,
+        ``state_device``, ``state_slice_mb``) and the other arguments as for the constructor.
+        ``head_weight`` (the head's ``[V, D]`` weight) is given exactly when ``recipe.head_update``."""
+        options = recipe_options(recipe, head_weight, optimizer_kwargs)
+        return cls(
+            params,
+            optimizer_class,
+            accumulation_steps=accumulation_steps,
+            max_grad_norm=max_grad_norm,
+            head_weight=head_weight,
+            **options,
+            **optimizer_kwargs,
+        )
 
     # ------------------------------------------------------------------
     # torch.optim.Optimizer interface
