@@ -14,7 +14,7 @@ write their own models.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,9 @@ from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
 from ojas_ref.functional.relu import relu
 from ojas_ref.functional.rms_norm import CASTS, normalized_shape_tuple, real_argument, rms_norm
 from ojas_ref.functional.swiglu import check_activation, swiglu
+
+if TYPE_CHECKING:
+    from ojas_ref.optim.in_backward import InBackwardOptimizer
 
 __all__ = ["LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm", "ReLU", "SwiGLU", "unsupported_reason"]
 
@@ -156,7 +159,7 @@ class MultiheadAttention(nn.MultiheadAttention):
 
 
 class LinearCrossEntropyLoss(nn.Module):
-    """``loss_fn(input, linear_weight, target, linear_bias=None)``: the cross-entropy of
+    """``loss_fn(input, linear_weight, target, linear_bias=None, head_update=None)``: the cross-entropy of
     ``input @ linear_weight.T + linear_bias`` by :func:`ojas_ref.linear_cross_entropy`,
     never forming the logits (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk,
     Ojas.CrossEntropy.Reduction.ce_loss_correct, Ojas.CrossEntropy.Gradient.ce_backward_correct).
@@ -165,6 +168,13 @@ class LinearCrossEntropyLoss(nn.Module):
     ``reduction``, ``label_smoothing``) plus ``z_loss``, ``softcap``, ``chunk_size`` and
     ``impl`` of :func:`ojas_ref.linear_cross_entropy`, which checks them and says what
     differs from torch (class weights are outside the Coq spec).
+
+    ``head_update`` (a :meth:`forward` argument): None, or the
+    :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer` constructed with
+    ``head_weight=linear_weight``, which the backward then updates inside the loss (see
+    :func:`ojas_ref.linear_cross_entropy`). A forward argument, not a constructor one, because it
+    belongs to the ``linear_weight`` passed with it, and a module holding an optimizer would carry
+    it into its ``deepcopy`` and ``repr``.
     """
 
     def __init__(
@@ -186,7 +196,12 @@ class LinearCrossEntropyLoss(nn.Module):
         self.z_loss, self.softcap, self.chunk_size, self.impl = z_loss, softcap, chunk_size, impl
 
     def forward(
-        self, input: Tensor, linear_weight: Tensor, target: Tensor, linear_bias: Optional[Tensor] = None
+        self,
+        input: Tensor,
+        linear_weight: Tensor,
+        target: Tensor,
+        linear_bias: Optional[Tensor] = None,
+        head_update: Optional["InBackwardOptimizer"] = None,
     ) -> Tensor:
         return linear_cross_entropy(
             input,
@@ -201,6 +216,7 @@ class LinearCrossEntropyLoss(nn.Module):
             softcap=self.softcap,
             chunk_size=self.chunk_size,
             impl=self.impl,
+            head_update=head_update,
         )
 
     def extra_repr(self) -> str:

@@ -1,6 +1,11 @@
 """The head updated inside the linear cross-entropy's backward
-(``InBackwardOptimizer(head_weight=...)``, plain SGD only): :class:`HeadUpdateMixin`, the methods
-that :func:`ojas_ref.linear_cross_entropy`'s backward calls on the optimizer.
+(``InBackwardOptimizer(head_weight=...)``, plain SGD only, the optimizer passed to the loss as
+``head_update=``): :class:`HeadUpdateMixin`, the methods that :func:`ojas_ref.linear_cross_entropy`'s
+backward calls on the optimizer (through ``ojas_ref/functional/_linear_cross_entropy_head.py``).
+A gradient of the whole head reaching it in a backward pass whose loss was not given
+``head_update`` raises (:meth:`HeadUpdateMixin._check_head_gradient`), before anything is
+accumulated or stepped: the loss did not update the head, and a dense step would keep the
+``[V, D]`` gradient the option is for.
 
 ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard`` (the reference: per vocabulary
 chunk, its dH part and its rows' whole gradients, then the rows' step) and
@@ -39,11 +44,49 @@ from ojas_ref.optim._consumed_grad import _HEAD_OTHER_USE, ConsumedGrads
 from ojas_ref.optim._distributed import DTensor, DataParallel, several_processes
 from ojas_ref.optim._fast_paths import not_plain_sgd
 
+# Why the head's whole gradient cannot arrive in a backward pass (HeadUpdateMixin._check_head_gradient).
+_NO_HEAD_UPDATE = (
+    "the head weight of InBackwardOptimizer(head_weight=...) got its whole [V, D] gradient in this backward pass: "
+    "the linear cross-entropy that uses it was called without head_update, so it did not update the head inside "
+    "its backward. Pass the optimizer to the loss: linear_cross_entropy(..., head_update=opt), "
+    "LinearCrossEntropyLoss()(..., head_update=opt), or under optimize_model model(..., labels=..., "
+    "head_update=opt); or construct the optimizer without head_weight (the dense path). The head was not updated; "
+    "this backward pass is abandoned: call optimizer.zero_grad() before the next"
+)
+
+
+def will_accumulate(node: Any) -> bool:
+    """Whether this backward pass runs ``node``. The head's AccumulateGrad: True for
+    ``backward()`` (with ``inputs=`` only if it lists the head), False for ``autograd.grad``
+    (which accumulates nothing; torch raises on the query for a leaf there). A loss's node
+    (``_HeadUpdate.runs_in_this_pass``): whether it is in the pass's graph (torch answers False
+    for the pass's root node itself, whose backward runs first)."""
+    if node is None:
+        return False
+    try:
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:
+        return False
+
+
+def _weak_gradient_check(opt: "HeadUpdateMixin") -> Any:
+    """The head's gradient hook, holding the optimizer weakly (as its update hook does:
+    ``ojas_ref.optim._hooks._weak_hook``); nothing once the optimizer is collected (its update
+    hook raises then)."""
+    ref = weakref.ref(opt)
+
+    def hook(grad: Tensor) -> None:
+        owner = ref()
+        if owner is not None:
+            owner._check_head_gradient()
+
+    return hook
+
 
 class HeadUpdateMixin:
     """The head weight updated inside the loss's backward, mixed into
-    :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer`: the loss calls
-    :meth:`_check_head_forward` at its forward, then :meth:`_head_shared_pass`,
+    :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer`: the loss given ``head_update=``
+    this optimizer calls :meth:`_check_head_forward` at its forward, then :meth:`_head_shared_pass`,
     :meth:`_head_step_lr`, :meth:`_head_update` per vocabulary chunk and :meth:`_head_finished` in its
     backward, and reads :attr:`_head` and :attr:`_head_forwards`. It owns the attributes set by
     :meth:`_init_head` and reads the optimizer's step bookkeeping annotated below (and calls its
@@ -62,6 +105,7 @@ class HeadUpdateMixin:
     _consumed: ConsumedGrads
     _zeroed_grads: bool
     _had_grad: set[int]
+    _hook_handles: list[Any]
 
     def _init_head(self, head_weight: Optional[Tensor]) -> None:
         """The head updated inside the loss (None: none) after checking it (:meth:`_check_head_weight`)."""
@@ -73,9 +117,16 @@ class HeadUpdateMixin:
         # (backward pass id, whether the head's gradient comes from several of them in it): _head_shared_pass
         self._head_forwards: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._head_pass: tuple[Optional[int], bool] = (None, False)
+        # the head's AccumulateGrad node (kept: every graph of the head uses this one), for the
+        # gradient check of _check_head_gradient
+        self._head_node: Optional[Any] = None
         if head_weight is not None:
             self._check_head_weight(head_weight)
             self._head, self._head_key = head_weight, id(head_weight)
+            with torch.enable_grad():
+                self._head_node = head_weight.view_as(head_weight).grad_fn.next_functions[0][0]
+            # a gradient hook runs before the gradient is accumulated, so before the update hook
+            self._hook_handles.append(head_weight.register_hook(_weak_gradient_check(self)))
 
     def _check_head_weight(self, head_weight: Any) -> None:
         """Raise unless ``head_weight`` can be updated inside the loss's backward: a hooked 2-D
@@ -147,9 +198,25 @@ class HeadUpdateMixin:
                         "input embedding, tie_word_embeddings=True?): its update needs the embedding's gradient "
                         "as well, which arrives after the loss's backward, so it cannot be updated inside the "
                         "loss (Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Construct "
-                        "InBackwardOptimizer without head_weight for a tied head (it keeps the dense path)"
+                        "InBackwardOptimizer without head_weight for a tied head, and call the loss without head_update (the "
+                        "dense path)"
                     )
                 stack.append(nxt)
+
+    def _check_head_gradient(self) -> None:
+        """The head's gradient hook (before accumulation, so before the head's update hook): raise
+        unless its whole gradient may arrive in this backward pass: after the loss updated it (a
+        gradient from another use: the update hook raises, naming that), in a pass whose losses
+        take the dense path (:meth:`_head_shared_pass`), or in ``autograd.grad`` (which accumulates
+        nothing). Otherwise its loss was called without ``head_update``: RuntimeError saying to
+        pass it, before anything is accumulated or stepped."""
+        if self._head_done:
+            return
+        if self._head_pass == (torch._C._current_graph_task_id(), True):
+            return
+        if not will_accumulate(self._head_node):
+            return
+        raise RuntimeError(_NO_HEAD_UPDATE)
 
     def _head_shared_pass(self) -> bool:
         """At the start of a loss's backward (``_HeadUpdate.begin``, after it left

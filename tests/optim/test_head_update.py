@@ -1,6 +1,7 @@
 """The head's weight updated chunk by chunk inside the linear cross-entropy's backward
-(``InBackwardOptimizer(head_weight=...)``, ojas_ref/functional/linear_cross_entropy.py
-``_backward_kept_update_head``; Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard).
+(``InBackwardOptimizer(head_weight=...)`` passed to the loss as ``head_update=``,
+ojas_ref/functional/_linear_cross_entropy_reference.py ``_backward_kept_update_head``;
+Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard).
 
 Against the standard loop (``loss.backward(); SGD.step(); zero_grad()``) with the same loss:
 bitwise, since each row's gradient is summed over the token chunks in the same order both
@@ -24,7 +25,7 @@ if not torch.cuda.is_available():  # the kernel tests run the Triton interpreter
 
 from ojas_ref import InBackwardOptimizer, linear_cross_entropy  # noqa: E402
 
-ref_module = importlib.import_module("ojas_ref.functional.linear_cross_entropy")
+head_module = importlib.import_module("ojas_ref.functional._linear_cross_entropy_head")
 
 V, D, N, EMB = 37, 8, 21, 30  # V not a multiple of the vocabulary chunk (5), N not of the token chunk (8)
 CHUNKS = (8, 5)
@@ -75,7 +76,14 @@ def _train(
     for step in range(steps):
         ids, target = _batch(step, all_ignored=all_ignored)
         loss = linear_cross_entropy(
-            model.hidden(ids), model.head, target, reduction=reduction, chunk_size=CHUNKS, impl="reference", **loss_kw
+            model.hidden(ids),
+            model.head,
+            target,
+            reduction=reduction,
+            chunk_size=CHUNKS,
+            impl="reference",
+            head_update=opt if mode == "head" else None,
+            **loss_kw,
         )
         (loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N)).sum()).backward()
         opt.step()
@@ -184,7 +192,14 @@ def test_no_full_gradient_allocated(head_update):
         model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0, head_weight=model.head if head_update else None
     )
     ids, target = _batch(0)
-    loss = linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, impl="reference")
+    loss = linear_cross_entropy(
+        model.hidden(ids),
+        model.head,
+        target,
+        chunk_size=CHUNKS,
+        impl="reference",
+        head_update=opt if head_update else None,
+    )
     with _Record() as rec:
         loss.backward()
     opt.step()
@@ -201,7 +216,7 @@ def test_autograd_grad_leaves_head_alone():
     before = model.head.detach().clone()
     ids, target = _batch(0)
     x = model.hidden(ids).detach().requires_grad_()
-    loss = linear_cross_entropy(x, model.head, target, chunk_size=CHUNKS, impl="reference")
+    loss = linear_cross_entropy(x, model.head, target, chunk_size=CHUNKS, impl="reference", head_update=opt)
     (gw,) = torch.autograd.grad(loss, [model.head])
     ref = linear_cross_entropy(x, model.head, target, chunk_size=CHUNKS, impl="reference")
     (gw_ref,) = torch.autograd.grad(ref, [model.head])
@@ -243,9 +258,9 @@ def test_construction_refuses_bad_head_weight():
         InBackwardOptimizer(model.emb.parameters(), torch.optim.SGD, lr=LR, head_weight=model.head)
 
 
-def _loss(model, **kw):
+def _loss(model, opt, **kw):
     ids, target = _batch(0)
-    return linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, **kw)
+    return linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, head_update=opt, **kw)
 
 
 def test_tied_head_refused_at_forward():
@@ -253,7 +268,7 @@ def test_tied_head_refused_at_forward():
     opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, head_weight=model.head)
     before = model.head.detach().clone()
     with pytest.raises(ValueError, match="tied to the input embedding"):
-        _loss(model)
+        _loss(model, opt)
     assert torch.equal(model.head.detach(), before)
     del opt
 
@@ -263,7 +278,7 @@ def test_use_after_loss_raises():
     loss updated it (or autograd's in-place check fires): an error, not a silent wrong step."""
     model = _Model(torch.float32)
     opt = _opt(model)
-    loss = _loss(model) + (model.head**2).sum() * 1e-3
+    loss = _loss(model, opt) + (model.head**2).sum() * 1e-3
     with pytest.raises(RuntimeError, match="another use|modified by an inplace operation"):
         loss.backward()
     del opt
@@ -274,25 +289,25 @@ def test_bias_and_autocast_refused():
     opt = _opt(model)
     ids, target = _batch(0)
     with pytest.raises(NotImplementedError, match="linear_bias"):
-        linear_cross_entropy(model.hidden(ids), model.head, target, linear_bias=torch.zeros(V))
+        linear_cross_entropy(model.hidden(ids), model.head, target, linear_bias=torch.zeros(V), head_update=opt)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with pytest.raises(NotImplementedError, match="autocast"):
-            linear_cross_entropy(model.hidden(ids), model.head, target)
+            linear_cross_entropy(model.hidden(ids), model.head, target, head_update=opt)
     del opt
 
 
 def test_second_backward_refused():
     model = _Model(torch.float32)
     opt = _opt(model)
-    loss = _loss(model, impl="reference")
+    loss = _loss(model, opt, impl="reference")
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="second backward through this graph"):
         loss.backward()
     opt.zero_grad()
     opt.step()
-    _loss(model).backward()  # a fresh forward after step() is fine
+    _loss(model, opt).backward()  # a fresh forward after step() is fine
     with pytest.raises(RuntimeError, match="already updated since the last optimizer.step"):
-        _loss(model).backward()
+        _loss(model, opt).backward()
 
 
 def test_group_changed_after_construction_raises():
@@ -301,8 +316,54 @@ def test_group_changed_after_construction_raises():
     opt.param_groups[0]["momentum"] = 0.9
     before = model.head.detach().clone()
     with pytest.raises(RuntimeError, match="no longer plain SGD: momentum=0.9"):
-        _loss(model).backward()
+        _loss(model, opt).backward()
     assert torch.equal(model.head.detach(), before)
+
+
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.kernel)])
+def test_loss_without_head_update_raises(impl):
+    """The optimizer's head given to a loss called without head_update: its whole gradient reaches
+    the head's gradient hook, which raises saying to pass head_update=opt, before the gradient is
+    accumulated or stepped (the head unchanged, no .grad); after zero_grad() the same forward with
+    head_update=opt updates it as the "head" runs do."""
+    device = "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
+    model = _Model(torch.float32).to(device)
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR, bucket_cap_mb=0, head_weight=model.head)
+    before = model.head.detach().clone()
+    ids, target = (t.to(device) for t in _batch(0))
+    loss = linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, impl=impl)
+    with pytest.raises(RuntimeError, match=r"called without head_update.*head_update=opt"):
+        loss.backward()
+    assert torch.equal(model.head.detach(), before) and model.head.grad is None
+    opt.zero_grad()
+    loss = linear_cross_entropy(model.hidden(ids), model.head, target, chunk_size=CHUNKS, impl=impl, head_update=opt)
+    loss.backward()
+    opt.step()
+    assert model.head.grad is None and not torch.equal(model.head.detach(), before)
+
+
+def test_head_update_argument_checked():
+    """head_update must be the InBackwardOptimizer whose head_weight is this loss's linear_weight:
+    anything else raises at the forward, naming head_update and what was expected."""
+    model = _Model(torch.float32)
+    ids, target = _batch(0)
+    x = model.hidden(ids)
+    plain = torch.optim.SGD(model.parameters(), lr=LR)
+    without_head = InBackwardOptimizer(model.parameters(), torch.optim.SGD, lr=LR)
+    with pytest.raises(TypeError, match="head_update must be None or the InBackwardOptimizer .* got SGD"):
+        linear_cross_entropy(x, model.head, target, head_update=plain)
+    with pytest.raises(ValueError, match="head_update is an InBackwardOptimizer constructed without head_weight"):
+        linear_cross_entropy(x, model.head, target, head_update=without_head)
+    without_head.remove_hooks()
+    other = torch.nn.Parameter(torch.randn(V, D))
+    opt = InBackwardOptimizer([*model.parameters(), other], torch.optim.SGD, lr=LR, head_weight=other)
+    with pytest.raises(
+        ValueError, match=r"head_update's head_weight \(shape \(37, 8\)\) is not this loss's linear_weight"
+    ):
+        linear_cross_entropy(x, model.head, target, head_update=opt)
+    with torch.no_grad():  # checked without grad too (then nothing is linked)
+        with pytest.raises(ValueError, match="is not this loss's linear_weight"):
+            linear_cross_entropy(x, model.head, target, head_update=opt)
 
 
 # --------------------------------------------------------------------------
@@ -340,7 +401,14 @@ def _train_kernel(
                 )  # the config head mode gets by default
                 loss = klce.linear_cross_entropy(h, model.head, target, reduction=reduction, config=config)
             else:
-                loss = linear_cross_entropy(h, model.head, target, reduction=reduction, impl="triton")
+                loss = linear_cross_entropy(
+                    h,
+                    model.head,
+                    target,
+                    reduction=reduction,
+                    impl="triton",
+                    head_update=opt if mode == "head" else None,
+                )
             scalars.append(loss if reduction != "none" else (loss * torch.linspace(0.5, 2.0, N, device=device)).sum())
         sum(scalars[1:], scalars[0]).backward()
         opt.step()
@@ -407,7 +475,7 @@ def test_kernel_no_full_gradient_allocated():
         config = klce.LinearCrossEntropyConfig(**{**klce.default_config(h.dtype, h.device).__dict__, "vocab_slab": 16})
         if head_update:
             loss = klce.linear_cross_entropy(
-                h, model.head, target, config=config, head=ref_module._HeadUpdate(opt, model.head)
+                h, model.head, target, config=config, head=head_module._HeadUpdate(opt, model.head)
             )
         else:
             loss = klce.linear_cross_entropy(
@@ -426,7 +494,7 @@ def test_kernel_no_full_gradient_allocated():
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_optimize_model_llama(tied):
-    """optimize_model's loss with head_weight=model.lm_head.weight: an untied head gives the
+    """optimize_model's loss with head_update=opt (head_weight=model.lm_head.weight): an untied head gives the
     dense loop's weights bit for bit after two steps (CPU: both run the reference); a tied one
     (lm_head.weight is embed_tokens.weight) is refused at the forward, before any update."""
     transformers = pytest.importorskip("transformers")
@@ -458,11 +526,11 @@ def test_optimize_model_llama(tied):
         if tied:
             before = model.lm_head.weight.detach().clone()
             with pytest.raises(ValueError, match="tied to the input embedding"):
-                model(ids, labels=ids)
+                model(ids, labels=ids, head_update=opt)
             assert torch.equal(model.lm_head.weight.detach(), before)
             return
         for _ in range(2):
-            model(ids, labels=ids).loss.backward()
+            model(ids, labels=ids, head_update=opt if head_update else None).loss.backward()
             opt.step()
         runs.append([p.detach().clone() for p in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*runs))

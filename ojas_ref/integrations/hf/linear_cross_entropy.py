@@ -1,4 +1,4 @@
-"""The Hugging Face loss adapter: :class:`CausalLMLossHead` hooks the causal LM (forward pre- and
+"""The Hugging Face loss adapter: :class:`LinearCrossEntropyForCausalLM` hooks the causal LM (forward pre- and
 post-hooks) and its output embedding at each training forward (a forward pre-hook on ``lm_head``,
 or on the module that replaced it since: ``resize_token_embeddings``, PEFT's LoRA layer) and sets
 the model's ``loss_function``. In training mode with ``labels``, the head receives an empty
@@ -6,13 +6,16 @@ sequence (so the model's forward allocates no ``[tokens, vocabulary]`` logits), 
 :func:`ojas_ref.linear_cross_entropy` of the hidden states and the head's weight with Hugging
 Face's semantics (labels shifted left, ``ignore_index``, mean over the kept tokens or sum over
 ``num_items_in_batch``), and the output's ``logits`` is None, as in Liger-Kernel. Otherwise the
-model runs unchanged."""
+model runs unchanged. ``model(..., labels=..., head_update=opt)`` passes the optimizer that updates
+the head inside the loss's backward to the loss (:class:`LinearCrossEntropyForCausalLM`).
+``CausalLMLossHead`` is the deprecated old name of the adapter (it warns)."""
 
 from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Optional
+import warnings
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +23,13 @@ from torch import Tensor, nn
 
 from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
 
-__all__ = ["CausalLMLossHead", "head_unsupported_reason", "head_weight_and_bias"]
+if TYPE_CHECKING:
+    from ojas_ref.optim.in_backward import InBackwardOptimizer
+
+__all__ = ["LinearCrossEntropyForCausalLM", "head_unsupported_reason", "head_weight_and_bias"]
+
+# The adapter's old name, kept for one release (module __getattr__ below).
+_RENAMED = {"CausalLMLossHead": "LinearCrossEntropyForCausalLM"}
 
 
 def _lora_linear_class() -> Optional[type]:
@@ -78,8 +87,9 @@ def head_weight_and_bias(head: nn.Module) -> tuple[Tensor, Optional[Tensor]]:
     return weight, base.bias
 
 
-class CausalLMLossHead:
-    """The hooks and loss function that compute a causal LM's training loss without logits.
+class LinearCrossEntropyForCausalLM:
+    """The hooks and loss function that compute a causal LM's training loss without logits
+    (formerly ``CausalLMLossHead``).
 
     Installed by :meth:`install`, removed by :meth:`remove`. The loss is
     :func:`ojas_ref.linear_cross_entropy` (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk,
@@ -92,6 +102,18 @@ class CausalLMLossHead:
     :meth:`install`: after ``resize_token_embeddings``, ``set_output_embeddings`` or a PEFT adapter
     put on ``lm_head`` the hook moves to the new module; one that :func:`head_unsupported_reason`
     does not clear raises ``NotImplementedError`` before the forward runs.
+
+    The head updated inside the loss's backward: ``model(input_ids, labels=labels,
+    head_update=opt)``, ``opt`` the :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer`
+    constructed with ``head_weight=model.lm_head.weight`` (plain SGD). The model's forward
+    pre-hook takes ``head_update`` out of the call's keyword arguments (so the decoder and its
+    attention never see it) and the loss passes it to :func:`ojas_ref.linear_cross_entropy`,
+    which checks it (its head must be the output embedding's weight: not a PEFT LoRA head, whose
+    weight is made for the step). A keyword of the call, as ``labels``, rather than a setting of
+    the adapter: the loop that calls the model and steps the optimizer names it at each step, as
+    it would pass it to the loss itself. Only with a training forward with ``labels`` (the loss
+    without logits): otherwise ValueError. Without it, the optimizer's head gets its whole
+    gradient in the backward and raises there, saying to pass it.
     """
 
     def __init__(self, model: nn.Module, softcap: Optional[float]) -> None:
@@ -102,6 +124,7 @@ class CausalLMLossHead:
         self._signature = inspect.signature(type(model).forward)
         self._active = False
         self._hidden: Optional[Tensor] = None
+        self._head_update: Optional["InBackwardOptimizer"] = None  # the call's head_update (training forward)
         self._handles: list[Any] = []
         self._head_handle: Any = None
 
@@ -144,16 +167,29 @@ class CausalLMLossHead:
         bound = self._signature.bind_partial(None, *args)
         return bound.arguments.get("labels")
 
-    def _model_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    def _model_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> Optional[tuple[tuple, dict]]:
+        """Before the model's forward: whether this call computes the loss without logits, and its
+        ``head_update``, taken out of ``kwargs`` (then the call's arguments without it are returned)."""
         if getattr(module, "_is_replica", False):  # set by torch.nn.parallel.replicate
             raise NotImplementedError(
                 "optimize_model's model under nn.DataParallel: its replicas run in threads and would share the "
                 "training loss's per-call state; use DistributedDataParallel (one process per GPU) instead"
             )
+        given = "head_update" in kwargs
+        head_update = kwargs.pop("head_update", None)
         self._active = module.training and self._labels(args, kwargs) is not None
         self._hidden = None
+        if head_update is not None and not self._active:
+            raise ValueError(
+                "head_update is for a training forward with labels, whose loss optimize_model computes without "
+                "logits and which updates the head inside its backward: call model.train() and pass labels=..., "
+                f"or leave head_update out (model.training={module.training}, "
+                f"labels {'given' if self._labels(args, kwargs) is not None else 'not given'})"
+            )
+        self._head_update = head_update
         if self._active:
             self._follow(module.get_output_embeddings())
+        return (args, kwargs) if given else None
 
     def _head_pre_hook(self, module: nn.Module, args: tuple) -> Optional[tuple]:
         if not self._active:
@@ -165,7 +201,7 @@ class CausalLMLossHead:
     def _model_post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         """Drop the empty logits: ``logits=None`` in a ModelOutput; left out of a tuple
         (``return_dict=False``), as ``ModelOutput.to_tuple`` leaves out None fields."""
-        active, self._active, self._hidden = self._active, False, None
+        active, self._active, self._hidden, self._head_update = self._active, False, None, None
         if not active:
             return None
         if isinstance(output, tuple):
@@ -189,6 +225,7 @@ class CausalLMLossHead:
         (float32, as its upcast logits give, since ``linear_cross_entropy`` returns float32 for
         16-bit inputs; float64 stays float64)."""
         hidden, self._hidden = self._hidden, None
+        head_update, self._head_update = self._head_update, None
         if hidden is None:  # eval mode, or no labels at the forward: the logits exist
             return self.original_loss(
                 logits,
@@ -216,9 +253,23 @@ class CausalLMLossHead:
             reduction=reduction,
             ignore_index=ignore_index,
             softcap=self.softcap,
+            head_update=head_update,
         )
         if reduction == "sum":
             if torch.is_tensor(num_items_in_batch):
                 num_items_in_batch = num_items_in_batch.to(loss.device)
             loss = loss / num_items_in_batch
         return loss
+
+
+def __getattr__(name: str) -> Any:
+    """The adapter under its old name (:data:`_RENAMED`), with a ``DeprecationWarning``."""
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated and will be removed in the next release; use {__name__}.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
