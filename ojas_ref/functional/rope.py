@@ -23,14 +23,18 @@ sign of a zero gradient may differ (autograd adds zero padding; ``torch.equal`` 
 
 from __future__ import annotations
 
-from typing import Optional
+import warnings
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward, resolve_impl
 
-__all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rotary", "rotary_reference", "rotate_half"]
+__all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rope", "rope_reference", "rotate_half"]
+
+#: deprecated names (release 0.1) of this module's functions -> their names; kept for one release
+_RENAMED = {"fused_rotary": "fused_rope", "rotary_reference": "rope_reference"}
 
 #: The theorem of the backward (cited by optimize_model's report).
 BACKWARD_THEOREM = "Ojas.RoPE.Backward.rope_backward_eq_vjp"
@@ -48,7 +52,7 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotary_reference(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
+def rope_reference(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
     """Hugging Face's Llama ``apply_rotary_pos_emb``, operation for operation."""
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
@@ -69,7 +73,7 @@ class _RoPEFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_q: Optional[Tensor], grad_k: Optional[Tensor]):
-        refuse_double_backward("apply_rotary_pos_emb", "rotary_reference (impl='reference')")
+        refuse_double_backward("apply_rotary_pos_emb", "rope_reference (impl='reference')")
         from ojas_kernels.rope import rope_backward
 
         cos, sin = ctx.saved_tensors
@@ -124,7 +128,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 
 def _forward_op_backward(ctx, grad_q, grad_k):
-    refuse_double_backward("apply_rotary_pos_emb", "rotary_reference (impl='reference')")
+    refuse_double_backward("apply_rotary_pos_emb", "rope_reference (impl='reference')")
     dq, dk = _backward_op(grad_q, grad_k, *ctx.saved_tensors)
     return (dq if ctx.needs_input_grad[0] else None), (dk if ctx.needs_input_grad[1] else None), None, None
 
@@ -132,7 +136,7 @@ def _forward_op_backward(ctx, grad_q, grad_k):
 _forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
 
 
-def _kernel_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+def _kernel_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     """The kernel on ``[B, H, S, E]``: ``ojas::rope_forward`` under torch.compile, else ``_RoPEFunction``."""
     if torch.compiler.is_compiling():
         return _forward_op(q, k, cos, sin)
@@ -216,7 +220,7 @@ def apply_rotary_pos_emb(
     theorem covers the rounding (it is torch's, op by op).
 
     ``impl``: "triton" runs ``ojas_kernels.rope`` (CUDA tensors, or CPU ones under
-    TRITON_INTERPRET=1; not float64), "reference" :func:`rotary_reference` (Hugging Face's
+    TRITON_INTERPRET=1; not float64), "reference" :func:`rope_reference` (Hugging Face's
     operations), "auto" the kernel for 4-D CUDA ``q``/``k`` of a kernel dtype with 3-D
     ``cos``/``sin`` and ``unsqueeze_dim`` 1 or 2 (outside torch.func transforms), the reference
     otherwise; ``None``: the setting of ``dispatch.use_impl``, else the environment variable
@@ -231,16 +235,29 @@ def apply_rotary_pos_emb(
     """
     _check_inputs(q, k, cos, sin, unsqueeze_dim)
     if not _kernel_runs(impl, q, k, cos, sin, unsqueeze_dim):
-        return rotary_reference(q, k, cos, sin, unsqueeze_dim)
+        return rope_reference(q, k, cos, sin, unsqueeze_dim)
     if _HEADS_FIRST[unsqueeze_dim]:
-        return _kernel_rotary(q, k, cos, sin)
-    q_out, k_out = _kernel_rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        return _kernel_rope(q, k, cos, sin)
+    q_out, k_out = _kernel_rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
     return q_out.transpose(1, 2), k_out.transpose(1, 2)
 
 
-def fused_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+def fused_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     """The kernel's :func:`apply_rotary_pos_emb` with ``unsqueeze_dim=1``, for arguments known to be
     plain (4-D ``q``/``k`` ``[B, H, S, E]`` and ``cos``/``sin`` ``[B or 1, S, E]`` of one kernel dtype
     and device, ``E`` even, ``cos``/``sin`` not requiring grad: ``dispatch.plain_kernel_call``).
     Theorem as :func:`apply_rotary_pos_emb`'s; under torch.compile the op ``ojas::rope_forward``."""
-    return _kernel_rotary(q, k, cos, sin)
+    return _kernel_rope(q, k, cos, sin)
+
+
+def __getattr__(name: str) -> Any:
+    """The functions of :data:`_RENAMED` under their old names, with a ``DeprecationWarning``."""
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated and will be removed in the next release; use {__name__}.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

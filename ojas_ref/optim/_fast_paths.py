@@ -2,7 +2,7 @@
 ``Optimizer.step``'s per-call Python, with torch's own arithmetic: plain SGD as one
 ``torch._foreach_add_`` (:func:`plain_sgd_lr`) and Adam / AdamW through torch's functional ``adam``
 (:func:`step_adam_directly`). Each is checked bitwise against ``step()`` in
-tests/optim/test_optimizer_in_backward.py."""
+tests/optim/test_in_backward.py."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def plain_sgd_lr(bucket_opt: Optional[torch.optim.Optimizer], group: dict[str, A
     on both of torch's paths (``_single_tensor_sgd``, and ``_multi_tensor_sgd``'s
     ``torch._foreach_add_``), which :meth:`InBackwardOptimizer._update` calls directly: the same
     arithmetic without ``Optimizer.step``'s per-call cost (about 60 us of Python per bucket, against
-    10 us for the update; tests/optim/test_optimizer_in_backward.py checks the bits against ``SGD.step``)."""
+    10 us for the update; tests/optim/test_in_backward.py checks the bits against ``SGD.step``)."""
     if type(bucket_opt) is not torch.optim.SGD:
         return None
     lr = group["lr"]
@@ -69,8 +69,9 @@ def step_adam_directly(bucket_opt: torch.optim.Optimizer, group: dict[str, Any],
     no step hooks, no ``grad_scale`` / ``found_inf``, not inside a CUDA graph capture); return
     whether it did. The same call ``Adam.step`` makes, without its per-call Python (``_init_group``,
     the step wrapper; under torch.profiler on the H200 a bf16 1.06B step spent 22 ms of host time
-    in 26 bucket ``AdamW.step`` calls against 11 ms in the standard loop's one, benchmarks/RESULTS.md);
-    tests/optim/test_optimizer_in_backward.py checks the bits against the standard loop."""
+    in 26 bucket ``AdamW.step`` calls against 11 ms in the standard loop's one, 2026-12-01:
+    ``git show f14c11e:benchmarks/RESULTS.md``);
+    tests/optim/test_in_backward.py checks the bits against the standard loop."""
     if (
         inspect.unwrap(type(bucket_opt).step) is not _ADAM_STEP
         or group["fused"]

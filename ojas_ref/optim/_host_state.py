@@ -19,7 +19,8 @@ theorem needed). With ``state_slice_mb`` (off by default) a parameter whose stat
 updated slice by slice, one slice's state on the device at a time (:meth:`HostState.step_sliced`: SGD
 with momentum, Adam, AdamW only; bitwise the whole step because their arithmetic is elementwise, tested
 on the CPU and on an H200, no theorem; the 1.06B Llama's losses on the H200 bitwise those of the state
-on the device, benchmarks/RESULTS.md). Tested: ``tests/optim/test_optimizer_in_backward_host_state.py``.
+on the device, 2026-12-01: ``git show f14c11e:benchmarks/RESULTS.md``). Tested:
+``tests/optim/test_in_backward_host_state.py``.
 
 ``state_slice_mb``: a parameter whose state is larger (its bytes times the state tensors per
 element: AdamW 2, with amsgrad 3, SGD momentum 1; before its first update, the same count of the
@@ -70,7 +71,7 @@ _SLICE_ALIGN = 64
 def _is_cuda(t: Tensor) -> bool:
     """Whether ``t`` is on a CUDA device, for the host-state copies (:meth:`HostState.stage`,
     ``swap_in``, ``swap_out``, ``step_sliced``, ``copy``): ``t.device.type == "cuda"``.
-    tests/optim/test_optimizer_in_backward_host_state.py replaces it to run their CUDA stream code on the
+    tests/optim/test_in_backward_host_state.py replaces it to run their CUDA stream code on the
     CPU against a model of CUDA's stream semantics (which stream each copy and step runs on, what it
     waits for, where its memory was allocated)."""
     return t.device.type == "cuda"
@@ -250,7 +251,7 @@ class HostState:
         every slice, since each slice starts from the same ``step`` and adds one. torch's foreach,
         fused and single-tensor kernels are elementwise; whether a kernel rounds an element the same
         way at another offset in a tensor (vectorised body against scalar tail) is what the tests
-        check (tests/optim/test_optimizer_in_backward_host_state.py, slices of 1 element and of sizes not
+        check (tests/optim/test_in_backward_host_state.py, slices of 1 element and of sizes not
         dividing the parameter's, CPU; the default slices are multiples of 2**20 bytes)."""
         n = p.numel()
         flat_p, flat_g = p.detach().view(-1), p.grad.view(-1)
@@ -411,8 +412,8 @@ class HostState:
         created) and put them in :attr:`state`: the device copies are dropped. On CUDA the copies
         run ``non_blocking`` on the outward copy stream (not :meth:`stage`'s: the two directions of
         PCIe at once; on the H200 the 1.06B fp32 AdamW step went from 0.869x to 0.988x of standard
-        + checkpointing with it, benchmarks/RESULTS.md), after the step's stream has reached this
-        point, so the backward's kernels do not wait for them; each device copy is kept
+        + checkpointing with it, 2026-12-01: ``git show f14c11e:benchmarks/RESULTS.md``), after the
+        step's stream has reached this point, so the backward's kernels do not wait for them; each device copy is kept
         (``record_stream``) until its copy is done."""
         streams: dict[torch.device, Any] = {}
         for p in bucket:

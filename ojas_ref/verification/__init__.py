@@ -4,7 +4,7 @@ rocq/MANIFEST.json), ``oracle`` (the client of the OCaml oracle extracted from t
 specs, extraction/), ``bounds`` (the proved floating-point error bounds, as tolerances: one
 module per operation), the differential checks of each primitive against the oracle
 (``attention_check``, ``linear_cross_entropy_check``, ``reversible_check``,
-``optimizer_in_backward_check``) and ``audit`` (``ojas audit``: implementation <-> theorem
+``in_backward_check``) and ``audit`` (``ojas audit``: implementation <-> theorem
 <-> proof status <-> differential status). They need a source checkout (rocq/ and
 extraction/ beside the package).
 """

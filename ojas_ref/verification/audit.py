@@ -132,8 +132,8 @@ def _reversible_check(params: dict, seed: int) -> list[str]:
     return oracle_mismatches(make_problem(seed, **params))
 
 
-def _optimizer_in_backward_check(params: dict, seed: int) -> list[str]:
-    from ojas_ref.verification.optimizer_in_backward_check import make_case, oracle_mismatches
+def _in_backward_check(params: dict, seed: int) -> list[str]:
+    from ojas_ref.verification.in_backward_check import make_case, oracle_mismatches
 
     return oracle_mismatches(make_case(seed, **params))
 
@@ -144,7 +144,7 @@ def implementations() -> list[Implementation]:
     from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
     from ojas_ref.optim.in_backward import InBackwardOptimizer
     from ojas_ref.nn.reversible import ReversibleSequence
-    from ojas_ref.verification.optimizer_in_backward_check import CASES as OPTIMIZER_CASES
+    from ojas_ref.verification.in_backward_check import CASES as IN_BACKWARD_CASES
 
     impls = [
         Implementation(
@@ -157,9 +157,7 @@ def implementations() -> list[Implementation]:
             _linear_cross_entropy_check("reference"),
         ),
         Implementation("ojas_ref.ReversibleSequence", ReversibleSequence, REVERSIBLE_CASES, _reversible_check),
-        Implementation(
-            "ojas_ref.InBackwardOptimizer", InBackwardOptimizer, OPTIMIZER_CASES, _optimizer_in_backward_check
-        ),
+        Implementation("ojas_ref.InBackwardOptimizer", InBackwardOptimizer, IN_BACKWARD_CASES, _in_backward_check),
     ]
     why = None
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":

@@ -28,8 +28,8 @@ from ojas_ref.functional.rope import (  # noqa: E402
     BACKWARD_THEOREM,
     IMPL_ENV,
     apply_rotary_pos_emb,
-    fused_rotary,
-    rotary_reference,
+    fused_rope,
+    rope_reference,
 )
 
 hf_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
@@ -47,7 +47,7 @@ def hf_apply(q, k, cos, sin, unsqueeze_dim=1):
     return hf_llama.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)
 
 
-def rotary_tables(
+def rope_tables(
     B: int, S: int, E: int, dtype: torch.dtype, kind: str = "hf", seed: int = 0, device: str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin ``[B, S, E]``: Hugging Face's (float32, then cast) or random in [-1, 1] (halves differ)."""
@@ -129,7 +129,7 @@ def check_parity(
     device="cpu",
 ) -> None:
     xq, xk = hf_qk(B, Hq, Hkv, S, E, dtype, seed, scale, device)
-    cos, sin = rotary_tables(cos_batch, S, E, dtype, kind, seed, device)
+    cos, sin = rope_tables(cos_batch, S, E, dtype, kind, seed, device)
     g = torch.Generator().manual_seed(seed + 2)
     gq = draw((B, Hq, S, E), dtype, g, scale, device) if use_q else None
     gk = draw((B, Hkv, S, E), dtype, g, scale, device) if use_k else None
@@ -189,7 +189,7 @@ def test_unsqueeze_dim_2(impl):
     """q/k ``[B, S, H, E]`` (Hugging Face's view before the transpose) with unsqueeze_dim=2."""
     B, Hq, Hkv, S, E = 2, 4, 2, 11, 16
     xq, xk = hf_qk(B, Hq, Hkv, S, E, torch.bfloat16, seed=3)
-    cos, sin = rotary_tables(1, S, E, torch.bfloat16, "random", 3)
+    cos, sin = rope_tables(1, S, E, torch.bfloat16, "random", 3)
     q, k = xq.view(B, S, Hq, E).requires_grad_(), xk.view(B, S, Hkv, E).requires_grad_()
     w = [torch.randn(t.shape, dtype=torch.bfloat16) for t in (q, k)]
     results = []
@@ -207,7 +207,7 @@ def test_sum_loss_expanded_gradient(impl):
     """``out.sum()`` sends expanded gradients (every stride 0): copied, same values."""
     B, Hq, Hkv, S, E = 2, 4, 2, 5, 8
     xq, xk = hf_qk(B, Hq, Hkv, S, E, torch.float16, seed=4)
-    cos, sin = rotary_tables(1, S, E, torch.float16, "random", 4)
+    cos, sin = rope_tables(1, S, E, torch.float16, "random", 4)
     results = []
     for fn in (hf_apply, lambda *a: apply_rotary_pos_emb(*a, impl=impl)):
         lq, lk = xq.detach().requires_grad_(), xk.detach().requires_grad_()
@@ -224,7 +224,7 @@ def test_cos_requiring_grad_runs_reference(impl, monkeypatch):
     monkeypatch.setattr(krope, "rope_forward", lambda *a: calls.append(1))
     B, Hq, Hkv, S, E = 1, 2, 1, 6, 8
     xq, xk = hf_qk(B, Hq, Hkv, S, E, torch.float32, seed=6)
-    cos, sin = rotary_tables(1, S, E, torch.float32, "random", 6)
+    cos, sin = rope_tables(1, S, E, torch.float32, "random", 6)
     results = []
     for fn in (hf_apply, lambda *a: apply_rotary_pos_emb(*a, impl=impl)):
         c, s = cos.clone().requires_grad_(), sin.clone()
@@ -239,13 +239,13 @@ def test_cos_requiring_grad_runs_reference(impl, monkeypatch):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fused_rotary(dtype):
+def test_fused_rope(dtype):
     B, Hq, Hkv, S, E = 2, 4, 2, 7, 64
     xq, xk = hf_qk(B, Hq, Hkv, S, E, dtype, seed=8)
-    cos, sin = rotary_tables(1, S, E, dtype, "hf")
+    cos, sin = rope_tables(1, S, E, dtype, "hf")
     gq, gk = torch.randn(B, Hq, S, E).to(dtype), torch.randn(B, Hkv, S, E).to(dtype)
     for x, ref in zip(
-        run(fused_rotary, xq, xk, cos, sin, Hq, Hkv, E, gq, gk), run(hf_apply, xq, xk, cos, sin, Hq, Hkv, E, gq, gk)
+        run(fused_rope, xq, xk, cos, sin, Hq, Hkv, E, gq, gk), run(hf_apply, xq, xk, cos, sin, Hq, Hkv, E, gq, gk)
     ):
         assert_equal(x, ref)
 
@@ -256,9 +256,9 @@ def test_kernel_functions_direct():
     B, Hq, Hkv, S, E = 2, 3, 1, 5, 16
     q = torch.randn(B, S, Hq, E, dtype=torch.bfloat16).transpose(1, 2)
     k = torch.randn(B, Hkv, S, E, dtype=torch.bfloat16)
-    cos, sin = rotary_tables(1, S, E, torch.bfloat16, "random")
+    cos, sin = rope_tables(1, S, E, torch.bfloat16, "random")
     q_out, k_out = krope.rope_forward(q, k, cos, sin)
-    want_q, want_k = rotary_reference(q, k, cos, sin)
+    want_q, want_k = rope_reference(q, k, cos, sin)
     assert_equal(q_out, want_q)
     assert_equal(k_out, want_k)
     assert q_out.stride() == q.stride() and k_out.is_contiguous()
@@ -266,7 +266,7 @@ def test_kernel_functions_direct():
     dq, dk = krope.rope_backward(None, k_out, cos, sin)
     assert dq is None and dk.shape == k.shape
     q_last = torch.randn(B, Hq, S, 2 * E, dtype=torch.bfloat16)[..., ::2]  # last stride 2: copied
-    assert_equal(krope.rope_forward(q_last, k, cos, sin)[0], rotary_reference(q_last, k, cos, sin)[0])
+    assert_equal(krope.rope_forward(q_last, k, cos, sin)[0], rope_reference(q_last, k, cos, sin)[0])
 
 
 @pytest.mark.interpreter
@@ -312,7 +312,7 @@ def test_saves_only_cos_and_sin():
         return t
 
     xq, xk = hf_qk(1, 2, 1, 4, 8, torch.float32)
-    cos, sin = rotary_tables(1, 4, 8, torch.float32)
+    cos, sin = rope_tables(1, 4, 8, torch.float32)
     q, k = views(xq.requires_grad_(), xk.requires_grad_(), 2, 1, 8)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         apply_rotary_pos_emb(q, k, cos, sin, impl="triton")
@@ -322,7 +322,7 @@ def test_saves_only_cos_and_sin():
 @pytest.mark.interpreter
 def test_double_backward_refused():
     xq, xk = hf_qk(1, 2, 1, 4, 8, torch.float32)
-    cos, sin = rotary_tables(1, 4, 8, torch.float32)
+    cos, sin = rope_tables(1, 4, 8, torch.float32)
     xq.requires_grad_()
     q, k = views(xq, xk, 2, 1, 8)
     q_out, _ = apply_rotary_pos_emb(q, k, cos, sin, impl="triton")
@@ -332,7 +332,7 @@ def test_double_backward_refused():
 
 def test_reference_double_backward_works():
     xq, xk = hf_qk(1, 2, 1, 4, 8, torch.float64)
-    cos, sin = rotary_tables(1, 4, 8, torch.float64)
+    cos, sin = rope_tables(1, 4, 8, torch.float64)
     xq.requires_grad_()
     q, k = views(xq, xk, 2, 1, 8)
     q_out, _ = apply_rotary_pos_emb(q, k, cos, sin, impl="reference")
@@ -373,10 +373,23 @@ def test_constants():
     assert BACKWARD_THEOREM in krope.__doc__ and BACKWARD_THEOREM in prope.__doc__
 
 
+@pytest.mark.parametrize("old, new", [("fused_rotary", fused_rope), ("rotary_reference", rope_reference)])
+def test_old_names_warn_and_give_the_new_functions(old, new):
+    """Release 0.1's names are deprecated aliases for one release: they warn and are the renamed functions."""
+    with pytest.warns(
+        DeprecationWarning, match=rf"ojas_ref\.functional\.rope\.{old} is deprecated.*use .*\.{new.__name__}"
+    ):
+        assert getattr(prope, old) is new
+    with pytest.warns(DeprecationWarning, match=old):
+        exec(f"from ojas_ref.functional.rope import {old}", {})
+    with pytest.raises(AttributeError, match="has no attribute 'rotary'"):
+        prope.rotary
+
+
 def test_reference_is_transformers():
     q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8)
-    cos, sin = rotary_tables(1, 5, 8, torch.float32, "random")
-    for x, ref in zip(rotary_reference(q, k, cos, sin), hf_apply(q, k, cos, sin)):
+    cos, sin = rope_tables(1, 5, 8, torch.float32, "random")
+    for x, ref in zip(rope_reference(q, k, cos, sin), hf_apply(q, k, cos, sin)):
         assert_equal(x, ref)
 
 

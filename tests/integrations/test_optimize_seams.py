@@ -161,21 +161,21 @@ def test_a_plain_rope_function_is_replaced_by_a_function_and_counted(monkeypatch
     this venv); uses are counted, copies of a use are uses, and the last release puts it back."""
     import types
 
-    from ojas_ref.functional.rope import rotary_reference
+    from ojas_ref.functional.rope import rope_reference
 
     module = types.ModuleType("fake_modeling")
-    module.apply_rotary_pos_emb = rotary_reference
+    module.apply_rotary_pos_emb = rope_reference
     monkeypatch.setitem(sys.modules, module.__name__, module)
     use = hf_rope.RopeUse(module.__name__)
     replaced = module.apply_rotary_pos_emb
-    assert isinstance(replaced, types.FunctionType) and replaced._ojas_original is rotary_reference
+    assert isinstance(replaced, types.FunctionType) and replaced._ojas_original is rope_reference
     copied = pickle.loads(pickle.dumps(use))
     assert hf_rope._ROPE_PATCHED[module.__name__][1] == 2
     use.release()
     use.release()  # once only
     assert module.apply_rotary_pos_emb is replaced
     copied.release()
-    assert module.apply_rotary_pos_emb is rotary_reference and module.__name__ not in hf_rope._ROPE_PATCHED
+    assert module.apply_rotary_pos_emb is rope_reference and module.__name__ not in hf_rope._ROPE_PATCHED
     with pytest.raises(RuntimeError, match="released"):
         copy.deepcopy(use)
 

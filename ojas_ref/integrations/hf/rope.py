@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ojas_ref.functional.dispatch import plain_kernel_call
-from ojas_ref.functional.rope import fused_rotary, rotary_reference
+from ojas_ref.functional.rope import fused_rope, rope_reference
 
 __all__ = ["ROPE_MODULES", "RopeUse", "patch_rope", "rope_unsupported_reason", "scope_rope", "unpatch_rope"]
 
@@ -54,7 +54,7 @@ def scope_rope(attention_modules: list[nn.Module]) -> list[Any]:
 
 
 def _probe_rope(original: Callable[..., Any]) -> Optional[str]:
-    """Why ``original`` is not the rotate-half formula of :func:`rotary_reference`, or None: random
+    """Why ``original`` is not the rotate-half formula of :func:`rope_reference`, or None: random
     inputs (GQA, batch-broadcast cos/sin), forward and gradients, bit for bit, float32 and
     bfloat16, on the CPU."""
     g = torch.Generator().manual_seed(0)
@@ -62,7 +62,7 @@ def _probe_rope(original: Callable[..., Any]) -> Optional[str]:
         q, k = (torch.randn(2, h, 5, 8, generator=g).to(dtype).requires_grad_() for h in (4, 2))
         cos, sin = (torch.randn(1, 5, 8, generator=g).to(dtype) for _ in range(2))
         try:
-            got, want = original(q, k, cos, sin), rotary_reference(q, k, cos, sin)
+            got, want = original(q, k, cos, sin), rope_reference(q, k, cos, sin)
         except Exception as e:  # noqa: BLE001 - any failure means: not the checked formula
             return f"its apply_rotary_pos_emb cannot be called as Llama's ({e})"
         ones = [torch.ones_like(t) for t in want]
@@ -97,7 +97,7 @@ def _ojas_rope(original: Callable[..., Any]) -> Callable[..., Any]:
             and cos.shape[0] in (1, q.shape[0])
             and q.shape[0] == k.shape[0]
         ):
-            return fused_rotary(q, k, cos, sin)
+            return fused_rope(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb._ojas_original = original

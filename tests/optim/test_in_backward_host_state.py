@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ojas_ref.optim.in_backward import InBackwardOptimizer
-from test_optimizer_in_backward import assert_same, count_bucket_steps
+from test_in_backward import assert_same, count_bucket_steps
 
 OPTIMIZERS = {
     "sgd_momentum": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
@@ -960,8 +960,8 @@ def _poison_hook(kind: str, opt_ref: list, numel: int) -> Any:
 def test_cuda_sliced_with_the_device_behind(kind: str, name: str) -> None:
     """Sliced (state_slice_mb=8: buffers of 2 MiB) and whole, 2 x 2048^2 weights, 3 steps, with
     :func:`_poison_hook` on the last weight: bitwise equal and finite. The 1.06B Llama's NaN losses
-    before 7f52cf3 (benchmarks/RESULTS.md, 2026-12-01) are taken to be the ``compute`` race, which
-    the fix removed; this test was not run on the code before the fix."""
+    before 7f52cf3 (H200, 2026-12-01: ``git show e824c5c:benchmarks/RESULTS.md``) are taken to be
+    the ``compute`` race, which the fix removed; this test was not run on the code before the fix."""
     torch.backends.cudnn.deterministic = True
     cls, kw = SLICED[name]
     runs = []

@@ -1,6 +1,6 @@
 """Differential check of one optimizer update against the oracle extracted from Coq.
 
-Shared by tests/optim/test_optimizer_in_backward.py and ``ojas audit``: a case is a dict
+Shared by tests/optim/test_in_backward.py and ``ojas audit``: a case is a dict
 (rule "sgd" | "adamw", its hyper-parameters, param, grad, the parameter's torch.optim
 state), ``updates`` runs one float64 step of ``torch.optim.SGD`` / ``AdamW`` and of
 :class:`InBackwardOptimizer` (the update in the post-accumulate-grad hook of a backward

@@ -20,7 +20,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ojas_ref.optim.in_backward import InBackwardOptimizer, _live_grad
-from ojas_ref.verification.optimizer_in_backward_check import CASES, make_case, oracle_mismatches, updates
+from ojas_ref.verification.in_backward_check import CASES, make_case, oracle_mismatches, updates
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 50, 32, 4, 2, 12, 3
 CLIP = 0.05  # below the gradient norms of this model (checked), so clipping is active
