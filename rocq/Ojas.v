@@ -9,14 +9,18 @@
       and accumulation formats from Flocq, underflow covered;
       [FloatModel/NoUnderflow.v]: its special case without absolute terms)
       and the generic error lemmas built on it (dot products, blocked sums,
-      the computed [exp2], the online softmax's tiles);
+      the computed [exp2]);
     - one folder per operation ([Attention/], [CrossEntropy/], [Reversible/],
       [OptimizerInBackward/], [RMSNorm/], [SwiGLU/], [ReLU/], [RoPE/]): the
       specification (the algorithm the kernel runs, as a definition the
       oracle extracts), its exact proofs (equal to the reference in exact
-      arithmetic) and its error proofs in the rounding model; the mixed-
-      precision error proofs of attention and cross-entropy are the
-      [FloatModel/Attention*.v] and [FloatModel/CrossEntropy*.v] files;
+      arithmetic) and its error proofs in the rounding model: beside them
+      those stated without underflow (e.g. [Attention/StreamError.v],
+      [CrossEntropy/LseError.v]), and in the operation's [Float/] subfolder
+      the kernels' error proofs in the mixed-precision model
+      ([Attention/Float/]: the online softmax's rescaling and tiles, the
+      forward output, its saved lse, dV, dK and dQ; [CrossEntropy/Float/]:
+      the streamed lse and loss, dH and dW, softcap, a-posteriori bounds);
     - [Bounds/]: the error bounds' values over exact rationals, one file per
       operation, which the oracle (extraction/ExtractBounds.v) computes.
 
@@ -29,25 +33,25 @@ From Ojas Require Export ScalarOps Vector VectorFacts.
 
 (** ** The rounding model and its generic error lemmas *)
 From Ojas Require Export FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.Notations FloatModel.DotError.
-From Ojas Require Export FloatModel.BlockedSum FloatModel.Exp2Weight FloatModel.AttentionNumerator.
-From Ojas Require Export FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile.
+From Ojas Require Export FloatModel.BlockedSum FloatModel.Exp2Weight.
 
 (** ** Attention: specification, exact proofs, error proofs *)
 From Ojas Require Export Attention.OnlineSoftmax Attention.Backward Attention.Merge Attention.Mask.
 From Ojas Require Export Attention.AdditiveMask Attention.GroupedQuery Attention.Lse.
 From Ojas Require Export Attention.StreamCorrect Attention.BackwardCorrect.
 From Ojas Require Export Attention.ScorePerturbation Attention.StreamError.
-From Ojas Require Export FloatModel.AttentionForwardError FloatModel.AttentionForwardPosteriori.
-From Ojas Require Export FloatModel.AttentionLseError FloatModel.AttentionBackwardError FloatModel.AttentionGradError.
+From Ojas Require Export Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
+From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardError Attention.Float.ForwardPosteriori.
+From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export CrossEntropy.Definitions CrossEntropy.ChunkedLse CrossEntropy.Loss.
 From Ojas Require Export CrossEntropy.Gradient CrossEntropy.Reduction.
 From Ojas Require Export CrossEntropy.LseError CrossEntropy.LossError CrossEntropy.EndToEnd.
-From Ojas Require Export FloatModel.CrossEntropyLseError FloatModel.CrossEntropyGradError.
-From Ojas Require Export FloatModel.CrossEntropyWeightedGradError FloatModel.CrossEntropySoftcapError.
-From Ojas Require Export FloatModel.CrossEntropySoftcapGradError FloatModel.CrossEntropyLossPosteriori.
-From Ojas Require Export FloatModel.CrossEntropyGradPosteriori.
+From Ojas Require Export CrossEntropy.Float.LseLossError CrossEntropy.Float.GradError.
+From Ojas Require Export CrossEntropy.Float.WeightedGradError CrossEntropy.Float.SoftcapError.
+From Ojas Require Export CrossEntropy.Float.SoftcapGradError CrossEntropy.Float.LossPosteriori.
+From Ojas Require Export CrossEntropy.Float.GradPosteriori.
 
 (** ** Reversible coupling stacks *)
 From Ojas Require Export Reversible.Coupling Reversible.Stack Reversible.FixedPoint Reversible.Gradient.

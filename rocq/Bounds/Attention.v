@@ -1,7 +1,7 @@
 (** * Computable bounds of attention in mixed precision (forward output, a-posteriori, lse).
 
     - [attn_fwd_q]: the bound [afe_rel] of
-      [FloatModel.AttentionForwardError.attention_forward_error] (forward
+      [Attention.Float.ForwardError.attention_forward_error] (forward
       attention in mixed precision, the rounding of the scores included),
       its upper bounds [X >= 2^(u K)] ([exp_up]), [Y >= exp (2 delta) - 1]
       ([perturbation_q]) and the powers ([pow_up_N]) computed here, the rest
@@ -11,21 +11,21 @@
       whole loop under any mask ([attention_forward_error_masked]); the
       checks and the upper bounds are [afe_consts] ([afe_consts_spec]);
     - [attn_fwd_post_q]: the pair [afp_rel], [afp_abs] of
-      [FloatModel.AttentionForwardPosteriori.attention_forward_posteriori] at
+      [Attention.Float.ForwardPosteriori.attention_forward_posteriori] at
       the same [afe_consts], each rounded up; [attn_fwd_post_q_sound]: whenever
       it is [Some (r, a)], [r W + a] ([W = sum_j P_j |v_j|]) bounds the error of
       the kernel's output coordinate on fully visible tiles,
       [attn_fwd_post_q_sound_masked]: of the kernel's whole loop under any mask
       ([attention_forward_posteriori_masked]);
     - [attn_lse_q]: the bound [lse_bound] of
-      [FloatModel.AttentionLseError.attention_lse_error] on the saved lse,
+      [Attention.Float.SavedLseError.attention_lse_error] on the saved lse,
       [ln N <= LN] checked by [exp_dn], [- ln (1 - bL) <= bL / (1 - bL)]
       ([afe_neg_ln_le]); [attn_lse_q_sound], [attn_lse_q_sound_masked]. *)
 
 From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
-From Ojas Require Import FloatModel.DotError FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile.
-From Ojas Require Import FloatModel.AttentionForwardError FloatModel.AttentionLseError.
-From Ojas Require Import FloatModel.AttentionForwardPosteriori.
+From Ojas Require Import FloatModel.DotError FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxTile.
+From Ojas Require Import Attention.Float.ForwardError Attention.Float.SavedLseError.
+From Ojas Require Import Attention.Float.ForwardPosteriori.
 From Ojas Require Import Bounds.Rational Bounds.Sums Bounds.Softmax.
 
 Local Open Scope Q_scope.
@@ -39,7 +39,7 @@ Definition afe_bL_q (u ue ee ea : Q) (B Nk Tt : N) (X P1 CG CR : Q) : Q :=
   let H := P1 * ((1 + ue) * X) in
   H * CG * X - 1 + Q_of_N Tt * CR * (((H * CG * X) * Q_of_N Nk * ee) * (1 + u) + ea + P1 * (Q_of_N B * ee)) * (1 + u).
 
-(** [afp_gA], [afp_rA] of AttentionForwardPosteriori.v: the acc fold's factor minus one
+(** [afp_gA], [afp_rA] of Attention/Float/ForwardPosteriori.v: the acc fold's factor minus one
     and its absolute term; [afe_bN = afp_gA + afp_rA / V]. *)
 Definition afp_gA_q (u ue us X P1 CG : Q) : Q := P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)) * CG * X - 1.
 
@@ -93,7 +93,7 @@ Definition attn_fwd_q (u ue ee ea us es uc scale P V : Q) (E B Nk Tt : N) : opti
   | None => None
   end.
 
-(** [afp_rel], [afp_abs] of AttentionForwardPosteriori.v. *)
+(** [afp_rel], [afp_abs] of Attention/Float/ForwardPosteriori.v. *)
 Definition afp_rel_q (u ue ee ea us : Q) (B Nk Tt : N) (X Y P1 CG CR : Q) : Q :=
   let bL := afe_bL_q u ue ee ea B Nk Tt X P1 CG CR in
   ((1 + u) * (afp_gA_q u ue us X P1 CG + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us.

@@ -1,7 +1,7 @@
 (** * Computable bounds of the chunked linear cross-entropy's streamed lse.
 
     - [ce_lse_q]: the bound [ce_lse_bound] of
-      [FloatModel.CrossEntropyLseError.ce_lse_error_up] on the chunked linear
+      [CrossEntropy.Float.LseLossError.ce_lse_error_up] on the chunked linear
       cross-entropy's streamed lse ([exp (2 u Zmax) <= XK] by [exp_up], the
       powers by [pow_up_N], [ln V <= LN] by [exp_dn], [NL = bL / (1 - bL)]);
       [ce_lse_q_sound]; its checks are [ce_ok] ([ce_ok_spec]);
@@ -13,8 +13,8 @@
       [ce_merge_lse_q_sound]. *)
 
 From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxTile FloatModel.CrossEntropyLseError.
-From Ojas Require Import FloatModel.AttentionForwardError FloatModel.AttentionLseError.
+From Ojas Require Import FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxTile CrossEntropy.Float.LseLossError.
+From Ojas Require Import Attention.Float.ForwardError Attention.Float.SavedLseError.
 From Ojas Require Import Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention.
 
 Local Open Scope Q_scope.
@@ -26,7 +26,7 @@ Local Open Scope Q_scope.
 
 (** One level of the tile loop ([ce_run_gen] after at most [Tt] tiles of [Bt] items, tile
     sums of depth [Dt], [Nn] items of factor [ci], term [ri], exact values at most [Nx]):
-    its factor [ce_H Q^Tt XK] and its term [Tt a^Tt ce_b] (CrossEntropyLseError.v), at
+    its factor [ce_H Q^Tt XK] and its term [Tt a^Tt ce_b] (CrossEntropy/Float/LseLossError.v), at
     upper bounds [P1], [QT], [AT] of [(1 + u)^Dt], [ce_Q^Tt], [ce_a^Tt]. *)
 Definition ce_lvl_C_q (u ue XK ci P1 QT : Q) : Q := P1 * (ci * ((1 + ue) * XK) * (1 + u)) * QT * XK.
 

@@ -370,7 +370,7 @@ Qed.
     is an fp32 number ([generic_format_bpow]: [FLT_exp (-149) 24 1 = -23 <= 0]),
     and rounding fixes the numbers of the format ([ff_rnd_id], Flocq's
     [round_generic]).  The premise [exp2 0 = 1] of the masked-tile lemmas
-    (OnlineSoftmaxTile.v, [masked_tile_step_id]). *)
+    (Attention/Float/OnlineSoftmaxTile.v, [masked_tile_step_id]). *)
 Lemma fp32_fmt_1 : ff_fmt fp32 1.
 Proof.
   change 1 with (bpow radix2 0).

@@ -5,8 +5,8 @@
 
 From Coq Require Import Reals QArith Qreals List Lra Lia.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.CrossEntropyLseError.
-From Ojas Require Import Bounds.Rational Bounds.CrossEntropy Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum CrossEntropy.Float.LseLossError.
+From Ojas Require Import Bounds.Rational Bounds.CrossEntropy Witnesses.Instances Witnesses.CrossEntropy.Float.LseLossError.
 Import ListNotations.
 Open Scope R_scope.
 

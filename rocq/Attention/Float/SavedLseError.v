@@ -8,7 +8,7 @@
     kernels recompute [P = exp2 (s2 - lse2)] from it.
 
     [attention_lse_error]: with the premises of
-    [AttentionForwardError.attention_forward_error] (fully visible tiles),
+    [ForwardError.attention_forward_error] (fully visible tiles),
     [ln N <= LN], [- ln (1 - bL) <= NL] ([bL = afe_bL < 1]),
       |rnd (rnd (m + lg l) * cl) - ln (sum_j exp (scale q.k_j))|
         <= [lse_bound] u ea el ucl (score_max ..) (score_delta ..) LN NL,
@@ -22,7 +22,7 @@
     start under any boolean mask (causal, window, bounds), against the
     log-sum-exp over the visible keys.
 
-    Not covered: as in AttentionForwardError.v (the order inside the dots,
+    Not covered: as in Attention/Float/ForwardError.v (the order inside the dots,
     [tl.sum] as a tree, FMA contraction, additive masks), and [el] itself:
     the hypothesis is for [x] in [[lmin, lmax]], which holds [l]. *)
 
@@ -31,7 +31,7 @@ From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
+From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 Import ListNotations.
 Open Scope R_scope.
 

@@ -5,7 +5,7 @@
     [r] read back from the logits buffer), no bias, label smoothing and z-loss 0, token
     weight 1 (bfloat16, float32).  [_rows_kernel] GRAD recomputes, per kept token and
     vocabulary row, the capped logit [z = rnd (c * th r)] ([_softcap]: [sc_z] of
-    CrossEntropySoftcapError.v) and [_grad_tile] computes, in this order,
+    CrossEntropy/Float/SoftcapError.v) and [_grad_tile] computes, in this order,
       g  = tl.exp (rnd (z - lse))             [- 1, rounded, for the target] ([ce_gent]),
       cf = 1.0 - (z / c)^2                    ([_cap_chain]: [sc_chain_ok]),
       G  = rnd_s (rnd (g * cf))               ([* 1.0], the token weight, is exact),
@@ -13,12 +13,12 @@
     exact entry is [(P_c - [v = t]) (1 - tanh (y / c)^2)] with [P_c = e^(c tanh (y / c) - L)],
     [y = h . w_v] and [L] the exact lse of the capped logits ([sc_G]): the partial
     derivative of the capped loss in the raw logit (Gradient.v's [softcap_grad]).  dH and
-    dW are the products of CrossEntropyGradError.v, run by its generic [ce_gen_run] /
+    dW are the products of CrossEntropy/Float/GradError.v, run by its generic [ce_gen_run] /
     [ce_gen_dh] over these entries.
 
-    Premises: those of CrossEntropyGradError.v ([tl.exp] within [ue e^x + ee]; the fp32
+    Premises: those of CrossEntropy/Float/GradError.v ([tl.exp] within [ue e^x + ee]; the fp32
     accumulation of each product within [gd * sum |terms|]: [ce_gen_dsum_ok], proved by
-    [ce_dsum_tree] for any reduction tree) and of CrossEntropySoftcapError.v (the computed
+    [ce_dsum_tree] for any reduction tree) and of CrossEntropy/Float/SoftcapError.v (the computed
     tanh [th] within [ut |tanh| + et], the division [dv] within [ud |z / c| + ed]); per
     kept item the raw logit [|r - y| <= dr] (fp32, a number of the format), the lse
     [|lse - L| <= Dl] (the caller takes [ce_lse_error_softcap]'s bound), [|z - lse| <= Am].
@@ -47,7 +47,7 @@
 
 From Coq Require Import Reals List Lra.
 From Ojas Require Import VectorFacts.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.CrossEntropyGradError FloatModel.CrossEntropySoftcapError.
+From Ojas Require Import FloatModel.MixedPrecision CrossEntropy.Float.GradError CrossEntropy.Float.SoftcapError.
 From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
@@ -240,7 +240,7 @@ Proof.
   rewrite ?Rmult_0_l, ?Rminus_0_r, ?Rabs_R0, ?Rmult_0_l, ?Rmult_0_r, ?Rabs_R0, ?Rmult_0_l, ?Rmult_0_r; lra.
 Qed.
 
-(** The a-posteriori sums; with CrossEntropyGradError.v's [ce_S], [ce_T] and [ce_Ha] of
+(** The a-posteriori sums; with CrossEntropy/Float/GradError.v's [ce_S], [ce_T] and [ce_Ha] of
     the capped logits. *)
 Definition sc_Sk (xs : list T) : R := rsum (map (fun x => P x * sc_k x * Rabs (ih x)) xs).
 Definition sc_Tc (xs : list T) : R := ce_gen_T T sc_exact xs.

@@ -74,7 +74,7 @@ From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.OnlineSoftmaxError.
+From Ojas Require Import Attention.Float.OnlineSoftmaxError.
 Import ListNotations.
 Open Scope R_scope.
 

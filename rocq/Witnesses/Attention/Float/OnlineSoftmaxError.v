@@ -1,8 +1,8 @@
-(** * Witnesses of FloatModel/OnlineSoftmaxError.v (ojas_ref/verification/proof_audit.py):
+(** * Witnesses of Attention/Float/OnlineSoftmaxError.v (ojas_ref/verification/proof_audit.py):
     [bf16_fp32] (Witnesses/Instances.v), the running values [0] and [1]. *)
 
 From Coq Require Import Reals List Lra Lia.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError Witnesses.Instances.
+From Ojas Require Import FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxError Witnesses.Instances.
 Import ListNotations.
 Open Scope R_scope.
 

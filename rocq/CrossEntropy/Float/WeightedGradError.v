@@ -51,7 +51,7 @@
     - [ce_dw4_error_two_level], [ce_dh4_error_two_level]: the same bounds
       at [Dl = ce_lse_bound u el Zmax LN NL delta], the lse premise
       composed with [ce_lse_error_two_level]
-      (rocq/FloatModel/CrossEntropyLseError.v) instead of assumed: each
+      (rocq/CrossEntropy/Float/LseLossError.v) instead of assumed: each
       item's lse is its token's merged lse [ce_row2_lse ts1 ts2 tiles2]
       (the groups' states from their first logits, merged from the first
       group's, then [rnd (m + tl.log l)]; [tl.exp] this file's [ex], [tl.log]
@@ -64,12 +64,12 @@
       [exp (2 u Zmax) <= XK], [bL = ce_bL2 XK ... < 1], [- ln (1 - bL) <= NL]
       ([ce_row2_lse_error]: [ce_lse_error_two_level] for one row).
 
-    Premises (as CrossEntropyGradError.v's): [tl.exp] within [ue e^x + ee]
+    Premises (as CrossEntropy/Float/GradError.v's): [tl.exp] within [ue e^x + ee]
     (a Section hypothesis); each product's float32 accumulation within
     [gd * sum |terms|] of the exact sum ([ce_dsum_tree] proves it for any
     tree of rounded additions of exact products); per item the logit
     [|z - y| <= delta], the lse [|lse - L| <= Dl] (for the 4-product forward
-    the merged lse of [ce_lse_error_two_level], rocq/FloatModel/CrossEntropyLseError.v:
+    the merged lse of [ce_lse_error_two_level], rocq/CrossEntropy/Float/LseLossError.v:
     the [_two_level] corollaries derive it from that theorem's premises),
     [|z - lse| <= Am].
 
@@ -83,10 +83,10 @@
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts Attention.BackwardCorrect Attention.ScorePerturbation.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError.
+From Ojas Require Import FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxError.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.CrossEntropyGradError.
-From Ojas Require FloatModel.CrossEntropyLseError.
+From Ojas Require Import CrossEntropy.Float.GradError.
+From Ojas Require CrossEntropy.Float.LseLossError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -110,7 +110,7 @@ Variable M : MixedModel.
 
 Import ModelNotations.
 
-(** The kernel's [tl.exp]: an assumption (as in CrossEntropyGradError.v). *)
+(** The kernel's [tl.exp]: an assumption (as in CrossEntropy/Float/GradError.v). *)
 Variable ex : R -> R.
 Variables ue ee : R.
 Hypothesis ue_nonneg : 0 <= ue.
@@ -261,7 +261,7 @@ Definition cw_E1 (ua Fe Sx Tx Hw Ha : R) : R :=
   (ce_Kw ua * Fe - 1) * Sx + (ce_Kw ua - 1) * Tx + ce_cw1 ua * Hw + ce_cw0 * Ha.
 
 (** One term's bound, and its sum over the items: the generic part of
-    CrossEntropyGradError.v ([ce_gen_chunk_close]) with these terms. *)
+    CrossEntropy/Float/GradError.v ([ce_gen_chunk_close]) with these terms. *)
 Definition cw_bd (ua Fe : R) (x : T) : R :=
   (ce_Kw ua * Fe - 1) * (Rabs (iw0 x) * cw_P x * Rabs (ih x)) + (ce_Kw ua - 1) * Rabs (cw_exact x)
   + ce_cw1 ua * (Rabs (iw0 x) * Rabs (ih x)) + ce_cw0 * Rabs (ih x).
@@ -377,7 +377,7 @@ End Rows.
 
 Section TwoLevel.
 
-(** The kernel's [tl.log]: an assumption (as in CrossEntropyLseError.v).  Its [tl.exp] is
+(** The kernel's [tl.log]: an assumption (as in CrossEntropy/Float/LseLossError.v).  Its [tl.exp] is
     this file's [ex]: [ex_err] holds for all [x], in particular for [x <= 0]. *)
 Variable lg : R -> R.
 Variables el lmin lmax : R.
@@ -398,19 +398,19 @@ Definition ce_row2_L (tiles2 : list (list (list (list (R * R))))) : R :=
     tile sum [ts1]), merged from the first group's [(m_g, 0)] (tile sum [ts2]), then
     [rnd (m + tl.log l)]. *)
 Definition ce_row2_lse (ts1 ts2 : list R -> R) (tiles2 : list (list (list (list (R * R))))) : R :=
-  let st := CrossEntropyLseError.ce_run M ex (list (list (R * R))) (CrossEntropyLseError.grp_m M ex ts1)
-              (CrossEntropyLseError.grp_l M ex ts1) ts2
-              (CrossEntropyLseError.grp_m M ex ts1 (hd [] (concat tiles2)), 0) tiles2 in
+  let st := LseLossError.ce_run M ex (list (list (R * R))) (LseLossError.grp_m M ex ts1)
+              (LseLossError.grp_l M ex ts1) ts2
+              (LseLossError.grp_m M ex ts1 (hd [] (concat tiles2)), 0) tiles2 in
   rnd (fst st + lg (snd st)).
 
 (** [ce_lse_error_two_level]'s [bL = C2 - 1 + R2]. *)
 Definition ce_bL2 (XK : R) (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) : R :=
-  let C1 := CrossEntropyLseError.ce_H u ue XK 1 Dt1 * CrossEntropyLseError.ce_Q u ue ^ T1 * XK in
-  let R1 := INR T1 * CrossEntropyLseError.ce_a u ue ee XK ^ T1
-            * CrossEntropyLseError.ce_b u ue ee ea XK 1 0 1 Dt1 Bt1 T1 N1 in
-  let C2 := CrossEntropyLseError.ce_H u ue XK C1 Dt2 * CrossEntropyLseError.ce_Q u ue ^ T2 * XK in
-  let R2 := INR T2 * CrossEntropyLseError.ce_a u ue ee XK ^ T2
-            * CrossEntropyLseError.ce_b u ue ee ea XK C1 R1 (INR N1) Dt2 Bt2 T2 Nn in
+  let C1 := LseLossError.ce_H u ue XK 1 Dt1 * LseLossError.ce_Q u ue ^ T1 * XK in
+  let R1 := INR T1 * LseLossError.ce_a u ue ee XK ^ T1
+            * LseLossError.ce_b u ue ee ea XK 1 0 1 Dt1 Bt1 T1 N1 in
+  let C2 := LseLossError.ce_H u ue XK C1 Dt2 * LseLossError.ce_Q u ue ^ T2 * XK in
+  let R2 := INR T2 * LseLossError.ce_a u ue ee XK ^ T2
+            * LseLossError.ce_b u ue ee ea XK C1 R1 (INR N1) Dt2 Bt2 T2 Nn in
   C2 - 1 + R2.
 
 (** [ce_lse_error_two_level]'s premises on one row (its first group the merge's start). *)
@@ -427,16 +427,16 @@ Definition ce_row2_ok (Bt1 T1 N1 Bt2 T2 Nn : nat) (Zmax delta LN : R)
 
 (** [ce_lse_error_two_level] for one row. *)
 Lemma ce_row2_lse_error : forall ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) Zmax XK delta LN NL tiles2,
-  CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
+  LseLossError.sum_ok M ts1 Dt1 Bt1 -> LseLossError.sum_ok M ts2 Dt2 Bt2 ->
   exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
   - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
   lmin <= 1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn -> (1 + ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) * exp LN <= lmax ->
   ce_row2_ok Bt1 T1 N1 Bt2 T2 Nn Zmax delta LN tiles2 ->
-  Rabs (ce_row2_lse ts1 ts2 tiles2 - ce_row2_L tiles2) <= CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta.
+  Rabs (ce_row2_lse ts1 ts2 tiles2 - ce_row2_L tiles2) <= LseLossError.ce_lse_bound u el Zmax LN NL delta.
 Proof.
   intros ts1 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn Zmax XK delta LN NL tiles2 Hts1 Hts2 HXK HbL HNL Hlmin Hlmax
     [Hne [Hg [HB2 [HT2 [HN2 [Hz HLN]]]]]].
-  apply (CrossEntropyLseError.ce_lse_error_two_level M ex ue ee ue_nonneg ee_nonneg (fun x _ => ex_err x)
+  apply (LseLossError.ce_lse_error_two_level M ex ue ee ue_nonneg ee_nonneg (fun x _ => ex_err x)
            lg el lmin lmax lg_fmt lg_err ts1 (hd [] (concat tiles2)) tiles2 ts2 Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn
            Zmax XK delta LN NL); auto.
   destruct (concat tiles2); [congruence | left; reflexivity].
@@ -446,10 +446,10 @@ Qed.
 Theorem ce_dw4_error_two_level : forall (T : Type) (iz il iy iL ih iw iw0 : T -> R) (it : T -> bool)
     (row : T -> list (list (list (list (R * R))))) ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat)
     dsum gd ua delta Am Zmax XK LN NL X xs,
-  let Dl := CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta in
+  let Dl := LseLossError.ce_lse_bound u el Zmax LN NL delta in
   0 <= gd -> 0 <= ua -> exp (delta + Dl + u * Am + ea) <= X ->
   ce_gen_dsum_ok T (cw_term T iz il ih iw it) dsum gd xs ->
-  CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
+  LseLossError.sum_ok M ts1 Dt1 Bt1 -> LseLossError.sum_ok M ts2 Dt2 Bt2 ->
   exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
   - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
   lmin <= 1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn -> (1 + ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) * exp LN <= lmax ->
@@ -473,11 +473,11 @@ Qed.
 (** dH: the entry [(n, d)]; every item's lse the merged lse of token [n]'s row [tiles2]. *)
 Theorem ce_dh4_error_two_level : forall (T : Type) (iz il iy iL ih : T -> R) (it ik : T -> bool)
     tiles2 ts1 ts2 (Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn : nat) dsum alpha a0 ua gd delta Am Zmax XK LN NL X g xs,
-  let Dl := CrossEntropyLseError.ce_lse_bound u el Zmax LN NL delta in
+  let Dl := LseLossError.ce_lse_bound u el Zmax LN NL delta in
   0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
   0 <= delta -> 0 <= Am -> exp (delta + Dl + u * Am + ea) <= X ->
   dsum_ok M ex T iz il ih it ik dsum gd xs ->
-  CrossEntropyLseError.sum_ok M ts1 Dt1 Bt1 -> CrossEntropyLseError.sum_ok M ts2 Dt2 Bt2 ->
+  LseLossError.sum_ok M ts1 Dt1 Bt1 -> LseLossError.sum_ok M ts2 Dt2 Bt2 ->
   exp (u * (2 * Zmax)) <= XK -> ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn < 1 ->
   - ln (1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) <= NL ->
   lmin <= 1 - ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn -> (1 + ce_bL2 XK Dt1 Bt1 T1 N1 Dt2 Bt2 T2 Nn) * exp LN <= lmax ->

@@ -1,10 +1,10 @@
-(** * Witnesses of FloatModel/CrossEntropyLossPosteriori.v (ojas_ref/verification/proof_audit.py):
-    the instances of Witnesses/FloatModel/CrossEntropyLseError.v, the target the row's one logit. *)
+(** * Witnesses of CrossEntropy/Float/LossPosteriori.v (ojas_ref/verification/proof_audit.py):
+    the instances of Witnesses/CrossEntropy/Float/LseLossError.v, the target the row's one logit. *)
 
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.CrossEntropyLseError.
-From Ojas Require Import FloatModel.CrossEntropyLossPosteriori Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum CrossEntropy.Float.LseLossError.
+From Ojas Require Import CrossEntropy.Float.LossPosteriori Witnesses.Instances Witnesses.CrossEntropy.Float.LseLossError.
 Import ListNotations.
 Open Scope R_scope.
 

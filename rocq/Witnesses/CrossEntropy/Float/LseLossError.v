@@ -1,12 +1,12 @@
-(** * Witnesses of FloatModel/CrossEntropyLseError.v: every exported theorem applied to
+(** * Witnesses of CrossEntropy/Float/LseLossError.v: every exported theorem applied to
     [bf16_fp32], [tl.exp] and [tl.log] the rounded [exp] and [ln] (Witnesses/Instances.v),
     [tl.sum] left to right ([tile_sum]) and one row of one logit, all its premises proved
     together (ojas_ref/verification/proof_audit.py). *)
 
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.OnlineSoftmaxError.
-From Ojas Require Import FloatModel.CrossEntropyLseError Witnesses.Instances.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum Attention.Float.OnlineSoftmaxError.
+From Ojas Require Import CrossEntropy.Float.LseLossError Witnesses.Instances.
 Import ListNotations.
 Open Scope R_scope.
 

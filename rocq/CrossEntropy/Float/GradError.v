@@ -23,7 +23,7 @@
       an epilogue rounding once to the storage format, [epi_exact_ok]) ([ce_run]).
 
     Premises: [tl.exp] within [ue e^x + ee] of [e^x] (a Section hypothesis,
-    measured on the device as in CrossEntropyLseError.v); each product's
+    measured on the device as in CrossEntropy/Float/LseLossError.v); each product's
     fp32 accumulation within [gd * sum |terms|] of the exact sum of the
     exact products (a hypothesis of the theorems: [ce_dsum_tree] proves it,
     with [gd = (1 + u)^k - 1], for any tree of rounded additions of depth
@@ -51,10 +51,10 @@
       ([ce_gen_ok]: each term [|tm - te| <= bd]): [ce_gen_dw_error] and
       [ce_gen_dh_error] (the bound [ce_gen_bound] in [B = sum bd] and
       [T = sum |te|]); the theorems above are its instance with [ce_g_close]
-      ([ce_term_close], [ce_bd_sum]); CrossEntropySoftcapGradError.v's with
+      ([ce_term_close], [ce_bd_sum]); CrossEntropy/Float/SoftcapGradError.v's with
       the capped entries.
 
-    Not covered: softcap (CrossEntropySoftcapGradError.v), bias, label smoothing and z-loss (other entries of
+    Not covered: softcap (CrossEntropy/Float/SoftcapGradError.v), bias, label smoothing and z-loss (other entries of
     G), the float16 schedule ([g_scale = 256]) and the 4-product schedule's
     dW (token weights inside G); the order of the sums inside cuBLAS / the CPU
     BLAS (only through the hypothesis on [dsum]: the any-order [gd] is the
@@ -71,7 +71,7 @@
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts Attention.BackwardCorrect Attention.ScorePerturbation.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.OnlineSoftmaxError.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum Attention.Float.OnlineSoftmaxError.
 From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
@@ -178,7 +178,7 @@ Qed.
 
 (** ** Sums of computed terms [tm] against exact ones [te], each within its own bound [bd]
 
-    The generic part of the results below: CrossEntropySoftcapGradError.v instantiates
+    The generic part of the results below: CrossEntropy/Float/SoftcapGradError.v instantiates
     it with the capped entries of G. *)
 
 Section Gen.

@@ -1,8 +1,8 @@
-(** * Witnesses of FloatModel/AttentionNumerator.v (ojas_ref/verification/proof_audit.py):
+(** * Witnesses of Attention/Float/NumeratorError.v (ojas_ref/verification/proof_audit.py):
     one probability [0] times one value [0]. *)
 
 From Coq Require Import Reals List Lra Lia.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.AttentionNumerator Witnesses.Instances.
+From Ojas Require Import FloatModel.MixedPrecision Attention.Float.NumeratorError Witnesses.Instances.
 Import ListNotations.
 Open Scope R_scope.
 

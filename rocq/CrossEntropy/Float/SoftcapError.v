@@ -7,7 +7,7 @@
     with [sc_tanh]).  The model keeps the last product's rounding ([rnd (c * th r)]) and
     takes the computed tanh [th] (the argument's scaling, the clamp at 80, [tl.exp], the
     addition, the division and [1 - .], all in fp32) as a premise, like the exp/log
-    premises of CrossEntropyLseError.v, to be measured on the device:
+    premises of CrossEntropy/Float/LseLossError.v, to be measured on the device:
       [|th r - tanh (r / c)| <= ut |tanh (r / c)| + et] for every fp32 [r].
 
     Results:
@@ -16,7 +16,7 @@
       [|c tanh (a / c) - c tanh (b / c)| <= |a - b|] for [c > 0] (mean value theorem on
       Gradient.v's [softcap_is_derive]; [0 <= 1 - tanh^2 <= 1]).
     - [sc_logit_error]: with [|r - y| <= dr] (the raw logit's error against the exact
-      [y = h . w_v], the [delta] of CrossEntropyLseError.v for the raw logits),
+      [y = h . w_v], the [delta] of CrossEntropy/Float/LseLossError.v for the raw logits),
         |rnd (c * th r) - c tanh (y / c)| <= sc_delta = dr + c (ut + et) + u c (1 + ut + et) + ea,
         |rnd (c * th r)| <= sc_zmax = (1 + u) c (1 + ut + et) + ea:
       the [delta] and [Zmax] that [ce_lse_error] consumes.
@@ -37,7 +37,7 @@
       [softcap_grad]): within [sc_chain_bound] (absolute: [1 - tanh^2] may be tiny).
 
     Not covered: the capped gradients dH and dW: [sc_chain_error] bounds one entry's chain
-    factor, but it is not composed into CrossEntropyGradError.v's [ce_dh_error] /
+    factor, but it is not composed into CrossEntropy/Float/GradError.v's [ce_dh_error] /
     [ce_dw_error] (which exclude the softcap), and no Python bound uses it; the bias (added before
     the cap), label smoothing, z-loss; FMA contraction of [c * th]; overflow; the computed
     tanh itself (a premise, measured by [measured_tanh_error] of
@@ -46,7 +46,7 @@
 From Coq Require Import Reals List Lra.
 From Coquelicot Require Import Coquelicot.
 From Ojas Require Import ScalarOps VectorFacts CrossEntropy.Definitions CrossEntropy.Gradient.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.CrossEntropyLseError.
+From Ojas Require Import FloatModel.MixedPrecision CrossEntropy.Float.LseLossError.
 From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.
@@ -173,7 +173,7 @@ Proof.
   apply in_map_iff in Hi; destruct Hi as [tl' [<- Hi]]; rewrite map_length; apply HB, Hi.
 Qed.
 
-(** The kernel's [tl.exp] and [tl.log], as in CrossEntropyLseError.v. *)
+(** The kernel's [tl.exp] and [tl.log], as in CrossEntropy/Float/LseLossError.v. *)
 Variable ex : R -> R.
 Variables ue ee : R.
 Hypothesis ue_nonneg : 0 <= ue.

@@ -1,6 +1,6 @@
 (** * Forward attention, a-posteriori: the error of each output entry in terms of [sum_j P_j |v_j|].
 
-    The same kernel, schedule and model as AttentionForwardError.v
+    The same kernel, schedule and model as Attention/Float/ForwardError.v
     ([attention_forward_error], [attention_forward_error_masked]): fp32
     scores [score2], key tiles of at most [B] keys, [p = exp2 (rnd (s - m))]
     rounded to the storage format before the fp32 products of P.V, tile sums
@@ -27,7 +27,7 @@
     [avg S' |v| <= exp (2 delta) avg S |v|]; the store adds [us W + es].
 
     Covered and not covered: exactly as for [attention_forward_error] and
-    [attention_forward_error_masked] (AttentionForwardError.v's header): the
+    [attention_forward_error_masked] (Attention/Float/ForwardError.v's header): the
     dot [q.k] and [tl.sum] modelled left to right, the order inside one MMA
     and the MMA accumulating into [acc * alpha] not modelled, no FMA
     contraction, no additive float masks, no overflow, the 3xTF32 products
@@ -39,7 +39,7 @@ From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile FloatModel.AttentionForwardError.
+From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -145,7 +145,7 @@ Qed.
 
     [afp_gA]: the acc fold's relative factor minus one (the leading part of
     [afe_bN]); [afp_rA]: its absolute term ([afe_bN]'s second part times [V]);
-    [afe_bL] (AttentionForwardError.v) the denominator's.  The same upper
+    [afe_bL] (Attention/Float/ForwardError.v) the denominator's.  The same upper
     bounds [X], [Y], [P1], [CG], [CR] as [afe_rel]. *)
 Definition afp_gA (u ue us : R) (X P1 CG : R) : R :=
   P1 * ((1 + u) * (1 + us) * ((1 + ue) * X)) * CG * X - 1.

@@ -78,7 +78,7 @@
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow Attention.BackwardCorrect Attention.ScorePerturbation.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.OnlineSoftmaxError FloatModel.AttentionLseError.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum Attention.Float.OnlineSoftmaxError Attention.Float.SavedLseError.
 From Ojas Require Import FloatModel.Notations.
 Import ListNotations.
 Open Scope R_scope.

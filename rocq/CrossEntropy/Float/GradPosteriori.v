@@ -1,6 +1,6 @@
 (** * The chunked linear cross-entropy's gradients: a-posteriori bounds tight for confident tokens.
 
-    The schedule is CrossEntropyGradError.v's (kernels/ojas_kernels/linear_cross_entropy.py,
+    The schedule is CrossEntropy/Float/GradError.v's (kernels/ojas_kernels/linear_cross_entropy.py,
     [_three_products]: G = [rnd_s (tl.exp (rnd (z - lse)))], the target's minus 1
     in fp32 first; dH one product over the vocabulary, dW the token-chunk loop).
     [ce_dh_error] / [ce_dw_error] charge every entry of G with one exponent's
@@ -8,7 +8,7 @@
     the logits' error [delta].  For a confident token ([P_t -> 1]) the target's
     entry [P_t - 1] is tiny, but its bound stays about [(2 delta + B) P_t]: the
     target logit's own error, which cancels in [z_t - lse], is charged twice
-    (the loss's case is CrossEntropyLossPosteriori.v).  Here each entry has its
+    (the loss's case is CrossEntropy/Float/LossPosteriori.v).  Here each entry has its
     own exponent's error [A]:
 
     - [ce_arg_posteriori]: for a row streamed by [_rows_kernel] (STREAM, then
@@ -30,7 +30,7 @@
       charged to [P]; here it is charged to [|G|] only, which matters for a
       confident target in bfloat16, [us = 2^-8] against [P_t - 1 -> 0].)
     - [ce_gp_dw_error] (dW's token-chunk loop) and [ce_gp_dh_error] (dH's
-      product): within [ce_gen_bound gd a0 ua C Bp T] (CrossEntropyGradError.v),
+      product): within [ce_gen_bound gd a0 ua C Bp T] (CrossEntropy/Float/GradError.v),
       [Bp = Sp + (Kg - 1) T + cg Ha] ([ce_gp_B_sum]), [Sp = sum k P |h|] with
       each item's [X], [T] and [Ha] as in [ce_dw_error].
 
@@ -43,10 +43,10 @@
 
 From Coq Require Import Reals List Lra.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxError.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.CrossEntropyLseError FloatModel.CrossEntropyLossPosteriori.
-From Ojas Require Import FloatModel.CrossEntropyGradError.
+From Ojas Require Import CrossEntropy.Float.LseLossError CrossEntropy.Float.LossPosteriori.
+From Ojas Require Import CrossEntropy.Float.GradError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -56,7 +56,7 @@ Variable M : MixedModel.
 
 Import ModelNotations.
 
-(** The kernel's [tl.exp]: an assumption, as in CrossEntropyGradError.v. *)
+(** The kernel's [tl.exp]: an assumption, as in CrossEntropy/Float/GradError.v. *)
 Variable ex : R -> R.
 Variables ue ee : R.
 Hypothesis ue_nonneg : 0 <= ue.
@@ -70,7 +70,7 @@ Variables el lmin lmax : R.
 Hypothesis lg_fmt : forall x, fmt (lg x).
 Hypothesis lg_err : forall x, fmt x -> lmin <= x <= lmax -> Rabs (lg x - ln x) <= el.
 
-Local Notation run := (CrossEntropyLseError.ce_run M ex (R * R) fst (fun _ => 1)).
+Local Notation run := (LseLossError.ce_run M ex (R * R) fst (fun _ => 1)).
 
 Theorem ce_arg_posteriori : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt Bt Tt Nn : nat)
     Zmax XK LN NL P1 QT AT zj yj Eb NP,
@@ -83,7 +83,7 @@ Theorem ce_arg_posteriori : forall (zy0 : R * R) (tiles : list (list (R * R))) t
   In zy0 zs -> In (zj, yj) zs -> sum_ok M ts Dt Bt ->
   Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length zs <= Nn)%nat ->
   (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax) ->
-  exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> CrossEntropyLseError.ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
+  exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> LseLossError.ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
   bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   0 <= Eb < 1 -> rsum (map (ce_wterm zj yj) zs) <= Eb * ce_sum_exp snd zs -> - ln (1 - Eb) <= NP ->
   Rabs ((zj - lse) - (yj - LSE)) <= B + NP /\ Rabs (zj - lse) <= Rabs (yj - LSE) + (B + NP).
@@ -188,13 +188,13 @@ Proof.
   intros; unfold ce_gen_B, ce_gp_bd, ce_gp_S, ce_T, ce_Ha; rewrite !rsum_map_plus, !rsum_map_scal_l; reflexivity.
 Qed.
 
-(** dW's token-chunk loop ([ce_run] of CrossEntropyGradError.v). *)
+(** dW's token-chunk loop ([ce_run] of CrossEntropy/Float/GradError.v). *)
 Theorem ce_gp_dw_error : forall dsum epi alpha a0 ua gd A Am X cs,
   epi_ok M alpha epi -> 0 <= ua -> Rabs (alpha - a0) <= ua * Rabs a0 -> 0 <= gd ->
   (forall c, In c cs -> dsum_ok M ex T iz il ih it ik dsum gd c) ->
   (forall x, In x (concat cs) -> ce_gp_ok A Am X x) ->
   let xs := concat cs in
-  Rabs (CrossEntropyGradError.ce_run M ex T iz il ih it ik dsum epi cs - a0 * rsum (map exact xs))
+  Rabs (GradError.ce_run M ex T iz il ih it ik dsum epi cs - a0 * rsum (map exact xs))
   <= ce_gen_bound M gd a0 ua (length cs) (ce_gp_S X xs + (ce_Kg M - 1) * Tg xs + ce_cg M ee * Hk xs) (Tg xs).
 Proof.
   intros dsum epi alpha a0 ua gd A Am X cs Hepi Hua Hal Hgd Hds Hok xs.

@@ -1,7 +1,7 @@
 (** * An a-posteriori bound for the streamed cross-entropy loss, tight for confident tokens.
 
     The kernel (kernels/ojas_kernels/linear_cross_entropy.py, [_rows_kernel] with STREAM, as in
-    CrossEntropyLseError.v) streams the computed logits [z_v] into [(m, l)]
+    CrossEntropy/Float/LseLossError.v) streams the computed logits [z_v] into [(m, l)]
     ([ce_run] from [(z_first, 0)]), then [lse = rnd (m + tl.log l)] and
     [loss = rnd (lse - z_t)].  [ce_loss_error] charges the logits' error
     [delta] twice (once in [lse], once in [z_t]), although the target logit's
@@ -36,9 +36,9 @@
 
 From Coq Require Import Reals List Lra.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.OnlineSoftmaxError.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxError.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.AttentionLseError FloatModel.CrossEntropyLseError.
+From Ojas Require Import Attention.Float.SavedLseError CrossEntropy.Float.LseLossError.
 Import ListNotations.
 Open Scope R_scope.
 

@@ -1,11 +1,11 @@
-(** * Witnesses of FloatModel/CrossEntropySoftcapError.v (ojas_ref/verification/proof_audit.py):
-    the instances of Witnesses/FloatModel/CrossEntropyLseError.v, the cap [c = 1], the
+(** * Witnesses of CrossEntropy/Float/SoftcapError.v (ojas_ref/verification/proof_audit.py):
+    the instances of Witnesses/CrossEntropy/Float/LseLossError.v, the cap [c = 1], the
     kernel's [tanh] and [z / c] the exact ones rounded to float32. *)
 
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.CrossEntropyLseError.
-From Ojas Require Import FloatModel.CrossEntropySoftcapError Bounds.Rational Bounds.Softmax Bounds.CrossEntropy Bounds.CrossEntropyGrad Witnesses.Instances Witnesses.FloatModel.CrossEntropyLseError.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum CrossEntropy.Float.LseLossError.
+From Ojas Require Import CrossEntropy.Float.SoftcapError Bounds.Rational Bounds.Softmax Bounds.CrossEntropy Bounds.CrossEntropyGrad Witnesses.Instances Witnesses.CrossEntropy.Float.LseLossError.
 Import ListNotations.
 Open Scope R_scope.
 

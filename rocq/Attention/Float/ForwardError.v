@@ -57,7 +57,7 @@ From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
-From Ojas Require Import FloatModel.OnlineSoftmaxError FloatModel.OnlineSoftmaxTile.
+From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -436,7 +436,7 @@ Definition exact_softmax (scale : R) (q : list R) (keys : list (list R * R)) : R
 
 (** The kernel's tiles of (score2, value) pairs of one query row: the premises of
     [online_softmax_output_error] and the scores' error, shared by the a-priori bound and
-    the a-posteriori one (AttentionForwardPosteriori.v). *)
+    the a-posteriori one (Attention/Float/ForwardPosteriori.v). *)
 Lemma kernel_tiles_ok : forall (q : list R) (c scale uc P V : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
@@ -505,7 +505,7 @@ Qed.
 
 (** The premises on the constants that the four forward theorems share
     ([attention_forward_error], [attention_forward_error_masked] and their
-    a-posteriori forms in AttentionForwardPosteriori.v), bundled: the
+    a-posteriori forms in Attention/Float/ForwardPosteriori.v), bundled: the
     dimensions, the scale and its computed base-2 form [c] within [uc], and
     the upper bounds [X], [Y], [P1], [CG], [CR] of the exponentials and
     powers of the bound, with [afe_bL < 1].  A conjunction, nothing more:
