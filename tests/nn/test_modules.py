@@ -203,3 +203,37 @@ def test_linear_cross_entropy_loss_module(reduction):
     assert "reduction='" + reduction in repr(loss_fn)
     with pytest.raises(ValueError, match="reduction must be one of"):
         ojas_ref.LinearCrossEntropyLoss(reduction="avg")
+
+
+def test_linear_cross_entropy_loss_module_head_update():
+    """LinearCrossEntropyLoss()(input, weight, target, head_update=opt): the head updated inside the
+    loss's backward (no .grad), bit for bit the functional call with head_update and the standard
+    SGD loop; an optimizer without head_weight as head_update is refused, naming it."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 7, dtype=torch.float64)
+    t = torch.randint(0, 11, (6,))
+    start = torch.randn(11, 7, dtype=torch.float64)
+
+    def step(how: str) -> torch.Tensor:
+        w = nn.Parameter(start.clone())
+        if how == "standard":
+            opt = torch.optim.SGD([w], lr=0.5)
+            ojas_ref.LinearCrossEntropyLoss()(x, w, t).backward()
+        else:
+            opt = ojas_ref.InBackwardOptimizer([w], torch.optim.SGD, lr=0.5, head_weight=w)
+            if how == "module":
+                ojas_ref.LinearCrossEntropyLoss()(x, w, t, head_update=opt).backward()
+            else:
+                ojas_ref.linear_cross_entropy(x, w, t, head_update=opt).backward()
+        opt.step()
+        assert (w.grad is None) == (how != "standard")
+        return w.detach()
+
+    module = step("module")
+    assert torch.equal(module, step("functional")) and torch.equal(module, step("standard"))
+    assert not torch.equal(module, start)
+    w = nn.Parameter(start.clone())
+    with pytest.raises(ValueError, match="head_update is an InBackwardOptimizer constructed without head_weight"):
+        ojas_ref.LinearCrossEntropyLoss()(
+            x, w, t, head_update=ojas_ref.InBackwardOptimizer([w], torch.optim.SGD, lr=0.5)
+        )
