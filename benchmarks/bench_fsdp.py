@@ -53,8 +53,8 @@ move). Measured by ``--quick`` on 2 gloo processes: ``update_rel`` 1.1e-6 to 1.8
 On two H200s (``nvidia-h200-x2``), one dtype per command to stay within 10 minutes (the one-GPU
 pass saves each mode's parameters under ``$TMPDIR``: 17 GB at a time for fp32):
 
-    torchrun --standalone --nproc-per-node 2 benchmarks/bench_fsdp.py --dtypes fp32 --out benchmarks/results/fsdp_fp32.json
-    torchrun --standalone --nproc-per-node 2 benchmarks/bench_fsdp.py --dtypes bf16 --out benchmarks/results/fsdp_bf16.json
+    torchrun --standalone --nproc-per-node 2 benchmarks/bench_fsdp.py --dtypes fp32 --out fsdp_fp32.json
+    torchrun --standalone --nproc-per-node 2 benchmarks/bench_fsdp.py --dtypes bf16 --out fsdp_bf16.json
 
 Issue 18's Done-when against the columns: "each GPU's peak in the ojas setting is at most about half of
 the single-GPU ojas figure for the sharded terms (weights, state)": the ``w+s ratio`` column (weights +

@@ -24,8 +24,9 @@ allocated before it (the inputs), so the gradients are part of it; "x grads" is 
 over the gradients' bytes (dX + dW in bf16; the issue's bound is 1.15).  Errors: the
 gradients' norm-relative difference from ojas_ref's chunked reference in float32 on
 the same bf16 inputs; ojas returns the loss in float32, as ojas_ref and the peers do
-(the runs recorded in benchmarks/RESULTS.md before 2026-12-01 returned it in the input
-dtype, so their "loss err" is that bf16 rounding, at most 2^-9).  FLOPs: each matrix product over the kept tokens is 2 K D V;
+(the runs before 2026-12-01, e.g. the records of 2026-11-29 at commit 728d179 in
+benchmarks/records.jsonl, returned it in the input dtype, so their "loss err" is that bf16 rounding,
+at most 2^-9).  FLOPs: each matrix product over the kept tokens is 2 K D V;
 "3-GEMM floor" is 3 of them at 790 TFLOP/s (the bf16 rate KINDS.md records for the
 H200): logits, grad_input and grad_weight, what ojas (``products`` 3, the default)
 and Liger run; the 4-product design recomputes the logits in the backward.

@@ -30,7 +30,8 @@ minus the memory allocated before the step: parameters, their gradients, the bat
 by ``saved_tensors_hooks``; the only memory figure on the CPU); ``loss`` of the first
 step and ``grad_rel_diff`` (|grad - grad of stored| / |grad of stored| over all
 parameters) as a sanity check. An out-of-memory mode is recorded as ``"oom"``.
-H200 figures (the depth sweep): benchmarks/RESULTS.md, "The reversible decoder's activation memory in depth".
+H200 figures (the depth sweep): the bench_reversible_decoder records of 2026-12-01 (commit 84be453)
+in benchmarks/records.jsonl, drawn in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -5,15 +5,16 @@ same run, and the tokens/s of the H200 records.
     python benchmarks/bench_step_time.py [--out FILE] [--presets llama-1b llama-7b ...] [--steps N]
 
 For every recorded configuration of the given presets (llama-1b: the 16 settings of
-benchmarks/results/bench_optimize_model_h200_rope.json; the others: the bf16 rows of
-bench_memory_h200_presets.json), :func:`ojas_ref.tools.step_time.time_steps` times the steps
+tests/fixtures/plan/bench_optimize_model_h200_rope.json; the others: the bf16 rows of
+tests/fixtures/plan/bench_memory_h200_presets.json), :func:`ojas_ref.tools.step_time.time_steps` times the steps
 at the two shallow depths of :func:`~ojas_ref.tools.step_time.depths_for` and at the model's
 own depth, in the same interleaved rounds when the planner says the three models fit on the
 GPU together (``together`` in the row), else the full model after the shallow ones; and
 :func:`~ojas_ref.tools.step_time.predict_step_seconds` extrapolates the shallow steps.
 Issue 15's bar: predicted tokens/s within 15% of the measured. The timed steps are written
-to ``--out`` (benchmarks/results/step_time_h200.json), from which tests/tools/test_step_time.py
-recomputes every prediction. Run on the device the records were
+to ``--out`` (the H200 run of 2026-12-01 at commit e2fb35f: tests/fixtures/plan/step_time_h200.json,
+from which tests/tools/test_step_time.py recomputes every prediction; its rows are the
+bench_step_time records of benchmarks/records.jsonl). Run on the device the records were
 measured on (an H200); elsewhere the record's column means nothing.
 """
 

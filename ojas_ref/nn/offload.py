@@ -71,19 +71,20 @@ Streams (CUDA)
   Through the caching host allocator instead, a buffer is reusable only once the events of its
   copies have passed, so a host running ahead of the device pins new memory, which is slow.
   On the H200 the 1.06B fp32 AdamW step with offload and host state varied from 426 to 510 ms
-  (0.825x of standard + checkpointing) before this reuse and ran at 0.942x and 0.971x after it
-  (with split checkpoints too; benchmarks/RESULTS.md): the cause is inferred from that, not
-  traced.
+  (0.825x of standard + checkpointing; ``git show f14c11e:benchmarks/RESULTS.md``) before this reuse
+  and ran at 0.942x (``git show 76334d9:benchmarks/RESULTS.md``) and 0.971x after it (with split
+  checkpoints too: the bench_memory records of 2026-12-01 at commit 9f59f4c in benchmarks/records.jsonl,
+  fp32 AdamW "all"): the cause is inferred from that, not traced.
 
 On the CPU (and other non-CUDA devices) the "host copy" is a plain synchronous copy
 (``clone`` on the CPU, ``.to("cpu")`` elsewhere), so the recomputation reads the same bits
 and the losses and gradients are bit-identical to ``checkpoint=True``: the exactness is
-that of a copy (no theorem is needed or claimed). On an H200 (benchmarks/RESULTS.md, 1.06B
-Llama, batch 1 x 2048) it removes the 18 layer inputs from the device (0.25 GiB in fp32) at
-0.998x the tokens/s of ``checkpoint=True`` in fp32 and 0.82-1.02x in bf16 (bench_offload.py,
-5-step medians); with InBackwardOptimizer that lowers the step's peak (bench_memory.py).
-Not thread-safe: one instance serves one training loop (``optimize_model`` makes one per
-model).
+that of a copy (no theorem is needed or claimed). On an H200 (1.06B Llama, batch 1 x 2048;
+2026-12-01, ``git show c7612a0:benchmarks/RESULTS.md``, "Offloaded checkpointing beside Hugging
+Face's") it removes the 18 layer inputs from the device (0.25 GiB in fp32) at 0.998x the tokens/s
+of ``checkpoint=True`` in fp32 and 0.82-1.02x in bf16 (bench_offload.py, 5-step medians); with
+InBackwardOptimizer that lowers the step's peak (bench_memory.py). Not thread-safe: one instance
+serves one training loop (``optimize_model`` makes one per model).
 """
 
 from __future__ import annotations

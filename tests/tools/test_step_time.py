@@ -17,7 +17,7 @@ from ojas_ref.tools import throughput as T
 from ojas_ref.tools.cli import main
 
 TINY = P.Model(64, 3, 4, 2, 128, 100, name="tiny")
-#: benchmarks/bench_step_time.py's H200 record (copied from benchmarks/results/)
+#: benchmarks/bench_step_time.py's H200 record (its ``--out`` of 2026-12-01, commit e2fb35f; tests/fixtures/plan/README.md)
 RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "plan" / "step_time_h200.json"
 
 
