@@ -1,6 +1,6 @@
 """``train(TrainConfig(...))``: a Llama-style decoder trained from scratch on a text corpus, with
 ``optimize_model``, AdamW (fused into backward by :class:`~ojas_ref.InBackwardOptimizer` or the
-standard loop), a warmup + cosine schedule, progress, logs, a loss plot and checkpoints.
+standard loop), a warmup + cosine schedule, progress, logs, a loss plot and state files.
 
 * Data (:mod:`ojas_ref.tools.data`): the standard library's ``.py`` files by default, a byte-level
   BPE, a hash-keyed token cache, a seeded resumable loader; ids checked against the model.
@@ -8,12 +8,13 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   scheduler state), so a resumed run cannot compound it.
 * Records: a tqdm bar from the first step (loss, lr, tokens/s, peak memory),
   ``<out_dir>/train.jsonl`` (one record per step), ``<out_dir>/loss.png``.
-* Checkpoints (:mod:`ojas_ref.tools.train_state`): model, optimizer, step, RNG states, loader position
-  and the setting, every ``checkpoint_every`` steps, at the end, at ``stop_after`` and at
-  SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and returns).
-  ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses; tested
-  on the CPU, with both optimizers, accumulation and clipping, at the same thread count; not yet
-  on CUDA).
+* State files (:mod:`ojas_ref.tools.train_state`, in ``<out_dir>/state/``): model, optimizer,
+  step, RNG states, loader position and the setting, every ``state_every`` steps, at the end, at
+  ``stop_after`` and at SIGTERM/SIGINT (the handler sets a flag; the loop saves after the step and
+  returns). ``resume`` continues bitwise as the uninterrupted run (same parameters, same losses;
+  tested on the CPU, with both optimizers, accumulation and clipping, at the same thread count;
+  not yet on CUDA). A run of release 0.1 kept them in ``<out_dir>/checkpoints/``; its resume
+  finds and keeps them there, and reads its setting's old field names (:func:`upgrade_fields`).
 * Model: a preset Llama (:data:`PRESETS`) or ``model_config_file``, a Hugging Face config, from
   scratch (seeded initialisation); or ``init_from``, a local directory written by
   ``save_pretrained`` holding the weights, their config and the ``tokenizer.json`` they were
@@ -22,24 +23,23 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and chec
   ``ojas plan``'s formulas (:mod:`ojas_ref.memory`) and refuses (:class:`PlanDoesNotFit`, exit 2)
   when it exceeds ``torch.cuda.mem_get_info``'s free bytes; a setting the planner does not model
   (accumulation, a non-Llama model) is run unchecked, with one line saying why. Not on the CPU.
-  ``offload_checkpoints`` (``--offload-checkpoints``, with activation checkpointing:
-  ``optimize_model(checkpoint="offload")``) and ``state_on_host`` (``--state-on-host``, with
-  ``in_backward``: ``InBackwardOptimizer(state_device="cpu")``) move the checkpoints and the
-  AdamW state to host memory; the plan's ``offload`` / ``host_state`` predict it (measured on
-  the H200 through benchmarks/bench_memory.py, not through ``ojas train``). Resume with both is bitwise on the CPU (tested). ``split_checkpoints``
-  (``--split-checkpoints``, with activation checkpointing: ``optimize_model(checkpoint_split=True)``)
-  checkpoints each decoder layer as its attention half and its MLP half (bitwise the same run).
-* Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last checkpoint, for a
+  ``recipe`` (a :class:`~ojas_ref.MemoryRecipe`, ``--checkpoint``, ``--in-backward``, ... on the
+  command line) says what ojas does to save memory: ``optimize_model(model, recipe)`` and, with
+  ``in_backward``, ``InBackwardOptimizer.from_recipe``. ``checkpoint="offload"`` and
+  ``state_device="cpu"`` move the checkpoints and the AdamW state to host memory; the plan
+  predicts it (measured on the H200 through benchmarks/bench_memory.py, not through ``ojas
+  train``). Resume with both is bitwise on the CPU (tested). ``checkpoint_split`` checkpoints each
+  decoder layer as its attention half and its MLP half (bitwise the same run).
+* Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last state file, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
   is checked before the update; fused into backward, the update has run when the gradient is
   whole, so the parameters are checked after it. A resume keeps the setting, so the advice is a
   new run (another ``out_dir``) with a lower ``lr``, more ``warmup_steps`` or clipping.
 * Files: ``out_dir`` is locked (:func:`ojas_ref.tools.train_state.lock_directory`) from before the
   corpus is read to the end of the run, so a second run into it is refused at once
-  (:class:`~ojas_ref.tools.train_state.DirectoryLocked`); a resume needs a checkpoint (a log
-  without one is refused, never overwritten) and cuts the log back to the checkpoint's step; a
-  failed write (a full disk) raises :class:`OutputError` naming the file and the last complete
-  checkpoint.
+  (:class:`~ojas_ref.tools.train_state.DirectoryLocked`); a resume needs a state file (a log
+  without one is refused, never overwritten) and cuts the log back to its step; a failed write
+  (a full disk) raises :class:`OutputError` naming the file and the last complete state file.
 * Threads: :func:`default_threads` intra-op threads on the CPU unless ``threads`` is given: the
   cores this process may use, halved (at most 4), so that one other busy process does not stall
   the step; ``OMP_NUM_THREADS``, when set, is kept. On a 2-core machine shared with other jobs
@@ -65,6 +65,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -74,12 +75,12 @@ import torch
 from ojas_ref.tools import train_state
 from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus
 from ojas_ref.tools.train_config import (
-    CHECKPOINT_DIR,
-    DTYPES,
+    OLD_STATE_DIR,
     LOG_NAME,
     PLOT_NAME,
     PRESETS,
     RESUMABLE_CHANGES,
+    STATE_DIR,
     TOKENIZER_NAME,
     TrainConfig,
     _check_device,
@@ -89,6 +90,8 @@ from ojas_ref.tools.train_config import (
     default_threads,
     describe,
     learning_rate,
+    saved_fields,
+    upgrade_fields,
 )
 from ojas_ref.tools.train_log import (
     OutputError,
@@ -128,26 +131,41 @@ class TrainResult:
     step: int
     #: ``(step, loss)`` of the steps this call ran
     losses: list[tuple[int, float]]
-    #: the last checkpoint written (None if none was)
-    checkpoint: Optional[Path]
+    #: the last state file written (None if none was)
+    state: Optional[Path]
     #: None when all ``steps`` ran; ``"stop_after"``, or the signal's name (``"SIGTERM"``)
     stopped: Optional[str]
     log_path: Path
     plot_path: Path
 
+    @property
+    def checkpoint(self) -> Optional[Path]:
+        """Deprecated name of :attr:`state` (release 0.1; "checkpoint" now means activation checkpointing)."""
+        warnings.warn("TrainResult.checkpoint is deprecated: read TrainResult.state", DeprecationWarning, stacklevel=2)
+        return self.state
+
 
 class TrainingDiverged(RuntimeError):
-    """A non-finite loss or gradient; the message names the step, the tensor and the last checkpoint."""
+    """A non-finite loss or gradient; the message names the step, the tensor and the last state file."""
+
+
+def state_directory(out: Path) -> Path:
+    """Where the run in ``out`` keeps its state files: ``out/state``, or ``out/checkpoints`` for a
+    run of release 0.1 (state files there and none in ``out/state``)."""
+    old = out / OLD_STATE_DIR
+    if train_state.list_states(old) and not train_state.list_states(out / STATE_DIR):
+        return old
+    return out / STATE_DIR
 
 
 def _existing_run(out: Path) -> Optional[str]:
-    """What of a run ``out`` holds (its log's steps, its checkpoints), or None when it holds none."""
-    checkpoints = train_state.list_states(out / CHECKPOINT_DIR)
+    """What of a run ``out`` holds (its log's steps, its state files), or None when it holds none."""
+    states = train_state.list_states(state_directory(out))
     log = out / LOG_NAME
-    if not checkpoints and not log.exists():
+    if not states and not log.exists():
         return None
     parts = [f"{LOG_NAME} of {len(_read_log(log, math.inf))} step(s)"] if log.exists() else []
-    parts.append(f"checkpoints up to step {checkpoints[-1][0]}" if checkpoints else "no checkpoint")
+    parts.append(f"state files up to step {states[-1][0]}" if states else "no state file")
     return ", ".join(parts)
 
 
@@ -198,7 +216,8 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _build(config: TrainConfig, data: PreparedData, device: torch.device):
-    """Model (seeded init, ``optimize_model`` if asked) and optimizer."""
+    """Model (seeded init, ``optimize_model(model, config.recipe)``) and optimizer (AdamW, in
+    backward by ``InBackwardOptimizer.from_recipe`` when the recipe says so)."""
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -211,41 +230,22 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
         )
     else:
         model = transformers.AutoModelForCausalLM.from_config(model_config)
-    model = model.to(device=device, dtype=DTYPES[config.dtype])
+    model = model.to(device=device, dtype=config.dtype)
     model.train()
-    checkpointing: Any = "offload" if config.offload_checkpoints else config.activation_checkpointing
-    if config.ojas:
-        from ojas_ref import optimize_model
+    from ojas_ref import InBackwardOptimizer, optimize_model
 
-        model, _ = optimize_model(model, checkpoint=checkpointing, checkpoint_split=config.split_checkpoints)
-    elif config.offload_checkpoints or config.split_checkpoints:  # optimize_model's checkpointing, no kernel swapped
-        from ojas_ref import optimize_model
-
-        model, _ = optimize_model(
-            model,
-            attention=False,
-            linear_cross_entropy=False,
-            rms_norm=False,
-            swiglu=False,
-            rope=False,
-            checkpoint=checkpointing,
-            checkpoint_split=config.split_checkpoints,
-        )
-    elif config.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model, _ = optimize_model(model, config.recipe)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if config.in_backward:
-        from ojas_ref import InBackwardOptimizer
-
-        optimizer = InBackwardOptimizer(
+    if config.recipe.in_backward:
+        optimizer = InBackwardOptimizer.from_recipe(
             groups,
+            config.recipe,
             torch.optim.AdamW,
             lr=config.lr,
             max_grad_norm=config.max_grad_norm,
             accumulation_steps=config.accumulation_steps,
-            state_device="cpu" if config.state_on_host else None,
         )
     else:
         optimizer = torch.optim.AdamW(groups, lr=config.lr)
@@ -253,14 +253,24 @@ def _build(config: TrainConfig, data: PreparedData, device: torch.device):
 
 
 def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: Path) -> None:
-    current = dataclasses.asdict(config)
-    for name, value in saved.items():
-        if name not in RESUMABLE_CHANGES and current.get(name) != value:
+    """A ValueError naming the first setting (a recipe field as ``recipe.<field>``) that differs
+    between ``saved`` (a state file's, in today's shape or release 0.1's: :func:`upgrade_fields`)
+    and ``config``, other than :data:`RESUMABLE_CHANGES`."""
+    now = _flat(saved_fields(config))
+    for name, value in _flat(upgrade_fields(saved, warn=False)).items():
+        if name not in RESUMABLE_CHANGES and now.get(name) != value:
             raise ValueError(
                 f"cannot resume from {path}: it was written with {name}={value!r}, this run has "
-                f"{name}={current.get(name)!r} (it changes the computation); resume with the "
-                "checkpoint's setting, or start a new run in another --out-dir"
+                f"{name}={now.get(name)!r} (it changes the computation); resume with the "
+                "state file's setting, or start a new run in another --out-dir"
             )
+
+
+def _flat(fields: dict[str, Any]) -> dict[str, Any]:
+    """A run's settings with the recipe's fields as ``recipe.<field>`` (the recipe a dict or a MemoryRecipe)."""
+    recipe = fields.get("recipe", {})
+    recipe = recipe if isinstance(recipe, dict) else dataclasses.asdict(recipe)
+    return {**{k: v for k, v in fields.items() if k != "recipe"}, **{f"recipe.{k}": v for k, v in recipe.items()}}
 
 
 def _first_nonfinite(model: torch.nn.Module, attribute: str) -> str:
@@ -287,7 +297,7 @@ def train(config: TrainConfig) -> TrainResult:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out-dir {str(out)!r} is a file, not a directory")
     try:
-        (out / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+        state_directory(out).mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(
             f"--out-dir {str(out)!r}: cannot create the directory {err.filename} ({err.strerror})"
@@ -302,35 +312,35 @@ def train(config: TrainConfig) -> TrainResult:
 
 
 def _resume_state(config: TrainConfig, out: Path) -> tuple[Optional[Path], Optional[dict[str, Any]]]:
-    """The checkpoint a run resumes from and its state (checked against ``config``), or
+    """The state file a run resumes from and its state (checked against ``config``), or
     ``(None, None)`` for a new run; a ValueError for a resume that cannot be done or a new run
     into a directory that holds one."""
-    checkpoints = out / CHECKPOINT_DIR
+    states = state_directory(out)
     existing = _existing_run(out)
     if config.resume is None:
         if existing:
             raise ValueError(_holds_a_run(out, existing))
         return None, None
     if config.resume == "latest":
-        path = train_state.latest_state(checkpoints)
+        path = train_state.latest_state(states)
         if path is None:
             logged = (
                 (
-                    f"holds {existing}: the run stopped before its first checkpoint, so there is nothing to "
+                    f"holds {existing}: the run stopped before its first state file, so there is nothing to "
                     "resume from, and starting again would overwrite its log. Start a new run with another "
                     f"--out-dir (or delete {str(out)!r} first)"
                 )
                 if existing
-                else ("holds no checkpoint to resume from: start a new run without --resume")
+                else ("holds no state file to resume from: start a new run without --resume")
             )
             raise ValueError(f"--resume latest: --out-dir {str(out)!r} {logged}")
     else:
         path = Path(config.resume)
         if not path.is_file():
-            raise ValueError(f"--resume {config.resume!r} is neither 'latest' nor a checkpoint file")
-        if existing and path.resolve().parent != checkpoints.resolve():
+            raise ValueError(f"--resume {config.resume!r} is neither 'latest' nor a state file")
+        if existing and path.resolve().parent != states.resolve():
             raise ValueError(
-                f"--resume {config.resume!r} is a checkpoint of another directory, and --out-dir "
+                f"--resume {config.resume!r} is a state file of another directory, and --out-dir "
                 f"{str(out)!r} holds a run already ({existing}): resume into an empty --out-dir"
             )
     try:
@@ -340,20 +350,20 @@ def _resume_state(config: TrainConfig, out: Path) -> tuple[Optional[Path], Optio
     _check_resumable(state["config"], config, path)
     if config.stop_after is not None and config.stop_after <= state["step"]:
         raise ValueError(
-            f"--stop-after {config.stop_after} is not after the step of the checkpoint resumed "
+            f"--stop-after {config.stop_after} is not after the step of the state file resumed "
             f"({state['step']}, {path})"
         )
     return path, state
 
 
 def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> TrainResult:
-    """:func:`train`'s run, ``out`` locked and its checkpoint directory made."""
+    """:func:`train`'s run, ``out`` locked and its state directory made."""
     from tqdm import tqdm
 
-    checkpoints = out / CHECKPOINT_DIR
+    states = state_directory(out)
     log_path, plot_path = out / LOG_NAME, out / PLOT_NAME
     resume_path, state = _resume_state(config, out)
-    for stale in train_state.remove_temporaries(checkpoints):
+    for stale in train_state.remove_temporaries(states):
         print(f"ojas train: removed {stale}, left by a writer killed before its rename", file=sys.stderr)
     if config.warmup_steps > config.steps:
         print(
@@ -383,7 +393,7 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     loader = WindowLoader(data.tokens, config.batch_size, config.seq_len, config.seed, model.config.vocab_size)
 
     start = 0
-    last_checkpoint: Optional[Path] = None
+    last_state: Optional[Path] = None
     if state is not None:
         if state["tokens_key"] != data.tokens_key:
             raise ValueError(
@@ -394,21 +404,21 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
         optimizer.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])
         _set_rng_state(state["rng"])
-        start, last_checkpoint = state["step"], resume_path
+        start, last_state = state["step"], resume_path
         del state
     records = _read_log(log_path, start)
-    _write(log_path, [(json.dumps(r) + "\n").encode() for r in records], last_checkpoint)
+    _write(log_path, [(json.dumps(r) + "\n").encode() for r in records], last_state)
     title = _plot_title(config, model, device)
 
     def save(step: int) -> Path:
-        path = train_state.state_path(checkpoints, step)
+        path = train_state.state_path(states, step)
         try:
             train_state.save_state(
                 path,
                 {
                     "format": 1,
                     "step": step,
-                    "config": dataclasses.asdict(config),
+                    "config": saved_fields(config),
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "loader": loader.state_dict(),
@@ -417,9 +427,9 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
                     "tokenizer": data.tokenizer.to_str(),
                 },
             )
-            train_state.prune_states(checkpoints, config.keep_checkpoints)
+            train_state.prune_states(states, config.keep_states)
         except OSError as err:
-            raise OutputError(_write_failed(path, err, last_checkpoint)) from err
+            raise OutputError(_write_failed(path, err, last_state)) from err
         return path
 
     def diverged(step: int, what: str, applied: bool = False) -> TrainingDiverged:
@@ -427,7 +437,7 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
             _plot(records, plot_path, device, title)
         except OSError:
             pass  # the divergence is the news; a full disk shows at the next write
-        where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+        where = f"the last good state file is {last_state}" if last_state else "no state file was written yet"
         update = (
             "the update was applied in backward (InBackwardOptimizer), so the model in memory is lost"
             if applied
@@ -456,7 +466,7 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
         desc="ojas train",
     )
     try:
-        with _StopFlag() as flag, _Log(log_path, last_checkpoint) as log:
+        with _StopFlag() as flag, _Log(log_path, last_state) as log:
             began = time.perf_counter()
             for step in range(start, end):
                 lr = learning_rate(step, config)
@@ -474,11 +484,11 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
                         raise diverged(step + 1, f"the loss of micro-batch {micro} is {loss.item()}")
                     total += loss.detach()
                     scaled = loss / config.accumulation_steps
-                    if config.in_backward:
+                    if config.recipe.in_backward:
                         optimizer.backward(scaled)
                     else:
                         scaled.backward()
-                if not config.in_backward:
+                if not config.recipe.in_backward:
                     grads = [p.grad for p in model.parameters() if p.grad is not None]
                     norm = torch.nn.utils.get_total_norm(grads)
                     if not torch.isfinite(norm):
@@ -492,7 +502,10 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
                     grad_norm = norm.item()
                 optimizer.step()
                 optimizer.zero_grad()
-                if config.in_backward and not torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all():
+                if (
+                    config.recipe.in_backward
+                    and not torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
+                ):
                     raise diverged(
                         step + 1,
                         f"parameter {_first_nonfinite(model, 'data')} is non-finite after its "
@@ -526,10 +539,10 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
                 if done == start + 1:
                     bar.refresh()  # the first step is shown however short it was
                 stopped = flag.signal_name or ("stop_after" if done == config.stop_after else None)
-                if stopped or done == config.steps or done % config.checkpoint_every == 0:
-                    last_checkpoint = save(done)
-                    log.checkpoint = last_checkpoint
-                    bar.write(f"ojas train: step {done}: checkpoint {last_checkpoint}", file=sys.stderr)
+                if stopped or done == config.steps or done % config.state_every == 0:
+                    last_state = save(done)
+                    log.state = last_state
+                    bar.write(f"ojas train: step {done}: state {last_state}", file=sys.stderr)
                 if stopped:
                     break
     finally:
@@ -537,6 +550,6 @@ def _locked_train(config: TrainConfig, device: torch.device, out: Path) -> Train
     try:
         _plot(records, plot_path, device, title)
     except OSError as err:
-        raise OutputError(_write_failed(plot_path, err, last_checkpoint)) from err
+        raise OutputError(_write_failed(plot_path, err, last_state)) from err
     final = losses[-1][0] if losses else start
-    return TrainResult(model, final, losses, last_checkpoint, stopped, log_path, plot_path)
+    return TrainResult(model, final, losses, last_state, stopped, log_path, plot_path)

@@ -1,13 +1,17 @@
-"""The setting of an ``ojas train`` run: :class:`TrainConfig` (one field per option), the model
-presets, the learning-rate schedule (:func:`learning_rate`), the CPU threads
-(:func:`default_threads`) and :func:`describe`, the setting in words."""
+"""The setting of an ``ojas train`` run: :class:`TrainConfig` (one field per option; the memory
+settings are one :class:`~ojas_ref.MemoryRecipe`), the model presets, the learning-rate schedule
+(:func:`learning_rate`), the CPU threads (:func:`default_threads`) and :func:`describe`, the
+setting in words. :func:`upgrade_fields` reads release 0.1's field names (deprecated keywords of
+:class:`TrainConfig`, and the settings saved in a run's state files)."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -15,10 +19,20 @@ from typing import Any, Optional
 import torch
 
 from ojas_ref import memory
+from ojas_ref.recipe import MemoryRecipe, as_dtype, dtype_name
 from ojas_ref.tools.data import stdlib_directory
 from ojas_ref.tools.data import vocab_size as tokenizer_size
 
-__all__ = ["DTYPES", "PRESETS", "RESUMABLE_CHANGES", "TrainConfig", "default_threads", "describe", "learning_rate"]
+__all__ = [
+    "DTYPES",
+    "PRESETS",
+    "RESUMABLE_CHANGES",
+    "TrainConfig",
+    "default_threads",
+    "describe",
+    "learning_rate",
+    "upgrade_fields",
+]
 
 
 def _llama_shape(model: memory.Model) -> dict[str, int]:
@@ -40,23 +54,93 @@ PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4},
     "1b": _llama_shape(memory.PRESETS["llama-1b"]),
 }
+#: the dtypes ``ojas train`` trains in, by their torch names
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: settings a resumed run may change (they do not change the computation)
 RESUMABLE_CHANGES = frozenset(
-    {
-        "resume",
-        "stop_after",
-        "progress",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "cache_dir",
-        "out_dir",
-        "device",
-        "threads",
-    }
+    {"resume", "stop_after", "progress", "state_every", "keep_states", "cache_dir", "out_dir", "device", "threads"}
 )
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-LOG_NAME, PLOT_NAME, TOKENIZER_NAME, CHECKPOINT_DIR = "train.jsonl", "loss.png", "tokenizer.json", "checkpoints"
+LOG_NAME, PLOT_NAME, TOKENIZER_NAME, STATE_DIR = "train.jsonl", "loss.png", "tokenizer.json", "state"
+#: where the runs of release 0.1 kept their state files (still read on resume)
+OLD_STATE_DIR = "checkpoints"
+#: the memory recipe of a run: optimize_model's defaults (every primitive, no checkpointing), AdamW in backward
+DEFAULT_RECIPE = MemoryRecipe(in_backward=True)
+#: release 0.1's TrainConfig fields that the recipe replaced (deprecated keywords; :func:`upgrade_fields`)
+OLD_RECIPE_FIELDS = (
+    "ojas",
+    "in_backward",
+    "activation_checkpointing",
+    "offload_checkpoints",
+    "split_checkpoints",
+    "state_on_host",
+)
+#: release 0.1's TrainConfig fields renamed (deprecated keywords; :func:`upgrade_fields`)
+RENAMED_FIELDS = {"checkpoint_every": "state_every", "keep_checkpoints": "keep_states"}
+#: the recipe fields that ``ojas=`` (release 0.1) switched together: the primitives of optimize_model
+_OJAS_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(MemoryRecipe)
+    if getattr(MemoryRecipe(), f.name) != getattr(MemoryRecipe.plain(), f.name)
+)
+
+
+def _recipe_with_old_fields(recipe: MemoryRecipe, old: dict[str, Any]) -> MemoryRecipe:
+    """``recipe`` with release 0.1's fields ``old`` (:data:`OLD_RECIPE_FIELDS`) written into it:
+    ``ojas`` switches every primitive of optimize_model, ``activation_checkpointing`` is
+    ``checkpoint``, ``offload_checkpoints`` makes it ``"offload"``, ``split_checkpoints`` is
+    ``checkpoint_split``, ``state_on_host`` is ``state_device="cpu"``."""
+    changes: dict[str, Any] = {}
+    if "ojas" in old:
+        changes.update(dict.fromkeys(_OJAS_FIELDS, old["ojas"]))
+    if "in_backward" in old:
+        changes["in_backward"] = old["in_backward"]
+    if "activation_checkpointing" in old:
+        changes["checkpoint"] = old["activation_checkpointing"]
+    if old.get("offload_checkpoints"):
+        if not changes.get("checkpoint", recipe.checkpoint):
+            raise ValueError(
+                "offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
+                "(--activation-checkpointing): it moves the checkpoints to host memory; write "
+                "recipe=MemoryRecipe(checkpoint='offload') (--checkpoint offload)"
+            )
+        changes["checkpoint"] = "offload"
+    if "split_checkpoints" in old:
+        changes["checkpoint_split"] = old["split_checkpoints"]
+    if "state_on_host" in old:
+        changes["state_device"] = "cpu" if old["state_on_host"] else None
+    return dataclasses.replace(recipe, **changes)
+
+
+def upgrade_fields(values: dict[str, Any], *, warn: bool) -> dict[str, Any]:
+    """``values`` (:class:`TrainConfig`'s keywords, or the settings a run saved in its state
+    files) with release 0.1's fields in today's shape: :data:`OLD_RECIPE_FIELDS` written into
+    ``recipe`` (``values``' recipe, a :class:`~ojas_ref.MemoryRecipe` or its dict, else
+    :data:`DEFAULT_RECIPE`), :data:`RENAMED_FIELDS` renamed. ``warn``: a ``DeprecationWarning``
+    names the old fields and what to write instead. The one place where the old names are read."""
+    old = {name: values[name] for name in OLD_RECIPE_FIELDS if name in values}
+    renamed = [name for name in RENAMED_FIELDS if name in values]
+    if not old and not renamed:
+        return values
+    if warn:
+        instead = [f"{name} -> {RENAMED_FIELDS[name]}" for name in renamed]
+        if old:
+            instead.append(f"{', '.join(old)} -> recipe=MemoryRecipe(...)")
+        warnings.warn(
+            f"TrainConfig's fields of release 0.1 are deprecated: {'; '.join(instead)}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    upgraded = {name: value for name, value in values.items() if name not in old and name not in RENAMED_FIELDS}
+    for name in renamed:
+        if RENAMED_FIELDS[name] in upgraded:
+            raise TypeError(f"pass {RENAMED_FIELDS[name]} or its deprecated name {name}, not both")
+        upgraded[RENAMED_FIELDS[name]] = values[name]
+    if old:
+        recipe = upgraded.get("recipe", DEFAULT_RECIPE)
+        recipe = MemoryRecipe(**recipe) if isinstance(recipe, dict) else recipe
+        upgraded["recipe"] = _recipe_with_old_fields(recipe, old)
+    return upgraded
 
 
 def _default_cache() -> str:
@@ -65,7 +149,13 @@ def _default_cache() -> str:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The setting of a run (the fields of ``ojas train``'s options)."""
+    """The setting of a run (the fields of ``ojas train``'s options). ``recipe``: what ojas does
+    to save memory (:class:`~ojas_ref.MemoryRecipe`; the optimizer is AdamW, so not
+    ``head_update`` or ``sparse_embedding``, which need plain SGD). ``dtype``: ``torch.float32``
+    or ``torch.bfloat16`` (or its name). Release 0.1's keywords ``ojas``, ``in_backward``,
+    ``activation_checkpointing``, ``offload_checkpoints``, ``split_checkpoints``,
+    ``state_on_host``, ``checkpoint_every``, ``keep_checkpoints`` are deprecated aliases
+    (:func:`upgrade_fields`)."""
 
     preset: str = "tiny"
     model_config_file: Optional[str] = None
@@ -79,16 +169,9 @@ class TrainConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.1
     max_grad_norm: Optional[float] = 1.0
-    in_backward: bool = True
-    ojas: bool = True
-    activation_checkpointing: bool = False
-    #: with activation_checkpointing: the checkpoints in pinned host memory (optimize_model(checkpoint="offload"))
-    offload_checkpoints: bool = False
-    #: with activation_checkpointing: each layer as two checkpoints (optimize_model(checkpoint_split=True))
-    split_checkpoints: bool = False
-    #: with in_backward: the AdamW state in host memory (InBackwardOptimizer(state_device="cpu"))
-    state_on_host: bool = False
-    dtype: str = "float32"
+    #: what ojas does to save memory: applied by optimize_model(model, recipe) and InBackwardOptimizer.from_recipe
+    recipe: MemoryRecipe = DEFAULT_RECIPE
+    dtype: torch.dtype = torch.float32
     device: str = "auto"
     seed: int = 0
     data_dir: Optional[str] = None
@@ -97,8 +180,10 @@ class TrainConfig:
     vocab: int = 2048
     cache_dir: str = dataclasses.field(default_factory=_default_cache)
     out_dir: str = "ojas-train"
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
+    #: steps between state files (``<out_dir>/state/``)
+    state_every: int = 100
+    #: state files kept
+    keep_states: int = 2
     resume: Optional[str] = None
     stop_after: Optional[int] = None
     progress: bool = True
@@ -119,30 +204,23 @@ class TrainConfig:
                     f"init_from {self.init_from!r} must be a directory written by save_pretrained with "
                     f"the tokenizer.json the weights were trained with; it lacks {', '.join(missing)}"
                 )
-        if self.offload_checkpoints and not self.activation_checkpointing:
-            raise ValueError(
-                "offload_checkpoints (--offload-checkpoints) needs activation_checkpointing "
-                "(--activation-checkpointing): it moves the checkpoints to host memory"
-            )
-        if self.split_checkpoints and not self.activation_checkpointing:
-            raise ValueError(
-                "split_checkpoints (--split-checkpoints) needs activation_checkpointing "
-                "(--activation-checkpointing): it splits each layer's checkpoint in two"
-            )
-        if self.state_on_host and not self.in_backward:
-            raise ValueError(
-                "state_on_host (--state-on-host) needs in_backward (--in-backward): only "
-                "InBackwardOptimizer streams its state from host memory"
-            )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.recipe, MemoryRecipe):
+            raise TypeError(f"recipe must be an ojas_ref.MemoryRecipe, got {type(self.recipe).__name__}")
+        for name in ("head_update", "sparse_embedding"):
+            if getattr(self.recipe, name):
+                raise ValueError(
+                    f"recipe.{name}=True (--{name.replace('_', '-')}) needs plain SGD; ojas train's optimizer is AdamW"
+                )
+        object.__setattr__(self, "dtype", as_dtype(self.dtype, "dtype (--dtype)"))
+        if self.dtype not in DTYPES.values():
+            raise ValueError(f"dtype (--dtype) must be one of {sorted(DTYPES)}, got {dtype_name(self.dtype)!r}")
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise ValueError(f"device (--device) must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
             raise ValueError(f"threads (--threads) must be None (automatic) or an int >= 1, got {self.threads!r}")
-        for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "checkpoint_every", "keep_checkpoints"):
+        for name in ("seq_len", "batch_size", "accumulation_steps", "steps", "state_every", "keep_states"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -200,6 +278,23 @@ class TrainConfig:
             use_cache=False,
             **shape,
         )
+
+
+_fields_init = TrainConfig.__init__
+
+
+def _init(self: TrainConfig, **values: Any) -> None:
+    _fields_init(self, **upgrade_fields(values, warn=True))
+
+
+_init.__doc__, _init.__signature__ = _fields_init.__doc__, inspect.signature(_fields_init)  # type: ignore[attr-defined]
+TrainConfig.__init__ = _init  # type: ignore[method-assign]  # release 0.1's keywords (upgrade_fields), then the fields
+
+
+def saved_fields(config: TrainConfig) -> dict[str, Any]:
+    """``config`` as plain values (the recipe a dict, the dtype its name), as a run saves it in
+    its state files and compares it on resume."""
+    return {**dataclasses.asdict(config), "dtype": dtype_name(config.dtype)}
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -308,13 +403,10 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
             if vocab_size is None and config.init_from is None
             else ""
         )
-        + f": {parameters / 1e6:.2f}M parameters, {config.dtype}, device {_device(config)}",
-        f"ojas       optimize_model {'on' if config.ojas else 'off'}"
-        + (", activation checkpointing" if config.activation_checkpointing else "")
-        + (" (checkpoints offloaded to host memory)" if config.offload_checkpoints else "")
-        + (" (two per layer: attention half, MLP half)" if config.split_checkpoints else ""),
-        f"optimizer  AdamW {'in backward (InBackwardOptimizer)' if config.in_backward else '(standard loop)'}, "
-        + ("state in host memory, " if config.state_on_host else "")
+        + f": {parameters / 1e6:.2f}M parameters, {dtype_name(config.dtype)}, device {_device(config)}",
+        _recipe_line(config.recipe),
+        f"optimizer  AdamW {'in backward (InBackwardOptimizer)' if config.recipe.in_backward else '(standard loop)'}, "
+        + ("state in host memory, " if config.recipe.state_device == "cpu" else "")
         + f"weight decay {config.weight_decay}, clip {config.max_grad_norm}",
         schedule,
         f"batch      {config.batch_size} x {config.seq_len} tokens x {config.accumulation_steps} accumulation = "
@@ -322,11 +414,23 @@ def describe(config: TrainConfig, vocab_size: Optional[int] = None) -> str:
         f"data       {data}, files {config.data_glob!r}, up to {config.max_bytes:,} bytes; "
         + ("init_from's tokenizer.json" if config.init_from else f"byte-level BPE of {config.vocab} tokens")
         + f"; cache {config.cache_dir}",
-        f"outputs    {config.out_dir}: {LOG_NAME}, {PLOT_NAME}, {CHECKPOINT_DIR}/ every {config.checkpoint_every} "
-        f"steps (keep {config.keep_checkpoints})" + (f"; resume {config.resume}" if config.resume else ""),
+        f"outputs    {config.out_dir}: {LOG_NAME}, {PLOT_NAME}, state files every {config.state_every} "
+        f"steps (keep {config.keep_states})" + (f"; resume {config.resume}" if config.resume else ""),
         _threads_line(config),
     ]
     return "\n".join(lines)
+
+
+def _recipe_line(recipe: MemoryRecipe) -> str:
+    """The settings block's ``ojas`` line: what ``optimize_model`` applies."""
+    on = [name for name in _OJAS_FIELDS if getattr(recipe, name)]
+    applied = "on" if len(on) == len(_OJAS_FIELDS) else "off" if not on else f"with {', '.join(on)} only"
+    return (
+        f"ojas       optimize_model {applied}"
+        + (", activation checkpointing" if recipe.checkpoint else "")
+        + (" (checkpoints offloaded to host memory)" if recipe.checkpoint == "offload" else "")
+        + (" (two per layer: attention half, MLP half)" if recipe.checkpoint_split else "")
+    )
 
 
 def _source(config: TrainConfig, model_config: Any) -> str:

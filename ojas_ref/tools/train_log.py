@@ -13,47 +13,47 @@ from typing import Any, Optional
 import torch
 
 from ojas_ref.tools import train_state
-from ojas_ref.tools.train_config import TrainConfig, _source
+from ojas_ref.recipe import dtype_name
+from ojas_ref.tools.train_config import TrainConfig, _recipe_line, _source
 
 __all__ = ["OutputError"]
 
 
 class OutputError(RuntimeError):
     """A file of the run could not be written (a full disk, ...): the message names it and the last
-    complete checkpoint (``ojas train`` exits 3)."""
+    complete state file (``ojas train`` exits 3)."""
 
 
-def _write_failed(path: Path, err: OSError, last_checkpoint: Optional[Path]) -> str:
-    """The message of an :class:`OutputError`: the file, the error, the last complete checkpoint."""
+def _write_failed(path: Path, err: OSError, last_state: Optional[Path]) -> str:
+    """The message of an :class:`OutputError`: the file, the error, the last complete state file."""
     where = (
-        f"the last complete checkpoint is {last_checkpoint}: free space (or fix the path) and continue with "
-        "--resume latest"
-        if last_checkpoint
-        else "no checkpoint was written"
+        f"the last complete state file is {last_state}: free space (or fix the path) and continue with --resume latest"
+        if last_state
+        else "no state file was written"
     )
     return f"cannot write {path} ({err.strerror or err}); {where}"
 
 
-def _write(path: Path, chunks: list[bytes], last_checkpoint: Optional[Path]) -> None:
+def _write(path: Path, chunks: list[bytes], last_state: Optional[Path]) -> None:
     """:func:`ojas_ref.tools.train_state.atomic_write`, an OSError raised as :class:`OutputError`."""
     try:
         train_state.atomic_write(path, chunks)
     except OSError as err:
-        raise OutputError(_write_failed(path, err, last_checkpoint)) from err
+        raise OutputError(_write_failed(path, err, last_state)) from err
 
 
 class _Log:
     """The log opened for appending: ``write`` appends and flushes a record, an OSError raised
-    as :class:`OutputError` naming the log and ``checkpoint`` (the last complete one)."""
+    as :class:`OutputError` naming the log and ``state`` (the last complete state file)."""
 
-    def __init__(self, path: Path, checkpoint: Optional[Path]) -> None:
-        self.path, self.checkpoint = path, checkpoint
+    def __init__(self, path: Path, state: Optional[Path]) -> None:
+        self.path, self.state = path, state
 
     def __enter__(self) -> "_Log":
         try:
             self._file = self.path.open("a")
         except OSError as err:
-            raise OutputError(_write_failed(self.path, err, self.checkpoint)) from err
+            raise OutputError(_write_failed(self.path, err, self.state)) from err
         return self
 
     def write(self, text: str) -> None:
@@ -61,7 +61,7 @@ class _Log:
             self._file.write(text)
             self._file.flush()
         except OSError as err:
-            raise OutputError(_write_failed(self.path, err, self.checkpoint)) from err
+            raise OutputError(_write_failed(self.path, err, self.state)) from err
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -95,13 +95,13 @@ def _peak_memory(device: torch.device) -> int:
 def _plot_title(config: TrainConfig, model: torch.nn.Module, device: torch.device) -> str:
     """The plot's title: the model and the setting, in two lines."""
     parameters = sum(p.numel() for p in model.parameters())
-    optimizer = "AdamW in backward" if config.in_backward else "AdamW"
+    optimizer = "AdamW in backward" if config.recipe.in_backward else "AdamW"
     return (
-        f"ojas train: {_source(config, model.config)}, {parameters / 1e6:.2f}M parameters, {config.dtype} on "
+        f"ojas train: {_source(config, model.config)}, {parameters / 1e6:.2f}M parameters, {dtype_name(config.dtype)} on "
         f"{device}\n{config.steps} steps of {config.batch_size} x {config.seq_len} tokens"
         + (f" x {config.accumulation_steps}" if config.accumulation_steps > 1 else "")
         + f", lr {config.lr:g} ({config.warmup_steps} warm-up, cosine), {optimizer}, clip {config.max_grad_norm}, "
-        f"optimize_model {'on' if config.ojas else 'off'}"
+        f"{_recipe_line(config.recipe).removeprefix('ojas').strip()}"
     )
 
 

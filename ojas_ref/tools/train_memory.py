@@ -19,10 +19,6 @@ class PlanDoesNotFit(ValueError):
     """The predicted peak of a step exceeds the free device memory (a bad setting: ``ojas train`` exits 2)."""
 
 
-#: TrainConfig's dtypes as the planner's
-_PLAN_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
-
-
 def _meta_model(config: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """The run's model on the meta device (its shapes, no memory)."""
     import transformers
@@ -51,21 +47,9 @@ def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool
     except (ValueError, TypeError) as err:  # a config the planner cannot read is not the run's error
         raise NotImplementedError(f"the planner cannot read the model's config ({err})") from None
     setting = memory.Setting(
-        dtype=_PLAN_DTYPES[config.dtype],
-        optimizer="adamw",
-        in_backward=config.in_backward,
-        batch=config.batch_size,
-        seq=config.seq_len,
-        checkpoint=config.activation_checkpointing,
-        ojas_attention=config.ojas,
-        ojas_loss=config.ojas,
-        ojas_rms_norm=config.ojas,
-        ojas_swiglu=config.ojas,
-        offload=config.offload_checkpoints,
-        split=config.split_checkpoints,
-        host_state=config.state_on_host,
+        recipe=config.recipe, dtype=config.dtype, optimizer="adamw", batch=config.batch_size, seq=config.seq_len
     )
-    lower_bound = config.in_backward and config.max_grad_norm is not None
+    lower_bound = config.recipe.in_backward and config.max_grad_norm is not None
     return memory.plan(shape, setting), lower_bound
 
 
@@ -91,17 +75,24 @@ def check_fits(
     if predicted.peak > available_bytes:
         largest = sorted((t for t in peak.terms if t.bytes), key=lambda t: t.bytes, reverse=True)[:3]
         terms = ", ".join(f"{t.name} {_gib(t.bytes)}" for t in largest)
+        recipe = config.recipe
         advice = [
             a
             for on, a in (
                 (config.batch_size > 1, "lower batch_size"),
                 (True, "lower seq_len"),
-                (not config.activation_checkpointing, "turn on activation_checkpointing"),
-                (config.activation_checkpointing and not config.offload_checkpoints, "turn on offload_checkpoints"),
-                (config.in_backward and not config.state_on_host, "turn on state_on_host"),
-                (not config.in_backward, "turn on in_backward"),
-                (not config.ojas, "turn on ojas"),
-                (config.dtype == "float32", "use bfloat16"),
+                (not recipe.checkpoint, "turn on activation checkpointing (--checkpoint on)"),
+                (recipe.checkpoint is True, "offload the checkpoints (--checkpoint offload)"),
+                (
+                    recipe.in_backward and recipe.state_device is None,
+                    "the AdamW state in host memory (--state-device cpu)",
+                ),
+                (not recipe.in_backward, "turn on the optimizer in backward (--in-backward)"),
+                (
+                    not recipe.attention or not recipe.linear_cross_entropy,
+                    "turn on --attention and --linear-cross-entropy",
+                ),
+                (config.dtype == torch.float32, "use --dtype bfloat16"),
             )
             if on
         ]

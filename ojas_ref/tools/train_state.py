@@ -1,5 +1,5 @@
-"""Training-state files (``ojas train``'s model, optimizer, step, RNG and loader state; the run's
-"checkpoints" on disk) that are written atomically and verified before they are loaded.
+"""Training-state files (``ojas train``'s model, optimizer, step, RNG and loader state, in
+``<out_dir>/state/``) that are written atomically and verified before they are loaded.
 
 A state file is one file, ``MAGIC | payload | payload length (u64) | sha256(MAGIC | payload | length)``,
 where the payload is ``torch.save`` of a dict. :func:`atomic_write` writes it to a temporary
@@ -141,8 +141,8 @@ def load_state(path: Path | str) -> dict[str, Any]:
     trailer = _LENGTH.size + _DIGEST_BYTES
     if len(data) < len(MAGIC) + trailer or not data.startswith(MAGIC):
         raise CorruptStateError(
-            f"{path} is not an ojas checkpoint or is truncated: {len(data)} bytes, without the "
-            f"{MAGIC!r} header and trailer; refusing to load it (use an earlier checkpoint)"
+            f"{path} is not an ojas state file or is truncated: {len(data)} bytes, without the "
+            f"{MAGIC!r} header and trailer; refusing to load it (use an earlier state file)"
         )
     body_end = len(data) - _DIGEST_BYTES
     (length,) = _LENGTH.unpack_from(data, body_end - _LENGTH.size)
@@ -150,12 +150,12 @@ def load_state(path: Path | str) -> dict[str, Any]:
     if length != held:
         raise CorruptStateError(
             f"{path} is truncated or corrupted: its trailer records {length} payload bytes, the file holds {held}; "
-            "refusing to load it (use an earlier checkpoint)"
+            "refusing to load it (use an earlier state file)"
         )
     if hashlib.sha256(memoryview(data)[:body_end]).digest() != data[body_end:]:
         raise CorruptStateError(
             f"{path} is corrupted: the sha256 of its contents does not match the one stored in it; "
-            "refusing to load it (use an earlier checkpoint)"
+            "refusing to load it (use an earlier state file)"
         )
     payload = memoryview(data)[len(MAGIC) : body_end - _LENGTH.size]
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)

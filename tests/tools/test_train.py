@@ -1,8 +1,9 @@
 """ojas_ref.tools.train / ``ojas train``: a real (tiny) run, bitwise resume, signals, SIGKILL while
-checkpointing, divergence, the schedule, the CLI."""
+writing a state file, divergence, the schedule, the CLI, the memory recipe and release 0.1's names."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -17,12 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from ojas_ref import MemoryRecipe
 from ojas_ref.tools import train_state
 from ojas_ref.tools import plan
 from ojas_ref.tools import train as train_module
 from ojas_ref.tools import train_memory
 from ojas_ref.tools.cli import main
 from ojas_ref.tools.train import TrainConfig, TrainingDiverged, learning_rate, train
+from ojas_ref.tools.train_config import DEFAULT_RECIPE
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +46,20 @@ def small(out_dir: Path, cache: str, **changes) -> TrainConfig:
         vocab=512,
         cache_dir=cache,
         out_dir=str(out_dir),
-        checkpoint_every=4,
-        keep_checkpoints=10,
+        state_every=4,
+        keep_states=10,
         progress=False,
     )
     return TrainConfig(**{**settings, **changes})
+
+
+def recipe(**changes) -> MemoryRecipe:
+    """TrainConfig's default recipe (every primitive, AdamW in backward) with ``changes``."""
+    return dataclasses.replace(DEFAULT_RECIPE, **changes)
+
+
+#: the recipe of ``ojas=False`` (release 0.1): no primitive, AdamW in backward
+NO_OJAS = MemoryRecipe.plain(in_backward=True)
 
 
 def _parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -95,7 +107,7 @@ def test_bad_setting_names_the_field(changes: dict, match: str) -> None:
 
 
 def test_loss_falls_and_records(tmp_path: Path, cache: str) -> None:
-    result = train(small(tmp_path, cache, steps=60, checkpoint_every=30))
+    result = train(small(tmp_path, cache, steps=60, state_every=30))
     losses = [loss for _, loss in result.losses]
     assert [s for s, _ in result.losses] == list(range(1, 61)) and result.step == 60 and result.stopped is None
     assert abs(losses[0] - math.log(512)) < 0.3  # starts at chance
@@ -104,15 +116,15 @@ def test_loss_falls_and_records(tmp_path: Path, cache: str) -> None:
     record = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
     assert {"lr", "tokens_per_s", "peak_memory_bytes", "tokens"} <= record.keys() and record["tokens"] == 4 * 32
     assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [p.name for _, p in train_state.list_states(tmp_path / "checkpoints")] == [
+    assert [p.name for _, p in train_state.list_states(tmp_path / "state")] == [
         "step-00000030.ckpt",
         "step-00000060.ckpt",
     ]
 
 
 RUNS = {  # fused AdamW with two-pass clipping; the standard loop with accumulation and clipping
-    "in-backward": {"in_backward": True},
-    "standard-accumulation": {"in_backward": False, "accumulation_steps": 2},
+    "in-backward": {"recipe": recipe(in_backward=True)},
+    "standard-accumulation": {"recipe": recipe(in_backward=False), "accumulation_steps": 2},
 }
 
 
@@ -131,10 +143,8 @@ def test_resume_is_bitwise(tmp_path: Path, cache: str, reference: dict, name: st
     parameters, losses = reference[name]
     stopped = train(small(tmp_path, cache, stop_after=7, **RUNS[name]))
     assert stopped.stopped == "stop_after" and stopped.losses == losses[:7]
-    # resume from the step-4 checkpoint, not the latest (7): the log is cut back to step 4
-    resumed = train(
-        small(tmp_path, cache, resume=str(train_state.state_path(tmp_path / "checkpoints", 4)), **RUNS[name])
-    )
+    # resume from the step-4 state file, not the latest (7): the log is cut back to step 4
+    resumed = train(small(tmp_path, cache, resume=str(train_state.state_path(tmp_path / "state", 4)), **RUNS[name]))
     assert resumed.losses == losses[4:] and resumed.step == 12
     _assert_bitwise(_parameters(resumed.model), parameters)
     assert _logged_losses(tmp_path) == losses
@@ -150,7 +160,7 @@ def test_resume_refuses_other_setting(tmp_path: Path, cache: str) -> None:
         train(small(tmp_path, cache, steps=4, lr=2e-2, resume="latest"))
 
 
-# A run in a subprocess, through the CLI, with a hook on the loader or on the checkpoint writer.
+# A run in a subprocess, through the CLI, with a hook on the loader or on the state writer.
 _RUNNER = textwrap.dedent("""
     import json, os, signal, sys
     from ojas_ref.tools import data
@@ -166,18 +176,22 @@ _RUNNER = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGTERM)
             return next_batch(self)
         data.WindowLoader.__next__ = sigterm_at_step_6
-    else:  # hang half-way through writing the step-8 checkpoint, to be SIGKILLed there
+    else:  # hang half-way through writing the step-8 state file, to be SIGKILLed there
         stop_half_way("step-00000008")
     sys.exit(main(["train"] + args))
 """)
 
 
 def _cli_args(config: TrainConfig) -> list[str]:
+    """``ojas train``'s flags of ``config`` (the recipe's included)."""
     args = []
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        flag = "--" + field.name.replace("_", "-")
-        if isinstance(value, bool):
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "recipe"}
+    values |= dataclasses.asdict(config.recipe) | {"dtype": str(config.dtype).removeprefix("torch.")}
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "checkpoint":
+            args += [flag, {True: "on", False: "off"}.get(value, value)]
+        elif isinstance(value, bool):
             args.append(flag if value else "--no-" + flag[2:])
         elif value is not None:
             args += [flag, str(value)]
@@ -195,14 +209,14 @@ def test_sigterm_saves_and_resumes_bitwise(tmp_path: Path, cache: str, reference
     )
     assert run.returncode == 128 + signal.SIGTERM, run.stderr
     assert "stopped by SIGTERM" in run.stdout
-    assert train_state.latest_state(tmp_path / "checkpoints") == train_state.state_path(tmp_path / "checkpoints", 6)
+    assert train_state.latest_state(tmp_path / "state") == train_state.state_path(tmp_path / "state", 6)
     assert _logged_losses(tmp_path) == losses[:6]
     resumed = train(dataclasses.replace(config, resume="latest"))
     assert resumed.losses == losses[6:]
     _assert_bitwise(_parameters(resumed.model), parameters)
 
 
-def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache: str, reference: dict) -> None:
+def test_sigkill_while_saving_resumes_from_previous(tmp_path: Path, cache: str, reference: dict) -> None:
     parameters, losses = reference["in-backward"]
     config = small(tmp_path, cache, **RUNS["in-backward"])
     runner = subprocess.Popen(
@@ -217,7 +231,7 @@ def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache
     finally:
         runner.kill()
         runner.wait(timeout=30)
-    checkpoints = tmp_path / "checkpoints"
+    checkpoints = tmp_path / "state"
     assert [s for s, _ in train_state.list_states(checkpoints)] == [4]
     assert any(p.name.endswith(train_state.TEMP_SUFFIX) for p in checkpoints.iterdir())  # the half-written one
     resumed = train(dataclasses.replace(config, resume="latest"))
@@ -228,15 +242,15 @@ def test_sigkill_while_checkpointing_resumes_from_previous(tmp_path: Path, cache
 
 
 @pytest.mark.parametrize("in_backward", [True, False])
-def test_nan_stops_naming_step_and_checkpoint(tmp_path: Path, cache: str, in_backward: bool) -> None:
-    config = small(tmp_path, cache, steps=10, in_backward=in_backward)
-    path = train(dataclasses.replace(config, stop_after=5)).checkpoint
+def test_nan_stops_naming_step_and_state_file(tmp_path: Path, cache: str, in_backward: bool) -> None:
+    config = small(tmp_path, cache, steps=10, recipe=recipe(in_backward=in_backward))
+    path = train(dataclasses.replace(config, stop_after=5)).state
     state = train_state.load_state(path)
-    state["model"]["model.norm.weight"][0] = float("nan")  # a valid checkpoint of a broken model
+    state["model"]["model.norm.weight"][0] = float("nan")  # a valid state file of a broken model
     train_state.save_state(path, state)
     with pytest.raises(TrainingDiverged, match=rf"at step 6: the loss .* is nan.*not applied.*{re.escape(str(path))}"):
         train(dataclasses.replace(config, resume="latest"))
-    assert train_state.latest_state(tmp_path / "checkpoints") == path
+    assert train_state.latest_state(tmp_path / "state") == path
     assert (tmp_path / "loss.png").exists()
 
 
@@ -253,9 +267,9 @@ def test_cli_dry_run_and_run(tmp_path: Path, cache: str, capsys: pytest.CaptureF
     assert "steps must be" in capsys.readouterr().err
 
 
-def test_cli_refuses_truncated_checkpoint(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
+def test_cli_refuses_truncated_state_file(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
     config = small(tmp_path, cache, steps=4)
-    path = train(config).checkpoint
+    path = train(config).state
     path.write_bytes(path.read_bytes()[:-100])  # cut, as by a full disk outside the atomic writer
     assert main(["train", "--resume"] + _cli_args(config)) == 2
     err = capsys.readouterr().err
@@ -287,8 +301,10 @@ def test_nonfinite_gradient_stops_naming_parameter(
         match=rf"at step 3: .*model\.layers\.1\.mlp\.up_proj\.weight "
         rf"\(1st of 1 of 21\).*{applied}",
     ):
-        train(small(tmp_path, cache, steps=6, checkpoint_every=2, in_backward=in_backward, max_grad_norm=None))
-    assert train_state.latest_state(tmp_path / "checkpoints") == train_state.state_path(tmp_path / "checkpoints", 2)
+        train(
+            small(tmp_path, cache, steps=6, state_every=2, recipe=recipe(in_backward=in_backward), max_grad_norm=None)
+        )
+    assert train_state.latest_state(tmp_path / "state") == train_state.state_path(tmp_path / "state", 2)
 
 
 def test_hugging_face_config_file(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
@@ -332,54 +348,28 @@ def test_stop_flag_signals() -> None:
 # The memory plan (ojas plan's formulas) checked before the first step.
 
 
-def _planned_peak(config: TrainConfig, vocab: int, **setting) -> int:
-    """The planner's peak of ``config``'s model under the Setting written out here (not train's mapping)."""
+def _planned_peak(config: TrainConfig, vocab: int, recipe: MemoryRecipe, dtype: torch.dtype) -> int:
+    """The planner's peak of ``config``'s model under the recipe and dtype written out here."""
     from ojas_ref.tools import plan as planner
 
     shape = planner.Model.from_module(train_memory._meta_model(config, vocab))
-    return planner.plan(
-        shape, planner.Setting(optimizer="adamw", batch=config.batch_size, seq=config.seq_len, **setting)
-    ).peak
+    setting = planner.Setting(
+        recipe=recipe, dtype=dtype, optimizer="adamw", batch=config.batch_size, seq=config.seq_len
+    )
+    return planner.plan(shape, setting).peak
 
 
 @pytest.mark.parametrize(
     "changes, setting",
     [
+        ({"recipe": recipe(in_backward=False)}, dict(recipe=MemoryRecipe(), dtype=torch.float32)),
         (
-            {"in_backward": False},
-            dict(
-                dtype="fp32",
-                in_backward=False,
-                checkpoint=False,
-                ojas_attention=True,
-                ojas_loss=True,
-                ojas_rms_norm=True,
-                ojas_swiglu=True,
-            ),
+            {"recipe": MemoryRecipe.plain(checkpoint=True), "dtype": "bfloat16"},
+            dict(recipe=MemoryRecipe.plain(checkpoint=True), dtype=torch.bfloat16),
         ),
         (
-            {"in_backward": False, "ojas": False, "dtype": "bfloat16", "activation_checkpointing": True},
-            dict(
-                dtype="bf16",
-                in_backward=False,
-                checkpoint=True,
-                ojas_attention=False,
-                ojas_loss=False,
-                ojas_rms_norm=False,
-                ojas_swiglu=False,
-            ),
-        ),
-        (
-            {"in_backward": True, "max_grad_norm": None, "batch_size": 3, "seq_len": 64},
-            dict(
-                dtype="fp32",
-                in_backward=True,
-                checkpoint=False,
-                ojas_attention=True,
-                ojas_loss=True,
-                ojas_rms_norm=True,
-                ojas_swiglu=True,
-            ),
+            {"recipe": recipe(in_backward=True), "max_grad_norm": None, "batch_size": 3, "seq_len": 64},
+            dict(recipe=MemoryRecipe(in_backward=True), dtype=torch.float32),
         ),
     ],
 )
@@ -409,17 +399,8 @@ def test_check_fits_passes_and_refuses_with_peak_and_available(
 
 
 def test_check_fits_with_clipping_in_backward_is_a_lower_bound(tmp_path: Path, cache: str) -> None:
-    config = small(tmp_path, cache, in_backward=True, max_grad_norm=1.0)
-    expected = _planned_peak(
-        config,
-        512,
-        dtype="fp32",
-        in_backward=True,
-        ojas_attention=True,
-        ojas_loss=True,
-        ojas_rms_norm=True,
-        ojas_swiglu=True,
-    )
+    config = small(tmp_path, cache, recipe=recipe(in_backward=True), max_grad_norm=1.0)
+    expected = _planned_peak(config, 512, MemoryRecipe(in_backward=True), torch.float32)
     with pytest.raises(train_module.PlanDoesNotFit, match=rf"predicted peak at least {expected / 2**20:.1f} MiB"):
         train_module.check_fits(config, train_memory._meta_model(config, 512), 2**20)
 
@@ -470,10 +451,8 @@ def test_cuda_run_refused_before_the_model_is_built(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past train's check of the device
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(train_module, "_build", build)
-    config = small(tmp_path / "run", cache, device="cuda", in_backward=False)
-    expected = _planned_peak(
-        config, 512, dtype="fp32", ojas_attention=True, ojas_loss=True, ojas_rms_norm=True, ojas_swiglu=True
-    )
+    config = small(tmp_path / "run", cache, device="cuda", recipe=recipe(in_backward=False))
+    expected = _planned_peak(config, 512, MemoryRecipe(), torch.float32)
     free = 2**20
     assert main(["train"] + _cli_args(config)) == 2
     err = capsys.readouterr().err
@@ -484,7 +463,7 @@ def test_cuda_run_refused_before_the_model_is_built(
         in err
     )
     assert "(1,048,576 bytes free)" in err
-    assert not train_state.list_states(tmp_path / "run" / "checkpoints")
+    assert not train_state.list_states(tmp_path / "run" / "state")
     free = expected  # fits: the check passes and the run goes on to build the model
     with pytest.raises(RuntimeError, match="built"):
         train(dataclasses.replace(config, out_dir=str(tmp_path / "run2")))
@@ -499,16 +478,7 @@ def test_cpu_run_is_not_checked_and_dry_run_prints_the_peak(
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
     config = small(tmp_path / "run", cache, steps=2, device="cpu")
-    expected = _planned_peak(
-        config,
-        512,
-        dtype="fp32",
-        in_backward=True,
-        ojas_attention=True,
-        ojas_loss=True,
-        ojas_rms_norm=True,
-        ojas_swiglu=True,
-    )
+    expected = _planned_peak(config, 512, MemoryRecipe(in_backward=True), torch.float32)
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0
     assert f"predicted peak on a GPU: at least {expected / 2**20:.1f} MiB at " in capsys.readouterr().out
     assert main(["train", "--dry-run"] + _cli_args(dataclasses.replace(config, accumulation_steps=2))) == 0
@@ -553,7 +523,7 @@ def test_init_from_pretrained_weights(tmp_path: Path, cache: str) -> None:
     from ojas_ref.tools import data as data_module
 
     pretrained = _pretrained(tmp_path / "pretrained", cache)
-    config = small(tmp_path / "run", cache, init_from=str(pretrained), steps=3, ojas=False)
+    config = small(tmp_path / "run", cache, init_from=str(pretrained), steps=3, recipe=NO_OJAS)
     result = train(config)
     loaded = transformers.LlamaForCausalLM.from_pretrained(pretrained)
     assert result.model.config.vocab_size == loaded.config.vocab_size and result.model.config.hidden_size == 32
@@ -586,9 +556,9 @@ def test_init_from_is_checked(tmp_path: Path, cache: str) -> None:
         train(small(tmp_path / "d", cache, init_from=str(small_vocab)))
 
 
-# Offloaded checkpoints and the optimizer state on the host (--offload-checkpoints, --state-on-host)
+# Offloaded checkpoints and the optimizer state on the host (--checkpoint offload, --state-device cpu)
 
-HOST = {"in_backward": True, "activation_checkpointing": True, "offload_checkpoints": True, "state_on_host": True}
+HOST = {"recipe": recipe(checkpoint="offload", state_device="cpu")}
 
 
 @pytest.mark.parametrize(
@@ -596,19 +566,23 @@ HOST = {"in_backward": True, "activation_checkpointing": True, "offload_checkpoi
     [
         ({"offload_checkpoints": True}, "offload_checkpoints.*--activation-checkpointing"),
         ({"offload_checkpoints": True, "activation_checkpointing": False, "in_backward": False}, "offload_checkpoints"),
-        ({"state_on_host": True, "in_backward": False}, "state_on_host.*--in-backward"),
-        ({"state_on_host": True, "in_backward": False, "activation_checkpointing": True}, "state_on_host"),
+        ({"state_on_host": True, "in_backward": False}, "state_device='cpu' needs in_backward=True"),
+        ({"state_on_host": True, "in_backward": False, "activation_checkpointing": True}, "state_device"),
     ],
 )
 def test_offload_and_state_on_host_need_their_technique(
     changes: dict, match: str, capsys: pytest.CaptureFixture
 ) -> None:
-    with pytest.raises(ValueError, match=match):
+    """Release 0.1's keywords and flags (deprecated) keep their checks; the state on the host is the
+    recipe's (``state_device='cpu'`` needs ``in_backward``), named by the recipe's field."""
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=match):
         TrainConfig(**changes)
     assert main(["train", "--dry-run", "--offload-checkpoints"]) == 2
     assert "--offload-checkpoints" in capsys.readouterr().err
     assert main(["train", "--dry-run", "--no-in-backward", "--state-on-host"]) == 2
     assert "--state-on-host" in capsys.readouterr().err
+    assert main(["train", "--dry-run", "--no-in-backward", "--state-device", "cpu"]) == 2
+    assert "state_device='cpu' needs in_backward=True" in capsys.readouterr().err
 
 
 def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) -> None:
@@ -618,22 +592,22 @@ def test_offload_and_state_on_host_resume_bitwise(tmp_path: Path, cache: str) ->
     from ojas_ref.nn.offload import OffloadedCheckpoint
 
     assert isinstance(full.model.model.layers[0]._gradient_checkpointing_func, OffloadedCheckpoint)
-    plain = train(small(tmp_path / "plain", cache, **{**HOST, "offload_checkpoints": False, "state_on_host": False}))
+    plain = train(small(tmp_path / "plain", cache, recipe=recipe(checkpoint=True)))
     assert full.losses == plain.losses
     _assert_bitwise(_parameters(full.model), _parameters(plain.model))
     stopped = train(small(tmp_path / "run", cache, stop_after=7, **HOST))
     assert stopped.stopped == "stop_after" and stopped.losses == full.losses[:7]
-    state = train_state.load_state(train_state.state_path(tmp_path / "run" / "checkpoints", 4))
+    state = train_state.load_state(train_state.state_path(tmp_path / "run" / "state", 4))
     moments = [v for s in state["optimizer"]["state"].values() for k, v in s.items() if k != "step"]
     assert moments and all(v.device.type == "cpu" for v in moments)
-    assert state["config"]["offload_checkpoints"] and state["config"]["state_on_host"]
+    assert state["config"]["recipe"]["checkpoint"] == "offload" and state["config"]["recipe"]["state_device"] == "cpu"
     resumed = train(
-        small(tmp_path / "run", cache, resume=str(train_state.state_path(tmp_path / "run" / "checkpoints", 4)), **HOST)
+        small(tmp_path / "run", cache, resume=str(train_state.state_path(tmp_path / "run" / "state", 4)), **HOST)
     )
     assert resumed.losses == full.losses[4:] and resumed.step == 12
     _assert_bitwise(_parameters(resumed.model), _parameters(full.model))
-    with pytest.raises(ValueError, match="state_on_host"):  # a checkpoint of the setting is not resumed without it
-        train(small(tmp_path / "run", cache, resume="latest", **{**HOST, "state_on_host": False}))
+    with pytest.raises(ValueError, match="recipe.state_device='cpu'"):  # a run of the setting resumes only with it
+        train(small(tmp_path / "run", cache, resume="latest", recipe=recipe(checkpoint="offload")))
 
 
 def test_offload_and_state_on_host_in_the_plan_and_dry_run(
@@ -642,21 +616,11 @@ def test_offload_and_state_on_host_in_the_plan_and_dry_run(
     config = small(tmp_path, cache, max_grad_norm=None, **HOST)
     model = train_memory._meta_model(config, 512)
     expected = _planned_peak(
-        config,
-        512,
-        dtype="fp32",
-        in_backward=True,
-        checkpoint=True,
-        offload=True,
-        host_state=True,
-        ojas_attention=True,
-        ojas_loss=True,
-        ojas_rms_norm=True,
-        ojas_swiglu=True,
+        config, 512, MemoryRecipe(in_backward=True, checkpoint="offload", state_device="cpu"), torch.float32
     )
     fits = train_module.check_fits(config, model, expected, "cuda:0")
     assert fits is not None and fits.peak == expected
-    assert fits.setting.offload and fits.setting.host_state and fits.host_bytes > 0
+    assert fits.setting.recipe == HOST["recipe"] and fits.host_bytes > 0
     capsys.readouterr()
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0  # max_grad_norm None is not a flag: clipping
     out = capsys.readouterr().out
@@ -665,14 +629,16 @@ def test_offload_and_state_on_host_in_the_plan_and_dry_run(
     assert f"host memory {fits.host_bytes / 2**20:.1f} MiB" in out
 
 
-# Split checkpoints (--split-checkpoints)
+# Split checkpoints (--checkpoint-split)
 
 
 def test_split_checkpoints_need_activation_checkpointing(capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(ValueError, match="split_checkpoints.*--activation-checkpointing"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="checkpoint_split=True needs checkpoint"):
         TrainConfig(split_checkpoints=True)
     assert main(["train", "--dry-run", "--split-checkpoints"]) == 2
     assert "--split-checkpoints" in capsys.readouterr().err
+    assert main(["train", "--dry-run", "--checkpoint-split"]) == 2
+    assert "checkpoint_split=True needs checkpoint" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("ojas", [True, False], ids=["ojas", "plain"])
@@ -681,15 +647,15 @@ def test_split_checkpoints_train_bitwise_and_are_planned(tmp_path: Path, cache: 
     decoder layer checkpointing through SplitCheckpoint, and the plan is the split one."""
     from ojas_ref.integrations.hf import SplitCheckpoint
 
-    base = {"activation_checkpointing": True, "ojas": ojas}
-    split = train(small(tmp_path / "split", cache, split_checkpoints=True, **base))
+    base = dataclasses.replace(DEFAULT_RECIPE if ojas else NO_OJAS, checkpoint=True)
+    split = train(small(tmp_path / "split", cache, recipe=dataclasses.replace(base, checkpoint_split=True)))
     assert all(isinstance(layer._gradient_checkpointing_func, SplitCheckpoint) for layer in split.model.model.layers)
-    whole = train(small(tmp_path / "whole", cache, **base))
+    whole = train(small(tmp_path / "whole", cache, recipe=base))
     assert split.losses == whole.losses
     _assert_bitwise(_parameters(split.model), _parameters(whole.model))
-    config = small(tmp_path, cache, max_grad_norm=None, split_checkpoints=True, **base)
+    config = small(tmp_path, cache, max_grad_norm=None, recipe=dataclasses.replace(base, checkpoint_split=True))
     fits = train_module.check_fits(config, train_memory._meta_model(config, 512), 2**40, "cuda:0")
-    assert fits is not None and fits.setting.split and fits.setting.checkpoint
+    assert fits is not None and fits.setting.recipe.checkpoint_split and fits.setting.recipe.checkpoint
 
 
 # Files and errors (issue 33 items 3, 4, 11, 12; issue 34 items 5 and 7).
@@ -723,35 +689,35 @@ def test_a_second_run_into_a_locked_out_dir_is_refused_at_once(
 
 
 def test_resume_without_a_checkpoint_keeps_the_log(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
-    """A run killed before its first checkpoint leaves a log and no checkpoint: --resume refuses,
+    """A run killed before its first state file leaves a log and none: --resume refuses,
     naming what is there, and the log is left as it was (it used to restart and overwrite it)."""
-    config = small(tmp_path, cache, steps=6, checkpoint_every=6)
+    config = small(tmp_path, cache, steps=6, state_every=6)
     train(config)
-    for _, path in train_state.list_states(tmp_path / "checkpoints"):
-        path.unlink()  # as if killed before the step-6 checkpoint
+    for _, path in train_state.list_states(tmp_path / "state"):
+        path.unlink()  # as if killed before the step-6 state file
     log = (tmp_path / "train.jsonl").read_bytes()
     assert main(["train", "--resume"] + _cli_args(config)) == 2
     err = capsys.readouterr().err
     assert (
-        f"--resume latest: --out-dir {str(tmp_path)!r} holds train.jsonl of 6 step(s), no checkpoint: the run "
-        "stopped before its first checkpoint, so there is nothing to resume from"
+        f"--resume latest: --out-dir {str(tmp_path)!r} holds train.jsonl of 6 step(s), no state file: the run "
+        "stopped before its first state file, so there is nothing to resume from"
     ) in err
     assert (tmp_path / "train.jsonl").read_bytes() == log
-    with pytest.raises(ValueError, match="holds no checkpoint to resume from"):
+    with pytest.raises(ValueError, match="holds no state file to resume from"):
         train(small(tmp_path / "empty", cache, resume="latest"))
 
 
 def test_resume_does_not_mix_runs(tmp_path: Path, cache: str) -> None:
     """--resume FILE of another directory into a directory holding a run, and --stop-after at or
     before the checkpoint's step, are refused before anything is written."""
-    first = train(small(tmp_path / "a", cache, steps=4)).checkpoint
+    first = train(small(tmp_path / "a", cache, steps=4)).state
     train(small(tmp_path / "b", cache, steps=4))
     log = (tmp_path / "b" / "train.jsonl").read_bytes()
-    with pytest.raises(ValueError, match="is a checkpoint of another directory.*resume into an empty --out-dir"):
+    with pytest.raises(ValueError, match="is a state file of another directory.*resume into an empty --out-dir"):
         train(small(tmp_path / "b", cache, steps=4, resume=str(first)))
     assert (tmp_path / "b" / "train.jsonl").read_bytes() == log
-    stopped = train(small(tmp_path / "c", cache, steps=8, stop_after=6)).checkpoint
-    with pytest.raises(ValueError, match=r"--stop-after 5 is not after the step of the checkpoint resumed \(6"):
+    stopped = train(small(tmp_path / "c", cache, steps=8, stop_after=6)).state
+    with pytest.raises(ValueError, match=r"--stop-after 5 is not after the step of the state file resumed \(6"):
         train(small(tmp_path / "c", cache, steps=8, resume="latest", stop_after=5))
     assert train(small(tmp_path / "d", cache, steps=8, resume=str(stopped))).step == 8  # into an empty one
 
@@ -760,7 +726,7 @@ def test_divergence_advice_is_what_works(tmp_path: Path, cache: str) -> None:
     """The advice is a new run with a lower lr, more warm-up or clipping, in another directory: a
     resume with a changed lr is refused, as the message says."""
     config = small(tmp_path, cache, steps=10, max_grad_norm=None)
-    path = train(dataclasses.replace(config, stop_after=5)).checkpoint
+    path = train(dataclasses.replace(config, stop_after=5)).state
     state = train_state.load_state(path)
     state["model"]["model.norm.weight"][0] = float("nan")
     train_state.save_state(path, state)
@@ -816,7 +782,7 @@ def test_bad_device_and_out_dir_exit_2_with_a_message(
     )
 
 
-def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(
+def test_full_disk_at_a_state_file_exits_3_and_keeps_the_last(
     tmp_path: Path, cache: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ENOSPC while the step-8 checkpoint is written: exit 3 naming the file and the step-4
@@ -834,13 +800,13 @@ def test_full_disk_at_a_checkpoint_exits_3_and_keeps_the_last(
     monkeypatch.setattr(train_state, "save_state", full_disk)
     assert main(["train"] + _cli_args(config)) == 3
     err = capsys.readouterr().err
-    four = train_state.state_path(tmp_path / "checkpoints", 4)
+    four = train_state.state_path(tmp_path / "state", 4)
     assert (
-        f"ojas train: cannot write {train_state.state_path(tmp_path / 'checkpoints', 8)} (No space left on device); "
-        f"the last complete checkpoint is {four}: free space (or fix the path) and continue with --resume latest"
+        f"ojas train: cannot write {train_state.state_path(tmp_path / 'state', 8)} (No space left on device); "
+        f"the last complete state file is {four}: free space (or fix the path) and continue with --resume latest"
     ) in err
     monkeypatch.undo()
-    assert train_state.latest_state(tmp_path / "checkpoints") == four
+    assert train_state.latest_state(tmp_path / "state") == four
 
 
 def test_warmup_longer_than_the_run_is_said(tmp_path: Path, cache: str, capsys: pytest.CaptureFixture) -> None:
@@ -896,7 +862,7 @@ def test_cli_messages_for_runs_already_there(tmp_path: Path, cache: str, capsys:
     capsys.readouterr()
     assert main(["train", "--dry-run"] + _cli_args(config)) == 0
     held = (
-        f"--out-dir {str(tmp_path)!r} holds a run already (train.jsonl of 3 step(s), checkpoints up to step 3): "
+        f"--out-dir {str(tmp_path)!r} holds a run already (train.jsonl of 3 step(s), state files up to step 3): "
         "continue it with --resume latest, or pass another --out-dir"
     )
     assert f"ojas train: warning: {held}" in capsys.readouterr().err
@@ -906,8 +872,8 @@ def test_cli_messages_for_runs_already_there(tmp_path: Path, cache: str, capsys:
     out = capsys.readouterr().out
     assert "nan" not in out
     assert (
-        f"ojas train: the run in {tmp_path} is finished (step 3 of 3, checkpoint "
-        f"{train_state.state_path(tmp_path / 'checkpoints', 3)}): nothing to resume"
+        f"ojas train: the run in {tmp_path} is finished (step 3 of 3, state file "
+        f"{train_state.state_path(tmp_path / 'state', 3)}): nothing to resume"
     ) in out
 
 
@@ -923,3 +889,113 @@ def test_plot_has_the_setting_and_memory_from_zero(tmp_path: Path, cache: str, m
         "(3 warm-up, cosine), AdamW in backward, clip 1.0, optimize_model on"
     )
     assert figure.axes[1].get_ylim()[0] == 0
+
+
+# The memory recipe, and release 0.1's names (deprecated aliases for one release).
+
+
+def test_the_default_recipe_is_optimize_model_s_defaults_in_backward() -> None:
+    """The first README command's run: every primitive, no checkpointing, AdamW in backward, float32."""
+    config = TrainConfig()
+    assert config.recipe == MemoryRecipe(in_backward=True) and config.dtype == torch.float32
+    assert config.recipe.model_options() == MemoryRecipe().model_options()
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ({"ojas": False}, {"recipe": NO_OJAS}),
+        ({"in_backward": False}, {"recipe": recipe(in_backward=False)}),
+        ({"activation_checkpointing": True}, {"recipe": recipe(checkpoint=True)}),
+        ({"activation_checkpointing": True, "offload_checkpoints": True}, {"recipe": recipe(checkpoint="offload")}),
+        (
+            {"activation_checkpointing": True, "split_checkpoints": True, "ojas": False},
+            {"recipe": dataclasses.replace(NO_OJAS, checkpoint=True, checkpoint_split=True)},
+        ),
+        ({"state_on_host": True}, {"recipe": recipe(state_device="cpu")}),
+        ({"checkpoint_every": 7, "keep_checkpoints": 3}, {"state_every": 7, "keep_states": 3}),
+        ({"dtype": "bfloat16"}, {"dtype": torch.bfloat16}),
+    ],
+)
+def test_old_fields_warn_and_map_into_the_recipe(old: dict, new: dict) -> None:
+    deprecated = "dtype" not in old  # a dtype's torch name is today's spelling too
+    with pytest.warns(DeprecationWarning, match="deprecated") if deprecated else contextlib.nullcontext():
+        config = TrainConfig(**old)
+    assert config == TrainConfig(**new)
+    with pytest.raises(TypeError, match="pass state_every or its deprecated name checkpoint_every, not both"):
+        with pytest.warns(DeprecationWarning):
+            TrainConfig(checkpoint_every=3, state_every=4)
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"recipe": recipe(head_update=True)}, r"recipe\.head_update=True \(--head-update\) needs plain SGD"),
+        ({"recipe": recipe(sparse_embedding=True)}, r"recipe\.sparse_embedding=True .* needs plain SGD"),
+        ({"dtype": torch.float16}, r"dtype \(--dtype\) must be one of \['bfloat16', 'float32'\], got 'float16'"),
+    ],
+)
+def test_what_ojas_train_cannot_run_is_refused(changes: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**changes)
+    with pytest.raises(TypeError, match="recipe must be an ojas_ref.MemoryRecipe, got dict"):
+        TrainConfig(recipe={"checkpoint": True})
+
+
+def test_old_flags_warn_and_set_the_recipe(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Release 0.1's flags: hidden from --help, each warned about on stderr, the same setting as
+    today's flags."""
+    old = ["--no-ojas", "--activation-checkpointing", "--split-checkpoints", "--checkpoint-every", "7"]
+    new = ["--no-attention", "--no-linear-cross-entropy", "--no-rms-norm", "--no-swiglu", "--no-rope"]
+    new += ["--no-relu-mask", "--checkpoint", "on", "--checkpoint-split", "--state-every", "7"]
+    old, new = old + ["--out-dir", str(tmp_path)], new + ["--out-dir", str(tmp_path)]
+    assert main(["train", "--dry-run", *old]) == 0
+    printed = capsys.readouterr()
+    for flag in ("--no-ojas", "--activation-checkpointing", "--split-checkpoints", "--checkpoint-every"):
+        assert f"ojas train: warning: {flag} is deprecated: write " in printed.err
+    assert "optimize_model off, activation checkpointing (two per layer" in printed.out
+    assert "state files every 7 steps" in printed.out
+    assert main(["train", "--dry-run", *new]) == 0
+    assert capsys.readouterr() == (printed.out, "")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--activation-checkpointing" not in capsys.readouterr().out
+
+
+def _as_release_0_1(out: Path) -> None:
+    """``out``'s run as release 0.1 wrote it: its state files in checkpoints/, their settings in
+    the old fields (no recipe, dtype by name)."""
+    (out / "state").rename(out / "checkpoints")
+    for _, path in train_state.list_states(out / "checkpoints"):
+        state = train_state.load_state(path)
+        config = state["config"]
+        old_recipe = config.pop("recipe")
+        config.pop("state_every"), config.pop("keep_states")
+        config.update(
+            ojas=old_recipe["attention"],
+            in_backward=old_recipe["in_backward"],
+            activation_checkpointing=bool(old_recipe["checkpoint"]),
+            offload_checkpoints=old_recipe["checkpoint"] == "offload",
+            split_checkpoints=old_recipe["checkpoint_split"],
+            state_on_host=old_recipe["state_device"] == "cpu",
+            checkpoint_every=4,
+            keep_checkpoints=10,
+        )
+        train_state.save_state(path, state)
+
+
+def test_a_release_0_1_run_resumes_from_its_checkpoints_folder(tmp_path: Path, cache: str, reference: dict) -> None:
+    """A run directory of release 0.1 (state files in checkpoints/, settings in the old fields)
+    resumes bitwise, keeps writing there, and a setting that changes the computation is refused
+    naming the recipe's field."""
+    parameters, losses = reference["in-backward"]
+    train(small(tmp_path, cache, stop_after=7, **RUNS["in-backward"]))
+    _as_release_0_1(tmp_path)
+    with pytest.raises(ValueError, match=r"recipe\.checkpoint=False, this run has recipe\.checkpoint=True"):
+        train(small(tmp_path, cache, resume="latest", recipe=recipe(in_backward=True, checkpoint=True)))
+    resumed = train(small(tmp_path, cache, resume="latest", **RUNS["in-backward"]))
+    assert resumed.losses == losses[7:] and resumed.state == train_state.state_path(tmp_path / "checkpoints", 12)
+    _assert_bitwise(_parameters(resumed.model), parameters)
+    assert not (tmp_path / "state").exists() or not train_state.list_states(tmp_path / "state")
+    with pytest.warns(DeprecationWarning, match="TrainResult.state"):
+        assert resumed.checkpoint == resumed.state

@@ -56,7 +56,7 @@ def test_flipped_byte_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_foreign_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "a.ckpt"
     torch.save(_state(1), path)  # a plain torch file: no header
-    with pytest.raises(train_state.CorruptStateError, match="not an ojas checkpoint"):
+    with pytest.raises(train_state.CorruptStateError, match="not an ojas state file"):
         train_state.load_state(path)
 
 
