@@ -38,6 +38,7 @@ MOVED = {
     "ojas_ref.integrations.huggingface": "ojas_ref.integrations.hf",
     "ojas_ref.tools.checkpoint": "ojas_ref.tools.train_state",
     "ojas_ref.verification.lce_error": "ojas_ref.verification.linear_cross_entropy_error",
+    "ojas_ref.verification.optimizer_in_backward_check": "ojas_ref.verification.in_backward_check",
 }
 
 

@@ -1,6 +1,6 @@
 """Where :attr:`param_groups` changes under the updates of
 :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer` (no theorem; tests in
-tests/optim/test_optimizer_in_backward_semantics.py): :class:`GroupChecks` raises when a group's
+tests/optim/test_in_backward_semantics.py): :class:`GroupChecks` raises when a group's
 hyper-parameters change between its update in backward and ``step()``, when a hooked parameter
 leaves its group, and when a parameter without a hook gets a gradient."""
 

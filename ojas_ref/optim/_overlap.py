@@ -1,7 +1,7 @@
 """Updates on a side stream (``InBackwardOptimizer(overlap=True)``, CUDA): :class:`UpdateStreams`
 runs a bucket's update on a side stream of its device while the backward of the earlier layers goes
 on on the compute stream. The same kernels on the same tensors: the same bits as ``overlap=False``
-(tests/optim/test_optimizer_in_backward.py)."""
+(tests/optim/test_in_backward.py)."""
 
 from __future__ import annotations
 

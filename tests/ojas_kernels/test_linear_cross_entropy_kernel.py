@@ -414,7 +414,7 @@ def test_in_backward_optimizer_clipping_matches_standard_loop(autocast):
     the standard loop's (loss.backward(); clip_grad_norm_; step) parameters and optimizer
     state bit for bit: the second backward recomputes the kernel's gradients by the same
     computation (test_second_backward_through_retained_graph), and InBackwardOptimizer is
-    the standard loop bitwise for equal gradients (tests/optim/test_optimizer_in_backward.py),
+    the standard loop bitwise for equal gradients (tests/optim/test_in_backward.py),
     so no tolerance is needed.  Also with float32 parameters and the forward under
     torch.autocast("cpu", bfloat16), as Hugging Face's mixed precision runs it (the
     head gets a bf16 hidden state and the float32 weight)."""

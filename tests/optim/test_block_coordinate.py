@@ -1,6 +1,6 @@
 """BlockCoordinateOptimizer (BAdam's schedule) against hand-written loops, bitwise.
 
-The model, batches and comparison are test_optimizer_in_backward's (TinyLM: 2 layers, tied
+The model, batches and comparison are test_in_backward's (TinyLM: 2 layers, tied
 embedding; CPU, float32). BAdam is not full training, so the references are: the standard AdamW
 loop when one block holds every parameter, and a hand-written freeze / AdamW on the active block
 / switch / fresh state loop otherwise.
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ojas_ref.optim.block_coordinate import BlockCoordinateOptimizer, decoder_layer_blocks
-from test_optimizer_in_backward import CLIP, assert_same, batch, make_model
+from test_in_backward import CLIP, assert_same, batch, make_model
 
 KW = dict(lr=1e-2, betas=(0.8, 0.95), weight_decay=0.1)
 ORDERS = {"ascending": [0, 1, 2, 0], "descending": [2, 1, 0, 2], "random": None}
