@@ -17,6 +17,7 @@ tolerance from float32 rounding.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import warnings
 
@@ -37,6 +38,7 @@ import ojas_ref.integrations.hf.swiglu as hf_swiglu  # noqa: E402
 from ojas_ref.integrations import hf  # noqa: E402
 from ojas_ref.integrations.hf.rms_norm import _OjasRMSNorm  # noqa: E402
 from ojas_ref.integrations.hf.swiglu import _OjasSwiGLU  # noqa: E402
+from ojas_ref.recipe import MemoryRecipe  # noqa: E402
 from ojas_ref.integrations.hf.optimize import (  # noqa: E402
     RMS_NORM_THEOREMS,
     SWIGLU_THEOREMS,
@@ -464,7 +466,7 @@ def test_rms_norm_false_and_unchecked_norm_classes_are_left_alone():
     assert "differs from the checked formula" in report.left_alone[0].reason
     assert type(model.model.norm) is LlamaRMSNorm
     with pytest.raises(TypeError, match="rms_norm must be a bool"):
-        optimize_model(build("llama"), rms_norm=None)
+        optimize_model(build("llama"), rms_norm=0)  # None is the recipe's value (test_a_recipe_...)
 
 
 def test_swiglu_false_and_unchecked_mlp_classes_are_left_alone():
@@ -730,7 +732,7 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
     import transformers.models.llama.modeling_llama as llama
 
     calls = []
-    monkeypatch.setattr(hf_rope, "fused_rotary", lambda *a, _f=hf_rope.fused_rotary: calls.append(1) or _f(*a))
+    monkeypatch.setattr(hf_rope, "fused_rope", lambda *a, _f=hf_rope.fused_rope: calls.append(1) or _f(*a))
     original = getattr(llama.apply_rotary_pos_emb, "_ojas_original", llama.apply_rotary_pos_emb)
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     plain = build("llama").to(dtype).to(device)
@@ -767,38 +769,40 @@ def test_replaced_rope_gives_hugging_faces_values(monkeypatch, dtype):
 
 
 def test_report_plans_what_it_applied():
-    from ojas_ref.tools import plan as P
+    """report.plan(recipe, ...) is the planner's plan of the model as optimized (its dtype, the model
+    fields the call applied) with the recipe's optimizer fields; report.recipe by default."""
+    from ojas_ref import memory as P
 
     model = build("llama").float()
     _, report = optimize_model(model, checkpoint="offload")
+    assert report.recipe == MemoryRecipe(checkpoint="offload")
+    in_backward = dataclasses.replace(report.recipe, in_backward=True)
     expected = P.plan(
         P.Model.from_module(model),
         P.Setting(
-            dtype="fp32",
+            # relu_mask: no effect on a Hugging Face model, planned as applied (off)
+            recipe=MemoryRecipe(checkpoint="offload", in_backward=True, relu_mask=False),
+            dtype=torch.float32,
             optimizer="sgd",
-            in_backward=True,
             batch=2,
             seq=32,
-            checkpoint=True,
-            offload=True,
-            ojas_attention=True,
-            ojas_loss=True,
-            ojas_rms_norm=True,
-            ojas_swiglu=True,
         ),
     )
-    assert report.plan(optimizer="sgd", batch=2, seq=32) == expected
+    assert report.plan(in_backward, optimizer="sgd", batch=2, seq=32) == expected
+    with pytest.warns(DeprecationWarning, match=r"OptimizationReport.plan\(in_backward=\.\.\.\) is deprecated"):
+        assert report.plan(optimizer="sgd", batch=2, seq=32, in_backward=True) == expected  # True: its default
     with pytest.warns(DeprecationWarning, match=r"OptimizationReport.plan\(fused=\.\.\.\) is deprecated.*in_backward="):
         assert (
             report.plan(optimizer="sgd", fused=False)
-            == report.plan(optimizer="sgd", in_backward=False)
-            != (report.plan(optimizer="sgd"))
+            == report.plan(optimizer="sgd")
+            != report.plan(in_backward, optimizer="sgd")
         )
     assert f"peak {report.plan().peak / 2**30:.2f} GiB at" in str(report)
     _, partial = optimize_model(build("llama").to(torch.bfloat16), attention=False, swiglu=False)
     s = partial.plan().setting
-    assert (s.dtype, s.ojas_attention, s.ojas_swiglu, s.ojas_rms_norm, s.ojas_loss, s.checkpoint) == (
-        "bf16",
+    r = s.recipe
+    assert (s.dtype, r.attention, r.swiglu, r.rms_norm, r.linear_cross_entropy, r.checkpoint) == (
+        torch.bfloat16,
         False,
         False,
         True,
@@ -817,6 +821,72 @@ def test_report_plans_what_it_applied():
     _, sparse = optimize_model(build("llama", tie_word_embeddings=False).float(), sparse_embedding=True)
     with pytest.raises(NotImplementedError, match="sparse embedding"):
         sparse.plan()
+
+
+def test_report_plans_a_primitive_left_alone_as_off():
+    """The family check leaves Llama's attention alone (cross-attention configured): report.recipe
+    keeps attention=True, the plan has the standard attention."""
+    _, report = optimize_model(build("llama", add_cross_attention=True).float())
+    assert report.recipe.attention and not any(c.kind == "attention" for c in report.changed)
+    setting = report.plan().setting
+    assert not setting.recipe.attention and setting.recipe.linear_cross_entropy and setting.recipe.rms_norm
+
+
+def test_report_plan_refuses_another_model_and_maps_the_old_keywords():
+    _, report = optimize_model(build("llama").float(), checkpoint=True)
+    with pytest.raises(ValueError, match=r"recipe: checkpoint=False \(report.recipe: True\).*dataclasses.replace"):
+        report.plan(MemoryRecipe(in_backward=True))
+    with pytest.raises(TypeError, match="recipe= and the deprecated host_state="):
+        report.plan(report.recipe, host_state=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ojas_loss'"):
+        report.plan(ojas_loss=True)
+    with pytest.raises(TypeError, match="recipe must be an ojas_ref.MemoryRecipe or None, got dict"):
+        report.plan({"in_backward": True})
+    with pytest.warns(DeprecationWarning) as caught:
+        old = report.plan(host_state=True, state_slice_mb=1.0, bucket_cap_mb=8.0)
+    assert {str(w.message).split(")")[0] for w in caught} == {
+        "OptimizationReport.plan(host_state=...",
+        "OptimizationReport.plan(state_slice_mb=...",
+        "OptimizationReport.plan(bucket_cap_mb=...",
+    }
+    recipe = dataclasses.replace(
+        report.recipe, in_backward=True, state_device="cpu", state_slice_mb=1.0, bucket_cap_mb=8.0
+    )
+    assert old == report.plan(recipe)
+    assert old.setting.recipe.state_device == "cpu" and old.setting.recipe.bucket_cap_mb == 8.0
+
+
+def test_a_recipe_the_planner_does_not_model_is_printed_without_a_plan():
+    """overlap=True: the planner refuses it; print(report) says so instead of raising."""
+    _, report = optimize_model(build("llama").float(), MemoryRecipe(in_backward=True, overlap=True))
+    with pytest.raises(NotImplementedError, match="recipe.overlap=True is not modelled"):
+        report.plan()
+    assert "plan (AdamW in InBackwardOptimizer): none (recipe.overlap=True is not modelled" in str(report)
+
+
+def test_a_recipe_sets_the_keywords_and_the_keywords_override_it():
+    recipe = MemoryRecipe(attention=False, checkpoint=True, in_backward=True, bucket_cap_mb=8.0)
+    by_recipe_model, by_keywords_model = build("llama"), build("llama")
+    _, by_recipe = optimize_model(by_recipe_model, recipe)
+    _, by_keywords = optimize_model(by_keywords_model, attention=False, checkpoint=True)
+    assert by_recipe.details() == by_keywords.details() and "(decoder layers)" in by_recipe.details()
+    assert by_recipe.recipe == recipe and by_keywords.recipe == MemoryRecipe(attention=False, checkpoint=True)
+    model = build("llama")
+    _, overridden = optimize_model(model, recipe, attention=None, checkpoint=False, rms_norm=False)
+    assert overridden.recipe == dataclasses.replace(recipe, checkpoint=False, rms_norm=False)
+    assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    assert {s.reason for s in overridden.left_alone} == {"rms_norm=False"}  # attention=False: not reported
+    assert not any(c.kind in ("attention", "rms_norm") for c in overridden.changed)
+    # a second call: the same model fields return the report, with the call's recipe
+    assert optimize_model(by_recipe_model, recipe)[1] is by_recipe
+    again = optimize_model(by_recipe_model, dataclasses.replace(recipe, bucket_cap_mb=16.0))[1]
+    assert again.recipe.bucket_cap_mb == 16.0 and by_recipe.recipe == recipe and again.changed == by_recipe.changed
+    with pytest.raises(ValueError, match=r"checkpoint=True \(now False\)"):
+        optimize_model(by_recipe_model, recipe, checkpoint=False)
+    with pytest.raises(TypeError, match="recipe must be an ojas_ref.MemoryRecipe or None, got dict"):
+        optimize_model(build("llama"), {"attention": False})
+    with pytest.raises(ValueError, match="head_update=True needs linear_cross_entropy=True"):
+        optimize_model(build("llama"), MemoryRecipe(in_backward=True, head_update=True), linear_cross_entropy=False)
 
 
 def test_gpt2_default_attention_dropout_runs_in_the_ojas_attention():

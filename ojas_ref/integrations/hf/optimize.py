@@ -1,6 +1,7 @@
 """``optimize_model``: the verified primitives applied to an existing model in one call.
 
-``model, report = optimize_model(model)`` rewrites the model in place:
+``model, report = optimize_model(model)`` (or ``optimize_model(model, recipe)``, a
+:class:`ojas_ref.MemoryRecipe`) rewrites the model in place:
 
 * Hugging Face causal LMs (the families of ``ojas_ref.integrations.hf.SUPPORTED_MODEL_TYPES``):
   attention through :func:`ojas_ref.attention` (registered as ``attn_implementation="ojas"``),
@@ -27,11 +28,10 @@ raises); :func:`revert_model` undoes the call; a deep or pickled copy is optimiz
 
 from __future__ import annotations
 
-import functools
-import inspect
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 import torch
 from torch import nn
@@ -41,19 +41,14 @@ from ojas_ref.functional.relu import BACKWARD_THEOREM as RELU_THEOREM, KERNEL_TH
 from ojas_ref.functional.rms_norm import BACKWARD_THEOREMS as RMS_NORM_THEOREMS
 from ojas_ref.functional.rope import BACKWARD_THEOREM as ROPE_THEOREM
 from ojas_ref.functional.swiglu import BACKWARD_THEOREMS as SWIGLU_THEOREMS
+from ojas_ref.integrations.hf._checkpointing import install_checkpointing, torch_checkpoint_reentrant
 from ojas_ref.integrations.hf.attention import ATTENTION_NAME, register
 from ojas_ref.integrations.hf.family import family_support
-from ojas_ref.integrations.hf.linear_cross_entropy import CausalLMLossHead, head_weight_and_bias
+from ojas_ref.integrations.hf.linear_cross_entropy import LinearCrossEntropyForCausalLM, head_weight_and_bias
 from ojas_ref.integrations.hf.report import Change, LeftAlone, OptimizationReport
 from ojas_ref.integrations.hf.rms_norm import _OjasRMSNorm, ojas_rms_norm_class, rms_norm_unsupported_reason
 from ojas_ref.integrations.hf.rope import RopeUse, rope_unsupported_reason, scope_rope
-from ojas_ref.integrations.hf.split_checkpoint import (
-    SPLIT_SEGMENTS,
-    SplitCheckpoint,
-    split_layers,
-    split_swap,
-    split_unsupported_reason,
-)
+from ojas_ref.integrations.hf.split_checkpoint import split_unsupported_reason
 from ojas_ref.integrations.hf.swiglu import (
     _OjasSwiGLU,
     is_gated_mlp,
@@ -61,6 +56,7 @@ from ojas_ref.integrations.hf.swiglu import (
     ojas_swiglu_class,
     swiglu_unsupported_reason,
 )
+from ojas_ref.recipe import MemoryRecipe
 
 SPARSE_EMBEDDING_THEOREMS = (
     "Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
@@ -95,7 +91,7 @@ class _State:
     #: the call's arguments (a second call with others raises)
     arguments: dict[str, Any] = field(default_factory=dict)
     attn_implementation: Optional[str] = None  # the Hugging Face implementation replaced
-    loss_head: Optional[CausalLMLossHead] = None
+    loss_head: Optional[LinearCrossEntropyForCausalLM] = None
     enabled_checkpointing: bool = False
     #: (module, its ``_gradient_checkpointing_func`` before) where this call replaced the function of
     #: checkpointing the user had enabled already (checkpoint="offload", or a reentrant one)
@@ -133,51 +129,65 @@ def _hf_target(model: nn.Module) -> nn.Module:
     return model
 
 
-def _check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
-
-
 CHECKPOINT_VALUES = (False, True, "offload")
 
 
-def _check_checkpoint(value: object) -> bool | str:
+def _check_checkpoint(value: object) -> None:
+    """``checkpoint=``: a bool or ``"offload"`` (``TypeError`` for another type)."""
     if isinstance(value, bool):
-        return value
+        return
     if not isinstance(value, str):
         raise TypeError(f"checkpoint must be a bool or 'offload', got {type(value).__name__}")
     if value != "offload":
         raise ValueError(f"checkpoint must be one of {CHECKPOINT_VALUES}, got {value!r}")
-    return value
+
+
+def _effective_recipe(recipe: Optional[MemoryRecipe], keywords: dict[str, Any]) -> MemoryRecipe:
+    """``recipe`` (default ``MemoryRecipe()``) with the keywords given (not None) in place of its fields."""
+    if recipe is None:
+        recipe = MemoryRecipe()
+    elif not isinstance(recipe, MemoryRecipe):
+        raise TypeError(f"recipe must be an ojas_ref.MemoryRecipe or None, got {type(recipe).__name__}")
+    given = {name: value for name, value in keywords.items() if value is not None}
+    if "checkpoint" in given:
+        _check_checkpoint(given["checkpoint"])
+    return dataclasses.replace(recipe, **given)
 
 
 @renamed_keyword("cross_entropy", "linear_cross_entropy")
 def optimize_model(
     model: nn.Module,
+    recipe: Optional[MemoryRecipe] = None,
     *,
-    attention: bool = True,
-    linear_cross_entropy: bool = True,
-    checkpoint: bool | str = False,
-    rms_norm: bool = True,
-    swiglu: bool = True,
-    rope: bool = True,
-    sparse_embedding: bool = False,
-    relu_mask: bool = True,
-    checkpoint_split: bool = False,
+    attention: Optional[bool] = None,
+    linear_cross_entropy: Optional[bool] = None,
+    checkpoint: Union[bool, Literal["offload"], None] = None,
+    rms_norm: Optional[bool] = None,
+    swiglu: Optional[bool] = None,
+    rope: Optional[bool] = None,
+    sparse_embedding: Optional[bool] = None,
+    relu_mask: Optional[bool] = None,
+    checkpoint_split: Optional[bool] = None,
 ) -> tuple[nn.Module, OptimizationReport]:
     """Apply ojas attention, ojas linear cross-entropy, the fused RMSNorm and SwiGLU and (optionally)
     per-layer activation checkpointing to ``model`` in place; return ``(model, report)``.
 
+    Every keyword but ``model`` and ``recipe`` is a field of :class:`ojas_ref.MemoryRecipe` and
+    overrides it; None (the default): ``recipe``'s value (``MemoryRecipe()``'s defaults, given
+    below, when ``recipe`` is None). ``recipe``'s optimizer fields (``in_backward``, ...) are not
+    read here; ``report.recipe`` is the recipe the call applied, keywords included.
+
     Args:
         model: a Hugging Face ``PreTrainedModel`` (or a PEFT model around one), or any
             ``nn.Module`` (its ``nn.MultiheadAttention`` modules are changed).
-        attention: compute attention by :func:`ojas_ref.attention` (the Triton kernel on CUDA).
-        linear_cross_entropy: compute a Hugging Face causal LM's training loss by
+        recipe: the settings (default ``MemoryRecipe()``); only
+            :meth:`~ojas_ref.MemoryRecipe.model_options` are read.
+        attention: (default True) compute attention by :func:`ojas_ref.attention` (the Triton kernel on CUDA).
+        linear_cross_entropy: (default True) compute a Hugging Face causal LM's training loss by
             :func:`ojas_ref.linear_cross_entropy` from the hidden states and ``lm_head``
             (training mode with ``labels``: ``output.logits`` is None, as Liger-Kernel's).
             ``cross_entropy=``, its name in release 0.1, is a deprecated alias (it warns).
-        checkpoint: per-layer activation checkpointing (Hugging Face models only): ``True``:
+        checkpoint: (default False) per-layer activation checkpointing (Hugging Face models only): ``True``:
             ``gradient_checkpointing_enable(use_reentrant=False)``; ``"offload"``: the same, each
             decoder layer's input (the hidden states the checkpoint keeps) copied to pinned host
             memory on a side CUDA stream in the forward and back, prefetched one layer ahead, in
@@ -196,18 +206,18 @@ def optimize_model(
             ``NotImplementedError`` naming the family otherwise, before anything is changed.
             Exact for deterministic layers: the losses and gradients of ``checkpoint_split=False``
             bit for bit (tests/nn/test_split_checkpoint.py).
-        rms_norm: compute a Hugging Face model's RMSNorm modules of the checked classes
+        rms_norm: (default True) compute a Hugging Face model's RMSNorm modules of the checked classes
             (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3; q_norm / k_norm too) by
             :func:`ojas_ref.functional.rms_norm.rms_norm`, the same formula and casts (a class swap:
             same parameters and ``state_dict``); plain models: no effect.
-        swiglu: compute the gate product ``act(gate) * up`` of a Hugging Face model's gated
+        swiglu: (default True) compute the gate product ``act(gate) * up`` of a Hugging Face model's gated
             MLPs of the checked classes (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3)
             with a SiLU activation (SwiGLU) or torch's tanh-approximated gelu (GeGLU, Gemma's
             ``gelu_pytorch_tanh``) by :func:`ojas_ref.functional.swiglu.swiglu` (gate and up
             saved, the activation recomputed in backward: one [tokens, intermediate] tensor less
             per layer); other activations are left alone with the reason; a class swap as for
             ``rms_norm``; plain models: no effect.
-        rope: compute the rotary position embedding of the checked families (Llama, Mistral,
+        rope: (default True) compute the rotary position embedding of the checked families (Llama, Mistral,
             Qwen2, Qwen3, Gemma 2, Gemma 3; not Phi-3's partial rotation) by the fused kernel of
             :mod:`ojas_ref.functional.rope` (one launch for q and k, forward and backward), which
             gives Hugging Face's values and gradients bit for bit. The modeling module's
@@ -225,7 +235,7 @@ def optimize_model(
             changes under them).  Left alone, with the reason, when the embedding is tied to the
             output head (one tensor used twice: its summed gradient is dense), is not an
             ``nn.Embedding``, or uses ``max_norm`` / ``scale_grad_by_freq``.
-        relu_mask: (plain models) the ReLU activation of every ``nn.TransformerEncoderLayer`` /
+        relu_mask: (default True; plain models) the ReLU activation of every ``nn.TransformerEncoderLayer`` /
             ``nn.TransformerDecoderLayer`` with feed-forward dropout (``linear2(dropout(relu(linear1(x))))``)
             computed by :func:`ojas_ref.functional.relu.relu`, which saves the mask packed 1 bit per
             element instead of relu's output: one ``[tokens, dim_feedforward]`` tensor less per
@@ -238,28 +248,28 @@ def optimize_model(
     not cover, and every candidate left alone with the reason (dropout, soft-capped
     attention, untested family, not a Linear head, ...): ``print(report)`` a summary,
     ``report.details()`` each module. Calling it again on an optimized model with the same
-    arguments changes nothing and returns the first report; with other arguments it raises
+    model fields changes nothing and returns the first report (a copy with the new
+    ``report.recipe`` when only the optimizer fields differ); with other model fields it raises
     ``ValueError`` (:func:`revert_model` first). A deep copy or an unpickled copy of an
     optimized model is optimized on its own: reverting one leaves the other as it is.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    arguments = dict(
-        attention=_check_flag("attention", attention),
-        linear_cross_entropy=_check_flag("linear_cross_entropy", linear_cross_entropy),
-        checkpoint=_check_checkpoint(checkpoint),
-        rms_norm=_check_flag("rms_norm", rms_norm),
-        swiglu=_check_flag("swiglu", swiglu),
-        rope=_check_flag("rope", rope),
-        sparse_embedding=_check_flag("sparse_embedding", sparse_embedding),
-        relu_mask=_check_flag("relu_mask", relu_mask),
-        checkpoint_split=_check_flag("checkpoint_split", checkpoint_split),
+    recipe = _effective_recipe(
+        recipe,
+        dict(
+            attention=attention,
+            linear_cross_entropy=linear_cross_entropy,
+            checkpoint=checkpoint,
+            rms_norm=rms_norm,
+            swiglu=swiglu,
+            rope=rope,
+            sparse_embedding=sparse_embedding,
+            relu_mask=relu_mask,
+            checkpoint_split=checkpoint_split,
+        ),
     )
-    if checkpoint_split and not checkpoint:
-        raise ValueError(
-            "checkpoint_split=True needs checkpoint=True or 'offload': it splits the checkpoint of each "
-            "decoder layer in two"
-        )
+    arguments = recipe.model_options()
     target = _hf_target(model)
     existing: Optional[_State] = getattr(target, _STATE_ATTR, None)
     if existing is not None:
@@ -270,16 +280,17 @@ def optimize_model(
                 "revert_model(model) first, then optimize_model with the new arguments"
             )
         existing.report._model = weakref.ref(target)
-        return model, existing.report
+        if existing.report.recipe == recipe:
+            return model, existing.report
+        return model, dataclasses.replace(existing.report, recipe=recipe)  # other optimizer fields
+    checkpoint = recipe.checkpoint
     if _is_hf_model(target):
-        if checkpoint_split:
+        if recipe.checkpoint_split:
             reason = split_unsupported_reason(target)
             if reason is not None:
                 raise NotImplementedError(f"checkpoint_split=True: {reason}")
-        state = _optimize_hf(
-            target, attention, linear_cross_entropy, checkpoint, rms_norm, swiglu, rope, checkpoint_split
-        )
-        _make_embedding_sparse(target, sparse_embedding, state)
+        state = _optimize_hf(target, recipe)
+        _make_embedding_sparse(target, recipe.sparse_embedding, state)
         if checkpoint:
             state.checkpointing = [
                 (m, m.__dict__.get("_gradient_checkpointing_func"))
@@ -288,9 +299,9 @@ def optimize_model(
             ]
         if state.checkpointing or state.sparse_embedding is not None:
             state.guard = target.register_forward_pre_hook(_check_edits)
-        state.report.planned, state.report.unplanned = _planned(target, state, checkpoint)
+        state.report.planned, state.report.unplanned = _planned(target, state)
     else:
-        if sparse_embedding:
+        if recipe.sparse_embedding:
             raise NotImplementedError(
                 "sparse_embedding=True is supported for Hugging Face models only; set "
                 "sparse=True on the nn.Embedding of a plain model"
@@ -301,8 +312,9 @@ def optimize_model(
                 "the layers of a plain model in "
                 "torch.utils.checkpoint.checkpoint(use_reentrant=False)"
             )
-        state = _optimize_torch(target, attention, linear_cross_entropy, relu_mask)
+        state = _optimize_torch(target, recipe)
     state.arguments = arguments
+    state.report.recipe = recipe
     param = next(target.parameters(), None)
     state.report.placement = None if param is None else (param.device, param.dtype)
     state.report._model = weakref.ref(target)
@@ -405,7 +417,7 @@ def _check_edits(model: nn.Module, args: tuple) -> None:
         now = module.__dict__.get("_gradient_checkpointing_func")
         if now is func or not getattr(module, "gradient_checkpointing", False):
             continue
-        if plain and _torch_checkpoint_reentrant(now) is False:  # the same non-reentrant checkpointing
+        if plain and torch_checkpoint_reentrant(now) is False:  # the same non-reentrant checkpointing
             state.checkpointing[i] = (module, now)
         else:
             raise RuntimeError(
@@ -442,23 +454,15 @@ def _attention_modules(model: nn.Module) -> list[str]:
     ]
 
 
-def _optimize_hf(
-    model: nn.Module,
-    attention: bool,
-    linear_cross_entropy: bool,
-    checkpoint: bool | str,
-    rms_norm: bool,
-    swiglu: bool,
-    rope: bool,
-    split: bool = False,
-) -> _State:
+def _optimize_hf(model: nn.Module, recipe: MemoryRecipe) -> _State:
+    """Apply ``recipe``'s model fields but ``sparse_embedding`` to a Hugging Face model."""
     register()
     support = family_support(model)
     report = OptimizationReport()
     state = _State(report)
     attn_names = [(n, type(m).__name__) for n, m in model.named_modules() if n in _attention_modules(model)]
     attn_names = attn_names or [("(attention)", "attention")]
-    if attention:
+    if recipe.attention:
         if support.attention is None:
             state.attn_implementation = model.config._attn_implementation
             model.set_attn_implementation(ATTENTION_NAME)
@@ -474,13 +478,13 @@ def _optimize_hf(
             ]
         else:
             report.left_alone += [LeftAlone(n, support.attention) for n, _ in attn_names]
-    _swap_rms_norms(model, rms_norm, support.rms_norm, state)
-    _swap_swiglu_mlps(model, swiglu, support.swiglu, state)
-    _replace_rope(model, rope, state)
+    _swap_rms_norms(model, recipe.rms_norm, support.rms_norm, state)
+    _swap_swiglu_mlps(model, recipe.swiglu, support.swiglu, state)
+    _replace_rope(model, recipe.rope, state)
     head_name = next((n for n, m in model.named_modules() if m is model.get_output_embeddings()), "lm_head")
-    if linear_cross_entropy:
+    if recipe.linear_cross_entropy:
         if support.linear_cross_entropy is None:
-            state.loss_head = CausalLMLossHead(model, support.softcap)
+            state.loss_head = LinearCrossEntropyForCausalLM(model, support.softcap)
             state.loss_head.install(model)
             cap = f", final soft cap {support.softcap}" if support.softcap is not None else ""
             report.changed.append(
@@ -496,162 +500,37 @@ def _optimize_hf(
             report.loss_bytes_saved_per_token = _logits_bytes_per_token(model)
         else:
             report.left_alone.append(LeftAlone(head_name, support.linear_cross_entropy))
-    if checkpoint:
-        if not getattr(model, "supports_gradient_checkpointing", False):
-            raise NotImplementedError(f"{type(model).__name__} does not support gradient checkpointing")
-        if checkpoint == "offload" and "value" in inspect.signature(model._set_gradient_checkpointing).parameters:
-            raise NotImplementedError(
-                f"checkpoint='offload': {type(model).__name__} uses the old "
-                "_set_gradient_checkpointing(value) format, which takes no function"
-            )
-        if not any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
-            kwargs = {"use_reentrant": False}
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-            state.enabled_checkpointing = True
-        not_covered = "recomputation equals the stored activations only for deterministic layers (no dropout)"
-        if split:
-            _install_split(model, state, checkpoint == "offload")
-            where = ", the segments' inputs offloaded to pinned host memory" if checkpoint == "offload" else ""
-            report.changed.append(
-                Change(
-                    "(decoder layers)",
-                    "activation checkpointing split in two segments per layer (input norm + "
-                    f"self-attention, post-attention norm + MLP; non-reentrant){where}",
-                    (),
-                    not_covered
-                    + "; the split and the offload are exact rearrangements (no theorem); their cost is measured, not "
-                    "proved (benchmarks/bench_memory.py, +split)",
-                )
-            )
-        elif checkpoint == "offload":
-            _install_offload(model, state)
-            report.changed.append(
-                Change(
-                    "(decoder layers)",
-                    "per-layer activation checkpointing, layer inputs offloaded to pinned host memory (non-reentrant)",
-                    (),
-                    not_covered + "; the offload is a copy (exact, no theorem); "
-                    "its cost is measured, not proved (benchmarks/RESULTS.md)",
-                )
-            )
-        else:
-            what = "per-layer activation checkpointing (non-reentrant)"
-            if not state.enabled_checkpointing:
-                what = _make_non_reentrant(model, state)
-            report.changed.append(Change("(decoder layers)", what, (), not_covered))
+    if recipe.checkpoint:
+        install_checkpointing(model, state, recipe.checkpoint, recipe.checkpoint_split)
     return state
 
 
-def _torch_checkpoint_reentrant(func: Any) -> Optional[bool]:
-    """For ``functools.partial(torch.utils.checkpoint.checkpoint, **keywords)`` (Hugging Face's
-    checkpointing function): whether it is reentrant (``use_reentrant`` True or unset, torch's
-    default True); None for any other function."""
-    from torch.utils.checkpoint import checkpoint as torch_checkpoint
-
-    if isinstance(func, functools.partial) and func.func is torch_checkpoint and not func.args:
-        return func.keywords.get("use_reentrant", True) is not False
-    return None
-
-
-def _make_non_reentrant(model: nn.Module, state: _State) -> str:
-    """``checkpoint=True`` over checkpointing the user enabled: each reentrant checkpointing function
-    (:func:`_torch_checkpoint_reentrant`) replaced by the non-reentrant one with the same other
-    arguments (:func:`revert_model` puts it back); any other function kept. Returns what now runs."""
-    replaced, kept = False, set()
-    for m in model.modules():
-        func = m.__dict__.get("_gradient_checkpointing_func")
-        if not hasattr(m, "gradient_checkpointing") or func is None:
-            continue
-        reentrant = _torch_checkpoint_reentrant(func)
-        if reentrant:
-            state.checkpoint_funcs.append((m, func))
-            m._gradient_checkpointing_func = functools.partial(func.func, **{**func.keywords, "use_reentrant": False})
-            replaced = True
-        elif reentrant is None and m.gradient_checkpointing:
-            kept.add(getattr(getattr(func, "func", func), "__qualname__", type(func).__name__))
-    if kept:
-        return (
-            f"per-layer activation checkpointing by the model's own function ({', '.join(sorted(kept))}), kept as "
-            "it is: optimize_model does not know whether it is non-reentrant"
-        )
-    if replaced:
-        return (
-            "per-layer activation checkpointing (non-reentrant: the model's reentrant checkpointing made "
-            "non-reentrant, its other arguments kept)"
-        )
-    return "per-layer activation checkpointing (non-reentrant)"
-
-
-def _planned(model: nn.Module, state: _State, checkpoint: bool | str) -> tuple[Optional[tuple[Any, dict]], str]:
-    """The report's ``planned`` and ``unplanned``: (planner model, Setting fields) of what
-    :func:`_optimize_hf` applied to ``model``, or None and the reason ojas_ref/tools/plan.py
-    does not model it."""
+def _planned(model: nn.Module, state: _State) -> tuple[Optional[tuple[Any, torch.dtype, dict[str, bool]]], str]:
+    """The report's ``planned`` and ``unplanned``: (the planner's model, the weights' dtype, the
+    model fields of the recipe as :func:`_optimize_hf` applied them: a primitive left alone
+    everywhere is False) of ``model``, or None and the reason :mod:`ojas_ref.memory` does not model it."""
     from ojas_ref import memory as P
 
     if state.sparse_embedding is not None:
         return None, "the sparse embedding is not modelled by the planner"
     dtypes = {p.dtype for p in model.parameters()}
-    names = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in names:
+    if len(dtypes) != 1 or next(iter(dtypes)) not in (torch.float32, torch.bfloat16):
         return None, f"the planner models float32 or bfloat16 weights of one dtype, not {sorted(map(str, dtypes))}"
     try:
         shape = P.Model.from_module(model)
     except (NotImplementedError, ValueError, TypeError) as err:
         return None, f"not a Llama-shaped decoder the planner models: {err}"
-    fields = dict(
-        dtype=names[next(iter(dtypes))],
-        checkpoint=bool(checkpoint),
-        offload=checkpoint == "offload",
-        ojas_attention=state.attn_implementation is not None,
-        ojas_loss=state.loss_head is not None,
-        ojas_rms_norm=any(isinstance(m, _OjasRMSNorm) for m, _ in state.swapped),
-        ojas_swiglu=any(isinstance(m, _OjasSwiGLU) for m, _ in state.swapped),
-        split=state.split,
+    applied = dict(
+        attention=state.attn_implementation is not None,
+        linear_cross_entropy=state.loss_head is not None,
+        rms_norm=any(isinstance(m, _OjasRMSNorm) for m, _ in state.swapped),
+        swiglu=any(isinstance(m, _OjasSwiGLU) for m, _ in state.swapped),
+        rope=state.rope_use is not None,
+        relu_mask=False,  # no effect on a Hugging Face model
+        sparse_embedding=False,  # left alone (else the planner does not model it: above)
+        checkpoint_split=state.split,
     )
-    return (shape, fields), ""
-
-
-def _install_split(model: nn.Module, state: _State, offload: bool) -> None:
-    """Make each checkpointed decoder layer's checkpointing function a
-    :class:`~ojas_ref.integrations.hf.SplitCheckpoint` (its segments checkpointed by one
-    shared :class:`~ojas_ref.nn.offload.OffloadedCheckpoint` with ``offload``, else by
-    non-reentrant ``checkpoint``) and swap the classes of its norms and segment modules;
-    :func:`revert_model` puts both back."""
-    from torch.utils.checkpoint import checkpoint
-
-    from ojas_ref.nn.offload import OffloadedCheckpoint
-
-    segment_checkpoint = OffloadedCheckpoint() if offload else functools.partial(checkpoint, use_reentrant=False)
-    for layer in split_layers(model):
-        if not layer.gradient_checkpointing:  # the user's checkpointing left it out (every_n_layers)
-            continue
-        state.checkpoint_funcs.append((layer, layer.__dict__.get("_gradient_checkpointing_func")))
-        layer._gradient_checkpointing_func = SplitCheckpoint(layer, segment_checkpoint)
-        for norm_name, module_name in SPLIT_SEGMENTS:
-            for name, segment in ((norm_name, False), (module_name, True)):
-                module = getattr(layer, name)
-                state.swapped.append((module, split_swap(module, segment)))
-        state.split = True
-
-
-def _install_offload(model: nn.Module, state: _State) -> None:
-    """Make :class:`~ojas_ref.nn.offload.OffloadedCheckpoint` the checkpointing function:
-    through ``_set_gradient_checkpointing`` (Hugging Face's own hook) when this call enabled the
-    checkpointing, else (the user's, e.g. every n layers) by replacing each module's function,
-    which :func:`revert_model` puts back."""
-    from ojas_ref.nn.offload import OffloadedCheckpoint
-
-    func = OffloadedCheckpoint()
-    if state.enabled_checkpointing:
-        model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=func)
-        return
-    for m in model.modules():
-        if hasattr(m, "gradient_checkpointing"):
-            state.checkpoint_funcs.append((m, m.__dict__.get("_gradient_checkpointing_func")))
-            m._gradient_checkpointing_func = func
+    return (shape, next(iter(dtypes)), applied), ""
 
 
 def _swap_classes(
@@ -821,17 +700,18 @@ def _swap_feed_forward_relu(name: str, layer: nn.Module, enabled: bool, state: _
     )
 
 
-def _optimize_torch(model: nn.Module, attention: bool, linear_cross_entropy: bool, relu_mask: bool = True) -> _State:
+def _optimize_torch(model: nn.Module, recipe: MemoryRecipe) -> _State:
+    """Apply ``recipe``'s ``attention`` and ``relu_mask`` to a plain PyTorch model."""
     from ojas_ref.nn.modules import MultiheadAttention, unsupported_reason
 
     report = OptimizationReport()
     state = _State(report)
     for name, module in model.named_modules():
         if type(module) in (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer):
-            _swap_feed_forward_relu(name, module, relu_mask, state)
+            _swap_feed_forward_relu(name, module, recipe.relu_mask, state)
         if type(module) is not nn.MultiheadAttention:
             continue
-        if not attention:
+        if not recipe.attention:
             report.left_alone.append(LeftAlone(name or "(model)", "attention=False"))
             continue
         reason = unsupported_reason(module)
@@ -851,7 +731,7 @@ def _optimize_torch(model: nn.Module, attention: bool, linear_cross_entropy: boo
         )
     if not report.changed and not report.left_alone:
         report.notes.append("no nn.MultiheadAttention found")
-    if linear_cross_entropy:
+    if recipe.linear_cross_entropy:
         report.notes.append(
             "a plain model computes its own loss: use ojas_ref.LinearCrossEntropyLoss on the hidden "
             "states and the output layer's weight"

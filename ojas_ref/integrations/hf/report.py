@@ -4,15 +4,17 @@ changed (:class:`Change`, with the theorems behind each and what they do not cov
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
-from ojas_ref._deprecation import renamed_keyword
 from ojas_ref.functional.dispatch import plain_kernel_call
+from ojas_ref.recipe import MemoryRecipe
 
 __all__ = ["REPORT_WIDTH", "Change", "LeftAlone", "OptimizationReport"]
 
@@ -51,6 +53,46 @@ def _name_patterns(names: list[str]) -> str:
     return ", ".join(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", n) for n in names))
 
 
+#: ``plan``'s keywords before ``recipe=`` (deprecated), with their defaults then, and the recipe
+#: field each sets; ``fused`` is ``in_backward``'s name in release 0.1
+_OLD_PLAN_KEYWORDS = {
+    "in_backward": (True, "in_backward"),
+    "host_state": (False, "state_device"),
+    "head_update": (False, "head_update"),
+    "state_slice_mb": (None, "state_slice_mb"),
+    "bucket_cap_mb": (64.0, "bucket_cap_mb"),
+}
+
+
+def _recipe_of_old_keywords(recipe: MemoryRecipe, old: dict[str, Any]) -> MemoryRecipe:
+    """``recipe`` with the optimizer fields that ``plan``'s deprecated keywords set (each warns),
+    with their defaults then for those not given: ``in_backward=True``; ``host_state``:
+    ``state_device="cpu"``; ``state_slice_mb`` only with it."""
+    if "fused" in old and "in_backward" in old:
+        raise TypeError("OptimizationReport.plan() got both in_backward= and its deprecated alias fused=")
+    values = {name: default for name, (default, _) in _OLD_PLAN_KEYWORDS.items()}
+    for name, value in old.items():
+        key = "in_backward" if name == "fused" else name
+        if key not in _OLD_PLAN_KEYWORDS:
+            raise TypeError(f"OptimizationReport.plan() got an unexpected keyword argument {name!r}")
+        warnings.warn(
+            f"OptimizationReport.plan({name}=...) is deprecated and will be removed in the next release; use "
+            f"recipe=dataclasses.replace(report.recipe, {_OLD_PLAN_KEYWORDS[key][1]}=...)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        values[key] = value
+    host = values["host_state"]
+    return dataclasses.replace(
+        recipe,
+        in_backward=values["in_backward"],
+        state_device="cpu" if host else None,
+        state_slice_mb=values["state_slice_mb"] if host else None,
+        head_update=values["head_update"],
+        bucket_cap_mb=values["bucket_cap_mb"],
+    )
+
+
 def _grouped(items: list[tuple[str, str]]) -> list[str]:
     """``(key, module)`` pairs as two lines per key: the count and the key, the module-name patterns."""
     groups: dict[str, list[str]] = {}
@@ -75,9 +117,11 @@ class OptimizationReport:
     #: copy and their gradient that the standard loss holds at its peak); 0 if unchanged
     loss_bytes_saved_per_token: int = 0
     notes: list[str] = field(default_factory=list)
-    #: what :meth:`plan` plans: (the planner's model, the Setting fields this call fixed: dtype,
-    #: the ojas kernels applied, checkpointing, its split), or None and ``unplanned`` says why
-    planned: Optional[tuple[Any, dict]] = None
+    #: the recipe the call applied (its keywords included)
+    recipe: MemoryRecipe = field(default_factory=MemoryRecipe)
+    #: what :meth:`plan` plans: (the planner's model, the weights' dtype, the model fields of the
+    #: recipe as applied: a primitive left alone everywhere is False), or None and ``unplanned`` says why
+    planned: Optional[tuple[Any, torch.dtype, dict[str, bool]]] = None
     unplanned: str = "the planner models Hugging Face Llama-shaped decoders, not plain models"
     #: (device, dtype) of the model's first parameter at the call; :meth:`runs` reads the model's
     #: own while it is alive (``_model``, a weak reference, not copied with the report)
@@ -87,44 +131,60 @@ class OptimizationReport:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_model": None}
 
-    @renamed_keyword("fused", "in_backward", "OptimizationReport.plan")
     def plan(
         self,
+        recipe: Optional[MemoryRecipe] = None,
         *,
         optimizer: str = "adamw",
-        in_backward: bool = True,
         batch: int = 1,
         seq: int = 2048,
-        host_state: bool = False,
-        head_update: bool = False,
-        state_slice_mb: Optional[float] = None,
-        bucket_cap_mb: float = 64.0,
+        **deprecated: Any,
     ) -> Any:
         """The peak of device memory per tensor class of a training step of the optimized model
-        (:func:`ojas_ref.tools.plan.plan`, an :class:`ojas_ref.tools.plan.Plan`; ``.table()`` is its
-        readable breakdown), with what this call applied and the rest of the setting given here
-        (``in_backward``: the update in :class:`ojas_ref.InBackwardOptimizer`, ``fused`` in release
-        0.1, a deprecated alias that warns; ``host_state``: its
-        ``state_device="cpu"``; ``head_update``: its ``head_weight``; ``state_slice_mb``, with
-        ``host_state``: its ``state_slice_mb``, default None as its default: whole parameters;
-        ``bucket_cap_mb``: its ``bucket_cap_mb``).
-        ``NotImplementedError`` with the reason for a model the planner does not model (not a
-        Llama-shaped decoder, sparse embedding, ...)."""
+        (:func:`ojas_ref.memory.plan`, an :class:`ojas_ref.memory.Plan`; ``.table()`` is its
+        readable breakdown) in the weights' dtype, with ``recipe`` (default :attr:`recipe`, the
+        call's) and ``optimizer`` (``"adamw"`` or ``"sgd"``), ``batch`` sequences of ``seq`` tokens.
+
+        ``recipe``'s model fields must be :attr:`recipe`'s (the model is planned as the call
+        optimized it; a primitive it left alone everywhere is planned as off); its optimizer
+        fields are free: e.g. ``report.plan(dataclasses.replace(report.recipe, in_backward=True))``.
+        The keywords before ``recipe`` (``in_backward`` / ``fused``, ``host_state``,
+        ``head_update``, ``state_slice_mb``, ``bucket_cap_mb``, with ``in_backward=True`` their
+        default) are deprecated aliases that warn. ``NotImplementedError`` with the reason for a
+        model the planner does not model (not a Llama-shaped decoder, sparse embedding, ...)."""
         from ojas_ref import memory as P
 
+        if recipe is not None and deprecated:
+            raise TypeError(
+                f"OptimizationReport.plan() got recipe= and the deprecated {', '.join(deprecated)}=: pass recipe only"
+            )
+        if recipe is None:
+            recipe = self.recipe
+            if deprecated:
+                recipe = _recipe_of_old_keywords(recipe, deprecated)
+        elif not isinstance(recipe, MemoryRecipe):
+            raise TypeError(f"recipe must be an ojas_ref.MemoryRecipe or None, got {type(recipe).__name__}")
+        differ = [
+            f"{name}={value!r} (report.recipe: {self.recipe.model_options()[name]!r})"
+            for name, value in recipe.model_options().items()
+            if value != self.recipe.model_options()[name]
+        ]
+        if differ:
+            raise ValueError(
+                f"recipe: {', '.join(differ)}; report.plan plans the model as optimize_model optimized it, so its "
+                "model fields are report.recipe's: pass dataclasses.replace(report.recipe, in_backward=..., ...), "
+                "or plan another setting with ojas_ref.memory.plan"
+            )
         if self.planned is None:
             raise NotImplementedError(f"report.plan(): {self.unplanned}")
-        model, fields = self.planned
+        model, dtype, applied = self.planned
+        if recipe.head_update and not applied["linear_cross_entropy"]:
+            raise ValueError(
+                "recipe: head_update=True, but optimize_model left the loss alone (report.left_alone says why): "
+                "the head is updated inside ojas linear cross-entropy"
+            )
         setting = P.Setting(
-            optimizer=optimizer,
-            in_backward=in_backward,
-            batch=batch,
-            seq=seq,
-            host_state=host_state,
-            head_update=head_update,
-            state_slice_mb=state_slice_mb if host_state else None,
-            bucket_cap_mb=bucket_cap_mb,
-            **fields,
+            recipe=dataclasses.replace(recipe, **applied), dtype=dtype, optimizer=optimizer, batch=batch, seq=seq
         )
         return P.plan(model, setting)
 
@@ -165,12 +225,19 @@ class OptimizationReport:
         if self.planned is None:
             lines.append(f"  plan: none ({self.unplanned})")
         else:
-            p = self.plan()
-            lines += [
-                f"  plan (batch 1 x 2048, AdamW in InBackwardOptimizer): peak {p.peak / 2**30:.2f} GiB "
-                f"at {p.peak_phase.name}",
-                "        report.plan(optimizer=..., batch=..., seq=...).table(): the breakdown of another setting",
-            ]
+            sgd = self.recipe.head_update  # the head update is plain SGD's
+            step = f"{'SGD' if sgd else 'AdamW'}{' in InBackwardOptimizer' if self.recipe.in_backward else ''}"
+            try:
+                p = self.plan(optimizer="sgd" if sgd else "adamw")
+            except (NotImplementedError, ValueError) as err:  # a recipe field the planner does not model
+                lines.append(f"  plan ({step}): none ({err})")
+            else:
+                lines += [
+                    f"  plan (batch 1 x 2048, report.recipe, {step}): peak {p.peak / 2**30:.2f} GiB at "
+                    f"{p.peak_phase.name}",
+                    "        report.plan(recipe, optimizer=..., batch=..., seq=...).table(): the breakdown of "
+                    "another setting",
+                ]
         return lines
 
     def __str__(self) -> str:
