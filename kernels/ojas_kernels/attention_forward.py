@@ -1,0 +1,337 @@
+"""The flash-attention forward kernel (``_fwd_kernel``, its key-tile step ``_fwd_tile``) and its
+launch (``_forward``).
+
+For every query row the kernel runs the streaming recurrence of
+``rocq/Attention/OnlineSoftmax.v`` (``block_step`` folded over the key tiles by ``stream``, then
+``finalize``) and saves ``lse = m + ln l``.  Theorems implemented (over the reals; files under
+``rocq/Attention/``):
+
+* ``Ojas.Attention.StreamCorrect`` (StreamCorrect.v): ``stream_row_correct``,
+  ``attention_forward_correct``: streaming the key tiles, of any size, gives the two-pass
+  softmax; the kernel picks the tile sizes per device (``attention_config``).
+* ``Ojas.Attention.Mask`` (Mask.v): ``stream_row_masked_keys`` (a masked key is a dropped key,
+  so key tiles masked for every row of a query tile are skipped),
+  ``stream_row_fully_masked`` (zeros, lse ``None`` = -inf).
+* ``Ojas.Attention.Lse`` (Lse.v): ``stream_lse`` (``l > 0`` and ``lse = m + ln l``).
+* ``Ojas.Attention.GroupedQuery`` (GroupedQuery.v): ``gqa_forward_repeat_kv`` (query head
+  ``h`` reading key head ``h // group`` is attention on key/value heads repeated ``group``
+  times).
+* ``Ojas.Attention.AdditiveMask`` (AdditiveMask.v): ``attention_forward_float_mask_correct``
+  (an additive mask, its -inf entries masked keys, streamed over the biased scores is their
+  two-pass softmax).
+
+In floating point (rocq/FloatModel/): ``Ojas.FloatModel.AttentionForwardError``
+(AttentionForwardError.v): ``attention_forward_error_masked`` bounds every output coordinate of
+the tile loop as it runs here (fp32 scores ``rnd(dot(q, k) * qk_scale)``, ``exp2``, P rounded to
+the input dtype before P.V, fp32 accumulation, out stored in the input dtype; any boolean
+visibility: causal, window, bounds) against the exact softmax over the visible keys;
+``ojas_ref.verification.bounds.attention.attention_forward_error_bound`` is its value
+(``tests/verification/test_attention_error_bound.py``).  Not covered: the tensor cores' order
+of additions (and their accumulating into the running sums), FMA contraction, additive masks,
+the 3xTF32 float32 path.
+
+Dropout (``HAS_DROPOUT``, a constexpr: without it the kernel compiles to the instructions it
+had before dropout existed, up to register numbering and three unused parameters; checked on
+the PTX for sm_90): the forward sums every probability into ``l`` and only the kept ones into
+``acc`` and scales the output by ``1 / (1 - p)``; the lse is that of all the probabilities.
+Over the reals one row is the streamed row on the values ``Z_ij v_j / (1 - p)``
+(``stream_row_correct`` holds for any values); no theorem covers the dropout path as a whole
+(``ojas_ref.attention`` says which parts), and the floating-point theorem above does not
+cover it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .attention_args import (
+    _Dropout,
+    _forward_outputs,
+    _last_dim_contiguous,
+    _launch_args,
+    _tile_args,
+)
+from .attention_config import AttentionConfig, default_config
+from .attention_tiles import (
+    _apply_mask,
+    _dot,
+    _dropout_key,
+    _dropout_words,
+    _kept,
+    _key_tiles,
+    _load_2d,
+    _tile_range,
+    _visible,
+)
+from .host import cdiv
+from .launch import fast
+
+
+@triton.jit
+def _fwd_tile(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    mask_base,
+    stride_kn,
+    stride_vn,
+    stride_mm,
+    stride_mn,
+    start_n,
+    offs_m,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    POS_SCALE: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    k0,
+    k1,
+    bh,
+    drop_threshold,
+    BLOCK_M: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
+    """``block_step`` of OnlineSoftmax.v on one key tile, for BLOCK_M rows.  With dropout,
+    l sums every probability and acc only the kept ones (``block_step`` on the values
+    ``keep_ij * v_j``; the 1 / (1 - p) comes at ``finalize``)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    kt = _load_2d(
+        k_base + offs_n[None, :] * stride_kn + offs_e[:, None],
+        offs_n[None, :] < seq_k,
+        offs_e[:, None] < HEAD_E,
+        MASKED,
+        BLOCK_E != HEAD_E,
+    )
+    s = _dot(q, kt, None, DOT_PREC)
+    if MASKED:
+        vis = _visible(offs_m[:, None], offs_n[None, :], seq_q, seq_k, window, IS_CAUSAL, HAS_WINDOW)
+        s = s * qk_scale
+        if HAS_MASK:
+            s, vis = _apply_mask(s, vis, offs_m[:, None], offs_n[None, :], mask_base, stride_mm, stride_mn, MASK_BOOL)
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # No visible key yet: the state stays "None" (m = -inf, l = 0, acc = 0).
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+    else:
+        if POS_SCALE:
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        else:
+            m_new = tl.maximum(m_i, tl.min(s, 1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if HAS_DROPOUT:
+        p = tl.where(_kept(_dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M, BLOCK_N), drop_threshold), p, 0.0)
+    v = _load_2d(
+        v_base + offs_n[:, None] * stride_vn + offs_ev[None, :],
+        offs_n[:, None] < seq_k,
+        offs_ev[None, :] < HEAD_EV,
+        MASKED,
+        BLOCK_EV != HEAD_EV,
+    )
+    acc = acc * alpha[:, None]
+    acc = _dot(p.to(v.dtype), v, acc, DOT_PREC)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    M,
+    O,
+    LSE,
+    SEED,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_mb,
+    stride_mh,
+    stride_mm,
+    stride_mn,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    num_heads,
+    group,
+    seq_q,
+    seq_k,
+    window,
+    qk_scale,
+    drop_threshold,
+    drop_scale,
+    HEAD_E: tl.constexpr,
+    HEAD_EV: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    MASK_BOOL: tl.constexpr,
+    POS_SCALE: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    SPLIT: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
+    """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
+    ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l;
+    with dropout out = acc / l * drop_scale, lse that of all the probabilities)."""
+    # Last query tiles first: under a causal mask they have the most keys.
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // num_heads).to(tl.int64)
+    h = pid_bh % num_heads
+    hk = (h // group).to(tl.int64)
+    h = h.to(tl.int64)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+    mask_base = M + b * stride_mb + h * stride_mh
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    q = tl.load(
+        Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_e[None, :],
+        mask=(offs_m[:, None] < seq_q) & (offs_e[None, :] < HEAD_E),
+        other=0.0,
+    )
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)
+    k0, k1 = _dropout_key(SEED, HAS_DROPOUT)
+    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW, SPLIT)
+    for part in tl.static_range(3):  # masked, unmasked, masked: see _tile_range
+        start, end = _tile_range(lo, a, b_end, hi, part)
+        for start_n in range(start, end, BLOCK_N):
+            if part == 1:
+                start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _fwd_tile(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_base,
+                v_base,
+                mask_base,
+                stride_kn,
+                stride_vn,
+                stride_mm,
+                stride_mn,
+                start_n,
+                offs_m,
+                seq_q,
+                seq_k,
+                window,
+                qk_scale,
+                HEAD_E,
+                HEAD_EV,
+                BLOCK_E,
+                BLOCK_EV,
+                BLOCK_N,
+                part != 1,
+                IS_CAUSAL,
+                HAS_WINDOW,
+                HAS_MASK,
+                MASK_BOOL,
+                POS_SCALE,
+                DOT_PREC,
+                k0,
+                k1,
+                pid_bh,
+                drop_threshold,
+                BLOCK_M,
+                HAS_DROPOUT,
+            )
+    # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    if HAS_DROPOUT:
+        out = out * drop_scale
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    row_ok = offs_m < seq_q
+    tl.store(
+        O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_ev[None, :],
+        out.to(O.dtype.element_ty),
+        mask=row_ok[:, None] & (offs_ev[None, :] < HEAD_EV),
+    )
+    tl.store(LSE + pid_bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
+
+
+def _forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    window: int | None,
+    config: AttentionConfig | None = None,
+    seq_major: bool = False,
+    dropout: _Dropout | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` of arguments checked by ``attention_args._check`` and ``_dropout_args``."""
+    query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
+    batch, heads, seq_q, e = query.shape
+    kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
+    out, lse = _forward_outputs(query, value, seq_major)
+    if lse.numel() == 0:
+        return out, lse
+    if seq_k == 0 or window == 0:
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return out, lse
+    cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
+    args = _launch_args(query, key, value, attn_mask, is_causal, scale, window, dropout)
+    fast(_fwd_kernel)[(cdiv(seq_q, cfg.block_m), batch * heads)](
+        query,
+        key,
+        value,
+        args.mask,
+        out,
+        lse,
+        args.seed,
+        *args.strides,
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        heads,
+        heads // kv_heads,
+        seq_q,
+        seq_k,
+        args.window,
+        args.qk_scale,
+        args.drop_threshold,
+        args.drop_scale,
+        POS_SCALE=scale >= 0,
+        **args.constexprs,
+        **_tile_args(cfg, attn_mask),
+    )
+    return out, lse
