@@ -110,7 +110,9 @@ class MemoryRecipe:
     def __post_init__(self) -> None:
         for name in (*_PRIMITIVES, "sparse_embedding", "checkpoint_split", "in_backward", "overlap", "head_update"):
             _check_bool(name, getattr(self, name))
-        if self.checkpoint not in (True, False, "offload") or not isinstance(self.checkpoint, (bool, str)):
+        if not isinstance(self.checkpoint, (bool, str)):
+            raise TypeError(f"checkpoint must be a bool or 'offload', got {type(self.checkpoint).__name__}")
+        if isinstance(self.checkpoint, str) and self.checkpoint != "offload":
             raise ValueError(f"checkpoint must be True, False or 'offload', got {self.checkpoint!r}")
         if self.checkpoint_split and not self.checkpoint:
             raise ValueError("checkpoint_split=True needs checkpoint=True or 'offload': it splits each checkpoint")

@@ -39,6 +39,7 @@ def test_frozen():
     [
         ({"attention": 1}, "attention must be a bool"),
         ({"checkpoint": "host"}, "checkpoint must be True, False or 'offload'"),
+        ({"checkpoint": 1}, "checkpoint must be a bool or 'offload'"),
         ({"checkpoint_split": True}, "checkpoint_split=True needs checkpoint"),
         ({"in_backward": True, "bucket_cap_mb": -1.0}, "bucket_cap_mb must be a finite float >= 0"),
         ({"in_backward": True, "bucket_cap_mb": True}, "bucket_cap_mb must be a float"),

@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore", module="transformers")
 
 from ojas_ref.nn.offload import OffloadedCheckpoint, is_offloaded_activation  # noqa: E402
 from ojas_ref.integrations.hf.optimize import optimize_model, revert_model  # noqa: E402
+from ojas_ref.recipe import MemoryRecipe  # noqa: E402
 
 V = 61
 CONFIG = dict(
@@ -207,7 +208,6 @@ def test_offloaded_checkpoint_pickles_and_deep_copies():
     "value,error",
     [
         (1, TypeError),
-        (None, TypeError),
         (1.0, TypeError),
         ("yes", ValueError),
         ("Offload", ValueError),
@@ -218,6 +218,13 @@ def test_bad_checkpoint_values_raise_naming_the_argument(value, error):
     with pytest.raises(error, match="checkpoint must be") as info:
         optimize_model(build(), checkpoint=value)
     assert "offload" in str(info.value)
+
+
+def test_checkpoint_none_is_the_recipes_value():
+    """``checkpoint=None`` (the keyword's default) takes the recipe's field."""
+    assert optimize_model(build(), checkpoint=None)[1].recipe.checkpoint is False
+    recipe = MemoryRecipe(checkpoint="offload")
+    assert optimize_model(build(), recipe, checkpoint=None)[1].recipe.checkpoint == "offload"
 
 
 def test_offload_on_a_plain_model_is_refused():

@@ -129,19 +129,6 @@ def _hf_target(model: nn.Module) -> nn.Module:
     return model
 
 
-CHECKPOINT_VALUES = (False, True, "offload")
-
-
-def _check_checkpoint(value: object) -> None:
-    """``checkpoint=``: a bool or ``"offload"`` (``TypeError`` for another type)."""
-    if isinstance(value, bool):
-        return
-    if not isinstance(value, str):
-        raise TypeError(f"checkpoint must be a bool or 'offload', got {type(value).__name__}")
-    if value != "offload":
-        raise ValueError(f"checkpoint must be one of {CHECKPOINT_VALUES}, got {value!r}")
-
-
 def _effective_recipe(recipe: Optional[MemoryRecipe], keywords: dict[str, Any]) -> MemoryRecipe:
     """``recipe`` (default ``MemoryRecipe()``) with the keywords given (not None) in place of its fields."""
     if recipe is None:
@@ -149,8 +136,6 @@ def _effective_recipe(recipe: Optional[MemoryRecipe], keywords: dict[str, Any]) 
     elif not isinstance(recipe, MemoryRecipe):
         raise TypeError(f"recipe must be an ojas_ref.MemoryRecipe or None, got {type(recipe).__name__}")
     given = {name: value for name, value in keywords.items() if value is not None}
-    if "checkpoint" in given:
-        _check_checkpoint(given["checkpoint"])
     return dataclasses.replace(recipe, **given)
 
 
