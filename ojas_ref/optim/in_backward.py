@@ -16,7 +16,7 @@ the time of the update): the arithmetic is ``torch.optim``'s, on the same
 per-parameter path as the standard loop (foreach kernels by default on CUDA,
 single-tensor ones on the CPU, fused ones with ``fused=True``), and the parameters
 and optimizer state are bitwise those of the standard loop ``loss.backward();
-opt.step(); opt.zero_grad()`` (tested: ``tests/optim/test_optimizer_in_backward.py``).
+opt.step(); opt.zero_grad()`` (tested: ``tests/optim/test_in_backward.py``).
 Plain SGD (``torch.optim.SGD`` without momentum, weight decay, maximize, a tensor lr or
 step hooks) is the one exception to calling ``step()``: its update is
 ``torch._foreach_add_(params, grads, alpha=-lr)`` (the call of torch's foreach path, and
@@ -116,7 +116,7 @@ defaulted by ``optimizer_class`` itself; :meth:`state_dict` has the format of
 ``optimizer_class``'s, so checkpoints load into either.
 
 Where the loop around the optimizer meets these updates (no theorem; bitwise tests in
-``tests/optim/test_optimizer_in_backward_semantics.py``): after ``zero_grad(set_to_none=False)``
+``tests/optim/test_in_backward_semantics.py``): after ``zero_grad(set_to_none=False)``
 a parameter without a gradient in a step is stepped at ``step()`` on a zero gradient,
 as ``torch.optim`` steps its zeroed ``.grad``; between backward and ``step()`` the
 ``.grad`` of an updated parameter is a placeholder whose every use raises
@@ -233,14 +233,15 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             last reads of its parameters), while the backward of the earlier layers
             continues on the compute stream, which waits for it when the next bucket is
             updated and at the end of the backward pass. The same kernels on the same
-            tensors: the same bits as ``overlap=False`` (tests/optim/test_optimizer_in_backward.py).
+            tensors: the same bits as ``overlap=False`` (tests/optim/test_in_backward.py).
             Plain-SGD buckets stay on the compute stream (their update is one add). Costs
             memory: a bucket's gradients (and its step's temporaries) live until the next
             bucket's update, so up to one bucket more is alive, and the side stream's
             allocations are its own. Without checkpointing the step's peak is at the start of
             the backward, before any update, so that costs nothing there: use it for AdamW
             (and other stateful optimizers) without checkpointing (H200, 1.06B fp32 AdamW:
-            1.05x of standard against 1.00x without it, same peak; benchmarks/RESULTS.md).
+            1.05x of standard against 1.00x without it, same peak; 2026-12-01,
+            ``git show f14c11e:benchmarks/RESULTS.md``).
             With checkpointing the recomputation's peak comes after updates and the bucket in
             flight adds to it. Default ``False``: every update on the compute stream.
         head_weight: the ``[V, D]`` weight of a linear head whose loss is

@@ -61,7 +61,7 @@ def install_checkpointing(model: nn.Module, state: _State, checkpoint: Union[boo
                 "per-layer activation checkpointing, layer inputs offloaded to pinned host memory (non-reentrant)",
                 (),
                 not_covered + "; the offload is a copy (exact, no theorem); "
-                "its cost is measured, not proved (benchmarks/RESULTS.md)",
+                "its cost is measured, not proved (benchmarks/bench_memory.py, +offload)",
             )
         )
     else:
