@@ -12,7 +12,7 @@ the attention block as F and the MLP block as G, each normalising its own input:
 The two streams are formed by duplicating the token embedding ``e`` (``x = cat(e, e)``,
 as RevViT / Reformer do) and merged at the output by averaging, ``h = (y1 + y2) / 2``,
 followed by the final RMSNorm and the LM head (tied to the embedding or not). Nothing
-else is changed from Llama: no biases, rotary embedding of Hugging Face's rotate-half
+else is changed from Llama: no biases, RoPE of Hugging Face's rotate-half
 form on ``arange(S)`` positions (``rope_theta``), SwiGLU MLP, RMSNorm with ``eps``.
 
 The pieces are the project's own: :func:`ojas_ref.attention` (``is_causal=True``; the
@@ -22,7 +22,7 @@ Triton kernel on CUDA, the reference recurrence on the CPU and for float64),
 :func:`ojas_ref.linear_cross_entropy` for the loss (Hugging Face's shift: the hidden state
 at position t predicts ``labels[:, t + 1]``; ``ignore_index=-100``; the mean over the kept
 tokens, 0 when none is kept where Hugging Face gives NaN). F and G are deterministic
-functions of their input half (no dropout, no RNG; the rotary tables depend only on the
+functions of their input half (no dropout, no RNG; the RoPE tables depend only on the
 sequence length, which is the input's shape), which the reconstruction needs, so the stack
 runs with ``preserve_rng_state=False`` (no per-call RNG snapshots, which would otherwise
 grow with depth).
@@ -76,14 +76,16 @@ below).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from ojas_ref._deprecation import renamed_keyword
 from ojas_ref.functional.attention import attention
 from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
 from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence
@@ -96,10 +98,13 @@ __all__ = [
     "ReversibleDecoder",
     "DecoderAttention",
     "DecoderMLP",
-    "RotaryCache",
+    "RopeCache",
     "MODES",
-    "rotary_tables",
+    "rope_tables",
 ]
+
+#: deprecated names (release 0.1) of this module's function and class -> their names; kept for one release
+_RENAMED = {"rotary_tables": "rope_tables", "RotaryCache": "RopeCache"}
 
 MODES = ("reversible", "stored", "checkpointed")
 IGNORE_INDEX = -100
@@ -130,7 +135,7 @@ class ReversibleDecoderConfig:
     [max_position_embeddings: longest sequence accepted], ``rope_theta``, ``eps``
     [rms_norm_eps], ``tie_embeddings`` [tie_word_embeddings], ``init_std``
     [initializer_range]. head_dim = hidden / heads, which must be an even integer (the
-    rotary embedding rotates pairs). Checked on construction; errors name the field.
+    RoPE rotates pairs). Checked on construction; errors name the field.
     """
 
     vocab: int = 32000
@@ -159,7 +164,7 @@ class ReversibleDecoderConfig:
         if self.head_dim % 2:
             raise ValueError(
                 f"ReversibleDecoderConfig: head_dim = hidden / heads = {self.hidden} / {self.heads} = "
-                f"{self.head_dim} is odd; the rotary embedding needs an even head_dim (change hidden "
+                f"{self.head_dim} is odd; RoPE needs an even head_dim (change hidden "
                 "or heads)"
             )
         if self.heads % self.kv_heads:
@@ -180,11 +185,11 @@ class ReversibleDecoderConfig:
         return self.hidden // self.heads
 
 
-def rotary_tables(
+def rope_tables(
     seq: int, head_dim: int, theta: float, device: torch.device, dtype: torch.dtype
 ) -> tuple[Tensor, Tensor]:
     """cos, sin ``[1, seq, head_dim]`` for positions ``arange(seq)``, as Hugging Face's default
-    Llama rotary embedding computes them (inverse frequencies and angles in float32, then cast
+    ``LlamaRotaryEmbedding`` computes them (inverse frequencies and angles in float32, then cast
     to ``dtype``), except in float64 for float64 (so the float64 tests are float64 end to end)."""
     work = torch.float64 if dtype == torch.float64 else torch.float32
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).to(work) / head_dim))
@@ -193,8 +198,8 @@ def rotary_tables(
     return emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
 
 
-class RotaryCache:
-    """The rotary tables per (seq, device, dtype), shared by a model's attention blocks (a plain
+class RopeCache:
+    """The RoPE tables per (seq, device, dtype), shared by a model's attention blocks (a plain
     object, not a module: the tables are neither parameters nor state to save)."""
 
     def __init__(self, head_dim: int, theta: float) -> None:
@@ -206,18 +211,44 @@ class RotaryCache:
         if key not in self._tables:
             if len(self._tables) >= 8:
                 self._tables.clear()
-            self._tables[key] = rotary_tables(seq, self.head_dim, self.theta, device, dtype)
+            self._tables[key] = rope_tables(seq, self.head_dim, self.theta, device, dtype)
         return self._tables[key]
 
 
-class DecoderAttention(nn.Module):
-    """F of a decoder layer: RMSNorm, q/k/v projections, rotary embedding, causal (grouped-query)
-    :func:`ojas_ref.attention`, output projection; no residual (the coupling adds it).
-    Input and output ``[B, S, hidden]``. Deterministic: no dropout; the rotary tables are a
-    function of S (``rotary``, a :class:`RotaryCache` shared by the model's blocks, or a
-    private one; the tables never require grad)."""
+def _renamed_attribute(owner: str, old: str, new: str) -> property:
+    """The attribute ``old`` of class ``owner`` as a deprecated alias of ``new`` for one release:
+    reading or setting it warns (``DeprecationWarning``) and reads or sets ``new``."""
 
-    def __init__(self, config: ReversibleDecoderConfig, rotary: Optional[RotaryCache] = None) -> None:
+    def warn() -> None:
+        warnings.warn(
+            f"{owner}.{old} is deprecated and will be removed in the next release; use {owner}.{new}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+    def get(self: Any) -> Any:
+        warn()
+        return getattr(self, new)
+
+    def set_(self: Any, value: Any) -> None:
+        warn()
+        setattr(self, new, value)
+
+    return property(get, set_, doc=f"Deprecated alias of :attr:`{new}` (release 0.1).")
+
+
+class DecoderAttention(nn.Module):
+    """F of a decoder layer: RMSNorm, q/k/v projections, RoPE, causal (grouped-query)
+    :func:`ojas_ref.attention`, output projection; no residual (the coupling adds it).
+    Input and output ``[B, S, hidden]``. Deterministic: no dropout; the RoPE tables are a
+    function of S (``rope``, a :class:`RopeCache` shared by the model's blocks, or a
+    private one; the tables never require grad). ``rotary=`` and ``.rotary`` are deprecated
+    aliases of ``rope=`` and ``.rope`` (release 0.1)."""
+
+    rotary = _renamed_attribute("DecoderAttention", "rotary", "rope")
+
+    @renamed_keyword("rotary", "rope", "DecoderAttention")
+    def __init__(self, config: ReversibleDecoderConfig, rope: Optional[RopeCache] = None) -> None:
         super().__init__()
         c = config
         self.hidden, self.heads, self.kv_heads, self.head_dim = c.hidden, c.heads, c.kv_heads, c.head_dim
@@ -227,7 +258,7 @@ class DecoderAttention(nn.Module):
         self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
         self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
-        self.rotary = RotaryCache(c.head_dim, c.rope_theta) if rotary is None else rotary
+        self.rope = RopeCache(c.head_dim, c.rope_theta) if rope is None else rope
 
     def forward(self, x: Tensor) -> Tensor:
         b, s, _ = x.shape
@@ -235,7 +266,7 @@ class DecoderAttention(nn.Module):
         q = self.q_proj(n).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(n).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(n).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self.rotary(s, q.device, q.dtype)
+        cos, sin = self.rope(s, q.device, q.dtype)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         o = attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
         return self.o_proj(o.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
@@ -282,8 +313,11 @@ class ReversibleDecoder(nn.Module):
     Streams: ``x = cat(e, e)`` from the embedding ``e`` [B, S, hidden]; output
     ``(y1 + y2) / 2``, then the final RMSNorm and the LM head (``embed.weight`` when
     ``tie_embeddings``). Initialisation: Llama's (normal(0, ``init_std``) for the
-    projections and the embedding, ones for the norm weights).
+    projections and the embedding, ones for the norm weights). ``self.rope``: the
+    :class:`RopeCache` the attention blocks share (``.rotary``: its deprecated alias, release 0.1).
     """
+
+    rotary = _renamed_attribute("ReversibleDecoder", "rotary", "rope")
 
     def __init__(self, config: ReversibleDecoderConfig, *, mode: str = "reversible") -> None:
         super().__init__()
@@ -292,9 +326,9 @@ class ReversibleDecoder(nn.Module):
         self.config = config
         self.mode = _check_mode(mode)
         self.embed = nn.Embedding(config.vocab, config.hidden)
-        self.rotary = RotaryCache(config.head_dim, config.rope_theta)
+        self.rope = RopeCache(config.head_dim, config.rope_theta)
         blocks = [
-            AdditiveCoupling(DecoderAttention(config, self.rotary), DecoderMLP(config)) for _ in range(config.layers)
+            AdditiveCoupling(DecoderAttention(config, self.rope), DecoderMLP(config)) for _ in range(config.layers)
         ]
         # F and G use no randomness: no RNG snapshots (they would cost memory per block call).
         self.stack = ReversibleSequence(blocks, preserve_rng_state=False)
@@ -381,3 +415,16 @@ class ReversibleDecoder(nn.Module):
 
     def extra_repr(self) -> str:
         return f"mode={self.mode!r}"
+
+
+def __getattr__(name: str) -> Any:
+    """The function and class of :data:`_RENAMED` under their old names, with a ``DeprecationWarning``."""
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated and will be removed in the next release; use {__name__}.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

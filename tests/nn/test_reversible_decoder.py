@@ -5,7 +5,8 @@
     inversion fails only by float64 rounding here);
 (b) float32: a few AdamW steps from one init track each other;
 (c) the bytes saved for backward are flat in depth (reversible) / linear (stored);
-(d) bad configs raise errors naming the field;
+(d) bad configs raise errors naming the field, and the RoPE names (release 0.1's rotary
+    names are deprecated aliases that warn);
 (e) on CUDA (gpu marker) the float32 agreement with the Triton kernels.
 """
 
@@ -15,7 +16,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ojas_ref.nn.reversible_decoder import MODES, ReversibleDecoder, ReversibleDecoderConfig
+import ojas_ref.nn.reversible_decoder as rd
+from ojas_ref.nn.reversible_decoder import (
+    MODES,
+    DecoderAttention,
+    ReversibleDecoder,
+    ReversibleDecoderConfig,
+    RopeCache,
+    rope_tables,
+)
 
 F64 = torch.float64
 
@@ -243,6 +252,45 @@ def test_bad_inputs():
         model(ids, mode="bogus")
     with pytest.raises(TypeError, match="tie_embeddings"):
         tiny(tie_embeddings=1)
+
+
+def test_blocks_share_the_models_rope_cache():
+    model = ReversibleDecoder(tiny(layers=3))
+    assert isinstance(model.rope, RopeCache)
+    assert all(blk.f.rope is model.rope for blk in model.stack.blocks)
+    cos, sin = model.rope(5, torch.device("cpu"), F64)
+    assert model.rope(5, torch.device("cpu"), F64)[0] is cos  # cached
+    want = rope_tables(5, model.config.head_dim, model.config.rope_theta, torch.device("cpu"), F64)
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+
+
+@pytest.mark.parametrize("old, new", [("rotary_tables", rope_tables), ("RotaryCache", RopeCache)])
+def test_old_module_names_warn_and_forward(old, new):
+    with pytest.warns(DeprecationWarning, match=rf"reversible_decoder\.{old} is deprecated.*use .*\.{new.__name__}"):
+        assert getattr(rd, old) is new
+    with pytest.raises(AttributeError, match="has no attribute 'rotary'"):
+        rd.rotary
+
+
+def test_old_rotary_keyword_warns_and_forwards():
+    cfg = tiny()
+    cache = RopeCache(cfg.head_dim, cfg.rope_theta)
+    with pytest.warns(DeprecationWarning, match=r"DecoderAttention\(rotary=\.\.\.\) is deprecated.*use rope="):
+        block = DecoderAttention(cfg, rotary=cache)
+    assert block.rope is cache
+    with pytest.raises(TypeError, match="both rope= and its deprecated alias rotary="):
+        DecoderAttention(cfg, rope=cache, rotary=cache)
+
+
+@pytest.mark.parametrize("owner", ["DecoderAttention", "ReversibleDecoder"])
+def test_old_rotary_attribute_warns_and_forwards(owner):
+    module = DecoderAttention(tiny()) if owner == "DecoderAttention" else ReversibleDecoder(tiny())
+    with pytest.warns(DeprecationWarning, match=rf"{owner}\.rotary is deprecated.*use {owner}\.rope"):
+        assert module.rotary is module.rope
+    other = RopeCache(8, 100.0)
+    with pytest.warns(DeprecationWarning, match=rf"{owner}\.rotary is deprecated"):
+        module.rotary = other
+    assert module.rope is other
 
 
 # -------------------------------------------------------------------------- (e) CUDA
