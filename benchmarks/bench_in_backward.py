@@ -1,10 +1,10 @@
 """Benchmark: the optimizer fused into backward (InBackwardOptimizer) against the
 standard ``loss.backward(); opt.step(); opt.zero_grad()`` loop.
 
-    python benchmarks/bench_optimizer_in_backward.py [--quick] [--out FILE] [--checkpoint off on]
+    python benchmarks/bench_in_backward.py [--quick] [--out FILE] [--records FILE] [--checkpoint off on]
         [--bucket-mb 64] [--state-device device cpu] [--repeat-standard]
 
-A self-contained Llama-style decoder (RMSNorm, rotary position embeddings,
+A self-contained Llama-style decoder (RMSNorm, RoPE,
 SwiGLU MLP, causal SDPA attention, untied output head; no downloads), by default
 hidden 2048, 18 layers, 16 heads, intermediate 5632, vocabulary 32000 (1.06B
 parameters), batch 1, sequence 2048, trained in float32 and in bfloat16 (the
@@ -35,6 +35,14 @@ runs the standard loop twice and reports that difference as
 clips in both loops (``clip_grad_norm_`` vs the two backward passes of
 ``InBackwardOptimizer.backward``).  ``--quick`` runs a tiny model (on the CPU when
 there is no GPU; memory is then not measured).
+
+``--out`` writes the results as JSON; ``--records`` appends them to a records file
+(``benchmarks/records.jsonl``, :mod:`benchmarks.records`) as benchmark ``bench_in_backward``,
+one record per run and comparison (peers ``standard`` and ``ojas``; the case holds the shape,
+dtype, optimizer, checkpointing, buckets and state device, the metrics ``peak_gib``,
+``between_steps_gib`` (both on CUDA only), ``step_ms``, ``tokens_per_s``, ``optimizer_calls``
+and, for ``ojas``, ``max_param_diff``). The records before the rename are benchmark
+``bench_optimizer_in_backward``; docs/benchmarks.md shows both as this benchmark.
 """
 
 from __future__ import annotations
@@ -47,14 +55,18 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import records  # noqa: E402
 from ojas_ref.optim.in_backward import InBackwardOptimizer  # noqa: E402
+
+#: the benchmark's name in its records
+BENCHMARK = "bench_in_backward"
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OPTIMIZERS = {
@@ -93,7 +105,7 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the two halves of the head dimension by the position's angles."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -113,7 +125,7 @@ class Layer(nn.Module):
         b, s, d = x.shape
         h = self.attn_norm(x)
         q, k, v = (w(h).view(b, s, self.heads, d // self.heads).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
-        a = F.scaled_dot_product_attention(rotary(q, cos, sin), rotary(k, cos, sin), v, is_causal=True)
+        a = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
         x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
         h = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -257,9 +269,44 @@ def add_common_arguments(parser: argparse.ArgumentParser, warmup: int, steps: in
     parser.add_argument("--steps", type=int, default=steps)
 
 
-def main() -> None:
+def model_name(n_params: int) -> str:
+    """The ``model`` of a record's case: ``llama-style 1.06B`` (``...M`` below a billion parameters)."""
+    return f"llama-style {n_params / 1e9:.2f}B" if n_params >= 1e9 else f"llama-style {n_params / 1e6:.2f}M"
+
+
+def append_records(path: Path, env: dict, case: dict, tokens: int, std: dict, fused: dict, param_diff: float) -> None:
+    """Append one comparison to the records file ``path``: the standard run (peer ``standard``) and
+    the in-backward run (peer ``ojas``), with ``case`` and the metrics of the module docstring."""
+    for peer, result in (("standard", std), ("ojas", fused)):
+        metrics = {
+            "peak_gib": None if result["peak_bytes"] is None else result["peak_bytes"] / 2**30,
+            "between_steps_gib": None
+            if result["between_steps_bytes"] is None
+            else result["between_steps_bytes"] / 2**30,
+            "step_ms": result["median_step_ms"],
+            "tokens_per_s": tokens / (result["median_step_ms"] / 1e3),
+            "optimizer_calls": result["optimizer_calls"],
+            "max_param_diff": param_diff if peer == "ojas" else None,
+        }
+        records.append(
+            BENCHMARK,
+            case,
+            {k: v for k, v in metrics.items() if v is not None},
+            peer,
+            path=path,
+            date=env["date"],
+            commit=env["commit"],
+            device_name=env["device"],
+            versions=env["versions"],
+        )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, warmup=3, steps=10)
+    parser.add_argument(
+        "--records", type=Path, help=f"append the results to this records file as benchmark {BENCHMARK}"
+    )
     parser.add_argument(
         "--max-grad-norm", type=float, default=None, help="clip in both loops (in backward: two backward passes)"
     )
@@ -290,10 +337,11 @@ def main() -> None:
         action="store_true",
         help="run the standard loop twice to measure the nondeterminism of the backward",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     c = QUICK if args.quick else Config()
     device = torch.device(args.device)
     n_params = sum(p.numel() for p in Llama(c).to("meta").parameters())
+    env = records.environment(device) if args.records is not None else None
     print(
         f"Llama-style model: {n_params / 1e6:.2f}M parameters, {asdict(c)}, device {device}"
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
@@ -354,6 +402,22 @@ def main() -> None:
                     }
                     comparisons.append(cmp)
                     print(row(cmp), flush=True)
+                    if env is not None:
+                        case = dict(
+                            model=model_name(n_params),
+                            **asdict(c),
+                            dtype=dname,
+                            optimizer=opt_name,
+                            checkpoint=ckpt == "on",
+                            bucket_mb=bucket_mb,
+                            state_device=where,
+                            warmup=args.warmup,
+                            steps=args.steps,
+                        )
+                        if args.max_grad_norm is not None:
+                            case["max_grad_norm"] = args.max_grad_norm
+                        tokens = c.batch * c.seq
+                        append_records(args.records, env, case, tokens, std, fused, cmp["max_param_diff"])
                     del fused_params
                 del std_params
 
