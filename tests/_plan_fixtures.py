@@ -7,7 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
+from ojas_ref.recipe import MemoryRecipe
 from ojas_ref.tools import plan as P
 
 transformers = pytest.importorskip("transformers")
@@ -28,34 +30,29 @@ ONE_B = P.record_model(RECORDS_PATHS[-1])
 RECORDS = [r for path in RECORDS_PATHS for r in P.load_records(path)]
 MEMORY_RECORDS = [r for path in MEMORY_RECORDS_PATHS for r in P.load_memory_records(path)]
 
+#: the primitives of optimize_model the planner counts (MemoryRecipe fields)
+OJAS = dict(attention=True, linear_cross_entropy=True, rms_norm=True, swiglu=True)
 #: bf16 AdamW in backward with checkpointing and everything optimize_model applies
 OJAS_CKPT = P.Setting(
-    dtype="bf16",
-    optimizer="adamw",
-    in_backward=True,
-    checkpoint=True,
-    ojas_attention=True,
-    ojas_loss=True,
-    ojas_rms_norm=True,
-    ojas_swiglu=True,
+    recipe=MemoryRecipe.plain(in_backward=True, checkpoint=True, **OJAS), dtype=torch.bfloat16, optimizer="adamw"
 )
 #: fp32 AdamW on llama-1b with offload and the state on the host in 128 MiB slices
-SLICED_1B = replace(
-    OJAS_CKPT, dtype="fp32", optimizer="adamw", offload=True, host_state=True, state_slice_mb=P.STATE_SLICE_MB
+SLICED_1B = P.Setting(
+    recipe=replace(OJAS_CKPT.recipe, checkpoint="offload", state_device="cpu", state_slice_mb=P.STATE_SLICE_MB),
+    dtype=torch.float32,
+    optimizer="adamw",
 )
 #: fp32 SGD on llama-1b with offload and the head updated inside the loss
 SGD_1B = P.Setting(
-    dtype="fp32",
+    recipe=MemoryRecipe.plain(in_backward=True, checkpoint="offload", head_update=True, **OJAS),
+    dtype=torch.float32,
     optimizer="sgd",
-    in_backward=True,
-    checkpoint=True,
-    offload=True,
-    head_update=True,
-    ojas_attention=True,
-    ojas_loss=True,
-    ojas_rms_norm=True,
-    ojas_swiglu=True,
 )
+
+
+def changed(setting: P.Setting, **recipe_changes) -> P.Setting:
+    """``setting`` with its recipe's fields ``recipe_changes``."""
+    return replace(setting, recipe=replace(setting.recipe, **recipe_changes))
 
 
 def llama_config(**overrides) -> "transformers.LlamaConfig":

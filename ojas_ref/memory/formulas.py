@@ -104,7 +104,9 @@ def slice_elements(s: Setting) -> int:
     per_element = state_per_gradient(s) * s.size
     if s.recipe.state_slice_mb is None or per_element == 0:
         return 0
-    return max(SLICE_ALIGN, max(1, int(s.recipe.state_slice_mb * 2**20)) // 2 // per_element // SLICE_ALIGN * SLICE_ALIGN)
+    return max(
+        SLICE_ALIGN, max(1, int(s.recipe.state_slice_mb * 2**20)) // 2 // per_element // SLICE_ALIGN * SLICE_ALIGN
+    )
 
 
 def sliced(s: Setting, elements: int) -> bool:
@@ -114,7 +116,10 @@ def sliced(s: Setting, elements: int) -> bool:
     not staged with its bucket: its state is on the device one slice at a time, at its update."""
     n = slice_elements(s)
     return (
-        s.recipe.state_device == "cpu" and n > 0 and elements * state_per_gradient(s) * s.size > s.recipe.state_slice_mb * 2**20 and elements > n
+        s.recipe.state_device == "cpu"
+        and n > 0
+        and elements * state_per_gradient(s) * s.size > s.recipe.state_slice_mb * 2**20
+        and elements > n
     )
 
 
@@ -410,7 +415,9 @@ def first_layer_saved_bytes(m: Model, s: Setting) -> int:
     or when checkpointed :func:`recomputed_layer_bytes` and its checkpoint (the
     embedding's output); with ``recipe.checkpoint_split``, :func:`recomputed_mlp_half_bytes` and both halves'
     checkpoints (on the device then, offloaded or not: the attention half's is prefetched)."""
-    if s.recipe.checkpoint_split:  # the MLP half recomputed, its input h and the attention half's x (the embedding's output)
+    if (
+        s.recipe.checkpoint_split
+    ):  # the MLP half recomputed, its input h and the attention half's x (the embedding's output)
         return recomputed_mlp_half_bytes(m, s) + 2 * checkpoint_layer_bytes(m, s)
     if s.recipe.checkpoint:
         return recomputed_layer_bytes(m, s) + s.size * s.tokens * m.hidden

@@ -401,7 +401,9 @@ def _legacy_recipe(recipe: MemoryRecipe, old: Mapping[str, Any]) -> MemoryRecipe
     for name in ("checkpoint", "offload", "host_state"):
         if name in old and not isinstance(old[name], bool):
             raise TypeError(f"{name} must be a bool, got {type(old[name]).__name__}")
-    changes = {_LEGACY[name]: value for name, value in old.items() if name not in ("checkpoint", "offload", "host_state")}
+    changes = {
+        _LEGACY[name]: value for name, value in old.items() if name not in ("checkpoint", "offload", "host_state")
+    }
     checkpoint = old.get("checkpoint", _legacy_value(recipe, "checkpoint"))
     offload = old.get("offload", _legacy_value(recipe, "offload"))
     if offload and not checkpoint:

@@ -12,22 +12,24 @@ held them before the library's :mod:`ojas_ref.memory` existed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
-import sys
 import re
+import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import torch
+
 from ojas_ref.memory import *  # noqa: F403 (re-exported: the formulas, Model, Setting, plan)
 from ojas_ref.memory import (
-    BUCKET_CAP_MB,
     DTYPE_BYTES,
     FAMILIES,
     OPTIMIZERS,
     PRESETS,
-    STATE_SLICE_MB,
     UNMODELLED,
     Model,
     Phase,
@@ -38,6 +40,7 @@ from ojas_ref.memory import (
     plan,
     with_layers,
 )
+from ojas_ref.recipe import MemoryRecipe, add_recipe_arguments, as_dtype, dtype_name, recipe_from_arguments
 from ojas_ref.tools.plan_plot import TENSOR_CLASSES, check_png_path, plot_plan, tensor_class  # noqa: F401 (re-exported)
 from ojas_ref.tools.records import (
     config_model,  # noqa: F401 (re-exported)
@@ -126,41 +129,50 @@ def fit_batch(memory: int, model: Any, setting: Setting, limit: int = 2**20) -> 
     return at(low)
 
 
-#: the benchmark's four modes, as (in_backward, checkpoint, ojas attention and loss)
-MODES = ((False, False, False), (False, True, False), (True, False, True), (True, True, True))
-
-
-def _slice_mb(text: str) -> float:
-    """``--state-slice-mb``: a positive finite number of MiB, or ``none`` (0.0 here: whole parameters)."""
-    if text.strip().lower() == "none":
-        return 0.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"--state-slice-mb must be a number of MiB > 0 or 'none', got {text!r}")
-    return value
-
-
-def _bucket_mb(text: str) -> float:
-    """``--bucket-mb``: a finite number of MiB >= 0 (0: every gradient updated at once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"--bucket-mb must be a number of MiB >= 0, got {text!r}")
-    return value
+#: the benchmark's four modes (standard, standard+ckpt, ojas, ojas+ckpt): what ``--fit`` compares when the
+#: flags leave the recipe at :data:`DEFAULTS`
+MODES = (
+    MemoryRecipe.plain(),
+    MemoryRecipe.plain(checkpoint=True),
+    MemoryRecipe(in_backward=True),
+    MemoryRecipe(in_backward=True, checkpoint=True),
+)
+#: ``ojas plan``'s recipe when no flag changes it: standard PyTorch (:class:`Setting`'s default)
+DEFAULTS = MemoryRecipe.plain()
+#: every primitive of optimize_model (the recipe's defaults)
+_OJAS = {name: True for name in ("attention", "linear_cross_entropy", "rms_norm", "swiglu", "rope", "relu_mask")}
+#: the flags of release 0.2 (``--fused``: 0.1), hidden and deprecated for one release: each sets
+#: recipe fields (None: the flag's value, a number of MiB), and names the flags that replace it
+DEPRECATED_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "--fused": ("--in-backward", dict(in_backward=True)),
+    "--ojas": ("--attention --linear-cross-entropy --rms-norm --swiglu --rope --relu-mask", _OJAS),
+    "--ojas-attention": ("--attention", dict(attention=True)),
+    "--ojas-loss": ("--linear-cross-entropy", dict(linear_cross_entropy=True)),
+    "--offload": ("--checkpoint offload", dict(checkpoint="offload")),
+    "--split": ("--checkpoint-split", dict(checkpoint_split=True)),
+    "--host-state": ("--state-device cpu", dict(state_device="cpu")),
+    "--bucket-mb": ("--bucket-cap-mb", dict(bucket_cap_mb=None)),
+}
 
 
 class _DeprecatedFlag(argparse.Action):
-    """A flag kept for one release under its old name (hidden from ``--help``): sets ``dest`` and
-    prints a note naming the new flag on stderr."""
+    """A flag of :data:`DEPRECATED_FLAGS` (hidden from ``--help``): prints a note naming the flags
+    that replace it on stderr and records its recipe fields in ``namespace.deprecated_recipe``,
+    applied over the recipe's flags by :func:`_recipe`."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
-        self.new = new
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        self.new, self.changes = DEPRECATED_FLAGS[option_strings[0]]
+        takes_value = None in self.changes.values()
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=None if takes_value else 0,
+            type=float if takes_value else None,
+            metavar="MB" if takes_value else None,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+            **kwargs,
+        )
 
     def __call__(
         self,
@@ -173,11 +185,31 @@ class _DeprecatedFlag(argparse.Action):
             f"{parser.prog}: {option_string} is deprecated and will be removed in the next release; use {self.new}",
             file=sys.stderr,
         )
-        setattr(namespace, self.dest, True)
+        changes = {field: values if value is None else value for field, value in self.changes.items()}
+        namespace.deprecated_recipe = {**getattr(namespace, "deprecated_recipe", {}), **changes}
+
+
+def _dtype_argument(text: str) -> torch.dtype:
+    """``--dtype``: a dtype the planner models, by its torch name (:func:`ojas_ref.recipe.as_dtype`;
+    release 0.1's ``bf16`` / ``fp32`` print a deprecation note on stderr)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        try:
+            dtype = as_dtype(text, "--dtype")
+        except (TypeError, ValueError) as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    for warning in caught:
+        print(f"ojas plan: {warning.message}", file=sys.stderr)
+    if dtype not in DTYPE_BYTES:
+        names = ", ".join(dtype_name(d) for d in DTYPE_BYTES)
+        raise argparse.ArgumentTypeError(f"--dtype must be one the planner models ({names}), got {text!r}")
+    return dtype
 
 
 def add_arguments(parser: Any) -> None:
-    """The ``ojas plan`` arguments on an ``argparse`` parser."""
+    """The ``ojas plan`` arguments on an ``argparse`` parser: the model, the workload, the memory
+    recipe (:func:`ojas_ref.recipe.add_recipe_arguments`, standard PyTorch by default) and what
+    to print."""
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--preset", choices=list(PRESETS), help="a Llama-shaped preset (default llama-1b)")
     source.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (or a folder holding one)")
@@ -187,67 +219,25 @@ def add_arguments(parser: Any) -> None:
         metavar="N",
         help="the preset's (or config's) shape with N decoder layers instead of its own",
     )
-    parser.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights, gradients, state (default bf16)")
-    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw")
+    names = ",".join(dtype_name(d) for d in DTYPE_BYTES)
     parser.add_argument(
-        "--in-backward",
-        action="store_true",
-        help="the optimizer in backward: InBackwardOptimizer (64 MiB buckets, or --bucket-mb)",
+        "--dtype",
+        type=_dtype_argument,
+        metavar=f"{{{names}}}",
+        help="weights, gradients, state (default bfloat16; with --fit and no --dtype: each)",
     )
-    parser.add_argument("--fused", action=_DeprecatedFlag, dest="in_backward", new="--in-backward")
-    parser.add_argument(
-        "--bucket-mb",
-        type=_bucket_mb,
-        metavar="MB",
-        help=f"with --in-backward: InBackwardOptimizer's bucket_cap_mb (default {BUCKET_CAP_MB:g})",
-    )
-    parser.add_argument("--checkpoint", action="store_true", help="per-layer activation checkpointing")
-    parser.add_argument(
-        "--split",
-        action="store_true",
-        help="with --checkpoint: each layer checkpointed as two segments, attention half and MLP "
-        "half (optimize_model(checkpoint_split=True))",
-    )
-    parser.add_argument(
-        "--offload",
-        action="store_true",
-        help="with --checkpoint: the checkpoints in pinned host memory (optimize_model(checkpoint='offload'))",
-    )
-    parser.add_argument(
-        "--host-state",
-        action="store_true",
-        help="with --in-backward: the optimizer state in host memory (InBackwardOptimizer(state_device='cpu'))",
-    )
-    parser.add_argument(
-        "--state-slice-mb",
-        type=_slice_mb,
-        metavar="MB|none",
-        help="with --host-state: InBackwardOptimizer's state_slice_mb (default none: whole parameters, "
-        f"its default), e.g. {STATE_SLICE_MB:g}: a parameter whose state exceeds it updated "
-        "slice by slice",
-    )
-    parser.add_argument(
-        "--head-update",
-        action="store_true",
-        help="with --in-backward, the ojas loss and --optimizer sgd: the head updated chunk by chunk inside "
-        "the loss's backward (InBackwardOptimizer(head_weight=model.lm_head.weight)), no [V, D] "
-        "gradient",
-    )
-    parser.add_argument(
-        "--ojas",
-        action="store_true",
-        help="everything optimize_model applies: attention, linear cross-entropy, RMSNorm, SwiGLU",
-    )
-    parser.add_argument("--ojas-attention", action="store_true", help="ojas attention only")
-    parser.add_argument("--ojas-loss", action="store_true", help="ojas linear cross-entropy only")
+    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), help="default adamw (with --fit and none: each)")
+    add_recipe_arguments(parser, DEFAULTS)
+    for flag in DEPRECATED_FLAGS:
+        parser.add_argument(flag, action=_DeprecatedFlag)
     parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
     parser.add_argument("--seq", type=int, default=2048, help="tokens per sequence (default 2048)")
     parser.add_argument(
         "--fit",
         type=_memory_argument,
         metavar="GPU_MEMORY",
-        help="e.g. 24GiB: for each dtype x optimizer x mode (the benchmark's four, or the one the "
-        "flags give), the largest preset that fits (the largest batch with --preset/--config)",
+        help="e.g. 24GiB: for each dtype x optimizer x recipe (the benchmark's four when no flag changes the "
+        "recipe, else the flags' one), the largest preset that fits (the largest batch with --preset/--config)",
     )
     parser.add_argument(
         "--plot",
@@ -302,6 +292,17 @@ def _read_config(path: str) -> Model:
     return Model.from_config(config, name=file.parent.name or file.stem)
 
 
+def _recipe(args: argparse.Namespace) -> MemoryRecipe:
+    """The recipe of ``ojas plan``'s flags: :func:`ojas_ref.recipe.recipe_from_arguments` after the
+    deprecated flags' fields (:data:`DEPRECATED_FLAGS`) are set over the recipe's flags. Refuses a
+    bucket size without the optimizer in backward (whose buckets they are)."""
+    fields = {field.name: getattr(args, field.name) for field in dataclasses.fields(MemoryRecipe)}
+    recipe = recipe_from_arguments(argparse.Namespace(**{**fields, **getattr(args, "deprecated_recipe", {})}))
+    if recipe.bucket_cap_mb != DEFAULTS.bucket_cap_mb and not recipe.in_backward:
+        raise ValueError("--bucket-cap-mb needs --in-backward (the buckets are InBackwardOptimizer's)")
+    return recipe
+
+
 def run_command(args: Any) -> int:
     """``ojas plan``: the breakdown of one setting (and with ``--plot`` its picture, with
     ``--time`` its predicted tokens/s and time to train), or with ``--fit`` the table of fits."""
@@ -309,35 +310,8 @@ def run_command(args: Any) -> int:
         model = _read_config(args.config) if args.config else PRESETS[args.preset or "llama-1b"]
         if args.layers is not None:
             model = with_layers(model, args.layers)
-        flags = dict(
-            in_backward=args.in_backward,
-            checkpoint=args.checkpoint,
-            ojas_attention=args.ojas or args.ojas_attention,
-            ojas_loss=args.ojas or args.ojas_loss,
-            ojas_rms_norm=args.ojas,
-            ojas_swiglu=args.ojas,
-            offload=args.offload,
-            host_state=args.host_state,
-            head_update=args.head_update,
-            split=args.split,
-        )
-        if args.state_slice_mb is not None and not args.host_state:
-            raise ValueError("--state-slice-mb needs --host-state (only state on the host is updated in slices)")
-        if args.host_state:
-            flags["state_slice_mb"] = args.state_slice_mb or None
-        if args.offload and not args.checkpoint:
-            raise ValueError("--offload needs --checkpoint (it moves the checkpoints to host memory)")
-        if args.split and not args.checkpoint:
-            raise ValueError("--split needs --checkpoint (it splits each layer's checkpoint in two)")
-        if args.bucket_mb is not None:
-            if not args.in_backward:
-                raise ValueError("--bucket-mb needs --in-backward (the buckets are InBackwardOptimizer's)")
-            flags["bucket_cap_mb"] = args.bucket_mb
-        if args.host_state and not args.in_backward:
-            raise ValueError("--host-state needs --in-backward (InBackwardOptimizer streams its state from the host)")
-        setting = Setting(
-            dtype=args.dtype or "bf16", optimizer=args.optimizer or "adamw", batch=args.batch, seq=args.seq, **flags
-        )
+        recipe = _recipe(args)
+        setting = Setting(recipe, args.dtype or torch.bfloat16, args.optimizer or "adamw", args.batch, args.seq)
         if args.plot is not None:
             if args.fit is not None:
                 raise ValueError("--plot draws the plan of one setting: it does not go with --fit")
@@ -365,19 +339,12 @@ def run_command(args: Any) -> int:
                 if args.shallow:
                     print("\n" + "\n".join(_shallow_lines(model, setting)))
             return 0
-        modes = (
-            [flags]
-            if any(flags.values())
-            else [
-                dict(in_backward=f, checkpoint=c, ojas_attention=o, ojas_loss=o, ojas_rms_norm=o, ojas_swiglu=o)
-                for f, c, o in MODES
-            ]
-        )
+        recipes = [recipe] if recipe != DEFAULTS else MODES
         settings = [
-            Setting(dtype=d, optimizer=o, batch=args.batch, seq=args.seq, **mode)
-            for d in ([args.dtype] if args.dtype else list(DTYPE_BYTES))
-            for o in ([args.optimizer] if args.optimizer else list(OPTIMIZERS))
-            for mode in modes
+            Setting(r, dtype, optimizer, args.batch, args.seq)
+            for dtype in ([args.dtype] if args.dtype else list(DTYPE_BYTES))
+            for optimizer in ([args.optimizer] if args.optimizer else list(OPTIMIZERS))
+            for r in recipes
         ]
     except (ValueError, TypeError, NotImplementedError, OSError, ImportError) as err:
         print(f"ojas plan: {err}", file=sys.stderr)
@@ -390,14 +357,11 @@ def run_command(args: Any) -> int:
 def _time_lines(model: Model, setting: Setting, tokens_per_param: Sequence[float]) -> list[str]:
     """``--time``: the GEMM rate measured on this device (CUDA if available) in the setting's
     dtype, and :func:`ojas_ref.tools.throughput.time_lines` at it."""
-    import torch
-
     from ojas_ref.tools.throughput import measure_gemm_rate, time_lines
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[setting.dtype]
     name = torch.cuda.get_device_name() if device == "cuda" else "the CPU"
-    return time_lines(model, setting, measure_gemm_rate(device, dtype), name, tokens_per_param)
+    return time_lines(model, setting, measure_gemm_rate(device, setting.dtype), name, tokens_per_param)
 
 
 def _shallow_lines(model: Model, setting: Setting) -> list[str]:
@@ -436,7 +400,7 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
     for s in settings:
         found = fit_batch(memory, model, s) if model else fit_preset(memory, s)
         if found is None:
-            lines.append(f"| {s.dtype} | {s.optimizer} | {s.mode} | nothing | - | - | - | predicted |")
+            lines.append(f"| {dtype_name(s.dtype)} | {s.optimizer} | {s.mode} | nothing | - | - | - | predicted |")
             continue
         fs = found.setting
         largest = found.model is max(PRESETS.values(), key=Model.params)
@@ -444,7 +408,7 @@ def fit_table(memory: int, settings: Sequence[Setting], model: Optional[Model] =
         peak = measured_peak(found.model, fs)
         label = "predicted" if peak is None else f"measured {gib(peak)} GiB"
         lines.append(
-            f"| {s.dtype} | {s.optimizer} | {s.mode} | {name} | {fs.tokens} | {gib(found.peak)} | "
+            f"| {dtype_name(s.dtype)} | {s.optimizer} | {s.mode} | {name} | {fs.tokens} | {gib(found.peak)} | "
             f"{found.peak_phase.name} | {label} |"
         )
     return "\n".join(lines)

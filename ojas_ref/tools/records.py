@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ojas_ref.memory import BUCKET_CAP_MB, PRESETS, Model, Setting, with_layers
+from ojas_ref.recipe import MemoryRecipe, as_dtype
 
 __all__ = [
     "config_model",
@@ -32,25 +33,30 @@ def load_records(path: Path | str, field: str = "peak") -> list[tuple[Setting, A
     preset on an H200) as (setting, the result's ``field``: ``"peak"``, torch.cuda.max_memory_allocated
     bytes, or ``"tokens_per_s"``, from the median step time). What an ojas mode applied
     is each result's ``applied`` (attention and loss only where it is absent: the first
-    file, measured before the fused RMSNorm and SwiGLU existed)."""
+    file, measured before the fused RMSNorm and SwiGLU existed); the file names the loss
+    ``cross_entropy``, the recipe ``linear_cross_entropy``. The attention output was copied
+    (``ojas_attention_copy``) until the fused RoPE came (files without ``rope`` in ``applied``)."""
     data = json.loads(Path(path).read_text())
     config = data["config"]
-    dtypes = {"float32": "fp32", "bfloat16": "bf16"}
     records = []
     for r in data["results"]:
         ojas = r["mode"].startswith("ojas")
         applied = r.get("applied") or dict(attention=ojas, cross_entropy=ojas, rms_norm=False, swiglu=False)
-        setting = Setting(
-            dtype=dtypes[r["dtype"]],
-            optimizer=r["optimizer"],
+        recipe = MemoryRecipe.plain(
+            attention=applied["attention"],
+            linear_cross_entropy=applied["cross_entropy"],
+            rms_norm=applied["rms_norm"],
+            swiglu=applied["swiglu"],
+            rope=applied.get("rope", False),
+            checkpoint=r["mode"].endswith("+ckpt"),
             in_backward=ojas,
+        )
+        setting = Setting(
+            recipe=recipe,
+            dtype=as_dtype(r["dtype"]),
+            optimizer=r["optimizer"],
             batch=config["batch"],
             seq=config["seq"],
-            checkpoint=r["mode"].endswith("+ckpt"),
-            ojas_attention=applied["attention"],
-            ojas_loss=applied["cross_entropy"],
-            ojas_rms_norm=applied["rms_norm"],
-            ojas_swiglu=applied["swiglu"],
             ojas_attention_copy=applied["attention"] and "rope" not in applied,
         )
         records.append((setting, r[field]))
@@ -59,33 +65,33 @@ def load_records(path: Path | str, field: str = "peak") -> list[tuple[Setting, A
 
 def memory_record_setting(row: Mapping[str, Any], batch: int, seq: int) -> Optional[Setting]:
     """The setting of one row of benchmarks/bench_memory.py (its ``mode``, ``dtype``,
-    ``optimizer`` and the ``techniques`` it applied; a host-state row without ``state_slice_mb``,
-    measured before slicing existed, updated whole parameters; a row without ``split`` or
-    ``bucket_cap_mb``, measured before they were recorded, whole-layer checkpoints and 64 MiB
-    buckets), or None where the planner does not model the row (the sparse embedding, the
-    reversible decoder)."""
+    ``optimizer`` and the ``techniques`` it applied, optimize_model's primitives but RoPE, all
+    checkpointed; a host-state row without ``state_slice_mb``, measured before slicing existed,
+    updated whole parameters; a row without ``split`` or ``bucket_cap_mb``, measured before they
+    were recorded, whole-layer checkpoints and 64 MiB buckets), or None where the planner does not
+    model the row (the sparse embedding, the reversible decoder)."""
     t = row.get("techniques")
     if row["mode"] == "reversible" or (t is not None and t["sparse_embedding"]):
         return None
-    ojas = t is not None
-    return Setting(
-        dtype=row["dtype"],
-        optimizer=row["optimizer"],
-        in_backward=ojas,
-        batch=batch,
-        seq=seq,
-        checkpoint=True,
-        ojas_attention=ojas,
-        ojas_loss=ojas,
-        ojas_rms_norm=ojas,
-        ojas_swiglu=ojas,
-        offload=ojas and t["checkpoint"] == "offload",
-        host_state=ojas and t["state_device"] is not None,
-        head_update=ojas and bool(t.get("head_update", False)),
-        state_slice_mb=t.get("state_slice_mb") if ojas and t["state_device"] is not None else None,
-        split=ojas and bool(t.get("split", False)),
-        bucket_cap_mb=float(t.get("bucket_cap_mb", BUCKET_CAP_MB)) if ojas else BUCKET_CAP_MB,
+    dtype = _RECORDED_DTYPES.get(row["dtype"], row["dtype"])  # the rows spell dtypes as release 0.1 did
+    if t is None:
+        return Setting(MemoryRecipe.plain(checkpoint=True), dtype, row["optimizer"], batch, seq)
+    primitives = dict(attention=True, linear_cross_entropy=True, rms_norm=True, swiglu=True)
+    recipe = MemoryRecipe.plain(
+        **primitives,
+        checkpoint=t["checkpoint"],
+        checkpoint_split=bool(t.get("split", False)),
+        in_backward=True,
+        state_device=t["state_device"],
+        state_slice_mb=t.get("state_slice_mb") if t["state_device"] is not None else None,
+        head_update=bool(t.get("head_update", False)),
+        bucket_cap_mb=float(t.get("bucket_cap_mb", BUCKET_CAP_MB)),
     )
+    return Setting(recipe, dtype, row["optimizer"], batch, seq)
+
+
+#: the dtypes of bench_memory's rows, by the names they were recorded with
+_RECORDED_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def preset_model(name: str) -> Model:
@@ -128,10 +134,12 @@ def config_model(c: Mapping[str, Any]) -> Model:
 def measured_peak(model: Model, setting: Setting, field: str = "peak") -> Optional[Any]:
     """The peak (``field="peak"``, bytes) or the tokens per second (``"tokens_per_s"``) measured on
     the H200 for this model shape and setting (:mod:`ojas_ref.tools.h200_records`), or None where
-    nothing was measured."""
+    nothing was measured. The recipe's ``rope`` and ``relu_mask`` do not tell settings apart here
+    (they change no tensor the planner counts: the measurement with or without them is the
+    setting's)."""
     if field not in _FIELDS:
         raise ValueError(f"field must be one of {_FIELDS}, got {field!r}")
-    return _measured().get((_shape(model), setting), {}).get(field)
+    return _measured().get((_shape(model), _key(setting)), {}).get(field)
 
 
 _FIELDS = ("peak", "tokens_per_s")
@@ -142,12 +150,17 @@ def _shape(m: Model) -> Model:
     return replace(m, name="", source="")
 
 
+def _key(s: Setting) -> Setting:
+    """``s`` without what changes no counted tensor (the recipe's ``rope`` and ``relu_mask``)."""
+    return replace(s, recipe=replace(s.recipe, rope=False, relu_mask=False))
+
+
 @functools.cache
 def _measured() -> dict[tuple[Model, Setting], dict[str, Any]]:
-    """:mod:`ojas_ref.tools.h200_records`' rows by (model shape, setting)."""
+    """:mod:`ojas_ref.tools.h200_records`' rows by (model shape, :func:`_key` of the setting)."""
     from ojas_ref.tools.h200_records import MODELS, ROWS
 
     table = {}
     for name, fields, peak, tokens_per_s in ROWS:
-        table[(_shape(Model(*MODELS[name])), Setting(**fields))] = {"peak": peak, "tokens_per_s": tokens_per_s}
+        table[(_shape(Model(*MODELS[name])), _key(Setting(**fields)))] = {"peak": peak, "tokens_per_s": tokens_per_s}
     return table

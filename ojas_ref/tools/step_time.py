@@ -33,6 +33,9 @@ from typing import Any
 
 from ojas_ref.memory import Model, Setting
 
+#: the recipe's fields that make :func:`build` call ``optimize_model``
+_PRIMITIVES = ("attention", "linear_cross_entropy", "rms_norm", "swiglu", "rope", "relu_mask", "sparse_embedding")
+
 __all__ = ["DEPTHS", "Measured", "build", "depths_for", "measure", "predict_step_seconds", "time_steps"]
 
 #: the two depths timed by default (clamped to the model's own layers by :func:`depths_for`)
@@ -58,19 +61,15 @@ def depths_for(m: Model, depths: tuple[int, int] = DEPTHS) -> tuple[int, ...]:
     return (b,) if a < 1 else (a, b)
 
 
-def _torch_dtype(s: Setting) -> Any:
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16}[s.dtype]
-
-
 def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
     """(model, optimizer): a ``LlamaForCausalLM`` of ``m``'s width with ``layers`` decoder layers,
-    in the setting's dtype, set up as the setting trains it: ``optimize_model`` with the ojas
-    kernels it names and checkpointing (``"offload"`` with ``s.offload``, split with ``s.split``), or Hugging Face's
-    non-reentrant checkpointing for the standard loop; ``InBackwardOptimizer`` (state on the
-    host with ``s.host_state``, buckets of ``s.bucket_cap_mb``) with ``s.in_backward``. SGD lr 1e-3, AdamW lr
-    1e-4 weight decay 0.1."""
+    in the setting's dtype, set up as the setting's recipe trains it: ``optimize_model`` with its
+    model options (:meth:`~ojas_ref.recipe.MemoryRecipe.model_options`) where it names a primitive,
+    or Hugging Face's non-reentrant checkpointing for the standard loop (``recipe.checkpoint=True``
+    without a primitive; ``"offload"`` and ``checkpoint_split`` are optimize_model's and are refused
+    there); ``InBackwardOptimizer`` with ``recipe.in_backward`` (its
+    :meth:`~ojas_ref.recipe.MemoryRecipe.optimizer_options`). SGD lr 1e-3, AdamW lr 1e-4 weight
+    decay 0.1."""
     import torch
     import transformers
 
@@ -89,7 +88,7 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
         tie_word_embeddings=m.tied,
         attention_dropout=0.0,
     )
-    dtype = _torch_dtype(s)
+    dtype = s.dtype
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # built in its dtype: no float32 copy of a large model
@@ -100,40 +99,25 @@ def build(m: Model, s: Setting, layers: int, device: Any) -> tuple[Any, Any]:
         torch.set_default_dtype(default)
     model.config.use_cache = False
     model.train()
-    ojas = s.ojas_attention or s.ojas_loss or s.ojas_rms_norm or s.ojas_swiglu
-    if ojas:
-        optimize_model(
-            model,
-            attention=s.ojas_attention,
-            linear_cross_entropy=s.ojas_loss,
-            rms_norm=s.ojas_rms_norm,
-            swiglu=s.ojas_swiglu,
-            checkpoint="offload" if s.offload else s.checkpoint,
-            checkpoint_split=s.split,
-        )
-    elif s.offload or s.split:
+    r = s.recipe
+    if any(r.model_options()[name] for name in _PRIMITIVES):
+        optimize_model(model, **r.model_options())
+    elif r.checkpoint == "offload" or r.checkpoint_split:
         what = (
             "offload is optimize_model(checkpoint='offload')"
-            if s.offload
-            else "split is optimize_model(checkpoint_split=True)"
+            if r.checkpoint == "offload"
+            else ("split is optimize_model(checkpoint_split=True)")
         )
-        raise ValueError(f"{what}: set the ojas flags with it")
-    elif s.checkpoint:
+        raise ValueError(f"{what}: set a primitive of the recipe with it")
+    elif r.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cls, kwargs = (
         (torch.optim.SGD, dict(lr=1e-3))
         if s.optimizer == "sgd"
         else (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1))
     )
-    if s.in_backward:
-        opt = InBackwardOptimizer(
-            model.parameters(),
-            cls,
-            state_device="cpu" if s.host_state else None,
-            state_slice_mb=s.state_slice_mb,
-            bucket_cap_mb=s.bucket_cap_mb,
-            **kwargs,
-        )
+    if r.in_backward:
+        opt = InBackwardOptimizer(model.parameters(), cls, **r.optimizer_options(), **kwargs)
     else:
         opt = cls(model.parameters(), **kwargs)
     return model, opt

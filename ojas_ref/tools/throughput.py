@@ -24,7 +24,10 @@ import statistics
 import time
 from typing import Any, Optional, Sequence
 
+import torch
+
 from ojas_ref.memory import Model, Setting
+from ojas_ref.recipe import dtype_name
 from ojas_ref.tools.records import measured_peak
 
 __all__ = [
@@ -63,7 +66,7 @@ def head_tokens(s: Setting) -> int:
     """Tokens whose logits are computed: all of them for Hugging Face's loss (the logits of
     every position exist), all but the last of each sequence for the ojas loss (its shifted
     label is ``ignore_index``, and ignored tokens are removed before any product)."""
-    return s.tokens - s.batch if s.ojas_loss else s.tokens
+    return s.tokens - s.batch if s.recipe.linear_cross_entropy else s.tokens
 
 
 def flop_terms(m: Model, s: Setting) -> dict[str, int]:
@@ -83,7 +86,7 @@ def flop_terms(m: Model, s: Setting) -> dict[str, int]:
     * ``attention backward``: the flash backward of SDPA and of the ojas kernel recomputes
       Q K^T, then dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q: 5 products, 2.5 x forward
       (torch.utils.flop_counter's ``sdpa_backward_flop_count`` counts the same 5).
-    * ``checkpoint recompute`` (``checkpoint``): each layer's forward once more in the
+    * ``checkpoint recompute`` (``recipe.checkpoint``): each layer's forward once more in the
       backward, attention included, but for down_proj: torch's non-reentrant checkpoint
       stops recomputing once the tensors the backward needs exist (``early_stop``, the
       default), and down_proj's output, the layer's last product, is saved by nothing
@@ -102,7 +105,7 @@ def flop_terms(m: Model, s: Setting) -> dict[str, int]:
         "attention forward": attention_forward,
         "attention backward": round(CAUSAL_FRACTION * 5 * full_scores),
     }
-    if s.checkpoint:
+    if s.recipe.checkpoint:
         down_proj = 2 * s.tokens * m.layers * m.hidden * m.intermediate
         terms["checkpoint recompute"] = layers_forward - down_proj + attention_forward
     return terms
@@ -120,7 +123,6 @@ def measure_gemm_rate(device: Any = None, dtype: Any = None, seconds: float = 2.
     time (CUDA events on CUDA, ``perf_counter`` on the CPU) for about ``seconds`` (at least
     3), 2 size^3 over the median time. ``size`` defaults to 8192 on CUDA, 1024 on the CPU.
     float32 follows ``torch.set_float32_matmul_precision`` as the training step does."""
-    import torch
 
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype if dtype is not None else torch.bfloat16
@@ -202,7 +204,7 @@ def time_lines(
         f"{total / 1e12:.2f} TFLOP per step (ojas_ref/tools/throughput.py, flop_terms)"
     ]
     lines += [f"  {name:<24} {value / 1e12:9.3f} TFLOP" for name, value in terms.items()]
-    lines.append(f"GEMM rate measured on {device} ({s.dtype}): {rate / 1e12:.3f} TFLOP/s")
+    lines.append(f"GEMM rate measured on {device} ({dtype_name(s.dtype)}): {rate / 1e12:.3f} TFLOP/s")
     lines.append(
         f"predicted at that rate (a bound: elementwise work and host time are not counted): "
         f"{tokens_per_s:,.0f} tokens/s"
@@ -218,7 +220,7 @@ def time_lines(
             f"measured on an H200: {measured:,.0f} tokens/s ({achieved / 1e12:.1f} TFLOP/s of counted work; "
             "ojas_ref/tools/h200_records.py)"
         )
-        if s.dtype == "bf16":
+        if s.dtype == torch.bfloat16:
             lines.append(
                 f"  {100 * achieved / H200_BF16_GEMM_RATE:.0f}% of the H200's measured bf16 GEMM rate (790 "
                 f"TFLOP/s, at which the bound is {at_h200:,.0f} tokens/s): the bf16 step is host-bound "

@@ -12,6 +12,7 @@ import torch
 from torch.utils import flop_counter
 
 from _plan_fixtures import RECORDS_PATHS  # tests/_plan_fixtures.py: bench_optimize_model's H200 records
+from ojas_ref.recipe import MemoryRecipe, dtype_name
 from ojas_ref.tools import plan as P
 from ojas_ref.tools import throughput as T
 from ojas_ref.tools.cli import main
@@ -76,7 +77,7 @@ def test_step_flops_match_flop_counter(checkpoint, overrides):
     the softmax of the loss: no FLOP-counted operator)."""
     batch, seq = 2, 32
     model, m = _llama(checkpoint, **overrides)
-    s = P.Setting(dtype="fp32", batch=batch, seq=seq, checkpoint=checkpoint)
+    s = P.Setting(MemoryRecipe.plain(checkpoint=checkpoint), dtype=torch.float32, batch=batch, seq=seq)
     ids = torch.randint(0, m.vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
     attention, products = _counted(model, ids)
     terms = T.flop_terms(m, s)
@@ -94,9 +95,9 @@ def test_step_flops_match_flop_counter(checkpoint, overrides):
 
 def test_checkpointing_adds_one_forward_of_the_layers_but_down_proj():
     m = P.PRESETS["llama-1b"]
-    plain, ckpt = (T.flop_terms(m, P.Setting(checkpoint=c)) for c in (False, True))
+    plain, ckpt = (T.flop_terms(m, P.Setting(MemoryRecipe.plain(checkpoint=c))) for c in (False, True))
     down_proj = 2 * 2048 * m.layers * m.hidden * m.intermediate
-    assert T.step_flops(m, P.Setting(checkpoint=True)) - T.step_flops(m, P.Setting()) == (
+    assert T.step_flops(m, P.Setting(MemoryRecipe.plain(checkpoint=True))) - T.step_flops(m, P.Setting()) == (
         plain["layer products forward"] - down_proj + plain["attention forward"]
     )
     assert {k: v for k, v in ckpt.items() if k != "checkpoint recompute"} == plain
@@ -113,7 +114,9 @@ def test_ojas_loss_products_over_the_kept_tokens():
     optimize_model(model, attention=False, linear_cross_entropy=True, rms_norm=False, swiglu=False)
     ids = torch.randint(0, m.vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
     _, products = _counted(model, ids)
-    terms = T.flop_terms(m, P.Setting(dtype="fp32", batch=batch, seq=seq, ojas_loss=True))
+    terms = T.flop_terms(
+        m, P.Setting(MemoryRecipe.plain(linear_cross_entropy=True), dtype=torch.float32, batch=batch, seq=seq)
+    )
     assert terms["head forward"] == 2 * (batch * seq - batch) * m.hidden * m.vocab
     assert products == 3 * (terms["layer products forward"] + terms["head forward"]) + terms["head forward"]
 
@@ -152,7 +155,7 @@ RECORDS = [(path.name, s, t) for path in RECORDS_PATHS for s, t in P.load_record
 @pytest.mark.parametrize(
     "name,setting,tokens_per_s",
     RECORDS,
-    ids=[f"{n.removesuffix('.json')}-{s.dtype}-{s.optimizer}-{s.mode}" for n, s, _ in RECORDS],
+    ids=[f"{n.removesuffix('.json')}-{dtype_name(s.dtype)}-{s.optimizer}-{s.mode}" for n, s, _ in RECORDS],
 )
 def test_h200_records_imply_plausible_flop_rates(name, setting, tokens_per_s):
     """The counted FLOPs at the measured tokens/s: fp32 38.9-42.8 TFLOP/s (torch's default IEEE
@@ -163,7 +166,9 @@ def test_h200_records_imply_plausible_flop_rates(name, setting, tokens_per_s):
     overestimates a bf16 step 3-7x."""
     achieved = T.step_flops(P.record_model(RECORDS_PATHS[-1]), setting) * tokens_per_s / setting.tokens
     low, high = (
-        (38e12, 44e12) if setting.dtype == "fp32" else (0.13 * T.H200_BF16_GEMM_RATE, 0.40 * T.H200_BF16_GEMM_RATE)
+        (38e12, 44e12)
+        if setting.dtype == torch.float32
+        else (0.13 * T.H200_BF16_GEMM_RATE, 0.40 * T.H200_BF16_GEMM_RATE)
     )
     assert low <= achieved <= high, f"{achieved / 1e12:.1f} TFLOP/s"
 
@@ -189,15 +194,15 @@ def test_cli_time(capsys, monkeypatch):
     out = capsys.readouterr().out
     m, s = P.PRESETS["llama-1b"], P.Setting()
     tokens_per_s, seconds = T.predict_time(m, s, 1e12)
-    assert "GEMM rate measured on the CPU (bf16): 1.000 TFLOP/s" in out or "GEMM rate measured on NVIDIA" in out
+    assert "GEMM rate measured on the CPU (bfloat16): 1.000 TFLOP/s" in out or "GEMM rate measured on NVIDIA" in out
     assert f"{tokens_per_s:,.0f} tokens/s" in out
     assert f"20 tokens per parameter ({20 * m.params() / 1e9:,.1f}B tokens): {T.duration(seconds[20])}" in out
     assert f"30 tokens per parameter ({30 * m.params() / 1e9:,.1f}B tokens): {T.duration(seconds[30])}" in out
     measured = dict(P.load_records(RECORDS_PATHS[-1], "tokens_per_s"))[P.Setting()]
     assert f"measured on an H200: {measured:,.0f} tokens/s" in out and "host-bound" in out
-    assert main(["plan", "--preset", "llama-7b", "--time", "--dtype", "fp32"]) == 0
+    assert main(["plan", "--preset", "llama-7b", "--time", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
-    assert "(fp32): 1.000 TFLOP/s" in out and "measured on an H200: " not in out.split("time to train")[1]
+    assert "(float32): 1.000 TFLOP/s" in out and "measured on an H200: " not in out.split("time to train")[1]
 
 
 @pytest.mark.parametrize(
