@@ -6,18 +6,23 @@
     python benchmarks/bench_memory.py --largest [--largest-presets] [--max-layers N] ...
     python benchmarks/bench_memory.py --preset llama-70b --layers 58 --dtypes bf16 --optimizers sgd --modes ojas+ckpt
 
-Measured on the H200: benchmarks/RESULTS.md ("Memory techniques").
+Its H200 records: benchmarks/records.jsonl, benchmark ``bench_memory`` (2026-12-01, commits 9f59f4c,
+5b96e1e and 5f7cdf8; docs/benchmarks.md).
 
 The model is benchmarks/bench_optimize_model.py's (built by its ``build``, no download):
 ``LlamaForCausalLM`` with hidden 2048, 18 layers, 16 heads, intermediate 5632, vocabulary
 32000, untied head (1.06B parameters), batch 1 x sequence 2048, weights and optimizer state
-in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, per dtype
-(fp32, bf16) and optimizer:
+in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Each row is a
+:class:`~ojas_ref.MemoryRecipe` (:func:`mode_recipe`) applied by bench_optimize_model's ``setup``
+(``optimize_model(model, recipe)``, ``InBackwardOptimizer.from_recipe``). Rows, per dtype (fp32,
+bf16) and optimizer:
 
-* ``standard+ckpt`` (the baseline): the torch optimizer (``loss.backward(); opt.step();
-  opt.zero_grad()``), Hugging Face's ``gradient_checkpointing_enable(use_reentrant=False)``.
-* ``ojas+ckpt``: ``optimize_model(model, checkpoint=True)`` (ojas attention, linear
-  cross-entropy, fused RMSNorm / SwiGLU / RoPE) and ``InBackwardOptimizer`` (64 MiB buckets).
+* ``standard+ckpt`` (the baseline): ``MemoryRecipe.plain(checkpoint=True)``, the torch optimizer
+  (``loss.backward(); opt.step(); opt.zero_grad()``), Hugging Face's
+  ``gradient_checkpointing_enable(use_reentrant=False)``.
+* ``ojas+ckpt``: ``MemoryRecipe(checkpoint=True, in_backward=True)``: every primitive of
+  ``optimize_model`` (ojas attention, linear cross-entropy, fused RMSNorm / SwiGLU / RoPE) and
+  ``InBackwardOptimizer`` (64 MiB buckets).
 * ``+offload``: ojas+ckpt with ``checkpoint="offload"`` (each layer's input in pinned host
   memory between forward and backward). Host GiB: the bytes offloaded per step.
 * ``+sparse-embedding``: ojas+ckpt with ``sparse_embedding=True`` (no dense [V, D]
@@ -45,7 +50,7 @@ in the run's dtype; SGD (lr 1e-3) and AdamW (lr 1e-4, weight decay 0.1). Rows, p
   together (skipped with the reason when one of them does not apply).
 * ``reversible``: a separate architecture, ``ReversibleDecoder`` of the same shape (additive
   couplings, activations reconstructed in backward, no checkpointing) with
-  ``InBackwardOptimizer``; its loss is not comparable with the Llama rows' (other model).
+  ``InBackwardOptimizer`` (``MemoryRecipe.plain(in_backward=True)``); its loss is not comparable with the Llama rows' (other model).
 
 Per dtype and optimizer, in one process, as bench_optimize_model does (its ``measure_peak``,
 ``allocate_workspaces``, ``time_interleaved``): each mode built in turn (the earlier ones
@@ -56,8 +61,9 @@ same dtype / optimizer, the last loss. The modes that are exact reformulations o
 (+offload, +sparse-embedding, +host-state, +split, their concatenations and ``all``) give its
 losses bit for bit on the CPU (tests/bench/test_bench_memory.py); on CUDA the sparse embedding's row
 sums are in another order than the dense backward's. ``--bucket-mb`` (default 64) is every
-InBackwardOptimizer's ``bucket_cap_mb``; each row's techniques record it (and the split), so
-that the planner plans what ran.
+InBackwardOptimizer's ``bucket_cap_mb``; each row records its recipe (``recipe``, a dict) and,
+under the names the earlier rows have (``techniques``: ojas_ref/tools/records.py reads them), the
+techniques on top of ojas+ckpt, so that the planner plans what ran.
 
 Issue 14's Done-when figures to compare with (1.06B, batch 1 x 2048, peak of one step):
 fp32 SGD <= 4.3 GiB; fp32 AdamW <= 12.6 GiB with the state on the GPU, <= 4.6 GiB with the
@@ -65,7 +71,7 @@ state on the host; bf16 SGD <= 2.3 GiB; bf16 AdamW <= 6.4 GiB; each at >= 0.9x t
 of standard+ckpt.
 
 Every row also carries the planner's prediction (``predicted_peak``, ``predicted_host``:
-ojas_ref/tools/plan.py for the same setting; None for the sparse embedding and the reversible
+:func:`ojas_ref.memory.plan` of the row's recipe; None for the sparse embedding and the reversible
 decoder, which it does not model).
 
 ``--preset NAME [--layers N]``: each requested mode at a plan.py preset's shape (with N layers:
@@ -84,6 +90,7 @@ recorded as measured (fits, peak, parameters).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from dataclasses import replace
@@ -101,6 +108,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
     measure_and_time,
     measure_peak,
     release,
+    setup,
     time_interleaved,
     timing,
 )
@@ -112,8 +120,8 @@ from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     add_common_arguments,
     gib,
 )
-from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
-from ojas_ref.memory import PRESETS, STATE_SLICE_MB, with_layers  # noqa: E402
+from ojas_ref import InBackwardOptimizer, MemoryRecipe  # noqa: E402
+from ojas_ref.memory import PRESETS, STATE_SLICE_MB, Model, Setting, plan, with_layers  # noqa: E402
 
 #: the techniques added to ojas+ckpt, each a mode of its own; ``all`` and a concatenation combine them
 TECHNIQUES = ("+offload", "+sparse-embedding", "+host-state", "+head-update", "+split")
@@ -176,23 +184,46 @@ def _technique_skip_reason(mode: str, dtype_name: str, opt_name: str) -> Optiona
     return None
 
 
-def techniques(mode: str, dtype_name: str, opt_name: str, bucket_mb: float = 64.0) -> dict:
-    """What ``mode`` applies: checkpoint (True / "offload"), its split, sparse_embedding, state_device
-    (with ``state_slice_mb``, recorded so that the planner plans what ran: plan.py's ``STATE_SLICE_MB``,
-    128, so that the head's and the embedding's state are never whole on the device), head_update, and
-    InBackwardOptimizer's ``bucket_cap_mb``."""
+def mode_recipe(mode: str, dtype_name: str, opt_name: str, bucket_mb: float = 64.0) -> MemoryRecipe:
+    """The memory recipe of ``mode``: ``MemoryRecipe.plain(checkpoint=True)`` for standard+ckpt,
+    ``MemoryRecipe.plain(in_backward=True)`` for the reversible decoder (its own architecture),
+    else ojas+ckpt's ``MemoryRecipe(checkpoint=True, in_backward=True)`` with those of the mode's
+    techniques that apply to this dtype / optimizer: ``checkpoint="offload"``,
+    ``checkpoint_split``, ``sparse_embedding``, ``state_device="cpu"`` (with ``state_slice_mb``
+    plan.py's ``STATE_SLICE_MB``, 128, so that the head's and the embedding's state are never
+    whole on the device), ``head_update``; every in-backward one with ``bucket_cap_mb``."""
+    if mode == BASELINE:
+        return MemoryRecipe.plain(checkpoint=True)
+    if mode == "reversible":
+        return MemoryRecipe.plain(in_backward=True, bucket_cap_mb=bucket_mb)
     on = {m for m in mode_techniques(mode) if _technique_skip_reason(m, dtype_name, opt_name) is None}
-    t = dict(
+    host = "+host-state" in on
+    return MemoryRecipe(
         checkpoint="offload" if "+offload" in on else True,
-        split="+split" in on,
+        checkpoint_split="+split" in on,
         sparse_embedding="+sparse-embedding" in on,
-        state_device=None,
-        head_update="+head-update" in on,
+        in_backward=True,
         bucket_cap_mb=bucket_mb,
+        state_device="cpu" if host else None,
+        state_slice_mb=STATE_SLICE_MB if host else None,
+        head_update="+head-update" in on,
     )
-    if "+host-state" in on:
-        t["state_device"] = "cpu"
-        t["state_slice_mb"] = STATE_SLICE_MB
+
+
+def techniques(recipe: MemoryRecipe) -> dict:
+    """An ojas row's ``techniques``: its recipe's fields under the names the earlier rows recorded
+    them with (checkpoint, split, sparse_embedding, state_device, its state_slice_mb, head_update,
+    bucket_cap_mb), which ojas_ref/tools/records.py reads."""
+    t = dict(
+        checkpoint=recipe.checkpoint,
+        split=recipe.checkpoint_split,
+        sparse_embedding=recipe.sparse_embedding,
+        state_device=recipe.state_device,
+        head_update=recipe.head_update,
+        bucket_cap_mb=recipe.bucket_cap_mb,
+    )
+    if recipe.state_device is not None:
+        t["state_slice_mb"] = recipe.state_slice_mb
     return t
 
 
@@ -274,44 +305,18 @@ class MemoryRunner(Runner):
     ) -> None:
         self.mode, self.c = mode, c
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        self.techniques = (
-            None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
-        )
-        opt_class, kwargs = OPTIMIZERS[opt_name]
-        self.report = None
+        self.recipe = mode_recipe(mode, dtype_name, opt_name, bucket_mb)
+        self.techniques = None if mode in (BASELINE, "reversible") else techniques(self.recipe)
         if mode == "reversible":
             self.model = build_reversible(c, dtype, device, preset)
+            self.model.train()
+            opt_class, kwargs = OPTIMIZERS[opt_name]
+            self.opt = InBackwardOptimizer.from_recipe(self.model.parameters(), self.recipe, opt_class, **kwargs)
+            self.report = None
         else:
             self.model = build_model(c, dtype, device, preset)
-        self.model.train()
-        if mode == BASELINE:
-            if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.24's name
-                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            self.opt = opt_class(self.model.parameters(), **kwargs)
-        else:
-            state_device = head = None
-            if self.techniques is not None:
-                t = self.techniques
-                _, self.report = optimize_model(
-                    self.model,
-                    checkpoint=t["checkpoint"],
-                    checkpoint_split=t["split"],
-                    sparse_embedding=t["sparse_embedding"],
-                )
-                state_device = t["state_device"]
-                if "state_slice_mb" in t:
-                    kwargs = dict(kwargs, state_slice_mb=t["state_slice_mb"])
-                head = self.model.get_output_embeddings().weight if t["head_update"] else None
-            self.opt = InBackwardOptimizer(
-                self.model.parameters(),
-                opt_class,
-                bucket_cap_mb=bucket_mb,
-                state_device=state_device,
-                head_weight=head,
-                **kwargs,
-            )
+            self.model.train()
+            self.opt, self.report = setup(self.model, self.recipe, opt_name)
         g = torch.Generator(device="cpu").manual_seed(1)
         self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
         self.times: list[float] = []
@@ -360,19 +365,14 @@ class MemoryRunner(Runner):
 
 
 def predicted(c: Config, dtype_name: str, opt_name: str, mode: str, preset=None, bucket_mb: float = 64.0) -> dict:
-    """ojas_ref/tools/plan.py's peak and host bytes for this row (``predicted_peak``,
-    ``predicted_host``), both None where the planner does not model the mode (the sparse
-    embedding, the reversible decoder: :func:`ojas_ref.tools.plan.memory_record_setting`)."""
-    from ojas_ref.tools import plan as P
-
-    t = None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
-    setting = P.memory_record_setting(
-        dict(mode=mode, dtype=dtype_name, optimizer=opt_name, techniques=t), c.batch, c.seq
-    )
-    if setting is None:
+    """The planner's peak and host bytes for this row's recipe (``predicted_peak``,
+    ``predicted_host``), both None where it does not model the row (the sparse embedding, the
+    reversible decoder)."""
+    recipe = mode_recipe(mode, dtype_name, opt_name, bucket_mb)
+    if mode == "reversible" or recipe.sparse_embedding:
         return dict(predicted_peak=None, predicted_host=None)
-    model = preset if preset is not None else P.Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab)
-    result = P.plan(model, setting)
+    model = preset if preset is not None else Model(c.hidden, c.layers, c.heads, c.heads, c.intermediate, c.vocab)
+    result = plan(model, Setting(recipe, DTYPES[dtype_name], opt_name, c.batch, c.seq))
     return dict(predicted_peak=result.peak, predicted_host=result.host_bytes if result.host else None)
 
 
@@ -412,6 +412,7 @@ def run_modes(
             host=r.host_bytes(),
             **predicted(c, dtype_name, opt_name, r.mode, bucket_mb=bucket_mb),
             losses=r.losses,
+            recipe=dataclasses.asdict(r.recipe),
             techniques=r.techniques,
             left_alone=None if r.report is None else [s.reason for s in r.report.left_alone],
         )
@@ -555,8 +556,11 @@ def at_scale(
             dtype=dtype_name,
             optimizer=opt_name,
             mode=mode,
+            recipe=dataclasses.asdict(mode_recipe(mode, dtype_name, opt_name, bucket_mb)),
             techniques=(
-                None if mode in (BASELINE, "reversible") else techniques(mode, dtype_name, opt_name, bucket_mb)
+                None
+                if mode in (BASELINE, "reversible")
+                else techniques(mode_recipe(mode, dtype_name, opt_name, bucket_mb))
             ),
             **try_one(c, dtype_name, opt_name, mode, device, warmup, bucket_mb, kept, preset, steps),
             **predicted(c, dtype_name, opt_name, mode, preset, bucket_mb),

@@ -1,5 +1,6 @@
 """Benchmark: ``optimize_model`` (+ ``InBackwardOptimizer``) on Hugging Face's ``LlamaForCausalLM``
-against the standard training loop, with and without per-layer activation checkpointing.
+against the standard training loop, with and without per-layer activation checkpointing. Each mode
+is a :class:`~ojas_ref.MemoryRecipe` (:data:`RECIPES`), applied by :func:`setup`.
 
     python benchmarks/bench_optimize_model.py [--quick] [--out FILE] [--dtypes fp32 bf16]
         [--optimizers sgd adamw] [--modes standard standard+ckpt ojas ojas+ckpt] [--profile MODE ...]
@@ -8,15 +9,18 @@ The model is built from a config (no download): hidden 2048, 18 layers, 16 heads
 intermediate 5632, vocabulary 32000, untied head (1.06B parameters), batch 1, sequence
 2048, weights and optimizer state in the run's dtype. Modes:
 
-* ``standard``: the model as built (SDPA attention, Hugging Face's loss on the logits),
-  ``loss.backward(); opt.step(); opt.zero_grad()``.
-* ``standard+ckpt``: the same with ``gradient_checkpointing_enable(use_reentrant=False)``.
-* ``ojas`` / ``ojas+ckpt``: ``optimize_model(model, checkpoint=...)`` and
-  ``InBackwardOptimizer`` (each bucket of parameters updated in backward).
+* ``standard``: ``MemoryRecipe.plain()``, the model as built (SDPA attention, Hugging Face's loss
+  on the logits), ``loss.backward(); opt.step(); opt.zero_grad()``.
+* ``standard+ckpt``: ``MemoryRecipe.plain(checkpoint=True)``, the same with Hugging Face's
+  ``gradient_checkpointing_enable(use_reentrant=False)`` (through ``optimize_model``).
+* ``ojas`` / ``ojas+ckpt``: ``MemoryRecipe(in_backward=True)`` / ``MemoryRecipe(checkpoint=True,
+  in_backward=True)``: every primitive of ``optimize_model`` and ``InBackwardOptimizer`` (each
+  bucket of parameters updated in backward).
 * ``ojas-attention`` / ``ojas-loss`` / ``ojas-optimizer`` (``--modes``, not run by
-  default): one of the three alone, the rest standard.
+  default): ``MemoryRecipe.plain(attention=True)`` / ``(linear_cross_entropy=True)`` /
+  ``(in_backward=True)``, one of the three alone, the rest standard.
 * ``ojas+overlap`` / ``ojas+ckpt+overlap`` (``--modes``, not run by default): ``ojas`` /
-  ``ojas+ckpt`` with ``InBackwardOptimizer(overlap=True)`` (each bucket's update on a side
+  ``ojas+ckpt`` with ``overlap=True`` (each bucket's update on a side
   stream while the backward goes on), with ``--overlap-bucket-mb`` buckets if given (without
   checkpointing the peak comes before the first update, so larger buckets cost no peak there
   and save per-bucket host time).
@@ -33,6 +37,7 @@ wall time of forward, backward and step and the operators' CPU times. ``--quick`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import statistics
@@ -53,12 +58,24 @@ from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
     gib,
     sync,
 )
-from ojas_ref import InBackwardOptimizer, optimize_model  # noqa: E402
+from ojas_ref import InBackwardOptimizer, MemoryRecipe, optimize_model  # noqa: E402
 
 MODES = ("standard", "standard+ckpt", "ojas", "ojas+ckpt")
 #: one piece of ``ojas`` alone (no checkpointing), to see which one costs time
 PIECES = ("ojas-attention", "ojas-loss", "ojas-optimizer")
 OVERLAP = ("ojas+overlap", "ojas+ckpt+overlap")
+#: each mode's memory recipe (``--bucket-mb`` / ``--overlap-bucket-mb`` set the in-backward ones' buckets)
+RECIPES = {
+    "standard": MemoryRecipe.plain(),
+    "standard+ckpt": MemoryRecipe.plain(checkpoint=True),
+    "ojas": MemoryRecipe(in_backward=True),
+    "ojas+ckpt": MemoryRecipe(checkpoint=True, in_backward=True),
+    "ojas-attention": MemoryRecipe.plain(attention=True),
+    "ojas-loss": MemoryRecipe.plain(linear_cross_entropy=True),
+    "ojas-optimizer": MemoryRecipe.plain(in_backward=True),
+    "ojas+overlap": MemoryRecipe(in_backward=True, overlap=True),
+    "ojas+ckpt+overlap": MemoryRecipe(checkpoint=True, in_backward=True, overlap=True),
+}
 
 
 def build(c: Config, dtype: torch.dtype, device: torch.device):
@@ -83,30 +100,22 @@ def build(c: Config, dtype: torch.dtype, device: torch.device):
     return model
 
 
-def setup(model, mode: str, opt_name: str, bucket_mb: float = 64.0):
+def mode_recipe(mode: str, bucket_mb: float = 64.0) -> MemoryRecipe:
+    """:data:`RECIPES`' recipe of ``mode``, its in-backward buckets of ``bucket_mb`` MiB."""
+    recipe = RECIPES[mode]
+    return dataclasses.replace(recipe, bucket_cap_mb=bucket_mb) if recipe.in_backward else recipe
+
+
+def setup(model, recipe: MemoryRecipe, opt_name: str):
+    """``(optimizer, report)`` of ``recipe`` on ``model``: ``optimize_model(model, recipe)``, then
+    ``InBackwardOptimizer.from_recipe`` (the head as ``head_weight`` with ``head_update``) when
+    ``recipe.in_backward``, else the torch optimizer ``opt_name`` stepped after the backward."""
     opt_class, kwargs = OPTIMIZERS[opt_name]
-    overlap = mode.endswith("+overlap")
-    mode = mode.removesuffix("+overlap")
-    if mode.startswith("standard"):
-        if mode.endswith("+ckpt"):
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return opt_class(model.parameters(), **kwargs), None
-    pieces = {
-        "ojas-attention": (True, False, False),
-        "ojas-loss": (False, True, False),
-        "ojas-optimizer": (False, False, True),
-    }
-    attention, loss, fused = pieces.get(mode, (True, True, True))
-    report = None
-    if attention or loss:
-        _, report = optimize_model(
-            model, attention=attention, linear_cross_entropy=loss, checkpoint=mode.endswith("+ckpt")
-        )
-    if fused:
-        return InBackwardOptimizer(
-            model.parameters(), opt_class, bucket_cap_mb=bucket_mb, overlap=overlap, **kwargs
-        ), report
-    return opt_class(model.parameters(), **kwargs), report
+    _, report = optimize_model(model, recipe)
+    if not recipe.in_backward:
+        return opt_class(model.parameters(), **kwargs), report
+    head = model.get_output_embeddings().weight if recipe.head_update else None
+    return InBackwardOptimizer.from_recipe(model.parameters(), recipe, opt_class, head_weight=head, **kwargs), report
 
 
 def host_profile(model, opt, ids, device: torch.device) -> str:
@@ -135,17 +144,22 @@ def host_profile(model, opt, ids, device: torch.device) -> str:
 
 
 class Runner:
-    """One mode's model, optimizer and batches, stepping as the training loop does."""
+    """One mode's model, optimizer (:func:`setup` of its ``recipe``) and batches, stepping as the
+    training loop does (the optimizer passed to the loss as ``head_update`` with the recipe's
+    ``head_update``)."""
+
+    #: the mode's memory recipe (a subclass that builds its model its own way may leave it plain)
+    recipe: MemoryRecipe = MemoryRecipe.plain()
 
     def __init__(
-        self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device, bucket_mb: float
+        self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device, recipe: MemoryRecipe
     ) -> None:
-        self.mode, self.c = mode, c
+        self.mode, self.c, self.recipe = mode, c, recipe
         #: bytes held by the modes built before this one (idle while this one runs)
         self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         self.model = build(c, dtype, device)
         self.model.train()
-        self.opt, self.report = setup(self.model, mode, opt_name, bucket_mb)
+        self.opt, self.report = setup(self.model, recipe, opt_name)
         g = torch.Generator(device="cpu").manual_seed(1)
         self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
         self.times: list[float] = []
@@ -154,7 +168,8 @@ class Runner:
 
     def step(self, i: int) -> float:
         ids = self.batches[i % len(self.batches)]
-        loss = self.model(input_ids=ids, labels=ids).loss
+        head_update = {"head_update": self.opt} if self.recipe.head_update else {}
+        loss = self.model(input_ids=ids, labels=ids, **head_update).loss
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -278,11 +293,13 @@ def run_modes(
         return overlap_bucket_mb if overlap_bucket_mb is not None and mode in OVERLAP else bucket_mb
 
     runners = measure_and_time(
-        (Runner(c, dtype, opt_name, mode, device, buckets(mode)) for mode in modes), device, warmup, steps, kept
+        (Runner(c, dtype, opt_name, mode, device, mode_recipe(mode, buckets(mode))) for mode in modes),
+        device,
+        warmup,
+        steps,
+        kept,
     )
     results = []
-    applied = dict(attention=True, cross_entropy=True, rms_norm=True, swiglu=True, rope=True)  # optimize_model defaults
-    pieces = {"ojas-attention": "attention", "ojas-loss": "cross_entropy"}
     for r in runners:
         table = profile_table(r, device) if r.mode in profile and device.type == "cuda" else None
         if r.mode in host:
@@ -293,10 +310,18 @@ def run_modes(
                 optimizer=opt_name,
                 mode=r.mode,
                 **timing(r, c),
-                bucket_mb=None if r.mode.startswith("standard") else buckets(r.mode),
-                changed=None if r.report is None else len(r.report.changed),
-                applied={k: r.mode in ("ojas", "ojas+ckpt") + OVERLAP or pieces.get(r.mode) == k for k in applied},
-                left_alone=None if r.report is None else [s.reason for s in r.report.left_alone],
+                bucket_mb=r.recipe.bucket_cap_mb if r.recipe.in_backward else None,
+                changed=len(r.report.changed),
+                # the primitives under the names the record files have (ojas_ref/tools/records.py reads them)
+                applied=dict(
+                    attention=r.recipe.attention,
+                    cross_entropy=r.recipe.linear_cross_entropy,
+                    rms_norm=r.recipe.rms_norm,
+                    swiglu=r.recipe.swiglu,
+                    rope=r.recipe.rope,
+                ),
+                recipe=dataclasses.asdict(r.recipe),
+                left_alone=[s.reason for s in r.report.left_alone],
             )
             | ({"profile": table} if table else {})
         )

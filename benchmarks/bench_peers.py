@@ -5,17 +5,22 @@ by ``optimize_model`` + ``InBackwardOptimizer`` (issue 29's table).
         [--warmup 3] [--steps 12] [--timeout 900] [--device cuda] [--quick] [--commit HASH]
 
 The model is bench_optimize_model.py's (built from a config, no download: hidden 2048, 18 layers,
-16 heads, MLP 5632, untied head, sequence 2048), stepped by its ``Runner``. Modes:
+16 heads, MLP 5632, untied head, sequence 2048), stepped by its ``Runner``. Each mode
+(:data:`MODES`) is a :class:`~ojas_ref.MemoryRecipe`, applied by bench_optimize_model's ``setup``
+(``optimize_model(model, recipe)``, then ``InBackwardOptimizer.from_recipe`` or the torch
+optimizer), and the peer (Liger-Kernel's patch) and compilation around it:
 
-* ``hf``: the model as built (SDPA attention, Hugging Face's loss on the logits).
-* ``hf+compile``: ``torch.compile(model)``.
+* ``hf``: ``MemoryRecipe.plain()``, the model as built (SDPA attention, Hugging Face's loss on the
+  logits).
+* ``hf+compile``: the same, then ``torch.compile(model)``.
 * ``liger``: ``apply_liger_kernel_to_llama()`` before the model is built (fused linear
-  cross-entropy, RMSNorm, SwiGLU, RoPE); ``liger+ckpt`` with Hugging Face's activation
-  checkpointing (``gradient_checkpointing_enable(use_reentrant=False)``); ``liger+compile`` compiled.
-* ``ojas``: ``optimize_model(model, checkpoint=False)`` and
-  ``InBackwardOptimizer(overlap=True, bucket_cap_mb=256)``; ``ojas+ckpt``:
-  ``optimize_model(model, checkpoint=True)`` and ``InBackwardOptimizer``'s defaults;
-  ``ojas+compile``: ``ojas`` then ``torch.compile(model)``.
+  cross-entropy, RMSNorm, SwiGLU, RoPE), ``MemoryRecipe.plain()``; ``liger+ckpt``:
+  ``MemoryRecipe.plain(checkpoint=True)``, Hugging Face's activation checkpointing
+  (``gradient_checkpointing_enable(use_reentrant=False)``); ``liger+compile`` compiled.
+* ``ojas``: :data:`OJAS`, ``MemoryRecipe(in_backward=True, overlap=True, bucket_cap_mb=256)``
+  (every primitive, no checkpointing); ``ojas+ckpt``: ``MemoryRecipe(checkpoint=True,
+  in_backward=True)`` (``InBackwardOptimizer``'s defaults); ``ojas+compile``: ``ojas`` then
+  ``torch.compile(model)``.
 
 Settings, ``<weights>[-autocast]-<optimizer>-b<batch>[-v<vocabulary>]``: weights and optimizer
 state in ``bf16`` or ``fp32``; ``-autocast``: the forward under ``torch.autocast`` to bf16;
@@ -38,7 +43,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import inspect
 import json
 import re
 import subprocess
@@ -54,15 +58,35 @@ from benchmarks import records  # noqa: E402
 from benchmarks.bench_optimize_model import Runner, measure_peak, time_interleaved, timing  # noqa: E402
 from benchmarks.bench_optimizer_in_backward import QUICK, Config  # noqa: E402
 from benchmarks.report import PEER_RATIOS  # noqa: E402
-from ojas_ref import InBackwardOptimizer  # noqa: E402
+from ojas_ref import MemoryRecipe  # noqa: E402
 
-MODES = ("hf", "hf+compile", "liger", "liger+ckpt", "liger+compile", "ojas", "ojas+ckpt", "ojas+compile")
+#: the recipe of ``ojas`` without checkpointing (docs/huggingface.md): updates overlapping the backward, 256 MiB buckets
+OJAS = MemoryRecipe(in_backward=True, overlap=True, bucket_cap_mb=256.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """A mode: its memory recipe, Liger-Kernel's patch (``liger``) and ``torch.compile`` (``compile``)."""
+
+    recipe: MemoryRecipe
+    liger: bool = False
+    compile: bool = False
+
+
+MODES = {
+    "hf": Mode(MemoryRecipe.plain()),
+    "hf+compile": Mode(MemoryRecipe.plain(), compile=True),
+    "liger": Mode(MemoryRecipe.plain(), liger=True),
+    "liger+ckpt": Mode(MemoryRecipe.plain(checkpoint=True), liger=True),
+    "liger+compile": Mode(MemoryRecipe.plain(), liger=True, compile=True),
+    "ojas": Mode(OJAS),
+    "ojas+ckpt": Mode(MemoryRecipe(checkpoint=True, in_backward=True)),
+    "ojas+compile": Mode(OJAS, compile=True),
+}
 #: issue 29's rows
 SETTINGS = ("bf16-adamw-b1", "fp32-autocast-adamw-b1", "bf16-adamw-b4", "bf16-sgd-b1", "bf16-adamw-b1-v128256")
 SETTING_RE = re.compile(r"(bf16|fp32)(-autocast)?-(sgd|adamw)-b([1-9][0-9]*)(?:-v([1-9][0-9]*))?")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-#: the overlap recipe of ``ojas`` without checkpointing (docs/huggingface.md)
-OVERLAP_BUCKET_MB = 256.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +131,7 @@ class Autocast(torch.nn.Module):
 
 def unavailable(mode: str, device: torch.device) -> Optional[str]:
     """Why ``mode`` cannot run here, or None."""
-    if mode.startswith("liger"):
+    if MODES[mode].liger:
         if importlib.util.find_spec("liger_kernel") is None:
             return "liger_kernel is not installed (pip install liger-kernel)"
         if device.type != "cuda":
@@ -117,24 +141,17 @@ def unavailable(mode: str, device: torch.device) -> Optional[str]:
 
 def runner(mode: str, setting: Setting, c: Config, device: torch.device) -> Runner:
     """bench_optimize_model's ``Runner`` for ``mode``: the model built (after Liger's patch for the
-    liger modes), optimized and given its optimizer, then compiled and put under autocast as the
-    mode and setting say."""
-    if mode.startswith("liger"):
+    liger modes), given the mode's recipe and its optimizer, then compiled and put under autocast as
+    the mode and setting say."""
+    m = MODES[mode]
+    if m.liger:
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
         apply_liger_kernel_to_llama(
             rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True
         )
-    if mode.startswith("ojas"):
-        ckpt = mode == "ojas+ckpt"
-        base = "ojas+ckpt" if ckpt else "ojas+overlap"
-        bucket_mb = (
-            inspect.signature(InBackwardOptimizer).parameters["bucket_cap_mb"].default if ckpt else OVERLAP_BUCKET_MB
-        )
-    else:
-        base, bucket_mb = ("standard+ckpt" if mode.endswith("+ckpt") else "standard"), 0.0
-    r = Runner(c, DTYPES[setting.weights], setting.optimizer, base, device, bucket_mb)
-    if mode.endswith("+compile"):
+    r = Runner(c, DTYPES[setting.weights], setting.optimizer, mode, device, m.recipe)
+    if m.compile:
         r.model = torch.compile(r.model)
     if setting.autocast:
         r.model = Autocast(r.model, device.type)

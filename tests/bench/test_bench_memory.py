@@ -3,11 +3,14 @@ reason, the losses are finite, and the modes that reformulate ojas+ckpt exactly 
 sparse embedding with SGD, host state, the head updated inside the loss with SGD, split checkpoints,
 their concatenations and all of them together) give its losses bit for bit."""
 
+import dataclasses
 import math
 
 import pytest
+import torch
 
 from benchmarks import bench_memory
+from ojas_ref import MemoryRecipe
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
@@ -57,6 +60,11 @@ def test_quick_rows(optimizer, tmp_path):
     assert rows["+split"]["techniques"]["split"] is True and rows["all"]["techniques"]["split"] is True
     assert rows["+split"]["host"] is None and rows["all"]["host"] > rows["+offload"]["host"]  # two inputs per layer
     assert rows["ojas+ckpt"]["techniques"]["split"] is False
+    # each row records its recipe: ojas+ckpt's is MemoryRecipe(checkpoint=True, in_backward=True), the baseline plain
+    assert rows["ojas+ckpt"]["recipe"] == dataclasses.asdict(MemoryRecipe(checkpoint=True, in_backward=True))
+    assert rows["standard+ckpt"]["recipe"] == dataclasses.asdict(MemoryRecipe.plain(checkpoint=True))
+    assert rows["reversible"]["recipe"] == dataclasses.asdict(MemoryRecipe.plain(in_backward=True))
+    assert rows["+offload"]["recipe"]["checkpoint"] == "offload"
 
 
 def test_concatenated_techniques_and_the_bucket_size_are_recorded():
@@ -97,8 +105,14 @@ def test_concatenated_techniques_and_the_bucket_size_are_recorded():
     assert rows[modes[0]]["techniques"] == dict(t, split=False)
     assert rows[modes[0]]["losses"] == rows[modes[1]]["losses"]
     assert rows[modes[1]]["host"] == 2 * rows[modes[0]]["host"]
-    setting = P.memory_record_setting(rows[modes[1]], bench_memory.QUICK.batch, bench_memory.QUICK.seq)
-    assert setting.split and setting.offload and setting.head_update and setting.bucket_cap_mb == 32.0
+    recorded = P.memory_record_setting(rows[modes[1]], bench_memory.QUICK.batch, bench_memory.QUICK.seq).recipe
+    assert recorded.checkpoint_split and recorded.checkpoint == "offload" and recorded.head_update
+    assert recorded.bucket_cap_mb == 32.0
+    recipe = MemoryRecipe(**rows[modes[1]]["recipe"])
+    assert recipe == MemoryRecipe(
+        checkpoint="offload", checkpoint_split=True, in_backward=True, bucket_cap_mb=32.0, head_update=True
+    )
+    setting = P.Setting(recipe, torch.float32, "sgd", bench_memory.QUICK.batch, bench_memory.QUICK.seq)
     assert (
         rows[modes[1]]["predicted_peak"]
         == P.plan(

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from benchmarks import bench_peers, records
-from ojas_ref import InBackwardOptimizer
+from benchmarks.bench_optimize_model import Runner
+from ojas_ref import InBackwardOptimizer, MemoryRecipe
 
 
 def test_settings_parse_and_refuse():
@@ -34,6 +35,25 @@ def test_modes_are_set_up_as_issue_29_says():
     assert hf.model(input_ids=ids).logits.dtype == torch.bfloat16  # the forward under bf16 autocast
     assert bench_peers.unavailable("liger", torch.device("cpu")) is not None
     assert bench_peers.unavailable("hf", torch.device("cpu")) is None
+
+
+def test_each_mode_is_a_recipe_and_its_peer():
+    """The modes' recipes: the peers standard PyTorch (liger+ckpt with Hugging Face's checkpointing),
+    ojas every primitive with AdamW in backward; Liger-Kernel's patch and compilation beside them."""
+    modes = bench_peers.MODES
+    assert bench_peers.OJAS == MemoryRecipe(in_backward=True, overlap=True, bucket_cap_mb=256.0)
+    assert modes["ojas"].recipe == modes["ojas+compile"].recipe == bench_peers.OJAS
+    assert modes["ojas+ckpt"].recipe == MemoryRecipe(checkpoint=True, in_backward=True)
+    assert modes["liger+ckpt"] == bench_peers.Mode(MemoryRecipe.plain(checkpoint=True), liger=True)
+    for name in ("hf", "hf+compile", "liger", "liger+compile"):
+        assert modes[name].recipe == MemoryRecipe.plain(), name
+    assert {name for name, m in modes.items() if m.compile} == {"hf+compile", "liger+compile", "ojas+compile"}
+    assert {name for name, m in modes.items() if m.liger} == {"liger", "liger+ckpt", "liger+compile"}
+    # the recipe as applied (Liger's patch aside, which needs CUDA): liger+ckpt's is Hugging Face's checkpointing
+    c, cpu = bench_peers.QUICK, torch.device("cpu")
+    ckpt = Runner(c, torch.float32, "sgd", "liger+ckpt", cpu, modes["liger+ckpt"].recipe)
+    assert ckpt.model.is_gradient_checkpointing and isinstance(ckpt.opt, torch.optim.SGD)
+    assert [change.kind for change in ckpt.report.changed] == [""]  # checkpointing only: no primitive swapped
 
 
 def test_quick_run_on_the_cpu_appends_records(tmp_path, capsys):
