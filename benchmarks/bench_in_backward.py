@@ -1,4 +1,4 @@
-"""Benchmark: the optimizer fused into backward (InBackwardOptimizer) against the
+"""Benchmark: the optimizer run in backward (InBackwardOptimizer) against the
 standard ``loss.backward(); opt.step(); opt.zero_grad()`` loop.
 
     python benchmarks/bench_in_backward.py [--quick] [--out FILE] [--records FILE] [--checkpoint off on]
@@ -13,7 +13,7 @@ with the standard loop and with InBackwardOptimizer, one after the other in one
 process from the same initial weights and batches.  ``--checkpoint on`` wraps every
 decoder layer in ``torch.utils.checkpoint.checkpoint(use_reentrant=False)`` in both
 loops: activations then no longer set the peak (it moves to the backward pass and
-the step, where the gradients are), which is where the fused update saves memory.
+the step, where the gradients are), which is where the update in backward saves memory.
 The default runs both, without and with checkpointing.  ``--bucket-mb`` lists the
 ``bucket_cap_mb`` values of InBackwardOptimizer to run (each against the same
 standard run); ``optimizer_calls`` is the number of ``optimizer_class`` steps (one per
@@ -274,10 +274,12 @@ def model_name(n_params: int) -> str:
     return f"llama-style {n_params / 1e9:.2f}B" if n_params >= 1e9 else f"llama-style {n_params / 1e6:.2f}M"
 
 
-def append_records(path: Path, env: dict, case: dict, tokens: int, std: dict, fused: dict, param_diff: float) -> None:
+def append_records(
+    path: Path, env: dict, case: dict, tokens: int, std: dict, in_backward: dict, param_diff: float
+) -> None:
     """Append one comparison to the records file ``path``: the standard run (peer ``standard``) and
     the in-backward run (peer ``ojas``), with ``case`` and the metrics of the module docstring."""
-    for peer, result in (("standard", std), ("ojas", fused)):
+    for peer, result in (("standard", std), ("ojas", in_backward)):
         metrics = {
             "peak_gib": None if result["peak_bytes"] is None else result["peak_bytes"] / 2**30,
             "between_steps_gib": None
@@ -371,7 +373,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     del again, again_params
                 for bucket_mb, where in [(b, w) for b in args.bucket_mb for w in args.state_device]:
                     state_device = None if where == "device" else where
-                    fused, fused_params = run(
+                    in_backward, in_backward_params = run(
                         c,
                         DTYPES[dname],
                         opt_name,
@@ -380,7 +382,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         state_device=state_device,
                         **common,
                     )
-                    results.append(fused)
+                    results.append(in_backward)
                     cmp = {
                         "checkpoint": ckpt == "on",
                         "dtype": dname,
@@ -388,16 +390,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         "bucket_mb": bucket_mb,
                         "state_device": where,
                         "peak_standard_bytes": std["peak_bytes"],
-                        "peak_in_backward_bytes": fused["peak_bytes"],
-                        "peak_ratio": None if std["peak_bytes"] is None else fused["peak_bytes"] / std["peak_bytes"],
+                        "peak_in_backward_bytes": in_backward["peak_bytes"],
+                        "peak_ratio": None
+                        if std["peak_bytes"] is None
+                        else in_backward["peak_bytes"] / std["peak_bytes"],
                         "peak_saved_bytes": None
                         if std["peak_bytes"] is None
-                        else std["peak_bytes"] - fused["peak_bytes"],
+                        else std["peak_bytes"] - in_backward["peak_bytes"],
                         "step_ms_standard": std["median_step_ms"],
-                        "step_ms_in_backward": fused["median_step_ms"],
-                        "time_ratio": fused["median_step_ms"] / std["median_step_ms"],
-                        "optimizer_calls": fused["optimizer_calls"],
-                        "max_param_diff": max_diff(std_params, fused_params),
+                        "step_ms_in_backward": in_backward["median_step_ms"],
+                        "time_ratio": in_backward["median_step_ms"] / std["median_step_ms"],
+                        "optimizer_calls": in_backward["optimizer_calls"],
+                        "max_param_diff": max_diff(std_params, in_backward_params),
                         "standard_repeat_diff": repeat_diff,
                     }
                     comparisons.append(cmp)
@@ -417,8 +421,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         if args.max_grad_norm is not None:
                             case["max_grad_norm"] = args.max_grad_norm
                         tokens = c.batch * c.seq
-                        append_records(args.records, env, case, tokens, std, fused, cmp["max_param_diff"])
-                    del fused_params
+                        append_records(args.records, env, case, tokens, std, in_backward, cmp["max_param_diff"])
+                    del in_backward_params
                 del std_params
 
     print("\n" + HEADER)
