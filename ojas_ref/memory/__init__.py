@@ -8,21 +8,22 @@ down by tensor class, and the largest of them: the predicted
 ``torch.cuda.max_memory_allocated``. Every term is one function of
 :mod:`ojas_ref.memory.formulas` whose docstring says where its count comes from.
 
-What is modelled: weights, optimizer state and gradients in the run's dtype (no
-autocast, no master weights); SGD without momentum (the benchmark's ``lr`` only) or
-AdamW (torch's foreach path); the standard loop or :class:`ojas_ref.InBackwardOptimizer`
-(``bucket_cap_mb``, 64 by default); per-layer non-reentrant checkpointing, the layer whole or split in
-its attention and MLP halves (``split``); SDPA attention and
-Hugging Face's loss, or ``optimize_model``'s ojas attention and
-:func:`ojas_ref.linear_cross_entropy` (together, as ``--ojas``, or apart); and two ways of
-moving bytes to host memory (:attr:`Plan.host`, printed as "host memory"): checkpoints
-offloaded to pinned host memory (``offload``, ``optimize_model(checkpoint="offload")``) and
-the optimizer's state on the host (``host_state``, ``InBackwardOptimizer(
-state_device="cpu")``; with ``state_slice_mb`` the parameters whose state exceeds it updated
-slice by slice, :func:`sliced`). Not modelled (yet): gradient accumulation, reversible stacks,
-autocast, padding masks, and the families other than Llama and Mistral without a sliding window
-(:data:`FAMILIES`; :data:`UNMODELLED` says what each other family of optimize_model's tests
-would need).
+What is modelled, of a :class:`Setting` (a :class:`ojas_ref.MemoryRecipe` and the workload):
+weights, optimizer state and gradients in the run's dtype (no autocast, no master weights); SGD
+without momentum (the benchmark's ``lr`` only) or AdamW (torch's foreach path); the standard loop
+or :class:`ojas_ref.InBackwardOptimizer` (``recipe.in_backward``, buckets of ``bucket_cap_mb``, 64
+by default); per-layer non-reentrant checkpointing (``recipe.checkpoint``), the layer whole or split
+in its attention and MLP halves (``checkpoint_split``); SDPA attention and Hugging Face's loss, or
+``optimize_model``'s ojas attention, :func:`ojas_ref.linear_cross_entropy`, fused RMSNorm and
+SwiGLU (the recipe's ``attention``, ``linear_cross_entropy``, ``rms_norm``, ``swiglu``, together or
+apart); the head updated inside the loss (``head_update``); and two ways of moving bytes to host
+memory (:attr:`Plan.host`, printed as "host memory"): checkpoints offloaded to pinned host memory
+(``checkpoint="offload"``) and the optimizer's state on the host (``state_device="cpu"``; with
+``state_slice_mb`` the parameters whose state exceeds it updated slice by slice, :func:`sliced`).
+Not modelled (yet): the recipe's ``sparse_embedding`` and ``overlap`` (:func:`plan` raises),
+gradient accumulation, reversible stacks, autocast, padding masks, and the families other than
+Llama and Mistral without a sliding window (:data:`FAMILIES`; :data:`UNMODELLED` says what each
+other family of optimize_model's tests would need).
 
 The per-tensor counts were read off the modules' autograd graphs (``saved_tensors_hooks``
 on a small ``LlamaForCausalLM`` on the CPU, transformers 5.24) and the kernels' source.

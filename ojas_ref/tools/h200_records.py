@@ -7,7 +7,8 @@ Provenance: one NVIDIA H200, torch 2.11.0+cu130, transformers 5.17.0, triton 3.6
 tokens: records committed in 343a89b, 5e67495 and fefa974) and benchmarks/bench_memory.py (its
 techniques on ``llama-1b``, the presets from 0.5B to 70B, llama-70b's shape at 23 and 58 layers:
 records committed in 24d1ecc, 232e768, 0c55719 and 9f59f4c). Where two records hold a setting
-the later one is kept, bench_optimize_model's over bench_memory's. The record files are
+(the same tensors counted: the latest bench_optimize_model file ran the fused RoPE too, which changes
+none) the later one is kept, bench_optimize_model's over bench_memory's. The record files are
 tests/fixtures/plan/*.json; tests/tools/test_plan.py checks that this table is what they give.
 """
 
