@@ -1,13 +1,14 @@
 """Benchmark: ``ojas train`` end to end, and its resume, on one device.
 
     python benchmarks/bench_train.py [--preset 1b] [--device cuda] [--dtype bfloat16] [--steps 100]
-        [--stop 50] [--seq-len 1024] [--batch-size 8] [--out FILE] [--work DIR]
+        [--stop 50] [--seq-len 1024] [--batch-size 8] [--out FILE] [--work DIR] [memory recipe flags]
 
 Three calls of :func:`ojas_ref.tools.train.train` on the same setting (the corpus and
 tokenizer of ``ojas train``'s default: the Python standard library's sources, a byte-level
-BPE): ``full``, all ``--steps`` uninterrupted; ``stopped``, the same run stopped after
-``--stop`` steps (a checkpoint written); ``resumed``, that run continued from its checkpoint to
-``--steps``. Reported: the loss at the first and last step, whether it fell, the median
+BPE), with ``ojas train``'s memory recipe (its default, ``MemoryRecipe(in_backward=True)``, or
+the recipe's flags: ``--checkpoint on``, ``--no-in-backward``, ...): ``full``, all ``--steps``
+uninterrupted; ``stopped``, the same run stopped after ``--stop`` steps (a state file written);
+``resumed``, that run continued from its state file to ``--steps``. Reported: the loss at the first and last step, whether it fell, the median
 tokens/s and the peak device memory of the full run (from its JSON-lines log), and whether
 the resumed run's losses and final parameters are bit for bit the full run's (the resume
 guarantee of ojas_ref/tools/train.py; tests/tools/test_train.py checks it on the CPU; on CUDA it
@@ -18,6 +19,7 @@ than assumes). The loss plot of the full run is copied beside ``--out``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import statistics
@@ -28,7 +30,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ojas_ref.recipe import add_recipe_arguments, recipe_from_arguments  # noqa: E402
 from ojas_ref.tools.train import PRESETS, TrainConfig, train  # noqa: E402
+from ojas_ref.tools.train_config import DEFAULT_RECIPE  # noqa: E402
 
 
 def _same_parameters(a: torch.nn.Module, b: torch.nn.Module) -> tuple[bool, list[str]]:
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> dict:
         lr=args.lr,
         warmup_steps=args.warmup_steps,
         vocab=args.vocab,
-        checkpoint_every=args.steps,
+        recipe=recipe_from_arguments(args),
+        state_every=args.steps,
         cache_dir=str(work / "cache"),
         progress=False,
     )
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> dict:
     tail = dict(full.losses)
     resumed_losses = dict(resumed.losses)
     result = dict(
-        setting=base | dict(stop=args.stop),
+        setting=base | dict(recipe=dataclasses.asdict(base["recipe"]), stop=args.stop),
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() and "cuda" in args.device else "cpu",
         torch=torch.__version__,
         first_loss=full.losses[0][1],
@@ -97,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--work", default=None, help="directory of the runs (default: a new temporary one)")
     parser.add_argument("--out", default=None, help="write the result as JSON here (and the loss plot beside it)")
+    add_recipe_arguments(parser, DEFAULT_RECIPE)
     args = parser.parse_args(argv)
     if not 0 < args.stop < args.steps:
         parser.error(f"--stop must be between 1 and --steps - 1, got {args.stop} with --steps {args.steps}")
