@@ -86,7 +86,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import bench_optimize_model as B  # noqa: E402
-from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+from benchmarks.bench_in_backward import (  # noqa: E402
     DTYPES,
     OPTIMIZERS,
     Config,

@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.bench_memory import MODES, MemoryRunner, skip_reason, techniques  # noqa: E402
 from benchmarks.bench_optimize_model import allocate_workspaces, environment  # noqa: E402
-from benchmarks.bench_optimizer_in_backward import DTYPES, OPTIMIZERS, QUICK, Config, sync  # noqa: E402
+from benchmarks.bench_in_backward import DTYPES, OPTIMIZERS, QUICK, Config, sync  # noqa: E402
 from ojas_ref.tools import plan as P  # noqa: E402
 from ojas_ref.tools.memory_timeline import cuda_memory, default_modules, plot_timeline, record  # noqa: E402
 

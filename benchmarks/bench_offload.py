@@ -43,7 +43,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
     release,
     timing,
 )
-from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+from benchmarks.bench_in_backward import (  # noqa: E402
     DTYPES,
     OPTIMIZERS,
     QUICK,
