@@ -1694,8 +1694,9 @@ def linear_cross_entropy(
     is not supported.  Float32 accumulation in every product; see the module
     docstring for the design, the precision of each product and the memory bound.
 
-    ``head``: ojas_ref's ``_HeadUpdate`` (``InBackwardOptimizer(head_weight=linear_weight)``,
-    no bias), or None. The schedule is then 4 products whatever ``config`` says: grad_input in
+    ``head``: ojas_ref's ``_HeadUpdate``, the link that ``ojas_ref.linear_cross_entropy(...,
+    head_update=opt)`` makes to ``opt = InBackwardOptimizer(head_weight=linear_weight)`` (no bias),
+    or None. The schedule is then 4 products whatever ``config`` says: grad_input in
     the forward (from W before any update), and in the backward each vocabulary slab's
     gradient over all kept tokens, after which the slab's rows are updated by plain SGD and
     the gradient dropped (``_backward_weight``'s ``step``): no [V, D] gradient exists. Over the
@@ -1722,8 +1723,9 @@ def linear_cross_entropy(
         if head is not None:
             raise NotImplementedError(
                 "linear_cross_entropy under torch.compile: the head weight updated inside the "
-                "backward (InBackwardOptimizer(head_weight=...)) is not supported; construct "
-                "the optimizer without head_weight, or run the loss eagerly"
+                "backward (head_update=, an InBackwardOptimizer(head_weight=...)) is not supported; "
+                "call ojas_ref.linear_cross_entropy(..., head_update=opt), which runs it eagerly, or "
+                "pass head_update=None"
             )
         return _forward_op(
             input,
