@@ -405,9 +405,9 @@ def linear_cross_entropy(
     ``linear_bias``, a weight used to compute ``input`` (tied embeddings) and autocast's cast of
     the weight are refused then (ValueError / NotImplementedError), as is a second backward
     through the graph. ``torch.autograd.grad`` (which accumulates nothing) gets the weight's
-    gradient as usual. The optimizer's head called without ``head_update`` raises in the
-    backward, when the head's whole gradient arrives, saying to pass it (the loss did not update
-    the head). An explicit argument, not looked up from the weight: the loss's caller says which
+    gradient as usual. This loss on an optimizer's ``head_weight`` called without
+    ``head_update`` raises in the backward, when the head's whole gradient arrives, saying to pass
+    it (the loss did not update the head). An explicit argument, not looked up from the weight: the loss's caller says which
     optimizer steps its head (``optimize_model``'s Hugging Face loss takes it as
     ``model(..., labels=..., head_update=opt)``).
 
