@@ -112,7 +112,7 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
     time_interleaved,
     timing,
 )
-from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+from benchmarks.bench_in_backward import (  # noqa: E402
     DTYPES,
     OPTIMIZERS,
     QUICK,

@@ -6,13 +6,16 @@ Hugging Face's checkpointing on ``LlamaForCausalLM``: peak CUDA memory and token
 
 The model is the 1.06B Llama config of bench_optimize_model.py (hidden 2048, 18 layers,
 16 heads, intermediate 5632, vocabulary 32000, untied head, batch 1, sequence 2048), built
-from a config (no download). Modes:
+from a config (no download). Each mode is a :class:`~ojas_ref.MemoryRecipe` (:data:`RECIPES`),
+applied by bench_optimize_model's ``setup`` (``optimize_model(model, recipe)``; a plain optimizer
+step, not InBackwardOptimizer):
 
-* ``standard+ckpt``: ``gradient_checkpointing_enable(use_reentrant=False)``, the rest standard.
-* ``standard+offload``: ``optimize_model(model, checkpoint="offload")`` with every other
-  piece off (attention, loss, RMSNorm, SwiGLU, RoPE standard): only the checkpointing differs.
-* ``ojas+ckpt`` / ``ojas+offload``: ``optimize_model`` with its defaults and
-  ``checkpoint=True`` / ``"offload"`` (a plain optimizer step, not InBackwardOptimizer).
+* ``standard+ckpt``: ``MemoryRecipe.plain(checkpoint=True)``: Hugging Face's
+  ``gradient_checkpointing_enable(use_reentrant=False)``, the rest standard.
+* ``standard+offload``: ``MemoryRecipe.plain(checkpoint="offload")``, every primitive off
+  (attention, loss, RMSNorm, SwiGLU, RoPE standard): only the checkpointing differs.
+* ``ojas+ckpt`` / ``ojas+offload``: ``MemoryRecipe(checkpoint=True)`` / ``(checkpoint="offload")``:
+  every primitive of ``optimize_model``.
 
 Peak and timing as in bench_optimize_model.py (each mode built and its peak measured in
 turn, the earlier modes idle; then all timed together, one synchronised step of each per
@@ -28,6 +31,7 @@ plain optimizer step, whose peak falls at the update, after the activations are 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -35,9 +39,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import bench_optimize_model as B  # noqa: E402
 from benchmarks.bench_optimize_model import (  # noqa: E402
     allocate_workspaces,
-    build,
     environment,
     measure_and_time,
     release,
@@ -45,42 +49,30 @@ from benchmarks.bench_optimize_model import (  # noqa: E402
 )
 from benchmarks.bench_in_backward import (  # noqa: E402
     DTYPES,
-    OPTIMIZERS,
     QUICK,
     Config,
     add_common_arguments,
     gib,
 )
-from ojas_ref import optimize_model  # noqa: E402
+from ojas_ref import MemoryRecipe  # noqa: E402
 from ojas_ref.nn.offload import OffloadedCheckpoint  # noqa: E402
 
-MODES = ("standard+ckpt", "standard+offload", "ojas+ckpt", "ojas+offload")
-STANDARD = dict(attention=False, linear_cross_entropy=False, rms_norm=False, swiglu=False, rope=False)
+#: each mode's memory recipe
+RECIPES = {
+    "standard+ckpt": MemoryRecipe.plain(checkpoint=True),
+    "standard+offload": MemoryRecipe.plain(checkpoint="offload"),
+    "ojas+ckpt": MemoryRecipe(checkpoint=True),
+    "ojas+offload": MemoryRecipe(checkpoint="offload"),
+}
+MODES = tuple(RECIPES)
 
 
-class Runner:
-    """One mode's model, optimizer and batches (the interface of bench_optimize_model's Runner)."""
+class Runner(B.Runner):
+    """bench_optimize_model's Runner of the mode's recipe, its offloaded checkpoint's statistics
+    reset at each step."""
 
     def __init__(self, c: Config, dtype: torch.dtype, opt_name: str, mode: str, device: torch.device) -> None:
-        self.mode, self.c = mode, c
-        self.others = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        self.model = build(c, dtype, device)
-        self.model.train()
-        self.report = None
-        if mode == "standard+ckpt":
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            flags = STANDARD if mode.startswith("standard") else {}
-            _, self.report = optimize_model(
-                self.model, checkpoint="offload" if mode.endswith("offload") else True, **flags
-            )
-        opt_class, kwargs = OPTIMIZERS[opt_name]
-        self.opt = opt_class(self.model.parameters(), **kwargs)
-        g = torch.Generator(device="cpu").manual_seed(1)
-        self.batches = [torch.randint(0, c.vocab, (c.batch, c.seq), generator=g).to(device) for _ in range(4)]
-        self.times: list[float] = []
-        self.losses: list[float] = []
-        self.peak: int | None = None
+        super().__init__(c, dtype, opt_name, mode, device, RECIPES[mode])
         funcs = {
             id(f): f
             for m in self.model.modules()
@@ -89,14 +81,9 @@ class Runner:
         self.offload = next(iter(funcs.values()), None)
 
     def step(self, i: int) -> float:
-        ids = self.batches[i % len(self.batches)]
         if self.offload is not None:
             self.offload.reset_stats()
-        loss = self.model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return super().step(i)
 
 
 def held_after_forward(r: Runner, device: torch.device) -> int | None:
@@ -140,6 +127,7 @@ def run_modes(
                 dtype=str(dtype).removeprefix("torch."),
                 optimizer=opt_name,
                 mode=r.mode,
+                recipe=dataclasses.asdict(r.recipe),
                 **timing(r, c),
                 held_after_forward=held_after_forward(r, device),
                 host_bytes_per_step=None if stats is None else stats.offloaded_bytes,

@@ -49,7 +49,7 @@ from typing import Iterable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.bench_optimizer_in_backward import (  # noqa: E402
+from benchmarks.bench_in_backward import (  # noqa: E402
     DTYPES,
     OPTIMIZERS,
     QUICK,

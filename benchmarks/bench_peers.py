@@ -56,7 +56,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import records  # noqa: E402
 from benchmarks.bench_optimize_model import Runner, measure_peak, time_interleaved, timing  # noqa: E402
-from benchmarks.bench_optimizer_in_backward import QUICK, Config  # noqa: E402
+from benchmarks.bench_in_backward import QUICK, Config  # noqa: E402
 from benchmarks.report import PEER_RATIOS  # noqa: E402
 from ojas_ref import MemoryRecipe  # noqa: E402
 
