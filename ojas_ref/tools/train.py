@@ -1,5 +1,5 @@
 """``train(TrainConfig(...))``: a Llama-style decoder trained from scratch on a text corpus, with
-``optimize_model``, AdamW (fused into backward by :class:`~ojas_ref.InBackwardOptimizer` or the
+``optimize_model``, AdamW (in backward by :class:`~ojas_ref.InBackwardOptimizer` or the
 standard loop), a warmup + cosine schedule, progress, logs, a loss plot and state files.
 
 * Data (:mod:`ojas_ref.tools.data`): the standard library's ``.py`` files by default, a byte-level
@@ -32,7 +32,7 @@ standard loop), a warmup + cosine schedule, progress, logs, a loss plot and stat
   decoder layer as its attention half and its MLP half (bitwise the same run).
 * Guards: :class:`TrainingDiverged`, naming the step, the tensor and the last state file, for a
   non-finite loss (before its backward) and a non-finite gradient: in the standard loop its norm
-  is checked before the update; fused into backward, the update has run when the gradient is
+  is checked before the update; in backward, the update has run when the gradient is
   whole, so the parameters are checked after it. A resume keeps the setting, so the advice is a
   new run (another ``out_dir``) with a lower ``lr``, more ``warmup_steps`` or clipping.
 * Files: ``out_dir`` is locked (:func:`ojas_ref.tools.train_state.lock_directory`) from before the

@@ -30,9 +30,9 @@ def _meta_model(config: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 def predict_peak(config: TrainConfig, model: torch.nn.Module) -> tuple[Any, bool]:
     """``(plan, lower_bound)``: :func:`ojas_ref.memory.plan` of the run's step, ``model`` being the
-    run's model (e.g. on the meta device). ``lower_bound``: the setting clips inside a fused
-    backward, whose first of two backward passes keeps the activations alive to its end; the
-    planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``
+    run's model (e.g. on the meta device). ``lower_bound``: the setting clips in backward
+    (InBackwardOptimizer), whose first of two backward passes keeps the activations alive to its
+    end; the planner models the second, so its peak is a lower bound of the run's. ``NotImplementedError``
     (the reason) for a setting the planner does not model."""
 
     if config.accumulation_steps > 1:

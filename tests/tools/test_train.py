@@ -122,7 +122,7 @@ def test_loss_falls_and_records(tmp_path: Path, cache: str) -> None:
     ]
 
 
-RUNS = {  # fused AdamW with two-pass clipping; the standard loop with accumulation and clipping
+RUNS = {  # AdamW in backward with two-pass clipping; the standard loop with accumulation and clipping
     "in-backward": {"recipe": recipe(in_backward=True)},
     "standard-accumulation": {"recipe": recipe(in_backward=False), "accumulation_steps": 2},
 }
@@ -709,7 +709,7 @@ def test_resume_without_a_checkpoint_keeps_the_log(tmp_path: Path, cache: str, c
 
 def test_resume_does_not_mix_runs(tmp_path: Path, cache: str) -> None:
     """--resume FILE of another directory into a directory holding a run, and --stop-after at or
-    before the checkpoint's step, are refused before anything is written."""
+    before the state file's step, are refused before anything is written."""
     first = train(small(tmp_path / "a", cache, steps=4)).state
     train(small(tmp_path / "b", cache, steps=4))
     log = (tmp_path / "b" / "train.jsonl").read_bytes()
