@@ -207,10 +207,23 @@ def add_recipe_arguments(parser: argparse.ArgumentParser, defaults: Optional[Mem
         help_text = f"{_HELP[name]} (default: {default})"
         if name == "checkpoint":
             group.add_argument(
-                _flag(name), type=_checkpoint_value, default=default, metavar="{on,off,offload}", help=help_text
+                _flag(name),
+                type=_checkpoint_value,
+                nargs="?",
+                const=True,
+                default=default,
+                metavar="{on,off,offload}",
+                help=help_text + "; a bare --checkpoint means on",
             )
         elif name == "state_device":
-            group.add_argument(_flag(name), type=_optional(str), default=default, choices=(None, "cpu"), help=help_text)
+            group.add_argument(
+                _flag(name),
+                type=_optional(str),
+                default=default,
+                choices=(None, "cpu"),
+                metavar="{cpu,none}",
+                help=help_text,
+            )
         elif name in ("bucket_cap_mb", "state_slice_mb"):
             kind = float if name == "bucket_cap_mb" else _optional(float)
             group.add_argument(_flag(name), type=kind, default=default, metavar="MB", help=help_text)

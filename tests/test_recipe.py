@@ -86,6 +86,8 @@ def test_flags_round_trip_every_field():
     add_recipe_arguments(parser, defaults)
     assert recipe_from_arguments(parser.parse_args([])) == defaults
     assert recipe_from_arguments(parser.parse_args(["--checkpoint", "off"])).checkpoint is False
+    assert recipe_from_arguments(parser.parse_args(["--checkpoint"])).checkpoint is True
+    assert "{cpu,none}" in parser.format_help() and "None," not in parser.format_help()
     with pytest.raises(SystemExit):
         parser.parse_args(["--checkpoint", "sometimes"])
 
