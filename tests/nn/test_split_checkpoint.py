@@ -308,6 +308,7 @@ def test_split_lowers_the_backward_peak_gpu():
     once accumulated: the split's peak (the last layer's MLP backward) is below the unsplit one by
     at least half of the attention half's recomputed activations (q, k, v, output: 4 x 8 MiB, the
     norm's output 8 MiB), as ojas_ref/tools/plan.py's recomputed_attention_half_bytes counts them."""
+    from ojas_ref import MemoryRecipe
     from ojas_ref.tools import plan as P
 
     b, s, hidden = 2, 1024, 1024
@@ -343,14 +344,10 @@ def test_split_lowers_the_backward_peak_gpu():
     attention_half = P.recomputed_attention_half_bytes(
         shape,
         P.Setting(
-            dtype="fp32",
+            MemoryRecipe.plain(attention=True, rms_norm=True, swiglu=True, checkpoint=True, checkpoint_split=True),
+            dtype=torch.float32,
             batch=b,
             seq=s,
-            checkpoint=True,
-            split=True,
-            ojas_attention=True,
-            ojas_rms_norm=True,
-            ojas_swiglu=True,
         ),
     )
     print(

@@ -110,7 +110,7 @@ def test_modules_are_required_and_hooks_removed_on_error():
 def test_plot_is_written(tmp_path):
     model = tiny_llama()
     events = record(one_step(model), default_modules(model), Counter())
-    plan = P.plan(P.Model.from_module(model), P.Setting(dtype="fp32", optimizer="sgd", seq=8))
+    plan = P.plan(P.Model.from_module(model), P.Setting(dtype=torch.float32, optimizer="sgd", seq=8))
     fig = plot_timeline(events, tmp_path / "timeline.png", plan)
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
     assert len(fig.axes[0].lines) == 1 + 1 + len(plan.phases)  # peak, allocated, one line per phase

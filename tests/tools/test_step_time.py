@@ -9,12 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import bench_step_time
+from ojas_ref import MemoryRecipe
+from ojas_ref.memory.model import _legacy_recipe
 from ojas_ref.tools import plan as P
 from ojas_ref.tools import step_time as S
 from ojas_ref.tools import throughput as T
 from ojas_ref.tools.cli import main
+from ojas_ref.tools.records import _RECORDED_DTYPES
 
 TINY = P.Model(64, 3, 4, 2, 128, 100, name="tiny")
 #: benchmarks/bench_step_time.py's H200 record (its ``--out`` of 2026-12-01, commit e2fb35f; tests/fixtures/plan/README.md)
@@ -43,27 +47,30 @@ def test_prediction_is_linear_in_depth():
 @pytest.mark.parametrize(
     "setting",
     [
-        P.Setting(dtype="fp32", optimizer="sgd", seq=16),
+        P.Setting(dtype=torch.float32, optimizer="sgd", seq=16),
         P.Setting(
-            dtype="fp32",
+            MemoryRecipe.plain(
+                attention=True,
+                linear_cross_entropy=True,
+                rms_norm=True,
+                swiglu=True,
+                checkpoint=True,
+                in_backward=True,
+            ),
+            dtype=torch.float32,
             optimizer="adamw",
-            in_backward=True,
-            checkpoint=True,
-            ojas_attention=True,
-            ojas_loss=True,
-            ojas_rms_norm=True,
-            ojas_swiglu=True,
             seq=16,
         ),
         P.Setting(
-            dtype="bf16",
+            MemoryRecipe.plain(
+                attention=True,
+                linear_cross_entropy=True,
+                checkpoint="offload",
+                in_backward=True,
+                state_device="cpu",
+            ),
+            dtype=torch.bfloat16,
             optimizer="adamw",
-            in_backward=True,
-            checkpoint=True,
-            offload=True,
-            host_state=True,
-            ojas_attention=True,
-            ojas_loss=True,
             seq=16,
         ),
     ],
@@ -77,9 +84,9 @@ def test_measure_runs_on_the_cpu(setting):
 
 def test_build_refuses_what_the_setting_cannot_mean():
     with pytest.raises(ValueError, match="offload is optimize_model"):
-        S.build(TINY, P.Setting(seq=16, checkpoint=True, offload=True), 1, "cpu")
+        S.build(TINY, P.Setting(MemoryRecipe.plain(checkpoint="offload"), seq=16), 1, "cpu")
     with pytest.raises(ValueError, match="split is optimize_model"):
-        S.build(TINY, P.Setting(seq=16, checkpoint=True, split=True), 1, "cpu")
+        S.build(TINY, P.Setting(MemoryRecipe.plain(checkpoint=True, checkpoint_split=True), seq=16), 1, "cpu")
     with pytest.raises(ValueError, match="steps must be >= 1"):
         S.time_steps(TINY, P.Setting(seq=16), (1,), "cpu", steps=0)
 
@@ -90,14 +97,12 @@ def test_built_model_has_the_split_and_the_bucket_size():
     model, opt = S.build(
         TINY,
         P.Setting(
-            dtype="fp32",
+            MemoryRecipe.plain(
+                rms_norm=True, checkpoint=True, checkpoint_split=True, in_backward=True, bucket_cap_mb=32.0
+            ),
+            dtype=torch.float32,
             optimizer="sgd",
             seq=8,
-            in_backward=True,
-            checkpoint=True,
-            split=True,
-            ojas_rms_norm=True,
-            bucket_cap_mb=32.0,
         ),
         2,
         "cpu",
@@ -107,7 +112,7 @@ def test_built_model_has_the_split_and_the_bucket_size():
 
 
 def test_built_model_has_the_width_and_depth():
-    model, opt = S.build(P.Model(96, 4, 6, 2, 160, 90, tied=True), P.Setting(dtype="fp32", seq=8), 2, "cpu")
+    model, opt = S.build(P.Model(96, 4, 6, 2, 160, 90, tied=True), P.Setting(dtype=torch.float32, seq=8), 2, "cpu")
     c = model.config
     assert (
         c.hidden_size,
@@ -118,7 +123,7 @@ def test_built_model_has_the_width_and_depth():
         c.vocab_size,
         c.tie_word_embeddings,
     ) == (96, 2, 6, 2, 160, 90, True)
-    assert isinstance(opt, __import__("torch").optim.AdamW)
+    assert isinstance(opt, torch.optim.AdamW)
 
 
 def test_cli_time_shallow(capsys, monkeypatch):
@@ -145,6 +150,17 @@ def _record_rows() -> list[dict]:
     return json.loads(RECORD.read_text())
 
 
+def _recorded_setting(fields: dict) -> P.Setting:
+    """The setting a row recorded: the fields of release 0.1's Setting (``fused`` for
+    ``in_backward``, ``ojas_attention``, ``offload``, ``host_state``, ..., the dtype's short name),
+    read by the planner's one translation of them (``_legacy_recipe``, what Setting does with those
+    keywords) and records.py's names of the recorded dtypes."""
+    old = dict(fields)
+    workload = {name: old.pop(name) for name in ("optimizer", "batch", "seq", "ojas_attention_copy")}
+    dtype = _RECORDED_DTYPES[old.pop("dtype")]
+    return P.Setting(_legacy_recipe(MemoryRecipe.plain(), old), dtype, **workload)
+
+
 def test_record_predictions_within_15_percent_of_the_full_step():
     """Every H200 row: the extrapolation of its recorded shallow steps, recomputed here, is the
     recorded prediction and within 15% of the full model's step timed in the same run."""
@@ -154,7 +170,6 @@ def test_record_predictions_within_15_percent_of_the_full_step():
         m = P.preset_model(r["model"])
         assert m.layers == r["layers"]
         step = S.predict_step_seconds(m, S.Measured(r["device"], tuple(r["depths"]), tuple(r["seconds"])))["step"]
-        # the record names the optimizer in backward by its former field, fused
-        s = P.Setting(**{"in_backward" if k == "fused" else k: v for k, v in r["setting"].items()})
+        s = _recorded_setting(r["setting"])
         assert s.tokens / step == pytest.approx(r["predicted_tokens_per_s"], rel=1e-9)
         assert 0.85 <= r["full_seconds"] / step <= 1.15, (r["model"], s.mode, r["full_seconds"], step)
