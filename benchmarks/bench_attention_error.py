@@ -8,24 +8,24 @@ runs on random normal q, k, v (batch 1, 4 query heads; GQA: 8 query heads on 2 k
 heads; E = 128) and is compared with a float64 softmax of the same inputs
 (``ojas_ref.verification.attention_error``). A row of the table: ``bound`` =
 ``attention_forward_error_bound`` for these inputs (the value of
-``Ojas.FloatModel.AttentionForwardError.attention_forward_error``, computed by the
+``Ojas.Attention.Float.ForwardError.attention_forward_error``, computed by the
 oracle's ``attn_fwd_q``: a bound on ``max |out - exact| / max|v|``), ``observed`` = that
 maximum over every output coordinate, ``ratio`` = bound / observed; ``lse_bound``,
 ``lse_observed``, ``lse_ratio`` the same for the saved log-sum-exp (absolute, nats;
 ``dv_bound_max``, ``dv_observed_max``, ``dv_min_ratio``: dV (autograd through the
 kernel, random dO) against float64, with the a-posteriori bound entry by entry
-(``attention_dv_error_bound``, ``Ojas.FloatModel.AttentionBackwardError.dv_error``), the
+(``attention_dv_error_bound``, ``Ojas.Attention.Float.DvError.dv_error``), the
 smallest ratio over entries; ``dq_*``, ``dk_*``: the same for dQ and dK (autograd through the
 kernel) against the float64 exact gradient with the a-posteriori bounds
 (``attention_dq_error_bound``, ``attention_dk_error_bound``:
-``Ojas.FloatModel.AttentionGradError.dq_error``, ``dk_error``), twice: ``*_proved`` with the
+``Ojas.Attention.Float.DkDqError.dq_error``, ``dk_error``), twice: ``*_proved`` with the
 errors of the forward's saved out and lse from the forward theorems, ``*_measured`` with those
 errors measured on the saved tensors; ``*_max_ratio`` = largest bound / largest observed error,
 ``*_min_ratio`` = the smallest ratio over entries, ``*_vacuous`` = whether the largest bound
 reaches the largest exact entry; ``storage_rounding``: how the device's Triton casts float32
 to the dtype (CUDA: to nearest, the proved instance; the CPU interpreter truncates
 bfloat16, for which there is no Coq instance);
-``attention_lse_error_bound``, ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked``,
+``attention_lse_error_bound``, ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked``,
 which assumes ``tl.log2`` within ``LOG2_ERROR``, measured first); ``covered`` = whether
 the theorem (``attention_forward_error_masked``: causal diagonal tiles included) covers
 the run: not for float32 on CUDA (3xTF32 dots; the interpreter's float32 dots are IEEE

@@ -18,8 +18,8 @@ implements; over the reals (files under ``rocq/Attention/``):
   ``Ojas.Attention.Lse`` (``row_probs_stream_row``), ``Ojas.Attention.GroupedQuery``
   (``gqa_dK_is_derive``, ``gqa_dV_is_derive``, ``gqa_dQ_is_derive``);
 
-in floating point (rocq/FloatModel/): ``Ojas.FloatModel.AttentionForwardError`` (the forward),
-``Ojas.FloatModel.AttentionBackwardError`` and ``Ojas.FloatModel.AttentionGradError`` (the
+in floating point (rocq/Attention/Float/): ``Ojas.Attention.Float.ForwardError`` (the forward),
+``Ojas.Attention.Float.DvError`` and ``Ojas.Attention.Float.DkDqError`` (the
 backward).  Not covered: attention dropout as a whole, the 3xTF32 float32 path, additive masks
 in floating point, the tensor cores' order of additions (see the kernel modules).
 

@@ -6,10 +6,10 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   causal or not, GQA by repeating the key/value heads, computed a block of query rows at
   a time (a [H, 16384, 16384] float64 score matrix is 17 GiB per 8 heads);
 * :func:`forward_error_bound`: ``attention_forward_error_bound`` (the value of
-  ``Ojas.FloatModel.AttentionForwardError.attention_forward_error``, computed by the
+  ``Ojas.Attention.Float.ForwardError.attention_forward_error``, computed by the
   oracle's ``attn_fwd_q``) for these inputs and the kernel's forward tile ``block_n``;
 * :func:`forward_posteriori_bound`: ``attention_forward_posteriori_bound`` (the value of
-  ``Ojas.FloatModel.AttentionForwardPosteriori.attention_forward_posteriori_masked``) entry
+  ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``) entry
   by entry, in terms of ``sum_j P_ij |v_jc|``; the stored output's error in the
   gradient bounds' ``delta`` (:func:`grad_error_bounds`);
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;

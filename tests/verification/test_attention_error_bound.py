@@ -1,7 +1,7 @@
 """The proved forward-attention bound as the tolerance of the flash-attention kernel.
 
 ``attention_forward_error_bound`` (ojas_ref/verification/bounds/attention.py) is the value of
-``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked`` computed by the
+``Ojas.Attention.Float.ForwardError.attention_forward_error_masked`` computed by the
 oracle (``attn_fwd_q`` of ``Ojas.Bounds.Attention``, ``Ojas.Bounds.Attention.attn_fwd_q_sound_masked``):
 for every output coordinate of a query row, ``|out - softmax(scale q.k) v| <= bound * max|v|`` in the theorem's model of
 the kernel (kernels/ojas_kernels/attention.py: fp32 scores from an fp32 dot times the fp32 qk_scale,
@@ -13,16 +13,16 @@ what Triton's casts do on CUDA (measured first by ``storage_rounding``); Triton'
 interpreter truncates instead, so the CPU bfloat16 cases use the truncation constants
 (2^-7), for which no Coq instance is built: there the numbers are the theorem's formula,
 checked, not proved (float32 and float16 are unaffected). dV has an a-posteriori bound
-(``attention_dv_error_bound``, ``Ojas.FloatModel.AttentionBackwardError.dv_error``),
+(``attention_dv_error_bound``, ``Ojas.Attention.Float.DvError.dv_error``),
 checked entry by entry beside the forward; dQ and dK have theirs
 (``attention_dq_error_bound``, ``attention_dk_error_bound``:
-``Ojas.FloatModel.AttentionGradError.dq_error``, ``dk_error``), against the float64 exact
+``Ojas.Attention.Float.DkDqError.dq_error``, ``dk_error``), against the float64 exact
 gradient (``exact_grads``, checked against float64 autograd), with the errors of the forward's
 saved out and lse either from the forward theorems ("proved" inputs: the a-posteriori forward
 bound ``attention_forward_posteriori_bound``,
-``Ojas.FloatModel.AttentionForwardPosteriori.attention_forward_posteriori_masked``, enters through
+``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``, enters through
 ``delta = rowsum(dO * out)``) or measured on the saved tensors. The saved log-sum-exp has its own bound, ``attention_lse_error_bound``
-(``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked``, assuming ``tl.log2``
+(``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked``, assuming ``tl.log2``
 within ``LOG2_ERROR``), checked beside the output in every case below.
 
 * CPU (Triton's interpreter, ``TRITON_INTERPRET=1``): the kernel at small sizes against a

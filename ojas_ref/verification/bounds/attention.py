@@ -88,7 +88,7 @@ def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t):
 
 def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[float, float]:
     """The acc fold's factor minus one and its absolute term (``afp_gA``, ``afp_rA`` of
-    ``Ojas.FloatModel.AttentionForwardPosteriori``; ``afe_bN = afp_gA + afp_rA / V``), in
+    ``Ojas.Attention.Float.ForwardPosteriori``; ``afe_bN = afp_gA + afp_rA / V``), in
     float64, not yet rounded up."""
     ha = P1 * ((1.0 + u) * (1.0 + us) * ((1.0 + ue) * X))
     ra = (
@@ -107,7 +107,7 @@ def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[f
 
 
 def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
-    """Hand copy of ``afe_rel`` of ``Ojas.FloatModel.AttentionForwardError`` at the upper
+    """Hand copy of ``afe_rel`` of ``Ojas.Attention.Float.ForwardError`` at the upper
     bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
     relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
     up = 1.0 + 2.0**-30
@@ -122,7 +122,7 @@ def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, 
 
 
 def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> tuple[float, float]:
-    """``(afp_rel, afp_abs)`` of ``Ojas.FloatModel.AttentionForwardPosteriori`` at the same
+    """``(afp_rel, afp_abs)`` of ``Ojas.Attention.Float.ForwardPosteriori`` at the same
     upper bounds as :func:`_hand_attention_forward_error_bound`, in float64, each rounded
     up by a relative margin; ``(inf, inf)`` when the side condition ``bL < 1`` fails."""
     up = 1.0 + 2.0**-30
@@ -183,10 +183,10 @@ def attention_forward_error_bound(
     keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
     taken as exact reals; compare with a float64 softmax of the upcast inputs).
 
-    Implements ``Ojas.FloatModel.AttentionForwardError.attention_forward_error_masked``
+    Implements ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked``
     (the kernel's loop from its start under any boolean mask: causal, window, sequence
     bounds; the softmax over the visible keys) and ``attention_forward_error`` (fully
-    visible tiles), rocq/FloatModel/AttentionForwardError.v, through ``attn_fwd_q`` of
+    visible tiles), rocq/Attention/Float/ForwardError.v, through ``attn_fwd_q`` of
     ``Ojas.Bounds.Attention`` (``Ojas.Bounds.Attention.attn_fwd_q_sound_masked``,
     ``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
     rationals, with certified upper bounds of its exponentials and powers, and this
@@ -269,7 +269,7 @@ def attention_forward_posteriori_bound(
     softmax times ``|v|``, enlarged for its own rounding). Returns a float64 tensor shaped
     like ``prob_abs_v``.
 
-    Implements ``Ojas.FloatModel.AttentionForwardPosteriori.attention_forward_posteriori_masked``
+    Implements ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``
     (the kernel's loop from its start under any boolean mask) and
     ``attention_forward_posteriori`` (fully visible tiles): the same model of the kernel
     as :func:`attention_forward_error_bound` (its docstring lists it: fp32 scores,
@@ -370,7 +370,7 @@ def _attention_bound_args(
 
 
 def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, e, b, n, t) -> float:
-    """Hand copy of ``lse_bound`` of ``Ojas.FloatModel.AttentionLseError`` at the values
+    """Hand copy of ``lse_bound`` of ``Ojas.Attention.Float.SavedLseError`` at the values
     ``attn_lse_q`` computes (fallback without the oracle); ``inf`` when ``bL >= 1``."""
     up = 1.0 + 2.0**-30
     smax, delta, _, _, _, _, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
@@ -399,7 +399,7 @@ def attention_lse_error_bound(
     ``(m + tl.log2(l)) * ln 2`` in float32), against the exact one over the row's visible
     keys (at most ``n_keys``).
 
-    Implements ``Ojas.FloatModel.AttentionLseError.attention_lse_error_masked`` (the
+    Implements ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked`` (the
     kernel's loop from its start under any boolean mask) and ``attention_lse_error``
     (fully visible tiles), through ``attn_lse_q`` of ``Ojas.Bounds.Attention``
     (``Ojas.Bounds.Attention.attn_lse_q_sound_masked``, ``attn_lse_q_sound``): the oracle computes
@@ -535,14 +535,14 @@ def attention_dv_error_bound(
     """A-posteriori bounds on ``|dV_jc - sum_i P_ij dO_ic|`` for the dK/dV kernel of the
     Triton flash attention (kernels/ojas_kernels/attention.py), one per entry of ``prob_abs_do``.
 
-    Implements ``Ojas.FloatModel.AttentionBackwardError.dv_error`` (the kernel's dV
+    Implements ``Ojas.Attention.Float.DvError.dv_error`` (the kernel's dV
     coordinate: base-2 scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))``
     (0 where masked), ``p`` rounded to ``dtype`` before the products, the query tiles
     summed blocked in fp32, dV stored in ``dtype``) with its ``Dl`` and ``Am`` from
-    ``Ojas.FloatModel.AttentionBackwardError.lse2_close`` (the backward's
+    ``Ojas.Attention.Float.DvError.lse2_close`` (the backward's
     ``lse2 = rnd(lse * log2 e)`` from a forward lse within ``lse_error`` of the exact
     one, e.g. :func:`attention_lse_error_bound`) and its score terms from
-    ``Ojas.FloatModel.AttentionForwardError.score2_error``::
+    ``Ojas.Attention.Float.ForwardError.score2_error``::
 
         bound = (1 + us) (((1 + g) F - 1) S + (1 + g) n c) + us S + es,
 
@@ -589,14 +589,14 @@ def attention_delta_error_bound(o_do_abs_sum: torch.Tensor, value_dim: int) -> t
     and ``dO``; one per entry of ``o_do_abs_sum`` = ``sum_c |o_ic dO_ic|`` (float64, enlarged
     here for its own rounding).
 
-    Implements ``Ojas.FloatModel.AttentionGradError.delta_close`` with the tree depth
+    Implements ``Ojas.Attention.Float.DkDqError.delta_close`` with the tree depth
     ``value_dim - 1`` (every binary reduction tree of ``value_dim`` terms is that deep at
     most)::
 
         bound = gamma(Ev - 1) ((1 + u) S + Ev ea) + u S + Ev ea.
 
     Against the exact ``dO_i . O_i``, add ``e * sum_c |dO_ic|`` for an output within ``e`` of
-    the exact one per coordinate (``Ojas.FloatModel.AttentionGradError.dot_R_perturb``; ``e``
+    the exact one per coordinate (``Ojas.Attention.Float.DkDqError.dot_R_perturb``; ``e``
     from :func:`attention_forward_error_bound`). Not covered: ``tl.sum``'s padding zeros when
     the kernel's ``BLOCK_EV`` exceeds ``value_dim``, FMA contraction of the products into the sums.
     """
@@ -638,7 +638,7 @@ def _attention_grad_error_bound(
     exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
 ) -> torch.Tensor:
-    """``grad_bound`` of ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``) over
+    """``grad_bound`` of ``Ojas.Attention.Float.DkDqError`` (``dk_error``, ``dq_error``) over
     tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
     for name, val in (
         ("max_abs_w", max_abs_w),
@@ -707,7 +707,7 @@ def attention_dk_error_bound(
     exact output for the exact gradient (``eD`` then includes the stored output's error:
     :func:`attention_delta_error_bound`), or of the stored output.
 
-    Implements ``Ojas.FloatModel.AttentionGradError.dk_error`` (the kernel's schedule:
+    Implements ``Ojas.Attention.Float.DkDqError.dk_error`` (the kernel's schedule:
     scores ``rnd(dot(k, q) * qk_scale)``, ``p = exp2(rnd(s2 - lse2))`` (0 where masked),
     ``dp = dot(v, dO)`` in fp32, ``ds = rnd(p * rnd(dp - delta))`` rounded to ``dtype``,
     products with ``q`` in fp32, the query tiles summed blocked, times the float32 scale,
@@ -756,7 +756,7 @@ def attention_dq_error_bound(
     ``S1 = sum_j P_ij |dP_ij - D_i| |k_je|``, ``S2 = sum_j P_ij |k_je|``, ``S3 = eD_i S2``
     (``D_i``, ``eD_i`` as in :func:`attention_dk_error_bound`).
 
-    Implements ``Ojas.FloatModel.AttentionGradError.dq_error`` (the kernel's schedule as for
+    Implements ``Ojas.Attention.Float.DkDqError.dq_error`` (the kernel's schedule as for
     dK, over the key tiles of ``block_n`` keys, ``dp = dot(dO, v)``, products with ``k``);
     the value is ``grad_bound`` as in :func:`attention_dk_error_bound` with ``W = max_abs_k``,
     ``n = n_keys``, ``t = n_key_tiles``; the other keyword arguments are its. Not covered: as

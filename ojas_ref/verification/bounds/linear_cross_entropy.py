@@ -1,7 +1,7 @@
 """Error bounds of the linear cross-entropy's forward: the PyTorch reference's per-token loss and
 lse and their reductions (``Ojas.CrossEntropy.LossError``, rounding model of
 ``rocq/FloatModel/NoUnderflow.v``), and the Triton kernel's (kernels/ojas_kernels/linear_cross_entropy.py)
-streamed and two-level lse, loss, logits and softcap (``rocq/FloatModel/CrossEntropy*.v``,
+streamed and two-level lse, loss, logits and softcap (``rocq/CrossEntropy/Float/*.v``,
 mixed-precision model), with the premises about the kernel's ``tl.exp``, ``tl.log``, tanh and
 division (``LINEAR_CROSS_ENTROPY_*_ERROR``). The gradients: :mod:`.linear_cross_entropy_grad`."""
 
@@ -47,7 +47,7 @@ __all__ = [
 
 # Relative error of the kernel's tl.exp (float32) for arguments x <= 0, plus the absolute
 # _EXP2_ABS_ERROR below the normal range: an assumption, not a theorem (the Section
-# hypothesis ex_err of rocq/FloatModel/CrossEntropyLseError.v). In the CPU interpreter
+# hypothesis ex_err of rocq/CrossEntropy/Float/LseLossError.v). In the CPU interpreter
 # tl.exp is numpy's float32 exp (within a few ulp); on NVIDIA GPUs Triton lowers it to
 # ex2.approx.f32 of rnd(x * log2 e), whose relative error grows with |x|: about
 # 2^-22 + |x| log2(e) 2^-24 ln 2 <= 5.6e-6 on [-88, 0]. 2^-17 = 7.6e-6 covers both (to be
@@ -60,7 +60,7 @@ LINEAR_CROSS_ENTROPY_EXP_ERROR: float = 2.0**-17
 LINEAR_CROSS_ENTROPY_LOG_ERROR: float = 2.0**-18
 # Absolute error of the kernel's computed tanh(r / c) in _softcap (1 - 2 / (tl.exp(min(2r / c,
 # 80)) + 1), float32) for every float32 raw logit r (th_err of
-# rocq/FloatModel/CrossEntropySoftcapError.v, with ut = 0): an assumption, not a theorem. The
+# rocq/CrossEntropy/Float/SoftcapError.v, with ut = 0): an assumption, not a theorem. The
 # interpreter's numpy ops round to nearest; on NVIDIA GPUs tl.exp is ex2.approx.f32 and the
 # division div.full.f32 (2 ulp), about 2^-21 + 2^-23 in all. 2^-20 as margin (measured by
 # linear_cross_entropy_error.measured_tanh_error: tests/verification/test_linear_cross_entropy_error_bound.py).
@@ -251,7 +251,7 @@ def _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, d
 
 def _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error):
     """(delta, Zmax) of the capped logits (Fractions): ``sc_delta`` and ``sc_zmax`` of
-    ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error`` from the raw logits' ``delta``
+    ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error`` from the raw logits' ``delta``
     (``zmax`` kept without a cap)."""
     if softcap is None:
         return delta, zmax
@@ -316,8 +316,8 @@ def linear_cross_entropy_lse_error_bound(
     ``fwd_logits="cublas"``), no bias; with ``softcap = c`` against
     ``ln sum_v exp(c tanh(h . w_v / c))``.
 
-    Implements ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``
-    (rocq/FloatModel/CrossEntropyLseError.v): over ``ceil(V / block_v)`` vocabulary tiles of
+    Implements ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error``
+    (rocq/CrossEntropy/Float/LseLossError.v): over ``ceil(V / block_v)`` vocabulary tiles of
     ``block_v`` fp32 logits, ``m' = max(m, max z)``, ``l = rnd(rnd(l * exp(rnd(m - m'))) +
     tl.sum(exp(rnd(z - m'))))``, ``lse = rnd(m + log(l))``, every operation round-to-nearest
     fp32 (Flocq's format, underflow included),
@@ -341,7 +341,7 @@ def linear_cross_entropy_lse_error_bound(
     classical worst case of any summation order (Higham, Thm 3.1), NOT a Coq theorem for
     cuBLAS's or the CPU BLAS's order (BlockedSum.v proves the blocked order of the Triton
     dots). float32 logits under TF32 (``torch.set_float32_matmul_precision("high")``) are
-    not covered. With ``softcap``: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
+    not covered. With ``softcap``: ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
     the raw logits' ``delta`` (above; ``exact_logits``: the raw logits read are the exact ones)
     and ``Zmax`` replaced by ``sc_delta = delta + c (ut + et) + u c (1 + ut + et) + eta`` and
     ``sc_zmax = (1 + u) c (1 + ut + et) + eta`` (``sc_logit_error``: the softcap is 1-Lipschitz,
@@ -407,12 +407,12 @@ def linear_cross_entropy_lse_error_bound(
 def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, max_abs_loss: float) -> float:
     """Bound on ``|loss_kernel - (ln sum_v e^(y_v) - y_t)|`` for one token, no label smoothing
     and no z-loss (the kernel's other terms are exact zeros):
-    ``Ojas.FloatModel.CrossEntropyLseError.ce_loss_error``,
+    ``Ojas.CrossEntropy.Float.LseLossError.ce_loss_error``,
     ``(1 + u) (lse_bound + logit_error) + u max_abs_loss``, with ``lse_bound`` from
     :func:`linear_cross_entropy_lse_error_bound`, ``logit_error`` the bound of the target
     logit's error (the same ``delta``: :func:`linear_cross_entropy_logit_error_bound`) and
     ``max_abs_loss`` a bound of the exact ``|lse - y_t|`` (e.g. ``ln V + 2 max|y|``). With a
-    softcap (``Ojas.FloatModel.CrossEntropySoftcapError.ce_loss_error_softcap``) the same
+    softcap (``Ojas.CrossEntropy.Float.SoftcapError.ce_loss_error_softcap``) the same
     formula with the capped logits' ``sc_delta`` and ``y`` the exact capped logits. It charges
     ``delta`` twice; for confident tokens see :func:`linear_cross_entropy_loss_posteriori_bound`."""
     for name, v in (("lse_bound", lse_bound), ("logit_error", logit_error), ("max_abs_loss", max_abs_loss)):
@@ -436,8 +436,8 @@ def linear_cross_entropy_loss_posteriori_bound(
     logits' errors enter weighted by the softmax, so that a confident token's bound falls to
     the stream's own rounding.
 
-    Implements ``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori``
-    (rocq/FloatModel/CrossEntropyLossPosteriori.v):
+    Implements ``Ojas.CrossEntropy.Float.LossPosteriori.ce_loss_posteriori``
+    (rocq/CrossEntropy/Float/LossPosteriori.v):
     ``(1 + u) (B + NP) + u (-ln p_t)``, ``NP = -ln(1 - E)`` (float64 ``log1p``),
     ``E = sum_(v != t) p_v (e^(delta_v + delta_t) - 1)`` (an upper bound of the theorem's
     ``sum_v p_v (e^|d_v| - 1)``, ``|d_v| = |(z_v - z_t) - (y_v - y_t)| <= delta_v + delta_t``),
@@ -475,7 +475,7 @@ def linear_cross_entropy_softcap_logit_error_bound(
     tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
     tanh_rel_error: float = 0.0,
 ) -> tuple[float, float]:
-    """``(sc_delta, sc_zmax)`` of ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``:
+    """``(sc_delta, sc_zmax)`` of ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error``:
     the error of the kernel's capped logit ``rnd(c * th(r))`` against ``c tanh(y / c)`` when
     ``|r - y| <= raw_error``, and the bound of its magnitude (premise: the computed tanh within
     ``tanh_rel_error |tanh| + tanh_error``)."""
@@ -493,7 +493,7 @@ def linear_cross_entropy_softcap_chain_error_bound(
     """Bound on ``|cf - (1 - tanh(y / c)^2)|`` for the gradient's chain factor ``cf`` that
     ``_cap_chain`` computes from a capped logit within ``logit_error`` of ``c tanh(y / c)``
     (e.g. ``sc_delta`` of :func:`linear_cross_entropy_softcap_logit_error_bound`):
-    ``sc_chain_bound`` of ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error`` (a hand
+    ``sc_chain_bound`` of ``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error`` (a hand
     copy in exact rationals; premise: the division within ``div_error |z / c| + 2^-126``,
     :data:`LINEAR_CROSS_ENTROPY_DIV_ERROR`). The capped dH, dW: :func:`linear_cross_entropy_grad_error_bound`
     with ``softcap``."""
@@ -526,7 +526,7 @@ def linear_cross_entropy_logit_error_bound(
     :func:`linear_cross_entropy_lse_error_bound` uses (``gamma_D P``, plus the storage rounding
     with ``logits_in_dtype``; premises stated there) and the bound of the computed logits; with
     ``softcap`` those of the capped logits (``sc_delta``, ``sc_zmax`` of
-    ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``)."""
+    ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error``)."""
     d, z = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype)
     d, z = _softcapped(d, z, softcap, tanh_error, tanh_rel_error)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
@@ -570,7 +570,7 @@ def linear_cross_entropy_merge_lse_error_bound(
     ``tiles_per_program`` tiles of ``block_n`` float32 logits per program from ``(z_first, 0)``,
     ``_rows_kernel`` merges the programs' states in tiles of ``block_p`` (the kernel's
     ``min(rows.block_p, next_power_of_2(n_groups))``). Implements
-    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` through ``ce_merge_lse_q``
+    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level`` through ``ce_merge_lse_q``
     of ``Ojas.Bounds.CrossEntropy`` (``Ojas.Bounds.CrossEntropy.ce_merge_lse_q_sound``: the oracle computes
     the bound over exact rationals with certified upper bounds of ``exp(2 u Zmax)`` and the
     powers, ``ln V <= LN`` checked; without the oracle binary, a hand copy in exact rationals
@@ -578,7 +578,7 @@ def linear_cross_entropy_merge_lse_error_bound(
     ``block_p - 1`` (any reduction tree). The logits are the Triton dot's float32 sums (not
     rounded to ``dtype``): ``delta = gamma_D P`` (any order; BlockedSum.v proves the blocked
     order, not used here), or 0 with ``exact_logits``; with ``softcap``
-    ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_two_level_softcap`` (``_logits_kernel``
+    ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap`` (``_logits_kernel``
     caps its accumulator's logits; the capped ``delta``, ``Zmax`` as there). Premises and what
     is not covered: as :func:`linear_cross_entropy_lse_error_bound`. Raises ``ValueError`` on a bad argument or a
     vacuous bound."""
