@@ -111,21 +111,21 @@ under ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` (or
 ``torch.backends.cuda.matmul.allow_tf32 = True``), IEEE under ``"highest"``, torch's
 default.  Under the CPU interpreter the Triton dots go through float32 and IEEE
 (``_UPCAST_DOTS`` of kernels/ojas_kernels/attention.py), the torch products are CPU matmuls.
-Rounding: ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error`` (and ``ce_lse_error_up``,
+Rounding: ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error`` (and ``ce_lse_error_up``,
 whose value the oracle computes: ``Ojas.Bounds.CrossEntropy.ce_lse_q_sound``) bounds the lse that
 ``_rows_kernel`` with STREAM computes from the float32 logits it reads (the 3-product
 schedule, and ``fwd_logits="cublas"``): the online max and rescaled sum over its
 vocabulary tiles in float32, ``tl.exp`` / ``tl.log`` / ``tl.sum`` within stated errors
 (Section premises), the logits' own error a premise ``delta``;
-``Ojas.FloatModel.CrossEntropyLseError.ce_loss_error`` the loss ``rnd(lse - z_t)``
+``Ojas.CrossEntropy.Float.LseLossError.ce_loss_error`` the loss ``rnd(lse - z_t)``
 without smoothing and z-loss (tests/verification/test_linear_cross_entropy_error_bound.py uses them as
 tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/error_bounds.py).
-``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level`` bounds the two-level
+``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level`` bounds the two-level
 schedule (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming
 each program's group of tiles, ``_rows_kernel`` merging the groups' states
 (``linear_cross_entropy_merge_lse_error_bound``, whose value the oracle computes:
 ``Ojas.Bounds.CrossEntropy.ce_merge_lse_q_sound``).
-``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` and ``ce_dw_error`` bound every entry
+``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` and ``ce_dw_error`` bound every entry
 of the 3-product schedule's grad_input and grad_weight (reductions "mean" / "sum", bfloat16
 and float32, no bias, cap, smoothing or z-loss): G = ``rnd_s(tl.exp(rnd(z - lse)))`` (the
 target: minus 1 first) stored in the input dtype from the lse above (within its bound), the
@@ -133,23 +133,23 @@ products accumulated in float32 (within an any-order ``gamma_n``: a premise), th
 epilogue rounded, grad_weight's running sum over the token chunks stored in its dtype per
 chunk; a-posteriori in the sums of the exact probabilities (``linear_cross_entropy_grad_error_bound``;
 tests/verification/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
-``Ojas.FloatModel.CrossEntropyLossPosteriori.ce_loss_posteriori`` (the loss) and
-``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error`` (the same
+``Ojas.CrossEntropy.Float.LossPosteriori.ce_loss_posteriori`` (the loss) and
+``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error`` (the same
 gradient entries) charge the logits' errors weighted by the softmax instead (each entry of G its
 own exponent error, ``ce_arg_posteriori``: the lse that the same STREAM/GRAD launch streams from
 the same stored logits), tight for confident tokens
 (``linear_cross_entropy_loss_posteriori_bound``, ``linear_cross_entropy_grad_posteriori_bound``).
-With softcap (``HAS_CAP``, no bias): ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
+With softcap (``HAS_CAP``, no bias): ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
 ``ce_loss_error_softcap`` and ``ce_lse_error_two_level_softcap`` bound the lse and loss against
 the exact capped logits' (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the computed tanh
 ``_cap_tanh`` within a stated error, a premise; the ``softcap`` argument of the bound functions).
 No theorem covers: the order of the sums inside cuBLAS / the CPU BLAS and the Triton dots
 (only the classical any-order bound enters ``delta`` and the gradients' ``gd``), TF32 products,
 the gradients dH, dW with softcap in the 4-product schedule (the 3-product schedule's:
-``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error`` / ``sc_dw_error``, built on the chain
-factor's ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias and
+``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``, built on the chain
+factor's ``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error``), bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias and
 the 3-product schedule's scaling by grad_output after the fact.
-``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dw4_error`` bounds every entry of the 4-product
+``Ojas.CrossEntropy.Float.WeightedGradError.ce_dw4_error`` bounds every entry of the 4-product
 schedule's grad_weight (G = ``rnd_s(rnd(g w_n))``, the float32 token weight inside G, from the
 recomputed float32 logits and the merged lse; one product over all kept tokens rounded once)
 and ``ce_dh4_error`` its grad_input (the forward's row times grad_output in float32, rounded
@@ -293,7 +293,7 @@ def default_config(dtype: torch.dtype, device: torch.device) -> LinearCrossEntro
 def _cap_tanh(r, softcap):
     """tanh(r / c) = 1 - 2 / (exp(2 r / c) + 1) (``sc_tanh`` of Definitions.v; 2 r / c capped at
     80, past which the float32 result is 1 anyway, so exp does not overflow).  Its error in
-    float32 is the premise ``th_err`` of ``Ojas.FloatModel.CrossEntropySoftcapError`` (measured:
+    float32 is the premise ``th_err`` of ``Ojas.CrossEntropy.Float.SoftcapError`` (measured:
     ``measured_tanh_error`` of ojas_ref/verification/linear_cross_entropy_error.py), not a theorem."""
     return 1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0)
 
@@ -301,14 +301,14 @@ def _cap_tanh(r, softcap):
 @triton.jit
 def _softcap(r, softcap):
     """``softcap`` of Definitions.v: c tanh(r / c), the product rounded once (``sc_z`` of
-    ``Ojas.FloatModel.CrossEntropySoftcapError.sc_logit_error``)."""
+    ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error``)."""
     return softcap * _cap_tanh(r, softcap)
 
 
 @triton.jit
 def _cap_chain(z, softcap):
     """softcap'(r) = 1 - (z / c)^2 from the capped logit z (``softcap_grad``); its float32 error
-    against 1 - tanh(y / c)^2: ``Ojas.FloatModel.CrossEntropySoftcapError.sc_chain_error``
+    against 1 - tanh(y / c)^2: ``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error``
     (the division within a stated error, a premise)."""
     zc = z / softcap
     return 1.0 - zc * zc
@@ -385,8 +385,8 @@ def _logits_kernel(
 
     STATS (forward): the group's tiles go through ``block_step`` (online max and
     rescaled sum, empty value rows; ``chunked_lse_chunk``; rounding:
-    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error_two_level``, ``grp_state``; with HAS_CAP
-    ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_two_level_softcap``); writes the group's
+    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level``, ``grp_state``; with HAS_CAP
+    ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap``); writes the group's
     partial state (PM, PL, PS = sum z) per token, the target logit (ZT, from the
     one tile holding it: ``target_logit``) and with WRITE_Z the float32 logits.
     GRAD (backward): writes G = ``_grad_tile`` for each tile, from the saved lse and
@@ -506,8 +506,8 @@ def _rows_kernel(
 
     Forward (no HAS_LSE): the lse state, lse = m + ln l (``finalize``) and the loss
     (``token_loss``), stored (rounding, STREAM without bias and cap:
-    ``Ojas.FloatModel.CrossEntropyLseError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
-    with the cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap``,
+    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
+    with the cap: ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
     ``ce_loss_error_softcap``; the merge of PM, PL below: ``ce_lse_error_two_level``, capped
     logits ``ce_lse_error_two_level_softcap``); the state is the merge of the vocabulary groups'
     partial states PM, PL, PS and target logit ZT written by ``_logits_kernel``
@@ -930,7 +930,7 @@ def _backward_weight(
     """grad_weight and grad_bias (float32): per vocabulary slab, G of all kept tokens
     (``_logits_kernel`` GRAD), then G^T H and colsum G.  ``token_weight``: [K], or
     [1] for one weight shared by all kept tokens, float32.  Rounding of grad_weight (bfloat16 /
-    float32, no bias, cap, smoothing, z-loss): ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dw4_error``;
+    float32, no bias, cap, smoothing, z-loss): ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dw4_error``;
     grad_bias, float16's scale and the ``step`` path: no theorem.
 
     ``step`` (the head updated inside the backward, ``InBackwardOptimizer(head_weight=...)``;
@@ -1144,10 +1144,10 @@ def _three_products(
     (``_three_products_plan``): one chunk's logits (and gathered rows), ``workspace_fraction``
     of the gradients' bytes (16 MiB at least).  ``need``: gradients wanted for (input, weight,
     bias).  Rounding of grad_input and grad_weight ("mean" / "sum", bfloat16 / float32, no
-    bias, cap, smoothing, z-loss): ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error`` /
+    bias, cap, smoothing, z-loss): ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` /
     ``ce_dw_error`` (this chunk loop, one stored rounding of grad_weight per chunk; cuBLAS's
     summation order only through an any-order premise) and the a-posteriori
-    ``Ojas.FloatModel.CrossEntropyGradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``;
+    ``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``;
     grad_bias and the rest: no theorem."""
     N, D = x.shape
     V = weight.shape[0]
@@ -1678,12 +1678,12 @@ def linear_cross_entropy(
     (``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
     ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; the rounding of the 3-product
-    schedule's grad_input and grad_weight: ``Ojas.FloatModel.CrossEntropyGradError.ce_dh_error``
+    schedule's grad_input and grad_weight: ``Ojas.CrossEntropy.Float.GradError.ce_dh_error``
     / ``ce_dw_error``, the 4-product schedule's (grad_output inside G):
-    ``Ojas.FloatModel.CrossEntropyWeightedGradError.ce_dh4_error`` / ``ce_dw4_error``, without
-    bias, cap, smoothing, z-loss, float16; the lse and loss with a cap: ``Ojas.FloatModel.CrossEntropySoftcapError.ce_lse_error_softcap`` /
+    ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dh4_error`` / ``ce_dw4_error``, without
+    bias, cap, smoothing, z-loss, float16; the lse and loss with a cap: ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap`` /
     ``ce_loss_error_softcap``; the capped gradients of the 3-product schedule:
-    ``Ojas.FloatModel.CrossEntropySoftcapGradError.sc_dh_error`` / ``sc_dw_error``; no theorem
+    ``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``; no theorem
     covers the 4-product schedule's capped gradients nor the rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or

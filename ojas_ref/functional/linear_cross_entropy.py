@@ -47,7 +47,8 @@ theorems it implements:
   (F.cross_entropy gives NaN for "mean" there).
 
 * With the head updated inside the backward (``head_update=``, an
-  ``InBackwardOptimizer(head_weight=...)``; ``_backward_kept_update_head``): ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard``
+  ``InBackwardOptimizer(head_weight=...)``; ``_backward_kept_update_head``):
+  ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard``
   (the chunks of ``range(0, V, vocab_chunk)``, each chunk's rows stepped by SGD after its dH part
   and its rows' whole gradients) is backward then ``SGD.step()``, over any scalars; the gradient
   entries themselves are ``ce_backward_correct``'s. No theorem covers the float equality with
@@ -385,7 +386,7 @@ def linear_cross_entropy(
     them over in the first backward, a second backward through a retained graph
     recomputes them; the rounding of its grad_input and grad_weight for "mean" / "sum" in
     bfloat16 / float32 without bias, cap, smoothing and z-loss:
-    Ojas.FloatModel.CrossEntropyGradError.ce_dh_error / ce_dw_error, no theorem for this
+    Ojas.CrossEntropy.Float.GradError.ce_dh_error / ce_dw_error, no theorem for this
     reference's own float32 rounding); "auto" runs the kernel for bfloat16 and float32 CUDA tensors
     (without ``weight`` or probability targets), the reference otherwise. Not for
     float16 by default: the kernel computes the gradients in the forward for a
@@ -407,9 +408,9 @@ def linear_cross_entropy(
     through the graph. ``torch.autograd.grad`` (which accumulates nothing) gets the weight's
     gradient as usual. This loss on an optimizer's ``head_weight`` called without
     ``head_update`` raises in the backward, when the head's whole gradient arrives, saying to pass
-    it (the loss did not update the head). An explicit argument, not looked up from the weight: the loss's caller says which
-    optimizer steps its head (``optimize_model``'s Hugging Face loss takes it as
-    ``model(..., labels=..., head_update=opt)``).
+    it (the loss did not update the head). An explicit argument, not looked up from the weight:
+    the loss's caller says which optimizer steps its head (``optimize_model``'s Hugging Face loss
+    takes it as ``model(..., labels=..., head_update=opt)``).
 
     Under ``torch.compile`` the kernel runs as the registered op ``ojas::linear_cross_entropy``
     (``ojas_kernels.linear_cross_entropy``: the same computation, so the theorem citations above

@@ -198,8 +198,8 @@ class HeadUpdateMixin:
                         "input embedding, tie_word_embeddings=True?): its update needs the embedding's gradient "
                         "as well, which arrives after the loss's backward, so it cannot be updated inside the "
                         "loss (Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Construct "
-                        "InBackwardOptimizer without head_weight for a tied head, and call the loss without head_update (the "
-                        "dense path)"
+                        "InBackwardOptimizer without head_weight for a tied head, and call the loss without "
+                        "head_update (the dense path)"
                     )
                 stack.append(nxt)
 
