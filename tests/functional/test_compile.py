@@ -354,7 +354,7 @@ def test_compiled_head_update_runs_eagerly(monkeypatch):
         opt = InBackwardOptimizer([emb.weight, head], torch.optim.SGD, lr=0.1, bucket_cap_mb=0, head_weight=head)
 
         def step(ids, t):
-            return ojas_ref.linear_cross_entropy(torch.tanh(emb(ids)), head, t, impl="triton")
+            return ojas_ref.linear_cross_entropy(torch.tanh(emb(ids)), head, t, impl="triton", head_update=opt)
 
         step = torch.compile(step, backend="aot_eager") if compiled else step  # tanh as eager computes it
         for i in range(2):

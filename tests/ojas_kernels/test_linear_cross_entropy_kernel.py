@@ -889,7 +889,7 @@ def test_ignored_tokens_enter_no_product_head_update(pattern, monkeypatch):
         w = torch.nn.Parameter(p["w"].float())
         x = x.float().requires_grad_()
         opt = InBackwardOptimizer([w], torch.optim.SGD, lr=0.5, head_weight=w)
-        loss = ref_module.linear_cross_entropy(x, w, t, impl="triton")
+        loss = ref_module.linear_cross_entropy(x, w, t, impl="triton", head_update=opt)
         opt.backward(loss)
         opt.step()
         assert w.grad is None

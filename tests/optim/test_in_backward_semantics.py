@@ -213,7 +213,7 @@ def test_head_weight_gradient_is_consumed_too() -> None:
     torch.manual_seed(0)
     emb, head = nn.Embedding(11, 4), nn.Parameter(torch.randn(7, 4))
     opt = InBackwardOptimizer([*emb.parameters(), head], torch.optim.SGD, lr=0.1, head_weight=head)
-    linear_cross_entropy(emb(torch.arange(5)), head, torch.arange(5), impl="reference").backward()
+    linear_cross_entropy(emb(torch.arange(5)), head, torch.arange(5), impl="reference", head_update=opt).backward()
     with pytest.raises(RuntimeError, match="already updated inside this backward pass"):
         torch.nn.utils.clip_grad_norm_([head], 1.0)
     opt.step()
@@ -238,10 +238,18 @@ def _tokens(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randint(0, EMB, (N,), generator=g), torch.randint(0, V, (N,), generator=g)
 
 
-def _head_loss(emb: nn.Embedding, head: torch.Tensor, seed: int, reduction: str = "mean") -> torch.Tensor:
+def _head_loss(
+    emb: nn.Embedding, head: torch.Tensor, seed: int, reduction: str = "mean", head_update=None
+) -> torch.Tensor:
     ids, target = _tokens(seed)
     loss = linear_cross_entropy(
-        torch.tanh(emb(ids)), head, target, reduction=reduction, chunk_size=CHUNKS, impl="reference"
+        torch.tanh(emb(ids)),
+        head,
+        target,
+        reduction=reduction,
+        chunk_size=CHUNKS,
+        impl="reference",
+        head_update=head_update,
     )
     return loss if reduction != "none" else loss.sum()
 
@@ -256,11 +264,12 @@ def _head_run(mode: str, losses_per_step: int, reduction: str = "mean", steps: i
         if mode == "standard"
         else InBackwardOptimizer(params, torch.optim.SGD, lr=0.1, bucket_cap_mb=0, head_weight=head)
     )
+    head_update = opt if mode == "head" else None
     kept = []
     for step in range(steps):
         if stale:
-            kept.append(_head_loss(emb, head, 1000 + step, reduction))
-        sum(_head_loss(emb, head, 10 * step + i, reduction) for i in range(losses_per_step)).backward()
+            kept.append(_head_loss(emb, head, 1000 + step, reduction, head_update))
+        sum(_head_loss(emb, head, 10 * step + i, reduction, head_update) for i in range(losses_per_step)).backward()
         opt.step()
         opt.zero_grad()
     return emb.weight.detach().clone(), head.detach().clone(), opt
@@ -285,8 +294,8 @@ def test_head_one_backward_with_a_stale_forward_still_updates_inside_the_loss() 
     emb, head = _head_model()
     opt = InBackwardOptimizer([*emb.parameters(), head], torch.optim.SGD, lr=0.1, head_weight=head)
     head.register_post_accumulate_grad_hook(lambda p: seen.append(_live_grad(p) is not None))
-    stale = _head_loss(emb, head, 1)
-    _head_loss(emb, head, 2).backward()
+    stale = _head_loss(emb, head, 1, head_update=opt)
+    _head_loss(emb, head, 2, head_update=opt).backward()
     assert opt._head_done and not any(seen)
     opt.step()
     del stale
@@ -299,7 +308,7 @@ def test_head_second_backward_without_step_changes_nothing() -> None:
     one on the summed gradient) before it changes any parameter."""
     emb, head = _head_model()
     opt = InBackwardOptimizer([*emb.parameters(), head], torch.optim.SGD, lr=0.1, head_weight=head)
-    first, second = _head_loss(emb, head, 1), _head_loss(emb, head, 2)
+    first, second = _head_loss(emb, head, 1, head_update=opt), _head_loss(emb, head, 2, head_update=opt)
     first.backward()
     after_first = [emb.weight.detach().clone(), head.detach().clone()]
     with pytest.raises(RuntimeError, match=r"already updated since the last optimizer.step\(\)"):
