@@ -1,7 +1,6 @@
 """Which :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer` updates a parameter in its
 post-accumulate-grad hook: the hook itself (:func:`_weak_hook`) and the registry of owners
-(:func:`_owner`, read by the linear cross-entropy to find the optimizer of its head and by the
-DDP watch of ``_distributed``)."""
+(:func:`_owner`, read by the DDP watch of ``_distributed``)."""
 
 from __future__ import annotations
 

@@ -246,7 +246,10 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             flight adds to it. Default ``False``: every update on the compute stream.
         head_weight: the ``[V, D]`` weight of a linear head whose loss is
             :func:`ojas_ref.linear_cross_entropy` (``LinearCrossEntropyLoss``, the loss of
-            ``optimize_model``; e.g. ``model.lm_head.weight``), or None (default). The loss's
+            ``optimize_model``; e.g. ``model.lm_head.weight``), or None (default). Pass this
+            optimizer to that loss as ``head_update=opt`` (``linear_cross_entropy``,
+            ``LinearCrossEntropyLoss()(...)``, or ``model(..., labels=..., head_update=opt)`` under
+            ``optimize_model``); a backward of the head without it raises. The loss's
             backward then updates it itself, vocabulary chunk by vocabulary chunk: for each chunk
             of rows it computes their whole gradient over all tokens (from the forward's lse),
             adds the chunk's part of the hidden states' gradient with the rows not yet updated,
