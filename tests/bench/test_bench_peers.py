@@ -52,7 +52,8 @@ def test_each_mode_is_a_recipe_and_its_peer():
     # the recipe as applied (Liger's patch aside, which needs CUDA): liger+ckpt's is Hugging Face's checkpointing
     c, cpu = bench_peers.QUICK, torch.device("cpu")
     ckpt = Runner(c, torch.float32, "sgd", "liger+ckpt", cpu, modes["liger+ckpt"].recipe)
-    assert ckpt.model.is_gradient_checkpointing and isinstance(ckpt.opt, torch.optim.SGD)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in ckpt.model.modules())
+    assert isinstance(ckpt.opt, torch.optim.SGD)
     assert [change.kind for change in ckpt.report.changed] == [""]  # checkpointing only: no primitive swapped
 
 
