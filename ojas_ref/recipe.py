@@ -204,7 +204,7 @@ def add_recipe_arguments(parser: argparse.ArgumentParser, defaults: Optional[Mem
     group = parser.add_argument_group("memory recipe", "what ojas does to save memory (ojas_ref.MemoryRecipe)")
     for field in dataclasses.fields(MemoryRecipe):
         name, default = field.name, getattr(defaults, field.name)
-        help_text = f"{_HELP[name]} (default: {default})"
+        help_text = f"{_HELP[name]} (default: {'none' if default is None else default})"
         if name == "checkpoint":
             group.add_argument(
                 _flag(name),
