@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -202,23 +202,6 @@ def _window_arg(window: int | None, seq_q: int, seq_k: int) -> int:
     return 0 if window is None else min(window, seq_q + seq_k + 1)
 
 
-class _LaunchArgs(NamedTuple):
-    """The arguments the forward, dQ and dK/dV kernels take alike: the mask and SEED pointers,
-    the ``[B, H, S]`` strides of query, key and value and the mask's four (in the kernels'
-    order), the clamped window, ``scale * log2(e)`` (scores in base 2), the dropout threshold
-    and scale, and the constexprs (head dims and their blocks, causal, window, dot precision,
-    dropout and mask flags)."""
-
-    mask: torch.Tensor
-    seed: torch.Tensor
-    strides: tuple[int, ...]
-    window: int
-    qk_scale: float
-    drop_threshold: int
-    drop_scale: float
-    constexprs: dict[str, Any]
-
-
 def _launch_args(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -228,9 +211,15 @@ def _launch_args(
     scale: float,
     window: int | None,
     dropout: _Dropout | None,
-) -> _LaunchArgs:
-    """The :class:`_LaunchArgs` of one call (query, key and value with a contiguous last dim)."""
-    e, ev = query.shape[3], value.shape[3]
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], int, float, int, float, dict[str, Any]]:
+    """What the forward, dQ and dK/dV kernels take alike (query, key and value with a contiguous
+    last dim): the mask and SEED pointers, the ``[B, H, S]`` strides of query, key and value and
+    the mask's four (in the kernels' order), the clamped window, ``scale * log2(e)`` (scores in
+    base 2), the dropout threshold and scale, and the constexprs (head dims and their blocks,
+    causal, window, dot precision, dropout and mask flags).  A plain tuple: the launch code runs
+    at every call."""
+    _, _, seq_q, e = query.shape
+    seq_k, ev = key.shape[2], value.shape[3]
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
     seed, drop_threshold, drop_scale, has_dropout = _dropout_launch_args(dropout, query)
     strides = (
@@ -256,8 +245,8 @@ def _launch_args(
         HAS_DROPOUT=has_dropout,
         **mask_flags,
     )
-    window_arg = _window_arg(window, query.shape[2], key.shape[2])
-    return _LaunchArgs(mask, seed, strides, window_arg, scale * _LOG2E, drop_threshold, drop_scale, constexprs)
+    window_arg = _window_arg(window, seq_q, seq_k)
+    return mask, seed, strides, window_arg, scale * _LOG2E, drop_threshold, drop_scale, constexprs
 
 
 def _tile_args(config: KernelConfig, attn_mask: torch.Tensor | None) -> dict[str, Any]:

@@ -22,8 +22,8 @@ Theorems implemented (over the reals; files under ``rocq/Attention/``):
   ``row_dK_bias_is_derive``, ``row_dV_bias_is_derive`` (the row terms on scores with an
   additive mask).
 
-In floating point (rocq/FloatModel/): ``Ojas.FloatModel.AttentionBackwardError`` (``dv_error``)
-and ``Ojas.FloatModel.AttentionGradError`` (``dk_error``, ``dq_error``, ``delta_close``) bound
+In floating point (rocq/Attention/Float/): ``Ojas.Attention.Float.DvError`` (``dv_error``)
+and ``Ojas.Attention.Float.DkDqError`` (``dk_error``, ``dq_error``, ``delta_close``) bound
 dV, dK and dQ a posteriori as the kernels compute them (P recomputed from the saved lse,
 ``dS = rnd(P * rnd(dP - Delta))`` rounded to the input dtype, fp32 accumulation over the tiles,
 the stored results), given the errors of the saved out and lse (``attention_dv_error_bound``,
@@ -221,8 +221,8 @@ def _bwd_dkdv_kernel(
     ``gqa_dK_is_derive``, ``gqa_dV_is_derive``: loop ``g = 0 .. group-1``) and over the
     query tiles that see the key tile (BackwardCorrect.v, ``attention_backward_query_tiles``).
 
-    Rounding: ``Ojas.FloatModel.AttentionBackwardError.dv_error`` (dV) and
-    ``Ojas.FloatModel.AttentionGradError.dk_error`` (dK: ``dk_kernel``, this loop's schedule) bound
+    Rounding: ``Ojas.Attention.Float.DvError.dv_error`` (dV) and
+    ``Ojas.Attention.Float.DkDqError.dk_error`` (dK: ``dk_kernel``, this loop's schedule) bound
     every stored entry against the exact gradient; not covered: the MMA order and its
     accumulation into dk/dv, FMA contraction, 3xTF32 dots, ``tl.exp2``'s error (assumed)."""
     start_n = tl.program_id(0) * BLOCK_N
@@ -450,7 +450,7 @@ def _bwd_dq_kernel(
     It first computes ``D_i = dO_i . o_i`` (``row_dscores``; ``backward_D_identity``)
     in float32 and saves it for the dK/dV kernel, launched after this one.
 
-    Rounding: ``Ojas.FloatModel.AttentionGradError.dq_error`` (dQ: ``dq_kernel``, this loop's
+    Rounding: ``Ojas.Attention.Float.DkDqError.dq_error`` (dQ: ``dq_kernel``, this loop's
     schedule) bounds every stored entry against the exact gradient, ``delta_close`` the error of
     ``D`` (any reduction order of ``tl.sum``) against ``dO . o`` of the stored output; not covered:
     the MMA order and its accumulation into dq, FMA contraction, 3xTF32 dots, ``tl.sum``'s padding
@@ -566,20 +566,22 @@ def _backward(
         return dq.zero_(), dk.zero_(), dv.zero_()
     cfg = config or default_config(max(e, ev), query.dtype, query.device, is_causal)
     delta = torch.empty_like(lse)
-    args = _launch_args(query, key, value, attn_mask, is_causal, scale, window, dropout)
-    strides = (*args.strides, grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
-    scalars = (seq_q, seq_k, args.window, args.qk_scale, scale, args.drop_threshold, args.drop_scale)
+    mask, seed, strides, w, qk_scale, drop_threshold, drop_scale, constexprs = _launch_args(
+        query, key, value, attn_mask, is_causal, scale, window, dropout
+    )
+    strides = (*strides, grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
+    scalars = (seq_q, seq_k, w, qk_scale, scale, drop_threshold, drop_scale)
     fast(_bwd_dq_kernel)[(cdiv(seq_q, cfg.bwd_q.block_m), batch * heads)](
         query,
         key,
         value,
-        args.mask,
+        mask,
         grad_out,
         lse,
         out,
         delta,
         dq,
-        args.seed,
+        seed,
         *strides,
         out.stride(0),
         out.stride(1),
@@ -590,20 +592,20 @@ def _backward(
         heads,
         heads // kv_heads,
         *scalars,
-        **args.constexprs,
+        **constexprs,
         **_tile_args(cfg.bwd_q, attn_mask),
     )
     fast(_bwd_dkdv_kernel)[(cdiv(seq_k, cfg.bwd_kv.block_n), batch * kv_heads)](
         query,
         key,
         value,
-        args.mask,
+        mask,
         grad_out,
         lse,
         delta,
         dk,
         dv,
-        args.seed,
+        seed,
         *strides,
         dk.stride(0),
         dk.stride(1),
@@ -614,7 +616,7 @@ def _backward(
         kv_heads,
         heads // kv_heads,
         *scalars,
-        **args.constexprs,
+        **constexprs,
         **_tile_args(cfg.bwd_kv, attn_mask),
     )
     return dq, dk, dv

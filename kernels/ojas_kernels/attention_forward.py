@@ -20,8 +20,8 @@ For every query row the kernel runs the streaming recurrence of
   (an additive mask, its -inf entries masked keys, streamed over the biased scores is their
   two-pass softmax).
 
-In floating point (rocq/FloatModel/): ``Ojas.FloatModel.AttentionForwardError``
-(AttentionForwardError.v): ``attention_forward_error_masked`` bounds every output coordinate of
+In floating point (rocq/Attention/Float/): ``Ojas.Attention.Float.ForwardError``
+(ForwardError.v): ``attention_forward_error_masked`` bounds every output coordinate of
 the tile loop as it runs here (fp32 scores ``rnd(dot(q, k) * qk_scale)``, ``exp2``, P rounded to
 the input dtype before P.V, fp32 accumulation, out stored in the input dtype; any boolean
 visibility: causal, window, bounds) against the exact softmax over the visible keys;
@@ -309,16 +309,18 @@ def _forward(
         lse.fill_(float("-inf"))
         return out, lse
     cfg = (config or default_config(max(e, ev), query.dtype, query.device, is_causal)).fwd
-    args = _launch_args(query, key, value, attn_mask, is_causal, scale, window, dropout)
+    mask, seed, strides, w, qk_scale, drop_threshold, drop_scale, constexprs = _launch_args(
+        query, key, value, attn_mask, is_causal, scale, window, dropout
+    )
     fast(_fwd_kernel)[(cdiv(seq_q, cfg.block_m), batch * heads)](
         query,
         key,
         value,
-        args.mask,
+        mask,
         out,
         lse,
-        args.seed,
-        *args.strides,
+        seed,
+        *strides,
         out.stride(0),
         out.stride(1),
         out.stride(2),
@@ -326,12 +328,12 @@ def _forward(
         heads // kv_heads,
         seq_q,
         seq_k,
-        args.window,
-        args.qk_scale,
-        args.drop_threshold,
-        args.drop_scale,
+        w,
+        qk_scale,
+        drop_threshold,
+        drop_scale,
         POS_SCALE=scale >= 0,
-        **args.constexprs,
+        **constexprs,
         **_tile_args(cfg, attn_mask),
     )
     return out, lse
