@@ -115,7 +115,7 @@ def train(
 def run(
     name: str,
     *,
-    fused: bool,
+    in_backward: bool,
     steps: int = 3,
     k: int = 1,
     clip: Optional[float] = None,
@@ -127,7 +127,7 @@ def run(
     cls, kw = OPTIMIZERS[name]
     kw = {**kw, **(options or {})}
     model = make_model()
-    if fused:
+    if in_backward:
         opt = InBackwardOptimizer(
             model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, bucket_cap_mb=bucket_cap_mb, **kw
         )
@@ -170,8 +170,8 @@ def max_diff(model_a: nn.Module, model_b: nn.Module) -> float:
 @pytest.mark.parametrize("k", [1, 3], ids=["k1", "k3"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_matches_standard_loop(name: str, k: int, clip: Optional[float]) -> None:
-    model_s, opt_s, norms = run(name, fused=False, k=k, clip=clip)
-    model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip)
+    model_s, opt_s, norms = run(name, in_backward=False, k=k, clip=clip)
+    model_f, opt_f, _ = run(name, in_backward=True, k=k, clip=clip)
     if clip is not None:
         assert min(norms) > clip, "the test must exercise clipping"
     assert len(opt_f.state) == len(list(model_f.parameters())) or name == "sgd"
@@ -201,8 +201,8 @@ def count_bucket_steps(opt: InBackwardOptimizer) -> list[int]:
 @pytest.mark.parametrize("name", ["sgd", "sgd_momentum", "adam", "adamw"])
 def test_buckets_match_standard_loop(name: str, cap: float, k: int, clip: Optional[float]) -> None:
     """Bitwise the standard loop whatever the bucket cap (Buckets.bucketed_eq_standard)."""
-    model_s, opt_s, _ = run(name, fused=False, k=k, clip=clip)
-    model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip, bucket_cap_mb=cap)
+    model_s, opt_s, _ = run(name, in_backward=False, k=k, clip=clip)
+    model_f, opt_f, _ = run(name, in_backward=True, k=k, clip=clip, bucket_cap_mb=cap)
     assert_same(model_s, opt_s, model_f, opt_f)
 
 
@@ -283,8 +283,8 @@ def test_plain_sgd_runs_optimizer_step_hooks() -> None:
     seen = []
     handle = register_optimizer_step_post_hook(lambda opt, *_: seen.append(type(opt)))
     try:
-        model_s, opt_s, _ = run("sgd", fused=False)
-        model_f, opt_f, _ = run("sgd", fused=True, bucket_cap_mb=SPLIT_CAP)
+        model_s, opt_s, _ = run("sgd", in_backward=False)
+        model_f, opt_f, _ = run("sgd", in_backward=True, bucket_cap_mb=SPLIT_CAP)
     finally:
         handle.remove()
     assert seen.count(torch.optim.SGD) > 3  # several buckets per step, three steps (and the standard loop's three)
@@ -321,8 +321,8 @@ def test_foreach_and_fused_buckets_match_standard_loop(
 ) -> None:
     """torch's foreach (the CUDA default) and fused paths run on the CPU too: a bucket
     stepped by them is bitwise the standard loop stepping the whole group by them."""
-    model_s, opt_s, _ = run(name, fused=False, k=k, clip=clip, options=options)
-    model_f, opt_f, _ = run(name, fused=True, k=k, clip=clip, bucket_cap_mb=cap, options=options)
+    model_s, opt_s, _ = run(name, in_backward=False, k=k, clip=clip, options=options)
+    model_f, opt_f, _ = run(name, in_backward=True, k=k, clip=clip, bucket_cap_mb=cap, options=options)
     assert_same(model_s, opt_s, model_f, opt_f)
 
 
@@ -336,8 +336,8 @@ def test_foreach_and_fused_buckets_match_standard_loop(
 )
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
 def test_lr_scheduler(name: str, sched: Callable) -> None:
-    model_s, opt_s, _ = run(name, fused=False, steps=4, sched=sched)
-    model_f, opt_f, _ = run(name, fused=True, steps=4, sched=sched)
+    model_s, opt_s, _ = run(name, in_backward=False, steps=4, sched=sched)
+    model_f, opt_f, _ = run(name, in_backward=True, steps=4, sched=sched)
     assert opt_f.param_groups[0]["lr"] != OPTIMIZERS[name][1]["lr"]
     assert_same(model_s, opt_s, model_f, opt_f)
 
@@ -364,13 +364,13 @@ def test_parameter_without_gradient_in_last_micro_batch() -> None:
     """With accumulation, a parameter whose gradient came only from earlier micro-batches
     is still updated at the end of the k-th backward (as opt.step() updates it)."""
     results = []
-    for fused in (False, True):
+    for in_backward in (False, True):
         torch.manual_seed(0)
         first, second = nn.Linear(4, 4), nn.Linear(4, 1)
         params = list(first.parameters()) + list(second.parameters())
         opt = (
             InBackwardOptimizer(params, torch.optim.Adam, accumulation_steps=3, lr=0.1)
-            if fused
+            if in_backward
             else torch.optim.Adam(params, lr=0.1)
         )
         for step in range(2):
@@ -505,7 +505,7 @@ def test_hook_per_use_on_tied_weights_differs() -> None:
 def test_naive_per_micro_batch_updates_differ() -> None:
     """Updating in every micro-batch's hooks (no accumulation repair) is not the
     standard accumulate-then-step loop (Counterexamples.accum_fused_neq_standard)."""
-    model_s, _, _ = run("adamw", fused=False, k=3)
+    model_s, _, _ = run("adamw", in_backward=False, k=3)
     model_n = make_model()
     cls, kw = OPTIMIZERS["adamw"]
     opt = InBackwardOptimizer(model_n.parameters(), cls, **kw)
@@ -520,7 +520,7 @@ def test_one_pass_clipping_differs() -> None:
     """A single backward pass only has the gradients seen so far at each hook; clipping
     each gradient by its own norm there is not clip_grad_norm_ over all gradients
     (Counterexamples.clip_running_neq_standard clips by the running norm)."""
-    model_s, _, _ = run("adamw", fused=False, clip=CLIP)
+    model_s, _, _ = run("adamw", in_backward=False, clip=CLIP)
     model_n = make_model()
 
     def clip_alone(p: torch.Tensor) -> None:
@@ -538,14 +538,20 @@ def test_one_pass_clipping_differs() -> None:
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source,target", [("fused", "fused"), ("standard", "fused"), ("fused", "standard")])
+@pytest.mark.parametrize(
+    "source,target", [("in_backward", "in_backward"), ("standard", "in_backward"), ("in_backward", "standard")]
+)
 def test_state_dict_round_trip(source: str, target: str) -> None:
     """Save after 2 steps, load into a fresh model and optimizer, 2 more steps: the
     uninterrupted 4-step run.  The format is AdamW's, so checkpoints cross over."""
     cls, kw = OPTIMIZERS["adamw"]
 
     def new(kind: str, model: nn.Module) -> torch.optim.Optimizer:
-        return InBackwardOptimizer(model.parameters(), cls, **kw) if kind == "fused" else cls(model.parameters(), **kw)
+        return (
+            InBackwardOptimizer(model.parameters(), cls, **kw)
+            if kind == "in_backward"
+            else cls(model.parameters(), **kw)
+        )
 
     model_u = make_model()
     opt_u = new(target, model_u)
@@ -671,9 +677,9 @@ def test_update_matches_oracle(options: dict, seed: int) -> None:
     (16 ulps of the magnitudes involved); and the two torch runs bitwise equal."""
     case = make_case(seed, **options)
     assert oracle_mismatches(case) == []
-    (p_torch, s_torch), (p_fused, s_fused) = updates(case).values()
-    assert torch.equal(p_torch, p_fused)
-    assert all(same_value(v, s_fused[k]) for k, v in s_torch.items())
+    (p_torch, s_torch), (p_in_backward, s_in_backward) = updates(case).values()
+    assert torch.equal(p_torch, p_in_backward)
+    assert all(same_value(v, s_in_backward[k]) for k, v in s_torch.items())
 
 
 @pytest.mark.parametrize(
@@ -811,13 +817,13 @@ def test_reentrant_checkpointing_updates_each_parameter_once() -> None:
     from torch.utils.checkpoint import checkpoint
 
     results = []
-    for fused in (False, True):
+    for in_backward in (False, True):
         torch.manual_seed(0)
         a, b, c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
         params = [*a.parameters(), *b.parameters(), *c.parameters()]
         opt = (
             InBackwardOptimizer(params, torch.optim.Adam, bucket_cap_mb=0, lr=0.1)
-            if fused
+            if in_backward
             else torch.optim.Adam(params, lr=0.1)
         )
         for step in range(2):
@@ -880,17 +886,17 @@ def test_cuda_matches_standard_loop(name: str, dtype: torch.dtype, overlap: bool
     cls, kw = OPTIMIZERS[name]
     runs = []
     with sdpa_kernel(SDPBackend.MATH):
-        for fused in (False, True):
+        for in_backward in (False, True):
             model = make_model().to("cuda", dtype)
             opt = (
                 InBackwardOptimizer(model.parameters(), cls, bucket_cap_mb=SPLIT_CAP, overlap=overlap, **kw)
-                if fused
+                if in_backward
                 else cls(model.parameters(), **kw)
             )
             for step in range(3):
                 tokens, targets = (t.cuda() for t in batch(step, 0))
                 loss = model(tokens, targets)
-                opt.backward(loss) if fused else loss.backward()
+                opt.backward(loss) if in_backward else loss.backward()
                 opt.step()
                 opt.zero_grad()
             runs.append((model, opt))

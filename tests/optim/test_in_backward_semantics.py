@@ -59,18 +59,18 @@ def _uses_branch(step: int, micro: int, k: int) -> bool:
 
 def _run(
     name: str,
-    fused: bool,
+    in_backward: bool,
     *,
     k: int = 1,
     clip: Optional[float] = None,
     cap: float = 64.0,
     set_to_none: tuple[bool, ...] = (False,) * 5,
 ) -> tuple[nn.Module, torch.optim.Optimizer, list[float]]:
-    """``len(set_to_none)`` steps of the standard loop (``fused=False``) or of InBackwardOptimizer,
+    """``len(set_to_none)`` steps of the standard loop (``in_backward=False``) or of InBackwardOptimizer,
     each ending with ``zero_grad(set_to_none=set_to_none[step])``; the standard loop's clipped norms."""
     cls, kw = OPTIMIZERS[name]
     model = _TwoBranches()
-    if fused:
+    if in_backward:
         opt = InBackwardOptimizer(
             model.parameters(), cls, accumulation_steps=k, max_grad_norm=clip, bucket_cap_mb=cap, **kw
         )
@@ -80,8 +80,8 @@ def _run(
     for step, none in enumerate(set_to_none):
         for micro in range(k):
             loss = model.loss(step, micro, _uses_branch(step, micro, k)) / k
-            opt.backward(loss) if fused else loss.backward()
-        if clip is not None and not fused:
+            opt.backward(loss) if in_backward else loss.backward()
+        if clip is not None and not in_backward:
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
         opt.step()
         opt.zero_grad(set_to_none=none)
@@ -114,10 +114,10 @@ def test_zero_grad_keep_matches_standard_loop(name: str, k: int, clip: Optional[
     """The branch gets no gradient in odd steps: torch's loop steps it on its zeroed .grad (weight
     decay, momentum, moments), and so does InBackwardOptimizer; bitwise over five steps."""
     standard = _run(name, False, k=k, clip=clip)
-    fused = _run(name, True, k=k, clip=clip, cap=cap)
+    in_backward = _run(name, True, k=k, clip=clip, cap=cap)
     if clip is not None:
         assert min(standard[2]) > clip, "the test must exercise clipping"
-    _assert_same(standard, fused)
+    _assert_same(standard, in_backward)
     if name != "sgd":  # the branch did move in the steps without its gradient
         assert not torch.equal(
             _run(name, False, set_to_none=(False,))[0].branch.weight,
@@ -138,9 +138,9 @@ def test_zero_grad_keep_accumulates_as_zero_plus_gradient() -> None:
     makes visible on a -0.0 weight (-0.0 + (-lr) * (+0.0) = -0.0, against +0.0 from a -0.0 gradient).
     The first step's gradient +0.0 keeps the weight -0.0; the second's is -0.0."""
     results = []
-    for fused in (False, True):
+    for in_backward in (False, True):
         p = nn.Parameter(torch.tensor([-0.0, 1.0]))
-        opt = InBackwardOptimizer([p], torch.optim.SGD, lr=0.5) if fused else torch.optim.SGD([p], lr=0.5)
+        opt = InBackwardOptimizer([p], torch.optim.SGD, lr=0.5) if in_backward else torch.optim.SGD([p], lr=0.5)
         for c in (torch.tensor([0.0, 2.0]), torch.tensor([-0.0, 2.0])):
             (p * c).sum().backward()  # gradient c
             opt.step()
@@ -281,10 +281,10 @@ def test_head_two_forwards_one_backward_matches_standard_loop(losses: int, reduc
     """The head's update needs the sum of the losses' gradients: the loss's backward does not
     update it (it would have updated every row with one loss's part, then raised); the dense path
     runs instead, bitwise the standard loop."""
-    fused = _head_run("head", losses, reduction)
+    in_backward = _head_run("head", losses, reduction)
     standard = _head_run("standard", losses, reduction)
-    assert torch.equal(fused[0], standard[0]) and torch.equal(fused[1], standard[1])
-    assert not torch.equal(fused[1], _head_model()[1])
+    assert torch.equal(in_backward[0], standard[0]) and torch.equal(in_backward[1], standard[1])
+    assert not torch.equal(in_backward[1], _head_model()[1])
 
 
 def test_head_one_backward_with_a_stale_forward_still_updates_inside_the_loss() -> None:
@@ -299,8 +299,8 @@ def test_head_one_backward_with_a_stale_forward_still_updates_inside_the_loss() 
     assert opt._head_done and not any(seen)
     opt.step()
     del stale
-    fused, standard = _head_run("head", 1, stale=True), _head_run("standard", 1, stale=True)
-    assert torch.equal(fused[0], standard[0]) and torch.equal(fused[1], standard[1])
+    in_backward, standard = _head_run("head", 1, stale=True), _head_run("standard", 1, stale=True)
+    assert torch.equal(in_backward[0], standard[0]) and torch.equal(in_backward[1], standard[1])
 
 
 def test_head_second_backward_without_step_changes_nothing() -> None:
@@ -377,10 +377,10 @@ def test_parameter_leaving_its_group_raises_before_any_update(edit: str) -> None
 
 def test_hyper_parameters_and_added_groups_are_fine() -> None:
     """Editing hyper-parameters in place and add_param_group are torch's semantics (no error)."""
-    standard, fused = [], []
+    standard, in_backward = [], []
     for out, make in (
         (standard, lambda ps: torch.optim.AdamW(ps, lr=0.1)),
-        (fused, lambda ps: InBackwardOptimizer(ps, torch.optim.AdamW, lr=0.1)),
+        (in_backward, lambda ps: InBackwardOptimizer(ps, torch.optim.AdamW, lr=0.1)),
     ):
         model = _TwoBranches()
         opt = make(list(model.trunk.parameters()))
@@ -394,7 +394,7 @@ def test_hyper_parameters_and_added_groups_are_fine() -> None:
             opt.step()
             opt.zero_grad()
         out.extend(p.detach().clone() for p in model.parameters())
-    assert all(torch.equal(a, b) for a, b in zip(standard, fused))
+    assert all(torch.equal(a, b) for a, b in zip(standard, in_backward))
 
 
 # --------------------------------------------------------------------------
