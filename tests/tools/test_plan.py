@@ -551,7 +551,7 @@ def test_existing_settings_keep_their_names_and_records():
 
 
 def test_cli_offload_and_host_state_print_the_host_memory(capsys):
-    """--host-state plans whole-parameter updates (InBackwardOptimizer's default, what bench_memory's
+    """--state-device cpu plans whole-parameter updates (InBackwardOptimizer's default, what bench_memory's
     records measured: their record is printed); with --state-slice-mb 128, the slices."""
     assert (
         main(
