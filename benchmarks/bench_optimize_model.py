@@ -106,12 +106,26 @@ def mode_recipe(mode: str, bucket_mb: float = 64.0) -> MemoryRecipe:
     return dataclasses.replace(recipe, bucket_cap_mb=bucket_mb) if recipe.in_backward else recipe
 
 
+def uses_ojas_model(recipe: MemoryRecipe) -> bool:
+    """Whether ``recipe`` changes the model beyond Hugging Face's own checkpointing (a primitive, the
+    sparse embedding, offloaded or split checkpoints): then ``optimize_model`` applies it; otherwise
+    the model is left as users run it (the standard loop, the peers)."""
+    plain = MemoryRecipe.plain(checkpoint=bool(recipe.checkpoint))
+    return recipe.model_options() != plain.model_options()
+
+
 def setup(model, recipe: MemoryRecipe, opt_name: str):
-    """``(optimizer, report)`` of ``recipe`` on ``model``: ``optimize_model(model, recipe)``, then
+    """``(optimizer, report)`` of ``recipe`` on ``model``: ``optimize_model(model, recipe)`` where the
+    recipe changes the model (:func:`uses_ojas_model`; else Hugging Face's checkpointing and report
+    None), then
     ``InBackwardOptimizer.from_recipe`` (the head as ``head_weight`` with ``head_update``) when
     ``recipe.in_backward``, else the torch optimizer ``opt_name`` stepped after the backward."""
     opt_class, kwargs = OPTIMIZERS[opt_name]
-    _, report = optimize_model(model, recipe)
+    report = None
+    if uses_ojas_model(recipe):
+        _, report = optimize_model(model, recipe)
+    elif recipe.checkpoint:  # a peer or the standard loop: Hugging Face's own checkpointing, as users run it
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if not recipe.in_backward:
         return opt_class(model.parameters(), **kwargs), report
     head = model.get_output_embeddings().weight if recipe.head_update else None
@@ -311,7 +325,7 @@ def run_modes(
                 mode=r.mode,
                 **timing(r, c),
                 bucket_mb=r.recipe.bucket_cap_mb if r.recipe.in_backward else None,
-                changed=len(r.report.changed),
+                changed=0 if r.report is None else len(r.report.changed),
                 # the primitives under the names the record files have (ojas_ref/tools/records.py reads them)
                 applied=dict(
                     attention=r.recipe.attention,
@@ -321,7 +335,7 @@ def run_modes(
                     rope=r.recipe.rope,
                 ),
                 recipe=dataclasses.asdict(r.recipe),
-                left_alone=[s.reason for s in r.report.left_alone],
+                left_alone=[] if r.report is None else [s.reason for s in r.report.left_alone],
             )
             | ({"profile": table} if table else {})
         )

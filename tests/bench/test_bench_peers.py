@@ -54,7 +54,9 @@ def test_each_mode_is_a_recipe_and_its_peer():
     ckpt = Runner(c, torch.float32, "sgd", "liger+ckpt", cpu, modes["liger+ckpt"].recipe)
     assert any(getattr(m, "gradient_checkpointing", False) for m in ckpt.model.modules())
     assert isinstance(ckpt.opt, torch.optim.SGD)
-    assert [change.kind for change in ckpt.report.changed] == [""]  # checkpointing only: no primitive swapped
+    assert ckpt.report is None  # Hugging Face's checkpointing as users run it: optimize_model not called
+    ojas = Runner(c, torch.float32, "sgd", "ojas+ckpt", cpu, MemoryRecipe(checkpoint=True))
+    assert ojas.report is not None and len(ojas.report.changed) > 1  # the recipe's primitives swapped in
 
 
 def test_quick_run_on_the_cpu_appends_records(tmp_path, capsys):
