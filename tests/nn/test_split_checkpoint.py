@@ -13,6 +13,7 @@ and apart from, the attention half; everything outside training (eval, no_grad, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import pickle
 import warnings
@@ -186,8 +187,9 @@ def test_state_dict_copies_and_revert():
     ref = build()
     split, report = optimize_model(copy.deepcopy(ref), checkpoint=True, checkpoint_split=True)
     assert list(split.state_dict()) == list(ref.state_dict())
-    assert report.plan().setting.split and report.plan().setting.checkpoint
-    assert report.plan(bucket_cap_mb=32.0).setting.bucket_cap_mb == 32.0
+    assert report.plan().setting.recipe.checkpoint_split and report.plan().setting.recipe.checkpoint
+    in_backward = dataclasses.replace(report.recipe, in_backward=True, bucket_cap_mb=32.0)
+    assert report.plan(in_backward).setting.recipe.bucket_cap_mb == 32.0
     layer = split.model.layers[0]
     assert type(layer.input_layernorm).__name__ == "OjasSplitOjasLlamaRMSNorm"
     assert type(layer.self_attn).__name__ == "OjasSplitLlamaAttention"
