@@ -57,7 +57,7 @@ if not torch.cuda.is_available():
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from ojas_kernels import attention as kattn  # noqa: E402
+from ojas_kernels import attention_backward, attention_forward  # noqa: E402
 from ojas_kernels.attention import flash_attention_forward  # noqa: E402
 from ojas_ref.verification.attention_error import (  # noqa: E402
     dv_error_bound,
@@ -308,8 +308,8 @@ def test_grad_bound_arguments_and_growth():
 # Mutants (CPU): built by wrapping the kernel's helpers, not by copying them
 # ---------------------------------------------------------------------------
 
-_fwd_tile = kattn._fwd_tile
-_visible = kattn._visible
+_fwd_tile = attention_forward._fwd_tile
+_visible = attention_forward._visible
 
 
 @triton.jit
@@ -425,7 +425,7 @@ def test_bound_catches_mutant(mutant, monkeypatch):
     bound = forward_error_bound(q, k, v, causal, scale)
     out, _ = flash_attention_forward(q, k, v, causal, scale, None)
     assert observed_error(out, ref, v) <= bound
-    monkeypatch.setattr(kattn, name, replacement)
+    monkeypatch.setattr(attention_forward, name, replacement)
     bad, _ = flash_attention_forward(q, k, v, causal, scale, None)
     err = observed_error(bad, ref, v)
     norm_rel = ((bad.to(F64) - ref).norm() / ref.norm()).item()
@@ -438,7 +438,7 @@ def test_bound_catches_mutant(mutant, monkeypatch):
         assert norm_rel < 1e-2, norm_rel
 
 
-_dq_tile = kattn._dq_tile
+_dq_tile = attention_backward._dq_tile
 
 
 @triton.jit
@@ -542,10 +542,10 @@ def test_grad_bound_catches_backward_mutant(mutant, monkeypatch):
     out, lse = flash_attention_forward(q, k, v, True, scale, None)
     b = grad_error_bounds(q, k, v, do, out, lse, True, scale, "measured")
     ref, bound = b[grad], b[f"{grad}_bound"]
-    grads = dict(zip(("dq", "dk"), kattn._backward(do, q, k, v, None, out, lse, True, scale, None)))
+    grads = dict(zip(("dq", "dk"), attention_backward._backward(do, q, k, v, None, out, lse, True, scale, None)))
     assert ((grads[grad].to(F64) - ref).abs() <= bound).all()
-    monkeypatch.setattr(kattn, name, replacement)
-    bad = dict(zip(("dq", "dk"), kattn._backward(do, q, k, v, None, out, lse, True, scale, None)))[grad]
+    monkeypatch.setattr(attention_backward, name, replacement)
+    bad = dict(zip(("dq", "dk"), attention_backward._backward(do, q, k, v, None, out, lse, True, scale, None)))[grad]
     excess = ((bad.to(F64) - ref).abs() / bound).max().item()
     norm_rel = ((bad.to(F64) - ref).norm() / ref.norm()).item()
     print(
