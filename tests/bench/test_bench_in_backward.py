@@ -1,11 +1,9 @@
 """benchmarks/bench_in_backward.py on the CPU: a quick run appends its records as benchmark
 bench_in_backward; docs/benchmarks.md (benchmarks/report.py) shows them and the records written
-as bench_optimizer_in_backward before the rename as one benchmark; the old module name warns."""
+as bench_optimizer_in_backward before the rename as one benchmark."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 
 import pytest
 
@@ -57,10 +55,3 @@ def test_report_shows_the_old_name_as_the_new_benchmark(tmp_path):
     assert [r["benchmark"] for r in records.read(path)] == ["bench_optimizer_in_backward"] * 2 + [
         "bench_in_backward"
     ] * 2
-
-
-def test_old_module_name_warns_and_forwards(monkeypatch):
-    monkeypatch.delitem(sys.modules, "benchmarks.bench_optimizer_in_backward", raising=False)
-    with pytest.warns(DeprecationWarning, match="import benchmarks.bench_in_backward"):
-        old = importlib.import_module("benchmarks.bench_optimizer_in_backward")
-    assert old.Config is bench.Config and old.add_common_arguments is bench.add_common_arguments
