@@ -247,17 +247,17 @@ def tune(dims, out_path, budget_s, workers):
             scale = 1 / math.sqrt(e)
             f = flops(b, HEADS, s, e, is_causal)
             with torch.no_grad():
-                out, lse = kattn._forward(q, k, v, is_causal, scale, None, base)
+                out, lse = kattn._forward(q, k, v, None, is_causal, scale, None, base)
             for kind, var, cfg in tune_configs(e, is_causal):
                 if time.time() - start > budget_s:
                     print("tuning budget spent", flush=True)
                     Path(out_path).write_text("\n".join(lines) + "\n")
                     return
                 if kind == "fwd":
-                    fn = lambda: kattn._forward(q, k, v, is_causal, scale, None, cfg)  # noqa: E731
+                    fn = lambda: kattn._forward(q, k, v, None, is_causal, scale, None, cfg)  # noqa: E731
                     work = f
                 else:
-                    fn = lambda: kattn._backward(do, q, k, v, out, lse, is_causal, scale, None, cfg)  # noqa: E731
+                    fn = lambda: kattn._backward(do, q, k, v, None, out, lse, is_causal, scale, None, cfg)  # noqa: E731
                     work = 2.5 * f
                 label = (
                     f"| {e} | {is_causal} | {kind} | {var.block_m}, {var.block_n}, {var.num_warps}, "
