@@ -319,7 +319,7 @@ def _dropout_keep(dropout: _Dropout, bh: Tensor, i: Tensor, j: Tensor) -> Tensor
     Philox-4x32-10 at the counter (j // 4, i, bh, 0) under the key ``dropout.seed``, and is
     dropped iff that word's top 31 bits are below ``dropout.threshold`` (probability
     threshold / 2^31, dropout_p rounded to a multiple of 2^-31). The kernels compute the
-    same function (``_dropout_words`` and ``_kept`` of kernels/ojas_kernels/attention.py),
+    same function (``_dropout_words`` and ``_kept`` of kernels/ojas_kernels/attention_tiles.py),
     so the mask does not depend on the tiling and is recomputed in the backward pass, never
     stored."""
     c0, c1, c2 = torch.broadcast_tensors(j >> 2, i, bh)

@@ -338,7 +338,7 @@ def mlp_backward_transient_bytes(m: Model, s: Setting) -> int:
 def attention_backward_transient_bytes(m: Model, s: Setting) -> int:
     """With ``recipe.checkpoint_split``, the point of a layer's attention backward: the gradient of the attention
     output (o_proj's input gradient, [tokens, q width]), the kernel's dq, dk, dv ([tokens, q + 2 kv
-    width], kernels/ojas_kernels/attention.py ``_backward``) and its float32 delta [batch, heads, seq]. A
+    width], kernels/ojas_kernels/attention_backward.py ``_backward``) and its float32 delta [batch, heads, seq]. A
     prediction from the kernel's allocations (no record isolates this phase)."""
     return s.size * s.tokens * (2 * m.q_width + 2 * m.kv_width) + 4 * s.batch * m.heads * s.seq
 

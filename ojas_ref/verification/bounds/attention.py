@@ -179,7 +179,7 @@ def attention_forward_error_bound(
     storage_rounding: str = "nearest",
 ) -> float:
     """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
-    flash-attention forward (kernels/ojas_kernels/attention.py) on one query row of at most ``n_keys``
+    flash-attention forward (kernels/ojas_kernels/attention_forward.py) on one query row of at most ``n_keys``
     keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
     taken as exact reals; compare with a float64 softmax of the upcast inputs).
 
@@ -263,7 +263,7 @@ def attention_forward_posteriori_bound(
     storage_rounding: str = "nearest",
 ) -> torch.Tensor:
     """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention
-    forward (kernels/ojas_kernels/attention.py): ``afp_rel * W_ic + afp_abs`` with
+    forward (kernels/ojas_kernels/attention_forward.py): ``afp_rel * W_ic + afp_abs`` with
     ``W_ic = prob_abs_v[..., i, c] = sum_j P_ij |v_jc|`` (``P`` the exact softmax of
     ``scale * q.k`` over the row's visible keys; the caller computes it, e.g. a float64
     softmax times ``|v|``, enlarged for its own rounding). Returns a float64 tensor shaped
@@ -395,7 +395,7 @@ def attention_lse_error_bound(
     log2_error: float = LOG2_ERROR,
 ) -> float:
     """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
-    log-sum-exp the Triton flash-attention forward saves per query row (kernels/ojas_kernels/attention.py:
+    log-sum-exp the Triton flash-attention forward saves per query row (kernels/ojas_kernels/attention_forward.py:
     ``(m + tl.log2(l)) * ln 2`` in float32), against the exact one over the row's visible
     keys (at most ``n_keys``).
 
@@ -698,7 +698,7 @@ def attention_dk_error_bound(
     **kwargs: Any,
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|dK_je - scale sum_i P_ij (dP_ij - D_i) q_ie|`` for the dK/dV
-    kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dkdv_tile``), one per
+    kernel of the Triton flash attention (kernels/ojas_kernels/attention_backward.py, ``_dkdv_tile``), one per
     entry of the sums ``(S1, S2, S3)`` (each ``[.., Sk, E]``, over the visible queries of
     key ``j``, every query head of its group, from exact probabilities, float64):
     ``S1 = sum_i P_ij |dP_ij - D_i| |q_ie|``, ``S2 = sum_i P_ij |q_ie|``,
@@ -751,7 +751,7 @@ def attention_dq_error_bound(
     **kwargs: Any,
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|dQ_ie - scale sum_j P_ij (dP_ij - D_i) k_je|`` for the dQ
-    kernel of the Triton flash attention (kernels/ojas_kernels/attention.py, ``_dq_tile``), one per entry
+    kernel of the Triton flash attention (kernels/ojas_kernels/attention_backward.py, ``_dq_tile``), one per entry
     of the sums ``(S1, S2, S3)`` (each ``[.., Sq, E]``, over the visible keys of query ``i``):
     ``S1 = sum_j P_ij |dP_ij - D_i| |k_je|``, ``S2 = sum_j P_ij |k_je|``, ``S3 = eD_i S2``
     (``D_i``, ``eD_i`` as in :func:`attention_dk_error_bound`).
