@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.bench_memory import MODES, MemoryRunner, skip_reason, techniques  # noqa: E402
+from benchmarks.bench_memory import MODES, MemoryRunner, mode_recipe, skip_reason, techniques  # noqa: E402
 from benchmarks.bench_optimize_model import allocate_workspaces, environment  # noqa: E402
 from benchmarks.bench_in_backward import DTYPES, OPTIMIZERS, QUICK, Config, sync  # noqa: E402
 from ojas_ref.tools import plan as P  # noqa: E402
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     memory = cuda_memory(device) if device.type == "cuda" else no_allocator
     events = record(lambda: runner.step(args.warmup), default_modules(runner.model), memory)
     sync(device)
-    t = None if args.mode in ("standard+ckpt", "reversible") else techniques(args.mode, args.dtype, args.optimizer)
+    recipe = mode_recipe(args.mode, args.dtype, args.optimizer)
+    t = None if args.mode in ("standard+ckpt", "reversible") else techniques(recipe)
     setting = P.memory_record_setting(
         dict(mode=args.mode, dtype=args.dtype, optimizer=args.optimizer, techniques=t), c.batch, c.seq
     )

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ojas_ref.recipe import dtype_name  # noqa: E402
 from ojas_ref.tools import plan as P  # noqa: E402
 from ojas_ref.tools.step_time import Measured, depths_for, predict_step_seconds, time_steps  # noqa: E402
 
@@ -81,10 +82,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         row = dict(
             model=m.name,
             layers=m.layers,
-            dtype=s.dtype,
+            dtype=dtype_name(s.dtype),
             optimizer=s.optimizer,
             mode=s.mode,
-            setting=dataclasses.asdict(s),
+            # the setting as JSON: its recipe's fields, the dtype by torch's name
+            setting=dataclasses.asdict(s) | dict(recipe=dataclasses.asdict(s.recipe), dtype=dtype_name(s.dtype)),
             device=shallow.device,
             depths=list(shallow.depths),
             seconds=list(shallow.seconds),

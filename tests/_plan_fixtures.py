@@ -1,4 +1,4 @@
-"""The planner's H200 records (tests/fixtures/plan/, copied from benchmarks/results/) and the settings
+"""The planner's H200 records (tests/fixtures/plan/: the benchmarks' --out files, README.md there) and the settings
 that tests/memory/test_memory.py (``ojas_ref.memory``'s formulas) and tests/tools/test_plan.py (``ojas plan``) share."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ojas_ref.tools import plan as P
 
 transformers = pytest.importorskip("transformers")
 
-#: the H200 records the formulas are checked against, copied from benchmarks/results/ (README.md there)
+#: the H200 records the formulas are checked against (README.md there: the commit that added each)
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plan"
 #: benchmarks/bench_optimize_model.py's: before the fused RMSNorm and SwiGLU existed (its ojas modes:
 #: attention and loss), with everything optimize_model applies, and with the fused RoPE too

@@ -55,8 +55,9 @@ SLICE_ALIGN = 64
 LCE_WORKSPACE_FRACTION = 0.14
 #: the kernel's floor on its workspace budget (``16 << 20`` in ``_three_products``)
 LCE_WORKSPACE_FLOOR = 16 * 2**20
-#: the bound kernels/ojas_kernels/linear_cross_entropy.py states and benchmarks/RESULTS.md measures
-#: (1.128-1.139): the loss's peak above its inputs is at most this times the gradients
+#: the bound kernels/ojas_kernels/linear_cross_entropy.py states and the H200 measures (1.128-1.140:
+#: peak_over_gradients of the bench_linear_cross_entropy records, peer ojas, of 2026-11-29 and
+#: 2026-12-06 in benchmarks/records.jsonl): the loss's peak above its inputs is at most this times the gradients
 LCE_PEAK_OVER_GRADIENTS = 1.15
 
 

@@ -2,9 +2,10 @@
 
 :func:`ojas_ref.tools.throughput.predict_time` divides the step's FLOPs by one GEMM rate:
 a bound, which a host-bound step (a 1B model in bf16 on an H200: 14-35% of the product
-rate, benchmarks/RESULTS.md) misses by a factor of 3 to 7, and a sum of the step's kernels
-timed one by one misses too (it has no host, and the host and device overlap in part:
-benchmarks/RESULTS.md, issue 15's section). This module times instead the training step of
+rate, ojas_ref/tools/h200_records.py) misses by a factor of 3 to 7, and a sum of the step's kernels
+timed one by one misses too (it has no host, and the host and device overlap in part: 0.67-1.73x
+of the recorded tokens/s on the H200, 2026-12-01, ``git show 9d4109c:benchmarks/RESULTS.md``).
+This module times instead the training step of
 the model's own width (hidden, heads, MLP, vocabulary, batch, sequence; the setting's dtype,
 optimizer, update in backward, checkpointing or offload, host state, ojas kernels) at two depths
 ``a < b`` on the device, interleaved, and extrapolates linearly in the decoder layers:

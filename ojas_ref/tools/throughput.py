@@ -10,8 +10,9 @@ are memory-bound, not FLOP-bound, and counted as 0 FLOPs here), and a small step
 bound by the host's launches. The H200 records (ojas_ref/tools/h200_records.py) show how far from
 the bound a real step is (:func:`recorded_throughput`, tests/tools/test_throughput.py): the
 fp32 steps of the 1.06B model run 39-43 TFLOP/s of counted work, the bf16 steps
-108-278 TFLOP/s, 14-35% of the H200's measured bf16 product rate (benchmarks/RESULTS.md: the
-bf16 step is host-bound). No efficiency factor is applied by default: the records are of one
+108-278 TFLOP/s, 14-35% of the H200's measured bf16 product rate (the bf16 step is host-bound:
+its CUDA time 37 ms of a 55 ms step under torch.profiler, 2026-12-01,
+``git show 343a89b:benchmarks/RESULTS.md``). No efficiency factor is applied by default: the records are of one
 model size, and the fraction they show does not carry to another. ``ojas plan --time --shallow``
 predicts the step instead from steps of the model's width timed at two small depths
 (ojas_ref/tools/step_time.py; within 15% of the measured step in all 32 H200 rows).
@@ -224,7 +225,8 @@ def time_lines(
             lines.append(
                 f"  {100 * achieved / H200_BF16_GEMM_RATE:.0f}% of the H200's measured bf16 GEMM rate (790 "
                 f"TFLOP/s, at which the bound is {at_h200:,.0f} tokens/s): the bf16 step is host-bound "
-                "(benchmarks/RESULTS.md), so the FLOP bound overestimates it"
+                "(the standard one: 37 ms of CUDA time in a 55 ms step, torch.profiler), so the FLOP bound "
+                "overestimates it"
             )
         else:
             lines.append("  no float32 GEMM rate of the H200 is recorded to set it against")
