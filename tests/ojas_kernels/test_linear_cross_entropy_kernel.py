@@ -39,6 +39,8 @@ from hypothesis import strategies as st  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from ojas_kernels import linear_cross_entropy as klce  # noqa: E402
+from ojas_kernels import linear_cross_entropy_four_products as klce_four  # noqa: E402
+from ojas_kernels import linear_cross_entropy_three_products as klce_three  # noqa: E402
 from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_kernels.linear_cross_entropy import (  # noqa: E402
     LinearCrossEntropyConfig,
@@ -785,18 +787,20 @@ class _ProductRows:
     """Marks the tokens whose row of the input enters one of the kernel's matrix products (the
     cuBLAS ones, ``_mm_into`` / ``_mm_f32`` / ``_addmm_into``, and the Triton logits,
     ``_launch_logits``): every operand read by a product is matched row by row against ``x``
-    (random rows, so a match is that token's row, gathered or not)."""
+    (random rows, so a match is that token's row, gathered or not).  Each is wrapped in the
+    schedule modules that call it."""
 
     def __init__(self, monkeypatch, x: torch.Tensor):
         self.x = x.detach().reshape(-1, x.shape[-1])
         self.seen = torch.zeros(self.x.shape[0], dtype=torch.bool)
-        for name, operands in (
-            ("_mm_into", (1, 2)),
-            ("_mm_f32", (0, 1)),
-            ("_addmm_into", (1, 2)),
-            ("_launch_logits", (0,)),
+        for module, name, operands in (
+            (klce_three, "_mm_into", (1, 2)),
+            (klce_three, "_addmm_into", (1, 2)),
+            (klce_four, "_mm_into", (1, 2)),
+            (klce_four, "_mm_f32", (0, 1)),
+            (klce_four, "_launch_logits", (0,)),
         ):
-            monkeypatch.setattr(klce, name, self._marking(getattr(klce, name), operands))
+            monkeypatch.setattr(module, name, self._marking(getattr(module, name), operands))
 
     def _marking(self, fn, operands):
         def wrapped(*args, **kw):

@@ -58,6 +58,8 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from ojas_kernels import linear_cross_entropy as kernels  # noqa: E402
+from ojas_kernels import linear_cross_entropy_four_products as four_products  # noqa: E402  (mutants patched here)
+from ojas_kernels import linear_cross_entropy_three_products as three_products  # noqa: E402  (and here)
 from ojas_ref.verification.bounds.common import EXP_ERROR  # noqa: E402
 from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
     LINEAR_CROSS_ENTROPY_EXP_ERROR,
@@ -575,7 +577,7 @@ def test_gradient_mutants_exceed_bound(dtype, mutant, bounds, monkeypatch):
         mean_over_all=lambda: _mutant_mean_over_all(kernels._addmm_into, int((target != -100).sum()), len(target)),
     )
     if mutant is not None:
-        monkeypatch.setattr(kernels, *make[mutant]())
+        monkeypatch.setattr(three_products, *make[mutant]())
     gh, gw = _kernel_grads(x, w, target, "mean", cfg)
     excess = max(((gh - dh).abs() / bh).max().item(), ((gw - dw).abs() / bw).max().item())
     print(f"{dtype} {mutant}: largest error / bound {excess:.3g}")
@@ -838,7 +840,7 @@ def test_four_product_gradient_mutants_exceed_bound(dtype, mutant, monkeypatch):
     bh, bw = _four_bounds(x, w, target, "none", cfg, go)
     make = dict(weight_twice=_mutant_weight_twice, lse_shift=_mutant_lse_shift)
     if mutant is not None:
-        monkeypatch.setattr(kernels, *make[mutant](kernels._backward_weight))
+        monkeypatch.setattr(four_products, *make[mutant](kernels._backward_weight))
     gh, gw = _four_grads(x, w, target, "none", cfg, go)
     assert ((gh - dh).abs() <= bh).all()
     excess = ((gw - dw).abs() / bw).max().item()

@@ -36,6 +36,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from ojas_kernels import linear_cross_entropy as kernels  # noqa: E402
+from ojas_kernels import linear_cross_entropy_kernels as jit_kernels  # noqa: E402  (where the kernels find _softcap)
 from ojas_ref.verification.bounds.common import EXP_ERROR  # noqa: E402
 from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
     LINEAR_CROSS_ENTROPY_TANH_ERROR,
@@ -180,9 +181,9 @@ def test_softcap_mutants_exceed_bound(mutant, monkeypatch):
     cap = 5.0
     z = _raw_logits(torch.float32)
     if mutant == "cap_twice":
-        monkeypatch.setattr(kernels, "_softcap", _cap_twice)
+        monkeypatch.setattr(jit_kernels, "_softcap", _cap_twice)
     elif mutant == "clamp_at_8":
-        monkeypatch.setattr(kernels, "_cap_tanh", _tanh_clamped_at_8)
+        monkeypatch.setattr(jit_kernels, "_cap_tanh", _tanh_clamped_at_8)
     lse, _ = kernel_stream_lse(z, torch.zeros(z.shape[0], dtype=torch.long), softcap=cap)
     excess = (lse.to(F64) - exact_lse(z, cap)).abs().max().item() / _row_bound(z.shape[1], torch.float32, z, cap)
     print(f"{mutant}: largest error / bound {excess:.3g}")
@@ -361,7 +362,7 @@ def _chain_of_uncapped(z, softcap):  # 1 - (r / c)^2 from the raw logit, z = c t
 def test_capped_gradient_mutants_exceed_bound(mutant, monkeypatch):
     x, w, target, cfg = _capped_case(torch.float32, 5.0)
     if mutant is not None:
-        monkeypatch.setattr(kernels, "_cap_chain", _no_chain if mutant == "no_chain" else _chain_of_uncapped)
+        monkeypatch.setattr(jit_kernels, "_cap_chain", _no_chain if mutant == "no_chain" else _chain_of_uncapped)
     eh, ew, bh, bw = _capped_errors(x, w, target, cfg, 5.0)
     excess = max((eh / bh).max().item(), (ew / bw).max().item())
     print(f"{mutant}: largest error / bound {excess:.3g}")
