@@ -3,7 +3,7 @@
     python benchmarks/bench_linear_cross_entropy_error.py [--out FILE]   # CUDA: V = 128256, D = 4096
     python benchmarks/bench_linear_cross_entropy_error.py --quick        # tiny sizes, CPU interpreter
 
-For each dtype (bfloat16, float32) the 3-product forward of kernels/ojas_kernels/linear_cross_entropy.py
+For each dtype (bfloat16, float32) the 3-product forward of kernels/ojas_kernels/linear_cross_entropy_three_products.py
 (``_three_products``: the chunk's logits by cuBLAS / the CPU matmul with float32
 accumulation, rounded to the input dtype, then ``_rows_kernel`` STREAM over vocabulary tiles)
 runs on random normal hidden states and weights (std 0.02, and a "peaked" variant whose

@@ -441,7 +441,7 @@ def last_bucket_temporary_bytes(m: Model, s: Setting) -> int:
     return pending_staged_bytes(m, s, count) + (0 if sliced(s, embedding) else head_gradient_bytes(m, s))
 
 
-#: the tile of kernels/ojas_kernels/linear_cross_entropy.py's ``default_config`` on CUDA: (block_m, block_n) of
+#: the tile of kernels/ojas_kernels/linear_cross_entropy_config.py's ``default_config`` on CUDA: (block_m, block_n) of
 #: its forward and backward GemmConfig, per dtype
 LCE_BLOCKS = {torch.float32: (64, 64), torch.bfloat16: (128, 128)}
 
@@ -451,7 +451,7 @@ def _round_to(x: int, multiple: int, up: bool) -> int:
 
 
 def head_update_forward_bytes(m: Model, s: Setting) -> int:
-    """With ``recipe.head_update`` the kernel runs 4 products (kernels/ojas_kernels/linear_cross_entropy.py
+    """With ``recipe.head_update`` the kernel runs 4 products (kernels/ojas_kernels/linear_cross_entropy_config.py
     ``_head_update_config``): the forward computes grad_input [tokens, hidden] (the model dtype,
     held until the backward, where it is the hidden states' gradient) and no other gradient,
     over token chunks whose float32 logits and G rows [chunk, V rounded to block_n] fit

@@ -51,7 +51,7 @@ BUCKET_CAP_BYTES = int(BUCKET_CAP_MB * 2**20)
 STATE_SLICE_MB = 128.0
 #: InBackwardOptimizer's ``_SLICE_ALIGN``: a slice's length in elements is a multiple of it
 SLICE_ALIGN = 64
-#: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/ojas_kernels/linear_cross_entropy.py
+#: ``LinearCrossEntropyConfig.workspace_fraction`` of kernels/ojas_kernels/linear_cross_entropy_config.py
 LCE_WORKSPACE_FRACTION = 0.14
 #: the kernel's floor on its workspace budget (``16 << 20`` in ``_three_products``)
 LCE_WORKSPACE_FLOOR = 16 * 2**20

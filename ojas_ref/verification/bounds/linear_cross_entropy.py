@@ -311,7 +311,7 @@ def linear_cross_entropy_lse_error_bound(
     tanh_rel_error: float = 0.0,
 ) -> float:
     """Bound on ``|lse_kernel - ln sum_v exp(h . w_v)|`` for one token of the chunked linear
-    cross-entropy (kernels/ojas_kernels/linear_cross_entropy.py, ``_rows_kernel`` with STREAM: the
+    cross-entropy (kernels/ojas_kernels/linear_cross_entropy_kernels.py, ``_rows_kernel`` with STREAM: the
     3-product schedule, the default for reductions "mean" / "sum" with a gradient, and
     ``fwd_logits="cublas"``), no bias; with ``softcap = c`` against
     ``ln sum_v exp(c tanh(h . w_v / c))``.

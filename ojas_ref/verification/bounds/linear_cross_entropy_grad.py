@@ -107,7 +107,7 @@ def linear_cross_entropy_grad_error_bound(
     div_error: float = LINEAR_CROSS_ENTROPY_DIV_ERROR,
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|grad_kernel - grad_exact|`` for every entry of dH (grad_input)
-    or dW (grad_weight) of the 3-product schedule of kernels/ojas_kernels/linear_cross_entropy.py
+    or dW (grad_weight) of the 3-product schedule of kernels/ojas_kernels/linear_cross_entropy_three_products.py
     (``_three_products``: reductions "mean" / "sum"), no bias, no softcap, no smoothing, no z-loss.
 
     Implements ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` (dH: ``n_chunks = 1``,
@@ -418,7 +418,7 @@ def linear_cross_entropy_weighted_dh_error_bound(
     **premises: float,
 ) -> torch.Tensor:
     """Per-entry bounds on dH (grad_input [N, D]) of the 4-product schedule of
-    kernels/ojas_kernels/linear_cross_entropy.py (reduction "none", or ``products=4``; no bias, softcap,
+    kernels/ojas_kernels/linear_cross_entropy_four_products.py (reduction "none", or ``products=4``; no bias, softcap,
     smoothing, z-loss, float16): the forward's row ``rnd_s(rnd(alpha G W))`` (G with token weight 1),
     times the token's float32 grad_output ``g`` in the backward, rounded once to ``dtype``.
     Implements ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dh4_error``::
