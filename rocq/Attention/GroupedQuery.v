@@ -6,7 +6,7 @@
     [h / G] ([kv_head]).  That is [_grouped] in
     ojas_ref/functional/attention.py (query head [h = hkv * G + g] of the
     view [B, Hkv, G, Sq, E]), and [hk = h // group] in the Triton kernels
-    [_fwd_kernel] and [_bwd_dq_kernel] of kernels/ojas_kernels/attention.py.  The
+    [_fwd_kernel] and [_bwd_dq_kernel] of kernels/ojas_kernels/attention_forward.py and kernels/ojas_kernels/attention_backward.py.  The
     backward kernel [_bwd_dkdv_kernel] computes [dK], [dV] of key/value head
     [hk] in one accumulator, looping over the query heads
     [h = hk * G + g] for [g = 0 .. G-1] (outer loop) and, in each, over the

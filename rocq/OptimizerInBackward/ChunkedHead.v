@@ -1,7 +1,7 @@
 (** * The head's weight updated chunk by chunk inside the cross-entropy's backward.
 
     The linear cross-entropy's backward, with the head weight [W] ([Vn] rows)
-    updated by the optimizer inside it ([ojas_ref/functional/linear_cross_entropy.py],
+    updated by the optimizer inside it ([ojas_ref/functional/_linear_cross_entropy_reference.py],
     [_backward_kept_update_head]), runs this loop over the vocabulary chunks
     [[k vc, min((k+1) vc, Vn))] ([vocab_chunk]), [k = 0 .. n_chunks - 1]:
 

@@ -1,6 +1,6 @@
 (** * The attention backward's dK and dQ in mixed precision: a-posteriori bounds.
 
-    Both backward kernels of kernels/ojas_kernels/attention.py compute, for every visible
+    Both backward kernels of kernels/ojas_kernels/attention_backward.py compute, for every visible
     (query i, key j) pair they visit,
       s2   = rnd (dot (q_i, k_j) * qk_scale)     -- [score2], as the forward
       p    = exp2 (rnd (s2 - lse2_i))            -- 0 where masked

@@ -1,6 +1,6 @@
 (** * The attention backward's dV in mixed precision: an a-posteriori bound.
 
-    The dK/dV kernel of kernels/ojas_kernels/attention.py ([_bwd_dkdv_kernel], [_dkdv_tile])
+    The dK/dV kernel of kernels/ojas_kernels/attention_backward.py ([_bwd_dkdv_kernel], [_dkdv_tile])
     computes, for one key [k] (head dim [E]) and one value coordinate, over the
     query tiles of every query head of the key's group,
       s2  = rnd (dot (k, q_i) * qk_scale)            -- [score2], as the forward

@@ -9,7 +9,7 @@
     PART B (the kernel's scores): [score2 c q k = rnd (blocked_dot (E) q k * c)],
     the fp32 dot over the head dim [E] (each product rounded to fp32, the
     [E] products summed left to right: [blocked_dot] with one tile of [E])
-    times the fp32 constant [c = qk_scale] of kernels/ojas_kernels/attention.py, a base-2
+    times the fp32 constant [c = qk_scale] of kernels/ojas_kernels/attention_args.py, a base-2
     score.  With [|c ln 2 - scale| <= uc scale] and [sum_i |q_i k_i| <= P]:
     [score2_error]: |score2 ln 2 - scale (q . k)| <= [score_delta] and
     |score2| <= [score_max] (closed forms below).

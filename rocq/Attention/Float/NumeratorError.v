@@ -1,6 +1,6 @@
 (** * Forward error of one row of the attention numerator [sum_j p_j v_j], as the kernel computes it.
 
-    In [kernels/ojas_kernels/attention.py] ([_fwd_tile]) the weights [p = exp2 (s - m)]
+    In [kernels/ojas_kernels/attention_forward.py] ([_fwd_tile]) the weights [p = exp2 (s - m)]
     are fp32; the kernel rounds them to the value dtype ([p.to(v.dtype)])
     and takes [tl.dot (p, v, acc)] on the tensor cores with fp32
     accumulation, one key tile of [BLOCK_N] keys at a time.  For a

@@ -1,6 +1,6 @@
 (** * The online-softmax forward of one query row in mixed precision: the rescaling recurrence.
 
-    [kernels/ojas_kernels/attention.py] ([_fwd_tile], [_fwd_kernel]) runs, per key tile
+    [kernels/ojas_kernels/attention_forward.py] ([_fwd_tile], [_fwd_kernel]) runs, per key tile
     with new running max [m'] (a max of fp32 numbers: exact),
       alpha = exp2 (m - m'),  p_j = exp2 (s_j - m'),
       l   := l * alpha + tl.sum (p),

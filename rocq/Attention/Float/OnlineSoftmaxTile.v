@@ -2,7 +2,7 @@
 
     Companion of OnlineSoftmaxError.v (whose [inv], [exp2_diff_error],
     [rescale_step], [factor_iter_bound] this file uses).  For one key tile
-    of [kernels/ojas_kernels/attention.py] ([_fwd_tile]) with running max [m'] (fp32,
+    of [kernels/ojas_kernels/attention_forward.py] ([_fwd_tile]) with running max [m'] (fp32,
     at least every score of the tile and at most [K] above each of them),
     the kernel computes, per key [j] with fp32 score [s_j],
       p_j = exp2 (rnd_a (s_j - m')),
@@ -923,7 +923,7 @@ End EndToEnd.
 
 (** ** Fully masked key tiles leave the kernel's state exactly unchanged
 
-    The kernel's per-tile step ([_fwd_tile] with [MASKED], kernels/ojas_kernels/attention.py)
+    The kernel's per-tile step ([_fwd_tile] with [MASKED], kernels/ojas_kernels/attention_forward.py)
     on the whole state of one query row: running max [m] (the kernel's
     [-inf], "no visible key yet", is [None]), running sum [l], accumulator
     [acc] (one fp32 number per value coordinate).  Per key [k] of the tile,

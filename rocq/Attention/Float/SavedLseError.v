@@ -1,6 +1,6 @@
 (** * The forward kernel's log-sum-exp in mixed precision, the rounding of the scores included.
 
-    The forward kernel (kernels/ojas_kernels/attention.py, [_fwd_kernel]) saves, per query
+    The forward kernel (kernels/ojas_kernels/attention_forward.py, [_fwd_kernel]) saves, per query
     row, [lse = (m + tl.log2 (l)) * 0.6931471805599453] in fp32: the
     running max [m] and sum [l] of its tile loop, the computed [log2] ([lg]
     below, with absolute error [el]: an assumption about [tl.log2], a

@@ -1,6 +1,6 @@
 (** * The chunked linear cross-entropy's gradients dH and dW in mixed precision: a-posteriori bounds.
 
-    kernels/ojas_kernels/linear_cross_entropy.py, the 3-product schedule ([_three_products],
+    kernels/ojas_kernels/linear_cross_entropy_three_products.py, the 3-product schedule ([_three_products],
     the default for reductions "mean" / "sum"), label smoothing and z-loss 0,
     no softcap, token weight [g_scale = 1] (bfloat16, float32):
     - [_rows_kernel] GRAD writes, for each kept token [n] and vocabulary row

@@ -1,6 +1,6 @@
 (** * The chunked linear cross-entropy's gradients: a-posteriori bounds tight for confident tokens.
 
-    The schedule is CrossEntropy/Float/GradError.v's (kernels/ojas_kernels/linear_cross_entropy.py,
+    The schedule is CrossEntropy/Float/GradError.v's (kernels/ojas_kernels/linear_cross_entropy_three_products.py,
     [_three_products]: G = [rnd_s (tl.exp (rnd (z - lse)))], the target's minus 1
     in fp32 first; dH one product over the vocabulary, dW the token-chunk loop).
     [ce_dh_error] / [ce_dw_error] charge every entry of G with one exponent's

@@ -1,6 +1,6 @@
 (** * An a-posteriori bound for the streamed cross-entropy loss, tight for confident tokens.
 
-    The kernel (kernels/ojas_kernels/linear_cross_entropy.py, [_rows_kernel] with STREAM, as in
+    The kernel (kernels/ojas_kernels/linear_cross_entropy_kernels.py, [_rows_kernel] with STREAM, as in
     CrossEntropy/Float/LseLossError.v) streams the computed logits [z_v] into [(m, l)]
     ([ce_run] from [(z_first, 0)]), then [lse = rnd (m + tl.log l)] and
     [loss = rnd (lse - z_t)].  [ce_loss_error] charges the logits' error

@@ -1,6 +1,6 @@
 (** * The chunked linear cross-entropy's log-sum-exp and loss in fp32, as the kernel streams them.
 
-    kernels/ojas_kernels/linear_cross_entropy.py, [_rows_kernel] with STREAM (the default
+    kernels/ojas_kernels/linear_cross_entropy_kernels.py, [_rows_kernel] with STREAM (the default
     3-product schedule for reductions "mean" / "sum", and [fwd_logits =
     "cublas"]): per token, over vocabulary tiles of at most [Bt] logits
     (fp32 numbers [z_v], read from the logits buffer),

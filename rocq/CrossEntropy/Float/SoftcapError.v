@@ -1,6 +1,6 @@
 (** * The chunked linear cross-entropy with a final-logit softcap, in fp32, as the kernel computes it.
 
-    kernels/ojas_kernels/linear_cross_entropy.py, [_softcap] (through [_logits_of], HAS_CAP): each raw
+    kernels/ojas_kernels/linear_cross_entropy_kernels.py, [_softcap] (through [_logits_of], HAS_CAP): each raw
     fp32 logit [r] (the logits buffer upcast, or the Triton dots' accumulator) becomes
       z = rnd (c * th r),   th r = 1.0 - 2.0 / (tl.exp (tl.minimum (2.0 * r / c, 80.0)) + 1.0)
     (Gemma 2/3's [final_logit_softcapping]: [c tanh (r / c)], Definitions.v's [softcap]

@@ -1,6 +1,6 @@
 (** * The capped chunked linear cross-entropy's gradients dH and dW in mixed precision.
 
-    kernels/ojas_kernels/linear_cross_entropy.py, the 3-product schedule ([_three_products]) with a
+    kernels/ojas_kernels/linear_cross_entropy_three_products.py, the 3-product schedule ([_three_products]) with a
     final-logit softcap [c] (HAS_CAP, [_rows_kernel] with STREAM: the fp32 raw logits
     [r] read back from the logits buffer), no bias, label smoothing and z-loss 0, token
     weight 1 (bfloat16, float32).  [_rows_kernel] GRAD recomputes, per kept token and

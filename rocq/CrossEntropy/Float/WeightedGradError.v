@@ -1,6 +1,6 @@
 (** * The 4-product schedule's gradients dH and dW of the chunked linear cross-entropy in mixed precision.
 
-    kernels/ojas_kernels/linear_cross_entropy.py, the 4-product schedule (reduction "none",
+    kernels/ojas_kernels/linear_cross_entropy_four_products.py, the 4-product schedule (reduction "none",
     and [products=4] for "mean" / "sum"), label smoothing and z-loss 0, no
     softcap, no bias, bfloat16 or float32 (float16's scaled G is not covered).
     Only the kept tokens enter the products (ignored ones are removed before
