@@ -14,10 +14,10 @@
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlNatInt ExtrOcamlZInt.
 From Ojas Require Import ScalarOps Vector Attention.OnlineSoftmax Attention.Backward
-  Attention.Merge Attention.GroupedQuery Attention.AdditiveMask CrossEntropy.Definitions.
+  Attention.Merge Attention.GroupedQuery Attention.AdditiveMask LinearCrossEntropy.Definitions.
 From Ojas Require Import Reversible.Coupling Reversible.Stack Reversible.FixedPoint
   Reversible.Gradient.
-From Ojas Require Import OptimizerInBackward.UpdateRules.
+From Ojas Require Import InBackward.UpdateRules.
 
 (** [Nat.leb] as OCaml's integer [<=] ([ExtrOcamlNatInt] maps
     [Compare_dec.leb] but not [Nat.leb]; [Nat.ltb n m] is extracted from

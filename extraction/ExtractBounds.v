@@ -11,7 +11,7 @@
     [{qnum; qden}] over those. *)
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlZBigInt.
-From Ojas Require Import Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.CrossEntropy Bounds.CrossEntropyGrad.
+From Ojas Require Import Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.LinearCrossEntropy Bounds.LinearCrossEntropyGrad.
 
 Extraction "_build/bounds_spec.ml"
   dot_bound_q chunked_sum_factor_q nat_err_q stream_beta_q stream_err_q perturbation_q

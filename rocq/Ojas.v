@@ -10,16 +10,16 @@
       [FloatModel/NoUnderflow.v]: its special case without absolute terms)
       and the generic error lemmas built on it (dot products, blocked sums,
       the computed [exp2]);
-    - one folder per operation ([Attention/], [CrossEntropy/], [Reversible/],
-      [OptimizerInBackward/], [RMSNorm/], [SwiGLU/], [ReLU/], [RoPE/]): the
+    - one folder per operation ([Attention/], [LinearCrossEntropy/], [Reversible/],
+      [InBackward/], [RMSNorm/], [SwiGLU/], [ReLU/], [RoPE/]): the
       specification (the algorithm the kernel runs, as a definition the
       oracle extracts), its exact proofs (equal to the reference in exact
       arithmetic) and its error proofs in the rounding model: beside them
       those stated without underflow (e.g. [Attention/StreamError.v],
-      [CrossEntropy/LseError.v]), and in the operation's [Float/] subfolder
+      [LinearCrossEntropy/LseError.v]), and in the operation's [Float/] subfolder
       the kernels' error proofs in the mixed-precision model
       ([Attention/Float/]: the online softmax's rescaling and tiles, the
-      forward output, its saved lse, dV, dK and dQ; [CrossEntropy/Float/]:
+      forward output, its saved lse, dV, dK and dQ; [LinearCrossEntropy/Float/]:
       the streamed lse and loss, dH and dW, softcap, a-posteriori bounds);
     - [Bounds/]: the error bounds' values over exact rationals, one file per
       operation, which the oracle (extraction/ExtractBounds.v) computes.
@@ -45,28 +45,28 @@ From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardE
 From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
-From Ojas Require Export CrossEntropy.Definitions CrossEntropy.ChunkedLse CrossEntropy.Loss.
-From Ojas Require Export CrossEntropy.Gradient CrossEntropy.Reduction.
-From Ojas Require Export CrossEntropy.LseError CrossEntropy.LossError CrossEntropy.EndToEnd.
-From Ojas Require Export CrossEntropy.Float.LseLossError CrossEntropy.Float.GradError.
-From Ojas Require Export CrossEntropy.Float.WeightedGradError CrossEntropy.Float.SoftcapError.
-From Ojas Require Export CrossEntropy.Float.SoftcapGradError CrossEntropy.Float.LossPosteriori.
-From Ojas Require Export CrossEntropy.Float.GradPosteriori.
+From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.
+From Ojas Require Export LinearCrossEntropy.Gradient LinearCrossEntropy.Reduction.
+From Ojas Require Export LinearCrossEntropy.LseError LinearCrossEntropy.LossError LinearCrossEntropy.EndToEnd.
+From Ojas Require Export LinearCrossEntropy.Float.LseLossError LinearCrossEntropy.Float.GradError.
+From Ojas Require Export LinearCrossEntropy.Float.WeightedGradError LinearCrossEntropy.Float.SoftcapError.
+From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradError LinearCrossEntropy.Float.LossPosteriori.
+From Ojas Require Export LinearCrossEntropy.Float.GradPosteriori.
 
 (** ** Reversible coupling stacks *)
 From Ojas Require Export Reversible.Coupling Reversible.Stack Reversible.FixedPoint Reversible.Gradient.
 From Ojas Require Export Reversible.FloatError Reversible.APosteriori.
 
 (** ** The optimizer in backward *)
-From Ojas Require Export OptimizerInBackward.Events OptimizerInBackward.UpdateRules.
-From Ojas Require Export OptimizerInBackward.Equivalence OptimizerInBackward.Variants.
-From Ojas Require Export OptimizerInBackward.Repairs OptimizerInBackward.Counterexamples.
-From Ojas Require Export OptimizerInBackward.Buckets OptimizerInBackward.SparseRows.
-From Ojas Require Export OptimizerInBackward.ChunkedHead.
+From Ojas Require Export InBackward.Events InBackward.UpdateRules.
+From Ojas Require Export InBackward.Equivalence InBackward.Variants.
+From Ojas Require Export InBackward.Repairs InBackward.Counterexamples.
+From Ojas Require Export InBackward.Buckets InBackward.SparseRows.
+From Ojas Require Export InBackward.ChunkedHead.
 
 (** ** Elementwise and normalisation backward passes *)
 From Ojas Require Export RMSNorm.Backward SwiGLU.Backward ReLU.Backward ReLU.KernelBits RoPE.Backward.
 
 (** ** The bounds' values, over exact rationals *)
 From Ojas Require Export Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention.
-From Ojas Require Export Bounds.CrossEntropy Bounds.CrossEntropyGrad.
+From Ojas Require Export Bounds.LinearCrossEntropy Bounds.LinearCrossEntropyGrad.

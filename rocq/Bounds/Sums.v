@@ -1,13 +1,13 @@
-(** * Computable bounds of dot products and sums ([FloatModel/DotError.v], [CrossEntropy/LossError.v]).
+(** * Computable bounds of dot products and sums ([FloatModel/DotError.v], [LinearCrossEntropy/LossError.v]).
 
     - [gamma_q]: [gamma] of [FloatModel/DotError.v], exactly ([gamma_q_correct];
       [dot_bound_q] checks the side condition [n u < 1] too);
     - [chunked_sum_factor_q], [sum_factor_q], [nat_err_q]: upper bounds of
       the factors [(1+u)^(2n) - 1] of [chunked_sum_error_bound],
-      [sum_factor] and [nat_err] of [CrossEntropy/LossError.v]. *)
+      [sum_factor] and [nat_err] of [LinearCrossEntropy/LossError.v]. *)
 
 From Coq Require Import Reals QArith Qreals Lra Lia ZArith List.
-From Ojas Require Import FloatModel.DotError CrossEntropy.LossError Bounds.Rational.
+From Ojas Require Import FloatModel.DotError LinearCrossEntropy.LossError Bounds.Rational.
 
 Local Open Scope Q_scope.
 

@@ -6,7 +6,7 @@
     computed [exp2]).  This file is its special case whose absolute terms are
     0, i.e. no result underflows; the first error analyses
     ([FloatModel/DotError.v], [Attention/StreamError.v],
-    [CrossEntropy/LseError.v], [CrossEntropy/LossError.v],
+    [LinearCrossEntropy/LseError.v], [LinearCrossEntropy/LossError.v],
     [Reversible/FloatError.v]) are stated in it.  Nothing here is assumed
     beside the mixed-precision model: section [From_mixed] derives both
     hypotheses below from it, and its FLX instance ([flx_format], [flx_mixed])

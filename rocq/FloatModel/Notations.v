@@ -1,7 +1,7 @@
 (** * The notations shared by the error proofs in the mixed-precision model.
 
     Every error proof of [FloatModel/] and of the operations' [Float/] folders
-    ([Attention/Float/], [CrossEntropy/Float/]) is a Section over one model
+    ([Attention/Float/], [LinearCrossEntropy/Float/]) is a Section over one model
     [Variable M : MixedModel] ([MixedPrecision.v]); inside it, after
     [Import ModelNotations] (and [Import ExpNotations] for the exponential),
     these names stand for the model's parts:

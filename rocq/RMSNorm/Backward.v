@@ -21,13 +21,13 @@
       [(1 + w_i)] (Gemma): [dx] uses [(1 + w_j)], [dw_i = dy_i x_i r].
 
     Vectors are lists of reals read with [nth _ _ 0], as in the rest of
-    the project; [set_nth j t x] ([CrossEntropy.Gradient]) is [x] with
+    the project; [set_nth j t x] ([LinearCrossEntropy.Gradient]) is [x] with
     entry [j] replaced by [t]. *)
 
 From Coq Require Import Reals List Lra Arith Lia.
 Set Warnings "-ambiguous-paths".
 From Coquelicot Require Import Coquelicot.
-From Ojas Require Import VectorFacts CrossEntropy.Gradient.
+From Ojas Require Import VectorFacts LinearCrossEntropy.Gradient.
 Import ListNotations.
 Open Scope R_scope.
 

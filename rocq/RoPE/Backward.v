@@ -33,14 +33,14 @@
 
     Vectors are lists of reals read with [nth _ _ 0], as in the rest of
     the project; [dot] is [Vector.dot R_ops]; [set_nth j t x]
-    ([CrossEntropy.Gradient]) is [x] with entry [j] replaced by [t].
+    ([LinearCrossEntropy.Gradient]) is [x] with entry [j] replaced by [t].
     Over the reals only: no theorem covers rounding (the kernel rounds
     as torch's op-by-op autograd does). *)
 
 From Coq Require Import Reals List Lra Arith Lia.
 Set Warnings "-ambiguous-paths".
 From Coquelicot Require Import Coquelicot.
-From Ojas Require Import ScalarOps Vector VectorFacts CrossEntropy.Gradient.
+From Ojas Require Import ScalarOps Vector VectorFacts LinearCrossEntropy.Gradient.
 Import ListNotations.
 Open Scope R_scope.
 
