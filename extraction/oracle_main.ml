@@ -249,7 +249,7 @@ let response r =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
-(* ---- linear_cross_entropy (rocq/CrossEntropy/Definitions.v) ------------- *)
+(* ---- linear_cross_entropy (rocq/LinearCrossEntropy/Definitions.v) ------- *)
 
 type ce_request = {
   lce_input : float list list;          (* [N][D] *)
@@ -332,7 +332,7 @@ let parse_ce_request fields : ce_request =
     lce_grad_output = grad_output }
 
 (* [ce_forward], [ce_output] and [ce_backward] (fed with the forward's
-   accumulators) of rocq/CrossEntropy/Definitions.v. *)
+   accumulators) of rocq/LinearCrossEntropy/Definitions.v. *)
 let ce_response r =
   let cfg = r.lce_config and bt = r.lce_token_chunk and bv = r.lce_vocab_chunk in
   let fa = ce_forward float_ops cfg bt bv r.lce_input r.lce_weight r.lce_bias r.lce_target in
@@ -354,7 +354,7 @@ let ce_response r =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
-(* ---- coupling_stack (rocq/Reversible/) ---------------------------------- *)
+(* ---- reversible (rocq/Reversible/) -------------------------------------- *)
 
 (* The residual functions of the oracle's coupling stacks (glue, trusted): the
    tanh MLP x |-> W2 tanh(W1 x + b1) + b2, W1 [h][d], b1 [h], W2 [d][h], b2 [d],
@@ -547,7 +547,7 @@ let cs_response r =
   Buffer.add_char buf '}';
   Buffer.contents buf
 
-(* ---- optimizer_update (rocq/OptimizerInBackward/UpdateRules.v) ----------- *)
+(* ---- in_backward (rocq/InBackward/UpdateRules.v) ------------------------ *)
 
 (* The float instance of [OptOps]: [sqrt] is IEEE (correctly rounded), [pow]
    the C library's (as Python's [beta ** step] of the bias correction, with
@@ -794,9 +794,9 @@ let dispatch (j : Yojson.Safe.t) =
   match j with
   | `Assoc fields when List.assoc_opt "op" fields = Some (`String "linear_cross_entropy") ->
     ce_response (parse_ce_request fields)
-  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "coupling_stack") ->
+  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "reversible") ->
     cs_response (parse_cs_request fields)
-  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "optimizer_update") ->
+  | `Assoc fields when List.assoc_opt "op" fields = Some (`String "in_backward") ->
     opt_response (parse_opt_request fields)
   | `Assoc fields when List.assoc_opt "op" fields = Some (`String "error_bounds") ->
     eb_response fields

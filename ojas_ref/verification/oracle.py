@@ -369,7 +369,7 @@ def coupling_stack_oracle(
         return [_as_list(w, f"{name}[{i}]") for i, w in enumerate(ws)]
 
     req: dict[str, Any] = {
-        "op": "coupling_stack",
+        "op": "reversible",
         "mode": "int" if exact else "float",
         "x1": halves(x1, "x1"),
         "x2": halves(x2, "x2"),
@@ -384,7 +384,7 @@ def coupling_stack_oracle(
         req["grad_y2"] = _as_list(rows(grad_y2), "grad_y2")
     answer = oracle_request(req)
     if "error" in answer:
-        raise ValueError(f"coupling_stack oracle: {answer['error']}")
+        raise ValueError(f"reversible oracle: {answer['error']}")
 
     def tensor(value: Any) -> torch.Tensor:
         return torch.tensor(value, dtype=torch.int64 if exact else torch.float64, device=x1.device)
@@ -440,7 +440,7 @@ def optimizer_update_oracle(
         return _as_list(t.reshape(-1), f"state[{name!r}]")
 
     req: dict[str, Any] = {
-        "op": "optimizer_update",
+        "op": "in_backward",
         "rule": rule,
         "lr": float(lr),
         "weight_decay": float(weight_decay),
@@ -465,7 +465,7 @@ def optimizer_update_oracle(
             }
     answer = oracle_request(req)
     if "error" in answer:
-        raise ValueError(f"optimizer_update oracle: {answer['error']}")
+        raise ValueError(f"in_backward oracle: {answer['error']}")
 
     def tensor(values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float64, device=param.device).view(param.shape)

@@ -4,7 +4,7 @@ Shared by tests/nn/test_reversible.py and ``ojas audit``. A problem (``make_prob
 a stack of additive coupling layers whose f and g are tanh MLPs given by their weights
 (the oracle's residual functions), input halves x1, x2 [N, d], upstream gradients, and
 ``fraction_bits`` (None: float mode; k: exact mode). ``oracle_mismatches`` runs
-:class:`ojas_ref.nn.reversible.ReversibleSequence` and the oracle's ``coupling_stack`` op
+:class:`ojas_ref.nn.reversible.ReversibleSequence` and the oracle's ``reversible`` op
 on it and lists what disagrees:
 
 * float mode: forward output, the inverse of that output (the reconstructed input),

@@ -647,7 +647,7 @@ def test_gradients_match_ordinary_float32(p):
 
 
 # --------------------------------------------------------------------------
-# The oracle extracted from rocq/Reversible (coupling_stack)
+# The oracle extracted from rocq/Reversible (op "reversible")
 # --------------------------------------------------------------------------
 
 

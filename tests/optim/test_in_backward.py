@@ -698,7 +698,7 @@ def test_oracle_rejects_malformed_optimizer_requests(change: dict, message: str)
     from ojas_ref.verification.oracle import oracle_request
 
     req = {
-        "op": "optimizer_update",
+        "op": "in_backward",
         "rule": "sgd",
         "lr": 0.1,
         "weight_decay": 0.0,
