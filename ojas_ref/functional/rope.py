@@ -23,12 +23,12 @@ sign of a zero gradient may differ (autograd adds zero padding; ``torch.equal`` 
 
 from __future__ import annotations
 
-import warnings
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
 
+from ojas_ref._deprecation import renamed_module_attributes
 from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward, resolve_impl
 
 __all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rope", "rope_reference", "rotate_half"]
@@ -250,14 +250,4 @@ def fused_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, 
     return _kernel_rope(q, k, cos, sin)
 
 
-def __getattr__(name: str) -> Any:
-    """The functions of :data:`_RENAMED` under their old names, with a ``DeprecationWarning``."""
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated and will be removed in the next release; use {__name__}.{new}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_module_attributes(__name__, _RENAMED)

@@ -76,16 +76,15 @@ below).
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ojas_ref._deprecation import renamed_keyword
+from ojas_ref._deprecation import renamed_attribute, renamed_keyword, renamed_module_attributes
 from ojas_ref.functional.attention import attention
 from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
 from ojas_ref.nn.reversible import AdditiveCoupling, ReversibleSequence
@@ -215,28 +214,6 @@ class RopeCache:
         return self._tables[key]
 
 
-def _renamed_attribute(owner: str, old: str, new: str) -> property:
-    """The attribute ``old`` of class ``owner`` as a deprecated alias of ``new`` for one release:
-    reading or setting it warns (``DeprecationWarning``) and reads or sets ``new``."""
-
-    def warn() -> None:
-        warnings.warn(
-            f"{owner}.{old} is deprecated and will be removed in the next release; use {owner}.{new}",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-
-    def get(self: Any) -> Any:
-        warn()
-        return getattr(self, new)
-
-    def set_(self: Any, value: Any) -> None:
-        warn()
-        setattr(self, new, value)
-
-    return property(get, set_, doc=f"Deprecated alias of :attr:`{new}` (release 0.1).")
-
-
 class DecoderAttention(nn.Module):
     """F of a decoder layer: RMSNorm, q/k/v projections, RoPE, causal (grouped-query)
     :func:`ojas_ref.attention`, output projection; no residual (the coupling adds it).
@@ -245,7 +222,7 @@ class DecoderAttention(nn.Module):
     private one; the tables never require grad). ``rotary=`` and ``.rotary`` are deprecated
     aliases of ``rope=`` and ``.rope`` (release 0.1)."""
 
-    rotary = _renamed_attribute("DecoderAttention", "rotary", "rope")
+    rotary = renamed_attribute("DecoderAttention", "rotary", "rope")
 
     @renamed_keyword("rotary", "rope", "DecoderAttention")
     def __init__(self, config: ReversibleDecoderConfig, rope: Optional[RopeCache] = None) -> None:
@@ -317,7 +294,7 @@ class ReversibleDecoder(nn.Module):
     :class:`RopeCache` the attention blocks share (``.rotary``: its deprecated alias, release 0.1).
     """
 
-    rotary = _renamed_attribute("ReversibleDecoder", "rotary", "rope")
+    rotary = renamed_attribute("ReversibleDecoder", "rotary", "rope")
 
     def __init__(self, config: ReversibleDecoderConfig, *, mode: str = "reversible") -> None:
         super().__init__()
@@ -417,14 +394,4 @@ class ReversibleDecoder(nn.Module):
         return f"mode={self.mode!r}"
 
 
-def __getattr__(name: str) -> Any:
-    """The function and class of :data:`_RENAMED` under their old names, with a ``DeprecationWarning``."""
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated and will be removed in the next release; use {__name__}.{new}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_module_attributes(__name__, _RENAMED)

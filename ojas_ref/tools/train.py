@@ -65,13 +65,13 @@ import signal
 import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
+from ojas_ref._deprecation import renamed_attribute
 from ojas_ref.tools import train_state
 from ojas_ref.tools.data import PreparedData, WindowLoader, prepare, read_corpus
 from ojas_ref.tools.train_config import (
@@ -138,11 +138,8 @@ class TrainResult:
     log_path: Path
     plot_path: Path
 
-    @property
-    def checkpoint(self) -> Optional[Path]:
-        """Deprecated name of :attr:`state` (release 0.1; "checkpoint" now means activation checkpointing)."""
-        warnings.warn("TrainResult.checkpoint is deprecated: read TrainResult.state", DeprecationWarning, stacklevel=2)
-        return self.state
+    #: deprecated name of :attr:`state` (release 0.1; "checkpoint" now means activation checkpointing)
+    checkpoint = renamed_attribute("TrainResult", "checkpoint", "state")
 
 
 class TrainingDiverged(RuntimeError):
