@@ -10,12 +10,12 @@ runs on random normal hidden states and weights (std 0.02, and a "peaked" varian
 target logits are large) and its per-token loss is compared with a float64 reference from
 the upcast inputs. Columns: ``loss_bound`` = ``linear_cross_entropy_loss_error_bound`` of
 ``linear_cross_entropy_lse_error_bound`` (the value of
-``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error`` / ``ce_loss_error``) with
+``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error`` / ``ce_loss_error``) with
 ``dot_abs_sum`` the measured max_v sum_i |h_i w_vi| (a premise computed from the data),
 ``loss_observed`` the largest per-token error, ``ratio``; ``loss_post_bound`` /
 ``loss_post_ratio`` / ``loss_post_holds`` (no softcap): the largest per-token
 ``linear_cross_entropy_loss_posteriori_bound``
-(``Ojas.CrossEntropy.Float.LossPosteriori.ce_loss_posteriori``: the logits' errors weighted
+(``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori``: the logits' errors weighted
 by the float64 softmax, the stream's own bound at delta = 0), whether every token is within its own;
 ``loss_best_bound`` / ``loss_best_ratio``: per token the smaller of the two proved bounds (both
 theorems, so their minimum is one), its largest value and its ratio; ``online_bound`` / ``online_observed``:
@@ -31,12 +31,12 @@ Gradient columns (reduction "mean", every eighth target ignored): ``dh_*`` for g
 ``dw_*`` for grad_weight of the whole kernel (forward and backward) against float64 autograd
 of ``F.cross_entropy(H @ W^T)`` on the same inputs; ``*_bound`` / ``*_observed`` the largest
 per-entry bound (``linear_cross_entropy_grad_error_bound``, the value of
-``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` / ``ce_dw_error`` from the exact
+``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` / ``ce_dw_error`` from the exact
 probabilities' sums: ``linear_cross_entropy_error.gradient_bounds``) and error, ``*_ratio`` the
 smallest per-entry bound / error, ``*_max_ratio`` the largest bound over the largest error;
 ``*_post_bound`` / ``*_post_max_ratio`` / ``*_post_holds`` (no softcap) the same for
 ``linear_cross_entropy_error.gradient_posteriori_bounds``
-(``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``: each entry of G with
+(``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``: each entry of G with
 its own exponent error, tight for confident tokens),
 ``*_best_bound`` / ``*_best_max_ratio`` entry by entry the smaller of the two (both theorems);
 ``*_meas_*`` and ``loss_meas_*`` (no softcap) the same a-posteriori theorems (``ce_gp_*``,
@@ -55,10 +55,10 @@ proved bound).
 Softcap rows (``variant`` "softcap 30" / "softcap 5", normal weights, Gemma 2/3's
 ``final_logit_softcapping`` and a cap that bites): the same loss and row-loop columns against
 the float64 capped reference ``c tanh(y / c)``, the bounds with ``softcap`` (the value of
-``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap`` / ``ce_loss_error_softcap``);
+``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_softcap`` / ``ce_loss_error_softcap``);
 the premise ``tanh_abs_error`` (the kernel's ``_cap_tanh`` measured on the device, assumed at most
 ``LINEAR_CROSS_ENTROPY_TANH_ERROR``); the gradient columns against autograd of the capped loss, the
-bounds with ``softcap`` (``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``;
+bounds with ``softcap`` (``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``;
 premises also the division in ``_cap_chain``, ``LINEAR_CROSS_ENTROPY_DIV_ERROR``).
 """
 

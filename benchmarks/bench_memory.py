@@ -36,7 +36,7 @@ bf16) and optimizer:
   it existed) and rows with None are whole parameters.
 * ``+head-update``: ojas+ckpt with ``InBackwardOptimizer(head_weight=model.lm_head.weight)``:
   the head updated by plain SGD chunk by chunk inside the loss's backward, no [V, D] gradient
-  (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard). SGD only (AdamW
+  (Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard). SGD only (AdamW
   keeps the dense path; skipped with the reason). On CUDA the loss kernel then runs its 4-product
   schedule (grad_input in the forward, each vocabulary slab's gradient in the backward, then its
   rows' update) instead of the default 3 products: its rounding differs from ojas+ckpt's, so the

@@ -5,7 +5,7 @@ The package is layered as torch is:
 * :mod:`ojas_ref.functional`: the primitives as functions (``torch.nn.functional``'s role):
   :func:`attention` (online-softmax attention, a drop-in for
   ``F.scaled_dot_product_attention``, rocq/Attention/), :func:`linear_cross_entropy` (chunked
-  linear cross-entropy, rocq/CrossEntropy/), :func:`rms_norm`, :func:`swiglu`, :func:`relu` /
+  linear cross-entropy, rocq/LinearCrossEntropy/), :func:`rms_norm`, :func:`swiglu`, :func:`relu` /
   :func:`relu_squared_linear` and ``apply_rotary_pos_emb`` (the rotary embedding), each with its
   reference, its ``autograd.Function`` and its dispatch to the Triton kernels of
   :mod:`ojas_kernels` (the top-level ``kernels/`` folder).
@@ -14,7 +14,7 @@ The package is layered as torch is:
   (:class:`ReversibleSequence` of :class:`AdditiveCoupling` / :class:`SymplecticCoupling`,
   rocq/Reversible/) and offloaded activation checkpoints.
 * :mod:`ojas_ref.optim`: :class:`InBackwardOptimizer` (each parameter updated in its
-  post-accumulate-grad hook, no persistent gradients, rocq/OptimizerInBackward/) and the
+  post-accumulate-grad hook, no persistent gradients, rocq/InBackward/) and the
   block-coordinate optimizer.
 * :class:`MemoryRecipe` (:mod:`ojas_ref.recipe`): the memory settings, one frozen dataclass read by
   ``optimize_model``, ``InBackwardOptimizer``, the planner, ``ojas train`` and the benchmarks.

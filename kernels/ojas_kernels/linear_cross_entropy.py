@@ -9,34 +9,34 @@ logits ``z = softcap(x W^T + b)``, per-token loss
 
 ignored tokens dropped, reductions "none" / "sum" / "mean" (over the kept tokens,
 0 when none is kept).  The algorithm is ``ce_forward`` / ``ce_output`` /
-``ce_backward`` of ``rocq/CrossEntropy/Definitions.v`` with a particular choice of
+``ce_backward`` of ``rocq/LinearCrossEntropy/Definitions.v`` with a particular choice of
 chunks; the theorems it relies on (over the reals):
 
-* ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse`` and ``chunked_lse_app_merge``:
+* ``Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse`` and ``chunked_lse_app_merge``:
   one online-softmax state (max, sum) per group of vocabulary tiles, merged in any
   order (``merge`` of ``rocq/Attention/Merge.v``), gives lse = ln sum_v exp z_v.  The
   forward logits kernel streams its tiles with ``block_step`` (``chunked_lse_chunk``)
   and writes one state per (token, group); the row kernel merges them.
-* ``Ojas.CrossEntropy.Loss.vocab_loop_correct`` / ``token_forward_correct``: the
+* ``Ojas.LinearCrossEntropy.Loss.vocab_loop_correct`` / ``token_forward_correct``: the
   per-token loss from the lse, the target logit and the logit sum.
-* ``Ojas.CrossEntropy.Reduction.ce_drop_ignored`` (tokens whose target is
+* ``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored`` (tokens whose target is
   ``ignore_index`` are removed before any matrix product, in every schedule, so they
   cost no product: only the gather of the kept rows and the scatter of their gradient
   rows) and ``ignored_grad_zero`` (their rows of grad_input are 0),
   ``ce_loss_correct`` (sum, mean over the kept count) and ``ce_mean_all_ignored``
   (mean over no kept token is 0).
-* ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W,
+* ``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W,
   grad_weight = G^T H, grad_bias = colsum G for any token and vocabulary chunks) and
   ``grad_entry_is_derive`` (G_nv = token weight x dlogit x softcap', the derivative of
   the loss with respect to the raw logit).
-* ``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
-  ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
-  ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive`` and
-  ``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient``: for any token and vocabulary
+* ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_input_is_derive``,
+  ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
+  ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_bias_is_derive`` and
+  ``Ojas.LinearCrossEntropy.EndToEnd.ce_backward_is_gradient``: for any token and vocabulary
   chunks, ``ce_backward`` fed with the lses and kept count that ``ce_forward`` streams
   returns the partial derivatives of the reduced loss ("none": of
   sum_k grad_output_k loss_k) in H, W and b, soft cap, smoothing, z-loss and ignored
-  tokens included; ``Ojas.CrossEntropy.EndToEnd.ce_all_ignored_grads_zero``: with every
+  tokens included; ``Ojas.LinearCrossEntropy.EndToEnd.ce_all_ignored_grads_zero``: with every
   token ignored, the loss ("sum" / "mean") and every gradient entry are 0.  Not covered
   by a theorem: this kernel's rounding (see each module's docstring); computing gradients
   with upstream gradient 1 in the forward and multiplying them by grad_output in the backward (both
@@ -83,13 +83,13 @@ numbers), undone in the products.  A second backward through a retained graph
 recomputes the gradients the first one handed over, by the same computation
 (``_LinearCrossEntropy``).
 
-Rounding (in floating point, ``rocq/CrossEntropy/Float/``): the lse and loss
-(``Ojas.CrossEntropy.Float.LseLossError``, ``Ojas.CrossEntropy.Float.LossPosteriori``, with a
-cap ``Ojas.CrossEntropy.Float.SoftcapError``; ``linear_cross_entropy_kernels``), the 3-product
-schedule's gradients (``Ojas.CrossEntropy.Float.GradError``,
-``Ojas.CrossEntropy.Float.GradPosteriori``, with a cap
-``Ojas.CrossEntropy.Float.SoftcapGradError``), the 4-product schedule's
-(``Ojas.CrossEntropy.Float.WeightedGradError``), each under the premises and exclusions its
+Rounding (in floating point, ``rocq/LinearCrossEntropy/Float/``): the lse and loss
+(``Ojas.LinearCrossEntropy.Float.LseLossError``, ``Ojas.LinearCrossEntropy.Float.LossPosteriori``, with a
+cap ``Ojas.LinearCrossEntropy.Float.SoftcapError``; ``linear_cross_entropy_kernels``), the 3-product
+schedule's gradients (``Ojas.LinearCrossEntropy.Float.GradError``,
+``Ojas.LinearCrossEntropy.Float.GradPosteriori``, with a cap
+``Ojas.LinearCrossEntropy.Float.SoftcapGradError``), the 4-product schedule's
+(``Ojas.LinearCrossEntropy.Float.WeightedGradError``), each under the premises and exclusions its
 module states; no theorem covers the order of the sums inside cuBLAS and the Triton dots,
 TF32 products, bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias,
 the 4-product schedule's gradients with a cap and the scaling by grad_output after the fact.
@@ -471,23 +471,23 @@ def linear_cross_entropy(
     in [0, V) or ``ignore_index``: not checked here (the check costs a sync).
 
     Forward: ``ce_forward`` / ``ce_output`` (Definitions.v), the lse by merged
-    vocabulary-chunk states (``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``), the
-    loss by ``Ojas.CrossEntropy.Loss.token_forward_correct``, ignored tokens dropped
-    (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) and reduced by
-    ``Ojas.CrossEntropy.Reduction.ce_loss_correct`` / ``ce_mean_all_ignored``.
-    Backward: ``Ojas.CrossEntropy.Gradient.ce_backward_correct`` with the entries of
-    ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``; over the reals, fed with the
+    vocabulary-chunk states (``Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse``), the
+    loss by ``Ojas.LinearCrossEntropy.Loss.token_forward_correct``, ignored tokens dropped
+    (``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored``) and reduced by
+    ``Ojas.LinearCrossEntropy.Reduction.ce_loss_correct`` / ``ce_mean_all_ignored``.
+    Backward: ``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct`` with the entries of
+    ``Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive``; over the reals, fed with the
     forward's lses, these are the partial derivatives of the reduced loss in input,
     linear_weight and linear_bias
-    (``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
-    ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
-    ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``; the rounding of the 3-product
-    schedule's grad_input and grad_weight: ``Ojas.CrossEntropy.Float.GradError.ce_dh_error``
+    (``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_input_is_derive``,
+    ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_weight_is_derive``,
+    ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_bias_is_derive``; the rounding of the 3-product
+    schedule's grad_input and grad_weight: ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error``
     / ``ce_dw_error``, the 4-product schedule's (grad_output inside G):
-    ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dh4_error`` / ``ce_dw4_error``, without
-    bias, cap, smoothing, z-loss, float16; the lse and loss with a cap: ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap`` /
+    ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dh4_error`` / ``ce_dw4_error``, without
+    bias, cap, smoothing, z-loss, float16; the lse and loss with a cap: ``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_softcap`` /
     ``ce_loss_error_softcap``; the capped gradients of the 3-product schedule:
-    ``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``; no theorem
+    ``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``; no theorem
     covers the 4-product schedule's capped gradients nor the rest of this kernel's rounding nor its scaling by grad_output after the fact).  With reduction "mean" or
     "sum" every gradient is computed in the forward (3 products; grad_weight summed
     across token chunks in its dtype, one rounding per chunk), with "none" (or
@@ -505,7 +505,7 @@ def linear_cross_entropy(
     gradient over all kept tokens, after which the slab's rows are updated by plain SGD and
     the gradient dropped (``_backward_weight``'s ``step``): no [V, D] gradient exists. Over the
     reals this is backward then the step, dH whole before the first row's update
-    (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard); in floats each
+    (Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard); in floats each
     row's gradient is the 4-product schedule's, rounded as there (not the 3-product default's:
     grad_weight summed in one product instead of per token chunk). The forward's token chunks
     are sized by ``workspace_fraction`` of the gradients' bytes (16 MiB at least) instead of
@@ -569,8 +569,8 @@ def linear_cross_entropy_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token (loss, lse), float32, in the shape of target, without autograd: 0 and
     NaN at ignored tokens (their logits are never computed).  One GEMM pass
-    (``ce_forward``; ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse``,
-    ``Ojas.CrossEntropy.Loss.token_forward_correct``).  Under torch.compile: the registered op
+    (``ce_forward``; ``Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse``,
+    ``Ojas.LinearCrossEntropy.Loss.token_forward_correct``).  Under torch.compile: the registered op
     ``ojas::linear_cross_entropy`` under no_grad (its lse of every token is this result)."""
     _check(input, linear_weight, target, linear_bias, "none")
     opts = _options(label_smoothing, z_loss, softcap)

@@ -3,12 +3,12 @@ and layout (``_check``, ``_prepare``), the options as the kernels take them (``_
 kept tokens (``_kept_tokens``), the reduction of the per-token losses (``_reduce``) and integer
 sizes.
 
-Theorems implemented (over the reals, ``rocq/CrossEntropy/``):
+Theorems implemented (over the reals, ``rocq/LinearCrossEntropy/``):
 
-* ``Ojas.CrossEntropy.Reduction.ce_drop_ignored``: the tokens whose target is ``ignore_index``
+* ``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored``: the tokens whose target is ``ignore_index``
   are removed before any matrix product (``_kept_tokens``: their indices and targets), so they
   cost no product; ``ignored_grad_zero``: their rows of grad_input are 0.
-* ``Ojas.CrossEntropy.Reduction.ce_loss_correct`` (``_reduce``: ``ce_output``, the sum, or the
+* ``Ojas.LinearCrossEntropy.Reduction.ce_loss_correct`` (``_reduce``: ``ce_output``, the sum, or the
   mean over the kept count) and ``ce_mean_all_ignored`` (the mean over no kept token is 0).
 
 The rest is bookkeeping no theorem covers: the checks, the layouts, the options' conversion,
@@ -66,7 +66,7 @@ def _round_up(x: int, multiple: int) -> int:
 def _kept_tokens(
     target: torch.Tensor, mask: torch.Tensor, count: torch.Tensor
 ) -> tuple[Optional[torch.Tensor], int, torch.Tensor]:
-    """The kept tokens (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``) from ``mask`` =
+    """The kept tokens (``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored``) from ``mask`` =
     (target != ignore_index) and ``count`` = its sum, launched by the caller before any
     host work that does not need them: their indices (None when all are kept), their
     count K (read here: the host sync) and their targets."""

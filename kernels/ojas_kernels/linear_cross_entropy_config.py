@@ -4,14 +4,14 @@
 device) and ``_head_update_config`` (the 4-product config the head updated inside the backward
 runs).
 
-No theorem depends on them: ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse`` holds for any
-split of the vocabulary into groups of tiles, ``Ojas.CrossEntropy.Gradient.ce_backward_correct``
-and the end-to-end theorems (``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient``) for any
+No theorem depends on them: ``Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse`` holds for any
+split of the vocabulary into groups of tiles, ``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct``
+and the end-to-end theorems (``Ojas.LinearCrossEntropy.EndToEnd.ce_backward_is_gradient``) for any
 token and vocabulary chunks, so the tiles and chunks are picked for speed and memory
 (benchmarks/linear_cross_entropy_tuning.md).  The floating-point bounds take them as
-parameters: the number of token chunks enters ``Ojas.CrossEntropy.Float.GradError.ce_dw_error``
+parameters: the number of token chunks enters ``Ojas.LinearCrossEntropy.Float.GradError.ce_dw_error``
 (one rounding of grad_weight per chunk), the vocabulary tiles of a program
-``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level``.
+``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_two_level``.
 
 Options, for tuning (benchmarks/linear_cross_entropy_tuning.md): with 4 products, the logits
 through cuBLAS with float32 output, ``_rows_kernel`` then making the statistics or G from them

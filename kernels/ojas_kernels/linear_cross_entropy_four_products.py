@@ -18,22 +18,22 @@ logits + G rows, at most grad_weight's bytes) and the backward slab (G, within
 ``workspace_fraction`` of the gradients' bytes less the kept rows of H gathered for the
 product, 16 MiB at least).
 
-Theorems implemented (over the reals, ``rocq/CrossEntropy/``):
-``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse`` (the groups' states merged),
-``Ojas.CrossEntropy.Loss.token_forward_correct`` (the loss),
-``Ojas.CrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W over the token chunks,
+Theorems implemented (over the reals, ``rocq/LinearCrossEntropy/``):
+``Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse`` (the groups' states merged),
+``Ojas.LinearCrossEntropy.Loss.token_forward_correct`` (the loss),
+``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W over the token chunks,
 grad_weight = G^T H and grad_bias = colsum G over the vocabulary slabs),
-``Ojas.CrossEntropy.Reduction.ce_drop_ignored`` and ``ignored_grad_zero`` (the ignored tokens
+``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored`` and ``ignored_grad_zero`` (the ignored tokens
 removed before any product, their rows of grad_input 0); end to end,
-``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient`` (for "none", the gradients over the kept
+``Ojas.LinearCrossEntropy.EndToEnd.ce_backward_is_gradient`` (for "none", the gradients over the kept
 tokens only: ``ce_drop_ignored`` is for "sum" / "mean").  With the head updated inside the
 backward (``_backward_weight``'s ``step``):
-``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard``.
+``Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard``.
 
-Rounding: ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level`` (the forward's lse,
+Rounding: ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_two_level`` (the forward's lse,
 two levels: the programs' groups of tiles, then their merge; with a cap
-``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap``).
-``Ojas.CrossEntropy.Float.WeightedGradError.ce_dw4_error`` bounds every entry of this
+``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap``).
+``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dw4_error`` bounds every entry of this
 schedule's grad_weight (G = ``rnd_s(rnd(g w_n))``, the float32 token weight inside G, from the
 recomputed float32 logits and the merged lse; one product over all kept tokens rounded once)
 and ``ce_dh4_error`` its grad_input (the forward's row times grad_output in float32, rounded
@@ -219,7 +219,7 @@ def _backward_weight(
     """grad_weight and grad_bias (float32): per vocabulary slab, G of all kept tokens
     (``_logits_kernel`` GRAD), then G^T H and colsum G.  ``token_weight``: [K], or
     [1] for one weight shared by all kept tokens, float32.  Rounding of grad_weight (bfloat16 /
-    float32, no bias, cap, smoothing, z-loss): ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dw4_error``;
+    float32, no bias, cap, smoothing, z-loss): ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dw4_error``;
     grad_bias, float16's scale and the ``step`` path: no theorem.
 
     ``step`` (the head updated inside the backward, ``InBackwardOptimizer(head_weight=...)``;
@@ -227,7 +227,7 @@ def _backward_weight(
     tokens) go into a slab-sized buffer in the weight's dtype, then ``step(v0, v1, rows)``
     updates W[v0:v1]; the slab's logits were recomputed from those rows before it, and later
     slabs read only their own rows
-    (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard); returns (None, None).
+    (Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard); returns (None, None).
     The same products into another buffer: each row rounded as without ``step``. With no kept
     token the gradient is zero and the plain-SGD step w + (-lr) 0 = w changes no bit (-0.0
     included): nothing is called."""

@@ -6,44 +6,44 @@ and the host functions that launch them (``_launch_logits``, ``_launch_rows``,
 ``_scale_in_place``).  Both schedules (``linear_cross_entropy_three_products``,
 ``linear_cross_entropy_four_products``) run these kernels.
 
-They compute ``ce_forward`` / ``ce_backward`` of ``rocq/CrossEntropy/Definitions.v`` for one
+They compute ``ce_forward`` / ``ce_backward`` of ``rocq/LinearCrossEntropy/Definitions.v`` for one
 chunk of tokens and one range of the vocabulary.  Theorems implemented (over the reals):
 
-* ``Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse`` and ``chunked_lse_app_merge``: one
+* ``Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse`` and ``chunked_lse_app_merge``: one
   online-softmax state (max, sum) per group of vocabulary tiles, merged in any order
   (``merge`` of ``rocq/Attention/Merge.v``), gives lse = ln sum_v exp z_v.  ``_logits_kernel``
   (STATS) streams its tiles with ``block_step`` (``chunked_lse_chunk``) and writes one state
   per (token, group); ``_rows_kernel`` merges them, or with STREAM streams a row's logits
   itself.
-* ``Ojas.CrossEntropy.Loss.vocab_loop_correct`` / ``token_forward_correct``: the per-token
+* ``Ojas.LinearCrossEntropy.Loss.vocab_loop_correct`` / ``token_forward_correct``: the per-token
   loss from the lse, the target logit and the logit sum (``_rows_kernel``).
-* ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive``: G_nv = token weight x dlogit x
+* ``Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive``: G_nv = token weight x dlogit x
   softcap', the derivative of the loss with respect to the raw logit (``_grad_tile``).
 
-Rounding: ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error`` (and ``ce_lse_error_up``,
-whose value the oracle computes: ``Ojas.Bounds.CrossEntropy.ce_lse_q_sound``) bounds the lse
+Rounding: ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error`` (and ``ce_lse_error_up``,
+whose value the oracle computes: ``Ojas.Bounds.LinearCrossEntropy.ce_lse_q_sound``) bounds the lse
 that ``_rows_kernel`` with STREAM computes from the float32 logits it reads (the 3-product
 schedule, and ``fwd_logits="cublas"``): the online max and rescaled sum over its vocabulary
 tiles in float32, ``tl.exp`` / ``tl.log`` / ``tl.sum`` within stated errors (Section
 premises), the logits' own error a premise ``delta``;
-``Ojas.CrossEntropy.Float.LseLossError.ce_loss_error`` the loss ``rnd(lse - z_t)`` without
+``Ojas.LinearCrossEntropy.Float.LseLossError.ce_loss_error`` the loss ``rnd(lse - z_t)`` without
 smoothing and z-loss (tests/verification/test_linear_cross_entropy_error_bound.py uses them as
 tolerances; ``linear_cross_entropy_lse_error_bound`` of ojas_ref/verification/error_bounds.py).
-``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level`` bounds the two-level schedule
+``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_two_level`` bounds the two-level schedule
 (4 products, ``linear_cross_entropy_forward``): ``_logits_kernel`` STATS streaming each
 program's group of tiles, ``_rows_kernel`` merging the groups' states
 (``linear_cross_entropy_merge_lse_error_bound``, whose value the oracle computes:
-``Ojas.Bounds.CrossEntropy.ce_merge_lse_q_sound``).
-``Ojas.CrossEntropy.Float.LossPosteriori.ce_loss_posteriori`` (the loss) charges the logits'
+``Ojas.Bounds.LinearCrossEntropy.ce_merge_lse_q_sound``).
+``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori`` (the loss) charges the logits'
 errors weighted by the softmax instead, tight for confident tokens
 (``linear_cross_entropy_loss_posteriori_bound``).  With softcap (``HAS_CAP``, no bias):
-``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap``, ``ce_loss_error_softcap`` and
+``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_softcap``, ``ce_loss_error_softcap`` and
 ``ce_lse_error_two_level_softcap`` bound the lse and loss against the exact capped logits'
 (``_softcap`` 1-Lipschitz: ``softcap_lipschitz``; the computed tanh ``_cap_tanh`` within a
 stated error, a premise; the ``softcap`` argument of the bound functions), and
-``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error`` the chain factor ``_cap_chain``.  The
+``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_chain_error`` the chain factor ``_cap_chain``.  The
 entries of G that ``_grad_tile`` writes are those the gradient theorems of the schedules
-bound (``Ojas.CrossEntropy.Float.GradError``, ``Ojas.CrossEntropy.Float.WeightedGradError``).
+bound (``Ojas.LinearCrossEntropy.Float.GradError``, ``Ojas.LinearCrossEntropy.Float.WeightedGradError``).
 No theorem covers: the order of the sums inside the Triton dots (only the classical any-order
 bound enters ``delta``), TF32 products, bias, label smoothing, z-loss, FMA contraction,
 float16's scaled G, and ``_scale_kernel`` (the gradients computed for grad_output 1 and scaled
@@ -70,7 +70,7 @@ from .linear_cross_entropy_config import GemmConfig, RowConfig
 def _cap_tanh(r, softcap):
     """tanh(r / c) = 1 - 2 / (exp(2 r / c) + 1) (``sc_tanh`` of Definitions.v; 2 r / c capped at
     80, past which the float32 result is 1 anyway, so exp does not overflow).  Its error in
-    float32 is the premise ``th_err`` of ``Ojas.CrossEntropy.Float.SoftcapError`` (measured:
+    float32 is the premise ``th_err`` of ``Ojas.LinearCrossEntropy.Float.SoftcapError`` (measured:
     ``measured_tanh_error`` of ojas_ref/verification/linear_cross_entropy_error.py), not a theorem."""
     return 1.0 - 2.0 / (tl.exp(tl.minimum(2.0 * r / softcap, 80.0)) + 1.0)
 
@@ -78,14 +78,14 @@ def _cap_tanh(r, softcap):
 @triton.jit
 def _softcap(r, softcap):
     """``softcap`` of Definitions.v: c tanh(r / c), the product rounded once (``sc_z`` of
-    ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error``)."""
+    ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_logit_error``)."""
     return softcap * _cap_tanh(r, softcap)
 
 
 @triton.jit
 def _cap_chain(z, softcap):
     """softcap'(r) = 1 - (z / c)^2 from the capped logit z (``softcap_grad``); its float32 error
-    against 1 - tanh(y / c)^2: ``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error``
+    against 1 - tanh(y / c)^2: ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_chain_error``
     (the division within a stated error, a premise)."""
     zc = z / softcap
     return 1.0 - zc * zc
@@ -105,7 +105,7 @@ def _logits_of(r, BIAS, cols, col_ok, softcap, HAS_BIAS: tl.constexpr, HAS_CAP: 
 def _grad_tile(z, lse, is_target, w, eps, lam, inv_v, softcap, HAS_CAP: tl.constexpr):
     """``grad_entry`` of Definitions.v for a tile: w_n ((1 + 2 lam lse_n) exp(z - lse_n)
     - eps / V - (1 - eps) [v = t_n]) softcap'(r), softcap'(r) = 1 - (z / c)^2
-    (``softcap_grad``; Ojas.CrossEntropy.Gradient.grad_entry_is_derive).
+    (``softcap_grad``; Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive).
     z: [M, N] capped logits; lse, w: [M]."""
     g = (1.0 + 2.0 * lam * lse)[:, None] * tl.exp(z - lse[:, None]) - eps * inv_v
     g = tl.where(is_target, g - (1.0 - eps), g)
@@ -162,8 +162,8 @@ def _logits_kernel(
 
     STATS (forward): the group's tiles go through ``block_step`` (online max and
     rescaled sum, empty value rows; ``chunked_lse_chunk``; rounding:
-    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level``, ``grp_state``; with HAS_CAP
-    ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap``); writes the group's
+    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_two_level``, ``grp_state``; with HAS_CAP
+    ``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap``); writes the group's
     partial state (PM, PL, PS = sum z) per token, the target logit (ZT, from the
     one tile holding it: ``target_logit``) and with WRITE_Z the float32 logits.
     GRAD (backward): writes G = ``_grad_tile`` for each tile, from the saved lse and
@@ -283,8 +283,8 @@ def _rows_kernel(
 
     Forward (no HAS_LSE): the lse state, lse = m + ln l (``finalize``) and the loss
     (``token_loss``), stored (rounding, STREAM without bias and cap:
-    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
-    with the cap: ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
+    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error``, ``ce_loss_error`` at eps = lam = 0;
+    with the cap: ``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
     ``ce_loss_error_softcap``; the merge of PM, PL below: ``ce_lse_error_two_level``, capped
     logits ``ce_lse_error_two_level_softcap``); the state is the merge of the vocabulary groups'
     partial states PM, PL, PS and target logit ZT written by ``_logits_kernel``

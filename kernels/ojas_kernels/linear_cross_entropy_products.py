@@ -17,8 +17,8 @@ and IEEE (``_UPCAST_DOTS`` of kernels/ojas_kernels/attention_tiles.py), the torc
 CPU matmuls.
 
 In the rounding theorems these products are float32 sums of exact products within an
-any-order ``gamma_n`` (a premise of ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` /
-``ce_dw_error`` and ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dw4_error``), then one
+any-order ``gamma_n`` (a premise of ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` /
+``ce_dw_error`` and ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dw4_error``), then one
 rounding (the alpha epilogue of ``_addmm_into`` included).  No theorem covers the order of the
 sums inside cuBLAS / the CPU BLAS, nor TF32 products.
 """

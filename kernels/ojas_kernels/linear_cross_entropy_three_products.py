@@ -18,31 +18,31 @@ before the scatter), ``workspace_fraction`` of the gradients' bytes; with every 
 the first chunks may use the rows of grad_input that later chunks write instead (larger chunks
 when V is small).
 
-Theorems implemented (over the reals, ``rocq/CrossEntropy/``):
-``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk`` (each row streamed with ``block_step``),
-``Ojas.CrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W, grad_weight = G^T H,
-grad_bias = colsum G for any token chunking), ``Ojas.CrossEntropy.Reduction.ce_drop_ignored``
+Theorems implemented (over the reals, ``rocq/LinearCrossEntropy/``):
+``Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk`` (each row streamed with ``block_step``),
+``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct`` (grad_input = G W, grad_weight = G^T H,
+grad_bias = colsum G for any token chunking), ``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored``
 (the ignored tokens removed before any product: the loss, grad_weight and grad_bias over the
 kept tokens are those over all tokens, grad_input the kept rows of all tokens'),
 ``ignored_grad_zero`` (the other rows of grad_input are 0) and ``ce_loss_correct`` ("mean"
-divides by the kept count); end to end, ``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient``.
+divides by the kept count); end to end, ``Ojas.LinearCrossEntropy.EndToEnd.ce_backward_is_gradient``.
 
-Rounding: ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` and ``ce_dw_error`` bound every
+Rounding: ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` and ``ce_dw_error`` bound every
 entry of this schedule's grad_input and grad_weight (reductions "mean" / "sum", bfloat16 and
 float32, no bias, cap, smoothing or z-loss): G = ``rnd_s(tl.exp(rnd(z - lse)))`` (the target:
 minus 1 first) stored in the input dtype from the lse of ``_rows_kernel`` (within its bound,
-``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error``), the products accumulated in float32
+``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error``), the products accumulated in float32
 (within an any-order ``gamma_n``: a premise), the alpha epilogue rounded, grad_weight's running
 sum over the token chunks stored in its dtype per chunk; a-posteriori in the sums of the exact
 probabilities (``linear_cross_entropy_grad_error_bound``;
 tests/verification/test_linear_cross_entropy_error_bound.py uses it as the tolerance).
-``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error`` (the same
+``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error`` (the same
 gradient entries) charge the logits' errors weighted by the softmax instead (each entry of G
 its own exponent error, ``ce_arg_posteriori``: the lse that the same STREAM/GRAD launch
 streams from the same stored logits), tight for confident tokens
 (``linear_cross_entropy_grad_posteriori_bound``).  With softcap:
-``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``, built on the chain
-factor's ``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error``.  No theorem covers: the order
+``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``, built on the chain
+factor's ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_chain_error``.  No theorem covers: the order
 of the sums inside cuBLAS / the CPU BLAS (only the any-order bound enters the gradients'
 ``gd``), TF32 products, bias, label smoothing, z-loss, FMA contraction, float16's scaled G,
 grad_bias and the scaling by grad_output after the fact (``_scaled_gradients``).
@@ -148,11 +148,11 @@ def _three_products(
     one pass over chunks of the kept tokens, each against the whole vocabulary: the chunk's
     logits (cuBLAS, float32 accumulation, rounded to the input dtype as ``F.linear`` rounds
     them), then ``_rows_kernel`` (STREAM, GRAD) streams each row with ``block_step``
-    (``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk``), stores lse and loss and
+    (``Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk``), stores lse and loss and
     writes the row of G over its logits, then grad_weight += w G^T H, grad_bias += w colsum G
     and grad_input rows = w G W (the whole vocabulary reduced in one product, rounded once;
-    ``Ojas.CrossEntropy.Gradient.ce_backward_correct``: any token chunking).  Ignored tokens
-    are removed before any product (``Ojas.CrossEntropy.Reduction.ce_drop_ignored``: the loss,
+    ``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct``: any token chunking).  Ignored tokens
+    are removed before any product (``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored``: the loss,
     grad_weight and grad_bias over the kept tokens are those over all tokens, grad_input the
     kept rows of all tokens'; ``ignored_grad_zero``: the other rows are 0): each chunk's rows
     of the input are gathered into the workspace, its rows of grad_input computed over them
@@ -163,10 +163,10 @@ def _three_products(
     (``_three_products_plan``): one chunk's logits (and gathered rows), ``workspace_fraction``
     of the gradients' bytes (16 MiB at least).  ``need``: gradients wanted for (input, weight,
     bias).  Rounding of grad_input and grad_weight ("mean" / "sum", bfloat16 / float32, no
-    bias, cap, smoothing, z-loss): ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` /
+    bias, cap, smoothing, z-loss): ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` /
     ``ce_dw_error`` (this chunk loop, one stored rounding of grad_weight per chunk; cuBLAS's
     summation order only through an any-order premise) and the a-posteriori
-    ``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``;
+    ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``;
     grad_bias and the rest: no theorem."""
     N, D = x.shape
     V = weight.shape[0]

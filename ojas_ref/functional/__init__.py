@@ -4,7 +4,7 @@ the dispatch to its Triton kernel in :mod:`ojas_kernels` where one exists, with 
 it rests on named in its docstrings.
 
 ``attention`` (online-softmax attention, rocq/Attention/), ``linear_cross_entropy`` (chunked
-linear cross-entropy, rocq/CrossEntropy/), ``rms_norm`` (rocq/RMSNorm/), ``swiglu``
+linear cross-entropy, rocq/LinearCrossEntropy/), ``rms_norm`` (rocq/RMSNorm/), ``swiglu``
 (rocq/SwiGLU/), ``relu`` (the packed 1-bit ReLU mask and ReLU², rocq/ReLU/) and ``rope`` (the
 rotary embedding, rocq/RoPE/); and the rules they share: ``dispatch`` (kernel or reference),
 ``autocast`` (torch's autocast casts for the ops they replace) and ``transforms`` (torch.func's

@@ -6,8 +6,8 @@ which the reference's and the Triton kernel's autograd Functions call in their b
 
 The update itself (the optimizer's side, with its errors and the float behaviour of the reference
 and the kernel) is ``ojas_ref/optim/_head_update.py``:
-Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard (the reference's chunk loop) and
-Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard (the kernel's)."""
+Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard (the reference's chunk loop) and
+Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard (the kernel's)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The PyTorch reference of :func:`ojas_ref.linear_cross_entropy`: the chunk loop of the Coq spec
-(``ce_forward`` / ``ce_output`` / ``ce_backward`` of ``rocq/CrossEntropy/Definitions.v``) over the
+(``ce_forward`` / ``ce_output`` / ``ce_backward`` of ``rocq/LinearCrossEntropy/Definitions.v``) over the
 kept tokens, and its autograd Function :class:`_LinearCrossEntropy`.
 
 The theorems each piece implements are listed in the docstring of
@@ -32,7 +32,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def _chunk_logits(
     x: Tensor, weight: Tensor, bias: Optional[Tensor], v0: int, v1: int, softcap: Optional[float]
 ) -> Tensor:
-    """``chunk_logits`` of rocq/CrossEntropy/Definitions.v for a block of tokens:
+    """``chunk_logits`` of rocq/LinearCrossEntropy/Definitions.v for a block of tokens:
     z = softcap(x W[v0:v1]^T + b[v0:v1]), softcap(r) = c tanh(r / c) (identity without c);
     [tokens, v1 - v0] in x's (compute) dtype."""
     w = weight[v0:v1].to(x.dtype)
@@ -116,7 +116,7 @@ def _tok_init(x: Tensor) -> _TokState:
 
 
 def _vocab_step(st: _TokState, z: Tensor, tg: _Targets, v0: int, need_sum: bool) -> _TokState:
-    """``vocab_step`` of rocq/CrossEntropy/Definitions.v: the lse state through
+    """``vocab_step`` of rocq/LinearCrossEntropy/Definitions.v: the lse state through
     ``block_step``, z_t += ``target_logit`` (``_Targets.term``), z_sum += sum_v w_v z_v
     (the spec's sum_v z_v without class weights; only needed, and only computed, for
     label smoothing)."""
@@ -169,7 +169,7 @@ def _reduce(loss: Tensor, n_kept: int, denominator: Union[Tensor, int], reductio
     tokens), divided for "mean" by ``denominator`` (the number of kept tokens; with class
     weights and class indices, the sum of the kept targets' weights, as torch divides);
     0 when no token is kept (the guard of the spec's ``ce_output``,
-    Ojas.CrossEntropy.Reduction.ce_mean_all_ignored)."""
+    Ojas.LinearCrossEntropy.Reduction.ce_mean_all_ignored)."""
     total = loss.sum()
     if reduction == "sum" or n_kept == 0:
         return total
@@ -274,7 +274,7 @@ def _backward_kept(
     softcap'(r) = 1 - tanh(r / c)^2 = 1 - (z / c)^2); per token chunk and vocabulary
     chunk (``vocab_bwd_step``): grad x += G_blk W_blk, grad W[vc] += G_blk^T x_blk,
     grad b[vc] += column sums of G_blk (= G W, G^T H, colsum G:
-    Ojas.CrossEntropy.Gradient.ce_backward_correct). With probability targets and
+    Ojas.LinearCrossEntropy.Gradient.ce_backward_correct). With probability targets and
     ``need_target``, also grad p_nv = g_n (1 - eps) w_v (lse_n - z_nv) (outside the spec).
     Returns them in the compute dtype (None where not needed).
     """
@@ -319,12 +319,12 @@ def _backward_kept_update_head(
     grad x[t] += G W[v0:v1], dW += G^T x[t]; then ``step(v0, v1, dW)`` updates W[v0:v1] and
     dW is dropped. Only one [vocab_chunk, D] gradient exists, never the [V, D] one.
 
-    The loop of Ojas.OptimizerInBackward.ChunkedHead.chunked_head_code_eq_standard
+    The loop of Ojas.InBackward.ChunkedHead.chunked_head_code_eq_standard
     (``head_events``, the chunks of ``vocab_chunk``): every row is updated once, after its whole gradient, and nothing reads
     it afterwards (the later chunks read their own rows, the lse comes from the forward), so it
     is backward then the step (``chunked_head_code_eq_standard``,
     ``chunked_head_sgd_eq_standard``). The gradient itself is ``ce_backward``'s
-    (Ojas.CrossEntropy.Gradient.ce_backward_correct: any chunk sizes and orders give
+    (Ojas.LinearCrossEntropy.Gradient.ce_backward_correct: any chunk sizes and orders give
     G W, G^T H). In floats: each entry of grad x and of dW gets the same additions in the same
     order as in :func:`_backward_kept` (grad x[t] over the vocabulary chunks in order, dW[v]
     over the token chunks in order, from zero), so the same bits (tested). Returns (grad x,

@@ -7,48 +7,48 @@ tokens are taken ``token_chunk`` at a time and the vocabulary ``vocab_chunk`` at
 a time, and the log-sum-exp of each token is the online-softmax state
 ``(max, sum)`` of ``rocq/Attention/OnlineSoftmax.v`` (``block_step`` with empty
 value rows) carried across the vocabulary chunks. The algorithm is ``ce_forward`` /
-``ce_output`` / ``ce_backward`` of ``rocq/CrossEntropy/Definitions.v``; the
+``ce_output`` / ``ce_backward`` of ``rocq/LinearCrossEntropy/Definitions.v``; the
 theorems it implements:
 
-* ``Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk`` (and ``chunked_lse_correct``,
+* ``Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk`` (and ``chunked_lse_correct``,
   ``chunked_lse_any_chunking``): the streamed (max, sum) over vocabulary chunks of
   any size gives lse = ln sum_v exp z_v, so the chunk sizes do not change the result
   (in exact arithmetic).
-* ``Ojas.CrossEntropy.Loss.vocab_loop_correct``: the vocabulary loop ends with the
+* ``Ojas.LinearCrossEntropy.Loss.vocab_loop_correct``: the vocabulary loop ends with the
   lse, the target logit and the sum of the logits, for any chunking.
-* ``Ojas.CrossEntropy.Loss.token_forward_correct`` / ``token_loss_chunked``: a
+* ``Ojas.LinearCrossEntropy.Loss.token_forward_correct`` / ``token_loss_chunked``: a
   token's (loss, lse) from its hidden row is the specification's
   (1 - eps)(lse - z_t) + eps(lse - mean_v z_v) + lam lse^2 of its logit row, and
-  ``Ojas.CrossEntropy.Loss.ce_token_loss_softmax``: that is F.cross_entropy's
+  ``Ojas.LinearCrossEntropy.Loss.ce_token_loss_softmax``: that is F.cross_entropy's
   label-smoothed loss -(1 - eps) ln p_t - (eps / V) sum_v ln p_v, plus the z-loss.
-* ``Ojas.CrossEntropy.Reduction.ce_loss_correct``: for any token and vocabulary chunk
+* ``Ojas.LinearCrossEntropy.Reduction.ce_loss_correct``: for any token and vocabulary chunk
   sizes, "none" is the per-token loss (0 at ignored tokens), "sum" its sum over the
   kept tokens, "mean" that sum over the number of kept tokens; and
-  ``Ojas.CrossEntropy.Reduction.ce_mean_all_ignored``: with every token ignored,
+  ``Ojas.LinearCrossEntropy.Reduction.ce_mean_all_ignored``: with every token ignored,
   "mean" is 0 (``ce_output`` divides by the kept count only when it is positive).
-* ``Ojas.CrossEntropy.Gradient.ce_backward_correct``: the chunked backward computes
+* ``Ojas.LinearCrossEntropy.Gradient.ce_backward_correct``: the chunked backward computes
   grad_input = G W, grad_weight = G^T H, grad_bias = column sums of G for any chunk
-  sizes; ``Ojas.CrossEntropy.Gradient.grad_entry_is_derive`` (from
+  sizes; ``Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive`` (from
   ``logits_loss_is_derive`` and ``raw_logits_loss_is_derive``): each entry of G is the
   token's reduction weight times the derivative of its loss with respect to its raw
   logit, soft cap included.
-* End to end (``rocq/CrossEntropy/EndToEnd.v``), for any token and vocabulary chunk
-  sizes: ``Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive``,
-  ``Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive`` and
-  ``Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive``: the grad_input[i][c],
+* End to end (``rocq/LinearCrossEntropy/EndToEnd.v``), for any token and vocabulary chunk
+  sizes: ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_input_is_derive``,
+  ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_weight_is_derive`` and
+  ``Ojas.LinearCrossEntropy.EndToEnd.ce_grad_bias_is_derive``: the grad_input[i][c],
   grad_weight[v][c] and grad_bias[v] that ``ce_backward`` returns when fed the lses and
   kept count that ``ce_forward`` streams (not an assumed exact lse) are the partial
   derivatives in H[i][c], W[v][c] and b[v] of sum_k grad_output_k * out_k, out = the
   reduced loss ``ce_loss`` ("none", "sum", "mean"; soft cap, label smoothing, z-loss and
-  ignored tokens included); ``Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient``: for
+  ignored tokens included); ``Ojas.LinearCrossEntropy.EndToEnd.ce_backward_is_gradient``: for
   "sum" / "mean" with grad_output 1 they are ``Derive`` of the scalar loss;
-  ``Ojas.CrossEntropy.EndToEnd.ce_all_ignored_grads_zero``: with every token ignored,
+  ``Ojas.LinearCrossEntropy.EndToEnd.ce_all_ignored_grads_zero``: with every token ignored,
   "sum" and "mean" are 0 and every gradient entry is 0, as this code returns
   (F.cross_entropy gives NaN for "mean" there).
 
 * With the head updated inside the backward (``head_update=``, an
   ``InBackwardOptimizer(head_weight=...)``; ``_backward_kept_update_head``):
-  ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard``
+  ``Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard``
   (the chunks of ``range(0, V, vocab_chunk)``, each chunk's rows stepped by SGD after its dH part
   and its rows' whole gradients) is backward then ``SGD.step()``, over any scalars; the gradient
   entries themselves are ``ce_backward_correct``'s. No theorem covers the float equality with
@@ -56,8 +56,8 @@ theorems it implements:
 
 The spec keeps ignored tokens in the token loop with loss 0 and gradient weight 0
 (``token_chunk_step``, ``token_weight``; their rows of G and grad_input are zero,
-``Ojas.CrossEntropy.Reduction.ignored_grad_zero``); here they are removed before the
-projection. ``Ojas.CrossEntropy.Reduction.ce_drop_ignored``: for "sum" and "mean",
+``Ojas.LinearCrossEntropy.Reduction.ignored_grad_zero``); here they are removed before the
+projection. ``Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored``: for "sum" and "mean",
 the forward and backward over the kept tokens only (any token chunks) give the same
 loss, grad_weight and grad_bias, and the kept rows of grad_input. For "none" the kept
 tokens' losses are the same by ``ce_loss_correct`` (each is its own row's
@@ -351,24 +351,24 @@ def linear_cross_entropy(
     ``chunk_size``: None (tokens 1024, vocabulary 4096), an int for both, or a pair
     (token_chunk, vocab_chunk). At most one [token_chunk, vocab_chunk] block of
     logits exists at a time; the result does not depend on the chunks in exact
-    arithmetic (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk). The lse is the
+    arithmetic (Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk). The lse is the
     online-softmax state (max, sum) of rocq/Attention/OnlineSoftmax.v (``block_step``
     with empty value rows) streamed over the vocabulary chunks: ``ce_forward`` /
-    ``ce_output`` of rocq/CrossEntropy/Definitions.v, whose per-token result is the
-    loss above by Ojas.CrossEntropy.Loss.token_forward_correct and
-    Ojas.CrossEntropy.Loss.ce_token_loss_softmax, reduced as
-    Ojas.CrossEntropy.Reduction.ce_loss_correct says (see the module docstring). A 1-D
+    ``ce_output`` of rocq/LinearCrossEntropy/Definitions.v, whose per-token result is the
+    loss above by Ojas.LinearCrossEntropy.Loss.token_forward_correct and
+    Ojas.LinearCrossEntropy.Loss.ce_token_loss_softmax, reduced as
+    Ojas.LinearCrossEntropy.Reduction.ce_loss_correct says (see the module docstring). A 1-D
     input is the batch of its one token (its loss, 0-dim for "none" too).
 
-    Backward is ``ce_backward`` (Ojas.CrossEntropy.Gradient.ce_backward_correct,
-    Ojas.CrossEntropy.Gradient.grad_entry_is_derive; end to end, fed with the forward's
+    Backward is ``ce_backward`` (Ojas.LinearCrossEntropy.Gradient.ce_backward_correct,
+    Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive; end to end, fed with the forward's
     lses, its results are the partial derivatives of the reduced loss in input,
     linear_weight and linear_bias over the reals:
-    Ojas.CrossEntropy.EndToEnd.ce_grad_input_is_derive,
-    Ojas.CrossEntropy.EndToEnd.ce_grad_weight_is_derive,
-    Ojas.CrossEntropy.EndToEnd.ce_grad_bias_is_derive,
-    Ojas.CrossEntropy.EndToEnd.ce_backward_is_gradient; with every token ignored, 0:
-    Ojas.CrossEntropy.EndToEnd.ce_all_ignored_grads_zero): it recomputes each logits
+    Ojas.LinearCrossEntropy.EndToEnd.ce_grad_input_is_derive,
+    Ojas.LinearCrossEntropy.EndToEnd.ce_grad_weight_is_derive,
+    Ojas.LinearCrossEntropy.EndToEnd.ce_grad_bias_is_derive,
+    Ojas.LinearCrossEntropy.EndToEnd.ce_backward_is_gradient; with every token ignored, 0:
+    Ojas.LinearCrossEntropy.EndToEnd.ce_all_ignored_grads_zero): it recomputes each logits
     block and takes softmax = exp(z - lse) from the saved lse (why, rather than
     gradients computed in the forward: see
     ``_LinearCrossEntropy``); the gradient of linear_weight is a [V, D] tensor either
@@ -386,7 +386,7 @@ def linear_cross_entropy(
     them over in the first backward, a second backward through a retained graph
     recomputes them; the rounding of its grad_input and grad_weight for "mean" / "sum" in
     bfloat16 / float32 without bias, cap, smoothing and z-loss:
-    Ojas.CrossEntropy.Float.GradError.ce_dh_error / ce_dw_error, no theorem for this
+    Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error / ce_dw_error, no theorem for this
     reference's own float32 rounding); "auto" runs the kernel for bfloat16 and float32 CUDA tensors
     (without ``weight`` or probability targets), the reference otherwise. Not for
     float16 by default: the kernel computes the gradients in the forward for a
@@ -401,7 +401,7 @@ def linear_cross_entropy(
     ``head_update``: None, or the :class:`ojas_ref.InBackwardOptimizer` constructed with
     ``head_weight=linear_weight`` (plain SGD; else TypeError / ValueError naming ``head_update``):
     the backward then updates ``linear_weight`` in place chunk by chunk and returns no gradient
-    for it (see ``head_weight`` there; Ojas.OptimizerInBackward.ChunkedHead): no [V, D] gradient
+    for it (see ``head_weight`` there; Ojas.InBackward.ChunkedHead): no [V, D] gradient
     exists, neither in the reference nor in the kernel (which then runs its 4-product schedule).
     ``linear_bias``, a weight used to compute ``input`` (tied embeddings) and autocast's cast of
     the weight are refused then (ValueError / NotImplementedError), as is a second backward
@@ -530,7 +530,7 @@ def linear_cross_entropy_forward(
     (float32, float64 for float64 inputs): the ``reduction="none"`` losses (0 for ignored
     tokens) and lse = log sum_v exp z_v, NaN for ignored tokens (their logits are never
     computed). Same arguments, chunked computation and theorems as
-    :func:`linear_cross_entropy` (Ojas.CrossEntropy.Loss.token_forward_correct).
+    :func:`linear_cross_entropy` (Ojas.LinearCrossEntropy.Loss.token_forward_correct).
     """
     if isinstance(input, Tensor):
         input, linear_weight, linear_bias = cast_for_autocast(input.device.type, input, linear_weight, linear_bias)

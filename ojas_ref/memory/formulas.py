@@ -282,7 +282,7 @@ def lce_gradients_bytes(m: Model, s: Setting) -> int:
     """:func:`ojas_ref.linear_cross_entropy` (the kernel's 3-product schedule, reductions
     mean / sum) computes grad_input [tokens, hidden] and grad_weight [V, hidden] in the
     forward and holds them until backward; no logits remain
-    (Ojas.CrossEntropy.Gradient.ce_backward_correct: the chunked backward is the gradient)."""
+    (Ojas.LinearCrossEntropy.Gradient.ce_backward_correct: the chunked backward is the gradient)."""
     return s.size * (s.tokens + m.vocab) * m.hidden
 
 
@@ -292,7 +292,7 @@ def lce_workspace_bytes(m: Model, s: Setting) -> int:
     n = round_down(budget / ((V + 2 hidden) size), 8) and
     budget = max(LCE_WORKSPACE_FRACTION x gradients, 16 MiB), as ``_three_products``
     sizes it when some token is ignored (the last one, whose label is padding). That one
-    block suffices is Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk (lse streamed over
+    block suffices is Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk (lse streamed over
     chunks of any size); the kernel's stated bound, gradients + workspace <=
     LCE_PEAK_OVER_GRADIENTS x gradients, holds whenever the budget is not the floor."""
     budget = max(int(LCE_WORKSPACE_FRACTION * lce_gradients_bytes(m, s)), LCE_WORKSPACE_FLOOR)
@@ -380,7 +380,7 @@ def bucketed_order(m: Model, s: Setting) -> list[int]:
 def pending_gradients_bytes(m: Model, s: Setting, count: int) -> int:
     """InBackwardOptimizer's gradients not yet updated after the first ``count`` of
     :func:`bucketed_order`: a bucket is updated and freed when its gradients reach
-    :func:`bucket_cap_bytes` (the rule of Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard).
+    :func:`bucket_cap_bytes` (the rule of Ojas.InBackward.Buckets.backprop_cap_bucketed_eq_standard).
     A model whose gradients fit in one bucket keeps them all until the end, as the
     standard loop."""
     return _pending(m, s, count)[0]
@@ -469,7 +469,7 @@ def head_update_backward_bytes(m: Model, s: Setting) -> int:
     padding, so some token is ignored), one vocabulary slab's G [tokens rounded to block_m, slab]
     and its rows' gradient [slab, hidden], both in the model dtype; the slab as the kernel sizes it
     (LCE_WORKSPACE_FRACTION of the gradients' bytes less the gathered rows). No [V, hidden]
-    gradient (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard)."""
+    gradient (Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard)."""
     bm, bn = LCE_BLOCKS[s.dtype]
     gathered = s.tokens * m.hidden * s.size
     budget = max(int(LCE_WORKSPACE_FRACTION * (s.tokens + m.vocab) * m.hidden * s.size) - gathered, LCE_WORKSPACE_FLOOR)

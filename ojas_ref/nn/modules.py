@@ -161,8 +161,8 @@ class MultiheadAttention(nn.MultiheadAttention):
 class LinearCrossEntropyLoss(nn.Module):
     """``loss_fn(input, linear_weight, target, linear_bias=None, head_update=None)``: the cross-entropy of
     ``input @ linear_weight.T + linear_bias`` by :func:`ojas_ref.linear_cross_entropy`,
-    never forming the logits (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk,
-    Ojas.CrossEntropy.Reduction.ce_loss_correct, Ojas.CrossEntropy.Gradient.ce_backward_correct).
+    never forming the logits (Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk,
+    Ojas.LinearCrossEntropy.Reduction.ce_loss_correct, Ojas.LinearCrossEntropy.Gradient.ce_backward_correct).
 
     Arguments as ``nn.CrossEntropyLoss`` (``weight``, a buffer as there, ``ignore_index``,
     ``reduction``, ``label_smoothing``) plus ``z_loss``, ``softcap``, ``chunk_size`` and

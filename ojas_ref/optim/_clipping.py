@@ -1,7 +1,7 @@
 """Global-norm clipping for :class:`~ojas_ref.optim.in_backward.InBackwardOptimizer`
 (``max_grad_norm``): the passes of its backward (:class:`_Mode`) and ``clip_grad_norm_``'s norms.
 
-``Ojas.OptimizerInBackward.Repairs.two_pass_clip_backprop_eq_standard``: two backward passes over the
+``Ojas.InBackward.Repairs.two_pass_clip_backprop_eq_standard``: two backward passes over the
 same graph, the first recording each gradient's norm and freeing it, the second updating at each hook
 with the clip coefficient of the total norm, are ``loss.backward(); clip_grad_norm_; step()``. The Coq
 total is ``sqrt`` of the sum of squared norms; here it is ``clip_grad_norm_``'s norm of the

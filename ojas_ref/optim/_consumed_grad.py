@@ -29,7 +29,7 @@ _HEAD_OTHER_USE = (
     "the head weight (InBackwardOptimizer(head_weight=...)) was updated inside the linear cross-entropy's backward "
     "and then got a gradient from another use in the same graph (tied to the input embedding, or used elsewhere): "
     "its update needs the sum of all its gradients, so updating it inside the loss is not the standard step "
-    "(Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Its rows were already updated with the "
+    "(Ojas.InBackward.Counterexamples.tied_per_use_neq_standard). Its rows were already updated with the "
     "loss's part: restore them from a checkpoint, and construct the optimizer without head_weight for a weight "
     "with several uses"
 )

@@ -4,7 +4,7 @@ of the backward pass: gradient accumulation (``accumulation_steps``), the passes
 the end-of-backward callbacks that update what the hooks deferred. The plain case (one process, no
 accumulation, no clipping) is :meth:`InBackwardOptimizer._hook` alone.
 
-``Ojas.OptimizerInBackward.Repairs.deferred_accum_backprop_eq_standard``: accumulating in micro-batches
+``Ojas.InBackward.Repairs.deferred_accum_backprop_eq_standard``: accumulating in micro-batches
 ``1..k-1`` and updating at the hooks of the ``k``-th is the standard loop when the ``k``-th contributes
 to every parameter an earlier one did; a parameter without a gradient in the ``k``-th is stepped at the
 end of its backward (:meth:`EndOfBackwardMixin._end_of_backward`), as ``optimizer.step()`` steps it."""

@@ -7,12 +7,12 @@ A gradient of the whole head reaching it in a backward pass whose loss was not g
 accumulated or stepped: the loss did not update the head, and a dense step would keep the
 ``[V, D]`` gradient the option is for.
 
-``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard`` (the reference: per vocabulary
+``Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard`` (the reference: per vocabulary
 chunk, its dH part and its rows' whole gradients, then the rows' step) and
-``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard`` (the Triton kernel: dH
+``Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard`` (the Triton kernel: dH
 in the forward, then per slab): backward then the step, every row once, no [V, D] gradient; a head
 with another use (tied embeddings) raises
-(``Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard``).
+(``Ojas.InBackward.Counterexamples.tied_per_use_neq_standard``).
 
 With ``head_weight`` the loss refuses (errors name the reason) a head with a bias, a head used by
 the computation of its input (tied to the embedding), autocast casting the weight, and a second
@@ -25,9 +25,9 @@ updated in its hook (the dense path for that step: its ``[V, D]`` gradient exist
 standard loop); a forward whose loss is alive but not back-propagated in the pass does not count. A
 backward that raises after some chunks were updated (out of memory) leaves those rows updated: the
 step cannot be undone. The PyTorch reference updates each vocabulary chunk (``chunk_size``) after
-its dH part (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard); the Triton kernel
+its dH part (Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard); the Triton kernel
 runs its 4-product schedule, dH in the forward, then each vocabulary slab's gradient and update in
-the backward (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard), which
+the backward (Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard), which
 rounds the head's gradient as its 4-product schedule does, not as the default 3-product one (one
 product over all tokens instead of a sum over token chunks)."""
 
@@ -197,7 +197,7 @@ class HeadUpdateMixin:
                         "head_weight is also used by the computation of the loss's input (a head tied to the "
                         "input embedding, tie_word_embeddings=True?): its update needs the embedding's gradient "
                         "as well, which arrives after the loss's backward, so it cannot be updated inside the "
-                        "loss (Ojas.OptimizerInBackward.Counterexamples.tied_per_use_neq_standard). Construct "
+                        "loss (Ojas.InBackward.Counterexamples.tied_per_use_neq_standard). Construct "
                         "InBackwardOptimizer without head_weight for a tied head, and call the loss without "
                         "head_update (the dense path)"
                     )

@@ -14,7 +14,7 @@ next copy of those host tensors to the device waits on) and the device copies ar
 updates no state is on the device; during the backward pass about one bucket's state per group is. The
 update is bitwise the one with ``state_device=None``: the same ops on the same values, on the same
 device with the same dtypes and strides, and a copy is exact (the bucketed update rests on
-``Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard``; the copies are exact, no
+``Ojas.InBackward.Buckets.backprop_cap_bucketed_eq_standard``; the copies are exact, no
 theorem needed). With ``state_slice_mb`` (off by default) a parameter whose state exceeds it is
 updated slice by slice, one slice's state on the device at a time (:meth:`HostState.step_sliced`: SGD
 with momentum, Adam, AdamW only; bitwise the whole step because their arithmetic is elementwise, tested

@@ -3,7 +3,7 @@
 dense step (:func:`sparse_unsupported`), the order of the row sums (:func:`coalesce_in_order`) and
 the update (:meth:`SparseRowsMixin._update_sparse`, ``InBackwardOptimizer._update_sparse``).
 
-``Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq``: with momentum 0 and weight decay 0,
+``Ojas.InBackward.SparseRows.sgd_sparse_rows_eq``: with momentum 0 and weight decay 0,
 updating the rows the gradient touches is the dense step (the other rows are unchanged);
 ``SparseRows.lazy_adamw_neq_dense`` / ``lazy_momentum_neq_dense``: not for AdamW or momentum, which
 raise."""
@@ -27,7 +27,7 @@ def sparse_unsupported(optimizer_class: type, group: dict[str, Any], grad: Tenso
     if optimizer_class is not torch.optim.SGD:
         return (
             f"optimizer_class is {optimizer_class.__name__}, not torch.optim.SGD: only plain SGD's "
-            "step leaves a row with zero gradient unchanged (Ojas.OptimizerInBackward.SparseRows."
+            "step leaves a row with zero gradient unchanged (Ojas.InBackward.SparseRows."
             "sgd_sparse_rows_eq); AdamW / Adam decay their moments and weights on every row, so a row "
             "that got no gradient still changes (SparseRows.adamw_zero_row_changes) and a lazy update of "
             "the touched rows is not the dense step (a subclass of SGD may change the step)"
@@ -95,10 +95,10 @@ class SparseRowsMixin:
         reason (:func:`sparse_unsupported`).
 
         Why this is the dense step:
-        Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq (an SGD update with a gradient that is zero
+        Ojas.InBackward.SparseRows.sgd_sparse_rows_eq (an SGD update with a gradient that is zero
         outside a set of rows is the update of those rows, the others unchanged;
-        Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense for any rule that leaves an element
-        unchanged under a zero gradient), with Ojas.OptimizerInBackward.Equivalence.sgd_fused_eq_standard
+        Ojas.InBackward.SparseRows.rows_update_eq_dense for any rule that leaves an element
+        unchanged under a zero gradient), with Ojas.InBackward.Equivalence.sgd_fused_eq_standard
         for the update in the hook. In floats: torch's sparse ``add_`` writes ``x + (-lr) * g`` on the rows
         of the gradient, the same kernel as the dense ``add_`` on them (tested bitwise), and the dense step
         on an untouched row is ``x + (-lr) * (+0.0) = x + (-0.0) = x`` bit for bit for every x (-0.0 and

@@ -24,7 +24,7 @@ the arithmetic of its single-tensor ``param.add_(grad, alpha=-lr)``), called dir
 (``InBackwardOptimizer._plain_sgd_lr``), which saves ``Optimizer.step``'s per-call Python
 for each bucket.
 
-Why this is the standard loop, and where it is not (rocq/OptimizerInBackward/;
+Why this is the standard loop, and where it is not (rocq/InBackward/;
 the theorems are over exact arithmetic for the schedule of events, for any
 per-parameter update rule; the arithmetic of each update is torch's own):
 
@@ -32,7 +32,7 @@ per-parameter update rule; the arithmetic of each update is torch's own):
   reading some parameters) and hooks; ``standard_run`` accumulates with frozen
   parameters, then steps every parameter with a gradient once; ``fused_run``
   updates ``p`` at ``Hook p`` and frees its gradient.
-* ``Ojas.OptimizerInBackward.Equivalence.fused_eq_standard``: the two runs give
+* ``Ojas.InBackward.Equivalence.fused_eq_standard``: the two runs give
   the same parameters and optimizer states, and the fused run frees every
   gradient, when each contributed parameter is hooked after all its
   contributions and no event reads a parameter after its hook.
@@ -68,7 +68,7 @@ per-parameter update rule; the arithmetic of each update is torch's own):
   With ``accumulation_steps > 1`` the gradients are whole at the end of the
   ``k``-th backward anyway; ``clip_grad_norm_`` and the steps run there, as in
   the standard loop.
-* Buckets: ``Ojas.OptimizerInBackward.Buckets.bucketed_eq_standard``: updating
+* Buckets: ``Ojas.InBackward.Buckets.bucketed_eq_standard``: updating
   each hooked parameter at any later flush (a flush updates some of the pending
   parameters; everything pending is flushed at the end) is, under the hypotheses
   of ``fused_eq_standard``, the standard loop; ``fused_is_flush_every_hook``: the
@@ -82,14 +82,14 @@ per-parameter update rule; the arithmetic of each update is torch's own):
 * ``Counterexamples.tied_per_use_neq_standard``: a hook per use of a tied weight
   (an update per partial gradient) would not be the standard loop.
 * Row-sparse gradients (``nn.Embedding(sparse=True)``), plain SGD only:
-  ``Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq``: with momentum 0 and weight
+  ``Ojas.InBackward.SparseRows.sgd_sparse_rows_eq``: with momentum 0 and weight
   decay 0, updating the rows the gradient touches is the dense step (the other rows are
   unchanged); ``SparseRows.lazy_adamw_neq_dense`` / ``lazy_momentum_neq_dense``: not for
   AdamW or momentum, which raise (:meth:`InBackwardOptimizer._update_sparse`).
 * The head updated inside the linear cross-entropy's backward (``head_weight``), plain SGD only:
-  ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard`` (the reference: per
+  ``Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard`` (the reference: per
   vocabulary chunk, its dH part and its rows' whole gradients, then the rows' step) and
-  ``Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard`` (the Triton
+  ``Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard`` (the Triton
   kernel: dH in the forward, then per slab): backward then the step, every row once, no [V, D]
   gradient; a head with another use (tied embeddings) raises.
 * One backward pass is one update (the theorems are about one step): two
@@ -162,11 +162,11 @@ __all__ = ["InBackwardOptimizer"]
 class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, torch.optim.Optimizer):
     """``optimizer_class`` applied to buckets of parameters whose post-accumulate-grad hooks ran.
 
-    Equal to backward-then-``step()`` by Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard
+    Equal to backward-then-``step()`` by Ojas.InBackward.Buckets.backprop_cap_bucketed_eq_standard
     (reverse-mode hook order, flush when a group's pending gradients reach the cap;
-    with ``bucket_cap_mb=0``, Ojas.OptimizerInBackward.Equivalence.backprop_fused_eq_standard;
+    with ``bucket_cap_mb=0``, Ojas.InBackward.Equivalence.backprop_fused_eq_standard;
     ``sgd_fused_eq_standard`` and ``adamw_fused_eq_standard`` for the rules); accumulation by
-    Ojas.OptimizerInBackward.Repairs.deferred_accum_backprop_eq_standard.
+    Ojas.InBackward.Repairs.deferred_accum_backprop_eq_standard.
 
     Keep a reference to the optimizer while training, as with any optimizer: the
     parameters' hooks hold it weakly (so that dropping model and optimizer frees
@@ -209,7 +209,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             bucket's state per group instead of all of it, at the cost of copying
             the state over PCIe twice per update.  Bitwise the same update as
             ``None`` (the bucketed update is
-            Ojas.OptimizerInBackward.Buckets.backprop_cap_bucketed_eq_standard; the
+            Ojas.InBackward.Buckets.backprop_cap_bucketed_eq_standard; the
             copies are exact, no theorem needed).  It saves memory for CUDA
             parameters; for CPU parameters it is allowed and does the same copies
             from host tensor to host tensor (no saving; this is what the CPU tests
@@ -257,8 +257,8 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             exists (one ``[vocab chunk, D]`` at a time) and the head's ``.grad`` holds no gradient
             (the placeholder of an updated parameter until ``step()``, then None).
             Equal to backward then ``SGD.step()``:
-            Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard (an instance of
-            Ojas.OptimizerInBackward.Equivalence.fused_eq_standard, over any scalars); in floats
+            Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard (an instance of
+            Ojas.InBackward.Equivalence.fused_eq_standard, over any scalars); in floats
             the reference's rows are bitwise the dense path's (each row's gradient summed over the
             token chunks in the same order) and so is the float32 update on the CPU; bfloat16 on
             the CPU may differ by one rounding where ATen's ``add_`` takes its scalar tail
@@ -272,7 +272,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             casting the weight and a second backward through the same graph; the reference and the
             Triton kernel's schedules, several forwards of the loss and errors mid-backward are
             described in ``ojas_ref/optim/_head_update.py``
-            (Ojas.OptimizerInBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard for the
+            (Ojas.InBackward.ChunkedHead.chunked_head_dh_first_code_eq_standard for the
             kernel's).
         optimizer_kwargs: hyper-parameters passed to ``optimizer_class``.
 
@@ -332,9 +332,9 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
     (errors say why): an enabled ``torch.amp.GradScaler``, ``step(closure)``,
     sparse gradients other than row-sparse float32 / float64 ones with plain SGD (momentum 0, weight
     decay 0, no clipping, no accumulation, one process: see :meth:`_update_sparse`,
-    Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq, an instance of
-    Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense, updated in the hook by
-    Ojas.OptimizerInBackward.Equivalence.sgd_fused_eq_standard), a parameter that already has a
+    Ojas.InBackward.SparseRows.sgd_sparse_rows_eq, an instance of
+    Ojas.InBackward.SparseRows.rows_update_eq_dense, updated in the hook by
+    Ojas.InBackward.Equivalence.sgd_fused_eq_standard), a parameter that already has a
     ``.grad``, reentrant activation checkpointing with ``accumulation_steps > 1`` (its nested
     backward passes would count as micro-batches; use ``use_reentrant=False``).
 
@@ -603,7 +603,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
         free it, then the total norm and clip coefficient exactly as
         ``clip_grad_norm_``, then a second backward whose hooks clip and update.
         It costs a second backward pass (no second forward). Otherwise it is
-        ``loss.backward()``.  ``Ojas.OptimizerInBackward.Repairs.two_pass_clip_backprop_eq_standard``:
+        ``loss.backward()``.  ``Ojas.InBackward.Repairs.two_pass_clip_backprop_eq_standard``:
         this is backward, ``clip_grad_norm_``, step.
         """
         if self.max_grad_norm is None or self.accumulation_steps > 1 or self._data_parallel.active():

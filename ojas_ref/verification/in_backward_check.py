@@ -5,9 +5,9 @@ Shared by tests/optim/test_in_backward.py and ``ojas audit``: a case is a dict
 state), ``updates`` runs one float64 step of ``torch.optim.SGD`` / ``AdamW`` and of
 :class:`InBackwardOptimizer` (the update in the post-accumulate-grad hook of a backward
 pass) on it, and ``oracle_mismatches`` lists what disagrees with ``sgd_update`` /
-``adamw_update`` of rocq/OptimizerInBackward/UpdateRules.v beyond ``oracle_tolerance``.
+``adamw_update`` of rocq/InBackward/UpdateRules.v beyond ``oracle_tolerance``.
 Over the reals these rules are the documented SGD / AdamW formulas
-(``Ojas.OptimizerInBackward.UpdateRules.sgd_update_R`` / ``adamw_update_R``); the oracle
+(``Ojas.InBackward.UpdateRules.sgd_update_R`` / ``adamw_update_R``); the oracle
 runs them in float64 with fused multiply-adds where torch's CPU kernels have them.
 """
 

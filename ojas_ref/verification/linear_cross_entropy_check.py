@@ -90,7 +90,7 @@ def _log_error(dtype: torch.dtype, V: int) -> float:
 def _forward_bounds(p: dict, dtype: torch.dtype, u: float) -> dict[str, torch.Tensor]:
     """Bounds on |computed - exact| of "loss" (as the reference returns it) and "lse"
     (kept tokens) when the whole forward runs in the rounding model with unit roundoff
-    ``u`` (``dtype``'s exp/ln errors). Per token: Ojas.CrossEntropy.LossError.
+    ``u`` (``dtype``'s exp/ln errors). Per token: Ojas.LinearCrossEntropy.LossError.
     token_forward_error_bound (``linear_cross_entropy_token_error_bound``); ignored
     tokens have loss 0 exactly. "sum" / "mean": ``linear_cross_entropy_reduction_error_bound``
     (proved lemmas composed by hand, not a theorem about ``ce_forward``)."""
@@ -125,7 +125,7 @@ def forward_tolerances(p: dict, dtype: torch.dtype) -> dict[str, torch.Tensor] |
     """Elementwise tolerances for reference (``dtype``) vs oracle (float64) on "loss"
     and "lse": the proved forward bound of each against the exact result, summed
     (|ref - oracle| <= |ref - exact| + |exact - oracle|). ``None`` with softcap (not
-    covered by Ojas.CrossEntropy.LossError.token_forward_error_bound). The reference's
+    covered by Ojas.LinearCrossEntropy.LossError.token_forward_error_bound). The reference's
     matmul and torch sums are not left to right: see
     ``linear_cross_entropy_token_error_bound``."""
     if p["cap"] is not None:

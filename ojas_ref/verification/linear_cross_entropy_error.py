@@ -1,7 +1,7 @@
 """Helpers for the proved bound on the chunked linear cross-entropy's streamed lse.
 
-The theorem is ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error`` (and ``ce_loss_error``)
-of rocq/CrossEntropy/Float/LseLossError.v; its value is
+The theorem is ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error`` (and ``ce_loss_error``)
+of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
 :func:`ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_error_bound`.
 
 * :func:`kernel_stream_lse`: the kernel's own ``_rows_kernel`` with STREAM (the loop the
@@ -11,17 +11,17 @@ of rocq/CrossEntropy/Float/LseLossError.v; its value is
 * :func:`measured_exp_error`, :func:`measured_log_error`: the premises ``ex_err`` /
   ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device;
   :func:`measured_tanh_error` the softcap's ``th_err``
-  (``Ojas.CrossEntropy.Float.SoftcapError``: the kernel's ``_cap_tanh``); :func:`kernel_cap`
+  (``Ojas.LinearCrossEntropy.Float.SoftcapError``: the kernel's ``_cap_tanh``); :func:`kernel_cap`
   the kernel's ``_cap_tanh`` / ``_cap_chain`` on given raw logits;
 * :func:`exact_gradients`, :func:`gradient_sums`, :func:`gradient_bounds`: the float64
   gradients, the a-posteriori sums and the per-entry bounds of
-  ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` / ``ce_dw_error``
+  ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` / ``ce_dw_error``
   (:func:`ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_error_bound`) for the
   3-product schedule on given inputs; :func:`weighted_gradient_sums`,
   :func:`four_product_gradient_bounds` those of
-  ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
+  ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
   4-product schedule (reduction "none" or ``products=4``, token weights from grad_output);
-  :func:`gradient_posteriori_bounds` those of ``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error``
+  :func:`gradient_posteriori_bounds` those of ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error``
   / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens),
   optionally on the measured errors of the :func:`stored_logits`; :func:`checked_tile_sum_depth`
   the depth of the rows kernel's ``tl.sum``, identified bit for bit on a device.
@@ -433,7 +433,7 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     compiled to the same blocked layout as the compiled ``_rows_kernel``, and equal bit for bit,
     on random rows (positive, signed, and a few ones among tiny numbers), to :func:`_tree_sum`:
     ``(elements per thread - 1) + log2(lanes) + log2(warps)``. The premise ``sum_ok ts Dt Bt`` of
-    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_up`` with this ``Dt`` (``ce_dsum_tree``:
+    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_up`` with this ``Dt`` (``ce_dsum_tree``:
     any tree of that depth), checked on these inputs only: an identification of Triton's
     lowering for this layout, not a theorem about it. Raises ``ValueError`` when the layouts
     differ, no layout is found or a row differs."""
@@ -515,7 +515,7 @@ def gradient_posteriori_bounds(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_posteriori_bound`
-    (``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
+    (``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``) for
     ``_three_products`` (no bias or softcap; reductions "mean" / "sum") on these inputs: each
     entry's exponent error from ``ce_arg_posteriori`` with ``delta`` the logit bound (as in
     :func:`gradient_bounds`) and ``B`` the stream's own bound at the logits' magnitude bound, or

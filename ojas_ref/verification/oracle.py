@@ -263,7 +263,7 @@ def linear_cross_entropy_oracle(
     a scalar otherwise); None means ones.
 
     Returns float64 tensors on ``input.device``: ``loss`` (``ce_output`` of
-    ``ce_forward``, rocq/CrossEntropy/Definitions.v: target-shaped for "none", a
+    ``ce_forward``, rocq/LinearCrossEntropy/Definitions.v: target-shaped for "none", a
     scalar otherwise; "mean" over no kept token is 0: the spec divides by the kept
     count only when it is positive), ``lse`` (target-shaped, for every token, ignored
     ones included) and
@@ -415,7 +415,7 @@ def optimizer_update_oracle(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """One optimizer update of one parameter computed by the oracle extracted from Coq.
 
-    ``rule`` is ``"sgd"`` (``sgd_update`` of rocq/OptimizerInBackward/UpdateRules.v:
+    ``rule`` is ``"sgd"`` (``sgd_update`` of rocq/InBackward/UpdateRules.v:
     ``torch.optim.SGD`` with ``lr``, ``momentum``, ``dampening``, ``weight_decay``,
     ``nesterov``) or ``"adamw"`` (``adamw_update``: ``torch.optim.AdamW`` with ``lr``,
     ``betas``, ``eps``, ``weight_decay``; no amsgrad, no maximize), applied to every

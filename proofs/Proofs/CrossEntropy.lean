@@ -3,8 +3,8 @@ import Proofs.OnlineSoftmax
 /-!
 # (b) Chunked log-sum-exp and the chunked cross-entropy loss
 
-Mirror of `rocq/CrossEntropy/Definitions.v` (definitions), `rocq/CrossEntropy/ChunkedLse.v`,
-`rocq/CrossEntropy/Loss.v` and `rocq/CrossEntropy/Reduction.v` (theorems).  A token's logits are
+Mirror of `rocq/LinearCrossEntropy/Definitions.v` (definitions), `rocq/LinearCrossEntropy/ChunkedLse.v`,
+`rocq/LinearCrossEntropy/Loss.v` and `rocq/LinearCrossEntropy/Reduction.v` (theorems).  A token's logits are
 pairs `(v, z_v)` (vocabulary index, logit), cut into chunks in any way; the vocabulary loop streams
 the chunks through the online softmax of `OnlineSoftmax.lean` (keys with empty value rows) and
 sums the target logit and the logits on the way.  The token loop sums the per-token losses over
@@ -73,7 +73,7 @@ theorem lse_of_represents (st : Option (State α Unit)) (z : Nat × α) (zs : Li
     rw [hl]; exact sum_exp_pos s.m z zs
 
 /-- **Chunked log-sum-exp**: for any cut of a nonempty vocabulary into chunks, the chunked lse is
-`log Σ_v exp z_v` (Coq: `chunked_lse_correct` in `rocq/CrossEntropy/ChunkedLse.v`). -/
+`log Σ_v exp z_v` (Coq: `chunked_lse_correct` in `rocq/LinearCrossEntropy/ChunkedLse.v`). -/
 theorem chunked_lse_correct (zchunks : List (List (Nat × α))) (z : Nat × α) (zs : List (Nat × α))
     (h : List.flatten zchunks = List.cons z zs) :
     chunkedLse zchunks = some (lse (List.cons z zs)) := by
@@ -131,7 +131,7 @@ theorem vocabLoop_fold (t : Nat) (zchunks : List (List (Nat × α))) :
       rw [List.map_append, sum_append, add_assoc]
 
 /-- **The vocabulary loop, any chunking**: it ends with the lse state of all the logits, the
-target logit and the sum of the logits (Coq: `vocab_loop_correct` in `rocq/CrossEntropy/Loss.v`). -/
+target logit and the sum of the logits (Coq: `vocab_loop_correct` in `rocq/LinearCrossEntropy/Loss.v`). -/
 theorem vocab_loop_correct (t : Nat) (zchunks : List (List (Nat × α))) :
     Represents (vocabLoop t zchunks).lse (lseKeys (List.flatten zchunks))
     ∧ (vocabLoop t zchunks).zt = targetLogit t (List.flatten zchunks)
@@ -155,7 +155,7 @@ def tokenLossSpec (V eps lam : α) (t : Nat) (zs : List (Nat × α)) : α :=
     + lam * (lse zs * lse zs)
 
 /-- **The chunked per-token loss is the specification, for any chunking** of a nonempty logit row
-(Coq: `token_loss_chunked` in `rocq/CrossEntropy/Loss.v`, chunks of any size `bv`). -/
+(Coq: `token_loss_chunked` in `rocq/LinearCrossEntropy/Loss.v`, chunks of any size `bv`). -/
 theorem token_loss_chunked (V eps lam : α) (t : Nat) (zchunks : List (List (Nat × α)))
     (z : Nat × α) (zs : List (Nat × α)) (h : List.flatten zchunks = List.cons z zs) :
     tokenLoss V eps lam (vocabLoop t zchunks)
@@ -230,7 +230,7 @@ theorem ceForward_fold (cfg : Config α) (tcs : List (List (Tok α))) :
 /-- **The chunked loss, any token chunking, ignored tokens dropped**: the forward pass sums the
 specification loss over the kept tokens and counts them, whatever the token chunks and each
 token's vocabulary chunks, provided each kept token's logit row is nonempty
-(Coq: `ce_forward_fold` and `ce_loss_correct` in `rocq/CrossEntropy/Reduction.v`). -/
+(Coq: `ce_forward_fold` and `ce_loss_correct` in `rocq/LinearCrossEntropy/Reduction.v`). -/
 theorem ce_forward_correct (cfg : Config α) (tcs : List (List (Tok α)))
     (spec : Tok α → α)
     (hspec : ∀ x : Tok α, ∀ z zs, List.flatten x.zchunks = List.cons z zs →

@@ -100,7 +100,7 @@ theorem sum_map_add {β : Type} (f g : β → α) (xs : List β) :
     rw [ih, add_assoc, add_assoc, add_left_comm (g x)]
 
 /-- Dropping the entries that fail `p` from a sum is summing `f` where `p` holds, 0 elsewhere
-(Coq: `rsum_filter` in `rocq/CrossEntropy/Reduction.v`). -/
+(Coq: `rsum_filter` in `rocq/LinearCrossEntropy/Reduction.v`). -/
 theorem sum_map_filter {β : Type} (p : β → Bool) (f : β → α) (xs : List β) :
     sum (List.map (fun x => cond (p x) (f x) 0) xs) = sum (List.map f (List.filter p xs)) := by
   induction xs with

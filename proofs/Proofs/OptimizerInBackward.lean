@@ -3,7 +3,7 @@ import Proofs.Lists
 /-!
 # (d) Optimizer in backward: updating each parameter in its hook equals backward-then-step
 
-Mirror of `rocq/OptimizerInBackward/Events.v` (the event model), `Equivalence.v` (the theorem)
+Mirror of `rocq/InBackward/Events.v` (the event model), `Equivalence.v` (the theorem)
 and `Counterexamples.v` (global clipping, per-micro-batch updates).
 
 Parameters are indexed by `Nat`.  A store holds, for every parameter, its value (`V`), its
@@ -316,7 +316,7 @@ theorem fused_inv (evs : List (Event V G)) (hgood : HookLast evs) :
 (gradient accumulation), if every parameter that has a gradient at the start or receives a
 contribution is hooked, and no contribution to `p` and no read of `p` comes after a hook of `p`;
 the fused run frees every gradient (Coq: `fused_eq_standard_from` in
-`rocq/OptimizerInBackward/Equivalence.v`). -/
+`rocq/InBackward/Equivalence.v`). -/
 theorem fused_eq_standard (evs : List (Event V G)) (st : Store V S G)
     (hcover : ∀ q, (st.grad q = none → False) ∨ contributes q evs = true → hooked q evs = true)
     (hgood : HookLast evs) (q : Nat) :
@@ -356,7 +356,7 @@ variable {α : Type} [ExpField α]
 open ExpField
 
 /-- SGD without momentum, learning rate `lr`: `p ← p - lr * g` (Coq: `sgd_R lr None`, from
-`sgd_update` of `rocq/OptimizerInBackward/UpdateRules.v`). -/
+`sgd_update` of `rocq/InBackward/UpdateRules.v`). -/
 def sgd (lr : α) : Nat → α → Unit → α → α × Unit := fun _ v s g => (v - lr * g, s)
 
 /-- Every parameter at `v`, no optimizer state, no gradient (Coq: `init_store`). -/
@@ -372,7 +372,7 @@ the hook (Coq: `backward_events square_tape`). -/
 def squareEvents : List (Event α α) := [.contribute 0 [0] headOr0, .hook 0]
 
 /-- Naive fusion with gradient accumulation: every micro-batch's backward is fused
-(Coq: `fused_accum_run` in `rocq/OptimizerInBackward/Variants.v`). -/
+(Coq: `fused_accum_run` in `rocq/InBackward/Variants.v`). -/
 def fusedAccumRun {V S G : Type} (gadd : G → G → G) (update : Nat → V → S → G → V × S)
     (mbs : List (List (Event V G))) (st : Store V S G) : Store V S G :=
   List.foldl (fun st evs => fusedRun gadd update evs st) st mbs
@@ -380,7 +380,7 @@ def fusedAccumRun {V S G : Type} (gadd : G → G → G) (update : Nat → V → 
 /-- **Per-micro-batch updates are not backward-then-step**: two micro-batches of `p² / 2`, SGD
 with learning rate 1 at every hook, from `p = 1`, give 0; accumulating both gradients then
 stepping gives `-1` (Coq: `accum_fused_neq_standard` in
-`rocq/OptimizerInBackward/Counterexamples.v`, learning rate 1/2 there: 1/4 against 0). -/
+`rocq/InBackward/Counterexamples.v`, learning rate 1/2 there: 1/4 against 0). -/
 theorem accum_fused_neq_standard :
     (fusedAccumRun (fun a b => a + b) (sgd 1) [squareEvents, squareEvents] (initStore (1 : α))).param 0
       ≠ (standardRun (fun a b => a + b) (sgd 1) (squareEvents ++ squareEvents) (initStore (1 : α))).param 0 := by
@@ -423,7 +423,7 @@ def clipEvents (a b : α) : List (Event α α) :=
 /-- **Global clipping cannot be done at the hooks**: updating each parameter at its hook with its
 unclipped gradient differs from backward, clip, step, whenever the clip is active (its coefficient
 at the global norm is not 1) and the gradient is not zero (Coq: `clip_unclipped_neq_standard` in
-`rocq/OptimizerInBackward/Counterexamples.v`, gradients 3 and 4, `max_norm` 1). -/
+`rocq/InBackward/Counterexamples.v`, gradients 3 and 4, `max_norm` 1). -/
 theorem clip_unclipped_neq_standard (coef : α → α) (a b : α) (hb : b ≠ 0)
     (hclip : coef (a * a + (b * b + 0)) ≠ 1) :
     (fusedRun (fun x y => x + y) (sgd 1) (clipEvents a b) (initStore 0)).param 1

@@ -1,6 +1,6 @@
 """ojas_ref.linear_cross_entropy against materialised torch computations.
 
-The reference streams over token and vocabulary chunks (rocq/CrossEntropy/Definitions.v);
+The reference streams over token and vocabulary chunks (rocq/LinearCrossEntropy/Definitions.v);
 here it is compared with ``F.cross_entropy`` / ``F.linear_cross_entropy`` on the full
 [N, V] logits, with autograd on that materialised computation for the gradients.
 """
@@ -323,7 +323,7 @@ def test_hidden_size_zero(reduction, bias):
 
 
 def test_chunking_does_not_change_the_result():
-    """Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk: any chunk sizes give the same lse
+    """Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk: any chunk sizes give the same lse
     and loss (here up to float64 rounding)."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(11, 6, generator=gen, dtype=F64)
@@ -770,7 +770,7 @@ def test_mutation_target_in_wrong_chunk_is_caught(monkeypatch):
 
 
 # --------------------------------------------------------------------------
-# Against the oracle extracted from rocq/CrossEntropy/Definitions.v
+# Against the oracle extracted from rocq/LinearCrossEntropy/Definitions.v
 # --------------------------------------------------------------------------
 
 

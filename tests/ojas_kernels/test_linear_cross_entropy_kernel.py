@@ -6,8 +6,8 @@ float64 reference (ojas_ref.linear_cross_entropy) and the oracle extracted from 
   present; they are skipped (with the reason) if the kernels were already imported
   compiled.  Small shapes (N <= 24, D <= 32, V <= 70, 16-wide tiles), drawn chunks:
   token chunks, vocabulary slabs and vocabulary tiles per program do not change the
-  result (Ojas.CrossEntropy.ChunkedLse.merge_chunks_lse,
-  Ojas.CrossEntropy.Gradient.ce_backward_correct).
+  result (Ojas.LinearCrossEntropy.ChunkedLse.merge_chunks_lse,
+  Ojas.LinearCrossEntropy.Gradient.ce_backward_correct).
 * GPU tests (``-m gpu``, need CUDA): realistic shapes against the float64 reference,
   the memory bound, the dispatch of ``ojas_ref.linear_cross_entropy``, a second
   backward through a retained graph, D = 0, and float32 products under torch's
@@ -235,7 +235,7 @@ def test_kernel_matches_extracted_oracle(reduction, monkeypatch):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_all_ignored_and_empty(reduction):
-    """Every token ignored: losses 0 ("mean" included: Ojas.CrossEntropy.Reduction.ce_mean_all_ignored),
+    """Every token ignored: losses 0 ("mean" included: Ojas.LinearCrossEntropy.Reduction.ce_mean_all_ignored),
     zero gradients; an empty batch likewise."""
     for shape, ignored in (((6,), 1.0), ((0,), 0.0)):
         p = make_problem(3, shape=shape, D=16, V=20, reduction=reduction, ignored=ignored)
@@ -849,11 +849,11 @@ SCHEDULES = {  # products, reduction, options of make_problem
 @pytest.mark.parametrize("pattern", IGNORE_PATTERNS)
 def test_ignored_tokens_enter_no_product(pattern, schedule, monkeypatch):
     """Ignored tokens are removed before any matrix product in every schedule
-    (Ojas.CrossEntropy.Reduction.ce_drop_ignored): the products read the rows of the kept tokens
+    (Ojas.LinearCrossEntropy.Reduction.ce_drop_ignored): the products read the rows of the kept tokens
     and of no other (with half ignored, half the tokens; the 3-product schedule used to read
     them all, with zero rows of G).  The results are the kernel's on the kept tokens alone (the
     same chunks: bit for bit in the gradients) and the float64 reference's; the ignored rows of
-    grad_input are exactly 0 (Ojas.CrossEntropy.Reduction.ignored_grad_zero), and so are their
+    grad_input are exactly 0 (Ojas.LinearCrossEntropy.Reduction.ignored_grad_zero), and so are their
     losses with reduction "none"."""
     products, reduction, options = SCHEDULES[schedule]
     p = _with_ignored(

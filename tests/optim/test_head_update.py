@@ -1,7 +1,7 @@
 """The head's weight updated chunk by chunk inside the linear cross-entropy's backward
 (``InBackwardOptimizer(head_weight=...)`` passed to the loss as ``head_update=``,
 ojas_ref/functional/_linear_cross_entropy_reference.py ``_backward_kept_update_head``;
-Ojas.OptimizerInBackward.ChunkedHead.chunked_head_sgd_eq_standard).
+Ojas.InBackward.ChunkedHead.chunked_head_sgd_eq_standard).
 
 Against the standard loop (``loss.backward(); SGD.step(); zero_grad()``) with the same loss:
 bitwise, since each row's gradient is summed over the token chunks in the same order both

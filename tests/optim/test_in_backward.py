@@ -666,7 +666,7 @@ def test_cannot_be_pickled() -> None:
 
 
 # --------------------------------------------------------------------------
-# One update against the oracle extracted from rocq/OptimizerInBackward/UpdateRules.v
+# One update against the oracle extracted from rocq/InBackward/UpdateRules.v
 # --------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 
 ``optimize_model(model, sparse_embedding=True)`` sets the input embedding's ``sparse = True``;
 :class:`ojas_ref.InBackwardOptimizer` with plain SGD then updates the rows of the batch's tokens
-from the sparse gradient (Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq), with no dense
+from the sparse gradient (Ojas.InBackward.SparseRows.sgd_sparse_rows_eq), with no dense
 ``[V, D]`` gradient.  On the CPU the result is the dense run's bit for bit (duplicate token rows
 are summed in token order from zero, as the dense embedding backward does; ``Tensor.coalesce``
 would not be).  Everything else with a sparse gradient raises with the reason.
@@ -71,7 +71,7 @@ def test_llama_sgd_sparse_bitwise_dense(dtype):
     assert sparse.get_input_embeddings().sparse and not dense.get_input_embeddings().sparse
     change = [c for c in report.changed if "sparse=True" in c.what]
     assert len(change) == 1 and change[0].module == "model.embed_tokens"
-    assert "Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq" in change[0].theorems
+    assert "Ojas.InBackward.SparseRows.sgd_sparse_rows_eq" in change[0].theorems
     assert str(V * D * initial.element_size()) in change[0].what
     data = batches()
     for model in (dense, sparse):

@@ -216,7 +216,7 @@ def test_softmax_score_perturbation_bound() -> None:
 
 
 # --------------------------------------------------------------------------
-# Linear cross-entropy forward (Ojas.CrossEntropy.LossError)
+# Linear cross-entropy forward (Ojas.LinearCrossEntropy.LossError)
 # --------------------------------------------------------------------------
 
 U64 = UNIT_ROUNDOFF[torch.float64]
@@ -580,7 +580,7 @@ def test_attention_forward_posteriori_oracle_matches_hand_formula(dtype, monkeyp
 
 @pytest.mark.usefixtures("oracle_bounds")
 def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ce_merge_lse_q (Ojas.Bounds.CrossEntropy, extracted) against the hand copy of
+    """ce_merge_lse_q (Ojas.Bounds.LinearCrossEntropy, extracted) against the hand copy of
     ce_lse_error_two_level's bound in exact rationals: the same closed form, the hand copy
     with exact powers and e^x <= 1 + x + x^2 (x = 2 u Zmax), the oracle with certified
     upper bounds (powers within 2^-190 or so, exp within (x / 2^64)^2 / 2). So the hand copy
@@ -624,7 +624,7 @@ def test_merge_lse_bound_oracle_matches_hand_formula(monkeypatch: pytest.MonkeyP
 @pytest.mark.usefixtures("oracle_bounds")
 @pytest.mark.parametrize("dtype, n_terms, n_chunks", [(torch.bfloat16, 128256, 1), (torch.float32, 512, 4)])
 def test_grad_coefficients_oracle_match_hand_formula(dtype, n_terms, n_chunks) -> None:
-    """ce_grad_q (Ojas.Bounds.CrossEntropyGrad, extracted) against the exact-rational hand copy of the
+    """ce_grad_q (Ojas.Bounds.LinearCrossEntropyGrad, extracted) against the exact-rational hand copy of the
     coefficients of ce_dw_bound: cT, cH, c0 do not involve X, so the oracle's are the hand
     copy's rounded up to a multiple of 2^-200; cS is linear in X, the oracle's at
     X = 1 + perturbation_q(x / 2) >= e^x, within a relative 1e-12 of cS at X = e^x (mpmath,

@@ -1,7 +1,7 @@
 """The proved bound on the chunked linear cross-entropy's streamed lse and loss as tolerances.
 
 ``linear_cross_entropy_lse_error_bound`` (ojas_ref/verification/bounds/linear_cross_entropy.py) is the value of
-``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error``: the lse that ``_rows_kernel`` (STREAM:
+``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error``: the lse that ``_rows_kernel`` (STREAM:
 the 3-product schedule, the default for "mean" / "sum" with a gradient) computes from the
 logits it reads, against ``ln sum_v exp(y_v)``, with ``|z_v - y_v| <= delta``; the loss
 ``rnd(lse - z_t)`` by ``ce_loss_error``. Premises (measured here on the device first): the
@@ -18,14 +18,14 @@ error of ``tl.exp`` on x <= 0 and of ``tl.log`` on [1, 2^24].
 * GPU (``-m gpu``): V = 128256, D = 4096, bfloat16 and float32 (IEEE dots under torch's
   default "highest"; TF32 is not covered), ratio bound / observed printed.
 * The a-posteriori loss bound ``linear_cross_entropy_loss_posteriori_bound``
-  (``Ojas.CrossEntropy.Float.LossPosteriori.ce_loss_posteriori``: the logits' errors weighted
+  (``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori``: the logits' errors weighted
   by the float64 softmax, the stream's own bound at delta = 0): every token's loss of the
   3-product forward within its bound, normal and peaked rows (targets aligned with the hidden
   states), ignored tokens exactly 0, on the CPU and (``-m gpu``) at V = 128256, D = 4096;
   ratios printed (``-s``).
 
 The gradients: ``linear_cross_entropy_grad_error_bound`` is the value of
-``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` (dH) and ``ce_dw_error`` (dW over the
+``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` (dH) and ``ce_dw_error`` (dW over the
 token chunks) for the 3-product schedule, per entry, from the exact probabilities' sums
 (``gradient_bounds``); every entry of the kernel's dH and dW is checked against float64
 autograd of ``F.cross_entropy(H @ W^T)`` on the same inputs, on the CPU (ignored tokens, sizes
@@ -36,7 +36,7 @@ dropped, the row kernel's vocabulary one column short, "mean" over all tokens in
 kept ones) exceed the bound.
 
 The 4-product schedule (reduction "none", ``products=4``): ``gradient_bounds`` with ``grad_output``
-gives ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dh4_error`` (dH: the forward's row times
+gives ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dh4_error`` (dH: the forward's row times
 grad_output) and ``ce_dw4_error`` (dW: the token weights inside G, one product over the kept
 tokens) per entry; checked on the CPU with a per-token grad_output (zeros, a negative entry,
 ignored tokens) for "none" and a scalar for "mean", mutants (the weight applied twice in G, the
@@ -741,7 +741,7 @@ def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
 
 
 # The 4-product schedule (reduction "none", products=4): ce_dh4_error / ce_dw4_error of
-# rocq/CrossEntropy/Float/WeightedGradError.v, the token weights inside G.
+# rocq/LinearCrossEntropy/Float/WeightedGradError.v, the token weights inside G.
 
 
 def _four_case(dtype, reduction, seed=11):

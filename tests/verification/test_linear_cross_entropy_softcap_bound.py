@@ -1,6 +1,6 @@
 """The proved bound on the linear cross-entropy's lse and loss with a final-logit softcap as tolerances.
 
-``Ojas.CrossEntropy.Float.SoftcapError`` (rocq/CrossEntropy/Float/SoftcapError.v): the
+``Ojas.LinearCrossEntropy.Float.SoftcapError`` (rocq/LinearCrossEntropy/Float/SoftcapError.v): the
 kernel's capped logit ``rnd(c * th(r))`` (``_softcap``; ``th`` = ``_cap_tanh``, its computed
 tanh(r / c), within a measured premise ``LINEAR_CROSS_ENTROPY_TANH_ERROR``) is within ``sc_delta`` of
 ``c tanh(y / c)`` (``sc_logit_error``: the softcap is 1-Lipschitz), so ``ce_lse_error_softcap`` /
@@ -15,9 +15,9 @@ against the exact capped logits' (the ``softcap`` argument of the bound function
   exceed the bound; the kernel as it is stays within it.
 * GPU (``-m gpu``): the premise on the device (``_cap_tanh`` with ex2.approx and the
   approximate division), then V = 128256, D = 4096, bfloat16 and float32, caps 30 and 5.
-The capped gradients of the 3-product schedule: ``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error``
+The capped gradients of the 3-product schedule: ``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error``
 / ``sc_dw_error`` (built on ``sc_chain_error`` for the chain factor ``1 - (z / c)^2``), their
-coefficients from the oracle (``Ojas.Bounds.CrossEntropyGrad.sc_grad_q``); the 4-product schedule's capped
+coefficients from the oracle (``Ojas.Bounds.LinearCrossEntropyGrad.sc_grad_q``); the 4-product schedule's capped
 gradients have no theorem.
 """
 
@@ -300,7 +300,7 @@ def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
     assert (loss[target == -100] == 0).all()
 
 
-# The capped gradients: sc_dh_error / sc_dw_error of rocq/CrossEntropy/Float/SoftcapGradError.v.
+# The capped gradients: sc_dh_error / sc_dw_error of rocq/LinearCrossEntropy/Float/SoftcapGradError.v.
 
 
 def _capped_case(dtype, cap, N=13, D=40, V=700):

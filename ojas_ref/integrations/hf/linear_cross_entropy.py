@@ -92,8 +92,8 @@ class LinearCrossEntropyForCausalLM:
     (formerly ``CausalLMLossHead``).
 
     Installed by :meth:`install`, removed by :meth:`remove`. The loss is
-    :func:`ojas_ref.linear_cross_entropy` (Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk,
-    Ojas.CrossEntropy.Reduction.ce_loss_correct, Ojas.CrossEntropy.Gradient.ce_backward_correct);
+    :func:`ojas_ref.linear_cross_entropy` (Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk,
+    Ojas.LinearCrossEntropy.Reduction.ce_loss_correct, Ojas.LinearCrossEntropy.Gradient.ce_backward_correct);
     the label shift and the ``num_items_in_batch`` division are Hugging Face's
     ``ForCausalLMLoss`` and no theorem's. Differences: "mean" over a batch whose tokens
     are all ignored gives 0, not NaN.

@@ -59,8 +59,8 @@ from ojas_ref.integrations.hf.swiglu import (
 from ojas_ref.recipe import MemoryRecipe
 
 SPARSE_EMBEDDING_THEOREMS = (
-    "Ojas.OptimizerInBackward.SparseRows.sgd_sparse_rows_eq",
-    "Ojas.OptimizerInBackward.SparseRows.rows_update_eq_dense",
+    "Ojas.InBackward.SparseRows.sgd_sparse_rows_eq",
+    "Ojas.InBackward.SparseRows.rows_update_eq_dense",
 )
 
 __all__ = ["Change", "LeftAlone", "OptimizationReport", "optimize_model", "revert_model"]
@@ -73,9 +73,9 @@ ATTENTION_THEOREMS = (
     "Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive",
 )
 LINEAR_CROSS_ENTROPY_THEOREMS = (
-    "Ojas.CrossEntropy.ChunkedLse.chunked_lse_chunk",
-    "Ojas.CrossEntropy.Reduction.ce_loss_correct",
-    "Ojas.CrossEntropy.Gradient.ce_backward_correct",
+    "Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk",
+    "Ojas.LinearCrossEntropy.Reduction.ce_loss_correct",
+    "Ojas.LinearCrossEntropy.Gradient.ce_backward_correct",
 )
 RMS_NORM_NOT_COVERED = (
     "the kernel's floating-point rounding; the cast to the input dtype "
@@ -214,7 +214,7 @@ def optimize_model(
             ``sparse = True``: its backward gives a row-sparse COO gradient (the rows of the
             batch's tokens) instead of a dense ``[V, D]`` one, ``V * D * element_size`` bytes not
             allocated.  For :class:`ojas_ref.InBackwardOptimizer` with ``torch.optim.SGD``
-            (momentum 0, weight decay 0, float32 / float64; Ojas.OptimizerInBackward.SparseRows.
+            (momentum 0, weight decay 0, float32 / float64; Ojas.InBackward.SparseRows.
             sgd_sparse_rows_eq: the row update is the dense step, tested bit for bit on the CPU);
             AdamW, momentum, clipping or accumulation then raise (a row with zero gradient still
             changes under them).  Left alone, with the reason, when the embedding is tied to the

@@ -1,7 +1,7 @@
 """Error bounds of the linear cross-entropy's forward: the PyTorch reference's per-token loss and
-lse and their reductions (``Ojas.CrossEntropy.LossError``, rounding model of
+lse and their reductions (``Ojas.LinearCrossEntropy.LossError``, rounding model of
 ``rocq/FloatModel/NoUnderflow.v``), and the Triton kernel's (kernels/ojas_kernels/linear_cross_entropy.py)
-streamed and two-level lse, loss, logits and softcap (``rocq/CrossEntropy/Float/*.v``,
+streamed and two-level lse, loss, logits and softcap (``rocq/LinearCrossEntropy/Float/*.v``,
 mixed-precision model), with the premises about the kernel's ``tl.exp``, ``tl.log``, tanh and
 division (``LINEAR_CROSS_ENTROPY_*_ERROR``). The gradients: :mod:`.linear_cross_entropy_grad`."""
 
@@ -47,7 +47,7 @@ __all__ = [
 
 # Relative error of the kernel's tl.exp (float32) for arguments x <= 0, plus the absolute
 # _EXP2_ABS_ERROR below the normal range: an assumption, not a theorem (the Section
-# hypothesis ex_err of rocq/CrossEntropy/Float/LseLossError.v). In the CPU interpreter
+# hypothesis ex_err of rocq/LinearCrossEntropy/Float/LseLossError.v). In the CPU interpreter
 # tl.exp is numpy's float32 exp (within a few ulp); on NVIDIA GPUs Triton lowers it to
 # ex2.approx.f32 of rnd(x * log2 e), whose relative error grows with |x|: about
 # 2^-22 + |x| log2(e) 2^-24 ln 2 <= 5.6e-6 on [-88, 0]. 2^-17 = 7.6e-6 covers both (to be
@@ -60,7 +60,7 @@ LINEAR_CROSS_ENTROPY_EXP_ERROR: float = 2.0**-17
 LINEAR_CROSS_ENTROPY_LOG_ERROR: float = 2.0**-18
 # Absolute error of the kernel's computed tanh(r / c) in _softcap (1 - 2 / (tl.exp(min(2r / c,
 # 80)) + 1), float32) for every float32 raw logit r (th_err of
-# rocq/CrossEntropy/Float/SoftcapError.v, with ut = 0): an assumption, not a theorem. The
+# rocq/LinearCrossEntropy/Float/SoftcapError.v, with ut = 0): an assumption, not a theorem. The
 # interpreter's numpy ops round to nearest; on NVIDIA GPUs tl.exp is ex2.approx.f32 and the
 # division div.full.f32 (2 ulp), about 2^-21 + 2^-23 in all. 2^-20 as margin (measured by
 # linear_cross_entropy_error.measured_tanh_error: tests/verification/test_linear_cross_entropy_error_bound.py).
@@ -72,7 +72,7 @@ LINEAR_CROSS_ENTROPY_DIV_ERROR: float = 2.0**-21
 
 
 def _add_err(u: float, a, ea, b, eb):
-    """``add_err`` of ``Ojas.CrossEntropy.LossError``: fl(a' +- b') against a +- b."""
+    """``add_err`` of ``Ojas.LinearCrossEntropy.LossError``: fl(a' +- b') against a +- b."""
     return ea + eb + u * (abs(a) + abs(b) + ea + eb)
 
 
@@ -102,9 +102,9 @@ def linear_cross_entropy_token_error_bound(
     linear cross-entropy forward without softcap, tokens ``x`` [N, D] with targets in
     ``[0, V)`` (kept tokens), any chunk sizes.
 
-    Implements ``Ojas.CrossEntropy.LossError.token_forward_error_bound``
-    (rocq/CrossEntropy/LossError.v) with ``dz`` from
-    ``Ojas.CrossEntropy.LossError.raw_logit_error_bound``: in the rounding model
+    Implements ``Ojas.LinearCrossEntropy.LossError.token_forward_error_bound``
+    (rocq/LinearCrossEntropy/LossError.v) with ``dz`` from
+    ``Ojas.LinearCrossEntropy.LossError.raw_logit_error_bound``: in the rounding model
     (``u``, ``exp_error`` = ue relative, ``log_error`` = ul absolute, no
     underflow), ``token_forward fl_ops`` is within ``lse_err`` (lse) and
     ``token_loss_err`` (loss) of the exact ``(ce_token_loss_R, lse_row)``, where
@@ -124,7 +124,7 @@ def linear_cross_entropy_token_error_bound(
     |L| + 1), a bound of their float64 error; the result is rounded up by 2^-40.
     The theorem is about ``dot``'s and the vocabulary loop's left-to-right sums;
     a blocked matmul or pairwise sum satisfies the same gamma bounds (Higham 3.1),
-    not proved here. The scalar factors come from the oracle (``Ojas.Bounds.CrossEntropy``):
+    not proved here. The scalar factors come from the oracle (``Ojas.Bounds.LinearCrossEntropy``):
     ``gamma_D`` (:func:`dot_product_error_bound`), ``beta_V`` (``stream_beta_q``),
     ``g`` (``chunked_sum_factor_q``, ``sum_factor_q_ge``), ``nat_err V``
     (``nat_err_q``, ``nat_err_q_ge``) and ``-ln(1 - beta_V)`` (a float candidate
@@ -196,10 +196,10 @@ def linear_cross_entropy_reduction_error_bound(
     ignored tokens), from the kept tokens' error bounds B_i and upper bounds |loss_i|.
 
     "sum": sum_i B_i + g (sum_i |loss_i| + sum_i B_i), g = ``chunked_sum_error_factor``
-    (n_tokens, u): ``Ojas.CrossEntropy.LossError.chunked_sum_error_bound`` for the sum
+    (n_tokens, u): ``Ojas.LinearCrossEntropy.LossError.chunked_sum_error_bound`` for the sum
     over token chunks, applied to losses known within B_i. "mean": that, then the
     rounded division by the kept count K (computed as a sum of ones and zeros, within
-    g K): ``div_err`` of ``Ojas.CrossEntropy.LossError`` (``rnd_div_err``). This
+    g K): ``div_err`` of ``Ojas.LinearCrossEntropy.LossError`` (``rnd_div_err``). This
     composition is done here, by hand: it is not a Coq theorem about ``ce_forward``;
     only ``g`` comes from the oracle (``chunked_sum_factor_q``).
     """
@@ -251,7 +251,7 @@ def _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, d
 
 def _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error):
     """(delta, Zmax) of the capped logits (Fractions): ``sc_delta`` and ``sc_zmax`` of
-    ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error`` from the raw logits' ``delta``
+    ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_logit_error`` from the raw logits' ``delta``
     (``zmax`` kept without a cap)."""
     if softcap is None:
         return delta, zmax
@@ -316,16 +316,16 @@ def linear_cross_entropy_lse_error_bound(
     ``fwd_logits="cublas"``), no bias; with ``softcap = c`` against
     ``ln sum_v exp(c tanh(h . w_v / c))``.
 
-    Implements ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error``
-    (rocq/CrossEntropy/Float/LseLossError.v): over ``ceil(V / block_v)`` vocabulary tiles of
+    Implements ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error``
+    (rocq/LinearCrossEntropy/Float/LseLossError.v): over ``ceil(V / block_v)`` vocabulary tiles of
     ``block_v`` fp32 logits, ``m' = max(m, max z)``, ``l = rnd(rnd(l * exp(rnd(m - m'))) +
     tl.sum(exp(rnd(z - m'))))``, ``lse = rnd(m + log(l))``, every operation round-to-nearest
     fp32 (Flocq's format, underflow included),
       bound = u (Zmax + LN + NL + el) + el + NL + delta,
     ``NL = bL / (1 - bL) >= -ln(1 - bL)``, ``bL = ce_bL`` (the rescaling factors telescope),
     ``LN >= ln V``, ``Zmax`` a bound of the computed logits, ``delta`` of their error.
-    The oracle computes it (``ce_lse_q`` of ``Ojas.Bounds.CrossEntropy``,
-    ``Ojas.Bounds.CrossEntropy.ce_lse_q_sound``: exact rationals, certified upper bounds of
+    The oracle computes it (``ce_lse_q`` of ``Ojas.Bounds.LinearCrossEntropy``,
+    ``Ojas.Bounds.LinearCrossEntropy.ce_lse_q_sound``: exact rationals, certified upper bounds of
     ``exp(2 u Zmax)`` and of the powers, ``ln V <= LN`` checked); without the oracle a hand
     copy in exact rationals (``fractions``), rounded up.
 
@@ -341,7 +341,7 @@ def linear_cross_entropy_lse_error_bound(
     classical worst case of any summation order (Higham, Thm 3.1), NOT a Coq theorem for
     cuBLAS's or the CPU BLAS's order (BlockedSum.v proves the blocked order of the Triton
     dots). float32 logits under TF32 (``torch.set_float32_matmul_precision("high")``) are
-    not covered. With ``softcap``: ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
+    not covered. With ``softcap``: ``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_softcap``,
     the raw logits' ``delta`` (above; ``exact_logits``: the raw logits read are the exact ones)
     and ``Zmax`` replaced by ``sc_delta = delta + c (ut + et) + u c (1 + ut + et) + eta`` and
     ``sc_zmax = (1 + u) c (1 + ut + et) + eta`` (``sc_logit_error``: the softcap is 1-Lipschitz,
@@ -407,12 +407,12 @@ def linear_cross_entropy_lse_error_bound(
 def linear_cross_entropy_loss_error_bound(lse_bound: float, logit_error: float, max_abs_loss: float) -> float:
     """Bound on ``|loss_kernel - (ln sum_v e^(y_v) - y_t)|`` for one token, no label smoothing
     and no z-loss (the kernel's other terms are exact zeros):
-    ``Ojas.CrossEntropy.Float.LseLossError.ce_loss_error``,
+    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_loss_error``,
     ``(1 + u) (lse_bound + logit_error) + u max_abs_loss``, with ``lse_bound`` from
     :func:`linear_cross_entropy_lse_error_bound`, ``logit_error`` the bound of the target
     logit's error (the same ``delta``: :func:`linear_cross_entropy_logit_error_bound`) and
     ``max_abs_loss`` a bound of the exact ``|lse - y_t|`` (e.g. ``ln V + 2 max|y|``). With a
-    softcap (``Ojas.CrossEntropy.Float.SoftcapError.ce_loss_error_softcap``) the same
+    softcap (``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_loss_error_softcap``) the same
     formula with the capped logits' ``sc_delta`` and ``y`` the exact capped logits. It charges
     ``delta`` twice; for confident tokens see :func:`linear_cross_entropy_loss_posteriori_bound`."""
     for name, v in (("lse_bound", lse_bound), ("logit_error", logit_error), ("max_abs_loss", max_abs_loss)):
@@ -436,8 +436,8 @@ def linear_cross_entropy_loss_posteriori_bound(
     logits' errors enter weighted by the softmax, so that a confident token's bound falls to
     the stream's own rounding.
 
-    Implements ``Ojas.CrossEntropy.Float.LossPosteriori.ce_loss_posteriori``
-    (rocq/CrossEntropy/Float/LossPosteriori.v):
+    Implements ``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori``
+    (rocq/LinearCrossEntropy/Float/LossPosteriori.v):
     ``(1 + u) (B + NP) + u (-ln p_t)``, ``NP = -ln(1 - E)`` (float64 ``log1p``),
     ``E = sum_(v != t) p_v (e^(delta_v + delta_t) - 1)`` (an upper bound of the theorem's
     ``sum_v p_v (e^|d_v| - 1)``, ``|d_v| = |(z_v - z_t) - (y_v - y_t)| <= delta_v + delta_t``),
@@ -475,7 +475,7 @@ def linear_cross_entropy_softcap_logit_error_bound(
     tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
     tanh_rel_error: float = 0.0,
 ) -> tuple[float, float]:
-    """``(sc_delta, sc_zmax)`` of ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error``:
+    """``(sc_delta, sc_zmax)`` of ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_logit_error``:
     the error of the kernel's capped logit ``rnd(c * th(r))`` against ``c tanh(y / c)`` when
     ``|r - y| <= raw_error``, and the bound of its magnitude (premise: the computed tanh within
     ``tanh_rel_error |tanh| + tanh_error``)."""
@@ -493,7 +493,7 @@ def linear_cross_entropy_softcap_chain_error_bound(
     """Bound on ``|cf - (1 - tanh(y / c)^2)|`` for the gradient's chain factor ``cf`` that
     ``_cap_chain`` computes from a capped logit within ``logit_error`` of ``c tanh(y / c)``
     (e.g. ``sc_delta`` of :func:`linear_cross_entropy_softcap_logit_error_bound`):
-    ``sc_chain_bound`` of ``Ojas.CrossEntropy.Float.SoftcapError.sc_chain_error`` (a hand
+    ``sc_chain_bound`` of ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_chain_error`` (a hand
     copy in exact rationals; premise: the division within ``div_error |z / c| + 2^-126``,
     :data:`LINEAR_CROSS_ENTROPY_DIV_ERROR`). The capped dH, dW: :func:`linear_cross_entropy_grad_error_bound`
     with ``softcap``."""
@@ -526,7 +526,7 @@ def linear_cross_entropy_logit_error_bound(
     :func:`linear_cross_entropy_lse_error_bound` uses (``gamma_D P``, plus the storage rounding
     with ``logits_in_dtype``; premises stated there) and the bound of the computed logits; with
     ``softcap`` those of the capped logits (``sc_delta``, ``sc_zmax`` of
-    ``Ojas.CrossEntropy.Float.SoftcapError.sc_logit_error``)."""
+    ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_logit_error``)."""
     d, z = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, logits_in_dtype)
     d, z = _softcapped(d, z, softcap, tanh_error, tanh_rel_error)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
@@ -570,15 +570,15 @@ def linear_cross_entropy_merge_lse_error_bound(
     ``tiles_per_program`` tiles of ``block_n`` float32 logits per program from ``(z_first, 0)``,
     ``_rows_kernel`` merges the programs' states in tiles of ``block_p`` (the kernel's
     ``min(rows.block_p, next_power_of_2(n_groups))``). Implements
-    ``Ojas.CrossEntropy.Float.LseLossError.ce_lse_error_two_level`` through ``ce_merge_lse_q``
-    of ``Ojas.Bounds.CrossEntropy`` (``Ojas.Bounds.CrossEntropy.ce_merge_lse_q_sound``: the oracle computes
+    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_two_level`` through ``ce_merge_lse_q``
+    of ``Ojas.Bounds.LinearCrossEntropy`` (``Ojas.Bounds.LinearCrossEntropy.ce_merge_lse_q_sound``: the oracle computes
     the bound over exact rationals with certified upper bounds of ``exp(2 u Zmax)`` and the
     powers, ``ln V <= LN`` checked; without the oracle binary, a hand copy in exact rationals
     with exact powers), tile sums of depth ``block_n - 1`` and
     ``block_p - 1`` (any reduction tree). The logits are the Triton dot's float32 sums (not
     rounded to ``dtype``): ``delta = gamma_D P`` (any order; BlockedSum.v proves the blocked
     order, not used here), or 0 with ``exact_logits``; with ``softcap``
-    ``Ojas.CrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap`` (``_logits_kernel``
+    ``Ojas.LinearCrossEntropy.Float.SoftcapError.ce_lse_error_two_level_softcap`` (``_logits_kernel``
     caps its accumulator's logits; the capped ``delta``, ``Zmax`` as there). Premises and what
     is not covered: as :func:`linear_cross_entropy_lse_error_bound`. Raises ``ValueError`` on a bad argument or a
     vacuous bound."""

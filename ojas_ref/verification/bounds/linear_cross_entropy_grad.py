@@ -1,10 +1,10 @@
 """Error bounds of the Triton linear cross-entropy's gradients dH and dW
 (kernels/ojas_kernels/linear_cross_entropy.py), in the mixed-precision model of
 ``rocq/FloatModel/`` (:mod:`.common`): the 3-product schedule a priori
-(``Ojas.CrossEntropy.Float.GradError``; with a softcap
-``Ojas.CrossEntropy.Float.SoftcapGradError``) and with each entry's own exponent error
-(``Ojas.CrossEntropy.Float.GradPosteriori``), and the 4-product schedule's, with the token
-weights inside (``Ojas.CrossEntropy.Float.WeightedGradError``). The forward's bounds, which
+(``Ojas.LinearCrossEntropy.Float.GradError``; with a softcap
+``Ojas.LinearCrossEntropy.Float.SoftcapGradError``) and with each entry's own exponent error
+(``Ojas.LinearCrossEntropy.Float.GradPosteriori``), and the 4-product schedule's, with the token
+weights inside (``Ojas.LinearCrossEntropy.Float.WeightedGradError``). The forward's bounds, which
 these take as inputs: :mod:`.linear_cross_entropy`."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ __all__ = [
 
 
 def _hand_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) -> tuple[Fraction, ...]:
-    """Hand copy of ``ce_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (fallback without the oracle): the
+    """Hand copy of ``ce_grad_q`` of ``Ojas.Bounds.LinearCrossEntropyGrad`` (fallback without the oracle): the
     coefficients ``(cS, cT, cH, c0)`` of ``ce_dw_bound`` in exact rationals, at the exact
     ``gamma_{n_terms}`` and ``X = 1 + x + x^2 >= e^x``."""
     X = _exp_up_small(x)
@@ -65,9 +65,9 @@ def _hand_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, n_terms, n_chunks) -> tup
 
 def _capped_grad_coefs(u, ea, us, es, ue, ee, a0, ua, x, chain, n_terms, n_chunks) -> tuple[Fraction, ...]:
     """The coefficients of ``(S, T0, Ha, Sk, Tc)`` and the constant of ``ce_gen_bound`` at
-    ``sc_E1`` (``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dw_error``), exact rationals,
+    ``sc_E1`` (``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dw_error``), exact rationals,
     ``gamma_{n_terms}``, ``X = 1 + x + x^2 >= e^x``, ``chain`` = ``Ec``: the hand copy of
-    ``sc_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad``, the fallback without the oracle binary."""
+    ``sc_grad_q`` of ``Ojas.Bounds.LinearCrossEntropyGrad``, the fallback without the oracle binary."""
     fe = (1 + ue) * _exp_up_small(x)
     gd = n_terms * u / (1 - n_terms * u)
     kg = (1 + us) * (1 + u)
@@ -110,9 +110,9 @@ def linear_cross_entropy_grad_error_bound(
     or dW (grad_weight) of the 3-product schedule of kernels/ojas_kernels/linear_cross_entropy_three_products.py
     (``_three_products``: reductions "mean" / "sum"), no bias, no softcap, no smoothing, no z-loss.
 
-    Implements ``Ojas.CrossEntropy.Float.GradError.ce_dh_error`` (dH: ``n_chunks = 1``,
+    Implements ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` (dH: ``n_chunks = 1``,
     one product over the vocabulary) and ``ce_dw_error`` (dW: ``n_chunks`` token chunks summed
-    in ``dtype``), rocq/CrossEntropy/Float/GradError.v: G = ``rnd_s(tl.exp(rnd(z - lse)))``
+    in ``dtype``), rocq/LinearCrossEntropy/Float/GradError.v: G = ``rnd_s(tl.exp(rnd(z - lse)))``
     (the target: minus 1 in fp32 first) stored in ``dtype``, the products accumulated in fp32,
     ``rnd(alpha acc)`` (+ the running sum for dW; a fused or a single-rounding epilogue, as
     cuBLAS's may be: ``ce_dw_error`` with ``epi_fma_ok`` / ``epi_exact_ok``, the same value),
@@ -131,7 +131,7 @@ def linear_cross_entropy_grad_error_bound(
     :func:`linear_cross_entropy_lse_error_bound`; ``Am = max_abs_arg`` >= |z - lse|),
     ``gd = gamma_{n_terms}`` (``n_terms``: the most terms one accumulated sum has, V for dH,
     the largest token chunk for dW). The coefficients of S, T, Ha and the constant come from
-    ``ce_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (``Ojas.Bounds.CrossEntropyGrad.ce_grad_q_sound_dw``,
+    ``ce_grad_q`` of ``Ojas.Bounds.LinearCrossEntropyGrad`` (``Ojas.Bounds.LinearCrossEntropyGrad.ce_grad_q_sound_dw``,
     ``ce_grad_q_sound_dh``: whenever it answers ``(cS, cT, cH, c0)``, ``cS S + cT T + cH Ha + c0``
     bounds the kernel's entry under the premises of ``ce_dw_error`` / ``ce_dh_error`` with
     ``gd = gamma_{n_terms}`` and any ``X >= e^x``, ``x = delta + Dl + u Am + ea``): the oracle
@@ -147,10 +147,10 @@ def linear_cross_entropy_grad_error_bound(
     2^-134 up; not the MMA order, not TF32 products).
     ``storage_rounding="truncate"``: Triton's CPU interpreter truncates G to bfloat16 (the
     formula at those constants, not a proved bound).
-    With ``softcap = c`` (None: the above): ``Ojas.CrossEntropy.Float.SoftcapGradError.sc_dh_error``
+    With ``softcap = c`` (None: the above): ``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error``
     / ``sc_dw_error`` for the capped entries ``rnd_s(rnd(g (1 - (z / c)^2)))`` against
     ``(P_c - onehot)(1 - tanh(y / c)^2)``: the coefficients of ``S, T0, Ha, Sk, Tc`` and the
-    constant come from ``sc_grad_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (``Ojas.Bounds.CrossEntropyGrad.sc_grad_q_sound_dw``,
+    constant come from ``sc_grad_q`` of ``Ojas.Bounds.LinearCrossEntropyGrad`` (``Ojas.Bounds.LinearCrossEntropyGrad.sc_grad_q_sound_dw``,
     ``sc_grad_q_sound_dh``: whenever it answers, they bound the kernel's capped entry under the
     premises of ``sc_dw_error`` / ``sc_dh_error`` with ``gd = gamma_{n_terms}``, any ``X >= e^x``,
     ``x = sc_delta + Dl + u Am + ea``, and ``chain = Ec >= sc_chain_bound``): the oracle computes
@@ -234,9 +234,9 @@ def _grad_coef_sum(coefs: Sequence[Fraction], sums: Sequence[torch.Tensor], n_te
 
 
 def _hand_gen_grad_coefs(u, ea, us, es, ee, a0, ua, n_terms, n_chunks) -> tuple[Fraction, ...]:
-    """Hand copy of ``ce_gp_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (fallback without the oracle): the
+    """Hand copy of ``ce_gp_q`` of ``Ojas.Bounds.LinearCrossEntropyGrad`` (fallback without the oracle): the
     coefficients ``(cS, cT, cH, c0)`` of ``ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T``
-    (``Ojas.CrossEntropy.Float.GradError``) in ``Sp``, ``T``, ``Ha``, exact rationals at the
+    (``Ojas.LinearCrossEntropy.Float.GradError``) in ``Sp``, ``T``, ``Ha``, exact rationals at the
     exact ``gd = gamma_{n_terms}``: ``ce_gen_bound gd a0 ua C B T = Kg^C (|a0| ((1 + w) ((1 + gd) B
     + gd T) + w T) + C ea) + (Kg^C - 1) |a0| T + C Kg^C es``, i.e. ``cB B + cTg T + c0``, composed
     with ``B = Sp + (Kg - 1) T + cg Ha``."""
@@ -264,7 +264,7 @@ def linear_cross_entropy_entry_posteriori_factors(
     ignore_index: int = -100,
 ) -> torch.Tensor:
     """Per entry of G [N, V], the factor ``k P``, ``k = (1 + us) ((1 + u) (1 + ue) X - 1)``, of
-    ``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_S`` (0 at ignored tokens), for
+    ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_S`` (0 at ignored tokens), for
     :func:`linear_cross_entropy_grad_posteriori_bound`: each entry's own exponent's error
     ``A = B + NP`` (``ce_arg_posteriori``: ``B = stream_lse_bound``, the stream's own error,
     :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True``;
@@ -345,8 +345,8 @@ def linear_cross_entropy_grad_posteriori_bound(
     :func:`linear_cross_entropy_grad_error_bound`: no bias, softcap, smoothing, z-loss) with
     each entry of G charged its own exponent's error, tight for confident tokens.
 
-    Implements ``Ojas.CrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` /
-    ``ce_gp_dw_error`` (rocq/CrossEntropy/Float/GradPosteriori.v)::
+    Implements ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` /
+    ``ce_gp_dw_error`` (rocq/LinearCrossEntropy/Float/GradPosteriori.v)::
 
         bound = ce_gen_bound gd a0 ua C (Sp + (Kg - 1) T + cg Ha) T
 
@@ -356,7 +356,7 @@ def linear_cross_entropy_grad_posteriori_bound(
     as in :func:`linear_cross_entropy_grad_error_bound` (float64, enlarged here by
     ``4 (n_terms + 1) 2^-53``), ``gd = gamma_{n_terms}``, ``a0 = scale``, ``C = n_chunks``.
     The coefficients ``(cS, cT, cH, c0)`` of ``Sp``, ``T``, ``Ha`` and the constant come from
-    ``ce_gp_q`` of ``Ojas.Bounds.CrossEntropyGrad`` (``Ojas.Bounds.CrossEntropyGrad.ce_gp_q_sound_dw``,
+    ``ce_gp_q`` of ``Ojas.Bounds.LinearCrossEntropyGrad`` (``Ojas.Bounds.LinearCrossEntropyGrad.ce_gp_q_sound_dw``,
     ``ce_gp_q_sound_dh``: whenever it answers ``(cS, cT, cH, c0)``, ``cS Sp + cT T + cH Ha + c0``
     bounds the kernel's entry under the premises of ``ce_gp_dw_error`` / ``ce_gp_dh_error`` with
     ``gd = gamma_{n_terms}``): the oracle computes them over exact rationals, each rounded up;
@@ -421,7 +421,7 @@ def linear_cross_entropy_weighted_dh_error_bound(
     kernels/ojas_kernels/linear_cross_entropy_four_products.py (reduction "none", or ``products=4``; no bias, softcap,
     smoothing, z-loss, float16): the forward's row ``rnd_s(rnd(alpha G W))`` (G with token weight 1),
     times the token's float32 grad_output ``g`` in the backward, rounded once to ``dtype``.
-    Implements ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dh4_error``::
+    Implements ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dh4_error``::
 
         bound = Kg |g| B1 + (Kg - 1) |g| a0 T + cw0,  Kg = (1 + us)(1 + u),  cw0 = (1 + us) ea + es,
 
@@ -431,7 +431,7 @@ def linear_cross_entropy_weighted_dh_error_bound(
     composed in Coq by ``ce_dh4_error_two_level``),
     ``T = grad_abs``, ``a0 = scale``, ``token_weight`` [N] (or [1]) the grad_output of each row.
     ``premises``: ``logit_error``, ``lse_error``, ``max_abs_arg``, ``exp_error`` as there. Not
-    covered: as ``ce_dh4_error`` says (rocq/CrossEntropy/Float/WeightedGradError.v)."""
+    covered: as ``ce_dh4_error`` says (rocq/LinearCrossEntropy/Float/WeightedGradError.v)."""
     b1 = linear_cross_entropy_grad_error_bound(
         prob_abs,
         grad_abs,
@@ -469,7 +469,7 @@ def linear_cross_entropy_weighted_dw_error_bound(
     G = ``rnd_s(rnd(g_e w_n))`` with the float32 token weight ``w_n`` inside, from the recomputed
     float32 logits and the forward's lse; ``G_slab^T H`` one product over all ``n_terms`` kept
     tokens, accumulated in float32 and rounded once to ``dtype``). Implements
-    ``Ojas.CrossEntropy.Float.WeightedGradError.ce_dw4_error``::
+    ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dw4_error``::
 
         bound = (1 + us) ((1 + gd) E1 + gd T) + us T + es,
         E1 = (Kw Fe - 1) S + (Kw - 1) T + cw1 Hw + cw0 Ha,  Kw = (1 + us)(1 + u)^2 (1 + ua),
@@ -483,7 +483,7 @@ def linear_cross_entropy_weighted_dw_error_bound(
     :func:`linear_cross_entropy_grad_error_bound` (the premises there; ``lse_error`` from
     :func:`linear_cross_entropy_merge_lse_error_bound`, the logits float32: composed in Coq by
     ``ce_dw4_error_two_level``). Not covered: as
-    ``ce_dw4_error`` says (rocq/CrossEntropy/Float/WeightedGradError.v)."""
+    ``ce_dw4_error`` says (rocq/LinearCrossEntropy/Float/WeightedGradError.v)."""
     if not (isinstance(n_terms, int) and 1 <= n_terms and n_terms * _FP32_U < 1.0):
         raise ValueError(f"n_terms must be an int >= 1 with n_terms * 2^-24 < 1, got {n_terms!r}")
     if not (isinstance(weight_error, (int, float)) and 0 <= weight_error < 1):

@@ -1,6 +1,6 @@
 """Error bounds of sums, in the rounding model of ``rocq/FloatModel/NoUnderflow.v`` (:mod:`.common`): a dot
 product (Higham's ``gamma_n``, ``Ojas.FloatModel.DotError``), a sum cut into chunks
-(``Ojas.CrossEntropy.LossError.chunked_sum_error_bound``) and ``n`` computed as ``1 + ... + 1``
+(``Ojas.LinearCrossEntropy.LossError.chunked_sum_error_bound``) and ``n`` computed as ``1 + ... + 1``
 (``nat_err``)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _hand_chunked_sum_error_factor(n: int, u: float) -> float:
 
 
 def _hand_nat_err(n: int, u: float) -> float:
-    """Hand copy of ``nat_err`` of ``Ojas.CrossEntropy.LossError``: ((1+u)^n - 1) n."""
+    """Hand copy of ``nat_err`` of ``Ojas.LinearCrossEntropy.LossError``: ((1+u)^n - 1) n."""
     return math.expm1(n * math.log1p(u)) * n * _ROUND_UP
 
 
@@ -64,7 +64,7 @@ def chunked_sum_error_factor(n_terms: int, unit_roundoff: float) -> float:
     ``n_terms`` chunks (each chunk summed, then added to the running total) is within
     this factor times sum |x_i| of the exact sum.
 
-    Implements the bound of ``Ojas.CrossEntropy.LossError.chunked_sum_error_bound``
+    Implements the bound of ``Ojas.LinearCrossEntropy.LossError.chunked_sum_error_bound``
     (exponent terms + chunks <= 2 n). The value is the oracle's
     ``chunked_sum_factor_q`` of ``Ojas.Bounds.Sums`` (``chunked_sum_factor_q_ge``:
     ``(1+u)^(2n) - 1 <= chunked_sum_factor_q u n``), rounded up; ``inf`` when
@@ -81,7 +81,7 @@ def chunked_sum_error_factor(n_terms: int, unit_roundoff: float) -> float:
 
 
 def _nat_err(n: int, u: float) -> float:
-    """``nat_err u n = ((1+u)^n - 1) n`` of ``Ojas.CrossEntropy.LossError`` (the error of
+    """``nat_err u n = ((1+u)^n - 1) n`` of ``Ojas.LinearCrossEntropy.LossError`` (the error of
     n computed as 1 + ... + 1): the oracle's ``nat_err_q`` (``nat_err_q_ge``), rounded
     up, or the hand copy; ``inf`` when ``n ln(1+u) > 709``."""
     if n * math.log1p(u) > _EXP_OVERFLOW:
