@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-import warnings
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ojas_ref._deprecation import renamed_module_attributes
 from ojas_ref.functional.linear_cross_entropy import linear_cross_entropy
 
 if TYPE_CHECKING:
@@ -262,14 +262,4 @@ class LinearCrossEntropyForCausalLM:
         return loss
 
 
-def __getattr__(name: str) -> Any:
-    """The adapter under its old name (:data:`_RENAMED`), with a ``DeprecationWarning``."""
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(
-            f"{__name__}.{name} is deprecated and will be removed in the next release; use {__name__}.{new}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_module_attributes(__name__, _RENAMED)
