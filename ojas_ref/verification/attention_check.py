@@ -8,7 +8,6 @@ which runs an implementation and the oracle on a case and lists what disagrees.
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -16,12 +15,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ojas_ref.functional._attention_reference import _BLOCK_K
 from ojas_ref.functional.attention import attention, attention_forward
 from ojas_ref.verification.bounds.common import EXP_ERROR, UNIT_ROUNDOFF
 from ojas_ref.verification.bounds.online_softmax import online_softmax_error_bound, softmax_score_perturbation_bound
 from ojas_ref.verification.bounds.sums import dot_product_error_bound
-
-attn_mod = importlib.import_module("ojas_ref.functional.attention")
 
 F64 = torch.float64
 
@@ -220,7 +218,7 @@ def lse_tolerance(case: Case, oracle_lse: Tensor) -> Tensor:
     u, u_exp = 2.0**-24, EXP_ERROR[torch.float32]
     e, sk = case.query.shape[3], case.key.shape[2]
     scale, a = score_magnitude(case)
-    tiles = math.ceil(sk / attn_mod._BLOCK_K)
+    tiles = math.ceil(sk / _BLOCK_K)
     hand = abs(scale) * a * (e + 3) * u + (sk + 2 * tiles + 2) * (u + u_exp) + 4 * u * oracle_lse.abs()
     return 2 * hand
 
@@ -267,7 +265,7 @@ def oracle_mismatches(case: Case, impl: str = "reference") -> list[str]:
     device = case.query.device  # where the implementation runs; the comparison is on the CPU
     case = _on(case, torch.device("cpu"))
     ref = attention_oracle(
-        case.query, case.key, case.value, grad_out=case.grad_out, block_size=attn_mod._BLOCK_K, **case.kwargs()
+        case.query, case.key, case.value, grad_out=case.grad_out, block_size=_BLOCK_K, **case.kwargs()
     )
     out, lse = (t.cpu() for t in _run_forward(_on(case, device), impl))
     problems = []

@@ -1,5 +1,5 @@
 """Attention dropout of ``ojas_ref.attention`` (``dropout_p``, issue 34 item 6): the
-reference (ojas_ref/functional/attention.py) and the Triton kernel
+reference (ojas_ref/functional/_attention_reference.py) and the Triton kernel
 (kernels/ojas_kernels/attention.py; in Triton's CPU interpreter when no CUDA device is
 present) against a dense float64 computation with the same keep mask.
 
@@ -15,7 +15,6 @@ the GPU, and the kernel against the dense float64 computation at sizes up to 2K.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 
@@ -28,9 +27,9 @@ from torch.utils.checkpoint import checkpoint
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from ojas_ref.functional import _attention_reference as attention_reference  # noqa: E402
 from ojas_ref.functional.attention import attention, attention_forward  # noqa: E402
 
-attn_mod = importlib.import_module("ojas_ref.functional.attention")
 F64 = torch.float64
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -42,7 +41,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def keep_mask(seed: int, p: float, shape: tuple[int, int, int, int], device=DEVICE) -> torch.Tensor:
     """The [B, Hq, Sq, Sk] keep mask that a call made right after torch.manual_seed(seed) uses."""
     torch.manual_seed(seed)
-    return attn_mod._dropout_keep_mask(attn_mod._dropout_args(p, torch.device(device)), *shape)
+    return attention_reference._dropout_keep_mask(attention_reference._dropout_args(p, torch.device(device)), *shape)
 
 
 def visibility(sq: int, sk: int, is_causal: bool, window, device=DEVICE) -> torch.Tensor:
@@ -133,7 +132,7 @@ PHILOX_KAT = [
 @pytest.mark.parametrize("counter,key,expected", PHILOX_KAT)
 def test_philox_known_answers(counter, key, expected):
     as_tensor = lambda xs: [torch.tensor(x, dtype=torch.int64) for x in xs]  # noqa: E731
-    got = attn_mod._philox4x32(*as_tensor(counter), *as_tensor(key))
+    got = attention_reference._philox4x32(*as_tensor(counter), *as_tensor(key))
     assert tuple(int(x) for x in got) == expected
 
 
@@ -158,9 +157,9 @@ def test_mask_reproducible_under_manual_seed_and_new_per_call():
     shape = (1, 2, 33, 41)
     assert torch.equal(keep_mask(7, 0.3, shape), keep_mask(7, 0.3, shape))
     torch.manual_seed(7)
-    first = attn_mod._dropout_args(0.3, torch.device(DEVICE))
-    second = attn_mod._dropout_args(0.3, torch.device(DEVICE))
-    a, b = (attn_mod._dropout_keep_mask(d, *shape) for d in (first, second))
+    first = attention_reference._dropout_args(0.3, torch.device(DEVICE))
+    second = attention_reference._dropout_args(0.3, torch.device(DEVICE))
+    a, b = (attention_reference._dropout_keep_mask(d, *shape) for d in (first, second))
     assert not torch.equal(a, b)
     assert abs((a != b).double().mean().item() - 2 * 0.3 * 0.7) < 0.05  # independent masks
 
@@ -395,15 +394,15 @@ def _backward_without_mask(*args):
     return _backward(*args[:11])
 
 
-_block_step = attn_mod._online_softmax_block_step
-_backward = attn_mod._reference_backward
+_block_step = attention_reference._online_softmax_block_step
+_backward = attention_reference._reference_backward
 
 
 @pytest.mark.parametrize(
     "name,mutant", [("_online_softmax_block_step", _renormalised), ("_reference_backward", _backward_without_mask)]
 )
 def test_mutants_are_caught(name, mutant, monkeypatch):
-    monkeypatch.setattr(attn_mod, name, mutant)
+    monkeypatch.setattr(attention_reference, name, mutant)
     with pytest.raises(AssertionError):
         test_reference_equals_dense(*REF_CASES[0], 0.2)
 

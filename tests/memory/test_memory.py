@@ -145,7 +145,7 @@ def _saved_bytes(model, ids) -> int:
 
 
 # ojas attention in bf16 is left out: on the CPU it runs the reference, which saves its
-# output in float32 (ojas_ref/functional/attention.py, _OnlineSoftmaxAttention), where the CUDA
+# output in float32 (ojas_ref/functional/_attention_reference.py, _OnlineSoftmaxAttention), where the CUDA
 # kernel the plan models saves it in bfloat16 (kernels/ojas_kernels/attention.py, _FlashAttention).
 # The fused RMSNorm is left out too: on the CPU the swapped modules run Hugging Face's ops
 # (ojas_ref/integrations/hf/rms_norm.py), so they save what the plan's unfused formula counts. SwiGLU's
