@@ -20,7 +20,7 @@
   Element ``(b, h, i, j)`` is kept iff the top 31 bits of word ``j % 4`` of Philox-4x32-10
   (``tl.philox_impl``) at the counter ``(j // 4, i, b * Hq + h, 0)``, under a 64-bit key read
   from ``SEED``, reach ``drop_threshold``; recomputed in the backward kernels, never stored,
-  the same function as ``ojas_ref.functional.attention._dropout_keep``.  No theorem covers the
+  the same function as ``ojas_ref.functional._attention_reference._dropout_keep``.  No theorem covers the
   random bits: they are checked against that reference (tests/functional/test_attention_dropout.py).
 
 Scores are in base 2 inside the kernels (``s2 = s * log2(e)``, so ``exp(s - m) = exp2(s2 - m2)``).
@@ -197,7 +197,7 @@ def _dropout_words(k0, k1, bh, offs_m, start_n, BLOCK_M: tl.constexpr, BLOCK_N: 
     """[BLOCK_M, BLOCK_N] uint32: entry (i, j) of head row ``bh`` (= b * Hq + h) is word
     ``j % 4`` of Philox-4x32-10 (``tl.philox_impl``) at the counter ``(j // 4, i, bh, 0)``
     under the key ``(k0, k1)``; ``start_n`` a multiple of 4.  The reference
-    (``ojas_ref.functional.attention._dropout_keep``) computes the same words."""
+    (``ojas_ref.functional._attention_reference._dropout_keep``) computes the same words."""
     c0 = tl.broadcast_to((start_n // 4 + tl.arange(0, BLOCK_N // 4)).to(tl.uint32)[None, :], [BLOCK_M, BLOCK_N // 4])
     c1 = tl.broadcast_to(offs_m.to(tl.uint32)[:, None], [BLOCK_M, BLOCK_N // 4])
     c3 = c1 * 0

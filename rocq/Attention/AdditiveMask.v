@@ -3,7 +3,7 @@
     The code accepts an [attn_mask] of the query's dtype, added to the
     scores as in [torch.nn.functional.scaled_dot_product_attention]: row
     [i], key [j] has score [scale * (q_i . k_j) + mask_ij]
-    ([_tile_scores] in ojas_ref/functional/attention.py, [_apply_mask] in
+    ([_tile_scores] in ojas_ref/functional/_attention_reference.py, [_apply_mask] in
     kernels/ojas_kernels/attention_tiles.py, which adds it in base 2, times log2 e), and a
     [-inf] entry masks the key.  [-inf] is not a real number: here a float
     mask is a finite bias [bias i j] together with a set of masked entries

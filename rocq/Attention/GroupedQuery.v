@@ -4,7 +4,7 @@
     dividing [Hq] query heads, [G = Hq / Hkv] query heads per group)
     without repeating K and V in memory: query head [h] reads key/value head
     [h / G] ([kv_head]).  That is [_grouped] in
-    ojas_ref/functional/attention.py (query head [h = hkv * G + g] of the
+    ojas_ref/functional/_attention_reference.py (query head [h = hkv * G + g] of the
     view [B, Hkv, G, Sq, E]), and [hk = h // group] in the Triton kernels
     [_fwd_kernel] and [_bwd_dq_kernel] of kernels/ojas_kernels/attention_forward.py and kernels/ojas_kernels/attention_backward.py.  The
     backward kernel [_bwd_dkdv_kernel] computes [dK], [dV] of key/value head

@@ -22,7 +22,7 @@ from torch import nn
 import ojas_ref
 from ojas_ref.nn.modules import MultiheadAttention
 
-attn_mod = importlib.import_module("ojas_ref.functional.attention")
+attn_mod = importlib.import_module("ojas_ref.functional._attention_reference")
 modules_mod = importlib.import_module("ojas_ref.nn.modules")
 
 RTOL = 1e-10

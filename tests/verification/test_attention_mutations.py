@@ -15,7 +15,7 @@ import torch
 
 from ojas_ref.verification.attention_check import make_case, oracle_mismatches
 
-attn_mod = importlib.import_module("ojas_ref.functional.attention")
+attn_mod = importlib.import_module("ojas_ref.functional._attention_reference")
 
 _block_step = attn_mod._online_softmax_block_step
 _tile_visibility = attn_mod._tile_visibility
