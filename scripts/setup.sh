@@ -61,8 +61,8 @@ if [ "$proofs" -eq 1 ]; then
     apt_install $APT_PACKAGES
   fi
   mkdir -p build
-  stage "building the Coq proofs (rocq/) and the extracted oracle (extraction/): about 7 minutes on 2 cores from scratch; log in build/proofs.log"
-  if ! make -s -C extraction >build/proofs.log 2>&1; then
+  stage "building the Coq proofs (rocq/) and the extracted oracle (extraction/): about 3 minutes on 2 cores from scratch; log in build/proofs.log"
+  if ! make -j"$(nproc)" -s -C extraction >build/proofs.log 2>&1; then
     tail -n 40 build/proofs.log >&2
     echo "setup.sh: building rocq/ or the oracle failed (full log: build/proofs.log)" >&2
     exit 1

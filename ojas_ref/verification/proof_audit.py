@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -239,8 +240,9 @@ def require_sources(root: Path | None = None) -> None:
 
 
 def build(root: Path = REPO_ROOT) -> None:
-    """Compile rocq/ (make -C rocq)."""
-    proc = subprocess.run(["make", "-C", str(root / "rocq")], capture_output=True, text=True)
+    """Compile rocq/ (make -C rocq, one job per core)."""
+    jobs = f"-j{os.cpu_count() or 1}"
+    proc = subprocess.run(["make", jobs, "-C", str(root / "rocq")], capture_output=True, text=True)
     if proc.returncode != 0:
         raise ProofAuditError(f"building rocq/ failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
 
