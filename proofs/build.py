@@ -131,7 +131,11 @@ def main() -> int:
     mods = sources()
     extra = declared_axioms(mods)
     if extra:
-        print("lean: FAILED axiom declared outside the trusted core (and none is allowed in it):\n  " + "\n  ".join(extra), flush=True)
+        print(
+            "lean: FAILED axiom declared outside the trusted core (and none is allowed in it):\n  "
+            + "\n  ".join(extra),
+            flush=True,
+        )
         return 1
     for m in mods:  # `lean --deps` resolves `import A.B` only if the folder out/A exists
         out.joinpath(*m.split(".")).parent.mkdir(parents=True, exist_ok=True)
