@@ -1,0 +1,1 @@
+(** * Witnesses of Attention/BackwardCorrect.v (ojas_ref/verification/proof_audit.py). *)

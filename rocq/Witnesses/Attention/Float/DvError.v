@@ -1,0 +1,1 @@
+(** * Witnesses of Attention/Float/DvError.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of Attention/GroupedQuery.v (ojas_ref/verification/proof_audit.py). *)

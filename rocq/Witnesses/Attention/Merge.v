@@ -1,0 +1,1 @@
+(** * Witnesses of Attention/Merge.v (ojas_ref/verification/proof_audit.py). *)

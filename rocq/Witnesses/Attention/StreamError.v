@@ -1,0 +1,1 @@
+(** * Witnesses of Attention/StreamError.v (ojas_ref/verification/proof_audit.py). *)

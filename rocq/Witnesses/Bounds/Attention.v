@@ -1,0 +1,1 @@
+(** * Witnesses of Bounds/Attention.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of Bounds/LinearCrossEntropyGrad.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of Bounds/Sums.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of InBackward/ChunkedHead.v (ojas_ref/verification/proof_audit.py). *)

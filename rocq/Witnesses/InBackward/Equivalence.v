@@ -1,0 +1,1 @@
+(** * Witnesses of InBackward/Equivalence.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of InBackward/Repairs.v (ojas_ref/verification/proof_audit.py). *)

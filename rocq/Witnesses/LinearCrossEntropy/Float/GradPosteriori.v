@@ -1,0 +1,1 @@
+(** * Witnesses of LinearCrossEntropy/Float/GradPosteriori.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of LinearCrossEntropy/LossError.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of LinearCrossEntropy/LseError.v (ojas_ref/verification/proof_audit.py). *)

@@ -1,0 +1,1 @@
+(** * Witnesses of Reversible/APosteriori.v (ojas_ref/verification/proof_audit.py). *)

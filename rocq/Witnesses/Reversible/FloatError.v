@@ -1,0 +1,1 @@
+(** * Witnesses of Reversible/FloatError.v (ojas_ref/verification/proof_audit.py). *)
