@@ -1,0 +1,384 @@
+(** * Tensor-core accumulation: per-block alignment, truncation, one final rounding.
+
+    What an NVIDIA tensor core does for one matrix-multiply block (Fasi,
+    Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor
+    cores", PeerJ Comput. Sci. 7:e330, 2021; Khattak and Mikaitis 2025 for
+    later generations): it computes [d = c + sum_(i < k) a_i b_i] with the
+    [k] products exact, aligns the significands of the [k + 1] terms
+    (the accumulator [c] and the products) to the largest exponent among
+    them, drops the bits below a fixed position (truncation), adds the
+    aligned terms exactly, and normalizes and rounds (or truncates) the
+    sum to the output format (fp32).  A dot of [n = q k] products runs
+    [q] such blocks, each taking the previous result as its accumulator.
+
+    The model (Section [TensorCoreBlock]), as Section variables with error
+    hypotheses:
+    - [align M x]: the term [x] aligned to a block whose largest magnitude
+      is [M]; [align_err]: [|align M x - x| <= ua M] when [|x| <= M];
+    - [out]: the final normalization and rounding; [out_err]:
+      [|out x - x| <= ur |x|] (no underflow);
+    - [tc_block c ps = out (sum_(x in c :: ps) align M x)], [M] the
+      largest magnitude of [c :: ps] ([max_abs]);
+    - [tc_acc a0 blocks]: the blocks in order from the accumulator [a0];
+      [tc_dot k ps = tc_acc 0 (chunk k ps)]: the terms cut into blocks of
+      [k] (the last one possibly shorter).
+
+    Results:
+    - [tc_block_error]: one block of at most [k] products,
+        |tc_block c ps - (c + sum ps)| <= tc_delta k (|c| + sum |ps|),
+        tc_delta k = (1 + ur) (k + 1) ua + ur.
+    - [tc_acc_error] (a Lemma, used by Tf32Product.v): [m] blocks of at
+      most [k] terms from any accumulator [a0]: factor
+      [(1 + tc_delta k)^m - 1] on [|a0| + sum |terms|].
+    - [tc_sum_error_bound]: [n <= q k] terms, [q tc_delta k < 1]:
+        |tc_dot k ps - sum ps| <= gamma (tc_delta k) q * sum |ps|,
+      [gamma d q = q d / (1 - q d)] (FloatModel/DotError.v); with the products
+      [ps = a_i b_i] this is the dot product's bound
+      [tc_dot_error_bound].
+    - Instances (Flocq): [tc_align F M x] is [x] truncated
+      ([Ztrunc]) to a multiple of [2^(mag M - F)] (the [F] leading bits of
+      the block's largest term kept: [F = 24] is no extra bit, [F = 27]
+      three extra bits), so [ua = 2^(1 - F)] ([tc_align_err]); [out] is
+      round-to-nearest-even in precision [p] ([ur = 2^-p]) or truncation
+      ([Ztrunc], [ur = 2^(1 - p)], twice as large): [tc_dot_error_nearest]
+      and [tc_dot_error_trunc]; for fp32 ([p = 24]) [tc_dot_error_fp32_nearest],
+      [tc_dot_error_fp32_trunc] with [F] and [k] free.
+
+    So a tensor-core dot of [n = q k] products is within
+    [gamma (tc_delta k) q sum |a_i b_i|]: with [k = 8], [F = 27]
+    (3 extra bits) and truncation, [tc_delta 8 = (1 + 2^-23) 9 2^-26 + 2^-23
+    ~ 2.13 2^-23], i.e. about [q 2.5e-7] relative to [sum |a_i b_i|],
+    where a left-to-right fp32 sum of [n = 8 q] products is within
+    [gamma_(2^-24) (n - 1) ~ q 4.8e-7].  The block's own sum is charged
+    once per block ([q] roundings, not [n]).
+
+    Not modelled, or assumed: the block size [k], the number [F] of kept
+    bits and the final rounding mode are parameters, not identified here
+    (they are to be identified on the device, ojas verify-device); the
+    products are exact reals (true for bf16, fp16 and TF32 operands in
+    the hardware's wide multipliers); no underflow ([out_err] is relative:
+    the instances use Flocq's FLX formats, unbounded exponent range) and
+    no overflow; the order in which the blocks of a matrix product are
+    visited is the order of the list (per output element, the MMA chain
+    along K); within a block the aligned sum is exact (the hardware adder
+    is wide enough for [k + 1] aligned [F]-bit terms: an assumption of
+    the model, which Fasi et al. observe). *)
+
+From Coq Require Import Reals List Lra Lia Arith.
+From Flocq Require Import Core Relative.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.DotError.
+From Ojas Require Import Attention.OnlineSoftmax Attention.StreamCorrect FloatModel.BlockedSum.
+Import ListNotations.
+Open Scope R_scope.
+
+(** ** Largest magnitude of a list *)
+
+Definition max_abs (xs : list R) : R := fold_right (fun x m => Rmax (Rabs x) m) 0 xs.
+
+Lemma max_abs_nonneg : forall xs, 0 <= max_abs xs.
+Proof.
+  induction xs as [|x xs IH]; cbn [max_abs fold_right]; [lra |].
+  eapply Rle_trans; [exact IH | apply Rmax_r].
+Qed.
+
+Lemma max_abs_ge : forall xs x, In x xs -> Rabs x <= max_abs xs.
+Proof.
+  induction xs as [|y xs IH]; intros x Hx; [destruct Hx |].
+  cbn [max_abs fold_right]; destruct Hx as [<- | Hx]; [apply Rmax_l |].
+  eapply Rle_trans; [apply IH, Hx | apply Rmax_r].
+Qed.
+
+Lemma max_abs_le_sum : forall xs, max_abs xs <= rsum (map Rabs xs).
+Proof.
+  induction xs as [|x xs IH]; cbn [max_abs fold_right map]; [unfold rsum; simpl; lra |].
+  rewrite rsum_cons.
+  assert (0 <= rsum (map Rabs xs)) by (eapply Rle_trans; [apply max_abs_nonneg | exact IH]).
+  pose proof (Rabs_pos x).
+  apply Rmax_lub; [lra |].
+  fold (max_abs xs); lra.
+Qed.
+
+Lemma rsum_abs_le_abs : forall xs, Rabs (rsum xs) <= rsum (map Rabs xs).
+Proof.
+  induction xs as [|x xs IH]; cbn [map]; [unfold rsum; simpl; rewrite Rabs_R0; lra |].
+  rewrite !rsum_cons; eapply Rle_trans; [apply Rabs_triang | lra].
+Qed.
+
+Lemma rsum_abs_nonneg : forall xs, 0 <= rsum (map Rabs xs).
+Proof.
+  intros xs; apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz.
+  destruct Hz as [w [<- _]]; apply Rabs_pos.
+Qed.
+
+(** Moving every term by at most [e] moves the sum by at most [n e]. *)
+Lemma rsum_map_close : forall (f : R -> R) e xs,
+  (forall x, In x xs -> Rabs (f x - x) <= e) ->
+  Rabs (rsum (map f xs) - rsum xs) <= INR (length xs) * e.
+Proof.
+  intros f e; induction xs as [|x xs IH]; intros H.
+  - cbn; unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+  - cbn [map length]; rewrite !rsum_cons, S_INR.
+    replace (f x + rsum (map f xs) - (x + rsum xs))
+      with ((f x - x) + (rsum (map f xs) - rsum xs)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    pose proof (H x (or_introl eq_refl)).
+    pose proof (IH (fun y Hy => H y (or_intror Hy))); lra.
+Qed.
+
+(** [n <= q k] terms make at most [q] blocks of [k]. *)
+Lemma chunk_length_le : forall k q (ps : list R),
+  (1 <= k)%nat -> (1 <= q)%nat -> (length ps <= q * k)%nat -> (length (chunk k ps) <= q)%nat.
+Proof.
+  intros k q ps Hk Hq Hl.
+  destruct (chunk_count k ps Hk) as [_ H2].
+  destruct (Nat.le_gt_cases (length (chunk k ps)) q) as [Hle | Hgt]; [exact Hle |].
+  exfalso; assert (q * k <= (length (chunk k ps) - 1) * k)%nat by (apply Nat.mul_le_mono_r; lia).
+  lia.
+Qed.
+
+(** ** One block and a chain of blocks *)
+
+Section TensorCoreBlock.
+
+(** [align M x]: the term [x] aligned (and truncated) in a block whose
+    largest magnitude is [M]. *)
+Variable align : R -> R -> R.
+(** The final normalization and rounding of the block's sum. *)
+Variable out : R -> R.
+Variables ua ur : R.
+Hypothesis ua_nonneg : 0 <= ua.
+Hypothesis ur_nonneg : 0 <= ur.
+Hypothesis align_err : forall M x, Rabs x <= M -> Rabs (align M x - x) <= ua * M.
+Hypothesis out_err : forall x, Rabs (out x - x) <= ur * Rabs x.
+
+(** [c + sum ps] as one tensor-core block computes it. *)
+Definition tc_block (c : R) (ps : list R) : R :=
+  out (rsum (map (align (max_abs (c :: ps))) (c :: ps))).
+
+(** The relative error of one block of at most [k] products. *)
+Definition tc_delta (k : nat) : R := (1 + ur) * (INR (S k) * ua) + ur.
+
+Lemma tc_delta_nonneg : forall k, 0 <= tc_delta k.
+Proof.
+  intros k; unfold tc_delta; pose proof (pos_INR (S k)).
+  assert (0 <= INR (S k) * ua) by (apply Rmult_le_pos; lra).
+  assert (0 <= (1 + ur) * (INR (S k) * ua)) by (apply Rmult_le_pos; lra).
+  lra.
+Qed.
+
+(** One block: [|tc_block c ps - (c + sum ps)| <= tc_delta k (|c| + sum |ps|)]. *)
+Theorem tc_block_error : forall k c ps, (length ps <= k)%nat ->
+  Rabs (tc_block c ps - (c + rsum ps)) <= tc_delta k * (Rabs c + rsum (map Rabs ps)).
+Proof.
+  intros k c ps Hk; unfold tc_block.
+  set (xs := c :: ps).
+  set (M := max_abs xs).
+  set (T := Rabs c + rsum (map Rabs ps)).
+  assert (HT : rsum (map Rabs xs) = T) by (unfold xs, T; cbn [map]; apply rsum_cons).
+  assert (HMT : M <= T) by (rewrite <- HT; apply max_abs_le_sum).
+  assert (HM0 : 0 <= M) by apply max_abs_nonneg.
+  assert (Hs : rsum xs = c + rsum ps) by (unfold xs; apply rsum_cons).
+  set (s' := rsum (map (align M) xs)).
+  assert (Ha : Rabs (s' - rsum xs) <= INR (length xs) * (ua * M)).
+  { apply rsum_map_close; intros x Hx; apply align_err, max_abs_ge, Hx. }
+  assert (Hlen : INR (length xs) <= INR (S k)) by (apply le_INR; unfold xs; cbn [length]; lia).
+  assert (Ha' : Rabs (s' - rsum xs) <= INR (S k) * ua * T).
+  { eapply Rle_trans; [exact Ha |].
+    rewrite <- Rmult_assoc; apply Rmult_le_compat; try lra.
+    - apply Rmult_le_pos; [apply pos_INR | lra].
+    - apply Rmult_le_compat_r; lra. }
+  assert (Hsabs : Rabs (rsum xs) <= T) by (rewrite <- HT; apply rsum_abs_le_abs).
+  assert (Hs'abs : Rabs s' <= T + INR (S k) * ua * T).
+  { replace s' with ((s' - rsum xs) + rsum xs) by ring.
+    eapply Rle_trans; [apply Rabs_triang | lra]. }
+  pose proof (out_err s') as Ho.
+  rewrite <- Hs.
+  replace (out s' - rsum xs) with ((out s' - s') + (s' - rsum xs)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (ur * Rabs s' <= ur * (T + INR (S k) * ua * T)) by (apply Rmult_le_compat_l; lra).
+  unfold tc_delta; lra.
+Qed.
+
+(** The blocks in order, from the accumulator [a0]. *)
+Definition tc_acc (a0 : R) (blocks : list (list R)) : R := fold_left tc_block blocks a0.
+
+(** The terms cut into blocks of [k], from 0. *)
+Definition tc_dot (k : nat) (ps : list R) : R := tc_acc 0 (chunk k ps).
+
+(** [m] blocks of at most [k] terms from any accumulator [a0]. *)
+Lemma tc_acc_error : forall k blocks a0,
+  Forall (fun b => (length b <= k)%nat) blocks ->
+  Rabs (tc_acc a0 blocks - (a0 + rsum (concat blocks)))
+  <= ((1 + tc_delta k) ^ length blocks - 1) * (Rabs a0 + rsum (map Rabs (concat blocks))).
+Proof.
+  intros k; induction blocks as [|b bs IH]; intros a0 Hb.
+  - cbn; unfold rsum; simpl; rewrite Rplus_0_r, Rminus_diag_eq, Rabs_R0 by reflexivity; lra.
+  - inversion Hb as [|b' bs' Hb1 Hbs]; subst.
+    unfold tc_acc; cbn [fold_left concat length]; fold (tc_acc (tc_block a0 b) bs).
+    rewrite rsum_app, map_app, rsum_app.
+    set (a1 := tc_block a0 b).
+    set (G := 1 + tc_delta k).
+    pose proof (tc_delta_nonneg k) as Hd.
+    assert (HG : 1 <= G ^ length bs) by (apply pow_R1_Rle; unfold G; lra).
+    pose proof (IH a1 Hbs) as H1; fold G in H1.
+    pose proof (tc_block_error k a0 b Hb1) as H0; fold a1 in H0.
+    set (Tb := Rabs a0 + rsum (map Rabs b)) in *.
+    set (R1 := rsum (map Rabs (concat bs))) in *.
+    assert (HR1 : 0 <= R1) by apply rsum_abs_nonneg.
+    assert (HTb : 0 <= Tb) by (unfold Tb; pose proof (Rabs_pos a0); pose proof (rsum_abs_nonneg b); lra).
+    assert (Ha1 : Rabs a1 <= (1 + tc_delta k) * Tb).
+    { replace a1 with ((a1 - (a0 + rsum b)) + (a0 + rsum b)) by ring.
+      eapply Rle_trans; [apply Rabs_triang |].
+      assert (Rabs (a0 + rsum b) <= Tb).
+      { unfold Tb; eapply Rle_trans; [apply Rabs_triang |].
+        pose proof (rsum_abs_le_abs b); lra. }
+      lra. }
+    replace (tc_acc a1 bs - (a0 + (rsum b + rsum (concat bs))))
+      with ((tc_acc a1 bs - (a1 + rsum (concat bs))) + (a1 - (a0 + rsum b))) by ring.
+    replace (Rabs a0 + (rsum (map Rabs b) + R1)) with (Tb + R1) by (unfold Tb; ring).
+    eapply Rle_trans; [apply Rabs_triang |].
+    set (P := G ^ length bs) in *.
+    replace (G ^ S (length bs)) with (P * G) by (unfold P; simpl; ring).
+    assert (E1 : (P - 1) * (Rabs a1 + R1) <= (P - 1) * (G * Tb + R1))
+      by (apply Rmult_le_compat_l; unfold G in *; lra).
+    assert (E2 : (P - 1) * R1 <= (P * G - 1) * R1).
+    { apply Rmult_le_compat_r; [exact HR1 |]; unfold G in *; nra. }
+    assert (E3 : (P - 1) * (G * Tb) + tc_delta k * Tb = (P * G - 1) * Tb) by (unfold G; ring).
+    nra.
+Qed.
+
+(** [n <= q k] terms in blocks of [k]: [gamma (tc_delta k) q]. *)
+Theorem tc_sum_error_bound : forall k q ps,
+  (1 <= k)%nat -> (1 <= q)%nat -> (length ps <= q * k)%nat -> INR q * tc_delta k < 1 ->
+  Rabs (tc_dot k ps - rsum ps) <= gamma (tc_delta k) q * rsum (map Rabs ps).
+Proof.
+  intros k q ps Hk Hq Hl Hn.
+  assert (Hb : Forall (fun b => (length b <= k)%nat) (chunk k ps)).
+  { apply Forall_forall; intros tl Hin; pose proof (chunk_tile_length k ps tl Hin); lia. }
+  pose proof (tc_acc_error k (chunk k ps) 0 Hb) as H.
+  rewrite concat_chunk, Rplus_0_l, Rabs_R0, Rplus_0_l in H.
+  unfold tc_dot; eapply Rle_trans; [exact H |].
+  apply Rmult_le_compat_r; [apply rsum_abs_nonneg |].
+  pose proof (tc_delta_nonneg k) as Hd.
+  pose proof (chunk_length_le k q ps Hk Hq Hl) as Hc.
+  eapply Rle_trans; [| apply pow_le_gamma; assumption].
+  apply Rplus_le_compat_r, Rle_pow; [lra | exact Hc].
+Qed.
+
+(** The dot product: the products [a_i b_i] (exact) in blocks of [k]. *)
+Theorem tc_dot_error_bound : forall k q a b,
+  (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat -> INR q * tc_delta k < 1 ->
+  Rabs (tc_dot k (map (fun xy => fst xy * snd xy) (combine a b))
+        - rsum (map (fun xy => fst xy * snd xy) (combine a b)))
+  <= gamma (tc_delta k) q * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)).
+Proof.
+  intros k q a b Hk Hq Hl Hn.
+  rewrite <- (map_map (fun xy => fst xy * snd xy) Rabs).
+  apply tc_sum_error_bound; auto.
+  rewrite map_length, combine_length; lia.
+Qed.
+
+End TensorCoreBlock.
+
+(** ** Flocq instances: truncating alignment, nearest or truncating output *)
+
+(** [x] truncated to a multiple of [2^(mag M - F)]: the [F] leading bits of
+    the block's largest magnitude [M] are kept. *)
+Definition tc_align (F : Z) (M x : R) : R := round radix2 (FIX_exp (mag radix2 M - F)) Ztrunc x.
+
+Lemma tc_align_err : forall F M x, Rabs x <= M -> Rabs (tc_align F M x - x) <= bpow radix2 (1 - F) * M.
+Proof.
+  intros F M x Hx; unfold tc_align.
+  destruct (Req_dec M 0) as [HM | HM].
+  - subst M; assert (x = 0) by (apply Rabs_le_0_eq, Hx); subst x.
+    rewrite round_0 by auto with typeclass_instances.
+    rewrite Rminus_0_r, Rabs_R0; lra.
+  - eapply Rle_trans; [apply error_le_ulp; auto with typeclass_instances |].
+    rewrite ulp_FIX.
+    assert (HM' : 0 < M) by (pose proof (Rabs_pos x); lra).
+    pose proof (bpow_mag_le radix2 M HM) as Hb.
+    rewrite Rabs_right in Hb by lra.
+    replace (mag radix2 M - F)%Z with ((1 - F) + (mag radix2 M - 1))%Z by ring.
+    rewrite bpow_plus; apply Rmult_le_compat_l; [apply bpow_ge_0 | exact Hb].
+Qed.
+
+Lemma tc_align_ua_nonneg : forall F, 0 <= bpow radix2 (1 - F).
+Proof. intros; apply bpow_ge_0. Qed.
+
+(** Round-to-nearest-even and truncation in precision [p] (FLX: no underflow). *)
+Definition rn_flx (p : Z) (x : R) : R := round radix2 (FLX_exp p) ZnearestE x.
+Definition rz_flx (p : Z) (x : R) : R := round radix2 (FLX_exp p) Ztrunc x.
+
+Lemma rn_flx_err : forall p, (0 < p)%Z -> forall x, Rabs (rn_flx p x - x) <= bpow radix2 (- p) * Rabs x.
+Proof.
+  intros p Hp x; unfold rn_flx.
+  assert (Prec_gt_0 p) by exact Hp.
+  rewrite <- flt_u_eq; apply relative_error_N_FLX; auto.
+Qed.
+
+Lemma rz_flx_err : forall p, (0 < p)%Z -> forall x, Rabs (rz_flx p x - x) <= bpow radix2 (1 - p) * Rabs x.
+Proof.
+  intros p Hp x; unfold rz_flx.
+  assert (Prec_gt_0 p) by exact Hp.
+  destruct (Req_dec x 0) as [-> | Hx].
+  - rewrite round_0 by auto with typeclass_instances; rewrite Rminus_0_r, !Rabs_R0; lra.
+  - left; replace (1 - p)%Z with (- p + 1)%Z by ring.
+    apply relative_error_FLX; auto with typeclass_instances.
+Qed.
+
+(** Round-to-nearest output: [ur = 2^-p]. *)
+Theorem tc_dot_error_nearest : forall p F k q a b,
+  (0 < p)%Z -> (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat ->
+  INR q * tc_delta (bpow radix2 (1 - F)) (bpow radix2 (- p)) k < 1 ->
+  Rabs (tc_dot (tc_align F) (rn_flx p) k (map (fun xy => fst xy * snd xy) (combine a b))
+        - rsum (map (fun xy => fst xy * snd xy) (combine a b)))
+  <= gamma (tc_delta (bpow radix2 (1 - F)) (bpow radix2 (- p)) k) q
+     * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)).
+Proof.
+  intros p F k q a b Hp Hk Hq Hl Hn.
+  apply tc_dot_error_bound; auto using tc_align_ua_nonneg, bpow_ge_0, tc_align_err, rn_flx_err.
+Qed.
+
+(** Truncating output: [ur = 2^(1 - p)], twice the nearest one. *)
+Theorem tc_dot_error_trunc : forall p F k q a b,
+  (0 < p)%Z -> (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat ->
+  INR q * tc_delta (bpow radix2 (1 - F)) (bpow radix2 (1 - p)) k < 1 ->
+  Rabs (tc_dot (tc_align F) (rz_flx p) k (map (fun xy => fst xy * snd xy) (combine a b))
+        - rsum (map (fun xy => fst xy * snd xy) (combine a b)))
+  <= gamma (tc_delta (bpow radix2 (1 - F)) (bpow radix2 (1 - p)) k) q
+     * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)).
+Proof.
+  intros p F k q a b Hp Hk Hq Hl Hn.
+  apply tc_dot_error_bound; auto using tc_align_ua_nonneg, bpow_ge_0, tc_align_err, rz_flx_err.
+Qed.
+
+(** fp32 output ([p = 24]), round to nearest: [ur = u = 2^-24],
+    [tc_delta k = (1 + 2^-24) (k + 1) 2^(1 - F) + 2^-24]. *)
+Theorem tc_dot_error_fp32_nearest : forall F k q a b,
+  (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat ->
+  INR q * ((1 + / 16777216) * (INR (S k) * bpow radix2 (1 - F)) + / 16777216) < 1 ->
+  Rabs (tc_dot (tc_align F) (rn_flx 24) k (map (fun xy => fst xy * snd xy) (combine a b))
+        - rsum (map (fun xy => fst xy * snd xy) (combine a b)))
+  <= gamma ((1 + / 16777216) * (INR (S k) * bpow radix2 (1 - F)) + / 16777216) q
+     * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)).
+Proof.
+  intros F k q a b Hk Hq Hl Hn.
+  assert (E : bpow radix2 (- (24)) = / 16777216) by (simpl; unfold Z.pow_pos; simpl; field).
+  pose proof (tc_dot_error_nearest 24 F k q a b eq_refl Hk Hq Hl) as H.
+  unfold tc_delta in H; rewrite E in H; apply H, Hn.
+Qed.
+
+(** fp32 output, truncation: [ur = 2 u = 2^-23]. *)
+Theorem tc_dot_error_fp32_trunc : forall F k q a b,
+  (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat ->
+  INR q * ((1 + / 8388608) * (INR (S k) * bpow radix2 (1 - F)) + / 8388608) < 1 ->
+  Rabs (tc_dot (tc_align F) (rz_flx 24) k (map (fun xy => fst xy * snd xy) (combine a b))
+        - rsum (map (fun xy => fst xy * snd xy) (combine a b)))
+  <= gamma ((1 + / 8388608) * (INR (S k) * bpow radix2 (1 - F)) + / 8388608) q
+     * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)).
+Proof.
+  intros F k q a b Hk Hq Hl Hn.
+  assert (E : bpow radix2 (1 - 24) = / 8388608) by (simpl; unfold Z.pow_pos; simpl; field).
+  pose proof (tc_dot_error_trunc 24 F k q a b eq_refl Hk Hq Hl) as H.
+  unfold tc_delta in H; rewrite E in H; apply H, Hn.
+Qed.
