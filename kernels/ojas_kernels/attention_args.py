@@ -251,11 +251,14 @@ def _launch_args(
 
 def _tile_args(config: KernelConfig, attn_mask: torch.Tensor | None) -> dict[str, Any]:
     """One kernel's tile constexprs and launch options from its :class:`KernelConfig`; with an
-    ``attn_mask`` every tile runs the masked loop (``SPLIT`` off)."""
+    ``attn_mask`` every tile runs the masked loop (``SPLIT`` off).  Every launch compiles
+    without FMA contraction (``enable_fp_fusion=False``): ``s * qk_scale - m`` and
+    ``l * alpha + sum`` round twice, as the theorems of rocq/Attention/Float/ model them."""
     return dict(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         SPLIT=config.split and attn_mask is None,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        enable_fp_fusion=False,  # no FMA contraction: each product and sum rounds as modelled
     )

@@ -29,7 +29,7 @@ dV, dK and dQ a posteriori as the kernels compute them (P recomputed from the sa
 the stored results), given the errors of the saved out and lse (``attention_dv_error_bound``,
 ``attention_dk_error_bound``, ``attention_dq_error_bound`` of
 ``ojas_ref.verification.bounds.attention``).  Not covered: the tensor cores' order of additions
-(and their accumulating into the running sums), FMA contraction, additive masks, the 3xTF32
+(and their accumulating into the running sums), additive masks, the 3xTF32
 float32 path, the rounding of the grouped-query accumulation.
 
 Dropout (``HAS_DROPOUT``): the keep mask ``Z`` is recomputed (``attention_tiles``), never
@@ -224,7 +224,7 @@ def _bwd_dkdv_kernel(
     Rounding: ``Ojas.Attention.Float.DvError.dv_error`` (dV) and
     ``Ojas.Attention.Float.DkDqError.dk_error`` (dK: ``dk_kernel``, this loop's schedule) bound
     every stored entry against the exact gradient; not covered: the MMA order and its
-    accumulation into dk/dv, FMA contraction, 3xTF32 dots, ``tl.exp2``'s error (assumed)."""
+    accumulation into dk/dv, 3xTF32 dots, ``tl.exp2``'s error (assumed)."""
     start_n = tl.program_id(0) * BLOCK_N
     pid_bh = tl.program_id(1)
     b = (pid_bh // num_kv_heads).to(tl.int64)
@@ -453,7 +453,7 @@ def _bwd_dq_kernel(
     Rounding: ``Ojas.Attention.Float.DkDqError.dq_error`` (dQ: ``dq_kernel``, this loop's
     schedule) bounds every stored entry against the exact gradient, ``delta_close`` the error of
     ``D`` (any reduction order of ``tl.sum``) against ``dO . o`` of the stored output; not covered:
-    the MMA order and its accumulation into dq, FMA contraction, 3xTF32 dots, ``tl.sum``'s padding
+    the MMA order and its accumulation into dq, 3xTF32 dots, ``tl.sum``'s padding
     zeros when ``BLOCK_EV > HEAD_EV``, ``tl.exp2``'s error (assumed)."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     pid_bh = tl.program_id(1)

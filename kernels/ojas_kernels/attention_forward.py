@@ -27,8 +27,9 @@ the input dtype before P.V, fp32 accumulation, out stored in the input dtype; an
 visibility: causal, window, bounds) against the exact softmax over the visible keys;
 ``ojas_ref.verification.bounds.attention.attention_forward_error_bound`` is its value
 (``tests/verification/test_attention_error_bound.py``).  Not covered: the tensor cores' order
-of additions (and their accumulating into the running sums), FMA contraction, additive masks,
-the 3xTF32 float32 path.
+of additions (and their accumulating into the running sums), additive masks, the 3xTF32
+float32 path.  FMA contraction is off at every launch (``enable_fp_fusion=False``,
+``attention_args._tile_args``), so each product and sum rounds as the model rounds it.
 
 Dropout (``HAS_DROPOUT``, a constexpr: without it the kernel compiles to the instructions it
 had before dropout existed, up to register numbering and three unused parameters; checked on

@@ -91,8 +91,10 @@ schedule's gradients (``Ojas.LinearCrossEntropy.Float.GradError``,
 ``Ojas.LinearCrossEntropy.Float.SoftcapGradError``), the 4-product schedule's
 (``Ojas.LinearCrossEntropy.Float.WeightedGradError``), each under the premises and exclusions its
 module states; no theorem covers the order of the sums inside cuBLAS and the Triton dots,
-TF32 products, bias, label smoothing, z-loss, FMA contraction, float16's scaled G, grad_bias,
+TF32 products, bias, label smoothing, z-loss, float16's scaled G, grad_bias,
 the 4-product schedule's gradients with a cap and the scaling by grad_output after the fact.
+The Triton kernels compile without FMA contraction (``enable_fp_fusion=False``), so each
+product and sum rounds as the theorems model it.
 
 torch.compile and torch.export see this kernel as two custom operators,
 ``ojas::linear_cross_entropy`` and ``ojas::linear_cross_entropy_backward``

@@ -39,7 +39,7 @@ recomputed float32 logits and the merged lse; one product over all kept tokens r
 and ``ce_dh4_error`` its grad_input (the forward's row times grad_output in float32, rounded
 once) (``linear_cross_entropy_weighted_dw_error_bound`` / ``_dh_error_bound``).  No theorem
 covers: the gradients with softcap, bias, label smoothing, z-loss, the order of the sums inside
-cuBLAS and the Triton dots, TF32 products, FMA contraction, float16's scaled G, grad_bias, and
+cuBLAS and the Triton dots, TF32 products, float16's scaled G, grad_bias, and
 the ``step`` path in floating point (each row's gradient there is this schedule's, rounded as
 without ``step``).
 """

@@ -45,9 +45,11 @@ stated error, a premise; the ``softcap`` argument of the bound functions), and
 entries of G that ``_grad_tile`` writes are those the gradient theorems of the schedules
 bound (``Ojas.LinearCrossEntropy.Float.GradError``, ``Ojas.LinearCrossEntropy.Float.WeightedGradError``).
 No theorem covers: the order of the sums inside the Triton dots (only the classical any-order
-bound enters ``delta``), TF32 products, bias, label smoothing, z-loss, FMA contraction,
-float16's scaled G, and ``_scale_kernel`` (the gradients computed for grad_output 1 and scaled
-after the fact: equal over the reals by linearity, not stated in Coq).
+bound enters ``delta``), TF32 products, bias, label smoothing, z-loss, float16's scaled G, and
+``_scale_kernel`` (the gradients computed for grad_output 1 and scaled after the fact: equal
+over the reals by linearity, not stated in Coq).  ``_rows_kernel`` and ``_logits_kernel``
+compile without FMA contraction (``enable_fp_fusion=False`` at every launch), so each product
+and sum rounds as the theorems model it.
 """
 
 from __future__ import annotations
@@ -386,7 +388,12 @@ def _weight_stride(token_weight: torch.Tensor) -> int:
 def _launch_rows(n_rows: int, rcfg: RowConfig, *args, **constexprs) -> None:
     """One launch of ``_rows_kernel`` over ``n_rows`` rows with the tiles of ``rcfg``."""
     fast(_rows_kernel)[(cdiv(n_rows, rcfg.block_r),)](
-        *args, **constexprs, BLOCK_R=rcfg.block_r, BLOCK_V=rcfg.block_v, num_warps=rcfg.num_warps
+        *args,
+        **constexprs,
+        BLOCK_R=rcfg.block_r,
+        BLOCK_V=rcfg.block_v,
+        num_warps=rcfg.num_warps,
+        enable_fp_fusion=False,
     )
 
 
@@ -459,6 +466,7 @@ def _launch_logits(
         DOT_PREC=_dot_precision(x.dtype),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        enable_fp_fusion=False,
     )
 
 

@@ -44,7 +44,7 @@ streams from the same stored logits), tight for confident tokens
 ``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``, built on the chain
 factor's ``Ojas.LinearCrossEntropy.Float.SoftcapError.sc_chain_error``.  No theorem covers: the order
 of the sums inside cuBLAS / the CPU BLAS (only the any-order bound enters the gradients'
-``gd``), TF32 products, bias, label smoothing, z-loss, FMA contraction, float16's scaled G,
+``gd``), TF32 products, bias, label smoothing, z-loss, float16's scaled G,
 grad_bias and the scaling by grad_output after the fact (``_scaled_gradients``).
 """
 
