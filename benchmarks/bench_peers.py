@@ -2,7 +2,7 @@
 by ``optimize_model`` + ``InBackwardOptimizer`` (issue 29's table).
 
     python benchmarks/bench_peers.py [--modes MODE ...] [--settings SETTING ...] [--out FILE]
-        [--warmup 3] [--steps 12] [--timeout 900] [--device cuda] [--quick] [--commit HASH]
+        [--warmup 3] [--steps 12] [--timeout 900] [--device cuda] [--quick] [--commit HASH] [--profile DIR]
 
 The model is bench_optimize_model.py's (built from a config, no download: hidden 2048, 18 layers,
 16 heads, MLP 5632, untied head, sequence 2048), stepped by its ``Runner``. Each mode
@@ -36,6 +36,12 @@ reason; a mode whose process fails is reported with its error. Each measured mod
 prints issue 29's ratios: each mode's tokens/s and peak over those of the fastest peer without
 checkpointing (``hf``, ``hf+compile``, ``liger``, ``liger+compile``), and over ``liger+ckpt``'s. ``--quick``: a 2-layer model (runs on the CPU in seconds per mode; memory is
 then not measured).
+
+``--profile DIR``: each mode's process also profiles :data:`PROFILED_STEPS` steps after the
+timed ones (``torch.profiler``) and writes ``DIR/<setting>-<mode>.txt``: wall time per step, the
+time the device was busy (the union of its kernels' intervals) and idle, the device time per
+kind of kernel (:data:`KERNEL_KINDS`), the launches per step, and the top kernels and host
+operators; the record is the timed steps' as without it.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import records  # noqa: E402
-from benchmarks.bench_optimize_model import Runner, measure_peak, time_interleaved, timing  # noqa: E402
+from benchmarks.bench_optimize_model import Runner, measure_peak, sync, time_interleaved, timing  # noqa: E402
 from benchmarks.bench_in_backward import QUICK, Config  # noqa: E402
 from benchmarks.report import PEER_RATIOS  # noqa: E402
 from ojas_ref import MemoryRecipe  # noqa: E402
@@ -87,6 +93,18 @@ MODES = {
 SETTINGS = ("bf16-adamw-b1", "fp32-autocast-adamw-b1", "bf16-adamw-b4", "bf16-sgd-b1", "bf16-adamw-b1-v128256")
 SETTING_RE = re.compile(r"(bf16|fp32)(-autocast)?-(sgd|adamw)-b([1-9][0-9]*)(?:-v([1-9][0-9]*))?")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+#: steps profiled by ``--profile``
+PROFILED_STEPS = 3
+#: ``--profile``'s kinds of kernel, the first pattern (case-insensitive) of a kernel's name wins
+KERNEL_KINDS = (
+    ("attention", r"attn|attention|flash|fmha|_fwd_kernel|_bwd_dq|_bwd_dkdv|cudnn"),
+    ("cross-entropy", r"cross|_logits_kernel|_rows_kernel|_scale_kernel|liger.*ce"),
+    ("matmul", r"gemm|sm90_xmma|cutlass|matmul|nvjet|mm_"),
+    ("optimizer", r"adam|sgd|multi_tensor|foreach|_update"),
+    ("norm/swiglu/rope", r"rms|norm|swiglu|silu|rope|rotary|_swiglu|_relu"),
+    ("copy/cast", r"copy|cast|convert|fill|memset|memcpy|to_copy|direct_copy"),
+    ("other", r""),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,13 +176,74 @@ def runner(mode: str, setting: Setting, c: Config, device: torch.device) -> Runn
     return r
 
 
-def child(mode: str, setting: Setting, quick: bool, device: torch.device, warmup: int, steps: int) -> dict:
-    """Run one mode of one setting in this process: the case, metrics, device name and versions of its record."""
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def kernel_kind(name: str) -> str:
+    """The first of :data:`KERNEL_KINDS` whose pattern a kernel's name matches."""
+    return next(kind for kind, pattern in KERNEL_KINDS if re.search(pattern, name, re.IGNORECASE))
+
+
+def profile(r: Runner, device: torch.device, path: Path) -> None:
+    """Profile :data:`PROFILED_STEPS` steps of ``r`` and write the summary the module docstring describes."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    with torch_profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for i in range(PROFILED_STEPS):
+            r.step(i)
+        sync(device)
+        wall = (time.perf_counter() - t0) / PROFILED_STEPS
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    intervals = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in kernels]
+    busy = busy_seconds(intervals) / PROFILED_STEPS
+    by_kind: dict[str, float] = {}
+    for e in kernels:
+        kind = kernel_kind(e.name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + e.time_range.elapsed_us() / 1e6 / PROFILED_STEPS
+    lines = [
+        f"{path.stem}: {device}, {PROFILED_STEPS} steps profiled",
+        f"wall per step {1e3 * wall:.2f} ms; device busy {1e3 * busy:.2f} ms ({busy / wall:.1%}), "
+        f"idle {1e3 * (wall - busy):.2f} ms; {len(kernels) / PROFILED_STEPS:.0f} kernels per step",
+        "device ms per step by kind: "
+        + ", ".join(f"{k} {1e3 * v:.2f}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])),
+        "",
+        prof.key_averages().table(sort_by="cuda_time_total" if kernels else "cpu_time_total", row_limit=40),
+        prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25),
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:3]), flush=True)
+
+
+def child(
+    mode: str,
+    setting: Setting,
+    quick: bool,
+    device: torch.device,
+    warmup: int,
+    steps: int,
+    profile_path: Optional[Path] = None,
+) -> dict:
+    """Run one mode of one setting in this process: the case, metrics, device name and versions of its
+    record (and, with ``profile_path``, :func:`profile` after the timed steps)."""
     c = setting.config(quick)
     r = runner(mode, setting, c, device)
     measure_peak(r, device, warmup, 0)
     time_interleaved([r], device, steps)
     t = timing(r, c)
+    if profile_path is not None:
+        profile(r, device, profile_path)
     metrics = dict(
         tokens_per_s=t["tokens_per_s"],
         step_ms=1e3 * t["step_s"],
@@ -212,6 +291,8 @@ def spawn(mode: str, setting: str, args: argparse.Namespace) -> dict:
     ]
     if args.quick:
         command.append("--quick")
+    if args.profile:
+        command += ["--profile", str(args.profile)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -259,6 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="a 2-layer model (CPU smoke test)")
     parser.add_argument("--commit", default=None, help="the records' commit (default: git rev-parse of this checkout)")
+    parser.add_argument("--profile", type=Path, default=None, help="also profile each mode into this folder")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     settings = {s: Setting.parse(s) for s in args.settings}
@@ -267,7 +349,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--warmup must be >= 0 and --steps >= 1, got {args.warmup} and {args.steps}")
     if args.child:
         (mode,), ((name, setting),) = args.modes, settings.items()
-        print("RESULT " + json.dumps(child(mode, setting, args.quick, device, args.warmup, args.steps)), flush=True)
+        where = None if args.profile is None else args.profile / f"{name}-{mode}.txt"
+        print(
+            "RESULT " + json.dumps(child(mode, setting, args.quick, device, args.warmup, args.steps, where)), flush=True
+        )
         return
     env = records.environment("cpu")  # the date and commit; the device and versions come from each mode's process
     if args.commit:

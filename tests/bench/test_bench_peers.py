@@ -94,3 +94,23 @@ def test_quick_run_on_the_cpu_appends_records(tmp_path, capsys):
     assert "| bf16-sgd-b1 | hf |" in printed and "| bf16-sgd-b1 | ojas |" in printed
     if importlib.util.find_spec("liger_kernel") is None:
         assert "| bf16-sgd-b1 | liger | liger_kernel is not installed" in printed
+
+
+def test_profile_summary_helpers():
+    """--profile's busy time is the union of the kernels' intervals (overlaps counted once), and each
+    kernel falls in the first kind whose pattern matches."""
+    assert bench_peers.busy_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.8)]) == 4.0
+    assert bench_peers.busy_seconds([]) == 0.0
+    assert bench_peers.kernel_kind("_fwd_kernel") == "attention"
+    assert bench_peers.kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32") == "matmul"
+    assert bench_peers.kernel_kind("multi_tensor_apply_kernel") == "optimizer"
+    assert bench_peers.kernel_kind("triton_poi_fused_add_mul_0") == "other"
+
+
+def test_profile_writes_summary(tmp_path):
+    """A quick CPU run with --profile writes each mode's summary (wall, busy, kinds, operator tables)."""
+    cpu = torch.device("cpu")
+    setting = bench_peers.Setting.parse("bf16-sgd-b1")
+    bench_peers.child("hf", setting, True, cpu, 0, 1, tmp_path / "p.txt")
+    text = (tmp_path / "p.txt").read_text()
+    assert "wall per step" in text and "kernels per step" in text and "Self CPU" in text
