@@ -42,3 +42,64 @@ Definition ce_dh4_error_witness :=
     rsum 1 1 0 0 0 0 0 w_X 1 [tt]
     (Rle_refl 0) w_alpha (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) (Rle_refl w_X)
     (w_exact_sum _) (w_ok_all _).
+
+(** ** The two-level forward: the row of one logit [0], one group of one tile *)
+
+Definition w_tiles2 : list (list (list (list (R * R)))) := [[ [[(0, 0)]] ]].
+Definition w_ts : list R -> R := tile_sum (mp_a wM).
+Definition w_lse2 : R := ce_row2_lse wM w_ex w_lg w_ts w_ts w_tiles2.
+Definition w_NL2 : R := - ln (1 - w_bL2).
+Definition w_Dl2 : R := ce_lse_bound u w_el 0 0 w_NL2 0.
+(** The logit's distance to the computed lse, and the exponent's bound. *)
+Definition w_Am2 : R := Rabs (0 - w_lse2).
+Definition w_X2 : R := exp (0 + w_Dl2 + u * w_Am2 + eta).
+
+Lemma w_bL2_eq : ce_bL2 wM u eta 1 0 1 1 1 0 1 1 1 = w_bL2.
+Proof. reflexivity. Qed.
+
+Lemma w_row2_ok : ce_row2_ok wM 1 1 1 1 1 1 0 0 0 w_tiles2.
+Proof.
+  unfold ce_row2_ok, w_tiles2, ce_row2_logits.
+  split; [discriminate |]. split.
+  { intros g Hg; cbn in Hg; destruct Hg as [<- | []]; cbn; repeat split; [discriminate | repeat constructor; cbn; lia | lia | lia]. }
+  split; [repeat constructor; cbn; lia |]. split; [cbn; lia |]. split; [cbn; lia |]. split.
+  { intros zy Hi; cbn in Hi; destruct Hi as [<- | []]; cbn [fst snd]; rewrite !Rminus_0_r, Rabs_R0.
+    split; [apply ff_fmt_0 | lra]. }
+  cbn [concat map app length]; simpl INR; rewrite ln_1; lra.
+Qed.
+
+Ltac w_two :=
+  first [ apply w_row2_ok | apply sum_ok_tile_sum | apply Rle_refl | apply w_exact_sum
+        | rewrite w_bL2_eq; pose proof w_bL2_small as Hb; unfold w_bL2 in Hb |- *; cbv zeta in Hb |- *; rewrite ?exp_0; lra
+        | rewrite w_bL2_eq; apply Rle_refl
+        | w_close ].
+
+Lemma w_two_items : forall x, In x [tt] ->
+  Rabs (w_z x - w_z x) <= 0 /\ Rabs (w_z x - w_lse2) <= w_Am2 /\ Rabs (w_one x - w_one x) <= 0 * Rabs (w_one x)
+  /\ ce_row2_ok wM 1 1 1 1 1 1 0 0 0 w_tiles2 /\ w_lse2 = ce_row2_lse wM w_ex w_lg w_ts w_ts w_tiles2
+  /\ ce_row2_L w_tiles2 = ce_row2_L w_tiles2.
+Proof.
+  intros x _; unfold w_z, w_one; split; [apply w_abs00 |]; split; [apply Rle_refl |]; split; [apply w_w11 |].
+  split; [apply w_row2_ok | split; reflexivity].
+Qed.
+
+Definition ce_dw4_error_two_level_witness :=
+  ltac:(refine (ce_dw4_error_two_level wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err
+                  w_lg w_el (/ 2) 4 w_lg_fmt w_lg_err unit w_z (fun _ => w_lse2) w_z (fun _ => ce_row2_L w_tiles2)
+                  w_h w_one w_one w_t (fun _ => w_tiles2) w_ts w_ts 0 1 1 1 0 1 1 1 rsum 0 0 0 w_Am2 0 1 0 w_NL2 w_X2 [tt]
+                  _ _ _ _ _ _ _ _ _ _ _ _);
+        first [ apply w_two_items | w_two ]).
+
+Lemma w_two_items_dh : forall x, In x [tt] -> w_t x = true ->
+  Rabs (w_z x - w_z x) <= 0 /\ Rabs (w_z x - w_lse2) <= w_Am2
+  /\ w_lse2 = ce_row2_lse wM w_ex w_lg w_ts w_ts w_tiles2 /\ ce_row2_L w_tiles2 = ce_row2_L w_tiles2.
+Proof.
+  intros x _ _; unfold w_z; split; [apply w_abs00 |]; split; [apply Rle_refl | split; reflexivity].
+Qed.
+
+Definition ce_dh4_error_two_level_witness :=
+  ltac:(refine (ce_dh4_error_two_level wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err
+                  w_lg w_el (/ 2) 4 w_lg_fmt w_lg_err unit w_z (fun _ => w_lse2) w_z (fun _ => ce_row2_L w_tiles2)
+                  w_h w_t w_t w_tiles2 w_ts w_ts 0 1 1 1 0 1 1 1 rsum 1 1 0 0 0 w_Am2 0 1 0 w_NL2 w_X2 1 [tt]
+                  _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _);
+        first [ apply w_two_items_dh | apply w_alpha | apply Rabs_pos | w_two ]).
