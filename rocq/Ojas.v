@@ -34,6 +34,7 @@ From Ojas Require Export ScalarOps Vector VectorFacts.
 (** ** The rounding model and its generic error lemmas *)
 From Ojas Require Export FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.Notations FloatModel.DotError.
 From Ojas Require Export FloatModel.BlockedSum FloatModel.Exp2Weight.
+From Ojas Require Export FloatModel.TensorCoreSum FloatModel.Tf32Product.
 
 (** ** Attention: specification, exact proofs, error proofs *)
 From Ojas Require Export Attention.OnlineSoftmax Attention.Backward Attention.Merge Attention.Mask.
