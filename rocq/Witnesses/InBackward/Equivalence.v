@@ -1,9 +1,10 @@
 (** * Witnesses of InBackward/Equivalence.v (ojas_ref/verification/proof_audit.py): a tape of
     two operations over [R], the product [w0 * w1] and the square [w1 ^ 2 / 2] (the weight
-    [w1] used twice, as with tied weights; upstream gradients 1), whose backward ([backward_events]) contributes to both weights
-    and hooks each once; SGD (lr 0.1, momentum 0.9) or AdamW (torch's defaults) on the
-    parameters [w0 = 2], [w1 = 3], gradients freed at the start ([fused_eq_standard_from]:
-    a gradient 1 of [w0] left from an earlier micro-batch, accumulated into). *)
+    [w1] used twice, as with tied weights; upstream gradients 1), whose backward
+    ([backward_events]) contributes to both weights and hooks each once; SGD (lr 0.1,
+    momentum 0.9) or AdamW (torch's defaults) on the parameters [w0 = 2], [w1 = 3], gradients
+    freed at the start ([fused_eq_standard_from]: a gradient 1 of [w0] left from an earlier
+    micro-batch, accumulated into). *)
 
 From Coq Require Import Reals List Lra.
 From Ojas Require Import ScalarOps InBackward.Events InBackward.UpdateRules InBackward.Equivalence.
