@@ -94,8 +94,12 @@
     overflow; which rounding the tensor core applies when it reads the
     unrounded [aSmall] (truncation, [ul = 2^-10], is the instance; round to
     nearest gives [2^-11]; both are premises to check on the device); the
-    NaN masking between the dots (finite inputs); the initial accumulator
-    [acc] of the [tl.dot] (the statements start the low dot from 0). *)
+    NaN masking between the dots of later Triton versions (finite inputs);
+    a nonzero initial accumulator [acc] (the statements start the low dot
+    from 0, as the score dots [s = _dot(q, kt, None)] and [dp = _dot(do, vt,
+    None)] of kernels/ojas_kernels/attention_forward.py and attention_backward.py do;
+    the dots that accumulate into [acc], [P V] and the gradients' [dS q],
+    [dS k], [P^T dO], are not covered). *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core Relative Plus_error.
