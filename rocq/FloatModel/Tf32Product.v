@@ -58,10 +58,10 @@
       Flocq instances (truncated alignment to [F] bits, float32 output by
       truncation or round to nearest).
 
-    So a 3xTF32 dot is within [gamma n (1 + 2^-11)^2 + 2^-10 gamma (3n) +
-    1.2e-6] of [sum |x_i y_i|] (left-to-right float32 accumulation): for
-    [n = 128], [7.6e-6 + 2.2e-8 + 1.2e-6], against [gamma_(2^-24) 128 = 7.6e-6]
-    for the float32 dot.  (A single-pass TF32 dot rounds its operands to
+    So a 3xTF32 dot with left-to-right float32 accumulation is within
+    [gamma n kh + gamma (3n - 1) kl + c], about [gamma n + 2^-10 gamma (3n)
+    + 1.2e-6], of [sum |x_i y_i|]: for [n = 128], [7.64e-6 + 2.2e-8 + 1.19e-6
+    = 8.85e-6], against [gamma_(2^-24) 128 = 7.63e-6] for the float32 dot.  (A single-pass TF32 dot rounds its operands to
     11 bits: a relative error up to about [2 2^-11] per product, 8,192
     times float32's [u] and about 800 times [c]; not proved here.)
 
