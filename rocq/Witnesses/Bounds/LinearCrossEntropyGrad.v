@@ -126,3 +126,47 @@ Definition ce_gp_q_sound_dh_witness :=
     _ _ _ _ wg_gp1_eq w_ex u (ff_u_nonneg _) wg_ex' unit w_z w_z w_z w_z w_h w_t w_t
     rsum 1 (fun _ => 0) (fun _ => 0) w_X0 [tt]
     wg_a0 (wg_exact_sum _) (w_gp_ok _) eq_refl.
+
+(** ** [sc_grad_q]: the cap [c = 1], the kernel's [tanh] and [z / c] rounded, its chain factor *)
+
+Definition wg_sc (C : N) : Q * Q * Q * Q * Q * Q :=
+  match sc_grad_q wg_u wg_eta wg_us wg_es wg_u wg_eta 1 0 wg_x wg_x 1 C with
+  | Some b => b | None => (0, 0, 0, 0, 0, 0)%Q end.
+
+Definition wg_sc2 := Eval vm_compute in wg_sc 2.
+Definition wg_sc1 := Eval vm_compute in wg_sc 1.
+
+Lemma wg_sc2_eq : sc_grad_q wg_u wg_eta wg_us wg_es wg_u wg_eta 1 0 wg_x wg_x 1 2
+  = Some (fst (fst (fst (fst (fst wg_sc2)))), snd (fst (fst (fst (fst wg_sc2)))), snd (fst (fst (fst wg_sc2))),
+          snd (fst (fst wg_sc2)), snd (fst wg_sc2), snd wg_sc2).
+Proof. vm_compute; reflexivity. Qed.
+
+Lemma wg_sc1_eq : sc_grad_q wg_u wg_eta wg_us wg_es wg_u wg_eta 1 0 wg_x wg_x 1 1
+  = Some (fst (fst (fst (fst (fst wg_sc1)))), snd (fst (fst (fst (fst wg_sc1)))), snd (fst (fst (fst wg_sc1))),
+          snd (fst (fst wg_sc1)), snd (fst wg_sc1), snd wg_sc1).
+Proof. vm_compute; reflexivity. Qed.
+
+(** The capped logit's error [sc_delta] and the chain factor's [sc_chain_bound]: a few [u]. *)
+Lemma wg_sc_x : sc_delta u eta 1 u eta 0 + 0 + u * 0 + eta <= Q2R wg_x.
+Proof. rewrite wg_x_R; unfold sc_delta; rewrite w_u, w_eta; lra. Qed.
+
+Lemma wg_sc_Ec : sc_chain_bound u eta 1 u eta (sc_delta u eta 1 u eta 0) <= Q2R wg_x.
+Proof. rewrite wg_x_R; unfold sc_chain_bound, sc_delta; cbv zeta; rewrite w_u, w_eta; simpl pow; lra. Qed.
+
+Lemma wg_sc_exact_sum : forall xs,
+  ce_gen_dsum_ok unit (sc_term wM w_ex 1 w_th w_cf unit w_z w_z w_h w_t w_t) rsum (gamma u (N.to_nat 1)) xs.
+Proof. intros xs; apply wg_exact_sum. Qed.
+
+Definition sc_grad_q_sound_dw_witness :=
+  sc_grad_q_sound_dw wM wg_u wg_eta wg_us wg_es wg_u wg_eta 1 0 wg_x wg_x 1 2 wg_u_R wg_eta_R wg_us_R wg_es_R
+    _ _ _ _ _ _ wg_sc2_eq w_ex wg_ex 1 Rlt_0_1 w_th u eta (ff_u_nonneg _) w_th_err
+    w_dv u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_dv_err w_cf w_cf_ok
+    unit w_z w_z w_z w_z w_h w_t w_t rsum (fun a c => ff_rnd (mp_a wM) (1 * a + c)) 1 0 0 0 [[tt]; [tt]]
+    (epi_fma_ok wM 1) wg_a0 wg_sc_x wg_sc_Ec (fun ch _ => wg_sc_exact_sum ch) (w_sc_ok _) eq_refl.
+
+Definition sc_grad_q_sound_dh_witness :=
+  sc_grad_q_sound_dh wM wg_u wg_eta wg_us wg_es wg_u wg_eta 1 0 wg_x wg_x 1 1 wg_u_R wg_eta_R wg_us_R wg_es_R
+    _ _ _ _ _ _ wg_sc1_eq w_ex wg_ex 1 Rlt_0_1 w_th u eta (ff_u_nonneg _) w_th_err
+    w_dv u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_dv_err w_cf w_cf_ok
+    unit w_z w_z w_z w_z w_h w_t w_t rsum 1 0 0 0 [tt]
+    wg_a0 wg_sc_x wg_sc_Ec (wg_sc_exact_sum _) (w_sc_ok _) eq_refl.
