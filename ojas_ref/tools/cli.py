@@ -5,12 +5,16 @@
   ojas audit    check the proofs and run every implementation against the oracle extracted from them
   ojas rocq     rebuild rocq/ (the Coq proofs) and audit its assumptions; ojas proofs is its former
                 name, still accepted for one release
+  ojas verify-device  check, on this CUDA GPU, the premises the float theorems take about it (exp,
+                log, tanh accuracy over every float32 input of their domains, the casts, tl.sum's
+                tree, tl.dot's accumulation) and record the result for the GPU tests and ojas audit
 
 Each subcommand's --help lists its options and its exit status. ojas audit and ojas rocq: 0
 when everything holds, 1 when something does not, 2 when they cannot run here (they need a
 source checkout with rocq/ and extraction/, and coqc, coq_makefile and make to rebuild the
 proofs; the message says which is missing); ojas audit exits 3 when a check was skipped
-(--allow-skip: 0)."""
+(--allow-skip: 0). ojas verify-device: 0 when every premise holds, 1 when one fails, 2 when it
+cannot run here (no CUDA GPU, unless --quick in Triton's interpreter)."""
 
 from __future__ import annotations
 
@@ -63,6 +67,42 @@ def _audit(args: argparse.Namespace) -> int:
     return run(seed=args.seed, quick=args.quick, allow_skip=args.allow_skip)
 
 
+def _verify_device(args: argparse.Namespace) -> int:
+    import os
+
+    import torch
+
+    interpreter = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    if not torch.cuda.is_available() and not (args.quick and interpreter):
+        print(
+            "ojas verify-device: cannot run: it checks the premises on a CUDA GPU and none is available here "
+            "(torch.cuda.is_available() is False); `TRITON_INTERPRET=1 ojas verify-device --quick` runs a "
+            "sampled smoke test of the checks in Triton's interpreter, which checks nothing about a GPU",
+            file=sys.stderr,
+        )
+        return 2
+    from ojas_ref.verification import device_premises as dp
+
+    print(f"ojas verify-device: {'sampled (--quick)' if args.quick else 'every input of each domain'}", flush=True)
+    record = dp.verify_device(
+        quick=args.quick, softcaps=args.softcap or dp.SOFTCAPS, log=lambda m: print(m, flush=True)
+    )
+    path = dp.save_record(record, args.out)
+    key = record["key"]
+    print(
+        f"\n{key['gpu']}, driver {key['driver']}, CUDA {key['cuda']}, torch {key['torch']}, Triton {key['triton']} "
+        f"({record['mode']})"
+    )
+    print(dp.format_table(record))
+    print(f"record: {path}")
+    bad = dp.failed(record)
+    if bad:
+        print(f"verify-device: {len(bad)} premise(s) do not hold or were not checked: {', '.join(bad)}")
+        return 1
+    print("verify-device: every premise holds on this device")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the subcommand, return its exit status."""
     from ojas_ref import __version__
@@ -71,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="ojas", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"ojas-ref {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,plan,audit,rocq}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,plan,audit,rocq,verify-device}")
     from ojas_ref.tools import train_cli
 
     train_parser = sub.add_parser("train", help="train a Llama-style model from scratch (the CPU default: minutes)")
@@ -91,6 +131,25 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 0 when every check that ran held, even if some were skipped (without it: 3)",
     )
     audit.set_defaults(func=_audit)
+    verify = sub.add_parser(
+        "verify-device", help="check the float theorems' device premises on this GPU and record them"
+    )
+    verify.add_argument(
+        "--out", default=None, help="the record's folder (default: $OJAS_DEVICE_CACHE or ~/.cache/ojas/device)"
+    )
+    verify.add_argument(
+        "--quick",
+        action="store_true",
+        help="sample each domain (a smoke test; with TRITON_INTERPRET=1 it runs without a GPU): not a check",
+    )
+    verify.add_argument(
+        "--softcap",
+        type=float,
+        action="append",
+        default=None,
+        help="a softcap whose tanh and division premises to check (repeatable; default 5 and 30)",
+    )
+    verify.set_defaults(func=_verify_device)
     rocq = sub.add_parser("rocq", help="build rocq/ (the Coq proofs) and audit its assumptions")
     rocq.set_defaults(func=_rocq)
     proofs = sub.add_parser("proofs")  # the former name of rocq, deprecated: no help, so not listed

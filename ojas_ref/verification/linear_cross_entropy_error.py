@@ -12,7 +12,9 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device;
   :func:`measured_tanh_error` the softcap's ``th_err``
   (``Ojas.LinearCrossEntropy.Float.SoftcapError``: the kernel's ``_cap_tanh``); :func:`kernel_cap`
-  the kernel's ``_cap_tanh`` / ``_cap_chain`` on given raw logits;
+  the kernel's ``_cap_tanh`` / ``_cap_chain`` on given raw logits, :func:`kernel_divide` its
+  division ``z / c`` (``dv_err``); sampled (the benchmark's check): ``ojas verify-device``
+  (:mod:`ojas_ref.verification.device_premises`) checks these premises on every float32 input;
 * :func:`exact_gradients`, :func:`gradient_sums`, :func:`gradient_bounds`: the float64
   gradients, the a-posteriori sums and the per-entry bounds of
   ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` / ``ce_dw_error``
@@ -23,8 +25,9 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   4-product schedule (reduction "none" or ``products=4``, token weights from grad_output);
   :func:`gradient_posteriori_bounds` those of ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error``
   / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens),
-  optionally on the measured errors of the :func:`stored_logits`; :func:`checked_tile_sum_depth`
-  the depth of the rows kernel's ``tl.sum``, identified bit for bit on a device.
+  optionally on the measured errors of the :func:`stored_logits`; :func:`tile_sum_identification`
+  the tree of the rows kernel's ``tl.sum`` (layout, depth), identified bit for bit on a device
+  (:func:`checked_tile_sum_depth` its depth; :func:`matching_tree_layouts` the identification).
 No theorem covers these helpers themselves; they only feed the tests and the benchmark.
 """
 
@@ -177,12 +180,14 @@ def _cap_kernel():
     _cap_tanh, _softcap, _cap_chain = kernels._cap_tanh, kernels._softcap, kernels._cap_chain
 
     @triton.jit
-    def kernel(R, Y, n, softcap, CHAIN: tl.constexpr, BLOCK: tl.constexpr):
+    def kernel(R, Y, n, softcap, OP: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         ok = offs < n
         r = tl.load(R + offs, mask=ok, other=0.0)
-        if CHAIN:
+        if OP == "chain":
             y = _cap_chain(_softcap(r, softcap), softcap)
+        elif OP == "div":
+            y = r / softcap
         else:
             y = _cap_tanh(r, softcap)
         tl.store(Y + offs, y, mask=ok)
@@ -190,13 +195,23 @@ def _cap_kernel():
     return kernel
 
 
+def _run_cap(r: torch.Tensor, softcap: float, op: str) -> torch.Tensor:
+    y = torch.empty_like(r)
+    block = 1024
+    _cap_kernel()[((r.numel() + block - 1) // block,)](r, y, r.numel(), float(softcap), OP=op, BLOCK=block)
+    return y
+
+
 def kernel_cap(r: torch.Tensor, softcap: float, chain: bool = False) -> torch.Tensor:
     """On the float32 raw logits ``r``: the kernel's ``_cap_tanh`` (its computed tanh(r / c)), or
     with ``chain`` its ``_cap_chain`` of its capped logit ``_softcap(r)`` (the gradient's factor)."""
-    y = torch.empty_like(r)
-    block = 1024
-    _cap_kernel()[((r.numel() + block - 1) // block,)](r, y, r.numel(), float(softcap), CHAIN=chain, BLOCK=block)
-    return y
+    return _run_cap(r, softcap, "chain" if chain else "tanh")
+
+
+def kernel_divide(z: torch.Tensor, softcap: float) -> torch.Tensor:
+    """``z / softcap`` of float32 ``z`` by a float32 scalar argument, as ``_cap_chain`` divides (the
+    premise ``dv_err`` of ``Ojas.LinearCrossEntropy.Float.SoftcapError``)."""
+    return _run_cap(z, softcap, "div")
 
 
 def cap_sweep(softcap: float, points: int, device: str) -> torch.Tensor:
@@ -426,17 +441,47 @@ def _tree_sum(x: torch.Tensor, spt: int, lanes: int, warps: int) -> torch.Tensor
     return acc[:, 0, 0]
 
 
+def tree_layouts(block_v: int, lanes: int = 32) -> list[tuple[int, int, int]]:
+    """The blocked layouts (sizePerThread, lanes, warps) that can hold a [1, block_v] tile: the
+    candidates :func:`matching_tree_layouts` tries."""
+    out = []
+    for w in (1, 2, 4, 8, 16, 32):
+        spt = 1
+        while spt * lanes * w <= block_v:
+            if block_v % (spt * lanes * w) == 0:
+                out.append((spt, lanes, w))
+            spt *= 2
+    return out
+
+
+def matching_tree_layouts(
+    rows: list[torch.Tensor], sums: list[torch.Tensor], layouts: list[tuple[int, int, int]]
+) -> list[tuple[int, int, int]]:
+    """The layouts whose :func:`_tree_sum` gives ``sums`` (float32 [n] each) bit for bit on
+    every case of ``rows`` (float32 [n, V] each)."""
+    return [lay for lay in layouts if all(torch.equal(_tree_sum(x, *lay), y) for x, y in zip(rows, sums))]
+
+
+def tree_depth(block_v: int, layout: tuple[int, int, int]) -> int:
+    """The depth of :func:`_tree_sum` on ``layout`` for a tile of ``block_v``:
+    ``(elements per thread - 1) + log2(lanes) + log2(warps)``."""
+    _, lanes, w = layout
+    return block_v // (lanes * w) - 1 + (lanes.bit_length() - 1) + (w.bit_length() - 1)
+
+
 @functools.lru_cache(maxsize=None)
-def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
-    """The depth of ``_rows_kernel``'s vocabulary-tile sum on ``device``: ``tl.sum`` over a
+def tile_sum_identification(dtype: torch.dtype, device: str = "cuda") -> dict:
+    """The tree of ``_rows_kernel``'s vocabulary-tile sum on ``device``: ``tl.sum`` over a
     [1, block_v] float32 tile (the logits loaded in ``dtype``) with the rows config's warps,
     compiled to the same blocked layout as the compiled ``_rows_kernel``, and equal bit for bit,
-    on random rows (positive, signed, and a few ones among tiny numbers), to :func:`_tree_sum`:
-    ``(elements per thread - 1) + log2(lanes) + log2(warps)``. The premise ``sum_ok ts Dt Bt`` of
-    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_up`` with this ``Dt`` (``ce_dsum_tree``:
-    any tree of that depth), checked on these inputs only: an identification of Triton's
-    lowering for this layout, not a theorem about it. Raises ``ValueError`` when the layouts
-    differ, no layout is found or a row differs."""
+    on random rows (positive, signed, and a few ones among tiny numbers), to :func:`_tree_sum`
+    on that layout (:func:`matching_tree_layouts`). Returns ``layout``, ``depth``
+    (:func:`tree_depth`: the premise ``sum_ok ts Dt Bt`` of
+    ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error_up`` with this ``Dt``, ``ce_dsum_tree``:
+    any tree of that depth), ``block_v``, ``rows`` (how many rows matched) and ``others`` (other
+    candidate layouts that match the same rows): an identification of Triton's lowering for this
+    layout on these inputs, not a theorem about it. Raises ``ValueError`` when the layouts differ,
+    no layout is found or a row differs."""
     from ojas_kernels import linear_cross_entropy as kernels
     from ojas_kernels.launch import fast
 
@@ -446,7 +491,7 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     rows = kernels.default_config(dtype, device).rows
     V, warps = rows.block_v, rows.num_warps
     gen = torch.Generator(device=device).manual_seed(0)
-    n = 1024
+    n = 4096
     probe = _sum_probe()
     cases = (
         torch.exp(3 * torch.randn(n, V, device=device, generator=gen)),
@@ -457,7 +502,7 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
     def compiled() -> dict[int, Any]:
         return {id(k): k for c in probe.device_caches.values() for k in c[0].values()}
 
-    layout, before = None, compiled()
+    layout, before, xs, ys = None, compiled(), [], []
     for x in cases:
         x = x.to(dtype)
         y = torch.empty(n, device=device)
@@ -467,15 +512,22 @@ def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
             if len(found) != 1:
                 raise ValueError(f"expected one blocked layout in the probe, found {found}")
             layout = found.pop()
-        if not torch.equal(_tree_sum(x.float(), *layout), y):
-            raise ValueError(f"tl.sum on layout {layout} is not the identified tree on these rows")
+        xs.append(x.float())
+        ys.append(y)
+    if layout not in matching_tree_layouts(xs, ys, [layout]):
+        raise ValueError(f"tl.sum on layout {layout} is not the identified tree on these rows")
     z = torch.zeros(2, V, device=device, dtype=dtype)
     kernel_stream_lse(z, torch.zeros(2, dtype=torch.long, device=device))
     rows_layouts = {_blocked_layout(k.asm["ttgir"]) for k, _ in fast(kernels._rows_kernel)._cache.values()}
     if layout not in rows_layouts:
         raise ValueError(f"the probe's layout {layout} is not among _rows_kernel's {rows_layouts}")
-    _, lanes, w = layout
-    return V // (lanes * w) - 1 + (lanes.bit_length() - 1) + (w.bit_length() - 1)
+    others = [lay for lay in matching_tree_layouts(xs, ys, tree_layouts(V)) if lay != layout]
+    return dict(layout=layout, depth=tree_depth(V, layout), block_v=V, rows=len(cases) * n, others=others)
+
+
+def checked_tile_sum_depth(dtype: torch.dtype, device: str = "cuda") -> int:
+    """The depth of :func:`tile_sum_identification` (the premise ``Dt``); ``ValueError`` as it."""
+    return tile_sum_identification(dtype, device)["depth"]
 
 
 def measured_premise_depth(x: torch.Tensor) -> int | None:

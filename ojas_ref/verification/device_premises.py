@@ -1,0 +1,896 @@
+"""Check, on this device, the premises the float theorems take about it, and keep the record.
+
+The float theorems of rocq/ take the device's arithmetic as Section premises, which no proof
+can discharge: the error of ``tl.exp2`` / ``tl.exp`` on x <= 0 (``ex_err``; the attention
+kernels' exp2 and ``exp2(0) = 1``), of ``tl.log2`` / ``tl.log`` on a bounded range (``lg_err``,
+rocq/LinearCrossEntropy/Float/LseLossError.v, rocq/Attention/Float/SavedLseError.v), of the
+softcap's ``tanh`` (``th_err``) and division (``dv_err``, rocq/LinearCrossEntropy/Float/SoftcapError.v),
+the rounding of the float32 -> bfloat16 / float16 casts (the bf16 instances are round to
+nearest even), the order of ``tl.sum`` in the rows kernel (``sum_ok ts Dt Bt``,
+rocq/FloatModel/BlockedSum.v), the tensor cores' accumulation (rocq/FloatModel/TensorCoreSum.v:
+block size k, alignment to F bits, output rounding) and the 3xTF32 low part's reading
+(rocq/FloatModel/Tf32Product.v). :func:`verify_device` checks each on this device:
+
+* every float32 input of the premise's domain (:func:`float32_chunks` enumerates the bit
+  patterns in chunks on the device; float64 reference, maximum error per chunk), or every
+  ``step``-th pattern in the sampled ``quick`` mode (a smoke test, not a check);
+* the casts over every finite float32 (bit for bit against round to nearest even and
+  truncation; a bfloat16 input is a float32 input of the same value, so the float32 domains
+  cover the bf16 paths);
+* ``tl.sum``'s tree: ``linear_cross_entropy_error.tile_sum_identification`` (bit for bit);
+* ``tl.dot``: bf16 operands and float32 "ieee" / "tf32" accumulation identified bit for bit
+  among the models :class:`Accumulation` (:func:`identify_accumulation` on the test vectors of
+  :func:`dot_test_vectors`, after Fasi, Higham, Mikaitis and Pranesh 2021: a large term and small
+  ones at every position and exponent gap, both signs, plus random ones); the TF32 reading of an
+  unrounded float32 operand (every float32 in +-[1, 2)); "tf32x3" checked bit for bit against
+  the split of Tf32Product.v with the identified parts.
+
+The record (:func:`save_record`, :func:`load_record`) is JSON keyed by the GPU's name, the
+driver, CUDA, torch and Triton versions, stored under ``$OJAS_DEVICE_CACHE`` or
+``~/.cache/ojas/device/``; :func:`checked_premises` is what the GPU tests and ``ojas audit`` read.
+No theorem covers this module: it turns premises into recorded measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import hashlib
+import json
+import math
+import os
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+
+F64 = torch.float64
+CACHE_ENV = "OJAS_DEVICE_CACHE"
+#: The log premises' float32 domain: the theorems ask ``[1/(1+b), (1+b) n]`` for the row sum's
+#: relative error ``b <= 1`` and ``n`` terms, inside [1/2, 2 n]: n up to 2^24.
+LOG_DOMAIN = (0.5, 2.0**25)
+#: Softcaps whose tanh and division premises are checked by default (the tests' caps).
+SOFTCAPS = (5.0, 30.0)
+_FLT_MAX = float(torch.finfo(torch.float32).max)
+_TINY = 2.0**-126  # the smallest normal float32: below it the premises are absolute (2^-126)
+
+
+class PremisesNotChecked(RuntimeError):
+    """No record for this device and these versions, or the record lacks a premise."""
+
+
+class PremiseFailed(AssertionError):
+    """The record says a premise does not hold on this device."""
+
+
+# ---------------------------------------------------------------------------
+# Enumerating float32 inputs
+# ---------------------------------------------------------------------------
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _bit_ranges(lo: float, hi: float) -> list[tuple[int, int, int]]:
+    """(first, last, sign) of the magnitude bit patterns (inclusive) of the float32 in [lo, hi]
+    (both signs of zero when 0 is inside)."""
+    for name, v in (("lo", lo), ("hi", hi)):
+        if math.isnan(v) or (math.isfinite(v) and struct.unpack("<f", struct.pack("<f", v))[0] != v):
+            raise ValueError(f"{name} must be a float32 number, got {v!r}")
+    if lo > hi:
+        raise ValueError(f"lo must be <= hi, got [{lo}, {hi}]")
+    ranges = []
+    if lo < 0 or (lo == 0 and math.copysign(1.0, lo) < 0):
+        ranges.append((_f32_bits(-hi) & 0x7FFFFFFF if hi < 0 else 0, _f32_bits(-lo) & 0x7FFFFFFF, 1))
+    if hi >= 0:
+        ranges.append((_f32_bits(max(lo, 0.0)) if lo > 0 else 0, _f32_bits(hi), 0))
+    return ranges
+
+
+def float32_count(lo: float, hi: float, step: int = 1) -> int:
+    """How many inputs :func:`float32_chunks` yields for [lo, hi] at ``step``."""
+    return sum(-(-(last + 1 - first) // step) for first, last, _ in _bit_ranges(lo, hi))
+
+
+def float32_chunks(
+    lo: float, hi: float, *, device: torch.device | str, step: int = 1, chunk: int = 1 << 24
+) -> Iterator[torch.Tensor]:
+    """Every float32 in [lo, hi] (every ``step``-th bit pattern when ``step > 1``), ``chunk`` at a
+    time, as float32 tensors built on ``device`` from their bit patterns."""
+    if step < 1 or chunk < 1:
+        raise ValueError(f"step and chunk must be >= 1, got {step} and {chunk}")
+    for first, last, sign in _bit_ranges(lo, hi):
+        for start in range(first, last + 1, chunk * step):
+            m = torch.arange(start, min(last + 1, start + chunk * step), step, dtype=torch.int64, device=device)
+            bits = m + (sign << 31)
+            yield torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32).view(torch.float32)
+
+
+# ---------------------------------------------------------------------------
+# Accuracy premises of unary functions
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class UnaryPremise:
+    """``|f(x) - ref(x)| <= assumed * |ref(x)|`` (``relative``; ``2^-126`` absolute where
+    ``|ref(x)| < 2^-126``) or ``<= assumed`` (absolute) for every float32 x in [lo, hi]."""
+
+    name: str
+    theorem: str
+    lo: float
+    hi: float
+    relative: bool
+    assumed: float
+
+    @property
+    def domain(self) -> str:
+        return f"float32 in [{self.lo:g}, {self.hi:g}]"
+
+
+def scan_unary(
+    premise: UnaryPremise,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    ref: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    device: torch.device | str,
+    step: int = 1,
+    chunk: int = 1 << 24,
+) -> dict[str, Any]:
+    """Run ``fn`` (float32 -> float32, the device's function) over the premise's domain against
+    ``ref`` (float64): the inputs checked, the largest error (relative where ``|ref| >= 2^-126``
+    for relative premises, with the absolute one below), the input where it occurs, and whether
+    the premise holds. A NaN where the reference is a number counts as an infinite error."""
+    n, worst, worst_x, worst_abs, worst_abs_x = 0, 0.0, None, 0.0, None
+    for x in float32_chunks(premise.lo, premise.hi, device=device, step=step, chunk=chunk):
+        y, e = fn(x).to(F64), ref(x.to(F64))
+        err = torch.where(y == e, 0.0, (y - e).abs())
+        err = torch.where(torch.isnan(err) & ~torch.isnan(e), math.inf, err)
+        if premise.relative:
+            normal = e.abs() >= _TINY
+            rel = torch.where(normal, err / e.abs().clamp_min(_TINY), 0.0)
+            below = torch.where(normal, 0.0, err)
+            i = int(rel.argmax())
+            if rel[i].item() > worst:
+                worst, worst_x = rel[i].item(), x[i].item()
+            j = int(below.argmax())
+            if below[j].item() > worst_abs:
+                worst_abs, worst_abs_x = below[j].item(), x[j].item()
+        else:
+            i = int(err.argmax())
+            if err[i].item() > worst:
+                worst, worst_x = err[i].item(), x[i].item()
+        n += x.numel()
+    out: dict[str, Any] = dict(inputs=n, measured=worst, worst_input=worst_x)
+    passed = worst <= premise.assumed
+    if premise.relative:
+        out.update(measured_below_normal=worst_abs, worst_input_below_normal=worst_abs_x)
+        passed = passed and worst_abs <= _TINY
+    out["passed"] = bool(passed)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Casts
+# ---------------------------------------------------------------------------
+
+_INT = {torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def scan_cast(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    dtype: torch.dtype,
+    *,
+    device: torch.device | str,
+    step: int = 1,
+    chunk: int = 1 << 24,
+) -> dict[str, Any]:
+    """``fn`` (a float32 -> ``dtype`` cast) over every finite float32 and +-inf, bit for bit
+    against round to nearest even (torch's cast) and truncation toward zero: the modes it
+    matches on every input (``rounding``: the one, or "neither"); it passes when that is
+    round to nearest even (the theorems' bf16 / fp16 instances)."""
+    if dtype not in _INT:
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    modes, n = {"nearest", "truncate"}, 0
+    for x in float32_chunks(-math.inf, math.inf, device=device, step=step, chunk=chunk):
+        y = fn(x).view(_INT[dtype])
+        rne = x.to(dtype)
+        up = rne.to(F64).abs() > x.to(F64).abs()  # rounded away from zero: truncation is one below
+        trunc = rne.view(_INT[dtype]) - up.to(_INT[dtype])
+        if "nearest" in modes and not torch.equal(y, rne.view(_INT[dtype])):
+            modes.discard("nearest")
+        if "truncate" in modes and not torch.equal(y, trunc):
+            modes.discard("truncate")
+        n += x.numel()
+    rounding = "nearest" if "nearest" in modes else ("truncate" if modes else "neither")
+    return dict(inputs=n, measured=rounding, passed=rounding == "nearest")
+
+
+# ---------------------------------------------------------------------------
+# Tensor-core accumulation
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Accumulation:
+    """How a dot ``c + sum_i a_i b_i`` accumulates (TensorCoreSum.v's ``tc_acc``): the exact
+    products in blocks of ``block``, each block with the running accumulator aligned to its
+    largest term keeping ``bits`` leading bits (``None``: exactly), the dropped bits cut toward
+    zero (``align="trunc"``) or down (``"floor"``), the block's sum rounded to float32 by
+    ``out`` ("nearest" even or "truncate"). ``Accumulation(1, None, "trunc", "nearest")`` is a
+    chain of fused multiply-adds (IEEE float32)."""
+
+    block: int
+    bits: int | None
+    align: str
+    out: str
+
+    def describe(self) -> str:
+        if self.block == 1 and self.bits is None and self.out == "nearest":
+            return "fma chain (round to nearest)"
+        kept = "exact alignment" if self.bits is None else f"aligned to {self.bits} bits ({self.align})"
+        return f"blocks of {self.block}, {kept}, output {self.out}"
+
+
+def accumulation_candidates(max_block: int) -> list[Accumulation]:
+    """The models tried: blocks 1, 2, 4, ... up to ``max_block``; exact alignment or 23..35 kept
+    bits, truncated or floored; output to nearest or truncated."""
+    out = []
+    block = 1
+    while block <= max_block:
+        for o in ("nearest", "truncate"):
+            out.append(Accumulation(block, None, "trunc", o))
+            for bits in range(23, 36):
+                for align in ("trunc", "floor"):
+                    out.append(Accumulation(block, bits, align, o))
+        block *= 2
+    return out
+
+
+def _split(x: float) -> tuple[int, int]:
+    """(m, e) with x = m 2^e exactly (m = 0 for 0)."""
+    if x == 0:
+        return 0, 0
+    f, e = math.frexp(x)
+    return int(f * (1 << 53)), e - 53
+
+
+def _round24(s: int, q: int, out: str) -> float:
+    """The float32 (24 bits, no under/overflow) of ``s 2^q`` rounded by ``out``."""
+    if s == 0:
+        return 0.0
+    sign, a = (-1 if s < 0 else 1), abs(s)
+    shift = a.bit_length() - 24
+    if shift > 0:
+        r, a = a & ((1 << shift) - 1), a >> shift
+        if out == "nearest" and (r > 1 << (shift - 1) or (r == 1 << (shift - 1) and a & 1)):
+            a += 1
+        q += shift
+    return math.ldexp(sign * a, q)
+
+
+def _block(model: Accumulation, terms: list[float]) -> float:
+    parts = [_split(t) for t in terms if t != 0]
+    if not parts:
+        return 0.0
+    if model.bits is None:
+        q = min(e for _, e in parts)
+    else:
+        q = max(e + abs(m).bit_length() - 1 for m, e in parts) - model.bits + 1
+    s = 0
+    for m, e in parts:
+        if e >= q:
+            s += m << (e - q)
+        elif model.align == "floor":
+            s += m >> (q - e)
+        else:
+            s += (abs(m) >> (q - e)) * (1 if m > 0 else -1)
+    return _round24(s, q, model.out)
+
+
+def emulate_dot(model: Accumulation, a: Sequence[float], b: Sequence[float], c: float) -> float:
+    """``c + sum a_i b_i`` accumulated as ``model`` says (the products exact: at most 53 bits)."""
+    acc = c
+    for k0 in range(0, len(a), model.block):
+        acc = _block(model, [acc] + [x * y for x, y in zip(a[k0 : k0 + model.block], b[k0 : k0 + model.block])])
+    return acc
+
+
+def _round_bits(x: torch.Tensor, bits: int, mode: str) -> torch.Tensor:
+    """float32 ``x`` with its significand cut to ``bits`` bits: "trunc" (toward zero), "rne"
+    (nearest, ties to even) or "rna" (nearest, ties away: ``cvt.rna.tf32.f32``)."""
+    drop = 24 - bits
+    i = x.contiguous().view(torch.int32).to(torch.int64)
+    mag, sign = i & 0x7FFFFFFF, i & ~0x7FFFFFFF
+    if mode == "rne":
+        mag = mag + (1 << (drop - 1)) - 1 + ((mag >> drop) & 1)
+    elif mode == "rna":
+        mag = mag + (1 << (drop - 1))
+    elif mode != "trunc":
+        raise ValueError(f"mode must be 'trunc', 'rne' or 'rna', got {mode!r}")
+    return ((mag >> drop) << drop | sign).to(torch.int32).view(torch.float32)
+
+
+def dot_test_vectors(k: int, fmt: str, *, seed: int = 0, random: int = 256) -> list[tuple[list, list, float]]:
+    """Test vectors (a, b, c) of length ``k`` whose entries are ``fmt`` numbers ("bfloat16",
+    "tf32" or "float32"), after Fasi, Higham, Mikaitis and Pranesh 2021: a term 1 (the
+    accumulator or the product at position j) with small terms ``+-m 2^-g`` (m in 1, 1.5, 1.75;
+    g = 20..36) at every other position or at one position, which separate the block size, the
+    kept bits, truncation from flooring and the output rounding; then ``random`` random vectors
+    with exponents spread over 2^-8..2^8."""
+    if k < 1 or fmt not in ("bfloat16", "tf32", "float32"):
+        raise ValueError(f"k must be >= 1 and fmt one of bfloat16, tf32, float32, got {k}, {fmt!r}")
+    vecs: list[tuple[list, list, float]] = []
+    ones = [1.0] * k
+    positions = sorted({0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, k - 1} & set(range(k)))
+    for g in range(20, 37):
+        for m in (1.0, 1.5, 1.75):
+            for sign in (1.0, -1.0):
+                small = sign * m * 2.0**-g
+                vecs.append(([small] * k, ones, 1.0))
+                vecs.append(([small] * k, ones, -1.0))
+                for j in positions:
+                    a = [small] * k
+                    a[j] = 1.0
+                    vecs.append((a, ones, 0.0))
+                    one = [0.0] * k
+                    one[j] = small
+                    vecs.append((one, ones, 1.0))
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.bfloat16 if fmt == "bfloat16" else torch.float32
+    for _ in range(random):
+        a, b = (
+            torch.randn(k, generator=gen) * torch.exp2(torch.randint(-8, 9, (k,), generator=gen).float())
+            for _ in range(2)
+        )
+        c = torch.randn(1, generator=gen) * 2.0 ** int(torch.randint(-4, 5, (1,), generator=gen))
+        a, b = a.to(dtype).float(), b.to(dtype).float()
+        if fmt == "tf32":
+            a, b = _round_bits(a, 11, "rne"), _round_bits(b, 11, "rne")
+        vecs.append((a.tolist(), b.tolist(), c.item()))
+    return vecs
+
+
+def identify_accumulation(
+    dot: Callable[[list[tuple[list, list, float]]], list[float]],
+    vectors: list[tuple[list, list, float]],
+    candidates: Iterable[Accumulation],
+) -> list[Accumulation]:
+    """The candidates that give ``dot(vectors)`` (the device's results, float32 values) bit for
+    bit on every vector (empty: none does)."""
+    got = dot(vectors)
+    left = []
+    for model in candidates:
+        if all(emulate_dot(model, a, b, c) == y for (a, b, c), y in zip(vectors, got)):
+            left.append(model)
+    return left
+
+
+def identify_tf32_reading(read: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> str:
+    """How a TF32 product reads the float32 ``x`` (``read(x)`` = the single product ``x * 1``):
+    "trunc" (the low 13 bits dropped), "rne", "rna" or "neither" (checked bit for bit)."""
+    y = read(x)
+    for mode in ("trunc", "rne", "rna"):
+        if torch.equal(y.view(torch.int32), _round_bits(x, 11, mode).view(torch.int32)):
+            return mode
+    return "neither"
+
+
+def emulate_tf32x3(
+    model: Accumulation, read: str, order: Sequence[int], a: Sequence[float], b: Sequence[float], c: float
+) -> float:
+    """Tf32Product.v's 3xTF32 dot: ``hi = rna(x)`` (11 bits), ``lo = read(x - hi)``, the three dots
+    (0: lo a . hi b, 1: hi a . lo b, 2: hi a . hi b) in ``order``, each accumulated by ``model``
+    from the previous result (the first from ``c``)."""
+    ta, tb = torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)
+    ha, hb = _round_bits(ta, 11, "rna"), _round_bits(tb, 11, "rna")
+    la, lb = _round_bits(ta - ha, 11, read), _round_bits(tb - hb, 11, read)
+    pairs = ((la, hb), (ha, lb), (ha, hb))
+    acc = c
+    for i in order:
+        acc = emulate_dot(model, pairs[i][0].tolist(), pairs[i][1].tolist(), acc)
+    return acc
+
+
+# ---------------------------------------------------------------------------
+# The device's functions
+# ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _dot_probe():
+    """A Triton kernel: for each group of 16 vectors, ``C + A @ B^T`` of their [16, K] rows by
+    ``tl.dot`` (bf16 operands, or float32 at ``PREC``); the diagonal is each vector's dot."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(A, B, C, OUT, K: tl.constexpr, PREC: tl.constexpr, BF16: tl.constexpr):
+        p = tl.program_id(0)
+        rows = p * 16 + tl.arange(0, 16)
+        cols = tl.arange(0, K)
+        a = tl.load(A + rows[:, None] * K + cols[None, :])
+        bt = tl.load(B + rows[:, None] * K + cols[None, :])
+        acc = tl.load(C + rows)[:, None] + tl.zeros((16, 16), dtype=tl.float32)
+        if BF16:
+            d = tl.dot(a, tl.trans(bt), acc)
+        else:
+            d = tl.dot(a, tl.trans(bt), acc, input_precision=PREC)
+        tl.store(OUT + p * 256 + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :], d)
+
+    return probe
+
+
+def device_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, precision: str) -> torch.Tensor:
+    """``c_v + a_v . b_v`` for the rows of ``a``, ``b`` [n, K] (bfloat16, or float32 with
+    ``precision`` "ieee" / "tf32" / "tf32x3") and ``c`` [n] float32, by one ``tl.dot`` on the
+    device of ``a``: float32 [n]."""
+    if a.shape != b.shape or a.dim() != 2 or c.shape != a.shape[:1] or a.dtype != b.dtype:
+        raise ValueError(f"a, b must be [n, K] of one dtype and c [n], got {a.shape}, {b.shape}, {c.shape}")
+    if a.dtype not in (torch.bfloat16, torch.float32) or precision not in ("ieee", "tf32", "tf32x3"):
+        raise ValueError(
+            f"dtype must be bfloat16 or float32 and precision ieee/tf32/tf32x3, got {a.dtype}, {precision}"
+        )
+    n, k = a.shape
+    pad = -n % 16
+    a, b = (torch.cat([t, t.new_zeros(pad, k)]).contiguous() for t in (a, b))
+    c = torch.cat([c.float(), c.new_zeros(pad, dtype=torch.float32)]).contiguous()
+    out = torch.empty((n + pad) // 16, 16, 16, dtype=torch.float32, device=a.device)
+    _dot_probe()[((n + pad) // 16,)](a, b, c, out, K=k, PREC=precision, BF16=a.dtype == torch.bfloat16)
+    return out.diagonal(dim1=1, dim2=2).reshape(-1)[:n]
+
+
+def _vector_dot(dtype: torch.dtype, precision: str, device: torch.device | str):
+    def dot(vectors: list[tuple[list, list, float]]) -> list[float]:
+        a, b = (torch.tensor([v[i] for v in vectors], dtype=torch.float32).to(dtype) for i in (0, 1))
+        c = torch.tensor([v[2] for v in vectors], dtype=torch.float32)
+        return device_dot(a.to(device), b.to(device), c.to(device), precision).cpu().tolist()
+
+    return dot
+
+
+def _tf32_read(device: torch.device | str, k: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``x * 1`` as one product of a "tf32" ``tl.dot`` (the other products 0, no accumulator)."""
+
+    def read(x: torch.Tensor) -> torch.Tensor:
+        a = torch.zeros(x.numel(), k, device=device)
+        a[:, 0] = x
+        b = torch.zeros_like(a)
+        b[:, 0] = 1.0
+        return device_dot(a, b, torch.zeros(x.numel(), device=device), "tf32")
+
+    return read
+
+
+# ---------------------------------------------------------------------------
+# The premises, the record
+# ---------------------------------------------------------------------------
+
+
+def _unary_checks(softcaps: Sequence[float]) -> list[tuple[UnaryPremise, Callable, Callable]]:
+    from ojas_ref.verification import attention_error as ae
+    from ojas_ref.verification import linear_cross_entropy_error as ce
+    from ojas_ref.verification.bounds.attention import EXP2_ERROR, LOG2_ERROR
+    from ojas_ref.verification.bounds.linear_cross_entropy import (
+        LINEAR_CROSS_ENTROPY_DIV_ERROR,
+        LINEAR_CROSS_ENTROPY_EXP_ERROR,
+        LINEAR_CROSS_ENTROPY_LOG_ERROR,
+        LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    )
+
+    lo, hi = LOG_DOMAIN
+    checks = [
+        (
+            UnaryPremise("tl.exp2", "Attention.Float: exp2 on x <= 0 (EXP2_ERROR)", -math.inf, 0.0, True, EXP2_ERROR),
+            lambda x: ae._run_unary("exp2", x, torch.float32),
+            torch.exp2,
+        ),
+        (
+            UnaryPremise("tl.log2", "SavedLseError.lg_err (LOG2_ERROR)", lo, hi, False, LOG2_ERROR),
+            lambda x: ae._run_unary("log2", x, torch.float32),
+            torch.log2,
+        ),
+        (
+            UnaryPremise(
+                "tl.exp",
+                "LseLossError.ex_err (LINEAR_CROSS_ENTROPY_EXP_ERROR)",
+                -math.inf,
+                0.0,
+                True,
+                LINEAR_CROSS_ENTROPY_EXP_ERROR,
+            ),
+            lambda x: ce._run(x, log=False),
+            torch.exp,
+        ),
+        (
+            UnaryPremise(
+                "tl.log",
+                "LseLossError.lg_err (LINEAR_CROSS_ENTROPY_LOG_ERROR)",
+                lo,
+                hi,
+                False,
+                LINEAR_CROSS_ENTROPY_LOG_ERROR,
+            ),
+            lambda x: ce._run(x, log=True),
+            torch.log,
+        ),
+    ]
+    for cap in softcaps:
+        checks.append(
+            (
+                UnaryPremise(
+                    f"softcap tanh c={cap:g}",
+                    "SoftcapError.th_err, ut = 0 (LINEAR_CROSS_ENTROPY_TANH_ERROR)",
+                    -_FLT_MAX,
+                    _FLT_MAX,
+                    False,
+                    LINEAR_CROSS_ENTROPY_TANH_ERROR,
+                ),
+                lambda r, cap=cap: ce.kernel_cap(r, cap),
+                lambda r, cap=cap: torch.tanh(r / cap),
+            )
+        )
+        checks.append(
+            (
+                UnaryPremise(
+                    f"softcap z/c c={cap:g}",
+                    "SoftcapError.dv_err (LINEAR_CROSS_ENTROPY_DIV_ERROR)",
+                    -_FLT_MAX,
+                    _FLT_MAX,
+                    True,
+                    LINEAR_CROSS_ENTROPY_DIV_ERROR,
+                ),
+                lambda z, cap=cap: ce.kernel_divide(z, cap),
+                lambda z, cap=cap: z / cap,
+            )
+        )
+    return checks
+
+
+def _entry(name: str, theorem: str, domain: str, inputs: int, assumed: Any, measured: Any, status: str, **detail):
+    return dict(
+        name=name,
+        theorem=theorem,
+        domain=domain,
+        inputs=inputs,
+        assumed=assumed,
+        measured=measured,
+        status=status,
+        **detail,
+    )
+
+
+def _status(passed: bool) -> str:
+    return "pass" if passed else "FAIL"
+
+
+def device_key() -> dict[str, str]:
+    """What the record is keyed by: the GPU's name, the driver, CUDA, torch and Triton versions
+    (on a machine without CUDA: the Triton interpreter)."""
+    import triton
+
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+        try:
+            driver = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=driver_version",
+                    "--format=csv,noheader",
+                    "-i",
+                    str(torch.cuda.current_device()),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown (nvidia-smi failed)"
+    else:
+        gpu, driver = "none (Triton interpreter)", "none"
+    return dict(
+        gpu=gpu, driver=driver, cuda=str(torch.version.cuda), torch=torch.__version__, triton=triton.__version__
+    )
+
+
+def _commit() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from ojas_ref import __version__
+
+        return f"ojas-ref {__version__} (no git checkout)"
+
+
+def verify_device(
+    *,
+    quick: bool = False,
+    softcaps: Sequence[float] = SOFTCAPS,
+    chunk: int = 1 << 26,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Check every premise on this device (CUDA; with ``quick``, a sample of each domain, which
+    also runs in Triton's interpreter) and return the record (see the module docstring)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not quick and device != "cuda":
+        raise RuntimeError("the device premises are checked on a CUDA GPU; none is available (quick mode samples)")
+    if any(not (isinstance(c, (int, float)) and c > 0 and math.isfinite(c)) for c in softcaps):
+        raise ValueError(f"softcaps must be positive finite numbers, got {softcaps!r}")
+    samples = 1 << 14
+    if quick:
+        chunk = min(chunk, samples)
+    premises: dict[str, dict] = {}
+
+    def add(entry: dict, t0: float) -> None:
+        entry["seconds"] = round(time.perf_counter() - t0, 2)
+        premises[entry["name"]] = entry
+        log(f"  {entry['name']}: {entry['status']} ({entry['inputs']} inputs, {entry['seconds']} s)")
+
+    for premise, fn, ref in _unary_checks(softcaps):
+        t0 = time.perf_counter()
+        step = max(1, float32_count(premise.lo, premise.hi) // samples) if quick else 1
+        r = scan_unary(premise, fn, ref, device=device, step=step, chunk=chunk)
+        assumed: Any = premise.assumed
+        measured: Any = r["measured"]
+        extra = dict(worst_input=r["worst_input"])
+        passed = r["passed"]
+        if premise.relative:
+            assumed = dict(relative=premise.assumed, absolute_below_normal=_TINY)
+            measured = dict(relative=r["measured"], absolute_below_normal=r["measured_below_normal"])
+            extra["worst_input_below_normal"] = r["worst_input_below_normal"]
+        if premise.name == "tl.exp2":
+            one = fn(torch.zeros(1, device=device)).item() == 1.0
+            extra["exp2_0_is_1"] = one
+            passed = passed and one
+        add(
+            _entry(
+                premise.name, premise.theorem, premise.domain, r["inputs"], assumed, measured, _status(passed), **extra
+            ),
+            t0,
+        )
+
+    from ojas_ref.verification import attention_error as ae
+
+    for dtype in (torch.bfloat16, torch.float16):
+        t0 = time.perf_counter()
+        step = max(1, (1 << 32) // samples) if quick else 1
+        r = scan_cast(
+            lambda x, dtype=dtype: ae._run_unary("cast", x, dtype), dtype, device=device, step=step, chunk=chunk
+        )
+        name = f"cast float32->{str(dtype)[6:]}"
+        add(
+            _entry(
+                name,
+                "the bf16 / fp16 instances: round to nearest even",
+                "every float32 (and +-inf)",
+                r["inputs"],
+                "nearest",
+                r["measured"],
+                _status(r["passed"]),
+            ),
+            t0,
+        )
+
+    from ojas_ref.verification import linear_cross_entropy_error as ce
+
+    for dtype in (torch.bfloat16, torch.float32):
+        t0 = time.perf_counter()
+        name = f"tl.sum tree rows {str(dtype)[6:]}"
+        theorem = "LseLossError.sum_ok ts Dt Bt (the rows kernel's vocabulary tile)"
+        if device != "cuda":
+            add(
+                _entry(
+                    name,
+                    theorem,
+                    "the rows kernel's tile",
+                    0,
+                    "a tree of depth Dt",
+                    None,
+                    "not checked",
+                    detail="identified on CUDA only (the interpreter sums with numpy)",
+                ),
+                t0,
+            )
+            continue
+        try:
+            r = ce.tile_sum_identification(dtype, device)
+            add(
+                _entry(
+                    name,
+                    theorem,
+                    f"[1, {r['block_v']}] tiles, {r['rows']} rows",
+                    r["rows"],
+                    "a tree of depth Dt",
+                    dict(depth=r["depth"], layout=list(r["layout"])),
+                    "pass",
+                ),
+                t0,
+            )
+        except ValueError as err:
+            add(
+                _entry(name, theorem, "the rows kernel's tile", 0, "a tree of depth Dt", None, "FAIL", detail=str(err)),
+                t0,
+            )
+
+    k = 32
+    candidates = accumulation_candidates(k)
+    identified: dict[str, list[Accumulation]] = {}
+    for label, dtype, prec, fmt in (
+        ("bfloat16", torch.bfloat16, "ieee", "bfloat16"),
+        ("float32 ieee", torch.float32, "ieee", "float32"),
+        ("float32 tf32", torch.float32, "tf32", "tf32"),
+    ):
+        t0 = time.perf_counter()
+        vectors = dot_test_vectors(k, fmt, random=32 if quick else 256)
+        vectors = (
+            vectors[-(32 if quick else 256) :] + vectors[: -(32 if quick else 256)]
+        )  # random first: most die at once
+        models = identify_accumulation(_vector_dot(dtype, prec, device), vectors, candidates)
+        identified[label] = models
+        add(
+            _entry(
+                f"tl.dot {label}",
+                "TensorCoreSum.tc_acc (block k, F bits, output rounding)",
+                f"{len(vectors)} test vectors of K = {k}",
+                len(vectors),
+                "one model of TensorCoreSum.v",
+                [dataclasses.asdict(m) for m in models] or "none",
+                _status(bool(models)),
+                detail="; ".join(m.describe() for m in models) or "no candidate matches bit for bit",
+            ),
+            t0,
+        )
+
+    t0 = time.perf_counter()
+    read = _tf32_read(device, k)
+    modes = set()
+    n = 0
+    for lo, hi in ((1.0, 2.0 - 2.0**-23), (-2.0 + 2.0**-23, -1.0)):
+        step = max(1, float32_count(lo, hi) // (samples // 16)) if quick else 1  # 16 rows a program
+        for x in float32_chunks(lo, hi, device=device, step=step, chunk=min(chunk, 1 << 20)):
+            modes.add(identify_tf32_reading(read, x))
+            n += x.numel()
+    reading = modes.pop() if len(modes) == 1 else "neither"
+    add(
+        _entry(
+            "tf32 low-part reading",
+            "Tf32Product.tl_err (ul = 2^-10: truncation or rounding)",
+            "every float32 in +-[1, 2)",
+            n,
+            "trunc, rne or rna",
+            reading,
+            _status(reading != "neither"),
+        ),
+        t0,
+    )
+
+    t0 = time.perf_counter()
+    vectors = dot_test_vectors(k, "float32", random=32 if quick else 256, seed=1)[-(32 if quick else 256) :]
+    got = _vector_dot(torch.float32, "tf32x3", device)(vectors)
+    matches = [
+        dict(model=dataclasses.asdict(m), order=list(order))
+        for m in identified["float32 tf32"]
+        for order in ((0, 1, 2), (1, 0, 2), (0, 2, 1), (1, 2, 0), (2, 0, 1), (2, 1, 0))
+        if reading != "neither"
+        and all(emulate_tf32x3(m, reading, order, a, b, c) == y for (a, b, c), y in zip(vectors, got))
+    ]
+    add(
+        _entry(
+            "tl.dot float32 tf32x3",
+            "Tf32Product.tf32x3_dot_tc_error (hi rna, lo read, three TF32 dots)",
+            f"{len(vectors)} random vectors of K = {k}",
+            len(vectors),
+            "the 3xTF32 split of Tf32Product.v",
+            matches or "none",
+            _status(bool(matches)),
+        ),
+        t0,
+    )
+
+    return dict(
+        key=device_key(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        ojas_commit=_commit(),
+        mode="quick (sampled)" if quick else "exhaustive",
+        premises=premises,
+    )
+
+
+def cache_dir(folder: str | os.PathLike | None = None) -> Path:
+    """``folder``, else ``$OJAS_DEVICE_CACHE``, else ``~/.cache/ojas/device``."""
+    return Path(folder or os.environ.get(CACHE_ENV) or "~/.cache/ojas/device").expanduser()
+
+
+def _record_path(key: dict[str, str], quick: bool, folder: str | os.PathLike | None) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir(folder) / f"{digest}{'-quick' if quick else ''}.json"
+
+
+def save_record(record: dict[str, Any], folder: str | os.PathLike | None = None) -> Path:
+    """Write ``record`` under :func:`cache_dir` (a file per key and mode); returns its path."""
+    path = _record_path(record["key"], record["mode"] != "exhaustive", folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load_record(
+    folder: str | os.PathLike | None = None, *, key: dict[str, str] | None = None, quick: bool = False
+) -> dict[str, Any] | None:
+    """The record of this device and these versions (``key``, default :func:`device_key`), the
+    exhaustive one unless ``quick``; None when there is none."""
+    key = device_key() if key is None else key
+    path = _record_path(key, quick, folder)
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return record if record.get("key") == key else None
+
+
+def checked_premises(names: Iterable[str], folder: str | os.PathLike | None = None) -> dict[str, dict]:
+    """The record's entries for ``names`` on this device; ``PremisesNotChecked`` when there is no
+    exhaustive record for this device and these versions or a premise is missing or was not
+    checked, ``PremiseFailed`` when one failed."""
+    record = load_record(folder)
+    if record is None:
+        key = device_key()
+        raise PremisesNotChecked(
+            f"no device-premise record for {key['gpu']} (driver {key['driver']}, CUDA {key['cuda']}, torch "
+            f"{key['torch']}, Triton {key['triton']}) in {cache_dir(folder)}: run `ojas verify-device` first"
+        )
+    entries = {}
+    for name in names:
+        entry = record["premises"].get(name)
+        if entry is None or entry["status"] == "not checked":
+            raise PremisesNotChecked(f"premise {name!r} not checked on this device: run `ojas verify-device`")
+        if entry["status"] != "pass":
+            raise PremiseFailed(
+                f"premise {name!r} FAILED on this device: measured {entry['measured']}, assumed {entry['assumed']}"
+            )
+        entries[name] = entry
+    return entries
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3e}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items())
+    if isinstance(v, list):
+        return "; ".join(_fmt(x) for x in v[:2]) + (f" (+{len(v) - 2})" if len(v) > 2 else "")
+    return str(v)
+
+
+def format_table(record: dict[str, Any]) -> str:
+    """The record as a table: premise, domain, inputs checked, assumed, measured, status."""
+    header = ("premise", "domain", "inputs", "assumed", "measured", "status")
+    rows = [
+        (
+            e["name"],
+            e["domain"],
+            str(e["inputs"]),
+            _fmt(e["assumed"]),
+            _fmt(e.get("detail") or e["measured"])
+            if e["name"].startswith("tl.dot") and e["status"] != "FAIL"
+            else _fmt(e["measured"]),
+            e["status"],
+        )
+        for e in record["premises"].values()
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    return "\n".join([line.format(*header), line.format(*("-" * w for w in widths))] + [line.format(*r) for r in rows])
+
+
+def failed(record: dict[str, Any]) -> list[str]:
+    """The premises of ``record`` that did not pass (failed or not checked)."""
+    return [name for name, e in record["premises"].items() if e["status"] != "pass"]
