@@ -1,1 +1,90 @@
-(** * Witnesses of Attention/Float/ForwardError.v (ojas_ref/verification/proof_audit.py). *)
+(** * Witnesses of Attention/Float/ForwardError.v (ojas_ref/verification/proof_audit.py):
+    [bf16_fp32], [scale = 1], the fp32 constant [c = rnd (1 / ln 2)] ([uc = u]), one query [[1]]
+    and one key [[1]] of value [1] ([P = V = 1], [E = B = N = Tt = 1]), the upper bounds
+    [X, Y, P1, CG, CR] the oracle computes ([afe_consts] of Bounds/Attention.v, values written
+    out, checked by [vm_compute]); every premise proved together.  [wf_pre] serves the witnesses
+    of ForwardPosteriori.v and SavedLseError.v too. *)
+
+From Coq Require Import Reals QArith Qreals List Lra Lia.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
+From Ojas Require Import Bounds.Rational Bounds.Attention Witnesses.Instances Witnesses.Bounds.Attention.
+Import ListNotations.
+Open Scope R_scope.
+
+Local Notation u := (ff_u (mp_a wM)).
+
+(** [afe_consts] at the witnesses' constants. *)
+Definition wf_X : Q := 1606938427382989671855000914028220881741622293106206833806412
+                       # 1606938044258990275541962092341162602522202993782792835301376.
+Definition wf_Y : Q := 574685976258499669287765267276902221658120942548479167
+                       # 1606938044258990275541962092341162602522202993782792835301376.
+Definition wf_P1 : Q := 1.
+Definition wf_CG : Q := 4722367327294625677313 # 4722366482869645213696.
+Definition wf_CR : Q := 6739987871991264978639365764459418431679193958722187126722879553536
+                        # 6739986666787659948666753771754907668409286105635143120275902562304.
+
+Lemma wf_consts_eq : afe_consts wa_u wa_u wa_eta wa_eta wa_us wa_es wa_u 1 1 1 1 1 1 1
+                     = Some (wf_X, wf_Y, wf_P1, wf_CG, wf_CR).
+Proof. vm_compute; reflexivity. Qed.
+
+(** [afe_bL <= 1/2]: the range [[1/2, 2]] of [tl.log2] in SavedLseError.v's witnesses. *)
+Lemma wf_bL_half : afe_bL u (mp_ue wM) (mp_eta_e wM) (ff_eta (mp_a wM)) 1 1 1
+                     (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) <= / 2.
+Proof.
+  change 1%nat with (N.to_nat 1).
+  rewrite <- (Q2R_afe_bL wM wa_u wa_u wa_eta wa_eta 1 1 1 wa_u_R wa_ue_R wa_ee_R wa_ea_R).
+  replace (/ 2) with (Q2R (1 # 2)) by (unfold Q2R; simpl; field).
+  apply Qle_bool_R; vm_compute; reflexivity.
+Qed.
+
+Lemma wf_pre : afe_premises wM wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1.
+Proof.
+  destruct (afe_consts_spec wM wa_u wa_u wa_eta wa_eta wa_us wa_es wa_u 1 1 1 1 1 1 1
+              wa_u_R wa_ue_R wa_ee_R wa_ea_R _ _ _ _ _ wf_consts_eq)
+    as [HE1 [HEu [HV [Hs [Huc [HB1 [HX [HY [HP1 [HG [HC HL]]]]]]]]]]].
+  rewrite (Q2R_afe_bL wM wa_u wa_u wa_eta wa_eta 1 1 1 wa_u_R wa_ue_R wa_ee_R wa_ea_R) in HL.
+  rewrite Q2R_1, wa_u_R in *.
+  constructor; try assumption.
+  exact wa_c_err.
+Qed.
+
+Lemma wf_keys : forall kv, In kv (concat [[wa_key]]) ->
+  length (fst kv) = 1%nat /\ dot_abs [1] (fst kv) <= 1 /\ Rabs (snd kv) <= 1.
+Proof. intros kv Hk; pose proof (wa_keys kv Hk) as H; rewrite Q2R_1 in H; exact H. Qed.
+
+Lemma wf_keys_vis : forall kv, In kv (concat [[wa_key]]) -> (fun _ : list R * R => true) kv = true ->
+  length (fst kv) = 1%nat /\ dot_abs [1] (fst kv) <= 1 /\ Rabs (snd kv) <= 1.
+Proof. intros kv Hk _; exact (wf_keys kv Hk). Qed.
+
+Lemma wf_tiles_B : Forall (fun tl : list (list R * R) => (length tl <= 1)%nat) [[wa_key]].
+Proof. repeat constructor. Qed.
+
+(** ** The witnesses *)
+
+Lemma wf_abs_le : forall x : unit, In x [tt] -> Rabs (0 - 0) <= 0.
+Proof. intros; rewrite Rminus_0_r, Rabs_R0; lra. Qed.
+
+Lemma wf_v_le : forall x : unit, In x [tt] -> Rabs 1 <= 1.
+Proof. intros; rewrite Rabs_R1; lra. Qed.
+
+Definition softmax_average_perturbation_witness :=
+  softmax_average_perturbation [tt] (fun _ => 0) (fun _ => 0) (fun _ => 1) 0 1
+    (Rle_refl 0) Rle_0_1 wf_abs_le wf_v_le.
+
+Lemma wf_E_u : INR 1 * u < 1.
+Proof. rewrite w_u; simpl; lra. Qed.
+
+Lemma wf_dot_abs : dot_abs [1] [1] <= 1.
+Proof. rewrite wa_dot_abs; lra. Qed.
+
+Definition score2_error_witness :=
+  score2_error (mp_a wM) wa_c 1 u [1] [1] 1 1 eq_refl eq_refl (le_n 1) wf_E_u Rlt_0_1
+    (ff_u_nonneg _) wa_c_err wf_dot_abs.
+
+Definition attention_forward_error_witness :=
+  attention_forward_error wM [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+    1 1 1 1 wa_key [] [] wf_pre eq_refl wf_keys wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_error_masked_witness :=
+  attention_forward_error_masked wM [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+    1 1 1 1 (fun _ => true) [[wa_key]] wa_exp2_0 wa_vis wf_pre eq_refl wf_keys_vis wf_tiles_B (le_n 1) (le_n 1).
