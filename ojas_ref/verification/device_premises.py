@@ -72,6 +72,11 @@ class PremiseFailed(AssertionError):
 # ---------------------------------------------------------------------------
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (what a kernel's float32 scalar argument holds)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
 def _f32_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
@@ -80,7 +85,7 @@ def _bit_ranges(lo: float, hi: float) -> list[tuple[int, int, int]]:
     """(first, last, sign) of the magnitude bit patterns (inclusive) of the float32 in [lo, hi]
     (both signs of zero when 0 is inside)."""
     for name, v in (("lo", lo), ("hi", hi)):
-        if math.isnan(v) or (math.isfinite(v) and struct.unpack("<f", struct.pack("<f", v))[0] != v):
+        if math.isnan(v) or (math.isfinite(v) and _f32(v) != v):
             raise ValueError(f"{name} must be a float32 number, got {v!r}")
     if lo > hi:
         raise ValueError(f"lo must be <= hi, got [{lo}, {hi}]")
@@ -404,24 +409,24 @@ def emulate_tf32x3(
 
 @functools.lru_cache(maxsize=None)
 def _dot_probe():
-    """A Triton kernel: for each group of 16 vectors, ``C + A @ B^T`` of their [16, K] rows by
+    """A Triton kernel: for each group of T vectors, ``C + A @ B^T`` of their [T, K] rows by
     ``tl.dot`` (bf16 operands, or float32 at ``PREC``); the diagonal is each vector's dot."""
     import triton
     import triton.language as tl
 
     @triton.jit
-    def probe(A, B, C, OUT, K: tl.constexpr, PREC: tl.constexpr, BF16: tl.constexpr):
+    def probe(A, B, C, OUT, K: tl.constexpr, T: tl.constexpr, PREC: tl.constexpr, BF16: tl.constexpr):
         p = tl.program_id(0)
-        rows = p * 16 + tl.arange(0, 16)
+        rows = p * T + tl.arange(0, T)
         cols = tl.arange(0, K)
         a = tl.load(A + rows[:, None] * K + cols[None, :])
         bt = tl.load(B + rows[:, None] * K + cols[None, :])
-        acc = tl.load(C + rows)[:, None] + tl.zeros((16, 16), dtype=tl.float32)
+        acc = tl.load(C + rows)[:, None] + tl.zeros((T, T), dtype=tl.float32)
         if BF16:
             d = tl.dot(a, tl.trans(bt), acc)
         else:
             d = tl.dot(a, tl.trans(bt), acc, input_precision=PREC)
-        tl.store(OUT + p * 256 + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :], d)
+        tl.store(OUT + p * T * T + tl.arange(0, T)[:, None] * T + tl.arange(0, T)[None, :], d)
 
     return probe
 
@@ -429,7 +434,8 @@ def _dot_probe():
 def device_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, precision: str) -> torch.Tensor:
     """``c_v + a_v . b_v`` for the rows of ``a``, ``b`` [n, K] (bfloat16, or float32 with
     ``precision`` "ieee" / "tf32" / "tf32x3") and ``c`` [n] float32, by one ``tl.dot`` on the
-    device of ``a``: float32 [n]."""
+    device of ``a``: float32 [n]. On CUDA the tiles are 64 x 64 (a warpgroup's MMA on Hopper, as
+    in the kernels), 16 x 16 in the interpreter."""
     if a.shape != b.shape or a.dim() != 2 or c.shape != a.shape[:1] or a.dtype != b.dtype:
         raise ValueError(f"a, b must be [n, K] of one dtype and c [n], got {a.shape}, {b.shape}, {c.shape}")
     if a.dtype not in (torch.bfloat16, torch.float32) or precision not in ("ieee", "tf32", "tf32x3"):
@@ -437,11 +443,12 @@ def device_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, precision: str
             f"dtype must be bfloat16 or float32 and precision ieee/tf32/tf32x3, got {a.dtype}, {precision}"
         )
     n, k = a.shape
-    pad = -n % 16
+    t = 64 if a.is_cuda else 16
+    pad = -n % t
     a, b = (torch.cat([t, t.new_zeros(pad, k)]).contiguous() for t in (a, b))
     c = torch.cat([c.float(), c.new_zeros(pad, dtype=torch.float32)]).contiguous()
-    out = torch.empty((n + pad) // 16, 16, 16, dtype=torch.float32, device=a.device)
-    _dot_probe()[((n + pad) // 16,)](a, b, c, out, K=k, PREC=precision, BF16=a.dtype == torch.bfloat16)
+    out = torch.empty((n + pad) // t, t, t, dtype=torch.float32, device=a.device)
+    _dot_probe()[((n + pad) // t,)](a, b, c, out, K=k, T=t, PREC=precision, BF16=a.dtype == torch.bfloat16)
     return out.diagonal(dim1=1, dim2=2).reshape(-1)[:n]
 
 
@@ -532,7 +539,7 @@ def _unary_checks(softcaps: Sequence[float]) -> list[tuple[UnaryPremise, Callabl
                     LINEAR_CROSS_ENTROPY_TANH_ERROR,
                 ),
                 lambda r, cap=cap: ce.kernel_cap(r, cap),
-                lambda r, cap=cap: torch.tanh(r / cap),
+                lambda r, cap=cap: torch.tanh(r / _f32(cap)),
             )
         )
         checks.append(
@@ -546,7 +553,7 @@ def _unary_checks(softcaps: Sequence[float]) -> list[tuple[UnaryPremise, Callabl
                     LINEAR_CROSS_ENTROPY_DIV_ERROR,
                 ),
                 lambda z, cap=cap: ce.kernel_divide(z, cap),
-                lambda z, cap=cap: z / cap,
+                lambda z, cap=cap: z / _f32(cap),
             )
         )
     return checks
