@@ -4,8 +4,10 @@
 ``Ojas.LinearCrossEntropy.Float.LseLossError.ce_lse_error``: the lse that ``_rows_kernel`` (STREAM:
 the 3-product schedule, the default for "mean" / "sum" with a gradient) computes from the
 logits it reads, against ``ln sum_v exp(y_v)``, with ``|z_v - y_v| <= delta``; the loss
-``rnd(lse - z_t)`` by ``ce_loss_error``. Premises (measured here on the device first): the
-error of ``tl.exp`` on x <= 0 and of ``tl.log`` on [1, 2^24].
+``rnd(lse - z_t)`` by ``ce_loss_error``. Premises: the error of ``tl.exp`` on x <= 0 and of
+``tl.log`` on [1/2, 2^25] (on the CPU sampled, ``measured_exp_error`` / ``measured_log_error``; on a GPU from this device's record of ``ojas
+verify-device``, every float32 input: skipped, naming it, without a record, failing when the
+record says a premise failed), and on the GPU the rows kernel's ``tl.sum`` tree (the record's).
 
 * CPU (Triton's interpreter): the kernel's row loop on given float32 / bfloat16 logits
   against a float64 logsumexp of the same values (``delta = 0``: the theorem's online part
@@ -253,14 +255,34 @@ def test_loss_posteriori_within_bound(dtype, peaked):
         assert float(bound[kept].max()) < old / 4 and ratio < 1000, (bound, old, ratio)
 
 
+def _device_premises(*names: str) -> dict[str, dict]:
+    """This device's record of ``ojas verify-device`` for ``names`` (skip without one; a failed
+    premise raises ``PremiseFailed``, an AssertionError)."""
+    from ojas_ref.verification import device_premises as dp
+
+    try:
+        return dp.checked_premises(names)
+    except dp.PremisesNotChecked as err:
+        pytest.skip(str(err))
+
+
+def _tile_sum_depth(dtype: torch.dtype) -> int:
+    """The rows kernel's tl.sum depth for ``dtype`` from the device's record."""
+    name = f"tl.sum tree rows {str(dtype)[6:]}"
+    return _device_premises(name)[name]["measured"]["depth"]
+
+
 def _gpu_case(N: int, dtype: torch.dtype):
-    """V = 128256, D = 4096 on CUDA after the device premises are checked: tl.exp, tl.log,
-    and IEEE float32 products (TF32 is not covered)."""
-    rel, absolute = measured_exp_error("cuda")
-    assert rel <= LINEAR_CROSS_ENTROPY_EXP_ERROR and absolute <= 2.0**-126, (rel, absolute)
-    assert measured_log_error("cuda") <= LINEAR_CROSS_ENTROPY_LOG_ERROR
+    """V = 128256, D = 4096 on CUDA after the device premises are read from the record: tl.exp,
+    tl.log (the row sums within the checked domain), and IEEE float32 products (TF32 is not covered)."""
+    from ojas_ref.verification.device_premises import LOG_DOMAIN
+
+    p = _device_premises("tl.exp", "tl.log")
+    assert p["tl.exp"]["assumed"]["relative"] == LINEAR_CROSS_ENTROPY_EXP_ERROR
+    assert p["tl.log"]["assumed"] == LINEAR_CROSS_ENTROPY_LOG_ERROR
     assert torch.get_float32_matmul_precision() == "highest"
     D, V = 4096, 128256
+    assert 2 * V <= LOG_DOMAIN[1], "the row sums lie outside the checked tl.log domain"
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(N, D, device="cuda", generator=gen).to(dtype)
     w = (torch.randn(V, D, device="cuda", generator=gen) * 0.02).to(dtype)
@@ -684,12 +706,11 @@ def test_gpu_llama3_size_gradients_posteriori(dtype, peaked):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_tile_sum_depth_identified(dtype):
-    """The rows kernel's tl.sum is the identified tree on the device (checked_tile_sum_depth raises
-    otherwise): depth (elements per thread - 1) + log2(32 lanes) + log2(warps)."""
-    from ojas_ref.verification.linear_cross_entropy_error import checked_tile_sum_depth
-
+    """The rows kernel's tl.sum is the identified tree on the device (the record of ``ojas
+    verify-device``, tile_sum_identification): depth (elements per thread - 1) + log2(32 lanes) +
+    log2(warps)."""
     rows = kernels.default_config(dtype, torch.device("cuda")).rows
-    depth = checked_tile_sum_depth(dtype, "cuda")
+    depth = _tile_sum_depth(dtype)
     print(f"{dtype}: tile-sum depth {depth} (any order: {rows.block_v - 1})")
     assert depth == rows.block_v // (32 * rows.num_warps) - 1 + 5 + (rows.num_warps.bit_length() - 1)
 
@@ -700,16 +721,14 @@ def test_gpu_tile_sum_depth_identified(dtype):
 def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     """V = 128256, 64 distinct targets (every eighth ignored): the loss (ce_loss_posteriori) and
     the gradients (ce_gp_dh_error / ce_gp_dw_error) within their bounds with each logit's error
-    measured on the stored logits and the tile sum's identified depth."""
-    from ojas_ref.verification.linear_cross_entropy_error import checked_tile_sum_depth
-
+    measured on the stored logits and the tile sum's identified depth (the device's record)."""
     x, w, _ = _gpu_case(64, dtype)
     target = torch.randperm(w.shape[0], device="cuda", generator=torch.Generator(device="cuda").manual_seed(3))[:64]
     if peaked:
         w = _peak(x, w, target, 0.05 * x.shape[1] ** 0.5 / 8).to(dtype)
     target[::8] = -100
     kept = target != -100
-    depth = checked_tile_sum_depth(dtype, "cuda")
+    depth = _tile_sum_depth(dtype)
     z = stored_logits(x, w)
     y = x.to(F64) @ w.to(F64).t()
     B = linear_cross_entropy_lse_error_bound(
