@@ -1,1 +1,56 @@
-(** * Witnesses of Attention/Float/DvError.v (ojas_ref/verification/proof_audit.py). *)
+(** * Witnesses of Attention/Float/DvError.v (ojas_ref/verification/proof_audit.py): [bf16_fp32],
+    [scale = 1], the fp32 constant [c = rnd (1 / ln 2)] ([uc = u], Witnesses/Bounds/Attention.v),
+    one key [[1]] and one query [[1]] whose saved [lse2] is its own score [s] ([Am = 0]),
+    [Lx = s ln 2] ([Dl = 0]), [dO = 1], [delta] the score error of [score2_error],
+    [X = 2^(2 delta + ea)]; [lse2_close] at [lse = LSE = 0], [c2 = c].  Every premise proved
+    together.  [ws], [ws_err], [ws_dot] serve the witnesses of DkDqError.v too. *)
+
+From Coq Require Import Reals List Lra Lia.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.ForwardError Attention.Float.DvError.
+From Ojas Require Import Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
+Import ListNotations.
+Open Scope R_scope.
+
+Local Notation u := (ff_u (mp_a wM)).
+Local Notation ea := (ff_eta (mp_a wM)).
+
+(** The score of the query [[1]] against the key [[1]], and its error. *)
+Definition ws : R := score2 (mp_a wM) wa_c [1] [1].
+Definition ws_delta : R := score_delta (mp_a wM) 1 u 1 1.
+
+Lemma ws_err : Rabs (ws * ln 2 - 1 * dot_R [1] [1]) <= ws_delta.
+Proof. exact (proj1 score2_error_witness). Qed.
+
+Lemma ws_delta_nonneg : 0 <= ws_delta.
+Proof. pose proof ws_err; pose proof (Rabs_pos (ws * ln 2 - 1 * dot_R [1] [1])); lra. Qed.
+
+Lemma ws_dot : dot_R [1] [1] = 1.
+Proof. unfold dot_R, rsum; simpl; ring. Qed.
+
+Lemma ws_zero : forall x : R, Rabs (x - x) <= 0.
+Proof. intros; rewrite Rminus_diag_eq, Rabs_R0 by reflexivity; lra. Qed.
+
+Lemma ws_b : INR (1 - 1 + (1 - 1)) * u < 1.
+Proof. simpl; rewrite Rmult_0_l; lra. Qed.
+
+Definition wv_x : list R * (R * R) := ([1], (1, ws)).
+
+Lemma wv_items : forall x, In x (concat [[wv_x]]) -> (fun _ : list R * (R * R) => true) x = true ->
+  Rabs (score2 (mp_a wM) wa_c (fst x) [1] * ln 2 - 1 * dot_R (fst x) [1]) <= ws_delta /\
+  Rabs (snd (snd x) * ln 2 - ws * ln 2) <= 0 /\ Rabs (score2 (mp_a wM) wa_c (fst x) [1] - snd (snd x)) <= 0 /\
+  Rabs (fst (snd x)) <= 1.
+Proof.
+  intros x [<- | []] _; cbn [fst snd wv_x].
+  split; [exact ws_err | split; [apply ws_zero | split; [apply ws_zero | rewrite Rabs_R1; lra]]].
+Qed.
+
+Definition dv_error_witness :=
+  dv_error wM (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
+    (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1 1
+    ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1 ltac:(repeat constructor) ws_b wv_items (Rle_refl _).
+
+Lemma wv_c2 : Rabs (wa_c * ln 2 - 1) <= u.
+Proof. rewrite <- (Rmult_1_r u); exact wa_c_err. Qed.
+
+Definition lse2_close_witness :=
+  lse2_close wM 0 0 0 wa_c u (ff_u_nonneg _) (ws_zero 0) wv_c2.
