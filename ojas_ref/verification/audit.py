@@ -7,7 +7,11 @@ Three steps, with progress shown as they run:
 2. differential check: run every implementation available on this machine on
    a few random inputs and compare it with the oracle extracted from the Coq
    spec, within the tolerance derived from the proved error bounds;
-3. a table: implementation <-> theorem <-> proof status <-> differential status.
+3. a table: implementation <-> theorem <-> proof status <-> differential status;
+   on a CUDA machine, then, whether this device's record of ``ojas verify-device`` exists and
+   every premise the float theorems take about the device holds in it: without a record the
+   audit is INCOMPLETE, with a failed premise it FAILS, and either way it says that the float
+   error bounds are not proved on this device.
 
 It reads the Coq sources and the manifest of a source checkout; from an install that
 has none it exits with status 2 and says what it needs (``proof_audit.require_sources``).
@@ -266,6 +270,32 @@ def ensure_oracle(log=_say) -> str | None:
     return None if proc.returncode == 0 else f"oracle build failed: {proc.stderr[-500:]}"
 
 
+def device_premise_status() -> tuple[str, str]:
+    """("n/a" | "pass" | "missing" | "FAIL", what to say) for this machine's device premises: on
+    a CUDA machine, whether its record of ``ojas verify-device`` (device_premises.load_record: this
+    GPU, driver, CUDA, torch and Triton versions) exists and every premise in it holds."""
+    if not torch.cuda.is_available():
+        return "n/a", "no CUDA device here: the float bounds' device premises are about a GPU (checked there)"
+    from ojas_ref.verification import device_premises as dp
+
+    record = dp.load_record()
+    key = dp.device_key()
+    where = f"{key['gpu']} (driver {key['driver']}, CUDA {key['cuda']}, torch {key['torch']}, Triton {key['triton']})"
+    if record is None:
+        return "missing", (
+            f"no record of the device premises for {where} in {dp.cache_dir()}: run `ojas verify-device`; "
+            "until then the float error bounds are NOT proved on this device"
+        )
+    bad = dp.failed(record)
+    if bad:
+        return "FAIL", (
+            f"the device premises of {where} do not all hold ({', '.join(bad)}; record of {record['date']}): "
+            "the float error bounds are NOT proved on this device"
+        )
+    n = len(record["premises"])
+    return "pass", f"{n} device premises hold on {where} (record of {record['date']}, {record['mode']})"
+
+
 def print_table(rows: list[tuple[str, str, str, str]]) -> None:
     header = ("implementation", "theorem", "proof", "vs oracle")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -307,16 +337,19 @@ def run(seed: int = 0, quick: bool = False, allow_skip: bool = False) -> int:
                 ok = False
             rows.append((impl.name if k == 0 else "", name, proof, diff[impl.name] if k == 0 else ""))
     print_table(rows)
+    device, device_note = device_premise_status()
+    _say(f"device premises: {device_note}")
+    ok = ok and device != "FAIL"
     if not ok:
         _say("audit: PROBLEMS FOUND (see above)")
         return 1
     skipped = [f"{name} ({why.removeprefix('skipped: ')})" for name, why in diff.items() if why.startswith("skipped")]
-    if not skipped:
+    if not skipped and device != "missing":
         _say("audit: OK")
         return 0
     verdict = "INCOMPLETE (allowed by --allow-skip)" if allow_skip else "INCOMPLETE"
-    _say(
-        f"audit: {verdict}: every check that ran held; {len(skipped)} of {len(diff)} differential checks were "
-        f"skipped: {'; '.join(skipped)}"
-    )
+    parts = [f"{len(skipped)} of {len(diff)} differential checks were skipped: {'; '.join(skipped)}"] if skipped else []
+    if device == "missing":
+        parts.append("the device premises were not checked (run `ojas verify-device`)")
+    _say(f"audit: {verdict}: every check that ran held; {'; '.join(parts)}")
     return 0 if allow_skip else 3

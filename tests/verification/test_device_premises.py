@@ -377,3 +377,45 @@ def test_cli_quick_in_the_interpreter(monkeypatch, capsys, tmp_path):
     assert p["tl.exp2"]["status"] == "pass" and p["tl.exp2"]["exp2_0_is_1"]
     assert p["tl.sum tree rows float32"]["status"] == "not checked"
     assert p["cast float32->bfloat16"]["status"] == "FAIL"
+
+
+# ---------------------------------------------------------------------------
+# ojas audit
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record, code", [(None, 3), ("FAIL", 1), ("pass", 0)])
+def test_audit_on_a_gpu_reads_the_record(record, code, monkeypatch, capsys):
+    """``ojas audit`` on a CUDA machine (stubbed: no implementation, proofs fine): without this
+    device's record INCOMPLETE (exit 3) and with a failed premise PROBLEMS FOUND (exit 1), both
+    saying the float bounds are not proved on this device; OK only when the record passes."""
+    from ojas_ref.verification import audit
+
+    monkeypatch.setattr(audit.pa, "require_sources", lambda: None)
+    monkeypatch.setattr(audit, "proof_status", lambda: ({}, True))
+    monkeypatch.setattr(audit, "implementations", lambda: [])
+    monkeypatch.setattr(audit, "ensure_oracle", lambda: None)
+    monkeypatch.setattr(audit.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dp, "device_key", lambda: KEY)
+    monkeypatch.setattr(dp, "load_record", lambda *a, **k: None if record is None else _record(record))
+    assert audit.run() == code
+    out = capsys.readouterr().out
+    last = out.splitlines()[-1]
+    if record is None:
+        assert "NOT proved on this device" in out and "ojas verify-device" in out
+        assert (
+            last
+            == "audit: INCOMPLETE: every check that ran held; the device premises were not checked (run `ojas verify-device`)"
+        )
+    elif record == "FAIL":
+        assert "NOT proved on this device" in out and "tl.exp2" in out and last == "audit: PROBLEMS FOUND (see above)"
+    else:
+        assert "1 device premises hold on NVIDIA H100" in out and last == "audit: OK"
+
+
+def test_audit_without_cuda_says_the_premises_concern_a_gpu(monkeypatch):
+    from ojas_ref.verification import audit
+
+    monkeypatch.setattr(audit.torch.cuda, "is_available", lambda: False)
+    status, note = audit.device_premise_status()
+    assert status == "n/a" and "GPU" in note
