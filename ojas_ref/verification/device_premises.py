@@ -376,14 +376,12 @@ def identify_accumulation(
     return left
 
 
-def identify_tf32_reading(read: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> str:
-    """How a TF32 product reads the float32 ``x`` (``read(x)`` = the single product ``x * 1``):
-    "trunc" (the low 13 bits dropped), "rne", "rna" or "neither" (checked bit for bit)."""
-    y = read(x)
-    for mode in ("trunc", "rne", "rna"):
-        if torch.equal(y.view(torch.int32), _round_bits(x, 11, mode).view(torch.int32)):
-            return mode
-    return "neither"
+def tf32_readings(read: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> set[str]:
+    """How a TF32 product may read the float32 ``x`` (``read(x)`` = the single product ``x * 1``):
+    the modes among "trunc" (the low 13 bits dropped), "rne" and "rna" that give ``read(x)`` bit
+    for bit on every input (several when the inputs do not tell them apart, none when no mode does)."""
+    y = read(x).view(torch.int32)
+    return {mode for mode in ("trunc", "rne", "rna") if torch.equal(y, _round_bits(x, 11, mode).view(torch.int32))}
 
 
 def emulate_tf32x3(
@@ -559,7 +557,11 @@ def _unary_checks(softcaps: Sequence[float]) -> list[tuple[UnaryPremise, Callabl
     return checks
 
 
-def _entry(name: str, theorem: str, domain: str, inputs: int, assumed: Any, measured: Any, status: str, **detail):
+def _entry(
+    name: str, theorem: str, domain: str, inputs: int, assumed: Any, measured: Any, passed: bool | None, **detail
+) -> dict[str, Any]:
+    """A record entry; ``passed`` None: not checked."""
+    status = "not checked" if passed is None else ("pass" if passed else "FAIL")
     return dict(
         name=name,
         theorem=theorem,
@@ -570,10 +572,6 @@ def _entry(name: str, theorem: str, domain: str, inputs: int, assumed: Any, meas
         status=status,
         **detail,
     )
-
-
-def _status(passed: bool) -> str:
-    return "pass" if passed else "FAIL"
 
 
 def device_key() -> dict[str, str]:
@@ -618,6 +616,142 @@ def _commit() -> str:
         return f"ojas-ref {__version__} (no git checkout)"
 
 
+_SAMPLES = 1 << 14  # inputs per domain in the quick mode
+
+
+def _step(lo: float, hi: float, quick: bool, samples: int = _SAMPLES) -> int:
+    """1, or in the quick mode an odd step leaving about ``samples`` inputs of [lo, hi] (odd: the
+    low bits of the patterns vary)."""
+    return max(1, float32_count(lo, hi) // samples) | 1 if quick else 1
+
+
+def _check_unaries(softcaps: Sequence[float], device: str, quick: bool, chunk: int) -> Iterator[dict]:
+    for premise, fn, ref in _unary_checks(softcaps):
+        step = _step(premise.lo, premise.hi, quick)
+        r = scan_unary(premise, fn, ref, device=device, step=step, chunk=chunk)
+        assumed, measured, passed = premise.assumed, r["measured"], r["passed"]
+        extra: dict[str, Any] = dict(worst_input=r["worst_input"])
+        if premise.relative:
+            assumed = dict(relative=premise.assumed, absolute_below_normal=_TINY)
+            measured = dict(relative=r["measured"], absolute_below_normal=r["measured_below_normal"])
+            extra["worst_input_below_normal"] = r["worst_input_below_normal"]
+        if premise.name == "tl.exp2":  # exp2_0 of Attention.Float.OnlineSoftmaxTile
+            extra["exp2_0_is_1"] = fn(torch.zeros(1, device=device)).item() == 1.0
+            passed = passed and extra["exp2_0_is_1"]
+        yield _entry(premise.name, premise.theorem, premise.domain, r["inputs"], assumed, measured, passed, **extra)
+
+
+def _check_casts(device: str, quick: bool, chunk: int) -> Iterator[dict]:
+    from ojas_ref.verification import attention_error as ae
+
+    for dtype in (torch.bfloat16, torch.float16):
+        step = _step(-math.inf, math.inf, quick)
+        r = scan_cast(lambda x, d=dtype: ae._run_unary("cast", x, d), dtype, device=device, step=step, chunk=chunk)
+        yield _entry(
+            f"cast float32->{str(dtype)[6:]}",
+            "the bf16 / fp16 instances of MixedPrecision.v: round to nearest even",
+            "every float32 (and +-inf)",
+            r["inputs"],
+            "nearest",
+            r["measured"],
+            r["passed"],
+        )
+
+
+def _check_sum_trees(device: str) -> Iterator[dict]:
+    from ojas_ref.verification import linear_cross_entropy_error as ce
+
+    for dtype in (torch.bfloat16, torch.float32):
+        args = (
+            f"tl.sum tree rows {str(dtype)[6:]}",
+            "LseLossError.sum_ok ts Dt Bt (the rows kernel's vocabulary tile)",
+        )
+        if device != "cuda":
+            yield _entry(
+                *args,
+                "the rows kernel's tile",
+                0,
+                "a tree of depth Dt",
+                None,
+                None,
+                detail="identified on CUDA only (the interpreter sums with numpy)",
+            )
+            continue
+        try:
+            r = ce.tile_sum_identification(dtype, device)
+        except ValueError as err:
+            yield _entry(*args, "the rows kernel's tile", 0, "a tree of depth Dt", None, False, detail=str(err))
+            continue
+        yield _entry(
+            *args,
+            f"[1, {r['block_v']}] tiles",
+            r["rows"],
+            "a tree of depth Dt",
+            dict(depth=r["depth"], layout=list(r["layout"])),
+            True,
+            other_matching_layouts=[list(x) for x in r["others"]],
+        )
+
+
+def _check_dots(device: str, quick: bool, chunk: int) -> Iterator[dict]:
+    k, n_random = 32, (32 if quick else 256)
+    candidates = accumulation_candidates(k)
+    tf32: list[Accumulation] = []
+    for label, dtype, prec, fmt in (
+        ("bfloat16", torch.bfloat16, "ieee", "bfloat16"),
+        ("float32 ieee", torch.float32, "ieee", "float32"),
+        ("float32 tf32", torch.float32, "tf32", "tf32"),
+    ):
+        vectors = dot_test_vectors(k, fmt, random=n_random)
+        vectors = vectors[-n_random:] + vectors[:-n_random]  # the random ones first: most models die at once
+        models = identify_accumulation(_vector_dot(dtype, prec, device), vectors, candidates)
+        tf32 = models if prec == "tf32" else tf32
+        yield _entry(
+            f"tl.dot {label}",
+            "TensorCoreSum.tc_acc (block k, F bits, output rounding)",
+            f"test vectors of K = {k}",
+            len(vectors),
+            "one model of TensorCoreSum.v",
+            [dataclasses.asdict(m) for m in models] or "none",
+            bool(models),
+            detail="; ".join(m.describe() for m in models) or "no model matches bit for bit",
+        )
+    read, modes, n = _tf32_read(device, k), {"trunc", "rne", "rna"}, 0
+    for lo, hi in ((1.0, 2.0 - 2.0**-23), (-2.0 + 2.0**-23, -1.0)):
+        step = _step(lo, hi, quick, _SAMPLES // 16)  # a dot per input
+        for x in float32_chunks(lo, hi, device=device, step=step, chunk=min(chunk, 1 << 20)):
+            modes &= tf32_readings(read, x)
+            n += x.numel()
+    reading = modes.pop() if len(modes) == 1 else "neither" if not modes else "/".join(sorted(modes))
+    yield _entry(
+        "tf32 low-part reading",
+        "Tf32Product.tl_err (ul = 2^-10: truncation or rounding)",
+        "every float32 in +-[1, 2)",
+        n,
+        "trunc, rne or rna",
+        reading,
+        reading in ("trunc", "rne", "rna"),
+    )
+    vectors = dot_test_vectors(k, "float32", random=n_random, seed=1)[-n_random:]
+    got = _vector_dot(torch.float32, "tf32x3", device)(vectors)
+    orders = ((0, 1, 2), (1, 0, 2), (0, 2, 1), (1, 2, 0), (2, 0, 1), (2, 1, 0))
+    matches = [
+        dict(model=dataclasses.asdict(m), order=list(order))
+        for m in (tf32 if reading in ("trunc", "rne", "rna") else [])
+        for order in orders
+        if all(emulate_tf32x3(m, reading, order, a, b, c) == y for (a, b, c), y in zip(vectors, got))
+    ]
+    yield _entry(
+        "tl.dot float32 tf32x3",
+        "Tf32Product.tf32x3_dot_tc_error (hi rna, lo read, three TF32 dots)",
+        f"random vectors of K = {k}",
+        len(vectors),
+        "the 3xTF32 split of Tf32Product.v (the tf32 model, the reading)",
+        matches or "none",
+        bool(matches),
+    )
+
+
 def verify_device(
     *,
     quick: bool = False,
@@ -626,183 +760,30 @@ def verify_device(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Check every premise on this device (CUDA; with ``quick``, a sample of each domain, which
-    also runs in Triton's interpreter) and return the record (see the module docstring)."""
+    also runs in Triton's interpreter) and return the record (see the module docstring);
+    ``chunk``: inputs per pass on the device (2^26: a few GiB of device memory)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if not quick and device != "cuda":
         raise RuntimeError("the device premises are checked on a CUDA GPU; none is available (quick mode samples)")
-    if any(not (isinstance(c, (int, float)) and c > 0 and math.isfinite(c)) for c in softcaps):
-        raise ValueError(f"softcaps must be positive finite numbers, got {softcaps!r}")
-    samples = 1 << 14
-    if quick:
-        chunk = min(chunk, samples)
+    if any(not (isinstance(c, (int, float)) and 0 < c <= _FLT_MAX) for c in softcaps):
+        raise ValueError(f"softcaps must be positive finite float32 numbers, got {softcaps!r}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    chunk = min(chunk, _SAMPLES) if quick else chunk
     premises: dict[str, dict] = {}
-
-    def add(entry: dict, t0: float) -> None:
-        entry["seconds"] = round(time.perf_counter() - t0, 2)
-        premises[entry["name"]] = entry
-        log(f"  {entry['name']}: {entry['status']} ({entry['inputs']} inputs, {entry['seconds']} s)")
-
-    for premise, fn, ref in _unary_checks(softcaps):
-        t0 = time.perf_counter()
-        step = max(1, float32_count(premise.lo, premise.hi) // samples) if quick else 1
-        r = scan_unary(premise, fn, ref, device=device, step=step, chunk=chunk)
-        assumed: Any = premise.assumed
-        measured: Any = r["measured"]
-        extra = dict(worst_input=r["worst_input"])
-        passed = r["passed"]
-        if premise.relative:
-            assumed = dict(relative=premise.assumed, absolute_below_normal=_TINY)
-            measured = dict(relative=r["measured"], absolute_below_normal=r["measured_below_normal"])
-            extra["worst_input_below_normal"] = r["worst_input_below_normal"]
-        if premise.name == "tl.exp2":
-            one = fn(torch.zeros(1, device=device)).item() == 1.0
-            extra["exp2_0_is_1"] = one
-            passed = passed and one
-        add(
-            _entry(
-                premise.name, premise.theorem, premise.domain, r["inputs"], assumed, measured, _status(passed), **extra
-            ),
-            t0,
-        )
-
-    from ojas_ref.verification import attention_error as ae
-
-    for dtype in (torch.bfloat16, torch.float16):
-        t0 = time.perf_counter()
-        step = max(1, (1 << 32) // samples) if quick else 1
-        r = scan_cast(
-            lambda x, dtype=dtype: ae._run_unary("cast", x, dtype), dtype, device=device, step=step, chunk=chunk
-        )
-        name = f"cast float32->{str(dtype)[6:]}"
-        add(
-            _entry(
-                name,
-                "the bf16 / fp16 instances: round to nearest even",
-                "every float32 (and +-inf)",
-                r["inputs"],
-                "nearest",
-                r["measured"],
-                _status(r["passed"]),
-            ),
-            t0,
-        )
-
-    from ojas_ref.verification import linear_cross_entropy_error as ce
-
-    for dtype in (torch.bfloat16, torch.float32):
-        t0 = time.perf_counter()
-        name = f"tl.sum tree rows {str(dtype)[6:]}"
-        theorem = "LseLossError.sum_ok ts Dt Bt (the rows kernel's vocabulary tile)"
-        if device != "cuda":
-            add(
-                _entry(
-                    name,
-                    theorem,
-                    "the rows kernel's tile",
-                    0,
-                    "a tree of depth Dt",
-                    None,
-                    "not checked",
-                    detail="identified on CUDA only (the interpreter sums with numpy)",
-                ),
-                t0,
-            )
-            continue
-        try:
-            r = ce.tile_sum_identification(dtype, device)
-            add(
-                _entry(
-                    name,
-                    theorem,
-                    f"[1, {r['block_v']}] tiles, {r['rows']} rows",
-                    r["rows"],
-                    "a tree of depth Dt",
-                    dict(depth=r["depth"], layout=list(r["layout"])),
-                    "pass",
-                ),
-                t0,
-            )
-        except ValueError as err:
-            add(
-                _entry(name, theorem, "the rows kernel's tile", 0, "a tree of depth Dt", None, "FAIL", detail=str(err)),
-                t0,
-            )
-
-    k = 32
-    candidates = accumulation_candidates(k)
-    identified: dict[str, list[Accumulation]] = {}
-    for label, dtype, prec, fmt in (
-        ("bfloat16", torch.bfloat16, "ieee", "bfloat16"),
-        ("float32 ieee", torch.float32, "ieee", "float32"),
-        ("float32 tf32", torch.float32, "tf32", "tf32"),
-    ):
-        t0 = time.perf_counter()
-        vectors = dot_test_vectors(k, fmt, random=32 if quick else 256)
-        vectors = (
-            vectors[-(32 if quick else 256) :] + vectors[: -(32 if quick else 256)]
-        )  # random first: most die at once
-        models = identify_accumulation(_vector_dot(dtype, prec, device), vectors, candidates)
-        identified[label] = models
-        add(
-            _entry(
-                f"tl.dot {label}",
-                "TensorCoreSum.tc_acc (block k, F bits, output rounding)",
-                f"{len(vectors)} test vectors of K = {k}",
-                len(vectors),
-                "one model of TensorCoreSum.v",
-                [dataclasses.asdict(m) for m in models] or "none",
-                _status(bool(models)),
-                detail="; ".join(m.describe() for m in models) or "no candidate matches bit for bit",
-            ),
-            t0,
-        )
-
-    t0 = time.perf_counter()
-    read = _tf32_read(device, k)
-    modes = set()
-    n = 0
-    for lo, hi in ((1.0, 2.0 - 2.0**-23), (-2.0 + 2.0**-23, -1.0)):
-        step = max(1, float32_count(lo, hi) // (samples // 16)) if quick else 1  # 16 rows a program
-        for x in float32_chunks(lo, hi, device=device, step=step, chunk=min(chunk, 1 << 20)):
-            modes.add(identify_tf32_reading(read, x))
-            n += x.numel()
-    reading = modes.pop() if len(modes) == 1 else "neither"
-    add(
-        _entry(
-            "tf32 low-part reading",
-            "Tf32Product.tl_err (ul = 2^-10: truncation or rounding)",
-            "every float32 in +-[1, 2)",
-            n,
-            "trunc, rne or rna",
-            reading,
-            _status(reading != "neither"),
-        ),
-        t0,
+    checks = (
+        _check_unaries(softcaps, device, quick, chunk),
+        _check_casts(device, quick, chunk),
+        _check_sum_trees(device),
+        _check_dots(device, quick, chunk),
     )
-
-    t0 = time.perf_counter()
-    vectors = dot_test_vectors(k, "float32", random=32 if quick else 256, seed=1)[-(32 if quick else 256) :]
-    got = _vector_dot(torch.float32, "tf32x3", device)(vectors)
-    matches = [
-        dict(model=dataclasses.asdict(m), order=list(order))
-        for m in identified["float32 tf32"]
-        for order in ((0, 1, 2), (1, 0, 2), (0, 2, 1), (1, 2, 0), (2, 0, 1), (2, 1, 0))
-        if reading != "neither"
-        and all(emulate_tf32x3(m, reading, order, a, b, c) == y for (a, b, c), y in zip(vectors, got))
-    ]
-    add(
-        _entry(
-            "tl.dot float32 tf32x3",
-            "Tf32Product.tf32x3_dot_tc_error (hi rna, lo read, three TF32 dots)",
-            f"{len(vectors)} random vectors of K = {k}",
-            len(vectors),
-            "the 3xTF32 split of Tf32Product.v",
-            matches or "none",
-            _status(bool(matches)),
-        ),
-        t0,
-    )
-
+    for check in checks:
+        t0 = time.perf_counter()
+        for entry in check:
+            entry["seconds"] = round(time.perf_counter() - t0, 2)
+            premises[entry["name"]] = entry
+            log(f"  {entry['name']}: {entry['status']} ({entry['inputs']} inputs, {entry['seconds']} s)")
+            t0 = time.perf_counter()
     return dict(
         key=device_key(),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
