@@ -422,3 +422,16 @@ def test_audit_without_cuda_says_the_premises_concern_a_gpu(monkeypatch):
     monkeypatch.setattr(audit.torch.cuda, "is_available", lambda: False)
     status, note = audit.device_premise_status()
     assert status == "n/a" and "GPU" in note
+
+
+@pytest.mark.gpu
+def test_quick_run_on_the_gpu_holds_every_premise():
+    """On a CUDA GPU, the quick mode (sampled domains, every identification) runs every check (none
+    "not checked"), identifies the bf16 cast as round to nearest even, and every premise holds; the
+    table is printed (-s)."""
+    record = dp.verify_device(quick=True, softcaps=(30.0,))
+    print(dp.format_table(record))
+    p = record["premises"]
+    assert all(e["status"] in ("pass", "FAIL") for e in p.values())
+    assert p["cast float32->bfloat16"]["measured"] == "nearest"
+    assert dp.failed(record) == [], {name: p[name]["measured"] for name in dp.failed(record)}
