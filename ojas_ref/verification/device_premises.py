@@ -2,7 +2,8 @@
 
 The float theorems of rocq/ take the device's arithmetic as Section premises, which no proof
 can discharge: the error of ``tl.exp2`` / ``tl.exp`` on x <= 0 (``ex_err``; the attention
-kernels' exp2 and ``exp2(0) = 1``), of ``tl.log2`` / ``tl.log`` on a bounded range (``lg_err``,
+kernels' exp2 and ``exp2(0) = 1``), of ``tl.log2`` / ``tl.log`` on a bounded range (``lg_err``
+on :data:`LOG_DOMAIN`,
 rocq/LinearCrossEntropy/Float/LseLossError.v, rocq/Attention/Float/SavedLseError.v), of the
 softcap's ``tanh`` (``th_err``) and division (``dv_err``, rocq/LinearCrossEntropy/Float/SoftcapError.v),
 the rounding of the float32 -> bfloat16 / float16 casts (the bf16 instances are round to
@@ -22,12 +23,13 @@ block size k, alignment to F bits, output rounding) and the 3xTF32 low part's re
   among the models :class:`Accumulation` (:func:`identify_accumulation` on the test vectors of
   :func:`dot_test_vectors`, after Fasi, Higham, Mikaitis and Pranesh 2021: a large term and small
   ones at every position and exponent gap, both signs, plus random ones); the TF32 reading of an
-  unrounded float32 operand (every float32 in +-[1, 2)); "tf32x3" checked bit for bit against
-  the split of Tf32Product.v with the identified parts.
+  unrounded float32 operand (:func:`tf32_readings` on every float32 in +-[1, 2)); "tf32x3"
+  checked bit for bit against the split of Tf32Product.v with the identified parts.
 
 The record (:func:`save_record`, :func:`load_record`) is JSON keyed by the GPU's name, the
 driver, CUDA, torch and Triton versions, stored under ``$OJAS_DEVICE_CACHE`` or
-``~/.cache/ojas/device/``; :func:`checked_premises` is what the GPU tests and ``ojas audit`` read.
+``~/.cache/ojas/device/``; the GPU tests read it through :func:`checked_premises`, ``ojas audit``
+through :func:`load_record` and :func:`failed`.
 No theorem covers this module: it turns premises into recorded measurements.
 """
 
