@@ -2,7 +2,7 @@
     the instances of Witnesses/LinearCrossEntropy/Float/LseLossError.v ([bf16_fp32], [tl.exp] and
     [tl.log] the rounded [exp] and [ln], [tl.sum] left to right, one row of one logit, the target
     that logit), and for the products those of Witnesses/LinearCrossEntropy/Float/GradError.v (one
-    kept target item, exact accumulation, FMA epilogue). *)
+    kept target item, float32 accumulation left to right, FMA epilogue). *)
 
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
@@ -44,10 +44,10 @@ Qed.
 
 Definition ce_gp_dw_error_witness :=
   ce_gp_dw_error wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err unit w_z w_z w_z w_z w_h w_t w_t
-    rsum (fun a c => ff_rnd (mp_a wM) (1 * a + c)) 1 1 0 0 (fun _ => 0) (fun _ => 0) w_X0 [[tt]; [tt]]
-    (epi_fma_ok wM 1) (Rle_refl 0) w_alpha (Rle_refl 0) (fun c _ => w_exact_sum _) (w_gp_ok _).
+    w_dsum (fun a c => ff_rnd (mp_a wM) (1 * a + c)) 1 1 0 w_gd (fun _ => 0) (fun _ => 0) w_X0 [[tt; tt]; [tt]]
+    (epi_fma_ok wM 1) (Rle_refl 0) w_alpha w_gd_nonneg w_dsum_ok_cs (w_gp_ok _).
 
 Definition ce_gp_dh_error_witness :=
   ce_gp_dh_error wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err unit w_z w_z w_z w_z w_h w_t w_t
-    rsum 1 1 0 0 (fun _ => 0) (fun _ => 0) w_X0 [tt]
-    (Rle_refl 0) w_alpha (Rle_refl 0) (w_exact_sum _) (w_gp_ok _).
+    w_dsum 1 1 0 w_gd (fun _ => 0) (fun _ => 0) w_X0 [tt; tt]
+    (Rle_refl 0) w_alpha w_gd_nonneg (w_dsum_ok _ _ [tt; tt] ltac:(cbn; lia)) (w_gp_ok _).

@@ -3,7 +3,8 @@
     [tanh] and [z / c] the exact ones rounded to float32
     (Witnesses/LinearCrossEntropy/Float/SoftcapError.v), the chain factor [rnd (1 - rnd (d * d))];
     one item (one kept token, its target, raw logit and lse 0, other operand 1), the accumulation of
-    a product's terms exact ([gd = 0]), grad_output 1 exact, the FMA epilogue. *)
+    a product's terms (at most two) float32 additions left to right, grad_output 1 exact, the FMA
+    epilogue. *)
 
 From Coq Require Import Reals List Lra Lia.
 From Flocq Require Import Core.
@@ -36,6 +37,13 @@ Proof.
   split; [apply ff_fmt_0 | lra].
 Qed.
 
+Lemma w_sc_term_fmt : forall x, ff_fmt (mp_a wM) (sc_term wM w_ex 1 w_th w_cf unit w_z w_z w_h w_t w_t x).
+Proof. intros x; unfold sc_term, sc_g, sc_gent, w_h, w_t; rewrite Rmult_1_r; apply (mp_s_in_a wM), ff_rnd_fmt. Qed.
+
+Lemma w_sc_dsum_ok : forall xs, (length xs <= 2)%nat ->
+  ce_gen_dsum_ok unit (sc_term wM w_ex 1 w_th w_cf unit w_z w_z w_h w_t w_t) w_dsum w_gd xs.
+Proof. intros xs Hl; apply w_tile_dsum; [apply w_sc_term_fmt | exact Hl]. Qed.
+
 Definition w_Xs : R := exp (sc_delta u eta 1 u eta 0 + 0 + u * 0 + eta).
 
 Definition sc_g_close_witness :=
@@ -46,11 +54,12 @@ Definition sc_g_close_witness :=
 Definition sc_dw_error_witness :=
   sc_dw_error wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err 1 Rlt_0_1 w_th u eta (ff_u_nonneg _) w_th_err
     w_dv u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_dv_err w_cf w_cf_ok unit w_z w_z w_z w_z w_h w_t w_t
-    rsum (fun a c => ff_rnd (mp_a wM) (1 * a + c)) 1 1 0 0 0 0 0 w_Xs [[tt]; [tt]]
-    (epi_fma_ok wM 1) (Rle_refl 0) w_alpha (Rle_refl 0) (Rle_refl w_Xs) (fun ch _ => w_exact_sum _) (w_sc_ok _).
+    w_dsum (fun a c => ff_rnd (mp_a wM) (1 * a + c)) 1 1 0 w_gd 0 0 0 w_Xs [[tt; tt]; [tt]]
+    (epi_fma_ok wM 1) (Rle_refl 0) w_alpha w_gd_nonneg (Rle_refl w_Xs)
+    (fun ch Hc => w_sc_dsum_ok ch ltac:(destruct Hc as [<- | [<- | []]]; cbn; lia)) (w_sc_ok _).
 
 Definition sc_dh_error_witness :=
   sc_dh_error wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err 1 Rlt_0_1 w_th u eta (ff_u_nonneg _) w_th_err
     w_dv u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_dv_err w_cf w_cf_ok unit w_z w_z w_z w_z w_h w_t w_t
-    rsum 1 1 0 0 0 0 0 w_Xs [tt]
-    (Rle_refl 0) w_alpha (Rle_refl 0) (Rle_refl w_Xs) (w_exact_sum _) (w_sc_ok _).
+    w_dsum 1 1 0 w_gd 0 0 0 w_Xs [tt; tt]
+    (Rle_refl 0) w_alpha w_gd_nonneg (Rle_refl w_Xs) (w_sc_dsum_ok [tt; tt] ltac:(cbn; lia)) (w_sc_ok _).

@@ -1,7 +1,7 @@
 (** * Witnesses of LinearCrossEntropy/Float/WeightedGradError.v (ojas_ref/verification/proof_audit.py):
     [bf16_fp32], [tl.exp] and [tl.log] the rounded [exp] and [ln] (Witnesses/Instances.v); one item
     (one kept token, its target, logit 0, other operand 1, token weight 1), the accumulation of a
-    product's terms exact ([gd = 0]), grad_output 1 exact; for the two-level forward the row of
+    product's terms (at most two) float32 additions left to right, grad_output 1 exact; for the two-level forward the row of
     one logit [0] in one group of one tile, its lse the one the forward computes
     (Witnesses/LinearCrossEntropy/Float/LseLossError.v's [w_bL2]). *)
 
@@ -33,15 +33,23 @@ Definition w_one (_ : unit) : R := 1.
 Lemma w_cw_ok : forall xs x, In x xs -> cw_ok unit w_z w_z w_z w_z w_one w_one 0 0 0 0 x.
 Proof. intros xs x _; unfold w_z, w_one; repeat split; first [apply w_abs00 | apply w_w11]. Qed.
 
+Lemma w_cw_term_fmt : forall iz il x, ff_fmt (mp_a wM) (cw_term wM w_ex unit iz il w_h w_one w_t x).
+Proof. intros iz il x; unfold cw_term, ce_wgent, w_h; rewrite Rmult_1_r; apply (mp_s_in_a wM), ff_rnd_fmt. Qed.
+
+Lemma w_cw_dsum_ok : forall iz il xs, (length xs <= 2)%nat ->
+  ce_gen_dsum_ok unit (cw_term wM w_ex unit iz il w_h w_one w_t) w_dsum w_gd xs.
+Proof. intros iz il xs Hl; apply w_tile_dsum; [apply w_cw_term_fmt | exact Hl]. Qed.
+
 Definition ce_dw4_error_witness :=
   ce_dw4_error wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err unit w_z w_z w_z w_z w_h w_one w_one w_t
-    rsum 0 0 0 0 0 w_X [tt; tt] (Rle_refl 0) (Rle_refl 0) (Rle_refl w_X) (w_exact_sum _) (w_cw_ok _).
+    w_dsum w_gd 0 0 0 0 w_X [tt; tt] w_gd_nonneg (Rle_refl 0) (Rle_refl w_X)
+    (w_cw_dsum_ok _ _ [tt; tt] ltac:(cbn; lia)) (w_cw_ok _).
 
 Definition ce_dh4_error_witness :=
   ce_dh4_error wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err unit w_z w_z w_z w_z w_h w_t w_t
-    rsum 1 1 0 0 0 0 0 w_X 1 [tt]
-    (Rle_refl 0) w_alpha (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) (Rle_refl w_X)
-    (w_exact_sum _) (w_ok_all _).
+    w_dsum 1 1 0 w_gd 0 0 0 w_X 1 [tt; tt]
+    (Rle_refl 0) w_alpha w_gd_nonneg (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) (Rle_refl w_X)
+    (w_dsum_ok _ _ [tt; tt] ltac:(cbn; lia)) (w_ok_all _).
 
 (** ** The two-level forward: the row of one logit [0], one group of one tile *)
 
@@ -69,12 +77,13 @@ Proof.
 Qed.
 
 Ltac w_two :=
-  first [ apply w_row2_ok | apply sum_ok_tile_sum | apply Rle_refl | apply w_exact_sum
+  first [ apply w_row2_ok | apply sum_ok_tile_sum | apply Rle_refl | apply w_gd_nonneg
+        | apply w_cw_dsum_ok; cbn; lia | apply w_dsum_ok; cbn; lia
         | rewrite w_bL2_eq; pose proof w_bL2_small as Hb; unfold w_bL2 in Hb |- *; cbv zeta in Hb |- *; rewrite ?exp_0; lra
         | rewrite w_bL2_eq; apply Rle_refl
         | w_close ].
 
-Lemma w_two_items : forall x, In x [tt] ->
+Lemma w_two_items : forall x, In x [tt; tt] ->
   Rabs (w_z x - w_z x) <= 0 /\ Rabs (w_z x - w_lse2) <= w_Am2 /\ Rabs (w_one x - w_one x) <= 0 * Rabs (w_one x)
   /\ ce_row2_ok wM 1 1 1 1 1 1 0 0 0 w_tiles2 /\ w_lse2 = ce_row2_lse wM w_ex w_lg w_ts w_ts w_tiles2
   /\ ce_row2_L w_tiles2 = ce_row2_L w_tiles2.
@@ -86,11 +95,11 @@ Qed.
 Definition ce_dw4_error_two_level_witness :=
   ltac:(refine (ce_dw4_error_two_level wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err
                   w_lg w_el (/ 2) 4 w_lg_fmt w_lg_err unit w_z (fun _ => w_lse2) w_z (fun _ => ce_row2_L w_tiles2)
-                  w_h w_one w_one w_t (fun _ => w_tiles2) w_ts w_ts 0 1 1 1 0 1 1 1 rsum 0 0 0 w_Am2 0 1 0 w_NL2 w_X2 [tt]
+                  w_h w_one w_one w_t (fun _ => w_tiles2) w_ts w_ts 0 1 1 1 0 1 1 1 w_dsum w_gd 0 0 w_Am2 0 1 0 w_NL2 w_X2 [tt; tt]
                   _ _ _ _ _ _ _ _ _ _ _ _);
         first [ apply w_two_items | w_two ]).
 
-Lemma w_two_items_dh : forall x, In x [tt] -> w_t x = true ->
+Lemma w_two_items_dh : forall x, In x [tt; tt] -> w_t x = true ->
   Rabs (w_z x - w_z x) <= 0 /\ Rabs (w_z x - w_lse2) <= w_Am2
   /\ w_lse2 = ce_row2_lse wM w_ex w_lg w_ts w_ts w_tiles2 /\ ce_row2_L w_tiles2 = ce_row2_L w_tiles2.
 Proof.
@@ -100,6 +109,6 @@ Qed.
 Definition ce_dh4_error_two_level_witness :=
   ltac:(refine (ce_dh4_error_two_level wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err
                   w_lg w_el (/ 2) 4 w_lg_fmt w_lg_err unit w_z (fun _ => w_lse2) w_z (fun _ => ce_row2_L w_tiles2)
-                  w_h w_t w_t w_tiles2 w_ts w_ts 0 1 1 1 0 1 1 1 rsum 1 1 0 0 0 w_Am2 0 1 0 w_NL2 w_X2 1 [tt]
+                  w_h w_t w_t w_tiles2 w_ts w_ts 0 1 1 1 0 1 1 1 w_dsum 1 1 0 w_gd 0 w_Am2 0 1 0 w_NL2 w_X2 1 [tt; tt]
                   _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _);
         first [ apply w_two_items_dh | apply w_alpha | apply Rabs_pos | w_two ]).
