@@ -386,20 +386,73 @@ def tf32_readings(read: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor)
     return {mode for mode in ("trunc", "rne", "rna") if torch.equal(y, _round_bits(x, 11, mode).view(torch.int32))}
 
 
+#: How the three TF32 dots of a 3xTF32 dot are chained (products 0: lo a . hi b, 1: hi a . lo b,
+#: 2: hi a . hi b, in the given order): "chain(c)" each from the previous result, the first from
+#: the accumulator c (Tf32Product.v's reading of Triton's F32DotTC); "chain(0)+c" the same from 0,
+#: then c added in float32 (later Triton versions); "hi(c)+lo" the high dot from c and the two low
+#: ones chained from 0, then added; "hi(0)+lo+c" both from 0, added, then c.
+TF32X3_SCHEDULES = ("chain(c)", "chain(0)+c", "hi(c)+lo", "hi(0)+lo+c")
+_TF32X3_ORDERS = ((0, 1, 2), (1, 0, 2), (0, 2, 1), (1, 2, 0), (2, 0, 1), (2, 1, 0))
+
+
+def _add32(x: float, y: float) -> float:
+    """float32 ``x + y`` rounded to nearest even (exactly)."""
+    return _block(Accumulation(1, None, "trunc", "nearest"), [x, y])
+
+
 def emulate_tf32x3(
-    model: Accumulation, read: str, order: Sequence[int], a: Sequence[float], b: Sequence[float], c: float
+    model: Accumulation,
+    read: str,
+    schedule: str,
+    order: Sequence[int],
+    a: Sequence[float],
+    b: Sequence[float],
+    c: float,
 ) -> float:
-    """Tf32Product.v's 3xTF32 dot: ``hi = rna(x)`` (11 bits), ``lo = read(x - hi)``, the three dots
-    (0: lo a . hi b, 1: hi a . lo b, 2: hi a . hi b) in ``order``, each accumulated by ``model``
-    from the previous result (the first from ``c``)."""
+    """Tf32Product.v's 3xTF32 dot ``c + a . b``: ``hi = rna(x)`` (11 bits), ``lo = read(x - hi)``, the
+    three TF32 dots accumulated by ``model``, chained by ``schedule`` (:data:`TF32X3_SCHEDULES`) in
+    ``order`` (for the split schedules, the order of the two low dots)."""
     ta, tb = torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)
     ha, hb = _round_bits(ta, 11, "rna"), _round_bits(tb, 11, "rna")
     la, lb = _round_bits(ta - ha, 11, read), _round_bits(tb - hb, 11, read)
-    pairs = ((la, hb), (ha, lb), (ha, hb))
-    acc = c
-    for i in order:
-        acc = emulate_dot(model, pairs[i][0].tolist(), pairs[i][1].tolist(), acc)
-    return acc
+    pairs = [(x.tolist(), y.tolist()) for x, y in ((la, hb), (ha, lb), (ha, hb))]
+
+    def chain(indices: Sequence[int], acc: float) -> float:
+        for i in indices:
+            acc = emulate_dot(model, *pairs[i], acc)
+        return acc
+
+    if schedule == "chain(c)":
+        return chain(order, c)
+    if schedule == "chain(0)+c":
+        return _add32(chain(order, 0.0), c)
+    low = chain([i for i in order if i != 2], 0.0)
+    if schedule == "hi(c)+lo":
+        return _add32(chain([2], c), low)
+    if schedule == "hi(0)+lo+c":
+        return _add32(_add32(chain([2], 0.0), low), c)
+    raise ValueError(f"schedule must be one of {TF32X3_SCHEDULES}, got {schedule!r}")
+
+
+def identify_tf32x3(
+    dot: Callable[[list[tuple[list, list, float]]], list[float]],
+    vectors: list[tuple[list, list, float]],
+    models: Iterable[Accumulation],
+    read: str,
+) -> list[dict[str, Any]]:
+    """The (TF32 model, schedule, order) combinations under which :func:`emulate_tf32x3` gives
+    ``dot(vectors)`` (the device's 3xTF32 results) bit for bit on every vector."""
+    got = dot(vectors)
+    out = []
+    for model in models:
+        for schedule in TF32X3_SCHEDULES:
+            orders = _TF32X3_ORDERS if schedule.startswith("chain") else ((0, 1, 2), (1, 0, 2))
+            for order in orders:
+                if all(
+                    emulate_tf32x3(model, read, schedule, order, a, b, c) == y for (a, b, c), y in zip(vectors, got)
+                ):
+                    out.append(dict(model=dataclasses.asdict(model), schedule=schedule, order=list(order)))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -735,17 +788,11 @@ def _check_dots(device: str, quick: bool, chunk: int) -> Iterator[dict]:
         reading in ("trunc", "rne", "rna"),
     )
     vectors = dot_test_vectors(k, "float32", random=n_random, seed=1)[-n_random:]
-    got = _vector_dot(torch.float32, "tf32x3", device)(vectors)
-    orders = ((0, 1, 2), (1, 0, 2), (0, 2, 1), (1, 2, 0), (2, 0, 1), (2, 1, 0))
-    matches = [
-        dict(model=dataclasses.asdict(m), order=list(order))
-        for m in (tf32 if reading in ("trunc", "rne", "rna") else [])
-        for order in orders
-        if all(emulate_tf32x3(m, reading, order, a, b, c) == y for (a, b, c), y in zip(vectors, got))
-    ]
+    ok = reading in ("trunc", "rne", "rna")
+    matches = identify_tf32x3(_vector_dot(torch.float32, "tf32x3", device), vectors, tf32 if ok else [], reading)
     yield _entry(
         "tl.dot float32 tf32x3",
-        "Tf32Product.tf32x3_dot_tc_error (hi rna, lo read, three TF32 dots)",
+        "Tf32Product.tf32x3_dot_tc_error (hi rna, lo read, three TF32 dots; how they are chained)",
         f"random vectors of K = {k}",
         len(vectors),
         "the 3xTF32 split of Tf32Product.v (the tf32 model, the reading)",

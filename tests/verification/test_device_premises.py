@@ -11,6 +11,7 @@ round-trips and is keyed by the versions; the CLI refuses clearly without CUDA.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -280,7 +281,7 @@ def test_tf32x3_emulation_within_the_split_bound():
     bound = c3 + gamma(3 * n - 1) * kl + gamma(n) * kh
     inexact = 0
     for a, b, c in _vectors("float32", 32)[:32]:
-        got = dp.emulate_tf32x3(fma, "trunc", (0, 1, 2), a, b, 0.0)
+        got = dp.emulate_tf32x3(fma, "trunc", "chain(c)", (0, 1, 2), a, b, 0.0)
         exact = sum(Fraction(x) * Fraction(y) for x, y in zip(a, b))
         assert abs(Fraction(got) - exact) <= Fraction(bound) * sum(abs(Fraction(x) * Fraction(y)) for x, y in zip(a, b))
         inexact += Fraction(got) != exact
@@ -435,3 +436,21 @@ def test_quick_run_on_the_gpu_holds_every_premise():
     assert all(e["status"] in ("pass", "FAIL") for e in p.values())
     assert p["cast float32->bfloat16"]["measured"] == "nearest"
     assert dp.failed(record) == [], {name: p[name]["measured"] for name in dp.failed(record)}
+
+
+def test_tf32x3_schedule_identified():
+    """A fake 3xTF32 dot that chains the three TF32 dots from 0 and adds the accumulator last (later
+    Triton versions) is told apart from one that starts from the accumulator (Tf32Product.v's
+    reading), with the TF32 model it was built from."""
+    model = dp.Accumulation(4, 25, "trunc", "truncate")
+    vectors = _vectors("float32", 24)[:24]
+    for schedule in ("chain(0)+c", "chain(c)"):
+
+        def fake(vs, schedule=schedule):
+            return [dp.emulate_tf32x3(model, "trunc", schedule, (0, 1, 2), a, b, c) for a, b, c in vs]
+
+        got = dp.identify_tf32x3(fake, vectors, [model, dp.Accumulation(1, None, "trunc", "nearest")], "trunc")
+        assert {(g["schedule"], tuple(g["order"])) for g in got} <= {(schedule, o) for o in dp._TF32X3_ORDERS}
+        assert dict(model=dataclasses.asdict(model), schedule=schedule, order=[0, 1, 2]) in got
+    with pytest.raises(ValueError, match="schedule"):
+        dp.emulate_tf32x3(model, "trunc", "other", (0, 1, 2), [1.0], [1.0], 0.0)
