@@ -24,7 +24,8 @@ block size k, alignment to F bits, output rounding) and the 3xTF32 low part's re
   :func:`dot_test_vectors`, after Fasi, Higham, Mikaitis and Pranesh 2021: a large term and small
   ones at every position and exponent gap, both signs, plus random ones); the TF32 reading of an
   unrounded float32 operand (:func:`tf32_readings` on every float32 in +-[1, 2)); "tf32x3"
-  checked bit for bit against the split of Tf32Product.v with the identified parts.
+  checked bit for bit against the split of Tf32Product.v with the identified parts, recording
+  how the three TF32 dots are chained (:data:`TF32X3_SCHEDULES`, :func:`identify_tf32x3`).
 
 The record (:func:`save_record`, :func:`load_record`) is JSON keyed by the GPU's name, the
 driver, CUDA, torch and Triton versions, stored under ``$OJAS_DEVICE_CACHE`` or
