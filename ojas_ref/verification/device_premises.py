@@ -469,14 +469,18 @@ def _dot_probe():
     import triton.language as tl
 
     @triton.jit
-    def probe(A, B, C, OUT, K: tl.constexpr, T: tl.constexpr, PREC: tl.constexpr, BF16: tl.constexpr):
+    def probe(
+        A, B, C, OUT, K: tl.constexpr, T: tl.constexpr, PREC: tl.constexpr, BF16: tl.constexpr, UPCAST: tl.constexpr
+    ):
         p = tl.program_id(0)
         rows = p * T + tl.arange(0, T)
         cols = tl.arange(0, K)
         a = tl.load(A + rows[:, None] * K + cols[None, :])
         bt = tl.load(B + rows[:, None] * K + cols[None, :])
         acc = tl.load(C + rows)[:, None] + tl.zeros((T, T), dtype=tl.float32)
-        if BF16:
+        if UPCAST:  # the interpreter's bf16 dot is wrong: the kernels' _dot upcasts there too
+            d = tl.dot(a.to(tl.float32), tl.trans(bt.to(tl.float32)), acc, input_precision="ieee")
+        elif BF16:
             d = tl.dot(a, tl.trans(bt), acc)
         else:
             d = tl.dot(a, tl.trans(bt), acc, input_precision=PREC)
@@ -489,7 +493,8 @@ def device_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, precision: str
     """``c_v + a_v . b_v`` for the rows of ``a``, ``b`` [n, K] (bfloat16, or float32 with
     ``precision`` "ieee" / "tf32" / "tf32x3") and ``c`` [n] float32, by one ``tl.dot`` on the
     device of ``a``: float32 [n]. On CUDA the tiles are 64 x 64 (a warpgroup's MMA on Hopper, as
-    in the kernels), 16 x 16 in the interpreter."""
+    in the kernels), 16 x 16 in the interpreter, which upcasts to float32 as the kernels' ``_dot``
+    does there."""
     if a.shape != b.shape or a.dim() != 2 or c.shape != a.shape[:1] or a.dtype != b.dtype:
         raise ValueError(f"a, b must be [n, K] of one dtype and c [n], got {a.shape}, {b.shape}, {c.shape}")
     if a.dtype not in (torch.bfloat16, torch.float32) or precision not in ("ieee", "tf32", "tf32x3"):
@@ -502,7 +507,8 @@ def device_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, precision: str
     a, b = (torch.cat([t, t.new_zeros(pad, k)]).contiguous() for t in (a, b))
     c = torch.cat([c.float(), c.new_zeros(pad, dtype=torch.float32)]).contiguous()
     out = torch.empty((n + pad) // t, t, t, dtype=torch.float32, device=a.device)
-    _dot_probe()[((n + pad) // t,)](a, b, c, out, K=k, T=t, PREC=precision, BF16=a.dtype == torch.bfloat16)
+    bf16 = a.dtype == torch.bfloat16
+    _dot_probe()[((n + pad) // t,)](a, b, c, out, K=k, T=t, PREC=precision, BF16=bf16, UPCAST=not a.is_cuda)
     return out.diagonal(dim1=1, dim2=2).reshape(-1)[:n]
 
 

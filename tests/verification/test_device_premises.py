@@ -454,3 +454,23 @@ def test_tf32x3_schedule_identified():
         assert dict(model=dataclasses.asdict(model), schedule=schedule, order=[0, 1, 2]) in got
     with pytest.raises(ValueError, match="schedule"):
         dp.emulate_tf32x3(model, "trunc", "other", (0, 1, 2), [1.0], [1.0], 0.0)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_device_dot_probe_in_the_interpreter(dtype):
+    """The tl.dot probe returns each vector's ``c + a . b`` (37 vectors: the last tile padded), within
+    float32 rounding of the float64 dot of the same (rounded) inputs; bad arguments refused."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1")
+    a, b = (torch.randn(37, 32, generator=GEN).to(dtype) for _ in range(2))
+    c = torch.randn(37, generator=GEN)
+    got = dp.device_dot(a, b, c, "ieee").double()
+    exact = c.double() + (a.double() * b.double()).sum(1)
+    scale = c.double().abs() + (a.double() * b.double()).abs().sum(1)
+    assert got.shape == (37,) and bool(((got - exact).abs() <= 33 * 2.0**-24 * scale).all())
+    with pytest.raises(ValueError, match="precision"):
+        dp.device_dot(a, b, c, "tf64")
+    with pytest.raises(ValueError, match="a, b"):
+        dp.device_dot(a, b[:, :16], c, "ieee")
