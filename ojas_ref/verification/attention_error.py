@@ -15,7 +15,9 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
 * :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
   the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
-  ``exp2(0) == 1``.
+  ``exp2(0) == 1``; sampled (the interpreter's test and the benchmark): ``ojas verify-device``
+  (:mod:`ojas_ref.verification.device_premises`, which reuses :func:`_run_unary`) checks it, and
+  ``tl.log2`` and the casts of :func:`storage_rounding`, on every float32 input, for the GPU tests.
 """
 
 from __future__ import annotations
