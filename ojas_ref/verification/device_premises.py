@@ -639,8 +639,12 @@ def _entry(
 def device_key() -> dict[str, str]:
     """What the record is keyed by: the GPU's name, the driver, CUDA, torch and Triton versions
     (on a machine without CUDA: the Triton interpreter)."""
-    import triton
+    try:
+        import triton
 
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
     if torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()
         try:
@@ -661,9 +665,7 @@ def device_key() -> dict[str, str]:
             driver = "unknown (nvidia-smi failed)"
     else:
         gpu, driver = "none (Triton interpreter)", "none"
-    return dict(
-        gpu=gpu, driver=driver, cuda=str(torch.version.cuda), torch=torch.__version__, triton=triton.__version__
-    )
+    return dict(gpu=gpu, driver=driver, cuda=str(torch.version.cuda), torch=torch.__version__, triton=triton_version)
 
 
 def _commit() -> str:
@@ -833,13 +835,18 @@ def verify_device(
         _check_sum_trees(device),
         _check_dots(device, quick, chunk),
     )
-    for check in checks:
+    for what, check in zip(("unary functions", "casts", "tl.sum trees", "tl.dot"), checks):
         t0 = time.perf_counter()
-        for entry in check:
-            entry["seconds"] = round(time.perf_counter() - t0, 2)
-            premises[entry["name"]] = entry
-            log(f"  {entry['name']}: {entry['status']} ({entry['inputs']} inputs, {entry['seconds']} s)")
-            t0 = time.perf_counter()
+        try:
+            for entry in check:
+                entry["seconds"] = round(time.perf_counter() - t0, 2)
+                premises[entry["name"]] = entry
+                log(f"  {entry['name']}: {entry['status']} ({entry['inputs']} inputs, {entry['seconds']} s)")
+                t0 = time.perf_counter()
+        except Exception as err:  # recorded as a failure: the other checks still run
+            name = f"{what}: error"
+            premises[name] = _entry(name, "-", "-", 0, "-", f"{type(err).__name__}: {err}", False)
+            log(f"  {name}: {type(err).__name__}: {err}")
     return dict(
         key=device_key(),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -474,3 +474,22 @@ def test_device_dot_probe_in_the_interpreter(dtype):
         dp.device_dot(a, b, c, "tf64")
     with pytest.raises(ValueError, match="a, b"):
         dp.device_dot(a, b[:, :16], c, "ieee")
+
+
+def test_a_check_that_raises_is_recorded_as_failed_and_the_others_run(monkeypatch):
+    """One kind of check crashing (here the casts) becomes a FAIL entry with the error; the checks
+    after it still run (the sum trees: not checked on the CPU)."""
+
+    def crash(*args):
+        raise RuntimeError("compilation failed")
+        yield
+
+    monkeypatch.setattr(dp, "_check_unaries", lambda *a: iter([dp._entry("u", "t", "d", 1, 1.0, 0.5, True)]))
+    monkeypatch.setattr(dp, "_check_casts", crash)
+    monkeypatch.setattr(dp, "_check_dots", lambda *a: iter([]))
+    record = dp.verify_device(quick=True, log=lambda m: None)
+    p = record["premises"]
+    assert p["u"]["status"] == "pass"
+    assert p["casts: error"]["status"] == "FAIL" and p["casts: error"]["measured"] == "RuntimeError: compilation failed"
+    assert p["tl.sum tree rows float32"]["status"] == ("pass" if torch.cuda.is_available() else "not checked")
+    assert dp.failed(record)[0] == "casts: error"
