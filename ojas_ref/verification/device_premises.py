@@ -51,6 +51,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from ojas_ref.verification.bounds.common import _EXP2_ABS_ERROR
+
 F64 = torch.float64
 CACHE_ENV = "OJAS_DEVICE_CACHE"
 #: The log premises' float32 domain: the theorems ask ``[1/(1+b), (1+b) n]`` for the row sum's
@@ -59,7 +61,7 @@ LOG_DOMAIN = (0.5, 2.0**25)
 #: Softcaps whose tanh and division premises are checked by default (the tests' caps).
 SOFTCAPS = (5.0, 30.0)
 _FLT_MAX = float(torch.finfo(torch.float32).max)
-_TINY = 2.0**-126  # the smallest normal float32: below it the premises are absolute (2^-126)
+_TINY = _EXP2_ABS_ERROR  # 2^-126: the relative premises' absolute term (flush to zero included)
 
 
 class PremisesNotChecked(RuntimeError):
@@ -126,8 +128,9 @@ def float32_chunks(
 
 @dataclasses.dataclass(frozen=True)
 class UnaryPremise:
-    """``|f(x) - ref(x)| <= assumed * |ref(x)|`` (``relative``; ``2^-126`` absolute where
-    ``|ref(x)| < 2^-126``) or ``<= assumed`` (absolute) for every float32 x in [lo, hi]."""
+    """``|f(x) - ref(x)| <= assumed * |ref(x)| + 2^-126`` (``relative``: the premises' form, the
+    absolute term ``_EXP2_ABS_ERROR`` of the bounds) or ``<= assumed`` (absolute) for every float32
+    x in [lo, hi]."""
 
     name: str
     theorem: str
@@ -151,35 +154,34 @@ def scan_unary(
     chunk: int = 1 << 24,
 ) -> dict[str, Any]:
     """Run ``fn`` (float32 -> float32, the device's function) over the premise's domain against
-    ``ref`` (float64): the inputs checked, the largest error (relative where ``|ref| >= 2^-126``
-    for relative premises, with the absolute one below), the input where it occurs, and whether
-    the premise holds. A NaN where the reference is a number counts as an infinite error."""
+    ``ref`` (float64): the inputs checked, ``measured`` and the input where it is reached, and
+    whether the premise holds (``measured <= assumed``). Absolute premises: ``measured`` is the
+    largest ``|fn(x) - ref(x)|``. Relative ones, stated as in Coq (``ex_err``, ``dv_err``:
+    ``|fn(x) - ref(x)| <= ue |ref(x)| + 2^-126``): ``measured`` is the least ``ue`` that makes it
+    hold on every input, ``max (err - 2^-126)^+ / |ref(x)|`` (infinite where ``ref(x) = 0`` and
+    ``err > 2^-126``), and ``measured_below_normal`` the largest error where ``|ref(x)| < 2^-126``.
+    A NaN where the reference is a number counts as an infinite error."""
     n, worst, worst_x, worst_abs, worst_abs_x = 0, 0.0, None, 0.0, None
     for x in float32_chunks(premise.lo, premise.hi, device=device, step=step, chunk=chunk):
         y, e = fn(x).to(F64), ref(x.to(F64))
         err = torch.where(y == e, 0.0, (y - e).abs())
         err = torch.where(torch.isnan(err) & ~torch.isnan(e), math.inf, err)
         if premise.relative:
-            normal = e.abs() >= _TINY
-            rel = torch.where(normal, err / e.abs().clamp_min(_TINY), 0.0)
-            below = torch.where(normal, 0.0, err)
-            i = int(rel.argmax())
-            if rel[i].item() > worst:
-                worst, worst_x = rel[i].item(), x[i].item()
+            over = (err - _TINY).clamp_min(0.0)
+            need = torch.where(over == 0, 0.0, over / e.abs())  # over / 0 = inf: the premise cannot hold
+            below = torch.where(e.abs() >= _TINY, 0.0, err)
             j = int(below.argmax())
             if below[j].item() > worst_abs:
                 worst_abs, worst_abs_x = below[j].item(), x[j].item()
         else:
-            i = int(err.argmax())
-            if err[i].item() > worst:
-                worst, worst_x = err[i].item(), x[i].item()
+            need = err
+        i = int(need.argmax())
+        if need[i].item() > worst:
+            worst, worst_x = need[i].item(), x[i].item()
         n += x.numel()
-    out: dict[str, Any] = dict(inputs=n, measured=worst, worst_input=worst_x)
-    passed = worst <= premise.assumed
+    out: dict[str, Any] = dict(inputs=n, measured=worst, worst_input=worst_x, passed=bool(worst <= premise.assumed))
     if premise.relative:
         out.update(measured_below_normal=worst_abs, worst_input_below_normal=worst_abs_x)
-        passed = passed and worst_abs <= _TINY
-    out["passed"] = bool(passed)
     return out
 
 
@@ -696,7 +698,7 @@ def _check_unaries(softcaps: Sequence[float], device: str, quick: bool, chunk: i
         assumed, measured, passed = premise.assumed, r["measured"], r["passed"]
         extra: dict[str, Any] = dict(worst_input=r["worst_input"])
         if premise.relative:
-            assumed = dict(relative=premise.assumed, absolute_below_normal=_TINY)
+            assumed = dict(relative=premise.assumed, absolute=_TINY)
             measured = dict(relative=r["measured"], absolute_below_normal=r["measured_below_normal"])
             extra["worst_input_below_normal"] = r["worst_input_below_normal"]
         if premise.name == "tl.exp2":  # exp2_0 of Attention.Float.OnlineSoftmaxTile

@@ -98,6 +98,19 @@ def test_absolute_premise_and_the_below_normal_term():
     assert not dp.scan_unary(low, lift, torch.exp2, device="cpu", step=1 << 4)["passed"]
 
 
+def test_relative_premise_in_the_coq_form():
+    """``|f(x) - 2^x| <= ue 2^x + 2^-126`` as ex_err states it: flushing to zero the results just
+    above the normal range (below 2^-126 (1 + 2^-4)) costs a relative error of 1 there, yet holds
+    the premise with ue = 1 - 1/(1 + 2^-4) = 1/17 (every float32 in [-126.2, -125.8])."""
+    lo, hi = float(torch.tensor(-126.2)), float(torch.tensor(-125.8))
+    premise = dp.UnaryPremise("exp2", "test", lo, hi, True, 2.0**-3)
+    edge = 2.0**-126 * (1 + 2.0**-4)
+    flush = lambda x: torch.where(torch.exp2(x.double()) < edge, 0.0, torch.exp2(x))  # noqa: E731
+    r = dp.scan_unary(premise, flush, torch.exp2, device="cpu")
+    assert r["passed"] and r["measured"] == pytest.approx(1 / 17, rel=1e-3) and r["inputs"] > 10000
+    assert r["measured_below_normal"] <= 2.0**-126
+
+
 @pytest.mark.interpreter
 def test_interpreter_exp2_exhaustive_on_a_small_domain():
     """The attention kernels' tl.exp2 (the interpreter's numpy exp2) on every float32 in [-1, -0.99]:
