@@ -555,7 +555,14 @@ def _unary_checks(softcaps: Sequence[float]) -> list[tuple[UnaryPremise, Callabl
     lo, hi = LOG_DOMAIN
     checks = [
         (
-            UnaryPremise("tl.exp2", "Attention.Float: exp2 on x <= 0 (EXP2_ERROR)", -math.inf, 0.0, True, EXP2_ERROR),
+            UnaryPremise(
+                "tl.exp2",
+                "MixedPrecision.mp_exp2_err, on the x <= 0 the kernels evaluate (EXP2_ERROR)",
+                -math.inf,
+                0.0,
+                True,
+                EXP2_ERROR,
+            ),
             lambda x: ae._run_unary("exp2", x, torch.float32),
             torch.exp2,
         ),
