@@ -13,8 +13,8 @@ against the exact capped logits' (the ``softcap`` argument of the bound function
   and the 4-product forward against float64 from the upcast inputs.
 * Mutants of ``_softcap`` (the cap applied twice; the clamp of 2 r / c at 8 instead of 80)
   exceed the bound; the kernel as it is stays within it.
-* GPU (``-m gpu``): the premise on the device (``_cap_tanh`` with ex2.approx and the
-  approximate division), then V = 128256, D = 4096, bfloat16 and float32, caps 30 and 5.
+* GPU (``-m gpu``): the premises on the device (``_cap_tanh`` with ex2.approx and the
+  approximate division) from its record of ``ojas verify-device``, then V = 128256, D = 4096, bfloat16 and float32, caps 30 and 5.
 The capped gradients of the 3-product schedule: ``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error``
 / ``sc_dw_error`` (built on ``sc_chain_error`` for the chain factor ``1 - (z / c)^2``), their
 coefficients from the oracle (``Ojas.Bounds.LinearCrossEntropyGrad.sc_grad_q``); the 4-product schedule's capped
@@ -39,6 +39,7 @@ from ojas_kernels import linear_cross_entropy as kernels  # noqa: E402
 from ojas_kernels import linear_cross_entropy_kernels as jit_kernels  # noqa: E402  (where the kernels find _softcap)
 from ojas_ref.verification.bounds.common import EXP_ERROR  # noqa: E402
 from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
+    LINEAR_CROSS_ENTROPY_DIV_ERROR,
     LINEAR_CROSS_ENTROPY_TANH_ERROR,
     linear_cross_entropy_logit_error_bound,
     linear_cross_entropy_loss_error_bound,
@@ -266,12 +267,22 @@ def test_two_level_forward_within_bound(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("cap", CAPS)
 def test_gpu_llama3_size_softcap_within_bound(dtype, cap):
-    """The device's computed tanh within LINEAR_CROSS_ENTROPY_TANH_ERROR, then the 3-product forward at
+    """The device's computed tanh (within LINEAR_CROSS_ENTROPY_TANH_ERROR) and division ``z / c``
+    (within LINEAR_CROSS_ENTROPY_DIV_ERROR) from this device's record of ``ojas verify-device`` (every
+    float32 input; skipped, naming it, without a record), then the 3-product forward at
     V = 128256, D = 4096 (raw logits up to about 7: cap 5 bites) against float64, every ninth
     token ignored (IEEE float32 products)."""
-    e = measured_tanh_error("cuda", cap)
-    print(f"tanh premise on the device, cap {cap}: {e:.3e} (assumed {LINEAR_CROSS_ENTROPY_TANH_ERROR:.3e})")
-    assert e <= LINEAR_CROSS_ENTROPY_TANH_ERROR
+    from ojas_ref.verification import device_premises as dp
+
+    names = [f"softcap tanh c={cap:g}", f"softcap z/c c={cap:g}"]
+    try:
+        p = dp.checked_premises(names)
+    except dp.PremisesNotChecked as err:
+        pytest.skip(str(err))
+    stale = "the record assumed other constants: rerun `ojas verify-device`"
+    assert p[names[0]]["assumed"] == LINEAR_CROSS_ENTROPY_TANH_ERROR, stale
+    assert p[names[1]]["assumed"]["relative"] == LINEAR_CROSS_ENTROPY_DIV_ERROR, stale
+    print(f"softcap premises on the device (ojas verify-device), cap {cap}: {[p[n]['measured'] for n in names]}")
     err, bound, _ = _chain_errors("cuda", cap, 1 << 20)
     print(f"chain factor on the device, cap {cap}: error {err:.3e} bound {bound:.3e}")
     assert err <= bound
