@@ -26,7 +26,7 @@ def _rocq(args: argparse.Namespace) -> int:
     from ojas_ref.verification import proof_audit as pa
 
     try:
-        data = pa.run_audit(require_witnesses=args.require_witnesses or None)
+        data = pa.run_audit()
     except pa.SourcesMissing as err:
         print(f"ojas rocq: cannot run: {err}", file=sys.stderr)
         return 2
@@ -159,12 +159,6 @@ def main(argv: list[str] | None = None) -> int:
         group.add_argument("--write-manifest", action="store_true", help="write rocq/MANIFEST.json")
         group.add_argument(
             "--check-manifest", action="store_true", help="fail if rocq/MANIFEST.json differs from what the audit finds"
-        )
-        command.add_argument(
-            "--require-witnesses",
-            action="store_true",
-            help="fail when an exported theorem with premises has no witness in rocq/Witnesses/ "
-            "(off by default until every one has one; the report counts them)",
         )
     args = parser.parse_args(argv)
     return args.func(args)

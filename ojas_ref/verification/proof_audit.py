@@ -67,9 +67,9 @@ ALLOWED_AXIOMS = frozenset(
 )
 
 #: Whether every exported theorem with premises must have a witness (see the module
-#: docstring); while False, ``ojas proofs`` reports how many have one and fails only on
-#: a lost witness, a malformed one or the vacuity pattern.
-REQUIRE_ALL_WITNESSES = False
+#: docstring): ``ojas rocq`` fails on any without one (the tests pass False to check the
+#: counting, which then fails only on a lost witness, a malformed one or the vacuity pattern).
+REQUIRE_ALL_WITNESSES = True
 #: The directory, under rocq/, of the witness files (mirroring the theorems' files).
 WITNESS_DIR = "Witnesses"
 WITNESS_SUFFIX = "_witness"
