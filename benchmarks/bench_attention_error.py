@@ -50,10 +50,115 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+#: issue 28's float32 bar, tightness: proved bound / largest observed error at most this (attention
+#: out, lse; cross-entropy lse, loss, dW); the sums' gradients (:data:`SUM_QUANTITIES`) at most 1000x
+#: and within 10x of the sqrt(n) floor of a sound deterministic bound on a signed sum of n terms
+TIGHTNESS_BAR = {"out": 300.0, "lse": 100.0, "loss": 100.0, "dw": 300.0}
+SUM_QUANTITIES = ("dv", "dq", "dk", "dh")
+#: discrimination: every float32 tolerance at most 1/8 of the error of the same kernel with TF32 dots
+DISCRIMINATION_BAR = 1.0 / 8
+#: bfloat16: bound / observed at most 100x everywhere
+BF16_TIGHTNESS_BAR = 100.0
 SIZES = [4096, 16384]
 QUICK_SIZES = [64, 96]
 # (label, causal, query heads, key/value heads)
 MASKS = [("full", False, 4, 4), ("causal", True, 4, 4), ("causal+gqa4", True, 8, 2)]
+#: a row's configuration (its record's case)
+CASE_KEYS = ("dtype", "S", "E", "mask", "heads", "kv_heads", "storage_rounding")
+
+
+def float32_bar(
+    quantity: str,
+    dtype: torch.dtype,
+    observed: float,
+    tolerance: float,
+    tf32_observed: float | None = None,
+    n_terms: int | None = None,
+) -> dict[str, float]:
+    """One record's metrics of issue 28's float32 bar for ``quantity`` (out, lse, dv, dq, dk, loss,
+    dh, dw): ``observed`` the largest error of the kernel, ``tolerance`` the largest value of the
+    proved bound the tests use, ``tightness`` = tolerance / observed against ``tightness_bar``
+    (:data:`TIGHTNESS_BAR`; the sums' gradients ``min(1000, 10 sqrt(n_terms))``, ``sqrt_n`` given;
+    bfloat16 :data:`BF16_TIGHTNESS_BAR`); float32 also ``tf32_observed`` (the largest error of the
+    same kernel with TF32 dots) and ``discrimination`` = tolerance / tf32_observed against
+    :data:`DISCRIMINATION_BAR`. ``*_ok``: 1 when at or under the bar, else 0."""
+    if quantity not in (*TIGHTNESS_BAR, *SUM_QUANTITIES):
+        raise ValueError(f"quantity must be one of {(*TIGHTNESS_BAR, *SUM_QUANTITIES)}, got {quantity!r}")
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
+    if not (observed >= 0 and tolerance >= 0):
+        raise ValueError(f"observed and tolerance must be nonnegative numbers, got {observed!r}, {tolerance!r}")
+    out = dict(observed=observed, tolerance=tolerance, tightness=tolerance / max(observed, 1e-300))
+    if dtype == torch.bfloat16:
+        out["tightness_bar"] = BF16_TIGHTNESS_BAR
+    elif quantity in SUM_QUANTITIES:
+        if n_terms is None or n_terms < 1:
+            raise ValueError(f"n_terms (the terms of the sum) must be a positive int for {quantity}, got {n_terms!r}")
+        out.update(n_terms=n_terms, sqrt_n=math.sqrt(n_terms), tightness_bar=min(1000.0, 10 * math.sqrt(n_terms)))
+    else:
+        out["tightness_bar"] = TIGHTNESS_BAR[quantity]
+    out["tightness_ok"] = int(out["tightness"] <= out["tightness_bar"])
+    if dtype == torch.float32:
+        if tf32_observed is None or not tf32_observed >= 0:
+            raise ValueError(
+                f"tf32_observed (the TF32 mutant's largest error) is needed for float32, got {tf32_observed!r}"
+            )
+        disc = tolerance / max(tf32_observed, 1e-300)
+        out.update(
+            tf32_observed=tf32_observed,
+            discrimination=disc,
+            discrimination_bar=DISCRIMINATION_BAR,
+            discrimination_ok=int(disc <= DISCRIMINATION_BAR),
+        )
+    return out
+
+
+def bar_line(record: dict) -> str:
+    """One float32-bar record as a printed line."""
+    c, m = record["case"], record["metrics"]
+    shape = " ".join(f"{k}={v}" for k, v in c.items() if k != "quantity")
+    line = (
+        f"bar {shape} {c['quantity']:4}: observed {m['observed']:.3e} tolerance {m['tolerance']:.3e} "
+        f"tightness {m['tightness']:9.1f} (bar {m['tightness_bar']:.0f}: {'ok' if m['tightness_ok'] else 'OVER'})"
+    )
+    if "discrimination" in m:
+        line += (
+            f" | TF32 {m['tf32_observed']:.3e} tolerance/TF32 {m['discrimination']:.3g} (bar 1/8: "
+            f"{'ok' if m['discrimination_ok'] else 'OVER'}) caught {bool(m['tf32_caught'])}"
+        )
+    return line
+
+
+def record_metrics(row: dict, case_keys: tuple[str, ...]) -> dict[str, float]:
+    """A result row's finite numbers, booleans as 0 / 1, without its case's keys (the metrics of a record)."""
+    out = {}
+    for key, value in row.items():
+        if key in case_keys or isinstance(value, str) or value is None:
+            continue
+        value = int(value) if isinstance(value, bool) else value
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[key] = value
+    return out
+
+
+def append_records(result: dict, case_keys: tuple[str, ...], path: Path, device: str) -> int:
+    """Append ``result``'s rows (case: ``case_keys``) and its float32-bar records (case: the row's
+    and ``quantity``) to the records file ``path`` as benchmark ``bench_<result['benchmark']>``;
+    return how many."""
+    from benchmarks import records
+
+    env = records.environment(device)
+    given = dict(date=env["date"], commit=env["commit"], device_name=env["device"], versions=env["versions"])
+    name = f"bench_{result['benchmark']}"
+    n = 0
+    for row in result["rows"]:
+        case = {k: row[k] for k in case_keys if k in row}
+        records.append(name, case, record_metrics(row, case_keys), "ojas", path=path, **given)
+        n += 1
+    for rec in result["float32_bar"]:
+        records.append(name, rec["case"], rec["metrics"], "ojas", path=path, **given)
+        n += 1
+    return n
 
 
 def run(sizes: list[int], head_dim: int, device: str) -> dict:
@@ -72,6 +177,7 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
         measured_log2_error,
         observed_error,
         storage_rounding,
+        tf32_dots,
     )
     from ojas_ref.verification.bounds.attention import EXP2_ERROR, LOG2_ERROR
     from ojas_ref.verification.bounds.common import oracle_bounds_available
@@ -85,7 +191,7 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
     lg = measured_log2_error(device)
     if not lg <= LOG2_ERROR:
         raise SystemExit(f"tl.log2's measured error {lg:.3e} is beyond the lse bound's LOG2_ERROR = {LOG2_ERROR:.3e}")
-    rows = []
+    rows, bar = [], []
     scale = 1.0 / math.sqrt(head_dim)
     for dname, dtype in DTYPES.items():
         for s in sizes:
@@ -107,8 +213,8 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                     out_post_min_ratio=(post / ent.clamp_min(1e-300)).min().item(),
                 )
                 post_holds = bool((ent <= post).all())
-                del ref, ent, post
-                lse_err = (lse.double() - exact_lse(q, k, causal, scale)).abs().max().item()
+                lse_ex = exact_lse(q, k, causal, scale)
+                lse_err = (lse.double() - lse_ex).abs().max().item()
                 lse_bound = lse_error_bound(q, k, causal, scale)
                 do = torch.randn(q.shape, generator=gen).to(device=device, dtype=dtype)
                 qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -117,12 +223,14 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                 dv_b = dv_error_bound(q, k, do, prob_abs_do, causal, scale)
                 dv_err = (vv.grad.double() - dv_ex).abs()
                 dv_ratio = (dv_b / dv_err.clamp_min(1e-300)).min().item()
-                grads, grad_holds = {}, True
+                grads, grad_holds, proved = {}, True, {}
                 for inputs in ("proved", "measured"):
                     gb = grad_error_bounds(q, k, v, do, out, lse, causal, scale, inputs)
                     for name, got in (("dq", qq.grad), ("dk", kk.grad)):
                         g_err, g_b = (got.double() - gb[name]).abs(), gb[f"{name}_bound"]
                         grad_holds &= bool((g_err <= g_b).all())
+                        if inputs == "proved":  # the float32 bar's tolerance: a theorem, not a measured premise
+                            proved[name] = (gb[name], g_b, g_err)
                         grads.update(
                             {
                                 f"{name}_{inputs}_bound_max": g_b.max().item(),
@@ -133,17 +241,51 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                             }
                         )
                     del gb
+                # the bar's quantities: (largest error, tolerance entry by entry or scalar, terms of the sum)
+                g = hq // hkv
+                tolerances = dict(
+                    out=(ent, post, None),
+                    lse=(torch.tensor(lse_err), torch.tensor(lse_bound), None),
+                    dv=(dv_err, dv_b, g * s),
+                    dq=(proved["dq"][2], proved["dq"][1], s),
+                    dk=(proved["dk"][2], proved["dk"][1], g * s),
+                )
+                mutant = {}
+                if dtype == torch.float32:  # the same kernel with TF32 dots: what the float32 tolerances must catch
+                    with tf32_dots():
+                        out_t, lse_t = flash_attention_forward(q, k, v, causal, scale, None)
+                        qt, kt, vt = (t.detach().clone().requires_grad_() for t in (q, k, v))
+                        flash_attention(qt, kt, vt, causal, scale).backward(do)
+                    mutant = dict(
+                        out=(out_t.double() - ref).abs(),
+                        lse=(lse_t.double() - lse_ex).abs().max(),
+                        dv=(vt.grad.double() - dv_ex).abs(),
+                        dq=(qt.grad.double() - proved["dq"][0]).abs(),
+                        dk=(kt.grad.double() - proved["dk"][0]).abs(),
+                    )
+                    mutant_out_err = observed_error(out_t, ref, v)
+                    del out_t, lse_t, qt, kt, vt
+                case = dict(dtype=dname, S=s, E=head_dim, mask=label, heads=hq, kv_heads=hkv)
+                for quantity, (e, tol, n) in tolerances.items():
+                    m = float32_bar(
+                        quantity,
+                        dtype,
+                        e.max().item(),
+                        tol.max().item(),
+                        mutant[quantity].max().item() if mutant else None,
+                        n,
+                    )
+                    if mutant:  # the float32 tests fail: an entry of the mutant's error over its tolerance
+                        caught = bool((mutant[quantity] > tol).any())
+                        m["tf32_caught"] = int(caught or (quantity == "out" and mutant_out_err > bound))
+                    bar.append(dict(case=dict(case, quantity=quantity), metrics=m))
+                    print(bar_line(bar[-1]), flush=True)
                 rounding = storage_rounding(device, dtype)
                 # 3xTF32 dots on CUDA float32; no Coq instance for the interpreter's bf16 truncation
                 covered = rounding == "nearest" and not (dtype == torch.float32 and device == "cuda")
                 rows.append(
                     dict(
-                        dtype=dname,
-                        S=s,
-                        E=head_dim,
-                        mask=label,
-                        heads=hq,
-                        kv_heads=hkv,
+                        **case,
                         bound=bound,
                         observed=err,
                         ratio=bound / err if err > 0 else math.inf,
@@ -167,7 +309,8 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                         seconds=round(time.perf_counter() - t0, 2),
                     )
                 )
-                del q, k, v, out, lse, do, qq, kk, vv, dv_ex, prob_abs_do, dv_b, dv_err
+                del q, k, v, out, lse, do, qq, kk, vv, dv_ex, prob_abs_do, dv_b, dv_err, ref, ent, post, lse_ex
+                del tolerances, mutant, proved
                 grad_cols = " ".join(
                     f"{n}: {grads[f'{n}_proved_max_ratio']:.0f}/{grads[f'{n}_measured_max_ratio']:.1f}"
                     for n in ("dq", "dk")
@@ -189,6 +332,7 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
         log2_abs_error=lg,
         log2_error_assumed=LOG2_ERROR,
         rows=rows,
+        float32_bar=bar,
     )
 
 
@@ -196,17 +340,22 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="write the table as JSON to this file")
     ap.add_argument("--quick", action="store_true", help="tiny sizes on the CPU (Triton's interpreter)")
+    ap.add_argument("--records", type=Path, help="append the rows and the float32-bar records to this records file")
     args = ap.parse_args(argv)
+    device = "cpu" if args.quick else "cuda"
     if args.quick:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        result = run(QUICK_SIZES, 32, "cpu")
+        result = run(QUICK_SIZES, 32, device)
     else:
         if not torch.cuda.is_available():
             raise SystemExit("needs CUDA (or --quick for the CPU interpreter)")
-        result = run(SIZES, 128, "cuda")
+        result = run(SIZES, 128, device)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
+    if args.records:
+        n = append_records(result, CASE_KEYS, args.records, device)
+        print(f"appended {n} records to {args.records}")
     if not all(r["holds"] for r in result["rows"]):
         raise SystemExit("a proved bound was exceeded")
 

@@ -17,11 +17,15 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
   ``exp2(0) == 1``; sampled (the interpreter's test and the benchmark): ``ojas verify-device``
   (:mod:`ojas_ref.verification.device_premises`, which reuses :func:`_run_unary`) checks it, and
-  ``tl.log2`` and the casts of :func:`storage_rounding`, on every float32 input, for the GPU tests.
+  ``tl.log2`` and the casts of :func:`storage_rounding`, on every float32 input, for the GPU tests;
+* :func:`tf32_dots`: the TF32 mutant's switch (torch's float32 matmuls, and so the kernels'
+  float32 dots, in TF32 inside a ``with`` block, the setting restored after it), for the float32
+  bar's discrimination (``tests/verification/test_tf32_mutant.py``, the error benchmarks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import Iterator
@@ -52,6 +56,7 @@ __all__ = [
     "measured_exp2_error",
     "measured_log2_error",
     "storage_rounding",
+    "tf32_dots",
 ]
 
 F64 = torch.float64
@@ -384,3 +389,27 @@ def storage_rounding(device: str, dtype: torch.dtype, points: int = 1 << 16) -> 
     if torch.equal(y, trunc):
         return "truncate"
     raise ValueError(f"Triton's float32 -> {dtype} cast on {device} is neither round-to-nearest nor truncation")
+
+
+@contextlib.contextmanager
+def tf32_dots() -> Iterator[None]:
+    """Inside the block torch's float32 matmuls run TF32 (``torch.backends.cuda.matmul.fp32_precision
+    = "tf32"``; ``allow_tf32 = True`` before torch 2.9), and so do the float32 dots of the attention
+    and cross-entropy kernels, which read that setting (``attention_args._dot_precision``): the
+    mutant of the float32 bar.  The setting is restored on leaving, also on an exception.  No effect
+    on the CPU (the interpreter's dots and the CPU matmuls are IEEE)."""
+    mm = torch.backends.cuda.matmul
+    if hasattr(mm, "fp32_precision"):
+        saved = mm.fp32_precision
+        mm.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            mm.fp32_precision = saved
+    else:  # torch < 2.9: allow_tf32 is the setting (reading it after the newer API raises)
+        saved = mm.allow_tf32
+        mm.allow_tf32 = True
+        try:
+            yield
+        finally:
+            mm.allow_tf32 = saved
