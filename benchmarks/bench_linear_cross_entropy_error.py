@@ -68,6 +68,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -75,13 +76,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 F64 = torch.float64
-SIZES = dict(N=64, D=4096, V=128256)
+SIZES = dict(N=16384, D=4096, V=128256)
 QUICK_SIZES = dict(N=8, D=64, V=1000)
+#: a row's configuration (its record's case)
+CASE_KEYS = ("variant", "dtype", "N", "D", "V", "block_v", "softcap")
 
 
-def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> dict:
-    """The gradient columns of one row: the kernel's dH and dW against float64 and the bounds."""
+def _kernel_grads(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None):
+    """The kernel's (dH, dW) for reduction "mean"."""
     from ojas_kernels import linear_cross_entropy as kernels
+
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    kernels.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
+    return xr.grad, wr.grad
+
+
+def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> tuple:
+    """The gradient columns of one row (the kernel's dH and dW against float64 and the bounds) and,
+    for the float32 bar, ``{name: (exact, tolerance)}``: the exact gradient and entry by entry the
+    smaller of the proved bounds (both theorems)."""
     from ojas_ref.verification.linear_cross_entropy_error import (
         exact_gradients,
         gradient_bounds,
@@ -91,8 +104,7 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
         stored_logits,
     )
 
-    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    kernels.linear_cross_entropy(xr, wr, target, reduction="mean", softcap=cap).backward()
+    gx, gw = _kernel_grads(x, w, target, cap)
     exact = exact_gradients(x, w, target, "mean", softcap=cap)
     rounding = "truncate" if x.device.type == "cpu" and x.dtype != torch.float32 else "nearest"
     bounds = gradient_bounds(x, w, target, reduction="mean", storage_rounding=rounding, softcap=cap)
@@ -108,10 +120,10 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
             logits=stored_logits(x, w),
             tile_sum_depth=measured_premise_depth(x),
         )
-    cols = {}
+    cols, bar = {}, {}
     K = int((target != -100).sum())
     (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
-    for name, got, ref, bound, pb, mb, t in zip(("dh", "dw"), (xr.grad, wr.grad), exact, bounds, post, meas, (th, tw)):
+    for name, got, ref, bound, pb, mb, t in zip(("dh", "dw"), (gx, gw), exact, bounds, post, meas, (th, tw)):
         err = (got.to(F64) - ref).abs()
         emax = max(err.max().item(), 1e-300)
         # the trivial bound |computed| + |exact| <= |computed| + sum |G| |h| / K: a bound above it says nothing
@@ -129,6 +141,7 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
                 f"{name}_holds": bool((err <= bound).all()),
             }
         )
+        best = bound
         if pb is not None:
             best = torch.minimum(bound, pb)  # both are theorems: entry by entry, the smaller one is a bound
             cols.update(
@@ -143,39 +156,86 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
                     f"{name}_meas_holds": bool((err <= mb).all()),
                 }
             )
-    return cols
+        bar[name] = (ref, best, err)
+        del err
+    return cols, bar
 
 
-def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None) -> dict:
-    """The loss and row-loop columns of one row: the 3-product forward's per-token loss and the
-    row loop alone against float64 (capped at ``cap`` when given), and their bounds."""
+def _per_token(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None, delta: float, B: float):
+    """float64 per token, a block of tokens at a time: the exact loss, the exact lse and (no cap)
+    ``ce_loss_posteriori``'s bound at the a-priori ``delta`` and the stream's ``B``."""
+    from ojas_ref.verification.bounds.linear_cross_entropy import linear_cross_entropy_loss_posteriori_bound
+    from ojas_ref.verification.linear_cross_entropy_error import _row_chunks, exact_capped
+
+    wt, out = w.to(F64).t(), ([], [], [])
+    for r in _row_chunks(x.shape[0]):
+        y = exact_capped(x[r].to(F64) @ wt, cap)
+        lse = torch.logsumexp(y, dim=1)
+        out[0].append(lse - y.gather(1, target[r, None]).squeeze(1))
+        out[1].append(lse)
+        if cap is None:
+            out[2].append(linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target[r], delta, B))
+        del y
+    return tuple(torch.cat(o) if o else None for o in out)
+
+
+def _measured_logit_bounds(x, w, target, z: torch.Tensor, mB: float) -> torch.Tensor:
+    """Per token ``ce_loss_posteriori``'s bound on the stored logits ``z``'s measured errors (no cap)."""
+    from ojas_ref.verification.bounds.linear_cross_entropy import linear_cross_entropy_loss_posteriori_bound
+    from ojas_ref.verification.linear_cross_entropy_error import _row_chunks
+
+    wt, out = w.to(F64).t(), []
+    for r in _row_chunks(x.shape[0]):
+        y = x[r].to(F64) @ wt
+        out.append(
+            linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target[r], (z[r].to(F64) - y).abs(), mB)
+        )
+        del y
+    return torch.cat(out)
+
+
+def _exact_lse_rows(z: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """float64 logsumexp of each row of ``z`` (capped), a block of rows at a time."""
+    from ojas_ref.verification.linear_cross_entropy_error import _row_chunks, exact_lse
+
+    return torch.cat([exact_lse(z[r], cap) for r in _row_chunks(z.shape[0])])
+
+
+def kernel_forward(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None):
+    """The kernel's per-token loss (the 3-product forward), its stored logits and its lse (the rows
+    kernel on those logits: the forward's own launch, ``kernel_stream_lse``)."""
     from ojas_kernels import linear_cross_entropy as kernels
+    from ojas_ref.verification.linear_cross_entropy_error import kernel_stream_lse, stored_logits
+
+    opts = kernels._Options(0.0, 0.0, cap)
+    cfg = kernels.default_config(x.dtype, x.device)
+    loss = kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+    z = stored_logits(x, w)
+    lse, _ = kernel_stream_lse(z, target, softcap=cap)
+    return loss, z, lse
+
+
+def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None) -> tuple:
+    """The loss and row-loop columns of one row: the 3-product forward's per-token loss and the
+    row loop alone against float64 (capped at ``cap`` when given), and their bounds; and, for the
+    float32 bar, ``{name: (exact, tolerance, error)}`` of the lse (the a-priori bound) and the loss
+    (per token the smaller of the proved bounds)."""
     from ojas_ref.verification.bounds.linear_cross_entropy import (
         linear_cross_entropy_logit_error_bound,
         linear_cross_entropy_loss_error_bound,
-        linear_cross_entropy_loss_posteriori_bound,
         linear_cross_entropy_lse_error_bound,
     )
-    from ojas_ref.verification.linear_cross_entropy_error import (
-        exact_capped,
-        exact_lse,
-        kernel_stream_lse,
-        measured_premise_depth,
-        stored_logits,
-        stream_block_v,
-    )
+    from ojas_ref.verification.linear_cross_entropy_error import dot_abs_sum, measured_premise_depth, stream_block_v
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
-    opts = kernels._Options(0.0, 0.0, cap)
-    cfg = kernels.default_config(dtype, x.device)
-    loss = kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
-    y = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
-    ref = torch.logsumexp(y, dim=1) - y[torch.arange(N, device=device), target]
-    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    loss, z, lse = kernel_forward(x, w, target, cap)
+    P = dot_abs_sum(x, w)
     bv = stream_block_v(dtype, device)
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
     lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=bv, **kw)
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
+    ref, lse_ex, pb = _per_token(x, w, target, cap, delta, B)
     loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
     err_tok = (loss.to(F64) - ref).abs()
     err = err_tok.max().item()
@@ -186,9 +246,8 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         loss_trivial=trivial,
         loss_vs_trivial=loss_b / trivial,
     )
+    best = torch.full_like(ref, loss_b)
     if cap is None:  # ce_loss_posteriori: no softcap
-        B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
-        pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)
         best = pb.clamp_max(loss_b)  # both are theorems: per token, the smaller one is a bound
         post.update(
             loss_post_bound=pb.max().item(),
@@ -198,9 +257,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
             loss_best_ratio=best.max().item() / max(err, 1e-300),
         )
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
-    z = stored_logits(x, w)
-    lse, _ = kernel_stream_lse(z, target, softcap=cap)
-    on_err = (lse.to(F64) - exact_lse(z, cap)).abs().max().item()
+    on_err = (lse.to(F64) - _exact_lse_rows(z, cap)).abs().max().item()
     on_b = linear_cross_entropy_lse_error_bound(
         V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=z.abs().max().item(), softcap=cap
     )
@@ -214,7 +271,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
             max_abs_logit=z.abs().max().item(),
             tile_sum_depth=measured_premise_depth(x),
         )
-        mb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, (z.to(F64) - y).abs(), mB)
+        mb = _measured_logit_bounds(x, w, target, z, mB)
         post.update(
             loss_meas_bound=mb.max().item(),
             loss_meas_ratio=mb.max().item() / max(err, 1e-300),
@@ -222,8 +279,10 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
             loss_meas_vs_trivial=mb.max().item() / trivial,
             loss_post_vs_trivial=pb.max().item() / trivial,
         )
+    lse_err = (lse.to(F64) - lse_ex).abs()
+    del z
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
-    return dict(
+    cols = dict(
         dtype=str(dtype).replace("torch.", ""),
         N=N,
         D=D,
@@ -232,6 +291,8 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         softcap=cap,
         dot_abs_sum=P,
         logit_delta=delta,
+        lse_bound=lse_b,
+        lse_observed=lse_err.max().item(),
         loss_bound=loss_b,
         loss_observed=err,
         ratio=loss_b / max(err, 1e-300),
@@ -239,12 +300,31 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         online_bound=on_b,
         online_observed=on_err,
         online_ratio=on_b / max(on_err, 1e-300),
-        holds=err <= loss_b and on_err <= on_b,
+        holds=err <= loss_b and on_err <= on_b and lse_err.max().item() <= lse_b,
         covered=covered,
     )
+    bar = dict(lse=(lse_ex, torch.tensor(lse_b), lse_err), loss=(ref, best, err_tok))
+    return cols, bar
+
+
+def inputs(sizes: dict, dtype: torch.dtype, variant: str, device: str):
+    """(x, w, target) of a row: normal hidden states, weights of std 0.02; "peaked": distinct
+    targets whose weight rows are aligned with their hidden states (a confident softmax)."""
+    N, D, V = sizes["N"], sizes["D"], sizes["V"]
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(N, D, device=device, generator=gen).to(dtype)
+    w = torch.randn(V, D, device=device, generator=gen) * 0.02
+    if variant == "peaked":  # distinct targets: a shared weight row would be aligned with one of its tokens only
+        target = torch.randperm(V, device=device, generator=gen)[:N]
+        w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * D**0.5 / 8
+    else:
+        target = torch.randint(0, V, (N,), device=device, generator=gen)
+    return x, w.to(dtype), target
 
 
 def run(sizes: dict, device: str) -> dict:
+    from benchmarks.bench_attention_error import bar_line, float32_bar
+    from ojas_ref.verification.attention_error import tf32_dots
     from ojas_ref.verification.bounds.linear_cross_entropy import (
         LINEAR_CROSS_ENTROPY_EXP_ERROR,
         LINEAR_CROSS_ENTROPY_LOG_ERROR,
@@ -260,19 +340,14 @@ def run(sizes: dict, device: str) -> dict:
     lg = measured_log_error(device)
     caps = (30.0, 5.0)
     th = {str(c): measured_tanh_error(device, c) for c in caps}
-    N, D, V = sizes["N"], sizes["D"], sizes["V"]
-    rows = []
+    rows, bar = [], []
     for dtype in (torch.bfloat16, torch.float32):
         for variant in ("normal", "peaked") + tuple(f"softcap {c:g}" for c in caps):
             cap = float(variant.split()[1]) if variant.startswith("softcap") else None
-            gen = torch.Generator(device=device).manual_seed(0)
-            x = torch.randn(N, D, device=device, generator=gen).to(dtype)
-            w = torch.randn(V, D, device=device, generator=gen) * 0.02
-            target = torch.randint(0, V, (N,), device=device, generator=gen)
-            if variant == "peaked":  # the target rows aligned with the hidden states: a confident softmax
-                w[target] += 0.05 * x.float() / x.float().norm(dim=1, keepdim=True) * D**0.5 / 8
-            w = w.to(dtype)
-            rows.append(dict(variant=variant, **forward_columns(x, w, target, cap)))
+            x, w, target = inputs(sizes, dtype, variant, device)
+            t0 = time.perf_counter()
+            cols, fwd_bar = forward_columns(x, w, target, cap)
+            rows.append(dict(variant=variant, **cols))
             r = rows[-1]
             print(
                 f"{r['dtype']:8} {variant:10} loss: bound {r['loss_bound']:.3e} observed {r['loss_observed']:.3e} "
@@ -286,8 +361,10 @@ def run(sizes: dict, device: str) -> dict:
                 f"covered={r['covered']}",
                 flush=True,
             )
+            fwd_target = target.clone()
             target[::8] = -100
-            r.update(grad_columns(x, w, target, cap))
+            cols, grad_bar = grad_columns(x, w, target, cap)
+            r.update(cols)
             r["holds"] = (
                 r["holds"]
                 and r.get("loss_meas_holds", True)
@@ -305,6 +382,32 @@ def run(sizes: dict, device: str) -> dict:
                     f" {r.get(g + '_post_holds', '')}",
                     flush=True,
                 )
+            mutant = {}
+            if dtype == torch.float32:  # the same kernel with TF32 dots: what the float32 tolerances must catch
+                with tf32_dots():
+                    loss_t, z_t, lse_t = kernel_forward(x, w, fwd_target, cap)
+                    gx_t, gw_t = _kernel_grads(x, w, target, cap)
+                del z_t
+                for name, got in (("lse", lse_t), ("loss", loss_t), ("dh", gx_t), ("dw", gw_t)):
+                    exact = (fwd_bar | grad_bar)[name][0]
+                    mutant[name] = (got.to(F64) - exact).abs()
+                del loss_t, lse_t, gx_t, gw_t
+            case = {k: r[k] for k in CASE_KEYS}
+            for name, (_, tol, err) in (fwd_bar | grad_bar).items():
+                m = float32_bar(
+                    name,
+                    dtype,
+                    err.max().item(),
+                    tol.max().item(),
+                    mutant[name].max().item() if mutant else None,
+                    sizes["V"] if name == "dh" else None,
+                )
+                if mutant:  # the float32 tests fail: an entry of the mutant's error over its tolerance
+                    m["tf32_caught"] = int(bool((mutant[name] > tol).any()))
+                bar.append(dict(case=dict(case, quantity=name), metrics=m))
+                print(bar_line(bar[-1]), flush=True)
+            r["seconds"] = round(time.perf_counter() - t0, 2)
+            del x, w, target, fwd_target, fwd_bar, grad_bar, mutant
     return dict(
         benchmark="linear_cross_entropy_error",
         device=device,
@@ -324,24 +427,36 @@ def run(sizes: dict, device: str) -> dict:
             and max(th.values()) <= LINEAR_CROSS_ENTROPY_TANH_ERROR
         ),
         rows=rows,
+        float32_bar=bar,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
+    from benchmarks.bench_attention_error import append_records
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="write the table as JSON to this file")
     ap.add_argument("--quick", action="store_true", help="tiny sizes on the CPU (Triton's interpreter)")
+    ap.add_argument("--records", type=Path, help="append the rows and the float32-bar records to this records file")
+    ap.add_argument("--tokens", type=int, help=f"tokens N (default {SIZES['N']}; --quick {QUICK_SIZES['N']})")
     args = ap.parse_args(argv)
+    device = "cpu" if args.quick else "cuda"
+    sizes = dict(QUICK_SIZES if args.quick else SIZES)
+    if args.tokens is not None:
+        if args.tokens < 8:
+            raise SystemExit(f"--tokens must be at least 8 (every eighth token is ignored), got {args.tokens}")
+        sizes["N"] = args.tokens
     if args.quick:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        result = run(QUICK_SIZES, "cpu")
-    else:
-        if not torch.cuda.is_available():
-            raise SystemExit("needs CUDA (or --quick for the CPU interpreter)")
-        result = run(SIZES, "cuda")
+    elif not torch.cuda.is_available():
+        raise SystemExit("needs CUDA (or --quick for the CPU interpreter)")
+    result = run(sizes, device)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
+    if args.records:
+        n = append_records(result, CASE_KEYS, args.records, device)
+        print(f"appended {n} records to {args.records}")
     if not result["premises_hold"]:
         raise SystemExit("a premise (tl.exp / tl.log / softcap tanh error) exceeds its assumed value")
     if not all(r["holds"] for r in result["rows"]):

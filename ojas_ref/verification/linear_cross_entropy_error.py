@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +55,22 @@ from ojas_ref.verification.bounds.linear_cross_entropy_grad import (
 )
 
 F64 = torch.float64
+#: tokens per float64 block of the exact logits (``[ROW_CHUNK, V]``: 1 GiB at V = 128256): the helpers
+#: below go over the tokens in such blocks, so that N = 16384 fits a GPU
+ROW_CHUNK = 1024
+
+
+def _row_chunks(n: int) -> Iterator[slice]:
+    """Slices of :data:`ROW_CHUNK` tokens over ``n``."""
+    for r0 in range(0, max(n, 1), ROW_CHUNK):
+        yield slice(r0, min(r0 + ROW_CHUNK, n))
+
+
+def dot_abs_sum(x: torch.Tensor, w: torch.Tensor) -> float:
+    """``max_(t, v) sum_i |h_ti w_vi|`` in float64 (the logit bounds' premise ``dot_abs_sum``), a
+    block of tokens at a time."""
+    wa = w.to(F64).abs().t()
+    return max((x[r].to(F64).abs() @ wa).max().item() for r in _row_chunks(x.shape[0]))
 
 
 def kernel_stream_lse(
@@ -270,10 +286,27 @@ def exact_gradients(
     """(dH, dW) float64: autograd of ``F.cross_entropy(x @ w^T)`` (with ``softcap``: of the
     capped logits ``c tanh(x @ w^T / c)``) on the upcast inputs, with ``grad_output`` (upcast;
     default 1) as the loss's upstream gradient."""
-    h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
-    loss = F.cross_entropy(exact_capped(h @ ww.t(), softcap), target, reduction=reduction, ignore_index=ignore_index)
-    go = torch.ones_like(loss) if grad_output is None else grad_output.to(F64).reshape(loss.shape)
-    dh, dw = torch.autograd.grad(loss, (h, ww), go)
+    if reduction == "none" or grad_output is not None:
+        h, ww = x.to(F64).requires_grad_(), w.to(F64).requires_grad_()
+        loss = F.cross_entropy(
+            exact_capped(h @ ww.t(), softcap), target, reduction=reduction, ignore_index=ignore_index
+        )
+        go = torch.ones_like(loss) if grad_output is None else grad_output.to(F64).reshape(loss.shape)
+        dh, dw = torch.autograd.grad(loss, (h, ww), go)
+        return dh, dw
+    # "mean" / "sum" with grad_output 1: the sum over blocks of tokens, "mean" divided by the kept count
+    kept = int((target != ignore_index).sum())
+    scale = 1.0 / kept if reduction == "mean" else 1.0
+    if kept == 0 and reduction == "mean":
+        scale = math.nan  # F.cross_entropy's mean over no token
+    ww = w.to(F64).requires_grad_()
+    dh, dw = torch.empty(x.shape, dtype=F64, device=x.device), torch.zeros(w.shape, dtype=F64, device=w.device)
+    for r in _row_chunks(x.shape[0]):
+        h = x[r].to(F64).requires_grad_()
+        loss = F.cross_entropy(exact_capped(h @ ww.t(), softcap), target[r], reduction="sum", ignore_index=ignore_index)
+        gh, gw = torch.autograd.grad(loss * scale, (h, ww))
+        dh[r] = gh
+        dw += gw
     return dh, dw
 
 
@@ -318,17 +351,28 @@ def gradient_sums(
     (``sc_dh_error`` / ``sc_dw_error``): P of the capped logits, then also (Sk, Tc) with the
     exact chain factor k = 1 - tanh(h . w_v / c)^2: ``(P k) |W|``, ``|G k| |W|`` and the
     transposes for dW."""
-    h, ww, kept, p, g = _probabilities(x, w, target, ignore_index, softcap)
-    mats = [p, g.abs()]
-    if softcap is not None:
-        k = 1.0 - torch.tanh(h @ ww.t() / softcap) ** 2
-        mats += [p * k, (g * k).abs()]
-    wa, ha = ww.abs(), h.abs() * kept
-    dh = [m @ wa for m in mats]
-    dw = [m.t() @ ha for m in mats]
-    dh.insert(2, kept * wa.sum(0)[None, :])
-    dw.insert(2, ha.sum(0)[None, :].expand(w.shape[0], -1))
-    return tuple(dh), tuple(dw)
+    ww = w.to(F64)
+    wa = ww.abs()
+    dh: list[list[torch.Tensor]] = []
+    dw: list[torch.Tensor] = []
+    for r in _row_chunks(x.shape[0]):  # a block of tokens at a time: dH's rows, dW's sums
+        h, _, kept, p, g = _probabilities(x[r], ww, target[r], ignore_index, softcap)
+        mats = [p, g.abs()]
+        if softcap is not None:
+            k = 1.0 - torch.tanh(h @ ww.t() / softcap) ** 2
+            mats += [p * k, (g * k).abs()]
+        ha = h.abs() * kept
+        mats.insert(2, None)  # the third sums: kept x colsum |W| (dH), colsum |H_kept| (dW)
+        for i, m in enumerate(mats):
+            part_h = kept * wa.sum(0)[None, :] if m is None else m @ wa
+            part_w = ha.sum(0)[None, :] if m is None else m.t() @ ha
+            if len(dh) <= i:
+                dh.append([])
+                dw.append(torch.zeros(w.shape[0] if m is not None else 1, w.shape[1], dtype=F64, device=w.device))
+            dh[i].append(part_h)
+            dw[i] += part_w
+    dw[2] = dw[2].expand(w.shape[0], -1)
+    return tuple(torch.cat(parts) for parts in dh), tuple(dw)
 
 
 def gradient_bounds(
@@ -373,7 +417,7 @@ def gradient_bounds(
     (N, D), V = x.shape, w.shape[0]
     config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
-    kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
+    kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
     dl = linear_cross_entropy_lse_error_bound(
         V, D, block_v=config.rows.block_v, exp_error=exp_error, softcap=softcap, **kw
     )
@@ -585,17 +629,15 @@ def gradient_posteriori_bounds(
     (N, D), V = x.shape, w.shape[0]
     config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
-    h, ww = x.to(F64), w.to(F64)
-    kept = (target != ignore_index).to(F64)[:, None]
-    y = h @ ww.t()
+    ww = w.to(F64)
     if logits is None:
-        kw = dict(dtype=x.dtype, dot_abs_sum=(h.abs() @ ww.abs().t()).max().item())
+        kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
         delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
         dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
-    elif logits.shape != y.shape:
-        raise ValueError(f"logits must be [N, V] = {tuple(y.shape)}, got {tuple(logits.shape)}")
+    elif logits.shape != (N, V):
+        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
     else:
-        delta, dl, zmax = (logits.to(F64) - y).abs(), None, logits.abs().max().item()
+        delta, dl, zmax = None, None, logits.abs().max().item()
     B = linear_cross_entropy_lse_error_bound(
         V,
         1,
@@ -606,23 +648,31 @@ def gradient_posteriori_bounds(
         exp_error=exp_error,
         tile_sum_depth=tile_sum_depth,
     )
-    factors = linear_cross_entropy_entry_posteriori_factors(
-        torch.log_softmax(y, dim=1),
-        target,
-        delta,
-        B,
-        dtype=x.dtype,
-        lse_error=dl,
-        exp_error=exp_error,
-        storage_rounding=storage_rounding,
-        ignore_index=ignore_index,
-    )
+    wa = ww.abs()
+    s_h, s_w = [], torch.zeros(V, D, dtype=F64, device=w.device)
+    for r in _row_chunks(N):  # a block of tokens at a time: dH's rows, dW's sum
+        h = x[r].to(F64)
+        y = h @ ww.t()
+        factors = linear_cross_entropy_entry_posteriori_factors(
+            torch.log_softmax(y, dim=1),
+            target[r],
+            delta if logits is None else (logits[r].to(F64) - y).abs(),
+            B,
+            dtype=x.dtype,
+            lse_error=dl,
+            exp_error=exp_error,
+            storage_rounding=storage_rounding,
+            ignore_index=ignore_index,
+        )
+        s_h.append(factors @ wa)
+        s_w += factors.t() @ (h.abs() * (target[r] != ignore_index).to(F64)[:, None])
+        del y, factors
     (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
-    bh = linear_cross_entropy_grad_posteriori_bound(factors @ ww.abs(), t_h, ha_h, n_terms=V, **common)
+    bh = linear_cross_entropy_grad_posteriori_bound(torch.cat(s_h), t_h, ha_h, n_terms=V, **common)
     bw = linear_cross_entropy_grad_posteriori_bound(
-        factors.t() @ (h.abs() * kept), t_w, ha_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common
+        s_w, t_w, ha_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common
     )
     return bh, bw
 
@@ -657,7 +707,7 @@ def four_product_gradient_bounds(
     K = int((target != ignore_index).sum())
     go = torch.ones(1 if reduction != "none" else N, dtype=F64) if grad_output is None else grad_output.to(F64)
     go = go.reshape(-1).to(x.device)
-    kw = dict(dtype=x.dtype, dot_abs_sum=(x.to(F64).abs() @ w.to(F64).abs().t()).max().item())
+    kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, logits_in_dtype=False, **kw)
     n_groups = -(-(-(-V // config.fwd.block_n)) // config.tiles_per_program)
     dl = linear_cross_entropy_merge_lse_error_bound(
