@@ -57,6 +57,49 @@ class Section:
     ratios: tuple[Ratio, ...] = ()
     plot: Optional[str] = None  #: name of the plot function in PLOTS
     case_filter: dict = field(default_factory=dict)  #: only the comparisons whose case has these values plot
+    where: Optional[Callable[[dict], bool]] = None  #: the benchmark's records it shows (default: all)
+    anchor: Optional[str] = None  #: its heading (default: the benchmark's name)
+
+    @property
+    def heading(self) -> str:
+        return self.anchor or self.benchmark
+
+    def shows(self, record: dict) -> bool:
+        return record["benchmark"] == self.benchmark and (self.where is None or self.where(record))
+
+
+def _bar_record(record: dict) -> bool:
+    """A float32-bar record (one quantity of one shape) of the error benchmarks."""
+    return "quantity" in record["case"]
+
+
+def _row_record(record: dict) -> bool:
+    return not _bar_record(record)
+
+
+#: the float32 bar's metrics (bench_attention_error, bench_linear_cross_entropy_error)
+BAR_METRICS = (
+    "observed",
+    "tolerance",
+    "tightness",
+    "tightness_bar",
+    "tightness_ok",
+    "tf32_observed",
+    "discrimination",
+    "discrimination_ok",
+    "tf32_caught",
+)
+#: metrics that are 1 / 0 flags, shown as yes / no
+FLAGS = {"tightness_ok", "discrimination_ok", "tf32_caught"}
+BAR_ABOUT = (
+    "Issue 28's float32 bar, one row per shape and quantity: `observed` the largest error of the kernel, "
+    "`tolerance` the largest value of the proved bound the tests use, `tightness` = tolerance / observed "
+    "against `tightness_bar` (float32: 100x lse and loss, 300x out and dW, dV / dQ / dK / dH at most 1000x and "
+    "within 10x of the sqrt(n) floor of a sum of n terms; bfloat16: 100x); float32 also the same kernel with "
+    "TF32 dots (the mutant, `attention_error.tf32_dots`): `tf32_observed` its largest error, `discrimination` = "
+    "tolerance / tf32_observed (bar: at most 1/8), `tf32_caught` whether an entry of the mutant's error exceeds "
+    "its tolerance (the float32 tests fail on it)."
+)
 
 
 SECTIONS = (
@@ -177,6 +220,15 @@ SECTIONS = (
             "dk_measured_max_ratio",
             "holds",
         ),
+        where=_row_record,
+    ),
+    Section(
+        "bench_attention_error",
+        "Attention: the float32 bar",
+        "`benchmarks/bench_attention_error.py` (S = 4096 and 16384, E = 128, full / causal / GQA). " + BAR_ABOUT,
+        BAR_METRICS,
+        where=_bar_record,
+        anchor="bench_attention_error-float32-bar",
     ),
     Section(
         "bench_linear_cross_entropy_error",
@@ -194,6 +246,16 @@ SECTIONS = (
             "loss_vs_trivial",
             "holds",
         ),
+        where=_row_record,
+    ),
+    Section(
+        "bench_linear_cross_entropy_error",
+        "Linear cross-entropy: the float32 bar",
+        "`benchmarks/bench_linear_cross_entropy_error.py` (N = 16384, D = 4096, V = 128256; normal, peaked and "
+        "soft-capped logits). " + BAR_ABOUT,
+        BAR_METRICS,
+        where=_bar_record,
+        anchor="bench_linear_cross_entropy_error-float32-bar",
     ),
 )
 
@@ -211,6 +273,13 @@ def fmt(value: float) -> str:
     if abs(value) >= 0.01:
         return f"{value:.3g}"
     return f"{value:.3e}"
+
+
+def fmt_metric(name: str, value: float) -> str:
+    """A metric as the tables print it: :data:`FLAGS` as yes / no, numbers by :func:`fmt`."""
+    if name in FLAGS:
+        return "yes" if value else "no"
+    return fmt(value)
 
 
 def case_text(value) -> str:
@@ -247,7 +316,7 @@ def table(section: Section, run: list[dict]) -> list[str]:
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, r in enumerate(run):
         cells = [case_text(r["case"].get(k, "-")) for k in varying] + [r["peer"]]
-        cells += [fmt(r["metrics"][m]) if m in r["metrics"] else "-" for m in metrics]
+        cells += [fmt_metric(m, r["metrics"][m]) if m in r["metrics"] else "-" for m in metrics]
         cells += [f"{xs[i]:.3f}x" if xs[i] is not None else "-" for _, xs in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
@@ -395,14 +464,14 @@ def report(rows: Sequence[dict], out: Path, images: Path) -> list[Path]:
         "",
     ]
     rows = [dict(r, benchmark=RENAMED.get(r["benchmark"], r["benchmark"])) for r in rows]
-    sections = [s for s in SECTIONS if any(r["benchmark"] == s.benchmark for r in rows)]
+    sections = [s for s in SECTIONS if any(s.shows(r) for r in rows)]
     unknown = sorted({r["benchmark"] for r in rows} - {s.benchmark for s in SECTIONS})
     if unknown:
         raise ValueError(f"records of benchmark(s) {unknown} have no section in benchmarks/report.py's SECTIONS")
-    lines += [f"- [{s.title}](#{s.benchmark})" for s in sections] + [""]
+    lines += [f"- [{s.title}](#{s.heading})" for s in sections] + [""]
     for s in sections:
-        mine = [r for r in rows if r["benchmark"] == s.benchmark]
-        lines += [f"## {s.benchmark}", "", f"**{s.title}.** {s.about}", ""]
+        mine = [r for r in rows if s.shows(r)]
+        lines += [f"## {s.heading}", "", f"**{s.title}.** {s.about}", ""]
         by_run = runs(mine)
         if s.plot:
             path = write_plot(s, by_run[0], images)
