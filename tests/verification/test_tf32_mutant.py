@@ -208,9 +208,11 @@ def _float32_baseline() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _attention_mutant(s: int = 4096, causal: bool = True, hq: int = 4, hkv: int = 4) -> dict:
+def _attention_mutant(
+    device: str = "cuda", s: int = 4096, e: int = 128, causal: bool = True, hq: int = 4, hkv: int = 4
+) -> dict:
     """{quantity: (caught, largest TF32 error / largest tolerance)} and the out errors of the float32
-    kernel and of the mutant, at S = ``s``, E = 128, the inputs of the float32 GPU test."""
+    kernel and of the mutant, at S = ``s``, E = ``e``, on ``device``."""
     from ojas_kernels.attention import flash_attention, flash_attention_forward
     from ojas_ref.verification.attention_error import (
         dv_error_bound,
@@ -225,10 +227,10 @@ def _attention_mutant(s: int = 4096, causal: bool = True, hq: int = 4, hkv: int 
     )
 
     _float32_baseline()
-    e, scale = 128, 1.0 / math.sqrt(128)
+    scale = 1.0 / math.sqrt(e)
     gen = torch.Generator(device="cpu").manual_seed(3)
-    q, k, v = (torch.randn(1, h, s, e, generator=gen).to(device="cuda") for h in (hq, hkv, hkv))
-    do = torch.randn(1, hq, s, e, generator=gen).to(device="cuda")
+    q, k, v = (torch.randn(1, h, s, e, generator=gen).to(device=device) for h in (hq, hkv, hkv))
+    do = torch.randn(1, hq, s, e, generator=gen).to(device=device)
     out32, _ = flash_attention_forward(q, k, v, causal, scale, None)
     with tf32_dots():
         out, lse = flash_attention_forward(q, k, v, causal, scale, None)
@@ -263,6 +265,25 @@ def _attention_mutant(s: int = 4096, causal: bool = True, hq: int = 4, hkv: int 
     return res
 
 
+@pytest.mark.interpreter
+def test_attention_mutant_is_a_no_op_on_the_cpu():
+    """The GPU test's code on the interpreter (S = 48, E = 32): TF32 does not reach the CPU's dots,
+    so the "mutant" is the float32 kernel (the same out), within every tolerance."""
+    res = _attention_mutant("cpu", 48, 32, True, 4, 2)
+    assert res["_out_errors"][0] == res["_out_errors"][1] > 0
+    assert not any(res[q][0] for q in ATTENTION_CAUGHT), res
+
+
+@pytest.mark.interpreter
+def test_cross_entropy_mutant_is_a_no_op_on_the_cpu():
+    """The GPU test's code on the interpreter (16 tokens, D = 64, V = 1000): the same logits, every
+    quantity within its tolerance."""
+    res = _ce_mutant("cpu", 16, 64, 1000)
+    assert res["_logit_errors"][0] == res["_logit_errors"][1] > 0
+    assert set(res) == {*CE_CAUGHT, "_logit_errors"}
+    assert not any(res[q][0] for q in CE_CAUGHT), res
+
+
 @pytest.mark.gpu
 def test_gpu_attention_mutant_fails_the_float32_tests():
     """S = 4096, causal: the mutant's out is much less precise than the float32 kernel's, and some
@@ -283,9 +304,9 @@ def test_gpu_attention_mutant_caught_by(quantity):
 
 
 @functools.lru_cache(maxsize=None)
-def _ce_mutant(n: int = 1024) -> dict:
+def _ce_mutant(device: str = "cuda", n: int = 1024, D: int = 4096, V: int = 128256) -> dict:
     """{quantity: (caught, largest TF32 error / largest tolerance)} and the stored logits' errors of
-    the float32 kernel and of the mutant, V = 128256, D = 4096, every seventh token ignored."""
+    the float32 kernel and of the mutant, ``n`` tokens (every seventh ignored), on ``device``."""
     from ojas_kernels import linear_cross_entropy as kernels
     from ojas_ref.verification.bounds.linear_cross_entropy import (
         linear_cross_entropy_logit_error_bound,
@@ -304,11 +325,10 @@ def _ce_mutant(n: int = 1024) -> dict:
     )
 
     _float32_baseline()
-    D, V = 4096, 128256
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(n, D, device="cuda", generator=gen)
-    w = torch.randn(V, D, device="cuda", generator=gen) * 0.02
-    target = torch.randint(0, V, (n,), device="cuda", generator=gen)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(n, D, device=device, generator=gen)
+    w = torch.randn(V, D, device=device, generator=gen) * 0.02
+    target = torch.randint(0, V, (n,), device=device, generator=gen)
     target[::7] = -100
     kept = target != -100
     z32 = stored_logits(x, w)
@@ -322,7 +342,7 @@ def _ce_mutant(n: int = 1024) -> dict:
     y = x.to(F64) @ w.to(F64).t()
     lse_ex = torch.logsumexp(y, dim=1)
     ref = lse_ex - y.gather(1, torch.where(kept, target, 0)[:, None]).squeeze(1)
-    P, bv = dot_abs_sum(x, w), stream_block_v(x.dtype, "cuda")
+    P, bv = dot_abs_sum(x, w), stream_block_v(x.dtype, device)
     lse_b = linear_cross_entropy_lse_error_bound(V, D, dtype=x.dtype, block_v=bv, dot_abs_sum=P)
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, dtype=x.dtype, dot_abs_sum=P)
     loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref[kept].abs().max().item())
