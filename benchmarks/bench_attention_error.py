@@ -1,6 +1,6 @@
 """Benchmark: the proved attention error bounds (out, lse, dV, dQ, dK) beside the largest observed errors.
 
-    python benchmarks/bench_attention_error.py [--out FILE]   # CUDA: S = 4096, 16384, E = 128
+    python benchmarks/bench_attention_error.py [--out FILE] [--records FILE]   # CUDA: S = 4096, 16384, E = 128
     python benchmarks/bench_attention_error.py --quick        # tiny sizes, CPU interpreter, proves it runs
 
 For each (dtype, S, causal/GQA) the Triton flash-attention forward (kernels/ojas_kernels/attention.py)
@@ -33,6 +33,19 @@ and covered), always modulo what the theorem's file lists (the tensor cores' ord
 additions, FMA contraction). The run first measures ``tl.exp2``'s relative error on the
 device (``exp2_rel_error``), which the bound assumes to be at most ``EXP2_ERROR``, and
 that ``exp2(0) == 1``.
+
+The float32 bar (issue 28, item 4; ``float32_bar``, the result's ``float32_bar``, one record per
+shape and quantity: out, lse, dv, dq, dk): ``observed`` the largest error, ``tolerance`` the largest
+value of the proved bound the float32 tests use (out: the a-posteriori forward bound, entry by
+entry; lse: the lse bound; dV; dQ, dK: with "proved" inputs, the forward theorems'), ``tightness``
+= tolerance / observed against ``tightness_bar`` (300x out, 100x lse; dV, dQ, dK: 1000x and
+10 sqrt(n), n the terms of the sum: g S for dV and dK, S for dQ; bfloat16 100x); float32 rows also
+run the same kernel with TF32 dots (``attention_error.tf32_dots``, the setting restored after it):
+``tf32_observed`` its largest error against the same exact values, ``discrimination`` =
+tolerance / tf32_observed against 1/8, and ``tf32_caught``: whether an entry of the mutant's error
+exceeds its tolerance (out: or the a-priori bound), i.e. whether the float32 tests fail on it.
+``--records FILE`` appends the rows (case: ``CASE_KEYS``) and the bar records (case: the row's
+and ``quantity``) in the one record format (benchmarks/records.py), which report.py tables.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Benchmark: the proved bound on the chunked linear cross-entropy's lse and loss beside the observed errors.
 
-    python benchmarks/bench_linear_cross_entropy_error.py [--out FILE]   # CUDA: V = 128256, D = 4096
+    python benchmarks/bench_linear_cross_entropy_error.py [--out FILE] [--records FILE]   # CUDA: N = 16384, V = 128256, D = 4096
     python benchmarks/bench_linear_cross_entropy_error.py --quick        # tiny sizes, CPU interpreter
 
-For each dtype (bfloat16, float32) the 3-product forward of kernels/ojas_kernels/linear_cross_entropy_three_products.py
+Issue 17's shapes: N = 16384 tokens (``--tokens`` to change it), D = 4096, V = 128256; the float64
+references, sums and bounds go over the tokens in blocks of
+``linear_cross_entropy_error.ROW_CHUNK``. For each dtype (bfloat16, float32) the 3-product forward of kernels/ojas_kernels/linear_cross_entropy_three_products.py
 (``_three_products``: the chunk's logits by cuBLAS / the CPU matmul with float32
 accumulation, rounded to the input dtype, then ``_rows_kernel`` STREAM over vocabulary tiles)
 runs on random normal hidden states and weights (std 0.02, and a "peaked" variant whose
@@ -60,6 +62,17 @@ the premise ``tanh_abs_error`` (the kernel's ``_cap_tanh`` measured on the devic
 ``LINEAR_CROSS_ENTROPY_TANH_ERROR``); the gradient columns against autograd of the capped loss, the
 bounds with ``softcap`` (``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``;
 premises also the division in ``_cap_chain``, ``LINEAR_CROSS_ENTROPY_DIV_ERROR``).
+
+``lse_bound`` / ``lse_observed``: the kernel's lse (its rows kernel on its stored logits,
+``kernel_forward``) against the float64 logsumexp, within ``ce_lse_error``'s bound.
+The float32 bar (issue 28, item 4; the result's ``float32_bar``, one record per row and quantity:
+lse, loss, dh, dw; ``bench_attention_error.float32_bar``): the tolerance is the lse bound, and for
+the loss, dH and dW per token / entry the smaller of the a-priori and the a-posteriori bounds (both
+theorems; softcap rows: the a-priori one); tightness bars 100x (lse, loss), 300x (dW), dH 1000x and
+10 sqrt(V); float32 rows also run the kernel with TF32 dots (``attention_error.tf32_dots``:
+cuBLAS's logits and gradient products and the Triton dots) against the same exact values:
+``tf32_observed``, ``discrimination`` = tolerance / tf32_observed (bar 1/8), ``tf32_caught``.
+``--records FILE`` appends the rows and the bar records (benchmarks/records.py).
 """
 
 from __future__ import annotations
