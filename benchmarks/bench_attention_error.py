@@ -43,7 +43,9 @@ entry; lse: the lse bound; dV; dQ, dK: with "proved" inputs, the forward theorem
 run the same kernel with TF32 dots (``attention_error.tf32_dots``, the setting restored after it):
 ``tf32_observed`` its largest error against the same exact values, ``discrimination`` =
 tolerance / tf32_observed against 1/8, and ``tf32_caught``: whether an entry of the mutant's error
-exceeds its tolerance (out: or the a-priori bound), i.e. whether the float32 tests fail on it.
+exceeds its tolerance (out: or the a-priori bound), i.e. whether the float32 tests fail on it (dQ, dK:
+against the bounds of the float32 run, whose inputs are the float32 forward's saved out and lse;
+tests/verification/test_tf32_mutant.py feeds the mutant's own, with proved and measured inputs).
 ``--records FILE`` appends the rows (case: ``CASE_KEYS``) and the bar records (case: the row's
 and ``quantity``) in the one record format (benchmarks/records.py), which report.py tables.
 """
