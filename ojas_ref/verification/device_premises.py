@@ -389,6 +389,18 @@ def tf32_readings(read: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor)
     return {mode for mode in ("trunc", "rne", "rna") if torch.equal(y, _round_bits(x, 11, mode).view(torch.int32))}
 
 
+def tf32_reading_probes(device: torch.device | str) -> torch.Tensor:
+    """float32 numbers of +-[1, 2) that tell the TF32 readings apart whatever else is sampled: for
+    each kept pattern with an even and an odd last kept bit, the dropped 13 bits just below half
+    (all three readings agree), exactly half (a tie: "rne" and "rna" differ on an even kept bit)
+    and just above half ("trunc" differs from both)."""
+    kept = torch.tensor([0, 1, 2, 3, 1022, 1023], dtype=torch.int64, device=device) << 13
+    low = torch.tensor([0x0FFF, 0x1000, 0x1001], dtype=torch.int64, device=device)
+    mag = (0x3F800000 + kept[:, None] + low[None, :]).reshape(-1)
+    bits = torch.cat([mag, mag - (1 << 32) + (1 << 31)])  # the negative twins: sign bit set, as int32
+    return bits.to(torch.int32).view(torch.float32)
+
+
 #: How the three TF32 dots of a 3xTF32 dot are chained (products 0: lo a . hi b, 1: hi a . lo b,
 #: 2: hi a . hi b, in the given order): "chain(c)" each from the previous result, the first from
 #: the accumulator c (Tf32Product.v's reading of Triton's F32DotTC); "chain(0)+c" the same from 0,
@@ -795,6 +807,9 @@ def _check_dots(device: str, quick: bool, chunk: int) -> Iterator[dict]:
         for x in float32_chunks(lo, hi, device=device, step=step, chunk=min(chunk, 1 << 20)):
             modes &= tf32_readings(read, x)
             n += x.numel()
+    probes = tf32_reading_probes(device)  # a sampled (quick) domain may miss the ties and the halves
+    modes &= tf32_readings(read, probes)
+    n += probes.numel()
     reading = modes.pop() if len(modes) == 1 else "neither" if not modes else "/".join(sorted(modes))
     yield _entry(
         "tf32 low-part reading",

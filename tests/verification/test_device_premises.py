@@ -282,6 +282,20 @@ def test_tf32_reading_identified():
     assert dp._round_bits(torch.tensor([1.0 + 2.0**-11]), 11, "rna").item() == 1.0 + 2.0**-10
 
 
+def test_tf32_reading_probes_tell_the_readings_apart():
+    """The probes that join every TF32 reading check are in +-[1, 2) and identify each reading on
+    their own, and with the quick mode's strided sample (whose low 13 bits stay below half, so that
+    alone it cannot tell the readings apart: the H100 run of 2026-12-06 found "rna/rne/trunc")."""
+    probes = dp.tf32_reading_probes("cpu")
+    assert bool(((probes.abs() >= 1) & (probes.abs() < 2)).all()) and bool((probes < 0).any())
+    quick = torch.cat(list(dp.float32_chunks(1.0, 2.0 - 2.0**-23, device="cpu", step=dp._step(1.0, 2.0, True, 1024))))
+    assert dp.tf32_readings(lambda t: dp._round_bits(t, 11, "trunc"), quick) == {"trunc", "rne", "rna"}
+    for mode in ("trunc", "rne", "rna"):
+        read = lambda t, mode=mode: dp._round_bits(t, 11, mode)  # noqa: E731
+        assert dp.tf32_readings(read, probes) == {mode}
+        assert dp.tf32_readings(read, torch.cat([quick, probes])) == {mode}
+
+
 def test_tf32x3_emulation_within_the_split_bound():
     """The 3xTF32 dot of Tf32Product.v (rna high parts, truncated low parts, FMA-chain
     accumulation) is within c + gamma(3n) kl + gamma(n) kh of sum |x_i y_i| of the exact dot
