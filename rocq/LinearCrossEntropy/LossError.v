@@ -4,7 +4,9 @@
     definition the oracle runs) in the rounding model of [FloatModel/NoUnderflow.v]
     (every [+ - * /] rounded with relative error [u], rounding idempotent,
     [exp] with relative error [ue], [ln] with absolute error [ul] on
-    positive arguments, no underflow or overflow), without softcap.  The
+    [[1/2, Lmax]], the range of the computed row sum when
+    [stream_beta u ue V <= 1/2] and [(1 + stream_beta u ue V) V <= Lmax]
+    ([LseError.v]), no underflow or overflow), without softcap.  The
     exact one is [token_forward R_ops], i.e. ([ce_token_loss_R], [lse_row])
     of the exact logit row [z_v = h . w_v + b_v] ([Loss.v]).  The proof
     composes:
@@ -156,12 +158,14 @@ Proof. intros; unfold chunk; apply length_chunk_fuel_le. Qed.
 Section LossError.
 
 Variables rnd rexp rln : R -> R.
-Variables u ue ul : R.
+Variables u ue ul Lmax : R.
 Hypothesis u_nonneg : 0 <= u.
 Hypothesis ue_nonneg : 0 <= ue.
 Hypothesis rnd_rel : forall x, Rabs (rnd x - x) <= u * Rabs x.
 Hypothesis rexp_rel : forall x, Rabs (rexp x - exp x) <= ue * exp x.
-Hypothesis rln_abs : forall x, 0 < x -> Rabs (rln x - ln x) <= ul.
+(** The computed logarithm on the range [[1/2, Lmax]] of the computed row sum
+    ([LseError.v]). *)
+Hypothesis rln_abs : forall x, / 2 <= x <= Lmax -> Rabs (rln x - ln x) <= ul.
 (** Rounding is idempotent (Flocq: [flx_rnd_idem] in [FloatModel/DotError.v]). *)
 Hypothesis rnd_idem : forall x, rnd (rnd x) = rnd x.
 
@@ -411,16 +415,17 @@ Definition lse_err (L dz : R) (n : nat) : R :=
     on [zs'] plus the Lipschitz bound [lse_R_lipschitz]. *)
 Theorem chunk_lse_perturbed_error_bound : forall bv (zs zs' : list (nat * R)) dz,
   zs <> [] -> Forall2 (fun a b => Rabs (snd a - snd b) <= dz) zs' zs ->
-  u < 1 -> stream_beta u ue (length zs) < 1 ->
+  u < 1 -> stream_beta u ue (length zs) <= / 2 ->
+  (1 + stream_beta u ue (length zs)) * INR (length zs) <= Lmax ->
   exists L', chunked_lse fl (chunk bv zs') = Some L'
     /\ Rabs (L' - lse_R zs) <= lse_err (lse_R zs) dz (length zs).
 Proof.
-  intros bv zs zs' dz Hne H Hu Hb.
+  intros bv zs zs' dz Hne H Hu Hb HLmax.
   assert (Hlen : length zs' = length zs) by (eapply Forall2_length_eq; exact H).
   assert (Hne' : zs' <> []) by (intros ->; destruct zs; [contradiction|discriminate]).
-  rewrite <- Hlen in Hb.
-  destruct (chunk_lse_error_bound rnd rexp rln u ue ul u_nonneg ue_nonneg rnd_rel rexp_rel rln_abs
-              bv zs' Hne' Hu Hb) as [L' [HL' Herr]].
+  rewrite <- Hlen in Hb, HLmax.
+  destruct (chunk_lse_error_bound rnd rexp rln u ue ul Lmax u_nonneg ue_nonneg rnd_rel rexp_rel rln_abs
+              bv zs' Hne' Hu Hb HLmax) as [L' [HL' Herr]].
   exists L'; split; [exact HL'|].
   rewrite Hlen in Herr.
   pose proof (lse_R_lipschitz zs' zs dz Hne' H) as Hlip.
@@ -523,7 +528,8 @@ Qed.
     and [lse_err] of the specification [ce_token_loss_R], [lse_row]. *)
 Theorem token_loss_error_bound : forall eps lam bv t (zs zs' : list R) dz,
   zs <> [] -> Forall2 (fun a b => Rabs (a - b) <= dz) zs' zs ->
-  (0 <= t < Z.of_nat (length zs))%Z -> u < 1 -> stream_beta u ue (length zs) < 1 ->
+  (0 <= t < Z.of_nat (length zs))%Z -> u < 1 -> stream_beta u ue (length zs) <= / 2 ->
+  (1 + stream_beta u ue (length zs)) * INR (length zs) <= Lmax ->
   nat_err (length zs) < INR (length zs) ->
   let V := length zs in
   let L := lse_row zs in
@@ -536,7 +542,7 @@ Theorem token_loss_error_bound : forall eps lam bv t (zs zs' : list R) dz,
        <= token_loss_err V eps lam L (lse_err L dz V) zt (dz + g * (Rabs zt + dz))
             (rsum zs) (INR V * dz + g * (asum zs + INR V * dz)).
 Proof.
-  intros eps lam bv t zs zs' dz Hne H Ht Hu Hb HV V L zt g.
+  intros eps lam bv t zs zs' dz Hne H Ht Hu Hb HLmax HV V L zt g.
   assert (Hlen : length zs' = length zs) by (eapply Forall2_length_eq; exact H).
   assert (Hdz : 0 <= dz).
   { destruct H as [|a b l l' Hab _]; [contradiction|].
@@ -557,8 +563,9 @@ Proof.
     by (unfold l; rewrite combine_length, seq_length; apply Nat.min_id).
   assert (HlseL : lse_R l = L).
   { unfold l, L, lse_R, lse_row, V; rewrite <- (map_map snd exp), map_snd_combine_seq; reflexivity. }
-  assert (Hb' : stream_beta u ue (length l) < 1) by (rewrite Hllen; exact Hb).
-  destruct (chunk_lse_perturbed_error_bound bv l l' dz Hlne HF Hu Hb') as [L' [HL' HLerr]].
+  assert (Hb' : stream_beta u ue (length l) <= / 2) by (rewrite Hllen; exact Hb).
+  assert (HLmax' : (1 + stream_beta u ue (length l)) * INR (length l) <= Lmax) by (rewrite Hllen; exact HLmax).
+  destruct (chunk_lse_perturbed_error_bound bv l l' dz Hlne HF Hu Hb' HLmax') as [L' [HL' HLerr]].
   rewrite HlseL, Hllen in HLerr.
   assert (Hfin : snd (finalize fl 0 (ts_lse ts)) = Some L')
     by (rewrite E1; exact HL').
@@ -639,7 +646,8 @@ Qed.
 Theorem token_forward_error_bound : forall cfg bv W bias h t dz,
   ce_softcap cfg = None -> W <> [] -> (0 <= t < Z.of_nat (length W))%Z ->
   (forall e, In e (vocab W) -> Rabs (raw_logit fl bias h e - raw_logit R_ops bias h e) <= dz) ->
-  u < 1 -> stream_beta u ue (length W) < 1 -> nat_err (length W) < INR (length W) ->
+  u < 1 -> stream_beta u ue (length W) <= / 2 -> (1 + stream_beta u ue (length W)) * INR (length W) <= Lmax ->
+  nat_err (length W) < INR (length W) ->
   let zs := logits_row R_ops None bias W h in
   let V := length W in
   let L := lse_row zs in
@@ -653,7 +661,7 @@ Theorem token_forward_error_bound : forall cfg bv W bias h t dz,
        <= token_loss_err V (ce_smoothing cfg) (ce_z_loss cfg) L (lse_err L dz V) zt
             (dz + g * (Rabs zt + dz)) (rsum zs) (INR V * dz + g * (asum zs + INR V * dz)).
 Proof.
-  intros cfg bv W bias h t dz Hcap HW Ht Hdz Hu Hb HV zs V L zt g.
+  intros cfg bv W bias h t dz Hcap HW Ht Hdz Hu Hb HLmax HV zs V L zt g.
   assert (Hexact : token_forward R_ops cfg bv W bias h t
                    = (ce_token_loss_R (ce_smoothing cfg) (ce_z_loss cfg) t zs, L)).
   { unfold L, zs; rewrite <- Hcap; apply token_forward_correct; assumption. }
@@ -662,8 +670,8 @@ Proof.
     by (unfold zs', zs, logits_row; apply Forall2_map_err; exact Hdz).
   assert (Hlen : length zs = length W) by apply logits_row_length.
   assert (Hne : zs <> []) by (apply logits_row_nil, HW).
-  rewrite <- Hlen in Ht, Hb, HV.
-  destruct (token_loss_error_bound (ce_smoothing cfg) (ce_z_loss cfg) bv t zs zs' dz Hne HF Ht Hu Hb HV)
+  rewrite <- Hlen in Ht, Hb, HLmax, HV.
+  destruct (token_loss_error_bound (ce_smoothing cfg) (ce_z_loss cfg) bv t zs zs' dz Hne HF Ht Hu Hb HLmax HV)
     as (loss' & L' & E & HL & Hloss).
   exists loss', L'.
   rewrite token_forward_logits_fl, Hcap; fold zs'.

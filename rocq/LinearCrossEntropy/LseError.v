@@ -3,7 +3,7 @@
     The chunked lse is run with the rounding model of [FloatModel/NoUnderflow.v]
     ([fl_ops]: every [+ - * /] rounded with relative error [u], the
     exponential with relative error [ue], the logarithm with absolute
-    error [ul] on positive arguments, the max exact), i.e. literally
+    error [ul] on [[1/2, Lmax]], the max exact), i.e. literally
     [chunked_lse fl_ops], the definition the oracle runs.  The invariant
     of [Attention/StreamError.v] (a vocabulary chunk is a key tile with
     empty value rows) bounds the computed sum [l] against the exact
@@ -12,6 +12,13 @@
     when no chunk is empty).  Then, with [L = ln (sum_v exp z_v)],
 
       |fl (M + ln l) - L| <= u |L| + (1 + u) (ul - ln (1 - beta)).
+
+    The logarithm is only assumed accurate on [[1/2, Lmax]]: no
+    float32-valued log is within a fixed absolute error of [ln x] for every
+    [x > 0] (the float32 gaps grow with [|ln x|]).  The theorems carry the
+    range of the computed sum: [1 <= Z <= n] (the max key has weight 1,
+    every weight is at most 1), so [beta <= 1/2] and [(1 + beta) n <= Lmax]
+    put [l] in [[1/2, Lmax]].
 
     As in [FloatModel/NoUnderflow.v], underflow and overflow are not covered. *)
 
@@ -46,33 +53,52 @@ Proof.
   apply Rabs_le; lra.
 Qed.
 
+(** The exact sum [Z = sum_k exp (s_k - M)] over scores at most [M] is at
+    most the number of terms. *)
+Lemma rsum_exp_le_length : forall M (uks : list (R * list R)),
+  (forall k, In k uks -> fst k <= M) -> rsum (map (fun k => exp (fst k - M)) uks) <= INR (length uks).
+Proof.
+  intros M; induction uks as [|k uks IH]; intros H.
+  - unfold rsum; simpl; lra.
+  - cbn [map length]; rewrite rsum_cons, S_INR.
+    assert (Hk : exp (fst k - M) <= 1).
+    { assert (Hle : fst k - M <= 0) by (pose proof (H k (or_introl eq_refl)); lra).
+      rewrite <- exp_0; destruct Hle as [Hl|Hl]; [left; apply exp_increasing, Hl | rewrite Hl; lra]. }
+    assert (rsum (map (fun k => exp (fst k - M)) uks) <= INR (length uks))
+      by (apply IH; intros k' Hk'; apply H; right; exact Hk').
+    lra.
+Qed.
+
 Section LseError.
 
 Variables rnd rexp rln : R -> R.
-Variables u ue ul : R.
+Variables u ue ul Lmax : R.
 Hypothesis u_nonneg : 0 <= u.
 Hypothesis ue_nonneg : 0 <= ue.
 Hypothesis rnd_rel : forall x, Rabs (rnd x - x) <= u * Rabs x.
 Hypothesis rexp_rel : forall x, Rabs (rexp x - exp x) <= ue * exp x.
-(** Absolute error of the computed logarithm on positive arguments. *)
-Hypothesis rln_abs : forall x, 0 < x -> Rabs (rln x - ln x) <= ul.
+(** Absolute error of the computed logarithm on the range [[1/2, Lmax]]
+    of the computed row sum. *)
+Hypothesis rln_abs : forall x, / 2 <= x <= Lmax -> Rabs (rln x - ln x) <= ul.
 
 Local Notation fl := (fl_ops rnd rexp rln).
 
 (** The chunked lse computed in the rounding model, for any cut of the
     vocabulary into chunks, is within [u |L| + (1 + u) (ul - ln (1 - beta))]
     of the exact [L = ln (sum_v exp z_v)], [beta = stream_beta u ue n] and
-    [n] the tile count of the chunks. *)
+    [n] the tile count of the chunks, when [beta <= 1/2] and
+    [(1 + beta) n <= Lmax] (the computed sum then lies in [[1/2, Lmax]]). *)
 Theorem chunked_lse_error_bound : forall zchunks : list (list (nat * R)),
   concat zchunks <> [] -> u < 1 ->
-  stream_beta u ue (tile_count (map lse_keys zchunks)) < 1 ->
+  stream_beta u ue (tile_count (map lse_keys zchunks)) <= / 2 ->
+  (1 + stream_beta u ue (tile_count (map lse_keys zchunks))) * INR (tile_count (map lse_keys zchunks)) <= Lmax ->
   exists L', chunked_lse fl zchunks = Some L'
     /\ Rabs (L' - lse_R (concat zchunks))
        <= u * Rabs (lse_R (concat zchunks))
           + (1 + u) * (ul - ln (1 - stream_beta u ue (tile_count (map lse_keys zchunks)))).
 Proof.
   intros zchunks Hne Hu.
-  set (n := tile_count (map lse_keys zchunks)); set (b := stream_beta u ue n); intros Hb.
+  set (n := tile_count (map lse_keys zchunks)); set (b := stream_beta u ue n); intros Hb HLmax.
   pose proof (fold_block_step_err_inv rnd rexp rln u ue u_nonneg ue_nonneg rnd_rel rexp_rel
                 0 (map lse_keys zchunks) 0 [] None eq_refl) as Hinv.
   cbn [Nat.add app] in Hinv; fold n in Hinv; fold (stream fl (map lse_keys zchunks)) in Hinv.
@@ -108,13 +134,21 @@ Proof.
       nra. }
     fold Z; unfold b, stream_beta; nra. }
   destruct (ln_rel_err (st_sum s) Z b) as [Hl0 Hln]; [lra|lra|exact Hl|].
+  (* the computed sum lies in [[1/2, Lmax]] *)
+  assert (HZn : Z <= INR n).
+  { eapply Rle_trans; [apply rsum_exp_le_length|exact HU].
+    intros k Hk; apply (block_max_ge keys M Hm k Hk). }
+  assert (Hrange : / 2 <= st_sum s <= Lmax).
+  { assert (Hup : st_sum s - Z <= b * Z /\ Z - st_sum s <= b * Z)
+      by (unfold Rabs in Hl; destruct (Rcase_abs (st_sum s - Z)); split; lra).
+    split; nra. }
   (* the exact lse *)
   assert (HL' : M + ln Z = lse_R zs).
   { unfold Z, U; rewrite <- kw_sum_unmasked; unfold keys; rewrite kw_sum_lse_keys.
     apply lse_R_shift, Hne. }
   exists (rnd (M + rln (st_sum s))); split; [reflexivity|].
   rewrite <- HL'.
-  pose proof (rln_abs (st_sum s) Hl0) as Hr.
+  pose proof (rln_abs (st_sum s) Hrange) as Hr.
   set (y := M + rln (st_sum s)); set (L := M + ln Z).
   assert (Hy : Rabs (y - L) <= ul - ln (1 - b)).
   { unfold y, L; replace (M + rln (st_sum s) - (M + ln Z))
@@ -132,11 +166,12 @@ Qed.
 (** The vocabulary cut into chunks of [bv] entries (as the code does):
     [n] is the vocabulary size. *)
 Theorem chunk_lse_error_bound : forall bv (zs : list (nat * R)),
-  zs <> [] -> u < 1 -> stream_beta u ue (length zs) < 1 ->
+  zs <> [] -> u < 1 -> stream_beta u ue (length zs) <= / 2 ->
+  (1 + stream_beta u ue (length zs)) * INR (length zs) <= Lmax ->
   exists L', chunked_lse fl (chunk bv zs) = Some L'
     /\ Rabs (L' - lse_R zs) <= u * Rabs (lse_R zs) + (1 + u) * (ul - ln (1 - stream_beta u ue (length zs))).
 Proof.
-  intros bv zs Hne Hu Hb.
+  intros bv zs Hne Hu Hb HLmax.
   assert (Hn : tile_count (map lse_keys (chunk bv zs)) = length zs).
   { unfold lse_keys; rewrite <- chunk_map, tile_count_chunk, map_length; reflexivity. }
   pose proof (chunked_lse_error_bound (chunk bv zs)) as H.

@@ -105,8 +105,10 @@ def linear_cross_entropy_token_error_bound(
     Implements ``Ojas.LinearCrossEntropy.LossError.token_forward_error_bound``
     (rocq/LinearCrossEntropy/LossError.v) with ``dz`` from
     ``Ojas.LinearCrossEntropy.LossError.raw_logit_error_bound``: in the rounding model
-    (``u``, ``exp_error`` = ue relative, ``log_error`` = ul absolute, no
-    underflow), ``token_forward fl_ops`` is within ``lse_err`` (lse) and
+    (``u``, ``exp_error`` = ue relative, ``log_error`` = ul absolute on
+    ``[1/2, Lmax]``, no underflow; the theorem takes ``beta_V <= 1/2`` and
+    ``(1 + beta_V) V <= Lmax``, which put the computed row sum in that range),
+    ``token_forward fl_ops`` is within ``lse_err`` (lse) and
     ``token_loss_err`` (loss) of the exact ``(ce_token_loss_R, lse_row)``, where
 
     * ``dz = max_v gamma_D sum_i |x_i w_vi| (+ u (|z_v| + gamma_D sum_i |x_i w_vi|)

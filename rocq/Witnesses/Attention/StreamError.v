@@ -1,7 +1,7 @@
 (** * Witnesses of Attention/StreamError.v (ojas_ref/verification/proof_audit.py): the model
     without underflow at float32's precision of Witnesses/LinearCrossEntropy/LseError.v
     ([rnd] Flocq's round-to-nearest-even in FLX precision 24, [u = 2^-24]; [rexp] the exact
-    [exp] rounded to it, [ue = 2^-24]; [rln] the exact [ln] rounded to [2^-24 Z]); the keys
+    [exp] rounded to it, [ue = 2^-24]; [rln] the exact [ln] rounded to float32); the keys
     [(Some 0, [1; 2])] and [(Some 1, [3; 4])] (in one tile, or one tile each), output
     coordinate [c = 1] bounded by [V = 4]; the attention row of [q = [1; 2]] against the
     keys [[1; 1]; [0; 2]] with scale [1/2], [|q . k| <= A = 4], causal row 0 in tiles of

@@ -1,6 +1,6 @@
 (** * Witnesses of LinearCrossEntropy/LossError.v (ojas_ref/verification/proof_audit.py): the
     instances of Witnesses/LinearCrossEntropy/LseError.v (Flocq FLX precision 24 for [rnd] and
-    [exp], [ln] rounded to [2^-24 Z]), two logits [0], [1] (perturbed to [0], [1 + 1/1000]), one
+    [exp], [ln] rounded to float32 and accurate on [[1/2, 4]]), two logits [0], [1] (perturbed to [0], [1 + 1/1000]), one
     token [[1]] of target 0 against two vocabulary rows [[1]; [1]], all premises proved together. *)
 
 From Coq Require Import Reals List Lra Lia.
@@ -46,8 +46,8 @@ Definition raw_logit_error_bound_witness :=
   raw_logit_error_bound w_rnd w_rexp w_rln wu wu_nonneg w_rnd_rel w_rnd_idem None [1] (0%nat, [1]) eq_refl w_nu.
 
 Definition chunk_lse_perturbed_error_bound_witness :=
-  chunk_lse_perturbed_error_bound w_rnd w_rexp w_rln wu wu wu wu_nonneg wu_nonneg w_rnd_rel w_rexp_rel w_rln_err
-    1 w_zs w_zs' (/ 1000) ltac:(discriminate) w_zs_close' wu_lt_1 (w_beta 2 ltac:(lia)).
+  chunk_lse_perturbed_error_bound w_rnd w_rexp w_rln wu wu w_ul w_Lmax wu_nonneg wu_nonneg w_rnd_rel w_rexp_rel w_rln_err
+    1 w_zs w_zs' (/ 1000) ltac:(discriminate) w_zs_close' wu_lt_1 (w_beta_half 2 ltac:(lia)) (w_range 2 ltac:(lia)).
 
 (** [nat_err] of two logits is a few [u]. *)
 Lemma w_nat_err : nat_err wu 2 < INR 2.
@@ -57,9 +57,9 @@ Lemma w_zs_close2 : Forall2 (fun a b => Rabs (a - b) <= / 1000) [0; 1 + / 1000] 
 Proof. apply Forall2_cons; [apply w_close_0' | apply Forall2_cons; [apply w_close_1' | apply Forall2_nil]]. Qed.
 
 Definition token_loss_error_bound_witness :=
-  token_loss_error_bound w_rnd w_rexp w_rln wu wu wu wu_nonneg wu_nonneg w_rnd_rel w_rexp_rel w_rln_err
+  token_loss_error_bound w_rnd w_rexp w_rln wu wu w_ul w_Lmax wu_nonneg wu_nonneg w_rnd_rel w_rexp_rel w_rln_err
     (/ 10) (/ 10000) 1 0%Z [0; 1] [0; 1 + / 1000] (/ 1000) ltac:(discriminate) w_zs_close2 ltac:(cbn; lia)
-    wu_lt_1 (w_beta 2 ltac:(lia)) w_nat_err.
+    wu_lt_1 (w_beta_half 2 ltac:(lia)) (w_range 2 ltac:(lia)) w_nat_err.
 
 Definition w_cfg : ce_config R := mk_ce_config (-100)%Z (/ 10) (/ 10000) None Red_mean.
 
@@ -73,6 +73,6 @@ Proof.
 Qed.
 
 Definition token_forward_error_bound_witness :=
-  token_forward_error_bound w_rnd w_rexp w_rln wu wu wu wu_nonneg wu_nonneg w_rnd_rel w_rexp_rel w_rln_err
+  token_forward_error_bound w_rnd w_rexp w_rln wu wu w_ul w_Lmax wu_nonneg wu_nonneg w_rnd_rel w_rexp_rel w_rln_err
     w_cfg 1 [[1]; [1]] None [1] 0%Z (logit_err wu None [1] (0%nat, [1])) eq_refl ltac:(discriminate)
-    ltac:(cbn; lia) w_logits_close wu_lt_1 (w_beta 2 ltac:(lia)) w_nat_err.
+    ltac:(cbn; lia) w_logits_close wu_lt_1 (w_beta_half 2 ltac:(lia)) (w_range 2 ltac:(lia)) w_nat_err.
