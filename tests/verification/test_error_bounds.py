@@ -229,6 +229,16 @@ def _linear_cross_entropy_bounds(x, w, b, t, eps, lam, u, ue):
     )
 
 
+def test_linear_cross_entropy_token_bound_needs_beta_at_most_half() -> None:
+    """token_forward_error_bound takes beta_V <= 1/2 (its log premise holds on [1/2, Lmax], and
+    beta_V <= 1/2 keeps the computed row sum there): a beta_V between 1/2 and 1 is refused."""
+    x, w, t = torch.ones(1, 2), torch.ones(100, 2), torch.zeros(1, dtype=torch.long)
+    kw = dict(label_smoothing=0.0, z_loss=0.0, unit_roundoff=2.0**-24, log_error=1e-6)
+    linear_cross_entropy_token_error_bound(x, w, None, t, exp_error=4e-3, **kw)  # beta_100 = 0.49
+    with pytest.raises(ValueError, match="side conditions of token_forward_error_bound"):
+        linear_cross_entropy_token_error_bound(x, w, None, t, exp_error=5e-3, **kw)  # beta_100 = 0.65
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     st.integers(1, 6),

@@ -132,7 +132,7 @@ def linear_cross_entropy_token_error_bound(
     (``nat_err_q``, ``nat_err_q_ge``) and ``-ln(1 - beta_V)`` (a float candidate
     certified by ``neg_ln_check``, ``neg_ln_check_correct``); the composition over the
     tokens stays a float64 evaluation here. Raises ``ValueError`` unless ``D u < 1``,
-    ``beta_V < 1`` and ``((1+u)^V - 1) V < V``. The third tensor is an upper bound of
+    ``beta_V <= 1/2`` and ``((1+u)^V - 1) V < V``. The third tensor is an upper bound of
     |exact loss| (for the bound of a reduction).
     """
     f64 = torch.float64
@@ -146,7 +146,7 @@ def linear_cross_entropy_token_error_bound(
         raise ValueError(f"side condition D u < 1 of raw_logit_error_bound fails: D={D}, u={u}")
     beta, beta_q = _stream_beta(V, u, exp_error)
     nat_err = _nat_err(V, u)
-    if not (beta < 1.0 and nat_err < V):
+    if not (beta <= 0.5 and nat_err < V):
         raise ValueError(f"side conditions of token_forward_error_bound fail: beta={beta}, V={V}, u={u}")
     slack = 4 * (D + V + 4) * 2.0**-53
     absb = bias.to(f64).abs() if bias is not None else torch.zeros(V, dtype=f64)
