@@ -72,6 +72,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OPTIMIZERS = {
     "sgd": (torch.optim.SGD, dict(lr=1e-3)),
     "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1)),
+    # Hugging Face Trainer's default optimizer (optim="adamw_torch_fused" with torch >= 2.8)
+    "adamw_fused": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, fused=True)),
 }
 
 
@@ -264,7 +266,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, warmup: int, steps: in
     parser.add_argument("--out", type=Path, help="write the results as JSON to this path")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
-    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=list(OPTIMIZERS))
+    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=["sgd", "adamw"])
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--steps", type=int, default=steps)
 

@@ -24,7 +24,8 @@ optimizer), and the peer (Liger-Kernel's patch) and compilation around it:
 
 Settings, ``<weights>[-autocast]-<optimizer>-b<batch>[-v<vocabulary>]``: weights and optimizer
 state in ``bf16`` or ``fp32``; ``-autocast``: the forward under ``torch.autocast`` to bf16;
-``sgd`` (lr 1e-3) or ``adamw`` (lr 1e-4, weight decay 0.1); batch; vocabulary (default 32000).
+``sgd`` (lr 1e-3), ``adamw`` (lr 1e-4, weight decay 0.1; torch's default foreach step) or
+``adamw_fused`` (the same with ``fused=True``, Hugging Face Trainer's default); batch; vocabulary (default 32000).
 The default settings are issue 29's rows.
 
 Every mode of every setting runs in its own process (nothing compiled, patched or cached by one
@@ -91,7 +92,7 @@ MODES = {
 }
 #: issue 29's rows
 SETTINGS = ("bf16-adamw-b1", "fp32-autocast-adamw-b1", "bf16-adamw-b4", "bf16-sgd-b1", "bf16-adamw-b1-v128256")
-SETTING_RE = re.compile(r"(bf16|fp32)(-autocast)?-(sgd|adamw)-b([1-9][0-9]*)(?:-v([1-9][0-9]*))?")
+SETTING_RE = re.compile(r"(bf16|fp32)(-autocast)?-(sgd|adamw|adamw_fused)-b([1-9][0-9]*)(?:-v([1-9][0-9]*))?")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 #: steps profiled by ``--profile``
 PROFILED_STEPS = 3
@@ -121,7 +122,7 @@ class Setting:
         m = SETTING_RE.fullmatch(text)
         if m is None:
             raise ValueError(
-                f"--settings: {text!r} is not <bf16|fp32>[-autocast]-<sgd|adamw>-b<batch>[-v<vocab>], "
+                f"--settings: {text!r} is not <bf16|fp32>[-autocast]-<sgd|adamw|adamw_fused>-b<batch>[-v<vocab>], "
                 "e.g. bf16-adamw-b1 or fp32-autocast-adamw-b1 or bf16-adamw-b1-v128256"
             )
         weights, autocast, optimizer, batch, vocab = m.groups()

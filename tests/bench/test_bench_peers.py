@@ -13,6 +13,7 @@ from ojas_ref import InBackwardOptimizer, MemoryRecipe
 def test_settings_parse_and_refuse():
     assert bench_peers.Setting.parse("fp32-autocast-adamw-b1") == bench_peers.Setting("fp32", True, "adamw", 1, 32000)
     assert bench_peers.Setting.parse("bf16-sgd-b4-v128256") == bench_peers.Setting("bf16", False, "sgd", 4, 128256)
+    assert bench_peers.Setting.parse("bf16-adamw_fused-b1").optimizer == "adamw_fused"
     for name in bench_peers.SETTINGS:
         bench_peers.Setting.parse(name)
     for bad in ("bf16-adam-b1", "bf16-adamw", "bf16-adamw-b0", "fp16-sgd-b1", "bf16-adamw-b1-v"):
@@ -33,6 +34,12 @@ def test_modes_are_set_up_as_issue_29_says():
     assert all(p.dtype == torch.float32 for p in hf.model.parameters())
     ids = hf.batches[0]
     assert hf.model(input_ids=ids).logits.dtype == torch.bfloat16  # the forward under bf16 autocast
+    fused = bench_peers.runner("ojas", bench_peers.Setting.parse("bf16-adamw_fused-b1"), bench_peers.QUICK, cpu)
+    assert fused.opt.param_groups[0]["fused"] is True  # Hugging Face Trainer's default AdamW
+    before = [p.detach().clone() for p in fused.model.parameters()]
+    fused.model(input_ids=fused.batches[0], labels=fused.batches[0]).loss.backward()
+    fused.opt.step()
+    assert any(not torch.equal(p, q) for p, q in zip(fused.model.parameters(), before))
     assert bench_peers.unavailable("liger", torch.device("cpu")) is not None
     assert bench_peers.unavailable("hf", torch.device("cpu")) is None
 
