@@ -1,6 +1,7 @@
 """The proof audit flags admitted proofs, axioms and global parameters, and nothing else."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,48 @@ def test_audit_rejects_a_witness_of_contradictory_premises(tmp_path):
     )
     with pytest.raises(pa.ProofAuditError, match="building rocq/ failed"):
         pa.run_audit(root, log=lambda m: None, require_witnesses=False)
+
+
+@needs_coq
+def test_a_witness_axiom_is_named_through_the_union(tmp_path):
+    """The witnesses' axioms come from one Print Assumptions over them all; when that finds one
+    beyond ALLOWED_AXIOMS, each witness's own Print Assumptions names the witness."""
+    witnesses = SCRATCH_WITNESSES.replace(
+        "Definition positive_witness := positive 1 Rlt_0_1.",
+        "From Coq Require ProofIrrelevance.\n"
+        "Definition positive_witness := positive 1 (match ProofIrrelevance.proof_irrelevance True I I "
+        "in _ = _ return 0 < 1 with eq_refl => Rlt_0_1 end).",
+    )
+    root = _scratch(tmp_path, witnesses)
+    with pytest.raises(pa.ProofAuditError) as err:
+        pa.run_audit(root, log=lambda m: None, require_witnesses=False)
+    assert re.search(r"positive_witness assumes \S*proof_irrelevance", str(err.value)), str(err.value)
+    assert "partial_witness assumes" not in str(err.value)
+
+
+@needs_coq
+def test_assumptions_reused_only_from_a_manifest_of_these_sources(tmp_path):
+    """With a manifest whose source hashes match and whose per-theorem axioms have the union that
+    one Print Assumptions over all theorems gives, its lists are kept ("reused"); a manifest with
+    another union, or sources that changed, make Print Assumptions run on each theorem again."""
+    root = _scratch(tmp_path, "From Ojas Require Import T.\n")
+    pa.build(root)
+
+    def exported():
+        return [th for th in pa.list_theorems(root) if th.exported]
+
+    theorems = exported()
+    assert pa.print_assumptions(theorems, root) == "per theorem"
+    truth = {th.name: (th.assumptions, th.premises) for th in theorems}
+    assert truth["Ojas.T.lg_bound"][0], "ln needs the real-number axioms"
+    saved = pa.manifest(theorems, root)
+    again = exported()
+    assert pa.print_assumptions(again, root, saved=saved) == "reused"
+    assert {th.name: (th.assumptions, th.premises) for th in again} == truth
+    forged = json.loads(json.dumps(saved))
+    forged["theorems"][0]["assumptions"].append("Fake.axiom")
+    again = exported()
+    assert pa.print_assumptions(again, root, saved=forged) == "per theorem"
+    assert {th.name: (th.assumptions, th.premises) for th in again} == truth
+    (root / "rocq" / "T.v").write_text(SCRATCH_THEOREMS + "(* changed *)\n")
+    assert pa.print_assumptions(exported(), root, saved=saved) == "per theorem"
