@@ -25,6 +25,7 @@ import importlib.metadata
 import json
 import math
 import platform
+import os
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -89,7 +90,10 @@ def validate(record: Mapping[str, Any]) -> dict:
 
 
 def _commit() -> str:
-    """The checkout's short commit, ``"unknown"`` outside a git checkout."""
+    """``$OJAS_RECORD_COMMIT`` when set (a snapshot measured outside its git checkout, such as
+    ``git archive`` on the device), else the checkout's short commit, ``"unknown"`` outside one."""
+    if os.environ.get("OJAS_RECORD_COMMIT"):
+        return os.environ["OJAS_RECORD_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=RECORDS.parent, capture_output=True, text=True, timeout=10

@@ -152,3 +152,12 @@ def test_report_tables_each_run_with_its_ratios(tmp_path):
     records.append("bench_unknown", CASE, {"ms": 1.0}, "ojas", path=path, **ENV)
     with pytest.raises(ValueError, match=r"benchmark\(s\) \['bench_unknown'\] have no section"):
         report.report(records.read(path), tmp_path / "benchmarks.md", tmp_path / "images")
+
+
+def test_the_commit_of_a_snapshot_comes_from_the_environment(monkeypatch):
+    """A ``git archive`` snapshot measured on the device has no checkout of its own: its commit
+    is taken from ``OJAS_RECORD_COMMIT``, else from git."""
+    monkeypatch.setenv("OJAS_RECORD_COMMIT", "abc1234")
+    assert records._commit() == "abc1234"
+    monkeypatch.delenv("OJAS_RECORD_COMMIT")
+    assert records._commit() != "abc1234"
