@@ -604,6 +604,55 @@ def test_torch_compile_of_an_optimized_model():
         assert close(g, h)
 
 
+def test_the_ojas_mask_builds_no_plain_causal_mask_even_compiled(monkeypatch):
+    """``ojas_mask`` is ``sdpa_mask`` except that the plain causal mask is not built (None, and
+    the kernel runs ``is_causal``), decided from the arguments alone, so also under torch.compile
+    (where transformers 5.17 with torch 2.11 built the full mask and the kernel read it in every
+    tile); padding, sliding windows and other patterns keep ``sdpa_mask``'s mask."""
+    from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    assert hf_attention.ojas_mask(batch_size=2, q_length=8, kv_length=8) is None
+    assert hf_attention.ojas_mask(batch_size=2, q_length=1, kv_length=8) is None
+    compiled = torch.compile(lambda: hf_attention.ojas_mask(batch_size=2, q_length=8, kv_length=8), fullgraph=True)
+    assert compiled() is None
+    pad = torch.ones(2, 8, dtype=torch.bool)
+    pad[0, :3] = False
+    window = sliding_window_causal_mask_function(3)
+    for kwargs in (
+        dict(attention_mask=pad),
+        dict(mask_function=window, local_size=3),
+        dict(allow_is_causal_skip=False),
+        dict(q_length=4, q_offset=4),  # the last 4 of 8 positions: top-left causality would be wrong
+    ):
+        args = {**dict(batch_size=2, q_length=8, kv_length=8), **kwargs}
+        mask = hf_attention.ojas_mask(**args)
+        assert isinstance(mask, torch.Tensor) and torch.equal(mask, sdpa_mask(**args)), kwargs
+    # in a compiled model, the attention function receives no mask and runs causal
+    seen = []
+    forward = hf_attention.ojas_attention_forward
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        seen.append(attention_mask)
+        return forward(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setattr(hf_attention, "ojas_attention_forward", spy)
+    hf_attention.register()
+    try:
+        model, _ = optimize_model(build("llama"))
+        data = batch(1)
+        data.pop("attention_mask", None)
+        eager = model(**data).loss
+        compiled_loss = torch.compile(model, backend="eager")(**data).loss
+        assert seen and all(m is None for m in seen)
+        assert close(eager, compiled_loss)
+    finally:
+        monkeypatch.undo()
+        hf_attention.register()
+
+
 def test_return_dict_false_leaves_the_logits_out():
     ref = build("llama")
     opt, _ = optimize_model(copy.deepcopy(ref))

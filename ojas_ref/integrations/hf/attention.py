@@ -1,12 +1,13 @@
 """The Hugging Face attention adapter: :func:`ojas_attention_forward` is registered as ``"ojas"``
-(:data:`ATTENTION_NAME`) in ``transformers.AttentionInterface``, with Hugging Face's own
-``sdpa_mask`` registered under the same name in ``AttentionMaskInterface`` (without it the model
-builds no mask and left padding is silently ignored); the model is switched with
-``set_attn_implementation("ojas")``."""
+(:data:`ATTENTION_NAME`) in ``transformers.AttentionInterface``, with :func:`ojas_mask` (Hugging
+Face's ``sdpa_mask``, except that a plain causal mask is never built) registered under the same
+name in ``AttentionMaskInterface`` (without a mask function the model builds no mask and left
+padding is silently ignored); the model is switched with ``set_attn_implementation("ojas")``."""
 
 from __future__ import annotations
 
 import weakref
+import inspect
 from typing import Any, Optional
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 from ojas_ref.functional.attention import attention
 from ojas_ref.functional.dispatch import plain_kernel_call
 
-__all__ = ["ATTENTION_NAME", "ojas_attention_forward", "register"]
+__all__ = ["ATTENTION_NAME", "ojas_attention_forward", "ojas_mask", "register"]
 
 #: The name under which the attention function and its mask are registered.
 ATTENTION_NAME = "ojas"
@@ -24,10 +25,50 @@ ATTENTION_NAME = "ojas"
 def register() -> None:
     """Register ``"ojas"`` in Hugging Face's attention-function and mask registries (idempotent)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, ojas_attention_forward)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    AttentionMaskInterface.register(ATTENTION_NAME, ojas_mask)
+
+
+def _plain_causal(arguments: dict[str, Any]) -> bool:
+    """Whether ``sdpa_mask``'s bound ``arguments`` ask for the causal mask alone (no padding mask,
+    no window, packing or other pattern: Hugging Face passes ``allow_is_causal_skip=False`` for
+    those) between queries and keys that top-left causality describes: one query, or as many
+    keys as queries. Decided from the arguments' Python values and shapes, never from a tensor's
+    contents, so it holds under torch.compile too."""
+    from transformers.masking_utils import causal_mask_function
+
+    if not arguments.get("allow_is_causal_skip", True) or arguments.get("attention_mask") is not None:
+        return False
+    if arguments.get("mask_function", causal_mask_function) is not causal_mask_function:
+        return False
+    kv_length, local_size = arguments.get("kv_length"), arguments.get("local_size")
+    if "q_length" in arguments:
+        q_length = arguments["q_length"]
+    elif isinstance(arguments.get("cache_position"), Tensor):  # transformers before q_length
+        q_length = arguments["cache_position"].shape[0]
+    else:
+        return False
+    if local_size is not None and kv_length >= local_size:
+        return False
+    return q_length == 1 or q_length == kv_length
+
+
+def ojas_mask(*args: Any, **kwargs: Any) -> Optional[Tensor]:
+    """Hugging Face's ``sdpa_mask`` (same arguments, same mask), except that the plain causal
+    mask (:func:`_plain_causal`) is not built: None, and :func:`ojas_attention_forward` passes
+    ``is_causal``, so the kernel skips the tiles above the diagonal. ``sdpa_mask`` makes the same
+    choice eagerly, but under torch.compile (torch < 2.14) it always builds the ``[B, 1, S, S]``
+    mask, which the kernel then reads in every tile: twice the work (measured on an H100,
+    2026-12-06: attention 9.4 ms per step compiled against 5.3 ms eager)."""
+    from transformers.masking_utils import sdpa_mask
+
+    bound = inspect.signature(sdpa_mask).bind(*args, **kwargs)
+    arguments = {**bound.arguments, **bound.arguments.get("kwargs", {})}
+    if _plain_causal(arguments):
+        return None
+    return sdpa_mask(*args, **kwargs)
 
 
 # (id(mask), window) -> (weak reference to mask, its version, within): whether a bool mask
