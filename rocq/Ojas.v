@@ -35,6 +35,7 @@ From Ojas Require Export ScalarOps Vector VectorFacts.
 From Ojas Require Export FloatModel.MixedPrecision FloatModel.NoUnderflow FloatModel.Notations FloatModel.DotError.
 From Ojas Require Export FloatModel.BlockedSum FloatModel.Exp2Weight.
 From Ojas Require Export FloatModel.TensorCoreSum FloatModel.Tf32Product.
+From Ojas Require Export FloatModel.CertifiedSum.
 
 (** ** Attention: specification, exact proofs, error proofs *)
 From Ojas Require Export Attention.OnlineSoftmax Attention.Backward Attention.Merge Attention.Mask.
