@@ -52,10 +52,10 @@
     is a field of the model: for the kernel's [ex2.approx] it is an
     assumption, not a theorem (as is [ex2.approx (0) = 1], PART D).  *)
 
-From Coq Require Import Reals List Lra Lia Arith.
+From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
 Import ListNotations.
@@ -139,6 +139,15 @@ Definition dot_abs (a b : list R) : R := rsum (map (fun xy => Rabs (fst xy * snd
 Lemma dot_R_abs : forall a b, Rabs (dot_R a b) <= dot_abs a b.
 Proof. intros; unfold dot_R, dot_abs; apply bw_rsum_abs. Qed.
 
+(** The dot as a function with its error premise, on vectors of length [E]:
+    [|dotf q k - q.k| <= g_rel sum_i |q_i k_i| + g_abs].  A conjunction of
+    premises, nothing more. *)
+Record dot_model (dotf : list R -> list R -> R) (E : nat) (g_rel g_abs : R) : Prop := {
+  dm_rel_nonneg : 0 <= g_rel;
+  dm_err : forall q k, length q = E -> length k = E ->
+    Rabs (dotf q k - dot_R q k) <= g_rel * dot_abs q k + g_abs
+}.
+
 Section Scores.
 
 Variable A : FloatFormat.
@@ -195,20 +204,59 @@ Proof.
   apply Rplus_le_compat_r, Rmult_le_compat_l; [apply gamma_nonneg, Hu | exact HP].
 Qed.
 
-Theorem score2_error : forall c scale uc q k E P,
-  length q = E -> length k = E -> (1 <= E)%nat -> INR E * u < 1 ->
+(** ** PART B': the dot as a parameter
+
+    The scores' dot [q.k] as any function [dotf] with an error premise of
+    the shape [dot_err_bound] gives: [dot_model dotf E g_rel g_abs] says
+    that on vectors of length [E] the computed dot is within
+    [g_rel sum_i |q_i k_i| + g_abs] of the exact one.  The blocked fp32 sum
+    is one instance ([blocked_dot_model]: [g_rel = gamma u E],
+    [g_abs = (1 + gamma u (E - 1)) E ea], so that [g_rel P + g_abs] is
+    [dot_err E P]); the 3xTF32 dot of FloatModel/Tf32Product.v, accumulated
+    left to right in fp32 or on tensor cores, are others
+    (Attention/Float/Tf32x3Scores.v).  The theorems below with [_with] /
+    [_dot] take [dotf] and its [dot_model]; the original ones are their
+    blocked instance, with the same statements. *)
+
+Definition bdot (q k : list R) : R := blocked_dot A (length q) q k.
+
+(** The kernel's base-2 score with the dot [dotf]: [rnd (dotf q k * c)]
+    ([score2] is [score2_with bdot]). *)
+Definition score2_with (dotf : list R -> list R -> R) (c : R) (q k : list R) : R := rnd (dotf q k * c).
+
+(** [score_delta] and [score_max] with the dot's error [de] in place of [dot_err E P]. *)
+Definition score_delta_de (scale uc P de : R) : R :=
+  scale * ((P + de) * (u * (1 + uc) + uc) + de) + ea.
+
+Definition score_max_de (scale uc P de : R) : R :=
+  2 * (scale * (1 + uc) * (P + de)) * (1 + u) + ea.
+
+Lemma score_delta_de_eq : forall scale uc E P, score_delta scale uc E P = score_delta_de scale uc P (dot_err E P).
+Proof. reflexivity. Qed.
+
+Lemma score_max_de_eq : forall scale uc E P, score_max scale uc E P = score_max_de scale uc P (dot_err E P).
+Proof. reflexivity. Qed.
+
+(** The blocked fp32 dot is a dot model: [g_rel P + g_abs = dot_err E P]. *)
+Lemma blocked_dot_model : forall E, (1 <= E)%nat -> INR E * u < 1 ->
+  dot_model bdot E (gamma u E) ((1 + gamma u (E - 1)) * INR E * ea).
+Proof.
+  intros E HE Hu; split; [apply gamma_nonneg, Hu |].
+  intros q k Hq Hk; unfold bdot; rewrite Hq.
+  exact (dot_err_bound q k E (dot_abs q k) Hq Hk HE Hu (Rle_refl _)).
+Qed.
+
+(** One score from a computed dot [D] within [de] of [q.k]. *)
+Lemma score_of_dot_error : forall D c scale uc q k P de,
+  Rabs (D - dot_R q k) <= de ->
   0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
   dot_abs q k <= P ->
-  Rabs (score2 c q k * ln 2 - scale * dot_R q k) <= score_delta scale uc E P
-  /\ Rabs (score2 c q k) <= score_max scale uc E P.
+  Rabs (rnd (D * c) * ln 2 - scale * dot_R q k) <= score_delta_de scale uc P de
+  /\ Rabs (rnd (D * c)) <= score_max_de scale uc P de.
 Proof.
-  intros c scale uc q k E P Hq Hk HE Hu Hs Huc Hc HP.
+  intros D c scale uc q k P de Hd Hs Huc Hc HP.
   pose proof (ff_u_nonneg A) as Hu0; pose proof (ff_eta_nonneg A) as Hea.
   pose proof afe_ln2_bounds as [L1 L2].
-  pose proof (dot_err_bound q k E P Hq Hk HE Hu HP) as Hd.
-  unfold score2; rewrite Hq.
-  set (D := blocked_dot A E q k) in *.
-  set (de := dot_err E P) in *.
   set (d := dot_R q k) in *.
   pose proof (dot_R_abs q k) as Hdd; fold d in Hdd.
   assert (HD : Rabs D <= P + de).
@@ -247,14 +295,42 @@ Proof.
     assert (E2 : Rabs D * Rabs (c * ln 2 - scale) <= (P + de) * (uc * scale))
       by (apply Rmult_le_compat; try apply Rabs_pos; lra).
     assert (E3 : scale * Rabs (D - d) <= scale * de) by (apply Rmult_le_compat_l; lra).
-    unfold score_delta; fold de.
+    unfold score_delta_de.
     nra.
   - replace r with ((r - D * c) + D * c) by ring.
     eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult.
-    unfold score_max; fold de.
+    unfold score_max_de.
     assert (u * (Rabs D * Rabs c) <= u * (2 * ((P + de) * ((1 + uc) * scale))))
       by (apply Rmult_le_compat_l; lra).
     nra.
+Qed.
+
+(** The score with any dot model: [score_delta_de] / [score_max_de] at the
+    dot's error [g_rel P + g_abs]. *)
+Theorem score2_with_error : forall dotf E g_rel g_abs c scale uc q k P,
+  dot_model dotf E g_rel g_abs ->
+  length q = E -> length k = E ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  dot_abs q k <= P ->
+  Rabs (score2_with dotf c q k * ln 2 - scale * dot_R q k) <= score_delta_de scale uc P (g_rel * P + g_abs)
+  /\ Rabs (score2_with dotf c q k) <= score_max_de scale uc P (g_rel * P + g_abs).
+Proof.
+  intros dotf E g_rel g_abs c scale uc q k P [Hg Hm] Hq Hk Hs Huc Hc HP.
+  apply score_of_dot_error; auto.
+  eapply Rle_trans; [apply Hm; assumption |].
+  apply Rplus_le_compat_r, Rmult_le_compat_l; assumption.
+Qed.
+
+(** The blocked fp32 dot: [score2_with_error] at [blocked_dot_model]. *)
+Theorem score2_error : forall c scale uc q k E P,
+  length q = E -> length k = E -> (1 <= E)%nat -> INR E * u < 1 ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  dot_abs q k <= P ->
+  Rabs (score2 c q k * ln 2 - scale * dot_R q k) <= score_delta scale uc E P
+  /\ Rabs (score2 c q k) <= score_max scale uc E P.
+Proof.
+  intros c scale uc q k E P Hq Hk HE Hu Hs Huc Hc HP.
+  exact (score2_with_error bdot E _ _ c scale uc q k P (blocked_dot_model E HE Hu) Hq Hk Hs Huc Hc HP).
 Qed.
 
 End Scores.
@@ -430,6 +506,10 @@ Qed.
 (** The kernel's (score, value) pair of a key [(k, v_c)]. *)
 Definition kv_pair (c : R) (q : list R) (kv : list R * R) : R * R := (score2 A_ c q (fst kv), snd kv).
 
+(** The same with the dot [dotf] ([kv_pair] is [kv_pair_with (bdot A_)]). *)
+Definition kv_pair_with (dotf : list R -> list R -> R) (c : R) (q : list R) (kv : list R * R) : R * R :=
+  (score2_with A_ dotf c q (fst kv), snd kv).
+
 Definition exact_softmax (scale : R) (q : list R) (keys : list (list R * R)) : R :=
   rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * snd kv) keys)
   / rsum (map (fun kv => exp (scale * dot_R q (fst kv))) keys).
@@ -437,6 +517,73 @@ Definition exact_softmax (scale : R) (q : list R) (keys : list (list R * R)) : R
 (** The kernel's tiles of (score2, value) pairs of one query row: the premises of
     [online_softmax_output_error] and the scores' error, shared by the a-priori bound and
     the a-posteriori one (Attention/Float/ForwardPosteriori.v). *)
+Lemma kernel_tiles_ok_with : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P V : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair_with dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let delta := score_delta_de A_ scale uc P (g_rel * P + g_abs) in
+  let K := 2 * score_max_de A_ scale uc P (g_rel * P + g_abs) in
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  0 <= delta /\ 0 <= K /\ m0 <= mt /\ mt - m0 <= K
+  /\ concat ktiles = map (kv_pair_with dotf c q) (concat tiles)
+  /\ (forall kv, In kv (concat tiles) -> Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta)
+  /\ (exists p, In p (concat ktiles) /\ fst p = m0)
+  /\ (forall p, In p (concat ktiles) -> Rabs (snd p) <= V /\ fmt (fst p) /\ mt - fst p <= K)
+  /\ Forall (fun tl => (length tl <= B)%nat) ktiles
+  /\ (length (concat ktiles) <= N)%nat /\ (length ktiles <= Tt)%nat.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P V E B N Tt k0 tl0 rest tiles ktiles m0 mt0 delta0 K0 Hdm Hq Hkeys Hs Huc Hc HBt HN HT.
+  unfold mt0, delta0, K0; clear mt0 delta0 K0.
+  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (K := 2 * smax) in *.
+  assert (Hsc : forall kv, In kv (concat tiles) ->
+            Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
+            /\ Rabs (score2_with A_ dotf c q (fst kv)) <= smax).
+  { intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl [HPk _]].
+    apply (score2_with_error A_ dotf E g_rel g_abs); auto. }
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
+  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2_with A_ dotf c q (fst k0))); lra).
+  assert (Hdelta : 0 <= delta) by (pose proof (Hsc k0 Hk0) as [H _]; eapply Rle_trans; [apply Rabs_pos | exact H]).
+  assert (HK : 0 <= K) by (unfold K; lra).
+  assert (Ecat : concat ktiles = map (kv_pair_with dotf c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
+  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair_with dotf c q kv).
+  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
+  set (mt := acc_m_run m0 ktiles).
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p)).
+  { intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt. }
+  assert (Hmt : Rabs mt <= smax).
+  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
+    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
+    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
+  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
+  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
+  assert (HmK : mt - m0 <= K).
+  { unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra. }
+  assert (Hlt : length ktiles = length tiles) by (unfold ktiles; apply map_length).
+  split; [exact Hdelta | split; [exact HK | split; [exact Hm0t | split; [exact HmK | split; [exact Ecat |]]]]].
+  split; [intros kv Hkv; exact (proj1 (Hsc kv Hkv)) |].
+  split; [exists (kv_pair_with dotf c q k0); split; [rewrite Ecat; apply in_map, Hk0 | reflexivity] |].
+  split.
+  { intros p Hp; destruct (Hin p Hp) as [kv [Hkv ->]]; cbn [fst snd kv_pair_with].
+    destruct (Hkeys kv Hkv) as [_ [_ Hv]]; destruct (Hsc kv Hkv) as [_ Hs2].
+    split; [exact Hv | split; [apply ff_rnd_fmt |]].
+    fold mt; pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv))).
+    rewrite Rabs_Ropp in *; unfold K; lra. }
+  split.
+  { unfold ktiles; apply Forall_forall; intros tl Htl; apply in_map_iff in Htl.
+    destruct Htl as [tl' [<- Htl']]; rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
+  split; [rewrite Ecat, map_length; exact HN | lia].
+Qed.
+
+(** The blocked fp32 dot. *)
 Lemma kernel_tiles_ok : forall (q : list R) (c scale uc P V : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
@@ -458,49 +605,8 @@ Lemma kernel_tiles_ok : forall (q : list R) (c scale uc P V : R) (E B N Tt : nat
   /\ Forall (fun tl => (length tl <= B)%nat) ktiles
   /\ (length (concat ktiles) <= N)%nat /\ (length ktiles <= Tt)%nat.
 Proof.
-  intros q c scale uc P V E B N Tt k0 tl0 rest tiles ktiles m0 mt0 delta0 K0 HE HEu Hq Hkeys Hs Huc Hc HBt HN HT.
-  unfold mt0, delta0, K0; clear mt0 delta0 K0.
-  set (smax := score_max A_ scale uc E P) in *.
-  set (delta := score_delta A_ scale uc E P) in *.
-  set (K := 2 * smax) in *.
-  assert (Hsc : forall kv, In kv (concat tiles) ->
-            Rabs (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
-            /\ Rabs (score2 A_ c q (fst kv)) <= smax).
-  { intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl [HPk _]].
-    apply score2_error; auto. }
-  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2 A_ c q (fst k0))); lra).
-  assert (Hdelta : 0 <= delta) by (pose proof (Hsc k0 Hk0) as [H _]; eapply Rle_trans; [apply Rabs_pos | exact H]).
-  assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Ecat : concat ktiles = map (kv_pair c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
-  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair c q kv).
-  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
-  set (mt := acc_m_run m0 ktiles).
-  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p)).
-  { intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt. }
-  assert (Hmt : Rabs mt <= smax).
-  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
-    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
-    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
-  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
-  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
-  assert (HmK : mt - m0 <= K).
-  { unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra. }
-  assert (Hlt : length ktiles = length tiles) by (unfold ktiles; apply map_length).
-  split; [exact Hdelta | split; [exact HK | split; [exact Hm0t | split; [exact HmK | split; [exact Ecat |]]]]].
-  split; [intros kv Hkv; exact (proj1 (Hsc kv Hkv)) |].
-  split; [exists (kv_pair c q k0); split; [rewrite Ecat; apply in_map, Hk0 | reflexivity] |].
-  split.
-  { intros p Hp; destruct (Hin p Hp) as [kv [Hkv ->]]; cbn [fst snd kv_pair].
-    destruct (Hkeys kv Hkv) as [_ [_ Hv]]; destruct (Hsc kv Hkv) as [_ Hs2].
-    split; [exact Hv | split; [apply ff_rnd_fmt |]].
-    fold mt; pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv))).
-    rewrite Rabs_Ropp in *; unfold K; lra. }
-  split.
-  { unfold ktiles; apply Forall_forall; intros tl Htl; apply in_map_iff in Htl.
-    destruct Htl as [tl' [<- Htl']]; rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
-  split; [rewrite Ecat, map_length; exact HN | lia].
+  intros q c scale uc P V E B N Tt k0 tl0 rest tiles ktiles m0 mt delta K HE HEu Hq.
+  exact (kernel_tiles_ok_with (bdot A_) _ _ q c scale uc P V E B N Tt k0 tl0 rest (blocked_dot_model A_ E HE HEu) Hq).
 Qed.
 
 (** The premises on the constants that the four forward theorems share
@@ -526,12 +632,38 @@ Record afe_premises (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat) : Prop :=
   afe_bL_lt_1 : afe_bL u ue ee ea B N Tt X P1 CG CR < 1
 }.
 
-Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+(** The same premises with the dot's error [de] in place of [dot_err E P]
+    (the dimension's premises are then the dot model's). *)
+Record afe_premises_de (c scale uc P de V X Y P1 CG CR : R) (B N Tt : nat) : Prop := {
+  afd_V_pos : 0 < V;
+  afd_scale_pos : 0 < scale;
+  afd_uc_nonneg : 0 <= uc;
+  afd_c_err : Rabs (c * ln 2 - scale) <= uc * scale;
+  afd_B_pos : (1 <= B)%nat;
+  afd_X_ge : Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X;
+  afd_Y_ge : exp (2 * score_delta_de A_ scale uc P de) - 1 <= Y;
+  afd_P1_ge : (1 + u) ^ (B - 1) <= P1;
+  afd_CG_ge : cg M ^ Tt <= CG;
+  afd_CR_ge : cr M ^ Tt <= CR;
+  afd_bL_lt_1 : afe_bL u ue ee ea B N Tt X P1 CG CR < 1
+}.
+
+Lemma afe_premises_blocked : forall c scale uc P V X Y P1 CG CR E B N Tt,
+  afe_premises c scale uc P V X Y P1 CG CR E B N Tt ->
+  afe_premises_de c scale uc P (gamma u E * P + (1 + gamma u (E - 1)) * INR E * ea) V X Y P1 CG CR B N Tt.
+Proof. intros until Tt; intros [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL]; split; assumption. Qed.
+
+
+(** Forward attention with the scores' dot [dotf] of any [dot_model]
+    (fully visible tiles); [attention_forward_error] is its blocked fp32
+    instance. *)
+Theorem attention_forward_error_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
-  let ktiles := map (map (kv_pair c q)) tiles in
-  let m0 := score2 A_ c q (fst k0) in
-  afe_premises c scale uc P V X Y P1 CG CR E B N Tt ->
+  let ktiles := map (map (kv_pair_with dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
+  dot_model dotf E g_rel g_abs ->
+  afe_premises_de c scale uc P (g_rel * P + g_abs) V X Y P1 CG CR B N Tt ->
   length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
   Forall (fun tl => (length tl <= B)%nat) tiles ->
@@ -540,17 +672,17 @@ Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG 
         - exact_softmax scale q (concat tiles))
   <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
 Proof.
-  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
-    Hpre Hq Hkeys HBt HN HT.
-  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  intros dotf g_rel g_abs q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
+    Hdm Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
-  destruct (kernel_tiles_ok q c scale uc P V E B N Tt k0 tl0 rest HE HEu Hq Hkeys Hs Huc Hc HBt HN HT)
+  destruct (kernel_tiles_ok_with dotf g_rel g_abs q c scale uc P V E B N Tt k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc HBt HN HT)
     as [Hdelta [HK [Hm0t [HmK [Ecat [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
   fold tiles in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
   fold ktiles m0 in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
-  set (delta := score_delta A_ scale uc E P) in *.
-  set (K := 2 * score_max A_ scale uc E P) in *.
+  set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (K := 2 * score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (mt := acc_m_run m0 ktiles) in *.
   (* the online softmax *)
   destruct (out_bL_apriori K m0 B N Tt (length ktiles) mt X P1 CG CR HK HTk Hm0t HmK HX HP HG HC) as [bL0 bL1].
@@ -566,9 +698,9 @@ Proof.
     unfold Rpower.
     rewrite <- (softmax_average_shift (concat tiles) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2)).
     apply (softmax_average_perturbation (concat tiles) (fun kv => scale * dot_R q (fst kv) - mt * ln 2)
-             (fun kv => (score2 A_ c q (fst kv) - mt) * ln 2) snd delta V Hdelta ltac:(lra)).
-    - intros kv Hkv; replace ((score2 A_ c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
-        with (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+             (fun kv => (score2_with A_ dotf c q (fst kv) - mt) * ln 2) snd delta V Hdelta ltac:(lra)).
+    - intros kv Hkv; replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+        with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
       exact (Hsc kv Hkv).
     - intros kv Hkv; exact (proj2 (proj2 (Hkeys kv Hkv))). }
   (* the monotone closed form *)
@@ -599,6 +731,27 @@ Proof.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (us * Rabs o <= us * (V + err)) by (apply Rmult_le_compat_l; lra).
   nra.
+Qed.
+
+(** The blocked fp32 dot ([score2]): [attention_forward_error_dot] at [blocked_dot_model]. *)
+Theorem attention_forward_error : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair c q)) tiles in
+  let m0 := score2 A_ c q (fst k0) in
+  afe_premises c scale uc P V X Y P1 CG CR E B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
+        - exact_softmax scale q (concat tiles))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0 Hpre.
+  exact (attention_forward_error_dot (bdot A_) _ _ q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest
+           (blocked_dot_model A_ E (afe_E_pos _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre) (afe_E_u _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre))
+           (afe_premises_blocked _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre)).
 Qed.
 
 (** ** PART D: partly masked tiles, the kernel's whole loop
@@ -764,20 +917,20 @@ Proof. intros K f; induction l as [|x l IH]; cbn [filter length]; [lia | destruc
 (** The kernel's loop from its start, under a mask with at least one visible
     key: its state is [run]'s over the visible keys of the tiles that have any
     ([(k0 :: r) :: rest]), from the first visible score. *)
-Lemma kernel_run_visible_tiles : forall (c : R) (q : list R) (vis : list R * R -> bool) (B : nat) tiles,
-  let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
+Lemma kernel_run_visible_tiles_with : forall (dotf : list R -> list R -> R) (c : R) (q : list R) (vis : list R * R -> bool) (B : nat) tiles,
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
   exp2 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
   Forall (fun tl => (length tl <= B)%nat) tiles ->
   exists k0 r rest,
     let ft := (k0 :: r) :: rest in
-    let kt := map (map (kv_pair c q)) ft in
-    let m0 := score2 A_ c q (fst k0) in
+    let kt := map (map (kv_pair_with dotf c q)) ft in
+    let m0 := score2_with A_ dotf c q (fst k0) in
     concat ft = filter vis (concat tiles) /\ Forall (fun tl => (length tl <= B)%nat) ft
     /\ (length ft <= length tiles)%nat
     /\ kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles
        = KState (Some (acc_m_run m0 kt)) (l_run M m0 0 (map (map fst) kt)) [acc_run M m0 0 kt].
 Proof.
-  intros c q vis B tiles sck Hexp0 [kv0 [Hkv0 Hvis0]] HBt.
+  intros dotf c q vis B tiles sck Hexp0 [kv0 [Hkv0 Hvis0]] HBt.
   set (nf := filter (fun tl => negb (fully_masked _ vis tl)) tiles).
   assert (Est : kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles
                 = kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) nf)
@@ -801,18 +954,62 @@ Proof.
     split; [exact Ecat | split; [exact HBf | split; [exact Hlen |]]].
     rewrite Est, (kernel_run_start (list R * R) sck vis (fun kv _ => snd kv) nf k0 r rest Eft).
     f_equal; [f_equal | | f_equal].
-    + exact (mrun_map_comm (kv_pair c q) fst ((k0 :: r) :: rest) (sck k0)).
-    + rewrite map_map; rewrite (map_ext (fun x => map fst (map (kv_pair c q) x)) (map sck))
+    + exact (mrun_map_comm (kv_pair_with dotf c q) fst ((k0 :: r) :: rest) (sck k0)).
+    + rewrite map_map; rewrite (map_ext (fun x => map fst (map (kv_pair_with dotf c q) x)) (map sck))
         by (intros; rewrite map_map; reflexivity).
       exact (run_map_comm sck (fun s => s) (tile_l M) ((k0 :: r) :: rest) (sck k0) 0).
-    + exact (run_map_comm (kv_pair c q) fst (tile_pv M) ((k0 :: r) :: rest) (sck k0) 0).
+    + exact (run_map_comm (kv_pair_with dotf c q) fst (tile_pv M) ((k0 :: r) :: rest) (sck k0) 0).
 Qed.
+
+Lemma kernel_run_visible_tiles : forall (c : R) (q : list R) (vis : list R * R -> bool) (B : nat) tiles,
+  let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
+  exp2 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  exists k0 r rest,
+    let ft := (k0 :: r) :: rest in
+    let kt := map (map (kv_pair c q)) ft in
+    let m0 := score2 A_ c q (fst k0) in
+    concat ft = filter vis (concat tiles) /\ Forall (fun tl => (length tl <= B)%nat) ft
+    /\ (length ft <= length tiles)%nat
+    /\ kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles
+       = KState (Some (acc_m_run m0 kt)) (l_run M m0 0 (map (map fst) kt)) [acc_run M m0 0 kt].
+Proof. intros c q; exact (kernel_run_visible_tiles_with (bdot A_) c q). Qed.
 
 (** The kernel's loop as it runs, for one output coordinate of one query row:
     any tiles, any mask [vis] (causal, window, sequence bounds, boolean mask),
     from the kernel's start; the exact value is the softmax over the visible
     keys.  [exp2 0 = 1] is proved for the fp32 instances
     ([mixed_fp32_exp2_0]); for [ex2.approx] it is an assumption. *)
+(** The kernel's loop under any mask with the scores' dot [dotf] of any
+    [dot_model]; [attention_forward_error_masked] is its blocked fp32
+    instance. *)
+Theorem attention_forward_error_masked_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs ->
+  afe_premises_de c scale uc P (g_rel * P + g_abs) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
+    Hexp0 Hvis Hdm Hpre Hq Hkeys HBt HN HT.
+  destruct (kernel_run_visible_tiles_with dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
+  apply (attention_forward_error_dot dotf g_rel g_abs q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
+Qed.
+
+(** The blocked fp32 dot ([score2]). *)
 Theorem attention_forward_error_masked : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
@@ -828,15 +1025,157 @@ Theorem attention_forward_error_masked : forall (q : list R) (c scale uc P V X Y
   Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
   <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
 Proof.
-  intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
-    Hexp0 Hvis Hpre Hq Hkeys HBt HN HT.
-  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
-  destruct (kernel_run_visible_tiles c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
-  unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
-  apply (attention_forward_error q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
-  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
-  - rewrite Ecat; exact HN.
-  - lia.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st Hexp0 Hvis Hpre.
+  exact (attention_forward_error_masked_dot (bdot A_) _ _ q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (blocked_dot_model A_ E (afe_E_pos _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre) (afe_E_u _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre))
+           (afe_premises_blocked _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre)).
 Qed.
 
 End Forward.
+
+
+(** ** PART E: the 3xTF32 scores (float32 attention on CUDA)
+
+    The float32 kernels on CUDA compute [s = tl.dot(q, k^T)] with Triton's
+    3xTF32 (kernels/ojas_kernels/attention_args.py, [_HIGHEST = "tf32x3"]):
+    FloatModel/Tf32Product.v's [tf32x3_dot_tc] (the high parts [cvt.rna] to
+    TF32, the low parts read by truncation, the three TF32 dots on tensor
+    cores in blocks of [k] with the alignment truncated to [F] bits and the
+    block's sum rounded by [out], relative error [ur]) and, for a float32
+    accumulation left to right, [tf32x3_dot_seq].  Both are dot models with
+    [g_abs = 0] (no underflow: their accumulation is Flocq's FLX) and
+      [g_rel = c + gamma d (3 q) kl + gamma d q kh]   ([tf32x3_tc_rel], [d = tc_delta k]),
+      [g_rel = c + gamma u (3 E - 1) kl + gamma u E kh]   ([tf32x3_seq_rel]),
+    so [attention_forward_error_masked_dot] gives the float32 forward with
+    3xTF32 scores: [attention_forward_error_masked_tf32x3] (tensor cores,
+    any output rounding [out] within [ur]) and
+    [attention_forward_error_masked_tf32x3_seq].  Only the scores' dot is
+    3xTF32 here: the kernel's [acc = tl.dot(p, v, acc)] is modelled as in
+    PART C (fp32 products summed per tile), which the 3xTF32 P.V dot is not
+    (not covered, as the MMA accumulating into [acc] is not for bf16). *)
+
+Definition tf32x3_tc_rel (ua ur : R) (k q : nat) : R :=
+  tf32x3_c (/ 2048) (/ 1024) + gamma (tc_delta ua ur k) (3 * q) * tf32x3_kl (/ 2048) (/ 1024)
+  + gamma (tc_delta ua ur k) q * tf32x3_kh (/ 2048).
+
+Definition tf32x3_seq_rel (E : nat) : R :=
+  tf32x3_c (/ 2048) (/ 1024) + gamma (/ 16777216) (3 * E - 1) * tf32x3_kl (/ 2048) (/ 1024)
+  + gamma (/ 16777216) E * tf32x3_kh (/ 2048).
+
+Lemma gamma_nonneg_d : forall d n, 0 <= d -> INR n * d < 1 -> 0 <= gamma d n.
+Proof.
+  intros d n Hd H; unfold gamma, Rdiv; pose proof (pos_INR n).
+  apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra].
+Qed.
+
+Lemma tf32x3_consts_nonneg :
+  0 <= tf32x3_c (/ 2048) (/ 1024) /\ 0 <= tf32x3_kl (/ 2048) (/ 1024) /\ 0 <= tf32x3_kh (/ 2048).
+Proof. unfold tf32x3_c, tf32x3_kl, tf32x3_kh; repeat split; lra. Qed.
+
+(** 3xTF32 on tensor cores is a dot model for [E <= q k]. *)
+Theorem tf32x3_tc_dot_model : forall (out : R -> R) (ur : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR (3 * q) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  dot_model (tf32x3_dot_tc tf32_rna tf32_rz (tc_align F) out k) E (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k q) 0.
+Proof.
+  intros out ur F k q E Hur Hout Hk Hq HE Hn.
+  pose proof (tc_delta_nonneg (bpow radix2 (1 - F)) ur (bpow_ge_0 _ _) Hur k) as Hd.
+  destruct tf32x3_consts_nonneg as [Hc [Hl Hh]].
+  split.
+  - unfold tf32x3_tc_rel.
+    assert (INR q * tc_delta (bpow radix2 (1 - F)) ur k < 1).
+    { assert (INR q <= INR (3 * q)) by (apply le_INR; lia); nra. }
+    pose proof (gamma_nonneg_d _ (3 * q) Hd Hn); pose proof (gamma_nonneg_d _ q Hd H).
+    assert (0 <= gamma (tc_delta (bpow radix2 (1 - F)) ur k) (3 * q) * tf32x3_kl (/ 2048) (/ 1024))
+      by (apply Rmult_le_pos; lra).
+    assert (0 <= gamma (tc_delta (bpow radix2 (1 - F)) ur k) q * tf32x3_kh (/ 2048))
+      by (apply Rmult_le_pos; lra).
+    lra.
+  - intros a b Ha Hb; rewrite Rplus_0_r.
+    unfold tf32x3_tc_rel; rewrite <- bpow_m11, <- bpow_m10.
+    apply tf32x3_dot_tc_error; auto using bpow_ge_0, tf32_rna_err, tf32_rz_err, tc_align_err; lia.
+Qed.
+
+(** 3xTF32 accumulated left to right in float32 is a dot model for [3 E u < 1]. *)
+Theorem tf32x3_seq_dot_model : forall E, INR (3 * E) * / 16777216 < 1 ->
+  dot_model (tf32x3_dot_seq tf32_rna tf32_rz fp32_flx) E (tf32x3_seq_rel E) 0.
+Proof.
+  intros E Hn.
+  destruct tf32x3_consts_nonneg as [Hc [Hl Hh]].
+  assert (Hu : 0 <= / 16777216) by lra.
+  split.
+  - unfold tf32x3_seq_rel.
+    assert (H1 : INR (3 * E - 1) * / 16777216 < 1).
+    { assert (INR (3 * E - 1) <= INR (3 * E)) by (apply le_INR; lia); nra. }
+    assert (H2 : INR E * / 16777216 < 1).
+    { assert (INR E <= INR (3 * E)) by (apply le_INR; lia); nra. }
+    pose proof (gamma_nonneg_d _ _ Hu H1); pose proof (gamma_nonneg_d _ _ Hu H2).
+    assert (0 <= gamma (/ 16777216) (3 * E - 1) * tf32x3_kl (/ 2048) (/ 1024)) by (apply Rmult_le_pos; lra).
+    assert (0 <= gamma (/ 16777216) E * tf32x3_kh (/ 2048)) by (apply Rmult_le_pos; lra).
+    lra.
+  - intros a b Ha Hb; rewrite Rplus_0_r; unfold tf32x3_seq_rel.
+    rewrite <- Ha; apply tf32x3_dot_seq_error_fp32; [lia | rewrite Ha; exact Hn].
+Qed.
+
+Section Tf32x3.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** The float32 forward on CUDA with 3xTF32 scores on tensor cores: the kernel's
+    loop under any mask, [attention_forward_error_masked_dot] at
+    [tf32x3_tc_dot_model] (the head dim [E] in [q] blocks of [k]). *)
+Theorem attention_forward_error_masked_tf32x3 : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc tf32_rna tf32_rz (tc_align F) out k in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros out ur F k qb q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hur Hout Hk Hq HE Hn
+    Hexp0 Hvis Hpre.
+  exact (attention_forward_error_masked_dot M dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tf32x3_tc_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
+Qed.
+
+(** The same with the three TF32 dots accumulated left to right in float32
+    ([tf32x3_seq_dot_model]). *)
+Theorem attention_forward_error_masked_tf32x3_seq : forall (q : list R) (c scale uc P V X Y P1 CG CR : R)
+    (E B N Tt : nat) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_seq tf32_rna tf32_rz fp32_flx in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  INR (3 * E) * / 16777216 < 1 ->
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_seq_rel E * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hn Hexp0 Hvis Hpre.
+  exact (attention_forward_error_masked_dot M dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tf32x3_seq_dot_model E Hn) Hpre).
+Qed.
+
+End Tf32x3.

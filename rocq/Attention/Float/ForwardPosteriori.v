@@ -34,10 +34,10 @@
     of the fp32 path on CUDA not modelled; the relative error [mp_ue] of
     [exp2] and [exp2 0 = 1] (masked version) are premises. *)
 
-From Coq Require Import Reals List Lra Lia Arith.
+From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 Import ListNotations.
@@ -325,12 +325,14 @@ Qed.
     query row (the hypotheses of [attention_forward_error]): the error is at
     most [afp_rel * W + afp_abs], [W = sum_j P_j |v_j|] with [P] the exact
     softmax of [scale q.k] over the row's keys. *)
-Theorem attention_forward_posteriori : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+(** With the scores' dot [dotf] of any [dot_model] (ForwardError.v, PART B'). *)
+Theorem attention_forward_posteriori_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
-  let ktiles := map (map (kv_pair M c q)) tiles in
-  let m0 := score2 A_ c q (fst k0) in
-  afe_premises M c scale uc P V X Y P1 CG CR E B N Tt ->
+  let ktiles := map (map (kv_pair_with M dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
+  dot_model dotf E g_rel g_abs ->
+  afe_premises_de M c scale uc P (g_rel * P + g_abs) V X Y P1 CG CR B N Tt ->
   length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
   Forall (fun tl => (length tl <= B)%nat) tiles ->
@@ -340,17 +342,17 @@ Theorem attention_forward_posteriori : forall (q : list R) (c scale uc P V X Y P
   <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (concat tiles))
      + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
 Proof.
-  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
-    Hpre Hq Hkeys HBt HN HT.
-  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  intros dotf g_rel g_abs q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0
+    Hdm Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
-  destruct (kernel_tiles_ok M q c scale uc P V E B N Tt k0 tl0 rest HE HEu Hq Hkeys Hs Huc Hc HBt HN HT)
+  destruct (kernel_tiles_ok_with M dotf g_rel g_abs q c scale uc P V E B N Tt k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc HBt HN HT)
     as [Hdelta [HK [Hm0t [HmK [Ecat [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
   fold tiles in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
   fold ktiles m0 in Hdelta, HK, Hm0t, HmK, Ecat, Hsc, Hex, Hks, HBk, HNk, HTk.
-  set (delta := score_delta A_ scale uc E P) in *.
-  set (K := 2 * score_max A_ scale uc E P) in *.
+  set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (K := 2 * score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (mt := acc_m_run m0 ktiles) in *.
   (* the two folds, at the a-priori constants *)
   destruct (out_bL_apriori M K m0 B N Tt (length ktiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
@@ -381,7 +383,7 @@ Proof.
   cbv zeta in Hon; fold mt in Hon.
   (* the perturbation of the scores, a-posteriori *)
   set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
-  set (S1 := fun kv : list R * R => (score2 A_ c q (fst kv) - mt) * ln 2).
+  set (S1 := fun kv : list R * R => (score2_with A_ dotf c q (fst kv) - mt) * ln 2).
   assert (EN : exact_pv mt (concat ktiles) / exact_l mt (map fst (concat ktiles)) = sm_avg (concat tiles) S1 snd)
     by (unfold exact_pv, exact_l, sm_avg; rewrite Ecat, !map_map; reflexivity).
   assert (EA : exact_pv_abs mt (concat ktiles) / exact_l mt (map fst (concat ktiles))
@@ -396,8 +398,8 @@ Proof.
   rewrite EN, EA in Hon; rewrite EZ, EW.
   destruct (softmax_perturbation_post (concat tiles) S0 S1 snd delta Hdelta) as [Hp1 Hp2].
   { intros kv Hkv; unfold S0, S1.
-    replace ((score2 A_ c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
-      with (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
     exact (Hsc kv Hkv). }
   destruct (sm_avg_abs (concat tiles) S0 snd) as [HZW HW0].
   destruct (sm_avg_abs (concat tiles) S1 snd) as [_ HW1].
@@ -438,9 +440,61 @@ Proof.
   nra.
 Qed.
 
+(** The blocked fp32 dot ([score2]): the [_dot] theorem at [blocked_dot_model]. *)
+Theorem attention_forward_posteriori : forall (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair M c q)) tiles in
+  let m0 := score2 A_ c q (fst k0) in
+  afe_premises M c scale uc P V X Y P1 CG CR E B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (acc_run M m0 0 ktiles / l_run M m0 0 (map (map fst) ktiles)))
+        - exact_softmax scale q (concat tiles))
+  <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (concat tiles))
+     + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
+Proof.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest tiles ktiles m0 Hpre.
+  exact (attention_forward_posteriori_dot (bdot A_) _ _ q c scale uc P V X Y P1 CG CR E B N Tt k0 tl0 rest
+           (blocked_dot_model A_ E (afe_E_pos _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre) (afe_E_u _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre))
+           (afe_premises_blocked _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre)).
+Qed.
+
 (** The kernel's loop as it runs ([kernel_run] from [kernel_start], any tiles,
     any mask [vis]), one output coordinate of one query row, against the
     softmax over the visible keys; [W] over the visible keys too. *)
+(** With the scores' dot [dotf] of any [dot_model] (ForwardError.v, PART B'). *)
+Theorem attention_forward_posteriori_masked_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P V X Y P1 CG CR : R)
+    (E B N Tt : nat) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs ->
+  afe_premises_de M c scale uc P (g_rel * P + g_abs) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
+    Hexp0 Hvis Hdm Hpre Hq Hkeys HBt HN HT.
+  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
+  apply (attention_forward_posteriori_dot dotf g_rel g_abs q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
+Qed.
+
+(** The blocked fp32 dot ([score2]): the [_dot] theorem at [blocked_dot_model]. *)
 Theorem attention_forward_posteriori_masked : forall (q : list R) (c scale uc P V X Y P1 CG CR : R)
     (E B N Tt : nat) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
@@ -457,15 +511,40 @@ Theorem attention_forward_posteriori_masked : forall (q : list R) (c scale uc P 
   <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
      + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
 Proof.
-  intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st
-    Hexp0 Hvis Hpre Hq Hkeys HBt HN HT.
-  pose proof Hpre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
-  destruct (kernel_run_visible_tiles M c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
-  unfold st, sck; rewrite Est; cbn [ks_l ks_acc nth]; rewrite <- Ecat.
-  apply (attention_forward_posteriori q c scale uc P V X Y P1 CG CR E B N Tt k0 r rest); auto.
-  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
-  - rewrite Ecat; exact HN.
-  - lia.
+  intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles sck st Hexp0 Hvis Hpre.
+  exact (attention_forward_posteriori_masked_dot (bdot A_) _ _ q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (blocked_dot_model A_ E (afe_E_pos _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre) (afe_E_u _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre))
+           (afe_premises_blocked _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ Hpre)).
+Qed.
+
+(** The float32 forward on CUDA with 3xTF32 scores on tensor cores
+    ([tf32x3_tc_dot_model], ForwardError.v PART E), a posteriori: the
+    kernel's loop under any mask. *)
+Theorem attention_forward_posteriori_masked_tf32x3 : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR : R)
+    (E B N Tt : nat) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc tf32_rna tf32_rz (tc_align F) out k in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
+Proof.
+  intros out ur F k qb q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hur Hout Hk Hq HE Hn
+    Hexp0 Hvis Hpre.
+  exact (attention_forward_posteriori_masked_dot dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tf32x3_tc_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
 Qed.
 
 End Post.

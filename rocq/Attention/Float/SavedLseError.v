@@ -26,10 +26,10 @@
     [tl.sum] as a tree, FMA contraction, additive masks), and [el] itself:
     the hypothesis is for [x] in [[lmin, lmax]], which holds [l]. *)
 
-From Coq Require Import Reals List Lra Lia Arith.
+From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
-From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 Import ListNotations.
@@ -121,42 +121,42 @@ Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
-Theorem attention_lse_error : forall (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+Theorem attention_lse_error_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
-  let ktiles := map (map (kv_pair M c q)) tiles in
-  let m0 := score2 A_ c q (fst k0) in
+  let ktiles := map (map (kv_pair_with M dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
   let mt := acc_m_run m0 ktiles in
   let l := l_run M m0 0 (map (map fst) ktiles) in
   let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
-  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
   0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
   (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
   (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
   0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
   lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
-  <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) (score_delta_de A_ scale uc P (g_rel * P + g_abs)) LN NL.
 Proof.
-  intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
-    HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
+  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
+    Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof afe_ln2_bounds as [L2a L2b].
-  set (smax := score_max A_ scale uc E P) in *.
-  set (delta := score_delta A_ scale uc E P) in *.
+  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (K := 2 * smax) in *.
   assert (Hsc : forall kv, In kv (concat tiles) ->
-            Rabs (score2 A_ c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
-            /\ Rabs (score2 A_ c q (fst kv)) <= smax)
-    by (intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl HPk]; apply score2_error; auto).
+            Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
+            /\ Rabs (score2_with A_ dotf c q (fst kv)) <= smax)
+    by (intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl HPk]; apply (score2_with_error A_ dotf E g_rel g_abs); auto).
   assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2 A_ c q (fst k0))); lra).
+  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2_with A_ dotf c q (fst k0))); lra).
   assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Ecat : concat ktiles = map (kv_pair M c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
-  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair M c q kv).
+  assert (Ecat : concat ktiles = map (kv_pair_with M dotf c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
+  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair_with M dotf c q kv).
   { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
   assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
   assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p))
@@ -172,7 +172,7 @@ Proof.
   (* the l fold *)
   set (stiles := map (map fst) ktiles).
   assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
-  assert (Escat : concat stiles = map (fun kv => score2 A_ c q (fst kv)) (concat tiles))
+  assert (Escat : concat stiles = map (fun kv => score2_with A_ dotf c q (fst kv)) (concat tiles))
     by (unfold stiles; rewrite <- concat_map, Ecat, map_map; reflexivity).
   assert (HBt' : Forall (fun tl => (length tl <= B)%nat) stiles).
   { apply Forall_forall; intros tl Htl; unfold stiles, ktiles in Htl; rewrite map_map in Htl.
@@ -182,7 +182,7 @@ Proof.
   pose proof (l_fold_inv M K m0 B N Tt stiles HK Fm0 HB) as Cl.
   specialize (Cl ltac:(intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]];
                        split; [apply ff_rnd_fmt |]; rewrite Hmr;
-                       pose proof (Rle_abs mt); pose proof (Rle_abs (- score2 A_ c q (fst kv)));
+                       pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv)));
                        rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra)
                  HBt' ltac:(rewrite Escat, map_length; exact HN) ltac:(lia) ltac:(rewrite Hmr; exact HmK)).
   rewrite Hmr, Hlen in Cl; change (l_run M m0 0 stiles) with l in Cl.
@@ -203,7 +203,7 @@ Proof.
   { unfold Lc; apply exact_l_bound; [| rewrite Escat, map_length; exact HN].
     intros s Hs'; split; [exact I |]; rewrite Escat in Hs'; apply in_map_iff in Hs'.
     destruct Hs' as [kv [<- Hkv]].
-    change (score2 A_ c q (fst kv)) with (fst (kv_pair M c q kv)).
+    change (score2_with A_ dotf c q (fst kv)) with (fst (kv_pair_with M dotf c q kv)).
     apply (mrun_ge_all M fst ktiles m0 Fm0 Fk); rewrite Ecat; apply in_map, Hkv. }
   (* |l - L| <= bL L *)
   destruct (out_bL_apriori M K m0 B N Tt (length tiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC)
@@ -228,7 +228,7 @@ Proof.
     assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
     split; nra. }
   (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
-  set (Sg := rsum (map (fun kv => exp (score2 A_ c q (fst kv) * ln 2)) (concat tiles))).
+  set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
   assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
   { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
     unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
@@ -291,9 +291,65 @@ Proof.
   lra.
 Qed.
 
+(** The blocked fp32 dot ([score2]): the [_dot] theorem at [blocked_dot_model]. *)
+Theorem attention_lse_error : forall (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair M c q)) tiles in
+  let m0 := score2 A_ c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let l := l_run M m0 0 (map (map fst) ktiles) in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  (1 <= E)%nat -> INR E * u < 1 -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
+  <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
+Proof.
+  intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL HE HEu.
+  exact (attention_lse_error_dot (bdot A_) _ _ q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest
+           (blocked_dot_model A_ E HE HEu)).
+Qed.
+
 (** The kernel's loop as it runs, any mask (causal, window, bounds): the lse
     it saves from its state [(Some m, l, _)] against the log-sum-exp over the
     visible keys ([kernel_run_visible_tiles]). *)
+Theorem attention_lse_error_masked_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) (score_delta_de A_ scale uc P (g_rel * P + g_abs)) LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles sck st bL
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
+  destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
+  apply (attention_lse_error_dot dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 r rest); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
+Qed.
+
+(** The blocked fp32 dot ([score2]): the [_dot] theorem at [blocked_dot_model]. *)
 Theorem attention_lse_error_masked : forall (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2 A_ c q (fst kv) in
@@ -313,14 +369,43 @@ Theorem attention_lse_error_masked : forall (q : list R) (c scale uc P X P1 CG C
         - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
   <= lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL.
 Proof.
-  intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles sck st bL
-    Hexp0 Hvis HE HEu Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
-  destruct (kernel_run_visible_tiles M c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
-  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
-  apply (attention_lse_error q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 r rest); auto.
-  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
-  - rewrite Ecat; exact HN.
-  - lia.
+  intros q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles sck st bL Hexp0 Hvis HE HEu.
+  exact (attention_lse_error_masked_dot (bdot A_) _ _ q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles
+           Hexp0 Hvis (blocked_dot_model A_ E HE HEu)).
+Qed.
+
+(** The float32 lse on CUDA with 3xTF32 scores on tensor cores
+    ([tf32x3_tc_dot_model], ForwardError.v PART E): the kernel's loop under
+    any mask. *)
+Theorem attention_lse_error_masked_tf32x3 : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc tf32_rna tf32_rz (tc_align F) out k in
+  let de := tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0 in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P de) (score_delta_de A_ scale uc P de) LN NL.
+Proof.
+  intros out ur F k qb q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles dotf de sck st bL
+    Hur Hout Hk Hq HE Hn Hexp0 Hvis.
+  exact (attention_lse_error_masked_dot dotf _ 0 q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt vis tiles
+           Hexp0 Hvis (tf32x3_tc_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
 Qed.
 
 End Lse.

@@ -5,9 +5,11 @@
     out, checked by [vm_compute]); every premise proved together.  [wf_pre] serves the witnesses
     of ForwardPosteriori.v and SavedLseError.v too. *)
 
-From Coq Require Import Reals QArith Qreals List Lra Lia.
-From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
+From Coq Require Import Reals ZArith QArith Qreals List Lra Lia.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.DotError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 From Ojas Require Import Bounds.Rational Bounds.Attention Witnesses.Instances Witnesses.Bounds.Attention.
+From Ojas Require Import FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -88,3 +90,92 @@ Definition attention_forward_error_witness :=
 Definition attention_forward_error_masked_witness :=
   attention_forward_error_masked wM [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
     1 1 1 1 (fun _ => true) [[wa_key]] wa_exp2_0 wa_vis wf_pre eq_refl wf_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+(** The dot as a parameter, at its blocked fp32 instance ([blocked_dot_model]). *)
+Definition wf_dm := blocked_dot_model (mp_a wM) 1 (le_n 1) wf_E_u.
+
+Definition score2_with_error_witness :=
+  score2_with_error (mp_a wM) (bdot (mp_a wM)) 1 (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM))
+    wa_c 1 u [1] [1] 1 wf_dm eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err wf_dot_abs.
+
+Definition wf_pre_de := afe_premises_blocked wM wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+                          1 1 1 1 wf_pre.
+
+Definition attention_forward_error_dot_witness :=
+  attention_forward_error_dot wM (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM))
+    [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+    1 1 1 1 wa_key [] [] wf_dm wf_pre_de eq_refl wf_keys wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_error_masked_dot_witness :=
+  attention_forward_error_masked_dot wM (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM))
+    [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+    1 1 1 1 (fun _ => true) [[wa_key]] wa_exp2_0 wa_vis wf_dm wf_pre_de eq_refl wf_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+(** ** 3xTF32 scores (PART E)
+
+    The dot models: on tensor cores the alignment to 27 bits, blocks of 8,
+    the output truncated ([ur = 2^-23]), [E = 1] in one block; left to right
+    in float32, [E = 1].  The attention theorems: the query [[0]] ([P = 0], so
+    the dot's error [g 0 + 0] is 0 for every [g]) and the key [[1]] of value
+    [1], the constants [X, Y, P1, CG, CR] above: the scores' terms at
+    [P = 0, de = 0] are at most those at [P = 1, de = dot_err 1 1]. *)
+
+Definition tf32x3_tc_dot_model_witness :=
+  tf32x3_tc_dot_model (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1 1 (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl)
+    ltac:(lia) ltac:(lia) ltac:(lia) w_delta_trunc3.
+
+Lemma wt_seq_small : INR (3 * 1) * / 16777216 < 1.
+Proof. simpl; lra. Qed.
+
+Definition tf32x3_seq_dot_model_witness := tf32x3_seq_dot_model 1 wt_seq_small.
+
+Lemma wt_score_le : forall g,
+  score_max_de (mp_a wM) 1 u 0 (g * 0 + 0) <= score_max (mp_a wM) 1 u 1 1
+  /\ score_delta_de (mp_a wM) 1 u 0 (g * 0 + 0) <= score_delta (mp_a wM) 1 u 1 1.
+Proof.
+  intros g; pose proof (dot_err_nonneg (mp_a wM) 1 1 wf_E_u Rle_0_1) as Hd.
+  pose proof (ff_u_nonneg (mp_a wM)) as Hu.
+  unfold score_max_de, score_delta_de, score_max, score_delta.
+  set (d := dot_err (mp_a wM) 1 1) in *.
+  replace (g * 0 + 0) with 0 by ring.
+  split.
+  - assert (0 <= 2 * (1 * (1 + u) * (1 + d)) * (1 + u)) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra]).
+    replace (2 * (1 * (1 + u) * (0 + 0)) * (1 + u)) with 0 by ring; lra.
+  - assert (0 <= (1 + d) * (u * (1 + u) + u)) by (apply Rmult_le_pos; [lra | nra]).
+    replace (1 * ((0 + 0) * (u * (1 + u) + u) + 0)) with 0 by ring; lra.
+Qed.
+
+Lemma wt_pre : forall g,
+  afe_premises_de wM wa_c 1 u 0 (g * 0 + 0) 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1.
+Proof.
+  intros g; destruct wf_pre as [HE HEu HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  destruct (wt_score_le g) as [Hm Hd].
+  pose proof (ff_u_nonneg (mp_a wM)) as Hu.
+  split; try assumption.
+  - eapply Rle_trans; [| exact HX].
+    apply Rle_Rpower; [lra |].
+    apply Rmult_le_compat_l; [exact Hu | lra].
+  - eapply Rle_trans; [| exact HY].
+    assert (exp (2 * score_delta_de (mp_a wM) 1 u 0 (g * 0 + 0)) <= exp (2 * score_delta (mp_a wM) 1 u 1 1)).
+    { destruct (Rle_lt_or_eq_dec _ _ Hd) as [Hl | ->]; [| lra].
+      left; apply exp_increasing; lra. }
+    lra.
+Qed.
+
+Lemma wt_keys_vis : forall kv, In kv (concat [[wa_key]]) -> (fun _ : list R * R => true) kv = true ->
+  length (fst kv) = 1%nat /\ dot_abs [0] (fst kv) <= 0 /\ Rabs (snd kv) <= 1.
+Proof.
+  intros kv Hk _; destruct (wf_keys kv Hk) as [Hl [_ Hv]]; split; [exact Hl | split; [| exact Hv]].
+  destruct Hk as [<- | []]; unfold dot_abs, rsum; simpl; rewrite Rmult_0_l, Rabs_R0; lra.
+Qed.
+
+Definition attention_forward_error_masked_tf32x3_witness :=
+  attention_forward_error_masked_tf32x3 wM (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_trunc3
+    wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_error_masked_tf32x3_seq_witness :=
+  attention_forward_error_masked_tf32x3_seq wM
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    wt_seq_small wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).

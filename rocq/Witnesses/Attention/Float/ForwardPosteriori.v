@@ -4,10 +4,12 @@
     (one query [[1]], one key [[1]] of value [1], [c = rnd (1 / ln 2)]); every premise proved
     together. *)
 
-From Coq Require Import Reals QArith Qreals List Lra Lia.
+From Coq Require Import Reals ZArith QArith Qreals List Lra Lia.
+From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 From Ojas Require Import Attention.Float.ForwardPosteriori.
 From Ojas Require Import Bounds.Rational Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
+From Ojas Require Import FloatModel.DotError FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -64,3 +66,22 @@ Definition attention_forward_posteriori_witness :=
 Definition attention_forward_posteriori_masked_witness :=
   attention_forward_posteriori_masked wM [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
     1 1 1 1 (fun _ => true) [[wa_key]] wa_exp2_0 wa_vis wf_pre eq_refl wf_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+(** ** The dot as a parameter: the blocked fp32 instance, and 3xTF32 on tensor cores
+    (the constants of Witnesses/Attention/Float/ForwardError.v: the query [[0]] for 3xTF32) *)
+
+Definition attention_forward_posteriori_dot_witness :=
+  attention_forward_posteriori_dot wM (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM))
+    [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+    1 1 1 1 wa_key [] [] wf_dm wf_pre_de eq_refl wf_keys wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_posteriori_masked_dot_witness :=
+  attention_forward_posteriori_masked_dot wM (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM))
+    [1] wa_c 1 u 1 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR)
+    1 1 1 1 (fun _ => true) [[wa_key]] wa_exp2_0 wa_vis wf_dm wf_pre_de eq_refl wf_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_posteriori_masked_tf32x3_witness :=
+  attention_forward_posteriori_masked_tf32x3 wM (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_trunc3
+    wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).

@@ -5,10 +5,12 @@
     Witnesses/Attention/Float/ForwardError.v ([afe_bL <= 1/2], so that [[1 - bL, (1 + bL) e^0]]
     lies in [[1/2, 2]]), [LN = ln 1 = 0], [NL = - ln (1 - bL)]; every premise proved together. *)
 
-From Coq Require Import Reals QArith Qreals List Lra Lia.
+From Coq Require Import Reals ZArith QArith Qreals List Lra Lia.
+From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 From Ojas Require Import Attention.Float.SavedLseError.
 From Ojas Require Import Bounds.Rational Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
+From Ojas Require Import FloatModel.DotError FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -58,3 +60,36 @@ Definition attention_lse_error_masked_witness :=
   ltac:(refine (attention_lse_error_masked wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg [1] wa_c 1 u 1
                   (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
                   (fun _ => true) [[wa_key]] _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _); wl_close).
+
+(** ** The dot as a parameter: the blocked fp32 instance, and 3xTF32 on tensor cores
+    (alignment to 27 bits, blocks of 8, output truncated; the query [[0]], [P = 0], as in
+    Witnesses/Attention/Float/ForwardError.v) *)
+
+Definition attention_lse_error_dot_witness :=
+  ltac:(refine (attention_lse_error_dot wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
+                  wa_key [] [] wf_dm _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _); wl_close).
+
+Definition attention_lse_error_masked_dot_witness :=
+  ltac:(refine (attention_lse_error_masked_dot wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
+                  (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _); wl_close).
+
+Definition wl_tc_rel : R := tf32x3_tc_rel (bpow radix2 (1 - 27)) (bpow radix2 (1 - 24)) 8 1.
+
+Lemma wl_X_tc : Rpower 2 (u * (2 * score_max_de (mp_a wM) 1 u 0 (wl_tc_rel * 0 + 0))) <= Q2R wf_X.
+Proof. destruct (wt_pre wl_tc_rel); assumption. Qed.
+
+Lemma wl_keys0_vis : forall kv, In kv (concat [[wa_key]]) -> (fun _ : list R * R => true) kv = true ->
+  length (fst kv) = 1%nat /\ dot_abs [0] (fst kv) <= 0.
+Proof. intros kv Hk Hv; destruct (wt_keys_vis kv Hk Hv) as [A [B _]]; split; assumption. Qed.
+
+Definition attention_lse_error_masked_tf32x3_witness :=
+  ltac:(refine (attention_lse_error_masked_tf32x3 wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_trunc3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ wl_X_tc _ _ _ _ _ _ _ _ _ _);
+        wl_close).
