@@ -219,6 +219,182 @@ Qed.
 
 (** ** The schedule, for any item type *)
 
+Section GenericWith.
+
+Variable T : Type.
+(** The scores' dot (ForwardError.v, PART B'). *)
+Variable sdot : list R -> list R -> R.
+(** The two vectors of the item's score, its [lse2], the computed [dp],
+    the [delta] of its row and the multiplier [w] ([q_ie] or [k_je]). *)
+Variables (qv kv : T -> list R) (l2 dp dl w : T -> R).
+
+Definition grad_p_with (c : R) (x : T) : R := exp2 (rnd (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
+Definition grad_ds_with (c : R) (x : T) : R := rnd (grad_p_with c x * rnd (dp x - dl x)).
+Definition grad_term_with (vis : T -> bool) (c : R) (x : T) : R :=
+  if vis x then rnd (ff_rnd S_ (grad_ds_with c x) * w x) else 0.
+
+(** The kernel's output coordinate: the tiles summed blocked, times the
+    fp32 [cs], stored. *)
+Definition grad_kernel_with (vis : T -> bool) (c cs : R) (tiles : list (list T)) : R :=
+  ff_rnd S_ (rnd (blocked_sum A_ (map (map (grad_term_with vis c)) tiles) * cs)).
+
+Lemma grad_term_close_with : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta Dl Am X eP eDm Ym W,
+  vis x = true ->
+  Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
+  Rabs (l2 x * ln 2 - Lx) <= Dl ->
+  Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
+  Rabs (dPx - Dx) <= Ym -> Rabs (w x) <= W ->
+  let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
+  let E := (1 + ue) * X in
+  Rabs (grad_term_with vis c x - P * (dPx - Dx) * w x)
+  <= grad_A E * (P * Rabs (dPx - Dx) * Rabs (w x)) + grad_B E * (P * ((1 + u) * (eP + eDx) + ea) * Rabs (w x))
+     + grad_c E Ym ((1 + u) * (eP + eDm) + ea) W.
+Proof.
+  intros vis c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym W Hv Hs Hl Ha HX Hp Hd HdD HY HW P E.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
+    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
+    pose proof (Rabs_pos (l2 x * ln 2 - Lx)).
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (HE : 1 <= E) by (unfold E; nra).
+  assert (HP : 0 < P) by apply exp_pos.
+  pose proof (dv_weight_close_with M sdot c (kv x) (qv x, (0, l2 x)) scale Lx delta Dl Am X Hs Hl Ha HX) as Hw.
+  fold P in Hw; fold E in Hw; unfold dv_p_with in Hw; cbn [fst snd] in Hw.
+  pose proof (dsub_close (dp x) dPx (dl x) Dx eP eDx Hp Hd) as Hr.
+  set (Y := dPx - Dx) in *.
+  set (cR := (1 + u) * (eP + eDx) + ea).
+  set (cRm := (1 + u) * (eP + eDm) + ea).
+  assert (HeP : 0 <= eP) by (eapply Rle_trans; [apply Rabs_pos | exact Hp]).
+  assert (HeD : 0 <= eDx) by (eapply Rle_trans; [apply Rabs_pos | exact Hd]).
+  assert (HcR : 0 <= cR) by (unfold cR; nra).
+  assert (HcRm : cR <= cRm) by (unfold cR, cRm; nra).
+  pose proof (ds_close _ _ _ _ E _ HP HE Hw Hr) as Hds.
+  set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR)
+              + ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea)).
+  pose proof (Rabs_pos Y) as HY0.
+  assert (Hds' : Rabs (rnd (grad_p_with c x * rnd (dp x - dl x)) - P * Y) <= eds).
+  { unfold grad_p_with; eapply Rle_trans; [exact Hds |]; unfold eds.
+    assert (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea) <= (1 + u) * Ym + cRm)
+      by (fold cR; unfold cRm in *; nra).
+    assert ((1 + u) * ee * (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea)) <= (1 + u) * ee * ((1 + u) * Ym + cRm))
+      by (apply Rmult_le_compat_l; [nra | lra]).
+    assert ((1 + u) * E * (P * ((1 + u) * (eP + eDx) + u * Rabs Y + ea))
+            = (1 + u) * E * (P * cR) + (1 + u) * E * u * (P * Rabs Y)) by (unfold cR; ring).
+    nra. }
+  pose proof (store_mul_close _ _ (w x) eds Hds') as Ht.
+  unfold grad_term_with; rewrite Hv; unfold grad_ds_with.
+  eapply Rle_trans; [exact Ht |].
+  rewrite Rabs_mult, (Rabs_right P) by lra.
+  pose proof (Rabs_pos (w x)) as Hw0.
+  unfold eds, grad_A, grad_B, grad_c; fold cR.
+  set (aw := Rabs (w x)) in *.
+  assert (HPY : 0 <= P * Rabs Y) by nra.
+  assert (Hc0 : 0 <= (1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es).
+  { assert (0 <= (1 + u) * Ym + cRm) by (pose proof (Rabs_pos Y); unfold cRm in *; nra).
+    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + cRm)) by (apply Rmult_le_pos; nra).
+    apply Rplus_le_le_0_compat; apply Rmult_le_pos; nra. }
+  assert (((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * aw
+          <= ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * W)
+    by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+(** The schedule with the scores' dot [sdot]: [grad_error] is its blocked instance. *)
+Theorem grad_error_with : forall vis c cs scale ucs (tiles : list (list T)) (Lx dPx Dx eD : T -> R)
+    delta Dl Am X eP eDm Ym W b,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= eP -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am
+     /\ Rabs (dp x - dPx x) <= eP
+     /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
+  let E := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pr := fun x => exp (scale * dot_R (qv x) (kv x) - Lx x) in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0) (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0)
+                      (concat tiles)) in
+  let n := INR (length (concat tiles)) in
+  let eA := grad_eA g E S1 SR n (grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in
+  Rabs (grad_kernel_with vis c cs tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros vis c cs scale ucs tiles Lx dPx Dx eD delta Dl Am X eP eDm Ym W b
+    Hs Hucs Hc HeP HeDm HYm HW0 HBt Hg HX Hx E g Pr S1 SR n eA.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  set (xs := concat tiles) in *.
+  set (ys := concat (map (map (grad_term_with vis c)) tiles)).
+  assert (Eys : ys = map (grad_term_with vis c) xs) by (unfold ys, xs; rewrite <- concat_map; reflexivity).
+  assert (Hg0 : 0 <= g) by (apply gamma_nonneg with (A := A_); exact Hg).
+  assert (HB : Rabs (blocked_sum A_ (map (map (grad_term_with vis c)) tiles) - rsum ys) <= g * rsum (map Rabs ys)).
+  { unfold ys, g.
+    replace (length tiles) with (length (map (map (grad_term_with vis c)) tiles)) by apply map_length.
+    apply blocked_sum_error_bound.
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+      rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl').
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- _]].
+      apply Forall_forall; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+      unfold grad_term_with; destruct (vis x); [apply ff_rnd_fmt | apply ff_fmt_0].
+    - rewrite map_length; exact Hg. }
+  rewrite Eys in HB.
+  set (gc := grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in *.
+  set (h1 := fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0).
+  set (h2 := fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0).
+  set (Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0).
+  set (gA := grad_A E) in *; set (gB := grad_B E) in *.
+  assert (Hgc : 0 <= gc).
+  { unfold gc, grad_c.
+    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea))) by (apply Rmult_le_pos; nra).
+    assert (0 <= (1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea))
+      by (apply Rmult_le_pos; nra).
+    assert (0 <= (1 + u) * es) by nra.
+    assert (0 <= ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea)
+                  + (1 + u) * es) * W) by (apply Rmult_le_pos; lra).
+    lra. }
+  assert (Hterm : forall x, In x xs ->
+            Rabs (grad_term_with vis c x - Pd x) <= (gA * h1 x + gB * h2 x) + gc).
+  { intros x Hxs; unfold Pd, h1, h2; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 H8]]]]]]].
+      exact (grad_term_close_with vis c scale x (Lx x) (dPx x) (Dx x) (eD x) delta Dl Am X eP eDm Ym W
+               Ev H1 H2 H3 HX H4 H5 H6 H7 H8).
+    - unfold grad_term_with; rewrite Ev, Rminus_0_r, Rabs_R0, !Rmult_0_r; lra. }
+  destruct (sum_terms_close xs (grad_term_with vis c) Pd (fun x => gA * h1 x + gB * h2 x) gc Hterm) as [Hs1 Hs2].
+  assert (EH : rsum (map (fun x => gA * h1 x + gB * h2 x) xs) = gA * S1 + gB * SR).
+  { rewrite rsum_map_plus, !rsum_map_scal_l; reflexivity. }
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
+  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  rewrite EH in Hs1, Hs2; rewrite EPd in Hs2; fold n in Hs1, Hs2.
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
+  assert (HA : Rabs (blocked_sum A_ (map (map (grad_term_with vis c)) tiles) - rsum (map Pd xs)) <= eA).
+  { replace (blocked_sum A_ (map (map (grad_term_with vis c)) tiles) - rsum (map Pd xs))
+      with ((blocked_sum A_ (map (map (grad_term_with vis c)) tiles) - rsum (map (grad_term_with vis c) xs))
+            + (rsum (map (grad_term_with vis c) xs) - rsum (map Pd xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (g * rsum (map Rabs (map (grad_term_with vis c) xs)) <= g * (S1 + (gA * S1 + gB * SR) + n * gc))
+      by (apply Rmult_le_compat_l; lra).
+    unfold eA, grad_eA; fold gA gB gc; lra. }
+  exact (scale_store_close _ _ S1 eA cs scale ucs Hs Hucs Hc HPs HA).
+Qed.
+
+End GenericWith.
+
 Section Generic.
 
 Variable T : Type.
@@ -249,59 +425,7 @@ Lemma grad_term_close : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta Dl 
   Rabs (grad_term vis c x - P * (dPx - Dx) * w x)
   <= grad_A E * (P * Rabs (dPx - Dx) * Rabs (w x)) + grad_B E * (P * ((1 + u) * (eP + eDx) + ea) * Rabs (w x))
      + grad_c E Ym ((1 + u) * (eP + eDm) + ea) W.
-Proof.
-  intros vis c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym W Hv Hs Hl Ha HX Hp Hd HdD HY HW P E.
-  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
-  pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_eta_nonneg S_) as Hes.
-  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    pose proof (Rabs_pos (score2 A_ c (qv x) (kv x) - l2 x)).
-    pose proof (Rabs_pos (score2 A_ c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
-    pose proof (Rabs_pos (l2 x * ln 2 - Lx)).
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
-  assert (HE : 1 <= E) by (unfold E; nra).
-  assert (HP : 0 < P) by apply exp_pos.
-  pose proof (dv_weight_close M c (kv x) (qv x, (0, l2 x)) scale Lx delta Dl Am X Hs Hl Ha HX) as Hw.
-  fold P in Hw; fold E in Hw; unfold dv_p in Hw; cbn [fst snd] in Hw.
-  pose proof (dsub_close (dp x) dPx (dl x) Dx eP eDx Hp Hd) as Hr.
-  set (Y := dPx - Dx) in *.
-  set (cR := (1 + u) * (eP + eDx) + ea).
-  set (cRm := (1 + u) * (eP + eDm) + ea).
-  assert (HeP : 0 <= eP) by (eapply Rle_trans; [apply Rabs_pos | exact Hp]).
-  assert (HeD : 0 <= eDx) by (eapply Rle_trans; [apply Rabs_pos | exact Hd]).
-  assert (HcR : 0 <= cR) by (unfold cR; nra).
-  assert (HcRm : cR <= cRm) by (unfold cR, cRm; nra).
-  pose proof (ds_close _ _ _ _ E _ HP HE Hw Hr) as Hds.
-  set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR)
-              + ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea)).
-  pose proof (Rabs_pos Y) as HY0.
-  assert (Hds' : Rabs (rnd (grad_p c x * rnd (dp x - dl x)) - P * Y) <= eds).
-  { unfold grad_p; eapply Rle_trans; [exact Hds |]; unfold eds.
-    assert (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea) <= (1 + u) * Ym + cRm)
-      by (fold cR; unfold cRm in *; nra).
-    assert ((1 + u) * ee * (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea)) <= (1 + u) * ee * ((1 + u) * Ym + cRm))
-      by (apply Rmult_le_compat_l; [nra | lra]).
-    assert ((1 + u) * E * (P * ((1 + u) * (eP + eDx) + u * Rabs Y + ea))
-            = (1 + u) * E * (P * cR) + (1 + u) * E * u * (P * Rabs Y)) by (unfold cR; ring).
-    nra. }
-  pose proof (store_mul_close _ _ (w x) eds Hds') as Ht.
-  unfold grad_term; rewrite Hv; unfold grad_ds.
-  eapply Rle_trans; [exact Ht |].
-  rewrite Rabs_mult, (Rabs_right P) by lra.
-  pose proof (Rabs_pos (w x)) as Hw0.
-  unfold eds, grad_A, grad_B, grad_c; fold cR.
-  set (aw := Rabs (w x)) in *.
-  assert (HPY : 0 <= P * Rabs Y) by nra.
-  assert (Hc0 : 0 <= (1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es).
-  { assert (0 <= (1 + u) * Ym + cRm) by (pose proof (Rabs_pos Y); unfold cRm in *; nra).
-    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + cRm)) by (apply Rmult_le_pos; nra).
-    apply Rplus_le_le_0_compat; apply Rmult_le_pos; nra. }
-  assert (((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * aw
-          <= ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + (1 + u) * es) * W)
-    by (apply Rmult_le_compat_l; lra).
-  nra.
-Qed.
+Proof. exact (grad_term_close_with T (bdot A_) qv kv l2 dp dl w). Qed.
 
 Theorem grad_error : forall vis c cs scale ucs (tiles : list (list T)) (Lx dPx Dx eD : T -> R)
     delta Dl Am X eP eDm Ym W b,
@@ -328,67 +452,7 @@ Theorem grad_error : forall vis c cs scale ucs (tiles : list (list T)) (Lx dPx D
   Rabs (grad_kernel vis c cs tiles
         - scale * rsum (map (fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0) (concat tiles)))
   <= grad_bound scale ucs eA S1.
-Proof.
-  intros vis c cs scale ucs tiles Lx dPx Dx eD delta Dl Am X eP eDm Ym W b
-    Hs Hucs Hc HeP HeDm HYm HW0 HBt Hg HX Hx E g Pr S1 SR n eA.
-  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
-  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
-  set (xs := concat tiles) in *.
-  set (ys := concat (map (map (grad_term vis c)) tiles)).
-  assert (Eys : ys = map (grad_term vis c) xs) by (unfold ys, xs; rewrite <- concat_map; reflexivity).
-  assert (Hg0 : 0 <= g) by (apply gamma_nonneg with (A := A_); exact Hg).
-  assert (HB : Rabs (blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum ys) <= g * rsum (map Rabs ys)).
-  { unfold ys, g.
-    replace (length tiles) with (length (map (map (grad_term vis c)) tiles)) by apply map_length.
-    apply blocked_sum_error_bound.
-    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
-      rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl').
-    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- _]].
-      apply Forall_forall; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
-      unfold grad_term; destruct (vis x); [apply ff_rnd_fmt | apply ff_fmt_0].
-    - rewrite map_length; exact Hg. }
-  rewrite Eys in HB.
-  set (gc := grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in *.
-  set (h1 := fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0).
-  set (h2 := fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0).
-  set (Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0).
-  set (gA := grad_A E) in *; set (gB := grad_B E) in *.
-  assert (Hgc : 0 <= gc).
-  { unfold gc, grad_c.
-    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea))) by (apply Rmult_le_pos; nra).
-    assert (0 <= (1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea))
-      by (apply Rmult_le_pos; nra).
-    assert (0 <= (1 + u) * es) by nra.
-    assert (0 <= ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea)
-                  + (1 + u) * es) * W) by (apply Rmult_le_pos; lra).
-    lra. }
-  assert (Hterm : forall x, In x xs ->
-            Rabs (grad_term vis c x - Pd x) <= (gA * h1 x + gB * h2 x) + gc).
-  { intros x Hxs; unfold Pd, h1, h2; destruct (vis x) eqn:Ev.
-    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 H8]]]]]]].
-      exact (grad_term_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) delta Dl Am X eP eDm Ym W
-               Ev H1 H2 H3 HX H4 H5 H6 H7 H8).
-    - unfold grad_term; rewrite Ev, Rminus_0_r, Rabs_R0, !Rmult_0_r; lra. }
-  destruct (sum_terms_close xs (grad_term vis c) Pd (fun x => gA * h1 x + gB * h2 x) gc Hterm) as [Hs1 Hs2].
-  assert (EH : rsum (map (fun x => gA * h1 x + gB * h2 x) xs) = gA * S1 + gB * SR).
-  { rewrite rsum_map_plus, !rsum_map_scal_l; reflexivity. }
-  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
-  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
-    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
-    - apply Rabs_R0. }
-  rewrite EH in Hs1, Hs2; rewrite EPd in Hs2; fold n in Hs1, Hs2.
-  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
-  assert (HA : Rabs (blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum (map Pd xs)) <= eA).
-  { replace (blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum (map Pd xs))
-      with ((blocked_sum A_ (map (map (grad_term vis c)) tiles) - rsum (map (grad_term vis c) xs))
-            + (rsum (map (grad_term vis c) xs) - rsum (map Pd xs))) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (g * rsum (map Rabs (map (grad_term vis c) xs)) <= g * (S1 + (gA * S1 + gB * SR) + n * gc))
-      by (apply Rmult_le_compat_l; lra).
-    unfold eA, grad_eA; fold gA gB gc; lra. }
-  exact (scale_store_close _ _ S1 eA cs scale ucs Hs Hucs Hc HPs HA).
-Qed.
+Proof. exact (grad_error_with T (bdot A_) qv kv l2 dp dl w). Qed.
 
 End Generic.
 
@@ -412,6 +476,133 @@ Definition dq_kernel (vis : list R * list R -> bool) (c cs : R) (q dO : list R) 
   grad_kernel _ (fun _ => q) fst (fun _ => l2) (fun y => blocked_dot A_ (length dO) dO (snd y)) (fun _ => dl)
     (fun y => nth e (fst y) 0) vis c cs tiles.
 
+(** The dots as parameters (ForwardError.v, PART B'): the scores' [sdot] and
+    [dp]'s [pdot], with [pdot]'s [dot_model] in place of [dot_err_bound]
+    ([eP = gp_rel Pd + gp_abs]); [dk_kernel] is [dk_kernel_with (bdot A_) (bdot A_)]. *)
+Definition dk_kernel_with (sdot pdot : list R -> list R -> R) (vis : (list R * list R) * (R * R) -> bool)
+    (c cs : R) (k v : list R) (e : nat) (tiles : list (list ((list R * list R) * (R * R)))) : R :=
+  grad_kernel_with _ sdot (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
+    (fun x => pdot v (snd (fst x))) (fun x => snd (snd x)) (fun x => nth e (fst (fst x)) 0)
+    vis c cs tiles.
+
+Definition dq_kernel_with (sdot pdot : list R -> list R -> R) (vis : list R * list R -> bool) (c cs : R)
+    (q dO : list R) (l2 dl : R) (e : nat) (tiles : list (list (list R * list R))) : R :=
+  grad_kernel_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
+    (fun y => nth e (fst y) 0) vis c cs tiles.
+
+Lemma dot_repeat_0 : forall n, dot_R (repeat 0 n) (repeat 0 n) = 0 /\ dot_abs (repeat 0 n) (repeat 0 n) = 0.
+Proof.
+  unfold dot_R, dot_abs; induction n as [|n [IH1 IH2]]; [split; reflexivity |].
+  cbn [repeat combine map]; rewrite !rsum_cons; cbn [fst snd].
+  rewrite IH1, IH2, Rmult_0_l, Rabs_R0; split; ring.
+Qed.
+
+Lemma dm_abs_nonneg : forall dotf E g_rel g_abs, dot_model dotf E g_rel g_abs -> 0 <= g_abs.
+Proof.
+  intros dotf E g_rel g_abs [_ Hm].
+  pose proof (Hm (repeat 0 E) (repeat 0 E) (repeat_length 0 E) (repeat_length 0 E)) as H.
+  destruct (dot_repeat_0 E) as [E1 E2]; rewrite E1, E2, Rmult_0_r, Rplus_0_l in H.
+  eapply Rle_trans; [apply Rabs_pos | exact H].
+Qed.
+
+Lemma dm_eP_nonneg : forall dotf E g_rel g_abs P, dot_model dotf E g_rel g_abs -> 0 <= P ->
+  0 <= g_rel * P + g_abs.
+Proof.
+  intros dotf E g_rel g_abs P Hdm HP.
+  pose proof (dm_abs_nonneg _ _ _ _ Hdm); pose proof (dm_rel_nonneg _ _ _ _ Hdm).
+  assert (0 <= g_rel * P) by (apply Rmult_le_pos; assumption). lra.
+Qed.
+
+Lemma dm_eP_bound : forall dotf E g_rel g_abs P a b, dot_model dotf E g_rel g_abs ->
+  length a = E -> length b = E -> dot_abs a b <= P ->
+  Rabs (dotf a b - dot_R a b) <= g_rel * P + g_abs.
+Proof.
+  intros dotf E g_rel g_abs P a b Hdm Ha Hb HP.
+  eapply Rle_trans; [apply (dm_err _ _ _ _ Hdm); assumption |].
+  apply Rplus_le_compat_r, Rmult_le_compat_l; [apply (dm_rel_nonneg _ _ _ _ Hdm) | exact HP].
+Qed.
+
+Theorem dk_error_dot : forall (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * list R) * (R * R) -> R)
+    delta Dl Am X Ev Pd eDm Ym W b,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  length v = Ev -> dot_model pdot Ev gp_rel gp_abs ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am
+     /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let eP := gp_rel * Pd + gp_abs in
+  let E := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (fst (fst x)) 0)
+                                 else 0) (concat tiles)) in
+  let eA := grad_eA g E S1 SR (INR (length (concat tiles))) (grad_c E Ym ((1 + u) * (eP + eDm) + ea) W) in
+  Rabs (dk_kernel_with sdot pdot vis c cs k v e tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros sdot pdot gp_rel gp_abs vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W b
+    Hs Hucs Hc HPd HeDm HYm HW Hv Hdm HBt Hg HX Hx eP E g Pr Y S1 SR eA.
+  apply (grad_error_with _ sdot (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
+           (fun x => pdot v (snd (fst x))) (fun x => snd (snd x))
+           (fun x => nth e (fst (fst x)) 0) vis c cs scale ucs tiles Lx (fun x => dot_R v (snd (fst x))) Dx eD
+           delta Dl Am X eP eDm Ym W b); auto.
+  - apply (dm_eP_nonneg pdot Ev gp_rel gp_abs Pd Hdm HPd).
+  - intros x Hin Hvis; destruct (Hx x Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
+    repeat split; auto.
+    apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+Theorem dq_error_dot : forall (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
+    delta Dl Am X Ev Pd Ym W b,
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= Ym -> 0 <= W ->
+  length dO = Ev -> dot_model pdot Ev gp_rel gp_abs ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
+     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am
+     /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let eP := gp_rel * Pd + gp_abs in
+  let E := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  let SR := rsum (map (fun y => if vis y then Pr y * ((1 + u) * (eP + eD) + ea) * Rabs (nth e (fst y) 0) else 0)
+                      (concat tiles)) in
+  let eA := grad_eA g E S1 SR (INR (length (concat tiles))) (grad_c E Ym ((1 + u) * (eP + eD) + ea) W) in
+  Rabs (dq_kernel_with sdot pdot vis c cs q dO l2 dl e tiles
+        - scale * rsum (map (fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros sdot pdot gp_rel gp_abs vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W b
+    Hs Hucs Hc HPd HYm HW Hd Hdm HBt Hg HX Hl HdD Hx eP E g Pr Y S1 SR eA.
+  assert (HeD : 0 <= eD) by (eapply Rle_trans; [apply Rabs_pos | exact HdD]).
+  apply (grad_error_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
+           (fun y => nth e (fst y) 0) vis c cs scale ucs tiles (fun _ => Lx) (fun y => dot_R dO (snd y))
+           (fun _ => D) (fun _ => eD) delta Dl Am X eP eD Ym W b); auto.
+  - apply (dm_eP_nonneg pdot Ev gp_rel gp_abs Pd Hdm HPd).
+  - intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
+    repeat split; auto; try lra.
+    apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+(** The blocked fp32 dots: the [_dot] theorems at [blocked_dot_model]. *)
 Theorem dk_error : forall vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * list R) * (R * R) -> R)
     delta Dl Am X Ev Pd eDm Ym W b,
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
@@ -442,15 +633,9 @@ Theorem dk_error : forall vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * l
   <= grad_bound scale ucs eA S1.
 Proof.
   intros vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W b
-    Hs Hucs Hc HPd HeDm HYm HW Hv HE1 HEu HBt Hg HX Hx eP E g Pr Y S1 SR eA.
-  apply (grad_error _ (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
-           (fun x => blocked_dot A_ (length v) v (snd (fst x))) (fun x => snd (snd x))
-           (fun x => nth e (fst (fst x)) 0) vis c cs scale ucs tiles Lx (fun x => dot_R v (snd (fst x))) Dx eD
-           delta Dl Am X eP eDm Ym W b); auto.
-  - apply dot_err_nonneg; assumption.
-  - intros x Hin Hvis; destruct (Hx x Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
-    repeat split; auto.
-    rewrite Hv; apply dot_err_bound; auto.
+    Hs Hucs Hc HPd HeDm HYm HW Hv HE1 HEu.
+  exact (dk_error_dot (bdot A_) (bdot A_) _ _ vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W b
+           Hs Hucs Hc HPd HeDm HYm HW Hv (blocked_dot_model A_ Ev HE1 HEu)).
 Qed.
 
 Theorem dq_error : forall vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
@@ -481,15 +666,9 @@ Theorem dq_error : forall vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
   <= grad_bound scale ucs eA S1.
 Proof.
   intros vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W b
-    Hs Hucs Hc HPd HYm HW Hd HE1 HEu HBt Hg HX Hl HdD Hx eP E g Pr Y S1 SR eA.
-  assert (HeD : 0 <= eD) by (eapply Rle_trans; [apply Rabs_pos | exact HdD]).
-  apply (grad_error _ (fun _ => q) fst (fun _ => l2) (fun y => blocked_dot A_ (length dO) dO (snd y)) (fun _ => dl)
-           (fun y => nth e (fst y) 0) vis c cs scale ucs tiles (fun _ => Lx) (fun y => dot_R dO (snd y))
-           (fun _ => D) (fun _ => eD) delta Dl Am X eP eD Ym W b); auto.
-  - apply dot_err_nonneg; assumption.
-  - intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
-    repeat split; auto; try lra.
-    rewrite Hd; apply dot_err_bound; auto.
+    Hs Hucs Hc HPd HYm HW Hd HE1 HEu.
+  exact (dq_error_dot (bdot A_) (bdot A_) _ _ vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W b
+           Hs Hucs Hc HPd HYm HW Hd (blocked_dot_model A_ Ev HE1 HEu)).
 Qed.
 
 (** ** Delta *)

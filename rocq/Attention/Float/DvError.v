@@ -62,21 +62,32 @@ Definition dv_term (vis : list R * (R * R) -> bool) (c : R) (k : list R) (x : li
 Definition dv_kernel vis c k (tiles : list (list (list R * (R * R)))) : R :=
   blocked_sum A_ (map (map (dv_term vis c k)) tiles).
 
+(** The same with the scores' dot [dotf] (ForwardError.v, PART B'): [dv_p] is
+    [dv_p_with (bdot A_)], and so on. *)
+Definition dv_p_with (dotf : list R -> list R -> R) (c : R) (k : list R) (x : list R * (R * R)) : R :=
+  exp2 (rnd (score2_with A_ dotf c (fst x) k - snd (snd x))).
+
+Definition dv_term_with dotf (vis : list R * (R * R) -> bool) (c : R) (k : list R) (x : list R * (R * R)) : R :=
+  if vis x then rnd (ff_rnd S_ (dv_p_with dotf c k x) * fst (snd x)) else 0.
+
+Definition dv_kernel_with dotf vis c k (tiles : list (list (list R * (R * R)))) : R :=
+  blocked_sum A_ (map (map (dv_term_with dotf vis c k)) tiles).
+
 Definition dv_F (X : R) : R := (1 + u) * (1 + us) * ((1 + ue) * X).
 Definition dv_c (D : R) : R := (1 + u) * ((1 + us) * ee + es) * D + ea.
 
-Lemma dv_weight_close : forall c k (x : list R * (R * R)) scale (Lx : R) delta Dl Am X,
-  Rabs (score2 A_ c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
+Lemma dv_weight_close_with : forall (dotf : list R -> list R -> R) c k (x : list R * (R * R)) scale (Lx : R) delta Dl Am X,
+  Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
   Rabs (snd (snd x) * ln 2 - Lx) <= Dl ->
-  Rabs (score2 A_ c (fst x) k - snd (snd x)) <= Am ->
+  Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am ->
   Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
-  Rabs (dv_p c k x - exp (scale * dot_R (fst x) k - Lx))
+  Rabs (dv_p_with dotf c k x - exp (scale * dot_R (fst x) k - Lx))
   <= ((1 + ue) * X - 1) * exp (scale * dot_R (fst x) k - Lx) + ee.
 Proof.
-  intros c k x scale Lx delta Dl Am X Hs Hl Ha HX.
+  intros dotf c k x scale Lx delta Dl Am X Hs Hl Ha HX.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (mp_ue_nonneg M) as Hue; pose proof afe_ln2_bounds as [L1 L2].
-  set (s := score2 A_ c (fst x) k) in *; set (l2 := snd (snd x)) in *.
+  set (s := score2_with A_ dotf c (fst x) k) in *; set (l2 := snd (snd x)) in *.
   set (P := exp (scale * dot_R (fst x) k - Lx)).
   set (t := (scale * dot_R (fst x) k - Lx) / ln 2).
   assert (EP : P = Rpower 2 t) by (unfold P, t, Rpower; f_equal; field; lra).
@@ -123,13 +134,22 @@ Proof.
     assert (Rabs (Rpower 2 (ra - t) - 1) <= X - 1) by (apply Rabs_le; lra).
     rewrite Rmult_comm; apply Rmult_le_compat_r; lra. }
   pose proof (mp_exp2_err M ra) as He.
-  unfold dv_p; fold s l2; fold ra.
+  unfold dv_p_with; fold s l2; fold ra.
   replace (exp2 ra - P) with ((exp2 ra - Rpower 2 ra) + (Rpower 2 ra - P)) by ring.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (Rpower 2 ra <= X * P) by (rewrite HW; rewrite Rmult_comm; apply Rmult_le_compat_r; lra).
   assert (ue * Rpower 2 ra <= ue * (X * P)) by (apply Rmult_le_compat_l; lra).
   nra.
 Qed.
+
+Lemma dv_weight_close : forall c k (x : list R * (R * R)) scale (Lx : R) delta Dl Am X,
+  Rabs (score2 A_ c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
+  Rabs (snd (snd x) * ln 2 - Lx) <= Dl ->
+  Rabs (score2 A_ c (fst x) k - snd (snd x)) <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (dv_p c k x - exp (scale * dot_R (fst x) k - Lx))
+  <= ((1 + ue) * X - 1) * exp (scale * dot_R (fst x) k - Lx) + ee.
+Proof. exact (dv_weight_close_with (bdot A_)). Qed.
 
 Lemma sum_terms_close : forall {T} (xs : list T) (f g h : T -> R) c,
   (forall x, In x xs -> Rabs (f x - g x) <= h x + c) ->
@@ -150,6 +170,106 @@ Proof.
       lra.
 Qed.
 
+(** With the scores' dot [dotf] (the score premise is per pair, so any dot: its
+    [dot_model] and [score2_with_error] give [delta]). *)
+Theorem dv_error_dot : forall (dotf : list R -> list R -> R) vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R)
+    delta Dl Am X D b,
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> 0 <= D ->
+  Forall (fun tl => (length tl <= b)%nat) tiles ->
+  INR ((b - 1) + (length tiles - 1)) * u < 1 ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta
+     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
+     /\ Rabs (fst (snd x)) <= D) ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  let g := gamma u ((b - 1) + (length tiles - 1)) in
+  let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
+  let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
+                     (concat tiles)) in
+  Rabs (ff_rnd S_ (dv_kernel_with dotf vis c k tiles) - rsum (map Pd (concat tiles)))
+  <= (1 + us) * (((1 + g) * dv_F X - 1) * S + (1 + g) * INR (length (concat tiles)) * dv_c D) + us * S + es.
+Proof.
+  intros dotf vis c scale k tiles Lx delta Dl Am X D b Hd0 Hl0 Ha0 HD0 HBt Hg Hx HX g Pd S.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  set (xs := concat tiles).
+  set (ys := concat (map (map (dv_term_with dotf vis c k)) tiles)).
+  assert (Eys : ys = map (dv_term_with dotf vis c k) xs) by (unfold ys, xs; rewrite <- concat_map; reflexivity).
+  assert (Hg0 : 0 <= g) by (apply gamma_nonneg with (A := A_); exact Hg).
+  (* the blocked sum *)
+  assert (HB : Rabs (dv_kernel_with dotf vis c k tiles - rsum ys) <= g * rsum (map Rabs ys)).
+  { unfold dv_kernel_with, ys, g.
+    replace (length tiles) with (length (map (map (dv_term_with dotf vis c k)) tiles)) by apply map_length.
+    apply blocked_sum_error_bound.
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+      rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl').
+    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- _]].
+      apply Forall_forall; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+      unfold dv_term_with; destruct (vis x); [apply ff_rnd_fmt | apply ff_fmt_0].
+    - rewrite map_length; exact Hg. }
+  (* each term *)
+  set (Ff := dv_F X).
+  set (cc := dv_c D).
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (Hcc : 0 <= cc).
+  { unfold cc, dv_c; apply Rplus_le_le_0_compat; [| lra].
+    apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]] |]; lra. }
+  set (Sx := fun x : list R * (R * R) =>
+               if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0).
+  assert (HF1 : 1 <= Ff).
+  { unfold Ff, dv_F. assert (1 <= (1 + u) * (1 + us)) by nra. assert (1 <= (1 + ue) * X) by nra. nra. }
+  assert (Hterm : forall x, In x xs -> Rabs (dv_term_with dotf vis c k x - Pd x) <= (Ff - 1) * Sx x + cc).
+  { intros x Hxs; unfold dv_term_with, Pd, Sx; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 H4]]].
+      pose proof (dv_weight_close_with dotf c k x scale (Lx x) delta Dl Am X H1 H2 H3 HX) as Hw.
+      pose proof (stored_product_close M (dv_p_with dotf c k x) (exp (scale * dot_R (fst x) k - Lx x)) (fst (snd x))
+                    ((1 + ue) * X) (exp_pos _) ltac:(nra) Hw) as Hp.
+      eapply Rle_trans; [exact Hp |].
+      unfold Ff, dv_F, cc, dv_c.
+      assert ((1 + u) * ((1 + us) * ee + es) * Rabs (fst (snd x)) <= (1 + u) * ((1 + us) * ee + es) * D)
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]]; lra | lra]).
+      lra.
+    - rewrite Rminus_0_r, Rabs_R0, Rmult_0_r; lra. }
+  destruct (sum_terms_close xs (dv_term_with dotf vis c k) Pd (fun x => (Ff - 1) * Sx x) cc Hterm) as [Hs1 Hs2].
+  rewrite rsum_map_scal_l in Hs1, Hs2.
+  assert (ES : rsum (map Sx xs) = S) by reflexivity.
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S).
+  { unfold S; fold xs; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite Rabs_mult, (Rabs_right (exp _)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  rewrite ES in Hs1, Hs2; rewrite EPd in Hs2.
+  rewrite Eys in HB.
+  assert (HS0 : 0 <= S).
+  { unfold S; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+    destruct (vis x); [apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos] | lra]. }
+  set (n := INR (length xs)) in *.
+  assert (Hn : 0 <= n) by apply pos_INR.
+  assert (Hdv : Rabs (dv_kernel_with dotf vis c k tiles - rsum (map Pd xs)) <= ((1 + g) * Ff - 1) * S + (1 + g) * n * cc).
+  { replace (dv_kernel_with dotf vis c k tiles - rsum (map Pd xs))
+      with ((dv_kernel_with dotf vis c k tiles - rsum (map (dv_term_with dotf vis c k) xs))
+            + (rsum (map (dv_term_with dotf vis c k) xs) - rsum (map Pd xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (g * rsum (map Rabs (map (dv_term_with dotf vis c k) xs)) <= g * (S + (Ff - 1) * S + n * cc))
+      by (apply Rmult_le_compat_l; lra).
+    nra. }
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S) by (rewrite <- EPd; apply bw_rsum_abs).
+  pose proof (ff_abs S_ (dv_kernel_with dotf vis c k tiles)) as Hst.
+  set (dv := dv_kernel_with dotf vis c k tiles) in *.
+  set (er := ((1 + g) * Ff - 1) * S + (1 + g) * n * cc) in *.
+  assert (Hdva : Rabs dv <= S + er)
+    by (replace dv with ((dv - rsum (map Pd xs)) + rsum (map Pd xs)) by ring;
+        eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (ff_rnd S_ dv - rsum (map Pd xs)) with ((ff_rnd S_ dv - dv) + (dv - rsum (map Pd xs))) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs dv <= us * (S + er)) by (apply Rmult_le_compat_l; lra).
+  fold xs; lra.
+Qed.
+
+(** The blocked fp32 dot ([score2]). *)
 Theorem dv_error : forall vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R)
     delta Dl Am X D b,
   0 <= delta -> 0 <= Dl -> 0 <= Am -> 0 <= D ->
@@ -167,85 +287,7 @@ Theorem dv_error : forall vis c scale k (tiles : list (list (list R * (R * R))))
                      (concat tiles)) in
   Rabs (ff_rnd S_ (dv_kernel vis c k tiles) - rsum (map Pd (concat tiles)))
   <= (1 + us) * (((1 + g) * dv_F X - 1) * S + (1 + g) * INR (length (concat tiles)) * dv_c D) + us * S + es.
-Proof.
-  intros vis c scale k tiles Lx delta Dl Am X D b Hd0 Hl0 Ha0 HD0 HBt Hg Hx HX g Pd S.
-  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
-  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
-  set (xs := concat tiles).
-  set (ys := concat (map (map (dv_term vis c k)) tiles)).
-  assert (Eys : ys = map (dv_term vis c k) xs) by (unfold ys, xs; rewrite <- concat_map; reflexivity).
-  assert (Hg0 : 0 <= g) by (apply gamma_nonneg with (A := A_); exact Hg).
-  (* the blocked sum *)
-  assert (HB : Rabs (dv_kernel vis c k tiles - rsum ys) <= g * rsum (map Rabs ys)).
-  { unfold dv_kernel, ys, g.
-    replace (length tiles) with (length (map (map (dv_term vis c k)) tiles)) by apply map_length.
-    apply blocked_sum_error_bound.
-    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
-      rewrite map_length; exact (proj1 (Forall_forall _ _) HBt tl' Htl').
-    - apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- _]].
-      apply Forall_forall; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
-      unfold dv_term; destruct (vis x); [apply ff_rnd_fmt | apply ff_fmt_0].
-    - rewrite map_length; exact Hg. }
-  (* each term *)
-  set (Ff := dv_F X).
-  set (cc := dv_c D).
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
-  assert (Hcc : 0 <= cc).
-  { unfold cc, dv_c; apply Rplus_le_le_0_compat; [| lra].
-    apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]] |]; lra. }
-  set (Sx := fun x : list R * (R * R) =>
-               if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0).
-  assert (HF1 : 1 <= Ff).
-  { unfold Ff, dv_F. assert (1 <= (1 + u) * (1 + us)) by nra. assert (1 <= (1 + ue) * X) by nra. nra. }
-  assert (Hterm : forall x, In x xs -> Rabs (dv_term vis c k x - Pd x) <= (Ff - 1) * Sx x + cc).
-  { intros x Hxs; unfold dv_term, Pd, Sx; destruct (vis x) eqn:Ev.
-    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 H4]]].
-      pose proof (dv_weight_close c k x scale (Lx x) delta Dl Am X H1 H2 H3 HX) as Hw.
-      pose proof (stored_product_close M (dv_p c k x) (exp (scale * dot_R (fst x) k - Lx x)) (fst (snd x))
-                    ((1 + ue) * X) (exp_pos _) ltac:(nra) Hw) as Hp.
-      eapply Rle_trans; [exact Hp |].
-      unfold Ff, dv_F, cc, dv_c.
-      assert ((1 + u) * ((1 + us) * ee + es) * Rabs (fst (snd x)) <= (1 + u) * ((1 + us) * ee + es) * D)
-        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]]; lra | lra]).
-      lra.
-    - rewrite Rminus_0_r, Rabs_R0, Rmult_0_r; lra. }
-  destruct (sum_terms_close xs (dv_term vis c k) Pd (fun x => (Ff - 1) * Sx x) cc Hterm) as [Hs1 Hs2].
-  rewrite rsum_map_scal_l in Hs1, Hs2.
-  assert (ES : rsum (map Sx xs) = S) by reflexivity.
-  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S).
-  { unfold S; fold xs; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
-    - rewrite Rabs_mult, (Rabs_right (exp _)) by (left; apply exp_pos); reflexivity.
-    - apply Rabs_R0. }
-  rewrite ES in Hs1, Hs2; rewrite EPd in Hs2.
-  rewrite Eys in HB.
-  assert (HS0 : 0 <= S).
-  { unfold S; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
-    destruct (vis x); [apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos] | lra]. }
-  set (n := INR (length xs)) in *.
-  assert (Hn : 0 <= n) by apply pos_INR.
-  assert (Hdv : Rabs (dv_kernel vis c k tiles - rsum (map Pd xs)) <= ((1 + g) * Ff - 1) * S + (1 + g) * n * cc).
-  { replace (dv_kernel vis c k tiles - rsum (map Pd xs))
-      with ((dv_kernel vis c k tiles - rsum (map (dv_term vis c k) xs))
-            + (rsum (map (dv_term vis c k) xs) - rsum (map Pd xs))) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (g * rsum (map Rabs (map (dv_term vis c k) xs)) <= g * (S + (Ff - 1) * S + n * cc))
-      by (apply Rmult_le_compat_l; lra).
-    nra. }
-  assert (HPs : Rabs (rsum (map Pd xs)) <= S) by (rewrite <- EPd; apply bw_rsum_abs).
-  pose proof (ff_abs S_ (dv_kernel vis c k tiles)) as Hst.
-  set (dv := dv_kernel vis c k tiles) in *.
-  set (er := ((1 + g) * Ff - 1) * S + (1 + g) * n * cc) in *.
-  assert (Hdva : Rabs dv <= S + er)
-    by (replace dv with ((dv - rsum (map Pd xs)) + rsum (map Pd xs)) by ring;
-        eapply Rle_trans; [apply Rabs_triang | lra]).
-  replace (ff_rnd S_ dv - rsum (map Pd xs)) with ((ff_rnd S_ dv - dv) + (dv - rsum (map Pd xs))) by ring.
-  eapply Rle_trans; [apply Rabs_triang |].
-  assert (us * Rabs dv <= us * (S + er)) by (apply Rmult_le_compat_l; lra).
-  fold xs; lra.
-Qed.
+Proof. exact (dv_error_dot (bdot A_)). Qed.
 
 (** The backward's [lse2 = rnd (lse * c2)] ([c2] the fp32 [log2 e]) from the
     forward's saved [lse] within [Lb] of the exact [LSE]: the [Dl] and the

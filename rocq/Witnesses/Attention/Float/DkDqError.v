@@ -6,6 +6,7 @@
     together. *)
 
 From Coq Require Import Reals List Lra Lia.
+From Ojas Require Import FloatModel.DotError.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum Attention.Float.ForwardError.
 From Ojas Require Import Attention.Float.DkDqError.
 From Ojas Require Import Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
@@ -96,3 +97,26 @@ Lemma wd_nth : forall i, (i < length [1])%nat -> Rabs (nth i [1] 0 - nth i [1] 0
 Proof. intros; apply ws_zero. Qed.
 
 Definition dot_R_perturb_witness := dot_R_perturb [1] [1] [1] 0 (Rle_refl 0) eq_refl wd_nth.
+
+(** ** The dots as parameters, at their blocked fp32 instance ([blocked_dot_model]) *)
+
+Definition grad_error_with_witness :=
+  grad_error_with wM unit (bdot (mp_a wM)) (fun _ => [1]) (fun _ => [1]) (fun _ => ws) (fun _ => 1) (fun _ => 1)
+    (fun _ => 1) (fun _ => true) wa_c 1 1 0 [[tt]] (fun _ => ws * ln 2) (fun _ => 1) (fun _ => 1) (fun _ => 0)
+    ws_delta 0 0 wg_X 0 0 0 1 1
+    Rle_0_1 (Rle_refl 0) wg_cs (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) Rle_0_1 ltac:(repeat constructor)
+    ws_b (Rle_refl _) wg_items.
+
+Definition dk_error_dot_witness :=
+  dk_error_dot wM (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ => true) wa_c 1 1 0 [1] [1] 0 [[wk_x]] (fun _ => ws * ln 2) (fun _ => 1) (fun _ => 0)
+    ws_delta 0 0 wg_X 1 1 0 0 1 1
+    Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) (Rle_refl 0) Rle_0_1 eq_refl wf_dm
+    ltac:(repeat constructor) ws_b (Rle_refl _) wk_items.
+
+Definition dq_error_dot_witness :=
+  dq_error_dot wM (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ => true) wa_c 1 1 0 [1] [1] ws 1 0 [[([1], [1])]] (ws * ln 2) 1 0 ws_delta 0 0 wg_X
+    1 1 0 1 1
+    Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1 eq_refl wf_dm
+    ltac:(repeat constructor) ws_b (Rle_refl _) (ws_zero _) (ws_zero _) wq_items.

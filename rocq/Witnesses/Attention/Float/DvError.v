@@ -54,3 +54,9 @@ Proof. rewrite <- (Rmult_1_r u); exact wa_c_err. Qed.
 
 Definition lse2_close_witness :=
   lse2_close wM 0 0 0 wa_c u (ff_u_nonneg _) (ws_zero 0) wv_c2.
+
+(** The scores' dot as a parameter, at its blocked fp32 instance. *)
+Definition dv_error_dot_witness :=
+  dv_error_dot wM (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
+    (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1 1
+    ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1 ltac:(repeat constructor) ws_b wv_items (Rle_refl _).
