@@ -7,8 +7,9 @@ errors of the kernel's float32 constants."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Union
 
 import torch
 
@@ -30,6 +31,8 @@ from ojas_ref.verification.bounds.common import (
 __all__ = [
     "EXP2_ERROR",
     "LOG2_ERROR",
+    "Tf32x3Dot",
+    "dot_error_constants",
     "attention_delta_error_bound",
     "attention_dk_error_bound",
     "attention_dq_error_bound",
@@ -66,15 +69,133 @@ _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
 _LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
-def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t):
+@dataclass(frozen=True)
+class Tf32x3Dot:
+    """The scores' dot as Triton's 3xTF32 computes it (``tl.dot(..., input_precision="tf32x3")``:
+    the float32 attention kernels on CUDA, ``_HIGHEST`` of kernels/ojas_kernels/attention_args.py),
+    the model of rocq/FloatModel/Tf32Product.v: the high parts ``cvt.rna`` to TF32 (``uh = 2^-11``),
+    the low parts read by truncation (``ul = 2^-10``; ``ojas verify-device``'s "tf32 low-part
+    reading" must say ``trunc``), the three TF32 dots accumulated
+
+    * on tensor cores (``block`` set: ``Ojas.Attention.Float.ForwardError.tf32x3_tc_dot_model``):
+      blocks of ``block`` products aligned, truncated, to ``bits`` leading bits, each block's sum
+      rounded to float32 by ``out`` ("nearest": ``ur = 2^-24``, "truncate": ``2^-23``), the
+      parameters ``ojas verify-device`` identifies for "tl.dot float32 tf32" (alignment by
+      truncation; :meth:`from_accumulation`);
+    * left to right in float32 (``block=None``: ``tf32x3_seq_dot_model``).
+
+    Either way the dot of ``n`` pairs is within ``g_rel * sum_i |q_i k_i|`` of the exact one
+    (:func:`dot_error_constants`), no underflow (the accumulation is Flocq's FLX)."""
+
+    block: int | None = None
+    bits: int = 27
+    out: str = "truncate"
+
+    def __post_init__(self) -> None:
+        if self.block is not None and (
+            isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1
+        ):
+            raise ValueError(f"block must be None or an integer >= 1, got {self.block!r}")
+        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or self.bits < 1:
+            raise ValueError(f"bits must be an integer >= 1, got {self.bits!r}")
+        if self.out not in ("nearest", "truncate"):
+            raise ValueError(f"out must be 'nearest' or 'truncate', got {self.out!r}")
+
+    @classmethod
+    def from_accumulation(cls, accumulation: Any) -> Tf32x3Dot:
+        """The tensor-core model of an identified accumulation (``ojas verify-device``'s
+        ``Accumulation``: ``block``, ``bits``, ``align``, ``out``); only alignment by truncation to
+        a number of bits is ``tc_align`` (an exact or floored alignment raises)."""
+        if accumulation.bits is None or accumulation.align != "trunc":
+            raise ValueError(
+                f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align), got "
+                f"bits={accumulation.bits!r}, align={accumulation.align!r}"
+            )
+        return cls(accumulation.block, accumulation.bits, accumulation.out)
+
+
+#: The scores' dot: "fp32" (float32 products summed left to right, the blocked sum of
+#: ``Ojas.Attention.Float.ForwardError.blocked_dot_model``: the default, and the dot of the
+#: bf16/fp16 kernels' theorems), "tf32x3" (= ``Tf32x3Dot()``) or a :class:`Tf32x3Dot`.
+DotModel = Union[str, Tf32x3Dot]
+
+_TF32_UH = Fraction(1, 2048)  # cvt.rna to TF32 (precision 11)
+_TF32_UL = Fraction(1, 1024)  # the low part read by truncation
+
+
+def _dot_model(dot: DotModel) -> str | Tf32x3Dot:
+    """``dot`` checked: "fp32" or a :class:`Tf32x3Dot` ("tf32x3" is ``Tf32x3Dot()``)."""
+    if isinstance(dot, Tf32x3Dot):
+        return dot
+    if dot == "fp32":
+        return "fp32"
+    if dot == "tf32x3":
+        return Tf32x3Dot()
+    raise ValueError(f"dot must be 'fp32', 'tf32x3' or a Tf32x3Dot, got {dot!r}")
+
+
+def _gamma_q(u: Fraction, n: int) -> Fraction:
+    """Higham's ``gamma_n = n u / (1 - n u)`` exactly (``n u < 1``, checked by the caller)."""
+    return n * u / (1 - n * u)
+
+
+def dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
+    """``(g_rel, g_abs)`` of the dot model ``dot`` on vectors of length ``n`` (exact rationals):
+    the computed dot is within ``g_rel * sum_i |q_i k_i| + g_abs`` of the exact one
+    (``Ojas.Attention.Float.ForwardError.dot_model``).
+
+    * "fp32": ``gamma(n)``, ``(1 + gamma(n - 1)) n eta`` (``blocked_dot_model``, ``u = 2^-24``,
+      ``eta`` float32's underflow term; ``g_rel P + g_abs`` is ``dot_err n P``);
+    * a :class:`Tf32x3Dot` on tensor cores: ``c + gamma_d(3 q) kl + gamma_d(q) kh``, 0
+      (``tf32x3_tc_dot_model``: ``q = ceil(n / block)``, ``d = tc_delta = (1 + ur)(block + 1)
+      2^(1 - bits) + ur``), left to right: ``c + gamma(3 n - 1) kl + gamma(n) kh``, 0
+      (``tf32x3_seq_dot_model``), with Tf32Product.v's ``c = uh^2 + 2 uh ul (1 + uh)``,
+      ``kl = 2 uh (1 + ul)(1 + uh)``, ``kh = (1 + uh)^2``.
+
+    Raises ``ValueError`` on a bad argument or a failed side condition (``n u < 1``,
+    ``3 n u < 1``, ``3 q d < 1``)."""
+    dot = _dot_model(dot)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    u = Fraction(_FP32_U)
+    if dot == "fp32":
+        if not n * u < 1:
+            raise ValueError(f"side condition n u < 1 of blocked_dot_model fails for n={n}")
+        return _gamma_q(u, n), (1 + _gamma_q(u, n - 1)) * n * Fraction(_FP32_ETA)
+    uh, ul = _TF32_UH, _TF32_UL
+    c, kl, kh = uh * uh + 2 * uh * ul * (1 + uh), 2 * uh * (1 + ul) * (1 + uh), (1 + uh) * (1 + uh)
+    if dot.block is None:
+        if not 3 * n * u < 1:
+            raise ValueError(f"side condition 3 n u < 1 of tf32x3_seq_dot_model fails for n={n}")
+        return c + _gamma_q(u, 3 * n - 1) * kl + _gamma_q(u, n) * kh, Fraction(0)
+    ur = u if dot.out == "nearest" else 2 * u
+    d = (1 + ur) * (dot.block + 1) * Fraction(2) ** (1 - dot.bits) + ur
+    q = -(-n // dot.block)
+    if not 3 * q * d < 1:
+        raise ValueError(f"side condition 3 q tc_delta < 1 of tf32x3_tc_dot_model fails for n={n}, {dot}")
+    return c + _gamma_q(d, 3 * q) * kl + _gamma_q(d, q) * kh, Fraction(0)
+
+
+def _score_dot_error(dot: DotModel, head_dim: int, p: float) -> float | None:
+    """The scores' dot error ``g_rel p + g_abs`` rounded up to a float, ``None`` for "fp32" (the
+    oracle's and the hand formulas' own ``dot_err``)."""
+    if _dot_model(dot) == "fp32":
+        return None
+    g_rel, g_abs = dot_error_constants(dot, head_dim)
+    return _float_up(g_rel * Fraction(p) + g_abs)
+
+
+def _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t, de=None):
     """The float64 hand copy of the quantities ``attn_fwd_q`` and ``attn_lse_q`` share:
-    (smax, delta, X, P1, CG, CR, bL), each rounded up by a relative 2^-30."""
+    (smax, delta, X, P1, CG, CR, bL), each rounded up by a relative 2^-30; ``de`` the scores'
+    dot error (``score_max_de``, ``score_delta_de``), ``dot_err e p`` when ``None``."""
 
     def gamma(k):
         return k * u / (1.0 - k * u)
 
     up = 1.0 + 2.0**-30  # float64 evaluation of a few dozen operations, rounded up
-    de = (gamma(e) * p + (1.0 + gamma(e - 1)) * e * ea) * up
+    if de is None:
+        de = (gamma(e) * p + (1.0 + gamma(e - 1)) * e * ea) * up
     smax = (2.0 * (scale * (1.0 + uc) * (p + de)) * (1.0 + u) + ea) * up
     delta = (scale * ((p + de) * (u * (1.0 + uc) + uc) + de) + ea) * up
     X = math.exp(u * 2.0 * smax) * up
@@ -106,12 +227,12 @@ def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[f
     return ha * CG * X - 1.0, ra
 
 
-def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> float:
+def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t, de=None) -> float:
     """Hand copy of ``afe_rel`` of ``Ojas.Attention.Float.ForwardError`` at the upper
     bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
     relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
     up = 1.0 + 2.0**-30
-    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t, de)
     if not bl < 1.0:
         return math.inf
     Y = math.expm1(2.0 * delta) * up
@@ -121,12 +242,14 @@ def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, 
     return (((f + ea / v + Y) * (1.0 + us) + us + es / v) * up) * _ROUND_UP
 
 
-def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> tuple[float, float]:
+def _hand_attention_forward_posteriori(
+    u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t, de=None
+) -> tuple[float, float]:
     """``(afp_rel, afp_abs)`` of ``Ojas.Attention.Float.ForwardPosteriori`` at the same
     upper bounds as :func:`_hand_attention_forward_error_bound`, in float64, each rounded
     up by a relative margin; ``(inf, inf)`` when the side condition ``bL < 1`` fails."""
     up = 1.0 + 2.0**-30
-    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t, de)
     if not bl < 1.0:
         return math.inf, math.inf
     Y = math.expm1(2.0 * delta) * up
@@ -177,6 +300,7 @@ def attention_forward_error_bound(
     qk_abs_sum: float | None = None,
     exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
+    dot: DotModel = "fp32",
 ) -> float:
     """Bound on ``|out - exact| / max_abs_v`` for every output coordinate of the Triton
     flash-attention forward (kernels/ojas_kernels/attention_forward.py) on one query row of at most ``n_keys``
@@ -211,10 +335,19 @@ def attention_forward_error_bound(
     Raises ``ValueError`` on a bad argument or when the theorem's side condition
     (``afe_bL < 1``, or ``head_dim * 2^-24 < 1``) fails.
 
+    ``dot`` is the scores' dot (:class:`Tf32x3Dot`, :func:`dot_error_constants`): "fp32" (the
+    default) is the theorems above; "tf32x3" or a :class:`Tf32x3Dot` (the float32 kernel on CUDA
+    runs 3xTF32 dots) is ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked_tf32x3``
+    (tensor cores) or ``attention_forward_error_masked_tf32x3_seq`` (left to right; both
+    ``attention_forward_error_masked_dot`` at the dot models ``tf32x3_tc_dot_model`` /
+    ``tf32x3_seq_dot_model``), evaluated by the float64 hand copy of ``afe_rel`` (each step
+    rounded up: the oracle's ``rocq/Bounds/Attention.v`` evaluates the fp32 dot only).
+
     Not covered (the theorem's file lists them): the order of the additions inside the
-    tensor cores' dot (and TF32/3xTF32 products: the float32 kernel on CUDA runs
-    3xTF32 dots, so for float32 on the GPU this number is not a proved bound; the
-    interpreter's float32 dots are IEEE), ``tl.sum`` as a tree, the MMA accumulating
+    tensor cores' dot for ``dot="fp32"`` (the float32 kernel on CUDA runs 3xTF32 dots: pass
+    a :class:`Tf32x3Dot`; the interpreter's float32 dots are IEEE; single-pass TF32 is not
+    covered), the kernel's P.V dot (fp32 products summed per tile in the model, not the MMA
+    accumulating into ``acc``, nor 3xTF32), ``tl.sum`` as a tree, the MMA accumulating
     into ``acc * alpha``, FMA contraction, additive float masks (they change the
     scores), overflow, and ``exp2_error`` itself (:data:`EXP2_ERROR`, an assumption, as
     is ``exp2(0) == 1``, which the masked theorem uses to skip fully masked tiles
@@ -225,16 +358,21 @@ def attention_forward_error_bound(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
     )
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    got = _from_oracle(
-        bound="attention_forward",
-        **{k: _rational(x) for k, x in args.items()},
-        e=head_dim,
-        block=block_n,
-        keys=n_keys,
-        tiles=tiles,
+    de = _score_dot_error(dot, head_dim, p)
+    got = (
+        _NO_ORACLE
+        if de is not None
+        else _from_oracle(
+            bound="attention_forward",
+            **{k: _rational(x) for k, x in args.items()},
+            e=head_dim,
+            block=block_n,
+            keys=n_keys,
+            tiles=tiles,
+        )
     )
     if got is _NO_ORACLE:
-        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles, de)
         if value == math.inf:
             got = None
     elif got is not None:
@@ -261,6 +399,7 @@ def attention_forward_posteriori_bound(
     qk_abs_sum: float | None = None,
     exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
+    dot: DotModel = "fp32",
 ) -> torch.Tensor:
     """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention
     forward (kernels/ojas_kernels/attention_forward.py): ``afp_rel * W_ic + afp_abs`` with
@@ -291,25 +430,34 @@ def attention_forward_posteriori_bound(
     relative ``2^-30``; tests/verification/test_error_bounds.py checks that it is at least the oracle's
     pair and within ``32 * 2^-30`` of its ``afp_rel``). Not covered: as for
     :func:`attention_forward_error_bound` (MMA order, ``tl.sum`` tree, FMA contraction,
-    additive float masks, overflow, 3xTF32 on CUDA in float32, ``exp2_error`` an
-    assumption, and ``storage_rounding="truncate"`` not a proved bound). Raises
-    ``ValueError`` on a bad argument or when the side condition fails."""
+    additive float masks, overflow, ``exp2_error`` an assumption, and
+    ``storage_rounding="truncate"`` not a proved bound). ``dot``: the scores' dot as for
+    :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
+    ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked_tf32x3``
+    (tensor cores) or ``attention_forward_posteriori_masked_dot`` at ``tf32x3_seq_dot_model``,
+    through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
+    fails."""
     p, scale = _attention_bound_args(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
     )
     if prob_abs_v.is_complex() or not bool(((prob_abs_v >= 0) & torch.isfinite(prob_abs_v)).all()):
         raise ValueError("prob_abs_v must be finite and >= 0")
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    got = _from_oracle(
-        bound="attention_forward_posteriori",
-        **{k: _rational(x) for k, x in args.items()},
-        e=head_dim,
-        block=block_n,
-        keys=n_keys,
-        tiles=tiles,
+    de = _score_dot_error(dot, head_dim, p)
+    got = (
+        _NO_ORACLE
+        if de is not None
+        else _from_oracle(
+            bound="attention_forward_posteriori",
+            **{k: _rational(x) for k, x in args.items()},
+            e=head_dim,
+            block=block_n,
+            keys=n_keys,
+            tiles=tiles,
+        )
     )
     if got is _NO_ORACLE:
-        rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles)
+        rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles, de)
     else:
         rel, absolute = (math.inf, math.inf) if got is None else (_float_up(got[0]), _float_up(got[1]))
     if rel == math.inf:
@@ -369,11 +517,11 @@ def _attention_bound_args(
     return float(p), float(scale)
 
 
-def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, e, b, n, t) -> float:
+def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, e, b, n, t, de=None) -> float:
     """Hand copy of ``lse_bound`` of ``Ojas.Attention.Float.SavedLseError`` at the values
     ``attn_lse_q`` computes (fallback without the oracle); ``inf`` when ``bL >= 1``."""
     up = 1.0 + 2.0**-30
-    smax, delta, _, _, _, _, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
+    smax, delta, _, _, _, _, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t, de)
     if not bl < 1.0:
         return math.inf
     nl = bl / (1.0 - bl) * up
@@ -393,6 +541,7 @@ def attention_lse_error_bound(
     qk_abs_sum: float | None = None,
     exp2_error: float = EXP2_ERROR,
     log2_error: float = LOG2_ERROR,
+    dot: DotModel = "fp32",
 ) -> float:
     """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
     log-sum-exp the Triton flash-attention forward saves per query row (kernels/ojas_kernels/attention_forward.py:
@@ -408,8 +557,12 @@ def attention_lse_error_bound(
     :func:`attention_forward_error_bound` (the value dtype plays no part); ``log2_error``
     is the absolute error of ``tl.log2`` (:data:`LOG2_ERROR`, an assumption).
 
+    ``dot``: the scores' dot as for :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
+    ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked_tf32x3`` (tensor cores) or
+    ``attention_lse_error_masked_dot`` at ``tf32x3_seq_dot_model``, through the hand copy.
+
     Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
-    additions, FMA contraction, additive masks, 3xTF32), and ``log2_error``,
+    additions for ``dot="fp32"``, FMA contraction, additive masks), and ``log2_error``,
     ``exp2_error`` themselves. Raises ``ValueError`` on a bad argument or a failed side
     condition.
     """
@@ -430,16 +583,21 @@ def attention_lse_error_bound(
         p=p,
         ln=ln_n,
     )
-    got = _from_oracle(
-        bound="attention_lse",
-        **{k: _rational(x) for k, x in args.items()},
-        e=head_dim,
-        block=block_n,
-        keys=n_keys,
-        tiles=tiles,
+    de = _score_dot_error(dot, head_dim, p)
+    got = (
+        _NO_ORACLE
+        if de is not None
+        else _from_oracle(
+            bound="attention_lse",
+            **{k: _rational(x) for k, x in args.items()},
+            e=head_dim,
+            block=block_n,
+            keys=n_keys,
+            tiles=tiles,
+        )
     )
     if got is _NO_ORACLE:
-        value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
+        value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles, de)
         if value == math.inf:
             got = None
     elif got is not None:
@@ -457,6 +615,18 @@ def attention_lse_error_bound(
 _LOG2E_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
+def _score_terms_q(dot: DotModel, head_dim: int, p: Fraction, scale: Fraction) -> tuple[Fraction, Fraction]:
+    """``score_max_de``, ``score_delta_de`` of ``Ojas.Attention.Float.ForwardError`` (the bounds of
+    ``score2_with_error``) at the dot's error ``g_rel p + g_abs``, exact rationals; for "fp32" they
+    are ``score_max_q``, ``score_delta_q`` of ``Ojas.Bounds.Attention``."""
+    u, ea, uc = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_QK_SCALE_ERROR)
+    g_rel, g_abs = dot_error_constants(dot, head_dim)
+    de = g_rel * p + g_abs
+    smax = 2 * (scale * (1 + uc) * (p + de)) * (1 + u) + ea
+    delta = scale * ((p + de) * (u * (1 + uc) + uc) + de) + ea
+    return smax, delta
+
+
 def _backward_weight_terms(
     n_items: int,
     n_tiles: int,
@@ -471,11 +641,13 @@ def _backward_weight_terms(
     exp2_error: float,
     dtype: torch.dtype,
     storage_rounding: str,
+    dot: DotModel = "fp32",
 ) -> dict[str, Any]:
     """The exact-rational constants the backward bounds share: the arguments checked, the
     model's ``u, ea, ue, ee, us, es``, ``scale``, ``X >= 2^(2 (delta + Dl) + u Am + ea)`` (score
-    terms from ``score2_error``, ``Dl``, ``Am`` from ``lse2_close``; ``X = 1 + perturbation_q(x / 2)``)
-    and ``g`` = gamma of ``(block - 1) + (n_tiles - 1)`` (the blocked sum over the tiles)."""
+    terms from ``score2_error``, or ``score2_with_error`` at ``dot``'s model, ``Dl``, ``Am`` from
+    ``lse2_close``; ``X = 1 + perturbation_q(x / 2)``) and ``g`` = gamma of
+    ``(block - 1) + (n_tiles - 1)`` (the blocked sum over the tiles)."""
     p, scale = _attention_bound_args(
         max(n_items, 1), head_dim, block, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype
     )
@@ -496,10 +668,13 @@ def _backward_weight_terms(
         e=head_dim,
         p=_rational(p),
     )
-    smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
-    if smax is _NO_ORACLE or delta is _NO_ORACLE:
-        raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
-    smax, delta = F_(smax), F_(delta)
+    if _dot_model(dot) == "fp32":
+        smax, delta = (_from_oracle(bound=b, **sargs) for b in ("score_max", "score_delta"))
+        if smax is _NO_ORACLE or delta is _NO_ORACLE:
+            raise RuntimeError("the attention backward bounds need the oracle (make -C extraction): no hand copy")
+        smax, delta = F_(smax), F_(delta)
+    else:
+        smax, delta = _score_terms_q(dot, head_dim, F_(p), F_(scale))
     lb, lmax = F_(float(lse_error)), F_(float(max_abs_lse)) + F_(float(lse_error))
     dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
     am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
@@ -531,6 +706,7 @@ def attention_dv_error_bound(
     qk_abs_sum: float | None = None,
     exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
+    dot: DotModel = "fp32",
 ) -> torch.Tensor:
     """A-posteriori bounds on ``|dV_jc - sum_i P_ij dO_ic|`` for the dK/dV kernel of the
     Triton flash attention (kernels/ojas_kernels/attention.py), one per entry of ``prob_abs_do``.
@@ -555,8 +731,14 @@ def attention_dv_error_bound(
     composing them is exact rational arithmetic here (no single Coq theorem states the
     composed number), the tensor part float64 rounded up by 2^-40.
 
-    Not covered: the MMA order and its accumulation into dv, FMA contraction, 3xTF32
-    (float32 on CUDA), ``exp2_error`` (an assumption); dK and dQ: :func:`attention_dk_error_bound`.
+    ``dot``: the scores' dot (:class:`Tf32x3Dot`); a :class:`Tf32x3Dot` is
+    ``Ojas.Attention.Float.DvError.dv_error_dot`` with the score terms of
+    ``Ojas.Attention.Float.ForwardError.score2_with_error`` at ``tf32x3_tc_dot_model`` (or
+    ``tf32x3_seq_dot_model``), computed exactly here (``score_max_de``, ``score_delta_de``).
+
+    Not covered: the MMA order and its accumulation into dv (3xTF32 on CUDA in float32
+    included), FMA contraction, ``exp2_error`` (an assumption); dK and dQ:
+    :func:`attention_dk_error_bound`.
     """
     if not (isinstance(max_abs_do, (int, float)) and math.isfinite(max_abs_do) and max_abs_do >= 0.0):
         raise ValueError(f"max_abs_do must be a finite number >= 0, got {max_abs_do!r}")
@@ -574,6 +756,7 @@ def attention_dv_error_bound(
         exp2_error,
         dtype,
         storage_rounding,
+        dot,
     )
     u, ea, ue, ee, us, es, g = (c[name] for name in ("u", "ea", "ue", "ee", "us", "es", "g"))
     Ff = (1 + u) * (1 + us) * ((1 + ue) * c["X"])
@@ -637,9 +820,12 @@ def _attention_grad_error_bound(
     qk_abs_sum: float | None = None,
     exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
+    dot: DotModel = "fp32",
 ) -> torch.Tensor:
-    """``grad_bound`` of ``Ojas.Attention.Float.DkDqError`` (``dk_error``, ``dq_error``) over
-    tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
+    """``grad_bound`` of ``Ojas.Attention.Float.DkDqError`` (``dk_error``, ``dq_error``; with a
+    :class:`Tf32x3Dot` ``dot``, ``dk_error_dot``, ``dq_error_dot`` with both dots, the scores' over
+    ``head_dim`` and ``dp``'s over ``value_dim``, that model) over tensors ``(S1, S2, S3)``: the
+    bound is linear in them, its four coefficients exact rationals."""
     for name, val in (
         ("max_abs_w", max_abs_w),
         ("dp_abs_sum", dp_abs_sum),
@@ -664,11 +850,16 @@ def _attention_grad_error_bound(
         exp2_error,
         dtype,
         storage_rounding,
+        dot,
     )
     u, ea, ue, ee, us, es, g, scale = (c[k] for k in ("u", "ea", "ue", "ee", "us", "es", "g", "scale"))
     F_ = Fraction
-    ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
-    ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea  # dot_err Ev Pd
+    if _dot_model(dot) == "fp32":
+        ge, ge1 = (F_(_from_oracle(bound="gamma", u=_rational(u), n=n)) for n in (value_dim, value_dim - 1))
+        ep = ge * F_(float(dp_abs_sum)) + (1 + ge1) * value_dim * ea  # dot_err Ev Pd
+    else:
+        gp_rel, gp_abs = dot_error_constants(dot, value_dim)
+        ep = gp_rel * F_(float(dp_abs_sum)) + gp_abs  # dp's dot model: gp_rel Pd + gp_abs
     E = (1 + ue) * c["X"]
     ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u  # grad_A
     gb = (1 + u) * (1 + us) * ((1 + u) * E)  # grad_B
@@ -724,8 +915,13 @@ def attention_dk_error_bound(
     :func:`attention_dv_error_bound`; ``dp_abs_sum >= sum_c |v_jc dO_ic|``,
     ``max_abs_y >= |dP_ij - D_i|`` over the visible pairs, ``max_delta_error >= eD_i``.
 
-    Not covered: the MMA order and its accumulation into dk, FMA contraction, 3xTF32
-    (float32 on CUDA: not a proved bound there), ``exp2_error`` (an assumption)."""
+    ``dot``: the dots' model (:class:`Tf32x3Dot`; default "fp32"): for float32 on CUDA a
+    :class:`Tf32x3Dot` gives ``Ojas.Attention.Float.DkDqError.dk_error_dot`` with the scores' and
+    ``dp``'s 3xTF32 dots (``tf32x3_tc_dot_model`` / ``tf32x3_seq_dot_model``, the score terms from
+    ``score2_with_error``).
+
+    Not covered: the MMA order and its accumulation into dk (3xTF32 on CUDA in float32
+    included), FMA contraction, ``exp2_error`` (an assumption)."""
     return _attention_grad_error_bound(
         sums,
         n_queries,
