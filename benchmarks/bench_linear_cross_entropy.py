@@ -3,7 +3,7 @@ against Liger-Kernel's fused linear cross-entropy, Apple's Cut Cross-Entropy (CC
 filtered and exact), torch's F.linear_cross_entropy and materialised logits, forward
 + backward, bf16, one CUDA device.
 
-    python benchmarks/bench_linear_cross_entropy.py [--out FILE] [--impls a,b] [--shapes big,v32k]
+    python benchmarks/bench_linear_cross_entropy.py [--out FILE] [--records FILE] [--impls a,b] [--shapes big,v32k]
     python benchmarks/bench_linear_cross_entropy.py --tune [--shapes big]   # kernel variants
     python benchmarks/bench_linear_cross_entropy.py --profile               # CUDA time per kernel, ojas
     python benchmarks/bench_linear_cross_entropy.py --screen                # sm_90a registers/spills, no GPU
@@ -30,6 +30,11 @@ at most 2^-9).  FLOPs: each matrix product over the kept tokens is 2 K D V;
 "3-GEMM floor" is 3 of them at 790 TFLOP/s (the bf16 rate KINDS.md records for the
 H200): logits, grad_input and grad_weight, what ojas (``products`` 3, the default)
 and Liger run; the 4-product design recomputes the logits in the backward.
+
+``--records FILE``: each measured implementation of each shape and fraction is appended to
+FILE (e.g. benchmarks/records.jsonl) as a ``bench_linear_cross_entropy`` record (benchmarks/records.py:
+case N, D, V, dtype, ignored, reduction; metrics ms, peak_mib, peak_over_gradients and the errors;
+peer the implementation).
 
 Peers are imported from the wheels in .whl/ (benchmarks/linear_cross_entropy_tuning.md
 says how to install them on the device); missing ones are reported and skipped.
@@ -238,6 +243,13 @@ def bench(args, torch, F, klce, cuda, shapes, device):
                     emit(f"| {name} | - | - | - | - | - | - | failed: {str(err).splitlines()[0][:90]} |")
                     continue
                 results[name] = ms
+                if args.records and cuda:
+                    from benchmarks import records
+
+                    case = dict(N=N, D=D, V=V, dtype="bf16", ignored=ignored, reduction="mean")
+                    metrics = dict(ms=ms, peak_mib=peak, peak_over_gradients=peak / grads_mib)
+                    metrics.update({f"{k}_err": v for k, v in errs.items()})
+                    records.append("bench_linear_cross_entropy", case, metrics, name, path=args.records, device=device)
                 e = {k: f"{v:.1e}" for k, v in errs.items()}
                 pk = "-" if peak is None else f"{peak:.0f}"
                 ratio = "-" if peak is None else f"{peak / grads_mib:.3f}"
@@ -523,6 +535,7 @@ def main() -> None:
     parser.add_argument("--logit-std", type=float, default=1.0, help="standard deviation of the logits")
     parser.add_argument("--no-check", action="store_true", help="skip the float32 reference and the errors")
     parser.add_argument("--out", default=None, help="also write the tables to this file")
+    parser.add_argument("--records", default=None, help="append a record per measurement to this file (CUDA)")
     args = parser.parse_args()
     args.ignored = [float(f) for f in args.ignored.split(",")]
 
