@@ -12,6 +12,11 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``) entry
   by entry, in terms of ``sum_j P_ij |v_jc|``; the stored output's error in the
   gradient bounds' ``delta`` (:func:`grad_error_bounds`);
+* the data's sums that the bounds take (``W = P |v|``, ``P^T |dO|``, ``sum_c |dO_ic| e_ic``, the
+  dQ/dK sums, ``max sum |q k|``, ``max |lse|``, ...) are certified upper bounds of the exact
+  values (:mod:`ojas_ref.verification.bounds.certified`: float64 sums and matmuls in any order,
+  ``Ojas.FloatModel.CertifiedSum``; P between :func:`~ojas_ref.verification.bounds.certified.softmax_bounds`
+  for scores within :func:`_score_error` of the float64 ones), not float64 estimates;
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
 * :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
   the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
@@ -28,10 +33,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from fractions import Fraction
 from typing import Iterator
 
 import torch
 
+from ojas_ref.verification.bounds import certified as cb
+from ojas_ref.verification.bounds.common import _float_up
 from ojas_ref.verification.bounds.attention import (
     attention_delta_error_bound,
     attention_dk_error_bound,
@@ -70,12 +78,56 @@ def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[
 
 
 def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
-    s = scale * qc @ kr.transpose(-1, -2)
+    """float64 ``(q k^T) * scale`` (the dot, then one rounded product: :func:`_score_error`), -inf
+    at the causally masked pairs."""
+    s = (qc @ kr.transpose(-1, -2)) * scale
     if is_causal:
         i = torch.arange(r0, r0 + qc.shape[2], device=qc.device)[:, None]
         j = torch.arange(kr.shape[2], device=qc.device)[None, :]
         s = s.masked_fill(j > i, -math.inf)
     return s
+
+
+def _qk_abs_sum(q: torch.Tensor, k: torch.Tensor) -> float:
+    """A certified upper bound of ``max_ij sum_c |q_ic k_jc|`` (:func:`~ojas_ref.verification.bounds.certified.matmul_upper`)."""
+    return max(cb.matmul_upper(qc.abs(), kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
+
+
+def _score_error(q: torch.Tensor, scale: float, qk_abs_sum: float) -> float:
+    """A bound on ``|s~ - scale q.k|`` for every score of :func:`_scores`, ``A = qk_abs_sum`` (at least
+    ``max sum_c |q_ic k_jc|``): the float64 dot of ``E`` products within
+    ``d = dot_error(A, E)`` (``fp64_ftree_error_bound``), then ``rnd(t scale)`` within
+    ``u scale |t| + eta``: ``scale d + u scale (A + d) + eta``, rounded up."""
+    a, sc = Fraction(qk_abs_sum), abs(Fraction(scale))
+    d = Fraction(cb.dot_error(qk_abs_sum, q.shape[-1]).item())
+    return _float_up(sc * d + Fraction(cb.U64) * sc * (a + d) + cb.ETA64)
+
+
+def _lse_bounds(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, score_error: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) [B, Hq, S] with ``lo <= LSE <= hi`` for the exact scores (``logsumexp_bounds``)."""
+    parts = [
+        cb.logsumexp_bounds(_scores(r0, qc, kr, is_causal, scale), score_error) for r0, qc, kr in _row_blocks(q, k)
+    ]
+    return torch.cat([lo for lo, _ in parts], 2), torch.cat([hi for _, hi in parts], 2)
+
+
+def _max_abs_lse(lo: torch.Tensor, hi: torch.Tensor) -> float:
+    """A bound on ``max |LSE|`` from :func:`_lse_bounds`."""
+    return max(lo.abs().max().item(), hi.abs().max().item())
+
+
+def _out_bounds(
+    pt: torch.Tensor, p_lo: torch.Tensor, p_up: torch.Tensor, vr: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(O~, err)``: ``O~ = pt @ v`` in float64 for any float64 weights ``pt`` and ``err >= |O~ - P v|``
+    entry by entry, P the exact probabilities (``p_lo <= P <= p_up``): the matmul's own error
+    (``dot_error`` of ``|pt| |v|``) plus ``max(pt - p_lo, p_up - pt) |v|``."""
+    va, n = vr.abs(), vr.shape[-2]
+    dp = torch.maximum(cb.add_upper(pt, -p_lo), cb.add_upper(p_up, -pt)).clamp_min(0.0)
+    err = cb.add_upper(cb.dot_error(cb.matmul_upper(pt.abs(), va), n), cb.matmul_upper(dp, va))
+    return pt @ vr, err
 
 
 def exact_lse(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -89,17 +141,23 @@ def exact_dv(
     q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, is_causal: bool, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 dV = P^T dO summed over each key/value head's query heads, and
-    S = P^T |dO| (the same sum over absolute values), both [B, Hkv, Sk, Ev]."""
+    S >= P^T |dO| (the same sum over absolute values, a certified upper bound: P at most
+    ``softmax_bounds``' upper one, each block's ``matmul_upper``, their float64 sum over the
+    blocks and heads ``inflate_sum``), both [B, Hkv, Sk, Ev]."""
     g = q.shape[1] // k.shape[1]
+    es = _score_error(q, scale, _qk_abs_sum(q, k))
     dv = torch.zeros(k.shape[0], q.shape[1], k.shape[2], do.shape[-1], dtype=F64, device=q.device)
     sa = torch.zeros_like(dv)
+    blocks = 0
     for r0, qc, kr in _row_blocks(q, k):
-        pr = torch.softmax(_scores(r0, qc, kr, is_causal, scale), -1).transpose(-1, -2)
+        s = _scores(r0, qc, kr, is_causal, scale)
+        pr = torch.softmax(s, -1).transpose(-1, -2)
         d = do[:, :, r0 : r0 + qc.shape[2]].to(F64)
         dv += pr @ d
-        sa += pr @ d.abs()
+        sa += cb.matmul_upper(cb.softmax_bounds(s, es)[1].transpose(-1, -2), d.abs())
+        blocks += 1
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
-    return fold(dv), fold(sa)
+    return fold(dv), cb.inflate_sum(fold(sa), blocks * g)
 
 
 def exact_grads(
@@ -115,32 +173,54 @@ def exact_grads(
     (``D_i = dO_i . O_i``, O the exact output); the a-posteriori sums of
     ``attention_dq_error_bound`` / ``attention_dk_error_bound`` (``dq_sums``, ``dk_sums``:
     ``sum P |dP - D| |w|``, ``sum P |w|``, ``sum P eD |w|`` with ``eD = delta_error`` [B, Hq, Sq]),
-    ``max_abs_y`` = max |dP - D| over the visible pairs and ``dp_abs_sum`` = max_ij sum_c |dO_ic v_jc|."""
+    ``max_abs_y`` >= max |dP - D| over the visible pairs and ``dp_abs_sum`` >= max_ij sum_c |dO_ic v_jc|.
+    The sums and maxima are certified upper bounds of the exact values (P the exact
+    probabilities, ``D_i = dO_i . (P v)_i``; :mod:`~ojas_ref.verification.bounds.certified`):
+    ``|dP - D| <= |y~| / (1 - u) + e_dP + e_D`` for the float64 ``y~ = dP~ - D~``, with ``e_dP`` the
+    dot's error (``dot_error`` of the row's largest ``sum_c |dO_ic v_jc|``) and ``e_D`` that of
+    ``D~ = sum_c dO_ic O~_ic`` (``dot_error``, plus ``sum_c |dO_ic| |O~_ic - O_ic|``, :func:`_out_bounds`)."""
     g = q.shape[1] // k.shape[1]
+    e_dim = do.shape[-1]
+    es = _score_error(q, scale, _qk_abs_sum(q, k))
     vr = v.to(F64).repeat_interleave(g, 1)
     dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(4)]
     dq: list[list[torch.Tensor]] = [[], [], [], []]
     ym = pd = 0.0
+    blocks = 0
+    inv_1mu = _float_up(1 / (1 - Fraction(cb.U64)))
     for r0, qc, kr in _row_blocks(q, k):
         s = _scores(r0, qc, kr, is_causal, scale)
         pr = torch.softmax(s, -1)
+        p_lo, p_up = cb.softmax_bounds(s, es)
         d = do[:, :, r0 : r0 + qc.shape[2]].to(F64)
-        y = d @ vr.transpose(-1, -2) - (d * (pr @ vr)).sum(-1, keepdim=True)
-        ym = max(ym, y.abs().masked_fill(s == -math.inf, 0.0).max().item())
-        pd = max(pd, (d.abs() @ vr.abs().transpose(-1, -2)).max().item())
-        py, pay, e = pr * y, pr * y.abs(), delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64)
-        for acc, t, w in zip(dk, (py * scale, pay, pr, pr * e), (qc, qc.abs(), qc.abs(), qc.abs())):
-            acc += t.transpose(-1, -2) @ w
+        o, o_err = _out_bounds(pr, p_lo, p_up, vr)
+        y = d @ vr.transpose(-1, -2) - (d * o).sum(-1, keepdim=True)
+        pd_up = cb.matmul_upper(d.abs(), vr.abs().transpose(-1, -2))
+        e_dp = cb.dot_error(pd_up.amax(-1, keepdim=True), e_dim)
+        e_d = cb.add_upper(
+            cb.dot_error(cb.sum_upper(cb.mul_upper(d, o), -1, keepdim=True), e_dim),
+            cb.sum_upper(cb.mul_upper(d, o_err), -1, keepdim=True),
+        )
+        ya = cb.add_upper(cb.mul_upper(y, inv_1mu), cb.add_upper(e_dp, e_d)).masked_fill(s == -math.inf, 0.0)
+        ym = max(ym, ya.max().item())
+        pd = max(pd, pd_up.max().item())
+        e = delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64)
+        py, pay, pe = pr * y, cb.mul_upper(p_up, ya), cb.mul_upper(p_up, e)
+        dk[0] += (py * scale).transpose(-1, -2) @ qc
+        for acc, t in zip(dk[1:], (pay, p_up, pe)):
+            acc += cb.matmul_upper(t.transpose(-1, -2), qc.abs())
         ka = kr.abs()
-        for parts, t in zip(dq, (scale * py @ kr, pay @ ka, pr @ ka, e * (pr @ ka))):
+        pka = cb.matmul_upper(p_up, ka)
+        for parts, t in zip(dq, (scale * py @ kr, cb.matmul_upper(pay, ka), pka, cb.mul_upper(e, pka))):
             parts.append(t)
+        blocks += 1
     fold = lambda t: t.unflatten(1, (k.shape[1], g)).sum(2)  # noqa: E731
     dq = [torch.cat(parts, 2) for parts in dq]
     return dict(
         dq=dq[0],
         dk=fold(dk[0]),
         dq_sums=tuple(dq[1:]),
-        dk_sums=tuple(fold(t) for t in dk[1:]),
+        dk_sums=tuple(cb.inflate_sum(fold(t), blocks * g) for t in dk[1:]),
         max_abs_y=ym,
         dp_abs_sum=pd,
     )
@@ -157,18 +237,16 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
 
 def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None) -> dict:
     """block_n (the kernel's forward key tile, ``default_config``, unless given), max|q|,
-    max|k| and the measured ``max_j sum_i |q_i k_ji|`` (float64, enlarged by 2^-40 for its
-    own rounding)."""
+    max|k| and a certified upper bound of the measured ``max_j sum_i |q_i k_ji|`` (:func:`_qk_abs_sum`)."""
     if block_n is None:
         from ojas_kernels.attention import default_config
 
         block_n = default_config(q.shape[-1], q.dtype, q.device, is_causal).fwd.block_n
-    qk_abs = max((qc.abs() @ kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
     return dict(
         block_n=block_n,
         max_abs_q=q.abs().max().item(),
         max_abs_k=k.abs().max().item(),
-        qk_abs_sum=qk_abs * (1 + 2.0**-40),
+        qk_abs_sum=_qk_abs_sum(q, k),
     )
 
 
@@ -192,10 +270,18 @@ def forward_posteriori_bound(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
 ) -> torch.Tensor:
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
-    (``attention_forward_posteriori_bound``) with ``W = P |v|`` from the float64 exact
-    probabilities (:func:`exact_attention` of ``|v|``), enlarged by ``2^-30`` for its own
-    rounding (a float64 softmax and sum of at most ``2^20`` nonnegative terms)."""
-    w = exact_attention(q, k, v.abs(), is_causal, scale) * (1 + 2.0**-30)
+    (``attention_forward_posteriori_bound``) with ``W >= P |v|`` certified: the upper probabilities
+    of ``softmax_bounds`` (scores within :func:`_score_error`) times ``|v|``, ``matmul_upper``."""
+    inputs = _bound_inputs(q, k, is_causal, block_n)
+    es = _score_error(q, scale, inputs["qk_abs_sum"])
+    va = v.to(F64).abs().repeat_interleave(q.shape[1] // k.shape[1], 1)
+    w = torch.cat(
+        [
+            cb.matmul_upper(cb.softmax_bounds(_scores(r0, qc, kr, is_causal, scale), es)[1], va)
+            for r0, qc, kr in _row_blocks(q, k)
+        ],
+        2,
+    )
     return attention_forward_posteriori_bound(
         w,
         k.shape[2],
@@ -204,7 +290,7 @@ def forward_posteriori_bound(
         max_abs_v=v.abs().max().item(),
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),
-        **_bound_inputs(q, k, is_causal, block_n),
+        **inputs,
     )
 
 
@@ -226,7 +312,7 @@ def dv_error_bound(
     g, sq = q.shape[1] // k.shape[1], q.shape[2]
     bm = default_config(q.shape[-1], q.dtype, q.device, is_causal).bwd_kv.block_m
     inputs = _bound_inputs(q, k, is_causal, None)
-    lse = exact_lse(q, k, is_causal, scale)
+    lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"]))
     lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **inputs)
     return attention_dv_error_bound(
         prob_abs_do,
@@ -239,11 +325,41 @@ def dv_error_bound(
         max_abs_k=inputs["max_abs_k"],
         qk_abs_sum=inputs["qk_abs_sum"],
         max_abs_do=do.abs().max().item(),
-        max_abs_lse=lse.abs().max().item(),
+        max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
         lse_error=lse_err,
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),
     )
+
+
+def _delta_output_error(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    out: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    score_error: float,
+) -> torch.Tensor:
+    """A certified bound [B, Hq, S] on ``|sum_c dO_ic (out_ic - O_ic)|`` (O the exact output): with
+    ``O~, e = _out_bounds`` and ``z~ = out - O~`` (one rounding, ``|z - z~| <= u |z~| / (1 - u)``),
+    ``|sum dO z~|`` computed, plus its ``dot_error``, plus ``u / (1 - u) sum |dO z~|``, plus ``sum |dO| e``."""
+    vr = v.to(F64).repeat_interleave(q.shape[1] // k.shape[1], 1)
+    e_dim, parts = do.shape[-1], []
+    c = _float_up(Fraction(cb.U64) / (1 - Fraction(cb.U64)))
+    for r0, qc, kr in _row_blocks(q, k):
+        s = _scores(r0, qc, kr, is_causal, scale)
+        p_lo, p_up = cb.softmax_bounds(s, score_error)
+        o, o_err = _out_bounds(torch.softmax(s, -1), p_lo, p_up, vr)
+        rows = slice(r0, r0 + qc.shape[2])
+        d, z = do[:, :, rows].to(F64), out[:, :, rows].to(F64) - o
+        a = cb.sum_upper(cb.mul_upper(d, z), -1)
+        err = cb.add_upper(
+            cb.dot_error(a, e_dim), cb.add_upper(cb.scale_upper(a, c), cb.sum_upper(cb.mul_upper(d, o_err), -1))
+        )
+        parts.append(cb.add_upper((d * z).sum(-1).abs(), err))
+    return torch.cat(parts, 2)
 
 
 def grad_error_bounds(
@@ -268,9 +384,10 @@ def grad_error_bounds(
     from the forward theorems (``attention_lse_error_bound``; ``attention_delta_error_bound``
     plus ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward bound
     :func:`forward_posteriori_bound`, ``dot_R_perturb``).
-    ``inputs="measured"``: the saved tensors' own deviations from the float64 exact lse and
-    ``dO . O`` (each enlarged by ``2^-30`` of its scale for the float64 evaluation) in place
-    of the forward theorems: a premise checked on these inputs, not a theorem about the forward."""
+    ``inputs="measured"``: the saved tensors' own deviations from the exact lse and ``dO . O``
+    (certified upper bounds: the lse between :func:`_lse_bounds`, :func:`_delta_output_error`) in
+    place of the forward theorems: a premise checked on these inputs, not a theorem about the forward.
+    Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`)."""
     from ojas_kernels.attention import default_config
 
     if inputs not in ("proved", "measured"):
@@ -278,27 +395,28 @@ def grad_error_bounds(
     cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
     g, sq, sk, ev = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1]
     bnd = _bound_inputs(q, k, is_causal, None)
-    lse_ex = exact_lse(q, k, is_causal, scale)
-    do_abs = do.to(F64).abs().sum(-1)
-    ed = attention_delta_error_bound((out.to(F64) * do.to(F64)).abs().sum(-1), ev)
+    es = _score_error(q, scale, bnd["qk_abs_sum"])
+    lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
+    dof = do.to(F64)
+    ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), ev)
     if inputs == "proved":
         fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
-        ed = ed + (fwd * do.to(F64).abs()).sum(-1) * (1 + (ev + 1) * 2.0**-52)
+        ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
         lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, **bnd)
     else:
-        o_err = ((out.to(F64) - exact_attention(q, k, v, is_causal, scale)) * do.to(F64)).sum(-1).abs()
-        ed = ed + o_err + 2.0**-30 * do_abs * v.abs().max().item()
-        lse_err = (lse.to(F64) - lse_ex).abs().max().item() + 2.0**-30 * (1.0 + lse_ex.abs().max().item())
+        ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, es))
+        saved = lse.to(F64)
+        lse_err = max(cb.add_upper(lse_hi, -saved).max().item(), cb.add_upper(saved, -lse_lo).max().item(), 0.0)
     ex = exact_grads(q, k, v, do, is_causal, scale, ed)
     common = dict(
         dtype=q.dtype,
         max_abs_q=bnd["max_abs_q"],
         max_abs_k=bnd["max_abs_k"],
         qk_abs_sum=bnd["qk_abs_sum"],
-        dp_abs_sum=ex["dp_abs_sum"] * (1 + 2.0**-40),
-        max_abs_y=ex["max_abs_y"] * (1 + 2.0**-40),
+        dp_abs_sum=ex["dp_abs_sum"],
+        max_abs_y=ex["max_abs_y"],
         max_delta_error=ed.max().item(),
-        max_abs_lse=lse_ex.abs().max().item(),
+        max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
         lse_error=lse_err,
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),

@@ -28,6 +28,11 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   optionally on the measured errors of the :func:`stored_logits`; :func:`tile_sum_identification`
   the tree of the rows kernel's ``tl.sum`` (layout, depth), identified bit for bit on a device
   (:func:`checked_tile_sum_depth` its depth; :func:`matching_tree_layouts` the identification).
+The data's sums that the bounds take (``dot_abs_sum``, the gradient sums ``P |W|``, ``|G| |W|``, ...,
+the a-posteriori ``factors @ |W|``) are certified upper bounds of the exact values
+(:mod:`ojas_ref.verification.bounds.certified`: float64 sums and matmuls in any order,
+``Ojas.FloatModel.CertifiedSum``; P between ``softmax_bounds`` of the float64 logits, whose
+error :func:`logit_score_error` bounds), not float64 estimates.
 No theorem covers these helpers themselves; they only feed the tests and the benchmark.
 """
 
@@ -35,11 +40,14 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 
+from ojas_ref.verification.bounds import certified as cb
+from ojas_ref.verification.bounds.common import _float_up
 from ojas_ref.verification.bounds.linear_cross_entropy import (
     LINEAR_CROSS_ENTROPY_EXP_ERROR,
     linear_cross_entropy_logit_error_bound,
@@ -67,10 +75,63 @@ def _row_chunks(n: int) -> Iterator[slice]:
 
 
 def dot_abs_sum(x: torch.Tensor, w: torch.Tensor) -> float:
-    """``max_(t, v) sum_i |h_ti w_vi|`` in float64 (the logit bounds' premise ``dot_abs_sum``), a
-    block of tokens at a time."""
+    """A certified upper bound of ``max_(t, v) sum_i |h_ti w_vi|`` (the logit bounds' premise
+    ``dot_abs_sum``; ``matmul_upper``), a block of tokens at a time."""
     wa = w.to(F64).abs().t()
-    return max((x[r].to(F64).abs() @ wa).max().item() for r in _row_chunks(x.shape[0]))
+    return max(cb.matmul_upper(x[r].to(F64).abs(), wa).max().item() for r in _row_chunks(x.shape[0]))
+
+
+#: premise on torch's float64 tanh: ``|tanh~(x) - tanh x| <= rel |tanh x| + abs`` (4 ulps, as
+#: :data:`~ojas_ref.verification.bounds.certified.EXP64_ERROR`; checked by tests/verification/test_certified_bounds.py)
+TANH64_ERROR = (2.0**-50, 2.0**-1070)
+# max |d/dx tanh(x)^2| = max 2 t (1 - t^2) = 4 / (3 sqrt 3) < 0.7699
+_TANH_SQ_LIPSCHITZ = Fraction(7699, 10000)
+
+
+def logit_score_error(abs_sum: float, dim: int) -> float:
+    """A bound on ``|y~ - h . w_v|`` for the float64 logits ``h @ W^T`` of ``dim`` products with
+    ``abs_sum >= max sum_i |h_i w_vi|`` (:func:`dot_abs_sum`): ``dot_error`` (``fp64_ftree_error_bound``)."""
+    return cb.dot_error(abs_sum, dim).item()
+
+
+def _capped_bounds(y: torch.Tensor, es: float, softcap: float) -> tuple[torch.Tensor, float, torch.Tensor]:
+    """For the float64 logits ``y`` within ``es`` of the exact ones: ``(z~, ez, k_up)``, the capped
+    logits ``c tanh~(y / c)`` (as :func:`exact_capped`), a bound ``ez`` on their error against
+    ``c tanh(y_exact / c)`` and ``k_up >= 1 - tanh(y_exact / c)^2`` (capped at 1). ``c tanh(. / c)``
+    is 1-Lipschitz: ``ez = es + u max|y| + eta c + c (rel + abs) + u c (1 + rel + abs) + eta``
+    (the division, :data:`TANH64_ERROR`, the product); ``tanh^2`` is 0.7699-Lipschitz and ``1 - t~^2``
+    within ``2 (rel + abs)(1 + rel + abs) + u (1 + rel + abs)^2 + eta + u`` of ``1 - tanh(x~)^2``."""
+    c = Fraction(abs(float(softcap)))
+    u, eta = Fraction(cb.U64), cb.ETA64
+    rel, ab = (Fraction(v) for v in TANH64_ERROR)
+    ymax = Fraction(y.abs().max().item()) if y.numel() else Fraction(0)
+    t = torch.tanh(y / float(softcap))
+    z = float(softcap) * t
+    ez = Fraction(es) + u * ymax + eta * c + c * (rel + ab) + u * c * (1 + rel + ab) + eta
+    dx = (Fraction(es) + u * ymax) / c + eta
+    ek = _TANH_SQ_LIPSCHITZ * dx + 2 * (rel + ab) * (1 + rel + ab) + u * (1 + rel + ab) ** 2 + eta + u
+    k_up = cb.add_upper(1.0 - t * t, _float_up(ek)).clamp_max(1.0)
+    return z, _float_up(ez), k_up
+
+
+def _prob_bounds(
+    h: torch.Tensor, ww: torch.Tensor, target: torch.Tensor, ignore_index: int, softcap: float | None = None
+) -> tuple[torch.Tensor, ...]:
+    """(kept [n, 1], P_up, |G|_up, k_up or None) float64 for the exact (capped) logits of the float64
+    ``h``, ``ww``: ``P_up >= P`` (``softmax_bounds``), ``|G|_up >= |P - onehot|`` (``1 - P_lo`` at the
+    target), both 0 at the ignored tokens; ``k_up >= 1 - tanh^2`` with ``softcap``."""
+    y = h @ ww.t()
+    es = logit_score_error(cb.matmul_upper(h.abs(), ww.abs().t()).max().item() if y.numel() else 0.0, h.shape[1])
+    k_up = None
+    if softcap is not None:
+        y, es, k_up = _capped_bounds(y, es, softcap)
+    kept = (target != ignore_index).to(F64)[:, None]
+    p_lo, p_up = cb.softmax_bounds(y, es, dim=1)
+    p_up = p_up * kept
+    rows = (target != ignore_index).nonzero().squeeze(1)
+    g_up = p_up.clone()
+    g_up[rows, target[rows]] = cb.add_upper(torch.ones_like(rows, dtype=F64), -p_lo[rows, target[rows]])
+    return kept, p_up, g_up, k_up
 
 
 def kernel_stream_lse(
@@ -310,67 +371,59 @@ def exact_gradients(
     return dh, dw
 
 
-def _probabilities(
-    x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int, softcap: float | None = None
-) -> tuple[torch.Tensor, ...]:
-    """(H, W, kept [N, 1], P, G = P - onehot) float64, P and G zero at the ignored tokens; with
-    ``softcap`` P of the capped logits ``c tanh(h . w_v / c)``."""
-    h, ww = x.to(F64), w.to(F64)
-    kept = (target != ignore_index).to(F64)[:, None]
-    p = torch.softmax(exact_capped(h @ ww.t(), softcap), dim=1) * kept
-    rows = (target != ignore_index).nonzero().squeeze(1)
-    g = p.clone()
-    g[rows, target[rows]] -= 1.0
-    return h, ww, kept, p, g
-
-
 def weighted_gradient_sums(
     x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, token_weight: torch.Tensor, ignore_index: int = -100
 ) -> tuple[torch.Tensor, ...]:
-    """The sums (S, T, Hw, Ha) [V, D] of ``ce_dw4_error`` over the kept tokens, exact weights
-    ``w0 = token_weight`` [N] (upcast): ``(|w0| P)^T |H|``, ``|w0 G|^T |H|``, ``colsum |w0| |H|``,
-    ``colsum |H_kept|``."""
-    h, _, kept, p, g = _probabilities(x, w, target, ignore_index)
+    """Certified upper bounds of the sums (S, T, Hw, Ha) [V, D] of ``ce_dw4_error`` over the kept
+    tokens, weights ``|w0| <= |token_weight|`` [N] (upcast): ``(|w0| P)^T |H|``, ``|w0 G|^T |H|``,
+    ``colsum |w0| |H|``, ``colsum |H_kept|`` (:func:`_prob_bounds`, ``matmul_upper``, ``sum_upper``)."""
+    h = x.to(F64)
+    kept, p_up, g_up, _ = _prob_bounds(h, w.to(F64), target, ignore_index)
     ha = h.abs() * kept
     wa = token_weight.to(F64).abs().reshape(-1, 1).expand(h.shape[0], 1)
     V = w.shape[0]
     return (
-        (wa * p).t() @ ha,
-        (wa * g).abs().t() @ ha,
-        (wa * ha).sum(0)[None, :].expand(V, -1),
-        ha.sum(0)[None, :].expand(V, -1),
+        cb.matmul_upper(cb.mul_upper(wa, p_up).t(), ha),
+        cb.matmul_upper(cb.mul_upper(wa, g_up).t(), ha),
+        cb.sum_upper(cb.mul_upper(wa, ha), 0)[None, :].expand(V, -1),
+        cb.sum_upper(ha, 0)[None, :].expand(V, -1),
     )
 
 
 def gradient_sums(
     x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, softcap: float | None = None
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """The sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error`` [V, D] from the exact
-    float64 probabilities P of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
+    """Certified upper bounds of the sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error``
+    [V, D], P the exact probabilities of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
     ``kept x colsum |W|``; dW ``P^T |H|``, ``|G|^T |H|``, ``colsum |H_kept|``.  With ``softcap``
     (``sc_dh_error`` / ``sc_dw_error``): P of the capped logits, then also (Sk, Tc) with the
     exact chain factor k = 1 - tanh(h . w_v / c)^2: ``(P k) |W|``, ``|G k| |W|`` and the
-    transposes for dW."""
+    transposes for dW. P and |G| at most :func:`_prob_bounds`' (``softmax_bounds`` of the float64
+    logits within :func:`logit_score_error`), each product ``matmul_upper`` / ``sum_upper``, the
+    dW sums over the token blocks ``inflate_sum``."""
     ww = w.to(F64)
     wa = ww.abs()
     dh: list[list[torch.Tensor]] = []
     dw: list[torch.Tensor] = []
+    blocks = 0
     for r in _row_chunks(x.shape[0]):  # a block of tokens at a time: dH's rows, dW's sums
-        h, _, kept, p, g = _probabilities(x[r], ww, target[r], ignore_index, softcap)
-        mats = [p, g.abs()]
+        h = x[r].to(F64)
+        kept, p, g, k = _prob_bounds(h, ww, target[r], ignore_index, softcap)
+        mats = [p, g]
         if softcap is not None:
-            k = 1.0 - torch.tanh(h @ ww.t() / softcap) ** 2
-            mats += [p * k, (g * k).abs()]
+            mats += [cb.mul_upper(p, k), cb.mul_upper(g, k)]
         ha = h.abs() * kept
         mats.insert(2, None)  # the third sums: kept x colsum |W| (dH), colsum |H_kept| (dW)
         for i, m in enumerate(mats):
-            part_h = kept * wa.sum(0)[None, :] if m is None else m @ wa
-            part_w = ha.sum(0)[None, :] if m is None else m.t() @ ha
+            part_h = kept * cb.sum_upper(wa, 0)[None, :] if m is None else cb.matmul_upper(m, wa)
+            part_w = cb.sum_upper(ha, 0)[None, :] if m is None else cb.matmul_upper(m.t(), ha)
             if len(dh) <= i:
                 dh.append([])
                 dw.append(torch.zeros(w.shape[0] if m is not None else 1, w.shape[1], dtype=F64, device=w.device))
             dh[i].append(part_h)
             dw[i] += part_w
+        blocks += 1
+    dw = [cb.inflate_sum(t, blocks) for t in dw]
     dw[2] = dw[2].expand(w.shape[0], -1)
     return tuple(torch.cat(parts) for parts in dh), tuple(dw)
 
@@ -617,8 +670,8 @@ def gradient_posteriori_bounds(
     :func:`gradient_bounds`) and ``B`` the stream's own bound at the logits' magnitude bound, or
     ``delta + Dl`` (the a-priori lse bound) where that is smaller;
     the token chunks of the kernel's plan. With ``logits`` (the kernel's stored logits,
-    :func:`stored_logits`): each logit's error measured, ``|z - y|`` against the float64 exact
-    ones (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
+    :func:`stored_logits`): each logit's error measured, ``|z - y|`` against the exact ones (a
+    certified bound: the float64 ``|z - y~|`` rounded up plus :func:`logit_score_error`) (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
     at ``max |z|``. ``tile_sum_depth``: the stream's tile-sum depth premise (default: any order,
     ``block_v - 1``; :func:`checked_tile_sum_depth` identifies the kernel's on a device)."""
     from ojas_kernels import linear_cross_entropy as kernels
@@ -650,13 +703,17 @@ def gradient_posteriori_bounds(
     )
     wa = ww.abs()
     s_h, s_w = [], torch.zeros(V, D, dtype=F64, device=w.device)
+    blocks = 0
     for r in _row_chunks(N):  # a block of tokens at a time: dH's rows, dW's sum
         h = x[r].to(F64)
         y = h @ ww.t()
+        if logits is not None:  # |z - y_exact| <= |z - y~| (rounded up) + the float64 logits' error
+            es = logit_score_error(cb.matmul_upper(h.abs(), wa.t()).max().item() if y.numel() else 0.0, D)
+            measured = cb.add_upper(cb.add_upper(logits[r].to(F64), -y).abs(), es)
         factors = linear_cross_entropy_entry_posteriori_factors(
             torch.log_softmax(y, dim=1),
             target[r],
-            delta if logits is None else (logits[r].to(F64) - y).abs(),
+            delta if logits is None else measured,
             B,
             dtype=x.dtype,
             lse_error=dl,
@@ -664,9 +721,11 @@ def gradient_posteriori_bounds(
             storage_rounding=storage_rounding,
             ignore_index=ignore_index,
         )
-        s_h.append(factors @ wa)
-        s_w += factors.t() @ (h.abs() * (target[r] != ignore_index).to(F64)[:, None])
+        s_h.append(cb.matmul_upper(factors, wa))
+        s_w += cb.matmul_upper(factors.t(), h.abs() * (target[r] != ignore_index).to(F64)[:, None])
+        blocks += 1
         del y, factors
+    s_w = cb.inflate_sum(s_w, blocks)
     (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
@@ -733,7 +792,7 @@ def four_product_gradient_bounds(
         storage_rounding=storage_rounding,
         **premises,
     )
-    w0 = (go / K if mean else go).expand(N)
+    w0 = (cb.div_upper(go.abs(), torch.tensor(float(K), dtype=F64)) if mean and K else go).expand(N)
     bw = linear_cross_entropy_weighted_dw_error_bound(
         *weighted_gradient_sums(x, w, target, w0, ignore_index),
         n_terms=max(K, 1),
