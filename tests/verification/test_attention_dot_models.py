@@ -53,6 +53,19 @@ def test_tf32x3_constants(n):
         assert got == (c + _gamma(d, 3 * q) * kl + _gamma(d, q) * kh, 0)
 
 
+@pytest.mark.parametrize("n", [1, 64, 128])
+def test_tensor_core_constants(n):
+    """The 16-bit kernels' tensor-core dot (``tc_dot_model``): ``gamma_d(q)``, no absolute term."""
+    for out, ur in (("truncate", 2 * U), ("nearest", U)):
+        d = (1 + ur) * 5 * Fraction(2) ** -23 + ur  # tc_delta 4 at F = 24
+        q = -(-n // 4)
+        assert ab.dot_error_constants(ab.TensorCoreDot(block=4, bits=24, out=out), n) == (_gamma(d, q), 0)
+    bound = ab.attention_forward_error_bound(
+        4096, n, block_n=64, dot=ab.TensorCoreDot(block=8), **_fwd_kwargs(torch.bfloat16)
+    )
+    assert 0.0 < bound < math.inf
+
+
 def test_tf32x3_seq_constant_above_fp32():
     """Left to right, the 3xTF32 dot's relative constant exceeds float32's ``gamma(n)`` by about ``c``."""
     for n in (1, 64, 128, 4096):
@@ -152,6 +165,8 @@ def test_bad_dot_arguments_raise():
         ab.attention_forward_error_bound(16, 16, block_n=16, dot="tf32", **_fwd_kwargs())
     with pytest.raises(ValueError, match="block must be"):
         ab.Tf32x3Dot(block=0)
+    with pytest.raises(ValueError, match="block must be an integer"):
+        ab.TensorCoreDot(block=None)
     with pytest.raises(ValueError, match="out must be"):
         ab.Tf32x3Dot(block=8, out="floor")
     with pytest.raises(ValueError, match="side condition 3 q tc_delta"):
@@ -165,6 +180,7 @@ def test_from_accumulation():
     truncating alignment to a number of bits is ``tc_align``."""
     acc = SimpleNamespace(block=4, bits=26, align="trunc", out="nearest")
     assert ab.Tf32x3Dot.from_accumulation(acc) == ab.Tf32x3Dot(block=4, bits=26, out="nearest")
+    assert ab.TensorCoreDot.from_accumulation(acc) == ab.TensorCoreDot(block=4, bits=26, out="nearest")
     for bad in (
         SimpleNamespace(block=4, bits=26, align="floor", out="nearest"),
         SimpleNamespace(block=1, bits=None, align="trunc", out="nearest"),

@@ -31,6 +31,7 @@ from ojas_ref.verification.bounds.common import (
 __all__ = [
     "EXP2_ERROR",
     "LOG2_ERROR",
+    "TensorCoreDot",
     "Tf32x3Dot",
     "dot_error_constants",
     "attention_delta_error_bound",
@@ -69,6 +70,48 @@ _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
 _LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
+def _check_accumulation(block: int | None, bits: int, out: str, allow_no_block: bool) -> None:
+    """The fields of a tensor-core accumulation model checked (``block`` None: left to right)."""
+    if not (block is None and allow_no_block) and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
+        raise ValueError(f"block must be {'None or ' if allow_no_block else ''}an integer >= 1, got {block!r}")
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
+        raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
+    if out not in ("nearest", "truncate"):
+        raise ValueError(f"out must be 'nearest' or 'truncate', got {out!r}")
+
+
+def _from_accumulation(cls: type, accumulation: Any) -> Any:
+    """``cls(block, bits, out)`` of an identified accumulation (``ojas verify-device``'s
+    ``Accumulation``); only alignment by truncation to a number of bits is ``tc_align``."""
+    if accumulation.bits is None or accumulation.align != "trunc":
+        raise ValueError(
+            f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align), got "
+            f"bits={accumulation.bits!r}, align={accumulation.align!r}"
+        )
+    return cls(accumulation.block, accumulation.bits, accumulation.out)
+
+
+@dataclass(frozen=True)
+class TensorCoreDot:
+    """The scores' dot of the 16-bit kernels on tensor cores (rocq/FloatModel/TensorCoreSum.v, the
+    products of bfloat16 / float16 operands exact): blocks of ``block`` products aligned, truncated,
+    to ``bits`` leading bits, each block's sum rounded to float32 by ``out`` ("nearest": ``ur =
+    2^-24``, "truncate": ``2^-23``): ``Ojas.Attention.Float.ForwardError.tc_dot_model``, the
+    parameters ``ojas verify-device`` identifies for "tl.dot bfloat16" (:meth:`from_accumulation`)."""
+
+    block: int
+    bits: int = 27
+    out: str = "truncate"
+
+    def __post_init__(self) -> None:
+        _check_accumulation(self.block, self.bits, self.out, allow_no_block=False)
+
+    @classmethod
+    def from_accumulation(cls, accumulation: Any) -> TensorCoreDot:
+        """The model of an identified accumulation (truncating alignment only: others raise)."""
+        return _from_accumulation(cls, accumulation)
+
+
 @dataclass(frozen=True)
 class Tf32x3Dot:
     """The scores' dot as Triton's 3xTF32 computes it (``tl.dot(..., input_precision="tf32x3")``:
@@ -77,11 +120,9 @@ class Tf32x3Dot:
     the low parts read by truncation (``ul = 2^-10``; ``ojas verify-device``'s "tf32 low-part
     reading" must say ``trunc``), the three TF32 dots accumulated
 
-    * on tensor cores (``block`` set: ``Ojas.Attention.Float.ForwardError.tf32x3_tc_dot_model``):
-      blocks of ``block`` products aligned, truncated, to ``bits`` leading bits, each block's sum
-      rounded to float32 by ``out`` ("nearest": ``ur = 2^-24``, "truncate": ``2^-23``), the
-      parameters ``ojas verify-device`` identifies for "tl.dot float32 tf32" (alignment by
-      truncation; :meth:`from_accumulation`);
+    * on tensor cores (``block`` set: ``Ojas.Attention.Float.ForwardError.tf32x3_tc_dot_model``), as
+      :class:`TensorCoreDot` (the parameters ``ojas verify-device`` identifies for "tl.dot float32
+      tf32"; :meth:`from_accumulation`);
     * left to right in float32 (``block=None``: ``tf32x3_seq_dot_model``).
 
     Either way the dot of ``n`` pairs is within ``g_rel * sum_i |q_i k_i|`` of the exact one
@@ -92,46 +133,33 @@ class Tf32x3Dot:
     out: str = "truncate"
 
     def __post_init__(self) -> None:
-        if self.block is not None and (
-            isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1
-        ):
-            raise ValueError(f"block must be None or an integer >= 1, got {self.block!r}")
-        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or self.bits < 1:
-            raise ValueError(f"bits must be an integer >= 1, got {self.bits!r}")
-        if self.out not in ("nearest", "truncate"):
-            raise ValueError(f"out must be 'nearest' or 'truncate', got {self.out!r}")
+        _check_accumulation(self.block, self.bits, self.out, allow_no_block=True)
 
     @classmethod
     def from_accumulation(cls, accumulation: Any) -> Tf32x3Dot:
-        """The tensor-core model of an identified accumulation (``ojas verify-device``'s
-        ``Accumulation``: ``block``, ``bits``, ``align``, ``out``); only alignment by truncation to
-        a number of bits is ``tc_align`` (an exact or floored alignment raises)."""
-        if accumulation.bits is None or accumulation.align != "trunc":
-            raise ValueError(
-                f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align), got "
-                f"bits={accumulation.bits!r}, align={accumulation.align!r}"
-            )
-        return cls(accumulation.block, accumulation.bits, accumulation.out)
+        """The tensor-core model of an identified accumulation (truncating alignment only)."""
+        return _from_accumulation(cls, accumulation)
 
 
 #: The scores' dot: "fp32" (float32 products summed left to right, the blocked sum of
-#: ``Ojas.Attention.Float.ForwardError.blocked_dot_model``: the default, and the dot of the
-#: bf16/fp16 kernels' theorems), "tf32x3" (= ``Tf32x3Dot()``) or a :class:`Tf32x3Dot`.
-DotModel = Union[str, Tf32x3Dot]
+#: ``Ojas.Attention.Float.ForwardError.blocked_dot_model``: the default), "tf32x3" (=
+#: ``Tf32x3Dot()``), a :class:`Tf32x3Dot` or a :class:`TensorCoreDot`.
+DotModel = Union[str, Tf32x3Dot, TensorCoreDot]
 
 _TF32_UH = Fraction(1, 2048)  # cvt.rna to TF32 (precision 11)
 _TF32_UL = Fraction(1, 1024)  # the low part read by truncation
 
 
-def _dot_model(dot: DotModel) -> str | Tf32x3Dot:
-    """``dot`` checked: "fp32" or a :class:`Tf32x3Dot` ("tf32x3" is ``Tf32x3Dot()``)."""
-    if isinstance(dot, Tf32x3Dot):
+def _dot_model(dot: DotModel) -> str | Tf32x3Dot | TensorCoreDot:
+    """``dot`` checked: "fp32", a :class:`Tf32x3Dot` ("tf32x3" is ``Tf32x3Dot()``) or a
+    :class:`TensorCoreDot`."""
+    if isinstance(dot, (Tf32x3Dot, TensorCoreDot)):
         return dot
     if dot == "fp32":
         return "fp32"
     if dot == "tf32x3":
         return Tf32x3Dot()
-    raise ValueError(f"dot must be 'fp32', 'tf32x3' or a Tf32x3Dot, got {dot!r}")
+    raise ValueError(f"dot must be 'fp32', 'tf32x3', a Tf32x3Dot or a TensorCoreDot, got {dot!r}")
 
 
 def _gamma_q(u: Fraction, n: int) -> Fraction:
@@ -150,7 +178,8 @@ def dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
       (``tf32x3_tc_dot_model``: ``q = ceil(n / block)``, ``d = tc_delta = (1 + ur)(block + 1)
       2^(1 - bits) + ur``), left to right: ``c + gamma(3 n - 1) kl + gamma(n) kh``, 0
       (``tf32x3_seq_dot_model``), with Tf32Product.v's ``c = uh^2 + 2 uh ul (1 + uh)``,
-      ``kl = 2 uh (1 + ul)(1 + uh)``, ``kh = (1 + uh)^2``.
+      ``kl = 2 uh (1 + ul)(1 + uh)``, ``kh = (1 + uh)^2``;
+    * a :class:`TensorCoreDot`: ``gamma_d(q)``, 0 (``tc_dot_model``).
 
     Raises ``ValueError`` on a bad argument or a failed side condition (``n u < 1``,
     ``3 n u < 1``, ``3 q d < 1``)."""
@@ -162,15 +191,20 @@ def dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
         if not n * u < 1:
             raise ValueError(f"side condition n u < 1 of blocked_dot_model fails for n={n}")
         return _gamma_q(u, n), (1 + _gamma_q(u, n - 1)) * n * Fraction(_FP32_ETA)
+    if dot.block is not None:
+        ur = u if dot.out == "nearest" else 2 * u
+        d = (1 + ur) * (dot.block + 1) * Fraction(2) ** (1 - dot.bits) + ur  # tc_delta
+        q = -(-n // dot.block)
+    if isinstance(dot, TensorCoreDot):
+        if not q * d < 1:
+            raise ValueError(f"side condition q tc_delta < 1 of tc_dot_model fails for n={n}, {dot}")
+        return _gamma_q(d, q), Fraction(0)
     uh, ul = _TF32_UH, _TF32_UL
     c, kl, kh = uh * uh + 2 * uh * ul * (1 + uh), 2 * uh * (1 + ul) * (1 + uh), (1 + uh) * (1 + uh)
     if dot.block is None:
         if not 3 * n * u < 1:
             raise ValueError(f"side condition 3 n u < 1 of tf32x3_seq_dot_model fails for n={n}")
         return c + _gamma_q(u, 3 * n - 1) * kl + _gamma_q(u, n) * kh, Fraction(0)
-    ur = u if dot.out == "nearest" else 2 * u
-    d = (1 + ur) * (dot.block + 1) * Fraction(2) ** (1 - dot.bits) + ur
-    q = -(-n // dot.block)
     if not 3 * q * d < 1:
         raise ValueError(f"side condition 3 q tc_delta < 1 of tf32x3_tc_dot_model fails for n={n}, {dot}")
     return c + _gamma_q(d, 3 * q) * kl + _gamma_q(d, q) * kh, Fraction(0)
@@ -340,8 +374,10 @@ def attention_forward_error_bound(
     runs 3xTF32 dots) is ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked_tf32x3``
     (tensor cores) or ``attention_forward_error_masked_tf32x3_seq`` (left to right; both
     ``attention_forward_error_masked_dot`` at the dot models ``tf32x3_tc_dot_model`` /
-    ``tf32x3_seq_dot_model``), evaluated by the float64 hand copy of ``afe_rel`` (each step
-    rounded up: the oracle's ``rocq/Bounds/Attention.v`` evaluates the fp32 dot only).
+    ``tf32x3_seq_dot_model``); a :class:`TensorCoreDot` (the 16-bit kernels' tensor-core dot) is
+    ``attention_forward_error_masked_tc`` (``tc_dot_model``). These are evaluated by the float64
+    hand copy of ``afe_rel`` (each step rounded up: the oracle's ``rocq/Bounds/Attention.v``
+    evaluates the fp32 dot only).
 
     Not covered (the theorem's file lists them): the order of the additions inside the
     tensor cores' dot for ``dot="fp32"`` (the float32 kernel on CUDA runs 3xTF32 dots: pass
@@ -434,8 +470,8 @@ def attention_forward_posteriori_bound(
     ``storage_rounding="truncate"`` not a proved bound). ``dot``: the scores' dot as for
     :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
     ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked_tf32x3``
-    (tensor cores) or ``attention_forward_posteriori_masked_dot`` at ``tf32x3_seq_dot_model``,
-    through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
+    (tensor cores) or ``attention_forward_posteriori_masked_dot`` at ``tf32x3_seq_dot_model``
+    (a :class:`TensorCoreDot`: at ``tc_dot_model``), through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
     fails."""
     p, scale = _attention_bound_args(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
@@ -559,7 +595,8 @@ def attention_lse_error_bound(
 
     ``dot``: the scores' dot as for :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
     ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked_tf32x3`` (tensor cores) or
-    ``attention_lse_error_masked_dot`` at ``tf32x3_seq_dot_model``, through the hand copy.
+    ``attention_lse_error_masked_dot`` at ``tf32x3_seq_dot_model`` (a :class:`TensorCoreDot`: at
+    ``tc_dot_model``), through the hand copy.
 
     Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
     additions for ``dot="fp32"``, FMA contraction, additive masks), and ``log2_error``,
