@@ -94,14 +94,23 @@ def _check(t: torch.Tensor, name: str, nonneg: bool = True) -> torch.Tensor:
     if not isinstance(t, torch.Tensor) or t.is_complex():
         raise ValueError(f"{name} must be a real tensor, got {type(t).__name__}")
     t = t.to(F64)
-    ok = torch.isfinite(t) & (t >= 0) if nonneg else torch.isfinite(t)
-    if not bool(ok.all()):
+    lo, hi = _range(t)
+    if not (math.isfinite(lo) and math.isfinite(hi) and (lo >= 0 or not nonneg)):
         raise ValueError(f"{name} must be finite{' and >= 0' if nonneg else ''} (float64)")
     return t
 
 
+def _range(t: torch.Tensor) -> tuple[float, float]:
+    """(min, max) of ``t`` in one pass, NaN when ``t`` holds a NaN; (0, 0) when empty."""
+    if t.numel() == 0:
+        return 0.0, 0.0
+    lo, hi = torch.aminmax(t)
+    return lo.item(), hi.item()
+
+
 def _finite(t: torch.Tensor, what: str) -> torch.Tensor:
-    if not bool(torch.isfinite(t).all()):
+    lo, hi = _range(t)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"{what} overflows float64: no finite certified bound")
     return t
 
