@@ -9,7 +9,8 @@ softcap's ``tanh`` (``th_err``) and division (``dv_err``, rocq/LinearCrossEntrop
 the rounding of the float32 -> bfloat16 / float16 casts (the bf16 instances are round to
 nearest even), the order of ``tl.sum`` in the rows kernel (``sum_ok ts Dt Bt``,
 rocq/FloatModel/BlockedSum.v), the tensor cores' accumulation (rocq/FloatModel/TensorCoreSum.v:
-block size k, alignment to F bits, output rounding) and the 3xTF32 low part's reading
+block size k, alignment to F bits of the largest term or of the operands' exponents, output
+rounding) and the 3xTF32 low part's reading
 (rocq/FloatModel/Tf32Product.v). :func:`verify_device` checks each on this device:
 
 * every float32 input of the premise's domain (:func:`float32_chunks` enumerates the bit
@@ -22,7 +23,8 @@ block size k, alignment to F bits, output rounding) and the 3xTF32 low part's re
 * ``tl.dot``: bf16 operands and float32 "ieee" / "tf32" accumulation identified bit for bit
   among the models :class:`Accumulation` (:func:`identify_accumulation` on the test vectors of
   :func:`dot_test_vectors`, after Fasi, Higham, Mikaitis and Pranesh 2021: a large term and small
-  ones at every position and exponent gap, both signs, plus random ones); the TF32 reading of an
+  ones at every position and exponent gap, both signs, plus random ones; the H100's models are in
+  :class:`Accumulation`'s docstring); the TF32 reading of an
   unrounded float32 operand (:func:`tf32_readings` on every float32 in +-[1, 2)); "tf32x3"
   checked bit for bit against the split of Tf32Product.v with the identified parts, recording
   how the three TF32 dots are chained (:data:`TF32X3_SCHEDULES`, :func:`identify_tf32x3`).
@@ -228,36 +230,82 @@ def scan_cast(
 
 @dataclasses.dataclass(frozen=True)
 class Accumulation:
-    """How a dot ``c + sum_i a_i b_i`` accumulates (TensorCoreSum.v's ``tc_acc``): the exact
-    products in blocks of ``block``, each block with the running accumulator aligned to its
-    largest term keeping ``bits`` leading bits (``None``: exactly), the dropped bits cut toward
-    zero (``align="trunc"``) or down (``"floor"``), the block's sum rounded to float32 by
-    ``out`` ("nearest" even or "truncate"). ``Accumulation(1, None, "trunc", "nearest")`` is a
-    chain of fused multiply-adds (IEEE float32)."""
+    """How a dot ``c + sum_i a_i b_i`` accumulates (TensorCoreSum.v's ``tc_acc`` and, for
+    ``ref="operands"``, ``tc_acc_op``): the exact products in blocks of ``block`` (one MMA
+    instruction's K), each block with the running accumulator aligned to a reference exponent
+    ``E`` keeping the bits down to ``2^(E - bits + 1)`` (``bits=None``: exactly), the dropped bits
+    cut toward zero (``align="trunc"``) or down (``"floor"``), the block's sum rounded to float32
+    by ``out`` ("nearest" even or "truncate"). ``E`` is the exponent of the block's largest term
+    (``ref="term"``: Fasi et al.'s V100 / A100 model) or the largest of the accumulator's exponent
+    and the products' operand exponent sums ``e(a_i) + e(b_i)`` (``ref="operands"``, ``e(x)`` =
+    floor(log2 |x|), zero terms left out): a product's significand is in [1, 4), so its leading
+    bit may be one above the reference and the kept bits relative to the largest term are then
+    ``bits + 1``. ``Accumulation(1, None, "trunc", "nearest")`` is a chain of fused
+    multiply-adds (IEEE float32). Subnormal operands and results are not modelled.
+
+    Identified on an H100 (2026-12-06, torch 2.11, Triton 3.6; 64 x 64 tiles, so wgmma; the rows
+    of ``dot_test_vectors(K, fmt, random=2048, seed=K)`` as it was before the ``1.5 * 1.5`` probes
+    and 1024 cancellation probes, K = 16, 32, 64; tests/verification/data/tensor_core_h100.json
+    keeps a sample), bit for bit on every row (5316 at K = 16, 5928 at K = 32 and 64):
+
+    * bf16 operands: ``Accumulation(16, 26, "trunc", "truncate", "operands")``: blocks of 16
+      (wgmma's K for 16-bit operands), the accumulator aligned with the products, 2 bits below
+      float32's 24 kept from the reference exponent, truncation toward zero, the block's sum
+      truncated; the K of a ``tl.dot`` chained in blocks of 16 from ``c``;
+    * float32 "tf32": ``Accumulation(8, 26, "trunc", "truncate", "operands")`` (wgmma's K = 8);
+    * float32 "ieee": the fma chain;
+    * "tf32x3": :func:`emulate_tf32x3` with the tf32 model, low parts read by truncation,
+      schedule "chain(0)+c" in the order (0, 1, 2) (Triton 3.6's F32DotTC: lo a . hi b from 0,
+      then hi a . lo b, then hi a . hi b, then ``+ c`` in float32).
+
+    This is Khattak and Mikaitis's H100 model (github.com/north-numerical-computing/
+    MATLAB-tensor-core, models/H100TC.m: fma 16 / 8, neab = 2, final rounding rz, the exponents of
+    the products taken before their normalisation). The model of the old candidates (``ref="term"``,
+    blocks 1..K, 23..35 kept bits, trunc / floor, nearest / truncate) matched every Fasi probe with
+    blocks of 16 and 26 bits (b = 1 there: every product's significand is below 2) but failed
+    263 of the 5316 bf16 K = 16 rows (random ones whose largest product has a significand >= 2,
+    where it keeps one bit fewer); no block size, kept bits or rounding of that family matched,
+    for bf16 or tf32. Also refuted on the bf16 K = 32 rows (blocks of 16, 26 bits from the
+    operands' exponents): the accumulator left out of the reference exponent (1378 of 5928 rows
+    differ), added after the products' exact aligned sum (2230), added in float32 to the truncated
+    block sum (2050); for "tf32x3", low parts read to nearest (even or away) or the chain started
+    from ``c`` ("chain(c)", Tf32Product.v's reading)."""
 
     block: int
     bits: int | None
     align: str
     out: str
+    ref: str = "term"
+
+    def __post_init__(self) -> None:
+        if self.ref not in ("term", "operands"):
+            raise ValueError(f"ref must be 'term' or 'operands', got {self.ref!r}")
 
     def describe(self) -> str:
         if self.block == 1 and self.bits is None and self.out == "nearest":
             return "fma chain (round to nearest)"
-        kept = "exact alignment" if self.bits is None else f"aligned to {self.bits} bits ({self.align})"
+        if self.bits is None:
+            kept = "exact alignment"
+        elif self.ref == "operands":
+            kept = f"aligned to {self.bits} bits of the largest operand exponent sum ({self.align})"
+        else:
+            kept = f"aligned to {self.bits} bits ({self.align})"
         return f"blocks of {self.block}, {kept}, output {self.out}"
 
 
 def accumulation_candidates(max_block: int) -> list[Accumulation]:
     """The models tried: blocks 1, 2, 4, ... up to ``max_block``; exact alignment or 23..35 kept
-    bits, truncated or floored; output to nearest or truncated."""
+    bits, truncated or floored, from the largest term or the operands' exponents; output to
+    nearest or truncated."""
     out = []
     block = 1
     while block <= max_block:
         for o in ("nearest", "truncate"):
             out.append(Accumulation(block, None, "trunc", o))
-            for bits in range(23, 36):
-                for align in ("trunc", "floor"):
-                    out.append(Accumulation(block, bits, align, o))
+            for ref in ("term", "operands"):
+                for bits in range(23, 36):
+                    for align in ("trunc", "floor"):
+                        out.append(Accumulation(block, bits, align, o, ref))
         block *= 2
     return out
 
@@ -284,16 +332,26 @@ def _round24(s: int, q: int, out: str) -> float:
     return math.ldexp(sign * a, q)
 
 
-def _block(model: Accumulation, terms: list[float]) -> float:
-    parts = [_split(t) for t in terms if t != 0]
+def _exponent(x: float) -> int:
+    """floor(log2 |x|) of a nonzero ``x``."""
+    return math.frexp(x)[1] - 1
+
+
+def _block(model: Accumulation, c: float, a: Sequence[float], b: Sequence[float]) -> float:
+    """One block: ``c + sum a_i b_i`` as ``model`` accumulates it (zero terms left out)."""
+    terms = [(c, _exponent(c))] if c != 0 else []
+    terms += [(x * y, _exponent(x) + _exponent(y)) for x, y in zip(a, b) if x * y != 0]
+    parts = [(*_split(t), e) for t, e in terms]
     if not parts:
         return 0.0
     if model.bits is None:
-        q = min(e for _, e in parts)
+        q = min(e for _, e, _ in parts)
+    elif model.ref == "operands":
+        q = max(r for _, _, r in parts) - model.bits + 1
     else:
-        q = max(e + abs(m).bit_length() - 1 for m, e in parts) - model.bits + 1
+        q = max(e + abs(m).bit_length() - 1 for m, e, _ in parts) - model.bits + 1
     s = 0
-    for m, e in parts:
+    for m, e, _ in parts:
         if e >= q:
             s += m << (e - q)
         elif model.align == "floor":
@@ -307,7 +365,7 @@ def emulate_dot(model: Accumulation, a: Sequence[float], b: Sequence[float], c: 
     """``c + sum a_i b_i`` accumulated as ``model`` says (the products exact: at most 53 bits)."""
     acc = c
     for k0 in range(0, len(a), model.block):
-        acc = _block(model, [acc] + [x * y for x, y in zip(a[k0 : k0 + model.block], b[k0 : k0 + model.block])])
+        acc = _block(model, acc, a[k0 : k0 + model.block], b[k0 : k0 + model.block])
     return acc
 
 
@@ -331,8 +389,10 @@ def dot_test_vectors(k: int, fmt: str, *, seed: int = 0, random: int = 256) -> l
     "tf32" or "float32"), after Fasi, Higham, Mikaitis and Pranesh 2021: a term 1 (the
     accumulator or the product at position j) with small terms ``+-m 2^-g`` (m in 1, 1.5, 1.75;
     g = 20..36) at every other position or at one position, which separate the block size, the
-    kept bits, truncation from flooring and the output rounding; then ``random`` random vectors
-    with exponents spread over 2^-8..2^8."""
+    kept bits, truncation from flooring and the output rounding; the product ``1.5 * 1.5`` at
+    position j with the small terms elsewhere (its leading bit one above its operands' exponent
+    sum: separates :class:`Accumulation`'s ``ref``); then ``random`` random vectors with exponents
+    spread over 2^-8..2^8."""
     if k < 1 or fmt not in ("bfloat16", "tf32", "float32"):
         raise ValueError(f"k must be >= 1 and fmt one of bfloat16, tf32, float32, got {k}, {fmt!r}")
     vecs: list[tuple[list, list, float]] = []
@@ -351,6 +411,9 @@ def dot_test_vectors(k: int, fmt: str, *, seed: int = 0, random: int = 256) -> l
                     one = [0.0] * k
                     one[j] = small
                     vecs.append((one, ones, 1.0))
+                    a = [small] * k
+                    a[j] = 1.5
+                    vecs.append((a, ones[:j] + [1.5] + ones[j + 1 :], 0.0))
     gen = torch.Generator().manual_seed(seed)
     dtype = torch.bfloat16 if fmt == "bfloat16" else torch.float32
     for _ in range(random):
@@ -412,7 +475,7 @@ _TF32X3_ORDERS = ((0, 1, 2), (1, 0, 2), (0, 2, 1), (1, 2, 0), (2, 0, 1), (2, 1, 
 
 def _add32(x: float, y: float) -> float:
     """float32 ``x + y`` rounded to nearest even (exactly)."""
-    return _block(Accumulation(1, None, "trunc", "nearest"), [x, y])
+    return _block(Accumulation(1, None, "trunc", "nearest"), x, [y], [1.0])
 
 
 def emulate_tf32x3(
@@ -793,7 +856,7 @@ def _check_dots(device: str, quick: bool, chunk: int) -> Iterator[dict]:
         tf32 = models if prec == "tf32" else tf32
         yield _entry(
             f"tl.dot {label}",
-            "TensorCoreSum.tc_acc (block k, F bits, output rounding)",
+            "TensorCoreSum.tc_acc / tc_acc_op (block k, F bits, reference exponent, output rounding)",
             f"test vectors of K = {k}",
             len(vectors),
             "one model of TensorCoreSum.v",

@@ -261,6 +261,28 @@ def test_fma_chain_identified_and_a_truncating_dot_is_not_it():
     assert fma not in trunc and all(m.out == "truncate" for m in trunc)
 
 
+def test_operand_exponent_reference_keeps_one_more_bit_under_a_large_product():
+    """``ref="operands"`` (the H100) aligns to the operands' exponent sum: under ``1.5 * 1.5 = 2.25``
+    (exponent sum 0, leading bit 2^1) 26 bits reach down to 2^-25, where the largest term's leading
+    bit keeps them down to 2^-24; fifteen terms ``1.5 * 2^-25`` then add 2^-22 (one float32 ulp of
+    2.25 after truncation) or nothing. The probes of :func:`dot_test_vectors` hold that vector and
+    the two models agree on every probe whose products are below 2 (b = 1); a bad ``ref`` is refused."""
+    hopper = dp.Accumulation(16, 26, "trunc", "truncate", "operands")
+    term = dataclasses.replace(hopper, ref="term")
+    a, b = [1.5] + [1.5 * 2.0**-25] * 15, [1.5] + [1.0] * 15
+    assert dp.emulate_dot(hopper, a, b, 0.0) == 2.25 + 2.0**-22
+    assert dp.emulate_dot(term, a, b, 0.0) == 2.25
+    probes = dp.dot_test_vectors(K, "bfloat16", random=0)
+    assert (a, b, 0.0) in probes
+    assert all(dp.emulate_dot(hopper, *v) == dp.emulate_dot(term, *v) for v in probes if max(v[1]) == 1.0)
+    assert (
+        hopper.describe()
+        == "blocks of 16, aligned to 26 bits of the largest operand exponent sum (trunc), output truncate"
+    )
+    with pytest.raises(ValueError, match="ref must be"):
+        dp.Accumulation(16, 26, "trunc", "truncate", "operand")
+
+
 def test_unmodelled_dot_matches_nothing():
     """A dot no candidate describes (a modelled one, then scaled by 1 + 2^-20) leaves no model."""
     model = dp.Accumulation(4, 27, "trunc", "nearest")
