@@ -62,7 +62,8 @@
     [|tc_align_op F E x - x| <= ua 2^E] and [2^E <= max |term|]); the
     aligned sum is exact and rounded by [out].  [tc_block_op c ab] is one
     block of operand pairs [ab], [tc_acc_op] the chain, [tc_dot_op k a b]
-    the dot in blocks of [k] pairs from 0.  [tc_block_op_error] and
+    the dot in blocks of [k] pairs from 0.  [tc_block_op_error],
+    [tc_acc_op_error] (from any accumulator) and
     [tc_dot_op_error_bound] give the same [tc_delta k] and
     [gamma (tc_delta k) q] as [tc_block_error] and [tc_dot_error_bound];
     [tc_dot_op_error_fp32_trunc] / [_nearest] are the fp32 instances.
@@ -562,6 +563,17 @@ Qed.
 Definition tc_acc_op (a0 : R) (blocks : list (list (R * R))) : R := fold_left tc_block_op blocks a0.
 Definition tc_dot_op (k : nat) (a b : list R) : R := tc_acc_op 0 (chunk k (combine a b)).
 
+(** [m] blocks of at most [k] pairs from any accumulator [a0] (as [tc_acc_error]). *)
+Lemma tc_acc_op_error : forall k blocks a0,
+  Forall (fun t => (length t <= k)%nat) blocks ->
+  Rabs (tc_acc_op a0 blocks - (a0 + rsum (prods (concat blocks))))
+  <= ((1 + tc_delta ua ur k) ^ length blocks - 1) * (Rabs a0 + rsum (map Rabs (prods (concat blocks)))).
+Proof.
+  intros k blocks a0 Hb.
+  exact (chain_error (fun xy => fst xy * snd xy) tc_block_op (fun t => (length t <= k)%nat) (tc_delta ua ur k)
+           (tc_delta_nonneg ua ur ua_nonneg ur_nonneg k) (fun c t Ht => tc_block_op_error k c t Ht) blocks a0 Hb).
+Qed.
+
 (** [n <= q k] products in blocks of [k]: [gamma (tc_delta k) q], as [tc_dot_error_bound]. *)
 Theorem tc_dot_op_error_bound : forall k q a b,
   (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat -> INR q * tc_delta ua ur k < 1 ->
@@ -582,11 +594,9 @@ Proof.
   assert (Hc : (length (chunk k ab) <= q)%nat).
   { pose proof (chunk_length_le k q (map g ab) Hk Hq Hab) as H.
     rewrite Hch, map_length in H; exact H. }
-  pose proof (chain_error g tc_block_op (fun t => (length t <= k)%nat) (tc_delta ua ur k)
-                (tc_delta_nonneg ua ur ua_nonneg ur_nonneg k)
-                (fun c t Ht => tc_block_op_error k c t Ht) (chunk k ab) 0 Hb) as H.
+  pose proof (tc_acc_op_error k (chunk k ab) 0 Hb) as H.
   rewrite concat_chunk, Rplus_0_l, Rabs_R0, Rplus_0_l in H.
-  unfold tc_dot_op, tc_acc_op; fold ab.
+  unfold tc_dot_op; fold ab.
   eapply Rle_trans; [exact H |].
   apply Rmult_le_compat_r; [apply rsum_abs_nonneg |].
   pose proof (tc_delta_nonneg ua ur ua_nonneg ur_nonneg k) as Hd.
