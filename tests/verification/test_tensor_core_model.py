@@ -58,8 +58,9 @@ def test_fixture_holds_every_label_and_k(rows):
 
 @pytest.mark.parametrize("label", ["bf16", "tf32", "f32ieee"])
 def test_identified_model_reproduces_the_device_rows_and_is_the_only_candidate(rows, label):
-    """Every row bit for bit; among all candidates (blocks 1 to 32: verify-device's K = 32 check) only the identified model (and,
-    at K = 16, the same model with blocks of 32, which one instruction cannot tell apart)."""
+    """Every row bit for bit; among all candidates (blocks 1 to 32: verify-device's K = 32 check)
+    only the identified model (and, at K = 16, the same model with blocks of 32, which one
+    instruction cannot tell apart)."""
     model = H100[label]
     for key in _keys(label):
         vectors, ys = rows[key]
