@@ -63,8 +63,12 @@ def _hook_set(hook: Any) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+#: Triton's runtime knobs (Triton >= 3.4), where the launch hooks are set, read once
+_RUNTIME = getattr(getattr(triton, "knobs", None), "runtime", None)
+
+
 def _hooks_active() -> bool:
-    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    runtime = _RUNTIME
     return runtime is None or _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
 
 
@@ -121,11 +125,11 @@ class FastLaunch:
             self._exact[exact] = hit
         compiled, tail_names = hit
         tail = [kwargs[name] for name in tail_names]
-        grid0, grid1, grid2 = (tuple(grid) + (1, 1))[:3]
+        n = len(grid)
         compiled.run(
-            grid0,
-            grid1,
-            grid2,
+            grid[0],
+            grid[1] if n > 1 else 1,
+            grid[2] if n > 2 else 1,
             torch._C._cuda_getCurrentRawStream(device),
             compiled.function,
             compiled.packed_metadata,

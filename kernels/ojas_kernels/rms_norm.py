@@ -41,7 +41,15 @@ import triton.language as tl
 from .host import cdiv, next_power_of_2
 from .launch import fast
 
-__all__ = ["MAX_HIDDEN", "backward_outputs", "forward_outputs", "rms_norm_backward", "rms_norm_forward"]
+__all__ = [
+    "MAX_HIDDEN",
+    "backward",
+    "backward_outputs",
+    "forward",
+    "forward_outputs",
+    "rms_norm_backward",
+    "rms_norm_forward",
+]
 
 #: The largest normalised size: a row lives in registers (one block of columns).
 MAX_HIDDEN = 65536
@@ -199,6 +207,53 @@ def backward_outputs(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tenso
     )
 
 
+def _fwd_plan(n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, after_weight: bool) -> tuple:
+    """``(rows per program, output dtype, compute dtype, launch keywords)`` of the forward for
+    rows of ``n`` entries (cached: the launch code runs at every call)."""
+    key = (n, x_dtype, w_dtype, after_weight)
+    plan = _FWD_PLANS.get(key)
+    if plan is None:
+        compute = _compute_dtype(x_dtype)
+        out_dtype = x_dtype if after_weight else torch.promote_types(x_dtype, w_dtype)
+        block_m, block_n, warps = _blocks(n)
+        options = dict(
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            AFTER_WEIGHT=bool(after_weight),
+            COMPUTE=_TL_DTYPES[compute],
+            PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)],
+            num_warps=warps,
+        )
+        plan = _FWD_PLANS[key] = (block_m, out_dtype, compute, options)
+    return plan
+
+
+def _bwd_plan(n: int, x_dtype: torch.dtype, after_weight: bool) -> tuple:
+    """``(rows per program, compute dtype, dX launch keywords, dW launch keywords, dW grid)`` of
+    the backward for rows of ``n`` entries (cached)."""
+    key = (n, x_dtype, after_weight)
+    plan = _BWD_PLANS.get(key)
+    if plan is None:
+        compute = _compute_dtype(x_dtype)
+        block_m, block_n, warps = _blocks(n)
+        tl_compute = _TL_DTYPES[compute]
+        options = dict(
+            BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=tl_compute, num_warps=warps
+        )
+        plan = _BWD_PLANS[key] = (
+            block_m,
+            compute,
+            options,
+            dict(BLOCK=_DW_BLOCK, COMPUTE=tl_compute),
+            (cdiv(n, _DW_BLOCK),),
+        )
+    return plan
+
+
+_FWD_PLANS: dict[tuple, tuple] = {}
+_BWD_PLANS: dict[tuple, tuple] = {}
+
+
 def rms_norm_forward(
     x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0, after_weight: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,31 +262,26 @@ def rms_norm_forward(
     ``y`` has the input dtype (``after_weight``) or torch's promotion of ``weight`` and
     ``x``; ``rstd [rows]`` the compute dtype (float32; float64 for float64 ``x``)."""
     _check(x, weight)
+    return forward(x, weight, eps, offset, after_weight, x.shape)
+
+
+def forward(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, after_weight: bool, shape: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_forward` without the argument checks, for ``x [rows, n]`` and ``weight [n]``
+    its caller has checked, with ``y`` of ``shape`` (``rows * n`` entries, contiguous: the same
+    memory as ``[rows, n]``, so that the caller needs no view of it)."""
     x, weight = _row_major(x), weight.contiguous()
     rows, n = x.shape
-    compute = _compute_dtype(x.dtype)
-    y, rstd = forward_outputs(x, weight, after_weight)
-    out_dtype = y.dtype
+    block_m, out_dtype, compute, options = _fwd_plan(n, x.dtype, weight.dtype, after_weight)
+    device = x.device
+    y = torch.empty(shape, dtype=out_dtype, device=device)
+    rstd = torch.empty(rows, dtype=compute, device=device)
     if rows == 0 or n == 0:
         return y, rstd.fill_(torch.nan if n == 0 else 0.0)
-    block_m, block_n, warps = _blocks(n)
+    # y's row stride is n: it is contiguous
     fast(_fwd_kernel)[(cdiv(rows, block_m),)](
-        x,
-        weight,
-        y,
-        rstd,
-        rows,
-        n,
-        x.stride(0),
-        y.stride(0),
-        float(eps),
-        float(offset),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        AFTER_WEIGHT=bool(after_weight),
-        COMPUTE=_TL_DTYPES[compute],
-        PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)],
-        num_warps=warps,
+        x, weight, y, rstd, rows, n, x.stride(0), n, float(eps), float(offset), **options
     )
     return y, rstd
 
@@ -257,34 +307,38 @@ def rms_norm_backward(
     """``(dx, dw)`` from the saved ``x`` and ``rstd`` (see the module docstring); ``dx`` in
     the dtype of ``x``, ``dw`` in the dtype of ``weight`` (summed in the compute dtype)."""
     _check(x, weight)
-    x, weight, grad_y = _row_major(x), weight.contiguous(), _row_major(grad_y)
+    return backward(grad_y, x, weight, rstd, offset, after_weight, x.shape, weight.shape)
+
+
+def backward(
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    offset: float,
+    after_weight: bool,
+    dx_shape: torch.Size,
+    dw_shape: torch.Size,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_backward` without the argument checks, for ``x [rows, n]``, ``weight [n]``
+    and ``grad_y`` of ``rows * n`` entries (read as ``[rows, n]``), with ``dx`` of ``dx_shape``
+    and ``dw`` of ``dw_shape`` (``rows * n`` and ``n`` entries, contiguous)."""
+    x, weight = _row_major(x), weight.contiguous()
     rows, n = x.shape
-    compute = _compute_dtype(x.dtype)
-    dx, dw = backward_outputs(x, weight)
+    if grad_y.shape != x.shape:
+        grad_y = grad_y.reshape(rows, n)
+    grad_y = _row_major(grad_y)
+    block_m, compute, options, dw_options, dw_grid = _bwd_plan(n, x.dtype, after_weight)
+    device = x.device
+    dx = torch.empty(dx_shape, dtype=x.dtype, device=device)
+    dw = torch.empty(dw_shape, dtype=weight.dtype, device=device)
     if rows == 0 or n == 0:
         return dx, dw.zero_()
-    block_m, block_n, warps = _blocks(n)
-    programs = _programs(x.device, cdiv(rows, block_m))
-    partial = torch.empty((programs, n), dtype=compute, device=x.device)
-    tl_compute = _TL_DTYPES[compute]
+    programs = _programs(device, cdiv(rows, block_m))
+    partial = torch.empty((programs, n), dtype=compute, device=device)
+    # dx's row stride is n: it is contiguous
     fast(_bwd_kernel)[(programs,)](
-        grad_y,
-        x,
-        weight,
-        rstd,
-        dx,
-        partial,
-        rows,
-        n,
-        grad_y.stride(0),
-        x.stride(0),
-        dx.stride(0),
-        float(offset),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        AFTER_WEIGHT=bool(after_weight),
-        COMPUTE=tl_compute,
-        num_warps=warps,
+        grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), n, float(offset), **options
     )
-    fast(_dw_kernel)[(cdiv(n, _DW_BLOCK),)](partial, dw, programs, n, BLOCK=_DW_BLOCK, COMPUTE=tl_compute)
+    fast(_dw_kernel)[dw_grid](partial, dw, programs, n, **dw_options)
     return dx, dw

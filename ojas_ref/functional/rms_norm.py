@@ -73,26 +73,40 @@ def rms_norm_reference(
     return weight * normed.to(input.dtype)
 
 
+def _kernels():
+    """``ojas_kernels.rms_norm``, imported at the first kernel call (ojas_ref imports without Triton)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from ojas_kernels import rms_norm as _KERNELS
+    return _KERNELS
+
+
+_KERNELS = None
+
+
 class _FusedRMSNorm(torch.autograd.Function):
-    """The Triton kernels on ``x [rows, n]`` and ``weight [n]``; saves ``x``, ``weight`` and ``rstd``."""
+    """The Triton kernels on ``input [..., n]`` (``rows`` rows) and ``weight`` (``n`` entries),
+    read as ``[rows, n]`` and ``[n]`` inside the function, so that autograd records no view
+    around it (the output is allocated in the input's shape, the gradients in their inputs'
+    shapes: the same memory as ``[rows, n]`` and ``[n]``); saves ``x [rows, n]``, ``weight [n]``
+    and ``rstd``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> Tensor:
-        from ojas_kernels.rms_norm import rms_norm_forward
-
-        y, rstd = rms_norm_forward(x, weight, eps, offset, after_weight)
-        ctx.save_for_backward(x, weight, rstd)
-        ctx.args = (offset, after_weight)
+    def forward(ctx, input: Tensor, weight: Tensor, rows: int, eps: float, offset: float, after_weight: bool) -> Tensor:
+        n = weight.numel()
+        x = input if input.dim() == 2 and input.shape[0] == rows else input.reshape(rows, n)
+        w = weight if weight.dim() == 1 else weight.reshape(n)
+        y, rstd = _kernels().forward(x, w, eps, offset, after_weight, input.shape)
+        ctx.save_for_backward(x, w, rstd)
+        ctx.args = (offset, after_weight, input.shape, weight.shape)
         return y
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
         refuse_double_backward("rms_norm", "impl='reference'")
-        from ojas_kernels.rms_norm import rms_norm_backward
-
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_backward(grad_y, x, weight, rstd, *ctx.args)
-        return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None
+        dx, dw = _kernels().backward(grad_y, x, weight, rstd, *ctx.args)
+        return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None, None
 
 
 # ---------------------------------------------------------------------------
@@ -263,9 +277,7 @@ def rms_norm(
     if not _kernel_runs(impl, input, weight, n):
         return rms_norm_reference(input, weight, eps, tuple(range(-len(shape), 0)), offset, cast)
     rows = math.prod(input.shape[: input.dim() - len(shape)])
-    return fused_rms_norm(input.reshape(rows, n), weight.reshape(n), eps, offset, cast == "after_weight").reshape(
-        input.shape
-    )
+    return _fused(input, weight, rows, n, eps, offset, cast == "after_weight")
 
 
 def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> Tensor:
@@ -275,9 +287,13 @@ def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, aft
     ``after_weight`` for an ``offset`` other than 0).  Theorems as :func:`rms_norm`'s; under
     torch.compile the op ``ojas::rms_norm_forward``, as :func:`rms_norm`'s kernel path."""
     n = weight.shape[0]
-    rows = input.numel() // n if n else math.prod(input.shape[:-1])
+    return _fused(input, weight, input.numel() // n if n else math.prod(input.shape[:-1]), n, eps, offset, after_weight)
+
+
+def _fused(input: Tensor, weight: Tensor, rows: int, n: int, eps: float, offset: float, after_weight: bool) -> Tensor:
+    """The kernel path on ``input`` of ``rows`` rows of ``n`` entries: ``ojas::rms_norm_forward``
+    under torch.compile, else ``_FusedRMSNorm`` (no view recorded around it)."""
     if torch.compiler.is_compiling():
-        y = _forward_op(input.reshape(rows, n), weight, float(eps), float(offset), bool(after_weight))[0]
-    else:
-        y = _FusedRMSNorm.apply(input.reshape(rows, n), weight, eps, offset, after_weight)
-    return y.reshape(input.shape)
+        y = _forward_op(input.reshape(rows, n), weight.reshape(n), float(eps), float(offset), bool(after_weight))[0]
+        return y.reshape(input.shape)
+    return _FusedRMSNorm.apply(input, weight, rows, eps, offset, after_weight)
