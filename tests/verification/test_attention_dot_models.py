@@ -169,6 +169,8 @@ def test_bad_dot_arguments_raise():
         ab.TensorCoreDot(block=None)
     with pytest.raises(ValueError, match="out must be"):
         ab.Tf32x3Dot(block=8, out="floor")
+    with pytest.raises(ValueError, match="ref must be"):
+        ab.TensorCoreDot(block=8, ref="largest")
     with pytest.raises(ValueError, match="side condition 3 q tc_delta"):
         ab.dot_error_constants(ab.Tf32x3Dot(block=8, bits=2), 64)
     with pytest.raises(ValueError, match="n must be"):
@@ -178,9 +180,17 @@ def test_bad_dot_arguments_raise():
 def test_from_accumulation():
     """The device's identified accumulation (``ojas verify-device``) as the tensor-core model; only
     truncating alignment to a number of bits is ``tc_align``."""
-    acc = SimpleNamespace(block=4, bits=26, align="trunc", out="nearest")
-    assert ab.Tf32x3Dot.from_accumulation(acc) == ab.Tf32x3Dot(block=4, bits=26, out="nearest")
-    assert ab.TensorCoreDot.from_accumulation(acc) == ab.TensorCoreDot(block=4, bits=26, out="nearest")
+    acc = SimpleNamespace(block=4, bits=26, align="trunc", out="nearest", ref="term")
+    assert ab.Tf32x3Dot.from_accumulation(acc) == ab.Tf32x3Dot(block=4, bits=26, out="nearest", ref="term")
+    assert ab.TensorCoreDot.from_accumulation(acc) == ab.TensorCoreDot(block=4, bits=26, out="nearest", ref="term")
+    h100_tf32 = SimpleNamespace(block=8, bits=26, align="trunc", out="truncate", ref="operands")
+    h100_bf16 = SimpleNamespace(block=16, bits=26, align="trunc", out="truncate", ref="operands")
+    assert ab.Tf32x3Dot.from_accumulation(h100_tf32) == ab.TF32X3_H100
+    assert ab.TensorCoreDot.from_accumulation(h100_bf16) == ab.TENSOR_CORE_BF16_H100
+    # the alignment reference does not change the constants
+    assert ab.dot_error_constants(ab.TF32X3_H100, 128) == ab.dot_error_constants(
+        ab.Tf32x3Dot(block=8, bits=26, out="truncate", ref="term"), 128
+    )
     for bad in (
         SimpleNamespace(block=4, bits=26, align="floor", out="nearest"),
         SimpleNamespace(block=1, bits=None, align="trunc", out="nearest"),

@@ -31,6 +31,8 @@ from ojas_ref.verification.bounds.common import (
 __all__ = [
     "EXP2_ERROR",
     "LOG2_ERROR",
+    "TENSOR_CORE_BF16_H100",
+    "TF32X3_H100",
     "TensorCoreDot",
     "Tf32x3Dot",
     "dot_error_constants",
@@ -70,7 +72,7 @@ _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
 _LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
-def _check_accumulation(block: int | None, bits: int, out: str, allow_no_block: bool) -> None:
+def _check_accumulation(block: int | None, bits: int, out: str, ref: str, allow_no_block: bool) -> None:
     """The fields of a tensor-core accumulation model checked (``block`` None: left to right)."""
     if not (block is None and allow_no_block) and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
         raise ValueError(f"block must be {'None or ' if allow_no_block else ''}an integer >= 1, got {block!r}")
@@ -78,33 +80,41 @@ def _check_accumulation(block: int | None, bits: int, out: str, allow_no_block: 
         raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
     if out not in ("nearest", "truncate"):
         raise ValueError(f"out must be 'nearest' or 'truncate', got {out!r}")
+    if ref not in ("term", "operands"):
+        raise ValueError(f"ref must be 'term' or 'operands', got {ref!r}")
 
 
 def _from_accumulation(cls: type, accumulation: Any) -> Any:
-    """``cls(block, bits, out)`` of an identified accumulation (``ojas verify-device``'s
-    ``Accumulation``); only alignment by truncation to a number of bits is ``tc_align``."""
+    """``cls(block, bits, out, ref)`` of an identified accumulation (``ojas verify-device``'s
+    ``Accumulation``); only alignment by truncation to a number of bits is ``tc_align`` /
+    ``tc_align_op``."""
     if accumulation.bits is None or accumulation.align != "trunc":
         raise ValueError(
-            f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align), got "
-            f"bits={accumulation.bits!r}, align={accumulation.align!r}"
+            f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align, tc_align_op), "
+            f"got bits={accumulation.bits!r}, align={accumulation.align!r}"
         )
-    return cls(accumulation.block, accumulation.bits, accumulation.out)
+    return cls(accumulation.block, accumulation.bits, accumulation.out, getattr(accumulation, "ref", "term"))
 
 
 @dataclass(frozen=True)
 class TensorCoreDot:
     """The scores' dot of the 16-bit kernels on tensor cores (rocq/FloatModel/TensorCoreSum.v, the
-    products of bfloat16 / float16 operands exact): blocks of ``block`` products aligned, truncated,
-    to ``bits`` leading bits, each block's sum rounded to float32 by ``out`` ("nearest": ``ur =
-    2^-24``, "truncate": ``2^-23``): ``Ojas.Attention.Float.ForwardError.tc_dot_model``, the
-    parameters ``ojas verify-device`` identifies for "tl.dot bfloat16" (:meth:`from_accumulation`)."""
+    products of bfloat16 / float16 operands exact): blocks of ``block`` products with the running
+    accumulator, every term truncated below ``2^(E - bits + 1)``, ``E`` the exponent of the block's
+    largest term (``ref="term"``: ``Ojas.Attention.Float.ForwardError.tc_dot_model``) or the largest
+    of the accumulator's exponent and the products' operand exponent sums (``ref="operands"``:
+    ``tc_op_dot_model``, the H100's), the block's sum rounded to float32 by ``out`` ("nearest":
+    ``ur = 2^-24``, "truncate": ``2^-23``); the parameters ``ojas verify-device`` identifies for
+    "tl.dot bfloat16" (:meth:`from_accumulation`; :data:`TENSOR_CORE_BF16_H100`). Both references
+    have the same constants (:func:`dot_error_constants`)."""
 
     block: int
-    bits: int = 27
+    bits: int = 26
     out: str = "truncate"
+    ref: str = "operands"
 
     def __post_init__(self) -> None:
-        _check_accumulation(self.block, self.bits, self.out, allow_no_block=False)
+        _check_accumulation(self.block, self.bits, self.out, self.ref, allow_no_block=False)
 
     @classmethod
     def from_accumulation(cls, accumulation: Any) -> TensorCoreDot:
@@ -120,26 +130,36 @@ class Tf32x3Dot:
     the low parts read by truncation (``ul = 2^-10``; ``ojas verify-device``'s "tf32 low-part
     reading" must say ``trunc``), the three TF32 dots accumulated
 
-    * on tensor cores (``block`` set: ``Ojas.Attention.Float.ForwardError.tf32x3_tc_dot_model``), as
-      :class:`TensorCoreDot` (the parameters ``ojas verify-device`` identifies for "tl.dot float32
-      tf32"; :meth:`from_accumulation`);
+    * on tensor cores (``block`` set), chained from 0 (dot1, dot2, dot3; Triton 3.6 adds the
+      accumulator afterwards, exactly 0 for the scores' and ``dp``'s dots), each as a
+      :class:`TensorCoreDot` (``ref="operands"``: ``Ojas.Attention.Float.ForwardError.tf32x3_tc_op_dot_model``,
+      the H100's; ``ref="term"``: ``tf32x3_tc_dot_model``) with the parameters ``ojas verify-device``
+      identifies for "tl.dot float32 tf32" (:meth:`from_accumulation`; :data:`TF32X3_H100`);
     * left to right in float32 (``block=None``: ``tf32x3_seq_dot_model``).
 
     Either way the dot of ``n`` pairs is within ``g_rel * sum_i |q_i k_i|`` of the exact one
     (:func:`dot_error_constants`), no underflow (the accumulation is Flocq's FLX)."""
 
     block: int | None = None
-    bits: int = 27
+    bits: int = 26
     out: str = "truncate"
+    ref: str = "operands"
 
     def __post_init__(self) -> None:
-        _check_accumulation(self.block, self.bits, self.out, allow_no_block=True)
+        _check_accumulation(self.block, self.bits, self.out, self.ref, allow_no_block=True)
 
     @classmethod
     def from_accumulation(cls, accumulation: Any) -> Tf32x3Dot:
         """The tensor-core model of an identified accumulation (truncating alignment only)."""
         return _from_accumulation(cls, accumulation)
 
+
+#: The float32 kernels' 3xTF32 dots on an H100 (``ojas verify-device`` on 2026-12-06, Triton 3.6:
+#: "tl.dot float32 tf32" = blocks of 8, 26 bits from the operands' exponents, truncated, the low
+#: parts read by truncation, chained from 0): ``attention_forward_error_masked_tf32x3_op``.
+TF32X3_H100 = Tf32x3Dot(block=8, bits=26, out="truncate", ref="operands")
+#: The bf16 kernels' dots on an H100 (the same record: blocks of 16): ``attention_forward_error_masked_tc_op``.
+TENSOR_CORE_BF16_H100 = TensorCoreDot(block=16, bits=26, out="truncate", ref="operands")
 
 #: The scores' dot: "fp32" (float32 products summed left to right, the blocked sum of
 #: ``Ojas.Attention.Float.ForwardError.blocked_dot_model``: the default), "tf32x3" (=
@@ -175,11 +195,13 @@ def dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
     * "fp32": ``gamma(n)``, ``(1 + gamma(n - 1)) n eta`` (``blocked_dot_model``, ``u = 2^-24``,
       ``eta`` float32's underflow term; ``g_rel P + g_abs`` is ``dot_err n P``);
     * a :class:`Tf32x3Dot` on tensor cores: ``c + gamma_d(3 q) kl + gamma_d(q) kh``, 0
-      (``tf32x3_tc_dot_model``: ``q = ceil(n / block)``, ``d = tc_delta = (1 + ur)(block + 1)
+      (``tf32x3_tc_op_dot_model``, ``tf32x3_tc_dot_model``: ``q = ceil(n / block)``, ``d = tc_delta = (1 + ur)(block + 1)
       2^(1 - bits) + ur``), left to right: ``c + gamma(3 n - 1) kl + gamma(n) kh``, 0
       (``tf32x3_seq_dot_model``), with Tf32Product.v's ``c = uh^2 + 2 uh ul (1 + uh)``,
       ``kl = 2 uh (1 + ul)(1 + uh)``, ``kh = (1 + uh)^2``;
-    * a :class:`TensorCoreDot`: ``gamma_d(q)``, 0 (``tc_dot_model``).
+    * a :class:`TensorCoreDot`: ``gamma_d(q)``, 0 (``tc_op_dot_model``, ``tc_dot_model``).
+
+    The alignment reference (``ref``) does not change the constants.
 
     Raises ``ValueError`` on a bad argument or a failed side condition (``n u < 1``,
     ``3 n u < 1``, ``3 q d < 1``)."""
@@ -371,11 +393,15 @@ def attention_forward_error_bound(
 
     ``dot`` is the scores' dot (:class:`Tf32x3Dot`, :func:`dot_error_constants`): "fp32" (the
     default) is the theorems above; "tf32x3" or a :class:`Tf32x3Dot` (the float32 kernel on CUDA
-    runs 3xTF32 dots) is ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked_tf32x3``
-    (tensor cores) or ``attention_forward_error_masked_tf32x3_seq`` (left to right; both
-    ``attention_forward_error_masked_dot`` at the dot models ``tf32x3_tc_dot_model`` /
-    ``tf32x3_seq_dot_model``); a :class:`TensorCoreDot` (the 16-bit kernels' tensor-core dot) is
-    ``attention_forward_error_masked_tc`` (``tc_dot_model``). These are evaluated by the float64
+    runs 3xTF32 dots: :data:`TF32X3_H100` on an H100) is
+    ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked_tf32x3_op`` (tensor cores
+    aligning to the operands' exponents), ``attention_forward_error_masked_tf32x3`` (to the largest
+    term) or ``attention_forward_error_masked_tf32x3_seq`` (left to right; all
+    ``attention_forward_error_masked_dot`` at the dot models ``tf32x3_tc_op_dot_model``,
+    ``tf32x3_tc_dot_model``, ``tf32x3_seq_dot_model``); a :class:`TensorCoreDot` (the 16-bit
+    kernels' tensor-core dot: :data:`TENSOR_CORE_BF16_H100`) is
+    ``attention_forward_error_masked_tc_op`` or ``attention_forward_error_masked_tc``
+    (``tc_op_dot_model``, ``tc_dot_model``). These are evaluated by the float64
     hand copy of ``afe_rel`` (each step rounded up: the oracle's ``rocq/Bounds/Attention.v``
     evaluates the fp32 dot only).
 
@@ -470,8 +496,9 @@ def attention_forward_posteriori_bound(
     ``storage_rounding="truncate"`` not a proved bound). ``dot``: the scores' dot as for
     :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
     ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked_tf32x3``
-    (tensor cores) or ``attention_forward_posteriori_masked_dot`` at ``tf32x3_seq_dot_model``
-    (a :class:`TensorCoreDot`: at ``tc_dot_model``), through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
+    (tensor cores aligning to the largest term) or ``attention_forward_posteriori_masked_dot`` at
+    the dot model (``tf32x3_tc_op_dot_model``, ``tf32x3_seq_dot_model``, ``tc_op_dot_model``,
+    ``tc_dot_model``), through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
     fails."""
     p, scale = _attention_bound_args(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
@@ -594,9 +621,10 @@ def attention_lse_error_bound(
     is the absolute error of ``tl.log2`` (:data:`LOG2_ERROR`, an assumption).
 
     ``dot``: the scores' dot as for :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
-    ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked_tf32x3`` (tensor cores) or
-    ``attention_lse_error_masked_dot`` at ``tf32x3_seq_dot_model`` (a :class:`TensorCoreDot`: at
-    ``tc_dot_model``), through the hand copy.
+    ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked_tf32x3`` (tensor cores aligning
+    to the largest term) or ``attention_lse_error_masked_dot`` at the dot model
+    (``tf32x3_tc_op_dot_model``, ``tf32x3_seq_dot_model``, ``tc_op_dot_model``, ``tc_dot_model``),
+    through the hand copy.
 
     Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
     additions for ``dot="fp32"``, FMA contraction, additive masks), and ``log2_error``,
@@ -768,10 +796,12 @@ def attention_dv_error_bound(
     composing them is exact rational arithmetic here (no single Coq theorem states the
     composed number), the tensor part float64 rounded up by 2^-40.
 
-    ``dot``: the scores' dot (:class:`Tf32x3Dot`); a :class:`Tf32x3Dot` is
-    ``Ojas.Attention.Float.DvError.dv_error_dot`` with the score terms of
-    ``Ojas.Attention.Float.ForwardError.score2_with_error`` at ``tf32x3_tc_dot_model`` (or
-    ``tf32x3_seq_dot_model``), computed exactly here (``score_max_de``, ``score_delta_de``).
+    ``dot``: the scores' dot model (default "fp32"; :class:`Tf32x3Dot`, :class:`TensorCoreDot`): a
+    model is ``Ojas.Attention.Float.DvError.dv_error_dot`` with the score terms of
+    ``Ojas.Attention.Float.ForwardError.score2_with_error`` at its dot model
+    (``tf32x3_tc_op_dot_model``, ``tf32x3_tc_dot_model``, ``tf32x3_seq_dot_model``,
+    ``tc_op_dot_model``, ``tc_dot_model``), computed exactly here (``score_max_de``,
+    ``score_delta_de``).
 
     Not covered: the MMA order and its accumulation into dv (3xTF32 on CUDA in float32
     included), FMA contraction, ``exp2_error`` (an assumption); dK and dQ:
@@ -952,10 +982,10 @@ def attention_dk_error_bound(
     :func:`attention_dv_error_bound`; ``dp_abs_sum >= sum_c |v_jc dO_ic|``,
     ``max_abs_y >= |dP_ij - D_i|`` over the visible pairs, ``max_delta_error >= eD_i``.
 
-    ``dot``: the dots' model (:class:`Tf32x3Dot`; default "fp32"): for float32 on CUDA a
-    :class:`Tf32x3Dot` gives ``Ojas.Attention.Float.DkDqError.dk_error_dot`` with the scores' and
-    ``dp``'s 3xTF32 dots (``tf32x3_tc_dot_model`` / ``tf32x3_seq_dot_model``, the score terms from
-    ``score2_with_error``).
+    ``dot``: the dots' model (default "fp32"; :class:`Tf32x3Dot`, :class:`TensorCoreDot`): a model
+    gives ``Ojas.Attention.Float.DkDqError.dk_error_dot`` with the scores' and ``dp``'s dots that
+    model (``tf32x3_tc_op_dot_model`` for float32 on an H100, ... as for
+    :func:`attention_dv_error_bound`; the score terms from ``score2_with_error``).
 
     Not covered: the MMA order and its accumulation into dk (3xTF32 on CUDA in float32
     included), FMA contraction, ``exp2_error`` (an assumption)."""
