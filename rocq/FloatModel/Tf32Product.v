@@ -57,6 +57,13 @@
       [tf32x3_dot_tc_fp32_trunc] / [tf32x3_dot_tc_fp32_nearest]: the
       Flocq instances (truncated alignment to [F] bits, float32 output by
       truncation or round to nearest).
+    - [tf32x3_dot_tc_op_error]: the same bound with each block's terms
+      aligned to the largest of the accumulator's exponent and the
+      operands' exponent sums (TensorCoreSum.v's [tc_acc_op]: the H100's
+      tensor cores, identified by ojas verify-device as blocks of 8, 26
+      bits, truncation), the three dots chained from 0 as Triton 3.6's
+      F32DotTC does (it adds the accumulator [c] last: exact for the
+      scores' and [dp]'s [c = 0]).
 
     So a 3xTF32 dot with left-to-right float32 accumulation is within
     [gamma n kh + gamma (3n - 1) kl + c], about [gamma n + 2^-10 gamma (3n)
@@ -65,23 +72,24 @@
     11 bits: a relative error up to about [2 2^-11] per product, 8,192
     times float32's [u] and about 800 times [c]; not proved here.)
 
-    Where it enters the float32 theorems.  The float32 score's dot error
-    enters the attention theorems through [dot_err_bound]
-    (Attention/Float/ForwardError.v: [|blocked_dot A E q k - dot_R q k| <=
-    dot_err E P] when [dot_abs q k <= P]), which [score2_error] uses for
-    [score2 c q k = rnd (blocked_dot A (length q) q k * c)] and which
-    DkDqError.v uses for [dp = dot (dO_i, v_j)]; [dot_R]/[dot_abs] there are
-    the sums [rsum (map (fun xy => fst xy * snd xy) (combine a b))] and
-    [rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))] of the
-    statements here.  [tf32x3_dot_seq_error] / [tf32x3_dot_tc_error] give
-    the same shape, [|dot3 q k - dot_R q k| <= C3 dot_abs q k <= C3 P], for
-    the 3xTF32 dot.  Missing to connect them: [score2] (and the kernels'
-    [dp]) are defined with [blocked_dot], so [score2_error],
-    [attention_forward_error(_masked)], [dv_error], [dk_error], [dq_error] and the
-    SavedLse theorems would have to take the dot as a parameter [dt] with
-    the premise [|dt q k - dot_R q k| <= de], [de] in place of [dot_err E P]
-    in [score_delta]/[score_max]; Bounds/Attention.v would then compute
-    [C3 P] for the float32 CUDA configuration.  The cross-entropy theorems
+    Where it enters the float32 theorems.  The attention theorems take the
+    scores' dot as a parameter [dotf] with the premise [dot_model dotf E
+    g_rel g_abs] ([|dotf q k - q.k| <= g_rel sum_i |q_i k_i| + g_abs] on
+    vectors of length [E]; Attention/Float/ForwardError.v, PART B'; the
+    [_dot] theorems there and in SavedLseError.v, ForwardPosteriori.v,
+    DvError.v, DkDqError.v, the last also for [dp = dot (dO_i, v_j)]).
+    [tf32x3_dot_tc_op_error], [tf32x3_dot_tc_error] and
+    [tf32x3_dot_seq_error_fp32] give that premise with [g_abs = 0]
+    (ForwardError.v, PART E: [tf32x3_tc_op_dot_model],
+    [tf32x3_tc_dot_model], [tf32x3_seq_dot_model]), hence the float32
+    forward on CUDA with 3xTF32 scores:
+    [attention_forward_error_masked_tf32x3_op] (the H100's),
+    [attention_forward_error_masked_tf32x3],
+    [attention_lse_error_masked_tf32x3],
+    [attention_forward_posteriori_masked_tf32x3].  Bounds/Attention.v (the
+    oracle's rationals) still computes the blocked constants only; the
+    Python bounds evaluate the 3xTF32 ones
+    (ojas_ref/verification/bounds/attention.py).  The cross-entropy theorems
     take the logits' error as a premise [|z_v - y_v| <= delta]
     (LinearCrossEntropy/Float/LseLossError.v); their float32 products run
     IEEE under "highest" (kernels/ojas_kernels/linear_cross_entropy_products.py), so
@@ -525,6 +533,134 @@ Proof.
 Qed.
 
 End TensorCore.
+
+(** ** Tensor cores aligning to the operands' exponents (the H100's, TensorCoreSum.v) *)
+
+(** Tiles of pairs are at most [k] long (BlockedSum.v's [chunk_tile_length] through a map to [R]). *)
+Lemma chunk_pairs_length : forall k (xs : list (R * R)), (1 <= k)%nat ->
+  Forall (fun t => (length t <= k)%nat) (chunk k xs).
+Proof.
+  intros k xs Hk; apply Forall_forall; intros t Hin.
+  set (g := fun xy : R * R => fst xy).
+  assert (Hin' : In (map g t) (chunk k (map g xs))) by (rewrite chunk_map; apply in_map, Hin).
+  pose proof (chunk_tile_length k (map g xs) (map g t) Hin') as H; rewrite map_length in H; lia.
+Qed.
+
+Lemma combine_map2 : forall (f g : R -> R) (a b : list R),
+  combine (map f a) (map g b) = map (fun xy => (f (fst xy), g (snd xy))) (combine a b).
+Proof. intros f g; induction a as [|x a IH]; intros [|y b]; cbn; f_equal; auto. Qed.
+
+Section TensorCoreOp.
+
+Variable align : Z -> R -> R.
+Variable out : R -> R.
+Variables ua ur : R.
+Hypothesis ua_nonneg : 0 <= ua.
+Hypothesis ur_nonneg : 0 <= ur.
+Hypothesis align_err : forall e x, Rabs (align e x - x) <= ua * bpow radix2 e.
+Hypothesis align_0 : forall e, align e 0 = 0.
+Hypothesis out_err : forall x, Rabs (out x - x) <= ur * Rabs x.
+
+(** The operand pairs of dot1 ([lo x, hi y]), dot2 ([hi x, lo y]), dot3 ([hi x, hi y]). *)
+Definition tf32x3_pairs_lo1 (a b : list R) : list (R * R) := combine (map tf32_lo a) (map th b).
+Definition tf32x3_pairs_lo2 (a b : list R) : list (R * R) := combine (map th a) (map tf32_lo b).
+Definition tf32x3_pairs_hi (a b : list R) : list (R * R) := combine (map th a) (map th b).
+
+Lemma prods_pairs : forall a b,
+  prods (tf32x3_pairs_lo1 a b) = tf32x3_lo1 a b /\ prods (tf32x3_pairs_lo2 a b) = tf32x3_lo2 a b
+  /\ prods (tf32x3_pairs_hi a b) = tf32x3_hi a b.
+Proof.
+  intros a b; unfold tf32x3_pairs_lo1, tf32x3_pairs_lo2, tf32x3_pairs_hi, tf32x3_lo1, tf32x3_lo2, tf32x3_hi, prods.
+  rewrite !combine_map2, !map_map; repeat split; reflexivity.
+Qed.
+
+Lemma pairs_length : forall a b, length (tf32x3_pairs_lo1 a b) = length (combine a b)
+  /\ length (tf32x3_pairs_lo2 a b) = length (combine a b) /\ length (tf32x3_pairs_hi a b) = length (combine a b).
+Proof.
+  intros a b; unfold tf32x3_pairs_lo1, tf32x3_pairs_lo2, tf32x3_pairs_hi.
+  rewrite !combine_map2, !map_length; repeat split; reflexivity.
+Qed.
+
+(** dot1, dot2, dot3 on such tensor cores, chained from 0, blocks of [k]
+    pairs ([tc_acc_op]).  Triton 3.6 adds the accumulator [c] after the
+    three dots; for the scores' and [dp]'s dots [c = 0] and that float32
+    addition is exact. *)
+Definition tf32x3_dot_tc_op (k : nat) (a b : list R) : R :=
+  tc_acc_op align out 0
+    (chunk k (tf32x3_pairs_lo1 a b) ++ chunk k (tf32x3_pairs_lo2 a b) ++ chunk k (tf32x3_pairs_hi a b)).
+
+Theorem tf32x3_dot_tc_op_error : forall k q a b,
+  (1 <= k)%nat -> (1 <= q)%nat -> length a = length b -> (length a <= q * k)%nat ->
+  INR (3 * q) * tc_delta ua ur k < 1 ->
+  Rabs (tf32x3_dot_tc_op k a b - dotR a b)
+  <= (tf32x3_c + gamma (tc_delta ua ur k) (3 * q) * tf32x3_kl
+      + gamma (tc_delta ua ur k) q * tf32x3_kh) * dotA a b.
+Proof.
+  intros k q a b Hk Hq Hl Hlq Hn.
+  set (d := tc_delta ua ur k) in *.
+  assert (Hd : 0 <= d) by (apply tc_delta_nonneg; assumption).
+  destruct (prods_pairs a b) as [EP1 [EP2 EP3]].
+  destruct (pairs_length a b) as [L1' [L2' L3']].
+  set (B1 := chunk k (tf32x3_pairs_lo1 a b)); set (B2 := chunk k (tf32x3_pairs_lo2 a b)).
+  set (B3 := chunk k (tf32x3_pairs_hi a b)).
+  assert (Hn' : (length (combine a b) <= q * k)%nat) by (rewrite combine_length; lia).
+  assert (Hlen : forall xs : list (R * R), (length xs <= q * k)%nat -> (length (chunk k xs) <= q)%nat).
+  { intros xs Hxs; set (g := fun xy : R * R => fst xy).
+    pose proof (chunk_length_le k q (map g xs) Hk Hq ltac:(rewrite map_length; exact Hxs)) as H.
+    rewrite chunk_map, map_length in H; exact H. }
+  assert (L1 : (length B1 <= q)%nat) by (apply Hlen; lia).
+  assert (L2 : (length B2 <= q)%nat) by (apply Hlen; lia).
+  assert (L3 : (length B3 <= q)%nat) by (apply Hlen; lia).
+  unfold tf32x3_dot_tc_op, tc_acc_op; fold B1 B2 B3.
+  rewrite app_assoc, fold_left_app; fold (tc_acc_op align out 0 (B1 ++ B2)).
+  set (s1 := tc_acc_op align out 0 (B1 ++ B2)).
+  fold (tc_acc_op align out s1 B3).
+  pose proof (tc_acc_op_error align out ua ur ua_nonneg ur_nonneg align_err align_0 out_err k (B1 ++ B2) 0
+                (proj2 (Forall_app _ _ _) (conj (chunk_pairs_length k _ Hk) (chunk_pairs_length k _ Hk)))) as C1.
+  fold s1 in C1.
+  assert (EB1 : concat B1 = tf32x3_pairs_lo1 a b) by apply concat_chunk.
+  assert (EB2 : concat B2 = tf32x3_pairs_lo2 a b) by apply concat_chunk.
+  assert (EB3 : concat B3 = tf32x3_pairs_hi a b) by apply concat_chunk.
+  rewrite concat_app, EB1, EB2 in C1.
+  unfold prods in C1; rewrite map_app in C1; fold (prods (tf32x3_pairs_lo1 a b)) (prods (tf32x3_pairs_lo2 a b)) in C1.
+  rewrite EP1, EP2 in C1.
+  rewrite Rplus_0_l, Rabs_R0, Rplus_0_l, app_length in C1.
+  pose proof (tc_acc_op_error align out ua ur ua_nonneg ur_nonneg align_err align_0 out_err k B3 s1
+                (chunk_pairs_length k _ Hk)) as C2.
+  rewrite EB3, EP3 in C2.
+  fold d in C1, C2.
+  assert (P1 : (1 + d) ^ (length B1 + length B2) <= (1 + d) ^ (2 * q))
+    by (apply Rle_pow; [lra | lia]).
+  assert (P3 : (1 + d) ^ length B3 <= (1 + d) ^ q) by (apply Rle_pow; [lra | lia]).
+  assert (C1' : Rabs (s1 - rsum (tf32x3_lo1 a b ++ tf32x3_lo2 a b))
+                <= ((1 + d) ^ (2 * q) - 1) * rsum (map Rabs (tf32x3_lo1 a b ++ tf32x3_lo2 a b))).
+  { eapply Rle_trans; [exact C1 |]; apply Rmult_le_compat_r; [apply rsum_abs_nonneg | lra]. }
+  assert (C2' : Rabs (tc_acc_op align out s1 B3 - (s1 + rsum (tf32x3_hi a b)))
+                <= ((1 + d) ^ q - 1) * (Rabs s1 + rsum (map Rabs (tf32x3_hi a b)))).
+  { eapply Rle_trans; [exact C2 |]; apply Rmult_le_compat_r; [| lra].
+    pose proof (Rabs_pos s1); pose proof (rsum_abs_nonneg (tf32x3_hi a b)); lra. }
+  assert (Hp1 : 1 <= (1 + d) ^ (2 * q)) by (apply pow_R1_Rle; lra).
+  assert (Hp2 : 1 <= (1 + d) ^ q) by (apply pow_R1_Rle; lra).
+  pose proof (tf32x3_dot_chain_error a b s1 _ ((1 + d) ^ (2 * q) - 1) ((1 + d) ^ q - 1)
+                ltac:(lra) ltac:(lra) C1' C2') as H.
+  eapply Rle_trans; [exact H |].
+  apply Rmult_le_compat_r; [apply dotA_nonneg |].
+  pose proof tf32x3_kl_nonneg; pose proof tf32x3_kh_nonneg.
+  assert (E : (1 + d) ^ (2 * q) - 1 + ((1 + d) ^ q - 1) * (1 + ((1 + d) ^ (2 * q) - 1))
+              = (1 + d) ^ (3 * q) - 1).
+  { replace (3 * q)%nat with (2 * q + q)%nat by lia; rewrite pow_add; ring. }
+  assert (G1 : (1 + d) ^ (3 * q) - 1 <= gamma d (3 * q)) by (apply pow_le_gamma; assumption).
+  assert (G2 : (1 + d) ^ q - 1 <= gamma d q).
+  { apply pow_le_gamma; [exact Hd |].
+    assert (INR q <= INR (3 * q)) by (apply le_INR; lia); nra. }
+  assert (X1 : ((1 + d) ^ (3 * q) - 1) * tf32x3_kl <= gamma d (3 * q) * tf32x3_kl)
+    by (apply Rmult_le_compat_r; assumption).
+  assert (X2 : ((1 + d) ^ q - 1) * tf32x3_kh <= gamma d q * tf32x3_kh)
+    by (apply Rmult_le_compat_r; assumption).
+  nra.
+Qed.
+
+End TensorCoreOp.
 
 End Tf32Split.
 

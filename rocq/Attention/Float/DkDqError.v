@@ -57,7 +57,10 @@
     Not covered: the order inside the MMAs (the dots [dp], [s2] and the
     tiles' sums are modelled left to right, the MMA accumulating into
     [dk]/[dq] as [rnd (acc + tile sum)]), FMA contraction (in [s2 - lse2]),
-    the 3xTF32 products of the fp32 path on CUDA, [tl.sum]'s padding zeros
+    the 3xTF32 products of the fp32 path on CUDA in the MMAs that
+    accumulate into [dk]/[dq] (the dots [s2] and [dp] start from 0 and are
+    covered by [dk_error_dot] / [dq_error_dot] with the dot models of
+    ForwardError.v, PART E: [tf32x3_tc_dot_model]), [tl.sum]'s padding zeros
     when [BLOCK_EV > Ev] in [delta_close] (its tree is over the [Ev]
     products), the error of [exp2] (a field of the model: an assumption
     for [ex2.approx]), overflow, and additive float masks.  No theorem

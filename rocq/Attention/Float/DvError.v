@@ -30,8 +30,13 @@
     ([blocked_sum_skip_zero_tiles]); GQA: the query tiles of every query
     head of the group are the tiles of one blocked sum, as in the kernel.
 
+    [dv_error_dot]: the same with the scores' dot [dotf] of any dot model
+    (ForwardError.v, PART B'; the 3xTF32 scores of the fp32 path on CUDA:
+    PART E's [tf32x3_tc_dot_model] with [score2_with_error] gives [delta]).
+
     Not covered: the order inside the MMA, the MMA accumulating into [dv]
-    (modelled as [rnd (dv + tile sum)], BlockedSum.v), FMA contraction in
+    (modelled as [rnd (dv + tile sum)], BlockedSum.v; 3xTF32 in fp32 on
+    CUDA), FMA contraction in
     [s2 - lse2], and dK and dQ (the terms [P (dP - D)] need the error of
     [D = rowsum (dO * O)] and of [dP], not done here). *)
 

@@ -32,6 +32,25 @@
     ([exact_softmax]).  Grouped-query attention changes only which key and
     value head a row reads, so the statement (one row, any keys) covers it.
 
+    PART B' (the dot as a parameter): [dot_model dotf E g_rel g_abs], the
+    premise [|dotf q k - q.k| <= g_rel sum_i |q_i k_i| + g_abs] on vectors of
+    length [E]; [score2_with dotf], [score2_with_error],
+    [attention_forward_error_dot], [attention_forward_error_masked_dot] (and
+    the [_dot] forms in SavedLseError.v, ForwardPosteriori.v, DvError.v,
+    DkDqError.v) take any such dot; the blocked fp32 sum above is the
+    instance [blocked_dot_model] ([g_rel P + g_abs = dot_err E P]) and the
+    theorems without [_dot] are their corollaries at it.
+
+    PART E (float32 on CUDA): the 3xTF32 dot of FloatModel/Tf32Product.v is
+    a dot model on tensor cores ([tf32x3_tc_dot_model]) and accumulated left
+    to right in fp32 ([tf32x3_seq_dot_model]):
+    [attention_forward_error_masked_tf32x3] (and [_seq]); the 16-bit
+    kernels' tensor-core dot of FloatModel/TensorCoreSum.v is one too
+    ([tc_dot_model], [attention_forward_error_masked_tc]); with the block's
+    terms aligned to the operands' exponents, as the H100's tensor cores do
+    ([tc_align_op]): [tf32x3_tc_op_dot_model], [tc_op_dot_model],
+    [attention_forward_error_masked_tf32x3_op], [attention_forward_error_masked_tc_op].
+
     PART D (the kernel's loop, any mask): [attention_forward_error_masked]:
     the same bound for [kernel_run] (OnlineSoftmaxTile.v: the kernel's step
     with its mask [vis], from its start [m = -inf, l = acc = 0]) over any key
@@ -43,11 +62,14 @@
 
     Not covered (beyond what OnlineSoftmaxTile.v lists: [tl.sum] as a tree,
     the order inside one MMA, the acc update fused into the MMA, an FMA in
-    [l * alpha + sum]): the dot [q.k] is modelled as a left-to-right fp32 sum
-    of the [E] rounded products, not the tensor core's order (nor an FMA
-    chain); [s * qk_scale - m] is modelled as two roundings (a compiler may
-    contract it to one FMA); additive float masks (they change the scores);
-    the fp32 path's 3xTF32 products; overflow (Flocq's [FLT_exp] has no
+    [l * alpha + sum]): the dot [q.k] of the theorems without [_dot] is
+    modelled as a left-to-right fp32 sum of the [E] rounded products, not
+    the tensor core's order (nor an FMA chain: the [_dot] theorems take any
+    dot model, PART E the 3xTF32 ones, whose tensor-core parameters are
+    premises checked on the device); [s * qk_scale - m] is modelled as two
+    roundings (a compiler may contract it to one FMA); additive float masks
+    (they change the scores); the fp32 path's 3xTF32 P.V products (PART E
+    covers the scores' dot only); overflow (Flocq's [FLT_exp] has no
     largest exponent).  The relative error [mp_ue] of the computed [exp2]
     is a field of the model: for the kernel's [ex2.approx] it is an
     assumption, not a theorem (as is [ex2.approx (0) = 1], PART D).  *)
@@ -1118,6 +1140,62 @@ Proof.
     rewrite <- Ha; apply tf32x3_dot_seq_error_fp32; [lia | rewrite Ha; exact Hn].
 Qed.
 
+(** The 16-bit kernels' dots on tensor cores (TensorCoreSum.v: the products of
+    bf16 / fp16 operands exact, blocks of [k] aligned to [F] bits by
+    truncation, each block's sum rounded by [out] within [ur]): a dot model
+    with [g_rel = gamma (tc_delta k) q], [g_abs = 0] for [E <= q k]. *)
+Definition tc_dot_fn (F : Z) (out : R -> R) (k : nat) (a b : list R) : R :=
+  tc_dot (tc_align F) out k (map (fun xy => fst xy * snd xy) (combine a b)).
+
+Theorem tc_dot_model : forall (out : R -> R) (ur : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR q * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  dot_model (tc_dot_fn F out k) E (gamma (tc_delta (bpow radix2 (1 - F)) ur k) q) 0.
+Proof.
+  intros out ur F k q E Hur Hout Hk Hq HE Hn.
+  pose proof (tc_delta_nonneg (bpow radix2 (1 - F)) ur (bpow_ge_0 _ _) Hur k) as Hd.
+  split; [exact (gamma_nonneg_d _ q Hd Hn) |].
+  intros a b Ha Hb; rewrite Rplus_0_r; unfold tc_dot_fn.
+  apply tc_dot_error_bound; auto using bpow_ge_0, tc_align_err; lia.
+Qed.
+
+(** The H100's tensor cores align a block's terms to the largest of the
+    accumulator's exponent and the operands' exponent sums
+    (TensorCoreSum.v's [tc_align_op], [tc_acc_op]; identified by ojas
+    verify-device): the same constants. *)
+Theorem tf32x3_tc_op_dot_model : forall (out : R -> R) (ur : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR (3 * q) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  dot_model (tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k) E
+    (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k q) 0.
+Proof.
+  intros out ur F k q E Hur Hout Hk Hq HE Hn.
+  destruct (tf32x3_tc_dot_model out ur F k q E Hur Hout Hk Hq HE Hn) as [Hg _].
+  split; [exact Hg |].
+  intros a b Ha Hb; rewrite Rplus_0_r.
+  unfold tf32x3_tc_rel; rewrite <- bpow_m11, <- bpow_m10.
+  apply tf32x3_dot_tc_op_error;
+    auto using bpow_ge_0, tf32_rna_err, tf32_rz_err, tc_align_op_err, tc_align_op_0; lia.
+Qed.
+
+Theorem tc_op_dot_model : forall (out : R -> R) (ur : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR q * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  dot_model (tc_dot_op (tc_align_op F) out k) E (gamma (tc_delta (bpow radix2 (1 - F)) ur k) q) 0.
+Proof.
+  intros out ur F k q E Hur Hout Hk Hq HE Hn.
+  pose proof (tc_delta_nonneg (bpow radix2 (1 - F)) ur (bpow_ge_0 _ _) Hur k) as Hd.
+  split; [exact (gamma_nonneg_d _ q Hd Hn) |].
+  intros a b Ha Hb; rewrite Rplus_0_r.
+  assert (E1 : dot_abs a b = rsum (map Rabs (prods (combine a b))))
+    by (unfold dot_abs, prods; rewrite map_map; reflexivity).
+  rewrite E1; change (dot_R a b) with (rsum (prods (combine a b))).
+  apply tc_dot_op_error_bound; auto using bpow_ge_0, tc_align_op_err, tc_align_op_0; lia.
+Qed.
+
 Section Tf32x3.
 
 Variable M : MixedModel.
@@ -1176,6 +1254,90 @@ Proof.
   intros q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hn Hexp0 Hvis Hpre.
   exact (attention_forward_error_masked_dot M dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
            (tf32x3_seq_dot_model E Hn) Hpre).
+Qed.
+
+(** The 16-bit forward with its scores' dot on tensor cores ([tc_dot_model]):
+    the kernel's loop under any mask, [attention_forward_error_masked_dot]
+    at the block size [k], kept bits [F] and output rounding [out] that
+    ojas verify-device identifies. *)
+Theorem attention_forward_error_masked_tc : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tc_dot_fn F out k in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR qb * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (gamma (tc_delta (bpow radix2 (1 - F)) ur k) qb * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros out ur F k qb q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hur Hout Hk Hq HE Hn
+    Hexp0 Hvis Hpre.
+  exact (attention_forward_error_masked_dot M dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tc_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
+Qed.
+
+(** The same on the H100's tensor cores (operand-exponent alignment, [tf32x3_tc_op_dot_model]). *)
+Theorem attention_forward_error_masked_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros out ur F k qb q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hur Hout Hk Hq HE Hn
+    Hexp0 Hvis Hpre.
+  exact (attention_forward_error_masked_dot M dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
+Qed.
+
+(** The same on the H100's tensor cores (operand-exponent alignment, [tc_op_dot_model]). *)
+Theorem attention_forward_error_masked_tc_op : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tc_dot_op (tc_align_op F) out k in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR qb * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  exp2 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (gamma (tc_delta (bpow radix2 (1 - F)) ur k) qb * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afe_rel u ue ee ea us es V B N Tt X Y P1 CG CR * V.
+Proof.
+  intros out ur F k qb q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hur Hout Hk Hq HE Hn
+    Hexp0 Hvis Hpre.
+  exact (attention_forward_error_masked_dot M dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
 Qed.
 
 End Tf32x3.

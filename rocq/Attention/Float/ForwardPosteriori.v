@@ -30,9 +30,12 @@
     [attention_forward_error_masked] (Attention/Float/ForwardError.v's header): the
     dot [q.k] and [tl.sum] modelled left to right, the order inside one MMA
     and the MMA accumulating into [acc * alpha] not modelled, no FMA
-    contraction, no additive float masks, no overflow, the 3xTF32 products
-    of the fp32 path on CUDA not modelled; the relative error [mp_ue] of
-    [exp2] and [exp2 0 = 1] (masked version) are premises. *)
+    contraction, no additive float masks, no overflow; the relative error
+    [mp_ue] of [exp2] and [exp2 0 = 1] (masked version) are premises.  The
+    [_dot] theorems take the scores' dot as a parameter with its
+    [dot_model] (ForwardError.v, PART B'); [attention_forward_posteriori_masked_tf32x3]
+    is the fp32 path on CUDA with 3xTF32 scores on tensor cores (its P.V
+    products, 3xTF32 in the kernel, are modelled as fp32 products). *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.

@@ -22,6 +22,11 @@
     start under any boolean mask (causal, window, bounds), against the
     log-sum-exp over the visible keys.
 
+    [attention_lse_error_dot], [attention_lse_error_masked_dot]: the scores'
+    dot as a parameter with its [dot_model] (ForwardError.v, PART B');
+    [attention_lse_error_masked_tf32x3]: the fp32 path on CUDA, 3xTF32
+    scores on tensor cores.
+
     Not covered: as in Attention/Float/ForwardError.v (the order inside the dots,
     [tl.sum] as a tree, FMA contraction, additive masks), and [el] itself:
     the hypothesis is for [x] in [[lmin, lmax]], which holds [l]. *)

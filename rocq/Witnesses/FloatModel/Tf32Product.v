@@ -69,3 +69,22 @@ Definition tf32x3_dot_tc_fp32_trunc_witness :=
 Definition tf32x3_dot_tc_fp32_nearest_witness :=
   tf32x3_dot_tc_fp32_nearest 27 8 1 [/ 3; / 5] [/ 7; / 11] ltac:(lia) ltac:(lia) eq_refl ltac:(simpl; lia)
     w_delta_nearest3.
+
+(** On the H100's tensor cores: the block's terms aligned to the operands'
+    exponents, 26 bits kept ([tc_align_op 26]), blocks of 8, output truncated. *)
+Lemma w_delta_op3 : INR (3 * 1) * tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 < 1.
+Proof.
+  pose proof w_ur_trunc as [H0 H1]; unfold tc_delta.
+  assert (Ha : bpow radix2 (1 - 26) <= / 1024) by (rewrite <- w_bpow_m10; apply bpow_le; lia).
+  pose proof (bpow_ge_0 radix2 (1 - 26)).
+  replace (INR (3 * 1)) with 3 by (simpl; ring).
+  replace (INR (S 8)) with 9 by (simpl; ring).
+  nra.
+Qed.
+
+Definition tf32x3_dot_tc_op_error_witness :=
+  tf32x3_dot_tc_op_error tf32_rna tf32_rz (bpow radix2 (-11)) (bpow radix2 (-10))
+    (bpow_ge_0 _ _) (bpow_ge_0 _ _) tf32_rna_err tf32_rz_err
+    (tc_align_op 26) (rz_flx 24) (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24))
+    (bpow_ge_0 _ _) (bpow_ge_0 _ _) (tc_align_op_err 26) (tc_align_op_0 26) (rz_flx_err 24 eq_refl)
+    8 1 [/ 3; / 5] [/ 7; / 11] ltac:(lia) ltac:(lia) eq_refl ltac:(simpl; lia) w_delta_op3.

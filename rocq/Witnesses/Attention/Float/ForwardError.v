@@ -9,7 +9,8 @@ From Coq Require Import Reals ZArith QArith Qreals List Lra Lia.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.DotError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 From Ojas Require Import Bounds.Rational Bounds.Attention Witnesses.Instances Witnesses.Bounds.Attention.
-From Ojas Require Import FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.Tf32Product.
+From Ojas Require Import FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.TensorCoreSum.
+From Ojas Require Import Witnesses.FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -179,3 +180,42 @@ Definition attention_forward_error_masked_tf32x3_seq_witness :=
   attention_forward_error_masked_tf32x3_seq wM
     [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
     wt_seq_small wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+(** The 16-bit kernels' tensor-core dot: alignment to 27 bits, blocks of 8, output truncated. *)
+Definition tc_dot_model_witness :=
+  tc_dot_model (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1 1 (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl)
+    ltac:(lia) ltac:(lia) ltac:(lia) w_delta_trunc.
+
+Definition attention_forward_error_masked_tc_witness :=
+  attention_forward_error_masked_tc wM (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_trunc
+    wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+(** The H100's tensor cores (operand-exponent alignment, 26 bits, blocks of 8, output truncated). *)
+Lemma wt_delta_op1 : INR 1 * tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 < 1.
+Proof.
+  pose proof w_delta_op3 as H; pose proof (tc_delta_nonneg (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24))
+    (bpow_ge_0 _ _) (bpow_ge_0 _ _) 8).
+  simpl INR in *; lra.
+Qed.
+
+Definition tf32x3_tc_op_dot_model_witness :=
+  tf32x3_tc_op_dot_model (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl)
+    ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3.
+
+Definition tc_op_dot_model_witness :=
+  tc_op_dot_model (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl)
+    ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1.
+
+Definition attention_forward_error_masked_tf32x3_op_witness :=
+  attention_forward_error_masked_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
+    wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_error_masked_tc_op_witness :=
+  attention_forward_error_masked_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
+    wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
