@@ -495,10 +495,10 @@ def attention_forward_posteriori_bound(
     additive float masks, overflow, ``exp2_error`` an assumption, and
     ``storage_rounding="truncate"`` not a proved bound). ``dot``: the scores' dot as for
     :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
-    ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked_tf32x3``
-    (tensor cores aligning to the largest term) or ``attention_forward_posteriori_masked_dot`` at
-    the dot model (``tf32x3_tc_op_dot_model``, ``tf32x3_seq_dot_model``, ``tc_op_dot_model``,
-    ``tc_dot_model``), through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
+    ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked_tf32x3_op`` (the
+    H100's tensor cores), ``attention_forward_posteriori_masked_tf32x3`` (aligning to the largest
+    term) or ``attention_forward_posteriori_masked_dot`` at the dot model
+    (``tf32x3_seq_dot_model``, ``tc_op_dot_model``, ``tc_dot_model``), through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
     fails."""
     p, scale = _attention_bound_args(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
@@ -621,10 +621,10 @@ def attention_lse_error_bound(
     is the absolute error of ``tl.log2`` (:data:`LOG2_ERROR`, an assumption).
 
     ``dot``: the scores' dot as for :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
-    ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked_tf32x3`` (tensor cores aligning
-    to the largest term) or ``attention_lse_error_masked_dot`` at the dot model
-    (``tf32x3_tc_op_dot_model``, ``tf32x3_seq_dot_model``, ``tc_op_dot_model``, ``tc_dot_model``),
-    through the hand copy.
+    ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked_tf32x3_op`` (the H100's tensor
+    cores), ``attention_lse_error_masked_tf32x3`` (aligning to the largest term) or
+    ``attention_lse_error_masked_dot`` at the dot model (``tf32x3_seq_dot_model``,
+    ``tc_op_dot_model``, ``tc_dot_model``), through the hand copy.
 
     Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
     additions for ``dot="fp32"``, FMA contraction, additive masks), and ``log2_error``,

@@ -550,4 +550,32 @@ Proof.
            (tf32x3_tc_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
 Qed.
 
+(** The same on the H100's tensor cores (operand-exponent alignment, [tf32x3_tc_op_dot_model]). *)
+Theorem attention_forward_posteriori_masked_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR : R)
+    (E B N Tt : nat) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0) V X Y P1 CG CR B N Tt ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afp_rel u ue ee ea us B N Tt X Y P1 CG CR * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afp_abs u ue ee ea us es V B N Tt X P1 CG CR.
+Proof.
+  intros out ur F k qb q c scale uc P V X Y P1 CG CR E B N Tt vis tiles dotf sck st Hur Hout Hk Hq HE Hn
+    Hexp0 Hvis Hpre.
+  exact (attention_forward_posteriori_masked_dot dotf _ 0 q c scale uc P V X Y P1 CG CR E B N Tt vis tiles Hexp0 Hvis
+           (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn) Hpre).
+Qed.
+
 End Post.

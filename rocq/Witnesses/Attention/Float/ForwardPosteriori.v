@@ -85,3 +85,9 @@ Definition attention_forward_posteriori_masked_tf32x3_witness :=
     [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_trunc3
     wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+Definition attention_forward_posteriori_masked_tf32x3_op_witness :=
+  attention_forward_posteriori_masked_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1
+    [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
+    wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).

@@ -93,3 +93,16 @@ Definition attention_lse_error_masked_tf32x3_witness :=
                   (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
                   ltac:(lia) w_delta_trunc3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ wl_X_tc _ _ _ _ _ _ _ _ _ _);
         wl_close).
+
+Definition wl_tc_op_rel : R := tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1.
+
+Lemma wl_X_tc_op : Rpower 2 (u * (2 * score_max_de (mp_a wM) 1 u 0 (wl_tc_op_rel * 0 + 0))) <= Q2R wf_X.
+Proof. destruct (wt_pre wl_tc_op_rel); assumption. Qed.
+
+Definition attention_lse_error_masked_tf32x3_op_witness :=
+  ltac:(refine (attention_lse_error_masked_tf32x3_op wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ wl_X_tc_op _ _ _ _ _ _ _ _ _ _);
+        wl_close).
