@@ -17,6 +17,11 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   values (:mod:`ojas_ref.verification.bounds.certified`: float64 sums and matmuls in any order,
   ``Ojas.FloatModel.CertifiedSum``; P between :func:`~ojas_ref.verification.bounds.certified.softmax_bounds`
   for scores within :func:`_score_error` of the float64 ones), not float64 estimates;
+* :func:`kernel_dot`: the dot model the bounds take for the kernel's dots on this device: on
+  CUDA the accumulation ``ojas verify-device`` identified (its record; none raises): the
+  tensor cores' blocks for 16-bit inputs, Triton's 3xTF32 for float32
+  (``Ojas.Attention.Float.ForwardError`` ``tc_op_dot_model`` / ``tf32x3_tc_op_dot_model``); the
+  float32 sum of ``blocked_dot_model`` in the interpreter;
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
 * :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
   the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
@@ -41,6 +46,9 @@ import torch
 from ojas_ref.verification.bounds import certified as cb
 from ojas_ref.verification.bounds.common import _float_up
 from ojas_ref.verification.bounds.attention import (
+    DotModel,
+    TensorCoreDot,
+    Tf32x3Dot,
     attention_delta_error_bound,
     attention_dk_error_bound,
     attention_dq_error_bound,
@@ -60,6 +68,7 @@ __all__ = [
     "lse_error_bound",
     "dv_error_bound",
     "grad_error_bounds",
+    "kernel_dot",
     "observed_error",
     "measured_exp2_error",
     "measured_log2_error",
@@ -235,6 +244,44 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
     return torch.cat(out, 2)
 
 
+def kernel_dot(device_type: str, dtype: torch.dtype) -> DotModel:
+    """The model of the kernels' dots for ``dtype`` on ``device_type``, which every bound here takes.
+
+    On CUDA, from the ``ojas verify-device`` record of this device and these versions
+    (:func:`~ojas_ref.verification.device_premises.checked_premises`: ``PremisesNotChecked``
+    without one, ``PremiseFailed`` when the dot's identification failed): 16-bit inputs run the
+    tensor cores' blocks of "tl.dot bfloat16" (:class:`TensorCoreDot`, the float16 kernels
+    assumed to accumulate as the bfloat16 ones: the same instructions), float32 inputs
+    Triton's 3xTF32 dots of "tl.dot float32 tf32x3" (:class:`Tf32x3Dot`, the three TF32 dots
+    chained from 0 then ``+ c``, as ``tf32x3_dot_tc_op_error`` states them). float32 dots in
+    single-pass TF32 (torch's float32 matmul precision "high" or "medium") have no theorem:
+    ``ValueError``. Elsewhere (the interpreter, whose dots are float32 matmuls) the float32 sum,
+    ``"fp32"``."""
+    if device_type != "cuda":
+        return "fp32"
+    from ojas_kernels.attention_args import _HIGHEST, _dot_precision
+    from ojas_ref.verification import device_premises as dp
+
+    if dtype != torch.float32:
+        name = "tl.dot bfloat16"
+        models = dp.checked_premises([name])[name]["measured"]
+        found = {TensorCoreDot.from_accumulation(dp.Accumulation(**m)) for m in models}
+    else:
+        if _dot_precision(dtype, _HIGHEST) != "tf32x3":
+            raise ValueError(
+                "float32 attention with single-pass TF32 dots (torch's float32 matmul precision is not "
+                "'highest'): no theorem bounds them"
+            )
+        name = "tl.dot float32 tf32x3"
+        models = dp.checked_premises([name])[name]["measured"]
+        if any(m["schedule"] != "chain(0)+c" for m in models):
+            raise ValueError(f"{name}: the device chains the three TF32 dots otherwise than Tf32Product.v: {models}")
+        found = {Tf32x3Dot.from_accumulation(dp.Accumulation(**m["model"])) for m in models}
+    if len(found) != 1:
+        raise ValueError(f"{name}: the record identifies {len(found)} dot models, not one: {models}")
+    return found.pop()
+
+
 def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None) -> dict:
     """block_n (the kernel's forward key tile, ``default_config``, unless given), max|q|,
     max|k| and a certified upper bound of the measured ``max_j sum_i |q_i k_ji|`` (:func:`_qk_abs_sum`)."""
@@ -262,6 +309,7 @@ def forward_error_bound(
         max_abs_v=v.abs().max().item(),
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),
+        dot=kernel_dot(q.device.type, q.dtype),
         **_bound_inputs(q, k, is_causal, block_n),
     )
 
@@ -290,6 +338,7 @@ def forward_posteriori_bound(
         max_abs_v=v.abs().max().item(),
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),
+        dot=kernel_dot(q.device.type, q.dtype),
         **inputs,
     )
 
@@ -298,7 +347,13 @@ def lse_error_bound(
     q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
 ) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs (``attention_lse_error_bound``)."""
-    return attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **_bound_inputs(q, k, is_causal, block_n))
+    return attention_lse_error_bound(
+        k.shape[2],
+        q.shape[-1],
+        scale=scale,
+        dot=kernel_dot(q.device.type, q.dtype),
+        **_bound_inputs(q, k, is_causal, block_n),
+    )
 
 
 def dv_error_bound(
@@ -313,7 +368,8 @@ def dv_error_bound(
     bm = default_config(q.shape[-1], q.dtype, q.device, is_causal).bwd_kv.block_m
     inputs = _bound_inputs(q, k, is_causal, None)
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"]))
-    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, **inputs)
+    dot = kernel_dot(q.device.type, q.dtype)
+    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=dot, **inputs)
     return attention_dv_error_bound(
         prob_abs_do,
         g * sq,
@@ -329,6 +385,7 @@ def dv_error_bound(
         lse_error=lse_err,
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),
+        dot=dot,
     )
 
 
@@ -395,6 +452,7 @@ def grad_error_bounds(
     cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
     g, sq, sk, ev = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1]
     bnd = _bound_inputs(q, k, is_causal, None)
+    dot = kernel_dot(q.device.type, q.dtype)
     es = _score_error(q, scale, bnd["qk_abs_sum"])
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
     dof = do.to(F64)
@@ -402,7 +460,7 @@ def grad_error_bounds(
     if inputs == "proved":
         fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
         ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
-        lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, **bnd)
+        lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, dot=dot, **bnd)
     else:
         ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, es))
         saved = lse.to(F64)
@@ -420,6 +478,7 @@ def grad_error_bounds(
         lse_error=lse_err,
         scale=scale,
         storage_rounding=storage_rounding(q.device.type, q.dtype),
+        dot=dot,
     )
     bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
     dk_bound = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm, **common)

@@ -197,3 +197,33 @@ def test_from_accumulation():
     ):
         with pytest.raises(ValueError, match="align by truncation"):
             ab.Tf32x3Dot.from_accumulation(bad)
+
+
+def test_kernel_dot_reads_the_device_record(monkeypatch):
+    """attention_error.kernel_dot: "fp32" off CUDA; on CUDA the model the verify-device record
+    identified (tensor cores for 16-bit inputs, 3xTF32 chained from 0 for float32), refusing a
+    record that names another chaining or several models, and single-pass TF32."""
+    from ojas_kernels import attention_args
+    from ojas_ref.verification import attention_error, device_premises as dp
+    from ojas_ref.verification.bounds.attention import TENSOR_CORE_BF16_H100, TF32X3_H100
+
+    h100 = dict(block=16, bits=26, align="trunc", out="truncate", ref="operands")
+    tf32 = dict(h100, block=8)
+    record = {
+        "tl.dot bfloat16": {"measured": [h100]},
+        "tl.dot float32 tf32x3": {"measured": [{"model": tf32, "schedule": "chain(0)+c", "order": [0, 1, 2]}]},
+    }
+    monkeypatch.setattr(dp, "checked_premises", lambda names: {n: record[n] for n in names})
+    monkeypatch.setattr(attention_args, "_dot_precision", lambda dtype, default=None: "tf32x3")
+    assert attention_error.kernel_dot("cpu", torch.bfloat16) == "fp32"
+    assert attention_error.kernel_dot("cuda", torch.bfloat16) == TENSOR_CORE_BF16_H100
+    assert attention_error.kernel_dot("cuda", torch.float32) == TF32X3_H100
+    record["tl.dot float32 tf32x3"]["measured"][0]["schedule"] = "chain(c)"
+    with pytest.raises(ValueError, match="chains the three TF32 dots otherwise"):
+        attention_error.kernel_dot("cuda", torch.float32)
+    record["tl.dot bfloat16"]["measured"].append(dict(h100, block=32))
+    with pytest.raises(ValueError, match="identifies 2 dot models"):
+        attention_error.kernel_dot("cuda", torch.bfloat16)
+    monkeypatch.setattr(attention_args, "_dot_precision", lambda dtype, default=None: "tf32")
+    with pytest.raises(ValueError, match="single-pass TF32"):
+        attention_error.kernel_dot("cuda", torch.float32)
