@@ -43,6 +43,7 @@ from .attention_args import _check, _dropout_args, _dropout_of, _Dropout, _forwa
 from .attention_backward import _backward
 from .attention_config import AttentionConfig, KernelConfig, default_config
 from .attention_forward import _forward
+from .host import function_apply
 
 # Imported from here by other modules, tests and benchmarks.
 from .attention_args import _HIGHEST as _HIGHEST, _dot_precision as _dot_precision, _mask_args as _mask_args
@@ -84,6 +85,9 @@ class _FlashAttention(torch.autograd.Function):
             grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config, dropout
         )
         return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_flash_apply = function_apply(_FlashAttention)
 
 
 # ---------------------------------------------------------------------------
@@ -352,6 +356,4 @@ def flash_attention(
         return _compiled_forward(
             query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout, dropout_p
         )[0]
-    return _FlashAttention.apply(
-        query, key, value, attn_mask, is_causal, float(scale), window, config, bool(seq_major), dropout
-    )
+    return _flash_apply(query, key, value, attn_mask, is_causal, float(scale), window, config, bool(seq_major), dropout)

@@ -21,6 +21,7 @@ rounding model of the proofs (one rounding of relative error u per operation) is
 
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -87,14 +88,18 @@ def _check_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor)
         raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
 
 
+_NO_MASK_FLAGS = dict(HAS_MASK=False, MASK_BOOL=False)
+
+
 def _mask_args(
     attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor
 ) -> tuple[torch.Tensor, tuple[int, ...], dict[str, bool]]:
     """The kernels' mask pointer, its ``[B, Hq, Sq, Sk]`` strides (0 along broadcast
-    dimensions: the mask is never expanded in memory) and flags.  Without a mask the
-    query stands in for the pointer, which the kernels then never read."""
+    dimensions: the mask is never expanded in memory) and flags (a shared dict: not to be
+    changed).  Without a mask the query stands in for the pointer, which the kernels then never
+    read."""
     if attn_mask is None:
-        return query, (0, 0, 0, 0), dict(HAS_MASK=False, MASK_BOOL=False)
+        return query, (0, 0, 0, 0), _NO_MASK_FLAGS
     mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
     mask = mask.expand(_full_mask_shape(query, key))
     is_bool = mask.dtype == torch.bool
@@ -119,6 +124,8 @@ def _dropout_args(dropout_p: float, dropout_seed: torch.Tensor | None, query: to
     """Check ``dropout_p`` and ``dropout_seed``; None when dropout_p is 0.  Without a seed one
     is drawn from torch's generator of the query's device, as ``ojas_ref.attention`` draws it
     (``torch.randint(0, 2**32, (2,), dtype=torch.int64)``)."""
+    if dropout_p == 0 and type(dropout_p) in (float, int):  # the common case, without the ABC checks
+        return None
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
     if not 0 <= dropout_p <= 1:
@@ -222,42 +229,63 @@ def _launch_args(
     seq_k, ev = key.shape[2], value.shape[3]
     mask, mask_strides, mask_flags = _mask_args(attn_mask, query, key)
     seed, drop_threshold, drop_scale, has_dropout = _dropout_launch_args(dropout, query)
-    strides = (
-        query.stride(0),
-        query.stride(1),
-        query.stride(2),
-        key.stride(0),
-        key.stride(1),
-        key.stride(2),
-        value.stride(0),
-        value.stride(1),
-        value.stride(2),
-        *mask_strides,
+    sq, sk, sv = query.stride(), key.stride(), value.stride()
+    strides = (sq[0], sq[1], sq[2], sk[0], sk[1], sk[2], sv[0], sv[1], sv[2], *mask_strides)
+    constexprs = _constexprs(
+        e,
+        ev,
+        bool(is_causal),
+        window is not None,
+        _dot_precision(query.dtype, _HIGHEST),
+        has_dropout,
+        mask_flags["HAS_MASK"],
+        mask_flags["MASK_BOOL"],
     )
-    constexprs = dict(
+    window_arg = _window_arg(window, seq_q, seq_k)
+    return mask, seed, strides, window_arg, scale * _LOG2E, drop_threshold, drop_scale, constexprs
+
+
+@functools.lru_cache(maxsize=None)
+def _constexprs(
+    e: int,
+    ev: int,
+    is_causal: bool,
+    has_window: bool,
+    dot_prec: str,
+    has_dropout: bool,
+    has_mask: bool,
+    mask_bool: bool,
+) -> dict[str, Any]:
+    """The constexprs the three kernels share (cached: a shared dict, not to be changed)."""
+    return dict(
         HEAD_E=e,
         HEAD_EV=ev,
         BLOCK_E=_block_dim(e),
         BLOCK_EV=_block_dim(ev),
-        IS_CAUSAL=bool(is_causal),
-        HAS_WINDOW=window is not None,
-        DOT_PREC=_dot_precision(query.dtype, _HIGHEST),
+        IS_CAUSAL=is_causal,
+        HAS_WINDOW=has_window,
+        DOT_PREC=dot_prec,
         HAS_DROPOUT=has_dropout,
-        **mask_flags,
+        HAS_MASK=has_mask,
+        MASK_BOOL=mask_bool,
     )
-    window_arg = _window_arg(window, seq_q, seq_k)
-    return mask, seed, strides, window_arg, scale * _LOG2E, drop_threshold, drop_scale, constexprs
 
 
 def _tile_args(config: KernelConfig, attn_mask: torch.Tensor | None) -> dict[str, Any]:
     """One kernel's tile constexprs and launch options from its :class:`KernelConfig`; with an
     ``attn_mask`` every tile runs the masked loop (``SPLIT`` off).  Every launch compiles
     without FMA contraction (``enable_fp_fusion=False``): ``s * qk_scale - m`` and
-    ``l * alpha + sum`` round twice, as the theorems of rocq/Attention/Float/ model them."""
+    ``l * alpha + sum`` round twice, as the theorems of rocq/Attention/Float/ model them.
+    Cached per configuration: a shared dict, not to be changed."""
+    return _tile_options(config, attn_mask is None)
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_options(config: KernelConfig, no_mask: bool) -> dict[str, Any]:
     return dict(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
-        SPLIT=config.split and attn_mask is None,
+        SPLIT=config.split and no_mask,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         enable_fp_fusion=False,  # no FMA contraction: each product and sum rounds as modelled

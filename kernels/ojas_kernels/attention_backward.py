@@ -558,7 +558,7 @@ def _backward(
     """``(dQ, dK, dV)`` from the forward's ``out`` and ``lse``: the dQ kernel (which saves
     ``D``), then the dK/dV kernel."""
     grad_out = _last_dim_contiguous(grad_out)
-    query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
+    query, key, value = _last_dim_contiguous(query), _last_dim_contiguous(key), _last_dim_contiguous(value)
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
     dq, dk, dv = _backward_outputs(query, key, value)
@@ -569,7 +569,8 @@ def _backward(
     mask, seed, strides, w, qk_scale, drop_threshold, drop_scale, constexprs = _launch_args(
         query, key, value, attn_mask, is_causal, scale, window, dropout
     )
-    strides = (*strides, grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
+    sdo, so, sdq, sdk, sdv = grad_out.stride(), out.stride(), dq.stride(), dk.stride(), dv.stride()
+    strides = (*strides, sdo[0], sdo[1], sdo[2])
     scalars = (seq_q, seq_k, w, qk_scale, scale, drop_threshold, drop_scale)
     fast(_bwd_dq_kernel)[(cdiv(seq_q, cfg.bwd_q.block_m), batch * heads)](
         query,
@@ -583,12 +584,12 @@ def _backward(
         dq,
         seed,
         *strides,
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        dq.stride(0),
-        dq.stride(1),
-        dq.stride(2),
+        so[0],
+        so[1],
+        so[2],
+        sdq[0],
+        sdq[1],
+        sdq[2],
         heads,
         heads // kv_heads,
         *scalars,
@@ -607,12 +608,12 @@ def _backward(
         dv,
         seed,
         *strides,
-        dk.stride(0),
-        dk.stride(1),
-        dk.stride(2),
-        dv.stride(0),
-        dv.stride(1),
-        dv.stride(2),
+        sdk[0],
+        sdk[1],
+        sdk[2],
+        sdv[0],
+        sdv[1],
+        sdv[2],
         kv_heads,
         heads // kv_heads,
         *scalars,

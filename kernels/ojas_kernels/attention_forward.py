@@ -299,7 +299,7 @@ def _forward(
     dropout: _Dropout | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)`` of arguments checked by ``attention_args._check`` and ``_dropout_args``."""
-    query, key, value = (_last_dim_contiguous(t) for t in (query, key, value))
+    query, key, value = _last_dim_contiguous(query), _last_dim_contiguous(key), _last_dim_contiguous(value)
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
     out, lse = _forward_outputs(query, value, seq_major)
@@ -313,6 +313,7 @@ def _forward(
     mask, seed, strides, w, qk_scale, drop_threshold, drop_scale, constexprs = _launch_args(
         query, key, value, attn_mask, is_causal, scale, window, dropout
     )
+    so = out.stride()
     fast(_fwd_kernel)[(cdiv(seq_q, cfg.block_m), batch * heads)](
         query,
         key,
@@ -322,9 +323,9 @@ def _forward(
         lse,
         seed,
         *strides,
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
+        so[0],
+        so[1],
+        so[2],
         heads,
         heads // kv_heads,
         seq_q,

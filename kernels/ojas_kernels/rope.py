@@ -177,6 +177,7 @@ def _rope_kernel(
 
 
 _BLOCKS: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+_OPTIONS: dict[tuple[int, int, int, bool], dict] = {}
 
 
 def _blocks(Hq: int, Hkv: int, half: int) -> tuple[int, int, int]:
@@ -190,6 +191,24 @@ def _blocks(Hq: int, Hkv: int, half: int) -> tuple[int, int, int]:
             block_e,
             min(triton.next_power_of_2(max(Hq, 1)), rows),
             min(triton.next_power_of_2(max(Hkv, 1)), rows),
+        )
+    return hit
+
+
+def _options(Hq: int, Hkv: int, half: int, backward: bool) -> dict:
+    """The launch's constexprs and options (cached per shape and direction: a shared dict, not to
+    be changed)."""
+    key = (Hq, Hkv, half, backward)
+    hit = _OPTIONS.get(key)
+    if hit is None:
+        block_e, block_hq, block_hk = _blocks(Hq, Hkv, half)
+        hit = _OPTIONS[key] = dict(
+            HALF=half,
+            BLOCK_E=block_e,
+            BLOCK_HQ=block_hq,
+            BLOCK_HK=block_hk,
+            BACKWARD=bool(backward),
+            enable_fp_fusion=False,
         )
     return hit
 
@@ -222,7 +241,6 @@ def _launch(
     q, qo = (x_q, y_q) if x_q is not None else (x_k, y_k)
     k, ko = (x_k, y_k) if x_k is not None else (x_q, y_q)
     sq, sk, soq, sok, sc, ss = q.stride(), k.stride(), qo.stride(), ko.stride(), cos.stride(), sin.stride()
-    block_e, block_hq, block_hk = _blocks(Hq, Hkv, half)
     fast(_rope_kernel)[(B * S,)](
         q,
         k,
@@ -249,12 +267,7 @@ def _launch(
         sc[1],
         ss[0] if sin.shape[0] != 1 else 0,
         ss[1],
-        HALF=half,
-        BLOCK_E=block_e,
-        BLOCK_HQ=block_hq,
-        BLOCK_HK=block_hk,
-        BACKWARD=backward,
-        enable_fp_fusion=False,
+        **_options(Hq, Hkv, half, backward),
     )
     return y_q, y_k
 
@@ -282,12 +295,15 @@ def _check(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
 
 
 def rope_forward(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, check: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with ``cos``/``sin``
     ``[B or 1, S, E]`` broadcast over the heads, rounded as torch rounds Hugging Face's formula
-    (module docstring).  One launch for ``q`` and ``k``."""
-    _check(q, k, cos, sin)
+    (module docstring).  One launch for ``q`` and ``k``.  ``check=False`` skips the argument
+    checks, for a caller that has made them (``ojas_ref``'s ``apply_rotary_pos_emb`` and
+    ``fused_rope``'s callers)."""
+    if check:
+        _check(q, k, cos, sin)
     return _launch(_unit_last(q), _unit_last(k), cos, sin, False)
 
 

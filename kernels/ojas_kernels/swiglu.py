@@ -163,21 +163,19 @@ def _swiglu_bwd_kernel(A, B, DH, DA, DB, n, BLOCK: tl.constexpr, ACT: tl.constex
     tl.store(DB + offs, _cast(_round(dh * _round(act, dtype), dtype), dtype), mask=ok)
 
 
-def _check(activation: object, **tensors: torch.Tensor) -> torch.Tensor:
-    """The first tensor, after checking ``activation`` and that all tensors share its shape, dtype
-    (a kernel dtype) and device."""
+def _check(activation: object, a: torch.Tensor, *others: tuple[str, torch.Tensor]) -> None:
+    """Check ``activation`` and that every ``(name, tensor)`` of ``others`` shares ``a``'s shape,
+    dtype (a kernel dtype) and device."""
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    (name0, t0), *rest = tensors.items()
-    if t0.dtype not in _DTYPES:
-        raise TypeError(f"{name0} has dtype {t0.dtype}; the SwiGLU kernel supports float16, bfloat16, float32")
-    for name, t in rest:
-        if t.shape != t0.shape or t.dtype != t0.dtype or t.device != t0.device:
+    if a.dtype not in _DTYPES:
+        raise TypeError(f"a has dtype {a.dtype}; the SwiGLU kernel supports float16, bfloat16, float32")
+    for name, t in others:
+        if t.shape != a.shape or t.dtype != a.dtype or t.device != a.device:
             raise ValueError(
-                f"{name} ({tuple(t.shape)}, {t.dtype}, {t.device}) must match {name0} "
-                f"({tuple(t0.shape)}, {t0.dtype}, {t0.device})"
+                f"{name} ({tuple(t.shape)}, {t.dtype}, {t.device}) must match a "
+                f"({tuple(a.shape)}, {a.dtype}, {a.device})"
             )
-    return t0
 
 
 def swiglu_forward(
@@ -185,7 +183,7 @@ def swiglu_forward(
 ) -> torch.Tensor:
     """``act(a) * b`` (``activation`` "silu" or "gelu_tanh"), rounded as torch's ``F.silu(a) * b`` or
     ``F.gelu(a, approximate="tanh") * b`` (module docstring); contiguous output."""
-    _check(activation, a=a, b=b)
+    _check(activation, a, ("b", b))
     a, b = a.contiguous(), b.contiguous()
     h = torch.empty_like(a)
     n = a.numel()
@@ -206,7 +204,7 @@ def swiglu_backward(
     (over the reals Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp for silu,
     Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp for gelu_tanh; rounding as torch's autograd,
     module docstring)."""
-    _check(activation, a=a, b=b, grad_h=grad_h)
+    _check(activation, a, ("b", b), ("grad_h", grad_h))
     a, b, grad_h = a.contiguous(), b.contiguous(), grad_h.contiguous()
     da, db = torch.empty_like(a), torch.empty_like(b)
     n = a.numel()

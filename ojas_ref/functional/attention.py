@@ -228,13 +228,31 @@ def _check_mask(attn_mask: object, query: Tensor, full: tuple[int, ...]) -> None
         )
 
 
+def _as_is(query: Tensor, key: Tensor, value: Tensor) -> bool:
+    """Whether :func:`attention` takes query, key and value as they are, without the views of
+    ``_as_4d`` (which autograd would record, each a node of the backward): 4-D inputs, outside
+    torch.compile, of three distinct tensors (one tensor passed twice gets its gradients summed
+    in another order without the views: not bit for bit the same)."""
+    return (
+        query.dim() == 4
+        and query is not key
+        and key is not value
+        and query is not value
+        and not torch.compiler.is_compiling()
+    )
+
+
 def _as_4d(
     query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor]
 ) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """The checked inputs as [B, H, S, E] (B the product of the dimensions before the heads;
-    [S, E] as [1, 1, S, E]; views where the strides allow), and the mask as one
+    [S, E] as [1, 1, S, E]; views where the strides allow; as they are where :func:`_as_is`),
+    and the mask as one
     broadcastable to [B, Hq, Sq, Sk]. A mask that broadcasts over some but not all of more
     than one leading dimension is expanded over them (copied by the reshape)."""
+
+    if _as_is(query, key, value):
+        return query, key, value, attn_mask
 
     def flat(x: Tensor) -> Tensor:
         return x.reshape(math.prod(x.shape[:-3]), *(1,) * (3 - min(x.dim(), 3)), *x.shape[-3:])
@@ -417,6 +435,8 @@ def attention(
             )
         else:
             out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window, dropout)
+    if _as_is(query, key, value):
+        return out  # already the output's shape
     return out.reshape(*query.shape[:-1], value.shape[-1])
 
 

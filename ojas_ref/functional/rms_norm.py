@@ -74,14 +74,21 @@ def rms_norm_reference(
 
 
 def _kernels():
-    """``ojas_kernels.rms_norm``, imported at the first kernel call (ojas_ref imports without Triton)."""
-    global _KERNELS
+    """``ojas_kernels.rms_norm``, imported at the first kernel call (ojas_ref imports without Triton),
+    when ``_fused_apply`` is set too."""
+    global _KERNELS, _fused_apply
     if _KERNELS is None:
-        from ojas_kernels import rms_norm as _KERNELS
+        from ojas_kernels import rms_norm as kernels
+        from ojas_kernels.host import function_apply
+
+        _fused_apply = function_apply(_FusedRMSNorm)
+        _KERNELS = kernels
     return _KERNELS
 
 
 _KERNELS = None
+#: ``_FusedRMSNorm.apply`` without torch's Python wrapper (``ojas_kernels.host.function_apply``), set by ``_kernels()``
+_fused_apply = None
 
 
 class _FusedRMSNorm(torch.autograd.Function):
@@ -296,4 +303,7 @@ def _fused(input: Tensor, weight: Tensor, rows: int, n: int, eps: float, offset:
     if torch.compiler.is_compiling():
         y = _forward_op(input.reshape(rows, n), weight.reshape(n), float(eps), float(offset), bool(after_weight))[0]
         return y.reshape(input.shape)
-    return _FusedRMSNorm.apply(input, weight, rows, eps, offset, after_weight)
+    _kernels()
+    if input is weight:  # one tensor as both: through a view, so that its two gradients sum in the same order
+        input = input.view(input.shape)
+    return _fused_apply(input, weight, rows, eps, offset, after_weight)

@@ -133,16 +133,41 @@ def _check_inputs(gate: object, up: object) -> None:
         )
 
 
+def _kernels():
+    """``ojas_kernels.swiglu``, imported at the first kernel call (ojas_ref imports without Triton),
+    when ``_swiglu_apply`` is set too."""
+    global _KERNELS, _swiglu_apply
+    if _KERNELS is None:
+        from ojas_kernels import swiglu as kernels
+        from ojas_kernels.host import function_apply
+
+        _swiglu_apply = function_apply(_SwiGLUFunction)
+        _KERNELS = kernels
+    return _KERNELS
+
+
+_KERNELS = None
+#: ``_SwiGLUFunction.apply`` without torch's Python wrapper (``ojas_kernels.host.function_apply``), set by ``_kernels()``
+_swiglu_apply = None
+
+
+def _alternative(activation: str) -> str:
+    """What to call for double backward, named in the refusal."""
+    if activation == "silu":
+        return "torch.nn.functional.silu(gate) * up"
+    return "torch.nn.functional.gelu(gate, approximate='tanh') * up"
+
+
 class _SwiGLUFunction(torch.autograd.Function):
     """Saves only ``a`` and ``b``; the backward recomputes the activation
-    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp)."""
+    (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp).
+    The kernels run whatever the autocast state (they call no op autocast casts); the reference
+    runs with autocast off."""
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, use_triton: bool, activation: str) -> Tensor:
         if use_triton:
-            from ojas_kernels.swiglu import swiglu_forward
-
-            h = swiglu_forward(a, b, activation=activation)
+            h = _kernels().swiglu_forward(a, b, activation=activation)
         else:
             h = swiglu_forward_reference(a, b, activation)
         ctx.save_for_backward(a, b)
@@ -151,21 +176,15 @@ class _SwiGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_h: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None, None]:
-        refuse_double_backward(
-            "swiglu",
-            "torch.nn.functional.silu(gate) * up"
-            if ctx.activation == "silu"
-            else "torch.nn.functional.gelu(gate, approximate='tanh') * up",
-        )
+        refuse_double_backward("swiglu", _alternative(ctx.activation))
         a, b = ctx.saved_tensors
-        with autocast_off(grad_h.device.type):
-            if ctx.use_triton:
-                from ojas_kernels.swiglu import swiglu_backward
-
-                da, db = swiglu_backward(a, b, grad_h, activation=ctx.activation)
-            else:
+        if ctx.use_triton:
+            da, db = _kernels().swiglu_backward(a, b, grad_h, activation=ctx.activation)
+        else:
+            with autocast_off(grad_h.device.type):
                 da, db = swiglu_backward_reference(a, b, grad_h, ctx.activation)
-        return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None, None
+        needs = ctx.needs_input_grad
+        return (da if needs[0] else None), (db if needs[1] else None), None, None
 
 
 # ---------------------------------------------------------------------------
@@ -211,12 +230,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 
 def _forward_op_backward(ctx, grad_h):
-    refuse_double_backward(
-        "swiglu",
-        "torch.nn.functional.silu(gate) * up"
-        if ctx.activation == "silu"
-        else "torch.nn.functional.gelu(gate, approximate='tanh') * up",
-    )
+    refuse_double_backward("swiglu", _alternative(ctx.activation))
     a, b = ctx.saved_tensors
     da, db = _backward_op(a, b, grad_h, ctx.activation)
     return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None
@@ -229,7 +243,8 @@ def _kernel_swiglu(gate: Tensor, up: Tensor, activation: str) -> Tensor:
     """The kernel path: ``ojas::swiglu_forward`` under torch.compile, else ``_SwiGLUFunction``."""
     if torch.compiler.is_compiling():
         return _forward_op(gate, up, activation)
-    return _SwiGLUFunction.apply(gate, up, True, activation)
+    _kernels()
+    return _swiglu_apply(gate, up, True, activation)
 
 
 def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional[str] = None) -> Tensor:
@@ -259,10 +274,9 @@ def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional
     refuse_function_transforms("swiglu")
     check_activation(activation)
     _check_inputs(gate, up)
-    use_triton = kernel_runs("swiglu", impl, gate, up)
+    if kernel_runs("swiglu", impl, gate, up):
+        return _kernel_swiglu(gate, up, activation)
     with autocast_off(gate.device.type):
-        if use_triton:
-            return _kernel_swiglu(gate, up, activation)
         return _SwiGLUFunction.apply(gate, up, False, activation)
 
 
