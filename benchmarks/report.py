@@ -171,6 +171,15 @@ SECTIONS = (
         "plot_linear_cross_entropy",
     ),
     Section(
+        "bench_host_overhead",
+        "Host time per call of the fused operations",
+        "`benchmarks/bench_host_overhead.py`: microseconds of host time per call (the GPU kept busy so that "
+        "calls queue), ojas's kernel path, public function and registered op beside the torch op of the same "
+        "role, at the 1.06B Llama's layer shapes (batch 1 x 2048, bf16).",
+        ("us_per_call",),
+        (Ratio("us_per_call", "torch", "vs torch"),),
+    ),
+    Section(
         "bench_rms_norm",
         "RMSNorm",
         "`benchmarks/bench_rms_norm.py`: forward and forward + backward (`do_bench` medians) and kernels per "
