@@ -574,13 +574,15 @@ Proof.
            (tc_delta_nonneg ua ur ua_nonneg ur_nonneg k) (fun c t Ht => tc_block_op_error k c t Ht) blocks a0 Hb).
 Qed.
 
-(** [n <= q k] products in blocks of [k]: [gamma (tc_delta k) q], as [tc_dot_error_bound]. *)
-Theorem tc_dot_op_error_bound : forall k q a b,
+(** [tl.dot (a, b, c)]: [n <= q k] products in blocks of [k] added to the
+    accumulator [c] on the tensor cores: [gamma (tc_delta k) q] of
+    [|c| + sum |a_i b_i|]. *)
+Theorem tc_acc_dot_op_error_bound : forall k q c a b,
   (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat -> INR q * tc_delta ua ur k < 1 ->
-  Rabs (tc_dot_op k a b - rsum (prods (combine a b)))
-  <= gamma (tc_delta ua ur k) q * rsum (map Rabs (prods (combine a b))).
+  Rabs (tc_acc_op c (chunk k (combine a b)) - (c + rsum (prods (combine a b))))
+  <= gamma (tc_delta ua ur k) q * (Rabs c + rsum (map Rabs (prods (combine a b)))).
 Proof.
-  intros k q a b Hk Hq Hl Hn.
+  intros k q c a b Hk Hq Hl Hn.
   set (g := fun xy : R * R => fst xy * snd xy).
   set (ab := combine a b).
   assert (Hch : chunk k (map g ab) = map (map g) (chunk k ab)) by apply chunk_map.
@@ -594,14 +596,25 @@ Proof.
   assert (Hc : (length (chunk k ab) <= q)%nat).
   { pose proof (chunk_length_le k q (map g ab) Hk Hq Hab) as H.
     rewrite Hch, map_length in H; exact H. }
-  pose proof (tc_acc_op_error k (chunk k ab) 0 Hb) as H.
-  rewrite concat_chunk, Rplus_0_l, Rabs_R0, Rplus_0_l in H.
-  unfold tc_dot_op; fold ab.
+  pose proof (tc_acc_op_error k (chunk k ab) c Hb) as H.
+  rewrite concat_chunk in H.
   eapply Rle_trans; [exact H |].
-  apply Rmult_le_compat_r; [apply rsum_abs_nonneg |].
+  apply Rmult_le_compat_r; [pose proof (Rabs_pos c); pose proof (rsum_abs_nonneg (prods ab)); lra |].
   pose proof (tc_delta_nonneg ua ur ua_nonneg ur_nonneg k) as Hd.
   eapply Rle_trans; [| apply pow_le_gamma; assumption].
   apply Rplus_le_compat_r, Rle_pow; [lra | exact Hc].
+Qed.
+
+(** [n <= q k] products in blocks of [k]: [gamma (tc_delta k) q], as [tc_dot_error_bound]
+    ([tc_acc_dot_op_error_bound] from 0). *)
+Theorem tc_dot_op_error_bound : forall k q a b,
+  (1 <= k)%nat -> (1 <= q)%nat -> (length a <= q * k)%nat -> INR q * tc_delta ua ur k < 1 ->
+  Rabs (tc_dot_op k a b - rsum (prods (combine a b)))
+  <= gamma (tc_delta ua ur k) q * rsum (map Rabs (prods (combine a b))).
+Proof.
+  intros k q a b Hk Hq Hl Hn.
+  pose proof (tc_acc_dot_op_error_bound k q 0 a b Hk Hq Hl Hn) as H.
+  rewrite Rplus_0_l, Rabs_R0, Rplus_0_l in H; exact H.
 Qed.
 
 End TensorCoreOperands.

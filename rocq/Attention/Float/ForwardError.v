@@ -80,6 +80,7 @@ From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError 
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
+From Ojas Require Import Attention.Float.NumeratorError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -1341,3 +1342,198 @@ Proof.
 Qed.
 
 End Tf32x3.
+
+(** ** PART F: the accumulating dots [tl.dot (a, b, acc)]
+
+    NumeratorError.v's [acc_dot_model accf n g_rel g_abs]: on vectors of
+    length [n], [|accf c a b - (c + a.b)| <= g_rel (|c| + sum |a_i b_i|) + g_abs].
+    Instances: any dot model from 0 followed by one rounded addition to [c]
+    ([acc_of_dot_model]; the fp32 per-product model [blocked_acc_dot_model],
+    Triton's 3xTF32 [tf32x3_tc_op_acc_dot_model], which adds [c] after the
+    three TF32 dots chained from 0), and the H100's tensor-core chain from
+    [c] ([tc_acc_op_dot_model]: the accumulator aligned and truncated with
+    each block of products).  [tile_acc_dot_step]: one key tile of the
+    forward's [acc = tl.dot (p.to(v.dtype), v, acc * alpha)] with any of
+    them, in the [inv] form of [rescale_step]. *)
+
+(** A dot from 0 within [g_rel sum |a_i b_i| + g_abs], then [out (c + dot)]
+    with [|out x - x| <= ur |x| + er]. *)
+Theorem acc_of_dot_model : forall (dotf : list R -> list R -> R) (out : R -> R) (n : nat) (g_rel g_abs ur er : R),
+  dot_model dotf n g_rel g_abs -> 0 <= ur ->
+  (forall x, Rabs (out x - x) <= ur * Rabs x + er) ->
+  acc_dot_model (fun c a b => out (c + dotf a b)) n (ur + (1 + ur) * g_rel) ((1 + ur) * g_abs + er).
+Proof.
+  intros dotf out n g ga ur er Hd Hur Hout.
+  pose proof (dm_rel_nonneg _ _ _ _ Hd) as Hg.
+  split; [nra |].
+  intros c a b Ha Hb.
+  pose proof (dm_err _ _ _ _ Hd a b Ha Hb) as He.
+  change (rsum (map (fun xy => fst xy * snd xy) (combine a b))) with (dot_R a b).
+  change (rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))) with (dot_abs a b).
+  pose proof (dot_R_abs a b) as HA.
+  pose proof (Hout (c + dotf a b)) as Ho.
+  set (d := dotf a b) in *; set (D := dot_R a b) in *; set (A := dot_abs a b) in *.
+  replace (out (c + d) - (c + D)) with ((out (c + d) - (c + d)) + (d - D)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (Hcd : Rabs (c + d) <= Rabs c + A + (g * A + ga)).
+  { replace (c + d) with (c + D + (d - D)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    pose proof (Rabs_triang c D); lra. }
+  assert (E1 : ur * Rabs (c + d) <= ur * (Rabs c + A + (g * A + ga))) by (apply Rmult_le_compat_l; lra).
+  assert (E2 : 0 <= (1 + ur) * g * Rabs c) by (pose proof (Rabs_pos c); apply Rmult_le_pos; nra).
+  nra.
+Qed.
+
+(** The fp32 per-product model of the forward and backward theorems: the
+    products rounded to [A] and summed ([bdot]) from 0, the sum added to
+    [c] with one rounding. *)
+Theorem blocked_acc_dot_model : forall (A : FloatFormat) E, (1 <= E)%nat -> INR E * ff_u A < 1 ->
+  acc_dot_model (fun c a b => ff_rnd A (c + bdot A a b)) E
+    (ff_u A + (1 + ff_u A) * gamma (ff_u A) E)
+    ((1 + ff_u A) * ((1 + gamma (ff_u A) (E - 1)) * INR E * ff_eta A) + ff_eta A).
+Proof.
+  intros A E HE Hu.
+  exact (acc_of_dot_model (bdot A) (ff_rnd A) E _ _ _ _ (blocked_dot_model A E HE Hu) (ff_u_nonneg A) (ff_abs A)).
+Qed.
+
+(** [tl.dot (a, b, c)] on the H100's tensor cores (TensorCoreSum.v's
+    [tc_acc_op]: blocks of [k] products, each aligned and truncated
+    together with the accumulator to [F] bits, rounded by [out]). *)
+Definition tc_acc_fn (F : Z) (out : R -> R) (k : nat) (c : R) (a b : list R) : R :=
+  tc_acc_op (tc_align_op F) out c (Attention.OnlineSoftmax.chunk k (combine a b)).
+
+Theorem tc_acc_op_dot_model : forall (out : R -> R) (ur : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR q * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  acc_dot_model (tc_acc_fn F out k) E (gamma (tc_delta (bpow radix2 (1 - F)) ur k) q) 0.
+Proof.
+  intros out ur F k q E Hur Hout Hk Hq HE Hn.
+  pose proof (tc_delta_nonneg (bpow radix2 (1 - F)) ur (bpow_ge_0 _ _) Hur k) as Hd.
+  split; [exact (gamma_nonneg_d _ q Hd Hn) |].
+  intros c a b Ha Hb; rewrite Rplus_0_r; unfold tc_acc_fn.
+  assert (E1 : rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)) = rsum (map Rabs (prods (combine a b))))
+    by (unfold prods; rewrite map_map; reflexivity).
+  rewrite E1; change (rsum (map (fun xy => fst xy * snd xy) (combine a b))) with (rsum (prods (combine a b))).
+  apply tc_acc_dot_op_error_bound; auto using bpow_ge_0, tc_align_op_err, tc_align_op_0; lia.
+Qed.
+
+(** Triton's fp32 [tl.dot (a, b, c)] in 3xTF32 on the H100: the three TF32
+    dots chained from 0 on the tensor cores ([tf32x3_dot_tc_op]), then [c]
+    added in fp32 ([out32], within [u32 |x| + e32]). *)
+Definition tf32x3_acc_fn (F : Z) (out out32 : R -> R) (k : nat) (c : R) (a b : list R) : R :=
+  out32 (c + tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k a b).
+
+Theorem tf32x3_tc_op_acc_dot_model : forall (out out32 : R -> R) (ur u32 e32 : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  0 <= u32 -> (forall x, Rabs (out32 x - x) <= u32 * Rabs x + e32) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR (3 * q) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  acc_dot_model (tf32x3_acc_fn F out out32 k) E
+    (u32 + (1 + u32) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k q) ((1 + u32) * 0 + e32).
+Proof.
+  intros out out32 ur u32 e32 F k q E Hur Hout Hu32 Hout32 Hk Hq HE Hn.
+  exact (acc_of_dot_model _ out32 E _ _ u32 e32 (tf32x3_tc_op_dot_model out ur F k q E Hur Hout Hk Hq HE Hn)
+           Hu32 Hout32).
+Qed.
+
+Lemma combine_map_both : forall {T} (f g : T -> R) (l : list T),
+  combine (map f l) (map g l) = map (fun x => (f x, g x)) l.
+Proof. intros T f g; induction l as [|x l IH]; [reflexivity | cbn [map combine]; rewrite IH; reflexivity]. Qed.
+
+(** The accumulator after one accumulating dot: [x] within [(G - 1) S + R0]
+    of [X], the exact products [ps . vs] within [(H - 1) T + Ry] of [Y],
+    [sum |ps_i vs_i| <= H T + Ry]: [accf x ps vs] is within
+    [(max (G, H) (1 + g_rel) - 1) (S + T) + (R0 + Ry) (1 + g_rel) + g_abs]
+    of [X + Y] (the shape of [inv_add], with [g_rel] for [u] and [g_abs]). *)
+Lemma inv_acc : forall accf n g_rel g_abs G R0 x X S H Ry Y T (ps vs : list R),
+  acc_dot_model accf n g_rel g_abs -> length ps = n -> length vs = n ->
+  Rabs X <= S -> 0 <= T -> inv G R0 x X S ->
+  Rabs (dot_R ps vs - Y) <= (H - 1) * T + Ry -> dot_abs ps vs <= H * T + Ry ->
+  inv (Rmax G H * (1 + g_rel)) ((R0 + Ry) * (1 + g_rel) + g_abs) (accf x ps vs) (X + Y) (S + T).
+Proof.
+  intros accf n g ga G R0 x X S H Ry Y T ps vs Hm Hp Hv HX HT Cx Cy Ha.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg.
+  pose proof (adm_err _ _ _ _ Hm x ps vs Hp Hv) as He.
+  change (rsum (map (fun xy => fst xy * snd xy) (combine ps vs))) with (dot_R ps vs) in He.
+  change (rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine ps vs))) with (dot_abs ps vs) in He.
+  unfold inv in *.
+  assert (HS : 0 <= S) by (eapply Rle_trans; [apply Rabs_pos | exact HX]).
+  set (Gm := Rmax G H).
+  assert (HGm : G <= Gm) by apply Rmax_l. assert (HHm : H <= Gm) by apply Rmax_r.
+  assert (Hx : Rabs x <= G * S + R0).
+  { replace x with ((x - X) + X) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
+  set (y := accf x ps vs) in *; set (D := dot_R ps vs) in *; set (A := dot_abs ps vs) in *.
+  replace (y - (X + Y)) with ((y - (x + D)) + (x - X) + (D - Y)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  eapply Rle_trans; [apply Rplus_le_compat_r, Rabs_triang |].
+  assert (E1 : g * (Rabs x + A) <= g * (G * S + R0 + (H * T + Ry))) by (apply Rmult_le_compat_l; lra).
+  assert (E2 : (G - 1) * S <= (Gm - 1) * S) by (apply Rmult_le_compat_r; lra).
+  assert (E3 : (H - 1) * T <= (Gm - 1) * T) by (apply Rmult_le_compat_r; lra).
+  assert (E4 : g * (G * S) <= g * (Gm * S)) by (apply Rmult_le_compat_l; [lra | apply Rmult_le_compat_r; lra]).
+  assert (E5 : g * (H * T) <= g * (Gm * T)) by (apply Rmult_le_compat_l; [lra | apply Rmult_le_compat_r; lra]).
+  nra.
+Qed.
+
+Section AccTile.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** One key tile of the forward with the accumulating MMA, the kernel's
+    [acc = tl.dot (p.to(v.dtype), v, acc * alpha)] for one coordinate:
+    [x] the accumulator at the old max [m] (within [(G - 1) S + R0] of [X]),
+    the tile's scores [s_j] at most [K] below the new max [m'],
+    [p_j = exp2 (rnd (s_j - m'))] rounded to the storage format, [accf]
+    any accumulating dot model.  The result is within the [inv] bound of
+    [X 2^(m - m') + sum_j 2^(s_j - m') v_j] against
+    [S 2^(m - m') + sum_j 2^(s_j - m') |v_j|]; compared with
+    [rescale_step] (the tile's P.V from 0, then [rnd (rnd (x alpha) + y)])
+    the last [(1 + u)] and the tile's own rounding become the model's
+    [(1 + g_rel)] and [g_abs]. *)
+Theorem tile_acc_dot_step : forall accf n g_rel g_abs G R0 x X S K m m' (svs : list (R * R)),
+  acc_dot_model accf n g_rel g_abs -> length svs = n ->
+  1 <= G -> 0 <= R0 -> 0 <= K -> fmt m -> fmt m' -> m <= m' -> Rabs X <= S ->
+  (forall sv, In sv svs -> fmt (fst sv) /\ fst sv <= m' /\ m' - fst sv <= K) ->
+  inv G R0 x X S ->
+  inv (Rmax (G * exp2_factor M m m' * (1 + u)) ((1 + us) * tile_E M K) * (1 + g_rel))
+      ((((R0 * (Rpower 2 (m - m') * exp2_factor M m m' + ee) + G * S * ee) * (1 + u) + ea)
+        + ((1 + us) * ee + es) * rsum (map (fun sv => Rabs (snd sv)) svs)) * (1 + g_rel) + g_abs)
+      (accf (rnd (x * exp2 (rnd (m - m')))) (map (fun sv => ff_rnd S_ (exp2 (rnd (fst sv - m')))) svs)
+            (map snd svs))
+      (X * Rpower 2 (m - m') + exact_pv m' svs) (S * Rpower 2 (m - m') + exact_pv_abs m' svs).
+Proof.
+  intros accf n g ga G R0 x X S K m m' svs Hm Hn HG HR HK Fm Fm' Hmm HX Hsv Cx.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (exp2_factor_ge_1 M m m' Hmm) as HE.
+  assert (Ha0 : 0 < Rpower 2 (m - m')) by apply Rpower_pos.
+  assert (HS : 0 <= S) by (eapply Rle_trans; [apply Rabs_pos | exact HX]).
+  pose proof (inv_mul_alpha M G R0 x X S m m' HG HR Fm Fm' Hmm HX Cx) as C1.
+  assert (HXa : Rabs (X * Rpower 2 (m - m')) <= S * Rpower 2 (m - m')).
+  { rewrite Rabs_mult, (Rabs_right (Rpower 2 (m - m'))) by lra.
+    apply Rmult_le_compat_r; lra. }
+  assert (HG1 : 1 <= G * exp2_factor M m m') by nra.
+  assert (HR1 : 0 <= R0 * (Rpower 2 (m - m') * exp2_factor M m m' + ee) + G * S * ee).
+  { apply Rplus_le_le_0_compat; [apply Rmult_le_pos; [lra | nra] |].
+    apply Rmult_le_pos; [apply Rmult_le_pos; lra | exact Hee]. }
+  pose proof (inv_round M _ _ _ _ _ HG1 HR1 HXa C1) as C2.
+  pose proof (tile_E_ge_1 M K HK) as HEK.
+  set (f := fun sv : R * R => ff_rnd S_ (exp2 (rnd (fst sv - m')))).
+  set (W := fun sv : R * R => Rpower 2 (fst sv - m')).
+  destruct (weighted_close f W snd ((1 + us) * tile_E M K) ((1 + us) * ee + es) svs) as [Hw1 Hw2].
+  { intros sv _; left; apply Rpower_pos. }
+  { intros sv Hin; destruct (Hsv sv Hin) as [Fs [H1 H2]].
+    apply stored_weight_close; [apply Rpower_pos | exact HEK |].
+    apply weight_close; assumption. }
+  assert (ED : dot_R (map f svs) (map snd svs) = rsum (map (fun sv => f sv * snd sv) svs)).
+  { unfold dot_R; rewrite combine_map_both, map_map; reflexivity. }
+  assert (EA : dot_abs (map f svs) (map snd svs) = rsum (map (fun sv => Rabs (f sv * snd sv)) svs)).
+  { unfold dot_abs; rewrite combine_map_both, map_map; reflexivity. }
+  assert (HT : 0 <= exact_pv_abs m' svs) by (eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge]).
+  apply (inv_acc accf n g ga _ _ _ _ _ _ _ _ _ _ _ Hm); [rewrite map_length; exact Hn | rewrite map_length; exact Hn
+    | exact HXa | exact HT | exact C2 | rewrite ED; exact Hw1 | rewrite EA; exact Hw2].
+Qed.
+
+End AccTile.

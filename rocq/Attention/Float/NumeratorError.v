@@ -59,11 +59,115 @@ Proof.
   cbn [map combine]; rewrite IH; reflexivity.
 Qed.
 
+(** ** The accumulating dot as a parameter
+
+    [tl.dot (a, b, acc)] adds the products of [a] and [b] to a running
+    fp32 accumulator [c]: [acc_dot_model accf n g_rel g_abs] says that on
+    vectors of length [n] the computed [accf c a b] is within
+    [g_rel (|c| + sum_i |a_i b_i|) + g_abs] of [c + sum_i a_i b_i].
+    Instances (ForwardError.v, PART F): a dot from 0 then one rounded
+    addition to [c] ([acc_of_dot_model]: the fp32 per-product model,
+    [blocked_acc_dot_model], and Triton's 3xTF32, [tf32x3_tc_op_acc_dot_model]),
+    and the tensor cores' chain from [c] ([tc_acc_op_dot_model]). *)
+Record acc_dot_model (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R) : Prop := {
+  adm_rel_nonneg : 0 <= g_rel;
+  adm_err : forall c a b, length a = n -> length b = n ->
+    Rabs (accf c a b - (c + rsum (map (fun xy => fst xy * snd xy) (combine a b))))
+    <= g_rel * (Rabs c + rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))) + g_abs
+}.
+
+(** Weights [f x] within [(H - 1) W x + c] of [W x >= 0], times [v x]: the
+    weighted sums are within [(H - 1) sum W |v| + c sum |v|], and the
+    computed weights' [sum |f v|] is at most [H sum W |v| + c sum |v|]. *)
+Lemma weighted_close : forall {T} (f W v : T -> R) (H c : R) (xs : list T),
+  (forall x, In x xs -> 0 <= W x) ->
+  (forall x, In x xs -> Rabs (f x - W x) <= (H - 1) * W x + c) ->
+  Rabs (rsum (map (fun x => f x * v x) xs) - rsum (map (fun x => W x * v x) xs))
+    <= (H - 1) * rsum (map (fun x => W x * Rabs (v x)) xs) + c * rsum (map (fun x => Rabs (v x)) xs)
+  /\ rsum (map (fun x => Rabs (f x * v x)) xs)
+    <= H * rsum (map (fun x => W x * Rabs (v x)) xs) + c * rsum (map (fun x => Rabs (v x)) xs).
+Proof.
+  intros T f W v H c xs HW Hf; induction xs as [|x xs IH].
+  - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
+  - cbn [map]; rewrite !rsum_cons.
+    destruct IH as [IH1 IH2];
+      [intros y Hy; apply HW; right; exact Hy | intros y Hy; apply Hf; right; exact Hy |].
+    assert (H0 : 0 <= W x) by (apply HW; left; reflexivity).
+    pose proof (Hf x (or_introl eq_refl)) as Hx.
+    pose proof (Rabs_pos (v x)) as Hv.
+    assert (E1 : Rabs (f x * v x - W x * v x) <= ((H - 1) * W x + c) * Rabs (v x)).
+    { replace (f x * v x - W x * v x) with ((f x - W x) * v x) by ring; rewrite Rabs_mult.
+      apply Rmult_le_compat_r; [exact Hv | exact Hx]. }
+    assert (E2 : Rabs (f x * v x) <= (H * W x + c) * Rabs (v x)).
+    { replace (f x * v x) with ((f x * v x - W x * v x) + W x * v x) by ring.
+      eapply Rle_trans; [apply Rabs_triang |].
+      rewrite Rabs_mult, (Rabs_right (W x)) by lra; nra. }
+    split.
+    + replace (f x * v x + rsum (map (fun y => f y * v y) xs) - (W x * v x + rsum (map (fun y => W y * v y) xs)))
+        with ((f x * v x - W x * v x) + (rsum (map (fun y => f y * v y) xs) - rsum (map (fun y => W y * v y) xs)))
+        by ring.
+      eapply Rle_trans; [apply Rabs_triang |]; nra.
+    + nra.
+Qed.
+
 Section Numerator.
 
 Variable M : MixedModel.
 
 Import ModelNotations.
+
+(** The weights rounded to the storage format: [weighted_close] with [H = 1 + u_s], [c = eta_s]. *)
+Lemma stored_weights_close : forall (xs : list (R * R)),
+  (forall pv, In pv xs -> 0 <= fst pv) ->
+  Rabs (rsum (map (fun pv => ff_rnd S_ (fst pv) * snd pv) xs) - rsum (map (fun pv => fst pv * snd pv) xs))
+    <= ff_u S_ * rsum (map (fun pv => fst pv * Rabs (snd pv)) xs)
+       + ff_eta S_ * rsum (map (fun pv => Rabs (snd pv)) xs)
+  /\ rsum (map (fun pv => Rabs (ff_rnd S_ (fst pv) * snd pv)) xs)
+    <= (1 + ff_u S_) * rsum (map (fun pv => fst pv * Rabs (snd pv)) xs)
+       + ff_eta S_ * rsum (map (fun pv => Rabs (snd pv)) xs).
+Proof.
+  intros xs Hxs.
+  destruct (weighted_close (fun pv => ff_rnd S_ (fst pv)) fst snd (1 + ff_u S_) (ff_eta S_) xs Hxs) as [H1 H2].
+  - intros pv Hin; pose proof (ff_abs S_ (fst pv)) as Hr.
+    rewrite (Rabs_right (fst pv)) in Hr by (apply Rle_ge, Hxs, Hin); lra.
+  - split; [| exact H2].
+    replace (1 + ff_u S_ - 1) with (ff_u S_) in H1 by ring; exact H1.
+Qed.
+
+(** [tl.dot (p.to(v.dtype), v, c)] with any accumulating dot model: the
+    weights [p_j >= 0] rounded to the storage format, the products of the
+    rounded weights and the values added to the accumulator [c] by [accf].
+    With [W = sum_j p_j |v_j|], [Av = sum_j |v_j|]:
+      |accf c (rnd_s p) v - (c + sum_j p_j v_j)|
+        <= g_rel |c| + (u_s + g_rel (1 + u_s)) W + (1 + g_rel) eta_s Av + g_abs. *)
+Theorem acc_numerator_error_bound : forall accf n g_rel g_abs c (ps vs : list R),
+  acc_dot_model accf n g_rel g_abs -> length ps = n -> length vs = n ->
+  Forall (fun p => 0 <= p) ps ->
+  Rabs (accf c (map (ff_rnd S_) ps) vs - (c + rsum (map (fun pv => fst pv * snd pv) (combine ps vs))))
+  <= g_rel * Rabs c
+     + (ff_u S_ + g_rel * (1 + ff_u S_)) * rsum (map (fun pv => fst pv * Rabs (snd pv)) (combine ps vs))
+     + (1 + g_rel) * ff_eta S_ * rsum (map (fun pv => Rabs (snd pv)) (combine ps vs))
+     + g_abs.
+Proof.
+  intros accf n g_rel g_abs c ps vs Hm Hp Hv Hps.
+  assert (Hxs : forall pv, In pv (combine ps vs) -> 0 <= fst pv).
+  { intros [p v] Hin; apply in_combine_l in Hin; exact (proj1 (Forall_forall _ _) Hps p Hin). }
+  destruct (stored_weights_close (combine ps vs) Hxs) as [Hw1 Hw2].
+  pose proof (adm_err _ _ _ _ Hm c (map (ff_rnd S_) ps) vs ltac:(rewrite map_length; exact Hp) Hv) as Hd.
+  rewrite combine_map_l, !map_map in Hd; cbn [fst snd] in Hd.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg.
+  set (D := accf c (map (ff_rnd S_) ps) vs) in *.
+  set (S1 := rsum (map (fun pv => ff_rnd S_ (fst pv) * snd pv) (combine ps vs))) in *.
+  set (S0 := rsum (map (fun pv => fst pv * snd pv) (combine ps vs))) in *.
+  set (P1 := rsum (map (fun pv => Rabs (ff_rnd S_ (fst pv) * snd pv)) (combine ps vs))) in *.
+  set (W := rsum (map (fun pv => fst pv * Rabs (snd pv)) (combine ps vs))) in *.
+  set (Av := rsum (map (fun pv => Rabs (snd pv)) (combine ps vs))) in *.
+  replace (D - (c + S0)) with ((D - (c + S1)) + (S1 - S0)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (g_rel * (Rabs c + P1) <= g_rel * (Rabs c + ((1 + ff_u S_) * W + ff_eta S_ * Av)))
+    by (apply Rmult_le_compat_l; lra).
+  lra.
+Qed.
 
 Theorem mixed_numerator_error_bound : forall blk t (ps vs : list R),
   (1 <= blk)%nat -> (1 <= t)%nat -> (length (combine ps vs) <= t * blk)%nat ->
@@ -93,33 +197,7 @@ Proof.
   set (W := rsum (map (fun pv => fst pv * Rabs (snd pv)) xs)).
   set (Av := rsum (map (fun pv => Rabs (snd pv)) xs)).
   (* the bf16 rounding of the weights *)
-  assert (Hw : Rabs (rsum (map (fun pv => ff_rnd S_ (fst pv) * snd pv) xs)
-                     - rsum (map (fun pv => fst pv * snd pv) xs)) <= us * W + es * Av
-           /\ rsum (map (fun pv => Rabs (ff_rnd S_ (fst pv) * snd pv)) xs) <= (1 + us) * W + es * Av).
-  { unfold W, Av; clear Hd Hl Hl'.
-    induction xs as [|pv xs IH].
-    - unfold rsum; simpl; rewrite Rminus_0_r, Rabs_R0; lra.
-    - cbn [map]; rewrite !rsum_cons.
-      destruct IH as [IH1 IH2]; [intros q Hq; apply Hxs; right; exact Hq |].
-      assert (H0 : 0 <= fst pv) by (apply Hxs; left; reflexivity).
-      pose proof (ff_abs S_ (fst pv)) as Hr; fold us es in Hr.
-      rewrite (Rabs_right (fst pv)) in Hr by lra.
-      set (p' := ff_rnd S_ (fst pv)) in *; set (p := fst pv) in *; set (v := snd pv) in *.
-      assert (E1 : Rabs (p' * v - p * v) <= (us * p + es) * Rabs v).
-      { replace (p' * v - p * v) with ((p' - p) * v) by ring; rewrite Rabs_mult.
-        apply Rmult_le_compat_r; [apply Rabs_pos | exact Hr]. }
-      assert (E2 : Rabs (p' * v) <= ((1 + us) * p + es) * Rabs v).
-      { replace (p' * v) with ((p' * v - p * v) + p * v) by ring.
-        eapply Rle_trans; [apply Rabs_triang |].
-        rewrite Rabs_mult, (Rabs_right p) by lra; nra. }
-      split.
-      + replace (p' * v + rsum (map (fun pv0 => ff_rnd S_ (fst pv0) * snd pv0) xs)
-                 - (p * v + rsum (map (fun pv0 => fst pv0 * snd pv0) xs)))
-          with ((p' * v - p * v) + (rsum (map (fun pv0 => ff_rnd S_ (fst pv0) * snd pv0) xs)
-                                    - rsum (map (fun pv0 => fst pv0 * snd pv0) xs))) by ring.
-        eapply Rle_trans; [apply Rabs_triang |]; nra.
-      + nra. }
-  destruct Hw as [Hw1 Hw2].
+  destruct (stored_weights_close xs Hxs) as [Hw1 Hw2]; fold us es W Av in Hw1, Hw2.
   set (g1 := gamma (ff_u A_) (S k)) in *; set (g0 := gamma (ff_u A_) k) in *.
   assert (Hg1 : 0 <= g1).
   { unfold g1, gamma, Rdiv; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | exact Hua] |].

@@ -217,6 +217,22 @@ Definition tile_acc_R (svs : list (R * R)) : R :=
   * ((1 + u) * ((1 + us) * ee + es) * rsum (map (fun sv => Rabs (snd sv)) svs)
      + INR (length svs) * ea).
 
+(** A weight within [(E - 1) W + ee] of [W > 0], rounded to the storage format. *)
+Lemma stored_weight_close : forall w W E, 0 < W -> 1 <= E -> Rabs (w - W) <= (E - 1) * W + ee ->
+  Rabs (ff_rnd S_ w - W) <= ((1 + us) * E - 1) * W + ((1 + us) * ee + es).
+Proof.
+  intros w W E HW HE Hw.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_abs S_ w) as Hq.
+  assert (Hwa : Rabs w <= E * W + ee).
+  { replace w with ((w - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right W) by lra; lra. }
+  replace (ff_rnd S_ w - W) with ((ff_rnd S_ w - w) + (w - W)) by ring; eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs w <= us * (E * W + ee)) by (apply Rmult_le_compat_l; lra).
+  lra.
+Qed.
+
 (** A weight within [(E - 1) W + ee] of [W > 0], rounded to the storage
     format, times [v], rounded to the accumulation format. *)
 Lemma stored_product_close : forall w W v E, 0 < W -> 1 <= E -> Rabs (w - W) <= (E - 1) * W + ee ->
@@ -227,16 +243,9 @@ Proof.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
   pose proof (ff_eta_nonneg S_) as Hes; pose proof (mp_eta_e_nonneg M) as Hee.
   pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof (ff_abs S_ w) as Hq.
+  pose proof (stored_weight_close w W E HW HE Hw) as Hqw.
   set (q := ff_rnd S_ w) in *.
   pose proof (ff_abs A_ (q * v)) as Hr.
-  assert (Hwa : Rabs w <= E * W + ee).
-  { replace w with ((w - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right W) by lra; lra. }
-  assert (Hqw : Rabs (q - W) <= ((1 + us) * E - 1) * W + ((1 + us) * ee + es)).
-  { replace (q - W) with ((q - w) + (w - W)) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    assert (us * Rabs w <= us * (E * W + ee)) by (apply Rmult_le_compat_l; lra).
-    lra. }
   assert (Hqa : Rabs q <= (1 + us) * E * W + ((1 + us) * ee + es)).
   { replace q with ((q - W) + W) by ring; eapply Rle_trans; [apply Rabs_triang |].
     rewrite (Rabs_right W) by lra; lra. }

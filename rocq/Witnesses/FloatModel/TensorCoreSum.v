@@ -135,3 +135,8 @@ Definition tc_dot_op_error_fp32_trunc_witness :=
 
 Definition tc_dot_op_error_fp32_nearest_witness :=
   tc_dot_op_error_fp32_nearest 26 16 1 [1] [1] ltac:(lia) ltac:(lia) ltac:(simpl; lia) w_op_fp32_nearest.
+
+Definition tc_acc_dot_op_error_bound_witness :=
+  tc_acc_dot_op_error_bound (tc_align_op 26) (rz_flx 24) (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24))
+    (bpow_ge_0 _ _) (bpow_ge_0 _ _) (tc_align_op_err 26) (tc_align_op_0 26) (rz_flx_err 24 eq_refl)
+    16 1 1 [1] [1] ltac:(lia) ltac:(lia) ltac:(simpl; lia) w_op_delta_trunc.

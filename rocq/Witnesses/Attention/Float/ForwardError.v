@@ -219,3 +219,33 @@ Definition attention_forward_error_masked_tc_op_witness :=
     [0] wa_c 1 u 0 1 (Q2R wf_X) (Q2R wf_Y) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) 1 1 1 1 (fun _ => true) [[wa_key]]
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
     wa_exp2_0 wa_vis (wt_pre _) eq_refl wt_keys_vis wf_tiles_B (le_n 1) (le_n 1).
+
+(** PART F: the accumulating dots, at the same instances (E = 1). *)
+Definition acc_of_dot_model_witness :=
+  acc_of_dot_model (bdot (mp_a wM)) (ff_rnd (mp_a wM)) 1 _ _ u (ff_eta (mp_a wM)) wf_dm
+    (ff_u_nonneg _) (ff_abs _).
+
+Definition blocked_acc_dot_model_witness := blocked_acc_dot_model (mp_a wM) 1 (le_n 1) wf_E_u.
+
+Definition tc_acc_op_dot_model_witness :=
+  tc_acc_op_dot_model (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl)
+    ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1.
+
+Definition tf32x3_tc_op_acc_dot_model_witness :=
+  tf32x3_tc_op_acc_dot_model (rz_flx 24) (ff_rnd (mp_a wM)) (bpow radix2 (1 - 24)) u (ff_eta (mp_a wM)) 26 8 1 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) (ff_u_nonneg _) (ff_abs _) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3.
+
+(** One tile of one key of score [0] and value [1] at [m = m' = K = 0], from [acc = 0]. *)
+Lemma wf_acc_svs : forall sv, In sv [(0, 1)] ->
+  ff_fmt (mp_a wM) (fst sv) /\ fst sv <= 0 /\ 0 - fst sv <= 0.
+Proof.
+  intros sv [<- | []]; cbn [fst]; split; [apply ff_fmt_0 | lra].
+Qed.
+
+Lemma wf_inv0 : OnlineSoftmaxError.inv 1 0 0 0 0.
+Proof. unfold OnlineSoftmaxError.inv; rewrite Rminus_0_r, Rabs_R0; lra. Qed.
+
+Definition tile_acc_dot_step_witness :=
+  tile_acc_dot_step wM _ 1 _ _ 1 0 0 0 0 0 0 0 [(0, 1)] blocked_acc_dot_model_witness eq_refl
+    (Rle_refl 1) (Rle_refl 0) (Rle_refl 0) (ff_fmt_0 _) (ff_fmt_0 _) (Rle_refl 0)
+    ltac:(rewrite Rabs_R0; apply Rle_refl) wf_acc_svs wf_inv0.
