@@ -46,6 +46,7 @@ From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError 
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
+From Ojas Require Import Attention.Float.NumeratorError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -293,6 +294,148 @@ Theorem dv_error : forall vis c scale k (tiles : list (list (list R * (R * R))))
   Rabs (ff_rnd S_ (dv_kernel vis c k tiles) - rsum (map Pd (concat tiles)))
   <= (1 + us) * (((1 + g) * dv_F X - 1) * S + (1 + g) * INR (length (concat tiles)) * dv_c D) + us * S + es.
 Proof. exact (dv_error_dot (bdot A_)). Qed.
+
+(** ** [dV] accumulated by [tl.dot (p^T, dO, dv)] over the query tiles
+
+    The kernel's [dv = tl.dot (tl.trans (p.to(dO.dtype)), dO, dv)], one query
+    tile after the other from [dv = 0], with any accumulating dot model
+    ([acc_dot_model accf n g_rel g_abs], NumeratorError.v; instances in
+    ForwardError.v PART F: the fp32 per-product model, the H100's tensor
+    cores, Triton's 3xTF32), each query tile of [n] rows (a masked row's
+    weight is an exact 0).  With [G = (1 + g_rel)^t] ([t] query tiles),
+    [H = (1 + us) (1 + ue) X], [cw = (1 + us) ee + es], [N] query rows:
+      |rnd_s (dV) - sum_i vis_i P_i dO_i|
+        <= (1 + us) ((G H - 1) S + G cw N D + t G g_abs) + us S + es. *)
+Definition dv_w_with dotf (vis : list R * (R * R) -> bool) (c : R) (k : list R) (x : list R * (R * R)) : R :=
+  if vis x then ff_rnd S_ (dv_p_with dotf c k x) else 0.
+
+Definition dv_kernel_acc (accf : R -> list R -> list R -> R) dotf vis c k
+    (tiles : list (list (list R * (R * R)))) : R :=
+  fold_left (fun acc ab => accf acc (fst ab) (snd ab))
+    (map (fun tl => (map (dv_w_with dotf vis c k) tl, map (fun x => fst (snd x)) tl)) tiles) 0.
+
+Lemma rsum_concat_map : forall {T} (h : T -> R) (tiles : list (list T)),
+  rsum (map (fun tl => rsum (map h tl)) tiles) = rsum (map h (concat tiles)).
+Proof.
+  intros T h; induction tiles as [|tl rest IH]; [reflexivity |].
+  cbn [map concat]; rewrite rsum_cons, map_app, rsum_app, IH; reflexivity.
+Qed.
+
+Lemma rsum_le_const : forall {T} (f : T -> R) (xs : list T) D,
+  (forall x, In x xs -> f x <= D) -> rsum (map f xs) <= INR (length xs) * D.
+Proof.
+  intros T f xs D H; induction xs as [|x xs IH]; [unfold rsum; simpl; lra |].
+  cbn [map length]; rewrite rsum_cons, S_INR.
+  pose proof (H x (or_introl eq_refl)); pose proof (IH (fun y Hy => H y (or_intror Hy))); lra.
+Qed.
+
+Theorem dv_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs (dotf : list R -> list R -> R)
+    vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R) delta Dl Am X D,
+  acc_dot_model accf n g_rel g_abs ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> 0 <= D ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta
+     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
+     /\ Rabs (fst (snd x)) <= D) ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  let G := (1 + g_rel) ^ length tiles in
+  let H := (1 + us) * ((1 + ue) * X) in
+  let cw := (1 + us) * ee + es in
+  let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
+  let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
+                     (concat tiles)) in
+  Rabs (ff_rnd S_ (dv_kernel_acc accf dotf vis c k tiles) - rsum (map Pd (concat tiles)))
+  <= (1 + us) * ((G * H - 1) * S + G * cw * (INR (length (concat tiles)) * D) + INR (length tiles) * G * g_abs)
+     + us * S + es.
+Proof.
+  intros accf n g ga dotf vis c scale k tiles Lx delta Dl Am X D Hm Hn Hd0 Hl0 Ha0 HD0 Hx HX G H cw Pd S.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  set (xs := concat tiles).
+  set (wt := dv_w_with dotf vis c k).
+  set (W := fun x : list R * (R * R) => if vis x then exp (scale * dot_R (fst x) k - Lx x) else 0).
+  set (v := fun x : list R * (R * R) => if vis x then fst (snd x) else 0).
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (Hcw : 0 <= cw) by (unfold cw; assert (0 <= (1 + us) * ee) by (apply Rmult_le_pos; lra); lra).
+  assert (HH : 1 <= H) by (unfold H; assert (1 <= (1 + ue) * X) by nra; nra).
+  (* the weights *)
+  destruct (weighted_close wt W v H cw xs) as [Hw1 Hw2].
+  { intros x _; unfold W; destruct (vis x); [left; apply exp_pos | lra]. }
+  { intros x Hin; unfold wt, W, dv_w_with; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hin Ev) as [H1 [H2 [H3 H4]]].
+      apply (stored_weight_close M); [apply exp_pos | nra |].
+      exact (dv_weight_close_with dotf c k x scale (Lx x) delta Dl Am X H1 H2 H3 HX).
+    - rewrite Rminus_0_r, Rabs_R0; lra. }
+  assert (Ewv : forall x, wt x * v x = wt x * fst (snd x)).
+  { intros x; unfold wt, v, dv_w_with; destruct (vis x); ring. }
+  assert (EPd : rsum (map (fun x => W x * v x) xs) = rsum (map Pd xs)).
+  { apply rsum_map_ext; intros x _; unfold W, v, Pd; destruct (vis x); ring. }
+  assert (ES : rsum (map (fun x => W x * Rabs (v x)) xs) = S).
+  { unfold S; fold xs; apply rsum_map_ext; intros x _; unfold W, v; destruct (vis x); [reflexivity |].
+    rewrite Rabs_R0; ring. }
+  assert (HDs : rsum (map (fun x => Rabs (v x)) xs) <= INR (length xs) * D).
+  { apply rsum_le_const; intros x Hin; unfold v; destruct (vis x) eqn:Ev.
+    - exact (proj2 (proj2 (proj2 (Hx x Hin Ev)))).
+    - rewrite Rabs_R0; exact HD0. }
+  rewrite EPd, ES in Hw1; rewrite ES in Hw2.
+  (* the chain over the query tiles *)
+  set (tiles' := map (fun tl => (map wt tl, map (fun x => fst (snd x)) tl)) tiles).
+  assert (Hl' : Forall (fun ab => length (fst ab) = n /\ length (snd ab) = n) tiles').
+  { apply Forall_forall; intros ab Hab; apply in_map_iff in Hab; destruct Hab as [tl [<- Htl]].
+    pose proof (proj1 (Forall_forall _ _) Hn tl Htl); cbn [fst snd]; rewrite !map_length; split; assumption. }
+  pose proof (acc_chain_error accf n g ga tiles' 0 Hm Hl') as Hc.
+  assert (ED : rsum (map (fun ab => dot_R (fst ab) (snd ab)) tiles') = rsum (map (fun x => wt x * v x) xs)).
+  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
+    unfold dot_R; rewrite combine_map_both, map_map; apply rsum_map_ext; intros x _; cbn [fst snd].
+    symmetry; apply Ewv. }
+  assert (EA : rsum (map (fun ab => dot_abs (fst ab) (snd ab)) tiles') = rsum (map (fun x => Rabs (wt x * v x)) xs)).
+  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
+    unfold dot_abs; rewrite combine_map_both, map_map; apply rsum_map_ext; intros x _; cbn [fst snd].
+    rewrite Ewv; reflexivity. }
+  rewrite ED, EA, Rabs_R0, Rplus_0_l, Rplus_0_l in Hc.
+  unfold tiles' in Hc; rewrite map_length in Hc; fold G in Hc.
+  change (fold_left (fun acc ab => accf acc (fst ab) (snd ab))
+            (map (fun tl => (map wt tl, map (fun x => fst (snd x)) tl)) tiles) 0)
+    with (dv_kernel_acc accf dotf vis c k tiles) in Hc.
+  set (dv := dv_kernel_acc accf dotf vis c k tiles) in *.
+  set (Dv := rsum (map (fun x => wt x * v x) xs)) in *.
+  set (Av := rsum (map (fun x => Rabs (wt x * v x)) xs)) in *.
+  set (Ds := rsum (map (fun x => Rabs (v x)) xs)) in *.
+  set (t := INR (length tiles)) in *.
+  assert (HG : 1 <= G) by (unfold G; apply pow_R1_Rle; lra).
+  assert (HS0 : 0 <= S).
+  { rewrite <- ES; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]].
+    unfold W; destruct (vis x); [apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos] | lra]. }
+  assert (Ht : 0 <= t) by apply pos_INR.
+  assert (HDs0 : 0 <= Ds).
+  { apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; apply Rabs_pos. }
+  set (er := (G * H - 1) * S + G * cw * (INR (length xs) * D) + t * G * ga).
+  assert (Hdv : Rabs (dv - rsum (map Pd xs)) <= er).
+  { replace (dv - rsum (map Pd xs)) with ((dv - Dv) + (Dv - rsum (map Pd xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (E1 : (G - 1) * Av <= (G - 1) * (H * S + cw * Ds)) by (apply Rmult_le_compat_l; lra).
+    assert (E2 : G * cw * Ds <= G * cw * (INR (length xs) * D)) by (apply Rmult_le_compat_l; nra).
+    unfold er; nra. }
+  assert (EPa : rsum (map (fun x => Rabs (Pd x)) xs) = S).
+  { unfold S; fold xs; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite Rabs_mult, (Rabs_right (exp _)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S) by (rewrite <- EPa; apply bw_rsum_abs).
+  pose proof (ff_abs S_ dv) as Hst.
+  assert (Hdva : Rabs dv <= S + er)
+    by (replace dv with ((dv - rsum (map Pd xs)) + rsum (map Pd xs)) by ring;
+        eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (ff_rnd S_ dv - rsum (map Pd xs)) with ((ff_rnd S_ dv - dv) + (dv - rsum (map Pd xs))) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs dv <= us * (S + er)) by (apply Rmult_le_compat_l; lra).
+  unfold er in *; lra.
+Qed.
 
 (** The backward's [lse2 = rnd (lse * c2)] ([c2] the fp32 [log2 e]) from the
     forward's saved [lse] within [Lb] of the exact [LSE]: the [Dl] and the

@@ -1475,6 +1475,72 @@ Proof.
   nra.
 Qed.
 
+(** [g_abs >= 0]: the model at [c = 0] on zero vectors. *)
+Lemma adm_abs_nonneg : forall accf n g_rel g_abs, acc_dot_model accf n g_rel g_abs -> 0 <= g_abs.
+Proof.
+  intros accf n g ga Hm.
+  pose proof (adm_err _ _ _ _ Hm 0 (repeat 0 n) (repeat 0 n) (repeat_length _ _) (repeat_length _ _)) as H.
+  assert (E : forall m, rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine (repeat 0 m) (repeat 0 m))) = 0).
+  { intros m; induction m as [|m IH]; [reflexivity |].
+    cbn [repeat combine map]; rewrite rsum_cons; cbn [fst snd]; rewrite Rmult_0_l, Rabs_R0, IH; ring. }
+  rewrite E, Rabs_R0, Rplus_0_r, Rmult_0_r in H.
+  match type of H with Rabs ?x <= _ => pose proof (Rabs_pos x) end; lra.
+Qed.
+
+(** A chain of [t] accumulating dots from [c] (the backward's [dv], [dk],
+    [dq] over the tiles): within
+    [((1 + g_rel)^t - 1) (|c| + sum_tiles sum |a_i b_i|) + t (1 + g_rel)^t g_abs]
+    of [c + sum_tiles a.b]. *)
+Theorem acc_chain_error : forall accf n g_rel g_abs (tiles : list (list R * list R)) c,
+  acc_dot_model accf n g_rel g_abs ->
+  Forall (fun ab => length (fst ab) = n /\ length (snd ab) = n) tiles ->
+  Rabs (fold_left (fun acc ab => accf acc (fst ab) (snd ab)) tiles c
+        - (c + rsum (map (fun ab => dot_R (fst ab) (snd ab)) tiles)))
+  <= ((1 + g_rel) ^ length tiles - 1) * (Rabs c + rsum (map (fun ab => dot_abs (fst ab) (snd ab)) tiles))
+     + INR (length tiles) * (1 + g_rel) ^ length tiles * g_abs.
+Proof.
+  intros accf n g ga tiles c Hm Hl.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  revert c Hl; induction tiles as [|ab rest IH]; intros c Hl.
+  - cbn [fold_left map length]; unfold rsum; cbn [fold_right INR pow].
+    replace (c - (c + 0)) with 0 by ring; rewrite Rabs_R0.
+    pose proof (Rabs_pos c); lra.
+  - inversion Hl as [|ab' rest' Hab Hrest]; subst; destruct Hab as [Ha Hb].
+    cbn [fold_left map length]; rewrite !rsum_cons.
+    set (c' := accf c (fst ab) (snd ab)).
+    pose proof (IH c' Hrest) as Hi.
+    pose proof (adm_err _ _ _ _ Hm c (fst ab) (snd ab) Ha Hb) as He.
+    change (rsum (map (fun xy => fst xy * snd xy) (combine (fst ab) (snd ab)))) with (dot_R (fst ab) (snd ab)) in He.
+    change (rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine (fst ab) (snd ab)))) with (dot_abs (fst ab) (snd ab)) in He.
+    fold c' in He.
+    pose proof (dot_R_abs (fst ab) (snd ab)) as HDA.
+    set (D := dot_R (fst ab) (snd ab)) in *; set (A := dot_abs (fst ab) (snd ab)) in *.
+    set (DR := rsum (map (fun ab0 => dot_R (fst ab0) (snd ab0)) rest)) in *.
+    set (AR := rsum (map (fun ab0 => dot_abs (fst ab0) (snd ab0)) rest)) in *.
+    set (F := fold_left (fun acc ab0 => accf acc (fst ab0) (snd ab0)) rest c') in *.
+    set (t := length rest) in *.
+    assert (HA : 0 <= A) by (unfold A, dot_abs; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy;
+                             destruct Hy as [xy [<- _]]; apply Rabs_pos).
+    assert (HAR : 0 <= AR).
+    { unfold AR; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [ab0 [<- _]].
+      unfold dot_abs; apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz; destruct Hz as [xy [<- _]]; apply Rabs_pos. }
+    assert (HP : 1 <= (1 + g) ^ t) by (apply pow_R1_Rle; lra).
+    set (P := (1 + g) ^ t) in *.
+    rewrite S_INR; cbn [pow]; fold P.
+    assert (Hc' : Rabs c' <= (1 + g) * (Rabs c + A) + ga).
+    { replace c' with ((c' - (c + D)) + c + D) by ring.
+      pose proof (Rabs_triang (c' - (c + D) + c) D); pose proof (Rabs_triang (c' - (c + D)) c).
+      lra. }
+    replace (F - (c + (D + DR))) with ((F - (c' + DR)) + (c' - (c + D))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    pose proof (Rabs_pos c) as Hc0; pose proof (pos_INR t) as Ht.
+    assert (E1 : (P - 1) * (Rabs c' + AR) <= (P - 1) * ((1 + g) * (Rabs c + A) + ga + AR))
+      by (apply Rmult_le_compat_l; lra).
+    assert (E2 : 0 <= g * P * AR) by (apply Rmult_le_pos; [nra | lra]).
+    assert (E3 : 0 <= g * P * ga * (INR t + 1)) by (apply Rmult_le_pos; [apply Rmult_le_pos; nra | lra]).
+    nra.
+Qed.
+
 Section AccTile.
 
 Variable M : MixedModel.

@@ -60,3 +60,10 @@ Definition dv_error_dot_witness :=
   dv_error_dot wM (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
     (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1 1
     ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1 ltac:(repeat constructor) ws_b wv_items (Rle_refl _).
+
+(** [dV] accumulated by [tl.dot] over query tiles of one row, at the fp32 per-product model. *)
+Definition dv_error_acc_witness :=
+  dv_error_acc wM _ 1 _ _ (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
+    (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1
+    blocked_acc_dot_model_witness ltac:(repeat constructor) ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
+    wv_items (Rle_refl _).

@@ -249,3 +249,6 @@ Definition tile_acc_dot_step_witness :=
   tile_acc_dot_step wM _ 1 _ _ 1 0 0 0 0 0 0 0 [(0, 1)] blocked_acc_dot_model_witness eq_refl
     (Rle_refl 1) (Rle_refl 0) (Rle_refl 0) (ff_fmt_0 _) (ff_fmt_0 _) (Rle_refl 0)
     ltac:(rewrite Rabs_R0; apply Rle_refl) wf_acc_svs wf_inv0.
+
+Definition acc_chain_error_witness :=
+  acc_chain_error _ 1 _ _ [([1], [1])] 0 blocked_acc_dot_model_witness ltac:(repeat constructor).
