@@ -133,8 +133,7 @@ def _config_of(ints: list[int] | None) -> AttentionConfig | None:
     return AttentionConfig(*(KernelConfig(*ints[i : i + 4], bool(ints[i + 4])) for i in (0, 5, 10)))
 
 
-@torch.library.custom_op("ojas::flash_attention_forward", mutates_args=(), schema=_FORWARD_SCHEMA)
-def _forward_op(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
+def _forward_impl(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
     return _forward(
         query,
         key,
@@ -149,13 +148,17 @@ def _forward_op(query, key, value, attn_mask, dropout_seed, is_causal, scale, wi
     )
 
 
+_forward_op = torch.library.custom_op(
+    "ojas::flash_attention_forward", _forward_impl, mutates_args=(), schema=_FORWARD_SCHEMA
+)
+
+
 @_forward_op.register_fake
 def _(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
     return _forward_outputs(query, value, seq_major)
 
 
-@torch.library.custom_op("ojas::flash_attention_backward", mutates_args=(), schema=_BACKWARD_SCHEMA)
-def _backward_op(
+def _backward_impl(
     grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p, config
 ):
     return _backward(
@@ -174,9 +177,24 @@ def _backward_op(
     )
 
 
+_backward_op = torch.library.custom_op(
+    "ojas::flash_attention_backward", _backward_impl, mutates_args=(), schema=_BACKWARD_SCHEMA
+)
+
+
 @_backward_op.register_fake
 def _(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p, config):
     return _backward_outputs(query, key, value)
+
+
+# The ops' implementations are also their CPU and CUDA kernels, called by the dispatcher without
+# custom_op's per-call wrapper (as ``ojas_ref.functional.dispatch.direct_kernel`` registers the
+# other primitives' ops; this package does not import ojas_ref): the same functions, the same
+# values.  The Library lives as long as this module (its registrations with it).
+_LIBRARY = torch.library.Library("ojas", "FRAGMENT")
+for _name, _impl in (("flash_attention_forward", _forward_impl), ("flash_attention_backward", _backward_impl)):
+    for _key in ("CPU", "CUDA"):
+        _LIBRARY.impl(_name, torch._disable_dynamo(_impl), _key)
 
 
 def _setup_context(ctx, inputs, output) -> None:

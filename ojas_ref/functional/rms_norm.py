@@ -42,7 +42,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
+from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["CASTS", "fused_rms_norm", "normalized_shape_tuple", "real_argument", "rms_norm", "rms_norm_reference"]
@@ -128,11 +128,12 @@ class _FusedRMSNorm(torch.autograd.Function):
 # ``_FusedRMSNorm`` runs without the dispatcher (the op's autograd wrapper costs more host time).
 
 
-@torch.library.custom_op("ojas::rms_norm_forward", mutates_args=())
-def _forward_op(x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> tuple[Tensor, Tensor]:
-    from ojas_kernels.rms_norm import rms_norm_forward
+def _forward_impl(x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> tuple[Tensor, Tensor]:
+    return _kernels().rms_norm_forward(x, weight, eps, offset, after_weight)
 
-    return rms_norm_forward(x, weight, eps, offset, after_weight)
+
+_forward_op = torch.library.custom_op("ojas::rms_norm_forward", _forward_impl, mutates_args=())
+direct_kernel("rms_norm_forward", _forward_impl)
 
 
 @_forward_op.register_fake
@@ -142,13 +143,14 @@ def _(x, weight, eps, offset, after_weight):
     return forward_outputs(x, weight, after_weight)
 
 
-@torch.library.custom_op("ojas::rms_norm_backward", mutates_args=())
-def _backward_op(
+def _backward_impl(
     grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, offset: float, after_weight: bool
 ) -> tuple[Tensor, Tensor]:
-    from ojas_kernels.rms_norm import rms_norm_backward
+    return _kernels().rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
 
-    return rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
+
+_backward_op = torch.library.custom_op("ojas::rms_norm_backward", _backward_impl, mutates_args=())
+direct_kernel("rms_norm_backward", _backward_impl)
 
 
 @_backward_op.register_fake

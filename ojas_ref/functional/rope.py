@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref._deprecation import renamed_module_attributes
-from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward, resolve_impl
+from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward, resolve_impl
 
 __all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rope", "rope_reference", "rotate_half"]
 
@@ -110,11 +110,12 @@ class _RoPEFunction(torch.autograd.Function):
 # output gradients (autograd gives zeros for an unused output) and returns both.
 
 
-@torch.library.custom_op("ojas::rope_forward", mutates_args=())
-def _forward_op(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    from ojas_kernels.rope import rope_forward
+def _forward_impl(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    return _kernels().rope_forward(q, k, cos, sin)
 
-    return rope_forward(q, k, cos, sin)
+
+_forward_op = torch.library.custom_op("ojas::rope_forward", _forward_impl, mutates_args=())
+direct_kernel("rope_forward", _forward_impl)
 
 
 @_forward_op.register_fake
@@ -124,11 +125,12 @@ def _(q, k, cos, sin):
     return outputs_like(q, k)
 
 
-@torch.library.custom_op("ojas::rope_backward", mutates_args=())
-def _backward_op(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    from ojas_kernels.rope import rope_backward
+def _backward_impl(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    return _kernels().rope_backward(grad_q, grad_k, cos, sin)
 
-    return rope_backward(grad_q, grad_k, cos, sin)
+
+_backward_op = torch.library.custom_op("ojas::rope_backward", _backward_impl, mutates_args=())
+direct_kernel("rope_backward", _backward_impl)
 
 
 @_backward_op.register_fake

@@ -50,7 +50,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ojas_ref.functional.autocast import autocast_off
-from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
+from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = [
@@ -199,11 +199,12 @@ class _SwiGLUFunction(torch.autograd.Function):
 # ``_SwiGLUFunction`` runs without the dispatcher (the op's autograd wrapper costs more host time).
 
 
-@torch.library.custom_op("ojas::swiglu_forward", mutates_args=())
-def _forward_op(a: Tensor, b: Tensor, activation: str) -> Tensor:
-    from ojas_kernels.swiglu import swiglu_forward
+def _forward_impl(a: Tensor, b: Tensor, activation: str) -> Tensor:
+    return _kernels().swiglu_forward(a, b, activation=activation)
 
-    return swiglu_forward(a, b, activation=activation)
+
+_forward_op = torch.library.custom_op("ojas::swiglu_forward", _forward_impl, mutates_args=())
+direct_kernel("swiglu_forward", _forward_impl)
 
 
 @_forward_op.register_fake
@@ -211,11 +212,12 @@ def _(a, b, activation):
     return torch.empty_like(a, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("ojas::swiglu_backward", mutates_args=())
-def _backward_op(a: Tensor, b: Tensor, grad_h: Tensor, activation: str) -> tuple[Tensor, Tensor]:
-    from ojas_kernels.swiglu import swiglu_backward
+def _backward_impl(a: Tensor, b: Tensor, grad_h: Tensor, activation: str) -> tuple[Tensor, Tensor]:
+    return _kernels().swiglu_backward(a, b, grad_h, activation=activation)
 
-    return swiglu_backward(a, b, grad_h, activation=activation)
+
+_backward_op = torch.library.custom_op("ojas::swiglu_backward", _backward_impl, mutates_args=())
+direct_kernel("swiglu_backward", _backward_impl)
 
 
 @_backward_op.register_fake
