@@ -227,3 +227,49 @@ def test_kernel_dot_reads_the_device_record(monkeypatch):
     monkeypatch.setattr(attention_args, "_dot_precision", lambda dtype, default=None: "tf32")
     with pytest.raises(ValueError, match="single-pass TF32"):
         attention_error.kernel_dot("cuda", torch.float32)
+
+
+# --- the accumulating dots tl.dot(a, b, acc) (Ojas.Attention.Float.NumeratorError.acc_dot_model) ---
+
+
+@pytest.mark.parametrize("n", [1, 64, 128])
+def test_acc_constants(n):
+    """``acc_of_dot_model`` (the dot from 0, then ``acc`` added in float32): ``u + (1 + u) g``,
+    ``(1 + u) ga + eta`` for "fp32" (``blocked_acc_dot_model``) and 3xTF32
+    (``tf32x3_tc_op_acc_dot_model``); the H100's tensor-core chain (``tc_acc_op_dot_model``): ``gamma_d(q)``, 0."""
+    g, ga = _gamma(U, n), (1 + _gamma(U, n - 1)) * n * ETA
+    assert ab.acc_dot_error_constants("fp32", n) == (U + (1 + U) * g, (1 + U) * ga + ETA)
+    uh, ul = Fraction(1, 2048), Fraction(1, 1024)
+    c, kl, kh = uh * uh + 2 * uh * ul * (1 + uh), 2 * uh * (1 + ul) * (1 + uh), (1 + uh) ** 2
+    d = (1 + 2 * U) * 9 * Fraction(2) ** -25 + 2 * U  # tc_delta 8 at F = 26, truncation
+    q = -(-n // 8)
+    g3 = c + _gamma(d, 3 * q) * kl + _gamma(d, q) * kh
+    assert ab.acc_dot_error_constants(ab.TF32X3_H100, n) == (U + (1 + U) * g3, ETA)
+    d16 = (1 + 2 * U) * 17 * Fraction(2) ** -25 + 2 * U  # tc_delta 16 at F = 26, truncation
+    assert ab.acc_dot_error_constants(ab.TENSOR_CORE_BF16_H100, n) == (_gamma(d16, -(-n // 16)), 0)
+    with pytest.raises(NotImplementedError, match="ref='term'"):
+        ab.acc_dot_error_constants(ab.TensorCoreDot(block=16, ref="term"), n)
+
+
+def test_dv_accumulates_with_the_model():
+    """With a tensor-core model, dV's tiles accumulate by ``tc_acc_op_dot_model`` (``dv_error_acc``):
+    at ``S = 0`` the bound is ``(1 + us)(G cw t block_m D + t G g_abs) + es``, ``G = (1 + g_rel)^t``
+    (the X-free part); "fp32" keeps ``dv_error``'s value."""
+    kw = dict(max_abs_q=1.5, max_abs_k=2.0, max_abs_lse=10.0, lse_error=1e-4, max_abs_do=3.0)
+    zero = torch.zeros(1, dtype=torch.float64)
+    t, bm = 4, 64
+    got = ab.attention_dv_error_bound(
+        zero, 256, t, 64, block_m=bm, dtype=torch.bfloat16, dot=ab.TENSOR_CORE_BF16_H100, **kw
+    )
+    us, es = (Fraction(x) for x in common._storage(torch.bfloat16, "nearest"))
+    cw = (1 + us) * Fraction(common._EXP2_ABS_ERROR) + es
+    g_rel, g_abs = ab.acc_dot_error_constants(ab.TENSOR_CORE_BF16_H100, bm)
+    G = (1 + g_rel) ** t
+    want = common._float_up((1 + us) * (G * cw * (t * bm) * 3 + t * G * g_abs) + es) * common._ROUND_UP
+    assert float(got[0]) == want
+    fp32 = ab.attention_dv_error_bound(zero, 256, t, 64, block_m=bm, dtype=torch.bfloat16, **kw)
+    assert float(fp32[0]) != want
+    with pytest.raises(NotImplementedError, match="ref='term'"):
+        ab.attention_dv_error_bound(
+            zero, 256, t, 64, block_m=bm, dtype=torch.bfloat16, dot=ab.TensorCoreDot(block=16, ref="term"), **kw
+        )

@@ -35,6 +35,7 @@ __all__ = [
     "TF32X3_H100",
     "TensorCoreDot",
     "Tf32x3Dot",
+    "acc_dot_error_constants",
     "dot_error_constants",
     "attention_delta_error_bound",
     "attention_dk_error_bound",
@@ -230,6 +231,34 @@ def dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
     if not 3 * q * d < 1:
         raise ValueError(f"side condition 3 q tc_delta < 1 of tf32x3_tc_dot_model fails for n={n}, {dot}")
     return c + _gamma_q(d, 3 * q) * kl + _gamma_q(d, q) * kh, Fraction(0)
+
+
+def acc_dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
+    """``(g_rel, g_abs)`` of the ACCUMULATING dot ``tl.dot(a, b, acc)`` of ``dot``'s kind on vectors
+    of length ``n`` (exact rationals): the computed result is within
+    ``g_rel * (|acc| + sum_i |a_i b_i|) + g_abs`` of ``acc + a.b``
+    (``Ojas.Attention.Float.NumeratorError.acc_dot_model``).
+
+    * "fp32" and a :class:`Tf32x3Dot`: the dot from 0 (:func:`dot_error_constants`' ``g, ga``),
+      then ``acc`` added in float32 (``u = 2^-24``, ``eta`` float32's underflow term):
+      ``u + (1 + u) g``, ``(1 + u) ga + eta`` (``Ojas.Attention.Float.ForwardError.acc_of_dot_model``;
+      ``blocked_acc_dot_model``, ``tf32x3_tc_op_acc_dot_model``: Triton 3.6 adds ``acc`` after the
+      three TF32 dots);
+    * a :class:`TensorCoreDot` with ``ref="operands"`` (the H100's): the accumulator aligned and
+      truncated with each block, ``gamma_d(q)``, 0 (``tc_acc_op_dot_model``).
+
+    Raises ``NotImplementedError`` for a :class:`TensorCoreDot` with ``ref="term"`` (no accumulating
+    model is proved for it) and ``ValueError`` as :func:`dot_error_constants`."""
+    dot = _dot_model(dot)
+    if isinstance(dot, TensorCoreDot):
+        if dot.ref != "operands":
+            raise NotImplementedError(
+                f"no accumulating tensor-core model is proved for ref={dot.ref!r} (only 'operands'): {dot}"
+            )
+        return dot_error_constants(dot, n)
+    g, ga = dot_error_constants(dot, n)
+    u = Fraction(_FP32_U)
+    return u + (1 + u) * g, (1 + u) * ga + Fraction(_FP32_ETA)
 
 
 def _score_dot_error(dot: DotModel, head_dim: int, p: float) -> float | None:
@@ -803,9 +832,18 @@ def attention_dv_error_bound(
     ``tc_op_dot_model``, ``tc_dot_model``), computed exactly here (``score_max_de``,
     ``score_delta_de``).
 
-    Not covered: the MMA order and its accumulation into dv (3xTF32 on CUDA in float32
-    included), FMA contraction, ``exp2_error`` (an assumption); dK and dQ:
-    :func:`attention_dk_error_bound`.
+    With a model (not "fp32") the accumulation into dv is the model's too
+    (``Ojas.Attention.Float.DvError.dv_error_acc`` at :func:`acc_dot_error_constants` of
+    ``block_m`` rows, ``t = n_query_tiles`` query tiles of ``block_m`` rows each)::
+
+        bound = (1 + us) ((G H - 1) S + G cw (t block_m) D + t G g_abs) + us S + es,
+
+    ``G = (1 + g_rel)^t``, ``H = (1 + us)(1 + ue) X``, ``cw = (1 + us) ee + es``, ``D = max_abs_do``;
+    a :class:`TensorCoreDot` with ``ref="term"`` raises ``NotImplementedError``.
+
+    Not covered: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA order and
+    its accumulation into dv (modelled as float32 products summed blocked); dK and dQ:
+    :func:`attention_dk_error_bound` (their accumulation is the per-product model).
     """
     if not (isinstance(max_abs_do, (int, float)) and math.isfinite(max_abs_do) and max_abs_do >= 0.0):
         raise ValueError(f"max_abs_do must be a finite number >= 0, got {max_abs_do!r}")
@@ -826,10 +864,19 @@ def attention_dv_error_bound(
         dot,
     )
     u, ea, ue, ee, us, es, g = (c[name] for name in ("u", "ea", "ue", "ee", "us", "es", "g"))
-    Ff = (1 + u) * (1 + us) * ((1 + ue) * c["X"])
-    cc = (1 + u) * ((1 + us) * ee + es) * Fraction(float(max_abs_do)) + ea
-    a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)  # coefficient of S
-    b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
+    if _dot_model(dot) == "fp32":
+        Ff = (1 + u) * (1 + us) * ((1 + ue) * c["X"])
+        cc = (1 + u) * ((1 + us) * ee + es) * Fraction(float(max_abs_do)) + ea
+        a = _float_up((1 + us) * ((1 + g) * Ff - 1) + us)  # coefficient of S
+        b = _float_up((1 + us) * (1 + g) * n_queries * cc + es)  # constant
+    else:  # dv_error_acc: query tiles of block_m rows accumulated by the model's tl.dot
+        g_rel, g_abs = acc_dot_error_constants(dot, block_m)
+        t = n_query_tiles
+        G = (1 + g_rel) ** t
+        H = (1 + us) * ((1 + ue) * c["X"])
+        cw = (1 + us) * ee + es
+        a = _float_up((1 + us) * (G * H - 1) + us)
+        b = _float_up((1 + us) * (G * cw * (t * block_m) * Fraction(float(max_abs_do)) + t * G * g_abs) + es)
     return (a * _enlarged(prob_abs_do, n_queries) + b) * _ROUND_UP
 
 
