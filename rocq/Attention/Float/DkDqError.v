@@ -75,7 +75,7 @@ From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError 
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
-From Ojas Require Import Attention.Float.DvError.
+From Ojas Require Import Attention.Float.DvError Attention.Float.NumeratorError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -180,6 +180,16 @@ Definition grad_eA (g E S1 SR n gc : R) : R := (1 + g) * (grad_A E * S1 + grad_B
 Definition grad_bound (scale ucs eA S1 : R) : R :=
   (1 + us) * (scale * ((1 + u) * (1 + ucs) * eA + (u * (1 + ucs) + ucs) * S1) + ea) + us * scale * S1 + es.
 
+(** The closed forms with an accumulating dot ([grad_error_acc_with]): the
+    stored [ds] times [w] is an exact product inside the model's [tl.dot],
+    so [grad_A], [grad_B], [grad_c] lose the product's rounding;
+    [G = (1 + g_rel)^t] over [t] tiles, [ga] the model's [g_abs]. *)
+Definition gacc_A (E : R) : R := (1 + us) * ((1 + u) * (1 + u) * E - 1) + us.
+Definition gacc_B (E : R) : R := (1 + us) * ((1 + u) * E).
+Definition gacc_c (E Ym cRm W : R) : R := ((1 + us) * ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea) + es) * W.
+Definition gacc_eA (G E S1 SR n gc t ga : R) : R :=
+  G * (gacc_A E * S1 + gacc_B E * SR + n * gc) + (G - 1) * S1 + t * G * ga.
+
 (** The last two steps: [rnd (acc * cs)] with [acc] within [eA] of [T]
     ([|T| <= S1]) and [cs] within [ucs scale] of [scale], stored. *)
 Lemma scale_store_close : forall acc T S1 eA cs scale ucs,
@@ -241,6 +251,54 @@ Definition grad_term_with (vis : T -> bool) (c : R) (x : T) : R :=
 Definition grad_kernel_with (vis : T -> bool) (c cs : R) (tiles : list (list T)) : R :=
   ff_rnd S_ (rnd (blocked_sum A_ (map (map (grad_term_with vis c)) tiles) * cs)).
 
+(** The computed [ds = rnd (p * rnd (dp - delta))] against [P (dP - D)]. *)
+Lemma grad_ds_close_with : forall c scale (x : T) (Lx dPx Dx eDx : R) delta Dl Am X eP eDm Ym,
+  Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
+  Rabs (l2 x * ln 2 - Lx) <= Dl ->
+  Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
+  Rabs (dPx - Dx) <= Ym ->
+  let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
+  let E := (1 + ue) * X in
+  Rabs (grad_ds_with c x - P * (dPx - Dx))
+  <= ((1 + u) * (1 + u) * E - 1) * (P * Rabs (dPx - Dx)) + (1 + u) * E * (P * ((1 + u) * (eP + eDx) + ea))
+     + ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea).
+Proof.
+  intros c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym Hs Hl Ha HX Hp Hd HdD HY P E.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
+  pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  assert (HX1 : 1 <= X).
+  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
+    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
+    pose proof (Rabs_pos (l2 x * ln 2 - Lx)).
+    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  assert (HE : 1 <= E) by (unfold E; nra).
+  assert (HP : 0 < P) by apply exp_pos.
+  pose proof (dv_weight_close_with M sdot c (kv x) (qv x, (0, l2 x)) scale Lx delta Dl Am X Hs Hl Ha HX) as Hw.
+  fold P in Hw; fold E in Hw; unfold dv_p_with in Hw; cbn [fst snd] in Hw.
+  pose proof (dsub_close (dp x) dPx (dl x) Dx eP eDx Hp Hd) as Hr.
+  set (Y := dPx - Dx) in *.
+  set (cR := (1 + u) * (eP + eDx) + ea).
+  set (cRm := (1 + u) * (eP + eDm) + ea).
+  assert (HeP : 0 <= eP) by (eapply Rle_trans; [apply Rabs_pos | exact Hp]).
+  assert (HeD : 0 <= eDx) by (eapply Rle_trans; [apply Rabs_pos | exact Hd]).
+  assert (HcR : 0 <= cR) by (unfold cR; nra).
+  assert (HcRm : cR <= cRm) by (unfold cR, cRm; nra).
+  pose proof (ds_close _ _ _ _ E _ HP HE Hw Hr) as Hds.
+  pose proof (Rabs_pos Y) as HY0.
+  unfold grad_ds_with, grad_p_with; eapply Rle_trans; [exact Hds |].
+  assert (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea) <= (1 + u) * Ym + cRm)
+    by (fold cR; unfold cRm in *; nra).
+  assert ((1 + u) * ee * (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea)) <= (1 + u) * ee * ((1 + u) * Ym + cRm))
+    by (apply Rmult_le_compat_l; [nra | lra]).
+  assert ((1 + u) * E * (P * ((1 + u) * (eP + eDx) + u * Rabs Y + ea))
+          = (1 + u) * E * (P * cR) + (1 + u) * E * u * (P * Rabs Y)) by (unfold cR; ring).
+  fold cR; nra.
+Qed.
+
 Lemma grad_term_close_with : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta Dl Am X eP eDm Ym W,
   vis x = true ->
   Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
@@ -267,29 +325,18 @@ Proof.
     assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
   assert (HE : 1 <= E) by (unfold E; nra).
   assert (HP : 0 < P) by apply exp_pos.
-  pose proof (dv_weight_close_with M sdot c (kv x) (qv x, (0, l2 x)) scale Lx delta Dl Am X Hs Hl Ha HX) as Hw.
-  fold P in Hw; fold E in Hw; unfold dv_p_with in Hw; cbn [fst snd] in Hw.
-  pose proof (dsub_close (dp x) dPx (dl x) Dx eP eDx Hp Hd) as Hr.
+  pose proof (grad_ds_close_with c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym Hs Hl Ha HX Hp Hd HdD HY) as Hds'.
+  fold P E in Hds'.
   set (Y := dPx - Dx) in *.
-  set (cR := (1 + u) * (eP + eDx) + ea).
-  set (cRm := (1 + u) * (eP + eDm) + ea).
+  set (cR := (1 + u) * (eP + eDx) + ea) in *.
+  set (cRm := (1 + u) * (eP + eDm) + ea) in *.
   assert (HeP : 0 <= eP) by (eapply Rle_trans; [apply Rabs_pos | exact Hp]).
   assert (HeD : 0 <= eDx) by (eapply Rle_trans; [apply Rabs_pos | exact Hd]).
   assert (HcR : 0 <= cR) by (unfold cR; nra).
   assert (HcRm : cR <= cRm) by (unfold cR, cRm; nra).
-  pose proof (ds_close _ _ _ _ E _ HP HE Hw Hr) as Hds.
   set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR)
-              + ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea)).
+              + ((1 + u) * ee * ((1 + u) * Ym + cRm) + ea)) in *.
   pose proof (Rabs_pos Y) as HY0.
-  assert (Hds' : Rabs (rnd (grad_p_with c x * rnd (dp x - dl x)) - P * Y) <= eds).
-  { unfold grad_p_with; eapply Rle_trans; [exact Hds |]; unfold eds.
-    assert (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea) <= (1 + u) * Ym + cRm)
-      by (fold cR; unfold cRm in *; nra).
-    assert ((1 + u) * ee * (Rabs Y + ((1 + u) * (eP + eDx) + u * Rabs Y + ea)) <= (1 + u) * ee * ((1 + u) * Ym + cRm))
-      by (apply Rmult_le_compat_l; [nra | lra]).
-    assert ((1 + u) * E * (P * ((1 + u) * (eP + eDx) + u * Rabs Y + ea))
-            = (1 + u) * E * (P * cR) + (1 + u) * E * u * (P * Rabs Y)) by (unfold cR; ring).
-    nra. }
   pose proof (store_mul_close _ _ (w x) eds Hds') as Ht.
   unfold grad_term_with; rewrite Hv; unfold grad_ds_with.
   eapply Rle_trans; [exact Ht |].
@@ -393,6 +440,137 @@ Proof.
     assert (g * rsum (map Rabs (map (grad_term_with vis c) xs)) <= g * (S1 + (gA * S1 + gB * SR) + n * gc))
       by (apply Rmult_le_compat_l; lra).
     unfold eA, grad_eA; fold gA gB gc; lra. }
+  exact (scale_store_close _ _ S1 eA cs scale ucs Hs Hucs Hc HPs HA).
+Qed.
+
+(** The output coordinate with the tiles accumulated by [tl.dot (ds^T, w, acc)]
+    of any accumulating dot model (NumeratorError.v's [acc_dot_model]), tiles
+    of [n] items, then [rnd (acc * cs)] stored. *)
+Definition grad_w_with (vis : T -> bool) (c : R) (x : T) : R :=
+  if vis x then ff_rnd S_ (grad_ds_with c x) else 0.
+
+Definition grad_kernel_acc_with (accf : R -> list R -> list R -> R) (vis : T -> bool) (c cs : R)
+    (tiles : list (list T)) : R :=
+  ff_rnd S_ (rnd (fold_left (fun acc ab => accf acc (fst ab) (snd ab))
+                    (map (fun tl => (map (grad_w_with vis c) tl, map w tl)) tiles) 0 * cs)).
+
+Theorem grad_error_acc_with : forall accf n g_rel g_abs vis c cs scale ucs (tiles : list (list T)) (Lx dPx Dx eD : T -> R)
+    delta Dl Am X eP eDm Ym W,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= eP -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am
+     /\ Rabs (dp x - dPx x) <= eP
+     /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
+  let E := (1 + ue) * X in
+  let G := (1 + g_rel) ^ length tiles in
+  let Pr := fun x => exp (scale * dot_R (qv x) (kv x) - Lx x) in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0) (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0)
+                      (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eDm) + ea) W)
+                    (INR (length tiles)) g_abs in
+  Rabs (grad_kernel_acc_with accf vis c cs tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta Dl Am X eP eDm Ym W
+    Hm Hn Hs Hucs Hc HeP HeDm HYm HW0 HX Hx E G Pr S1 SR eA.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  set (xs := concat tiles) in *.
+  set (wt := grad_w_with vis c).
+  set (gc := gacc_c E Ym ((1 + u) * (eP + eDm) + ea) W) in *.
+  set (h1 := fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0).
+  set (h2 := fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) else 0).
+  set (Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0).
+  set (gA := gacc_A E) in *; set (gB := gacc_B E) in *.
+  assert (HK0 : 0 <= (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea))) by (apply Rmult_le_pos; nra).
+  assert (Hgc : 0 <= gc).
+  { unfold gc, gacc_c; apply Rmult_le_pos; [| lra].
+    assert (0 <= (1 + us) * ((1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea)) by nra. lra. }
+  assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= (gA * h1 x + gB * h2 x) + gc).
+  { intros x Hxs; unfold wt, grad_w_with, Pd, h1, h2; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hxs Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 H8]]]]]]].
+      pose proof (grad_ds_close_with c scale x (Lx x) (dPx x) (Dx x) (eD x) delta Dl Am X eP eDm Ym
+                    H1 H2 H3 HX H4 H5 H6 H7) as Hds.
+      cbv zeta in Hds; fold E in Hds.
+      set (P := exp (scale * dot_R (qv x) (kv x) - Lx x)) in *.
+      set (Y := dPx x - Dx x) in *.
+      set (cR := (1 + u) * (eP + eD x) + ea) in *.
+      set (K0 := (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea) in *.
+      set (ds := grad_ds_with c x) in *.
+      set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR) + K0) in *.
+      assert (HP : 0 < P) by apply exp_pos.
+      assert (HX1 : 1 <= X).
+      { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+        pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
+        pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
+        pose proof (Rabs_pos (l2 x * ln 2 - Lx x)).
+        assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+      pose proof (ff_abs S_ ds) as Hst.
+      assert (Hsd : Rabs (ff_rnd S_ ds - P * Y) <= (1 + us) * eds + us * (P * Rabs Y) + es).
+      { replace (ff_rnd S_ ds - P * Y) with ((ff_rnd S_ ds - ds) + (ds - P * Y)) by ring.
+        eapply Rle_trans; [apply Rabs_triang |].
+        assert (Rabs ds <= P * Rabs Y + eds).
+        { replace ds with ((ds - P * Y) + P * Y) by ring; eapply Rle_trans; [apply Rabs_triang |].
+          rewrite Rabs_mult, (Rabs_right P) by lra; lra. }
+        assert (us * Rabs ds <= us * (P * Rabs Y + eds)) by (apply Rmult_le_compat_l; lra).
+        lra. }
+      change (Pr x) with P.
+      replace (ff_rnd S_ ds * w x - P * Y * w x) with ((ff_rnd S_ ds - P * Y) * w x) by ring.
+      rewrite Rabs_mult.
+      pose proof (Rabs_pos (w x)) as Hw0; pose proof (Rabs_pos Y) as HY0.
+      set (aw := Rabs (w x)) in *.
+      assert (E1 : Rabs (ff_rnd S_ ds - P * Y) * aw <= ((1 + us) * eds + us * (P * Rabs Y) + es) * aw)
+        by (apply Rmult_le_compat_r; lra).
+      eapply Rle_trans; [exact E1 |].
+      unfold gc, gacc_c, gA, gB, gacc_A, gacc_B, eds; fold K0.
+      assert (E2 : ((1 + us) * K0 + es) * aw <= ((1 + us) * K0 + es) * W).
+      { apply Rmult_le_compat_l; [unfold K0; nra | lra]. }
+      nra.
+    - rewrite Rmult_0_l, Rminus_0_r, Rabs_R0, !Rmult_0_r; lra. }
+  destruct (sum_terms_close xs (fun x => wt x * w x) Pd (fun x => gA * h1 x + gB * h2 x) gc Hterm) as [Hs1 Hs2].
+  assert (EH : rsum (map (fun x => gA * h1 x + gB * h2 x) xs) = gA * S1 + gB * SR).
+  { rewrite rsum_map_plus, !rsum_map_scal_l; reflexivity. }
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
+  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  rewrite EH in Hs1, Hs2; rewrite EPd, map_map in Hs2.
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
+  set (tiles' := map (fun tl => (map wt tl, map w tl)) tiles).
+  assert (Hl' : Forall (fun ab => length (fst ab) = n /\ length (snd ab) = n) tiles').
+  { apply Forall_forall; intros ab Hab; apply in_map_iff in Hab; destruct Hab as [tl [<- Htl]].
+    pose proof (proj1 (Forall_forall _ _) Hn tl Htl); cbn [fst snd]; rewrite !map_length; split; assumption. }
+  pose proof (acc_chain_error accf n g ga tiles' 0 Hm Hl') as Hch.
+  assert (ED : rsum (map (fun ab => dot_R (fst ab) (snd ab)) tiles') = rsum (map (fun x => wt x * w x) xs)).
+  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
+    unfold dot_R; rewrite combine_map_both, map_map; reflexivity. }
+  assert (EA : rsum (map (fun ab => dot_abs (fst ab) (snd ab)) tiles') = rsum (map (fun x => Rabs (wt x * w x)) xs)).
+  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
+    unfold dot_abs; rewrite combine_map_both, map_map; reflexivity. }
+  rewrite ED, EA, Rabs_R0, Rplus_0_l, Rplus_0_l in Hch.
+  unfold tiles' in Hch; rewrite map_length in Hch; fold G in Hch.
+  set (acc := fold_left (fun acc ab => accf acc (fst ab) (snd ab)) (map (fun tl => (map wt tl, map w tl)) tiles) 0) in *.
+  set (nn := INR (length xs)) in *.
+  set (t := INR (length tiles)) in *.
+  assert (HG : 1 <= G) by (unfold G; apply pow_R1_Rle; lra).
+  assert (HS1 : 0 <= S1) by (eapply Rle_trans; [apply Rabs_pos | exact HPs]).
+  assert (HA : Rabs (acc - rsum (map Pd xs)) <= eA).
+  { replace (acc - rsum (map Pd xs)) with ((acc - rsum (map (fun x => wt x * w x) xs))
+                                           + (rsum (map (fun x => wt x * w x) xs) - rsum (map Pd xs))) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert ((G - 1) * rsum (map (fun x => Rabs (wt x * w x)) xs) <= (G - 1) * (S1 + (gA * S1 + gB * SR) + nn * gc))
+      by (apply Rmult_le_compat_l; lra).
+    unfold eA, gacc_eA; fold gA gB gc; nra. }
   exact (scale_store_close _ _ S1 eA cs scale ucs Hs Hucs Hc HPs HA).
 Qed.
 
@@ -599,6 +777,106 @@ Proof.
   apply (grad_error_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
            (fun y => nth e (fst y) 0) vis c cs scale ucs tiles (fun _ => Lx) (fun y => dot_R dO (snd y))
            (fun _ => D) (fun _ => eD) delta Dl Am X eP eD Ym W b); auto.
+  - apply (dm_eP_nonneg pdot Ev gp_rel gp_abs Pd Hdm HPd).
+  - intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
+    repeat split; auto; try lra.
+    apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+(** dK and dQ with the tiles accumulated by any accumulating dot model
+    ([grad_error_acc_with]): the kernels' [dk = tl.dot (ds^T, q, dk)] over
+    the query tiles and [dq = tl.dot (ds, k, dq)] over the key tiles, tiles of
+    [n] items, the scores' dot [sdot] and dp's [pdot] as in [dk_error_dot],
+    [dq_error_dot]. *)
+Definition dk_kernel_acc (accf : R -> list R -> list R -> R) (sdot pdot : list R -> list R -> R)
+    (vis : (list R * list R) * (R * R) -> bool)
+    (c cs : R) (k v : list R) (e : nat) (tiles : list (list ((list R * list R) * (R * R)))) : R :=
+  grad_kernel_acc_with _ sdot (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
+    (fun x => pdot v (snd (fst x))) (fun x => snd (snd x)) (fun x => nth e (fst (fst x)) 0)
+    accf vis c cs tiles.
+
+Definition dq_kernel_acc (accf : R -> list R -> list R -> R) (sdot pdot : list R -> list R -> R)
+    (vis : list R * list R -> bool) (c cs : R)
+    (q dO : list R) (l2 dl : R) (e : nat) (tiles : list (list (list R * list R))) : R :=
+  grad_kernel_acc_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
+    (fun y => nth e (fst y) 0) accf vis c cs tiles.
+
+Theorem dk_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
+    (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs k v e tiles
+    (Lx Dx eD : (list R * list R) * (R * R) -> R) delta Dl Am X Ev Pd eDm Ym W,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  length v = Ev -> dot_model pdot Ev gp_rel gp_abs ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am
+     /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let eP := gp_rel * Pd + gp_abs in
+  let E := (1 + ue) * X in
+  let G := (1 + g_rel) ^ length tiles in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (fst (fst x)) 0)
+                                 else 0) (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eDm) + ea) W)
+                    (INR (length tiles)) g_abs in
+  Rabs (dk_kernel_acc accf sdot pdot vis c cs k v e tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros accf n g_rel g_abs sdot pdot gp_rel gp_abs vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd
+    eDm Ym W Hm Hn Hs Hucs Hc HPd HeDm HYm HW Hv Hdm HX Hx eP E G Pr Y S1 SR eA.
+  apply (grad_error_acc_with _ sdot (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
+           (fun x => pdot v (snd (fst x))) (fun x => snd (snd x))
+           (fun x => nth e (fst (fst x)) 0) accf n g_rel g_abs vis c cs scale ucs tiles Lx
+           (fun x => dot_R v (snd (fst x))) Dx eD delta Dl Am X eP eDm Ym W); auto.
+  - apply (dm_eP_nonneg pdot Ev gp_rel gp_abs Pd Hdm HPd).
+  - intros x Hin Hvis; destruct (Hx x Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
+    repeat split; auto.
+    apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+Theorem dq_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
+    (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
+    delta Dl Am X Ev Pd Ym W,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= Ym -> 0 <= W ->
+  length dO = Ev -> dot_model pdot Ev gp_rel gp_abs ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
+     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am
+     /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let eP := gp_rel * Pd + gp_abs in
+  let E := (1 + ue) * X in
+  let G := (1 + g_rel) ^ length tiles in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  let SR := rsum (map (fun y => if vis y then Pr y * ((1 + u) * (eP + eD) + ea) * Rabs (nth e (fst y) 0) else 0)
+                      (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eD) + ea) W)
+                    (INR (length tiles)) g_abs in
+  Rabs (dq_kernel_acc accf sdot pdot vis c cs q dO l2 dl e tiles
+        - scale * rsum (map (fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros accf n g_rel g_abs sdot pdot gp_rel gp_abs vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X
+    Ev Pd Ym W Hm Hn Hs Hucs Hc HPd HYm HW Hd Hdm HX Hl HdD Hx eP E G Pr Y S1 SR eA.
+  assert (HeD : 0 <= eD) by (eapply Rle_trans; [apply Rabs_pos | exact HdD]).
+  apply (grad_error_acc_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
+           (fun y => nth e (fst y) 0) accf n g_rel g_abs vis c cs scale ucs tiles (fun _ => Lx)
+           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta Dl Am X eP eD Ym W); auto.
   - apply (dm_eP_nonneg pdot Ev gp_rel gp_abs Pd Hdm HPd).
   - intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
     repeat split; auto; try lra.

@@ -40,13 +40,13 @@
     [s2 - lse2], and dK and dQ (the terms [P (dP - D)] need the error of
     [D = rowsum (dO * O)] and of [dP], not done here). *)
 
-From Coq Require Import Reals List Lra Lia Arith.
+From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
-From Ojas Require Import Attention.Float.NumeratorError.
+From Ojas Require Import Attention.Float.NumeratorError FloatModel.TensorCoreSum FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -435,6 +435,77 @@ Proof.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (us * Rabs dv <= us * (S + er)) by (apply Rmult_le_compat_l; lra).
   unfold er in *; lra.
+Qed.
+
+(** The H100's float32 kernel (3xTF32 on its tensor cores: the scores'
+    [tf32x3_dot_tc_op] and dV's [tl.dot] with [tf32x3_tc_op_acc_dot_model],
+    the accumulator added in fp32 after the three TF32 dots): [dv_error_acc]
+    with [g_rel = u + (1 + u) tf32x3_tc_rel], [g_abs = (1 + u) 0 + ea]
+    (query tiles of [n <= qb kb] rows, blocks of [kb], [F] kept bits). *)
+Theorem dv_error_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb n : nat)
+    vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R) delta Dl Am X D,
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out kb in
+  let accf := tf32x3_acc_fn F out rnd kb in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= kb)%nat -> (1 <= qb)%nat -> (n <= qb * kb)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> 0 <= D ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta
+     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
+     /\ Rabs (fst (snd x)) <= D) ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  let G := (1 + (u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur kb qb)) ^ length tiles in
+  let H := (1 + us) * ((1 + ue) * X) in
+  let cw := (1 + us) * ee + es in
+  let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
+  let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
+                     (concat tiles)) in
+  Rabs (ff_rnd S_ (dv_kernel_acc accf dotf vis c k tiles) - rsum (map Pd (concat tiles)))
+  <= (1 + us) * ((G * H - 1) * S + G * cw * (INR (length (concat tiles)) * D)
+                 + INR (length tiles) * G * ((1 + u) * 0 + ea)) + us * S + es.
+Proof.
+  intros out ur F kb qb n vis c scale k tiles Lx delta Dl Am X D dotf accf Hur Hout Hk Hq Hn Hd Ht
+    Hd0 Hl0 Ha0 HD0 Hx HX.
+  exact (dv_error_acc accf n _ _ dotf vis c scale k tiles Lx delta Dl Am X D
+           (tf32x3_tc_op_acc_dot_model out rnd ur u ea F kb qb n Hur Hout (ff_u_nonneg _) (ff_abs _) Hk Hq Hn Hd)
+           Ht Hd0 Hl0 Ha0 HD0 Hx HX).
+Qed.
+
+(** The H100's 16-bit kernels (the scores' [tc_dot_op] and dV's [tl.dot]
+    chained on the tensor cores from [dv], [tc_acc_op_dot_model]):
+    [dv_error_acc] with [g_rel = gamma (tc_delta kb) qb], [g_abs = 0]. *)
+Theorem dv_error_tc_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb n : nat)
+    vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R) delta Dl Am X D,
+  let dotf := tc_dot_op (tc_align_op F) out kb in
+  let accf := tc_acc_fn F out kb in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= kb)%nat -> (1 <= qb)%nat -> (n <= qb * kb)%nat ->
+  INR qb * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= delta -> 0 <= Dl -> 0 <= Am -> 0 <= D ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta
+     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
+     /\ Rabs (fst (snd x)) <= D) ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  let G := (1 + gamma (tc_delta (bpow radix2 (1 - F)) ur kb) qb) ^ length tiles in
+  let H := (1 + us) * ((1 + ue) * X) in
+  let cw := (1 + us) * ee + es in
+  let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
+  let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
+                     (concat tiles)) in
+  Rabs (ff_rnd S_ (dv_kernel_acc accf dotf vis c k tiles) - rsum (map Pd (concat tiles)))
+  <= (1 + us) * ((G * H - 1) * S + G * cw * (INR (length (concat tiles)) * D) + INR (length tiles) * G * 0)
+     + us * S + es.
+Proof.
+  intros out ur F kb qb n vis c scale k tiles Lx delta Dl Am X D dotf accf Hur Hout Hk Hq Hn Hd Ht
+    Hd0 Hl0 Ha0 HD0 Hx HX.
+  exact (dv_error_acc accf n _ _ dotf vis c scale k tiles Lx delta Dl Am X D
+           (tc_acc_op_dot_model out ur F kb qb n Hur Hout Hk Hq Hn Hd) Ht Hd0 Hl0 Ha0 HD0 Hx HX).
 Qed.
 
 (** The backward's [lse2 = rnd (lse * c2)] ([c2] the fp32 [log2 e]) from the

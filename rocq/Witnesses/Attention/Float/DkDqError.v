@@ -120,3 +120,28 @@ Definition dq_error_dot_witness :=
     1 1 0 1 1
     Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1 eq_refl wf_dm
     ltac:(repeat constructor) ws_b (Rle_refl _) (ws_zero _) (ws_zero _) wq_items.
+
+(** ** The tiles accumulated by [tl.dot], at the fp32 per-product model
+    ([blocked_acc_dot_model] at [n = 1]: tiles of one item) *)
+Definition grad_error_acc_with_witness :=
+  grad_error_acc_with wM unit (bdot (mp_a wM)) (fun _ => [1]) (fun _ => [1]) (fun _ => ws) (fun _ => 1)
+    (fun _ => 1) (fun _ => 1) _ 1 _ _ (fun _ => true) wa_c 1 1 0 [[tt]] (fun _ => ws * ln 2) (fun _ => 1)
+    (fun _ => 1) (fun _ => 0) ws_delta 0 0 wg_X 0 0 0 1
+    blocked_acc_dot_model_witness ltac:(repeat constructor)
+    Rle_0_1 (Rle_refl 0) wg_cs (Rle_refl 0) (Rle_refl 0) (Rle_refl 0) Rle_0_1 (Rle_refl _) wg_items.
+
+Definition dk_error_acc_witness :=
+  dk_error_acc wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ => true) wa_c 1 1 0 [1] [1] 0 [[wk_x]] (fun _ => ws * ln 2) (fun _ => 1) (fun _ => 0)
+    ws_delta 0 0 wg_X 1 1 0 0 1
+    blocked_acc_dot_model_witness ltac:(repeat constructor)
+    Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) (Rle_refl 0) Rle_0_1 eq_refl wf_dm
+    (Rle_refl _) wk_items.
+
+Definition dq_error_acc_witness :=
+  dq_error_acc wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ => true) wa_c 1 1 0 [1] [1] ws 1 0 [[([1], [1])]] (ws * ln 2) 1 0 ws_delta 0 0 wg_X
+    1 1 0 1
+    blocked_acc_dot_model_witness ltac:(repeat constructor)
+    Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1 eq_refl wf_dm
+    (Rle_refl _) (ws_zero _) (ws_zero _) wq_items.

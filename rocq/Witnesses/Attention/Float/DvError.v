@@ -5,9 +5,12 @@
     [X = 2^(2 delta + ea)]; [lse2_close] at [lse = LSE = 0], [c2 = c].  Every premise proved
     together.  [ws], [ws_err], [ws_dot] serve the witnesses of DkDqError.v too. *)
 
-From Coq Require Import Reals List Lra Lia.
+From Coq Require Import Reals ZArith List Lra Lia.
+From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision Attention.Float.ForwardError Attention.Float.DvError.
 From Ojas Require Import Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
+From Ojas Require Import FloatModel.DotError FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.TensorCoreSum.
+From Ojas Require Import Witnesses.FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -67,3 +70,64 @@ Definition dv_error_acc_witness :=
     (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1
     blocked_acc_dot_model_witness ltac:(repeat constructor) ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
     wv_items (Rle_refl _).
+
+(** The H100 instances: the key [[0]] ([P = 0]) and the query [[1]] whose [lse2] is its score,
+    26 bits, blocks of 8, the output truncated, query tiles of one row ([n = qb = 1]); the score
+    error from [score2_with_error] at the scores' dot model. *)
+Lemma wv_items_with : forall (dotf : list R -> list R -> R) d,
+  Rabs (score2_with (mp_a wM) dotf wa_c [1] [0] * ln 2 - 1 * dot_R [1] [0]) <= d ->
+  forall x, In x (concat [[([1], (1, score2_with (mp_a wM) dotf wa_c [1] [0]))]]) ->
+  (fun _ : list R * (R * R) => true) x = true ->
+  Rabs (score2_with (mp_a wM) dotf wa_c (fst x) [0] * ln 2 - 1 * dot_R (fst x) [0]) <= d /\
+  Rabs (snd (snd x) * ln 2 - score2_with (mp_a wM) dotf wa_c [1] [0] * ln 2) <= 0 /\
+  Rabs (score2_with (mp_a wM) dotf wa_c (fst x) [0] - snd (snd x)) <= 0 /\ Rabs (fst (snd x)) <= 1.
+Proof.
+  intros dotf d Hs x [<- | []] _; cbn [fst snd].
+  split; [exact Hs | split; [apply ws_zero | split; [apply ws_zero | rewrite Rabs_R1; lra]]].
+Qed.
+
+Definition wv_dotf3 := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op 26) (rz_flx 24) 8.
+Definition wv_d3 : R :=
+  score_delta_de (mp_a wM) 1 u (dot_abs [1] [0]) (tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1
+                                                   * dot_abs [1] [0] + 0).
+
+Lemma wv_err3 : Rabs (score2_with (mp_a wM) wv_dotf3 wa_c [1] [0] * ln 2 - 1 * dot_R [1] [0]) <= wv_d3.
+Proof.
+  exact (proj1 (score2_with_error (mp_a wM) wv_dotf3 1 _ _ wa_c 1 u [1] [0] (dot_abs [1] [0])
+                  tf32x3_tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
+Qed.
+
+Lemma wv_d3_nonneg : 0 <= wv_d3.
+Proof. eapply Rle_trans; [apply Rabs_pos | exact wv_err3]. Qed.
+
+Definition dv_error_tf32x3_op_witness :=
+  dv_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => true) wa_c 1 [0]
+    [[([1], (1, score2_with (mp_a wM) wv_dotf3 wa_c [1] [0]))]]
+    (fun _ => score2_with (mp_a wM) wv_dotf3 wa_c [1] [0] * ln 2) wv_d3 0 0
+    (Rpower 2 (2 * (wv_d3 + 0) + u * 0 + ea)) 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
+    ltac:(repeat constructor) wv_d3_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
+    (wv_items_with wv_dotf3 wv_d3 wv_err3) (Rle_refl _).
+
+Definition wv_dotf1 := tc_dot_op (tc_align_op 26) (rz_flx 24) 8.
+Definition wv_d1 : R :=
+  score_delta_de (mp_a wM) 1 u (dot_abs [1] [0])
+    (gamma (tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8) 1 * dot_abs [1] [0] + 0).
+
+Lemma wv_err1 : Rabs (score2_with (mp_a wM) wv_dotf1 wa_c [1] [0] * ln 2 - 1 * dot_R [1] [0]) <= wv_d1.
+Proof.
+  exact (proj1 (score2_with_error (mp_a wM) wv_dotf1 1 _ _ wa_c 1 u [1] [0] (dot_abs [1] [0])
+                  tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
+Qed.
+
+Lemma wv_d1_nonneg : 0 <= wv_d1.
+Proof. eapply Rle_trans; [apply Rabs_pos | exact wv_err1]. Qed.
+
+Definition dv_error_tc_op_witness :=
+  dv_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => true) wa_c 1 [0]
+    [[([1], (1, score2_with (mp_a wM) wv_dotf1 wa_c [1] [0]))]]
+    (fun _ => score2_with (mp_a wM) wv_dotf1 wa_c [1] [0] * ln 2) wv_d1 0 0
+    (Rpower 2 (2 * (wv_d1 + 0) + u * 0 + ea)) 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
+    ltac:(repeat constructor) wv_d1_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
+    (wv_items_with wv_dotf1 wv_d1 wv_err1) (Rle_refl _).
