@@ -371,3 +371,70 @@ def test_plain_kernel_call_takes_the_variable_name_too(monkeypatch):
         for setting in IMPLS:
             with use_impl(**{primitive: setting}):
                 assert plain_kernel_call(name, x, x) == plain_kernel_call(primitive, x, x) == (setting == "triton")
+
+
+def test_function_apply_under_a_torch_func_transform():
+    """host.function_apply skips Function.apply's wrapper only outside torch.func transforms:
+    under vmap and grad it goes through ``cls.apply`` and gives what ``cls.apply`` gives."""
+    from ojas_kernels.host import function_apply
+
+    class Square(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * ctx.saved_tensors[0] * g
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return 3 * ctx.saved_tensors[0] ** 2 * g
+
+    with pytest.raises(ValueError, match="defines setup_context"):
+        function_apply(Square)
+    cube = function_apply(Cube)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    assert torch.equal(cube(x), Cube.apply(x))
+    xg = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(cube(xg).sum(), xg)
+    assert torch.equal(g, 3 * x**2)
+    # under a transform it is Cube.apply: torch refuses a Function without setup_context there
+    for f in (cube, Cube.apply):
+        with pytest.raises(RuntimeError, match="must override the setup_context"):
+            torch.func.grad(lambda t: f(t).sum())(x[0])
+
+
+def test_the_ojas_ops_have_direct_cpu_and_cuda_kernels():
+    """dispatch.direct_kernel registers each op's implementation for CPU and CUDA (no custom_op
+    per-call wrapper); the fake and autograd keys stay custom_op's."""
+    import ojas_kernels.attention  # noqa: F401  (registers the attention ops)
+    import ojas_ref.functional.rms_norm  # noqa: F401
+    import ojas_ref.functional.rope  # noqa: F401
+    import ojas_ref.functional.swiglu  # noqa: F401
+
+    names = [
+        "ojas::rms_norm_forward",
+        "ojas::rms_norm_backward",
+        "ojas::swiglu_forward",
+        "ojas::swiglu_backward",
+        "ojas::rope_forward",
+        "ojas::rope_backward",
+        "ojas::flash_attention_forward",
+        "ojas::flash_attention_backward",
+    ]
+    for name in names:
+        for key in ("CPU", "CUDA", "Meta", "Autograd"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(name, key), (name, key)

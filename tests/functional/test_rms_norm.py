@@ -383,6 +383,17 @@ def test_multi_dimensional_normalized_shape_on_the_kernel():
     assert all(a.shape == b.shape and rel_err(a, b) <= 1e-12 for a, b in zip(got, ref))
 
 
+@pytest.mark.kernel
+def test_kernel_normalizing_all_of_a_2d_input():
+    """normalized_shape = the whole input's shape (one row): forward and backward equal the
+    reference (a host-path change once broke this backward's reshape)."""
+    w = torch.randn(4, 6, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    x, dy = inputs((4, 6), torch.float64)
+    ref = run(lambda t: rms_norm(t, (4, 6), w, 1e-5, impl="reference"), x, w, dy)
+    got = run(lambda t: rms_norm(t, (4, 6), w, 1e-5, impl="triton"), x, w, dy)
+    assert all(a.shape == b.shape and rel_err(a, b) <= 1e-12 for a, b in zip(got, ref))
+
+
 def test_module_state_dict_and_forward():
     norm = RMSNorm(6, eps=1e-6, offset=1.0, cast="after_weight", dtype=torch.float64)
     assert list(norm.state_dict()) == ["weight"] and torch.equal(norm.weight, torch.zeros(6, dtype=torch.float64))
