@@ -69,13 +69,14 @@
     saved tensors by the caller; the one-line compositions (triangle
     inequalities) are done in Python (error_bounds.py, attention_error.py). *)
 
-From Coq Require Import Reals List Lra Lia Arith.
+From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
 From Ojas Require Import Attention.Float.DvError Attention.Float.NumeratorError.
+From Ojas Require Import FloatModel.TensorCoreSum FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -881,6 +882,167 @@ Proof.
   - intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
     repeat split; auto; try lra.
     apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+(** The H100 instances of [dk_error_acc], [dq_error_acc]: the float32
+    kernel's 3xTF32 ([_tf32x3_op]: scores, [dp] and the accumulating
+    [tl.dot] on the tensor cores, the accumulator added in fp32) and the
+    16-bit kernels' tensor cores ([_tc_op]); blocks of [kb], [F] kept bits,
+    tiles of [n <= qb kb] items, head dim [Ev <= qe kb]. *)
+Theorem dk_error_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n : nat)
+    vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * list R) * (R * R) -> R) delta Dl Am X Ev Pd eDm Ym W,
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out kb in
+  let accf := tf32x3_acc_fn F out rnd kb in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= kb)%nat -> (1 <= qb)%nat -> (n <= qb * kb)%nat -> INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  (1 <= qe)%nat -> (Ev <= qe * kb)%nat -> INR (3 * qe) * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  length v = Ev ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ dotf c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ dotf c k (fst (fst x)) - fst (snd x)) <= Am
+     /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let eP := tf32x3_tc_rel (bpow radix2 (1 - F)) ur kb qe * Pd + 0 in
+  let E := (1 + ue) * X in
+  let G := (1 + (u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur kb qb)) ^ length tiles in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (fst (fst x)) 0)
+                                 else 0) (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eDm) + ea) W)
+                    (INR (length tiles)) ((1 + u) * 0 + ea) in
+  Rabs (dk_kernel_acc accf dotf dotf vis c cs k v e tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros out ur F kb qb qe n vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W dotf accf
+    Hur Hout Hk Hq Hn Hd Hqe HEv Hde Ht Hs Hucs Hc HPd HeDm HYm HW Hv HX Hx.
+  exact (dk_error_acc accf n _ _ dotf dotf _ _ vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W
+           (tf32x3_tc_op_acc_dot_model out rnd ur u ea F kb qb n Hur Hout (ff_u_nonneg _) (ff_abs _) Hk Hq Hn Hd) Ht Hs Hucs Hc HPd HeDm HYm HW Hv (tf32x3_tc_op_dot_model out ur F kb qe Ev Hur Hout Hk Hqe HEv Hde) HX Hx).
+Qed.
+
+Theorem dq_error_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n : nat)
+    vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R) delta Dl Am X Ev Pd Ym W,
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out kb in
+  let accf := tf32x3_acc_fn F out rnd kb in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= kb)%nat -> (1 <= qb)%nat -> (n <= qb * kb)%nat -> INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  (1 <= qe)%nat -> (Ev <= qe * kb)%nat -> INR (3 * qe) * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= Ym -> 0 <= W ->
+  length dO = Ev ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2_with A_ dotf c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
+     /\ Rabs (score2_with A_ dotf c q (fst y) - l2) <= Am
+     /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let eP := tf32x3_tc_rel (bpow radix2 (1 - F)) ur kb qe * Pd + 0 in
+  let E := (1 + ue) * X in
+  let G := (1 + (u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur kb qb)) ^ length tiles in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  let SR := rsum (map (fun y => if vis y then Pr y * ((1 + u) * (eP + eD) + ea) * Rabs (nth e (fst y) 0) else 0)
+                      (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eD) + ea) W)
+                    (INR (length tiles)) ((1 + u) * 0 + ea) in
+  Rabs (dq_kernel_acc accf dotf dotf vis c cs q dO l2 dl e tiles
+        - scale * rsum (map (fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros out ur F kb qb qe n vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W dotf accf
+    Hur Hout Hk Hq Hn Hd Hqe HEv Hde Ht Hs Hucs Hc HPd HYm HW Hv HX Hl HdD Hx.
+  exact (dq_error_acc accf n _ _ dotf dotf _ _ vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W
+           (tf32x3_tc_op_acc_dot_model out rnd ur u ea F kb qb n Hur Hout (ff_u_nonneg _) (ff_abs _) Hk Hq Hn Hd) Ht Hs Hucs Hc HPd HYm HW Hv (tf32x3_tc_op_dot_model out ur F kb qe Ev Hur Hout Hk Hqe HEv Hde) HX Hl HdD Hx).
+Qed.
+
+Theorem dk_error_tc_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n : nat)
+    vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * list R) * (R * R) -> R) delta Dl Am X Ev Pd eDm Ym W,
+  let dotf := tc_dot_op (tc_align_op F) out kb in
+  let accf := tc_acc_fn F out kb in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= kb)%nat -> (1 <= qb)%nat -> (n <= qb * kb)%nat -> INR qb * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  (1 <= qe)%nat -> (Ev <= qe * kb)%nat -> INR qe * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  length v = Ev ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ dotf c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ dotf c k (fst (fst x)) - fst (snd x)) <= Am
+     /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let eP := gamma (tc_delta (bpow radix2 (1 - F)) ur kb) qe * Pd + 0 in
+  let E := (1 + ue) * X in
+  let G := (1 + gamma (tc_delta (bpow radix2 (1 - F)) ur kb) qb) ^ length tiles in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  let SR := rsum (map (fun x => if vis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (fst (fst x)) 0)
+                                 else 0) (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eDm) + ea) W)
+                    (INR (length tiles)) 0 in
+  Rabs (dk_kernel_acc accf dotf dotf vis c cs k v e tiles
+        - scale * rsum (map (fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros out ur F kb qb qe n vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W dotf accf
+    Hur Hout Hk Hq Hn Hd Hqe HEv Hde Ht Hs Hucs Hc HPd HeDm HYm HW Hv HX Hx.
+  exact (dk_error_acc accf n _ _ dotf dotf _ _ vis c cs scale ucs k v e tiles Lx Dx eD delta Dl Am X Ev Pd eDm Ym W
+           (tc_acc_op_dot_model out ur F kb qb n Hur Hout Hk Hq Hn Hd) Ht Hs Hucs Hc HPd HeDm HYm HW Hv (tc_op_dot_model out ur F kb qe Ev Hur Hout Hk Hqe HEv Hde) HX Hx).
+Qed.
+
+Theorem dq_error_tc_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n : nat)
+    vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R) delta Dl Am X Ev Pd Ym W,
+  let dotf := tc_dot_op (tc_align_op F) out kb in
+  let accf := tc_acc_fn F out kb in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= kb)%nat -> (1 <= qb)%nat -> (n <= qb * kb)%nat -> INR qb * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  (1 <= qe)%nat -> (Ev <= qe * kb)%nat -> INR qe * tc_delta (bpow radix2 (1 - F)) ur kb < 1 ->
+  Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= Ym -> 0 <= W ->
+  length dO = Ev ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2_with A_ dotf c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
+     /\ Rabs (score2_with A_ dotf c q (fst y) - l2) <= Am
+     /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let eP := gamma (tc_delta (bpow radix2 (1 - F)) ur kb) qe * Pd + 0 in
+  let E := (1 + ue) * X in
+  let G := (1 + gamma (tc_delta (bpow radix2 (1 - F)) ur kb) qb) ^ length tiles in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  let SR := rsum (map (fun y => if vis y then Pr y * ((1 + u) * (eP + eD) + ea) * Rabs (nth e (fst y) 0) else 0)
+                      (concat tiles)) in
+  let eA := gacc_eA G E S1 SR (INR (length (concat tiles))) (gacc_c E Ym ((1 + u) * (eP + eD) + ea) W)
+                    (INR (length tiles)) 0 in
+  Rabs (dq_kernel_acc accf dotf dotf vis c cs q dO l2 dl e tiles
+        - scale * rsum (map (fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0) (concat tiles)))
+  <= grad_bound scale ucs eA S1.
+Proof.
+  intros out ur F kb qb qe n vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W dotf accf
+    Hur Hout Hk Hq Hn Hd Hqe HEv Hde Ht Hs Hucs Hc HPd HYm HW Hv HX Hl HdD Hx.
+  exact (dq_error_acc accf n _ _ dotf dotf _ _ vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta Dl Am X Ev Pd Ym W
+           (tc_acc_op_dot_model out ur F kb qb n Hur Hout Hk Hq Hn Hd) Ht Hs Hucs Hc HPd HYm HW Hv (tc_op_dot_model out ur F kb qe Ev Hur Hout Hk Hqe HEv Hde) HX Hl HdD Hx).
 Qed.
 
 (** The blocked fp32 dots: the [_dot] theorems at [blocked_dot_model]. *)

@@ -5,12 +5,15 @@
     [delta_close] on the one product [1 * 1], [dot_R_perturb] on [[1]].  Every premise proved
     together. *)
 
-From Coq Require Import Reals List Lra Lia.
+From Coq Require Import Reals ZArith List Lra Lia.
+From Flocq Require Import Core.
 From Ojas Require Import FloatModel.DotError.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision FloatModel.BlockedSum Attention.Float.ForwardError.
 From Ojas Require Import Attention.Float.DkDqError.
 From Ojas Require Import Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
 From Ojas Require Import Witnesses.Attention.Float.DvError.
+From Ojas Require Import FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.TensorCoreSum.
+From Ojas Require Import Witnesses.FloatModel.Tf32Product.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -145,3 +148,91 @@ Definition dq_error_acc_witness :=
     blocked_acc_dot_model_witness ltac:(repeat constructor)
     Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1 eq_refl wf_dm
     (Rle_refl _) (ws_zero _) (ws_zero _) wq_items.
+
+(** ** The H100 instances: the query (dK) or key (dQ) row [[0]] ([P = 0]), 26 bits, blocks of 8,
+    the output truncated, tiles of one item, head dim 1; the score error from [score2_with_error]
+    at the scores' dot model. *)
+Lemma wh_items_k : forall (dotf : list R -> list R -> R) d,
+  Rabs (score2_with (mp_a wM) dotf wa_c [0] [1] * ln 2 - 1 * dot_R [0] [1]) <= d ->
+  forall x, In x (concat [[([1], [1], (score2_with (mp_a wM) dotf wa_c [0] [1], 1))]]) ->
+  (fun _ : list R * list R * (R * R) => true) x = true ->
+  Rabs (score2_with (mp_a wM) dotf wa_c [0] (fst (fst x)) * ln 2 - 1 * dot_R [0] (fst (fst x))) <= d /\
+  Rabs (fst (snd x) * ln 2 - score2_with (mp_a wM) dotf wa_c [0] [1] * ln 2) <= 0 /\
+  Rabs (score2_with (mp_a wM) dotf wa_c [0] (fst (fst x)) - fst (snd x)) <= 0 /\
+  length (snd (fst x)) = 1%nat /\
+  dot_abs [1] (snd (fst x)) <= 1 /\ Rabs (snd (snd x) - 1) <= 0 /\ 0 <= 0 /\
+  Rabs (dot_R [1] (snd (fst x)) - 1) <= 0 /\ Rabs (nth 0 (fst (fst x)) 0) <= 1.
+Proof.
+  intros dotf d Hs x [<- | []] _; cbn [fst snd nth].
+  split; [exact Hs |]; rewrite ws_dot, wa_dot_abs, Rabs_R1.
+  repeat split; try apply ws_zero; lra.
+Qed.
+
+Lemma wh_items_q : forall (dotf : list R -> list R -> R) d,
+  Rabs (score2_with (mp_a wM) dotf wa_c [0] [1] * ln 2 - 1 * dot_R [0] [1]) <= d ->
+  forall y, In y (concat [[([1], [1])]]) -> (fun _ : list R * list R => true) y = true ->
+  Rabs (score2_with (mp_a wM) dotf wa_c [0] (fst y) * ln 2 - 1 * dot_R [0] (fst y)) <= d /\
+  Rabs (score2_with (mp_a wM) dotf wa_c [0] (fst y) - score2_with (mp_a wM) dotf wa_c [0] [1]) <= 0 /\
+  length (snd y) = 1%nat /\ dot_abs [1] (snd y) <= 1 /\ Rabs (dot_R [1] (snd y) - 1) <= 0 /\
+  Rabs (nth 0 (fst y) 0) <= 1.
+Proof.
+  intros dotf d Hs y [<- | []] _; cbn [fst snd nth].
+  split; [exact Hs |]; rewrite ws_dot, wa_dot_abs, Rabs_R1.
+  repeat split; try apply ws_zero; lra.
+Qed.
+
+Definition wh_d3 : R :=
+  score_delta_de (mp_a wM) 1 u (dot_abs [0] [1]) (tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1
+                                                   * dot_abs [0] [1] + 0).
+
+Lemma wh_err3 : Rabs (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2 - 1 * dot_R [0] [1]) <= wh_d3.
+Proof.
+  exact (proj1 (score2_with_error (mp_a wM) wv_dotf3 1 _ _ wa_c 1 u [0] [1] (dot_abs [0] [1])
+                  tf32x3_tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
+Qed.
+
+Definition wh_d1 : R :=
+  score_delta_de (mp_a wM) 1 u (dot_abs [0] [1])
+    (gamma (tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8) 1 * dot_abs [0] [1] + 0).
+
+Lemma wh_err1 : Rabs (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2 - 1 * dot_R [0] [1]) <= wh_d1.
+Proof.
+  exact (proj1 (score2_with_error (mp_a wM) wv_dotf1 1 _ _ wa_c 1 u [0] [1] (dot_abs [0] [1])
+                  tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
+Qed.
+
+Definition dk_error_tf32x3_op_witness :=
+  dk_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1] 0
+    [[([1], [1], (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1], 1))]]
+    (fun _ => score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2) (fun _ => 1) (fun _ => 0)
+    wh_d3 0 0 (Rpower 2 (2 * (wh_d3 + 0) + u * 0 + ea)) 1 1 0 0 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3 ltac:(lia) ltac:(lia)
+    w_delta_op3 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) (Rle_refl 0) Rle_0_1
+    eq_refl (Rle_refl _) (wh_items_k wv_dotf3 wh_d3 wh_err3).
+
+Definition dq_error_tf32x3_op_witness :=
+  dq_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1]
+    (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1]) 1 0 [[([1], [1])]]
+    (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2) 1 0 wh_d3 0 0 (Rpower 2 (2 * (wh_d3 + 0) + u * 0 + ea))
+    1 1 0 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3 ltac:(lia) ltac:(lia)
+    w_delta_op3 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1
+    eq_refl (Rle_refl _) (ws_zero _) (ws_zero _) (wh_items_q wv_dotf3 wh_d3 wh_err3).
+
+Definition dk_error_tc_op_witness :=
+  dk_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1] 0
+    [[([1], [1], (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1], 1))]]
+    (fun _ => score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2) (fun _ => 1) (fun _ => 0)
+    wh_d1 0 0 (Rpower 2 (2 * (wh_d1 + 0) + u * 0 + ea)) 1 1 0 0 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1 ltac:(lia) ltac:(lia)
+    wt_delta_op1 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) (Rle_refl 0) Rle_0_1
+    eq_refl (Rle_refl _) (wh_items_k wv_dotf1 wh_d1 wh_err1).
+
+Definition dq_error_tc_op_witness :=
+  dq_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1]
+    (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1]) 1 0 [[([1], [1])]]
+    (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2) 1 0 wh_d1 0 0 (Rpower 2 (2 * (wh_d1 + 0) + u * 0 + ea))
+    1 1 0 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1 ltac:(lia) ltac:(lia)
+    wt_delta_op1 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1
+    eq_refl (Rle_refl _) (ws_zero _) (ws_zero _) (wh_items_q wv_dotf1 wh_d1 wh_err1).
