@@ -192,6 +192,17 @@ def kernel_kind(name: str) -> str:
     return next(kind for kind, pattern in KERNEL_KINDS if re.search(pattern, name, re.IGNORECASE))
 
 
+def device_kernels(events) -> list:
+    """The kernels among torch.profiler's ``events``: the device's events less the user annotations
+    torch also puts on the device's timeline (``Optimizer.step#AdamW.step``), which span kernels
+    counted already (the records of 2026-12-06 before this counted the optimizer twice)."""
+    return [
+        e
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    ]
+
+
 def profile(r: Runner, device: torch.device, path: Path) -> None:
     """Profile :data:`PROFILED_STEPS` steps of ``r`` and write the summary the module docstring describes."""
     from torch.profiler import ProfilerActivity
@@ -205,7 +216,7 @@ def profile(r: Runner, device: torch.device, path: Path) -> None:
             r.step(i)
         sync(device)
         wall = (time.perf_counter() - t0) / PROFILED_STEPS
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = device_kernels(prof.events())
     intervals = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in kernels]
     busy = busy_seconds(intervals) / PROFILED_STEPS
     by_kind: dict[str, float] = {}

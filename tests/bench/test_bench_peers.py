@@ -114,6 +114,16 @@ def test_profile_summary_helpers():
     assert bench_peers.kernel_kind("triton_poi_fused_add_mul_0") == "other"
 
 
+def test_profile_counts_kernels_not_the_annotations_on_the_device_timeline():
+    from types import SimpleNamespace
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    kernel = SimpleNamespace(device_type=cuda, is_user_annotation=False, name="_fused_adamw")
+    annotation = SimpleNamespace(device_type=cuda, is_user_annotation=True, name="Optimizer.step#AdamW.step")
+    host = SimpleNamespace(device_type=cpu, is_user_annotation=False, name="aten::mm")
+    assert bench_peers.device_kernels([kernel, annotation, host]) == [kernel]
+
+
 def test_profile_writes_summary(tmp_path):
     """A quick CPU run with --profile writes each mode's summary (wall, busy, kinds, operator tables)."""
     cpu = torch.device("cpu")
