@@ -273,3 +273,40 @@ def test_dv_accumulates_with_the_model():
         ab.attention_dv_error_bound(
             zero, 256, t, 64, block_m=bm, dtype=torch.bfloat16, dot=ab.TensorCoreDot(block=16, ref="term"), **kw
         )
+
+
+def test_dk_dq_accumulate_with_the_model():
+    """With a tensor-core model, dK's and dQ's tiles accumulate by ``tc_acc_op_dot_model`` (``dk_error_acc``,
+    ``dq_error_acc``): at ``S1 = S2 = S3 = 0`` the bound is
+    ``k (G t block gacc_c + t G g_abs) + (1 + us) ea + es`` (``k = (1 + us) scale (1 + u)(1 + ucs)``);
+    "fp32" keeps ``dk_error``'s value."""
+    z = torch.zeros(1, dtype=torch.float64)
+    t, bm, ev, scale = 4, 64, 64, 0.125
+    dot = ab.TENSOR_CORE_BF16_H100
+    kw = dict(
+        max_abs_k=2.0,
+        max_abs_lse=10.0,
+        lse_error=1e-4,
+        dtype=torch.bfloat16,
+        scale=scale,
+        dp_abs_sum=64.0,
+        max_abs_y=10.0,
+        max_delta_error=1e-3,
+    )
+    us, es = (Fraction(x) for x in common._storage(torch.bfloat16, "nearest"))
+    ee = Fraction(common._EXP2_ABS_ERROR)
+    gp_rel, gp_abs = ab.dot_error_constants(dot, ev)
+    crm = (1 + U) * (gp_rel * 64 + gp_abs + Fraction(1e-3)) + ETA
+    k0 = (1 + U) * ee * ((1 + U) * 10 + crm) + ETA
+    g_rel, g_abs = ab.acc_dot_error_constants(dot, bm)
+    G = (1 + g_rel) ** t
+    k = (1 + us) * Fraction(scale) * (1 + U) * (1 + U)
+    for fn, w_kw, w in (
+        (ab.attention_dk_error_bound, dict(block_m=bm, max_abs_q=1.5), Fraction(1.5)),
+        (ab.attention_dq_error_bound, dict(block_n=bm, max_abs_q=1.5), Fraction(2)),
+    ):
+        gc = ((1 + us) * k0 + es) * w
+        want = common._float_up(k * (G * t * bm * gc + t * G * g_abs) + (1 + us) * ETA + es) * common._ROUND_UP
+        got = fn((z, z, z), 256, t, 64, ev, dot=dot, **w_kw, **kw)
+        assert float(got[0]) == want
+        assert float(fn((z, z, z), 256, t, 64, ev, **w_kw, **kw)[0]) != want

@@ -937,9 +937,11 @@ def _attention_grad_error_bound(
     dot: DotModel = "fp32",
 ) -> torch.Tensor:
     """``grad_bound`` of ``Ojas.Attention.Float.DkDqError`` (``dk_error``, ``dq_error``; with a
-    :class:`Tf32x3Dot` ``dot``, ``dk_error_dot``, ``dq_error_dot`` with both dots, the scores' over
-    ``head_dim`` and ``dp``'s over ``value_dim``, that model) over tensors ``(S1, S2, S3)``: the
-    bound is linear in them, its four coefficients exact rationals."""
+    model ``dot`` (not "fp32"), ``dk_error_acc``, ``dq_error_acc``: the scores' dot over ``head_dim``
+    and ``dp``'s over ``value_dim`` that model's :func:`dot_error_constants`, the tiles of ``block``
+    items accumulated by its ``tl.dot`` (:func:`acc_dot_error_constants`), ``eA = G (gacc_A S1 +
+    gacc_B SR + n gacc_c) + (G - 1) S1 + t G g_abs``, ``G = (1 + g_rel)^t``, ``n = t block``) over
+    tensors ``(S1, S2, S3)``: the bound is linear in them, its four coefficients exact rationals."""
     for name, val in (
         ("max_abs_w", max_abs_w),
         ("dp_abs_sum", dp_abs_sum),
@@ -975,18 +977,27 @@ def _attention_grad_error_bound(
         gp_rel, gp_abs = dot_error_constants(dot, value_dim)
         ep = gp_rel * F_(float(dp_abs_sum)) + gp_abs  # dp's dot model: gp_rel Pd + gp_abs
     E = (1 + ue) * c["X"]
-    ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u  # grad_A
-    gb = (1 + u) * (1 + us) * ((1 + u) * E)  # grad_B
     crm = (1 + u) * (ep + F_(float(max_delta_error))) + ea
-    gc = ((1 + u) * (1 + us) * ((1 + u) * ee * ((1 + u) * F_(float(max_abs_y)) + crm) + ea) + (1 + u) * es) * F_(
-        float(max_abs_w)
-    ) + ea  # grad_c
+    K0 = (1 + u) * ee * ((1 + u) * F_(float(max_abs_y)) + crm) + ea
     ucs = F_(_SCALE_CONST_ERROR)
     k = (1 + us) * scale * (1 + u) * (1 + ucs)  # grad_bound's factor of eA
-    a1 = _float_up(k * ((1 + g) * ga + g) + (1 + us) * scale * (u * (1 + ucs) + ucs) + us * scale)
-    a2 = _float_up(k * (1 + g) * gb * ((1 + u) * ep + ea))
-    a3 = _float_up(k * (1 + g) * gb * (1 + u))
-    b = _float_up(k * (1 + g) * n_items * gc + (1 + us) * ea + es)
+    rest = (1 + us) * scale * (u * (1 + ucs) + ucs) + us * scale  # grad_bound's other factor of S1
+    if _dot_model(dot) == "fp32":
+        ga = (1 + u) * (1 + us) * ((1 + u) * (1 + u) * E - 1) + (1 + u) * us + u  # grad_A
+        gb = (1 + u) * (1 + us) * ((1 + u) * E)  # grad_B
+        gc = ((1 + u) * (1 + us) * K0 + (1 + u) * es) * F_(float(max_abs_w)) + ea  # grad_c
+        G, G1, n_terms, tail = 1 + g, g, n_items, Fraction(0)
+    else:  # dk_error_acc / dq_error_acc: tiles of `block` items accumulated by the model's tl.dot
+        g_rel, g_abs = acc_dot_error_constants(dot, block)
+        G = (1 + g_rel) ** n_tiles
+        ga = (1 + us) * ((1 + u) * (1 + u) * E - 1) + us  # gacc_A
+        gb = (1 + us) * ((1 + u) * E)  # gacc_B
+        gc = ((1 + us) * K0 + es) * F_(float(max_abs_w))  # gacc_c
+        G1, n_terms, tail = G - 1, n_tiles * block, n_tiles * G * g_abs
+    a1 = _float_up(k * (G * ga + G1) + rest)
+    a2 = _float_up(k * G * gb * ((1 + u) * ep + ea))
+    a3 = _float_up(k * G * gb * (1 + u))
+    b = _float_up(k * (G * n_terms * gc + tail) + (1 + us) * ea + es)
     s1, s2, s3 = (_enlarged(t, n_items) for t in sums)
     return (a1 * s1 + a2 * s2 + a3 * s3 + b) * _ROUND_UP
 
@@ -1030,12 +1041,15 @@ def attention_dk_error_bound(
     ``max_abs_y >= |dP_ij - D_i|`` over the visible pairs, ``max_delta_error >= eD_i``.
 
     ``dot``: the dots' model (default "fp32"; :class:`Tf32x3Dot`, :class:`TensorCoreDot`): a model
-    gives ``Ojas.Attention.Float.DkDqError.dk_error_dot`` with the scores' and ``dp``'s dots that
+    gives ``Ojas.Attention.Float.DkDqError.dk_error_acc`` with the scores' and ``dp``'s dots that
     model (``tf32x3_tc_op_dot_model`` for float32 on an H100, ... as for
-    :func:`attention_dv_error_bound`; the score terms from ``score2_with_error``).
+    :func:`attention_dv_error_bound`; the score terms from ``score2_with_error``) and the query
+    tiles of ``block_m`` rows accumulated by its ``tl.dot`` (:func:`acc_dot_error_constants`;
+    on an H100 ``dk_error_tf32x3_op``, ``dk_error_tc_op``); a :class:`TensorCoreDot` with
+    ``ref="term"`` raises ``NotImplementedError``.
 
-    Not covered: the MMA order and its accumulation into dk (3xTF32 on CUDA in float32
-    included), FMA contraction, ``exp2_error`` (an assumption)."""
+    Not covered: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA order and
+    its accumulation into dk (modelled as float32 products summed blocked)."""
     return _attention_grad_error_bound(
         sums,
         n_queries,
