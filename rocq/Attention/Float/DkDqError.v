@@ -54,13 +54,18 @@
     exact probabilities (a-posteriori).  Masked items are exact zeros;
     fully masked tiles are skipped exactly ([blocked_sum_skip_zero_tiles]).
 
-    Not covered: the order inside the MMAs (the dots [dp], [s2] and the
-    tiles' sums are modelled left to right, the MMA accumulating into
-    [dk]/[dq] as [rnd (acc + tile sum)]), FMA contraction (in [s2 - lse2]),
-    the 3xTF32 products of the fp32 path on CUDA in the MMAs that
-    accumulate into [dk]/[dq] (the dots [s2] and [dp] start from 0 and are
-    covered by [dk_error_dot] / [dq_error_dot] with the dot models of
-    ForwardError.v, PART E: [tf32x3_tc_dot_model]), [tl.sum]'s padding zeros
+    [grad_error_acc_with] (and [dk_error_acc], [dq_error_acc]): the tiles of
+    [n] items accumulated by any accumulating dot model ([tl.dot (ds^T, q, dk)],
+    NumeratorError.v's [acc_dot_model]): [eA = G (gA' S1 + gB' SR + n gc')
+    + (G - 1) S1 + t G g_abs], [G = (1 + g_rel)^t], with [gacc_A], [gacc_B],
+    [gacc_c] (the product inside the MMA is exact); on the H100
+    [dk_error_tf32x3_op], [dq_error_tf32x3_op] (float32: 3xTF32 scores, [dp]
+    and accumulation) and [dk_error_tc_op], [dq_error_tc_op] (16-bit).
+
+    Not covered: in [grad_error] / the [_dot] theorems the order inside the
+    MMAs and the MMA accumulating into [dk]/[dq] (modelled as
+    [rnd (acc + tile sum)]; the [_acc] theorems take the kernel's), FMA
+    contraction (in [s2 - lse2]), [tl.sum]'s padding zeros
     when [BLOCK_EV > Ev] in [delta_close] (its tree is over the [Ev]
     products), the error of [exp2] (a field of the model: an assumption
     for [ex2.approx]), overflow, and additive float masks.  No theorem

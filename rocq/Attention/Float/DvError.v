@@ -34,9 +34,14 @@
     (ForwardError.v, PART B'; the 3xTF32 scores of the fp32 path on CUDA:
     PART E's [tf32x3_tc_dot_model] with [score2_with_error] gives [delta]).
 
-    Not covered: the order inside the MMA, the MMA accumulating into [dv]
-    (modelled as [rnd (dv + tile sum)], BlockedSum.v; 3xTF32 in fp32 on
-    CUDA), FMA contraction in
+    [dv_error_acc]: the query tiles accumulated into [dv] by any accumulating
+    dot model ([tl.dot (p^T, dO, dv)], NumeratorError.v's [acc_dot_model]);
+    on the H100 [dv_error_tf32x3_op] (float32: 3xTF32) and [dv_error_tc_op]
+    (16-bit: the tensor cores' chain).
+
+    Not covered: in [dv_error] / [dv_error_dot] the MMA accumulating into
+    [dv] (modelled as [rnd (dv + tile sum)], BlockedSum.v; [dv_error_acc]
+    takes the kernel's), FMA contraction in
     [s2 - lse2], and dK and dQ (the terms [P (dP - D)] need the error of
     [D = rowsum (dO * O)] and of [dP], not done here). *)
 

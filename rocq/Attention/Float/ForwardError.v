@@ -51,6 +51,16 @@
     ([tc_align_op]): [tf32x3_tc_op_dot_model], [tc_op_dot_model],
     [attention_forward_error_masked_tf32x3_op], [attention_forward_error_masked_tc_op].
 
+    PART F (the accumulating dots [tl.dot (a, b, acc)]): NumeratorError.v's
+    [acc_dot_model accf n g_rel g_abs] ([|accf c a b - (c + a.b)| <=
+    g_rel (|c| + sum |a_i b_i|) + g_abs]); instances [acc_of_dot_model] (any
+    dot model from 0, then one rounded addition: the fp32 per-product model
+    [blocked_acc_dot_model], Triton's 3xTF32 [tf32x3_tc_op_acc_dot_model])
+    and the H100's tensor-core chain from [c] ([tc_acc_op_dot_model]);
+    [acc_chain_error] (t such dots in a row: the backward's dV, dK, dQ,
+    DvError.v and DkDqError.v); [tile_acc_dot_step] (one forward key tile
+    [acc = tl.dot (p, v, acc * alpha)] in [rescale_step]'s [inv] form).
+
     PART D (the kernel's loop, any mask): [attention_forward_error_masked]:
     the same bound for [kernel_run] (OnlineSoftmaxTile.v: the kernel's step
     with its mask [vis], from its start [m = -inf, l = acc = 0]) over any key
@@ -68,8 +78,10 @@
     dot model, PART E the 3xTF32 ones, whose tensor-core parameters are
     premises checked on the device); [s * qk_scale - m] is modelled as two
     roundings (a compiler may contract it to one FMA); additive float masks
-    (they change the scores); the fp32 path's 3xTF32 P.V products (PART E
-    covers the scores' dot only); overflow (Flocq's [FLT_exp] has no
+    (they change the scores); the P.V MMA accumulating into [acc] in the
+    end-to-end theorems (modelled as [rnd (rnd (acc alpha) + P.V)]; PART F's
+    [tile_acc_dot_step] is the one-tile step with any accumulating model,
+    not yet folded over the tiles); overflow (Flocq's [FLT_exp] has no
     largest exponent).  The relative error [mp_ue] of the computed [exp2]
     is a field of the model: for the kernel's [ex2.approx] it is an
     assumption, not a theorem (as is [ex2.approx (0) = 1], PART D).  *)

@@ -43,7 +43,13 @@
     error of [p_j] itself (scores, exp2), the rescaling [acc * alpha]
     between tiles, the denominator [l] and the division are not in it, so
     it is not yet a bound on the attention output; and the order of the
-    additions inside one tensor-core MMA is modelled as left to right. *)
+    additions inside one tensor-core MMA is modelled as left to right.
+
+    [acc_dot_model] (the accumulating [tl.dot (a, b, acc)] as a parameter;
+    instances in ForwardError.v, PART F) and [acc_numerator_error_bound]:
+    [tl.dot (p.to(v.dtype), v, c)] with any such model,
+      |accf c (rnd_s p) v - (c + sum_j p_j v_j)|
+        <= g_rel |c| + (u_s + g_rel (1 + u_s)) W + (1 + g_rel) eta_s Av + g_abs. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
