@@ -98,7 +98,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 PROFILED_STEPS = 3
 #: ``--profile``'s kinds of kernel, the first pattern (case-insensitive) of a kernel's name wins
 KERNEL_KINDS = (
-    ("attention", r"attn|attention|flash|fmha|_fwd_kernel|_bwd_dq|_bwd_dkdv|cudnn"),
+    ("attention", r"attn|attention|flash|fmha|^_fwd_kernel$|^_bwd_dq_kernel$|^_bwd_dkdv_kernel$|cudnn"),
     ("cross-entropy", r"cross|_logits_kernel|_rows_kernel|_scale_kernel|liger.*ce"),
     ("matmul", r"gemm|sm90_xmma|cutlass|matmul|nvjet|mm_"),
     ("optimizer", r"adam|sgd|multi_tensor|foreach|_update"),

@@ -15,7 +15,7 @@ Backward, from the saved ``x`` and ``r`` alone, with ``g = (offset + w) dy`` in 
 ``dx_j = r g_j - (r^3 / n) x_j sum_i g_i x_i`` and ``dw_i = sum over rows of dy_i n_i``
 (``n_i`` the value the forward multiplied by the weight: ``(x r).to(x.dtype)`` or ``x r``),
 each program summing its rows in registers, the per-program partial sums added in ``c``
-afterwards (``_dw_kernel``, in program order, rounded once to the weight's dtype). That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
+afterwards (``_rms_norm_dw_kernel``, in program order, rounded once to the weight's dtype). That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
 reals, for ``eps > 0``: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0) and
 Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (weight ``1 + w``). The cast of the
 normalised value to the input dtype is treated as the identity (as torch's autograd
@@ -77,7 +77,7 @@ def _blocks(n: int) -> tuple[int, int, int]:
 
 
 @triton.jit
-def _fwd_kernel(
+def _rms_norm_fwd_kernel(
     X,
     W,
     Y,
@@ -113,7 +113,7 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _bwd_kernel(
+def _rms_norm_bwd_kernel(
     DY,
     X,
     W,
@@ -157,7 +157,7 @@ def _bwd_kernel(
 
 
 @triton.jit
-def _dw_kernel(DW_PART, DW, n_parts, n, BLOCK: tl.constexpr, COMPUTE: tl.constexpr):
+def _rms_norm_dw_kernel(DW_PART, DW, n_parts, n, BLOCK: tl.constexpr, COMPUTE: tl.constexpr):
     """dW = the column sums of the programs' partial rows (in ``c``, in row order), in W's dtype."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < n
@@ -280,7 +280,7 @@ def forward(
     if rows == 0 or n == 0:
         return y, rstd.fill_(torch.nan if n == 0 else 0.0)
     # y's row stride is n: it is contiguous
-    fast(_fwd_kernel)[(cdiv(rows, block_m),)](
+    fast(_rms_norm_fwd_kernel)[(cdiv(rows, block_m),)](
         x, weight, y, rstd, rows, n, x.stride(0), n, float(eps), float(offset), **options
     )
     return y, rstd
@@ -337,8 +337,8 @@ def backward(
     programs = _programs(device, cdiv(rows, block_m))
     partial = torch.empty((programs, n), dtype=compute, device=device)
     # dx's row stride is n: it is contiguous
-    fast(_bwd_kernel)[(programs,)](
+    fast(_rms_norm_bwd_kernel)[(programs,)](
         grad_y, x, weight, rstd, dx, partial, rows, n, grad_y.stride(0), x.stride(0), n, float(offset), **options
     )
-    fast(_dw_kernel)[dw_grid](partial, dw, programs, n, **dw_options)
+    fast(_rms_norm_dw_kernel)[dw_grid](partial, dw, programs, n, **dw_options)
     return dx, dw

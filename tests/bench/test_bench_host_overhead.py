@@ -33,7 +33,7 @@ def test_no_op_launches_takes_the_cached_launch_path_and_restores_everything():
     from ojas_ref.functional import dispatch
     from ojas_ref.functional.rms_norm import fused_rms_norm
 
-    kernel = kernels._fwd_kernel
+    kernel = kernels._rms_norm_fwd_kernel
     before = (launch._SUPPORTED, dispatch._interpret, hasattr(torch._C, "_cuda_getDevice"))
     x, w = torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(8, dtype=torch.bfloat16)
     with bench.no_op_launches():

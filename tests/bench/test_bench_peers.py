@@ -109,6 +109,8 @@ def test_profile_summary_helpers():
     assert bench_peers.busy_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.8)]) == 4.0
     assert bench_peers.busy_seconds([]) == 0.0
     assert bench_peers.kernel_kind("_fwd_kernel") == "attention"
+    assert bench_peers.kernel_kind("_bwd_dkdv_kernel") == "attention"
+    assert bench_peers.kernel_kind("_rms_norm_fwd_kernel") == "norm/swiglu/rope"  # not attention's _fwd_kernel
     assert bench_peers.kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32") == "matmul"
     assert bench_peers.kernel_kind("multi_tensor_apply_kernel") == "optimizer"
     assert bench_peers.kernel_kind("triton_poi_fused_add_mul_0") == "other"

@@ -53,7 +53,7 @@ from ojas_ref.functional.dispatch import use_impl  # noqa: E402
 from ojas_ref.functional.rms_norm import rms_norm, rms_norm_reference  # noqa: E402
 from ojas_ref.nn import RMSNorm  # noqa: E402
 
-_INTERPRETED = type(krms._fwd_kernel).__name__ == "InterpretedFunction"
+_INTERPRETED = type(krms._rms_norm_fwd_kernel).__name__ == "InterpretedFunction"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 _MODELING = transformers.models
