@@ -9,7 +9,8 @@ import Proofs.OptimizerInBackward
 
 `proofs/build.py` compiles this file last and reads the output of every `#print axioms` below:
 each must say the theorem "does not depend on any axioms" (the trusted core declares none);
-any axiom, `sorryAx` included, fails the check, and so does a name listed here that is missing.
+any assumed constant (the placeholder of an unfinished proof included) fails the check, and so
+does a name listed here that is missing.
 -/
 
 #print axioms CoreAudit.add_succ

@@ -9,7 +9,7 @@ with `prelude` and this module defines those names itself, in the standard way (
 follow `Init/Prelude.lean` of Lean 4).
 
 What a reviewer checks here:
-* **No axiom declared at all.** The code generator refers to `lcErased`, `lcAny` and `lcVoid` by
+* **Nothing postulated: every constant here is defined.** The code generator refers to `lcErased`, `lcAny` and `lcVoid` by
   name when a `structure` is compiled: they are `unsafe` definitions (so no theorem can use them),
   and the audit in `Audit.lean` shows every exported theorem depends on nothing assumed.
 * **The `@[extern]` functions the kernel accelerates** with GMP arithmetic on literals:
