@@ -29,7 +29,13 @@ visibility: causal, window, bounds) against the exact softmax over the visible k
 (``tests/verification/test_attention_error_bound.py``).  Not covered: the tensor cores' order
 of additions (and their accumulating into the running sums), additive masks, the 3xTF32
 float32 path.  FMA contraction is off at every launch (``enable_fp_fusion=False``,
-``attention_args._tile_args``), so each product and sum rounds as the model rounds it.
+``attention_args._tile_args``), so each product and sum rounds as the model rounds it.  The
+finalize division ``out = acc / l`` is IEEE-rounded (``tl.math.div_rn``: Triton's ``/`` on float32
+is the approximate ``div.full.f32`` on NVIDIA GPUs, up to 2 ulp), so it is the one correctly
+rounded division ``rnd (acc / l)`` of ``Ojas.Attention.Float.OnlineSoftmaxError.final_division``
+(and of ``online_softmax_output_error``, OnlineSoftmaxTile.v, which composes it).
+``ojas_ref.verification.kernel_schedule`` is an executable model of this kernel's schedule that it
+matches bit for bit.
 
 Dropout (``HAS_DROPOUT``, a constexpr: without it the kernel compiles to the instructions it
 had before dropout existed, up to register numbering and three unused parameters; checked on
@@ -273,7 +279,8 @@ def _fwd_kernel(
             )
     # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
     seen = l_i > 0.0
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    # IEEE division (div_rn), not `/` (div.full.f32 on NVIDIA GPUs, up to 2 ulp): final_division's rnd (acc / l)
+    out = tl.math.div_rn(acc, tl.where(seen, l_i, 1.0)[:, None])
     if HAS_DROPOUT:
         out = out * drop_scale
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
