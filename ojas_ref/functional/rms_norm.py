@@ -42,6 +42,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from ojas_ref.functional._kernel_module import KernelModule
 from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
@@ -73,24 +74,6 @@ def rms_norm_reference(
     return weight * normed.to(input.dtype)
 
 
-def _kernels():
-    """``ojas_kernels.rms_norm``, imported at the first kernel call (ojas_ref imports without Triton),
-    when ``_fused_apply`` is set too."""
-    global _KERNELS, _fused_apply
-    if _KERNELS is None:
-        from ojas_kernels import rms_norm as kernels
-        from ojas_kernels.host import function_apply
-
-        _fused_apply = function_apply(_FusedRMSNorm)
-        _KERNELS = kernels
-    return _KERNELS
-
-
-_KERNELS = None
-#: ``_FusedRMSNorm.apply`` without torch's Python wrapper (``ojas_kernels.host.function_apply``), set by ``_kernels()``
-_fused_apply = None
-
-
 class _FusedRMSNorm(torch.autograd.Function):
     """The Triton kernels on ``input [..., n]`` (``rows`` rows) and ``weight`` (``n`` entries),
     read as ``[rows, n]`` and ``[n]`` inside the function, so that autograd records no view
@@ -103,7 +86,7 @@ class _FusedRMSNorm(torch.autograd.Function):
         n = weight.numel()
         x = input if input.dim() == 2 and input.shape[0] == rows else input.reshape(rows, n)
         w = weight if weight.dim() == 1 else weight.reshape(n)
-        y, rstd = _kernels().forward(x, w, eps, offset, after_weight, input.shape)
+        y, rstd = _KERNELS.load().forward(x, w, eps, offset, after_weight, input.shape)
         ctx.save_for_backward(x, w, rstd)
         ctx.args = (offset, after_weight, input.shape, weight.shape)
         return y
@@ -112,8 +95,11 @@ class _FusedRMSNorm(torch.autograd.Function):
     def backward(ctx, grad_y: Tensor):
         refuse_double_backward("rms_norm", "impl='reference'")
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = _kernels().backward(grad_y, x, weight, rstd, *ctx.args)
+        dx, dw = _KERNELS.load().backward(grad_y, x, weight, rstd, *ctx.args)
         return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None, None
+
+
+_KERNELS = KernelModule("rms_norm", _FusedRMSNorm)
 
 
 # ---------------------------------------------------------------------------
@@ -129,7 +115,7 @@ class _FusedRMSNorm(torch.autograd.Function):
 
 
 def _forward_impl(x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> tuple[Tensor, Tensor]:
-    return _kernels().rms_norm_forward(x, weight, eps, offset, after_weight)
+    return _KERNELS.load().rms_norm_forward(x, weight, eps, offset, after_weight)
 
 
 _forward_op = torch.library.custom_op("ojas::rms_norm_forward", _forward_impl, mutates_args=())
@@ -146,7 +132,7 @@ def _(x, weight, eps, offset, after_weight):
 def _backward_impl(
     grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, offset: float, after_weight: bool
 ) -> tuple[Tensor, Tensor]:
-    return _kernels().rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
+    return _KERNELS.load().rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
 
 
 _backward_op = torch.library.custom_op("ojas::rms_norm_backward", _backward_impl, mutates_args=())
@@ -305,7 +291,7 @@ def _fused(input: Tensor, weight: Tensor, rows: int, n: int, eps: float, offset:
     if torch.compiler.is_compiling():
         y = _forward_op(input.reshape(rows, n), weight.reshape(n), float(eps), float(offset), bool(after_weight))[0]
         return y.reshape(input.shape)
-    _kernels()
+    _KERNELS.load()
     if input is weight:  # one tensor as both: through a view, so that its two gradients sum in the same order
         input = input.view(input.shape)
-    return _fused_apply(input, weight, rows, eps, offset, after_weight)
+    return _KERNELS.apply(input, weight, rows, eps, offset, after_weight)

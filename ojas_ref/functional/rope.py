@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ojas_ref._deprecation import renamed_module_attributes
+from ojas_ref.functional._kernel_module import KernelModule
 from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward, resolve_impl
 
 __all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rope", "rope_reference", "rotate_half"]
@@ -59,24 +60,6 @@ def rope_reference(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim
     return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
 
 
-def _kernels():
-    """``ojas_kernels.rope``, imported at the first kernel call (ojas_ref imports without Triton),
-    when ``_rope_apply`` is set too."""
-    global _KERNELS, _rope_apply
-    if _KERNELS is None:
-        from ojas_kernels import rope as kernels
-        from ojas_kernels.host import function_apply
-
-        _rope_apply = function_apply(_RoPEFunction)
-        _KERNELS = kernels
-    return _KERNELS
-
-
-_KERNELS = None
-#: ``_RoPEFunction.apply`` without torch's Python wrapper (``ojas_kernels.host.function_apply``), set by ``_kernels()``
-_rope_apply = None
-
-
 class _RoPEFunction(torch.autograd.Function):
     """The kernel both ways for 4-D ``q``/``k`` ``[B, H, S, E]`` and ``cos``/``sin`` ``[B or 1, S, E]``
     not requiring grad, checked by the caller; saves only ``cos`` and ``sin``
@@ -86,14 +69,14 @@ class _RoPEFunction(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(cos, sin)
-        return _kernels().rope_forward(q, k, cos, sin, False)
+        return _KERNELS.load().rope_forward(q, k, cos, sin, False)
 
     @staticmethod
     def backward(ctx, grad_q: Optional[Tensor], grad_k: Optional[Tensor]):
         refuse_double_backward("apply_rotary_pos_emb", "rope_reference (impl='reference')")
         cos, sin = ctx.saved_tensors
         need_q, need_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dq, dk = _kernels().rope_backward(grad_q if need_q else None, grad_k if need_k else None, cos, sin)
+        dq, dk = _KERNELS.load().rope_backward(grad_q if need_q else None, grad_k if need_k else None, cos, sin)
         return dq, dk, None, None
 
 
@@ -110,8 +93,11 @@ class _RoPEFunction(torch.autograd.Function):
 # output gradients (autograd gives zeros for an unused output) and returns both.
 
 
+_KERNELS = KernelModule("rope", _RoPEFunction)
+
+
 def _forward_impl(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    return _kernels().rope_forward(q, k, cos, sin)
+    return _KERNELS.load().rope_forward(q, k, cos, sin)
 
 
 _forward_op = torch.library.custom_op("ojas::rope_forward", _forward_impl, mutates_args=())
@@ -126,7 +112,7 @@ def _(q, k, cos, sin):
 
 
 def _backward_impl(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    return _kernels().rope_backward(grad_q, grad_k, cos, sin)
+    return _KERNELS.load().rope_backward(grad_q, grad_k, cos, sin)
 
 
 _backward_op = torch.library.custom_op("ojas::rope_backward", _backward_impl, mutates_args=())
@@ -157,8 +143,8 @@ def _kernel_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor
     """The kernel on ``[B, H, S, E]``: ``ojas::rope_forward`` under torch.compile, else ``_RoPEFunction``."""
     if torch.compiler.is_compiling():
         return _forward_op(q, k, cos, sin)
-    _kernels()
-    return _rope_apply(q, k, cos, sin)
+    _KERNELS.load()
+    return _KERNELS.apply(q, k, cos, sin)
 
 
 def _check_inputs(q: object, k: object, cos: object, sin: object, unsqueeze_dim: object) -> None:

@@ -50,6 +50,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ojas_ref.functional.autocast import autocast_off
+from ojas_ref.functional._kernel_module import KernelModule
 from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
@@ -133,24 +134,6 @@ def _check_inputs(gate: object, up: object) -> None:
         )
 
 
-def _kernels():
-    """``ojas_kernels.swiglu``, imported at the first kernel call (ojas_ref imports without Triton),
-    when ``_swiglu_apply`` is set too."""
-    global _KERNELS, _swiglu_apply
-    if _KERNELS is None:
-        from ojas_kernels import swiglu as kernels
-        from ojas_kernels.host import function_apply
-
-        _swiglu_apply = function_apply(_SwiGLUFunction)
-        _KERNELS = kernels
-    return _KERNELS
-
-
-_KERNELS = None
-#: ``_SwiGLUFunction.apply`` without torch's Python wrapper (``ojas_kernels.host.function_apply``), set by ``_kernels()``
-_swiglu_apply = None
-
-
 def _alternative(activation: str) -> str:
     """What to call for double backward, named in the refusal."""
     if activation == "silu":
@@ -167,7 +150,7 @@ class _SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, use_triton: bool, activation: str) -> Tensor:
         if use_triton:
-            h = _kernels().swiglu_forward(a, b, activation=activation)
+            h = _KERNELS.load().swiglu_forward(a, b, activation=activation)
         else:
             h = swiglu_forward_reference(a, b, activation)
         ctx.save_for_backward(a, b)
@@ -179,7 +162,7 @@ class _SwiGLUFunction(torch.autograd.Function):
         refuse_double_backward("swiglu", _alternative(ctx.activation))
         a, b = ctx.saved_tensors
         if ctx.use_triton:
-            da, db = _kernels().swiglu_backward(a, b, grad_h, activation=ctx.activation)
+            da, db = _KERNELS.load().swiglu_backward(a, b, grad_h, activation=ctx.activation)
         else:
             with autocast_off(grad_h.device.type):
                 da, db = swiglu_backward_reference(a, b, grad_h, ctx.activation)
@@ -199,8 +182,11 @@ class _SwiGLUFunction(torch.autograd.Function):
 # ``_SwiGLUFunction`` runs without the dispatcher (the op's autograd wrapper costs more host time).
 
 
+_KERNELS = KernelModule("swiglu", _SwiGLUFunction)
+
+
 def _forward_impl(a: Tensor, b: Tensor, activation: str) -> Tensor:
-    return _kernels().swiglu_forward(a, b, activation=activation)
+    return _KERNELS.load().swiglu_forward(a, b, activation=activation)
 
 
 _forward_op = torch.library.custom_op("ojas::swiglu_forward", _forward_impl, mutates_args=())
@@ -213,7 +199,7 @@ def _(a, b, activation):
 
 
 def _backward_impl(a: Tensor, b: Tensor, grad_h: Tensor, activation: str) -> tuple[Tensor, Tensor]:
-    return _kernels().swiglu_backward(a, b, grad_h, activation=activation)
+    return _KERNELS.load().swiglu_backward(a, b, grad_h, activation=activation)
 
 
 _backward_op = torch.library.custom_op("ojas::swiglu_backward", _backward_impl, mutates_args=())
@@ -245,8 +231,8 @@ def _kernel_swiglu(gate: Tensor, up: Tensor, activation: str) -> Tensor:
     """The kernel path: ``ojas::swiglu_forward`` under torch.compile, else ``_SwiGLUFunction``."""
     if torch.compiler.is_compiling():
         return _forward_op(gate, up, activation)
-    _kernels()
-    return _swiglu_apply(gate, up, True, activation)
+    _KERNELS.load()
+    return _KERNELS.apply(gate, up, True, activation)
 
 
 def swiglu(gate: Tensor, up: Tensor, *, activation: str = "silu", impl: Optional[str] = None) -> Tensor:
