@@ -1,0 +1,560 @@
+"""An executable model of the attention forward kernel's schedule, and its bit-for-bit check.
+
+:func:`forward_schedule` runs, with torch float32 tensor operations, what
+``ojas_kernels.attention_forward._fwd_kernel`` runs for one launch configuration
+(:class:`~ojas_kernels.attention_config.KernelConfig`: BLOCK_M, BLOCK_N, SPLIT): for every
+batch, query head (GQA: key head ``h // group``) and query tile, the three parts of key tiles of
+``attention_tiles._key_tiles`` / ``_tile_range`` (masked, unmasked, masked), each tile's
+``_fwd_tile`` step, then the finalize. Each step names the theorem it implements:
+
+* the key tiles, and the tiles skipped as masked for every row: ``Ojas.Attention.Mask``
+  ``stream_row_masked_keys``; visibility (causal, window, boolean ``attn_mask``, bounds):
+  ``visibility`` of OnlineSoftmax.v, ``Ojas.Attention.Mask.visibility_true_iff``;
+* the scores ``rnd(dot(q, k) * qk_scale)`` (base 2): ``score2_with`` of
+  ``Ojas.Attention.Float.ForwardError`` (its ``dotf`` the primitive ``dot``);
+* one tile (``block_step``): ``m' = max(m, max s)``, ``p = exp2(s - m')``, ``alpha = exp2(m - m')``,
+  ``l' = rnd(rnd(l * alpha) + sum p)``, P rounded to the input dtype, ``acc' = dot(P, V,
+  rnd(acc * alpha))``: ``tile_l`` / ``tile_pv`` / ``rescale_step`` of
+  ``Ojas.Attention.Float.OnlineSoftmaxTile`` (``tile_l_inv``, ``tile_acc_inv``, ``acc_chain_error``,
+  ``tile_acc_dot_step``), no fused multiply-add (the kernels compile with
+  ``enable_fp_fusion=False``); a row with no visible key yet stays ``m = -inf, l = 0, acc = 0``
+  (``Ojas.Attention.Mask.stream_row_fully_masked``);
+* the finalize: ``out = rnd(acc / l)`` (one IEEE division, ``tl.math.div_rn``):
+  ``Ojas.Attention.Float.OnlineSoftmaxError.final_division``; out stored in the input dtype;
+  ``lse = rnd(rnd(m + log2 l) * ln 2)`` (``Ojas.Attention.Float.SavedLseError``); a fully masked
+  row gives zeros and ``lse = -inf``.
+
+The operations whose rounding no theorem fixes are the parameters, :class:`Primitives`: the dot
+``dot(a, b, acc) = acc + a @ b``, ``exp2``, ``log2``, the order of ``tl.sum`` over a row
+(``row_sum``), the division and the float32 -> storage-dtype cast. Two sets:
+
+* :func:`interpreter_primitives`: what ``TRITON_INTERPRET=1`` runs (triton/runtime/interpreter.py):
+  ``tl.dot`` is ``np.matmul(a, b, dtype=float32) + acc`` (the kernels' ``_dot`` upcasts 16-bit
+  operands to float32 there), ``tl.sum`` ``np.sum(x, axis=1)``, ``tl.exp2`` / ``tl.log2``
+  ``np.exp2`` / ``np.log2``, division ``np.divide``, and the float32 -> bfloat16 cast the
+  interpreter's ``_convert_float`` (it truncates); the same numpy calls on arrays of the same
+  shapes, since they are the primitives there;
+* :func:`device_primitives`: the tensor-core dot models ``ojas verify-device`` identified (its
+  record: :class:`~ojas_ref.verification.device_premises.Accumulation` for 16-bit operands,
+  Triton's 3xTF32 split of Tf32Product.v for float32, emulated with torch integer-exact float64
+  operations by :func:`accumulate` / :func:`tf32x3_dot`), the sum tree of ``tl.sum`` on the
+  Hopper MMA layout (:func:`wgmma_row_sum`), the device's own ``tl.exp2`` / ``tl.log2`` applied
+  elementwise by a small Triton kernel (``attention_error._run_unary``), IEEE division and
+  round-to-nearest-even casts.
+
+:func:`check_forward` runs the kernel and the model on the same inputs and returns ``None`` when
+every stored output is equal bit for bit, else a :class:`Mismatch`: the first differing row, which
+output differs (lse: the tile loop's ``m`` or ``l``; only ``out``: the finalize division, the cast
+or the P.V dots), the first differing element and the model's ``m``, ``l`` and ``acc`` of that
+row after every key tile (part and start), which locates it to a tile and a step.
+
+Not covered: dropout (refused), additive masks (refused), float32 dots in single-pass TF32
+(refused), other tile layouts than the ones :func:`wgmma_row_sum` models (the Hopper wgmma
+accumulator with the warps along the rows: the default float32 configuration, 32 x 64 tiles, runs
+``mma.sync`` with the warps along the keys, neither its accumulation nor its cross-warp sum is
+identified), subnormal products in the tensor-core emulation, and the kernel's intermediate
+values themselves: only ``out`` and ``lse`` are compared, the steps are the model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ojas_ref.verification.device_premises import TF32X3_SCHEDULES, Accumulation, _round_bits
+
+__all__ = [
+    "Primitives",
+    "TileStep",
+    "Schedule",
+    "Mismatch",
+    "Tf32x3",
+    "interpreter_primitives",
+    "device_primitives",
+    "accumulate",
+    "tf32x3_dot",
+    "wgmma_row_sum",
+    "forward_schedule",
+    "check_forward",
+]
+
+F32, F64 = torch.float32, torch.float64
+_LN2 = torch.tensor(0.6931471805599453, dtype=F32)  # the kernel's constant, a float32 there
+
+
+@dataclasses.dataclass(frozen=True)
+class Primitives:
+    """The operations of the schedule whose rounding is a parameter (float32 tensors in and out):
+    ``dot(a, b, acc)`` = ``acc + a @ b`` (a [M, K], b [K, N] float32 holding the operands' values,
+    acc [M, N]), ``exp2``, ``log2`` (elementwise), ``row_sum`` (``tl.sum(x, 1)`` of [M, N]),
+    ``div`` (``x / y`` broadcast) and ``cast(x, dtype)`` (float32 to the storage dtype)."""
+
+    name: str
+    dot: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    exp2: Callable[[torch.Tensor], torch.Tensor]
+    log2: Callable[[torch.Tensor], torch.Tensor]
+    row_sum: Callable[[torch.Tensor], torch.Tensor]
+    div: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    cast: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
+
+
+def _np(x: torch.Tensor) -> np.ndarray:
+    return x.detach().contiguous().numpy()
+
+
+def _ieee_div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x / y
+
+
+def _interpreter_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Triton's interpreter's float32 -> ``dtype`` cast: bfloat16 by its ``_convert_float``
+    (the significand truncated), float16 by numpy's ``astype``."""
+    if dtype == F32:
+        return x
+    if dtype == torch.bfloat16:
+        import triton.language as tl
+        from triton.runtime.interpreter import _convert_float
+
+        bits = _convert_float(_np(x), tl.float32, tl.bfloat16, None)
+        return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16)
+    if dtype == torch.float16:
+        return torch.from_numpy(_np(x).astype(np.float16))
+    raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
+
+
+def interpreter_primitives() -> Primitives:
+    """The primitives of Triton's CPU interpreter (module docstring): the numpy calls it makes."""
+    return Primitives(
+        name="interpreter",
+        dot=lambda a, b, acc: torch.from_numpy(np.matmul(_np(a), _np(b), dtype=np.float32) + _np(acc)),
+        exp2=lambda x: torch.from_numpy(np.exp2(_np(x))),
+        log2=lambda x: torch.from_numpy(np.log2(_np(x))),
+        row_sum=lambda x: torch.from_numpy(np.sum(_np(x), axis=1)),
+        div=_ieee_div,
+        cast=_interpreter_cast,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The device's dots, emulated with exact float64 integer arithmetic
+# ---------------------------------------------------------------------------
+
+
+def _exponent(x: torch.Tensor) -> torch.Tensor:
+    """floor(log2 |x|) of float64 ``x`` (0 for 0: masked by the callers)."""
+    return torch.frexp(x).exponent.to(torch.int64) - 1
+
+
+def _round32(x: torch.Tensor, out: str) -> torch.Tensor:
+    """float64 ``x`` (exact) rounded to float32 to nearest even or toward zero ("truncate")."""
+    r = x.to(F32)
+    if out == "nearest":
+        return r
+    if out != "truncate":
+        raise ValueError(f"out must be 'nearest' or 'truncate', got {out!r}")
+    over = r.to(F64).abs() > x.abs()
+    return torch.where(over, torch.nextafter(r, torch.zeros_like(r)), r)
+
+
+def _accumulate_rows(model: Accumulation, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``c_r + sum_i a_ri b_ri`` for every row ``r`` (a, b [R, K] float32, c [R] float32) as ``model``
+    accumulates it: :func:`~ojas_ref.verification.device_premises.emulate_dot` vectorised. Each
+    block's terms are scaled to integers below 2^(bits + 2) (at most 2^33 summed: exact in float64)."""
+    if model.bits is None:
+        raise ValueError(f"{model}: exact alignment (bits=None) is not emulated here (device_premises.emulate_dot is)")
+    if model.align not in ("trunc", "floor"):
+        raise ValueError(f"align must be 'trunc' or 'floor', got {model.align!r}")
+    a64, b64 = a.to(F64), b.to(F64)
+    acc = c.to(F32)
+    for k0 in range(0, a.shape[1], model.block):
+        x, y = a64[:, k0 : k0 + model.block], b64[:, k0 : k0 + model.block]
+        terms = torch.cat([acc.to(F64)[:, None], x * y], 1)  # products exact: at most 48 bits
+        nonzero = terms != 0
+        if model.ref == "operands":
+            ref = torch.cat([_exponent(acc.to(F64))[:, None], _exponent(x) + _exponent(y)], 1)
+        else:
+            ref = _exponent(terms)
+        big = torch.where(nonzero, ref, torch.full_like(ref, -(2**40))).amax(1)
+        any_term = nonzero.any(1)
+        q = torch.where(any_term, big - model.bits + 1, torch.zeros_like(big))
+        scaled = terms * torch.pow(2.0, (-q).to(F64))[:, None]
+        cut = torch.trunc(scaled) if model.align == "trunc" else torch.floor(scaled)
+        total = torch.where(nonzero, cut, torch.zeros_like(cut)).sum(1) * torch.pow(2.0, q.to(F64))
+        acc = torch.where(any_term, _round32(total, model.out), torch.zeros_like(acc))
+    return acc
+
+
+def accumulate(model: Accumulation, a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+    """``acc + a @ b`` (a [M, K], b [K, N], acc [M, N], float32) as the tensor cores accumulate it
+    under ``model`` (TensorCoreSum.v's ``tc_acc`` / ``tc_acc_op``: blocks of ``model.block`` along K
+    chained from ``acc``)."""
+    m, k = a.shape
+    n = b.shape[1]
+    rows_a = a.to(F32)[:, None, :].expand(m, n, k).reshape(m * n, k)
+    rows_b = b.to(F32).t()[None, :, :].expand(m, n, k).reshape(m * n, k)
+    return _accumulate_rows(model, rows_a, rows_b, acc.reshape(m * n)).reshape(m, n)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tf32x3:
+    """Triton's 3xTF32 float32 dot as ``ojas verify-device`` identified it (Tf32Product.v): ``hi =
+    rna(x)`` (11 bits), ``lo = read(x - hi)``, the TF32 dots ``lo a . hi b`` (0), ``hi a . lo b`` (1),
+    ``hi a . hi b`` (2) accumulated by ``model``, chained by ``schedule`` in ``order``
+    (:data:`~ojas_ref.verification.device_premises.TF32X3_SCHEDULES`)."""
+
+    model: Accumulation
+    read: str
+    schedule: str
+    order: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.schedule not in TF32X3_SCHEDULES:
+            raise ValueError(f"schedule must be one of {TF32X3_SCHEDULES}, got {self.schedule!r}")
+
+
+def tf32x3_dot(spec: Tf32x3, a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+    """``acc + a @ b`` (float32) as Triton's 3xTF32 dot under ``spec``:
+    :func:`~ojas_ref.verification.device_premises.emulate_tf32x3` on tiles."""
+    a, b = a.to(F32).contiguous(), b.to(F32).contiguous()
+    ha, hb = _round_bits(a, 11, "rna"), _round_bits(b, 11, "rna")
+    la, lb = _round_bits(a - ha, 11, spec.read), _round_bits(b - hb, 11, spec.read)
+    pairs = ((la, hb), (ha, lb), (ha, hb))
+
+    def chain(indices: tuple[int, ...], start: torch.Tensor) -> torch.Tensor:
+        for i in indices:
+            start = accumulate(spec.model, *pairs[i], start)
+        return start
+
+    zero = torch.zeros_like(acc)
+    if spec.schedule == "chain(c)":
+        return chain(spec.order, acc)
+    if spec.schedule == "chain(0)+c":
+        return chain(spec.order, zero) + acc
+    low = chain(tuple(i for i in spec.order if i != 2), zero)
+    if spec.schedule == "hi(c)+lo":
+        return chain((2,), acc) + low
+    return (chain((2,), zero) + low) + acc  # "hi(0)+lo+c"
+
+
+def wgmma_row_sum(x: torch.Tensor) -> torch.Tensor:
+    """``tl.sum(x, 1)`` of a float32 [M, N] tile in the Hopper wgmma accumulator layout with the
+    warps along the rows (``nvidia_mma`` version 3, ``warpsPerCTA = [w, 1]``, the instruction's N the
+    tile's), as Triton 3.9 lowers it for sm_90 (read from the PTX of ``_fwd_kernel``,
+    64 x 64 tiles, 4 and 8 warps, bf16 and 3xTF32): lane ``t`` of the 4 lanes of a row holds
+    columns ``8 j + 2 t + {0, 1}``, j = 0..N/8-1, in that order; it adds them by a balanced tree of
+    adjacent pairs, then the lanes add across ``xor 2``, then ``xor 1``. Any tree of these depths
+    is covered by ``sum_ok`` (rocq/FloatModel/BlockedSum.v); this is the one that runs."""
+    m, n = x.shape
+    if n % 8 or (n // 4) & (n // 4 - 1):
+        raise ValueError(f"the wgmma row sum needs N a multiple of 8 with N / 4 a power of 2, got N = {n}")
+    e = x.to(F32).reshape(m, n // 8, 4, 2).permute(0, 2, 1, 3).reshape(m, 4, n // 4)
+    while e.shape[-1] > 1:
+        e = e[..., 0::2] + e[..., 1::2]
+    v = e[..., 0]
+    v = v + v[:, [2, 3, 0, 1]]
+    v = v + v[:, [1, 0, 3, 2]]
+    return v[:, 0].contiguous()
+
+
+def _device_unary(op: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        from ojas_ref.verification.attention_error import _run_unary
+
+        return _run_unary(op, x.to(F32).contiguous().cuda(), F32).cpu()
+
+    return run
+
+
+def device_primitives(dtype: torch.dtype, folder: str | None = None) -> Primitives:
+    """The primitives of the kernels on this CUDA device for inputs of ``dtype``, from the
+    ``ojas verify-device`` record of this device and these versions (``folder`` as
+    :func:`~ojas_ref.verification.device_premises.checked_premises`: ``PremisesNotChecked`` without
+    a record, ``PremiseFailed`` when an entry failed): "tl.dot bfloat16" for 16-bit inputs (the
+    float16 dots assumed to accumulate as the bfloat16 ones), "tl.dot float32 tf32x3" and the
+    "tf32 low-part reading" for float32 (``ValueError`` when torch's float32 matmul precision lets the
+    kernels run single-pass TF32, or when the record leaves more than one model); ``tl.exp2`` /
+    ``tl.log2`` run on the device; the row sum is :func:`wgmma_row_sum`."""
+    from ojas_kernels.attention_args import _HIGHEST, _dot_precision
+    from ojas_ref.verification import device_premises as dp
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("device_primitives needs a CUDA device (its tl.exp2 and tl.log2 run there)")
+    if dtype in (torch.bfloat16, torch.float16):
+        name = "tl.dot bfloat16"
+        models = dp.checked_premises([name], folder)[name]["measured"]
+        found = {Accumulation(**m) for m in models}
+        if len(found) != 1:
+            raise ValueError(f"{name}: the record identifies {len(found)} models, not one: {models}")
+        model = found.pop()
+        dot = lambda a, b, acc: accumulate(model, a, b, acc)  # noqa: E731
+    elif dtype == F32:
+        if _dot_precision(dtype, _HIGHEST) != "tf32x3":
+            raise ValueError("float32 attention with single-pass TF32 dots (matmul precision not 'highest'): not modelled")
+        name, reading = "tl.dot float32 tf32x3", "tf32 low-part reading"
+        entries = dp.checked_premises([name, reading], folder)
+        found = entries[name]["measured"]
+        if len(found) != 1:
+            raise ValueError(f"{name}: the record identifies {len(found)} schedules, not one: {found}")
+        spec = Tf32x3(
+            Accumulation(**found[0]["model"]), entries[reading]["measured"], found[0]["schedule"], tuple(found[0]["order"])
+        )
+        dot = lambda a, b, acc: tf32x3_dot(spec, a, b, acc)  # noqa: E731
+    else:
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
+    return Primitives(
+        name=f"device ({dtype})",
+        dot=dot,
+        exp2=_device_unary("exp2"),
+        log2=_device_unary("log2"),
+        row_sum=wgmma_row_sum,
+        div=_ieee_div,
+        cast=lambda x, d: x.to(d),
+    )
+
+
+# ---------------------------------------------------------------------------
+# The schedule
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TileStep:
+    """A query tile's state after one key tile: the tile's ``part`` of ``_tile_range`` (0 and 2
+    masked, 1 unmasked), its first key ``start_n`` and ``m``, ``l`` [BLOCK_M], ``acc`` [BLOCK_M, BLOCK_EV]."""
+
+    part: int
+    start_n: int
+    m: torch.Tensor
+    l: torch.Tensor  # noqa: E741
+    acc: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The model's ``out`` [B, Hq, Sq, Ev] (input dtype), ``lse`` [B, Hq, Sq] (float32) and, when
+    traced, the steps of every program keyed by ``(b, h, start_m)``."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    steps: dict[tuple[int, int, int], list[TileStep]] | None
+
+
+def _key_tiles(
+    start_m: int, seq_q: int, seq_k: int, window: int, bm: int, bn: int, causal: bool, has_window: bool, split: bool
+) -> tuple[int, int, int, int]:
+    """``attention_tiles._key_tiles`` on Python ints (``lo <= a <= b <= hi``)."""
+    last_m = min(start_m + bm, seq_q) - 1
+    lo, hi, full_lo, full_end = 0, seq_k, 0, seq_k
+    if causal:
+        hi = min(hi, last_m + 1)
+        full_end = min(full_end, start_m + 1)
+    if has_window:
+        lo = max(start_m - window + 1, 0)
+        hi = min(hi, last_m + window)
+        full_lo = max(last_m - window + 1, 0)
+        full_end = min(full_end, start_m + window)
+    lo = (lo // bn) * bn
+    a = min(max(-(-full_lo // bn) * bn, lo), max(hi, lo))
+    b = max((full_end // bn) * bn, a)
+    if not split:
+        a = b = max(hi, lo)
+    return lo, a, b, hi
+
+
+def _tile(x: torch.Tensor, start: int, rows: int, cols: int) -> torch.Tensor:
+    """float32 [rows, cols] of ``x`` [S, D] from row ``start``, zeros outside (the kernel's masked loads)."""
+    out = torch.zeros(rows, cols, dtype=F32)
+    part = x[start : start + rows].to(F32)
+    out[: part.shape[0], : part.shape[1]] = part
+    return out
+
+
+def forward_schedule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    window: int | None = None,
+    *,
+    config,
+    primitives: Primitives,
+    trace: bool = False,
+) -> Schedule:
+    """``_fwd_kernel``'s outputs for these inputs under the launch configuration ``config``
+    (a ``KernelConfig``: block_m, block_n, split) with ``primitives`` (module docstring), computed on
+    the CPU; ``trace``: keep every tile's ``m``, ``l``, ``acc``. Arguments as ``flash_attention``
+    (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive masks are not modelled)."""
+    from ojas_kernels.attention_args import _check, _launch_args, _mask_args
+
+    _check(query, key, value, window, attn_mask)
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        raise ValueError(f"attn_mask must be boolean: additive masks are not modelled, got {attn_mask.dtype}")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    query, key, value = query.detach().cpu(), key.detach().cpu(), value.detach().cpu()
+    attn_mask = None if attn_mask is None else attn_mask.detach().cpu()
+    batch, heads, seq_q, _ = query.shape
+    kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
+    out = torch.zeros(batch, heads, seq_q, ev, dtype=query.dtype)
+    lse = torch.full((batch, heads, seq_q), float("-inf"), dtype=F32)
+    steps: dict[tuple[int, int, int], list[TileStep]] | None = {} if trace else None
+    if lse.numel() == 0 or seq_k == 0:
+        return Schedule(out, lse, steps)
+    mask, _, _, w, qk_scale, _, _, cx = _launch_args(query, key, value, attn_mask, is_causal, scale, window, None)
+    qk = torch.tensor(qk_scale, dtype=F32)  # a float32 kernel argument
+    bm, bn, be, bev = config.block_m, config.block_n, cx["BLOCK_E"], cx["BLOCK_EV"]
+    split, has_window, pos = config.split and attn_mask is None, window is not None, scale >= 0
+    group = heads // kv_heads
+    p_ = primitives
+    for b in range(batch):
+        for h in range(heads):
+            hk = h // group
+            for start_m in range(0, seq_q, bm):
+                offs_m = torch.arange(start_m, start_m + bm)
+                q = _tile(query[b, h], start_m, bm, be)
+                m_i = torch.full((bm,), float("-inf"), dtype=F32)
+                l_i = torch.zeros(bm, dtype=F32)
+                acc = torch.zeros(bm, bev, dtype=F32)
+                trail = []
+                lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, w, bm, bn, is_causal, has_window, split)
+                for part, (start, end) in enumerate(((lo, a), (a, b_end), (b_end, hi))):
+                    for start_n in range(start, end, bn):
+                        offs_n = torch.arange(start_n, start_n + bn)
+                        s = p_.dot(q, _tile(key[b, hk], start_n, bn, be).t().contiguous(), torch.zeros(bm, bn))
+                        if part != 1:  # the masked loop
+                            i, j = offs_m[:, None], offs_n[None, :]
+                            vis = (i < seq_q) & (j < seq_k)
+                            if is_causal:
+                                vis &= j <= i
+                            if has_window:
+                                vis &= (i - j < w) & (j - i < w)
+                            s = s * qk
+                            if attn_mask is not None:
+                                seen_mask = torch.zeros(bm, bn, dtype=torch.bool)
+                                r, c = min(bm, seq_q - start_m), min(bn, seq_k - start_n)
+                                seen_mask[:r, :c] = mask[b, h, start_m : start_m + r, start_n : start_n + c] != 0
+                                vis &= seen_mask
+                            s = torch.where(vis, s, float("-inf"))
+                            m_new = torch.maximum(m_i, s.amax(1))
+                            m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
+                            p = p_.exp2(s - m_use[:, None])
+                            alpha = p_.exp2(m_i - m_use)
+                        else:
+                            m_new = torch.maximum(m_i, (s.amax(1) if pos else s.amin(1)) * qk)
+                            p = p_.exp2(s * qk - m_new[:, None])
+                            alpha = p_.exp2(m_i - m_new)
+                        l_i = l_i * alpha + p_.row_sum(p)
+                        v = _tile(value[b, hk], start_n, bn, bev)
+                        acc = acc * alpha[:, None]
+                        acc = p_.dot(p_.cast(p, value.dtype).to(F32), v, acc)
+                        m_i = m_new
+                        if trace:
+                            trail.append(TileStep(part, start_n, m_i.clone(), l_i.clone(), acc.clone()))
+                seen = l_i > 0.0
+                l_safe = torch.where(seen, l_i, torch.ones_like(l_i))
+                o = p_.div(acc, l_safe[:, None])
+                ls = torch.where(seen, (m_i + p_.log2(l_safe)) * _LN2, float("-inf"))
+                rows = min(bm, seq_q - start_m)
+                out[b, h, start_m : start_m + rows] = p_.cast(o, query.dtype)[:rows, :ev]
+                lse[b, h, start_m : start_m + rows] = ls[:rows]
+                if trace:
+                    steps[(b, h, start_m)] = trail
+    return Schedule(out, lse, steps)
+
+
+# ---------------------------------------------------------------------------
+# The check against the kernel
+# ---------------------------------------------------------------------------
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view({2: torch.int16, 4: torch.int32}[x.element_size()])
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """The first row ``(b, h, i)`` whose stored outputs differ between the kernel and the model:
+    ``lse`` (kernel, model) when the lse differs, ``out`` (column, kernel, model) at the first
+    differing column when out differs; ``operation`` names the first differing operation as far
+    as the outputs tell it; ``steps``: the model's (part, start_n, m, l, acc[column]) of that row
+    after each key tile of its query tile ``start_m``."""
+
+    row: tuple[int, int, int]
+    start_m: int
+    lse: tuple[float, float] | None
+    out: tuple[int, float, float] | None
+    operation: str
+    steps: list[tuple[int, int, float, float, float]]
+
+    def __str__(self) -> str:
+        b, h, i = self.row
+        lines = [f"first differing row b={b} h={h} i={i} (query tile {self.start_m}): {self.operation}"]
+        if self.lse is not None:
+            lines.append(f"  lse: kernel {self.lse[0]!r}, model {self.lse[1]!r}")
+        if self.out is not None:
+            lines.append(f"  out[{self.out[0]}]: kernel {self.out[1]!r}, model {self.out[2]!r}")
+        for part, start_n, m, l, a in self.steps:
+            lines.append(f"  model after key tile {start_n} (part {part}): m={m!r} l={l!r} acc={a!r}")
+        return "\n".join(lines)
+
+
+def check_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    window: int | None = None,
+    *,
+    config=None,
+    primitives: Primitives,
+    model_config=None,
+) -> Mismatch | None:
+    """Run ``_fwd_kernel`` (launch configuration ``config``, a ``KernelConfig``; default that of
+    ``default_config``) and :func:`forward_schedule` (under ``model_config``, default ``config``:
+    another one is a mutant) on the same inputs; None when ``out`` and ``lse`` are equal bit for
+    bit, else the :class:`Mismatch` of the first differing row."""
+    from ojas_kernels.attention_config import AttentionConfig, default_config
+    from ojas_kernels.attention_forward import _forward
+
+    if config is None:
+        config = default_config(max(query.shape[-1], value.shape[-1]), query.dtype, query.device, is_causal).fwd
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    model_config = model_config or config
+    model = forward_schedule(
+        query, key, value, attn_mask, is_causal, scale, window, config=model_config, primitives=primitives, trace=True
+    )
+    out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, AttentionConfig(config, config, config))
+    out, lse = out.cpu(), lse.cpu()
+    out_diff = (_bits(out) != _bits(model.out)).any(-1)
+    lse_diff = _bits(lse) != _bits(model.lse)
+    bad = (out_diff | lse_diff).nonzero()
+    if bad.numel() == 0:
+        return None
+    b, h, i = (int(x) for x in bad[0])
+    start_m = i // model_config.block_m * model_config.block_m
+    col = int((_bits(out[b, h, i]) != _bits(model.out[b, h, i])).nonzero()[0]) if out_diff[b, h, i] else None
+    c = 0 if col is None else col
+    steps = [
+        (st.part, st.start_n, st.m[i - start_m].item(), st.l[i - start_m].item(), st.acc[i - start_m, c].item())
+        for st in model.steps[(b, h, start_m)]
+    ]
+    if lse_diff[b, h, i]:
+        operation = "the tile loop: lse differs (m or l: the scores, their max, exp2, the row sum or the rescaling)"
+    else:
+        operation = "the finalize or the P.V dots: lse agrees, out differs (acc / l, the output cast or acc)"
+    return Mismatch(
+        row=(b, h, i),
+        start_m=start_m,
+        lse=(lse[b, h, i].item(), model.lse[b, h, i].item()) if lse_diff[b, h, i] else None,
+        out=None if col is None else (col, out[b, h, i, col].item(), model.out[b, h, i, col].item()),
+        operation=operation,
+        steps=steps,
+    )
+
