@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Union
+from typing import Any, ClassVar, Self, Union
 
 import torch
 
@@ -73,32 +73,46 @@ _QK_SCALE_ERROR = 2.0**-24 + 2.0**-51
 _LN2_CONST_ERROR = 2.0**-24 + 2.0**-52
 
 
-def _check_accumulation(block: int | None, bits: int, out: str, ref: str, allow_no_block: bool) -> None:
-    """The fields of a tensor-core accumulation model checked (``block`` None: left to right)."""
-    if not (block is None and allow_no_block) and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
-        raise ValueError(f"block must be {'None or ' if allow_no_block else ''}an integer >= 1, got {block!r}")
-    if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
-        raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
-    if out not in ("nearest", "truncate"):
-        raise ValueError(f"out must be 'nearest' or 'truncate', got {out!r}")
-    if ref not in ("term", "operands"):
-        raise ValueError(f"ref must be 'term' or 'operands', got {ref!r}")
+@dataclass(frozen=True)
+class _TruncatingAccumulation:
+    """The fields of a tensor-core accumulation model (``block`` None: left to right, where the
+    subclass allows it), checked, and built from an identified accumulation."""
 
+    block: int | None
+    bits: int = 26
+    out: str = "truncate"
+    ref: str = "operands"
+    _allow_no_block: ClassVar[bool] = False
 
-def _from_accumulation(cls: type, accumulation: Any) -> Any:
-    """``cls(block, bits, out, ref)`` of an identified accumulation (``ojas verify-device``'s
-    ``Accumulation``); only alignment by truncation to a number of bits is ``tc_align`` /
-    ``tc_align_op``."""
-    if accumulation.bits is None or accumulation.align != "trunc":
-        raise ValueError(
-            f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align, tc_align_op), "
-            f"got bits={accumulation.bits!r}, align={accumulation.align!r}"
-        )
-    return cls(accumulation.block, accumulation.bits, accumulation.out, getattr(accumulation, "ref", "term"))
+    def __post_init__(self) -> None:
+        block, bits = self.block, self.bits
+        if not (block is None and self._allow_no_block) and (
+            isinstance(block, bool) or not isinstance(block, int) or block < 1
+        ):
+            raise ValueError(
+                f"block must be {'None or ' if self._allow_no_block else ''}an integer >= 1, got {block!r}"
+            )
+        if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
+            raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
+        if self.out not in ("nearest", "truncate"):
+            raise ValueError(f"out must be 'nearest' or 'truncate', got {self.out!r}")
+        if self.ref not in ("term", "operands"):
+            raise ValueError(f"ref must be 'term' or 'operands', got {self.ref!r}")
+
+    @classmethod
+    def from_accumulation(cls, accumulation: Any) -> Self:
+        """The model of an identified accumulation (``ojas verify-device``'s ``Accumulation``); only
+        alignment by truncation to a number of bits is ``tc_align`` / ``tc_align_op``: others raise."""
+        if accumulation.bits is None or accumulation.align != "trunc":
+            raise ValueError(
+                f"accumulation must align by truncation to a number of bits (TensorCoreSum.tc_align, tc_align_op), "
+                f"got bits={accumulation.bits!r}, align={accumulation.align!r}"
+            )
+        return cls(accumulation.block, accumulation.bits, accumulation.out, getattr(accumulation, "ref", "term"))
 
 
 @dataclass(frozen=True)
-class TensorCoreDot:
+class TensorCoreDot(_TruncatingAccumulation):
     """The scores' dot of the 16-bit kernels on tensor cores (rocq/FloatModel/TensorCoreSum.v, the
     products of bfloat16 / float16 operands exact): blocks of ``block`` products with the running
     accumulator, every term truncated below ``2^(E - bits + 1)``, ``E`` the exponent of the block's
@@ -110,21 +124,10 @@ class TensorCoreDot:
     have the same constants (:func:`dot_error_constants`)."""
 
     block: int
-    bits: int = 26
-    out: str = "truncate"
-    ref: str = "operands"
-
-    def __post_init__(self) -> None:
-        _check_accumulation(self.block, self.bits, self.out, self.ref, allow_no_block=False)
-
-    @classmethod
-    def from_accumulation(cls, accumulation: Any) -> TensorCoreDot:
-        """The model of an identified accumulation (truncating alignment only: others raise)."""
-        return _from_accumulation(cls, accumulation)
 
 
 @dataclass(frozen=True)
-class Tf32x3Dot:
+class Tf32x3Dot(_TruncatingAccumulation):
     """The scores' dot as Triton's 3xTF32 computes it (``tl.dot(..., input_precision="tf32x3")``:
     the float32 attention kernels on CUDA, ``_HIGHEST`` of kernels/ojas_kernels/attention_args.py),
     the model of rocq/FloatModel/Tf32Product.v: the high parts ``cvt.rna`` to TF32 (``uh = 2^-11``),
@@ -142,17 +145,7 @@ class Tf32x3Dot:
     (:func:`dot_error_constants`), no underflow (the accumulation is Flocq's FLX)."""
 
     block: int | None = None
-    bits: int = 26
-    out: str = "truncate"
-    ref: str = "operands"
-
-    def __post_init__(self) -> None:
-        _check_accumulation(self.block, self.bits, self.out, self.ref, allow_no_block=True)
-
-    @classmethod
-    def from_accumulation(cls, accumulation: Any) -> Tf32x3Dot:
-        """The tensor-core model of an identified accumulation (truncating alignment only)."""
-        return _from_accumulation(cls, accumulation)
+    _allow_no_block: ClassVar[bool] = True
 
 
 #: The float32 kernels' 3xTF32 dots on an H100 (``ojas verify-device`` on 2026-12-06, Triton 3.6:
