@@ -293,14 +293,19 @@ def device_primitives(dtype: torch.dtype, folder: str | None = None) -> Primitiv
         dot = lambda a, b, acc: accumulate(model, a, b, acc)  # noqa: E731
     elif dtype == F32:
         if _dot_precision(dtype, _HIGHEST) != "tf32x3":
-            raise ValueError("float32 attention with single-pass TF32 dots (matmul precision not 'highest'): not modelled")
+            raise ValueError(
+                "float32 attention with single-pass TF32 dots (matmul precision not 'highest'): not modelled"
+            )
         name, reading = "tl.dot float32 tf32x3", "tf32 low-part reading"
         entries = dp.checked_premises([name, reading], folder)
         found = entries[name]["measured"]
         if len(found) != 1:
             raise ValueError(f"{name}: the record identifies {len(found)} schedules, not one: {found}")
         spec = Tf32x3(
-            Accumulation(**found[0]["model"]), entries[reading]["measured"], found[0]["schedule"], tuple(found[0]["order"])
+            Accumulation(**found[0]["model"]),
+            entries[reading]["measured"],
+            found[0]["schedule"],
+            tuple(found[0]["order"]),
         )
         dot = lambda a, b, acc: tf32x3_dot(spec, a, b, acc)  # noqa: E731
     else:
@@ -390,7 +395,7 @@ def forward_schedule(
     (a ``KernelConfig``: block_m, block_n, split) with ``primitives`` (module docstring), computed on
     the CPU; ``trace``: keep every tile's ``m``, ``l``, ``acc``. Arguments as ``flash_attention``
     (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive masks are not modelled)."""
-    from ojas_kernels.attention_args import _check, _launch_args, _mask_args
+    from ojas_kernels.attention_args import _check, _launch_args
 
     _check(query, key, value, window, attn_mask)
     if attn_mask is not None and attn_mask.dtype != torch.bool:
@@ -557,4 +562,3 @@ def check_forward(
         operation=operation,
         steps=steps,
     )
-

@@ -1,0 +1,194 @@
+"""The attention forward kernel against the executable model of its schedule
+(``ojas_ref.verification.kernel_schedule``), bit for bit.
+
+* CPU (``TRITON_INTERPRET=1``, as CI runs): ``_fwd_kernel`` equals ``forward_schedule`` with the
+  interpreter's primitives at four shapes (causal with GQA and lengths not a multiple of the tile,
+  a window, a boolean mask with a fully masked row, a negative scale through 32 x 16 tiles), in
+  bfloat16 and float32; two mutants (the model with another BLOCK_N, a division not rounded once)
+  are caught and located. The vectorised tensor-core emulation equals ``device_premises``'
+  scalar one on its test vectors, and the wgmma row sum is the tree of the PTX.
+* GPU (``-m gpu``): the same shapes against the device's primitives (the ``ojas verify-device``
+  record's dot models, the wgmma row-sum tree, the device's tl.exp2 / tl.log2), on 64-row tiles
+  (the wgmma layouts the row sum models; float32 on 64 x 64 tiles, not its default 32 x 64).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ojas_kernels.attention_config import KernelConfig
+from ojas_ref.verification import device_premises as dp
+from ojas_ref.verification import kernel_schedule as ks
+
+DTYPES = [torch.float32, torch.bfloat16]
+# name, (B, Hq, Hkv, Sq, Sk, E), is_causal, window, mask, scale, config (None: default_config)
+CPU_CASES = [
+    ("causal-gqa", (2, 4, 2, 37, 45, 32), True, None, False, None, None),
+    ("window", (1, 2, 2, 70, 61, 16), False, 40, False, 0.25, None),
+    ("bool-mask", (1, 2, 1, 20, 29, 24), False, None, True, None, None),
+    ("neg-scale-32x16", (1, 2, 2, 50, 70, 16), False, None, False, -0.3, KernelConfig(32, 16)),
+]
+GPU_CASES = [
+    ("causal-gqa", (1, 4, 2, 200, 200, 64), True, None, False, None, None),
+    ("window", (1, 2, 2, 130, 190, 128), False, 37, False, None, None),
+    ("bool-mask", (2, 2, 1, 100, 150, 64), False, None, True, None, None),
+]
+GPU_FLOAT32_TILES = KernelConfig(64, 64, 4, 2)  # wgmma (m64n64k8 tf32), warps along the rows
+
+
+def _inputs(shape, dtype, masked, device="cpu", seed=0):
+    b, hq, hkv, sq, sk, e = shape
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, e, generator=gen) for h, s in ((hq, sq), (hkv, sk), (hkv, sk)))
+    mask = None
+    if masked:
+        mask = torch.rand(sq, sk, generator=gen) < 0.6
+        mask[3] = False  # a fully masked row
+    return tuple(x.to(dtype).to(device) for x in (q, k, v)), None if mask is None else mask.to(device)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", CPU_CASES, ids=[c[0] for c in CPU_CASES])
+def test_kernel_matches_the_interpreter_schedule_bit_for_bit(case, dtype):
+    _, shape, causal, window, masked, scale, config = case
+    (q, k, v), mask = _inputs(shape, dtype, masked)
+    mismatch = ks.check_forward(
+        q, k, v, mask, causal, scale, window, config=config, primitives=ks.interpreter_primitives()
+    )
+    assert mismatch is None, str(mismatch)
+    cfg = config or KernelConfig(16, 16)  # default_config on the CPU
+    sched = ks.forward_schedule(
+        q, k, v, mask, causal, scale, window, config=cfg, primitives=ks.interpreter_primitives(), trace=True
+    )
+    parts = {st.part for steps in sched.steps.values() for st in steps}
+    assert 0 in parts or 2 in parts  # the masked loop ran
+    if not masked:
+        assert 1 in parts  # and the loop without the mask
+    if masked:  # row 3 sees no key: zeros and lse -inf
+        assert (sched.out[:, :, 3] == 0).all() and (sched.lse[:, :, 3] == float("-inf")).all()
+
+
+@pytest.mark.interpreter
+def test_a_model_with_another_block_n_is_caught():
+    (q, k, v), _ = _inputs((1, 2, 1, 40, 45, 32), torch.float32, False)
+    mismatch = ks.check_forward(
+        q,
+        k,
+        v,
+        is_causal=True,
+        config=KernelConfig(16, 16),
+        model_config=KernelConfig(16, 32),
+        primitives=ks.interpreter_primitives(),
+    )
+    assert mismatch is not None
+    b, h, i = mismatch.row
+    assert mismatch.start_m == i // 16 * 16
+    assert [s[1] for s in mismatch.steps] == list(range(0, min(i // 16 * 16 + 16, 40), 32))  # the model's tiles of 32
+    assert str(mismatch).startswith(f"first differing row b={b} h={h} i={i}")
+
+
+@pytest.mark.interpreter
+def test_a_division_not_rounded_once_is_caught_at_the_finalize():
+    """float32 only: in bfloat16 the stored output is rounded to 8 bits after the division, so a
+    one-ulp float32 difference there shows only when it crosses a bfloat16 rounding boundary."""
+    (q, k, v), _ = _inputs((1, 2, 2, 40, 45, 32), torch.float32, False)
+    recip = dataclasses.replace(ks.interpreter_primitives(), name="acc * (1 / l)", div=lambda x, y: x * (1.0 / y))
+    mismatch = ks.check_forward(q, k, v, is_causal=True, primitives=recip)
+    assert mismatch is not None
+    assert mismatch.lse is None and mismatch.out is not None  # m and l agree: the division differs
+    assert mismatch.operation.startswith("the finalize")
+    col, got, want = mismatch.out
+    assert got != want
+
+
+def test_forward_schedule_refuses_what_it_does_not_model():
+    (q, k, v), _ = _inputs((1, 1, 1, 8, 8, 16), torch.float32, False)
+    with pytest.raises(ValueError, match="additive masks are not modelled"):
+        ks.forward_schedule(
+            q, k, v, torch.zeros(8, 8), config=KernelConfig(16, 16), primitives=ks.interpreter_primitives()
+        )
+    with pytest.raises(ValueError, match="exact alignment"):
+        ks.accumulate(dp.Accumulation(1, None, "trunc", "nearest"), q[0, 0], k[0, 0].t(), torch.zeros(8, 8))
+
+
+H100_MODELS = {  # device_premises.Accumulation's docstring: identified on an H100
+    "bfloat16": dp.Accumulation(16, 26, "trunc", "truncate", "operands"),
+    "tf32": dp.Accumulation(8, 26, "trunc", "truncate", "operands"),
+}
+
+
+@pytest.mark.parametrize(
+    "model,fmt",
+    [
+        (H100_MODELS["bfloat16"], "bfloat16"),
+        (H100_MODELS["tf32"], "tf32"),
+        (dp.Accumulation(4, 24, "floor", "nearest", "term"), "bfloat16"),
+    ],
+    ids=["h100-bf16", "h100-tf32", "term-floor-nearest"],
+)
+def test_vectorised_accumulation_equals_emulate_dot(model, fmt):
+    vectors = dp.dot_test_vectors(32, fmt, random=64)[::7]
+    a = torch.tensor([x[0] for x in vectors], dtype=torch.float32)
+    b = torch.tensor([x[1] for x in vectors], dtype=torch.float32)
+    c = torch.tensor([x[2] for x in vectors], dtype=torch.float32)
+    got = ks._accumulate_rows(model, a, b, c)
+    want = torch.tensor([dp.emulate_dot(model, *x) for x in vectors], dtype=torch.float32)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    # the tile form: acc + a @ b for a [4, 32] by [32, 3] tile
+    tile = ks.accumulate(model, a[:4], b[:3].t(), c[:12].reshape(4, 3))
+    assert tile[1, 2].item() == dp.emulate_dot(model, a[1].tolist(), b[2].tolist(), c[5].item())
+
+
+@pytest.mark.parametrize("schedule", dp.TF32X3_SCHEDULES)
+def test_vectorised_tf32x3_equals_emulate_tf32x3(schedule):
+    spec = ks.Tf32x3(H100_MODELS["tf32"], "trunc", schedule, (0, 1, 2))
+    vectors = dp.dot_test_vectors(16, "float32", random=24, seed=1)[-24:]
+    a = torch.tensor([x[0] for x in vectors], dtype=torch.float32)
+    b = torch.tensor([x[1] for x in vectors], dtype=torch.float32)
+    c = torch.tensor([x[2] for x in vectors], dtype=torch.float32)
+    got = ks.tf32x3_dot(spec, a, b.t(), c[:, None].expand(24, 24).contiguous()).diagonal()
+    want = [dp.emulate_tf32x3(spec.model, "trunc", schedule, (0, 1, 2), *x) for x in vectors]
+    assert got.tolist() == want
+
+
+def test_wgmma_row_sum_is_the_tree_of_the_ptx():
+    """The tree transcribed from the PTX of ``_fwd_kernel`` for sm_90 (Triton 3.9, 64 x 64 bf16
+    tiles): per lane a balanced tree of adjacent pairs over its 16 columns, then lanes xor 2, xor 1."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.exp(4 * torch.randn(20, 64, generator=gen))
+
+    def lane(row, t):
+        a = [row[8 * j + 2 * t + k] for j in range(8) for k in range(2)]
+        pairs = [a[i] + a[i + 1] for i in range(0, 16, 2)]
+        quads = [pairs[i] + pairs[i + 1] for i in range(0, 8, 2)]
+        return (quads[0] + quads[1]) + (quads[2] + quads[3])
+
+    for r in range(20):
+        v = [lane(x[r], t) for t in range(4)]
+        assert ks.wgmma_row_sum(x)[r] == (v[0] + v[2]) + (v[1] + v[3])
+    seq = x[:, 0].clone()
+    for j in range(1, 64):
+        seq = seq + x[:, j]
+    assert not torch.equal(ks.wgmma_row_sum(x), seq)  # the order matters on these rows
+    with pytest.raises(ValueError, match="power of 2"):
+        ks.wgmma_row_sum(torch.zeros(2, 24))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_kernel_matches_the_device_schedule_bit_for_bit_gpu(case, dtype):
+    try:
+        primitives = ks.device_primitives(dtype)
+    except dp.PremisesNotChecked as err:
+        pytest.skip(str(err))
+    _, shape, causal, window, masked, scale, config = case
+    if dtype == torch.float32:
+        config = GPU_FLOAT32_TILES
+    (q, k, v), mask = _inputs(shape, dtype, masked, "cuda", seed=11)
+    mismatch = ks.check_forward(q, k, v, mask, causal, scale, window, config=config, primitives=primitives)
+    assert mismatch is None, str(mismatch)
