@@ -192,3 +192,93 @@ def test_kernel_matches_the_device_schedule_bit_for_bit_gpu(case, dtype):
     (q, k, v), mask = _inputs(shape, dtype, masked, "cuda", seed=11)
     mismatch = ks.check_forward(q, k, v, mask, causal, scale, window, config=config, primitives=primitives)
     assert mismatch is None, str(mismatch)
+
+
+def _sm90_asm(dtype: str, config: KernelConfig, e: int, prec: str) -> dict[str, str]:
+    """``_fwd_kernel`` compiled for sm_90 on this machine (no GPU needed: Triton's NVIDIA backend
+    and its ptxas), full attention, for the layouts the GPU tests run."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from ojas_kernels.attention_forward import _fwd_kernel
+
+    flags = dict(IS_CAUSAL=False, HAS_WINDOW=False, HAS_MASK=False, MASK_BOOL=False, POS_SCALE=True)
+    constexprs = dict(HEAD_E=e, HEAD_EV=e, BLOCK_E=e, BLOCK_EV=e, BLOCK_M=config.block_m, BLOCK_N=config.block_n)
+    constexprs.update(flags, DOT_PREC=prec, SPLIT=True, HAS_DROPOUT=False)
+    pointers = dict(Q=f"*{dtype}", K=f"*{dtype}", V=f"*{dtype}", M=f"*{dtype}", O=f"*{dtype}", LSE="*fp32", SEED="*i64")
+    signature = {
+        n: "constexpr" if n in constexprs else pointers.get(n, "fp32" if n in ("qk_scale", "drop_scale") else "i32")
+        for n in _fwd_kernel.arg_names
+    }
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=False)
+    try:
+        kernel = compile(
+            ASTSource(_fwd_kernel, signature, constexprs), target=GPUTarget("cuda", 90, 32), options=options
+        )
+    except Exception as err:  # no NVIDIA backend or ptxas in this Triton
+        pytest.skip(f"cannot compile for sm_90 here: {type(err).__name__}: {err}")
+    return kernel.asm
+
+
+def _ptx_row_sum(ptx: str) -> tuple[str, list[int]]:
+    """The first ``tl.sum(p, 1)`` of the PTX: the tree of ``add.rn.f32`` over the registers of the
+    first run of ``ex2`` (as a Python expression in ``x[n]``, n the element's index in the thread)
+    and the ``shfl.sync.bfly`` offsets after it."""
+    import re
+
+    lines = ptx.splitlines()
+    ex2 = [i for i, line in enumerate(lines) if "ex2.approx" in line]
+    run = [i for i in ex2 if i < ex2[0] + 200]
+    index = {re.search(r"ex2\.approx\S*\s+(%r\d+)", lines[i]).group(1): n for n, i in enumerate(run)}
+    shfl = [i for i, line in enumerate(lines) if "shfl.sync.bfly" in line and i > run[-1]]
+    adds = {}
+    for line in lines[run[-1] : shfl[0]]:
+        m = re.search(r"add\.rn\.f32\s+(%r\d+), (%r\d+), (%r\d+)", line)
+        if m:
+            adds[m.group(1)] = (m.group(2), m.group(3))
+
+    def expr(r: str) -> str:
+        return f"x[{index[r]}]" if r in index else f"({expr(adds[r][0])} + {expr(adds[r][1])})"
+
+    root = re.search(r"shfl\.sync\.bfly\.b32\s+%r\d+, (%r\d+), (\d+)", lines[shfl[0]]).group(1)
+    offsets = [int(re.search(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, (\d+)", lines[i]).group(1)) for i in shfl[:2]]
+    return expr(root), offsets
+
+
+SM90_CASES = [  # what the GPU tests launch: bf16 default_config for E = 64 and 128, float32 64 x 64
+    ("bf16", KernelConfig(128, 64, 8, 3), 64, "tf32"),
+    ("bf16", KernelConfig(64, 64, 4, 3), 128, "tf32"),
+    ("fp32", GPU_FLOAT32_TILES, 64, "tf32x3"),
+]
+
+
+@pytest.mark.parametrize("dtype,config,e,prec", SM90_CASES, ids=["bf16-128x64", "bf16-64x64", "fp32-64x64"])
+def test_the_gpu_launches_sum_rows_as_wgmma_row_sum(dtype, config, e, prec):
+    """The GPU tests' launches compile (sm_90, this Triton) to the layout :func:`wgmma_row_sum`
+    models (wgmma, warps along the rows, the instruction's N the tile's), and the PTX's first row
+    sum, evaluated on random rows (register ``4 j + 2 i + k`` of lane ``t`` is row ``i``, column
+    ``8 j + 2 t + k`` of the warp's rows), equals it bit for bit."""
+    import re
+
+    asm = _sm90_asm(dtype, config, e, prec)
+    mma = re.search(
+        r"#mma = #ttg\.nvidia_mma<\{versionMajor = (\d+), .*warpsPerCTA = \[(\d+), (\d+)\], "
+        r"instrShape = \[\d+, (\d+), \d+\]",
+        asm["ttgir"],
+    )
+    assert mma is not None and [int(g) for g in mma.groups()] == [3, config.num_warps, 1, config.block_n]
+    tree, offsets = _ptx_row_sum(asm["ptx"])
+    assert offsets == [2, 1]
+    gen = torch.Generator().manual_seed(5)
+    rows = torch.exp(4 * torch.randn(16, 64, generator=gen))
+    for r in range(rows.shape[0]):
+        lanes = []
+        for t in range(4):
+            x = torch.zeros(32)
+            for n in range(32):
+                if (n // 2) % 2 == 0:
+                    x[n] = rows[r, 8 * (n // 4) + 2 * t + n % 2]
+            lanes.append(eval(tree, {"x": x}))
+        for off in offsets:
+            lanes = [lanes[t] + lanes[t ^ off] for t in range(4)]
+        assert lanes[0] == ks.wgmma_row_sum(rows)[r]
