@@ -448,6 +448,49 @@ Qed.
 
 End Sequential.
 
+(** The two tensor-core chains ([tc_acc], [tc_acc_op]) end alike: the low
+    products in [n1 <= 2 q] blocks from 0 into [s1], then the high products
+    in [n3 <= q] blocks onto [s1], each chain within [(1 + d)^blocks - 1]. *)
+Lemma tf32x3_dot_blocks_error : forall d q n1 n3 a b s1 s2,
+  0 <= d -> INR (3 * q) * d < 1 -> (n1 <= 2 * q)%nat -> (n3 <= q)%nat ->
+  Rabs (s1 - rsum (tf32x3_lo1 a b ++ tf32x3_lo2 a b))
+    <= ((1 + d) ^ n1 - 1) * rsum (map Rabs (tf32x3_lo1 a b ++ tf32x3_lo2 a b)) ->
+  Rabs (s2 - (s1 + rsum (tf32x3_hi a b)))
+    <= ((1 + d) ^ n3 - 1) * (Rabs s1 + rsum (map Rabs (tf32x3_hi a b))) ->
+  Rabs (s2 - dotR a b)
+  <= (tf32x3_c + gamma d (3 * q) * tf32x3_kl + gamma d q * tf32x3_kh) * dotA a b.
+Proof.
+  intros d q n1 n3 a b s1 s2 Hd Hn L12 L3 C1 C2.
+  assert (P1 : (1 + d) ^ n1 <= (1 + d) ^ (2 * q)) by (apply Rle_pow; [lra | lia]).
+  assert (P3 : (1 + d) ^ n3 <= (1 + d) ^ q) by (apply Rle_pow; [lra | lia]).
+  assert (C1' : Rabs (s1 - rsum (tf32x3_lo1 a b ++ tf32x3_lo2 a b))
+                <= ((1 + d) ^ (2 * q) - 1) * rsum (map Rabs (tf32x3_lo1 a b ++ tf32x3_lo2 a b))).
+  { eapply Rle_trans; [exact C1 |]; apply Rmult_le_compat_r; [apply rsum_abs_nonneg | lra]. }
+  assert (C2' : Rabs (s2 - (s1 + rsum (tf32x3_hi a b)))
+                <= ((1 + d) ^ q - 1) * (Rabs s1 + rsum (map Rabs (tf32x3_hi a b)))).
+  { eapply Rle_trans; [exact C2 |]; apply Rmult_le_compat_r; [| lra].
+    pose proof (Rabs_pos s1); pose proof (rsum_abs_nonneg (tf32x3_hi a b)); lra. }
+  assert (Hp1 : 1 <= (1 + d) ^ (2 * q)) by (apply pow_R1_Rle; lra).
+  assert (Hp2 : 1 <= (1 + d) ^ q) by (apply pow_R1_Rle; lra).
+  pose proof (tf32x3_dot_chain_error a b s1 _ ((1 + d) ^ (2 * q) - 1) ((1 + d) ^ q - 1)
+                ltac:(lra) ltac:(lra) C1' C2') as H.
+  eapply Rle_trans; [exact H |].
+  apply Rmult_le_compat_r; [apply dotA_nonneg |].
+  pose proof tf32x3_kl_nonneg; pose proof tf32x3_kh_nonneg.
+  assert (E : (1 + d) ^ (2 * q) - 1 + ((1 + d) ^ q - 1) * (1 + ((1 + d) ^ (2 * q) - 1))
+              = (1 + d) ^ (3 * q) - 1).
+  { replace (3 * q)%nat with (2 * q + q)%nat by lia; rewrite pow_add; ring. }
+  assert (G1 : (1 + d) ^ (3 * q) - 1 <= gamma d (3 * q)) by (apply pow_le_gamma; assumption).
+  assert (G2 : (1 + d) ^ q - 1 <= gamma d q).
+  { apply pow_le_gamma; [exact Hd |].
+    assert (INR q <= INR (3 * q)) by (apply le_INR; lia); nra. }
+  assert (X1 : ((1 + d) ^ (3 * q) - 1) * tf32x3_kl <= gamma d (3 * q) * tf32x3_kl)
+    by (apply Rmult_le_compat_r; assumption).
+  assert (X2 : ((1 + d) ^ q - 1) * tf32x3_kh <= gamma d q * tf32x3_kh)
+    by (apply Rmult_le_compat_r; assumption).
+  nra.
+Qed.
+
 (** ** Tensor-core accumulation (TensorCoreSum.v) *)
 
 Section TensorCore.
@@ -501,35 +544,7 @@ Proof.
   pose proof (tc_acc_error align out ua ur ua_nonneg ur_nonneg align_err out_err k B3 s1 (Hb _)) as C2.
   rewrite EB3 in C2.
   fold d in C1, C2.
-  assert (P1 : (1 + d) ^ (length B1 + length B2) <= (1 + d) ^ (2 * q))
-    by (apply Rle_pow; [lra | lia]).
-  assert (P3 : (1 + d) ^ length B3 <= (1 + d) ^ q) by (apply Rle_pow; [lra | lia]).
-  assert (C1' : Rabs (s1 - rsum (tf32x3_lo1 a b ++ tf32x3_lo2 a b))
-                <= ((1 + d) ^ (2 * q) - 1) * rsum (map Rabs (tf32x3_lo1 a b ++ tf32x3_lo2 a b))).
-  { eapply Rle_trans; [exact C1 |]; apply Rmult_le_compat_r; [apply rsum_abs_nonneg | lra]. }
-  assert (C2' : Rabs (tc_acc align out s1 B3 - (s1 + rsum (tf32x3_hi a b)))
-                <= ((1 + d) ^ q - 1) * (Rabs s1 + rsum (map Rabs (tf32x3_hi a b)))).
-  { eapply Rle_trans; [exact C2 |]; apply Rmult_le_compat_r; [| lra].
-    pose proof (Rabs_pos s1); pose proof (rsum_abs_nonneg (tf32x3_hi a b)); lra. }
-  assert (Hp1 : 1 <= (1 + d) ^ (2 * q)) by (apply pow_R1_Rle; lra).
-  assert (Hp2 : 1 <= (1 + d) ^ q) by (apply pow_R1_Rle; lra).
-  pose proof (tf32x3_dot_chain_error a b s1 _ ((1 + d) ^ (2 * q) - 1) ((1 + d) ^ q - 1)
-                ltac:(lra) ltac:(lra) C1' C2') as H.
-  eapply Rle_trans; [exact H |].
-  apply Rmult_le_compat_r; [apply dotA_nonneg |].
-  pose proof tf32x3_kl_nonneg; pose proof tf32x3_kh_nonneg.
-  assert (E : (1 + d) ^ (2 * q) - 1 + ((1 + d) ^ q - 1) * (1 + ((1 + d) ^ (2 * q) - 1))
-              = (1 + d) ^ (3 * q) - 1).
-  { replace (3 * q)%nat with (2 * q + q)%nat by lia; rewrite pow_add; ring. }
-  assert (G1 : (1 + d) ^ (3 * q) - 1 <= gamma d (3 * q)) by (apply pow_le_gamma; assumption).
-  assert (G2 : (1 + d) ^ q - 1 <= gamma d q).
-  { apply pow_le_gamma; [exact Hd |].
-    assert (INR q <= INR (3 * q)) by (apply le_INR; lia); nra. }
-  assert (X1 : ((1 + d) ^ (3 * q) - 1) * tf32x3_kl <= gamma d (3 * q) * tf32x3_kl)
-    by (apply Rmult_le_compat_r; assumption).
-  assert (X2 : ((1 + d) ^ q - 1) * tf32x3_kh <= gamma d q * tf32x3_kh)
-    by (apply Rmult_le_compat_r; assumption).
-  nra.
+  exact (tf32x3_dot_blocks_error d q (length B1 + length B2) (length B3) a b s1 _ Hd Hn ltac:(lia) L3 C1 C2).
 Qed.
 
 End TensorCore.
@@ -629,35 +644,7 @@ Proof.
                 (chunk_pairs_length k _ Hk)) as C2.
   rewrite EB3, EP3 in C2.
   fold d in C1, C2.
-  assert (P1 : (1 + d) ^ (length B1 + length B2) <= (1 + d) ^ (2 * q))
-    by (apply Rle_pow; [lra | lia]).
-  assert (P3 : (1 + d) ^ length B3 <= (1 + d) ^ q) by (apply Rle_pow; [lra | lia]).
-  assert (C1' : Rabs (s1 - rsum (tf32x3_lo1 a b ++ tf32x3_lo2 a b))
-                <= ((1 + d) ^ (2 * q) - 1) * rsum (map Rabs (tf32x3_lo1 a b ++ tf32x3_lo2 a b))).
-  { eapply Rle_trans; [exact C1 |]; apply Rmult_le_compat_r; [apply rsum_abs_nonneg | lra]. }
-  assert (C2' : Rabs (tc_acc_op align out s1 B3 - (s1 + rsum (tf32x3_hi a b)))
-                <= ((1 + d) ^ q - 1) * (Rabs s1 + rsum (map Rabs (tf32x3_hi a b)))).
-  { eapply Rle_trans; [exact C2 |]; apply Rmult_le_compat_r; [| lra].
-    pose proof (Rabs_pos s1); pose proof (rsum_abs_nonneg (tf32x3_hi a b)); lra. }
-  assert (Hp1 : 1 <= (1 + d) ^ (2 * q)) by (apply pow_R1_Rle; lra).
-  assert (Hp2 : 1 <= (1 + d) ^ q) by (apply pow_R1_Rle; lra).
-  pose proof (tf32x3_dot_chain_error a b s1 _ ((1 + d) ^ (2 * q) - 1) ((1 + d) ^ q - 1)
-                ltac:(lra) ltac:(lra) C1' C2') as H.
-  eapply Rle_trans; [exact H |].
-  apply Rmult_le_compat_r; [apply dotA_nonneg |].
-  pose proof tf32x3_kl_nonneg; pose proof tf32x3_kh_nonneg.
-  assert (E : (1 + d) ^ (2 * q) - 1 + ((1 + d) ^ q - 1) * (1 + ((1 + d) ^ (2 * q) - 1))
-              = (1 + d) ^ (3 * q) - 1).
-  { replace (3 * q)%nat with (2 * q + q)%nat by lia; rewrite pow_add; ring. }
-  assert (G1 : (1 + d) ^ (3 * q) - 1 <= gamma d (3 * q)) by (apply pow_le_gamma; assumption).
-  assert (G2 : (1 + d) ^ q - 1 <= gamma d q).
-  { apply pow_le_gamma; [exact Hd |].
-    assert (INR q <= INR (3 * q)) by (apply le_INR; lia); nra. }
-  assert (X1 : ((1 + d) ^ (3 * q) - 1) * tf32x3_kl <= gamma d (3 * q) * tf32x3_kl)
-    by (apply Rmult_le_compat_r; assumption).
-  assert (X2 : ((1 + d) ^ q - 1) * tf32x3_kh <= gamma d q * tf32x3_kh)
-    by (apply Rmult_le_compat_r; assumption).
-  nra.
+  exact (tf32x3_dot_blocks_error d q (length B1 + length B2) (length B3) a b s1 _ Hd Hn ltac:(lia) L3 C1 C2).
 Qed.
 
 End TensorCoreOp.
