@@ -275,12 +275,8 @@ Proof.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
   pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_eta_nonneg S_) as Hes.
   pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
-    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
-    pose proof (Rabs_pos (l2 x * ln 2 - Lx)).
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  pose proof (dv_X_ge_1 M delta Dl Am X (Rle_trans _ _ _ (Rabs_pos _) Hs) (Rle_trans _ _ _ (Rabs_pos _) Hl)
+                (Rle_trans _ _ _ (Rabs_pos _) Ha) HX) as HX1.
   assert (HE : 1 <= E) by (unfold E; nra).
   assert (HP : 0 < P) by apply exp_pos.
   pose proof (dv_weight_close_with M sdot c (kv x) (qv x, (0, l2 x)) scale Lx delta Dl Am X Hs Hl Ha HX) as Hw.
@@ -323,12 +319,8 @@ Proof.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_u_nonneg S_) as Hus.
   pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_eta_nonneg S_) as Hes.
   pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
-    pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
-    pose proof (Rabs_pos (l2 x * ln 2 - Lx)).
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  pose proof (dv_X_ge_1 M delta Dl Am X (Rle_trans _ _ _ (Rabs_pos _) Hs) (Rle_trans _ _ _ (Rabs_pos _) Hl)
+                (Rle_trans _ _ _ (Rabs_pos _) Ha) HX) as HX1.
   assert (HE : 1 <= E) by (unfold E; nra).
   assert (HP : 0 < P) by apply exp_pos.
   pose proof (grad_ds_close_with c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym Hs Hl Ha HX Hp Hd HdD HY) as Hds'.
@@ -515,12 +507,8 @@ Proof.
       set (ds := grad_ds_with c x) in *.
       set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR) + K0) in *.
       assert (HP : 0 < P) by apply exp_pos.
-      assert (HX1 : 1 <= X).
-      { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-        pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) - l2 x)).
-        pose proof (Rabs_pos (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x))).
-        pose proof (Rabs_pos (l2 x * ln 2 - Lx x)).
-        assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+      pose proof (dv_X_ge_1 M delta Dl Am X (Rle_trans _ _ _ (Rabs_pos _) H1) (Rle_trans _ _ _ (Rabs_pos _) H2)
+                    (Rle_trans _ _ _ (Rabs_pos _) H3) HX) as HX1.
       pose proof (ff_abs S_ ds) as Hst.
       assert (Hsd : Rabs (ff_rnd S_ ds - P * Y) <= (1 + us) * eds + us * (P * Rabs Y) + es).
       { replace (ff_rnd S_ ds - P * Y) with ((ff_rnd S_ ds - ds) + (ds - P * Y)) by ring.
@@ -552,19 +540,7 @@ Proof.
     - apply Rabs_R0. }
   rewrite EH in Hs1, Hs2; rewrite EPd, map_map in Hs2.
   assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
-  set (tiles' := map (fun tl => (map wt tl, map w tl)) tiles).
-  assert (Hl' : Forall (fun ab => length (fst ab) = n /\ length (snd ab) = n) tiles').
-  { apply Forall_forall; intros ab Hab; apply in_map_iff in Hab; destruct Hab as [tl [<- Htl]].
-    pose proof (proj1 (Forall_forall _ _) Hn tl Htl); cbn [fst snd]; rewrite !map_length; split; assumption. }
-  pose proof (acc_chain_error accf n g ga tiles' 0 Hm Hl') as Hch.
-  assert (ED : rsum (map (fun ab => dot_R (fst ab) (snd ab)) tiles') = rsum (map (fun x => wt x * w x) xs)).
-  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
-    unfold dot_R; rewrite combine_map_both, map_map; reflexivity. }
-  assert (EA : rsum (map (fun ab => dot_abs (fst ab) (snd ab)) tiles') = rsum (map (fun x => Rabs (wt x * w x)) xs)).
-  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
-    unfold dot_abs; rewrite combine_map_both, map_map; reflexivity. }
-  rewrite ED, EA, Rabs_R0, Rplus_0_l, Rplus_0_l in Hch.
-  unfold tiles' in Hch; rewrite map_length in Hch; fold G in Hch.
+  pose proof (acc_chain_items accf n g ga wt w tiles Hm Hn) as Hch; fold xs G in Hch.
   set (acc := fold_left (fun acc ab => accf acc (fst ab) (snd ab)) (map (fun tl => (map wt tl, map w tl)) tiles) 0) in *.
   set (nn := INR (length xs)) in *.
   set (t := INR (length tiles)) in *.

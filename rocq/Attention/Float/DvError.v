@@ -87,6 +87,16 @@ Definition dv_kernel_with dotf vis c k (tiles : list (list (list R * (R * R)))) 
 Definition dv_F (X : R) : R := (1 + u) * (1 + us) * ((1 + ue) * X).
 Definition dv_c (D : R) : R := (1 + u) * ((1 + us) * ee + es) * D + ea.
 
+(** The exponential's factor [X >= 2^(2 (delta + Dl) + u Am + ea)] is at least 1. *)
+Lemma dv_X_ge_1 : forall delta Dl Am X, 0 <= delta -> 0 <= Dl -> 0 <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X -> 1 <= X.
+Proof.
+  intros delta Dl Am X Hd Hl Ha HX.
+  pose proof (ff_u_nonneg A_); pose proof (ff_eta_nonneg A_).
+  eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
+  assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra.
+Qed.
+
 Lemma dv_weight_close_with : forall (dotf : list R -> list R -> R) c k (x : list R * (R * R)) scale (Lx : R) delta Dl Am X,
   Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
   Rabs (snd (snd x) * ln 2 - Lx) <= Dl ->
@@ -129,11 +139,8 @@ Proof.
     rewrite Rpower_Ropp in H.
     pose proof (Rpower_pos Dt).
     eapply Rle_trans; [| exact H]; apply Rinv_le_contravar; lra. }
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    unfold Dt; pose proof (Rabs_pos (s - l2)); pose proof (Rabs_pos (s * ln 2 - scale * dot_R (fst x) k));
-      pose proof (Rabs_pos (l2 * ln 2 - Lx)).
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  pose proof (dv_X_ge_1 delta Dl Am X (Rle_trans _ _ _ (Rabs_pos _) Hs) (Rle_trans _ _ _ (Rabs_pos _) Hl)
+                (Rle_trans _ _ _ (Rabs_pos _) Ha) HX) as HX1.
   assert (HPpos : 0 < P) by apply exp_pos.
   assert (HWP : Rabs (Rpower 2 ra - P) <= (X - 1) * P).
   { rewrite HW; replace (P * Rpower 2 (ra - t) - P) with (P * (Rpower 2 (ra - t) - 1)) by ring.
@@ -223,9 +230,7 @@ Proof.
   (* each term *)
   set (Ff := dv_F X).
   set (cc := dv_c D).
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  pose proof (dv_X_ge_1 delta Dl Am X Hd0 Hl0 Ha0 HX) as HX1.
   assert (Hcc : 0 <= cc).
   { unfold cc, dv_c; apply Rplus_le_le_0_compat; [| lra].
     apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]] |]; lra. }
@@ -334,6 +339,32 @@ Proof.
   pose proof (H x (or_introl eq_refl)); pose proof (IH (fun y Hy => H y (or_intror Hy))); lra.
 Qed.
 
+(** [acc_chain_error] from 0 over tiles of [n] items, the pairs [(wt x, w x)]
+    of each tile's items: in terms of the items. *)
+Lemma acc_chain_items : forall {T} accf n g_rel g_abs (wt w : T -> R) (tiles : list (list T)),
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  Rabs (fold_left (fun acc ab => accf acc (fst ab) (snd ab)) (map (fun tl => (map wt tl, map w tl)) tiles) 0
+        - rsum (map (fun x => wt x * w x) (concat tiles)))
+  <= ((1 + g_rel) ^ length tiles - 1) * rsum (map (fun x => Rabs (wt x * w x)) (concat tiles))
+     + INR (length tiles) * (1 + g_rel) ^ length tiles * g_abs.
+Proof.
+  intros T accf n g ga wt w tiles Hm Hn.
+  set (tiles' := map (fun tl => (map wt tl, map w tl)) tiles).
+  assert (Hl' : Forall (fun ab => length (fst ab) = n /\ length (snd ab) = n) tiles').
+  { apply Forall_forall; intros ab Hab; apply in_map_iff in Hab; destruct Hab as [tl [<- Htl]].
+    pose proof (proj1 (Forall_forall _ _) Hn tl Htl); cbn [fst snd]; rewrite !map_length; split; assumption. }
+  pose proof (acc_chain_error accf n g ga tiles' 0 Hm Hl') as Hc.
+  assert (ED : rsum (map (fun ab => dot_R (fst ab) (snd ab)) tiles') = rsum (map (fun x => wt x * w x) (concat tiles))).
+  { unfold tiles'; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
+    unfold dot_R; rewrite combine_map_both, map_map; reflexivity. }
+  assert (EA : rsum (map (fun ab => dot_abs (fst ab) (snd ab)) tiles')
+               = rsum (map (fun x => Rabs (wt x * w x)) (concat tiles))).
+  { unfold tiles'; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
+    unfold dot_abs; rewrite combine_map_both, map_map; reflexivity. }
+  rewrite ED, EA, Rabs_R0, Rplus_0_l, Rplus_0_l in Hc.
+  unfold tiles' in Hc; rewrite map_length in Hc; exact Hc.
+Qed.
+
 Theorem dv_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs (dotf : list R -> list R -> R)
     vis c scale k (tiles : list (list (list R * (R * R)))) (Lx : list R * (R * R) -> R) delta Dl Am X D,
   acc_dot_model accf n g_rel g_abs ->
@@ -364,9 +395,7 @@ Proof.
   set (wt := dv_w_with dotf vis c k).
   set (W := fun x : list R * (R * R) => if vis x then exp (scale * dot_R (fst x) k - Lx x) else 0).
   set (v := fun x : list R * (R * R) => if vis x then fst (snd x) else 0).
-  assert (HX1 : 1 <= X).
-  { eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-    assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra. }
+  pose proof (dv_X_ge_1 delta Dl Am X Hd0 Hl0 Ha0 HX) as HX1.
   assert (Hcw : 0 <= cw) by (unfold cw; assert (0 <= (1 + us) * ee) by (apply Rmult_le_pos; lra); lra).
   assert (HH : 1 <= H) by (unfold H; assert (1 <= (1 + ue) * X) by nra; nra).
   (* the weights *)
@@ -390,21 +419,11 @@ Proof.
     - rewrite Rabs_R0; exact HD0. }
   rewrite EPd, ES in Hw1; rewrite ES in Hw2.
   (* the chain over the query tiles *)
-  set (tiles' := map (fun tl => (map wt tl, map (fun x => fst (snd x)) tl)) tiles).
-  assert (Hl' : Forall (fun ab => length (fst ab) = n /\ length (snd ab) = n) tiles').
-  { apply Forall_forall; intros ab Hab; apply in_map_iff in Hab; destruct Hab as [tl [<- Htl]].
-    pose proof (proj1 (Forall_forall _ _) Hn tl Htl); cbn [fst snd]; rewrite !map_length; split; assumption. }
-  pose proof (acc_chain_error accf n g ga tiles' 0 Hm Hl') as Hc.
-  assert (ED : rsum (map (fun ab => dot_R (fst ab) (snd ab)) tiles') = rsum (map (fun x => wt x * v x) xs)).
-  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
-    unfold dot_R; rewrite combine_map_both, map_map; apply rsum_map_ext; intros x _; cbn [fst snd].
-    symmetry; apply Ewv. }
-  assert (EA : rsum (map (fun ab => dot_abs (fst ab) (snd ab)) tiles') = rsum (map (fun x => Rabs (wt x * v x)) xs)).
-  { unfold tiles', xs; rewrite map_map, <- rsum_concat_map; apply rsum_map_ext; intros tl _; cbn [fst snd].
-    unfold dot_abs; rewrite combine_map_both, map_map; apply rsum_map_ext; intros x _; cbn [fst snd].
-    rewrite Ewv; reflexivity. }
-  rewrite ED, EA, Rabs_R0, Rplus_0_l, Rplus_0_l in Hc.
-  unfold tiles' in Hc; rewrite map_length in Hc; fold G in Hc.
+  pose proof (acc_chain_items accf n g ga wt (fun x => fst (snd x)) tiles Hm Hn) as Hc; fold xs G in Hc.
+  rewrite (rsum_map_ext (fun x => wt x * fst (snd x)) (fun x => wt x * v x)) in Hc
+    by (intros x _; symmetry; apply Ewv).
+  rewrite (rsum_map_ext (fun x => Rabs (wt x * fst (snd x))) (fun x => Rabs (wt x * v x))) in Hc
+    by (intros x _; rewrite Ewv; reflexivity).
   change (fold_left (fun acc ab => accf acc (fst ab) (snd ab))
             (map (fun tl => (map wt tl, map (fun x => fst (snd x)) tl)) tiles) 0)
     with (dv_kernel_acc accf dotf vis c k tiles) in Hc.
