@@ -75,8 +75,10 @@ of the input are gathered (per token chunk, into the workspace, or once for the
   logits by vocabulary slabs for grad_weight and grad_bias: every gradient reduced inside
   one product and rounded once, at the price of computing the logits twice.
 
-Either way the peak above the inputs is about (1 + workspace_fraction) x the
-gradients.  Gradients are exact in the sense that every entry of G enters the
+The peak above the inputs is at most (1 + peak_fraction) x the gradients with 3
+products (``_three_products_plan`` counts every allocation; 1.14 x by default, 1.05 x,
+issue 30's bound, with ``peak_fraction=0.05`` and smaller chunks), about
+(1 + workspace_fraction) x with 4.  Gradients are exact in the sense that every entry of G enters the
 products (no filtering of small entries, unlike Cut Cross-Entropy's default).
 float16 G is stored times a power of two (probabilities down to 2^-22 stay normal
 numbers), undone in the products.  A second backward through a retained graph

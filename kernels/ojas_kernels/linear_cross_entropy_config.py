@@ -61,10 +61,18 @@ class LinearCrossEntropyConfig:
     rows per slab) default to what the workspace budget allows;
     ``tiles_per_program`` (vocabulary tiles streamed by one forward program)
     defaults to the count that wastes least of the last wave of programs;
-    ``workspace_fraction`` is the backward slab's budget as a fraction of the
-    gradients' bytes; ``fwd_logits`` "cublas" computes the forward's float32 logits
-    (when grad_input is needed) with cuBLAS and lets ``_rows_kernel`` stream them
-    (one more read of them), "triton" with ``_logits_kernel``, the backward's kernel:
+    ``workspace_fraction`` (4 products) is the backward slab's budget as a fraction of the
+    gradients' bytes; ``peak_fraction`` (3 products) bounds all that the forward and backward
+    allocate beyond the gradients, as a fraction of the gradients' bytes (16 MiB at least):
+    the token chunks are sized to it (``_three_products_plan``).  The default 0.14 keeps the
+    chunks the H200 tune of 2026-11-29 picked for speed (commit 0391e9c: a workspace of 0.06 x
+    the gradients took the big shape from 93 to 125 ms, each chunk reading and writing
+    grad_weight); 0.05 meets issue 30's bound (peak at most 1.05 x the gradients) with about
+    2.3 x as many chunks at N = 16384, D = 4096, V = 128256 and 2.7 x at N = 8192, D = 2048,
+    V = 256000 (``products=4`` with ``workspace_fraction=0.05`` meets it too when every token
+    is kept, at the price of the fourth product); ``fwd_logits`` "cublas" computes the
+    forward's float32 logits (when grad_input is needed) with cuBLAS and lets
+    ``_rows_kernel`` stream them (one more read of them), "triton" with ``_logits_kernel``, the backward's kernel:
     with "cublas" the backward recomputes logits that differ from the forward's by
     rounding (about |z| 2^-24 sqrt(D) in float32), which shows as relative error in
     gradients that cancel (p_t - 1 of a confident token).  ``bwd_logits`` "cublas":
@@ -82,12 +90,15 @@ class LinearCrossEntropyConfig:
     vocab_slab: Optional[int] = None
     tiles_per_program: Optional[int] = None
     workspace_fraction: float = 0.14
+    peak_fraction: float = 0.14
     fwd_logits: str = "triton"
     bwd_logits: str = "triton"
     products: int = 3
     grad_input_space: bool = True
 
     def __post_init__(self) -> None:
+        if not self.peak_fraction > 0.0:  # NaN too
+            raise ValueError(f"peak_fraction must be > 0, got {self.peak_fraction!r}")
         if self.products not in (3, 4):
             raise ValueError(f"products must be 3 or 4, got {self.products!r}")
         for name in ("fwd_logits", "bwd_logits"):

@@ -11,12 +11,16 @@ the whole vocabulary, rounded once; w: the token weight, 1 / kept for "mean").  
 multiplies the gradients by grad_output (``_scale_kernel``: no sync, and no work for 1, the
 usual ``loss.backward()``).  Each logit is computed once, so grad_weight is summed across token
 chunks in its own dtype: one rounding per chunk (about K / chunk of them; 26 at N = 16384,
-V = 128256), each chunk's product accumulated in float32.  A float32 accumulator instead would
-take 2 x the bytes of a bf16 W, over the memory bound.  Workspace: one chunk's logits/G (and,
-with ignored tokens, its gathered rows of the input, which then take its rows of grad_input
-before the scatter), ``workspace_fraction`` of the gradients' bytes; with every token kept,
-the first chunks may use the rows of grad_input that later chunks write instead (larger chunks
-when V is small).
+D = 4096, V = 128256 in bfloat16 by default, 59 with ``peak_fraction=0.05``), each chunk's
+product accumulated in float32.  A float32 accumulator instead would take 2 x the bytes of a
+bf16 W, over the memory bound.
+Memory (``_three_products_plan``): beyond the gradients, one chunk's logits/G (and, with ignored
+tokens, its gathered rows of the input, which then take its rows of grad_input before the
+scatter) and [N], [K] and [V] vectors (``_fixed_bytes``), all within ``peak_fraction`` of the
+gradients' bytes; with every token kept, the first chunks may use the rows of grad_input that
+later chunks write instead (larger chunks when V is small).  Every chunk reads W twice (the
+logits, grad_input) and reads and writes grad_weight once, so the smaller the chunks the more
+that memory traffic weighs against the 6 n D V flops of a chunk of n tokens.
 
 Theorems implemented (over the reals, ``rocq/LinearCrossEntropy/``):
 ``Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk`` (each row streamed with ``block_step``),
@@ -101,6 +105,31 @@ def _token_chunks(
     return plan
 
 
+# The smallest budget of the workspace (small problems: few chunks rather than the fraction).
+_WORKSPACE_FLOOR = 16 << 20
+# The CUDA caching allocator rounds every block up to a multiple of 512 bytes.
+_BLOCK = 512
+
+
+def _fixed_bytes(N: int, K: int, V: int, need_bias: bool) -> int:
+    """Bytes that ``_three_products`` and the backward allocate besides the gradients and the
+    chunk workspace, each block rounded up as the CUDA caching allocator rounds it, counting
+    those alive at once at the peak (in the token loop, and ``_reduce``'s [N] losses made
+    before the workspace is freed): the mask [N] bool, its count, the 1-element placeholder,
+    loss and lse [K] float32, and with ignored tokens the kept indices and their targets [K]
+    int64 and the [N] losses; with grad_bias, a chunk's colsum [V] float32."""
+
+    def block(nbytes: int) -> int:
+        return _round_up(nbytes, _BLOCK)
+
+    fixed = block(N) + block(8) + block(4) + 2 * block(4 * K)
+    if K < N:
+        fixed += 2 * block(8 * K) + block(4 * N)
+    if need_bias:
+        fixed += block(4 * V)
+    return fixed
+
+
 def _three_products_plan(
     N: int,
     D: int,
@@ -111,13 +140,15 @@ def _three_products_plan(
     kept: Optional[int] = None,
 ) -> list[tuple[int, int, bool]]:
     """``_three_products``'s token chunks (``_token_chunks``) over the ``kept`` tokens of N
-    (None: all N kept): its workspace, ``workspace_fraction`` of the gradients' bytes (16 MiB
-    at least), holds a chunk's logits/G and, when some token is ignored, the chunk's gathered
-    rows of the input (then its rows of grad_input); chunks inside grad_input only when
-    every token is kept."""
+    (None: all N kept), sized so that all that the forward and backward allocate beyond the
+    gradients is at most ``peak_fraction`` of the gradients' bytes (``_WORKSPACE_FLOOR`` at
+    least): ``_fixed_bytes`` and the workspace, which holds a chunk's logits/G and, when some
+    token is ignored, the chunk's gathered rows of the input (then its rows of grad_input);
+    chunks inside grad_input (no workspace) only when every token is kept."""
     K = N if kept is None else kept
-    grads = (N * D * need[0] + V * D * need[1]) * itemsize
-    budget = max(int(config.workspace_fraction * grads), 16 << 20)
+    grads = (N * D * need[0] + V * D * need[1]) * itemsize + 4 * V * need[2]
+    budget = max(int(config.peak_fraction * grads), _WORKSPACE_FLOOR) - _fixed_bytes(N, K, V, need[2])
+    budget -= 2 * (_BLOCK - 1)  # the workspace's one or two blocks rounded up
     if K == N:
         in_rows = need[0] and config.grad_input_space
         return _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)
@@ -160,12 +191,13 @@ def _three_products(
     (``ce_loss_correct``).  grad_weight is added up across token chunks in the input dtype:
     each chunk's product is accumulated in float32 and the sum rounded once per chunk, so a
     bfloat16 grad_weight carries one rounding per chunk, not one in all.  Workspace
-    (``_three_products_plan``): one chunk's logits (and gathered rows), ``workspace_fraction``
-    of the gradients' bytes (16 MiB at least).  ``need``: gradients wanted for (input, weight,
-    bias).  Rounding of grad_input and grad_weight ("mean" / "sum", bfloat16 / float32, no
-    bias, cap, smoothing, z-loss): ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` /
-    ``ce_dw_error`` (this chunk loop, one stored rounding of grad_weight per chunk; cuBLAS's
-    summation order only through an any-order premise) and the a-posteriori
+    (``_three_products_plan``): one chunk's logits (and gathered rows), all allocations beyond
+    the gradients within ``peak_fraction`` of the gradients' bytes (16 MiB at least).
+    ``need``: gradients wanted for (input, weight, bias).  Rounding of grad_input and
+    grad_weight ("mean" / "sum", bfloat16 / float32, no bias, cap, smoothing, z-loss):
+    ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` / ``ce_dw_error`` (this chunk loop,
+    one stored rounding of grad_weight per chunk; cuBLAS's summation order only through an
+    any-order premise) and the a-posteriori
     ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``;
     grad_bias and the rest: no theorem."""
     N, D = x.shape

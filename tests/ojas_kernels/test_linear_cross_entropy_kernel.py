@@ -912,11 +912,11 @@ def test_ignored_tokens_enter_no_product_head_update(pattern, monkeypatch):
 def test_three_products_plan_with_ignored_tokens(V):
     """With half the tokens ignored (N = 16384, D = 4096, bfloat16) the 3-product schedule's
     chunks cover the 8192 kept tokens only, each chunk's logits and gathered rows within the
-    workspace (``workspace_fraction`` of the gradients' bytes), none inside grad_input (whose
+    budget (``peak_fraction`` of the gradients' bytes), none inside grad_input (whose
     ignored rows must stay 0); with every token kept the plan is the one over all of them."""
     N, D, K = 16384, 4096, 8192
     cfg = default_config(torch.bfloat16, torch.device("cuda"))
-    budget = cfg.workspace_fraction * (N * D + V * D) * 2
+    budget = cfg.peak_fraction * (N * D + V * D) * 2
     plan = klce._three_products_plan(N, D, V, 2, (True, True, False), cfg, K)
     assert sum(n for _, n, _ in plan) == K and not any(inside for *_, inside in plan)
     assert max(n for _, n, _ in plan) * (V + D) * 2 <= budget
