@@ -291,7 +291,8 @@ def tune_variants(klce, torch):
     for r in (R(1, 2048, 64, 8), R(1, 8192, 64, 16), R(1, 16384, 64, 16), R(1, 16384, 64, 32), R(1, 32768, 64, 32)):
         out.append((f"rows {r.block_r}x{r.block_v} w{r.num_warps}", replace(base, rows=r)))
     out.append(("no grad_input space", replace(base, grad_input_space=False)))
-    for frac in (0.05, 0.08, 0.11):  # smaller token chunks; 0.05: issue 30's bound (default 0.14)
+    # token chunks sized to other peaks (default 0.14): 0.05 is issue 30's bound, 0.33 about Liger's peak at v32k
+    for frac in (0.05, 0.08, 0.11, 0.2, 0.33):
         out.append((f"peak {frac}", replace(base, peak_fraction=frac)))
     out.append(("products 4", replace(base, products=4)))
     out.append(("products 4, logits cublas", replace(base, fwd_logits="cublas", bwd_logits="cublas", products=4)))
