@@ -50,10 +50,10 @@ Definition tf32x3_dot_seq_error_fp32_witness :=
   tf32x3_dot_seq_error_fp32 [/ 3; / 5] [/ 7; / 11] eq_refl ltac:(simpl; lra).
 
 Lemma w_delta_trunc3 : INR (3 * 1) * tc_delta (bpow radix2 (1 - 27)) (bpow radix2 (1 - 24)) 8 < 1.
-Proof. apply w_tc_delta_small, w_ur_trunc. Qed.
+Proof. apply w_delta_small; [lia | lia | lia | exact w_ur_trunc]. Qed.
 
 Lemma w_delta_nearest3 : INR (3 * 1) * tc_delta (bpow radix2 (1 - 27)) (bpow radix2 (- (24))) 8 < 1.
-Proof. apply w_tc_delta_small, w_ur_nearest. Qed.
+Proof. apply w_delta_small; [lia | lia | lia | exact w_ur_nearest]. Qed.
 
 Definition tf32x3_dot_tc_error_witness :=
   tf32x3_dot_tc_error tf32_rna tf32_rz (bpow radix2 (-11)) (bpow radix2 (-10))
@@ -73,14 +73,7 @@ Definition tf32x3_dot_tc_fp32_nearest_witness :=
 (** On the H100's tensor cores: the block's terms aligned to the operands'
     exponents, 26 bits kept ([tc_align_op 26]), blocks of 8, output truncated. *)
 Lemma w_delta_op3 : INR (3 * 1) * tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 < 1.
-Proof.
-  pose proof w_ur_trunc as [H0 H1]; unfold tc_delta.
-  assert (Ha : bpow radix2 (1 - 26) <= / 1024) by (rewrite <- w_bpow_m10; apply bpow_le; lia).
-  pose proof (bpow_ge_0 radix2 (1 - 26)).
-  replace (INR (3 * 1)) with 3 by (simpl; ring).
-  replace (INR (S 8)) with 9 by (simpl; ring).
-  nra.
-Qed.
+Proof. apply w_delta_small; [lia | lia | lia | exact w_ur_trunc]. Qed.
 
 Definition tf32x3_dot_tc_op_error_witness :=
   tf32x3_dot_tc_op_error tf32_rna tf32_rz (bpow radix2 (-11)) (bpow radix2 (-10))

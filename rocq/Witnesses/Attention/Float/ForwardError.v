@@ -194,11 +194,7 @@ Definition attention_forward_error_masked_tc_witness :=
 
 (** The H100's tensor cores (operand-exponent alignment, 26 bits, blocks of 8, output truncated). *)
 Lemma wt_delta_op1 : INR 1 * tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 < 1.
-Proof.
-  pose proof w_delta_op3 as H; pose proof (tc_delta_nonneg (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24))
-    (bpow_ge_0 _ _) (bpow_ge_0 _ _) 8).
-  simpl INR in *; lra.
-Qed.
+Proof. apply w_delta_small; [lia | lia | lia | exact w_ur_trunc]. Qed.
 
 Definition tf32x3_tc_op_dot_model_witness :=
   tf32x3_tc_op_dot_model (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl)
