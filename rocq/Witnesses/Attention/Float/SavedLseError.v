@@ -77,10 +77,9 @@ Definition attention_lse_error_masked_dot_witness :=
                   (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
                   (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _); wl_close).
 
-Definition wl_tc_rel : R := tf32x3_tc_rel (bpow radix2 (1 - 27)) (bpow radix2 (1 - 24)) 8 1.
-
-Lemma wl_X_tc : Rpower 2 (u * (2 * score_max_de (mp_a wM) 1 u 0 (wl_tc_rel * 0 + 0))) <= Q2R wf_X.
-Proof. destruct (wt_pre wl_tc_rel); assumption. Qed.
+(** The [X] premise at the query [[0]], for any dot model's [g_rel]. *)
+Lemma wl_X_rel : forall g, Rpower 2 (u * (2 * score_max_de (mp_a wM) 1 u 0 (g * 0 + 0))) <= Q2R wf_X.
+Proof. intros g; destruct (wt_pre g); assumption. Qed.
 
 Lemma wl_keys0_vis : forall kv, In kv (concat [[wa_key]]) -> (fun _ : list R * R => true) kv = true ->
   length (fst kv) = 1%nat /\ dot_abs [0] (fst kv) <= 0.
@@ -91,18 +90,13 @@ Definition attention_lse_error_masked_tf32x3_witness :=
                   (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1 [0] wa_c 1 u 0
                   (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
                   (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
-                  ltac:(lia) w_delta_trunc3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ wl_X_tc _ _ _ _ _ _ _ _ _ _);
+                  ltac:(lia) w_delta_trunc3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ (wl_X_rel _) _ _ _ _ _ _ _ _ _ _);
         wl_close).
-
-Definition wl_tc_op_rel : R := tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1.
-
-Lemma wl_X_tc_op : Rpower 2 (u * (2 * score_max_de (mp_a wM) 1 u 0 (wl_tc_op_rel * 0 + 0))) <= Q2R wf_X.
-Proof. destruct (wt_pre wl_tc_op_rel); assumption. Qed.
 
 Definition attention_lse_error_masked_tf32x3_op_witness :=
   ltac:(refine (attention_lse_error_masked_tf32x3_op wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
                   (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
                   (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL)) 1 1 1 1
                   (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
-                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ wl_X_tc_op _ _ _ _ _ _ _ _ _ _);
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ (wl_X_rel _) _ _ _ _ _ _ _ _ _ _);
         wl_close).
