@@ -181,25 +181,11 @@ Proof.
   repeat split; try apply ws_zero; lra.
 Qed.
 
-Definition wh_d3 : R :=
-  score_delta_de (mp_a wM) 1 u (dot_abs [0] [1]) (tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1
-                                                   * dot_abs [0] [1] + 0).
+Definition wh_d3 : R := w_delta wv_rel3 0 [0] [1].
+Definition wh_err3 := w_score_err wv_dotf3 _ _ [0] [1] tf32x3_tc_op_dot_model_witness eq_refl eq_refl.
 
-Lemma wh_err3 : Rabs (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2 - 1 * dot_R [0] [1]) <= wh_d3.
-Proof.
-  exact (proj1 (score2_with_error (mp_a wM) wv_dotf3 1 _ _ wa_c 1 u [0] [1] (dot_abs [0] [1])
-                  tf32x3_tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
-Qed.
-
-Definition wh_d1 : R :=
-  score_delta_de (mp_a wM) 1 u (dot_abs [0] [1])
-    (gamma (tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8) 1 * dot_abs [0] [1] + 0).
-
-Lemma wh_err1 : Rabs (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2 - 1 * dot_R [0] [1]) <= wh_d1.
-Proof.
-  exact (proj1 (score2_with_error (mp_a wM) wv_dotf1 1 _ _ wa_c 1 u [0] [1] (dot_abs [0] [1])
-                  tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
-Qed.
+Definition wh_d1 : R := w_delta wv_rel1 0 [0] [1].
+Definition wh_err1 := w_score_err wv_dotf1 _ _ [0] [1] tc_op_dot_model_witness eq_refl eq_refl.
 
 Definition dk_error_tf32x3_op_witness :=
   dk_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1] 0

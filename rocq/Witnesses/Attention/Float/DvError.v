@@ -86,19 +86,28 @@ Proof.
   split; [exact Hs | split; [apply ws_zero | split; [apply ws_zero | rewrite Rabs_R1; lra]]].
 Qed.
 
-Definition wv_dotf3 := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op 26) (rz_flx 24) 8.
-Definition wv_d3 : R :=
-  score_delta_de (mp_a wM) 1 u (dot_abs [1] [0]) (tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1
-                                                   * dot_abs [1] [0] + 0).
+(** The score of [a] against [b] (one coordinate each) at any dot model: [score2_with_error]
+    at [P = dot_abs a b], its error [score_delta_de] of [g_rel P + g_abs]. *)
+Definition w_delta (g_rel g_abs : R) (a b : list R) : R :=
+  score_delta_de (mp_a wM) 1 u (dot_abs a b) (g_rel * dot_abs a b + g_abs).
 
-Lemma wv_err3 : Rabs (score2_with (mp_a wM) wv_dotf3 wa_c [1] [0] * ln 2 - 1 * dot_R [1] [0]) <= wv_d3.
+Lemma w_score_err : forall dotf g_rel g_abs (a b : list R), dot_model dotf 1 g_rel g_abs ->
+  length a = 1%nat -> length b = 1%nat ->
+  Rabs (score2_with (mp_a wM) dotf wa_c a b * ln 2 - 1 * dot_R a b) <= w_delta g_rel g_abs a b.
 Proof.
-  exact (proj1 (score2_with_error (mp_a wM) wv_dotf3 1 _ _ wa_c 1 u [1] [0] (dot_abs [1] [0])
-                  tf32x3_tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
+  intros dotf g_rel g_abs a b Hm Ha Hb.
+  exact (proj1 (score2_with_error (mp_a wM) dotf 1 _ _ wa_c 1 u a b (dot_abs a b)
+                  Hm Ha Hb Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
 Qed.
 
-Lemma wv_d3_nonneg : 0 <= wv_d3.
-Proof. eapply Rle_trans; [apply Rabs_pos | exact wv_err3]. Qed.
+Lemma w_delta_nonneg : forall dotf g_rel g_abs (a b : list R), dot_model dotf 1 g_rel g_abs ->
+  length a = 1%nat -> length b = 1%nat -> 0 <= w_delta g_rel g_abs a b.
+Proof. intros; eapply Rle_trans; [apply Rabs_pos | apply w_score_err with (dotf := dotf); assumption]. Qed.
+
+Definition wv_dotf3 := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op 26) (rz_flx 24) 8.
+Definition wv_rel3 := tf32x3_tc_rel (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8 1.
+Definition wv_d3 : R := w_delta wv_rel3 0 [1] [0].
+Definition wv_err3 := w_score_err wv_dotf3 _ _ [1] [0] tf32x3_tc_op_dot_model_witness eq_refl eq_refl.
 
 Definition dv_error_tf32x3_op_witness :=
   dv_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => true) wa_c 1 [0]
@@ -106,22 +115,13 @@ Definition dv_error_tf32x3_op_witness :=
     (fun _ => score2_with (mp_a wM) wv_dotf3 wa_c [1] [0] * ln 2) wv_d3 0 0
     (Rpower 2 (2 * (wv_d3 + 0) + u * 0 + ea)) 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
-    ltac:(repeat constructor) wv_d3_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
-    (wv_items_with wv_dotf3 wv_d3 wv_err3) (Rle_refl _).
+    ltac:(repeat constructor) (w_delta_nonneg wv_dotf3 _ _ [1] [0] tf32x3_tc_op_dot_model_witness eq_refl eq_refl)
+    (Rle_refl 0) (Rle_refl 0) Rle_0_1 (wv_items_with wv_dotf3 wv_d3 wv_err3) (Rle_refl _).
 
 Definition wv_dotf1 := tc_dot_op (tc_align_op 26) (rz_flx 24) 8.
-Definition wv_d1 : R :=
-  score_delta_de (mp_a wM) 1 u (dot_abs [1] [0])
-    (gamma (tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8) 1 * dot_abs [1] [0] + 0).
-
-Lemma wv_err1 : Rabs (score2_with (mp_a wM) wv_dotf1 wa_c [1] [0] * ln 2 - 1 * dot_R [1] [0]) <= wv_d1.
-Proof.
-  exact (proj1 (score2_with_error (mp_a wM) wv_dotf1 1 _ _ wa_c 1 u [1] [0] (dot_abs [1] [0])
-                  tc_op_dot_model_witness eq_refl eq_refl Rlt_0_1 (ff_u_nonneg _) wa_c_err (Rle_refl _))).
-Qed.
-
-Lemma wv_d1_nonneg : 0 <= wv_d1.
-Proof. eapply Rle_trans; [apply Rabs_pos | exact wv_err1]. Qed.
+Definition wv_rel1 := gamma (tc_delta (bpow radix2 (1 - 26)) (bpow radix2 (1 - 24)) 8) 1.
+Definition wv_d1 : R := w_delta wv_rel1 0 [1] [0].
+Definition wv_err1 := w_score_err wv_dotf1 _ _ [1] [0] tc_op_dot_model_witness eq_refl eq_refl.
 
 Definition dv_error_tc_op_witness :=
   dv_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => true) wa_c 1 [0]
@@ -129,5 +129,5 @@ Definition dv_error_tc_op_witness :=
     (fun _ => score2_with (mp_a wM) wv_dotf1 wa_c [1] [0] * ln 2) wv_d1 0 0
     (Rpower 2 (2 * (wv_d1 + 0) + u * 0 + ea)) 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
-    ltac:(repeat constructor) wv_d1_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
-    (wv_items_with wv_dotf1 wv_d1 wv_err1) (Rle_refl _).
+    ltac:(repeat constructor) (w_delta_nonneg wv_dotf1 _ _ [1] [0] tc_op_dot_model_witness eq_refl eq_refl)
+    (Rle_refl 0) (Rle_refl 0) Rle_0_1 (wv_items_with wv_dotf1 wv_d1 wv_err1) (Rle_refl _).
