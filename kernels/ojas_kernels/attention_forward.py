@@ -35,7 +35,10 @@ is the approximate ``div.full.f32`` on NVIDIA GPUs, up to 2 ulp), so it is the o
 rounded division ``rnd (acc / l)`` of ``Ojas.Attention.Float.OnlineSoftmaxError.final_division``
 (and of ``online_softmax_output_error``, OnlineSoftmaxTile.v, which composes it).
 ``ojas_ref.verification.kernel_schedule`` is an executable model of this kernel's schedule that it
-matches bit for bit.
+matches bit for bit; for that check the constexpr ``TRACE`` (``_forward``'s ``trace``) stores the
+state ``m``, ``l``, ``acc`` after every key tile (``_trace_step``).  Off, it compiles to the same
+instructions (the sm_90 PTX of 64 x 64 bf16 and 3xTF32 launches compared, up to register numbering
+and the unused ``TR`` parameter); on, it only adds stores.
 
 Dropout (``HAS_DROPOUT``, a constexpr: without it the kernel compiles to the instructions it
 had before dropout existed, up to register numbering and three unused parameters; checked on
@@ -162,6 +165,35 @@ def _fwd_tile(
 
 
 @triton.jit
+def _trace_step(
+    TR,
+    acc,
+    l_i,
+    m_i,
+    pid_bh,
+    start_m,
+    start_n,
+    lo,
+    seq_q,
+    seq_k,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+):
+    """``TRACE``: store the state after the key tile at ``start_n`` (``m``, ``l``, then ``acc`` row by
+    row) at record ``((pid_bh * cdiv(seq_q, BLOCK_M) + start_m // BLOCK_M) * cdiv(seq_k, BLOCK_N) + step)``
+    of ``TR`` (float32, ``BLOCK_M * (2 + BLOCK_EV)`` per record; ``step = (start_n - lo) // BLOCK_N``:
+    the key tiles run in increasing order).  Only stores: the arithmetic is that of ``TRACE`` off."""
+    step = (start_n - lo) // BLOCK_N
+    rec = (pid_bh.to(tl.int64) * tl.cdiv(seq_q, BLOCK_M) + start_m // BLOCK_M) * tl.cdiv(seq_k, BLOCK_N) + step
+    base = TR + rec * (BLOCK_M * (2 + BLOCK_EV))
+    rows = tl.arange(0, BLOCK_M)
+    tl.store(base + rows, m_i)
+    tl.store(base + BLOCK_M + rows, l_i)
+    tl.store(base + 2 * BLOCK_M + rows[:, None] * BLOCK_EV + tl.arange(0, BLOCK_EV)[None, :], acc)
+
+
+@triton.jit
 def _fwd_kernel(
     Q,
     K,
@@ -170,6 +202,7 @@ def _fwd_kernel(
     O,
     LSE,
     SEED,
+    TR,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -208,6 +241,7 @@ def _fwd_kernel(
     DOT_PREC: tl.constexpr,
     SPLIT: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
+    TRACE: tl.constexpr,
 ):
     """``attention_forward`` of OnlineSoftmax.v for one query tile of one head:
     ``stream`` over the key tiles, then ``finalize`` (out = acc / l, lse = m + ln l;
@@ -277,6 +311,8 @@ def _fwd_kernel(
                 BLOCK_M,
                 HAS_DROPOUT,
             )
+            if TRACE:
+                _trace_step(TR, acc, l_i, m_i, pid_bh, start_m, start_n, lo, seq_q, seq_k, BLOCK_M, BLOCK_N, BLOCK_EV)
     # finalize: a fully masked row (l = 0) gives zeros and lse = -inf.
     seen = l_i > 0.0
     # IEEE division (div_rn), not `/` (div.full.f32 on NVIDIA GPUs, up to 2 ulp): final_division's rnd (acc / l)
@@ -304,8 +340,13 @@ def _forward(
     config: AttentionConfig | None = None,
     seq_major: bool = False,
     dropout: _Dropout | None = None,
+    trace: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` of arguments checked by ``attention_args._check`` and ``_dropout_args``."""
+    """``(out, lse)`` of arguments checked by ``attention_args._check`` and ``_dropout_args``.
+    ``trace``: a float32 tensor of ``B * Hq * cdiv(Sq, BLOCK_M) * cdiv(Sk, BLOCK_N) * BLOCK_M * (2 +
+    BLOCK_EV)`` elements on the inputs' device, filled with the state after every key tile
+    (``_trace_step``; ``ojas_ref.verification.kernel_schedule`` reads it); records of tiles not
+    run are left as they are."""
     query, key, value = _last_dim_contiguous(query), _last_dim_contiguous(key), _last_dim_contiguous(value)
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
@@ -329,6 +370,7 @@ def _forward(
         out,
         lse,
         seed,
+        query if trace is None else trace,
         *strides,
         so[0],
         so[1],
@@ -342,6 +384,7 @@ def _forward(
         drop_threshold,
         drop_scale,
         POS_SCALE=scale >= 0,
+        TRACE=trace is not None,
         **constexprs,
         **_tile_args(cfg, attn_mask),
     )

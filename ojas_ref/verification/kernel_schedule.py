@@ -42,18 +42,19 @@ The operations whose rounding no theorem fixes are the parameters, :class:`Primi
   elementwise by a small Triton kernel (``attention_error._run_unary``), IEEE division and
   round-to-nearest-even casts.
 
-:func:`check_forward` runs the kernel and the model on the same inputs and returns ``None`` when
-every stored output is equal bit for bit, else a :class:`Mismatch`: the first differing row, which
-output differs (lse: the tile loop's ``m`` or ``l``; only ``out``: the finalize division, the cast
-or the P.V dots), the first differing element and the model's ``m``, ``l`` and ``acc`` of that
-row after every key tile (part and start), which locates it to a tile and a step.
+:func:`check_forward` runs the kernel with its ``TRACE`` on (the state ``m``, ``l``, ``acc`` stored
+after every key tile) and the model on the same inputs, and returns ``None`` when every traced state
+and every stored output are equal bit for bit, else a :class:`Mismatch`: the first differing
+operation (the programs in order, each key tile's ``m``, then ``l``, then ``acc``, then the
+finalize's ``lse`` and ``out``), the row, column, both values, and both sides' ``m``, ``l``,
+``acc`` of that row after every key tile.
 
 Not covered: dropout (refused), additive masks (refused), float32 dots in single-pass TF32
 (refused), other tile layouts than the ones :func:`wgmma_row_sum` models (the Hopper wgmma
 accumulator with the warps along the rows: the default float32 configuration, 32 x 64 tiles, runs
 ``mma.sync`` with the warps along the keys, neither its accumulation nor its cross-warp sum is
-identified), subnormal products in the tensor-core emulation, and the kernel's intermediate
-values themselves: only ``out`` and ``lse`` are compared, the steps are the model's.
+identified), subnormal products in the tensor-core emulation, and the order inside one step: a
+differing ``l`` names ``exp2`` or the row sum, not which of the two.
 """
 
 from __future__ import annotations
@@ -481,31 +482,67 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view({2: torch.int16, 4: torch.int32}[x.element_size()])
 
 
+_OPERATIONS = {
+    "m": "m = max(m, max s): the scores (the dot q.k, * qk_scale, the mask)",
+    "l": "l = l * alpha + sum(p): exp2 or the row sum",
+    "acc": "acc = dot(P, V, acc * alpha): P's cast or the P.V dot",
+    "lse": "the finalize: lse = (m + log2 l) * ln 2",
+    "out": "the finalize: out = acc / l, or the output cast",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Mismatch:
-    """The first row ``(b, h, i)`` whose stored outputs differ between the kernel and the model:
-    ``lse`` (kernel, model) when the lse differs, ``out`` (column, kernel, model) at the first
-    differing column when out differs; ``operation`` names the first differing operation as far
-    as the outputs tell it; ``steps``: the model's (part, start_n, m, l, acc[column]) of that row
-    after each key tile of its query tile ``start_m``."""
+    """The first operation whose result differs between the kernel and the model. The programs
+    (b, h, query tile ``start_m``) are taken in order, the key tiles of each in the order they run,
+    each tile's ``m`` (all rows), then ``l``, then ``acc``; then each row's ``lse`` and ``out``.
+    ``quantity`` is one of "m", "l", "acc" (after the key tile ``key_tile`` = (part, start_n)), "lse",
+    "out"; ``operation`` names the operation that computes it; ``row`` = (b, h, i), ``column`` (acc,
+    out), ``kernel`` and ``model`` the two values; ``steps``: (part, start_n, m, l, acc[column]) of
+    that row after each key tile, the model's and the kernel's. With a model of other tile sizes
+    (a mutant), states are compared after the key tiles that end at the same key."""
 
+    quantity: str
+    operation: str
     row: tuple[int, int, int]
     start_m: int
-    lse: tuple[float, float] | None
-    out: tuple[int, float, float] | None
-    operation: str
+    key_tile: tuple[int, int] | None
+    column: int | None
+    kernel: float
+    model: float
     steps: list[tuple[int, int, float, float, float]]
+    kernel_steps: list[tuple[int, int, float, float, float]]
 
     def __str__(self) -> str:
         b, h, i = self.row
-        lines = [f"first differing row b={b} h={h} i={i} (query tile {self.start_m}): {self.operation}"]
-        if self.lse is not None:
-            lines.append(f"  lse: kernel {self.lse[0]!r}, model {self.lse[1]!r}")
-        if self.out is not None:
-            lines.append(f"  out[{self.out[0]}]: kernel {self.out[1]!r}, model {self.out[2]!r}")
-        for part, start_n, m, l, a in self.steps:
-            lines.append(f"  model after key tile {start_n} (part {part}): m={m!r} l={l!r} acc={a!r}")
+        where = "" if self.key_tile is None else f" after key tile {self.key_tile[1]} (part {self.key_tile[0]})"
+        col = "" if self.column is None else f"[{self.column}]"
+        lines = [
+            f"first differing operation: {self.operation}",
+            f"  {self.quantity}{col} of row b={b} h={h} i={i} (query tile {self.start_m}){where}: "
+            f"kernel {self.kernel!r}, model {self.model!r}",
+        ]
+        for who, steps in (("model", self.steps), ("kernel", self.kernel_steps)):
+            for part, start_n, m, l, a in steps:
+                lines.append(f"  {who} after key tile {start_n} (part {part}): m={m!r} l={l!r} acc={a!r}")
         return "\n".join(lines)
+
+
+def _kernel_steps(
+    trace: torch.Tensor, sched_args: tuple, b: int, h: int, heads: int, start_m: int, ev: int
+) -> list[TileStep]:
+    """The kernel's states (``_trace_step``'s records) of program (b, h, start_m), its tiles as
+    ``_key_tiles`` runs them (``sched_args``: Sq, Sk, the window argument, causal, window, split,
+    BLOCK_M, BLOCK_N, BLOCK_EV of the kernel's launch)."""
+    seq_q, seq_k, w, causal, has_window, split, bm, bn, bev = sched_args
+    lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, w, bm, bn, causal, has_window, split)
+    n_tiles, n_steps = -(-seq_q // bm), -(-seq_k // bn)
+    out = []
+    for part, (start, end) in enumerate(((lo, a), (a, b_end), (b_end, hi))):
+        for start_n in range(start, end, bn):
+            rec = trace[((b * heads + h) * n_tiles + start_m // bm) * n_steps + (start_n - lo) // bn]
+            out.append(TileStep(part, start_n, rec[:bm], rec[bm : 2 * bm], rec[2 * bm :].reshape(bm, bev)[:, :ev]))
+    return out
 
 
 def check_forward(
@@ -521,11 +558,13 @@ def check_forward(
     primitives: Primitives,
     model_config=None,
 ) -> Mismatch | None:
-    """Run ``_fwd_kernel`` (launch configuration ``config``, a ``KernelConfig``; default that of
-    ``default_config``) and :func:`forward_schedule` (under ``model_config``, default ``config``:
-    another one is a mutant) on the same inputs; None when ``out`` and ``lse`` are equal bit for
-    bit, else the :class:`Mismatch` of the first differing row."""
-    from ojas_kernels.attention_config import AttentionConfig, default_config
+    """Run ``_fwd_kernel`` with ``TRACE`` on (launch configuration ``config``, a ``KernelConfig``;
+    default that of ``default_config``) and :func:`forward_schedule` (under ``model_config``,
+    default ``config``: another one is a mutant) on the same inputs; None when every traced state
+    (rows below Sq, columns below Ev) and every stored output are equal bit for bit, else the
+    :class:`Mismatch` of the first differing operation."""
+    from ojas_kernels.attention_args import _window_arg
+    from ojas_kernels.attention_config import AttentionConfig, _block_dim, default_config
     from ojas_kernels.attention_forward import _forward
 
     if config is None:
@@ -535,30 +574,107 @@ def check_forward(
     model = forward_schedule(
         query, key, value, attn_mask, is_causal, scale, window, config=model_config, primitives=primitives, trace=True
     )
-    out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, AttentionConfig(config, config, config))
-    out, lse = out.cpu(), lse.cpu()
-    out_diff = (_bits(out) != _bits(model.out)).any(-1)
+    batch, heads, seq_q, _ = query.shape
+    seq_k, ev = key.shape[2], value.shape[3]
+    bev = _block_dim(ev)
+    bm, bn = config.block_m, config.block_n
+    n = batch * heads * -(-seq_q // bm) * -(-seq_k // bn)
+    trace = torch.full((n, bm * (2 + bev)), float("nan"), dtype=F32, device=query.device)
+    out, lse = _forward(
+        query, key, value, attn_mask, is_causal, scale, window, AttentionConfig(config, config, config), trace=trace
+    )
+    out, lse, trace = out.cpu(), lse.cpu(), trace.cpu()
+    w = _window_arg(window, seq_q, seq_k)
+    split = config.split and attn_mask is None
+    sched_args = (seq_q, seq_k, w, is_causal, window is not None, split, bm, bn, bev)
+    same_rows = model_config.block_m == bm  # else (a mutant) only the outputs are compared
+    for (b, h, start_m), steps in model.steps.items() if same_rows else ():
+        rows = min(bm, seq_q - start_m)
+        kernel = {st.start_n + bn: st for st in _kernel_steps(trace, sched_args, b, h, heads, start_m, ev)}
+        for st in steps:
+            kst = kernel.get(st.start_n + model_config.block_n)  # the kernel's state after the same keys
+            if kst is None:
+                continue
+            for name, kv, mv in (("m", kst.m, st.m), ("l", kst.l, st.l), ("acc", kst.acc, st.acc[:, :ev])):
+                kv, mv = kv[:rows].reshape(rows, -1), mv[:rows].reshape(rows, -1)
+                diff = _bits(kv) != _bits(mv)
+                if diff.any():
+                    r, c = (int(x) for x in diff.nonzero()[0])
+                    return _mismatch(
+                        name,
+                        (b, h, start_m + r),
+                        start_m,
+                        (st.part, st.start_n),
+                        c if name == "acc" else None,
+                        kv[r, c].item(),
+                        mv[r, c].item(),
+                        model,
+                        trace,
+                        sched_args,
+                        heads,
+                        ev,
+                    )
     lse_diff = _bits(lse) != _bits(model.lse)
-    bad = (out_diff | lse_diff).nonzero()
+    out_diff = (_bits(out) != _bits(model.out)).any(-1)
+    bad = (lse_diff | out_diff).nonzero()
     if bad.numel() == 0:
         return None
     b, h, i = (int(x) for x in bad[0])
     start_m = i // model_config.block_m * model_config.block_m
-    col = int((_bits(out[b, h, i]) != _bits(model.out[b, h, i])).nonzero()[0]) if out_diff[b, h, i] else None
-    c = 0 if col is None else col
-    steps = [
-        (st.part, st.start_n, st.m[i - start_m].item(), st.l[i - start_m].item(), st.acc[i - start_m, c].item())
-        for st in model.steps[(b, h, start_m)]
-    ]
     if lse_diff[b, h, i]:
-        operation = "the tile loop: lse differs (m or l: the scores, their max, exp2, the row sum or the rescaling)"
-    else:
-        operation = "the finalize or the P.V dots: lse agrees, out differs (acc / l, the output cast or acc)"
+        return _mismatch(
+            "lse",
+            (b, h, i),
+            start_m,
+            None,
+            None,
+            lse[b, h, i].item(),
+            model.lse[b, h, i].item(),
+            model,
+            trace,
+            sched_args,
+            heads,
+            ev,
+        )
+    c = int((_bits(out[b, h, i]) != _bits(model.out[b, h, i])).nonzero()[0])
+    return _mismatch(
+        "out",
+        (b, h, i),
+        start_m,
+        None,
+        c,
+        out[b, h, i, c].item(),
+        model.out[b, h, i, c].item(),
+        model,
+        trace,
+        sched_args,
+        heads,
+        ev,
+    )
+
+
+def _mismatch(
+    quantity, row, start_m, key_tile, column, kernel, model_value, model, trace, sched_args, heads, ev
+) -> Mismatch:
+    """The :class:`Mismatch` with both step lists of ``row`` (``acc`` at ``column``, or 0)."""
+    b, h, i = row
+    c = column or 0
+    bm = sched_args[6]
+
+    def rows_of(steps, first):
+        return [
+            (s.part, s.start_n, s.m[i - first].item(), s.l[i - first].item(), s.acc[i - first, c].item()) for s in steps
+        ]
+
     return Mismatch(
-        row=(b, h, i),
+        quantity=quantity,
+        operation=_OPERATIONS[quantity],
+        row=row,
         start_m=start_m,
-        lse=(lse[b, h, i].item(), model.lse[b, h, i].item()) if lse_diff[b, h, i] else None,
-        out=None if col is None else (col, out[b, h, i, col].item(), model.out[b, h, i, col].item()),
-        operation=operation,
-        steps=steps,
+        key_tile=key_tile,
+        column=column,
+        kernel=kernel,
+        model=model_value,
+        steps=rows_of(model.steps[(b, h, start_m)], start_m),
+        kernel_steps=rows_of(_kernel_steps(trace, sched_args, b, h, heads, i // bm * bm, ev), i // bm * bm),
     )

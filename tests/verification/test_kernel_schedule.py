@@ -84,11 +84,31 @@ def test_a_model_with_another_block_n_is_caught():
         model_config=KernelConfig(16, 32),
         primitives=ks.interpreter_primitives(),
     )
-    assert mismatch is not None
+    assert mismatch is not None and mismatch.quantity in ("m", "l", "acc")
+    part, start_n = mismatch.key_tile  # compared after the same keys: the model's tile of 32, the kernel's two of 16
+    assert start_n % 32 == 0 and all(s[1] % 32 == 0 for s in mismatch.steps)
+    assert [s[1] for s in mismatch.kernel_steps] == list(range(0, len(mismatch.kernel_steps) * 16, 16))
+    assert mismatch.kernel != mismatch.model
     b, h, i = mismatch.row
-    assert mismatch.start_m == i // 16 * 16
-    assert [s[1] for s in mismatch.steps] == list(range(0, min(i // 16 * 16 + 16, 40), 32))  # the model's tiles of 32
-    assert str(mismatch).startswith(f"first differing row b={b} h={h} i={i}")
+    assert str(mismatch).startswith(f"first differing operation: {mismatch.operation}")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
+def test_a_row_sum_in_another_order_is_caught_at_its_tile(dtype):
+    (q, k, v), _ = _inputs((1, 2, 2, 40, 45, 32), dtype, False, seed=1)
+    sequential = dataclasses.replace(
+        ks.interpreter_primitives(),
+        name="sequential row sum",
+        row_sum=lambda x: torch.from_numpy(x.numpy().cumsum(1)[:, -1].copy()),
+    )
+    mismatch = ks.check_forward(q, k, v, is_causal=True, primitives=sequential)
+    assert mismatch is not None
+    assert mismatch.quantity == "l" and mismatch.operation.startswith("l = l * alpha + sum(p)")
+    step = [s[:2] for s in mismatch.steps].index(mismatch.key_tile)
+    assert mismatch.steps[step][2] == mismatch.kernel_steps[step][2]  # m agrees at that tile: the sum differs
+    assert mismatch.steps[:step] == mismatch.kernel_steps[:step]  # and every earlier state
+    assert mismatch.steps[step][3] == mismatch.model != mismatch.kernel == mismatch.kernel_steps[step][3]
 
 
 @pytest.mark.interpreter
@@ -99,10 +119,22 @@ def test_a_division_not_rounded_once_is_caught_at_the_finalize():
     recip = dataclasses.replace(ks.interpreter_primitives(), name="acc * (1 / l)", div=lambda x, y: x * (1.0 / y))
     mismatch = ks.check_forward(q, k, v, is_causal=True, primitives=recip)
     assert mismatch is not None
-    assert mismatch.lse is None and mismatch.out is not None  # m and l agree: the division differs
-    assert mismatch.operation.startswith("the finalize")
-    col, got, want = mismatch.out
-    assert got != want
+    assert mismatch.quantity == "out" and mismatch.operation.startswith("the finalize: out = acc / l")
+    assert mismatch.steps == mismatch.kernel_steps  # every tile's m, l and acc agree
+    assert mismatch.kernel != mismatch.model
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
+def test_the_trace_leaves_the_outputs_unchanged(dtype):
+    from ojas_kernels.attention_forward import _forward
+
+    (q, k, v), mask = _inputs((1, 2, 1, 37, 45, 24), dtype, True)
+    trace = torch.full((2 * 3 * 3, 16 * (2 + 32)), float("nan"))
+    plain = _forward(q, k, v, mask, True, 0.3, None)
+    traced = _forward(q, k, v, mask, True, 0.3, None, trace=trace)
+    assert all(torch.equal(x.view(torch.int8), y.view(torch.int8)) for x, y in zip(plain, traced))
+    assert not trace.isnan().all()
 
 
 def test_forward_schedule_refuses_what_it_does_not_model():
@@ -204,8 +236,10 @@ def _sm90_asm(dtype: str, config: KernelConfig, e: int, prec: str) -> dict[str, 
 
     flags = dict(IS_CAUSAL=False, HAS_WINDOW=False, HAS_MASK=False, MASK_BOOL=False, POS_SCALE=True)
     constexprs = dict(HEAD_E=e, HEAD_EV=e, BLOCK_E=e, BLOCK_EV=e, BLOCK_M=config.block_m, BLOCK_N=config.block_n)
-    constexprs.update(flags, DOT_PREC=prec, SPLIT=True, HAS_DROPOUT=False)
-    pointers = dict(Q=f"*{dtype}", K=f"*{dtype}", V=f"*{dtype}", M=f"*{dtype}", O=f"*{dtype}", LSE="*fp32", SEED="*i64")
+    constexprs.update(flags, DOT_PREC=prec, SPLIT=True, HAS_DROPOUT=False, TRACE=False)
+    pointers = dict(
+        Q=f"*{dtype}", K=f"*{dtype}", V=f"*{dtype}", M=f"*{dtype}", O=f"*{dtype}", LSE="*fp32", SEED="*i64", TR="*fp32"
+    )
     signature = {
         n: "constexpr" if n in constexprs else pointers.get(n, "fp32" if n in ("qk_scale", "drop_scale") else "i32")
         for n in _fwd_kernel.arg_names
