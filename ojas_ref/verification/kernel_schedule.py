@@ -262,10 +262,19 @@ def wgmma_row_sum(x: torch.Tensor) -> torch.Tensor:
 
 
 def _device_unary(op: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    def run(x: torch.Tensor) -> torch.Tensor:
-        from ojas_ref.verification.attention_error import _run_unary
+    """``tl.exp2`` / ``tl.log2`` on the CUDA device, elementwise, by ``attention_error``'s unary
+    kernel compiled as the attention kernels are, without FMA contraction (``tl.log2`` is
+    libdevice's polynomial: with contraction on its PTX has ``mul.f32`` / ``add.f32`` that ptxas
+    may fuse; the attention kernel's, ``.rn``, may not be)."""
 
-        return _run_unary(op, x.to(F32).contiguous().cuda(), F32).cpu()
+    def run(x: torch.Tensor) -> torch.Tensor:
+        from ojas_ref.verification.attention_error import _unary_kernel
+
+        x = x.to(F32).contiguous().cuda()
+        y = torch.empty_like(x)
+        grid = (max(1, -(-x.numel() // 1024)),)
+        _unary_kernel(op)[grid](x, y, x.numel(), OP=op, BLOCK=1024, enable_fp_fusion=False)
+        return y.cpu()
 
     return run
 
@@ -558,8 +567,9 @@ def check_forward(
     primitives: Primitives,
     model_config=None,
 ) -> Mismatch | None:
-    """Run ``_fwd_kernel`` with ``TRACE`` on (launch configuration ``config``, a ``KernelConfig``;
-    default that of ``default_config``) and :func:`forward_schedule` (under ``model_config``,
+    """Run ``_fwd_kernel`` (launch configuration ``config``, a ``KernelConfig``; default that of
+    ``default_config``), then again with ``TRACE`` on (``RuntimeError`` unless its outputs are the
+    same bits), and :func:`forward_schedule` (under ``model_config``,
     default ``config``: another one is a mutant) on the same inputs; None when every traced state
     (rows below Sq, columns below Ev) and every stored output are equal bit for bit, else the
     :class:`Mismatch` of the first differing operation."""
@@ -580,10 +590,12 @@ def check_forward(
     bm, bn = config.block_m, config.block_n
     n = batch * heads * -(-seq_q // bm) * -(-seq_k // bn)
     trace = torch.full((n, bm * (2 + bev)), float("nan"), dtype=F32, device=query.device)
-    out, lse = _forward(
-        query, key, value, attn_mask, is_causal, scale, window, AttentionConfig(config, config, config), trace=trace
-    )
-    out, lse, trace = out.cpu(), lse.cpu(), trace.cpu()
+    launch = (query, key, value, attn_mask, is_causal, scale, window, AttentionConfig(config, config, config))
+    out, lse = (x.cpu() for x in _forward(*launch))
+    traced = [x.cpu() for x in _forward(*launch, trace=trace)]
+    if not all(torch.equal(_bits(x), _bits(y)) for x, y in zip((out, lse), traced)):
+        raise RuntimeError("the kernel with TRACE on stored other outputs than without: its steps cannot be compared")
+    trace = trace.cpu()
     w = _window_arg(window, seq_q, seq_k)
     split = config.split and attn_mask is None
     sched_args = (seq_q, seq_k, w, is_causal, window is not None, split, bm, bn, bev)
