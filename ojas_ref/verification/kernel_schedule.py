@@ -60,6 +60,7 @@ differing ``l`` names ``exp2`` or the row sum, not which of the two.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -286,7 +287,8 @@ def device_primitives(dtype: torch.dtype, folder: str | None = None) -> Primitiv
     a record, ``PremiseFailed`` when an entry failed): "tl.dot bfloat16" for 16-bit inputs (the
     float16 dots assumed to accumulate as the bfloat16 ones), "tl.dot float32 tf32x3" and the
     "tf32 low-part reading" for float32 (``ValueError`` when torch's float32 matmul precision lets the
-    kernels run single-pass TF32, or when the record leaves more than one model); ``tl.exp2`` /
+    kernels run single-pass TF32; when the record leaves several models, each tile is computed by
+    all of them and ``ValueError`` raised where they differ); ``tl.exp2`` /
     ``tl.log2`` run on the device; the row sum is :func:`wgmma_row_sum`."""
     from ojas_kernels.attention_args import _HIGHEST, _dot_precision
     from ojas_ref.verification import device_premises as dp
@@ -295,12 +297,8 @@ def device_primitives(dtype: torch.dtype, folder: str | None = None) -> Primitiv
         raise RuntimeError("device_primitives needs a CUDA device (its tl.exp2 and tl.log2 run there)")
     if dtype in (torch.bfloat16, torch.float16):
         name = "tl.dot bfloat16"
-        models = dp.checked_premises([name], folder)[name]["measured"]
-        found = {Accumulation(**m) for m in models}
-        if len(found) != 1:
-            raise ValueError(f"{name}: the record identifies {len(found)} models, not one: {models}")
-        model = found.pop()
-        dot = lambda a, b, acc: accumulate(model, a, b, acc)  # noqa: E731
+        found = dp.checked_premises([name], folder)[name]["measured"]
+        dots = [functools.partial(accumulate, Accumulation(**m)) for m in found]
     elif dtype == F32:
         if _dot_precision(dtype, _HIGHEST) != "tf32x3":
             raise ValueError(
@@ -309,17 +307,21 @@ def device_primitives(dtype: torch.dtype, folder: str | None = None) -> Primitiv
         name, reading = "tl.dot float32 tf32x3", "tf32 low-part reading"
         entries = dp.checked_premises([name, reading], folder)
         found = entries[name]["measured"]
-        if len(found) != 1:
-            raise ValueError(f"{name}: the record identifies {len(found)} schedules, not one: {found}")
-        spec = Tf32x3(
-            Accumulation(**found[0]["model"]),
-            entries[reading]["measured"],
-            found[0]["schedule"],
-            tuple(found[0]["order"]),
-        )
-        dot = lambda a, b, acc: tf32x3_dot(spec, a, b, acc)  # noqa: E731
+        read = entries[reading]["measured"]
+        specs = [Tf32x3(Accumulation(**m["model"]), read, m["schedule"], tuple(m["order"])) for m in found]
+        dots = [functools.partial(tf32x3_dot, spec) for spec in specs]
     else:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
+    if not dots:
+        raise ValueError(f"{name}: the record identifies no model")
+
+    def dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+        """The record's model; with several, all of them, which must agree on these operands."""
+        results = [f(a, b, acc) for f in dots]
+        if any(not torch.equal(_bits(results[0]), _bits(r)) for r in results[1:]):
+            raise ValueError(f"{name}: the record's {len(dots)} models differ on this tile: {found}")
+        return results[0]
+
     return Primitives(
         name=f"device ({dtype})",
         dot=dot,

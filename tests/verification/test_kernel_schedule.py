@@ -187,6 +187,52 @@ def test_vectorised_tf32x3_equals_emulate_tf32x3(schedule):
     assert got.tolist() == want
 
 
+def _fake_record(monkeypatch, bf16_models, tf32x3_entries):
+    """``device_primitives`` on the CPU: CUDA reported present, the record's entries given."""
+    record = {
+        "tl.dot bfloat16": {"measured": [dataclasses.asdict(m) for m in bf16_models]},
+        "tl.dot float32 tf32x3": {"measured": tf32x3_entries},
+        "tf32 low-part reading": {"measured": "trunc"},
+    }
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dp, "checked_premises", lambda names, folder=None: {n: record[n] for n in names})
+
+
+def test_device_primitives_take_the_dots_of_the_record(monkeypatch):
+    tf32x3 = dict(model=dataclasses.asdict(H100_MODELS["tf32"]), schedule="chain(0)+c", order=[0, 1, 2])
+    _fake_record(monkeypatch, [H100_MODELS["bfloat16"]], [tf32x3])
+    gen = torch.Generator().manual_seed(4)
+    a, b, c = torch.randn(8, 32, generator=gen), torch.randn(32, 16, generator=gen), torch.randn(8, 16, generator=gen)
+    bf = ks.device_primitives(torch.bfloat16)
+    a16, b16 = a.bfloat16().float(), b.bfloat16().float()
+    assert torch.equal(bf.dot(a16, b16, c), ks.accumulate(H100_MODELS["bfloat16"], a16, b16, c))
+    f32 = ks.device_primitives(torch.float32)
+    spec = ks.Tf32x3(H100_MODELS["tf32"], "trunc", "chain(0)+c", (0, 1, 2))
+    assert torch.equal(f32.dot(a, b, c), ks.tf32x3_dot(spec, a, b, c))
+    assert f32.row_sum is ks.wgmma_row_sum and f32.cast(c, torch.bfloat16).dtype == torch.bfloat16
+    # the whole schedule runs with them (the interpreter's exp2 / log2 standing in for the device's):
+    # the same softmax to the dots' accuracy, not the same bits
+    (q, k, v), mask = _inputs((1, 2, 1, 37, 45, 32), torch.bfloat16, True)
+    cpu = ks.interpreter_primitives()
+    hybrid = dataclasses.replace(bf, exp2=cpu.exp2, log2=cpu.log2)
+    cfg = KernelConfig(16, 16)
+    got = ks.forward_schedule(q, k, v, mask, True, config=cfg, primitives=hybrid)
+    ref = ks.forward_schedule(q, k, v, mask, True, config=cfg, primitives=cpu)
+    torch.testing.assert_close(got.out.float(), ref.out.float(), atol=2e-2, rtol=0)
+    torch.testing.assert_close(got.lse, ref.lse, atol=1e-2, rtol=0)
+
+
+def test_device_primitives_refuse_record_models_that_disagree(monkeypatch):
+    _fake_record(monkeypatch, [H100_MODELS["bfloat16"], dp.Accumulation(16, 26, "trunc", "nearest", "operands")], [])
+    bf = ks.device_primitives(torch.bfloat16)
+    gen = torch.Generator().manual_seed(6)
+    a, b = torch.randn(16, 64, generator=gen).bfloat16().float(), torch.randn(64, 16, generator=gen).bfloat16().float()
+    with pytest.raises(ValueError, match="models differ on this tile"):
+        bf.dot(a, b, torch.randn(16, 16, generator=gen))
+    with pytest.raises(ValueError, match="identifies no model"):
+        ks.device_primitives(torch.float32)
+
+
 def test_wgmma_row_sum_is_the_tree_of_the_ptx():
     """The tree transcribed from the PTX of ``_fwd_kernel`` for sm_90 (Triton 3.9, 64 x 64 bf16
     tiles): per lane a balanced tree of adjacent pairs over its 16 columns, then lanes xor 2, xor 1."""
