@@ -14,11 +14,14 @@ batch, query head (GQA: key head ``h // group``) and query tile, the three parts
   ``Ojas.Attention.Float.ForwardError`` (its ``dotf`` the primitive ``dot``);
 * one tile (``block_step``): ``m' = max(m, max s)``, ``p = exp2(s - m')``, ``alpha = exp2(m - m')``,
   ``l' = rnd(rnd(l * alpha) + sum p)``, P rounded to the input dtype, ``acc' = dot(P, V,
-  rnd(acc * alpha))``: ``tile_l`` / ``tile_pv`` / ``rescale_step`` of
-  ``Ojas.Attention.Float.OnlineSoftmaxTile`` (``tile_l_inv``, ``tile_acc_inv``, ``acc_chain_error``,
-  ``tile_acc_dot_step``), no fused multiply-add (the kernels compile with
-  ``enable_fp_fusion=False``); a row with no visible key yet stays ``m = -inf, l = 0, acc = 0``
-  (``Ojas.Attention.Mask.stream_row_fully_masked``);
+  rnd(acc * alpha))``: ``kernel_step`` / ``tile_l`` / ``tile_pv`` of
+  ``Ojas.Attention.Float.OnlineSoftmaxTile`` (``tile_l_inv``, ``tile_acc_inv``) and
+  ``tile_acc_dot_step`` of ``Ojas.Attention.Float.ForwardError`` (the dot accumulating into
+  ``acc * alpha``), no fused multiply-add (the kernels compile with ``enable_fp_fusion=False``);
+  the theorems' ``tile_l`` sums ``p`` left to right (``tile_sum``), which is neither the device's
+  tree nor numpy's pairwise sum: OnlineSoftmaxTile.v lists ``tl.sum`` as a tree as not covered,
+  and here the order is the primitive ``row_sum``; a row with no visible key yet stays
+  ``m = -inf, l = 0, acc = 0`` (``Ojas.Attention.Mask.stream_row_fully_masked``);
 * the finalize: ``out = rnd(acc / l)`` (one IEEE division, ``tl.math.div_rn``):
   ``Ojas.Attention.Float.OnlineSoftmaxError.final_division``; out stored in the input dtype;
   ``lse = rnd(rnd(m + log2 l) * ln 2)`` (``Ojas.Attention.Float.SavedLseError``); a fully masked
@@ -39,8 +42,8 @@ The operations whose rounding no theorem fixes are the parameters, :class:`Primi
   Triton's 3xTF32 split of Tf32Product.v for float32, emulated with torch integer-exact float64
   operations by :func:`accumulate` / :func:`tf32x3_dot`), the sum tree of ``tl.sum`` on the
   Hopper MMA layout (:func:`wgmma_row_sum`), the device's own ``tl.exp2`` / ``tl.log2`` applied
-  elementwise by a small Triton kernel (``attention_error._run_unary``), IEEE division and
-  round-to-nearest-even casts.
+  elementwise by a small Triton kernel (``attention_error._unary_kernel``, compiled without FMA
+  contraction as the attention kernel is), IEEE division and round-to-nearest-even casts.
 
 :func:`check_forward` runs the kernel with its ``TRACE`` on (the state ``m``, ``l``, ``acc`` stored
 after every key tile) and the model on the same inputs, and returns ``None`` when every traced state
@@ -49,7 +52,9 @@ operation (the programs in order, each key tile's ``m``, then ``l``, then ``acc`
 finalize's ``lse`` and ``out``), the row, column, both values, and both sides' ``m``, ``l``,
 ``acc`` of that row after every key tile.
 
-Not covered: dropout (refused), additive masks (refused), float32 dots in single-pass TF32
+The model is an executable statement of the schedule, not a proof: where it departs from the
+theorems' model (the row sum's order above) it follows the kernel.  Not covered: dropout
+(refused), additive masks (refused), float32 dots in single-pass TF32
 (refused), other tile layouts than the ones :func:`wgmma_row_sum` models (the Hopper wgmma
 accumulator with the warps along the rows: the default float32 configuration, 32 x 64 tiles, runs
 ``mma.sync`` with the warps along the keys, neither its accumulation nor its cross-warp sum is
@@ -248,8 +253,8 @@ def wgmma_row_sum(x: torch.Tensor) -> torch.Tensor:
     tile's), as Triton 3.9 lowers it for sm_90 (read from the PTX of ``_fwd_kernel``,
     64 x 64 tiles, 4 and 8 warps, bf16 and 3xTF32): lane ``t`` of the 4 lanes of a row holds
     columns ``8 j + 2 t + {0, 1}``, j = 0..N/8-1, in that order; it adds them by a balanced tree of
-    adjacent pairs, then the lanes add across ``xor 2``, then ``xor 1``. Any tree of these depths
-    is covered by ``sum_ok`` (rocq/FloatModel/BlockedSum.v); this is the one that runs."""
+    adjacent pairs, then the lanes add across ``xor 2``, then ``xor 1``. The attention theorems
+    sum a tile left to right (``tile_l``), not in this order."""
     m, n = x.shape
     if n % 8 or (n // 4) & (n // 4 - 1):
         raise ValueError(f"the wgmma row sum needs N a multiple of 8 with N / 4 a power of 2, got N = {n}")
