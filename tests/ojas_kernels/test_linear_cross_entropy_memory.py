@@ -67,30 +67,33 @@ class _LiveBytes(TorchDispatchMode):
         self.now -= self.live.pop(key)
 
 
-def _count(monkeypatch, N: int, D: int, V: int, ignored: float, config) -> tuple[int, ...]:
-    """(peak bytes, input, weight, target) of one bfloat16 forward + backward of the kernel's entry with
-    the row kernel, products and scaling as no-ops (module docstring); the inputs are never
-    written, so they are left uninitialised."""
+def _count(monkeypatch, N: int, D: int, V: int, ignored: float, bias: bool, config) -> tuple[int, ...]:
+    """(peak bytes, input, weight, target) of one bfloat16 forward + backward of the kernel's
+    entry (with a bias when ``bias``) with the row kernel, products and scaling as no-ops (module
+    docstring); the inputs are never written, so they are left uninitialised."""
     for name in ("_launch_rows", "_mm_into", "_addmm_into", "_scale_in_place"):
         monkeypatch.setattr(klce_three, name, lambda *args, **kwargs: None)
     x = torch.empty(N, D, dtype=torch.bfloat16).requires_grad_()
     w = torch.empty(V, D, dtype=torch.bfloat16).requires_grad_()
+    b = torch.zeros(V, dtype=torch.bfloat16).requires_grad_() if bias else None
     gen = torch.Generator().manual_seed(0)
     t = torch.randint(0, V, (N,), generator=gen)
     t[torch.rand(N, generator=gen) < ignored] = -100
-    with _LiveBytes((x, w, t)) as live:
-        klce.linear_cross_entropy(x, w, t, config=config).backward()
+    with _LiveBytes((x, w, t) + ((b,) if bias else ())) as live:
+        klce.linear_cross_entropy(x, w, t, linear_bias=b, config=config).backward()
     return live.peak, x, w, t
 
 
+@pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("fraction", [ISSUE_BOUND, None])
 @pytest.mark.parametrize("ignored", [0.0, 0.5])
 @pytest.mark.parametrize("shape", sorted(SCALED_SHAPES))
-def test_peak_beyond_gradients(monkeypatch, shape, ignored, fraction):
+def test_peak_beyond_gradients(monkeypatch, shape, ignored, fraction, bias):
     """At the benchmark's shapes divided by 4 (bfloat16, "mean", none or about half the
-    tokens ignored), with ``peak_fraction`` 0.05 (issue 30's bound) or the default's, and the
-    16 MiB floor of the budget off (it would exceed the bound at these sizes): the bytes alive
-    beyond the gradients (grad_input and grad_weight, handed to .grad without a copy) are at
+    tokens ignored, with or without a bias), with ``peak_fraction`` 0.05 (issue 30's bound) or
+    the default's, and the 16 MiB floor of the budget off (it would exceed the bound at these
+    sizes): the bytes alive beyond the gradients (grad_input, grad_weight and the float32
+    grad_bias, handed to .grad without a copy) are at
     least the schedule's largest workspace chunk (logits/G, and the gathered rows when some
     token is ignored) and at most that plus ``_fixed_bytes``, which is within ``peak_fraction``
     of the gradients' bytes.  Before ``peak_fraction`` (a workspace of ``workspace_fraction``
@@ -102,17 +105,17 @@ def test_peak_beyond_gradients(monkeypatch, shape, ignored, fraction):
     config = klce.default_config(torch.bfloat16, torch.device("cuda"))
     if fraction is not None:
         config = dataclasses.replace(config, peak_fraction=fraction)
-    peak, x, w, t = _count(monkeypatch, N, D, V, ignored, config)
+    peak, x, w, t = _count(monkeypatch, N, D, V, ignored, bias, config)
     assert x.grad.shape == (N, D) and w.grad.shape == (V, D)
-    grads = (N * D + V * D) * 2
+    grads = (N * D + V * D) * 2 + 4 * V * bias
     extra = peak - grads
     print(f"\n{shape} / 4, ignored {ignored}: {extra} bytes beyond the gradients = {extra / grads:.4f} x")
     assert extra <= config.peak_fraction * grads
     K = int((t != -100).sum())
-    plan = klce._three_products_plan(N, D, V, 2, (True, True, False), config, K)
+    plan = klce._three_products_plan(N, D, V, 2, (True, True, bias), config, K)
     width = V if K == N else V + D  # a chunk's logits/G, and with ignored tokens its gathered rows
     workspace = max((n for _, n, inside in plan if not inside), default=0) * width * 2
-    formula = workspace + klce_three._fixed_bytes(N, K, V, False)
+    formula = workspace + klce_three._fixed_bytes(N, K, V, bias)
     assert workspace <= extra <= formula <= config.peak_fraction * grads
 
 
