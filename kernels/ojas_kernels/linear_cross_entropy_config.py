@@ -65,10 +65,12 @@ class LinearCrossEntropyConfig:
     gradients' bytes; ``peak_fraction`` (3 products) bounds all that the forward and backward
     allocate beyond the gradients, as a fraction of the gradients' bytes (16 MiB at least):
     the token chunks are sized to it (``_three_products_plan``).  The default 0.14 keeps the
-    chunks the H200 tune of 2026-11-29 picked for speed (commit 0391e9c: a workspace of 0.06 x
-    the gradients took the big shape from 93 to 125 ms, each chunk reading and writing
-    grad_weight); 0.05 meets issue 30's bound (peak at most 1.05 x the gradients) with about
-    2.3 x as many chunks at N = 16384, D = 4096, V = 128256 and 2.7 x at N = 8192, D = 2048,
+    chunks the H200 tune of 2026-11-29 picked for speed (``git show
+    00e45ce:benchmarks/results/linear_cross_entropy_h200_tune.md``, N = 16384, D = 4096,
+    V = 128256, none ignored: a workspace of 0.06 / 0.09 / 0.12 / 0.14 x the gradients ran
+    125.0 / 106.3 / 93.8 / 93.1 ms, each chunk reading and writing grad_weight; 4 products
+    132.2 ms, with cuBLAS logits 119.2); 0.05 meets issue 30's bound (peak at most 1.05 x the
+    gradients) with about 2.3 x as many chunks at that shape and 2.7 x at N = 8192, D = 2048,
     V = 256000 (``products=4`` with ``workspace_fraction=0.05`` meets it too when every token
     is kept, at the price of the fourth product); ``fwd_logits`` "cublas" computes the
     forward's float32 logits (when grad_input is needed) with cuBLAS and lets
