@@ -31,6 +31,9 @@ at most 2^-9).  FLOPs: each matrix product over the kept tokens is 2 K D V;
 H200): logits, grad_input and grad_weight, what ojas (``products`` 3, the default)
 and Liger run; the 4-product design recomputes the logits in the backward.
 
+``--configs 'peak 0.05;products 4 workspace 0.05'``: those ``--tune`` variants of the kernel's
+config are measured beside the peers as implementations ``ojas[peak 0.05]`` and so on.
+
 ``--records FILE``: each measured implementation of each shape and fraction is appended to
 FILE (e.g. benchmarks/records.jsonl) as a ``bench_linear_cross_entropy`` record (benchmarks/records.py:
 case N, D, V, dtype, ignored, reduction; metrics ms, peak_mib, peak_over_gradients and the errors;
@@ -51,6 +54,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -205,6 +209,7 @@ def floors(N, D, V, ignored):
 
 def bench(args, torch, F, klce, cuda, shapes, device):
     impls = make_impls(torch, F, klce, cuda)
+    impls.update(config_impls(klce, torch, args.configs))
     names = [n for n in (args.impls.split(",") if args.impls else impls)]
     lines = []
 
@@ -300,6 +305,19 @@ def tune_variants(klce, torch):
     out.append(("products 4 workspace 0.05", four))
     out.append(("products 4 workspace 0.05, logits cublas", replace(four, fwd_logits="cublas", bwd_logits="cublas")))
     return out
+
+
+def config_impls(klce, torch, labels: Optional[str]) -> dict:
+    """``ojas[label]`` -> (fn, None) for each of the ';'-separated ``--tune`` variant labels (the
+    kernel's entry with that variant's config); a label that is not a variant raises."""
+    variants = dict(tune_variants(klce, torch))
+    impls = {}
+    for label in labels.split(";") if labels else []:
+        if label not in variants:
+            raise SystemExit(f"--configs: {label!r} is not a --tune variant; the variants are {sorted(variants)}")
+        cfg = variants[label]
+        impls[f"ojas[{label}]"] = ((lambda c: lambda x, w, t: klce.linear_cross_entropy(x, w, t, config=c))(cfg), None)
+    return impls
 
 
 def tune(args, torch, klce, shapes):
@@ -535,6 +553,12 @@ def main() -> None:
         "--variants",
         default=None,
         help="--tune: only variants whose label contains one of these comma-separated strings (and the default)",
+    )
+    parser.add_argument(
+        "--configs",
+        default=None,
+        help="';'-separated --tune variant labels measured beside the peers as ojas[label] "
+        "(e.g. 'peak 0.05;products 4 workspace 0.05'), in the table and the records",
     )
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions (about)")
     parser.add_argument("--logit-std", type=float, default=1.0, help="standard deviation of the logits")
