@@ -520,7 +520,9 @@ def _run_unary(op: str, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor
     import triton
 
     y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
-    _unary_kernel(op)[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), OP=op, BLOCK=1024)
+    # Without FMA contraction, as the attention and cross-entropy kernels launch: tl.log2's
+    # expansion has a product and a sum a contracting build would fuse.
+    _unary_kernel(op)[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), OP=op, BLOCK=1024, enable_fp_fusion=False)
     return y
 
 
