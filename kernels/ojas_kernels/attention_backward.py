@@ -554,9 +554,12 @@ def _backward(
     window: int | None,
     config: AttentionConfig | None = None,
     dropout: _Dropout | None = None,
+    delta: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dQ, dK, dV)`` from the forward's ``out`` and ``lse``: the dQ kernel (which saves
-    ``D``), then the dK/dV kernel."""
+    ``D``), then the dK/dV kernel.  ``delta``: a float32 ``[B, Hq, Sq]`` contiguous tensor on the
+    inputs' device to hold ``D`` (``ojas_ref.verification.kernel_schedule_backward`` reads it),
+    else a new one."""
     grad_out = _last_dim_contiguous(grad_out)
     query, key, value = _last_dim_contiguous(query), _last_dim_contiguous(key), _last_dim_contiguous(value)
     batch, heads, seq_q, e = query.shape
@@ -565,7 +568,13 @@ def _backward(
     if seq_q == 0 or seq_k == 0 or window == 0 or batch * heads == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     cfg = config or default_config(max(e, ev), query.dtype, query.device, is_causal)
-    delta = torch.empty_like(lse)
+    if delta is None:
+        delta = torch.empty_like(lse)
+    elif delta.shape != lse.shape or delta.dtype != torch.float32 or not delta.is_contiguous():
+        raise ValueError(
+            f"delta must be a contiguous float32 tensor of shape {tuple(lse.shape)}, "
+            f"got {delta.dtype} {tuple(delta.shape)} (contiguous: {delta.is_contiguous()})"
+        )
     mask, seed, strides, w, qk_scale, drop_threshold, drop_scale, constexprs = _launch_args(
         query, key, value, attn_mask, is_causal, scale, window, dropout
     )

@@ -36,7 +36,10 @@ The operations whose rounding no theorem fixes are the parameters, :class:`Primi
   operands to float32 there), ``tl.sum`` ``np.sum(x, axis=1)``, ``tl.exp2`` / ``tl.log2``
   ``np.exp2`` / ``np.log2``, division ``np.divide``, and the float32 -> bfloat16 cast the
   interpreter's ``_convert_float`` (it truncates); the same numpy calls on arrays of the same
-  shapes, since they are the primitives there;
+  shapes, since they are the primitives there, and ``np.matmul`` on operands of the same memory
+  order (a ``tl.trans`` of a loaded tile is a transposed view there, and numpy's matmul of a
+  transposed view may round otherwise than of its contiguous copy: the backward's ``tl.trans(do)``
+  does), so the model passes a transposed torch view where the kernel passes ``tl.trans`` of a tile;
 * :func:`device_primitives`: the tensor-core dot models ``ojas verify-device`` identified (its
   record: :class:`~ojas_ref.verification.device_premises.Accumulation` for 16-bit operands,
   Triton's 3xTF32 split of Tf32Product.v for float32, emulated with torch integer-exact float64
@@ -133,11 +136,18 @@ def _interpreter_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
 
 
+def _interpreter_dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+    """The interpreter's ``tl.dot``: ``np.matmul(a, b, dtype=float32) + acc`` on ``a`` and ``b`` in their
+    memory order (views, not contiguous copies: module docstring)."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    return torch.from_numpy(np.matmul(a.numpy(), b.numpy(), dtype=np.float32) + _np(acc))
+
+
 def interpreter_primitives() -> Primitives:
     """The primitives of Triton's CPU interpreter (module docstring): the numpy calls it makes."""
     return Primitives(
         name="interpreter",
-        dot=lambda a, b, acc: torch.from_numpy(np.matmul(_np(a), _np(b), dtype=np.float32) + _np(acc)),
+        dot=_interpreter_dot,
         exp2=lambda x: torch.from_numpy(np.exp2(_np(x))),
         log2=lambda x: torch.from_numpy(np.log2(_np(x))),
         row_sum=lambda x: torch.from_numpy(np.sum(_np(x), axis=1)),
@@ -379,12 +389,48 @@ def _key_tiles(
         hi = min(hi, last_m + window)
         full_lo = max(last_m - window + 1, 0)
         full_end = min(full_end, start_m + window)
+    return _split_tiles(lo, hi, full_lo, full_end, bn, split)
+
+
+def _split_tiles(lo: int, hi: int, full_lo: int, full_end: int, bn: int, split: bool) -> tuple[int, int, int, int]:
+    """The tail of ``attention_tiles._key_tiles`` / ``_query_tiles``: tiles of ``bn`` from ``lo``
+    rounded down, ``[a, b)`` those inside ``[full_lo, full_end)``; without ``split`` ``a = b = hi``."""
     lo = (lo // bn) * bn
     a = min(max(-(-full_lo // bn) * bn, lo), max(hi, lo))
     b = max((full_end // bn) * bn, a)
     if not split:
         a = b = max(hi, lo)
     return lo, a, b, hi
+
+
+def _visible(
+    mask: torch.Tensor | None,
+    b: int,
+    h: int,
+    start_m: int,
+    start_n: int,
+    bm: int,
+    bn: int,
+    seq_q: int,
+    seq_k: int,
+    window: int,
+    causal: bool,
+    has_window: bool,
+) -> torch.Tensor:
+    """``attention_tiles._visible`` (and ``_apply_mask`` of a boolean ``mask`` [B, Hq, Sq, Sk]) on the
+    tile of rows ``start_m ..`` and keys ``start_n ..``: [bm, bn] bool."""
+    i, j = torch.arange(start_m, start_m + bm)[:, None], torch.arange(start_n, start_n + bn)[None, :]
+    vis = (i < seq_q) & (j < seq_k)
+    if causal:
+        vis &= j <= i
+    if has_window:
+        vis &= (i - j < window) & (j - i < window)
+    if mask is not None:
+        seen = torch.zeros(bm, bn, dtype=torch.bool)
+        r, c = min(bm, seq_q - start_m), min(bn, seq_k - start_n)
+        seen[:r, :c] = mask[b, h, start_m : start_m + r, start_n : start_n + c] != 0
+        vis &= seen
+    return vis
 
 
 def _tile(x: torch.Tensor, start: int, rows: int, cols: int) -> torch.Tensor:
@@ -432,12 +478,12 @@ def forward_schedule(
     bm, bn, be, bev = config.block_m, config.block_n, cx["BLOCK_E"], cx["BLOCK_EV"]
     split, has_window, pos = config.split and attn_mask is None, window is not None, scale >= 0
     group = heads // kv_heads
+    bool_mask = mask if attn_mask is not None else None
     p_ = primitives
     for b in range(batch):
         for h in range(heads):
             hk = h // group
             for start_m in range(0, seq_q, bm):
-                offs_m = torch.arange(start_m, start_m + bm)
                 q = _tile(query[b, h], start_m, bm, be)
                 m_i = torch.full((bm,), float("-inf"), dtype=F32)
                 l_i = torch.zeros(bm, dtype=F32)
@@ -446,22 +492,12 @@ def forward_schedule(
                 lo, a, b_end, hi = _key_tiles(start_m, seq_q, seq_k, w, bm, bn, is_causal, has_window, split)
                 for part, (start, end) in enumerate(((lo, a), (a, b_end), (b_end, hi))):
                     for start_n in range(start, end, bn):
-                        offs_n = torch.arange(start_n, start_n + bn)
                         s = p_.dot(q, _tile(key[b, hk], start_n, bn, be).t().contiguous(), torch.zeros(bm, bn))
                         if part != 1:  # the masked loop
-                            i, j = offs_m[:, None], offs_n[None, :]
-                            vis = (i < seq_q) & (j < seq_k)
-                            if is_causal:
-                                vis &= j <= i
-                            if has_window:
-                                vis &= (i - j < w) & (j - i < w)
-                            s = s * qk
-                            if attn_mask is not None:
-                                seen_mask = torch.zeros(bm, bn, dtype=torch.bool)
-                                r, c = min(bm, seq_q - start_m), min(bn, seq_k - start_n)
-                                seen_mask[:r, :c] = mask[b, h, start_m : start_m + r, start_n : start_n + c] != 0
-                                vis &= seen_mask
-                            s = torch.where(vis, s, float("-inf"))
+                            vis = _visible(
+                                bool_mask, b, h, start_m, start_n, bm, bn, seq_q, seq_k, w, is_causal, has_window
+                            )
+                            s = torch.where(vis, s * qk, float("-inf"))
                             m_new = torch.maximum(m_i, s.amax(1))
                             m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
                             p = p_.exp2(s - m_use[:, None])

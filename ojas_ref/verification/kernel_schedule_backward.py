@@ -1,0 +1,357 @@
+"""An executable model of the attention backward kernels' schedule, and its bit-for-bit check.
+
+:func:`backward_schedule` runs, with torch float32 tensor operations and the rounding primitives of
+:mod:`~ojas_ref.verification.kernel_schedule` (:class:`~ojas_ref.verification.kernel_schedule.Primitives`:
+the same two sets, the interpreter's and the device's), what ``ojas_kernels.attention_backward._backward``
+launches for one :class:`~ojas_kernels.attention_config.AttentionConfig` (its ``bwd_q`` and ``bwd_kv``),
+given the forward's ``out`` and ``lse``:
+
+* ``_bwd_dq_kernel``, one program per (b, h, query tile): ``Delta = row_sum(rnd(o * dO))`` over the
+  tile's ``BLOCK_EV`` columns (padding zeros; ``backward_D_identity`` of BackwardCorrect.v, bounded by
+  ``delta_close`` of ``Ojas.Attention.Float.DkDqError``), saved for the dK/dV kernel;
+  ``lse2 = rnd(lse * log2 e)``; then over the key tiles of ``_key_tiles`` / ``_tile_range`` (masked,
+  unmasked, masked: ``Ojas.Attention.Mask.stream_row_masked_keys``), key head ``h // group``:
+  ``s = rnd(dot(q, K^T) * qk_scale)``, ``P = exp2(s - lse2)`` (0 where not visible: the recomputed
+  softmax, ``row_probs_stream_row`` of Lse.v), ``dP = dot(dO, V^T)``, ``dS = rnd(P * rnd(dP - Delta))``,
+  ``dQ = dot(cast(dS), K, dQ)`` (``attention_backward_dQ_key_tiles``; ``dq_kernel`` of DkDqError.v);
+  finally ``dQ = rnd(dQ * scale)`` stored in the input dtype;
+* ``_bwd_dkdv_kernel``, one program per (b, key head hk, key tile), transposed (rows are keys): for
+  ``g = 0 .. group-1`` (query head ``hk * group + g``: GroupedQuery.v's ``gqa_dK_is_derive`` /
+  ``gqa_dV_is_derive``, the sum in that order into the same accumulators), over the query tiles of
+  ``_query_tiles`` / ``_tile_range``: ``s^T = rnd(dot(K, Q^T) * qk_scale)``, ``P^T = exp2(s^T -
+  lse2)`` (0 where not visible), ``dV = dot(cast(P^T), dO, dV)`` (``dv_error`` of DvError.v),
+  ``dP^T = dot(V, dO^T)``, ``dS^T = rnd(P^T * rnd(dP^T - Delta))``, ``dK = dot(cast(dS^T), Q, dK)``
+  (``attention_backward_query_tiles``; ``dk_kernel`` of DkDqError.v); finally ``dK = rnd(dK * scale)``,
+  both stored in the input dtype.
+
+Every dot is the primitive ``dot`` on the operand tiles as the kernel holds them (the same shapes: the
+interpreter's ``np.matmul`` of a [N, E] by [E, M] tile is not the transpose of the [M, E] by [E, N]
+one bit for bit); ``Delta``'s sum is the primitive ``row_sum`` (``tl.sum`` of ``o * dO`` in the dQ
+kernel's load layout: see :func:`check_backward` for the device). No fused multiply-add (the kernels
+compile with ``enable_fp_fusion=False``).
+
+:func:`check_backward` runs ``_backward`` (its ``delta`` saved) and the model on the same inputs and
+the same ``out`` / ``lse`` and returns ``None`` when ``Delta``, dQ, dV and dK are equal bit for bit,
+else a :class:`BackwardMismatch` naming the first differing operation in the order the kernels run
+them (``Delta``, then dQ, then, per tile of the dK/dV kernel, dV before dK): the output, the element,
+both values and the model's running accumulator of that element after every tile.  The kernels have
+no per-tile trace: a differing dQ or dK names the whole tile step (the scores, ``exp2``, ``dP``,
+``dS``, the cast or the dots), not which of them; a dV that agrees where dK differs clears the scores,
+``exp2`` and P's cast (the same ``P^T`` feeds both).
+
+Not covered: dropout and additive masks (refused), float32 dots in single-pass TF32 (refused by
+:func:`~ojas_ref.verification.kernel_schedule.device_primitives`), the order of ``tl.sum`` on the
+device for ``Delta`` (a parameter: see :data:`DELTA_SUM`), subnormal products in the tensor-core
+emulation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ojas_ref.verification.kernel_schedule import F32, Primitives, _bits, _key_tiles, _split_tiles, _tile, _visible
+
+__all__ = ["BackwardSchedule", "BackwardMismatch", "backward_schedule", "check_backward"]
+
+_LOG2E = torch.tensor(1.4426950408889634, dtype=F32)  # the kernels' constant, a float32 there
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardSchedule:
+    """The model's ``dq`` [B, Hq, Sq, E], ``dk`` [B, Hkv, Sk, E], ``dv`` [B, Hkv, Sk, Ev] (input dtype),
+    ``delta`` [B, Hq, Sq] (float32) and, when traced, each program's accumulator after every tile
+    (float32, before the final scale): ``dq_steps[(b, h, start_m)]`` a list of
+    ``((part, start_n), dq)``, ``dkdv_steps[(b, hk, start_n)]`` a list of ``((g, part, start_m), dk, dv)``."""
+
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    delta: torch.Tensor
+    dq_steps: dict | None
+    dkdv_steps: dict | None
+
+
+def _query_tiles(
+    start_n: int, seq_q: int, seq_k: int, window: int, bm: int, bn: int, causal: bool, has_window: bool, split: bool
+) -> tuple[int, int, int, int]:
+    """``attention_tiles._query_tiles`` on Python ints (``lo <= a <= b <= hi``)."""
+    last_n = min(start_n + bn, seq_k) - 1
+    lo, hi, full_lo, full_end = 0, seq_q, 0, seq_q
+    if causal:
+        lo = start_n
+        full_lo = start_n + bn - 1
+    if has_window:
+        lo = max(lo, start_n - window + 1)
+        hi = min(hi, last_n + window)
+        full_lo = max(full_lo, start_n + bn - window)
+        full_end = min(full_end, start_n + window)
+    if start_n + bn > seq_k:
+        full_end = 0
+    return _split_tiles(lo, hi, full_lo, full_end, bm, split)
+
+
+def _parts(lo: int, a: int, b: int, hi: int, step: int):
+    """(part, start) of the tiles of ``_tile_range``'s three parts, in the order they run."""
+    for part, (start, end) in enumerate(((lo, a), (a, b), (b, hi))):
+        for first in range(start, end, step):
+            yield part, first
+
+
+def backward_schedule(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    window: int | None = None,
+    *,
+    config,
+    primitives: Primitives,
+    trace: bool = False,
+) -> BackwardSchedule:
+    """``_backward``'s dQ, dK, dV (and its ``Delta``) for these inputs and the forward's ``out`` and
+    ``lse`` under ``config`` (an ``AttentionConfig``: its ``bwd_q`` and ``bwd_kv``) with ``primitives``
+    (module docstring), computed on the CPU; ``trace``: keep every tile's accumulators. Arguments as
+    ``flash_attention`` (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive
+    masks are not modelled)."""
+    from ojas_kernels.attention_args import _check, _launch_args
+
+    _check(query, key, value, window, attn_mask)
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        raise ValueError(f"attn_mask must be boolean: additive masks are not modelled, got {attn_mask.dtype}")
+    if grad_out.shape != out.shape or out.shape != (*query.shape[:3], value.shape[3]):
+        raise ValueError(
+            f"grad_out and out must have shape {(*query.shape[:3], value.shape[3])}, "
+            f"got {tuple(grad_out.shape)} and {tuple(out.shape)}"
+        )
+    if lse.shape != query.shape[:3] or lse.dtype != F32:
+        raise ValueError(f"lse must be float32 of shape {tuple(query.shape[:3])}, got {lse.dtype} {tuple(lse.shape)}")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    query, key, value, grad_out, out, lse = (x.detach().cpu() for x in (query, key, value, grad_out, out, lse))
+    attn_mask = None if attn_mask is None else attn_mask.detach().cpu()
+    batch, heads, seq_q, e = query.shape
+    kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
+    dtype = query.dtype
+    dq = torch.zeros(batch, heads, seq_q, e, dtype=dtype)
+    dk = torch.zeros(batch, kv_heads, seq_k, e, dtype=dtype)
+    dv = torch.zeros(batch, kv_heads, seq_k, ev, dtype=dtype)
+    delta = torch.zeros(batch, heads, seq_q, dtype=F32)
+    dq_steps: dict | None = {} if trace else None
+    dkdv_steps: dict | None = {} if trace else None
+    if seq_q == 0 or seq_k == 0 or window == 0 or batch * heads == 0:
+        return BackwardSchedule(dq, dk, dv, delta, dq_steps, dkdv_steps)
+    mask, _, _, w, qk_scale, _, _, cx = _launch_args(query, key, value, attn_mask, is_causal, scale, window, None)
+    qk, sc = torch.tensor(qk_scale, dtype=F32), torch.tensor(scale, dtype=F32)  # float32 kernel arguments
+    be, bev = cx["BLOCK_E"], cx["BLOCK_EV"]
+    bool_mask = mask if attn_mask is not None else None
+    has_window, group, p_ = window is not None, heads // kv_heads, primitives
+
+    def lse2_of(b: int, h: int, start_m: int, bm: int) -> torch.Tensor:
+        return _tile(lse[b, h][:, None], start_m, bm, 1)[:, 0] * _LOG2E
+
+    # _bwd_dq_kernel: Delta, then dQ over the key tiles.
+    cfg = config.bwd_q
+    bm, bn, split = cfg.block_m, cfg.block_n, cfg.split and attn_mask is None
+    for b in range(batch):
+        for h in range(heads):
+            hk = h // group
+            for start_m in range(0, seq_q, bm):
+                rows = min(bm, seq_q - start_m)
+                q, do = _tile(query[b, h], start_m, bm, be), _tile(grad_out[b, h], start_m, bm, bev)
+                d = p_.row_sum(_tile(out[b, h], start_m, bm, bev) * do)
+                delta[b, h, start_m : start_m + rows] = d[:rows]
+                lse2 = lse2_of(b, h, start_m, bm)
+                acc = torch.zeros(bm, be, dtype=F32)
+                trail = []
+                for part, start_n in _parts(
+                    *_key_tiles(start_m, seq_q, seq_k, w, bm, bn, is_causal, has_window, split), bn
+                ):
+                    kt = _tile(key[b, hk], start_n, bn, be).t().contiguous()
+                    vt = _tile(value[b, hk], start_n, bn, bev).t().contiguous()
+                    s = p_.dot(q, kt, torch.zeros(bm, bn)) * qk
+                    p = p_.exp2(s - lse2[:, None])
+                    if part != 1:
+                        vis = _visible(
+                            bool_mask, b, h, start_m, start_n, bm, bn, seq_q, seq_k, w, is_causal, has_window
+                        )
+                        p = torch.where(vis, p, 0.0)
+                    dp = p_.dot(do, vt, torch.zeros(bm, bn))
+                    ds = p * (dp - d[:, None])
+                    acc = p_.dot(p_.cast(ds, dtype).to(F32), kt.t(), acc)
+                    if trace:
+                        trail.append(((part, start_n), acc.clone()))
+                dq[b, h, start_m : start_m + rows] = p_.cast(acc * sc, dtype)[:rows, :e]
+                if trace:
+                    dq_steps[(b, h, start_m)] = trail
+
+    # _bwd_dkdv_kernel: dK, dV of a key tile over the group's heads and their query tiles.
+    cfg = config.bwd_kv
+    bm, bn, split = cfg.block_m, cfg.block_n, cfg.split and attn_mask is None
+    for b in range(batch):
+        for hk in range(kv_heads):
+            for start_n in range(0, seq_k, bn):
+                cols = min(bn, seq_k - start_n)
+                k, v = _tile(key[b, hk], start_n, bn, be), _tile(value[b, hk], start_n, bn, bev)
+                acc_k, acc_v = torch.zeros(bn, be, dtype=F32), torch.zeros(bn, bev, dtype=F32)
+                trail = []
+                tiles = _query_tiles(start_n, seq_q, seq_k, w, bm, bn, is_causal, has_window, split)
+                for g in range(group):
+                    h = hk * group + g
+                    for part, start_m in _parts(*tiles, bm):
+                        qt = _tile(query[b, h], start_m, bm, be).t().contiguous()
+                        do = _tile(grad_out[b, h], start_m, bm, bev)
+                        lse2 = lse2_of(b, h, start_m, bm)
+                        d = _tile(delta[b, h][:, None], start_m, bm, 1)[:, 0]
+                        st = p_.dot(k, qt, torch.zeros(bn, bm)) * qk
+                        pt = p_.exp2(st - lse2[None, :])
+                        if part != 1:
+                            vis = _visible(
+                                bool_mask, b, h, start_m, start_n, bm, bn, seq_q, seq_k, w, is_causal, has_window
+                            )
+                            pt = torch.where(vis.t(), pt, 0.0)
+                        acc_v = p_.dot(p_.cast(pt, dtype).to(F32), do, acc_v)
+                        dpt = p_.dot(v, do.t(), torch.zeros(bn, bm))
+                        dst = pt * (dpt - d[None, :])
+                        acc_k = p_.dot(p_.cast(dst, dtype).to(F32), qt.t(), acc_k)
+                        if trace:
+                            trail.append(((g, part, start_m), acc_k.clone(), acc_v.clone()))
+                dk[b, hk, start_n : start_n + cols] = p_.cast(acc_k * sc, dtype)[:cols, :e]
+                dv[b, hk, start_n : start_n + cols] = p_.cast(acc_v, dtype)[:cols, :ev]
+                if trace:
+                    dkdv_steps[(b, hk, start_n)] = trail
+    return BackwardSchedule(dq, dk, dv, delta, dq_steps, dkdv_steps)
+
+
+# ---------------------------------------------------------------------------
+# The check against the kernels
+# ---------------------------------------------------------------------------
+
+_OPERATIONS = {
+    "delta": "Delta = row_sum(o * dO) (the dQ kernel's first step): the products or the row sum",
+    "dq": "a dQ step: s = dot(q, K^T) * qk_scale, P = exp2(s - lse2), dP = dot(dO, V^T), "
+    "dS = P * (dP - Delta), dQ = dot(cast(dS), K, dQ); or the final dQ * scale and cast",
+    "dv": "a dV step: s^T = dot(K, Q^T) * qk_scale, P^T = exp2(s^T - lse2), dV = dot(cast(P^T), dO, dV); "
+    "or the final cast",
+    "dk": "a dK step (dV agrees: P^T likely does): dP^T = dot(V, dO^T), dS^T = P^T * (dP^T - Delta), "
+    "dK = dot(cast(dS^T), Q, dK); or the final dK * scale and cast",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardMismatch:
+    """The first output of the backward kernels that differs from the model, in the order the kernels
+    compute them (``Delta``, dQ, then dV before dK): ``quantity`` one of "delta", "dq", "dv", "dk";
+    ``operation`` the step that computes it; ``index`` = (b, h, i) for delta, (b, h, i, c) for dq, (b,
+    hk, j, c) for dk and dv (the first differing element in row-major order); ``kernel`` and ``model``
+    the stored values; ``steps``: the model's float32 accumulator of that element after every tile of
+    its program, ``(tile, value)`` with tile (part, start_n) for dq and (g, part, start_m) for dk, dv
+    (empty for delta); ``final``: the model's value after the final scale, before the cast."""
+
+    quantity: str
+    operation: str
+    index: tuple[int, ...]
+    kernel: float
+    model: float
+    steps: list[tuple[tuple[int, ...], float]]
+    final: float
+
+    def __str__(self) -> str:
+        lines = [
+            f"first differing operation: {self.operation}",
+            f"  {self.quantity}{list(self.index)}: kernel {self.kernel!r}, model {self.model!r} "
+            f"(model before the cast {self.final!r})",
+        ]
+        lines += [f"  model after tile {tile}: {value!r}" for tile, value in self.steps]
+        return "\n".join(lines)
+
+
+def check_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    window: int | None = None,
+    *,
+    config=None,
+    primitives: Primitives,
+    model_config=None,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+) -> BackwardMismatch | None:
+    """Run ``_backward`` (launch configuration ``config``, an ``AttentionConfig``; default that of
+    ``default_config``) on the forward kernel's ``out`` and ``lse`` (computed with ``config`` unless
+    given) and :func:`backward_schedule` (under ``model_config``, default ``config``: another one is a
+    mutant) on the same inputs; None when ``Delta``, dQ, dK and dV are equal bit for bit, else the
+    :class:`BackwardMismatch` of the first differing one.
+
+    On the device, ``primitives.row_sum`` is used for ``Delta`` as for any row sum: pass
+    ``dataclasses.replace(primitives, row_sum=...)`` with the sum of the dQ kernel's load layout."""
+    from ojas_kernels.attention_backward import _backward
+    from ojas_kernels.attention_config import default_config
+    from ojas_kernels.attention_forward import _forward
+
+    if config is None:
+        config = default_config(max(query.shape[-1], value.shape[-1]), query.dtype, query.device, is_causal)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if out is None or lse is None:
+        out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config)
+    delta = torch.full(query.shape[:3], float("nan"), dtype=F32, device=query.device)
+    dq, dk, dv = _backward(
+        grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config, delta=delta
+    )
+    model = backward_schedule(
+        grad_out,
+        query,
+        key,
+        value,
+        out,
+        lse,
+        attn_mask,
+        is_causal,
+        scale,
+        window,
+        config=model_config or config,
+        primitives=primitives,
+        trace=True,
+    )
+    kernel = {"delta": delta.cpu(), "dq": dq.cpu(), "dv": dv.cpu(), "dk": dk.cpu()}
+    for name in ("delta", "dq", "dv", "dk"):
+        mine = getattr(model, name)
+        diff = _bits(kernel[name]) != _bits(mine)
+        if not diff.any():
+            continue
+        index = tuple(int(x) for x in diff.nonzero()[0])
+        return _mismatch(
+            name, index, kernel[name][index].item(), mine[index].item(), model, model_config or config, scale
+        )
+    return None
+
+
+def _mismatch(
+    name: str, index: tuple[int, ...], kernel: float, value: float, model: BackwardSchedule, config, scale: float
+):
+    """The :class:`BackwardMismatch` of ``name`` at ``index`` with the model's accumulator steps."""
+    if name == "delta":
+        return BackwardMismatch(name, _OPERATIONS[name], index, kernel, value, [], value)
+    b, h, r, c = index
+    sc = torch.tensor(scale, dtype=F32)
+    if name == "dq":
+        start = r // config.bwd_q.block_m * config.bwd_q.block_m
+        steps = [(tile, acc[r - start, c].item()) for tile, acc in model.dq_steps[(b, h, start)]]
+    else:
+        start = r // config.bwd_kv.block_n * config.bwd_kv.block_n
+        which = 1 if name == "dk" else 2
+        steps = [(st[0], st[which][r - start, c].item()) for st in model.dkdv_steps[(b, h, start)]]
+    last = torch.tensor(steps[-1][1] if steps else 0.0, dtype=F32)
+    final = (last if name == "dv" else last * sc).item()
+    return BackwardMismatch(name, _OPERATIONS[name], index, kernel, value, steps, final)
