@@ -27,7 +27,7 @@ given the forward's ``out`` and ``lse``:
 Every dot is the primitive ``dot`` on the operand tiles as the kernel holds them (the same shapes: the
 interpreter's ``np.matmul`` of a [N, E] by [E, M] tile is not the transpose of the [M, E] by [E, N]
 one bit for bit); ``Delta``'s sum is the primitive ``row_sum`` (``tl.sum`` of ``o * dO`` in the dQ
-kernel's load layout: see :func:`check_backward` for the device). No fused multiply-add (the kernels
+kernel's load layout: :func:`blocked_row_sum` on the device). No fused multiply-add (the kernels
 compile with ``enable_fp_fusion=False``).
 
 :func:`check_backward` runs ``_backward`` (its ``delta`` saved) and the model on the same inputs and
@@ -41,8 +41,9 @@ no per-tile trace: a differing dQ or dK names the whole tile step (the scores, `
 
 Not covered: dropout and additive masks (refused), float32 dots in single-pass TF32 (refused by
 :func:`~ojas_ref.verification.kernel_schedule.device_primitives`), the order of ``tl.sum`` on the
-device for ``Delta`` (a parameter: see :data:`DELTA_SUM`), subnormal products in the tensor-core
-emulation.
+device for ``Delta`` in other layouts than :func:`blocked_row_sum` models, dots that compile to
+``mma.sync`` rather than wgmma (the float32 default tiles: the record's dot models were identified on
+wgmma; the GPU tests run 64 x 64 float32 tiles), subnormal products in the tensor-core emulation.
 """
 
 from __future__ import annotations
@@ -52,9 +53,25 @@ import math
 
 import torch
 
-from ojas_ref.verification.kernel_schedule import F32, Primitives, _bits, _key_tiles, _split_tiles, _tile, _visible
+from ojas_ref.verification.kernel_schedule import (
+    F32,
+    Primitives,
+    _bits,
+    _key_tiles,
+    _split_tiles,
+    _tile,
+    _visible,
+    device_primitives,
+)
 
-__all__ = ["BackwardSchedule", "BackwardMismatch", "backward_schedule", "check_backward"]
+__all__ = [
+    "BackwardSchedule",
+    "BackwardMismatch",
+    "backward_schedule",
+    "check_backward",
+    "blocked_row_sum",
+    "backward_device_primitives",
+]
 
 _LOG2E = torch.tensor(1.4426950408889634, dtype=F32)  # the kernels' constant, a float32 there
 
@@ -229,6 +246,41 @@ def backward_schedule(
     return BackwardSchedule(dq, dk, dv, delta, dq_steps, dkdv_steps)
 
 
+def blocked_row_sum(x: torch.Tensor, lanes: int = 32, warps: int = 2) -> torch.Tensor:
+    """``tl.sum(x, 1)`` of a float32 [M, N] tile in a blocked layout with one column per thread and
+    repetition (``sizePerThread = [1, 1]``, ``threadsPerWarp = [*, lanes]``, ``warpsPerCTA = [*, warps]``,
+    ``order = [1, 0]``), as Triton 3.9 lowers it for sm_90 (read from the PTX of ``_bwd_dq_kernel``'s
+    ``Delta``, 64-column tiles, 4 warps, bf16 and float32): thread (lane ``t``, warp ``w``) holds
+    columns ``t + lanes * w + lanes * warps * r`` and adds its repetitions ``r`` in order, the lanes add
+    across ``xor lanes/2``, ..., ``xor 1``, then the warps' partial sums are added through shared
+    memory (one addition: two warps; more are not identified and raise)."""
+    m, n = x.shape
+    if lanes & (lanes - 1) or n % (lanes * warps):
+        raise ValueError(f"N = {n} must be a multiple of lanes * warps = {lanes * warps}, lanes a power of 2")
+    if warps not in (1, 2):
+        raise ValueError(f"the sum across {warps} warps is not identified (1 or 2 are)")
+    e = x.to(F32).reshape(m, n // (lanes * warps), warps, lanes)
+    v = e[:, 0]
+    for r in range(1, e.shape[1]):
+        v = v + e[:, r]
+    while v.shape[-1] > 1:
+        half = v.shape[-1] // 2
+        v = v[..., :half] + v[..., half:]
+    v = v[..., 0]
+    return (v[:, 0] + v[:, 1] if warps == 2 else v[:, 0]).contiguous()
+
+
+def backward_device_primitives(dtype: torch.dtype, folder: str | None = None, warps: int = 2) -> Primitives:
+    """:func:`~ojas_ref.verification.kernel_schedule.device_primitives` with ``Delta``'s row sum the
+    dQ kernel's (:func:`blocked_row_sum` over ``warps`` warps along the columns: 2 for the 4-warp
+    64-column launches the GPU tests run). The backward has no other row sum."""
+    return dataclasses.replace(
+        device_primitives(dtype, folder),
+        name=f"device backward ({dtype})",
+        row_sum=lambda x: blocked_row_sum(x, 32, warps),
+    )
+
+
 # ---------------------------------------------------------------------------
 # The check against the kernels
 # ---------------------------------------------------------------------------
@@ -294,8 +346,7 @@ def check_backward(
     mutant) on the same inputs; None when ``Delta``, dQ, dK and dV are equal bit for bit, else the
     :class:`BackwardMismatch` of the first differing one.
 
-    On the device, ``primitives.row_sum`` is used for ``Delta`` as for any row sum: pass
-    ``dataclasses.replace(primitives, row_sum=...)`` with the sum of the dQ kernel's load layout."""
+    On the device, ``primitives.row_sum`` is ``Delta``'s sum: :func:`backward_device_primitives`."""
     from ojas_kernels.attention_backward import _backward
     from ojas_kernels.attention_config import default_config
     from ojas_kernels.attention_forward import _forward
