@@ -552,6 +552,59 @@ Definition exact_softmax (scale : R) (q : list R) (keys : list (list R * R)) : R
 (** The kernel's tiles of (score2, value) pairs of one query row: the premises of
     [online_softmax_output_error] and the scores' error, shared by the a-priori bound and
     the a-posteriori one (Attention/Float/ForwardPosteriori.v). *)
+(** The kernel's scores under any dot model: each within [delta] of
+    [scale q.k] and at most [smax] in magnitude, the running max [mt] over the
+    tiles between [m0] and [m0 + 2 smax] ([kernel_tiles_ok_with] and
+    SavedLseError.v's [attention_lse_error_dot] start from it). *)
+Lemma kernel_scores_ok : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P : R) (E : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair_with dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let delta := score_delta_de A_ scale uc P (g_rel * P + g_abs) in
+  let smax := score_max_de A_ scale uc P (g_rel * P + g_abs) in
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (forall kv, In kv (concat tiles) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
+     /\ Rabs (score2_with A_ dotf c q (fst kv)) <= smax)
+  /\ 0 <= delta /\ 0 <= smax
+  /\ concat ktiles = map (kv_pair_with dotf c q) (concat tiles)
+  /\ (forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair_with dotf c q kv)
+  /\ (forall p, In p (concat ktiles) -> fmt (fst p))
+  /\ m0 <= mt /\ Rabs mt <= smax /\ mt - m0 <= 2 * smax.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P E k0 tl0 rest tiles ktiles m0 mt0 delta0 smax0 Hdm Hq Hkeys Hs Huc Hc.
+  unfold mt0, delta0, smax0; clear mt0 delta0 smax0.
+  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  assert (Hsc : forall kv, In kv (concat tiles) ->
+            Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
+            /\ Rabs (score2_with A_ dotf c q (fst kv)) <= smax)
+    by (intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl HPk]; apply (score2_with_error A_ dotf E g_rel g_abs); auto).
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
+  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2_with A_ dotf c q (fst k0))); lra).
+  assert (Hdelta : 0 <= delta) by (pose proof (Hsc k0 Hk0) as [H _]; eapply Rle_trans; [apply Rabs_pos | exact H]).
+  assert (Ecat : concat ktiles = map (kv_pair_with dotf c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
+  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair_with dotf c q kv).
+  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
+  set (mt := acc_m_run m0 ktiles).
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p)).
+  { intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt. }
+  assert (Hmt : Rabs mt <= smax).
+  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
+    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
+    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
+  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
+  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
+  assert (HmK : mt - m0 <= 2 * smax)
+    by (pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra).
+  exact (conj Hsc (conj Hdelta (conj Hsmax (conj Ecat (conj Hin (conj Fk (conj Hm0t (conj Hmt HmK)))))))).
+Qed.
+
 Lemma kernel_tiles_ok_with : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P V : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
@@ -575,33 +628,16 @@ Lemma kernel_tiles_ok_with : forall (dotf : list R -> list R -> R) (g_rel g_abs 
 Proof.
   intros dotf g_rel g_abs q c scale uc P V E B N Tt k0 tl0 rest tiles ktiles m0 mt0 delta0 K0 Hdm Hq Hkeys Hs Huc Hc HBt HN HT.
   unfold mt0, delta0, K0; clear mt0 delta0 K0.
+  destruct (kernel_scores_ok dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq
+              (fun kv Hkv => conj (proj1 (Hkeys kv Hkv)) (proj1 (proj2 (Hkeys kv Hkv)))) Hs Huc Hc)
+    as [Hsc [Hdelta [Hsmax [Ecat [Hin [_ [Hm0t [Hmt HmK]]]]]]]].
+  fold tiles in Hsc, Ecat, Hin, Hm0t, Hmt, HmK; fold ktiles m0 in Ecat, Hin, Hm0t, Hmt, HmK.
   set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (K := 2 * smax) in *.
-  assert (Hsc : forall kv, In kv (concat tiles) ->
-            Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
-            /\ Rabs (score2_with A_ dotf c q (fst kv)) <= smax).
-  { intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl [HPk _]].
-    apply (score2_with_error A_ dotf E g_rel g_abs); auto. }
-  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2_with A_ dotf c q (fst k0))); lra).
-  assert (Hdelta : 0 <= delta) by (pose proof (Hsc k0 Hk0) as [H _]; eapply Rle_trans; [apply Rabs_pos | exact H]).
+  set (mt := acc_m_run m0 ktiles) in *.
   assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Ecat : concat ktiles = map (kv_pair_with dotf c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
-  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair_with dotf c q kv).
-  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
-  set (mt := acc_m_run m0 ktiles).
-  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p)).
-  { intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt. }
-  assert (Hmt : Rabs mt <= smax).
-  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
-    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
-    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
-  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
-  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
-  assert (HmK : mt - m0 <= K).
-  { unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra. }
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
   assert (Hlt : length ktiles = length tiles) by (unfold ktiles; apply map_length).
   split; [exact Hdelta | split; [exact HK | split; [exact Hm0t | split; [exact HmK | split; [exact Ecat |]]]]].
   split; [intros kv Hkv; exact (proj1 (Hsc kv Hkv)) |].

@@ -150,30 +150,15 @@ Proof.
     Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof afe_ln2_bounds as [L2a L2b].
+  destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc)
+    as [Hsc [Hdelta [Hsmax [Ecat [_ [Fk [Hm0t [Hmt HmK]]]]]]]].
+  fold tiles in Hsc, Ecat, Fk, Hm0t, Hmt, HmK; fold ktiles m0 in Ecat, Fk, Hm0t, Hmt, HmK; fold mt in Hm0t, Hmt, HmK.
   set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (K := 2 * smax) in *.
-  assert (Hsc : forall kv, In kv (concat tiles) ->
-            Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= delta
-            /\ Rabs (score2_with A_ dotf c q (fst kv)) <= smax)
-    by (intros kv Hkv; destruct (Hkeys kv Hkv) as [Hl HPk]; apply (score2_with_error A_ dotf E g_rel g_abs); auto).
-  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Hsmax : 0 <= smax) by (pose proof (Hsc k0 Hk0) as [_ H]; pose proof (Rabs_pos (score2_with A_ dotf c q (fst k0))); lra).
   assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Ecat : concat ktiles = map (kv_pair_with M dotf c q) (concat tiles)) by (unfold ktiles; rewrite concat_map; reflexivity).
-  assert (Hin : forall p, In p (concat ktiles) -> exists kv, In kv (concat tiles) /\ p = kv_pair_with M dotf c q kv).
-  { intros p Hp; rewrite Ecat in Hp; apply in_map_iff in Hp; destruct Hp as [kv [<- Hkv]]; exists kv; auto. }
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
   assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  assert (Fk : forall p, In p (concat ktiles) -> fmt (fst p))
-    by (intros p Hp; destruct (Hin p Hp) as [kv [_ ->]]; apply ff_rnd_fmt).
-  assert (Hmt : Rabs mt <= smax).
-  { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]]; unfold mt, acc_m_run.
-    - rewrite Em; exact (proj2 (Hsc k0 Hk0)).
-    - rewrite <- Ep; destruct (Hin p Hp) as [kv [Hkv ->]]; exact (proj2 (Hsc kv Hkv)). }
-  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M (R * R) fst ktiles m0 Fm0 Fk)).
-  assert (Hm0 : Rabs m0 <= smax) by exact (proj2 (Hsc k0 Hk0)).
-  assert (HmK : mt - m0 <= K)
-    by (unfold K; pose proof (Rle_abs mt); pose proof (Rle_abs (- m0)); rewrite Rabs_Ropp in *; lra).
   (* the l fold *)
   set (stiles := map (map fst) ktiles).
   assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
