@@ -15,7 +15,12 @@ Backward, from the saved ``x`` and ``r`` alone, with ``g = (offset + w) dy`` in 
 ``dx_j = r g_j - (r^3 / n) x_j sum_i g_i x_i`` and ``dw_i = sum over rows of dy_i n_i``
 (``n_i`` the value the forward multiplied by the weight: ``(x r).to(x.dtype)`` or ``x r``),
 each program summing its rows in registers, the per-program partial sums added in ``c``
-afterwards (``_rms_norm_dw_kernel``, in program order, rounded once to the weight's dtype). That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
+afterwards (``_rms_norm_dw_kernel``, in program order, rounded once to the weight's dtype).
+The kernels compile without FMA contraction (``enable_fp_fusion=False``), so every product and
+sum is rounded on its own; Triton's ``/`` and ``tl.sqrt`` are approximate on NVIDIA GPUs
+(``div.full.f32``, ``sqrt.approx.ftz.f32``): ``r`` is not the correctly rounded
+``1 / sqrt(mean(x^2) + eps)`` (``ojas_ref.verification.kernel_schedule_rowwise`` models the
+schedule with the device's own operations). That ``dx``/``dw`` is the vector-Jacobian product of the forward over the
 reals, for ``eps > 0``: Ojas.RMSNorm.Backward.rms_norm_backward_eq_vjp (offset 0) and
 Ojas.RMSNorm.Backward.rms_norm_offset_backward_eq_vjp (weight ``1 + w``). The cast of the
 normalised value to the input dtype is treated as the identity (as torch's autograd
@@ -223,6 +228,7 @@ def _fwd_plan(n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, after_weight: 
             COMPUTE=_TL_DTYPES[compute],
             PRODUCT=_TL_DTYPES[_compute_dtype(out_dtype)],
             num_warps=warps,
+            enable_fp_fusion=False,
         )
         plan = _FWD_PLANS[key] = (block_m, out_dtype, compute, options)
     return plan
@@ -238,13 +244,18 @@ def _bwd_plan(n: int, x_dtype: torch.dtype, after_weight: bool) -> tuple:
         block_m, block_n, warps = _blocks(n)
         tl_compute = _TL_DTYPES[compute]
         options = dict(
-            BLOCK_M=block_m, BLOCK_N=block_n, AFTER_WEIGHT=bool(after_weight), COMPUTE=tl_compute, num_warps=warps
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            AFTER_WEIGHT=bool(after_weight),
+            COMPUTE=tl_compute,
+            num_warps=warps,
+            enable_fp_fusion=False,
         )
         plan = _BWD_PLANS[key] = (
             block_m,
             compute,
             options,
-            dict(BLOCK=_DW_BLOCK, COMPUTE=tl_compute),
+            dict(BLOCK=_DW_BLOCK, COMPUTE=tl_compute, enable_fp_fusion=False),
             (cdiv(n, _DW_BLOCK),),
         )
     return plan

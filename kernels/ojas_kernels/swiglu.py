@@ -37,7 +37,11 @@ differ: the compilers may contract products and sums into fused multiply-adds di
 and Triton both contract by default): silu's ``1 + a * (1 - s)``, and in gelu_tanh ``a + C * a^3``
 and ``1 + C3 * a^2`` (forward and backward) and the sum of the two terms of the derivative, so
 a gelu_tanh ``h`` and ``db`` (through ``T``) and any ``da`` may differ from torch's in the last
-bit of the float32 value before rounding to T; and libdevice's ``tanhf`` is assumed to be the
+bit of the float32 value before rounding to T.  The launches pass ``enable_fp_fusion=True``
+(Triton 3.9's default, which Triton 3.10 turns off): the products the sm_90 code fuses are then
+fixed, and ``ojas_ref.verification.kernel_schedule_rowwise`` models them (silu backward
+``1 + a * (1 - s)``; gelu_tanh ``a + C a^3``, backward also ``1 - T * T``, ``1 + C3 * a^2`` and
+``0.5 * (1 + T) + ...``); and libdevice's ``tanhf`` is assumed to be the
 CUDA math library's that torch calls (not measured here: no GPU run yet).  Under
 ``TRITON_INTERPRET=1`` (CPU), which has no libdevice, ``exp`` is numpy's and ``tanh`` is
 ``1 - 2 / (exp(2x) + 1)`` in float64 rounded to float32 (nearly always the correctly rounded
@@ -188,7 +192,9 @@ def swiglu_forward(
     h = torch.empty_like(a)
     n = a.numel()
     if n:
-        fast(_swiglu_fwd_kernel)[(cdiv(n, block_size),)](a, b, h, n, BLOCK=block_size, ACT=activation)
+        fast(_swiglu_fwd_kernel)[(cdiv(n, block_size),)](
+            a, b, h, n, BLOCK=block_size, ACT=activation, enable_fp_fusion=True
+        )
     return h
 
 
@@ -209,5 +215,7 @@ def swiglu_backward(
     da, db = torch.empty_like(a), torch.empty_like(b)
     n = a.numel()
     if n:
-        fast(_swiglu_bwd_kernel)[(cdiv(n, block_size),)](a, b, grad_h, da, db, n, BLOCK=block_size, ACT=activation)
+        fast(_swiglu_bwd_kernel)[(cdiv(n, block_size),)](
+            a, b, grad_h, da, db, n, BLOCK=block_size, ACT=activation, enable_fp_fusion=True
+        )
     return da, db
