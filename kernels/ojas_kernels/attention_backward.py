@@ -70,6 +70,12 @@ from .launch import fast
 
 
 @triton.jit
+def _trace_tile(base, x, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """``TRACE``: store the float32 [ROWS, COLS] tile ``x`` row by row at ``base``.  Only stores."""
+    tl.store(base + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], x)
+
+
+@triton.jit
 def _dkdv_tile(
     dk,
     dv,
@@ -112,7 +118,8 @@ def _dkdv_tile(
 ):
     """One query tile's share of dK_j and dV_j (Backward.v), transposed: rows are keys.
     With dropout (keep mask Z recomputed): dV_j += (P Z)^T dO (times 1 / (1 - p) at the
-    end), dP = (dO V^T) Z / (1 - p), dS = P (dP - D)."""
+    end), dP = (dO V^T) Z / (1 - p), dS = P (dP - D).  Returns dk, dv, and P^T, dS^T (float32,
+    for ``TRACE``)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -156,7 +163,7 @@ def _dkdv_tile(
         dpt = tl.where(keep, dpt * drop_scale, 0.0)
     dst = pt * (dpt - delta[None, :])
     dk = _dot(dst.to(qt.dtype), tl.trans(qt), dk, DOT_PREC)
-    return dk, dv
+    return dk, dv, pt, dst
 
 
 @triton.jit
@@ -171,6 +178,7 @@ def _bwd_dkdv_kernel(
     DK,
     DV,
     SEED,
+    TR,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -215,6 +223,7 @@ def _bwd_dkdv_kernel(
     DOT_PREC: tl.constexpr,
     SPLIT: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
+    TRACE: tl.constexpr,
 ):
     """``dK`` and ``dV`` of ``attention_backward`` (Backward.v) for one key tile of
     one key head, summed over the query heads of its group (GroupedQuery.v,
@@ -259,7 +268,7 @@ def _bwd_dkdv_kernel(
             for start_m in range(start, end, BLOCK_M):
                 if part == 1:
                     start_m = tl.multiple_of(start_m, BLOCK_M)
-                dk, dv = _dkdv_tile(
+                dk, dv, pt, dst = _dkdv_tile(
                     dk,
                     dv,
                     k,
@@ -299,6 +308,16 @@ def _bwd_dkdv_kernel(
                     BLOCK_N,
                     HAS_DROPOUT,
                 )
+                if TRACE:  # record (program, g, query tile): P^T, dS^T, dk, dv
+                    tile = (start_m - lo) // BLOCK_M
+                    rec = ((pid_bh.to(tl.int64) * tl.cdiv(seq_k, BLOCK_N) + start_n // BLOCK_N) * group + g) * tl.cdiv(
+                        seq_q, BLOCK_M
+                    ) + tile
+                    base = TR + rec * (BLOCK_N * (2 * BLOCK_M + BLOCK_E + BLOCK_EV))
+                    _trace_tile(base, pt, BLOCK_N, BLOCK_M)
+                    _trace_tile(base + BLOCK_N * BLOCK_M, dst, BLOCK_N, BLOCK_M)
+                    _trace_tile(base + 2 * BLOCK_N * BLOCK_M, dk, BLOCK_N, BLOCK_E)
+                    _trace_tile(base + BLOCK_N * (2 * BLOCK_M + BLOCK_E), dv, BLOCK_N, BLOCK_EV)
     dk = dk * scale
     if HAS_DROPOUT:
         dv = dv * drop_scale
@@ -353,7 +372,8 @@ def _dq_tile(
     BLOCK_M: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
 ):
-    """One key tile's share of dQ_i (Backward.v); with dropout dP = (dO V^T) Z / (1 - p)."""
+    """One key tile's share of dQ_i (Backward.v); with dropout dP = (dO V^T) Z / (1 - p).
+    Returns dq, and P, dS (float32, for ``TRACE``)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
@@ -385,7 +405,7 @@ def _dq_tile(
         dp = tl.where(keep, dp * drop_scale, 0.0)
     ds = p * (dp - delta[:, None])
     dq = _dot(ds.to(kt.dtype), tl.trans(kt), dq, DOT_PREC)
-    return dq
+    return dq, p, ds
 
 
 @triton.jit
@@ -400,6 +420,7 @@ def _bwd_dq_kernel(
     DELTA,
     DQ,
     SEED,
+    TR,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -444,6 +465,7 @@ def _bwd_dq_kernel(
     DOT_PREC: tl.constexpr,
     SPLIT: tl.constexpr,
     HAS_DROPOUT: tl.constexpr,
+    TRACE: tl.constexpr,
 ):
     """``dQ`` of ``attention_backward`` (Backward.v) for one query tile of one head,
     accumulated over key tiles (BackwardCorrect.v, ``attention_backward_dQ_key_tiles``).
@@ -495,7 +517,7 @@ def _bwd_dq_kernel(
         for start_n in range(start, end, BLOCK_N):
             if part == 1:
                 start_n = tl.multiple_of(start_n, BLOCK_N)
-            dq = _dq_tile(
+            dq, p, ds = _dq_tile(
                 dq,
                 q,
                 do,
@@ -533,6 +555,15 @@ def _bwd_dq_kernel(
                 BLOCK_M,
                 HAS_DROPOUT,
             )
+            if TRACE:  # record (program, key tile): P, dS, dq
+                tile = (start_n - lo) // BLOCK_N
+                rec = (pid_bh.to(tl.int64) * tl.cdiv(seq_q, BLOCK_M) + start_m // BLOCK_M) * tl.cdiv(
+                    seq_k, BLOCK_N
+                ) + tile
+                base = TR + rec * (BLOCK_M * (2 * BLOCK_N + BLOCK_E))
+                _trace_tile(base, p, BLOCK_M, BLOCK_N)
+                _trace_tile(base + BLOCK_M * BLOCK_N, ds, BLOCK_M, BLOCK_N)
+                _trace_tile(base + 2 * BLOCK_M * BLOCK_N, dq, BLOCK_M, BLOCK_E)
     dq = dq * scale
     tl.store(
         DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_e[None, :],
@@ -555,11 +586,19 @@ def _backward(
     config: AttentionConfig | None = None,
     dropout: _Dropout | None = None,
     delta: torch.Tensor | None = None,
+    trace: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dQ, dK, dV)`` from the forward's ``out`` and ``lse``: the dQ kernel (which saves
     ``D``), then the dK/dV kernel.  ``delta``: a float32 ``[B, Hq, Sq]`` contiguous tensor on the
     inputs' device to hold ``D`` (``ojas_ref.verification.kernel_schedule_backward`` reads it),
-    else a new one."""
+    else a new one.  ``trace``: two float32 tensors on the inputs' device that turn ``TRACE`` on:
+    the dQ kernel's, ``B * Hq * cdiv(Sq, BLOCK_M) * cdiv(Sk, BLOCK_N)`` records of ``BLOCK_M * (2 *
+    BLOCK_N + BLOCK_E)`` (P, dS, then the dq accumulator after every key tile, at record
+    ``(program * cdiv(Sq, BLOCK_M) + query tile) * cdiv(Sk, BLOCK_N) + key tiles since lo``), and the
+    dK/dV kernel's, ``B * Hkv * cdiv(Sk, BLOCK_N) * group * cdiv(Sq, BLOCK_M)`` records of ``BLOCK_N *
+    (2 * BLOCK_M + BLOCK_E + BLOCK_EV)`` (P^T, dS^T, dk, dv after every query tile, at record
+    ``((program * cdiv(Sk, BLOCK_N) + key tile) * group + g) * cdiv(Sq, BLOCK_M) + query tiles since
+    lo``); records of tiles not run are left as they are."""
     grad_out = _last_dim_contiguous(grad_out)
     query, key, value = _last_dim_contiguous(query), _last_dim_contiguous(key), _last_dim_contiguous(value)
     batch, heads, seq_q, e = query.shape
@@ -592,6 +631,7 @@ def _backward(
         delta,
         dq,
         seed,
+        query if trace is None else trace[0],
         *strides,
         so[0],
         so[1],
@@ -602,6 +642,7 @@ def _backward(
         heads,
         heads // kv_heads,
         *scalars,
+        TRACE=trace is not None,
         **constexprs,
         **_tile_args(cfg.bwd_q, attn_mask),
     )
@@ -616,6 +657,7 @@ def _backward(
         dk,
         dv,
         seed,
+        query if trace is None else trace[1],
         *strides,
         sdk[0],
         sdk[1],
@@ -626,6 +668,7 @@ def _backward(
         kv_heads,
         heads // kv_heads,
         *scalars,
+        TRACE=trace is not None,
         **constexprs,
         **_tile_args(cfg.bwd_kv, attn_mask),
     )

@@ -24,9 +24,12 @@ given the forward's ``out`` and ``lse``:
   (``attention_backward_query_tiles``; ``dk_kernel`` of DkDqError.v); finally ``dK = rnd(dK * scale)``,
   both stored in the input dtype.
 
-Every dot is the primitive ``dot`` on the operand tiles as the kernel holds them (the same shapes: the
-interpreter's ``np.matmul`` of a [N, E] by [E, M] tile is not the transpose of the [M, E] by [E, N]
-one bit for bit); ``Delta``'s sum is the primitive ``row_sum`` (``tl.sum`` of ``o * dO`` in the dQ
+Every dot is the primitive ``dot`` on the operand tiles as the kernel holds them: the same shapes
+(``s^T`` is ``dot(K, Q^T)``, not the transpose of ``dot(Q, K^T)``) and, where the kernel passes
+``tl.trans`` of a loaded tile (``dO^T``, ``Q`` and ``K`` in the dK and dQ dots), the layout the
+interpreter hands ``np.matmul`` (:func:`_trans`: it rounds otherwise on a transposed view than on a
+contiguous copy: float32 dK, and the traced bfloat16 dS^T, differed);
+``Delta``'s sum is the primitive ``row_sum`` (``tl.sum`` of ``o * dO`` in the dQ
 kernel's load layout: :func:`blocked_row_sum` on the device). No fused multiply-add (the kernels
 compile with ``enable_fp_fusion=False``).
 
@@ -39,11 +42,13 @@ no per-tile trace: a differing dQ or dK names the whole tile step (the scores, `
 ``dS``, the cast or the dots), not which of them; a dV that agrees where dK differs clears the scores,
 ``exp2`` and P's cast (the same ``P^T`` feeds both).
 
-Not covered: dropout and additive masks (refused), float32 dots in single-pass TF32 (refused by
+Not covered: dropout (no argument for it) and additive masks (refused), float32 dots in single-pass TF32 (refused by
 :func:`~ojas_ref.verification.kernel_schedule.device_primitives`), the order of ``tl.sum`` on the
-device for ``Delta`` in other layouts than :func:`blocked_row_sum` models, dots that compile to
-``mma.sync`` rather than wgmma (the float32 default tiles: the record's dot models were identified on
-wgmma; the GPU tests run 64 x 64 float32 tiles), subnormal products in the tensor-core emulation.
+device for ``Delta`` in other layouts than :func:`blocked_row_sum` models (other head dims or warp
+counts of the dQ kernel), dots that compile to ``mma.sync`` rather than wgmma (the float32 default
+tiles: whether ``mma.sync`` accumulates as the record's models is not checked; the GPU tests run
+64 x 64 float32 tiles, wgmma as the forward's GPU tests), subnormal products in the tensor-core
+emulation.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from ojas_ref.verification.kernel_schedule import (
 )
 
 __all__ = [
+    "BackwardStep",
     "BackwardSchedule",
     "BackwardMismatch",
     "backward_schedule",
@@ -77,11 +83,23 @@ _LOG2E = torch.tensor(1.4426950408889634, dtype=F32)  # the kernels' constant, a
 
 
 @dataclasses.dataclass(frozen=True)
+class BackwardStep:
+    """One tile step of a backward program, as ``TRACE`` records it (float32): ``tile`` = (part,
+    start_n) in the dQ kernel, (g, part, start_m) in the dK/dV kernel; ``p`` and ``ds`` the tile's
+    P and dS (transposed in the dK/dV kernel: rows are keys), ``acc`` the accumulators after the step
+    (dq; or dk, dv), before the final scale."""
+
+    tile: tuple[int, ...]
+    p: torch.Tensor
+    ds: torch.Tensor
+    acc: tuple[torch.Tensor, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class BackwardSchedule:
     """The model's ``dq`` [B, Hq, Sq, E], ``dk`` [B, Hkv, Sk, E], ``dv`` [B, Hkv, Sk, Ev] (input dtype),
-    ``delta`` [B, Hq, Sq] (float32) and, when traced, each program's accumulator after every tile
-    (float32, before the final scale): ``dq_steps[(b, h, start_m)]`` a list of
-    ``((part, start_n), dq)``, ``dkdv_steps[(b, hk, start_n)]`` a list of ``((g, part, start_m), dk, dv)``."""
+    ``delta`` [B, Hq, Sq] (float32) and, when traced, each program's :class:`BackwardStep` list:
+    ``dq_steps[(b, h, start_m)]``, ``dkdv_steps[(b, hk, start_n)]``."""
 
     dq: torch.Tensor
     dk: torch.Tensor
@@ -108,6 +126,13 @@ def _query_tiles(
     if start_n + bn > seq_k:
         full_end = 0
     return _split_tiles(lo, hi, full_lo, full_end, bm, split)
+
+
+def _trans(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The operand ``tl.trans(x)`` of a kernel's ``_dot`` on a loaded tile ``x`` of inputs in ``dtype``:
+    in the interpreter a transposed view for float32, a contiguous array for 16-bit inputs (``_dot``
+    upcasts them with ``.to(float32)``, which writes a new array)."""
+    return x.t() if dtype == F32 else x.t().contiguous()
 
 
 def _parts(lo: int, a: int, b: int, hi: int, step: int):
@@ -201,9 +226,9 @@ def backward_schedule(
                         p = torch.where(vis, p, 0.0)
                     dp = p_.dot(do, vt, torch.zeros(bm, bn))
                     ds = p * (dp - d[:, None])
-                    acc = p_.dot(p_.cast(ds, dtype).to(F32), kt.t(), acc)
+                    acc = p_.dot(p_.cast(ds, dtype).to(F32), _trans(kt, dtype), acc)
                     if trace:
-                        trail.append(((part, start_n), acc.clone()))
+                        trail.append(BackwardStep((part, start_n), p, ds, (acc.clone(),)))
                 dq[b, h, start_m : start_m + rows] = p_.cast(acc * sc, dtype)[:rows, :e]
                 if trace:
                     dq_steps[(b, h, start_m)] = trail
@@ -234,11 +259,11 @@ def backward_schedule(
                             )
                             pt = torch.where(vis.t(), pt, 0.0)
                         acc_v = p_.dot(p_.cast(pt, dtype).to(F32), do, acc_v)
-                        dpt = p_.dot(v, do.t(), torch.zeros(bn, bm))
+                        dpt = p_.dot(v, _trans(do, dtype), torch.zeros(bn, bm))
                         dst = pt * (dpt - d[None, :])
-                        acc_k = p_.dot(p_.cast(dst, dtype).to(F32), qt.t(), acc_k)
+                        acc_k = p_.dot(p_.cast(dst, dtype).to(F32), _trans(qt, dtype), acc_k)
                         if trace:
-                            trail.append(((g, part, start_m), acc_k.clone(), acc_v.clone()))
+                            trail.append(BackwardStep((g, part, start_m), pt, dst, (acc_k.clone(), acc_v.clone())))
                 dk[b, hk, start_n : start_n + cols] = p_.cast(acc_k * sc, dtype)[:cols, :e]
                 dv[b, hk, start_n : start_n + cols] = p_.cast(acc_v, dtype)[:cols, :ev]
                 if trace:
@@ -287,40 +312,49 @@ def backward_device_primitives(dtype: torch.dtype, folder: str | None = None, wa
 
 _OPERATIONS = {
     "delta": "Delta = row_sum(o * dO) (the dQ kernel's first step): the products or the row sum",
-    "dq": "a dQ step: s = dot(q, K^T) * qk_scale, P = exp2(s - lse2), dP = dot(dO, V^T), "
-    "dS = P * (dP - Delta), dQ = dot(cast(dS), K, dQ); or the final dQ * scale and cast",
-    "dv": "a dV step: s^T = dot(K, Q^T) * qk_scale, P^T = exp2(s^T - lse2), dV = dot(cast(P^T), dO, dV); "
-    "or the final cast",
-    "dk": "a dK step (dV agrees: P^T likely does): dP^T = dot(V, dO^T), dS^T = P^T * (dP^T - Delta), "
-    "dK = dot(cast(dS^T), Q, dK); or the final dK * scale and cast",
+    "dq.p": "P = exp2(s - lse2) of a dQ step: the scores dot(q, K^T) * qk_scale, lse * log2 e, exp2 or the mask",
+    "dq.ds": "dS = P * (dP - Delta) of a dQ step: the dot dP = dot(dO, V^T) or the product",
+    "dq.acc": "dQ = dot(cast(dS), K, dQ): dS's cast or the dot",
+    "dq": "the dQ kernel's finalize: dQ * scale or the cast",
+    "dkdv.p": "P^T = exp2(s^T - lse2) of a dK/dV step: the scores dot(K, Q^T) * qk_scale, lse * log2 e, exp2 or the mask",
+    "dkdv.dv": "dV = dot(cast(P^T), dO, dV): P^T's cast or the dot",
+    "dkdv.ds": "dS^T = P^T * (dP^T - Delta) of a dK/dV step: the dot dP^T = dot(V, dO^T) or the product",
+    "dkdv.dk": "dK = dot(cast(dS^T), Q, dK): dS^T's cast or the dot",
+    "dv": "the dK/dV kernel's finalize: dV's cast",
+    "dk": "the dK/dV kernel's finalize: dK * scale or the cast",
 }
+_UNCOMPARED = "the stored {0} (steps not compared: the model's tiles are not the kernel's)"
 
 
 @dataclasses.dataclass(frozen=True)
 class BackwardMismatch:
-    """The first output of the backward kernels that differs from the model, in the order the kernels
-    compute them (``Delta``, dQ, then dV before dK): ``quantity`` one of "delta", "dq", "dv", "dk";
-    ``operation`` the step that computes it; ``index`` = (b, h, i) for delta, (b, h, i, c) for dq, (b,
-    hk, j, c) for dk and dv (the first differing element in row-major order); ``kernel`` and ``model``
-    the stored values; ``steps``: the model's float32 accumulator of that element after every tile of
-    its program, ``(tile, value)`` with tile (part, start_n) for dq and (g, part, start_m) for dk, dv
-    (empty for delta); ``final``: the model's value after the final scale, before the cast."""
+    """The first operation whose result differs between the kernels and the model, in the order the
+    kernels run them: ``Delta`` (every row), then the dQ kernel's programs (b, h, query tile) in order,
+    each key tile's P, dS and dq accumulator, then the stored dQ; then the dK/dV kernel's programs
+    (b, hk, key tile), each (g, query tile) step's P^T, dV, dS^T, dK, then the stored dV and dK.
+    ``quantity`` is a key of the operations above ("dq.p", "dkdv.dk", "dv", ...), ``operation`` the
+    step that computes it; ``index``: (b, h, i) for delta; (b, h, i, j), query row i and key j, for P
+    and dS; (b, h, i, c) for dq; (b, hk, j, c) for dk and dv; ``tile`` the step's tile (None for
+    delta and the stored outputs); ``kernel`` and ``model`` the two values; ``steps``: (tile, model,
+    kernel) of the accumulator that the element feeds (dq, dk or dv; P^T and dS^T feed dv and dk, at
+    column 0 for P and dS) after every step of its program. Per-step states are compared only when
+    the model runs the kernels' tiles (not for a mutant of other tile sizes: outputs only)."""
 
     quantity: str
     operation: str
     index: tuple[int, ...]
+    tile: tuple[int, ...] | None
     kernel: float
     model: float
-    steps: list[tuple[tuple[int, ...], float]]
-    final: float
+    steps: list[tuple[tuple[int, ...], float, float]]
 
     def __str__(self) -> str:
+        where = "" if self.tile is None else f" at tile {self.tile}"
         lines = [
             f"first differing operation: {self.operation}",
-            f"  {self.quantity}{list(self.index)}: kernel {self.kernel!r}, model {self.model!r} "
-            f"(model before the cast {self.final!r})",
+            f"  {self.quantity}{list(self.index)}{where}: kernel {self.kernel!r}, model {self.model!r}",
         ]
-        lines += [f"  model after tile {tile}: {value!r}" for tile, value in self.steps]
+        lines += [f"  after tile {tile}: model {m!r}, kernel {k!r}" for tile, m, k in self.steps]
         return "\n".join(lines)
 
 
@@ -342,67 +376,164 @@ def check_backward(
 ) -> BackwardMismatch | None:
     """Run ``_backward`` (launch configuration ``config``, an ``AttentionConfig``; default that of
     ``default_config``) on the forward kernel's ``out`` and ``lse`` (computed with ``config`` unless
-    given) and :func:`backward_schedule` (under ``model_config``, default ``config``: another one is a
-    mutant) on the same inputs; None when ``Delta``, dQ, dK and dV are equal bit for bit, else the
-    :class:`BackwardMismatch` of the first differing one.
-
+    given), then again with ``TRACE`` on (``RuntimeError`` unless its outputs are the same bits), and
+    :func:`backward_schedule` (under ``model_config``, default ``config``: another one is a mutant)
+    on the same inputs; None when ``Delta``, every traced step (rows and columns in bounds) and dQ,
+    dK, dV are equal bit for bit, else the :class:`BackwardMismatch` of the first differing operation.
     On the device, ``primitives.row_sum`` is ``Delta``'s sum: :func:`backward_device_primitives`."""
+    from ojas_kernels.attention_args import _block_dim
     from ojas_kernels.attention_backward import _backward
     from ojas_kernels.attention_config import default_config
     from ojas_kernels.attention_forward import _forward
 
     if config is None:
         config = default_config(max(query.shape[-1], value.shape[-1]), query.dtype, query.device, is_causal)
+    model_config = model_config or config
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if out is None or lse is None:
         out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config)
+    batch, heads, seq_q, e = query.shape
+    kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
+    be, bev, group = _block_dim(e), _block_dim(ev), heads // kv_heads
+    qm, qn = config.bwd_q.block_m, config.bwd_q.block_n
+    km, kn = config.bwd_kv.block_m, config.bwd_kv.block_n
+    n_q = batch * heads * -(-seq_q // qm) * -(-seq_k // qn)
+    n_kv = batch * kv_heads * -(-seq_k // kn) * group * -(-seq_q // km)
+    trace = (
+        torch.full((n_q, qm * (2 * qn + be)), float("nan"), dtype=F32, device=query.device),
+        torch.full((n_kv, kn * (2 * km + be + bev)), float("nan"), dtype=F32, device=query.device),
+    )
     delta = torch.full(query.shape[:3], float("nan"), dtype=F32, device=query.device)
-    dq, dk, dv = _backward(
-        grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config, delta=delta
-    )
+    args = (grad_out, query, key, value, attn_mask, out, lse, is_causal, scale, window, config)
+    plain = [x.cpu() for x in _backward(*args)]
+    traced = [x.cpu() for x in _backward(*args, delta=delta, trace=trace)]
+    if not all(torch.equal(_bits(x), _bits(y)) for x, y in zip(plain, traced)):
+        raise RuntimeError("the kernels with TRACE on stored other gradients than without: steps cannot be compared")
+    trace = tuple(t.cpu() for t in trace)
     model = backward_schedule(
-        grad_out,
-        query,
-        key,
-        value,
-        out,
-        lse,
-        attn_mask,
-        is_causal,
-        scale,
-        window,
-        config=model_config or config,
-        primitives=primitives,
-        trace=True,
+        *args[:4], out, lse, attn_mask, is_causal, scale, window, config=model_config, primitives=primitives, trace=True
     )
-    kernel = {"delta": delta.cpu(), "dq": dq.cpu(), "dv": dv.cpu(), "dk": dk.cpu()}
-    for name in ("delta", "dq", "dv", "dk"):
-        mine = getattr(model, name)
-        diff = _bits(kernel[name]) != _bits(mine)
-        if not diff.any():
-            continue
-        index = tuple(int(x) for x in diff.nonzero()[0])
-        return _mismatch(
-            name, index, kernel[name][index].item(), mine[index].item(), model, model_config or config, scale
+    kernel = {"delta": delta.cpu(), "dq": plain[0], "dk": plain[1], "dv": plain[2]}
+    found = _first_difference(kernel["delta"], model.delta)
+    if found is not None:
+        return BackwardMismatch(
+            "delta", _OPERATIONS["delta"], found, None, kernel["delta"][found].item(), model.delta[found].item(), []
         )
+    # the dQ kernel: program (b, h, start_m) at records (pid_bh * cdiv(Sq, BM) + start_m / BM) * cdiv(Sk, BN) + ...
+    same_q = (model_config.bwd_q.block_m, model_config.bwd_q.block_n) == (qm, qn)
+    same_kv = (model_config.bwd_kv.block_m, model_config.bwd_kv.block_n) == (km, kn)
+    kernel_q_steps: dict = {}  # the kernel's records, per program, where the tiles are the model's
+    kernel_kv_steps: dict = {}
+    if same_q:
+        for (b, h, start_m), steps in model.dq_steps.items():
+            first = ((b * heads + h) * -(-seq_q // qm) + start_m // qm) * -(-seq_k // qn)
+            lo = steps[0].tile[1] if steps else 0
+            recs = [trace[0][first + (st.tile[1] - lo) // qn] for st in steps]
+            kst = kernel_q_steps[(b, h, start_m)] = [_record(r, st.tile, qm, qn, (be,)) for r, st in zip(recs, steps)]
+            rows = min(qm, seq_q - start_m)
+            for st, ks_ in zip(steps, kst):
+                cols = min(qn, seq_k - st.tile[1])
+                for name, kv, mv, c_lim, offs in (
+                    ("dq.p", ks_.p, st.p, cols, st.tile[1]),
+                    ("dq.ds", ks_.ds, st.ds, cols, st.tile[1]),
+                    ("dq.acc", ks_.acc[0], st.acc[0], e, 0),
+                ):
+                    found = _first_difference(kv[:rows, :c_lim], mv[:rows, :c_lim])
+                    if found is not None:
+                        r, c = found
+                        index = (b, h, start_m + r, offs + c)
+                        return _step_mismatch(
+                            name, index, st.tile, kv[r, c], mv[r, c], steps, kst, 0, r, c if name == "dq.acc" else 0
+                        )
+    found = _first_difference(kernel["dq"], model.dq)
+    if found is not None:
+        b, h, i, c = found
+        bm = model_config.bwd_q.block_m
+        steps = model.dq_steps.get((b, h, i // bm * bm), [])
+        return BackwardMismatch(
+            "dq",
+            _OPERATIONS["dq"] if same_q else _UNCOMPARED.format("dQ"),
+            found,
+            None,
+            kernel["dq"][found].item(),
+            model.dq[found].item(),
+            _history(steps, kernel_q_steps.get((b, h, i // bm * bm)), 0, i % bm, c),
+        )
+    if same_kv:
+        n_m = -(-seq_q // km)
+        for (b, hk, start_n), steps in model.dkdv_steps.items():
+            program = (b * kv_heads + hk) * -(-seq_k // kn) + start_n // kn
+            lo = min((st.tile[2] for st in steps), default=0)
+            kst = kernel_kv_steps[(b, hk, start_n)] = [
+                _record(
+                    trace[1][(program * group + st.tile[0]) * n_m + (st.tile[2] - lo) // km], st.tile, kn, km, (be, bev)
+                )
+                for st in steps
+            ]
+            rows = min(kn, seq_k - start_n)
+            for st, ks_ in zip(steps, kst):
+                g, _, start_m = st.tile
+                cols = min(km, seq_q - start_m)
+                for name, kv, mv, c_lim, which in (
+                    ("dkdv.p", ks_.p, st.p, cols, 1),
+                    ("dkdv.dv", ks_.acc[1], st.acc[1], ev, 1),
+                    ("dkdv.ds", ks_.ds, st.ds, cols, 0),
+                    ("dkdv.dk", ks_.acc[0], st.acc[0], e, 0),
+                ):
+                    found = _first_difference(kv[:rows, :c_lim], mv[:rows, :c_lim])
+                    if found is not None:
+                        r, c = found
+                        acc_name = name.endswith(("dv", "dk"))
+                        index = (b, hk, start_n + r, c) if acc_name else (b, hk * group + g, start_m + c, start_n + r)
+                        return _step_mismatch(
+                            name, index, st.tile, kv[r, c], mv[r, c], steps, kst, which, r, c if acc_name else 0
+                        )
+    for name, which in (("dv", 1), ("dk", 0)):  # the stored outputs
+        found = _first_difference(kernel[name], getattr(model, name))
+        if found is not None:
+            b, hk, j, c = found
+            bn = model_config.bwd_kv.block_n
+            steps = model.dkdv_steps.get((b, hk, j // bn * bn), [])
+            history = _history(steps, kernel_kv_steps.get((b, hk, j // bn * bn)), which, j % bn, c)
+            return BackwardMismatch(
+                name,
+                _OPERATIONS[name] if same_kv else _UNCOMPARED.format({"dv": "dV", "dk": "dK"}[name]),
+                found,
+                None,
+                kernel[name][found].item(),
+                getattr(model, name)[found].item(),
+                history,
+            )
     return None
 
 
-def _mismatch(
-    name: str, index: tuple[int, ...], kernel: float, value: float, model: BackwardSchedule, config, scale: float
-):
-    """The :class:`BackwardMismatch` of ``name`` at ``index`` with the model's accumulator steps."""
-    if name == "delta":
-        return BackwardMismatch(name, _OPERATIONS[name], index, kernel, value, [], value)
-    b, h, r, c = index
-    sc = torch.tensor(scale, dtype=F32)
-    if name == "dq":
-        start = r // config.bwd_q.block_m * config.bwd_q.block_m
-        steps = [(tile, acc[r - start, c].item()) for tile, acc in model.dq_steps[(b, h, start)]]
-    else:
-        start = r // config.bwd_kv.block_n * config.bwd_kv.block_n
-        which = 1 if name == "dk" else 2
-        steps = [(st[0], st[which][r - start, c].item()) for st in model.dkdv_steps[(b, h, start)]]
-    last = torch.tensor(steps[-1][1] if steps else 0.0, dtype=F32)
-    final = (last if name == "dv" else last * sc).item()
-    return BackwardMismatch(name, _OPERATIONS[name], index, kernel, value, steps, final)
+def _first_difference(kernel: torch.Tensor, model: torch.Tensor) -> tuple[int, ...] | None:
+    """The first index (row-major) where the two tensors' bits differ, or None."""
+    diff = _bits(kernel.contiguous()) != _bits(model.contiguous())
+    return tuple(int(x) for x in diff.nonzero()[0]) if diff.any() else None
+
+
+def _record(rec: torch.Tensor, tile: tuple[int, ...], rows: int, cols: int, acc_cols: tuple[int, ...]) -> BackwardStep:
+    """A ``TRACE`` record (P, dS, then the accumulators, each [rows, *] row by row) as a step."""
+    p, ds = rec[: rows * cols].reshape(rows, cols), rec[rows * cols : 2 * rows * cols].reshape(rows, cols)
+    accs, at = [], 2 * rows * cols
+    for n in acc_cols:
+        accs.append(rec[at : at + rows * n].reshape(rows, n))
+        at += rows * n
+    return BackwardStep(tile, p, ds, tuple(accs))
+
+
+def _history(steps, kernel_steps, which: int, r: int, c: int) -> list[tuple[tuple[int, ...], float, float]]:
+    """(tile, model, kernel) of the accumulator ``which`` at (r, c) after every step of a program
+    (the kernel's NaN where its steps were not compared)."""
+    kernel_steps = kernel_steps or [None] * len(steps)
+    return [
+        (st.tile, st.acc[which][r, c].item(), float("nan") if ks_ is None else ks_.acc[which][r, c].item())
+        for st, ks_ in zip(steps, kernel_steps)
+    ]
+
+
+def _step_mismatch(name, index, tile, kernel, model, steps, kernel_steps, which, r, c) -> BackwardMismatch:
+    """The :class:`BackwardMismatch` of a traced step, with the accumulator ``which`` at (r, c)."""
+    history = _history(steps, kernel_steps, which, r, c)
+    return BackwardMismatch(name, _OPERATIONS[name], index, tile, kernel.item(), model.item(), history)

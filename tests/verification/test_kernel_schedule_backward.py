@@ -80,12 +80,12 @@ def test_kernels_match_the_interpreter_schedule_bit_for_bit(case, dtype):
     sched = kb.backward_schedule(
         do, q, k, v, out, lse, mask, causal, scale, window, config=cfg, primitives=cpu, trace=True
     )
-    parts = {tile[1] for steps in sched.dkdv_steps.values() for tile, *_ in steps}
-    parts |= {tile[0] for steps in sched.dq_steps.values() for tile, _ in steps}
+    parts = {st.tile[1] for steps in sched.dkdv_steps.values() for st in steps}
+    parts |= {st.tile[0] for steps in sched.dq_steps.values() for st in steps}
     assert 0 in parts or 2 in parts  # the masked loops ran
     if not masked:
         assert 1 in parts  # and the loops without the mask
-    groups = {tile[0] for steps in sched.dkdv_steps.values() for tile, *_ in steps}
+    groups = {st.tile[0] for steps in sched.dkdv_steps.values() for st in steps}
     assert groups == set(range(shape[1] // shape[2]))  # dK, dV summed over every head of the group
     if masked:  # row 3 sees no key: Delta = o . dO = 0 (o = 0), no dQ, no share of dK, dV
         assert (sched.dq[:, :, 3] == 0).all() and (sched.delta[:, :, 3] == 0).all()
@@ -97,35 +97,40 @@ def _check_mutant(dtype=torch.float32, seed=0, **kwargs):
     return kb.check_backward(do, q, k, v, is_causal=True, config=AttentionConfig(K16, K16, K16), **kwargs)
 
 
+def _replaced(**ops):
+    return dataclasses.replace(ks.interpreter_primitives(), name="mutant", **ops)
+
+
+def _located_at_its_step(mismatch):
+    """The accumulator history agrees up to the differing step, and the step's values differ."""
+    step = [t for t, _, _ in mismatch.steps].index(mismatch.tile)
+    assert all(m == k for _, m, k in mismatch.steps[:step])
+    assert mismatch.kernel != mismatch.model
+
+
 @pytest.mark.interpreter
 def test_a_dq_model_with_another_block_n_is_caught_at_dq():
-    cfg = AttentionConfig(K16, K16, KernelConfig(16, 32))
-    mismatch = _check_mutant(model_config=cfg)
+    mismatch = _check_mutant(model_config=AttentionConfig(K16, K16, KernelConfig(16, 32)))
     assert mismatch is not None and mismatch.quantity == "dq"  # Delta agrees: its tiles are the rows'
-    assert mismatch.operation.startswith("a dQ step")
-    assert mismatch.kernel != mismatch.model
-    assert [t[1] % 32 for t, _ in mismatch.steps] == [0] * len(mismatch.steps)  # the model's key tiles of 32
+    assert mismatch.operation.startswith("the stored dQ (steps not compared")
+    assert mismatch.kernel != mismatch.model and mismatch.tile is None
+    assert [t[1] % 32 for t, _, _ in mismatch.steps] == [0] * len(mismatch.steps)  # the model's key tiles of 32
     b, h, i, c = mismatch.index
     assert str(mismatch).startswith(f"first differing operation: {mismatch.operation}\n  dq[{b}, {h}, {i}, {c}]")
 
 
 @pytest.mark.interpreter
 def test_a_dkdv_model_with_another_block_m_is_caught_at_dv():
-    cfg = AttentionConfig(K16, KernelConfig(32, 16), K16)
-    mismatch = _check_mutant(model_config=cfg)
-    assert mismatch is not None and mismatch.quantity == "dv"  # Delta and dQ agree; dV runs before dK
-    assert [t[2] % 32 for t, _ in mismatch.steps] == [0] * len(mismatch.steps)  # query tiles of 32
-    assert mismatch.steps[-1][1] == mismatch.final  # dV has no final scale
+    mismatch = _check_mutant(model_config=AttentionConfig(K16, KernelConfig(32, 16), K16))
+    assert mismatch is not None and mismatch.quantity == "dv"  # Delta and dQ agree; dV is stored before dK
+    assert [t[2] % 32 for t, _, _ in mismatch.steps] == [0] * len(mismatch.steps)  # query tiles of 32
+    assert mismatch.kernel != mismatch.model
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
 def test_a_row_sum_in_another_order_is_caught_at_delta(dtype):
-    sequential = dataclasses.replace(
-        ks.interpreter_primitives(),
-        name="sequential row sum",
-        row_sum=lambda x: torch.from_numpy(x.numpy().cumsum(1)[:, -1].copy()),
-    )
+    sequential = _replaced(row_sum=lambda x: torch.from_numpy(x.numpy().cumsum(1)[:, -1].copy()))
     mismatch = _check_mutant(dtype, seed=2, primitives=sequential)
     assert mismatch is not None and mismatch.quantity == "delta" and len(mismatch.index) == 3
     assert mismatch.operation.startswith("Delta = row_sum(o * dO)")
@@ -133,13 +138,52 @@ def test_a_row_sum_in_another_order_is_caught_at_delta(dtype):
 
 
 @pytest.mark.interpreter
-def test_a_cast_rounding_to_nearest_is_caught_at_the_first_dot_it_feeds():
-    """bfloat16: the interpreter truncates dS to bfloat16 before dot(dS, K); a model that rounds
-    to nearest differs first at dQ (the dQ kernel's only cast), not at Delta."""
-    nearest = dataclasses.replace(ks.interpreter_primitives(), name="round to nearest", cast=lambda x, d: x.to(d))
-    mismatch = _check_mutant(torch.bfloat16, primitives=nearest)
-    assert mismatch is not None and mismatch.quantity == "dq"
-    assert mismatch.steps and mismatch.kernel != mismatch.model
+def test_a_cast_rounding_to_nearest_is_caught_at_the_dq_dot_it_feeds():
+    """bfloat16: the interpreter truncates dS to bfloat16 before dot(dS, K); a model that rounds to
+    nearest agrees on Delta, P and dS and differs first at a dQ step's accumulator."""
+    mismatch = _check_mutant(torch.bfloat16, primitives=_replaced(cast=lambda x, d: x.to(d)))
+    assert mismatch is not None and mismatch.quantity == "dq.acc"
+    assert mismatch.operation.startswith("dQ = dot(cast(dS), K, dQ)")
+    _located_at_its_step(mismatch)
+
+
+@pytest.mark.interpreter
+def test_a_correctly_rounded_exp2_is_caught_at_p():
+    exp2 = _replaced(exp2=lambda x: torch.from_numpy(np.exp2(x.numpy().astype(np.float64)).astype(np.float32)))
+    mismatch = _check_mutant(primitives=exp2)
+    assert mismatch is not None and mismatch.quantity == "dq.p" and len(mismatch.tile) == 2
+    _located_at_its_step(mismatch)
+
+
+@pytest.mark.interpreter
+def test_a_dot_on_contiguous_copies_is_caught_in_the_dkdv_kernel():
+    """The interpreter's np.matmul of tl.trans(dO)'s transposed view rounds otherwise than on a
+    contiguous copy (kernel_schedule's interpreter dot keeps the views): float32 Delta, dQ, P^T and
+    dV agree, dS^T = P^T * (dot(V, dO^T) - Delta) differs."""
+    copies = _replaced(
+        dot=lambda a, b, acc: torch.from_numpy(np.matmul(ks._np(a), ks._np(b), dtype=np.float32) + ks._np(acc))
+    )
+    mismatch = _check_mutant(primitives=copies)
+    assert mismatch is not None and mismatch.quantity == "dkdv.ds" and len(mismatch.tile) == 3
+    _located_at_its_step(mismatch)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
+def test_the_trace_leaves_the_gradients_unchanged(dtype):
+    from ojas_kernels.attention_backward import _backward
+    from ojas_kernels.attention_forward import _forward
+
+    (do, q, k, v), mask = _inputs((1, 2, 1, 37, 45, 24), dtype, True)
+    out, lse = _forward(q, k, v, mask, True, 0.3, None)
+    trace = (
+        torch.full((2 * 3 * 3, 16 * (2 * 16 + 32)), float("nan")),
+        torch.full((3 * 2 * 3, 16 * 4 * 32), float("nan")),
+    )
+    plain = _backward(do, q, k, v, mask, out, lse, True, 0.3, None)
+    traced = _backward(do, q, k, v, mask, out, lse, True, 0.3, None, trace=trace)
+    assert all(torch.equal(x.view(torch.int8), y.view(torch.int8)) for x, y in zip(plain, traced))
+    assert not trace[0].isnan().all() and not trace[1].isnan().all()
 
 
 @pytest.mark.interpreter
@@ -206,7 +250,9 @@ def test_backward_device_primitives_take_the_blocked_row_sum(monkeypatch):
     assert torch.equal(prims.dot(a, b, c), ks.accumulate(H100_MODELS["bfloat16"], a, b, c))
 
 
-def _sm90_asm(kernel_name: str, dtype: str, config: KernelConfig, e: int, prec: str, causal: bool) -> dict[str, str]:
+def _sm90_asm(
+    kernel_name: str, dtype: str, config: KernelConfig, e: int, prec: str, causal: bool, trace: bool = False
+) -> dict[str, str]:
     """``_bwd_dq_kernel`` / ``_bwd_dkdv_kernel`` compiled for sm_90 on this machine (no GPU needed)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
@@ -216,9 +262,9 @@ def _sm90_asm(kernel_name: str, dtype: str, config: KernelConfig, e: int, prec: 
     kernel = getattr(attention_backward, kernel_name)
     constexprs = dict(HEAD_E=e, HEAD_EV=e, BLOCK_E=e, BLOCK_EV=e, BLOCK_M=config.block_m, BLOCK_N=config.block_n)
     constexprs.update(IS_CAUSAL=causal, HAS_WINDOW=False, HAS_MASK=False, MASK_BOOL=False, DOT_PREC=prec)
-    constexprs.update(SPLIT=config.split, HAS_DROPOUT=False)
+    constexprs.update(SPLIT=config.split, HAS_DROPOUT=False, TRACE=trace)
     pointers = {n: f"*{dtype}" for n in ("Q", "K", "V", "M", "DO", "O", "DQ", "DK", "DV")}
-    pointers.update(LSE="*fp32", DELTA="*fp32", SEED="*i64")
+    pointers.update(LSE="*fp32", DELTA="*fp32", SEED="*i64", TR="*fp32")
     floats = ("qk_scale", "scale", "drop_scale")
     signature = {
         n: "constexpr" if n in constexprs else pointers.get(n, "fp32" if n in floats else "i32")
@@ -253,6 +299,8 @@ def test_the_gpu_launches_compile_to_wgmma_and_the_blocked_delta_sum(name, dtype
     chain): :func:`blocked_row_sum`'s order."""
     asm = _sm90_asm(name, dtype, config, 64, prec, causal)
     assert asm["ptx"].count("wgmma.mma_async") > 0 and "mma.sync" not in asm["ptx"]
+    traced = _sm90_asm(name, dtype, config, 64, prec, causal, trace=True)["ptx"]  # the GPU tests' TRACE compiles
+    assert traced.count("st.global") > asm["ptx"].count("st.global")
     versions = re.findall(r"#ttg\.nvidia_mma<\{versionMajor = (\d+)", asm["ttgir"])
     assert versions and set(versions) == {"3"}
     if name != "_bwd_dq_kernel":
