@@ -35,15 +35,15 @@ On CUDA ``exp`` and ``tanh`` are libdevice's ``expf`` and ``tanhf`` (what torch'
 ``/`` is not), so the silu forward reproduces torch's operations one for one.  What can still
 differ: the compilers may contract products and sums into fused multiply-adds differently (nvcc
 and Triton both contract by default): silu's ``1 + a * (1 - s)``, and in gelu_tanh ``a + C * a^3``
-and ``1 + C3 * a^2`` (forward and backward) and the sum of the two terms of the derivative, so
-a gelu_tanh ``h`` and ``db`` (through ``T``) and any ``da`` may differ from torch's in the last
-bit of the float32 value before rounding to T.  The launches pass ``enable_fp_fusion=True``
-(Triton 3.9's default, which Triton 3.10 turns off): the products the sm_90 code fuses are then
-fixed, and ``ojas_ref.verification.kernel_schedule_rowwise`` models them (silu backward
-``1 + a * (1 - s)``; gelu_tanh ``a + C a^3``, backward also ``1 - T * T``, ``1 + C3 * a^2`` and
-``0.5 * (1 + T) + ...``); and libdevice's ``tanhf`` is assumed to be the
-CUDA math library's that torch calls (not measured here: no GPU run yet).  Under
-``TRITON_INTERPRET=1`` (CPU), which has no libdevice, ``exp`` is numpy's and ``tanh`` is
+(forward and backward), ``1 - T * T`` and ``1 + C3 * a^2`` (backward) and the sum of the two
+terms of the derivative, so a gelu_tanh ``h`` and ``db`` (through ``T``) and any ``da`` may
+differ from torch's in the last bit of the float32 value before rounding to T.  The launches
+pass ``enable_fp_fusion=True`` (Triton 3.9's default, which Triton 3.10 turns off), so that the
+products the sm_90 code fuses are fixed: those just listed, the derivative's sum as
+``fma(1 + T, 0.5, P)`` (``ojas_ref.verification.kernel_schedule_rowwise`` models them); and
+libdevice's ``tanhf`` is assumed to be the CUDA math library's that torch calls (not measured
+here: no GPU run yet).  Under ``TRITON_INTERPRET=1`` (CPU), which has no libdevice, ``exp`` is
+numpy's and ``tanh`` is
 ``1 - 2 / (exp(2x) + 1)`` in float64 rounded to float32 (nearly always the correctly rounded
 ``tanhf``); torch's CPU kernels use SLEEF's or MKL's ``expf`` and ``tanhf`` (within an ulp),
 which changes a 16-bit result only when a value sits at a rounding boundary (then ``da`` by

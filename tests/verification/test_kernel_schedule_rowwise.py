@@ -234,6 +234,19 @@ def test_the_other_sign_of_relu_negative_zero_is_caught():
     assert mismatch.kernel == mismatch.model == 0.0  # the bits differ: the sign of the zero
 
 
+@pytest.mark.interpreter
+def test_a_nearest_even_cast_is_caught_in_rms_norm_under_the_interpreter():
+    """rms_norm's ``.to(bfloat16)`` (of x r, y, dx, dw) truncates under TRITON_INTERPRET=1 (it has no
+    ``rounding._round``, unlike swiglu and rope): the model with torch's nearest-even cast differs
+    from the kernel at y, rstd (computed before any cast) agreeing."""
+    x, w, _ = _rms_inputs(5, 100, torch.bfloat16, seed=16)
+    nearest = dataclasses.replace(CPU, name="nearest-even cast", cast=lambda t, dtype: t.to(dtype))
+    mismatch = kr.check_rms_norm_forward(x, w, 1e-6, primitives=nearest)
+    assert mismatch is not None and mismatch.output == "y"
+    assert mismatch.operation.startswith("y = cast(x r * (offset + w)) or cast(cast(x r) * w)")
+    assert abs(mismatch.model) > abs(mismatch.kernel)  # the truncated value is the smaller in magnitude
+
+
 def test_compare_refuses_outputs_of_another_shape():
     model = kr.relu_backward_schedule(torch.zeros(9), torch.zeros(2, dtype=torch.uint8))
     with pytest.raises(ValueError, match="dx: kernel"):
