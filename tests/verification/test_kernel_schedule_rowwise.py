@@ -34,7 +34,7 @@ DTYPE_IDS = ["float32", "bfloat16"]
 # rows, n, offset, after_weight: one row, widths not powers of 2, several backward programs (n=1000: 4 rows a block)
 RMS_CASES = [(1, 37, 0.0, False), (5, 100, 1.0, True), (37, 1000, 0.0, False), (3, 300, 0.5, False), (6, 77, 1.0, True)]
 SWIGLU_SIZES = [1, 1000, 3001]
-ROPE_CASES = [((1, 3, 5, 6), 1, 1), ((2, 4, 7, 10), 2, 2), ((2, 2, 1, 64), 1, 2)]  # (B, Hq, S, E), Hkv, cos batch
+ROPE_CASES = [((1, 3, 5, 6), 1, 1), ((2, 4, 7, 10), 2, 2), ((2, 2, 1, 64), 1, 1)]  # (B, Hq, S, E), Hkv, cos batch
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -117,7 +117,7 @@ def test_swiglu_matches_the_interpreter_schedule_bit_for_bit(size, activation, d
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("case", ROPE_CASES, ids=["one-head-pair", "batched-cos", "one-position"])
+@pytest.mark.parametrize("case", ROPE_CASES, ids=["one-batch", "batched-cos", "one-position-broadcast-cos"])
 def test_rope_matches_the_schedule_bit_for_bit(case, dtype):
     q, k, cos, sin = _rope_inputs(case, dtype)
     assert (m := kr.check_rope(q, k, cos, sin)) is None, str(m)
@@ -613,7 +613,7 @@ def test_swiglu_matches_the_device_schedule_bit_for_bit_gpu(size, activation, dt
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("case", ROPE_CASES, ids=["one-head-pair", "batched-cos", "one-position"])
+@pytest.mark.parametrize("case", ROPE_CASES, ids=["one-batch", "batched-cos", "one-position-broadcast-cos"])
 def test_rope_matches_the_schedule_bit_for_bit_gpu(case, dtype):
     q, k, cos, sin = _rope_inputs(case, dtype, "cuda", seed=13)
     assert (m := kr.check_rope(q, k, cos, sin)) is None, str(m)
