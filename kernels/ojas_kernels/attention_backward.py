@@ -22,6 +22,14 @@ Theorems implemented (over the reals; files under ``rocq/Attention/``):
   ``row_dK_bias_is_derive``, ``row_dV_bias_is_derive`` (the row terms on scores with an
   additive mask).
 
+``ojas_ref.verification.kernel_schedule_backward`` is an executable model of these kernels' schedule
+that they match bit for bit (``Delta``, every tile's P, dS and accumulators, dQ, dK, dV); for that
+check the constexpr ``TRACE`` (``_backward``'s ``trace``) stores P, dS and the accumulators after
+every tile (``_trace_tile``).  Off, it compiles to the same instructions (the sm_90 PTX of bf16
+64 x 64 and 3xTF32 32 x 32 / 64 x 32 launches compared: the dK/dV kernel's up to register numbering
+and the unused ``TR`` parameter, the dQ kernel's the same instructions with the prologue's parameter
+loads and index arithmetic in another order); on, it only adds stores.
+
 In floating point (rocq/Attention/Float/): ``Ojas.Attention.Float.DvError`` (``dv_error``)
 and ``Ojas.Attention.Float.DkDqError`` (``dk_error``, ``dq_error``, ``delta_close``) bound
 dV, dK and dQ a posteriori as the kernels compute them (P recomputed from the saved lse,
@@ -52,7 +60,7 @@ from .attention_args import (
     _launch_args,
     _tile_args,
 )
-from .attention_config import AttentionConfig, default_config
+from .attention_config import AttentionConfig, _block_dim, default_config
 from .attention_tiles import (
     _apply_mask,
     _dot,
@@ -572,6 +580,32 @@ def _bwd_dq_kernel(
     )
 
 
+def _check_trace(
+    trace: tuple[torch.Tensor, torch.Tensor],
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    seq_q: int,
+    seq_k: int,
+    block_e: int,
+    block_ev: int,
+    cfg: AttentionConfig,
+) -> None:
+    """``ValueError`` unless ``trace`` is two contiguous float32 tensors with room for every record
+    (``_backward``'s docstring)."""
+    qm, qn, km, kn = cfg.bwd_q.block_m, cfg.bwd_q.block_n, cfg.bwd_kv.block_m, cfg.bwd_kv.block_n
+    need = (
+        batch * heads * cdiv(seq_q, qm) * cdiv(seq_k, qn) * qm * (2 * qn + block_e),
+        batch * heads * cdiv(seq_k, kn) * cdiv(seq_q, km) * kn * (2 * km + block_e + block_ev),
+    )
+    for name, t, n in zip(("trace[0] (dQ kernel)", "trace[1] (dK/dV kernel)"), trace, need):
+        if t.dtype != torch.float32 or not t.is_contiguous() or t.numel() < n:
+            raise ValueError(
+                f"{name} must be a contiguous float32 tensor of at least {n} elements, "
+                f"got {t.dtype} with {t.numel()} (contiguous: {t.is_contiguous()})"
+            )
+
+
 def _backward(
     grad_out: torch.Tensor,
     query: torch.Tensor,
@@ -614,6 +648,8 @@ def _backward(
             f"delta must be a contiguous float32 tensor of shape {tuple(lse.shape)}, "
             f"got {delta.dtype} {tuple(delta.shape)} (contiguous: {delta.is_contiguous()})"
         )
+    if trace is not None:
+        _check_trace(trace, batch, heads, kv_heads, seq_q, seq_k, _block_dim(e), _block_dim(ev), cfg)
     mask, seed, strides, w, qk_scale, drop_threshold, drop_scale, constexprs = _launch_args(
         query, key, value, attn_mask, is_causal, scale, window, dropout
     )

@@ -381,9 +381,8 @@ def check_backward(
     on the same inputs; None when ``Delta``, every traced step (rows and columns in bounds) and dQ,
     dK, dV are equal bit for bit, else the :class:`BackwardMismatch` of the first differing operation.
     On the device, ``primitives.row_sum`` is ``Delta``'s sum: :func:`backward_device_primitives`."""
-    from ojas_kernels.attention_args import _block_dim
     from ojas_kernels.attention_backward import _backward
-    from ojas_kernels.attention_config import default_config
+    from ojas_kernels.attention_config import _block_dim, default_config
     from ojas_kernels.attention_forward import _forward
 
     if config is None:

@@ -176,14 +176,18 @@ def test_the_trace_leaves_the_gradients_unchanged(dtype):
 
     (do, q, k, v), mask = _inputs((1, 2, 1, 37, 45, 24), dtype, True)
     out, lse = _forward(q, k, v, mask, True, 0.3, None)
-    trace = (
+    trace = (  # 16 x 16 tiles, BLOCK_E = BLOCK_EV = 32: records of P, dS, dq and of P^T, dS^T, dk, dv
         torch.full((2 * 3 * 3, 16 * (2 * 16 + 32)), float("nan")),
-        torch.full((3 * 2 * 3, 16 * 4 * 32), float("nan")),
+        torch.full((3 * 2 * 3, 16 * (2 * 16 + 32 + 32)), float("nan")),
     )
     plain = _backward(do, q, k, v, mask, out, lse, True, 0.3, None)
     traced = _backward(do, q, k, v, mask, out, lse, True, 0.3, None, trace=trace)
     assert all(torch.equal(x.view(torch.int8), y.view(torch.int8)) for x, y in zip(plain, traced))
     assert not trace[0].isnan().all() and not trace[1].isnan().all()
+    with pytest.raises(
+        ValueError, match=r"trace\[1\] \(dK/dV kernel\) must be a contiguous float32 tensor of at least"
+    ):
+        _backward(do, q, k, v, mask, out, lse, True, 0.3, None, trace=(trace[0], trace[1][:-1]))
 
 
 @pytest.mark.interpreter
