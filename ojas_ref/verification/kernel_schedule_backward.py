@@ -33,17 +33,17 @@ contiguous copy: float32 dK, and the traced bfloat16 dS^T, differed);
 kernel's load layout: :func:`blocked_row_sum` on the device). No fused multiply-add (the kernels
 compile with ``enable_fp_fusion=False``).
 
-:func:`check_backward` runs ``_backward`` (its ``delta`` saved) and the model on the same inputs and
-the same ``out`` / ``lse`` and returns ``None`` when ``Delta``, dQ, dV and dK are equal bit for bit,
-else a :class:`BackwardMismatch` naming the first differing operation in the order the kernels run
-them (``Delta``, then dQ, then, per tile of the dK/dV kernel, dV before dK): the output, the element,
-both values and the model's running accumulator of that element after every tile.  The kernels have
-no per-tile trace: a differing dQ or dK names the whole tile step (the scores, ``exp2``, ``dP``,
-``dS``, the cast or the dots), not which of them; a dV that agrees where dK differs clears the scores,
-``exp2`` and P's cast (the same ``P^T`` feeds both).
+:func:`check_backward` runs ``_backward`` with its ``TRACE`` on (``Delta`` saved; P, dS and the
+accumulators stored after every tile) and the model on the same inputs and the same ``out`` /
+``lse``, and returns ``None`` when ``Delta``, every traced step and dQ, dK, dV are equal bit for
+bit, else a :class:`BackwardMismatch` naming the first differing operation in the order the kernels
+run them (``Delta``; each dQ step's P, dS, dq; dQ; each dK/dV step's P^T, dV, dS^T, dK; dV, dK): the
+operation, the element, both values and both sides' accumulator of that element after every step
+of its program.  Within one step the trace does not separate the scores from ``exp2`` (P), ``dP``'s
+dot from the product (dS), or the cast from the dot (the accumulators).
 
-Not covered: dropout (no argument for it) and additive masks (refused), float32 dots in single-pass TF32 (refused by
-:func:`~ojas_ref.verification.kernel_schedule.device_primitives`), the order of ``tl.sum`` on the
+Not covered: dropout (no argument for it) and additive masks (refused), float32 dots in
+single-pass TF32 (refused by :func:`~ojas_ref.verification.kernel_schedule.device_primitives`), the order of ``tl.sum`` on the
 device for ``Delta`` in other layouts than :func:`blocked_row_sum` models (other head dims or warp
 counts of the dQ kernel), dots that compile to ``mma.sync`` rather than wgmma (the float32 default
 tiles: whether ``mma.sync`` accumulates as the record's models is not checked; the GPU tests run
