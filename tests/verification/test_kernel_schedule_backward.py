@@ -252,6 +252,21 @@ def test_backward_device_primitives_take_the_blocked_row_sum(monkeypatch):
     assert torch.equal(prims.row_sum(x), kb.blocked_row_sum(x, 32, 2))
     a, b, c = torch.randn(8, 32).bfloat16().float(), torch.randn(32, 16).bfloat16().float(), torch.randn(8, 16)
     assert torch.equal(prims.dot(a, b, c), ks.accumulate(H100_MODELS["bfloat16"], a, b, c))
+    # the whole schedule runs with them (the interpreter's exp2 standing in for the device's), head
+    # dim 64 as the GPU tests: the same gradients to the dots' accuracy, not the same bits
+    (do, q, k, v), mask = _inputs((1, 2, 1, 20, 29, 64), torch.bfloat16, True)
+    cpu = ks.interpreter_primitives()
+    out = torch.randn(1, 2, 20, 64).bfloat16()
+    lse = torch.logsumexp(torch.randn(1, 2, 20, 29), -1)
+    cfg = AttentionConfig(K16, K16, K16)
+    got = kb.backward_schedule(
+        do, q, k, v, out, lse, mask, config=cfg, primitives=dataclasses.replace(prims, exp2=cpu.exp2)
+    )
+    ref = kb.backward_schedule(do, q, k, v, out, lse, mask, config=cfg, primitives=cpu)
+    assert not torch.equal(got.delta, ref.delta)  # another row sum
+    torch.testing.assert_close(got.delta, ref.delta, rtol=1e-5, atol=1e-5)
+    for name in ("dq", "dk", "dv"):
+        torch.testing.assert_close(getattr(got, name).float(), getattr(ref, name).float(), rtol=0.05, atol=0.05)
 
 
 def _sm90_asm(
