@@ -433,6 +433,25 @@ def _visible(
     return vis
 
 
+def _scale(query: torch.Tensor, scale: float | None) -> float:
+    """``scale`` as a float, 1 / sqrt(E) when None (``flash_attention``'s default)."""
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+
+
+def _model_inputs(
+    tensors: tuple[torch.Tensor, ...], attn_mask: torch.Tensor | None, window: int | None
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+    """The schedules' argument checks (``attention_args._check`` of query, key, value: the first
+    three of ``tensors``; a float ``attn_mask`` raises, additive masks are not modelled), then
+    ``tensors`` and ``attn_mask`` detached, on the CPU."""
+    from ojas_kernels.attention_args import _check
+
+    _check(*tensors[:3], window, attn_mask)
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        raise ValueError(f"attn_mask must be boolean: additive masks are not modelled, got {attn_mask.dtype}")
+    return tuple(x.detach().cpu() for x in tensors), None if attn_mask is None else attn_mask.detach().cpu()
+
+
 def _tile(x: torch.Tensor, start: int, rows: int, cols: int) -> torch.Tensor:
     """float32 [rows, cols] of ``x`` [S, D] from row ``start``, zeros outside (the kernel's masked loads)."""
     out = torch.zeros(rows, cols, dtype=F32)
@@ -458,14 +477,10 @@ def forward_schedule(
     (a ``KernelConfig``: block_m, block_n, split) with ``primitives`` (module docstring), computed on
     the CPU; ``trace``: keep every tile's ``m``, ``l``, ``acc``. Arguments as ``flash_attention``
     (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive masks are not modelled)."""
-    from ojas_kernels.attention_args import _check, _launch_args
+    from ojas_kernels.attention_args import _launch_args
 
-    _check(query, key, value, window, attn_mask)
-    if attn_mask is not None and attn_mask.dtype != torch.bool:
-        raise ValueError(f"attn_mask must be boolean: additive masks are not modelled, got {attn_mask.dtype}")
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    query, key, value = query.detach().cpu(), key.detach().cpu(), value.detach().cpu()
-    attn_mask = None if attn_mask is None else attn_mask.detach().cpu()
+    (query, key, value), attn_mask = _model_inputs((query, key, value), attn_mask, window)
+    scale = _scale(query, scale)
     batch, heads, seq_q, _ = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
     out = torch.zeros(batch, heads, seq_q, ev, dtype=query.dtype)
@@ -622,7 +637,7 @@ def check_forward(
 
     if config is None:
         config = default_config(max(query.shape[-1], value.shape[-1]), query.dtype, query.device, is_causal).fwd
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = _scale(query, scale)
     model_config = model_config or config
     model = forward_schedule(
         query, key, value, attn_mask, is_causal, scale, window, config=model_config, primitives=primitives, trace=True

@@ -54,7 +54,6 @@ emulation.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
@@ -63,6 +62,8 @@ from ojas_ref.verification.kernel_schedule import (
     Primitives,
     _bits,
     _key_tiles,
+    _model_inputs,
+    _scale,
     _split_tiles,
     _tile,
     _visible,
@@ -163,11 +164,11 @@ def backward_schedule(
     (module docstring), computed on the CPU; ``trace``: keep every tile's accumulators. Arguments as
     ``flash_attention`` (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive
     masks are not modelled)."""
-    from ojas_kernels.attention_args import _check, _launch_args
+    from ojas_kernels.attention_args import _launch_args
 
-    _check(query, key, value, window, attn_mask)
-    if attn_mask is not None and attn_mask.dtype != torch.bool:
-        raise ValueError(f"attn_mask must be boolean: additive masks are not modelled, got {attn_mask.dtype}")
+    (query, key, value, grad_out, out, lse), attn_mask = _model_inputs(
+        (query, key, value, grad_out, out, lse), attn_mask, window
+    )
     if grad_out.shape != out.shape or out.shape != (*query.shape[:3], value.shape[3]):
         raise ValueError(
             f"grad_out and out must have shape {(*query.shape[:3], value.shape[3])}, "
@@ -175,9 +176,7 @@ def backward_schedule(
         )
     if lse.shape != query.shape[:3] or lse.dtype != F32:
         raise ValueError(f"lse must be float32 of shape {tuple(query.shape[:3])}, got {lse.dtype} {tuple(lse.shape)}")
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    query, key, value, grad_out, out, lse = (x.detach().cpu() for x in (query, key, value, grad_out, out, lse))
-    attn_mask = None if attn_mask is None else attn_mask.detach().cpu()
+    scale = _scale(query, scale)
     batch, heads, seq_q, e = query.shape
     kv_heads, seq_k, ev = key.shape[1], key.shape[2], value.shape[3]
     dtype = query.dtype
@@ -388,7 +387,7 @@ def check_backward(
     if config is None:
         config = default_config(max(query.shape[-1], value.shape[-1]), query.dtype, query.device, is_causal)
     model_config = model_config or config
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = _scale(query, scale)
     if out is None or lse is None:
         out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config)
     batch, heads, seq_q, e = query.shape
