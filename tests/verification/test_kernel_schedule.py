@@ -39,15 +39,29 @@ GPU_CASES = [
 GPU_FLOAT32_TILES = KernelConfig(64, 64, 4, 2)  # wgmma (m64n64k8 tf32), warps along the rows
 
 
-def _inputs(shape, dtype, masked, device="cpu", seed=0):
+def _inputs(shape, dtype, masked, device="cpu", seed=0, grad_out=False):
+    """((q, k, v), mask), or ((dO, q, k, v), mask) with ``grad_out`` (the backward's inputs)."""
     b, hq, hkv, sq, sk, e = shape
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, h, s, e, generator=gen) for h, s in ((hq, sq), (hkv, sk), (hkv, sk)))
+    sizes = ((hq, sq), (hkv, sk), (hkv, sk)) + (((hq, sq),) if grad_out else ())
+    q, k, v, *do = (torch.randn(b, h, s, e, generator=gen) for h, s in sizes)
     mask = None
     if masked:
         mask = torch.rand(sq, sk, generator=gen) < 0.6
         mask[3] = False  # a fully masked row
-    return tuple(x.to(dtype).to(device) for x in (q, k, v)), None if mask is None else mask.to(device)
+    return tuple(x.to(dtype).to(device) for x in (*do, q, k, v)), None if mask is None else mask.to(device)
+
+
+def _gpu_case(case, dtype, device_primitives, float32_config):
+    """(primitives, shape, causal, window, masked, scale, config) of a GPU case: the primitives
+    ``device_primitives(dtype)`` (the test skips where the record does not check them), the config
+    ``float32_config`` for float32 (wgmma tiles)."""
+    try:
+        primitives = device_primitives(dtype)
+    except dp.PremisesNotChecked as err:
+        pytest.skip(str(err))
+    _, shape, causal, window, masked, scale, config = case
+    return primitives, shape, causal, window, masked, scale, float32_config if dtype == torch.float32 else config
 
 
 @pytest.mark.interpreter
@@ -260,13 +274,9 @@ def test_wgmma_row_sum_is_the_tree_of_the_ptx():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_kernel_matches_the_device_schedule_bit_for_bit_gpu(case, dtype):
-    try:
-        primitives = ks.device_primitives(dtype)
-    except dp.PremisesNotChecked as err:
-        pytest.skip(str(err))
-    _, shape, causal, window, masked, scale, config = case
-    if dtype == torch.float32:
-        config = GPU_FLOAT32_TILES
+    primitives, shape, causal, window, masked, scale, config = _gpu_case(
+        case, dtype, ks.device_primitives, GPU_FLOAT32_TILES
+    )
     (q, k, v), mask = _inputs(shape, dtype, masked, "cuda", seed=11)
     mismatch = ks.check_forward(q, k, v, mask, causal, scale, window, config=config, primitives=primitives)
     assert mismatch is None, str(mismatch)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -25,6 +26,8 @@ from ojas_kernels.attention_config import AttentionConfig, KernelConfig
 from ojas_ref.verification import device_premises as dp
 from ojas_ref.verification import kernel_schedule as ks
 from ojas_ref.verification import kernel_schedule_backward as kb
+from test_kernel_schedule import _gpu_case
+from test_kernel_schedule import _inputs as _attention_inputs
 
 DTYPES = [torch.float32, torch.bfloat16]
 K16 = KernelConfig(16, 16)
@@ -52,15 +55,7 @@ K64 = KernelConfig(64, 64, 4, 2)
 GPU_FLOAT32_CONFIG = AttentionConfig(K64, K64, K64)  # wgmma (m64n64k8 tf32) in both kernels
 
 
-def _inputs(shape, dtype, masked, device="cpu", seed=0):
-    b, hq, hkv, sq, sk, e = shape
-    gen = torch.Generator().manual_seed(seed)
-    q, k, v, do = (torch.randn(b, h, s, e, generator=gen) for h, s in ((hq, sq), (hkv, sk), (hkv, sk), (hq, sq)))
-    mask = None
-    if masked:
-        mask = torch.rand(sq, sk, generator=gen) < 0.6
-        mask[3] = False  # a fully masked row
-    return tuple(x.to(dtype).to(device) for x in (do, q, k, v)), None if mask is None else mask.to(device)
+_inputs = functools.partial(_attention_inputs, grad_out=True)  # ((dO, q, k, v), mask)
 
 
 @pytest.mark.interpreter
@@ -347,13 +342,9 @@ def test_the_gpu_launches_compile_to_wgmma_and_the_blocked_delta_sum(name, dtype
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_kernels_match_the_device_schedule_bit_for_bit_gpu(case, dtype):
-    try:
-        primitives = kb.backward_device_primitives(dtype)
-    except dp.PremisesNotChecked as err:
-        pytest.skip(str(err))
-    _, shape, causal, window, masked, scale, config = case
-    if dtype == torch.float32:
-        config = GPU_FLOAT32_CONFIG
+    primitives, shape, causal, window, masked, scale, config = _gpu_case(
+        case, dtype, kb.backward_device_primitives, GPU_FLOAT32_CONFIG
+    )
     (do, q, k, v), mask = _inputs(shape, dtype, masked, "cuda", seed=11)
     mismatch = kb.check_backward(do, q, k, v, mask, causal, scale, window, config=config, primitives=primitives)
     assert mismatch is None, str(mismatch)

@@ -75,6 +75,18 @@ def _relu_input(size, dtype, device="cpu", seed=0):
 CPU = kr.interpreter_primitives()
 
 
+def _assert_swiglu_matches(a, b, dh, activation, primitives):
+    """swiglu's forward and backward kernels equal their schedules bit for bit."""
+    assert (m := kr.check_swiglu_forward(a, b, activation, primitives=primitives)) is None, str(m)
+    assert (m := kr.check_swiglu_backward(a, b, dh, activation, primitives=primitives)) is None, str(m)
+
+
+def _assert_rope_matches(q, k, cos, sin):
+    """rope's forward and backward kernels equal their schedules bit for bit."""
+    assert (m := kr.check_rope(q, k, cos, sin)) is None, str(m)
+    assert (m := kr.check_rope(q, k, cos, sin, backward=True)) is None, str(m)
+
+
 # ---------------------------------------------------------------------------
 # CPU: the interpreter's primitives
 # ---------------------------------------------------------------------------
@@ -110,18 +122,14 @@ def test_rms_norm_float32_weight_of_bfloat16_rows_matches():
 @pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("size", SWIGLU_SIZES)
 def test_swiglu_matches_the_interpreter_schedule_bit_for_bit(size, activation, dtype):
-    a, b, dh = _swiglu_inputs(size, dtype)
-    assert (m := kr.check_swiglu_forward(a, b, activation, primitives=CPU)) is None, str(m)
-    assert (m := kr.check_swiglu_backward(a, b, dh, activation, primitives=CPU)) is None, str(m)
+    _assert_swiglu_matches(*_swiglu_inputs(size, dtype), activation, CPU)
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", ROPE_CASES, ids=["one-batch", "batched-cos", "one-position-broadcast-cos"])
 def test_rope_matches_the_schedule_bit_for_bit(case, dtype):
-    q, k, cos, sin = _rope_inputs(case, dtype)
-    assert (m := kr.check_rope(q, k, cos, sin)) is None, str(m)
-    assert (m := kr.check_rope(q, k, cos, sin, backward=True)) is None, str(m)
+    _assert_rope_matches(*_rope_inputs(case, dtype))
 
 
 @pytest.mark.interpreter
@@ -606,18 +614,14 @@ def test_rms_norm_matches_the_device_schedule_bit_for_bit_gpu(case, dtype):
 @pytest.mark.parametrize("size", [1, 4097, 100_003])
 def test_swiglu_matches_the_device_schedule_bit_for_bit_gpu(size, activation, dtype):
     primitives = _device()
-    a, b, dh = _swiglu_inputs(size, dtype, "cuda", seed=12)
-    assert (m := kr.check_swiglu_forward(a, b, activation, primitives=primitives)) is None, str(m)
-    assert (m := kr.check_swiglu_backward(a, b, dh, activation, primitives=primitives)) is None, str(m)
+    _assert_swiglu_matches(*_swiglu_inputs(size, dtype, "cuda", seed=12), activation, primitives)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", ROPE_CASES, ids=["one-batch", "batched-cos", "one-position-broadcast-cos"])
 def test_rope_matches_the_schedule_bit_for_bit_gpu(case, dtype):
-    q, k, cos, sin = _rope_inputs(case, dtype, "cuda", seed=13)
-    assert (m := kr.check_rope(q, k, cos, sin)) is None, str(m)
-    assert (m := kr.check_rope(q, k, cos, sin, backward=True)) is None, str(m)
+    _assert_rope_matches(*_rope_inputs(case, dtype, "cuda", seed=13))
 
 
 @pytest.mark.gpu
