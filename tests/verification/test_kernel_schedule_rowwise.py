@@ -597,8 +597,18 @@ def _device():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", GPU_RMS_CASES, ids=[f"{c[0]}x{c[1]}" for c in GPU_RMS_CASES])
-def test_rms_norm_matches_the_device_schedule_bit_for_bit_gpu(case, dtype):
+def test_rms_norm_matches_the_device_schedule_bit_for_bit_gpu(case, dtype, request):
+    import triton
     from ojas_kernels.rms_norm import rms_norm_forward
+
+    if dtype == torch.float32 and triton.__version__.startswith("3.6."):
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="H100, Triton 3.6 (2026-12-06): float32 differs first at rstd (the row sum, div.full.f32 "
+                "or sqrt.approx) and dw (the column sum); bfloat16 matched bit for bit",
+                strict=True,
+            )
+        )
 
     primitives = _device()
     rows, n, offset, after = case
