@@ -27,7 +27,8 @@ rounding) and the 3xTF32 low part's reading
   :class:`Accumulation`'s docstring); the TF32 reading of an
   unrounded float32 operand (:func:`tf32_readings` on every float32 in +-[1, 2)); "tf32x3"
   checked bit for bit against the split of Tf32Product.v with the identified parts, recording
-  how the three TF32 dots are chained (:data:`TF32X3_SCHEDULES`, :func:`identify_tf32x3`).
+  how the three TF32 dots are chained (:data:`TF32X3_SCHEDULES`, :func:`identify_tf32x3`; random
+  vectors and :func:`tf32x3_probe_vectors`, which tell every two chainings apart).
 
 The record (:func:`save_record`, :func:`load_record`) is JSON keyed by the GPU's name, the
 driver, CUDA, torch and Triton versions, stored under ``$OJAS_DEVICE_CACHE`` or
@@ -512,24 +513,93 @@ def emulate_tf32x3(
     raise ValueError(f"schedule must be one of {TF32X3_SCHEDULES}, got {schedule!r}")
 
 
+def tf32x3_candidates(model: Accumulation) -> list[tuple[str, tuple[int, ...]]]:
+    """The (schedule, order) pairs :func:`identify_tf32x3` tries with a TF32 ``model``: every order of
+    the three dots for the chained schedules, both orders of the two low dots for the split ones."""
+    return [
+        (schedule, order)
+        for schedule in TF32X3_SCHEDULES
+        for order in (_TF32X3_ORDERS if schedule.startswith("chain") else _TF32X3_ORDERS[:2])
+    ]
+
+
+def _cancelling_pairs(k: int, gen: torch.Generator) -> tuple[list, list, float]:
+    """A float32 vector pair whose high (rna, 11-bit) products cancel in pairs of positions: ``a`` =
+    ``(h + l, h - l')``, ``b`` = ``(g + m, -(g - m'))`` with ``h``, ``g`` of 11 bits and low parts
+    3/4 to 1 times ``2^-12`` of them, so the two low dots (every term of one sign: their sum about
+    ``2k 2^-12`` of a high product) are what the result keeps, down to the high dot's alignment,
+    where their order shows; ``c`` = 0 or a random number (an odd ``k``: the last position 0)."""
+    n = k // 2
+
+    def tf32() -> torch.Tensor:
+        e = torch.randint(-1, 2, (n,), generator=gen).float()
+        return _round_bits((1 + torch.rand(n, generator=gen)) * torch.exp2(e), 11, "trunc")
+
+    def low(x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0**-12 * (1 - torch.rand(n, generator=gen) / 4)
+
+    h, g = tf32(), tf32()
+    a = torch.stack([h + low(h), h - low(h)], 1).reshape(-1).tolist() + [0.0] * (k % 2)
+    b = torch.stack([g + low(g), -(g - low(g))], 1).reshape(-1).tolist() + [0.0] * (k % 2)
+    c = torch.randn(1, generator=gen).item() * 2.0**-6 if torch.rand(1, generator=gen).item() < 0.5 else 0.0
+    return a, b, c
+
+
+def tf32x3_probe_vectors(
+    k: int, models: Iterable[Accumulation], read: str, *, seed: int = 1, tries: int = 4096
+) -> list[tuple[list, list, float]]:
+    """float32 vectors (a, b, c) of length ``k`` that separate, for each TF32 ``model``, every two
+    of its :func:`tf32x3_candidates` (``read``: the low parts' reading): on each such pair, at least
+    one vector on which :func:`emulate_tf32x3` differs. Found deterministically (``seed``) among
+    random vectors and vectors whose high products cancel (:func:`_cancelling_pairs`: there the
+    order of the two low dots shows, which the random ones leave together), a vector kept when it
+    splits candidates every earlier one left together; RuntimeError when ``tries`` vectors leave
+    two together."""
+    if k < 2:
+        raise ValueError(f"k must be >= 2, got {k}")
+    gen = torch.Generator().manual_seed(seed)
+    randoms = dot_test_vectors(k, "float32", seed=seed, random=tries // 4 + 1)[-(tries // 4 + 1) :]
+    # per model, the classes of candidates no kept vector has told apart
+    classes = {m: [tf32x3_candidates(m)] for m in dict.fromkeys(models)}
+    kept: list[tuple[list, list, float]] = []
+    for i in range(tries):
+        if all(len(cl) == 1 for groups in classes.values() for cl in groups):
+            return kept
+        v = randoms[i // 4] if i % 4 == 0 else _cancelling_pairs(k, gen)
+        split = False
+        for m, groups in classes.items():
+            refined = []
+            for cl in groups:
+                by: dict[float, list] = {}
+                for sched, order in cl:
+                    by.setdefault(emulate_tf32x3(m, read, sched, order, *v), []).append((sched, order))
+                refined += by.values()
+                split |= len(by) > 1
+            classes[m] = refined
+        if split:
+            kept.append(v)
+    left = {m.describe(): [cl for cl in groups if len(cl) > 1] for m, groups in classes.items()}
+    left = {m: g for m, g in left.items() if g}
+    if left:
+        raise RuntimeError(f"{tries} vectors of K = {k} leave 3xTF32 candidates together: {left}")
+    return kept
+
+
 def identify_tf32x3(
     dot: Callable[[list[tuple[list, list, float]]], list[float]],
     vectors: list[tuple[list, list, float]],
     models: Iterable[Accumulation],
     read: str,
 ) -> list[dict[str, Any]]:
-    """The (TF32 model, schedule, order) combinations under which :func:`emulate_tf32x3` gives
-    ``dot(vectors)`` (the device's 3xTF32 results) bit for bit on every vector."""
+    """The (TF32 model, schedule, order) combinations (:func:`tf32x3_candidates`) under which
+    :func:`emulate_tf32x3` gives ``dot(vectors)`` (the device's 3xTF32 results) bit for bit on every
+    vector."""
     got = dot(vectors)
     out = []
     for model in models:
-        for schedule in TF32X3_SCHEDULES:
-            orders = _TF32X3_ORDERS if schedule.startswith("chain") else ((0, 1, 2), (1, 0, 2))
-            for order in orders:
-                if all(
-                    emulate_tf32x3(model, read, schedule, order, a, b, c) == y for (a, b, c), y in zip(vectors, got)
-                ):
-                    out.append(dict(model=dataclasses.asdict(model), schedule=schedule, order=list(order)))
+        for schedule, order in tf32x3_candidates(model):
+            if all(emulate_tf32x3(model, read, schedule, order, a, b, c) == y for (a, b, c), y in zip(vectors, got)):
+                out.append(dict(model=dataclasses.asdict(model), schedule=schedule, order=list(order)))
     return out
 
 
@@ -883,14 +953,17 @@ def _check_dots(device: str, quick: bool, chunk: int) -> Iterator[dict]:
         reading,
         reading in ("trunc", "rne", "rna"),
     )
-    vectors = dot_test_vectors(k, "float32", random=n_random, seed=1)[-n_random:]
     ok = reading in ("trunc", "rne", "rna")
-    matches = identify_tf32x3(_vector_dot(torch.float32, "tf32x3", device), vectors, tf32 if ok else [], reading)
+    vectors = dot_test_vectors(k, "float32", random=n_random, seed=1)[-n_random:]
+    probes = tf32x3_probe_vectors(k, tf32, reading) if ok else []  # tell every two chainings apart
+    matches = identify_tf32x3(
+        _vector_dot(torch.float32, "tf32x3", device), vectors + probes, tf32 if ok else [], reading
+    )
     yield _entry(
         "tl.dot float32 tf32x3",
         "Tf32Product.tf32x3_dot_tc_error (hi rna, lo read, three TF32 dots; how they are chained)",
-        f"random vectors of K = {k}",
-        len(vectors),
+        f"random vectors of K = {k} and {len(probes)} that separate the chainings",
+        len(vectors) + len(probes),
         "the 3xTF32 split of Tf32Product.v (the tf32 model, the reading)",
         matches or "none",
         bool(matches),
