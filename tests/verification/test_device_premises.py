@@ -542,3 +542,54 @@ def test_a_check_that_raises_is_recorded_as_failed_and_the_others_run(monkeypatc
     assert p["casts: error"]["status"] == "FAIL" and p["casts: error"]["measured"] == "RuntimeError: compilation failed"
     assert p["tl.sum tree rows float32"]["status"] == ("pass" if torch.cuda.is_available() else "not checked")
     assert dp.failed(record)[0] == "casts: error"
+
+
+H100_TF32 = dp.Accumulation(8, 26, "trunc", "truncate", "operands")  # the H100 record's "tl.dot float32 tf32"
+K_DOT = 32  # verify-device's tl.dot vectors
+
+
+def _together(vectors, model, read="trunc"):
+    """The pairs of ``model``'s 3xTF32 candidates that no vector tells apart."""
+    cands = dp.tf32x3_candidates(model)
+    got = {c: [dp.emulate_tf32x3(model, read, *c, *v) for v in vectors] for c in cands}
+    return [(x, y) for i, x in enumerate(cands) for y in cands[i + 1 :] if got[x] == got[y]]
+
+
+def test_tf32x3_probes_separate_every_two_chainings():
+    """The H100 record's tf32x3 row left "chain(0)+c" in the orders [0, 1, 2] and [1, 0, 2] together
+    (the 256 random vectors of K = 32 could not tell them apart: the high dot's alignment drops the
+    low dots' last bits); the probes tell every two candidates apart, for that model and two others
+    (blocks of 4 with 25 bits from the largest term, the fma chain), with a few vectors each."""
+    old = dp.dot_test_vectors(K_DOT, "float32", random=256, seed=1)[-256:]
+    pair = [("chain(0)+c", (0, 1, 2)), ("chain(0)+c", (1, 0, 2))]
+    assert len({tuple(dp.emulate_tf32x3(H100_TF32, "trunc", *c, *v) for v in old) for c in pair}) == 1
+    models = [H100_TF32, dp.Accumulation(4, 25, "trunc", "truncate"), dp.Accumulation(1, None, "trunc", "nearest")]
+    probes = dp.tf32x3_probe_vectors(K_DOT, models, "trunc")
+    assert 0 < len(probes) <= 32 and probes == dp.tf32x3_probe_vectors(K_DOT, models, "trunc")
+    assert all(len(a) == len(b) == K_DOT for a, b, _ in probes)
+    for model in models:
+        assert len(dp.tf32x3_candidates(model)) == 16
+        assert _together(probes, model) == [], model
+
+
+def test_tf32x3_each_chaining_identified_exactly():
+    """A fake 3xTF32 dot built from any one candidate (the H100 TF32 model) is identified as that
+    candidate and no other, on a few random vectors with the probes."""
+    vectors = dp.dot_test_vectors(K_DOT, "float32", random=8, seed=1)[-8:]
+    vectors += dp.tf32x3_probe_vectors(K_DOT, [H100_TF32], "trunc")
+    for schedule, order in dp.tf32x3_candidates(H100_TF32):
+
+        def fake(vs, schedule=schedule, order=order):
+            return [dp.emulate_tf32x3(H100_TF32, "trunc", schedule, order, a, b, c) for a, b, c in vs]
+
+        got = dp.identify_tf32x3(fake, vectors, [H100_TF32], "trunc")
+        assert got == [dict(model=dataclasses.asdict(H100_TF32), schedule=schedule, order=list(order))]
+
+
+def test_tf32x3_probes_refuse_when_they_cannot_separate():
+    """Too few tries to tell the candidates apart is an error naming them, not a silent probe set;
+    K < 2 (no cancelling pair) is refused."""
+    with pytest.raises(RuntimeError, match="leave 3xTF32 candidates together"):
+        dp.tf32x3_probe_vectors(K_DOT, [H100_TF32], "trunc", tries=2)
+    with pytest.raises(ValueError, match="k must be >= 2"):
+        dp.tf32x3_probe_vectors(1, [H100_TF32], "trunc")
