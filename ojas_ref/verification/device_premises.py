@@ -823,6 +823,10 @@ def device_key() -> dict[str, str]:
 
 
 def _commit() -> str:
+    """``$OJAS_RECORD_COMMIT`` when set (a ``git archive`` snapshot run inside another checkout, as
+    on the device machine, whose ``git rev-parse`` would name that checkout), else this checkout's."""
+    if os.environ.get("OJAS_RECORD_COMMIT"):
+        return os.environ["OJAS_RECORD_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         return subprocess.run(

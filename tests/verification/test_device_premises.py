@@ -593,3 +593,12 @@ def test_tf32x3_probes_refuse_when_they_cannot_separate():
         dp.tf32x3_probe_vectors(K_DOT, [H100_TF32], "trunc", tries=2)
     with pytest.raises(ValueError, match="k must be >= 2"):
         dp.tf32x3_probe_vectors(1, [H100_TF32], "trunc")
+
+
+def test_record_commit_is_the_snapshots_when_set(monkeypatch):
+    """A snapshot run inside another checkout (the device machine) records $OJAS_RECORD_COMMIT, not
+    the surrounding checkout's HEAD (a record of 2026-12-06 named the wrong commit without it)."""
+    monkeypatch.setenv("OJAS_RECORD_COMMIT", "08e1907")
+    assert dp._commit() == "08e1907"
+    monkeypatch.delenv("OJAS_RECORD_COMMIT")
+    assert dp._commit() != "08e1907"
