@@ -44,7 +44,8 @@ The operations whose rounding no theorem fixes are the parameters, :class:`Primi
   record: :class:`~ojas_ref.verification.device_premises.Accumulation` for 16-bit operands,
   Triton's 3xTF32 split of Tf32Product.v for float32, emulated with torch integer-exact float64
   operations by :func:`accumulate` / :func:`tf32x3_dot`), the sum tree of ``tl.sum`` on the
-  Hopper MMA layout (:func:`wgmma_row_sum`), the device's own ``tl.exp2`` / ``tl.log2`` applied
+  Hopper MMA layout (:func:`wgmma_row_sum`, in the imported Triton's order: 3.6 and 3.9 are
+  modelled, :func:`in_thread_order`), the device's own ``tl.exp2`` / ``tl.log2`` applied
   elementwise by a small Triton kernel (``attention_error._unary_kernel``, compiled without FMA
   contraction as the attention kernel is), IEEE division and round-to-nearest-even casts.
 
@@ -87,6 +88,9 @@ __all__ = [
     "device_primitives",
     "accumulate",
     "tf32x3_dot",
+    "IN_THREAD_ORDERS",
+    "in_thread_order",
+    "in_thread_sum",
     "wgmma_row_sum",
     "forward_schedule",
     "check_forward",
@@ -257,21 +261,62 @@ def tf32x3_dot(spec: Tf32x3, a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor
     return (chain((2,), zero) + low) + acc  # "hi(0)+lo+c"
 
 
-def wgmma_row_sum(x: torch.Tensor) -> torch.Tensor:
+#: the Triton versions whose sm_90 reductions are modelled, and how each adds a thread's own
+#: elements (read from the PTX it compiles for ``_fwd_kernel``'s ``tl.sum(p, 1)``, ``_bwd_dq_kernel``'s
+#: Delta and ``_rms_norm_{fwd,bwd}_kernel``'s sums): "tree", a balanced tree of adjacent pairs;
+#: "sequential", one after another in register order. Both then add across lanes and warps by the
+#: same butterflies.
+IN_THREAD_ORDERS = {"3.6": "sequential", "3.9": "tree"}
+
+
+def in_thread_order(version: str | None = None) -> str:
+    """How Triton ``version`` (default: the one imported) adds a thread's elements in a
+    reduction for sm_90 (:data:`IN_THREAD_ORDERS`); ``ValueError`` for a version not modelled."""
+    if version is None:
+        import triton
+
+        version = triton.__version__
+    order = IN_THREAD_ORDERS.get(".".join(str(version).split(".")[:2]))
+    if order is None:
+        modelled = ", ".join(IN_THREAD_ORDERS)
+        raise ValueError(f"version: the reduction order of Triton {version} is not modelled (Triton {modelled} are)")
+    return order
+
+
+def _tree(v: torch.Tensor) -> torch.Tensor:
+    """The balanced tree of adjacent pairs over the last dimension (a power of 2)."""
+    while v.shape[-1] > 1:
+        if v.shape[-1] % 2:
+            raise ValueError(f"the in-thread tree is modelled for a power of 2 of elements, got {v.shape[-1]}")
+        v = v[..., 0::2] + v[..., 1::2]
+    return v[..., 0]
+
+
+def in_thread_sum(v: torch.Tensor, version: str | None = None) -> torch.Tensor:
+    """A thread's elements (the last dimension, in register order) added as Triton ``version``
+    (default: the one imported) adds them (:func:`in_thread_order`)."""
+    if in_thread_order(version) == "tree":
+        return _tree(v)
+    total = v[..., 0]
+    for k in range(1, v.shape[-1]):
+        total = total + v[..., k]
+    return total
+
+
+def wgmma_row_sum(x: torch.Tensor, version: str | None = None) -> torch.Tensor:
     """``tl.sum(x, 1)`` of a float32 [M, N] tile in the Hopper wgmma accumulator layout with the
     warps along the rows (``nvidia_mma`` version 3, ``warpsPerCTA = [w, 1]``, the instruction's N the
-    tile's), as Triton 3.9 lowers it for sm_90 (read from the PTX of ``_fwd_kernel``,
-    64 x 64 tiles, 4 and 8 warps, bf16 and 3xTF32): lane ``t`` of the 4 lanes of a row holds
-    columns ``8 j + 2 t + {0, 1}``, j = 0..N/8-1, in that order; it adds them by a balanced tree of
-    adjacent pairs, then the lanes add across ``xor 2``, then ``xor 1``. The attention theorems
-    sum a tile left to right (``tile_l``), not in this order."""
+    tile's), as Triton ``version`` (default: the one imported; 3.6 and 3.9 are modelled) lowers it
+    for sm_90 (read from the PTX of ``_fwd_kernel``, 64 x 64 and 128 x 64 tiles, 4 and 8 warps, bf16
+    and 3xTF32): lane ``t`` of the 4 lanes of a row holds columns ``8 j + 2 t + {0, 1}``,
+    j = 0..N/8-1, in that order; it adds them (:func:`in_thread_sum`: Triton 3.9 by a balanced tree of
+    adjacent pairs, 3.6 one after another), then the lanes add across ``xor 2``, then ``xor 1``. The
+    attention theorems sum a tile left to right (``tile_l``), not in this order."""
     m, n = x.shape
     if n % 8 or (n // 4) & (n // 4 - 1):
         raise ValueError(f"the wgmma row sum needs N a multiple of 8 with N / 4 a power of 2, got N = {n}")
     e = x.to(F32).reshape(m, n // 8, 4, 2).permute(0, 2, 1, 3).reshape(m, 4, n // 4)
-    while e.shape[-1] > 1:
-        e = e[..., 0::2] + e[..., 1::2]
-    v = e[..., 0]
+    v = in_thread_sum(e, version)
     v = v + v[:, [2, 3, 0, 1]]
     v = v + v[:, [1, 0, 3, 2]]
     return v[:, 0].contiguous()

@@ -25,9 +25,9 @@ and out). Two sets:
   Triton's ``/`` (``div.full.f32``, approximate; ``1.0 / x`` run as the kernel writes it, a
   constant numerator) and ``tl.sqrt`` (``sqrt.approx.ftz.f32``) of ``rms_norm`` (compiled without contraction), libdevice's ``expf`` and ``tanhf`` of ``swiglu``
   (compiled with contraction, as swiglu); ``fma`` one rounding (exact float64 arithmetic and a
-  two-sum correction); ``tl.sum`` :func:`blocked_sum`, the order Triton 3.9 lowers a reduction
-  of a blocked layout to (read from the sm_90 PTX: a balanced tree of adjacent pairs over a
-  thread's elements, then ``shfl.sync.bfly`` over the lanes, then over the warps through shared
+  two-sum correction); ``tl.sum`` :func:`blocked_sum`, the order the imported Triton (3.6 or 3.9)
+  lowers a reduction of a blocked layout to (read from the sm_90 PTX: a thread's elements by a
+  balanced tree of adjacent pairs in 3.9, one after another in 3.6, then ``shfl.sync.bfly`` over the lanes, then over the warps through shared
   memory), on the layout the launch compiled to; round-to-nearest-even casts.
 
 Per kernel (the theorems are the kernels' docstrings'; none of them covers the rounding):
@@ -63,7 +63,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ojas_ref.verification.kernel_schedule import F32, F64, _bits, _ieee_div, _interpreter_cast, _np
+from ojas_ref.verification.kernel_schedule import F32, F64, _bits, _ieee_div, _interpreter_cast, _np, in_thread_sum
 
 __all__ = [
     "Blocked",
@@ -168,15 +168,6 @@ def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(s) & past, nb, r)
 
 
-def _tree(v: torch.Tensor) -> torch.Tensor:
-    """The balanced tree of adjacent pairs over the last dimension (a power of 2)."""
-    while v.shape[-1] > 1:
-        if v.shape[-1] % 2:
-            raise ValueError(f"the in-thread tree is modelled for a power of 2 of elements, got {v.shape[-1]}")
-        v = v[..., 0::2] + v[..., 1::2]
-    return v[..., 0]
-
-
 def _butterfly(v: torch.Tensor) -> torch.Tensor:
     """``v += shfl.bfly(v, off)`` for off = P/2, ..., 1 over the last dimension (P a power of 2),
     the value of index 0 (every index holds the same bits: + commutes)."""
@@ -188,13 +179,15 @@ def _butterfly(v: torch.Tensor) -> torch.Tensor:
     return v[..., 0]
 
 
-def blocked_sum(x: torch.Tensor, axis: int, layout: Blocked) -> torch.Tensor:
-    """``tl.sum(x, axis)`` of a float32 [M, N] tile in the blocked ``layout`` as Triton 3.9 lowers
-    it for sm_90 (read from the PTX of ``_rms_norm_fwd_kernel``, 1 x 4096 bf16, 8 warps, and
-    ``_rms_norm_bwd_kernel``): element ``k`` along the axis is ``i + s (lane + t (warp + w j))``
-    (s, t, w the layout's size, threads and warps along the axis); a thread adds its elements,
-    in the order ``j``, then ``i``, by a balanced tree of adjacent pairs; the lanes then add by
-    butterfly shuffles (xor t/2, ..., 1), then the warps, through shared memory, the same way."""
+def blocked_sum(x: torch.Tensor, axis: int, layout: Blocked, version: str | None = None) -> torch.Tensor:
+    """``tl.sum(x, axis)`` of a float32 [M, N] tile in the blocked ``layout`` as Triton ``version``
+    (default: the one imported; 3.6 and 3.9 are modelled) lowers it for sm_90 (read from the PTX of
+    ``_rms_norm_fwd_kernel``, 1 x 4096 bf16, 8 warps, and ``_rms_norm_bwd_kernel``): element ``k``
+    along the axis is ``i + s (lane + t (warp + w j))`` (s, t, w the layout's size, threads and warps
+    along the axis); a thread adds its elements, in the order ``j``, then ``i``
+    (:func:`~ojas_ref.verification.kernel_schedule.in_thread_sum`: Triton 3.9 by a balanced tree of
+    adjacent pairs, 3.6 one after another); the lanes then add by butterfly shuffles (xor t/2, ...,
+    1), then the warps, through shared memory, the same way."""
     x = x.to(F32)
     if axis == 0:
         x = x.t()
@@ -204,7 +197,7 @@ def blocked_sum(x: torch.Tensor, axis: int, layout: Blocked) -> torch.Tensor:
         raise ValueError(f"a layout of {s * t * w} elements along the axis replicates a block of {n}: not modelled")
     j = n // (s * t * w)
     v = x.reshape(m, j, w, t, s).permute(0, 2, 3, 1, 4).reshape(m, w, t, j * s)
-    return _butterfly(_butterfly(_tree(v)))
+    return _butterfly(_butterfly(in_thread_sum(v, version)))
 
 
 _BLOCKED = re.compile(

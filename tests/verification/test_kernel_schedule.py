@@ -6,7 +6,8 @@
   a window, a boolean mask with a fully masked row, a negative scale through 32 x 16 tiles), in
   bfloat16 and float32; two mutants (the model with another BLOCK_N, a division not rounded once)
   are caught and located. The vectorised tensor-core emulation equals ``device_premises``'
-  scalar one on its test vectors, and the wgmma row sum is the tree of the PTX.
+  scalar one on its test vectors, and the wgmma row sum is the tree of the PTX (this Triton's, and
+  Triton 3.6's from ``data/triton36_reductions.json``).
 * GPU (``-m gpu``): the same shapes against the device's primitives (the ``ojas verify-device``
   record's dot models, the wgmma row-sum tree, the device's tl.exp2 / tl.log2), on 64-row tiles
   (the wgmma layouts the row sum models; float32 on 64 x 64 tiles, not its default 32 x 64).
@@ -15,6 +16,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 
 import pytest
 import torch
@@ -262,11 +265,11 @@ def test_wgmma_row_sum_is_the_tree_of_the_ptx():
 
     for r in range(20):
         v = [lane(x[r], t) for t in range(4)]
-        assert ks.wgmma_row_sum(x)[r] == (v[0] + v[2]) + (v[1] + v[3])
+        assert ks.wgmma_row_sum(x, "3.9.0")[r] == (v[0] + v[2]) + (v[1] + v[3])
     seq = x[:, 0].clone()
     for j in range(1, 64):
         seq = seq + x[:, j]
-    assert not torch.equal(ks.wgmma_row_sum(x), seq)  # the order matters on these rows
+    assert not torch.equal(ks.wgmma_row_sum(x, "3.9.0"), seq)  # the order matters on these rows
     with pytest.raises(ValueError, match="power of 2"):
         ks.wgmma_row_sum(torch.zeros(2, 24))
 
@@ -369,8 +372,14 @@ def test_the_gpu_launches_sum_rows_as_wgmma_row_sum(dtype, config, e, prec):
     assert mma is not None and [int(g) for g in mma.groups()] == [3, config.num_warps, 1, config.block_n]
     tree, offsets = _ptx_row_sum(asm["ptx"])
     assert offsets == [2, 1]
-    gen = torch.Generator().manual_seed(5)
-    rows = torch.exp(4 * torch.randn(16, 64, generator=gen))
+    rows = torch.exp(4 * torch.randn(16, 64, generator=torch.Generator().manual_seed(5)))
+    assert torch.equal(_evaluate_row_sum(tree, offsets, rows), ks.wgmma_row_sum(rows))
+
+
+def _evaluate_row_sum(tree: str, offsets: list[int], rows: torch.Tensor) -> torch.Tensor:
+    """The PTX's row sum (:func:`_ptx_row_sum`) evaluated on the rows of a [R, 64] tile: register
+    ``4 j + 2 i + k`` of lane ``t`` is row ``i``, column ``8 j + 2 t + k`` of the warp's rows."""
+    sums = []
     for r in range(rows.shape[0]):
         lanes = []
         for t in range(4):
@@ -381,4 +390,32 @@ def test_the_gpu_launches_sum_rows_as_wgmma_row_sum(dtype, config, e, prec):
             lanes.append(eval(tree, {"x": x}))
         for off in offsets:
             lanes = [lanes[t] + lanes[t ^ off] for t in range(4)]
-        assert lanes[0] == ks.wgmma_row_sum(rows)[r]
+        sums.append(lanes[0])
+    return torch.stack(sums)
+
+
+#: what Triton 3.6 compiles for sm_90, read by these tests' helpers (data/make_triton36_reductions.py)
+TRITON36 = json.loads((pathlib.Path(__file__).parent / "data" / "triton36_reductions.json").read_text())
+
+
+@pytest.mark.parametrize("key", sorted(TRITON36["forward"]))
+def test_wgmma_row_sum_of_triton_36_is_the_tree_of_its_ptx(key):
+    """Triton 3.6's first ``tl.sum(p, 1)`` of the GPU tests' launches (the fixture: a thread adds
+    its 16 elements one after another, then lanes xor 2, xor 1), evaluated on random rows, equals
+    ``wgmma_row_sum(x, "3.6.0")`` bit for bit, and not Triton 3.9's order on these rows."""
+    fixture = TRITON36["forward"][key]
+    assert TRITON36["triton"].startswith("3.6.") and fixture["offsets"] == [2, 1]
+    rows = torch.exp(4 * torch.randn(16, 64, generator=torch.Generator().manual_seed(5)))
+    got = _evaluate_row_sum(fixture["tree"], fixture["offsets"], rows)
+    assert torch.equal(got, ks.wgmma_row_sum(rows, "3.6.0"))
+    assert not torch.equal(got, ks.wgmma_row_sum(rows, "3.9.0"))
+
+
+def test_the_row_sum_follows_the_triton_that_runs_and_refuses_others():
+    """The default order is the imported Triton's; a version not modelled is refused by name."""
+    x = torch.exp(4 * torch.randn(8, 64, generator=torch.Generator().manual_seed(6)))
+    assert torch.equal(ks.wgmma_row_sum(x), ks.wgmma_row_sum(x, triton.__version__))
+    assert ks.in_thread_order("3.6.0") == "sequential" and ks.in_thread_order("3.9.1") == "tree"
+    for version in ("3.7.0", "4.0.0", "3"):
+        with pytest.raises(ValueError, match=rf"Triton {version} is not modelled \(Triton 3\.6, 3\.9 are\)"):
+            ks.wgmma_row_sum(x, version)

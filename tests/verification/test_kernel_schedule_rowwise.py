@@ -20,6 +20,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 import re
 from fractions import Fraction
 
@@ -27,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 
+from ojas_ref.verification import kernel_schedule as ks
 from ojas_ref.verification import kernel_schedule_rowwise as kr
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -300,7 +303,7 @@ def test_blocked_sum_is_its_tree():
     g = _gen(9)
     x = torch.exp(4 * torch.randn(3, 256, generator=g))
     layout = kr.Blocked((1, 1), (1, 32), (1, 2))  # 4 elements a thread: k = lane + 32 (warp + 2 j)
-    got = kr.blocked_sum(x, 1, layout)
+    got = kr.blocked_sum(x, 1, layout, "3.9.0")
     for r in range(3):
 
         def thread(lane, warp):
@@ -313,7 +316,7 @@ def test_blocked_sum_is_its_tree():
                 v[warp] = [v[warp][t] + v[warp][t ^ off] for t in range(32)]
         assert got[r] == v[0][0] + v[1][0]
     columns = kr.Blocked((1, 1), (32, 1), (2, 1))  # the same along the rows
-    assert torch.equal(kr.blocked_sum(x.t().contiguous(), 0, columns), got)
+    assert torch.equal(kr.blocked_sum(x.t().contiguous(), 0, columns, "3.9.0"), got)
     assert not torch.equal(got, _sequential_sum(x, 1, None))
     with pytest.raises(ValueError, match="replicates"):
         kr.blocked_sum(torch.zeros(2, 32), 1, layout)
@@ -530,7 +533,66 @@ def test_the_sm90_row_sum_of_rms_norm_evaluates_as_blocked_sum(aligned):
     for _ in range(5):
         elements = torch.exp(3 * torch.randn(16, generator=g)).bfloat16().float()
         value = {leaf: np.float32(v) for leaf, v in zip(ids, elements.tolist())}
-        assert evaluate(tree, value) == kr._tree((elements * elements)[None, :])[0].item()
+        assert evaluate(tree, value) == ks.in_thread_sum((elements * elements)[None, :])[0].item()
+
+
+#: what Triton 3.6 compiles for sm_90, read by these tests' helpers (data/make_triton36_reductions.py)
+TRITON36 = json.loads((pathlib.Path(__file__).parent / "data" / "triton36_reductions.json").read_text())
+
+
+def test_blocked_sum_of_triton_36_adds_a_thread_s_elements_in_order():
+    """Triton 3.6: a thread's elements one after another (order j), then the same butterflies."""
+    x = torch.exp(4 * torch.randn(3, 256, generator=_gen(9)))
+    layout = kr.Blocked((1, 1), (1, 32), (1, 2))  # 4 elements a thread: k = lane + 32 (warp + 2 j)
+    got = kr.blocked_sum(x, 1, layout, "3.6.0")
+    for r in range(3):
+
+        def thread(lane, warp):
+            e = [x[r, lane + 32 * (warp + 2 * j)] for j in range(4)]
+            return ((e[0] + e[1]) + e[2]) + e[3]
+
+        v = [[thread(lane, warp) for lane in range(32)] for warp in range(2)]
+        for warp in range(2):
+            for off in (16, 8, 4, 2, 1):
+                v[warp] = [v[warp][t] + v[warp][t ^ off] for t in range(32)]
+        assert got[r] == v[0][0] + v[1][0]
+    y = torch.exp(4 * torch.randn(64, 1024, generator=_gen(12)))  # 32 elements a thread
+    assert not torch.equal(kr.blocked_sum(y, 1, layout, "3.6.0"), kr.blocked_sum(y, 1, layout, "3.9.0"))
+    with pytest.raises(ValueError, match="Triton 3.10.0 is not modelled"):
+        kr.blocked_sum(x, 1, layout, "3.10.0")
+
+
+def _tuples(e):
+    """A JSON tree (lists) as :func:`_ptx_in_thread_sums`' tuples."""
+    return tuple(map(_tuples, e)) if isinstance(e, list) else e
+
+
+@pytest.mark.parametrize("key", sorted(k for k, v in TRITON36["rms_norm"].items() if v["first_sum"]))
+def test_the_triton_36_sums_of_rms_norm_evaluate_as_blocked_sum(key):
+    """Triton 3.6's first in-thread sum of each rms_norm launch (the fixture), its products given
+    random float32 values in the order of their loads, equals ``in_thread_sum(..., "3.6.0")``; the
+    layouts are the ones Triton 3.9 compiles (:data:`RMS_SM90`'s tests), and the 1-row forward's
+    shuffles are the lanes' then the warps' butterflies."""
+    fixture = TRITON36["rms_norm"][key]
+    assert TRITON36["triton"].startswith("3.6.")
+    tree = _tuples(fixture["first_sum"])
+    terms = _terms(tree)
+    assert len(terms) >= 2 and all(t[0] == "mul" for t in terms)
+    order = sorted(range(len(terms)), key=lambda i: _first_load(terms[i]))
+
+    def evaluate(e: tuple, value: dict) -> np.float32:
+        if e[0] == "mul":
+            return value[id(e)]
+        return evaluate(e[1], value) + evaluate(e[2], value)
+
+    g = _gen(11)
+    for _ in range(5):
+        v = torch.exp(3 * torch.randn(len(terms), generator=g))
+        value = {id(terms[i]): np.float32(v[k].item()) for k, i in enumerate(order)}
+        assert evaluate(tree, value) == ks.in_thread_sum(v[None, :], "3.6.0")[0].item()
+    if key == "fwd-4096-bf16-aligned":
+        assert fixture["layouts"] == [[1, [1, 8], [1, 32], [1, 8]]] and len(terms) == 16
+        assert fixture["offsets"] == [16, 8, 4, 2, 1, 4, 2, 1]
 
 
 _C_HEX, _C3_HEX, _ONE, _HALF = "0f3D372713", "0f3E095D4E", "0f3F800000", "0f3F000000"
