@@ -30,7 +30,8 @@ Every dot is the primitive ``dot`` on the operand tiles as the kernel holds them
 interpreter hands ``np.matmul`` (:func:`_trans`: it rounds otherwise on a transposed view than on a
 contiguous copy: float32 dK, and the traced bfloat16 dS^T, differed);
 ``Delta``'s sum is the primitive ``row_sum`` (``tl.sum`` of ``o * dO`` in the dQ
-kernel's load layout: :func:`blocked_row_sum` on the device). No fused multiply-add (the kernels
+kernel's load layout: on the device :func:`blocked_row_sum`, or ``blocked_sum`` over
+:data:`ALIGNED_DELTA_LAYOUTS` for aligned launches). No fused multiply-add (the kernels
 compile with ``enable_fp_fusion=False``).
 
 :func:`check_backward` runs ``_backward`` with its ``TRACE`` on (``Delta`` saved; P, dS and the
@@ -44,8 +45,8 @@ dot from the product (dS), or the cast from the dot (the accumulators).
 
 Not covered: dropout (no argument for it) and additive masks (refused), float32 dots in
 single-pass TF32 (refused by :func:`~ojas_ref.verification.kernel_schedule.device_primitives`), the order of ``tl.sum`` on the
-device for ``Delta`` in other layouts than :func:`blocked_row_sum` models (other head dims or warp
-counts of the dQ kernel), dots that compile to ``mma.sync`` rather than wgmma (the float32 default
+device for ``Delta`` in other layouts than :func:`blocked_row_sum` and :data:`ALIGNED_DELTA_LAYOUTS`
+model (other head dims or warp counts of the dQ kernel), dots that compile to ``mma.sync`` rather than wgmma (the float32 default
 tiles: whether ``mma.sync`` accumulates as the record's models is not checked; the GPU tests run
 64 x 64 float32 tiles, wgmma as the forward's GPU tests), subnormal products in the tensor-core
 emulation.
@@ -54,6 +55,7 @@ emulation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -69,6 +71,7 @@ from ojas_ref.verification.kernel_schedule import (
     _visible,
     device_primitives,
 )
+from ojas_ref.verification.kernel_schedule_rowwise import Blocked, blocked_sum
 
 __all__ = [
     "BackwardStep",
@@ -77,6 +80,7 @@ __all__ = [
     "backward_schedule",
     "check_backward",
     "blocked_row_sum",
+    "ALIGNED_DELTA_LAYOUTS",
     "backward_device_primitives",
 ]
 
@@ -294,15 +298,30 @@ def blocked_row_sum(x: torch.Tensor, lanes: int = 32, warps: int = 2) -> torch.T
     return (v[:, 0] + v[:, 1] if warps == 2 else v[:, 0]).contiguous()
 
 
-def backward_device_primitives(dtype: torch.dtype, folder: str | None = None, warps: int = 2) -> Primitives:
+#: ``Delta``'s reduce layout in the dQ kernel's 4-warp 64-column launches when O, dO and their
+#: strides are multiples of 16 (as the GPU tests' contiguous tensors are, head dim 64): the loads
+#: are vectorised to 16 bytes a thread, so each thread holds 8 (bfloat16) or 4 (float32) columns
+#: and no sum crosses warps (read from the sm_90 ttgir of Triton 3.6 and 3.9 alike; the unaligned
+#: compile is :func:`blocked_row_sum`'s one column a thread)
+ALIGNED_DELTA_LAYOUTS = {
+    torch.bfloat16: Blocked((1, 8), (4, 8), (4, 1)),
+    torch.float32: Blocked((1, 4), (2, 16), (4, 1)),
+}
+
+
+def backward_device_primitives(
+    dtype: torch.dtype, folder: str | None = None, warps: int = 2, delta_layout: Blocked | None = None
+) -> Primitives:
     """:func:`~ojas_ref.verification.kernel_schedule.device_primitives` with ``Delta``'s row sum the
-    dQ kernel's (:func:`blocked_row_sum` over ``warps`` warps along the columns: 2 for the 4-warp
-    64-column launches the GPU tests run). The backward has no other row sum."""
-    return dataclasses.replace(
-        device_primitives(dtype, folder),
-        name=f"device backward ({dtype})",
-        row_sum=lambda x: blocked_row_sum(x, 32, warps),
-    )
+    dQ kernel's: :func:`blocked_row_sum` over ``warps`` warps along the columns (the unaligned
+    4-warp 64-column launches: 2), or, given ``delta_layout`` (the aligned launches':
+    :data:`ALIGNED_DELTA_LAYOUTS`), ``blocked_sum`` over it in the imported Triton's order. The
+    backward has no other row sum."""
+    if delta_layout is None:
+        row_sum = functools.partial(blocked_row_sum, lanes=32, warps=warps)
+    else:
+        row_sum = functools.partial(blocked_sum, axis=1, layout=delta_layout)
+    return dataclasses.replace(device_primitives(dtype, folder), name=f"device backward ({dtype})", row_sum=row_sum)
 
 
 # ---------------------------------------------------------------------------

@@ -7,9 +7,11 @@
   scale), in bfloat16 and float32; four mutants (the dQ kernel's BLOCK_N, the dK/dV kernel's
   BLOCK_M, a row sum in another order, a rounding cast) are caught and located.
 * sm_90 without a GPU: the GPU tests' launches compile to wgmma, and Delta's row sum to the tree
-  :func:`blocked_row_sum` models.
+  :func:`blocked_row_sum` models (unaligned compile), or, aligned as the GPU tests' tensors are,
+  ``blocked_sum`` over ``ALIGNED_DELTA_LAYOUTS`` (this Triton's order, and Triton 3.6's from
+  ``data/triton36_reductions.json``).
 * GPU (``-m gpu``): the same shapes against the device's primitives (the ``ojas verify-device``
-  record's dot models, Delta's blocked row sum, the device's tl.exp2), head dim 64, 4-warp dQ tiles.
+  record's dot models, Delta's aligned blocked sum, the device's tl.exp2), head dim 64, 4-warp dQ tiles.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from ojas_kernels.attention_config import AttentionConfig, KernelConfig
 from ojas_ref.verification import device_premises as dp
 from ojas_ref.verification import kernel_schedule as ks
 from ojas_ref.verification import kernel_schedule_backward as kb
-from test_kernel_schedule import _gpu_case
+from ojas_ref.verification import kernel_schedule_rowwise as kr
+from test_kernel_schedule import TRITON36, _gpu_case
 from test_kernel_schedule import _inputs as _attention_inputs
+from test_kernel_schedule_rowwise import _first_load, _ptx_in_thread_sums, _terms, _tuples
 
 DTYPES = [torch.float32, torch.bfloat16]
 K16 = KernelConfig(16, 16)
@@ -266,9 +270,18 @@ def test_backward_device_primitives_take_the_blocked_row_sum(monkeypatch):
 
 
 def _sm90_asm(
-    kernel_name: str, dtype: str, config: KernelConfig, e: int, prec: str, causal: bool, trace: bool = False
+    kernel_name: str,
+    dtype: str,
+    config: KernelConfig,
+    e: int,
+    prec: str,
+    causal: bool,
+    trace: bool = False,
+    aligned: bool = False,
 ) -> dict[str, str]:
-    """``_bwd_dq_kernel`` / ``_bwd_dkdv_kernel`` compiled for sm_90 on this machine (no GPU needed)."""
+    """``_bwd_dq_kernel`` / ``_bwd_dkdv_kernel`` compiled for sm_90 on this machine (no GPU needed);
+    ``aligned``: the pointers and strides specialized as multiples of 16, as a launch on contiguous
+    tensors of head dim 64 specializes them."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
@@ -287,7 +300,10 @@ def _sm90_asm(
     }
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=False)
     try:
-        compiled = compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", 90, 32), options=options)
+        multiples = [n for n, v in signature.items() if v.startswith("*") or aligned and n.startswith("stride")]
+        attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in multiples if aligned}
+        source = ASTSource(kernel, signature, constexprs, attrs)
+        compiled = compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     except Exception as err:  # no NVIDIA backend or ptxas in this Triton
         pytest.skip(f"cannot compile for sm_90 here: {type(err).__name__}: {err}")
     return compiled.asm
@@ -339,6 +355,81 @@ def test_the_gpu_launches_compile_to_wgmma_and_the_blocked_delta_sum(name, dtype
             reg = add.group(1)
 
 
+def _aligned_delta(dtype: str) -> tuple[kr.Blocked, tuple, list[int]]:
+    """The dQ kernel's Delta in the GPU tests' aligned launch (E = 64, 4 warps; float32 64 x 64):
+    its reduce layout, the first in-thread sum of its PTX (:func:`_ptx_in_thread_sums`) and the
+    shuffle offsets that follow it."""
+    config, prec = (KernelConfig(64, 64, 4, 3), "tf32") if dtype == "bf16" else (K64, "tf32x3")
+    asm = _sm90_asm("_bwd_dq_kernel", dtype, config, 64, prec, False, aligned=True)
+    ((axis, layout),) = kr.reduce_layouts(asm["ttgir"])
+    assert axis == 1
+    sums, offsets = _ptx_in_thread_sums(asm["ptx"])
+    return layout, sums[0], offsets[: layout.threads[1].bit_length() - 1]
+
+
+def _evaluate_delta(tree: tuple, offsets: list[int], layout: kr.Blocked, rows: torch.Tensor) -> torch.Tensor:
+    """The PTX's Delta on [R, 64] rows of products: lane ``l`` of a row holds columns
+    ``s l + k`` (k in the order of their loads), adds them by ``tree``, then the lanes by ``offsets``."""
+    s, lanes = layout.size[1], layout.threads[1]
+    terms = _terms(tree)
+    assert len(terms) == s and all(t[0] == "mul" for t in terms)
+    order = sorted(range(s), key=lambda i: _first_load(terms[i]))
+
+    def evaluate(e: tuple, value: dict) -> np.float32:
+        return value[id(e)] if e[0] == "mul" else evaluate(e[1], value) + evaluate(e[2], value)
+
+    got = []
+    for row in rows.tolist():
+        v = [
+            evaluate(tree, {id(terms[i]): np.float32(row[s * lane + k]) for k, i in enumerate(order)})
+            for lane in range(lanes)
+        ]
+        for off in offsets:
+            v = [v[t] + v[t ^ off] for t in range(lanes)]
+        got.append(v[0])
+    return torch.tensor(got)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_the_aligned_gpu_launches_sum_delta_as_blocked_sum(dtype):
+    """The GPU tests' launches (contiguous tensors, E = 64: pointers and strides multiples of 16)
+    vectorise o * dO's loads: Delta's layout is :data:`ALIGNED_DELTA_LAYOUTS`' (8 or 4 columns a
+    thread, no sum across warps), and its PTX, evaluated on random rows, is ``blocked_sum`` over it
+    in this Triton's order; the unaligned compile's :func:`blocked_row_sum` is another order."""
+    layout, tree, offsets = _aligned_delta(dtype)
+    assert layout == kb.ALIGNED_DELTA_LAYOUTS[{"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]]
+    assert offsets == [4, 2, 1] if dtype == "bf16" else [8, 4, 2, 1]
+    rows = torch.exp(4 * torch.randn(16, 64, generator=torch.Generator().manual_seed(7)))
+    got = _evaluate_delta(tree, offsets, layout, rows)
+    assert torch.equal(got, kr.blocked_sum(rows, 1, layout))
+    assert not torch.equal(got, kb.blocked_row_sum(rows, 32, 2))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_triton_36_sums_delta_as_blocked_sum_in_its_order(dtype):
+    """Triton 3.6's Delta of the aligned launches (the fixture, written by
+    data/make_triton36_reductions.py) is ``blocked_sum(..., "3.6.0")`` over the same layout, and
+    not Triton 3.9's order on these rows."""
+    fixture = TRITON36["delta"][dtype]
+    layout = kr.Blocked(*(tuple(v) for v in fixture["layout"]))
+    assert layout == kb.ALIGNED_DELTA_LAYOUTS[{"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]]
+    rows = torch.exp(4 * torch.randn(16, 64, generator=torch.Generator().manual_seed(7)))
+    got = _evaluate_delta(_tuples(fixture["first_sum"]), fixture["offsets"], layout, rows)
+    assert torch.equal(got, kr.blocked_sum(rows, 1, layout, "3.6.0"))
+    assert not torch.equal(got, kr.blocked_sum(rows, 1, layout, "3.9.0"))
+
+
+def test_backward_device_primitives_take_the_aligned_delta_layout(monkeypatch):
+    record = {"tl.dot bfloat16": {"measured": [dataclasses.asdict(H100_MODELS["bfloat16"])]}}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dp, "checked_premises", lambda names, folder=None: {n: record[n] for n in names})
+    layout = kb.ALIGNED_DELTA_LAYOUTS[torch.bfloat16]
+    prims = kb.backward_device_primitives(torch.bfloat16, delta_layout=layout)
+    x = torch.exp(4 * torch.randn(16, 64, generator=torch.Generator().manual_seed(1)))
+    assert torch.equal(prims.row_sum(x), kr.blocked_sum(x, 1, layout))
+    assert not torch.equal(prims.row_sum(x), kb.blocked_row_sum(x, 32, 2))
+
+
 @pytest.mark.gpu
 @pytest.mark.xfail(
     triton.__version__.startswith("3.6."),
@@ -349,9 +440,8 @@ def test_the_gpu_launches_compile_to_wgmma_and_the_blocked_delta_sum(name, dtype
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_kernels_match_the_device_schedule_bit_for_bit_gpu(case, dtype):
-    primitives, shape, causal, window, masked, scale, config = _gpu_case(
-        case, dtype, kb.backward_device_primitives, GPU_FLOAT32_CONFIG
-    )
+    device = functools.partial(kb.backward_device_primitives, delta_layout=kb.ALIGNED_DELTA_LAYOUTS[dtype])
+    primitives, shape, causal, window, masked, scale, config = _gpu_case(case, dtype, device, GPU_FLOAT32_CONFIG)
     (do, q, k, v), mask = _inputs(shape, dtype, masked, "cuda", seed=11)
     mismatch = kb.check_backward(do, q, k, v, mask, causal, scale, window, config=config, primitives=primitives)
     assert mismatch is None, str(mismatch)

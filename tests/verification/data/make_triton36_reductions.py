@@ -13,13 +13,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import test_kernel_schedule as forward  # noqa: E402
+import test_kernel_schedule_backward as backward  # noqa: E402
 import test_kernel_schedule_rowwise as rowwise  # noqa: E402
 
 
 def main() -> None:
     if not triton.__version__.startswith("3.6."):
         raise SystemExit(f"needs Triton 3.6 first on the path, got {triton.__version__} ({triton.__file__})")
-    out = {"triton": triton.__version__, "forward": {}, "rms_norm": {}}
+    out = {"triton": triton.__version__, "forward": {}, "rms_norm": {}, "delta": {}}
     for dtype, config, e, prec in forward.SM90_CASES:
         tree, offsets = forward._ptx_row_sum(forward._sm90_asm(dtype, config, e, prec)["ptx"])
         key = f"{dtype}-{config.block_m}x{config.block_n}-e{e}-{config.num_warps}warps"
@@ -32,6 +33,10 @@ def main() -> None:
         ]
         key = f"{direction}-{n}-{dtype}{'-aligned' * aligned}"
         out["rms_norm"][key] = {"layouts": layouts, "first_sum": sums[0] if sums else None, "offsets": offsets}
+    for dtype in ("bf16", "fp32"):
+        layout, tree, offsets = backward._aligned_delta(dtype)
+        layout = [list(layout.size), list(layout.threads), list(layout.warps)]
+        out["delta"][dtype] = {"layout": layout, "first_sum": tree, "offsets": offsets}
     (HERE / "triton36_reductions.json").write_text(json.dumps(out) + "\n")
 
 
