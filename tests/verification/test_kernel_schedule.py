@@ -274,16 +274,7 @@ def test_wgmma_row_sum_is_the_tree_of_the_ptx():
         ks.wgmma_row_sum(torch.zeros(2, 24))
 
 
-#: what the GPU tests found where they ran (an xfail on that Triton only, strict: a pass there must drop it)
-TRITON_36_ROW_SUM = pytest.mark.xfail(
-    triton.__version__.startswith("3.6."),
-    reason="H100, Triton 3.6 (2026-12-06): bf16 differs first at l = l * alpha + sum(p) in the first key tile (m and acc equal: the tensor-core P.V model matched), so the row sum over the wgmma layout is not the tree read from Triton 3.9's sm_90 code; float32: the record's two 3xTF32 chain orders disagree on these tiles",
-    strict=True,
-)
-
-
 @pytest.mark.gpu
-@TRITON_36_ROW_SUM
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_kernel_matches_the_device_schedule_bit_for_bit_gpu(case, dtype):

@@ -23,7 +23,6 @@ import re
 import numpy as np
 import pytest
 import torch
-import triton
 
 from ojas_kernels.attention_config import AttentionConfig, KernelConfig
 from ojas_ref.verification import device_premises as dp
@@ -431,12 +430,6 @@ def test_backward_device_primitives_take_the_aligned_delta_layout(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(
-    triton.__version__.startswith("3.6."),
-    reason="H100, Triton 3.6 (2026-12-06): every case differs first at Delta = row_sum(o * dO), by one ulp: "
-    "blocked_row_sum is the order read from Triton 3.9's sm_90 code, not 3.6's",
-    strict=True,
-)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_kernels_match_the_device_schedule_bit_for_bit_gpu(case, dtype):
