@@ -1,42 +1,44 @@
-(** * The attention backward's dQ from the inputs: the forward's saved lse and output composed in.
+(** * The attention backward's dQ and dK from the inputs: the forward's saved lse and output composed in.
 
-    [dq_error] (DkDqError.v) bounds the dQ kernel's coordinate given the
-    errors of what it reads from the forward as premises: [|lse2 ln 2 - LSE| <= Dl]
-    for [lse2 = rnd (lse * c2)], and [|delta - D| <= eD] for the kernel's
-    [delta = tl.sum (o * dO)].  Here both are discharged:
-    - [lse] is the forward kernel's saved log-sum-exp of the row
-      ([fwd_lse]: its loop from its start under the mask, [rnd (rnd (m + lg l) * cl)]),
-      within [lse_bound] of the exact [LSE] by [attention_lse_error_masked]
-      (SavedLseError.v); [lse2_close] (DvError.v) turns that into [Dl] and the
-      magnitude [Am];
-    - [o] is the forward kernel's stored output row ([fwd_out], one run per
-      value coordinate), each coordinate within [afp_rel W_c + afp_abs] of the
-      exact [O_c] by [attention_forward_posteriori_masked] (ForwardPosteriori.v),
-      [W_c = sum_j P_j |v_jc|]; [delta] is [tl.sum] of the rounded products
-      [o_c dO_c] by any tree of depth at most [Dd] ([delta_close]); the two
-      compose by [dot_R_perturb_each]: [eD] below, against [D = dO . O] of the
-      EXACT output.
-    [dq_error_from_forward] is then [dq_error] at these [Dl], [Am], [eD]: its
-    premises are about the inputs (lengths, [sum |q k| <= P], [|v| <= V],
-    [|LSE| <= Lm], [sum |dO v| <= Pd], [|dP - D| <= Ym], [|k| <= W]), the
-    rounding model and its constants ([afe_premises], [X]), the kernels'
-    tilings, the [tl.log2] range ([lg] within [el] on [[lmin, lmax]], a Section
-    hypothesis as in SavedLseError.v) and the [delta] tree; none about the
-    error of [lse] or [delta].
+    [dq_error] and [dk_error] (DkDqError.v) bound the backward kernels' coordinates given the
+    errors of what they read from the forward as premises: [|lse2 ln 2 - LSE| <= Dl] for
+    [lse2 = rnd (lse * c2)], and [|delta - D| <= eD] for the dQ kernel's
+    [delta = tl.sum (o * dO)].  Here both are discharged, row by row ([forward_row_close]):
+    - [lse] is the forward kernel's saved log-sum-exp of the row ([fwd_lse]: its loop from its
+      start under the mask, [rnd (rnd (m + lg l) * cl)]), within [Lb] of the exact [LSE] by
+      [attention_lse_error_masked] (SavedLseError.v); [lse2_close] (DvError.v) turns that into
+      [Dl = chain_Dl] and the magnitude [Am = chain_Am] ([|LSE| <= Lm]);
+    - [o] is the forward kernel's stored output row ([fwd_o], one run per value coordinate),
+      each coordinate within [r W_c + a] of the exact [O_c] by
+      [attention_forward_posteriori_masked] (ForwardPosteriori.v), [W_c = sum_j P_j |v_jc|];
+      [delta] is [tl.sum] of the rounded products [o_c dO_c] by any tree of depth at most [Dd]
+      ([delta_close]); the two compose by [dot_R_perturb_each] into [chain_eD], against
+      [D = dO . O] of the EXACT output.
+    [fwd_consts] bundles what the forward theorems ask of the model's constants (upper bounds
+    [X, Y, P1, CG, CR] with [afe_premises], [(r, a)] at least [(afp_rel, afp_abs)], [Lb] at least
+    the lse's [lse_bound], [tl.log2]'s range): exactly what Bounds/Attention.v's
+    [attn_fwd_post_q_spec] and [attn_lse_q_spec] give, nothing about the kernels' outputs.
 
-    The forward is stated per value coordinate [j < Ev]: its tiles [fts j] of
-    (key, [v_j]) pairs and mask [fvis j] (for the kernel, the same key tiles
-    and mask for every [j]); the lse is coordinate [0]'s run (the running max
-    and sum do not read the values).  The exact dQ is the gradient when the
-    backward's visible keys ([btiles], [bvis]) are the forward's
-    ([attention_backward_dQ_is_derive], BackwardCorrect.v).  The scores' and
-    [dp]'s dots are the blocked fp32 dot ([score2], [blocked_dot]) as in
-    [dq_error], [attention_lse_error_masked] and [attention_forward_posteriori_masked].
+    [dq_error_from_forward] (one query row) and [dk_error_from_forward] (one key; its rows, of
+    any type [T], each with its own forward: [dk_kernel_rows], [dk_kernel]'s schedule) are then
+    [dq_error] and [grad_error] at these [Dl], [Am] and [eD]: their premises are about the inputs
+    (lengths, [sum |q k| <= P], [|v| <= V], [|LSE| <= Lm], [sum |dO v| <= Pd], [|dP - D| <= Ym],
+    [|w| <= W], [chain_eD <= eD]: closed forms of the data), the rounding model and its
+    constants ([fwd_consts], [X]), the kernels' tilings, the [tl.log2] accuracy on
+    [[lmin, lmax]] (a Section hypothesis as in SavedLseError.v) and the [delta] tree; none
+    about the error of [lse] or [delta].
 
-    Not covered: as in those theorems (the order inside the MMAs and their
-    accumulation, FMA contraction, [tl.sum]'s padding zeros, additive masks,
-    overflow, [exp2]'s error a field of the model); the [_acc] / tensor-core /
-    3xTF32 variants and dK are not composed here. *)
+    The forward is stated per value coordinate [j < Ev]: its tiles [fts j] of (key, [v_j])
+    pairs and mask [fvis j] (for the kernel, the same key tiles and mask for every [j]); the
+    lse is coordinate [0]'s run (the running max and sum do not read the values).  The exact
+    dQ / dK is the gradient when the backward's visible keys / queries are the forward's
+    ([attention_backward_dQ_is_derive], [attention_backward_dK_is_derive], BackwardCorrect.v).
+    The scores' and [dp]'s dots are the blocked fp32 dot ([score2], [blocked_dot]) as in
+    [dq_error], [dk_error], [attention_lse_error_masked] and [attention_forward_posteriori_masked].
+
+    Not covered: as in those theorems (the order inside the MMAs and their accumulation, FMA
+    contraction, [tl.sum]'s padding zeros, additive masks, overflow, [exp2]'s error a field of
+    the model); the [_acc] / tensor-core / 3xTF32 variants are not composed here. *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -79,6 +81,13 @@ Proof.
   rewrite map_nth, seq_nth by lia; reflexivity.
 Qed.
 
+(** [W = sum_j P_j |v_j| >= 0]. *)
+Lemma chain_W_nonneg : forall s q keys, 0 <= exact_softmax s q (map abs_value keys).
+Proof.
+  intros s q keys; unfold exact_softmax; rewrite !map_map.
+  exact (proj2 (sm_avg_abs keys (fun kv => s * dot_R q (fst kv)) snd)).
+Qed.
+
 Section Chain.
 
 Variable M : MixedModel.
@@ -90,6 +99,8 @@ Import ExpNotations.
 Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
+
+(** ** The forward of one query row *)
 
 (** The forward kernel's loop for the query [q] over [tiles] of (key, value
     coordinate) pairs under [vis], its saved lse and its stored output coordinate. *)
@@ -103,38 +114,141 @@ Definition fwd_lse (c cl : R) (q : list R) (vis : list R * R -> bool) (tiles : l
 Definition fwd_out (c : R) (q : list R) (vis : list R * R -> bool) (tiles : list (list (list R * R))) : R :=
   ff_rnd S_ (rnd (nth 0 (ks_acc (fwd_state c q vis tiles)) 0 / ks_l (fwd_state c q vis tiles))).
 
-(** The closed forms: [lse2]'s error [Dl] and the magnitude [Am] of [s2 - lse2] from the lse's
-    bound [Lb] and [|LSE| <= Lm] ([lse2_close]); [delta]'s error against [dO . O]. *)
-Definition chain_Dl (uc2 Lb Lm : R) : R := Lb + (Lm + Lb) * (u * (1 + uc2) + uc2) + ea.
-Definition chain_Am (uc2 smax Lb Lm : R) : R := smax + (2 * ((1 + uc2) * (Lm + Lb)) * (1 + u) + ea).
-Definition chain_eD (Dd Ev : nat) (OdO : R) (errs dO : list R) : R :=
-  gamma u Dd * ((1 + u) * OdO + INR Ev * ea) + u * OdO + INR Ev * ea + dot_R errs (map Rabs dO).
+(** The row's stored output [o] (coordinate [j] from the tiles [fts j] under [fvis j]), the exact
+    log-sum-exp, output [O] and [W_j = sum_k P_k |v_kj|]. *)
+Definition fwd_o (c : R) (q : list R) (fvis : nat -> list R * R -> bool) (fts : nat -> list (list (list R * R)))
+    (Ev : nat) : list R :=
+  map (fun j => fwd_out c q (fvis j) (fts j)) (seq 0 Ev).
 
-Theorem dq_error_from_forward : forall (q dO : list R) (c scale uc P V X0 Y P1 CG CR cl ucl LN NL c2 uc2 Lm : R)
-    (E B N Tt Ev Dd : nat) (fvis : nat -> list R * R -> bool) (fts : nat -> list (list (list R * R)))
-    (shape : stree) (bvis : list R * list R -> bool) (cs ucs : R) (e : nat)
-    (btiles : list (list (list R * list R))) (X Pd Ym W : R) (b : nat),
-  let o := map (fun j => fwd_out c q (fvis j) (fts j)) (seq 0 Ev) in
-  let lse := fwd_lse c cl q (fvis 0%nat) (fts 0%nat) in
-  let LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter (fvis 0%nat) (concat (fts 0%nat))))) in
-  let O := map (fun j => exact_softmax scale q (filter (fvis j) (concat (fts j)))) (seq 0 Ev) in
-  let D := dot_R O dO in
-  let bL := afe_bL u ue ee ea B N Tt X0 P1 CG CR in
-  (* the forward, every value coordinate *)
-  mp_exp2 M 0 = 1 ->
-  afe_premises M c scale uc P V X0 Y P1 CG CR E B N Tt ->
-  length q = E ->
-  (forall j, (j < Ev)%nat ->
+Definition fwd_LSE (scale : R) (q : list R) (vis : list R * R -> bool) (tiles : list (list (list R * R))) : R :=
+  ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))).
+
+Definition fwd_O (scale : R) (q : list R) (fvis : nat -> list R * R -> bool) (fts : nat -> list (list (list R * R)))
+    (Ev : nat) : list R :=
+  map (fun j => exact_softmax scale q (filter (fvis j) (concat (fts j)))) (seq 0 Ev).
+
+Definition fwd_W (scale : R) (q : list R) (fvis : nat -> list R * R -> bool) (fts : nat -> list (list (list R * R)))
+    (Ev : nat) : list R :=
+  map (fun j => exact_softmax scale q (map abs_value (filter (fvis j) (concat (fts j))))) (seq 0 Ev).
+
+(** The forward's premises on the data of one row, every value coordinate [j < Ev]. *)
+Definition fwd_row_ok (q : list R) (E B N Tt : nat) (P V : R) (fvis : nat -> list R * R -> bool)
+    (fts : nat -> list (list (list R * R))) (Ev : nat) : Prop :=
+  length q = E /\
+  forall j, (j < Ev)%nat ->
      (exists kv, In kv (concat (fts j)) /\ fvis j kv = true)
      /\ (forall kv, In kv (concat (fts j)) -> fvis j kv = true ->
            length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V)
      /\ Forall (fun tl => (length tl <= B)%nat) (fts j)
-     /\ (length (filter (fvis j) (concat (fts j))) <= N)%nat /\ (length (fts j) <= Tt)%nat) ->
-  (* its lse *)
-  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
-  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax -> Rabs LSE <= Lm ->
-  (* delta's tree *)
-  leaves shape = dot_terms A_ o dO -> (depth shape <= Dd)%nat -> INR Dd * u < 1 ->
+     /\ (length (filter (fvis j) (concat (fts j))) <= N)%nat /\ (length (fts j) <= Tt)%nat.
+
+(** The model's constants for the forward theorems, as Bounds/Attention.v's [attn_lse_q_spec] and
+    [attn_fwd_post_q_spec] give them: upper bounds [X, Y, P1, CG, CR] with [afe_premises] and
+    [(r, a)] at least [(afp_rel, afp_abs)] ([attention_forward_posteriori_masked]); upper bounds
+    for the lse's theorem with [Lb] at least its [lse_bound] and [tl.log2]'s range
+    ([attention_lse_error_masked]).  Propositions about the model's constants only. *)
+Record fwd_consts (c scale uc P V cl ucl LN Lb r a : R) (E B N Tt : nat) : Prop := {
+  fc_post : exists X Y P1 CG CR, afe_premises M c scale uc P V X Y P1 CG CR E B N Tt
+    /\ afp_rel u ue ee ea us B N Tt X Y P1 CG CR <= r /\ afp_abs u ue ee ea us es V B N Tt X P1 CG CR <= a;
+  fc_lse : exists X P1 CG CR NL,
+    Rpower 2 (u * (2 * score_max A_ scale uc E P)) <= X
+    /\ (1 + u) ^ (B - 1) <= P1 /\ cg M ^ Tt <= CG /\ cr M ^ Tt <= CR
+    /\ afe_bL u ue ee ea B N Tt X P1 CG CR < 1
+    /\ - ln (1 - afe_bL u ue ee ea B N Tt X P1 CG CR) <= NL
+    /\ lmin <= 1 - afe_bL u ue ee ea B N Tt X P1 CG CR
+    /\ (1 + afe_bL u ue ee ea B N Tt X P1 CG CR) * exp LN <= lmax
+    /\ lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL <= Lb;
+  fc_ucl : 0 <= ucl;
+  fc_cl : Rabs (cl - ln 2) <= ucl * ln 2;
+  fc_LN : ln (INR N) <= LN
+}.
+
+(** The closed forms: [lse2]'s error [Dl] and the magnitude [Am] of [s2 - lse2] from the lse's
+    bound [Lb] and [|LSE| <= Lm] ([lse2_close]); [delta]'s error against [dO . O]
+    ([delta_close] with [T1 = sum_c |o_c dO_c|], and [sum_c (r W_c + a) |dO_c|]). *)
+Definition chain_Dl (uc2 Lb Lm : R) : R := Lb + (Lm + Lb) * (u * (1 + uc2) + uc2) + ea.
+Definition chain_Am (uc2 smax Lb Lm : R) : R := smax + (2 * ((1 + uc2) * (Lm + Lb)) * (1 + u) + ea).
+Definition chain_eD (Dd Ev : nat) (T1 r a : R) (Ws dO : list R) : R :=
+  gamma u Dd * ((1 + u) * T1 + INR Ev * ea) + u * T1 + INR Ev * ea + dot_R (map (fun w => r * w + a) Ws) (map Rabs dO).
+
+Lemma forward_row_close : forall (q dO : list R) (c scale uc P V cl ucl LN Lb r a c2 uc2 Lm : R)
+    (E B N Tt Ev Dd : nat) (fvis : nat -> list R * R -> bool) (fts : nat -> list (list (list R * R))) (shape : stree),
+  fwd_consts c scale uc P V cl ucl LN Lb r a E B N Tt ->
+  mp_exp2 M 0 = 1 -> fwd_row_ok q E B N Tt P V fvis fts Ev ->
+  Rabs (fwd_LSE scale q (fvis 0%nat) (fts 0%nat)) <= Lm ->
+  leaves shape = dot_terms A_ (fwd_o c q fvis fts Ev) dO -> (depth shape <= Dd)%nat -> INR Dd * u < 1 ->
+  length dO = Ev -> (1 <= Ev)%nat -> 0 <= uc2 -> Rabs (c2 * ln 2 - 1) <= uc2 ->
+  Rabs (rnd (fwd_lse c cl q (fvis 0%nat) (fts 0%nat) * c2) * ln 2 - fwd_LSE scale q (fvis 0%nat) (fts 0%nat))
+    <= chain_Dl uc2 Lb Lm
+  /\ Rabs (rnd (fwd_lse c cl q (fvis 0%nat) (fts 0%nat) * c2)) <= 2 * ((1 + uc2) * (Lm + Lb)) * (1 + u) + ea
+  /\ Rabs (tree_sum A_ shape - dot_R (fwd_O scale q fvis fts Ev) dO)
+     <= chain_eD Dd Ev (dot_abs (fwd_o c q fvis fts Ev) dO) r a (fwd_W scale q fvis fts Ev) dO.
+Proof.
+  intros q dO c scale uc P V cl ucl LN Lb r a c2 uc2 Lm E B N Tt Ev Dd fvis fts shape
+    Hcs Hexp0 [Hq Hfwd] HLm Hshape Hdepth HDd HdO HEv Huc2 Hc2.
+  destruct Hcs as [[X0 [Y [P1 [CG [CR [Hpre [Hr Ha]]]]]]] [XL [P1L [CGL [CRL [NL [HXL [HP1L [HGL [HCL [HbL [HNL [Hlmin [Hlmax HLb]]]]]]]]]]]]] Hucl Hcl HLN].
+  pose proof Hpre as [HE1 HEu HV Hs Huc Hc HB HX0 HY HP HG HC HbL0].
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  set (lse := fwd_lse c cl q (fvis 0%nat) (fts 0%nat)).
+  set (LSE := fwd_LSE scale q (fvis 0%nat) (fts 0%nat)) in *.
+  (* the saved lse *)
+  destruct (Hfwd 0%nat ltac:(lia)) as [Hvis0 [Hk0 [HBt0 [HN0 HT0]]]].
+  assert (Hk0' : forall kv, In kv (concat (fts 0%nat)) -> fvis 0%nat kv = true ->
+                   length (fst kv) = E /\ dot_abs q (fst kv) <= P)
+    by (intros kv Hin Hv; destruct (Hk0 kv Hin Hv) as [H1 [H2 _]]; split; assumption).
+  assert (Hlse : Rabs (lse - LSE) <= Lb).
+  { eapply Rle_trans; [| exact HLb].
+    exact (attention_lse_error_masked M lg el lmin lmax lg_err q c scale uc P XL P1L CGL CRL cl ucl LN NL E B N Tt
+             (fvis 0%nat) (fts 0%nat) Hexp0 Hvis0 HE1 HEu Hq Hk0' Hs Huc Hc HB HBt0 HN0 HT0 HXL HP1L HGL HCL HbL
+             Hucl Hcl HLN HNL Hlmin Hlmax). }
+  destruct (lse2_close M lse LSE Lb c2 uc2 Huc2 Hlse Hc2) as [HDl0 HAl0].
+  split; [| split].
+  { unfold chain_Dl; eapply Rle_trans; [exact HDl0 |].
+    assert ((Rabs LSE + Lb) * (u * (1 + uc2) + uc2) <= (Lm + Lb) * (u * (1 + uc2) + uc2))
+      by (apply Rmult_le_compat_r; [nra | lra]).
+    lra. }
+  { eapply Rle_trans; [exact HAl0 |].
+    assert ((1 + uc2) * (Rabs LSE + Lb) <= (1 + uc2) * (Lm + Lb)) by (apply Rmult_le_compat_l; lra).
+    nra. }
+  (* the stored output and delta *)
+  set (o := fwd_o c q fvis fts Ev) in *.
+  assert (Hlo : length o = Ev) by (unfold o, fwd_o; rewrite map_length, seq_length; reflexivity).
+  assert (Hpert : Rabs (dot_R o dO - dot_R (fwd_O scale q fvis fts Ev) dO)
+                  <= dot_R (map (fun w => r * w + a) (fwd_W scale q fvis fts Ev)) (map Rabs dO)).
+  { apply dot_R_perturb_each;
+      [unfold fwd_O; rewrite map_length, seq_length; exact Hlo
+      | unfold fwd_W; rewrite !map_length, seq_length; exact (eq_sym Hlo) |].
+    intros i Hi; rewrite Hlo in Hi.
+    unfold o, fwd_o, fwd_O, fwd_W; rewrite map_map, !nth_map_seq by exact Hi.
+    destruct (Hfwd i Hi) as [Hvi [Hki [HBti [HNi HTi]]]].
+    eapply Rle_trans.
+    { exact (attention_forward_posteriori_masked M q c scale uc P V X0 Y P1 CG CR E B N Tt (fvis i) (fts i)
+               Hexp0 Hvi Hpre Hq Hki HBti HNi HTi). }
+    pose proof (chain_W_nonneg scale q (filter (fvis i) (concat (fts i)))).
+    apply Rplus_le_compat; [apply Rmult_le_compat_r |]; assumption. }
+  pose proof (delta_close M shape o dO Dd Hshape Hdepth HDd) as Hd; cbv zeta in Hd.
+  rewrite combine_length, Hlo, HdO, Nat.min_id in Hd.
+  unfold chain_eD.
+  replace (tree_sum A_ shape - dot_R (fwd_O scale q fvis fts Ev) dO)
+    with ((tree_sum A_ shape - dot_R o dO) + (dot_R o dO - dot_R (fwd_O scale q fvis fts Ev) dO)) by ring.
+  eapply Rle_trans; [apply Rabs_triang | lra].
+Qed.
+
+(** ** dQ: one query row *)
+
+Theorem dq_error_from_forward : forall (q dO : list R) (c scale uc P V cl ucl LN Lb r a c2 uc2 Lm : R)
+    (E B N Tt Ev Dd : nat) (fvis : nat -> list R * R -> bool) (fts : nat -> list (list (list R * R)))
+    (shape : stree) (bvis : list R * list R -> bool) (cs ucs : R) (e : nat)
+    (btiles : list (list (list R * list R))) (X Pd eD Ym W : R) (b : nat),
+  let lse := fwd_lse c cl q (fvis 0%nat) (fts 0%nat) in
+  let LSE := fwd_LSE scale q (fvis 0%nat) (fts 0%nat) in
+  let D := dot_R (fwd_O scale q fvis fts Ev) dO in
+  (* the forward *)
+  fwd_consts c scale uc P V cl ucl LN Lb r a E B N Tt -> mp_exp2 M 0 = 1 ->
+  fwd_row_ok q E B N Tt P V fvis fts Ev -> Rabs LSE <= Lm ->
+  (* delta *)
+  leaves shape = dot_terms A_ (fwd_o c q fvis fts Ev) dO -> (depth shape <= Dd)%nat -> INR Dd * u < 1 ->
+  chain_eD Dd Ev (dot_abs (fwd_o c q fvis fts Ev) dO) r a (fwd_W scale q fvis fts Ev) dO <= eD ->
   (* the dQ kernel *)
   0 <= uc2 -> Rabs (c2 * ln 2 - 1) <= uc2 ->
   0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
@@ -146,14 +260,8 @@ Theorem dq_error_from_forward : forall (q dO : list R) (c scale uc P V X0 Y P1 C
      length (fst y) = E /\ dot_abs q (fst y) <= P
      /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
-  let Lb := lse_bound u ea el ucl (score_max A_ scale uc E P) (score_delta A_ scale uc E P) LN NL in
-  let Dl := chain_Dl uc2 Lb Lm in
-  let Am := chain_Am uc2 (score_max A_ scale uc E P) Lb Lm in
-  Rpower 2 (2 * (score_delta A_ scale uc E P + Dl) + u * Am + ea) <= X ->
-  let errs := map (fun j => afp_rel u ue ee ea us B N Tt X0 Y P1 CG CR
-                             * exact_softmax scale q (map abs_value (filter (fvis j) (concat (fts j))))
-                             + afp_abs u ue ee ea us es V B N Tt X0 P1 CG CR) (seq 0 Ev) in
-  let eD := chain_eD Dd Ev (dot_abs o dO) errs dO in
+  Rpower 2 (2 * (score_delta A_ scale uc E P + chain_Dl uc2 Lb Lm)
+            + u * chain_Am uc2 (score_max A_ scale uc E P) Lb Lm + ea) <= X ->
   let eP := dot_err A_ Ev Pd in
   let EX := (1 + ue) * X in
   let g := gamma u ((b - 1) + (length btiles - 1)) in
@@ -168,63 +276,102 @@ Theorem dq_error_from_forward : forall (q dO : list R) (c scale uc P V X0 Y P1 C
         - scale * rsum (map (fun y => if bvis y then Pr y * Yf y * nth e (fst y) 0 else 0) (concat btiles)))
   <= grad_bound M scale ucs eA S1.
 Proof.
-  intros q dO c scale uc P V X0 Y P1 CG CR cl ucl LN NL c2 uc2 Lm E B N Tt Ev Dd fvis fts shape bvis cs ucs e
-    btiles X Pd Ym W b o lse LSE O D bL Hexp0 Hpre Hq Hfwd Hucl Hcl HLN HNL Hlmin Hlmax HLm Hshape Hdepth HDd
-    Huc2 Hc2 Hucs Hcs HPd HYm HW HdO HEv HEvu HBt Hbu Hkeys Lb Dl Am HX errs eD.
+  intros q dO c scale uc P V cl ucl LN Lb r a c2 uc2 Lm E B N Tt Ev Dd fvis fts shape bvis cs ucs e
+    btiles X Pd eD Ym W b lse LSE D Hcs Hexp0 Hrow HLm Hshape Hdepth HDd HeD
+    Huc2 Hc2 Hucs Hcsc HPd HYm HW HdO HEv HEvu HBt Hbu Hkeys HX.
+  pose proof Hcs as [[X0 [Y [P1 [CG [CR [Hpre _]]]]]] _ _ _ _].
   pose proof Hpre as [HE1 HEu HV Hs Huc Hc HB HX0 HY HP HG HC HbL].
-  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
-  (* the saved lse *)
-  destruct (Hfwd 0%nat ltac:(lia)) as [Hvis0 [Hk0 [HBt0 [HN0 HT0]]]].
-  assert (Hk0' : forall kv, In kv (concat (fts 0%nat)) -> fvis 0%nat kv = true ->
-                   length (fst kv) = E /\ dot_abs q (fst kv) <= P)
-    by (intros kv Hin Hv; destruct (Hk0 kv Hin Hv) as [H1 [H2 _]]; split; assumption).
-  assert (Hlse : Rabs (lse - LSE) <= Lb)
-    by exact (attention_lse_error_masked M lg el lmin lmax lg_err q c scale uc P X0 P1 CG CR cl ucl LN NL E B N Tt
-                (fvis 0%nat) (fts 0%nat) Hexp0 Hvis0 HE1 HEu Hq Hk0' Hs Huc Hc HB HBt0 HN0 HT0 HX0 HP HG HC HbL
-                Hucl Hcl HLN HNL Hlmin Hlmax).
-  assert (HLb : 0 <= Lb) by (eapply Rle_trans; [apply Rabs_pos | exact Hlse]).
-  destruct (lse2_close M lse LSE Lb c2 uc2 Huc2 Hlse Hc2) as [HDl0 HAl0].
-  assert (HDl : Rabs (rnd (lse * c2) * ln 2 - LSE) <= Dl).
-  { unfold Dl, chain_Dl; eapply Rle_trans; [exact HDl0 |].
-    assert ((Rabs LSE + Lb) * (u * (1 + uc2) + uc2) <= (Lm + Lb) * (u * (1 + uc2) + uc2))
-      by (apply Rmult_le_compat_r; [nra | lra]).
-    lra. }
-  assert (HAl : Rabs (rnd (lse * c2)) <= 2 * ((1 + uc2) * (Lm + Lb)) * (1 + u) + ea).
-  { eapply Rle_trans; [exact HAl0 |].
-    assert ((1 + uc2) * (Rabs LSE + Lb) <= (1 + uc2) * (Lm + Lb)) by (apply Rmult_le_compat_l; lra).
-    nra. }
-  (* the stored output and delta *)
-  assert (Hlo : length o = Ev) by (unfold o; rewrite map_length, seq_length; reflexivity).
-  assert (HlO : length O = Ev) by (unfold O; rewrite map_length, seq_length; reflexivity).
-  assert (Hle : length errs = Ev) by (unfold errs; rewrite map_length, seq_length; reflexivity).
-  assert (Hpert : Rabs (dot_R o dO - dot_R O dO) <= dot_R errs (map Rabs dO)).
-  { apply dot_R_perturb_each; [lia | lia |].
-    intros i Hi; rewrite Hlo in Hi.
-    unfold o, O, errs; rewrite !nth_map_seq by exact Hi.
-    destruct (Hfwd i Hi) as [Hvi [Hki [HBti [HNi HTi]]]].
-    exact (attention_forward_posteriori_masked M q c scale uc P V X0 Y P1 CG CR E B N Tt (fvis i) (fts i)
-             Hexp0 Hvi Hpre Hq Hki HBti HNi HTi). }
-  pose proof (delta_close M shape o dO Dd Hshape Hdepth HDd) as Hd; cbv zeta in Hd.
-  rewrite combine_length, Hlo, HdO, Nat.min_id in Hd.
-  assert (HeD : Rabs (tree_sum A_ shape - D) <= eD).
-  { unfold eD, chain_eD, D.
-    replace (tree_sum A_ shape - dot_R O dO)
-      with ((tree_sum A_ shape - dot_R o dO) + (dot_R o dO - dot_R O dO)) by ring.
-    eapply Rle_trans; [apply Rabs_triang | lra]. }
-  (* the dQ kernel *)
+  pose proof Hrow as [Hq _].
+  destruct (forward_row_close q dO c scale uc P V cl ucl LN Lb r a c2 uc2 Lm E B N Tt Ev Dd fvis fts shape
+              Hcs Hexp0 Hrow HLm Hshape Hdepth HDd HdO HEv Huc2 Hc2) as [HDl [HAl Hd]].
+  assert (HeD' : Rabs (tree_sum A_ shape - D) <= eD) by (eapply Rle_trans; [exact Hd | exact HeD]).
   assert (Hitems : forall y, In y (concat btiles) -> bvis y = true ->
      Rabs (score2 A_ c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= score_delta A_ scale uc E P
-     /\ Rabs (score2 A_ c q (fst y) - rnd (lse * c2)) <= Am
+     /\ Rabs (score2 A_ c q (fst y) - rnd (lse * c2)) <= chain_Am uc2 (score_max A_ scale uc E P) Lb Lm
      /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W).
   { intros y Hin Hv; destruct (Hkeys y Hin Hv) as [Hly [HPy Hrest]].
     destruct (score2_error A_ c scale uc q (fst y) E P Hq Hly HE1 HEu Hs Huc Hc HPy) as [Hd1 Hm1].
     split; [exact Hd1 | split; [| exact Hrest]].
-    unfold Am, chain_Am.
+    unfold chain_Am, lse.
     unfold Rminus; eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_Ropp; lra. }
   exact (dq_error M bvis c cs scale ucs q dO (rnd (lse * c2)) (tree_sum A_ shape) e btiles LSE D eD
-           (score_delta A_ scale uc E P) Dl Am X Ev Pd Ym W b
-           ltac:(lra) Hucs Hcs HPd HYm HW HdO HEv HEvu HBt Hbu HX HDl HeD Hitems).
+           (score_delta A_ scale uc E P) (chain_Dl uc2 Lb Lm) (chain_Am uc2 (score_max A_ scale uc E P) Lb Lm)
+           X Ev Pd Ym W b ltac:(lra) Hucs Hcsc HPd HYm HW HdO HEv HEvu HBt Hbu HX HDl HeD' Hitems).
+Qed.
+
+(** ** dK: one key, the query rows of its tiles, each with its own forward *)
+
+(** The dK kernel's coordinate [e] of key [k] (value [v]) over rows of any type [T]: the row's
+    query [rq x], [dO] [rdO x], its forward (tiles [rfts x j], mask [rfvis x j]) whose saved lse
+    the kernel reads as [lse2 = rnd (lse * c2)], its [delta] by the tree [rshape x];
+    [dk_kernel] (DkDqError.v) with the items built from the rows. *)
+Definition dk_kernel_rows {T : Type} (rq rdO : T -> list R) (rfvis : T -> nat -> list R * R -> bool)
+    (rfts : T -> nat -> list (list (list R * R))) (rshape : T -> stree) (rvis : T -> bool)
+    (c cl c2 cs : R) (k v : list R) (e : nat) (rtiles : list (list T)) : R :=
+  grad_kernel M T (fun _ => k) rq (fun x => rnd (fwd_lse c cl (rq x) (rfvis x 0%nat) (rfts x 0%nat) * c2))
+    (fun x => blocked_dot A_ (length v) v (rdO x)) (fun x => tree_sum A_ (rshape x)) (fun x => nth e (rq x) 0)
+    rvis c cs rtiles.
+
+Theorem dk_error_from_forward : forall {T : Type} (rq rdO : T -> list R) (rfvis : T -> nat -> list R * R -> bool)
+    (rfts : T -> nat -> list (list (list R * R))) (rshape : T -> stree) (rvis : T -> bool)
+    (c scale uc P V cl ucl LN Lb r a c2 uc2 Lm cs ucs : R) (k v : list R) (e : nat) (rtiles : list (list T))
+    (E B N Tt Ev Dd : nat) (X Pd eDm Ym W : R) (b : nat),
+  let Lx := fun x => fwd_LSE scale (rq x) (rfvis x 0%nat) (rfts x 0%nat) in
+  let Dx := fun x => dot_R (fwd_O scale (rq x) (rfvis x) (rfts x) Ev) (rdO x) in
+  let eD := fun x => chain_eD Dd Ev (dot_abs (fwd_o c (rq x) (rfvis x) (rfts x) Ev) (rdO x)) r a
+                               (fwd_W scale (rq x) (rfvis x) (rfts x) Ev) (rdO x) in
+  fwd_consts c scale uc P V cl ucl LN Lb r a E B N Tt -> mp_exp2 M 0 = 1 ->
+  0 <= uc2 -> Rabs (c2 * ln 2 - 1) <= uc2 ->
+  0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
+  length k = E -> length v = Ev -> (1 <= Ev)%nat -> INR Ev * u < 1 -> INR Dd * u < 1 ->
+  Forall (fun tl => (length tl <= b)%nat) rtiles ->
+  INR ((b - 1) + (length rtiles - 1)) * u < 1 ->
+  (forall x, In x (concat rtiles) -> rvis x = true ->
+     fwd_row_ok (rq x) E B N Tt P V (rfvis x) (rfts x) Ev /\ dot_abs k (rq x) <= P /\ Rabs (Lx x) <= Lm
+     /\ leaves (rshape x) = dot_terms A_ (fwd_o c (rq x) (rfvis x) (rfts x) Ev) (rdO x)
+     /\ (depth (rshape x) <= Dd)%nat /\ eD x <= eDm
+     /\ length (rdO x) = Ev /\ dot_abs v (rdO x) <= Pd
+     /\ Rabs (dot_R v (rdO x) - Dx x) <= Ym /\ Rabs (nth e (rq x) 0) <= W) ->
+  Rpower 2 (2 * (score_delta A_ scale uc E P + chain_Dl uc2 Lb Lm)
+            + u * chain_Am uc2 (score_max A_ scale uc E P) Lb Lm + ea) <= X ->
+  let eP := dot_err A_ Ev Pd in
+  let EX := (1 + ue) * X in
+  let g := gamma u ((b - 1) + (length rtiles - 1)) in
+  let Pr := fun x => exp (scale * dot_R k (rq x) - Lx x) in
+  let Yf := fun x => dot_R v (rdO x) - Dx x in
+  let S1 := rsum (map (fun x => if rvis x then Pr x * Rabs (Yf x) * Rabs (nth e (rq x) 0) else 0)
+                      (concat rtiles)) in
+  let SR := rsum (map (fun x => if rvis x then Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (rq x) 0) else 0)
+                      (concat rtiles)) in
+  let eA := grad_eA M g EX S1 SR (INR (length (concat rtiles))) (grad_c M EX Ym ((1 + u) * (eP + eDm) + ea) W) in
+  Rabs (dk_kernel_rows rq rdO rfvis rfts rshape rvis c cl c2 cs k v e rtiles
+        - scale * rsum (map (fun x => if rvis x then Pr x * Yf x * nth e (rq x) 0 else 0) (concat rtiles)))
+  <= grad_bound M scale ucs eA S1.
+Proof.
+  intros T rq rdO rfvis rfts rshape rvis c scale uc P V cl ucl LN Lb r a c2 uc2 Lm cs ucs k v e rtiles
+    E B N Tt Ev Dd X Pd eDm Ym W b Lx Dx eD Hcs Hexp0 Huc2 Hc2 Hucs Hcsc HPd HeDm HYm HW Hk Hv HEv HEvu HDd
+    HBt Hbu Hrows HX.
+  pose proof Hcs as [[X0 [Y [P1 [CG [CR [Hpre _]]]]]] _ _ _ _].
+  pose proof Hpre as [HE1 HEu HV Hs Huc Hc HB HX0 HY HP HG HC HbL].
+  pose proof (blocked_dot_model A_ Ev HEv HEvu) as Hdm.
+  apply (grad_error M T (fun _ => k) rq (fun x => rnd (fwd_lse c cl (rq x) (rfvis x 0%nat) (rfts x 0%nat) * c2))
+           (fun x => blocked_dot A_ (length v) v (rdO x)) (fun x => tree_sum A_ (rshape x)) (fun x => nth e (rq x) 0)
+           rvis c cs scale ucs rtiles Lx (fun x => dot_R v (rdO x)) Dx eD
+           (score_delta A_ scale uc E P) (chain_Dl uc2 Lb Lm) (chain_Am uc2 (score_max A_ scale uc E P) Lb Lm)
+           X (dot_err A_ Ev Pd) eDm Ym W b); auto.
+  - lra.
+  - exact (dm_eP_nonneg (bdot A_) Ev _ _ Pd Hdm HPd).
+  - intros x Hin Hvis.
+    destruct (Hrows x Hin Hvis) as [Hrow [HPx [HLx [Hsh [Hdep [HeDx [HdOx [HPdx [HYx HWx]]]]]]]]].
+    pose proof Hrow as [Hqx _].
+    destruct (forward_row_close (rq x) (rdO x) c scale uc P V cl ucl LN Lb r a c2 uc2 Lm E B N Tt Ev Dd
+                (rfvis x) (rfts x) (rshape x) Hcs Hexp0 Hrow HLx Hsh Hdep HDd HdOx HEv Huc2 Hc2) as [HDl [HAl Hd]].
+    destruct (score2_error A_ c scale uc k (rq x) E P Hk Hqx HE1 HEu Hs Huc Hc HPx) as [Hd1 Hm1].
+    split; [exact Hd1 | split; [exact HDl | split; [| split; [| split; [exact Hd | repeat split; assumption]]]]].
+    + unfold chain_Am; unfold Rminus; eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_Ropp; lra.
+    + exact (dm_eP_bound (bdot A_) Ev _ _ Pd v (rdO x) Hdm Hv HdOx HPdx).
 Qed.
 
 End Chain.
