@@ -324,11 +324,14 @@ _MMA = re.compile(
 )
 
 
-def reduce_layout(ttgir: str, cols: int) -> Layout:
+def reduce_layout(ttgir: str | None, cols: int) -> Layout:
     """The layout of every 2-D float32 ``tt.reduce`` over tiles of ``cols`` columns in a launch's
     TTGIR (axis 1, one layout for all: ``ValueError`` otherwise): a :class:`Blocked`, or
     ``"wgmma"`` for the Hopper wgmma accumulator (version 3) with the warps along the rows and the
-    instruction's N the tile's (``wgmma_row_sum``'s layout); other layouts are refused."""
+    instruction's N the tile's (``wgmma_row_sum``'s layout); other layouts are refused, and so is
+    a launch recorded without its TTGIR (None)."""
+    if ttgir is None:
+        raise ValueError("the device's row sums need the launch's TTGIR: record it with record_launches(ttgir=True)")
     found = {(int(m.group(1)), m.group(4)) for m in _REDUCE.finditer(ttgir) if int(m.group(3)) == cols}
     if len(found) != 1:
         raise ValueError(f"expected one reduction layout over tiles of {cols} columns, found {sorted(found)}")

@@ -27,6 +27,7 @@ import collections
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -258,11 +259,55 @@ def test_a_model_with_another_block_k_is_caught_at_the_logits():
     assert kc.check_launches([stats, grad], CPU) is None
 
 
+def _fake_ttgir(layouts: dict[int, str]) -> str:
+    """A TTGIR holding only what :func:`reduce_layout` reads: a reduction over 16 x ``cols`` tiles
+    in each of ``layouts`` ({cols: "wgmma" or "blocked"})."""
+    text = [
+        "#blocked = #ttg.blocked<{sizePerThread = [1, 1], threadsPerWarp = [16, 2], warpsPerCTA = [1, 1], order = [1, 0]}>",
+        "#mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [1, 1], instrShape = [16, 16, 16]}>",
+    ]
+    for cols, kind in layouts.items():
+        name = "mma" if kind == "wgmma" else "blocked"
+        text.append(
+            f'%r = "tt.reduce"(%x) <{{axis = 1 : i32}}> ({{ }}) : (tensor<16x{cols}xf32, #{name}>) -> tensor<16xf32>'
+        )
+    return "\n".join(text)
+
+
+@pytest.mark.interpreter
+def test_the_device_sums_take_each_launchs_layout():
+    """The device path on the CPU: the interpreter's launches given (fake) TTGIRs and primitives
+    that sum on the layout (the interpreter's other operations): every launch that reduces reads
+    its layout (the logits tiles' wgmma, the rows' blocked), the results differ from the
+    interpreter's only by the sums' order, and a launch without its TTGIR is refused."""
+    launches = _launches("4-products", shape_case=SHAPES[2])
+    hybrid = dataclasses.replace(CPU, name="device sums", sum=kc._device_sum, needs_layout=True)
+    ttgir = {"_logits_kernel": _fake_ttgir({16: "wgmma"}), "_rows_kernel": _fake_ttgir({2: "blocked"})}
+    given = [dataclasses.replace(la, ttgir=ttgir[la.kernel]) for la in launches]
+    mismatch = kc.check_launches(given, hybrid)
+    assert mismatch is not None and (mismatch.launch, mismatch.mismatch.output) == (0, "pl")
+    for la in given:
+        model, interpreted = kc.launch_schedule(la, hybrid), kc.launch_schedule(la, CPU)
+        for name, value in model.outputs.items():
+            torch.testing.assert_close(value.float(), interpreted.outputs[name].float(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"need the launch's TTGIR: record it with record_launches\(ttgir=True\)"):
+        kc.launch_schedule(launches[0], hybrid)
+    with pytest.raises(ValueError, match="expected one reduction layout over tiles of 16 columns, found"):
+        kc.launch_schedule(dataclasses.replace(launches[0], ttgir=ttgir["_rows_kernel"]), hybrid)
+
+
 def test_launch_schedule_refuses_other_kernels_and_non_contiguous_buffers():
     with pytest.raises(ValueError, match="no model of the kernel '_other'"):
         kc.launch_schedule(kc.Launch("_other", (1,), {}, {}, {}), CPU)
     with pytest.raises(ValueError, match="Z: a non-contiguous buffer is not modelled"):
         kc._flat(torch.zeros(4, 4).t(), "Z")
+    from ojas_kernels import linear_cross_entropy_kernels as lk
+
+    real = lk.fast
+    with pytest.raises(RuntimeError, match="inside"), kc.record_launches():
+        assert lk.fast is not real
+        raise RuntimeError("inside")
+    assert lk.fast is real  # the recorder is removed, whatever happened inside
 
 
 # ---------------------------------------------------------------------------
@@ -389,6 +434,95 @@ def test_the_float32_dot_is_the_fma_chain_of_fma_dot():
         base = collections.Counter(b for b, _ in a).most_common(1)[0][0]
         offsets = [off for b, off in a if b == base]
         assert len(offsets) >= 16 and offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+def _wgmma_exp_sums(ptx: str) -> list[tuple[tuple, int]]:
+    """The ``add.f32`` trees of ``ex2`` results that reach a ``shfl.sync.bfly`` in the PTX, each
+    leaf named by the wgmma accumulator register its exponent's argument is read from (``("x",
+    n)``, n the register's place in the wgmma's output list), with the shuffle's offset. The code is
+    read twice so that loop-carried registers have their values."""
+    regs: dict[str, tuple] = {}
+
+    def get(r: str) -> tuple:
+        return regs.get(r, ("U", r))
+
+    def own(e: tuple) -> tuple:
+        """The accumulator register an exponent's argument comes from: ex2(mul(sub(selp(acc, ..), m), c))."""
+        while e[0] in ("ex2", "mul", "sub", "selp"):
+            e = next((c for c in e[1:] if c[0] not in ("U", "K")), ("U", "?"))
+        return ("x", e[1]) if e[0] == "A" else e
+
+    found = []
+    for line in [raw.strip() for raw in ptx.splitlines()] * 2:
+        found_now = None
+        if line.startswith("wgmma.mma_async"):
+            for n, r in enumerate(re.search(r"\{([^}]*)\}", line).group(1).split(",")):
+                regs[r.strip()] = ("A", n)
+        elif m := re.match(r"mov\.[bf]32\s+(%r\d+), (%r\d+);", line):
+            regs[m.group(1)] = get(m.group(2))
+        elif m := re.match(r"(add|sub|mul)\.rn\.f32\s+(%r\d+), (%r\d+|0f\w+), (%r\d+|0f\w+);", line):
+            a, b = (("K", x) if x.startswith("0f") else get(x) for x in m.group(3, 4))
+            regs[m.group(2)] = (m.group(1), a, b)
+        elif m := re.match(r"ex2\.approx\.f32\s+(%r\d+), (%r\d+);", line):
+            regs[m.group(1)] = ("ex2", get(m.group(2)))
+        elif m := re.match(r"selp\.[bf]32\s+(%r\d+), (%r\d+|0f\w+), (%r\d+|0f\w+), %p\d+;", line):
+            a, b = (("K", x) if x.startswith("0f") else get(x) for x in m.group(2, 3))
+            regs[m.group(1)] = ("selp", a, b)
+        elif m := re.match(r"shfl\.sync\.bfly\.b32\s+(%r\d+), (%r\d+), (\d+)", line):
+            found_now = (get(m.group(2)), int(m.group(3)))
+            regs[m.group(1)] = ("U", m.group(1))
+        elif (m := re.match(r"[\w.]+\s+(%r\d+),", line)) is not None:
+            regs[m.group(1)] = ("U", m.group(1))
+        if found_now is not None:
+            found.append(found_now)
+    sums = []
+    for tree, offset in found[len(found) // 2 :]:
+        leaves = _adds(tree)
+        if tree[0] == "add" and all(t[0] == "ex2" for t in leaves):
+            sums.append((_relabel(tree, own), offset))
+    return sums
+
+
+def _adds(e: tuple) -> list[tuple]:
+    return _adds(e[1]) + _adds(e[2]) if e[0] == "add" else [e]
+
+
+def _relabel(e: tuple, leaf) -> tuple:
+    return ("add", _relabel(e[1], leaf), _relabel(e[2], leaf)) if e[0] == "add" else leaf(e)
+
+
+@pytest.mark.skipif(
+    not triton.__version__.startswith("3.9."),
+    reason="read from Triton 3.9's PTX (the in-thread order of other versions: kernel_schedule.in_thread_order)",
+)
+def test_the_bf16_logits_tiles_sum_rows_as_wgmma_row_sum():
+    """``_logits_kernel``'s bfloat16 launch (128 x 128 tiles, wgmma m64n128k16, 8 warps, STATS):
+    the PTX's ``sum(exp(z - m'))`` of a thread's first row is a tree over the 32 accumulator
+    registers ``4 j + k`` (columns ``8 j + 2 t + k`` of lane t), then lanes xor 2, xor 1; evaluated on
+    random rows it equals ``wgmma_row_sum`` (N = 128), not a sequential sum."""
+    asm = _sm90("_logits_kernel", "bf16", HAS_CAP=False, NEED_SUM=False, WRITE_Z=False)
+    sums = _wgmma_exp_sums(asm["ptx"])
+    assert [offset for _, offset in sums] == [2, 2]  # the first shuffle of each of the thread's two rows
+    tree = sums[0][0]
+    assert sorted(n for _, n in _adds(tree)) == [4 * j + k for j in range(32) for k in range(2) if 4 * j + k < 64]
+
+    def evaluate(e: tuple, x: dict) -> float:
+        return x[e[1]] if e[0] == "x" else np.float32(evaluate(e[1], x)) + np.float32(evaluate(e[2], x))
+
+    rows = torch.exp(3 * torch.randn(8, 128, generator=torch.Generator().manual_seed(8)))
+    got = []
+    for row in rows.tolist():
+        lanes = [
+            evaluate(tree, {n: np.float32(row[8 * (n // 4) + 2 * t + n % 2]) for n in range(64)}) for t in range(4)
+        ]
+        for off in (2, 1):
+            lanes = [np.float32(lanes[t] + lanes[t ^ off]) for t in range(4)]
+        got.append(float(lanes[0]))
+    assert got == ks.wgmma_row_sum(rows).tolist()
+    sequential = rows[:, 0].clone()
+    for j in range(1, 128):
+        sequential = sequential + rows[:, j]
+    assert got != sequential.tolist()
 
 
 def test_device_primitives_take_the_record_and_the_launch_layouts(monkeypatch):
