@@ -9,21 +9,22 @@ the buffers it reads:
 
 * ``_logits_kernel`` (:func:`logits_schedule`): per token tile and group of vocabulary tiles, the
   logit tile ``acc = dot(x, w^T, acc)`` over ``BLOCK_K`` slices of D (the primitive ``dot``; rows
-  past ``n_rows`` and columns past ``v1`` read clamped, K past D zeros), ``z = rnd(acc + b)``
-  (bias), capped ``z = rnd(c * rnd(1 - rnd(2 / rnd(exp(min(rnd(rnd(2 z) / c), 80)) + 1))))``
-  (``_softcap``, Triton's ``/`` the primitive ``div``); STATS: the online state
+  past ``n_rows`` and columns past ``v1`` read clamped, K past D zeros), ``r = rnd(acc + b)``
+  (bias), capped ``z = rnd(c * rnd(1 - 2 / rnd(exp(min(rnd(2 r) / c, 80)) + 1)))`` (``_softcap``;
+  Triton's ``/`` the primitive ``div``, ``2 / x`` the primitive ``two_over``); STATS: the online state
   ``m' = max(m, max z)``, ``l' = rnd(rnd(l * exp(m - m')) + sum exp(z - m'))``, ``s' = rnd(s +
   sum z)`` (``block_step``; ``Ojas.LinearCrossEntropy.ChunkedLse.chunked_lse_chunk``), the target
   logit ``sum(where(v = t, z, 0))``, the float32 logits (WRITE_Z); GRAD: ``_grad_tile``
-  ``g = rnd(rnd(rnd(1 + rnd(rnd(2 lam) lse)) * exp(z - lse)) - rnd(eps / V))``, minus
+  ``g = rnd(rnd(rnd(1 + rnd(rnd(2 lam) lse)) * exp(z - lse)) - rnd(eps inv_v))``, minus
   ``rnd(1 - eps)`` at the target, times ``rnd(1 - rnd(zc * zc))``, ``zc = z / c`` (cap), times the
-  token weight, cast to G's dtype (``Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive``);
+  token weight (each product rounded), cast to G's dtype (``Ojas.LinearCrossEntropy.Gradient.grad_entry_is_derive``);
 * ``_rows_kernel`` (:func:`rows_schedule`): per row, STREAM: the same online state over the row's
   logits in ``BLOCK_V`` blocks (bias and cap applied, ``m_ref`` 0 for rows past ``n_rows``), or the
-  merge of the groups' states ``l' = rnd(rnd(l * exp(m - m')) + sum rnd(pl * exp(pm - m')))``,
+  merge of the groups' states (read from ``_logits_kernel``'s PM, PL, PS, ZT) ``l' = rnd(rnd(l * exp(m - m')) + sum rnd(pl * exp(pm - m')))``,
   ``s' = rnd(s + sum ps)`` in ``BLOCK_P`` blocks (``merge_chunks_lse``); ``lse = rnd(m + log l)``,
   ``loss = rnd(rnd(rnd(rnd(1 - eps) rnd(lse - zt)) + rnd(eps rnd(lse - rnd(s inv_v)))) +
-  rnd(rnd(lam lse) lse))`` (``token_loss``); HAS_LSE: lse and the token weight read; GRAD: the
+  rnd(rnd(lam lse) lse))`` (``token_loss``; STREAM's target logit ``zt = rnd(zt + sum(where(v = t,
+  z, 0)))`` over the blocks); HAS_LSE: lse and the token weight read; GRAD: the
   row of G by ``_grad_tile``;
 * ``_scale_kernel`` (:func:`scale_schedule`): ``x = cast(rnd(x * scale))`` unless scale is 1.
 
@@ -56,8 +57,10 @@ The operations whose rounding is a parameter are :class:`CrossEntropyPrimitives`
   kernel compiled without contraction (:func:`_op_kernel`); ``tl.sum`` in the order the imported
   Triton (3.6 or 3.9: ``kernel_schedule.in_thread_order``) lowers it on the launch's layout, read
   from the launch's TTGIR: ``kernel_schedule.wgmma_row_sum`` on the Hopper wgmma accumulator
-  (``_logits_kernel``'s 16-bit tiles), ``kernel_schedule_rowwise.blocked_sum`` on a blocked layout
-  (``_rows_kernel``'s loaded blocks, the float32 FMA dot's accumulator); round-to-nearest-even casts.
+  (``_logits_kernel``'s 16-bit tiles; Triton 3.9's tree at N = 128 read from its sm_90 PTX by the
+  tests, Triton 3.6's order at N = 128 assumed to be its order at N = 64, which a fixture pins),
+  ``kernel_schedule_rowwise.blocked_sum`` on a blocked layout (``_rows_kernel``'s loaded blocks,
+  the float32 FMA dot's accumulator); round-to-nearest-even casts.
 
 :func:`check_linear_cross_entropy` returns ``None`` when every launch's outputs equal its model's
 bit for bit, else a :class:`CrossEntropyMismatch`: the first launch (in the order they ran) with a
@@ -67,7 +70,7 @@ loss, g), its element, the operation, both values and the model's intermediates 
 (the row's online state after every block). The kernels have no trace: within one output the
 check does not separate its steps (a differing ``pl`` names ``exp`` or the row sum, not which).
 
-Not covered: float16's scaled G is modelled (``g_scale``) but not tested; ``tl.maximum`` /
+Not tested: float16 (its scaled G, ``g_scale``, is modelled). Not covered: ``tl.maximum`` /
 ``tl.max`` of a +0 and a -0 (the device's ``max.f32`` and numpy differ there; exact otherwise);
 ``_logits_kernel`` dots in single-pass TF32 (refused on the device); reduction layouts other
 than the Hopper wgmma accumulator with the warps along the rows and blocked layouts (refused).
@@ -469,7 +472,9 @@ def logits_schedule(launch: Launch, primitives: CrossEntropyPrimitives) -> Sched
                 for k in range(0, d_pad, bk):
                     acc = p.dot(x[:, k : k + bk].contiguous(), wt[k : k + bk].contiguous(), acc)
                 b = None if bias is None else torch.where(col_ok, bias[torch.clamp(cols, max=bias.numel() - 1)], 0.0)
-                z = _logits_of(p, acc, b, cap, a["softcap"])
+                tile_steps = {"dots (acc)": acc}
+                z = _logits_of(p, acc, b, cap, a["softcap"], tile_steps)
+                tile_steps["logit z"] = z
                 is_target = cols[None, :] == tgt[:, None]
                 tile = (slice(m0, m0 + bm), slice(t * bn, t * bn + bn))
                 if stats:
@@ -490,23 +495,23 @@ def logits_schedule(launch: Launch, primitives: CrossEntropyPrimitives) -> Sched
                             value
                         )
                 else:
-                    steps: dict = {}
-                    g = _grad_tile(p, z, lse, is_target, w, a["eps"], a["lam"], a["inv_v"], a["softcap"], cap, steps)
+                    g = _grad_tile(
+                        p, z, lse, is_target, w, a["eps"], a["lam"], a["inv_v"], a["softcap"], cap, tile_steps
+                    )
                     g_out[tile] = p.cast(g, g_out.dtype)
-                    trail.setdefault("logit z", torch.zeros(rows_pad, cols_pad))[tile] = z
-                    for name, value in steps.items():
-                        trail.setdefault(name, torch.zeros(rows_pad, cols_pad))[tile] = value
+                for name, value in tile_steps.items():
+                    trail.setdefault(name, torch.zeros(rows_pad, cols_pad))[tile] = value
             if stats:
                 pm[offs_m[row_ok], pid_g] = m_i[row_ok]
                 pl[offs_m[row_ok], pid_g] = l_i[row_ok]
                 ps[offs_m[row_ok], pid_g] = s_i[row_ok]
+    tile_trail = {name: (value, (0, 1)) for name, value in trail.items()}
     if not stats:
-        steps = {name: (value, (0, 1)) for name, value in trail.items()}
-        return Schedule({"g": g_out}, _ops("g", **_LOGITS_OPERATIONS), {"g": steps})
+        return Schedule({"g": g_out}, _ops("g", **_LOGITS_OPERATIONS), {"g": tile_trail})
     names = (("z",) if a["WRITE_Z"] else ()) + ("zt", "pm", "pl") + (("ps",) if a["NEED_SUM"] else ())
     values = {"z": z_out, "zt": zt, "pm": pm, "pl": pl, "ps": ps}
     group_steps = {k: (v, (0, 1)) for k, v in states.items() if a["NEED_SUM"] or not k.startswith("s ")}
-    steps = {n: group_steps if n in ("pm", "pl", "ps") else {} for n in names}
+    steps = {n: group_steps if n in ("pm", "pl", "ps") else tile_trail if n == "z" else {} for n in names}
     return Schedule({n: values[n] for n in names}, _ops(*names, **_LOGITS_OPERATIONS), steps)
 
 

@@ -171,6 +171,17 @@ def test_the_forward_only_launches_match(dtype):
     assert (m := kc.check_launches(launches, CPU)) is None, str(m)
 
 
+@pytest.mark.interpreter
+def test_grad_output_one_leaves_the_gradients_as_computed():
+    """``loss.backward()``: the scale kernel reads the factor 1 and writes nothing, as its model."""
+    x, w, target, _, _ = _inputs((37, 40, 70), torch.bfloat16, {})
+    launches: list = []
+    assert kc.check_linear_cross_entropy(x, w, target, primitives=CPU, launches=launches) is None
+    scaled = [la for la in launches if la.kernel == "_scale_kernel"]
+    assert len(scaled) == 2 and all(torch.equal(la.args["X"], la.after["X"]) for la in scaled)
+    assert kc.scale_schedule(scaled[0], CPU).operations["x"] == "nothing written: the factor is 1"
+
+
 # ---------------------------------------------------------------------------
 # Mutants
 # ---------------------------------------------------------------------------
