@@ -28,10 +28,12 @@ the buffers it reads:
   row of G by ``_grad_tile``;
 * ``_scale_kernel`` (:func:`scale_schedule`): ``x = cast(rnd(x * scale))`` unless scale is 1.
 
-All three compile without FMA contraction (``enable_fp_fusion=False`` at every launch), so every
+``_logits_kernel`` and ``_rows_kernel`` compile without FMA contraction (``enable_fp_fusion=False``
+at their launches; ``_scale_kernel`` has one product and no sum, nothing to contract), so every
 product and sum above rounds once on its own, as the model does; the only fused products are
 those inside the float32 IEEE ``tl.dot`` on the device (Triton lowers it to ``fma.rn.f32``
-chains, :func:`fma_dot`).
+chains, :func:`fma_dot`) and libdevice's own inside ``tl.log`` (run as they are by the device
+primitive).
 
 **The cuBLAS products are not modelled by this check.** The logits that the schedules compute with
 torch (``linear_cross_entropy_products._mm_into``: the 3-product schedule's chunk logits in the

@@ -147,6 +147,12 @@ def test_every_launch_matches_the_interpreter_schedule_bit_for_bit(shape_case, v
     assert ("NEED_SUM" in flags) == ("label_smoothing" in options)
     if changes:  # several chunks (row0 > 0) or slabs (v0 > 0), and groups merged over several blocks
         assert any(la.args.get("row0", 0) > 0 or la.args.get("v0", 0) > 0 for la in launches)
+        if variant == "4-products":
+            merges = [la for la in launches if la.kernel == "_rows_kernel" and not la.args["STREAM"]]
+            assert merges and all(la.args["n_groups"] > la.args["BLOCK_P"] for la in merges)
+    targets = [la.args["TGT"] for la in launches if la.kernel != "_scale_kernel"]
+    assert all((t >= 0).all() for t in targets)  # the kernels see the kept tokens only (ce_drop_ignored)
+    assert all(t.numel() < shape_case[1][0] for t in targets) == ("ignored" in options)
     written = [la for la in launches if la.kernel != "_scale_kernel"]
     assert all(la.options["enable_fp_fusion"] is False for la in written)  # no fused products: the model's
     scaled = [la for la in launches if la.kernel == "_scale_kernel"]
