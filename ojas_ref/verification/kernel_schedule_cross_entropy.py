@@ -72,10 +72,14 @@ loss, g), its element, the operation, both values and the model's intermediates 
 (the row's online state after every block). The kernels have no trace: within one output the
 check does not separate its steps (a differing ``pl`` names ``exp`` or the row sum, not which).
 
-Not tested: float16 (its scaled G, ``g_scale``, is modelled). Not covered: ``tl.maximum`` /
-``tl.max`` of a +0 and a -0 (the device's ``max.f32`` and numpy differ there; exact otherwise);
-``_logits_kernel`` dots in single-pass TF32 (refused on the device); reduction layouts other
-than the Hopper wgmma accumulator with the warps along the rows and blocked layouts (refused).
+float16 (its G scaled by ``g_scale``) is checked under the interpreter only; on the device its
+dots take the record's bfloat16 model, as ``kernel_schedule.device_primitives`` does. Not
+covered: ``tl.maximum`` / ``tl.max`` of a +0 and a -0 (the device's ``max.f32`` and numpy differ
+there; exact otherwise); ``_logits_kernel`` dots in single-pass TF32 (refused on the device);
+reduction layouts other than the Hopper wgmma accumulator with the warps along the rows and
+blocked layouts (refused); changes of the schedule that leave every output's bits unchanged (the
+outputs are compared, not the steps: e.g. a model streaming the rows in blocks of 32 instead of
+the kernel's 16 gave the same lse on the interpreter tests' rows).
 The model is an executable statement of the schedule, not a proof.
 """
 

@@ -9,7 +9,8 @@
   the 4-product schedule with cuBLAS logits (rows streamed from float32 logits, the backward's
   rows from the saved lse), at three shapes (ragged tiles and K; whole tiles; token chunks,
   vocabulary slabs, several groups and merge blocks), with and without bias, label smoothing,
-  z-loss, soft cap and ignored tokens, in float32 and bfloat16; and ``linear_cross_entropy_forward``.
+  z-loss, soft cap and ignored tokens, in float32 and bfloat16 (float16 at one shape: its scaled
+  G); and ``linear_cross_entropy_forward``.
   Mutants (a row sum in another order, a division not rounded once, a nearest-even cast, the
   device's fused float32 dot, another BLOCK_V) are caught at the output they change.
 * sm_90 without a GPU: the GPU tests' launches compile to the reduction layouts the device
@@ -157,6 +158,17 @@ def test_every_launch_matches_the_interpreter_schedule_bit_for_bit(shape_case, v
     assert all(la.options["enable_fp_fusion"] is False for la in written)  # no fused products: the model's
     scaled = [la for la in launches if la.kernel == "_scale_kernel"]
     assert all(not torch.equal(la.args["X"], la.after["X"]) for la in scaled)  # grad_output 0.75 was applied
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_float16_launches_match_with_their_scaled_g(variant):
+    """float16: G stored times a power of two (``g_scale`` in the rows kernel, the token weights
+    in the backward's logits kernel), as modelled."""
+    mismatch, launches = _run(SHAPES[2], variant, torch.float16, CPU)
+    assert mismatch is None, str(mismatch)
+    scales = {la.args["g_scale"] for la in launches if la.kernel == "_rows_kernel" and not la.args["HAS_LSE"]}
+    assert scales == {256.0}
 
 
 @pytest.mark.interpreter
