@@ -10,12 +10,13 @@
   rows from the saved lse), at three shapes (ragged tiles and K; whole tiles; token chunks,
   vocabulary slabs, several groups and merge blocks), with and without bias, label smoothing,
   z-loss, soft cap and ignored tokens, in float32 and bfloat16 (float16 at one shape: its scaled
-  G); and ``linear_cross_entropy_forward``.
-  Mutants (a row sum in another order, a division not rounded once, a nearest-even cast, the
-  device's fused float32 dot, another BLOCK_V) are caught at the output they change.
+  G); and ``linear_cross_entropy_forward``. Mutants (a row sum in another order, a division not
+  rounded once, a nearest-even cast, the device's fused float32 dot, the logits as one dot over
+  another BLOCK_K) are caught at the output they change.
 * sm_90 without a GPU: the GPU tests' launches compile to the reduction layouts the device
-  primitives model (wgmma accumulator for 16-bit logits tiles, blocked layouts otherwise), and the
-  float32 IEEE dot to ``fma.rn.f32`` chains over k in increasing order (:func:`fma_dot`).
+  primitives model (wgmma accumulator for 16-bit logits tiles, blocked layouts otherwise), the
+  bfloat16 logits tiles' exp sum is ``wgmma_row_sum``'s tree at N = 128 (Triton 3.9's PTX), and the
+  float32 IEEE dot compiles to ``fma.rn.f32`` chains over k in increasing order (:func:`fma_dot`).
 * GPU (``-m gpu``): the same schedules at three shapes against the device's primitives (the
   ``ojas verify-device`` record's bfloat16 dot model, the FMA chain for float32, the device's
   ``tl.exp`` / ``tl.log`` / ``/``, the row sums in the imported Triton's order on the launches'
