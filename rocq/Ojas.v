@@ -71,5 +71,5 @@ From Ojas Require Export InBackward.ChunkedHead.
 From Ojas Require Export RMSNorm.Backward SwiGLU.Backward ReLU.Backward ReLU.KernelBits RoPE.Backward.
 
 (** ** The bounds' values, over exact rationals *)
-From Ojas Require Export Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention.
+From Ojas Require Export Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.AttentionChain.
 From Ojas Require Export Bounds.LinearCrossEntropy Bounds.LinearCrossEntropyGrad.
