@@ -106,3 +106,28 @@ Definition dk_error_from_forward_witness :=
     wa_c u (Rabs wc_LSE) 1 0 [1] [1] 0 [[tt]] 1 1 1 1 1 0
     wc_X 1 (Rmax 0 wc_eD) (Rabs (dot_R [1] [1] - wc_D)) 1 1
     wc_consts wa_exp2_0 (ff_u_nonneg _) wv_c2 (Rle_refl 0) wg_cs Rle_0_1 (Rmax_l _ _) (Rabs_pos _) Rle_0_1 eq_refl eq_refl (le_n 1) wf_E_u wd_u ltac:(repeat constructor) ws_b wc_rows (Rle_refl _).
+
+(** ** The dots as parameters, at the blocked fp32 instances ([blocked_dot_model],
+    [blocked_acc_dot_model]: tiles of one item) *)
+
+Definition wc_consts_blocked :=
+  fwd_consts_blocked wM (u + ea) (/ 2) 2 wa_c 1 u 1 1 wa_cl u 0 wc_Lb wc_r wc_a 1 1 1 1 wc_consts.
+
+Definition dq_error_acc_from_forward_witness :=
+  dq_error_acc_from_forward wM wa_lg (u + ea) (/ 2) 2 wl_lg _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM))
+    (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    [1] [1] wa_c 1 u 1 1 wa_cl u 0 wc_Lb wc_r wc_a wa_c u (Rabs wc_LSE) 1 1 1 1 1 0 wc_fvis wc_fts wc_shape
+    (fun _ => true) 1 0 0 [[([1], [1])]] wc_X 1 wc_eD (Rabs (dot_R [1] [1] - wc_D)) 1
+    wc_consts_blocked wa_exp2_0 wc_row (Rle_refl _) eq_refl (le_n 0) wd_u (Rle_refl _)
+    blocked_acc_dot_model_witness ltac:(repeat constructor) (ff_u_nonneg _) wv_c2 (Rle_refl 0) wg_cs
+    Rle_0_1 (Rabs_pos _) Rle_0_1 eq_refl (le_n 1) wf_dm wc_keys (Rle_refl _).
+
+Definition dk_error_acc_from_forward_witness :=
+  dk_error_acc_from_forward wM wa_lg (u + ea) (/ 2) 2 wl_lg _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM))
+    (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ : unit => [1]) (fun _ => [1]) (fun _ => wc_fvis) (fun _ => wc_fts) (fun _ => wc_shape) (fun _ => true)
+    wa_c 1 u 1 1 wa_cl u 0 wc_Lb wc_r wc_a wa_c u (Rabs wc_LSE) 1 0 [1] [1] 0 [[tt]] 1 1 1 1 1 0
+    wc_X 1 (Rmax 0 wc_eD) (Rabs (dot_R [1] [1] - wc_D)) 1
+    wc_consts_blocked wa_exp2_0 blocked_acc_dot_model_witness ltac:(repeat constructor) (ff_u_nonneg _) wv_c2
+    (Rle_refl 0) wg_cs Rle_0_1 (Rmax_l _ _) (Rabs_pos _) Rle_0_1 eq_refl eq_refl (le_n 1) wf_dm wd_u wc_rows
+    (Rle_refl _).
