@@ -697,7 +697,7 @@ let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
                  "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab";
                  "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups"; "a0"; "ua"; "x"; "chunks";
-                 "chain" ]
+                 "chain"; "uc2"; "ucs"; "lse_max"; "dp_abs_sum"; "y_max"; "w"; "value_dim"; "grad_depth" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -751,6 +751,17 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ue"; "ee"; "ea"; "el"; "ucl"; "uc"; "scale"; "p"; "ln"; "e"; "block"; "keys"; "tiles" ];
     value (Bounds_spec.attn_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "ucl") (q "uc") (q "scale")
              (q "p") (q "ln") (nat "e") (nat "block") (nat "keys") (nat "tiles"))
+  | `String "attention_grad_chain" ->
+    allowed [ "u"; "ue"; "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "el"; "ucl"; "ln"; "uc2"; "ucs";
+              "lse_max"; "dp_abs_sum"; "y_max"; "w"; "e"; "block"; "keys"; "tiles"; "value_dim"; "grad_depth";
+              "items" ];
+    (match Bounds_spec.attn_grad_chain_q (q "u") (q "ue") (q "ee") (q "ea") (q "us") (q "es") (q "uc") (q "scale")
+             (q "p") (q "v") (q "el") (q "ucl") (q "ln") (q "uc2") (q "ucs") (q "lse_max") (q "dp_abs_sum")
+             (q "y_max") (q "w") (nat "e") (nat "block") (nat "keys") (nat "tiles") (nat "value_dim")
+             (nat "grad_depth") (nat "items") with
+     | None -> `Null
+     | Some ((((((((c1, c2), c3), c0), cd), d0), d1), r), a) ->
+       `List (List.map (fun c -> `String (string_of_q c)) [ c1; c2; c3; c0; cd; d0; d1; r; a ]))
   | `String "linear_cross_entropy_lse" ->
     allowed [ "u"; "ue"; "ee"; "ea"; "el"; "zmax"; "delta"; "ln"; "depth"; "block"; "tiles"; "vocab" ];
     value (Bounds_spec.ce_lse_q (q "u") (q "ue") (q "ee") (q "ea") (q "el") (q "zmax") (q "delta") (q "ln")

@@ -55,6 +55,8 @@ from ojas_ref.verification.bounds.attention import (
     attention_dv_error_bound,
     attention_forward_error_bound,
     attention_forward_posteriori_bound,
+    attention_grad_chain,
+    attention_grad_chain_bound,
     attention_lse_error_bound,
 )
 
@@ -314,6 +316,21 @@ def forward_error_bound(
     )
 
 
+def _prob_abs_v(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, score_error: float
+) -> torch.Tensor:
+    """A certified upper bound of ``W_ic = sum_j P_ij |v_jc|`` [B, Hq, S, Ev]: the upper probabilities of
+    ``softmax_bounds`` (scores within ``score_error`` of the float64 ones) times ``|v|``, ``matmul_upper``."""
+    va = v.to(F64).abs().repeat_interleave(q.shape[1] // k.shape[1], 1)
+    return torch.cat(
+        [
+            cb.matmul_upper(cb.softmax_bounds(_scores(r0, qc, kr, is_causal, scale), score_error)[1], va)
+            for r0, qc, kr in _row_blocks(q, k)
+        ],
+        2,
+    )
+
+
 def forward_posteriori_bound(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
 ) -> torch.Tensor:
@@ -321,17 +338,8 @@ def forward_posteriori_bound(
     (``attention_forward_posteriori_bound``) with ``W >= P |v|`` certified: the upper probabilities
     of ``softmax_bounds`` (scores within :func:`_score_error`) times ``|v|``, ``matmul_upper``."""
     inputs = _bound_inputs(q, k, is_causal, block_n)
-    es = _score_error(q, scale, inputs["qk_abs_sum"])
-    va = v.to(F64).abs().repeat_interleave(q.shape[1] // k.shape[1], 1)
-    w = torch.cat(
-        [
-            cb.matmul_upper(cb.softmax_bounds(_scores(r0, qc, kr, is_causal, scale), es)[1], va)
-            for r0, qc, kr in _row_blocks(q, k)
-        ],
-        2,
-    )
     return attention_forward_posteriori_bound(
-        w,
+        _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
         k.shape[2],
         q.shape[-1],
         dtype=q.dtype,
@@ -419,6 +427,18 @@ def _delta_output_error(
     return torch.cat(parts, 2)
 
 
+def _chain_delta_error(coefs: dict, out: torch.Tensor, dof: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``eD_i = d0 + d1 sum_c |o_ic dO_ic| + sum_c (r W_ic + a) |dO_ic|`` of :func:`attention_grad_chain`
+    [B, Hq, S], every sum a certified upper bound (``o = out`` the stored output, ``W >= P |v|``)."""
+    t1 = cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1)
+    t2 = cb.sum_upper(cb.mul_upper(w, dof), -1)
+    t3 = cb.sum_upper(dof.abs(), -1)
+    return cb.add_upper(
+        cb.add_upper(cb.scale_upper(t1, coefs["d1"]), cb.scale_upper(t2, coefs["r"])),
+        cb.add_upper(cb.scale_upper(t3, coefs["a"]), _float_up(coefs["d0"])),
+    )
+
+
 def grad_error_bounds(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -431,19 +451,29 @@ def grad_error_bounds(
     inputs: str = "proved",
 ) -> dict:
     """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
-    on |kernel - exact| entry by entry (``attention_dq_error_bound``, ``attention_dk_error_bound``)
-    for the backward kernels' tiles (``default_config``), fed with the forward's saved ``out``
-    and ``lse`` (``flash_attention_forward``; the forward is deterministic, so these are the
-    tensors the autograd backward reads).
+    on |kernel - exact| entry by entry for the backward kernels' tiles (``default_config``), fed with
+    the forward's saved ``out`` and ``lse`` (``flash_attention_forward``; the forward is
+    deterministic, so these are the tensors the autograd backward reads).
 
-    The bounds take the errors of these inputs as premises: ``|lse - LSE| <= lse_error`` and
-    ``|delta_i - D_i| <= eD_i`` (``delta`` the kernel's ``rowsum(dO * out)``). ``inputs="proved"``:
-    from the forward theorems (``attention_lse_error_bound``; ``attention_delta_error_bound``
-    plus ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward bound
-    :func:`forward_posteriori_bound`, ``dot_R_perturb``).
-    ``inputs="measured"``: the saved tensors' own deviations from the exact lse and ``dO . O``
-    (certified upper bounds: the lse between :func:`_lse_bounds`, :func:`_delta_output_error`) in
-    place of the forward theorems: a premise checked on these inputs, not a theorem about the forward.
+    ``inputs="proved"`` with the blocked float32 dots (``kernel_dot`` "fp32": the interpreter): ONE
+    extracted function per bound, :func:`~ojas_ref.verification.bounds.attention.attention_grad_chain`
+    (``Ojas.Bounds.AttentionChain.attn_grad_chain_q``; ``attn_dq_chain_q_sound``,
+    ``attn_dk_chain_q_sound``: the chain dO -> Delta -> dS -> dQ, dK composed in Coq, the forward's
+    lse and stored output's errors discharged there), evaluated at the data's sums
+    (:func:`~ojas_ref.verification.bounds.attention.attention_grad_chain_bound`): ``eD_i`` from its
+    ``(d0, d1, r, a)`` (:func:`_chain_delta_error`; these depend on the forward's arguments only, so a
+    first answer at ``dp_abs_sum = max_abs_y = 0`` gives them for :func:`exact_grads`' sums, and the
+    final answers are checked to carry the same), dQ with each row's own ``eD_i``, dK with their max.
+    With another dot model (the GPU's tensor cores, 3xTF32) no composed theorem exists: the bounds
+    take the errors of these inputs as premises (``attention_dq_error_bound``,
+    ``attention_dk_error_bound``: ``|lse - LSE| <= lse_error``, ``|delta_i - D_i| <= eD_i``), fed by the
+    forward theorems (``attention_lse_error_bound``; ``attention_delta_error_bound`` plus
+    ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward bound :func:`forward_posteriori_bound`,
+    ``dot_R_perturb``), composed here.
+    ``inputs="measured"``: those premises' values are the saved tensors' own deviations from the exact
+    lse and ``dO . O`` (certified upper bounds: the lse between :func:`_lse_bounds`,
+    :func:`_delta_output_error`) in place of the forward theorems: a premise checked on these inputs,
+    not a theorem about the forward.
     Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`)."""
     from ojas_kernels.attention import default_config
 
@@ -451,11 +481,48 @@ def grad_error_bounds(
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
     cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
     g, sq, sk, ev = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1]
+    bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
     bnd = _bound_inputs(q, k, is_causal, None)
     dot = kernel_dot(q.device.type, q.dtype)
     es = _score_error(q, scale, bnd["qk_abs_sum"])
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
     dof = do.to(F64)
+    rounding = storage_rounding(q.device.type, q.dtype)
+    if inputs == "proved" and dot == "fp32":
+        chain = dict(
+            n_keys=sk,
+            head_dim=q.shape[-1],
+            value_dim=ev,
+            block_n=bnd["block_n"],
+            dtype=q.dtype,
+            max_abs_q=bnd["max_abs_q"],
+            max_abs_k=bnd["max_abs_k"],
+            max_abs_v=v.abs().max().item(),
+            max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
+            qk_abs_sum=bnd["qk_abs_sum"],
+            scale=scale,
+            storage_rounding=rounding,
+        )
+        tiling = {
+            "dq": dict(max_abs_w=bnd["max_abs_k"], n_items=sk, block=bn, n_tiles=-(-sk // bn)),
+            "dk": dict(max_abs_w=bnd["max_abs_q"], n_items=g * sq, block=bm, n_tiles=g * -(-sq // bm)),
+        }
+        first = attention_grad_chain(**chain, **tiling["dq"], dp_abs_sum=0.0, max_abs_y=0.0)
+        ed = _chain_delta_error(first, out, dof, _prob_abs_v(q, k, v, is_causal, scale, es))
+        ex = exact_grads(q, k, v, do, is_causal, scale, ed)
+        coefs = {
+            name: attention_grad_chain(**chain, **t, dp_abs_sum=ex["dp_abs_sum"], max_abs_y=ex["max_abs_y"])
+            for name, t in tiling.items()
+        }
+        for name, c in coefs.items():
+            if any(c[x] != first[x] for x in ("d0", "d1", "r", "a")):
+                raise RuntimeError(f"attn_grad_chain_q's delta coefficients moved with the backward's data ({name})")
+        return dict(
+            dq=ex["dq"],
+            dk=ex["dk"],
+            dq_bound=attention_grad_chain_bound(coefs["dq"], ex["dq_sums"], ed[..., None], sk),
+            dk_bound=attention_grad_chain_bound(coefs["dk"], ex["dk_sums"], ed.max().item(), g * sq),
+        )
     ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), ev)
     if inputs == "proved":
         fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
@@ -477,10 +544,9 @@ def grad_error_bounds(
         max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
         lse_error=lse_err,
         scale=scale,
-        storage_rounding=storage_rounding(q.device.type, q.dtype),
+        storage_rounding=rounding,
         dot=dot,
     )
-    bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
     dk_bound = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm, **common)
     dq_bound = attention_dq_error_bound(ex["dq_sums"], sk, -(-sk // bn), q.shape[-1], ev, block_n=bn, **common)
     return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq_bound, dk_bound=dk_bound)

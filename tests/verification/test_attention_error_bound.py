@@ -86,6 +86,8 @@ from ojas_ref.verification.bounds.attention import (  # noqa: E402
     attention_dq_error_bound,
     attention_forward_error_bound,
     attention_forward_posteriori_bound,
+    attention_grad_chain,
+    attention_grad_chain_bound,
     attention_lse_error_bound,
 )
 
@@ -305,6 +307,128 @@ def test_grad_bound_arguments_and_growth():
         attention_dk_error_bound((one, one, one), 4096, 128, 128, 0, **kw)
     with pytest.raises(ValueError):
         attention_delta_error_bound(one, 0)
+
+
+# ---------------------------------------------------------------------------
+# The chain composed in Coq (Bounds/AttentionChain.v) against the Python composition it replaced
+# ---------------------------------------------------------------------------
+
+
+def _python_composition(q, k, v, do, out, is_causal, scale):
+    """The dQ / dK bounds as ``grad_error_bounds(inputs="proved")`` composed them in Python before
+    ``attn_grad_chain_q``: the lse's error (``attention_lse_error_bound``) and delta's
+    (``attention_delta_error_bound`` plus ``sum_c |dO_ic|`` times the a-posteriori forward bound) fed
+    as premises to ``attention_dq_error_bound`` / ``attention_dk_error_bound``, delta's largest error
+    for every row."""
+    from ojas_kernels.attention import default_config
+    from ojas_ref.verification import attention_error as ae
+    from ojas_ref.verification.bounds import certified as cb
+
+    cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
+    g, sq, sk, ev = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1]
+    bnd = ae._bound_inputs(q, k, is_causal, None)
+    lse_lo, lse_hi = ae._lse_bounds(q, k, is_causal, scale, ae._score_error(q, scale, bnd["qk_abs_sum"]))
+    dof = do.to(F64)
+    ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), ev)
+    ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(forward_posteriori_bound(q, k, v, is_causal, scale), dof), -1))
+    ex = exact_grads(q, k, v, do, is_causal, scale, ed)
+    common = dict(
+        dtype=q.dtype,
+        max_abs_q=bnd["max_abs_q"],
+        max_abs_k=bnd["max_abs_k"],
+        qk_abs_sum=bnd["qk_abs_sum"],
+        dp_abs_sum=ex["dp_abs_sum"],
+        max_abs_y=ex["max_abs_y"],
+        max_delta_error=ed.max().item(),
+        max_abs_lse=ae._max_abs_lse(lse_lo, lse_hi),
+        lse_error=attention_lse_error_bound(sk, q.shape[-1], scale=scale, **bnd),
+        scale=scale,
+        storage_rounding=storage_rounding(q.device.type, q.dtype),
+    )
+    bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
+    return (
+        attention_dq_error_bound(ex["dq_sums"], sk, -(-sk // bn), q.shape[-1], ev, block_n=bn, **common),
+        attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm, **common),
+    )
+
+
+CHAIN_CASES = [(torch.bfloat16, 2, 1, 48, 32, True), (torch.float32, 2, 2, 40, 32, False)]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype,hq,hkv,s,e,causal", CHAIN_CASES, ids=["bfloat16-causal-gqa2", "float32-full"])
+def test_chain_bound_at_most_python_composition(dtype, hq, hkv, s, e, causal):
+    """``grad_error_bounds(inputs="proved")`` is the one extracted function per bound
+    (``attn_grad_chain_q``): its dQ and dK bounds are at most the old Python composition's and equal
+    to them up to rounding (2^-30 relative; dQ takes each query row's own delta error where the
+    composition took the largest, a term below that here), and the kernel's dQ and dK lie within."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's float32 dots; CUDA's are another dot model")
+    q, k, v = make_inputs(1, hq, hkv, s, e, dtype, "cpu", seed=5)
+    scale = 1.0 / math.sqrt(e)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(6)).to(dtype)
+    out, lse = flash_attention_forward(q, k, v, causal, scale, None)
+    qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
+    flash_attention(qq, kk, v, causal, scale).backward(do)
+    new = grad_error_bounds(q, k, v, do, out, lse, causal, scale, "proved")
+    old_dq, old_dk = _python_composition(q, k, v, do, out, causal, scale)
+    for bound, old in ((new["dq_bound"], old_dq), (new["dk_bound"], old_dk)):
+        assert (bound <= old).all() and (bound >= old * (1 - 2.0**-30)).all()
+    for name, got in (("dq", qq.grad), ("dk", kk.grad)):
+        assert ((got.to(F64) - new[name]).abs() <= new[f"{name}_bound"]).all(), name
+
+
+@pytest.mark.interpreter
+def test_chain_bound_is_the_extracted_function_and_can_fail(monkeypatch):
+    """The chain's bound comes from ``attention_grad_chain`` (the call is made; without it no
+    bound), a gradient off by twice the bound in one entry is caught, and the extracted function's
+    checks raise (``(block - 1 + tiles - 1) u >= 1``)."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's float32 dots")
+    from ojas_ref.verification import attention_error as ae
+
+    q, k, v = make_inputs(1, 2, 2, 32, 32, torch.float32, "cpu", seed=7)
+    scale = 1.0 / math.sqrt(32)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(8))
+    out, lse = flash_attention_forward(q, k, v, False, scale, None)
+    qq = q.clone().requires_grad_()
+    flash_attention(qq, k, v, False, scale).backward(do)
+    b = grad_error_bounds(q, k, v, do, out, lse, False, scale, "proved")
+    wrong = qq.grad.to(F64).clone()
+    i = b["dq_bound"].argmax()
+    wrong.view(-1)[i] += 2 * b["dq_bound"].view(-1)[i]
+    assert not ((wrong - b["dq"]).abs() <= b["dq_bound"]).all()
+
+    def refuse(*args, **kwargs):
+        raise LookupError("attention_grad_chain called")
+
+    monkeypatch.setattr(ae, "attention_grad_chain", refuse)
+    with pytest.raises(LookupError):
+        grad_error_bounds(q, k, v, do, out, lse, False, scale, "proved")
+    kw = dict(
+        block_n=16,
+        dtype=torch.float32,
+        max_abs_q=3.0,
+        max_abs_k=3.0,
+        max_abs_v=3.0,
+        max_abs_lse=5.0,
+        dp_abs_sum=20.0,
+        max_abs_y=10.0,
+        max_abs_w=3.0,
+        n_items=64,
+        block=16,
+    )
+    c = attention_grad_chain(64, 32, 32, n_tiles=4, **kw)
+    assert all(x >= 0 for x in c.values()) and c["c1"] > 0
+    one = torch.ones(2, dtype=F64)
+    assert (
+        attention_grad_chain_bound(c, (one, one, 2 * one), 1e-3, 64)
+        > attention_grad_chain_bound(c, (one, one, one), 1e-3, 64)
+    ).all()
+    with pytest.raises(ValueError):
+        attention_grad_chain(64, 32, 32, n_tiles=2**25, **kw)
+    with pytest.raises(ValueError):
+        attention_grad_chain(64, 32, 32, n_tiles=4, **{**kw, "max_abs_y": -1.0})
 
 
 # ---------------------------------------------------------------------------

@@ -43,6 +43,8 @@ __all__ = [
     "attention_dv_error_bound",
     "attention_forward_error_bound",
     "attention_forward_posteriori_bound",
+    "attention_grad_chain",
+    "attention_grad_chain_bound",
     "attention_lse_error_bound",
 ]
 
@@ -1089,3 +1091,133 @@ def attention_dq_error_bound(
         max_abs_k=max_abs_k,
         **kwargs,
     )
+
+
+def attention_grad_chain(
+    n_keys: int,
+    head_dim: int,
+    value_dim: int,
+    *,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    max_abs_lse: float,
+    dp_abs_sum: float,
+    max_abs_y: float,
+    max_abs_w: float,
+    n_items: int,
+    block: int,
+    n_tiles: int,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    log2_error: float = LOG2_ERROR,
+    storage_rounding: str = "nearest",
+) -> dict[str, Fraction]:
+    """The coefficients of the composed bound of attention's backward chain dO -> Delta -> dS -> dQ / dK,
+    from ONE extracted function: ``attn_grad_chain_q`` of ``Ojas.Bounds.AttentionChain`` (the oracle's
+    ``attention_grad_chain``), which computes the forward's saved-lse bound and a-posteriori output
+    constants itself (``attn_lse_q``, ``attn_fwd_post_q``), exact rationals, each coefficient rounded up.
+
+    Returns ``{"c1", "c2", "c3", "c0", "cD", "d0", "d1", "r", "a"}`` (all >= 0, checked):
+    ``Ojas.Bounds.AttentionChain.attn_dq_chain_q_sound`` (one query row of the dQ kernel) and
+    ``attn_dk_chain_q_sound`` (one key of the dK kernel, its rows each with its own forward) state
+
+        |kernel - exact| <= c1 S1 + c2 S2 + c3 S3 + c0 + cD eDm,
+        eD_i = d0 + d1 sum_c |o_ic dO_ic| + sum_c (r W_ic + a) |dO_ic|,
+
+    ``S1 = sum P |dP - D| |w|``, ``S2 = sum P |w|``, ``S3 = sum P eD |w|`` over the visible items
+    (dQ: keys, ``w = k_je``, ``S3 = eD_i S2``, ``eDm = eD_i``; dK: query rows of every head of the
+    group, ``w = q_ie``, ``eDm >= max eD_i``), ``o`` the stored output, ``W_ic = sum_j P_ij |v_jc|``,
+    ``D_i = dO_i . O_i`` of the EXACT output, the exact lse (:func:`attention_grad_chain_bound` evaluates it).
+    The premises are about the inputs, the model and the device only (``tl.log2`` within
+    ``log2_error`` on ``[1/2, 2 n_keys]``, the lse's bound checked <= 1): no premise on the lse's or
+    delta's error.
+
+    The forward's arguments are :func:`attention_lse_error_bound`'s (``n_keys``, ``head_dim``,
+    ``block_n``, ``max_abs_q``, ``max_abs_k``, ``max_abs_v``, ``qk_abs_sum``, ``scale``); the backward's:
+    ``max_abs_lse >= |LSE|``, ``dp_abs_sum >= sum_c |dO_ic v_jc|``, ``max_abs_y >= |dP_ij - D_i|`` over
+    the visible pairs, ``max_abs_w >= |w|``, and its tiling: ``n_items`` items in ``n_tiles`` tiles of
+    at most ``block``.  The dots are the blocked float32 dot (``dot="fp32"``: the interpreter's); the
+    tensor-core and 3xTF32 models have no composed theorem (:func:`attention_dq_error_bound` with
+    their premises). Raises ``ValueError`` on a bad argument or a failed check, ``RuntimeError``
+    without the oracle (no hand copy)."""
+    p, scale = _attention_bound_args(
+        n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
+    )
+    for name, val in (
+        ("max_abs_lse", max_abs_lse),
+        ("dp_abs_sum", dp_abs_sum),
+        ("max_abs_y", max_abs_y),
+        ("max_abs_w", max_abs_w),
+        ("log2_error", log2_error),
+    ):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    for name, val in (("value_dim", value_dim), ("block", block), ("n_tiles", n_tiles), ("n_items", n_items)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+    us, es = _storage(dtype, storage_rounding)
+    query = dict(
+        u=_FP32_U,
+        ue=float(exp2_error),
+        ee=_EXP2_ABS_ERROR,
+        ea=_FP32_ETA,
+        us=us,
+        es=es,
+        uc=_QK_SCALE_ERROR,
+        scale=scale,
+        p=p,
+        v=float(max_abs_v),
+        el=float(log2_error),
+        ucl=_LN2_CONST_ERROR,
+        ln=math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40,  # a candidate the oracle checks: n <= exp_dn(ln)
+        uc2=_LOG2E_CONST_ERROR,
+        ucs=_SCALE_CONST_ERROR,
+        lse_max=float(max_abs_lse),
+        dp_abs_sum=float(dp_abs_sum),
+        y_max=float(max_abs_y),
+        w=float(max_abs_w),
+    )
+    got = _from_oracle(
+        bound="attention_grad_chain",
+        **{k: _rational(x) for k, x in query.items()},
+        e=head_dim,
+        block=block_n,
+        keys=n_keys,
+        tiles=-(-n_keys // block_n),
+        value_dim=value_dim,
+        grad_depth=(block - 1) + (n_tiles - 1),
+        items=n_items,
+    )
+    if got is _NO_ORACLE:
+        raise RuntimeError("attention_grad_chain needs the oracle (make -C extraction): no hand copy")
+    if got is None:
+        raise ValueError(
+            f"a check or side condition of attn_grad_chain_q fails (n_keys={n_keys}, head_dim={head_dim}, "
+            f"value_dim={value_dim}, block_n={block_n}, block={block}, n_tiles={n_tiles}, max_abs_lse={max_abs_lse}, "
+            f"dtype={dtype}): e.g. the lse's bound above 1, (block - 1 + n_tiles - 1) u >= 1, or 2^x overflowing"
+        )
+    coefs = dict(zip(("c1", "c2", "c3", "c0", "cD", "d0", "d1", "r", "a"), (Fraction(x) for x in got)))
+    negative = [k for k, c in coefs.items() if c < 0]
+    if negative:  # the evaluation at upper bounds of the sums needs them >= 0
+        raise ValueError(f"attn_grad_chain_q answered negative coefficients {negative}: {coefs}")
+    return coefs
+
+
+def attention_grad_chain_bound(
+    coefs: dict[str, Fraction],
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    max_delta_error: torch.Tensor | float,
+    n_items: int,
+) -> torch.Tensor:
+    """``c1 S1 + c2 S2 + c3 S3 + c0 + cD eDm`` of :func:`attention_grad_chain` over upper bounds of the
+    sums (float64, enlarged by ``4 (n + 1) 2^-53`` for their own rounding, the coefficients rounded up,
+    the result rounded up by 2^-40): sound since every coefficient is >= 0. ``max_delta_error`` is
+    ``eDm``: a tensor broadcasting against the sums (dQ: each row's own ``eD_i``) or a number (dK)."""
+    c1, c2, c3, c0, cd = (_float_up(coefs[k]) for k in ("c1", "c2", "c3", "c0", "cD"))
+    s1, s2, s3 = (_enlarged(t, n_items) for t in sums)
+    e = max_delta_error.to(torch.float64) if isinstance(max_delta_error, torch.Tensor) else float(max_delta_error)
+    return (c1 * s1 + c2 * s2 + c3 * s3 + c0 + cd * e) * _ROUND_UP
