@@ -32,7 +32,11 @@ the run: not for float32 on CUDA (3xTF32 dots; the interpreter's float32 dots ar
 and covered), always modulo what the theorem's file lists (the tensor cores' order of
 additions, FMA contraction). The run first measures ``tl.exp2``'s relative error on the
 device (``exp2_rel_error``), which the bound assumes to be at most ``EXP2_ERROR``, and
-that ``exp2(0) == 1``.
+that ``exp2(0) == 1``. ``exp2_error_used``, ``log2_error_used`` (every row, and the result's for
+the largest S): the premises' constants the bounds were computed with
+(``attention_error.unary_errors``): on CUDA those ``ojas verify-device`` measured on every float32
+input of the premise's domain (this device's record, rounded up) where it passed, else the assumed
+``exp2_error_assumed`` = ``EXP2_ERROR``, ``log2_error_assumed`` = ``LOG2_ERROR``.
 
 The float32 bar (issue 28, item 4; ``float32_bar``, the result's ``float32_bar``, one record per
 shape and quantity: out, lse, dv, dq, dk): ``observed`` the largest error, ``tolerance`` the largest
@@ -193,6 +197,7 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
         observed_error,
         storage_rounding,
         tf32_dots,
+        unary_errors,
     )
     from ojas_ref.verification.bounds.attention import EXP2_ERROR, LOG2_ERROR
     from ojas_ref.verification.bounds.common import oracle_bounds_available
@@ -206,6 +211,12 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
     lg = measured_log2_error(device)
     if not lg <= LOG2_ERROR:
         raise SystemExit(f"tl.log2's measured error {lg:.3e} is beyond the lse bound's LOG2_ERROR = {LOG2_ERROR:.3e}")
+    used = unary_errors(device, max(sizes))
+    print(
+        f"premise constants of the bounds: tl.exp2 {used['exp2_error']:.3e} relative (assumed {EXP2_ERROR:.3e}), "
+        f"tl.log2 {used['log2_error']:.3e} absolute (assumed {LOG2_ERROR:.3e})",
+        flush=True,
+    )
     rows, bar = [], []
     scale = 1.0 / math.sqrt(head_dim)
     for dname, dtype in DTYPES.items():
@@ -295,6 +306,7 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                         m["tf32_caught"] = int(caught or (quantity == "out" and mutant_out_err > bound))
                     bar.append(dict(case=dict(case, quantity=quantity), metrics=m))
                     print(bar_line(bar[-1]), flush=True)
+                used = unary_errors(device, s)  # the constants the bounds above took
                 rounding = storage_rounding(device, dtype)
                 # 3xTF32 dots on CUDA float32; no Coq instance for the interpreter's bf16 truncation
                 covered = rounding == "nearest" and not (dtype == torch.float32 and device == "cuda")
@@ -320,6 +332,8 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                             and grad_holds
                         ),
                         storage_rounding=rounding,
+                        exp2_error_used=used["exp2_error"],
+                        log2_error_used=used["log2_error"],
                         covered=covered,
                         seconds=round(time.perf_counter() - t0, 2),
                     )
@@ -344,8 +358,10 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
         exp2_rel_error=rel,
         exp2_abs_error_subnormal=ab,
         exp2_error_assumed=EXP2_ERROR,
+        exp2_error_used=rows[-1]["exp2_error_used"],
         log2_abs_error=lg,
         log2_error_assumed=LOG2_ERROR,
+        log2_error_used=rows[-1]["log2_error_used"],
         rows=rows,
         float32_bar=bar,
     )

@@ -22,6 +22,9 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   tensor cores' blocks for 16-bit inputs, Triton's 3xTF32 for float32
   (``Ojas.Attention.Float.ForwardError`` ``tc_op_dot_model`` / ``tf32x3_tc_op_dot_model``); the
   float32 sum of ``blocked_dot_model`` in the interpreter;
+* :func:`unary_errors`: the constants of the ``tl.exp2`` and ``tl.log2`` premises every bound here
+  takes on this device: on CUDA those ``ojas verify-device`` measured on every float32 input
+  (rounded up), else ``EXP2_ERROR``, ``LOG2_ERROR``;
 * :func:`observed_error`: ``max |out - exact| / max|v|``, the quantity the bound bounds;
 * :func:`measured_exp2_error`: the relative error of ``tl.exp2`` on the device, which
   the bound takes as given (``EXP2_ERROR``, an assumption, not a theorem), and whether
@@ -46,6 +49,7 @@ import torch
 from ojas_ref.verification.bounds import certified as cb
 from ojas_ref.verification.bounds.common import _float_up
 from ojas_ref.verification.bounds.attention import (
+    LOG2_ERROR,
     DotModel,
     TensorCoreDot,
     Tf32x3Dot,
@@ -71,6 +75,7 @@ __all__ = [
     "dv_error_bound",
     "grad_error_bounds",
     "kernel_dot",
+    "unary_errors",
     "observed_error",
     "measured_exp2_error",
     "measured_log2_error",
@@ -284,6 +289,18 @@ def kernel_dot(device_type: str, dtype: torch.dtype) -> DotModel:
     return found.pop()
 
 
+def unary_errors(device_type: str, n_keys: int) -> dict[str, float]:
+    """``exp2_error`` and ``log2_error``, the premises' constants every bound here takes on
+    ``device_type`` for ``n_keys`` keys: :func:`~ojas_ref.verification.device_premises.premise_constants`
+    of "tl.exp2" and "tl.log2" (on CUDA the measured ones of this device's exhaustive record, rounded
+    up, where it passed; else ``EXP2_ERROR``, :data:`LOG2_ERROR`), ``log2_error`` the assumed
+    one when the theorem's log2 arguments ``[1/2, 2 n_keys]`` leave the checked domain ``LOG_DOMAIN``."""
+    from ojas_ref.verification import device_premises as dp
+
+    c = dp.premise_constants(["tl.exp2", "tl.log2"], device_type)
+    return dict(exp2_error=c["tl.exp2"], log2_error=c["tl.log2"] if 2 * n_keys <= dp.LOG_DOMAIN[1] else LOG2_ERROR)
+
+
 def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None) -> dict:
     """block_n (the kernel's forward key tile, ``default_config``, unless given), max|q|,
     max|k| and a certified upper bound of the measured ``max_j sum_i |q_i k_ji|`` (:func:`_qk_abs_sum`)."""
@@ -310,6 +327,7 @@ def forward_error_bound(
         dtype=q.dtype,
         max_abs_v=v.abs().max().item(),
         scale=scale,
+        exp2_error=unary_errors(q.device.type, k.shape[2])["exp2_error"],
         storage_rounding=storage_rounding(q.device.type, q.dtype),
         dot=kernel_dot(q.device.type, q.dtype),
         **_bound_inputs(q, k, is_causal, block_n),
@@ -345,6 +363,7 @@ def forward_posteriori_bound(
         dtype=q.dtype,
         max_abs_v=v.abs().max().item(),
         scale=scale,
+        exp2_error=unary_errors(q.device.type, k.shape[2])["exp2_error"],
         storage_rounding=storage_rounding(q.device.type, q.dtype),
         dot=kernel_dot(q.device.type, q.dtype),
         **inputs,
@@ -360,6 +379,7 @@ def lse_error_bound(
         q.shape[-1],
         scale=scale,
         dot=kernel_dot(q.device.type, q.dtype),
+        **unary_errors(q.device.type, k.shape[2]),
         **_bound_inputs(q, k, is_causal, block_n),
     )
 
@@ -377,7 +397,8 @@ def dv_error_bound(
     inputs = _bound_inputs(q, k, is_causal, None)
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"]))
     dot = kernel_dot(q.device.type, q.dtype)
-    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=dot, **inputs)
+    errs = unary_errors(q.device.type, k.shape[2])
+    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=dot, **errs, **inputs)
     return attention_dv_error_bound(
         prob_abs_do,
         g * sq,
@@ -392,6 +413,7 @@ def dv_error_bound(
         max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
         lse_error=lse_err,
         scale=scale,
+        exp2_error=errs["exp2_error"],
         storage_rounding=storage_rounding(q.device.type, q.dtype),
         dot=dot,
     )
@@ -484,6 +506,7 @@ def grad_error_bounds(
     bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
     bnd = _bound_inputs(q, k, is_causal, None)
     dot = kernel_dot(q.device.type, q.dtype)
+    errs = unary_errors(q.device.type, sk)
     es = _score_error(q, scale, bnd["qk_abs_sum"])
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
     dof = do.to(F64)
@@ -502,6 +525,7 @@ def grad_error_bounds(
             qk_abs_sum=bnd["qk_abs_sum"],
             scale=scale,
             storage_rounding=rounding,
+            **errs,
         )
         tiling = {
             "dq": dict(max_abs_w=bnd["max_abs_k"], n_items=sk, block=bn, n_tiles=-(-sk // bn)),
@@ -527,7 +551,7 @@ def grad_error_bounds(
     if inputs == "proved":
         fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
         ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
-        lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, dot=dot, **bnd)
+        lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, dot=dot, **errs, **bnd)
     else:
         ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, es))
         saved = lse.to(F64)
@@ -544,6 +568,7 @@ def grad_error_bounds(
         max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
         lse_error=lse_err,
         scale=scale,
+        exp2_error=errs["exp2_error"],
         storage_rounding=rounding,
         dot=dot,
     )

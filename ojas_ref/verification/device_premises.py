@@ -1075,6 +1075,58 @@ def checked_premises(names: Iterable[str], folder: str | os.PathLike | None = No
     return entries
 
 
+#: Added (also relatively) to a measured premise constant before it is rounded up to float32: the
+#: float64 reference of :func:`scan_unary` (CUDA's float64 exp2 within 2 ulps, log2 within 1 ulp, of
+#: results below 2^5) and its float64 arithmetic err by less than 2^-48 on an error or a relative
+#: error; 2^-40 leaves a factor 2^8.
+_MEASURED_MARGIN = 2.0**-40
+
+
+def _float32_up(x: float) -> float:
+    """The least float32 >= ``x`` (a finite ``x >= 0``)."""
+    f = _f32(x)
+    return f if f >= x else struct.unpack("<f", struct.pack("<I", _f32_bits(f) + 1))[0]
+
+
+def premise_constants(
+    names: Iterable[str], device_type: str, folder: str | os.PathLike | None = None
+) -> dict[str, float]:
+    """The constant each unary premise of ``names`` ("tl.exp2", "tl.log2", "tl.exp", "tl.log", the
+    softcaps' of :data:`SOFTCAPS`) is to be used with on ``device_type``: the relative error for the
+    relative premises (the absolute term stays ``2^-126``), the absolute one for the others.
+
+    On CUDA, where this device's exhaustive record (:func:`load_record`, the one the GPU tests and
+    ``ojas audit`` read) says the premise passed and measured it at most the assumed constant: the
+    measured value plus :data:`_MEASURED_MARGIN`, rounded up to a float32, never above the assumed
+    constant. Sound:
+    :func:`scan_unary` ran the device's function on EVERY float32 input of the premise's domain and
+    recorded the least constant for which the premise's inequality holds on all of them (the
+    relative ones in Coq's form ``|f(x) - ref(x)| <= ue |ref(x)| + 2^-126``); the margin covers the
+    float64 reference's own error, so the premise holds at the returned constant on that domain,
+    and the theorems taking it (``mp_exp2_err``, ``lg_err``, ...) hold with it. Their side
+    conditions ask only ``0 <= ue``, ``0 <= el`` and conditions monotone in them (``bL < 1``), which
+    a constant at most the assumed one keeps. Elsewhere (the interpreter: the CPU callers keep the
+    bounds' defaults), without a record, or when the premise failed or was not checked: the assumed
+    constant (an assumption, as the bounds' defaults)."""
+    premises = {p.name: p for p, _, _ in _unary_checks(SOFTCAPS)}
+    names = list(names)
+    for name in names:
+        if name not in premises:
+            raise ValueError(f"names must be unary premises, one of {sorted(premises)}; got {name!r}")
+    record = load_record(folder) if device_type == "cuda" else None
+    out = {}
+    for name in names:
+        assumed = premises[name].assumed
+        out[name] = assumed
+        entry = None if record is None or record.get("mode") != "exhaustive" else record["premises"].get(name)
+        if entry is None or entry["status"] != "pass" or entry["domain"] != premises[name].domain:
+            continue
+        measured = entry["measured"]["relative"] if premises[name].relative else entry["measured"]
+        if measured <= assumed:
+            out[name] = min(_float32_up(measured * (1.0 + _MEASURED_MARGIN) + _MEASURED_MARGIN), assumed)
+    return out
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3e}"

@@ -43,7 +43,9 @@ within ``LOG2_ERROR``), checked beside the output in every case below.
   ``exp2(0) == 1``, ``tl.log2`` within ``LOG2_ERROR``, the bf16 cast to nearest) come from this
   device's record of ``ojas verify-device`` (every float32 input of each domain): skipped,
   naming ``ojas verify-device``, when there is no record for this GPU and these versions;
-  failing when the record says a premise failed.
+  failing when the record says a premise failed. The bounds take the record's measured constants
+  of ``tl.exp2`` and ``tl.log2``, rounded up (``unary_errors``; the premises hold with them on
+  every float32 input of their domains), not the assumed ``EXP2_ERROR``, ``LOG2_ERROR``.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from ojas_ref.verification.attention_error import (  # noqa: E402
     measured_log2_error,
     observed_error,
     storage_rounding,
+    unary_errors,
 )
 from ojas_kernels.attention import flash_attention  # noqa: E402
 from ojas_ref.verification.bounds.attention import (  # noqa: E402
@@ -724,6 +727,9 @@ def test_kernel_within_forward_lse_dv_bounds_gpu(dtype, s, causal, hq, hkv):
     stale = "the record assumed other constants: rerun `ojas verify-device`"
     assert exp2["assumed"]["relative"] == EXP2_ERROR and lg["assumed"] == LOG2_ERROR, stale
     assert exp2["exp2_0_is_1"]
+    used = unary_errors("cuda", s)  # the constants the bounds below take: the record's, rounded up
+    assert exp2["measured"]["relative"] <= used["exp2_error"] <= EXP2_ERROR, used
+    assert lg["measured"] <= used["log2_error"] <= LOG2_ERROR, used
     q, k, v = make_inputs(1, hq, hkv, s, 128, dtype, "cuda", seed=7)
     assert storage_rounding("cuda", dtype) == "nearest"  # the bounds' own (sampled) view agrees with the record
     covered = dtype != torch.float32  # 3xTF32 dots: not covered
@@ -731,7 +737,8 @@ def test_kernel_within_forward_lse_dv_bounds_gpu(dtype, s, causal, hq, hkv):
         f"gpu {dtype} S={s} causal={causal} gqa={hq // hkv} "
         f"({'proved' if covered else 'checked, not covered by the theorem'}); device record: "
         f"tl.exp2 relative error {exp2['measured']['relative']:.2e} over {exp2['inputs']} inputs, "
-        f"tl.log2 absolute error {lg['measured']:.2e} over {lg['inputs']} inputs"
+        f"tl.log2 absolute error {lg['measured']:.2e} over {lg['inputs']} inputs; the bounds take "
+        f"{used['exp2_error']:.3e} and {used['log2_error']:.3e} (assumed {EXP2_ERROR:.3e}, {LOG2_ERROR:.3e})"
     )
     check(q, k, v, causal, f"gpu {dtype} S={s}")
     label = f"gpu {dtype} S={s} causal={causal} gqa={hq // hkv}"
