@@ -43,9 +43,15 @@ The operations whose rounding no theorem fixes are the parameters, :class:`Primi
 * :func:`device_primitives`: the tensor-core dot models ``ojas verify-device`` identified (its
   record: :class:`~ojas_ref.verification.device_premises.Accumulation` for 16-bit operands,
   Triton's 3xTF32 split of Tf32Product.v for float32, emulated with torch integer-exact float64
-  operations by :func:`accumulate` / :func:`tf32x3_dot`), the sum tree of ``tl.sum`` on the
-  Hopper MMA layout (:func:`wgmma_row_sum`, in the imported Triton's order: 3.6 and 3.9 are
-  modelled, :func:`in_thread_order`), the device's own ``tl.exp2`` / ``tl.log2`` applied
+  operations by :func:`accumulate` / :func:`tf32x3_dot`), the sum tree of ``tl.sum`` in the
+  layout the launch sums ``p`` in, read from its TTGIR (:func:`forward_sum_layout`): without
+  ``attn_mask`` the Hopper MMA accumulator (:func:`wgmma_row_sum`); with a boolean ``attn_mask`` the
+  kernel converts the masked scores to the blocked layout of the mask tile's load and takes the row
+  maximum, ``exp2`` and the row sum of ``p`` there (``p`` computed again in the MMA layout for
+  P.V, the same values), so the sum runs in that blocked layout
+  (``kernel_schedule_rowwise.blocked_sum``: the GPU tests' launches, 8 or 4 adjacent columns a
+  thread, then butterflies across 8 or 16 lanes); both in the imported Triton's order (3.6 and 3.9
+  are modelled, :func:`in_thread_order`), the device's own ``tl.exp2`` / ``tl.log2`` applied
   elementwise by a small Triton kernel (``attention_error._unary_kernel``, compiled without FMA
   contraction as the attention kernel is), IEEE division and round-to-nearest-even casts.
 
@@ -59,24 +65,31 @@ finalize's ``lse`` and ``out``), the row, column, both values, and both sides' `
 The model is an executable statement of the schedule, not a proof: where it departs from the
 theorems' model (the row sum's order above) it follows the kernel.  Not covered: dropout
 (refused), additive masks (refused), float32 dots in single-pass TF32
-(refused), other tile layouts than the ones :func:`wgmma_row_sum` models (the Hopper wgmma
-accumulator with the warps along the rows: the default float32 configuration, 32 x 64 tiles, runs
-``mma.sync`` with the warps along the keys, neither its accumulation nor its cross-warp sum is
-identified), subnormal products in the tensor-core emulation, and the order inside one step: a
-differing ``l`` names ``exp2`` or the row sum, not which of the two.
+(refused), other sum layouts than :func:`forward_sum_layout` returns (the Hopper wgmma
+accumulator with the warps along the rows, or a blocked layout: the default float32 configuration,
+32 x 64 tiles, runs ``mma.sync`` with the warps along the keys, neither its accumulation nor its
+cross-warp sum is identified; blocked layouts are summed as ``blocked_sum`` models them, checked on
+the PTX only for the GPU tests' bool-mask launches, which the compiler picks from the launch's
+specialization: the mask's key stride 1 there), subnormal products in the tensor-core emulation,
+and the order inside one step: a differing ``l`` names ``exp2`` or the row sum, not which of the two.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
-from typing import Callable
+import re
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
 
 from ojas_ref.verification.device_premises import TF32X3_SCHEDULES, Accumulation, _round_bits
+
+if TYPE_CHECKING:  # kernel_schedule_rowwise imports this module
+    from ojas_ref.verification.kernel_schedule_rowwise import Blocked
 
 __all__ = [
     "Primitives",
@@ -92,6 +105,7 @@ __all__ = [
     "in_thread_order",
     "in_thread_sum",
     "wgmma_row_sum",
+    "forward_sum_layout",
     "forward_schedule",
     "check_forward",
 ]
@@ -105,7 +119,11 @@ class Primitives:
     """The operations of the schedule whose rounding is a parameter (float32 tensors in and out):
     ``dot(a, b, acc)`` = ``acc + a @ b`` (a [M, K], b [K, N] float32 holding the operands' values,
     acc [M, N]), ``exp2``, ``log2`` (elementwise), ``row_sum`` (``tl.sum(x, 1)`` of [M, N]),
-    ``div`` (``x / y`` broadcast) and ``cast(x, dtype)`` (float32 to the storage dtype)."""
+    ``div`` (``x / y`` broadcast) and ``cast(x, dtype)`` (float32 to the storage dtype).
+    ``needs_layout``: the row sum's order depends on the layout the launch sums ``p`` in, which
+    the compiler picks (the device: :func:`forward_sum_layout`); ``row_sum`` is then the sum in the
+    wgmma layout, and a launch summing in a blocked layout is modelled by ``forward_schedule``'s
+    ``sum_layout``."""
 
     name: str
     dot: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -114,6 +132,7 @@ class Primitives:
     row_sum: Callable[[torch.Tensor], torch.Tensor]
     div: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     cast: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
+    needs_layout: bool = False
 
 
 def _np(x: torch.Tensor) -> np.ndarray:
@@ -322,6 +341,34 @@ def wgmma_row_sum(x: torch.Tensor, version: str | None = None) -> torch.Tensor:
     return v[:, 0].contiguous()
 
 
+_L_SUM = re.compile(
+    r'%l_i_\w+ = "tt\.reduce"\(%[\w.]+\) <\{axis = 1 : i32\}>.*?\}\) : \(tensor<\d+x(\d+)xf32, #(\w+)>\)', re.S
+)
+
+
+def forward_sum_layout(ttgir: str) -> Blocked | str:
+    """The layout ``_fwd_kernel``'s ``tl.sum(p, 1)`` (the ``l_i`` reduction) runs in, from the TTGIR
+    of its launch: ``"wgmma"`` (the accumulator of the scores' dot, :func:`wgmma_row_sum`'s layout:
+    the launches without ``attn_mask``), or a
+    :class:`~ojas_ref.verification.kernel_schedule_rowwise.Blocked` layout. A boolean ``attn_mask``
+    converts the scores to the blocked layout of the mask's load and the kernel takes the maximum,
+    ``exp2`` and the sum there (``p`` is computed twice, once more in the wgmma layout for P.V: the
+    same values); on sm_90 (Triton 3.6 and 3.9 alike) the GPU tests' launches, 64 x 64 key tiles of
+    head dim 64 and a mask contiguous along the keys, sum in the layout of the 16-byte loads of the
+    query tile: 8 (bfloat16) or 4 (float32) adjacent columns a thread, 8 or 16 lanes along the row,
+    the warps along the rows. ``ValueError`` for any other layout (wgmma with warps along the keys,
+    several ``l_i`` reductions in different layouts)."""
+    from ojas_ref.verification.kernel_schedule_cross_entropy import reduce_layout
+
+    found = {(int(m.group(1)), m.group(2)) for m in _L_SUM.finditer(ttgir)}
+    if len(found) != 1:
+        raise ValueError(f"expected one layout of _fwd_kernel's tl.sum(p, 1) in the TTGIR, found {sorted(found)}")
+    ((cols, name),) = found
+    definitions = "\n".join(line for line in ttgir.splitlines() if line.startswith(f"#{name} = "))
+    op = f'"tt.reduce"(%p) <{{axis = 1 : i32}}> ({{}}) : (tensor<1x{cols}xf32, #{name}>)'
+    return reduce_layout(definitions + "\n" + op, cols)
+
+
 def _device_unary(op: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """``tl.exp2`` / ``tl.log2`` on the CUDA device, elementwise, by ``attention_error``'s unary
     kernel compiled as the attention kernels are, without FMA contraction (``tl.log2`` is
@@ -390,6 +437,7 @@ def device_primitives(dtype: torch.dtype, folder: str | None = None) -> Primitiv
         row_sum=wgmma_row_sum,
         div=_ieee_div,
         cast=lambda x, d: x.to(d),
+        needs_layout=True,
     )
 
 
@@ -517,12 +565,19 @@ def forward_schedule(
     config,
     primitives: Primitives,
     trace: bool = False,
+    sum_layout: Blocked | str | None = None,
 ) -> Schedule:
     """``_fwd_kernel``'s outputs for these inputs under the launch configuration ``config``
     (a ``KernelConfig``: block_m, block_n, split) with ``primitives`` (module docstring), computed on
     the CPU; ``trace``: keep every tile's ``m``, ``l``, ``acc``. Arguments as ``flash_attention``
-    (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive masks are not modelled)."""
+    (``scale`` defaults to 1 / sqrt(E)); a float ``attn_mask`` raises (additive masks are not modelled).
+    ``sum_layout``: for primitives that need it (``needs_layout``, the device's), the layout the
+    launch sums ``p`` in (:func:`forward_sum_layout` of its TTGIR; None or ``"wgmma"``: ``row_sum``);
+    a :class:`~ojas_ref.verification.kernel_schedule_rowwise.Blocked` one is summed by ``blocked_sum``
+    in the imported Triton's order. With a boolean ``attn_mask`` the device sums in a blocked layout
+    (:func:`forward_sum_layout`), so these primitives raise ``ValueError`` there without ``sum_layout``."""
     from ojas_kernels.attention_args import _launch_args
+    from ojas_ref.verification.kernel_schedule_rowwise import Blocked, blocked_sum
 
     (query, key, value), attn_mask = _model_inputs((query, key, value), attn_mask, window)
     scale = _scale(query, scale)
@@ -533,6 +588,18 @@ def forward_schedule(
     steps: dict[tuple[int, int, int], list[TileStep]] | None = {} if trace else None
     if lse.numel() == 0 or seq_k == 0:
         return Schedule(out, lse, steps)
+    row_sum = primitives.row_sum
+    if sum_layout is not None and not primitives.needs_layout:
+        raise ValueError(f"sum_layout: {primitives.name} sums rows by its row_sum, got a layout {sum_layout!r}")
+    if sum_layout not in (None, "wgmma") and not isinstance(sum_layout, Blocked):
+        raise ValueError(f"sum_layout must be None, 'wgmma' or a Blocked layout, got {sum_layout!r}")
+    if isinstance(sum_layout, Blocked):
+        row_sum = functools.partial(blocked_sum, axis=1, layout=sum_layout)
+    elif primitives.needs_layout and attn_mask is not None and sum_layout is None:
+        raise ValueError(
+            f"sum_layout: {primitives.name} sums p with an attn_mask in the blocked layout of the launch "
+            "(forward_sum_layout of its TTGIR), got None"
+        )
     mask, _, _, w, qk_scale, _, _, cx = _launch_args(query, key, value, attn_mask, is_causal, scale, window, None)
     qk = torch.tensor(qk_scale, dtype=F32)  # a float32 kernel argument
     bm, bn, be, bev = config.block_m, config.block_n, cx["BLOCK_E"], cx["BLOCK_EV"]
@@ -566,7 +633,7 @@ def forward_schedule(
                             m_new = torch.maximum(m_i, (s.amax(1) if pos else s.amin(1)) * qk)
                             p = p_.exp2(s * qk - m_new[:, None])
                             alpha = p_.exp2(m_i - m_new)
-                        l_i = l_i * alpha + p_.row_sum(p)
+                        l_i = l_i * alpha + row_sum(p)
                         v = _tile(value[b, hk], start_n, bn, bev)
                         acc = acc * alpha[:, None]
                         acc = p_.dot(p_.cast(p, value.dtype).to(F32), v, acc)
@@ -657,6 +724,36 @@ def _kernel_steps(
     return out
 
 
+@contextlib.contextmanager
+def _recording_ttgir(into: list[str] | None) -> Iterator[None]:
+    """Within the block, each ``_fwd_kernel`` launch (``attention_forward.fast``) also compiles
+    (``warmup``: Triton's cache, the specialization of these arguments) and appends its TTGIR to
+    ``into``; None: nothing changes."""
+    from ojas_kernels import attention_forward as af
+
+    real = af.fast
+    if into is None:
+        yield
+        return
+
+    class Recorder:
+        def __init__(self, kernel):
+            self.kernel, self.launcher = kernel, real(kernel)
+
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                into.append(self.kernel.warmup(*args, grid=grid, **kwargs).asm["ttgir"])
+                return self.launcher[grid](*args, **kwargs)
+
+            return run
+
+    af.fast = Recorder
+    try:
+        yield
+    finally:
+        af.fast = real
+
+
 def check_forward(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -675,7 +772,9 @@ def check_forward(
     same bits), and :func:`forward_schedule` (under ``model_config``,
     default ``config``: another one is a mutant) on the same inputs; None when every traced state
     (rows below Sq, columns below Ev) and every stored output are equal bit for bit, else the
-    :class:`Mismatch` of the first differing operation."""
+    :class:`Mismatch` of the first differing operation. With primitives that need the layout
+    (``needs_layout``: the device's) the first launch is also compiled for its TTGIR, and the model
+    sums ``p`` in the layout found there (:func:`forward_sum_layout`)."""
     from ojas_kernels.attention_args import _window_arg
     from ojas_kernels.attention_config import AttentionConfig, _block_dim, default_config
     from ojas_kernels.attention_forward import _forward
@@ -684,9 +783,6 @@ def check_forward(
         config = default_config(max(query.shape[-1], value.shape[-1]), query.dtype, query.device, is_causal).fwd
     scale = _scale(query, scale)
     model_config = model_config or config
-    model = forward_schedule(
-        query, key, value, attn_mask, is_causal, scale, window, config=model_config, primitives=primitives, trace=True
-    )
     batch, heads, seq_q, _ = query.shape
     seq_k, ev = key.shape[2], value.shape[3]
     bev = _block_dim(ev)
@@ -694,7 +790,23 @@ def check_forward(
     n = batch * heads * -(-seq_q // bm) * -(-seq_k // bn)
     trace = torch.full((n, bm * (2 + bev)), float("nan"), dtype=F32, device=query.device)
     launch = (query, key, value, attn_mask, is_causal, scale, window, AttentionConfig(config, config, config))
-    out, lse = (x.cpu() for x in _forward(*launch))
+    ttgir: list[str] = []
+    with _recording_ttgir(ttgir if primitives.needs_layout else None):
+        out, lse = (x.cpu() for x in _forward(*launch))
+    layout = forward_sum_layout(ttgir[0]) if ttgir else None
+    model = forward_schedule(
+        query,
+        key,
+        value,
+        attn_mask,
+        is_causal,
+        scale,
+        window,
+        config=model_config,
+        primitives=primitives,
+        trace=True,
+        sum_layout=layout,
+    )
     traced = [x.cpu() for x in _forward(*launch, trace=trace)]
     if not all(torch.equal(_bits(x), _bits(y)) for x, y in zip((out, lse), traced)):
         raise RuntimeError("the kernel with TRACE on stored other outputs than without: its steps cannot be compared")

@@ -7,7 +7,10 @@
   bfloat16 and float32; two mutants (the model with another BLOCK_N, a division not rounded once)
   are caught and located. The vectorised tensor-core emulation equals ``device_premises``'
   scalar one on its test vectors, and the wgmma row sum is the tree of the PTX (this Triton's, and
-  Triton 3.6's from ``data/triton36_reductions.json``).
+  Triton 3.6's from ``data/triton36_reductions.json``). The GPU bool-mask launch, compiled for sm_90
+  as the launch specializes it, sums ``p`` in a blocked layout (the mask tile's load), which
+  ``forward_sum_layout`` reads from its TTGIR, and the model's first-tile ``l`` in that layout is the
+  PTX's sum bit for bit (this Triton's, and Triton 3.6's from the same fixture).
 * GPU (``-m gpu``): the same shapes against the device's primitives (the ``ojas verify-device``
   record's dot models, the wgmma row-sum tree, the device's tl.exp2 / tl.log2), on 64-row tiles
   (the wgmma layouts the row sum models; float32 on 64 x 64 tiles, not its default 32 x 64).
@@ -161,6 +164,13 @@ def test_forward_schedule_refuses_what_it_does_not_model():
         ks.forward_schedule(
             q, k, v, torch.zeros(8, 8), config=KernelConfig(16, 16), primitives=ks.interpreter_primitives()
         )
+    with pytest.raises(ValueError, match="sum_layout: interpreter sums rows by its row_sum, got a layout 'wgmma'"):
+        ks.forward_schedule(
+            q, k, v, config=KernelConfig(16, 16), primitives=ks.interpreter_primitives(), sum_layout="wgmma"
+        )
+    device_sum = dataclasses.replace(ks.interpreter_primitives(), needs_layout=True)
+    with pytest.raises(ValueError, match="sum_layout must be None, 'wgmma' or a Blocked layout, got 'blocked'"):
+        ks.forward_schedule(q, k, v, config=KernelConfig(16, 16), primitives=device_sum, sum_layout="blocked")
     with pytest.raises(ValueError, match="exact alignment"):
         ks.accumulate(dp.Accumulation(1, None, "trunc", "nearest"), q[0, 0], k[0, 0].t(), torch.zeros(8, 8))
 
@@ -217,6 +227,8 @@ def _fake_record(monkeypatch, bf16_models, tf32x3_entries):
 
 
 def test_device_primitives_take_the_dots_of_the_record(monkeypatch):
+    from ojas_ref.verification.kernel_schedule_rowwise import Blocked
+
     tf32x3 = dict(model=dataclasses.asdict(H100_MODELS["tf32"]), schedule="chain(0)+c", order=[0, 1, 2])
     _fake_record(monkeypatch, [H100_MODELS["bfloat16"]], [tf32x3])
     gen = torch.Generator().manual_seed(4)
@@ -234,7 +246,9 @@ def test_device_primitives_take_the_dots_of_the_record(monkeypatch):
     cpu = ks.interpreter_primitives()
     hybrid = dataclasses.replace(bf, exp2=cpu.exp2, log2=cpu.log2)
     cfg = KernelConfig(16, 16)
-    got = ks.forward_schedule(q, k, v, mask, True, config=cfg, primitives=hybrid)
+    # with the mask the device sums p in the launch's blocked layout: one of 16-column tiles here
+    layout = Blocked((1, 4), (8, 4), (2, 1))
+    got = ks.forward_schedule(q, k, v, mask, True, config=cfg, primitives=hybrid, sum_layout=layout)
     ref = ks.forward_schedule(q, k, v, mask, True, config=cfg, primitives=cpu)
     torch.testing.assert_close(got.out.float(), ref.out.float(), atol=2e-2, rtol=0)
     torch.testing.assert_close(got.lse, ref.lse, atol=1e-2, rtol=0)
@@ -316,8 +330,9 @@ def _sm90_asm(dtype: str, config: KernelConfig, e: int, prec: str) -> dict[str, 
 
 def _ptx_row_sum(ptx: str) -> tuple[str, list[int]]:
     """The first ``tl.sum(p, 1)`` of the PTX: the tree of ``add.rn.f32`` over the registers of the
-    first run of ``ex2`` (as a Python expression in ``x[n]``, n the element's index in the thread)
-    and the ``shfl.sync.bfly`` offsets after it."""
+    first run of ``ex2`` (as a Python expression in ``x[n]``, n the register's index in that run)
+    and the offsets of the ``shfl.sync.bfly`` chain after it (each shuffle's value added to the
+    shuffled one, shuffled again: the lanes' butterfly)."""
     import re
 
     lines = ptx.splitlines()
@@ -326,16 +341,27 @@ def _ptx_row_sum(ptx: str) -> tuple[str, list[int]]:
     index = {re.search(r"ex2\.approx\S*\s+(%r\d+)", lines[i]).group(1): n for n, i in enumerate(run)}
     shfl = [i for i, line in enumerate(lines) if "shfl.sync.bfly" in line and i > run[-1]]
     adds = {}
-    for line in lines[run[-1] : shfl[0]]:
-        m = re.search(r"add\.rn\.f32\s+(%r\d+), (%r\d+), (%r\d+)", line)
+    for line in lines[run[-1] :]:
+        m = re.search(r"add\.rn\.f32\s+(%r\d+), (%r\d+), (%r\d+);", line)
         if m:
-            adds[m.group(1)] = (m.group(2), m.group(3))
+            adds.setdefault(m.group(1), (m.group(2), m.group(3)))
+    shuffles = {}  # source register -> (shuffled register, offset)
+    for i in shfl:
+        m = re.search(r"shfl\.sync\.bfly\.b32\s+(%r\d+), (%r\d+), (\d+),", lines[i])
+        shuffles.setdefault(m.group(2), (m.group(1), int(m.group(3))))
 
     def expr(r: str) -> str:
         return f"x[{index[r]}]" if r in index else f"({expr(adds[r][0])} + {expr(adds[r][1])})"
 
     root = re.search(r"shfl\.sync\.bfly\.b32\s+%r\d+, (%r\d+), (\d+)", lines[shfl[0]]).group(1)
-    offsets = [int(re.search(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, (\d+)", lines[i]).group(1)) for i in shfl[:2]]
+    offsets, value = [], root
+    while value in shuffles:
+        shuffled, offset = shuffles[value]
+        offsets.append(offset)
+        total = [r for r, pair in adds.items() if sorted(pair) == sorted((value, shuffled))]
+        if not total:
+            break
+        value = total[0]
     return expr(root), offsets
 
 
@@ -385,6 +411,131 @@ def _evaluate_row_sum(tree: str, offsets: list[int], rows: torch.Tensor) -> torc
     return torch.stack(sums)
 
 
+def _sm90_launch_asm(case, dtype: torch.dtype) -> dict[str, str]:
+    """The ``_fwd_kernel`` launch of the GPU test ``case`` in ``dtype`` (bfloat16: the default
+    configuration of its head dim on the H100, :data:`SM90_CASES`; float32: :data:`GPU_FLOAT32_TILES`)
+    compiled for sm_90 on this machine, its arguments specialized as Triton specializes them at the
+    launch (the mask's key stride 1 a constant, 16-byte divisibility): ``_forward`` runs on CPU
+    tensors of the test's inputs up to the launch, which is compiled instead (Triton's binder for a
+    GPUTarget), not run."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from ojas_kernels import attention_forward as af
+    from ojas_kernels.attention_config import AttentionConfig
+
+    _, shape, causal, window, masked, scale, _ = case
+    config = (
+        {e: c for d, c, e, _ in SM90_CASES if d == "bf16"}[shape[-1]] if dtype == torch.bfloat16 else GPU_FLOAT32_TILES
+    )
+    (q, k, v), mask = _inputs(shape, dtype, masked, seed=11)
+    launched = {}
+
+    class Capture:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                launched.update(kernel=self.kernel, args=args, kwargs=kwargs)
+                raise StopIteration
+
+            return run
+
+    real, af.fast = af.fast, Capture
+    try:
+        with pytest.raises(StopIteration):
+            af._forward(q, k, v, mask, causal, ks._scale(q, scale), window, AttentionConfig(config, config, config))
+    finally:
+        af.fast = real
+    fn, args, kwargs = launched["kernel"], launched["args"], launched["kwargs"]
+    target = GPUTarget("cuda", 90, 32)
+    try:
+        backend = make_backend(target)
+        bound, specialization, options = create_function_from_signature(fn.signature, fn.params, backend)(
+            *args, **kwargs
+        )
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+        return compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__).asm
+    except Exception as err:  # no NVIDIA backend or ptxas in this Triton
+        pytest.skip(f"cannot compile for sm_90 here: {type(err).__name__}: {err}")
+
+
+def _evaluate_blocked_row_sum(tree: str, offsets: list[int], rows: torch.Tensor, layout) -> torch.Tensor:
+    """The PTX's row sum (:func:`_ptx_row_sum`) evaluated on the rows of a [R, N] tile in the blocked
+    ``layout`` (warps along the rows only): register ``n`` of the lanes' first row is column
+    ``size * t + n`` of lane ``t`` along the row; then the butterfly of ``offsets``."""
+    size, lanes = layout.size[1], layout.threads[1]
+    assert layout.warps[1] == 1 and size * lanes == rows.shape[1]
+    sums = []
+    for r in range(rows.shape[0]):
+        values = [eval(tree, {"x": rows[r, size * t : size * (t + 1)]}) for t in range(lanes)]
+        for off in offsets:
+            values = [values[t] + values[t ^ off] for t in range(lanes)]
+        sums.append(values[0])
+    return torch.stack(sums)
+
+
+BOOL_MASK_CASE = next(c for c in GPU_CASES if c[0] == "bool-mask")
+#: the bool-mask launches' sum layout along the keys on sm_90 (Triton 3.6 and 3.9): 16-byte vectors
+BOOL_MASK_LAYOUTS = {"bf16": ((1, 8), (4, 8), (8, 1)), "fp32": ((1, 4), (2, 16), (4, 1))}
+
+
+def _model_l_of_first_tile(layout, rows: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p, l)`` of the model's first key tile: a bool-mask launch of one query tile of ``rows``
+    rows and one key tile of 64 keys, the interpreter's primitives but the sum of the device
+    (``needs_layout``) in ``layout`` (the launch's, from its TTGIR); ``p`` as ``exp2`` returned it."""
+    from ojas_kernels.attention_config import KernelConfig
+
+    (q, k, v), mask = _inputs((1, 1, 1, rows, 64, 64), torch.float32, True, seed=7)
+    seen = []
+    cpu = ks.interpreter_primitives()
+
+    def exp2(x):
+        seen.append(cpu.exp2(x))
+        return seen[-1]
+
+    device_sum = dataclasses.replace(cpu, exp2=exp2, row_sum=ks.wgmma_row_sum, needs_layout=True)
+    sched = ks.forward_schedule(
+        q, k, v, mask, config=KernelConfig(rows, 64), primitives=device_sum, trace=True, sum_layout=layout
+    )
+    (steps,) = sched.steps.values()
+    return seen[0], steps[0].l  # l = 0 * alpha + sum(p): the sum's own bits
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "bfloat16"])
+def test_the_bool_mask_launch_sums_p_in_its_blocked_layout_as_the_model_does(dtype):
+    """The GPU bool-mask case's launch (sm_90, this Triton, specialized as at the launch) takes
+    ``tl.sum(p, 1)`` in a blocked layout (the mask tile's load), not the wgmma accumulator:
+    :func:`forward_sum_layout` reads it from the TTGIR, and the model's ``l`` after the first tile in
+    that layout equals the PTX's sum of that ``p`` bit for bit, where the wgmma order differs (the
+    model before this layout was read: the 2026-12-07 H100 failure of the bool-mask cases)."""
+    from ojas_ref.verification.kernel_schedule_rowwise import Blocked
+
+    name = "bf16" if dtype == torch.bfloat16 else "fp32"
+    asm = _sm90_launch_asm(BOOL_MASK_CASE, dtype)
+    layout = ks.forward_sum_layout(asm["ttgir"])
+    assert layout == Blocked(*BOOL_MASK_LAYOUTS[name])
+    tree, offsets = _ptx_row_sum(asm["ptx"])
+    _check_the_model_sums_as(tree, offsets, layout)
+    for unmasked in (c for c in GPU_CASES if not c[4]):  # the other launches sum in the wgmma layout
+        assert ks.forward_sum_layout(_sm90_launch_asm(unmasked, dtype)["ttgir"]) == "wgmma"
+
+
+def _check_the_model_sums_as(tree: str, offsets: list[int], layout) -> None:
+    """The model's first-tile ``l`` in ``layout`` is the PTX's sum (``tree``, ``offsets``) of its
+    ``p``, and the wgmma order gives other bits on these rows; without the layout the device's
+    primitives refuse a masked launch."""
+    assert offsets == [layout.threads[1] >> k for k in range(1, layout.threads[1].bit_length())]
+    p, l = _model_l_of_first_tile(layout)
+    got = _evaluate_blocked_row_sum(tree, offsets, p, layout)
+    assert torch.equal(l.view(torch.int32), got.view(torch.int32))
+    assert not torch.equal(ks.wgmma_row_sum(p).view(torch.int32), got.view(torch.int32))
+    with pytest.raises(ValueError, match="sum_layout: .* in the blocked layout of the launch"):
+        _model_l_of_first_tile(None)
+
+
 #: what Triton 3.6 compiles for sm_90, read by these tests' helpers (data/make_triton36_reductions.py)
 TRITON36 = json.loads((pathlib.Path(__file__).parent / "data" / "triton36_reductions.json").read_text())
 
@@ -410,3 +561,18 @@ def test_the_row_sum_follows_the_triton_that_runs_and_refuses_others():
     for version in ("3.7.0", "4.0.0", "3"):
         with pytest.raises(ValueError, match=rf"Triton {version} is not modelled \(Triton 3\.6, 3\.9 are\)"):
             ks.wgmma_row_sum(x, version)
+
+
+@pytest.mark.parametrize("key", sorted(TRITON36["bool_mask"]))
+def test_triton_36_bool_mask_launch_sums_p_as_the_model_does(key, monkeypatch):
+    """Triton 3.6's bool-mask launch (the fixture: the layout definitions and ``l_i`` reductions of
+    its TTGIR, and the PTX's sum, a thread's 8 or 4 columns one after another, then the lanes'
+    butterfly) is what the model runs with Triton 3.6 imported (:func:`_check_the_model_sums_as`,
+    the version the model reads set to the fixture's)."""
+    from ojas_ref.verification.kernel_schedule_rowwise import Blocked
+
+    fixture = TRITON36["bool_mask"][key]
+    layout = ks.forward_sum_layout(fixture["ttgir"])
+    assert layout == Blocked(*BOOL_MASK_LAYOUTS[key])
+    monkeypatch.setattr(triton, "__version__", TRITON36["triton"])
+    _check_the_model_sums_as(fixture["tree"], fixture["offsets"], layout)

@@ -5,9 +5,13 @@ the tests run another Triton. Run with Triton 3.6 first on the path, e.g.
 
 import json
 import pathlib
+import re
 import sys
 
+import torch
 import triton
+
+from ojas_ref.verification import kernel_schedule as ks
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -20,11 +24,17 @@ import test_kernel_schedule_rowwise as rowwise  # noqa: E402
 def main() -> None:
     if not triton.__version__.startswith("3.6."):
         raise SystemExit(f"needs Triton 3.6 first on the path, got {triton.__version__} ({triton.__file__})")
-    out = {"triton": triton.__version__, "forward": {}, "rms_norm": {}, "delta": {}}
+    out = {"triton": triton.__version__, "forward": {}, "bool_mask": {}, "rms_norm": {}, "delta": {}}
     for dtype, config, e, prec in forward.SM90_CASES:
         tree, offsets = forward._ptx_row_sum(forward._sm90_asm(dtype, config, e, prec)["ptx"])
         key = f"{dtype}-{config.block_m}x{config.block_n}-e{e}-{config.num_warps}warps"
         out["forward"][key] = {"tree": tree, "offsets": offsets}
+    for key, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        asm = forward._sm90_launch_asm(forward.BOOL_MASK_CASE, dtype)
+        tree, offsets = forward._ptx_row_sum(asm["ptx"])
+        layouts = [line for line in asm["ttgir"].splitlines() if re.match(r"#\w+ = #ttg\.", line)]
+        sums = [m.group(0) for m in ks._L_SUM.finditer(asm["ttgir"])]
+        out["bool_mask"][key] = {"ttgir": "\n".join(layouts + sums), "tree": tree, "offsets": offsets}
     for direction, n, dtype, aligned in rowwise.RMS_SM90:
         asm = rowwise._rms_sm90(direction, n, dtype, aligned)
         sums, offsets = rowwise._ptx_in_thread_sums(asm["ptx"])
