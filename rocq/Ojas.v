@@ -20,7 +20,8 @@
       the kernels' error proofs in the mixed-precision model
       ([Attention/Float/]: the online softmax's rescaling and tiles, the
       forward output, its saved lse, dV, dK and dQ; [LinearCrossEntropy/Float/]:
-      the streamed lse and loss, dH and dW, softcap, a-posteriori bounds);
+      the streamed lse and loss, dH and dW (also with the streamed lse composed in),
+      softcap, a-posteriori bounds);
     - [Bounds/]: the error bounds' values over exact rationals, one file per
       operation, which the oracle (extraction/ExtractBounds.v) computes.
 
@@ -54,7 +55,7 @@ From Ojas Require Export LinearCrossEntropy.LseError LinearCrossEntropy.LossErro
 From Ojas Require Export LinearCrossEntropy.Float.LseLossError LinearCrossEntropy.Float.GradError.
 From Ojas Require Export LinearCrossEntropy.Float.WeightedGradError LinearCrossEntropy.Float.SoftcapError.
 From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradError LinearCrossEntropy.Float.LossPosteriori.
-From Ojas Require Export LinearCrossEntropy.Float.GradPosteriori.
+From Ojas Require Export LinearCrossEntropy.Float.GradPosteriori LinearCrossEntropy.Float.GradChainError.
 
 (** ** Reversible coupling stacks *)
 From Ojas Require Export Reversible.Coupling Reversible.Stack Reversible.FixedPoint Reversible.Gradient.
@@ -72,4 +73,4 @@ From Ojas Require Export RMSNorm.Backward SwiGLU.Backward ReLU.Backward ReLU.Ker
 
 (** ** The bounds' values, over exact rationals *)
 From Ojas Require Export Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.AttentionChain.
-From Ojas Require Export Bounds.LinearCrossEntropy Bounds.LinearCrossEntropyGrad.
+From Ojas Require Export Bounds.LinearCrossEntropy Bounds.LinearCrossEntropyGrad Bounds.LinearCrossEntropyChain.
