@@ -778,6 +778,14 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
              (n ()) (nat "chunks") with
      | None -> `Null
      | Some (((cs, ct), ch), c0) -> `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; c0 ]))
+  | `String "linear_cross_entropy_grad_chain" ->
+    allowed [ "u"; "ea"; "us"; "es"; "ue"; "ee"; "el"; "zmax"; "delta"; "ln"; "a0"; "ua"; "depth"; "block";
+              "tiles"; "vocab"; "n"; "chunks" ];
+    (match Bounds_spec.ce_grad_chain_q (q "u") (q "ea") (q "us") (q "es") (q "ue") (q "ee") (q "el") (q "zmax")
+             (q "delta") (q "ln") (q "a0") (q "ua") (nat "depth") (nat "block") (nat "tiles") (nat "vocab")
+             (n ()) (nat "chunks") with
+     | None -> `Null
+     | Some (((cs, ct), ch), c0) -> `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; c0 ]))
   | `String "linear_cross_entropy_grad_posteriori" ->
     allowed [ "u"; "ea"; "us"; "es"; "ee"; "a0"; "ua"; "n"; "chunks" ];
     (match Bounds_spec.ce_gp_q (q "u") (q "ea") (q "us") (q "es") (q "ee") (q "a0") (q "ua")
