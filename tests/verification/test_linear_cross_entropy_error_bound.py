@@ -35,7 +35,10 @@ off the tiles, several token chunks; bfloat16 G truncated by the interpreter:
 ``storage_rounding="truncate"``, the formula at those constants, not a proved bound) and on the
 GPU at V = 128256, D = 4096. Mutants of the kernel's own path (one chunk's dW accumulation
 dropped, the row kernel's vocabulary one column short, "mean" over all tokens instead of the
-kept ones) exceed the bound.
+kept ones) exceed the bound. Without a softcap ``gradient_bounds`` evaluates one extracted
+function per bound (``linear_cross_entropy_grad_chain_error_bound``: ``ce_grad_chain_q``, the
+streamed lse's bound composed in Coq, ``ce_dh_error_from_lse`` / ``ce_dw_error_from_lse``), at
+most the former Python composition (lse bound, then ``ce_grad_q``) and within 1e-4 of it.
 
 The 4-product schedule (reduction "none", ``products=4``): ``gradient_bounds`` with ``grad_output``
 gives ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dh4_error`` (dH: the forward's row times
@@ -71,7 +74,13 @@ from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
     linear_cross_entropy_loss_posteriori_bound,
     linear_cross_entropy_lse_error_bound,
 )
-from ojas_ref.verification.bounds.linear_cross_entropy_grad import linear_cross_entropy_grad_error_bound  # noqa: E402
+from ojas_ref.verification.bounds import common as bounds_common  # noqa: E402
+from ojas_ref.verification.bounds import linear_cross_entropy as lce_bounds  # noqa: E402
+from ojas_ref.verification.bounds import linear_cross_entropy_grad as lce_grad_bounds  # noqa: E402
+from ojas_ref.verification.bounds.linear_cross_entropy_grad import (  # noqa: E402
+    linear_cross_entropy_grad_chain_error_bound,
+    linear_cross_entropy_grad_error_bound,
+)
 from ojas_ref.verification.linear_cross_entropy_error import (  # noqa: E402
     emulated_stream_lse,
     exact_gradients,
@@ -624,6 +633,106 @@ def test_grad_bound_bad_arguments_raise(kwargs, match):
     one = torch.ones(2, 2)
     with pytest.raises(ValueError, match=match):
         linear_cross_entropy_grad_error_bound(one, one, one, **args)
+
+
+_CHAIN_CASE = dict(vocab_size=1000, hidden_dim=64, block_v=128, dot_abs_sum=5.0, scale=1.0 / 3)
+
+
+def _python_composition(sums, dtype, n_terms, n_chunks):
+    """The former composition in Python: the lse's bound, then ``ce_grad_q`` at it and
+    ``Am = (2 Zmax + ln V + Dl) 1.01``."""
+    c = _CHAIN_CASE
+    kw = dict(dtype=dtype, dot_abs_sum=c["dot_abs_sum"])
+    dl = linear_cross_entropy_lse_error_bound(c["vocab_size"], c["hidden_dim"], block_v=c["block_v"], **kw)
+    delta, zmax = linear_cross_entropy_logit_error_bound(c["vocab_size"], c["hidden_dim"], **kw)
+    return linear_cross_entropy_grad_error_bound(
+        *sums,
+        n_terms=n_terms,
+        n_chunks=n_chunks,
+        dtype=dtype,
+        scale=c["scale"],
+        logit_error=delta,
+        lse_error=dl,
+        max_abs_arg=(2 * zmax + math.log(c["vocab_size"]) + dl) * 1.01,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n_terms, n_chunks", [(1000, 1), (16, 2)])
+def test_grad_chain_bound_at_most_the_python_composition(dtype, n_terms, n_chunks):
+    """``ce_grad_chain_q`` (the lse's bound composed in Coq) against the former composition in
+    Python of the same two theorems: never above it (its ``Am = 2 Zmax + 3 delta + LN + Dl``
+    is below ``(2 Zmax + ln V + Dl) 1.01``, its delta and Dl exact, not rounded up to floats)
+    and within 1e-4 of it (dH: one product over V; dW: two token chunks; the gap is
+    ``u (0.01 (2 Zmax + ln V) - 3 delta)`` in the exponent's error ``x``, about 1e-4 of ``x`` in
+    float32)."""
+    if not bounds_common.oracle_bounds_available():
+        pytest.skip("oracle not built (make -C extraction)")
+    sums = (torch.tensor([0.5, 2.0]), torch.tensor([1.0, 3.0]), torch.tensor([4.0, 8.0]))
+    new = linear_cross_entropy_grad_chain_error_bound(
+        *sums, n_terms=n_terms, n_chunks=n_chunks, dtype=dtype, **_CHAIN_CASE
+    )
+    old = _python_composition(sums, dtype, n_terms, n_chunks)
+    assert (new <= old).all() and torch.allclose(new, old, rtol=1e-4, atol=0), (new, old)
+
+
+def test_grad_chain_oracle_matches_the_hand_composition(oracle_and_hand):
+    """Without the oracle binary the chain falls back to the hand copies (the lse's, then
+    ``ce_grad_q``'s with ``X = 1 + x + x^2``): never below the oracle's and within 5%."""
+    s = torch.tensor([0.5, 2.0])
+    oracle, hand = oracle_and_hand(
+        linear_cross_entropy_grad_chain_error_bound,
+        s,
+        s,
+        s,
+        n_terms=16,
+        n_chunks=2,
+        dtype=torch.bfloat16,
+        **_CHAIN_CASE,
+    )
+    assert torch.allclose(oracle, hand, rtol=5e-2) and (oracle <= hand).all()
+
+
+def test_gradient_bounds_evaluate_one_extracted_function_per_bound(monkeypatch):
+    """Regression (issue 28 item 5): ``gradient_bounds`` asks the oracle one query per bound, the
+    composed ``linear_cross_entropy_grad_chain``, and composes nothing itself (before: the lse's
+    ``linear_cross_entropy_lse`` query, then ``linear_cross_entropy_grad`` for dH and for dW)."""
+    if not bounds_common.oracle_bounds_available():
+        pytest.skip("oracle not built (make -C extraction)")
+    asked = []
+
+    def recording(**query):
+        asked.append(query["bound"])
+        return bounds_common._from_oracle(**query)
+
+    for module in (lce_bounds, lce_grad_bounds):
+        monkeypatch.setattr(module, "_from_oracle", recording)
+    x, w, target, cfg = _grad_case(torch.float32, peaked=False)
+    bh, bw = gradient_bounds(x, w, target, config=cfg, exp_error=CPU_EXP_ERROR)
+    assert asked == ["linear_cross_entropy_grad_chain"] * 2
+    assert bh.shape == x.shape and bw.shape == w.shape and bool(torch.isfinite(bh).all() and torch.isfinite(bw).all())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(scale=-1.0), "scale"),
+        (dict(block_v=0), "block_v"),
+        (dict(tile_sum_depth=128), "tile_sum_depth"),
+        (dict(n_terms=0), "n_terms"),
+        (dict(n_chunks=0), "n_chunks"),
+        (dict(dot_abs_sum=-1.0), "dot_abs_sum"),
+        (dict(hidden_dim=0), "hidden_dim"),
+        (dict(exp_error=1.5), "exp_error"),
+        (dict(exp_error=0.25), "failed|vacuous"),
+    ],
+)
+def test_grad_chain_bound_bad_arguments_raise(kwargs, match):
+    args = dict(_CHAIN_CASE, n_terms=100, dtype=torch.bfloat16)
+    args.update(kwargs)
+    one = torch.ones(2, 2)
+    with pytest.raises(ValueError, match=match):
+        linear_cross_entropy_grad_chain_error_bound(one, one, one, **args)
 
 
 def test_grad_bound_oracle_factors_match_the_hand_values(oracle_and_hand):

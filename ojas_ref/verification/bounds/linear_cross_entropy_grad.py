@@ -31,13 +31,17 @@ from ojas_ref.verification.bounds.common import (
 from ojas_ref.verification.bounds.linear_cross_entropy import (
     LINEAR_CROSS_ENTROPY_DIV_ERROR,
     LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    LINEAR_CROSS_ENTROPY_LOG_ERROR,
     LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    _logit_terms,
     _softcapped,
+    linear_cross_entropy_lse_error_bound,
     linear_cross_entropy_softcap_chain_error_bound,
 )
 
 __all__ = [
     "linear_cross_entropy_entry_posteriori_factors",
+    "linear_cross_entropy_grad_chain_error_bound",
     "linear_cross_entropy_grad_error_bound",
     "linear_cross_entropy_grad_posteriori_bound",
     "linear_cross_entropy_weighted_dh_error_bound",
@@ -216,6 +220,105 @@ def linear_cross_entropy_grad_error_bound(
         coefs = _capped_grad_coefs(*capped, n_terms, n_chunks) if got is _NO_ORACLE else tuple(F_(c) for c in got)
         return _grad_coef_sum(coefs, (prob_abs, grad_abs, operand_abs, *capped_sums), n_terms)
     return _grad_coef_sum((coef_s, coef_t, coef_h, const), (prob_abs, grad_abs, operand_abs), n_terms)
+
+
+def linear_cross_entropy_grad_chain_error_bound(
+    prob_abs: torch.Tensor,
+    grad_abs: torch.Tensor,
+    operand_abs: torch.Tensor,
+    *,
+    n_terms: int,
+    dtype: torch.dtype,
+    scale: float,
+    vocab_size: int,
+    hidden_dim: int,
+    block_v: int,
+    n_chunks: int = 1,
+    dot_abs_sum: float | None = None,
+    max_abs_input: float | None = None,
+    max_abs_weight: float | None = None,
+    tile_sum_depth: int | None = None,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    log_error: float = LINEAR_CROSS_ENTROPY_LOG_ERROR,
+    storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """:func:`linear_cross_entropy_grad_error_bound` (no softcap) with the streamed lse's error
+    composed in Coq: per-entry bounds on dH (``n_chunks = 1``, ``n_terms = V``) or dW of the
+    3-product schedule, every token's lse the one ``_rows_kernel`` streams over its row of
+    ``vocab_size`` logits in tiles of ``block_v``.
+
+    One extracted function per bound: the oracle's ``linear_cross_entropy_grad_chain`` query,
+    ``ce_grad_chain_q`` of ``Ojas.Bounds.LinearCrossEntropyChain`` (``ce_grad_chain_q_sound_dw``,
+    ``ce_grad_chain_q_sound_dh``; over the reals ``Ojas.LinearCrossEntropy.Float.GradChainError
+    .ce_dw_error_from_lse`` / ``ce_dh_error_from_lse``): it computes the lse's bound ``Dl``
+    (``ce_lse_q``, as :func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_error_bound`)
+    itself, checks ``0 <= Dl <= 1``, and answers the coefficients of ``ce_grad_q`` at
+    ``x = delta + Dl + u Am + ea``, ``Am = 2 Zmax + 3 delta + LN + Dl`` (``chain_Am``: no
+    premise on ``|z - lse|``). ``delta`` and ``Zmax`` are the logits' (``_logit_terms``, the
+    logits stored in ``dtype``: ``dot_abs_sum`` or ``hidden_dim max_abs_input max_abs_weight``),
+    ``LN`` the certified ``ln V``; the premises are those of both bounds (``tl.exp`` within
+    ``exp_error``, ``tl.log`` within ``log_error`` on ``[1/2, 2 V]``, ``tl.sum`` a tree of
+    depth ``tile_sum_depth``, default ``block_v - 1``, the products' fp32 accumulation within
+    ``gamma_{n_terms}``). The sums and their float64 evaluation as
+    :func:`linear_cross_entropy_grad_error_bound`. Without the oracle binary: the hand copies
+    (:func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_error_bound`'s
+    ``Dl``, then :func:`linear_cross_entropy_grad_error_bound` at it and ``Am``). Raises
+    ``ValueError`` on a bad argument or when a check fails (``Dl`` outside ``[0, 1]``,
+    ``bL >= 1``)."""
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
+            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+    if not (isinstance(block_v, int) and block_v >= 1):
+        raise ValueError(f"block_v must be an int >= 1, got {block_v!r}")
+    depth = block_v - 1 if tile_sum_depth is None else tile_sum_depth
+    if not (isinstance(depth, int) and 0 <= depth <= block_v - 1):
+        raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
+    _check_grad_terms(n_terms, n_chunks)
+    delta, zmax = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, True)
+    F_ = Fraction
+    u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)  # >= ln V; ce_lse_q checks it
+    consts = dict(u=u, ea=ea, us=us, es=es, ue=ue, ee=ee, el=el, zmax=zmax, delta=delta, ln=ln_v, a0=F_(float(scale)))
+    got = _from_oracle(
+        bound="linear_cross_entropy_grad_chain",
+        **{k: _rational(v) for k, v in consts.items()},
+        ua=_rational(u),
+        depth=depth,
+        block=block_v,
+        tiles=-(-vocab_size // block_v),
+        vocab=vocab_size,
+        n=n_terms,
+        chunks=n_chunks,
+    )
+    if got is None:
+        raise ValueError(
+            "a check of ce_grad_chain_q failed (the oracle answered None): the lse's bound vacuous "
+            "(bL >= 1 or Dl > 1) or the gradient's (n_terms u >= 1)"
+        )
+    if got is not _NO_ORACLE:
+        return _grad_coef_sum(tuple(F_(c) for c in got), (prob_abs, grad_abs, operand_abs), n_terms)
+    lse_args = dict(dtype=dtype, block_v=block_v, dot_abs_sum=dot_abs_sum, max_abs_input=max_abs_input)
+    lse_args.update(max_abs_weight=max_abs_weight, tile_sum_depth=tile_sum_depth, log_error=log_error)
+    dl = linear_cross_entropy_lse_error_bound(vocab_size, hidden_dim, exp_error=exp_error, **lse_args)
+    if dl > 1:
+        raise ValueError(f"the lse's bound {dl} exceeds 1 (ce_grad_chain_q's check)")
+    return linear_cross_entropy_grad_error_bound(
+        prob_abs,
+        grad_abs,
+        operand_abs,
+        n_terms=n_terms,
+        n_chunks=n_chunks,
+        dtype=dtype,
+        scale=scale,
+        logit_error=_float_up(delta) * _ROUND_UP,
+        lse_error=dl,
+        max_abs_arg=_float_up(2 * zmax + 3 * delta + ln_v + F_(dl)) * _ROUND_UP,
+        exp_error=exp_error,
+        storage_rounding=storage_rounding,
+    )
 
 
 def _check_grad_terms(n_terms: int, n_chunks: int) -> None:
