@@ -1159,18 +1159,8 @@ def attention_grad_chain(
     for name, val in (("value_dim", value_dim), ("block", block), ("n_tiles", n_tiles), ("n_items", n_items)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
-    us, es = _storage(dtype, storage_rounding)
-    query = dict(
-        u=_FP32_U,
-        ue=float(exp2_error),
-        ee=_EXP2_ABS_ERROR,
-        ea=_FP32_ETA,
-        us=us,
-        es=es,
-        uc=_QK_SCALE_ERROR,
-        scale=scale,
-        p=p,
-        v=float(max_abs_v),
+    query, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
+    query.update(
         el=float(log2_error),
         ucl=_LN2_CONST_ERROR,
         ln=math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40,  # a candidate the oracle checks: n <= exp_dn(ln)
@@ -1187,7 +1177,7 @@ def attention_grad_chain(
         e=head_dim,
         block=block_n,
         keys=n_keys,
-        tiles=-(-n_keys // block_n),
+        tiles=tiles,
         value_dim=value_dim,
         grad_depth=(block - 1) + (n_tiles - 1),
         items=n_items,
