@@ -27,7 +27,12 @@ matmul precision (IEEE; TF32 is not covered), and the BLAS's order of summation 
 only by the classical any-order bound gamma_D, not by a Coq theorem. The run first measures
 ``tl.exp`` (relative, on [-104, 0]) and ``tl.log`` (absolute, on [1, 2^24]) on the device:
 the theorem's premises, assumed at most ``LINEAR_CROSS_ENTROPY_EXP_ERROR`` /
-``LINEAR_CROSS_ENTROPY_LOG_ERROR``.
+``LINEAR_CROSS_ENTROPY_LOG_ERROR``. ``exp_error_used``, ``log_error_used``, ``tanh_error_used``,
+``div_error_used`` (every row): the premises' constants the row's bounds were computed with
+(``linear_cross_entropy_error.unary_errors``): on CUDA those ``ojas verify-device`` measured on every
+float32 input of the premise's domain (this device's record, rounded up) where it passed (tanh and
+division: for the caps the record checks), else the assumed ones (``*_error_assumed``); an lse
+bound above 1 takes the assumed ``tl.log`` constant (``linear_cross_entropy_error.lse_bound``).
 
 Gradient columns (reduction "mean", every eighth target ignored): ``dh_*`` for grad_input and
 ``dw_*`` for grad_weight of the whole kernel (forward and backward) against float64 autograd
@@ -236,18 +241,24 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     from ojas_ref.verification.bounds.linear_cross_entropy import (
         linear_cross_entropy_logit_error_bound,
         linear_cross_entropy_loss_error_bound,
-        linear_cross_entropy_lse_error_bound,
     )
-    from ojas_ref.verification.linear_cross_entropy_error import dot_abs_sum, measured_premise_depth, stream_block_v
+    from ojas_ref.verification.linear_cross_entropy_error import (
+        dot_abs_sum,
+        lse_bound,
+        measured_premise_depth,
+        stream_block_v,
+        unary_errors,
+    )
 
     (N, D), V, dtype, device = x.shape, w.shape[0], x.dtype, x.device.type
     loss, z, lse = kernel_forward(x, w, target, cap)
     P = dot_abs_sum(x, w)
     bv = stream_block_v(dtype, device)
+    used = unary_errors(device, V, cap)  # the premises' constants of every bound below
     kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
-    lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=bv, **kw)
-    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
-    B = linear_cross_entropy_lse_error_bound(V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
+    lse_b = lse_bound(device, V, D, block_v=bv, **kw)
+    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, tanh_error=used["tanh_error"], **kw)
+    B = lse_bound(device, V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
     ref, lse_ex, pb = _per_token(x, w, target, cap, delta, B)
     loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
     err_tok = (loss.to(F64) - ref).abs()
@@ -271,11 +282,12 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         )
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
     on_err = (lse.to(F64) - _exact_lse_rows(z, cap)).abs().max().item()
-    on_b = linear_cross_entropy_lse_error_bound(
-        V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=z.abs().max().item(), softcap=cap
+    on_b = lse_bound(
+        device, V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=z.abs().max().item(), softcap=cap
     )
     if cap is None:  # ce_loss_posteriori on the stored logits' measured errors, B at their max |z|
-        mB = linear_cross_entropy_lse_error_bound(
+        mB = lse_bound(
+            device,
             V,
             1,
             dtype=dtype,
@@ -315,6 +327,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         online_ratio=on_b / max(on_err, 1e-300),
         holds=err <= loss_b and on_err <= on_b and lse_err.max().item() <= lse_b,
         covered=covered,
+        **{f"{name}_used": value for name, value in used.items()},
     )
     bar = dict(lse=(lse_ex, torch.tensor(lse_b), lse_err), loss=(ref, best, err_tok))
     return cols, bar
@@ -339,6 +352,7 @@ def run(sizes: dict, device: str) -> dict:
     from benchmarks.bench_attention_error import bar_line, float32_bar
     from ojas_ref.verification.attention_error import tf32_dots
     from ojas_ref.verification.bounds.linear_cross_entropy import (
+        LINEAR_CROSS_ENTROPY_DIV_ERROR,
         LINEAR_CROSS_ENTROPY_EXP_ERROR,
         LINEAR_CROSS_ENTROPY_LOG_ERROR,
         LINEAR_CROSS_ENTROPY_TANH_ERROR,
@@ -347,12 +361,23 @@ def run(sizes: dict, device: str) -> dict:
         measured_exp_error,
         measured_log_error,
         measured_tanh_error,
+        unary_errors,
     )
 
     rel, ab = measured_exp_error(device)
     lg = measured_log_error(device)
     caps = (30.0, 5.0)
     th = {str(c): measured_tanh_error(device, c) for c in caps}
+    for cap in (None,) + caps:
+        used = unary_errors(device, sizes["V"], cap)
+        print(
+            f"premise constants of the bounds (softcap {cap}): tl.exp {used['exp_error']:.3e} relative "
+            f"(assumed {LINEAR_CROSS_ENTROPY_EXP_ERROR:.3e}), tl.log {used['log_error']:.3e} "
+            f"(assumed {LINEAR_CROSS_ENTROPY_LOG_ERROR:.3e}), tanh {used['tanh_error']:.3e} "
+            f"(assumed {LINEAR_CROSS_ENTROPY_TANH_ERROR:.3e}), z / c {used['div_error']:.3e} relative "
+            f"(assumed {LINEAR_CROSS_ENTROPY_DIV_ERROR:.3e})",
+            flush=True,
+        )
     rows, bar = [], []
     for dtype in (torch.bfloat16, torch.float32):
         for variant in ("normal", "peaked") + tuple(f"softcap {c:g}" for c in caps):
@@ -433,6 +458,7 @@ def run(sizes: dict, device: str) -> dict:
         log_error_assumed=LINEAR_CROSS_ENTROPY_LOG_ERROR,
         tanh_abs_error=th,
         tanh_error_assumed=LINEAR_CROSS_ENTROPY_TANH_ERROR,
+        div_error_assumed=LINEAR_CROSS_ENTROPY_DIV_ERROR,
         premises_hold=(
             rel <= LINEAR_CROSS_ENTROPY_EXP_ERROR
             and ab <= 2.0**-126

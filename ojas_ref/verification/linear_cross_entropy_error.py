@@ -28,7 +28,11 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens),
   optionally on the measured errors of the :func:`stored_logits`; :func:`tile_sum_identification`
   the tree of the rows kernel's ``tl.sum`` (layout, depth), identified bit for bit on a device
-  (:func:`checked_tile_sum_depth` its depth; :func:`matching_tree_layouts` the identification).
+  (:func:`checked_tile_sum_depth` its depth; :func:`matching_tree_layouts` the identification);
+* :func:`unary_errors`: the constants of the ``tl.exp``, ``tl.log``, softcap tanh and division
+  premises every bound here takes on a device (on CUDA those ``ojas verify-device`` measured on
+  every float32 input, rounded up; else the assumed ones), :func:`lse_bound` the lse bounds with
+  them.
 The data's sums that the bounds take (``dot_abs_sum``, the gradient sums ``P |W|``, ``|G| |W|``, ...,
 the a-posteriori ``factors @ |W|``) are certified upper bounds of the exact values
 (:mod:`ojas_ref.verification.bounds.certified`: float64 sums and matmuls in any order,
@@ -50,7 +54,9 @@ import torch.nn.functional as F
 from ojas_ref.verification.bounds import certified as cb
 from ojas_ref.verification.bounds.common import _float_up
 from ojas_ref.verification.bounds.linear_cross_entropy import (
-    LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    LINEAR_CROSS_ENTROPY_DIV_ERROR,
+    LINEAR_CROSS_ENTROPY_LOG_ERROR,
+    LINEAR_CROSS_ENTROPY_TANH_ERROR,
     linear_cross_entropy_logit_error_bound,
     linear_cross_entropy_lse_error_bound,
     linear_cross_entropy_merge_lse_error_bound,
@@ -88,6 +94,59 @@ def dot_abs_sum(x: torch.Tensor, w: torch.Tensor) -> float:
 TANH64_ERROR = (2.0**-50, 2.0**-1070)
 # max |d/dx tanh(x)^2| = max 2 t (1 - t^2) = 4 / (3 sqrt 3) < 0.7699
 _TANH_SQ_LIPSCHITZ = Fraction(7699, 10000)
+
+
+def unary_errors(device_type: str, vocab_size: int, softcap: float | None = None) -> dict[str, float]:
+    """``exp_error``, ``log_error``, ``tanh_error`` and ``div_error``: the premises' constants the
+    bounds here take on ``device_type`` for a vocabulary of ``vocab_size`` (and ``softcap``):
+    :func:`~ojas_ref.verification.device_premises.premise_constants` of "tl.exp", "tl.log" and the
+    cap's "softcap tanh c=..." / "softcap z/c c=..." (on CUDA the measured ones of this device's
+    exhaustive record, rounded up, where it passed; else the assumed
+    ``LINEAR_CROSS_ENTROPY_*_ERROR``). The assumed ``tanh_error`` and ``div_error`` for a cap the
+    record does not check (not in :data:`~ojas_ref.verification.device_premises.SOFTCAPS`) or
+    without one; the assumed ``log_error`` when the lse theorems' log argument range
+    ``[1 / (1 + b), (1 + b) e^LN]`` (``ce_lse_q_sound``, ``LN`` the certified ``ln V`` the bounds
+    take, ``b <= 1`` the lse's bound) can leave the checked domain ``LOG_DOMAIN``: unless
+    ``2 V (1 + 2^-30) <= 2^25`` (``b <= 1`` itself: :func:`lse_bound`, ``ce_grad_chain_q``'s check)."""
+    from ojas_ref.verification import device_premises as dp
+
+    cap = None if softcap is None or float(softcap) not in dp.SOFTCAPS else float(softcap)
+    names = {"exp_error": "tl.exp", "log_error": "tl.log"}
+    if cap is not None:
+        names.update(tanh_error=f"softcap tanh c={cap:g}", div_error=f"softcap z/c c={cap:g}")
+    c = dp.premise_constants(names.values(), device_type)
+    errs = dict(tanh_error=LINEAR_CROSS_ENTROPY_TANH_ERROR, div_error=LINEAR_CROSS_ENTROPY_DIV_ERROR)
+    errs.update({key: c[name] for key, name in names.items()})
+    # e^LN <= V (1 + 2^-30) for LN = ln V (1 + 2^-40) + 2^-60 and V <= 2^25
+    if not 2 * vocab_size * (1 + 2.0**-30) <= dp.LOG_DOMAIN[1]:
+        errs["log_error"] = LINEAR_CROSS_ENTROPY_LOG_ERROR
+    return errs
+
+
+def lse_bound(device_type: str, vocab_size: int, hidden_dim: int, *, two_level: bool = False, **kwargs: Any) -> float:
+    """:func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_error_bound`
+    (``two_level``: ``linear_cross_entropy_merge_lse_error_bound``) with :func:`unary_errors`'
+    ``exp_error``, ``log_error`` and ``tanh_error`` on ``device_type`` where ``kwargs`` does not
+    give them. The measured ``log_error`` holds on ``LOG_DOMAIN = [1/2, 2^25]`` only, which holds
+    the theorem's log arguments ``[1 / (1 + b), (1 + b) e^LN]`` when the bound ``b <= 1``: above 1
+    the bound at the assumed ``LINEAR_CROSS_ENTROPY_LOG_ERROR``."""
+    fn = linear_cross_entropy_merge_lse_error_bound if two_level else linear_cross_entropy_lse_error_bound
+    errs = unary_errors(device_type, vocab_size, kwargs.get("softcap"))
+    args = {k: errs[k] for k in ("exp_error", "log_error", "tanh_error")} | kwargs
+    b = fn(vocab_size, hidden_dim, **args)
+    if b > 1 and "log_error" not in kwargs and args["log_error"] != LINEAR_CROSS_ENTROPY_LOG_ERROR:
+        b = fn(vocab_size, hidden_dim, **(args | dict(log_error=LINEAR_CROSS_ENTROPY_LOG_ERROR)))
+    return b
+
+
+def _wrapper_errors(
+    x: torch.Tensor, vocab_size: int, exp_error: float | None, softcap: float | None = None
+) -> dict[str, float]:
+    """:func:`unary_errors` on ``x``'s device, ``exp_error`` in place of its own when given."""
+    errs = unary_errors(x.device.type, vocab_size, softcap)
+    if exp_error is not None:
+        errs["exp_error"] = exp_error
+    return errs
 
 
 def logit_score_error(abs_sum: float, dim: int) -> float:
@@ -472,8 +531,8 @@ def gradient_bounds(
             storage_rounding=storage_rounding,
             grad_output=grad_output,
         )
-    exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
+    errs = _wrapper_errors(x, V, exp_error, softcap)
     config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
     kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
@@ -486,7 +545,8 @@ def gradient_bounds(
             vocab_size=V,
             hidden_dim=D,
             block_v=config.rows.block_v,
-            exp_error=exp_error,
+            exp_error=errs["exp_error"],
+            log_error=errs["log_error"],
             storage_rounding=storage_rounding,
             **kw,
         )
@@ -495,9 +555,7 @@ def gradient_bounds(
             *sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **chain
         )
         return bh, bw
-    dl = linear_cross_entropy_lse_error_bound(
-        V, D, block_v=config.rows.block_v, exp_error=exp_error, softcap=softcap, **kw
-    )
+    dl = lse_bound(x.device.type, V, D, block_v=config.rows.block_v, exp_error=errs["exp_error"], softcap=softcap, **kw)
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
     zmax = min(zmax, softcap * (1 + 2.0**-19))
     common = dict(
@@ -506,9 +564,11 @@ def gradient_bounds(
         logit_error=delta,
         lse_error=dl,
         max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01,
-        exp_error=exp_error,
+        exp_error=errs["exp_error"],
         storage_rounding=storage_rounding,
         softcap=softcap,
+        tanh_error=errs["tanh_error"],
+        div_error=errs["div_error"],
     )
     sums_h, sums_w = gradient_sums(x, w, target, ignore_index, softcap)
     bh = linear_cross_entropy_grad_error_bound(*sums_h[:3], n_terms=V, capped_sums=sums_h[3:] or None, **common)
@@ -700,20 +760,21 @@ def gradient_posteriori_bounds(
 
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum' (the 3-product schedule), got {reduction!r}")
-    exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
+    exp_error = _wrapper_errors(x, V, exp_error)["exp_error"]
     config = config or kernels.default_config(x.dtype, x.device)
     K = int((target != ignore_index).sum())
     ww = w.to(F64)
     if logits is None:
         kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
         delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
-        dl = linear_cross_entropy_lse_error_bound(V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
+        dl = lse_bound(x.device.type, V, D, block_v=config.rows.block_v, exp_error=exp_error, **kw)
     elif logits.shape != (N, V):
         raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
     else:
         delta, dl, zmax = None, None, logits.abs().max().item()
-    B = linear_cross_entropy_lse_error_bound(
+    B = lse_bound(
+        x.device.type,
         V,
         1,
         dtype=x.dtype,
@@ -783,17 +844,19 @@ def four_product_gradient_bounds(
 
     if config is None or config.tiles_per_program is None:
         raise ValueError("the 4-product bounds need a config that fixes tiles_per_program")
-    exp_error = LINEAR_CROSS_ENTROPY_EXP_ERROR if exp_error is None else exp_error
     (N, D), V = x.shape, w.shape[0]
+    exp_error = _wrapper_errors(x, V, exp_error)["exp_error"]
     K = int((target != ignore_index).sum())
     go = torch.ones(1 if reduction != "none" else N, dtype=F64) if grad_output is None else grad_output.to(F64)
     go = go.reshape(-1).to(x.device)
     kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, logits_in_dtype=False, **kw)
     n_groups = -(-(-(-V // config.fwd.block_n)) // config.tiles_per_program)
-    dl = linear_cross_entropy_merge_lse_error_bound(
+    dl = lse_bound(
+        x.device.type,
         V,
         D,
+        two_level=True,
         block_n=config.fwd.block_n,
         tiles_per_program=config.tiles_per_program,
         block_p=min(config.rows.block_p, kernels.next_power_of_2(n_groups)),
