@@ -26,7 +26,7 @@ ruff check .
 ruff format --check .
 
 echo "== tests (Triton kernels in interpreter mode on the CPU; pytest-xdist, one worker per core unless OJAS_TEST_WORKERS says)"
-TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider -n "${OJAS_TEST_WORKERS:-auto}" --dist worksteal tests
+TRITON_INTERPRET=1 python -m pytest -q -p no:cacheprovider -n "${OJAS_TEST_WORKERS:-auto}" --dist worksteal --durations=25 tests
 
 echo "== ojas audit (proofs rebuilt and audited, manifest up to date, implementations vs oracle)"
 TRITON_INTERPRET=1 ojas audit
