@@ -294,11 +294,16 @@ def unary_errors(device_type: str, n_keys: int) -> dict[str, float]:
     ``device_type`` for ``n_keys`` keys: :func:`~ojas_ref.verification.device_premises.premise_constants`
     of "tl.exp2" and "tl.log2" (on CUDA the measured ones of this device's exhaustive record, rounded
     up, where it passed; else ``EXP2_ERROR``, :data:`LOG2_ERROR`), ``log2_error`` the assumed
-    one when the theorem's log2 arguments ``[1/2, 2 n_keys]`` leave the checked domain ``LOG_DOMAIN``."""
+    one when the theorem's log2 arguments ``[1 - bL, (1 + bL) e^LN]`` (``SavedLseError``: ``e^LN``
+    slightly above ``n_keys``, ``bL`` the lse's bound) can leave the checked domain ``LOG_DOMAIN``:
+    ``2 n_keys (1 + 2^-30)`` past its end."""
     from ojas_ref.verification import device_premises as dp
 
     c = dp.premise_constants(["tl.exp2", "tl.log2"], device_type)
-    return dict(exp2_error=c["tl.exp2"], log2_error=c["tl.log2"] if 2 * n_keys <= dp.LOG_DOMAIN[1] else LOG2_ERROR)
+    return dict(
+        exp2_error=c["tl.exp2"],
+        log2_error=c["tl.log2"] if 2 * n_keys * (1 + 2.0**-30) <= dp.LOG_DOMAIN[1] else LOG2_ERROR,
+    )
 
 
 def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None) -> dict:

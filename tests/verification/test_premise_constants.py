@@ -131,8 +131,11 @@ def test_unary_errors_reads_this_devices_record(tmp_path, monkeypatch):
     want = dp.premise_constants(NAMES, "cuda")
     assert unary_errors("cuda", 16384) == dict(exp2_error=want["tl.exp2"], log2_error=want["tl.log2"])
     assert want["tl.exp2"] < EXP2_ERROR and want["tl.log2"] < LOG2_ERROR
-    # row sums beyond the checked log2 domain [1/2, 2^25]: the assumption
-    assert unary_errors("cuda", 2**24 + 1) == dict(exp2_error=want["tl.exp2"], log2_error=LOG2_ERROR)
+    # row sums that can pass the checked log2 domain [1/2, 2^25]: the assumption; at 2^24 keys
+    # already, since the theorems' (1 + bL) e^LN is slightly above 2 n_keys
+    assert unary_errors("cuda", 2**24 - 1) == dict(exp2_error=want["tl.exp2"], log2_error=want["tl.log2"])
+    for n_keys in (2**24, 2**24 + 1):
+        assert unary_errors("cuda", n_keys) == dict(exp2_error=want["tl.exp2"], log2_error=LOG2_ERROR)
     assert unary_errors("cpu", 16384) == dict(exp2_error=EXP2_ERROR, log2_error=LOG2_ERROR)
 
 
