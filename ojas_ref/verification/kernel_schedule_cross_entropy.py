@@ -730,10 +730,10 @@ def check_launches(launches: list[Launch], primitives: CrossEntropyPrimitives) -
 
 def check_linear_cross_entropy(
     input: torch.Tensor,
-    weight: torch.Tensor,
+    linear_weight: torch.Tensor,
     target: torch.Tensor,
     *,
-    bias: torch.Tensor | None = None,
+    linear_bias: torch.Tensor | None = None,
     reduction: str = "mean",
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
@@ -744,14 +744,14 @@ def check_linear_cross_entropy(
     primitives: CrossEntropyPrimitives,
     launches: list | None = None,
 ) -> CrossEntropyMismatch | None:
-    """Run ``ojas_kernels.linear_cross_entropy`` forward and backward (input, weight and bias
-    requiring grad; the backward with ``grad_output``, default ones) recording every kernel launch
+    """Run ``ojas_kernels.linear_cross_entropy`` forward and backward (input, linear_weight and
+    linear_bias requiring grad, the names of ``linear_cross_entropy``; the backward with ``grad_output``, default ones) recording every kernel launch
     (:func:`record_launches`), then :func:`check_launches`. ``launches``: a list that receives
     the recorded launches. The cuBLAS products are not checked (module docstring)."""
     from ojas_kernels.linear_cross_entropy import linear_cross_entropy
 
-    leaves = [t.detach().requires_grad_() for t in (input, weight)]
-    b = None if bias is None else bias.detach().requires_grad_()
+    leaves = [t.detach().requires_grad_() for t in (input, linear_weight)]
+    b = None if linear_bias is None else linear_bias.detach().requires_grad_()
     with record_launches(ttgir=primitives.needs_layout) as recorded:
         loss = linear_cross_entropy(
             leaves[0],

@@ -112,7 +112,7 @@ def _run(shape_case, variant, dtype, primitives, device="cpu", seed=0):
         x,
         w,
         target,
-        bias=bias,
+        linear_bias=bias,
         reduction=reduction,
         config=config,
         grad_output=_grad_output(reduction, shape[0], device),
