@@ -21,7 +21,7 @@
       ([Attention/Float/]: the online softmax's rescaling and tiles, the
       forward output, its saved lse, dV, dK and dQ; [LinearCrossEntropy/Float/]:
       the streamed lse and loss, dH and dW (also with the streamed lse composed in),
-      softcap, a-posteriori bounds);
+      softcap (its dH and dW also with the capped streamed lse composed in), a-posteriori bounds);
     - [Bounds/]: the error bounds' values over exact rationals, one file per
       operation, which the oracle (extraction/ExtractBounds.v) computes.
 
@@ -56,6 +56,7 @@ From Ojas Require Export LinearCrossEntropy.Float.LseLossError LinearCrossEntrop
 From Ojas Require Export LinearCrossEntropy.Float.WeightedGradError LinearCrossEntropy.Float.SoftcapError.
 From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradError LinearCrossEntropy.Float.LossPosteriori.
 From Ojas Require Export LinearCrossEntropy.Float.GradPosteriori LinearCrossEntropy.Float.GradChainError.
+From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradChainError.
 
 (** ** Reversible coupling stacks *)
 From Ojas Require Export Reversible.Coupling Reversible.Stack Reversible.FixedPoint Reversible.Gradient.
@@ -74,3 +75,4 @@ From Ojas Require Export RMSNorm.Backward SwiGLU.Backward ReLU.Backward ReLU.Ker
 (** ** The bounds' values, over exact rationals *)
 From Ojas Require Export Bounds.Rational Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.AttentionChain.
 From Ojas Require Export Bounds.LinearCrossEntropy Bounds.LinearCrossEntropyGrad Bounds.LinearCrossEntropyChain.
+From Ojas Require Export Bounds.LinearCrossEntropySoftcapChain.
