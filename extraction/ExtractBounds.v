@@ -12,9 +12,9 @@
 
 From Coq Require Extraction ExtrOcamlBasic ExtrOcamlZBigInt.
 From Ojas Require Import Bounds.Sums Bounds.Softmax Bounds.Attention Bounds.AttentionChain Bounds.LinearCrossEntropy
-  Bounds.LinearCrossEntropyGrad Bounds.LinearCrossEntropyChain.
+  Bounds.LinearCrossEntropyGrad Bounds.LinearCrossEntropyChain Bounds.LinearCrossEntropySoftcapChain.
 
 Extraction "_build/bounds_spec.ml"
   dot_bound_q chunked_sum_factor_q nat_err_q stream_beta_q stream_err_q perturbation_q
   neg_ln_check attn_fwd_q attn_fwd_post_q attn_lse_q score_max_q score_delta_q attn_grad_chain_q ce_lse_q
-  ce_merge_lse_q ce_grad_q ce_grad_chain_q ce_gp_q sc_grad_q.
+  ce_merge_lse_q ce_grad_q ce_grad_chain_q ce_gp_q sc_grad_q sc_grad_chain_q.

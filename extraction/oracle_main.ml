@@ -697,7 +697,8 @@ let eb_known = [ "bound"; "u"; "ue"; "n"; "delta"; "b"; "t";
                  "ee"; "ea"; "us"; "es"; "uc"; "scale"; "p"; "v"; "e"; "block"; "keys"; "tiles";
                  "el"; "ucl"; "ln"; "zmax"; "depth"; "vocab";
                  "items"; "merge_depth"; "merge_block"; "merge_tiles"; "groups"; "a0"; "ua"; "x"; "chunks";
-                 "chain"; "uc2"; "ucs"; "lse_max"; "dp_abs_sum"; "y_max"; "w"; "value_dim"; "grad_depth" ]
+                 "chain"; "uc2"; "ucs"; "lse_max"; "dp_abs_sum"; "y_max"; "w"; "value_dim"; "grad_depth";
+                 "cap"; "ut"; "et"; "ud"; "ed"; "zr"; "dr" ]
 
 let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
   let where = Printf.sprintf "queries[%d]" i in
@@ -796,6 +797,15 @@ let eb_query i (j : Yojson.Safe.t) : Yojson.Safe.t =
     allowed [ "u"; "ea"; "us"; "es"; "ue"; "ee"; "a0"; "ua"; "x"; "chain"; "n"; "chunks" ];
     (match Bounds_spec.sc_grad_q (q "u") (q "ea") (q "us") (q "es") (q "ue") (q "ee") (q "a0") (q "ua") (q "x")
              (q "chain") (n ()) (nat "chunks") with
+     | None -> `Null
+     | Some (((((cs, ct), ch), ck), cc), c0) ->
+       `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; ck; cc; c0 ]))
+  | `String "linear_cross_entropy_softcap_grad_chain" ->
+    allowed [ "u"; "ea"; "us"; "es"; "ue"; "ee"; "el"; "cap"; "ut"; "et"; "ud"; "ed"; "zr"; "dr"; "ln"; "a0";
+              "ua"; "depth"; "block"; "tiles"; "vocab"; "n"; "chunks" ];
+    (match Bounds_spec.sc_grad_chain_q (q "u") (q "ea") (q "us") (q "es") (q "ue") (q "ee") (q "el") (q "cap")
+             (q "ut") (q "et") (q "ud") (q "ed") (q "zr") (q "dr") (q "ln") (q "a0") (q "ua") (nat "depth") (nat "block")
+             (nat "tiles") (nat "vocab") (n ()) (nat "chunks") with
      | None -> `Null
      | Some (((((cs, ct), ch), ck), cc), c0) ->
        `List (List.map (fun c -> `String (string_of_q c)) [ cs; ct; ch; ck; cc; c0 ]))
