@@ -19,7 +19,8 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   gradients, the a-posteriori sums and the per-entry bounds of
   ``Ojas.LinearCrossEntropy.Float.GradChainError.ce_dh_error_from_lse`` / ``ce_dw_error_from_lse``
   (:func:`ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_chain_error_bound`;
-  with a softcap ``SoftcapGradError.sc_dh_error`` / ``sc_dw_error``) for the
+  with a softcap ``SoftcapGradChainError.sc_dh_error_from_lse`` / ``sc_dw_error_from_lse``,
+  :func:`ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_softcap_grad_chain_error_bound`) for the
   3-product schedule on given inputs; :func:`weighted_gradient_sums`,
   :func:`four_product_gradient_bounds` those of
   ``Ojas.LinearCrossEntropy.Float.WeightedGradError.ce_dh4_error`` / ``ce_dw4_error`` for the
@@ -64,8 +65,8 @@ from ojas_ref.verification.bounds.linear_cross_entropy import (
 from ojas_ref.verification.bounds.linear_cross_entropy_grad import (
     linear_cross_entropy_entry_posteriori_factors,
     linear_cross_entropy_grad_chain_error_bound,
-    linear_cross_entropy_grad_error_bound,
     linear_cross_entropy_grad_posteriori_bound,
+    linear_cross_entropy_softcap_grad_chain_error_bound,
     linear_cross_entropy_weighted_dh_error_bound,
     linear_cross_entropy_weighted_dw_error_bound,
 )
@@ -504,15 +505,14 @@ def gradient_bounds(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) for ``_three_products`` (no bias, reduction
     "mean" / "sum") on these inputs, ``dot_abs_sum`` = max sum_i |h_i w_vi| of the data, the
-    token chunks of the kernel's plan: without ``softcap``,
+    token chunks of the kernel's plan, one extracted function per bound, the streamed lse's error
+    composed in Coq: without ``softcap``,
     :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_chain_error_bound`
-    (one extracted function per bound, ``ce_grad_chain_q``: the streamed lse's error composed in
-    Coq, ``ce_dh_error_from_lse`` / ``ce_dw_error_from_lse``). ``softcap`` (3 products only; the
-    4-product schedule with a cap: no theorem): the capped bounds (``sc_dh_error`` /
-    ``sc_dw_error``) of
-    :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_error_bound`,
-    composed here: ``delta`` and ``Dl`` from the capped logits' and lse bounds,
-    ``Am = (2 Zmax + ln V + Dl) 1.01``, ``Zmax`` of the capped logits. Reduction "none"
+    (``ce_grad_chain_q``: ``ce_dh_error_from_lse`` / ``ce_dw_error_from_lse``); with ``softcap``
+    (3 products only; the 4-product schedule with a cap: no theorem),
+    :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_softcap_grad_chain_error_bound`
+    (``sc_grad_chain_q``: the capped lse into ``sc_dh_error`` / ``sc_dw_error``,
+    ``sc_dh_error_from_lse`` / ``sc_dw_error_from_lse``). Reduction "none"
     or ``config.products == 4``: the 4-product schedule's (:func:`four_product_gradient_bounds`,
     ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1)."""
     from ojas_kernels import linear_cross_entropy as kernels
@@ -538,43 +538,24 @@ def gradient_bounds(
     kw = dict(dtype=x.dtype, dot_abs_sum=dot_abs_sum(x, w))
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     scale = 1.0 / K if reduction == "mean" else 1.0
-    if softcap is None:  # one extracted function per bound: ce_grad_chain_q, the lse composed in Coq
-        sums_h, sums_w = gradient_sums(x, w, target, ignore_index)
-        chain = dict(
-            scale=scale,
-            vocab_size=V,
-            hidden_dim=D,
-            block_v=config.rows.block_v,
-            exp_error=errs["exp_error"],
-            log_error=errs["log_error"],
-            storage_rounding=storage_rounding,
-            **kw,
-        )
-        bh = linear_cross_entropy_grad_chain_error_bound(*sums_h, n_terms=V, **chain)
-        bw = linear_cross_entropy_grad_chain_error_bound(
-            *sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **chain
-        )
-        return bh, bw
-    dl = lse_bound(x.device.type, V, D, block_v=config.rows.block_v, exp_error=errs["exp_error"], softcap=softcap, **kw)
-    delta, zmax = linear_cross_entropy_logit_error_bound(V, D, **kw)
-    zmax = min(zmax, softcap * (1 + 2.0**-19))
-    common = dict(
-        dtype=x.dtype,
-        scale=scale,
-        logit_error=delta,
-        lse_error=dl,
-        max_abs_arg=(2 * zmax + math.log(V) + dl) * 1.01,
-        exp_error=errs["exp_error"],
-        storage_rounding=storage_rounding,
-        softcap=softcap,
-        tanh_error=errs["tanh_error"],
-        div_error=errs["div_error"],
-    )
+    # one extracted function per bound, the lse composed in Coq: ce_grad_chain_q, capped sc_grad_chain_q
     sums_h, sums_w = gradient_sums(x, w, target, ignore_index, softcap)
-    bh = linear_cross_entropy_grad_error_bound(*sums_h[:3], n_terms=V, capped_sums=sums_h[3:] or None, **common)
-    bw = linear_cross_entropy_grad_error_bound(
-        *sums_w[:3], n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), capped_sums=sums_w[3:] or None, **common
+    chain = dict(
+        scale=scale,
+        vocab_size=V,
+        hidden_dim=D,
+        block_v=config.rows.block_v,
+        exp_error=errs["exp_error"],
+        log_error=errs["log_error"],
+        storage_rounding=storage_rounding,
+        **kw,
     )
+    bound = linear_cross_entropy_grad_chain_error_bound
+    if softcap is not None:
+        bound = linear_cross_entropy_softcap_grad_chain_error_bound
+        chain.update(softcap=softcap, tanh_error=errs["tanh_error"], div_error=errs["div_error"])
+    bh = bound(*sums_h, n_terms=V, **chain)
+    bw = bound(*sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **chain)
     return bh, bw
 
 

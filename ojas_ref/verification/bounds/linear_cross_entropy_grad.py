@@ -44,6 +44,7 @@ __all__ = [
     "linear_cross_entropy_grad_chain_error_bound",
     "linear_cross_entropy_grad_error_bound",
     "linear_cross_entropy_grad_posteriori_bound",
+    "linear_cross_entropy_softcap_grad_chain_error_bound",
     "linear_cross_entropy_weighted_dh_error_bound",
     "linear_cross_entropy_weighted_dw_error_bound",
 ]
@@ -265,17 +266,7 @@ def linear_cross_entropy_grad_chain_error_bound(
     ``Dl``, then :func:`linear_cross_entropy_grad_error_bound` at it and ``Am``). Raises
     ``ValueError`` on a bad argument or when a check fails (``Dl`` outside ``[0, 1]``,
     ``bL >= 1``)."""
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
-    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
-            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
-    if not (isinstance(block_v, int) and block_v >= 1):
-        raise ValueError(f"block_v must be an int >= 1, got {block_v!r}")
-    depth = block_v - 1 if tile_sum_depth is None else tile_sum_depth
-    if not (isinstance(depth, int) and 0 <= depth <= block_v - 1):
-        raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
-    _check_grad_terms(n_terms, n_chunks)
+    depth = _check_chain_args(scale, exp_error, log_error, block_v, tile_sum_depth, n_terms, n_chunks)
     delta, zmax = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, True)
     F_ = Fraction
     u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
@@ -319,6 +310,131 @@ def linear_cross_entropy_grad_chain_error_bound(
         exp_error=exp_error,
         storage_rounding=storage_rounding,
     )
+
+
+def linear_cross_entropy_softcap_grad_chain_error_bound(
+    prob_abs: torch.Tensor,
+    grad_abs: torch.Tensor,
+    operand_abs: torch.Tensor,
+    capped_prob_abs: torch.Tensor,
+    capped_grad_abs: torch.Tensor,
+    *,
+    n_terms: int,
+    dtype: torch.dtype,
+    scale: float,
+    vocab_size: int,
+    hidden_dim: int,
+    block_v: int,
+    softcap: float,
+    n_chunks: int = 1,
+    dot_abs_sum: float | None = None,
+    max_abs_input: float | None = None,
+    max_abs_weight: float | None = None,
+    tile_sum_depth: int | None = None,
+    exp_error: float = LINEAR_CROSS_ENTROPY_EXP_ERROR,
+    log_error: float = LINEAR_CROSS_ENTROPY_LOG_ERROR,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    tanh_rel_error: float = 0.0,
+    div_error: float = LINEAR_CROSS_ENTROPY_DIV_ERROR,
+    storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """:func:`linear_cross_entropy_grad_error_bound` with ``softcap = c`` and the capped streamed
+    lse's error composed in Coq: per-entry bounds on the capped dH (``n_chunks = 1``,
+    ``n_terms = V``) or dW of the 3-product schedule, every token's lse the one ``_rows_kernel``
+    (STREAM, HAS_CAP) streams over its row of ``vocab_size`` raw logits, each capped, in tiles of
+    ``block_v``.
+
+    One extracted function per bound: the oracle's ``linear_cross_entropy_softcap_grad_chain``
+    query, ``sc_grad_chain_q`` of ``Ojas.Bounds.LinearCrossEntropySoftcapChain``
+    (``sc_grad_chain_q_sound_dw``, ``sc_grad_chain_q_sound_dh``; over the reals
+    ``Ojas.LinearCrossEntropy.Float.SoftcapGradChainError.sc_dw_error_from_lse`` /
+    ``sc_dh_error_from_lse``): from the raw logits' error ``dr`` and bound ``zr``
+    (``_logit_terms``, the logits stored in ``dtype``: ``dot_abs_sum`` or
+    ``hidden_dim max_abs_input max_abs_weight``) it computes the capped logits' error
+    ``dz = sc_delta dr`` and bound ``Zc = min(sc_zmax, (1 + u) (zr (1 + ut) + c et) + ea)``, the
+    lse's bound ``Dl`` over the capped logits (``ce_lse_q``, checked ``0 <= Dl <= 1``), the chain
+    factor's ``Ec = sc_chain_bound dz``, and answers the coefficients of ``sc_grad_q`` at
+    ``x = dz + Dl + u Am + ea``, ``Am = 2 Zc + 3 dz + LN + Dl`` (no premise on ``|z - lse|``)
+    and ``Ec``. The sums ``S, T0, Ha, Sk, Tc`` (``prob_abs`` ... ``capped_grad_abs``) as
+    :func:`linear_cross_entropy_grad_error_bound`'s with ``softcap``
+    (:func:`~ojas_ref.verification.linear_cross_entropy_error.gradient_sums` with ``softcap``).
+    Premises: those of both bounds (``tl.exp`` within ``exp_error``, ``tl.log`` within
+    ``log_error`` on ``[1/2, 2 V]``, ``tl.sum`` a tree of depth ``tile_sum_depth``, default
+    ``block_v - 1``, the computed tanh within ``tanh_rel_error |tanh| + tanh_error``, the division
+    ``z / c`` within ``div_error |z / c| + 2^-126``, the products' fp32 accumulation within
+    ``gamma_{n_terms}``). Without the oracle binary: the hand copies
+    (:func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_error_bound`'s
+    capped ``Dl``, at ``sc_zmax``, then :func:`linear_cross_entropy_grad_error_bound` at it and
+    ``Am``). Raises ``ValueError`` on a bad argument or when a check fails (``Dl`` outside
+    ``[0, 1]``, ``bL >= 1``)."""
+    depth = _check_chain_args(scale, exp_error, log_error, block_v, tile_sum_depth, n_terms, n_chunks)
+    if not (isinstance(div_error, (int, float)) and math.isfinite(div_error) and div_error >= 0):
+        raise ValueError(f"div_error must be a finite number >= 0, got {div_error!r}")
+    delta, zmax = _logit_terms(vocab_size, hidden_dim, dtype, max_abs_input, max_abs_weight, dot_abs_sum, True)
+    dz, zc = _softcapped(delta, zmax, softcap, tanh_error, tanh_rel_error)  # checks softcap and the tanh errors
+    F_ = Fraction
+    u, ea, ue, ee, el = F_(_FP32_U), F_(_FP32_ETA), F_(float(exp_error)), F_(_EXP2_ABS_ERROR), F_(float(log_error))
+    us, es = (F_(x) for x in _storage(dtype, storage_rounding))
+    c, ut, et = F_(float(softcap)), F_(float(tanh_rel_error)), F_(float(tanh_error))
+    ln_v = F_(math.log(vocab_size)) * F_(1 + 2.0**-40) + F_(2.0**-60)  # >= ln V; ce_lse_q checks it
+    consts = dict(u=u, ea=ea, us=us, es=es, ue=ue, ee=ee, el=el, cap=c, ut=ut, et=et, ud=F_(float(div_error)))
+    consts.update(ed=F_(_EXP2_ABS_ERROR), zr=zmax, dr=delta, ln=ln_v, a0=F_(float(scale)), ua=u)
+    got = _from_oracle(
+        bound="linear_cross_entropy_softcap_grad_chain",
+        **{k: _rational(v) for k, v in consts.items()},
+        depth=depth,
+        block=block_v,
+        tiles=-(-vocab_size // block_v),
+        vocab=vocab_size,
+        n=n_terms,
+        chunks=n_chunks,
+    )
+    if got is None:
+        raise ValueError(
+            "a check of sc_grad_chain_q failed (the oracle answered None): the lse's bound vacuous "
+            "(bL >= 1 or Dl > 1) or the gradient's (n_terms u >= 1)"
+        )
+    sums = (prob_abs, grad_abs, operand_abs, capped_prob_abs, capped_grad_abs)
+    if got is not _NO_ORACLE:
+        return _grad_coef_sum(tuple(F_(v) for v in got), sums, n_terms)
+    lse_args = dict(dtype=dtype, block_v=block_v, dot_abs_sum=dot_abs_sum, max_abs_input=max_abs_input)
+    lse_args.update(max_abs_weight=max_abs_weight, tile_sum_depth=tile_sum_depth, log_error=log_error)
+    cap_args = dict(softcap=softcap, tanh_error=tanh_error, tanh_rel_error=tanh_rel_error)
+    dl = linear_cross_entropy_lse_error_bound(vocab_size, hidden_dim, exp_error=exp_error, **lse_args, **cap_args)
+    if dl > 1:
+        raise ValueError(f"the lse's bound {dl} exceeds 1 (sc_grad_chain_q's check)")
+    zc = min(zc, (1 + u) * (zmax * (1 + ut) + c * et) + ea)
+    return linear_cross_entropy_grad_error_bound(
+        *sums[:3],
+        n_terms=n_terms,
+        n_chunks=n_chunks,
+        dtype=dtype,
+        scale=scale,
+        logit_error=_float_up(delta) * _ROUND_UP,
+        lse_error=dl,
+        max_abs_arg=_float_up(2 * zc + 3 * dz + ln_v + F_(dl)) * _ROUND_UP,
+        exp_error=exp_error,
+        storage_rounding=storage_rounding,
+        capped_sums=sums[3:],
+        div_error=div_error,
+        **cap_args,
+    )
+
+
+def _check_chain_args(scale, exp_error, log_error, block_v, tile_sum_depth, n_terms, n_chunks) -> int:
+    """The chain bounds' common checks (``ValueError`` naming the argument); the tile sum's depth."""
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    for name, v in (("exp_error", exp_error), ("log_error", log_error)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
+            raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+    if not (isinstance(block_v, int) and block_v >= 1):
+        raise ValueError(f"block_v must be an int >= 1, got {block_v!r}")
+    depth = block_v - 1 if tile_sum_depth is None else tile_sum_depth
+    if not (isinstance(depth, int) and 0 <= depth <= block_v - 1):
+        raise ValueError(f"tile_sum_depth must be an int in [0, block_v - 1], got {tile_sum_depth!r}")
+    _check_grad_terms(n_terms, n_chunks)
+    return depth
 
 
 def _check_grad_terms(n_terms: int, n_chunks: int) -> None:
