@@ -39,7 +39,8 @@ import math
 
 import torch
 
-from .attention_args import _check, _dropout_args, _dropout_of, _Dropout, _forward_outputs, _backward_outputs
+from .attention_args import _check, _check_infer_causal, _dropout_args, _dropout_of, _Dropout, _infer_causal
+from .attention_args import _forward_outputs, _backward_outputs
 from .attention_backward import _backward
 from .attention_config import AttentionConfig, KernelConfig, default_config
 from .attention_forward import _forward
@@ -105,13 +106,13 @@ _flash_apply = function_apply(_FlashAttention)
 
 _FORWARD_SCHEMA = (
     "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor? dropout_seed, "
-    "bool is_causal, float scale, int? window, float dropout_p, bool seq_major, int[]? config) "
-    "-> (Tensor, Tensor)"
+    "bool is_causal, float scale, int? window, float dropout_p, bool seq_major, int[]? config, "
+    "bool infer_causal=False, int? window_hint=None) -> (Tensor, Tensor)"
 )
 _BACKWARD_SCHEMA = (
     "(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor out, "
     "Tensor lse, Tensor? dropout_seed, bool is_causal, float scale, int? window, float dropout_p, "
-    "int[]? config) -> (Tensor, Tensor, Tensor)"
+    "int[]? config, bool infer_causal=False, int? window_hint=None) -> (Tensor, Tensor, Tensor)"
 )
 
 
@@ -133,7 +134,30 @@ def _config_of(ints: list[int] | None) -> AttentionConfig | None:
     return AttentionConfig(*(KernelConfig(*ints[i : i + 4], bool(ints[i + 4])) for i in (0, 5, 10)))
 
 
-def _forward_impl(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
+def _mask_run(attn_mask, query, key, is_causal, window, infer_causal, window_hint):
+    """``(attn_mask, is_causal, window)`` the kernels run: inferred from the mask's contents with
+    ``infer_causal`` (:func:`~.attention_args._infer_causal`), else as given."""
+    if infer_causal:
+        return _infer_causal(attn_mask, query, key, window_hint)
+    return attn_mask, is_causal, window
+
+
+def _forward_impl(
+    query,
+    key,
+    value,
+    attn_mask,
+    dropout_seed,
+    is_causal,
+    scale,
+    window,
+    dropout_p,
+    seq_major,
+    config,
+    infer_causal=False,
+    window_hint=None,
+):
+    attn_mask, is_causal, window = _mask_run(attn_mask, query, key, is_causal, window, infer_causal, window_hint)
     return _forward(
         query,
         key,
@@ -154,13 +178,42 @@ _forward_op = torch.library.custom_op(
 
 
 @_forward_op.register_fake
-def _(query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, seq_major, config):
+def _(
+    query,
+    key,
+    value,
+    attn_mask,
+    dropout_seed,
+    is_causal,
+    scale,
+    window,
+    dropout_p,
+    seq_major,
+    config,
+    infer_causal=False,
+    window_hint=None,
+):
     return _forward_outputs(query, value, seq_major)
 
 
 def _backward_impl(
-    grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p, config
+    grad_out,
+    query,
+    key,
+    value,
+    attn_mask,
+    out,
+    lse,
+    dropout_seed,
+    is_causal,
+    scale,
+    window,
+    dropout_p,
+    config,
+    infer_causal=False,
+    window_hint=None,
 ):
+    attn_mask, is_causal, window = _mask_run(attn_mask, query, key, is_causal, window, infer_causal, window_hint)
     return _backward(
         grad_out,
         query,
@@ -183,7 +236,23 @@ _backward_op = torch.library.custom_op(
 
 
 @_backward_op.register_fake
-def _(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, is_causal, scale, window, dropout_p, config):
+def _(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_mask,
+    out,
+    lse,
+    dropout_seed,
+    is_causal,
+    scale,
+    window,
+    dropout_p,
+    config,
+    infer_causal=False,
+    window_hint=None,
+):
     return _backward_outputs(query, key, value)
 
 
@@ -198,10 +267,10 @@ for _name, _impl in (("flash_attention_forward", _forward_impl), ("flash_attenti
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, _, config = inputs
+    query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, _, config, *hints = inputs
     out, lse = output
     ctx.save_for_backward(query, key, value, attn_mask, out, lse, dropout_seed)
-    ctx.args = (is_causal, scale, window, dropout_p, config)
+    ctx.args = (is_causal, scale, window, dropout_p, config, *hints)  # hints: infer_causal, window_hint
 
 
 def _forward_op_backward(ctx, grad_out, grad_lse):
@@ -209,7 +278,7 @@ def _forward_op_backward(ctx, grad_out, grad_lse):
     _refuse_double_backward()
     query, key, value, attn_mask, out, lse, dropout_seed = ctx.saved_tensors
     dq, dk, dv = _backward_op(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, *ctx.args)
-    return (dq, dk, dv) + (None,) * 8
+    return (dq, dk, dv) + (None,) * 10
 
 
 _forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
@@ -227,6 +296,8 @@ def _compiled_forward(
     seq_major: bool,
     dropout: _Dropout | None,
     dropout_p: float,
+    infer_causal: bool = False,
+    window_hint: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)`` by ``ojas::flash_attention_forward`` (differentiable in query, key, value)."""
     return _forward_op(
@@ -241,6 +312,8 @@ def _compiled_forward(
         float(dropout_p) if dropout is not None else 0.0,
         bool(seq_major),
         _config_ints(config),
+        bool(infer_causal),
+        window_hint,
     )
 
 
@@ -290,6 +363,8 @@ def flash_attention(
     seq_major: bool = False,
     dropout_p: float = 0.0,
     dropout_seed: torch.Tensor | None = None,
+    infer_causal: bool = False,
+    window_hint: int | None = None,
 ) -> torch.Tensor:
     """Differentiable flash attention; ``scale`` defaults to ``1 / sqrt(E)``.
 
@@ -355,6 +430,18 @@ def flash_attention(
     ``torch.manual_seed``).  The mask: module docstring; it is ``ojas_ref.attention``'s
     reference mask, bit for bit.
 
+    ``infer_causal`` (with ``is_causal=False`` and no ``window``): a bool ``attn_mask`` whose
+    contents lie inside the causal pattern (``j <= i``; and inside ``window_hint``'s band
+    ``i - j < window_hint``, if given and it does) runs causal (with that window), so that the kernels
+    skip the tiles the pattern masks; the mask is dropped where it is exactly that pattern (every
+    tile then runs as without a mask). The same visibility, the mask AND the pattern
+    (Ojas.Attention.Mask.visibility_true_iff). Decided from the mask's contents when the kernels run
+    (one pass over the mask and one wait for the device, cached per storage, view and version, so a
+    mask shared by a model's layers is read once per forward and backward; not while a CUDA graph is
+    captured, where the mask runs as given): also under torch.compile, where the
+    adapter that builds the mask cannot look at its contents. Hugging Face's adapter passes it for
+    causal modules (``ojas_ref.integrations.hf.attention``). Other masks run as given.
+
     Under torch.compile this calls the registered op ``ojas::flash_attention_forward`` (its
     backward ``ojas::flash_attention_backward``; module docstring): the same kernels with the
     same arguments, so the same values and the theorem citations above unchanged.  A key
@@ -367,11 +454,26 @@ def flash_attention(
             "attn_mask requires grad, but the kernel computes no gradient for the mask; "
             "detach it, or use ojas_ref.attention(..., impl='reference') for d(attn_mask)"
         )
+    _check_infer_causal(infer_causal, window_hint, is_causal, window)
     dropout = _dropout_args(dropout_p, dropout_seed, query)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():  # inferred when the op runs: the mask's contents are not known here
         return _compiled_forward(
-            query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout, dropout_p
+            query,
+            key,
+            value,
+            attn_mask,
+            is_causal,
+            scale,
+            window,
+            config,
+            seq_major,
+            dropout,
+            dropout_p,
+            infer_causal,
+            window_hint,
         )[0]
+    if infer_causal:
+        attn_mask, is_causal, window = _infer_causal(attn_mask, query, key, window_hint)
     return _flash_apply(query, key, value, attn_mask, is_causal, float(scale), window, config, bool(seq_major), dropout)

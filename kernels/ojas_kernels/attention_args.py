@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .attention_config import KernelConfig, _block_dim
 
@@ -86,6 +87,77 @@ def _check_mask(attn_mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor)
     padded = (1,) * (4 - len(shape)) + shape
     if len(shape) > 4 or any(m != 1 and m != f for m, f in zip(padded, full)):
         raise ValueError(f"attn_mask must be broadcastable to [B, Hq, Sq, Sk] = {list(full)}, got shape {list(shape)}")
+
+
+def _check_infer_causal(infer_causal: bool, window_hint: int | None, is_causal: bool, window: int | None) -> None:
+    """``infer_causal`` and ``window_hint`` (:func:`_infer_causal`) against ``is_causal`` and ``window``."""
+    if window_hint is not None:
+        if not infer_causal:
+            raise ValueError("window_hint is a hint for infer_causal=True; pass window= for a window that applies")
+        if window_hint < 1:
+            raise ValueError(f"window_hint must be >= 1 (keys with |i - j| < window_hint), got {window_hint}")
+    if infer_causal and (is_causal or window is not None):
+        raise ValueError(
+            "infer_causal=True infers is_causal and window from the mask: pass is_causal=False and window=None "
+            f"(got is_causal={is_causal}, window={window})"
+        )
+
+
+# (storage, storage offset, shape, strides, Sq, Sk, window) -> (weak reference to the storage, the
+# mask's version, within, equal): a bool mask's structure (_mask_structure). Hugging Face builds one
+# mask per forward (and layer type) and hands it to every layer, and the backward gets it back;
+# Inductor passes each layer a new tensor over the same storage: one pass per forward. Keyed by the
+# storage, held weakly (while it lives, no other storage takes its address): contents changed
+# without a version bump (through ``.data``, numpy, or code that writes the memory itself) are not
+# noticed.
+_MASK_STRUCTURE: dict[tuple, tuple[StorageWeakRef, int, bool, bool]] = {}
+_MASK_CACHE_SIZE = 16
+
+
+def _mask_structure(mask: torch.Tensor, seq_q: int, seq_k: int, window: int | None) -> tuple[bool, bool]:
+    """``(within, equal)`` for a bool mask broadcastable to ``[..., Sq, Sk]``: whether every key it
+    keeps has ``j <= i`` (and ``i - j < window``), and whether it keeps all of those in every
+    ``[Sq, Sk]`` slice. Read from its contents (one pass, one wait for the device), cached per
+    storage, view and version (``_MASK_STRUCTURE``)."""
+    storage = mask.untyped_storage()
+    key = (storage._cdata, mask.storage_offset(), tuple(mask.shape), mask.stride(), seq_q, seq_k, window)
+    cached = _MASK_STRUCTURE.get(key)
+    if cached is not None and not cached[0].expired() and cached[1] == mask._version:
+        return cached[2], cached[3]
+    i = torch.arange(seq_q, device=mask.device).unsqueeze(1)
+    j = torch.arange(seq_k, device=mask.device).unsqueeze(0)
+    allowed = j <= i
+    if window is not None:
+        allowed = allowed & (i - j < window)
+    outside, missing = torch.stack(((mask & ~allowed).any(), (allowed & ~mask).any())).tolist()
+    if len(_MASK_STRUCTURE) >= _MASK_CACHE_SIZE:
+        _MASK_STRUCTURE.clear()
+    _MASK_STRUCTURE[key] = (StorageWeakRef(storage), mask._version, not outside, not (outside or missing))
+    return not outside, not (outside or missing)
+
+
+def _capturing(mask: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the mask's device's current stream."""
+    return mask.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _infer_causal(
+    attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, window_hint: int | None
+) -> tuple[torch.Tensor | None, bool, int | None]:
+    """``(attn_mask, is_causal, window)`` to run for ``attn_mask`` with ``is_causal=False`` and no
+    window, inferred from a bool mask's contents (:func:`_mask_structure`): inside the causal pattern
+    and ``window_hint``'s band, or else inside the causal pattern: causal (and that window), the mask
+    kept unless it is exactly that pattern. The visibility, the mask AND the pattern, is the mask's
+    (Ojas.Attention.Mask.visibility_true_iff); the kernel skips the tiles the pattern masks. No mask,
+    a float mask, a bool mask outside the pattern, or a CUDA graph being captured (which a wait for
+    the device would break): as given."""
+    if attn_mask is None or attn_mask.dtype != torch.bool or _capturing(attn_mask):
+        return attn_mask, False, None
+    for window in (window_hint, None) if window_hint is not None else (None,):
+        within, equal = _mask_structure(attn_mask, query.shape[2], key.shape[2], window)
+        if within:
+            return None if equal else attn_mask, True, window
+    return attn_mask, False, None
 
 
 _NO_MASK_FLAGS = dict(HAS_MASK=False, MASK_BOOL=False)

@@ -180,12 +180,7 @@ def _check_inputs(
         )
     dropout_p = _check_dropout_p(dropout_p)
     is_causal = _check_bool("is_causal", is_causal)
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
-            raise TypeError(f"window must be an int >= 1 or None, got {_type_name(window)}")
-        window = int(window)
-        if window < 1:
-            raise ValueError(f"window must be >= 1 (keys with |i - j| < window take part), got {window}")
+    window = _check_window("window", window)
     if attn_mask is not None:
         full = (*batch, Hq, Sq, Sk) if query.dim() >= 3 else (Sq, Sk)
         _check_mask(attn_mask, query, full)
@@ -196,6 +191,33 @@ def _check_inputs(
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
     return float(scale), dropout_p, is_causal, window
+
+
+def _check_window(name: str, window: object) -> Optional[int]:
+    """``window`` (or ``window_hint``) as a Python int >= 1, or None (numpy ints are accepted)."""
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= 1 or None, got {_type_name(window)}")
+    if window < 1:
+        raise ValueError(f"{name} must be >= 1 (keys with |i - j| < {name} take part), got {int(window)}")
+    return int(window)
+
+
+def _check_infer_causal(
+    infer_causal: object, window_hint: object, is_causal: bool, window: Optional[int]
+) -> tuple[bool, Optional[int]]:
+    """``infer_causal`` and ``window_hint`` checked against ``is_causal`` and ``window`` (see :func:`attention`)."""
+    infer_causal = _check_bool("infer_causal", infer_causal)
+    window_hint = _check_window("window_hint", window_hint)
+    if window_hint is not None and not infer_causal:
+        raise ValueError("window_hint is a hint for infer_causal=True; pass window= for a window that applies")
+    if infer_causal and (is_causal or window is not None):
+        raise ValueError(
+            "infer_causal=True infers is_causal and window from the mask: pass is_causal=False and window=None "
+            f"(got is_causal={is_causal}, window={window})"
+        )
+    return infer_causal, window_hint
 
 
 def _check_dropout_p(dropout_p: object) -> float:
@@ -295,6 +317,8 @@ def attention(
     *,
     window: Optional[int] = None,
     impl: Optional[str] = None,
+    infer_causal: bool = False,
+    window_hint: Optional[int] = None,
 ) -> Tensor:
     """Scaled dot-product attention by online softmax, differentiable.
 
@@ -392,6 +416,14 @@ def attention(
     through the casts to the original tensors. The attention itself then runs with
     autocast off, forward and backward.
 
+    ``infer_causal`` (with ``is_causal=False`` and no ``window``; a bool; ``window_hint`` an int
+    >= 1 or None): where the kernel runs, a bool ``attn_mask`` whose contents lie inside the causal
+    pattern (and inside ``window_hint``'s band, if given and it does) runs causal (with that
+    window) so that the kernel skips the tiles the pattern masks, without the mask where it is
+    exactly that pattern; decided from the mask's contents when the kernel runs, under
+    torch.compile too (``ojas_kernels.attention.flash_attention``). The same visibility, so the
+    same function (Ojas.Attention.Mask.visibility_true_iff); the reference runs the mask as given.
+
     First-order gradients only: a backward pass with ``create_graph=True`` through the
     attention (a gradient penalty, ``torch.autograd.gradgradcheck``, Hessians) raises
     RuntimeError, in both implementations. The backward is not differentiable, and no
@@ -414,6 +446,7 @@ def attention(
     scale, dropout_p, is_causal, window = _check_inputs(
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, window
     )
+    infer_causal, window_hint = _check_infer_causal(infer_causal, window_hint, is_causal, window)
     q, k, v, mask = _as_4d(query, key, value, attn_mask)
     dropout = _dropout_args(dropout_p, query.device)  # drawn whichever implementation runs
     with autocast_off(query.device.type):
@@ -432,6 +465,7 @@ def attention(
                 attn_mask=mask,
                 dropout_p=dropout_p,
                 dropout_seed=None if dropout is None else dropout.seed,
+                **(dict(infer_causal=True, window_hint=window_hint) if infer_causal else {}),
             )
         else:
             out = _OnlineSoftmaxAttention.apply(q, k, v, mask, is_causal, scale, window, dropout)

@@ -6,7 +6,6 @@ padding is silently ignored); the model is switched with ``set_attn_implementati
 
 from __future__ import annotations
 
-import weakref
 import inspect
 from typing import Any, Optional
 
@@ -60,8 +59,8 @@ def ojas_mask(*args: Any, **kwargs: Any) -> Optional[Tensor]:
     mask (:func:`_plain_causal`) is not built: None, and :func:`ojas_attention_forward` passes
     ``is_causal``, so the kernel skips the tiles above the diagonal. ``sdpa_mask`` makes the same
     choice eagerly, but under torch.compile (torch < 2.14) it always builds the ``[B, 1, S, S]``
-    mask, which the kernel then reads in every tile: twice the work (measured on an H100,
-    2026-12-06: attention 9.4 ms per step compiled against 5.3 ms eager)."""
+    mask. (Without a cache Hugging Face asks for the packed-sequence pattern instead, which this
+    builds: :func:`ojas_attention_forward` then finds the causal pattern in it when it runs.)"""
     from transformers.masking_utils import sdpa_mask
 
     bound = inspect.signature(sdpa_mask).bind(*args, **kwargs)
@@ -69,34 +68,6 @@ def ojas_mask(*args: Any, **kwargs: Any) -> Optional[Tensor]:
     if _plain_causal(arguments):
         return None
     return sdpa_mask(*args, **kwargs)
-
-
-# (id(mask), window) -> (weak reference to mask, its version, within): whether a bool mask
-# lies inside the causal pattern (and the window). Hugging Face builds one mask per layer
-# type per forward and hands the same tensor to every layer, so the check runs once per
-# forward and mask, not once per layer.
-_MASK_STRUCTURE: dict[tuple[int, Optional[int]], tuple[weakref.ref, int, bool]] = {}
-_MASK_CACHE_SIZE = 8
-
-
-def _within_causal(mask: Tensor, window: Optional[int]) -> bool:
-    """Whether every key the bool mask keeps has j <= i (and i - j < window): then the mask
-    AND the causal (and window) pattern is the mask itself, and passing ``is_causal`` lets
-    the kernel skip the tiles above the diagonal (Ojas.Attention.Mask.stream_row_masked_keys)."""
-    cached = _MASK_STRUCTURE.get((id(mask), window))
-    if cached is not None and cached[0]() is mask and cached[1] == mask._version:
-        return cached[2]
-    sq, sk = mask.shape[-2], mask.shape[-1]
-    i = torch.arange(sq, device=mask.device).unsqueeze(1)
-    j = torch.arange(sk, device=mask.device).unsqueeze(0)
-    allowed = j <= i
-    if window is not None:
-        allowed = allowed & (i - j < window)
-    within = not bool((mask & ~allowed).any())
-    if len(_MASK_STRUCTURE) >= _MASK_CACHE_SIZE:
-        _MASK_STRUCTURE.clear()
-    _MASK_STRUCTURE[(id(mask), window)] = (weakref.ref(mask), mask._version, within)
-    return within
 
 
 def ojas_attention_forward(
@@ -118,9 +89,15 @@ def ojas_attention_forward(
     Hugging Face's ``sdpa_attention_forward``, whose masking rules it follows: without a
     mask the attention is causal when the module is causal and Sq > 1 (top-left aligned);
     a mask (bool, True = attend, from ``sdpa_mask``; or additive float) is applied as is.
-    A bool mask inside the causal pattern (checked once per mask) is also given as
-    ``is_causal`` (and ``sliding_window`` as ``window``) so the kernel skips masked tiles;
-    the conjunction changes nothing (Ojas.Attention.Mask.visibility_true_iff).
+    A causal module's bool mask (Sq = Sk > 1) inside the causal pattern also runs ``is_causal``
+    (with ``sliding_window`` as the window where it lies inside that band too), so the kernel
+    skips masked tiles, and runs without the mask where it is exactly that pattern; the
+    conjunction changes nothing (Ojas.Attention.Mask.visibility_true_iff). Decided from the mask's
+    contents when the kernel runs (``infer_causal`` of ``flash_attention``: one pass per mask and
+    forward), so under torch.compile too, where Hugging Face builds the causal mask of every batch
+    that has no padding mask and no cache (it cannot tell there whether ``position_ids`` pack
+    several sequences) and the kernel read it in every tile of the full square: twice eager's
+    attention time (H100, 2026-12-06, issue 29).
 
     Theorems: those of :func:`ojas_ref.attention` (Ojas.Attention.StreamCorrect.attention_forward_correct,
     Ojas.Attention.Mask.stream_row_masked_keys, Ojas.Attention.BackwardCorrect.attention_backward_dQ_is_derive).
@@ -141,18 +118,15 @@ def ojas_attention_forward(
             raise NotImplementedError(f"ojas attention does not take {name}")
     causal_module = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     sq, sk = query.shape[2], key.shape[2]
-    window = None
+    infer = False
     if attention_mask is None:
         causal = bool(causal_module) and sq > 1
         if causal and sk > sq:  # prefill of an empty static cache, as sdpa_attention_forward
             key, value = key[:, :, :sq], value[:, :, :sq]
     else:
         causal = False
-        if attention_mask.dtype == torch.bool and causal_module and sq == sk > 1 and not torch.compiler.is_compiling():
-            if sliding_window is not None and _within_causal(attention_mask, sliding_window):
-                causal, window = True, sliding_window
-            else:
-                causal = _within_causal(attention_mask, None)
+        infer = attention_mask.dtype == torch.bool and bool(causal_module) and sq == sk > 1
+    hints = dict(infer_causal=infer, window_hint=sliding_window if infer else None)
     if plain_kernel_call("attention", query, key, value) and (
         attention_mask is None or not attention_mask.requires_grad
     ):
@@ -166,10 +140,10 @@ def ojas_attention_forward(
             value,
             is_causal=causal,
             scale=scaling,
-            window=window,
             attn_mask=attention_mask,
             seq_major=True,
             dropout_p=dropout,
+            **hints,
         )
         return out.transpose(1, 2), None
     out = attention(
@@ -181,6 +155,6 @@ def ojas_attention_forward(
         is_causal=causal,
         scale=scaling,
         enable_gqa=query.shape[1] != key.shape[1],
-        window=window,
+        **hints,
     )
     return out.transpose(1, 2).contiguous(), None
