@@ -122,7 +122,7 @@ SPIED = {
     "linear_cross_entropy_grad_chain_error_bound": ("exp_error", "log_error"),
     "linear_cross_entropy_lse_error_bound": ("exp_error", "log_error", "tanh_error"),
     "linear_cross_entropy_merge_lse_error_bound": ("exp_error", "log_error"),
-    "linear_cross_entropy_grad_error_bound": ("exp_error", "tanh_error", "div_error"),
+    "linear_cross_entropy_softcap_grad_chain_error_bound": ("exp_error", "log_error", "tanh_error", "div_error"),
     "linear_cross_entropy_entry_posteriori_factors": ("exp_error",),
     "linear_cross_entropy_weighted_dh_error_bound": ("exp_error",),
     "linear_cross_entropy_weighted_dw_error_bound": ("exp_error",),

@@ -36,9 +36,11 @@
       of [c tanh (y / c)], against the exact [1 - tanh (y / c)^2] (Gradient.v's
       [softcap_grad]): within [sc_chain_bound] (absolute: [1 - tanh^2] may be tiny).
 
-    Not covered: the capped gradients dH and dW: [sc_chain_error] bounds one entry's chain
-    factor, but it is not composed into LinearCrossEntropy/Float/GradError.v's [ce_dh_error] /
-    [ce_dw_error] (which exclude the softcap), and no Python bound uses it; the bias (added before
+    The capped gradients dH and dW, with [sc_chain_error] and the capped streamed lse composed
+    in, are LinearCrossEntropy/Float/SoftcapGradChainError.v's [sc_dw_error_from_lse] /
+    [sc_dh_error_from_lse] (computed by Bounds/LinearCrossEntropySoftcapChain.v's [sc_grad_chain_q]).
+
+    Not covered: the bias (added before
     the cap), label smoothing, z-loss; FMA contraction of [c * th]; overflow; the computed
     tanh itself (a premise, measured by [measured_tanh_error] of
     ojas_ref/verification/linear_cross_entropy_error.py, not proved from the exp and division errors). *)
