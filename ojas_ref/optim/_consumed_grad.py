@@ -111,19 +111,29 @@ class ConsumedGrads:
         self.params: list[Tensor] = []
         self.placeholders: dict[int, Tensor] = {}
 
-    def consume(self, p: Tensor, in_backward: str = _SECOND_UPDATE) -> None:
-        """After the update of ``p``: drop its gradient; ``.grad`` is its placeholder
-        :class:`_ConsumedGrad` until :meth:`release` (an FSDP2 shard's: None), whose every use raises,
-        inside backward with ``in_backward``."""
-        if isinstance(p, DTensor):
-            p.grad = None
-            return
-        holder = self.placeholders.get(id(p))
-        if holder is None or holder.shape != p.shape or holder.dtype != p.dtype or holder.device != p.device:
-            holder = self.placeholders[id(p)] = _ConsumedGrad(p, in_backward)
-        holder.in_backward = in_backward
-        p.grad = holder
-        self.params.append(p)
+    def consume(self, params: list[Tensor], in_backward: str = _SECOND_UPDATE) -> None:
+        """After the update of ``params``: drop their gradients; each ``.grad`` is its parameter's
+        placeholder :class:`_ConsumedGrad` until :meth:`release` (an FSDP2 shard's: None), whose
+        every use raises, inside backward with ``in_backward``.  A placeholder is made at a
+        parameter's first update and again when the parameter's shape, dtype or device changed
+        since: torch's ``.grad`` setter refuses the old one then (checking them here would cost
+        more than the rest of this loop, run for every parameter at every step)."""
+        placeholders = self.placeholders
+        for p in params:
+            if isinstance(p, DTensor):
+                p.grad = None
+                continue
+            holder = placeholders.get(id(p))
+            if holder is None:
+                holder = placeholders[id(p)] = _ConsumedGrad(p, in_backward)
+            elif holder.in_backward is not in_backward:
+                holder.in_backward = in_backward
+            try:
+                p.grad = holder
+            except RuntimeError:  # another shape, dtype or device than when the placeholder was made
+                holder = placeholders[id(p)] = _ConsumedGrad(p, in_backward)
+                p.grad = holder
+            self.params.append(p)
 
     def release(self) -> None:
         """The ``.grad`` of the parameters updated since the last ``step()`` goes from its

@@ -61,20 +61,36 @@ def plain_sgd_lr(bucket_opt: Optional[torch.optim.Optimizer], group: dict[str, A
     return lr
 
 
+def steps_as_adam(cls: type) -> bool:
+    """Whether ``cls.step`` is ``torch.optim.Adam.step`` itself under torch's wrappers (Adam, and
+    AdamW where AdamW is Adam with ``decoupled_weight_decay``); cached per step function, which
+    ``Optimizer`` wraps once, at the class's first instance."""
+    step = cls.step
+    hit = _STEPS_AS_ADAM.get(step)
+    if hit is None:
+        hit = _STEPS_AS_ADAM[step] = inspect.unwrap(step) is _ADAM_STEP
+    return hit
+
+
+#: step function -> whether it is ``torch.optim.Adam.step`` unwrapped (:func:`steps_as_adam`)
+_STEPS_AS_ADAM: dict[Any, bool] = {}
+
+
 def step_adam_directly(bucket_opt: torch.optim.Optimizer, group: dict[str, Any], bucket: list[Tensor]) -> bool:
     """Step the bucket by torch's functional ``adam`` with the arguments ``Adam.step`` passes it,
     when the group's class steps with ``torch.optim.Adam.step`` itself (Adam, and AdamW where it
     is Adam with ``decoupled_weight_decay``), every parameter has its state already, a dense real
-    gradient, and the step is the plain one (not fused, capturable or differentiable, a float lr,
-    no step hooks, no ``grad_scale`` / ``found_inf``, not inside a CUDA graph capture); return
-    whether it did. The same call ``Adam.step`` makes, without its per-call Python (``_init_group``,
-    the step wrapper; under torch.profiler on the H200 a bf16 1.06B step spent 22 ms of host time
-    in 26 bucket ``AdamW.step`` calls against 11 ms in the standard loop's one, 2026-12-01:
-    ``git show f14c11e:benchmarks/RESULTS.md``);
-    tests/optim/test_in_backward.py checks the bits against the standard loop."""
+    gradient, and the step is the plain one (not capturable or differentiable, a float lr, no step
+    hooks, no ``grad_scale`` / ``found_inf``, not inside a CUDA graph capture); return whether it
+    did. The same call ``Adam.step`` makes, foreach, single-tensor or fused (``fused=True``, Hugging
+    Face Trainer's default: ``adam`` then runs ``_fused_adam``, as under ``Adam.step``), without its
+    per-call Python (``_init_group``, the step wrapper and its ``record_function``; under
+    torch.profiler on the H200 a bf16 1.06B step spent 22 ms of host time in 26 bucket
+    ``AdamW.step`` calls against 11 ms in the standard loop's one, 2026-12-01:
+    ``git show f14c11e:benchmarks/RESULTS.md``); tests/optim/test_in_backward.py checks the bits
+    against the standard loop."""
     if (
-        inspect.unwrap(type(bucket_opt).step) is not _ADAM_STEP
-        or group["fused"]
+        not steps_as_adam(type(bucket_opt))
         or group["capturable"]
         or group["differentiable"]
         or isinstance(group["lr"], Tensor)

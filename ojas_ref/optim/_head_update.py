@@ -272,4 +272,4 @@ class HeadUpdateMixin:
         self._head_done = True
         self._updated.add(self._head_key)
         self._note_hyper(self._group_of[self._head])
-        self._consumed.consume(self._head, _HEAD_OTHER_USE)
+        self._consumed.consume([self._head], _HEAD_OTHER_USE)

@@ -130,4 +130,4 @@ class SparseRowsMixin:
             raise
         finally:
             group["params"] = []
-        self._consumed.consume(p)
+        self._consumed.consume([p])

@@ -17,12 +17,14 @@ per-parameter path as the standard loop (foreach kernels by default on CUDA,
 single-tensor ones on the CPU, fused ones with ``fused=True``), and the parameters
 and optimizer state are bitwise those of the standard loop ``loss.backward();
 opt.step(); opt.zero_grad()`` (tested: ``tests/optim/test_in_backward.py``).
-Plain SGD (``torch.optim.SGD`` without momentum, weight decay, maximize, a tensor lr or
-step hooks) is the one exception to calling ``step()``: its update is
-``torch._foreach_add_(params, grads, alpha=-lr)`` (the call of torch's foreach path, and
-the arithmetic of its single-tensor ``param.add_(grad, alpha=-lr)``), called directly
-(``InBackwardOptimizer._plain_sgd_lr``), which saves ``Optimizer.step``'s per-call Python
-for each bucket.
+Two exceptions to calling ``step()`` save ``Optimizer.step``'s per-call Python for each bucket:
+plain SGD (``torch.optim.SGD`` without momentum, weight decay, maximize, a tensor lr or
+step hooks), whose update is ``torch._foreach_add_(params, grads, alpha=-lr)`` (the call of
+torch's foreach path, and the arithmetic of its single-tensor ``param.add_(grad, alpha=-lr)``),
+called directly (``InBackwardOptimizer._plain_sgd_lr``); and Adam / AdamW once their state
+exists (foreach, single-tensor or fused; not capturable, differentiable, a tensor lr or step
+hooks), stepped by the functional ``torch.optim.adam.adam`` with the arguments ``Adam.step``
+passes it (``ojas_ref.optim._fast_paths.step_adam_directly``).
 
 Why this is the standard loop, and where it is not (rocq/InBackward/;
 the theorems are over exact arithmetic for the schedule of events, for any
@@ -728,8 +730,7 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             self._update(index, bucket)
         else:
             self._overlap.run(side, bucket, lambda: self._update(index, bucket))
-        for p in bucket:
-            self._consumed.consume(p)
+        self._consumed.consume(bucket)
 
     def _side_stream(self, index: int, bucket: list[Tensor]) -> Any:
         """The side stream for this bucket's update (:attr:`overlap`), or None: the plain pass of
@@ -757,10 +758,10 @@ class InBackwardOptimizer(EndOfBackwardMixin, HeadUpdateMixin, SparseRowsMixin, 
             with torch.no_grad():
                 torch._foreach_add_(bucket, [p.grad for p in bucket], alpha=-lr)
             return
+        if self.state_device is None and step_adam_directly(bucket_opt, self.param_groups[index], bucket):
+            return  # (with the group's hyper-parameters, which a step() of bucket_opt takes from its copy below)
         group = bucket_opt.param_groups[0]
         group.update((k, v) for k, v in self.param_groups[index].items() if k not in ("params", "param_names"))
-        if self.state_device is None and step_adam_directly(bucket_opt, group, bucket):
-            return
         host = self._host_state
         sliced: list[tuple[Tensor, int]] = []
         if self.state_device is not None and host.slice_bytes is not None:

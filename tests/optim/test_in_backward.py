@@ -252,17 +252,18 @@ def test_plain_sgd_is_updated_without_optimizer_step(
         (torch.optim.AdamW, dict(foreach=True, amsgrad=True), True),
         (torch.optim.AdamW, dict(maximize=True), True),
         (torch.optim.Adam, dict(weight_decay=0.01), True),
-        (torch.optim.AdamW, dict(fused=True), False),
+        (torch.optim.AdamW, dict(fused=True), True),
+        (torch.optim.AdamW, dict(fused=True, amsgrad=True, maximize=True), True),
         (torch.optim.AdamW, dict(lr=torch.tensor(0.01), foreach=False), False),
     ],
-    ids=["adamw", "single", "amsgrad", "maximize", "adam", "fused", "tensor-lr"],
+    ids=["adamw", "single", "amsgrad", "maximize", "adam", "fused", "fused-amsgrad-maximize", "tensor-lr"],
 )
 def test_adam_is_updated_without_optimizer_step(
     cls: type, options: dict, direct: bool, dtype: torch.dtype, monkeypatch
 ) -> None:
     """Once their state exists, Adam / AdamW buckets are stepped by torch's functional ``adam``
-    directly (ojas_ref.optim._fast_paths.step_adam_directly), fused and tensor-lr steps by
-    ``Adam.step``; both bitwise the standard loop, in float32 and bfloat16."""
+    directly (ojas_ref.optim._fast_paths.step_adam_directly), fused steps included; tensor-lr steps
+    by ``Adam.step``; both bitwise the standard loop, in float32 and bfloat16."""
     kw = {"lr": 1e-2, "betas": (0.8, 0.95), "weight_decay": 0.1} | options
     model_s, model_f = make_model().to(dtype), make_model().to(dtype)
     opt_s = cls(model_s.parameters(), **kw)
@@ -276,6 +277,19 @@ def test_adam_is_updated_without_optimizer_step(
     train(model_f, opt_f, range(1, 4))
     assert (not steps) == direct
     assert_same(model_s, opt_s, model_f, opt_f)
+
+
+def test_adam_step_patched_on_the_class_is_called(monkeypatch) -> None:
+    """Whether a class steps as ``Adam.step`` is decided per step function, not cached per class: a
+    ``step`` patched onto AdamW after the direct updates began is the one that runs."""
+    model = make_model()
+    opt = InBackwardOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=SPLIT_CAP, lr=1e-2)
+    train(model, opt, range(2))  # the state, then direct updates
+    steps = []
+    original = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: (steps.append(1), original(self, *a, **k))[1])
+    train(model, opt, range(2, 3))
+    assert len(steps) > 1  # several buckets
 
 
 def test_plain_sgd_runs_optimizer_step_hooks() -> None:

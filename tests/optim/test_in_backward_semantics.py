@@ -330,6 +330,31 @@ def test_zero_grad_keep_with_host_state_matches_standard_loop() -> None:
     _assert_same(standard, (model, opt))
 
 
+@pytest.mark.parametrize("change", ["double", "bias shape"])
+def test_placeholder_follows_a_parameter_changed_in_place(change: str) -> None:
+    """A parameter whose data changed dtype (``module.double()``) or shape since its last update gets
+    a placeholder of its new dtype and shape (torch's ``.grad`` setter refuses the old one), whose
+    use raises as any; training goes on."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 2)
+    opt = InBackwardOptimizer(lin.parameters(), torch.optim.SGD, lr=0.1)
+    x = torch.randn(3, 4)
+    lin(x).sum().backward()
+    opt.step()
+    if change == "double":
+        lin.double()  # the same Parameter objects, their .data replaced
+        x = x.double()
+    else:
+        lin.bias.data = torch.zeros(1)  # broadcast over the two outputs
+    lin(x).sum().backward()
+    for p in lin.parameters():
+        assert _live_grad(p) is None and (p.grad.shape, p.grad.dtype) == (p.shape, p.dtype)
+    with pytest.raises(RuntimeError, match="already updated inside this backward pass"):
+        lin.bias.grad.sum()
+    opt.step()
+    assert all(p.grad is None for p in lin.parameters())
+
+
 def test_dropping_the_optimizer_releases_the_placeholders() -> None:
     """An optimizer collected between backward and step() leaves no placeholder behind (a later
     optimizer's backward would add into it)."""
