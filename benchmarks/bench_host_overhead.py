@@ -4,6 +4,8 @@ the plain torch op of the same role (issue 29: the bf16 step of the 1.06B Llama 
     python benchmarks/bench_host_overhead.py [--calls 100] [--repeats 7] [--ops rms_norm,attention]
                                              [--records benchmarks/records.jsonl]
     python benchmarks/bench_host_overhead.py --quick     # the CPU, the launches replaced by no-ops
+    python benchmarks/bench_host_overhead.py --step [--optimizer adamw_fused] [--steps 5] [--repeats 7]
+                                             [--profile 20]   # one training step, on the CPU
 
 Shapes: the 1.06B Llama's layer, batch 1 x 2048 tokens, hidden 2048, 16 heads of 128, MLP 5632,
 bfloat16 (``--quick`` and the CPU: 16 tokens).  Peers, per op and pass:
@@ -35,16 +37,37 @@ share the cores).
 Records (``--records``): benchmark ``bench_host_overhead``, case ``{op, pass, batch, seq, hidden,
 heads, head_dim, mlp, dtype, launch}`` (``launch`` "cuda", or "no-op" on the CPU), metric
 ``us_per_call``, one record per peer; the ratio printed is each peer's over torch's.
+
+``--step``: the host time of one whole training step of issue 29's ``ojas`` mode, on the CPU
+whatever the machine (launches no-ops, as ``--quick``; so a CPU figure, not a GPU claim):
+Hugging Face's ``LlamaForCausalLM`` passed through ``optimize_model`` with every primitive (the
+kernel paths taken on the CPU under ``use_impl("triton")``), bf16, trained by
+``InBackwardOptimizer(overlap=True)`` (``--optimizer``: ``adamw`` with torch's CUDA default step,
+foreach; ``adamw_fused``, Hugging Face Trainer's; ``sgd``) with ``loss.backward(); opt.step();
+opt.zero_grad()``.  The model has the 1.06B Llama's structure, 18 layers and 165 parameter tensors
+(:class:`StepShape`), at widths where the CPU's own matmuls and optimizer arithmetic cost little
+beside the host code (the linear cross-entropy's kernels are no-ops too), and its gradients fill
+about as many buckets as the 1.06B's 2.1 GB of bf16 gradients fill buckets of 256 MiB (9).  The
+figure is the least main-thread CPU time per step over ``--repeats`` rounds of ``--steps`` steps
+(the CPU runs the backward in that thread), with the mean of its phases (forward; backward with
+the updates in its hooks; ``step()`` and ``zero_grad()``); ``--profile N`` adds cProfile's Python
+self time over ``N`` steps, by where the code lives, and the top functions.  Records: case
+``{op: "step", pass: "train", batch, seq, hidden, layers, heads, mlp, vocab, buckets, dtype,
+optimizer, launch: "no-op"}``, metrics ``us_per_step`` and ``forward_us``, ``backward_us``,
+``optimizer_us`` (the phases' means per step), peer ``ojas``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
+import pstats
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -81,6 +104,45 @@ FULL = Shape()
 CPU_SHAPE = Shape(seq=16)
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """``--step``'s model: the 1.06B Llama's 18 layers and parameter tensors (per layer four attention
+    and three MLP projections and two RMSNorm weights; the embedding, the final norm and the untied
+    head: 165), 16 wide (one head of 16, the attention kernels' smallest head size), and gradients
+    in ``buckets`` in-backward buckets."""
+
+    batch: int = 1
+    seq: int = 16
+    hidden: int = 16
+    layers: int = 18
+    heads: int = 1
+    mlp: int = 44
+    vocab: int = 64
+    buckets: int = 9
+
+
+STEP_SHAPE = StepShape()
+#: ``--optimizer``: (class, keyword arguments); ``adamw`` with foreach, which torch picks on CUDA (on the
+#: CPU it would pick the single-tensor step)
+STEP_OPTIMIZERS = {
+    "adamw": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, foreach=True)),
+    "adamw_fused": (torch.optim.AdamW, dict(lr=1e-4, weight_decay=0.1, fused=True)),
+    "sgd": (torch.optim.SGD, dict(lr=1e-3)),
+}
+#: ``--profile``'s groups of Python self time, by the first of these path parts in a function's file
+PROFILE_GROUPS = (
+    "ojas_ref/optim",
+    "ojas_ref/integrations",
+    "ojas_ref/functional",
+    "ojas_kernels",
+    "ojas_ref",
+    "transformers",
+    "torch/optim",
+    "torch/nn",
+    "torch",
+)
+
+
 def _ops_registered() -> None:
     """Import the modules that register the ``ojas::`` ops."""
     import ojas_kernels.attention  # noqa: F401
@@ -91,16 +153,17 @@ def _ops_registered() -> None:
 
 @contextlib.contextmanager
 def no_op_launches() -> Iterator[None]:
-    """Within the block the kernels of rms_norm, swiglu, rope and attention launch nothing: Triton's
-    own launch returns a stand-in compiled kernel whose launcher does nothing, which
-    ``ojas_kernels.launch`` then caches and calls as it calls a real one (its cached path is
-    switched on, and the CUDA device and stream it asks torch for are stand-ins), and
+    """Within the block the kernels of rms_norm, swiglu, rope, attention and the linear cross-entropy
+    launch nothing: Triton's own launch returns a stand-in compiled kernel whose launcher does
+    nothing, which ``ojas_kernels.launch`` then caches and calls as it calls a real one (its cached
+    path is switched on, and the CUDA device and stream it asks torch for are stand-ins), and
     ``dispatch`` runs the kernels of CPU tensors as under Triton's interpreter.  Everything is
     restored on exit, the launch caches of these kernels emptied.  For timing the host code on
     the CPU; the outputs are uninitialised."""
     from triton.runtime.jit import KernelInterface
 
-    from ojas_kernels import attention_backward, attention_forward, launch, rms_norm, rope, swiglu
+    from ojas_kernels import attention_backward, attention_forward, launch, linear_cross_entropy_kernels, rms_norm
+    from ojas_kernels import rope, swiglu
     from ojas_ref.functional import dispatch
 
     class Compiled:
@@ -115,7 +178,7 @@ def no_op_launches() -> Iterator[None]:
 
     kernels = [
         v
-        for m in (rms_norm, swiglu, rope, attention_forward, attention_backward)
+        for m in (rms_norm, swiglu, rope, attention_forward, attention_backward, linear_cross_entropy_kernels)
         for v in vars(m).values()
         if isinstance(v, KernelInterface)
     ]
@@ -349,6 +412,113 @@ def run(
     return rows
 
 
+def step_model(shape: StepShape, optimizer: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Issue 29's ``ojas`` mode on ``shape``'s Llama (bf16, on the CPU): ``optimize_model`` with every
+    primitive, then ``InBackwardOptimizer(overlap=True)`` stepping ``optimizer`` in buckets of
+    ``1 / shape.buckets`` of the gradients. Call inside :func:`no_op_launches` and
+    ``use_impl("triton")`` (the kernel paths on CPU tensors)."""
+    from benchmarks.bench_in_backward import Config
+    from benchmarks.bench_optimize_model import build
+    from benchmarks.bench_peers import OJAS
+    from ojas_ref import InBackwardOptimizer, optimize_model
+
+    c = Config(shape.hidden, shape.layers, shape.heads, shape.mlp, shape.vocab, shape.batch, shape.seq)
+    model = build(c, torch.bfloat16, torch.device("cpu"))
+    model.train()
+    gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    recipe = replace(OJAS, bucket_cap_mb=gradient_bytes / shape.buckets / 2**20)
+    optimize_model(model, recipe)
+    cls, kwargs = STEP_OPTIMIZERS[optimizer]
+    return model, InBackwardOptimizer.from_recipe(model.parameters(), recipe, cls, **kwargs)
+
+
+def step_profile(profiler: cProfile.Profile, top: int) -> str:
+    """cProfile's Python self time: its share by :data:`PROFILE_GROUPS` (C functions, torch's
+    operators among them, apart), then the ``top`` functions."""
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    groups: dict[str, float] = {}
+    for (path, _, _), (_, _, self_s, _, _) in stats.stats.items():
+        group = "C functions (torch ops, builtins)" if path == "~" else "other Python"
+        group = next((part for part in PROFILE_GROUPS if f"/{part}/" in path), group)
+        groups[group] = groups.get(group, 0.0) + self_s
+    total = sum(groups.values())
+    lines = [f"  {name:36s} {t / total:6.1%}" for name, t in sorted(groups.items(), key=lambda kv: -kv[1])]
+    stats.sort_stats("tottime").print_stats(top)
+    return "\n".join(["Python self time by code (cProfile):", *lines, out.getvalue()])
+
+
+class TrainingStep:
+    """``model`` trained by ``opt`` on ``ids`` one step per call, the main thread's CPU time of its
+    phases summed in :attr:`phases` (microseconds) when ``timed``."""
+
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, ids: torch.Tensor) -> None:
+        self.model, self.opt, self.ids = model, opt, ids
+        self.phases = {"forward_us": 0.0, "backward_us": 0.0, "optimizer_us": 0.0}
+
+    def __call__(self, timed: bool = True) -> None:
+        t0 = time.thread_time_ns()
+        loss = self.model(input_ids=self.ids, labels=self.ids).loss
+        t1 = time.thread_time_ns()
+        loss.backward()
+        t2 = time.thread_time_ns()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if timed:
+            self.phases["forward_us"] += (t1 - t0) / 1e3
+            self.phases["backward_us"] += (t2 - t1) / 1e3
+            self.phases["optimizer_us"] += (time.thread_time_ns() - t2) / 1e3
+
+
+@contextlib.contextmanager
+def _cpu_step_settings() -> Iterator[None]:
+    """One intra-op thread (what the main thread's time counts is then all the work) and denormals
+    flushed (the no-op kernels' outputs hold any bits, whose denormals would slow the CPU's
+    arithmetic); restored on exit."""
+    threads, denormals = torch.get_num_threads(), torch.set_flush_denormal(True)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(denormals)
+
+
+def step(
+    optimizer: str, steps: int, repeats: int, path: Optional[Path], profile: int = 0, shape: StepShape = STEP_SHAPE
+) -> dict:
+    """Time ``--step`` (module docstring), print it, append its record to ``path`` if given; return
+    the record (as :func:`records.validate` gives it)."""
+    from ojas_ref.functional.dispatch import use_impl
+
+    with _cpu_step_settings(), no_op_launches(), use_impl("triton"):
+        torch.manual_seed(0)
+        model, opt = step_model(shape, optimizer)
+        ids = torch.randint(0, shape.vocab, (shape.batch, shape.seq), generator=torch.Generator().manual_seed(1))
+        one = TrainingStep(model, opt, ids)
+        for _ in range(3):  # the first updates make the optimizer state
+            one(timed=False)
+        rounds = [host_us([one] * steps, torch.device("cpu"))[0] for _ in range(repeats)]
+        profiler = cProfile.Profile() if profile else None
+        if profiler is not None:
+            profiler.runcall(lambda: [one(timed=False) for _ in range(profile)])
+    env = records.environment("cpu")
+    metrics = {"us_per_step": round(min(rounds), 1)}
+    metrics |= {k: round(v / (steps * repeats), 1) for k, v in one.phases.items()}
+    case = dict(op="step", **{"pass": "train"}, **asdict(shape), dtype="bf16", optimizer=optimizer, launch="no-op")
+    record = records.validate(dict(env, benchmark="bench_host_overhead", case=case, metrics=metrics, peer="ojas"))
+    tensors = sum(1 for _ in model.parameters())
+    print(f"training step, {env['device']}, launches no-ops: {shape}, {tensors} parameter tensors, {optimizer}")
+    median = statistics.median(rounds)
+    print(f"  {metrics['us_per_step']:.0f} us per step (least of {repeats} rounds of {steps}; median {median:.0f})")
+    print("  mean per step: " + ", ".join(f"{k.removesuffix('_us')} {metrics[k]:.0f} us" for k in one.phases))
+    if profiler is not None:
+        print(step_profile(profiler, 25))
+    if path is not None:
+        records.append(record["benchmark"], case, metrics, "ojas", path=path, **_given(record))
+    return record
+
+
 def _given(record: dict) -> dict:
     return dict(date=record["date"], commit=record["commit"], device_name=record["device"], versions=record["versions"])
 
@@ -360,7 +530,16 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict]:
     parser.add_argument("--calls", type=int, default=None, help="calls per round (default 100; --quick 20)")
     parser.add_argument("--repeats", type=int, default=None, help="rounds (default 7; --quick 2)")
     parser.add_argument("--records", type=Path, default=None, help="append the records to this file")
+    parser.add_argument("--step", action="store_true", help="a whole training step on the CPU (--ops ignored)")
+    parser.add_argument("--optimizer", choices=sorted(STEP_OPTIMIZERS), default="adamw_fused", help="with --step")
+    parser.add_argument("--steps", type=int, default=5, help="with --step: steps per round (default 5)")
+    parser.add_argument("--profile", type=int, default=0, help="with --step: cProfile this many more steps")
     args = parser.parse_args(argv)
+    if args.step:
+        repeats = args.repeats or 7
+        if args.steps < 1 or repeats < 1 or args.profile < 0:
+            parser.error("--steps and --repeats must be >= 1, --profile >= 0")
+        return [step(args.optimizer, args.steps, repeats, args.records, args.profile)]
     ops = [o for o in args.ops.split(",") if o]
     unknown = [o for o in ops if o not in OPS]
     if unknown or not ops:
