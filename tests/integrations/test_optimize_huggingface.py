@@ -630,7 +630,8 @@ def test_the_ojas_mask_builds_no_plain_causal_mask_even_compiled(monkeypatch):
         args = {**dict(batch_size=2, q_length=8, kv_length=8), **kwargs}
         mask = hf_attention.ojas_mask(**args)
         assert isinstance(mask, torch.Tensor) and torch.equal(mask, sdpa_mask(**args)), kwargs
-    # in a compiled model, the attention function receives no mask and runs causal
+    # in a compiled model with a cache (use_cache=True), the attention function receives no mask and
+    # runs causal; without one, Hugging Face builds a packed mask and the attention infers causality
     seen = []
     forward = hf_attention.ojas_attention_forward
 
