@@ -188,8 +188,7 @@ def no_op_launches() -> Iterator[None]:
 
     def empty_caches() -> None:
         for k in kernels:
-            launch.fast(k)._cache.clear()
-            launch.fast(k)._exact.clear()
+            launch.fast(k).clear()
 
     empty_caches()
     try:

@@ -175,8 +175,10 @@ SECTIONS = (
         "Host time per call of the fused operations",
         "`benchmarks/bench_host_overhead.py`: microseconds of host time per call (the GPU kept busy so that "
         "calls queue), ojas's kernel path, public function and registered op beside the torch op of the same "
-        "role, at the 1.06B Llama's layer shapes (batch 1 x 2048, bf16).",
-        ("us_per_call",),
+        "role, at the 1.06B Llama's layer shapes (batch 1 x 2048, bf16). `--step` records (op `step`): the "
+        "main thread's CPU time of one whole training step of issue 29's ojas mode on the CPU, launches no-ops "
+        "(`us_per_step`, and the phases' means).",
+        ("us_per_call", "us_per_step", "forward_us", "backward_us", "optimizer_us"),
         (Ratio("us_per_call", "torch", "vs torch"),),
     ),
     Section(

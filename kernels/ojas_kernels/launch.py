@@ -14,6 +14,9 @@ pointer is 16-byte aligned; per int whether it is 0, 1 or a multiple of 16 and w
 fits 32 bits; per bool and per keyword argument (the constexprs and launch options) its
 value, except floats; per float only that it is a float (Triton does not specialize on
 float values).
+After the first calls of a specialization the key is made by a function generated for the
+shape of the call (which arguments are tensors, floats or other values; as Triton generates a
+binder per kernel signature), without testing each argument's type.
 The arguments go to the launcher in signature order, constexprs included, as
 ``JITFunction.run`` passes them since Triton 3.3.  Everything else takes Triton's own path:
 the CPU interpreter, Triton before 3.3, an active launch hook (profilers), a keyword
@@ -23,7 +26,7 @@ argument that is a tensor, a parameter left to its default, a first call.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import triton
@@ -57,35 +60,116 @@ def _hashable(values: Any) -> bool:
     return True
 
 
-def _hook_set(hook: Any) -> bool:
-    """Whether a launch hook is installed: Triton >= 3.4 keeps a ``HookChain`` there at all
-    times (its ``calls`` empty when none is), earlier versions None or a function."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
 #: Triton's runtime knobs (Triton >= 3.4), where the launch hooks are set, read once
 _RUNTIME = getattr(getattr(triton, "knobs", None), "runtime", None)
 
 
 def _hooks_active() -> bool:
+    """Whether a launch hook is installed: Triton >= 3.4 keeps a ``HookChain`` in each of the
+    two knobs at all times (its ``calls`` empty when none is), earlier versions None or a
+    function (and no knobs: then True, Triton's path)."""
     runtime = _RUNTIME
-    return runtime is None or _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
+    if runtime is None:
+        return True
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return (enter is not None and bool(getattr(enter, "calls", True))) or (
+        leave is not None and bool(getattr(leave, "calls", True))
+    )
+
+
+def _kinds(args: tuple) -> tuple:
+    """What :func:`_keyer_source` keys each argument by: "t" (a tensor: its dtype and alignment),
+    float (its type), else its type (its type and value)."""
+    return tuple(["t" if isinstance(a, torch.Tensor) else float if type(a) is float else type(a) for a in args])
+
+
+def _run(compiled: Any, grid: tuple[int, ...], device: int, args: tuple, tail: Any) -> None:
+    """``compiled``'s launcher on ``grid`` in the current stream of ``device``: the arguments
+    in signature order (``args``, then ``tail``), constexprs included."""
+    n = len(grid)
+    compiled.run(
+        grid[0],
+        grid[1] if n > 1 else 1,
+        grid[2] if n > 2 else 1,
+        torch._C._cuda_getCurrentRawStream(device),
+        compiled.function,
+        compiled.packed_metadata,
+        None,
+        None,
+        None,
+        *args,
+        *tail,
+    )
+
+
+def _keyer_source(kinds: tuple, tail_names: list[str]) -> str:
+    """The source of ``keyer(device, args, kwargs) -> (key, tail)`` for positional arguments of
+    ``kinds`` (:func:`_kinds`): the key holds the device, per tensor its dtype and whether its
+    data pointer is 16-byte aligned, per float its type, per other argument its type and value,
+    then the keyword names and values in call order (as fine as ``FastLaunch``'s exact key);
+    ``tail`` is the keyword values of ``tail_names``, in that order.  AttributeError (a
+    non-tensor where ``kinds`` has one) or KeyError (a name of ``tail_names`` missing) for a
+    call of another shape; another type of argument gives another key."""
+    parts = ["_d"]
+    for i, kind in enumerate(kinds):
+        a = f"_a{i}"
+        parts += [f"{a}.dtype", f"{a}.data_ptr() % 16 == 0"] if kind == "t" else [f"type({a})"]
+        if kind != "t" and kind is not float:
+            parts.append(a)
+    unpack = "".join(f"_a{i}, " for i in range(len(kinds)))
+    tail = "".join(f"kwargs[{name!r}], " for name in tail_names)
+    return (
+        "def keyer(_d, args, kwargs):\n"
+        + (f"    {unpack}= args\n" if kinds else "")
+        + f"    return ({', '.join(parts)}, *kwargs, *kwargs.values()), ({tail})\n"
+    )
+
+
+class _Keyer:
+    """The generated key of one count of positional arguments (:func:`_keyer_source`, made from
+    the first call of that count found in ``FastLaunch._exact``; as Triton generates a binder per
+    kernel signature), and the compiled kernels by that key (at most ``_EXACT_SIZE``)."""
+
+    def __init__(self, kinds: tuple, tail_names: list[str]) -> None:
+        namespace: dict[str, Any] = {}
+        exec(_keyer_source(kinds, tail_names), namespace)  # noqa: S102 - generated from kinds and reprs
+        self.key: Callable[[int, tuple, dict[str, Any]], tuple] = namespace["keyer"]
+        self.kinds = kinds
+        self.compiled: dict[tuple, Any] = {}
+
+    def add(self, key: tuple, args: tuple, compiled: Any) -> None:
+        """Map ``key`` to ``compiled`` if ``args`` are of this keyer's kinds (so that no tensor is
+        kept in a key)."""
+        if _kinds(args) == self.kinds:
+            if len(self.compiled) >= _EXACT_SIZE:
+                self.compiled.clear()
+            self.compiled[key] = compiled
 
 
 class FastLaunch:
     """``FastLaunch(kernel)[grid](*args, **kwargs)`` launches as ``kernel[grid](*args, **kwargs)`` does.
 
-    Two caches: ``_cache`` maps the specialization key of :func:`_spec` to the compiled kernel;
+    Three caches: ``_cache`` maps the specialization key of :func:`_spec` to the compiled kernel;
     ``_exact`` maps a cheaper key, made in one pass over the arguments, to the same entry: ints
     and keyword values as they are (finer than the specialization, so never a wrong kernel),
     floats as "a float", tensors as (dtype, 16-byte aligned).  It holds at most
-    ``_EXACT_SIZE`` keys (cleared when full: ints such as chunk offsets vary)."""
+    ``_EXACT_SIZE`` keys (cleared when full: ints such as chunk offsets vary).  ``_keyers``
+    maps a count of positional arguments to its :class:`_Keyer`, whose key is as fine as
+    ``_exact``'s and made without a test of each argument's type: the path of every call after
+    the first ones of a specialization."""
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self._arg_names = list(getattr(kernel, "arg_names", ()))
         self._cache: dict[tuple, tuple[Any, list[str]]] = {}
         self._exact: dict[tuple, tuple[Any, list[str]]] = {}
+        self._keyers: dict[int, _Keyer] = {}
+
+    def clear(self) -> None:
+        """Forget every compiled kernel found (the next calls take Triton's path first)."""
+        self._cache.clear()
+        self._exact.clear()
+        self._keyers.clear()
 
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
@@ -95,6 +179,30 @@ class FastLaunch:
             self.kernel[grid](*args, **kwargs)
             return
         device = torch._C._cuda_getDevice()  # the arguments live on CUDA: it is initialised
+        keyer = self._keyers.get(len(args))
+        key = None
+        if keyer is not None:
+            try:
+                key, tail = keyer.key(device, args, kwargs)
+                compiled = keyer.compiled.get(key)
+            except (AttributeError, KeyError, TypeError):  # another shape of call, an unhashable value
+                key = compiled = None
+            if compiled is not None:
+                _run(compiled, grid, device, args, tail)
+                return
+        hit = self._launch_exact(grid, args, kwargs, device)
+        if hit is None:
+            return
+        if keyer is None:
+            self._keyers[len(args)] = _Keyer(_kinds(args), hit[1])
+        elif key is not None:
+            keyer.add(key, args, hit[0])
+
+    def _launch_exact(
+        self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any], device: int
+    ) -> Optional[tuple[Any, list[str]]]:
+        """Launch through ``_exact`` (or Triton's path); the entry it launched, or None after
+        Triton's path."""
         exact = (
             device,
             tuple(
@@ -115,30 +223,17 @@ class FastLaunch:
             hit = self._exact.get(exact)
         except TypeError:  # an unhashable argument: Triton's own path
             self.kernel[grid](*args, **kwargs)
-            return
+            return None
         if hit is None:
             hit = self._specialization(grid, args, kwargs, device)
             if hit is None:
-                return
+                return None
             if len(self._exact) >= _EXACT_SIZE:
                 self._exact.clear()
             self._exact[exact] = hit
         compiled, tail_names = hit
-        tail = [kwargs[name] for name in tail_names]
-        n = len(grid)
-        compiled.run(
-            grid[0],
-            grid[1] if n > 1 else 1,
-            grid[2] if n > 2 else 1,
-            torch._C._cuda_getCurrentRawStream(device),
-            compiled.function,
-            compiled.packed_metadata,
-            None,
-            None,
-            None,
-            *args,
-            *tail,
-        )
+        _run(compiled, grid, device, args, [kwargs[name] for name in tail_names])
+        return hit
 
     def _specialization(
         self, grid: tuple[int, ...], args: tuple, kwargs: dict[str, Any], device: int

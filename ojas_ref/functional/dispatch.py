@@ -211,7 +211,9 @@ def plain_kernel_call(primitive: str, first: Tensor, *others: Tensor) -> bool:
     host time of those checks is what a host-bound step of a small model spends:
     ``git show 343a89b:benchmarks/RESULTS.md``, "optimize_model on Hugging Face's LlamaForCausalLM".)"""
     primitive = _BY_ENV.get(primitive, primitive)
-    get_impl(primitive)  # a known name
+    setting = get_impl(primitive)  # a known name
+    if setting == "reference":
+        return False
     dtype = first.dtype
     if dtype not in KERNEL_DTYPES:
         return False
@@ -220,13 +222,14 @@ def plain_kernel_call(primitive: str, first: Tensor, *others: Tensor) -> bool:
         for t in others:
             if t.dtype != dtype or t.device != device:
                 return False
-    if not (first.is_cuda or (first.is_cpu and triton_interpreted())):
+    is_cuda = first.is_cuda
+    if not (is_cuda or (first.is_cpu and triton_interpreted())):
         return False
     if torch._C._functorch.maybe_current_level() is not None:
         return False
-    if primitive in _AUTOCAST_CASTS and autocast_dtype(first.device.type) not in (None, dtype):
+    if primitive in _AUTOCAST_CASTS and autocast_dtype("cuda" if is_cuda else "cpu") not in (None, dtype):
         return False
-    return kernel_runs(primitive, None, first, *others)
+    return kernel_runs(primitive, setting, first, *others)
 
 
 def refuse_double_backward(name: str, alternative: str) -> None:

@@ -42,6 +42,29 @@ def test_no_op_launches_takes_the_cached_launch_path_and_restores_everything():
         assert y.shape == x.shape
         # the third call found the kernel in the exact cache: the path a CUDA launch takes
         assert len(launch.fast(kernel)._exact) == 1 and len(launch.fast(kernel)._cache) == 1
+        assert len(launch.fast(kernel)._keyers[10].compiled) == 1  # and the generated key's cache
     assert (launch._SUPPORTED, dispatch._interpret, hasattr(torch._C, "_cuda_getDevice")) == before
     assert "run" not in vars(kernel)
-    assert not launch.fast(kernel)._exact and not launch.fast(kernel)._cache
+    assert not launch.fast(kernel)._exact and not launch.fast(kernel)._cache and not launch.fast(kernel)._keyers
+
+
+def test_report_shows_step_records():
+    """report.py's bench_host_overhead section shows a --step record's metrics (us_per_step, phases)."""
+    from benchmarks import report
+
+    section = next(s for s in report.SECTIONS if s.benchmark == "bench_host_overhead")
+    case = dict(op="step", **{"pass": "train"}, optimizer="adamw_fused", launch="no-op")
+    metrics = {"us_per_step": 25360.0, "forward_us": 11646.0, "backward_us": 13803.0, "optimizer_us": 362.0}
+    record = dict(
+        benchmark="bench_host_overhead",
+        date="2026-12-07",
+        commit="abc1234",
+        device="cpu",
+        versions={"torch": "2"},
+        case=case,
+        metrics=metrics,
+    )
+    lines = report.table(section, [dict(record, peer="ojas")])
+    head = next(line for line in lines if line.startswith("| peer"))
+    assert all(m in head for m in metrics) and "us_per_call" not in head
+    assert report.fmt_metric("us_per_step", 25360.0) in lines[-2]

@@ -74,7 +74,7 @@ def test_fast_launch_equals_triton_launch(repeat):
         assert len(fast(_axpy_kernel)._cache) >= 5
 
 
-def test_no_launch_hook_means_fast_path():
+def test_no_launch_hook_means_fast_path(monkeypatch):
     """Triton >= 3.4 keeps an empty ``HookChain`` in ``knobs.runtime.launch_enter_hook``: that
     is no hook (the cached path is allowed); one with a call in it is."""
 
@@ -82,8 +82,178 @@ def test_no_launch_hook_means_fast_path():
         def __init__(self, calls):
             self.calls = calls
 
-    assert not launch._hook_set(None) and not launch._hook_set(Chain([]))
-    assert launch._hook_set(Chain([print])) and launch._hook_set(print)
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None and not launch._INTERPRETED:
-        assert not launch._hooks_active()
+    class Runtime:
+        def __init__(self, enter, leave):
+            self.launch_enter_hook, self.launch_exit_hook = enter, leave
+
+    for enter, leave, active in (
+        (Chain([]), Chain([]), False),
+        (None, None, False),
+        (Chain([print]), Chain([]), True),
+        (Chain([]), Chain([print]), True),
+        (print, None, True),
+    ):
+        monkeypatch.setattr(launch, "_RUNTIME", Runtime(enter, leave))
+        assert launch._hooks_active() is active
+    monkeypatch.setattr(launch, "_RUNTIME", None)
+    assert launch._hooks_active()  # Triton without knobs: its own path
+
+
+def test_a_launch_hook_takes_tritons_path(cuda_path, monkeypatch):
+    kernel = _FakeKernel()
+    x = torch.zeros(8)
+    monkeypatch.setattr(launch, "_hooks_active", lambda: True)
+    for _ in range(3):
+        FastLaunch(kernel)[(1,)](x, x, 5, 1.0, None, BLOCK=8, MODE="a")
+    assert [path for path, _, _ in kernel.launches] == ["triton"] * 3
+
+
+class _FakeCompiled:
+    """What Triton's launch returns: a launcher that records its arguments, for one specialization."""
+
+    function = packed_metadata = None
+
+    def __init__(self, spec: tuple, launches: list) -> None:
+        self.spec, self.launches = spec, launches
+
+    def run(self, *args: object) -> None:
+        self.launches.append(("cached", self.spec, args))
+
+
+def _true_spec(args: tuple, kwargs: dict) -> tuple:
+    """The specialization Triton compiles for: per tensor its dtype and 16-byte alignment, per int
+    its classes (0, 1, multiple of 16, 32 bits), per float nothing, per bool or other its type and
+    value; the keyword arguments (constexprs) by value."""
+
+    def one(a: object) -> tuple:
+        if isinstance(a, torch.Tensor):
+            return "t", a.dtype, a.data_ptr() % 16 == 0
+        if type(a) is int:
+            return "i", a == 0, a == 1, a % 16 == 0, -(2**31) <= a < 2**31
+        if type(a) is float:
+            return ("f",)
+        return "v", type(a), a
+
+    return tuple(map(one, args)), tuple(sorted((k, type(v), v) for k, v in kwargs.items()))
+
+
+class _FakeKernel:
+    """A ``@triton.jit`` kernel as FastLaunch sees it on CUDA: ``arg_names``, and ``kernel[grid]``
+    launching (recorded) and returning the compiled kernel of the arguments' specialization."""
+
+    arg_names = ["X", "Y", "n", "alpha", "flag", "BLOCK", "MODE"]
+
+    def __init__(self) -> None:
+        self.launches: list = []
+        self.compiled: dict[tuple, _FakeCompiled] = {}
+
+    def __getitem__(self, grid: tuple):
+        def launch(*args: object, **kwargs: object) -> _FakeCompiled:
+            spec = _true_spec(args, kwargs)
+            self.launches.append(("triton", spec, (grid, args, kwargs)))
+            return self.compiled.setdefault(spec, _FakeCompiled(spec, self.launches))
+
+        return launch
+
+
+@pytest.fixture
+def cuda_path(monkeypatch):
+    """FastLaunch's CUDA path on the CPU: supported, device 0 and stream 7 from torch's stand-ins."""
+    monkeypatch.setattr(launch, "_SUPPORTED", True)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False)
+    if launch._hooks_active():
+        pytest.skip("a Triton launch hook is installed (or no knobs): FastLaunch always takes Triton's path")
+
+
+def _calls() -> list[tuple[tuple, tuple, dict]]:
+    """(grid, args, kwargs) of calls that change each part of the key in turn, each made twice."""
+    base = torch.zeros(64)
+    x, y = base[:32], base[32:]
+    calls = []
+    for args, kwargs in (
+        ((x, y, 16, 0.5, None), dict(BLOCK=32, MODE="a")),
+        ((x, y, 17, 2.5, None), dict(BLOCK=32, MODE="a")),  # another int class, float value
+        ((x, y, 1, 0.5, None), dict(BLOCK=32, MODE="a")),
+        ((x, y, True, 0.5, None), dict(BLOCK=32, MODE="a")),  # a bool where an int was
+        ((x, y, 16.0, 0.5, None), dict(BLOCK=32, MODE="a")),  # a float where an int was
+        ((x, y, 2**40, 0.5, None), dict(BLOCK=32, MODE="a")),  # 64 bits
+        ((base[1:33], y, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # misaligned
+        ((x.double(), y, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # dtype
+        ((x, y, 16, 0.5, None), dict(BLOCK=64, MODE="a")),  # constexpr
+        ((x, y, 16, 0.5, None), dict(MODE="b", BLOCK=32)),  # keyword order, constexpr
+        ((x, y, 16, 0.5, None), dict(BLOCK=True, MODE="a")),  # a bool constexpr where an int was
+        ((x, y, 16, 0.5, y), dict(BLOCK=32, MODE="a")),  # a tensor where None was
+        ((x, y, y, 0.5, None), dict(BLOCK=32, MODE="a")),  # a tensor where an int was
+        ((x, 3, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # an int where a tensor was
+        ((x, y, 16, 0.5), dict(flag=None, BLOCK=32, MODE="a")),  # fewer positional arguments
+        ((x, y, 16, 0.5, None), dict(BLOCK=32)),  # a parameter left to its default: Triton's path
+        ((x, y, 16, 0.5, None), dict(BLOCK=32, MODE="a", num_warps=4)),  # a launch option
+        ((x, y, 16, 0.5, None), dict(BLOCK=32, MODE=y)),  # a tensor keyword argument: Triton's path
+        ((x, y, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # the first call again
+    ):
+        calls += [((2, 3), args, kwargs)] * 2
+    return calls
+
+
+def test_cached_path_launches_the_specialization_of_each_call(cuda_path):
+    """Every call launches once, with the compiled kernel of its own specialization (as Triton
+    would pick) and its arguments unchanged, in signature order: positional ones, then the
+    keyword arguments of the remaining parameters; repeated calls take the generated key's cache."""
+    kernel = _FakeKernel()
+    launcher = FastLaunch(kernel)
+    for grid, args, kwargs in _calls():
+        before = len(kernel.launches)
+        launcher[grid](*args, **kwargs)
+        assert len(kernel.launches) == before + 1
+        path, spec, got = kernel.launches[-1]
+        assert spec == _true_spec(args, kwargs)
+        if path == "cached":
+            tail = [kwargs[name] for name in kernel.arg_names[len(args) :]]
+            want = (grid[0], grid[1], 1, 7, None, None, None, None, None, *args, *tail)
+            assert len(got) == len(want) and all(g is w for g, w in zip(got, want))
+    cached = sum(1 for path, _, _ in kernel.launches if path == "cached")
+    assert cached >= len(_calls()) // 2 - 4  # the second of each pair, but of a default or a tensor keyword
+    keyer = launcher._keyers[5]
+    assert keyer.compiled and all(
+        not isinstance(part, torch.Tensor) for key in keyer.compiled for part in key
+    )  # no tensor kept alive by a key
+
+
+def test_generated_key_is_the_cached_path(cuda_path):
+    """After the first call of a specialization the key of the generated function finds it: no
+    more Triton launches, and the exact key is not made again."""
+    kernel = _FakeKernel()
+    launcher = FastLaunch(kernel)
+    x = torch.zeros(8)
+    for _ in range(4):
+        launcher[(1,)](x, x, 5, 1.0, None, BLOCK=8, MODE="a")
+    assert [path for path, _, _ in kernel.launches] == ["triton", "cached", "cached", "cached"]
+    assert len(launcher._keyers[5].compiled) == 1 and len(launcher._exact) == 1
+
+
+def test_generated_key_tells_apart_what_the_exact_key_does():
+    keyer = launch._Keyer(("t", int, float, type(None)), ["BLOCK"])
+    base = torch.zeros(16)
+    t = base[:8]
+
+    def key(*args, **kwargs):
+        return keyer.key(0, args, kwargs)[0]
+
+    k = key(t, 5, 0.5, None, BLOCK=8)
+    assert k == key(t + 1, 5, 2.0, None, BLOCK=8)  # the float's value and the tensor's address
+    for other in (
+        key(base[1:9], 5, 0.5, None, BLOCK=8),  # alignment
+        key(t.double(), 5, 0.5, None, BLOCK=8),  # dtype
+        key(t, 6, 0.5, None, BLOCK=8),  # int value
+        key(t, True, 0.5, None, BLOCK=8),  # a bool where an int was
+        key(t, 5, 1, None, BLOCK=8),  # an int where a float was
+        key(t, 5, 0.5, None, BLOCK=16),  # constexpr
+        key(t, 5, 0.5, None, BLOCK=8, num_warps=4),  # another keyword
+    ):
+        assert other != k
+    assert keyer.key(0, (t, 5, 0.5, None), {"BLOCK": 8})[1] == (8,)  # the tail
+    with pytest.raises(AttributeError):
+        key(3, 5, 0.5, None, BLOCK=8)  # an int where a tensor was: the exact path
+    with pytest.raises(KeyError):
+        key(t, 5, 0.5, None)  # BLOCK left to its default: the exact path

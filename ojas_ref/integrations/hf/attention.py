@@ -7,7 +7,7 @@ padding is silently ignored); the model is switched with ``set_attn_implementati
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -68,6 +68,20 @@ def ojas_mask(*args: Any, **kwargs: Any) -> Optional[Tensor]:
     if _plain_causal(arguments):
         return None
     return sdpa_mask(*args, **kwargs)
+
+
+_FLASH_ATTENTION: Optional[Callable[..., Tensor]] = None
+
+
+def _flash_attention() -> Callable[..., Tensor]:
+    """``ojas_kernels.attention.flash_attention``, imported at the first call (the kernels need
+    Triton), then kept (a module global, not functools.cache, whose wrapper torch.compile warns about)."""
+    global _FLASH_ATTENTION
+    if _FLASH_ATTENTION is None:
+        from ojas_kernels.attention import flash_attention
+
+        _FLASH_ATTENTION = flash_attention
+    return _FLASH_ATTENTION
 
 
 def ojas_attention_forward(
@@ -132,9 +146,7 @@ def ojas_attention_forward(
     ):
         # what ``attention`` would run: the kernel wrapper checks the shapes and the mask, and
         # writes the output in the [B, S, H, E] layout returned (no copy)
-        from ojas_kernels.attention import flash_attention
-
-        out = flash_attention(
+        out = _flash_attention()(
             query,
             key,
             value,

@@ -81,6 +81,20 @@ def rms_norm_unsupported_reason(module: nn.Module) -> Optional[str]:
     return None
 
 
+_MAX_HIDDEN: Optional[int] = None
+
+
+def _max_hidden() -> int:
+    """The kernel's ``MAX_HIDDEN``, imported at the first call (the kernels need Triton), then kept
+    (a module global, not functools.cache, whose wrapper torch.compile warns about)."""
+    global _MAX_HIDDEN
+    if _MAX_HIDDEN is None:
+        from ojas_kernels.rms_norm import MAX_HIDDEN
+
+        _MAX_HIDDEN = MAX_HIDDEN
+    return _MAX_HIDDEN
+
+
 class _OjasRMSNorm:
     """Mixin of the swapped RMSNorm classes: the Hugging Face module's forward by :func:`rms_norm`."""
 
@@ -101,9 +115,7 @@ class _OjasRMSNorm:
             and type(eps) is float
             and eps >= 0
         ):
-            from ojas_kernels.rms_norm import MAX_HIDDEN
-
-            if x.shape[-1] <= MAX_HIDDEN:  # what rms_norm would run (cast and offset checked at the swap)
+            if x.shape[-1] <= _max_hidden():  # what rms_norm would run (cast and offset checked at the swap)
                 return fused_rms_norm(x, weight, eps, self._ojas_offset, self._ojas_cast == "after_weight")
         if x.dtype == torch.float64:
             x = x.to(torch.float32)
