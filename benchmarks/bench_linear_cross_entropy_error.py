@@ -5,7 +5,9 @@
 
 Issue 17's shapes: N = 16384 tokens (``--tokens`` to change it), D = 4096, V = 128256; the float64
 references, sums and bounds go over the tokens in blocks of
-``linear_cross_entropy_error.ROW_CHUNK``. For each dtype (bfloat16, float32) the 3-product forward of kernels/ojas_kernels/linear_cross_entropy_three_products.py
+``linear_cross_entropy_error.ROW_CHUNK``, the [V, D] ones' inflation and bounds over the vocabulary in
+blocks of ``VOCAB_CHUNK`` (the same values; the gradient columns' float64 peak about 45 GiB at this
+shape, issue 28: it ran out of memory on an 80 GB H100 before). For each dtype (bfloat16, float32) the 3-product forward of kernels/ojas_kernels/linear_cross_entropy_three_products.py
 (``_three_products``: the chunk's logits by cuBLAS / the CPU matmul with float32
 accumulation, rounded to the input dtype, then ``_rows_kernel`` STREAM over vocabulary tiles)
 runs on random normal hidden states and weights (std 0.02, and a "peaked" variant whose
@@ -112,7 +114,8 @@ def _kernel_grads(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: f
 def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> tuple:
     """The gradient columns of one row (the kernel's dH and dW against float64 and the bounds) and,
     for the float32 bar, ``{name: (exact, tolerance)}``: the exact gradient and entry by entry the
-    smaller of the proved bounds (both theorems)."""
+    smaller of the proved bounds (both theorems). Each bound is reduced to its columns as soon as it
+    is computed (at N = 16384, V = 128256, D = 4096 a float64 [V, D] tensor is 3.9 GiB)."""
     from ojas_ref.verification.linear_cross_entropy_error import (
         exact_gradients,
         gradient_bounds,
@@ -122,61 +125,57 @@ def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: fl
         stored_logits,
     )
 
+    names = ("dh", "dw")
     gx, gw = _kernel_grads(x, w, target, cap)
     exact = exact_gradients(x, w, target, "mean", softcap=cap)
+    K = int((target != -100).sum())
+    cols, errs = {}, []
+    (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
+    for name, got, ref, t in zip(names, (gx, gw), exact, (th, tw)):
+        errs.append(got.to(F64, copy=True).sub_(ref).abs_())
+        # the trivial bound |computed| + |exact| <= |computed| + sum |G| |h| / K: a bound above it says nothing
+        cols[f"{name}_trivial"] = (t / K).add_(got.to(F64, copy=True).abs_()).max().item()
+    del gx, gw, th, tw, got, ref, t
     rounding = "truncate" if x.device.type == "cpu" and x.dtype != torch.float32 else "nearest"
-    bounds = gradient_bounds(x, w, target, reduction="mean", storage_rounding=rounding, softcap=cap)
-    post = meas = (None, None)  # ce_gp_dh_error / ce_gp_dw_error: no softcap
-    if cap is None:
+    best = list(gradient_bounds(x, w, target, reduction="mean", storage_rounding=rounding, softcap=cap))
+    for name, b, err in zip(names, best, errs):
+        cols.update(_bound_columns(name, "", b, err, cols[f"{name}_trivial"]))
+        cols[f"{name}_ratio"] = (b / err.clamp_min(1e-300)).min().item()
+    if cap is None:  # ce_gp_dh_error / ce_gp_dw_error: no softcap
         post = gradient_posteriori_bounds(x, w, target, reduction="mean", storage_rounding=rounding)
+        for name, pb, err, b in zip(names, post, errs, best):
+            cols.update(_bound_columns(name, "_post", pb, err, cols[f"{name}_trivial"]))
+            torch.minimum(b, pb, out=b)  # both are theorems: entry by entry, the smaller one is a bound
+            cols.update(_bound_columns(name, "_best", b, err))
+        del post, pb
+        logits = stored_logits(x, w)
         meas = gradient_posteriori_bounds(
             x,
             w,
             target,
             reduction="mean",
             storage_rounding=rounding,
-            logits=stored_logits(x, w),
+            logits=logits,
             tile_sum_depth=measured_premise_depth(x),
         )
-    cols, bar = {}, {}
-    K = int((target != -100).sum())
-    (_, th, _), (_, tw, _) = gradient_sums(x, w, target)
-    for name, got, ref, bound, pb, mb, t in zip(("dh", "dw"), (gx, gw), exact, bounds, post, meas, (th, tw)):
-        err = (got.to(F64) - ref).abs()
-        emax = max(err.max().item(), 1e-300)
-        # the trivial bound |computed| + |exact| <= |computed| + sum |G| |h| / K: a bound above it says nothing
-        trivial = (got.to(F64).abs() + t / K).max().item()
-        cols[f"{name}_trivial"] = trivial
-        for key, b in (("", bound), ("_post", pb), ("_meas", mb)):
-            if b is not None:
-                cols[f"{name}{key}_vs_trivial"] = b.max().item() / trivial
-        cols.update(
-            {
-                f"{name}_bound": bound.max().item(),
-                f"{name}_observed": err.max().item(),
-                f"{name}_ratio": (bound / err.clamp_min(1e-300)).min().item(),
-                f"{name}_max_ratio": bound.max().item() / emax,
-                f"{name}_holds": bool((err <= bound).all()),
-            }
-        )
-        best = bound
-        if pb is not None:
-            best = torch.minimum(bound, pb)  # both are theorems: entry by entry, the smaller one is a bound
-            cols.update(
-                {
-                    f"{name}_post_bound": pb.max().item(),
-                    f"{name}_post_max_ratio": pb.max().item() / emax,
-                    f"{name}_post_holds": bool((err <= pb).all()),
-                    f"{name}_best_bound": best.max().item(),
-                    f"{name}_best_max_ratio": best.max().item() / emax,
-                    f"{name}_meas_bound": mb.max().item(),
-                    f"{name}_meas_max_ratio": mb.max().item() / emax,
-                    f"{name}_meas_holds": bool((err <= mb).all()),
-                }
-            )
-        bar[name] = (ref, best, err)
-        del err
+        del logits
+        for name, mb, err in zip(names, meas, errs):
+            cols.update(_bound_columns(name, "_meas", mb, err, cols[f"{name}_trivial"]))
+        del meas, mb
+    bar = {name: (ref, b, err) for name, ref, b, err in zip(names, exact, best, errs)}
     return cols, bar
+
+
+def _bound_columns(name: str, key: str, bound: torch.Tensor, err: torch.Tensor, trivial: float | None = None) -> dict:
+    """``{name}{key}_bound``, ``_max_ratio`` (its largest value over the largest error) and, with
+    ``trivial``, ``_holds`` and ``_vs_trivial``; ``{name}_observed`` with ``key`` ""."""
+    top, emax = bound.max().item(), err.max().item()
+    cols = {f"{name}{key}_bound": top, f"{name}{key}_max_ratio": top / max(emax, 1e-300)}
+    if trivial is not None:
+        cols.update({f"{name}{key}_holds": bool((err <= bound).all()), f"{name}{key}_vs_trivial": top / trivial})
+    if key == "":
+        cols[f"{name}_observed"] = emax
+    return cols
 
 
 def _per_token(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None, delta: float, B: float):

@@ -77,16 +77,50 @@ F64 = torch.float64
 ROW_CHUNK = 1024
 
 
-def _row_chunks(n: int) -> Iterator[slice]:
-    """Slices of :data:`ROW_CHUNK` tokens over ``n``."""
-    for r0 in range(0, max(n, 1), ROW_CHUNK):
-        yield slice(r0, min(r0 + ROW_CHUNK, n))
+#: vocabulary rows per block of the [V, D] float64 dW sums and bounds (``[VOCAB_CHUNK, D]``: 256 MiB at
+#: D = 4096): :func:`gradient_sums`, :func:`gradient_bounds` and :func:`gradient_posteriori_bounds`
+#: inflate the sums and evaluate the bounds a block at a time (entry by entry: the same values as in
+#: one piece); beside the float64 W and the [V, D] sums they hold one [V, D] product or ``|W|`` at a time
+VOCAB_CHUNK = 8192
+
+
+def _row_chunks(n: int, chunk: int | None = None) -> Iterator[slice]:
+    """Slices of ``chunk`` rows (default :data:`ROW_CHUNK` tokens) over ``n``."""
+    chunk = ROW_CHUNK if chunk is None else chunk
+    for r0 in range(0, max(n, 1), chunk):
+        yield slice(r0, min(r0 + chunk, n))
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    """``ValueError`` unless ``chunk_size`` is an int >= 1."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
+
+
+def _by_vocab_rows(fn: Any, sums: tuple[torch.Tensor, ...], chunk_size: int) -> torch.Tensor:
+    """``fn(*sums)`` for an entry-by-entry ``fn`` of [V, D] tensors, ``chunk_size`` rows at a time
+    (the same values as in one call), into one tensor."""
+    out = None
+    for v in _row_chunks(sums[0].shape[0], chunk_size):
+        part = fn(*(t[v] for t in sums))
+        if out is None:
+            out = part.new_empty((sums[0].shape[0],) + part.shape[1:])
+        out[v] = part
+        del part
+    return out
+
+
+def _inflate_rows_(t: torch.Tensor, n: int, chunk_size: int) -> torch.Tensor:
+    """``t`` overwritten by ``inflate_sum(t, n)``, ``chunk_size`` rows at a time (the same values)."""
+    for v in _row_chunks(t.shape[0], chunk_size):
+        t[v] = cb.inflate_sum(t[v], n)
+    return t
 
 
 def dot_abs_sum(x: torch.Tensor, w: torch.Tensor) -> float:
     """A certified upper bound of ``max_(t, v) sum_i |h_ti w_vi|`` (the logit bounds' premise
     ``dot_abs_sum``; ``matmul_upper``), a block of tokens at a time."""
-    wa = w.to(F64).abs().t()
+    wa = w.abs().to(F64).t()  # |w| exact in any format: one float64 copy
     return max(cb.matmul_upper(x[r].to(F64).abs(), wa).max().item() for r in _row_chunks(x.shape[0]))
 
 
@@ -453,7 +487,13 @@ def weighted_gradient_sums(
 
 
 def gradient_sums(
-    x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, softcap: float | None = None
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int = -100,
+    softcap: float | None = None,
+    *,
+    chunk_size: int = VOCAB_CHUNK,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """Certified upper bounds of the sums (S, T, Ha) of ``ce_dh_error`` [N, D] and ``ce_dw_error``
     [V, D], P the exact probabilities of the kept tokens, G = P - onehot: dH ``P |W|``, ``|G| |W|``,
@@ -462,32 +502,54 @@ def gradient_sums(
     exact chain factor k = 1 - tanh(h . w_v / c)^2: ``(P k) |W|``, ``|G k| |W|`` and the
     transposes for dW. P and |G| at most :func:`_prob_bounds`' (``softmax_bounds`` of the float64
     logits within :func:`logit_score_error`), each product ``matmul_upper`` / ``sum_upper``, the
-    dW sums over the token blocks ``inflate_sum``."""
-    ww = w.to(F64)
-    wa = ww.abs()
-    dh: list[list[torch.Tensor]] = []
-    dw: list[torch.Tensor] = []
+    dW sums over the token blocks ``inflate_sum``, ``chunk_size`` vocabulary rows at a time
+    (:data:`VOCAB_CHUNK`; the same values whatever it is)."""
+    _check_chunk_size(chunk_size)
+    return _gradient_sums(x, w.to(F64), target, ignore_index, softcap, chunk_size)
+
+
+def _gradient_sums(
+    x: torch.Tensor,
+    ww: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int,
+    softcap: float | None,
+    chunk_size: int,
+    prob: bool = True,
+) -> tuple[tuple[torch.Tensor | None, ...], tuple[torch.Tensor | None, ...]]:
+    """:func:`gradient_sums` on the float64 weights ``ww``; without ``prob`` the sums of P (S, and Sk
+    with ``softcap``) are None (not computed). ``|ww|`` is made where it is needed and dropped after
+    (one [V, D] tensor fewer held beside the sums)."""
+    (N, D), V = x.shape, ww.shape[0]
+    f64 = dict(dtype=F64, device=x.device)
+    n_mats = 2 if softcap is None else 4  # P, |G| (with softcap also P k, |G k|)
+    keep = [i for i in range(n_mats) if prob or i % 2]
+    dh = {i: torch.empty(N, D, **f64) for i in keep}
+    dw = {i: torch.zeros(V, D, **f64) for i in keep}
+    dh_ha, dw_ha = torch.empty(N, D, **f64), torch.zeros(1, D, **f64)
+    col_w = cb.sum_upper(ww.abs(), 0)[None, :]
     blocks = 0
-    for r in _row_chunks(x.shape[0]):  # a block of tokens at a time: dH's rows, dW's sums
+    for r in _row_chunks(N):  # a block of tokens at a time: dH's rows, dW's sums
         h = x[r].to(F64)
         kept, p, g, k = _prob_bounds(h, ww, target[r], ignore_index, softcap)
-        mats = [p, g]
-        if softcap is not None:
-            mats += [cb.mul_upper(p, k), cb.mul_upper(g, k)]
+        mats = [p, g] if softcap is None else [p, g, cb.mul_upper(p, k), cb.mul_upper(g, k)]
         ha = h.abs() * kept
-        mats.insert(2, None)  # the third sums: kept x colsum |W| (dH), colsum |H_kept| (dW)
-        for i, m in enumerate(mats):
-            part_h = kept * cb.sum_upper(wa, 0)[None, :] if m is None else cb.matmul_upper(m, wa)
-            part_w = cb.sum_upper(ha, 0)[None, :] if m is None else cb.matmul_upper(m.t(), ha)
-            if len(dh) <= i:
-                dh.append([])
-                dw.append(torch.zeros(w.shape[0] if m is not None else 1, w.shape[1], dtype=F64, device=w.device))
-            dh[i].append(part_h)
-            dw[i] += part_w
+        for i in keep:
+            dw[i] += cb.matmul_upper(mats[i].t(), ha)
+        wa = ww.abs()
+        for i in keep:
+            dh[i][r] = cb.matmul_upper(mats[i], wa)
+        del wa
+        dh_ha[r] = kept * col_w  # the third sums: kept x colsum |W| (dH), colsum |H_kept| (dW)
+        dw_ha += cb.sum_upper(ha, 0)[None, :]
         blocks += 1
-    dw = [cb.inflate_sum(t, blocks) for t in dw]
-    dw[2] = dw[2].expand(w.shape[0], -1)
-    return tuple(torch.cat(parts) for parts in dh), tuple(dw)
+        del h, kept, p, g, k, mats, ha
+    for t in dw.values():
+        _inflate_rows_(t, blocks, chunk_size)
+    sums_h, sums_w = [dh.get(i) for i in range(n_mats)], [dw.get(i) for i in range(n_mats)]
+    sums_h.insert(2, dh_ha)
+    sums_w.insert(2, cb.inflate_sum(dw_ha, blocks).expand(V, -1))
+    return tuple(sums_h), tuple(sums_w)
 
 
 def gradient_bounds(
@@ -502,6 +564,7 @@ def gradient_bounds(
     storage_rounding: str = "nearest",
     grad_output: torch.Tensor | None = None,
     softcap: float | None = None,
+    chunk_size: int = VOCAB_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) for ``_three_products`` (no bias, reduction
     "mean" / "sum") on these inputs, ``dot_abs_sum`` = max sum_i |h_i w_vi| of the data, the
@@ -514,9 +577,12 @@ def gradient_bounds(
     (``sc_grad_chain_q``: the capped lse into ``sc_dh_error`` / ``sc_dw_error``,
     ``sc_dh_error_from_lse`` / ``sc_dw_error_from_lse``). Reduction "none"
     or ``config.products == 4``: the 4-product schedule's (:func:`four_product_gradient_bounds`,
-    ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1)."""
+    ``grad_output`` the loss's upstream gradient, default 1; the 3-product bounds are for 1).
+    ``chunk_size``: vocabulary rows per block of the dW sums and bound (:func:`gradient_sums`; the
+    same values whatever it is)."""
     from ojas_kernels import linear_cross_entropy as kernels
 
+    _check_chunk_size(chunk_size)
     if reduction == "none" or (config is not None and config.products == 4):
         if softcap is not None:
             raise ValueError("no theorem bounds the 4-product schedule's capped gradients")
@@ -539,7 +605,7 @@ def gradient_bounds(
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     scale = 1.0 / K if reduction == "mean" else 1.0
     # one extracted function per bound, the lse composed in Coq: ce_grad_chain_q, capped sc_grad_chain_q
-    sums_h, sums_w = gradient_sums(x, w, target, ignore_index, softcap)
+    sums_h, sums_w = gradient_sums(x, w, target, ignore_index, softcap, chunk_size=chunk_size)
     chain = dict(
         scale=scale,
         vocab_size=V,
@@ -555,7 +621,8 @@ def gradient_bounds(
         bound = linear_cross_entropy_softcap_grad_chain_error_bound
         chain.update(softcap=softcap, tanh_error=errs["tanh_error"], div_error=errs["div_error"])
     bh = bound(*sums_h, n_terms=V, **chain)
-    bw = bound(*sums_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **chain)
+    dw_args = dict(n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **chain)
+    bw = _by_vocab_rows(lambda *sums: bound(*sums, **dw_args), sums_w, chunk_size)
     return bh, bw
 
 
@@ -724,6 +791,7 @@ def gradient_posteriori_bounds(
     storage_rounding: str = "nearest",
     logits: torch.Tensor | None = None,
     tile_sum_depth: int | None = None,
+    chunk_size: int = VOCAB_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-entry bounds (dH [N, D], dW [V, D]) of
     :func:`~ojas_ref.verification.bounds.linear_cross_entropy_grad.linear_cross_entropy_grad_posteriori_bound`
@@ -736,9 +804,11 @@ def gradient_posteriori_bounds(
     :func:`stored_logits`): each logit's error measured, ``|z - y|`` against the exact ones (a
     certified bound: the float64 ``|z - y~|`` rounded up plus :func:`logit_score_error`) (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
     at ``max |z|``. ``tile_sum_depth``: the stream's tile-sum depth premise (default: any order,
-    ``block_v - 1``; :func:`checked_tile_sum_depth` identifies the kernel's on a device)."""
+    ``block_v - 1``; :func:`checked_tile_sum_depth` identifies the kernel's on a device).
+    ``chunk_size``: vocabulary rows per block of the dW sums and bound (as :func:`gradient_bounds`)."""
     from ojas_kernels import linear_cross_entropy as kernels
 
+    _check_chunk_size(chunk_size)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum' (the 3-product schedule), got {reduction!r}")
     (N, D), V = x.shape, w.shape[0]
@@ -753,7 +823,8 @@ def gradient_posteriori_bounds(
     elif logits.shape != (N, V):
         raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
     else:
-        delta, dl, zmax = None, None, logits.abs().max().item()
+        lo, hi = torch.aminmax(logits)  # max |z| without a copy of the logits
+        delta, dl, zmax = None, None, max(-lo.item(), hi.item())
     B = lse_bound(
         x.device.type,
         V,
@@ -765,19 +836,18 @@ def gradient_posteriori_bounds(
         exp_error=exp_error,
         tile_sum_depth=tile_sum_depth,
     )
-    wa = ww.abs()
-    s_h, s_w = [], torch.zeros(V, D, dtype=F64, device=w.device)
+    s_h, s_w = torch.empty(N, D, dtype=F64, device=x.device), torch.zeros(V, D, dtype=F64, device=w.device)
     blocks = 0
     for r in _row_chunks(N):  # a block of tokens at a time: dH's rows, dW's sum
-        h = x[r].to(F64)
+        h, errors = x[r].to(F64), None
         y = h @ ww.t()
         if logits is not None:  # |z - y_exact| <= |z - y~| (rounded up) + the float64 logits' error
-            es = logit_score_error(cb.matmul_upper(h.abs(), wa.t()).max().item() if y.numel() else 0.0, D)
-            measured = cb.add_upper(cb.add_upper(logits[r].to(F64), -y).abs(), es)
+            es = logit_score_error(cb.matmul_upper(h.abs(), ww.abs().t()).max().item() if y.numel() else 0.0, D)
+            errors = cb.add_upper(cb.add_upper(logits[r].to(F64), -y).abs(), es)
         factors = linear_cross_entropy_entry_posteriori_factors(
             torch.log_softmax(y, dim=1),
             target[r],
-            delta if logits is None else measured,
+            delta if logits is None else errors,
             B,
             dtype=x.dtype,
             lse_error=dl,
@@ -785,17 +855,19 @@ def gradient_posteriori_bounds(
             storage_rounding=storage_rounding,
             ignore_index=ignore_index,
         )
-        s_h.append(cb.matmul_upper(factors, wa))
         s_w += cb.matmul_upper(factors.t(), h.abs() * (target[r] != ignore_index).to(F64)[:, None])
+        s_h[r] = cb.matmul_upper(factors, ww.abs())  # |W| made here and dropped: one [V, D] tensor fewer held
         blocks += 1
-        del y, factors
-    s_w = cb.inflate_sum(s_w, blocks)
-    (_, t_h, ha_h), (_, t_w, ha_w) = gradient_sums(x, w, target, ignore_index)
+        del h, y, factors, errors  # before the next block's
+    _inflate_rows_(s_w, blocks, chunk_size)
+    (_, t_h, ha_h), (_, t_w, ha_w) = _gradient_sums(x, ww, target, ignore_index, None, chunk_size, prob=False)
+    del ww
     plan = kernels._three_products_plan(N, D, V, x.element_size(), (True, True, False), config, K)
     common = dict(dtype=x.dtype, scale=1.0 / K if reduction == "mean" else 1.0, storage_rounding=storage_rounding)
-    bh = linear_cross_entropy_grad_posteriori_bound(torch.cat(s_h), t_h, ha_h, n_terms=V, **common)
-    bw = linear_cross_entropy_grad_posteriori_bound(
-        s_w, t_w, ha_w, n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common
+    bh = linear_cross_entropy_grad_posteriori_bound(s_h, t_h, ha_h, n_terms=V, **common)
+    dw_args = dict(n_terms=max(n for _, n, _ in plan), n_chunks=len(plan), **common)
+    bw = _by_vocab_rows(
+        lambda *sums: linear_cross_entropy_grad_posteriori_bound(*sums, **dw_args), (s_w, t_w, ha_w), chunk_size
     )
     return bh, bw
 

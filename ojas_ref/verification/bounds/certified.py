@@ -117,14 +117,15 @@ def _finite(t: torch.Tensor, what: str) -> torch.Tensor:
 
 def _up(t: torch.Tensor, exact_zero: torch.Tensor | None = None) -> torch.Tensor:
     """One step toward +inf: at least the exact value of the one rounded operation that gave ``t``
-    (round to nearest lands on a neighbour of it); 0 kept where ``exact_zero`` (the exact value is 0)."""
-    t = torch.nextafter(t, t.new_full((), _INF))
-    return t if exact_zero is None else t.masked_fill(exact_zero, 0.0)
+    (round to nearest lands on a neighbour of it); 0 kept where ``exact_zero`` (the exact value is 0).
+    In place: ``t`` is that operation's fresh result."""
+    t = t.nextafter_(t.new_full((), _INF))
+    return t if exact_zero is None else t.masked_fill_(exact_zero, 0.0)
 
 
 def _down(t: torch.Tensor) -> torch.Tensor:
-    """One step toward -inf, then clamped at 0 (for nonnegative exact values)."""
-    return torch.nextafter(t, t.new_full((), -_INF)).clamp_min(0.0)
+    """One step toward -inf, then clamped at 0 (for nonnegative exact values); in place, as :func:`_up`."""
+    return t.nextafter_(t.new_full((), -_INF)).clamp_min_(0.0)
 
 
 def gamma64(n: int) -> Fraction:
@@ -218,8 +219,13 @@ def matmul_upper(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     g, c = _dot_consts(k)
     if g >= 1:
         raise ValueError(f"k = {k} products: gamma_(2k) >= 1")
-    up = _finite(mul_upper(add_upper(a @ b, _float_up(c)), _float_up(1 / (1 - g))), "the matmul")
-    return up.masked_fill((a == 0).all(-1, keepdim=True) | (b == 0).all(-2, keepdim=True), 0.0)  # exact zeros
+    up = a @ b  # then add_upper, mul_upper in place: the same values, no temporary of the product's size
+    up.add_(_float_up(c))
+    _finite(_up(up, up == 0), "the sum")  # a float sum is 0 only when exactly 0
+    up.mul_(_float_up(1 / (1 - g)))
+    _finite(_up(up, up == 0), "the product")  # a product of nonnegative floats >= 1: 0 only when exactly 0
+    _finite(up, "the matmul")
+    return up.masked_fill_((a == 0).all(-1, keepdim=True) | (b == 0).all(-2, keepdim=True), 0.0)  # exact zeros
 
 
 def dot_error(abs_sum: torch.Tensor | float, k: int) -> torch.Tensor:
