@@ -19,7 +19,8 @@
       [LinearCrossEntropy/LseError.v]), and in the operation's [Float/] subfolder
       the kernels' error proofs in the mixed-precision model
       ([Attention/Float/]: the online softmax's rescaling and tiles, the
-      forward output, its saved lse, dV, dK and dQ; [LinearCrossEntropy/Float/]:
+      forward output, its saved lse, dV, dK and dQ (also with a running bound on the
+      tile loop); [LinearCrossEntropy/Float/]:
       the streamed lse and loss, dH and dW (also with the streamed lse composed in),
       softcap (its dH and dW also with the capped streamed lse composed in), a-posteriori bounds);
     - [Bounds/]: the error bounds' values over exact rationals, one file per
@@ -46,7 +47,7 @@ From Ojas Require Export Attention.ScorePerturbation Attention.StreamError.
 From Ojas Require Export Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
 From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardError Attention.Float.ForwardPosteriori.
 From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
-From Ojas Require Export Attention.Float.BackwardChainError.
+From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.
