@@ -289,3 +289,230 @@ Proof.
 Qed.
 
 End DV.
+
+(** ** dK and dQ *)
+
+Section Grad.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Section GenericRun.
+
+Variable T : Type.
+(** As in DkDqError.v's [GenericWith]: the scores' dot, the two vectors of the
+    item's score, its [lse2], the computed [dp], the [delta] of its row and the
+    multiplier [w] ([q_ie] or [k_je]). *)
+Variable sdot : list R -> list R -> R.
+Variables (qv kv : T -> list R) (l2 dp dl w : T -> R).
+
+(** One visible item: the stored [ds] times [w] (an exact product inside the MMA)
+    against [P (dP - D) w], with this item's own [X] ([E = (1 + ue) X]). *)
+Lemma grad_acc_item_close : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta Dl Am X eP eDm Ym W,
+  vis x = true ->
+  Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
+  Rabs (l2 x * ln 2 - Lx) <= Dl ->
+  Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am ->
+  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
+  Rabs (dPx - Dx) <= Ym -> Rabs (w x) <= W ->
+  let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
+  let E := (1 + ue) * X in
+  Rabs (grad_w_with M T sdot qv kv l2 dp dl vis c x * w x - P * (dPx - Dx) * w x)
+  <= gacc_A M E * (P * Rabs (dPx - Dx) * Rabs (w x)) + gacc_B M E * (P * ((1 + u) * (eP + eDx) + ea) * Rabs (w x))
+     + gacc_c M E Ym ((1 + u) * (eP + eDm) + ea) W.
+Proof.
+  intros vis c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym W Ev H1 H2 H3 HX H4 H5 H6 H7 H8 P E.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  assert (HeP : 0 <= eP) by (eapply Rle_trans; [apply Rabs_pos | exact H4]).
+  assert (HeD : 0 <= eDx) by (eapply Rle_trans; [apply Rabs_pos | exact H5]).
+  assert (HYm : 0 <= Ym) by (eapply Rle_trans; [apply Rabs_pos | exact H7]).
+  assert (HW0 : 0 <= W) by (eapply Rle_trans; [apply Rabs_pos | exact H8]).
+  assert (HeDm : 0 <= eDm) by lra.
+  pose proof (grad_ds_close_with M T sdot qv kv l2 dp dl c scale x Lx dPx Dx eDx delta Dl Am X eP eDm Ym
+                H1 H2 H3 HX H4 H5 H6 H7) as Hds.
+  cbv zeta in Hds; fold P E in Hds.
+  set (Y := dPx - Dx) in *.
+  set (cR := (1 + u) * (eP + eDx) + ea) in *.
+  set (K0 := (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea)) + ea) in *.
+  set (ds := grad_ds_with M T sdot qv kv l2 dp dl c x) in *.
+  set (eds := ((1 + u) * (1 + u) * E - 1) * (P * Rabs Y) + (1 + u) * E * (P * cR) + K0) in *.
+  assert (HP : 0 < P) by apply exp_pos.
+  pose proof (dv_X_ge_1 M delta Dl Am X (Rle_trans _ _ _ (Rabs_pos _) H1) (Rle_trans _ _ _ (Rabs_pos _) H2)
+                (Rle_trans _ _ _ (Rabs_pos _) H3) HX) as HX1.
+  pose proof (ff_abs S_ ds) as Hst.
+  assert (Hsd : Rabs (ff_rnd S_ ds - P * Y) <= (1 + us) * eds + us * (P * Rabs Y) + es).
+  { replace (ff_rnd S_ ds - P * Y) with ((ff_rnd S_ ds - ds) + (ds - P * Y)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (Rabs ds <= P * Rabs Y + eds).
+    { replace ds with ((ds - P * Y) + P * Y) by ring; eapply Rle_trans; [apply Rabs_triang |].
+      rewrite Rabs_mult, (Rabs_right P) by lra; lra. }
+    assert (us * Rabs ds <= us * (P * Rabs Y + eds)) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  unfold grad_w_with; rewrite Ev; fold ds.
+  replace (ff_rnd S_ ds * w x - P * Y * w x) with ((ff_rnd S_ ds - P * Y) * w x) by ring.
+  rewrite Rabs_mult.
+  pose proof (Rabs_pos (w x)) as Hw0; pose proof (Rabs_pos Y) as HY0.
+  set (aw := Rabs (w x)) in *.
+  assert (E1 : Rabs (ff_rnd S_ ds - P * Y) * aw <= ((1 + us) * eds + us * (P * Rabs Y) + es) * aw)
+    by (apply Rmult_le_compat_r; lra).
+  eapply Rle_trans; [exact E1 |].
+  unfold gacc_c, gacc_A, gacc_B, eds; fold K0.
+  assert (E2 : ((1 + us) * K0 + es) * aw <= ((1 + us) * K0 + es) * W).
+  { apply Rmult_le_compat_l; [| lra].
+    assert (0 <= (1 + u) * ee * ((1 + u) * Ym + ((1 + u) * (eP + eDm) + ea))) by (apply Rmult_le_pos; nra).
+    unfold K0; nra. }
+  nra.
+Qed.
+
+(** [grad_error_acc_with] with the running bound: the kernel's
+    [acc = tl.dot (ds^T, w, acc)] over tiles of [n] items from 0 (any
+    [acc_dot_model]), then [rnd (acc * cs)] stored ([grad_kernel_acc_with]).  The
+    score premises are per item: [delta x] its score error, [X x] its exponential's
+    factor ([E x = (1 + ue) X x]); [Dl], [Am], [eP], [eDm], [Ym], [W] stay uniform.
+    With [Pr x = exp (scale qv_x.kv_x - Lx x)], the exact terms
+    [Pd x = vis_x Pr x (dPx x - Dx x) w x], their errors
+    [rr x = vis_x (gacc_A (E x) h1 x + gacc_B (E x) h2 x + gacc_c (E x) Ym cRm W)]
+    ([h1], [h2] the per-item terms of [S1], [SR] of [grad_error_acc_with],
+    [cRm = (1 + u) (eP + eDm) + ea]):
+      |kernel - scale sum_x Pd x| <= grad_bound scale ucs (run_err g_rel g_abs bs + sum_x rr x) S1
+    for any [bs] meeting [running_premise Pd rr tiles bs].  Not covered: the
+    computation of [bs], [S1], [delta], [X] (the caller's exact arithmetic), FMA
+    contraction in [s2 - lse2]; the errors of the saved lse and of [delta] are
+    premises ([Dl], [eD]), as in [grad_error_acc_with]. *)
+Theorem grad_error_acc_running_with : forall accf n g_rel g_abs vis c cs scale ucs (tiles : list (list T))
+    (Lx dPx Dx eD delta X : T -> R) Dl Am eP eDm Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am
+     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (dp x - dPx x) <= eP
+     /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
+  let E := fun x => (1 + ue) * X x in
+  let Pr := fun x => exp (scale * dot_R (qv x) (kv x) - Lx x) in
+  let Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0 in
+  let h1 := fun x => Pr x * Rabs (dPx x - Dx x) * Rabs (w x) in
+  let h2 := fun x => Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (w x) in
+  let rr := fun x => if vis x then gacc_A M (E x) * h1 x + gacc_B M (E x) * h2 x
+                                   + gacc_c M (E x) Ym ((1 + u) * (eP + eDm) + ea) W else 0 in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0) (concat tiles)) in
+  running_premise Pd rr tiles bs ->
+  Rabs (grad_kernel_acc_with M T sdot qv kv l2 dp dl w accf vis c cs tiles - scale * rsum (map Pd (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X Dl Am eP eDm Ym W bs
+    Hm Hn Hs Hucs Hc Hx E Pr Pd h1 h2 rr S1 Hp.
+  set (xs := concat tiles) in *.
+  set (wt := grad_w_with M T sdot qv kv l2 dp dl vis c).
+  assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= rr x).
+  { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
+      exact (grad_acc_item_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x) Dl Am (X x) eP eDm Ym W
+               Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
+    - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
+  pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
+  fold xs in Hc'.
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
+  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
+  exact (scale_store_close M _ _ S1 _ cs scale ucs Hs Hucs Hc HPs Hc').
+Qed.
+
+End GenericRun.
+
+(** dK ([dk_kernel_acc]: the query tiles of the key's group, [dk = tl.dot (ds^T, q, dk)]):
+    [grad_error_acc_running_with] as [dk_error_acc] specializes [grad_error_acc_with],
+    [dp]'s [pdot] of a [dot_model] ([eP = gp_rel Pd + gp_abs], [Pd] a bound on
+    [dot_abs v dO_i]), per query row [delta x] and [X x].  The exact terms
+    [Gt x = vis_x Pr x (dP_x - D_x) q_xe].  Not covered: as [grad_error_acc_running_with]. *)
+Theorem dk_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
+    (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs k v e tiles
+    (Lx Dx eD delta X : (list R * list R) * (R * R) -> R) Dl Am Ev Pd eDm Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  length v = Ev -> dot_model pdot Ev gp_rel gp_abs ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta x
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am
+     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let eP := gp_rel * Pd + gp_abs in
+  let E := fun x => (1 + ue) * X x in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let Gt := fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0 in
+  let rr := fun x => if vis x then gacc_A M (E x) * (Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0))
+                                   + gacc_B M (E x) * (Pr x * ((1 + u) * (eP + eD x) + ea) * Rabs (nth e (fst (fst x)) 0))
+                                   + gacc_c M (E x) Ym ((1 + u) * (eP + eDm) + ea) W else 0 in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  running_premise Gt rr tiles bs ->
+  Rabs (dk_kernel_acc M accf sdot pdot vis c cs k v e tiles - scale * rsum (map Gt (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g_rel g_abs sdot pdot gp_rel gp_abs vis c cs scale ucs k v e tiles Lx Dx eD delta X Dl Am Ev Pd
+    eDm Ym W bs Hm Hn Hs Hucs Hc Hv Hdm Hx eP E Pr Y Gt rr S1 Hp.
+  apply (grad_error_acc_running_with _ sdot (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
+           (fun x => pdot v (snd (fst x))) (fun x => snd (snd x))
+           (fun x => nth e (fst (fst x)) 0) accf n g_rel g_abs vis c cs scale ucs tiles Lx
+           (fun x => dot_R v (snd (fst x))) Dx eD delta X Dl Am eP eDm Ym W bs); auto.
+  intros x Hin Hvis; destruct (Hx x Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 [H9 H10]]]]]]]]].
+  repeat split; auto.
+  apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+(** dQ ([dq_kernel_acc]: the key tiles, [dq = tl.dot (ds, k, dq)]) of one query row
+    ([lse2], [delta] of the row, [Lx], [D], [eD] uniform): [grad_error_acc_running_with]
+    as [dq_error_acc] specializes [grad_error_acc_with], per key row [delta y] and
+    [X y].  The exact terms [Gt y = vis_y Pr y (dP_y - D) k_ye].  Not covered: as
+    [grad_error_acc_running_with]. *)
+Theorem dq_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
+    (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
+    (delta X : list R * list R -> R) Dl Am Ev Pd Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  length dO = Ev -> dot_model pdot Ev gp_rel gp_abs ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta y
+     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am
+     /\ Rpower 2 (2 * (delta y + Dl) + u * Am + ea) <= X y
+     /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let eP := gp_rel * Pd + gp_abs in
+  let E := fun y => (1 + ue) * X y in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let Gt := fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0 in
+  let rr := fun y => if vis y then gacc_A M (E y) * (Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0))
+                                   + gacc_B M (E y) * (Pr y * ((1 + u) * (eP + eD) + ea) * Rabs (nth e (fst y) 0))
+                                   + gacc_c M (E y) Ym ((1 + u) * (eP + eD) + ea) W else 0 in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  running_premise Gt rr tiles bs ->
+  Rabs (dq_kernel_acc M accf sdot pdot vis c cs q dO l2 dl e tiles - scale * rsum (map Gt (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g_rel g_abs sdot pdot gp_rel gp_abs vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta X Dl Am
+    Ev Pd Ym W bs Hm Hn Hs Hucs Hc Hd Hdm Hl HdD Hx eP E Pr Y Gt rr S1 Hp.
+  apply (grad_error_acc_running_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
+           (fun y => nth e (fst y) 0) accf n g_rel g_abs vis c cs scale ucs tiles (fun _ => Lx)
+           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta X Dl Am eP eD Ym W bs); auto.
+  intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 H7]]]]]].
+  repeat split; auto; try lra.
+  apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.
+Qed.
+
+End Grad.

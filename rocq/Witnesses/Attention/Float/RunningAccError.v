@@ -43,3 +43,57 @@ Definition dv_error_acc_running_witness :=
   dv_error_acc_running wM _ 1 _ _ (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2)
     (fun _ => ws_delta) (fun _ => Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 0 0 (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) wr_v_items (running_bs_premise _ _ _).
+
+(** ** dK and dQ: the items of Witnesses/Attention/Float/DkDqError.v *)
+
+Lemma wr_g_items : forall x : unit, In x (concat [[tt]]) -> (fun _ => true) x = true ->
+  Rabs (score2 (mp_a wM) wa_c [1] [1] * ln 2 - 1 * dot_R [1] [1]) <= ws_delta /\
+  Rabs (ws * ln 2 - ws * ln 2) <= 0 /\
+  Rabs (score2 (mp_a wM) wa_c [1] [1] - ws) <= 0 /\ wg_X <= wg_X /\ Rabs (1 - 1) <= 0 /\ Rabs (1 - 1) <= 0 /\
+  0 <= 0 /\ Rabs (1 - 1) <= 0 /\ Rabs 1 <= 1.
+Proof.
+  intros x Hx Hv; destruct (wg_items x Hx Hv) as [H1 [H2 [H3 H4]]].
+  repeat split; try apply Rle_refl; tauto.
+Qed.
+
+Definition grad_error_acc_running_with_witness :=
+  grad_error_acc_running_with wM unit (bdot (mp_a wM)) (fun _ => [1]) (fun _ => [1]) (fun _ => ws) (fun _ => 1)
+    (fun _ => 1) (fun _ => 1) _ 1 _ _ (fun _ => true) wa_c 1 1 0 [[tt]] (fun _ => ws * ln 2) (fun _ => 1)
+    (fun _ => 1) (fun _ => 0) (fun _ => ws_delta) (fun _ => wg_X) 0 0 0 0 0 1 (running_bs _ _ _)
+    blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs wr_g_items
+    (running_bs_premise _ _ _).
+
+Lemma wr_k_items : forall x, In x (concat [[wk_x]]) -> (fun _ : list R * list R * (R * R) => true) x = true ->
+  Rabs (score2 (mp_a wM) wa_c [1] (fst (fst x)) * ln 2 - 1 * dot_R [1] (fst (fst x))) <= ws_delta /\
+  Rabs (fst (snd x) * ln 2 - ws * ln 2) <= 0 /\
+  Rabs (score2 (mp_a wM) wa_c [1] (fst (fst x)) - fst (snd x)) <= 0 /\ wg_X <= wg_X /\
+  length (snd (fst x)) = 1%nat /\
+  dot_abs [1] (snd (fst x)) <= 1 /\ Rabs (snd (snd x) - 1) <= 0 /\ 0 <= 0 /\
+  Rabs (dot_R [1] (snd (fst x)) - 1) <= 0 /\ Rabs (nth 0 (fst (fst x)) 0) <= 1.
+Proof.
+  intros x Hx Hv; destruct (wk_items x Hx Hv) as [H1 [H2 [H3 H4]]].
+  repeat split; try apply Rle_refl; tauto.
+Qed.
+
+Definition dk_error_acc_running_witness :=
+  dk_error_acc_running wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ => true) wa_c 1 1 0 [1] [1] 0 [[wk_x]] (fun _ => ws * ln 2) (fun _ => 1) (fun _ => 0)
+    (fun _ => ws_delta) (fun _ => wg_X) 0 0 1 1 0 0 1 (running_bs _ _ _)
+    blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs eq_refl wf_dm
+    wr_k_items (running_bs_premise _ _ _).
+
+Lemma wr_q_items : forall y, In y (concat [[([1], [1])]]) -> (fun _ : list R * list R => true) y = true ->
+  Rabs (score2 (mp_a wM) wa_c [1] (fst y) * ln 2 - 1 * dot_R [1] (fst y)) <= ws_delta /\
+  Rabs (score2 (mp_a wM) wa_c [1] (fst y) - ws) <= 0 /\ wg_X <= wg_X /\ length (snd y) = 1%nat /\
+  dot_abs [1] (snd y) <= 1 /\ Rabs (dot_R [1] (snd y) - 1) <= 0 /\ Rabs (nth 0 (fst y) 0) <= 1.
+Proof.
+  intros y Hy Hv; destruct (wq_items y Hy Hv) as [H1 [H2 H3]].
+  repeat split; try apply Rle_refl; tauto.
+Qed.
+
+Definition dq_error_acc_running_witness :=
+  dq_error_acc_running wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
+    (fun _ => true) wa_c 1 1 0 [1] [1] ws 1 0 [[([1], [1])]] (ws * ln 2) 1 0
+    (fun _ => ws_delta) (fun _ => wg_X) 0 0 1 1 0 1 (running_bs _ _ _)
+    blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs eq_refl wf_dm
+    (ws_zero _) (ws_zero _) wr_q_items (running_bs_premise _ _ _).
