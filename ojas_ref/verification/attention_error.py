@@ -46,8 +46,9 @@ from typing import Iterator
 
 import torch
 
+from ojas_ref.verification.bounds import attention_running as ar
 from ojas_ref.verification.bounds import certified as cb
-from ojas_ref.verification.bounds.common import _float_up
+from ojas_ref.verification.bounds.common import _EXP2_ABS_ERROR, _float_up, _storage
 from ojas_ref.verification.bounds.attention import (
     LOG2_ERROR,
     DotModel,
@@ -84,6 +85,9 @@ __all__ = [
 ]
 
 F64 = torch.float64
+#: levels of the per-pair score error (``sum_e |q_ie k_je|`` on a grid of this many values) of the
+#: running backward bounds (:func:`~ojas_ref.verification.bounds.attention_running.exp2_levels`)
+SCORE_LEVELS = 64
 
 
 def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
@@ -389,39 +393,162 @@ def lse_error_bound(
     )
 
 
-def dv_error_bound(
-    q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, prob_abs_do: torch.Tensor, is_causal: bool, scale: float
-) -> torch.Tensor:
-    """The proved a-posteriori bounds on |dV - exact| (``attention_dv_error_bound``), with
-    the forward's lse bound, the dK/dV kernel's query tile (``default_config``) and
-    every query head of a key's group counted."""
+def _backward_constants(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> dict:
+    """What every backward bound here takes from the inputs and the device: the kernels' tiles
+    (``default_config``: ``bm``, ``bn`` of the dK/dV kernel, ``qm``, ``qn`` of the dQ kernel), the
+    forward's :func:`_bound_inputs`, the float64 scores' error ``es`` (:func:`_score_error`), the lse's
+    bounds, the dot model, the unary premises' constants and the storage rounding."""
     from ojas_kernels.attention import default_config
 
-    g, sq = q.shape[1] // k.shape[1], q.shape[2]
-    bm = default_config(q.shape[-1], q.dtype, q.device, is_causal).bwd_kv.block_m
-    inputs = _bound_inputs(q, k, is_causal, None)
-    lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"]))
-    dot = kernel_dot(q.device.type, q.dtype)
-    errs = unary_errors(q.device.type, k.shape[2])
-    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=dot, **errs, **inputs)
-    return attention_dv_error_bound(
+    cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
+    bnd = _bound_inputs(q, k, is_causal, None)
+    es = _score_error(q, scale, bnd["qk_abs_sum"])
+    lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
+    return dict(
+        bm=cfg.bwd_kv.block_m,
+        bn=cfg.bwd_kv.block_n,
+        qm=cfg.bwd_q.block_m,
+        qn=cfg.bwd_q.block_n,
+        bnd=bnd,
+        es=es,
+        lse_lo=lse_lo,
+        lse_hi=lse_hi,
+        dot=kernel_dot(q.device.type, q.dtype),
+        errs=unary_errors(q.device.type, k.shape[2]),
+        rounding=storage_rounding(q.device.type, q.dtype),
+    )
+
+
+def _first_query_tile(sk: int, bm: int, bn: int, is_causal: bool, device: torch.device) -> torch.Tensor:
+    """[Sk]: the first query row of the dK/dV kernel's loop for key ``j``'s key tile (``_query_tiles``
+    without a window: ``lo`` = the key tile's start rounded down to a query tile under a causal mask,
+    else 0); the kernel runs every query tile from there to the end, in order, for each query head of
+    the group."""
+    j = torch.arange(sk, device=device)
+    return (j // bn * bn) // bm * bm if is_causal else torch.zeros_like(j)
+
+
+def _last_key_end(sq: int, sk: int, qm: int, is_causal: bool, device: torch.device) -> torch.Tensor:
+    """[Sq]: the end ``hi`` of the dQ kernel's key loop for query ``i``'s query tile (``_key_tiles``
+    without a window: ``min(Sk, last row + 1)`` under a causal mask, else ``Sk``); the kernel runs
+    the key tiles ``0, bn, ...`` below it, in order."""
+    i = torch.arange(sq, device=device)
+    return (
+        (torch.minimum(i // qm * qm + qm, torch.tensor(sq, device=device))).clamp_max(sk)
+        if is_causal
+        else (torch.full_like(i, sk))
+    )
+
+
+def _level_table(values: list[Fraction]) -> torch.Tensor:
+    """float64 tensor of the rationals ``values`` each rounded up."""
+    return torch.tensor([_float_up(x) for x in values], dtype=F64)
+
+
+def _dv_running_bound(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    do: torch.Tensor,
+    prob_abs_do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    c: dict,
+    lse_error: float,
+    n_levels: int = SCORE_LEVELS,
+) -> torch.Tensor:
+    """``dv_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) for every stored dV entry
+    [B, Hkv, Sk, Ev]: ``(1 + us) (run_err g_rel g_abs bs + sum_x r x) + us S + es`` over the query
+    tiles of the dK/dV kernel for the key's tile, in the kernel's order (query heads of the group,
+    then the tiles from :func:`_first_query_tile`: a tile whose rows are all masked for the key is a
+    tile), ``S = prob_abs_do``, ``(g_rel, g_abs)`` the accumulating dot's constants over ``bm`` rows.
+    Every item ``x = (i, j)`` has ``z x = P_ij dO_ic`` and ``r x = ((H x - 1) P_ij + cw) |dO_ic|``
+    (0 where masked), ``H x = (1 + us)(1 + ue) X x`` with ``X x`` the level of the pair's own
+    ``sum_e |q_ie k_je|`` (:func:`~ojas_ref.verification.bounds.attention_running.exp2_levels`); ``bs``
+    from the running tensors of :class:`~ojas_ref.verification.bounds.attention_running.RunningAcc`:
+    the float64 ``P~^T dO`` of each tile within ``dot_error`` plus ``|P~ - P| |dO|`` of the exact
+    one (P between ``softmax_bounds``), ``sum |z| <= P_up^T |dO|``."""
+    bm, dot, errs = c["bm"], c["dot"], c["errs"]
+    us, es_s = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
+    grid, xs = ar.exp2_levels(
+        dot, q.shape[-1], scale, c["bnd"]["qk_abs_sum"], _max_abs_lse(c["lse_lo"], c["lse_hi"]), lse_error, n_levels
+    )
+    hm1 = _level_table([(1 + us) * (1 + Fraction(errs["exp2_error"])) * x - 1 for x in xs]).to(q.device)
+    grid = grid.to(q.device)
+    cw = _float_up((1 + us) * Fraction(_EXP2_ABS_ERROR) + es_s)
+    b, hq, sq, _ = q.shape
+    hkv, sk, ev = k.shape[1], k.shape[2], do.shape[-1]
+    acc = ar.RunningAcc((b, hkv, sk, ev), q.device, *ar.acc_constants_up(dot, bm))
+    first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
+    kf = k.to(F64)
+    ka = kf.abs().transpose(-1, -2)
+    rows = bm * max(1, 1024 // bm)
+    for qh, dh in zip(q.unflatten(1, (hkv, -1)).unbind(2), do.unflatten(1, (hkv, -1)).unbind(2)):
+        for r0 in range(0, sq, rows):
+            qc = qh[:, :, r0 : r0 + rows].to(F64)
+            s = _scores(r0, qc, kf, is_causal, scale)
+            pr, (p_lo, p_up) = torch.softmax(s, -1), cb.softmax_bounds(s, c["es"])
+            h = hm1[ar.level_index(cb.matmul_upper(qc.abs(), ka), grid)]
+            d = dh[:, :, r0 : r0 + rows].to(F64)
+            for t0 in range(0, qc.shape[2], bm):
+                sl = slice(t0, t0 + bm)
+                p, up, dt = pr[..., sl, :], p_up[..., sl, :], d[..., sl, :]
+                da = dt.abs()
+                dp = torch.maximum(cb.add_upper(p, -p_lo[..., sl, :]), cb.add_upper(up, -p)).clamp_min(0.0)
+                a = cb.matmul_upper(up.transpose(-1, -2), da)
+                e_p = cb.matmul_upper(dp.transpose(-1, -2), da)
+                err = cb.add_upper(cb.dot_error(cb.add_upper(a, e_p), dt.shape[-2]), e_p)
+                wr = cb.add_upper(cb.mul_upper(h[..., sl, :], up), (s[..., sl, :] > -math.inf).to(F64) * cw)
+                r = cb.matmul_upper(wr.transpose(-1, -2), da)
+                acc.step(p.transpose(-1, -2) @ dt, err, a, r, first <= r0 + t0)
+    return cb.add_upper(
+        cb.scale_upper(acc.error(), 1 + us), cb.add_upper(cb.scale_upper(prob_abs_do.to(F64), us), _float_up(es_s))
+    )
+
+
+def dv_error_bound(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    do: torch.Tensor,
+    prob_abs_do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    n_levels: int = SCORE_LEVELS,
+) -> torch.Tensor:
+    """Proved a-posteriori bounds on |dV - exact| [B, Hkv, Sk, Ev] (``prob_abs_do`` from
+    :func:`exact_dv`), with the forward's lse bound (``attention_lse_error_bound``), the dK/dV
+    kernel's query tile (``default_config``) and every query head of a key's group counted: entry by
+    entry the smaller of two theorems' values, both at the same premises:
+
+    * ``Ojas.Attention.Float.RunningAccError.dv_error_acc_running`` (:func:`_dv_running_bound`): the
+      accumulation charged on the running signed partial sums over the tiles the kernel runs, each
+      pair's score error from its own ``sum |q k|`` (``n_levels`` levels; 1: one uniform error);
+    * the a-priori ``attention_dv_error_bound`` (``dv_error``; ``dv_error_acc`` with a dot model:
+      the accumulation charged ``((1 + g_rel)^t - 1) S``, one score error for every pair).
+
+    No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's
+    order (the interpreter's IEEE float32 dots, the blocked float32 model)."""
+    c = _backward_constants(q, k, is_causal, scale)
+    g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
+    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=c["dot"], **c["errs"], **bnd)
+    old = attention_dv_error_bound(
         prob_abs_do,
         g * sq,
         g * -(-sq // bm),
         q.shape[-1],
         block_m=bm,
         dtype=q.dtype,
-        max_abs_q=inputs["max_abs_q"],
-        max_abs_k=inputs["max_abs_k"],
-        qk_abs_sum=inputs["qk_abs_sum"],
+        max_abs_q=bnd["max_abs_q"],
+        max_abs_k=bnd["max_abs_k"],
+        qk_abs_sum=bnd["qk_abs_sum"],
         max_abs_do=do.abs().max().item(),
-        max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
+        max_abs_lse=_max_abs_lse(c["lse_lo"], c["lse_hi"]),
         lse_error=lse_err,
         scale=scale,
-        exp2_error=errs["exp2_error"],
-        storage_rounding=storage_rounding(q.device.type, q.dtype),
-        dot=dot,
+        exp2_error=c["errs"]["exp2_error"],
+        storage_rounding=c["rounding"],
+        dot=c["dot"],
     )
+    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_err, n_levels))
 
 
 def _delta_output_error(

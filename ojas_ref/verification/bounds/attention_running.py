@@ -1,0 +1,194 @@
+"""The RUNNING form of the attention backward's accumulation bounds (rocq/Attention/Float/RunningAccError.v).
+
+The dK/dV and dQ kernels accumulate their tiles with ``acc = tl.dot(a, b, acc)``, a model with
+``|result - (acc + a.b)| <= g_rel (|acc| + sum |a_i b_i|) + g_abs`` (``acc_dot_model``,
+:func:`~ojas_ref.verification.bounds.attention.acc_dot_error_constants`). ``acc_chain_running_error``
+charges tile ``t`` with ``g_rel`` times the running accumulator, not the a-priori sum of every
+term: over tiles ``0 .. T - 1`` with ``e_0 = 0``::
+
+    run_err g ga bs = fold_left (fun e b => (1 + g) e + g b + ga) bs 0,
+    |fold of accf - sum_x z x| <= run_err g_rel g_abs bs + sum_x r x,
+
+whenever every item's computed term is within ``r x`` of ``z x`` and ``bs`` meets
+``running_premise``: ``bs_t >= |sum of z over tiles < t| + (sum of r over tiles < t) + sum over tile
+t of (|z x| + r x)``. Here:
+
+* :func:`acc_constants_up`: ``(g_rel, g_abs)`` of the accumulating dot, rounded up to floats;
+* :func:`run_err_step` / :func:`run_err`: the fold evaluated in float64, every operation rounded up,
+  so the result is at least the real ``run_err`` of any real ``bs`` below the given ones;
+* :class:`RunningAcc`: the running tensors of one fold (the signed prefix sum ``Z`` of the float64
+  tile sums with a certified bound of its error, the prefix of ``r``, ``e``), one tile at a time:
+  memory of one accumulator, whatever the number of tiles;
+* :func:`exp2_levels`: ``X_k >= 2^(2 (delta_k + Dl) + u Am + ea)`` on a grid of per-pair score
+  error levels (``delta`` of the pair from its own ``sum_e |q_e k_e|``);
+* :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import torch
+
+from ojas_ref.verification.bounds import certified as cb
+from ojas_ref.verification.bounds.attention import (
+    _LOG2E_CONST_ERROR,
+    DotModel,
+    _score_terms_q,
+    acc_dot_error_constants,
+)
+from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _NO_ORACLE, _float_up, _oracle_values, _rational
+
+__all__ = [
+    "LN2_UP",
+    "acc_constants_up",
+    "run_err_step",
+    "run_err",
+    "RunningAcc",
+    "exp2_levels",
+    "level_index",
+    "grad_bound_up",
+]
+
+F64 = torch.float64
+#: a rational upper bound of ln 2 = 0.693147180559945309417...
+LN2_UP = Fraction(6931471805599454, 10**16)
+
+
+def acc_constants_up(dot: DotModel, n: int) -> tuple[float, float]:
+    """``(g_rel, g_abs)`` of ``tl.dot(a, b, acc)`` of ``dot``'s kind over ``n`` products
+    (:func:`~ojas_ref.verification.bounds.attention.acc_dot_error_constants`, exact rationals),
+    each rounded up to a float."""
+    g_rel, g_abs = acc_dot_error_constants(dot, n)
+    return _float_up(g_rel), _float_up(g_abs)
+
+
+def run_err_step(e: torch.Tensor, b: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
+    """One step of ``run_err``'s fold, ``(1 + g) e + g b + ga``, rounded up (``e``, ``b`` >= 0
+    float64 upper bounds, ``g_rel``, ``g_abs`` >= 0 floats at least the exact constants)."""
+    grow = cb.add_upper(e, cb.mul_upper(e, g_rel))  # >= (1 + g) e
+    return cb.add_upper(grow, cb.add_upper(cb.mul_upper(b, g_rel), g_abs))
+
+
+def run_err(bs: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
+    """``run_err g_rel g_abs bs`` over the LAST dimension of ``bs`` (one fold per leading index,
+    ``e_0 = 0``), every operation rounded up: at least the exact value for the real ``bs``,
+    ``g_rel``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or non-finite input."""
+    for name, val in (("g_rel", g_rel), ("g_abs", g_abs)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    bs = bs.to(F64)
+    if not bool((torch.isfinite(bs) & (bs >= 0)).all()):
+        raise ValueError("bs must be finite and >= 0")
+    e = torch.zeros(bs.shape[:-1], dtype=F64, device=bs.device)
+    for t in range(bs.shape[-1]):
+        e = run_err_step(e, bs[..., t], float(g_rel), float(g_abs))
+    return e
+
+
+class RunningAcc:
+    """The running quantities of ``acc_chain_running_error`` for a tensor of accumulator entries,
+    one tile at a time (:meth:`step`): ``z_sum`` the float64 prefix sum of the tiles' float64 sums
+    and ``z_err`` a certified bound of its distance to the exact prefix ``sum z``, ``r_sum`` an upper
+    bound of the prefix of ``r``, ``e`` an upper bound of ``run_err`` over the tiles so far (``bs_t``
+    the upper bound of ``running_premise``'s quantity built from these). Entries whose ``active`` is
+    False at a step are left alone: the kernel does not run that tile for them."""
+
+    def __init__(self, shape: tuple[int, ...], device: torch.device, g_rel: float, g_abs: float) -> None:
+        self.z_sum = torch.zeros(shape, dtype=F64, device=device)
+        self.z_err = torch.zeros_like(self.z_sum)
+        self.r_sum = torch.zeros_like(self.z_sum)
+        self.e = torch.zeros_like(self.z_sum)
+        self.g_rel, self.g_abs = float(g_rel), float(g_abs)
+
+    def step(
+        self,
+        tile_sum: torch.Tensor,
+        tile_err: torch.Tensor,
+        abs_sum: torch.Tensor,
+        r_sum: torch.Tensor,
+        active: torch.Tensor | None = None,
+    ) -> None:
+        """One tile: ``tile_sum`` its float64 sum of ``z`` within ``tile_err`` of the exact one,
+        ``abs_sum >= sum |z x|``, ``r_sum >= sum r x`` over its items; ``active`` (broadcasting
+        against the entries) where the kernel runs the tile, every entry if None."""
+        z_abs = cb.add_upper(self.z_sum.abs(), self.z_err)  # >= |exact prefix of z|
+        b = cb.add_upper(cb.add_upper(z_abs, self.r_sum), cb.add_upper(abs_sum, r_sum))
+        e = run_err_step(self.e, b, self.g_rel, self.g_abs)
+        z_sum = self.z_sum + tile_sum  # |fl(x) - x| <= u |fl(x)| for a rounded sum
+        z_err = cb.add_upper(cb.add_upper(self.z_err, tile_err), cb.mul_upper(z_sum, cb.U64))
+        r = cb.add_upper(self.r_sum, r_sum)
+        if active is None:
+            self.e, self.z_sum, self.z_err, self.r_sum = e, z_sum, z_err, r
+        else:
+            self.e = torch.where(active, e, self.e)
+            self.z_sum = torch.where(active, z_sum, self.z_sum)
+            self.z_err = torch.where(active, z_err, self.z_err)
+            self.r_sum = torch.where(active, r, self.r_sum)
+
+    def error(self) -> torch.Tensor:
+        """An upper bound of ``run_err g_rel g_abs bs + sum_x r x`` after the last tile."""
+        return cb.add_upper(self.e, self.r_sum)
+
+
+def level_index(p: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """For each entry of ``p`` the least ``k`` with ``p <= grid[k]`` (``grid`` increasing float64);
+    ``RuntimeError`` if an entry is above ``grid[-1]``."""
+    idx = torch.bucketize(p, grid)
+    if bool((idx >= grid.numel()).any()):
+        raise RuntimeError(f"a pair's sum |q k| {p.max().item()} is above the grid's top {grid[-1].item()}")
+    return idx
+
+
+def exp2_levels(
+    dot: DotModel,
+    head_dim: int,
+    scale: float,
+    qk_abs_sum: float,
+    max_abs_lse: float,
+    lse_error: float,
+    n_levels: int,
+) -> tuple[torch.Tensor, list[Fraction]]:
+    """``(grid, X)``: ``n_levels`` float64 levels ``grid[k]`` of ``sum_e |q_e k_e|`` up to
+    ``qk_abs_sum`` (slightly enlarged: the top level's pairs are measured again) and exact rationals
+    ``X[k] >= 2^(2 (delta_k + Dl) + u Am + ea)``: ``delta_k`` the scores' error at ``grid[k]``
+    (``score_delta_de`` of ``score2_with_error``, ``Ojas.Attention.Float.ForwardError``; "fp32": the
+    oracle's ``score_delta_q``, equal), ``Am`` from ``score_max_de`` at the top level and ``Dl`` from
+    ``lse2_close`` (``Ojas.Attention.Float.DvError``: ``|lse - LSE| <= lse_error``, ``|LSE| <=
+    max_abs_lse``); ``X = 1 + perturbation_q(x ln2 / 2)`` (the oracle's ``>= e^(x ln 2) - 1``, ``ln 2``
+    rounded up). ``n_levels = 1`` is the uniform ``delta`` of ``qk_abs_sum``."""
+    if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
+        raise ValueError(f"n_levels must be an integer >= 1, got {n_levels!r}")
+    for name, val in (("qk_abs_sum", qk_abs_sum), ("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    top = _float_up(Fraction(qk_abs_sum) * (1 + Fraction(1, 2**20)))
+    grid = [_float_up(Fraction(top) * k / n_levels) for k in range(1, n_levels + 1)]
+    u, ea, uc2 = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_LOG2E_CONST_ERROR)
+    sc = Fraction(scale)
+    smax, _ = _score_terms_q(dot, head_dim, Fraction(top), sc)
+    lb, lmax = Fraction(lse_error), Fraction(max_abs_lse) + Fraction(lse_error)
+    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
+    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
+    xs = [2 * (_score_terms_q(dot, head_dim, Fraction(p), sc)[1] + dl) + u * am + ea for p in grid]
+    got = _oracle_values([dict(bound="perturbation", delta=_rational(x * LN2_UP / 2)) for x in xs])
+    if got is None or got is _NO_ORACLE:
+        raise RuntimeError("the running attention bounds need the oracle (make -C extraction): no hand copy")
+    if any(g is None for g in got):
+        raise ValueError(f"the exp2 argument error {float(xs[-1])} is too large")
+    return torch.tensor(grid, dtype=F64), [1 + Fraction(g) for g in got]
+
+
+def grad_bound_up(
+    e_acc: torch.Tensor, s1: torch.Tensor, scale: Fraction, ucs: Fraction, us: Fraction, es: Fraction
+) -> torch.Tensor:
+    """``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError`` at upper bounds ``eA``,
+    ``S1`` (float64, the bound monotone in both), rounded up: ``(1 + us) (scale ((1 + u) (1 + ucs) eA
+    + (u (1 + ucs) + ucs) S1) + ea) + us scale S1 + es``."""
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    c_e = (1 + us) * scale * (1 + u) * (1 + ucs)
+    c_s = (1 + us) * scale * (u * (1 + ucs) + ucs) + us * scale
+    return cb.add_upper(
+        cb.add_upper(cb.scale_upper(e_acc, c_e), cb.scale_upper(s1, c_s)), _float_up((1 + us) * ea + es)
+    )
