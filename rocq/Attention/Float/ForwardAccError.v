@@ -1,0 +1,489 @@
+(** * Forward attention with the P.V product accumulated INTO [acc * alpha] by any accumulating dot.
+
+    (Work in progress: the kernel [kernel_run_acc] and the accumulator's invariant
+    [acc_kernel_inv]; the end-to-end theorems follow.) *)
+
+From Coq Require Import Reals ZArith List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
+From Ojas Require Import FloatModel.Notations.
+From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
+From Ojas Require Import Attention.Float.NumeratorError Attention.Float.ForwardPosteriori.
+Import ListNotations.
+Open Scope R_scope.
+
+Section KernelAcc.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** ** The kernel's step with the accumulating dot *)
+
+Lemma nth_map_seq : forall (f : nat -> R) len c, (c < len)%nat -> nth c (map f (seq 0 len)) 0 = f c.
+Proof.
+  intros f len c Hc; rewrite nth_indep with (d' := f 0%nat) by (rewrite map_length, seq_length; exact Hc).
+  rewrite map_nth, seq_nth by exact Hc; reflexivity.
+Qed.
+
+Section Step.
+
+Variable Key : Type.
+Variable sc : Key -> R.          (** the key's fp32 score (scaled) *)
+Variable vis : Key -> bool.      (** the kernel's [vis] *)
+Variable val : Key -> nat -> R.  (** coordinate [c] of the key's value row *)
+Variable accf : R -> list R -> list R -> R.  (** [tl.dot (a, b, acc)] *)
+
+(** [kernel_step] (OnlineSoftmaxTile.v) with [acc = tl.dot (p.to(v.dtype), v, acc * alpha)]:
+    [accf (rnd (acc * alpha)) (map stored_p tile) (map v tile)] per coordinate, the masked
+    keys' [p = 0] included (the whole tile goes to the MMA). *)
+Definition kernel_step_acc (st : kstate) (tl : list Key) : kstate :=
+  let m' := vmax Key sc vis (ks_m st) tl in
+  let a := kalpha M (ks_m st) (m_use m') in
+  {| ks_m := m';
+     ks_l := rnd (rnd (ks_l st * a) + ktile_l M Key sc vis (m_use m') tl);
+     ks_acc := map (fun c => accf (rnd (nth c (ks_acc st) 0 * a))
+                                  (map (fun k => ff_rnd S_ (kweight M Key sc vis (m_use m') k)) tl)
+                                  (map (fun k => val k c) tl))
+                   (seq 0 (length (ks_acc st))) |}.
+
+Definition kernel_run_acc (st : kstate) (tiles : list (list Key)) : kstate :=
+  fold_left kernel_step_acc tiles st.
+
+(** [m] and [l] are [kernel_run]'s: the accumulator feeds neither. *)
+Lemma kernel_run_acc_m_l : forall tiles st st',
+  ks_m st = ks_m st' -> ks_l st = ks_l st' ->
+  ks_m (kernel_run_acc st tiles) = ks_m (kernel_run M Key sc vis val st' tiles)
+  /\ ks_l (kernel_run_acc st tiles) = ks_l (kernel_run M Key sc vis val st' tiles).
+Proof.
+  unfold kernel_run_acc, kernel_run; induction tiles as [|tl tiles IH]; intros st st' Em El; [auto |].
+  cbn [fold_left]; apply IH; unfold kernel_step_acc, kernel_step; cbn [ks_m ks_l]; rewrite ?Em, ?El; reflexivity.
+Qed.
+
+Lemma kernel_step_acc_length : forall st tl, length (ks_acc (kernel_step_acc st tl)) = length (ks_acc st).
+Proof. intros; unfold kernel_step_acc; cbn [ks_acc]; rewrite map_length, seq_length; reflexivity. Qed.
+
+Lemma kernel_run_acc_length : forall tiles st, length (ks_acc (kernel_run_acc st tiles)) = length (ks_acc st).
+Proof.
+  unfold kernel_run_acc; induction tiles as [|tl tiles IH]; intros st; [reflexivity |].
+  cbn [fold_left]; rewrite IH; apply kernel_step_acc_length.
+Qed.
+
+Lemma kernel_step_acc_nth : forall st tl c, (c < length (ks_acc st))%nat ->
+  let m' := vmax Key sc vis (ks_m st) tl in
+  let a := kalpha M (ks_m st) (m_use m') in
+  nth c (ks_acc (kernel_step_acc st tl)) 0
+  = accf (rnd (nth c (ks_acc st) 0 * a))
+         (map (fun k => ff_rnd S_ (kweight M Key sc vis (m_use m') k)) tl) (map (fun k => val k c) tl).
+Proof.
+  intros st tl c Hc m' a; unfold kernel_step_acc; cbn [ks_acc]; cbv zeta; fold m' a.
+  apply nth_map_seq, Hc.
+Qed.
+
+End Step.
+
+
+(** ** The constants of the accumulator's fold
+
+    [H_pv K = (1 + us) tile_E K]: a stored weight's relative factor;
+    [cgA g = (1 + ue) (1 + u) (1 + g)] and [crA g = (1 + ue + ee) (1 + u) (1 + g)]
+    the per-tile growth of the factor and of the absolute term ([g] the
+    accumulating dot's [g_rel]); [GkA k m = H_pv K cgA^k 2^(u (m - m0))] and
+    [RkA k = k crA^k dRA] the bounds after [k] tiles at running max [m], with
+      dRA = ((Gb (N V) ee) (1 + u) + ea + ((1 + us) ee + es) (n V)) (1 + g) + g_abs,
+      Gb = H_pv K cgA^Tt 2^(u K). *)
+Definition H_pv (K : R) : R := (1 + us) * tile_E M K.
+Definition cgA (g : R) : R := (1 + ue) * (1 + u) * (1 + g).
+Definition crA (g : R) : R := (1 + ue + ee) * (1 + u) * (1 + g).
+Definition GkA (K g m0 : R) (k : nat) (m : R) : R := H_pv K * cgA g ^ k * Rpower 2 (u * (m - m0)).
+Definition dRA (K g ga V : R) (n N Tt : nat) : R :=
+  ((H_pv K * cgA g ^ Tt * Rpower 2 (u * K)) * (INR N * V) * ee * (1 + u) + ea
+   + ((1 + us) * ee + es) * (INR n * V)) * (1 + g) + ga.
+Definition RkA (K g ga V : R) (n N Tt k : nat) : R := INR k * crA g ^ k * dRA K g ga V n N Tt.
+
+Lemma H_pv_ge_1 : forall K, 0 <= K -> 1 <= H_pv K.
+Proof.
+  intros K HK; unfold H_pv; pose proof (tile_E_ge_1 M K HK); pose proof (ff_u_nonneg S_); nra.
+Qed.
+
+Lemma cgA_ge_1 : forall g, 0 <= g -> 1 <= cgA g.
+Proof.
+  intros g Hg; unfold cgA; pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg A_).
+  assert (1 <= (1 + ue) * (1 + u)) by nra. nra.
+Qed.
+
+Lemma crA_ge_1 : forall g, 0 <= g -> 1 <= crA g.
+Proof.
+  intros g Hg; unfold crA; pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M).
+  assert (1 <= (1 + ue + ee) * (1 + u)) by nra. nra.
+Qed.
+
+Lemma GkA_ge_1 : forall K g m0 k m, 0 <= K -> 0 <= g -> m0 <= m -> 1 <= GkA K g m0 k m.
+Proof.
+  intros K g m0 k m HK Hg Hm; unfold GkA; pose proof (H_pv_ge_1 K HK); pose proof (cgA_ge_1 g Hg).
+  pose proof (ff_u_nonneg A_).
+  assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
+  assert (1 <= Rpower 2 (u * (m - m0))) by (apply ose_rpow_ge_1; nra).
+  assert (1 <= H_pv K * cgA g ^ k) by nra. nra.
+Qed.
+
+Lemma dRA_nonneg : forall K g ga V n N Tt, 0 <= K -> 0 <= g -> 0 <= ga -> 0 <= V -> 0 <= dRA K g ga V n N Tt.
+Proof.
+  intros K g ga V n N Tt HK Hg Hga HV; unfold dRA.
+  pose proof (H_pv_ge_1 K HK); pose proof (cgA_ge_1 g Hg); pose proof (ff_u_nonneg A_).
+  pose proof (ff_u_nonneg S_); pose proof (ff_eta_nonneg S_); pose proof (ff_eta_nonneg A_); pose proof (mp_eta_e_nonneg M).
+  assert (1 <= cgA g ^ Tt) by (apply pow_R1_Rle; lra).
+  pose proof (Rpower_pos (u * K)).
+  assert (0 <= H_pv K * cgA g ^ Tt * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+  assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+  assert (0 <= INR n * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+  assert (0 <= H_pv K * cgA g ^ Tt * Rpower 2 (u * K) * (INR N * V) * ee) by (apply Rmult_le_pos; [nra | lra]).
+  assert (0 <= ((1 + us) * ee + es) * (INR n * V)) by (apply Rmult_le_pos; nra).
+  assert (0 <= H_pv K * cgA g ^ Tt * Rpower 2 (u * K) * (INR N * V) * ee * (1 + u)) by (apply Rmult_le_pos; lra).
+  apply Rplus_le_le_0_compat; [apply Rmult_le_pos; lra | exact Hga].
+Qed.
+
+Lemma RkA_nonneg : forall K g ga V n N Tt k, 0 <= K -> 0 <= g -> 0 <= ga -> 0 <= V -> 0 <= RkA K g ga V n N Tt k.
+Proof.
+  intros; unfold RkA; pose proof (dRA_nonneg K g ga V n N Tt); pose proof (crA_ge_1 g); pose proof (pos_INR k).
+  assert (1 <= crA g ^ k) by (apply pow_R1_Rle; lra).
+  apply Rmult_le_pos; [nra | lra].
+Qed.
+
+Lemma tmax_le : forall {Key} (sc : Key -> R) tl m b, m <= b -> (forall k, In k tl -> sc k <= b) -> tmax Key sc m tl <= b.
+Proof.
+  intros Key sc; unfold tmax; induction tl as [|k tl IH]; intros m b Hm Hk; [exact Hm |].
+  cbn [fold_left]; apply IH; [apply Rmax_lub; [exact Hm | apply Hk; left; reflexivity] |].
+  intros k' Hk'; apply Hk; right; exact Hk'.
+Qed.
+
+Lemma Rmax_mult_le : forall a b t z, 0 <= t -> a * t <= z -> b * t <= z -> Rmax a b * t <= z.
+Proof. intros a b t z Ht Ha Hb; unfold Rmax; destruct (Rle_dec a b); assumption. Qed.
+
+(** ** One coordinate of the accumulator over the kernel's tiles *)
+
+Section Inv.
+
+Variable Key : Type.
+Variable sc : Key -> R.
+Variable vis : Key -> bool.
+Variable val : Key -> nat -> R.
+Variable accf : R -> list R -> list R -> R.
+Variables (n : nat) (g ga : R).
+Variables (K V m0 : R) (N Tt : nat) (c : nat).
+
+Hypothesis Hm : acc_dot_model accf n g ga.
+Hypothesis HK : 0 <= K.
+Hypothesis HV : 0 <= V.
+
+(** The visible keys of a list as (score, value coordinate) pairs. *)
+Definition kpairs (l : list Key) : list (R * R) := map (fun k => (sc k, val k c)) (filter vis l).
+
+Definition keys_ok (l : list Key) : Prop :=
+  forall k, In k l -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K /\ Rabs (val k c) <= V.
+
+(** The invariant after [k] tiles whose keys are [seen]. *)
+Definition state_inv (k : nat) (seen : list Key) (st : kstate) : Prop :=
+  match ks_m st with
+  | None => filter vis seen = []
+  | Some m => fmt m /\ m0 <= m <= m0 + K /\ (forall q, In q seen -> vis q = true -> sc q <= m)
+      /\ inv (GkA K g m0 k m) (RkA K g ga V n N Tt k) (nth c (ks_acc st) 0)
+             (exact_pv m (kpairs seen)) (exact_pv_abs m (kpairs seen))
+  end.
+
+Lemma rsum_vis : forall (h : Key -> R) l,
+  rsum (map (fun k => if vis k then h k else 0) l) = rsum (map h (filter vis l)).
+Proof.
+  intros h; induction l as [|k l IH]; [reflexivity |].
+  cbn [map filter]; destruct (vis k); cbn [map]; rewrite !rsum_cons, IH; ring.
+Qed.
+
+Lemma kpairs_app : forall a b, kpairs (a ++ b) = kpairs a ++ kpairs b.
+Proof. intros; unfold kpairs; rewrite filter_app, map_app; reflexivity. Qed.
+
+Lemma exact_pv_app : forall m a b, exact_pv m (a ++ b) = exact_pv m a + exact_pv m b.
+Proof. intros; unfold exact_pv; rewrite map_app; apply rsum_app. Qed.
+
+Lemma exact_pv_abs_app : forall m a b, exact_pv_abs m (a ++ b) = exact_pv_abs m a + exact_pv_abs m b.
+Proof. intros; unfold exact_pv_abs; rewrite map_app; apply rsum_app. Qed.
+
+(** One tile into the accumulator [x], at the tile's running max [m']. *)
+Lemma tile_acc_masked : forall G R0 x X S m' tl,
+  length tl = n -> 1 <= G -> 0 <= R0 -> Rabs X <= S -> fmt m' ->
+  (forall k, In k tl -> vis k = true -> fmt (sc k) /\ sc k <= m' /\ m' - sc k <= K /\ Rabs (val k c) <= V) ->
+  inv G R0 x X S ->
+  inv (Rmax G (H_pv K) * (1 + g)) ((R0 + ((1 + us) * ee + es) * (INR n * V)) * (1 + g) + ga)
+      (accf x (map (fun k => ff_rnd S_ (kweight M Key sc vis m' k)) tl) (map (fun k => val k c) tl))
+      (X + exact_pv m' (kpairs tl)) (S + exact_pv_abs m' (kpairs tl)).
+Proof.
+  intros G R0 x X S m' tl Hn HG HR HX Fm' Hk Cx.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes; pose proof (mp_eta_e_nonneg M) as Hee.
+  set (c0 := (1 + us) * ee + es).
+  assert (Hc0 : 0 <= c0) by (unfold c0; nra).
+  set (f := fun k => ff_rnd S_ (kweight M Key sc vis m' k)).
+  set (W := fun k => if vis k then Rpower 2 (sc k - m') else 0).
+  set (vm := fun k => if vis k then val k c else 0).
+  assert (Hf0 : forall k, vis k = false -> f k = 0).
+  { intros k Ek; unfold f, kweight; rewrite Ek; apply (ff_rnd_id S_ 0 (ff_fmt_0 S_)). }
+  destruct (weighted_close f W vm (H_pv K) c0 tl) as [Hw1 Hw2].
+  { intros k _; unfold W; destruct (vis k); [left; apply Rpower_pos | lra]. }
+  { intros k Hin; unfold W; destruct (vis k) eqn:Ev.
+    - destruct (Hk k Hin Ev) as [Fs [H1 [H2 _]]].
+      unfold f, kweight; rewrite Ev; unfold H_pv, c0.
+      apply stored_weight_close; [apply Rpower_pos | apply tile_E_ge_1, HK |].
+      apply weight_close; assumption.
+    - rewrite (Hf0 k Ev), Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l; exact Hc0. }
+  assert (ED : dot_R (map f tl) (map (fun k => val k c) tl) = rsum (map (fun k => f k * vm k) tl)).
+  { unfold dot_R; rewrite combine_map_both, map_map; cbn [fst snd]; f_equal; apply map_ext; intros k.
+    unfold vm; destruct (vis k) eqn:Ev; [reflexivity | rewrite (Hf0 k Ev); ring]. }
+  assert (EA : dot_abs (map f tl) (map (fun k => val k c) tl) = rsum (map (fun k => Rabs (f k * vm k)) tl)).
+  { unfold dot_abs; rewrite combine_map_both, map_map; cbn [fst snd]; f_equal; apply map_ext; intros k.
+    unfold vm; destruct (vis k) eqn:Ev; [reflexivity | rewrite (Hf0 k Ev), !Rmult_0_l; reflexivity]. }
+  assert (EY : rsum (map (fun k => W k * vm k) tl) = exact_pv m' (kpairs tl)).
+  { unfold exact_pv, kpairs; rewrite map_map; cbn [fst snd]; rewrite <- rsum_vis; f_equal; apply map_ext; intros k.
+    unfold W, vm; destruct (vis k); ring. }
+  assert (ET : rsum (map (fun k => W k * Rabs (vm k)) tl) = exact_pv_abs m' (kpairs tl)).
+  { unfold exact_pv_abs, kpairs; rewrite map_map; cbn [fst snd]; rewrite <- rsum_vis; f_equal; apply map_ext; intros k.
+    unfold W, vm; destruct (vis k); [reflexivity | rewrite Rabs_R0; ring]. }
+  assert (Hv : rsum (map (fun k => Rabs (vm k)) tl) <= INR n * V).
+  { rewrite <- Hn, <- ost_rsum_const; apply bw_rsum_le; intros k Hin.
+    unfold vm; destruct (vis k) eqn:Ev; [apply (Hk k Hin Ev) | rewrite Rabs_R0; exact HV]. }
+  assert (HT : 0 <= exact_pv_abs m' (kpairs tl)) by (eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge]).
+  assert (E1 : c0 * rsum (map (fun k => Rabs (vm k)) tl) <= c0 * (INR n * V)) by (apply Rmult_le_compat_l; lra).
+  apply (inv_acc accf n g ga G R0 x X S (H_pv K) (c0 * (INR n * V)) _ _ (map f tl) (map (fun k => val k c) tl) Hm);
+    [rewrite map_length; exact Hn | rewrite map_length; exact Hn | exact HX | exact HT | exact Cx | |].
+  - rewrite ED, <- EY, <- ET; lra.
+  - rewrite EA, <- ET; lra.
+Qed.
+
+Lemma state_step : forall k seen st tl,
+  length tl = n -> (S k <= Tt)%nat -> (length (filter vis (seen ++ tl)) <= N)%nat ->
+  keys_ok (seen ++ tl) -> (c < length (ks_acc st))%nat ->
+  state_inv k seen st -> state_inv (S k) (seen ++ tl) (kernel_step_acc Key sc vis val accf st tl).
+Proof.
+  intros k seen st tl Hn Hk HN Hok Hc Hinv.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  pose proof (H_pv_ge_1 K HK) as HH; pose proof (cgA_ge_1 g Hg) as Hcg; pose proof (crA_ge_1 g Hg) as Hcr.
+  pose proof (dRA_nonneg K g ga V n N Tt HK Hg Hga HV) as HdR.
+  set (c0 := (1 + us) * ee + es).
+  assert (Hc0 : 0 <= c0) by (unfold c0; nra).
+  assert (HnV : 0 <= INR n * V) by (apply Rmult_le_pos; [apply pos_INR | exact HV]).
+  assert (HdR' : c0 * (INR n * V) * (1 + g) + ga <= dRA K g ga V n N Tt).
+  { unfold dRA; fold c0.
+    pose proof (Rpower_pos (u * K)).
+    assert (1 <= cgA g ^ Tt) by (apply pow_R1_Rle; lra).
+    assert (0 <= H_pv K * cgA g ^ Tt * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+    assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+    assert (0 <= H_pv K * cgA g ^ Tt * Rpower 2 (u * K) * (INR N * V) * ee * (1 + u))
+      by (apply Rmult_le_pos; [apply Rmult_le_pos; [apply Rmult_le_pos |] |]; nra).
+    assert (0 <= c0 * (INR n * V)) by (apply Rmult_le_pos; lra).
+    nra. }
+  assert (HRk1 : dRA K g ga V n N Tt <= RkA K g ga V n N Tt (S k)).
+  { unfold RkA; rewrite S_INR; pose proof (pos_INR k).
+    assert (1 <= crA g ^ S k) by (apply pow_R1_Rle; lra).
+    assert (1 <= (INR k + 1) * crA g ^ S k) by nra. nra. }
+  (* the tile's keys *)
+  assert (Htl : forall q, In q tl -> vis q = true -> fmt (sc q) /\ m0 <= sc q <= m0 + K /\ Rabs (val q c) <= V)
+    by (intros q Hq Ev; apply Hok; [apply in_or_app; right; exact Hq | exact Ev]).
+  assert (Ftl : forall q, In q (filter vis tl) -> fmt (sc q)).
+  { intros q Hq; apply filter_In in Hq; destruct Hq as [Hq Ev]; apply (Htl q Hq Ev). }
+  assert (Ubl : forall q, In q (filter vis tl) -> sc q <= m0 + K).
+  { intros q Hq; apply filter_In in Hq; destruct Hq as [Hq Ev]; apply (Htl q Hq Ev). }
+  unfold state_inv in Hinv |- *.
+  change (ks_m (kernel_step_acc Key sc vis val accf st tl)) with (vmax Key sc vis (ks_m st) tl).
+  rewrite (kernel_step_acc_nth Key sc vis val accf st tl c Hc); cbv zeta.
+  rewrite kpairs_app.
+  destruct (ks_m st) as [m |] eqn:Em.
+  - (* a running max: rescale, then accumulate *)
+    destruct Hinv as [Fm [[Hm0 HmK] [Hseen C]]].
+    rewrite vmax_some_filter; cbn [m_use kalpha].
+    set (m' := tmax Key sc m (filter vis tl)).
+    destruct (tmax_props M Key sc (filter vis tl) m Fm Ftl) as [Fm' [Hmm' Htm]]; fold m' in Fm', Hmm', Htm.
+    assert (HmK' : m' <= m0 + K) by (apply tmax_le; [exact HmK | exact Ubl]).
+    set (x := nth c (ks_acc st) 0).
+    set (X := exact_pv m (kpairs seen)) in *; set (S0 := exact_pv_abs m (kpairs seen)) in *.
+    assert (HX : Rabs X <= S0) by apply exact_pv_abs_ge.
+    assert (HS0 : S0 <= INR N * V).
+    { apply exact_pv_abs_bound; [exact HV | |].
+      - intros p Hp; unfold kpairs in Hp; apply in_map_iff in Hp; destruct Hp as [q [<- Hq]].
+        apply filter_In in Hq; destruct Hq as [Hq Ev]; cbn [fst snd].
+        split; [apply (Hok q (in_or_app _ _ _ (or_introl Hq)) Ev) | apply (Hseen q Hq Ev)].
+      - unfold kpairs; rewrite map_length; rewrite filter_app, app_length in HN; lia. }
+    assert (HS00 : 0 <= S0) by (eapply Rle_trans; [apply Rabs_pos | exact HX]).
+    pose proof (GkA_ge_1 K g m0 k m HK Hg Hm0) as HG.
+    pose proof (RkA_nonneg K g ga V n N Tt k HK Hg Hga HV) as HR.
+    pose proof (inv_mul_alpha M _ _ x X S0 m m' HG HR Fm Fm' Hmm' HX C) as C1.
+    pose proof (exp2_factor_ge_1 M m m' Hmm') as HE.
+    pose proof (Rpower_pos (m - m')) as Ha0.
+    assert (HXa : Rabs (X * Rpower 2 (m - m')) <= S0 * Rpower 2 (m - m')).
+    { rewrite Rabs_mult, (Rabs_right (Rpower 2 (m - m'))) by lra; apply Rmult_le_compat_r; lra. }
+    assert (HG1 : 1 <= GkA K g m0 k m * exp2_factor M m m') by nra.
+    assert (HR1 : 0 <= RkA K g ga V n N Tt k * (Rpower 2 (m - m') * exp2_factor M m m' + ee)
+                       + GkA K g m0 k m * S0 * ee).
+    { apply Rplus_le_le_0_compat; [apply Rmult_le_pos; [lra | nra] |].
+      apply Rmult_le_pos; [apply Rmult_le_pos; lra | exact Hee]. }
+    pose proof (inv_round M _ _ _ _ _ HG1 HR1 HXa C1) as C2.
+    assert (HG2 : 1 <= GkA K g m0 k m * exp2_factor M m m' * (1 + u)) by nra.
+    assert (HR2 : 0 <= (RkA K g ga V n N Tt k * (Rpower 2 (m - m') * exp2_factor M m m' + ee)
+                       + GkA K g m0 k m * S0 * ee) * (1 + u) + ea) by nra.
+    assert (Hk' : forall q, In q tl -> vis q = true -> fmt (sc q) /\ sc q <= m' /\ m' - sc q <= K /\ Rabs (val q c) <= V).
+    { intros q Hq Ev; destruct (Htl q Hq Ev) as [Fq [[H1 H2] Hv]].
+      assert (sc q <= m') by (apply Htm, filter_In; auto).
+      repeat split; auto; lra. }
+    pose proof (tile_acc_masked _ _ _ _ _ m' tl Hn HG2 HR2 HXa Fm' Hk' C2) as C3.
+    rewrite exact_pv_app, exact_pv_abs_app.
+    unfold X, S0 in C3; rewrite exact_pv_resc, exact_pv_abs_resc in C3.
+    split; [exact Fm' | split; [lra | split]].
+    { intros q Hq Ev; apply in_app_or in Hq; destruct Hq as [Hq | Hq]; [pose proof (Hseen q Hq Ev); lra |].
+      apply Htm, filter_In; auto. }
+    eapply inv_mono; [| | | exact C3].
+    + apply Rplus_le_le_0_compat; eapply Rle_trans; try apply Rabs_pos; apply exact_pv_abs_ge.
+    + (* the factor *)
+      apply Rmax_mult_le; [lra | |].
+      * unfold GkA, exp2_factor; cbn [pow].
+        replace (H_pv K * cgA g ^ k * Rpower 2 (u * (m - m0)) * ((1 + ue) * Rpower 2 (u * (m' - m))) * (1 + u) * (1 + g))
+          with (H_pv K * (cgA g * cgA g ^ k) * (Rpower 2 (u * (m - m0)) * Rpower 2 (u * (m' - m))))
+          by (unfold cgA; ring).
+        rewrite <- Rpower_plus; replace (u * (m - m0) + u * (m' - m)) with (u * (m' - m0)) by ring; lra.
+      * unfold GkA; cbn [pow].
+        assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
+        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+        assert (1 + g <= cgA g) by (unfold cgA; assert (1 <= (1 + ue) * (1 + u)) by nra; nra).
+        assert (1 + g <= cgA g * cgA g ^ k) by nra.
+        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))) by nra.
+        assert (H_pv K * (1 + g) <= H_pv K * (cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))))
+          by (apply Rmult_le_compat_l; lra).
+        lra.
+    + (* the absolute term *)
+      fold c0.
+      pose proof (alpha_factor_le M m m' Hmm') as Hae.
+      set (a := Rpower 2 (m - m')) in *; set (E := exp2_factor M m m') in *.
+      set (R0 := RkA K g ga V n N Tt k) in *; set (G0 := GkA K g m0 k m) in *.
+      set (Gb := H_pv K * cgA g ^ Tt * Rpower 2 (u * K)).
+      assert (HGb : G0 <= Gb).
+      { unfold G0, Gb, GkA.
+        assert (cgA g ^ k <= cgA g ^ Tt) by (apply Rle_pow; [lra | lia]).
+        assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+        assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
+        assert (H_pv K * cgA g ^ k <= H_pv K * cgA g ^ Tt) by (apply Rmult_le_compat_l; lra).
+        apply Rmult_le_compat; try lra; [nra | left; apply Rpower_pos]. }
+      assert (E1 : R0 * (a * E + ee) <= R0 * (1 + ue + ee)) by (apply Rmult_le_compat_l; lra).
+      assert (E2 : G0 * S0 * ee <= Gb * (INR N * V) * ee)
+        by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat; lra]).
+      assert (E3 : ((R0 * (a * E + ee) + G0 * S0 * ee) * (1 + u) + ea + c0 * (INR n * V)) * (1 + g) + ga
+                   <= crA g * R0 + dRA K g ga V n N Tt).
+      { unfold crA, dRA; fold Gb c0.
+        assert ((R0 * (a * E + ee) + G0 * S0 * ee) * (1 + u) <= (R0 * (1 + ue + ee) + Gb * (INR N * V) * ee) * (1 + u))
+          by (apply Rmult_le_compat_r; lra).
+        assert (((R0 * (a * E + ee) + G0 * S0 * ee) * (1 + u) + ea + c0 * (INR n * V)) * (1 + g)
+                <= ((R0 * (1 + ue + ee) + Gb * (INR N * V) * ee) * (1 + u) + ea + c0 * (INR n * V)) * (1 + g))
+          by (apply Rmult_le_compat_r; lra).
+        nra. }
+      eapply Rle_trans; [exact E3 |].
+      unfold R0, RkA; rewrite S_INR; cbn [pow].
+      assert (1 <= crA g ^ k) by (apply pow_R1_Rle; lra).
+      assert (dRA K g ga V n N Tt <= crA g * crA g ^ k * dRA K g ga V n N Tt)
+        by (assert (1 <= crA g * crA g ^ k) by nra; nra).
+      nra.
+  - (* no visible key yet: [alpha = 0] and the tile starts the accumulator *)
+    destruct (filter vis tl) as [| k0 r] eqn:Ef.
+    + rewrite (vmax_masked Key sc vis tl None (filter_nil_fully_masked vis tl Ef)).
+      rewrite filter_app, Hinv, Ef; reflexivity.
+    + rewrite (vmax_none_filter Key sc vis tl k0 r Ef); cbn [m_use kalpha].
+      set (m' := tmax Key sc (sc k0) r).
+      assert (Fk0 : fmt (sc k0)) by (apply Ftl; left; reflexivity).
+      assert (Ftl' : forall q, In q r -> fmt (sc q)) by (intros q Hq; apply Ftl; right; exact Hq).
+      destruct (tmax_props M Key sc r (sc k0) Fk0 Ftl') as [Fm' [Hkm' Htm]]; fold m' in Fm', Hkm', Htm.
+      assert (Hin' : forall q, In q (filter vis tl) -> sc q <= m').
+      { rewrite Ef; intros q [<- | Hq]; [exact Hkm' | apply Htm, Hq]. }
+      assert (HmK' : m' <= m0 + K) by (apply tmax_le; [apply Ubl; left; reflexivity | intros q Hq; apply Ubl; right; exact Hq]).
+      assert (Hm0' : m0 <= m').
+      { assert (Hk0 : In k0 (filter vis tl)) by (rewrite Ef; left; reflexivity).
+        apply filter_In in Hk0; destruct Hk0 as [Hk0 Ev]; destruct (Htl k0 Hk0 Ev) as [_ [[H1 _] _]]; lra. }
+      rewrite Rmult_0_r, (ff_rnd_id A_ 0 (ff_fmt_0 A_)).
+      assert (Hs : kpairs seen = []) by (unfold kpairs; rewrite Hinv; reflexivity).
+      rewrite Hs, app_nil_l.
+      assert (Hk' : forall q, In q tl -> vis q = true -> fmt (sc q) /\ sc q <= m' /\ m' - sc q <= K /\ Rabs (val q c) <= V).
+      { intros q Hq Ev; destruct (Htl q Hq Ev) as [Fq [[H1 H2] Hv]].
+        assert (sc q <= m') by (apply Hin', filter_In; auto).
+        repeat split; auto; lra. }
+      assert (C0 : inv 1 0 0 0 0) by (unfold inv; rewrite Rminus_0_r, Rabs_R0; lra).
+      pose proof (tile_acc_masked 1 0 0 0 0 m' tl Hn (Rle_refl 1) (Rle_refl 0)
+                    ltac:(rewrite Rabs_R0; lra) Fm' Hk' C0) as C3.
+      rewrite !Rplus_0_l in C3.
+      split; [exact Fm' | split; [lra | split]].
+      { intros q Hq Ev; apply in_app_or in Hq; destruct Hq as [Hq | Hq].
+        - exfalso; assert (In q (filter vis seen)) by (apply filter_In; auto); rewrite Hinv in H; exact H.
+        - apply Hin', filter_In; auto. }
+      eapply inv_mono; [| | | exact C3].
+      * eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge].
+      * unfold GkA; cbn [pow].
+        assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
+        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+        assert (1 + g <= cgA g) by (unfold cgA; assert (1 <= (1 + ue) * (1 + u)) by nra; nra).
+        assert (1 + g <= cgA g * cgA g ^ k) by nra.
+        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))) by nra.
+        assert (Hb : H_pv K * (1 + g) <= H_pv K * (cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))))
+          by (apply Rmult_le_compat_l; lra).
+        apply Rmax_mult_le; [lra | |]; [assert (1 * (1 + g) <= H_pv K * (1 + g)) by nra |]; lra.
+      * fold c0; lra.
+Qed.
+
+Lemma state_run : forall tiles k seen st,
+  Forall (fun tl => length tl = n) tiles -> (k + length tiles <= Tt)%nat ->
+  (length (filter vis (seen ++ concat tiles)) <= N)%nat ->
+  keys_ok (seen ++ concat tiles) -> (c < length (ks_acc st))%nat ->
+  state_inv k seen st ->
+  state_inv (k + length tiles) (seen ++ concat tiles) (kernel_run_acc Key sc vis val accf st tiles).
+Proof.
+  induction tiles as [|tl tiles IH]; intros k seen st Hn HT HN Hok Hc Hinv.
+  - cbn [length concat]; rewrite Nat.add_0_r, app_nil_r; exact Hinv.
+  - inversion Hn as [|tl' tiles' Htl Hrest]; subst.
+    cbn [length concat] in *; unfold kernel_run_acc; cbn [fold_left]; fold (kernel_run_acc Key sc vis val accf).
+    replace (k + S (length tiles))%nat with (S k + length tiles)%nat by lia.
+    rewrite app_assoc in *.
+    apply IH; auto.
+    + lia.
+    + rewrite kernel_step_acc_length; exact Hc.
+    + apply state_step; auto.
+      * lia.
+      * rewrite filter_app, app_length in HN; lia.
+      * intros q Hq Ev; apply Hok; [apply in_or_app; left; exact Hq | exact Ev].
+Qed.
+
+End Inv.
+
+(** The accumulator's fold: from any state with no visible key yet ([ks_m = None]: the
+    kernel's start, whatever [acc] holds, as [alpha = 0] there), over tiles of [n] keys
+    (masked keys included) with at most [N] visible keys and [Tt] tiles, every visible
+    score a format number in [[m0, m0 + K]] and [|v| <= V]: once a key is visible, the
+    running max [m] is in [[m0, m0 + K]] and coordinate [c] of [acc] is within
+    [(GkA - 1) A + RkA] of [sum_j 2^(s_j - m) v_j], [A = sum_j 2^(s_j - m) |v_j|]
+    (the sums over the visible keys). *)
+Theorem acc_kernel_inv : forall (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g ga K V m0 : R) (N Tt c : nat)
+    (tiles : list (list Key)) (st : kstate),
+  acc_dot_model accf n g ga -> 0 <= K -> 0 <= V ->
+  Forall (fun tl => length tl = n) tiles -> (length tiles <= Tt)%nat ->
+  (length (filter vis (concat tiles)) <= N)%nat ->
+  (forall k, In k (concat tiles) -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K /\ Rabs (val k c) <= V) ->
+  ks_m st = None -> (c < length (ks_acc st))%nat ->
+  forall m, ks_m (kernel_run_acc Key sc vis val accf st tiles) = Some m ->
+  fmt m /\ m0 <= m <= m0 + K /\
+  inv (GkA K g m0 (length tiles) m) (RkA K g ga V n N Tt (length tiles))
+      (nth c (ks_acc (kernel_run_acc Key sc vis val accf st tiles)) 0)
+      (exact_pv m (map (fun k => (sc k, val k c)) (filter vis (concat tiles))))
+      (exact_pv_abs m (map (fun k => (sc k, val k c)) (filter vis (concat tiles)))).
+Proof.
+  intros Key sc vis val accf n g ga K V m0 N Tt c tiles st Hm HK HV Hn HT HN Hok Hst Hc m Em.
+  pose proof (state_run Key sc vis val accf n g ga K V m0 N Tt c Hm HK HV tiles 0 [] st Hn HT HN Hok Hc
+                ltac:(unfold state_inv; rewrite Hst; reflexivity)) as H.
+  unfold state_inv in H; rewrite Em in H; cbn [app plus] in H.
+  destruct H as [F [Hb [_ C]]]; exact (conj F (conj Hb C)).
+Qed.
+
+End KernelAcc.
