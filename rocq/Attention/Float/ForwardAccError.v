@@ -487,3 +487,254 @@ Proof.
 Qed.
 
 End KernelAcc.
+
+(** ** The closed forms of the end-to-end bound
+
+    [afa_HA]: the a-priori bound of the accumulator's factor [GkA];
+    [afa_rA]: of its absolute term [RkA]; [afe_bL] (ForwardError.v) the
+    denominator's, unchanged (the [l] fold is the same).  [X >= 2^(u K)],
+    [Y >= exp (2 delta) - 1], [P1 >= (1 + u)^(n - 1)], [CG >= cg^Tt], [CR >= cr^Tt]
+    as in [afe_premises_de]; [CGA >= cgA g_rel ^ Tt], [CRA >= crA g_rel ^ Tt]. *)
+Definition afa_HA (ue us X CGA : R) : R := (1 + us) * ((1 + ue) * X) * CGA * X.
+
+Definition afa_rA (u ue ee ea us es V : R) (n N Tt : nat) (X CGA CRA g_rel g_abs : R) : R :=
+  INR Tt * CRA * (((afa_HA ue us X CGA * (INR N * V) * ee * (1 + u) + ea
+                    + ((1 + us) * ee + es) * (INR n * V)) * (1 + g_rel)) + g_abs).
+
+Definition afa_rel (u ue ee ea us : R) (n N Tt : nat) (X Y P1 CG CR CGA : R) : R :=
+  let bL := afe_bL u ue ee ea n N Tt X P1 CG CR in
+  ((1 + u) * (afa_HA ue us X CGA - 1 + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us.
+
+Definition afa_abs (u ue ee ea us es V : R) (n N Tt : nat) (X P1 CG CR CGA CRA g_rel g_abs : R) : R :=
+  let bL := afe_bL u ue ee ea n N Tt X P1 CG CR in
+  ((1 + u) * afa_rA u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs / (1 - bL) + ea) * (1 + us) + es.
+
+Section Posteriori.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Lemma GkA_apriori : forall K g m0 t mt Tt X CGA, 0 <= K -> 0 <= g -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
+  Rpower 2 (u * K) <= X -> cgA M g ^ Tt <= CGA -> GkA M K g m0 t mt <= afa_HA ue us X CGA.
+Proof.
+  intros K g m0 t mt Tt X CGA HK Hg Ht Hm HmK HX HC; unfold GkA, afa_HA, H_pv, tile_E.
+  pose proof (cgA_ge_1 M g Hg); pose proof (ff_u_nonneg A_); pose proof (ff_u_nonneg S_); pose proof (mp_ue_nonneg M).
+  assert (cgA M g ^ t <= cgA M g ^ Tt) by (apply Rle_pow; [lra | exact Ht]).
+  assert (1 <= cgA M g ^ t) by (apply pow_R1_Rle; lra).
+  assert (Rpower 2 (u * (mt - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+  pose proof (Rpower_pos (u * (mt - m0))); pose proof (Rpower_pos (u * K)).
+  assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * ((1 + ue) * X))
+    by (apply Rmult_le_compat_l; [lra | apply Rmult_le_compat_l; lra]).
+  assert (0 <= (1 + us) * ((1 + ue) * Rpower 2 (u * K))) by (apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra]).
+  apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | apply Rmult_le_compat; lra | lra].
+Qed.
+
+Lemma RkA_apriori : forall K g ga V n N Tt t X CGA CRA, 0 <= K -> 0 <= g -> 0 <= ga -> 0 <= V -> (t <= Tt)%nat ->
+  Rpower 2 (u * K) <= X -> cgA M g ^ Tt <= CGA -> crA M g ^ Tt <= CRA ->
+  RkA M K g ga V n N Tt t <= afa_rA u ue ee ea us es V n N Tt X CGA CRA g ga.
+Proof.
+  intros K g ga V n N Tt t X CGA CRA HK Hg Hga HV Ht HX HCG HCR; unfold RkA, afa_rA.
+  pose proof (crA_ge_1 M g Hg); pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M).
+  pose proof (dRA_nonneg M K g ga V n N Tt HK Hg Hga HV) as Hd.
+  assert (HGb : H_pv M K * cgA M g ^ Tt * Rpower 2 (u * K) <= afa_HA ue us X CGA)
+    by (pose proof (GkA_apriori K g 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCG) as H';
+        unfold GkA in H'; rewrite Rminus_0_r in H'; exact H').
+  assert (Hd' : dRA M K g ga V n N Tt
+                <= (afa_HA ue us X CGA * (INR N * V) * ee * (1 + u) + ea + ((1 + us) * ee + es) * (INR n * V)) * (1 + g) + ga).
+  { unfold dRA.
+    assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+    assert (H_pv M K * cgA M g ^ Tt * Rpower 2 (u * K) * (INR N * V) * ee * (1 + u)
+            <= afa_HA ue us X CGA * (INR N * V) * ee * (1 + u))
+      by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; lra]]).
+    assert (((H_pv M K * cgA M g ^ Tt * Rpower 2 (u * K)) * (INR N * V) * ee * (1 + u) + ea
+             + ((1 + us) * ee + es) * (INR n * V)) * (1 + g)
+            <= (afa_HA ue us X CGA * (INR N * V) * ee * (1 + u) + ea + ((1 + us) * ee + es) * (INR n * V)) * (1 + g))
+      by (apply Rmult_le_compat_r; lra).
+    lra. }
+  assert (Hc : crA M g ^ t <= CRA) by (eapply Rle_trans; [apply Rle_pow; [lra | exact Ht] | exact HCR]).
+  assert (0 <= crA M g ^ t) by (apply pow_le; lra).
+  assert (INR t <= INR Tt) by (apply le_INR, Ht).
+  pose proof (pos_INR t).
+  apply Rmult_le_compat; [apply Rmult_le_pos; lra | exact Hd | apply Rmult_le_compat; lra | exact Hd'].
+Qed.
+
+(** The kernel's loop with the accumulating P.V ([kernel_run_acc] from [kernel_start],
+    any tiles of [n] keys, any mask [vis]), one output coordinate of one query row,
+    against the softmax over the visible keys: the scores' dot [dotf] of any
+    [dot_model] (error [d_rel * P + d_abs]), the P.V dot [accf] of any [acc_dot_model]
+    on [n] keys ([g_rel], [g_abs]). *)
+Theorem attention_forward_acc_posteriori : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA : R) (E N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E d_rel d_abs ->
+  acc_dot_model accf n g_rel g_abs ->
+  afe_premises_de M c scale uc P (d_rel * P + d_abs) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afa_rel u ue ee ea us n N Tt X Y P1 CG CR CGA
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afa_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA g_rel g_abs.
+Proof.
+  intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA E N Tt vis tiles sck st
+    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA Hq Hkeys Hn HN HT.
+  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
+  pose proof (adm_rel_nonneg _ _ _ _ Hadm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hadm) as Hga.
+  assert (HBt : Forall (fun tl => (length tl <= n)%nat) tiles)
+    by (apply Forall_forall; intros tl Htl; rewrite (proj1 (Forall_forall _ _) Hn tl Htl); lia).
+  destruct (kernel_run_visible_tiles_with M dotf c q vis n tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  set (ft := (k0 :: r) :: rest) in *.
+  set (kt := map (map (kv_pair_with M dotf c q)) ft) in *.
+  set (m0 := score2_with A_ dotf c q (fst k0)) in *.
+  destruct (kernel_run_acc_m_l M (list R * R) sck vis (fun kv _ => snd kv) accf tiles (kernel_start 1) (kernel_start 1)
+              eq_refl eq_refl) as [Em El].
+  fold st in Em, El; unfold sck in Em, El; rewrite Est in Em, El; cbn [ks_m ks_l] in Em, El.
+  assert (Hkeys' : forall kv, In kv (concat ft) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V)
+    by (intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto).
+  assert (HN' : (length (concat ft) <= N)%nat) by (rewrite Ecat; exact HN).
+  assert (HT' : (length ft <= Tt)%nat) by lia.
+  destruct (kernel_tiles_ok_with M dotf d_rel d_abs q c scale uc P V E n N Tt k0 r rest Hdm Hq Hkeys' Hs Huc Hc HBf HN' HT')
+    as [Hdelta [HK [Hm0t [HmK [Ecat' [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
+  destruct (kernel_scores_ok M dotf d_rel d_abs q c scale uc P E k0 r rest Hdm Hq
+              (fun kv Hkv => conj (proj1 (Hkeys' kv Hkv)) (proj1 (proj2 (Hkeys' kv Hkv)))) Hs Huc Hc)
+    as [Hsc2 [_ [Hsmax [_ [_ [_ [_ [Hmt _]]]]]]]].
+  fold ft kt m0 in Hdelta, HK, Hm0t, HmK, Ecat', Hsc, Hex, Hks, HBk, HNk, HTk, Hsc2, Hmt.
+  set (delta := score_delta_de A_ scale uc P (d_rel * P + d_abs)) in *.
+  set (smax := score_max_de A_ scale uc P (d_rel * P + d_abs)) in *.
+  set (K := 2 * smax) in *.
+  set (mt := acc_m_run m0 kt) in *.
+  (* the accumulator *)
+  assert (Hok : forall kv, In kv (concat tiles) -> vis kv = true ->
+                  fmt (sck kv) /\ - smax <= sck kv <= - smax + K /\ Rabs ((fun kv _ => snd kv) kv 0%nat) <= V).
+  { intros kv Hkv Ev.
+    assert (Hf : In kv (concat ft)) by (rewrite Ecat; apply filter_In; auto).
+    destruct (Hsc2 kv Hf) as [_ Hb]; apply Rabs_le_inv in Hb.
+    split; [apply ff_rnd_fmt | split; [unfold K, sck; lra | apply (Hkeys' kv Hf)]]. }
+  destruct (acc_kernel_inv M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0 tiles
+              (kernel_start 1) Hadm HK (Rlt_le _ _ HV) Hn HT HN Hok eq_refl ltac:(cbn; lia) mt Em) as [_ [Hmb Ca]].
+  fold st in Ca; cbv beta in Ca.
+  assert (Ekp : map (fun k : list R * R => (sck k, snd k)) (filter vis (concat tiles)) = concat kt)
+    by (rewrite Ecat', <- Ecat; reflexivity).
+  rewrite Ekp in Ca.
+  (* the denominator *)
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (HBt' : Forall (fun tl => (length tl <= n)%nat) (map (map fst) kt)).
+  { apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+    rewrite map_length; exact (proj1 (Forall_forall _ _) HBk tl' Htl'). }
+  assert (Hmr : m_run m0 (map (map fst) kt) = mt) by (unfold m_run, mt, acc_m_run; apply mrun_map).
+  assert (Hks' : forall s, In s (concat (map (map fst) kt)) -> fmt s /\ m_run m0 (map (map fst) kt) - s <= K).
+  { intros s0 Hs0; rewrite <- concat_map in Hs0; apply in_map_iff in Hs0; destruct Hs0 as [p [<- Hp]].
+    rewrite Hmr; destruct (Hks p Hp) as [_ [F1 F2]]; split; assumption. }
+  assert (HN'' : (length (concat (map (map fst) kt)) <= N)%nat) by (rewrite <- concat_map, map_length; exact HNk).
+  assert (HT'' : (length (map (map fst) kt) <= Tt)%nat) by (rewrite map_length; exact HTk).
+  pose proof (l_fold_inv M K m0 n N Tt (map (map fst) kt) HK Fm0 HB Hks' HBt' HN'' HT'' ltac:(rewrite Hmr; exact HmK)) as Cl.
+  rewrite Hmr, map_length, <- concat_map in Cl.
+  set (L := exact_l mt (map fst (concat kt))) in *.
+  assert (HL1 : 1 <= L).
+  { apply exact_l_ge_1; destruct (mrun_attained fst kt m0) as [E0 | Hq0]; [| exact Hq0].
+    destruct Hex as [p [Hp Ep]]; exists p; split; [exact Hp | unfold mt, acc_m_run; rewrite E0; exact Ep]. }
+  destruct (out_bL_apriori M K m0 n N Tt (length kt) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
+  set (bL := afe_bL u ue ee ea n N Tt X P1 CG CR) in *.
+  assert (Hlb : Rabs (l_run M m0 0 (map (map fst) kt) - L) <= bL * L).
+  { unfold inv, out_bL in *; eapply Rle_trans; [exact Cl |].
+    set (Gl := Gk M (H_l M K n) m0 (length kt) mt) in *.
+    set (Rl := Rk M K (H_l M K n) (Ry_l M n) (INR N) Tt (length kt)) in *.
+    assert (HRl : 0 <= Rl) by (unfold Rl; apply Rk_nonneg;
+      [destruct (H_l_bounds M K n X P1 HK HX HP); lra
+      | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
+      | apply pos_INR]).
+    assert (Rl <= Rl * L) by nra.
+    assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
+    nra. }
+  (* the accumulator's bounds, a priori *)
+  assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
+  pose proof (GkA_apriori K g_rel (- smax) (length tiles) mt Tt X CGA HK Hg HT (proj1 Hmb) HmtK HX HCGA) as HgA.
+  pose proof (RkA_apriori K g_rel g_abs V n N Tt (length tiles) X CGA CRA HK Hg Hga (Rlt_le _ _ HV) HT HX HCGA HCRA) as HrA.
+  pose proof (GkA_ge_1 M K g_rel (- smax) (length tiles) mt HK Hg (proj1 Hmb)) as HGa.
+  pose proof (RkA_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)) as HRa.
+  set (gA := afa_HA ue us X CGA - 1).
+  set (rA := afa_rA u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs) in *.
+  pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
+  assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
+  assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + rA).
+  { unfold inv in Ca; eapply Rle_trans; [exact Ca |].
+    assert ((GkA M K g_rel (- smax) (length tiles) mt - 1) * exact_pv_abs mt (concat kt)
+            <= gA * exact_pv_abs mt (concat kt)) by (apply Rmult_le_compat_r; unfold gA; lra).
+    lra. }
+  assert (Hon := final_division_post M (l_run M m0 0 (map (map fst) kt)) L (nth 0 (ks_acc st) 0)
+                   (exact_pv mt (concat kt)) (exact_pv_abs mt (concat kt)) bL gA rA HL1 HNA
+                   ltac:(lra) ltac:(unfold gA; lra) ltac:(lra) Hlb Hab).
+  rewrite El.
+  (* the perturbation of the scores, a-posteriori *)
+  set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
+  set (S1 := fun kv : list R * R => (score2_with A_ dotf c q (fst kv) - mt) * ln 2).
+  assert (EN : exact_pv mt (concat kt) / L = sm_avg (concat ft) S1 snd)
+    by (unfold L, exact_pv, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
+  assert (EA : exact_pv_abs mt (concat kt) / L = sm_avg (concat ft) S1 (fun kv => Rabs (snd kv)))
+    by (unfold L, exact_pv_abs, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
+  rewrite <- Ecat.
+  assert (EZ : exact_softmax scale q (concat ft) = sm_avg (concat ft) S0 snd)
+    by (unfold exact_softmax, sm_avg, S0; symmetry;
+        apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2))).
+  assert (EW : exact_softmax scale q (map abs_value (concat ft)) = sm_avg (concat ft) S0 (fun kv => Rabs (snd kv))).
+  { unfold exact_softmax, sm_avg, S0; rewrite !map_map; cbn [abs_value fst snd]; symmetry.
+    apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) (fun kv => Rabs (snd kv)) (mt * ln 2)). }
+  rewrite EN, EA in Hon; rewrite EZ, EW.
+  destruct (softmax_perturbation_post (concat ft) S0 S1 snd delta Hdelta) as [Hp1 Hp2].
+  { intros kv Hkv; unfold S0, S1.
+    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+    exact (Hsc kv Hkv). }
+  destruct (sm_avg_abs (concat ft) S0 snd) as [HZW HW0].
+  destruct (sm_avg_abs (concat ft) S1 snd) as [_ HW1].
+  set (W := sm_avg (concat ft) S0 (fun kv => Rabs (snd kv))) in *.
+  set (W1 := sm_avg (concat ft) S1 (fun kv => Rabs (snd kv))) in *.
+  set (Z := sm_avg (concat ft) S0 snd) in *.
+  set (Z1 := sm_avg (concat ft) S1 snd) in *.
+  set (o := rnd (nth 0 (ks_acc st) 0 / l_run M m0 0 (map (map fst) kt))) in *.
+  (* the closed form *)
+  assert (HgA0 : 0 <= gA) by (unfold gA; lra).
+  assert (HrA0 : 0 <= rA) by lra.
+  assert (HY0 : 0 <= Y) by (assert (1 <= exp (2 * delta)) by (rewrite <- exp_0; apply sp_exp_le; lra); lra).
+  assert (HW1W : W1 <= (1 + Y) * W) by (assert (exp (2 * delta) * W <= (1 + Y) * W) by (apply Rmult_le_compat_r; lra); lra).
+  set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
+  assert (Hc1 : 0 <= c1) by (unfold c1, Rdiv; apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra]).
+  set (err := ((1 + u) * (gA + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * W + (1 + u) * rA / (1 - bL) + ea).
+  assert (Herr : Rabs (o - Z) <= err).
+  { replace (o - Z) with ((o - Z1) + (Z1 - Z)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    replace ((1 + u) * ((gA + bL) * W1 + rA) / (1 - bL) + u * W1 + ea)
+      with (c1 * W1 + (1 + u) * rA / (1 - bL) + u * W1 + ea) in Hon by (unfold c1; field; lra).
+    assert (c1 * W1 <= c1 * ((1 + Y) * W)) by (apply Rmult_le_compat_l; lra).
+    assert (u * W1 <= u * ((1 + Y) * W)) by (apply Rmult_le_compat_l; lra).
+    assert ((exp (2 * delta) - 1) * W <= Y * W) by (apply Rmult_le_compat_r; lra).
+    replace err with (c1 * ((1 + Y) * W) + (1 + u) * rA / (1 - bL) + u * ((1 + Y) * W) + ea + Y * W)
+      by (unfold err, c1; field; lra).
+    lra. }
+  assert (Ho : Rabs o <= W + err)
+    by (replace o with ((o - Z) + Z) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs S_ o) as Hso.
+  replace (afa_rel u ue ee ea us n N Tt X Y P1 CG CR CGA * W + afa_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA g_rel g_abs)
+    with (err * (1 + us) + us * W + es)
+    by (unfold err, afa_rel, afa_abs; cbv zeta; fold bL gA rA; field; lra).
+  replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs o <= us * (W + err)) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+End Posteriori.
