@@ -48,13 +48,15 @@ import torch
 
 from ojas_ref.verification.bounds import attention_running as ar
 from ojas_ref.verification.bounds import certified as cb
-from ojas_ref.verification.bounds.common import _EXP2_ABS_ERROR, _float_up, _storage
+from ojas_ref.verification.bounds.common import _EXP2_ABS_ERROR, _FP32_ETA, _FP32_U, _float_up, _storage
 from ojas_ref.verification.bounds.attention import (
+    _SCALE_CONST_ERROR,
     LOG2_ERROR,
     DotModel,
     TensorCoreDot,
     Tf32x3Dot,
     attention_delta_error_bound,
+    dot_error_constants,
     attention_dk_error_bound,
     attention_dq_error_bound,
     attention_dv_error_bound,
@@ -180,6 +182,42 @@ def exact_dv(
     return fold(dv), cb.inflate_sum(fold(sa), blocks * g)
 
 
+def _dscores(
+    r0: int,
+    qc: torch.Tensor,
+    kr: torch.Tensor,
+    vr: torch.Tensor,
+    d: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    es: float,
+) -> dict[str, torch.Tensor]:
+    """The float64 backward quantities of a block of query rows ``qc`` (from ``r0``) against the keys
+    ``kr`` and values ``vr`` (float64, one per query head), ``d`` their float64 dO: the scores ``s``
+    (:func:`_scores`), the probabilities ``pr`` (float64 softmax) and their bounds ``p_lo``, ``p_up``
+    for the exact ones, ``y = dP~ - D~`` and certified bounds ``ya >= |dP - D|`` and
+    ``ey >= |y - (dP - D)|`` (0 where masked; ``|dP - D| <= |y| / (1 - u) + e_dP + e_D``, ``e_dP`` the
+    dot's error of the row's largest ``sum_c |dO_ic v_jc|``, ``e_D`` that of ``D~ = sum_c dO_ic O~_ic``
+    plus ``sum_c |dO_ic| |O~_ic - O_ic|``, :func:`_out_bounds`), and ``pd_up >= sum_c |dO_ic v_jc|``."""
+    e_dim = d.shape[-1]
+    s = _scores(r0, qc, kr, is_causal, scale)
+    pr = torch.softmax(s, -1)
+    p_lo, p_up = cb.softmax_bounds(s, es)
+    o, o_err = _out_bounds(pr, p_lo, p_up, vr)
+    y = d @ vr.transpose(-1, -2) - (d * o).sum(-1, keepdim=True)
+    pd_up = cb.matmul_upper(d.abs(), vr.abs().transpose(-1, -2))
+    e_dp = cb.dot_error(pd_up.amax(-1, keepdim=True), e_dim)
+    e_d = cb.add_upper(
+        cb.dot_error(cb.sum_upper(cb.mul_upper(d, o), -1, keepdim=True), e_dim),
+        cb.sum_upper(cb.mul_upper(d, o_err), -1, keepdim=True),
+    )
+    masked = s == -math.inf
+    e_y = cb.add_upper(e_dp, e_d)
+    ya = cb.add_upper(cb.mul_upper(y, _float_up(1 / (1 - Fraction(cb.U64)))), e_y).masked_fill(masked, 0.0)
+    ey = cb.add_upper(cb.mul_upper(y, cb.U64), e_y).masked_fill(masked, 0.0)
+    return dict(s=s, pr=pr, p_lo=p_lo, p_up=p_up, y=y, ya=ya, ey=ey, pd_up=pd_up)
+
+
 def exact_grads(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -200,30 +238,17 @@ def exact_grads(
     dot's error (``dot_error`` of the row's largest ``sum_c |dO_ic v_jc|``) and ``e_D`` that of
     ``D~ = sum_c dO_ic O~_ic`` (``dot_error``, plus ``sum_c |dO_ic| |O~_ic - O_ic|``, :func:`_out_bounds`)."""
     g = q.shape[1] // k.shape[1]
-    e_dim = do.shape[-1]
     es = _score_error(q, scale, _qk_abs_sum(q, k))
     vr = v.to(F64).repeat_interleave(g, 1)
     dk = [torch.zeros(q.shape[:2] + (k.shape[2], q.shape[3]), dtype=F64, device=q.device) for _ in range(4)]
     dq: list[list[torch.Tensor]] = [[], [], [], []]
     ym = pd = 0.0
     blocks = 0
-    inv_1mu = _float_up(1 / (1 - Fraction(cb.U64)))
     for r0, qc, kr in _row_blocks(q, k):
-        s = _scores(r0, qc, kr, is_causal, scale)
-        pr = torch.softmax(s, -1)
-        p_lo, p_up = cb.softmax_bounds(s, es)
-        d = do[:, :, r0 : r0 + qc.shape[2]].to(F64)
-        o, o_err = _out_bounds(pr, p_lo, p_up, vr)
-        y = d @ vr.transpose(-1, -2) - (d * o).sum(-1, keepdim=True)
-        pd_up = cb.matmul_upper(d.abs(), vr.abs().transpose(-1, -2))
-        e_dp = cb.dot_error(pd_up.amax(-1, keepdim=True), e_dim)
-        e_d = cb.add_upper(
-            cb.dot_error(cb.sum_upper(cb.mul_upper(d, o), -1, keepdim=True), e_dim),
-            cb.sum_upper(cb.mul_upper(d, o_err), -1, keepdim=True),
-        )
-        ya = cb.add_upper(cb.mul_upper(y, inv_1mu), cb.add_upper(e_dp, e_d)).masked_fill(s == -math.inf, 0.0)
+        blk = _dscores(r0, qc, kr, vr, do[:, :, r0 : r0 + qc.shape[2]].to(F64), is_causal, scale, es)
+        pr, p_up, y, ya = blk["pr"], blk["p_up"], blk["y"], blk["ya"]
         ym = max(ym, ya.max().item())
-        pd = max(pd, pd_up.max().item())
+        pd = max(pd, blk["pd_up"].max().item())
         e = delta_error[:, :, r0 : r0 + qc.shape[2], None].to(F64)
         py, pay, pe = pr * y, cb.mul_upper(p_up, ya), cb.mul_upper(p_up, e)
         dk[0] += (py * scale).transpose(-1, -2) @ qc
@@ -593,6 +618,220 @@ def _chain_delta_error(coefs: dict, out: torch.Tensor, dof: torch.Tensor, w: tor
     )
 
 
+def _grad_level_terms(c: dict, xs: list[Fraction], q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gacc_A (E_k)``, ``gacc_B (E_k)`` (``Ojas.Attention.Float.DkDqError``) at ``E_k = (1 + ue) X_k``
+    for the levels' ``X_k``, rounded up, float64 on ``q``'s device."""
+    u = Fraction(_FP32_U)
+    us, _ = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
+    es_ = [(1 + Fraction(c["errs"]["exp2_error"])) * x for x in xs]
+    ga = _level_table([(1 + us) * ((1 + u) * (1 + u) * e - 1) + us for e in es_])
+    gb = _level_table([(1 + us) * ((1 + u) * e) for e in es_])
+    return ga.to(q.device), gb.to(q.device)
+
+
+def _grad_pair_terms(blk: dict, h: dict, cr: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per pair of a block (:func:`_dscores`), before the factor ``|w|``: ``py = P~ y`` (float64),
+    ``h1 >= P |dP - D|``, ``ew >= |py - P (dP - D)|`` (``|P~ - P| |y| + P |y - Y| + u |py|``), the
+    weight ``rw >= gacc_A(E) h1 + gacc_B(E) P cR`` of ``r`` (``cR`` the row's ``(1 + u)(eP + eD_i) + ea``,
+    ``h = {"ga", "gb"}`` the pairs' levels' terms) and ``vis`` (1 where visible)."""
+    pr, p_lo, p_up, y = blk["pr"], blk["p_lo"], blk["p_up"], blk["y"]
+    py = pr * y
+    dp = torch.maximum(cb.add_upper(pr, -p_lo), cb.add_upper(p_up, -pr)).clamp_min(0.0)
+    ew = cb.add_upper(cb.add_upper(cb.mul_upper(dp, y), cb.mul_upper(p_up, blk["ey"])), cb.mul_upper(py, cb.U64))
+    h1 = cb.mul_upper(p_up, blk["ya"])
+    rw = cb.add_upper(cb.mul_upper(h["ga"], h1), cb.mul_upper(h["gb"], cb.mul_upper(p_up, cr)))
+    return dict(py=py, h1=h1, ew=ew, rw=rw, vis=(blk["s"] > -math.inf).to(F64))
+
+
+def _grad_tile_step(acc: ar.RunningAcc, t: dict, w: torch.Tensor, gc: float, active: torch.Tensor) -> None:
+    """One tile of dK (``t`` the pair terms [.., items, entries'] transposed so that items are the
+    last dim) or dQ: ``z = py w`` summed in float64 within ``dot_error`` plus ``ew |w|``, ``sum |z| <=
+    h1 |w|``, ``sum r <= rw |w| + gc n_visible``."""
+    wa = w.abs()
+    a = cb.matmul_upper(t["h1"], wa)
+    e_w = cb.matmul_upper(t["ew"], wa)
+    err = cb.add_upper(cb.dot_error(cb.add_upper(a, e_w), w.shape[-2]), e_w)
+    r = cb.add_upper(cb.matmul_upper(t["rw"], wa), cb.mul_upper(t["vis"].sum(-1, keepdim=True), gc))
+    acc.step(t["py"] @ w, err, a, r, active)
+
+
+def _grad_running_bounds(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    c: dict,
+    delta_error: torch.Tensor,
+    lse_error: float,
+    ex: dict,
+    n_levels: int = SCORE_LEVELS,
+) -> dict[str, torch.Tensor]:
+    """``dk_error_acc_running`` and ``dq_error_acc_running`` (``grad_error_acc_running_with``,
+    ``Ojas.Attention.Float.RunningAccError``) for every stored dK [B, Hkv, Sk, E] and dQ [B, Hq, Sq, E]
+    entry: ``grad_bound scale ucs (run_err g_rel g_abs bs + sum_x r x) S1`` (``S1`` the sums of
+    :func:`exact_grads` ``ex``) over the tiles the kernels run, in their order: dK the dK/dV kernel's
+    query tiles (:func:`_first_query_tile`, every query head of the group), dQ the dQ kernel's key tiles
+    (:func:`_last_key_end`). Items have ``z x = P (dP - D) w`` and ``r x = gacc_A(E x) h1 x +
+    gacc_B(E x) h2 x + gacc_c(E x, Ym, (1 + u)(eP + eDm) + ea, W)`` (0 where masked), ``E x = (1 + ue)
+    X x`` at the pair's level (:func:`~ojas_ref.verification.bounds.attention_running.exp2_levels`),
+    ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq],
+    ``eP`` the ``dp`` dot's error at ``ex``'s ``dp_abs_sum``, ``Ym`` its ``max_abs_y``."""
+    dot, bnd = c["dot"], c["bnd"]
+    u, ea, ee = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_EXP2_ABS_ERROR)
+    us, es_s = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
+    b, hq, sq, e_dim = q.shape
+    hkv, sk, ev = k.shape[1], k.shape[2], v.shape[-1]
+    gp_rel, gp_abs = dot_error_constants(dot, ev)
+    ep = gp_rel * Fraction(ex["dp_abs_sum"]) + gp_abs
+    crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
+    k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
+    gc = {name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")}  # gacc_c, W = max |w|
+    grid, xs = ar.exp2_levels(
+        dot, e_dim, scale, bnd["qk_abs_sum"], _max_abs_lse(c["lse_lo"], c["lse_hi"]), lse_error, n_levels
+    )
+    grid, (ga, gb) = grid.to(q.device), _grad_level_terms(c, xs, q)
+    cr = cb.add_upper(cb.scale_upper(cb.add_upper(delta_error.to(F64), _float_up(ep)), 1 + u), _float_up(ea))
+    bm, qn = c["bm"], c["qn"]
+    dk_acc = ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm))
+    dq_err = torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device)
+    first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
+    hi = _last_key_end(sq, sk, c["qm"], is_causal, q.device)[:, None]
+    kf, vf = k.to(F64), v.to(F64)
+    ka = kf.abs().transpose(-1, -2)
+    rows = bm * max(1, 1024 // bm)
+    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, cr))
+    for gi, (qh, dh, ch) in enumerate(zip(*heads)):
+        for r0 in range(0, sq, rows):
+            qc = qh[:, :, r0 : r0 + rows].to(F64)
+            blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
+            lvl = ar.level_index(cb.matmul_upper(qc.abs(), ka), grid)
+            t = _grad_pair_terms(blk, dict(ga=ga[lvl], gb=gb[lvl]), ch[:, :, r0 : r0 + rows, None])
+            del blk, lvl
+            for t0 in range(0, qc.shape[2], bm):  # dK: the query tiles of this block, items = rows
+                tt = {n: x[..., t0 : t0 + bm, :].transpose(-1, -2) for n, x in t.items()}
+                _grad_tile_step(dk_acc, tt, qc[..., t0 : t0 + bm, :], gc["q"], first <= r0 + t0)
+            dq_acc = ar.RunningAcc(qc.shape, q.device, *ar.acc_constants_up(dot, qn))
+            for n0 in range(0, sk, qn):  # dQ: the key tiles, items = keys
+                tt = {n: x[..., n0 : n0 + qn] for n, x in t.items()}
+                _grad_tile_step(dq_acc, tt, kf[..., n0 : n0 + qn, :], gc["k"], n0 < hi[r0 : r0 + rows])
+            dq_err[:, :, gi, r0 : r0 + rows] = dq_acc.error()
+    sc, ucs = Fraction(scale), Fraction(_SCALE_CONST_ERROR)
+    return dict(
+        dk=ar.grad_bound_up(dk_acc.error(), ex["dk_sums"][0], sc, ucs, us, es_s),
+        dq=ar.grad_bound_up(dq_err.flatten(1, 2), ex["dq_sums"][0], sc, ucs, us, es_s),
+    )
+
+
+def _grad_premises(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    inputs: str,
+    c: dict,
+) -> tuple[torch.Tensor, float]:
+    """``(eD, lse_error)``: the premises ``|delta_i - D_i| <= eD_i`` [B, Hq, Sq] and ``|lse - LSE| <=
+    lse_error`` of the dQ / dK theorems: ``attention_delta_error_bound`` plus, "proved",
+    ``sum_c |dO_ic| e_ic`` of the a-posteriori forward bound (``dot_R_perturb``) and
+    ``attention_lse_error_bound``; "measured", the saved tensors' own deviations (certified:
+    :func:`_delta_output_error`, the lse between :func:`_lse_bounds`)."""
+    dof = do.to(F64)
+    ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), v.shape[-1])
+    if inputs == "proved":
+        fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
+        ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
+        lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=c["dot"], **c["errs"], **c["bnd"])
+        return ed, lse_err
+    ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, c["es"]))
+    saved = lse.to(F64)
+    lse_lo, lse_hi = c["lse_lo"], c["lse_hi"]
+    return ed, max(cb.add_upper(lse_hi, -saved).max().item(), cb.add_upper(saved, -lse_lo).max().item(), 0.0)
+
+
+def _chain_grad_bounds(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    out: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    c: dict,
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """``(exact_grads, dq bound, dk bound)`` of ``attn_grad_chain_q`` (:func:`attention_grad_chain`,
+    the blocked float32 dots): ``eD_i`` from its ``(d0, d1, r, a)`` (:func:`_chain_delta_error`; these
+    depend on the forward's arguments only, so a first answer at ``dp_abs_sum = max_abs_y = 0`` gives
+    them for :func:`exact_grads`' sums, and the final answers are checked to carry the same), dQ with
+    each row's own ``eD_i``, dK with their max."""
+    g, sq, sk, bnd = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], c["bnd"]
+    bm, bn = c["bm"], c["qn"]
+    chain = dict(
+        n_keys=sk,
+        head_dim=q.shape[-1],
+        value_dim=v.shape[-1],
+        block_n=bnd["block_n"],
+        dtype=q.dtype,
+        max_abs_q=bnd["max_abs_q"],
+        max_abs_k=bnd["max_abs_k"],
+        max_abs_v=v.abs().max().item(),
+        max_abs_lse=_max_abs_lse(c["lse_lo"], c["lse_hi"]),
+        qk_abs_sum=bnd["qk_abs_sum"],
+        scale=scale,
+        storage_rounding=c["rounding"],
+        **c["errs"],
+    )
+    tiling = {
+        "dq": dict(max_abs_w=bnd["max_abs_k"], n_items=sk, block=bn, n_tiles=-(-sk // bn)),
+        "dk": dict(max_abs_w=bnd["max_abs_q"], n_items=g * sq, block=bm, n_tiles=g * -(-sq // bm)),
+    }
+    first = attention_grad_chain(**chain, **tiling["dq"], dp_abs_sum=0.0, max_abs_y=0.0)
+    ed = _chain_delta_error(first, out, do.to(F64), _prob_abs_v(q, k, v, is_causal, scale, c["es"]))
+    ex = exact_grads(q, k, v, do, is_causal, scale, ed)
+    coefs = {
+        name: attention_grad_chain(**chain, **t, dp_abs_sum=ex["dp_abs_sum"], max_abs_y=ex["max_abs_y"])
+        for name, t in tiling.items()
+    }
+    for name, cf in coefs.items():
+        if any(cf[x] != first[x] for x in ("d0", "d1", "r", "a")):
+            raise RuntimeError(f"attn_grad_chain_q's delta coefficients moved with the backward's data ({name})")
+    dq = attention_grad_chain_bound(coefs["dq"], ex["dq_sums"], ed[..., None], sk)
+    dk = attention_grad_chain_bound(coefs["dk"], ex["dk_sums"], ed.max().item(), g * sq)
+    return ex, dq, dk
+
+
+def _apriori_grad_bounds(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: dict, ex: dict, ed: torch.Tensor, lse_err: float, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dq bound, dk bound)`` of ``attention_dq_error_bound``, ``attention_dk_error_bound`` (``dq_error``,
+    ``dk_error``; ``*_acc`` with a dot model) at the premises ``eD = ed``, ``lse_err``."""
+    g, sq, sk, ev, bnd = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1], c["bnd"]
+    bm, bn = c["bm"], c["qn"]
+    common = dict(
+        dtype=q.dtype,
+        max_abs_q=bnd["max_abs_q"],
+        max_abs_k=bnd["max_abs_k"],
+        qk_abs_sum=bnd["qk_abs_sum"],
+        dp_abs_sum=ex["dp_abs_sum"],
+        max_abs_y=ex["max_abs_y"],
+        max_delta_error=ed.max().item(),
+        max_abs_lse=_max_abs_lse(c["lse_lo"], c["lse_hi"]),
+        lse_error=lse_err,
+        scale=scale,
+        exp2_error=c["errs"]["exp2_error"],
+        storage_rounding=c["rounding"],
+        dot=c["dot"],
+    )
+    dk = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm, **common)
+    dq = attention_dq_error_bound(ex["dq_sums"], sk, -(-sk // bn), q.shape[-1], ev, block_n=bn, **common)
+    return dq, dk
+
+
 def grad_error_bounds(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -603,6 +842,7 @@ def grad_error_bounds(
     is_causal: bool,
     scale: float,
     inputs: str = "proved",
+    n_levels: int = SCORE_LEVELS,
 ) -> dict:
     """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
     on |kernel - exact| entry by entry for the backward kernels' tiles (``default_config``), fed with
@@ -610,103 +850,38 @@ def grad_error_bounds(
     deterministic, so these are the tensors the autograd backward reads).
 
     ``inputs="proved"`` with the blocked float32 dots (``kernel_dot`` "fp32": the interpreter): ONE
-    extracted function per bound, :func:`~ojas_ref.verification.bounds.attention.attention_grad_chain`
-    (``Ojas.Bounds.AttentionChain.attn_grad_chain_q``; ``attn_dq_chain_q_sound``,
-    ``attn_dk_chain_q_sound``: the chain dO -> Delta -> dS -> dQ, dK composed in Coq, the forward's
-    lse and stored output's errors discharged there), evaluated at the data's sums
-    (:func:`~ojas_ref.verification.bounds.attention.attention_grad_chain_bound`): ``eD_i`` from its
-    ``(d0, d1, r, a)`` (:func:`_chain_delta_error`; these depend on the forward's arguments only, so a
-    first answer at ``dp_abs_sum = max_abs_y = 0`` gives them for :func:`exact_grads`' sums, and the
-    final answers are checked to carry the same), dQ with each row's own ``eD_i``, dK with their max.
-    With another dot model (the GPU's tensor cores, 3xTF32) no composed theorem exists: the bounds
-    take the errors of these inputs as premises (``attention_dq_error_bound``,
-    ``attention_dk_error_bound``: ``|lse - LSE| <= lse_error``, ``|delta_i - D_i| <= eD_i``), fed by the
-    forward theorems (``attention_lse_error_bound``; ``attention_delta_error_bound`` plus
-    ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward bound :func:`forward_posteriori_bound`,
-    ``dot_R_perturb``), composed here.
-    ``inputs="measured"``: those premises' values are the saved tensors' own deviations from the exact
-    lse and ``dO . O`` (certified upper bounds: the lse between :func:`_lse_bounds`,
-    :func:`_delta_output_error`) in place of the forward theorems: a premise checked on these inputs,
-    not a theorem about the forward.
-    Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`)."""
-    from ojas_kernels.attention import default_config
+    extracted function per bound (:func:`_chain_grad_bounds`: ``Ojas.Bounds.AttentionChain.attn_grad_chain_q``;
+    ``attn_dq_chain_q_sound``, ``attn_dk_chain_q_sound``: the chain dO -> Delta -> dS -> dQ, dK composed
+    in Coq, the forward's lse and stored output's errors discharged there), alone. Otherwise (the GPU's
+    tensor cores and 3xTF32, where no composed theorem exists, or ``inputs="measured"``) entry by
+    entry the smaller of two theorems' values:
 
+    * the RUNNING bounds (:func:`_grad_running_bounds`): ``dk_error_acc_running``,
+      ``dq_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) over the tiles the kernels
+      run in their order, each pair's score error from its own ``sum |q k|`` (``n_levels`` levels);
+    * the a-priori ``attention_dq_error_bound``, ``attention_dk_error_bound`` (``dq_error``,
+      ``dk_error``; with a dot model ``dq_error_acc``, ``dk_error_acc``);
+
+    both at the premises ``|lse - LSE| <= lse_error``, ``|delta_i - D_i| <= eD_i`` of
+    :func:`_grad_premises`: ``inputs="proved"``, the forward theorems (``attention_lse_error_bound``;
+    ``attention_delta_error_bound`` plus ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward
+    bound :func:`forward_posteriori_bound`, ``dot_R_perturb``), composed here; ``inputs="measured"``,
+    the saved tensors' own deviations from the exact lse and ``dO . O`` (certified upper bounds: the
+    lse between :func:`_lse_bounds`, :func:`_delta_output_error`): a premise checked on these inputs,
+    not a theorem about the forward.
+    Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`).
+    No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
-    cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
-    g, sq, sk, ev = q.shape[1] // k.shape[1], q.shape[2], k.shape[2], v.shape[-1]
-    bm, bn = cfg.bwd_kv.block_m, cfg.bwd_q.block_n
-    bnd = _bound_inputs(q, k, is_causal, None)
-    dot = kernel_dot(q.device.type, q.dtype)
-    errs = unary_errors(q.device.type, sk)
-    es = _score_error(q, scale, bnd["qk_abs_sum"])
-    lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
-    dof = do.to(F64)
-    rounding = storage_rounding(q.device.type, q.dtype)
-    if inputs == "proved" and dot == "fp32":
-        chain = dict(
-            n_keys=sk,
-            head_dim=q.shape[-1],
-            value_dim=ev,
-            block_n=bnd["block_n"],
-            dtype=q.dtype,
-            max_abs_q=bnd["max_abs_q"],
-            max_abs_k=bnd["max_abs_k"],
-            max_abs_v=v.abs().max().item(),
-            max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
-            qk_abs_sum=bnd["qk_abs_sum"],
-            scale=scale,
-            storage_rounding=rounding,
-            **errs,
-        )
-        tiling = {
-            "dq": dict(max_abs_w=bnd["max_abs_k"], n_items=sk, block=bn, n_tiles=-(-sk // bn)),
-            "dk": dict(max_abs_w=bnd["max_abs_q"], n_items=g * sq, block=bm, n_tiles=g * -(-sq // bm)),
-        }
-        first = attention_grad_chain(**chain, **tiling["dq"], dp_abs_sum=0.0, max_abs_y=0.0)
-        ed = _chain_delta_error(first, out, dof, _prob_abs_v(q, k, v, is_causal, scale, es))
-        ex = exact_grads(q, k, v, do, is_causal, scale, ed)
-        coefs = {
-            name: attention_grad_chain(**chain, **t, dp_abs_sum=ex["dp_abs_sum"], max_abs_y=ex["max_abs_y"])
-            for name, t in tiling.items()
-        }
-        for name, c in coefs.items():
-            if any(c[x] != first[x] for x in ("d0", "d1", "r", "a")):
-                raise RuntimeError(f"attn_grad_chain_q's delta coefficients moved with the backward's data ({name})")
-        return dict(
-            dq=ex["dq"],
-            dk=ex["dk"],
-            dq_bound=attention_grad_chain_bound(coefs["dq"], ex["dq_sums"], ed[..., None], sk),
-            dk_bound=attention_grad_chain_bound(coefs["dk"], ex["dk_sums"], ed.max().item(), g * sq),
-        )
-    ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), ev)
-    if inputs == "proved":
-        fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
-        ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
-        lse_err = attention_lse_error_bound(sk, q.shape[-1], scale=scale, dot=dot, **errs, **bnd)
-    else:
-        ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, es))
-        saved = lse.to(F64)
-        lse_err = max(cb.add_upper(lse_hi, -saved).max().item(), cb.add_upper(saved, -lse_lo).max().item(), 0.0)
+    c = _backward_constants(q, k, is_causal, scale)
+    if inputs == "proved" and c["dot"] == "fp32":
+        ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
+        return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
+    ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c)
     ex = exact_grads(q, k, v, do, is_causal, scale, ed)
-    common = dict(
-        dtype=q.dtype,
-        max_abs_q=bnd["max_abs_q"],
-        max_abs_k=bnd["max_abs_k"],
-        qk_abs_sum=bnd["qk_abs_sum"],
-        dp_abs_sum=ex["dp_abs_sum"],
-        max_abs_y=ex["max_abs_y"],
-        max_delta_error=ed.max().item(),
-        max_abs_lse=_max_abs_lse(lse_lo, lse_hi),
-        lse_error=lse_err,
-        scale=scale,
-        exp2_error=errs["exp2_error"],
-        storage_rounding=rounding,
-        dot=dot,
-    )
-    dk_bound = attention_dk_error_bound(ex["dk_sums"], g * sq, g * -(-sq // bm), q.shape[-1], ev, block_m=bm, **common)
-    dq_bound = attention_dq_error_bound(ex["dq_sums"], sk, -(-sk // bn), q.shape[-1], ev, block_n=bn, **common)
-    return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq_bound, dk_bound=dk_bound)
+    dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err, scale)
+    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex, n_levels)
+    return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"]))
 
 
 def observed_error(out: torch.Tensor, ref: torch.Tensor, v: torch.Tensor) -> float:
