@@ -1,7 +1,79 @@
 (** * Forward attention with the P.V product accumulated INTO [acc * alpha] by any accumulating dot.
 
-    (Work in progress: the kernel [kernel_run_acc] and the accumulator's invariant
-    [acc_kernel_inv]; the end-to-end theorems follow.) *)
+    The kernel of kernels/ojas_kernels/attention_forward.py ([_fwd_tile], MASKED path)
+    as it runs on tensor cores: per key tile of [n] keys (BLOCK_N; the masked keys,
+    the padding past [seq_k] included, have [p = exp2 (-inf) = 0])
+      m'  = max (m, max_j s_j),  alpha = exp2 (rnd (m - m'))   ([0] while [m = -inf]),
+      l   = rnd (rnd (l * alpha) + tl.sum p)                  (as [kernel_step]),
+      acc = accf (rnd (acc * alpha)) (map stored_p tile) (map v tile)
+    ([kernel_step_acc], [kernel_run_acc]): [acc = tl.dot (p.to(v.dtype), v, acc * alpha)]
+    with [accf] ANY accumulating dot of NumeratorError.v's
+    [acc_dot_model accf n g_rel g_abs] ([|accf c a b - (c + a.b)| <= g_rel (|c| + sum |a_i b_i|) + g_abs]
+    on vectors of length [n]), instead of OnlineSoftmaxTile.v's fp32 products summed
+    left to right and then added to [rnd (acc * alpha)].  The H100 instances
+    (ForwardError.v PART F) plug in: [tf32x3_tc_op_acc_dot_model] (float32 inputs,
+    Triton's 3xTF32: the three TF32 dots chained from 0 on the tensor cores, then
+    [acc * alpha] added in fp32) and [tc_acc_op_dot_model] (16-bit inputs: the MMA's
+    chain from [acc * alpha], aligned and truncated with each block of products).
+
+    Results:
+    - [acc_kernel_inv]: from any state with no visible key yet (the kernel's start;
+      [acc] may hold anything, [alpha = 0] clears it), over tiles of [n] keys, every
+      visible score a format number in [[m0, m0 + K]], [|v_j| <= V], at most [N]
+      visible keys and [Tt] tiles: coordinate [c] of [acc] is within
+        (GkA - 1) A_t + RkA,   A_t = sum_j 2^(s_j - m_t) |v_j|   (visible keys)
+      of [sum_j 2^(s_j - m_t) v_j], with [t] the number of tiles and
+        GkA = H_pv cgA^t 2^(u (m_t - m0)),  H_pv = (1 + us) (1 + ue) 2^(u K),
+        cgA = (1 + ue) (1 + u) (1 + g_rel),   crA = (1 + ue + ee) (1 + u) (1 + g_rel),
+        RkA = t crA^t dRA,
+        dRA = ((H_pv cgA^Tt 2^(u K)) (N V) ee (1 + u) + ea + ((1 + us) ee + es) (n V)) (1 + g_rel) + g_abs.
+      Step: [state_step] ([inv_mul_alpha], [inv_round], then [tile_acc_masked]: the
+      tile's stored weights within [(H_pv - 1) W + (1 + us) ee + es] of [2^(s - m')],
+      ForwardError.v's [inv_acc]).
+    - [attention_forward_acc_posteriori] (scores' dot [dotf] of any [dot_model] with
+      error [d_rel P + d_abs], P.V of any [acc_dot_model]), and the H100 instances
+      [attention_forward_acc_posteriori_tf32x3_op] (fp32),
+      [attention_forward_acc_posteriori_tc_op] (bf16/fp16): the kernel's loop from
+      [kernel_start 1] under any mask, one output coordinate of one query row,
+      [out = ff_rnd S_ (rnd (acc / l))] against the exact softmax over the visible keys:
+        |out - sum_j P_j v_j| <= afa_rel * W + afa_abs,   W = sum_j P_j |v_j|
+      (P the exact softmax of [scale q.k] over the visible keys), with
+        bL      = afe_bL u ue ee ea n N Tt X P1 CG CR     (ForwardError.v, unchanged:
+                  H = P1 (1 + ue) X,
+                  bL = H CG X - 1 + Tt CR ((H CG X N ee) (1 + u) + ea + P1 n ee) (1 + u)),
+        HA      = (1 + us) (1 + ue) X CGA X                             ([afa_HA]),
+        rA      = Tt CRA ((HA (N V) ee (1 + u) + ea + ((1 + us) ee + es) (n V)) (1 + g_rel) + g_abs)
+                                                                        ([afa_rA]),
+        afa_rel = ((1 + u) (HA - 1 + bL) (1 + Y) / (1 - bL) + u (1 + Y) + Y) (1 + us) + us
+                  -- the factor of W,
+        afa_abs = ((1 + u) rA / (1 - bL) + ea) (1 + us) + es
+                  -- absolute: only underflow constants ([ee], [ea], [es]) times
+                     [N V] or [n V], and [g_abs] ([(1 + u) 0 + ea] for 3xTF32, [0]
+                     for the bf16 tensor cores),
+      for any upper bounds [X >= 2^(u K)] ([K = 2 score_max_de scale uc P (d_rel P + d_abs)]),
+      [Y >= exp (2 score_delta_de ...) - 1], [P1 >= (1 + u)^(n - 1)], [CG >= cg^Tt],
+      [CR >= cr^Tt] ([cg = (1 + ue)(1 + u)^2], [cr = (1 + ue + ee)(1 + u)^2]; these five
+      and [afe_bL < 1] are [afe_premises_de] with [B = n]) and [CGA >= cgA^Tt],
+      [CRA >= crA^Tt].  The fp32 instance: [g_rel = u + (1 + u) tf32x3_tc_rel (2^(1-F)) ur k qv],
+      [g_abs = (1 + u) 0 + ea]; bf16: [g_rel = gamma (tc_delta (2^(1-F)) ur k) qv], [g_abs = 0]
+      (tiles of [n <= qv k] keys in blocks of [k]; the scores' dot on [E <= qb k]).
+      Compared with [attention_forward_posteriori_masked] (ForwardPosteriori.v): its
+      [H' = P1 (1 + u)(1 + us)(1 + ue) X] and [cg] become [(1 + us)(1 + ue) X] and
+      [cgA]: the tile's own left-to-right sum ([P1], one [(1 + u)]) is now inside the
+      accumulating dot's [(1 + g_rel)] per tile, and its products' underflow [n ea]
+      inside [g_abs].
+
+    Covered: the order and rounding inside the P.V MMA and its accumulation into
+    [acc * alpha] (through the [acc_dot_model] of each instance), any mask (causal,
+    window, sequence bounds, boolean mask; partly and fully masked tiles run through
+    the step, no skipping assumed for [acc]), the store of [out].  Not covered (as in
+    ForwardPosteriori.v / ForwardError.v's headers): [tl.sum p] modelled left to right,
+    the non-MASKED fast path's fused [s * qk_scale - m_new], dropout, FMA contraction
+    in [l * alpha + sum], additive float masks, overflow; [mp_exp2 M 0 = 1] (used for
+    [l], whose fold is [kernel_run]'s) and the relative error [ue] of [exp2] are
+    premises of the model.  The H100 instances take the tensor cores' alignment model
+    (TensorCoreSum.v's [tc_align_op], [tc_acc_op]) and the rounding [out] of their
+    output as stated there. *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
