@@ -94,7 +94,7 @@ Import ExpNotations.
 
 (** ** The kernel's step with the accumulating dot *)
 
-Lemma nth_map_seq : forall (f : nat -> R) len c, (c < len)%nat -> nth c (map f (seq 0 len)) 0 = f c.
+Lemma fa_nth_map_seq : forall (f : nat -> R) len c, (c < len)%nat -> nth c (map f (seq 0 len)) 0 = f c.
 Proof.
   intros f len c Hc; rewrite nth_indep with (d' := f 0%nat) by (rewrite map_length, seq_length; exact Hc).
   rewrite map_nth, seq_nth by exact Hc; reflexivity.
@@ -151,7 +151,7 @@ Lemma kernel_step_acc_nth : forall st tl c, (c < length (ks_acc st))%nat ->
          (map (fun k => ff_rnd S_ (kweight M Key sc vis (m_use m') k)) tl) (map (fun k => val k c) tl).
 Proof.
   intros st tl c Hc m' a; unfold kernel_step_acc; cbn [ks_acc]; cbv zeta; fold m' a.
-  apply nth_map_seq, Hc.
+  apply fa_nth_map_seq, Hc.
 Qed.
 
 End Step.
