@@ -19,7 +19,7 @@
       [LinearCrossEntropy/LseError.v]), and in the operation's [Float/] subfolder
       the kernels' error proofs in the mixed-precision model
       ([Attention/Float/]: the online softmax's rescaling and tiles, the
-      forward output, its saved lse, dV, dK and dQ (also with a running bound on the
+      forward output (also with the P.V product accumulated by the tensor cores), its saved lse, dV, dK and dQ (also with a running bound on the
       tile loop); [LinearCrossEntropy/Float/]:
       the streamed lse and loss, dH and dW (also with the streamed lse composed in),
       softcap (its dH and dW also with the capped streamed lse composed in), a-posteriori bounds);
@@ -45,7 +45,7 @@ From Ojas Require Export Attention.AdditiveMask Attention.GroupedQuery Attention
 From Ojas Require Export Attention.StreamCorrect Attention.BackwardCorrect.
 From Ojas Require Export Attention.ScorePerturbation Attention.StreamError.
 From Ojas Require Export Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
-From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardError Attention.Float.ForwardPosteriori.
+From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardError Attention.Float.ForwardPosteriori Attention.Float.ForwardAccError.
 From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
 From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError.
 
