@@ -1,0 +1,249 @@
+"""The running accumulation bounds of the attention backward (``Ojas.Attention.Float.RunningAccError``;
+ojas_ref/verification/bounds/attention_running.py and the running parts of
+ojas_ref/verification/attention_error.py): ``run_err``'s float64 evaluation against the exact rational
+fold (and a mutant without the ``g b`` term, caught), :class:`RunningAcc` against the exact premise, and
+the running dV / dK / dQ bounds against the interpreter's kernels (within, and at most the a-priori
+bounds), much tighter over many tiles."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from fractions import Fraction
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from ojas_kernels.attention import flash_attention, flash_attention_forward  # noqa: E402
+from ojas_ref.verification import attention_error as ae  # noqa: E402
+from ojas_ref.verification.bounds import attention as ab  # noqa: E402
+from ojas_ref.verification.bounds import attention_running as ar  # noqa: E402
+from ojas_ref.verification.bounds import certified as cb  # noqa: E402
+from ojas_ref.verification.bounds.common import _float_up, oracle_bounds_available  # noqa: E402
+
+F64 = torch.float64
+INF = torch.tensor(math.inf, dtype=F64)
+
+
+def _exact_run_err(g: Fraction, ga: Fraction, bs: list[float]) -> Fraction:
+    """``run_err g ga bs`` over exact rationals: ``fold_left (fun e b => (1 + g) e + g b + ga) bs 0``."""
+    e = Fraction(0)
+    for b in bs:
+        e = (1 + g) * e + g * Fraction(b) + ga
+    return e
+
+
+def _run_err_is_upper(fn) -> bool:
+    """Whether ``fn`` (``run_err``'s signature) is at least the exact fold on 200 random folds of
+    random lengths, magnitudes and constants (``g``, ``ga`` exact rationals rounded up first)."""
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        bs = [rng.uniform(0, 1) * 2.0 ** rng.randint(-30, 30) for _ in range(n)]
+        g = Fraction(rng.randint(1, 2**20), 2 ** rng.randint(30, 60))
+        ga = Fraction(rng.randint(0, 2**10), 2 ** rng.randint(100, 160))
+        got = fn(torch.tensor(bs, dtype=F64), _float_up(g), _float_up(ga))
+        if Fraction(got.item()) < _exact_run_err(g, ga, bs):
+            return False
+    return True
+
+
+def test_run_err_is_at_least_the_exact_fold():
+    assert _run_err_is_upper(ar.run_err)
+
+
+def test_run_err_mutant_without_g_b_is_caught(monkeypatch):
+    """Dropping ``g b`` from the step (the accumulator's own error on the running sum) goes below the
+    exact fold: the check above fails on it."""
+
+    def mutant(e, b, g_rel, g_abs):
+        return cb.add_upper(cb.add_upper(e, cb.mul_upper(e, g_rel)), g_abs)
+
+    monkeypatch.setattr(ar, "run_err_step", mutant)
+    assert not _run_err_is_upper(ar.run_err)
+
+
+def test_run_err_bad_arguments_raise():
+    with pytest.raises(ValueError, match="bs"):
+        ar.run_err(torch.tensor([1.0, -1.0], dtype=F64), 1e-6, 0.0)
+    with pytest.raises(ValueError, match="g_rel"):
+        ar.run_err(torch.tensor([1.0], dtype=F64), -1e-6, 0.0)
+    with pytest.raises(ValueError, match="n_levels"):
+        ar.exp2_levels("fp32", 16, 0.25, 10.0, 5.0, 1e-5, 0)
+
+
+def test_running_acc_is_at_least_the_exact_premise():
+    """:class:`RunningAcc` fed float64 tile sums (within ``dot_error`` of the exact ones) gives at least
+    ``run_err g ga bs + sum r`` at the EXACT ``bs_t = |Z_t| + R_t + sum_tile (|z| + r)``, over the
+    active tiles only (inactive ones left alone)."""
+    gen = torch.Generator().manual_seed(1)
+    n_tiles, n, entries = 12, 8, 5
+    z = torch.randn(n_tiles, n, entries, generator=gen, dtype=F64) * torch.exp2(
+        torch.randint(-8, 8, (n_tiles, 1, entries), generator=gen).to(F64)
+    )
+    r = torch.rand(n_tiles, n, entries, generator=gen, dtype=F64) * 1e-3
+    active = torch.rand(n_tiles, entries, generator=gen) < 0.7
+    g, ga = Fraction(3, 2**20), Fraction(1, 2**140)
+    acc = ar.RunningAcc((entries,), torch.device("cpu"), _float_up(g), _float_up(ga))
+    for t in range(n_tiles):
+        a = cb.sum_upper(z[t].abs(), 0)
+        acc.step(z[t].sum(0), cb.dot_error(a, n), a, cb.sum_upper(r[t], 0), active[t])
+    got = acc.error()
+    for c in range(entries):
+        zs, rs, bs = Fraction(0), Fraction(0), []
+        for t in range(n_tiles):
+            if not active[t, c]:
+                continue
+            tz = [Fraction(x) for x in z[t, :, c].tolist()]
+            tr = [Fraction(x) for x in r[t, :, c].tolist()]
+            bs.append(abs(zs) + rs + sum(abs(x) for x in tz) + sum(tr))
+            zs, rs = zs + sum(tz), rs + sum(tr)
+        assert Fraction(got[c].item()) >= _exact_run_err(g, ga, bs) + rs, c
+
+
+def test_tile_orders_follow_the_kernels():
+    """The dK/dV kernel's first query row for a key (``_query_tiles``' ``lo``) and the dQ kernel's key
+    loop end (``_key_tiles``' ``hi``), without a window."""
+    first = ae._first_query_tile(70, 16, 32, True, torch.device("cpu"))
+    assert first[:32].eq(0).all() and first[32:64].eq(32).all() and first[64:].eq(64).all()
+    assert ae._first_query_tile(70, 16, 32, False, torch.device("cpu")).eq(0).all()
+    hi = ae._last_key_end(40, 50, 16, True, torch.device("cpu"))
+    assert hi[:16].eq(16).all() and hi[16:32].eq(32).all() and hi[32:].eq(40).all()
+    assert ae._last_key_end(40, 30, 16, True, torch.device("cpu"))[16:].eq(30).all()
+    assert ae._last_key_end(40, 50, 16, False, torch.device("cpu")).eq(50).all()
+
+
+def test_exp2_levels_bound_two_to_the_argument_and_grow():
+    """``X_k >= 2^x_k`` (checked against a float64 evaluation with margin), increasing with the level, the
+    top level the uniform one."""
+    if not oracle_bounds_available():
+        pytest.skip("needs the oracle (make -C extraction)")
+    grid, xs = ar.exp2_levels(ab.TF32X3_H100, 128, 128**-0.5, 150.0, 10.0, 1e-4, 8)
+    assert grid[-1] >= 150.0 and (grid[1:] > grid[:-1]).all()
+    assert all(a < b for a, b in zip(xs, xs[1:]))
+    _, top = ar.exp2_levels(ab.TF32X3_H100, 128, 128**-0.5, 150.0, 10.0, 1e-4, 1)
+    assert top[0] == xs[-1]
+    assert float(xs[0]) - 1 >= math.expm1(2 * 1e-4 * math.log(2))  # Dl alone: 2^(2 lse_error) - 1
+
+
+# ---------------------------------------------------------------------------
+# The bounds against the interpreter's kernels
+# ---------------------------------------------------------------------------
+
+
+def _inputs(hq: int, hkv: int, s: int, e: int, dtype: torch.dtype, seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, h, s, e, generator=gen).to(dtype) for h in (hq, hkv, hkv))
+    return q, k, v, torch.randn(1, hq, s, e, generator=gen).to(dtype)
+
+
+def _dv(q, k, v, do, causal, scale) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(kernel's dV error, running bound, a-priori bound)."""
+    vv = v.clone().requires_grad_()
+    flash_attention(q, k, vv, causal, scale).backward(do)
+    ex, pad = ae.exact_dv(q, k, do, causal, scale)
+    c = ae._backward_constants(q, k, causal, scale)
+    lse_err = ab.attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=c["dot"], **c["errs"], **c["bnd"])
+    run = ae._dv_running_bound(q, k, do, pad, causal, scale, c, lse_err)
+    keep = ae._dv_running_bound
+    ae._dv_running_bound = lambda *a, **kw: INF
+    try:
+        old = ae.dv_error_bound(q, k, do, pad, causal, scale)
+    finally:
+        ae._dv_running_bound = keep
+    assert torch.equal(ae.dv_error_bound(q, k, do, pad, causal, scale), torch.minimum(old, run))
+    return (vv.grad.to(F64) - ex).abs(), run, old
+
+
+def _grads(q, k, v, do, causal, scale, inputs) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """{"dq", "dk"}: (kernel's error, running bound, a-priori bound)."""
+    out, lse = flash_attention_forward(q, k, v, causal, scale, None)
+    qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
+    flash_attention(qq, kk, v, causal, scale).backward(do)
+    keep, run = ae._grad_running_bounds, {}
+
+    def spy(*args, **kwargs):
+        run.update(keep(*args, **kwargs))
+        return run
+
+    ae._grad_running_bounds = spy
+    try:
+        got = ae.grad_error_bounds(q, k, v, do, out, lse, causal, scale, inputs)
+        ae._grad_running_bounds = lambda *a, **kw: dict(dq=INF, dk=INF)
+        old = ae.grad_error_bounds(q, k, v, do, out, lse, causal, scale, inputs)
+    finally:
+        ae._grad_running_bounds = keep
+    res = {}
+    for name, g in (("dq", qq.grad), ("dk", kk.grad)):
+        assert torch.equal(got[f"{name}_bound"], torch.minimum(old[f"{name}_bound"], run[name]))
+        res[name] = ((g.to(F64) - got[name]).abs(), run[name], old[f"{name}_bound"])
+    return res
+
+
+def _check(label: str, name: str, err: torch.Tensor, run: torch.Tensor, old: torch.Tensor) -> float:
+    """The kernel within the running bound entry by entry, the running bound at most the a-priori one;
+    returns the ratio of their maxima (printed)."""
+    ratio = (run.max() / old.max()).item()
+    print(
+        f"{label} {name}: observed max {err.max().item():.3e}, running bound max {run.max().item():.3e}, "
+        f"a-priori {old.max().item():.3e}, running / a-priori {ratio:.3f} (entries {(run / old).min().item():.3f}"
+        f"..{(run / old).max().item():.3f}), tightness {run.max().item() / max(err.max().item(), 1e-300):.3g}"
+    )
+    assert (err <= run).all(), (label, name, (err - run).max().item())
+    assert (run <= old).all(), (label, name, (run / old).max().item())
+    return ratio
+
+
+CASES = [  # (dtype, hq, hkv, S, E, causal); the interpreter's tiles are 16 x 16
+    (torch.float32, 2, 2, 64, 32, False),
+    (torch.float32, 2, 2, 64, 32, True),
+    (torch.float32, 4, 2, 90, 32, True),
+    (torch.bfloat16, 2, 1, 50, 32, False),
+    (torch.float32, 2, 1, 1, 16, True),
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("model", ["fp32", "tf32x3_h100"])
+@pytest.mark.parametrize(
+    "dtype,hq,hkv,s,e,causal",
+    CASES,
+    ids=[f"{str(c[0])[6:]}-S{c[3]}-{'causal' if c[5] else 'full'}-gqa{c[1] // c[2]}" for c in CASES],
+)
+def test_running_bounds_hold_and_are_at_most_the_a_priori_ones(dtype, hq, hkv, s, e, causal, model, monkeypatch):
+    """dV, dQ, dK of the interpreter's kernels within the running bounds (full, causal, GQA, S cut by the
+    tiles, S = 1), each at most the a-priori bound; with "tf32x3_h100" the bounds take the H100's 3xTF32
+    model (``TF32X3_H100``: larger errors than the interpreter's float32 dots, so still bounds) for
+    every dot and accumulation, and dQ/dK's "proved" inputs take the running bound too."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's dots")
+    if model != "fp32":
+        monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dtype: ab.TF32X3_H100)
+    q, k, v, do = _inputs(hq, hkv, s, e, dtype)
+    scale = 1.0 / math.sqrt(e)
+    label = f"{model} {dtype} S={s} causal={causal} gqa={hq // hkv}"
+    _check(label, "dv", *_dv(q, k, v, do, causal, scale))
+    for inputs in ("measured",) if model == "fp32" else ("measured", "proved"):
+        for name, t in _grads(q, k, v, do, causal, scale, inputs).items():
+            _check(f"{label} {inputs}", name, *t)
+
+
+@pytest.mark.interpreter
+def test_running_bounds_much_tighter_over_many_tiles(monkeypatch):
+    """S = 512 in tiles of 16, 4 query heads on one key head (128 query tiles per key, 32 key tiles per
+    query), the H100's 3xTF32 model: the accumulation's a-priori ``((1 + g_rel)^t - 1) S`` dominates the
+    old bounds, the running ones are several times smaller, and the kernel within them."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's dots")
+    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dtype: ab.TF32X3_H100)
+    q, k, v, do = _inputs(4, 1, 512, 16, torch.float32, seed=5)
+    scale = 0.25
+    assert _check("S=512 causal gqa4", "dv", *_dv(q, k, v, do, True, scale)) < 0.5
+    for name, t in _grads(q, k, v, do, True, scale, "measured").items():
+        assert _check("S=512 causal gqa4 measured", name, *t) < 0.5
