@@ -22,6 +22,7 @@ from ojas_ref.verification.bounds.common import (
     _ROUND_UP,
     _STORAGE,
     _enlarged,
+    _exp_up_small,
     _float_up,
     _from_oracle,
     _rational,
@@ -310,7 +311,9 @@ def _hand_acc_terms(u, ue, ee, ea, us, es, X, P1, CG, CR, v, b, n, t) -> tuple[f
 def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t, de=None) -> float:
     """Hand copy of ``afe_rel`` of ``Ojas.Attention.Float.ForwardError`` at the upper
     bounds ``attn_fwd_q`` computes (fallback without the oracle), in float64 with a
-    relative margin; ``inf`` when its side condition ``bL < 1`` fails."""
+    relative margin; ``inf`` when its side condition ``bL < 1`` fails. ``de``: the scores'
+    dot error (``attention_forward_error_masked_dot``; only the tests pass it, comparing
+    the old P.V model with :func:`_afa_bounds`)."""
     up = 1.0 + 2.0**-30
     _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t, de)
     if not bl < 1.0:
@@ -322,14 +325,12 @@ def _hand_attention_forward_error_bound(u, ue, ee, ea, us, es, uc, scale, p, v, 
     return (((f + ea / v + Y) * (1.0 + us) + us + es / v) * up) * _ROUND_UP
 
 
-def _hand_attention_forward_posteriori(
-    u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t, de=None
-) -> tuple[float, float]:
+def _hand_attention_forward_posteriori(u, ue, ee, ea, us, es, uc, scale, p, v, e, b, n, t) -> tuple[float, float]:
     """``(afp_rel, afp_abs)`` of ``Ojas.Attention.Float.ForwardPosteriori`` at the same
     upper bounds as :func:`_hand_attention_forward_error_bound`, in float64, each rounded
     up by a relative margin; ``(inf, inf)`` when the side condition ``bL < 1`` fails."""
     up = 1.0 + 2.0**-30
-    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t, de)
+    _, delta, X, P1, CG, CR, bl = _hand_afe_common(u, ue, ee, ea, uc, scale, p, e, b, n, t)
     if not bl < 1.0:
         return math.inf, math.inf
     Y = math.expm1(2.0 * delta) * up
@@ -337,6 +338,96 @@ def _hand_attention_forward_posteriori(
     rel = (((1.0 + u) * (ga + bl) * (1.0 + Y) / (1.0 - bl) + u * (1.0 + Y) + Y) * (1.0 + us) + us) * up
     absolute = (((1.0 + u) * ra / (1.0 - bl) + ea) * (1.0 + us) + es) * up
     return rel * _ROUND_UP, absolute * _ROUND_UP
+
+
+_POW_GRID = 2**256
+
+
+def _grid_up(x: Fraction) -> Fraction:
+    """The least multiple of ``2^-256`` at or above ``x``."""
+    return Fraction(-((-x.numerator * _POW_GRID) // x.denominator), _POW_GRID)
+
+
+def _pow_up(x: Fraction, k: int) -> Fraction:
+    """An upper bound of ``x^k`` (``x >= 0``, ``k >= 0``): repeated squaring with every product rounded
+    up to a multiple of ``2^-256`` (the factors are >= 0, so every step stays at or above the exact power)."""
+    r, b = Fraction(1), _grid_up(x)
+    while k:
+        if k & 1:
+            r = _grid_up(r * b)
+        k >>= 1
+        if k:
+            b = _grid_up(b * b)
+    return r
+
+
+def _exp_up(x: Fraction) -> Fraction:
+    """An upper bound of ``e^x`` for ``x >= 0``: ``(1 + y + y^2)^(2^j)`` at ``y = x / 2^j <= 1``."""
+    j = 0
+    while x > 2**j:
+        j += 1
+    return _pow_up(_exp_up_small(x / 2**j), 2**j)
+
+
+def _afa_constants(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, tiles: int) -> dict[str, Any]:
+    """The constants of ``Ojas.Attention.Float.ForwardAccError``'s closed form (exact rationals) for the
+    scores' dot ``dot`` over ``head_dim`` and P.V accumulated by its ``tl.dot`` on tiles of ``block_n``
+    keys (``g_rel``, ``g_abs``: :func:`acc_dot_error_constants`), ``Tt = tiles``, at ``args``
+    (:func:`_afe_args`; ``V`` its ``v``): the certified upper bounds ``X = e^(u K) >= 2^(u K)``,
+    ``Y >= e^(2 delta) - 1`` (:func:`_exp_up`; ``K = 2 score_max_de``, ``delta = score_delta_de``:
+    :func:`_score_terms_q`), ``P1 >= (1 + u)^(n - 1)``, ``CG >= cg^Tt``, ``CR >= cr^Tt``,
+    ``CGA >= cgA^Tt``, ``CRA >= crA^Tt`` (:func:`_pow_up`)."""
+    c = {k: Fraction(args[k]) for k in ("u", "ue", "ee", "ea", "us", "es")}
+    u, ue, ee = c["u"], c["ue"], c["ee"]
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    g_rel, g_abs = acc_dot_error_constants(dot, block_n)
+    return dict(
+        c,
+        V=Fraction(args["v"]),
+        g_rel=g_rel,
+        g_abs=g_abs,
+        X=_exp_up(u * 2 * smax),
+        Y=_exp_up(2 * delta) - 1,
+        P1=_pow_up(1 + u, block_n - 1),
+        CG=_pow_up((1 + ue) * (1 + u) ** 2, tiles),
+        CR=_pow_up((1 + ue + ee) * (1 + u) ** 2, tiles),
+        CGA=_pow_up((1 + ue) * (1 + u) * (1 + g_rel), tiles),
+        CRA=_pow_up((1 + ue + ee) * (1 + u) * (1 + g_rel), tiles),
+    )
+
+
+def _afa_bounds(
+    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int
+) -> tuple[Fraction, Fraction] | None:
+    """``(afa_rel, afa_abs)`` of ``Ojas.Attention.Float.ForwardAccError`` (exact rationals) at
+    :func:`_afa_constants`, ``n = block_n``, ``N = n_keys``, ``Tt = tiles``; ``None`` when its side
+    condition ``afe_bL < 1`` fails."""
+    k = _afa_constants(dot, args, head_dim, block_n, tiles)
+    u, ue, ee, ea, us, es, V, X, Y = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X", "Y"))
+    P1, CG, CR, CGA, CRA, g_rel = (k[n] for n in ("P1", "CG", "CR", "CGA", "CRA", "g_rel"))
+    H = P1 * ((1 + ue) * X)  # afe_bL at B = n
+    bL = H * CG * X - 1 + tiles * CR * ((H * CG * X * n_keys * ee) * (1 + u) + ea + P1 * (block_n * ee)) * (1 + u)
+    if not bL < 1:
+        return None
+    HA = (1 + us) * ((1 + ue) * X) * CGA * X  # afa_HA
+    cw = (1 + us) * ee + es
+    rA = tiles * CRA * ((HA * (n_keys * V) * ee * (1 + u) + ea + cw * (block_n * V)) * (1 + g_rel) + k["g_abs"])
+    rel = ((1 + u) * (HA - 1 + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us
+    absolute = ((1 + u) * rA / (1 - bL) + ea) * (1 + us) + es
+    return rel, absolute
+
+
+def _afa_checked(
+    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int, dtype: torch.dtype
+) -> tuple[Fraction, Fraction]:
+    """:func:`_afa_bounds`, ``ValueError`` when its side condition fails."""
+    got = _afa_bounds(dot, args, head_dim, block_n, n_keys, tiles)
+    if got is None:
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_forward_acc_posteriori fails for n_keys={n_keys}, "
+            f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={args['ue']}, dot={dot}"
+        )
+    return got
 
 
 def _afe_args(
@@ -387,10 +478,11 @@ def attention_forward_error_bound(
     keys, against the exact softmax of ``scale * q.k`` over the same keys (the inputs
     taken as exact reals; compare with a float64 softmax of the upcast inputs).
 
-    Implements ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked``
-    (the kernel's loop from its start under any boolean mask: causal, window, sequence
-    bounds; the softmax over the visible keys) and ``attention_forward_error`` (fully
-    visible tiles), rocq/Attention/Float/ForwardError.v, through ``attn_fwd_q`` of
+    With ``dot="fp32"`` (the default) implements
+    ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked`` (the kernel's loop
+    from its start under any boolean mask: causal, window, sequence bounds; the softmax over
+    the visible keys) and ``attention_forward_error`` (fully visible tiles),
+    rocq/Attention/Float/ForwardError.v, through ``attn_fwd_q`` of
     ``Ojas.Bounds.Attention`` (``Ojas.Bounds.Attention.attn_fwd_q_sound_masked``,
     ``attn_fwd_q_sound``): the oracle computes the closed form ``afe_rel`` over exact
     rationals, with certified upper bounds of its exponentials and powers, and this
@@ -415,50 +507,44 @@ def attention_forward_error_bound(
     Raises ``ValueError`` on a bad argument or when the theorem's side condition
     (``afe_bL < 1``, or ``head_dim * 2^-24 < 1``) fails.
 
-    ``dot`` is the scores' dot (:class:`Tf32x3Dot`, :func:`dot_error_constants`): "fp32" (the
-    default) is the theorems above; "tf32x3" or a :class:`Tf32x3Dot` (the float32 kernel on CUDA
-    runs 3xTF32 dots: :data:`TF32X3_H100` on an H100) is
-    ``Ojas.Attention.Float.ForwardError.attention_forward_error_masked_tf32x3_op`` (tensor cores
-    aligning to the operands' exponents), ``attention_forward_error_masked_tf32x3`` (to the largest
-    term) or ``attention_forward_error_masked_tf32x3_seq`` (left to right; all
-    ``attention_forward_error_masked_dot`` at the dot models ``tf32x3_tc_op_dot_model``,
-    ``tf32x3_tc_dot_model``, ``tf32x3_seq_dot_model``); a :class:`TensorCoreDot` (the 16-bit
-    kernels' tensor-core dot: :data:`TENSOR_CORE_BF16_H100`) is
-    ``attention_forward_error_masked_tc_op`` or ``attention_forward_error_masked_tc``
-    (``tc_op_dot_model``, ``tc_dot_model``). These are evaluated by the float64
-    hand copy of ``afe_rel`` (each step rounded up: the oracle's ``rocq/Bounds/Attention.v``
-    evaluates the fp32 dot only).
+    ``dot`` is the model of the kernel's dots (:class:`Tf32x3Dot`, :class:`TensorCoreDot`): "fp32" (the
+    default: the interpreter's IEEE float32 dots) is the theorems above. A model (the dots on CUDA:
+    :data:`TF32X3_H100` for float32, :data:`TENSOR_CORE_BF16_H100` for 16-bit inputs on an H100) is
+    ``Ojas.Attention.Float.ForwardAccError.attention_forward_acc_posteriori`` at ``W <= max_abs_v``
+    (one line: ``W = sum_j P_j |v_j| <= max |v|``), i.e. ``afa_rel + afa_abs / max_abs_v``: the scores'
+    dot that model's and the P.V ``acc = tl.dot(p, v, acc * alpha)`` accumulated by its ``tl.dot``
+    (:func:`acc_dot_error_constants` on tiles of ``block_n`` keys), as
+    :func:`attention_forward_posteriori_bound` says (the H100 instances
+    ``attention_forward_acc_posteriori_tf32x3_op``, ``attention_forward_acc_posteriori_tc_op``); a
+    :class:`TensorCoreDot` with ``ref="term"`` raises ``NotImplementedError`` (no accumulating model).
 
-    Not covered (the theorem's file lists them): the order of the additions inside the
-    tensor cores' dot for ``dot="fp32"`` (the float32 kernel on CUDA runs 3xTF32 dots: pass
-    a :class:`Tf32x3Dot`; the interpreter's float32 dots are IEEE; single-pass TF32 is not
-    covered), the kernel's P.V dot (fp32 products summed per tile in the model, not the MMA
-    accumulating into ``acc``, nor 3xTF32), ``tl.sum`` as a tree, the MMA accumulating
-    into ``acc * alpha``, FMA contraction, additive float masks (they change the
-    scores), overflow, and ``exp2_error`` itself (:data:`EXP2_ERROR`, an assumption, as
-    is ``exp2(0) == 1``, which the masked theorem uses to skip fully masked tiles
-    exactly). Grouped-query attention changes only which key/value head a row reads:
-    covered; so are causal masks, windows and a last key tile cut by the sequence end.
+    Not covered (the theorems' files list them): with ``dot="fp32"`` the tensor cores' order of
+    additions in either dot and the MMA accumulating into ``acc * alpha`` (the float32 kernel on CUDA
+    runs 3xTF32 dots: pass a :class:`Tf32x3Dot`; single-pass TF32 is not covered); with any ``dot``:
+    ``tl.sum(p)`` modelled left to right (not as a tree), the unmasked tiles' fused
+    ``s * qk_scale - m`` (the model rounds the product first), FMA contraction (off at launch),
+    dropout, additive float masks (they change the scores), overflow, and ``exp2_error`` itself
+    (:data:`EXP2_ERROR`, an assumption, as is ``exp2(0) == 1``). Grouped-query attention changes only
+    which key/value head a row reads: covered; so are causal masks, windows and a last key tile cut by
+    the sequence end (its padding keys masked).
     """
     p, scale = _attention_bound_args(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
     )
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    de = _score_dot_error(dot, head_dim, p)
-    got = (
-        _NO_ORACLE
-        if de is not None
-        else _from_oracle(
-            bound="attention_forward",
-            **{k: _rational(x) for k, x in args.items()},
-            e=head_dim,
-            block=block_n,
-            keys=n_keys,
-            tiles=tiles,
-        )
+    if _dot_model(dot) != "fp32":
+        rel, absolute = _afa_checked(dot, args, head_dim, block_n, n_keys, tiles, dtype)
+        return _float_up(rel + absolute / Fraction(args["v"]))
+    got = _from_oracle(
+        bound="attention_forward",
+        **{k: _rational(x) for k, x in args.items()},
+        e=head_dim,
+        block=block_n,
+        keys=n_keys,
+        tiles=tiles,
     )
     if got is _NO_ORACLE:
-        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles, de)
+        value = _hand_attention_forward_error_bound(*args.values(), head_dim, block_n, n_keys, tiles)
         if value == math.inf:
             got = None
     elif got is not None:
@@ -494,8 +580,9 @@ def attention_forward_posteriori_bound(
     softmax times ``|v|``, enlarged for its own rounding). Returns a float64 tensor shaped
     like ``prob_abs_v``.
 
-    Implements ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``
-    (the kernel's loop from its start under any boolean mask) and
+    With ``dot="fp32"`` (the default: the interpreter's float32 dots) implements
+    ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked`` (the kernel's
+    loop from its start under any boolean mask) and
     ``attention_forward_posteriori`` (fully visible tiles): the same model of the kernel
     as :func:`attention_forward_error_bound` (its docstring lists it: fp32 scores,
     ``exp2``, ``P`` rounded to ``dtype`` before the fp32 products of P.V, the running
@@ -515,36 +602,60 @@ def attention_forward_posteriori_bound(
     the float64 hand copy ``_hand_attention_forward_posteriori`` (each step rounded up by a
     relative ``2^-30``; tests/verification/test_error_bounds.py checks that it is at least the oracle's
     pair and within ``32 * 2^-30`` of its ``afp_rel``). Not covered: as for
-    :func:`attention_forward_error_bound` (MMA order, ``tl.sum`` tree, FMA contraction,
-    additive float masks, overflow, ``exp2_error`` an assumption, and
-    ``storage_rounding="truncate"`` not a proved bound). ``dot``: the scores' dot as for
-    :func:`attention_forward_error_bound`; a :class:`Tf32x3Dot` is
-    ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked_tf32x3_op`` (the
-    H100's tensor cores), ``attention_forward_posteriori_masked_tf32x3`` (aligning to the largest
-    term) or ``attention_forward_posteriori_masked_dot`` at the dot model
-    (``tf32x3_seq_dot_model``, ``tc_op_dot_model``, ``tc_dot_model``), through the hand copy. Raises ``ValueError`` on a bad argument or when the side condition
-    fails."""
+    :func:`attention_forward_error_bound` (the MMA's order and accumulation, ``tl.sum`` tree,
+    FMA contraction, additive float masks, overflow, ``exp2_error`` an assumption, and
+    ``storage_rounding="truncate"`` not a proved bound).
+
+    ``dot``: a model of the kernel's dots (not "fp32": the dots on CUDA, :data:`TF32X3_H100` for
+    float32 and :data:`TENSOR_CORE_BF16_H100` for 16-bit inputs on an H100) gives
+    ``Ojas.Attention.Float.ForwardAccError.attention_forward_acc_posteriori``
+    (rocq/Attention/Float/ForwardAccError.v): the scores' dot the model's
+    :func:`dot_error_constants` over ``head_dim``, and the P.V
+    ``acc = tl.dot(p.to(v.dtype), v, acc * alpha)`` the model's accumulating dot on tiles of
+    exactly ``n = block_n`` keys (the padding past the sequence end masked) with
+    ``(g_rel, g_abs)`` = :func:`acc_dot_error_constants` (the MMA's order, alignment and truncation,
+    and its accumulating into ``acc * alpha``, not float32 products summed left to right). On an H100
+    it is the instance ``attention_forward_acc_posteriori_tf32x3_op`` (:class:`Tf32x3Dot` with
+    ``ref="operands"``: 3xTF32 scores ``tf32x3_dot_tc_op``; P.V's three TF32 dots chained from 0
+    then ``acc * alpha`` added in float32, ``g_rel = u + (1 + u) tf32x3_tc_rel``,
+    ``g_abs = (1 + u) 0 + eta``) or ``attention_forward_acc_posteriori_tc_op`` (:class:`TensorCoreDot`:
+    the MMA chain from ``acc * alpha``, ``g_rel = gamma(tc_delta) q``, ``g_abs = 0``); other
+    :class:`Tf32x3Dot` models are the general theorem at their dot models (``tf32x3_tc_dot_model``,
+    ``tf32x3_seq_dot_model``, with ``acc_of_dot_model``); a :class:`TensorCoreDot` with ``ref="term"``
+    raises ``NotImplementedError``. The bound is ``afa_rel * W + afa_abs``, ``N = n_keys``,
+    ``Tt = ceil(n_keys / block_n)`` (tiles run, fully masked ones included), with
+    ``bL = afe_bL`` (ForwardError.v, ``B = n``), ``HA = (1 + us)(1 + ue) X CGA X``,
+    ``rA = Tt CRA ((HA N V ee (1 + u) + ea + ((1 + us) ee + es) n V)(1 + g_rel) + g_abs)``,
+    ``afa_rel = ((1 + u)(HA - 1 + bL)(1 + Y)/(1 - bL) + u (1 + Y) + Y)(1 + us) + us``,
+    ``afa_abs = ((1 + u) rA/(1 - bL) + ea)(1 + us) + es``, computed here in exact rationals
+    (:func:`_afa_bounds`: ``X = e^(u K) >= 2^(u K)``, ``Y >= e^(2 delta) - 1`` by ``1 + x + x^2``
+    and certified squarings, ``P1 >= (1 + u)^(n - 1)``, ``CG``, ``CR``, ``CGA``, ``CRA`` the
+    ``Tt``-th powers of ``cg``, ``cr``, ``cgA = (1 + ue)(1 + u)(1 + g_rel)``,
+    ``crA = (1 + ue + ee)(1 + u)(1 + g_rel)``, each power rounded up), each rounded up to a float.
+    Not covered (the .v file's header): ``tl.sum(p)`` modelled left to right, the unmasked tiles'
+    fused ``s * qk_scale - m``, FMA contraction in ``l * alpha + sum``, dropout, additive float
+    masks, overflow; the tensor cores' alignment model and ``exp2_error`` are premises.
+
+    Raises ``ValueError`` on a bad argument or when the side condition fails."""
     p, scale = _attention_bound_args(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
     )
     if prob_abs_v.is_complex() or not bool(((prob_abs_v >= 0) & torch.isfinite(prob_abs_v)).all()):
         raise ValueError("prob_abs_v must be finite and >= 0")
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    de = _score_dot_error(dot, head_dim, p)
-    got = (
-        _NO_ORACLE
-        if de is not None
-        else _from_oracle(
-            bound="attention_forward_posteriori",
-            **{k: _rational(x) for k, x in args.items()},
-            e=head_dim,
-            block=block_n,
-            keys=n_keys,
-            tiles=tiles,
-        )
+    if _dot_model(dot) != "fp32":
+        rel, absolute = (_float_up(x) for x in _afa_checked(dot, args, head_dim, block_n, n_keys, tiles, dtype))
+        return (rel * prob_abs_v.to(torch.float64) + absolute) * _ROUND_UP
+    got = _from_oracle(
+        bound="attention_forward_posteriori",
+        **{k: _rational(x) for k, x in args.items()},
+        e=head_dim,
+        block=block_n,
+        keys=n_keys,
+        tiles=tiles,
     )
     if got is _NO_ORACLE:
-        rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles, de)
+        rel, absolute = _hand_attention_forward_posteriori(*args.values(), head_dim, block_n, n_keys, tiles)
     else:
         rel, absolute = (math.inf, math.inf) if got is None else (_float_up(got[0]), _float_up(got[1]))
     if rel == math.inf:
