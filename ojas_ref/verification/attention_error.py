@@ -465,6 +465,12 @@ def _last_key_end(sq: int, sk: int, qm: int, is_causal: bool, device: torch.devi
     )
 
 
+def _block_rows(row_size: int, bm: int) -> int:
+    """Query rows per block of the running bounds: a multiple of the query tile ``bm`` with about
+    ``2^26`` pairs (512 MiB per float64 tensor) when a row holds ``row_size`` pairs."""
+    return bm * max(1, 2**26 // (row_size * bm))
+
+
 def _level_table(values: list[Fraction]) -> torch.Tensor:
     """float64 tensor of the rationals ``values`` each rounded up."""
     return torch.tensor([_float_up(x) for x in values], dtype=F64)
@@ -506,7 +512,7 @@ def _dv_running_bound(
     first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
     kf = k.to(F64)
     ka = kf.abs().transpose(-1, -2)
-    rows = bm * max(1, 1024 // bm)
+    rows = _block_rows(b * hkv * sk, bm)
     for qh, dh in zip(q.unflatten(1, (hkv, -1)).unbind(2), do.unflatten(1, (hkv, -1)).unbind(2)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
@@ -518,12 +524,12 @@ def _dv_running_bound(
                 sl = slice(t0, t0 + bm)
                 p, up, dt = pr[..., sl, :], p_up[..., sl, :], d[..., sl, :]
                 da = dt.abs()
-                dp = torch.maximum(cb.add_upper(p, -p_lo[..., sl, :]), cb.add_upper(up, -p)).clamp_min(0.0)
-                a = cb.matmul_upper(up.transpose(-1, -2), da)
-                e_p = cb.matmul_upper(dp.transpose(-1, -2), da)
-                err = cb.add_upper(cb.dot_error(cb.add_upper(a, e_p), dt.shape[-2]), e_p)
-                wr = cb.add_upper(cb.mul_upper(h[..., sl, :], up), (s[..., sl, :] > -math.inf).to(F64) * cw)
-                r = cb.matmul_upper(wr.transpose(-1, -2), da)
+                dp = torch.maximum(ar.up_add(p, -p_lo[..., sl, :]), ar.up_add(up, -p)).clamp_min(0.0)
+                a = ar.up_matmul(up.transpose(-1, -2), da)
+                e_p = ar.up_matmul(dp.transpose(-1, -2), da)
+                err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_p), dt.shape[-2]), e_p)
+                wr = ar.up_add(ar.up_mul(h[..., sl, :], up), (s[..., sl, :] > -math.inf).to(F64) * cw)
+                r = ar.up_matmul(wr.transpose(-1, -2), da)
                 acc.step(p.transpose(-1, -2) @ dt, err, a, r, first <= r0 + t0)
     return cb.add_upper(
         cb.scale_upper(acc.error(), 1 + us), cb.add_upper(cb.scale_upper(prob_abs_do.to(F64), us), _float_up(es_s))
@@ -644,15 +650,44 @@ def _grad_pair_terms(blk: dict, h: dict, cr: torch.Tensor) -> dict[str, torch.Te
 
 
 def _grad_tile_step(acc: ar.RunningAcc, t: dict, w: torch.Tensor, gc: float, active: torch.Tensor) -> None:
-    """One tile of dK (``t`` the pair terms [.., items, entries'] transposed so that items are the
-    last dim) or dQ: ``z = py w`` summed in float64 within ``dot_error`` plus ``ew |w|``, ``sum |z| <=
-    h1 |w|``, ``sum r <= rw |w| + gc n_visible``."""
+    """One query tile of dK: ``t`` the pair terms of :func:`_grad_pair_terms` [.., keys, rows] (rows the
+    tile's items), ``w`` the rows' ``q`` [.., rows, E]: ``z = py w`` summed in float64 within
+    ``dot_error`` plus ``ew |w|``, ``sum |z| <= h1 |w|``, ``sum r <= rw |w| + gc n_visible``."""
     wa = w.abs()
-    a = cb.matmul_upper(t["h1"], wa)
-    e_w = cb.matmul_upper(t["ew"], wa)
-    err = cb.add_upper(cb.dot_error(cb.add_upper(a, e_w), w.shape[-2]), e_w)
-    r = cb.add_upper(cb.matmul_upper(t["rw"], wa), cb.mul_upper(t["vis"].sum(-1, keepdim=True), gc))
+    a = ar.up_matmul(t["h1"], wa)
+    e_w = ar.up_matmul(t["ew"], wa)
+    err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_w), w.shape[-2]), e_w)
+    r = ar.up_add(ar.up_matmul(t["rw"], wa), ar.up_mul(t["vis"].sum(-1, keepdim=True), gc))
     acc.step(t["py"] @ w, err, a, r, active)
+
+
+def _dq_block_error(
+    t: dict, kf: torch.Tensor, gc: float, n_active: torch.Tensor, qn: int, g: tuple[float, float]
+) -> torch.Tensor:
+    """``run_err + sum r`` of dQ (upper bound) for a block of query rows, every key tile of ``qn`` keys
+    at once (:func:`~ojas_ref.verification.bounds.attention_running.running_error_prefix`): ``t`` the
+    pair terms of :func:`_grad_pair_terms` [.., rows, Sk], ``kf`` the float64 keys [.., Sk, E],
+    ``n_active`` [rows, 1] the number of key tiles the dQ kernel runs for each row, ``g`` the
+    accumulating dot's ``(g_rel, g_abs)``; the last tile padded with zero items (exact zeros, counted
+    in its ``dot_error``)."""
+    sk = kf.shape[-2]
+    n_t, pad = -(-sk // qn), -(-sk // qn) * qn - sk
+    kt = torch.nn.functional.pad(kf, (0, 0, 0, pad)).unflatten(-2, (n_t, qn)).movedim(-3, 0)
+    ka = kt.abs()
+    rows = t["py"].shape[-2]
+    sub = max(1, 2**25 // (n_t * kf.shape[0] * kf.shape[1] * kf.shape[-1]))  # [tiles, .., sub, E] tensors
+    out = []
+    for i0 in range(0, rows, sub):
+        tt = {
+            n: torch.nn.functional.pad(x[..., i0 : i0 + sub, :], (0, pad)).unflatten(-1, (n_t, qn)).movedim(-2, 0)
+            for n, x in t.items()
+        }
+        a = ar.up_matmul(tt["h1"], ka)
+        e_w = ar.up_matmul(tt["ew"], ka)
+        err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_w), qn), e_w)
+        r = ar.up_add(ar.up_matmul(tt["rw"], ka), ar.up_mul(tt["vis"].sum(-1, keepdim=True), gc))
+        out.append(ar.running_error_prefix(tt["py"] @ kt, err, a, r, n_active[i0 : i0 + sub], *g))
+    return torch.cat(out, -2)
 
 
 def _grad_running_bounds(
@@ -697,10 +732,11 @@ def _grad_running_bounds(
     dk_acc = ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm))
     dq_err = torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device)
     first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
-    hi = _last_key_end(sq, sk, c["qm"], is_causal, q.device)[:, None]
+    n_keys = -(-_last_key_end(sq, sk, c["qm"], is_causal, q.device)[:, None] // qn)  # key tiles run per row
+    g_dq = ar.acc_constants_up(dot, qn)
     kf, vf = k.to(F64), v.to(F64)
     ka = kf.abs().transpose(-1, -2)
-    rows = bm * max(1, 1024 // bm)
+    rows = _block_rows(b * hkv * sk, bm)
     heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, cr))
     for gi, (qh, dh, ch) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
@@ -712,11 +748,7 @@ def _grad_running_bounds(
             for t0 in range(0, qc.shape[2], bm):  # dK: the query tiles of this block, items = rows
                 tt = {n: x[..., t0 : t0 + bm, :].transpose(-1, -2) for n, x in t.items()}
                 _grad_tile_step(dk_acc, tt, qc[..., t0 : t0 + bm, :], gc["q"], first <= r0 + t0)
-            dq_acc = ar.RunningAcc(qc.shape, q.device, *ar.acc_constants_up(dot, qn))
-            for n0 in range(0, sk, qn):  # dQ: the key tiles, items = keys
-                tt = {n: x[..., n0 : n0 + qn] for n, x in t.items()}
-                _grad_tile_step(dq_acc, tt, kf[..., n0 : n0 + qn, :], gc["k"], n0 < hi[r0 : r0 + rows])
-            dq_err[:, :, gi, r0 : r0 + rows] = dq_acc.error()
+            dq_err[:, :, gi, r0 : r0 + rows] = _dq_block_error(t, kf, gc["k"], n_keys[r0 : r0 + rows], qn, g_dq)
     sc, ucs = Fraction(scale), Fraction(_SCALE_CONST_ERROR)
     return dict(
         dk=ar.grad_bound_up(dk_acc.error(), ex["dk_sums"][0], sc, ucs, us, es_s),

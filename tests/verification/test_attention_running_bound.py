@@ -78,23 +78,35 @@ def test_run_err_bad_arguments_raise():
         ar.exp2_levels("fp32", 16, 0.25, 10.0, 5.0, 1e-5, 0)
 
 
-def test_running_acc_is_at_least_the_exact_premise():
-    """:class:`RunningAcc` fed float64 tile sums (within ``dot_error`` of the exact ones) gives at least
-    ``run_err g ga bs + sum r`` at the EXACT ``bs_t = |Z_t| + R_t + sum_tile (|z| + r)``, over the
-    active tiles only (inactive ones left alone)."""
+@pytest.mark.parametrize("prefix", [False, True], ids=["steps", "closed-form"])
+def test_running_acc_is_at_least_the_exact_premise(prefix):
+    """:class:`RunningAcc` (one tile at a time, inactive tiles left alone) and
+    :func:`running_error_prefix` (every tile at once, the first ``n`` tiles of each entry) fed float64
+    tile sums (within ``dot_error`` of the exact ones) give at least ``run_err g ga bs + sum r`` at the
+    EXACT ``bs_t = |Z_t| + R_t + sum_tile (|z| + r)`` over the tiles run, and the two agree."""
     gen = torch.Generator().manual_seed(1)
     n_tiles, n, entries = 12, 8, 5
     z = torch.randn(n_tiles, n, entries, generator=gen, dtype=F64) * torch.exp2(
         torch.randint(-8, 8, (n_tiles, 1, entries), generator=gen).to(F64)
     )
     r = torch.rand(n_tiles, n, entries, generator=gen, dtype=F64) * 1e-3
-    active = torch.rand(n_tiles, entries, generator=gen) < 0.7
+    if prefix:
+        n_run = torch.randint(1, n_tiles + 1, (entries,), generator=gen)
+        active = torch.arange(n_tiles)[:, None] < n_run
+    else:
+        active = torch.rand(n_tiles, entries, generator=gen) < 0.7
     g, ga = Fraction(3, 2**20), Fraction(1, 2**140)
     acc = ar.RunningAcc((entries,), torch.device("cpu"), _float_up(g), _float_up(ga))
+    a = cb.sum_upper(z.abs(), 1)
     for t in range(n_tiles):
-        a = cb.sum_upper(z[t].abs(), 0)
-        acc.step(z[t].sum(0), cb.dot_error(a, n), a, cb.sum_upper(r[t], 0), active[t])
+        acc.step(z[t].sum(0), cb.dot_error(a[t], n), a[t], cb.sum_upper(r[t], 0), active[t])
     got = acc.error()
+    if prefix:
+        closed = ar.running_error_prefix(
+            z.sum(1), cb.dot_error(a, n), a, cb.sum_upper(r, 1), n_run, _float_up(g), _float_up(ga)
+        )
+        torch.testing.assert_close(closed, got, rtol=1e-12, atol=0)
+        got = closed
     for c in range(entries):
         zs, rs, bs = Fraction(0), Fraction(0), []
         for t in range(n_tiles):

@@ -43,9 +43,14 @@ from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _NO_ORACLE, 
 __all__ = [
     "LN2_UP",
     "acc_constants_up",
+    "up_add",
+    "up_mul",
+    "up_matmul",
+    "up_dot_error",
     "run_err_step",
     "run_err",
     "RunningAcc",
+    "running_error_prefix",
     "exp2_levels",
     "level_index",
     "grad_bound_up",
@@ -64,17 +69,57 @@ def acc_constants_up(dot: DotModel, n: int) -> tuple[float, float]:
     return _float_up(g_rel), _float_up(g_abs)
 
 
+def _up(t: torch.Tensor) -> torch.Tensor:
+    """One step toward +inf, in place (``t`` a fresh result of one rounded operation): at least the
+    exact value of that operation (round to nearest lands on a neighbour of it)."""
+    return t.nextafter_(t.new_full((), math.inf))
+
+
+def up_add(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
+    """An upper bound of the exact ``a + b`` (float64), as :func:`~ojas_ref.verification.bounds.certified.add_upper`
+    but without its finiteness check (no device synchronisation): an overflow or NaN propagates to the
+    fold's result, which :meth:`RunningAcc.error` checks."""
+    return _up(a + b)
+
+
+def up_mul(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
+    """An upper bound of the exact ``|a| |b|`` (float64, ``b >= 0`` when a float), as
+    :func:`~ojas_ref.verification.bounds.certified.mul_upper` without the finiteness check."""
+    return _up(a.abs() * (b.abs() if isinstance(b, torch.Tensor) else b))
+
+
+def up_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """An upper bound of the exact ``a @ b`` for NONNEGATIVE float64 ``a`` [..., n, k], ``b`` [..., k, m]
+    (the caller builds them so): :func:`~ojas_ref.verification.bounds.certified.matmul_upper`'s
+    ``(computed + (1 + g) 3k eta) / (1 - g)``, ``g = gamma_(2k)`` (``ftree_nonneg_upper``), rounded up,
+    without its checks."""
+    g, c = cb._dot_consts(a.shape[-1])
+    up = a @ b
+    up.add_(_float_up(c))
+    _up(up)
+    up.mul_(_float_up(1 / (1 - g)))
+    return _up(up)
+
+
+def up_dot_error(abs_sum: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`~ojas_ref.verification.bounds.certified.dot_error` (a float64 dot of ``k`` products within
+    ``gamma_(2k) A + (1 + gamma_(2k)) 3k eta`` of the exact one, ``A >= sum |a_i b_i|``) without the check."""
+    g, c = cb._dot_consts(k)
+    return up_add(up_mul(abs_sum, _float_up(g)), _float_up(c))
+
+
 def run_err_step(e: torch.Tensor, b: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
     """One step of ``run_err``'s fold, ``(1 + g) e + g b + ga``, rounded up (``e``, ``b`` >= 0
     float64 upper bounds, ``g_rel``, ``g_abs`` >= 0 floats at least the exact constants)."""
-    grow = cb.add_upper(e, cb.mul_upper(e, g_rel))  # >= (1 + g) e
-    return cb.add_upper(grow, cb.add_upper(cb.mul_upper(b, g_rel), g_abs))
+    grow = up_add(e, up_mul(e, g_rel))  # >= (1 + g) e
+    return up_add(grow, up_add(up_mul(b, g_rel), g_abs))
 
 
 def run_err(bs: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
     """``run_err g_rel g_abs bs`` over the LAST dimension of ``bs`` (one fold per leading index,
     ``e_0 = 0``), every operation rounded up: at least the exact value for the real ``bs``,
-    ``g_rel``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or non-finite input."""
+    ``g_rel``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or non-finite input,
+    or a result beyond float64."""
     for name, val in (("g_rel", g_rel), ("g_abs", g_abs)):
         if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
@@ -84,7 +129,14 @@ def run_err(bs: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
     e = torch.zeros(bs.shape[:-1], dtype=F64, device=bs.device)
     for t in range(bs.shape[-1]):
         e = run_err_step(e, bs[..., t], float(g_rel), float(g_abs))
-    return e
+    return _finite(e)
+
+
+def _finite(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or ``ValueError`` if an entry is not finite (an upper bound overflowed float64)."""
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError("the running error bound overflows float64 (or met a NaN): no finite certified bound")
+    return t
 
 
 class RunningAcc:
@@ -93,7 +145,8 @@ class RunningAcc:
     and ``z_err`` a certified bound of its distance to the exact prefix ``sum z``, ``r_sum`` an upper
     bound of the prefix of ``r``, ``e`` an upper bound of ``run_err`` over the tiles so far (``bs_t``
     the upper bound of ``running_premise``'s quantity built from these). Entries whose ``active`` is
-    False at a step are left alone: the kernel does not run that tile for them."""
+    False at a step are left alone: the kernel does not run that tile for them. The steps do not
+    synchronise with the device (no finiteness checks): :meth:`error` checks the result once."""
 
     def __init__(self, shape: tuple[int, ...], device: torch.device, g_rel: float, g_abs: float) -> None:
         self.z_sum = torch.zeros(shape, dtype=F64, device=device)
@@ -111,14 +164,14 @@ class RunningAcc:
         active: torch.Tensor | None = None,
     ) -> None:
         """One tile: ``tile_sum`` its float64 sum of ``z`` within ``tile_err`` of the exact one,
-        ``abs_sum >= sum |z x|``, ``r_sum >= sum r x`` over its items; ``active`` (broadcasting
-        against the entries) where the kernel runs the tile, every entry if None."""
-        z_abs = cb.add_upper(self.z_sum.abs(), self.z_err)  # >= |exact prefix of z|
-        b = cb.add_upper(cb.add_upper(z_abs, self.r_sum), cb.add_upper(abs_sum, r_sum))
+        ``abs_sum >= sum |z x|``, ``r_sum >= sum r x`` over its items (all >= 0 but ``tile_sum``);
+        ``active`` (broadcasting against the entries) where the kernel runs the tile, every entry if None."""
+        z_abs = up_add(self.z_sum.abs(), self.z_err)  # >= |exact prefix of z|
+        b = up_add(up_add(z_abs, self.r_sum), up_add(abs_sum, r_sum))
         e = run_err_step(self.e, b, self.g_rel, self.g_abs)
         z_sum = self.z_sum + tile_sum  # |fl(x) - x| <= u |fl(x)| for a rounded sum
-        z_err = cb.add_upper(cb.add_upper(self.z_err, tile_err), cb.mul_upper(z_sum, cb.U64))
-        r = cb.add_upper(self.r_sum, r_sum)
+        z_err = up_add(up_add(self.z_err, tile_err), up_mul(z_sum, cb.U64))
+        r = up_add(self.r_sum, r_sum)
         if active is None:
             self.e, self.z_sum, self.z_err, self.r_sum = e, z_sum, z_err, r
         else:
@@ -128,8 +181,60 @@ class RunningAcc:
             self.r_sum = torch.where(active, r, self.r_sum)
 
     def error(self) -> torch.Tensor:
-        """An upper bound of ``run_err g_rel g_abs bs + sum_x r x`` after the last tile."""
-        return cb.add_upper(self.e, self.r_sum)
+        """An upper bound of ``run_err g_rel g_abs bs + sum_x r x`` after the last tile (``ValueError``
+        if not finite)."""
+        return _finite(up_add(self.e, self.r_sum))
+
+
+def _cum_up(x: torch.Tensor) -> torch.Tensor:
+    """Upper bounds of the exact prefix sums over dim 0 of the NONNEGATIVE float64 ``x``: torch's
+    float64 ``cumsum`` (each prefix a tree of additions over its terms, the premise of
+    :func:`~ojas_ref.verification.bounds.certified.sum_upper`) times ``1 / (1 - (T - 1) u)``, rounded up
+    (``fp64_tree_sum_nonneg_upper``)."""
+    k = max(x.shape[0] - 1, 0)
+    return up_mul(x.cumsum(0), _float_up(1 / (1 - Fraction(k, 2**53))))
+
+
+def _powers_up(base: Fraction, n: int, device: torch.device) -> torch.Tensor:
+    """[n] float64 upper bounds of ``base^t``, ``t = 0 .. n - 1`` (``base > 0``): each a product of
+    upper bounds rounded up."""
+    b, out, x = _float_up(base), [], 1.0
+    for _ in range(n):
+        out.append(x)
+        x = math.nextafter(x * b, math.inf)
+    return torch.tensor(out, dtype=F64, device=device)
+
+
+def running_error_prefix(
+    tile_sum: torch.Tensor,
+    tile_err: torch.Tensor,
+    abs_sum: torch.Tensor,
+    r_sum: torch.Tensor,
+    n_active: torch.Tensor,
+    g_rel: float,
+    g_abs: float,
+) -> torch.Tensor:
+    """What :class:`RunningAcc` gives after running the tiles ``0 .. n - 1`` (``n = n_active`` per entry,
+    >= 1, broadcasting against the entries), every tile at once: the tiles along dim 0 of ``tile_sum``
+    (float64 sums of ``z``), ``tile_err`` (their distances to the exact sums), ``abs_sum >= sum |z|``,
+    ``r_sum >= sum r``. The fold in closed form, ``run_err g ga bs`` after ``n`` tiles ``= sum_{t < n}
+    (1 + g)^(n - 1 - t) (g b_t + ga) = (1 + g)^(n - 1) sum_{t < n} (1 + g)^-t (g b_t + ga)``, with
+    ``bs_t`` from the float64 prefix sums (``cumsum``: the signed one within ``dot_error`` of its
+    terms' absolute sum, :func:`_cum_up` the nonnegative ones); an upper bound of ``run_err g_rel g_abs
+    bs + sum_x r x`` over those tiles (``ValueError`` if not finite)."""
+    t = tile_sum.shape[0]
+    z_err = up_add(up_dot_error(_cum_up(tile_sum.abs()), t), _cum_up(tile_err))
+    z_abs = up_add(tile_sum.cumsum(0).abs(), z_err)  # >= |exact prefix of z through tile t|
+    r_in = _cum_up(r_sum)
+    shift = torch.zeros_like(z_abs[:1])
+    b = up_add(up_add(torch.cat([shift, z_abs[:-1]]), torch.cat([shift, r_in[:-1]])), up_add(abs_sum, r_sum))
+    c = up_add(up_mul(b, g_rel), g_abs)
+    grow = Fraction(1) + Fraction(g_rel)
+    view = (t,) + (1,) * (b.dim() - 1)
+    w = _powers_up(1 / grow, t, b.device).view(view)
+    e = up_mul(_cum_up(up_mul(c, w)), _powers_up(grow, t, b.device).view(view))  # e after tiles 0 .. t
+    idx = (n_active.to(torch.int64) - 1).expand(b.shape[1:])[None]
+    return _finite(up_add(e.gather(0, idx), r_in.gather(0, idx))[0])
 
 
 def level_index(p: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
