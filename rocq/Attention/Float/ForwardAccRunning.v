@@ -169,4 +169,344 @@ Proof.
 Qed.
 
 End Tile.
+
+(** ** The running invariant over the kernel's tiles *)
+
+Section Run.
+
+Variable Key : Type.
+Variable sc : Key -> R.
+Variable vis : Key -> bool.
+Variable val : Key -> nat -> R.
+Variable accf : R -> list R -> list R -> R.
+Variables (n : nat) (g ga : R).
+Variables (K V m0 : R) (N Tt : nat) (c : nat).
+Variables (mf Lf gb : R).
+
+Hypothesis Hm : acc_dot_model accf n g ga.
+Hypothesis HK : 0 <= K.
+Hypothesis HV : 0 <= V.
+Hypothesis HLf : 0 < Lf.
+Hypothesis Hgb : gR g + g * (H_pv M K - 1) <= gb.
+
+(** After [k] tiles whose keys are [seen], with running error [rho] (in units of
+    [Lf 2^(-mf)]): [acc_kernel_inv]'s invariant, and coordinate [c] of [acc] within
+      (GR k m - 1) A + Lf 2^(mf - m) 2^(u (m - m0)) rho + RR k
+    of [X = sum_j 2^(s_j - m) v_j] ([A] its absolute sum). *)
+Definition run_inv (k : nat) (seen : list Key) (st : kstate) (rho : R) : Prop :=
+  state_inv M Key sc vis val n g ga K V m0 N Tt c k seen st /\
+  forall m, ks_m st = Some m ->
+    inv (GR K g m0 k m) (Lf * Rpower 2 (mf - m) * Rpower 2 (u * (m - m0)) * rho + RR K g ga V n N Tt k)
+        (nth c (ks_acc st) 0) (exact_pv m (kpairs Key sc vis val c seen)) (exact_pv_abs m (kpairs Key sc vis val c seen)).
+
+Lemma rpow_mul : forall x y, Rpower 2 x * Rpower 2 y = Rpower 2 (x + y).
+Proof. intros; rewrite Rpower_plus; reflexivity. Qed.
+
+Lemma run_step : forall k seen st tl rho b,
+  length tl = n -> (S k <= Tt)%nat -> (length (filter vis (seen ++ tl)) <= N)%nat ->
+  keys_ok M Key sc vis val K V m0 c (seen ++ tl) -> (c < length (ks_acc st))%nat ->
+  0 <= rho -> Rabs (exact_pv mf (kpairs Key sc vis val c seen)) + exact_pv_abs mf (kpairs Key sc vis val c tl) <= Lf * b ->
+  run_inv k seen st rho ->
+  run_inv (S k) (seen ++ tl) (kernel_step_acc M Key sc vis val accf st tl) ((1 + gb) * rho + gb * b).
+Proof.
+  intros k seen st tl rho b Hn Hk HN Hok Hc Hrho Hb [Hold Hrun].
+  split; [apply (state_step M Key sc vis val accf n g ga K V m0 N Tt c Hm HK HV); assumption |].
+  intros m'' Em''.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  pose proof (ff_eta_nonneg A_) as Hea; pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  pose proof (H_pv_ge_1 M K HK) as HH; pose proof (gR_nonneg g Hg) as Hg'.
+  assert (Hgb0 : 0 <= gb) by (assert (0 <= g * (H_pv M K - 1)) by nra; lra).
+  pose proof (dRR_nonneg K g ga V n N Tt HK Hg Hga HV) as HdR.
+  pose proof (Ep_nonneg K g ga V n N Tt HK Hg Hga HV) as HEp.
+  pose proof (RR_nonneg K g ga V n N Tt k HK Hg Hga HV) as HR.
+  set (H := H_pv M K) in *.
+  set (g' := gR g) in *.
+  set (c0n := ((1 + us) * ee + es) * (INR n * V)).
+  assert (Hc0n : 0 <= c0n) by (unfold c0n; apply Rmult_le_pos; [nra | apply Rmult_le_pos; [apply pos_INR | lra]]).
+  assert (EcG : (1 + g) * (1 + u) * (1 + ue) = 1 + g') by (unfold g', gR; ring).
+  assert (HcG : 1 <= 1 + g') by lra.
+  assert (Hg'gb : g' <= gb) by (assert (0 <= g * (H - 1)) by nra; lra).
+  assert (Hgg' : g <= g') by (unfold g', gR; assert (1 <= (1 + u) * (1 + ue)) by nra; nra).
+  assert (HgH : g * H <= gb) by (replace (g * H) with (g + g * (H - 1)) by ring; lra).
+  assert (HRR : (1 + g') * RR K g ga V n N Tt k + dRR K g ga V n N Tt <= RR K g ga V n N Tt (S k)).
+  { unfold RR; fold g'; rewrite S_INR; cbn [pow]; pose proof (pos_INR k).
+    assert (1 <= (1 + g') ^ k) by (apply pow_R1_Rle; lra).
+    assert (1 <= (1 + g') * (1 + g') ^ k) by nra.
+    assert (dRR K g ga V n N Tt <= (1 + g') * (1 + g') ^ k * dRR K g ga V n N Tt) by nra.
+    nra. }
+  assert (HdRe : (1 + g) * (1 + u) * (Ep K g ga V n N Tt * ee) + (1 + g) * ea + ((1 + g) * c0n + ga)
+                 = dRR K g ga V n N Tt) by (unfold dRR, c0n; ring).
+  (* the tile's keys *)
+  assert (Htl : forall q, In q tl -> vis q = true -> fmt (sc q) /\ m0 <= sc q <= m0 + K /\ Rabs (val q c) <= V)
+    by (intros q Hq Ev; apply Hok; [apply in_or_app; right; exact Hq | exact Ev]).
+  assert (Ftl : forall q, In q (filter vis tl) -> fmt (sc q)).
+  { intros q Hq; apply filter_In in Hq; destruct Hq as [Hq Ev]; apply (Htl q Hq Ev). }
+  assert (Ubl : forall q, In q (filter vis tl) -> sc q <= m0 + K).
+  { intros q Hq; apply filter_In in Hq; destruct Hq as [Hq Ev]; apply (Htl q Hq Ev). }
+  assert (HTmf : 0 <= exact_pv_abs mf (kpairs Key sc vis val c tl)) by (eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge]).
+  assert (Hb0 : 0 <= b) by (pose proof (Rabs_pos (exact_pv mf (kpairs Key sc vis val c seen))); nra).
+  unfold state_inv in Hold.
+  change (ks_m (kernel_step_acc M Key sc vis val accf st tl)) with (vmax Key sc vis (ks_m st) tl) in Em''.
+  rewrite (kernel_step_acc_nth M Key sc vis val accf st tl c Hc); cbv zeta.
+  rewrite kpairs_app, exact_pv_app, exact_pv_abs_app.
+  destruct (ks_m st) as [m |] eqn:Em.
+  - (* a running max: rescale, then accumulate *)
+    destruct Hold as [Fm [[Hm0 HmK] [Hseen C]]].
+    specialize (Hrun m eq_refl).
+    rewrite vmax_some_filter in Em'' |- *; injection Em'' as Em''; subst m''; cbn [m_use kalpha].
+    set (m' := tmax Key sc m (filter vis tl)).
+    destruct (tmax_props M Key sc (filter vis tl) m Fm Ftl) as [Fm' [Hmm' Htm]]; fold m' in Fm', Hmm', Htm.
+    assert (Hk' : forall q, In q tl -> vis q = true -> fmt (sc q) /\ sc q <= m' /\ m' - sc q <= K /\ Rabs (val q c) <= V).
+    { intros q Hq Ev; destruct (Htl q Hq Ev) as [Fq [[H1 H2] Hv]].
+      assert (sc q <= m') by (apply Htm, filter_In; auto).
+      assert (HmK' : m' <= m0 + K) by (apply tmax_le; [exact HmK | exact Ubl]).
+      repeat split; auto; lra. }
+    set (x := nth c (ks_acc st) 0) in *.
+    set (X := exact_pv m (kpairs Key sc vis val c seen)) in *; set (A := exact_pv_abs m (kpairs Key sc vis val c seen)) in *.
+    assert (HX : Rabs X <= A) by apply exact_pv_abs_ge.
+    assert (HA0 : 0 <= A) by (eapply Rle_trans; [apply Rabs_pos | exact HX]).
+    assert (HS0 : A <= INR N * V).
+    { apply exact_pv_abs_bound; [exact HV | |].
+      - intros p Hp; unfold kpairs in Hp; apply in_map_iff in Hp; destruct Hp as [q [<- Hq]].
+        apply filter_In in Hq; destruct Hq as [Hq Ev]; cbn [fst snd].
+        split; [apply (Hok q (in_or_app _ _ _ (or_introl Hq)) Ev) | apply (Hseen q Hq Ev)].
+      - unfold kpairs; rewrite map_length; rewrite filter_app, app_length in HN; lia. }
+    (* the a-priori bound of [|x|] *)
+    assert (Hxp : Rabs x <= Ep K g ga V n N Tt).
+    { unfold inv in C; fold x X A in C.
+      pose proof (cgA_ge_1 M g Hg) as Hcg; pose proof (crA_ge_1 M g Hg) as Hcr.
+      assert (HGb : GkA M K g m0 k m <= H * cgA M g ^ Tt * Rpower 2 (u * K)).
+      { unfold GkA; fold H.
+        assert (cgA M g ^ k <= cgA M g ^ Tt) by (apply Rle_pow; [lra | lia]).
+        assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+        assert (1 <= cgA M g ^ k) by (apply pow_R1_Rle; lra).
+        assert (H * cgA M g ^ k <= H * cgA M g ^ Tt) by (apply Rmult_le_compat_l; lra).
+        apply Rmult_le_compat; try lra; [nra | left; apply Rpower_pos]. }
+      assert (HRk : RkA M K g ga V n N Tt k <= RkA M K g ga V n N Tt Tt).
+      { unfold RkA; pose proof (dRA_nonneg M K g ga V n N Tt HK Hg Hga HV).
+        assert (crA M g ^ k <= crA M g ^ Tt) by (apply Rle_pow; [lra | lia]).
+        assert (INR k <= INR Tt) by (apply le_INR; lia).
+        assert (0 <= crA M g ^ k) by (apply pow_le; lra).
+        apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
+      pose proof (GkA_ge_1 M K g m0 k m HK Hg Hm0).
+      assert (GkA M K g m0 k m * A <= H * cgA M g ^ Tt * Rpower 2 (u * K) * (INR N * V))
+        by (apply Rmult_le_compat; lra).
+      replace x with ((x - X) + X) by ring; eapply Rle_trans; [apply Rabs_triang |].
+      unfold Ep; fold H; nra. }
+    (* the rescale *)
+    set (al := exp2 (rnd (m - m'))).
+    set (a := Rpower 2 (m - m')).
+    set (P2 := Rpower 2 (u * (m' - m))).
+    assert (Ha0 : 0 < a) by apply Rpower_pos.
+    assert (HP2 : 1 <= P2) by (apply ose_rpow_ge_1; nra).
+    pose proof (exp2_diff_error M m m' Fm Fm' Hmm') as Hal; fold al a in Hal.
+    assert (EE : exp2_factor M m m' = (1 + ue) * P2) by reflexivity.
+    rewrite EE in Hal.
+    assert (HaP : a * P2 <= 1).
+    { pose proof (alpha_factor_le M m m' Hmm') as Hf; fold a in Hf; rewrite EE in Hf.
+      assert ((1 + ue) * (a * P2) <= (1 + ue) * 1) by lra.
+      apply Rmult_le_reg_l in H0; lra. }
+    set (e := Rabs (x - X)).
+    set (G := GR K g m0 k m) in *.
+    set (Q := Lf * Rpower 2 (mf - m) * Rpower 2 (u * (m - m0)) * rho) in *.
+    set (Qn := Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho).
+    set (RRk := RR K g ga V n N Tt k) in *.
+    assert (He : e <= (G - 1) * A + Q + RRk) by (unfold inv in Hrun; fold x X A in Hrun; unfold e; lra).
+    assert (HG1 : 1 <= G) by (apply GR_ge_1; assumption).
+    assert (HQ0 : 0 <= Q).
+    { unfold Q; pose proof (Rpower_pos (mf - m)); pose proof (Rpower_pos (u * (m - m0))).
+      apply Rmult_le_pos; [| exact Hrho]; apply Rmult_le_pos; [| lra]; apply Rmult_le_pos; lra. }
+    assert (EQ : a * P2 * Q = Qn).
+    { unfold Q, Qn.
+      replace (a * P2 * (Lf * Rpower 2 (mf - m) * Rpower 2 (u * (m - m0)) * rho))
+        with (Lf * (a * Rpower 2 (mf - m)) * (P2 * Rpower 2 (u * (m - m0))) * rho) by ring.
+      unfold a, P2; rewrite !rpow_mul.
+      replace (m - m' + (mf - m)) with (mf - m') by ring.
+      replace (u * (m' - m) + u * (m - m0)) with (u * (m' - m0)) by ring; reflexivity. }
+    (* |x al - X a| *)
+    set (T1 := (1 + ue) * (G * P2 - 1) * (a * A) + (1 + ue) * Qn + (1 + ue) * RRk + ue * Rabs (X * a)
+               + Ep K g ga V n N Tt * ee).
+    assert (HB1 : Rabs (x * al - X * a) <= T1).
+    { replace (x * al - X * a) with ((x - X) * a + x * (al - a)) by ring.
+      eapply Rle_trans; [apply Rabs_triang |]; rewrite !Rabs_mult, (Rabs_right a) by lra; fold e.
+      assert (Hx1 : Rabs x <= Rabs X + e)
+        by (replace x with ((x - X) + X) at 1 by ring; unfold e; eapply Rle_trans; [apply Rabs_triang | lra]).
+      assert (HE0 : 0 <= a * ((1 + ue) * P2 - 1)) by (apply Rmult_le_pos; nra).
+      assert (E1 : Rabs x * Rabs (al - a) <= Rabs x * (a * ((1 + ue) * P2 - 1) + ee))
+        by (apply Rmult_le_compat_l; [apply Rabs_pos | exact Hal]).
+      assert (E2 : Rabs x * (a * ((1 + ue) * P2 - 1)) <= (Rabs X + e) * (a * ((1 + ue) * P2 - 1)))
+        by (apply Rmult_le_compat_r; lra).
+      assert (E3 : Rabs x * ee <= Ep K g ga V n N Tt * ee) by (apply Rmult_le_compat_r; lra).
+      assert (E4 : e * ((1 + ue) * (a * P2)) <= ((G - 1) * A + Q + RRk) * ((1 + ue) * (a * P2)))
+        by (apply Rmult_le_compat_r; [nra | exact He]).
+      assert (E5 : RRk * ((1 + ue) * (a * P2)) <= RRk * (1 + ue)) by (apply Rmult_le_compat_l; nra).
+      assert (E6 : Rabs X * (a * ((1 + ue) * P2 - 1)) <= ue * (Rabs X * a) + (1 + ue) * (P2 - 1) * (a * A)).
+      { replace (Rabs X * (a * ((1 + ue) * P2 - 1))) with (ue * (Rabs X * a) + (1 + ue) * (P2 - 1) * (a * Rabs X))
+          by ring.
+        assert ((1 + ue) * (P2 - 1) * (a * Rabs X) <= (1 + ue) * (P2 - 1) * (a * A))
+          by (apply Rmult_le_compat_l; [nra | apply Rmult_le_compat_l; lra]).
+        lra. }
+      assert (E7 : (G - 1) * A * ((1 + ue) * (a * P2)) + (1 + ue) * (P2 - 1) * (a * A)
+                   = (1 + ue) * (G * P2 - 1) * (a * A)) by ring.
+      assert (E8 : Q * ((1 + ue) * (a * P2)) = (1 + ue) * Qn) by (rewrite <- EQ; ring).
+      unfold T1; rewrite Rabs_mult, (Rabs_right a) by lra; nra. }
+    (* |rnd (x al) - X a| *)
+    set (y2 := rnd (x * al)).
+    assert (HB2 : Rabs (y2 - X * a) <= (1 + u) * T1 + u * Rabs (X * a) + ea).
+    { pose proof (ff_abs A_ (x * al)) as Hr; fold y2 in Hr.
+      assert (Rabs (x * al) <= Rabs (X * a) + T1)
+        by (replace (x * al) with ((x * al - X * a) + X * a) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+      replace (y2 - X * a) with ((y2 - x * al) + (x * al - X * a)) by ring.
+      eapply Rle_trans; [apply Rabs_triang |].
+      assert (u * Rabs (x * al) <= u * (Rabs (X * a) + T1)) by (apply Rmult_le_compat_l; lra).
+      lra. }
+    (* the tile *)
+    pose proof (tile_acc_run Key sc vis val accf n g ga K V c Hm HK HV y2 (X * a) m' tl Hn Fm' Hk') as Ht.
+    fold y2 H in Ht.
+    set (Tm := exact_pv_abs m' (kpairs Key sc vis val c tl)) in *.
+    assert (HT0 : 0 <= Tm) by (eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge]).
+    unfold X, A; rewrite <- (exact_pv_resc m m'), <- (exact_pv_abs_resc m m'); fold X A a.
+    replace (A * a) with (a * A) by ring.
+    (* the premise, at [m'] *)
+    assert (Hbm : Rabs (X * a) + Tm <= Lf * Rpower 2 (mf - m') * b).
+    { assert (E : Rabs (exact_pv mf (kpairs Key sc vis val c seen)) * Rpower 2 (mf - m') + exact_pv_abs mf (kpairs Key sc vis val c tl) * Rpower 2 (mf - m')
+                  <= Lf * b * Rpower 2 (mf - m'))
+        by (rewrite <- Rmult_plus_distr_r; apply Rmult_le_compat_r; [left; apply Rpower_pos | exact Hb]).
+      rewrite exact_pv_abs_resc in E.
+      rewrite <- (Rabs_right (Rpower 2 (mf - m'))) in E at 1 by (left; apply Rpower_pos).
+      rewrite <- Rabs_mult, exact_pv_resc in E.
+      unfold X; rewrite (exact_pv_resc m m').
+      fold Tm in E.
+      replace (Lf * Rpower 2 (mf - m') * b) with (Lf * b * Rpower 2 (mf - m')) by ring; exact E. }
+    set (Lb := Lf * Rpower 2 (mf - m') * b) in *.
+    assert (HLb : Lb <= Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b).
+    { unfold Lb; assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+      assert (0 <= Lf * Rpower 2 (mf - m') * b) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | left; apply Rpower_pos] | lra]).
+      nra. }
+    (* the factor *)
+    assert (HG' : (1 + g') * (G * P2 - 1) <= GR K g m0 (S k) m' - 1).
+    { unfold G, GR; fold g' H; cbn [pow].
+      set (Z := H * Rpower 2 (u * (m - m0))).
+      assert (EZ : Z * P2 = H * Rpower 2 (u * (m' - m0))).
+      { unfold Z, P2; rewrite Rmult_assoc, rpow_mul; replace (u * (m - m0) + u * (m' - m)) with (u * (m' - m0)) by ring.
+        reflexivity. }
+      assert (1 <= (1 + g') ^ k) by (apply pow_R1_Rle; lra).
+      assert (1 <= Z) by (unfold Z; assert (1 <= Rpower 2 (u * (m - m0))) by (apply ose_rpow_ge_1; nra); nra).
+      replace ((1 + (1 + g') ^ k * (Z - 1)) * P2 - 1) with ((P2 - 1) + (1 + g') ^ k * (Z * P2 - P2)) by ring.
+      rewrite EZ in *.
+      assert (P2 - 1 <= (1 + g') ^ k * (P2 - 1)) by nra.
+      assert ((P2 - 1) + (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - P2)
+              <= (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - 1)) by nra.
+      apply Rmult_le_compat_l with (r := 1 + g') in H2; [| lra].
+      replace ((1 + g') * ((1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - 1)))
+        with ((1 + g') * (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - 1)) in H2 by ring.
+      lra. }
+    assert (HH' : H - 1 <= GR K g m0 (S k) m' - 1).
+    { unfold GR; fold g' H.
+      assert (1 <= (1 + g') ^ S k) by (apply pow_R1_Rle; lra).
+      assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+      assert (H <= H * Rpower 2 (u * (m' - m0))) by nra.
+      nra. }
+    assert (HGP : 0 <= G * P2 - 1) by nra.
+    (* assembling *)
+    set (G' := GR K g m0 (S k) m') in *.
+    assert (Eall : (1 + g) * ((1 + u) * T1 + u * Rabs (X * a) + ea) + g * Rabs (X * a) + (H - 1) * Tm
+                   + g * H * Tm + ((1 + g) * c0n + ga)
+                   = (1 + g') * (G * P2 - 1) * (a * A) + (1 + g') * Qn + (1 + g') * RRk
+                     + (g' * Rabs (X * a) + g * H * Tm) + (H - 1) * Tm
+                     + ((1 + g) * (1 + u) * (Ep K g ga V n N Tt * ee) + (1 + g) * ea + ((1 + g) * c0n + ga))).
+    { unfold T1, g', gR; ring. }
+    rewrite HdRe in Eall.
+    assert (B1 : (1 + g') * (G * P2 - 1) * (a * A) <= (G' - 1) * (a * A))
+      by (apply Rmult_le_compat_r; [nra | exact HG']).
+    assert (B2 : (H - 1) * Tm <= (G' - 1) * Tm) by (apply Rmult_le_compat_r; lra).
+    assert (HQn : 0 <= Qn) by (rewrite <- EQ; apply Rmult_le_pos; [nra | lra]).
+    assert (B3 : (1 + g') * Qn <= (1 + gb) * Qn) by (apply Rmult_le_compat_r; lra).
+    assert (B4 : g' * Rabs (X * a) + g * H * Tm <= gb * (Rabs (X * a) + Tm)).
+    { assert (g' * Rabs (X * a) <= gb * Rabs (X * a)) by (apply Rmult_le_compat_r; [apply Rabs_pos | lra]).
+      assert (g * H * Tm <= gb * Tm) by (apply Rmult_le_compat_r; [lra | nra]).
+      lra. }
+    assert (B5 : gb * (Rabs (X * a) + Tm) <= gb * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b))
+      by (apply Rmult_le_compat_l; lra).
+    unfold inv.
+    replace (accf y2 (map (fun k0 => ff_rnd S_ (kweight M Key sc vis m' k0)) tl) (map (fun k0 => val k0 c) tl)
+             - (X * a + exact_pv m' (kpairs Key sc vis val c tl)))
+      with (accf y2 (map (fun k0 => ff_rnd S_ (kweight M Key sc vis m' k0)) tl) (map (fun k0 => val k0 c) tl)
+             - (X * a + exact_pv m' (kpairs Key sc vis val c tl))) by reflexivity.
+    eapply Rle_trans; [exact Ht |].
+    assert (Ht2 : (1 + g) * Rabs (y2 - X * a) <= (1 + g) * ((1 + u) * T1 + u * Rabs (X * a) + ea))
+      by (apply Rmult_le_compat_l; lra).
+    replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * ((1 + gb) * rho + gb * b))
+      with ((1 + gb) * Qn + gb * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)) by (unfold Qn; ring).
+    fold c0n; lra.
+  - (* no visible key yet: [alpha = 0] and the tile starts the accumulator *)
+    destruct (filter vis tl) as [| k0 r] eqn:Ef.
+    + rewrite (vmax_masked Key sc vis tl None (filter_nil_fully_masked vis tl Ef)) in Em''; discriminate.
+    + rewrite (vmax_none_filter Key sc vis tl k0 r Ef) in Em'' |- *; injection Em'' as Em''; subst m''; cbn [m_use kalpha].
+      set (m' := tmax Key sc (sc k0) r).
+      assert (Fk0 : fmt (sc k0)) by (apply Ftl; left; reflexivity).
+      assert (Ftl' : forall q, In q r -> fmt (sc q)) by (intros q Hq; apply Ftl; right; exact Hq).
+      destruct (tmax_props M Key sc r (sc k0) Fk0 Ftl') as [Fm' [Hkm' Htm]]; fold m' in Fm', Hkm', Htm.
+      assert (Hin' : forall q, In q (filter vis tl) -> sc q <= m').
+      { rewrite Ef; intros q [<- | Hq]; [exact Hkm' | apply Htm, Hq]. }
+      assert (HmK' : m' <= m0 + K)
+        by (apply tmax_le; [apply Ubl; left; reflexivity | intros q Hq; apply Ubl; right; exact Hq]).
+      assert (Hm0' : m0 <= m').
+      { assert (Hk0 : In k0 (filter vis tl)) by (rewrite Ef; left; reflexivity).
+        pose proof (Hin' k0 Hk0).
+        apply filter_In in Hk0; destruct Hk0 as [Hk0 Ev]; destruct (Htl k0 Hk0 Ev) as [_ [[H1 _] _]]; lra. }
+      rewrite Rmult_0_r, (ff_rnd_id A_ 0 (ff_fmt_0 A_)).
+      assert (Hs : kpairs Key sc vis val c seen = []) by (unfold kpairs; rewrite Hold; reflexivity).
+      rewrite Hs in Hb |- *.
+      assert (Hk' : forall q, In q tl -> vis q = true -> fmt (sc q) /\ sc q <= m' /\ m' - sc q <= K /\ Rabs (val q c) <= V).
+      { intros q Hq Ev; destruct (Htl q Hq Ev) as [Fq [[H1 H2] Hv]].
+        assert (sc q <= m') by (apply Hin', filter_In; auto).
+        repeat split; auto; lra. }
+      pose proof (tile_acc_run Key sc vis val accf n g ga K V c Hm HK HV 0 0 m' tl Hn Fm' Hk') as Ht.
+      fold H in Ht.
+      rewrite Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l, Rmult_0_r, Rplus_0_l in Ht.
+      assert (E0 : forall mm, exact_pv mm [] = 0 /\ exact_pv_abs mm [] = 0)
+        by (intros; unfold exact_pv, exact_pv_abs, rsum; cbn; split; reflexivity).
+      rewrite (proj1 (E0 mf)), Rabs_R0, Rplus_0_l in Hb.
+      rewrite (proj1 (E0 m')), (proj2 (E0 m')), !Rplus_0_l.
+      set (Tm := exact_pv_abs m' (kpairs Key sc vis val c tl)) in *.
+      assert (HT0 : 0 <= Tm) by (eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge]).
+      assert (Hbm : Tm <= Lf * Rpower 2 (mf - m') * b).
+      { unfold Tm; rewrite <- (exact_pv_abs_resc mf m').
+        replace (Lf * Rpower 2 (mf - m') * b) with (Lf * b * Rpower 2 (mf - m')) by ring.
+        apply Rmult_le_compat_r; [left; apply Rpower_pos | exact Hb]. }
+      assert (HLb : Lf * Rpower 2 (mf - m') * b <= Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b).
+      { assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+        assert (0 <= Lf * Rpower 2 (mf - m') * b) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | left; apply Rpower_pos] | lra]).
+        nra. }
+      assert (HH' : H - 1 <= GR K g m0 (S k) m' - 1).
+      { unfold GR; fold g' H.
+        assert (1 <= (1 + g') ^ S k) by (apply pow_R1_Rle; lra).
+        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+        assert (H <= H * Rpower 2 (u * (m' - m0))) by nra.
+        nra. }
+      assert (B2 : (H - 1) * Tm <= (GR K g m0 (S k) m' - 1) * Tm) by (apply Rmult_le_compat_r; lra).
+      assert (B4 : g * H * Tm <= gb * Tm) by (apply Rmult_le_compat_r; [lra | nra]).
+      assert (B5 : gb * Tm <= gb * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b))
+        by (apply Rmult_le_compat_l; lra).
+      assert (HQn : 0 <= Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho).
+      { pose proof (Rpower_pos (mf - m')); pose proof (Rpower_pos (u * (m' - m0))).
+        apply Rmult_le_pos; [| exact Hrho]; apply Rmult_le_pos; [| lra]; apply Rmult_le_pos; lra. }
+      assert (B7 : (1 + g) * c0n + ga <= RR K g ga V n N Tt (S k)).
+      { assert ((1 + g) * c0n + ga <= dRR K g ga V n N Tt).
+        { rewrite <- HdRe.
+          assert (0 <= (1 + g) * (1 + u) * (Ep K g ga V n N Tt * ee)) by (apply Rmult_le_pos; [nra | nra]).
+          nra. }
+        nra. }
+      unfold inv; eapply Rle_trans; [exact Ht |].
+      replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * ((1 + gb) * rho + gb * b))
+        with ((1 + gb) * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho)
+              + gb * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)) by ring.
+      assert (0 <= (1 + gb) * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho)) by nra.
+      fold c0n; lra.
+Qed.
+
+End Run.
+
 End KernelRunning.
