@@ -507,6 +507,84 @@ Proof.
       fold c0n; lra.
 Qed.
 
+Lemma run_run : forall tiles bs k seen st rho,
+  Forall (fun tl => length tl = n) tiles -> (k + length tiles <= Tt)%nat ->
+  (length (filter vis (seen ++ concat tiles)) <= N)%nat ->
+  keys_ok M Key sc vis val K V m0 c (seen ++ concat tiles) -> (c < length (ks_acc st))%nat ->
+  length bs = length tiles -> 0 <= rho ->
+  (forall t, (t < length tiles)%nat ->
+     Rabs (exact_pv mf (kpairs Key sc vis val c (seen ++ concat (firstn t tiles))))
+     + exact_pv_abs mf (kpairs Key sc vis val c (nth t tiles [])) <= Lf * nth t bs 0) ->
+  run_inv k seen st rho ->
+  run_inv (k + length tiles) (seen ++ concat tiles) (kernel_run_acc M Key sc vis val accf st tiles)
+          (fold_left (fun e b => (1 + gb) * e + gb * b + 0) bs rho).
+Proof.
+  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg.
+  assert (Hgb0 : 0 <= gb).
+  { pose proof (gR_nonneg g Hg); pose proof (H_pv_ge_1 M K HK).
+    assert (0 <= g * (H_pv M K - 1)) by nra; lra. }
+  induction tiles as [|tl tiles IH]; intros bs k seen st rho Hn HT HN Hok Hc Hl Hrho Hp Hinv.
+  - destruct bs; [| discriminate].
+    cbn [length concat fold_left]; rewrite Nat.add_0_r, app_nil_r; exact Hinv.
+  - destruct bs as [| b bs]; [discriminate |].
+    inversion Hn as [|tl' tiles' Htl Hrest]; subst.
+    cbn [length concat fold_left] in *; unfold kernel_run_acc; cbn [fold_left]; fold (kernel_run_acc M Key sc vis val accf).
+    replace (k + S (length tiles))%nat with (S k + length tiles)%nat by lia.
+    pose proof (Hp 0%nat ltac:(lia)) as Hp0; cbn [firstn concat nth] in Hp0; rewrite app_nil_r in Hp0.
+    assert (Hb0 : 0 <= b).
+    { assert (0 <= exact_pv_abs mf (kpairs Key sc vis val c tl))
+        by (eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge]).
+      pose proof (Rabs_pos (exact_pv mf (kpairs Key sc vis val c seen))); nra. }
+    replace ((1 + gb) * rho + gb * b + 0) with ((1 + gb) * rho + gb * b) by ring.
+    rewrite app_assoc in *.
+    apply IH; auto.
+    + lia.
+    + rewrite kernel_step_acc_length; exact Hc.
+    + nra.
+    + intros t Ht; pose proof (Hp (S t) ltac:(lia)) as H; cbn [firstn concat nth] in H.
+      rewrite app_assoc in H; exact H.
+    + apply run_step; auto.
+      * lia.
+      * rewrite filter_app, app_length in HN; lia.
+      * intros q Hq Ev; apply Hok; [apply in_or_app; left; exact Hq | exact Ev].
+Qed.
+
 End Run.
+
+(** The running fold: from any state with no visible key yet ([ks_m = None]: the
+    kernel's start), over tiles of [n] keys with at most [N] visible keys and [Tt]
+    tiles, every visible score a format number in [[m0, m0 + K]] and [|v| <= V], and
+    per-tile bounds [bs] in units of [Lf 2^(-mf)] (any [mf], [Lf > 0]):
+      Lf b_t >= |sum_(j in tiles < t) 2^(s_j - mf) v_j| + sum_(j in tile t) 2^(s_j - mf) |v_j|
+    (visible keys): once a key is visible, coordinate [c] of [acc] is within
+      (GR - 1) A + Lf 2^(mf - m) 2^(u (m - m0)) run_err gb 0 bs + RR
+    of [X = sum_j 2^(s_j - m) v_j], [A = sum_j 2^(s_j - m) |v_j|] ([m] the running max,
+    [GR], [RR] at the number of tiles), for any [gb >= gR g_rel + g_rel (H_pv - 1)]. *)
+Theorem acc_kernel_running : forall (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g ga K V m0 : R) (N Tt c : nat) (mf Lf gb : R)
+    (tiles : list (list Key)) (bs : list R) (st : kstate),
+  acc_dot_model accf n g ga -> 0 <= K -> 0 <= V -> 0 < Lf -> gR g + g * (H_pv M K - 1) <= gb ->
+  Forall (fun tl => length tl = n) tiles -> (length tiles <= Tt)%nat ->
+  (length (filter vis (concat tiles)) <= N)%nat ->
+  (forall k, In k (concat tiles) -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K /\ Rabs (val k c) <= V) ->
+  length bs = length tiles ->
+  (forall t, (t < length tiles)%nat ->
+     Rabs (exact_pv mf (kpairs Key sc vis val c (concat (firstn t tiles))))
+     + exact_pv_abs mf (kpairs Key sc vis val c (nth t tiles [])) <= Lf * nth t bs 0) ->
+  ks_m st = None -> (c < length (ks_acc st))%nat ->
+  forall m, ks_m (kernel_run_acc M Key sc vis val accf st tiles) = Some m ->
+  inv (GR K g m0 (length tiles) m)
+      (Lf * Rpower 2 (mf - m) * Rpower 2 (u * (m - m0)) * run_err gb 0 bs + RR K g ga V n N Tt (length tiles))
+      (nth c (ks_acc (kernel_run_acc M Key sc vis val accf st tiles)) 0)
+      (exact_pv m (kpairs Key sc vis val c (concat tiles)))
+      (exact_pv_abs m (kpairs Key sc vis val c (concat tiles))).
+Proof.
+  intros Key sc vis val accf n g ga K V m0 N Tt c mf Lf gb tiles bs st Hm HK HV HLf Hgb Hn HT HN Hok Hl Hp Hst Hc m Em.
+  pose proof (run_run Key sc vis val accf n g ga K V m0 N Tt c mf Lf gb Hm HK HV HLf Hgb tiles bs 0 [] st 0
+                Hn HT HN Hok Hc Hl (Rle_refl 0) Hp) as H.
+  destruct H as [_ H].
+  - split; [unfold state_inv; rewrite Hst; reflexivity | intros m' Em'; rewrite Hst in Em'; discriminate].
+  - exact (H m Em).
+Qed.
 
 End KernelRunning.
