@@ -588,3 +588,104 @@ Proof.
 Qed.
 
 End KernelRunning.
+
+(** ** Helpers: partial softmax sums, the affine [run_err], the tile split *)
+
+Lemma far_rsum_zero : forall {T} (f : T -> R) (l : list T), (forall x, f x = 0) -> rsum (map f l) = 0.
+Proof.
+  intros T f l H; induction l as [|x l IH]; [reflexivity |].
+  cbn [map]; rewrite rsum_cons, IH, H; ring.
+Qed.
+
+Lemma far_rsum_nonneg : forall {T} (f : T -> R) (l : list T), (forall x, 0 <= f x) -> 0 <= rsum (map f l).
+Proof.
+  intros T f l H; apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; apply H.
+Qed.
+
+(** A partial sum over the normaliser of the whole list is unchanged by a common shift of the scores. *)
+Lemma part_shift : forall {T} (xs ys : list T) (S v : T -> R) a,
+  rsum (map (fun x => exp (S x - a) * v x) xs) / rsum (map (fun x => exp (S x - a)) ys)
+  = rsum (map (fun x => exp (S x) * v x) xs) / rsum (map (fun x => exp (S x)) ys).
+Proof.
+  intros T xs ys S v a.
+  rewrite (rsum_map_ext (fun x => exp (S x - a) * v x) (fun x => exp (- a) * (exp (S x) * v x)))
+    by (intros; unfold Rminus; rewrite exp_plus; ring).
+  rewrite (rsum_map_ext (fun x => exp (S x - a)) (fun x => exp (- a) * exp (S x)))
+    by (intros; unfold Rminus; rewrite exp_plus; ring).
+  rewrite !rsum_map_scal_l.
+  pose proof (exp_pos (- a)).
+  destruct (Req_dec (rsum (map (fun x => exp (S x)) ys)) 0) as [Z | Z].
+  - rewrite Z, Rmult_0_r; unfold Rdiv; rewrite !Rinv_0; ring.
+  - field; split; [exact Z | lra].
+Qed.
+
+(** [softmax_perturbation_post] for the part [b] of a list [a ++ b ++ c]: the partial
+    sums [sum_(x in b) exp (S x) v x], each over the normaliser of the whole list. *)
+Lemma softmax_part_post : forall {T} (a b c : list T) (S S' v : T -> R) delta,
+  0 <= delta -> (forall x, In x (a ++ b ++ c) -> Rabs (S' x - S x) <= delta) ->
+  Rabs (rsum (map (fun x => exp (S' x) * v x) b) / rsum (map (fun x => exp (S' x)) (a ++ b ++ c))
+        - rsum (map (fun x => exp (S x) * v x) b) / rsum (map (fun x => exp (S x)) (a ++ b ++ c)))
+  <= (exp (2 * delta) - 1)
+     * (rsum (map (fun x => exp (S x) * Rabs (v x)) b) / rsum (map (fun x => exp (S x)) (a ++ b ++ c)))
+  /\ rsum (map (fun x => exp (S' x) * Rabs (v x)) b) / rsum (map (fun x => exp (S' x)) (a ++ b ++ c))
+     <= exp (2 * delta)
+        * (rsum (map (fun x => exp (S x) * Rabs (v x)) b) / rsum (map (fun x => exp (S x)) (a ++ b ++ c))).
+Proof.
+  intros T a b c S S' v delta Hd HS.
+  set (xs := map (pair false) a ++ map (pair true) b ++ map (pair false) c).
+  assert (Etag : forall F : bool * T -> R, rsum (map F xs)
+            = rsum (map (fun x => F (false, x)) a) + rsum (map (fun x => F (true, x)) b)
+              + rsum (map (fun x => F (false, x)) c)).
+  { intros F; unfold xs; rewrite !map_app, !rsum_app, !map_map; ring. }
+  assert (Eall : forall f : T -> R, rsum (map f (a ++ b ++ c)) = rsum (map f a) + rsum (map f b) + rsum (map f c))
+    by (intros f; rewrite !map_app, !rsum_app; ring).
+  destruct (softmax_perturbation_post xs (fun p => S (snd p)) (fun p => S' (snd p))
+              (fun p => if fst p then v (snd p) else 0) delta Hd) as [H1 H2].
+  { intros [t x] Hx; cbn [snd]; apply HS.
+    unfold xs in Hx; rewrite !in_app_iff, !in_map_iff in Hx; rewrite !in_app_iff.
+    destruct Hx as [[y [Ey Hy]] | [[y [Ey Hy]] | [y [Ey Hy]]]]; injection Ey as _ <-; auto. }
+  unfold sm_avg in H1, H2; rewrite !Etag in H1, H2; cbn [fst snd] in H1, H2.
+  rewrite !(far_rsum_zero (fun x => exp (S' x) * 0)) in H1 by (intros; ring).
+  rewrite !(far_rsum_zero (fun x => exp (S x) * 0)) in H1 by (intros; ring).
+  rewrite ?Etag in H1; rewrite ?Etag in H2; cbn [fst snd] in H1, H2.
+  rewrite !(far_rsum_zero (fun x => exp (S x) * Rabs 0)) in H1, H2 by (intros; rewrite Rabs_R0; ring).
+  rewrite !(far_rsum_zero (fun x => exp (S' x) * Rabs 0)) in H2 by (intros; rewrite Rabs_R0; ring).
+  rewrite !Eall; rewrite !Rplus_0_l, !Rplus_0_r in H1; rewrite !Rplus_0_l, !Rplus_0_r in H2.
+  split; [exact H1 | exact H2].
+Qed.
+
+Lemma run_err_affine_from : forall g (bs : list R) al be e c0,
+  fold_left (fun e b => (1 + g) * e + g * b + 0) (map (fun b => al * b + be) bs) (al * e + be * c0)
+  = al * fold_left (fun e b => (1 + g) * e + g * b + 0) bs e + be * ((1 + g) ^ length bs * (c0 + 1) - 1).
+Proof.
+  intros g bs al be; induction bs as [|b bs IH]; intros e c0; cbn [map fold_left length pow]; [ring |].
+  replace ((1 + g) * (al * e + be * c0) + g * (al * b + be) + 0)
+    with (al * ((1 + g) * e + g * b + 0) + be * ((1 + g) * c0 + g)) by ring.
+  rewrite IH; ring.
+Qed.
+
+(** [run_err] of the bounds [al b_t + be]. *)
+Lemma run_err_affine : forall g (bs : list R) al be,
+  run_err g 0 (map (fun b => al * b + be) bs) = al * run_err g 0 bs + be * ((1 + g) ^ length bs - 1).
+Proof.
+  intros g bs al be; unfold run_err.
+  pose proof (run_err_affine_from g bs al be 0 0) as H.
+  replace (al * 0 + be * 0) with 0 in H by ring.
+  rewrite H; ring.
+Qed.
+
+Lemma far_skipn_nth : forall {A} (l : list A) t d, (t < length l)%nat -> skipn t l = nth t l d :: skipn (S t) l.
+Proof.
+  intros A l; induction l as [|x l IH]; intros t d Ht; [cbn in Ht; lia |].
+  destruct t as [|t]; [reflexivity |]; cbn [skipn nth]; apply IH; cbn in Ht; lia.
+Qed.
+
+(** The visible keys of the tiles: those before tile [t], tile [t]'s, those after. *)
+Lemma far_split : forall {A} (vis : A -> bool) (tiles : list (list A)) t, (t < length tiles)%nat ->
+  filter vis (concat tiles)
+  = filter vis (concat (firstn t tiles)) ++ filter vis (nth t tiles []) ++ filter vis (concat (skipn (S t) tiles)).
+Proof.
+  intros A vis tiles t Ht.
+  rewrite <- (firstn_skipn t tiles) at 1; rewrite (far_skipn_nth tiles t [] Ht).
+  rewrite concat_app, filter_app; cbn [concat]; rewrite filter_app; reflexivity.
+Qed.
