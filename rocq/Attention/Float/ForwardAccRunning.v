@@ -689,3 +689,209 @@ Proof.
   rewrite <- (firstn_skipn t tiles) at 1; rewrite (far_skipn_nth tiles t [] Ht).
   rewrite concat_app, filter_app; cbn [concat]; rewrite filter_app; reflexivity.
 Qed.
+
+(** ** The caller's per-tile bounds and the closed forms *)
+
+(** The exact softmax of [scale q.k] over the row's visible keys, normalised by the sum
+    over ALL of them: [fwd_prefix t = |sum_(j in tiles < t) P_j v_j|]'s argument and
+    [fwd_tile_abs t = sum_(j in tile t) P_j |v_j|] (the kernel's tile order, masked keys
+    and fully masked tiles included, contributing nothing). *)
+Definition fwd_Z (scale : R) (q : list R) (vis : list R * R -> bool) (tiles : list (list (list R * R))) : R :=
+  rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles))).
+
+Definition fwd_prefix (scale : R) (q : list R) (vis : list R * R -> bool) (tiles : list (list (list R * R))) (t : nat) : R :=
+  rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * snd kv) (filter vis (concat (firstn t tiles))))
+  / fwd_Z scale q vis tiles.
+
+Definition fwd_tile_abs (scale : R) (q : list R) (vis : list R * R -> bool) (tiles : list (list (list R * R))) (t : nat) : R :=
+  rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * Rabs (snd kv)) (filter vis (nth t tiles [])))
+  / fwd_Z scale q vis tiles.
+
+(** The caller's bounds: one per tile, [b_t >= |fwd_prefix t| + fwd_tile_abs t]. *)
+Definition fwd_running_premise (scale : R) (q : list R) (vis : list R * R -> bool)
+    (tiles : list (list (list R * R))) (bs : list R) : Prop :=
+  length bs = length tiles /\
+  forall t, (t < length tiles)%nat -> Rabs (fwd_prefix scale q vis tiles t) + fwd_tile_abs scale q vis tiles t <= nth t bs 0.
+
+(** [afr_gb]: the running error's rate per tile ([gR] and the stored weights' factor on
+    the tile's share of [g_rel]); [afr_gA]: the factor of [A] ([GR - 1]) a priori;
+    [afr_Ep]: [|acc| <= afr_Ep] a priori; [afr_rR]: the absolute term [RR] a priori;
+    [afr_rel], [afr_C], [afr_abs]: the end-to-end bound's coefficients of [W], of
+    [run_err afr_gb 0 bs] and the absolute term. *)
+Definition afr_gb (u ue us X g_rel : R) : R :=
+  (1 + g_rel) * (1 + u) * (1 + ue) - 1 + g_rel * ((1 + us) * (1 + ue) * X - 1).
+
+Definition afr_gA (ue us X CB : R) : R := CB * ((1 + us) * (1 + ue) * X * X - 1).
+
+Definition afr_Ep (u ue ee ea us es V : R) (n N Tt : nat) (X CGA CRA g_rel g_abs : R) : R :=
+  afa_HA ue us X CGA * (INR N * V) + afa_rA u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs.
+
+Definition afr_rR (u ue ee ea us es V : R) (n N Tt : nat) (X CGA CRA CB g_rel g_abs : R) : R :=
+  INR Tt * CB * ((1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                                + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
+
+Definition afr_rel (u ue ee ea us : R) (n N Tt : nat) (X Y P1 CG CR CB : R) : R :=
+  let bL := afe_bL u ue ee ea n N Tt X P1 CG CR in
+  ((1 + u) * ((afr_gA ue us X CB + bL) * (1 + Y) + X * Y * (CB - 1)) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us.
+
+Definition afr_C (u ue ee ea us : R) (n N Tt : nat) (X Y P1 CG CR : R) : R :=
+  let bL := afe_bL u ue ee ea n N Tt X P1 CG CR in
+  (1 + us) * (1 + u) * X * (1 + Y) / (1 - bL).
+
+Definition afr_abs (u ue ee ea us es V : R) (n N Tt : nat) (X P1 CG CR CGA CRA CB g_rel g_abs : R) : R :=
+  let bL := afe_bL u ue ee ea n N Tt X P1 CG CR in
+  ((1 + u) * afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs / (1 - bL) + ea) * (1 + us) + es.
+
+Section Posteriori.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** [final_division_post] with a term [L Qf] in the accumulator's error: divided by
+    [l ~ L], it is [Qf] (in units of the exact normaliser). *)
+Lemma final_division_run : forall l L acc Nn Aa bL bA Qf Rb,
+  1 <= L -> Rabs Nn <= Aa -> 0 <= bL < 1 -> 0 <= bA -> 0 <= Qf -> 0 <= Rb ->
+  Rabs (l - L) <= bL * L -> Rabs (acc - Nn) <= bA * Aa + (L * Qf + Rb) ->
+  Rabs (rnd (acc / l) - Nn / L) <= (1 + u) * ((bA + bL) * (Aa / L) + Qf + Rb) / (1 - bL) + u * (Aa / L) + ea.
+Proof.
+  intros l L acc Nn Aa bL bA Qf Rb HL HN HbL HbA HQ HR Hl Hacc.
+  pose proof (ff_u_nonneg A_) as Hu.
+  pose proof (ff_abs A_ (acc / l)) as Hr.
+  assert (HA : 0 <= Aa) by (eapply Rle_trans; [apply Rabs_pos | exact HN]).
+  apply Rabs_le_inv in Hl.
+  assert (Hlp : 0 < l) by nra.
+  assert (Hl0 : (1 - bL) * L <= l) by lra.
+  set (W := Aa / L).
+  assert (HW : 0 <= W) by (unfold W, Rdiv; apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat; lra]).
+  set (D := ((bA + bL) * W + Qf + Rb) / (1 - bL)).
+  assert (Hq : Rabs (acc / l - Nn / L) <= D).
+  { replace (acc / l - Nn / L) with (((acc - Nn) * L - Nn * (l - L)) / (l * L)) by (field; lra).
+    unfold Rdiv at 1; rewrite Rabs_mult, (Rabs_right (/ (l * L)))
+      by (apply Rle_ge, Rlt_le, Rinv_0_lt_compat; nra).
+    assert (Hn : Rabs ((acc - Nn) * L - Nn * (l - L)) <= ((bA + bL) * Aa + (L * Qf + Rb)) * L).
+    { eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult, Rabs_Ropp, Rabs_mult.
+      rewrite (Rabs_right L) by lra.
+      assert (Rabs (acc - Nn) * L <= (bA * Aa + (L * Qf + Rb)) * L) by (apply Rmult_le_compat_r; lra).
+      assert (Rabs (l - L) <= bL * L) by (apply Rabs_le; lra).
+      assert (Rabs Nn * Rabs (l - L) <= Aa * (bL * L))
+        by (apply Rmult_le_compat; auto using Rabs_pos).
+      nra. }
+    assert (Hd : ((bA + bL) * Aa + (L * Qf + Rb)) * L * / (l * L) <= D).
+    { replace (((bA + bL) * Aa + (L * Qf + Rb)) * L * / (l * L)) with (((bA + bL) * Aa + (L * Qf + Rb)) / l)
+        by (field; lra).
+      unfold D; apply (Rmult_le_reg_r (l * (1 - bL))); [nra |].
+      replace (((bA + bL) * Aa + (L * Qf + Rb)) / l * (l * (1 - bL)))
+        with (((bA + bL) * Aa + (L * Qf + Rb)) * (1 - bL)) by (field; lra).
+      replace (((bA + bL) * W + Qf + Rb) / (1 - bL) * (l * (1 - bL))) with (((bA + bL) * W + Qf + Rb) * l)
+        by (field; lra).
+      assert (E : (bA + bL) * Aa = (bA + bL) * W * L) by (unfold W; field; lra).
+      rewrite E.
+      assert (0 <= (bA + bL) * W) by (apply Rmult_le_pos; lra).
+      assert ((bA + bL) * W * L * (1 - bL) <= (bA + bL) * W * l) by (rewrite Rmult_assoc; apply Rmult_le_compat_l; lra).
+      assert (L * Qf * (1 - bL) <= Qf * l) by (replace (L * Qf * (1 - bL)) with (Qf * ((1 - bL) * L)) by ring;
+                                                  apply Rmult_le_compat_l; lra).
+      assert (Rb * (1 - bL) <= Rb * l) by (apply Rmult_le_compat_l; nra).
+      lra. }
+    eapply Rle_trans; [| exact Hd]; apply Rmult_le_compat_r; [left; apply Rinv_0_lt_compat; nra | exact Hn]. }
+  assert (HNL : Rabs (Nn / L) <= W).
+  { unfold W, Rdiv; rewrite Rabs_mult, (Rabs_right (/ L)) by (left; apply Rinv_0_lt_compat; lra).
+    apply Rmult_le_compat_r; [left; apply Rinv_0_lt_compat; lra | exact HN]. }
+  assert (Hx : Rabs (acc / l) <= W + D)
+    by (replace (acc / l) with ((acc / l - Nn / L) + Nn / L) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+  replace (rnd (acc / l) - Nn / L) with ((rnd (acc / l) - acc / l) + (acc / l - Nn / L)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (u * Rabs (acc / l) <= u * (W + D)) by (apply Rmult_le_compat_l; lra).
+  fold W; replace ((1 + u) * ((bA + bL) * W + Qf + Rb) / (1 - bL)) with ((1 + u) * D) by (unfold D; field; lra).
+  nra.
+Qed.
+
+End Posteriori.
+
+(** The caller's bound [b_t] (exact scores, normaliser [fwd_Z]) gives the running fold's
+    premise at the computed scores [sck] (shifted by the final running max [mt],
+    normaliser [L]): [(1 + Y) b_t + Y W] in units of [L]. *)
+Lemma fwd_tile_premise : forall (sck : list R * R -> R) (vis : list R * R -> bool) (tiles : list (list (list R * R)))
+    (scale : R) (q : list R) (mt L delta Y Wx b : R) (t : nat),
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs ((sck kv - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2)) <= delta) ->
+  0 <= delta -> exp (2 * delta) - 1 <= Y ->
+  L = rsum (map (fun kv => exp ((sck kv - mt) * ln 2)) (filter vis (concat tiles))) -> 0 < L ->
+  Wx = rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * Rabs (snd kv)) (filter vis (concat tiles)))
+       / fwd_Z scale q vis tiles ->
+  0 < fwd_Z scale q vis tiles -> (t < length tiles)%nat ->
+  Rabs (fwd_prefix scale q vis tiles t) + fwd_tile_abs scale q vis tiles t <= b ->
+  Rabs (rsum (map (fun kv => exp ((sck kv - mt) * ln 2) * snd kv) (filter vis (concat (firstn t tiles)))))
+  + rsum (map (fun kv => exp ((sck kv - mt) * ln 2) * Rabs (snd kv)) (filter vis (nth t tiles [])))
+  <= L * ((1 + Y) * b + Y * Wx).
+Proof.
+  intros sck vis tiles scale q mt L delta Y Wx b t Hd Hdelta HY EL HL EW HZ Ht Hb.
+  pose proof (far_split vis tiles t Ht) as Hs.
+  unfold fwd_prefix, fwd_tile_abs in Hb; unfold fwd_Z in Hb, HZ, EW.
+  rewrite Hs in Hb, HZ, EW, EL, Hd.
+  set (pa := filter vis (concat (firstn t tiles))) in *.
+  set (pb := filter vis (nth t tiles [])) in *.
+  set (pc := filter vis (concat (skipn (S t) tiles))) in *.
+  set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
+  set (S1 := fun kv : list R * R => (sck kv - mt) * ln 2).
+  assert (Hd' : forall kv, In kv (pa ++ pb ++ pc) -> Rabs (S1 kv - S0 kv) <= delta) by exact Hd.
+  destruct (softmax_part_post [] pa (pb ++ pc) S0 S1 snd delta Hdelta Hd') as [P1 _].
+  destruct (softmax_part_post pa pb pc S0 S1 snd delta Hdelta Hd') as [_ P2].
+  cbn [app] in P1.
+  pose proof (part_shift pa (pa ++ pb ++ pc) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2)) as Sh1.
+  pose proof (part_shift pa (pa ++ pb ++ pc) (fun kv => scale * dot_R q (fst kv)) (fun kv => Rabs (snd kv)) (mt * ln 2))
+    as Sh2.
+  pose proof (part_shift pb (pa ++ pb ++ pc) (fun kv => scale * dot_R q (fst kv)) (fun kv => Rabs (snd kv)) (mt * ln 2))
+    as Sh3.
+  pose proof (part_shift (pa ++ pb ++ pc) (pa ++ pb ++ pc) (fun kv => scale * dot_R q (fst kv))
+                (fun kv => Rabs (snd kv)) (mt * ln 2)) as Sh4.
+  cbv beta in Sh1, Sh2, Sh3, Sh4.
+  change (fun x : list R * R => exp (scale * dot_R q (fst x) - mt * ln 2) * snd x)
+    with (fun x => exp (S0 x) * snd x) in Sh1.
+  change (fun x : list R * R => exp (scale * dot_R q (fst x) - mt * ln 2) * Rabs (snd x))
+    with (fun x => exp (S0 x) * Rabs (snd x)) in Sh2, Sh3, Sh4.
+  change (fun x : list R * R => exp (scale * dot_R q (fst x) - mt * ln 2)) with (fun x => exp (S0 x)) in Sh1, Sh2, Sh3, Sh4.
+  change (fun kv : list R * R => exp ((sck kv - mt) * ln 2)) with (fun kv => exp (S1 kv)) in EL.
+  change (fun kv : list R * R => exp ((sck kv - mt) * ln 2) * snd kv) with (fun kv => exp (S1 kv) * snd kv).
+  change (fun kv : list R * R => exp ((sck kv - mt) * ln 2) * Rabs (snd kv)) with (fun kv => exp (S1 kv) * Rabs (snd kv)).
+  rewrite <- EL in P1, P2.
+  rewrite Sh1, Sh2 in P1; rewrite Sh3 in P2.
+  set (Z := rsum (map (fun x => exp (scale * dot_R q (fst x))) (pa ++ pb ++ pc))) in *.
+  set (N1 := rsum (map (fun kv => exp (S1 kv) * snd kv) pa)) in *.
+  set (T1 := rsum (map (fun kv => exp (S1 kv) * Rabs (snd kv)) pb)) in *.
+  (* the prefix's absolute sum is at most [W] *)
+  assert (Hpa : rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pa) / Z <= Wx).
+  { rewrite EW; unfold Rdiv; apply Rmult_le_compat_r; [left; apply Rinv_0_lt_compat; exact HZ |].
+    rewrite !map_app, !rsum_app.
+    assert (0 <= rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pb))
+      by (apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]).
+    assert (0 <= rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pc))
+      by (apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]).
+    lra. }
+  assert (He1 : 1 <= exp (2 * delta)) by (rewrite <- exp_0; apply sp_exp_le; lra).
+  assert (HY0 : 0 <= Y) by lra.
+  assert (HA0 : 0 <= rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pa) / Z).
+  { unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ].
+    apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
+  assert (HB0 : 0 <= rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pb) / Z).
+  { unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ].
+    apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
+  set (Pa := rsum (map (fun x => exp (scale * dot_R q (fst x)) * snd x) pa) / Z) in *.
+  set (Aa := rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pa) / Z) in *.
+  set (Tb := rsum (map (fun x => exp (scale * dot_R q (fst x)) * Rabs (snd x)) pb) / Z) in *.
+  assert (H1 : Rabs (N1 / L) <= Rabs Pa + Y * Wx).
+  { replace (N1 / L) with ((N1 / L - Pa) + Pa) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    assert ((exp (2 * delta) - 1) * Aa <= Y * Wx) by (apply Rmult_le_compat; lra).
+    lra. }
+  assert (H2 : T1 / L <= (1 + Y) * Tb) by (assert (exp (2 * delta) * Tb <= (1 + Y) * Tb) by (apply Rmult_le_compat_r; lra); lra).
+  assert (EN : Rabs N1 = L * Rabs (N1 / L)).
+  { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ L)) by (left; apply Rinv_0_lt_compat; lra); field; lra. }
+  assert (ET : T1 = L * (T1 / L)) by (field; lra).
+  rewrite EN, ET.
+  assert (Rabs (N1 / L) + T1 / L <= (1 + Y) * b + Y * Wx).
+  { assert (0 <= Y * Rabs Pa) by (apply Rmult_le_pos; auto using Rabs_pos).
+    assert ((1 + Y) * (Rabs Pa + Tb) <= (1 + Y) * b) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  rewrite <- Rmult_plus_distr_l; apply Rmult_le_compat_l; lra.
+Qed.
