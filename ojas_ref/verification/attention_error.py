@@ -12,6 +12,11 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``) entry
   by entry, in terms of ``sum_j P_ij |v_jc|``; the stored output's error in the
   gradient bounds' ``delta`` (:func:`grad_error_bounds`);
+* :func:`dv_error_bound`, :func:`grad_error_bounds`: the backward's a-posteriori bounds, entry by
+  entry the smaller of the a-priori theorems (``dv_error``, ``dk_error``, ``dq_error`` and their
+  ``_acc`` forms) and the RUNNING ones of ``Ojas.Attention.Float.RunningAccError`` (the accumulation
+  charged on the signed partial sums over the tiles the kernels run, in their order, each pair's
+  score error from its own ``sum |q k|``: :mod:`ojas_ref.verification.bounds.attention_running`);
 * the data's sums that the bounds take (``W = P |v|``, ``P^T |dO|``, ``sum_c |dO_ic| e_ic``, the
   dQ/dK sums, ``max sum |q k|``, ``max |lse|``, ...) are certified upper bounds of the exact
   values (:mod:`ojas_ref.verification.bounds.certified`: float64 sums and matmuls in any order,

@@ -69,10 +69,16 @@ def acc_constants_up(dot: DotModel, n: int) -> tuple[float, float]:
     return _float_up(g_rel), _float_up(g_abs)
 
 
+_INF: dict[torch.device, torch.Tensor] = {}
+
+
 def _up(t: torch.Tensor) -> torch.Tensor:
     """One step toward +inf, in place (``t`` a fresh result of one rounded operation): at least the
     exact value of that operation (round to nearest lands on a neighbour of it)."""
-    return t.nextafter_(t.new_full((), math.inf))
+    inf = _INF.get(t.device)
+    if inf is None:
+        inf = _INF[t.device] = torch.tensor(math.inf, dtype=F64, device=t.device)
+    return t.nextafter_(inf)
 
 
 def up_add(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
@@ -83,9 +89,9 @@ def up_add(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
 
 
 def up_mul(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
-    """An upper bound of the exact ``|a| |b|`` (float64, ``b >= 0`` when a float), as
+    """An upper bound of the exact ``a b`` for NONNEGATIVE float64 ``a``, ``b`` (the caller's), as
     :func:`~ojas_ref.verification.bounds.certified.mul_upper` without the finiteness check."""
-    return _up(a.abs() * (b.abs() if isinstance(b, torch.Tensor) else b))
+    return _up(a * b)
 
 
 def up_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -170,7 +176,7 @@ class RunningAcc:
         b = up_add(up_add(z_abs, self.r_sum), up_add(abs_sum, r_sum))
         e = run_err_step(self.e, b, self.g_rel, self.g_abs)
         z_sum = self.z_sum + tile_sum  # |fl(x) - x| <= u |fl(x)| for a rounded sum
-        z_err = up_add(up_add(self.z_err, tile_err), up_mul(z_sum, cb.U64))
+        z_err = up_add(up_add(self.z_err, tile_err), up_mul(z_sum.abs(), cb.U64))
         r = up_add(self.r_sum, r_sum)
         if active is None:
             self.e, self.z_sum, self.z_err, self.r_sum = e, z_sum, z_err, r
