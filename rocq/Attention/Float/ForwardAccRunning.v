@@ -895,3 +895,324 @@ Proof.
     lra. }
   rewrite <- Rmult_plus_distr_l; apply Rmult_le_compat_l; lra.
 Qed.
+
+Lemma far_nth_map : forall (f : R -> R) (l : list R) t, (t < length l)%nat -> nth t (map f l) 0 = f (nth t l 0).
+Proof. intros f l t Ht; rewrite (nth_indep _ 0 (f 0)) by (rewrite map_length; lia); apply map_nth. Qed.
+
+Section Main.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** The kernel's loop with the accumulating P.V ([kernel_run_acc] from [kernel_start],
+    any tiles of [n] keys, any mask [vis]), one output coordinate of one query row,
+    against the softmax over the visible keys, with the RUNNING bound: the scores' dot
+    [dotf] of any [dot_model] (error [d_rel * P + d_abs]), the P.V dot [accf] of any
+    [acc_dot_model] on [n] keys ([g_rel], [g_abs]), and the caller's per-tile bounds
+    [bs] ([fwd_running_premise]):
+      |out - sum_j P_j v_j| <= afr_rel W + afr_C run_err afr_gb 0 bs + afr_abs. *)
+Theorem attention_forward_acc_running : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E d_rel d_abs ->
+  acc_dot_model accf n g_rel g_abs ->
+  afe_premises_de M c scale uc P (d_rel * P + d_abs) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA ->
+  (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X Y P1 CG CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X Y P1 CG CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel g_abs.
+Proof.
+  intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt vis tiles bs sck st
+    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT [Hbl Hbs].
+  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
+  pose proof (adm_rel_nonneg _ _ _ _ Hadm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hadm) as Hga.
+  assert (HBt : Forall (fun tl => (length tl <= n)%nat) tiles)
+    by (apply Forall_forall; intros tl Htl; rewrite (proj1 (Forall_forall _ _) Hn tl Htl); lia).
+  destruct (kernel_run_visible_tiles_with M dotf c q vis n tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  set (ft := (k0 :: r) :: rest) in *.
+  set (kt := map (map (kv_pair_with M dotf c q)) ft) in *.
+  set (m0 := score2_with A_ dotf c q (fst k0)) in *.
+  destruct (kernel_run_acc_m_l M (list R * R) sck vis (fun kv _ => snd kv) accf tiles (kernel_start 1) (kernel_start 1)
+              eq_refl eq_refl) as [Em El].
+  fold st in Em, El; unfold sck in Em, El; rewrite Est in Em, El; cbn [ks_m ks_l] in Em, El.
+  assert (Hkeys' : forall kv, In kv (concat ft) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V)
+    by (intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto).
+  assert (HN' : (length (concat ft) <= N)%nat) by (rewrite Ecat; exact HN).
+  assert (HT' : (length ft <= Tt)%nat) by lia.
+  destruct (kernel_tiles_ok_with M dotf d_rel d_abs q c scale uc P V E n N Tt k0 r rest Hdm Hq Hkeys' Hs Huc Hc HBf HN' HT')
+    as [Hdelta [HK [Hm0t [HmK [Ecat' [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
+  destruct (kernel_scores_ok M dotf d_rel d_abs q c scale uc P E k0 r rest Hdm Hq
+              (fun kv Hkv => conj (proj1 (Hkeys' kv Hkv)) (proj1 (proj2 (Hkeys' kv Hkv)))) Hs Huc Hc)
+    as [Hsc2 [_ [Hsmax [_ [_ [_ [_ [Hmt _]]]]]]]].
+  fold ft kt m0 in Hdelta, HK, Hm0t, HmK, Ecat', Hsc, Hex, Hks, HBk, HNk, HTk, Hsc2, Hmt.
+  set (delta := score_delta_de A_ scale uc P (d_rel * P + d_abs)) in *.
+  set (smax := score_max_de A_ scale uc P (d_rel * P + d_abs)) in *.
+  set (K := 2 * smax) in *.
+  set (mt := acc_m_run m0 kt) in *.
+  (* the accumulator *)
+  assert (Hok : forall kv, In kv (concat tiles) -> vis kv = true ->
+                  fmt (sck kv) /\ - smax <= sck kv <= - smax + K /\ Rabs ((fun kv _ => snd kv) kv 0%nat) <= V).
+  { intros kv Hkv Ev.
+    assert (Hf : In kv (concat ft)) by (rewrite Ecat; apply filter_In; auto).
+    destruct (Hsc2 kv Hf) as [_ Hb]; apply Rabs_le_inv in Hb.
+    split; [apply ff_rnd_fmt | split; [unfold K, sck; lra | apply (Hkeys' kv Hf)]]. }
+  destruct (acc_kernel_inv M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0 tiles
+              (kernel_start 1) Hadm HK (Rlt_le _ _ HV) Hn HT HN Hok eq_refl ltac:(cbn; lia) mt Em) as [_ [Hmb _]].
+  assert (Ekp : map (fun k : list R * R => (sck k, snd k)) (filter vis (concat tiles)) = concat kt)
+    by (rewrite Ecat', <- Ecat; reflexivity).
+  (* the denominator *)
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (HBt' : Forall (fun tl => (length tl <= n)%nat) (map (map fst) kt)).
+  { apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+    rewrite map_length; exact (proj1 (Forall_forall _ _) HBk tl' Htl'). }
+  assert (Hmr : m_run m0 (map (map fst) kt) = mt) by (unfold m_run, mt, acc_m_run; apply mrun_map).
+  assert (Hks' : forall s, In s (concat (map (map fst) kt)) -> fmt s /\ m_run m0 (map (map fst) kt) - s <= K).
+  { intros s0 Hs0; rewrite <- concat_map in Hs0; apply in_map_iff in Hs0; destruct Hs0 as [p [<- Hp]].
+    rewrite Hmr; destruct (Hks p Hp) as [_ [F1 F2]]; split; assumption. }
+  assert (HN'' : (length (concat (map (map fst) kt)) <= N)%nat) by (rewrite <- concat_map, map_length; exact HNk).
+  assert (HT'' : (length (map (map fst) kt) <= Tt)%nat) by (rewrite map_length; exact HTk).
+  pose proof (l_fold_inv M K m0 n N Tt (map (map fst) kt) HK Fm0 HB Hks' HBt' HN'' HT'' ltac:(rewrite Hmr; exact HmK)) as Cl.
+  rewrite Hmr, map_length, <- concat_map in Cl.
+  set (L := exact_l mt (map fst (concat kt))) in *.
+  assert (HL1 : 1 <= L).
+  { apply exact_l_ge_1; destruct (mrun_attained fst kt m0) as [E0 | Hq0]; [| exact Hq0].
+    destruct Hex as [p [Hp Ep]]; exists p; split; [exact Hp | unfold mt, acc_m_run; rewrite E0; exact Ep]. }
+  destruct (out_bL_apriori M K m0 n N Tt (length kt) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
+  set (bL := afe_bL u ue ee ea n N Tt X P1 CG CR) in *.
+  assert (Hlb : Rabs (l_run M m0 0 (map (map fst) kt) - L) <= bL * L).
+  { unfold inv, out_bL in *; eapply Rle_trans; [exact Cl |].
+    set (Gl := Gk M (H_l M K n) m0 (length kt) mt) in *.
+    set (Rl := Rk M K (H_l M K n) (Ry_l M n) (INR N) Tt (length kt)) in *.
+    assert (HRl : 0 <= Rl) by (unfold Rl; apply Rk_nonneg;
+      [destruct (H_l_bounds M K n X P1 HK HX HP); lra
+      | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
+      | apply pos_INR]).
+    assert (Rl <= Rl * L) by nra.
+    assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
+    nra. }
+  (* the caller's bounds, in the kernel's units *)
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1; nra); lra).
+  set (gb := afr_gb u ue us X g_rel) in *.
+  assert (Hgb : gR M g_rel + g_rel * (H_pv M K - 1) <= gb).
+  { unfold gb, afr_gb, gR, H_pv, tile_E.
+    assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
+      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [nra | exact HX]).
+    assert (g_rel * ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) - 1) <= g_rel * ((1 + us) * (1 + ue) * X - 1))
+      by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (Hgb0 : 0 <= gb) by (pose proof (gR_nonneg M g_rel Hg); pose proof (H_pv_ge_1 M K HK);
+                               assert (0 <= g_rel * (H_pv M K - 1)) by nra; lra).
+  set (Z0 := fwd_Z scale q vis tiles).
+  assert (HZ0 : 0 < Z0).
+  { destruct Hvis as [kv0 [Hkv0 Ev0]].
+    apply (Rlt_le_trans _ (exp (scale * dot_R q (fst kv0)))); [apply exp_pos |].
+    unfold Z0, fwd_Z; apply ost_rsum_ge_in.
+    - intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; left; apply exp_pos.
+    - apply in_map_iff; exists kv0; split; [reflexivity | apply filter_In; auto]. }
+  set (Wx := exact_softmax scale q (map abs_value (filter vis (concat tiles)))).
+  assert (EWx : Wx = rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * Rabs (snd kv)) (filter vis (concat tiles)))
+                     / fwd_Z scale q vis tiles)
+    by (unfold Wx, exact_softmax, fwd_Z; rewrite !map_map; reflexivity).
+  assert (EL : L = rsum (map (fun kv => exp ((sck kv - mt) * ln 2)) (filter vis (concat tiles))))
+    by (unfold L, exact_l; rewrite <- Ekp, !map_map; reflexivity).
+  assert (HL0 : 0 < L) by lra.
+  assert (Hd01 : forall kv, In kv (filter vis (concat tiles)) ->
+                   Rabs ((sck kv - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2)) <= delta).
+  { intros kv Hkv; rewrite <- Ecat in Hkv; unfold sck.
+    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+    exact (Hsc kv Hkv). }
+  set (bs' := map (fun b => (1 + Y) * b + Y * Wx) bs).
+  assert (Hpt : forall t, (t < length tiles)%nat ->
+     Rabs (exact_pv mt (kpairs (list R * R) sck vis (fun kv _ => snd kv) 0 (concat (firstn t tiles))))
+     + exact_pv_abs mt (kpairs (list R * R) sck vis (fun kv _ => snd kv) 0 (nth t tiles [])) <= L * nth t bs' 0).
+  { intros t Ht.
+    unfold bs'; rewrite far_nth_map by lia.
+    unfold exact_pv, exact_pv_abs, kpairs; rewrite !map_map; cbn [fst snd].
+    exact (fwd_tile_premise sck vis tiles scale q mt L delta Y Wx (nth t bs 0) t Hd01 Hdelta HY EL HL0 EWx HZ0 Ht
+             (Hbs t Ht)). }
+  pose proof (acc_kernel_running M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0
+                mt L gb tiles bs' (kernel_start 1) Hadm HK (Rlt_le _ _ HV) HL0 Hgb Hn HT HN Hok
+                ltac:(unfold bs'; rewrite map_length; exact Hbl) Hpt eq_refl ltac:(cbn; lia) mt Em) as Ca.
+  fold st in Ca; unfold kpairs in Ca; cbv beta in Ca; rewrite Ekp in Ca.
+  (* the constants *)
+  assert (Hb0 : Forall (fun b => 0 <= b) bs).
+  { apply Forall_forall; intros b Hb.
+    destruct (In_nth bs b 0 Hb) as [t [Ht <-]].
+    rewrite Hbl in Ht; pose proof (Hbs t Ht) as H.
+    assert (0 <= fwd_tile_abs scale q vis tiles t).
+    { unfold fwd_tile_abs; fold Z0; unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
+      apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
+    pose proof (Rabs_pos (fwd_prefix scale q vis tiles t)); lra. }
+  set (R0 := run_err gb 0 bs).
+  assert (HR0 : 0 <= R0) by (apply run_err_nonneg; [exact Hgb0 | lra | exact Hb0]).
+  assert (HW0 : 0 <= Wx).
+  { rewrite EWx; unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
+    apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
+  assert (HY0 : 0 <= Y) by (assert (1 <= exp (2 * delta)) by (rewrite <- exp_0; apply sp_exp_le; lra); lra).
+  assert (HCB1 : (1 + gb) ^ length bs <= CB).
+  { eapply Rle_trans; [| exact HCB]; apply Rle_pow; [lra | lia]. }
+  assert (HgCB : (1 + gR M g_rel) ^ length tiles <= CB).
+  { eapply Rle_trans; [| exact HCB].
+    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by nra; lra).
+    eapply Rle_trans; [apply pow_incr; split; [pose proof (gR_nonneg M g_rel Hg); lra | apply Rplus_le_compat_l; exact H] |].
+    apply Rle_pow; [lra | lia]. }
+  assert (Hrho : run_err gb 0 bs' <= (1 + Y) * R0 + Y * Wx * (CB - 1)).
+  { unfold bs'; rewrite run_err_affine; fold R0.
+    assert (Y * Wx * ((1 + gb) ^ length bs - 1) <= Y * Wx * (CB - 1)) by (apply Rmult_le_compat_l; [nra | lra]).
+    lra. }
+  assert (Hrho0 : 0 <= run_err gb 0 bs').
+  { unfold bs'; rewrite run_err_affine; fold R0.
+    assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra).
+    assert (0 <= Y * Wx * ((1 + gb) ^ length bs - 1)) by (apply Rmult_le_pos; nra).
+    nra. }
+  assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
+  assert (HpX : Rpower 2 (u * (mt - - smax)) <= X)
+    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra); lra).
+  set (Qf := X * ((1 + Y) * R0 + Y * Wx * (CB - 1))).
+  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; [lra | nra]).
+  assert (HQ : L * Rpower 2 (mt - mt) * Rpower 2 (u * (mt - - smax)) * run_err gb 0 bs' <= L * Qf).
+  { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
+    rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
+    apply Rmult_le_compat; [left; apply Rpower_pos | exact Hrho0 | exact HpX | exact Hrho]. }
+  set (gA := afr_gA ue us X CB).
+  assert (HGA : GR M K g_rel (- smax) (length tiles) mt - 1 <= gA).
+  { unfold GR, gA, afr_gA, H_pv, tile_E.
+    set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
+    assert (HZ1 : 1 <= Zm).
+    { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
+      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1; nra).
+      assert (1 <= (1 + us) * ((1 + ue) * Rpower 2 (u * K))) by nra. nra. }
+    assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
+    { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
+      assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
+        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [nra | exact HX]).
+      apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
+    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
+    replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
+      by ring.
+    apply Rmult_le_compat; lra. }
+  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs).
+  assert (HRA : RR M K g_rel g_abs V n N Tt (length tiles) <= rA).
+  { unfold RR, rA, afr_rR.
+    assert (HEp : Ep M K g_rel g_abs V n N Tt <= afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs).
+    { unfold Ep, afr_Ep.
+      pose proof (GkA_apriori M K g_rel 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCGA) as H1.
+      unfold GkA in H1; rewrite Rminus_0_r in H1.
+      pose proof (RkA_apriori M K g_rel g_abs V n N Tt Tt X CGA CRA HK Hg Hga (Rlt_le _ _ HV) (le_n Tt) HX HCGA HCRA).
+      assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+      assert (H_pv M K * cgA M g_rel ^ Tt * Rpower 2 (u * K) * (INR N * V) <= afa_HA ue us X CGA * (INR N * V))
+        by (apply Rmult_le_compat_r; lra).
+      lra. }
+    assert (HdRR : dRR M K g_rel g_abs V n N Tt
+                   <= (1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                                     + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
+    { unfold dRR.
+      assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
+              <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
+        by (apply Rmult_le_compat_l; [nra | exact HEp]).
+      assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
+      pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
+                    ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                     + ((1 + us) * ee + es) * (INR n * V)) ltac:(lra)).
+      lra. }
+    pose proof (dRR_nonneg M K g_rel g_abs V n N Tt HK Hg Hga (Rlt_le _ _ HV)) as HdR0.
+    assert (INR (length tiles) <= INR Tt) by (apply le_INR; lia).
+    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
+    apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HdR0 | | exact HdRR].
+    apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
+  pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
+  assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
+  assert (HgA0 : 0 <= gA) by (unfold gA, afr_gA; assert (1 <= CB) by (eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra);
+                               assert (1 <= (1 + us) * (1 + ue) * X * X) by (assert (1 <= (1 + us) * (1 + ue)) by nra;
+                                                                             assert (1 <= X * X) by nra; nra); nra).
+  assert (HrA0 : 0 <= rA)
+    by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
+  assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
+  { unfold inv in Ca; eapply Rle_trans; [exact Ca |].
+    assert ((GR M K g_rel (- smax) (length tiles) mt - 1) * exact_pv_abs mt (concat kt)
+            <= gA * exact_pv_abs mt (concat kt)) by (apply Rmult_le_compat_r; lra).
+    lra. }
+  assert (Hon := final_division_run M (l_run M m0 0 (map (map fst) kt)) L (nth 0 (ks_acc st) 0)
+                   (exact_pv mt (concat kt)) (exact_pv_abs mt (concat kt)) bL gA Qf rA HL1 HNA
+                   ltac:(lra) HgA0 HQf HrA0 Hlb Hab).
+  rewrite El.
+  (* the perturbation of the scores, a-posteriori *)
+  set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
+  set (S1 := fun kv : list R * R => (score2_with A_ dotf c q (fst kv) - mt) * ln 2).
+  assert (EN : exact_pv mt (concat kt) / L = sm_avg (concat ft) S1 snd)
+    by (unfold L, exact_pv, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
+  assert (EA : exact_pv_abs mt (concat kt) / L = sm_avg (concat ft) S1 (fun kv => Rabs (snd kv)))
+    by (unfold L, exact_pv_abs, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
+  assert (EW : Wx = sm_avg (concat ft) S0 (fun kv => Rabs (snd kv))).
+  { unfold Wx; rewrite <- Ecat; unfold exact_softmax, sm_avg, S0; rewrite !map_map; cbn [abs_value fst snd]; symmetry.
+    apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) (fun kv => Rabs (snd kv)) (mt * ln 2)). }
+  rewrite <- Ecat.
+  assert (EZ : exact_softmax scale q (concat ft) = sm_avg (concat ft) S0 snd)
+    by (unfold exact_softmax, sm_avg, S0; symmetry;
+        apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2))).
+  rewrite EN, EA in Hon; rewrite EZ.
+  destruct (softmax_perturbation_post (concat ft) S0 S1 snd delta Hdelta) as [Hp1 Hp2].
+  { intros kv Hkv; unfold S0, S1.
+    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+    exact (Hsc kv Hkv). }
+  destruct (sm_avg_abs (concat ft) S0 snd) as [HZW _].
+  destruct (sm_avg_abs (concat ft) S1 snd) as [_ HW1].
+  rewrite <- EW in Hp1, Hp2, HZW.
+  set (W1 := sm_avg (concat ft) S1 (fun kv => Rabs (snd kv))) in *.
+  set (Z := sm_avg (concat ft) S0 snd) in *.
+  set (Z1 := sm_avg (concat ft) S1 snd) in *.
+  set (o := rnd (nth 0 (ks_acc st) 0 / l_run M m0 0 (map (map fst) kt))) in *.
+  (* the closed form *)
+  assert (HW1W : W1 <= (1 + Y) * Wx) by (assert (exp (2 * delta) * Wx <= (1 + Y) * Wx) by (apply Rmult_le_compat_r; lra); lra).
+  set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
+  assert (Hc1 : 0 <= c1) by (unfold c1, Rdiv; apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra]).
+  set (err := ((1 + u) * ((gA + bL) * (1 + Y) + X * Y * (CB - 1)) / (1 - bL) + u * (1 + Y) + Y) * Wx
+              + (1 + u) * X * (1 + Y) / (1 - bL) * R0 + (1 + u) * rA / (1 - bL) + ea).
+  assert (Herr : Rabs (o - Z) <= err).
+  { replace (o - Z) with ((o - Z1) + (Z1 - Z)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    replace ((1 + u) * ((gA + bL) * W1 + Qf + rA) / (1 - bL) + u * W1 + ea)
+      with (c1 * W1 + (1 + u) * Qf / (1 - bL) + (1 + u) * rA / (1 - bL) + u * W1 + ea) in Hon by (unfold c1; field; lra).
+    assert (c1 * W1 <= c1 * ((1 + Y) * Wx)) by (apply Rmult_le_compat_l; lra).
+    assert (u * W1 <= u * ((1 + Y) * Wx)) by (apply Rmult_le_compat_l; lra).
+    assert ((exp (2 * delta) - 1) * Wx <= Y * Wx) by (apply Rmult_le_compat_r; lra).
+    replace err with (c1 * ((1 + Y) * Wx) + (1 + u) * Qf / (1 - bL) + (1 + u) * rA / (1 - bL) + u * ((1 + Y) * Wx)
+                      + ea + Y * Wx)
+      by (unfold err, c1, Qf; field; lra).
+    lra. }
+  assert (Ho : Rabs o <= Wx + err)
+    by (replace o with ((o - Z) + Z) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs S_ o) as Hso.
+  fold Wx.
+  replace (afr_rel u ue ee ea us n N Tt X Y P1 CG CR CB * Wx + afr_C u ue ee ea us n N Tt X Y P1 CG CR * R0
+           + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel g_abs)
+    with (err * (1 + us) + us * Wx + es)
+    by (unfold err, afr_rel, afr_C, afr_abs; cbv zeta; fold bL gA rA; field; lra).
+  replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs o <= us * (Wx + err)) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+End Main.
