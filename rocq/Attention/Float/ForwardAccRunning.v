@@ -1215,4 +1215,90 @@ Proof.
   nra.
 Qed.
 
+
+(** ** The H100 instances *)
+
+(** The float32 forward on the H100 (Triton's 3xTF32 on its tensor cores), as
+    [attention_forward_acc_posteriori_tf32x3_op]: the scores' dot [tf32x3_dot_tc_op]
+    (head dim [E <= qb k]) and the P.V [tf32x3_acc_fn F out rnd k] (tiles of
+    [n <= qv k] keys), [g_rel = u + (1 + u) tf32x3_tc_rel (2^(1-F)) ur k qv],
+    [g_abs = (1 + u) 0 + ea], with the running bound. *)
+Theorem attention_forward_acc_running_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (k qb qv : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E n N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let accf := tf32x3_acc_fn F out rnd k in
+  let g_rel := u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qv in
+  let g_abs := (1 + u) * 0 + ea in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  (1 <= qv)%nat -> (n <= qv * k)%nat ->
+  INR (3 * qv) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA -> (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X Y P1 CG CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X Y P1 CG CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel g_abs.
+Proof.
+  intros out ur F k qb qv q c scale uc P V X Y P1 CG CR CGA CRA CB E n N Tt vis tiles bs dotf accf g_rel g_abs sck st
+    Hur Hout Hk Hq HE Hd Hqv Hn Hdv Hexp0 Hvis Hpre.
+  exact (attention_forward_acc_running dotf _ 0 accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt
+           vis tiles bs Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hd)
+           (tf32x3_tc_op_acc_dot_model out rnd ur u ea F k qv n Hur Hout (ff_u_nonneg _) (ff_abs _) Hk Hqv Hn Hdv)
+           Hpre).
+Qed.
+
+(** The bf16 (or fp16) forward on the H100, as [attention_forward_acc_posteriori_tc_op]:
+    the scores' dot [tc_dot_op] (head dim [E <= qb k]) and the P.V [tc_acc_fn F out k]
+    (tiles of [n <= qv k] keys), [g_rel = gamma (tc_delta (2^(1-F)) ur k) qv],
+    [g_abs = 0], with the running bound. *)
+Theorem attention_forward_acc_running_tc_op : forall (out : R -> R) (ur : R) (F : Z) (k qb qv : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E n N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R),
+  let dotf := tc_dot_op (tc_align_op F) out k in
+  let accf := tc_acc_fn F out k in
+  let g_rel := gamma (tc_delta (bpow radix2 (1 - F)) ur k) qv in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR qb * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  (1 <= qv)%nat -> (n <= qv * k)%nat ->
+  INR qv * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (gamma (tc_delta (bpow radix2 (1 - F)) ur k) qb * P + 0) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA -> (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X Y P1 CG CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X Y P1 CG CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel 0.
+Proof.
+  intros out ur F k qb qv q c scale uc P V X Y P1 CG CR CGA CRA CB E n N Tt vis tiles bs dotf accf g_rel sck st
+    Hur Hout Hk Hq HE Hd Hqv Hn Hdv Hexp0 Hvis Hpre.
+  exact (attention_forward_acc_running dotf _ 0 accf n g_rel 0 q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt
+           vis tiles bs Hexp0 Hvis (tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hd)
+           (tc_acc_op_dot_model out ur F k qv n Hur Hout Hk Hqv Hn Hdv) Hpre).
+Qed.
+
 End Main.
