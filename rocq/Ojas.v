@@ -47,7 +47,7 @@ From Ojas Require Export Attention.ScorePerturbation Attention.StreamError.
 From Ojas Require Export Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile.
 From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardError Attention.Float.ForwardPosteriori Attention.Float.ForwardAccError.
 From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
-From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError.
+From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError Attention.Float.ForwardAccRunning.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.

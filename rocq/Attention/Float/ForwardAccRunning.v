@@ -1,6 +1,81 @@
 (** * Forward attention with the accumulating P.V, a running (a-posteriori) bound.
 
-    HEADER *)
+    The kernel of ForwardAccError.v ([kernel_step_acc], [kernel_run_acc]: per key tile
+    [acc = accf (rnd (acc * alpha)) (map stored_p tile) (map v tile)] with any
+    [acc_dot_model accf n g_rel g_abs]).  There, [acc_kernel_inv] charges every tile
+    [g_rel (|acc| + sum |p v|)] with [|acc|] bounded by the ABSOLUTE weighted sum
+    [A = sum_j 2^(s_j - m) |v_j|], so the factor of [W = sum_j P_j |v_j|] carries
+    [cgA^Tt = ((1 + ue)(1 + u)(1 + g_rel))^Tt - 1 ~ Tt (ue + u + g_rel)].  Here, as
+    RunningAccError.v does for the backward, each tile is charged on the exact SIGNED
+    prefix instead, in units of the final normaliser: the caller (Python) computes
+    from the exact scores the exact softmax [P_j = exp (scale q.k_j) / sum_(visible i)
+    exp (scale q.k_i)] over the row's visible keys (normalised by the FINAL sum), and
+    for every key tile [t] of the kernel (its order, fully masked tiles included, in
+    which case the tile's sum is 0) an upper bound
+      b_t >= |sum_(visible j in tiles < t) P_j v_j| + sum_(visible j in tile t) P_j |v_j|
+    ([fwd_prefix], [fwd_tile_abs], [fwd_running_premise]; [length bs = length tiles]).
+
+    Why the units work: the kernel's [acc] after [t] tiles is scaled by [2^(-m_t)]
+    ([m_t] the computed running max); its running error term is kept as
+    [Lf 2^(mf - m_t) rho_t] ([acc_run_inv]), which [rnd (acc * alpha)] rescales exactly
+    like [acc] ([alpha ~ 2^(m_t - m_(t+1))]), so at the end ([mf = m_T], [Lf = L_T] the
+    exact normaliser of the computed scores) it is [L_T rho_T] and the division by the
+    computed [l ~ L_T] leaves [rho_T]; the computed scores' perturbation ([Y]) turns the
+    caller's exact-score bounds into the kernel's ([fwd_tile_premise]:
+    [(1 + Y) b_t + Y W]).
+
+    Results:
+    - [acc_kernel_running]: from any state with no visible key yet, for any [mf],
+      [Lf > 0], [gb >= gR g_rel + g_rel (H_pv - 1)] and bounds [bs] with
+      [Lf b_t >= |sum_(j in tiles < t) 2^(s_j - mf) v_j| + sum_(j in tile t) 2^(s_j - mf) |v_j|]:
+      coordinate [c] of [acc] is within
+        (GR - 1) A + Lf 2^(mf - m) 2^(u (m - m0)) run_err gb 0 bs + RR
+      of [X = sum_j 2^(s_j - m) v_j], [A = sum_j 2^(s_j - m) |v_j|] ([m] the running max,
+      [t] the number of tiles), with
+        gR = (1 + g_rel) (1 + u) (1 + ue) - 1,
+        GR = 1 + (1 + gR)^t (H_pv 2^(u (m - m0)) - 1),   H_pv = (1 + us) (1 + ue) 2^(u K),
+        RR = t (1 + gR)^t dRR,  dRR = (1 + g_rel) ((1 + u) ee Ep + ea + ((1 + us) ee + es) n V) + g_abs,
+        Ep = H_pv cgA^Tt 2^(u K) N V + RkA(Tt)   (the a-priori bound of [|acc|],
+                                                  [acc_kernel_inv]'s invariant).
+      The step ([run_step]): [rnd (acc * alpha)] and [accf] multiply the error so far by
+      [(1 + g_rel)(1 + u)(1 + ue) 2^(u (m' - m))] (the last factor telescopes), the
+      relative errors of alpha ([ue]), of the rounding ([u]) and of the dot ([g_rel])
+      are charged on [|X 2^(m - m')|] (the exact signed prefix) and [g_rel H_pv] on the
+      tile's [sum 2^(s - m') |v|]: both at most [gb] times [b_t] in units.
+    - [attention_forward_acc_running] (scores' dot of any [dot_model], P.V of any
+      [acc_dot_model]) and the H100 instances [attention_forward_acc_running_tf32x3_op]
+      (fp32: [g_rel = u + (1 + u) tf32x3_tc_rel (2^(1-F)) ur k qv], [g_abs = (1 + u) 0 + ea])
+      and [attention_forward_acc_running_tc_op] (bf16/fp16: [g_rel = gamma (tc_delta
+      (2^(1-F)) ur k) qv], [g_abs = 0]), the kernel's loop from [kernel_start 1] under any
+      mask, one output coordinate of one query row, [out = ff_rnd S_ (rnd (acc / l))]:
+        |out - sum_j P_j v_j| <= afr_rel W + afr_C run_err gb 0 bs + afr_abs,
+        W = sum_j P_j |v_j| (the exact softmax over the visible keys), with
+        gb      = (1 + g_rel) (1 + u) (1 + ue) - 1 + g_rel ((1 + us) (1 + ue) X - 1)   ([afr_gb]),
+        bL      = afe_bL u ue ee ea n N Tt X P1 CG CR      (ForwardError.v, unchanged),
+        gA      = CB ((1 + us) (1 + ue) X X - 1)                                    ([afr_gA]),
+        Ep'     = afa_HA ue us X CGA (N V) + afa_rA u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs
+                                                                                   ([afr_Ep]),
+        rR      = Tt CB ((1 + g_rel) ((1 + u) ee Ep' + ea + ((1 + us) ee + es) (n V)) + g_abs)
+                                                                                   ([afr_rR]),
+        afr_rel = ((1 + u) ((gA + bL) (1 + Y) + X Y (CB - 1)) / (1 - bL) + u (1 + Y) + Y) (1 + us) + us,
+        afr_C   = (1 + us) (1 + u) X (1 + Y) / (1 - bL),
+        afr_abs = ((1 + u) rR / (1 - bL) + ea) (1 + us) + es,
+      for the upper bounds [X], [Y], [P1], [CG], [CR] of [afe_premises_de] (with [B = n]),
+      [CGA >= cgA^Tt], [CRA >= crA^Tt] (ForwardAccError.v; here only inside the underflow
+      term [rR]) and [CB >= (1 + gb)^Tt].  The factor of [W] has no [(1 + g_rel)^Tt - 1]
+      of its own: [gA = CB (H - 1)]-like ([CB ~ 1]), [bL] (the [l] fold, unchanged), and
+      [X Y (CB - 1)] (second order: the scores' perturbation [Y] times [(1 + gb)^Tt - 1]);
+      the accumulation's growth is all in [afr_C run_err gb 0 bs].
+
+    Covered: as ForwardAccError.v (the order and rounding inside the P.V MMA and its
+    accumulation into [acc * alpha] through the [acc_dot_model], any mask with partly and
+    fully masked tiles run through the step, the store of [out]); the computed scores'
+    perturbation of the caller's exact weights.  Not covered: the computation of [bs]
+    and [W] (the caller's exact arithmetic: [bs] must be upper bounds of the exact
+    quantities), and, as ForwardAccError.v, [tl.sum p] modelled left to right, the
+    non-MASKED fast path, dropout, FMA contraction in [l * alpha + sum], additive float
+    masks, overflow; [mp_exp2 M 0 = 1] and [ue] are premises of the model; the H100
+    instances take the tensor cores' alignment model of TensorCoreSum.v. *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -193,7 +268,7 @@ Hypothesis Hgb : gR g + g * (H_pv M K - 1) <= gb.
     [Lf 2^(-mf)]): [acc_kernel_inv]'s invariant, and coordinate [c] of [acc] within
       (GR k m - 1) A + Lf 2^(mf - m) 2^(u (m - m0)) rho + RR k
     of [X = sum_j 2^(s_j - m) v_j] ([A] its absolute sum). *)
-Definition run_inv (k : nat) (seen : list Key) (st : kstate) (rho : R) : Prop :=
+Definition acc_run_inv (k : nat) (seen : list Key) (st : kstate) (rho : R) : Prop :=
   state_inv M Key sc vis val n g ga K V m0 N Tt c k seen st /\
   forall m, ks_m st = Some m ->
     inv (GR K g m0 k m) (Lf * Rpower 2 (mf - m) * Rpower 2 (u * (m - m0)) * rho + RR K g ga V n N Tt k)
@@ -206,8 +281,8 @@ Lemma run_step : forall k seen st tl rho b,
   length tl = n -> (S k <= Tt)%nat -> (length (filter vis (seen ++ tl)) <= N)%nat ->
   keys_ok M Key sc vis val K V m0 c (seen ++ tl) -> (c < length (ks_acc st))%nat ->
   0 <= rho -> Rabs (exact_pv mf (kpairs Key sc vis val c seen)) + exact_pv_abs mf (kpairs Key sc vis val c tl) <= Lf * b ->
-  run_inv k seen st rho ->
-  run_inv (S k) (seen ++ tl) (kernel_step_acc M Key sc vis val accf st tl) ((1 + gb) * rho + gb * b).
+  acc_run_inv k seen st rho ->
+  acc_run_inv (S k) (seen ++ tl) (kernel_step_acc M Key sc vis val accf st tl) ((1 + gb) * rho + gb * b).
 Proof.
   intros k seen st tl rho b Hn Hk HN Hok Hc Hrho Hb [Hold Hrun].
   split; [apply (state_step M Key sc vis val accf n g ga K V m0 N Tt c Hm HK HV); assumption |].
@@ -515,8 +590,8 @@ Lemma run_run : forall tiles bs k seen st rho,
   (forall t, (t < length tiles)%nat ->
      Rabs (exact_pv mf (kpairs Key sc vis val c (seen ++ concat (firstn t tiles))))
      + exact_pv_abs mf (kpairs Key sc vis val c (nth t tiles [])) <= Lf * nth t bs 0) ->
-  run_inv k seen st rho ->
-  run_inv (k + length tiles) (seen ++ concat tiles) (kernel_run_acc M Key sc vis val accf st tiles)
+  acc_run_inv k seen st rho ->
+  acc_run_inv (k + length tiles) (seen ++ concat tiles) (kernel_run_acc M Key sc vis val accf st tiles)
           (fold_left (fun e b => (1 + gb) * e + gb * b + 0) bs rho).
 Proof.
   pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg.
