@@ -192,15 +192,6 @@ class RunningAcc:
         return _finite(up_add(self.e, self.r_sum))
 
 
-def _cum_up(x: torch.Tensor) -> torch.Tensor:
-    """Upper bounds of the exact prefix sums over dim 0 of the NONNEGATIVE float64 ``x``: torch's
-    float64 ``cumsum`` (each prefix a tree of additions over its terms, the premise of
-    :func:`~ojas_ref.verification.bounds.certified.sum_upper`) times ``1 / (1 - (T - 1) u)``, rounded up
-    (``fp64_tree_sum_nonneg_upper``)."""
-    k = max(x.shape[0] - 1, 0)
-    return up_mul(x.cumsum(0), _float_up(1 / (1 - Fraction(k, 2**53))))
-
-
 def _powers_up(base: Fraction, n: int, device: torch.device) -> torch.Tensor:
     """[n] float64 upper bounds of ``base^t``, ``t = 0 .. n - 1`` (``base > 0``): each a product of
     upper bounds rounded up."""
@@ -209,6 +200,12 @@ def _powers_up(base: Fraction, n: int, device: torch.device) -> torch.Tensor:
         out.append(x)
         x = math.nextafter(x * b, math.inf)
     return torch.tensor(out, dtype=F64, device=device)
+
+
+#: an absolute term above every underflow of :func:`running_error_prefix`'s plain float64 evaluation
+#: (each rounding below the normal range loses at most 2^-1075, a few per tile and entry, scaled by
+#: factors below 2^20)
+_UNDERFLOW = 2.0**-900
 
 
 def running_error_prefix(
@@ -222,25 +219,33 @@ def running_error_prefix(
 ) -> torch.Tensor:
     """What :class:`RunningAcc` gives after running the tiles ``0 .. n - 1`` (``n = n_active`` per entry,
     >= 1, broadcasting against the entries), every tile at once: the tiles along dim 0 of ``tile_sum``
-    (float64 sums of ``z``), ``tile_err`` (their distances to the exact sums), ``abs_sum >= sum |z|``,
+    (float64 sums of ``z``), ``tile_err`` (>= their distances to the exact sums), ``abs_sum >= sum |z|``,
     ``r_sum >= sum r``. The fold in closed form, ``run_err g ga bs`` after ``n`` tiles ``= sum_{t < n}
     (1 + g)^(n - 1 - t) (g b_t + ga) = (1 + g)^(n - 1) sum_{t < n} (1 + g)^-t (g b_t + ga)``, with
-    ``bs_t`` from the float64 prefix sums (``cumsum``: the signed one within ``dot_error`` of its
-    terms' absolute sum, :func:`_cum_up` the nonnegative ones); an upper bound of ``run_err g_rel g_abs
-    bs + sum_x r x`` over those tiles (``ValueError`` if not finite)."""
+    ``bs_t`` from float64 prefix sums (``cumsum``: each prefix a tree of additions over its terms; the
+    signed one within ``dot_error`` of its terms' absolute sum).
+
+    Evaluated plainly in float64, then enlarged once: past the signed prefix (whose error is a term),
+    every operation adds or multiplies nonnegative numbers (``g_rel``, ``g_abs`` and the powers of
+    ``1 + g`` at least the exact ones), at most ``2 T + 40`` roundings on a path (two cumsums of ``T``
+    tiles), so the exact value is at most the computed one over ``(1 - (2 T + 40) u)`` plus the
+    underflows' ``2^-900``. An upper bound of ``run_err g_rel g_abs bs + sum_x r x`` over those tiles
+    (``ValueError`` if not finite)."""
     t = tile_sum.shape[0]
-    z_err = up_add(up_dot_error(_cum_up(tile_sum.abs()), t), _cum_up(tile_err))
-    z_abs = up_add(tile_sum.cumsum(0).abs(), z_err)  # >= |exact prefix of z through tile t|
-    r_in = _cum_up(r_sum)
-    shift = torch.zeros_like(z_abs[:1])
-    b = up_add(up_add(torch.cat([shift, z_abs[:-1]]), torch.cat([shift, r_in[:-1]])), up_add(abs_sum, r_sum))
-    c = up_add(up_mul(b, g_rel), g_abs)
+    g2, c2 = cb._dot_consts(t)
+    z_abs = tile_sum.cumsum(0).abs() + tile_sum.abs().cumsum(0) * _float_up(g2) + tile_err.cumsum(0) + _float_up(c2)
+    r_in = r_sum.cumsum(0)
+    b = abs_sum + r_sum
+    b[1:] += z_abs[:-1] + r_in[:-1]
     grow = Fraction(1) + Fraction(g_rel)
     view = (t,) + (1,) * (b.dim() - 1)
-    w = _powers_up(1 / grow, t, b.device).view(view)
-    e = up_mul(_cum_up(up_mul(c, w)), _powers_up(grow, t, b.device).view(view))  # e after tiles 0 .. t
+    w, big = _powers_up(1 / grow, t, b.device).view(view), _powers_up(grow, t, b.device)
+    if not big[-1].item() < 2.0**20:
+        raise ValueError(f"(1 + g_rel)^(tiles - 1) = {big[-1].item()} is beyond the underflow allowance (2^20)")
+    e = ((b * g_rel + g_abs) * w).cumsum(0) * big.view(view)  # e after tiles 0 .. t
     idx = (n_active.to(torch.int64) - 1).expand(b.shape[1:])[None]
-    return _finite(up_add(e.gather(0, idx), r_in.gather(0, idx))[0])
+    total = (e.gather(0, idx) + r_in.gather(0, idx))[0]
+    return _finite(up_add(up_mul(total, _float_up(1 / (1 - Fraction(2 * t + 40, 2**53)))), _UNDERFLOW))
 
 
 def level_index(p: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
