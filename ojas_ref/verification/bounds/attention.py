@@ -44,6 +44,8 @@ __all__ = [
     "attention_dv_error_bound",
     "attention_forward_error_bound",
     "attention_forward_posteriori_bound",
+    "attention_forward_running_bound",
+    "attention_forward_running_rate",
     "attention_grad_chain",
     "attention_grad_chain_bound",
     "attention_lse_error_bound",
@@ -403,18 +405,52 @@ def _afa_bounds(
     :func:`_afa_constants`, ``n = block_n``, ``N = n_keys``, ``Tt = tiles``; ``None`` when its side
     condition ``afe_bL < 1`` fails."""
     k = _afa_constants(dot, args, head_dim, block_n, tiles)
-    u, ue, ee, ea, us, es, V, X, Y = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X", "Y"))
-    P1, CG, CR, CGA, CRA, g_rel = (k[n] for n in ("P1", "CG", "CR", "CGA", "CRA", "g_rel"))
-    H = P1 * ((1 + ue) * X)  # afe_bL at B = n
-    bL = H * CG * X - 1 + tiles * CR * ((H * CG * X * n_keys * ee) * (1 + u) + ea + P1 * (block_n * ee)) * (1 + u)
+    bL, HA, rA = _afa_terms(k, block_n, n_keys, tiles)
     if not bL < 1:
         return None
-    HA = (1 + us) * ((1 + ue) * X) * CGA * X  # afa_HA
-    cw = (1 + us) * ee + es
-    rA = tiles * CRA * ((HA * (n_keys * V) * ee * (1 + u) + ea + cw * (block_n * V)) * (1 + g_rel) + k["g_abs"])
+    u, ea, us, es, Y = (k[n] for n in ("u", "ea", "us", "es", "Y"))
     rel = ((1 + u) * (HA - 1 + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us
     absolute = ((1 + u) * rA / (1 - bL) + ea) * (1 + us) + es
     return rel, absolute
+
+
+def _afa_terms(k: dict[str, Any], block_n: int, n_keys: int, tiles: int) -> tuple[Fraction, Fraction, Fraction]:
+    """``(afe_bL, afa_HA, afa_rA)`` (ForwardError.v at ``B = n``, ForwardAccError.v) at the constants
+    ``k`` of :func:`_afa_constants`, ``n = block_n``, ``N = n_keys``, ``Tt = tiles``."""
+    u, ue, ee, ea, us, es, V, X = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X"))
+    P1, CG, CR, CGA, CRA, g_rel = (k[n] for n in ("P1", "CG", "CR", "CGA", "CRA", "g_rel"))
+    H = P1 * ((1 + ue) * X)
+    bL = H * CG * X - 1 + tiles * CR * ((H * CG * X * n_keys * ee) * (1 + u) + ea + P1 * (block_n * ee)) * (1 + u)
+    HA = (1 + us) * ((1 + ue) * X) * CGA * X
+    cw = (1 + us) * ee + es
+    rA = tiles * CRA * ((HA * (n_keys * V) * ee * (1 + u) + ea + cw * (block_n * V)) * (1 + g_rel) + k["g_abs"])
+    return bL, HA, rA
+
+
+def _afr_bounds(
+    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int
+) -> dict[str, Fraction] | None:
+    """``afr_gb``, ``afr_rel``, ``afr_C``, ``afr_abs`` of ``Ojas.Attention.Float.ForwardAccRunning``
+    (exact rationals, keys ``gb``, ``rel``, ``C``, ``abs``) at :func:`_afa_constants` and
+    ``CB = (1 + afr_gb)^Tt`` rounded up (:func:`_pow_up`), ``n = block_n``, ``N = n_keys``,
+    ``Tt = tiles``; ``None`` when the side condition ``afe_bL < 1`` fails."""
+    k = _afa_constants(dot, args, head_dim, block_n, tiles)
+    bL, HA, rA = _afa_terms(k, block_n, n_keys, tiles)
+    if not bL < 1:
+        return None
+    u, ue, ee, ea, us, es, V, X, Y = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X", "Y"))
+    g_rel, g_abs = k["g_rel"], k["g_abs"]
+    gb = (1 + g_rel) * (1 + u) * (1 + ue) - 1 + g_rel * ((1 + us) * (1 + ue) * X - 1)
+    CB = _pow_up(1 + gb, tiles)
+    gA = CB * ((1 + us) * (1 + ue) * X * X - 1)
+    Ep = HA * (n_keys * V) + rA
+    rR = tiles * CB * ((1 + g_rel) * ((1 + u) * ee * Ep + ea + ((1 + us) * ee + es) * (block_n * V)) + g_abs)
+    return dict(
+        gb=gb,
+        rel=((1 + u) * ((gA + bL) * (1 + Y) + X * Y * (CB - 1)) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us,
+        C=(1 + us) * (1 + u) * X * (1 + Y) / (1 - bL),
+        abs=((1 + u) * rR / (1 - bL) + ea) * (1 + us) + es,
+    )
 
 
 def _afa_checked(
@@ -664,6 +700,155 @@ def attention_forward_posteriori_bound(
             f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}"
         )
     return (rel * prob_abs_v.to(torch.float64) + absolute) * _ROUND_UP
+
+
+def _afr_checked(
+    n_keys: int,
+    head_dim: int,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    scale: float | None,
+    qk_abs_sum: float | None,
+    exp2_error: float,
+    storage_rounding: str,
+    dot: DotModel,
+) -> dict[str, Fraction]:
+    """The arguments checked and :func:`_afr_bounds`; ``ValueError`` for "fp32" or a failed side condition."""
+    if _dot_model(dot) == "fp32":
+        raise ValueError(
+            "dot must be a Tf32x3Dot or a TensorCoreDot: ForwardAccRunning.v has no instance for 'fp32' "
+            "(the interpreter's float32 P.V: use attention_forward_posteriori_bound)"
+        )
+    p, scale = _attention_bound_args(
+        n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
+    )
+    args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
+    got = _afr_bounds(dot, args, head_dim, block_n, n_keys, tiles)
+    if got is None:
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_forward_acc_running fails for n_keys={n_keys}, "
+            f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}, dot={dot}"
+        )
+    return got
+
+
+def attention_forward_running_rate(
+    n_keys: int,
+    head_dim: int,
+    *,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    dot: DotModel,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
+) -> float:
+    """``afr_gb`` of ``Ojas.Attention.Float.ForwardAccRunning`` rounded up to a float: the rate of the
+    running error ``run_err(afr_gb, 0, bs)`` that :func:`attention_forward_running_bound` takes (``run_err``
+    is increasing in the rate for ``bs >= 0``, so a fold at this float bounds the theorem's). Arguments and
+    errors as :func:`attention_forward_running_bound`."""
+    c = _afr_checked(
+        n_keys,
+        head_dim,
+        block_n,
+        dtype,
+        max_abs_q,
+        max_abs_k,
+        max_abs_v,
+        scale,
+        qk_abs_sum,
+        exp2_error,
+        storage_rounding,
+        dot,
+    )
+    return _float_up(c["gb"])
+
+
+def attention_forward_running_bound(
+    prob_abs_v: torch.Tensor,
+    run_err: torch.Tensor,
+    n_keys: int,
+    head_dim: int,
+    *,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    dot: DotModel,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
+) -> torch.Tensor:
+    """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention forward on the tensor
+    cores, in the RUNNING form: ``afr_rel * W + afr_C * R + afr_abs`` rounded up (float64, shaped like
+    ``prob_abs_v``), with ``W = prob_abs_v >= sum_j P_ij |v_jc|`` and ``R = run_err >= run_err(afr_gb, 0, bs)``
+    (the caller's certified upper bounds, e.g.
+    :func:`ojas_ref.verification.attention_forward_running.forward_running_bound`): ``P`` the exact softmax of
+    ``scale * q.k`` over the row's visible keys, ``bs`` one ``b_t`` per key tile the kernel's loop runs
+    for the row's block (its order, fully masked tiles included) with
+    ``b_t >= |sum_{visible j in tiles < t} P_j v_jc| + sum_{visible j in tile t} P_j |v_jc|``, and
+    ``run_err(g, 0, bs)``: ``e = 0; e = (1 + g) e + g b`` for each ``b`` (the rate ``afr_gb`` rounded up:
+    :func:`attention_forward_running_rate`).
+
+    Implements ``Ojas.Attention.Float.ForwardAccRunning.attention_forward_acc_running`` (rocq/Attention/Float/
+    ForwardAccRunning.v) at the dot model ``dot``: the H100 instances ``attention_forward_acc_running_tf32x3_op``
+    (:class:`Tf32x3Dot` with ``ref="operands"``, :data:`TF32X3_H100`) and ``attention_forward_acc_running_tc_op``
+    (:class:`TensorCoreDot`, :data:`TENSOR_CORE_BF16_H100`); other :class:`Tf32x3Dot` models are the general
+    theorem at their dot models, as in :func:`attention_forward_posteriori_bound`. The kernel's model, the
+    scores' dot ``dot_error_constants(dot, head_dim)``, the P.V ``acc_dot_error_constants(dot, block_n)``
+    (``g_rel``, ``g_abs``) on tiles of ``n = block_n`` keys, ``N = n_keys``, ``Tt = ceil(n_keys / block_n)``
+    and the constants ``X``, ``Y``, ``P1``, ``CG``, ``CR``, ``CGA``, ``CRA`` are those of
+    :func:`attention_forward_posteriori_bound` with a dot model (:func:`_afa_constants`), and in exact
+    rationals (:func:`_afr_bounds`)::
+
+        gb      = (1 + g_rel)(1 + u)(1 + ue) - 1 + g_rel ((1 + us)(1 + ue) X - 1),   CB >= (1 + gb)^Tt,
+        bL      = afe_bL,   gA = CB ((1 + us)(1 + ue) X X - 1),   Ep = afa_HA N V + afa_rA,
+        rR      = Tt CB ((1 + g_rel)((1 + u) ee Ep + ea + ((1 + us) ee + es) n V) + g_abs),
+        afr_rel = ((1 + u)((gA + bL)(1 + Y) + X Y (CB - 1)) / (1 - bL) + u (1 + Y) + Y)(1 + us) + us,
+        afr_C   = (1 + us)(1 + u) X (1 + Y) / (1 - bL),
+        afr_abs = ((1 + u) rR / (1 - bL) + ea)(1 + us) + es,
+
+    each rounded up to a float, ``r W + C R + a`` evaluated in float64 and rounded up. Against
+    :func:`attention_forward_posteriori_bound`'s ``afa_rel W`` (whose ``HA - 1 ~ Tt (ue + u + g_rel)``),
+    the accumulation's growth is ``afr_C R``, ``R ~ gb sum_t b_t``: the signed prefixes, small on random
+    data. Not covered (the .v file's header): the computation of ``W`` and ``bs`` (the caller's: they must
+    be upper bounds of the exact quantities), ``tl.sum(p)`` modelled left to right, the unmasked tiles'
+    fused ``s * qk_scale - m``, FMA contraction in ``l * alpha + sum``, dropout, additive float masks,
+    overflow; the tensor cores' alignment model and ``exp2_error`` are premises.
+
+    Raises ``ValueError`` on a bad argument (``dot="fp32"``: the .v file has no float32-products instance),
+    tensors of different shapes, negative or non-finite, or when ``afe_bL < 1`` fails;
+    ``NotImplementedError`` for a :class:`TensorCoreDot` with ``ref="term"``."""
+    c = _afr_checked(
+        n_keys,
+        head_dim,
+        block_n,
+        dtype,
+        max_abs_q,
+        max_abs_k,
+        max_abs_v,
+        scale,
+        qk_abs_sum,
+        exp2_error,
+        storage_rounding,
+        dot,
+    )
+    for name, t in (("prob_abs_v", prob_abs_v), ("run_err", run_err)):
+        if not isinstance(t, torch.Tensor) or t.is_complex() or not bool(((t >= 0) & torch.isfinite(t)).all()):
+            raise ValueError(f"{name} must be a real tensor, finite and >= 0")
+    if run_err.shape != prob_abs_v.shape:
+        raise ValueError(f"run_err must have prob_abs_v's shape {tuple(prob_abs_v.shape)}, got {tuple(run_err.shape)}")
+    rel, coef, absolute = (_float_up(c[n]) for n in ("rel", "C", "abs"))
+    return (rel * prob_abs_v.to(torch.float64) + coef * run_err.to(torch.float64) + absolute) * _ROUND_UP
 
 
 def _attention_bound_args(

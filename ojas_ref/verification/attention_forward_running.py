@@ -1,0 +1,173 @@
+"""The RUNNING bound on the attention forward's output (``Ojas.Attention.Float.ForwardAccRunning``,
+rocq/Attention/Float/ForwardAccRunning.v), entry by entry, from the inputs.
+
+The theorem bounds ``|out_ic - sum_j P_ij v_jc|`` by ``afr_rel W + afr_C run_err(afr_gb, 0, bs) + afr_abs``
+(:func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound`), where the caller supplies
+``W >= sum_j P_ij |v_jc|`` and, per key tile ``t`` of the kernel's loop for the row's query tile (in its
+order, fully masked tiles included), ``b_t >= |sum_{j in tiles < t} P_ij v_jc| + sum_{j in tile t} P_ij |v_jc|``.
+Here they are certified upper bounds of the exact values, a block of query rows at a time:
+
+* the scores: float64 ``(q k^T) * scale`` within :func:`~ojas_ref.verification.attention_error._score_error`
+  of the exact ones, ``P`` between :func:`~ojas_ref.verification.bounds.certified.softmax_bounds`
+  (``p_lo``, ``p_up``) and ``pr`` the float64 softmax;
+* per tile, three batched float64 matmuls over the tile's keys: the signed ``y_t = pr_t v_t`` within
+  ``err_t = dot_error(a_t + e_t) + e_t`` of the exact ``sum P v`` (``e_t >= |pr - P| |v|`` from
+  ``dp = max(pr - p_lo, p_up - pr)``), ``a_t >= sum P |v|`` (``p_up |v|``, upward);
+* ``bs`` and ``run_err`` by :func:`~ojas_ref.verification.bounds.attention_running.running_error_prefix`
+  (the prefixes ``|sum_{t' < t} y_t'|`` plus their float64 and ``err`` terms; the fold in closed form, every
+  tile at once), the number of tiles of each row the kernel's: key tiles ``0, BLOCK_N, ...`` below
+  ``hi = min(Sk, last row of the query tile + 1)`` under a causal mask (``_key_tiles`` without a window),
+  ``ceil(Sk / BLOCK_N)`` otherwise; ``W`` the sum of the ``a_t`` (``sum_upper``).
+
+Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
+``2^24`` entries. Not covered: as the theorem (its header), and the premises of
+:mod:`~ojas_ref.verification.bounds.certified` (torch's float64 ``exp``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ojas_ref.verification import attention_error as ae
+from ojas_ref.verification.bounds import attention as ab
+from ojas_ref.verification.bounds import attention_running as ar
+from ojas_ref.verification.bounds import certified as cb
+
+__all__ = ["forward_running_sums", "forward_running_bound"]
+
+F64 = torch.float64
+#: entries of a block's largest tensor ([B, Hq, rows, keys] or [tiles, B, Hq, rows, Ev])
+_BLOCK_ENTRIES = 2**24
+
+
+def _tile_counts(sq: int, sk: int, block_m: int, block_n: int, is_causal: bool) -> torch.Tensor:
+    """[Sq]: the number of key tiles the forward kernel's loop runs for each query row (its query tile's
+    ``hi`` of ``_key_tiles`` without a window, in tiles of ``block_n`` from key 0)."""
+    i = torch.arange(sq)
+    hi = torch.clamp((i // block_m * block_m + block_m).clamp_max(sq), max=sk) if is_causal else torch.full_like(i, sk)
+    return -(-hi // block_n)
+
+
+def _block_rows(b_h: int, sk: int, ev: int, tiles: int, block_m: int) -> int:
+    """Rows per block: a multiple of ``block_m`` whose largest tensor holds about ``_BLOCK_ENTRIES`` entries."""
+    per_row = b_h * max(sk, tiles * ev)
+    return block_m * max(1, _BLOCK_ENTRIES // (per_row * block_m))
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, block_m: int) -> None:
+    """``ValueError`` naming the argument unless the shapes are attention's ([B, H, S, E], GQA) and the tiles >= 1."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor [B, H, S, E], got {getattr(t, 'shape', type(t))}")
+    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"k and v must match q's batch and head dim: q {q.shape}, k {k.shape}, v {v.shape}")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q's heads ({q.shape[1]}) must be a multiple of k's ({k.shape[1]})")
+    if k.shape[2] < 1 or q.shape[2] < 1:
+        raise ValueError(f"q and k need a row: q {q.shape}, k {k.shape}")
+    for name, val in (("block_n", block_n), ("block_m", block_m)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+
+
+def _block_sums(
+    s: torch.Tensor, vt: torch.Tensor, n_tiles: int, block_n: int, score_error: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, err, a)`` [T, B, H, rows, Ev] of a block of rows: ``s`` its float64 scores [B, H, rows, keys]
+    (-inf masked; ``keys <= T block_n``), ``vt`` the values in tiles [B, H, T, block_n, Ev] (zero padded):
+    the float64 tile sums ``y = pr_t v_t``, ``err >= |y - sum_t P v|`` and ``a >= sum_t P |v|``."""
+    pr = torch.softmax(s, -1)
+    p_lo, p_up = cb.softmax_bounds(s, score_error)
+    dp = torch.maximum(ar.up_add(pr, -p_lo), ar.up_add(p_up, -pr)).clamp_min_(0.0)
+    pad = n_tiles * block_n - s.shape[-1]
+
+    def tiles(p: torch.Tensor) -> torch.Tensor:  # [B, H, rows, keys] -> [B, H, T, rows, block_n]
+        p = torch.nn.functional.pad(p, (0, pad))
+        return p.unflatten(-1, (n_tiles, block_n)).transpose(-3, -2)
+
+    va = vt.abs()
+    y = tiles(pr) @ vt
+    a = ar.up_matmul(tiles(p_up), va)
+    e = ar.up_matmul(tiles(dp), va)
+    err = ar.up_add(ar.up_dot_error(ar.up_add(a, e), block_n), e)
+    return tuple(t.movedim(2, 0) for t in (y, err, a))
+
+
+def forward_running_sums(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    rate: float,
+    *,
+    block_n: int,
+    block_m: int,
+    score_error: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W, R)`` float64 [B, Hq, Sq, Ev]: certified upper bounds of ``W_ic = sum_j P_ij |v_jc|`` and of
+    ``run_err(rate, 0, bs)`` over the forward kernel's key tiles of ``block_n`` keys for row ``i``'s query
+    tile of ``block_m`` rows, ``bs`` the premise's ``b_t`` (module docstring); ``P`` the exact softmax of
+    ``scale q.k`` (causal: key ``j <= i``), the scores within ``score_error`` of the float64 ones
+    (:func:`~ojas_ref.verification.attention_error._score_error`). GQA: query head ``h`` reads key head
+    ``h // (Hq / Hkv)``."""
+    _check(q, k, v, block_n, block_m)
+    b, hq, sq, _ = q.shape
+    sk, ev = k.shape[2], v.shape[-1]
+    g = hq // k.shape[1]
+    counts = _tile_counts(sq, sk, block_m, block_n, is_causal).to(q.device)
+    kr = k.to(F64).repeat_interleave(g, 1)
+    vr = v.to(F64).repeat_interleave(g, 1)
+    rows = _block_rows(b * hq, sk, ev, int(counts.max()), block_m)
+    ws, rs = [], []
+    for r0 in range(0, sq, rows):
+        n_act = counts[r0 : r0 + rows]
+        n_tiles = int(n_act.max())
+        keys = min(sk, n_tiles * block_n)
+        s = ae._scores(r0, q[:, :, r0 : r0 + rows].to(F64), kr[:, :, :keys], is_causal, scale)
+        vt = torch.nn.functional.pad(vr[:, :, :keys], (0, 0, 0, n_tiles * block_n - keys))
+        y, err, a = _block_sums(s, vt.unflatten(2, (n_tiles, block_n)), n_tiles, block_n, score_error)
+        rs.append(ar.running_error_prefix(y, err, a, torch.zeros_like(a), n_act[:, None], rate, 0.0))
+        ws.append(cb.sum_upper(a, 0))
+    return torch.cat(ws, 2), torch.cat(rs, 2)
+
+
+def forward_running_bound(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None = None,
+    block_m: int | None = None,
+) -> torch.Tensor:
+    """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, Sq, Ev] of
+    ``Ojas.Attention.Float.ForwardAccRunning.attention_forward_acc_running`` (its H100 instances ``_tf32x3_op``,
+    ``_tc_op``): :func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound` at the
+    device's dot model (:func:`~ojas_ref.verification.attention_error.kernel_dot`; "fp32", the interpreter's,
+    raises ``ValueError``: no instance), ``exp2`` premise and storage rounding, with ``W`` and ``run_err`` from
+    :func:`forward_running_sums`. ``block_n``, ``block_m``: the forward kernel's tile (``default_config`` for
+    ``max(E, Ev)``, as the kernel's launch picks it), unless given."""
+    if block_n is None or block_m is None:
+        from ojas_kernels.attention import default_config
+
+        cfg = default_config(max(q.shape[-1], v.shape[-1]), q.dtype, q.device, is_causal).fwd
+        block_n = cfg.block_n if block_n is None else block_n
+        block_m = cfg.block_m if block_m is None else block_m
+    _check(q, k, v, block_n, block_m)
+    inputs = ae._bound_inputs(q, k, is_causal, block_n)
+    kw = dict(
+        n_keys=k.shape[2],
+        head_dim=q.shape[-1],
+        dtype=q.dtype,
+        max_abs_v=v.abs().max().item(),
+        scale=scale,
+        exp2_error=ae.unary_errors(q.device.type, k.shape[2])["exp2_error"],
+        storage_rounding=ae.storage_rounding(q.device.type, q.dtype),
+        dot=ae.kernel_dot(q.device.type, q.dtype),
+        **inputs,
+    )
+    rate = ab.attention_forward_running_rate(**kw)
+    es = ae._score_error(q, scale, inputs["qk_abs_sum"])
+    w, r = forward_running_sums(q, k, v, is_causal, scale, rate, block_n=block_n, block_m=block_m, score_error=es)
+    return ab.attention_forward_running_bound(w, r, **kw)
