@@ -562,7 +562,9 @@ def dv_error_bound(
       the accumulation charged ``((1 + g_rel)^t - 1) S``, one score error for every pair).
 
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's
-    order (the interpreter's IEEE float32 dots, the blocked float32 model)."""
+    order (the interpreter's IEEE float32 dots, the blocked float32 model); the float64 evaluation
+    of ``bs``, ``S``, the levels and ``X`` (certified upper bounds under
+    :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     c = _backward_constants(q, k, is_causal, scale)
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
     lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=c["dot"], **c["errs"], **bnd)
@@ -907,7 +909,9 @@ def grad_error_bounds(
     lse between :func:`_lse_bounds`, :func:`_delta_output_error`): a premise checked on these inputs,
     not a theorem about the forward.
     Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`).
-    No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order."""
+    No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order;
+    the float64 evaluation of the running premises' ``bs`` and the levels (certified upper bounds
+    under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
     c = _backward_constants(q, k, is_causal, scale)

@@ -14,14 +14,23 @@ whenever every item's computed term is within ``r x`` of ``z x`` and ``bs`` meet
 t of (|z x| + r x)``. Here:
 
 * :func:`acc_constants_up`: ``(g_rel, g_abs)`` of the accumulating dot, rounded up to floats;
+* :func:`up_add`, :func:`up_mul`, :func:`up_matmul`, :func:`up_dot_error`: the roundings up of
+  :mod:`~ojas_ref.verification.bounds.certified` without their per-operation finiteness checks (no
+  device synchronisation; the folds' results are checked once);
 * :func:`run_err_step` / :func:`run_err`: the fold evaluated in float64, every operation rounded up,
   so the result is at least the real ``run_err`` of any real ``bs`` below the given ones;
 * :class:`RunningAcc`: the running tensors of one fold (the signed prefix sum ``Z`` of the float64
   tile sums with a certified bound of its error, the prefix of ``r``, ``e``), one tile at a time:
-  memory of one accumulator, whatever the number of tiles;
+  memory of one accumulator, whatever the number of tiles (dV, dK: the dK/dV kernel's query tiles);
+* :func:`running_error_prefix`: the same fold over the first ``n`` tiles of every entry in closed
+  form, all tiles at once (dQ: the dQ kernel's key tiles, a prefix of its loop for every row);
 * :func:`exp2_levels`: ``X_k >= 2^(2 (delta_k + Dl) + u Am + ea)`` on a grid of per-pair score
   error levels (``delta`` of the pair from its own ``sum_e |q_e k_e|``);
 * :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``.
+
+Not covered by a theorem: the float64 evaluation's premises (torch's ``sum``, ``cumsum`` and
+``matmul`` trees of additions and products, as :mod:`~ojas_ref.verification.bounds.certified` states
+them) and the Python arithmetic composing the theorems' values.
 """
 
 from __future__ import annotations
