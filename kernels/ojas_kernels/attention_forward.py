@@ -26,9 +26,17 @@ the tile loop as it runs here (fp32 scores ``rnd(dot(q, k) * qk_scale)``, ``exp2
 the input dtype before P.V, fp32 accumulation, out stored in the input dtype; any boolean
 visibility: causal, window, bounds) against the exact softmax over the visible keys;
 ``ojas_ref.verification.bounds.attention.attention_forward_error_bound`` is its value
-(``tests/verification/test_attention_error_bound.py``).  Not covered: the tensor cores' order
-of additions (and their accumulating into the running sums), additive masks, the 3xTF32
-float32 path.  FMA contraction is off at every launch (``enable_fp_fusion=False``,
+(``tests/verification/test_attention_error_bound.py``).  On the GPU the dots run on the tensor
+cores (3xTF32 for float32, bf16 MMA for 16-bit inputs), and ``tl.dot(p, v, acc * alpha)``
+accumulates into ``acc`` with their truncating, block-aligned arithmetic:
+``Ojas.Attention.Float.ForwardAccError`` (ForwardAccError.v: ``attention_forward_acc_posteriori_tf32x3_op``,
+``attention_forward_acc_posteriori_tc_op``; the P.V step as any accumulating dot model, with the
+H100's identified by ``ojas verify-device``) and its running form ``Ojas.Attention.Float.ForwardAccRunning``
+(``attention_forward_acc_running_tf32x3_op`` / ``_tc_op``: each tile's accumulation charged on
+the exact signed prefix) cover that path; ``attention_forward_posteriori_bound`` and
+``attention_forward_running_bound`` of ``ojas_ref.verification.bounds.attention`` are their
+values.  Not covered: ``tl.sum(p)`` (modelled left to right), additive float masks, dropout,
+overflow.  FMA contraction is off at every launch (``enable_fp_fusion=False``,
 ``attention_args._tile_args``), so each product and sum rounds as the model rounds it.  The
 finalize division ``out = acc / l`` is IEEE-rounded (``tl.math.div_rn``: Triton's ``/`` on float32
 is the approximate ``div.full.f32`` on NVIDIA GPUs, up to 2 ulp), so it is the one correctly

@@ -393,9 +393,13 @@ def forward_posteriori_bound(
 ) -> torch.Tensor:
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
     (``attention_forward_posteriori_bound``) with ``W >= P |v|`` certified: the upper probabilities
-    of ``softmax_bounds`` (scores within :func:`_score_error`) times ``|v|``, ``matmul_upper``."""
+    of ``softmax_bounds`` (scores within :func:`_score_error`) times ``|v|``, ``matmul_upper``.
+    With a device's dot model (CUDA) and the kernel's own tiles (``block_n`` None), also the running
+    bound (``ForwardAccRunning.attention_forward_acc_running``,
+    :func:`~ojas_ref.verification.attention_forward_running.forward_running_bound`): both are
+    proved, so their minimum is."""
     inputs = _bound_inputs(q, k, is_causal, block_n)
-    return attention_forward_posteriori_bound(
+    post = attention_forward_posteriori_bound(
         _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
         k.shape[2],
         q.shape[-1],
@@ -407,6 +411,11 @@ def forward_posteriori_bound(
         dot=kernel_dot(q.device.type, q.dtype),
         **inputs,
     )
+    if block_n is not None or kernel_dot(q.device.type, q.dtype) == "fp32":
+        return post
+    from ojas_ref.verification.attention_forward_running import forward_running_bound
+
+    return torch.minimum(post, forward_running_bound(q, k, v, is_causal, scale))
 
 
 def lse_error_bound(
