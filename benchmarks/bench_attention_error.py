@@ -14,11 +14,14 @@ maximum over every output coordinate, ``ratio`` = bound / observed; ``lse_bound`
 ``lse_observed``, ``lse_ratio`` the same for the saved log-sum-exp (absolute, nats;
 ``dv_bound_max``, ``dv_observed_max``, ``dv_min_ratio``: dV (autograd through the
 kernel, random dO) against float64, with the a-posteriori bound entry by entry
-(``attention_dv_error_bound``, ``Ojas.Attention.Float.DvError.dv_error``), the
+(``attention_error.dv_error_bound``: the smaller of ``attention_dv_error_bound``,
+``Ojas.Attention.Float.DvError.dv_error`` / ``dv_error_acc``, and the running bound
+``Ojas.Attention.Float.RunningAccError.dv_error_acc_running``), the
 smallest ratio over entries; ``dq_*``, ``dk_*``: the same for dQ and dK (autograd through the
 kernel) against the float64 exact gradient with the a-posteriori bounds
 (``attention_dq_error_bound``, ``attention_dk_error_bound``:
-``Ojas.Attention.Float.DkDqError.dq_error``, ``dk_error``), twice: ``*_proved`` with the
+``Ojas.Attention.Float.DkDqError.dq_error``, ``dk_error``, and on CUDA the running
+``dq_error_acc_running``, ``dk_error_acc_running``; the smaller), twice: ``*_proved`` with the
 errors of the forward's saved out and lse from the forward theorems, ``*_measured`` with those
 errors measured on the saved tensors; ``*_max_ratio`` = largest bound / largest observed error,
 ``*_min_ratio`` = the smallest ratio over entries, ``*_vacuous`` = whether the largest bound
@@ -27,10 +30,12 @@ to the dtype (CUDA: to nearest, the proved instance; the CPU interpreter truncat
 bfloat16, for which there is no Coq instance);
 ``attention_lse_error_bound``, ``Ojas.Attention.Float.SavedLseError.attention_lse_error_masked``,
 which assumes ``tl.log2`` within ``LOG2_ERROR``, measured first); ``covered`` = whether
-the theorem (``attention_forward_error_masked``: causal diagonal tiles included) covers
-the run: not for float32 on CUDA (3xTF32 dots; the interpreter's float32 dots are IEEE
-and covered), always modulo what the theorem's file lists (the tensor cores' order of
-additions, FMA contraction). The run first measures ``tl.exp2``'s relative error on the
+the theorems cover the run (``attention_forward_error_masked`` with the interpreter's IEEE
+float32 dots; on CUDA ``ForwardAccError.attention_forward_acc_posteriori_tf32x3_op`` / ``_tc_op``
+and the running ``ForwardAccRunning`` ones, the 3xTF32 or bf16 tensor-core dots and the P.V
+accumulated into the running output as identified on the device): not with the interpreter's
+bfloat16 truncation, always modulo what the theorems' files list (``tl.sum(p)`` left to right,
+no underflow in the tensor-core models). The run first measures ``tl.exp2``'s relative error on the
 device (``exp2_rel_error``), which the bound assumes to be at most ``EXP2_ERROR``, and
 that ``exp2(0) == 1``. ``exp2_error_used``, ``log2_error_used`` (every row, and the result's for
 the largest S): the premises' constants the bounds were computed with
@@ -308,8 +313,8 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
                     print(bar_line(bar[-1]), flush=True)
                 used = unary_errors(device, s)  # the constants the bounds above took
                 rounding = storage_rounding(device, dtype)
-                # 3xTF32 dots on CUDA float32; no Coq instance for the interpreter's bf16 truncation
-                covered = rounding == "nearest" and not (dtype == torch.float32 and device == "cuda")
+                # no Coq instance for the interpreter's bf16 truncation
+                covered = rounding == "nearest"
                 rows.append(
                     dict(
                         **case,
