@@ -21,3 +21,51 @@ Definition lse_perturbation_pp_witness :=
 Definition softmax_perturbation_pp_witness :=
   softmax_perturbation_pp [tt] (fun _ => 0) (fun _ => 0) (fun _ => 0) (fun _ => 0)
     (pp_shift [tt] (fun _ => 0) (fun _ => 0)) ltac:(discriminate) wpp_zero (Rle_refl _).
+
+(** Part 2: the constants of Witnesses/Attention/Float/SavedLseError.v; the per-key error
+    [d] is each key's actual score error ([wpp_d]), [Dsc] its [pp_shift] itself. *)
+
+Local Notation u := (ff_u (mp_a wM)).
+
+Definition wpp_d (dotf : list R -> list R -> R) (q : list R) : list R * R -> R :=
+  fun kv => Rabs (score2_with (mp_a wM) dotf wa_c q (fst kv) * ln 2 - 1 * dot_R q (fst kv)).
+
+Definition wpp_Dsc (dotf : list R -> list R -> R) (q : list R) (keys : list (list R * R)) : R :=
+  pp_shift keys (fun kv => 1 * dot_R q (fst kv)) (wpp_d dotf q).
+
+Ltac wpp_close := first [ wl_close | exact (fun _ _ => Rle_refl _) ].
+
+Definition attention_lse_error_dot_pp_witness :=
+  ltac:(refine (attention_lse_error_dot_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (wpp_Dsc (bdot (mp_a wM)) [1] [wa_key]) 1 1 1 1
+                  wa_key [] [] wf_dm _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _); wpp_close).
+
+Definition attention_lse_error_masked_dot_pp_witness :=
+  ltac:(refine (attention_lse_error_masked_dot_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (wpp_Dsc (bdot (mp_a wM)) [1] [wa_key]) 1 1 1 1
+                  (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _); wpp_close).
+
+Definition wpp_tc := tf32x3_dot_tc tf32_rna tf32_rz (tc_align 27) (rz_flx 24) 8.
+Definition wpp_tc_op := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op 26) (rz_flx 24) 8.
+
+Definition attention_lse_error_masked_tf32x3_pp_witness :=
+  ltac:(refine (attention_lse_error_masked_tf32x3_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 27 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d wpp_tc [0]) (wpp_Dsc wpp_tc [0] [wa_key]) 1 1 1 1
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_trunc3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ (wl_X_rel _) _ _ _ _ _ _ _ _ _ _ _ _);
+        wpp_close).
+
+Definition attention_lse_error_masked_tf32x3_op_pp_witness :=
+  ltac:(refine (attention_lse_error_masked_tf32x3_op_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d wpp_tc_op [0]) (wpp_Dsc wpp_tc_op [0] [wa_key]) 1 1 1 1
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ (wl_X_rel _) _ _ _ _ _ _ _ _ _ _ _ _);
+        wpp_close).
