@@ -16,7 +16,9 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   entry the smaller of the a-priori theorems (``dv_error``, ``dk_error``, ``dq_error`` and their
   ``_acc`` forms) and the RUNNING ones of ``Ojas.Attention.Float.RunningAccError`` (the accumulation
   charged on the signed partial sums over the tiles the kernels run, in their order, each pair's
-  score error from its own ``sum |q k|``: :mod:`ojas_ref.verification.bounds.attention_running`);
+  score error its own: :mod:`ojas_ref.verification.bounds.attention_running`,
+  :mod:`ojas_ref.verification.score_errors`);
+* :func:`lse_score_error`: per row ``Dsc_i >= ln sum_j P_ij e^(d_ij)``, ``d`` the pairs' score errors;
 * the data's sums that the bounds take (``W = P |v|``, ``P^T |dO|``, ``sum_c |dO_ic| e_ic``, the
   dQ/dK sums, ``max sum |q k|``, ``max |lse|``, ...) are certified upper bounds of the exact
   values (:mod:`ojas_ref.verification.bounds.certified`: float64 sums and matmuls in any order,
@@ -51,6 +53,7 @@ from typing import Iterator
 
 import torch
 
+from ojas_ref.verification import score_errors as se
 from ojas_ref.verification.bounds import attention_running as ar
 from ojas_ref.verification.bounds import certified as cb
 from ojas_ref.verification.bounds.common import _EXP2_ABS_ERROR, _FP32_ETA, _FP32_U, _float_up, _storage
@@ -80,6 +83,7 @@ __all__ = [
     "forward_error_bound",
     "forward_posteriori_bound",
     "lse_error_bound",
+    "lse_score_error",
     "dv_error_bound",
     "grad_error_bounds",
     "kernel_dot",
@@ -92,9 +96,6 @@ __all__ = [
 ]
 
 F64 = torch.float64
-#: levels of the per-pair score error (``sum_e |q_ie k_je|`` on a grid of this many values) of the
-#: running backward bounds (:func:`~ojas_ref.verification.bounds.attention_running.exp2_levels`)
-SCORE_LEVELS = 64
 
 
 def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
@@ -432,6 +433,26 @@ def lse_error_bound(
     )
 
 
+def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
+    """[B, Hq, Sq] float64 upper bounds ``Dsc_i >= ln sum_j P_ij e^(d_ij)`` over the visible keys, ``P`` the
+    exact softmax of the row and ``d_ij`` the pair's score error of the forward's ``dot(q, k^T)`` at the
+    device's dot model (:func:`~ojas_ref.verification.score_errors.score_error_block`, :func:`kernel_dot`;
+    "fp32": the worst case at the pair's ``sum |q k|``): the smaller of ``max_j d_ij`` and, where every
+    ``d_ij <= 1``, ``sum_j P_up_ij (d_ij + d_ij^2)`` (``ln x <= x - 1`` with ``sum_j P_ij = 1``, ``e^d - 1 <=
+    d + d^2`` on [0, 1], ``P <= P_up`` of ``softmax_bounds``), every operation rounded up. For a bound on
+    the saved lse taking per-pair score errors in place of one uniform ``delta``."""
+    dot = kernel_dot(q.device.type, q.dtype)
+    es = _score_error(q, scale, _qk_abs_sum(q, k))
+    parts = []
+    for r0, qc, kr in _row_blocks(q, k):
+        p_up = cb.softmax_bounds(_scores(r0, qc, kr, is_causal, scale), es)[1]
+        d = se.score_error_block(r0, qc, kr, is_causal, scale, dot, "qk")
+        d_max = d.amax(-1)
+        mean = cb.sum_upper(cb.mul_upper(p_up, cb.add_upper(d, cb.mul_upper(d, d))), -1)
+        parts.append(torch.where(d_max <= 1.0, torch.minimum(mean, d_max), d_max))
+    return torch.cat(parts, 2)
+
+
 def _backward_constants(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> dict:
     """What every backward bound here takes from the inputs and the device: the kernels' tiles
     (``default_config``: ``bm``, ``bn`` of the dK/dV kernel, ``qm``, ``qn`` of the dQ kernel), the
@@ -485,9 +506,33 @@ def _block_rows(row_size: int, bm: int) -> int:
     return bm * max(1, 2**26 // (row_size * bm))
 
 
-def _level_table(values: list[Fraction]) -> torch.Tensor:
-    """float64 tensor of the rationals ``values`` each rounded up."""
-    return torch.tensor([_float_up(x) for x in values], dtype=F64)
+def _pair_exp2_factors(
+    r0: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    c: dict,
+    lse_error: float,
+    operands: str,
+) -> torch.Tensor:
+    """float64 [..., R, Sk]: per pair of the query rows ``q`` (from ``r0``) and the keys ``k`` (one per
+    query head), ``X x - 1 >= 2^(2 (delta x + Dl) + u Am + ea) - 1`` of the running theorems
+    (:func:`~ojas_ref.verification.bounds.attention_running.exp2_factor_minus_one`), ``delta x`` the
+    pair's own score error (:func:`~ojas_ref.verification.score_errors.score_error_block` at the device's
+    dot model, ``operands`` the kernel's first operand: the minimum of the model's actual error and the
+    worst case at the pair's ``sum |q k|``, both proved bounds), ``Dl``, ``Am`` uniform
+    (:func:`~ojas_ref.verification.bounds.attention_running.exp2_premise_terms`)."""
+    dl, am = ar.exp2_premise_terms(
+        c["dot"],
+        q.shape[-1],
+        scale,
+        c["bnd"]["qk_abs_sum"],
+        _max_abs_lse(c["lse_lo"], c["lse_hi"]),
+        lse_error,
+    )
+    delta = se.score_error_block(r0, q, k, is_causal, scale, c["dot"], operands)
+    return ar.exp2_factor_minus_one(delta, dl, am)
 
 
 def _dv_running_bound(
@@ -499,7 +544,6 @@ def _dv_running_bound(
     scale: float,
     c: dict,
     lse_error: float,
-    n_levels: int = SCORE_LEVELS,
 ) -> torch.Tensor:
     """``dv_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) for every stored dV entry
     [B, Hkv, Sk, Ev]: ``(1 + us) (run_err g_rel g_abs bs + sum_x r x) + us S + es`` over the query
@@ -507,32 +551,30 @@ def _dv_running_bound(
     then the tiles from :func:`_first_query_tile`: a tile whose rows are all masked for the key is a
     tile), ``S = prob_abs_do``, ``(g_rel, g_abs)`` the accumulating dot's constants over ``bm`` rows.
     Every item ``x = (i, j)`` has ``z x = P_ij dO_ic`` and ``r x = ((H x - 1) P_ij + cw) |dO_ic|``
-    (0 where masked), ``H x = (1 + us)(1 + ue) X x`` with ``X x`` the level of the pair's own
-    ``sum_e |q_ie k_je|`` (:func:`~ojas_ref.verification.bounds.attention_running.exp2_levels`); ``bs``
-    from the running tensors of :class:`~ojas_ref.verification.bounds.attention_running.RunningAcc`:
-    the float64 ``P~^T dO`` of each tile within ``dot_error`` plus ``|P~ - P| |dO|`` of the exact
-    one (P between ``softmax_bounds``), ``sum |z| <= P_up^T |dO|``."""
+    (0 where masked), ``H x = (1 + us)(1 + ue) X x`` with ``X x - 1`` from the pair's own score error
+    ``delta x`` (:func:`_pair_exp2_factors`: :func:`~ojas_ref.verification.score_errors.score_error_block`
+    of the dK/dV kernel's ``dot(k, q^T)``); ``bs`` from the running tensors of
+    :class:`~ojas_ref.verification.bounds.attention_running.RunningAcc`: the float64 ``P~^T dO`` of each
+    tile within ``dot_error`` plus ``|P~ - P| |dO|`` of the exact one (P between ``softmax_bounds``),
+    ``sum |z| <= P_up^T |dO|``."""
     bm, dot, errs = c["bm"], c["dot"], c["errs"]
     us, es_s = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
-    grid, xs = ar.exp2_levels(
-        dot, q.shape[-1], scale, c["bnd"]["qk_abs_sum"], _max_abs_lse(c["lse_lo"], c["lse_hi"]), lse_error, n_levels
-    )
-    hm1 = _level_table([(1 + us) * (1 + Fraction(errs["exp2_error"])) * x - 1 for x in xs]).to(q.device)
-    grid = grid.to(q.device)
+    e1 = (1 + us) * (1 + Fraction(errs["exp2_error"]))  # H - 1 = (e1 - 1) + e1 (X - 1)
     cw = _float_up((1 + us) * Fraction(_EXP2_ABS_ERROR) + es_s)
     b, hq, sq, _ = q.shape
     hkv, sk, ev = k.shape[1], k.shape[2], do.shape[-1]
     acc = ar.RunningAcc((b, hkv, sk, ev), q.device, *ar.acc_constants_up(dot, bm))
     first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
     kf = k.to(F64)
-    ka = kf.abs().transpose(-1, -2)
     rows = _block_rows(b * hkv * sk, bm)
     for qh, dh in zip(q.unflatten(1, (hkv, -1)).unbind(2), do.unflatten(1, (hkv, -1)).unbind(2)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             s = _scores(r0, qc, kf, is_causal, scale)
             pr, (p_lo, p_up) = torch.softmax(s, -1), cb.softmax_bounds(s, c["es"])
-            h = hm1[ar.level_index(cb.matmul_upper(qc.abs(), ka), grid)]
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, lse_error, "kq")
+            h = cb.add_upper(cb.scale_upper(x1, e1), _float_up(e1 - 1))
+            del x1
             d = dh[:, :, r0 : r0 + rows].to(F64)
             for t0 in range(0, qc.shape[2], bm):
                 sl = slice(t0, t0 + bm)
@@ -557,7 +599,6 @@ def dv_error_bound(
     prob_abs_do: torch.Tensor,
     is_causal: bool,
     scale: float,
-    n_levels: int = SCORE_LEVELS,
 ) -> torch.Tensor:
     """Proved a-posteriori bounds on |dV - exact| [B, Hkv, Sk, Ev] (``prob_abs_do`` from
     :func:`exact_dv`), with the forward's lse bound (``attention_lse_error_bound``), the dK/dV
@@ -566,13 +607,14 @@ def dv_error_bound(
 
     * ``Ojas.Attention.Float.RunningAccError.dv_error_acc_running`` (:func:`_dv_running_bound`): the
       accumulation charged on the running signed partial sums over the tiles the kernel runs, each
-      pair's score error from its own ``sum |q k|`` (``n_levels`` levels; 1: one uniform error);
+      pair's score error its own (:mod:`~ojas_ref.verification.score_errors`: the smaller of the dot
+      model's actual error on the data and its worst case at the pair's ``sum |q k|``, both proved);
     * the a-priori ``attention_dv_error_bound`` (``dv_error``; ``dv_error_acc`` with a dot model:
       the accumulation charged ``((1 + g_rel)^t - 1) S``, one score error for every pair).
 
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's
     order (the interpreter's IEEE float32 dots, the blocked float32 model); the float64 evaluation
-    of ``bs``, ``S``, the levels and ``X`` (certified upper bounds under
+    of ``bs``, ``S``, the score errors and ``X`` (certified upper bounds under
     :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     c = _backward_constants(q, k, is_causal, scale)
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
@@ -595,7 +637,7 @@ def dv_error_bound(
         storage_rounding=c["rounding"],
         dot=c["dot"],
     )
-    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_err, n_levels))
+    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_err))
 
 
 def _delta_output_error(
@@ -640,15 +682,19 @@ def _chain_delta_error(coefs: dict, out: torch.Tensor, dof: torch.Tensor, w: tor
     )
 
 
-def _grad_level_terms(c: dict, xs: list[Fraction], q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``gacc_A (E_k)``, ``gacc_B (E_k)`` (``Ojas.Attention.Float.DkDqError``) at ``E_k = (1 + ue) X_k``
-    for the levels' ``X_k``, rounded up, float64 on ``q``'s device."""
+def _grad_pair_factors(c: dict, x1: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``gacc_A (E x)``, ``gacc_B (E x)`` (``Ojas.Attention.Float.DkDqError``) per pair at ``E x = (1 + ue)
+    X x`` from ``x1 >= X x - 1`` (:func:`_pair_exp2_factors`), rounded up: both affine in ``X - 1`` with
+    nonnegative coefficients, ``gacc_A = (1 + us)((1 + u)^2 (1 + ue) - 1) + us + (1 + us)(1 + u)^2 (1 + ue)
+    (X - 1)``, ``gacc_B = (1 + us)(1 + u)(1 + ue) (1 + (X - 1))``."""
     u = Fraction(_FP32_U)
     us, _ = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
-    es_ = [(1 + Fraction(c["errs"]["exp2_error"])) * x for x in xs]
-    ga = _level_table([(1 + us) * ((1 + u) * (1 + u) * e - 1) + us for e in es_])
-    gb = _level_table([(1 + us) * ((1 + u) * e) for e in es_])
-    return ga.to(q.device), gb.to(q.device)
+    e1 = 1 + Fraction(c["errs"]["exp2_error"])
+    a1, b1 = (1 + us) * (1 + u) * (1 + u) * e1, (1 + us) * (1 + u) * e1
+    return dict(
+        ga=cb.add_upper(cb.scale_upper(x1, a1), _float_up(a1 - (1 + us) + us)),
+        gb=cb.add_upper(cb.scale_upper(x1, b1), _float_up(b1)),
+    )
 
 
 def _grad_pair_terms(blk: dict, h: dict, cr: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -717,7 +763,6 @@ def _grad_running_bounds(
     delta_error: torch.Tensor,
     lse_error: float,
     ex: dict,
-    n_levels: int = SCORE_LEVELS,
 ) -> dict[str, torch.Tensor]:
     """``dk_error_acc_running`` and ``dq_error_acc_running`` (``grad_error_acc_running_with``,
     ``Ojas.Attention.Float.RunningAccError``) for every stored dK [B, Hkv, Sk, E] and dQ [B, Hq, Sq, E]
@@ -726,7 +771,8 @@ def _grad_running_bounds(
     query tiles (:func:`_first_query_tile`, every query head of the group), dQ the dQ kernel's key tiles
     (:func:`_last_key_end`). Items have ``z x = P (dP - D) w`` and ``r x = gacc_A(E x) h1 x +
     gacc_B(E x) h2 x + gacc_c(E x, Ym, (1 + u)(eP + eDm) + ea, W)`` (0 where masked), ``E x = (1 + ue)
-    X x`` at the pair's level (:func:`~ojas_ref.verification.bounds.attention_running.exp2_levels`),
+    X x`` from the pair's own score error (:func:`_pair_exp2_factors`, the larger of the dK/dV kernel's
+    ``dot(k, q^T)`` and the dQ kernel's ``dot(q, k^T)``; :func:`_grad_pair_factors`),
     ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq],
     ``eP`` the ``dp`` dot's error at ``ex``'s ``dp_abs_sum``, ``Ym`` its ``max_abs_y``."""
     dot, bnd = c["dot"], c["bnd"]
@@ -739,10 +785,6 @@ def _grad_running_bounds(
     crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
     k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
     gc = {name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")}  # gacc_c, W = max |w|
-    grid, xs = ar.exp2_levels(
-        dot, e_dim, scale, bnd["qk_abs_sum"], _max_abs_lse(c["lse_lo"], c["lse_hi"]), lse_error, n_levels
-    )
-    grid, (ga, gb) = grid.to(q.device), _grad_level_terms(c, xs, q)
     cr = cb.add_upper(cb.scale_upper(cb.add_upper(delta_error.to(F64), _float_up(ep)), 1 + u), _float_up(ea))
     bm, qn = c["bm"], c["qn"]
     dk_acc = ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm))
@@ -751,16 +793,15 @@ def _grad_running_bounds(
     n_keys = -(-_last_key_end(sq, sk, c["qm"], is_causal, q.device)[:, None] // qn)  # key tiles run per row
     g_dq = ar.acc_constants_up(dot, qn)
     kf, vf = k.to(F64), v.to(F64)
-    ka = kf.abs().transpose(-1, -2)
     rows = _block_rows(b * hkv * sk, bm)
     heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, cr))
     for gi, (qh, dh, ch) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
-            lvl = ar.level_index(cb.matmul_upper(qc.abs(), ka), grid)
-            t = _grad_pair_terms(blk, dict(ga=ga[lvl], gb=gb[lvl]), ch[:, :, r0 : r0 + rows, None])
-            del blk, lvl
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, lse_error, "both")
+            t = _grad_pair_terms(blk, _grad_pair_factors(c, x1, q), ch[:, :, r0 : r0 + rows, None])
+            del blk, x1
             for t0 in range(0, qc.shape[2], bm):  # dK: the query tiles of this block, items = rows
                 tt = {n: x[..., t0 : t0 + bm, :].transpose(-1, -2) for n, x in t.items()}
                 _grad_tile_step(dk_acc, tt, qc[..., t0 : t0 + bm, :], gc["q"], first <= r0 + t0)
@@ -890,7 +931,6 @@ def grad_error_bounds(
     is_causal: bool,
     scale: float,
     inputs: str = "proved",
-    n_levels: int = SCORE_LEVELS,
 ) -> dict:
     """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
     on |kernel - exact| entry by entry for the backward kernels' tiles (``default_config``), fed with
@@ -906,7 +946,9 @@ def grad_error_bounds(
 
     * the RUNNING bounds (:func:`_grad_running_bounds`): ``dk_error_acc_running``,
       ``dq_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) over the tiles the kernels
-      run in their order, each pair's score error from its own ``sum |q k|`` (``n_levels`` levels);
+      run in their order, each pair's score error its own (:mod:`~ojas_ref.verification.score_errors`:
+      the smaller of the dot model's actual error on the data and its worst case at the pair's
+      ``sum |q k|``, both proved);
     * the a-priori ``attention_dq_error_bound``, ``attention_dk_error_bound`` (``dq_error``,
       ``dk_error``; with a dot model ``dq_error_acc``, ``dk_error_acc``);
 
@@ -919,7 +961,7 @@ def grad_error_bounds(
     not a theorem about the forward.
     Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`).
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order;
-    the float64 evaluation of the running premises' ``bs`` and the levels (certified upper bounds
+    the float64 evaluation of the running premises' ``bs`` and the score errors (certified upper bounds
     under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
@@ -930,7 +972,7 @@ def grad_error_bounds(
     ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c)
     ex = exact_grads(q, k, v, do, is_causal, scale, ed)
     dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err, scale)
-    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex, n_levels)
+    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex)
     return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"]))
 
 

@@ -24,8 +24,10 @@ t of (|z x| + r x)``. Here:
   memory of one accumulator, whatever the number of tiles (dV, dK: the dK/dV kernel's query tiles);
 * :func:`running_error_prefix`: the same fold over the first ``n`` tiles of every entry in closed
   form, all tiles at once (dQ: the dQ kernel's key tiles, a prefix of its loop for every row);
+* :func:`exp2_premise_terms`, :func:`exp2_factor_minus_one`: ``X x - 1 >= 2^(2 (delta x + Dl) + u Am +
+  ea) - 1`` per pair, from the pair's own score error ``delta x``;
 * :func:`exp2_levels`: ``X_k >= 2^(2 (delta_k + Dl) + u Am + ea)`` on a grid of per-pair score
-  error levels (``delta`` of the pair from its own ``sum_e |q_e k_e|``);
+  error levels (``delta`` of the pair from its own ``sum_e |q_e k_e|``; the oracle's ``perturbation_q``);
 * :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``.
 
 Not covered by a theorem: the float64 evaluation's premises (torch's ``sum``, ``cumsum`` and
@@ -60,6 +62,8 @@ __all__ = [
     "run_err",
     "RunningAcc",
     "running_error_prefix",
+    "exp2_premise_terms",
+    "exp2_factor_minus_one",
     "exp2_levels",
     "level_index",
     "grad_bound_up",
@@ -266,6 +270,38 @@ def level_index(p: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     return idx
 
 
+def exp2_premise_terms(
+    dot: DotModel, head_dim: int, scale: float, qk_abs_sum: float, max_abs_lse: float, lse_error: float
+) -> tuple[Fraction, Fraction]:
+    """``(Dl, Am)`` of the running theorems' exp2 premise ``X x >= 2^(2 (delta x + Dl) + u Am + ea)``,
+    exact rationals: ``Dl`` from ``lse2_close`` (``Ojas.Attention.Float.DvError``: ``|lse - LSE| <=
+    lse_error``, ``|LSE| <= max_abs_lse``), ``Am`` from ``score_max_de`` at ``qk_abs_sum`` (at least every
+    pair's ``sum |q k|``) plus the lse's magnitude."""
+    for name, val in (("qk_abs_sum", qk_abs_sum), ("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+    u, ea, uc2 = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_LOG2E_CONST_ERROR)
+    smax, _ = _score_terms_q(dot, head_dim, Fraction(qk_abs_sum), Fraction(scale))
+    lb, lmax = Fraction(lse_error), Fraction(max_abs_lse) + Fraction(lse_error)
+    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
+    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
+    return dl, am
+
+
+def exp2_factor_minus_one(delta: torch.Tensor, dl: Fraction, am: Fraction) -> torch.Tensor:
+    """Per entry an upper bound of ``2^(2 (delta + Dl) + u Am + ea) - 1`` (float64, ``delta >= 0`` the
+    pairs' score errors, e.g. :func:`~ojas_ref.verification.score_errors.score_error_block`), so that
+    ``X x = 1 + result`` meets the running theorems' premise: ``e^y - 1 <= y / (1 - y)`` for ``y < 1``
+    (``Ojas.Bounds.Softmax.expm1_le_small``) at ``y >= (2 delta + 2 Dl + u Am + ea) ln 2``, every operation
+    rounded up (the denominator down). ``ValueError`` where ``y >= 1/2``."""
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    c0 = _float_up((2 * dl + u * am + ea) * LN2_UP)
+    y = cb.add_upper(cb.scale_upper(delta.to(F64), 2 * LN2_UP), c0)
+    if not bool((y < 0.5).all()):
+        raise ValueError(f"the exp2 argument error {y.max().item()} is too large (>= 1/2 after ln 2)")
+    return cb.div_upper(y, (1.0 - y).nextafter_(torch.zeros((), dtype=F64, device=y.device)))
+
+
 def exp2_levels(
     dot: DotModel,
     head_dim: int,
@@ -290,13 +326,9 @@ def exp2_levels(
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
     top = _float_up(Fraction(qk_abs_sum) * (1 + Fraction(1, 2**20)))
     grid = [_float_up(Fraction(top) * k / n_levels) for k in range(1, n_levels + 1)]
-    u, ea, uc2 = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_LOG2E_CONST_ERROR)
-    sc = Fraction(scale)
-    smax, _ = _score_terms_q(dot, head_dim, Fraction(top), sc)
-    lb, lmax = Fraction(lse_error), Fraction(max_abs_lse) + Fraction(lse_error)
-    dl = lb + lmax * (u * (1 + uc2) + uc2) + ea
-    am = smax + 2 * ((1 + uc2) * lmax) * (1 + u) + ea
-    xs = [2 * (_score_terms_q(dot, head_dim, Fraction(p), sc)[1] + dl) + u * am + ea for p in grid]
+    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
+    dl, am = exp2_premise_terms(dot, head_dim, scale, top, max_abs_lse, lse_error)
+    xs = [2 * (_score_terms_q(dot, head_dim, Fraction(p), Fraction(scale))[1] + dl) + u * am + ea for p in grid]
     got = _oracle_values([dict(bound="perturbation", delta=_rational(x * LN2_UP / 2)) for x in xs])
     if got is None or got is _NO_ORACLE:
         raise RuntimeError("the running attention bounds need the oracle (make -C extraction): no hand copy")
