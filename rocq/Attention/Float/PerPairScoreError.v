@@ -1,6 +1,60 @@
-(** * Per-pair score errors: the saved lse with one error bound per (query, key) pair.
+(** * Per-pair score errors: the saved lse and the forward output with one score error per key.
 
-    PLACEHOLDER-HEADER *)
+    SavedLseError.v's [attention_lse_error_masked_dot] and ForwardAccRunning.v's
+    [attention_forward_acc_running] take ONE score error [delta = score_delta_de ..], the
+    a-priori worst case over all (query, key) pairs.  Here the score error is per key of the
+    row: a function [d] with
+      |score2_with dotf c q k_j * ln 2 - scale * q.k_j| <= d_j   (nats, every visible key j),
+    [score2_with] the kernel's base-2 score; the caller computes [d_j] (e.g. from the
+    executable model's own score and an exact [q.k]).  All sums below are over the row's
+    visible keys ([filter vis (concat tiles)]) and [P_j = e^(scale q.k_j) / sum_i e^(scale q.k_i)]
+    is the EXACT softmax there.
+
+    Part 1 (any list, any scores [S], [S'] with [|S'_j - S_j| <= d_j]):
+    - [pp_shift xs S d = ln ((sum_j e^(S_j + d_j)) / sum_j e^(S_j)) = ln (sum_j P_j e^(d_j))]
+      ([pp_shift_softmax]); [0 <= pp_shift] when [d >= 0], [pp_shift <= delta] when every
+      [d_j <= delta] ([pp_shift_le_uniform]): never worse than the uniform bound.
+    - [lse_perturbation_pp]: [|ln sum e^S' - ln sum e^S| <= pp_shift xs S d] (upper side
+      [sum e^S' <= sum e^(S + d)]; lower side Jensen ([pp_exp_jensen]) twice).
+    - [softmax_perturbation_pp]: with [pp_shift xs S d <= D],
+        |avg_S' v - avg_S v| <= sum_j P_j |v_j| (e^(d_j + D) - 1),
+        avg_S' |v|           <= sum_j P_j |v_j| e^(d_j + D)
+      (each computed weight is [P_j e^t_j], [|t_j| <= d_j + D]: [pp_weight]; parts of the
+      list: [pp_part]).  At [d_j = D = delta] this is [softmax_perturbation_post].
+
+    Part 2, the saved lse ([attention_lse_error_dot_pp], [attention_lse_error_masked_dot_pp],
+    the CUDA fp32 instances [attention_lse_error_masked_tf32x3_pp] and (H100)
+    [attention_lse_error_masked_tf32x3_op_pp]): all premises of the uniform theorem, plus
+    the per-key [d] above and [pp_shift keys (scale q.k) d <= Dsc]; the bound is
+      lse_bound u ea el ucl smax Dsc LN NL
+        = u A2 (1 + ucl) + ea + A2 ucl + (u A + ea) + el + NL + Dsc,
+      A = smax + 2 (LN + NL) + el,  A2 = (1 + u) A + ea,
+    i.e. the uniform bound with [delta] replaced by [Dsc] (the only place the proof used
+    [delta] is the perturbation of log-sum-exp); [smax = score_max_de ..] (the bound of
+    [|m|]) and [X >= 2^(u 2 smax)] stay a priori.  The caller computes per ROW:
+    [Dsc >= ln (sum_j P_j e^(d_j))], in nats (an upper bound: its own rounding included).
+
+    Part 3, the forward output's running bound ([attention_forward_acc_running_pp] and the
+    H100 instances [attention_forward_acc_running_tf32x3_op_pp], [_tc_op_pp] (bf16/fp16)):
+    all premises of ForwardAccRunning.v's theorem (its [Y] only inside the premise bundle
+    [afe_premises_de]; it is not in the bound), plus [d], [pp_shift .. <= Dsc] and per
+    (row, output coordinate)
+      Yw >= sum_j P_j |v_j| (e^(d_j + Dsc) - 1)   ([sm_avg] over the exact scores);
+    the bound is
+      |out - sum_j P_j v_j| <= afr_rel(Y := 0) W + afr_C(Y := 0) run_err afr_gb 0 bs
+                               + afr_ypp Yw + afr_abs,
+      afr_ypp = ((1 + u) (afr_gA + bL + X (CB - 1)) / (1 - bL) + u + 1) (1 + us),
+    [W = sum_j P_j |v_j|], the caller's per-tile [bs] exactly as in ForwardAccRunning.v
+    (exact scores), the other constants as there.  The per-tile premise becomes
+    [b_t + Yw] in the computed scores' units ([fwd_tile_premise_pp]; the uniform one
+    was [(1 + Y) b_t + Y W]), so at [d_j = Dsc = delta] ([Yw = Y W]) this bound is at most
+    the uniform one ([afr_C] loses its factor [1 + Y]).
+
+    Not covered: the computation of [d], [Dsc], [Yw] (the caller's: upper bounds of the
+    exact quantities, with the exact softmax [P], not the computed one); everything that
+    SavedLseError.v and ForwardAccRunning.v do not cover (their headers).  The backward
+    (RunningAccError.v) already takes per-item score errors; its uniform premise [Dl] on the
+    lse is what Part 2 bounds. *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -196,6 +250,8 @@ Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
+(** SavedLseError.v's [attention_lse_error_dot] (fully visible tiles) with the per-key
+    score error [d] and [Dsc >= pp_shift]: [lse_bound .. smax Dsc ..]. *)
 Theorem attention_lse_error_dot_pp : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
@@ -355,6 +411,8 @@ Proof.
   lra.
 Qed.
 
+(** The kernel's loop from its start under any mask: the lse it saves against the
+    log-sum-exp over the visible keys, [d] and [Dsc] over those keys. *)
 Theorem attention_lse_error_masked_dot_pp : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
@@ -389,6 +447,7 @@ Proof.
   - rewrite Ecat; exact HDsc.
 Qed.
 
+(** The float32 lse on CUDA with 3xTF32 scores on tensor cores ([tf32x3_tc_dot_model]). *)
 Theorem attention_lse_error_masked_tf32x3_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
     (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
@@ -423,6 +482,7 @@ Proof.
            Hexp0 Hvis (tf32x3_tc_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
 Qed.
 
+(** The same on the H100's tensor cores ([tf32x3_tc_op_dot_model]). *)
 Theorem attention_lse_error_masked_tf32x3_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
     (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
@@ -637,6 +697,10 @@ Variable M : MixedModel.
 Import ModelNotations.
 Import ExpNotations.
 
+(** ForwardAccRunning.v's [attention_forward_acc_running] with the per-key score error
+    [d], [Dsc >= pp_shift] and [Yw >= sum_j P_j |v_j| (e^(d_j + Dsc) - 1)]:
+      |out - sum_j P_j v_j| <= afr_rel(Y := 0) W + afr_C(Y := 0) run_err afr_gb 0 bs
+                               + afr_ypp Yw + afr_abs. *)
 Theorem attention_forward_acc_running_pp : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
     (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R)
     (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E N Tt : nat)
@@ -967,6 +1031,8 @@ Proof.
 Qed.
 
 
+(** The float32 forward on the H100 (3xTF32 scores and P.V on its tensor cores), as
+    [attention_forward_acc_running_tf32x3_op], with per-key score errors. *)
 Theorem attention_forward_acc_running_tf32x3_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb qv : nat)
     (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E n N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R),
@@ -1011,6 +1077,8 @@ Proof.
            Hpre).
 Qed.
 
+(** The bf16 (or fp16) forward on the H100, as [attention_forward_acc_running_tc_op], with
+    per-key score errors. *)
 Theorem attention_forward_acc_running_tc_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb qv : nat)
     (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E n N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R),
