@@ -56,6 +56,7 @@ LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 _LN2_ERR = Fraction(232, 10**19)  # ln 2 - _LN2 = 2.31904...e-17
 OPERANDS = ("qk", "kq", "both")
+_CAUSAL_ROWS = 256  # query rows per chunk under a causal mask (the keys after a chunk's last row are skipped)
 _NONE = -(2**20)  # the exponent given to a zero operand: below every sum of real ones
 
 
@@ -80,7 +81,9 @@ def _round32(x: torch.Tensor, out: str) -> torch.Tensor:
     """float64 ``x`` (exact) rounded to float32 to nearest even or toward zero, as float64."""
     r = x.to(F32).to(F64)
     if out == "truncate":
-        r = torch.where(r.abs() > x.abs(), torch.nextafter(r.to(F32), torch.zeros((), dtype=F32)).to(F64), r)
+        r = torch.where(
+            r.abs() > x.abs(), torch.nextafter(r.to(F32), torch.zeros((), dtype=F32, device=r.device)).to(F64), r
+        )
     return r
 
 
@@ -194,6 +197,14 @@ def score_error_block(
         raise ValueError(f"operands must be one of {OPERANDS}, got {operands!r}")
     if q.shape[-1] != k.shape[-1] or q.shape[:-2] != k.shape[:-2]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share the leading and head dimensions")
+    if is_causal and q.shape[-2] > _CAUSAL_ROWS:  # per chunk of rows, only the keys up to its last row
+        return torch.cat(
+            [
+                score_error_block(r0 + i, q[..., i : i + _CAUSAL_ROWS, :], k, True, scale, dot, operands)
+                for i in range(0, q.shape[-2], _CAUSAL_ROWS)
+            ],
+            -2,
+        )
     sk = k.shape[-2]
     if is_causal:  # the keys after the block's last row are masked for all its rows: not computed
         k = k[..., : min(sk, r0 + q.shape[-2]), :]

@@ -274,3 +274,16 @@ def test_running_bounds_with_pair_deltas_hold_and_are_tighter(dtype, hq, hkv, s,
         )
         assert (err <= new[name]).all(), name
         assert (new[name] <= old[name]).all(), name
+
+
+def test_causal_row_chunks_agree():
+    """A causal block of more than ``_CAUSAL_ROWS`` rows (chunked, each chunk's later keys skipped) agrees
+    with small blocks, and is 0 exactly above the diagonal."""
+    gen = torch.Generator().manual_seed(9)
+    s = se._CAUSAL_ROWS + 44
+    q, k = torch.randn(1, 1, s, 16, generator=gen), torch.randn(1, 1, s, 16, generator=gen)
+    big = se.score_errors(q, k, True, 0.25, ab.TF32X3_H100, "both", rows=s)
+    small = se.score_errors(q, k, True, 0.25, ab.TF32X3_H100, "both", rows=50)
+    assert torch.allclose(big, small, rtol=1e-4, atol=0)  # float64 matmuls of other shapes round otherwise
+    upper = torch.ones(s, s, dtype=torch.bool).triu(1)
+    assert (big[0, 0][upper] == 0).all() and (big[0, 0][~upper] > 0).all()
