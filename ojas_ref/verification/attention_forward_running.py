@@ -19,6 +19,12 @@ Here they are certified upper bounds of the exact values, a block of query rows 
   ``hi = min(Sk, last row of the query tile + 1)`` under a causal mask (``_key_tiles`` without a window),
   ``ceil(Sk / BLOCK_N)`` otherwise; ``W`` the sum of the ``a_t`` (``sum_upper``).
 
+Per pair (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_tf32x3_op_pp``, ``_tc_op_pp``,
+and the saved lse's ``attention_lse_error_masked_tf32x3_op_pp``): :func:`forward_per_pair_sums` adds, from each
+pair's score error ``d_ij`` (:func:`~ojas_ref.verification.score_errors.score_error_block` at the dot model),
+``Dsc_i >= ln sum_j P_ij e^(d_ij)`` and ``Yw_ic >= sum_j P_ij |v_jc| (e^(d_ij + Dsc_i) - 1)``;
+:func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass.
+
 Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
 ``2^24`` entries. Not covered: as the theorem (its header), and the premises of
 :mod:`~ojas_ref.verification.bounds.certified` (torch's float64 ``exp``).
@@ -29,11 +35,18 @@ from __future__ import annotations
 import torch
 
 from ojas_ref.verification import attention_error as ae
+from ojas_ref.verification import score_errors as se
 from ojas_ref.verification.bounds import attention as ab
 from ojas_ref.verification.bounds import attention_running as ar
 from ojas_ref.verification.bounds import certified as cb
 
-__all__ = ["forward_running_sums", "forward_running_bound"]
+__all__ = [
+    "expm1_upper",
+    "forward_per_pair_bounds",
+    "forward_per_pair_sums",
+    "forward_running_bound",
+    "forward_running_sums",
+]
 
 F64 = torch.float64
 #: entries of a block's largest tensor ([B, Hq, rows, keys] or [tiles, B, Hq, rows, Ev])
@@ -71,15 +84,14 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, bloc
 
 
 def _block_sums(
-    s: torch.Tensor, vt: torch.Tensor, n_tiles: int, block_n: int, score_error: float
+    pr: torch.Tensor, p_lo: torch.Tensor, p_up: torch.Tensor, vt: torch.Tensor, n_tiles: int, block_n: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(y, err, a)`` [T, B, H, rows, Ev] of a block of rows: ``s`` its float64 scores [B, H, rows, keys]
-    (-inf masked; ``keys <= T block_n``), ``vt`` the values in tiles [B, H, T, block_n, Ev] (zero padded):
-    the float64 tile sums ``y = pr_t v_t``, ``err >= |y - sum_t P v|`` and ``a >= sum_t P |v|``."""
-    pr = torch.softmax(s, -1)
-    p_lo, p_up = cb.softmax_bounds(s, score_error)
+    """``(y, err, a)`` [T, B, H, rows, Ev] of a block of rows: ``pr`` its float64 softmax [B, H, rows, keys]
+    (``keys <= T block_n``), ``p_lo <= P <= p_up`` the exact one's bounds, ``vt`` the values in tiles
+    [B, H, T, block_n, Ev] (zero padded): the float64 tile sums ``y = pr_t v_t``, ``err >= |y - sum_t P v|``
+    and ``a >= sum_t P |v|``."""
     dp = torch.maximum(ar.up_add(pr, -p_lo), ar.up_add(p_up, -pr)).clamp_min_(0.0)
-    pad = n_tiles * block_n - s.shape[-1]
+    pad = n_tiles * block_n - pr.shape[-1]
 
     def tiles(p: torch.Tensor) -> torch.Tensor:  # [B, H, rows, keys] -> [B, H, T, rows, block_n]
         p = torch.nn.functional.pad(p, (0, pad))
@@ -91,6 +103,67 @@ def _block_sums(
     e = ar.up_matmul(tiles(dp), va)
     err = ar.up_add(ar.up_dot_error(ar.up_add(a, e), block_n), e)
     return tuple(t.movedim(2, 0) for t in (y, err, a))
+
+
+def expm1_upper(x: torch.Tensor) -> torch.Tensor:
+    """An upper bound of ``e^x - 1`` for float64 ``0 <= x < 1/2``: ``x / (1 - x)``
+    (``Ojas.Bounds.Softmax.expm1_le_small``), the quotient rounded up and the denominator down.
+    ``ValueError`` where ``x >= 1/2`` (a score error of half a nat: no useful bound)."""
+    if not bool((x < 0.5).all()):
+        raise ValueError(f"score errors plus shift up to {x.max().item()} nats: expm1_upper needs them < 1/2")
+    return cb.div_upper(x, (1.0 - x).nextafter_(torch.zeros((), dtype=F64, device=x.device)))
+
+
+def _block_per_pair(p_up: torch.Tensor, d: torch.Tensor, va: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Yw, Dsc)`` of a block of rows: ``p_up >= P`` [B, H, rows, keys], ``d`` the pairs' score errors (same
+    shape, 0 where masked), ``va = |v|`` [B, H, keys, Ev]. ``Dsc`` [B, H, rows] ``>= ln sum_j P_j e^(d_j)``:
+    the smaller of ``max_j d_j`` (``pp_shift_le_uniform``) and ``sum_j p_up_j (e^(d_j) - 1)`` (``ln x <= x - 1``,
+    ``sum_j P_j = 1``); ``Yw`` [B, H, rows, Ev] ``>= sum_j P_j |v_j| (e^(d_j + Dsc) - 1)``; every operation
+    rounded up (:func:`expm1_upper`)."""
+    dsc = torch.minimum(d.amax(-1), cb.sum_upper(cb.mul_upper(p_up, expm1_upper(d)), -1))
+    f = expm1_upper(ar.up_add(d, dsc[..., None]))
+    return ar.up_matmul(ar.up_mul(p_up, f), va), dsc
+
+
+def _sums(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    rate: float,
+    block_n: int,
+    block_m: int,
+    score_error: float,
+    dot: ab.DotModel | None,
+) -> list[torch.Tensor]:
+    """``[W, R]`` of :func:`forward_running_sums`, and ``Yw``, ``Dsc`` of :func:`forward_per_pair_sums` when
+    ``dot`` is given (the pairs' errors of the forward's ``dot(q, k^T)``: ``score_error_block`` at ``dot``)."""
+    _check(q, k, v, block_n, block_m)
+    b, hq, sq, _ = q.shape
+    sk, ev = k.shape[2], v.shape[-1]
+    g = hq // k.shape[1]
+    counts = _tile_counts(sq, sk, block_m, block_n, is_causal).to(q.device)
+    kr = k.repeat_interleave(g, 1)
+    vr = v.to(F64).repeat_interleave(g, 1)
+    rows = _block_rows(b * hq, sk, ev, int(counts.max()), block_m)
+    parts = []
+    for r0 in range(0, sq, rows):
+        n_act = counts[r0 : r0 + rows]
+        n_tiles = int(n_act.max())
+        keys = min(sk, n_tiles * block_n)
+        qc = q[:, :, r0 : r0 + rows]
+        s = ae._scores(r0, qc.to(F64), kr[:, :, :keys].to(F64), is_causal, scale)
+        pr = torch.softmax(s, -1)
+        p_lo, p_up = cb.softmax_bounds(s, score_error)
+        vt = torch.nn.functional.pad(vr[:, :, :keys], (0, 0, 0, n_tiles * block_n - keys))
+        y, err, a = _block_sums(pr, p_lo, p_up, vt.unflatten(2, (n_tiles, block_n)), n_tiles, block_n)
+        part = [cb.sum_upper(a, 0), ar.running_error_prefix(y, err, a, torch.zeros_like(a), n_act[:, None], rate, 0.0)]
+        if dot is not None:
+            d = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, dot, "qk")
+            part += _block_per_pair(p_up, d, vr[:, :, :keys].abs())
+        parts.append(part)
+    return [torch.cat(ts, 2) for ts in zip(*parts)]
 
 
 def forward_running_sums(
@@ -111,25 +184,60 @@ def forward_running_sums(
     ``scale q.k`` (causal: key ``j <= i``), the scores within ``score_error`` of the float64 ones
     (:func:`~ojas_ref.verification.attention_error._score_error`). GQA: query head ``h`` reads key head
     ``h // (Hq / Hkv)``."""
-    _check(q, k, v, block_n, block_m)
-    b, hq, sq, _ = q.shape
-    sk, ev = k.shape[2], v.shape[-1]
-    g = hq // k.shape[1]
-    counts = _tile_counts(sq, sk, block_m, block_n, is_causal).to(q.device)
-    kr = k.to(F64).repeat_interleave(g, 1)
-    vr = v.to(F64).repeat_interleave(g, 1)
-    rows = _block_rows(b * hq, sk, ev, int(counts.max()), block_m)
-    ws, rs = [], []
-    for r0 in range(0, sq, rows):
-        n_act = counts[r0 : r0 + rows]
-        n_tiles = int(n_act.max())
-        keys = min(sk, n_tiles * block_n)
-        s = ae._scores(r0, q[:, :, r0 : r0 + rows].to(F64), kr[:, :, :keys], is_causal, scale)
-        vt = torch.nn.functional.pad(vr[:, :, :keys], (0, 0, 0, n_tiles * block_n - keys))
-        y, err, a = _block_sums(s, vt.unflatten(2, (n_tiles, block_n)), n_tiles, block_n, score_error)
-        rs.append(ar.running_error_prefix(y, err, a, torch.zeros_like(a), n_act[:, None], rate, 0.0))
-        ws.append(cb.sum_upper(a, 0))
-    return torch.cat(ws, 2), torch.cat(rs, 2)
+    w, r = _sums(q, k, v, is_causal, scale, rate, block_n, block_m, score_error, None)
+    return w, r
+
+
+def forward_per_pair_sums(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    rate: float,
+    *,
+    block_n: int,
+    block_m: int,
+    score_error: float,
+    dot: ab.DotModel,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(W, R, Yw, Dsc)``: ``W``, ``R`` of :func:`forward_running_sums`, and the per-pair premises of
+    ``Ojas.Attention.Float.PerPairScoreError`` (certified upper bounds, float64): ``Dsc`` [B, Hq, Sq] ``>= ln
+    sum_j P_ij e^(d_ij)`` and ``Yw`` [B, Hq, Sq, Ev] ``>= sum_j P_ij |v_jc| (e^(d_ij + Dsc_i) - 1)``, ``d_ij``
+    pair ``(i, j)``'s score error of the forward's ``dot(q, k^T)`` at the dot model ``dot``
+    (:func:`~ojas_ref.verification.score_errors.score_error_block`, ``operands="qk"``; 0 at masked keys),
+    ``P`` the exact softmax (``softmax_bounds``' upper ``P_up`` in the sums)."""
+    w, r, yw, dsc = _sums(q, k, v, is_causal, scale, rate, block_n, block_m, score_error, dot)
+    return w, r, yw, dsc
+
+
+def _forward_tiles(
+    q: torch.Tensor, v: torch.Tensor, is_causal: bool, block_n: int | None, block_m: int | None
+) -> tuple[int, int]:
+    """``(block_n, block_m)``: the forward kernel's tile (``default_config`` for ``max(E, Ev)``, as the
+    kernel's launch picks it) where not given."""
+    if block_n is None or block_m is None:
+        from ojas_kernels.attention import default_config
+
+        cfg = default_config(max(q.shape[-1], v.shape[-1]), q.dtype, q.device, is_causal).fwd
+        block_n = cfg.block_n if block_n is None else block_n
+        block_m = cfg.block_m if block_m is None else block_m
+    return block_n, block_m
+
+
+def _bound_kw(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int) -> dict:
+    """The keyword arguments of ``attention_forward_running_bound`` for these inputs on their device."""
+    return dict(
+        n_keys=k.shape[2],
+        head_dim=q.shape[-1],
+        dtype=q.dtype,
+        max_abs_v=v.abs().max().item(),
+        scale=scale,
+        exp2_error=ae.unary_errors(q.device.type, k.shape[2])["exp2_error"],
+        storage_rounding=ae.storage_rounding(q.device.type, q.dtype),
+        dot=ae.kernel_dot(q.device.type, q.dtype),
+        **ae._bound_inputs(q, k, is_causal, block_n),
+    )
 
 
 def forward_running_bound(
@@ -140,6 +248,7 @@ def forward_running_bound(
     scale: float,
     block_n: int | None = None,
     block_m: int | None = None,
+    per_pair: bool = False,
 ) -> torch.Tensor:
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, Sq, Ev] of
     ``Ojas.Attention.Float.ForwardAccRunning.attention_forward_acc_running`` (its H100 instances ``_tf32x3_op``,
@@ -147,27 +256,52 @@ def forward_running_bound(
     device's dot model (:func:`~ojas_ref.verification.attention_error.kernel_dot`; "fp32", the interpreter's,
     raises ``ValueError``: no instance), ``exp2`` premise and storage rounding, with ``W`` and ``run_err`` from
     :func:`forward_running_sums`. ``block_n``, ``block_m``: the forward kernel's tile (``default_config`` for
-    ``max(E, Ev)``, as the kernel's launch picks it), unless given."""
-    if block_n is None or block_m is None:
-        from ojas_kernels.attention import default_config
-
-        cfg = default_config(max(q.shape[-1], v.shape[-1]), q.dtype, q.device, is_causal).fwd
-        block_n = cfg.block_n if block_n is None else block_n
-        block_m = cfg.block_m if block_m is None else block_m
+    ``max(E, Ev)``, as the kernel's launch picks it), unless given. ``per_pair``: the per-pair theorem
+    (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_tf32x3_op_pp``, ``_tc_op_pp``),
+    :func:`forward_per_pair_bounds`' first result."""
+    if per_pair:
+        return forward_per_pair_bounds(q, k, v, is_causal, scale, block_n, block_m)[0]
+    block_n, block_m = _forward_tiles(q, v, is_causal, block_n, block_m)
     _check(q, k, v, block_n, block_m)
-    inputs = ae._bound_inputs(q, k, is_causal, block_n)
-    kw = dict(
-        n_keys=k.shape[2],
-        head_dim=q.shape[-1],
-        dtype=q.dtype,
-        max_abs_v=v.abs().max().item(),
-        scale=scale,
-        exp2_error=ae.unary_errors(q.device.type, k.shape[2])["exp2_error"],
-        storage_rounding=ae.storage_rounding(q.device.type, q.dtype),
-        dot=ae.kernel_dot(q.device.type, q.dtype),
-        **inputs,
-    )
+    kw = _bound_kw(q, k, v, is_causal, scale, block_n)
     rate = ab.attention_forward_running_rate(**kw)
-    es = ae._score_error(q, scale, inputs["qk_abs_sum"])
+    es = ae._score_error(q, scale, kw["qk_abs_sum"])
     w, r = forward_running_sums(q, k, v, is_causal, scale, rate, block_n=block_n, block_m=block_m, score_error=es)
     return ab.attention_forward_running_bound(w, r, **kw)
+
+
+def forward_per_pair_bounds(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None = None,
+    block_m: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out_bound, lse_bound)`` with each pair's own score error (``Ojas.Attention.Float.PerPairScoreError``),
+    one pass over the pairs (:func:`forward_per_pair_sums` at the device's dot model, ``kernel_dot``):
+
+    * ``out_bound`` [B, Hq, Sq, Ev] on ``|out - exact_attention|`` entry by entry:
+      ``attention_forward_acc_running_tf32x3_op_pp`` / ``_tc_op_pp``, i.e.
+      :func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound` with
+      ``score_perturbation = Yw``;
+    * ``lse_bound`` [B, Hq, Sq] on ``|lse - exact_lse|`` per row: ``attention_lse_error_masked_tf32x3_op_pp``
+      (``attention_lse_error_masked_dot_pp`` at ``tc_op_dot_model`` for 16-bit inputs), i.e.
+      :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``
+      (its maximum is the backward's uniform premise ``Dl``).
+
+    Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``."""
+    block_n, block_m = _forward_tiles(q, v, is_causal, block_n, block_m)
+    _check(q, k, v, block_n, block_m)
+    kw = _bound_kw(q, k, v, is_causal, scale, block_n)
+    rate = ab.attention_forward_running_rate(**kw)
+    es = ae._score_error(q, scale, kw["qk_abs_sum"])
+    w, r, yw, dsc = forward_per_pair_sums(
+        q, k, v, is_causal, scale, rate, block_n=block_n, block_m=block_m, score_error=es, dot=kw["dot"]
+    )
+    out = ab.attention_forward_running_bound(w, r, score_perturbation=yw, **kw)
+    lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
+    errs = ae.unary_errors(q.device.type, k.shape[2])
+    lse = ab.attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **errs, **lse_kw)
+    return out, lse

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Self, Union
 
 import torch
 
+from ojas_ref.verification.bounds import certified as cb
 from ojas_ref.verification.bounds.common import (
     _EXP2_ABS_ERROR,
     _EXP_OVERFLOW,
@@ -414,13 +415,20 @@ def _afa_bounds(
     return rel, absolute
 
 
+def _afe_bL(k: dict[str, Any], block_n: int, n_keys: int, tiles: int) -> Fraction:
+    """``afe_bL`` of ForwardError.v (``B = block_n``, ``N = n_keys``, ``Tt = tiles``) at the constants ``k``
+    (``u``, ``ue``, ``ee``, ``ea``, ``X``, ``P1``, ``CG``, ``CR``)."""
+    u, ue, ee, ea, X, P1, CG, CR = (k[n] for n in ("u", "ue", "ee", "ea", "X", "P1", "CG", "CR"))
+    H = P1 * ((1 + ue) * X)
+    return H * CG * X - 1 + tiles * CR * ((H * CG * X * n_keys * ee) * (1 + u) + ea + P1 * (block_n * ee)) * (1 + u)
+
+
 def _afa_terms(k: dict[str, Any], block_n: int, n_keys: int, tiles: int) -> tuple[Fraction, Fraction, Fraction]:
     """``(afe_bL, afa_HA, afa_rA)`` (ForwardError.v at ``B = n``, ForwardAccError.v) at the constants
     ``k`` of :func:`_afa_constants`, ``n = block_n``, ``N = n_keys``, ``Tt = tiles``."""
     u, ue, ee, ea, us, es, V, X = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X"))
-    P1, CG, CR, CGA, CRA, g_rel = (k[n] for n in ("P1", "CG", "CR", "CGA", "CRA", "g_rel"))
-    H = P1 * ((1 + ue) * X)
-    bL = H * CG * X - 1 + tiles * CR * ((H * CG * X * n_keys * ee) * (1 + u) + ea + P1 * (block_n * ee)) * (1 + u)
+    CGA, CRA, g_rel = (k[n] for n in ("CGA", "CRA", "g_rel"))
+    bL = _afe_bL(k, block_n, n_keys, tiles)
     HA = (1 + us) * ((1 + ue) * X) * CGA * X
     cw = (1 + us) * ee + es
     rA = tiles * CRA * ((HA * (n_keys * V) * ee * (1 + u) + ea + cw * (block_n * V)) * (1 + g_rel) + k["g_abs"])
@@ -428,29 +436,41 @@ def _afa_terms(k: dict[str, Any], block_n: int, n_keys: int, tiles: int) -> tupl
 
 
 def _afr_bounds(
-    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int
+    dot: DotModel,
+    args: dict[str, float],
+    head_dim: int,
+    block_n: int,
+    n_keys: int,
+    tiles: int,
+    per_pair: bool = False,
 ) -> dict[str, Fraction] | None:
     """``afr_gb``, ``afr_rel``, ``afr_C``, ``afr_abs`` of ``Ojas.Attention.Float.ForwardAccRunning``
     (exact rationals, keys ``gb``, ``rel``, ``C``, ``abs``) at :func:`_afa_constants` and
     ``CB = (1 + afr_gb)^Tt`` rounded up (:func:`_pow_up`), ``n = block_n``, ``N = n_keys``,
-    ``Tt = tiles``; ``None`` when the side condition ``afe_bL < 1`` fails."""
+    ``Tt = tiles``; ``None`` when the side condition ``afe_bL < 1`` fails. ``per_pair``: those of
+    ``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_pp`` instead, ``afr_rel`` and
+    ``afr_C`` at ``Y = 0`` and ``afr_ypp`` (key ``ypp``)."""
     k = _afa_constants(dot, args, head_dim, block_n, tiles)
     bL, HA, rA = _afa_terms(k, block_n, n_keys, tiles)
     if not bL < 1:
         return None
-    u, ue, ee, ea, us, es, V, X, Y = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X", "Y"))
+    u, ue, ee, ea, us, es, V, X = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X"))
+    Y = Fraction(0) if per_pair else k["Y"]
     g_rel, g_abs = k["g_rel"], k["g_abs"]
     gb = (1 + g_rel) * (1 + u) * (1 + ue) - 1 + g_rel * ((1 + us) * (1 + ue) * X - 1)
     CB = _pow_up(1 + gb, tiles)
     gA = CB * ((1 + us) * (1 + ue) * X * X - 1)
     Ep = HA * (n_keys * V) + rA
     rR = tiles * CB * ((1 + g_rel) * ((1 + u) * ee * Ep + ea + ((1 + us) * ee + es) * (block_n * V)) + g_abs)
-    return dict(
+    got = dict(
         gb=gb,
         rel=((1 + u) * ((gA + bL) * (1 + Y) + X * Y * (CB - 1)) / (1 - bL) + u * (1 + Y) + Y) * (1 + us) + us,
         C=(1 + us) * (1 + u) * X * (1 + Y) / (1 - bL),
         abs=((1 + u) * rR / (1 - bL) + ea) * (1 + us) + es,
     )
+    if per_pair:
+        got["ypp"] = ((1 + u) * (gA + bL + X * (CB - 1)) / (1 - bL) + u + 1) * (1 + us)
+    return got
 
 
 def _afa_checked(
@@ -715,8 +735,10 @@ def _afr_checked(
     exp2_error: float,
     storage_rounding: str,
     dot: DotModel,
+    per_pair: bool = False,
 ) -> dict[str, Fraction]:
-    """The arguments checked and :func:`_afr_bounds`; ``ValueError`` for "fp32" or a failed side condition."""
+    """The arguments checked and :func:`_afr_bounds` (``per_pair`` passed on); ``ValueError`` for "fp32" or a
+    failed side condition."""
     if _dot_model(dot) == "fp32":
         raise ValueError(
             "dot must be a Tf32x3Dot or a TensorCoreDot: ForwardAccRunning.v has no instance for 'fp32' "
@@ -726,7 +748,7 @@ def _afr_checked(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
     )
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    got = _afr_bounds(dot, args, head_dim, block_n, n_keys, tiles)
+    got = _afr_bounds(dot, args, head_dim, block_n, n_keys, tiles, per_pair)
     if got is None:
         raise ValueError(
             f"side condition afe_bL < 1 of attention_forward_acc_running fails for n_keys={n_keys}, "
@@ -787,6 +809,7 @@ def attention_forward_running_bound(
     qk_abs_sum: float | None = None,
     exp2_error: float = EXP2_ERROR,
     storage_rounding: str = "nearest",
+    score_perturbation: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Bound on ``|out_ic - exact_ic|`` entry by entry for the Triton flash-attention forward on the tensor
     cores, in the RUNNING form: ``afr_rel * W + afr_C * R + afr_abs`` rounded up (float64, shaped like
@@ -825,9 +848,22 @@ def attention_forward_running_bound(
     fused ``s * qk_scale - m``, FMA contraction in ``l * alpha + sum``, dropout, additive float masks,
     overflow; the tensor cores' alignment model and ``exp2_error`` are premises.
 
+    With ``score_perturbation`` (a tensor ``Yw`` shaped like ``prob_abs_v``): the PER-PAIR form,
+    ``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_pp`` (H100 instances
+    ``attention_forward_acc_running_tf32x3_op_pp``, ``attention_forward_acc_running_tc_op_pp``): each score
+    within its own ``d_j`` (``|score2_with dotf c q k_j * ln 2 - scale q.k_j| <= d_j``), ``Dsc >= ln sum_j P_j
+    e^(d_j)`` per row and ``Yw >= sum_j P_j |v_jc| (e^(d_j + Dsc) - 1)`` per entry (the caller's certified
+    upper bounds, e.g. :func:`ojas_ref.verification.attention_forward_running.forward_per_pair_sums`); the
+    bound is ``afr_rel(Y := 0) W + afr_C(Y := 0) R + afr_ypp Yw + afr_abs``::
+
+        afr_ypp = ((1 + u)(gA + bL + X (CB - 1)) / (1 - bL) + u + 1)(1 + us),
+
+    ``W``, ``R``, the rate and the other constants as above (the uniform ``Y`` is not in it).
+
     Raises ``ValueError`` on a bad argument (``dot="fp32"``: the .v file has no float32-products instance),
     tensors of different shapes, negative or non-finite, or when ``afe_bL < 1`` fails;
     ``NotImplementedError`` for a :class:`TensorCoreDot` with ``ref="term"``."""
+    per_pair = score_perturbation is not None
     c = _afr_checked(
         n_keys,
         head_dim,
@@ -841,14 +877,19 @@ def attention_forward_running_bound(
         exp2_error,
         storage_rounding,
         dot,
+        per_pair,
     )
-    for name, t in (("prob_abs_v", prob_abs_v), ("run_err", run_err)):
+    named = [("prob_abs_v", prob_abs_v), ("run_err", run_err)] + per_pair * [("score_perturbation", score_perturbation)]
+    for name, t in named:
         if not isinstance(t, torch.Tensor) or t.is_complex() or not bool(((t >= 0) & torch.isfinite(t)).all()):
             raise ValueError(f"{name} must be a real tensor, finite and >= 0")
-    if run_err.shape != prob_abs_v.shape:
-        raise ValueError(f"run_err must have prob_abs_v's shape {tuple(prob_abs_v.shape)}, got {tuple(run_err.shape)}")
+        if t.shape != prob_abs_v.shape:
+            raise ValueError(f"{name} must have prob_abs_v's shape {tuple(prob_abs_v.shape)}, got {tuple(t.shape)}")
     rel, coef, absolute = (_float_up(c[n]) for n in ("rel", "C", "abs"))
-    return (rel * prob_abs_v.to(torch.float64) + coef * run_err.to(torch.float64) + absolute) * _ROUND_UP
+    got = rel * prob_abs_v.to(torch.float64) + coef * run_err.to(torch.float64) + absolute
+    if per_pair:
+        got = got + _float_up(c["ypp"]) * score_perturbation.to(torch.float64)
+    return got * _ROUND_UP
 
 
 def _attention_bound_args(
@@ -913,6 +954,134 @@ def _hand_attention_lse_error_bound(u, ue, ee, ea, el, ucl, uc, scale, p, ln_n, 
     return ((u * a2 * (1.0 + ucl) + ea + a2 * ucl + (u * a + ea) + el + nl + delta) * up) * _ROUND_UP
 
 
+def _grid_down(x: Fraction) -> Fraction:
+    """The greatest multiple of ``2^-256`` at or below ``x``."""
+    return Fraction((x.numerator * _POW_GRID) // x.denominator, _POW_GRID)
+
+
+def _exp_down(x: Fraction) -> Fraction:
+    """A lower bound of ``e^x`` for ``x >= 0``: the Taylor polynomial of degree 6 (terms >= 0) at
+    ``y = x / 2^j <= 2^-8``, squared ``j`` times, every step rounded down to a multiple of ``2^-256``."""
+    j = 0
+    while x > Fraction(2**j, 256):
+        j += 1
+    y = x / 2**j
+    r = _grid_down(sum(y**i / math.factorial(i) for i in range(7)))
+    for _ in range(j):
+        r = _grid_down(r * r)
+    return r
+
+
+def _ln_up(n: int) -> Fraction:
+    """A rational ``LN >= ln n`` (``n >= 1``), ``n <= exp(LN)`` checked by :func:`_exp_down`: the float
+    ``ln n (1 + 2^-40) + 2^-40`` (the candidate ``attention_lse`` gives the oracle), its margin doubled until
+    the check passes."""
+    margin = 2.0**-40
+    while True:
+        ln = Fraction(math.log(n) * (1.0 + margin) + margin)
+        if n <= _exp_down(ln):
+            return ln
+        margin *= 2
+
+
+def _lse_args(n_keys: int, log2_error: float, exp2_error: float, scale: float, p: float) -> dict[str, float]:
+    """The model's constants and the arguments of ``attn_lse_q`` (in its order), ``ln`` a candidate the
+    oracle checks (``n_keys <= exp_dn(ln)``)."""
+    if not (isinstance(log2_error, (int, float)) and math.isfinite(log2_error) and log2_error >= 0.0):
+        raise ValueError(f"log2_error must be a finite number >= 0, got {log2_error!r}")
+    return dict(
+        u=_FP32_U,
+        ue=float(exp2_error),
+        ee=_EXP2_ABS_ERROR,
+        ea=_FP32_ETA,
+        el=float(log2_error),
+        ucl=_LN2_CONST_ERROR,
+        uc=_QK_SCALE_ERROR,
+        scale=scale,
+        p=p,
+        ln=math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40,
+    )
+
+
+def _lse_bound_q(
+    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int
+) -> tuple[Fraction, Fraction] | None:
+    """``(lse_bound(Dsc := 0), delta)`` exact rationals: ``lse_bound u ea el ucl smax 0 LN NL`` of
+    ``Ojas.Attention.Float.SavedLseError`` (``lse_bound`` is ``delta`` plus a part without it) and
+    ``delta = score_delta_de`` at the scores' dot ``dot``; ``smax = score_max_de``, ``X = e^(u 2 smax)`` rounded
+    up (:func:`_exp_up`), ``P1``, ``CG``, ``CR`` (:func:`_pow_up`), ``NL = bL / (1 - bL) >= -ln(1 - bL)``. For
+    "fp32" with the oracle: its ``attn_lse_q`` (the uniform bound, rounded up) minus ``delta``
+    (``score_delta_q``, equal); otherwise ``LN`` from :func:`_ln_up`. ``None`` when ``afe_bL < 1`` fails."""
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    if _dot_model(dot) == "fp32":
+        got = _from_oracle(
+            bound="attention_lse",
+            **{k: _rational(x) for k, x in args.items()},
+            e=head_dim,
+            block=block_n,
+            keys=n_keys,
+            tiles=tiles,
+        )
+        if got is not _NO_ORACLE:
+            return None if got is None else (Fraction(got) - delta, delta)
+    u, ue, ee, ea, el, ucl = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea", "el", "ucl"))
+    X = _exp_up(u * 2 * smax)
+    P1 = _pow_up(1 + u, block_n - 1)
+    CG = _pow_up((1 + ue) * (1 + u) ** 2, tiles)
+    CR = _pow_up((1 + ue + ee) * (1 + u) ** 2, tiles)
+    bL = _afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles)
+    if not bL < 1:
+        return None
+    NL = bL / (1 - bL)
+    A = smax + 2 * (_ln_up(n_keys) + NL) + el
+    A2 = (1 + u) * A + ea
+    return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
+
+
+def _uniform_lse_bound(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int) -> float | None:
+    """The uniform ``lse_bound`` (``delta = score_delta_de``) rounded up: the oracle's ``attn_lse_q`` for
+    "fp32", else (or without the oracle) the float64 hand copy; ``None`` when ``afe_bL < 1`` fails."""
+    tiles = -(-n_keys // block_n)
+    de = _score_dot_error(dot, head_dim, args["p"])
+    got = (
+        _NO_ORACLE
+        if de is not None
+        else _from_oracle(
+            bound="attention_lse",
+            **{k: _rational(x) for k, x in args.items()},
+            e=head_dim,
+            block=block_n,
+            keys=n_keys,
+            tiles=tiles,
+        )
+    )
+    if got is _NO_ORACLE:
+        value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles, de)
+        return None if value == math.inf else value
+    return None if got is None else _float_up(got)
+
+
+def _lse_shift_bound(
+    score_shift: float | torch.Tensor, dot: DotModel, args: dict[str, float], block_n: int, n_keys: int, head_dim: int
+) -> float | torch.Tensor | None:
+    """``lse_bound(Dsc := min(score_shift, delta))`` rounded up (:func:`_lse_bound_q`): a float, or float64
+    shaped like the tensor ``score_shift``; ``None`` when ``afe_bL < 1`` fails."""
+    if isinstance(score_shift, torch.Tensor):
+        ok = not score_shift.is_complex() and bool(((score_shift >= 0) & torch.isfinite(score_shift)).all())
+    else:
+        ok = isinstance(score_shift, (int, float)) and math.isfinite(score_shift) and score_shift >= 0.0
+    if not ok:
+        raise ValueError(f"score_shift must be a finite number or real tensor >= 0, got {score_shift!r}")
+    got = _lse_bound_q(dot, args, head_dim, block_n, n_keys, -(-n_keys // block_n))
+    if got is None:
+        return None
+    base, delta = got
+    if not isinstance(score_shift, torch.Tensor):
+        return _float_up(base + min(Fraction(score_shift), delta))
+    shift = torch.clamp(score_shift.to(torch.float64), max=_float_up(delta))
+    return cb.add_upper(shift, _float_up(base))
+
+
 def attention_lse_error_bound(
     n_keys: int,
     head_dim: int,
@@ -925,7 +1094,8 @@ def attention_lse_error_bound(
     exp2_error: float = EXP2_ERROR,
     log2_error: float = LOG2_ERROR,
     dot: DotModel = "fp32",
-) -> float:
+    score_shift: float | torch.Tensor | None = None,
+) -> float | torch.Tensor:
     """Bound on ``|lse - ln sum_j exp(scale q.k_j)|`` (natural log, absolute) for the
     log-sum-exp the Triton flash-attention forward saves per query row (kernels/ojas_kernels/attention_forward.py:
     ``(m + tl.log2(l)) * ln 2`` in float32), against the exact one over the row's visible
@@ -946,48 +1116,30 @@ def attention_lse_error_bound(
     ``attention_lse_error_masked_dot`` at the dot model (``tf32x3_seq_dot_model``,
     ``tc_op_dot_model``, ``tc_dot_model``), through the hand copy.
 
+    ``score_shift`` (a number, or a tensor of one per query row): the PER-PAIR bound,
+    ``Ojas.Attention.Float.PerPairScoreError.attention_lse_error_masked_tf32x3_op_pp`` (and
+    ``attention_lse_error_masked_tf32x3_pp``, ``attention_lse_error_masked_dot_pp`` at the dot models above,
+    ``attention_lse_error_dot_pp`` for fully visible tiles; "fp32" at ``blocked_dot_model``): with each pair's
+    score error ``|score2_with dotf c q k_j * ln 2 - scale q.k_j| <= d_j`` and ``score_shift >= Dsc >= ln
+    sum_j P_j e^(d_j)`` (``P`` the row's exact softmax; the caller's certified upper bounds, e.g.
+    :func:`ojas_ref.verification.attention_error.lse_score_error`), the bound is ``lse_bound`` with ``Dsc``
+    in place of the uniform ``delta`` and ``smax``, ``X`` still a priori: ``lse_bound(0) + Dsc``, exact
+    rationals (:func:`_lse_bound_q`; "fp32" through the oracle's uniform bound minus ``delta``), ``Dsc``
+    capped at ``delta`` (the uniform theorem's bound: both hold), rounded up. The bound increases with
+    ``Dsc``: a tensor gives a bound per row (float64, its shape), its maximum one for every row.
+
     Not covered: as for :func:`attention_forward_error_bound` (the dots' order of
     additions for ``dot="fp32"``, FMA contraction, additive masks), and ``log2_error``,
     ``exp2_error`` themselves. Raises ``ValueError`` on a bad argument or a failed side
     condition.
     """
     p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error)
-    if not (isinstance(log2_error, (int, float)) and math.isfinite(log2_error) and log2_error >= 0.0):
-        raise ValueError(f"log2_error must be a finite number >= 0, got {log2_error!r}")
-    tiles = -(-n_keys // block_n)
-    ln_n = math.log(n_keys) * (1.0 + 2.0**-40) + 2.0**-40  # a candidate the oracle checks: n <= exp_dn(ln_n)
-    args = dict(
-        u=_FP32_U,
-        ue=float(exp2_error),
-        ee=_EXP2_ABS_ERROR,
-        ea=_FP32_ETA,
-        el=float(log2_error),
-        ucl=_LN2_CONST_ERROR,
-        uc=_QK_SCALE_ERROR,
-        scale=scale,
-        p=p,
-        ln=ln_n,
-    )
-    de = _score_dot_error(dot, head_dim, p)
-    got = (
-        _NO_ORACLE
-        if de is not None
-        else _from_oracle(
-            bound="attention_lse",
-            **{k: _rational(x) for k, x in args.items()},
-            e=head_dim,
-            block=block_n,
-            keys=n_keys,
-            tiles=tiles,
-        )
-    )
-    if got is _NO_ORACLE:
-        value = _hand_attention_lse_error_bound(*args.values(), head_dim, block_n, n_keys, tiles, de)
-        if value == math.inf:
-            got = None
-    elif got is not None:
-        value = _float_up(got)
-    if got is None:
+    args = _lse_args(n_keys, log2_error, exp2_error, scale, p)
+    if score_shift is None:
+        value = _uniform_lse_bound(dot, args, head_dim, block_n, n_keys)
+    else:
+        value = _lse_shift_bound(score_shift, dot, args, block_n, n_keys, head_dim)
+    if value is None:
         raise ValueError(
             f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_keys}, "
             f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}"
