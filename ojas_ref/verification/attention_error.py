@@ -701,7 +701,7 @@ def _grad_pair_terms(blk: dict, h: dict, cr: torch.Tensor) -> dict[str, torch.Te
     """Per pair of a block (:func:`_dscores`), before the factor ``|w|``: ``py = P~ y`` (float64),
     ``h1 >= P |dP - D|``, ``ew >= |py - P (dP - D)|`` (``|P~ - P| |y| + P |y - Y| + u |py|``), the
     weight ``rw >= gacc_A(E) h1 + gacc_B(E) P cR`` of ``r`` (``cR`` the row's ``(1 + u)(eP + eD_i) + ea``,
-    ``h = {"ga", "gb"}`` the pairs' levels' terms) and ``vis`` (1 where visible)."""
+    ``h = {"ga", "gb"}`` the pairs' own terms, :func:`_grad_pair_factors`) and ``vis`` (1 where visible)."""
     pr, p_lo, p_up, y = blk["pr"], blk["p_lo"], blk["p_up"], blk["y"]
     py = pr * y
     dp = torch.maximum(cb.add_upper(pr, -p_lo), cb.add_upper(p_up, -pr)).clamp_min(0.0)
