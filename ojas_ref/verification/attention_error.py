@@ -10,8 +10,11 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   oracle's ``attn_fwd_q``) for these inputs and the kernel's forward tile ``block_n``;
 * :func:`forward_posteriori_bound`: ``attention_forward_posteriori_bound`` (the value of
   ``Ojas.Attention.Float.ForwardPosteriori.attention_forward_posteriori_masked``) entry
-  by entry, in terms of ``sum_j P_ij |v_jc|``; the stored output's error in the
+  by entry, in terms of ``sum_j P_ij |v_jc|``, with a device's dot model its minimum with the per-pair
+  running bound (``PerPairScoreError``); the stored output's error in the
   gradient bounds' ``delta`` (:func:`grad_error_bounds`);
+* :func:`lse_error_bound`: ``attention_lse_error_bound``, with a device's dot model its minimum with the
+  per-pair ``attention_lse_error_masked_tf32x3_op_pp`` (also the backward bounds' lse premise);
 * :func:`dv_error_bound`, :func:`grad_error_bounds`: the backward's a-posteriori bounds, entry by
   entry the smaller of the a-priori theorems (``dv_error``, ``dk_error``, ``dq_error`` and their
   ``_acc`` forms) and the RUNNING ones of ``Ojas.Attention.Float.RunningAccError`` (the accumulation
@@ -395,10 +398,20 @@ def forward_posteriori_bound(
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
     (``attention_forward_posteriori_bound``) with ``W >= P |v|`` certified: the upper probabilities
     of ``softmax_bounds`` (scores within :func:`_score_error`) times ``|v|``, ``matmul_upper``.
-    With a device's dot model (CUDA) and the kernel's own tiles (``block_n`` None), also the running
-    bound (``ForwardAccRunning.attention_forward_acc_running``,
-    :func:`~ojas_ref.verification.attention_forward_running.forward_running_bound`): both are
-    proved, so their minimum is."""
+    With a device's dot model (CUDA) and the kernel's own tiles (``block_n`` None), also the per-pair
+    running bound (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_tf32x3_op_pp``,
+    ``_tc_op_pp``: :func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`):
+    both are proved, so their minimum is."""
+    return _forward_bounds(q, k, v, is_causal, scale, block_n)[0]
+
+
+def _forward_bounds(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None
+) -> tuple[torch.Tensor, float | None]:
+    """``(forward_posteriori_bound, per-pair lse bound)``: the second the largest row's
+    ``attention_lse_error_masked_tf32x3_op_pp`` (``_dot_pp`` at ``tc_op_dot_model``) of the same pass over the
+    pairs (:func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`), None where
+    that pass does not run ("fp32", or ``block_n`` given)."""
     inputs = _bound_inputs(q, k, is_causal, block_n)
     post = attention_forward_posteriori_bound(
         _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
@@ -413,24 +426,47 @@ def forward_posteriori_bound(
         **inputs,
     )
     if block_n is not None or kernel_dot(q.device.type, q.dtype) == "fp32":
-        return post
-    from ojas_ref.verification.attention_forward_running import forward_running_bound
+        return post, None
+    from ojas_ref.verification.attention_forward_running import forward_per_pair_bounds
 
-    return torch.minimum(post, forward_running_bound(q, k, v, is_causal, scale))
+    out_b, lse_b = forward_per_pair_bounds(q, k, v, is_causal, scale)
+    return torch.minimum(post, out_b), lse_b.max().item()
+
+
+def _lse_error(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    errs: dict,
+    bnd: dict,
+    per_pair: float | None = None,
+) -> float:
+    """A proved bound on ``max |lse - exact_lse|`` at the dot model ``dot``, the unary premises ``errs`` and
+    the forward's :func:`_bound_inputs` ``bnd``: ``attention_lse_error_bound`` (one uniform score error
+    ``delta``); with a device's dot model the smaller of it and the per-pair bound ``per_pair`` (both proved),
+    unless given ``attention_lse_error_masked_tf32x3_op_pp`` (``attention_lse_error_masked_dot_pp`` at
+    ``tc_op_dot_model``) at ``score_shift = max_i Dsc_i`` of :func:`lse_score_error`."""
+    kw = dict(scale=scale, dot=dot, **errs, **bnd)
+    uniform = attention_lse_error_bound(k.shape[2], q.shape[-1], **kw)
+    if dot == "fp32":
+        return uniform
+    if per_pair is None:
+        dsc = lse_score_error(q, k, is_causal, scale).max().item()
+        per_pair = attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **kw)
+    return min(uniform, per_pair)
 
 
 def lse_error_bound(
     q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
 ) -> float:
-    """The proved bound on ``max |lse - exact_lse|`` for these inputs (``attention_lse_error_bound``)."""
-    return attention_lse_error_bound(
-        k.shape[2],
-        q.shape[-1],
-        scale=scale,
-        dot=kernel_dot(q.device.type, q.dtype),
-        **unary_errors(q.device.type, k.shape[2]),
-        **_bound_inputs(q, k, is_causal, block_n),
-    )
+    """The proved bound on ``max |lse - exact_lse|`` for these inputs: ``attention_lse_error_bound``, with
+    a device's dot model (CUDA) the smaller of it and the per-pair bound
+    (``Ojas.Attention.Float.PerPairScoreError.attention_lse_error_masked_tf32x3_op_pp``; ``Dsc`` of
+    :func:`lse_score_error`): :func:`_lse_error`."""
+    dot, errs = kernel_dot(q.device.type, q.dtype), unary_errors(q.device.type, k.shape[2])
+    return _lse_error(q, k, is_causal, scale, dot, errs, _bound_inputs(q, k, is_causal, block_n))
 
 
 def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -601,7 +637,8 @@ def dv_error_bound(
     scale: float,
 ) -> torch.Tensor:
     """Proved a-posteriori bounds on |dV - exact| [B, Hkv, Sk, Ev] (``prob_abs_do`` from
-    :func:`exact_dv`), with the forward's lse bound (``attention_lse_error_bound``), the dK/dV
+    :func:`exact_dv`), with the forward's lse bound (:func:`_lse_error`: ``attention_lse_error_bound``, with
+    a device's dot model its minimum with ``attention_lse_error_masked_tf32x3_op_pp``), the dK/dV
     kernel's query tile (``default_config``) and every query head of a key's group counted: entry by
     entry the smaller of two theorems' values, both at the same premises:
 
@@ -618,7 +655,7 @@ def dv_error_bound(
     :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     c = _backward_constants(q, k, is_causal, scale)
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
-    lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=c["dot"], **c["errs"], **bnd)
+    lse_err = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], bnd)
     old = attention_dv_error_bound(
         prob_abs_do,
         g * sq,
@@ -828,15 +865,16 @@ def _grad_premises(
     """``(eD, lse_error)``: the premises ``|delta_i - D_i| <= eD_i`` [B, Hq, Sq] and ``|lse - LSE| <=
     lse_error`` of the dQ / dK theorems: ``attention_delta_error_bound`` plus, "proved",
     ``sum_c |dO_ic| e_ic`` of the a-posteriori forward bound (``dot_R_perturb``) and
-    ``attention_lse_error_bound``; "measured", the saved tensors' own deviations (certified:
+    ``attention_lse_error_bound`` (:func:`_lse_error`: with a device's dot model its minimum with
+    ``attention_lse_error_masked_tf32x3_op_pp`` of the forward bound's own pass over the pairs,
+    :func:`_forward_bounds`); "measured", the saved tensors' own deviations (certified:
     :func:`_delta_output_error`, the lse between :func:`_lse_bounds`)."""
     dof = do.to(F64)
     ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), v.shape[-1])
     if inputs == "proved":
-        fwd = forward_posteriori_bound(q, k, v, is_causal, scale)
+        fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None)
         ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
-        lse_err = attention_lse_error_bound(k.shape[2], q.shape[-1], scale=scale, dot=c["dot"], **c["errs"], **c["bnd"])
-        return ed, lse_err
+        return ed, _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], lse_pp)
     ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, c["es"]))
     saved = lse.to(F64)
     lse_lo, lse_hi = c["lse_lo"], c["lse_hi"]
@@ -953,7 +991,8 @@ def grad_error_bounds(
       ``dk_error``; with a dot model ``dq_error_acc``, ``dk_error_acc``);
 
     both at the premises ``|lse - LSE| <= lse_error``, ``|delta_i - D_i| <= eD_i`` of
-    :func:`_grad_premises`: ``inputs="proved"``, the forward theorems (``attention_lse_error_bound``;
+    :func:`_grad_premises`: ``inputs="proved"``, the forward theorems (``attention_lse_error_bound`` and
+    ``attention_lse_error_masked_tf32x3_op_pp``;
     ``attention_delta_error_bound`` plus ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward
     bound :func:`forward_posteriori_bound`, ``dot_R_perturb``), composed here; ``inputs="measured"``,
     the saved tensors' own deviations from the exact lse and ``dO . O`` (certified upper bounds: the

@@ -226,7 +226,8 @@ def test_interpreter_kernel_within_the_running_bound(dtype, hq, hkv, s, e, causa
     """With ``kernel_dot`` the H100's model, the interpreter's kernel (IEEE float32 dots: within the model's
     larger errors) is within the running bound entry by entry (full, causal, GQA, S cut by the tiles,
     S = 1); from 4 tiles on it is below ForwardAccError.v's bound (:func:`_forward_acc_bound`, not
-    ``forward_posteriori_bound``: the minimum of the two) entry by entry, at 32 float32 tiles by a third at least; and not vacuous."""
+    ``forward_posteriori_bound``: its minimum with the per-pair running bound) entry by entry, at 32
+    float32 tiles by a third at least; and not vacuous."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter's dots")
     pytest.importorskip("triton")
@@ -250,6 +251,52 @@ def test_interpreter_kernel_within_the_running_bound(dtype, hq, hkv, s, e, causa
     if s >= 512 and dtype == torch.float32:
         assert ratio < 0.67
     assert run.max().item() < (0.05 if dtype == torch.bfloat16 else 1e-3)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_per_pair_bounds_wired_into_attention_error(causal, monkeypatch):
+    """With ``kernel_dot`` the H100's 3xTF32 model: ``forward_posteriori_bound`` is the minimum of
+    ForwardAccError.v's bound and the per-pair running bound; ``lse_error_bound`` the minimum of the uniform
+    bound and the per-pair one at ``max Dsc`` of ``lse_score_error`` (below 0.7 of the uniform one), and
+    the interpreter's lse within it; the backward's lse premise: ``dv_error_bound``'s that one, the
+    "proved" ``_grad_premises``' the per-pair lse bound of ``forward_per_pair_bounds``' own pass. With
+    "fp32" (the interpreter's dots) ``lse_error_bound`` is the uniform bound."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's dots")
+    pytest.importorskip("triton")
+    from ojas_kernels.attention import flash_attention_forward
+
+    gen = torch.Generator().manual_seed(5)
+    q, k, v, do = (torch.randn(1, h, 64, 32, generator=gen) for h in (4, 2, 2, 4))
+    scale = 32**-0.5
+    out, lse = flash_attention_forward(q, k, v, causal, scale, None)
+    bnd, errs = ae._bound_inputs(q, k, causal, None), ae.unary_errors("cpu", 64)
+    uniform = {
+        m: ab.attention_lse_error_bound(64, 32, scale=scale, dot=m, **errs, **bnd) for m in ("fp32", ab.TF32X3_H100)
+    }
+    assert ae.lse_error_bound(q, k, causal, scale) == uniform["fp32"]
+    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
+    out_b, lse_b = afr.forward_per_pair_bounds(q, k, v, causal, scale)
+    assert torch.equal(
+        ae.forward_posteriori_bound(q, k, v, causal, scale),
+        torch.minimum(_forward_acc_bound(q, k, v, causal, scale), out_b),
+    )
+    dsc = ae.lse_score_error(q, k, causal, scale).max().item()
+    pp = ab.attention_lse_error_bound(64, 32, scale=scale, dot=ab.TF32X3_H100, score_shift=dsc, **errs, **bnd)
+    got = ae.lse_error_bound(q, k, causal, scale)
+    print(f"lse bound {got:.3e} uniform {uniform[ab.TF32X3_H100]:.3e} forward pass's {lse_b.max().item():.3e}")
+    assert got == min(pp, uniform[ab.TF32X3_H100]) < 0.7 * uniform[ab.TF32X3_H100]
+    assert (lse.double() - ae.exact_lse(q, k, causal, scale)).abs().max().item() <= got
+    c = ae._backward_constants(q, k, causal, scale)
+    assert ae._grad_premises(q, k, v, do, out, lse, causal, scale, "proved", c)[1] == min(
+        lse_b.max().item(), uniform[ab.TF32X3_H100]
+    )
+    seen = []
+    keep = ae._dv_running_bound
+    monkeypatch.setattr(ae, "_dv_running_bound", lambda *a: seen.append(a[-1]) or keep(*a))
+    ae.dv_error_bound(q, k, do, ae.exact_dv(q, k, do, causal, scale)[1], causal, scale)
+    assert seen == [got]
 
 
 def test_bad_arguments_raise():

@@ -201,7 +201,10 @@ def test_interpreter_kernel_within_the_per_pair_bounds(dtype, hq, hkv, s, e, cau
     monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: model)
     out_b, lse_b = afr.forward_per_pair_bounds(q, k, v, causal, scale)
     assert torch.equal(afr.forward_running_bound(q, k, v, causal, scale, per_pair=True), out_b)
-    run, lse_u = afr.forward_running_bound(q, k, v, causal, scale), ae.lse_error_bound(q, k, causal, scale)
+    run = afr.forward_running_bound(q, k, v, causal, scale)
+    # the uniform lse bound alone (ae.lse_error_bound takes its minimum with the per-pair one)
+    bnd, errs = ae._bound_inputs(q, k, causal, None), ae.unary_errors(q.device.type, k.shape[2])
+    lse_u = ab.attention_lse_error_bound(k.shape[2], e, scale=scale, dot=model, **errs, **bnd)
     out_ratio, lse_ratio = (out_b / run).max().item(), lse_b.max().item() / lse_u
     print(
         f"out: observed {ent.max().item():.3e} per-pair {out_b.max().item():.3e} uniform {run.max().item():.3e} "
