@@ -25,7 +25,7 @@ from ojas_ref.verification import attention_error as ae  # noqa: E402
 from ojas_ref.verification.bounds import attention as ab  # noqa: E402
 from ojas_ref.verification.bounds import attention_running as ar  # noqa: E402
 from ojas_ref.verification.bounds import certified as cb  # noqa: E402
-from ojas_ref.verification.bounds.common import _float_up, oracle_bounds_available  # noqa: E402
+from ojas_ref.verification.bounds.common import _float_up  # noqa: E402
 
 F64 = torch.float64
 INF = torch.tensor(math.inf, dtype=F64)
@@ -74,8 +74,6 @@ def test_run_err_bad_arguments_raise():
         ar.run_err(torch.tensor([1.0, -1.0], dtype=F64), 1e-6, 0.0)
     with pytest.raises(ValueError, match="g_rel"):
         ar.run_err(torch.tensor([1.0], dtype=F64), -1e-6, 0.0)
-    with pytest.raises(ValueError, match="n_levels"):
-        ar.exp2_levels("fp32", 16, 0.25, 10.0, 5.0, 1e-5, 0)
 
 
 @pytest.mark.parametrize("prefix", [False, True], ids=["steps", "closed-form"])
@@ -129,19 +127,6 @@ def test_tile_orders_follow_the_kernels():
     assert hi[:16].eq(16).all() and hi[16:32].eq(32).all() and hi[32:].eq(40).all()
     assert ae._last_key_end(40, 30, 16, True, torch.device("cpu"))[16:].eq(30).all()
     assert ae._last_key_end(40, 50, 16, False, torch.device("cpu")).eq(50).all()
-
-
-def test_exp2_levels_bound_two_to_the_argument_and_grow():
-    """``X_k >= 2^x_k`` (checked against a float64 evaluation with margin), increasing with the level, the
-    top level the uniform one."""
-    if not oracle_bounds_available():
-        pytest.skip("needs the oracle (make -C extraction)")
-    grid, xs = ar.exp2_levels(ab.TF32X3_H100, 128, 128**-0.5, 150.0, 10.0, 1e-4, 8)
-    assert grid[-1] >= 150.0 and (grid[1:] > grid[:-1]).all()
-    assert all(a < b for a, b in zip(xs, xs[1:]))
-    _, top = ar.exp2_levels(ab.TF32X3_H100, 128, 128**-0.5, 150.0, 10.0, 1e-4, 1)
-    assert top[0] == xs[-1]
-    assert float(xs[0]) - 1 >= math.expm1(2 * 1e-4 * math.log(2))  # Dl alone: 2^(2 lse_error) - 1
 
 
 # ---------------------------------------------------------------------------

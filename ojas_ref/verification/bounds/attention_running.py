@@ -26,8 +26,6 @@ t of (|z x| + r x)``. Here:
   form, all tiles at once (dQ: the dQ kernel's key tiles, a prefix of its loop for every row);
 * :func:`exp2_premise_terms`, :func:`exp2_factor_minus_one`: ``X x - 1 >= 2^(2 (delta x + Dl) + u Am +
   ea) - 1`` per pair, from the pair's own score error ``delta x``;
-* :func:`exp2_levels`: ``X_k >= 2^(2 (delta_k + Dl) + u Am + ea)`` on a grid of per-pair score
-  error levels (``delta`` of the pair from its own ``sum_e |q_e k_e|``; the oracle's ``perturbation_q``);
 * :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``.
 
 Not covered by a theorem: the float64 evaluation's premises (torch's ``sum``, ``cumsum`` and
@@ -49,7 +47,7 @@ from ojas_ref.verification.bounds.attention import (
     _score_terms_q,
     acc_dot_error_constants,
 )
-from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _NO_ORACLE, _float_up, _oracle_values, _rational
+from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _float_up
 
 __all__ = [
     "LN2_UP",
@@ -64,8 +62,6 @@ __all__ = [
     "running_error_prefix",
     "exp2_premise_terms",
     "exp2_factor_minus_one",
-    "exp2_levels",
-    "level_index",
     "grad_bound_up",
 ]
 
@@ -261,15 +257,6 @@ def running_error_prefix(
     return _finite(up_add(up_mul(total, _float_up(1 / (1 - Fraction(2 * t + 40, 2**53)))), _UNDERFLOW))
 
 
-def level_index(p: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-    """For each entry of ``p`` the least ``k`` with ``p <= grid[k]`` (``grid`` increasing float64);
-    ``RuntimeError`` if an entry is above ``grid[-1]``."""
-    idx = torch.bucketize(p, grid)
-    if bool((idx >= grid.numel()).any()):
-        raise RuntimeError(f"a pair's sum |q k| {p.max().item()} is above the grid's top {grid[-1].item()}")
-    return idx
-
-
 def exp2_premise_terms(
     dot: DotModel, head_dim: int, scale: float, qk_abs_sum: float, max_abs_lse: float, lse_error: float
 ) -> tuple[Fraction, Fraction]:
@@ -300,41 +287,6 @@ def exp2_factor_minus_one(delta: torch.Tensor, dl: Fraction, am: Fraction) -> to
     if not bool((y < 0.5).all()):
         raise ValueError(f"the exp2 argument error {y.max().item()} is too large (>= 1/2 after ln 2)")
     return cb.div_upper(y, (1.0 - y).nextafter_(torch.zeros((), dtype=F64, device=y.device)))
-
-
-def exp2_levels(
-    dot: DotModel,
-    head_dim: int,
-    scale: float,
-    qk_abs_sum: float,
-    max_abs_lse: float,
-    lse_error: float,
-    n_levels: int,
-) -> tuple[torch.Tensor, list[Fraction]]:
-    """``(grid, X)``: ``n_levels`` float64 levels ``grid[k]`` of ``sum_e |q_e k_e|`` up to
-    ``qk_abs_sum`` (slightly enlarged: the top level's pairs are measured again) and exact rationals
-    ``X[k] >= 2^(2 (delta_k + Dl) + u Am + ea)``: ``delta_k`` the scores' error at ``grid[k]``
-    (``score_delta_de`` of ``score2_with_error``, ``Ojas.Attention.Float.ForwardError``; "fp32": the
-    oracle's ``score_delta_q``, equal), ``Am`` from ``score_max_de`` at the top level and ``Dl`` from
-    ``lse2_close`` (``Ojas.Attention.Float.DvError``: ``|lse - LSE| <= lse_error``, ``|LSE| <=
-    max_abs_lse``); ``X = 1 + perturbation_q(x ln2 / 2)`` (the oracle's ``>= e^(x ln 2) - 1``, ``ln 2``
-    rounded up). ``n_levels = 1`` is the uniform ``delta`` of ``qk_abs_sum``."""
-    if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
-        raise ValueError(f"n_levels must be an integer >= 1, got {n_levels!r}")
-    for name, val in (("qk_abs_sum", qk_abs_sum), ("max_abs_lse", max_abs_lse), ("lse_error", lse_error)):
-        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0.0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
-    top = _float_up(Fraction(qk_abs_sum) * (1 + Fraction(1, 2**20)))
-    grid = [_float_up(Fraction(top) * k / n_levels) for k in range(1, n_levels + 1)]
-    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
-    dl, am = exp2_premise_terms(dot, head_dim, scale, top, max_abs_lse, lse_error)
-    xs = [2 * (_score_terms_q(dot, head_dim, Fraction(p), Fraction(scale))[1] + dl) + u * am + ea for p in grid]
-    got = _oracle_values([dict(bound="perturbation", delta=_rational(x * LN2_UP / 2)) for x in xs])
-    if got is None or got is _NO_ORACLE:
-        raise RuntimeError("the running attention bounds need the oracle (make -C extraction): no hand copy")
-    if any(g is None for g in got):
-        raise ValueError(f"the exp2 argument error {float(xs[-1])} is too large")
-    return torch.tensor(grid, dtype=F64), [1 + Fraction(g) for g in got]
 
 
 def grad_bound_up(
