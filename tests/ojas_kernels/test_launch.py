@@ -1,7 +1,8 @@
 """kernels/ojas_kernels/launch.py: FastLaunch launches what ``kernel[grid]`` launches.
 
 On the CPU (Triton's interpreter) FastLaunch takes Triton's own path; the specialization
-key is checked here for what it must tell apart.  On CUDA the cached launch is compared
+key is checked here for what it must tell apart, and the cached path is run with a stand-in
+kernel that compiles per Triton's own specialization.  On CUDA the cached launch is compared
 with Triton's on inputs that change every key component (alignment, int classes, dtypes,
 constexprs, floats)."""
 
@@ -16,6 +17,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.backends.compiler import BaseBackend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 from ojas_kernels import launch  # noqa: E402
 from ojas_kernels.launch import FastLaunch, fast  # noqa: E402
@@ -32,17 +35,62 @@ def _axpy_kernel(X, Y, OUT, n, alpha, stride, BLOCK: tl.constexpr, SQUARE: tl.co
     tl.store(OUT + offs, (alpha * x + y).to(OUT.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _scale_kernel(X, OUT, n, alpha, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    tl.store(OUT + offs, tl.load(X + offs, mask=ok) * alpha * SCALE, mask=ok)
+
+
 def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def test_spec_tells_apart_what_triton_specializes_on():
     t = torch.zeros(8)
-    assert launch._spec(t) != launch._spec(t[1:])  # 16-byte alignment of the pointer
-    assert launch._spec(t) != launch._spec(t.double())  # dtype
-    assert len({launch._spec(v) for v in (0, 1, 2, 16, 2**31)}) == 5  # 0, 1, multiple of 16, 64-bit
-    assert launch._spec(3) == launch._spec(5) and launch._spec(0.5) == launch._spec(2.0)
-    assert launch._spec(True) != launch._spec(False) != launch._spec(0)
+
+    def spec(x):
+        return launch._spec(x, False)
+
+    assert spec(t) != spec(t[1:])  # 16-byte alignment of the pointer
+    assert spec(t) != spec(t.double())  # dtype
+    assert len({spec(v) for v in (0, 1, 2, 16, 2**31, 2**63)}) == 6  # 0, 1, multiple of 16, i64, u64
+    assert spec(3) == spec(5) and spec(0.5) == spec(2.0)  # a runtime float: fp32 whatever its value
+    assert spec(True) != spec(False) != spec(0)
+
+
+def test_spec_of_a_constexpr_is_its_type_and_value():
+    def spec(x):
+        return launch._spec(x, True)
+
+    assert spec(0.5) != spec(2.0) and spec(0.5) == spec(0.5)
+    assert len({spec(v) for v in (True, 1, 1.0)}) == 3 and len({spec(v) for v in (False, 0, 0.0)}) == 3
+    assert spec(32) != spec(64)  # not only the class of an int (both multiples of 16)
+
+
+def test_constexpr_flags_are_tritons():
+    """What FastLaunch reads from the kernel's function is ``JITFunction.params``' ``is_constexpr``
+    (the interpreter's kernel has no ``params``); nothing for an object without a function."""
+    for kernel in (_axpy_kernel, _scale_kernel):
+        want = {p.name: p.is_constexpr for p in JITFunction(kernel.fn).params}
+        assert launch._constexpr_flags(kernel) == want and sum(want.values()) == 2
+    assert launch._constexpr_flags(object()) == {}
+
+
+def test_a_float_constexpr_is_compiled_per_value():
+    """SCALE (a float constexpr, by position and by keyword) and alpha (a runtime float) change
+    between the calls of one launcher: each call computes with its own values (on CUDA the
+    repeated calls take the cached path; under the interpreter Triton's own)."""
+    x = torch.arange(1.0, 9.0, device=_device())
+    for _ in range(2):
+        for scale, alpha in ((2.0, 1.5), (3.0, 2.5), (2.0, 2.5)):
+            for by_keyword in (False, True):
+                out = torch.full_like(x, float("nan"))
+                if by_keyword:
+                    fast(_scale_kernel)[(1,)](x, out, 8, alpha, SCALE=scale, BLOCK=8)
+                else:
+                    fast(_scale_kernel)[(1,)](x, out, 8, alpha, scale, 8)
+                assert torch.equal(out, x * alpha * scale), (scale, alpha, by_keyword)
 
 
 def test_fast_is_one_launcher_per_kernel():
@@ -113,39 +161,42 @@ class _FakeCompiled:
 
     function = packed_metadata = None
 
-    def __init__(self, spec: tuple, launches: list) -> None:
+    def __init__(self, spec: str, launches: list) -> None:
         self.spec, self.launches = spec, launches
 
     def run(self, *args: object) -> None:
         self.launches.append(("cached", self.spec, args))
 
 
-def _true_spec(args: tuple, kwargs: dict) -> tuple:
-    """The specialization Triton compiles for: per tensor its dtype and 16-byte alignment, per int
-    its classes (0, 1, multiple of 16, 32 bits), per float nothing, per bool or other its type and
-    value; the keyword arguments (constexprs) by value."""
+def _fake_signature(X, Y, n, alpha, flag, BLOCK: tl.constexpr, MODE: tl.constexpr = "a"):
+    """The parameters of ``_FakeKernel`` (a function only for its signature)."""
 
-    def one(a: object) -> tuple:
-        if isinstance(a, torch.Tensor):
-            return "t", a.dtype, a.data_ptr() % 16 == 0
-        if type(a) is int:
-            return "i", a == 0, a == 1, a % 16 == 0, -(2**31) <= a < 2**31
-        if type(a) is float:
-            return ("f",)
-        return "v", type(a), a
 
-    return tuple(map(one, args)), tuple(sorted((k, type(v), v) for k, v in kwargs.items()))
+_FAKE_JIT = JITFunction(_fake_signature)
+#: Triton's binder of ``_fake_signature``: the arguments' specialization, as ``JITFunction.run`` makes it
+_BIND = create_function_from_signature(_FAKE_JIT.signature, _FAKE_JIT.params, BaseBackend)
+
+
+def _true_spec(args: tuple, kwargs: dict) -> str:
+    """The specialization Triton compiles for, by its own binder: per tensor its dtype and 16-byte
+    alignment, per int its type (i32, i64, u64) and divisibility by 16 (1 a constexpr), per float
+    fp32, per bool u1, per constexpr its value; as its kernel cache's key (``compute_cache_key``),
+    ``str`` of it and of the launch options (so that ``True``, ``1`` and ``1.0`` differ)."""
+    _, specialization, options = _BIND(*args, **kwargs)
+    return str(specialization) + str(options)
 
 
 class _FakeKernel:
-    """A ``@triton.jit`` kernel as FastLaunch sees it on CUDA: ``arg_names``, and ``kernel[grid]``
-    launching (recorded) and returning the compiled kernel of the arguments' specialization."""
+    """A ``@triton.jit`` kernel as FastLaunch sees it on CUDA: ``fn`` (its parameters), and
+    ``kernel[grid]`` launching (recorded) and returning the compiled kernel of the arguments'
+    specialization."""
 
-    arg_names = ["X", "Y", "n", "alpha", "flag", "BLOCK", "MODE"]
+    arg_names = _FAKE_JIT.arg_names
 
     def __init__(self) -> None:
+        self.fn = _fake_signature
         self.launches: list = []
-        self.compiled: dict[tuple, _FakeCompiled] = {}
+        self.compiled: dict[str, _FakeCompiled] = {}
 
     def __getitem__(self, grid: tuple):
         def launch(*args: object, **kwargs: object) -> _FakeCompiled:
@@ -178,11 +229,21 @@ def _calls() -> list[tuple[tuple, tuple, dict]]:
         ((x, y, True, 0.5, None), dict(BLOCK=32, MODE="a")),  # a bool where an int was
         ((x, y, 16.0, 0.5, None), dict(BLOCK=32, MODE="a")),  # a float where an int was
         ((x, y, 2**40, 0.5, None), dict(BLOCK=32, MODE="a")),  # 64 bits
+        ((x, y, 2**63, 0.5, None), dict(BLOCK=32, MODE="a")),  # unsigned 64 bits
         ((base[1:33], y, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # misaligned
         ((x.double(), y, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # dtype
         ((x, y, 16, 0.5, None), dict(BLOCK=64, MODE="a")),  # constexpr
         ((x, y, 16, 0.5, None), dict(MODE="b", BLOCK=32)),  # keyword order, constexpr
         ((x, y, 16, 0.5, None), dict(BLOCK=True, MODE="a")),  # a bool constexpr where an int was
+        ((x, y, 16, 0.5, None), dict(BLOCK=1, MODE="a")),  # an int constexpr equal to that bool
+        ((x, y, 16, 0.5, None), dict(BLOCK=1.0, MODE="a")),  # a float constexpr equal to both
+        ((x, y, 16, 0.5, None), dict(BLOCK=32, MODE=0.5)),  # a float constexpr
+        ((x, y, 16, 0.5, None), dict(BLOCK=32, MODE=2.5)),  # another value of it
+        ((x, y, 16, 0.5, None, 32, 0.5), {}),  # constexprs by position
+        ((x, y, 16, 0.5, None, 32, 2.5), {}),  # a float constexpr's value, by position
+        ((x, y, 16, 0.5, None, 64, 2.5), {}),  # an int constexpr's value (of one class), by position
+        ((x, y, 16, 0.5, None, True, 2.5), {}),  # a bool constexpr where an int was, by position
+        ((x, y, 16, 0.5, None, 1, 2.5), {}),  # an int constexpr equal to that bool, by position
         ((x, y, 16, 0.5, y), dict(BLOCK=32, MODE="a")),  # a tensor where None was
         ((x, y, y, 0.5, None), dict(BLOCK=32, MODE="a")),  # a tensor where an int was
         ((x, 3, 16, 0.5, None), dict(BLOCK=32, MODE="a")),  # an int where a tensor was
@@ -207,7 +268,7 @@ def test_cached_path_launches_the_specialization_of_each_call(cuda_path):
         launcher[grid](*args, **kwargs)
         assert len(kernel.launches) == before + 1
         path, spec, got = kernel.launches[-1]
-        assert spec == _true_spec(args, kwargs)
+        assert spec == _true_spec(args, kwargs), (args[2:], kwargs)
         if path == "cached":
             tail = [kwargs[name] for name in kernel.arg_names[len(args) :]]
             want = (grid[0], grid[1], 1, 7, None, None, None, None, None, *args, *tail)
@@ -233,27 +294,35 @@ def test_generated_key_is_the_cached_path(cuda_path):
 
 
 def test_generated_key_tells_apart_what_the_exact_key_does():
-    keyer = launch._Keyer(("t", int, float, type(None)), ["BLOCK"])
     base = torch.zeros(16)
     t = base[:8]
+    kinds = launch._kinds((t, 5, 0.5, None, 1.5, 2), (False, False, False, False, True, True))
+    assert kinds == ("t", int, "f", type(None), float, int)  # the last two are constexprs
+    keyer = launch._Keyer(kinds, ["BLOCK"])
 
     def key(*args, **kwargs):
         return keyer.key(0, args, kwargs)[0]
 
-    k = key(t, 5, 0.5, None, BLOCK=8)
-    assert k == key(t + 1, 5, 2.0, None, BLOCK=8)  # the float's value and the tensor's address
+    k = key(t, 5, 0.5, None, 1.5, 2, BLOCK=8)
+    assert k == key(t + 1, 5, 2.0, None, 1.5, 2, BLOCK=8)  # the runtime float's value and the tensor's address
+    assert key(t, 5, 1.5, None, 1.5, 2, BLOCK=8) == key(t, 5, 2.5, None, 1.5, 2, BLOCK=8)
     for other in (
-        key(base[1:9], 5, 0.5, None, BLOCK=8),  # alignment
-        key(t.double(), 5, 0.5, None, BLOCK=8),  # dtype
-        key(t, 6, 0.5, None, BLOCK=8),  # int value
-        key(t, True, 0.5, None, BLOCK=8),  # a bool where an int was
-        key(t, 5, 1, None, BLOCK=8),  # an int where a float was
-        key(t, 5, 0.5, None, BLOCK=16),  # constexpr
-        key(t, 5, 0.5, None, BLOCK=8, num_warps=4),  # another keyword
+        key(base[1:9], 5, 0.5, None, 1.5, 2, BLOCK=8),  # alignment
+        key(t.double(), 5, 0.5, None, 1.5, 2, BLOCK=8),  # dtype
+        key(t, 6, 0.5, None, 1.5, 2, BLOCK=8),  # int value
+        key(t, True, 0.5, None, 1.5, 2, BLOCK=8),  # a bool where an int was
+        key(t, 5, 1, None, 1.5, 2, BLOCK=8),  # an int where a float was
+        key(t, 5, 0.5, None, 2.5, 2, BLOCK=8),  # a float constexpr's value
+        key(t, 5, 0.5, None, 1.5, 3, BLOCK=8),  # an int constexpr's value
+        key(t, 5, 0.5, None, 1.5, 2, BLOCK=16),  # a keyword constexpr
+        key(t, 5, 0.5, None, 1.5, 2, BLOCK=8.0),  # a float equal to the int
+        key(t, 5, 0.5, None, 1.5, 2, BLOCK=8, num_warps=4),  # another keyword
     ):
         assert other != k
-    assert keyer.key(0, (t, 5, 0.5, None), {"BLOCK": 8})[1] == (8,)  # the tail
+    assert key(t, 5, 0.5, None, 1.5, True, BLOCK=8) != key(t, 5, 0.5, None, 1.5, 1, BLOCK=8)
+    assert key(t, 5, 0.5, None, 1.5, 2, BLOCK=True) != key(t, 5, 0.5, None, 1.5, 2, BLOCK=1)
+    assert keyer.key(0, (t, 5, 0.5, None, 1.5, 2), {"BLOCK": 8})[1] == (8,)  # the tail
     with pytest.raises(AttributeError):
-        key(3, 5, 0.5, None, BLOCK=8)  # an int where a tensor was: the exact path
+        key(3, 5, 0.5, None, 1.5, 2, BLOCK=8)  # an int where a tensor was: the exact path
     with pytest.raises(KeyError):
-        key(t, 5, 0.5, None)  # BLOCK left to its default: the exact path
+        key(t, 5, 0.5, None, 1.5, 2)  # BLOCK left to its default: the exact path
