@@ -88,6 +88,20 @@ From Ojas Require Import Attention.Float.RunningAccError.
 Import ListNotations.
 Open Scope R_scope.
 
+(** Small product facts, proved once so that the proofs below need not run [nra] over
+    their large contexts. *)
+Lemma far_one_le_mult : forall a b, 1 <= a -> 1 <= b -> 1 <= a * b.
+Proof. intros a b Ha Hb; replace 1 with (1 * 1) by ring; apply Rmult_le_compat; lra. Qed.
+
+Lemma far_le_mult_l : forall a b, 1 <= a -> 0 <= b -> b <= a * b.
+Proof. intros a b Ha Hb; rewrite <- (Rmult_1_l b) at 1; apply Rmult_le_compat_r; lra. Qed.
+
+Lemma far_le_mult_r : forall a b, 1 <= a -> 0 <= b -> b <= b * a.
+Proof. intros a b Ha Hb; rewrite Rmult_comm; apply far_le_mult_l; assumption. Qed.
+
+Lemma far_mult_le_l : forall c x, 0 <= c -> x <= 1 -> c * x <= c.
+Proof. intros c x Hc Hx; rewrite <- (Rmult_1_r c) at 2; apply Rmult_le_compat_l; assumption. Qed.
+
 Section KernelRunning.
 
 Variable M : MixedModel.
@@ -354,10 +368,10 @@ Proof.
       assert (HGb : GkA M K g m0 k m <= H * cgA M g ^ Tt * Rpower 2 (u * K)).
       { unfold GkA; fold H.
         assert (cgA M g ^ k <= cgA M g ^ Tt) by (apply Rle_pow; [lra | lia]).
-        assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+        assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le, Rmult_le_compat_l; lra).
         assert (1 <= cgA M g ^ k) by (apply pow_R1_Rle; lra).
         assert (H * cgA M g ^ k <= H * cgA M g ^ Tt) by (apply Rmult_le_compat_l; lra).
-        apply Rmult_le_compat; try lra; [nra | left; apply Rpower_pos]. }
+        apply Rmult_le_compat; try lra; [apply Rmult_le_pos; lra | left; apply Rpower_pos]. }
       assert (HRk : RkA M K g ga V n N Tt k <= RkA M K g ga V n N Tt Tt).
       { unfold RkA; pose proof (dRA_nonneg M K g ga V n N Tt HK Hg Hga HV).
         assert (crA M g ^ k <= crA M g ^ Tt) by (apply Rle_pow; [lra | lia]).
@@ -368,13 +382,13 @@ Proof.
       assert (GkA M K g m0 k m * A <= H * cgA M g ^ Tt * Rpower 2 (u * K) * (INR N * V))
         by (apply Rmult_le_compat; lra).
       replace x with ((x - X) + X) by ring; eapply Rle_trans; [apply Rabs_triang |].
-      unfold Ep; fold H; nra. }
+      unfold Ep; fold H; lra. }
     (* the rescale *)
     set (al := exp2 (rnd (m - m'))).
     set (a := Rpower 2 (m - m')).
     set (P2 := Rpower 2 (u * (m' - m))).
     assert (Ha0 : 0 < a) by apply Rpower_pos.
-    assert (HP2 : 1 <= P2) by (apply ose_rpow_ge_1; nra).
+    assert (HP2 : 1 <= P2) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
     pose proof (exp2_diff_error M m m' Fm Fm' Hmm') as Hal; fold al a in Hal.
     assert (EE : exp2_factor M m m' = (1 + ue) * P2) by reflexivity.
     rewrite EE in Hal.
@@ -407,25 +421,27 @@ Proof.
       eapply Rle_trans; [apply Rabs_triang |]; rewrite !Rabs_mult, (Rabs_right a) by lra; fold e.
       assert (Hx1 : Rabs x <= Rabs X + e)
         by (replace x with ((x - X) + X) at 1 by ring; unfold e; eapply Rle_trans; [apply Rabs_triang | lra]).
-      assert (HE0 : 0 <= a * ((1 + ue) * P2 - 1)) by (apply Rmult_le_pos; nra).
+      assert (HE0 : 0 <= a * ((1 + ue) * P2 - 1))
+        by (apply Rmult_le_pos; [lra | pose proof (far_one_le_mult (1 + ue) P2 ltac:(lra) HP2); lra]).
       assert (E1 : Rabs x * Rabs (al - a) <= Rabs x * (a * ((1 + ue) * P2 - 1) + ee))
         by (apply Rmult_le_compat_l; [apply Rabs_pos | exact Hal]).
       assert (E2 : Rabs x * (a * ((1 + ue) * P2 - 1)) <= (Rabs X + e) * (a * ((1 + ue) * P2 - 1)))
         by (apply Rmult_le_compat_r; lra).
       assert (E3 : Rabs x * ee <= Ep K g ga V n N Tt * ee) by (apply Rmult_le_compat_r; lra).
       assert (E4 : e * ((1 + ue) * (a * P2)) <= ((G - 1) * A + Q + RRk) * ((1 + ue) * (a * P2)))
-        by (apply Rmult_le_compat_r; [nra | exact He]).
-      assert (E5 : RRk * ((1 + ue) * (a * P2)) <= RRk * (1 + ue)) by (apply Rmult_le_compat_l; nra).
+        by (apply Rmult_le_compat_r; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | exact He]).
+      assert (E5 : RRk * ((1 + ue) * (a * P2)) <= RRk * (1 + ue))
+        by (apply Rmult_le_compat_l; [lra | apply far_mult_le_l; lra]).
       assert (E6 : Rabs X * (a * ((1 + ue) * P2 - 1)) <= ue * (Rabs X * a) + (1 + ue) * (P2 - 1) * (a * A)).
       { replace (Rabs X * (a * ((1 + ue) * P2 - 1))) with (ue * (Rabs X * a) + (1 + ue) * (P2 - 1) * (a * Rabs X))
           by ring.
         assert ((1 + ue) * (P2 - 1) * (a * Rabs X) <= (1 + ue) * (P2 - 1) * (a * A))
-          by (apply Rmult_le_compat_l; [nra | apply Rmult_le_compat_l; lra]).
+          by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | apply Rmult_le_compat_l; lra]).
         lra. }
       assert (E7 : (G - 1) * A * ((1 + ue) * (a * P2)) + (1 + ue) * (P2 - 1) * (a * A)
                    = (1 + ue) * (G * P2 - 1) * (a * A)) by ring.
       assert (E8 : Q * ((1 + ue) * (a * P2)) = (1 + ue) * Qn) by (rewrite <- EQ; ring).
-      unfold T1; rewrite Rabs_mult, (Rabs_right a) by lra; nra. }
+      unfold T1; rewrite Rabs_mult, (Rabs_right a) by lra; lra. }
     (* |rnd (x al) - X a| *)
     set (y2 := rnd (x * al)).
     assert (HB2 : Rabs (y2 - X * a) <= (1 + u) * T1 + u * Rabs (X * a) + ea).
@@ -456,9 +472,11 @@ Proof.
       replace (Lf * Rpower 2 (mf - m') * b) with (Lf * b * Rpower 2 (mf - m')) by ring; exact E. }
     set (Lb := Lf * Rpower 2 (mf - m') * b) in *.
     assert (HLb : Lb <= Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b).
-    { unfold Lb; assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+    { unfold Lb; assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
       assert (0 <= Lf * Rpower 2 (mf - m') * b) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | left; apply Rpower_pos] | lra]).
-      nra. }
+      replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)
+        with (Lf * Rpower 2 (mf - m') * b * Rpower 2 (u * (m' - m0))) by ring.
+      apply far_le_mult_r; assumption. }
     (* the factor *)
     assert (HG' : (1 + g') * (G * P2 - 1) <= GR K g m0 (S k) m' - 1).
     { unfold G, GR; fold g' H; cbn [pow].
@@ -467,10 +485,10 @@ Proof.
       { unfold Z, P2; rewrite Rmult_assoc, rpow_mul; replace (u * (m - m0) + u * (m' - m)) with (u * (m' - m0)) by ring.
         reflexivity. }
       assert (1 <= (1 + g') ^ k) by (apply pow_R1_Rle; lra).
-      assert (1 <= Z) by (unfold Z; assert (1 <= Rpower 2 (u * (m - m0))) by (apply ose_rpow_ge_1; nra); nra).
+      assert (1 <= Z) by (unfold Z; apply far_one_le_mult; [exact HH | apply ose_rpow_ge_1, Rmult_le_pos; lra]).
       replace ((1 + (1 + g') ^ k * (Z - 1)) * P2 - 1) with ((P2 - 1) + (1 + g') ^ k * (Z * P2 - P2)) by ring.
       rewrite EZ in *.
-      assert (P2 - 1 <= (1 + g') ^ k * (P2 - 1)) by nra.
+      assert (P2 - 1 <= (1 + g') ^ k * (P2 - 1)) by (apply far_le_mult_l; lra).
       assert ((P2 - 1) + (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - P2)
               <= (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - 1)) by nra.
       apply Rmult_le_compat_l with (r := 1 + g') in H2; [| lra].
@@ -480,10 +498,12 @@ Proof.
     assert (HH' : H - 1 <= GR K g m0 (S k) m' - 1).
     { unfold GR; fold g' H.
       assert (1 <= (1 + g') ^ S k) by (apply pow_R1_Rle; lra).
-      assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
-      assert (H <= H * Rpower 2 (u * (m' - m0))) by nra.
-      nra. }
-    assert (HGP : 0 <= G * P2 - 1) by nra.
+      assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+      assert (H <= H * Rpower 2 (u * (m' - m0))) by (apply far_le_mult_r; lra).
+      assert (H * Rpower 2 (u * (m' - m0)) - 1 <= (1 + g') ^ S k * (H * Rpower 2 (u * (m' - m0)) - 1))
+        by (apply far_le_mult_l; lra).
+      lra. }
+    assert (HGP : 0 <= G * P2 - 1) by (pose proof (far_one_le_mult G P2 HG1 HP2); lra).
     (* assembling *)
     set (G' := GR K g m0 (S k) m') in *.
     assert (Eall : (1 + g) * ((1 + u) * T1 + u * Rabs (X * a) + ea) + g * Rabs (X * a) + (H - 1) * Tm
@@ -494,9 +514,9 @@ Proof.
     { unfold T1, g', gR; ring. }
     rewrite HdRe in Eall.
     assert (B1 : (1 + g') * (G * P2 - 1) * (a * A) <= (G' - 1) * (a * A))
-      by (apply Rmult_le_compat_r; [nra | exact HG']).
+      by (apply Rmult_le_compat_r; [apply Rmult_le_pos; lra | exact HG']).
     assert (B2 : (H - 1) * Tm <= (G' - 1) * Tm) by (apply Rmult_le_compat_r; lra).
-    assert (HQn : 0 <= Qn) by (rewrite <- EQ; apply Rmult_le_pos; [nra | lra]).
+    assert (HQn : 0 <= Qn) by (rewrite <- EQ; apply Rmult_le_pos; [apply Rmult_le_pos; lra | lra]).
     assert (B3 : (1 + g') * Qn <= (1 + gb) * Qn) by (apply Rmult_le_compat_r; lra).
     assert (B4 : g' * Rabs (X * a) + g * H * Tm <= gb * (Rabs (X * a) + Tm)).
     { assert (g' * Rabs (X * a) <= gb * Rabs (X * a)) by (apply Rmult_le_compat_r; [apply Rabs_pos | lra]).
@@ -552,15 +572,19 @@ Proof.
         replace (Lf * Rpower 2 (mf - m') * b) with (Lf * b * Rpower 2 (mf - m')) by ring.
         apply Rmult_le_compat_r; [left; apply Rpower_pos | exact Hb]. }
       assert (HLb : Lf * Rpower 2 (mf - m') * b <= Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b).
-      { assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+      { assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
         assert (0 <= Lf * Rpower 2 (mf - m') * b) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | left; apply Rpower_pos] | lra]).
-        nra. }
+        replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)
+          with (Lf * Rpower 2 (mf - m') * b * Rpower 2 (u * (m' - m0))) by ring.
+        apply far_le_mult_r; assumption. }
       assert (HH' : H - 1 <= GR K g m0 (S k) m' - 1).
       { unfold GR; fold g' H.
         assert (1 <= (1 + g') ^ S k) by (apply pow_R1_Rle; lra).
-        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
-        assert (H <= H * Rpower 2 (u * (m' - m0))) by nra.
-        nra. }
+        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+        assert (H <= H * Rpower 2 (u * (m' - m0))) by (apply far_le_mult_r; lra).
+        assert (H * Rpower 2 (u * (m' - m0)) - 1 <= (1 + g') ^ S k * (H * Rpower 2 (u * (m' - m0)) - 1))
+          by (apply far_le_mult_l; lra).
+        lra. }
       assert (B2 : (H - 1) * Tm <= (GR K g m0 (S k) m' - 1) * Tm) by (apply Rmult_le_compat_r; lra).
       assert (B4 : g * H * Tm <= gb * Tm) by (apply Rmult_le_compat_r; [lra | nra]).
       assert (B5 : gb * Tm <= gb * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b))
@@ -571,14 +595,17 @@ Proof.
       assert (B7 : (1 + g) * c0n + ga <= RR K g ga V n N Tt (S k)).
       { assert ((1 + g) * c0n + ga <= dRR K g ga V n N Tt).
         { rewrite <- HdRe.
-          assert (0 <= (1 + g) * (1 + u) * (Ep K g ga V n N Tt * ee)) by (apply Rmult_le_pos; [nra | nra]).
-          nra. }
-        nra. }
+          assert (0 <= (1 + g) * (1 + u) * (Ep K g ga V n N Tt * ee))
+            by (apply Rmult_le_pos; [apply Rmult_le_pos | apply Rmult_le_pos]; lra).
+          assert (0 <= (1 + g) * ea) by (apply Rmult_le_pos; lra).
+          lra. }
+        assert (0 <= (1 + g') * RR K g ga V n N Tt k) by (apply Rmult_le_pos; lra).
+        lra. }
       unfold inv; eapply Rle_trans; [exact Ht |].
       replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * ((1 + gb) * rho + gb * b))
         with ((1 + gb) * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho)
               + gb * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)) by ring.
-      assert (0 <= (1 + gb) * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho)) by nra.
+      assert (0 <= (1 + gb) * (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * rho)) by (apply Rmult_le_pos; lra).
       fold c0n; lra.
 Qed.
 
@@ -816,6 +843,22 @@ Definition afr_C (u ue ee ea us : R) (n N Tt : nat) (X Y P1 CG CR : R) : R :=
 Definition afr_abs (u ue ee ea us es V : R) (n N Tt : nat) (X P1 CG CR CGA CRA CB g_rel g_abs : R) : R :=
   let bL := afe_bL u ue ee ea n N Tt X P1 CG CR in
   ((1 + u) * afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs / (1 - bL) + ea) * (1 + us) + es.
+
+(** [afr_gA] is nonnegative ([HgA0] of the proofs below and of PerPairScoreError.v). *)
+Lemma afr_gA_nonneg : forall ue us X CB, 0 <= ue -> 0 <= us -> 1 <= X -> 1 <= CB -> 0 <= afr_gA ue us X CB.
+Proof.
+  intros ue us X CB Hue Hus HX HCB; unfold afr_gA.
+  assert (1 <= (1 + us) * (1 + ue) * X * X)
+    by (apply far_one_le_mult; [apply far_one_le_mult; [apply far_one_le_mult |] |]; lra).
+  apply Rmult_le_pos; lra.
+Qed.
+
+(** The factor [c1 = (1 + u) (gA + bL) / (1 - bL)] of [W1] is nonnegative ([Hc1]). *)
+Lemma afr_c1_nonneg : forall u gA bL, 0 <= u -> 0 <= gA -> 0 <= bL < 1 -> 0 <= (1 + u) * (gA + bL) / (1 - bL).
+Proof.
+  intros u gA bL Hu HgA HbL; unfold Rdiv.
+  apply Rmult_le_pos; [apply Rmult_le_pos; lra | left; apply Rinv_0_lt_compat; lra].
+Qed.
 
 Section Posteriori.
 
@@ -1081,21 +1124,21 @@ Proof.
       [destruct (H_l_bounds M K n X P1 HK HX HP); lra
       | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
       | apply pos_INR]).
-    assert (Rl <= Rl * L) by nra.
+    assert (Rl <= Rl * L) by (apply far_le_mult_r; lra).
     assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
-    nra. }
+    lra. }
   (* the caller's bounds, in the kernel's units *)
-  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1; nra); lra).
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
   set (gb := afr_gb u ue us X g_rel) in *.
   assert (Hgb : gR M g_rel + g_rel * (H_pv M K - 1) <= gb).
   { unfold gb, afr_gb, gR, H_pv, tile_E.
     assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [nra | exact HX]).
+      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
     assert (g_rel * ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) - 1) <= g_rel * ((1 + us) * (1 + ue) * X - 1))
       by (apply Rmult_le_compat_l; lra).
     lra. }
   assert (Hgb0 : 0 <= gb) by (pose proof (gR_nonneg M g_rel Hg); pose proof (H_pv_ge_1 M K HK);
-                               assert (0 <= g_rel * (H_pv M K - 1)) by nra; lra).
+                               assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
   set (Z0 := fwd_Z scale q vis tiles).
   assert (HZ0 : 0 < Z0).
   { destruct Hvis as [kv0 [Hkv0 Ev0]].
@@ -1148,23 +1191,24 @@ Proof.
   { eapply Rle_trans; [| exact HCB]; apply Rle_pow; [lra | lia]. }
   assert (HgCB : (1 + gR M g_rel) ^ length tiles <= CB).
   { eapply Rle_trans; [| exact HCB].
-    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by nra; lra).
+    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
     eapply Rle_trans; [apply pow_incr; split; [pose proof (gR_nonneg M g_rel Hg); lra | apply Rplus_le_compat_l; exact H] |].
     apply Rle_pow; [lra | lia]. }
   assert (Hrho : run_err gb 0 bs' <= (1 + Y) * R0 + Y * Wx * (CB - 1)).
   { unfold bs'; rewrite run_err_affine; fold R0.
-    assert (Y * Wx * ((1 + gb) ^ length bs - 1) <= Y * Wx * (CB - 1)) by (apply Rmult_le_compat_l; [nra | lra]).
+    assert (Y * Wx * ((1 + gb) ^ length bs - 1) <= Y * Wx * (CB - 1)) by (apply Rmult_le_compat_l; [apply Rmult_le_pos | ]; lra).
     lra. }
   assert (Hrho0 : 0 <= run_err gb 0 bs').
   { unfold bs'; rewrite run_err_affine; fold R0.
     assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra).
-    assert (0 <= Y * Wx * ((1 + gb) ^ length bs - 1)) by (apply Rmult_le_pos; nra).
-    nra. }
+    assert (0 <= Y * Wx * ((1 + gb) ^ length bs - 1)) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+    assert (0 <= (1 + Y) * R0) by (apply Rmult_le_pos; lra).
+    lra. }
   assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
   assert (HpX : Rpower 2 (u * (mt - - smax)) <= X)
-    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra); lra).
+    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le, Rmult_le_compat_l; lra); lra).
   set (Qf := X * ((1 + Y) * R0 + Y * Wx * (CB - 1))).
-  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; [lra | nra]).
+  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; lra).
   assert (HQ : L * Rpower 2 (mt - mt) * Rpower 2 (u * (mt - - smax)) * run_err gb 0 bs' <= L * Qf).
   { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
     rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
@@ -1175,12 +1219,12 @@ Proof.
     set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
     assert (HZ1 : 1 <= Zm).
     { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
-      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1; nra).
-      assert (1 <= (1 + us) * ((1 + ue) * Rpower 2 (u * K))) by nra. nra. }
+      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+      apply far_one_le_mult; [apply far_one_le_mult |]; lra. }
     assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
     { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
       assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [nra | exact HX]).
+        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
       apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
     assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
     replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
@@ -1204,7 +1248,7 @@ Proof.
     { unfold dRR.
       assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
               <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
-        by (apply Rmult_le_compat_l; [nra | exact HEp]).
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
       assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
       pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
                     ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
@@ -1217,9 +1261,8 @@ Proof.
     apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
   pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
   assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
-  assert (HgA0 : 0 <= gA) by (unfold gA, afr_gA; assert (1 <= CB) by (eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra);
-                               assert (1 <= (1 + us) * (1 + ue) * X * X) by (assert (1 <= (1 + us) * (1 + ue)) by nra;
-                                                                             assert (1 <= X * X) by nra; nra); nra).
+  assert (HgA0 : 0 <= gA)
+    by (unfold gA; apply afr_gA_nonneg; [lra | lra | lra | eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra]).
   assert (HrA0 : 0 <= rA)
     by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
   assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
@@ -1261,7 +1304,7 @@ Proof.
   (* the closed form *)
   assert (HW1W : W1 <= (1 + Y) * Wx) by (assert (exp (2 * delta) * Wx <= (1 + Y) * Wx) by (apply Rmult_le_compat_r; lra); lra).
   set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
-  assert (Hc1 : 0 <= c1) by (unfold c1, Rdiv; apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra]).
+  assert (Hc1 : 0 <= c1) by (unfold c1; apply afr_c1_nonneg; [lra | lra | split; lra]).
   set (err := ((1 + u) * ((gA + bL) * (1 + Y) + X * Y * (CB - 1)) / (1 - bL) + u * (1 + Y) + Y) * Wx
               + (1 + u) * X * (1 + Y) / (1 - bL) * R0 + (1 + u) * rA / (1 - bL) + ea).
   assert (Herr : Rabs (o - Z) <= err).
@@ -1287,7 +1330,7 @@ Proof.
   replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (us * Rabs o <= us * (Wx + err)) by (apply Rmult_le_compat_l; lra).
-  nra.
+  lra.
 Qed.
 
 
