@@ -207,16 +207,17 @@ Proof.
   { unfold inv in Cl; unfold out_bL in bL0, bL1.
     set (G := Gk M (H_l M K B) m0 (length tiles) mt) in *.
     set (Rr := Rk M K (H_l M K B) (Ry_l M B) (INR N) Tt (length tiles)) in *.
-    assert (Rr <= Rr * Lc) by nra.
+    assert (Rr <= Rr * Lc) by (rewrite <- (Rmult_1_r Rr) at 1; apply Rmult_le_compat_l; lra).
     assert ((G - 1 + Rr) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
-    nra. }
+    lra. }
   destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
   assert (Hdom : lmin <= l <= lmax).
   { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
-    assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - Lc)); nra).
+    assert (HbL0 : 0 <= bL) by lra.
     pose proof (sp_Rabs_le_inv _ _ Hrel).
     assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
-    split; nra. }
+    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
+    split; lra. }
   (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
   set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
   assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
@@ -240,7 +241,7 @@ Proof.
     { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
       assert (/ ln 2 <= 2).
       { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
-      pose proof (Rabs_pos (ln l)); nra. }
+      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
     replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
     eapply Rle_trans; [apply Rabs_triang | lra]. }
   set (Am := smax + 2 * (LN + NL) + el).
@@ -255,7 +256,8 @@ Proof.
   pose proof (ff_abs A_ (x2 * cl)) as R2.
   assert (Hcla : Rabs cl <= 1 + ucl).
   { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right (ln 2)) by lra; nra. }
+    rewrite (Rabs_right (ln 2)) by lra.
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
   assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
   { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
     assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
@@ -263,15 +265,18 @@ Proof.
     lra. }
   assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
   { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
-    eapply Rle_trans; [exact Hcl | nra]. }
+    eapply Rle_trans; [exact Hcl |].
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
   assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
   { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
     assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
     assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
-    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos. nra. }
+    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
+    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
   assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
   { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
-    pose proof (Rabs_pos (lg l - ln l / ln 2)); nra. }
+    pose proof (Rabs_pos (lg l - ln l / ln 2)).
+    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
   replace (rnd (x2 * cl) - LSE)
     with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
           + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
