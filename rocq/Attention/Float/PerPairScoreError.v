@@ -335,16 +335,17 @@ Proof.
   { unfold inv in Cl; unfold out_bL in bL0, bL1.
     set (G := Gk M (H_l M K B) m0 (length tiles) mt) in *.
     set (Rr := Rk M K (H_l M K B) (Ry_l M B) (INR N) Tt (length tiles)) in *.
-    assert (Rr <= Rr * Lc) by nra.
+    assert (Rr <= Rr * Lc) by (rewrite <- (Rmult_1_r Rr) at 1; apply Rmult_le_compat_l; lra).
     assert ((G - 1 + Rr) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
-    nra. }
+    lra. }
   destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
   assert (Hdom : lmin <= l <= lmax).
   { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
-    assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - Lc)); nra).
+    assert (HbL0 : 0 <= bL) by lra.
     pose proof (sp_Rabs_le_inv _ _ Hrel).
     assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
-    split; nra. }
+    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
+    split; lra. }
   (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
   set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
   assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
@@ -370,7 +371,7 @@ Proof.
     { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
       assert (/ ln 2 <= 2).
       { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
-      pose proof (Rabs_pos (ln l)); nra. }
+      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
     replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
     eapply Rle_trans; [apply Rabs_triang | lra]. }
   set (Am := smax + 2 * (LN + NL) + el).
@@ -385,7 +386,8 @@ Proof.
   pose proof (ff_abs A_ (x2 * cl)) as R2.
   assert (Hcla : Rabs cl <= 1 + ucl).
   { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right (ln 2)) by lra; nra. }
+    rewrite (Rabs_right (ln 2)) by lra.
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
   assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
   { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
     assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
@@ -393,15 +395,18 @@ Proof.
     lra. }
   assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
   { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
-    eapply Rle_trans; [exact Hcl | nra]. }
+    eapply Rle_trans; [exact Hcl |].
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
   assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
   { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
     assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
     assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
-    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos. nra. }
+    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
+    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
   assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
   { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
-    pose proof (Rabs_pos (lg l - ln l / ln 2)); nra. }
+    pose proof (Rabs_pos (lg l - ln l / ln 2)).
+    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
   replace (rnd (x2 * cl) - LSE)
     with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
           + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
@@ -800,21 +805,21 @@ Proof.
       [destruct (H_l_bounds M K n X P1 HK HX HP); lra
       | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
       | apply pos_INR]).
-    assert (Rl <= Rl * L) by nra.
+    assert (Rl <= Rl * L) by (apply far_le_mult_r; lra).
     assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
-    nra. }
+    lra. }
   (* the caller's bounds, in the kernel's units *)
-  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1; nra); lra).
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
   set (gb := afr_gb u ue us X g_rel) in *.
   assert (Hgb : gR M g_rel + g_rel * (H_pv M K - 1) <= gb).
   { unfold gb, afr_gb, gR, H_pv, tile_E.
     assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [nra | exact HX]).
+      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
     assert (g_rel * ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) - 1) <= g_rel * ((1 + us) * (1 + ue) * X - 1))
       by (apply Rmult_le_compat_l; lra).
     lra. }
   assert (Hgb0 : 0 <= gb) by (pose proof (gR_nonneg M g_rel Hg); pose proof (H_pv_ge_1 M K HK);
-                               assert (0 <= g_rel * (H_pv M K - 1)) by nra; lra).
+                               assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
   set (Z0 := fwd_Z scale q vis tiles).
   assert (HZ0 : 0 < Z0).
   { destruct Hvis as [kv0 [Hkv0 Ev0]].
@@ -880,7 +885,7 @@ Proof.
   assert (HCB_1 : 1 <= CB) by (assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra); lra).
   assert (HgCB : (1 + gR M g_rel) ^ length tiles <= CB).
   { eapply Rle_trans; [| exact HCB].
-    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by nra; lra).
+    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
     eapply Rle_trans; [apply pow_incr; split; [pose proof (gR_nonneg M g_rel Hg); lra | apply Rplus_le_compat_l; exact H] |].
     apply Rle_pow; [lra | lia]. }
   assert (Hrho : run_err gb 0 bs' <= R0 + Yw * (CB - 1)).
@@ -891,12 +896,12 @@ Proof.
   { unfold bs'; rewrite run_err_affine; fold R0.
     assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra).
     assert (0 <= Yw * ((1 + gb) ^ length bs - 1)) by (apply Rmult_le_pos; lra).
-    nra. }
+    lra. }
   assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
   assert (HpX : Rpower 2 (u * (mt - - smax)) <= X)
-    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra); lra).
+    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le, Rmult_le_compat_l; lra); lra).
   set (Qf := X * (R0 + Yw * (CB - 1))).
-  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; [lra | nra]).
+  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; lra).
   assert (HQ : L * Rpower 2 (mt - mt) * Rpower 2 (u * (mt - - smax)) * run_err gb 0 bs' <= L * Qf).
   { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
     rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
@@ -907,12 +912,12 @@ Proof.
     set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
     assert (HZ1 : 1 <= Zm).
     { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
-      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1; nra).
-      assert (1 <= (1 + us) * ((1 + ue) * Rpower 2 (u * K))) by nra. nra. }
+      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+      apply far_one_le_mult; [apply far_one_le_mult |]; lra. }
     assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
     { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
       assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [nra | exact HX]).
+        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
       apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
     assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
     replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
@@ -936,7 +941,7 @@ Proof.
     { unfold dRR.
       assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
               <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
-        by (apply Rmult_le_compat_l; [nra | exact HEp]).
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
       assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
       pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
                     ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
@@ -949,9 +954,8 @@ Proof.
     apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
   pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
   assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
-  assert (HgA0 : 0 <= gA) by (unfold gA, afr_gA; assert (1 <= CB) by (eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra);
-                               assert (1 <= (1 + us) * (1 + ue) * X * X) by (assert (1 <= (1 + us) * (1 + ue)) by nra;
-                                                                             assert (1 <= X * X) by nra; nra); nra).
+  assert (HgA0 : 0 <= gA)
+    by (unfold gA; apply afr_gA_nonneg; [lra | lra | lra | eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra]).
   assert (HrA0 : 0 <= rA)
     by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
   assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
@@ -1002,7 +1006,7 @@ Proof.
   assert (HW1W : W1 <= Wx + Yw) by lra.
   assert (HZ1Z : Rabs (Z1 - Z) <= Yw) by lra.
   set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
-  assert (Hc1 : 0 <= c1) by (unfold c1, Rdiv; apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra]).
+  assert (Hc1 : 0 <= c1) by (unfold c1; apply afr_c1_nonneg; [lra | lra | split; lra]).
   set (err := ((1 + u) * (gA + bL) / (1 - bL) + u) * Wx + (1 + u) * X / (1 - bL) * R0
               + ((1 + u) * (gA + bL + X * (CB - 1)) / (1 - bL) + u + 1) * Yw + (1 + u) * rA / (1 - bL) + ea).
   assert (Herr : Rabs (o - Z) <= err).
@@ -1027,7 +1031,7 @@ Proof.
   replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (us * Rabs o <= us * (Wx + err)) by (apply Rmult_le_compat_l; lra).
-  nra.
+  lra.
 Qed.
 
 
