@@ -85,6 +85,20 @@ From Ojas Require Import Attention.Float.NumeratorError Attention.Float.ForwardP
 Import ListNotations.
 Open Scope R_scope.
 
+(** Small product facts, proved once so that the proofs here and in ForwardAccRunning.v and
+    PerPairScoreError.v need not run [nra] over their large contexts. *)
+Lemma fa_one_le_mult : forall a b, 1 <= a -> 1 <= b -> 1 <= a * b.
+Proof. intros a b Ha Hb; replace 1 with (1 * 1) by ring; apply Rmult_le_compat; lra. Qed.
+
+Lemma fa_le_mult_l : forall a b, 1 <= a -> 0 <= b -> b <= a * b.
+Proof. intros a b Ha Hb; rewrite <- (Rmult_1_l b) at 1; apply Rmult_le_compat_r; lra. Qed.
+
+Lemma fa_le_mult_r : forall a b, 1 <= a -> 0 <= b -> b <= b * a.
+Proof. intros a b Ha Hb; rewrite Rmult_comm; apply fa_le_mult_l; assumption. Qed.
+
+Lemma fa_mult_le_l : forall c x, 0 <= c -> x <= 1 -> c * x <= c.
+Proof. intros c x Hc Hx; rewrite <- (Rmult_1_r c) at 2; apply Rmult_le_compat_l; assumption. Qed.
+
 Section KernelAcc.
 
 Variable M : MixedModel.
@@ -393,15 +407,16 @@ Proof.
     pose proof (Rpower_pos (m - m')) as Ha0.
     assert (HXa : Rabs (X * Rpower 2 (m - m')) <= S0 * Rpower 2 (m - m')).
     { rewrite Rabs_mult, (Rabs_right (Rpower 2 (m - m'))) by lra; apply Rmult_le_compat_r; lra. }
-    assert (HG1 : 1 <= GkA K g m0 k m * exp2_factor M m m') by nra.
+    assert (HG1 : 1 <= GkA K g m0 k m * exp2_factor M m m') by (apply fa_one_le_mult; assumption).
     assert (HR1 : 0 <= RkA K g ga V n N Tt k * (Rpower 2 (m - m') * exp2_factor M m m' + ee)
                        + GkA K g m0 k m * S0 * ee).
-    { apply Rplus_le_le_0_compat; [apply Rmult_le_pos; [lra | nra] |].
+    { apply Rplus_le_le_0_compat; [apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]; lra] |].
       apply Rmult_le_pos; [apply Rmult_le_pos; lra | exact Hee]. }
     pose proof (inv_round M _ _ _ _ _ HG1 HR1 HXa C1) as C2.
-    assert (HG2 : 1 <= GkA K g m0 k m * exp2_factor M m m' * (1 + u)) by nra.
+    assert (HG2 : 1 <= GkA K g m0 k m * exp2_factor M m m' * (1 + u)) by (apply fa_one_le_mult; lra).
     assert (HR2 : 0 <= (RkA K g ga V n N Tt k * (Rpower 2 (m - m') * exp2_factor M m m' + ee)
-                       + GkA K g m0 k m * S0 * ee) * (1 + u) + ea) by nra.
+                       + GkA K g m0 k m * S0 * ee) * (1 + u) + ea)
+      by (apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]; lra).
     assert (Hk' : forall q, In q tl -> vis q = true -> fmt (sc q) /\ sc q <= m' /\ m' - sc q <= K /\ Rabs (val q c) <= V).
     { intros q Hq Ev; destruct (Htl q Hq Ev) as [Fq [[H1 H2] Hv]].
       assert (sc q <= m') by (apply Htm, filter_In; auto).
@@ -423,10 +438,12 @@ Proof.
         rewrite <- Rpower_plus; replace (u * (m - m0) + u * (m' - m)) with (u * (m' - m0)) by ring; lra.
       * unfold GkA; cbn [pow].
         assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
-        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
-        assert (1 + g <= cgA g) by (unfold cgA; assert (1 <= (1 + ue) * (1 + u)) by nra; nra).
-        assert (1 + g <= cgA g * cgA g ^ k) by nra.
-        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))) by nra.
+        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+        assert (1 + g <= cgA g) by (unfold cgA; apply fa_le_mult_l; [apply fa_one_le_mult |]; lra).
+        assert (1 + g <= cgA g * cgA g ^ k)
+          by (pose proof (fa_le_mult_r (cgA g ^ k) (cgA g) ltac:(lra) ltac:(lra)); lra).
+        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0)))
+          by (pose proof (fa_le_mult_r (Rpower 2 (u * (m' - m0))) (cgA g * cgA g ^ k) ltac:(lra) ltac:(lra)); lra).
         assert (H_pv K * (1 + g) <= H_pv K * (cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))))
           by (apply Rmult_le_compat_l; lra).
         lra.
@@ -439,10 +456,10 @@ Proof.
       assert (HGb : G0 <= Gb).
       { unfold G0, Gb, GkA.
         assert (cgA g ^ k <= cgA g ^ Tt) by (apply Rle_pow; [lra | lia]).
-        assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+        assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le, Rmult_le_compat_l; lra).
         assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
         assert (H_pv K * cgA g ^ k <= H_pv K * cgA g ^ Tt) by (apply Rmult_le_compat_l; lra).
-        apply Rmult_le_compat; try lra; [nra | left; apply Rpower_pos]. }
+        apply Rmult_le_compat; try lra; [apply Rmult_le_pos; lra | left; apply Rpower_pos]. }
       assert (E1 : R0 * (a * E + ee) <= R0 * (1 + ue + ee)) by (apply Rmult_le_compat_l; lra).
       assert (E2 : G0 * S0 * ee <= Gb * (INR N * V) * ee)
         by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat; lra]).
@@ -459,8 +476,8 @@ Proof.
       unfold R0, RkA; rewrite S_INR; cbn [pow].
       assert (1 <= crA g ^ k) by (apply pow_R1_Rle; lra).
       assert (dRA K g ga V n N Tt <= crA g * crA g ^ k * dRA K g ga V n N Tt)
-        by (assert (1 <= crA g * crA g ^ k) by nra; nra).
-      nra.
+        by (apply fa_le_mult_l; [apply fa_one_le_mult |]; lra).
+      lra.
   - (* no visible key yet: [alpha = 0] and the tile starts the accumulator *)
     destruct (filter vis tl) as [| k0 r] eqn:Ef.
     + rewrite (vmax_masked Key sc vis tl None (filter_nil_fully_masked vis tl Ef)).
@@ -495,10 +512,12 @@ Proof.
       * eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge].
       * unfold GkA; cbn [pow].
         assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
-        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
-        assert (1 + g <= cgA g) by (unfold cgA; assert (1 <= (1 + ue) * (1 + u)) by nra; nra).
-        assert (1 + g <= cgA g * cgA g ^ k) by nra.
-        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))) by nra.
+        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+        assert (1 + g <= cgA g) by (unfold cgA; apply fa_le_mult_l; [apply fa_one_le_mult |]; lra).
+        assert (1 + g <= cgA g * cgA g ^ k)
+          by (pose proof (fa_le_mult_r (cgA g ^ k) (cgA g) ltac:(lra) ltac:(lra)); lra).
+        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0)))
+          by (pose proof (fa_le_mult_r (Rpower 2 (u * (m' - m0))) (cgA g * cgA g ^ k) ltac:(lra) ltac:(lra)); lra).
         assert (Hb : H_pv K * (1 + g) <= H_pv K * (cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))))
           by (apply Rmult_le_compat_l; lra).
         apply Rmax_mult_le; [lra | |]; [assert (1 * (1 + g) <= H_pv K * (1 + g)) by nra |]; lra.
@@ -729,9 +748,9 @@ Proof.
       [destruct (H_l_bounds M K n X P1 HK HX HP); lra
       | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
       | apply pos_INR]).
-    assert (Rl <= Rl * L) by nra.
+    assert (Rl <= Rl * L) by (apply fa_le_mult_r; lra).
     assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
-    nra. }
+    lra. }
   (* the accumulator's bounds, a priori *)
   assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
   pose proof (GkA_apriori K g_rel (- smax) (length tiles) mt Tt X CGA HK Hg HT (proj1 Hmb) HmtK HX HCGA) as HgA.
@@ -784,7 +803,7 @@ Proof.
   assert (HY0 : 0 <= Y) by (assert (1 <= exp (2 * delta)) by (rewrite <- exp_0; apply sp_exp_le; lra); lra).
   assert (HW1W : W1 <= (1 + Y) * W) by (assert (exp (2 * delta) * W <= (1 + Y) * W) by (apply Rmult_le_compat_r; lra); lra).
   set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
-  assert (Hc1 : 0 <= c1) by (unfold c1, Rdiv; apply Rmult_le_pos; [nra | left; apply Rinv_0_lt_compat; lra]).
+  assert (Hc1 : 0 <= c1) by (unfold c1, Rdiv; apply Rmult_le_pos; [apply Rmult_le_pos; lra | left; apply Rinv_0_lt_compat; lra]).
   set (err := ((1 + u) * (gA + bL) * (1 + Y) / (1 - bL) + u * (1 + Y) + Y) * W + (1 + u) * rA / (1 - bL) + ea).
   assert (Herr : Rabs (o - Z) <= err).
   { replace (o - Z) with ((o - Z1) + (Z1 - Z)) by ring.
@@ -806,7 +825,7 @@ Proof.
   replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
   eapply Rle_trans; [apply Rabs_triang |].
   assert (us * Rabs o <= us * (W + err)) by (apply Rmult_le_compat_l; lra).
-  nra.
+  lra.
 Qed.
 
 (** ** The H100 instances *)

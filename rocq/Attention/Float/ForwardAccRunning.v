@@ -88,20 +88,6 @@ From Ojas Require Import Attention.Float.RunningAccError.
 Import ListNotations.
 Open Scope R_scope.
 
-(** Small product facts, proved once so that the proofs below need not run [nra] over
-    their large contexts. *)
-Lemma far_one_le_mult : forall a b, 1 <= a -> 1 <= b -> 1 <= a * b.
-Proof. intros a b Ha Hb; replace 1 with (1 * 1) by ring; apply Rmult_le_compat; lra. Qed.
-
-Lemma far_le_mult_l : forall a b, 1 <= a -> 0 <= b -> b <= a * b.
-Proof. intros a b Ha Hb; rewrite <- (Rmult_1_l b) at 1; apply Rmult_le_compat_r; lra. Qed.
-
-Lemma far_le_mult_r : forall a b, 1 <= a -> 0 <= b -> b <= b * a.
-Proof. intros a b Ha Hb; rewrite Rmult_comm; apply far_le_mult_l; assumption. Qed.
-
-Lemma far_mult_le_l : forall c x, 0 <= c -> x <= 1 -> c * x <= c.
-Proof. intros c x Hc Hx; rewrite <- (Rmult_1_r c) at 2; apply Rmult_le_compat_l; assumption. Qed.
-
 Section KernelRunning.
 
 Variable M : MixedModel.
@@ -422,7 +408,7 @@ Proof.
       assert (Hx1 : Rabs x <= Rabs X + e)
         by (replace x with ((x - X) + X) at 1 by ring; unfold e; eapply Rle_trans; [apply Rabs_triang | lra]).
       assert (HE0 : 0 <= a * ((1 + ue) * P2 - 1))
-        by (apply Rmult_le_pos; [lra | pose proof (far_one_le_mult (1 + ue) P2 ltac:(lra) HP2); lra]).
+        by (apply Rmult_le_pos; [lra | pose proof (fa_one_le_mult (1 + ue) P2 ltac:(lra) HP2); lra]).
       assert (E1 : Rabs x * Rabs (al - a) <= Rabs x * (a * ((1 + ue) * P2 - 1) + ee))
         by (apply Rmult_le_compat_l; [apply Rabs_pos | exact Hal]).
       assert (E2 : Rabs x * (a * ((1 + ue) * P2 - 1)) <= (Rabs X + e) * (a * ((1 + ue) * P2 - 1)))
@@ -431,7 +417,7 @@ Proof.
       assert (E4 : e * ((1 + ue) * (a * P2)) <= ((G - 1) * A + Q + RRk) * ((1 + ue) * (a * P2)))
         by (apply Rmult_le_compat_r; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | exact He]).
       assert (E5 : RRk * ((1 + ue) * (a * P2)) <= RRk * (1 + ue))
-        by (apply Rmult_le_compat_l; [lra | apply far_mult_le_l; lra]).
+        by (apply Rmult_le_compat_l; [lra | apply fa_mult_le_l; lra]).
       assert (E6 : Rabs X * (a * ((1 + ue) * P2 - 1)) <= ue * (Rabs X * a) + (1 + ue) * (P2 - 1) * (a * A)).
       { replace (Rabs X * (a * ((1 + ue) * P2 - 1))) with (ue * (Rabs X * a) + (1 + ue) * (P2 - 1) * (a * Rabs X))
           by ring.
@@ -476,7 +462,7 @@ Proof.
       assert (0 <= Lf * Rpower 2 (mf - m') * b) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | left; apply Rpower_pos] | lra]).
       replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)
         with (Lf * Rpower 2 (mf - m') * b * Rpower 2 (u * (m' - m0))) by ring.
-      apply far_le_mult_r; assumption. }
+      apply fa_le_mult_r; assumption. }
     (* the factor *)
     assert (HG' : (1 + g') * (G * P2 - 1) <= GR K g m0 (S k) m' - 1).
     { unfold G, GR; fold g' H; cbn [pow].
@@ -485,10 +471,10 @@ Proof.
       { unfold Z, P2; rewrite Rmult_assoc, rpow_mul; replace (u * (m - m0) + u * (m' - m)) with (u * (m' - m0)) by ring.
         reflexivity. }
       assert (1 <= (1 + g') ^ k) by (apply pow_R1_Rle; lra).
-      assert (1 <= Z) by (unfold Z; apply far_one_le_mult; [exact HH | apply ose_rpow_ge_1, Rmult_le_pos; lra]).
+      assert (1 <= Z) by (unfold Z; apply fa_one_le_mult; [exact HH | apply ose_rpow_ge_1, Rmult_le_pos; lra]).
       replace ((1 + (1 + g') ^ k * (Z - 1)) * P2 - 1) with ((P2 - 1) + (1 + g') ^ k * (Z * P2 - P2)) by ring.
       rewrite EZ in *.
-      assert (P2 - 1 <= (1 + g') ^ k * (P2 - 1)) by (apply far_le_mult_l; lra).
+      assert (P2 - 1 <= (1 + g') ^ k * (P2 - 1)) by (apply fa_le_mult_l; lra).
       assert ((P2 - 1) + (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - P2)
               <= (1 + g') ^ k * (H * Rpower 2 (u * (m' - m0)) - 1)) by nra.
       apply Rmult_le_compat_l with (r := 1 + g') in H2; [| lra].
@@ -499,11 +485,11 @@ Proof.
     { unfold GR; fold g' H.
       assert (1 <= (1 + g') ^ S k) by (apply pow_R1_Rle; lra).
       assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-      assert (H <= H * Rpower 2 (u * (m' - m0))) by (apply far_le_mult_r; lra).
+      assert (H <= H * Rpower 2 (u * (m' - m0))) by (apply fa_le_mult_r; lra).
       assert (H * Rpower 2 (u * (m' - m0)) - 1 <= (1 + g') ^ S k * (H * Rpower 2 (u * (m' - m0)) - 1))
-        by (apply far_le_mult_l; lra).
+        by (apply fa_le_mult_l; lra).
       lra. }
-    assert (HGP : 0 <= G * P2 - 1) by (pose proof (far_one_le_mult G P2 HG1 HP2); lra).
+    assert (HGP : 0 <= G * P2 - 1) by (pose proof (fa_one_le_mult G P2 HG1 HP2); lra).
     (* assembling *)
     set (G' := GR K g m0 (S k) m') in *.
     assert (Eall : (1 + g) * ((1 + u) * T1 + u * Rabs (X * a) + ea) + g * Rabs (X * a) + (H - 1) * Tm
@@ -576,14 +562,14 @@ Proof.
         assert (0 <= Lf * Rpower 2 (mf - m') * b) by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | left; apply Rpower_pos] | lra]).
         replace (Lf * Rpower 2 (mf - m') * Rpower 2 (u * (m' - m0)) * b)
           with (Lf * Rpower 2 (mf - m') * b * Rpower 2 (u * (m' - m0))) by ring.
-        apply far_le_mult_r; assumption. }
+        apply fa_le_mult_r; assumption. }
       assert (HH' : H - 1 <= GR K g m0 (S k) m' - 1).
       { unfold GR; fold g' H.
         assert (1 <= (1 + g') ^ S k) by (apply pow_R1_Rle; lra).
         assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-        assert (H <= H * Rpower 2 (u * (m' - m0))) by (apply far_le_mult_r; lra).
+        assert (H <= H * Rpower 2 (u * (m' - m0))) by (apply fa_le_mult_r; lra).
         assert (H * Rpower 2 (u * (m' - m0)) - 1 <= (1 + g') ^ S k * (H * Rpower 2 (u * (m' - m0)) - 1))
-          by (apply far_le_mult_l; lra).
+          by (apply fa_le_mult_l; lra).
         lra. }
       assert (B2 : (H - 1) * Tm <= (GR K g m0 (S k) m' - 1) * Tm) by (apply Rmult_le_compat_r; lra).
       assert (B4 : g * H * Tm <= gb * Tm) by (apply Rmult_le_compat_r; [lra | nra]).
@@ -849,7 +835,7 @@ Lemma afr_gA_nonneg : forall ue us X CB, 0 <= ue -> 0 <= us -> 1 <= X -> 1 <= CB
 Proof.
   intros ue us X CB Hue Hus HX HCB; unfold afr_gA.
   assert (1 <= (1 + us) * (1 + ue) * X * X)
-    by (apply far_one_le_mult; [apply far_one_le_mult; [apply far_one_le_mult |] |]; lra).
+    by (apply fa_one_le_mult; [apply fa_one_le_mult; [apply fa_one_le_mult |] |]; lra).
   apply Rmult_le_pos; lra.
 Qed.
 
@@ -1124,7 +1110,7 @@ Proof.
       [destruct (H_l_bounds M K n X P1 HK HX HP); lra
       | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
       | apply pos_INR]).
-    assert (Rl <= Rl * L) by (apply far_le_mult_r; lra).
+    assert (Rl <= Rl * L) by (apply fa_le_mult_r; lra).
     assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
     lra. }
   (* the caller's bounds, in the kernel's units *)
@@ -1220,7 +1206,7 @@ Proof.
     assert (HZ1 : 1 <= Zm).
     { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
       assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-      apply far_one_le_mult; [apply far_one_le_mult |]; lra. }
+      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
     assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
     { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
       assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)

@@ -805,7 +805,7 @@ Proof.
       [destruct (H_l_bounds M K n X P1 HK HX HP); lra
       | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
       | apply pos_INR]).
-    assert (Rl <= Rl * L) by (apply far_le_mult_r; lra).
+    assert (Rl <= Rl * L) by (apply fa_le_mult_r; lra).
     assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
     lra. }
   (* the caller's bounds, in the kernel's units *)
@@ -913,7 +913,7 @@ Proof.
     assert (HZ1 : 1 <= Zm).
     { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
       assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-      apply far_one_le_mult; [apply far_one_le_mult |]; lra. }
+      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
     assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
     { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
       assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
