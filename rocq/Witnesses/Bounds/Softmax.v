@@ -8,7 +8,8 @@ From Ojas Require Import Bounds.Softmax.
 
 Definition wq_u : Q := 1 # 16777216.
 
-Definition wq_beta : Q := Eval vm_compute in match stream_beta_q wq_u wq_u 4 with Some b => b | None => 0 end.
+(* [ltac:(eval vm_compute ...)]: [Eval vm_compute] under the [: Q] constraint took 11 s for [wq_err]. *)
+Definition wq_beta : Q := ltac:(let v := eval vm_compute in (match stream_beta_q wq_u wq_u 4 with Some b => b | None => 0%Q end) in exact v).
 
 Lemma wq_beta_eq : stream_beta_q wq_u wq_u 4 = Some wq_beta.
 Proof. vm_compute; reflexivity. Qed.
@@ -17,7 +18,7 @@ Definition stream_beta_q_ge_witness :=
   stream_beta_q_ge wq_u wq_u 4 wq_beta ltac:(vm_compute; discriminate) ltac:(vm_compute; reflexivity)
     ltac:(vm_compute; discriminate) wq_beta_eq.
 
-Definition wq_err : Q := Eval vm_compute in match stream_err_q wq_u wq_u 4 with Some e => e | None => 0 end.
+Definition wq_err : Q := ltac:(let v := eval vm_compute in (match stream_err_q wq_u wq_u 4 with Some e => e | None => 0%Q end) in exact v).
 
 Lemma wq_err_eq : stream_err_q wq_u wq_u 4 = Some wq_err.
 Proof. vm_compute; reflexivity. Qed.
@@ -26,7 +27,7 @@ Definition stream_err_q_ge_witness :=
   stream_err_q_ge wq_u wq_u 4 wq_err ltac:(vm_compute; discriminate) ltac:(vm_compute; reflexivity)
     ltac:(vm_compute; discriminate) wq_err_eq.
 
-Definition wq_pert : Q := Eval vm_compute in match perturbation_q (1 # 1024) with Some e => e | None => 0 end.
+Definition wq_pert : Q := ltac:(let v := eval vm_compute in (match perturbation_q (1 # 1024) with Some e => e | None => 0%Q end) in exact v).
 
 Lemma wq_pert_eq : perturbation_q (1 # 1024) = Some wq_pert.
 Proof. vm_compute; reflexivity. Qed.
