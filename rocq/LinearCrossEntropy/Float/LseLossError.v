@@ -328,6 +328,13 @@ Qed.
 
 (** ** The tile loop *)
 
+(** Factors at least one (small lemmas: [nra] over the loop's contexts took seconds). *)
+Lemma ce_one_le_mult : forall x y, 1 <= x -> 1 <= y -> 1 <= x * y.
+Proof. intros x y Hx Hy; nra. Qed.
+
+Lemma ce_le_mult_ge1 : forall x y, 0 <= x -> 1 <= y -> x <= y * x.
+Proof. intros x y Hx Hy; nra. Qed.
+
 Definition ce_Ci (u ue XK ci : R) : R := ci * ((1 + ue) * XK) * (1 + u).
 Definition ce_Ri (u ue ee ea XK ci ri Nx : R) : R := (ci * Nx * ee + ri * ((1 + ue) * XK + ee)) * (1 + u) + ea.
 Definition ce_H (u ue XK ci : R) (Dt : nat) : R := (1 + u) ^ Dt * ce_Ci u ue XK ci.
@@ -371,16 +378,18 @@ Proof.
   assert (Ha : 1 <= a) by (unfold ce_a; pose proof (P1 2%nat); assert (1 <= (1 + ue) * XK + ee) by nra; nra).
   assert (HR : 0 <= ce_Ri u ue ee ea XK ci ri Nx).
   { unfold ce_Ri; assert (0 <= ci * Nx * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
-    assert (0 <= ri * ((1 + ue) * XK + ee)) by (apply Rmult_le_pos; nra).
+    assert (0 <= ri * ((1 + ue) * XK + ee))
+      by (apply Rmult_le_pos; [lra | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]; lra]).
     assert (0 <= (ci * Nx * ee + ri * ((1 + ue) * XK + ee)) * (1 + u)) by (apply Rmult_le_pos; lra). lra. }
   assert (Hb : 0 <= b).
   { unfold ce_b; apply Rmult_le_pos; [| lra].
-    assert (1 <= ce_Cm u ue XK ci Dt Tt) by (unfold ce_Cm; pose proof (pow_R1_Rle Q Tt HQ);
-      assert (1 <= Hf * Q ^ Tt) by nra; nra).
+    assert (1 <= ce_Cm u ue XK ci Dt Tt)
+      by (unfold ce_Cm; apply ce_one_le_mult; [apply ce_one_le_mult; [exact HH | apply pow_R1_Rle, HQ] | exact HX1]).
     assert (0 <= INR Nn * Nx) by (apply Rmult_le_pos; [apply pos_INR | lra]).
     assert (0 <= ce_Cm u ue XK ci Dt Tt * (INR Nn * Nx) * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
     assert (0 <= INR Bt * ce_Ri u ue ee ea XK ci ri Nx) by (apply Rmult_le_pos; [apply pos_INR | lra]).
-    pose proof (P1 Dt). nra. }
+    pose proof (P1 Dt).
+    apply Rplus_le_le_0_compat; [apply Rplus_le_le_0_compat; [apply Rmult_le_pos |] | apply Rmult_le_pos]; lra. }
   tauto.
 Qed.
 
@@ -418,7 +427,7 @@ Proof.
   set (Y := exp (u * (m' - m))).
   assert (HE0 : 1 <= exp (u * (m - m0))) by (apply ce_exp_u_ge1; lra).
   assert (HQk : 1 <= Q ^ k) by (apply pow_R1_Rle; lra).
-  assert (Hc : 1 <= c) by (unfold c; assert (1 <= Hf * Q ^ k) by nra; nra).
+  assert (Hc : 1 <= c) by (unfold c; apply ce_one_le_mult; [apply ce_one_le_mult |]; assumption).
   assert (Hr : 0 <= r) by (unfold r; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
   set (X := ex_val m seen) in *.
   destruct (ex_val_bounds m seen Nx Hseen) as [HX0 HXn].
@@ -441,13 +450,14 @@ Proof.
   set (R2 := (1 + u) ^ Dt * (INR (length tl) * ce_Ri u ue ee ea XK ci ri Nx)) in Ty.
   assert (HY1 : 1 <= Y) by (apply ce_exp_u_ge1; lra).
   assert (HYK : Y <= XK) by (eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra).
-  assert (HG1 : 1 <= G1) by (unfold G1; assert (1 <= (1 + ue) * Y) by nra;
-    assert (1 <= c * ((1 + ue) * Y)) by (assert (0 <= (c - 1) * ((1 + ue) * Y - 1)) by (apply Rmult_le_pos; lra); nra); nra).
+  assert (HG1 : 1 <= G1) by (unfold G1; apply ce_one_le_mult;
+    [apply ce_one_le_mult; [exact Hc | apply ce_one_le_mult; [lra | exact HY1]] | lra]).
   assert (HP1 : forall n, 1 <= (1 + u) ^ n) by (intros; apply pow_R1_Rle; lra).
   assert (HR1 : 0 <= R1).
   { unfold R1; assert (0 <= c * (INR Nn * Nx) * ee)
       by (apply Rmult_le_pos; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | lra]] | lra]).
-    assert (0 <= r * ((1 + ue) * Y + ee)) by (apply Rmult_le_pos; nra).
+    assert (0 <= r * ((1 + ue) * Y + ee))
+      by (apply Rmult_le_pos; [exact Hr | apply Rplus_le_le_0_compat; [apply Rmult_le_pos |]; lra]).
     assert (0 <= (c * (INR Nn * Nx) * ee + r * ((1 + ue) * Y + ee)) * (1 + u)) by (apply Rmult_le_pos; lra). lra. }
   assert (HR2 : 0 <= R2) by (unfold R2; pose proof (HP1 Dt);
     apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
@@ -461,10 +471,12 @@ Proof.
       rewrite exp_plus; ring. }
     assert (HE' : 1 <= exp (u * (m' - m0))) by (apply ce_exp_u_ge1; lra).
     assert (HW : Hf <= Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0))).
-    { assert (1 <= (1 + ue) * (1 + u)) by nra.
-      assert (1 <= Q ^ k * ((1 + ue) * (1 + u))) by nra.
-      assert (1 <= Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0))) by nra.
-      nra. }
+    { assert (1 <= (1 + ue) * (1 + u)) by (apply ce_one_le_mult; lra).
+      assert (1 <= Q ^ k * ((1 + ue) * (1 + u))) by (apply ce_one_le_mult; assumption).
+      assert (1 <= Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0))) by (apply ce_one_le_mult; assumption).
+      replace (Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0)))
+        with (Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0)) * Hf) by ring.
+      apply ce_le_mult_ge1; lra. }
     assert (Rmax G1 Hf <= Hf * Q ^ k * ((1 + ue) * (1 + u)) * exp (u * (m' - m0)))
       by (apply Rmax_lub; lra).
     replace (Hf * Q ^ S k * exp (u * (m' - m0)))
@@ -474,13 +486,13 @@ Proof.
   - (* the absolute term *)
     set (Cm := ce_Cm u ue XK ci Dt Tt).
     assert (HcC : c <= Cm).
-    { unfold c, Cm, ce_Cm; apply Rmult_le_compat; [nra | lra | | ].
+    { unfold c, Cm, ce_Cm; apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | | ].
       - apply Rmult_le_compat_l; [lra |]; apply Rle_pow; [lra | lia].
       - eapply Rle_trans; [| exact HXK]; apply ose_exp_le, Rmult_le_compat_l; lra. }
     assert (HB1 : R1 <= (Cm * (INR Nn * Nx) * ee + r * ((1 + ue) * XK + ee)) * (1 + u) + ea).
     { unfold R1; apply Rplus_le_compat_r, Rmult_le_compat_r; [lra |]; apply Rplus_le_compat.
       - apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HcC].
-      - apply Rmult_le_compat_l; [exact Hr |]; nra. }
+      - apply Rmult_le_compat_l; [exact Hr |]; apply Rplus_le_compat_r, Rmult_le_compat_l; lra. }
     assert (HB2 : R2 <= (1 + u) ^ Dt * (INR Bt * ce_Ri u ue ee ea XK ci ri Nx)).
     { unfold R2; apply Rmult_le_compat_l; [pose proof (HP1 Dt); lra |].
       apply Rmult_le_compat_r; [lra | apply le_INR, Hl]. }
@@ -499,7 +511,7 @@ Proof.
     assert (Hak : 1 <= a ^ S k) by (apply pow_R1_Rle; lra).
     replace (INR (S k) * a ^ S k * b) with (INR k * a ^ k * b * a + a ^ S k * b)
       by (rewrite S_INR; simpl; ring).
-    assert (b <= a ^ S k * b) by nra.
+    assert (b <= a ^ S k * b) by (apply ce_le_mult_ge1; assumption).
     lra.
 Qed.
 
@@ -616,10 +628,12 @@ Proof.
   assert (Hlnl : Rabs (ln l) <= LN + NL) by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
   assert (HNe : INR Nn <= exp LN).
   { rewrite <- (exp_ln (INR Nn)) by lra; apply ose_exp_le, HLN. }
-  assert (Hlo : lmin <= l) by (pose proof (sp_Rabs_le_inv _ _ Hrel); nra).
+  assert (Hlo : lmin <= l).
+  { pose proof (sp_Rabs_le_inv _ _ Hrel).
+    assert ((1 - bL) * 1 <= (1 - bL) * L) by (apply Rmult_le_compat_l; lra). lra. }
   assert (Hhi : l <= lmax).
   { pose proof (sp_Rabs_le_inv _ _ Hrel).
-    assert ((1 + bL) * L <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra). nra. }
+    assert ((1 + bL) * L <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra). lra. }
   pose proof (lg_err l Fl (conj Hlo Hhi)) as Hlg.
   assert (Hlga : Rabs (lg l) <= LN + NL + el).
   { replace (lg l) with ((lg l - ln l) + ln l) by ring; eapply Rle_trans; [apply Rabs_triang | lra]. }
@@ -675,7 +689,7 @@ Proof.
   assert (HL0 : 0 <= L) by (apply ex_val_bounds with (Nx := 1); intros zy Hi; split; [lra | apply Hseen, Hi]).
   set (C := ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK).
   set (Rt := INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn).
-  assert (HC : 1 <= C) by (unfold C; pose proof (pow_R1_Rle _ Tt HQ); assert (1 <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt) by nra; nra).
+  assert (HC : 1 <= C) by (unfold C; apply ce_one_le_mult; [apply ce_one_le_mult; [exact HH | apply pow_R1_Rle, HQ] | exact HX1]).
   assert (HRt : 0 <= Rt) by (unfold Rt; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
   assert (Fl : fmt l) by (unfold l, st; apply ce_run_l_fmt, ff_fmt_0).
   apply (ce_lse_finish (concat tiles) m l C Rt Zmax delta LN NL Nn); auto.
@@ -794,10 +808,11 @@ Proof.
     - destruct (Hz zy0 H0) as [_ [Z0 _]]; pose proof (Rabs_pos (fst zy0)); lra.
     - destruct (Hz zy0 H0) as [_ [Z0 _]]; pose proof (Rabs_pos (fst zy0)); lra.
     - unfold ce_bL; pose proof (pow_R1_Rle (ce_Q u ue) Tt HQ1).
-      assert (1 <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt) by nra.
+      assert (1 <= ce_H u ue XK 1 Dt * ce_Q u ue ^ Tt * XK)
+        by (apply ce_one_le_mult; [apply ce_one_le_mult; [exact HH | apply pow_R1_Rle, HQ1] | exact HX1]).
       assert (0 <= INR Tt * ce_a u ue ee XK ^ Tt * ce_b u ue ee ea XK 1 0 1 Dt Bt Tt Nn)
         by (apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
-      nra. }
+      lra. }
   apply afe_ln_le; lra.
 Qed.
 
@@ -855,7 +870,7 @@ Proof.
     pose proof (Rabs_pos (fst zy)); lra. }
   destruct (ce_consts Dt1 Bt1 T1 N1 1 0 1 (- Zmax) (2 * Zmax) XK (- Zmax) ltac:(lra) ltac:(lra) ltac:(lra)
               ltac:(lra) HXK ltac:(lra)) as [HX1 [HH1 [HQ [Ha [Hb1 _]]]]].
-  assert (HC1 : 1 <= C1) by (unfold C1; pose proof (pow_R1_Rle _ T1 HQ); assert (1 <= ce_H u ue XK 1 Dt1 * ce_Q u ue ^ T1) by nra; nra).
+  assert (HC1 : 1 <= C1) by (unfold C1; apply ce_one_le_mult; [apply ce_one_le_mult; [exact HH1 | apply pow_R1_Rle, HQ] | exact HX1]).
   assert (HR1 : 0 <= R1) by (unfold R1; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra]).
   (* each group's state *)
   assert (Hgrp : forall g, In g (concat tiles2) ->
@@ -920,7 +935,7 @@ Proof.
     destruct (Hgrp g Hgi) as [_ [_ [_ [Hle _]]]].
     eapply Rle_trans; [apply Hle, Hzy | apply Hseen, Hgi].
   - intros zy Hi; destruct (Hz zy Hi) as [_ H]; exact H.
-  - unfold C2; pose proof (pow_R1_Rle _ T2 HQ); assert (1 <= ce_H u ue XK C1 Dt2 * ce_Q u ue ^ T2) by nra; nra.
+  - unfold C2; apply ce_one_le_mult; [apply ce_one_le_mult; [exact HH2 | apply pow_R1_Rle, HQ] | exact HX1].
   - unfold R2; apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply pow_le; lra] | lra].
   - unfold inv in Hinv.
     set (G := ce_H u ue XK C1 Dt2 * ce_Q u ue ^ length tiles2 * exp (u * (fst st - grp_m g0))) in Hinv.
