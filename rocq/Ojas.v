@@ -48,7 +48,7 @@ From Ojas Require Export Attention.Float.OnlineSoftmaxError Attention.Float.Onli
 From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardError Attention.Float.ForwardPosteriori Attention.Float.ForwardAccError.
 From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
 From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError Attention.Float.ForwardAccRunning.
-From Ojas Require Export Attention.Float.PerPairScoreError.
+From Ojas Require Export Attention.Float.PerPairScoreError Attention.Float.RunningAccErrorPP.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.

@@ -20,7 +20,8 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   ``_acc`` forms) and the RUNNING ones of ``Ojas.Attention.Float.RunningAccError`` (the accumulation
   charged on the signed partial sums over the tiles the kernels run, in their order, each pair's
   score error its own: :mod:`ojas_ref.verification.bounds.attention_running`,
-  :mod:`ojas_ref.verification.score_errors`);
+  :mod:`ojas_ref.verification.score_errors`; dK and dQ with each pair's ``dp`` error its own too,
+  ``Ojas.Attention.Float.RunningAccErrorPP``);
 * :func:`lse_score_error`: per row ``Dsc_i >= ln sum_j P_ij e^(d_ij)``, ``d`` the pairs' score errors;
 * the data's sums that the bounds take (``W = P |v|``, ``P^T |dO|``, ``sum_c |dO_ic| e_ic``, the
   dQ/dK sums, ``max sum |q k|``, ``max |lse|``, ...) are certified upper bounds of the exact
@@ -66,6 +67,7 @@ from ojas_ref.verification.bounds.attention import (
     DotModel,
     TensorCoreDot,
     Tf32x3Dot,
+    _dot_model,
     attention_delta_error_bound,
     dot_error_constants,
     attention_dk_error_bound,
@@ -789,6 +791,38 @@ def _dq_block_error(
     return torch.cat(out, -2)
 
 
+def _pair_dp_errors(
+    r0: int, do: torch.Tensor, v: torch.Tensor, pd_up: torch.Tensor, is_causal: bool, dot: DotModel
+) -> torch.Tensor:
+    """float64 [..., R, Sk]: per pair of the rows ``do`` [..., R, Ev] (rows ``r0 ..``) and the values ``v``
+    [..., Sk, Ev] (the kernels' dtype, one per row head), an upper bound ``eP`` of ``|dp - dO_i . v_j|``
+    for BOTH backward kernels' ``dp`` dots (the dK/dV kernel's ``dot(v, dO^T)``, the dQ kernel's
+    ``dot(dO, v^T)``), the per-pair premise of ``dk_error_acc_running_pp`` / ``dq_error_acc_running_pp``:
+    the dot model's worst case at the pair's own ``pd_up >= sum_c |dO_ic v_jc|`` (``gp_rel pd_up + gp_abs``,
+    ``Ojas.Attention.Float.DkDqError.dm_eP_bound``), with a tensor-core model with blocks its minimum with
+    the model's actual error on the data (:func:`~ojas_ref.verification.score_errors.model_dots`, tested
+    against the kernels, not proved equal; the larger of the two operand orders) against the float64 dot,
+    within ``dot_error(pd_up)`` of the real one. Under a causal mask the keys after the block's last row
+    keep the worst case (masked for every row)."""
+    gp_rel, gp_abs = dot_error_constants(dot, v.shape[-1])
+    bound = cb.add_upper(cb.scale_upper(pd_up, gp_rel), _float_up(gp_abs))
+    model = _dot_model(dot)
+    if model == "fp32" or model.block is None:
+        return bound
+    n = min(v.shape[-2], r0 + do.shape[-2]) if is_causal else v.shape[-2]
+    vn = v[..., :n, :]
+    exact = do.to(F64) @ vn.to(F64).transpose(-1, -2)
+    slack = cb.dot_error(pd_up[..., :n], v.shape[-1])
+    runs = [se.model_dots(do, vn, dot)]
+    if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
+        runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
+    err = functools.reduce(
+        torch.maximum, (torch.maximum(cb.add_upper(m, -exact), cb.add_upper(exact, -m)) for m in runs)
+    )
+    bound[..., :n] = torch.minimum(bound[..., :n], cb.add_upper(err, slack))
+    return bound
+
+
 def _grad_running_bounds(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -801,17 +835,19 @@ def _grad_running_bounds(
     lse_error: float,
     ex: dict,
 ) -> dict[str, torch.Tensor]:
-    """``dk_error_acc_running`` and ``dq_error_acc_running`` (``grad_error_acc_running_with``,
-    ``Ojas.Attention.Float.RunningAccError``) for every stored dK [B, Hkv, Sk, E] and dQ [B, Hq, Sq, E]
-    entry: ``grad_bound scale ucs (run_err g_rel g_abs bs + sum_x r x) S1`` (``S1`` the sums of
-    :func:`exact_grads` ``ex``) over the tiles the kernels run, in their order: dK the dK/dV kernel's
-    query tiles (:func:`_first_query_tile`, every query head of the group), dQ the dQ kernel's key tiles
-    (:func:`_last_key_end`). Items have ``z x = P (dP - D) w`` and ``r x = gacc_A(E x) h1 x +
-    gacc_B(E x) h2 x + gacc_c(E x, Ym, (1 + u)(eP + eDm) + ea, W)`` (0 where masked), ``E x = (1 + ue)
-    X x`` from the pair's own score error (:func:`_pair_exp2_factors`, the larger of the dK/dV kernel's
-    ``dot(k, q^T)`` and the dQ kernel's ``dot(q, k^T)``; :func:`_grad_pair_factors`),
-    ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq],
-    ``eP`` the ``dp`` dot's error at ``ex``'s ``dp_abs_sum``, ``Ym`` its ``max_abs_y``."""
+    """``dk_error_acc_running_pp`` and ``dq_error_acc_running_pp`` (``grad_error_acc_running_pp``,
+    ``Ojas.Attention.Float.RunningAccErrorPP``: ``Ojas.Attention.Float.RunningAccError``'s
+    ``dk_error_acc_running``, ``dq_error_acc_running`` with the ``dp`` dot's error per pair) for every
+    stored dK [B, Hkv, Sk, E] and dQ [B, Hq, Sq, E] entry: ``grad_bound scale ucs (run_err g_rel g_abs bs +
+    sum_x r x) S1`` (``S1`` the sums of :func:`exact_grads` ``ex``) over the tiles the kernels run, in
+    their order: dK the dK/dV kernel's query tiles (:func:`_first_query_tile`, every query head of the
+    group), dQ the dQ kernel's key tiles (:func:`_last_key_end`). Items have ``z x = P (dP - D) w`` and
+    ``r x = gacc_A(E x) h1 x + gacc_B(E x) h2 x + gacc_c(E x, Ym, (1 + u)(eP x + eDm) + ea, W)`` (0 where
+    masked; ``gacc_c`` taken at the largest ``eP``, monotone), ``E x = (1 + ue) X x`` from the pair's own
+    score error (:func:`_pair_exp2_factors`, the larger of the dK/dV kernel's ``dot(k, q^T)`` and the dQ
+    kernel's ``dot(q, k^T)``; :func:`_grad_pair_factors`), ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP x
+    + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq], ``eP x`` the pair's own ``dp`` error
+    (:func:`_pair_dp_errors`, at most the dot model's at ``ex``'s ``dp_abs_sum``), ``Ym`` ``max_abs_y``."""
     dot, bnd = c["dot"], c["bnd"]
     u, ea, ee = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_EXP2_ABS_ERROR)
     us, es_s = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
@@ -822,7 +858,6 @@ def _grad_running_bounds(
     crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
     k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
     gc = {name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")}  # gacc_c, W = max |w|
-    cr = cb.add_upper(cb.scale_upper(cb.add_upper(delta_error.to(F64), _float_up(ep)), 1 + u), _float_up(ea))
     bm, qn = c["bm"], c["qn"]
     dk_acc = ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm))
     dq_err = torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device)
@@ -831,14 +866,18 @@ def _grad_running_bounds(
     g_dq = ar.acc_constants_up(dot, qn)
     kf, vf = k.to(F64), v.to(F64)
     rows = _block_rows(b * hkv * sk, bm)
-    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, cr))
-    for gi, (qh, dh, ch) in enumerate(zip(*heads)):
+    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, delta_error))
+    for gi, (qh, dh, eh) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
             x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, lse_error, "both")
-            t = _grad_pair_terms(blk, _grad_pair_factors(c, x1, q), ch[:, :, r0 : r0 + rows, None])
-            del blk, x1
+            e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot)
+            cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
+                cb.scale_upper(cb.add_upper(e_p, eh[:, :, r0 : r0 + rows, None].to(F64)), 1 + u), _float_up(ea)
+            )
+            t = _grad_pair_terms(blk, _grad_pair_factors(c, x1, q), cr)
+            del blk, x1, e_p, cr
             for t0 in range(0, qc.shape[2], bm):  # dK: the query tiles of this block, items = rows
                 tt = {n: x[..., t0 : t0 + bm, :].transpose(-1, -2) for n, x in t.items()}
                 _grad_tile_step(dk_acc, tt, qc[..., t0 : t0 + bm, :], gc["q"], first <= r0 + t0)
@@ -982,11 +1021,12 @@ def grad_error_bounds(
     tensor cores and 3xTF32, where no composed theorem exists, or ``inputs="measured"``) entry by
     entry the smaller of two theorems' values:
 
-    * the RUNNING bounds (:func:`_grad_running_bounds`): ``dk_error_acc_running``,
-      ``dq_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) over the tiles the kernels
-      run in their order, each pair's score error its own (:mod:`~ojas_ref.verification.score_errors`:
-      the smaller of the dot model's actual error on the data and its worst case at the pair's
-      ``sum |q k|``, both proved);
+    * the RUNNING bounds (:func:`_grad_running_bounds`): ``dk_error_acc_running_pp``,
+      ``dq_error_acc_running_pp`` (``Ojas.Attention.Float.RunningAccErrorPP``: ``RunningAccError``'s
+      ``dk_error_acc_running``, ``dq_error_acc_running`` with the ``dp`` dot's error per pair) over the
+      tiles the kernels run in their order, each pair's score error and ``dp`` error its own
+      (:mod:`~ojas_ref.verification.score_errors`, :func:`_pair_dp_errors`: the smaller of the dot model's
+      actual error on the data and its worst case at the pair's ``sum |q k|`` / ``sum |dO v|``, both proved);
     * the a-priori ``attention_dq_error_bound``, ``attention_dk_error_bound`` (``dq_error``,
       ``dk_error``; with a dot model ``dq_error_acc``, ``dk_error_acc``);
 

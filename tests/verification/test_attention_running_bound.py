@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 
 from ojas_kernels.attention import flash_attention, flash_attention_forward  # noqa: E402
 from ojas_ref.verification import attention_error as ae  # noqa: E402
+from ojas_ref.verification import score_errors as se  # noqa: E402
 from ojas_ref.verification.bounds import attention as ab  # noqa: E402
 from ojas_ref.verification.bounds import attention_running as ar  # noqa: E402
 from ojas_ref.verification.bounds import certified as cb  # noqa: E402
@@ -244,3 +245,58 @@ def test_running_bounds_much_tighter_over_many_tiles(monkeypatch):
     assert _check("S=512 causal gqa4", "dv", *_dv(q, k, v, do, True, scale)) < 0.5
     for name, t in _grads(q, k, v, do, True, scale, "measured").items():
         assert _check("S=512 causal gqa4 measured", name, *t) < 0.5
+
+
+def _dp_worst(do: torch.Tensor, v: torch.Tensor, dot) -> torch.Tensor:
+    """The dot model's worst case ``gp_rel sum_c |dO_ic v_jc| + gp_abs`` per pair, float64."""
+    g_rel, g_abs = ab.dot_error_constants(dot, v.shape[-1])
+    return (do.to(F64).abs() @ v.to(F64).abs().transpose(-1, -2)) * float(g_rel) + float(g_abs)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pair_dp_errors_bound_both_kernels_dots(causal):
+    """``_pair_dp_errors`` at the H100's 3xTF32 model: at least the model's actual error of BOTH kernels'
+    ``dp`` dots (``dot(v, dO^T)``, ``dot(dO, v^T)``) against the float64 dot on every pair, far below the
+    worst case at the pairs' own sums (the tightening), the worst case itself past a causal block's last row;
+    "fp32" (no emulation) the worst case."""
+    gen = torch.Generator().manual_seed(3)
+    do, v = torch.randn(1, 2, 24, 64, generator=gen), torch.randn(1, 2, 40, 64, generator=gen) * 3
+    r0, dot = 8, ab.TF32X3_H100
+    pd_up = cb.matmul_upper(do.to(F64).abs(), v.to(F64).abs().transpose(-1, -2))
+    got = ae._pair_dp_errors(r0, do, v, pd_up, causal, dot)
+    exact = do.to(F64) @ v.to(F64).transpose(-1, -2)
+    for m in (se.model_dots(do, v, dot), se.model_dots(v, do, dot).transpose(-1, -2)):
+        assert ((m - exact).abs() <= got).all()
+    worst = _dp_worst(do, v, dot)
+    n = r0 + do.shape[-2] if causal else v.shape[-2]
+    assert (got[..., :n] <= worst[..., :n] * (1 + 1e-12)).all()
+    assert got[..., :n].max() < 0.1 * worst[..., :n].max()
+    if causal:
+        assert torch.allclose(got[..., n:], worst[..., n:], rtol=1e-12, atol=0)
+    assert torch.allclose(ae._pair_dp_errors(r0, do, v, pd_up, causal, "fp32"), _dp_worst(do, v, "fp32"), rtol=1e-12)
+
+
+@pytest.mark.interpreter
+def test_per_pair_dp_error_tightens_dk_dq(monkeypatch):
+    """The running dK / dQ bounds with the per-pair ``dp`` errors (``dk_error_acc_running_pp``,
+    ``dq_error_acc_running_pp``) below those with every pair's error at the worst case of the largest
+    ``sum |dO v|`` (``dk_error_acc_running``'s uniform ``eP``), and the kernel within them (causal GQA, the
+    H100's 3xTF32 model, "measured" inputs)."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's dots")
+    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dtype: ab.TF32X3_H100)
+    q, k, v, do = _inputs(4, 2, 64, 32, torch.float32, seed=2)
+    scale = 1.0 / math.sqrt(32)
+    new = _grads(q, k, v, do, True, scale, "measured")
+    keep = ae._pair_dp_errors
+    monkeypatch.setattr(
+        ae,
+        "_pair_dp_errors",
+        lambda r0, d, vv, pd_up, causal, dot: torch.full_like(pd_up, keep(0, d, vv, pd_up, False, "fp32").max().item()),
+    )
+    old = _grads(q, k, v, do, True, scale, "measured")
+    for name in ("dq", "dk"):
+        err, run, _ = new[name]
+        assert (err <= run).all()
+        assert (run <= old[name][1]).all()
+        assert run.max() < 0.9 * old[name][1].max(), (name, (run.max() / old[name][1].max()).item())

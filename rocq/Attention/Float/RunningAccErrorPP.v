@@ -1,0 +1,153 @@
+(** * The running dK / dQ bounds with the [dp] dot's error per item.
+
+    [grad_error_acc_running_with] (RunningAccError.v) takes one uniform bound [eP]
+    on the error of the kernel's [dp = dot (v_j, dO_i)] for every item; its
+    [dk_error_acc_running], [dq_error_acc_running] take it from the dot model at
+    the LARGEST [dot_abs v dO] of all pairs.  The item lemma
+    [grad_acc_item_close] is per item, so the same proof holds with [eP x] per
+    item: [grad_error_acc_running_pp].  Its kernels' instances
+    [dk_error_acc_running_pp], [dq_error_acc_running_pp] take any per-item bound
+    [|pdot v dO - dot_R v dO| <= eP x] (the dot model at the pair's own
+    [dot_abs]: [dm_eP_bound]; or the model's error computed on the data), no
+    [dot_model] premise.  [eDm] still bounds the [eD x] inside [gacc_c], which
+    now takes the item's [eP x].  Not covered: as [grad_error_acc_running_with]. *)
+
+From Coq Require Import Reals List Lra.
+From Ojas Require Import VectorFacts FloatModel.DotError FloatModel.MixedPrecision FloatModel.Notations Attention.BackwardCorrect.
+From Ojas Require Import Attention.Float.ForwardError Attention.Float.NumeratorError.
+From Ojas Require Import Attention.Float.DvError Attention.Float.DkDqError Attention.Float.RunningAccError.
+Import ListNotations.
+Open Scope R_scope.
+
+Section GradPP.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Section GenericPP.
+
+Variable T : Type.
+Variable sdot : list R -> list R -> R.
+Variables (qv kv : T -> list R) (l2 dp dl w : T -> R).
+
+(** [grad_error_acc_running_with] with [eP x] per item. *)
+Theorem grad_error_acc_running_pp : forall accf n g_rel g_abs vis c cs scale ucs (tiles : list (list T))
+    (Lx dPx Dx eD delta X eP : T -> R) Dl Am eDm Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am
+     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (dp x - dPx x) <= eP x
+     /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
+  let E := fun x => (1 + ue) * X x in
+  let Pr := fun x => exp (scale * dot_R (qv x) (kv x) - Lx x) in
+  let Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0 in
+  let h1 := fun x => Pr x * Rabs (dPx x - Dx x) * Rabs (w x) in
+  let h2 := fun x => Pr x * ((1 + u) * (eP x + eD x) + ea) * Rabs (w x) in
+  let rr := fun x => if vis x then gacc_A M (E x) * h1 x + gacc_B M (E x) * h2 x
+                                   + gacc_c M (E x) Ym ((1 + u) * (eP x + eDm) + ea) W else 0 in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0) (concat tiles)) in
+  running_premise Pd rr tiles bs ->
+  Rabs (grad_kernel_acc_with M T sdot qv kv l2 dp dl w accf vis c cs tiles - scale * rsum (map Pd (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X eP Dl Am eDm Ym W bs
+    Hm Hn Hs Hucs Hc Hx E Pr Pd h1 h2 rr S1 Hp.
+  set (xs := concat tiles) in *.
+  set (wt := grad_w_with M T sdot qv kv l2 dp dl vis c).
+  assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= rr x).
+  { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
+      exact (grad_acc_item_close M T sdot qv kv l2 dp dl w vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x)
+               Dl Am (X x) (eP x) eDm Ym W Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
+    - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
+  pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
+  fold xs in Hc'.
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
+  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
+  exact (scale_store_close M _ _ S1 _ cs scale ucs Hs Hucs Hc HPs Hc').
+Qed.
+
+End GenericPP.
+
+(** dK ([dk_kernel_acc]) with the error of [dp = pdot v dO_x] bounded per query row:
+    [dk_error_acc_running] with [eP x] in place of the dot model's [gp_rel Pd + gp_abs]. *)
+Theorem dk_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
+    (sdot pdot : list R -> list R -> R) vis c cs scale ucs k v e tiles
+    (Lx Dx eD delta X eP : (list R * list R) * (R * R) -> R) Dl Am eDm Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta x
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
+     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am
+     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (pdot v (snd (fst x)) - dot_R v (snd (fst x))) <= eP x
+     /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
+  let E := fun x => (1 + ue) * X x in
+  let Pr := fun x => exp (scale * dot_R k (fst (fst x)) - Lx x) in
+  let Y := fun x => dot_R v (snd (fst x)) - Dx x in
+  let Gt := fun x => if vis x then Pr x * Y x * nth e (fst (fst x)) 0 else 0 in
+  let rr := fun x => if vis x then gacc_A M (E x) * (Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0))
+                                   + gacc_B M (E x) * (Pr x * ((1 + u) * (eP x + eD x) + ea) * Rabs (nth e (fst (fst x)) 0))
+                                   + gacc_c M (E x) Ym ((1 + u) * (eP x + eDm) + ea) W else 0 in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (Y x) * Rabs (nth e (fst (fst x)) 0) else 0)
+                      (concat tiles)) in
+  running_premise Gt rr tiles bs ->
+  Rabs (dk_kernel_acc M accf sdot pdot vis c cs k v e tiles - scale * rsum (map Gt (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g_rel g_abs sdot pdot vis c cs scale ucs k v e tiles Lx Dx eD delta X eP Dl Am eDm Ym W bs
+    Hm Hn Hs Hucs Hc Hx E Pr Y Gt rr S1 Hp.
+  exact (grad_error_acc_running_pp _ sdot (fun _ => k) (fun x => fst (fst x)) (fun x => fst (snd x))
+           (fun x => pdot v (snd (fst x))) (fun x => snd (snd x))
+           (fun x => nth e (fst (fst x)) 0) accf n g_rel g_abs vis c cs scale ucs tiles Lx
+           (fun x => dot_R v (snd (fst x))) Dx eD delta X eP Dl Am eDm Ym W bs Hm Hn Hs Hucs Hc Hx Hp).
+Qed.
+
+(** dQ ([dq_kernel_acc]) of one query row with the error of [dp = pdot dO v_y] bounded per
+    key row: [dq_error_acc_running] with [eP y] in place of [gp_rel Pd + gp_abs]. *)
+Theorem dq_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
+    (sdot pdot : list R -> list R -> R) vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
+    (delta X eP : list R * list R -> R) Dl Am Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
+  (forall y, In y (concat tiles) -> vis y = true ->
+     Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta y
+     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am
+     /\ Rpower 2 (2 * (delta y + Dl) + u * Am + ea) <= X y
+     /\ Rabs (pdot dO (snd y) - dot_R dO (snd y)) <= eP y
+     /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
+  let E := fun y => (1 + ue) * X y in
+  let Pr := fun y => exp (scale * dot_R q (fst y) - Lx) in
+  let Y := fun y => dot_R dO (snd y) - D in
+  let Gt := fun y => if vis y then Pr y * Y y * nth e (fst y) 0 else 0 in
+  let rr := fun y => if vis y then gacc_A M (E y) * (Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0))
+                                   + gacc_B M (E y) * (Pr y * ((1 + u) * (eP y + eD) + ea) * Rabs (nth e (fst y) 0))
+                                   + gacc_c M (E y) Ym ((1 + u) * (eP y + eD) + ea) W else 0 in
+  let S1 := rsum (map (fun y => if vis y then Pr y * Rabs (Y y) * Rabs (nth e (fst y) 0) else 0) (concat tiles)) in
+  running_premise Gt rr tiles bs ->
+  Rabs (dq_kernel_acc M accf sdot pdot vis c cs q dO l2 dl e tiles - scale * rsum (map Gt (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g_rel g_abs sdot pdot vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta X eP Dl Am
+    Ym W bs Hm Hn Hs Hucs Hc Hl HdD Hx E Pr Y Gt rr S1 Hp.
+  apply (grad_error_acc_running_pp _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
+           (fun y => nth e (fst y) 0) accf n g_rel g_abs vis c cs scale ucs tiles (fun _ => Lx)
+           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta X eP Dl Am eD Ym W bs); auto.
+  intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
+  repeat split; auto; lra.
+Qed.
+
+End GradPP.
