@@ -346,13 +346,17 @@ def unary_errors(device_type: str, n_keys: int) -> dict[str, float]:
     )
 
 
-def _bound_inputs(q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None) -> dict:
-    """block_n (the kernel's forward key tile, ``default_config``, unless given), max|q|,
-    max|k| and a certified upper bound of the measured ``max_j sum_i |q_i k_ji|`` (:func:`_qk_abs_sum`)."""
+def _bound_inputs(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None, value_dim: int | None = None
+) -> dict:
+    """block_n (the kernel's forward key tile, ``default_config`` of ``max(E, Ev)`` as the kernels' launch
+    picks it, ``Ev = value_dim``, default E; unless given), max|q|, max|k| and a certified upper bound
+    of the measured ``max_j sum_i |q_i k_ji|`` (:func:`_qk_abs_sum`)."""
     if block_n is None:
         from ojas_kernels.attention import default_config
 
-        block_n = default_config(q.shape[-1], q.dtype, q.device, is_causal).fwd.block_n
+        head = max(q.shape[-1], value_dim or q.shape[-1])
+        block_n = default_config(head, q.dtype, q.device, is_causal).fwd.block_n
     return dict(
         block_n=block_n,
         max_abs_q=q.abs().max().item(),
@@ -375,7 +379,7 @@ def forward_error_bound(
         exp2_error=unary_errors(q.device.type, k.shape[2])["exp2_error"],
         storage_rounding=storage_rounding(q.device.type, q.dtype),
         dot=kernel_dot(q.device.type, q.dtype),
-        **_bound_inputs(q, k, is_causal, block_n),
+        **_bound_inputs(q, k, is_causal, block_n, v.shape[-1]),
     )
 
 
@@ -414,7 +418,7 @@ def _forward_bounds(
     ``attention_lse_error_masked_tf32x3_op_pp`` (``_dot_pp`` at ``tc_op_dot_model``) of the same pass over the
     pairs (:func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`), None where
     that pass does not run ("fp32", or ``block_n`` given)."""
-    inputs = _bound_inputs(q, k, is_causal, block_n)
+    inputs = _bound_inputs(q, k, is_causal, block_n, v.shape[-1])
     post = attention_forward_posteriori_bound(
         _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
         k.shape[2],
@@ -461,14 +465,20 @@ def _lse_error(
 
 
 def lse_error_bound(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None = None,
+    value_dim: int | None = None,
 ) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs: ``attention_lse_error_bound``, with
     a device's dot model (CUDA) the smaller of it and the per-pair bound
     (``Ojas.Attention.Float.PerPairScoreError.attention_lse_error_masked_tf32x3_op_pp``; ``Dsc`` of
-    :func:`lse_score_error`): :func:`_lse_error`."""
+    :func:`lse_score_error`): :func:`_lse_error`. ``value_dim``: the values' head dim where it is not
+    q's (the kernel's key tile is picked for the larger of the two)."""
     dot, errs = kernel_dot(q.device.type, q.dtype), unary_errors(q.device.type, k.shape[2])
-    return _lse_error(q, k, is_causal, scale, dot, errs, _bound_inputs(q, k, is_causal, block_n))
+    return _lse_error(q, k, is_causal, scale, dot, errs, _bound_inputs(q, k, is_causal, block_n, value_dim))
 
 
 def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -491,15 +501,18 @@ def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: fl
     return torch.cat(parts, 2)
 
 
-def _backward_constants(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> dict:
+def _backward_constants(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, value_dim: int | None = None
+) -> dict:
     """What every backward bound here takes from the inputs and the device: the kernels' tiles
-    (``default_config``: ``bm``, ``bn`` of the dK/dV kernel, ``qm``, ``qn`` of the dQ kernel), the
+    (``default_config`` of ``max(E, Ev)``, ``Ev = value_dim`` (default E), as the kernels' launch picks it: ``bm``,
+    ``bn`` of the dK/dV kernel, ``qm``, ``qn`` of the dQ kernel), the
     forward's :func:`_bound_inputs`, the float64 scores' error ``es`` (:func:`_score_error`), the lse's
     bounds, the dot model, the unary premises' constants and the storage rounding."""
     from ojas_kernels.attention import default_config
 
-    cfg = default_config(q.shape[-1], q.dtype, q.device, is_causal)
-    bnd = _bound_inputs(q, k, is_causal, None)
+    cfg = default_config(max(q.shape[-1], value_dim or q.shape[-1]), q.dtype, q.device, is_causal)
+    bnd = _bound_inputs(q, k, is_causal, None, value_dim)
     es = _score_error(q, scale, bnd["qk_abs_sum"])
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
     return dict(
@@ -655,7 +668,7 @@ def dv_error_bound(
     order (the interpreter's IEEE float32 dots, the blocked float32 model); the float64 evaluation
     of ``bs``, ``S``, the score errors and ``X`` (certified upper bounds under
     :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
-    c = _backward_constants(q, k, is_causal, scale)
+    c = _backward_constants(q, k, is_causal, scale, do.shape[-1])
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
     lse_err = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], bnd)
     old = attention_dv_error_bound(
@@ -1044,7 +1057,7 @@ def grad_error_bounds(
     under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
-    c = _backward_constants(q, k, is_causal, scale)
+    c = _backward_constants(q, k, is_causal, scale, v.shape[-1])
     if inputs == "proved" and c["dot"] == "fp32":
         ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
         return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)

@@ -236,7 +236,7 @@ def _bound_kw(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
         exp2_error=ae.unary_errors(q.device.type, k.shape[2])["exp2_error"],
         storage_rounding=ae.storage_rounding(q.device.type, q.dtype),
         dot=ae.kernel_dot(q.device.type, q.dtype),
-        **ae._bound_inputs(q, k, is_causal, block_n),
+        **ae._bound_inputs(q, k, is_causal, block_n, v.shape[-1]),
     )
 
 

@@ -746,3 +746,22 @@ def test_kernel_within_forward_lse_dv_bounds_gpu(dtype, s, causal, hq, hkv):
     # dQ, dK at both sizes: float64 references by blocks of 1024 query rows, about 8 GiB of
     # device memory at S = 16384 with 8 heads
     check_dq_dk(q, k, v, causal, label)
+
+
+def test_bound_tiles_are_the_kernels_for_a_wider_value_head(monkeypatch):
+    """The kernels pick their tiles for max(E, Ev); so must the bounds (``_bound_inputs``,
+    ``_backward_constants``): a tile table that depends on the head dim tells them apart."""
+    import ojas_kernels.attention as ka
+    from ojas_ref.verification import attention_error as ae
+
+    def by_head(head_dim, dtype, device, is_causal=False):
+        t = ka.KernelConfig(16 if head_dim <= 32 else 32, 16 if head_dim <= 32 else 32)
+        return ka.AttentionConfig(t, t, t)
+
+    monkeypatch.setattr(ka, "default_config", by_head)
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 1, 40, 16, generator=gen) for _ in range(2))
+    assert ae._bound_inputs(q, k, True, None)["block_n"] == 16
+    assert ae._bound_inputs(q, k, True, None, value_dim=64)["block_n"] == 32
+    c = ae._backward_constants(q, k, True, 0.25, 64)
+    assert (c["bm"], c["bn"], c["qm"], c["qn"]) == (32, 32, 32, 32)
