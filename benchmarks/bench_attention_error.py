@@ -2,6 +2,7 @@
 
     python benchmarks/bench_attention_error.py [--out FILE] [--records FILE]   # CUDA: S = 4096, 16384, E = 128
     python benchmarks/bench_attention_error.py --quick        # tiny sizes, CPU interpreter, proves it runs
+    python benchmarks/bench_attention_error.py --sizes 16384 --masks causal+gqa4 --dtypes fp32   # one case
 
 For each (dtype, S, causal/GQA) the Triton flash-attention forward (kernels/ojas_kernels/attention.py)
 runs on random normal q, k, v (batch 1, 4 query heads; GQA: 8 query heads on 2 key/value
@@ -185,7 +186,22 @@ def append_records(result: dict, case_keys: tuple[str, ...], path: Path, device:
     return n
 
 
-def run(sizes: list[int], head_dim: int, device: str) -> dict:
+def _chosen(items, names: list[str] | None, unpack: bool = False) -> list:
+    """The ``(name, value)`` items whose name is in ``names`` (all with None); their values with
+    ``unpack``. ``SystemExit`` naming the known names for an unknown one."""
+    items = list(items)
+    known = [n for n, _ in items]
+    if names is not None and not set(names) <= set(known):
+        raise SystemExit(f"unknown {sorted(set(names) - set(known))}: expected some of {known}")
+    kept = [(n, v) for n, v in items if names is None or n in names]
+    return [v for _, v in kept] if unpack else kept
+
+
+def run(
+    sizes: list[int], head_dim: int, device: str, masks: list[str] | None = None, dtypes: list[str] | None = None
+) -> dict:
+    """The table's rows and float32-bar records at ``sizes``, for the ``masks`` labels of :data:`MASKS` and
+    the ``dtypes`` of :data:`DTYPES` given (default all): one S = 16384 case takes minutes on an H100."""
     from benchmarks.bench_optimize_model import environment
     from ojas_kernels.attention import flash_attention, flash_attention_forward
     from ojas_ref.verification.attention_error import (
@@ -224,9 +240,9 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
     )
     rows, bar = [], []
     scale = 1.0 / math.sqrt(head_dim)
-    for dname, dtype in DTYPES.items():
+    for dname, dtype in _chosen(DTYPES.items(), dtypes):
         for s in sizes:
-            for label, causal, hq, hkv in MASKS:
+            for label, causal, hq, hkv in _chosen(((m[0], m) for m in MASKS), masks, unpack=True):
                 gen = torch.Generator(device="cpu").manual_seed(7)
                 q, k, v = (
                     torch.randn(1, h, s, head_dim, generator=gen).to(device=device, dtype=dtype) for h in (hq, hkv, hkv)
@@ -372,20 +388,28 @@ def run(sizes: list[int], head_dim: int, device: str) -> dict:
     )
 
 
+def _split(text: str | None) -> list[str] | None:
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="write the table as JSON to this file")
     ap.add_argument("--quick", action="store_true", help="tiny sizes on the CPU (Triton's interpreter)")
     ap.add_argument("--records", type=Path, help="append the rows and the float32-bar records to this records file")
+    ap.add_argument("--sizes", help=f"comma-separated sequence lengths (default {','.join(map(str, SIZES))})")
+    ap.add_argument("--masks", help=f"comma-separated of {','.join(m[0] for m in MASKS)} (default all)")
+    ap.add_argument("--dtypes", help=f"comma-separated of {','.join(DTYPES)} (default all)")
     args = ap.parse_args(argv)
+    pick = dict(masks=_split(args.masks), dtypes=_split(args.dtypes))
     device = "cpu" if args.quick else "cuda"
     if args.quick:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        result = run(QUICK_SIZES, 32, device)
+        result = run([int(x) for x in _split(args.sizes) or QUICK_SIZES], 32, device, **pick)
     else:
         if not torch.cuda.is_available():
             raise SystemExit("needs CUDA (or --quick for the CPU interpreter)")
-        result = run(SIZES, 128, device)
+        result = run([int(x) for x in _split(args.sizes) or SIZES], 128, device, **pick)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
