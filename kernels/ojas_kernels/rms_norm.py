@@ -174,9 +174,10 @@ def _rms_norm_dw_kernel(DW_PART, DW, n_parts, n, BLOCK: tl.constexpr, COMPUTE: t
 
 
 #: dW columns per program and its warps: many programs, each a short column block (the sum over
-#: the partial rows is sequential per column, so its speed comes from programs side by side). On an
-#: H100 (2026-12-07, 528 partial rows of 2048 or 4096 columns) 64 columns, one warp and the loop
-#: unrolled 4 took 24-25 us, the best of 30 variants; 256 columns, 4 warps, not unrolled: 62-67 us.
+#: the partial rows is sequential per column, so its speed comes from programs side by side). Picked
+#: by an ad-hoc timing sweep on an H100, not a benchmark record; the profiles in
+#: benchmarks/profiles/h100-2026-12-07/ (29564a3, 128 columns, unrolled 8) show the kernel at 29.8 us
+#: a call in the 1.06B Llama's step against 72.9 us for 256 columns, 4 warps, not unrolled (f489412).
 _DW_BLOCK = 64
 _DW_WARPS = 1
 
