@@ -200,6 +200,18 @@ Proof.
   assert (1 <= (1 + ue) * (1 + u)) by nra. nra.
 Qed.
 
+(** [1 + g] below the growth [cgA g ^ (k + 1) 2^(u x)] of one more tile (state_step's two cases). *)
+Lemma cgA_growth_ge : forall g k x, 0 <= g -> 0 <= x -> 1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * x).
+Proof.
+  intros g k x Hg Hx; pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_ue_nonneg M) as Hue.
+  assert (1 <= cgA g ^ k) by (apply pow_R1_Rle, cgA_ge_1, Hg).
+  assert (1 <= Rpower 2 (u * x)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+  assert (1 + g <= cgA g) by (unfold cgA; apply fa_le_mult_l; [apply fa_one_le_mult |]; lra).
+  pose proof (fa_le_mult_r (cgA g ^ k) (cgA g) ltac:(lra) ltac:(lra)).
+  pose proof (fa_le_mult_r (Rpower 2 (u * x)) (cgA g * cgA g ^ k) ltac:(lra) ltac:(lra)).
+  lra.
+Qed.
+
 Lemma crA_ge_1 : forall g, 0 <= g -> 1 <= crA g.
 Proof.
   intros g Hg; unfold crA; pose proof (mp_ue_nonneg M); pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M).
@@ -437,13 +449,7 @@ Proof.
           by (unfold cgA; ring).
         rewrite <- Rpower_plus; replace (u * (m - m0) + u * (m' - m)) with (u * (m' - m0)) by ring; lra.
       * unfold GkA; cbn [pow].
-        assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
-        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-        assert (1 + g <= cgA g) by (unfold cgA; apply fa_le_mult_l; [apply fa_one_le_mult |]; lra).
-        assert (1 + g <= cgA g * cgA g ^ k)
-          by (pose proof (fa_le_mult_r (cgA g ^ k) (cgA g) ltac:(lra) ltac:(lra)); lra).
-        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0)))
-          by (pose proof (fa_le_mult_r (Rpower 2 (u * (m' - m0))) (cgA g * cgA g ^ k) ltac:(lra) ltac:(lra)); lra).
+        pose proof (cgA_growth_ge g k (m' - m0) Hg ltac:(lra)).
         assert (H_pv K * (1 + g) <= H_pv K * (cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))))
           by (apply Rmult_le_compat_l; lra).
         lra.
@@ -511,13 +517,7 @@ Proof.
       eapply inv_mono; [| | | exact C3].
       * eapply Rle_trans; [apply Rabs_pos | apply exact_pv_abs_ge].
       * unfold GkA; cbn [pow].
-        assert (1 <= cgA g ^ k) by (apply pow_R1_Rle; lra).
-        assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-        assert (1 + g <= cgA g) by (unfold cgA; apply fa_le_mult_l; [apply fa_one_le_mult |]; lra).
-        assert (1 + g <= cgA g * cgA g ^ k)
-          by (pose proof (fa_le_mult_r (cgA g ^ k) (cgA g) ltac:(lra) ltac:(lra)); lra).
-        assert (1 + g <= cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0)))
-          by (pose proof (fa_le_mult_r (Rpower 2 (u * (m' - m0))) (cgA g * cgA g ^ k) ltac:(lra) ltac:(lra)); lra).
+        pose proof (cgA_growth_ge g k (m' - m0) Hg ltac:(lra)).
         assert (Hb : H_pv K * (1 + g) <= H_pv K * (cgA g * cgA g ^ k * Rpower 2 (u * (m' - m0))))
           by (apply Rmult_le_compat_l; lra).
         apply Rmax_mult_le; [lra | |]; [assert (1 * (1 + g) <= H_pv K * (1 + g)) by nra |]; lra.
