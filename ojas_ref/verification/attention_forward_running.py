@@ -23,7 +23,9 @@ Per pair (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running
 and the saved lse's ``attention_lse_error_masked_tf32x3_op_pp``): :func:`forward_per_pair_sums` adds, from each
 pair's score error ``d_ij`` (:func:`~ojas_ref.verification.score_errors.score_error_block` at the dot model),
 ``Dsc_i >= ln sum_j P_ij e^(d_ij)`` and ``Yw_ic >= sum_j P_ij |v_jc| (e^(d_ij + Dsc_i) - 1)``;
-:func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass.
+:func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass, the output's at
+each query row's own constants (the theorem is stated for one row: ``P`` the row's ``sum |q k|`` bound over its
+visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`).
 
 Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
 ``2^24`` entries. Not covered: as the theorem (its header), and the premises of
@@ -270,6 +272,48 @@ def forward_running_bound(
     return ab.attention_forward_running_bound(w, r, **kw)
 
 
+def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    """[B, Hq, Sq] float64: per query row a certified upper bound of ``max_j sum_c |q_ic k_jc|`` over the
+    row's visible keys (causal: ``j <= i``), ``up_matmul`` of the absolute values (GQA as the kernel)."""
+    parts = []
+    for r0, qc, kr in ae._row_blocks(q, k):
+        a = ar.up_matmul(qc.abs(), kr.abs().transpose(-1, -2))
+        if is_causal:
+            i = torch.arange(r0, r0 + qc.shape[2], device=q.device)[:, None]
+            a = a.masked_fill(torch.arange(kr.shape[2], device=q.device)[None, :] > i, 0.0)
+        parts.append(a.amax(-1))
+    return torch.cat(parts, 2)
+
+
+#: the per-row score bounds' levels: a row's group holds the rows within ``1 / _P_LEVELS`` of the largest
+_P_LEVELS = 16
+
+
+def _row_grouped_bound(
+    w: torch.Tensor, r: torch.Tensor, yw: torch.Tensor, kw: dict, p_rows: torch.Tensor, counts: torch.Tensor
+) -> torch.Tensor:
+    """``attention_forward_running_bound(w, r, score_perturbation=yw, **kw)`` with the theorem's per-ROW
+    constants (it is stated for one query row): rows grouped by their number of key tiles ``T`` (``Tt = T``,
+    ``N = min(Sk, T block_n)``, at least the row's visible keys) and by ``p_rows`` [B, Hq, Sq] (their
+    ``sum |q k|`` bounds, :func:`_row_qk_abs_sum`) in :data:`_P_LEVELS` levels of the largest, each group
+    at its largest ``p`` (the premise ``dot_abs q k_j <= P``); ``r`` may be computed at any rate at least
+    each group's ``afr_gb`` (``run_err`` grows with the rate: ``kw``'s, at the all-pairs ``qk_abs_sum``)."""
+    out = torch.empty_like(w)
+    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
+    sk, bn = kw["n_keys"], kw["block_n"]
+    for t in counts.unique().tolist():
+        rows = (counts == t).nonzero().flatten()
+        wt, rt, yt, pt, lv = (x[:, :, rows] for x in (w, r, yw, p_rows, level))
+        ot = torch.empty_like(wt)
+        for b in lv.unique().tolist():
+            sel = lv == b
+            p = min(pt[sel].max().item(), kw["qk_abs_sum"])  # both upper bounds of the group's sum |q k|
+            g_kw = dict(kw, n_keys=min(sk, t * bn), qk_abs_sum=p)
+            ot[sel] = ab.attention_forward_running_bound(wt[sel], rt[sel], score_perturbation=yt[sel], **g_kw)
+        out[:, :, rows] = ot
+    return out
+
+
 def forward_per_pair_bounds(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -285,7 +329,8 @@ def forward_per_pair_bounds(
     * ``out_bound`` [B, Hq, Sq, Ev] on ``|out - exact_attention|`` entry by entry:
       ``attention_forward_acc_running_tf32x3_op_pp`` / ``_tc_op_pp``, i.e.
       :func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound` with
-      ``score_perturbation = Yw``;
+      ``score_perturbation = Yw``, at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_grouped_bound`;
+      ``run_err`` at the all-pairs rate, at least each row's);
     * ``lse_bound`` [B, Hq, Sq] on ``|lse - exact_lse|`` per row: ``attention_lse_error_masked_tf32x3_op_pp``
       (``attention_lse_error_masked_dot_pp`` at ``tc_op_dot_model`` for 16-bit inputs), i.e.
       :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``
@@ -300,7 +345,8 @@ def forward_per_pair_bounds(
     w, r, yw, dsc = forward_per_pair_sums(
         q, k, v, is_causal, scale, rate, block_n=block_n, block_m=block_m, score_error=es, dot=kw["dot"]
     )
-    out = ab.attention_forward_running_bound(w, r, score_perturbation=yw, **kw)
+    counts = _tile_counts(q.shape[2], k.shape[2], block_m, block_n, is_causal).to(q.device)
+    out = _row_grouped_bound(w, r, yw, kw, _row_qk_abs_sum(q, k, is_causal), counts)
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     errs = ae.unary_errors(q.device.type, k.shape[2])
     lse = ab.attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **errs, **lse_kw)
