@@ -298,20 +298,22 @@ def _row_grouped_bound(
     ``sum |q k|`` bounds, :func:`_row_qk_abs_sum`) in :data:`_P_LEVELS` levels of the largest, each group
     at its largest ``p`` (the premise ``dot_abs q k_j <= P``); ``r`` may be computed at any rate at least
     each group's ``afr_gb`` (``run_err`` grows with the rate: ``kw``'s, at the all-pairs ``qk_abs_sum``)."""
-    out = torch.empty_like(w)
-    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
-    sk, bn = kw["n_keys"], kw["block_n"]
-    for t in counts.unique().tolist():
-        rows = (counts == t).nonzero().flatten()
-        wt, rt, yt, pt, lv = (x[:, :, rows] for x in (w, r, yw, p_rows, level))
-        ot = torch.empty_like(wt)
-        for b in lv.unique().tolist():
-            sel = lv == b
-            p = min(pt[sel].max().item(), kw["qk_abs_sum"])  # both upper bounds of the group's sum |q k|
-            g_kw = dict(kw, n_keys=min(sk, t * bn), qk_abs_sum=p)
-            ot[sel] = ab.attention_forward_running_bound(wt[sel], rt[sel], score_perturbation=yt[sel], **g_kw)
-        out[:, :, rows] = ot
-    return out
+    ev, sk, bn, top = w.shape[-1], kw["n_keys"], kw["block_n"], p_rows.max().clamp_min(torch.finfo(F64).tiny)
+    level = torch.ceil(p_rows / top * _P_LEVELS).to(torch.int64)
+    gid = (counts.to(torch.int64) * (_P_LEVELS + 1) + level).flatten()  # counts broadcast over the rows
+    order = torch.argsort(gid, stable=True)
+    gs, ps = gid[order], p_rows.flatten()[order]
+    ws, rs, ys = (x.reshape(-1, ev)[order] for x in (w, r, yw))
+    out_s, start = torch.empty_like(ws), 0
+    for key, size in zip(*(x.tolist() for x in torch.unique_consecutive(gs, return_counts=True))):
+        g = slice(start, start + size)
+        p = min(ps[g].max().item(), kw["qk_abs_sum"])  # both upper bounds of the group's sum |q k|
+        g_kw = dict(kw, n_keys=min(sk, key // (_P_LEVELS + 1) * bn), qk_abs_sum=p)
+        out_s[g] = ab.attention_forward_running_bound(ws[g], rs[g], score_perturbation=ys[g], **g_kw)
+        start += size
+    out = torch.empty_like(ws)
+    out[order] = out_s
+    return out.reshape(w.shape)
 
 
 def forward_per_pair_bounds(
