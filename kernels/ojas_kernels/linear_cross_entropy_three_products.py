@@ -109,6 +109,15 @@ def _token_chunks(
 _WORKSPACE_FLOOR = 16 << 20
 # The CUDA caching allocator rounds every block up to a multiple of 512 bytes.
 _BLOCK = 512
+# It splits a cached block of its large pool (blocks over 1 MiB) only when more than 1 MiB would
+# remain, and counts the block it hands out whole (``max_memory_allocated``): a large block may count
+# up to 1 MiB beyond its size.
+_LARGE_SLACK = 1 << 20
+
+
+def _large_slack(*sizes: int) -> int:
+    """What the caching allocator may count beyond blocks of ``sizes`` bytes: 1 MiB per large one."""
+    return _LARGE_SLACK * sum(size > _LARGE_SLACK for size in sizes)
 
 
 def _fixed_bytes(N: int, K: int, V: int, need_bias: bool) -> int:
@@ -142,13 +151,17 @@ def _three_products_plan(
     """``_three_products``'s token chunks (``_token_chunks``) over the ``kept`` tokens of N
     (None: all N kept), sized so that all that the forward and backward allocate beyond the
     gradients is at most ``peak_fraction`` of the gradients' bytes (``_WORKSPACE_FLOOR`` at
-    least): ``_fixed_bytes`` and the workspace, which holds a chunk's logits/G and, when some
+    least): ``_fixed_bytes``, the caching allocator's slack on large blocks (``_large_slack``: the
+    gradients' and the workspace's) and the workspace, which holds a chunk's logits/G and, when some
     token is ignored, the chunk's gathered rows of the input (then its rows of grad_input);
     chunks inside grad_input (no workspace) only when every token is kept."""
     K = N if kept is None else kept
     grads = (N * D * need[0] + V * D * need[1]) * itemsize + 4 * V * need[2]
     budget = max(int(config.peak_fraction * grads), _WORKSPACE_FLOOR) - _fixed_bytes(N, K, V, need[2])
     budget -= 2 * (_BLOCK - 1)  # the workspace's one or two blocks rounded up
+    # the allocator's slack on the gradients' blocks and on the workspace's (taken as large)
+    budget -= _large_slack(N * D * itemsize * need[0], V * D * itemsize * need[1], 4 * V * need[2])
+    budget -= _LARGE_SLACK * (1 if K == N else 2)
     if K == N:
         in_rows = need[0] and config.grad_input_space
         return _token_chunks(N, D, V, _round_down(budget // (V * itemsize), 8), config.token_chunk, in_rows)

@@ -119,6 +119,27 @@ def test_peak_beyond_gradients(monkeypatch, shape, ignored, fraction, bias):
     assert workspace <= extra <= formula <= config.peak_fraction * grads
 
 
+@pytest.mark.parametrize("kept", [8192, 4096], ids=["all-kept", "half-ignored"])
+def test_budget_leaves_the_caching_allocators_slack(kept):
+    """At the GPU peak test's shape with the 16 MiB floor (8192 x 2048 tokens, V = 65536, bfloat16,
+    ``peak_fraction=0.05``): the largest workspace chunk, ``_fixed_bytes`` and 1 MiB for each block
+    over 1 MiB (the gradients' and the workspace's: the CUDA caching allocator hands a cached block of
+    its large pool out whole, and counts it whole, when at most 1 MiB would remain) fit the budget;
+    without the slack they did not (the GPU measured 1 MiB over it)."""
+    N, D, V, size = 8192, 2048, 65536, 2
+    config = dataclasses.replace(klce.default_config(torch.bfloat16, torch.device("cuda")), peak_fraction=0.05)
+    plan = klce._three_products_plan(N, D, V, size, (True, True, False), config, kept)
+    chunk = max(n for _, n, inside in plan if not inside)
+    blocks = [chunk * V * size] + ([chunk * D * size] if kept < N else [])
+    counted = sum(klce_three._round_up(b, klce_three._BLOCK) for b in blocks) + klce_three._fixed_bytes(
+        N, kept, V, False
+    )
+    slack = klce_three._large_slack(N * D * size, V * D * size, *blocks)
+    grads = (N * D + V * D) * size
+    assert counted + slack <= max(config.peak_fraction * grads, klce_three._WORKSPACE_FLOOR)
+    assert slack >= 3 << 20  # grad_input, grad_weight and the logits chunk are large blocks
+
+
 def test_peak_fraction_checked():
     """A peak fraction that is not positive is refused, naming the field."""
     cfg = klce.default_config(torch.bfloat16, torch.device("cpu"))
