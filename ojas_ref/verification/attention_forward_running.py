@@ -25,7 +25,10 @@ pair's score error ``d_ij`` (:func:`~ojas_ref.verification.score_errors.score_er
 ``Dsc_i >= ln sum_j P_ij e^(d_ij)`` and ``Yw_ic >= sum_j P_ij |v_jc| (e^(d_ij + Dsc_i) - 1)``;
 :func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass, the output's at
 each query row's own constants (the theorem is stated for one row: ``P`` the row's ``sum |q k|`` bound over its
-visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`).
+visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`), and with ``counted`` the smaller
+of that bound and ``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.bounds.
+attention_running.forward_counted_bound`) at the row's count of keys that may raise the running max
+(:func:`_row_max_changes`).
 
 Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
 ``2^24`` entries. Not covered: as the theorem (its header), and the premises of
@@ -127,6 +130,22 @@ def _block_per_pair(p_up: torch.Tensor, d: torch.Tensor, va: torch.Tensor) -> tu
     return ar.up_matmul(ar.up_mul(p_up, f), va), dsc
 
 
+def _row_max_changes(s: torch.Tensor, d: torch.Tensor, score_error: float) -> torch.Tensor:
+    """[B, H, rows] int64: per row, the visible keys after its first one (key 0) whose score's upper bound
+    ``hi_j >= scale q.k_j + d_j`` exceeds every earlier key's lower bound ``lo_i <= scale q.k_i - d_i`` (the
+    count ``nrec`` of ``attention_forward_acc_running_counted_pp``, at least the number of key tiles at which the
+    kernel's running max can change): ``s`` the float64 scores [B, H, rows, keys] (-inf where masked), within
+    ``score_error`` of the exact ones, ``d`` the pairs' score errors of the kernel's dot (0 where masked);
+    ``hi``, ``lo`` rounded outward."""
+    m = ar.up_add(d, score_error)
+    seen = torch.isfinite(s)
+    hi = torch.where(seen, ar.up_add(s, m), -torch.inf)
+    lo = torch.where(seen, -ar.up_add(-s, m), -torch.inf)
+    before = torch.cummax(lo, -1).values.roll(1, -1)
+    before[..., 0] = -torch.inf
+    return (hi > before).sum(-1) - 1
+
+
 def _sums(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -138,9 +157,11 @@ def _sums(
     block_m: int,
     score_error: float,
     dot: ab.DotModel | None,
+    changes: bool = False,
 ) -> list[torch.Tensor]:
     """``[W, R]`` of :func:`forward_running_sums`, and ``Yw``, ``Dsc`` of :func:`forward_per_pair_sums` when
-    ``dot`` is given (the pairs' errors of the forward's ``dot(q, k^T)``: ``score_error_block`` at ``dot``)."""
+    ``dot`` is given (the pairs' errors of the forward's ``dot(q, k^T)``: ``score_error_block`` at ``dot``),
+    then with ``changes`` the rows' :func:`_row_max_changes` at those errors."""
     _check(q, k, v, block_n, block_m)
     b, hq, sq, _ = q.shape
     sk, ev = k.shape[2], v.shape[-1]
@@ -164,6 +185,8 @@ def _sums(
         if dot is not None:
             d = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, dot, "qk")
             part += _block_per_pair(p_up, d, vr[:, :, :keys].abs())
+            if changes:
+                part.append(_row_max_changes(s, d, score_error))
         parts.append(part)
     return [torch.cat(ts, 2) for ts in zip(*parts)]
 
@@ -289,6 +312,46 @@ def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.
 _P_LEVELS = 16
 
 
+def _change_level(changes: torch.Tensor) -> torch.Tensor:
+    """The rows' counts of max-changing keys rounded up to 0 or a power of two (fewer groups)."""
+    return torch.where(changes > 0, 2 ** torch.ceil(torch.log2(changes.clamp_min(1).to(F64))), 0).to(torch.int64)
+
+
+def _grouped(
+    w: torch.Tensor,
+    r: torch.Tensor,
+    yw: torch.Tensor,
+    kw: dict,
+    p_rows: torch.Tensor,
+    counts: torch.Tensor,
+    changes: torch.Tensor | None,
+) -> torch.Tensor:
+    """The rows grouped as :func:`_row_grouped_bound` says (and by :func:`_change_level` of ``changes`` when
+    given), each group's bound at its constants: the per-pair one, or with ``changes`` the counted one."""
+    ev, sk, bn, top = w.shape[-1], kw["n_keys"], kw["block_n"], p_rows.max().clamp_min(torch.finfo(F64).tiny)
+    level = torch.ceil(p_rows / top * _P_LEVELS).to(torch.int64)
+    n_lev = 2 * sk  # the levels of changes (< sk) are below 2 sk
+    cl = torch.zeros_like(level) if changes is None else _change_level(changes)
+    gid = ((counts.to(torch.int64) * (_P_LEVELS + 1) + level) * n_lev + cl).flatten()  # counts broadcast
+    order = torch.argsort(gid, stable=True)
+    gs, ps = gid[order], p_rows.flatten()[order]
+    ws, rs, ys = (x.reshape(-1, ev)[order] for x in (w, r, yw))
+    out_s, start = torch.empty_like(ws), 0
+    for key, size in zip(*(x.tolist() for x in torch.unique_consecutive(gs, return_counts=True))):
+        g = slice(start, start + size)
+        p = min(ps[g].max().item(), kw["qk_abs_sum"])  # both upper bounds of the group's sum |q k|
+        tiles, c = divmod(key, n_lev)
+        g_kw = dict(kw, n_keys=min(sk, tiles // (_P_LEVELS + 1) * bn), qk_abs_sum=p)
+        if changes is None:
+            out_s[g] = ab.attention_forward_running_bound(ws[g], rs[g], score_perturbation=ys[g], **g_kw)
+        else:
+            out_s[g] = ar.forward_counted_bound(ws[g], rs[g], ys[g], c, **g_kw)
+        start += size
+    out = torch.empty_like(ws)
+    out[order] = out_s
+    return out.reshape(w.shape)
+
+
 def _row_grouped_bound(
     w: torch.Tensor, r: torch.Tensor, yw: torch.Tensor, kw: dict, p_rows: torch.Tensor, counts: torch.Tensor
 ) -> torch.Tensor:
@@ -298,22 +361,22 @@ def _row_grouped_bound(
     ``sum |q k|`` bounds, :func:`_row_qk_abs_sum`) in :data:`_P_LEVELS` levels of the largest, each group
     at its largest ``p`` (the premise ``dot_abs q k_j <= P``); ``r`` may be computed at any rate at least
     each group's ``afr_gb`` (``run_err`` grows with the rate: ``kw``'s, at the all-pairs ``qk_abs_sum``)."""
-    ev, sk, bn, top = w.shape[-1], kw["n_keys"], kw["block_n"], p_rows.max().clamp_min(torch.finfo(F64).tiny)
-    level = torch.ceil(p_rows / top * _P_LEVELS).to(torch.int64)
-    gid = (counts.to(torch.int64) * (_P_LEVELS + 1) + level).flatten()  # counts broadcast over the rows
-    order = torch.argsort(gid, stable=True)
-    gs, ps = gid[order], p_rows.flatten()[order]
-    ws, rs, ys = (x.reshape(-1, ev)[order] for x in (w, r, yw))
-    out_s, start = torch.empty_like(ws), 0
-    for key, size in zip(*(x.tolist() for x in torch.unique_consecutive(gs, return_counts=True))):
-        g = slice(start, start + size)
-        p = min(ps[g].max().item(), kw["qk_abs_sum"])  # both upper bounds of the group's sum |q k|
-        g_kw = dict(kw, n_keys=min(sk, key // (_P_LEVELS + 1) * bn), qk_abs_sum=p)
-        out_s[g] = ab.attention_forward_running_bound(ws[g], rs[g], score_perturbation=ys[g], **g_kw)
-        start += size
-    out = torch.empty_like(ws)
-    out[order] = out_s
-    return out.reshape(w.shape)
+    return _grouped(w, r, yw, kw, p_rows, counts, None)
+
+
+def _row_counted_bound(
+    w: torch.Tensor,
+    r: torch.Tensor,
+    yw: torch.Tensor,
+    kw: dict,
+    p_rows: torch.Tensor,
+    counts: torch.Tensor,
+    changes: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`_row_grouped_bound`'s groups, also by the rows' ``changes`` [B, Hq, Sq] (:func:`_row_max_changes`,
+    rounded up by :func:`_change_level`), each at the counted theorem's bound
+    (:func:`~ojas_ref.verification.bounds.attention_running.forward_counted_bound`, ``C`` the group's level)."""
+    return _grouped(w, r, yw, kw, p_rows, counts, changes)
 
 
 def forward_per_pair_bounds(
@@ -324,6 +387,7 @@ def forward_per_pair_bounds(
     scale: float,
     block_n: int | None = None,
     block_m: int | None = None,
+    counted: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out_bound, lse_bound)`` with each pair's own score error (``Ojas.Attention.Float.PerPairScoreError``),
     one pass over the pairs (:func:`forward_per_pair_sums` at the device's dot model, ``kernel_dot``):
@@ -332,7 +396,9 @@ def forward_per_pair_bounds(
       ``attention_forward_acc_running_tf32x3_op_pp`` / ``_tc_op_pp``, i.e.
       :func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound` with
       ``score_perturbation = Yw``, at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_grouped_bound`;
-      ``run_err`` at the all-pairs rate, at least each row's);
+      ``run_err`` at the all-pairs rate, at least each row's); with ``counted``, where smaller,
+      ``attention_forward_acc_running_counted_tf32x3_op_pp`` / ``_tc_op_pp`` at the row's count of keys that may
+      raise the running max (:func:`_row_max_changes`, :func:`_row_counted_bound`);
     * ``lse_bound`` [B, Hq, Sq] on ``|lse - exact_lse|`` per row: ``attention_lse_error_masked_tf32x3_op_pp``
       (``attention_lse_error_masked_dot_pp`` at ``tc_op_dot_model`` for 16-bit inputs), i.e.
       :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``
@@ -344,11 +410,12 @@ def forward_per_pair_bounds(
     kw = _bound_kw(q, k, v, is_causal, scale, block_n)
     rate = ab.attention_forward_running_rate(**kw)
     es = ae._score_error(q, scale, kw["qk_abs_sum"])
-    w, r, yw, dsc = forward_per_pair_sums(
-        q, k, v, is_causal, scale, rate, block_n=block_n, block_m=block_m, score_error=es, dot=kw["dot"]
-    )
+    w, r, yw, dsc, *changes = _sums(q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], counted)
     counts = _tile_counts(q.shape[2], k.shape[2], block_m, block_n, is_causal).to(q.device)
-    out = _row_grouped_bound(w, r, yw, kw, _row_qk_abs_sum(q, k, is_causal), counts)
+    p_rows = _row_qk_abs_sum(q, k, is_causal)
+    out = _row_grouped_bound(w, r, yw, kw, p_rows, counts)
+    if counted:
+        out = torch.minimum(out, _row_counted_bound(w, r, yw, kw, p_rows, counts, changes[0]))
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     errs = ae.unary_errors(q.device.type, k.shape[2])
     lse = ab.attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **errs, **lse_kw)

@@ -26,7 +26,9 @@ t of (|z x| + r x)``. Here:
   form, all tiles at once (dQ: the dQ kernel's key tiles, a prefix of its loop for every row);
 * :func:`exp2_premise_terms`, :func:`exp2_factor_minus_one`: ``X x - 1 >= 2^(2 (delta x + Dl) + u Am +
   ea) - 1`` per pair, from the pair's own score error ``delta x``;
-* :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``.
+* :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``;
+* :func:`forward_counted_bound`: the forward output's per-pair running bound with the key tiles that leave
+  the running max unchanged charged less (``Ojas.Attention.Float.ForwardAccRunningCounted``).
 
 Not covered by a theorem: the float64 evaluation's premises (torch's ``sum``, ``cumsum`` and
 ``matmul`` trees of additions and products, as :mod:`~ojas_ref.verification.bounds.certified` states
@@ -40,6 +42,7 @@ from fractions import Fraction
 
 import torch
 
+from ojas_ref.verification.bounds import attention as ab
 from ojas_ref.verification.bounds import certified as cb
 from ojas_ref.verification.bounds.attention import (
     _LOG2E_CONST_ERROR,
@@ -47,7 +50,7 @@ from ojas_ref.verification.bounds.attention import (
     _score_terms_q,
     acc_dot_error_constants,
 )
-from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _float_up
+from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _ROUND_UP, _float_up
 
 __all__ = [
     "LN2_UP",
@@ -63,6 +66,7 @@ __all__ = [
     "exp2_premise_terms",
     "exp2_factor_minus_one",
     "grad_bound_up",
+    "forward_counted_bound",
 ]
 
 F64 = torch.float64
@@ -301,3 +305,57 @@ def grad_bound_up(
     return cb.add_upper(
         cb.add_upper(cb.scale_upper(e_acc, c_e), cb.scale_upper(s1, c_s)), _float_up((1 + us) * ea + es)
     )
+
+
+def _counted_constants(kw: dict, changes: int) -> tuple[float, float, float, float] | None:
+    """``(afr_rel, afr_C, afr_ypp, afr_abs)`` at ``Y = 0`` of ``attention_forward_acc_running_counted_pp``
+    (exact rationals, each rounded up to a float): those of the per-pair theorem (``_afr_bounds`` with
+    ``per_pair``) with ``CG := CGc = cg^C (1 + u)^Tt`` (``cg = (1 + ue)(1 + u)^2``, ``C = changes``, ``Tt``
+    the tiles), so ``afe_bL`` at ``CGc``; None when ``afe_bL < 1`` fails there."""
+    p, scale = ab._attention_bound_args(
+        kw["n_keys"], kw["head_dim"], kw["block_n"], kw["max_abs_q"], kw["max_abs_k"], kw["scale"],
+        kw["qk_abs_sum"], kw["exp2_error"], dtype=kw["dtype"], max_abs_v=kw["max_abs_v"],
+    )  # fmt: skip
+    args, tiles = ab._afe_args(
+        kw["n_keys"], kw["block_n"], kw["dtype"], kw["storage_rounding"], kw["exp2_error"], scale, p, kw["max_abs_v"]
+    )
+    k = ab._afa_constants(kw["dot"], args, kw["head_dim"], kw["block_n"], tiles)
+    u, ue, ee, ea, us, es, V, X = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X"))
+    k["CG"] = ab._pow_up((1 + ue) * (1 + u) ** 2, changes) * ab._pow_up(1 + u, tiles)
+    bL, HA, rA = ab._afa_terms(k, kw["block_n"], kw["n_keys"], tiles)
+    if not bL < 1:
+        return None
+    g_rel, g_abs = k["g_rel"], k["g_abs"]
+    CB = ab._pow_up(1 + (1 + g_rel) * (1 + u) * (1 + ue) - 1 + g_rel * ((1 + us) * (1 + ue) * X - 1), tiles)
+    gA = CB * ((1 + us) * (1 + ue) * X * X - 1)
+    Ep = HA * (kw["n_keys"] * V) + rA
+    rR = tiles * CB * ((1 + g_rel) * ((1 + u) * ee * Ep + ea + ((1 + us) * ee + es) * (kw["block_n"] * V)) + g_abs)
+    rel = ((1 + u) * (gA + bL) / (1 - bL) + u) * (1 + us) + us
+    coef = (1 + us) * (1 + u) * X / (1 - bL)
+    ypp = ((1 + u) * (gA + bL + X * (CB - 1)) / (1 - bL) + u + 1) * (1 + us)
+    absolute = ((1 + u) * rR / (1 - bL) + ea) * (1 + us) + es
+    return tuple(_float_up(c) for c in (rel, coef, ypp, absolute))
+
+
+def forward_counted_bound(
+    prob_abs_v: torch.Tensor, run_err: torch.Tensor, score_perturbation: torch.Tensor, changes: int, **kw
+) -> torch.Tensor:
+    """``Ojas.Attention.Float.ForwardAccRunningCounted``'s bound on ``|out_ic - exact_ic|`` (float64, shaped like
+    ``prob_abs_v``; ``attention_forward_acc_running_counted_tf32x3_op_pp`` / ``_tc_op_pp``): every premise and sum
+    of :func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound` with
+    ``score_perturbation`` (``kw`` its keyword arguments), plus ``changes >= C``, the caller's count of the row's
+    visible keys after its first one whose score's upper bound exceeds every earlier key's lower bound (only at
+    a tile holding such a key can the running max change: elsewhere ``alpha = exp2(0) = 1`` and ``l * alpha``
+    is exact); the bound ``afr_rel W + afr_C R + afr_ypp Yw + afr_abs`` at ``CG := cg^C (1 + u)^Tt`` in place of
+    ``cg^Tt`` (:func:`_counted_constants`: ``afe_bL`` carries ``~ C (ue + 2 u) + Tt u`` instead of
+    ``Tt (ue + 2 u)``), ``inf`` everywhere when its ``afe_bL < 1`` fails (no bound). ``ValueError`` as the
+    per-pair bound's (its premises are this theorem's) or for ``changes`` not an integer >= 0."""
+    if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
+        raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
+    ab.attention_forward_running_bound(prob_abs_v, run_err, score_perturbation=score_perturbation, **kw)
+    full = dict(dict(scale=None, qk_abs_sum=None, exp2_error=ab.EXP2_ERROR, storage_rounding="nearest"), **kw)
+    c = _counted_constants(full, changes)
+    w, r, y = (t.to(F64) for t in (prob_abs_v, run_err, score_perturbation))
+    if c is None:
+        return torch.full_like(w, math.inf)
+    return (c[0] * w + c[1] * r + c[2] * y + c[3]) * _ROUND_UP

@@ -1,0 +1,1025 @@
+(** * The forward's running bound with the tiles that leave the running max unchanged charged less.
+
+    The kernel ([kernels/ojas_kernels/attention_forward.py]) rescales [l] and [acc] at every
+    key tile by [alpha = exp2 (rnd (m - m'))].  OnlineSoftmaxTile.v's [run_inv] charges every
+    tile [l]'s factor [cg = (1 + ue) (1 + u)^2] (alpha's relative error, the rounding of
+    [l * alpha], the sum), so ForwardError.v's [afe_bL] carries [cg^Tt - 1 ~ Tt (ue + 2 u)]:
+    on the H100's float32 forward ([ue = 8 u], 256 tiles at S = 16384) that is most of the
+    bound's factor of [W].  Where the running max does not change, [m' = m], the kernel's
+    [alpha = exp2 (rnd 0) = exp2 0 = 1] exactly ([mp_exp2 M 0 = 1], a premise the device
+    record checks) and [rnd (l * 1) = l] ([l] a float): only the sum's rounding is left.
+
+    Results:
+    - [same_max_step]: such a tile multiplies the factor by [(1 + u)] only;
+      [run_inv_counted]: [run_inv] with [j] max-changing tiles ([nchg]) and [i] others
+      ([nsame]), the factor [Gc j i m = H cg^j (1 + u)^i 2^(u (m - m0))], for any
+      [CGc >= cg^C (1 + u)^Tt] with [j <= C] (the absolute term [Rc] as [Rk] at [CGc]);
+      [l_fold_inv_counted] its instance for [l]; [counted_bL_apriori]: its closed form is
+      [afe_bL] at [CG := CGc].
+    - [nchg_le_nrec], [nchg_first]: with [lo x <= sc x ln 2 <= hi x] for every key (the
+      computed scores [sc] against the exact [scale q.k] and per-key errors [d]:
+      [lo = scale q.k - d], [hi = scale q.k + d]), the max-changing tiles number at most
+      [nrec]: the keys after the row's first visible key whose [hi] exceeds every [lo]
+      before them (in the kernel's key order).
+    - [attention_forward_acc_running_counted_pp] (PerPairScoreError.v's
+      [attention_forward_acc_running_pp], same proof but [l]'s bound) and its H100 instances
+      [attention_forward_acc_running_counted_tf32x3_op_pp], [_counted_tc_op_pp]: all premises
+      of those, plus [cg^C (1 + u)^Tt <= CGc], [afe_bL .. CGc .. < 1] and
+        nrec lo hi (lo k0) rest <= C   ([k0 :: rest] the row's visible keys in order);
+      the bound is theirs with [CG := CGc] in [afr_rel], [afr_C], [afr_ypp], [afr_abs]
+      (only through [afe_bL]).  [acc]'s fold is unchanged (ForwardAccRunning.v's
+      [acc_kernel_running]: its rate [afr_gb] is mostly the P.V dot's [g_rel]).
+
+    Not covered: as PerPairScoreError.v; the caller's count ([nrec]) must use upper bounds of
+    [hi] and lower bounds of [lo]. *)
+
+From Coq Require Import Reals ZArith List Lra Lia Arith.
+From Flocq Require Import Core.
+From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
+From Ojas Require Import FloatModel.Notations.
+From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
+From Ojas Require Import Attention.Float.NumeratorError Attention.Float.ForwardPosteriori Attention.Float.ForwardAccError.
+From Ojas Require Import Attention.Float.RunningAccError Attention.Float.ForwardAccRunning Attention.Float.SavedLseError.
+From Ojas Require Import Attention.Float.PerPairScoreError.
+Import ListNotations.
+Open Scope R_scope.
+
+Section Counted.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Hypothesis Hexp0 : exp2 0 = 1.
+
+Lemma cf_one_le_mult : forall a b, 1 <= a -> 1 <= b -> 1 <= a * b.
+Proof. intros; nra. Qed.
+
+(** A tile that leaves the running max [m] unchanged: [rnd (rnd (x * exp2 (rnd (m - m))) + y) = rnd (x + y)]. *)
+Lemma same_max_step : forall G R x X S H Ry y Y T m,
+  1 <= G -> 0 <= R -> 1 <= H -> 0 <= Ry -> fmt x -> fmt y ->
+  Rabs X <= S -> Rabs Y <= T -> inv G R x X S -> inv H Ry y Y T ->
+  inv (Rmax G H * (1 + u)) ((R + Ry) * (1 + u)) (rnd (rnd (x * exp2 (rnd (m - m))) + y))
+      (X * Rpower 2 (m - m) + Y) (S * Rpower 2 (m - m) + T).
+Proof.
+  intros G R x X S H Ry y Y T m HG HR HH HRy Fx Fy HX HY Cx Cy.
+  rewrite Rminus_diag_eq by reflexivity.
+  rewrite (ff_rnd_id A_ 0 (ff_fmt_0 A_)), Hexp0, Rpower_O by lra.
+  rewrite !Rmult_1_r, (ff_rnd_id A_ x Fx).
+  apply inv_add; assumption.
+Qed.
+
+Section Fold.
+
+Variable Key : Type.
+Variable sc : Key -> R.
+Variable P : Key -> Prop.
+Variables yf Yf Tf : R -> list Key -> R.
+Variables K H Ry Sb m0 : R.
+Variables B N Tt : nat.
+
+Hypothesis HH : 1 <= H.
+Hypothesis HRy : 0 <= Ry.
+Hypothesis HSb : 0 <= Sb.
+Hypothesis yf_fmt : forall m tl, fmt (yf m tl).
+Hypothesis tile_ok : forall m tl, fmt m -> (length tl <= B)%nat ->
+  (forall k, In k tl -> P k /\ fmt (sc k) /\ sc k <= m /\ m - sc k <= K) ->
+  inv H Ry (yf m tl) (Yf m tl) (Tf m tl).
+Hypothesis Y_abs : forall m tl, Rabs (Yf m tl) <= Tf m tl.
+Hypothesis Y_resc : forall m m' tl, Yf m tl * Rpower 2 (m - m') = Yf m' tl.
+Hypothesis T_resc : forall m m' tl, Tf m tl * Rpower 2 (m - m') = Tf m' tl.
+Hypothesis Y_app : forall m a b, Yf m (a ++ b) = Yf m a + Yf m b.
+Hypothesis T_app : forall m a b, Tf m (a ++ b) = Tf m a + Tf m b.
+Hypothesis T_bound : forall m seen, (forall k, In k seen -> P k /\ sc k <= m) ->
+  (length seen <= N)%nat -> Tf m seen <= Sb.
+
+(** At most [C] max-changing tiles: [CGc] bounds the factor's growth. *)
+Variable C : nat.
+Variable CGc : R.
+Hypothesis HCGc : cg M ^ C * (1 + u) ^ Tt <= CGc.
+
+(** The number of tiles at which the running max changes, and of those at which it does not. *)
+Fixpoint nchg (m : R) (tiles : list (list Key)) : nat :=
+  match tiles with
+  | nil => 0
+  | tl :: rest => ((if Req_EM_T (tmax Key sc m tl) m then 0 else 1) + nchg (tmax Key sc m tl) rest)%nat
+  end.
+
+Fixpoint nsame (m : R) (tiles : list (list Key)) : nat :=
+  match tiles with
+  | nil => 0
+  | tl :: rest => ((if Req_EM_T (tmax Key sc m tl) m then 1 else 0) + nsame (tmax Key sc m tl) rest)%nat
+  end.
+
+Lemma nchg_nsame : forall tiles m, (nchg m tiles + nsame m tiles)%nat = length tiles.
+Proof.
+  induction tiles as [|tl rest IH]; intros m; [reflexivity |].
+  cbn [nchg nsame length]; specialize (IH (tmax Key sc m tl)).
+  destruct (Req_EM_T (tmax Key sc m tl) m); lia.
+Qed.
+
+(** The factor after [j] max-changing and [i] other tiles. *)
+Definition Gc (j i : nat) (m : R) : R := H * cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (m - m0)).
+
+Lemma one_le_u : 1 <= 1 + u.
+Proof. pose proof (ff_u_nonneg A_); lra. Qed.
+
+Lemma u_le_cg : 1 + u <= cg M.
+Proof.
+  unfold cg; pose proof (ff_u_nonneg A_); pose proof (mp_ue_nonneg M).
+  assert (1 + u <= (1 + u) ^ 2) by (cbn; nra). nra.
+Qed.
+
+Lemma Gc_ge_1 : forall j i m, m0 <= m -> 1 <= Gc j i m.
+Proof.
+  intros j i m Hm; unfold Gc; pose proof (cg_ge_1 M); pose proof one_le_u; pose proof (ff_u_nonneg A_).
+  assert (1 <= cg M ^ j) by (apply pow_R1_Rle; lra).
+  assert (1 <= (1 + u) ^ i) by (apply pow_R1_Rle; lra).
+  assert (1 <= Rpower 2 (u * (m - m0))) by (apply ose_rpow_ge_1; nra).
+  assert (1 <= H * cg M ^ j) by nra.
+  assert (1 <= H * cg M ^ j * (1 + u) ^ i) by nra.
+  nra.
+Qed.
+
+(** The a-priori factor ([Gb] of OnlineSoftmaxTile.v at [CGc]) and the absolute term. *)
+Definition Gbc : R := H * CGc * Rpower 2 (u * K).
+Definition dRc : R := ((Gbc * Sb * ee) * (1 + u) + ea + Ry) * (1 + u).
+Definition Rc (k : nat) : R := INR k * cr M ^ k * dRc.
+
+Lemma count_le_CGc : forall j i, (j <= C)%nat -> (j + i <= Tt)%nat -> cg M ^ j * (1 + u) ^ i <= CGc.
+Proof.
+  intros j i Hj Hji.
+  pose proof (cg_ge_1 M); pose proof one_le_u.
+  assert (cg M ^ j <= cg M ^ C) by (apply Rle_pow; [lra | lia]).
+  assert ((1 + u) ^ i <= (1 + u) ^ Tt) by (apply Rle_pow; [lra | lia]).
+  assert (0 <= cg M ^ j) by (apply pow_le; lra).
+  assert (0 <= (1 + u) ^ i) by (apply pow_le; lra).
+  eapply Rle_trans; [| exact HCGc]; apply Rmult_le_compat; lra.
+Qed.
+
+Lemma CGc_ge_1 : 1 <= CGc.
+Proof.
+  pose proof (count_le_CGc 0 0 (Nat.le_0_l _) (Nat.le_0_l _)); cbn [pow] in H0; lra.
+Qed.
+
+Lemma dRc_nonneg : 0 <= dRc.
+Proof.
+  unfold dRc, Gbc; pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M); pose proof (ff_eta_nonneg A_).
+  pose proof CGc_ge_1; pose proof (Rpower_pos (u * K)).
+  assert (0 <= H * CGc * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+  assert (0 <= H * CGc * Rpower 2 (u * K) * Sb * ee) by (apply Rmult_le_pos; [nra | lra]).
+  nra.
+Qed.
+
+Lemma Rc_nonneg : forall k, 0 <= Rc k.
+Proof.
+  intros k; unfold Rc; pose proof dRc_nonneg; pose proof (cr_ge_1 M); pose proof (pos_INR k).
+  assert (1 <= cr M ^ k) by (apply pow_R1_Rle; lra).
+  apply Rmult_le_pos; [nra | lra].
+Qed.
+
+Lemma Gc_le_Gbc : forall j i m, (j <= C)%nat -> (j + i <= Tt)%nat -> m0 <= m -> m - m0 <= K -> Gc j i m <= Gbc.
+Proof.
+  intros j i m Hj Hji Hm HmK; unfold Gc, Gbc.
+  pose proof (cg_ge_1 M); pose proof one_le_u; pose proof (ff_u_nonneg A_).
+  assert (E3 : cg M ^ j * (1 + u) ^ i <= CGc) by (apply count_le_CGc; assumption).
+  assert (1 <= cg M ^ j) by (apply pow_R1_Rle; lra).
+  assert (1 <= (1 + u) ^ i) by (apply pow_R1_Rle; lra).
+  assert (Rpower 2 (u * (m - m0)) <= Rpower 2 (u * K)) by (apply ost_rpow_le; nra).
+  pose proof (Rpower_pos (u * (m - m0))).
+  replace (H * cg M ^ j * (1 + u) ^ i) with (H * (cg M ^ j * (1 + u) ^ i)) by ring.
+  assert (0 <= cg M ^ j * (1 + u) ^ i) by nra.
+  apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | apply Rmult_le_compat_l; lra | lra].
+Qed.
+
+Lemma Rc_step_same : forall k R0, R0 <= Rc k -> (R0 + Ry) * (1 + u) <= Rc (S k).
+Proof.
+  intros k R0 HR.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M); pose proof (ff_eta_nonneg A_).
+  pose proof (cr_ge_1 M) as Hcr; pose proof dRc_nonneg as Hd.
+  pose proof (Rc_nonneg k) as Hk.
+  assert (Hcu : 1 + u <= cr M)
+    by (unfold cr; pose proof (mp_ue_nonneg M); assert (1 + u <= (1 + u) ^ 2) by (cbn; nra); nra).
+  assert (HRyd : Ry * (1 + u) <= dRc).
+  { unfold dRc, Gbc; pose proof CGc_ge_1; pose proof (Rpower_pos (u * K)).
+    assert (0 <= H * CGc * Rpower 2 (u * K) * Sb * ee * (1 + u)).
+    { apply Rmult_le_pos; [apply Rmult_le_pos; [apply Rmult_le_pos; [apply Rmult_le_pos; [nra | lra] | lra] | lra] | lra]. }
+    nra. }
+  assert (HR0 : (R0 + Ry) * (1 + u) <= cr M * Rc k + dRc).
+  { assert (R0 * (1 + u) <= Rc k * cr M).
+    { destruct (Rle_dec 0 R0) as [Hp | Hp].
+      - apply Rmult_le_compat; lra.
+      - assert (R0 * (1 + u) <= 0) by nra. nra. }
+    nra. }
+  eapply Rle_trans; [exact HR0 |].
+  unfold Rc; rewrite S_INR; cbn [pow]; pose proof (pos_INR k).
+  assert (1 <= cr M ^ k) by (apply pow_R1_Rle; lra).
+  assert (dRc <= cr M * cr M ^ k * dRc) by (assert (1 <= cr M * cr M ^ k) by nra; nra).
+  unfold Rc in *; nra.
+Qed.
+
+Lemma H_le_Gc : forall j i m, m0 <= m -> H <= Gc j i m.
+Proof.
+  intros j i m Hm; unfold Gc; pose proof (cg_ge_1 M); pose proof one_le_u; pose proof (ff_u_nonneg A_).
+  assert (1 <= cg M ^ j) by (apply pow_R1_Rle; lra).
+  assert (1 <= (1 + u) ^ i) by (apply pow_R1_Rle; lra).
+  assert (1 <= Rpower 2 (u * (m - m0))) by (apply ose_rpow_ge_1; nra).
+  assert (1 <= cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (m - m0))) by (apply cf_one_le_mult; [apply cf_one_le_mult |]; lra).
+  replace (H * cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (m - m0)))
+    with (H * (cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (m - m0)))) by ring.
+  nra.
+Qed.
+
+Lemma Rmax_mul_le : forall a b c d, 0 <= c -> a * c <= d -> b * c <= d -> Rmax a b * c <= d.
+Proof. intros a b c d Hc Ha Hb; unfold Rmax; destruct (Rle_dec a b); assumption. Qed.
+
+(** [run_inv] with the tiles counted: [j] max-changing and [i] others so far. *)
+Lemma run_inv_counted : forall tiles j i m x seen,
+  fmt m -> fmt x -> m0 <= m ->
+  (forall q, In q seen -> P q /\ sc q <= m) ->
+  (forall q, In q (concat tiles) -> P q /\ fmt (sc q) /\ mrun Key sc m tiles - sc q <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length seen + length (concat tiles) <= N)%nat ->
+  (j + i + length tiles <= Tt)%nat -> (j + nchg m tiles <= C)%nat ->
+  mrun Key sc m tiles - m0 <= K ->
+  inv (Gc j i m) (Rc (j + i)) x (Yf m seen) (Tf m seen) ->
+  inv (Gc (j + nchg m tiles) (i + nsame m tiles) (mrun Key sc m tiles)) (Rc (j + i + length tiles))
+      (run M Key sc yf m x tiles) (Yf (mrun Key sc m tiles) (seen ++ concat tiles))
+      (Tf (mrun Key sc m tiles) (seen ++ concat tiles)).
+Proof.
+  induction tiles as [|tl rest IH]; intros j i m x seen Fm Fx Hm0 Hseen Hks HB HN HT HC HK Ci.
+  - cbn [run mrun length concat nchg nsame]; rewrite !Nat.add_0_r, app_nil_r; exact Ci.
+  - cbn [run mrun length nchg nsame] in *.
+    pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_ue_nonneg M) as Hue.
+    pose proof (mp_eta_e_nonneg M) as Hee; pose proof (ff_eta_nonneg A_) as Hea.
+    set (m' := tmax Key sc m tl) in *.
+    assert (Ftl : forall q, In q tl -> fmt (sc q))
+      by (intros q Hq; apply Hks; apply (concat_cons_in Key); left; exact Hq).
+    destruct (tmax_props M Key sc tl m Fm Ftl) as [Fm' [Hmm' Htl]]; fold m' in Fm', Hmm', Htl.
+    assert (Frest : forall q, In q (concat rest) -> fmt (sc q))
+      by (intros q Hq; apply Hks; apply (concat_cons_in Key); right; exact Hq).
+    pose proof (mrun_ge M Key sc rest m' Fm' Frest) as Hmr.
+    inversion HB as [|tl' rest' HBtl HBrest]; subst.
+    assert (Ct : inv H Ry (yf m' tl) (Yf m' tl) (Tf m' tl)).
+    { apply tile_ok; [exact Fm' | exact HBtl |].
+      intros q Hq; destruct (Hks q (proj2 (concat_cons_in Key _ _ _) (or_introl Hq))) as [Pq [Fq Kq]].
+      split; [exact Pq | split; [exact Fq | split; [apply Htl, Hq | pose proof (Htl q Hq); lra]]]. }
+    assert (HS : Rabs (Yf m seen) <= Tf m seen) by apply Y_abs.
+    assert (HG1 : 1 <= Gc j i m) by (apply Gc_ge_1, Hm0).
+    pose proof (Rc_nonneg (j + i)) as HRk.
+    assert (HS0p : 0 <= Tf m seen) by (eapply Rle_trans; [apply Rabs_pos | exact HS]).
+    assert (Hseen' : forall q, In q (seen ++ tl) -> P q /\ sc q <= m').
+    { intros q Hq; apply in_app_or in Hq; destruct Hq as [Hq | Hq].
+      - destruct (Hseen q Hq); split; [assumption | lra].
+      - split; [apply (Hks q (proj2 (concat_cons_in Key _ _ _) (or_introl Hq))) | apply Htl, Hq]. }
+    assert (Hks' : forall q, In q (concat rest) -> P q /\ fmt (sc q) /\ mrun Key sc m' rest - sc q <= K)
+      by (intros q Hq; apply (Hks q (proj2 (concat_cons_in Key _ _ _) (or_intror Hq)))).
+    assert (HN' : (length (seen ++ tl) + length (concat rest) <= N)%nat)
+      by (rewrite app_length; simpl in HN; rewrite app_length in HN; lia).
+    cbn [concat]; rewrite app_assoc.
+    destruct (Req_EM_T m' m) as [Em | Ne].
+    + (* the running max is unchanged: alpha = 1 exactly *)
+      clearbody m'; subst m'.
+      pose proof (same_max_step (Gc j i m) (Rc (j + i)) x (Yf m seen) (Tf m seen) H Ry
+                    (yf m tl) (Yf m tl) (Tf m tl) m HG1 HRk HH HRy Fx (yf_fmt m tl) HS (Y_abs m tl) Ci Ct) as Cs.
+      rewrite Y_resc, T_resc, <- Y_app, <- T_app in Cs.
+      replace (i + (1 + nsame m rest))%nat with (S i + nsame m rest)%nat by lia.
+      replace (j + (0 + nchg m rest))%nat with (j + nchg m rest)%nat by lia.
+      replace (j + i + S (length rest))%nat with (j + S i + length rest)%nat by lia.
+      apply IH; auto; try lia; [apply ff_rnd_fmt |].
+      eapply inv_mono; [eapply Rle_trans; [apply Rabs_pos | apply Y_abs] | | | exact Cs].
+      * pose proof (H_le_Gc j i m Hm0).
+        assert (EG : Gc j i m * (1 + u) = Gc j (S i) m) by (unfold Gc; cbn [pow]; ring).
+        apply Rmax_mul_le; [lra | lra |].
+        rewrite <- EG; apply Rmult_le_compat_r; lra.
+      * replace (j + S i)%nat with (S (j + i)) by lia; apply Rc_step_same; lra.
+    + (* the running max changes: [rescale_step] *)
+      pose proof (rescale_step M (Gc j i m) (Rc (j + i)) x (Yf m seen) (Tf m seen) H Ry
+                    (yf m' tl) (Yf m' tl) (Tf m' tl) m m'
+                    HG1 HRk HH HRy Fx (yf_fmt m' tl) Fm Fm' Hmm' HS (Y_abs m' tl) Ci Ct) as Cs.
+      rewrite Y_resc, T_resc, <- Y_app, <- T_app in Cs.
+      replace (i + (0 + nsame m' rest))%nat with (i + nsame m' rest)%nat by lia.
+      replace (j + (1 + nchg m' rest))%nat with (S j + nchg m' rest)%nat by lia.
+      replace (j + i + S (length rest))%nat with (S j + i + length rest)%nat by lia.
+      apply IH; auto; try lia; [apply ff_rnd_fmt | lra |].
+      eapply inv_mono; [eapply Rle_trans; [apply Rabs_pos | apply Y_abs] | | | exact Cs].
+      * (* the factor *)
+        assert (EG : Gc j i m * exp2_factor M m m' * (1 + u) * (1 + u) = Gc (S j) i m').
+        { unfold Gc, exp2_factor, cg; cbn [pow].
+          replace (u * (m' - m0)) with (u * (m - m0) + u * (m' - m)) by ring.
+          rewrite Rpower_plus; ring. }
+        apply Rmax_mul_le; [lra | rewrite EG; lra |].
+        pose proof (H_le_Gc (S j) i m' ltac:(lra)) as HGc.
+        assert (H * (1 + u) <= H * cg M) by (apply Rmult_le_compat_l; [lra | apply u_le_cg]).
+        assert (H * cg M <= Gc (S j) i m').
+        { unfold Gc; cbn [pow].
+          pose proof (cg_ge_1 M); pose proof one_le_u.
+          assert (1 <= cg M ^ j) by (apply pow_R1_Rle; lra).
+          assert (1 <= (1 + u) ^ i) by (apply pow_R1_Rle; lra).
+          assert (1 <= Rpower 2 (u * (m' - m0))) by (apply ose_rpow_ge_1; nra).
+          assert (1 <= cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (m' - m0)))
+            by (apply cf_one_le_mult; [apply cf_one_le_mult |]; lra).
+          replace (H * (cg M * cg M ^ j) * (1 + u) ^ i * Rpower 2 (u * (m' - m0)))
+            with (H * cg M * (cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (m' - m0)))) by ring.
+          assert (0 <= H * cg M) by nra.
+          nra. }
+        lra.
+      * (* the absolute term, as [run_inv] *)
+        set (S0 := Tf m seen) in *.
+        assert (HS0 : S0 <= Sb).
+        { apply T_bound; [exact Hseen |].
+          simpl in HN; rewrite app_length in HN; lia. }
+        assert (HGb : Gc j i m <= Gbc) by (apply Gc_le_Gbc; [lia | lia | lra | lra]).
+        pose proof (alpha_factor_le M m m' Hmm') as Ha.
+        pose proof (Rpower_pos (m - m')) as Hap.
+        pose proof (exp2_factor_ge_1 M m m' Hmm') as HE.
+        pose proof dRc_nonneg as Hd.
+        pose proof (cr_ge_1 M) as Hcr.
+        assert (Hcrk : 1 <= cr M ^ (j + i)) by (apply pow_R1_Rle; lra).
+        set (R0 := Rc (j + i)) in *.
+        set (a := Rpower 2 (m - m')) in *.
+        set (E := exp2_factor M m m') in *.
+        set (G0 := Gc j i m) in *.
+        assert (E1 : R0 * (a * E + mp_eta_e M) <= R0 * (1 + ue + mp_eta_e M)) by (apply Rmult_le_compat_l; lra).
+        assert (E2 : G0 * S0 * mp_eta_e M <= Gbc * Sb * mp_eta_e M)
+          by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat; lra]).
+        assert (E3 : ((R0 * (a * E + mp_eta_e M) + G0 * S0 * mp_eta_e M) * (1 + u) + ff_eta A_ + Ry) * (1 + u)
+                     <= cr M * R0 + dRc).
+        { unfold cr, dRc; simpl.
+          assert ((R0 * (a * E + mp_eta_e M) + G0 * S0 * mp_eta_e M) * (1 + u)
+                  <= (R0 * (1 + ue + mp_eta_e M) + Gbc * Sb * mp_eta_e M) * (1 + u))
+            by (apply Rmult_le_compat_r; lra).
+          nra. }
+        eapply Rle_trans; [exact E3 |].
+        replace (S j + i)%nat with (S (j + i)) by lia.
+        unfold R0, Rc; rewrite S_INR; cbn [pow].
+        pose proof (pos_INR (j + i)).
+        assert (dRc <= cr M * cr M ^ (j + i) * dRc)
+          by (assert (1 <= cr M * cr M ^ (j + i)) by nra; nra).
+        unfold R0, Rc in *; nra.
+Qed.
+
+End Fold.
+
+(** The instance for [l] ([l_fold_inv] with the tiles counted): after the tiles, from [l = 0] at [m0],
+    [inv (H_l cg^j (1 + u)^i 2^(u (m_t - m0))) (Rc t) l_t L_t L_t], [j] the tiles at which the
+    running max changes ([nchg], at most [C]), [i] the others ([nsame]). *)
+Lemma l_fold_inv_counted : forall (K m0 : R) (B N Tt C : nat) (CGc : R) tiles,
+  0 <= K -> fmt m0 -> (1 <= B)%nat -> cg M ^ C * (1 + u) ^ Tt <= CGc ->
+  (forall s, In s (concat tiles) -> fmt s /\ m_run m0 tiles - s <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat -> (nchg R (fun s => s) m0 tiles <= C)%nat ->
+  m_run m0 tiles - m0 <= K ->
+  inv (Gc (H_l M K B) m0 (nchg R (fun s => s) m0 tiles) (nsame R (fun s => s) m0 tiles) (m_run m0 tiles))
+      (Rc K (H_l M K B) (Ry_l M B) (INR N) CGc (length tiles))
+      (l_run M m0 0 tiles) (exact_l (m_run m0 tiles) (concat tiles)) (exact_l (m_run m0 tiles) (concat tiles)).
+Proof.
+  intros K m0 B N Tt C CGc tiles HK Fm0 HB HCGc Hks HBt HN HT HC HK0.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  assert (HE := tile_E_ge_1 M K HK).
+  assert (HP : 1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra).
+  assert (HHl : 1 <= H_l M K B) by (unfold H_l; nra).
+  assert (HRl : 0 <= Ry_l M B)
+    by (unfold Ry_l; apply Rmult_le_pos; [lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]).
+  assert (HNp : 0 <= INR N) by apply pos_INR.
+  pose proof (run_inv_counted R (fun s => s) (fun _ => True) (tile_l M) exact_l exact_l K (H_l M K B)
+                (Ry_l M B) (INR N) m0 B N Tt HHl HRl HNp) as Hr.
+  specialize (Hr ltac:(intros m tl; unfold tile_l; apply fmt_tile_sum)).
+  specialize (Hr ltac:(intros m tl Fm Hl Htl;
+    eapply inv_mono; [apply exact_l_nonneg | | | apply (tile_l_inv M m K tl HK Fm (fun q Hq => proj2 (Htl q Hq)))];
+    [unfold H_l; apply Rmult_le_compat_r; [lra |]; apply Rle_pow; [lra | lia]
+    | unfold Ry_l; apply Rmult_le_compat;
+      [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee] | apply Rle_pow; [lra | lia]
+      | apply Rmult_le_compat_r; [exact Hee | apply le_INR, Hl]]])).
+  specialize (Hr ltac:(intros m tl; rewrite Rabs_right by (apply Rle_ge, exact_l_nonneg); lra)).
+  specialize (Hr exact_l_resc exact_l_resc exact_l_app exact_l_app (exact_l_bound N) C CGc HCGc).
+  unfold l_run, m_run.
+  replace (concat tiles) with ([] ++ concat tiles) by reflexivity.
+  replace (length tiles) with (0 + 0 + length tiles)%nat by lia.
+  replace (nchg R (fun s => s) m0 tiles) with (0 + nchg R (fun s => s) m0 tiles)%nat by lia.
+  replace (nsame R (fun s => s) m0 tiles) with (0 + nsame R (fun s => s) m0 tiles)%nat by lia.
+  apply Hr; clear Hr; auto.
+  - apply ff_fmt_0.
+  - lra.
+  - intros q [].
+  - unfold inv, exact_l; cbn [map]; unfold rsum; cbn [fold_right].
+    rewrite Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l.
+    apply (Rc_nonneg K (H_l M K B) (Ry_l M B) (INR N) Tt HHl HRl HNp C CGc HCGc).
+Qed.
+
+(** The closed form of [l]'s bound: [afe_bL] (ForwardError.v) at [CG := CGc]. *)
+Lemma counted_bL_apriori : forall K m0 B N Tt C CGc j i (t : nat) mt X P1 CR,
+  0 <= K -> (j <= C)%nat -> (j + i <= Tt)%nat -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
+  Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR ->
+  0 <= Rc K (H_l M K B) (Ry_l M B) (INR N) CGc t
+  /\ 0 <= Gc (H_l M K B) m0 j i mt - 1 + Rc K (H_l M K B) (Ry_l M B) (INR N) CGc t
+  /\ Gc (H_l M K B) m0 j i mt - 1 + Rc K (H_l M K B) (Ry_l M B) (INR N) CGc t
+     <= afe_bL u ue ee ea B N Tt X P1 CGc CR.
+Proof.
+  intros K m0 B N Tt C CGc j i t mt X P1 CR HK Hj Hji Ht Hm HmK HX HP HCGc HC.
+  destruct (H_l_bounds M K B X P1 HK HX HP) as [H1 H2].
+  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HRy : 0 <= Ry_l M B)
+    by (unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
+  assert (HRy' : Ry_l M B <= P1 * (INR B * ee))
+    by (unfold Ry_l; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HP]).
+  pose proof (Gc_ge_1 (H_l M K B) m0 H1 j i mt Hm) as HG1.
+  pose proof (Rc_nonneg K (H_l M K B) (Ry_l M B) (INR N) Tt H1 HRy (pos_INR N) C CGc HCGc t) as HR0.
+  pose proof (CGc_ge_1 Tt C CGc HCGc) as HCG1.
+  pose proof (Rpower_pos (u * K)).
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
+  assert (HG : Gc (H_l M K B) m0 j i mt <= P1 * ((1 + ue) * X) * CGc * X).
+  { unfold Gc.
+    pose proof (count_le_CGc Tt C CGc HCGc j i Hj Hji) as Hc.
+    assert (Rpower 2 (u * (mt - m0)) <= X)
+      by (eapply Rle_trans; [apply ost_rpow_le; apply Rmult_le_compat_l; [exact Hu | exact HmK] | exact HX]).
+    pose proof (Rpower_pos (u * (mt - m0))).
+    pose proof (cg_ge_1 M).
+    assert (0 <= cg M ^ j * (1 + u) ^ i) by (apply Rmult_le_pos; apply pow_le; lra).
+    replace (H_l M K B * cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (mt - m0)))
+      with (H_l M K B * (cg M ^ j * (1 + u) ^ i) * Rpower 2 (u * (mt - m0))) by ring.
+    apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | apply Rmult_le_compat; lra | lra]. }
+  assert (HRc : Rc K (H_l M K B) (Ry_l M B) (INR N) CGc t
+                <= INR Tt * CR * (((((P1 * ((1 + ue) * X)) * CGc * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee))
+                   * (1 + u))).
+  { unfold Rc, dRc, Gbc.
+    pose proof (cr_ge_1 M).
+    assert (HGb : H_l M K B * CGc * Rpower 2 (u * K) <= P1 * ((1 + ue) * X) * CGc * X)
+      by (apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat_r; lra | lra]).
+    pose proof (pos_INR N).
+    assert (0 <= H_l M K B * CGc * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+    assert (Hd : 0 <= ((H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) * (1 + u) + ea + Ry_l M B) * (1 + u)).
+    { apply Rmult_le_pos; [| lra].
+      assert (0 <= H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
+      nra. }
+    assert (Hd' : ((H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) * (1 + u) + ea + Ry_l M B) * (1 + u)
+                  <= ((P1 * ((1 + ue) * X) * CGc * X * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee)) * (1 + u)).
+    { apply Rmult_le_compat_r; [lra |].
+      assert (H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee <= P1 * ((1 + ue) * X) * CGc * X * INR N * ee)
+        by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; lra]).
+      nra. }
+    assert (Hc : cr M ^ t <= CR) by (eapply Rle_trans; [apply Rle_pow; [lra | exact Ht] | exact HC]).
+    assert (0 <= cr M ^ t) by (apply pow_le; lra).
+    assert (INR t <= INR Tt) by (apply le_INR, Ht).
+    pose proof (pos_INR t).
+    apply Rmult_le_compat; [apply Rmult_le_pos; lra | exact Hd | | exact Hd'].
+    apply Rmult_le_compat; lra. }
+  split; [exact HR0 | split; [lra |]].
+  unfold afe_bL; cbv zeta; lra.
+Qed.
+
+
+
+End Counted.
+
+(** ** A count of the max-changing tiles from bounds of the scores
+
+    With [lo x <= sc x * f <= hi x] ([f > 0]; in the kernel [f = ln 2], [sc] the computed
+    scores, [lo], [hi] the exact ones minus and plus their error bounds), a tile changes the
+    running max only if one of its keys has [hi x] above the largest [lo] of the keys before
+    it: [nrec] counts those keys, in the keys' order. *)
+Section Records.
+
+Variable T : Type.
+Variables (sc lo hi : T -> R) (f : R).
+
+Fixpoint nrec (mx : R) (l : list T) : nat :=
+  match l with
+  | nil => 0
+  | x :: l' => ((if Rle_dec (hi x) mx then 0 else 1) + nrec (Rmax mx (lo x)) l')%nat
+  end.
+
+Definition mxf (mx : R) (l : list T) : R := fold_left (fun a x => Rmax a (lo x)) l mx.
+
+Lemma nrec_app : forall a b mx, nrec mx (a ++ b) = (nrec mx a + nrec (mxf mx a) b)%nat.
+Proof.
+  induction a as [|x a IH]; intros b mx; [reflexivity |].
+  cbn [app nrec]; rewrite IH; unfold mxf; cbn [fold_left]; lia.
+Qed.
+
+Hypothesis Hf : 0 < f.
+
+Lemma tmax_quiet : forall tl m mx, mx <= m * f -> (forall x, In x tl -> lo x <= sc x * f <= hi x) ->
+  nrec mx tl = 0%nat -> tmax T sc m tl = m.
+Proof.
+  induction tl as [|x tl IH]; intros m mx Hmx Hb H0; [reflexivity |].
+  cbn [nrec] in H0; destruct (Rle_dec (hi x) mx) as [Hq | Hq]; [| lia].
+  destruct (Hb x (or_introl eq_refl)) as [H1 H2].
+  assert (Hx : sc x <= m) by (apply (Rmult_le_reg_r f); lra).
+  unfold tmax; cbn [fold_left]; rewrite Rmax_left by lra; fold (tmax T sc m tl).
+  apply (IH m (Rmax mx (lo x))); [apply Rmax_lub; lra | intros y Hy; apply Hb; right; exact Hy | lia].
+Qed.
+
+Lemma mxf_le : forall tl m mx, mx <= m * f -> (forall x, In x tl -> lo x <= sc x * f) -> mxf mx tl <= tmax T sc m tl * f.
+Proof.
+  induction tl as [|x tl IH]; intros m mx Hmx Hb; [exact Hmx |].
+  unfold mxf, tmax; cbn [fold_left]; fold (mxf (Rmax mx (lo x)) tl) (tmax T sc (Rmax m (sc x)) tl).
+  apply IH; [| intros y Hy; apply Hb; right; exact Hy].
+  pose proof (Hb x (or_introl eq_refl)).
+  assert (m * f <= Rmax m (sc x) * f) by (apply Rmult_le_compat_r; [lra | apply Rmax_l]).
+  assert (sc x * f <= Rmax m (sc x) * f) by (apply Rmult_le_compat_r; [lra | apply Rmax_r]).
+  apply Rmax_lub; lra.
+Qed.
+
+Lemma nchg_le_nrec : forall tiles m mx, mx <= m * f ->
+  (forall x, In x (concat tiles) -> lo x <= sc x * f <= hi x) ->
+  (nchg T sc m tiles <= nrec mx (concat tiles))%nat.
+Proof.
+  induction tiles as [|tl rest IH]; intros m mx Hmx Hb; [cbn; lia |].
+  cbn [nchg concat]; rewrite nrec_app.
+  assert (Htl : forall x, In x tl -> lo x <= sc x * f <= hi x) by (intros x Hx; apply Hb, in_or_app; left; exact Hx).
+  assert (IH' : (nchg T sc (tmax T sc m tl) rest <= nrec (mxf mx tl) (concat rest))%nat).
+  { apply IH; [apply mxf_le; [exact Hmx | intros x Hx; apply Htl, Hx] |].
+    intros x Hx; apply Hb, in_or_app; right; exact Hx. }
+  destruct (Req_EM_T (tmax T sc m tl) m) as [E | E]; [lia |].
+  destruct (nrec mx tl) eqn:En; [| lia].
+  exfalso; apply E, (tmax_quiet tl m mx Hmx Htl En).
+Qed.
+
+(** The kernel's first tile starts at its first key's score [m0 = sc k0]: [k0] itself is not counted. *)
+Lemma nchg_first : forall k0 r rest,
+  (forall x, In x (concat ((k0 :: r) :: rest)) -> lo x <= sc x * f <= hi x) ->
+  (nchg T sc (sc k0) ((k0 :: r) :: rest) <= nrec (lo k0) (r ++ concat rest))%nat.
+Proof.
+  intros k0 r rest Hb.
+  assert (E : tmax T sc (sc k0) (k0 :: r) = tmax T sc (sc k0) r)
+    by (unfold tmax; cbn [fold_left]; rewrite Rmax_left by lra; reflexivity).
+  change (nchg T sc (sc k0) ((k0 :: r) :: rest))
+    with (((if Req_EM_T (tmax T sc (sc k0) (k0 :: r)) (sc k0) then 0 else 1)
+           + nchg T sc (tmax T sc (sc k0) (k0 :: r)) rest)%nat).
+  rewrite E.
+  change (((if Req_EM_T (tmax T sc (sc k0) r) (sc k0) then 0 else 1) + nchg T sc (tmax T sc (sc k0) r) rest)%nat)
+    with (nchg T sc (sc k0) (r :: rest)).
+  apply nchg_le_nrec; [apply Hb; left; reflexivity |].
+  intros x Hx; apply Hb; right; exact Hx.
+Qed.
+
+End Records.
+
+Lemma nchg_map_comm : forall {K1 K2} (g : K1 -> K2) (sc2 : K2 -> R) tiles m,
+  nchg K1 (fun k => sc2 (g k)) m tiles = nchg K2 sc2 m (map (map g) tiles).
+Proof.
+  intros K1 K2 g sc2; induction tiles as [|tl tiles IH]; intros m; [reflexivity |].
+  cbn [nchg map]; rewrite tmax_map_comm, IH; reflexivity.
+Qed.
+
+(** ** The forward output *)
+
+Section ForwardCounted.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** PerPairScoreError.v's [attention_forward_acc_running_pp] with [l]'s bound at [CG := CGc]:
+    at most [C] tiles change the running max, by the exact scores and their errors [d]. *)
+Lemma attention_forward_acc_running_counted_pp : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R)
+    (C : nat) (CGc : R),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E d_rel d_abs ->
+  acc_dot_model accf n g_rel g_abs ->
+  afe_premises_de M c scale uc P (d_rel * P + d_abs) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA ->
+  (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  sm_avg (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
+    (fun kv => Rabs (snd kv) * (exp (d kv + Dsc) - 1)) <= Yw ->
+  cg M ^ C * (1 + u) ^ Tt <= CGc -> afe_bL u ue ee ea n N Tt X P1 CGc CR < 1 ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X 0 P1 CGc CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X 0 P1 CGc CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_ypp u ue ee ea us n N Tt X P1 CGc CR CB * Yw
+     + afr_abs u ue ee ea us es V n N Tt X P1 CGc CR CGA CRA CB g_rel g_abs.
+Proof.
+  intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt vis tiles bs d Dsc Yw C CGc sck st
+    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT [Hbl Hbs] Hdpp HDsc HYw HCGc HbLc Hrec.
+  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
+  pose proof (adm_rel_nonneg _ _ _ _ Hadm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hadm) as Hga.
+  assert (HBt : Forall (fun tl => (length tl <= n)%nat) tiles)
+    by (apply Forall_forall; intros tl Htl; rewrite (proj1 (Forall_forall _ _) Hn tl Htl); lia).
+  destruct (kernel_run_visible_tiles_with M dotf c q vis n tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  set (ft := (k0 :: r) :: rest) in *.
+  set (kt := map (map (kv_pair_with M dotf c q)) ft) in *.
+  set (m0 := score2_with A_ dotf c q (fst k0)) in *.
+  destruct (kernel_run_acc_m_l M (list R * R) sck vis (fun kv _ => snd kv) accf tiles (kernel_start 1) (kernel_start 1)
+              eq_refl eq_refl) as [Em El].
+  fold st in Em, El; unfold sck in Em, El; rewrite Est in Em, El; cbn [ks_m ks_l] in Em, El.
+  assert (Hkeys' : forall kv, In kv (concat ft) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V)
+    by (intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto).
+  assert (HN' : (length (concat ft) <= N)%nat) by (rewrite Ecat; exact HN).
+  assert (HT' : (length ft <= Tt)%nat) by lia.
+  destruct (kernel_tiles_ok_with M dotf d_rel d_abs q c scale uc P V E n N Tt k0 r rest Hdm Hq Hkeys' Hs Huc Hc HBf HN' HT')
+    as [Hdelta [HK [Hm0t [HmK [Ecat' [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
+  destruct (kernel_scores_ok M dotf d_rel d_abs q c scale uc P E k0 r rest Hdm Hq
+              (fun kv Hkv => conj (proj1 (Hkeys' kv Hkv)) (proj1 (proj2 (Hkeys' kv Hkv)))) Hs Huc Hc)
+    as [Hsc2 [_ [Hsmax [_ [_ [_ [_ [Hmt _]]]]]]]].
+  fold ft kt m0 in Hdelta, HK, Hm0t, HmK, Ecat', Hsc, Hex, Hks, HBk, HNk, HTk, Hsc2, Hmt.
+  set (delta := score_delta_de A_ scale uc P (d_rel * P + d_abs)) in *.
+  set (smax := score_max_de A_ scale uc P (d_rel * P + d_abs)) in *.
+  set (K := 2 * smax) in *.
+  set (mt := acc_m_run m0 kt) in *.
+  (* the accumulator *)
+  assert (Hok : forall kv, In kv (concat tiles) -> vis kv = true ->
+                  fmt (sck kv) /\ - smax <= sck kv <= - smax + K /\ Rabs ((fun kv _ => snd kv) kv 0%nat) <= V).
+  { intros kv Hkv Ev.
+    assert (Hf : In kv (concat ft)) by (rewrite Ecat; apply filter_In; auto).
+    destruct (Hsc2 kv Hf) as [_ Hb]; apply Rabs_le_inv in Hb.
+    split; [apply ff_rnd_fmt | split; [unfold K, sck; lra | apply (Hkeys' kv Hf)]]. }
+  destruct (acc_kernel_inv M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0 tiles
+              (kernel_start 1) Hadm HK (Rlt_le _ _ HV) Hn HT HN Hok eq_refl ltac:(cbn; lia) mt Em) as [_ [Hmb _]].
+  assert (Ekp : map (fun k : list R * R => (sck k, snd k)) (filter vis (concat tiles)) = concat kt)
+    by (rewrite Ecat', <- Ecat; reflexivity).
+  (* the denominator *)
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  assert (HBt' : Forall (fun tl => (length tl <= n)%nat) (map (map fst) kt)).
+  { apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
+    rewrite map_length; exact (proj1 (Forall_forall _ _) HBk tl' Htl'). }
+  assert (Hmr : m_run m0 (map (map fst) kt) = mt) by (unfold m_run, mt, acc_m_run; apply mrun_map).
+  assert (Hks' : forall s, In s (concat (map (map fst) kt)) -> fmt s /\ m_run m0 (map (map fst) kt) - s <= K).
+  { intros s0 Hs0; rewrite <- concat_map in Hs0; apply in_map_iff in Hs0; destruct Hs0 as [p [<- Hp]].
+    rewrite Hmr; destruct (Hks p Hp) as [_ [F1 F2]]; split; assumption. }
+  assert (HN'' : (length (concat (map (map fst) kt)) <= N)%nat) by (rewrite <- concat_map, map_length; exact HNk).
+  assert (HT'' : (length (map (map fst) kt) <= Tt)%nat) by (rewrite map_length; exact HTk).
+  (* the max-changing tiles, from the exact scores *)
+  assert (Hcnt : (nchg R (fun s => s) m0 (map (map fst) kt) <= C)%nat).
+  { assert (E1 : map (map fst) kt = map (map sck) ft)
+      by (unfold kt; rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
+    rewrite E1, <- (nchg_map_comm sck (fun s => s)).
+    assert (Hb : forall x, In x (concat ft) ->
+                   scale * dot_R q (fst x) - d x <= sck x * ln 2 <= scale * dot_R q (fst x) + d x).
+    { intros x Hx; rewrite Ecat in Hx; pose proof (Hdpp x Hx) as Hx'; apply Rabs_le_inv in Hx'; unfold sck; lra. }
+    eapply Nat.le_trans; [exact (nchg_first _ sck _ _ (ln 2) ose_ln2_pos k0 r rest Hb) |].
+    apply Hrec; rewrite <- Ecat; reflexivity. }
+  pose proof (nchg_nsame R (fun s => s) (map (map fst) kt) m0) as Hns; rewrite map_length in Hns.
+  pose proof (l_fold_inv_counted M Hexp0 K m0 n N Tt C CGc (map (map fst) kt) HK Fm0 HB HCGc Hks' HBt' HN'' HT''
+                Hcnt ltac:(rewrite Hmr; exact HmK)) as Cl.
+  rewrite Hmr, map_length, <- concat_map in Cl.
+  set (L := exact_l mt (map fst (concat kt))) in *.
+  assert (HL1 : 1 <= L).
+  { apply exact_l_ge_1; destruct (mrun_attained fst kt m0) as [E0 | Hq0]; [| exact Hq0].
+    destruct Hex as [p [Hp Ep]]; exists p; split; [exact Hp | unfold mt, acc_m_run; rewrite E0; exact Ep]. }
+  destruct (counted_bL_apriori M K m0 n N Tt C CGc (nchg R (fun s => s) m0 (map (map fst) kt))
+              (nsame R (fun s => s) m0 (map (map fst) kt)) (length kt) mt X P1 CR HK Hcnt ltac:(lia) HTk
+              Hm0t HmK HX HP HCGc HC) as [HRl [bL0 bL1]].
+  set (bL := afe_bL u ue ee ea n N Tt X P1 CGc CR) in *.
+  assert (Hlb : Rabs (l_run M m0 0 (map (map fst) kt) - L) <= bL * L).
+  { unfold inv in Cl; eapply Rle_trans; [exact Cl |].
+    set (Gl := Gc M (H_l M K n) m0 (nchg R (fun s => s) m0 (map (map fst) kt))
+                 (nsame R (fun s => s) m0 (map (map fst) kt)) mt) in *.
+    set (Rl := Rc M K (H_l M K n) (Ry_l M n) (INR N) CGc (length kt)) in *.
+    assert (Rl <= Rl * L) by (apply fa_le_mult_r; lra).
+    assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
+    lra. }
+  (* the caller's bounds, in the kernel's units *)
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
+  set (gb := afr_gb u ue us X g_rel) in *.
+  assert (Hgb : gR M g_rel + g_rel * (H_pv M K - 1) <= gb).
+  { unfold gb, afr_gb, gR, H_pv, tile_E.
+    assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
+      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
+    assert (g_rel * ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) - 1) <= g_rel * ((1 + us) * (1 + ue) * X - 1))
+      by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (Hgb0 : 0 <= gb) by (pose proof (gR_nonneg M g_rel Hg); pose proof (H_pv_ge_1 M K HK);
+                               assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
+  set (Z0 := fwd_Z scale q vis tiles).
+  assert (HZ0 : 0 < Z0).
+  { destruct Hvis as [kv0 [Hkv0 Ev0]].
+    apply (Rlt_le_trans _ (exp (scale * dot_R q (fst kv0)))); [apply exp_pos |].
+    unfold Z0, fwd_Z; apply ost_rsum_ge_in.
+    - intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; left; apply exp_pos.
+    - apply in_map_iff; exists kv0; split; [reflexivity | apply filter_In; auto]. }
+  set (Wx := exact_softmax scale q (map abs_value (filter vis (concat tiles)))).
+  assert (EWx : Wx = rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * Rabs (snd kv)) (filter vis (concat tiles)))
+                     / fwd_Z scale q vis tiles)
+    by (unfold Wx, exact_softmax, fwd_Z; rewrite !map_map; reflexivity).
+  assert (EL : L = rsum (map (fun kv => exp ((sck kv - mt) * ln 2)) (filter vis (concat tiles))))
+    by (unfold L, exact_l; rewrite <- Ekp, !map_map; reflexivity).
+  assert (HL0 : 0 < L) by lra.
+  assert (Hd01 : forall kv, In kv (filter vis (concat tiles)) ->
+                   Rabs ((sck kv - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2)) <= d kv).
+  { intros kv Hkv; unfold sck.
+    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+    exact (Hdpp kv Hkv). }
+  assert (HD01 : pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv) - mt * ln 2) d <= Dsc).
+  { pose proof (pp_shift_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d (mt * ln 2)) as Esh.
+    cbv beta in Esh; rewrite Esh; exact HDsc. }
+  assert (Hne : filter vis (concat tiles) <> []).
+  { intro Hc0; rewrite <- Ecat in Hc0; unfold ft in Hc0; cbn [concat app] in Hc0; discriminate. }
+  set (bs' := map (fun b => 1 * b + Yw) bs).
+  assert (Hpt : forall t, (t < length tiles)%nat ->
+     Rabs (exact_pv mt (kpairs (list R * R) sck vis (fun kv _ => snd kv) 0 (concat (firstn t tiles))))
+     + exact_pv_abs mt (kpairs (list R * R) sck vis (fun kv _ => snd kv) 0 (nth t tiles [])) <= L * nth t bs' 0).
+  { intros t Ht.
+    unfold bs'; rewrite far_nth_map by lia; rewrite Rmult_1_l.
+    unfold exact_pv, exact_pv_abs, kpairs; rewrite !map_map; cbn [fst snd].
+    exact (fwd_tile_premise_pp sck vis tiles scale q mt L d Dsc Yw (nth t bs 0) t Hne Hd01 HD01 EL HYw Ht (Hbs t Ht)). }
+  pose proof (acc_kernel_running M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0
+                mt L gb tiles bs' (kernel_start 1) Hadm HK (Rlt_le _ _ HV) HL0 Hgb Hn HT HN Hok
+                ltac:(unfold bs'; rewrite map_length; exact Hbl) Hpt eq_refl ltac:(cbn; lia) mt Em) as Ca.
+  fold st in Ca; unfold kpairs in Ca; cbv beta in Ca; rewrite Ekp in Ca.
+  (* the constants *)
+  assert (Hb0 : Forall (fun b => 0 <= b) bs).
+  { apply Forall_forall; intros b Hb.
+    destruct (In_nth bs b 0 Hb) as [t [Ht <-]].
+    rewrite Hbl in Ht; pose proof (Hbs t Ht) as H.
+    assert (0 <= fwd_tile_abs scale q vis tiles t).
+    { unfold fwd_tile_abs; fold Z0; unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
+      apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
+    pose proof (Rabs_pos (fwd_prefix scale q vis tiles t)); lra. }
+  set (R0 := run_err gb 0 bs).
+  assert (HR0 : 0 <= R0) by (apply run_err_nonneg; [exact Hgb0 | lra | exact Hb0]).
+  assert (HW0 : 0 <= Wx).
+  { rewrite EWx; unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
+    apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
+  assert (HD0 : 0 <= Dsc).
+  { eapply Rle_trans; [| exact HDsc]; apply (pp_shift_nonneg _ _ d Hne).
+    intros kv Hkv; eapply Rle_trans; [apply Rabs_pos | exact (Hdpp kv Hkv)]. }
+  assert (HYw0 : 0 <= Yw).
+  { eapply Rle_trans; [| exact HYw]; unfold sm_avg, Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
+    apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [kv [<- Hkv]].
+    apply Rmult_le_pos; [left; apply exp_pos | apply Rmult_le_pos; [apply Rabs_pos |]].
+    assert (0 <= d kv) by (eapply Rle_trans; [apply Rabs_pos | exact (Hdpp kv Hkv)]).
+    assert (1 <= exp (d kv + Dsc)) by (rewrite <- exp_0; apply sp_exp_le; lra). lra. }
+  assert (HCB1 : (1 + gb) ^ length bs <= CB).
+  { eapply Rle_trans; [| exact HCB]; apply Rle_pow; [lra | lia]. }
+  assert (HCB_1 : 1 <= CB) by (assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra); lra).
+  assert (HgCB : (1 + gR M g_rel) ^ length tiles <= CB).
+  { eapply Rle_trans; [| exact HCB].
+    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
+    eapply Rle_trans; [apply pow_incr; split; [pose proof (gR_nonneg M g_rel Hg); lra | apply Rplus_le_compat_l; exact H] |].
+    apply Rle_pow; [lra | lia]. }
+  assert (Hrho : run_err gb 0 bs' <= R0 + Yw * (CB - 1)).
+  { unfold bs'; rewrite run_err_affine; fold R0.
+    assert (Yw * ((1 + gb) ^ length bs - 1) <= Yw * (CB - 1)) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (Hrho0 : 0 <= run_err gb 0 bs').
+  { unfold bs'; rewrite run_err_affine; fold R0.
+    assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra).
+    assert (0 <= Yw * ((1 + gb) ^ length bs - 1)) by (apply Rmult_le_pos; lra).
+    lra. }
+  assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
+  assert (HpX : Rpower 2 (u * (mt - - smax)) <= X)
+    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le, Rmult_le_compat_l; lra); lra).
+  set (Qf := X * (R0 + Yw * (CB - 1))).
+  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; lra).
+  assert (HQ : L * Rpower 2 (mt - mt) * Rpower 2 (u * (mt - - smax)) * run_err gb 0 bs' <= L * Qf).
+  { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
+    rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
+    apply Rmult_le_compat; [left; apply Rpower_pos | exact Hrho0 | exact HpX | exact Hrho]. }
+  set (gA := afr_gA ue us X CB).
+  assert (HGA : GR M K g_rel (- smax) (length tiles) mt - 1 <= gA).
+  { unfold GR, gA, afr_gA, H_pv, tile_E.
+    set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
+    assert (HZ1 : 1 <= Zm).
+    { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
+      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
+    assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
+    { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
+      assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
+        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
+      apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
+    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
+    replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
+      by ring.
+    apply Rmult_le_compat; lra. }
+  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs).
+  assert (HRA : RR M K g_rel g_abs V n N Tt (length tiles) <= rA).
+  { unfold RR, rA, afr_rR.
+    assert (HEp : Ep M K g_rel g_abs V n N Tt <= afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs).
+    { unfold Ep, afr_Ep.
+      pose proof (GkA_apriori M K g_rel 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCGA) as H1.
+      unfold GkA in H1; rewrite Rminus_0_r in H1.
+      pose proof (RkA_apriori M K g_rel g_abs V n N Tt Tt X CGA CRA HK Hg Hga (Rlt_le _ _ HV) (le_n Tt) HX HCGA HCRA).
+      assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+      assert (H_pv M K * cgA M g_rel ^ Tt * Rpower 2 (u * K) * (INR N * V) <= afa_HA ue us X CGA * (INR N * V))
+        by (apply Rmult_le_compat_r; lra).
+      lra. }
+    assert (HdRR : dRR M K g_rel g_abs V n N Tt
+                   <= (1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                                     + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
+    { unfold dRR.
+      assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
+              <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
+      assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
+      pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
+                    ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                     + ((1 + us) * ee + es) * (INR n * V)) ltac:(lra)).
+      lra. }
+    pose proof (dRR_nonneg M K g_rel g_abs V n N Tt HK Hg Hga (Rlt_le _ _ HV)) as HdR0.
+    assert (INR (length tiles) <= INR Tt) by (apply le_INR; lia).
+    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
+    apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HdR0 | | exact HdRR].
+    apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
+  pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
+  assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
+  assert (HgA0 : 0 <= gA)
+    by (unfold gA; apply afr_gA_nonneg; [lra | lra | lra | eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra]).
+  assert (HrA0 : 0 <= rA)
+    by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
+  assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
+  { unfold inv in Ca; eapply Rle_trans; [exact Ca |].
+    assert ((GR M K g_rel (- smax) (length tiles) mt - 1) * exact_pv_abs mt (concat kt)
+            <= gA * exact_pv_abs mt (concat kt)) by (apply Rmult_le_compat_r; lra).
+    lra. }
+  assert (Hon := final_division_run M (l_run M m0 0 (map (map fst) kt)) L (nth 0 (ks_acc st) 0)
+                   (exact_pv mt (concat kt)) (exact_pv_abs mt (concat kt)) bL gA Qf rA HL1 HNA
+                   ltac:(lra) HgA0 HQf HrA0 Hlb Hab).
+  rewrite El.
+  (* the perturbation of the scores, a-posteriori *)
+  set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
+  set (S1 := fun kv : list R * R => (score2_with A_ dotf c q (fst kv) - mt) * ln 2).
+  assert (EN : exact_pv mt (concat kt) / L = sm_avg (concat ft) S1 snd)
+    by (unfold L, exact_pv, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
+  assert (EA : exact_pv_abs mt (concat kt) / L = sm_avg (concat ft) S1 (fun kv => Rabs (snd kv)))
+    by (unfold L, exact_pv_abs, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
+  assert (EW : Wx = sm_avg (concat ft) S0 (fun kv => Rabs (snd kv))).
+  { unfold Wx; rewrite <- Ecat; unfold exact_softmax, sm_avg, S0; rewrite !map_map; cbn [abs_value fst snd]; symmetry.
+    apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) (fun kv => Rabs (snd kv)) (mt * ln 2)). }
+  rewrite <- Ecat.
+  assert (EZ : exact_softmax scale q (concat ft) = sm_avg (concat ft) S0 snd)
+    by (unfold exact_softmax, sm_avg, S0; symmetry;
+        apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2))).
+  rewrite EN, EA in Hon; rewrite EZ.
+  assert (HD1 : pp_shift (concat ft) S0 d <= Dsc) by (rewrite Ecat; exact HD01).
+  destruct (softmax_perturbation_pp (concat ft) S0 S1 snd d Dsc ltac:(rewrite Ecat; exact Hne)) as [Hp1 Hp2].
+  { intros kv Hkv; unfold S0, S1.
+    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
+      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
+    rewrite Ecat in Hkv; exact (Hdpp kv Hkv). }
+  { exact HD1. }
+  assert (EYs : sm_avg (concat ft) S0 (fun x => Rabs (snd x) * (exp (d x + Dsc) - 1)) <= Yw).
+  { unfold S0; rewrite Ecat; unfold sm_avg; cbv beta.
+    pose proof (softmax_average_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
+                  (fun x => Rabs (snd x) * (exp (d x + Dsc) - 1)) (mt * ln 2)) as Esh.
+    cbv beta in Esh; rewrite Esh; exact HYw. }
+  rewrite (pp_sm_avg_split (concat ft) S0 snd d Dsc) in Hp2.
+  destruct (sm_avg_abs (concat ft) S0 snd) as [HZW _].
+  destruct (sm_avg_abs (concat ft) S1 snd) as [_ HW1].
+  rewrite <- EW in Hp2, HZW.
+  set (W1 := sm_avg (concat ft) S1 (fun kv => Rabs (snd kv))) in *.
+  set (Z := sm_avg (concat ft) S0 snd) in *.
+  set (Z1 := sm_avg (concat ft) S1 snd) in *.
+  set (o := rnd (nth 0 (ks_acc st) 0 / l_run M m0 0 (map (map fst) kt))) in *.
+  (* the closed form *)
+  assert (HW1W : W1 <= Wx + Yw) by lra.
+  assert (HZ1Z : Rabs (Z1 - Z) <= Yw) by lra.
+  set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
+  assert (Hc1 : 0 <= c1) by (unfold c1; apply afr_c1_nonneg; [lra | lra | split; lra]).
+  set (err := ((1 + u) * (gA + bL) / (1 - bL) + u) * Wx + (1 + u) * X / (1 - bL) * R0
+              + ((1 + u) * (gA + bL + X * (CB - 1)) / (1 - bL) + u + 1) * Yw + (1 + u) * rA / (1 - bL) + ea).
+  assert (Herr : Rabs (o - Z) <= err).
+  { replace (o - Z) with ((o - Z1) + (Z1 - Z)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    replace ((1 + u) * ((gA + bL) * W1 + Qf + rA) / (1 - bL) + u * W1 + ea)
+      with (c1 * W1 + (1 + u) * Qf / (1 - bL) + (1 + u) * rA / (1 - bL) + u * W1 + ea) in Hon by (unfold c1; field; lra).
+    assert (c1 * W1 <= c1 * (Wx + Yw)) by (apply Rmult_le_compat_l; lra).
+    assert (u * W1 <= u * (Wx + Yw)) by (apply Rmult_le_compat_l; lra).
+    replace err with (c1 * (Wx + Yw) + (1 + u) * Qf / (1 - bL) + (1 + u) * rA / (1 - bL) + u * (Wx + Yw) + ea + Yw)
+      by (unfold err, c1, Qf; field; lra).
+    lra. }
+  assert (Ho : Rabs o <= Wx + err)
+    by (replace o with ((o - Z) + Z) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs S_ o) as Hso.
+  fold Wx.
+  replace (afr_rel u ue ee ea us n N Tt X 0 P1 CGc CR CB * Wx + afr_C u ue ee ea us n N Tt X 0 P1 CGc CR * R0
+           + afr_ypp u ue ee ea us n N Tt X P1 CGc CR CB * Yw
+           + afr_abs u ue ee ea us es V n N Tt X P1 CGc CR CGA CRA CB g_rel g_abs)
+    with (err * (1 + us) + us * Wx + es)
+    by (unfold err, afr_rel, afr_C, afr_abs, afr_ypp; cbv zeta; fold bL gA rA; field; lra).
+  replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (us * Rabs o <= us * (Wx + err)) by (apply Rmult_le_compat_l; lra).
+  lra.
+Qed.
+
+
+
+(** The float32 forward on the H100 (3xTF32 scores and P.V on its tensor cores), as
+    [attention_forward_acc_running_tf32x3_op_pp], with the max-changing tiles counted. *)
+Theorem attention_forward_acc_running_counted_tf32x3_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb qv : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E n N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R)
+    (C : nat) (CGc : R),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let accf := tf32x3_acc_fn F out rnd k in
+  let g_rel := u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qv in
+  let g_abs := (1 + u) * 0 + ea in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  (1 <= qv)%nat -> (n <= qv * k)%nat ->
+  INR (3 * qv) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA -> (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  sm_avg (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
+    (fun kv => Rabs (snd kv) * (exp (d kv + Dsc) - 1)) <= Yw ->
+  cg M ^ C * (1 + u) ^ Tt <= CGc -> afe_bL u ue ee ea n N Tt X P1 CGc CR < 1 ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X 0 P1 CGc CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X 0 P1 CGc CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_ypp u ue ee ea us n N Tt X P1 CGc CR CB * Yw
+     + afr_abs u ue ee ea us es V n N Tt X P1 CGc CR CGA CRA CB g_rel g_abs.
+Proof.
+  intros out ur F k qb qv q c scale uc P V X Y P1 CG CR CGA CRA CB E n N Tt vis tiles bs d Dsc Yw C CGc dotf accf g_rel g_abs sck st
+    Hur Hout Hk Hq HE Hd Hqv Hn Hdv Hexp0 Hvis Hpre.
+  exact (attention_forward_acc_running_counted_pp dotf _ 0 accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt
+           vis tiles bs d Dsc Yw C CGc Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hd)
+           (tf32x3_tc_op_acc_dot_model out rnd ur u ea F k qv n Hur Hout (ff_u_nonneg _) (ff_abs _) Hk Hqv Hn Hdv)
+           Hpre).
+Qed.
+
+(** The bf16 (or fp16) forward on the H100, as [attention_forward_acc_running_tc_op_pp], with
+    the max-changing tiles counted. *)
+Theorem attention_forward_acc_running_counted_tc_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb qv : nat)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E n N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R)
+    (C : nat) (CGc : R),
+  let dotf := tc_dot_op (tc_align_op F) out k in
+  let accf := tc_acc_fn F out k in
+  let g_rel := gamma (tc_delta (bpow radix2 (1 - F)) ur k) qv in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR qb * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  (1 <= qv)%nat -> (n <= qv * k)%nat ->
+  INR qv * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  afe_premises_de M c scale uc P (gamma (tc_delta (bpow radix2 (1 - F)) ur k) qb * P + 0) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA -> (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  sm_avg (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
+    (fun kv => Rabs (snd kv) * (exp (d kv + Dsc) - 1)) <= Yw ->
+  cg M ^ C * (1 + u) ^ Tt <= CGc -> afe_bL u ue ee ea n N Tt X P1 CGc CR < 1 ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X 0 P1 CGc CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X 0 P1 CGc CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_ypp u ue ee ea us n N Tt X P1 CGc CR CB * Yw
+     + afr_abs u ue ee ea us es V n N Tt X P1 CGc CR CGA CRA CB g_rel 0.
+Proof.
+  intros out ur F k qb qv q c scale uc P V X Y P1 CG CR CGA CRA CB E n N Tt vis tiles bs d Dsc Yw C CGc dotf accf g_rel sck st
+    Hur Hout Hk Hq HE Hd Hqv Hn Hdv Hexp0 Hvis Hpre.
+  exact (attention_forward_acc_running_counted_pp dotf _ 0 accf n g_rel 0 q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt
+           vis tiles bs d Dsc Yw C CGc Hexp0 Hvis (tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hd)
+           (tc_acc_op_dot_model out ur F k qv n Hur Hout Hk Hqv Hn Hdv) Hpre).
+Qed.
+
+End ForwardCounted.
