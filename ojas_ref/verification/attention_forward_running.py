@@ -25,10 +25,9 @@ pair's score error ``d_ij`` (:func:`~ojas_ref.verification.score_errors.score_er
 ``Dsc_i >= ln sum_j P_ij e^(d_ij)`` and ``Yw_ic >= sum_j P_ij |v_jc| (e^(d_ij + Dsc_i) - 1)``;
 :func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass, the output's at
 each query row's own constants (the theorem is stated for one row: ``P`` the row's ``sum |q k|`` bound over its
-visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`), and with ``counted`` the smaller
-of that bound and ``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.bounds.
-attention_running.forward_counted_bound`) at the row's count of keys that may raise the running max
-(:func:`_row_max_changes`).
+visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`), or where smaller
+``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.bounds.attention_running.
+forward_counted_bound`) at the row's count of keys that may raise the running max (:func:`_row_max_changes`).
 
 Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
 ``2^24`` entries. Not covered: as the theorem (its header), and the premises of
@@ -387,7 +386,6 @@ def forward_per_pair_bounds(
     scale: float,
     block_n: int | None = None,
     block_m: int | None = None,
-    counted: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out_bound, lse_bound)`` with each pair's own score error (``Ojas.Attention.Float.PerPairScoreError``),
     one pass over the pairs (:func:`forward_per_pair_sums` at the device's dot model, ``kernel_dot``):
@@ -396,7 +394,7 @@ def forward_per_pair_bounds(
       ``attention_forward_acc_running_tf32x3_op_pp`` / ``_tc_op_pp``, i.e.
       :func:`~ojas_ref.verification.bounds.attention.attention_forward_running_bound` with
       ``score_perturbation = Yw``, at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_grouped_bound`;
-      ``run_err`` at the all-pairs rate, at least each row's); with ``counted``, where smaller,
+      ``run_err`` at the all-pairs rate, at least each row's); where smaller,
       ``attention_forward_acc_running_counted_tf32x3_op_pp`` / ``_tc_op_pp`` at the row's count of keys that may
       raise the running max (:func:`_row_max_changes`, :func:`_row_counted_bound`);
     * ``lse_bound`` [B, Hq, Sq] on ``|lse - exact_lse|`` per row: ``attention_lse_error_masked_tf32x3_op_pp``
@@ -410,12 +408,12 @@ def forward_per_pair_bounds(
     kw = _bound_kw(q, k, v, is_causal, scale, block_n)
     rate = ab.attention_forward_running_rate(**kw)
     es = ae._score_error(q, scale, kw["qk_abs_sum"])
-    w, r, yw, dsc, *changes = _sums(q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], counted)
+    w, r, yw, dsc, changes = _sums(q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], True)
     counts = _tile_counts(q.shape[2], k.shape[2], block_m, block_n, is_causal).to(q.device)
     p_rows = _row_qk_abs_sum(q, k, is_causal)
-    out = _row_grouped_bound(w, r, yw, kw, p_rows, counts)
-    if counted:
-        out = torch.minimum(out, _row_counted_bound(w, r, yw, kw, p_rows, counts, changes[0]))
+    out = torch.minimum(
+        _row_grouped_bound(w, r, yw, kw, p_rows, counts), _row_counted_bound(w, r, yw, kw, p_rows, counts, changes)
+    )
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     errs = ae.unary_errors(q.device.type, k.shape[2])
     lse = ab.attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **errs, **lse_kw)

@@ -76,8 +76,8 @@ def test_counted_bound_below_the_per_pair_bound_on_many_tiles():
 @pytest.mark.interpreter
 def test_interpreter_within_the_counted_bound(monkeypatch):
     """With ``kernel_dot`` the H100's 3xTF32 model, S = 512 (32 key tiles of 16), full and causal: the
-    interpreter's output within ``forward_per_pair_bounds(counted=True)`` (the smaller of the per-pair and
-    counted bounds), which is below 0.8 of the per-pair bound alone (``counted=False``) at its largest (full)."""
+    interpreter's output within ``forward_per_pair_bounds`` (the smaller of the per-pair and counted
+    bounds), which is below 0.8 of the per-pair bound alone (``_row_counted_bound`` off) at its largest (full)."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter's dots")
     pytest.importorskip("triton")
@@ -88,10 +88,12 @@ def test_interpreter_within_the_counted_bound(monkeypatch):
     monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
     for causal in (False, True):
         out, _ = flash_attention_forward(q, k, v, causal, scale, None)
-        got = afr.forward_per_pair_bounds(q, k, v, causal, scale, counted=True)[0]
+        got = afr.forward_per_pair_bounds(q, k, v, causal, scale)[0]
         err = (out.to(F64) - ae.exact_attention(q, k, v, causal, scale)).abs()
         assert bool((err <= got).all())
-        old = afr.forward_per_pair_bounds(q, k, v, causal, scale)[0]
+        with monkeypatch.context() as m:
+            m.setattr(afr, "_row_counted_bound", lambda w, *_: torch.full_like(w, math.inf))
+            old = afr.forward_per_pair_bounds(q, k, v, causal, scale)[0]
         assert bool((got <= old).all())
         print(
             f"causal={causal}: largest bound {old.max():.3g} -> {got.max():.3g}, max err / bound {(err / got).max():.3g}"

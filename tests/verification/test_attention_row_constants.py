@@ -83,6 +83,8 @@ def test_interpreter_within_the_row_bounds_and_smaller_grad_bounds(monkeypatch):
     scale = 1.0 / math.sqrt(32)
     out, lse = flash_attention_forward(q, k, v, True, scale, None)
     monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
+    # the row constants alone: the counted bound (its own test) off in both runs
+    monkeypatch.setattr(afr, "_row_counted_bound", lambda w, *_: torch.full_like(w, math.inf))
     out_b = afr.forward_per_pair_bounds(q, k, v, True, scale)[0]
     assert bool(((out.to(F64) - ae.exact_attention(q, k, v, True, scale)).abs() <= out_b).all())
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
