@@ -14,7 +14,8 @@ Shared by ``tests/verification/test_attention_error_bound.py`` and ``benchmarks/
   running bound (``PerPairScoreError``); the stored output's error in the
   gradient bounds' ``delta`` (:func:`grad_error_bounds`);
 * :func:`lse_error_bound`: ``attention_lse_error_bound``, with a device's dot model its minimum with the
-  per-pair ``attention_lse_error_masked_tf32x3_op_pp`` (also the backward bounds' lse premise);
+  per-pair ``attention_lse_error_masked_tf32x3_op_pp``; the backward bounds' lse premise is that per query
+  row, at the row's own constants (:func:`_row_lse_errors`, ``Dl x`` of ``RunningAccError``);
 * :func:`dv_error_bound`, :func:`grad_error_bounds`: the backward's a-posteriori bounds, entry by
   entry the smaller of the a-priori theorems (``dv_error``, ``dk_error``, ``dq_error`` and their
   ``_acc`` forms) and the RUNNING ones of ``Ojas.Attention.Float.RunningAccError`` (the accumulation
@@ -413,11 +414,11 @@ def forward_posteriori_bound(
 
 def _forward_bounds(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None
-) -> tuple[torch.Tensor, float | None]:
-    """``(forward_posteriori_bound, per-pair lse bound)``: the second the largest row's
-    ``attention_lse_error_masked_tf32x3_op_pp`` (``_dot_pp`` at ``tc_op_dot_model``) of the same pass over the
-    pairs (:func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`), None where
-    that pass does not run ("fp32", or ``block_n`` given)."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(forward_posteriori_bound, per-pair lse bounds)``: the second [B, Hq, Sq] each row's
+    ``attention_lse_error_masked_tf32x3_op_pp`` (``_dot_pp`` at ``tc_op_dot_model``) at its own constants, of the
+    same pass over the pairs (:func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`),
+    None where that pass does not run ("fp32", or ``block_n`` given)."""
     inputs = _bound_inputs(q, k, is_causal, block_n, v.shape[-1])
     post = attention_forward_posteriori_bound(
         _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
@@ -436,7 +437,7 @@ def _forward_bounds(
     from ojas_ref.verification.attention_forward_running import forward_per_pair_bounds
 
     out_b, lse_b = forward_per_pair_bounds(q, k, v, is_causal, scale)
-    return torch.minimum(post, out_b), lse_b.max().item()
+    return torch.minimum(post, out_b), lse_b
 
 
 def _lse_error(
@@ -501,6 +502,33 @@ def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: fl
     return torch.cat(parts, 2)
 
 
+def _row_lse_errors(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, c: dict, value_dim: int
+) -> torch.Tensor:
+    """[B, Hq, Sq] float64: per query row a proved bound on ``|lse - exact_lse|``, the backward's lse premise
+    ``Dl x`` of the items of that row: :func:`_lse_error` (all rows' constants) and, with a device's dot model,
+    its minimum with the row's ``attention_lse_error_masked_tf32x3_op_pp`` at its own constants and
+    ``Dsc_i`` (:func:`lse_score_error`;
+    :func:`~ojas_ref.verification.attention_forward_running._row_lse_bound`)."""
+    if c["dot"] == "fp32":
+        uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"])
+        return torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
+    from ojas_kernels.attention import default_config
+
+    from ojas_ref.verification import attention_forward_running as afr
+
+    bn, sq, sk, e = c["bnd"]["block_n"], q.shape[2], k.shape[2], q.shape[-1]
+    kw = dict(scale=scale, dot=c["dot"], **c["bnd"])
+    dsc = lse_score_error(q, k, is_causal, scale)
+    all_rows = attention_lse_error_bound(sk, e, score_shift=dsc.max().item(), **c["errs"], **kw)
+    uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], all_rows)
+    rows = torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
+    bm = default_config(max(e, value_dim), q.dtype, q.device, is_causal).fwd.block_m
+    counts = afr._tile_counts(sq, sk, bm, bn, is_causal).to(q.device)
+    got = afr._row_lse_bound(dsc, kw, afr._row_qk_abs_sum(q, k, is_causal), counts, e, sk, q.device.type)
+    return torch.minimum(rows, got)
+
+
 def _backward_constants(
     q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, value_dim: int | None = None
 ) -> dict:
@@ -557,6 +585,21 @@ def _block_rows(row_size: int, bm: int) -> int:
     return bm * max(1, 2**26 // (row_size * bm))
 
 
+def _exp2_premises(
+    c: dict, lse_error: float | torch.Tensor, head_dim: int, scale: float
+) -> tuple[torch.Tensor, Fraction]:
+    """``(Dl, Am)`` of the running theorems' exp2 premise: ``Dl`` [B, Hq, Sq] per query row at the row's
+    lse bound ``lse_error`` ([B, Hq, Sq], or one number for every row) and ``|LSE|`` (:func:`_lse_bounds`;
+    :func:`~ojas_ref.verification.bounds.attention_running.exp2_premise_rows`), ``Am`` one for every pair
+    (:func:`~ojas_ref.verification.bounds.attention_running.exp2_premise_terms` at the largest of both)."""
+    lse_abs = torch.maximum(c["lse_lo"].abs(), c["lse_hi"].abs())
+    lse_error = torch.as_tensor(lse_error, dtype=F64, device=lse_abs.device).expand(lse_abs.shape)
+    _, am = ar.exp2_premise_terms(
+        c["dot"], head_dim, scale, c["bnd"]["qk_abs_sum"], lse_abs.max().item(), lse_error.max().item()
+    )
+    return ar.exp2_premise_rows(lse_abs, lse_error), am
+
+
 def _pair_exp2_factors(
     r0: int,
     q: torch.Tensor,
@@ -564,26 +607,18 @@ def _pair_exp2_factors(
     is_causal: bool,
     scale: float,
     c: dict,
-    lse_error: float,
+    premises: tuple[torch.Tensor, Fraction],
     operands: str,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: per pair of the query rows ``q`` (from ``r0``) and the keys ``k`` (one per
-    query head), ``X x - 1 >= 2^(2 (delta x + Dl) + u Am + ea) - 1`` of the running theorems
+    query head), ``X x - 1 >= 2^(2 (delta x + Dl x) + u Am + ea) - 1`` of the running theorems
     (:func:`~ojas_ref.verification.bounds.attention_running.exp2_factor_minus_one`), ``delta x`` the
     pair's own score error (:func:`~ojas_ref.verification.score_errors.score_error_block` at the device's
     dot model, ``operands`` the kernel's first operand: the minimum of the model's actual error and the
-    worst case at the pair's ``sum |q k|``, both proved bounds), ``Dl``, ``Am`` uniform
-    (:func:`~ojas_ref.verification.bounds.attention_running.exp2_premise_terms`)."""
-    dl, am = ar.exp2_premise_terms(
-        c["dot"],
-        q.shape[-1],
-        scale,
-        c["bnd"]["qk_abs_sum"],
-        _max_abs_lse(c["lse_lo"], c["lse_hi"]),
-        lse_error,
-    )
+    worst case at the pair's ``sum |q k|``, both proved bounds), ``premises = (Dl, Am)``: ``Dl`` [..., R]
+    the rows' (:func:`_exp2_premises`), ``Am`` uniform."""
     delta = se.score_error_block(r0, q, k, is_causal, scale, c["dot"], operands)
-    return ar.exp2_factor_minus_one(delta, dl, am)
+    return ar.exp2_factor_minus_one(delta, premises[0][..., None], premises[1])
 
 
 def _dv_running_bound(
@@ -594,7 +629,7 @@ def _dv_running_bound(
     is_causal: bool,
     scale: float,
     c: dict,
-    lse_error: float,
+    lse_error: float | torch.Tensor,
 ) -> torch.Tensor:
     """``dv_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) for every stored dV entry
     [B, Hkv, Sk, Ev]: ``(1 + us) (run_err g_rel g_abs bs + sum_x r x) + us S + es`` over the query
@@ -604,7 +639,8 @@ def _dv_running_bound(
     Every item ``x = (i, j)`` has ``z x = P_ij dO_ic`` and ``r x = ((H x - 1) P_ij + cw) |dO_ic|``
     (0 where masked), ``H x = (1 + us)(1 + ue) X x`` with ``X x - 1`` from the pair's own score error
     ``delta x`` (:func:`_pair_exp2_factors`: :func:`~ojas_ref.verification.score_errors.score_error_block`
-    of the dK/dV kernel's ``dot(k, q^T)``); ``bs`` from the running tensors of
+    of the dK/dV kernel's ``dot(k, q^T)``) and its query row's ``Dl x`` (``lse_error`` [B, Hq, Sq], each
+    row's lse bound, or one for every row); ``bs`` from the running tensors of
     :class:`~ojas_ref.verification.bounds.attention_running.RunningAcc`: the float64 ``P~^T dO`` of each
     tile within ``dot_error`` plus ``|P~ - P| |dO|`` of the exact one (P between ``softmax_bounds``),
     ``sum |z| <= P_up^T |dO|``."""
@@ -618,12 +654,15 @@ def _dv_running_bound(
     first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
     kf = k.to(F64)
     rows = _block_rows(b * hkv * sk, bm)
-    for qh, dh in zip(q.unflatten(1, (hkv, -1)).unbind(2), do.unflatten(1, (hkv, -1)).unbind(2)):
+    dl, am = _exp2_premises(c, lse_error, q.shape[-1], scale)
+    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, dl))
+    for qh, dh, lh in zip(*heads):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             s = _scores(r0, qc, kf, is_causal, scale)
             pr, (p_lo, p_up) = torch.softmax(s, -1), cb.softmax_bounds(s, c["es"])
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, lse_error, "kq")
+            pre = (lh[:, :, r0 : r0 + rows], am)
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "kq")
             h = cb.add_upper(cb.scale_upper(x1, e1), _float_up(e1 - 1))
             del x1
             d = dh[:, :, r0 : r0 + rows].to(F64)
@@ -652,8 +691,9 @@ def dv_error_bound(
     scale: float,
 ) -> torch.Tensor:
     """Proved a-posteriori bounds on |dV - exact| [B, Hkv, Sk, Ev] (``prob_abs_do`` from
-    :func:`exact_dv`), with the forward's lse bound (:func:`_lse_error`: ``attention_lse_error_bound``, with
-    a device's dot model its minimum with ``attention_lse_error_masked_tf32x3_op_pp``), the dK/dV
+    :func:`exact_dv`), with the forward's lse bound of each query row (:func:`_row_lse_errors`:
+    ``attention_lse_error_bound``, with a device's dot model its minimum with the row's
+    ``attention_lse_error_masked_tf32x3_op_pp`` at its own constants; the a-priori theorem at their largest), the dK/dV
     kernel's query tile (``default_config``) and every query head of a key's group counted: entry by
     entry the smaller of two theorems' values, both at the same premises:
 
@@ -670,7 +710,7 @@ def dv_error_bound(
     :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     c = _backward_constants(q, k, is_causal, scale, do.shape[-1])
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
-    lse_err = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], bnd)
+    lse_rows = _row_lse_errors(q, k, is_causal, scale, c, do.shape[-1])
     old = attention_dv_error_bound(
         prob_abs_do,
         g * sq,
@@ -683,13 +723,13 @@ def dv_error_bound(
         qk_abs_sum=bnd["qk_abs_sum"],
         max_abs_do=do.abs().max().item(),
         max_abs_lse=_max_abs_lse(c["lse_lo"], c["lse_hi"]),
-        lse_error=lse_err,
+        lse_error=lse_rows.max().item(),
         scale=scale,
         exp2_error=c["errs"]["exp2_error"],
         storage_rounding=c["rounding"],
         dot=c["dot"],
     )
-    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_err))
+    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows))
 
 
 def _delta_output_error(
@@ -845,7 +885,7 @@ def _grad_running_bounds(
     scale: float,
     c: dict,
     delta_error: torch.Tensor,
-    lse_error: float,
+    lse_error: float | torch.Tensor,
     ex: dict,
 ) -> dict[str, torch.Tensor]:
     """``dk_error_acc_running_pp`` and ``dq_error_acc_running_pp`` (``grad_error_acc_running_pp``,
@@ -858,7 +898,8 @@ def _grad_running_bounds(
     ``r x = gacc_A(E x) h1 x + gacc_B(E x) h2 x + gacc_c(E x, Ym, (1 + u)(eP x + eDm) + ea, W)`` (0 where
     masked; ``gacc_c`` taken at the largest ``eP``, monotone), ``E x = (1 + ue) X x`` from the pair's own
     score error (:func:`_pair_exp2_factors`, the larger of the dK/dV kernel's ``dot(k, q^T)`` and the dQ
-    kernel's ``dot(q, k^T)``; :func:`_grad_pair_factors`), ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP x
+    kernel's ``dot(q, k^T)``; :func:`_grad_pair_factors`) and its query row's lse premise ``Dl x``
+    (``lse_error`` [B, Hq, Sq] per row or one for every row, :func:`_exp2_premises`), ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP x
     + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq], ``eP x`` the pair's own ``dp`` error
     (:func:`_pair_dp_errors`, at most the dot model's at ``ex``'s ``dp_abs_sum``), ``Ym`` ``max_abs_y``."""
     dot, bnd = c["dot"], c["bnd"]
@@ -879,12 +920,14 @@ def _grad_running_bounds(
     g_dq = ar.acc_constants_up(dot, qn)
     kf, vf = k.to(F64), v.to(F64)
     rows = _block_rows(b * hkv * sk, bm)
-    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, delta_error))
-    for gi, (qh, dh, eh) in enumerate(zip(*heads)):
+    dl, am = _exp2_premises(c, lse_error, e_dim, scale)
+    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, delta_error, dl))
+    for gi, (qh, dh, eh, lh) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, lse_error, "both")
+            pre = (lh[:, :, r0 : r0 + rows], am)
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "both")
             e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot)
             cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
                 cb.scale_upper(cb.add_upper(e_p, eh[:, :, r0 : r0 + rows, None].to(F64)), 1 + u), _float_up(ea)
@@ -913,24 +956,26 @@ def _grad_premises(
     scale: float,
     inputs: str,
     c: dict,
-) -> tuple[torch.Tensor, float]:
-    """``(eD, lse_error)``: the premises ``|delta_i - D_i| <= eD_i`` [B, Hq, Sq] and ``|lse - LSE| <=
-    lse_error`` of the dQ / dK theorems: ``attention_delta_error_bound`` plus, "proved",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(eD, lse_error)``: the premises ``|delta_i - D_i| <= eD_i`` and ``|lse_i - LSE_i| <= lse_error_i``
+    [B, Hq, Sq] of the dQ / dK theorems: ``attention_delta_error_bound`` plus, "proved",
     ``sum_c |dO_ic| e_ic`` of the a-posteriori forward bound (``dot_R_perturb``) and
-    ``attention_lse_error_bound`` (:func:`_lse_error`: with a device's dot model its minimum with
-    ``attention_lse_error_masked_tf32x3_op_pp`` of the forward bound's own pass over the pairs,
-    :func:`_forward_bounds`); "measured", the saved tensors' own deviations (certified:
+    ``attention_lse_error_bound`` (:func:`_lse_error`: with a device's dot model its minimum with each row's
+    ``attention_lse_error_masked_tf32x3_op_pp`` at its own constants, of the forward bound's own pass over the
+    pairs, :func:`_forward_bounds`); "measured", the saved tensors' own deviations (certified:
     :func:`_delta_output_error`, the lse between :func:`_lse_bounds`)."""
     dof = do.to(F64)
     ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), v.shape[-1])
     if inputs == "proved":
         fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None)
         ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
-        return ed, _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], lse_pp)
+        uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], math.inf)
+        rows = torch.full(ed.shape, uniform, dtype=F64, device=ed.device)
+        return ed, rows if lse_pp is None else torch.minimum(rows, lse_pp)
     ed = cb.add_upper(ed, _delta_output_error(q, k, v, do, out, is_causal, scale, c["es"]))
     saved = lse.to(F64)
-    lse_lo, lse_hi = c["lse_lo"], c["lse_hi"]
-    return ed, max(cb.add_upper(lse_hi, -saved).max().item(), cb.add_upper(saved, -lse_lo).max().item(), 0.0)
+    dev = torch.maximum(cb.add_upper(c["lse_hi"], -saved), cb.add_upper(saved, -c["lse_lo"]))
+    return ed, dev.clamp_min(0.0)
 
 
 def _chain_grad_bounds(
@@ -1043,7 +1088,8 @@ def grad_error_bounds(
     * the a-priori ``attention_dq_error_bound``, ``attention_dk_error_bound`` (``dq_error``,
       ``dk_error``; with a dot model ``dq_error_acc``, ``dk_error_acc``);
 
-    both at the premises ``|lse - LSE| <= lse_error``, ``|delta_i - D_i| <= eD_i`` of
+    both at the premises ``|lse_i - LSE_i| <= lse_error_i`` (the a-priori ones at the largest),
+    ``|delta_i - D_i| <= eD_i`` of
     :func:`_grad_premises`: ``inputs="proved"``, the forward theorems (``attention_lse_error_bound`` and
     ``attention_lse_error_masked_tf32x3_op_pp``;
     ``attention_delta_error_bound`` plus ``sum_c |dO_ic| e_ic`` with ``e`` the a-posteriori forward
@@ -1063,7 +1109,7 @@ def grad_error_bounds(
         return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
     ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c)
     ex = exact_grads(q, k, v, do, is_causal, scale, ed)
-    dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err, scale)
+    dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
     run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex)
     return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"]))
 

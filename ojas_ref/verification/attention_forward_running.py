@@ -23,11 +23,12 @@ Per pair (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running
 and the saved lse's ``attention_lse_error_masked_tf32x3_op_pp``): :func:`forward_per_pair_sums` adds, from each
 pair's score error ``d_ij`` (:func:`~ojas_ref.verification.score_errors.score_error_block` at the dot model),
 ``Dsc_i >= ln sum_j P_ij e^(d_ij)`` and ``Yw_ic >= sum_j P_ij |v_jc| (e^(d_ij + Dsc_i) - 1)``;
-:func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass, the output's at
-each query row's own constants (the theorem is stated for one row: ``P`` the row's ``sum |q k|`` bound over its
-visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`), or where smaller
-``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.bounds.attention_running.
-forward_counted_bound`) at the row's count of keys that may raise the running max (:func:`_row_max_changes`).
+:func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass, both at
+each query row's own constants (the theorems are stated for one row: ``P`` the row's ``sum |q k|`` bound over its
+visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`, :func:`_row_lse_bound`), the output's
+where smaller ``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.bounds.
+attention_running.forward_counted_bound`) at the row's count of keys that may raise the running max
+(:func:`_row_max_changes`).
 
 Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
 ``2^24`` entries. Not covered: as the theorem (its header), and the premises of
@@ -378,6 +379,30 @@ def _row_counted_bound(
     return _grouped(w, r, yw, kw, p_rows, counts, changes)
 
 
+def _row_lse_bound(
+    dsc: torch.Tensor, kw: dict, p_rows: torch.Tensor, counts: torch.Tensor, head_dim: int, n_keys: int, device: str
+) -> torch.Tensor:
+    """[B, Hq, Sq]: ``attention_lse_error_bound(score_shift=dsc)`` (``attention_lse_error_masked_tf32x3_op_pp``,
+    stated for one query row) at each row's own constants, grouped as :func:`_row_grouped_bound` (``N =
+    min(Sk, T block_n)``, ``p`` the group's largest ``p_rows``, at most ``kw``'s ``qk_abs_sum``), and at most
+    the bound at the all-rows constants (``kw``: ``n_keys`` keys; both proved, the bound monotone in them)."""
+    errs = ae.unary_errors(device, n_keys)  # the log2 domain of n_keys covers every row's N <= n_keys
+    out = ab.attention_lse_error_bound(n_keys, head_dim, score_shift=dsc, **errs, **kw).clone()
+    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
+    for t in counts.unique().tolist():
+        rows = (counts == t).nonzero().flatten()
+        dt, pt, lv, ot = (x[:, :, rows] for x in (dsc, p_rows, level, out))
+        for b in lv.unique().tolist():
+            sel = lv == b
+            g_kw = dict(kw, qk_abs_sum=min(pt[sel].max().item(), kw["qk_abs_sum"]))
+            got = ab.attention_lse_error_bound(
+                min(n_keys, t * kw["block_n"]), head_dim, score_shift=dt[sel], **errs, **g_kw
+            )
+            ot[sel] = torch.minimum(ot[sel], got)
+        out[:, :, rows] = ot
+    return out
+
+
 def forward_per_pair_bounds(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -399,8 +424,9 @@ def forward_per_pair_bounds(
       raise the running max (:func:`_row_max_changes`, :func:`_row_counted_bound`);
     * ``lse_bound`` [B, Hq, Sq] on ``|lse - exact_lse|`` per row: ``attention_lse_error_masked_tf32x3_op_pp``
       (``attention_lse_error_masked_dot_pp`` at ``tc_op_dot_model`` for 16-bit inputs), i.e.
-      :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``
-      (its maximum is the backward's uniform premise ``Dl``).
+      :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``,
+      at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_lse_bound`; the backward's lse premise ``Dl x`` of
+      the item's row).
 
     Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``."""
     block_n, block_m = _forward_tiles(q, v, is_causal, block_n, block_m)
@@ -415,6 +441,4 @@ def forward_per_pair_bounds(
         _row_grouped_bound(w, r, yw, kw, p_rows, counts), _row_counted_bound(w, r, yw, kw, p_rows, counts, changes)
     )
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
-    errs = ae.unary_errors(q.device.type, k.shape[2])
-    lse = ab.attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **errs, **lse_kw)
-    return out, lse
+    return out, _row_lse_bound(dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)

@@ -147,7 +147,7 @@ def _dv(q, k, v, do, causal, scale) -> tuple[torch.Tensor, torch.Tensor, torch.T
     flash_attention(q, k, vv, causal, scale).backward(do)
     ex, pad = ae.exact_dv(q, k, do, causal, scale)
     c = ae._backward_constants(q, k, causal, scale)
-    lse_err = ae._lse_error(q, k, causal, scale, c["dot"], c["errs"], c["bnd"])  # dv_error_bound's premise
+    lse_err = ae._row_lse_errors(q, k, causal, scale, c, v.shape[-1])  # dv_error_bound's premise
     run = ae._dv_running_bound(q, k, do, pad, causal, scale, c, lse_err)
     keep = ae._dv_running_bound
     ae._dv_running_bound = lambda *a, **kw: INF

@@ -24,8 +24,9 @@ t of (|z x| + r x)``. Here:
   memory of one accumulator, whatever the number of tiles (dV, dK: the dK/dV kernel's query tiles);
 * :func:`running_error_prefix`: the same fold over the first ``n`` tiles of every entry in closed
   form, all tiles at once (dQ: the dQ kernel's key tiles, a prefix of its loop for every row);
-* :func:`exp2_premise_terms`, :func:`exp2_factor_minus_one`: ``X x - 1 >= 2^(2 (delta x + Dl) + u Am +
-  ea) - 1`` per pair, from the pair's own score error ``delta x``;
+* :func:`exp2_premise_terms`, :func:`exp2_premise_rows`, :func:`exp2_factor_minus_one`: ``X x - 1 >=
+  2^(2 (delta x + Dl x) + u Am + ea) - 1`` per pair, from the pair's own score error ``delta x`` and its
+  query row's lse premise ``Dl x``;
 * :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``;
 * :func:`forward_counted_bound`: the forward output's per-pair running bound with the key tiles that leave
   the running max unchanged charged less (``Ojas.Attention.Float.ForwardAccRunningCounted``).
@@ -63,6 +64,7 @@ __all__ = [
     "run_err",
     "RunningAcc",
     "running_error_prefix",
+    "exp2_premise_rows",
     "exp2_premise_terms",
     "exp2_factor_minus_one",
     "grad_bound_up",
@@ -279,14 +281,29 @@ def exp2_premise_terms(
     return dl, am
 
 
-def exp2_factor_minus_one(delta: torch.Tensor, dl: Fraction, am: Fraction) -> torch.Tensor:
+def exp2_premise_rows(lse_abs: torch.Tensor, lse_error: torch.Tensor) -> torch.Tensor:
+    """Per query row the ``Dl`` of :func:`exp2_premise_terms` at the row's own ``|LSE| <= lse_abs`` and
+    ``|lse - LSE| <= lse_error`` (float64 tensors of one shape, >= 0; the running theorems take ``Dl x``
+    per item), rounded up."""
+    if lse_abs.shape != lse_error.shape or not bool(((lse_abs >= 0) & (lse_error >= 0)).all()):
+        raise ValueError("lse_abs and lse_error must be tensors of one shape, >= 0")
+    u, ea, uc2 = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_LOG2E_CONST_ERROR)
+    lmax = cb.add_upper(lse_abs.to(F64), lse_error.to(F64))
+    return cb.add_upper(cb.add_upper(lse_error.to(F64), cb.scale_upper(lmax, u * (1 + uc2) + uc2)), _float_up(ea))
+
+
+def exp2_factor_minus_one(delta: torch.Tensor, dl: Fraction | torch.Tensor, am: Fraction) -> torch.Tensor:
     """Per entry an upper bound of ``2^(2 (delta + Dl) + u Am + ea) - 1`` (float64, ``delta >= 0`` the
-    pairs' score errors, e.g. :func:`~ojas_ref.verification.score_errors.score_error_block`), so that
+    pairs' score errors, e.g. :func:`~ojas_ref.verification.score_errors.score_error_block`; ``Dl`` a number
+    or a float64 tensor that broadcasts against ``delta``, e.g. per row of :func:`exp2_premise_rows`), so that
     ``X x = 1 + result`` meets the running theorems' premise: ``e^y - 1 <= y / (1 - y)`` for ``y < 1``
     (``Ojas.Bounds.Softmax.expm1_le_small``) at ``y >= (2 delta + 2 Dl + u Am + ea) ln 2``, every operation
     rounded up (the denominator down). ``ValueError`` where ``y >= 1/2``."""
     u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
-    c0 = _float_up((2 * dl + u * am + ea) * LN2_UP)
+    if isinstance(dl, torch.Tensor):
+        c0 = cb.add_upper(cb.scale_upper(dl.to(F64), 2 * LN2_UP), _float_up((u * am + ea) * LN2_UP))
+    else:
+        c0 = _float_up((2 * dl + u * am + ea) * LN2_UP)
     y = cb.add_upper(cb.scale_upper(delta.to(F64), 2 * LN2_UP), c0)
     if not bool((y < 0.5).all()):
         raise ValueError(f"the exp2 argument error {y.max().item()} is too large (>= 1/2 after ln 2)")

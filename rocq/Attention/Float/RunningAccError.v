@@ -20,8 +20,8 @@
     [dv_error_acc_running] (dV, as [dv_error_acc] of DvError.v), and
     [grad_error_acc_running_with], [dk_error_acc_running], [dq_error_acc_running]
     (dK and dQ, as [grad_error_acc_with], [dk_error_acc], [dq_error_acc] of
-    DkDqError.v), with the score premises per item ([delta x], [X x]) instead of
-    uniform ones. *)
+    DkDqError.v), with the score premises per item ([delta x], [X x], the lse's
+    error [Dl x] and the magnitude [Am x] of [s2 - lse2]) instead of uniform ones. *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -216,9 +216,8 @@ Import ExpNotations.
 (** [dv_error_acc] with the running bound: the kernel's
     [dv = tl.dot (tl.trans (p.to(dO.dtype)), dO, dv)] over query tiles of [n] rows from
     0 ([dv_kernel_acc], any [acc_dot_model]), stored [rnd_s (dv)].  The score premises
-    are per query row: [delta x] its score error (natural units), [X x] its
-    exponential's factor; [Dl] (the lse error) and [Am] (the magnitude of [s2 - lse2])
-    stay uniform.  With [P x = exp (scale q_x.k - Lx x)], [H x = (1 + us) (1 + ue) X x],
+    are per query row: [delta x] its score error (natural units), [Dl x] its lse's
+    error, [Am x] the magnitude of its [s2 - lse2], [X x] its exponential's factor.  With [P x = exp (scale q_x.k - Lx x)], [H x = (1 + us) (1 + ue) X x],
     [cw = (1 + us) ee + es], the terms [Pd x = vis_x P x dO_x] and their errors
     [rr x = vis_x ((H x - 1) P x + cw) |dO_x|]:
       |rnd_s (dV) - sum_x Pd x| <= (1 + us) (run_err g_rel g_abs bs + sum_x rr x) + us S + es,
@@ -228,14 +227,14 @@ Import ExpNotations.
     contraction in [s2 - lse2] (as [dv_error_acc]); no bound on the lse itself ([Dl] is
     a premise). *)
 Theorem dv_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_rel g_abs (dotf : list R -> list R -> R)
-    vis c scale k (tiles : list (list (list R * (R * R)))) (Lx delta X : list R * (R * R) -> R) Dl Am bs,
+    vis c scale k (tiles : list (list (list R * (R * R)))) (Lx delta X Dl Am : list R * (R * R) -> R) bs,
   acc_dot_model accf n g_rel g_abs ->
   Forall (fun tl => length tl = n) tiles ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta x
-     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
-     /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
-     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x) ->
+     /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl x
+     /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am x
+     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x) ->
   let P := fun x => exp (scale * dot_R (fst x) k - Lx x) in
   let H := fun x => (1 + us) * ((1 + ue) * X x) in
   let cw := (1 + us) * ee + es in
@@ -256,9 +255,9 @@ Proof.
   assert (Hterm : forall x, In x xs -> Rabs (wt x * fst (snd x) - Pd x) <= rr x).
   { intros x Hin; unfold wt, dv_w_with, Pd, rr; destruct (vis x) eqn:Ev.
     - destruct (Hx x Hin Ev) as [H1 [H2 [H3 H4]]].
-      pose proof (dv_X_ge_1 M (delta x) Dl Am (X x) (Rle_trans _ _ _ (Rabs_pos _) H1)
+      pose proof (dv_X_ge_1 M (delta x) (Dl x) (Am x) (X x) (Rle_trans _ _ _ (Rabs_pos _) H1)
                     (Rle_trans _ _ _ (Rabs_pos _) H2) (Rle_trans _ _ _ (Rabs_pos _) H3) H4) as HX1.
-      pose proof (dv_weight_close_with M dotf c k x scale (Lx x) (delta x) Dl Am (X x) H1 H2 H3 H4) as Hw.
+      pose proof (dv_weight_close_with M dotf c k x scale (Lx x) (delta x) (Dl x) (Am x) (X x) H1 H2 H3 H4) as Hw.
       pose proof (stored_weight_close M _ _ ((1 + ue) * X x) (exp_pos _) ltac:(nra) Hw) as Hs.
       fold (P x) in Hs.
       replace (ff_rnd S_ (dv_p_with M dotf c k x) * fst (snd x) - P x * fst (snd x))
@@ -372,8 +371,9 @@ Qed.
 (** [grad_error_acc_with] with the running bound: the kernel's
     [acc = tl.dot (ds^T, w, acc)] over tiles of [n] items from 0 (any
     [acc_dot_model]), then [rnd (acc * cs)] stored ([grad_kernel_acc_with]).  The
-    score premises are per item: [delta x] its score error, [X x] its exponential's
-    factor ([E x = (1 + ue) X x]); [Dl], [Am], [eP], [eDm], [Ym], [W] stay uniform.
+    score premises are per item: [delta x] its score error, [Dl x] its lse's error,
+    [Am x] the magnitude of its [s2 - lse2], [X x] its exponential's factor
+    ([E x = (1 + ue) X x]); [eP], [eDm], [Ym], [W] stay uniform.
     With [Pr x = exp (scale qv_x.kv_x - Lx x)], the exact terms
     [Pd x = vis_x Pr x (dPx x - Dx x) w x], their errors
     [rr x = vis_x (gacc_A (E x) h1 x + gacc_B (E x) h2 x + gacc_c (E x) Ym cRm W)]
@@ -385,14 +385,14 @@ Qed.
     contraction in [s2 - lse2]; the errors of the saved lse and of [delta] are
     premises ([Dl], [eD]), as in [grad_error_acc_with]. *)
 Theorem grad_error_acc_running_with : forall accf n g_rel g_abs vis c cs scale ucs (tiles : list (list T))
-    (Lx dPx Dx eD delta X : T -> R) Dl Am eP eDm Ym W bs,
+    (Lx dPx Dx eD delta X Dl Am : T -> R) eP eDm Ym W bs,
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
-     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
-     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am
-     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl x
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am x
+     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
      /\ Rabs (dp x - dPx x) <= eP
      /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
@@ -415,7 +415,7 @@ Proof.
   assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= rr x).
   { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
     - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
-      exact (grad_acc_item_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x) Dl Am (X x) eP eDm Ym W
+      exact (grad_acc_item_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x) (Dl x) (Am x) (X x) eP eDm Ym W
                Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
     - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
   pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
@@ -433,19 +433,19 @@ End GenericRun.
 (** dK ([dk_kernel_acc]: the query tiles of the key's group, [dk = tl.dot (ds^T, q, dk)]):
     [grad_error_acc_running_with] as [dk_error_acc] specializes [grad_error_acc_with],
     [dp]'s [pdot] of a [dot_model] ([eP = gp_rel Pd + gp_abs], [Pd] a bound on
-    [dot_abs v dO_i]), per query row [delta x] and [X x].  The exact terms
+    [dot_abs v dO_i]), per query row [delta x], [Dl x], [Am x] and [X x].  The exact terms
     [Gt x = vis_x Pr x (dP_x - D_x) q_xe].  Not covered: as [grad_error_acc_running_with]. *)
 Theorem dk_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
     (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs k v e tiles
-    (Lx Dx eD delta X : (list R * list R) * (R * R) -> R) Dl Am Ev Pd eDm Ym W bs,
+    (Lx Dx eD delta X Dl Am : (list R * list R) * (R * R) -> R) Ev Pd eDm Ym W bs,
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   length v = Ev -> dot_model pdot Ev gp_rel gp_abs ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta x
-     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
-     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am
-     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl x
+     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am x
+     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
      /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
      /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
@@ -476,20 +476,20 @@ Qed.
 
 (** dQ ([dq_kernel_acc]: the key tiles, [dq = tl.dot (ds, k, dq)]) of one query row
     ([lse2], [delta] of the row, [Lx], [D], [eD] uniform): [grad_error_acc_running_with]
-    as [dq_error_acc] specializes [grad_error_acc_with], per key row [delta y] and
-    [X y].  The exact terms [Gt y = vis_y Pr y (dP_y - D) k_ye].  Not covered: as
+    as [dq_error_acc] specializes [grad_error_acc_with], per key row [delta y], [Am y]
+    and [X y] (the row's [Dl] is one number).  The exact terms [Gt y = vis_y Pr y (dP_y - D) k_ye].  Not covered: as
     [grad_error_acc_running_with]. *)
 Theorem dq_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
     (sdot pdot : list R -> list R -> R) (gp_rel gp_abs : R) vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
-    (delta X : list R * list R -> R) Dl Am Ev Pd Ym W bs,
+    (delta X Am : list R * list R -> R) Dl Ev Pd Ym W bs,
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   length dO = Ev -> dot_model pdot Ev gp_rel gp_abs ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta y
-     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am
-     /\ Rpower 2 (2 * (delta y + Dl) + u * Am + ea) <= X y
+     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am y
+     /\ Rpower 2 (2 * (delta y + Dl) + u * Am y + ea) <= X y
      /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
   let eP := gp_rel * Pd + gp_abs in
@@ -505,11 +505,11 @@ Theorem dq_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_re
   Rabs (dq_kernel_acc M accf sdot pdot vis c cs q dO l2 dl e tiles - scale * rsum (map Gt (concat tiles)))
   <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
 Proof.
-  intros accf n g_rel g_abs sdot pdot gp_rel gp_abs vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta X Dl Am
+  intros accf n g_rel g_abs sdot pdot gp_rel gp_abs vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta X Am Dl
     Ev Pd Ym W bs Hm Hn Hs Hucs Hc Hd Hdm Hl HdD Hx eP E Pr Y Gt rr S1 Hp.
   apply (grad_error_acc_running_with _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
            (fun y => nth e (fst y) 0) accf n g_rel g_abs vis c cs scale ucs tiles (fun _ => Lx)
-           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta X Dl Am eP eD Ym W bs); auto.
+           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta X (fun _ => Dl) Am eP eD Ym W bs); auto.
   intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 [H6 H7]]]]]].
   repeat split; auto; try lra.
   apply (dm_eP_bound pdot Ev gp_rel gp_abs Pd _ _ Hdm); auto.

@@ -10,7 +10,9 @@
     [|pdot v dO - dot_R v dO| <= eP x] (the dot model at the pair's own
     [dot_abs]: [dm_eP_bound]; or the model's error computed on the data), no
     [dot_model] premise.  [eDm] still bounds the [eD x] inside [gacc_c], which
-    now takes the item's [eP x].  Not covered: as [grad_error_acc_running_with]. *)
+    now takes the item's [eP x].  The lse's error [Dl x] and the magnitude [Am x] of
+    [s2 - lse2] are per item as in [grad_error_acc_running_with] (in dQ, of one query
+    row, [Dl] is one number).  Not covered: as [grad_error_acc_running_with]. *)
 
 From Coq Require Import Reals List Lra.
 From Ojas Require Import VectorFacts FloatModel.DotError FloatModel.MixedPrecision FloatModel.Notations Attention.BackwardCorrect.
@@ -34,14 +36,14 @@ Variables (qv kv : T -> list R) (l2 dp dl w : T -> R).
 
 (** [grad_error_acc_running_with] with [eP x] per item. *)
 Theorem grad_error_acc_running_pp : forall accf n g_rel g_abs vis c cs scale ucs (tiles : list (list T))
-    (Lx dPx Dx eD delta X eP : T -> R) Dl Am eDm Ym W bs,
+    (Lx dPx Dx eD delta X eP Dl Am : T -> R) eDm Ym W bs,
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
-     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
-     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am
-     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl x
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am x
+     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
      /\ Rabs (dp x - dPx x) <= eP x
      /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
@@ -65,7 +67,7 @@ Proof.
   { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
     - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
       exact (grad_acc_item_close M T sdot qv kv l2 dp dl w vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x)
-               Dl Am (X x) (eP x) eDm Ym W Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
+               (Dl x) (Am x) (X x) (eP x) eDm Ym W Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
     - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
   pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
   fold xs in Hc'.
@@ -83,14 +85,14 @@ End GenericPP.
     [dk_error_acc_running] with [eP x] in place of the dot model's [gp_rel Pd + gp_abs]. *)
 Theorem dk_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
     (sdot pdot : list R -> list R -> R) vis c cs scale ucs k v e tiles
-    (Lx Dx eD delta X eP : (list R * list R) * (R * R) -> R) Dl Am eDm Ym W bs,
+    (Lx Dx eD delta X eP Dl Am : (list R * list R) * (R * R) -> R) eDm Ym W bs,
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta x
-     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
-     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am
-     /\ Rpower 2 (2 * (delta x + Dl) + u * Am + ea) <= X x
+     /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl x
+     /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am x
+     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
      /\ Rabs (pdot v (snd (fst x)) - dot_R v (snd (fst x))) <= eP x
      /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
@@ -119,14 +121,14 @@ Qed.
     key row: [dq_error_acc_running] with [eP y] in place of [gp_rel Pd + gp_abs]. *)
 Theorem dq_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
     (sdot pdot : list R -> list R -> R) vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
-    (delta X eP : list R * list R -> R) Dl Am Ym W bs,
+    (delta X eP Am : list R * list R -> R) Dl Ym W bs,
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta y
-     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am
-     /\ Rpower 2 (2 * (delta y + Dl) + u * Am + ea) <= X y
+     /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am y
+     /\ Rpower 2 (2 * (delta y + Dl) + u * Am y + ea) <= X y
      /\ Rabs (pdot dO (snd y) - dot_R dO (snd y)) <= eP y
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
   let E := fun y => (1 + ue) * X y in
@@ -141,11 +143,11 @@ Theorem dq_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g
   Rabs (dq_kernel_acc M accf sdot pdot vis c cs q dO l2 dl e tiles - scale * rsum (map Gt (concat tiles)))
   <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
 Proof.
-  intros accf n g_rel g_abs sdot pdot vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta X eP Dl Am
+  intros accf n g_rel g_abs sdot pdot vis c cs scale ucs q dO l2 dl e tiles Lx D eD delta X eP Am Dl
     Ym W bs Hm Hn Hs Hucs Hc Hl HdD Hx E Pr Y Gt rr S1 Hp.
   apply (grad_error_acc_running_pp _ sdot (fun _ => q) fst (fun _ => l2) (fun y => pdot dO (snd y)) (fun _ => dl)
            (fun y => nth e (fst y) 0) accf n g_rel g_abs vis c cs scale ucs tiles (fun _ => Lx)
-           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta X eP Dl Am eD Ym W bs); auto.
+           (fun y => dot_R dO (snd y)) (fun _ => D) (fun _ => eD) delta X eP (fun _ => Dl) Am eD Ym W bs); auto.
   intros y Hin Hvis; destruct (Hx y Hin Hvis) as [H1 [H2 [H3 [H4 [H5 H6]]]]].
   repeat split; auto; lra.
 Qed.

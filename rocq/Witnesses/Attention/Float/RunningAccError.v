@@ -3,7 +3,8 @@
     the bounds [bs] those of [running_bs] (which meet [running_premise] with equality,
     [running_bs_premise]).  [acc_chain_running_error]: the item [1], [wt = w = id], [z x = x * x]
     ([r = 0]).  The kernels: [bf16_fp32], the data of Witnesses/Attention/Float/DvError.v and
-    DkDqError.v ([ws], [wv_x], [wk_x], ...), [delta] and [X] as there, now as constant functions.
+    DkDqError.v ([ws], [wv_x], [wk_x], ...), [delta] and [X] as there, now as constant functions, and
+    so the lse's error [Dl] (0, the saved lse exact there) and [Am] (0).
     Every premise proved together. *)
 
 From Coq Require Import Reals ZArith List Lra Lia.
@@ -41,7 +42,8 @@ Qed.
 
 Definition dv_error_acc_running_witness :=
   dv_error_acc_running wM _ 1 _ _ (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2)
-    (fun _ => ws_delta) (fun _ => Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 0 0 (running_bs _ _ _)
+    (fun _ => ws_delta) (fun _ => Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) (fun _ => 0) (fun _ => 0)
+    (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) wr_v_items (running_bs_premise _ _ _).
 
 (** ** dK and dQ: the items of Witnesses/Attention/Float/DkDqError.v *)
@@ -59,7 +61,8 @@ Qed.
 Definition grad_error_acc_running_with_witness :=
   grad_error_acc_running_with wM unit (bdot (mp_a wM)) (fun _ => [1]) (fun _ => [1]) (fun _ => ws) (fun _ => 1)
     (fun _ => 1) (fun _ => 1) _ 1 _ _ (fun _ => true) wa_c 1 1 0 [[tt]] (fun _ => ws * ln 2) (fun _ => 1)
-    (fun _ => 1) (fun _ => 0) (fun _ => ws_delta) (fun _ => wg_X) 0 0 0 0 0 1 (running_bs _ _ _)
+    (fun _ => 1) (fun _ => 0) (fun _ => ws_delta) (fun _ => wg_X) (fun _ => 0) (fun _ => 0) 0 0 0 1
+    (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs wr_g_items
     (running_bs_premise _ _ _).
 
@@ -78,7 +81,7 @@ Qed.
 Definition dk_error_acc_running_witness :=
   dk_error_acc_running wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
     (fun _ => true) wa_c 1 1 0 [1] [1] 0 [[wk_x]] (fun _ => ws * ln 2) (fun _ => 1) (fun _ => 0)
-    (fun _ => ws_delta) (fun _ => wg_X) 0 0 1 1 0 0 1 (running_bs _ _ _)
+    (fun _ => ws_delta) (fun _ => wg_X) (fun _ => 0) (fun _ => 0) 1 1 0 0 1 (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs eq_refl wf_dm
     wr_k_items (running_bs_premise _ _ _).
 
@@ -94,6 +97,6 @@ Qed.
 Definition dq_error_acc_running_witness :=
   dq_error_acc_running wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ea)
     (fun _ => true) wa_c 1 1 0 [1] [1] ws 1 0 [[([1], [1])]] (ws * ln 2) 1 0
-    (fun _ => ws_delta) (fun _ => wg_X) 0 0 1 1 0 1 (running_bs _ _ _)
+    (fun _ => ws_delta) (fun _ => wg_X) (fun _ => 0) 0 1 1 0 1 (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs eq_refl wf_dm
     (ws_zero _) (ws_zero _) wr_q_items (running_bs_premise _ _ _).

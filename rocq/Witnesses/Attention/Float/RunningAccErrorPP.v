@@ -20,7 +20,8 @@ Local Notation ea := (ff_eta (mp_a wM)).
 Definition grad_error_acc_running_pp_witness :=
   grad_error_acc_running_pp wM unit (bdot (mp_a wM)) (fun _ => [1]) (fun _ => [1]) (fun _ => ws) (fun _ => 1)
     (fun _ => 1) (fun _ => 1) _ 1 _ _ (fun _ => true) wa_c 1 1 0 [[tt]] (fun _ => ws * ln 2) (fun _ => 1)
-    (fun _ => 1) (fun _ => 0) (fun _ => ws_delta) (fun _ => wg_X) (fun _ => 0) 0 0 0 0 1 (running_bs _ _ _)
+    (fun _ => 1) (fun _ => 0) (fun _ => ws_delta) (fun _ => wg_X) (fun _ => 0) (fun _ => 0) (fun _ => 0) 0 0 1
+    (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs wr_g_items
     (running_bs_premise _ _ _).
 
@@ -42,7 +43,7 @@ Qed.
 Definition dk_error_acc_running_pp_witness :=
   dk_error_acc_running_pp wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (fun _ => true) wa_c 1 1 0 [1] [1] 0
     [[wk_x]] (fun _ => ws * ln 2) (fun _ => 1) (fun _ => 0) (fun _ => ws_delta) (fun _ => wg_X)
-    (fun x => wrp_eP (snd (fst x))) 0 0 0 0 1 (running_bs _ _ _)
+    (fun x => wrp_eP (snd (fst x))) (fun _ => 0) (fun _ => 0) 0 0 1 (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs
     wrp_k_items (running_bs_premise _ _ _).
 
@@ -58,7 +59,7 @@ Qed.
 
 Definition dq_error_acc_running_pp_witness :=
   dq_error_acc_running_pp wM _ 1 _ _ (bdot (mp_a wM)) (bdot (mp_a wM)) (fun _ => true) wa_c 1 1 0 [1] [1] ws 1 0
-    [[([1], [1])]] (ws * ln 2) 1 0 (fun _ => ws_delta) (fun _ => wg_X) (fun y => wrp_eP (snd y)) 0 0 0 1
+    [[([1], [1])]] (ws * ln 2) 1 0 (fun _ => ws_delta) (fun _ => wg_X) (fun y => wrp_eP (snd y)) (fun _ => 0) 0 0 1
     (running_bs _ _ _)
     blocked_acc_dot_model_witness ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs (ws_zero _) (ws_zero _)
     wrp_q_items (running_bs_premise _ _ _).
