@@ -26,9 +26,9 @@ pair's score error ``d_ij`` (:func:`~ojas_ref.verification.score_errors.score_er
 :func:`forward_per_pair_bounds` gives the output's and the lse's bounds from them in one pass, both at
 each query row's own constants (the theorems are stated for one row: ``P`` the row's ``sum |q k|`` bound over its
 visible keys, ``N``, ``Tt`` its keys and tiles; :func:`_row_grouped_bound`, :func:`_row_lse_bound`), the output's
-where smaller ``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.bounds.
-attention_running.forward_counted_bound`) at the row's count of keys that may raise the running max
-(:func:`_row_max_changes`).
+and the lse's where smaller ``Ojas.Attention.Float.ForwardAccRunningCounted``'s (:func:`~ojas_ref.verification.
+bounds.attention_running.forward_counted_bound`, ``lse_counted_bound``) at the row's count of keys that may raise
+the running max (:func:`_row_max_changes`).
 
 Memory: ``O(tiles * rows * Ev)`` per block of rows, the rows chosen so that a block's tensors hold about
 ``2^24`` entries. Not covered: as the theorem (its header), and the premises of
@@ -379,6 +379,45 @@ def _row_counted_bound(
     return _grouped(w, r, yw, kw, p_rows, counts, changes)
 
 
+def _lse_grouped(
+    dsc: torch.Tensor,
+    kw: dict,
+    p_rows: torch.Tensor,
+    counts: torch.Tensor,
+    head_dim: int,
+    n_keys: int,
+    device: str,
+    changes: torch.Tensor | None,
+) -> torch.Tensor:
+    """The rows grouped as :func:`_row_lse_bound` says (and by :func:`_change_level` of ``changes`` when given),
+    each group's lse bound at its constants: the per-pair one (at most the all-rows one), or with ``changes``
+    the counted one."""
+    errs = ae.unary_errors(device, n_keys)  # the log2 domain of n_keys covers every row's N <= n_keys
+    if changes is None:
+        out = ab.attention_lse_error_bound(n_keys, head_dim, score_shift=dsc, **errs, **kw).clone()
+    else:
+        out = torch.full_like(dsc, torch.inf, dtype=F64)
+    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
+    cl = torch.zeros_like(level, dtype=torch.int64) if changes is None else _change_level(changes)
+    for t in counts.unique().tolist():
+        rows = (counts == t).nonzero().flatten()
+        dt, pt, lv, ct, ot = (x[:, :, rows] for x in (dsc, p_rows, level, cl, out))
+        n_t = min(n_keys, t * kw["block_n"])
+        for b in lv.unique().tolist():
+            sel = lv == b
+            g_kw = dict(kw, qk_abs_sum=min(pt[sel].max().item(), kw["qk_abs_sum"]))
+            ds, cs, got = dt[sel], ct[sel], ot[sel]
+            if changes is None:
+                got = torch.minimum(got, ab.attention_lse_error_bound(n_t, head_dim, score_shift=ds, **errs, **g_kw))
+            else:
+                for c in cs.unique().tolist():
+                    sub = cs == c
+                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, **errs, **g_kw)
+            ot[sel] = got
+        out[:, :, rows] = ot
+    return out
+
+
 def _row_lse_bound(
     dsc: torch.Tensor, kw: dict, p_rows: torch.Tensor, counts: torch.Tensor, head_dim: int, n_keys: int, device: str
 ) -> torch.Tensor:
@@ -386,21 +425,24 @@ def _row_lse_bound(
     stated for one query row) at each row's own constants, grouped as :func:`_row_grouped_bound` (``N =
     min(Sk, T block_n)``, ``p`` the group's largest ``p_rows``, at most ``kw``'s ``qk_abs_sum``), and at most
     the bound at the all-rows constants (``kw``: ``n_keys`` keys; both proved, the bound monotone in them)."""
-    errs = ae.unary_errors(device, n_keys)  # the log2 domain of n_keys covers every row's N <= n_keys
-    out = ab.attention_lse_error_bound(n_keys, head_dim, score_shift=dsc, **errs, **kw).clone()
-    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
-    for t in counts.unique().tolist():
-        rows = (counts == t).nonzero().flatten()
-        dt, pt, lv, ot = (x[:, :, rows] for x in (dsc, p_rows, level, out))
-        for b in lv.unique().tolist():
-            sel = lv == b
-            g_kw = dict(kw, qk_abs_sum=min(pt[sel].max().item(), kw["qk_abs_sum"]))
-            got = ab.attention_lse_error_bound(
-                min(n_keys, t * kw["block_n"]), head_dim, score_shift=dt[sel], **errs, **g_kw
-            )
-            ot[sel] = torch.minimum(ot[sel], got)
-        out[:, :, rows] = ot
-    return out
+    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, None)
+
+
+def _row_lse_counted_bound(
+    dsc: torch.Tensor,
+    kw: dict,
+    p_rows: torch.Tensor,
+    counts: torch.Tensor,
+    head_dim: int,
+    n_keys: int,
+    device: str,
+    changes: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`_row_lse_bound`'s groups, also by the rows' ``changes`` [B, Hq, Sq] (:func:`_row_max_changes`,
+    rounded up by :func:`_change_level`), each at the counted lse bound
+    (:func:`~ojas_ref.verification.bounds.attention_running.lse_counted_bound`,
+    ``attention_lse_error_masked_counted_tf32x3_op_pp``, ``C`` the group's level)."""
+    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes)
 
 
 def forward_per_pair_bounds(
@@ -426,7 +468,8 @@ def forward_per_pair_bounds(
       (``attention_lse_error_masked_dot_pp`` at ``tc_op_dot_model`` for 16-bit inputs), i.e.
       :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``,
       at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_lse_bound`; the backward's lse premise ``Dl x`` of
-      the item's row).
+      the item's row); where smaller, ``attention_lse_error_masked_counted_tf32x3_op_pp`` / ``_tc_op_pp`` at the
+      row's count (:func:`_row_max_changes`, :func:`_row_lse_counted_bound`).
 
     Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``."""
     block_n, block_m = _forward_tiles(q, v, is_causal, block_n, block_m)
@@ -441,4 +484,5 @@ def forward_per_pair_bounds(
         _row_grouped_bound(w, r, yw, kw, p_rows, counts), _row_counted_bound(w, r, yw, kw, p_rows, counts, changes)
     )
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
-    return out, _row_lse_bound(dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)
+    lse_args = (dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)
+    return out, torch.minimum(_row_lse_bound(*lse_args), _row_lse_counted_bound(*lse_args, changes))

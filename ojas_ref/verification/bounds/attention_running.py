@@ -29,7 +29,8 @@ t of (|z x| + r x)``. Here:
   query row's lse premise ``Dl x``;
 * :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``;
 * :func:`forward_counted_bound`: the forward output's per-pair running bound with the key tiles that leave
-  the running max unchanged charged less (``Ojas.Attention.Float.ForwardAccRunningCounted``).
+  the running max unchanged charged less (``Ojas.Attention.Float.ForwardAccRunningCounted``);
+* :func:`lse_counted_bound`: the saved lse's per-pair bound, the same way (its ``_lse_error_masked_counted_*``).
 
 Not covered by a theorem: the float64 evaluation's premises (torch's ``sum``, ``cumsum`` and
 ``matmul`` trees of additions and products, as :mod:`~ojas_ref.verification.bounds.certified` states
@@ -69,6 +70,7 @@ __all__ = [
     "exp2_factor_minus_one",
     "grad_bound_up",
     "forward_counted_bound",
+    "lse_counted_bound",
 ]
 
 F64 = torch.float64
@@ -376,3 +378,51 @@ def forward_counted_bound(
     if c is None:
         return torch.full_like(w, math.inf)
     return (c[0] * w + c[1] * r + c[2] * y + c[3]) * _ROUND_UP
+
+
+def _lse_counted_base(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, changes: int):
+    """``(lse_bound(Dsc := 0), delta)`` as ``bounds.attention._lse_bound_q`` (exact rationals) with ``CG := CGc =
+    cg^C (1 + u)^Tt`` (``C = changes``, ``Tt`` the tiles) in ``afe_bL``; None when ``afe_bL < 1`` fails there."""
+    tiles = -(-n_keys // block_n)
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    u, ue, ee, ea, el, ucl = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea", "el", "ucl"))
+    X = ab._exp_up(u * 2 * smax)
+    P1 = ab._pow_up(1 + u, block_n - 1)
+    CG = ab._pow_up((1 + ue) * (1 + u) ** 2, changes) * ab._pow_up(1 + u, tiles)
+    CR = ab._pow_up((1 + ue + ee) * (1 + u) ** 2, tiles)
+    bL = ab._afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles)
+    if not bL < 1:
+        return None
+    NL = bL / (1 - bL)
+    A = smax + 2 * (ab._ln_up(n_keys) + NL) + el
+    A2 = (1 + u) * A + ea
+    return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
+
+
+def lse_counted_bound(n_keys: int, head_dim: int, score_shift: torch.Tensor, changes: int, **kw) -> torch.Tensor:
+    """``Ojas.Attention.Float.ForwardAccRunningCounted``'s bound on the saved lse's ``|lse - exact_lse|`` per row
+    (float64, shaped like ``score_shift``; ``attention_lse_error_masked_counted_tf32x3_op_pp`` / ``_tc_op_pp``,
+    ``attention_lse_error_masked_dot_counted_pp``): every premise of
+    :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift`` (``kw`` its
+    keyword arguments), plus ``changes >= C`` as for :func:`forward_counted_bound`; ``lse_bound(Dsc)`` with
+    ``afe_bL`` (through ``NL = bL / (1 - bL)``) at ``CG := cg^C (1 + u)^Tt``, ``Dsc`` capped at ``delta`` (the
+    pairs' errors capped at ``delta``: their ``pp_shift`` is at most ``delta`` and their count at most the
+    caller's), rounded up; ``inf`` everywhere when its ``afe_bL < 1`` fails. ``ValueError`` as the per-pair
+    bound's or for ``changes`` not an integer >= 0."""
+    if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
+        raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
+    if not isinstance(score_shift, torch.Tensor):
+        raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
+    ab.attention_lse_error_bound(n_keys, head_dim, score_shift=score_shift, **kw)
+    full = dict(dict(scale=None, qk_abs_sum=None, exp2_error=ab.EXP2_ERROR, log2_error=ab.LOG2_ERROR, dot="fp32"), **kw)
+    p, scale = ab._attention_bound_args(
+        n_keys, head_dim, full["block_n"], full["max_abs_q"], full["max_abs_k"], full["scale"], full["qk_abs_sum"],
+        full["exp2_error"],
+    )  # fmt: skip
+    args = ab._lse_args(n_keys, full["log2_error"], full["exp2_error"], scale, p)
+    got = _lse_counted_base(full["dot"], args, head_dim, full["block_n"], n_keys, changes)
+    if got is None:
+        return torch.full_like(score_shift, math.inf, dtype=F64)
+    base, delta = got
+    shift = torch.clamp(score_shift.to(F64), max=_float_up(delta))
+    return cb.add_upper(shift, _float_up(base))

@@ -29,6 +29,12 @@
       the bound is theirs with [CG := CGc] in [afr_rel], [afr_C], [afr_ypp], [afr_abs]
       (only through [afe_bL]).  [acc]'s fold is unchanged (ForwardAccRunning.v's
       [acc_kernel_running]: its rate [afr_gb] is mostly the P.V dot's [g_rel]).
+    - The saved lse: [attention_lse_error_dot_counted_pp], [attention_lse_error_masked_dot_counted_pp]
+      (PerPairScoreError.v's [attention_lse_error_dot_pp], [_masked_dot_pp], same proof but [l]'s
+      bound) and the H100 instances [attention_lse_error_masked_counted_tf32x3_op_pp], [_tc_op_pp]:
+      their premises with [cg^Tt <= CG] replaced by [cg^C (1 + u)^Tt <= CGc], [bL] (in
+      [bL < 1], [NL >= - ln (1 - bL)] and the log2's domain) at [CGc], plus [mp_exp2 M 0 = 1]
+      and the count [nrec .. <= C]; the bound [lse_bound] is theirs (smaller through [NL]).
 
     Not covered: as PerPairScoreError.v; the caller's count ([nrec]) must use upper bounds of
     [hi] and lower bounds of [lo]. *)
@@ -1023,3 +1029,316 @@ Proof.
 Qed.
 
 End ForwardCounted.
+
+(** ** The saved lse
+
+    PerPairScoreError.v's [attention_lse_error_dot_pp] uses [l]'s bound only through
+    [bL = afe_bL .. CG ..] ([|l - L| <= bL L]; then [NL >= - ln (1 - bL)] and the log2's
+    domain); here that bound is [l_fold_inv_counted] / [counted_bL_apriori], i.e. [bL] at
+    [CG := CGc >= cg^C (1 + u)^Tt].  The bound [lse_bound] itself is unchanged: it is smaller
+    through the caller's [NL]. *)
+
+Section LseCounted.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Variable lg : R -> R.
+Variables el lmin lmax : R.
+Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
+
+(** [attention_lse_error_dot_pp] (fully visible tiles) with [l]'s bound counted. *)
+Theorem attention_lse_error_dot_counted_pp : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair_with M dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let l := l_run M m0 0 (map (map fst) ktiles) in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CGc CR in
+  mp_exp2 M 0 = 1 ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (concat tiles) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (concat tiles) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+        (scale * dot_R q (fst k0) - d k0) (tl0 ++ concat rest)) C ->
+  Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc k0 tl0 rest tiles ktiles m0 mt l bL
+    Hexp0 Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc Hrec.
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof afe_ln2_bounds as [L2a L2b].
+  destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc)
+    as [Hsc [Hdelta [Hsmax [Ecat [_ [Fk [Hm0t [Hmt HmK]]]]]]]].
+  fold tiles in Hsc, Ecat, Fk, Hm0t, Hmt, HmK; fold ktiles m0 in Ecat, Fk, Hm0t, Hmt, HmK; fold mt in Hm0t, Hmt, HmK.
+  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  set (K := 2 * smax) in *.
+  assert (HK : 0 <= K) by (unfold K; lra).
+  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
+  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
+  (* the l fold, with the max-changing tiles counted *)
+  set (stiles := map (map fst) ktiles).
+  assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
+  assert (Escat : concat stiles = map (fun kv => score2_with A_ dotf c q (fst kv)) (concat tiles))
+    by (unfold stiles; rewrite <- concat_map, Ecat, map_map; reflexivity).
+  assert (HBt' : Forall (fun tl => (length tl <= B)%nat) stiles).
+  { apply Forall_forall; intros tl Htl; unfold stiles, ktiles in Htl; rewrite map_map in Htl.
+    apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']]; rewrite !map_length.
+    exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
+  assert (Hlen : length stiles = length tiles) by (unfold stiles, ktiles; rewrite !map_length; reflexivity).
+  assert (Hks : forall s, In s (concat stiles) -> fmt s /\ m_run m0 stiles - s <= K).
+  { intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]].
+    split; [apply ff_rnd_fmt |]; rewrite Hmr.
+    pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv))).
+    rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra. }
+  set (sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv)).
+  assert (Hcnt : (nchg R (fun s => s) m0 stiles <= C)%nat).
+  { assert (E1 : stiles = map (map sck) tiles)
+      by (unfold stiles, ktiles; rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
+    rewrite E1, <- (nchg_map_comm sck (fun s => s)).
+    assert (Hb : forall x, In x (concat tiles) ->
+                   scale * dot_R q (fst x) - d x <= sck x * ln 2 <= scale * dot_R q (fst x) + d x).
+    { intros x Hx; pose proof (Hd x Hx) as Hx'; apply Rabs_le_inv in Hx'; unfold sck; lra. }
+    eapply Nat.le_trans; [exact (nchg_first _ sck _ _ (ln 2) ose_ln2_pos k0 tl0 rest Hb) | exact Hrec]. }
+  pose proof (nchg_nsame R (fun s => s) stiles m0) as Hns; rewrite Hlen in Hns.
+  pose proof (l_fold_inv_counted M Hexp0 K m0 B N Tt C CGc stiles HK Fm0 HB HCGc Hks HBt'
+                ltac:(rewrite Escat, map_length; exact HN) ltac:(lia) Hcnt ltac:(rewrite Hmr; exact HmK)) as Cl.
+  rewrite Hmr, Hlen in Cl; change (l_run M m0 0 stiles) with l in Cl.
+  set (Lc := exact_l mt (concat stiles)) in *.
+  (* L >= 1: the last running max is a score *)
+  assert (HL1 : 1 <= Lc).
+  { assert (Hqs : exists s, In s (concat stiles) /\ s = mt).
+    { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]].
+      - exists m0; split; [rewrite Escat; apply in_map_iff; exists k0; split; [reflexivity | exact Hk0] |].
+        unfold mt, acc_m_run; rewrite Em; reflexivity.
+      - exists (fst p); split; [| exact Ep].
+        unfold stiles; rewrite <- concat_map; apply in_map, Hp. }
+    destruct Hqs as [s [Hs' Es]]; unfold Lc, exact_l.
+    replace 1 with (Rpower 2 (s - mt)) by (rewrite Es, Rminus_diag_eq, Rpower_O by (reflexivity || lra); reflexivity).
+    apply ost_rsum_ge_in; [| apply in_map_iff; exists s; split; [reflexivity | exact Hs']].
+    intros y Hy; apply in_map_iff in Hy; destruct Hy as [z [<- _]]; left; apply Rpower_pos. }
+  (* |l - L| <= bL L *)
+  destruct (counted_bL_apriori M K m0 B N Tt C CGc (nchg R (fun s => s) m0 stiles) (nsame R (fun s => s) m0 stiles)
+              (length tiles) mt X P1 CR HK Hcnt ltac:(lia) HT Hm0t HmK HX HP HCGc HC) as [HRl [bL0 bL1]].
+  fold bL in bL1.
+  assert (Hrel : Rabs (l - Lc) <= bL * Lc).
+  { unfold inv in Cl; eapply Rle_trans; [exact Cl |].
+    set (Gl := Gc M (H_l M K B) m0 (nchg R (fun s => s) m0 stiles) (nsame R (fun s => s) m0 stiles) mt) in *.
+    set (Rl := Rc M K (H_l M K B) (Ry_l M B) (INR N) CGc (length tiles)) in *.
+    assert (Rl <= Rl * Lc) by (apply fa_le_mult_r; lra).
+    assert ((Gl - 1 + Rl) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
+    lra. }
+  destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  assert (HLN' : Lc <= INR N).
+  { unfold Lc; apply exact_l_bound; [| rewrite Escat, map_length; exact HN].
+    intros s Hs'; split; [exact I |]; rewrite Escat in Hs'; apply in_map_iff in Hs'.
+    destruct Hs' as [kv [<- Hkv]].
+    change (score2_with A_ dotf c q (fst kv)) with (fst (kv_pair_with M dotf c q kv)).
+    apply (mrun_ge_all M fst ktiles m0 Fm0 Fk); rewrite Ecat; apply in_map, Hkv. }
+  assert (Hdom : lmin <= l <= lmax).
+  { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
+    assert (HbL0 : 0 <= bL) by lra.
+    pose proof (sp_Rabs_le_inv _ _ Hrel).
+    assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
+    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
+    split; lra. }
+  (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
+  set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
+  assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
+  { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
+    unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
+  assert (HSg : 0 < Sg) by (unfold Sg, tiles; cbn [concat app]; apply bw_rsum_exp_pos).
+  assert (ElnL : ln Lc = ln Sg - mt * ln 2)
+    by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
+  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))).
+  assert (Hp : Rabs (ln Sg - LSE) <= Dsc).
+  { eapply Rle_trans; [| exact HDsc].
+    apply (lse_perturbation_pp (concat tiles) (fun kv => scale * dot_R q (fst kv))
+             (fun kv => score2_with A_ dotf c q (fst kv) * ln 2) d); [unfold tiles; cbn [concat app]; discriminate |].
+    exact Hd. }
+  (* magnitudes *)
+  assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
+  assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
+  assert (Hlnl : Rabs (ln l) <= NL + LN)
+    by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
+  assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
+  { pose proof (lg_err l Hdom) as H.
+    assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
+    { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
+      assert (/ ln 2 <= 2).
+      { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
+      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
+    replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
+    eapply Rle_trans; [apply Rabs_triang | lra]. }
+  set (Am := smax + 2 * (LN + NL) + el).
+  assert (HA : Rabs (mt + lg l) <= Am) by (unfold Am; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs A_ (mt + lg l)) as R1.
+  set (x2 := rnd (mt + lg l)) in *.
+  assert (HA2 : Rabs x2 <= (1 + u) * Am + ea).
+  { replace x2 with ((x2 - (mt + lg l)) + (mt + lg l)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
+  set (A2 := (1 + u) * Am + ea) in *.
+  pose proof (ff_abs A_ (x2 * cl)) as R2.
+  assert (Hcla : Rabs cl <= 1 + ucl).
+  { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right (ln 2)) by lra.
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
+  assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
+  { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
+    assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
+    assert (u * (Rabs x2 * Rabs cl) <= u * (A2 * (1 + ucl))) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
+  { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
+    eapply Rle_trans; [exact Hcl |].
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
+  assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
+    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
+    assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
+    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
+    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
+  assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
+    pose proof (Rabs_pos (lg l - ln l / ln 2)).
+    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
+  replace (rnd (x2 * cl) - LSE)
+    with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
+          + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
+    by (rewrite ElnL; field; lra).
+  unfold lse_bound; fold Am; fold A2.
+  eapply Rle_trans; [apply afe_Rabs_sum6 |].
+  lra.
+Qed.
+
+(** The kernel's loop from its start under any mask ([attention_lse_error_masked_dot_pp]) with
+    [l]'s bound counted: at most [C] of the visible keys after the first may raise the running max. *)
+Theorem attention_lse_error_masked_dot_counted_pp : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CGc CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc vis tiles sck st bL
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc Hrec.
+  destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
+  apply (attention_lse_error_dot_counted_pp dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc
+           k0 r rest); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
+  - rewrite Ecat; exact Hd.
+  - rewrite Ecat; exact HDsc.
+Qed.
+
+(** The float32 lse on the H100 (3xTF32 scores on its tensor cores), as
+    [attention_lse_error_masked_tf32x3_op_pp], with the max-changing tiles counted. *)
+Theorem attention_lse_error_masked_counted_tf32x3_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let de := tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0 in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CGc CR in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P de) Dsc LN NL.
+Proof.
+  intros out ur F k qb q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc vis tiles dotf de sck st bL
+    Hur Hout Hk Hq HE Hn Hexp0 Hvis.
+  exact (attention_lse_error_masked_dot_counted_pp dotf _ 0 q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc
+           vis tiles Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
+Qed.
+
+(** The bf16 (or fp16) lse on the H100 ([tc_op_dot_model]), with the max-changing tiles counted. *)
+Theorem attention_lse_error_masked_counted_tc_op_pp : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tc_dot_op (tc_align_op F) out k in
+  let de := gamma (tc_delta (bpow radix2 (1 - F)) ur k) qb * P + 0 in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CGc CR in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR qb * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P de) Dsc LN NL.
+Proof.
+  intros out ur F k qb q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc vis tiles dotf de sck st bL
+    Hur Hout Hk Hq HE Hn Hexp0 Hvis.
+  exact (attention_lse_error_masked_dot_counted_pp dotf _ 0 q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc
+           vis tiles Hexp0 Hvis (tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
+Qed.
+
+End LseCounted.

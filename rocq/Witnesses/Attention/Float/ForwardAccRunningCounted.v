@@ -59,3 +59,43 @@ Definition attention_forward_acc_running_counted_tc_op_pp_witness :=
     (wfr_premise 1 [0]) (fun _ _ => Rle_refl _) (Rle_refl _) (Rle_refl _)
     (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) (wc_bL _ _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0))
     (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _).
+
+(** The saved lse, counted: the constants of Witnesses/Attention/Float/PerPairScoreError.v's
+    lse witnesses, [C = 0], [CGc = CG]. *)
+
+Definition attention_lse_error_dot_counted_pp_witness :=
+  ltac:(refine (attention_lse_error_dot_counted_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (wpp_Dsc (bdot (mp_a wM)) [1] [wa_key]) 1 1 1 1 0 (Q2R wf_CG)
+                  wa_key [] [] wa_exp2_0 wf_dm _ _ _ _ _ _ _ _ _ _ _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _ ltac:(cbn; lia)); wpp_close).
+
+Definition attention_lse_error_masked_dot_counted_pp_witness :=
+  ltac:(refine (attention_lse_error_masked_dot_counted_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (wpp_Dsc (bdot (mp_a wM)) [1] [wa_key]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _ _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)); wpp_close).
+
+Definition attention_lse_error_masked_counted_tf32x3_op_pp_witness :=
+  ltac:(refine (attention_lse_error_masked_counted_tf32x3_op_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d wpp_tc_op [0]) (wpp_Dsc wpp_tc_op [0] [wa_key]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ (wl_X_rel _) _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)); wpp_close).
+
+Definition attention_lse_error_masked_counted_tc_op_pp_witness :=
+  ltac:(refine (attention_lse_error_masked_counted_tc_op_pp wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wl_bL))
+                  (wpp_d wc_tc_bf [0]) (wpp_Dsc wc_tc_bf [0] [wa_key]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) wt_delta_op1 _ _ _ wl_keys0_vis _ _ _ _ _ _ _ (wl_X_rel _) _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)); wpp_close).
