@@ -490,16 +490,29 @@ def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: fl
     ``d_ij <= 1``, ``sum_j P_up_ij (d_ij + d_ij^2)`` (``ln x <= x - 1`` with ``sum_j P_ij = 1``, ``e^d - 1 <=
     d + d^2`` on [0, 1], ``P <= P_up`` of ``softmax_bounds``), every operation rounded up. For a bound on
     the saved lse taking per-pair score errors in place of one uniform ``delta``."""
+    return _lse_row_terms(q, k, is_causal, scale)[0]
+
+
+def _lse_row_terms(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Dsc, changes)`` [B, Hq, Sq]: :func:`lse_score_error`'s ``Dsc`` and, from the same scores and pair
+    errors, each row's count of keys that may raise the running max
+    (:func:`~ojas_ref.verification.attention_forward_running._row_max_changes`)."""
+    from ojas_ref.verification.attention_forward_running import _row_max_changes
+
     dot = kernel_dot(q.device.type, q.dtype)
     es = _score_error(q, scale, _qk_abs_sum(q, k))
-    parts = []
+    shifts, changes = [], []
     for r0, qc, kr in _row_blocks(q, k):
-        p_up = cb.softmax_bounds(_scores(r0, qc, kr, is_causal, scale), es)[1]
+        s = _scores(r0, qc, kr, is_causal, scale)
+        p_up = cb.softmax_bounds(s, es)[1]
         d = se.score_error_block(r0, qc, kr, is_causal, scale, dot, "qk")
         d_max = d.amax(-1)
         mean = cb.sum_upper(cb.mul_upper(p_up, cb.add_upper(d, cb.mul_upper(d, d))), -1)
-        parts.append(torch.where(d_max <= 1.0, torch.minimum(mean, d_max), d_max))
-    return torch.cat(parts, 2)
+        shifts.append(torch.where(d_max <= 1.0, torch.minimum(mean, d_max), d_max))
+        changes.append(_row_max_changes(s, d, es))
+    return torch.cat(shifts, 2), torch.cat(changes, 2)
 
 
 def _row_lse_errors(
@@ -509,7 +522,9 @@ def _row_lse_errors(
     ``Dl x`` of the items of that row: :func:`_lse_error` (all rows' constants) and, with a device's dot model,
     its minimum with the row's ``attention_lse_error_masked_tf32x3_op_pp`` at its own constants and
     ``Dsc_i`` (:func:`lse_score_error`;
-    :func:`~ojas_ref.verification.attention_forward_running._row_lse_bound`)."""
+    :func:`~ojas_ref.verification.attention_forward_running._row_lse_bound`), and where smaller the counted
+    ``attention_lse_error_masked_counted_tf32x3_op_pp`` at the row's count of keys that may raise the running
+    max (:func:`~ojas_ref.verification.attention_forward_running._row_lse_counted_bound`)."""
     if c["dot"] == "fp32":
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"])
         return torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
@@ -519,14 +534,16 @@ def _row_lse_errors(
 
     bn, sq, sk, e = c["bnd"]["block_n"], q.shape[2], k.shape[2], q.shape[-1]
     kw = dict(scale=scale, dot=c["dot"], **c["bnd"])
-    dsc = lse_score_error(q, k, is_causal, scale)
+    dsc, changes = _lse_row_terms(q, k, is_causal, scale)
     all_rows = attention_lse_error_bound(sk, e, score_shift=dsc.max().item(), **c["errs"], **kw)
     uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], all_rows)
     rows = torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
     bm = default_config(max(e, value_dim), q.dtype, q.device, is_causal).fwd.block_m
     counts = afr._tile_counts(sq, sk, bm, bn, is_causal).to(q.device)
-    got = afr._row_lse_bound(dsc, kw, afr._row_qk_abs_sum(q, k, is_causal), counts, e, sk, q.device.type)
-    return torch.minimum(rows, got)
+    p_rows, device = afr._row_qk_abs_sum(q, k, is_causal), q.device.type
+    got = afr._row_lse_bound(dsc, kw, p_rows, counts, e, sk, device)
+    counted = afr._row_lse_counted_bound(dsc, kw, p_rows, counts, e, sk, device, changes)
+    return torch.minimum(rows, torch.minimum(got, counted))
 
 
 def _backward_constants(

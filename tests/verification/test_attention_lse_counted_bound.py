@@ -74,3 +74,25 @@ def test_interpreter_lse_within_the_counted_bound(monkeypatch):
         )
         if not causal:
             assert got.max().item() < 0.8 * old.max().item()
+
+
+def test_dv_lse_premise_takes_the_counted_bound(monkeypatch):
+    """The backward's per-row lse premise (``_row_lse_errors``, dV's ``Dl x``) at the H100's 3xTF32 model,
+    S = 512 (32 key tiles of 16), full: at most the premise without the counted bound, below 0.85 of it at its
+    largest, and the interpreter's lse within it."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's dots")
+    pytest.importorskip("triton")
+    from ojas_kernels.attention import flash_attention_forward
+
+    q, k, v = _inputs(1, 512, 32, 7)
+    scale = 32**-0.5
+    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
+    c = ae._backward_constants(q, k, False, scale)
+    got = ae._row_lse_errors(q, k, False, scale, c, 32)
+    _, lse = flash_attention_forward(q, k, v, False, scale, None)
+    assert bool(((lse.to(F64) - ae.exact_lse(q, k, False, scale)).abs() <= got).all())
+    monkeypatch.setattr(afr, "_row_lse_counted_bound", lambda dsc, *_: torch.full_like(dsc, math.inf))
+    old = ae._row_lse_errors(q, k, False, scale, c, 32)
+    print(f"dV's lse premise, S=512 full: largest {old.max():.3g} -> {got.max():.3g}")
+    assert bool((got <= old).all()) and got.max().item() < 0.85 * old.max().item()
