@@ -15,17 +15,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from _attention_cases import attention_inputs, interpreter_at_h100_dots  # noqa: E402
 from ojas_ref.verification import attention_error as ae  # noqa: E402
 from ojas_ref.verification import attention_forward_running as afr  # noqa: E402
 from ojas_ref.verification.bounds import attention as ab  # noqa: E402
 from ojas_ref.verification.bounds import attention_running as ar  # noqa: E402
 
 F64 = torch.float64
-
-
-def _inputs(h: int, s: int, e: int, seed: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, h, s, e, generator=gen) for _ in range(3))
 
 
 def test_lse_counted_bound_against_the_per_pair_bound():
@@ -51,14 +47,11 @@ def test_interpreter_lse_within_the_counted_bound(monkeypatch):
     """With ``kernel_dot`` the H100's 3xTF32 model, S = 512 (32 key tiles of 16), full and causal: the
     interpreter's lse within ``forward_per_pair_bounds``' lse bound, which is at most the bound without the
     count (``lse_counted_bound`` off) everywhere and below 0.8 of it at its largest (full)."""
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's dots")
-    pytest.importorskip("triton")
+    interpreter_at_h100_dots(monkeypatch)
     from ojas_kernels.attention import flash_attention_forward
 
-    q, k, v = _inputs(1, 512, 32, 7)
+    q, k, v, _ = attention_inputs(1, 1, 512, 32, 7)
     scale = 32**-0.5
-    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
     for causal in (False, True):
         _, lse = flash_attention_forward(q, k, v, causal, scale, None)
         got = afr.forward_per_pair_bounds(q, k, v, causal, scale)[1]
@@ -76,18 +69,16 @@ def test_interpreter_lse_within_the_counted_bound(monkeypatch):
             assert got.max().item() < 0.8 * old.max().item()
 
 
+@pytest.mark.interpreter
 def test_dv_lse_premise_takes_the_counted_bound(monkeypatch):
     """The backward's per-row lse premise (``_row_lse_errors``, dV's ``Dl x``) at the H100's 3xTF32 model,
     S = 512 (32 key tiles of 16), full: at most the premise without the counted bound, below 0.85 of it at its
     largest, and the interpreter's lse within it."""
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's dots")
-    pytest.importorskip("triton")
+    interpreter_at_h100_dots(monkeypatch)
     from ojas_kernels.attention import flash_attention_forward
 
-    q, k, v = _inputs(1, 512, 32, 7)
+    q, k, v, _ = attention_inputs(1, 1, 512, 32, 7)
     scale = 32**-0.5
-    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
     c = ae._backward_constants(q, k, False, scale)
     got = ae._row_lse_errors(q, k, False, scale, c, 32)
     _, lse = flash_attention_forward(q, k, v, False, scale, None)

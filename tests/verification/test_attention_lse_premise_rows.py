@@ -17,17 +17,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from _attention_cases import attention_inputs, interpreter_at_h100_dots  # noqa: E402
 from ojas_ref.verification import attention_error as ae  # noqa: E402
 from ojas_ref.verification import attention_forward_running as afr  # noqa: E402
 from ojas_ref.verification.bounds import attention as ab  # noqa: E402
 from ojas_ref.verification.bounds import attention_running as ar  # noqa: E402
 
 F64 = torch.float64
-
-
-def _inputs(hq: int, hkv: int, s: int, e: int, seed: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, h, s, e, generator=gen) for h in (hq, hkv, hkv, hq))
 
 
 def test_exp2_premise_rows_matches_the_uniform_terms():
@@ -49,7 +45,7 @@ def test_exp2_premise_rows_matches_the_uniform_terms():
 def test_row_lse_bound_between_the_row_and_all_rows_constants():
     """``_row_lse_bound`` at most the all-rows bound (same ``Dsc``), at least the bound at a row's own
     ``N``, ``p`` (spot rows), and under a causal mask below 0.8 of the all-rows one on the first query tile."""
-    q, k, _, _ = _inputs(4, 2, 128, 32, 7)
+    q, k, _, _ = attention_inputs(4, 2, 128, 32, 7)
     scale, bm, bn = 32**-0.5, 16, 16
     bnd = ae._bound_inputs(q, k, True, bn)
     kw = dict(scale=scale, dot=ab.TF32X3_H100, **bnd)
@@ -74,15 +70,12 @@ def test_interpreter_within_the_row_lse_bounds_and_smaller_backward_bounds(monke
     ``_row_lse_errors``, its dV, dQ, dK within ``dv_error_bound`` / ``grad_error_bounds`` "proved"; each bound
     at most the one with the all-rows lse premise (``_row_lse_bound`` at the all-rows constants, ``Dl`` the
     rows' largest), dV's largest below 0.9 of it."""
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's dots")
-    pytest.importorskip("triton")
+    interpreter_at_h100_dots(monkeypatch)
     from ojas_kernels.attention import flash_attention, flash_attention_forward
 
-    q, k, v, do = _inputs(4, 2, 128, 32, 5)
+    q, k, v, do = attention_inputs(4, 2, 128, 32, 5)
     scale = 1.0 / math.sqrt(32)
     out, lse = flash_attention_forward(q, k, v, True, scale, None)
-    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
     c = ae._backward_constants(q, k, True, scale)
     rows = ae._row_lse_errors(q, k, True, scale, c, 32)
     assert bool(((lse.to(F64) - ae.exact_lse(q, k, True, scale)).abs() <= rows).all())

@@ -16,6 +16,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from _attention_cases import attention_inputs, interpreter_at_h100_dots  # noqa: E402
 from ojas_ref.verification import attention_error as ae  # noqa: E402
 from ojas_ref.verification import attention_forward_running as afr  # noqa: E402
 from ojas_ref.verification.bounds import attention as ab  # noqa: E402
@@ -23,15 +24,10 @@ from ojas_ref.verification.bounds import attention as ab  # noqa: E402
 F64 = torch.float64
 
 
-def _inputs(hq: int, hkv: int, s: int, e: int, seed: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, h, s, e, generator=gen) for h in (hq, hkv, hkv, hq))
-
-
 def test_row_qk_abs_sum_is_the_visible_keys_max():
     """At least the float64 ``max_j sum_c |q_ic k_jc|`` over the row's visible keys and within 1e-12 of it;
     a large key seen only by the rows after it (causal) leaves the earlier rows' bounds small; GQA."""
-    q, k, _, _ = _inputs(4, 2, 40, 16, 3)
+    q, k, _, _ = attention_inputs(4, 2, 40, 16, 3)
     k[:, :, 20] *= 50.0
     a = q.to(F64).abs() @ k.to(F64).abs().repeat_interleave(2, 1).transpose(-1, -2)
     for causal in (False, True):
@@ -49,7 +45,7 @@ def test_grouped_bound_between_one_row_and_all_rows(causal, hq, hkv):
     every key, every tile) and at least the bound at the row's own constants (``N = min(Sk, T block_n)``, ``T``
     its tiles, ``P`` its own ``sum |q k|`` bound); causal: below 0.7 of the all-rows bound on the first query
     tile (one key tile of eight there)."""
-    q, k, v, _ = _inputs(hq, hkv, 128, 32, 11)
+    q, k, v, _ = attention_inputs(hq, hkv, 128, 32, 11)
     scale, bn, bm = 32**-0.5, 16, 16
     kw = dict(afr._bound_kw(q, k, v, causal, scale, bn), dot=ab.TF32X3_H100)
     rate = ab.attention_forward_running_rate(**kw)
@@ -74,15 +70,12 @@ def test_interpreter_within_the_row_bounds_and_smaller_grad_bounds(monkeypatch):
     ``forward_per_pair_bounds``' row-constant bound, its dQ and dK within ``grad_error_bounds`` "proved"
     (``_grad_premises``' ``eD`` from that bound), whose largest dK / dQ bounds are below 0.9 of those at the
     all-rows forward constants (``_row_grouped_bound`` replaced by the single-constant bound)."""
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's dots")
-    pytest.importorskip("triton")
+    interpreter_at_h100_dots(monkeypatch)
     from ojas_kernels.attention import flash_attention, flash_attention_forward
 
-    q, k, v, do = _inputs(4, 2, 128, 32, 5)
+    q, k, v, do = attention_inputs(4, 2, 128, 32, 5)
     scale = 1.0 / math.sqrt(32)
     out, lse = flash_attention_forward(q, k, v, True, scale, None)
-    monkeypatch.setattr(ae, "kernel_dot", lambda device_type, dt: ab.TF32X3_H100)
     # the row constants alone: the counted bound (its own test) off in both runs
     monkeypatch.setattr(afr, "_row_counted_bound", lambda w, *_: torch.full_like(w, math.inf))
     out_b = afr.forward_per_pair_bounds(q, k, v, True, scale)[0]
