@@ -1,5 +1,5 @@
 """Online-softmax (flash) attention in Triton: the public functions ``flash_attention`` and
-``flash_attention_forward``, their ``torch.autograd.Function`` and the custom operators
+``flash_attention_forward``, their ``torch.autograd.Function`` and the operators
 torch.compile sees.
 
 The work is split by job: ``attention_config`` (tile shapes per device), ``attention_args``
@@ -25,8 +25,9 @@ in floating point, the tensor cores' order of additions (see the kernel modules)
 
 torch.compile and torch.export see the kernels as two custom operators,
 ``ojas::flash_attention_forward`` and ``ojas::flash_attention_backward``
-(``torch.library.custom_op``, opaque to Dynamo and Inductor, with fake implementations; the
-backward registered by ``register_autograd``): no graph break, and Inductor neither traces
+(``host.define_op``, opaque to Dynamo and Inductor, with fake implementations; no autograd of
+their own: under torch.compile ``_FlashAttention``, which Dynamo traces, calls the forward op in
+its forward and the backward op in its backward): no graph break, and Inductor neither traces
 into the kernels nor lowers their launch code.  They launch the same kernels with the same
 arguments as the eager path (which calls them without the dispatcher), so every theorem
 above applies unchanged.  This module's own code (the autograd wiring, the operator
@@ -44,7 +45,7 @@ from .attention_args import _forward_outputs, _backward_outputs
 from .attention_backward import _backward
 from .attention_config import AttentionConfig, KernelConfig, default_config
 from .attention_forward import _forward
-from .host import function_apply
+from .host import define_op, dynamo_apply, function_apply
 
 # Imported from here by other modules, tests and benchmarks.
 from .attention_args import _HIGHEST as _HIGHEST, _dot_precision as _dot_precision, _mask_args as _mask_args
@@ -67,11 +68,22 @@ def _refuse_double_backward() -> None:
 
 
 class _FlashAttention(torch.autograd.Function):
-    """The eager path: the kernels launched directly, without the dispatcher's per-call cost
-    (the registered op's autograd wrapper costs several times an ``autograd.Function``'s)."""
+    """The kernels with autograd.  Eagerly ``apply(query, key, value, attn_mask, is_causal, scale,
+    window, config, seq_major, dropout)`` launches them directly, without the dispatcher's per-call
+    cost.  Under torch.compile ``apply(query, key, value, attn_mask, *op_args)`` takes the rest of
+    ``ojas::flash_attention_forward``'s arguments instead (:func:`_op_args`) and calls that op in
+    the forward and ``ojas::flash_attention_backward`` in the backward: Dynamo traces the function,
+    the ops stay opaque (section below)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout):
+    def forward(ctx, query, key, value, attn_mask, *args):
+        if torch.compiler.is_compiling():
+            out, lse = _forward_op(query, key, value, attn_mask, *args)
+            dropout_seed, is_causal, scale, window, dropout_p, _, config, *hints = args
+            ctx.save_for_backward(query, key, value, attn_mask, out, lse, dropout_seed)
+            ctx.args = (is_causal, scale, window, dropout_p, config, *hints)  # hints: infer_causal, window_hint
+            return out
+        is_causal, scale, window, config, seq_major, dropout = args
         out, lse = _forward(query, key, value, attn_mask, is_causal, scale, window, config, seq_major, dropout)
         ctx.save_for_backward(query, key, value, attn_mask, out, lse)
         ctx.args = (is_causal, scale, window, config, dropout)
@@ -80,6 +92,10 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         _refuse_double_backward()
+        if torch.compiler.is_compiling():
+            query, key, value, attn_mask, out, lse, dropout_seed = ctx.saved_tensors
+            dq, dk, dv = _backward_op(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, *ctx.args)
+            return (dq, dk, dv) + (None,) * 10
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, window, config, dropout = ctx.args
         dq, dk, dv = _backward(
@@ -95,14 +111,15 @@ _flash_apply = function_apply(_FlashAttention)
 # The registered operators: what torch.compile sees
 # ---------------------------------------------------------------------------
 #
-# Under torch.compile (and torch.export) the kernels run as two custom operators,
+# Under torch.compile (and torch.export) ``_FlashAttention`` runs the kernels as two operators,
 # ``ojas::flash_attention_forward`` and ``ojas::flash_attention_backward``, opaque to Dynamo
-# and Inductor (``torch.library.custom_op``, not ``triton_op``: Inductor neither traces into
-# the kernels nor re-lowers their host code, e.g. the bool mask's ``view(torch.uint8)``), with
-# fake implementations giving the outputs' shapes and strides and the backward registered
-# with ``register_autograd``.  Their implementations are ``_forward`` and ``_backward``: the
-# same kernels with the same arguments as the eager path, so the same values and the same
-# theorems.  The dropout key is an input tensor, drawn outside the op.
+# and Inductor (``host.define_op``, not ``triton_op``: Inductor neither traces into the kernels
+# nor re-lowers their host code, e.g. the bool mask's ``view(torch.uint8)``), with fake
+# implementations giving the outputs' shapes and strides and no autograd kernel (Dynamo traces
+# the Function, which calls the forward op in its forward and the backward op in its backward).
+# Their implementations are ``_forward`` and ``_backward``: the same kernels with the same
+# arguments as the eager path, so the same values and the same theorems.  The dropout key is an
+# input tensor, drawn outside the op.
 
 _FORWARD_SCHEMA = (
     "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, Tensor? dropout_seed, "
@@ -172,13 +189,7 @@ def _forward_impl(
     )
 
 
-_forward_op = torch.library.custom_op(
-    "ojas::flash_attention_forward", _forward_impl, mutates_args=(), schema=_FORWARD_SCHEMA
-)
-
-
-@_forward_op.register_fake
-def _(
+def _forward_fake(
     query,
     key,
     value,
@@ -194,6 +205,9 @@ def _(
     window_hint=None,
 ):
     return _forward_outputs(query, value, seq_major)
+
+
+_forward_op = define_op("flash_attention_forward", _FORWARD_SCHEMA, _forward_impl, _forward_fake)
 
 
 def _backward_impl(
@@ -230,13 +244,7 @@ def _backward_impl(
     )
 
 
-_backward_op = torch.library.custom_op(
-    "ojas::flash_attention_backward", _backward_impl, mutates_args=(), schema=_BACKWARD_SCHEMA
-)
-
-
-@_backward_op.register_fake
-def _(
+def _backward_fake(
     grad_out,
     query,
     key,
@@ -256,39 +264,10 @@ def _(
     return _backward_outputs(query, key, value)
 
 
-# The ops' implementations are also their CPU and CUDA kernels, called by the dispatcher without
-# custom_op's per-call wrapper (as ``ojas_ref.functional.dispatch.direct_kernel`` registers the
-# other primitives' ops; this package does not import ojas_ref): the same functions, the same
-# values.  The Library lives as long as this module (its registrations with it).
-_LIBRARY = torch.library.Library("ojas", "FRAGMENT")
-for _name, _impl in (("flash_attention_forward", _forward_impl), ("flash_attention_backward", _backward_impl)):
-    for _key in ("CPU", "CUDA"):
-        _LIBRARY.impl(_name, torch._disable_dynamo(_impl), _key)
+_backward_op = define_op("flash_attention_backward", _BACKWARD_SCHEMA, _backward_impl, _backward_fake)
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    query, key, value, attn_mask, dropout_seed, is_causal, scale, window, dropout_p, _, config, *hints = inputs
-    out, lse = output
-    ctx.save_for_backward(query, key, value, attn_mask, out, lse, dropout_seed)
-    ctx.args = (is_causal, scale, window, dropout_p, config, *hints)  # hints: infer_causal, window_hint
-
-
-def _forward_op_backward(ctx, grad_out, grad_lse):
-    """The gradients of query, key and value (lse is not differentiated: its gradient is ignored)."""
-    _refuse_double_backward()
-    query, key, value, attn_mask, out, lse, dropout_seed = ctx.saved_tensors
-    dq, dk, dv = _backward_op(grad_out, query, key, value, attn_mask, out, lse, dropout_seed, *ctx.args)
-    return (dq, dk, dv) + (None,) * 10
-
-
-_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
-
-
-def _compiled_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
+def _op_args(
     is_causal: bool,
     scale: float,
     window: int | None,
@@ -298,13 +277,9 @@ def _compiled_forward(
     dropout_p: float,
     infer_causal: bool = False,
     window_hint: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` by ``ojas::flash_attention_forward`` (differentiable in query, key, value)."""
-    return _forward_op(
-        query,
-        key,
-        value,
-        attn_mask,
+) -> tuple:
+    """The arguments of ``ojas::flash_attention_forward`` after ``attn_mask``."""
+    return (
         None if dropout is None else dropout.seed,
         bool(is_causal),
         float(scale),
@@ -344,9 +319,8 @@ def flash_attention_forward(
     dropout = _dropout_args(dropout_p, dropout_seed, query)
     if torch.compiler.is_compiling():
         with torch.no_grad():  # the forward alone, as in eager
-            return _compiled_forward(
-                query, key, value, attn_mask, is_causal, scale, window, config, False, dropout, dropout_p
-            )
+            op_args = _op_args(is_causal, scale, window, config, False, dropout, dropout_p)
+            return _forward_op(query, key, value, attn_mask, *op_args)
     return _forward(query, key, value, attn_mask, is_causal, scale, window, config, dropout=dropout)
 
 
@@ -459,21 +433,8 @@ def flash_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     if torch.compiler.is_compiling():  # inferred when the op runs: the mask's contents are not known here
-        return _compiled_forward(
-            query,
-            key,
-            value,
-            attn_mask,
-            is_causal,
-            scale,
-            window,
-            config,
-            seq_major,
-            dropout,
-            dropout_p,
-            infer_causal,
-            window_hint,
-        )[0]
+        op_args = _op_args(is_causal, scale, window, config, seq_major, dropout, dropout_p, infer_causal, window_hint)
+        return dynamo_apply(_FlashAttention, query, key, value, attn_mask, *op_args)
     if infer_causal:
         attn_mask, is_causal, window = _infer_causal(attn_mask, query, key, window_hint)
     return _flash_apply(query, key, value, attn_mask, is_causal, float(scale), window, config, bool(seq_major), dropout)

@@ -1,5 +1,6 @@
-"""Host-side helpers for the kernels' launch code: integer helpers, and the autograd functions'
-``apply`` without torch's Python wrapper.
+"""Host-side helpers for the kernels' launch code: integer helpers, the autograd functions'
+``apply`` without torch's Python wrapper, and the ``ojas::`` operators' registration
+(:func:`define_op`; ``ojas_ref`` imports it, and this module needs no Triton).
 
 ``triton.cdiv`` and ``triton.next_power_of_2`` are Triton constexpr functions in recent
 releases: called from Python each goes through Triton's argument unwrapping (several
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["cdiv", "function_apply", "next_power_of_2"]
+__all__ = ["cdiv", "define_op", "dynamo_apply", "function_apply", "next_power_of_2"]
 
 
 def cdiv(x: int, y: int) -> int:
@@ -49,3 +50,41 @@ def function_apply(cls: type) -> Callable[..., Any]:
         return c_apply(*args)
 
     return apply
+
+
+#: the ``ojas::`` operators' registrations (a Library's last as long as it does)
+_LIBRARY = torch.library.Library("ojas", "FRAGMENT")
+
+
+def define_op(name: str, schema: str, impl: Callable[..., Any], fake: Callable[..., Any]) -> torch._ops.OpOverload:
+    """Define the operator ``ojas::name`` with ``schema`` (its arguments and results, e.g.
+    ``"(Tensor x, float eps) -> (Tensor, Tensor)"``; tagged pt2-compliant), ``impl`` its CPU and
+    CUDA kernel and ``fake`` its fake implementation (torch.compile's shapes and strides), and
+    return it.  The dispatcher calls ``impl`` directly (under ``torch._disable_dynamo``), with no
+    Python layer around it: no autograd kernel (the caller's ``torch.autograd.Function`` calls the
+    forward op in its forward and the backward op in its backward under torch.compile, where
+    Dynamo traces it), no other wrapper (``torch.library.custom_op`` adds Python frames per call
+    at its autograd and default kernels).  The ops are not differentiable on their own."""
+    _LIBRARY.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
+    kernel = torch._disable_dynamo(impl)
+    for key in ("CPU", "CUDA"):
+        _LIBRARY.impl(name, kernel, key)
+    torch.library.register_fake(f"ojas::{name}", fake, lib=_LIBRARY)
+    return getattr(torch.ops.ojas, name).default
+
+
+def dynamo_apply(cls: type, *args: Any) -> Any:
+    """``cls.apply(*args)`` (``cls`` a ``torch.autograd.Function``) for torch.compile, with a
+    tensor met a second time among ``args`` passed as a view of itself: Dynamo refuses a Function
+    given one tensor at two inputs, and autograd sums the view's gradient into the tensor's as it
+    sums a repeated input's."""
+    seen: list[torch.Tensor] = []
+    distinct = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if any(a is t for t in seen):
+                a = a.view_as(a)
+            else:
+                seen.append(a)
+        distinct.append(a)
+    return cls.apply(*distinct)

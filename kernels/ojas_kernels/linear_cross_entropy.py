@@ -1,5 +1,5 @@
 """Chunked linear cross-entropy in Triton: the public functions ``linear_cross_entropy`` and
-``linear_cross_entropy_forward``, their ``torch.autograd.Function`` and the custom operators
+``linear_cross_entropy_forward``, their ``torch.autograd.Function`` and the operators
 torch.compile sees.
 
 Semantics are those of ``ojas_ref.linear_cross_entropy`` (the PyTorch reference):
@@ -100,8 +100,9 @@ product and sum rounds as the theorems model it.
 
 torch.compile and torch.export see this kernel as two custom operators,
 ``ojas::linear_cross_entropy`` and ``ojas::linear_cross_entropy_backward``
-(``torch.library.custom_op``, opaque to Dynamo and Inductor, with fake implementations; the
-backward registered by ``register_autograd``; section "The registered operators" below): no
+(``host.define_op``, opaque to Dynamo and Inductor, with fake implementations; no autograd of
+their own: under torch.compile ``_LinearCrossEntropy``, which Dynamo traces, calls the forward op
+in its forward and the backward op in its backward; section "The registered operators" below): no
 graph break, and Inductor neither traces into the kernels nor lowers their launch code.  They
 run the eager path's functions (``_three_products``, ``_forward``, ``_backward_weight``,
 ``_scale_kernel``) with the same arguments, so every theorem above applies unchanged.  Under
@@ -130,6 +131,7 @@ from .linear_cross_entropy_config import (
 from .linear_cross_entropy_four_products import _all_lse, _forward, _four_products_backward
 from .linear_cross_entropy_kernels import _scale_in_place
 from .linear_cross_entropy_three_products import _scaled_gradients, _three_products
+from .host import define_op, dynamo_apply
 
 # Imported from here by other modules, tests and benchmarks (to patch one, patch the module that calls it).
 from .attention_args import _dot_precision as _dot_precision
@@ -190,10 +192,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
     nothing to that peak, nor to the first backward's (which scales the gradients in
     place; the recomputing one allocates what the forward did).  Both run with autocast
     disabled: each product has the precision ``_mm_into`` and ``_dot_precision`` give
-    it, whatever the caller's autocast state (the backward runs under the caller's)."""
+    it, whatever the caller's autocast state (the backward runs under the caller's).
+
+    Eagerly ``apply(input, weight, bias, target, reduction, ignore_index, opts, config, need,
+    head)``.  Under torch.compile ``apply(input, weight, bias, target, three, *op_args)``: whether
+    the 3-product schedule runs, then the rest of ``ojas::linear_cross_entropy``'s arguments; the
+    forward calls that op and the backward ``ojas::linear_cross_entropy_backward`` (Dynamo traces
+    the function, the ops stay opaque: section "The registered operators")."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, target, reduction, ignore_index, opts, config, need, head=None):
+    def forward(ctx, input, weight, bias, target, *args):
+        if torch.compiler.is_compiling():  # args: whether 3 products run, then the op's arguments after target
+            three, *op_args = args
+            loss, grad_input, grad_weight, grad_bias, lse = _forward_op(input, weight, bias, target, *op_args)
+            ctx.save_for_backward(input, weight, bias, target, lse, grad_input, grad_weight, grad_bias)
+            ctx.three, ctx.args = three, op_args
+            return loss
+        reduction, ignore_index, opts, config, need, head = args
         ctx.head = head  # ojas_ref's _HeadUpdate (config has 4 products), or None
         with torch.autocast(input.device.type, enabled=False):
             x, w, b, t = _prepare(input, weight, target, bias)
@@ -214,6 +229,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         _refuse_double_backward()
+        if torch.compiler.is_compiling():
+            return _compiled_backward(ctx, grad_output)
         step = None if ctx.head is None else ctx.head.begin(ctx.next_functions[1][0])
         with torch.autocast(grad_output.device.type, enabled=False):
             input, weight, bias, target, *kept_tgt_lse = ctx.saved_tensors
@@ -258,11 +275,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
 # The registered operators: what torch.compile sees
 # ---------------------------------------------------------------------------
 #
-# Under torch.compile (and torch.export) the kernels run as two custom operators (module
-# docstring): ``ojas::linear_cross_entropy`` (the forward: the loss, and the gradients the
-# schedule computes there, for grad_output 1, or the lse of every token) and
-# ``ojas::linear_cross_entropy_backward`` (scales the forward's gradients in place, declared
-# as mutations, and computes the 4-product schedule's grad_weight and grad_bias).  Their
+# Under torch.compile (and torch.export) ``_LinearCrossEntropy`` runs the kernels as two
+# operators (module docstring; ``host.define_op``, no autograd of their own):
+# ``ojas::linear_cross_entropy`` (the forward: the loss, and the gradients the schedule computes
+# there, for grad_output 1, or the lse of every token) and ``ojas::linear_cross_entropy_backward``
+# (scales the forward's gradients in place, declared as mutations, and computes the 4-product
+# schedule's grad_weight and grad_bias).  Their
 # implementations are the eager path's functions with the same arguments.  Outputs not
 # computed are empty tensors (the ops' outputs have static shapes: the 4-product schedule's
 # kept tokens are recomputed from the target in the backward, its lse handed over for every
@@ -314,8 +332,7 @@ def _three(config: LinearCrossEntropyConfig, reduction: str, need) -> bool:
     return config.products == 3 and reduction != "none" and any(need)
 
 
-@torch.library.custom_op("ojas::linear_cross_entropy", mutates_args=(), schema=_FORWARD_SCHEMA)
-def _forward_op(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_loss, softcap, need, config):
+def _forward_impl(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_loss, softcap, need, config):
     opts, config = _options(label_smoothing, z_loss, softcap), _op_config(config, input)
     with torch.autocast(input.device.type, enabled=False):
         x, w, b, t = _prepare(input, weight, target, bias)
@@ -334,8 +351,7 @@ def _forward_op(input, weight, bias, target, reduction, ignore_index, label_smoo
     return loss.view(target.shape) if reduction == "none" else loss, grad_input, grad_weight, grad_bias, lse
 
 
-@_forward_op.register_fake
-def _(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_loss, softcap, need, config):
+def _forward_fake(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_loss, softcap, need, config):
     N, (V, D) = target.numel(), weight.shape
     three = _three(_op_config(config, input), reduction, need)
     f32 = dict(dtype=torch.float32, device=input.device)
@@ -348,12 +364,10 @@ def _(input, weight, bias, target, reduction, ignore_index, label_smoothing, z_l
     )
 
 
-@torch.library.custom_op(
-    "ojas::linear_cross_entropy_backward",
-    mutates_args=("grad_input", "grad_weight", "grad_bias"),
-    schema=_BACKWARD_SCHEMA,
-)
-def _backward_op(
+_forward_op = define_op("linear_cross_entropy", _FORWARD_SCHEMA, _forward_impl, _forward_fake)
+
+
+def _backward_impl(
     grad_output,
     input,
     weight,
@@ -397,8 +411,7 @@ def _backward_op(
     return tuple(weight.new_empty(0) if g is None else g for g in (grad_w, grad_b))
 
 
-@_backward_op.register_fake
-def _(
+def _backward_fake(
     grad_output,
     input,
     weight,
@@ -423,34 +436,24 @@ def _(
     )
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    input, weight, bias, target, *args = inputs
-    _, grad_input, grad_weight, grad_bias, lse = output
-    ctx.save_for_backward(input, weight, bias, target, lse, grad_input, grad_weight, grad_bias)
-    ctx.args = args
+_backward_op = define_op("linear_cross_entropy_backward", _BACKWARD_SCHEMA, _backward_impl, _backward_fake)
 
 
-def _forward_op_backward(ctx, grad_output, *_):
-    """The gradients of input, weight and bias (the op's other outputs are not differentiated)."""
-    _refuse_double_backward()
+def _compiled_backward(ctx, grad_output):
+    """``_LinearCrossEntropy``'s backward under torch.compile: the gradients of input, weight and
+    bias by ``ojas::linear_cross_entropy_backward`` (3 products: the forward's, scaled in place)."""
     input, weight, bias, target, lse, grad_input, grad_weight, grad_bias = ctx.saved_tensors
-    reduction, _, _, _, _, need, config = ctx.args
     new_weight, new_bias = _backward_op(
         grad_output, input, weight, bias, target, lse, grad_input, grad_weight, grad_bias, *ctx.args
     )
-    if not _three(_op_config(config, input), reduction, need):
+    if not ctx.three:
         grad_weight, grad_bias = new_weight, new_bias
+    need = ctx.args[5]
     grads = [
-        g if wanted and t is not None else None
+        g.view(t.shape).to(t.dtype) if wanted and t is not None else None
         for g, t, wanted in zip((grad_input, grad_weight, grad_bias), (input, weight, bias), need)
     ]
-    return (
-        *(None if g is None else g.view(t.shape).to(t.dtype) for g, t in zip(grads, (input, weight, bias))),
-        *(None,) * 8,
-    )
-
-
-_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+    return (*grads, *(None,) * 9)
 
 
 def linear_cross_entropy(
@@ -535,11 +538,14 @@ def linear_cross_entropy(
                 "call ojas_ref.linear_cross_entropy(..., head_update=opt), which runs it eagerly, or "
                 "pass head_update=None"
             )
-        return _forward_op(
+        three = _three(config or default_config(input.dtype, input.device), reduction, need)
+        return dynamo_apply(
+            _LinearCrossEntropy,
             input,
             linear_weight,
             linear_bias,
             target,
+            three,
             reduction,
             ignore_index,
             opts.eps,
@@ -547,7 +553,7 @@ def linear_cross_entropy(
             opts.softcap,
             list(need),
             _config_text(config),
-        )[0]
+        )
     chosen = config is not None
     config = config or default_config(input.dtype, input.device)
     if head is not None:

@@ -37,8 +37,9 @@ inputs and gradients are copied); dtypes float16, bfloat16, float32.
 
 Under torch.compile (and torch.export) these kernels run as two custom operators,
 ``ojas::relu_forward`` and ``ojas::relu_backward``, registered next to their ``autograd.Function``
-in ``ojas_ref.functional.relu`` (``torch.library.custom_op``, opaque to Dynamo and Inductor, with
-fake implementations; the backward by ``register_autograd``).  They call :func:`relu_forward`
+in ``ojas_ref.functional.relu`` (``ojas_kernels.host.define_op``, opaque to Dynamo and Inductor,
+with fake implementations; no autograd of their own: under torch.compile the Function calls the
+forward op in its forward and the backward op in its backward).  They call :func:`relu_forward`
 and :func:`relu_backward` with the same arguments as the eager path (default ``block_size``),
 so the theorems above apply unchanged.
 """

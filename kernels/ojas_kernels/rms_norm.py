@@ -28,9 +28,10 @@ treats ``.to()``); no theorem covers it, nor the rounding.
 
 Under torch.compile (and torch.export) these kernels run as two custom operators,
 ``ojas::rms_norm_forward`` and ``ojas::rms_norm_backward``, registered next to their
-``autograd.Function`` in ``ojas_ref.functional.rms_norm`` (``torch.library.custom_op``, opaque
-to Dynamo and Inductor, with fake implementations from :func:`forward_outputs` and
-:func:`backward_outputs`; the backward by ``register_autograd``).  They call
+``autograd.Function`` in ``ojas_ref.functional.rms_norm`` (``ojas_kernels.host.define_op``,
+opaque to Dynamo and Inductor, with fake implementations from :func:`forward_outputs` and
+:func:`backward_outputs`; no autograd of their own: under torch.compile the Function calls the
+forward op in its forward and the backward op in its backward).  They call
 :func:`rms_norm_forward` and :func:`rms_norm_backward` with the same arguments as the eager
 path, so the theorems above apply unchanged.
 """

@@ -50,8 +50,10 @@ contiguous).
 
 Under torch.compile (and torch.export) the kernel runs as two custom operators,
 ``ojas::rope_forward`` and ``ojas::rope_backward``, registered next to its ``autograd.Function``
-in ``ojas_ref.functional.rope`` (``torch.library.custom_op``, opaque to Dynamo and Inductor,
-with fake implementations from :func:`outputs_like`; the backward by ``register_autograd``).
+in ``ojas_ref.functional.rope`` (``ojas_kernels.host.define_op``, opaque to Dynamo and Inductor,
+with fake implementations from :func:`outputs_like`; no autograd of their own: under
+torch.compile the Function calls the forward op in its forward and the backward op in its
+backward).
 They call :func:`rope_forward` and :func:`rope_backward` with the same arguments as the eager
 path, so the theorem and the rounding above are unchanged.
 """

@@ -61,8 +61,9 @@ Layout: any shape, flattened into contiguous 1-D blocks of ``block_size`` elemen
 
 Under torch.compile (and torch.export) these kernels run as two custom operators,
 ``ojas::swiglu_forward`` and ``ojas::swiglu_backward``, registered next to their
-``autograd.Function`` in ``ojas_ref.functional.swiglu`` (``torch.library.custom_op``, opaque to
-Dynamo and Inductor, with fake implementations; the backward by ``register_autograd``).  They
+``autograd.Function`` in ``ojas_ref.functional.swiglu`` (``ojas_kernels.host.define_op``, opaque
+to Dynamo and Inductor, with fake implementations; no autograd of their own: under torch.compile
+the Function calls the forward op in its forward and the backward op in its backward).  They
 call :func:`swiglu_forward` and :func:`swiglu_backward` with the same arguments as the eager
 path (default ``block_size``), so the theorems above apply unchanged.
 """

@@ -28,7 +28,6 @@ __all__ = [
     "IMPL_ENVS",
     "KERNEL_DTYPES",
     "PRIMITIVES",
-    "direct_kernel",
     "get_impl",
     "kernel_runs",
     "plain_kernel_call",
@@ -245,22 +244,3 @@ def refuse_double_backward(name: str, alternative: str) -> None:
             f"gradient penalty or gradgradcheck): its backward is not differentiable; use "
             f"{alternative} for higher-order gradients"
         )
-
-
-#: the CPU and CUDA kernels of ``ojas::`` ops registered by :func:`direct_kernel` (a Library's
-#: registrations last as long as it does)
-_LIBRARY = torch.library.Library("ojas", "FRAGMENT")
-
-
-def direct_kernel(name: str, fn: Callable) -> None:
-    """Register ``fn``, the implementation a ``torch.library.custom_op`` ``ojas::name`` was made
-    from, as the op's CPU and CUDA kernels: the dispatcher then calls it (under
-    ``torch._disable_dynamo``, as custom_op does) without custom_op's per-call wrapper of its
-    default kernel (a Python frame checking the op's tags and that no output aliases an input,
-    about 5 microseconds a call on a CPU; ``fn``'s outputs are new tensors).  The same function
-    runs with the same arguments, so the same values; its other keys (fake, autograd, the
-    default kernel for other devices) stay custom_op's.  What a compiled graph calls once per
-    layer and step."""
-    kernel = torch._disable_dynamo(fn)
-    for key in ("CPU", "CUDA"):
-        _LIBRARY.impl(name, kernel, key)

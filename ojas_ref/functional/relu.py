@@ -60,6 +60,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ojas_kernels.host import define_op
 from ojas_ref.functional.autocast import autocast_dtype, autocast_off
 from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
@@ -137,11 +138,14 @@ def _check_input(name: str, x: object) -> None:
 
 
 class _ReLUFunction(torch.autograd.Function):
-    """Saves only the packed mask (Ojas.ReLU.Backward.relu_packed_backward_bitwise)."""
+    """Saves only the packed mask (Ojas.ReLU.Backward.relu_packed_backward_bitwise).  Under
+    torch.compile the kernels run as the registered ops (below)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, use_triton: bool) -> Tensor:
-        if use_triton:
+        if use_triton and torch.compiler.is_compiling():
+            r, packed = _forward_op(x)
+        elif use_triton:
             from ojas_kernels.relu import relu_forward
 
             r, packed = relu_forward(x)
@@ -156,6 +160,8 @@ class _ReLUFunction(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Optional[Tensor], None]:
         refuse_double_backward("relu", "torch.nn.functional.relu")
         (packed,) = ctx.saved_tensors
+        if ctx.use_triton and torch.compiler.is_compiling():
+            return _backward_op(grad, packed), None
         if ctx.use_triton:
             from ojas_kernels.relu import relu_backward
 
@@ -167,23 +173,22 @@ class _ReLUFunction(torch.autograd.Function):
 # The registered operators: what torch.compile sees
 # ---------------------------------------------------------------------------
 #
-# Under torch.compile (and torch.export) the kernels run as ``ojas::relu_forward`` (``relu(h)``
-# and the packed mask, an integer output that is not differentiated) and ``ojas::relu_backward``
-# (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake implementations, the backward
-# registered by ``register_autograd``).  They call the eager path's ``relu_forward`` and
-# ``relu_backward`` with the same arguments: the same bits, the same theorems.  Eagerly
-# ``_ReLUFunction`` runs without the dispatcher (the op's autograd wrapper costs more host time).
+# Under torch.compile (and torch.export) ``_ReLUFunction`` runs the kernels as the operators
+# ``ojas::relu_forward`` (``relu(h)`` and the packed mask, an integer output that is not
+# differentiated) and ``ojas::relu_backward`` (``ojas_kernels.host.define_op``: opaque to Dynamo
+# and Inductor, fake implementations, no autograd kernel: Dynamo traces the Function, which calls
+# the forward op in its forward and the backward op in its backward).  They call the eager path's
+# ``relu_forward`` and ``relu_backward`` with the same arguments: the same bits, the same
+# theorems.  Eagerly ``_ReLUFunction`` calls the kernels without the dispatcher.
 
 
-@torch.library.custom_op("ojas::relu_forward", mutates_args=())
-def _forward_op(h: Tensor) -> tuple[Tensor, Tensor]:
+def _forward_impl(h: Tensor) -> tuple[Tensor, Tensor]:
     from ojas_kernels.relu import relu_forward
 
     return relu_forward(h)
 
 
-@_forward_op.register_fake
-def _(h):
+def _forward_fake(h: Tensor) -> tuple[Tensor, Tensor]:
     from ojas_kernels.relu import packed_numel
 
     return (
@@ -192,30 +197,20 @@ def _(h):
     )
 
 
-@torch.library.custom_op("ojas::relu_backward", mutates_args=())
-def _backward_op(grad: Tensor, packed: Tensor) -> Tensor:
+_forward_op = define_op("relu_forward", "(Tensor h) -> (Tensor, Tensor)", _forward_impl, _forward_fake)
+
+
+def _backward_impl(grad: Tensor, packed: Tensor) -> Tensor:
     from ojas_kernels.relu import relu_backward
 
     return relu_backward(grad, packed)
 
 
-@_backward_op.register_fake
-def _(grad, packed):
+def _backward_fake(grad: Tensor, packed: Tensor) -> Tensor:
     return torch.empty_like(grad, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    ctx.save_for_backward(output[1])
-
-
-def _forward_op_backward(ctx, grad, grad_packed):
-    """The gradient of h from the packed mask (the mask's own gradient is ignored: it is an integer)."""
-    refuse_double_backward("relu", "torch.nn.functional.relu")
-    (packed,) = ctx.saved_tensors
-    return _backward_op(grad, packed)
-
-
-_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+_backward_op = define_op("relu_backward", "(Tensor grad, Tensor packed) -> Tensor", _backward_impl, _backward_fake)
 
 
 def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) -> Tensor:
@@ -255,8 +250,6 @@ def relu(input: Tensor, inplace: bool = False, *, impl: Optional[str] = None) ->
     use_triton = kernel_runs("relu", impl, input)
     if not (torch.is_grad_enabled() and input.requires_grad):
         return F.relu(input)  # nothing to save, nothing to pack
-    if use_triton and torch.compiler.is_compiling():
-        return _forward_op(input)[0]
     return _ReLUFunction.apply(input, use_triton)
 
 

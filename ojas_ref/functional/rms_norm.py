@@ -42,8 +42,9 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from ojas_kernels.host import define_op
 from ojas_ref.functional._kernel_module import KernelModule
-from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = ["CASTS", "fused_rms_norm", "normalized_shape_tuple", "real_argument", "rms_norm", "rms_norm_reference"]
@@ -79,14 +80,18 @@ class _FusedRMSNorm(torch.autograd.Function):
     read as ``[rows, n]`` and ``[n]`` inside the function, so that autograd records no view
     around it (the output is allocated in the input's shape, the gradients in their inputs'
     shapes: the same memory as ``[rows, n]`` and ``[n]``); saves ``x [rows, n]``, ``weight [n]``
-    and ``rstd``."""
+    and ``rstd``.  Under torch.compile the kernels run as the registered ops (below)."""
 
     @staticmethod
     def forward(ctx, input: Tensor, weight: Tensor, rows: int, eps: float, offset: float, after_weight: bool) -> Tensor:
         n = weight.numel()
         x = input if input.dim() == 2 and input.shape[0] == rows else input.reshape(rows, n)
         w = weight if weight.dim() == 1 else weight.reshape(n)
-        y, rstd = _KERNELS.load().forward(x, w, eps, offset, after_weight, input.shape)
+        if torch.compiler.is_compiling():
+            y, rstd = _forward_op(x, w, float(eps), float(offset), bool(after_weight))
+            y = y.reshape(input.shape)
+        else:
+            y, rstd = _KERNELS.load().forward(x, w, eps, offset, after_weight, input.shape)
         ctx.save_for_backward(x, w, rstd)
         ctx.args = (offset, after_weight, input.shape, weight.shape)
         return y
@@ -95,7 +100,12 @@ class _FusedRMSNorm(torch.autograd.Function):
     def backward(ctx, grad_y: Tensor):
         refuse_double_backward("rms_norm", "impl='reference'")
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = _KERNELS.load().backward(grad_y, x, weight, rstd, *ctx.args)
+        if torch.compiler.is_compiling():
+            offset, after_weight, input_shape, weight_shape = ctx.args
+            dx, dw = _backward_op(grad_y.reshape(x.shape), x, weight, rstd, float(offset), bool(after_weight))
+            dx, dw = dx.reshape(input_shape), dw.reshape(weight_shape)
+        else:
+            dx, dw = _KERNELS.load().backward(grad_y, x, weight, rstd, *ctx.args)
         return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None, None
 
 
@@ -106,27 +116,31 @@ _KERNELS = KernelModule("rms_norm", _FusedRMSNorm)
 # The registered operators: what torch.compile sees
 # ---------------------------------------------------------------------------
 #
-# Under torch.compile (and torch.export) the kernels run as ``ojas::rms_norm_forward`` and
-# ``ojas::rms_norm_backward`` (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake
-# implementations ``ojas_kernels.rms_norm.forward_outputs`` / ``backward_outputs``, the backward
-# registered by ``register_autograd``).  They call the eager path's ``rms_norm_forward`` and
-# ``rms_norm_backward`` with the same arguments: the same values, the same theorems.  Eagerly
-# ``_FusedRMSNorm`` runs without the dispatcher (the op's autograd wrapper costs more host time).
+# Under torch.compile (and torch.export) ``_FusedRMSNorm`` runs the kernels as the operators
+# ``ojas::rms_norm_forward`` and ``ojas::rms_norm_backward`` (``ojas_kernels.host.define_op``:
+# opaque to Dynamo and Inductor, fake implementations ``ojas_kernels.rms_norm.forward_outputs`` /
+# ``backward_outputs``, no autograd kernel: Dynamo traces the Function, which calls the forward op
+# in its forward and the backward op in its backward).  They call the eager path's
+# ``rms_norm_forward`` and ``rms_norm_backward`` with the same arguments: the same values, the same
+# theorems.  Eagerly ``_FusedRMSNorm`` calls the kernels without the dispatcher.
 
 
 def _forward_impl(x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> tuple[Tensor, Tensor]:
     return _KERNELS.load().rms_norm_forward(x, weight, eps, offset, after_weight)
 
 
-_forward_op = torch.library.custom_op("ojas::rms_norm_forward", _forward_impl, mutates_args=())
-direct_kernel("rms_norm_forward", _forward_impl)
-
-
-@_forward_op.register_fake
-def _(x, weight, eps, offset, after_weight):
+def _forward_fake(x: Tensor, weight: Tensor, eps: float, offset: float, after_weight: bool) -> tuple[Tensor, Tensor]:
     from ojas_kernels.rms_norm import forward_outputs
 
     return forward_outputs(x, weight, after_weight)
+
+
+_forward_op = define_op(
+    "rms_norm_forward",
+    "(Tensor x, Tensor weight, float eps, float offset, bool after_weight) -> (Tensor, Tensor)",
+    _forward_impl,
+    _forward_fake,
+)
 
 
 def _backward_impl(
@@ -135,32 +149,20 @@ def _backward_impl(
     return _KERNELS.load().rms_norm_backward(grad_y, x, weight, rstd, offset, after_weight)
 
 
-_backward_op = torch.library.custom_op("ojas::rms_norm_backward", _backward_impl, mutates_args=())
-direct_kernel("rms_norm_backward", _backward_impl)
-
-
-@_backward_op.register_fake
-def _(grad_y, x, weight, rstd, offset, after_weight):
+def _backward_fake(
+    grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, offset: float, after_weight: bool
+) -> tuple[Tensor, Tensor]:
     from ojas_kernels.rms_norm import backward_outputs
 
     return backward_outputs(x, weight)
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    x, weight, _, offset, after_weight = inputs
-    ctx.save_for_backward(x, weight, output[1])
-    ctx.args = (offset, after_weight)
-
-
-def _forward_op_backward(ctx, grad_y, grad_rstd):
-    """The gradients of x and weight (rstd is not differentiated: its gradient is ignored)."""
-    refuse_double_backward("rms_norm", "impl='reference'")
-    x, weight, rstd = ctx.saved_tensors
-    dx, dw = _backward_op(grad_y, x, weight, rstd, *ctx.args)
-    return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None
-
-
-_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+_backward_op = define_op(
+    "rms_norm_backward",
+    "(Tensor grad_y, Tensor x, Tensor weight, Tensor rstd, float offset, bool after_weight) -> (Tensor, Tensor)",
+    _backward_impl,
+    _backward_fake,
+)
 
 
 def normalized_shape_tuple(normalized_shape: Union[int, Sequence[int], torch.Size]) -> tuple[int, ...]:
@@ -286,12 +288,11 @@ def fused_rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float, aft
 
 
 def _fused(input: Tensor, weight: Tensor, rows: int, n: int, eps: float, offset: float, after_weight: bool) -> Tensor:
-    """The kernel path on ``input`` of ``rows`` rows of ``n`` entries: ``ojas::rms_norm_forward``
-    under torch.compile, else ``_FusedRMSNorm`` (no view recorded around it)."""
-    if torch.compiler.is_compiling():
-        y = _forward_op(input.reshape(rows, n), weight.reshape(n), float(eps), float(offset), bool(after_weight))[0]
-        return y.reshape(input.shape)
-    _KERNELS.load()
+    """The kernel path on ``input`` of ``rows`` rows of ``n`` entries: ``_FusedRMSNorm`` (no view
+    recorded around it; under torch.compile its ``apply``, which Dynamo traces, else the C one)."""
     if input is weight:  # one tensor as both: through a view, so that its two gradients sum in the same order
         input = input.view(input.shape)
+    if torch.compiler.is_compiling():
+        return _FusedRMSNorm.apply(input, weight, rows, eps, offset, after_weight)
+    _KERNELS.load()
     return _KERNELS.apply(input, weight, rows, eps, offset, after_weight)

@@ -28,9 +28,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ojas_kernels.host import define_op, dynamo_apply
 from ojas_ref._deprecation import renamed_module_attributes
 from ojas_ref.functional._kernel_module import KernelModule
-from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward, resolve_impl
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward, resolve_impl
 
 __all__ = ["BACKWARD_THEOREM", "IMPL_ENV", "apply_rotary_pos_emb", "fused_rope", "rope_reference", "rotate_half"]
 
@@ -63,12 +64,15 @@ def rope_reference(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim
 class _RoPEFunction(torch.autograd.Function):
     """The kernel both ways for 4-D ``q``/``k`` ``[B, H, S, E]`` and ``cos``/``sin`` ``[B or 1, S, E]``
     not requiring grad, checked by the caller; saves only ``cos`` and ``sin``
-    (Ojas.RoPE.Backward.rope_backward_eq_vjp)."""
+    (Ojas.RoPE.Backward.rope_backward_eq_vjp).  Under torch.compile the kernel runs as the
+    registered ops (below), the backward op on both output gradients (zeros for an unused output)."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-        ctx.set_materialize_grads(False)
         ctx.save_for_backward(cos, sin)
+        if torch.compiler.is_compiling():
+            return _forward_op(q, k, cos, sin)
+        ctx.set_materialize_grads(False)
         return _KERNELS.load().rope_forward(q, k, cos, sin, False)
 
     @staticmethod
@@ -76,6 +80,9 @@ class _RoPEFunction(torch.autograd.Function):
         refuse_double_backward("apply_rotary_pos_emb", "rope_reference (impl='reference')")
         cos, sin = ctx.saved_tensors
         need_q, need_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if torch.compiler.is_compiling():
+            dq, dk = _backward_op(grad_q, grad_k, cos, sin)
+            return (dq if need_q else None), (dk if need_k else None), None, None
         dq, dk = _KERNELS.load().rope_backward(grad_q if need_q else None, grad_k if need_k else None, cos, sin)
         return dq, dk, None, None
 
@@ -84,13 +91,14 @@ class _RoPEFunction(torch.autograd.Function):
 # The registered operators: what torch.compile sees
 # ---------------------------------------------------------------------------
 #
-# Under torch.compile (and torch.export) the kernel runs as ``ojas::rope_forward`` and
-# ``ojas::rope_backward`` (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake
-# implementations ``ojas_kernels.rope.outputs_like``, the backward registered by
-# ``register_autograd``).  They call the eager path's ``rope_forward`` and ``rope_backward`` with
-# the same arguments: the same values, the same theorem.  Eagerly ``_RoPEFunction`` runs without
-# the dispatcher (the op's autograd wrapper costs more host time).  The backward op takes both
-# output gradients (autograd gives zeros for an unused output) and returns both.
+# Under torch.compile (and torch.export) ``_RoPEFunction`` runs the kernel as the operators
+# ``ojas::rope_forward`` and ``ojas::rope_backward`` (``ojas_kernels.host.define_op``: opaque to
+# Dynamo and Inductor, fake implementations ``ojas_kernels.rope.outputs_like``, no autograd kernel:
+# Dynamo traces the Function, which calls the forward op in its forward and the backward op in its
+# backward).  They call the eager path's ``rope_forward`` and ``rope_backward`` with the same
+# arguments: the same values, the same theorem.  Eagerly ``_RoPEFunction`` calls the kernel
+# without the dispatcher.  The backward op takes both output gradients (autograd gives zeros for
+# an unused output) and returns both.
 
 
 _KERNELS = KernelModule("rope", _RoPEFunction)
@@ -100,49 +108,35 @@ def _forward_impl(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tenso
     return _KERNELS.load().rope_forward(q, k, cos, sin)
 
 
-_forward_op = torch.library.custom_op("ojas::rope_forward", _forward_impl, mutates_args=())
-direct_kernel("rope_forward", _forward_impl)
-
-
-@_forward_op.register_fake
-def _(q, k, cos, sin):
+def _outputs_like(x_q: Tensor, x_k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """The fake implementation of both ops: outputs like their first two tensors."""
     from ojas_kernels.rope import outputs_like
 
-    return outputs_like(q, k)
+    return outputs_like(x_q, x_k)
+
+
+_forward_op = define_op(
+    "rope_forward", "(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)", _forward_impl, _outputs_like
+)
 
 
 def _backward_impl(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     return _KERNELS.load().rope_backward(grad_q, grad_k, cos, sin)
 
 
-_backward_op = torch.library.custom_op("ojas::rope_backward", _backward_impl, mutates_args=())
-direct_kernel("rope_backward", _backward_impl)
-
-
-@_backward_op.register_fake
-def _(grad_q, grad_k, cos, sin):
-    from ojas_kernels.rope import outputs_like
-
-    return outputs_like(grad_q, grad_k)
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[2:])
-
-
-def _forward_op_backward(ctx, grad_q, grad_k):
-    refuse_double_backward("apply_rotary_pos_emb", "rope_reference (impl='reference')")
-    dq, dk = _backward_op(grad_q, grad_k, *ctx.saved_tensors)
-    return (dq if ctx.needs_input_grad[0] else None), (dk if ctx.needs_input_grad[1] else None), None, None
-
-
-_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+_backward_op = define_op(
+    "rope_backward",
+    "(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin) -> (Tensor, Tensor)",
+    _backward_impl,
+    _outputs_like,
+)
 
 
 def _kernel_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """The kernel on ``[B, H, S, E]``: ``ojas::rope_forward`` under torch.compile, else ``_RoPEFunction``."""
+    """The kernel on ``[B, H, S, E]``: ``_RoPEFunction`` (under torch.compile its ``apply``, which
+    Dynamo traces, else the C one)."""
     if torch.compiler.is_compiling():
-        return _forward_op(q, k, cos, sin)
+        return dynamo_apply(_RoPEFunction, q, k, cos, sin)
     _KERNELS.load()
     return _KERNELS.apply(q, k, cos, sin)
 

@@ -49,9 +49,10 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ojas_kernels.host import define_op, dynamo_apply
 from ojas_ref.functional.autocast import autocast_off
 from ojas_ref.functional._kernel_module import KernelModule
-from ojas_ref.functional.dispatch import IMPL_ENVS, direct_kernel, kernel_runs, refuse_double_backward
+from ojas_ref.functional.dispatch import IMPL_ENVS, kernel_runs, refuse_double_backward
 from ojas_ref.functional.transforms import refuse_function_transforms
 
 __all__ = [
@@ -145,11 +146,13 @@ class _SwiGLUFunction(torch.autograd.Function):
     """Saves only ``a`` and ``b``; the backward recomputes the activation
     (Ojas.SwiGLU.Backward.swiglu_backward_eq_vjp, Ojas.SwiGLU.Backward.geglu_tanh_backward_eq_vjp).
     The kernels run whatever the autocast state (they call no op autocast casts); the reference
-    runs with autocast off."""
+    runs with autocast off.  Under torch.compile the kernels run as the registered ops (below)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, use_triton: bool, activation: str) -> Tensor:
-        if use_triton:
+        if use_triton and torch.compiler.is_compiling():
+            h = _forward_op(a, b, activation)
+        elif use_triton:
             h = _KERNELS.load().swiglu_forward(a, b, activation=activation)
         else:
             h = swiglu_forward_reference(a, b, activation)
@@ -161,7 +164,9 @@ class _SwiGLUFunction(torch.autograd.Function):
     def backward(ctx, grad_h: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], None, None]:
         refuse_double_backward("swiglu", _alternative(ctx.activation))
         a, b = ctx.saved_tensors
-        if ctx.use_triton:
+        if ctx.use_triton and torch.compiler.is_compiling():
+            da, db = _backward_op(a, b, grad_h, ctx.activation)
+        elif ctx.use_triton:
             da, db = _KERNELS.load().swiglu_backward(a, b, grad_h, activation=ctx.activation)
         else:
             with autocast_off(grad_h.device.type):
@@ -174,12 +179,13 @@ class _SwiGLUFunction(torch.autograd.Function):
 # The registered operators: what torch.compile sees
 # ---------------------------------------------------------------------------
 #
-# Under torch.compile (and torch.export) the kernels run as ``ojas::swiglu_forward`` and
-# ``ojas::swiglu_backward`` (``torch.library.custom_op``: opaque to Dynamo and Inductor, fake
-# implementations giving contiguous outputs of the inputs' shape and dtype, the backward
-# registered by ``register_autograd``).  They call the eager path's ``swiglu_forward`` and
+# Under torch.compile (and torch.export) ``_SwiGLUFunction`` runs the kernels as the operators
+# ``ojas::swiglu_forward`` and ``ojas::swiglu_backward`` (``ojas_kernels.host.define_op``: opaque
+# to Dynamo and Inductor, fake implementations giving contiguous outputs of the inputs' shape and
+# dtype, no autograd kernel: Dynamo traces the Function, which calls the forward op in its forward
+# and the backward op in its backward).  They call the eager path's ``swiglu_forward`` and
 # ``swiglu_backward`` with the same arguments: the same values, the same theorems.  Eagerly
-# ``_SwiGLUFunction`` runs without the dispatcher (the op's autograd wrapper costs more host time).
+# ``_SwiGLUFunction`` calls the kernels without the dispatcher.
 
 
 _KERNELS = KernelModule("swiglu", _SwiGLUFunction)
@@ -189,48 +195,36 @@ def _forward_impl(a: Tensor, b: Tensor, activation: str) -> Tensor:
     return _KERNELS.load().swiglu_forward(a, b, activation=activation)
 
 
-_forward_op = torch.library.custom_op("ojas::swiglu_forward", _forward_impl, mutates_args=())
-direct_kernel("swiglu_forward", _forward_impl)
-
-
-@_forward_op.register_fake
-def _(a, b, activation):
+def _forward_fake(a: Tensor, b: Tensor, activation: str) -> Tensor:
     return torch.empty_like(a, memory_format=torch.contiguous_format)
+
+
+_forward_op = define_op(
+    "swiglu_forward", "(Tensor a, Tensor b, str activation) -> Tensor", _forward_impl, _forward_fake
+)
 
 
 def _backward_impl(a: Tensor, b: Tensor, grad_h: Tensor, activation: str) -> tuple[Tensor, Tensor]:
     return _KERNELS.load().swiglu_backward(a, b, grad_h, activation=activation)
 
 
-_backward_op = torch.library.custom_op("ojas::swiglu_backward", _backward_impl, mutates_args=())
-direct_kernel("swiglu_backward", _backward_impl)
-
-
-@_backward_op.register_fake
-def _(a, b, grad_h, activation):
+def _backward_fake(a: Tensor, b: Tensor, grad_h: Tensor, activation: str) -> tuple[Tensor, Tensor]:
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (a, b))
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    a, b, activation = inputs
-    ctx.save_for_backward(a, b)
-    ctx.activation = activation
-
-
-def _forward_op_backward(ctx, grad_h):
-    refuse_double_backward("swiglu", _alternative(ctx.activation))
-    a, b = ctx.saved_tensors
-    da, db = _backward_op(a, b, grad_h, ctx.activation)
-    return (da if ctx.needs_input_grad[0] else None), (db if ctx.needs_input_grad[1] else None), None
-
-
-_forward_op.register_autograd(_forward_op_backward, setup_context=_setup_context)
+_backward_op = define_op(
+    "swiglu_backward",
+    "(Tensor a, Tensor b, Tensor grad_h, str activation) -> (Tensor, Tensor)",
+    _backward_impl,
+    _backward_fake,
+)
 
 
 def _kernel_swiglu(gate: Tensor, up: Tensor, activation: str) -> Tensor:
-    """The kernel path: ``ojas::swiglu_forward`` under torch.compile, else ``_SwiGLUFunction``."""
+    """The kernel path: ``_SwiGLUFunction`` (under torch.compile its ``apply``, which Dynamo
+    traces, else the C one)."""
     if torch.compiler.is_compiling():
-        return _forward_op(gate, up, activation)
+        return dynamo_apply(_SwiGLUFunction, gate, up, True, activation)
     _KERNELS.load()
     return _KERNELS.apply(gate, up, True, activation)
 

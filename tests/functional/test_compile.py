@@ -3,14 +3,16 @@
 Under torch.compile the kernels run as custom operators: ``ojas::flash_attention_forward`` and
 ``ojas::flash_attention_backward``, ``ojas::linear_cross_entropy`` and its backward, and
 ``ojas::<name>_forward`` / ``ojas::<name>_backward`` for ``rms_norm``, ``swiglu``, ``rope``
-and ``relu`` (opaque to Dynamo and Inductor, fake implementations, backward by
-``register_autograd``); eagerly they run as before, without the dispatcher.  Checked here:
-the compiled function is one graph (``fullgraph=True``) holding the forward op, AOT's backward graph holds the backward op, the
-compiled values and gradients are the eager ones bit for bit (the same kernels on the same
-arguments), and ``torch.library.opcheck`` accepts the ops (schema, fake implementation,
-autograd registration).  On the CPU these run the kernels in Triton's interpreter (run with
-TRITON_INTERPRET=1; Inductor's CPU backend compiles the code around the ops); on CUDA the
-same tests run on the GPU.
+and ``relu`` (opaque to Dynamo and Inductor, fake implementations, no autograd of their own:
+Dynamo traces each primitive's ``autograd.Function``, which calls the forward op in its forward
+and the backward op in its backward); eagerly they run as before, without the dispatcher.
+Checked here: the compiled function is one graph (``fullgraph=True``) holding the forward op (in
+the Function's subgraph), AOT's backward graph holds the backward op, the compiled values and
+gradients are the eager ones bit for bit (the same kernels on the same arguments), and
+``torch.library.opcheck`` accepts the ops (schema, fake implementation, autograd registration:
+none, and no output requiring grad).  On the CPU these run the kernels in Triton's interpreter
+(run with TRITON_INTERPRET=1; Inductor's CPU backend compiles the code around the ops); on CUDA
+the same tests run on the GPU.
 
 Tests marked ``gpu`` (skipped without CUDA): ``torch.compile(model)`` of an
 ``optimize_model``'d tiny Llama against eager (bfloat16, and float32 weights under bfloat16
@@ -57,6 +59,17 @@ def recording(backend: str, graphs: list) -> object:
         return inner(gm, example_inputs)
 
     return compile_graph
+
+
+def code(gm: torch.fx.GraphModule) -> str:
+    """The code of a Dynamo graph with that of each subgraph it takes, once per use (an
+    autograd.Function's forward and backward are the subgraphs of its ``autograd_function_apply``)."""
+    parts = [gm.code]
+    for node in gm.graph.nodes:
+        sub = getattr(gm, node.target) if node.op == "get_attr" else None
+        if isinstance(sub, torch.fx.GraphModule):
+            parts.append(code(sub))
+    return "".join(parts)
 
 
 def aot_recording(graphs: dict) -> object:
@@ -148,7 +161,7 @@ def test_compiled_attention_is_eager_attention(case):
     if opts.get("seed"):
         args.append(torch.tensor([12345, 2**32 - 7], dtype=torch.int64, device=DEVICE))
     (out, grads), (c_out, c_grads), graphs = eager_and_compiled(fn, args)
-    assert len(graphs) == 1 and FORWARD_OP in graphs[0].code
+    assert len(graphs) == 1 and FORWARD_OP in code(graphs[0])
     assert torch.equal(out, c_out)
     assert all(torch.equal(g, h) for g, h in zip(grads, c_grads))
     assert out.abs().sum() > 0 and all(g.abs().sum() > 0 for g in grads)
@@ -191,22 +204,25 @@ def test_opcheck(mask, seq_major):
 @pytest.mark.kernel
 def test_ops_run_the_eager_kernels():
     """The registered forward op called directly is the eager path bit for bit, with a
-    non-default config (carried through the op as ints); double backward raises in both."""
+    non-default config (carried through the op as ints), and the backward op on its outputs the
+    eager gradients; the ops have no autograd of their own, double backward through the eager
+    path raises."""
     q, k, v = inputs(hq=2, hkv=1)
     config = kattn.AttentionConfig(
         kattn.KernelConfig(16, 32), kattn.KernelConfig(32, 16, split=False), kattn.KernelConfig(16, 16)
     )
-    assert kattn._config_of(kattn._config_ints(config)) == config
-    eager = flash_attention(q, k, v, True, config=config)
-    out, _ = torch.ops.ojas.flash_attention_forward(
-        q, k, v, None, None, True, 0.25, None, 0.0, False, kattn._config_ints(config)
-    )
-    assert torch.equal(eager, out)
-    g_eager = torch.autograd.grad(eager.sum(), (q, k, v))
-    assert all(torch.equal(a, b) for a, b in zip(g_eager, torch.autograd.grad(out.sum(), (q, k, v))))
-    for y in (eager, out):
-        with pytest.raises(RuntimeError, match="does not support double backward"):
-            torch.autograd.grad(y.sum(), (q,), create_graph=True)
+    ints = kattn._config_ints(config)
+    assert kattn._config_of(ints) == config
+    eager = flash_attention(q, k, v, True, scale=0.25, config=config)
+    grad = torch.randn(eager.shape, generator=torch.Generator().manual_seed(2)).to(eager)
+    g_eager = torch.autograd.grad(eager, (q, k, v), grad)
+    with torch.no_grad():
+        out, lse = torch.ops.ojas.flash_attention_forward(q, k, v, None, None, True, 0.25, None, 0.0, False, ints)
+        g_op = torch.ops.ojas.flash_attention_backward(grad, q, k, v, None, out, lse, None, True, 0.25, None, 0.0, ints)
+    assert torch.equal(eager, out) and out.grad_fn is None
+    assert all(torch.equal(a, b) for a, b in zip(g_eager, g_op))
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        torch.autograd.grad(flash_attention(q, k, v, True, config=config).sum(), (q,), create_graph=True)
 
 
 @pytest.mark.kernel
@@ -227,8 +243,10 @@ def test_compiled_optimized_llama_cpu(all_kernels):
         model, data = _llama(transformers, torch.float32, DEVICE, **flags)
         graphs = []
         eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
-        assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
-        counts = {op: graphs[0].code.count(f"ojas.{op}_forward") for op in ("rms_norm", "swiglu", "rope")}
+        assert (
+            len(graphs) == 1 and code(graphs[0]).count(FORWARD_OP) == 2 and code(graphs[0]).count(LCE_OPS[0] + ".") == 1
+        )
+        counts = {op: code(graphs[0]).count(f"ojas.{op}_forward") for op in ("rms_norm", "swiglu", "rope")}
         assert counts == ({"rms_norm": 5, "swiglu": 2, "rope": 2} if all_kernels else dict.fromkeys(counts, 0))
         rtol = 0.0 if _INTERPRETED else 1e-5  # CUDA: the eager adapter may add is_causal (tiles skipped, not masked)
         _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
@@ -273,7 +291,7 @@ def test_compiled_linear_cross_entropy_is_eager(reduction, products, bias):
         return klce.linear_cross_entropy(x, w, t, linear_bias=b, reduction=reduction, config=config)
 
     (loss, grads), (c_loss, c_grads), graphs = eager_and_compiled(fn, _lce_inputs(bias))
-    assert len(graphs) == 1 and LCE_OPS[0] in graphs[0].code
+    assert len(graphs) == 1 and LCE_OPS[0] in code(graphs[0])
     assert torch.equal(loss, c_loss) and all(torch.equal(g, h) for g, h in zip(grads, c_grads))
     assert all(g.abs().sum() > 0 for g in grads)
 
@@ -458,7 +476,7 @@ def test_compiled_elementwise_ops_are_eager(case):
     fn, make, name = ELEMENTWISE_CASES[case]
     args = make()
     (out, grads), (c_out, c_grads), graphs = eager_and_compiled(fn, args)
-    assert len(graphs) == 1 and f"ojas.{name}_forward" in graphs[0].code
+    assert len(graphs) == 1 and f"ojas.{name}_forward" in code(graphs[0])
     assert torch.equal(out, c_out) and out.dtype == c_out.dtype and out.stride() == c_out.stride()
     assert all(torch.equal(g, h) for g, h in zip(grads, c_grads))
     assert out.abs().sum() > 0 and all(g.abs().sum() > 0 for g in grads)
@@ -482,6 +500,35 @@ def test_compiled_swiglu_gate_only_and_rope_q_only_gradients():
         (out, grads), (c_out, c_grads), _ = eager_and_compiled(fn, [q, k.detach(), cos, sin])
         assert len(grads) == 1 and torch.equal(out, c_out) and torch.equal(grads[0], c_grads[0])
         assert grads[0].abs().sum() > 0
+
+
+DUPLICATE_CASES = {
+    "swiglu, gate is up": (lambda x: ojas_ref.swiglu(x, x, impl="triton"), lambda: _pair_inputs()[:1]),
+    "rope, q is k and cos is sin": (
+        lambda q, cos: _rope(1)(q, q, cos, cos),
+        lambda: [_rope_q_k(True)[0], _rope_tables()[0]],
+    ),
+    "attention, query is key is value": (
+        lambda x: ojas_ref.attention(x, x, x, is_causal=True, impl="triton"),
+        lambda: inputs()[:1],
+    ),
+    "linear_cross_entropy, input is weight": (
+        lambda x, t: ojas_ref.linear_cross_entropy(x, x, t, impl="triton"),
+        lambda: [_lce_inputs(False)[0][0], torch.arange(6, device=DEVICE) % 4],
+    ),
+}
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("case", list(DUPLICATE_CASES))
+def test_compiled_function_of_one_tensor_at_two_inputs(case):
+    """One tensor at two inputs of a primitive (Dynamo refuses an autograd.Function given one
+    tensor twice: ``ojas_kernels.host.dynamo_apply`` passes a view the second time): one graph, the
+    eager output and gradients bit for bit."""
+    fn, make = DUPLICATE_CASES[case]
+    (out, grads), (c_out, c_grads), graphs = eager_and_compiled(fn, make(), backend="aot_eager")
+    assert len(graphs) == 1 and torch.equal(out, c_out)
+    assert len(grads) == 1 and torch.equal(grads[0], c_grads[0]) and grads[0].abs().sum() > 0
 
 
 def _elementwise_op_args():
@@ -542,30 +589,42 @@ def test_elementwise_ops_opcheck(name):
 @pytest.mark.kernel
 @pytest.mark.parametrize("name", ["rms_norm", "swiglu", "rope", "relu"])
 def test_elementwise_ops_run_the_eager_kernels(name):
-    """Each forward op called directly gives the eager kernel path's outputs and gradients bit
-    for bit; double backward through it raises, as eagerly."""
+    """Each forward op called directly gives the eager kernel path's outputs, and its backward op
+    on the forward's saved values the eager gradients, bit for bit.  The ops have no autograd of
+    their own (under torch.compile the primitive's autograd.Function calls them); double backward
+    through the eager path raises."""
     from ojas_ref.functional.rope import apply_rotary_pos_emb
 
-    forward, args, _, _ = _elementwise_op_args()[name]
+    forward, args, backward, _ = _elementwise_op_args()[name]
     eager = {
         "rms_norm": lambda x, w, eps, *_: ojas_ref.rms_norm(x, 48, w, eps, impl="triton"),
         "swiglu": lambda a, b, act: ojas_ref.swiglu(a, b, activation=act, impl="triton"),
         "rope": lambda q, k, cos, sin: apply_rotary_pos_emb(q, k, cos, sin, impl="triton"),
         "relu": lambda h: ojas_ref.relu(h, impl="triton"),
     }[name]
+    backward_args = {  # (output gradients, the forward op's outputs) -> the backward op's arguments
+        "rms_norm": lambda g, o: (g[0], args[0], args[1], o[1], *args[3:]),
+        "swiglu": lambda g, o: (*args[:2], g[0], args[2]),
+        "rope": lambda g, o: (*g, *args[2:]),
+        "relu": lambda g, o: (g[0], o[1]),
+    }[name]
     leaves = [t for t in args if torch.is_tensor(t) and t.requires_grad]
-    results = []
-    for f in (eager, forward):
-        out = f(*args)
-        out = (out,) if torch.is_tensor(out) else tuple(out)[: 2 if name == "rope" else 1]
-        grad_out = [torch.randn(o.shape, generator=torch.Generator().manual_seed(9)).to(o) for o in out]
-        results.append((out, torch.autograd.grad(out, leaves, grad_out)))
-        again = f(*args)
-        again = (again,) if torch.is_tensor(again) else tuple(again)[: len(out)]
-        with pytest.raises(RuntimeError, match="does not support double backward"):
-            torch.autograd.grad(again, leaves, grad_out, create_graph=True)
-    (out, grads), (o_out, o_grads) = results
-    assert all(torch.equal(a, b) for a, b in zip(out + grads, o_out + o_grads))
+    out = eager(*args)
+    out = (out,) if torch.is_tensor(out) else tuple(out)
+    grad_out = [torch.randn(o.shape, generator=torch.Generator().manual_seed(9)).to(o) for o in out]
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    with torch.no_grad():
+        o_out = forward(*args)
+        o_out = (o_out,) if torch.is_tensor(o_out) else tuple(o_out)
+        o_grads = backward(*backward_args(grad_out, o_out))
+    o_grads = (o_grads,) if torch.is_tensor(o_grads) else tuple(o_grads)
+    assert len(grads) == len(o_grads) and all(g.abs().sum() > 0 for g in grads)
+    assert all(torch.equal(a, b) for a, b in zip(out + grads, o_out[: len(out)] + o_grads))
+    assert not o_out[0].requires_grad and o_out[0].grad_fn is None
+    again = eager(*args)
+    again = (again,) if torch.is_tensor(again) else tuple(again)
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        torch.autograd.grad(again, leaves, grad_out, create_graph=True)
 
 
 # --------------------------------------------------------------------------
@@ -700,7 +759,7 @@ def test_functional_ops_compile_fullgraph_gpu(name, dtype):
     fn = _functional_cases()[name]
     x = torch.randn(2, 24, 64, generator=torch.Generator().manual_seed(0)).to("cuda", dtype)
     (out, grads), (c_out, c_grads), graphs = eager_and_compiled(fn, [x.requires_grad_()])
-    assert len(graphs) == 1 and FUNCTIONAL_OPS[name] in graphs[0].code
+    assert len(graphs) == 1 and FUNCTIONAL_OPS[name] in code(graphs[0])
     rtol = 1e-2 if dtype == torch.bfloat16 else 1e-4
     _assert_close(out, c_out, rtol)
     _assert_close(grads[0], c_grads[0], rtol)
@@ -755,7 +814,11 @@ def test_compiled_optimized_llama_modes_cpu(mode):
         graphs = []
         eager_loss, eager_grads, loss, grads = _eager_and_compiled_model(model, data, recording("aot_eager", graphs))
         if mode == "packed sequences":
-            assert len(graphs) == 1 and graphs[0].code.count(FORWARD_OP) == 2 and graphs[0].code.count(LCE_OPS[0]) == 1
+            assert (
+                len(graphs) == 1
+                and code(graphs[0]).count(FORWARD_OP) == 2
+                and code(graphs[0]).count(LCE_OPS[0] + ".") == 1
+            )
         rtol = 0.0 if _INTERPRETED else 1e-5
         _assert_step_close(eager_loss, loss, eager_grads, grads, rtol, rtol)
 

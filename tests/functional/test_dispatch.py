@@ -418,23 +418,23 @@ def test_function_apply_under_a_torch_func_transform():
 
 
 def test_the_ojas_ops_have_direct_cpu_and_cuda_kernels():
-    """dispatch.direct_kernel registers each op's implementation for CPU and CUDA (no custom_op
-    per-call wrapper); the fake and autograd keys stay custom_op's."""
+    """ojas_kernels.host.define_op registers each op's implementation for CPU and CUDA and its fake
+    implementation (Meta), and no autograd kernel (no custom_op per-call wrapper: the primitives'
+    autograd.Functions call the ops under torch.compile)."""
     import ojas_kernels.attention  # noqa: F401  (registers the attention ops)
+    import ojas_kernels.linear_cross_entropy  # noqa: F401
+    import ojas_ref.functional.relu  # noqa: F401
     import ojas_ref.functional.rms_norm  # noqa: F401
     import ojas_ref.functional.rope  # noqa: F401
     import ojas_ref.functional.swiglu  # noqa: F401
 
     names = [
-        "ojas::rms_norm_forward",
-        "ojas::rms_norm_backward",
-        "ojas::swiglu_forward",
-        "ojas::swiglu_backward",
-        "ojas::rope_forward",
-        "ojas::rope_backward",
-        "ojas::flash_attention_forward",
-        "ojas::flash_attention_backward",
+        f"ojas::{p}_{d}"
+        for p in ("rms_norm", "swiglu", "rope", "relu", "flash_attention")
+        for d in ("forward", "backward")
     ]
-    for name in names:
-        for key in ("CPU", "CUDA", "Meta", "Autograd"):
+    for name in names + ["ojas::linear_cross_entropy", "ojas::linear_cross_entropy_backward"]:
+        for key in ("CPU", "CUDA", "Meta"):
             assert torch._C._dispatch_has_kernel_for_dispatch_key(name, key), (name, key)
+        for key in ("Autograd", "AutogradCPU", "AutogradCUDA", "CompositeExplicitAutograd"):
+            assert not torch._C._dispatch_has_kernel_for_dispatch_key(name, key), (name, key)
