@@ -45,7 +45,7 @@
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import VectorFacts FloatModel.DotError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
@@ -455,27 +455,7 @@ Proof.
                 <= INR Tt * CR * (((((P1 * ((1 + ue) * X)) * CGc * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee))
                    * (1 + u))).
   { unfold Rc, dRc, Gbc.
-    pose proof (cr_ge_1 M).
-    assert (HGb : H_l M K B * CGc * Rpower 2 (u * K) <= P1 * ((1 + ue) * X) * CGc * X)
-      by (apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat_r; lra | lra]).
-    pose proof (pos_INR N).
-    assert (0 <= H_l M K B * CGc * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
-    assert (Hd : 0 <= ((H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) * (1 + u) + ea + Ry_l M B) * (1 + u)).
-    { apply Rmult_le_pos; [| lra].
-      assert (0 <= H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
-      nra. }
-    assert (Hd' : ((H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) * (1 + u) + ea + Ry_l M B) * (1 + u)
-                  <= ((P1 * ((1 + ue) * X) * CGc * X * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee)) * (1 + u)).
-    { apply Rmult_le_compat_r; [lra |].
-      assert (H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee <= P1 * ((1 + ue) * X) * CGc * X * INR N * ee)
-        by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; lra]).
-      nra. }
-    assert (Hc : cr M ^ t <= CR) by (eapply Rle_trans; [apply Rle_pow; [lra | exact Ht] | exact HC]).
-    assert (0 <= cr M ^ t) by (apply pow_le; lra).
-    assert (INR t <= INR Tt) by (apply le_INR, Ht).
-    pose proof (pos_INR t).
-    apply Rmult_le_compat; [apply Rmult_le_pos; lra | exact Hd | | exact Hd'].
-    apply Rmult_le_compat; lra. }
+    apply (Rk_form_apriori M); [lra | lra | lra | apply pos_INR | exact Ht | exact HX | exact HC]. }
   split; [exact HR0 | split; [lra |]].
   unfold afe_bL; cbv zeta; lra.
 Qed.
