@@ -1010,6 +1010,73 @@ Variable M : MixedModel.
 Import ModelNotations.
 Import ExpNotations.
 
+(** The accumulator's constants of the running bound ([acc_kernel_running]'s [GR], [RR]) in
+    closed form: [GR - 1 <= afr_gA], [RR <= afr_rR] ([attention_forward_acc_running] and
+    PerPairScoreError.v's forward output proof). *)
+Lemma afr_acc_constants : forall K g_rel g_abs s V n N Tt t mt X CGA CRA CB,
+  0 <= K -> 0 <= g_rel -> 0 <= g_abs -> 0 < V -> (t <= Tt)%nat ->
+  Rpower 2 (u * K) <= X -> 0 <= mt - s -> Rpower 2 (u * (mt - s)) <= X ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA -> (1 + gR M g_rel) ^ t <= CB ->
+  GR M K g_rel s t mt - 1 <= afr_gA ue us X CB /\ 0 <= afr_gA ue us X CB
+  /\ RR M K g_rel g_abs V n N Tt t <= afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs
+  /\ 0 <= afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs.
+Proof.
+  intros K g_rel g_abs s V n N Tt t mt X CGA CRA CB HK Hg Hga HV Ht HX Hs HpX HCGA HCRA HgCB.
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
+  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
+  assert (HGA : GR M K g_rel s t mt - 1 <= afr_gA ue us X CB).
+  { unfold GR, afr_gA, H_pv, tile_E.
+    set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - s))).
+    assert (HZ1 : 1 <= Zm).
+    { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
+      assert (1 <= Rpower 2 (u * (mt - s))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
+      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
+    assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
+    { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - s))).
+      assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
+        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
+      apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
+    assert (0 <= (1 + gR M g_rel) ^ t) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
+    replace (1 + (1 + gR M g_rel) ^ t * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ t * (Zm - 1))
+      by ring.
+    apply Rmult_le_compat; lra. }
+  assert (HRA : RR M K g_rel g_abs V n N Tt t <= afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs).
+  { unfold RR, afr_rR.
+    assert (HEp : Ep M K g_rel g_abs V n N Tt <= afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs).
+    { unfold Ep, afr_Ep.
+      pose proof (GkA_apriori M K g_rel 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCGA) as H1.
+      unfold GkA in H1; rewrite Rminus_0_r in H1.
+      pose proof (RkA_apriori M K g_rel g_abs V n N Tt Tt X CGA CRA HK Hg Hga (Rlt_le _ _ HV) (le_n Tt) HX HCGA HCRA).
+      assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
+      assert (H_pv M K * cgA M g_rel ^ Tt * Rpower 2 (u * K) * (INR N * V) <= afa_HA ue us X CGA * (INR N * V))
+        by (apply Rmult_le_compat_r; lra).
+      lra. }
+    assert (HdRR : dRR M K g_rel g_abs V n N Tt
+                   <= (1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                                     + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
+    { unfold dRR.
+      assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
+              <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
+        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
+      assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
+      pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
+                    ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
+                     + ((1 + us) * ee + es) * (INR n * V)) ltac:(lra)).
+      lra. }
+    pose proof (dRR_nonneg M K g_rel g_abs V n N Tt HK Hg Hga (Rlt_le _ _ HV)) as HdR0.
+    assert (INR t <= INR Tt) by (apply le_INR; exact Ht).
+    assert (0 <= (1 + gR M g_rel) ^ t) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
+    apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HdR0 | | exact HdRR].
+    apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
+  assert (HCB1 : 1 <= CB)
+    by (eapply Rle_trans; [| exact HgCB]; apply pow_R1_Rle; pose proof (gR_nonneg M g_rel Hg); lra).
+  split; [exact HGA | split; [apply afr_gA_nonneg; lra |]].
+  split; [exact HRA |].
+  pose proof (RR_nonneg M K g_rel g_abs V n N Tt t HK Hg Hga (Rlt_le _ _ HV)); lra.
+Qed.
+
 (** The kernel's loop with the accumulating P.V ([kernel_run_acc] from [kernel_start],
     any tiles of [n] keys, any mask [vis]), one output coordinate of one query row,
     against the softmax over the visible keys, with the RUNNING bound: the scores' dot
@@ -1199,58 +1266,12 @@ Proof.
   { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
     rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
     apply Rmult_le_compat; [left; apply Rpower_pos | exact Hrho0 | exact HpX | exact Hrho]. }
-  set (gA := afr_gA ue us X CB).
-  assert (HGA : GR M K g_rel (- smax) (length tiles) mt - 1 <= gA).
-  { unfold GR, gA, afr_gA, H_pv, tile_E.
-    set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
-    assert (HZ1 : 1 <= Zm).
-    { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
-      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
-    assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
-    { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
-      assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
-      apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
-    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
-    replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
-      by ring.
-    apply Rmult_le_compat; lra. }
-  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs).
-  assert (HRA : RR M K g_rel g_abs V n N Tt (length tiles) <= rA).
-  { unfold RR, rA, afr_rR.
-    assert (HEp : Ep M K g_rel g_abs V n N Tt <= afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs).
-    { unfold Ep, afr_Ep.
-      pose proof (GkA_apriori M K g_rel 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCGA) as H1.
-      unfold GkA in H1; rewrite Rminus_0_r in H1.
-      pose proof (RkA_apriori M K g_rel g_abs V n N Tt Tt X CGA CRA HK Hg Hga (Rlt_le _ _ HV) (le_n Tt) HX HCGA HCRA).
-      assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
-      assert (H_pv M K * cgA M g_rel ^ Tt * Rpower 2 (u * K) * (INR N * V) <= afa_HA ue us X CGA * (INR N * V))
-        by (apply Rmult_le_compat_r; lra).
-      lra. }
-    assert (HdRR : dRR M K g_rel g_abs V n N Tt
-                   <= (1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
-                                     + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
-    { unfold dRR.
-      assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
-              <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
-        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
-      assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
-      pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
-                    ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
-                     + ((1 + us) * ee + es) * (INR n * V)) ltac:(lra)).
-      lra. }
-    pose proof (dRR_nonneg M K g_rel g_abs V n N Tt HK Hg Hga (Rlt_le _ _ HV)) as HdR0.
-    assert (INR (length tiles) <= INR Tt) by (apply le_INR; lia).
-    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
-    apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HdR0 | | exact HdRR].
-    apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
+  destruct (afr_acc_constants K g_rel g_abs (- smax) V n N Tt (length tiles) mt X CGA CRA CB HK Hg Hga HV ltac:(lia) HX
+              ltac:(pose proof (Rabs_le_inv _ _ Hmt); lra) HpX HCGA HCRA HgCB) as [HGA [HgA0 [HRA HrA0]]].
+  set (gA := afr_gA ue us X CB) in *.
+  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs) in *.
   pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
   assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
-  assert (HgA0 : 0 <= gA)
-    by (unfold gA; apply afr_gA_nonneg; [lra | lra | lra | eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra]).
-  assert (HrA0 : 0 <= rA)
-    by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
   assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
   { unfold inv in Ca; eapply Rle_trans; [exact Ca |].
     assert ((GR M K g_rel (- smax) (length tiles) mt - 1) * exact_pv_abs mt (concat kt)

@@ -21,8 +21,11 @@
       [lo = scale q.k - d], [hi = scale q.k + d]), the max-changing tiles number at most
       [nrec]: the keys after the row's first visible key whose [hi] exceeds every [lo]
       before them (in the kernel's key order).
+    - [l_fold_rel_counted]: [l]'s relative bound [l_fold_rel] (SavedLseError.v) at [CG := CGc]
+      when [nchg <= C]; [nchg_kv_le]: that count from the exact scores and [d].
     - [attention_forward_acc_running_counted_pp] (PerPairScoreError.v's
-      [attention_forward_acc_running_pp], same proof but [l]'s bound) and its H100 instances
+      [attention_forward_acc_running_pp_gen] at [l_fold_rel_counted], as
+      [attention_forward_acc_running_pp] is at [l_fold_rel_uniform]) and its H100 instances
       [attention_forward_acc_running_counted_tf32x3_op_pp], [_counted_tc_op_pp]: all premises
       of those, plus [cg^C (1 + u)^Tt <= CGc], [afe_bL .. CGc .. < 1] and
         nrec lo hi (lo k0) rest <= C   ([k0 :: rest] the row's visible keys in order);
@@ -30,8 +33,9 @@
       (only through [afe_bL]).  [acc]'s fold is unchanged (ForwardAccRunning.v's
       [acc_kernel_running]: its rate [afr_gb] is mostly the P.V dot's [g_rel]).
     - The saved lse: [attention_lse_error_dot_counted_pp], [attention_lse_error_masked_dot_counted_pp]
-      (PerPairScoreError.v's [attention_lse_error_dot_pp], [_masked_dot_pp], same proof but [l]'s
-      bound) and the H100 instances [attention_lse_error_masked_counted_tf32x3_op_pp], [_tc_op_pp]:
+      (SavedLseError.v's [attention_lse_error_dot_gen] and PerPairScoreError.v's
+      [attention_lse_error_masked_dot_pp_gen] at [l_fold_rel_counted], as
+      [attention_lse_error_dot_pp], [_masked_dot_pp] are at [l_fold_rel_uniform]) and the H100 instances [attention_lse_error_masked_counted_tf32x3_op_pp], [_tc_op_pp]:
       their premises with [cg^Tt <= CG] replaced by [cg^C (1 + u)^Tt <= CGc], [bL] (in
       [bL < 1], [NL >= - ln (1 - bL)] and the log2's domain) at [CGc], plus [mp_exp2 M 0 = 1]
       and the count [nrec .. <= C]; the bound [lse_bound] is theirs (smaller through [NL]).
@@ -41,7 +45,7 @@
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
-From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError Attention.BackwardCorrect Attention.ScorePerturbation.
+From Ojas Require Import VectorFacts FloatModel.DotError.
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
@@ -451,27 +455,7 @@ Proof.
                 <= INR Tt * CR * (((((P1 * ((1 + ue) * X)) * CGc * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee))
                    * (1 + u))).
   { unfold Rc, dRc, Gbc.
-    pose proof (cr_ge_1 M).
-    assert (HGb : H_l M K B * CGc * Rpower 2 (u * K) <= P1 * ((1 + ue) * X) * CGc * X)
-      by (apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat_r; lra | lra]).
-    pose proof (pos_INR N).
-    assert (0 <= H_l M K B * CGc * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
-    assert (Hd : 0 <= ((H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) * (1 + u) + ea + Ry_l M B) * (1 + u)).
-    { apply Rmult_le_pos; [| lra].
-      assert (0 <= H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) by (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra).
-      nra. }
-    assert (Hd' : ((H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee) * (1 + u) + ea + Ry_l M B) * (1 + u)
-                  <= ((P1 * ((1 + ue) * X) * CGc * X * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee)) * (1 + u)).
-    { apply Rmult_le_compat_r; [lra |].
-      assert (H_l M K B * CGc * Rpower 2 (u * K) * INR N * ee <= P1 * ((1 + ue) * X) * CGc * X * INR N * ee)
-        by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; lra]).
-      nra. }
-    assert (Hc : cr M ^ t <= CR) by (eapply Rle_trans; [apply Rle_pow; [lra | exact Ht] | exact HC]).
-    assert (0 <= cr M ^ t) by (apply pow_le; lra).
-    assert (INR t <= INR Tt) by (apply le_INR, Ht).
-    pose proof (pos_INR t).
-    apply Rmult_le_compat; [apply Rmult_le_pos; lra | exact Hd | | exact Hd'].
-    apply Rmult_le_compat; lra. }
+    apply (Rk_form_apriori M); [lra | lra | lra | apply pos_INR | exact Ht | exact HX | exact HC]. }
   split; [exact HR0 | split; [lra |]].
   unfold afe_bL; cbv zeta; lra.
 Qed.
@@ -580,6 +564,42 @@ Variable M : MixedModel.
 Import ModelNotations.
 Import ExpNotations.
 
+(** The count of a row's max-changing tiles from the exact scores and the per-key errors [d]. *)
+Lemma nchg_kv_le : forall (dotf : list R -> list R -> R) (c scale : R) (q : list R) (d : list R * R -> R) (C : nat)
+    (k0 : list R * R) (r : list (list R * R)) (rest : list (list (list R * R))),
+  (forall kv, In kv (concat ((k0 :: r) :: rest)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+        (scale * dot_R q (fst k0) - d k0) (r ++ concat rest)) C ->
+  (nchg R (fun s => s) (score2_with A_ dotf c q (fst k0))
+     (map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest))) <= C)%nat.
+Proof.
+  intros dotf c scale q d C k0 r rest Hd Hrec.
+  set (sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv)).
+  assert (E1 : map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest)) = map (map sck) ((k0 :: r) :: rest))
+    by (rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
+  rewrite E1, <- (nchg_map_comm sck (fun s => s)).
+  assert (Hb : forall x, In x (concat ((k0 :: r) :: rest)) ->
+                 scale * dot_R q (fst x) - d x <= sck x * ln 2 <= scale * dot_R q (fst x) + d x).
+  { intros x Hx; pose proof (Hd x Hx) as Hx'; apply Rabs_le_inv in Hx'; unfold sck; lra. }
+  eapply Nat.le_trans; [exact (nchg_first _ sck _ _ (ln 2) ose_ln2_pos k0 r rest Hb) | exact Hrec].
+Qed.
+
+(** [l]'s relative bound ([l_fold_rel], SavedLseError.v) at [CG := CGc], with at most [C] tiles
+    changing the running max ([l_fold_inv_counted], [counted_bL_apriori]). *)
+Lemma l_fold_rel_counted : forall (X P1 CGc CR : R) (B N Tt C : nat) (m0 : R) (stiles : list (list R)),
+  mp_exp2 M 0 = 1 -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR ->
+  (nchg R (fun s => s) m0 stiles <= C)%nat ->
+  l_fold_rel M X B N Tt (afe_bL u ue ee ea B N Tt X P1 CGc CR) m0 stiles.
+Proof.
+  intros X P1 CGc CR B N Tt C m0 stiles Hexp0 HP HCGc HC Hcnt K HK HX Fm0 HB Hks HBt HN HT Hm0 HmK HL1.
+  pose proof (nchg_nsame R (fun s => s) stiles m0) as Hns.
+  pose proof (l_fold_inv_counted M Hexp0 K m0 B N Tt C CGc stiles HK Fm0 HB HCGc Hks HBt HN HT Hcnt HmK) as Cl.
+  destruct (counted_bL_apriori M K m0 B N Tt C CGc (nchg R (fun s => s) m0 stiles) (nsame R (fun s => s) m0 stiles)
+              (length stiles) (m_run m0 stiles) X P1 CR HK Hcnt ltac:(lia) HT Hm0 HmK HX HP HCGc HC) as [HRl [_ bL1]].
+  exact (l_rel_of_inv _ _ _ _ _ HL1 HRl bL1 Cl).
+Qed.
+
 (** PerPairScoreError.v's [attention_forward_acc_running_pp] with [l]'s bound at [CG := CGc]:
     at most [C] tiles change the running max, by the exact scores and their errors [d]. *)
 Lemma attention_forward_acc_running_counted_pp : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
@@ -619,311 +639,12 @@ Lemma attention_forward_acc_running_counted_pp : forall (dotf : list R -> list R
      + afr_abs u ue ee ea us es V n N Tt X P1 CGc CR CGA CRA CB g_rel g_abs.
 Proof.
   intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt vis tiles bs d Dsc Yw C CGc sck st
-    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT [Hbl Hbs] Hdpp HDsc HYw HCGc HbLc Hrec.
-  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
-  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
-  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
-  pose proof (adm_rel_nonneg _ _ _ _ Hadm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hadm) as Hga.
-  assert (HBt : Forall (fun tl => (length tl <= n)%nat) tiles)
-    by (apply Forall_forall; intros tl Htl; rewrite (proj1 (Forall_forall _ _) Hn tl Htl); lia).
-  destruct (kernel_run_visible_tiles_with M dotf c q vis n tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
-  set (ft := (k0 :: r) :: rest) in *.
-  set (kt := map (map (kv_pair_with M dotf c q)) ft) in *.
-  set (m0 := score2_with A_ dotf c q (fst k0)) in *.
-  destruct (kernel_run_acc_m_l M (list R * R) sck vis (fun kv _ => snd kv) accf tiles (kernel_start 1) (kernel_start 1)
-              eq_refl eq_refl) as [Em El].
-  fold st in Em, El; unfold sck in Em, El; rewrite Est in Em, El; cbn [ks_m ks_l] in Em, El.
-  assert (Hkeys' : forall kv, In kv (concat ft) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V)
-    by (intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto).
-  assert (HN' : (length (concat ft) <= N)%nat) by (rewrite Ecat; exact HN).
-  assert (HT' : (length ft <= Tt)%nat) by lia.
-  destruct (kernel_tiles_ok_with M dotf d_rel d_abs q c scale uc P V E n N Tt k0 r rest Hdm Hq Hkeys' Hs Huc Hc HBf HN' HT')
-    as [Hdelta [HK [Hm0t [HmK [Ecat' [Hsc [Hex [Hks [HBk [HNk HTk]]]]]]]]]].
-  destruct (kernel_scores_ok M dotf d_rel d_abs q c scale uc P E k0 r rest Hdm Hq
-              (fun kv Hkv => conj (proj1 (Hkeys' kv Hkv)) (proj1 (proj2 (Hkeys' kv Hkv)))) Hs Huc Hc)
-    as [Hsc2 [_ [Hsmax [_ [_ [_ [_ [Hmt _]]]]]]]].
-  fold ft kt m0 in Hdelta, HK, Hm0t, HmK, Ecat', Hsc, Hex, Hks, HBk, HNk, HTk, Hsc2, Hmt.
-  set (delta := score_delta_de A_ scale uc P (d_rel * P + d_abs)) in *.
-  set (smax := score_max_de A_ scale uc P (d_rel * P + d_abs)) in *.
-  set (K := 2 * smax) in *.
-  set (mt := acc_m_run m0 kt) in *.
-  (* the accumulator *)
-  assert (Hok : forall kv, In kv (concat tiles) -> vis kv = true ->
-                  fmt (sck kv) /\ - smax <= sck kv <= - smax + K /\ Rabs ((fun kv _ => snd kv) kv 0%nat) <= V).
-  { intros kv Hkv Ev.
-    assert (Hf : In kv (concat ft)) by (rewrite Ecat; apply filter_In; auto).
-    destruct (Hsc2 kv Hf) as [_ Hb]; apply Rabs_le_inv in Hb.
-    split; [apply ff_rnd_fmt | split; [unfold K, sck; lra | apply (Hkeys' kv Hf)]]. }
-  destruct (acc_kernel_inv M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0 tiles
-              (kernel_start 1) Hadm HK (Rlt_le _ _ HV) Hn HT HN Hok eq_refl ltac:(cbn; lia) mt Em) as [_ [Hmb _]].
-  assert (Ekp : map (fun k : list R * R => (sck k, snd k)) (filter vis (concat tiles)) = concat kt)
-    by (rewrite Ecat', <- Ecat; reflexivity).
-  (* the denominator *)
-  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  assert (HBt' : Forall (fun tl => (length tl <= n)%nat) (map (map fst) kt)).
-  { apply Forall_forall; intros tl Htl; apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']].
-    rewrite map_length; exact (proj1 (Forall_forall _ _) HBk tl' Htl'). }
-  assert (Hmr : m_run m0 (map (map fst) kt) = mt) by (unfold m_run, mt, acc_m_run; apply mrun_map).
-  assert (Hks' : forall s, In s (concat (map (map fst) kt)) -> fmt s /\ m_run m0 (map (map fst) kt) - s <= K).
-  { intros s0 Hs0; rewrite <- concat_map in Hs0; apply in_map_iff in Hs0; destruct Hs0 as [p [<- Hp]].
-    rewrite Hmr; destruct (Hks p Hp) as [_ [F1 F2]]; split; assumption. }
-  assert (HN'' : (length (concat (map (map fst) kt)) <= N)%nat) by (rewrite <- concat_map, map_length; exact HNk).
-  assert (HT'' : (length (map (map fst) kt) <= Tt)%nat) by (rewrite map_length; exact HTk).
-  (* the max-changing tiles, from the exact scores *)
-  assert (Hcnt : (nchg R (fun s => s) m0 (map (map fst) kt) <= C)%nat).
-  { assert (E1 : map (map fst) kt = map (map sck) ft)
-      by (unfold kt; rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
-    rewrite E1, <- (nchg_map_comm sck (fun s => s)).
-    assert (Hb : forall x, In x (concat ft) ->
-                   scale * dot_R q (fst x) - d x <= sck x * ln 2 <= scale * dot_R q (fst x) + d x).
-    { intros x Hx; rewrite Ecat in Hx; pose proof (Hdpp x Hx) as Hx'; apply Rabs_le_inv in Hx'; unfold sck; lra. }
-    eapply Nat.le_trans; [exact (nchg_first _ sck _ _ (ln 2) ose_ln2_pos k0 r rest Hb) |].
-    apply Hrec; rewrite <- Ecat; reflexivity. }
-  pose proof (nchg_nsame R (fun s => s) (map (map fst) kt) m0) as Hns; rewrite map_length in Hns.
-  pose proof (l_fold_inv_counted M Hexp0 K m0 n N Tt C CGc (map (map fst) kt) HK Fm0 HB HCGc Hks' HBt' HN'' HT''
-                Hcnt ltac:(rewrite Hmr; exact HmK)) as Cl.
-  rewrite Hmr, map_length, <- concat_map in Cl.
-  set (L := exact_l mt (map fst (concat kt))) in *.
-  assert (HL1 : 1 <= L).
-  { apply exact_l_ge_1; destruct (mrun_attained fst kt m0) as [E0 | Hq0]; [| exact Hq0].
-    destruct Hex as [p [Hp Ep]]; exists p; split; [exact Hp | unfold mt, acc_m_run; rewrite E0; exact Ep]. }
-  destruct (counted_bL_apriori M K m0 n N Tt C CGc (nchg R (fun s => s) m0 (map (map fst) kt))
-              (nsame R (fun s => s) m0 (map (map fst) kt)) (length kt) mt X P1 CR HK Hcnt ltac:(lia) HTk
-              Hm0t HmK HX HP HCGc HC) as [HRl [bL0 bL1]].
-  set (bL := afe_bL u ue ee ea n N Tt X P1 CGc CR) in *.
-  assert (Hlb : Rabs (l_run M m0 0 (map (map fst) kt) - L) <= bL * L).
-  { unfold inv in Cl; eapply Rle_trans; [exact Cl |].
-    set (Gl := Gc M (H_l M K n) m0 (nchg R (fun s => s) m0 (map (map fst) kt))
-                 (nsame R (fun s => s) m0 (map (map fst) kt)) mt) in *.
-    set (Rl := Rc M K (H_l M K n) (Ry_l M n) (INR N) CGc (length kt)) in *.
-    assert (Rl <= Rl * L) by (apply fa_le_mult_r; lra).
-    assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
-    lra. }
-  (* the caller's bounds, in the kernel's units *)
-  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
-  set (gb := afr_gb u ue us X g_rel) in *.
-  assert (Hgb : gR M g_rel + g_rel * (H_pv M K - 1) <= gb).
-  { unfold gb, afr_gb, gR, H_pv, tile_E.
-    assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-      by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
-    assert (g_rel * ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) - 1) <= g_rel * ((1 + us) * (1 + ue) * X - 1))
-      by (apply Rmult_le_compat_l; lra).
-    lra. }
-  assert (Hgb0 : 0 <= gb) by (pose proof (gR_nonneg M g_rel Hg); pose proof (H_pv_ge_1 M K HK);
-                               assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
-  set (Z0 := fwd_Z scale q vis tiles).
-  assert (HZ0 : 0 < Z0).
-  { destruct Hvis as [kv0 [Hkv0 Ev0]].
-    apply (Rlt_le_trans _ (exp (scale * dot_R q (fst kv0)))); [apply exp_pos |].
-    unfold Z0, fwd_Z; apply ost_rsum_ge_in.
-    - intros y Hy; apply in_map_iff in Hy; destruct Hy as [x [<- _]]; left; apply exp_pos.
-    - apply in_map_iff; exists kv0; split; [reflexivity | apply filter_In; auto]. }
-  set (Wx := exact_softmax scale q (map abs_value (filter vis (concat tiles)))).
-  assert (EWx : Wx = rsum (map (fun kv => exp (scale * dot_R q (fst kv)) * Rabs (snd kv)) (filter vis (concat tiles)))
-                     / fwd_Z scale q vis tiles)
-    by (unfold Wx, exact_softmax, fwd_Z; rewrite !map_map; reflexivity).
-  assert (EL : L = rsum (map (fun kv => exp ((sck kv - mt) * ln 2)) (filter vis (concat tiles))))
-    by (unfold L, exact_l; rewrite <- Ekp, !map_map; reflexivity).
-  assert (HL0 : 0 < L) by lra.
-  assert (Hd01 : forall kv, In kv (filter vis (concat tiles)) ->
-                   Rabs ((sck kv - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2)) <= d kv).
-  { intros kv Hkv; unfold sck.
-    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
-      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
-    exact (Hdpp kv Hkv). }
-  assert (HD01 : pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv) - mt * ln 2) d <= Dsc).
-  { pose proof (pp_shift_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d (mt * ln 2)) as Esh.
-    cbv beta in Esh; rewrite Esh; exact HDsc. }
-  assert (Hne : filter vis (concat tiles) <> []).
-  { intro Hc0; rewrite <- Ecat in Hc0; unfold ft in Hc0; cbn [concat app] in Hc0; discriminate. }
-  set (bs' := map (fun b => 1 * b + Yw) bs).
-  assert (Hpt : forall t, (t < length tiles)%nat ->
-     Rabs (exact_pv mt (kpairs (list R * R) sck vis (fun kv _ => snd kv) 0 (concat (firstn t tiles))))
-     + exact_pv_abs mt (kpairs (list R * R) sck vis (fun kv _ => snd kv) 0 (nth t tiles [])) <= L * nth t bs' 0).
-  { intros t Ht.
-    unfold bs'; rewrite far_nth_map by lia; rewrite Rmult_1_l.
-    unfold exact_pv, exact_pv_abs, kpairs; rewrite !map_map; cbn [fst snd].
-    exact (fwd_tile_premise_pp sck vis tiles scale q mt L d Dsc Yw (nth t bs 0) t Hne Hd01 HD01 EL HYw Ht (Hbs t Ht)). }
-  pose proof (acc_kernel_running M (list R * R) sck vis (fun kv _ => snd kv) accf n g_rel g_abs K V (- smax) N Tt 0
-                mt L gb tiles bs' (kernel_start 1) Hadm HK (Rlt_le _ _ HV) HL0 Hgb Hn HT HN Hok
-                ltac:(unfold bs'; rewrite map_length; exact Hbl) Hpt eq_refl ltac:(cbn; lia) mt Em) as Ca.
-  fold st in Ca; unfold kpairs in Ca; cbv beta in Ca; rewrite Ekp in Ca.
-  (* the constants *)
-  assert (Hb0 : Forall (fun b => 0 <= b) bs).
-  { apply Forall_forall; intros b Hb.
-    destruct (In_nth bs b 0 Hb) as [t [Ht <-]].
-    rewrite Hbl in Ht; pose proof (Hbs t Ht) as H.
-    assert (0 <= fwd_tile_abs scale q vis tiles t).
-    { unfold fwd_tile_abs; fold Z0; unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
-      apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
-    pose proof (Rabs_pos (fwd_prefix scale q vis tiles t)); lra. }
-  set (R0 := run_err gb 0 bs).
-  assert (HR0 : 0 <= R0) by (apply run_err_nonneg; [exact Hgb0 | lra | exact Hb0]).
-  assert (HW0 : 0 <= Wx).
-  { rewrite EWx; unfold Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
-    apply far_rsum_nonneg; intros; apply Rmult_le_pos; [left; apply exp_pos | apply Rabs_pos]. }
-  assert (HD0 : 0 <= Dsc).
-  { eapply Rle_trans; [| exact HDsc]; apply (pp_shift_nonneg _ _ d Hne).
-    intros kv Hkv; eapply Rle_trans; [apply Rabs_pos | exact (Hdpp kv Hkv)]. }
-  assert (HYw0 : 0 <= Yw).
-  { eapply Rle_trans; [| exact HYw]; unfold sm_avg, Rdiv; apply Rmult_le_pos; [| left; apply Rinv_0_lt_compat; exact HZ0].
-    apply rsum_nonneg; intros y Hy; apply in_map_iff in Hy; destruct Hy as [kv [<- Hkv]].
-    apply Rmult_le_pos; [left; apply exp_pos | apply Rmult_le_pos; [apply Rabs_pos |]].
-    assert (0 <= d kv) by (eapply Rle_trans; [apply Rabs_pos | exact (Hdpp kv Hkv)]).
-    assert (1 <= exp (d kv + Dsc)) by (rewrite <- exp_0; apply sp_exp_le; lra). lra. }
-  assert (HCB1 : (1 + gb) ^ length bs <= CB).
-  { eapply Rle_trans; [| exact HCB]; apply Rle_pow; [lra | lia]. }
-  assert (HCB_1 : 1 <= CB) by (assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra); lra).
-  assert (HgCB : (1 + gR M g_rel) ^ length tiles <= CB).
-  { eapply Rle_trans; [| exact HCB].
-    assert (gR M g_rel <= gb) by (pose proof (H_pv_ge_1 M K HK); assert (0 <= g_rel * (H_pv M K - 1)) by (apply Rmult_le_pos; lra); lra).
-    eapply Rle_trans; [apply pow_incr; split; [pose proof (gR_nonneg M g_rel Hg); lra | apply Rplus_le_compat_l; exact H] |].
-    apply Rle_pow; [lra | lia]. }
-  assert (Hrho : run_err gb 0 bs' <= R0 + Yw * (CB - 1)).
-  { unfold bs'; rewrite run_err_affine; fold R0.
-    assert (Yw * ((1 + gb) ^ length bs - 1) <= Yw * (CB - 1)) by (apply Rmult_le_compat_l; lra).
-    lra. }
-  assert (Hrho0 : 0 <= run_err gb 0 bs').
-  { unfold bs'; rewrite run_err_affine; fold R0.
-    assert (1 <= (1 + gb) ^ length bs) by (apply pow_R1_Rle; lra).
-    assert (0 <= Yw * ((1 + gb) ^ length bs - 1)) by (apply Rmult_le_pos; lra).
-    lra. }
-  assert (HmtK : mt - - smax <= K) by (apply Rabs_le_inv in Hmt; unfold K; lra).
-  assert (HpX : Rpower 2 (u * (mt - - smax)) <= X)
-    by (assert (Rpower 2 (u * (mt - - smax)) <= Rpower 2 (u * K)) by (apply ost_rpow_le, Rmult_le_compat_l; lra); lra).
-  set (Qf := X * (R0 + Yw * (CB - 1))).
-  assert (HQf : 0 <= Qf) by (unfold Qf; apply Rmult_le_pos; lra).
-  assert (HQ : L * Rpower 2 (mt - mt) * Rpower 2 (u * (mt - - smax)) * run_err gb 0 bs' <= L * Qf).
-  { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
-    rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
-    apply Rmult_le_compat; [left; apply Rpower_pos | exact Hrho0 | exact HpX | exact Hrho]. }
-  set (gA := afr_gA ue us X CB).
-  assert (HGA : GR M K g_rel (- smax) (length tiles) mt - 1 <= gA).
-  { unfold GR, gA, afr_gA, H_pv, tile_E.
-    set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
-    assert (HZ1 : 1 <= Zm).
-    { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
-      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
-    assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
-    { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
-      assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
-      apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
-    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
-    replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
-      by ring.
-    apply Rmult_le_compat; lra. }
-  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs).
-  assert (HRA : RR M K g_rel g_abs V n N Tt (length tiles) <= rA).
-  { unfold RR, rA, afr_rR.
-    assert (HEp : Ep M K g_rel g_abs V n N Tt <= afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs).
-    { unfold Ep, afr_Ep.
-      pose proof (GkA_apriori M K g_rel 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCGA) as H1.
-      unfold GkA in H1; rewrite Rminus_0_r in H1.
-      pose proof (RkA_apriori M K g_rel g_abs V n N Tt Tt X CGA CRA HK Hg Hga (Rlt_le _ _ HV) (le_n Tt) HX HCGA HCRA).
-      assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
-      assert (H_pv M K * cgA M g_rel ^ Tt * Rpower 2 (u * K) * (INR N * V) <= afa_HA ue us X CGA * (INR N * V))
-        by (apply Rmult_le_compat_r; lra).
-      lra. }
-    assert (HdRR : dRR M K g_rel g_abs V n N Tt
-                   <= (1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
-                                     + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
-    { unfold dRR.
-      assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
-              <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
-        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
-      assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
-      pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
-                    ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
-                     + ((1 + us) * ee + es) * (INR n * V)) ltac:(lra)).
-      lra. }
-    pose proof (dRR_nonneg M K g_rel g_abs V n N Tt HK Hg Hga (Rlt_le _ _ HV)) as HdR0.
-    assert (INR (length tiles) <= INR Tt) by (apply le_INR; lia).
-    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
-    apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HdR0 | | exact HdRR].
-    apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
-  pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
-  assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
-  assert (HgA0 : 0 <= gA)
-    by (unfold gA; apply afr_gA_nonneg; [lra | lra | lra | eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra]).
-  assert (HrA0 : 0 <= rA)
-    by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
-  assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
-  { unfold inv in Ca; eapply Rle_trans; [exact Ca |].
-    assert ((GR M K g_rel (- smax) (length tiles) mt - 1) * exact_pv_abs mt (concat kt)
-            <= gA * exact_pv_abs mt (concat kt)) by (apply Rmult_le_compat_r; lra).
-    lra. }
-  assert (Hon := final_division_run M (l_run M m0 0 (map (map fst) kt)) L (nth 0 (ks_acc st) 0)
-                   (exact_pv mt (concat kt)) (exact_pv_abs mt (concat kt)) bL gA Qf rA HL1 HNA
-                   ltac:(lra) HgA0 HQf HrA0 Hlb Hab).
-  rewrite El.
-  (* the perturbation of the scores, a-posteriori *)
-  set (S0 := fun kv : list R * R => scale * dot_R q (fst kv) - mt * ln 2).
-  set (S1 := fun kv : list R * R => (score2_with A_ dotf c q (fst kv) - mt) * ln 2).
-  assert (EN : exact_pv mt (concat kt) / L = sm_avg (concat ft) S1 snd)
-    by (unfold L, exact_pv, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
-  assert (EA : exact_pv_abs mt (concat kt) / L = sm_avg (concat ft) S1 (fun kv => Rabs (snd kv)))
-    by (unfold L, exact_pv_abs, exact_l, sm_avg; rewrite Ecat', !map_map; reflexivity).
-  assert (EW : Wx = sm_avg (concat ft) S0 (fun kv => Rabs (snd kv))).
-  { unfold Wx; rewrite <- Ecat; unfold exact_softmax, sm_avg, S0; rewrite !map_map; cbn [abs_value fst snd]; symmetry.
-    apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) (fun kv => Rabs (snd kv)) (mt * ln 2)). }
-  rewrite <- Ecat.
-  assert (EZ : exact_softmax scale q (concat ft) = sm_avg (concat ft) S0 snd)
-    by (unfold exact_softmax, sm_avg, S0; symmetry;
-        apply (softmax_average_shift (concat ft) (fun kv => scale * dot_R q (fst kv)) snd (mt * ln 2))).
-  rewrite EN, EA in Hon; rewrite EZ.
-  assert (HD1 : pp_shift (concat ft) S0 d <= Dsc) by (rewrite Ecat; exact HD01).
-  destruct (softmax_perturbation_pp (concat ft) S0 S1 snd d Dsc ltac:(rewrite Ecat; exact Hne)) as [Hp1 Hp2].
-  { intros kv Hkv; unfold S0, S1.
-    replace ((score2_with A_ dotf c q (fst kv) - mt) * ln 2 - (scale * dot_R q (fst kv) - mt * ln 2))
-      with (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) by ring.
-    rewrite Ecat in Hkv; exact (Hdpp kv Hkv). }
-  { exact HD1. }
-  assert (EYs : sm_avg (concat ft) S0 (fun x => Rabs (snd x) * (exp (d x + Dsc) - 1)) <= Yw).
-  { unfold S0; rewrite Ecat; unfold sm_avg; cbv beta.
-    pose proof (softmax_average_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
-                  (fun x => Rabs (snd x) * (exp (d x + Dsc) - 1)) (mt * ln 2)) as Esh.
-    cbv beta in Esh; rewrite Esh; exact HYw. }
-  rewrite (pp_sm_avg_split (concat ft) S0 snd d Dsc) in Hp2.
-  destruct (sm_avg_abs (concat ft) S0 snd) as [HZW _].
-  destruct (sm_avg_abs (concat ft) S1 snd) as [_ HW1].
-  rewrite <- EW in Hp2, HZW.
-  set (W1 := sm_avg (concat ft) S1 (fun kv => Rabs (snd kv))) in *.
-  set (Z := sm_avg (concat ft) S0 snd) in *.
-  set (Z1 := sm_avg (concat ft) S1 snd) in *.
-  set (o := rnd (nth 0 (ks_acc st) 0 / l_run M m0 0 (map (map fst) kt))) in *.
-  (* the closed form *)
-  assert (HW1W : W1 <= Wx + Yw) by lra.
-  assert (HZ1Z : Rabs (Z1 - Z) <= Yw) by lra.
-  set (c1 := (1 + u) * (gA + bL) / (1 - bL)).
-  assert (Hc1 : 0 <= c1) by (unfold c1; apply afr_c1_nonneg; [lra | lra | split; lra]).
-  set (err := ((1 + u) * (gA + bL) / (1 - bL) + u) * Wx + (1 + u) * X / (1 - bL) * R0
-              + ((1 + u) * (gA + bL + X * (CB - 1)) / (1 - bL) + u + 1) * Yw + (1 + u) * rA / (1 - bL) + ea).
-  assert (Herr : Rabs (o - Z) <= err).
-  { replace (o - Z) with ((o - Z1) + (Z1 - Z)) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    replace ((1 + u) * ((gA + bL) * W1 + Qf + rA) / (1 - bL) + u * W1 + ea)
-      with (c1 * W1 + (1 + u) * Qf / (1 - bL) + (1 + u) * rA / (1 - bL) + u * W1 + ea) in Hon by (unfold c1; field; lra).
-    assert (c1 * W1 <= c1 * (Wx + Yw)) by (apply Rmult_le_compat_l; lra).
-    assert (u * W1 <= u * (Wx + Yw)) by (apply Rmult_le_compat_l; lra).
-    replace err with (c1 * (Wx + Yw) + (1 + u) * Qf / (1 - bL) + (1 + u) * rA / (1 - bL) + u * (Wx + Yw) + ea + Yw)
-      by (unfold err, c1, Qf; field; lra).
-    lra. }
-  assert (Ho : Rabs o <= Wx + err)
-    by (replace o with ((o - Z) + Z) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
-  pose proof (ff_abs S_ o) as Hso.
-  fold Wx.
-  replace (afr_rel u ue ee ea us n N Tt X 0 P1 CGc CR CB * Wx + afr_C u ue ee ea us n N Tt X 0 P1 CGc CR * R0
-           + afr_ypp u ue ee ea us n N Tt X P1 CGc CR CB * Yw
-           + afr_abs u ue ee ea us es V n N Tt X P1 CGc CR CGA CRA CB g_rel g_abs)
-    with (err * (1 + us) + us * Wx + es)
-    by (unfold err, afr_rel, afr_C, afr_abs, afr_ypp; cbv zeta; fold bL gA rA; field; lra).
-  replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
-  eapply Rle_trans; [apply Rabs_triang |].
-  assert (us * Rabs o <= us * (Wx + err)) by (apply Rmult_le_compat_l; lra).
-  lra.
+    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT Hfwd Hdpp HDsc HYw HCGc HbLc Hrec.
+  pose proof Hpre as [_ _ _ _ _ _ _ HP _ HC _].
+  apply (attention_forward_acc_running_pp_gen M dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB
+           E N Tt vis tiles bs d Dsc Yw CGc Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT Hfwd Hdpp HDsc HYw HbLc).
+  intros k0 r rest Ecat; apply (l_fold_rel_counted X P1 CGc CR n N Tt C _ _ Hexp0 HP HCGc HC).
+  apply (nchg_kv_le dotf c scale q d); [rewrite Ecat; exact Hdpp | apply Hrec; rewrite <- Ecat; reflexivity].
 Qed.
 
 
@@ -1032,10 +753,9 @@ End ForwardCounted.
 
 (** ** The saved lse
 
-    PerPairScoreError.v's [attention_lse_error_dot_pp] uses [l]'s bound only through
-    [bL = afe_bL .. CG ..] ([|l - L| <= bL L]; then [NL >= - ln (1 - bL)] and the log2's
-    domain); here that bound is [l_fold_inv_counted] / [counted_bL_apriori], i.e. [bL] at
-    [CG := CGc >= cg^C (1 + u)^Tt].  The bound [lse_bound] itself is unchanged: it is smaller
+    The lse proof ([attention_lse_error_dot_gen]) uses [l]'s bound only through [l_fold_rel]
+    ([|l - L| <= bL L]; then [NL >= - ln (1 - bL)] and the log2's domain); here that bound is
+    [l_fold_rel_counted], i.e. [bL] at [CG := CGc >= cg^C (1 + u)^Tt].  The bound [lse_bound] itself is unchanged: it is smaller
     through the caller's [NL]. *)
 
 Section LseCounted.
@@ -1078,150 +798,10 @@ Theorem attention_lse_error_dot_counted_pp : forall (dotf : list R -> list R -> 
 Proof.
   intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc k0 tl0 rest tiles ktiles m0 mt l bL
     Hexp0 Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc Hrec.
-  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof afe_ln2_bounds as [L2a L2b].
-  destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc)
-    as [Hsc [Hdelta [Hsmax [Ecat [_ [Fk [Hm0t [Hmt HmK]]]]]]]].
-  fold tiles in Hsc, Ecat, Fk, Hm0t, Hmt, HmK; fold ktiles m0 in Ecat, Fk, Hm0t, Hmt, HmK; fold mt in Hm0t, Hmt, HmK.
-  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
-  set (K := 2 * smax) in *.
-  assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  (* the l fold, with the max-changing tiles counted *)
-  set (stiles := map (map fst) ktiles).
-  assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
-  assert (Escat : concat stiles = map (fun kv => score2_with A_ dotf c q (fst kv)) (concat tiles))
-    by (unfold stiles; rewrite <- concat_map, Ecat, map_map; reflexivity).
-  assert (HBt' : Forall (fun tl => (length tl <= B)%nat) stiles).
-  { apply Forall_forall; intros tl Htl; unfold stiles, ktiles in Htl; rewrite map_map in Htl.
-    apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']]; rewrite !map_length.
-    exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
-  assert (Hlen : length stiles = length tiles) by (unfold stiles, ktiles; rewrite !map_length; reflexivity).
-  assert (Hks : forall s, In s (concat stiles) -> fmt s /\ m_run m0 stiles - s <= K).
-  { intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]].
-    split; [apply ff_rnd_fmt |]; rewrite Hmr.
-    pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv))).
-    rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra. }
-  set (sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv)).
-  assert (Hcnt : (nchg R (fun s => s) m0 stiles <= C)%nat).
-  { assert (E1 : stiles = map (map sck) tiles)
-      by (unfold stiles, ktiles; rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
-    rewrite E1, <- (nchg_map_comm sck (fun s => s)).
-    assert (Hb : forall x, In x (concat tiles) ->
-                   scale * dot_R q (fst x) - d x <= sck x * ln 2 <= scale * dot_R q (fst x) + d x).
-    { intros x Hx; pose proof (Hd x Hx) as Hx'; apply Rabs_le_inv in Hx'; unfold sck; lra. }
-    eapply Nat.le_trans; [exact (nchg_first _ sck _ _ (ln 2) ose_ln2_pos k0 tl0 rest Hb) | exact Hrec]. }
-  pose proof (nchg_nsame R (fun s => s) stiles m0) as Hns; rewrite Hlen in Hns.
-  pose proof (l_fold_inv_counted M Hexp0 K m0 B N Tt C CGc stiles HK Fm0 HB HCGc Hks HBt'
-                ltac:(rewrite Escat, map_length; exact HN) ltac:(lia) Hcnt ltac:(rewrite Hmr; exact HmK)) as Cl.
-  rewrite Hmr, Hlen in Cl; change (l_run M m0 0 stiles) with l in Cl.
-  set (Lc := exact_l mt (concat stiles)) in *.
-  (* L >= 1: the last running max is a score *)
-  assert (HL1 : 1 <= Lc).
-  { assert (Hqs : exists s, In s (concat stiles) /\ s = mt).
-    { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]].
-      - exists m0; split; [rewrite Escat; apply in_map_iff; exists k0; split; [reflexivity | exact Hk0] |].
-        unfold mt, acc_m_run; rewrite Em; reflexivity.
-      - exists (fst p); split; [| exact Ep].
-        unfold stiles; rewrite <- concat_map; apply in_map, Hp. }
-    destruct Hqs as [s [Hs' Es]]; unfold Lc, exact_l.
-    replace 1 with (Rpower 2 (s - mt)) by (rewrite Es, Rminus_diag_eq, Rpower_O by (reflexivity || lra); reflexivity).
-    apply ost_rsum_ge_in; [| apply in_map_iff; exists s; split; [reflexivity | exact Hs']].
-    intros y Hy; apply in_map_iff in Hy; destruct Hy as [z [<- _]]; left; apply Rpower_pos. }
-  (* |l - L| <= bL L *)
-  destruct (counted_bL_apriori M K m0 B N Tt C CGc (nchg R (fun s => s) m0 stiles) (nsame R (fun s => s) m0 stiles)
-              (length tiles) mt X P1 CR HK Hcnt ltac:(lia) HT Hm0t HmK HX HP HCGc HC) as [HRl [bL0 bL1]].
-  fold bL in bL1.
-  assert (Hrel : Rabs (l - Lc) <= bL * Lc).
-  { unfold inv in Cl; eapply Rle_trans; [exact Cl |].
-    set (Gl := Gc M (H_l M K B) m0 (nchg R (fun s => s) m0 stiles) (nsame R (fun s => s) m0 stiles) mt) in *.
-    set (Rl := Rc M K (H_l M K B) (Ry_l M B) (INR N) CGc (length tiles)) in *.
-    assert (Rl <= Rl * Lc) by (apply fa_le_mult_r; lra).
-    assert ((Gl - 1 + Rl) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
-    lra. }
-  destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
-  assert (HLN' : Lc <= INR N).
-  { unfold Lc; apply exact_l_bound; [| rewrite Escat, map_length; exact HN].
-    intros s Hs'; split; [exact I |]; rewrite Escat in Hs'; apply in_map_iff in Hs'.
-    destruct Hs' as [kv [<- Hkv]].
-    change (score2_with A_ dotf c q (fst kv)) with (fst (kv_pair_with M dotf c q kv)).
-    apply (mrun_ge_all M fst ktiles m0 Fm0 Fk); rewrite Ecat; apply in_map, Hkv. }
-  assert (Hdom : lmin <= l <= lmax).
-  { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
-    assert (HbL0 : 0 <= bL) by lra.
-    pose proof (sp_Rabs_le_inv _ _ Hrel).
-    assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
-    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
-    split; lra. }
-  (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
-  set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
-  assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
-  { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
-    unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
-  assert (HSg : 0 < Sg) by (unfold Sg, tiles; cbn [concat app]; apply bw_rsum_exp_pos).
-  assert (ElnL : ln Lc = ln Sg - mt * ln 2)
-    by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
-  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))).
-  assert (Hp : Rabs (ln Sg - LSE) <= Dsc).
-  { eapply Rle_trans; [| exact HDsc].
-    apply (lse_perturbation_pp (concat tiles) (fun kv => scale * dot_R q (fst kv))
-             (fun kv => score2_with A_ dotf c q (fst kv) * ln 2) d); [unfold tiles; cbn [concat app]; discriminate |].
-    exact Hd. }
-  (* magnitudes *)
-  assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
-  assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
-  assert (Hlnl : Rabs (ln l) <= NL + LN)
-    by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
-  assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
-  { pose proof (lg_err l Hdom) as H.
-    assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
-    { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
-      assert (/ ln 2 <= 2).
-      { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
-      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
-    replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
-    eapply Rle_trans; [apply Rabs_triang | lra]. }
-  set (Am := smax + 2 * (LN + NL) + el).
-  assert (HA : Rabs (mt + lg l) <= Am) by (unfold Am; eapply Rle_trans; [apply Rabs_triang | lra]).
-  pose proof (ff_abs A_ (mt + lg l)) as R1.
-  set (x2 := rnd (mt + lg l)) in *.
-  assert (HA2 : Rabs x2 <= (1 + u) * Am + ea).
-  { replace x2 with ((x2 - (mt + lg l)) + (mt + lg l)) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
-  set (A2 := (1 + u) * Am + ea) in *.
-  pose proof (ff_abs A_ (x2 * cl)) as R2.
-  assert (Hcla : Rabs cl <= 1 + ucl).
-  { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right (ln 2)) by lra.
-    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
-  assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
-  { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
-    assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
-    assert (u * (Rabs x2 * Rabs cl) <= u * (A2 * (1 + ucl))) by (apply Rmult_le_compat_l; lra).
-    lra. }
-  assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
-  { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
-    eapply Rle_trans; [exact Hcl |].
-    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
-  assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
-    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
-    assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
-    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
-    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
-  assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
-    pose proof (Rabs_pos (lg l - ln l / ln 2)).
-    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
-  replace (rnd (x2 * cl) - LSE)
-    with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
-          + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
-    by (rewrite ElnL; field; lra).
-  unfold lse_bound; fold Am; fold A2.
-  eapply Rle_trans; [apply afe_Rabs_sum6 |].
-  lra.
+  apply (attention_lse_error_dot_gen M lg el lmin lmax lg_err dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL Dsc
+           E B N Tt k0 tl0 rest (l_fold_rel_counted M X P1 CGc CR B N Tt C _ _ Hexp0 HP HCGc HC
+                                   (nchg_kv_le M dotf c scale q d C k0 tl0 rest Hd Hrec))); try assumption.
+  apply (lse_move_pp M dotf c scale q d); [unfold tiles; cbn [concat app]; discriminate | exact Hd | exact HDsc].
 Qed.
 
 (** The kernel's loop from its start under any mask ([attention_lse_error_masked_dot_pp]) with
@@ -1252,16 +832,11 @@ Theorem attention_lse_error_masked_dot_counted_pp : forall (dotf : list R -> lis
   <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
 Proof.
   intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc vis tiles sck st bL
-    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc Hrec.
-  destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
-  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
-  apply (attention_lse_error_dot_counted_pp dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d Dsc E B N Tt C CGc
-           k0 r rest); auto.
-  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
-  - rewrite Ecat; exact HN.
-  - lia.
-  - rewrite Ecat; exact Hd.
-  - rewrite Ecat; exact HDsc.
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc Hrec.
+  apply (attention_lse_error_masked_dot_pp_gen M lg el lmin lmax lg_err dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d Dsc
+           E B N Tt vis tiles Hexp0 Hvis); try assumption.
+  intros k0 r rest Ecat; apply (l_fold_rel_counted M X P1 CGc CR B N Tt C _ _ Hexp0 HP HCGc HC).
+  apply (nchg_kv_le M dotf c scale q d); [rewrite Ecat; exact Hd | apply Hrec; rewrite <- Ecat; reflexivity].
 Qed.
 
 (** The float32 lse on the H100 (3xTF32 scores on its tensor cores), as

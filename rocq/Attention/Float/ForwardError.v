@@ -436,26 +436,28 @@ Proof.
   apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat; lra | lra].
 Qed.
 
-Lemma Rk_apriori : forall K H H' Ry Ry' Sb Tt t X CG CR,
-  0 <= H <= H' -> 0 <= Ry <= Ry' -> 0 <= Sb -> (t <= Tt)%nat ->
-  Rpower 2 (u * K) <= X -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  Rk M K H Ry Sb Tt t <= INR Tt * CR * ((((H' * CG * X) * Sb * ee) * (1 + u) + ea + Ry') * (1 + u)).
+(** [Rk]'s closed form with any constant [G <= CG] in place of [cg^Tt] (ForwardAccRunningCounted.v
+    takes [G = CGc]). *)
+Lemma Rk_form_apriori : forall K H H' G CG Ry Ry' Sb Tt t X CR,
+  0 <= H <= H' -> 0 <= G <= CG -> 0 <= Ry <= Ry' -> 0 <= Sb -> (t <= Tt)%nat ->
+  Rpower 2 (u * K) <= X -> cr M ^ Tt <= CR ->
+  INR t * cr M ^ t * (((H * G * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u))
+  <= INR Tt * CR * ((((H' * CG * X) * Sb * ee) * (1 + u) + ea + Ry') * (1 + u)).
 Proof.
-  intros K H H' Ry Ry' Sb Tt t X CG CR HH HR HS Ht HX HG HC; unfold Rk, dR, Gb.
-  pose proof (cg_ge_1 M); pose proof (cr_ge_1 M); pose proof (ff_u_nonneg A_).
+  intros K H H' G CG Ry Ry' Sb Tt t X CR HH HG HR HS Ht HX HC.
+  pose proof (cr_ge_1 M); pose proof (ff_u_nonneg A_).
   pose proof (mp_eta_e_nonneg M); pose proof (ff_eta_nonneg A_).
-  assert (0 <= cg M ^ Tt) by (apply pow_le; lra).
   pose proof (Rpower_pos (u * K)).
-  assert (HGb : H * cg M ^ Tt * Rpower 2 (u * K) <= H' * CG * X)
+  assert (HGb : H * G * Rpower 2 (u * K) <= H' * CG * X)
     by (apply Rmult_le_compat; [nra | lra | apply Rmult_le_compat; lra | lra]).
-  assert (0 <= H * cg M ^ Tt * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
-  assert (Hd : 0 <= ((H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u)).
-  { apply Rmult_le_pos; [| lra]. assert (0 <= H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee) by
+  assert (0 <= H * G * Rpower 2 (u * K)) by (apply Rmult_le_pos; [nra | lra]).
+  assert (Hd : 0 <= ((H * G * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u)).
+  { apply Rmult_le_pos; [| lra]. assert (0 <= H * G * Rpower 2 (u * K) * Sb * ee) by
       (apply Rmult_le_pos; [apply Rmult_le_pos |]; lra). nra. }
-  assert (Hd' : ((H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u)
+  assert (Hd' : ((H * G * Rpower 2 (u * K) * Sb * ee) * (1 + u) + ea + Ry) * (1 + u)
                 <= ((H' * CG * X * Sb * ee) * (1 + u) + ea + Ry') * (1 + u)).
   { apply Rmult_le_compat_r; [lra |].
-    assert (H * cg M ^ Tt * Rpower 2 (u * K) * Sb * ee <= H' * CG * X * Sb * ee)
+    assert (H * G * Rpower 2 (u * K) * Sb * ee <= H' * CG * X * Sb * ee)
       by (apply Rmult_le_compat_r; [lra | apply Rmult_le_compat_r; lra]).
     nra. }
   assert (Hc : cr M ^ t <= CR) by (eapply Rle_trans; [apply Rle_pow; [lra | exact Ht] | exact HC]).
@@ -465,6 +467,17 @@ Proof.
   apply Rmult_le_compat; [apply Rmult_le_pos; lra | exact Hd | | exact Hd'].
   apply Rmult_le_compat; lra.
 Qed.
+
+Lemma Rk_apriori : forall K H H' Ry Ry' Sb Tt t X CG CR,
+  0 <= H <= H' -> 0 <= Ry <= Ry' -> 0 <= Sb -> (t <= Tt)%nat ->
+  Rpower 2 (u * K) <= X -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  Rk M K H Ry Sb Tt t <= INR Tt * CR * ((((H' * CG * X) * Sb * ee) * (1 + u) + ea + Ry') * (1 + u)).
+Proof.
+  intros K H H' Ry Ry' Sb Tt t X CG CR HH HR HS Ht HX HG HC; unfold Rk, dR, Gb.
+  assert (0 <= cg M ^ Tt) by (apply pow_le; pose proof (cg_ge_1 M); lra).
+  apply Rk_form_apriori; [exact HH | lra | exact HR | exact HS | exact Ht | exact HX | exact HC].
+Qed.
+
 
 Lemma H_l_bounds : forall K B X P1, 0 <= K -> Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 ->
   1 <= H_l M K B <= P1 * ((1 + ue) * X).

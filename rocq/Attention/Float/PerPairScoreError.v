@@ -53,8 +53,14 @@
     Not covered: the computation of [d], [Dsc], [Yw] (the caller's: upper bounds of the
     exact quantities, with the exact softmax [P], not the computed one); everything that
     SavedLseError.v and ForwardAccRunning.v do not cover (their headers).  The backward
-    (RunningAccError.v) already takes per-item score errors; its uniform premise [Dl] on the
-    lse is what Part 2 bounds. *)
+    (RunningAccError.v) already takes per-item score errors; its per-item premise [Dl x] on the
+    lse of item [x]'s row is what Part 2 bounds, row by row.
+
+    The proofs: Part 2's theorems are instances of SavedLseError.v's [attention_lse_error_dot_gen]
+    and of [attention_lse_error_masked_dot_pp_gen] (any relative bound [bL] of [l], the premise
+    [l_fold_rel]), Part 3's of [attention_forward_acc_running_pp_gen]; here [bL] is
+    [afe_bL .. CG ..] ([l_fold_rel_uniform]), in ForwardAccRunningCounted.v it is [bL] at
+    [CG := CGc] ([l_fold_rel_counted]). *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -250,6 +256,20 @@ Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
+(** The move of log-sum-exp from the exact scores to the kernel's, at most [Dsc >= pp_shift]. *)
+Lemma lse_move_pp : forall (dotf : list R -> list R -> R) (c scale : R) (q : list R) (d : list R * R -> R) (Dsc : R)
+    (xs : list (list R * R)),
+  xs <> [] ->
+  (forall kv, In kv xs -> Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift xs (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  Rabs (ln (rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) xs))
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) xs))) <= Dsc.
+Proof.
+  intros dotf c scale q d Dsc xs Hne Hd HDsc; eapply Rle_trans; [| exact HDsc].
+  exact (lse_perturbation_pp xs (fun kv => scale * dot_R q (fst kv)) (fun kv => score2_with A_ dotf c q (fst kv) * ln 2) d
+           Hne Hd).
+Qed.
+
 (** SavedLseError.v's [attention_lse_error_dot] (fully visible tiles) with the per-key
     score error [d] and [Dsc >= pp_shift]: [lse_bound .. smax Dsc ..]. *)
 Theorem attention_lse_error_dot_pp : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
@@ -277,143 +297,47 @@ Theorem attention_lse_error_dot_pp : forall (dotf : list R -> list R -> R) (g_re
 Proof.
   intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d Dsc E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
     Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc.
-  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
-  pose proof afe_ln2_bounds as [L2a L2b].
-  destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc)
-    as [Hsc [Hdelta [Hsmax [Ecat [_ [Fk [Hm0t [Hmt HmK]]]]]]]].
-  fold tiles in Hsc, Ecat, Fk, Hm0t, Hmt, HmK; fold ktiles m0 in Ecat, Fk, Hm0t, Hmt, HmK; fold mt in Hm0t, Hmt, HmK.
-  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
-  set (K := 2 * smax) in *.
-  assert (HK : 0 <= K) by (unfold K; lra).
-  assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
-  assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
-  (* the l fold *)
-  set (stiles := map (map fst) ktiles).
-  assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
-  assert (Escat : concat stiles = map (fun kv => score2_with A_ dotf c q (fst kv)) (concat tiles))
-    by (unfold stiles; rewrite <- concat_map, Ecat, map_map; reflexivity).
-  assert (HBt' : Forall (fun tl => (length tl <= B)%nat) stiles).
-  { apply Forall_forall; intros tl Htl; unfold stiles, ktiles in Htl; rewrite map_map in Htl.
-    apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']]; rewrite !map_length.
-    exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
-  assert (Hlen : length stiles = length tiles) by (unfold stiles, ktiles; rewrite !map_length; reflexivity).
-  pose proof (l_fold_inv M K m0 B N Tt stiles HK Fm0 HB) as Cl.
-  specialize (Cl ltac:(intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]];
-                       split; [apply ff_rnd_fmt |]; rewrite Hmr;
-                       pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv)));
-                       rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra)
-                 HBt' ltac:(rewrite Escat, map_length; exact HN) ltac:(lia) ltac:(rewrite Hmr; exact HmK)).
-  rewrite Hmr, Hlen in Cl; change (l_run M m0 0 stiles) with l in Cl.
-  set (Lc := exact_l mt (concat stiles)) in *.
-  (* L >= 1: the last running max is a score *)
-  assert (HL1 : 1 <= Lc).
-  { assert (Hqs : exists s, In s (concat stiles) /\ s = mt).
-    { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]].
-      - exists m0; split; [rewrite Escat; apply in_map_iff; exists k0; split; [reflexivity | exact Hk0] |].
-        unfold mt, acc_m_run; rewrite Em; reflexivity.
-      - exists (fst p); split; [| exact Ep].
-        unfold stiles; rewrite <- concat_map; apply in_map, Hp. }
-    destruct Hqs as [s [Hs' Es]]; unfold Lc, exact_l.
-    replace 1 with (Rpower 2 (s - mt)) by (rewrite Es, Rminus_diag_eq, Rpower_O by (reflexivity || lra); reflexivity).
-    apply ost_rsum_ge_in; [| apply in_map_iff; exists s; split; [reflexivity | exact Hs']].
-    intros y Hy; apply in_map_iff in Hy; destruct Hy as [z [<- _]]; left; apply Rpower_pos. }
-  assert (HLN' : Lc <= INR N).
-  { unfold Lc; apply exact_l_bound; [| rewrite Escat, map_length; exact HN].
-    intros s Hs'; split; [exact I |]; rewrite Escat in Hs'; apply in_map_iff in Hs'.
-    destruct Hs' as [kv [<- Hkv]].
-    change (score2_with A_ dotf c q (fst kv)) with (fst (kv_pair_with M dotf c q kv)).
-    apply (mrun_ge_all M fst ktiles m0 Fm0 Fk); rewrite Ecat; apply in_map, Hkv. }
-  (* |l - L| <= bL L *)
-  destruct (out_bL_apriori M K m0 B N Tt (length tiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC)
-    as [bL0 bL1]; fold bL in bL1.
-  destruct (H_l_bounds M K B X P1 HK HX HP) as [Hl1 _].
-  assert (HRy : 0 <= Ry_l M B).
-  { unfold Ry_l; pose proof (mp_eta_e_nonneg M); apply Rmult_le_pos; [apply pow_le; lra |].
-    apply Rmult_le_pos; [apply pos_INR | lra]. }
-  pose proof (Rk_nonneg M K (H_l M K B) (Ry_l M B) (INR N) Tt Hl1 HRy (pos_INR N) (length tiles)) as HRk.
-  assert (Hrel : Rabs (l - Lc) <= bL * Lc).
-  { unfold inv in Cl; unfold out_bL in bL0, bL1.
-    set (G := Gk M (H_l M K B) m0 (length tiles) mt) in *.
-    set (Rr := Rk M K (H_l M K B) (Ry_l M B) (INR N) Tt (length tiles)) in *.
-    assert (Rr <= Rr * Lc) by (rewrite <- (Rmult_1_r Rr) at 1; apply Rmult_le_compat_l; lra).
-    assert ((G - 1 + Rr) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
-    lra. }
-  destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
-  assert (Hdom : lmin <= l <= lmax).
-  { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
-    assert (HbL0 : 0 <= bL) by lra.
-    pose proof (sp_Rabs_le_inv _ _ Hrel).
-    assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
-    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
-    split; lra. }
-  (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
-  set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
-  assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
-  { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
-    unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
-  assert (HSg : 0 < Sg) by (unfold Sg, tiles; cbn [concat app]; apply bw_rsum_exp_pos).
-  assert (ElnL : ln Lc = ln Sg - mt * ln 2)
-    by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
-  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))).
-  assert (Hp : Rabs (ln Sg - LSE) <= Dsc).
-  { eapply Rle_trans; [| exact HDsc].
-    apply (lse_perturbation_pp (concat tiles) (fun kv => scale * dot_R q (fst kv))
-             (fun kv => score2_with A_ dotf c q (fst kv) * ln 2) d); [unfold tiles; cbn [concat app]; discriminate |].
-    exact Hd. }
-  (* magnitudes *)
-  assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
-  assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
-  assert (Hlnl : Rabs (ln l) <= NL + LN)
-    by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
-  assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
-  { pose proof (lg_err l Hdom) as H.
-    assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
-    { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
-      assert (/ ln 2 <= 2).
-      { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
-      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
-    replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
-    eapply Rle_trans; [apply Rabs_triang | lra]. }
-  set (Am := smax + 2 * (LN + NL) + el).
-  assert (HA : Rabs (mt + lg l) <= Am) by (unfold Am; eapply Rle_trans; [apply Rabs_triang | lra]).
-  pose proof (ff_abs A_ (mt + lg l)) as R1.
-  set (x2 := rnd (mt + lg l)) in *.
-  assert (HA2 : Rabs x2 <= (1 + u) * Am + ea).
-  { replace x2 with ((x2 - (mt + lg l)) + (mt + lg l)) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
-  set (A2 := (1 + u) * Am + ea) in *.
-  pose proof (ff_abs A_ (x2 * cl)) as R2.
-  assert (Hcla : Rabs cl <= 1 + ucl).
-  { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right (ln 2)) by lra.
-    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
-  assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
-  { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
-    assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
-    assert (u * (Rabs x2 * Rabs cl) <= u * (A2 * (1 + ucl))) by (apply Rmult_le_compat_l; lra).
-    lra. }
-  assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
-  { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
-    eapply Rle_trans; [exact Hcl |].
-    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
-  assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
-    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
-    assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
-    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
-    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
-  assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
-    pose proof (Rabs_pos (lg l - ln l / ln 2)).
-    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
-  replace (rnd (x2 * cl) - LSE)
-    with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
-          + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
-    by (rewrite ElnL; field; lra).
-  unfold lse_bound; fold Am; fold A2.
-  eapply Rle_trans; [apply afe_Rabs_sum6 |].
-  lra.
+  apply (attention_lse_error_dot_gen M lg el lmin lmax lg_err dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL Dsc
+           E B N Tt k0 tl0 rest (l_fold_rel_uniform M X P1 CG CR B N Tt _ _ HP HG HC)); try assumption.
+  apply (lse_move_pp dotf c scale q d); [unfold tiles; cbn [concat app]; discriminate | exact Hd | exact HDsc].
+Qed.
+
+(** The kernel's loop from its start under any mask, for any relative bound [bL] of [l]
+    ([l_fold_rel] on the tiles of visible keys): [attention_lse_error_masked_dot_pp] and
+    ForwardAccRunningCounted.v's [attention_lse_error_masked_dot_counted_pp] are its instances. *)
+Lemma attention_lse_error_masked_dot_pp_gen : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X bL cl ucl LN NL : R) (d : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  (forall k0 r rest, concat ((k0 :: r) :: rest) = filter vis (concat tiles) ->
+     l_fold_rel M X B N Tt bL (sck k0) (map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest)))) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d Dsc E B N Tt vis tiles sck st
+    Hexp0 Hvis Hl Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc.
+  destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
+  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
+  apply (attention_lse_error_dot_gen M lg el lmin lmax lg_err dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL Dsc
+           E B N Tt k0 r rest (Hl k0 r rest Ecat)); auto.
+  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
+  - rewrite Ecat; exact HN.
+  - lia.
+  - apply (lse_move_pp dotf c scale q d); [cbn [concat app]; discriminate | rewrite Ecat; exact Hd | rewrite Ecat; exact HDsc].
 Qed.
 
 (** The kernel's loop from its start under any mask: the lse it saves against the
@@ -441,15 +365,9 @@ Theorem attention_lse_error_masked_dot_pp : forall (dotf : list R -> list R -> R
   <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
 Proof.
   intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d Dsc E B N Tt vis tiles sck st bL
-    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd HDsc.
-  destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt) as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
-  unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; rewrite <- Ecat.
-  apply (attention_lse_error_dot_pp dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d Dsc E B N Tt k0 r rest); auto.
-  - intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto.
-  - rewrite Ecat; exact HN.
-  - lia.
-  - rewrite Ecat; exact Hd.
-  - rewrite Ecat; exact HDsc.
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC.
+  exact (attention_lse_error_masked_dot_pp_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d Dsc E B N Tt vis tiles
+           Hexp0 Hvis (fun _ _ _ _ => l_fold_rel_uniform M X P1 CG CR B N Tt _ _ HP HG HC) Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX).
 Qed.
 
 (** The float32 lse on CUDA with 3xTF32 scores on tensor cores ([tf32x3_tc_dot_model]). *)
@@ -702,14 +620,15 @@ Variable M : MixedModel.
 Import ModelNotations.
 Import ExpNotations.
 
-(** ForwardAccRunning.v's [attention_forward_acc_running] with the per-key score error
-    [d], [Dsc >= pp_shift] and [Yw >= sum_j P_j |v_j| (e^(d_j + Dsc) - 1)]:
-      |out - sum_j P_j v_j| <= afr_rel(Y := 0) W + afr_C(Y := 0) run_err afr_gb 0 bs
-                               + afr_ypp Yw + afr_abs. *)
-Theorem attention_forward_acc_running_pp : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
+(** The forward output for any relative bound of [l] ([l_fold_rel] at [afe_bL .. CGl ..] on the
+    tiles of visible keys): [attention_forward_acc_running_pp] ([CGl = CG >= cg^Tt]) and
+    ForwardAccRunningCounted.v's [attention_forward_acc_running_counted_pp] ([CGl = CGc]) are its
+    instances. *)
+Lemma attention_forward_acc_running_pp_gen : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
     (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R)
     (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E N Tt : nat)
-    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R),
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R)
+    (CGl : R),
   let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
   let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
   mp_exp2 M 0 = 1 ->
@@ -730,16 +649,20 @@ Theorem attention_forward_acc_running_pp : forall (dotf : list R -> list R -> R)
   pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
   sm_avg (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
     (fun kv => Rabs (snd kv) * (exp (d kv + Dsc) - 1)) <= Yw ->
+  afe_bL u ue ee ea n N Tt X P1 CGl CR < 1 ->
+  (forall k0 r rest, concat ((k0 :: r) :: rest) = filter vis (concat tiles) ->
+     l_fold_rel M X n N Tt (afe_bL u ue ee ea n N Tt X P1 CGl CR) (sck k0)
+       (map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest)))) ->
   Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
-  <= afr_rel u ue ee ea us n N Tt X 0 P1 CG CR CB
+  <= afr_rel u ue ee ea us n N Tt X 0 P1 CGl CR CB
        * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
-     + afr_C u ue ee ea us n N Tt X 0 P1 CG CR * run_err (afr_gb u ue us X g_rel) 0 bs
-     + afr_ypp u ue ee ea us n N Tt X P1 CG CR CB * Yw
-     + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel g_abs.
+     + afr_C u ue ee ea us n N Tt X 0 P1 CGl CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_ypp u ue ee ea us n N Tt X P1 CGl CR CB * Yw
+     + afr_abs u ue ee ea us es V n N Tt X P1 CGl CR CGA CRA CB g_rel g_abs.
 Proof.
-  intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt vis tiles bs d Dsc Yw sck st
-    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT [Hbl Hbs] Hdpp HDsc HYw.
-  pose proof Hpre as [HV Hs Huc Hc HB HX HY HP HG HC HbL].
+  intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt vis tiles bs d Dsc Yw CGl sck st
+    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT [Hbl Hbs] Hdpp HDsc HYw HbLl Hl.
+  pose proof Hpre as [HV Hs Huc Hc HB HX _ _ _ _ _].
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
   pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
@@ -789,25 +712,17 @@ Proof.
     rewrite Hmr; destruct (Hks p Hp) as [_ [F1 F2]]; split; assumption. }
   assert (HN'' : (length (concat (map (map fst) kt)) <= N)%nat) by (rewrite <- concat_map, map_length; exact HNk).
   assert (HT'' : (length (map (map fst) kt) <= Tt)%nat) by (rewrite map_length; exact HTk).
-  pose proof (l_fold_inv M K m0 n N Tt (map (map fst) kt) HK Fm0 HB Hks' HBt' HN'' HT'' ltac:(rewrite Hmr; exact HmK)) as Cl.
-  rewrite Hmr, map_length, <- concat_map in Cl.
   set (L := exact_l mt (map fst (concat kt))) in *.
   assert (HL1 : 1 <= L).
   { apply exact_l_ge_1; destruct (mrun_attained fst kt m0) as [E0 | Hq0]; [| exact Hq0].
     destruct Hex as [p [Hp Ep]]; exists p; split; [exact Hp | unfold mt, acc_m_run; rewrite E0; exact Ep]. }
-  destruct (out_bL_apriori M K m0 n N Tt (length kt) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC) as [bL0 bL1].
-  set (bL := afe_bL u ue ee ea n N Tt X P1 CG CR) in *.
+  set (bL := afe_bL u ue ee ea n N Tt X P1 CGl CR) in *.
   assert (Hlb : Rabs (l_run M m0 0 (map (map fst) kt) - L) <= bL * L).
-  { unfold inv, out_bL in *; eapply Rle_trans; [exact Cl |].
-    set (Gl := Gk M (H_l M K n) m0 (length kt) mt) in *.
-    set (Rl := Rk M K (H_l M K n) (Ry_l M n) (INR N) Tt (length kt)) in *.
-    assert (HRl : 0 <= Rl) by (unfold Rl; apply Rk_nonneg;
-      [destruct (H_l_bounds M K n X P1 HK HX HP); lra
-      | unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]
-      | apply pos_INR]).
-    assert (Rl <= Rl * L) by (apply fa_le_mult_r; lra).
-    assert ((Gl - 1 + Rl) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
-    lra. }
+  { pose proof (Hl k0 r rest Ecat : l_fold_rel M X n N Tt bL m0 (map (map fst) kt)) as Hl0.
+    pose proof (Hl0 K HK HX Fm0 HB Hks' HBt' HN'' HT'' ltac:(rewrite Hmr; exact Hm0t) ltac:(rewrite Hmr; exact HmK)
+                  ltac:(rewrite Hmr, <- concat_map; exact HL1)) as Hr.
+    rewrite Hmr, <- concat_map in Hr; exact Hr. }
+  assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l_run M m0 0 (map (map fst) kt) - L)); nra).
   (* the caller's bounds, in the kernel's units *)
   assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
   set (gb := afr_gb u ue us X g_rel) in *.
@@ -906,58 +821,12 @@ Proof.
   { rewrite Rminus_diag_eq, Rpower_O, Rmult_1_r by (reflexivity || lra).
     rewrite Rmult_assoc; apply Rmult_le_compat_l; [lra |]; unfold Qf.
     apply Rmult_le_compat; [left; apply Rpower_pos | exact Hrho0 | exact HpX | exact Hrho]. }
-  set (gA := afr_gA ue us X CB).
-  assert (HGA : GR M K g_rel (- smax) (length tiles) mt - 1 <= gA).
-  { unfold GR, gA, afr_gA, H_pv, tile_E.
-    set (Zm := (1 + us) * ((1 + ue) * Rpower 2 (u * K)) * Rpower 2 (u * (mt - - smax))).
-    assert (HZ1 : 1 <= Zm).
-    { unfold Zm; pose proof (tile_E_ge_1 M K HK); unfold tile_E in H.
-      assert (1 <= Rpower 2 (u * (mt - - smax))) by (apply ose_rpow_ge_1, Rmult_le_pos; lra).
-      apply fa_one_le_mult; [apply fa_one_le_mult |]; lra. }
-    assert (HZb : Zm <= (1 + us) * (1 + ue) * X * X).
-    { unfold Zm; pose proof (Rpower_pos (u * K)); pose proof (Rpower_pos (u * (mt - - smax))).
-      assert ((1 + us) * ((1 + ue) * Rpower 2 (u * K)) <= (1 + us) * (1 + ue) * X)
-        by (rewrite <- Rmult_assoc; apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HX]).
-      apply Rmult_le_compat; [apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra] | lra | lra | lra]. }
-    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
-    replace (1 + (1 + gR M g_rel) ^ length tiles * (Zm - 1) - 1) with ((1 + gR M g_rel) ^ length tiles * (Zm - 1))
-      by ring.
-    apply Rmult_le_compat; lra. }
-  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs).
-  assert (HRA : RR M K g_rel g_abs V n N Tt (length tiles) <= rA).
-  { unfold RR, rA, afr_rR.
-    assert (HEp : Ep M K g_rel g_abs V n N Tt <= afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs).
-    { unfold Ep, afr_Ep.
-      pose proof (GkA_apriori M K g_rel 0 Tt K Tt X CGA HK Hg (le_n Tt) HK ltac:(lra) HX HCGA) as H1.
-      unfold GkA in H1; rewrite Rminus_0_r in H1.
-      pose proof (RkA_apriori M K g_rel g_abs V n N Tt Tt X CGA CRA HK Hg Hga (Rlt_le _ _ HV) (le_n Tt) HX HCGA HCRA).
-      assert (0 <= INR N * V) by (apply Rmult_le_pos; [apply pos_INR | lra]).
-      assert (H_pv M K * cgA M g_rel ^ Tt * Rpower 2 (u * K) * (INR N * V) <= afa_HA ue us X CGA * (INR N * V))
-        by (apply Rmult_le_compat_r; lra).
-      lra. }
-    assert (HdRR : dRR M K g_rel g_abs V n N Tt
-                   <= (1 + g_rel) * ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
-                                     + ((1 + us) * ee + es) * (INR n * V)) + g_abs).
-    { unfold dRR.
-      assert ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt
-              <= (1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs)
-        by (apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | exact HEp]).
-      assert (forall a b, a <= b -> (1 + g_rel) * a <= (1 + g_rel) * b) by (intros; apply Rmult_le_compat_l; lra).
-      pose proof (H0 ((1 + u) * ee * Ep M K g_rel g_abs V n N Tt + ea + ((1 + us) * ee + es) * (INR n * V))
-                    ((1 + u) * ee * afr_Ep u ue ee ea us es V n N Tt X CGA CRA g_rel g_abs + ea
-                     + ((1 + us) * ee + es) * (INR n * V)) ltac:(lra)).
-      lra. }
-    pose proof (dRR_nonneg M K g_rel g_abs V n N Tt HK Hg Hga (Rlt_le _ _ HV)) as HdR0.
-    assert (INR (length tiles) <= INR Tt) by (apply le_INR; lia).
-    assert (0 <= (1 + gR M g_rel) ^ length tiles) by (apply pow_le; pose proof (gR_nonneg M g_rel Hg); lra).
-    apply Rmult_le_compat; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HdR0 | | exact HdRR].
-    apply Rmult_le_compat; [apply pos_INR | lra | lra | lra]. }
+  destruct (afr_acc_constants M K g_rel g_abs (- smax) V n N Tt (length tiles) mt X CGA CRA CB HK Hg Hga HV ltac:(lia) HX
+              ltac:(pose proof (Rabs_le_inv _ _ Hmt); lra) HpX HCGA HCRA HgCB) as [HGA [HgA0 [HRA HrA0]]].
+  set (gA := afr_gA ue us X CB) in *.
+  set (rA := afr_rR u ue ee ea us es V n N Tt X CGA CRA CB g_rel g_abs) in *.
   pose proof (exact_pv_abs_ge mt (concat kt)) as HNA.
   assert (HA0 : 0 <= exact_pv_abs mt (concat kt)) by (eapply Rle_trans; [apply Rabs_pos | exact HNA]).
-  assert (HgA0 : 0 <= gA)
-    by (unfold gA; apply afr_gA_nonneg; [lra | lra | lra | eapply Rle_trans; [| exact HCB]; apply pow_R1_Rle; lra]).
-  assert (HrA0 : 0 <= rA)
-    by (pose proof (RR_nonneg M K g_rel g_abs V n N Tt (length tiles) HK Hg Hga (Rlt_le _ _ HV)); lra).
   assert (Hab : Rabs (nth 0 (ks_acc st) 0 - exact_pv mt (concat kt)) <= gA * exact_pv_abs mt (concat kt) + (L * Qf + rA)).
   { unfold inv in Ca; eapply Rle_trans; [exact Ca |].
     assert ((GR M K g_rel (- smax) (length tiles) mt - 1) * exact_pv_abs mt (concat kt)
@@ -1023,9 +892,9 @@ Proof.
     by (replace o with ((o - Z) + Z) by ring; eapply Rle_trans; [apply Rabs_triang | lra]).
   pose proof (ff_abs S_ o) as Hso.
   fold Wx.
-  replace (afr_rel u ue ee ea us n N Tt X 0 P1 CG CR CB * Wx + afr_C u ue ee ea us n N Tt X 0 P1 CG CR * R0
-           + afr_ypp u ue ee ea us n N Tt X P1 CG CR CB * Yw
-           + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel g_abs)
+  replace (afr_rel u ue ee ea us n N Tt X 0 P1 CGl CR CB * Wx + afr_C u ue ee ea us n N Tt X 0 P1 CGl CR * R0
+           + afr_ypp u ue ee ea us n N Tt X P1 CGl CR CB * Yw
+           + afr_abs u ue ee ea us es V n N Tt X P1 CGl CR CGA CRA CB g_rel g_abs)
     with (err * (1 + us) + us * Wx + es)
     by (unfold err, afr_rel, afr_C, afr_abs, afr_ypp; cbv zeta; fold bL gA rA; field; lra).
   replace (ff_rnd S_ o - Z) with ((ff_rnd S_ o - o) + (o - Z)) by ring.
@@ -1033,6 +902,49 @@ Proof.
   assert (us * Rabs o <= us * (Wx + err)) by (apply Rmult_le_compat_l; lra).
   lra.
 Qed.
+(** ForwardAccRunning.v's [attention_forward_acc_running] with the per-key score error
+    [d], [Dsc >= pp_shift] and [Yw >= sum_j P_j |v_j| (e^(d_j + Dsc) - 1)]:
+      |out - sum_j P_j v_j| <= afr_rel(Y := 0) W + afr_C(Y := 0) run_err afr_gb 0 bs
+                               + afr_ypp Yw + afr_abs. *)
+Theorem attention_forward_acc_running_pp : forall (dotf : list R -> list R -> R) (d_rel d_abs : R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs : R)
+    (q : list R) (c scale uc P V X Y P1 CG CR CGA CRA CB : R) (E N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))) (bs : list R) (d : list R * R -> R) (Dsc Yw : R),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run_acc M (list R * R) sck vis (fun kv _ => snd kv) accf (kernel_start 1) tiles in
+  mp_exp2 M 0 = 1 ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E d_rel d_abs ->
+  acc_dot_model accf n g_rel g_abs ->
+  afe_premises_de M c scale uc P (d_rel * P + d_abs) V X Y P1 CG CR n N Tt ->
+  cgA M g_rel ^ Tt <= CGA -> crA M g_rel ^ Tt <= CRA ->
+  (1 + afr_gb u ue us X g_rel) ^ Tt <= CB ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true ->
+     length (fst kv) = E /\ dot_abs q (fst kv) <= P /\ Rabs (snd kv) <= V) ->
+  Forall (fun tl => length tl = n) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  fwd_running_premise scale q vis tiles bs ->
+  (forall kv, In kv (filter vis (concat tiles)) ->
+     Rabs (score2_with A_ dotf c q (fst kv) * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) d <= Dsc ->
+  sm_avg (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv))
+    (fun kv => Rabs (snd kv) * (exp (d kv + Dsc) - 1)) <= Yw ->
+  Rabs (ff_rnd S_ (rnd (nth 0 (ks_acc st) 0 / ks_l st)) - exact_softmax scale q (filter vis (concat tiles)))
+  <= afr_rel u ue ee ea us n N Tt X 0 P1 CG CR CB
+       * exact_softmax scale q (map abs_value (filter vis (concat tiles)))
+     + afr_C u ue ee ea us n N Tt X 0 P1 CG CR * run_err (afr_gb u ue us X g_rel) 0 bs
+     + afr_ypp u ue ee ea us n N Tt X P1 CG CR CB * Yw
+     + afr_abs u ue ee ea us es V n N Tt X P1 CG CR CGA CRA CB g_rel g_abs.
+Proof.
+  intros dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB E N Tt vis tiles bs d Dsc Yw sck st
+    Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT Hfwd Hdpp HDsc HYw.
+  pose proof Hpre as [_ _ _ _ _ _ _ HP HG HC HbL].
+  exact (attention_forward_acc_running_pp_gen dotf d_rel d_abs accf n g_rel g_abs q c scale uc P V X Y P1 CG CR CGA CRA CB
+           E N Tt vis tiles bs d Dsc Yw CG Hexp0 Hvis Hdm Hadm Hpre HCGA HCRA HCB Hq Hkeys Hn HN HT Hfwd Hdpp HDsc HYw HbL
+           (fun _ _ _ _ => l_fold_rel_uniform M X P1 CG CR n N Tt _ _ HP HG HC)).
+Qed.
+
 
 
 (** The float32 forward on the H100 (3xTF32 scores and P.V on its tensor cores), as

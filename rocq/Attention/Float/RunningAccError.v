@@ -368,6 +368,52 @@ Proof.
   nra.
 Qed.
 
+(** The running dK / dQ bound with the [dp] dot's error [eP x] per item (the proof of
+    [grad_error_acc_running_with], its instance at a constant [eP], and of RunningAccErrorPP.v's
+    [grad_error_acc_running_pp]). *)
+Lemma grad_error_acc_running_items : forall accf n g_rel g_abs vis c cs scale ucs (tiles : list (list T))
+    (Lx dPx Dx eD delta X eP Dl Am : T -> R) eDm Ym W bs,
+  acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
+  0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
+  (forall x, In x (concat tiles) -> vis x = true ->
+     Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
+     /\ Rabs (l2 x * ln 2 - Lx x) <= Dl x
+     /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am x
+     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
+     /\ Rabs (dp x - dPx x) <= eP x
+     /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
+     /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
+  let E := fun x => (1 + ue) * X x in
+  let Pr := fun x => exp (scale * dot_R (qv x) (kv x) - Lx x) in
+  let Pd := fun x => if vis x then Pr x * (dPx x - Dx x) * w x else 0 in
+  let h1 := fun x => Pr x * Rabs (dPx x - Dx x) * Rabs (w x) in
+  let h2 := fun x => Pr x * ((1 + u) * (eP x + eD x) + ea) * Rabs (w x) in
+  let rr := fun x => if vis x then gacc_A M (E x) * h1 x + gacc_B M (E x) * h2 x
+                                   + gacc_c M (E x) Ym ((1 + u) * (eP x + eDm) + ea) W else 0 in
+  let S1 := rsum (map (fun x => if vis x then Pr x * Rabs (dPx x - Dx x) * Rabs (w x) else 0) (concat tiles)) in
+  running_premise Pd rr tiles bs ->
+  Rabs (grad_kernel_acc_with M T sdot qv kv l2 dp dl w accf vis c cs tiles - scale * rsum (map Pd (concat tiles)))
+  <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
+Proof.
+  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X eP Dl Am eDm Ym W bs
+    Hm Hn Hs Hucs Hc Hx E Pr Pd h1 h2 rr S1 Hp.
+  set (xs := concat tiles) in *.
+  set (wt := grad_w_with M T sdot qv kv l2 dp dl vis c).
+  assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= rr x).
+  { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
+    - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
+      exact (grad_acc_item_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x)
+               (Dl x) (Am x) (X x) (eP x) eDm Ym W Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
+    - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
+  pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
+  fold xs in Hc'.
+  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
+  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
+    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
+    - apply Rabs_R0. }
+  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
+  exact (scale_store_close M _ _ S1 _ cs scale ucs Hs Hucs Hc HPs Hc').
+Qed.
 (** [grad_error_acc_with] with the running bound: the kernel's
     [acc = tl.dot (ds^T, w, acc)] over tiles of [n] items from 0 (any
     [acc_dot_model]), then [rnd (acc * cs)] stored ([grad_kernel_acc_with]).  The
@@ -408,25 +454,10 @@ Theorem grad_error_acc_running_with : forall accf n g_rel g_abs vis c cs scale u
   Rabs (grad_kernel_acc_with M T sdot qv kv l2 dp dl w accf vis c cs tiles - scale * rsum (map Pd (concat tiles)))
   <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
 Proof.
-  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X Dl Am eP eDm Ym W bs
-    Hm Hn Hs Hucs Hc Hx E Pr Pd h1 h2 rr S1 Hp.
-  set (xs := concat tiles) in *.
-  set (wt := grad_w_with M T sdot qv kv l2 dp dl vis c).
-  assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= rr x).
-  { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
-    - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
-      exact (grad_acc_item_close vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x) (Dl x) (Am x) (X x) eP eDm Ym W
-               Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
-    - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
-  pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
-  fold xs in Hc'.
-  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
-  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
-    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
-    - apply Rabs_R0. }
-  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
-  exact (scale_store_close M _ _ S1 _ cs scale ucs Hs Hucs Hc HPs Hc').
+  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X Dl Am eP.
+  exact (grad_error_acc_running_items accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X (fun _ => eP) Dl Am).
 Qed.
+
 
 End GenericRun.
 

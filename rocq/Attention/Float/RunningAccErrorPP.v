@@ -5,7 +5,8 @@
     [dk_error_acc_running], [dq_error_acc_running] take it from the dot model at
     the LARGEST [dot_abs v dO] of all pairs.  The item lemma
     [grad_acc_item_close] is per item, so the same proof holds with [eP x] per
-    item: [grad_error_acc_running_pp].  Its kernels' instances
+    item: [grad_error_acc_running_pp] (RunningAccError.v's [grad_error_acc_running_items],
+    of which [grad_error_acc_running_with] is the instance at a constant [eP]).  Its kernels' instances
     [dk_error_acc_running_pp], [dq_error_acc_running_pp] take any per-item bound
     [|pdot v dO - dot_R v dO| <= eP x] (the dot model at the pair's own
     [dot_abs]: [dm_eP_bound]; or the model's error computed on the data), no
@@ -58,26 +59,8 @@ Theorem grad_error_acc_running_pp : forall accf n g_rel g_abs vis c cs scale ucs
   running_premise Pd rr tiles bs ->
   Rabs (grad_kernel_acc_with M T sdot qv kv l2 dp dl w accf vis c cs tiles - scale * rsum (map Pd (concat tiles)))
   <= grad_bound M scale ucs (run_err g_rel g_abs bs + rsum (map rr (concat tiles))) S1.
-Proof.
-  intros accf n g ga vis c cs scale ucs tiles Lx dPx Dx eD delta X eP Dl Am eDm Ym W bs
-    Hm Hn Hs Hucs Hc Hx E Pr Pd h1 h2 rr S1 Hp.
-  set (xs := concat tiles) in *.
-  set (wt := grad_w_with M T sdot qv kv l2 dp dl vis c).
-  assert (Hterm : forall x, In x xs -> Rabs (wt x * w x - Pd x) <= rr x).
-  { intros x Hin; unfold wt, Pd, rr; destruct (vis x) eqn:Ev.
-    - destruct (Hx x Hin Ev) as [H1 [H2 [H3 [H4 [H5 [H6 [H7 [H8 H9]]]]]]]].
-      exact (grad_acc_item_close M T sdot qv kv l2 dp dl w vis c scale x (Lx x) (dPx x) (Dx x) (eD x) (delta x)
-               (Dl x) (Am x) (X x) (eP x) eDm Ym W Ev H1 H2 H3 H4 H5 H6 H7 H8 H9).
-    - unfold grad_w_with; rewrite Ev, Rmult_0_l, Rminus_0_r, Rabs_R0; lra. }
-  pose proof (acc_chain_running_error accf n g ga wt w Pd rr tiles bs Hm Hn Hterm Hp) as Hc'.
-  fold xs in Hc'.
-  assert (EPd : rsum (map (fun x => Rabs (Pd x)) xs) = S1).
-  { unfold S1; apply rsum_map_ext; intros x _; unfold Pd; destruct (vis x).
-    - rewrite !Rabs_mult, (Rabs_right (Pr x)) by (left; apply exp_pos); reflexivity.
-    - apply Rabs_R0. }
-  assert (HPs : Rabs (rsum (map Pd xs)) <= S1) by (rewrite <- EPd; apply bw_rsum_abs).
-  exact (scale_store_close M _ _ S1 _ cs scale ucs Hs Hucs Hc HPs Hc').
-Qed.
+Proof. exact (grad_error_acc_running_items M T sdot qv kv l2 dp dl w). Qed.
+
 
 End GenericPP.
 

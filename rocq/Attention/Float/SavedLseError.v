@@ -27,6 +27,11 @@
     [attention_lse_error_masked_tf32x3]: the fp32 path on CUDA, 3xTF32
     scores on tensor cores.
 
+    [attention_lse_error_dot_gen]: the proof, for any relative bound [bL] of [l]
+    ([l_fold_rel]) and any bound [D] of log-sum-exp's move under the scores' errors;
+    [attention_lse_error_dot] is its instance at [l_fold_rel_uniform] and [D = delta],
+    PerPairScoreError.v's and ForwardAccRunningCounted.v's lse theorems are others.
+
     Not covered: as in Attention/Float/ForwardError.v (the order inside the dots,
     [tl.sum] as a tree, FMA contraction, additive masks), and [el] itself:
     the hypothesis is for [x] in [[lmin, lmax]], which holds [l]. *)
@@ -111,6 +116,61 @@ Proof.
   lra.
 Qed.
 
+(** ** The relative bound of [l], a premise
+
+    [l_fold_rel X B N Tt bL m0 stiles]: the kernel's [l] after the score tiles [stiles], from
+    [l = 0] at [m0], is within [bL L] of the exact [L] whenever the tiles meet the fold's side
+    conditions (every score within [K] below the last running max, [2^(u K) <= X], ...).
+    [l_fold_rel_uniform]: it holds at [bL = afe_bL .. CG ..] for [CG >= cg^Tt] ([l_fold_inv],
+    [out_bL_apriori]); ForwardAccRunningCounted.v's [l_fold_rel_counted] gives it at
+    [CG := CGc] with the tiles that keep the running max counted.  The lse proof
+    ([attention_lse_error_dot_gen]) and PerPairScoreError.v's forward output proof take it as
+    a premise, so that the uniform, per-pair and counted theorems are instances of one proof. *)
+Section LFold.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Definition l_fold_rel (X : R) (B N Tt : nat) (bL m0 : R) (stiles : list (list R)) : Prop :=
+  forall K, 0 <= K -> Rpower 2 (u * K) <= X -> fmt m0 -> (1 <= B)%nat ->
+  (forall s, In s (concat stiles) -> fmt s /\ m_run m0 stiles - s <= K) ->
+  Forall (fun tl => (length tl <= B)%nat) stiles ->
+  (length (concat stiles) <= N)%nat -> (length stiles <= Tt)%nat ->
+  m0 <= m_run m0 stiles -> m_run m0 stiles - m0 <= K ->
+  1 <= exact_l (m_run m0 stiles) (concat stiles) ->
+  Rabs (l_run M m0 0 stiles - exact_l (m_run m0 stiles) (concat stiles))
+  <= bL * exact_l (m_run m0 stiles) (concat stiles).
+
+(** [inv G Rr l L L] with [L >= 1] is a relative error [G - 1 + Rr]. *)
+Lemma l_rel_of_inv : forall G Rr l L bL, 1 <= L -> 0 <= Rr -> G - 1 + Rr <= bL ->
+  inv G Rr l L L -> Rabs (l - L) <= bL * L.
+Proof.
+  intros G Rr l L bL HL HR Hb Hi; unfold inv in Hi.
+  assert (Rr <= Rr * L) by (rewrite <- (Rmult_1_r Rr) at 1; apply Rmult_le_compat_l; lra).
+  assert ((G - 1 + Rr) * L <= bL * L) by (apply Rmult_le_compat_r; lra).
+  lra.
+Qed.
+
+Lemma l_fold_rel_uniform : forall X P1 CG CR B N Tt m0 stiles,
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  l_fold_rel X B N Tt (afe_bL u ue ee ea B N Tt X P1 CG CR) m0 stiles.
+Proof.
+  intros X P1 CG CR B N Tt m0 stiles HP HG HC K HK HX Fm0 HB Hks HBt HN HT Hm0 HmK HL1.
+  pose proof (l_fold_inv M K m0 B N Tt stiles HK Fm0 HB Hks HBt HN HT HmK) as Cl.
+  destruct (out_bL_apriori M K m0 B N Tt (length stiles) (m_run m0 stiles) X P1 CG CR HK HT Hm0 HmK HX HP HG HC)
+    as [_ bL1].
+  destruct (H_l_bounds M K B X P1 HK HX HP) as [Hl1 _].
+  assert (HRy : 0 <= Ry_l M B).
+  { unfold Ry_l; pose proof (mp_eta_e_nonneg M); pose proof (ff_u_nonneg A_).
+    apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]. }
+  exact (l_rel_of_inv _ _ _ _ _ HL1 (Rk_nonneg M K (H_l M K B) (Ry_l M B) (INR N) Tt Hl1 HRy (pos_INR N) (length stiles))
+           bL1 Cl).
+Qed.
+
+End LFold.
+
 Section Lse.
 
 Variable M : MixedModel.
@@ -126,41 +186,47 @@ Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
-Theorem attention_lse_error_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+(** The lse for any relative bound [bL] of [l] ([l_fold_rel]) and any bound [D] of the move of
+    log-sum-exp from the exact scores to the kernel's: [lse_bound .. smax D LN NL].
+    [attention_lse_error_dot] ([bL] at [CG], [D = delta]), PerPairScoreError.v's
+    [attention_lse_error_dot_pp] ([D = Dsc]) and ForwardAccRunningCounted.v's
+    [attention_lse_error_dot_counted_pp] ([bL] at [CGc]) are its instances. *)
+Lemma attention_lse_error_dot_gen : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X bL cl ucl LN NL D : R) (E B N Tt : nat)
     (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
   let tiles := (k0 :: tl0) :: rest in
   let ktiles := map (map (kv_pair_with M dotf c q)) tiles in
   let m0 := score2_with A_ dotf c q (fst k0) in
   let mt := acc_m_run m0 ktiles in
   let l := l_run M m0 0 (map (map fst) ktiles) in
-  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  l_fold_rel M X B N Tt bL m0 (map (map fst) ktiles) ->
   dot_model dotf E g_rel g_abs -> length q = E ->
   (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
   0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
   (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
-  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X -> bL < 1 ->
   0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
   lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  Rabs (ln (rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles)))
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))) <= D ->
   Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
-  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) (score_delta_de A_ scale uc P (g_rel * P + g_abs)) LN NL.
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) D LN NL.
 Proof.
-  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
-    Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
+  intros dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL D E B N Tt k0 tl0 rest tiles ktiles m0 mt l
+    Hl Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HbL Hucl Hcl HLN HNL Hlmin Hlmax Hp.
   pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof afe_ln2_bounds as [L2a L2b].
   destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc)
     as [Hsc [Hdelta [Hsmax [Ecat [_ [Fk [Hm0t [Hmt HmK]]]]]]]].
   fold tiles in Hsc, Ecat, Fk, Hm0t, Hmt, HmK; fold ktiles m0 in Ecat, Fk, Hm0t, Hmt, HmK; fold mt in Hm0t, Hmt, HmK.
   set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
-  set (delta := score_delta_de A_ scale uc P (g_rel * P + g_abs)) in *.
   set (K := 2 * smax) in *.
   assert (HK : 0 <= K) by (unfold K; lra).
   assert (Hk0 : In k0 (concat tiles)) by (left; reflexivity).
   assert (Fm0 : fmt m0) by apply ff_rnd_fmt.
   (* the l fold *)
   set (stiles := map (map fst) ktiles).
+  change (l_fold_rel M X B N Tt bL m0 stiles) in Hl.
   assert (Hmr : m_run m0 stiles = mt) by (unfold m_run, stiles, mt, acc_m_run; apply mrun_map).
   assert (Escat : concat stiles = map (fun kv => score2_with A_ dotf c q (fst kv)) (concat tiles))
     by (unfold stiles; rewrite <- concat_map, Ecat, map_map; reflexivity).
@@ -169,22 +235,20 @@ Proof.
     apply in_map_iff in Htl; destruct Htl as [tl' [<- Htl']]; rewrite !map_length.
     exact (proj1 (Forall_forall _ _) HBt tl' Htl'). }
   assert (Hlen : length stiles = length tiles) by (unfold stiles, ktiles; rewrite !map_length; reflexivity).
-  pose proof (l_fold_inv M K m0 B N Tt stiles HK Fm0 HB) as Cl.
-  specialize (Cl ltac:(intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]];
-                       split; [apply ff_rnd_fmt |]; rewrite Hmr;
-                       pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv)));
-                       rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra)
-                 HBt' ltac:(rewrite Escat, map_length; exact HN) ltac:(lia) ltac:(rewrite Hmr; exact HmK)).
-  rewrite Hmr, Hlen in Cl; change (l_run M m0 0 stiles) with l in Cl.
+  assert (Hks : forall s, In s (concat stiles) -> fmt s /\ m_run m0 stiles - s <= K).
+  { intros s Hs'; rewrite Escat in Hs'; apply in_map_iff in Hs'; destruct Hs' as [kv [<- Hkv]].
+    split; [apply ff_rnd_fmt |]; rewrite Hmr.
+    pose proof (Rle_abs mt); pose proof (Rle_abs (- score2_with A_ dotf c q (fst kv))).
+    rewrite Rabs_Ropp in *; pose proof (proj2 (Hsc kv Hkv)); unfold K; lra. }
   set (Lc := exact_l mt (concat stiles)) in *.
   (* L >= 1: the last running max is a score *)
   assert (HL1 : 1 <= Lc).
   { assert (Hqs : exists s, In s (concat stiles) /\ s = mt).
-    { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp Ep]]].
+    { destruct (mrun_attained fst ktiles m0) as [Em | [p [Hp' Ep]]].
       - exists m0; split; [rewrite Escat; apply in_map_iff; exists k0; split; [reflexivity | exact Hk0] |].
         unfold mt, acc_m_run; rewrite Em; reflexivity.
       - exists (fst p); split; [| exact Ep].
-        unfold stiles; rewrite <- concat_map; apply in_map, Hp. }
+        unfold stiles; rewrite <- concat_map; apply in_map, Hp'. }
     destruct Hqs as [s [Hs' Es]]; unfold Lc, exact_l.
     replace 1 with (Rpower 2 (s - mt)) by (rewrite Es, Rminus_diag_eq, Rpower_O by (reflexivity || lra); reflexivity).
     apply ost_rsum_ge_in; [| apply in_map_iff; exists s; split; [reflexivity | exact Hs']].
@@ -196,40 +260,27 @@ Proof.
     change (score2_with A_ dotf c q (fst kv)) with (fst (kv_pair_with M dotf c q kv)).
     apply (mrun_ge_all M fst ktiles m0 Fm0 Fk); rewrite Ecat; apply in_map, Hkv. }
   (* |l - L| <= bL L *)
-  destruct (out_bL_apriori M K m0 B N Tt (length tiles) mt X P1 CG CR HK ltac:(lia) Hm0t HmK HX HP HG HC)
-    as [bL0 bL1]; fold bL in bL1.
-  destruct (H_l_bounds M K B X P1 HK HX HP) as [Hl1 _].
-  assert (HRy : 0 <= Ry_l M B).
-  { unfold Ry_l; pose proof (mp_eta_e_nonneg M); apply Rmult_le_pos; [apply pow_le; lra |].
-    apply Rmult_le_pos; [apply pos_INR | lra]. }
-  pose proof (Rk_nonneg M K (H_l M K B) (Ry_l M B) (INR N) Tt Hl1 HRy (pos_INR N) (length tiles)) as HRk.
   assert (Hrel : Rabs (l - Lc) <= bL * Lc).
-  { unfold inv in Cl; unfold out_bL in bL0, bL1.
-    set (G := Gk M (H_l M K B) m0 (length tiles) mt) in *.
-    set (Rr := Rk M K (H_l M K B) (Ry_l M B) (INR N) Tt (length tiles)) in *.
-    assert (Rr <= Rr * Lc) by (rewrite <- (Rmult_1_r Rr) at 1; apply Rmult_le_compat_l; lra).
-    assert ((G - 1 + Rr) * Lc <= bL * Lc) by (apply Rmult_le_compat_r; lra).
-    lra. }
+  { pose proof (Hl K HK HX Fm0 HB Hks HBt' ltac:(rewrite Escat, map_length; exact HN) ltac:(lia)
+                  ltac:(rewrite Hmr; exact Hm0t) ltac:(rewrite Hmr; exact HmK) ltac:(rewrite Hmr; exact HL1)) as Hr.
+    rewrite Hmr in Hr; exact Hr. }
+  assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - Lc)); nra).
   destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
   assert (Hdom : lmin <= l <= lmax).
   { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
-    assert (HbL0 : 0 <= bL) by lra.
     pose proof (sp_Rabs_le_inv _ _ Hrel).
     assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
     assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
     split; lra. }
   (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
-  set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))).
+  set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))) in *.
   assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
   { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
     unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
   assert (HSg : 0 < Sg) by (unfold Sg, tiles; cbn [concat app]; apply bw_rsum_exp_pos).
   assert (ElnL : ln Lc = ln Sg - mt * ln 2)
     by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
-  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))).
-  assert (Hp : Rabs (ln Sg - LSE) <= delta).
-  { apply lse_perturbation; [unfold tiles; cbn [concat app]; discriminate |].
-    intros kv Hkv; exact (proj1 (Hsc kv Hkv)). }
+  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))) in *.
   (* magnitudes *)
   assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
   assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
@@ -284,6 +335,35 @@ Proof.
   unfold lse_bound; fold Am; fold A2.
   eapply Rle_trans; [apply afe_Rabs_sum6 |].
   lra.
+Qed.
+
+Theorem attention_lse_error_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
+    (k0 : list R * R) (tl0 : list (list R * R)) (rest : list (list (list R * R))),
+  let tiles := (k0 :: tl0) :: rest in
+  let ktiles := map (map (kv_pair_with M dotf c q)) tiles in
+  let m0 := score2_with A_ dotf c q (fst k0) in
+  let mt := acc_m_run m0 ktiles in
+  let l := l_run M m0 0 (map (map fst) ktiles) in
+  let bL := afe_bL u ue ee ea B N Tt X P1 CG CR in
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  (1 <= B)%nat -> Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  Rabs (rnd (rnd (mt + lg l) * cl) - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) (score_delta_de A_ scale uc P (g_rel * P + g_abs)) LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL E B N Tt k0 tl0 rest tiles ktiles m0 mt l bL
+    Hdm Hq Hkeys Hs Huc Hc HB HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax.
+  destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 tl0 rest Hdm Hq Hkeys Hs Huc Hc) as [Hsc _].
+  apply (attention_lse_error_dot_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL _ E B N Tt k0 tl0 rest
+           (l_fold_rel_uniform M X P1 CG CR B N Tt _ _ HP HG HC)); try assumption.
+  apply lse_perturbation; [unfold tiles; cbn [concat app]; discriminate |].
+  intros kv Hkv; exact (proj1 (Hsc kv Hkv)).
 Qed.
 
 (** The blocked fp32 dot ([score2]): the [_dot] theorem at [blocked_dot_model]. *)
