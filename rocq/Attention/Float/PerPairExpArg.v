@@ -39,11 +39,20 @@
     Results:
     - [ann], [ann_run], [ann_in], [ann_fst], [ann_mrun]: the annotation and its facts.
     - [tile_l_arg_inv], [l_fold_inv_arg]: [l] against the effective scores' [exact_l].
-    - [afe_bL_arg], [l_arg_rel]: [|l - La| <= afe_bL_arg La].
-    - [attention_lse_error_masked_dot_pp_arg] and the H100 instance
+    - [afe_bL_arg] ([afe_bL_arg_le]: at most [afe_bL]); [l_arg_fold_rel] ([|l - La| <= bL La], the
+      premise of the lse proof) at [bL = afe_bL_arg] ([l_arg_rel_uniform]) and, with the tiles that
+      keep the running max counted ([l_fold_inv_counted_arg]: ForwardAccRunningCounted.v's
+      [run_inv_counted] at the annotated keys, its closed form [counted_bL_apriori_H]), at
+      [CG := CGc] ([l_arg_rel_counted]).
+    - [attention_lse_error_masked_dot_pp_arg_gen]: the lse proof for any such [bL];
+      [attention_lse_error_masked_dot_pp_arg] and the H100 instance
       [attention_lse_error_masked_tf32x3_op_pp_arg]: the saved lse under any mask, bound
       [lse_bound u ea el ucl smax Dsc LN NL] with [bL = afe_bL_arg] in [NL] and the log2's
-      domain. *)
+      domain; [attention_lse_error_masked_dot_counted_pp_arg],
+      [attention_lse_error_masked_counted_tf32x3_op_pp_arg]: the same at [CG := CGc >= cg^C (1 + u)^Tt]
+      with ForwardAccRunningCounted.v's count premise ([nrec .. <= C]).
+    Not covered: the forward output's bound ([acc]'s fold, PerPairScoreError.v Part 3) still charges
+    the argument uniformly; alpha's argument ([exp2 (rnd (m - m'))]) too (its [2^(u (mt - m0))]). *)
 
 From Coq Require Import Reals ZArith List Lra Lia Arith.
 From Flocq Require Import Core.
@@ -51,7 +60,7 @@ From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.DotError 
 From Ojas Require Import FloatModel.MixedPrecision FloatModel.BlockedSum FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import FloatModel.Notations.
 From Ojas Require Import Attention.Float.OnlineSoftmaxError Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError.
-From Ojas Require Import Attention.Float.SavedLseError Attention.Float.PerPairScoreError.
+From Ojas Require Import Attention.Float.SavedLseError Attention.Float.PerPairScoreError Attention.Float.ForwardAccRunningCounted.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -215,6 +224,53 @@ Proof.
   assert (1 <= (1 + u) ^ (B - 1)) by (apply pow_R1_Rle; lra). nra.
 Qed.
 
+(** The hypotheses of the folds ([run_inv], ForwardAccRunningCounted.v's [run_inv_counted]) at the
+    annotated keys. *)
+Lemma ann_tile_ok : forall (B : nat) (Pk : T * (R * R) -> Prop) (K m : R) tl, fmt m -> (length tl <= B)%nat ->
+  (forall k, In k tl -> Pk k /\ fmt (amax k) /\ amax k <= m /\ m - amax k <= K) ->
+  inv (H_arg B) (Ry_l M B) (yfa m tl) (Yfa m tl) (Yfa m tl).
+Proof.
+  intros B Pk K m tl _ Hl _; unfold yfa, Yfa.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
+  eapply inv_mono; [apply exact_l_nonneg | | | apply tile_l_arg_inv]; rewrite map_length.
+  - unfold H_arg; apply Rmult_le_compat_r; [pose proof (mp_ue_nonneg M); lra |]; apply Rle_pow; [lra | lia].
+  - unfold Ry_l; apply Rmult_le_compat.
+    + apply pow_le; lra.
+    + apply Rmult_le_pos; [apply pos_INR | exact Hee].
+    + apply Rle_pow; [lra | lia].
+    + apply Rmult_le_compat_r; [exact Hee | apply le_INR, Hl].
+Qed.
+
+Lemma Yfa_abs : forall m tl, Rabs (Yfa m tl) <= Yfa m tl.
+Proof. intros; unfold Yfa; rewrite Rabs_right by (apply Rle_ge, exact_l_nonneg); lra. Qed.
+
+Lemma Yfa_resc : forall m m' tl, Yfa m tl * Rpower 2 (m - m') = Yfa m' tl.
+Proof. intros; apply exact_l_resc. Qed.
+
+Lemma Yfa_app : forall m a b, Yfa m (a ++ b) = Yfa m a + Yfa m b.
+Proof. intros; unfold Yfa; rewrite map_app; apply exact_l_app. Qed.
+
+Lemma Yfa_bound : forall (N : nat) m seen, (forall k, In k seen -> aeff k <= amax k /\ amax k <= m) ->
+  (length seen <= N)%nat -> Yfa m seen <= INR N.
+Proof.
+  intros N m seen Hs Hl; unfold Yfa; apply exact_l_bound; [| rewrite map_length; exact Hl].
+  intros q Hq; apply in_map_iff in Hq; destruct Hq as [e [<- He]]; destruct (Hs e He); split; [exact I | lra].
+Qed.
+
+Lemma ann_keys : forall (K m0 : R) tiles, fmt m0 -> (forall k, In k (concat tiles) -> fmt (sc k)) ->
+  mrun T sc m0 tiles - m0 <= K ->
+  forall q, In q (concat (ann m0 tiles)) ->
+  aeff q <= amax q /\ fmt (amax q) /\ mrun (T * (R * R)) amax m0 (ann m0 tiles) - amax q <= K.
+Proof.
+  intros K m0 tiles Fm0 Fk HK0 e He; destruct (ann_in tiles m0 e Fm0 Fk He) as [E1 [E2 [E3 [E4 E5]]]].
+  destruct (eff_facts (amax e) (sc (fst e)) (Fk _ ltac:(rewrite <- (ann_fst tiles m0); apply in_map, He)) E1 E2)
+    as [G1 _].
+  rewrite ann_mrun; split; [rewrite E5; exact G1 | split; [exact E1 | lra]].
+Qed.
+
+Lemma Yfa_nil : forall m, Yfa m [] = 0.
+Proof. intros; unfold Yfa, exact_l; cbn [map]; unfold rsum; reflexivity. Qed.
+
 Lemma l_fold_inv_arg : forall (K m0 : R) (B N Tt : nat) tiles,
   fmt m0 -> (forall k, In k (concat tiles) -> fmt (sc k)) ->
   Forall (fun tl => (length tl <= B)%nat) tiles ->
@@ -227,47 +283,79 @@ Lemma l_fold_inv_arg : forall (K m0 : R) (B N Tt : nat) tiles,
       (exact_l (mrun T sc m0 tiles) (map aeff (concat (ann m0 tiles)))).
 Proof.
   intros K m0 B N Tt tiles Fm0 Fk HBt HN HT HK0.
-  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee.
   pose proof (H_arg_ge_1 B) as HH.
-  assert (HRl : 0 <= Ry_l M B)
-    by (unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | exact Hee]]).
-  pose proof (run_inv M (T * (R * R)) amax (fun e => aeff e <= amax e) yfa Yfa Yfa K (H_arg B) (Ry_l M B) (INR N) m0 B N Tt)
-    as Hr.
+  assert (HRl : 0 <= Ry_l M B).
+  { unfold Ry_l; pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M).
+    apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]. }
   rewrite <- ann_run, <- (ann_mrun tiles m0), <- (ann_length tiles m0).
   change (exact_l ?m (map aeff ?xs)) with (Yfa m xs).
   replace (concat (ann m0 tiles)) with ([] ++ concat (ann m0 tiles)) by reflexivity.
   replace (length (ann m0 tiles)) with (0 + length (ann m0 tiles))%nat by reflexivity.
-  apply Hr; clear Hr; auto.
-  - apply pos_INR.
-  - intros m tl; apply fmt_tile_sum.
-  - intros m tl Fm Hl _; unfold yfa, Yfa.
-    eapply inv_mono; [apply exact_l_nonneg | | | apply tile_l_arg_inv]; rewrite map_length.
-    + unfold H_arg; apply Rmult_le_compat_r; [pose proof (mp_ue_nonneg M); lra |]; apply Rle_pow; [lra | lia].
-    + unfold Ry_l; apply Rmult_le_compat.
-      * apply pow_le; lra.
-      * apply Rmult_le_pos; [apply pos_INR | exact Hee].
-      * apply Rle_pow; [lra | lia].
-      * apply Rmult_le_compat_r; [exact Hee | apply le_INR, Hl].
-  - intros m tl; unfold Yfa; rewrite Rabs_right by (apply Rle_ge, exact_l_nonneg); lra.
-  - intros; apply exact_l_resc.
-  - intros; apply exact_l_resc.
-  - intros; unfold Yfa; rewrite map_app; apply exact_l_app.
-  - intros; unfold Yfa; rewrite map_app; apply exact_l_app.
-  - intros m seen Hs Hl; unfold Yfa; apply exact_l_bound; [| rewrite map_length; exact Hl].
-    intros q Hq; apply in_map_iff in Hq; destruct Hq as [e [<- He]]; destruct (Hs e He); split; [exact I | lra].
+  apply (run_inv M (T * (R * R)) amax (fun e => aeff e <= amax e) yfa Yfa Yfa K (H_arg B) (Ry_l M B) (INR N) m0 B N Tt
+           HH HRl (pos_INR N) (fun m tl => fmt_tile_sum (mp_a M) _) (ann_tile_ok B _ K) Yfa_abs Yfa_resc Yfa_resc Yfa_app Yfa_app
+           (Yfa_bound N)); auto.
   - apply ff_fmt_0.
   - lra.
   - intros q [].
-  - intros e He; destruct (ann_in tiles m0 e Fm0 Fk He) as [E1 [E2 [E3 [E4 E5]]]].
-    destruct (eff_facts (amax e) (sc (fst e)) (Fk _ ltac:(rewrite <- (ann_fst tiles m0); apply in_map, He)) E1 E2)
-      as [G1 _].
-    rewrite ann_mrun; split; [rewrite E5; exact G1 | split; [exact E1 | lra]].
+  - apply ann_keys; assumption.
   - apply ann_B, HBt.
   - cbn [length]; rewrite ann_concat_length; exact HN.
   - rewrite ann_length; exact HT.
   - rewrite ann_mrun; exact HK0.
-  - unfold inv, Yfa, exact_l; cbn [map]; unfold rsum; cbn [fold_right].
-    rewrite Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l; apply Rk_nonneg; [exact HH | exact HRl | apply pos_INR].
+  - unfold inv; rewrite Yfa_nil, Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l.
+    apply Rk_nonneg; [exact HH | exact HRl | apply pos_INR].
+Qed.
+
+Lemma ann_nchg : forall tiles m, nchg (T * (R * R)) amax m (ann m tiles) = nchg T sc m tiles.
+Proof.
+  induction tiles as [|tl rest IH]; intros m; [reflexivity |].
+  cbn [ann nchg]; rewrite ann_tmax, IH; reflexivity.
+Qed.
+
+Lemma ann_nsame : forall tiles m, nsame (T * (R * R)) amax m (ann m tiles) = nsame T sc m tiles.
+Proof.
+  induction tiles as [|tl rest IH]; intros m; [reflexivity |].
+  cbn [ann nsame]; rewrite ann_tmax, IH; reflexivity.
+Qed.
+
+(** [l_fold_inv_arg] with the tiles that keep the running max counted ([run_inv_counted]). *)
+Lemma l_fold_inv_counted_arg : forall (K m0 : R) (B N Tt C : nat) (CGc : R) tiles,
+  mp_exp2 M 0 = 1 -> cg M ^ C * (1 + u) ^ Tt <= CGc ->
+  fmt m0 -> (forall k, In k (concat tiles) -> fmt (sc k)) ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat -> (nchg T sc m0 tiles <= C)%nat ->
+  mrun T sc m0 tiles - m0 <= K ->
+  inv (Gc M (H_arg B) m0 (nchg T sc m0 tiles) (nsame T sc m0 tiles) (mrun T sc m0 tiles))
+      (Rc M K (H_arg B) (Ry_l M B) (INR N) CGc (length tiles))
+      (l_run M m0 0 (map (map sc) tiles))
+      (exact_l (mrun T sc m0 tiles) (map aeff (concat (ann m0 tiles))))
+      (exact_l (mrun T sc m0 tiles) (map aeff (concat (ann m0 tiles)))).
+Proof.
+  intros K m0 B N Tt C CGc tiles Hexp0 HCGc Fm0 Fk HBt HN HT HC HK0.
+  pose proof (H_arg_ge_1 B) as HH.
+  assert (HRl : 0 <= Ry_l M B).
+  { unfold Ry_l; pose proof (ff_u_nonneg A_); pose proof (mp_eta_e_nonneg M).
+    apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]. }
+  rewrite <- ann_run, <- (ann_mrun tiles m0), <- (ann_length tiles m0), <- (ann_nchg tiles m0), <- (ann_nsame tiles m0).
+  change (exact_l ?m (map aeff ?xs)) with (Yfa m xs).
+  replace (concat (ann m0 tiles)) with ([] ++ concat (ann m0 tiles)) by reflexivity.
+  replace (length (ann m0 tiles)) with (0 + 0 + length (ann m0 tiles))%nat by reflexivity.
+  replace (nchg _ amax m0 (ann m0 tiles)) with (0 + nchg _ amax m0 (ann m0 tiles))%nat by reflexivity.
+  replace (nsame _ amax m0 (ann m0 tiles)) with (0 + nsame _ amax m0 (ann m0 tiles))%nat by reflexivity.
+  apply (run_inv_counted M Hexp0 (T * (R * R)) amax (fun e => aeff e <= amax e) yfa Yfa Yfa K (H_arg B) (Ry_l M B)
+           (INR N) m0 B N Tt HH HRl (pos_INR N) (fun m tl => fmt_tile_sum (mp_a M) _) (ann_tile_ok B _ K) Yfa_abs Yfa_resc
+           Yfa_resc Yfa_app Yfa_app (Yfa_bound N) C CGc HCGc); auto.
+  - apply ff_fmt_0.
+  - lra.
+  - intros q [].
+  - apply ann_keys; assumption.
+  - apply ann_B, HBt.
+  - cbn [length]; rewrite ann_concat_length; exact HN.
+  - rewrite ann_length; exact HT.
+  - rewrite ann_nchg; exact HC.
+  - rewrite ann_mrun; exact HK0.
+  - unfold inv; rewrite Yfa_nil, Rminus_0_r, Rabs_R0, Rmult_0_r, Rplus_0_l.
+    apply (Rc_nonneg M K (H_arg B) (Ry_l M B) (INR N) Tt HH HRl (pos_INR N) C CGc HCGc).
 Qed.
 
 End Ann.
@@ -311,17 +399,22 @@ Proof.
   cbn [map mrun]; unfold tmax at 1; rewrite ppa_fold_left_map; apply IH.
 Qed.
 
-Lemma l_arg_rel : forall {T} (sc : T -> R) (K m0 : R) (B N Tt : nat) (X P1 CG CR : R) tiles,
-  let mt := mrun T sc m0 tiles in
-  let La := exact_l mt (map (aeff T) (concat (ann M T sc m0 tiles))) in
-  0 <= K -> Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
-  fmt m0 -> (forall k, In k (concat tiles) -> fmt (sc k)) ->
+(** [l]'s relative bound against the effective scores' [La] (the premise of the lse proof,
+    as SavedLseError.v's [l_fold_rel] is for the uniform one). *)
+Definition l_arg_fold_rel (X : R) (B N Tt : nat) (bL : R) {T} (sc : T -> R) (m0 : R) (tiles : list (list T)) : Prop :=
+  forall K, 0 <= K -> Rpower 2 (u * K) <= X -> fmt m0 -> (forall k, In k (concat tiles) -> fmt (sc k)) ->
   Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (concat tiles) <= N)%nat -> (length tiles <= Tt)%nat ->
-  mt - m0 <= K -> 1 <= La ->
-  Rabs (l_run M m0 0 (map (map sc) tiles) - La) <= afe_bL_arg u ue ee ea B N Tt X P1 CG CR * La.
+  mrun T sc m0 tiles - m0 <= K ->
+  1 <= exact_l (mrun T sc m0 tiles) (map (aeff T) (concat (ann M T sc m0 tiles))) ->
+  Rabs (l_run M m0 0 (map (map sc) tiles) - exact_l (mrun T sc m0 tiles) (map (aeff T) (concat (ann M T sc m0 tiles))))
+  <= bL * exact_l (mrun T sc m0 tiles) (map (aeff T) (concat (ann M T sc m0 tiles))).
+
+Lemma l_arg_rel_uniform : forall {T} (sc : T -> R) (B N Tt : nat) (X P1 CG CR m0 : R) tiles,
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR ->
+  l_arg_fold_rel X B N Tt (afe_bL_arg u ue ee ea B N Tt X P1 CG CR) sc m0 tiles.
 Proof.
-  intros T sc K m0 B N Tt X P1 CG CR tiles mt La HK HX HP HG HC Fm0 Fk HBt HN HT HK0 HL1.
+  intros T sc B N Tt X P1 CG CR m0 tiles HP HG HC K HK HX Fm0 Fk HBt HN HT HK0 HL1.
   pose proof (l_fold_inv_arg M T sc K m0 B N Tt tiles Fm0 Fk HBt HN HT HK0) as Cl.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_eta_e_nonneg M) as Hee; pose proof (mp_ue_nonneg M) as Hue.
   pose proof (H_arg_ge_1 M B) as HH.
@@ -330,13 +423,31 @@ Proof.
     by (unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
   assert (HRy' : Ry_l M B <= P1 * (INR B * ee))
     by (unfold Ry_l; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HP]).
-  assert (Hm0t : m0 <= mt) by (apply (mrun_ge M T sc tiles m0 Fm0 Fk)).
-  pose proof (Gk_apriori M (H_arg M B) (P1 * (1 + ue)) m0 Tt (length tiles) mt K X CG ltac:(lra) HT Hm0t HK0 HX HG).
+  assert (Hm0t : m0 <= mrun T sc m0 tiles) by (apply (mrun_ge M T sc tiles m0 Fm0 Fk)).
+  pose proof (Gk_apriori M (H_arg M B) (P1 * (1 + ue)) m0 Tt (length tiles) _ K X CG ltac:(lra) HT Hm0t HK0 HX HG).
   pose proof (Rk_apriori M K (H_arg M B) (P1 * (1 + ue)) (Ry_l M B) (P1 * (INR B * ee)) (INR N) Tt (length tiles)
                 X CG CR ltac:(lra) ltac:(lra) (pos_INR N) HT HX HG HC).
   refine (l_rel_of_inv _ _ _ _ _ HL1 (Rk_nonneg M K (H_arg M B) (Ry_l M B) (INR N) Tt HH HRy (pos_INR N) (length tiles))
             _ Cl).
-  unfold mt in *; unfold afe_bL_arg; cbv zeta; lra.
+  unfold afe_bL_arg; cbv zeta; lra.
+Qed.
+
+(** At most [C] tiles changing the running max: [afe_bL_arg] at [CG := CGc]. *)
+Lemma l_arg_rel_counted : forall {T} (sc : T -> R) (B N Tt C : nat) (X P1 CGc CR m0 : R) tiles,
+  mp_exp2 M 0 = 1 -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR ->
+  (nchg T sc m0 tiles <= C)%nat ->
+  l_arg_fold_rel X B N Tt (afe_bL_arg u ue ee ea B N Tt X P1 CGc CR) sc m0 tiles.
+Proof.
+  intros T sc B N Tt C X P1 CGc CR m0 tiles Hexp0 HP HCGc HC Hcnt K HK HX Fm0 Fk HBt HN HT HK0 HL1.
+  pose proof (nchg_nsame T sc tiles m0) as Hns.
+  pose proof (l_fold_inv_counted_arg M T sc K m0 B N Tt C CGc tiles Hexp0 HCGc Fm0 Fk HBt HN HT Hcnt HK0) as Cl.
+  pose proof (ff_u_nonneg A_) as Hu; pose proof (mp_ue_nonneg M) as Hue.
+  assert (Hm0t : m0 <= mrun T sc m0 tiles) by (apply (mrun_ge M T sc tiles m0 Fm0 Fk)).
+  assert (HHb : 1 <= H_arg M B <= P1 * (1 + ue))
+    by (split; [apply H_arg_ge_1 | unfold H_arg; apply Rmult_le_compat_r; lra]).
+  destruct (counted_bL_apriori_H M K m0 B N Tt C CGc (nchg T sc m0 tiles) (nsame T sc m0 tiles) (length tiles)
+              _ X P1 CR _ _ HK Hcnt ltac:(lia) HT Hm0t HK0 HX HP HCGc HC HHb) as [HRl [_ bL1]].
+  exact (l_rel_of_inv _ _ _ _ _ HL1 HRl bL1 Cl).
 Qed.
 
 End LArgRel.
@@ -354,22 +465,23 @@ Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
-(** PerPairScoreError.v's [attention_lse_error_masked_dot_pp] with [bL = afe_bL_arg] (no [X] in
-    the weights' factor) and the per-pair premise [pp_shift .. (d + g) <= Dsc], [g_j] at least
-    [u ln 2] times the gap of key [j]'s computed score to every visible key's. *)
-Theorem attention_lse_error_masked_dot_pp_arg : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+(** The lse proof for any relative bound [bL] of [l] against the effective scores ([l_arg_fold_rel] on the
+    tiles of visible keys): [attention_lse_error_masked_dot_pp_arg] ([l_arg_rel_uniform]) and
+    [attention_lse_error_masked_dot_counted_pp_arg] ([l_arg_rel_counted]) are its instances. *)
+Lemma attention_lse_error_masked_dot_pp_arg_gen : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X bL cl ucl LN NL : R) (d g : list R * R -> R) (Dsc : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
   let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
-  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CG CR in
   mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  (forall k0 r rest, concat ((k0 :: r) :: rest) = filter vis (concat tiles) ->
+     l_arg_fold_rel M X B N Tt bL sck (sck k0) ((k0 :: r) :: rest)) ->
   dot_model dotf E g_rel g_abs -> length q = E ->
   (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
   0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
   Forall (fun tl => (length tl <= B)%nat) tiles ->
   (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
   Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
-  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  bL < 1 ->
   0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
   lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
   (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
@@ -380,8 +492,8 @@ Theorem attention_lse_error_masked_dot_pp_arg : forall (dotf : list R -> list R 
         - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
   <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
 Proof.
-  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc E B N Tt vis tiles sck st bL
-    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc.
+  intros dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc E B N Tt vis tiles sck st
+    Hexp0 Hvis Hl Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc.
   pose proof (ff_u_nonneg A_) as Hu; pose proof afe_ln2_bounds as [L2a L2b].
   destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt)
     as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
@@ -437,7 +549,8 @@ Proof.
   { unfold La; apply exact_l_bound; [| rewrite map_length, <- Hfst, map_length in *; exact HN].
     intros a Ha; apply in_map_iff in Ha; destruct Ha as [e [<- Hex]]; split; [exact I | apply (He e Hex)]. }
   assert (Hrel : Rabs (l - La) <= bL * La).
-  { apply (l_arg_rel M sck (2 * smax) m0 B N Tt X P1 CG CR ft); auto; try lra; lia. }
+  { pose proof (Hl k0 r rest Ecat (2 * smax)) as Hl'; change (sck k0) with m0 in Hl'; fold mt xs La l in Hl'.
+    apply Hl'; auto; [lra | fold ft; lia]. }
   set (Sg := rsum (map (fun e => exp (aeff _ e * ln 2)) xs)).
   assert (ELc : La = exp (- (mt * ln 2)) * Sg).
   { unfold La, exact_l, Sg; rewrite map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros e _.
@@ -462,6 +575,80 @@ Proof.
   eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
   assert (Rabs (aeff _ e - sck (fst e)) * ln 2 <= u * (mt - sck (fst e)) * ln 2) by (apply Rmult_le_compat_r; lra).
   lra.
+Qed.
+
+(** PerPairScoreError.v's [attention_lse_error_masked_dot_pp] with [bL = afe_bL_arg] (no [X] in
+    the weights' factor) and the per-pair premise [pp_shift .. (d + g) <= Dsc], [g_j] at least
+    [u ln 2] times the gap of key [j]'s computed score to every visible key's. *)
+Theorem attention_lse_error_masked_dot_pp_arg : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CG CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc E B N Tt vis tiles sck st bL
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HG HC.
+  exact (attention_lse_error_masked_dot_pp_arg_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc E B N Tt
+           vis tiles Hexp0 Hvis (fun _ _ _ _ => l_arg_rel_uniform M sck B N Tt X P1 CG CR _ _ HP HG HC)
+           Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX).
+Qed.
+
+(** [attention_lse_error_masked_dot_pp_arg] with the tiles that keep the running max counted, as
+    ForwardAccRunningCounted.v's [attention_lse_error_masked_dot_counted_pp]: [bL = afe_bL_arg] at
+    [CG := CGc >= cg^C (1 + u)^Tt], [C] at least the row's [nrec]. *)
+Theorem attention_lse_error_masked_dot_counted_pp_arg : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CGc CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d g Dsc E B N Tt C CGc vis tiles sck st bL
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc Hrec.
+  apply (attention_lse_error_masked_dot_pp_arg_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc E B N Tt
+           vis tiles Hexp0 Hvis); try assumption.
+  intros k0 r rest Ecat; apply (l_arg_rel_counted M sck B N Tt C X P1 CGc CR _ _ Hexp0 HP HCGc HC).
+  assert (E1 : map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest)) = map (map sck) ((k0 :: r) :: rest))
+    by (rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
+  pose proof (nchg_kv_le M dotf c scale q d C k0 r rest ltac:(rewrite Ecat; exact Hd)
+                ltac:(apply Hrec; rewrite <- Ecat; reflexivity)) as Hn.
+  rewrite E1, <- (nchg_map_comm sck (fun s => s)) in Hn; exact Hn.
 Qed.
 
 (** The float32 lse on the H100's tensor cores, 3xTF32 scores ([tf32x3_tc_op_dot_model]). *)
@@ -497,6 +684,46 @@ Proof.
   intros out ur F k qb q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc E B N Tt vis tiles dotf de sck st bL
     Hur Hout Hk Hq HE Hn Hexp0 Hvis.
   exact (attention_lse_error_masked_dot_pp_arg dotf _ 0 q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc E B N Tt vis tiles
+           Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
+Qed.
+
+(** The same with the tiles that keep the running max counted. *)
+Theorem attention_lse_error_masked_counted_tf32x3_op_pp_arg : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let de := tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0 in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CGc CR in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl (score_max_de A_ scale uc P de) Dsc LN NL.
+Proof.
+  intros out ur F k qb q c scale uc P X P1 CR cl ucl LN NL d g Dsc E B N Tt C CGc vis tiles dotf de sck st bL
+    Hur Hout Hk Hq HE Hn Hexp0 Hvis.
+  exact (attention_lse_error_masked_dot_counted_pp_arg dotf _ 0 q c scale uc P X P1 CR cl ucl LN NL d g Dsc E B N Tt C CGc
+           vis tiles
            Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
 Qed.
 

@@ -3,7 +3,8 @@
     The constants of Witnesses/Attention/Float/SavedLseError.v and PerPairScoreError.v's
     witnesses (one query, one key): [bL = afe_bL_arg] at those constants, at most [afe_bL]
     ([afe_bL_arg_le]) so at most [1/2]; [d] each key's actual score error ([wpp_d]), [g = 0]
-    (one key: no gap), [Dsc = pp_shift] itself. *)
+    (one key: no gap), [Dsc = pp_shift] itself; the counted ones at [C = 0], [CGc = CG] as in
+    Witnesses/Attention/Float/ForwardAccRunningCounted.v. *)
 
 From Coq Require Import Reals ZArith QArith Qreals List Lra Lia.
 From Flocq Require Import Core.
@@ -12,6 +13,7 @@ From Ojas Require Import Attention.Float.SavedLseError Attention.Float.PerPairSc
 From Ojas Require Import Bounds.Rational Witnesses.Instances Witnesses.Bounds.Attention Witnesses.Attention.Float.ForwardError.
 From Ojas Require Import FloatModel.DotError FloatModel.TensorCoreSum FloatModel.Tf32Product Witnesses.FloatModel.Tf32Product.
 From Ojas Require Import Witnesses.Attention.Float.SavedLseError Witnesses.Attention.Float.PerPairScoreError.
+From Ojas Require Import Attention.Float.ForwardAccRunningCounted Witnesses.Attention.Float.ForwardAccRunningCounted.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -77,3 +79,22 @@ Definition attention_lse_error_masked_tf32x3_op_pp_arg_witness :=
                   (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
                   ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ (wl_X_rel _) _ _ _ _ _ _ _ _ _ _ _ _ _);
         wpa_close).
+
+Definition attention_lse_error_masked_dot_counted_pp_arg_witness :=
+  ltac:(refine (attention_lse_error_masked_dot_counted_pp_arg wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wpa_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (fun _ => 0) (wpa_Dsc (bdot (mp_a wM)) [1]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)); wpa_close).
+
+Definition attention_lse_error_masked_counted_tf32x3_op_pp_arg_witness :=
+  ltac:(refine (attention_lse_error_masked_counted_tf32x3_op_pp_arg wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wpa_bL))
+                  (wpp_d wpp_tc_op [0]) (fun _ => 0) (wpa_Dsc wpp_tc_op [0]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ (wl_X_rel _) _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)); wpa_close).
