@@ -527,7 +527,7 @@ def _row_lse_errors(
     :func:`~ojas_ref.verification.attention_forward_running._row_lse_bound`), and where smaller the counted
     ``attention_lse_error_masked_counted_tf32x3_op_pp`` at the row's count of keys that may raise the running
     max (:func:`~ojas_ref.verification.attention_forward_running._row_lse_counted_bound`), or
-    ``attention_lse_error_masked_tf32x3_op_pp_arg`` (the exp2 argument's rounding per pair:
+    ``attention_lse_error_masked_tf32x3_op_pp_arg`` and its counted form (the exp2 argument's rounding per pair:
     :func:`~ojas_ref.verification.attention_forward_running._row_lse_arg_bound`)."""
     if c["dot"] == "fp32":
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"])
@@ -547,7 +547,7 @@ def _row_lse_errors(
     p_rows, device = afr._row_qk_abs_sum(q, k, is_causal), q.device.type
     got = afr._row_lse_bound(dsc, kw, p_rows, counts, e, sk, device)
     counted = afr._row_lse_counted_bound(dsc, kw, p_rows, counts, e, sk, device, changes)
-    arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device)
+    arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device, changes)
     return torch.minimum(torch.minimum(rows, arg), torch.minimum(got, counted))
 
 

@@ -441,7 +441,7 @@ def _lse_grouped(
             else:
                 for c in cs.unique().tolist():
                     sub = cs == c
-                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, **errs, **g_kw)
+                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, arg=arg, **errs, **g_kw)
             ot[sel] = got
         out[:, :, rows] = ot
     return out
@@ -466,21 +466,32 @@ def _row_lse_counted_bound(
     n_keys: int,
     device: str,
     changes: torch.Tensor,
+    arg: bool = False,
 ) -> torch.Tensor:
     """:func:`_row_lse_bound`'s groups, also by the rows' ``changes`` [B, Hq, Sq] (:func:`_row_max_changes`,
     rounded up by :func:`_change_level`), each at the counted lse bound
     (:func:`~ojas_ref.verification.bounds.attention_running.lse_counted_bound`,
-    ``attention_lse_error_masked_counted_tf32x3_op_pp``, ``C`` the group's level)."""
-    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes)
+    ``attention_lse_error_masked_counted_tf32x3_op_pp``, ``C`` the group's level); with ``arg`` its form with the
+    exp2 argument's rounding per pair (``_counted_tf32x3_op_pp_arg``, ``dsc`` of :func:`exp_arg_shift`)."""
+    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes, arg)
 
 
 def _row_lse_arg_bound(
-    dsc_arg: torch.Tensor, kw: dict, p_rows: torch.Tensor, counts: torch.Tensor, head_dim: int, n_keys: int, device: str
+    dsc_arg: torch.Tensor,
+    kw: dict,
+    p_rows: torch.Tensor,
+    counts: torch.Tensor,
+    head_dim: int,
+    n_keys: int,
+    device: str,
+    changes: torch.Tensor,
 ) -> torch.Tensor:
     """:func:`_row_lse_bound`'s groups at ``attention_lse_error_masked_tf32x3_op_pp_arg``
-    (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`), ``dsc_arg`` of
-    :func:`exp_arg_shift`."""
-    return _lse_grouped(dsc_arg, kw, p_rows, counts, head_dim, n_keys, device, None, arg=True)
+    (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`) and, where smaller,
+    :func:`_row_lse_counted_bound`'s with ``arg`` (``attention_lse_error_masked_counted_tf32x3_op_pp_arg``);
+    ``dsc_arg`` of :func:`exp_arg_shift`."""
+    args = (dsc_arg, kw, p_rows, counts, head_dim, n_keys, device)
+    return torch.minimum(_lse_grouped(*args, None, arg=True), _row_lse_counted_bound(*args, changes, True))
 
 
 def forward_per_pair_bounds(
@@ -508,7 +519,7 @@ def forward_per_pair_bounds(
       at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_lse_bound`; the backward's lse premise ``Dl x`` of
       the item's row); where smaller, ``attention_lse_error_masked_counted_tf32x3_op_pp`` / ``_tc_op_pp`` at the
       row's count (:func:`_row_max_changes`, :func:`_row_lse_counted_bound`), or
-      ``attention_lse_error_masked_tf32x3_op_pp_arg`` (the exp2 argument's rounding per pair:
+      ``attention_lse_error_masked_tf32x3_op_pp_arg`` or its counted form (the exp2 argument's rounding per pair:
       :func:`exp_arg_shift`, :func:`_row_lse_arg_bound`).
 
     Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``."""
@@ -528,4 +539,4 @@ def forward_per_pair_bounds(
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     lse_args = (dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)
     lse = torch.minimum(_row_lse_bound(*lse_args), _row_lse_counted_bound(*lse_args, changes))
-    return out, torch.minimum(lse, _row_lse_arg_bound(dsc_arg, *lse_args[1:]))
+    return out, torch.minimum(lse, _row_lse_arg_bound(dsc_arg, *lse_args[1:], changes))
