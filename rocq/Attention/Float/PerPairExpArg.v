@@ -466,9 +466,11 @@ Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
 (** The lse proof for any relative bound [bL] of [l] against the effective scores ([l_arg_fold_rel] on the
-    tiles of visible keys): [attention_lse_error_masked_dot_pp_arg] ([l_arg_rel_uniform]) and
-    [attention_lse_error_masked_dot_counted_pp_arg] ([l_arg_rel_counted]) are its instances. *)
-Lemma attention_lse_error_masked_dot_pp_arg_gen : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X bL cl ucl LN NL : R) (d g : list R * R -> R) (Dsc : R) (E B N Tt : nat)
+    tiles of visible keys) and any bound [Sm] of the visible keys' computed scores (the magnitude of the
+    final [rnd (rnd (m + lg l) * cl)]; the a-priori [smax] still sets [K = 2 smax] in [X]):
+    [attention_lse_error_masked_dot_pp_arg_rowmax] ([l_arg_rel_uniform]) and
+    [attention_lse_error_masked_dot_counted_pp_arg_rowmax] ([l_arg_rel_counted]) are its instances. *)
+Lemma attention_lse_error_masked_dot_pp_arg_gen : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X bL cl ucl LN NL : R) (d g : list R * R -> R) (Dsc Sm : R) (E B N Tt : nat)
     (vis : list R * R -> bool) (tiles : list (list (list R * R))),
   let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
   let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
@@ -488,30 +490,31 @@ Lemma attention_lse_error_masked_dot_pp_arg_gen : forall (dotf : list R -> list 
   (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
      u * ln 2 * (sck kv' - sck kv) <= g kv) ->
   pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv) <= Sm) ->
   Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
         - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
-  <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
+  <= lse_bound u ea el ucl Sm Dsc LN NL.
 Proof.
-  intros dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc E B N Tt vis tiles sck st
-    Hexp0 Hvis Hl Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc.
+  intros dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc Sm E B N Tt vis tiles sck st
+    Hexp0 Hvis Hl Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc HSm.
   pose proof (ff_u_nonneg A_) as Hu; pose proof afe_ln2_bounds as [L2a L2b].
   destruct (kernel_run_visible_tiles_with M dotf c q vis B tiles Hexp0 Hvis HBt)
     as [k0 [r [rest [Ecat [HBf [Hlen Est]]]]]].
   unfold st, sck; rewrite Est; cbn [ks_m ks_l m_use]; fold sck.
-  rewrite <- Ecat in HN, Hd, Hg, HDsc |- *.
+  rewrite <- Ecat in HN, Hd, Hg, HDsc, HSm |- *.
   set (ft := (k0 :: r) :: rest) in *.
   assert (Hkeys' : forall kv, In kv (concat ft) -> length (fst kv) = E /\ dot_abs q (fst kv) <= P).
   { intros kv Hkv; rewrite Ecat in Hkv; apply filter_In in Hkv; destruct Hkv; auto. }
   destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E k0 r rest Hdm Hq Hkeys' Hs Huc Hc)
-    as [_ [_ [Hsmax [_ [_ [_ [Hm0t [Hmt HmK]]]]]]]].
+    as [_ [_ [Hsmax [_ [_ [_ [Hm0t [_ HmK]]]]]]]].
   set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
-  fold ft in Hm0t, Hmt, HmK.
+  fold ft in Hm0t, HmK.
   set (m0 := score2_with A_ dotf c q (fst k0)) in *.
   assert (Emt : acc_m_run m0 (map (map (kv_pair_with M dotf c q)) ft) = mrun _ sck m0 ft)
     by (unfold acc_m_run; rewrite mrun_map_map; reflexivity).
   assert (El : map (map fst) (map (map (kv_pair_with M dotf c q)) ft) = map (map sck) ft).
   { rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity. }
-  rewrite Emt in Hm0t, Hmt, HmK |- *; rewrite El.
+  rewrite Emt in Hm0t, HmK |- *; rewrite El.
   set (mt := mrun _ sck m0 ft) in *.
   set (l := l_run M m0 0 (map (map sck) ft)).
   assert (Fk : forall kv, In kv (concat ft) -> fmt (sck kv)) by (intros; apply ff_rnd_fmt).
@@ -523,6 +526,7 @@ Proof.
   { destruct (mrun_attained sck ft m0) as [Em | Hq']; [| exact Hq'].
     exists k0; split; [left; reflexivity | unfold mt; rewrite Em; reflexivity]. }
   destruct Hatt as [kt [Hkt Ekt]].
+  assert (Hmt : Rabs mt <= Sm) by (rewrite <- Ekt; apply HSm, Hkt).
   assert (Hin : forall kv, In kv (concat ft) -> exists e, In e xs /\ fst e = kv).
   { intros kv Hkv; rewrite <- Hfst in Hkv; apply in_map_iff in Hkv; destruct Hkv as [e [Ee He]].
     exists e; split; assumption. }
@@ -556,7 +560,7 @@ Proof.
   { unfold La, exact_l, Sg; rewrite map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros e _.
     unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
   assert (HSg : 0 < Sg) by (unfold Sg, xs, ft; cbn [ann concat map app]; apply (bw_rsum_exp_pos (fun e => aeff _ e * ln 2))).
-  apply (lse_of_l_rel M lg el lmin lmax lg_err mt l La Sg _ bL smax cl ucl LN NL Dsc N HL1 HLN' Hrel ELc HSg Hmt
+  apply (lse_of_l_rel M lg el lmin lmax lg_err mt l La Sg _ bL Sm cl ucl LN NL Dsc N HL1 HLN' Hrel ELc HSg Hmt
            HbL Hucl Hcl HLN HNL Hlmin Hlmax).
   (* the effective scores against the exact ones *)
   assert (Hne : xs <> []) by (unfold xs, ft; cbn [ann concat map app]; discriminate).
@@ -575,6 +579,57 @@ Proof.
   eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
   assert (Rabs (aeff _ e - sck (fst e)) * ln 2 <= u * (mt - sck (fst e)) * ln 2) by (apply Rmult_le_compat_r; lra).
   lra.
+Qed.
+
+(** Every visible key's computed score is within the a-priori [smax] ([kernel_scores_ok] at that key):
+    the [_rowmax] theorems at [Sm := smax] are the theorems before them. *)
+Lemma pp_arg_sck_smax : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P : R) (E : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  forall kv, In kv (filter vis (concat tiles)) ->
+  Rabs (score2_with A_ dotf c q (fst kv)) <= score_max_de A_ scale uc P (g_rel * P + g_abs).
+Proof.
+  intros dotf g_rel g_abs q c scale uc P E vis tiles Hdm Hq Hkeys Hs Huc Hc kv Hkv.
+  apply filter_In in Hkv; destruct Hkv as [Hin Hv].
+  assert (Hk1 : forall kv', In kv' (concat [[kv]]) -> length (fst kv') = E /\ dot_abs q (fst kv') <= P)
+    by (intros kv' [<- | []]; exact (Hkeys kv Hin Hv)).
+  destruct (kernel_scores_ok M dotf g_rel g_abs q c scale uc P E kv [] [] Hdm Hq Hk1 Hs Huc Hc) as [Hsc _].
+  exact (proj2 (Hsc kv (or_introl eq_refl))).
+Qed.
+
+(** [attention_lse_error_masked_dot_pp_arg] with the caller's bound [Sm] of the visible keys' computed
+    scores (a per-row max) in place of the a-priori [smax] in [lse_bound]. *)
+Theorem attention_lse_error_masked_dot_pp_arg_rowmax : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc Sm : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CG CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv) <= Sm) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl Sm Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc Sm E B N Tt vis tiles sck st bL
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HG HC.
+  exact (attention_lse_error_masked_dot_pp_arg_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc Sm E B N Tt
+           vis tiles Hexp0 Hvis (fun _ _ _ _ => l_arg_rel_uniform M sck B N Tt X P1 CG CR _ _ HP HG HC)
+           Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX).
 Qed.
 
 (** PerPairScoreError.v's [attention_lse_error_masked_dot_pp] with [bL = afe_bL_arg] (no [X] in
@@ -604,10 +659,50 @@ Theorem attention_lse_error_masked_dot_pp_arg : forall (dotf : list R -> list R 
   <= lse_bound u ea el ucl (score_max_de A_ scale uc P (g_rel * P + g_abs)) Dsc LN NL.
 Proof.
   intros dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc E B N Tt vis tiles sck st bL
-    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HG HC.
-  exact (attention_lse_error_masked_dot_pp_arg_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc E B N Tt
-           vis tiles Hexp0 Hvis (fun _ _ _ _ => l_arg_rel_uniform M sck B N Tt X P1 CG CR _ _ HP HG HC)
-           Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX).
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc.
+  exact (attention_lse_error_masked_dot_pp_arg_rowmax dotf g_rel g_abs q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc
+           _ E B N Tt vis tiles Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HG HC HbL Hucl Hcl HLN HNL
+           Hlmin Hlmax Hd Hg HDsc (pp_arg_sck_smax dotf g_rel g_abs q c scale uc P E vis tiles Hdm Hq Hkeys Hs Huc Hc)).
+Qed.
+
+(** [attention_lse_error_masked_dot_counted_pp_arg] with the caller's per-row bound [Sm]. *)
+Theorem attention_lse_error_masked_dot_counted_pp_arg_rowmax : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc Sm : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CGc CR in
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  dot_model dotf E g_rel g_abs -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P (g_rel * P + g_abs))) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv) <= Sm) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl Sm Dsc LN NL.
+Proof.
+  intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d g Dsc Sm E B N Tt C CGc vis tiles sck st bL
+    Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc Hrec HSm.
+  apply (attention_lse_error_masked_dot_pp_arg_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc Sm E B N Tt
+           vis tiles Hexp0 Hvis); try assumption.
+  intros k0 r rest Ecat; apply (l_arg_rel_counted M sck B N Tt C X P1 CGc CR _ _ Hexp0 HP HCGc HC).
+  assert (E1 : map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest)) = map (map sck) ((k0 :: r) :: rest))
+    by (rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
+  pose proof (nchg_kv_le M dotf c scale q d C k0 r rest ltac:(rewrite Ecat; exact Hd)
+                ltac:(apply Hrec; rewrite <- Ecat; reflexivity)) as Hn.
+  rewrite E1, <- (nchg_map_comm sck (fun s => s)) in Hn; exact Hn.
 Qed.
 
 (** [attention_lse_error_masked_dot_pp_arg] with the tiles that keep the running max counted, as
@@ -641,14 +736,46 @@ Theorem attention_lse_error_masked_dot_counted_pp_arg : forall (dotf : list R ->
 Proof.
   intros dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d g Dsc E B N Tt C CGc vis tiles sck st bL
     Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN HNL Hlmin Hlmax Hd Hg HDsc Hrec.
-  apply (attention_lse_error_masked_dot_pp_arg_gen dotf g_rel g_abs q c scale uc P X bL cl ucl LN NL d g Dsc E B N Tt
-           vis tiles Hexp0 Hvis); try assumption.
-  intros k0 r rest Ecat; apply (l_arg_rel_counted M sck B N Tt C X P1 CGc CR _ _ Hexp0 HP HCGc HC).
-  assert (E1 : map (map fst) (map (map (kv_pair_with M dotf c q)) ((k0 :: r) :: rest)) = map (map sck) ((k0 :: r) :: rest))
-    by (rewrite map_map; apply map_ext; intros tl; rewrite map_map; reflexivity).
-  pose proof (nchg_kv_le M dotf c scale q d C k0 r rest ltac:(rewrite Ecat; exact Hd)
-                ltac:(apply Hrec; rewrite <- Ecat; reflexivity)) as Hn.
-  rewrite E1, <- (nchg_map_comm sck (fun s => s)) in Hn; exact Hn.
+  exact (attention_lse_error_masked_dot_counted_pp_arg_rowmax dotf g_rel g_abs q c scale uc P X P1 CR cl ucl LN NL d g
+           Dsc _ E B N Tt C CGc vis tiles Hexp0 Hvis Hdm Hq Hkeys Hs Huc Hc HBt HN HT HX HP HCGc HC HbL Hucl Hcl HLN
+           HNL Hlmin Hlmax Hd Hg HDsc Hrec (pp_arg_sck_smax dotf g_rel g_abs q c scale uc P E vis tiles Hdm Hq Hkeys Hs Huc Hc)).
+Qed.
+
+(** [attention_lse_error_masked_tf32x3_op_pp_arg] with the caller's per-row bound [Sm]. *)
+Theorem attention_lse_error_masked_tf32x3_op_pp_arg_rowmax : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc Sm : R) (E B N Tt : nat)
+    (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let de := tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0 in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CG CR in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ Tt <= CG -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv) <= Sm) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl Sm Dsc LN NL.
+Proof.
+  intros out ur F k qb q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc Sm E B N Tt vis tiles dotf de sck st bL
+    Hur Hout Hk Hq HE Hn Hexp0 Hvis.
+  exact (attention_lse_error_masked_dot_pp_arg_rowmax dotf _ 0 q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc Sm
+           E B N Tt vis tiles Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
 Qed.
 
 (** The float32 lse on the H100's tensor cores, 3xTF32 scores ([tf32x3_tc_op_dot_model]). *)
@@ -685,6 +812,46 @@ Proof.
     Hur Hout Hk Hq HE Hn Hexp0 Hvis.
   exact (attention_lse_error_masked_dot_pp_arg dotf _ 0 q c scale uc P X P1 CG CR cl ucl LN NL d g Dsc E B N Tt vis tiles
            Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
+Qed.
+
+(** [attention_lse_error_masked_counted_tf32x3_op_pp_arg] with the caller's per-row bound [Sm]. *)
+Theorem attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax : forall (out : R -> R) (ur : R) (F : Z) (k qb : nat)
+    (q : list R) (c scale uc P X P1 CR cl ucl LN NL : R) (d g : list R * R -> R) (Dsc Sm : R) (E B N Tt : nat)
+    (C : nat) (CGc : R) (vis : list R * R -> bool) (tiles : list (list (list R * R))),
+  let dotf := tf32x3_dot_tc_op tf32_rna tf32_rz (tc_align_op F) out k in
+  let de := tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qb * P + 0 in
+  let sck := fun kv : list R * R => score2_with A_ dotf c q (fst kv) in
+  let st := kernel_run M (list R * R) sck vis (fun kv _ => snd kv) (kernel_start 1) tiles in
+  let bL := afe_bL_arg u ue ee ea B N Tt X P1 CGc CR in
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qb)%nat -> (E <= qb * k)%nat ->
+  INR (3 * qb) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  mp_exp2 M 0 = 1 -> (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale ->
+  Forall (fun tl => (length tl <= B)%nat) tiles ->
+  (length (filter vis (concat tiles)) <= N)%nat -> (length tiles <= Tt)%nat ->
+  Rpower 2 (u * (2 * score_max_de A_ scale uc P de)) <= X ->
+  (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR -> bL < 1 ->
+  0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN -> - ln (1 - bL) <= NL ->
+  lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv * ln 2 - scale * dot_R q (fst kv)) <= d kv) ->
+  (forall kv kv', In kv (filter vis (concat tiles)) -> In kv' (filter vis (concat tiles)) ->
+     u * ln 2 * (sck kv' - sck kv) <= g kv) ->
+  pp_shift (filter vis (concat tiles)) (fun kv => scale * dot_R q (fst kv)) (fun kv => d kv + g kv) <= Dsc ->
+  (forall k0 rs, filter vis (concat tiles) = k0 :: rs ->
+     le (nrec (list R * R) (fun kv => scale * dot_R q (fst kv) - d kv) (fun kv => scale * dot_R q (fst kv) + d kv)
+           (scale * dot_R q (fst k0) - d k0) rs) C) ->
+  (forall kv, In kv (filter vis (concat tiles)) -> Rabs (sck kv) <= Sm) ->
+  Rabs (rnd (rnd (m_use (ks_m st) + lg (ks_l st)) * cl)
+        - ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (filter vis (concat tiles)))))
+  <= lse_bound u ea el ucl Sm Dsc LN NL.
+Proof.
+  intros out ur F k qb q c scale uc P X P1 CR cl ucl LN NL d g Dsc Sm E B N Tt C CGc vis tiles dotf de sck st bL
+    Hur Hout Hk Hq HE Hn Hexp0 Hvis.
+  exact (attention_lse_error_masked_dot_counted_pp_arg_rowmax dotf _ 0 q c scale uc P X P1 CR cl ucl LN NL d g Dsc Sm
+           E B N Tt C CGc vis tiles Hexp0 Hvis (tf32x3_tc_op_dot_model out ur F k qb E Hur Hout Hk Hq HE Hn)).
 Qed.
 
 (** The same with the tiles that keep the running max counted. *)

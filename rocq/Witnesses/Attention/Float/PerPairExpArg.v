@@ -98,3 +98,51 @@ Definition attention_lse_error_masked_counted_tf32x3_op_pp_arg_witness :=
                   ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ (wl_X_rel _) _
                   (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _ _
                   (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)); wpa_close).
+
+(** The one key's computed score bounds itself: [Sm] of the [_rowmax] witnesses. *)
+Definition wpa_Sm (dotf : list R -> list R -> R) (q : list R) : R :=
+  Rabs (score2_with (mp_a wM) dotf wa_c q (fst wa_key)).
+
+Lemma wpa_Sm_ok : forall (dotf : list R -> list R -> R) (q : list R) kv,
+  In kv (filter (fun _ : list R * R => true) (concat [[wa_key]])) ->
+  Rabs (score2_with (mp_a wM) dotf wa_c q (fst kv)) <= wpa_Sm dotf q.
+Proof. intros dotf q kv H; cbn in H; destruct H as [<- | []]; apply Rle_refl. Qed.
+
+Definition attention_lse_error_masked_dot_pp_arg_rowmax_witness :=
+  ltac:(refine (attention_lse_error_masked_dot_pp_arg_rowmax wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wpa_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (fun _ => 0) (wpa_Dsc (bdot (mp_a wM)) [1]) (wpa_Sm (bdot (mp_a wM)) [1]) 1 1 1 1
+                  (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+                  (wpa_Sm_ok (bdot (mp_a wM)) [1])); wpa_close).
+
+Definition attention_lse_error_masked_tf32x3_op_pp_arg_rowmax_witness :=
+  ltac:(refine (attention_lse_error_masked_tf32x3_op_pp_arg_rowmax wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CG) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wpa_bL))
+                  (wpp_d wpp_tc_op [0]) (fun _ => 0) (wpa_Dsc wpp_tc_op [0]) (wpa_Sm wpp_tc_op [0]) 1 1 1 1
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ (wl_X_rel _) _ _ _ _ _ _ _ _ _ _ _ _ _
+                  (wpa_Sm_ok wpp_tc_op [0]));
+        wpa_close).
+
+Definition attention_lse_error_masked_dot_counted_pp_arg_rowmax_witness :=
+  ltac:(refine (attention_lse_error_masked_dot_counted_pp_arg_rowmax wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (bdot (mp_a wM)) (gamma u 1) ((1 + gamma u (1 - 1)) * INR 1 * ff_eta (mp_a wM)) [1] wa_c 1 u 1
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wpa_bL))
+                  (wpp_d (bdot (mp_a wM)) [1]) (fun _ => 0) (wpa_Dsc (bdot (mp_a wM)) [1]) (wpa_Sm (bdot (mp_a wM)) [1]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] _ _ wf_dm _ _ _ _ _ _ _ _ _ _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)
+                  (wpa_Sm_ok (bdot (mp_a wM)) [1])); wpa_close).
+
+Definition attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax_witness :=
+  ltac:(refine (attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax wM wa_lg (u + ff_eta (mp_a wM)) (/ 2) 2 wl_lg
+                  (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 [0] wa_c 1 u 0
+                  (Q2R wf_X) (Q2R wf_P1) (Q2R wf_CR) wa_cl u 0 (- ln (1 - wpa_bL))
+                  (wpp_d wpp_tc_op [0]) (fun _ => 0) (wpa_Dsc wpp_tc_op [0]) (wpa_Sm wpp_tc_op [0]) 1 1 1 1 0 (Q2R wf_CG)
+                  (fun _ => true) [[wa_key]] (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia)
+                  ltac:(lia) w_delta_op3 _ _ _ wl_keys0_vis _ _ _ _ _ _ (wl_X_rel _) _
+                  (wc_CGc _ _ _ _ _ _ _ _ _ _ _ _ _ (wt_pre 0)) _ _ _ _ _ _ _ _ _ _ _
+                  (fun k0 rs H => wc_rec wa_key _ _ k0 rs H _)
+                  (wpa_Sm_ok wpp_tc_op [0])); wpa_close).
