@@ -527,8 +527,9 @@ def _row_lse_errors(
     :func:`~ojas_ref.verification.attention_forward_running._row_lse_bound`), and where smaller the counted
     ``attention_lse_error_masked_counted_tf32x3_op_pp`` at the row's count of keys that may raise the running
     max (:func:`~ojas_ref.verification.attention_forward_running._row_lse_counted_bound`), or
-    ``attention_lse_error_masked_tf32x3_op_pp_arg`` and its counted form (the exp2 argument's rounding per pair:
-    :func:`~ojas_ref.verification.attention_forward_running._row_lse_arg_bound`)."""
+    ``attention_lse_error_masked_tf32x3_op_pp_arg_rowmax`` and its counted form (the exp2 argument's rounding per
+    pair, the row's own score bound: :func:`~ojas_ref.verification.attention_forward_running._row_lse_arg_bound`,
+    :func:`~ojas_ref.verification.attention_forward_running._row_score_abs_max`)."""
     if c["dot"] == "fp32":
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"])
         return torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
@@ -547,7 +548,8 @@ def _row_lse_errors(
     p_rows, device = afr._row_qk_abs_sum(q, k, is_causal), q.device.type
     got = afr._row_lse_bound(dsc, kw, p_rows, counts, e, sk, device)
     counted = afr._row_lse_counted_bound(dsc, kw, p_rows, counts, e, sk, device, changes)
-    arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device, changes)
+    row_max = afr._row_score_abs_max(q, k, is_causal, scale, c["es"])
+    arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device, changes, row_max)
     return torch.minimum(torch.minimum(rows, arg), torch.minimum(got, counted))
 
 

@@ -334,6 +334,17 @@ def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.
     return torch.cat(parts, 2)
 
 
+def _row_score_abs_max(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, es: float) -> torch.Tensor:
+    """[B, Hq, Sq] float64: per query row a certified upper bound of ``max_j |scale q_i.k_j|`` over the row's
+    visible keys: the float64 scores' (:func:`~ojas_ref.verification.attention_error._scores`) plus their error
+    ``es`` (:func:`~ojas_ref.verification.attention_error._score_error`), rounded up."""
+    parts = []
+    for r0, qc, kr in ae._row_blocks(q, k):
+        s = ae._scores(r0, qc, kr, is_causal, scale)
+        parts.append(s.abs().masked_fill(s == -torch.inf, 0.0).amax(-1))
+    return cb.add_upper(torch.cat(parts, 2), es)
+
+
 #: the per-row score bounds' levels: a row's group holds the rows within ``1 / _P_LEVELS`` of the largest
 _P_LEVELS = 16
 
@@ -415,15 +426,18 @@ def _lse_grouped(
     device: str,
     changes: torch.Tensor | None,
     arg: bool = False,
+    row_score_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The rows grouped as :func:`_row_lse_bound` says (and by :func:`_change_level` of ``changes`` when given),
     each group's lse bound at its constants: the per-pair one (at most the all-rows one), with ``arg`` the one
     with the exp2 argument's rounding per pair (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`,
-    ``dsc`` then :func:`exp_arg_shift`), or with ``changes`` the counted one."""
+    ``dsc`` then :func:`exp_arg_shift`, and ``row_score_max`` each row's :func:`_row_score_abs_max`), or with
+    ``changes`` the counted one."""
     errs = ae.unary_errors(device, n_keys)  # the log2 domain of n_keys covers every row's N <= n_keys
     bound = ab.attention_lse_arg_bound if arg else ab.attention_lse_error_bound
+    rm = {} if row_score_max is None else {"row_score_max": row_score_max}
     if changes is None:
-        out = bound(n_keys, head_dim, score_shift=dsc, **errs, **kw).clone()
+        out = bound(n_keys, head_dim, score_shift=dsc, **errs, **kw, **rm).clone()
     else:
         out = torch.full_like(dsc, torch.inf, dtype=F64)
     level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
@@ -431,17 +445,20 @@ def _lse_grouped(
     for t in counts.unique().tolist():
         rows = (counts == t).nonzero().flatten()
         dt, pt, lv, ct, ot = (x[:, :, rows] for x in (dsc, p_rows, level, cl, out))
+        mt = None if row_score_max is None else row_score_max[:, :, rows]
         n_t = min(n_keys, t * kw["block_n"])
         for b in lv.unique().tolist():
             sel = lv == b
             g_kw = dict(kw, qk_abs_sum=min(pt[sel].max().item(), kw["qk_abs_sum"]))
             ds, cs, got = dt[sel], ct[sel], ot[sel]
+            ms = {} if mt is None else {"row_score_max": mt[sel]}
             if changes is None:
-                got = torch.minimum(got, bound(n_t, head_dim, score_shift=ds, **errs, **g_kw))
+                got = torch.minimum(got, bound(n_t, head_dim, score_shift=ds, **errs, **g_kw, **ms))
             else:
                 for c in cs.unique().tolist():
                     sub = cs == c
-                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, arg=arg, **errs, **g_kw)
+                    mc = {n: x[sub] for n, x in ms.items()}
+                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, arg=arg, **errs, **g_kw, **mc)
             ot[sel] = got
         out[:, :, rows] = ot
     return out
@@ -467,13 +484,15 @@ def _row_lse_counted_bound(
     device: str,
     changes: torch.Tensor,
     arg: bool = False,
+    row_score_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`_row_lse_bound`'s groups, also by the rows' ``changes`` [B, Hq, Sq] (:func:`_row_max_changes`,
     rounded up by :func:`_change_level`), each at the counted lse bound
     (:func:`~ojas_ref.verification.bounds.attention_running.lse_counted_bound`,
     ``attention_lse_error_masked_counted_tf32x3_op_pp``, ``C`` the group's level); with ``arg`` its form with the
-    exp2 argument's rounding per pair (``_counted_tf32x3_op_pp_arg``, ``dsc`` of :func:`exp_arg_shift`)."""
-    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes, arg)
+    exp2 argument's rounding per pair (``_counted_tf32x3_op_pp_arg``, ``dsc`` of :func:`exp_arg_shift`; with
+    ``row_score_max``, ``_counted_tf32x3_op_pp_arg_rowmax``)."""
+    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes, arg, row_score_max)
 
 
 def _row_lse_arg_bound(
@@ -485,13 +504,17 @@ def _row_lse_arg_bound(
     n_keys: int,
     device: str,
     changes: torch.Tensor,
+    row_score_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`_row_lse_bound`'s groups at ``attention_lse_error_masked_tf32x3_op_pp_arg``
     (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`) and, where smaller,
     :func:`_row_lse_counted_bound`'s with ``arg`` (``attention_lse_error_masked_counted_tf32x3_op_pp_arg``);
-    ``dsc_arg`` of :func:`exp_arg_shift`."""
+    ``dsc_arg`` of :func:`exp_arg_shift`; with ``row_score_max`` (:func:`_row_score_abs_max`) their ``_rowmax``
+    forms (``lse_bound``'s magnitude at the row's own score bound)."""
     args = (dsc_arg, kw, p_rows, counts, head_dim, n_keys, device)
-    return torch.minimum(_lse_grouped(*args, None, arg=True), _row_lse_counted_bound(*args, changes, True))
+    return torch.minimum(
+        _lse_grouped(*args, None, True, row_score_max), _row_lse_counted_bound(*args, changes, True, row_score_max)
+    )
 
 
 def forward_per_pair_bounds(
@@ -539,4 +562,5 @@ def forward_per_pair_bounds(
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     lse_args = (dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)
     lse = torch.minimum(_row_lse_bound(*lse_args), _row_lse_counted_bound(*lse_args, changes))
-    return out, torch.minimum(lse, _row_lse_arg_bound(dsc_arg, *lse_args[1:], changes))
+    row_max = _row_score_abs_max(q, k, is_causal, scale, es)
+    return out, torch.minimum(lse, _row_lse_arg_bound(dsc_arg, *lse_args[1:], changes, row_max))

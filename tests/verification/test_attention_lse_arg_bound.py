@@ -39,6 +39,35 @@ def test_lse_arg_bound_below_the_per_pair_bound():
         ab.attention_lse_arg_bound(4096, 64, score_shift=1e-6, **kw)
 
 
+def test_lse_arg_bound_at_the_row_score_max():
+    """``row_score_max`` (``_pp_arg_rowmax``): below the a-priori bound for rows whose scores are below ``smax``,
+    equal to it for a row bound above ``smax`` (capped there), increasing in the row bound; a mis-shaped or
+    negative one raises ``ValueError``."""
+    kw = dict(block_n=64, max_abs_q=3.0, max_abs_k=3.0, scale=0.125, qk_abs_sum=60.0, dot=ab.TF32X3_H100)
+    kw["exp2_error"] = 1.44e-7
+    dsc = torch.full((3,), 1e-6, dtype=F64)
+    old = ab.attention_lse_arg_bound(4096, 64, score_shift=dsc, **kw)
+    rm = torch.tensor([1.0, 4.0, 1e3], dtype=F64)
+    new = ab.attention_lse_arg_bound(4096, 64, score_shift=dsc, row_score_max=rm, **kw)
+    print(f"lse arg bound, 4096 keys: a priori {old[0]:.4g}, row max 1 {new[0]:.4g}, row max 4 {new[1]:.4g}")
+    assert bool((new[:2] < old[:2] - 1e-6).all())
+    assert new[0] < new[1]
+    assert new[2] <= old[2] * (1 + 1e-12)
+    for bad in (rm[:2], -rm):
+        with pytest.raises(ValueError, match="row_score_max"):
+            ab.attention_lse_arg_bound(4096, 64, score_shift=dsc, row_score_max=bad, **kw)
+
+
+def test_row_score_abs_max_bounds_the_scores():
+    """``_row_score_abs_max``: at least every visible ``|scale q.k_j|`` of the row, causal keys past the row left
+    out (the first row sees only its own key)."""
+    q, k = (torch.randn(1, 2, 8, 16, generator=torch.Generator().manual_seed(s), dtype=F64) for s in (1, 2))
+    got = afr._row_score_abs_max(q, k, True, 0.25, 1e-12)
+    s = (q @ k.transpose(-1, -2) * 0.25).abs()
+    assert bool((got >= s.tril().amax(-1)).all())
+    assert torch.allclose(got[..., 0], s[..., 0, 0], rtol=1e-9)
+
+
 def test_exp_arg_shift_adds_the_gap():
     """Two visible keys 10 nats apart and a masked one: the shift is at least the one of the scores' errors
     alone and at least the far key's weight times ``u`` its gap; the masked key adds nothing."""
@@ -55,8 +84,9 @@ def test_exp_arg_shift_adds_the_gap():
 @pytest.mark.interpreter
 def test_interpreter_lse_within_the_arg_bound(monkeypatch):
     """With ``kernel_dot`` the H100's 3xTF32 model, S = 256, E = 64, full and causal: the interpreter's lse
-    within the new bound alone (``_row_lse_arg_bound``); the backward's per-row lse premise (``_row_lse_errors``)
-    at most the one without it everywhere, and below it at its median (causal)."""
+    within the new bound alone (``_row_lse_arg_bound`` at the rows' own score bounds, ``_pp_arg_rowmax``) and
+    below it at the a-priori ``smax``; the backward's per-row lse premise (``_row_lse_errors``) at most the one
+    without it everywhere, and below it at its median (causal)."""
     interpreter_at_h100_dots(monkeypatch)
     from ojas_kernels.attention import flash_attention_forward
 
@@ -71,6 +101,11 @@ def test_interpreter_lse_within_the_arg_bound(monkeypatch):
             m.setattr(afr, "_row_lse_arg_bound", lambda *a: seen.setdefault("arg", orig(*a)))
             got = ae._row_lse_errors(q, k, causal, scale, c, 64)
         assert bool((err <= seen["arg"]).all())
+        with monkeypatch.context() as m:
+            m.setattr(afr, "_row_score_abs_max", lambda *_: None)
+            m.setattr(afr, "_row_lse_arg_bound", lambda *a: seen.setdefault("smax", orig(*a)))
+            ae._row_lse_errors(q, k, causal, scale, c, 64)
+        assert bool((seen["arg"] < seen.pop("smax")).all())
         with monkeypatch.context() as m:
             m.setattr(afr, "_row_lse_arg_bound", lambda dsc, *_: torch.full_like(dsc, math.inf))
             old = ae._row_lse_errors(q, k, causal, scale, c, 64)

@@ -1040,6 +1040,34 @@ def _lse_bound_q(
     return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
 
 
+# an upper bound of 1 / ln 2 = log2 e (the float64 nearest, within 2^-52 relative, raised by 2^-50)
+_INV_LN2_UP = Fraction(math.log2(math.e)) * (1 + Fraction(1, 2**50))
+
+
+def _lse_rowmax_shift(
+    shift: torch.Tensor,
+    base: Fraction,
+    dot: DotModel,
+    args: dict[str, float],
+    head_dim: int,
+    row_score_max: torch.Tensor | None,
+) -> torch.Tensor:
+    """``shift + lse_bound(Dsc := 0)`` rounded up, ``base`` the latter at the a-priori ``smax`` (:func:`_lse_bound_q`).
+    With ``row_score_max`` (float64 like ``shift``, each row's certified ``max_j |scale q.k_j|`` over its visible
+    keys): the ``_rowmax`` theorems of ``Ojas.Attention.Float.PerPairExpArg``, ``smax`` in ``lse_bound``'s ``A``
+    replaced by ``Sm = min(smax, (row_score_max + delta) / ln 2) >= |score2|`` (``lse_bound`` is affine in it)."""
+    if row_score_max is None:
+        return cb.add_upper(shift, _float_up(base))
+    if not isinstance(row_score_max, torch.Tensor) or row_score_max.shape != shift.shape:
+        raise ValueError(f"row_score_max must be a tensor shaped like score_shift {tuple(shift.shape)}")
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    u, ucl = Fraction(args["u"]), Fraction(args["ucl"])
+    coef = (1 + u) * (u * (1 + ucl) + ucl) + u  # d lse_bound / d smax
+    rm = cb._check(row_score_max, "row_score_max")
+    sm = torch.clamp(cb.scale_upper(cb.add_upper(rm, _float_up(delta)), _INV_LN2_UP), max=_float_up(smax))
+    return cb.add_upper(shift, cb.add_upper(cb.scale_upper(sm, coef), _float_up(base - coef * smax)))
+
+
 def _uniform_lse_bound(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int) -> float | None:
     """The uniform ``lse_bound`` (``delta = score_delta_de``) rounded up: the oracle's ``attn_lse_q`` for
     "fp32", else (or without the oracle) the float64 hand copy; ``None`` when ``afe_bL < 1`` fails."""
@@ -1162,6 +1190,7 @@ def attention_lse_arg_bound(
     exp2_error: float = EXP2_ERROR,
     log2_error: float = LOG2_ERROR,
     dot: DotModel = "fp32",
+    row_score_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The saved lse's bound per row with the exp2 argument's rounding charged per pair:
     ``Ojas.Attention.Float.PerPairExpArg.attention_lse_error_masked_tf32x3_op_pp_arg`` (and
@@ -1171,7 +1200,10 @@ def attention_lse_arg_bound(
     base-2 scores: :func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`); it is NOT capped at
     ``delta`` (the theorem has no uniform counterpart). The other arguments as for
     :func:`attention_lse_error_bound`; ``inf`` everywhere when ``afe_bL_arg < 1`` fails; ``ValueError`` as it, or
-    for a ``score_shift`` that is not a tensor."""
+    for a ``score_shift`` that is not a tensor. ``row_score_max`` (float64 like ``score_shift``): each row's
+    certified upper bound of ``max_j |scale q.k_j|`` over its visible keys, for
+    ``attention_lse_error_masked_tf32x3_op_pp_arg_rowmax`` (``_dot_pp_arg_rowmax``): the magnitude in
+    ``lse_bound`` at the row's own score bound where below the a-priori ``smax`` (:func:`_lse_rowmax_shift`)."""
     if not isinstance(score_shift, torch.Tensor):
         raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
     attention_lse_error_bound(
@@ -1183,7 +1215,7 @@ def attention_lse_arg_bound(
     got = _lse_bound_q(dot, args, head_dim, block_n, n_keys, -(-n_keys // block_n), arg=True)
     if got is None:
         return torch.full_like(score_shift, math.inf, dtype=torch.float64)
-    return cb.add_upper(score_shift.to(torch.float64), _float_up(got[0]))
+    return _lse_rowmax_shift(score_shift.to(torch.float64), got[0], dot, args, head_dim, row_score_max)
 
 
 # |c2 ln 2 - 1| <= uc2 for the backward's float32 constant c2 = float32(1.4426950408889634)

@@ -403,7 +403,14 @@ def _lse_counted_base(
 
 
 def lse_counted_bound(
-    n_keys: int, head_dim: int, score_shift: torch.Tensor, changes: int, *, arg: bool = False, **kw
+    n_keys: int,
+    head_dim: int,
+    score_shift: torch.Tensor,
+    changes: int,
+    *,
+    arg: bool = False,
+    row_score_max: torch.Tensor | None = None,
+    **kw,
 ) -> torch.Tensor:
     """``Ojas.Attention.Float.ForwardAccRunningCounted``'s bound on the saved lse's ``|lse - exact_lse|`` per row
     (float64, shaped like ``score_shift``; ``attention_lse_error_masked_counted_tf32x3_op_pp`` / ``_tc_op_pp``,
@@ -415,10 +422,14 @@ def lse_counted_bound(
     caller's), rounded up; ``inf`` everywhere when its ``afe_bL < 1`` fails. With ``arg``:
     ``Ojas.Attention.Float.PerPairExpArg.attention_lse_error_masked_counted_tf32x3_op_pp_arg``
     (``attention_lse_error_masked_dot_counted_pp_arg``), ``afe_bL_arg`` at ``CGc`` and ``score_shift`` the shift
-    of :func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`, not capped. ``ValueError`` as the
-    per-pair bound's or for ``changes`` not an integer >= 0."""
+    of :func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`, not capped; with ``arg``,
+    ``row_score_max`` as for :func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`
+    (``attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax``). ``ValueError`` as the per-pair bound's, for
+    ``changes`` not an integer >= 0, or for ``row_score_max`` without ``arg``."""
     if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
         raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
+    if row_score_max is not None and not arg:
+        raise ValueError("row_score_max goes with arg=True (the _pp_arg_rowmax theorems)")
     if not isinstance(score_shift, torch.Tensor):
         raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
     ab.attention_lse_error_bound(n_keys, head_dim, score_shift=score_shift, **kw)
@@ -432,5 +443,6 @@ def lse_counted_bound(
     if got is None:
         return torch.full_like(score_shift, math.inf, dtype=F64)
     base, delta = got
-    shift = score_shift.to(F64) if arg else torch.clamp(score_shift.to(F64), max=_float_up(delta))
-    return cb.add_upper(shift, _float_up(base))
+    if arg:
+        return ab._lse_rowmax_shift(score_shift.to(F64), base, full["dot"], args, head_dim, row_score_max)
+    return cb.add_upper(torch.clamp(score_shift.to(F64), max=_float_up(delta)), _float_up(base))
