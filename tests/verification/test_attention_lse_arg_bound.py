@@ -25,8 +25,8 @@ F64 = torch.float64
 
 def test_lse_arg_bound_below_the_per_pair_bound():
     """4096 keys in tiles of 64, the H100's 3xTF32 dot, exp2 error 1.44e-7: at the same shift the bound without
-    ``X`` in the weights is below the per-pair one by more than 1e-6; it grows with ``score_shift``; a float
-    ``score_shift`` raises ``ValueError``."""
+    ``X`` in the weights is below the per-pair one by more than 1e-6; it grows with ``score_shift``; a float or
+    negative ``score_shift`` and ``head_dim=0`` raise ``ValueError``."""
     kw = dict(block_n=64, max_abs_q=3.0, max_abs_k=3.0, scale=0.125, qk_abs_sum=60.0, dot=ab.TF32X3_H100)
     kw["exp2_error"] = 1.44e-7
     dsc = torch.tensor([0.0, 1e-6, 1e-5], dtype=F64)
@@ -37,6 +37,10 @@ def test_lse_arg_bound_below_the_per_pair_bound():
     assert bool((new[1:] > new[:-1]).all())
     with pytest.raises(ValueError, match="score_shift"):
         ab.attention_lse_arg_bound(4096, 64, score_shift=1e-6, **kw)
+    with pytest.raises(ValueError, match="score_shift"):
+        ab.attention_lse_arg_bound(4096, 64, score_shift=-dsc - 1.0, **kw)
+    with pytest.raises(ValueError, match="head_dim"):
+        ab.attention_lse_arg_bound(4096, 0, score_shift=dsc, **kw)
 
 
 def test_lse_arg_bound_at_the_row_score_max():

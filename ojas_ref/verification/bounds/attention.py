@@ -1091,17 +1091,22 @@ def _uniform_lse_bound(dot: DotModel, args: dict[str, float], head_dim: int, blo
     return None if got is None else _float_up(got)
 
 
-def _lse_shift_bound(
-    score_shift: float | torch.Tensor, dot: DotModel, args: dict[str, float], block_n: int, n_keys: int, head_dim: int
-) -> float | torch.Tensor | None:
-    """``lse_bound(Dsc := min(score_shift, delta))`` rounded up (:func:`_lse_bound_q`): a float, or float64
-    shaped like the tensor ``score_shift``; ``None`` when ``afe_bL < 1`` fails."""
+def _check_score_shift(score_shift: float | torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``score_shift`` is a finite number or real tensor, every entry ``>= 0``."""
     if isinstance(score_shift, torch.Tensor):
         ok = not score_shift.is_complex() and bool(((score_shift >= 0) & torch.isfinite(score_shift)).all())
     else:
         ok = isinstance(score_shift, (int, float)) and math.isfinite(score_shift) and score_shift >= 0.0
     if not ok:
         raise ValueError(f"score_shift must be a finite number or real tensor >= 0, got {score_shift!r}")
+
+
+def _lse_shift_bound(
+    score_shift: float | torch.Tensor, dot: DotModel, args: dict[str, float], block_n: int, n_keys: int, head_dim: int
+) -> float | torch.Tensor | None:
+    """``lse_bound(Dsc := min(score_shift, delta))`` rounded up (:func:`_lse_bound_q`): a float, or float64
+    shaped like the tensor ``score_shift``; ``None`` when ``afe_bL < 1`` fails."""
+    _check_score_shift(score_shift)
     got = _lse_bound_q(dot, args, head_dim, block_n, n_keys, -(-n_keys // block_n))
     if got is None:
         return None
@@ -1206,10 +1211,7 @@ def attention_lse_arg_bound(
     ``lse_bound`` at the row's own score bound where below the a-priori ``smax`` (:func:`_lse_rowmax_shift`)."""
     if not isinstance(score_shift, torch.Tensor):
         raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
-    attention_lse_error_bound(
-        n_keys, head_dim, block_n=block_n, max_abs_q=max_abs_q, max_abs_k=max_abs_k, scale=scale,
-        qk_abs_sum=qk_abs_sum, exp2_error=exp2_error, log2_error=log2_error, dot=dot, score_shift=score_shift,
-    )  # fmt: skip
+    _check_score_shift(score_shift)
     p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error)
     args = _lse_args(n_keys, log2_error, exp2_error, scale, p)
     got = _lse_bound_q(dot, args, head_dim, block_n, n_keys, -(-n_keys // block_n), arg=True)
