@@ -21,6 +21,9 @@ optimizer), and the peer (Liger-Kernel's patch) and compilation around it:
   (every primitive, no checkpointing); ``ojas+ckpt``: ``MemoryRecipe(checkpoint=True,
   in_backward=True)`` (``InBackwardOptimizer``'s defaults); ``ojas+compile``: ``ojas`` then
   ``torch.compile(model)``.
+* ``hf+cudagraphs``, ``ojas+cudagraphs``: ``hf``, ``ojas`` then ``torch.compile(model,
+  mode="reduce-overhead")`` (Inductor's graphs replayed as CUDA graphs: the host launches a graph
+  instead of its kernels), ``torch.compiler.cudagraph_mark_step_begin()`` before each forward; CUDA only.
 
 Settings, ``<weights>[-autocast]-<optimizer>-b<batch>[-v<vocabulary>]``: weights and optimizer
 state in ``bf16`` or ``fp32``; ``-autocast``: the forward under ``torch.autocast`` to bf16;
@@ -73,11 +76,13 @@ OJAS = MemoryRecipe(in_backward=True, overlap=True, bucket_cap_mb=256.0)
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
-    """A mode: its memory recipe, Liger-Kernel's patch (``liger``) and ``torch.compile`` (``compile``)."""
+    """A mode: its memory recipe, Liger-Kernel's patch (``liger``) and ``torch.compile`` (``compile``, with
+    ``compile_mode`` its ``mode``: None the default)."""
 
     recipe: MemoryRecipe
     liger: bool = False
     compile: bool = False
+    compile_mode: Optional[str] = None
 
 
 MODES = {
@@ -89,6 +94,8 @@ MODES = {
     "ojas": Mode(OJAS),
     "ojas+ckpt": Mode(MemoryRecipe(checkpoint=True, in_backward=True)),
     "ojas+compile": Mode(OJAS, compile=True),
+    "hf+cudagraphs": Mode(MemoryRecipe.plain(), compile=True, compile_mode="reduce-overhead"),
+    "ojas+cudagraphs": Mode(OJAS, compile=True, compile_mode="reduce-overhead"),
 }
 #: issue 29's rows
 SETTINGS = ("bf16-adamw-b1", "fp32-autocast-adamw-b1", "bf16-adamw-b4", "bf16-sgd-b1", "bf16-adamw-b1-v128256")
@@ -148,8 +155,23 @@ class Autocast(torch.nn.Module):
             return self.model(**kwargs)
 
 
+class StepBegin(torch.nn.Module):
+    """``model`` compiled with CUDA graphs, each forward a new step of them
+    (``torch.compiler.cudagraph_mark_step_begin``): the previous step's outputs may be overwritten."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.model(**kwargs)
+
+
 def unavailable(mode: str, device: torch.device) -> Optional[str]:
     """Why ``mode`` cannot run here, or None."""
+    if MODES[mode].compile_mode == "reduce-overhead" and device.type != "cuda":
+        return "CUDA graphs need CUDA"
     if MODES[mode].liger:
         if importlib.util.find_spec("liger_kernel") is None:
             return "liger_kernel is not installed (pip install liger-kernel)"
@@ -171,7 +193,9 @@ def runner(mode: str, setting: Setting, c: Config, device: torch.device) -> Runn
         )
     r = Runner(c, DTYPES[setting.weights], setting.optimizer, mode, device, m.recipe)
     if m.compile:
-        r.model = torch.compile(r.model)
+        r.model = torch.compile(r.model, mode=m.compile_mode)
+    if m.compile_mode == "reduce-overhead":
+        r.model = StepBegin(r.model)
     if setting.autocast:
         r.model = Autocast(r.model, device.type)
     return r

@@ -52,9 +52,14 @@ def test_each_mode_is_a_recipe_and_its_peer():
     assert modes["ojas"].recipe == modes["ojas+compile"].recipe == bench_peers.OJAS
     assert modes["ojas+ckpt"].recipe == MemoryRecipe(checkpoint=True, in_backward=True)
     assert modes["liger+ckpt"] == bench_peers.Mode(MemoryRecipe.plain(checkpoint=True), liger=True)
-    for name in ("hf", "hf+compile", "liger", "liger+compile"):
+    for name in ("hf", "hf+compile", "liger", "liger+compile", "hf+cudagraphs"):
         assert modes[name].recipe == MemoryRecipe.plain(), name
-    assert {name for name, m in modes.items() if m.compile} == {"hf+compile", "liger+compile", "ojas+compile"}
+    compiled = {"hf+compile", "liger+compile", "ojas+compile", "hf+cudagraphs", "ojas+cudagraphs"}
+    assert {name for name, m in modes.items() if m.compile} == compiled
+    graphs = {name for name, m in modes.items() if m.compile_mode == "reduce-overhead"}
+    assert graphs == {"hf+cudagraphs", "ojas+cudagraphs"}
+    assert modes["ojas+cudagraphs"].recipe == bench_peers.OJAS
+    assert bench_peers.unavailable("ojas+cudagraphs", torch.device("cpu")) == "CUDA graphs need CUDA"
     assert {name for name, m in modes.items() if m.liger} == {"liger", "liger+ckpt", "liger+compile"}
     # the recipe as applied (Liger's patch aside, which needs CUDA): liger+ckpt's is Hugging Face's checkpointing
     c, cpu = bench_peers.QUICK, torch.device("cpu")
