@@ -56,7 +56,9 @@ def function_apply(cls: type) -> Callable[..., Any]:
 _LIBRARY = torch.library.Library("ojas", "FRAGMENT")
 
 
-def define_op(name: str, schema: str, impl: Callable[..., Any], fake: Callable[..., Any]) -> torch._ops.OpOverload:
+def define_op(
+    name: str, schema: str, impl: Callable[..., Any], fake: Callable[..., Any], host_sync: bool = False
+) -> torch._ops.OpOverload:
     """Define the operator ``ojas::name`` with ``schema`` (its arguments and results, e.g.
     ``"(Tensor x, float eps) -> (Tensor, Tensor)"``; tagged pt2-compliant), ``impl`` its CPU and
     CUDA kernel and ``fake`` its fake implementation (torch.compile's shapes and strides), and
@@ -64,8 +66,12 @@ def define_op(name: str, schema: str, impl: Callable[..., Any], fake: Callable[.
     Python layer around it: no autograd kernel (the caller's ``torch.autograd.Function`` calls the
     forward op in its forward and the backward op in its backward under torch.compile, where
     Dynamo traces it), no other wrapper (``torch.library.custom_op`` adds Python frames per call
-    at its autograd and default kernels).  The ops are not differentiable on their own."""
-    _LIBRARY.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
+    at its autograd and default kernels).  The ops are not differentiable on their own.
+    ``host_sync``: ``impl`` reads a device value on the host (a count), which a CUDA graph cannot
+    capture: the op is also tagged ``cudagraph_unsafe``, so that ``torch.compile(mode="reduce-overhead")``
+    runs it outside the captured graphs (Inductor's graph partition)."""
+    tags = (torch.Tag.pt2_compliant_tag,) + ((torch.Tag.cudagraph_unsafe,) if host_sync else ())
+    _LIBRARY.define(name + schema, tags=tags)
     kernel = torch._disable_dynamo(impl)
     for key in ("CPU", "CUDA"):
         _LIBRARY.impl(name, kernel, key)

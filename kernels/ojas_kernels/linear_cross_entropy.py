@@ -364,7 +364,8 @@ def _forward_fake(input, weight, bias, target, reduction, ignore_index, label_sm
     )
 
 
-_forward_op = define_op("linear_cross_entropy", _FORWARD_SCHEMA, _forward_impl, _forward_fake)
+# both read the kept tokens' count on the host (_kept_tokens)
+_forward_op = define_op("linear_cross_entropy", _FORWARD_SCHEMA, _forward_impl, _forward_fake, host_sync=True)
 
 
 def _backward_impl(
@@ -436,7 +437,9 @@ def _backward_fake(
     )
 
 
-_backward_op = define_op("linear_cross_entropy_backward", _BACKWARD_SCHEMA, _backward_impl, _backward_fake)
+_backward_op = define_op(
+    "linear_cross_entropy_backward", _BACKWARD_SCHEMA, _backward_impl, _backward_fake, host_sync=True
+)
 
 
 def _compiled_backward(ctx, grad_output):

@@ -327,7 +327,7 @@ def test_compiled_linear_cross_entropy_checks_targets():
 def test_linear_cross_entropy_ops_opcheck():
     """opcheck of both ops: the 3-product forward (gradients for grad_output 1) and the
     4-product one (lse of every token), and the backward's in-place scaling declared as a
-    mutation of the forward's gradients."""
+    mutation of the forward's gradients; both tagged ``cudagraph_unsafe``."""
     from ojas_kernels import linear_cross_entropy as klce
 
     x, w, t, b = _lce_inputs(True)
@@ -346,6 +346,9 @@ def test_linear_cross_entropy_ops_opcheck():
     assert klce._config_of(
         klce._config_text(klce.default_config(torch.float32, torch.device("cpu")))
     ) == klce.default_config(torch.float32, torch.device("cpu"))
+    # they read the kept tokens' count on the host: kept out of CUDA graphs; attention's ops are not
+    for op, unsafe in ((forward, True), (backward, True), (torch.ops.ojas.flash_attention_forward.default, False)):
+        assert (torch.Tag.cudagraph_unsafe in op.tags) == unsafe, op
 
 
 @pytest.mark.kernel
