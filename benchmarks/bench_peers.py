@@ -38,7 +38,7 @@ median). A mode whose peer is not installed, or cannot run on the device, is ski
 reason; a mode whose process fails is reported with its error. Each measured mode is appended to
 ``--out`` (default ``benchmarks/records.jsonl``) through ``benchmarks/records.py``, and a table
 prints issue 29's ratios: each mode's tokens/s and peak over those of the fastest peer without
-checkpointing (``hf``, ``hf+compile``, ``liger``, ``liger+compile``), and over ``liger+ckpt``'s. ``--quick``: a 2-layer model (runs on the CPU in seconds per mode; memory is
+checkpointing (``hf``, ``hf+compile``, ``hf+cudagraphs``, ``liger``, ``liger+compile``), and over ``liger+ckpt``'s. ``--quick``: a 2-layer model (runs on the CPU in seconds per mode; memory is
 then not measured).
 
 ``--profile DIR``: each mode's process also profiles :data:`PROFILED_STEPS` steps after the

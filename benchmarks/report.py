@@ -33,7 +33,7 @@ class Ratio:
 
 
 #: bench_peers' peers without checkpointing: the fastest of them is the baseline of the modes without it (issue 29)
-PEERS = ("hf", "hf+compile", "liger", "liger+compile")
+PEERS = ("hf", "hf+compile", "hf+cudagraphs", "liger", "liger+compile")
 #: bench_peers' ratios (printed by it, tabled here): (label, metric, baseline, the metric choosing the baseline)
 PEER_RATIOS = (
     ("tokens/s vs fastest peer", "tokens_per_s", PEERS, "tokens_per_s"),
