@@ -986,13 +986,21 @@ def _grad_premises(
     ``sum_c |dO_ic| e_ic`` of the a-posteriori forward bound (``dot_R_perturb``) and
     ``attention_lse_error_bound`` (:func:`_lse_error`: with a device's dot model its minimum with each row's
     ``attention_lse_error_masked_tf32x3_op_pp`` at its own constants, of the forward bound's own pass over the
-    pairs, :func:`_forward_bounds`); "measured", the saved tensors' own deviations (certified:
-    :func:`_delta_output_error`, the lse between :func:`_lse_bounds`)."""
+    pairs, :func:`_forward_bounds`); with a device's dot model the ``sum_c |dO_ic| e_ic`` term's minimum with
+    ``Ojas.Attention.Float.DeltaKernelError.attention_delta_kernel_error_tf32x3_op`` / ``_tc_op`` (both bound
+    ``|dO_i . out_i - D_i|``: :func:`~ojas_ref.verification.attention_delta.delta_kernel_error_bound`);
+    "measured", the saved tensors' own deviations (certified: :func:`_delta_output_error`, the lse between
+    :func:`_lse_bounds`)."""
     dof = do.to(F64)
     ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), v.shape[-1])
     if inputs == "proved":
         fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None)
-        ed = cb.add_upper(ed, cb.sum_upper(cb.mul_upper(fwd, dof), -1))
+        e_out = cb.sum_upper(cb.mul_upper(fwd, dof), -1)
+        if c["dot"] != "fp32":
+            from ojas_ref.verification.attention_delta import delta_kernel_error_bound
+
+            e_out = torch.minimum(e_out, delta_kernel_error_bound(q, k, v, do, out, is_causal, scale, c))
+        ed = cb.add_upper(ed, e_out)
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], math.inf)
         rows = torch.full(ed.shape, uniform, dtype=F64, device=ed.device)
         return ed, rows if lse_pp is None else torch.minimum(rows, lse_pp)
