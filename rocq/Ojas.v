@@ -50,6 +50,7 @@ From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError A
 From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError Attention.Float.ForwardAccRunning.
 From Ojas Require Export Attention.Float.PerPairScoreError Attention.Float.RunningAccErrorPP.
 From Ojas Require Export Attention.Float.ForwardAccRunningCounted Attention.Float.DeltaReweight.
+From Ojas Require Export Attention.Float.ForwardSharedWeights.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.

@@ -25,6 +25,7 @@
       The representation of the forward kernel's tile loop is a premise here. *)
 
 From Coq Require Import Reals List Lra.
+From Flocq Require Import Raux.
 From Ojas Require Import VectorFacts Attention.BackwardCorrect.
 Import ListNotations.
 Open Scope R_scope.
@@ -89,9 +90,6 @@ Qed.
 
 (** ** The backward's [delta] from the forward kernel's representation *)
 
-Lemma drw_abs_le : forall x y, Rabs x <= y -> - y <= x <= y.
-Proof. intros x y H; unfold Rabs in H; destruct (Rcase_abs x); lra. Qed.
-
 Lemma drw_rsum_swap : forall {A B} (f : A -> B -> R) (xs : list A) (ys : list B),
   rsum (map (fun x => rsum (map (fun y => f x y) ys)) xs) = rsum (map (fun y => rsum (map (fun x => f x y) xs)) ys).
 Proof.
@@ -134,14 +132,14 @@ Proof.
   { eapply Rle_trans; [| exact Htb]; apply drw_rsum_abs_le; intros j Hj.
     rewrite Rabs_mult, (Rabs_right (P j)) by (apply Rle_ge, HP, Hj).
     apply Rmult_le_compat_l; [apply HP, Hj | apply Hb, Hj]. }
-  assert (Hthb2 : - tb <= thb <= tb) by (apply drw_abs_le; exact Hthb).
+  assert (Hthb2 : - tb <= thb <= tb) by (apply Rabs_le_inv; exact Hthb).
   set (Sw := rsum (map (fun j => Lc * P j * (1 + b j)) l)).
   assert (ESw : Sw = Lc * (1 + thb)).
   { unfold Sw; rewrite (rsum_map_ext _ (fun j => Lc * (P j + P j * b j))) by (intros; ring).
     rewrite rsum_map_scal_l, rsum_map_plus, H1; reflexivity. }
   assert (HSw : Lc * (1 - tb) <= Sw) by (rewrite ESw; apply Rmult_le_compat_l; lra).
   assert (HSw0 : 0 < Sw) by (assert (0 < Lc * (1 - tb)) by (apply Rmult_lt_0_compat; lra); lra).
-  assert (Hlam2 : - lb <= lam <= lb) by (apply drw_abs_le; exact Hlam).
+  assert (Hlam2 : - lb <= lam <= lb) by (apply Rabs_le_inv; exact Hlam).
   assert (Hl0 : 0 < 1 + lam) by lra.
   (* the numerators' sum over the coordinates *)
   set (Nn := rsum (map (fun j => Lc * P j * (1 + a j) * dp j) l)).
