@@ -44,6 +44,10 @@
       the argument roundings' [2^(u (m' - m))] telescoping.  A masked key's [p] is 0.
     - [mixed_fp32_exp2_nonneg]: the H100 models' [exp2] is nonnegative ([exp2_nonneg]).
 
+    - [store_close]: the output's store [rs (rnd x)] within [store_ur |out| + store_er] of
+      [x]; [shared_run_keys]: the final shared list has the kernel's keys in order;
+      [common_factor_absorb]: [S (1 + lam) + eta] as [S (1 + lam')], [S >= Smin > 0].
+
     Not yet here: the computed scores against the exact ones (per pair, as
     PerPairScoreError.v: [2^(s_k - m_T) = Lc P_k 2^(d_k)]), the output's division and
     store, and the composition with [attention_delta_ratio_error] (its [b_k] from
@@ -931,3 +935,70 @@ Qed.
 
 Lemma mixed_fp32_exp2_nonneg : forall s Hs x, 0 <= mp_exp2 (mixed_fp32 s Hs) x.
 Proof. intros s Hs x; cbn [mp_exp2 mixed_fp32]; apply fp32_rnd_nonneg; left; apply Rpower_pos. Qed.
+
+(** ** Pieces of the composition *)
+
+Section Store.
+
+Variables (F S : FloatFormat).
+
+(** The output's store [out = rs (rnd x)] (rounded in [F], then to the storage format [S]),
+    in the form [attention_delta_ratio_error] takes: [|out - x| <= ur |out| + er]. *)
+Definition store_ur : R := (ff_u S / (1 - ff_u S) + ff_u F) / (1 - ff_u F).
+Definition store_er : R := (ff_eta S / (1 - ff_u S) + ff_eta F) / (1 - ff_u F).
+
+Lemma store_close : forall x, Rabs (ff_rnd S (ff_rnd F x) - x)
+  <= store_ur * Rabs (ff_rnd S (ff_rnd F x)) + store_er.
+Proof.
+  intros x; unfold store_ur, store_er.
+  pose proof (ff_u_nonneg S) as Hus; pose proof (ff_u_lt_1 S) as Hus1; pose proof (ff_eta_nonneg S) as Hes.
+  pose proof (ff_u_nonneg F) as Hu; pose proof (ff_u_lt_1 F) as Hu1; pose proof (ff_eta_nonneg F) as Hea.
+  set (y := ff_rnd F x); set (o := ff_rnd S y).
+  pose proof (ff_abs F x) as Hy; fold y in Hy.
+  pose proof (ff_abs S y) as Ho; fold o in Ho.
+  assert (Hyo : Rabs y <= (Rabs o + ff_eta S) / (1 - ff_u S)).
+  { apply Rmult_le_reg_r with (1 - ff_u S); [lra |]; unfold Rdiv; rewrite Rmult_assoc, Rinv_l by lra.
+    pose proof (Rabs_triang (y - o) o); replace (y - o + o) with y in H by ring.
+    rewrite Rabs_minus_sym in H; lra. }
+  assert (Hxo : Rabs x <= Rabs o + Rabs (o - x))
+    by (pose proof (Rabs_triang (x - o) o); replace (x - o + o) with x in H by ring; rewrite Rabs_minus_sym in H; lra).
+  assert (Hd : Rabs (o - x) <= ff_u S * Rabs y + ff_eta S + (ff_u F * Rabs x + ff_eta F)).
+  { replace (o - x) with ((o - y) + (y - x)) by ring; pose proof (Rabs_triang (o - y) (y - x)); lra. }
+  apply Rmult_le_reg_r with (1 - ff_u F); [lra |].
+  replace (((ff_u S / (1 - ff_u S) + ff_u F) / (1 - ff_u F) * Rabs o
+            + (ff_eta S / (1 - ff_u S) + ff_eta F) / (1 - ff_u F)) * (1 - ff_u F))
+    with (ff_u S * ((Rabs o + ff_eta S) / (1 - ff_u S)) + ff_eta S + ff_u F * Rabs o + ff_eta F)
+    by (field; lra).
+  assert (ff_u S * Rabs y <= ff_u S * ((Rabs o + ff_eta S) / (1 - ff_u S))) by (apply Rmult_le_compat_l; lra).
+  assert (ff_u F * Rabs x <= ff_u F * (Rabs o + Rabs (o - x))) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+End Store.
+
+Section Keys.
+
+Variable M : MixedModel.
+Variables (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R) (accf : R -> list R -> list R -> R).
+
+(** The final shared list has the kernel's keys in order: one entry a key. *)
+Lemma shared_run_keys : forall tiles st ws,
+  map (sw_key Key) (shared_run M Key sc vis val accf st ws tiles) = map (sw_key Key) ws ++ concat tiles.
+Proof.
+  induction tiles as [|tl rest IH]; intros st ws; cbn [shared_run concat]; [rewrite app_nil_r; reflexivity |].
+  rewrite IH; unfold shared_next; rewrite map_app, !map_map, <- app_assoc; f_equal; f_equal.
+  transitivity (map (fun x : Key => x) tl); [apply map_ext; intros; reflexivity | apply map_id].
+Qed.
+
+End Keys.
+
+(** [l = S (1 + lam) + eta] with [S >= Smin > 0]: one relative factor, [eta] moved into it. *)
+Lemma common_factor_absorb : forall l S lam eta Smin, 0 < Smin -> Smin <= S -> l = S * (1 + lam) + eta ->
+  exists lam', l = S * (1 + lam') /\ Rabs lam' <= Rabs lam + Rabs eta / Smin.
+Proof.
+  intros l S lam eta Smin H0 HS El.
+  exists (lam + eta / S); split; [rewrite El; field; lra |].
+  eapply Rle_trans; [apply Rabs_triang |]; apply Rplus_le_compat_l.
+  unfold Rdiv; rewrite Rabs_mult, Rabs_inv, (Rabs_right S) by lra.
+  apply Rmult_le_compat_l; [apply Rabs_pos | apply Rinv_le_contravar; lra].
+Qed.
