@@ -46,7 +46,11 @@
 
     - [store_close]: the output's store [rs (rnd x)] within [store_ur |out| + store_er] of
       [x]; [shared_run_keys]: the final shared list has the kernel's keys in order;
-      [common_factor_absorb]: [S (1 + lam) + eta] as [S (1 + lam')], [S >= Smin > 0].
+      [common_factor_absorb]: [S (1 + lam) + eta] as [S (1 + lam')], [S >= Smin > 0];
+      [shared_pi_bounds]: every [pi] in [[0, (1 + ue + ee)^Tt]]; [weight_rel_exact]: a
+      weight within [(G - 1) W + R] of [W = Wx 2^d] is [Wx (1 + b)], [|b| <= G 2^|d| - 1 + R / Wx]
+      ([Wx = Lc P_k], [d] the score's error); [weight_rel_stored]: then [rs p pi = Wx (1 + a)],
+      [|a - b| <= us (1 + |b|) + es pi / Wx].
 
     Not yet here: the computed scores against the exact ones (per pair, as
     PerPairScoreError.v: [2^(s_k - m_T) = Lc P_k 2^(d_k)]), the output's division and
@@ -1001,4 +1005,93 @@ Proof.
   eapply Rle_trans; [apply Rabs_triang |]; apply Rplus_le_compat_l.
   unfold Rdiv; rewrite Rabs_mult, Rabs_inv, (Rabs_right S) by lra.
   apply Rmult_le_compat_l; [apply Rabs_pos | apply Rinv_le_contravar; lra].
+Qed.
+
+Section Pi.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Variables (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R) (accf : R -> list R -> list R -> R).
+
+Hypothesis exp2_nonneg : forall x, 0 <= exp2 x.
+
+(** Every entry's [pi] (a product of at most [Tt] computed [alpha]s) is in [[0, (1 + ue + ee)^Tt]]. *)
+Lemma shared_pi_bounds : forall tiles st ws k,
+  (forall q, In q (concat tiles) -> vis q = true -> fmt (sc q)) -> mfmt M (ks_m st) ->
+  (forall x, In x ws -> 0 <= sw_pi Key x <= (1 + ue + ee) ^ k) ->
+  forall x, In x (shared_run M Key sc vis val accf st ws tiles) -> 0 <= sw_pi Key x <= (1 + ue + ee) ^ (k + length tiles).
+Proof.
+  pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
+  induction tiles as [|tl rest IH]; intros st ws k Hsc Hmf Hws x Hx.
+  - rewrite Nat.add_0_r; apply Hws, Hx.
+  - cbn [length shared_run] in *; replace (k + S (length rest))%nat with (S k + length rest)%nat by lia.
+    assert (Hsc1 : forall q, In q tl -> vis q = true -> fmt (sc q))
+      by (intros q Hq; apply Hsc; cbn [concat]; apply in_or_app; left; exact Hq).
+    destruct (kalpha_le M Key sc vis exp2_nonneg st tl Hmf Hsc1) as [Ha0 Ha1].
+    apply (IH (kernel_step_acc M Key sc vis val accf st tl) (shared_next M Key sc vis st ws tl) (S k)); [| | | exact Hx].
+    + intros q Hq; apply Hsc; cbn [concat]; apply in_or_app; right; exact Hq.
+    + apply (vmax_mfmt M Key sc vis); assumption.
+    + intros y Hy; unfold shared_next in Hy; apply in_app_or in Hy; destruct Hy as [Hy | Hy];
+        apply in_map_iff in Hy; destruct Hy as [y0 [<- Hy0]]; unfold sw_pi; cbn [snd pow].
+      * destruct (Hws y0 Hy0) as [H0 H1]; unfold sw_pi in H0, H1.
+        split; [apply Rmult_le_pos; assumption |].
+        rewrite Rmult_comm; apply Rmult_le_compat; assumption.
+      * assert (1 <= (1 + ue + ee) ^ k) by (apply pow_R1_Rle; lra). nra.
+Qed.
+
+End Pi.
+
+(** A weight [w] within [(G - 1) W + R] of [W = Wx 2^d] ([Wx = Lc P], the exact softmax's
+    weight, [d] the score's error): [w = Wx (1 + b)], [|b| <= G 2^|d| - 1 + R / Wx]. *)
+Lemma weight_rel_exact : forall w W Wx G R d, 0 < Wx -> W = Wx * Rpower 2 d -> 1 <= G ->
+  Rabs (w - W) <= (G - 1) * W + R ->
+  exists b, w = Wx * (1 + b) /\ Rabs b <= G * Rpower 2 (Rabs d) - 1 + R / Wx.
+Proof.
+  intros w W Wx G R d HWx EW HG Hw.
+  exists (w / Wx - 1); split; [field; lra |].
+  assert (Hd1 : Rpower 2 d <= Rpower 2 (Rabs d)) by (apply ost_rpow_le, Rle_abs).
+  assert (Hd2 : Rabs (Rpower 2 d - 1) <= Rpower 2 (Rabs d) - 1).
+  { destruct (Rle_dec 0 d) as [Hd | Hd].
+    - rewrite Rabs_right by (apply Rle_ge; pose proof (ose_rpow_ge_1 d Hd); lra); lra.
+    - assert (Rpower 2 d <= 1) by (rewrite <- (Rpower_O 2) by lra; apply ost_rpow_le; lra).
+      rewrite Rabs_left1 by lra; rewrite Rabs_left by lra.
+      assert (Rpower 2 d * Rpower 2 (- d) = 1) by (rewrite <- Rpower_plus, Rplus_opp_r; apply Rpower_O; lra).
+      pose proof (Rpower_pos d); pose proof (Rpower_pos (- d)).
+      assert (1 <= Rpower 2 (- d)) by (apply ose_rpow_ge_1; lra). nra. }
+  assert (HW0 : 0 <= W) by (rewrite EW; apply Rmult_le_pos; [lra | left; apply Rpower_pos]).
+  assert (Hc : Rabs (w - Wx) <= Wx * (G * Rpower 2 (Rabs d) - 1) + R).
+  { replace (w - Wx) with ((w - W) + Wx * (Rpower 2 d - 1)) by (rewrite EW; ring).
+    eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_mult, (Rabs_right Wx) by lra.
+    assert (Wx * Rabs (Rpower 2 d - 1) <= Wx * (Rpower 2 (Rabs d) - 1)) by (apply Rmult_le_compat_l; lra).
+    assert ((G - 1) * W <= (G - 1) * (Wx * Rpower 2 (Rabs d))) by (apply Rmult_le_compat_l; [lra | rewrite EW; apply Rmult_le_compat_l; lra]).
+    nra. }
+  replace (w / Wx - 1) with ((w - Wx) / Wx) by (field; lra).
+  unfold Rdiv; rewrite Rabs_mult, Rabs_inv, (Rabs_right Wx) by lra.
+  apply Rmult_le_reg_r with Wx; [lra |]; rewrite Rmult_assoc, Rinv_l by lra.
+  replace ((G * Rpower 2 (Rabs d) - 1 + R * / Wx) * Wx) with (Wx * (G * Rpower 2 (Rabs d) - 1) + R) by (field; lra).
+  lra.
+Qed.
+
+(** The stored weight [rs p pi] in the same form: [a - b] the storage rounding of [p]. *)
+Lemma weight_rel_stored : forall (S : FloatFormat) p pi Wx b, 0 < Wx -> 0 <= pi -> p * pi = Wx * (1 + b) ->
+  exists a, ff_rnd S p * pi = Wx * (1 + a) /\ Rabs (a - b) <= ff_u S * (1 + Rabs b) + ff_eta S * pi / Wx.
+Proof.
+  intros S p pi Wx b HWx Hpi E.
+  exists (ff_rnd S p * pi / Wx - 1); split; [field; lra |].
+  replace (ff_rnd S p * pi / Wx - 1 - b) with ((ff_rnd S p - p) * pi / Wx)
+    by (replace b with (p * pi / Wx - 1) by (rewrite E; field; lra); field; lra).
+  pose proof (ff_abs S p) as Hp.
+  assert (Hp' : Rabs p * pi = Wx * Rabs (1 + b)).
+  { rewrite <- (Rabs_right pi) by lra; rewrite <- Rabs_mult, E, Rabs_mult, Rabs_right by lra; reflexivity. }
+  unfold Rdiv; rewrite !Rabs_mult, Rabs_inv, (Rabs_right pi), (Rabs_right Wx) by lra.
+  apply Rmult_le_reg_r with Wx; [lra |].
+  replace ((ff_u S * (1 + Rabs b) + ff_eta S * pi * / Wx) * Wx) with (ff_u S * (1 + Rabs b) * Wx + ff_eta S * pi) by (field; lra).
+  replace (Rabs (ff_rnd S p - p) * pi * / Wx * Wx) with (Rabs (ff_rnd S p - p) * pi) by (field; lra).
+  pose proof (ff_u_nonneg S); pose proof (Rabs_triang 1 b); rewrite Rabs_R1 in H0.
+  assert (Rabs (ff_rnd S p - p) * pi <= (ff_u S * Rabs p + ff_eta S) * pi) by (apply Rmult_le_compat_r; lra).
+  assert (ff_u S * (Wx * Rabs (1 + b)) <= ff_u S * ((1 + Rabs b) * Wx)) by (apply Rmult_le_compat_l; nra).
+  nra.
 Qed.
