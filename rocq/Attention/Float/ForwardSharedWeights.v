@@ -23,8 +23,9 @@
       (the scores numbers of the accumulation format, [exp2] nonnegative),
         l = (sum_k p_k pi_k) (1 + lam) + eta,
         |lam| <= (1 + u)^(B - 1 + 2 Tt) - 1,   |eta| <= Tt ((1 + u)^2 (1 + ue + ee))^Tt ea.
-      [lam] is [attention_delta_ratio_error]'s [lam] once [eta] is moved into it (by a
-      lower bound of the weights' sum: the running max's key has [p = exp2 0]).
+      [lam] is [attention_delta_ratio_error]'s [lam] once [eta] is moved into it
+      ([common_factor_absorb] at [Smin = Lc (1 - tb)], the weights' sum being
+      [Lc sum_k P_k (1 + b_k) >= Lc (1 - tb)]).
     - [acc_step_shared]: one tile into a coordinate of [acc] ([acc_dot_model accf n g ga]):
       [acc = Nw + E] to [a Nw + sum P V] within
       [rho a |E| + (rho - 1) a |Nw| + g sum |P V| + (1 + g) ea + ga], [rho = (1 + g) (1 + u)].
@@ -53,10 +54,12 @@
       [|a - b| <= us (1 + |b|) + es pi / Wx].
 
     Not yet here: the computed scores against the exact ones (per pair, as
-    PerPairScoreError.v: [2^(s_k - m_T) = Lc P_k 2^(d_k)]), the output's division and
-    store, and the composition with [attention_delta_ratio_error] (its [b_k] from
-    [weight_kernel_close] and [d_k], [a_k - b_k] the storage rounding [rs p / p - 1], [E_c]
-    from [acc_kernel_shared_final], [lam] from [l_kernel_common_factor]). *)
+    PerPairScoreError.v: [2^(s_k - m_T) = Lc P_k 2^(d_k)]), and the composition with
+    [attention_delta_ratio_error] over the final shared list (its [b_k], [t_k] from
+    [weight_kernel_close] and [weight_rel_exact], [a_k], [s_k] from [weight_rel_stored] and
+    [shared_pi_bounds], [E_c] from [acc_kernel_shared_final], [lam] from
+    [l_kernel_common_factor] and [common_factor_absorb], [ur], [er] from [store_close]),
+    with [E_c]'s terms bounded by the exact softmax's signed prefixes for the caller. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
