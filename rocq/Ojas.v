@@ -51,6 +51,7 @@ From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.Runn
 From Ojas Require Export Attention.Float.PerPairScoreError Attention.Float.RunningAccErrorPP.
 From Ojas Require Export Attention.Float.ForwardAccRunningCounted Attention.Float.DeltaReweight.
 From Ojas Require Export Attention.Float.ForwardSharedWeights.
+From Ojas Require Export Attention.Float.PerPairExpArg.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.

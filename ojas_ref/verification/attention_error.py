@@ -495,15 +495,16 @@ def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: fl
 
 def _lse_row_terms(
     q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(Dsc, changes)`` [B, Hq, Sq]: :func:`lse_score_error`'s ``Dsc`` and, from the same scores and pair
-    errors, each row's count of keys that may raise the running max
-    (:func:`~ojas_ref.verification.attention_forward_running._row_max_changes`)."""
-    from ojas_ref.verification.attention_forward_running import _row_max_changes
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Dsc, changes, Dsc_arg)`` [B, Hq, Sq]: :func:`lse_score_error`'s ``Dsc`` and, from the same scores and
+    pair errors, each row's count of keys that may raise the running max
+    (:func:`~ojas_ref.verification.attention_forward_running._row_max_changes`) and the shift with the exp2
+    argument's rounding per pair (:func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`)."""
+    from ojas_ref.verification.attention_forward_running import _row_max_changes, exp_arg_shift
 
     dot = kernel_dot(q.device.type, q.dtype)
     es = _score_error(q, scale, _qk_abs_sum(q, k))
-    shifts, changes = [], []
+    shifts, changes, arg_shifts = [], [], []
     for r0, qc, kr in _row_blocks(q, k):
         s = _scores(r0, qc, kr, is_causal, scale)
         p_up = cb.softmax_bounds(s, es)[1]
@@ -512,7 +513,8 @@ def _lse_row_terms(
         mean = cb.sum_upper(cb.mul_upper(p_up, cb.add_upper(d, cb.mul_upper(d, d))), -1)
         shifts.append(torch.where(d_max <= 1.0, torch.minimum(mean, d_max), d_max))
         changes.append(_row_max_changes(s, d, es))
-    return torch.cat(shifts, 2), torch.cat(changes, 2)
+        arg_shifts.append(exp_arg_shift(s, d, p_up, es))
+    return torch.cat(shifts, 2), torch.cat(changes, 2), torch.cat(arg_shifts, 2)
 
 
 def _row_lse_errors(
@@ -524,7 +526,10 @@ def _row_lse_errors(
     ``Dsc_i`` (:func:`lse_score_error`;
     :func:`~ojas_ref.verification.attention_forward_running._row_lse_bound`), and where smaller the counted
     ``attention_lse_error_masked_counted_tf32x3_op_pp`` at the row's count of keys that may raise the running
-    max (:func:`~ojas_ref.verification.attention_forward_running._row_lse_counted_bound`)."""
+    max (:func:`~ojas_ref.verification.attention_forward_running._row_lse_counted_bound`), or
+    ``attention_lse_error_masked_tf32x3_op_pp_arg_rowmax`` and its counted form (the exp2 argument's rounding per
+    pair, the row's own score bound: :func:`~ojas_ref.verification.attention_forward_running._row_lse_arg_bound`,
+    :func:`~ojas_ref.verification.attention_forward_running._row_score_abs_max`)."""
     if c["dot"] == "fp32":
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"])
         return torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
@@ -534,7 +539,7 @@ def _row_lse_errors(
 
     bn, sq, sk, e = c["bnd"]["block_n"], q.shape[2], k.shape[2], q.shape[-1]
     kw = dict(scale=scale, dot=c["dot"], **c["bnd"])
-    dsc, changes = _lse_row_terms(q, k, is_causal, scale)
+    dsc, changes, dsc_arg = _lse_row_terms(q, k, is_causal, scale)
     all_rows = attention_lse_error_bound(sk, e, score_shift=dsc.max().item(), **c["errs"], **kw)
     uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], all_rows)
     rows = torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
@@ -543,7 +548,9 @@ def _row_lse_errors(
     p_rows, device = afr._row_qk_abs_sum(q, k, is_causal), q.device.type
     got = afr._row_lse_bound(dsc, kw, p_rows, counts, e, sk, device)
     counted = afr._row_lse_counted_bound(dsc, kw, p_rows, counts, e, sk, device, changes)
-    return torch.minimum(rows, torch.minimum(got, counted))
+    row_max = afr._row_score_abs_max(q, k, is_causal, scale, c["es"])
+    arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device, changes, row_max)
+    return torch.minimum(torch.minimum(rows, arg), torch.minimum(got, counted))
 
 
 def _backward_constants(

@@ -119,13 +119,35 @@ def expm1_upper(x: torch.Tensor) -> torch.Tensor:
     return cb.div_upper(x, (1.0 - x).nextafter_(torch.zeros((), dtype=F64, device=x.device)))
 
 
+def _pair_shift(p_up: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """[B, H, rows] ``>= ln sum_j P_j e^(d_j)`` (``p_up >= P``, ``d >= 0`` per pair, 0 where masked): the smaller
+    of ``max_j d_j`` (``pp_shift_le_uniform``) and ``sum_j p_up_j (e^(d_j) - 1)`` (``ln x <= x - 1``), rounded
+    up."""
+    return torch.minimum(d.amax(-1), cb.sum_upper(cb.mul_upper(p_up, expm1_upper(d)), -1))
+
+
+def exp_arg_shift(s: torch.Tensor, d: torch.Tensor, p_up: torch.Tensor, score_error: float) -> torch.Tensor:
+    """[B, H, rows] ``Dsc >= ln sum_j P_j e^(d_j + g_j)``, the premise of
+    ``Ojas.Attention.Float.PerPairExpArg.attention_lse_error_masked_tf32x3_op_pp_arg``: ``s`` the float64 scores
+    [B, H, rows, keys] (-inf where masked) within ``score_error`` of the exact ones, ``d`` the pairs' score
+    errors of the kernel's dot (0 where masked), ``p_up >= P``; ``g_j = u (max_i (s_i + d_i) - s_j + d_j + 2
+    score_error) >= u ln 2 (sck_i - sck_j)`` for every visible ``i`` (``sck`` the kernel's base-2 scores, ``u =
+    2^-24``: the rounding of the exp2 argument ``s_j - m'``, at most ``u`` times the gap to the row's max),
+    every operation rounded up (:func:`_pair_shift`)."""
+    seen = torch.isfinite(s)
+    top = torch.where(seen, ar.up_add(s, d), -torch.inf).amax(-1, keepdim=True)
+    gap = ar.up_add(ar.up_add(top, torch.where(seen, -s, 0.0)), ar.up_add(d, 2.0 * score_error))
+    g = torch.where(seen, ar.up_mul(gap, ab._FP32_U), 0.0)
+    return _pair_shift(p_up, torch.where(seen, ar.up_add(d, g), 0.0))
+
+
 def _block_per_pair(p_up: torch.Tensor, d: torch.Tensor, va: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(Yw, Dsc)`` of a block of rows: ``p_up >= P`` [B, H, rows, keys], ``d`` the pairs' score errors (same
     shape, 0 where masked), ``va = |v|`` [B, H, keys, Ev]. ``Dsc`` [B, H, rows] ``>= ln sum_j P_j e^(d_j)``:
     the smaller of ``max_j d_j`` (``pp_shift_le_uniform``) and ``sum_j p_up_j (e^(d_j) - 1)`` (``ln x <= x - 1``,
     ``sum_j P_j = 1``); ``Yw`` [B, H, rows, Ev] ``>= sum_j P_j |v_j| (e^(d_j + Dsc) - 1)``; every operation
     rounded up (:func:`expm1_upper`)."""
-    dsc = torch.minimum(d.amax(-1), cb.sum_upper(cb.mul_upper(p_up, expm1_upper(d)), -1))
+    dsc = _pair_shift(p_up, d)
     f = expm1_upper(ar.up_add(d, dsc[..., None]))
     return ar.up_matmul(ar.up_mul(p_up, f), va), dsc
 
@@ -158,10 +180,12 @@ def _sums(
     score_error: float,
     dot: ab.DotModel | None,
     changes: bool = False,
+    arg: bool = False,
 ) -> list[torch.Tensor]:
     """``[W, R]`` of :func:`forward_running_sums`, and ``Yw``, ``Dsc`` of :func:`forward_per_pair_sums` when
     ``dot`` is given (the pairs' errors of the forward's ``dot(q, k^T)``: ``score_error_block`` at ``dot``),
-    then with ``changes`` the rows' :func:`_row_max_changes` at those errors."""
+    then with ``changes`` the rows' :func:`_row_max_changes` and with ``arg`` their :func:`exp_arg_shift` at
+    those errors."""
     _check(q, k, v, block_n, block_m)
     b, hq, sq, _ = q.shape
     sk, ev = k.shape[2], v.shape[-1]
@@ -187,6 +211,8 @@ def _sums(
             part += _block_per_pair(p_up, d, vr[:, :, :keys].abs())
             if changes:
                 part.append(_row_max_changes(s, d, score_error))
+            if arg:
+                part.append(exp_arg_shift(s, d, p_up, score_error))
         parts.append(part)
     return [torch.cat(ts, 2) for ts in zip(*parts)]
 
@@ -308,6 +334,17 @@ def _row_qk_abs_sum(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> torch.
     return torch.cat(parts, 2)
 
 
+def _row_score_abs_max(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, es: float) -> torch.Tensor:
+    """[B, Hq, Sq] float64: per query row a certified upper bound of ``max_j |scale q_i.k_j|`` over the row's
+    visible keys: the float64 scores' (:func:`~ojas_ref.verification.attention_error._scores`) plus their error
+    ``es`` (:func:`~ojas_ref.verification.attention_error._score_error`), rounded up."""
+    parts = []
+    for r0, qc, kr in ae._row_blocks(q, k):
+        s = ae._scores(r0, qc, kr, is_causal, scale)
+        parts.append(s.abs().masked_fill(s == -torch.inf, 0.0).amax(-1))
+    return cb.add_upper(torch.cat(parts, 2), es)
+
+
 #: the per-row score bounds' levels: a row's group holds the rows within ``1 / _P_LEVELS`` of the largest
 _P_LEVELS = 16
 
@@ -388,13 +425,19 @@ def _lse_grouped(
     n_keys: int,
     device: str,
     changes: torch.Tensor | None,
+    arg: bool = False,
+    row_score_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The rows grouped as :func:`_row_lse_bound` says (and by :func:`_change_level` of ``changes`` when given),
-    each group's lse bound at its constants: the per-pair one (at most the all-rows one), or with ``changes``
-    the counted one."""
+    each group's lse bound at its constants: the per-pair one (at most the all-rows one), with ``arg`` the one
+    with the exp2 argument's rounding per pair (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`,
+    ``dsc`` then :func:`exp_arg_shift`, and ``row_score_max`` each row's :func:`_row_score_abs_max`), or with
+    ``changes`` the counted one."""
     errs = ae.unary_errors(device, n_keys)  # the log2 domain of n_keys covers every row's N <= n_keys
+    bound = ab.attention_lse_arg_bound if arg else ab.attention_lse_error_bound
+    rm = {} if row_score_max is None else {"row_score_max": row_score_max}
     if changes is None:
-        out = ab.attention_lse_error_bound(n_keys, head_dim, score_shift=dsc, **errs, **kw).clone()
+        out = bound(n_keys, head_dim, score_shift=dsc, **errs, **kw, **rm).clone()
     else:
         out = torch.full_like(dsc, torch.inf, dtype=F64)
     level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
@@ -402,17 +445,20 @@ def _lse_grouped(
     for t in counts.unique().tolist():
         rows = (counts == t).nonzero().flatten()
         dt, pt, lv, ct, ot = (x[:, :, rows] for x in (dsc, p_rows, level, cl, out))
+        mt = None if row_score_max is None else row_score_max[:, :, rows]
         n_t = min(n_keys, t * kw["block_n"])
         for b in lv.unique().tolist():
             sel = lv == b
             g_kw = dict(kw, qk_abs_sum=min(pt[sel].max().item(), kw["qk_abs_sum"]))
             ds, cs, got = dt[sel], ct[sel], ot[sel]
+            ms = {} if mt is None else {"row_score_max": mt[sel]}
             if changes is None:
-                got = torch.minimum(got, ab.attention_lse_error_bound(n_t, head_dim, score_shift=ds, **errs, **g_kw))
+                got = torch.minimum(got, bound(n_t, head_dim, score_shift=ds, **errs, **g_kw, **ms))
             else:
                 for c in cs.unique().tolist():
                     sub = cs == c
-                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, **errs, **g_kw)
+                    mc = {n: x[sub] for n, x in ms.items()}
+                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, arg=arg, **errs, **g_kw, **mc)
             ot[sel] = got
         out[:, :, rows] = ot
     return out
@@ -437,12 +483,38 @@ def _row_lse_counted_bound(
     n_keys: int,
     device: str,
     changes: torch.Tensor,
+    arg: bool = False,
+    row_score_max: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`_row_lse_bound`'s groups, also by the rows' ``changes`` [B, Hq, Sq] (:func:`_row_max_changes`,
     rounded up by :func:`_change_level`), each at the counted lse bound
     (:func:`~ojas_ref.verification.bounds.attention_running.lse_counted_bound`,
-    ``attention_lse_error_masked_counted_tf32x3_op_pp``, ``C`` the group's level)."""
-    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes)
+    ``attention_lse_error_masked_counted_tf32x3_op_pp``, ``C`` the group's level); with ``arg`` its form with the
+    exp2 argument's rounding per pair (``_counted_tf32x3_op_pp_arg``, ``dsc`` of :func:`exp_arg_shift`; with
+    ``row_score_max``, ``_counted_tf32x3_op_pp_arg_rowmax``)."""
+    return _lse_grouped(dsc, kw, p_rows, counts, head_dim, n_keys, device, changes, arg, row_score_max)
+
+
+def _row_lse_arg_bound(
+    dsc_arg: torch.Tensor,
+    kw: dict,
+    p_rows: torch.Tensor,
+    counts: torch.Tensor,
+    head_dim: int,
+    n_keys: int,
+    device: str,
+    changes: torch.Tensor,
+    row_score_max: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`_row_lse_bound`'s groups at ``attention_lse_error_masked_tf32x3_op_pp_arg``
+    (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`) and, where smaller,
+    :func:`_row_lse_counted_bound`'s with ``arg`` (``attention_lse_error_masked_counted_tf32x3_op_pp_arg``);
+    ``dsc_arg`` of :func:`exp_arg_shift`; with ``row_score_max`` (:func:`_row_score_abs_max`) their ``_rowmax``
+    forms (``lse_bound``'s magnitude at the row's own score bound)."""
+    args = (dsc_arg, kw, p_rows, counts, head_dim, n_keys, device)
+    return torch.minimum(
+        _lse_grouped(*args, None, True, row_score_max), _row_lse_counted_bound(*args, changes, True, row_score_max)
+    )
 
 
 def forward_per_pair_bounds(
@@ -469,7 +541,9 @@ def forward_per_pair_bounds(
       :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound` with ``score_shift = Dsc``,
       at each row's own ``P``, ``N``, ``Tt`` (:func:`_row_lse_bound`; the backward's lse premise ``Dl x`` of
       the item's row); where smaller, ``attention_lse_error_masked_counted_tf32x3_op_pp`` / ``_tc_op_pp`` at the
-      row's count (:func:`_row_max_changes`, :func:`_row_lse_counted_bound`).
+      row's count (:func:`_row_max_changes`, :func:`_row_lse_counted_bound`), or
+      ``attention_lse_error_masked_tf32x3_op_pp_arg`` or its counted form (the exp2 argument's rounding per pair:
+      :func:`exp_arg_shift`, :func:`_row_lse_arg_bound`).
 
     Tiles as :func:`forward_running_bound`; "fp32" (the interpreter's dots) raises ``ValueError``."""
     block_n, block_m = _forward_tiles(q, v, is_causal, block_n, block_m)
@@ -477,7 +551,9 @@ def forward_per_pair_bounds(
     kw = _bound_kw(q, k, v, is_causal, scale, block_n)
     rate = ab.attention_forward_running_rate(**kw)
     es = ae._score_error(q, scale, kw["qk_abs_sum"])
-    w, r, yw, dsc, changes = _sums(q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], True)
+    w, r, yw, dsc, changes, dsc_arg = _sums(
+        q, k, v, is_causal, scale, rate, block_n, block_m, es, kw["dot"], True, True
+    )
     counts = _tile_counts(q.shape[2], k.shape[2], block_m, block_n, is_causal).to(q.device)
     p_rows = _row_qk_abs_sum(q, k, is_causal)
     out = torch.minimum(
@@ -485,4 +561,6 @@ def forward_per_pair_bounds(
     )
     lse_kw = {n: kw[n] for n in ("block_n", "max_abs_q", "max_abs_k", "qk_abs_sum", "scale", "dot")}
     lse_args = (dsc, lse_kw, p_rows, counts, q.shape[-1], k.shape[2], q.device.type)
-    return out, torch.minimum(_row_lse_bound(*lse_args), _row_lse_counted_bound(*lse_args, changes))
+    lse = torch.minimum(_row_lse_bound(*lse_args), _row_lse_counted_bound(*lse_args, changes))
+    row_max = _row_score_abs_max(q, k, is_causal, scale, es)
+    return out, torch.minimum(lse, _row_lse_arg_bound(dsc_arg, *lse_args[1:], changes, row_max))

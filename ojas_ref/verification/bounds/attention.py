@@ -415,11 +415,12 @@ def _afa_bounds(
     return rel, absolute
 
 
-def _afe_bL(k: dict[str, Any], block_n: int, n_keys: int, tiles: int) -> Fraction:
+def _afe_bL(k: dict[str, Any], block_n: int, n_keys: int, tiles: int, arg: bool = False) -> Fraction:
     """``afe_bL`` of ForwardError.v (``B = block_n``, ``N = n_keys``, ``Tt = tiles``) at the constants ``k``
-    (``u``, ``ue``, ``ee``, ``ea``, ``X``, ``P1``, ``CG``, ``CR``)."""
+    (``u``, ``ue``, ``ee``, ``ea``, ``X``, ``P1``, ``CG``, ``CR``); with ``arg``, PerPairExpArg.v's
+    ``afe_bL_arg`` (``H = P1 (1 + ue)``: the exp2 argument's rounding charged per pair, not by ``X``)."""
     u, ue, ee, ea, X, P1, CG, CR = (k[n] for n in ("u", "ue", "ee", "ea", "X", "P1", "CG", "CR"))
-    H = P1 * ((1 + ue) * X)
+    H = P1 * ((1 + ue) * (1 if arg else X))
     return H * CG * X - 1 + tiles * CR * ((H * CG * X * n_keys * ee) * (1 + u) + ea + P1 * (block_n * ee)) * (1 + u)
 
 
@@ -1004,16 +1005,17 @@ def _lse_args(n_keys: int, log2_error: float, exp2_error: float, scale: float, p
 
 
 def _lse_bound_q(
-    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int
+    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, tiles: int, arg: bool = False
 ) -> tuple[Fraction, Fraction] | None:
     """``(lse_bound(Dsc := 0), delta)`` exact rationals: ``lse_bound u ea el ucl smax 0 LN NL`` of
     ``Ojas.Attention.Float.SavedLseError`` (``lse_bound`` is ``delta`` plus a part without it) and
     ``delta = score_delta_de`` at the scores' dot ``dot``; ``smax = score_max_de``, ``X = e^(u 2 smax)`` rounded
     up (:func:`_exp_up`), ``P1``, ``CG``, ``CR`` (:func:`_pow_up`), ``NL = bL / (1 - bL) >= -ln(1 - bL)``. For
     "fp32" with the oracle: its ``attn_lse_q`` (the uniform bound, rounded up) minus ``delta``
-    (``score_delta_q``, equal); otherwise ``LN`` from :func:`_ln_up`. ``None`` when ``afe_bL < 1`` fails."""
+    (``score_delta_q``, equal); otherwise ``LN`` from :func:`_ln_up`. ``None`` when ``afe_bL < 1`` fails. With
+    ``arg``: ``bL = afe_bL_arg`` (PerPairExpArg.v), always through the hand copy."""
     smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
-    if _dot_model(dot) == "fp32":
+    if _dot_model(dot) == "fp32" and not arg:
         got = _from_oracle(
             bound="attention_lse",
             **{k: _rational(x) for k, x in args.items()},
@@ -1029,13 +1031,41 @@ def _lse_bound_q(
     P1 = _pow_up(1 + u, block_n - 1)
     CG = _pow_up((1 + ue) * (1 + u) ** 2, tiles)
     CR = _pow_up((1 + ue + ee) * (1 + u) ** 2, tiles)
-    bL = _afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles)
+    bL = _afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles, arg)
     if not bL < 1:
         return None
     NL = bL / (1 - bL)
     A = smax + 2 * (_ln_up(n_keys) + NL) + el
     A2 = (1 + u) * A + ea
     return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
+
+
+# an upper bound of 1 / ln 2 = log2 e (the float64 nearest, within 2^-52 relative, raised by 2^-50)
+_INV_LN2_UP = Fraction(math.log2(math.e)) * (1 + Fraction(1, 2**50))
+
+
+def _lse_rowmax_shift(
+    shift: torch.Tensor,
+    base: Fraction,
+    dot: DotModel,
+    args: dict[str, float],
+    head_dim: int,
+    row_score_max: torch.Tensor | None,
+) -> torch.Tensor:
+    """``shift + lse_bound(Dsc := 0)`` rounded up, ``base`` the latter at the a-priori ``smax`` (:func:`_lse_bound_q`).
+    With ``row_score_max`` (float64 like ``shift``, each row's certified ``max_j |scale q.k_j|`` over its visible
+    keys): the ``_rowmax`` theorems of ``Ojas.Attention.Float.PerPairExpArg``, ``smax`` in ``lse_bound``'s ``A``
+    replaced by ``Sm = min(smax, (row_score_max + delta) / ln 2) >= |score2|`` (``lse_bound`` is affine in it)."""
+    if row_score_max is None:
+        return cb.add_upper(shift, _float_up(base))
+    if not isinstance(row_score_max, torch.Tensor) or row_score_max.shape != shift.shape:
+        raise ValueError(f"row_score_max must be a tensor shaped like score_shift {tuple(shift.shape)}")
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    u, ucl = Fraction(args["u"]), Fraction(args["ucl"])
+    coef = (1 + u) * (u * (1 + ucl) + ucl) + u  # d lse_bound / d smax
+    rm = cb._check(row_score_max, "row_score_max")
+    sm = torch.clamp(cb.scale_upper(cb.add_upper(rm, _float_up(delta)), _INV_LN2_UP), max=_float_up(smax))
+    return cb.add_upper(shift, cb.add_upper(cb.scale_upper(sm, coef), _float_up(base - coef * smax)))
 
 
 def _uniform_lse_bound(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int) -> float | None:
@@ -1145,6 +1175,47 @@ def attention_lse_error_bound(
             f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}"
         )
     return value
+
+
+def attention_lse_arg_bound(
+    n_keys: int,
+    head_dim: int,
+    *,
+    score_shift: torch.Tensor,
+    block_n: int,
+    max_abs_q: float,
+    max_abs_k: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    log2_error: float = LOG2_ERROR,
+    dot: DotModel = "fp32",
+    row_score_max: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The saved lse's bound per row with the exp2 argument's rounding charged per pair:
+    ``Ojas.Attention.Float.PerPairExpArg.attention_lse_error_masked_tf32x3_op_pp_arg`` (and
+    ``attention_lse_error_masked_dot_pp_arg`` at the other dot models), ``lse_bound(Dsc)`` with ``bL =
+    afe_bL_arg`` (no ``X`` in the weights' factor). ``score_shift`` (float64, one per row) must be
+    ``>= ln sum_j P_j e^(d_j + g_j)``, ``g_j >= u ln 2 (s_i - s_j)`` for every visible ``i`` (``s`` the kernel's
+    base-2 scores: :func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`); it is NOT capped at
+    ``delta`` (the theorem has no uniform counterpart). The other arguments as for
+    :func:`attention_lse_error_bound`; ``inf`` everywhere when ``afe_bL_arg < 1`` fails; ``ValueError`` as it, or
+    for a ``score_shift`` that is not a tensor. ``row_score_max`` (float64 like ``score_shift``): each row's
+    certified upper bound of ``max_j |scale q.k_j|`` over its visible keys, for
+    ``attention_lse_error_masked_tf32x3_op_pp_arg_rowmax`` (``_dot_pp_arg_rowmax``): the magnitude in
+    ``lse_bound`` at the row's own score bound where below the a-priori ``smax`` (:func:`_lse_rowmax_shift`)."""
+    if not isinstance(score_shift, torch.Tensor):
+        raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
+    attention_lse_error_bound(
+        n_keys, head_dim, block_n=block_n, max_abs_q=max_abs_q, max_abs_k=max_abs_k, scale=scale,
+        qk_abs_sum=qk_abs_sum, exp2_error=exp2_error, log2_error=log2_error, dot=dot, score_shift=score_shift,
+    )  # fmt: skip
+    p, scale = _attention_bound_args(n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error)
+    args = _lse_args(n_keys, log2_error, exp2_error, scale, p)
+    got = _lse_bound_q(dot, args, head_dim, block_n, n_keys, -(-n_keys // block_n), arg=True)
+    if got is None:
+        return torch.full_like(score_shift, math.inf, dtype=torch.float64)
+    return _lse_rowmax_shift(score_shift.to(torch.float64), got[0], dot, args, head_dim, row_score_max)
 
 
 # |c2 ln 2 - 1| <= uc2 for the backward's float32 constant c2 = float32(1.4426950408889634)

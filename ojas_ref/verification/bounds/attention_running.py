@@ -380,9 +380,12 @@ def forward_counted_bound(
     return (c[0] * w + c[1] * r + c[2] * y + c[3]) * _ROUND_UP
 
 
-def _lse_counted_base(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, changes: int):
+def _lse_counted_base(
+    dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int, changes: int, arg: bool = False
+):
     """``(lse_bound(Dsc := 0), delta)`` as ``bounds.attention._lse_bound_q`` (exact rationals) with ``CG := CGc =
-    cg^C (1 + u)^Tt`` (``C = changes``, ``Tt`` the tiles) in ``afe_bL``; None when ``afe_bL < 1`` fails there."""
+    cg^C (1 + u)^Tt`` (``C = changes``, ``Tt`` the tiles) in ``afe_bL`` (with ``arg``, ``afe_bL_arg``); None when
+    ``afe_bL < 1`` fails there."""
     tiles = -(-n_keys // block_n)
     smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
     u, ue, ee, ea, el, ucl = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea", "el", "ucl"))
@@ -390,7 +393,7 @@ def _lse_counted_base(dot: DotModel, args: dict[str, float], head_dim: int, bloc
     P1 = ab._pow_up(1 + u, block_n - 1)
     CG = ab._pow_up((1 + ue) * (1 + u) ** 2, changes) * ab._pow_up(1 + u, tiles)
     CR = ab._pow_up((1 + ue + ee) * (1 + u) ** 2, tiles)
-    bL = ab._afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles)
+    bL = ab._afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles, arg)
     if not bL < 1:
         return None
     NL = bL / (1 - bL)
@@ -399,7 +402,16 @@ def _lse_counted_base(dot: DotModel, args: dict[str, float], head_dim: int, bloc
     return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
 
 
-def lse_counted_bound(n_keys: int, head_dim: int, score_shift: torch.Tensor, changes: int, **kw) -> torch.Tensor:
+def lse_counted_bound(
+    n_keys: int,
+    head_dim: int,
+    score_shift: torch.Tensor,
+    changes: int,
+    *,
+    arg: bool = False,
+    row_score_max: torch.Tensor | None = None,
+    **kw,
+) -> torch.Tensor:
     """``Ojas.Attention.Float.ForwardAccRunningCounted``'s bound on the saved lse's ``|lse - exact_lse|`` per row
     (float64, shaped like ``score_shift``; ``attention_lse_error_masked_counted_tf32x3_op_pp`` / ``_tc_op_pp``,
     ``attention_lse_error_masked_dot_counted_pp``): every premise of
@@ -407,10 +419,17 @@ def lse_counted_bound(n_keys: int, head_dim: int, score_shift: torch.Tensor, cha
     keyword arguments), plus ``changes >= C`` as for :func:`forward_counted_bound`; ``lse_bound(Dsc)`` with
     ``afe_bL`` (through ``NL = bL / (1 - bL)``) at ``CG := cg^C (1 + u)^Tt``, ``Dsc`` capped at ``delta`` (the
     pairs' errors capped at ``delta``: their ``pp_shift`` is at most ``delta`` and their count at most the
-    caller's), rounded up; ``inf`` everywhere when its ``afe_bL < 1`` fails. ``ValueError`` as the per-pair
-    bound's or for ``changes`` not an integer >= 0."""
+    caller's), rounded up; ``inf`` everywhere when its ``afe_bL < 1`` fails. With ``arg``:
+    ``Ojas.Attention.Float.PerPairExpArg.attention_lse_error_masked_counted_tf32x3_op_pp_arg``
+    (``attention_lse_error_masked_dot_counted_pp_arg``), ``afe_bL_arg`` at ``CGc`` and ``score_shift`` the shift
+    of :func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`, not capped; with ``arg``,
+    ``row_score_max`` as for :func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`
+    (``attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax``). ``ValueError`` as the per-pair bound's, for
+    ``changes`` not an integer >= 0, or for ``row_score_max`` without ``arg``."""
     if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
         raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
+    if row_score_max is not None and not arg:
+        raise ValueError("row_score_max goes with arg=True (the _pp_arg_rowmax theorems)")
     if not isinstance(score_shift, torch.Tensor):
         raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
     ab.attention_lse_error_bound(n_keys, head_dim, score_shift=score_shift, **kw)
@@ -420,9 +439,10 @@ def lse_counted_bound(n_keys: int, head_dim: int, score_shift: torch.Tensor, cha
         full["exp2_error"],
     )  # fmt: skip
     args = ab._lse_args(n_keys, full["log2_error"], full["exp2_error"], scale, p)
-    got = _lse_counted_base(full["dot"], args, head_dim, full["block_n"], n_keys, changes)
+    got = _lse_counted_base(full["dot"], args, head_dim, full["block_n"], n_keys, changes, arg)
     if got is None:
         return torch.full_like(score_shift, math.inf, dtype=F64)
     base, delta = got
-    shift = torch.clamp(score_shift.to(F64), max=_float_up(delta))
-    return cb.add_upper(shift, _float_up(base))
+    if arg:
+        return ab._lse_rowmax_shift(score_shift.to(F64), base, full["dot"], args, head_dim, row_score_max)
+    return cb.add_upper(torch.clamp(score_shift.to(F64), max=_float_up(delta)), _float_up(base))

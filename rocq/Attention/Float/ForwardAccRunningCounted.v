@@ -419,6 +419,47 @@ Proof.
     apply (Rc_nonneg K (H_l M K B) (Ry_l M B) (INR N) Tt HHl HRl HNp C CGc HCGc).
 Qed.
 
+(** The closed form of [l]'s bound for any tile factor [1 <= H <= H'] ([afe_bL]'s form at [P1 (1 + ue) X := H']
+    and [CG := CGc]); [counted_bL_apriori] ([H = H_l], ForwardError.v's [afe_bL]) and PerPairExpArg.v's
+    counted bound ([H = H_arg], [afe_bL_arg]) are its instances. *)
+Lemma counted_bL_apriori_H : forall K m0 B N Tt C CGc j i (t : nat) mt X P1 CR H H',
+  0 <= K -> (j <= C)%nat -> (j + i <= Tt)%nat -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
+  Rpower 2 (u * K) <= X -> (1 + u) ^ (B - 1) <= P1 -> cg M ^ C * (1 + u) ^ Tt <= CGc -> cr M ^ Tt <= CR ->
+  1 <= H <= H' ->
+  0 <= Rc K H (Ry_l M B) (INR N) CGc t
+  /\ 0 <= Gc H m0 j i mt - 1 + Rc K H (Ry_l M B) (INR N) CGc t
+  /\ Gc H m0 j i mt - 1 + Rc K H (Ry_l M B) (INR N) CGc t
+     <= H' * CGc * X - 1 + INR Tt * CR * (((H' * CGc * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee)) * (1 + u).
+Proof.
+  intros K m0 B N Tt C CGc j i t mt X P1 CR H H' HK Hj Hji Ht Hm HmK HX HP HCGc HC [H1 H2].
+  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  assert (HRy : 0 <= Ry_l M B)
+    by (unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
+  assert (HRy' : Ry_l M B <= P1 * (INR B * ee))
+    by (unfold Ry_l; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HP]).
+  pose proof (Gc_ge_1 H m0 H1 j i mt Hm) as HG1.
+  pose proof (Rc_nonneg K H (Ry_l M B) (INR N) Tt H1 HRy (pos_INR N) C CGc HCGc t) as HR0.
+  pose proof (CGc_ge_1 Tt C CGc HCGc) as HCG1.
+  pose proof (Rpower_pos (u * K)).
+  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
+  assert (HG : Gc H m0 j i mt <= H' * CGc * X).
+  { unfold Gc.
+    pose proof (count_le_CGc Tt C CGc HCGc j i Hj Hji) as Hc.
+    assert (Rpower 2 (u * (mt - m0)) <= X)
+      by (eapply Rle_trans; [apply ost_rpow_le; apply Rmult_le_compat_l; [exact Hu | exact HmK] | exact HX]).
+    pose proof (Rpower_pos (u * (mt - m0))).
+    pose proof (cg_ge_1 M).
+    assert (0 <= cg M ^ j * (1 + u) ^ i) by (apply Rmult_le_pos; apply pow_le; lra).
+    replace (H * cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (mt - m0)))
+      with (H * (cg M ^ j * (1 + u) ^ i) * Rpower 2 (u * (mt - m0))) by ring.
+    apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | apply Rmult_le_compat; lra | lra]. }
+  assert (HRc : Rc K H (Ry_l M B) (INR N) CGc t
+                <= INR Tt * CR * ((((H' * CGc * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee)) * (1 + u))).
+  { unfold Rc, dRc, Gbc.
+    apply (Rk_form_apriori M); [lra | lra | lra | apply pos_INR | exact Ht | exact HX | exact HC]. }
+  split; [exact HR0 | split; lra].
+Qed.
+
 (** The closed form of [l]'s bound: [afe_bL] (ForwardError.v) at [CG := CGc]. *)
 Lemma counted_bL_apriori : forall K m0 B N Tt C CGc j i (t : nat) mt X P1 CR,
   0 <= K -> (j <= C)%nat -> (j + i <= Tt)%nat -> (t <= Tt)%nat -> m0 <= mt -> mt - m0 <= K ->
@@ -429,38 +470,9 @@ Lemma counted_bL_apriori : forall K m0 B N Tt C CGc j i (t : nat) mt X P1 CR,
      <= afe_bL u ue ee ea B N Tt X P1 CGc CR.
 Proof.
   intros K m0 B N Tt C CGc j i t mt X P1 CR HK Hj Hji Ht Hm HmK HX HP HCGc HC.
-  destruct (H_l_bounds M K B X P1 HK HX HP) as [H1 H2].
-  pose proof (mp_eta_e_nonneg M) as Hee; pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
-  assert (HRy : 0 <= Ry_l M B)
-    by (unfold Ry_l; apply Rmult_le_pos; [apply pow_le; lra | apply Rmult_le_pos; [apply pos_INR | lra]]).
-  assert (HRy' : Ry_l M B <= P1 * (INR B * ee))
-    by (unfold Ry_l; apply Rmult_le_compat_r; [apply Rmult_le_pos; [apply pos_INR | lra] | exact HP]).
-  pose proof (Gc_ge_1 (H_l M K B) m0 H1 j i mt Hm) as HG1.
-  pose proof (Rc_nonneg K (H_l M K B) (Ry_l M B) (INR N) Tt H1 HRy (pos_INR N) C CGc HCGc t) as HR0.
-  pose proof (CGc_ge_1 Tt C CGc HCGc) as HCG1.
-  pose proof (Rpower_pos (u * K)).
-  assert (HX1 : 1 <= X) by (assert (1 <= Rpower 2 (u * K)) by (apply ose_rpow_ge_1, Rmult_le_pos; lra); lra).
-  assert (HG : Gc (H_l M K B) m0 j i mt <= P1 * ((1 + ue) * X) * CGc * X).
-  { unfold Gc.
-    pose proof (count_le_CGc Tt C CGc HCGc j i Hj Hji) as Hc.
-    assert (Rpower 2 (u * (mt - m0)) <= X)
-      by (eapply Rle_trans; [apply ost_rpow_le; apply Rmult_le_compat_l; [exact Hu | exact HmK] | exact HX]).
-    pose proof (Rpower_pos (u * (mt - m0))).
-    pose proof (cg_ge_1 M).
-    assert (0 <= cg M ^ j * (1 + u) ^ i) by (apply Rmult_le_pos; apply pow_le; lra).
-    replace (H_l M K B * cg M ^ j * (1 + u) ^ i * Rpower 2 (u * (mt - m0)))
-      with (H_l M K B * (cg M ^ j * (1 + u) ^ i) * Rpower 2 (u * (mt - m0))) by ring.
-    apply Rmult_le_compat; [apply Rmult_le_pos; lra | lra | apply Rmult_le_compat; lra | lra]. }
-  assert (HRc : Rc K (H_l M K B) (Ry_l M B) (INR N) CGc t
-                <= INR Tt * CR * (((((P1 * ((1 + ue) * X)) * CGc * X) * INR N * ee) * (1 + u) + ea + P1 * (INR B * ee))
-                   * (1 + u))).
-  { unfold Rc, dRc, Gbc.
-    apply (Rk_form_apriori M); [lra | lra | lra | apply pos_INR | exact Ht | exact HX | exact HC]. }
-  split; [exact HR0 | split; [lra |]].
-  unfold afe_bL; cbv zeta; lra.
+  exact (counted_bL_apriori_H K m0 B N Tt C CGc j i t mt X P1 CR _ _ HK Hj Hji Ht Hm HmK HX HP HCGc HC
+           (H_l_bounds M K B X P1 HK HX HP)).
 Qed.
-
-
 
 End Counted.
 

@@ -186,6 +186,84 @@ Variable lg : R -> R.
 Variables el lmin lmax : R.
 Hypothesis lg_err : forall x, lmin <= x <= lmax -> Rabs (lg x - ln x / ln 2) <= el.
 
+(** From [l]'s relative bound against any [Lc = 2^(-mt) Sg] with [1 <= Lc <= N] and the
+    move [D] of [ln Sg] to the exact log-sum-exp: the saved lse's bound (the tail of
+    [attention_lse_error_dot_gen]; PerPairExpArg.v takes [Sg] over the effective scores). *)
+Lemma lse_of_l_rel : forall (mt l Lc Sg LSE bL smax cl ucl LN NL D : R) (N : nat),
+  1 <= Lc -> Lc <= INR N -> Rabs (l - Lc) <= bL * Lc -> Lc = exp (- (mt * ln 2)) * Sg -> 0 < Sg ->
+  Rabs mt <= smax -> bL < 1 -> 0 <= ucl -> Rabs (cl - ln 2) <= ucl * ln 2 -> ln (INR N) <= LN ->
+  - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax -> Rabs (ln Sg - LSE) <= D ->
+  Rabs (rnd (rnd (mt + lg l) * cl) - LSE) <= lse_bound u ea el ucl smax D LN NL.
+Proof.
+  intros mt l Lc Sg LSE bL smax cl ucl LN NL D N HL1 HLN' Hrel ELc HSg Hmt HbL Hucl Hcl HLN HNL Hlmin Hlmax Hp.
+  pose proof (ff_u_nonneg A_) as Hu0; pose proof (ff_eta_nonneg A_) as Hea.
+  pose proof afe_ln2_bounds as [L2a L2b].
+  assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - Lc)); nra).
+  destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
+  assert (Hdom : lmin <= l <= lmax).
+  { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
+    pose proof (sp_Rabs_le_inv _ _ Hrel).
+    assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
+    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
+    split; lra. }
+  assert (ElnL : ln Lc = ln Sg - mt * ln 2)
+    by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
+  (* magnitudes *)
+  assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
+  assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
+  assert (Hlnl : Rabs (ln l) <= NL + LN)
+    by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
+  assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
+  { pose proof (lg_err l Hdom) as H.
+    assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
+    { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
+      assert (/ ln 2 <= 2).
+      { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
+      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
+    replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
+    eapply Rle_trans; [apply Rabs_triang | lra]. }
+  set (Am := smax + 2 * (LN + NL) + el).
+  assert (HA : Rabs (mt + lg l) <= Am) by (unfold Am; eapply Rle_trans; [apply Rabs_triang | lra]).
+  pose proof (ff_abs A_ (mt + lg l)) as R1.
+  set (x2 := rnd (mt + lg l)) in *.
+  assert (HA2 : Rabs x2 <= (1 + u) * Am + ea).
+  { replace x2 with ((x2 - (mt + lg l)) + (mt + lg l)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
+  set (A2 := (1 + u) * Am + ea) in *.
+  pose proof (ff_abs A_ (x2 * cl)) as R2.
+  assert (Hcla : Rabs cl <= 1 + ucl).
+  { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
+    rewrite (Rabs_right (ln 2)) by lra.
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
+  assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
+  { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
+    assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
+    assert (u * (Rabs x2 * Rabs cl) <= u * (A2 * (1 + ucl))) by (apply Rmult_le_compat_l; lra).
+    lra. }
+  assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
+  { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
+    eapply Rle_trans; [exact Hcl |].
+    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
+  assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
+    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
+    assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
+    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
+    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
+  assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
+  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
+    pose proof (Rabs_pos (lg l - ln l / ln 2)).
+    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
+  replace (rnd (x2 * cl) - LSE)
+    with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
+          + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
+    by (rewrite ElnL; field; lra).
+  unfold lse_bound; fold Am; fold A2.
+  eapply Rle_trans; [apply afe_Rabs_sum6 |].
+  lra.
+Qed.
+
 (** The lse for any relative bound [bL] of [l] ([l_fold_rel]) and any bound [D] of the move of
     log-sum-exp from the exact scores to the kernel's: [lse_bound .. smax D LN NL].
     [attention_lse_error_dot] ([bL] at [CG], [D = delta]), PerPairScoreError.v's
@@ -264,77 +342,14 @@ Proof.
   { pose proof (Hl K HK HX Fm0 HB Hks HBt' ltac:(rewrite Escat, map_length; exact HN) ltac:(lia)
                   ltac:(rewrite Hmr; exact Hm0t) ltac:(rewrite Hmr; exact HmK) ltac:(rewrite Hmr; exact HL1)) as Hr.
     rewrite Hmr in Hr; exact Hr. }
-  assert (HbL0 : 0 <= bL) by (pose proof (Rabs_pos (l - Lc)); nra).
-  destruct (afe_ln_ratio l Lc bL ltac:(lra) ltac:(lra) Hrel) as [Hl0 Hln].
-  assert (Hdom : lmin <= l <= lmax).
-  { assert (HNe : INR N <= exp LN) by (rewrite <- (exp_ln (INR N)) by lra; apply ose_exp_le, HLN).
-    pose proof (sp_Rabs_le_inv _ _ Hrel).
-    assert ((1 + bL) * Lc <= (1 + bL) * exp LN) by (apply Rmult_le_compat_l; lra).
-    assert ((1 - bL) * 1 <= (1 - bL) * Lc) by (apply Rmult_le_compat_l; lra).
-    split; lra. }
   (* ln L = ln (sum_j 2^s_j) - mt ln 2 *)
   set (Sg := rsum (map (fun kv => exp (score2_with A_ dotf c q (fst kv) * ln 2)) (concat tiles))) in *.
   assert (ELc : Lc = exp (- (mt * ln 2)) * Sg).
   { unfold Lc, exact_l, Sg; rewrite Escat, map_map, <- rsum_map_scal_l; apply rsum_map_ext; intros kv _.
     unfold Rpower; rewrite <- exp_plus; f_equal; ring. }
   assert (HSg : 0 < Sg) by (unfold Sg, tiles; cbn [concat app]; apply bw_rsum_exp_pos).
-  assert (ElnL : ln Lc = ln Sg - mt * ln 2)
-    by (rewrite ELc, ln_mult, ln_exp by (apply exp_pos || exact HSg); ring).
-  set (LSE := ln (rsum (map (fun kv => exp (scale * dot_R q (fst kv))) (concat tiles)))) in *.
-  (* magnitudes *)
-  assert (HLc0 : 0 <= ln Lc) by (rewrite <- ln_1; apply afe_ln_le; lra).
-  assert (HLcN : ln Lc <= LN) by (apply Rle_trans with (ln (INR N)); [apply afe_ln_le; lra | exact HLN]).
-  assert (Hlnl : Rabs (ln l) <= NL + LN)
-    by (pose proof (sp_Rabs_le_inv _ _ Hln); apply Rabs_le; lra).
-  assert (Hlg : Rabs (lg l) <= 2 * (LN + NL) + el).
-  { pose proof (lg_err l Hdom) as H.
-    assert (Rabs (ln l / ln 2) <= 2 * (NL + LN)).
-    { unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
-      assert (/ ln 2 <= 2).
-      { apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra. }
-      apply Rle_trans with (Rabs (ln l) * 2); [apply Rmult_le_compat_l; [apply Rabs_pos | lra] | lra]. }
-    replace (lg l) with ((lg l - ln l / ln 2) + ln l / ln 2) by ring.
-    eapply Rle_trans; [apply Rabs_triang | lra]. }
-  set (Am := smax + 2 * (LN + NL) + el).
-  assert (HA : Rabs (mt + lg l) <= Am) by (unfold Am; eapply Rle_trans; [apply Rabs_triang | lra]).
-  pose proof (ff_abs A_ (mt + lg l)) as R1.
-  set (x2 := rnd (mt + lg l)) in *.
-  assert (HA2 : Rabs x2 <= (1 + u) * Am + ea).
-  { replace x2 with ((x2 - (mt + lg l)) + (mt + lg l)) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
-  set (A2 := (1 + u) * Am + ea) in *.
-  pose proof (ff_abs A_ (x2 * cl)) as R2.
-  assert (Hcla : Rabs cl <= 1 + ucl).
-  { replace cl with ((cl - ln 2) + ln 2) by ring; eapply Rle_trans; [apply Rabs_triang |].
-    rewrite (Rabs_right (ln 2)) by lra.
-    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
-  assert (T1 : Rabs (rnd (x2 * cl) - x2 * cl) <= u * A2 * (1 + ucl) + ea).
-  { eapply Rle_trans; [exact R2 |]; rewrite Rabs_mult.
-    assert (Rabs x2 * Rabs cl <= A2 * (1 + ucl)) by (apply Rmult_le_compat; try apply Rabs_pos; lra).
-    assert (u * (Rabs x2 * Rabs cl) <= u * (A2 * (1 + ucl))) by (apply Rmult_le_compat_l; lra).
-    lra. }
-  assert (T2 : Rabs (x2 * (cl - ln 2)) <= A2 * ucl).
-  { rewrite Rabs_mult; apply Rmult_le_compat; try apply Rabs_pos; [lra |].
-    eapply Rle_trans; [exact Hcl |].
-    assert (ucl * ln 2 <= ucl * 1) by (apply Rmult_le_compat_l; lra). lra. }
-  assert (T3 : Rabs ((x2 - (mt + lg l)) * ln 2) <= u * Am + ea).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra.
-    assert (u * Rabs (mt + lg l) <= u * Am) by (apply Rmult_le_compat_l; lra).
-    assert (Rabs (x2 - (mt + lg l)) <= u * Am + ea) by lra.
-    assert (0 <= Rabs (x2 - (mt + lg l))) by apply Rabs_pos.
-    apply Rle_trans with (Rabs (x2 - (mt + lg l)) * 1); [apply Rmult_le_compat_l | ]; lra. }
-  assert (T4 : Rabs ((lg l - ln l / ln 2) * ln 2) <= el).
-  { rewrite Rabs_mult, (Rabs_right (ln 2)) by lra; pose proof (lg_err l Hdom).
-    pose proof (Rabs_pos (lg l - ln l / ln 2)).
-    apply Rle_trans with (Rabs (lg l - ln l / ln 2) * 1); [apply Rmult_le_compat_l | ]; lra. }
-  replace (rnd (x2 * cl) - LSE)
-    with ((rnd (x2 * cl) - x2 * cl) + x2 * (cl - ln 2) + (x2 - (mt + lg l)) * ln 2
-          + (lg l - ln l / ln 2) * ln 2 + (ln l - ln Lc) + (ln Sg - LSE))
-    by (rewrite ElnL; field; lra).
-  unfold lse_bound; fold Am; fold A2.
-  eapply Rle_trans; [apply afe_Rabs_sum6 |].
-  lra.
+  apply (lse_of_l_rel mt l Lc Sg _ bL smax cl ucl LN NL D N HL1 HLN' Hrel ELc HSg Hmt HbL Hucl Hcl HLN HNL
+           Hlmin Hlmax Hp).
 Qed.
 
 Theorem attention_lse_error_dot : forall (dotf : list R -> list R -> R) (g_rel g_abs : R) (q : list R) (c scale uc P X P1 CG CR cl ucl LN NL : R) (E B N Tt : nat)
