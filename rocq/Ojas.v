@@ -50,7 +50,7 @@ From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError A
 From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError Attention.Float.ForwardAccRunning.
 From Ojas Require Export Attention.Float.PerPairScoreError Attention.Float.RunningAccErrorPP.
 From Ojas Require Export Attention.Float.ForwardAccRunningCounted Attention.Float.DeltaReweight.
-From Ojas Require Export Attention.Float.ForwardSharedWeights.
+From Ojas Require Export Attention.Float.ForwardSharedWeights Attention.Float.DeltaKernelError.
 From Ojas Require Export Attention.Float.PerPairExpArg.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
