@@ -11,7 +11,7 @@
 
     The exact side (one query row, keys [ks = concat tiles], the masked keys' [P] zero):
       P_k = e^(S_k) / sum_(j visible) e^(S_j),   dp_k = sum_c dO_c v_kc,   D = sum_k P_k dp_k,
-    [S_k] the exact score in nats, the kernel's base-2 score [sc_k] within
+    [S_k] ([se k]) the exact score in nats, the kernel's base-2 score [sc_k] within
     [|sc_k ln 2 - S_k| <= dl_k <= dmax] (per key, as PerPairScoreError.v's [d]).
 
     Result ([attention_delta_kernel_error]): with [Tt] tiles of [n] keys, the visible
@@ -35,11 +35,26 @@
     [out_c = rs (rnd (acc_c / l))] the kernel's stored output.  The weights' errors
     [tw_k] are charged on [|dp_k - D|] (the re-weighted mean), the storage rounding of
     [p] ([us]) and the accumulation on [|dp_k|] and [|dO_c|], the P.V dot's prefixes
-    signed.  At [dl = 0] the leading terms are [(Tt ue + u K ln 2) sum_k P_k |dp_k - D|]
-    and [us sum_k P_k |dp_k|].
+    signed.  At [dl = 0], [tw_k + tb] is about [2 (Tt ue + u K ln 2)]: the leading terms
+    are that times [sum_k P_k |dp_k - D|], [us sum_k P_k |dp_k|], the accumulation's
+    [g (Av_c + Aa_c)] and [(rho - 1) Pre_c,t] on [|dO_c|], and [lb |D|].
 
-    Not covered here: the computation of [dl], [S] (the caller's, as PerPairScoreError.v);
-    what ForwardAccError.v's header does not cover. *)
+    The right-hand side is [delta_kernel_bound] (its pieces [dk_P], [dk_dp], [dk_D],
+    [dk_tw], [dk_r]; the premises [dk_tb_sum <= tb], [dk_lam <= lb]), the theorem
+    [attention_delta_kernel_error] over any key type ([Key], the kernel's [sc], [vis],
+    [val], any [acc_dot_model] P.V dot, any model whose [exp2] is nonnegative).
+
+    [attention_delta_kernel_error_dot]: the same with the kernel's scores
+    [sc_k = rnd (dotf q k * c)] ([score2_with], [dotf] any [dot_model] with [g_rel], [g_abs])
+    against [S_k = scale q.k], keys [(k, v)] with [v_kc = nth c v 0]: each key's
+    [dl_k = score_delta_de scale uc |q|.|k| (g_rel |q|.|k| + g_abs)] (ForwardError.v's
+    [score2_with_error] at the key's own [dot_abs q k], so per pair, as PerPairScoreError.v's
+    [d]), [dmax] and the range [K = 2 score_max_de] at a bound [P] of every [dot_abs q k]
+    ([m0 = - score_max_de]).
+
+    Not covered here: what ForwardAccError.v's header does not cover; the caller's
+    evaluation of the sums over the exact softmax (upper bounds, its own rounding
+    included). *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Raux.
@@ -160,46 +175,81 @@ Proof.
   apply rsum_map_ext; intros x _; apply Hh.
 Qed.
 
-(** [|sum_c dO_c out_c - D|] for the kernel's run (see the header). *)
+(** ** The bound, as the caller evaluates it
+
+    [dk_P se ks] the exact softmax over the visible keys of [ks] (zero on the masked ones),
+    [dk_dp cs dO k = dO . v_k], [dk_D] the exact [D]; [dk_tw], [dk_r] a visible weight's
+    relative and (underflow) absolute error factors; [dk_tb_sum] the premise of [tb],
+    [dk_lam] that of [lb]; [delta_kernel_bound] the right-hand side. *)
+Definition dk_P (se : Key -> R) (ks : list Key) (k : Key) : R :=
+  if vis k then exp (se k) / rsum (map (fun j => if vis j then exp (se j) else 0) ks) else 0.
+Definition dk_dp (cs : list nat) (dO : nat -> R) (k : Key) : R := rsum (map (fun c => dO c * val k c) cs).
+Definition dk_D (se : Key -> R) (ks : list Key) (cs : list nat) (dO : nat -> R) : R :=
+  rsum (map (fun k => dk_P se ks k * dk_dp cs dO k) ks).
+Definition dk_tw (Tt : nat) (K : R) (dl : Key -> R) (k : Key) : R :=
+  (1 + ue) ^ Tt * Rpower 2 (u * K) * exp (dl k) - 1.
+Definition dk_r (Tt : nat) (K dmax : R) : R := Rw M K Tt * exp dmax.
+Definition dk_tb_sum (se dl : Key -> R) (tiles : list (list Key)) (K dmax : R) : R :=
+  rsum (map (fun k => dk_P se (concat tiles) k * dk_tw (length tiles) K dl k) (concat tiles))
+  + INR (length (concat tiles)) * dk_r (length tiles) K dmax.
+Definition dk_lam (n Tt : nat) (dmax tb : R) : R :=
+  (1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb).
+
+Definition dk_Av (P : Key -> R) (ks : list Key) (c : nat) : R := rsum (map (fun k => P k * Rabs (val k c)) ks).
+Definition dk_Aa (P tw : Key -> R) (r pm dmax : R) (ks : list Key) (c : nat) : R :=
+  rsum (map (fun k => (P k * ((1 + us) * tw k + us) + (1 + us) * r + es * pm * exp dmax) * Rabs (val k c)) ks).
+Definition dk_Pre (P : Key -> R) (n : nat) (ks : list Key) (c t : nat) : R :=
+  Rabs (rsum (map (fun k => P k * val k c) (firstn (t * n) ks))).
+Definition dk_EB (n : nat) (g ga : R) (P tw : Key -> R) (ks : list Key) (Tt : nat) (r pm dmax : R) (c : nat) : R :=
+  rho_acc M g ^ Tt * (rsum (map (fun t => (rho_acc M g - 1) * dk_Pre P n ks c t) (seq 0 Tt))
+                      + (rho_acc M g - 1) * INR Tt * dk_Aa P tw r pm dmax ks c
+                      + g * (dk_Av P ks c + dk_Aa P tw r pm dmax ks c))
+  + rho_acc M g ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax.
+
+Definition delta_kernel_bound (n : nat) (g ga : R) (se dl : Key -> R) (tiles : list (list Key))
+    (cs : list nat) (dO out : nat -> R) (K dmax tb lb : R) : R :=
+  let ks := concat tiles in
+  let Tt := length tiles in
+  let P := dk_P se ks in
+  let dp := dk_dp cs dO in
+  let D := dk_D se ks cs dO in
+  let tw := dk_tw Tt K dl in
+  let r := dk_r Tt K dmax in
+  let pm := (1 + ue + ee) ^ Tt in
+  let sa := us * r + es * pm * exp dmax in
+  let EB := dk_EB n g ga P tw ks Tt r pm dmax in
+  (rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks) + r * rsum (map (fun k => Rabs (dp k - D)) ks)
+   + rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks) + sa * rsum (map (fun k => Rabs (dp k)) ks)
+   + rsum (map (fun c => Rabs (dO c) * EB c) cs)) / ((1 - tb) * (1 - lb))
+  + lb / (1 - lb) * Rabs D
+  + rsum (map (fun c => Rabs (dO c) * (store_ur A_ S_ * Rabs (out c) + store_er A_ S_)) cs).
+
+(** The backward's [delta] of the kernel's stored output against the exact [D] (see the
+    header): [out_c = rs (rnd (acc_c / l))] after the kernel's tiles, the exact scores
+    [se] in nats, the kernel's within [dl <= dmax] of them. *)
 Theorem attention_delta_kernel_error : forall (n : nat) (g ga : R) (se dl : Key -> R) (d : nat)
     (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
   let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
-  let ks := concat tiles in
-  let Tt := length tiles in
-  let Z := rsum (map (fun k => if vis k then exp (se k) else 0) ks) in
-  let P := fun k => if vis k then exp (se k) / Z else 0 in
-  let dp := fun k => rsum (map (fun c => dO c * val k c) cs) in
-  let D := rsum (map (fun k => P k * dp k) ks) in
-  let tw := fun k => (1 + ue) ^ Tt * Rpower 2 (u * K) * exp (dl k) - 1 in
-  let r := Rw M K Tt * exp dmax in
-  let pm := (1 + ue + ee) ^ Tt in
-  let sa := us * r + es * pm * exp dmax in
-  let rho := rho_acc M g in
-  let Av := fun c => rsum (map (fun k => P k * Rabs (val k c)) ks) in
-  let Aa := fun c => rsum (map (fun k => (P k * ((1 + us) * tw k + us) + (1 + us) * r + es * pm * exp dmax)
-                                          * Rabs (val k c)) ks) in
-  let Pre := fun c t => Rabs (rsum (map (fun k => P k * val k c) (firstn (t * n) ks))) in
-  let EB := fun c => rho ^ Tt * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt))
-                                 + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c))
-                     + rho ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax in
   (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> 0 <= K ->
   (forall tl, In tl tiles -> length tl = n) ->
-  (forall k, In k ks -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K) ->
-  (forall k, In k ks -> vis k = true -> Rabs (sc k * ln 2 - se k) <= dl k /\ dl k <= dmax) ->
-  (exists k, In k ks /\ vis k = true) ->
+  (forall k, In k (concat tiles) -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K) ->
+  (forall k, In k (concat tiles) -> vis k = true -> Rabs (sc k * ln 2 - se k) <= dl k /\ dl k <= dmax) ->
+  (exists k, In k (concat tiles) /\ vis k = true) ->
   (forall c, In c cs -> (c < d)%nat) ->
-  rsum (map (fun k => P k * tw k) ks) + INR (length ks) * r <= tb -> tb < 1 ->
-  (1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb) <= lb -> lb < 1 ->
-  Rabs (rsum (map (fun c => dO c * out c) cs) - D)
-  <= (rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks) + r * rsum (map (fun k => Rabs (dp k - D)) ks)
-      + rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks) + sa * rsum (map (fun k => Rabs (dp k)) ks)
-      + rsum (map (fun c => Rabs (dO c) * EB c) cs)) / ((1 - tb) * (1 - lb))
-     + lb / (1 - lb) * Rabs D
-     + rsum (map (fun c => Rabs (dO c) * (store_ur A_ S_ * Rabs (out c) + store_er A_ S_)) cs).
+  dk_tb_sum se dl tiles K dmax <= tb -> tb < 1 -> dk_lam n (length tiles) dmax tb <= lb -> lb < 1 ->
+  Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D se (concat tiles) cs dO)
+  <= delta_kernel_bound n g ga se dl tiles cs dO out K dmax tb lb.
 Proof.
-  intros n g ga se dl d tiles cs dO m0 K dmax tb lb st out ks Tt Z P dp D tw r pm sa rho Av Aa Pre EB
-    Hexp Hm HK Hn Hsc Hdl [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1.
+  intros n g ga se dl d tiles cs dO m0 K dmax tb lb st out Hexp Hm HK Hn Hsc Hdl [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1.
+  unfold delta_kernel_bound; cbv zeta.
+  set (ks := concat tiles) in *; set (Tt := length tiles) in *; set (P := dk_P se ks); set (dp := dk_dp cs dO).
+  set (D := dk_D se ks cs dO); set (tw := dk_tw Tt K dl); set (r := dk_r Tt K dmax); set (pm := (1 + ue + ee) ^ Tt).
+  set (sa := us * r + es * pm * exp dmax); set (EB := dk_EB n g ga P tw ks Tt r pm dmax).
+  set (rho := rho_acc M g); set (Av := dk_Av P ks); set (Aa := dk_Aa P tw r pm dmax ks); set (Pre := dk_Pre P n ks).
+  change (rsum (map (fun k => P k * tw k) ks) + INR (length ks) * r <= tb) in Htb.
+  change ((1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb) <= lb) in Hlb.
+  set (Z := rsum (map (fun k => if vis k then exp (se k) else 0) ks)).
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
   pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
@@ -226,14 +276,14 @@ Proof.
   assert (HZ : 0 < Z).
   { apply (rsum_pos _ (exp (se q0))); [| apply in_map_iff; exists q0; rewrite Hv0; auto | apply exp_pos].
     intros y Hy; apply in_map_iff in Hy; destruct Hy as [k [<- _]]; destruct (vis k); [left; apply exp_pos | lra]. }
-  assert (HP0 : forall k, 0 <= P k) by (intros k; unfold P; destruct (vis k); [apply Rlt_le, Rdiv_lt_0_compat; [apply exp_pos | exact HZ] | lra]).
-  assert (HPv : forall k, vis k = true -> 0 < P k) by (intros k Hk; unfold P; rewrite Hk; apply Rdiv_lt_0_compat; [apply exp_pos | exact HZ]).
+  assert (HP0 : forall k, 0 <= P k) by (intros k; unfold P, dk_P; fold Z; destruct (vis k); [apply Rlt_le, Rdiv_lt_0_compat; [apply exp_pos | exact HZ] | lra]).
+  assert (HPv : forall k, vis k = true -> 0 < P k) by (intros k Hk; unfold P, dk_P; fold Z; rewrite Hk; apply Rdiv_lt_0_compat; [apply exp_pos | exact HZ]).
   assert (HP1 : rsum (map P ks) = 1).
-  { unfold P; rewrite (rsum_map_ext _ (fun k => (if vis k then exp (se k) else 0) / Z)) by (intros k _; destruct (vis k); [reflexivity | unfold Rdiv; ring]).
+  { unfold P, dk_P; fold Z; rewrite (rsum_map_ext _ (fun k => (if vis k then exp (se k) else 0) / Z)) by (intros k _; destruct (vis k); [reflexivity | unfold Rdiv; ring]).
     rewrite rsum_map_div; fold Z; field; lra. }
   set (Lc := exp (- (mT * ln 2)) * Z).
   assert (HLcP : forall k, vis k = true -> Lc * P k = exp (se k - mT * ln 2)).
-  { intros k Hk; unfold Lc, P; rewrite Hk; replace (se k - mT * ln 2) with (- (mT * ln 2) + se k) by ring.
+  { intros k Hk; unfold Lc, P, dk_P; fold Z; rewrite Hk; replace (se k - mT * ln 2) with (- (mT * ln 2) + se k) by ring.
     rewrite exp_plus; field; lra. }
   assert (HLc : exp (- dmax) <= Lc).
   { assert (Hq : exp (- dmax) <= Lc * P qs).
@@ -255,7 +305,7 @@ Proof.
   set (sk := fun k => if vis k then us * (1 + tw k + r / P k) + es * pm * exp dmax / P k else 0).
   set (fb := fun x => if vis (sw_key Key x) then sw_w Key x / (Lc * P (sw_key Key x)) - 1 else 0).
   set (fa := fun x => if vis (sw_key Key x) then sw_ws M Key x / (Lc * P (sw_key Key x)) - 1 else 0).
-  assert (Hr0 : 0 <= r) by (unfold r; apply Rmult_le_pos; [apply Rw_nonneg | left; apply exp_pos]).
+  assert (Hr0 : 0 <= r) by (unfold r, dk_r; apply Rmult_le_pos; [apply Rw_nonneg | left; apply exp_pos]).
   assert (Hpm : 1 <= pm) by (apply pow_R1_Rle; lra).
   assert (Hpi : forall x, In x L -> 0 <= sw_pi Key x <= pm).
   { intros x Hx; destruct (shared_pi_bounds M Key sc vis val accf Hexp tiles (kernel_start d) [] 0 Hfmt I
@@ -266,7 +316,7 @@ Proof.
   { intros x Hx; pose proof (Hws x Hx) as Hw.
     assert (Hk : In (sw_key Key x) ks) by (rewrite <- HLk; apply in_map, Hx).
     unfold fb, fa, tk, sk; destruct (vis (sw_key Key x)) eqn:Ev; rewrite ?Ev in Hw.
-    2:{ assert (EP : P (sw_key Key x) = 0) by (unfold P; rewrite Ev; reflexivity).
+    2:{ assert (EP : P (sw_key Key x) = 0) by (unfold P, dk_P; fold Z; rewrite Ev; reflexivity).
         unfold sw_ws, sw_w; rewrite EP, Hw, (ff_rnd_id S_ 0 (ff_fmt_0 S_)), Rminus_0_r, Rabs_R0.
         split; [ring | split; [ring | lra]]. }
     destruct Hw as [m [Em [[Hs0 Hsm] Hw]]]; rewrite EmT in Em; injection Em as <-.
@@ -288,12 +338,12 @@ Proof.
       unfold dd, Rdiv; rewrite Rabs_mult, Rabs_inv, (Rabs_right (ln 2)) by lra; field; lra. }
     assert (HiP : 0 < / P k) by (apply Rinv_0_lt_compat, HPv, Ev).
     assert (HRw : Rw M K Tt / Wx <= r / P k).
-    { unfold Wx, r, Rdiv; rewrite Rinv_mult.
+    { unfold Wx, r, dk_r, Rdiv; rewrite Rinv_mult.
       replace (Rw M K Tt * (/ Lc * / P k)) with ((Rw M K Tt * / P k) * / Lc) by ring.
       replace (Rw M K Tt * exp dmax * / P k) with ((Rw M K Tt * / P k) * exp dmax) by ring.
       apply Rmult_le_compat_l; [apply Rmult_le_pos; [apply Rw_nonneg | lra] | exact HiLc]. }
     assert (Htk : Rabs b <= tw k + r / P k).
-    { eapply Rle_trans; [exact Hb |]; unfold tw.
+    { eapply Rle_trans; [exact Hb |]; unfold tw, dk_tw.
       pose proof (Gw_ge_1 M Tt mT (sc k) Hsm).
       assert (Gw M Tt mT (sc k) * Rpower 2 (Rabs dd) <= (1 + ue) ^ Tt * Rpower 2 (u * K) * exp (dl k))
         by (apply Rmult_le_compat; [lra | left; apply Rpower_pos | exact HG | exact Hdd]).
@@ -315,7 +365,7 @@ Proof.
   { eapply Rle_trans; [| exact Htb]; rewrite <- ost_rsum_const, <- rsum_map_plus; apply bw_rsum_le; intros k _.
     unfold tk; destruct (vis k) eqn:Ev.
     - replace (P k * (tw k + r / P k)) with (P k * tw k + r) by (field; apply Rgt_not_eq, HPv, Ev); lra.
-    - unfold P; rewrite Ev; lra. }
+    - unfold P, dk_P; fold Z; rewrite Ev; lra. }
   (* the normaliser: one common factor *)
   set (Sw := rsum (map (sw_w Key) L)).
   assert (ESw : Sw = rsum (map (fun x => Lc * P (sw_key Key x) * (1 + fb x)) L))
@@ -365,7 +415,7 @@ Proof.
         + replace (P k * (tw k + r / P k + (us * (1 + tw k + r / P k) + es * pm * exp dmax / P k)))
             with (P k * ((1 + us) * tw k + us) + (1 + us) * r + es * pm * exp dmax)
             by (field; apply Rgt_not_eq, HPv, Ev); lra.
-        + unfold P; rewrite Ev.
+        + unfold P, dk_P; fold Z; rewrite Ev.
           assert (0 <= es * pm * exp dmax) by (apply Rmult_le_pos; [apply Rmult_le_pos; lra | left; apply exp_pos]).
           assert (0 <= (1 + us) * r) by (apply Rmult_le_pos; lra). lra. }
     assert (Hnum : forall j, sw_num M Key val c (firstn j L)
@@ -427,7 +477,9 @@ Proof.
       assert (0 <= (1 + g) * ea) by (apply Rmult_le_pos; lra); lra. }
     assert (H2 : X <= Lc * (X * exp dmax)).
     { replace (Lc * (X * exp dmax)) with (X * (Lc * exp dmax)) by ring; apply fa_le_mult_r; assumption. }
-    unfold EB; fold pm in X; unfold X in *.
+    unfold EB, dk_EB; fold pm in X; unfold X in *.
+    change (rho_acc M g) with rho; change (dk_Pre P n ks) with Pre; change (dk_Aa P tw r pm dmax ks) with Aa.
+    change (dk_Av P ks) with Av.
     replace (Lc * (rho ^ Tt * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c))
                    + rho ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax))
       with (rho ^ Tt * (Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c)))
@@ -463,7 +515,7 @@ Proof.
     assert (0 <= r * Rabs (dp k - D)) by (apply Rmult_le_pos; [exact Hr0 | apply Rabs_pos]).
     unfold tk; destruct (vis k) eqn:Ev.
     - replace (P k * (tw k + r / P k + tb)) with (P k * (tw k + tb) + r) by (field; apply Rgt_not_eq, HPv, Ev); lra.
-    - unfold P; rewrite Ev; lra. }
+    - unfold P, dk_P; fold Z; rewrite Ev; lra. }
   assert (Hsa : 0 <= sa).
   { unfold sa; assert (0 <= us * r) by (apply Rmult_le_pos; lra).
     assert (0 <= es * pm * exp dmax) by (apply Rmult_le_pos; [apply Rmult_le_pos; lra | left; apply exp_pos]); lra. }
@@ -476,7 +528,7 @@ Proof.
     unfold sk; destruct (vis k) eqn:Ev.
     - replace (P k * (us * (1 + tw k + r / P k) + es * pm * exp dmax / P k)) with (P k * us * (1 + tw k) + sa)
         by (unfold sa; field; apply Rgt_not_eq, HPv, Ev); lra.
-    - unfold P; rewrite Ev; lra. }
+    - unfold P, dk_P; fold Z; rewrite Ev; lra. }
   assert (B3 : rsum (map (fun c => Rabs (dO c) * Rabs (Ec c)) cs) / Lc <= rsum (map (fun c => Rabs (dO c) * EB c) cs)).
   { rewrite <- rsum_map_div; apply bw_rsum_le; intros c Hc.
     assert (H : Rabs (Ec c) / Lc <= EB c).
@@ -490,3 +542,76 @@ Proof.
 Qed.
 
 End DeltaKernel.
+
+(** ** The scores of the kernel: [tl.dot (q, k)] by any dot model, per key *)
+
+Section DeltaKernelDot.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+(** [score_delta_de] and [score_max_de] at [P] and the dot's error [g_rel P + g_abs] grow with [P]. *)
+Lemma score_de_mono : forall scale uc P1 P2 gr ga, 0 <= scale -> 0 <= uc -> 0 <= gr -> P1 <= P2 ->
+  score_delta_de A_ scale uc P1 (gr * P1 + ga) <= score_delta_de A_ scale uc P2 (gr * P2 + ga)
+  /\ score_max_de A_ scale uc P1 (gr * P1 + ga) <= score_max_de A_ scale uc P2 (gr * P2 + ga).
+Proof.
+  intros scale uc P1 P2 gr ga Hs Huc Hg HP; pose proof (ff_u_nonneg A_) as Hu.
+  assert (Hd : gr * P1 <= gr * P2) by (apply Rmult_le_compat_l; lra).
+  unfold score_delta_de, score_max_de; split; apply Rplus_le_compat_r.
+  - apply Rmult_le_compat_l; [lra |]; apply Rplus_le_compat; [| lra].
+    apply Rmult_le_compat_r; [assert (0 <= u * (1 + uc)) by (apply Rmult_le_pos; lra); lra | lra].
+  - apply Rmult_le_compat_r; [lra |]; apply Rmult_le_compat_l; [lra |].
+    apply Rmult_le_compat_l; [apply Rmult_le_pos; lra | lra].
+Qed.
+
+(** [attention_delta_kernel_error] with the kernel's scores [rnd (dotf q k * c)] ([score2_with],
+    [dotf] any [dot_model]) and the exact scores [scale q.k]: keys [(k, v)], the per-key
+    score error [dl = score_delta_de scale uc |q|.|k| (g_rel |q|.|k| + g_abs)] (ForwardError.v's
+    [score2_with_error] at the key's own [dot_abs q k]), [dmax] and the score range
+    [K = 2 score_max_de] at a bound [P] of every [dot_abs q k]. *)
+Theorem attention_delta_kernel_error_dot : forall (dotf : list R -> list R -> R) (E : nat) (g_rel g_abs : R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g ga : R) (q : list R) (c scale uc P : R)
+    (vis : list R * list R -> bool) (d : nat) (tiles : list (list (list R * list R))) (cs : list nat)
+    (dO : nat -> R) (tb lb : R),
+  let sck := fun kv : list R * list R => score2_with A_ dotf c q (fst kv) in
+  let valk := fun (kv : list R * list R) (i : nat) => nth i (snd kv) 0 in
+  let se := fun kv : list R * list R => scale * dot_R q (fst kv) in
+  let dl := fun kv : list R * list R =>
+    score_delta_de A_ scale uc (dot_abs q (fst kv)) (g_rel * dot_abs q (fst kv) + g_abs) in
+  let dmax := score_delta_de A_ scale uc P (g_rel * P + g_abs) in
+  let K := 2 * score_max_de A_ scale uc P (g_rel * P + g_abs) in
+  let st := kernel_run_acc M (list R * list R) sck vis valk accf (kernel_start d) tiles in
+  let out := fun i => ff_rnd S_ (rnd (nth i (ks_acc st) 0 / ks_l st)) in
+  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> dot_model dotf E g_rel g_abs ->
+  0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale -> length q = E ->
+  (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
+  (forall tl, In tl tiles -> length tl = n) ->
+  (exists kv, In kv (concat tiles) /\ vis kv = true) ->
+  (forall i, In i cs -> (i < d)%nat) ->
+  dk_tb_sum M (list R * list R) vis se dl tiles K dmax <= tb -> tb < 1 ->
+  dk_lam M n (length tiles) dmax tb <= lb -> lb < 1 ->
+  Rabs (rsum (map (fun i => dO i * out i) cs) - dk_D (list R * list R) vis valk se (concat tiles) cs dO)
+  <= delta_kernel_bound M (list R * list R) vis valk n g ga se dl tiles cs dO out K dmax tb lb.
+Proof.
+  intros dotf E g_rel g_abs accf n g ga q c scale uc P vis d tiles cs dO tb lb sck valk se dl dmax K st out
+    Hexp Hm Hdm Hs Huc Hc Hq Hkeys Hn Hvis Hcs Htb Htb1 Hlb Hlb1.
+  set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
+  pose proof (dm_rel_nonneg _ _ _ _ Hdm) as Hgr.
+  assert (Hone : forall kv, In kv (concat tiles) -> vis kv = true ->
+            Rabs (sck kv * ln 2 - se kv) <= dl kv /\ dl kv <= dmax /\ Rabs (sck kv) <= smax).
+  { intros kv Hkv Hv; destruct (Hkeys kv Hkv Hv) as [Hk HP].
+    destruct (score2_with_error A_ dotf E g_rel g_abs c scale uc q (fst kv) (dot_abs q (fst kv)) Hdm Hq Hk Hs Huc Hc
+                (Rle_refl _)) as [H1 H2].
+    destruct (score_de_mono scale uc (dot_abs q (fst kv)) P g_rel g_abs ltac:(lra) Huc Hgr HP) as [H3 H4].
+    split; [exact H1 | split; [exact H3 | eapply Rle_trans; [exact H2 | exact H4]]]. }
+  apply (attention_delta_kernel_error M (list R * list R) sck vis valk accf n g ga se dl d tiles cs dO (- smax) K dmax tb lb
+           Hexp Hm); try assumption.
+  - destruct Hvis as [kv [Hkv Hv]]; destruct (Hone kv Hkv Hv) as [_ [_ H]]; pose proof (Rabs_pos (sck kv)); unfold K; lra.
+  - intros kv Hkv Hv; destruct (Hone kv Hkv Hv) as [_ [_ H]]; apply Rabs_le_inv in H.
+    split; [apply ff_rnd_fmt | unfold K; lra].
+  - intros kv Hkv Hv; destruct (Hone kv Hkv Hv) as [H1 [H2 _]]; split; assumption.
+Qed.
+
+End DeltaKernelDot.

@@ -53,13 +53,12 @@
       ([Wx = Lc P_k], [d] the score's error); [weight_rel_stored]: then [rs p pi = Wx (1 + a)],
       [|a - b| <= us (1 + |b|) + es pi / Wx].
 
-    Not yet here: the computed scores against the exact ones (per pair, as
-    PerPairScoreError.v: [2^(s_k - m_T) = Lc P_k 2^(d_k)]), and the composition with
-    [attention_delta_ratio_error] over the final shared list (its [b_k], [t_k] from
-    [weight_kernel_close] and [weight_rel_exact], [a_k], [s_k] from [weight_rel_stored] and
-    [shared_pi_bounds], [E_c] from [acc_kernel_shared_final], [lam] from
-    [l_kernel_common_factor] and [common_factor_absorb], [ur], [er] from [store_close]),
-    with [E_c]'s terms bounded by the exact softmax's signed prefixes for the caller. *)
+    The composition with [attention_delta_ratio_error] over the final shared list (its
+    [b_k], [t_k] from [weight_kernel_close] and [weight_rel_exact], [a_k], [s_k] from
+    [weight_rel_stored] and [shared_pi_bounds], [E_c] from [acc_kernel_shared_final], [lam]
+    from [l_kernel_common_factor] and [common_factor_absorb], [ur], [er] from [store_close]),
+    the computed scores against the exact ones per key ([2^(s_k - m_T) = Lc P_k 2^(d_k)]) and
+    [E_c]'s terms bounded by the exact softmax's signed prefixes: DeltaKernelError.v. *)
 
 From Coq Require Import Reals List Lra Lia Arith.
 From Flocq Require Import Core.
