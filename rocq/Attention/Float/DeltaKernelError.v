@@ -21,15 +21,15 @@
       r    = Rw K Tt e^dmax                              (the [exp2] underflow [ee] terms)
       pm   = (1 + ue + ee)^Tt,   sa = us r + es pm e^dmax,   rho = (1 + g) (1 + u),
       Av_c = sum_k P_k |v_kc|,
-      Aa_c = sum_k (P_k ((1 + us) tw_k + us) + (1 + us) r + es pm e^dmax) |v_kc|,
+      Aa_c = sum_k P_k ((1 + us) tw_k + us) |v_kc| + ((1 + us) r + es pm e^dmax) sum_(k visible) |v_kc|,
       Pre_c,t = |sum_(k in the first t tiles) P_k v_kc|     (the exact signed prefixes),
       EB_c = rho^Tt (sum_(t < Tt) (rho - 1) Pre_c,t + (rho - 1) Tt Aa_c + g (Av_c + Aa_c))
              + rho^Tt Tt pm ((1 + g) ea + ga) e^dmax,
-    and premises [sum_k P_k tw_k + N r <= tb < 1] ([N = |ks|]) and
+    and premises [sum_k P_k tw_k + N r <= tb < 1] ([N] the number of visible keys) and
     [(1 + u)^(n - 1 + 2 Tt) - 1 + Tt l_growth^Tt ea e^dmax / (1 - tb) <= lb < 1]:
       |sum_c dO_c out_c - D|
-        <= (sum_k P_k (tw_k + tb) |dp_k - D| + r sum_k |dp_k - D|
-            + sum_k P_k us (1 + tw_k) |dp_k| + sa sum_k |dp_k|
+        <= (sum_k P_k (tw_k + tb) |dp_k - D| + r sum_(k visible) |dp_k - D|
+            + sum_k P_k us (1 + tw_k) |dp_k| + sa sum_(k visible) |dp_k|
             + sum_c |dO_c| EB_c) / ((1 - tb) (1 - lb))
            + lb / (1 - lb) |D| + sum_c |dO_c| (store_ur |out_c| + store_er),
     [out_c = rs (rnd (acc_c / l))] the kernel's stored output.  The weights' errors
@@ -191,13 +191,14 @@ Definition dk_tw (Tt : nat) (K : R) (dl : Key -> R) (k : Key) : R :=
 Definition dk_r (Tt : nat) (K dmax : R) : R := Rw M K Tt * exp dmax.
 Definition dk_tb_sum (se dl : Key -> R) (tiles : list (list Key)) (K dmax : R) : R :=
   rsum (map (fun k => dk_P se (concat tiles) k * dk_tw (length tiles) K dl k) (concat tiles))
-  + INR (length (concat tiles)) * dk_r (length tiles) K dmax.
+  + INR (length (filter vis (concat tiles))) * dk_r (length tiles) K dmax.
 Definition dk_lam (n Tt : nat) (dmax tb : R) : R :=
   (1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb).
 
 Definition dk_Av (P : Key -> R) (ks : list Key) (c : nat) : R := rsum (map (fun k => P k * Rabs (val k c)) ks).
 Definition dk_Aa (P tw : Key -> R) (r pm dmax : R) (ks : list Key) (c : nat) : R :=
-  rsum (map (fun k => (P k * ((1 + us) * tw k + us) + (1 + us) * r + es * pm * exp dmax) * Rabs (val k c)) ks).
+  rsum (map (fun k => P k * ((1 + us) * tw k + us) * Rabs (val k c)) ks)
+  + ((1 + us) * r + es * pm * exp dmax) * rsum (map (fun k => Rabs (val k c)) (filter vis ks)).
 Definition dk_Pre (P : Key -> R) (n : nat) (ks : list Key) (c t : nat) : R :=
   Rabs (rsum (map (fun k => P k * val k c) (firstn (t * n) ks))).
 Definition dk_EB (n : nat) (g ga : R) (P tw : Key -> R) (ks : list Key) (Tt : nat) (r pm dmax : R) (c : nat) : R :=
@@ -218,8 +219,8 @@ Definition delta_kernel_bound (n : nat) (g ga : R) (se dl : Key -> R) (tiles : l
   let pm := (1 + ue + ee) ^ Tt in
   let sa := us * r + es * pm * exp dmax in
   let EB := dk_EB n g ga P tw ks Tt r pm dmax in
-  (rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks) + r * rsum (map (fun k => Rabs (dp k - D)) ks)
-   + rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks) + sa * rsum (map (fun k => Rabs (dp k)) ks)
+  (rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks) + r * rsum (map (fun k => Rabs (dp k - D)) (filter vis ks))
+   + rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks) + sa * rsum (map (fun k => Rabs (dp k)) (filter vis ks))
    + rsum (map (fun c => Rabs (dO c) * EB c) cs)) / ((1 - tb) * (1 - lb))
   + lb / (1 - lb) * Rabs D
   + rsum (map (fun c => Rabs (dO c) * (store_ur A_ S_ * Rabs (out c) + store_er A_ S_)) cs).
@@ -247,7 +248,7 @@ Proof.
   set (D := dk_D se ks cs dO); set (tw := dk_tw Tt K dl); set (r := dk_r Tt K dmax); set (pm := (1 + ue + ee) ^ Tt).
   set (sa := us * r + es * pm * exp dmax); set (EB := dk_EB n g ga P tw ks Tt r pm dmax).
   set (rho := rho_acc M g); set (Av := dk_Av P ks); set (Aa := dk_Aa P tw r pm dmax ks); set (Pre := dk_Pre P n ks).
-  change (rsum (map (fun k => P k * tw k) ks) + INR (length ks) * r <= tb) in Htb.
+  change (rsum (map (fun k => P k * tw k) ks) + INR (length (filter vis ks)) * r <= tb) in Htb.
   change ((1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb) <= lb) in Hlb.
   set (Z := rsum (map (fun k => if vis k then exp (se k) else 0) ks)).
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
@@ -362,7 +363,10 @@ Proof.
   assert (Hsum_keys : forall f : Key -> R, rsum (map (fun x => f (sw_key Key x)) L) = rsum (map f ks))
     by (intros f; apply (rsum_shared_keys d tiles f); intros; reflexivity).
   assert (HPt : rsum (map (fun k => P k * tk k) ks) <= tb).
-  { eapply Rle_trans; [| exact Htb]; rewrite <- ost_rsum_const, <- rsum_map_plus; apply bw_rsum_le; intros k _.
+  { eapply Rle_trans; [| exact Htb].
+    assert (Er : INR (length (filter vis ks)) * r = rsum (map (fun k => if vis k then r else 0) ks))
+      by (rewrite <- ost_rsum_const; symmetry; apply (rsum_vis Key vis (fun _ => r))).
+    rewrite Er, <- rsum_map_plus; apply bw_rsum_le; intros k _.
     unfold tk; destruct (vis k) eqn:Ev.
     - replace (P k * (tw k + r / P k)) with (P k * tw k + r) by (field; apply Rgt_not_eq, HPv, Ev); lra.
     - unfold P, dk_P; fold Z; rewrite Ev; lra. }
@@ -410,14 +414,15 @@ Proof.
       - apply bw_rsum_le; intros x Hx; apply Rmult_le_compat_r; [apply Rabs_pos |].
         apply Rmult_le_compat_l; [apply HP0 |]; destruct (HE x Hx) as [_ [_ [H1 H2]]].
         pose proof (Rabs_triang (fa x - fb x) (fb x)) as H; replace (fa x - fb x + fb x) with (fa x) in H by ring; lra.
-      - rewrite (Hsum_keys (fun k => P k * (tk k + sk k) * Rabs (val k c))); unfold Aa; apply bw_rsum_le; intros k _.
-        apply Rmult_le_compat_r; [apply Rabs_pos |]; unfold tk, sk; destruct (vis k) eqn:Ev.
+      - rewrite (Hsum_keys (fun k => P k * (tk k + sk k) * Rabs (val k c))); unfold Aa, dk_Aa.
+        set (C := (1 + us) * r + es * pm * exp dmax).
+        assert (EC : C * rsum (map (fun k => Rabs (val k c)) (filter vis ks))
+                     = rsum (map (fun k => if vis k then C * Rabs (val k c) else 0) ks))
+          by (rewrite <- rsum_map_scal_l; symmetry; apply (rsum_vis Key vis (fun k => C * Rabs (val k c)))).
+        rewrite EC, <- rsum_map_plus; apply bw_rsum_le; intros k _; unfold tk, sk; destruct (vis k) eqn:Ev.
         + replace (P k * (tw k + r / P k + (us * (1 + tw k + r / P k) + es * pm * exp dmax / P k)))
-            with (P k * ((1 + us) * tw k + us) + (1 + us) * r + es * pm * exp dmax)
-            by (field; apply Rgt_not_eq, HPv, Ev); lra.
-        + unfold P, dk_P; fold Z; rewrite Ev.
-          assert (0 <= es * pm * exp dmax) by (apply Rmult_le_pos; [apply Rmult_le_pos; lra | left; apply exp_pos]).
-          assert (0 <= (1 + us) * r) by (apply Rmult_le_pos; lra). lra. }
+            with (P k * ((1 + us) * tw k + us) + C) by (unfold C; field; apply Rgt_not_eq, HPv, Ev); lra.
+        + unfold P, dk_P; fold Z; rewrite Ev; lra. }
     assert (Hnum : forall j, sw_num M Key val c (firstn j L)
       = Lc * (rsum (map (fun k => P k * val k c) (firstn j ks))
               + rsum (map (fun x => P (sw_key Key x) * fa x * val (sw_key Key x) c) (firstn j L)))).
@@ -509,10 +514,11 @@ Proof.
   (* the terms over the keys *)
   assert (B1 : rsum (map (fun j => P (sw_key Key j) * (tk (sw_key Key j) + tb)
                                    * Rabs (rsum (map (fun c => dO c * val (sw_key Key j) c) cs) - D)) L)
-               <= rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks) + r * rsum (map (fun k => Rabs (dp k - D)) ks)).
+               <= rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks)
+                  + r * rsum (map (fun k => Rabs (dp k - D)) (filter vis ks))).
   { rewrite (rsum_shared_keys d tiles (fun k => P k * (tk k + tb) * Rabs (dp k - D))) by (intros; reflexivity).
-    rewrite <- rsum_map_scal_l, <- rsum_map_plus; apply bw_rsum_le; intros k _.
-    assert (0 <= r * Rabs (dp k - D)) by (apply Rmult_le_pos; [exact Hr0 | apply Rabs_pos]).
+    rewrite <- rsum_map_scal_l, <- (rsum_vis Key vis (fun k => r * Rabs (dp k - D))), <- rsum_map_plus.
+    apply bw_rsum_le; intros k _; cbv beta.
     unfold tk; destruct (vis k) eqn:Ev.
     - replace (P k * (tw k + r / P k + tb)) with (P k * (tw k + tb) + r) by (field; apply Rgt_not_eq, HPv, Ev); lra.
     - unfold P, dk_P; fold Z; rewrite Ev; lra. }
@@ -521,10 +527,11 @@ Proof.
     assert (0 <= es * pm * exp dmax) by (apply Rmult_le_pos; [apply Rmult_le_pos; lra | left; apply exp_pos]); lra. }
   assert (B2 : rsum (map (fun j => P (sw_key Key j) * sk (sw_key Key j)
                                    * Rabs (rsum (map (fun c => dO c * val (sw_key Key j) c) cs))) L)
-               <= rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks) + sa * rsum (map (fun k => Rabs (dp k)) ks)).
+               <= rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks)
+                  + sa * rsum (map (fun k => Rabs (dp k)) (filter vis ks))).
   { rewrite (rsum_shared_keys d tiles (fun k => P k * sk k * Rabs (dp k))) by (intros; reflexivity).
-    rewrite <- rsum_map_scal_l, <- rsum_map_plus; apply bw_rsum_le; intros k _.
-    assert (0 <= sa * Rabs (dp k)) by (apply Rmult_le_pos; [exact Hsa | apply Rabs_pos]).
+    rewrite <- rsum_map_scal_l, <- (rsum_vis Key vis (fun k => sa * Rabs (dp k))), <- rsum_map_plus.
+    apply bw_rsum_le; intros k _; cbv beta.
     unfold sk; destruct (vis k) eqn:Ev.
     - replace (P k * (us * (1 + tw k + r / P k) + es * pm * exp dmax / P k)) with (P k * us * (1 + tw k) + sa)
         by (unfold sa; field; apply Rgt_not_eq, HPv, Ev); lra.

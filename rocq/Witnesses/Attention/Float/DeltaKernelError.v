@@ -44,7 +44,7 @@ Proof.
 Qed.
 
 Ltac wdk_num :=
-  unfold dk_tb_sum, dk_P, dk_tw, dk_r, dk_lam; cbv beta zeta; cbn [concat app map length seq firstn INR pow];
+  unfold dk_tb_sum, dk_P, dk_tw, dk_r, dk_lam; cbv beta zeta; cbn [concat app map filter length seq firstn INR pow];
   rewrite ?rsum_cons, ?rsum_nil, ?exp_0, ?Rmult_0_r, ?Rpower_O by lra;
   unfold Rw, l_growth; cbn [INR pow]; rewrite ?Rmult_0_r, ?Rpower_O, ?exp_0 by lra;
   pose proof wdk_small as [[? ?] [[? ?] [[? ?] [? ?]]]].
@@ -123,7 +123,7 @@ Lemma wdk_dot_tb :
   <= / 2.
 Proof.
   pose proof wdk_dot_consts as [HX [H0 HE]]; cbv zeta in HX, H0, HE.
-  unfold dk_tb_sum, dk_P, dk_tw, dk_r, Rw; cbv beta; cbn [concat app map length fst pow].
+  unfold dk_tb_sum, dk_P, dk_tw, dk_r, Rw; cbv beta; cbn [concat app map filter length fst pow].
   rewrite !rsum_cons, !rsum_nil, wa_dot_abs.
   pose proof wdk_small as [[Hx0 Hx1] [[Hy0 Hy1] _]].
   set (RP := Rpower 2 _) in *; set (ED := exp (score_delta_de _ _ _ _ _)) in *.
