@@ -40,9 +40,10 @@
     [g (Av_c + Aa_c)] and [(rho - 1) Pre_c,t] on [|dO_c|], and [lb |D|].
 
     The right-hand side is [delta_kernel_bound] (its pieces [dk_P], [dk_dp], [dk_D],
-    [dk_tw], [dk_r]; the premises [dk_tb_sum <= tb], [dk_lam <= lb]), the theorem
-    [attention_delta_kernel_error] over any key type ([Key], the kernel's [sc], [vis],
-    [val], any [acc_dot_model] P.V dot, any model whose [exp2] is nonnegative).
+    [dk_tw], [dk_r], [dk_Av], [dk_Aa], [dk_Pre], [dk_EB]), the premises on the run and
+    the caller's numbers the bundle [dk_premises] (with [dk_tb_sum <= tb], [dk_lam <= lb]);
+    the theorem [attention_delta_kernel_error] is over any key type ([Key], the kernel's
+    [sc], [vis], [val]), any [acc_dot_model] P.V dot, any model whose [exp2] is nonnegative.
 
     [attention_delta_kernel_error_dot]: the same with the kernel's scores
     [sc_k = rnd (dotf q k * c)] ([score2_with], [dotf] any [dot_model] with [g_rel], [g_abs])
@@ -52,13 +53,19 @@
     [d]), [dmax] and the range [K = 2 score_max_de] at a bound [P] of every [dot_abs q k]
     ([m0 = - score_max_de]).
 
+    The H100 instances [attention_delta_kernel_error_tf32x3_op] (float32: the P.V dot in
+    3xTF32, [tf32x3_tc_op_acc_dot_model]) and [attention_delta_kernel_error_tc_op] (bf16/fp16:
+    the tensor cores' chain, [tc_acc_op_dot_model]) fix the kernel's P.V dot and its [g],
+    [ga]; their scores' errors [dl] stay the caller's premise.
+
     Not covered here: what ForwardAccError.v's header does not cover; the caller's
     evaluation of the sums over the exact softmax (upper bounds, its own rounding
     included). *)
 
-From Coq Require Import Reals List Lra Lia Arith.
-From Flocq Require Import Raux.
-From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.MixedPrecision FloatModel.Notations.
+From Coq Require Import Reals ZArith List Lra Lia Arith.
+From Flocq Require Import Core Raux.
+From Ojas Require Import VectorFacts FloatModel.NoUnderflow FloatModel.MixedPrecision FloatModel.Notations FloatModel.DotError.
+From Ojas Require Import FloatModel.TensorCoreSum FloatModel.Tf32Product.
 From Ojas Require Import Attention.BackwardCorrect Attention.ScorePerturbation Attention.StreamError.
 From Ojas Require Import Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError Attention.Float.NumeratorError.
 From Ojas Require Import Attention.Float.ForwardAccError Attention.Float.DeltaReweight Attention.Float.ForwardSharedWeights.
@@ -225,6 +232,23 @@ Definition delta_kernel_bound (n : nat) (g ga : R) (se dl : Key -> R) (tiles : l
   + lb / (1 - lb) * Rabs D
   + rsum (map (fun c => Rabs (dO c) * (store_ur A_ S_ * Rabs (out c) + store_er A_ S_)) cs).
 
+(** The premises on the run and the caller's numbers, one bundle: [n] keys a tile, the
+    visible scores numbers of the accumulation format in [[m0, m0 + K]] and within [dl <= dmax]
+    of the exact ones [se], a visible key, the output coordinates [cs] below [d], [tb], [lb]. *)
+Record dk_premises (n : nat) (se dl : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat)
+    (m0 K dmax tb lb : R) : Prop := {
+  dkp_K : 0 <= K;
+  dkp_tiles : forall tl, In tl tiles -> length tl = n;
+  dkp_scores : forall k, In k (concat tiles) -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K;
+  dkp_dl : forall k, In k (concat tiles) -> vis k = true -> Rabs (sc k * ln 2 - se k) <= dl k /\ dl k <= dmax;
+  dkp_vis : exists k, In k (concat tiles) /\ vis k = true;
+  dkp_cs : forall c, In c cs -> (c < d)%nat;
+  dkp_tb : dk_tb_sum se dl tiles K dmax <= tb;
+  dkp_tb1 : tb < 1;
+  dkp_lb : dk_lam n (length tiles) dmax tb <= lb;
+  dkp_lb1 : lb < 1
+}.
+
 (** The backward's [delta] of the kernel's stored output against the exact [D] (see the
     header): [out_c = rs (rnd (acc_c / l))] after the kernel's tiles, the exact scores
     [se] in nats, the kernel's within [dl <= dmax] of them. *)
@@ -232,17 +256,11 @@ Theorem attention_delta_kernel_error : forall (n : nat) (g ga : R) (se dl : Key 
     (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
   let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
-  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> 0 <= K ->
-  (forall tl, In tl tiles -> length tl = n) ->
-  (forall k, In k (concat tiles) -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K) ->
-  (forall k, In k (concat tiles) -> vis k = true -> Rabs (sc k * ln 2 - se k) <= dl k /\ dl k <= dmax) ->
-  (exists k, In k (concat tiles) /\ vis k = true) ->
-  (forall c, In c cs -> (c < d)%nat) ->
-  dk_tb_sum se dl tiles K dmax <= tb -> tb < 1 -> dk_lam n (length tiles) dmax tb <= lb -> lb < 1 ->
+  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> dk_premises n se dl d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D se (concat tiles) cs dO)
   <= delta_kernel_bound n g ga se dl tiles cs dO out K dmax tb lb.
 Proof.
-  intros n g ga se dl d tiles cs dO m0 K dmax tb lb st out Hexp Hm HK Hn Hsc Hdl [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1.
+  intros n g ga se dl d tiles cs dO m0 K dmax tb lb st out Hexp Hm [HK Hn Hsc Hdl [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1].
   unfold delta_kernel_bound; cbv zeta.
   set (ks := concat tiles) in *; set (Tt := length tiles) in *; set (P := dk_P se ks); set (dp := dk_dp cs dO).
   set (D := dk_D se ks cs dO); set (tw := dk_tw Tt K dl); set (r := dk_r Tt K dmax); set (pm := (1 + ue + ee) ^ Tt).
@@ -614,7 +632,7 @@ Proof.
     destruct (score_de_mono scale uc (dot_abs q (fst kv)) P g_rel g_abs ltac:(lra) Huc Hgr HP) as [H3 H4].
     split; [exact H1 | split; [exact H3 | eapply Rle_trans; [exact H2 | exact H4]]]. }
   apply (attention_delta_kernel_error M (list R * list R) sck vis valk accf n g ga se dl d tiles cs dO (- smax) K dmax tb lb
-           Hexp Hm); try assumption.
+           Hexp Hm); split; try assumption.
   - destruct Hvis as [kv [Hkv Hv]]; destruct (Hone kv Hkv Hv) as [_ [_ H]]; pose proof (Rabs_pos (sck kv)); unfold K; lra.
   - intros kv Hkv Hv; destruct (Hone kv Hkv Hv) as [_ [_ H]]; apply Rabs_le_inv in H.
     split; [apply ff_rnd_fmt | unfold K; lra].
@@ -622,3 +640,61 @@ Proof.
 Qed.
 
 End DeltaKernelDot.
+
+(** ** The H100 instances: the P.V dot as the kernels run it
+
+    [attention_delta_kernel_error] with the P.V [tl.dot (p, v, acc * alpha)] of the H100
+    (ForwardError.v PART F, as [attention_forward_acc_posteriori_tf32x3_op] / [_tc_op]):
+    float32, Triton's 3xTF32 ([tf32x3_acc_fn], [tf32x3_tc_op_acc_dot_model]:
+    [g = u + (1 + u) tf32x3_tc_rel (2^(1-F)) ur k qv], [ga = (1 + u) 0 + ea]); bf16/fp16,
+    the tensor cores' chain from [acc * alpha] ([tc_acc_fn], [tc_acc_op_dot_model]:
+    [g = gamma (tc_delta (2^(1-F)) ur k) qv], [ga = 0]); tiles of [n <= qv k] keys.  The
+    scores' errors [dl] stay premises (the caller's per pair, as PerPairScoreError.v). *)
+
+Section DeltaKernelH100.
+
+Variable M : MixedModel.
+
+Import ModelNotations.
+Import ExpNotations.
+
+Variables (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R).
+
+Theorem attention_delta_kernel_error_tf32x3_op : forall (tco : R -> R) (ur : R) (F : Z) (k qv n : nat)
+    (se dl : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
+  let accf := tf32x3_acc_fn F tco rnd k in
+  let g := u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qv in
+  let ga := (1 + u) * 0 + ea in
+  let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
+  let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
+  0 <= ur -> (forall x, Rabs (tco x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qv)%nat -> (n <= qv * k)%nat ->
+  INR (3 * qv) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl d tiles cs m0 K dmax tb lb ->
+  Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D Key vis val se (concat tiles) cs dO)
+  <= delta_kernel_bound M Key vis val n g ga se dl tiles cs dO out K dmax tb lb.
+Proof.
+  intros tco ur F k qv n se dl d tiles cs dO m0 K dmax tb lb accf g ga st out Hur Htco Hk Hqv Hn Hd Hexp.
+  exact (attention_delta_kernel_error M Key sc vis val accf n g ga se dl d tiles cs dO m0 K dmax tb lb Hexp
+           (tf32x3_tc_op_acc_dot_model tco rnd ur u ea F k qv n Hur Htco (ff_u_nonneg _) (ff_abs _) Hk Hqv Hn Hd)).
+Qed.
+
+Theorem attention_delta_kernel_error_tc_op : forall (tco : R -> R) (ur : R) (F : Z) (k qv n : nat)
+    (se dl : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
+  let accf := tc_acc_fn F tco k in
+  let g := gamma (tc_delta (bpow radix2 (1 - F)) ur k) qv in
+  let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
+  let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
+  0 <= ur -> (forall x, Rabs (tco x - x) <= ur * Rabs x) ->
+  (1 <= k)%nat -> (1 <= qv)%nat -> (n <= qv * k)%nat ->
+  INR qv * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl d tiles cs m0 K dmax tb lb ->
+  Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D Key vis val se (concat tiles) cs dO)
+  <= delta_kernel_bound M Key vis val n g 0 se dl tiles cs dO out K dmax tb lb.
+Proof.
+  intros tco ur F k qv n se dl d tiles cs dO m0 K dmax tb lb accf g st out Hur Htco Hk Hqv Hn Hd Hexp.
+  exact (attention_delta_kernel_error M Key sc vis val accf n g 0 se dl d tiles cs dO m0 K dmax tb lb Hexp
+           (tc_acc_op_dot_model tco ur F k qv n Hur Htco Hk Hqv Hn Hd)).
+Qed.
+
+End DeltaKernelH100.

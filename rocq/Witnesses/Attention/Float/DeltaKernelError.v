@@ -5,14 +5,17 @@
     score [0] with no score error ([dl = dmax = 0], [K = 0]).  [attention_delta_kernel_error_dot]:
     the key [([1], [1])] against the query [[1]] by the blocked fp32 dot, [c = rnd (1 / ln 2)],
     [scale = 1], [uc = u], [P = 1] (the constants of Witnesses/Attention/Float/ForwardError.v,
-    whose [X], [Y] bound [2^(u K)] and [e^dmax]).  Every premise proved together. *)
+    whose [X], [Y] bound [2^(u K)] and [e^dmax]).  The H100 instances [_tf32x3_op], [_tc_op]:
+    the first witness's key with the P.V dot at the tensor-core constants used there (26 bits,
+    blocks of 8, output truncated to 24 bits, [qv = 1]).  Every premise proved together. *)
 
-From Coq Require Import Reals QArith Qreals List Lra Lia.
+From Coq Require Import Reals ZArith QArith Qreals List Lra Lia.
+From Flocq Require Import Core.
 From Ojas Require Import VectorFacts FloatModel.MixedPrecision.
 From Ojas Require Import Attention.Float.OnlineSoftmaxTile Attention.Float.ForwardError Attention.Float.ForwardSharedWeights.
 From Ojas Require Import Attention.Float.DeltaKernelError.
 From Ojas Require Import FloatModel.DotError Attention.ScorePerturbation Bounds.Rational Witnesses.Instances Witnesses.Bounds.Attention.
-From Ojas Require Import Witnesses.Attention.Float.ForwardError.
+From Ojas Require Import FloatModel.TensorCoreSum Witnesses.FloatModel.Tf32Product Witnesses.Attention.Float.ForwardError.
 Import ListNotations.
 Open Scope R_scope.
 
@@ -66,15 +69,23 @@ Ltac wdk_lb_close :=
   assert (e * ((1 + a) * ((1 + a) * 1) * (1 + x + y) * 1) <= / 16777216 * 4) by (apply Rmult_le_compat; nra);
   nra.
 
-Lemma wdk_tb_lt : / 2 < 1.
+Lemma wdk_half_lt_1 : / 2 < 1.
 Proof. lra. Qed.
+
+Lemma wdk_tb : dk_tb_sum wM R (fun _ => true) (fun _ => 0) (fun _ => 0) [[0]] 0 0 <= / 2.
+Proof. wdk_num; wdk_tb_close. Qed.
+
+Lemma wdk_lb : dk_lam wM 1 (length [[0]]) 0 (/ 2) <= / 2.
+Proof. wdk_num; wdk_lb_close. Qed.
+
+Lemma wdk_pre : dk_premises wM R (fun s => s) (fun _ => true) 1 (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] 0 0 0 (/ 2) (/ 2).
+Proof. exact (Build_dk_premises _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ (Rle_refl 0) wdk_tiles_n wdk_keys wdk_scores wdk_vis wdk_cs
+                wdk_tb wdk_half_lt_1 wdk_lb wdk_half_lt_1). Qed.
 
 Definition attention_delta_kernel_error_witness :=
   attention_delta_kernel_error wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
     (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat]
-    (fun _ => 1) 0 0 0 (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_model_witness (Rle_refl 0) wdk_tiles_n
-    wdk_keys wdk_scores wdk_vis wdk_cs ltac:(wdk_num; wdk_tb_close) wdk_tb_lt
-    ltac:(wdk_num; wdk_lb_close) wdk_tb_lt.
+    (fun _ => 1) 0 0 0 (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_model_witness wdk_pre.
 
 (** ** The scores by the blocked fp32 dot: the witnesses' query [[1]], one key [([1], [1])],
     [c = rnd (1 / ln 2)], [scale = 1], [uc = u], [P = 1] (Witnesses/Attention/Float/ForwardError.v) *)
@@ -158,5 +169,20 @@ Definition attention_delta_kernel_error_dot_witness :=
   attention_delta_kernel_error_dot wM (bdot (mp_a wM)) 1 _ _
     (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ [1] wa_c 1 (ff_u (mp_a wM)) 1 (fun _ => true) 1
     [[([1], [1])]] [0%nat] (fun _ => 1) (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_model_witness wf_dm Rlt_0_1
-    (ff_u_nonneg _) wa_c_err eq_refl wdk_dot_keys wdk_dot_tiles_n wdk_dot_vis wdk_cs wdk_dot_tb wdk_tb_lt
-    wdk_dot_lb wdk_tb_lt.
+    (ff_u_nonneg _) wa_c_err eq_refl wdk_dot_keys wdk_dot_tiles_n wdk_dot_vis wdk_cs wdk_dot_tb wdk_half_lt_1
+    wdk_dot_lb wdk_half_lt_1.
+
+(** ** The H100 instances: the first witness's key and premises, the P.V dot at the
+    tensor-core constants of Witnesses/Attention/Float/ForwardError.v (26 bits, blocks of 8,
+    output truncated to 24 bits, [qv = 1]). *)
+Definition attention_delta_kernel_error_tf32x3_op_witness :=
+  attention_delta_kernel_error_tf32x3_op wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
+    (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] (fun _ => 1) 0 0 0 (/ 2) (/ 2)
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
+    wdk_exp2_nonneg wdk_pre.
+
+Definition attention_delta_kernel_error_tc_op_witness :=
+  attention_delta_kernel_error_tc_op wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
+    (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] (fun _ => 1) 0 0 0 (/ 2) (/ 2)
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
+    wdk_exp2_nonneg wdk_pre.
