@@ -15,10 +15,12 @@
     [|sc_k ln 2 - S_k| <= dl_k <= dmax] (per key, as PerPairScoreError.v's [d]).
 
     Result ([attention_delta_kernel_error]): with [Tt] tiles of [n] keys, the visible
-    scores numbers of the accumulation format in [[m0, m0 + K]],
-      tw_k = (1 + ue)^Tt 2^(u K) e^(dl_k) - 1          (a weight's relative error: exp2's,
+    scores numbers of the accumulation format in [[m0, m0 + K]], and [sc_j - sc_k <= Kk_k]
+    for visible [j], [k] (the key's gap to the row's max; the caller's from [S] and [dl]),
+      tw_k = (1 + ue)^Tt 2^(u Kk_k) e^(dl_k) - 1       (a weight's relative error: exp2's,
                                                          its arguments' roundings, the score's)
-      r    = Rw K Tt e^dmax                              (the [exp2] underflow [ee] terms)
+      r    = Rw K Tt e^dmax = Tt ((1 + ue + ee) (1 + ue))^Tt 2^(u K) ee e^dmax
+                                                        (the [exp2] underflow [ee] terms)
       pm   = (1 + ue + ee)^Tt,   sa = us r + es pm e^dmax,   rho = (1 + g) (1 + u),
       Av_c = sum_k P_k |v_kc|,
       Aa_c = sum_k P_k ((1 + us) tw_k + us) |v_kc| + ((1 + us) r + es pm e^dmax) sum_(k visible) |v_kc|,
@@ -35,15 +37,16 @@
     [out_c = rs (rnd (acc_c / l))] the kernel's stored output.  The weights' errors
     [tw_k] are charged on [|dp_k - D|] (the re-weighted mean), the storage rounding of
     [p] ([us]) and the accumulation on [|dp_k|] and [|dO_c|], the P.V dot's prefixes
-    signed.  At [dl = 0], [tw_k + tb] is about [2 (Tt ue + u K ln 2)]: the leading terms
-    are that times [sum_k P_k |dp_k - D|], [us sum_k P_k |dp_k|], the accumulation's
-    [g (Av_c + Aa_c)] and [(rho - 1) Pre_c,t] on [|dO_c|], and [lb |D|].
+    signed.  At [dl = 0], [tw_k] is about [Tt ue + u Kk_k ln 2] and [tb] its mean: the
+    leading terms are [sum_k P_k (tw_k + tb) |dp_k - D|], [us sum_k P_k |dp_k|], the
+    accumulation's [g (Av_c + Aa_c)] and [(rho - 1) Pre_c,t] on [|dO_c|], and [lb |D|].
 
     The right-hand side is [delta_kernel_bound] (its pieces [dk_P], [dk_dp], [dk_D],
     [dk_tw], [dk_r], [dk_Av], [dk_Aa], [dk_Pre], [dk_EB]), the premises on the run and
-    the caller's numbers the bundle [dk_premises] (with [dk_tb_sum <= tb], [dk_lam <= lb]);
-    the theorem [attention_delta_kernel_error] is over any key type ([Key], the kernel's
-    [sc], [vis], [val]), any [acc_dot_model] P.V dot, any model whose [exp2] is nonnegative.
+    the caller's numbers the bundle [dk_premises] (with the gaps [Kk], [dk_tb_sum <= tb],
+    [dk_lam <= lb]); the theorem [attention_delta_kernel_error] is over any key type
+    ([Key], the kernel's [sc], [vis], [val]), any [acc_dot_model] P.V dot, any model whose
+    [exp2] is nonnegative.
 
     [attention_delta_kernel_error_dot]: the same with the kernel's scores
     [sc_k = rnd (dotf q k * c)] ([score2_with], [dotf] any [dot_model] with [g_rel], [g_abs])
@@ -51,7 +54,7 @@
     [dl_k = score_delta_de scale uc |q|.|k| (g_rel |q|.|k| + g_abs)] (ForwardError.v's
     [score2_with_error] at the key's own [dot_abs q k], so per pair, as PerPairScoreError.v's
     [d]), [dmax] and the range [K = 2 score_max_de] at a bound [P] of every [dot_abs q k]
-    ([m0 = - score_max_de]).
+    ([m0 = - score_max_de], every gap [Kk_k = K]).
 
     The H100 instances [attention_delta_kernel_error_tf32x3_op] (float32: the P.V dot in
     3xTF32, [tf32x3_tc_op_acc_dot_model]) and [attention_delta_kernel_error_tc_op] (bf16/fp16:
@@ -193,11 +196,11 @@ Definition dk_P (se : Key -> R) (ks : list Key) (k : Key) : R :=
 Definition dk_dp (cs : list nat) (dO : nat -> R) (k : Key) : R := rsum (map (fun c => dO c * val k c) cs).
 Definition dk_D (se : Key -> R) (ks : list Key) (cs : list nat) (dO : nat -> R) : R :=
   rsum (map (fun k => dk_P se ks k * dk_dp cs dO k) ks).
-Definition dk_tw (Tt : nat) (K : R) (dl : Key -> R) (k : Key) : R :=
-  (1 + ue) ^ Tt * Rpower 2 (u * K) * exp (dl k) - 1.
+Definition dk_tw (Tt : nat) (Kk dl : Key -> R) (k : Key) : R :=
+  (1 + ue) ^ Tt * Rpower 2 (u * Kk k) * exp (dl k) - 1.
 Definition dk_r (Tt : nat) (K dmax : R) : R := Rw M K Tt * exp dmax.
-Definition dk_tb_sum (se dl : Key -> R) (tiles : list (list Key)) (K dmax : R) : R :=
-  rsum (map (fun k => dk_P se (concat tiles) k * dk_tw (length tiles) K dl k) (concat tiles))
+Definition dk_tb_sum (se dl Kk : Key -> R) (tiles : list (list Key)) (K dmax : R) : R :=
+  rsum (map (fun k => dk_P se (concat tiles) k * dk_tw (length tiles) Kk dl k) (concat tiles))
   + INR (length (filter vis (concat tiles))) * dk_r (length tiles) K dmax.
 Definition dk_lam (n Tt : nat) (dmax tb : R) : R :=
   (1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb).
@@ -214,14 +217,14 @@ Definition dk_EB (n : nat) (g ga : R) (P tw : Key -> R) (ks : list Key) (Tt : na
                       + g * (dk_Av P ks c + dk_Aa P tw r pm dmax ks c))
   + rho_acc M g ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax.
 
-Definition delta_kernel_bound (n : nat) (g ga : R) (se dl : Key -> R) (tiles : list (list Key))
+Definition delta_kernel_bound (n : nat) (g ga : R) (se dl Kk : Key -> R) (tiles : list (list Key))
     (cs : list nat) (dO out : nat -> R) (K dmax tb lb : R) : R :=
   let ks := concat tiles in
   let Tt := length tiles in
   let P := dk_P se ks in
   let dp := dk_dp cs dO in
   let D := dk_D se ks cs dO in
-  let tw := dk_tw Tt K dl in
+  let tw := dk_tw Tt Kk dl in
   let r := dk_r Tt K dmax in
   let pm := (1 + ue + ee) ^ Tt in
   let sa := us * r + es * pm * exp dmax in
@@ -235,15 +238,17 @@ Definition delta_kernel_bound (n : nat) (g ga : R) (se dl : Key -> R) (tiles : l
 (** The premises on the run and the caller's numbers, one bundle: [n] keys a tile, the
     visible scores numbers of the accumulation format in [[m0, m0 + K]] and within [dl <= dmax]
     of the exact ones [se], a visible key, the output coordinates [cs] below [d], [tb], [lb]. *)
-Record dk_premises (n : nat) (se dl : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat)
+Record dk_premises (n : nat) (se dl Kk : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat)
     (m0 K dmax tb lb : R) : Prop := {
   dkp_K : 0 <= K;
   dkp_tiles : forall tl, In tl tiles -> length tl = n;
   dkp_scores : forall k, In k (concat tiles) -> vis k = true -> fmt (sc k) /\ m0 <= sc k <= m0 + K;
   dkp_dl : forall k, In k (concat tiles) -> vis k = true -> Rabs (sc k * ln 2 - se k) <= dl k /\ dl k <= dmax;
+  dkp_gap : forall j k, In j (concat tiles) -> In k (concat tiles) -> vis j = true -> vis k = true ->
+    sc j - sc k <= Kk k;
   dkp_vis : exists k, In k (concat tiles) /\ vis k = true;
   dkp_cs : forall c, In c cs -> (c < d)%nat;
-  dkp_tb : dk_tb_sum se dl tiles K dmax <= tb;
+  dkp_tb : dk_tb_sum se dl Kk tiles K dmax <= tb;
   dkp_tb1 : tb < 1;
   dkp_lb : dk_lam n (length tiles) dmax tb <= lb;
   dkp_lb1 : lb < 1
@@ -252,18 +257,19 @@ Record dk_premises (n : nat) (se dl : Key -> R) (d : nat) (tiles : list (list Ke
 (** The backward's [delta] of the kernel's stored output against the exact [D] (see the
     header): [out_c = rs (rnd (acc_c / l))] after the kernel's tiles, the exact scores
     [se] in nats, the kernel's within [dl <= dmax] of them. *)
-Theorem attention_delta_kernel_error : forall (n : nat) (g ga : R) (se dl : Key -> R) (d : nat)
+Theorem attention_delta_kernel_error : forall (n : nat) (g ga : R) (se dl Kk : Key -> R) (d : nat)
     (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
   let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
-  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> dk_premises n se dl d tiles cs m0 K dmax tb lb ->
+  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> dk_premises n se dl Kk d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D se (concat tiles) cs dO)
-  <= delta_kernel_bound n g ga se dl tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound n g ga se dl Kk tiles cs dO out K dmax tb lb.
 Proof.
-  intros n g ga se dl d tiles cs dO m0 K dmax tb lb st out Hexp Hm [HK Hn Hsc Hdl [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1].
+  intros n g ga se dl Kk d tiles cs dO m0 K dmax tb lb st out Hexp Hm
+    [HK Hn Hsc Hdl Hgap [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1].
   unfold delta_kernel_bound; cbv zeta.
   set (ks := concat tiles) in *; set (Tt := length tiles) in *; set (P := dk_P se ks); set (dp := dk_dp cs dO).
-  set (D := dk_D se ks cs dO); set (tw := dk_tw Tt K dl); set (r := dk_r Tt K dmax); set (pm := (1 + ue + ee) ^ Tt).
+  set (D := dk_D se ks cs dO); set (tw := dk_tw Tt Kk dl); set (r := dk_r Tt K dmax); set (pm := (1 + ue + ee) ^ Tt).
   set (sa := us * r + es * pm * exp dmax); set (EB := dk_EB n g ga P tw ks Tt r pm dmax).
   set (rho := rho_acc M g); set (Av := dk_Av P ks); set (Aa := dk_Aa P tw r pm dmax ks); set (Pre := dk_Pre P n ks).
   change (rsum (map (fun k => P k * tw k) ks) + INR (length (filter vis ks)) * r <= tb) in Htb.
@@ -349,8 +355,9 @@ Proof.
     destruct (weight_rel_exact (sw_w Key x) _ Wx (Gw M Tt mT (sc k)) (Rw M K Tt) dd HWx EW
                 (Gw_ge_1 M Tt mT (sc k) Hsm) Hw) as [b [Eb Hb]].
     assert (Ebf : sw_w Key x / Wx - 1 = b) by (rewrite Eb; field; lra).
-    assert (HG : Gw M Tt mT (sc k) <= (1 + ue) ^ Tt * Rpower 2 (u * K)).
-    { unfold Gw; apply Rmult_le_compat_l; [apply pow_le; lra | apply ost_rpow_le; apply Rmult_le_compat_l; lra]. }
+    assert (HG : Gw M Tt mT (sc k) <= (1 + ue) ^ Tt * Rpower 2 (u * Kk k)).
+    { unfold Gw; apply Rmult_le_compat_l; [apply pow_le; lra | apply ost_rpow_le; apply Rmult_le_compat_l; [lra |]].
+      rewrite <- Eqs; apply (Hgap qs k Hqs Hk Hvs Ev). }
     assert (Hdd : Rpower 2 (Rabs dd) <= exp (dl k)).
     { unfold Rpower; apply sp_exp_le.
       replace (Rabs dd * ln 2) with (Rabs (sc k * ln 2 - se k)); [exact Hdk |].
@@ -364,7 +371,7 @@ Proof.
     assert (Htk : Rabs b <= tw k + r / P k).
     { eapply Rle_trans; [exact Hb |]; unfold tw, dk_tw.
       pose proof (Gw_ge_1 M Tt mT (sc k) Hsm).
-      assert (Gw M Tt mT (sc k) * Rpower 2 (Rabs dd) <= (1 + ue) ^ Tt * Rpower 2 (u * K) * exp (dl k))
+      assert (Gw M Tt mT (sc k) * Rpower 2 (Rabs dd) <= (1 + ue) ^ Tt * Rpower 2 (u * Kk k) * exp (dl k))
         by (apply Rmult_le_compat; [lra | left; apply Rpower_pos | exact HG | exact Hdd]).
       lra. }
     destruct (Hpi x Hx) as [Hpi0 Hpi1].
@@ -615,10 +622,10 @@ Theorem attention_delta_kernel_error_dot : forall (dotf : list R -> list R -> R)
   (forall tl, In tl tiles -> length tl = n) ->
   (exists kv, In kv (concat tiles) /\ vis kv = true) ->
   (forall i, In i cs -> (i < d)%nat) ->
-  dk_tb_sum M (list R * list R) vis se dl tiles K dmax <= tb -> tb < 1 ->
+  dk_tb_sum M (list R * list R) vis se dl (fun _ => K) tiles K dmax <= tb -> tb < 1 ->
   dk_lam M n (length tiles) dmax tb <= lb -> lb < 1 ->
   Rabs (rsum (map (fun i => dO i * out i) cs) - dk_D (list R * list R) vis valk se (concat tiles) cs dO)
-  <= delta_kernel_bound M (list R * list R) vis valk n g ga se dl tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound M (list R * list R) vis valk n g ga se dl (fun _ => K) tiles cs dO out K dmax tb lb.
 Proof.
   intros dotf E g_rel g_abs accf n g ga q c scale uc P vis d tiles cs dO tb lb sck valk se dl dmax K st out
     Hexp Hm Hdm Hs Huc Hc Hq Hkeys Hn Hvis Hcs Htb Htb1 Hlb Hlb1.
@@ -631,12 +638,14 @@ Proof.
                 (Rle_refl _)) as [H1 H2].
     destruct (score_de_mono scale uc (dot_abs q (fst kv)) P g_rel g_abs ltac:(lra) Huc Hgr HP) as [H3 H4].
     split; [exact H1 | split; [exact H3 | eapply Rle_trans; [exact H2 | exact H4]]]. }
-  apply (attention_delta_kernel_error M (list R * list R) sck vis valk accf n g ga se dl d tiles cs dO (- smax) K dmax tb lb
-           Hexp Hm); split; try assumption.
+  apply (attention_delta_kernel_error M (list R * list R) sck vis valk accf n g ga se dl (fun _ => K) d tiles cs dO
+           (- smax) K dmax tb lb Hexp Hm); split; try assumption.
   - destruct Hvis as [kv [Hkv Hv]]; destruct (Hone kv Hkv Hv) as [_ [_ H]]; pose proof (Rabs_pos (sck kv)); unfold K; lra.
   - intros kv Hkv Hv; destruct (Hone kv Hkv Hv) as [_ [_ H]]; apply Rabs_le_inv in H.
     split; [apply ff_rnd_fmt | unfold K; lra].
   - intros kv Hkv Hv; destruct (Hone kv Hkv Hv) as [H1 [H2 _]]; split; assumption.
+  - intros j kv Hj Hkv Hvj Hv; destruct (Hone j Hj Hvj) as [_ [_ H1]]; destruct (Hone kv Hkv Hv) as [_ [_ H2]].
+    apply Rabs_le_inv in H1; apply Rabs_le_inv in H2; unfold K; lra.
 Qed.
 
 End DeltaKernelDot.
@@ -661,7 +670,7 @@ Import ExpNotations.
 Variables (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R).
 
 Theorem attention_delta_kernel_error_tf32x3_op : forall (tco : R -> R) (ur : R) (F : Z) (k qv n : nat)
-    (se dl : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
+    (se dl Kk : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let accf := tf32x3_acc_fn F tco rnd k in
   let g := u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qv in
   let ga := (1 + u) * 0 + ea in
@@ -670,17 +679,17 @@ Theorem attention_delta_kernel_error_tf32x3_op : forall (tco : R -> R) (ur : R) 
   0 <= ur -> (forall x, Rabs (tco x - x) <= ur * Rabs x) ->
   (1 <= k)%nat -> (1 <= qv)%nat -> (n <= qv * k)%nat ->
   INR (3 * qv) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
-  (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl d tiles cs m0 K dmax tb lb ->
+  (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl Kk d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D Key vis val se (concat tiles) cs dO)
-  <= delta_kernel_bound M Key vis val n g ga se dl tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound M Key vis val n g ga se dl Kk tiles cs dO out K dmax tb lb.
 Proof.
-  intros tco ur F k qv n se dl d tiles cs dO m0 K dmax tb lb accf g ga st out Hur Htco Hk Hqv Hn Hd Hexp.
-  exact (attention_delta_kernel_error M Key sc vis val accf n g ga se dl d tiles cs dO m0 K dmax tb lb Hexp
+  intros tco ur F k qv n se dl Kk d tiles cs dO m0 K dmax tb lb accf g ga st out Hur Htco Hk Hqv Hn Hd Hexp.
+  exact (attention_delta_kernel_error M Key sc vis val accf n g ga se dl Kk d tiles cs dO m0 K dmax tb lb Hexp
            (tf32x3_tc_op_acc_dot_model tco rnd ur u ea F k qv n Hur Htco (ff_u_nonneg _) (ff_abs _) Hk Hqv Hn Hd)).
 Qed.
 
 Theorem attention_delta_kernel_error_tc_op : forall (tco : R -> R) (ur : R) (F : Z) (k qv n : nat)
-    (se dl : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
+    (se dl Kk : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let accf := tc_acc_fn F tco k in
   let g := gamma (tc_delta (bpow radix2 (1 - F)) ur k) qv in
   let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
@@ -688,12 +697,12 @@ Theorem attention_delta_kernel_error_tc_op : forall (tco : R -> R) (ur : R) (F :
   0 <= ur -> (forall x, Rabs (tco x - x) <= ur * Rabs x) ->
   (1 <= k)%nat -> (1 <= qv)%nat -> (n <= qv * k)%nat ->
   INR qv * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
-  (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl d tiles cs m0 K dmax tb lb ->
+  (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl Kk d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D Key vis val se (concat tiles) cs dO)
-  <= delta_kernel_bound M Key vis val n g 0 se dl tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound M Key vis val n g 0 se dl Kk tiles cs dO out K dmax tb lb.
 Proof.
-  intros tco ur F k qv n se dl d tiles cs dO m0 K dmax tb lb accf g st out Hur Htco Hk Hqv Hn Hd Hexp.
-  exact (attention_delta_kernel_error M Key sc vis val accf n g 0 se dl d tiles cs dO m0 K dmax tb lb Hexp
+  intros tco ur F k qv n se dl Kk d tiles cs dO m0 K dmax tb lb accf g st out Hur Htco Hk Hqv Hn Hd Hexp.
+  exact (attention_delta_kernel_error M Key sc vis val accf n g 0 se dl Kk d tiles cs dO m0 K dmax tb lb Hexp
            (tc_acc_op_dot_model tco ur F k qv n Hur Htco Hk Hqv Hn Hd)).
 Qed.
 

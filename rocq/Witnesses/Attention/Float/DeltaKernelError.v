@@ -33,6 +33,10 @@ Lemma wdk_scores : forall k : R, In k (concat [[0]]) -> (fun _ : R => true) k = 
   Rabs ((fun s : R => s) k * ln 2 - (fun _ : R => 0) k) <= (fun _ : R => 0) k /\ (fun _ : R => 0) k <= 0.
 Proof. intros k [<- | []] _; rewrite Rmult_0_l, Rminus_0_r, Rabs_R0; lra. Qed.
 
+Lemma wdk_gap : forall j k : R, In j (concat [[0]]) -> In k (concat [[0]]) ->
+  (fun _ : R => true) j = true -> (fun _ : R => true) k = true -> (fun s : R => s) j - (fun s : R => s) k <= (fun _ : R => 0) k.
+Proof. intros j k [<- | []] [<- | []] _ _; lra. Qed.
+
 Lemma wdk_vis : exists k : R, In k (concat [[0]]) /\ (fun _ : R => true) k = true.
 Proof. exists 0; split; [left; reflexivity | reflexivity]. Qed.
 
@@ -72,19 +76,20 @@ Ltac wdk_lb_close :=
 Lemma wdk_half_lt_1 : / 2 < 1.
 Proof. lra. Qed.
 
-Lemma wdk_tb : dk_tb_sum wM R (fun _ => true) (fun _ => 0) (fun _ => 0) [[0]] 0 0 <= / 2.
+Lemma wdk_tb : dk_tb_sum wM R (fun _ => true) (fun _ => 0) (fun _ => 0) (fun _ => 0) [[0]] 0 0 <= / 2.
 Proof. wdk_num; wdk_tb_close. Qed.
 
 Lemma wdk_lb : dk_lam wM 1 (length [[0]]) 0 (/ 2) <= / 2.
 Proof. wdk_num; wdk_lb_close. Qed.
 
-Lemma wdk_pre : dk_premises wM R (fun s => s) (fun _ => true) 1 (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] 0 0 0 (/ 2) (/ 2).
-Proof. exact (Build_dk_premises _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ (Rle_refl 0) wdk_tiles_n wdk_keys wdk_scores wdk_vis wdk_cs
+Lemma wdk_pre : dk_premises wM R (fun s => s) (fun _ => true) 1 (fun _ => 0) (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat]
+  0 0 0 (/ 2) (/ 2).
+Proof. exact (Build_dk_premises _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ (Rle_refl 0) wdk_tiles_n wdk_keys wdk_scores wdk_gap wdk_vis wdk_cs
                 wdk_tb wdk_half_lt_1 wdk_lb wdk_half_lt_1). Qed.
 
 Definition attention_delta_kernel_error_witness :=
   attention_delta_kernel_error wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
-    (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat]
+    (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ (fun _ => 0) (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat]
     (fun _ => 1) 0 0 0 (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_model_witness wdk_pre.
 
 (** ** The scores by the blocked fp32 dot: the witnesses' query [[1]], one key [([1], [1])],
@@ -130,6 +135,7 @@ Lemma wdk_dot_tb :
     (fun kv : list R * list R =>
        score_delta_de (mp_a wM) 1 (ff_u (mp_a wM)) (dot_abs [1] (fst kv))
          (gamma (ff_u (mp_a wM)) 1 * dot_abs [1] (fst kv) + (1 + gamma (ff_u (mp_a wM)) (1 - 1)) * INR 1 * ff_eta (mp_a wM)))
+    (fun _ : list R * list R => 2 * score_max_de (mp_a wM) 1 (ff_u (mp_a wM)) 1 wde)
     [[([1], [1])]] (2 * score_max_de (mp_a wM) 1 (ff_u (mp_a wM)) 1 wde) (score_delta_de (mp_a wM) 1 (ff_u (mp_a wM)) 1 wde)
   <= / 2.
 Proof.
@@ -177,12 +183,12 @@ Definition attention_delta_kernel_error_dot_witness :=
     output truncated to 24 bits, [qv = 1]). *)
 Definition attention_delta_kernel_error_tf32x3_op_witness :=
   attention_delta_kernel_error_tf32x3_op wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
-    (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] (fun _ => 1) 0 0 0 (/ 2) (/ 2)
+    (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => 0) (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] (fun _ => 1) 0 0 0 (/ 2) (/ 2)
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
     wdk_exp2_nonneg wdk_pre.
 
 Definition attention_delta_kernel_error_tc_op_witness :=
   attention_delta_kernel_error_tc_op wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
-    (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] (fun _ => 1) 0 0 0 (/ 2) (/ 2)
+    (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => 0) (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat] (fun _ => 1) 0 0 0 (/ 2) (/ 2)
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
     wdk_exp2_nonneg wdk_pre.
