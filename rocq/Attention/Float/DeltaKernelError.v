@@ -236,8 +236,9 @@ Definition delta_kernel_bound (n : nat) (g ga : R) (se dl Kk : Key -> R) (tiles 
   + rsum (map (fun c => Rabs (dO c) * (store_ur A_ S_ * Rabs (out c) + store_er A_ S_)) cs).
 
 (** The premises on the run and the caller's numbers, one bundle: [n] keys a tile, the
-    visible scores numbers of the accumulation format in [[m0, m0 + K]] and within [dl <= dmax]
-    of the exact ones [se], a visible key, the output coordinates [cs] below [d], [tb], [lb]. *)
+    visible scores numbers of the accumulation format in [[m0, m0 + K]], within [dl <= dmax]
+    of the exact ones [se], each key's gap [sc_j - sc_k <= Kk_k] to every visible score, a
+    visible key, the output coordinates [cs] below [d], [tb], [lb]. *)
 Record dk_premises (n : nat) (se dl Kk : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat)
     (m0 K dmax tb lb : R) : Prop := {
   dkp_K : 0 <= K;
