@@ -49,7 +49,9 @@ From Ojas Require Export Attention.Float.NumeratorError Attention.Float.ForwardE
 From Ojas Require Export Attention.Float.SavedLseError Attention.Float.DvError Attention.Float.DkDqError.
 From Ojas Require Export Attention.Float.BackwardChainError Attention.Float.RunningAccError Attention.Float.ForwardAccRunning.
 From Ojas Require Export Attention.Float.PerPairScoreError Attention.Float.RunningAccErrorPP.
-From Ojas Require Export Attention.Float.ForwardAccRunningCounted Attention.Float.PerPairExpArg.
+From Ojas Require Export Attention.Float.ForwardAccRunningCounted Attention.Float.DeltaReweight.
+From Ojas Require Export Attention.Float.ForwardSharedWeights Attention.Float.DeltaKernelError.
+From Ojas Require Export Attention.Float.PerPairExpArg.
 
 (** ** Linear cross-entropy: specification, exact proofs, error proofs *)
 From Ojas Require Export LinearCrossEntropy.Definitions LinearCrossEntropy.ChunkedLse LinearCrossEntropy.Loss.
