@@ -1,6 +1,5 @@
 """The backward's ``delta`` of the forward kernel's stored output against the exact ``D``, per query row
-(``Ojas.Attention.Float.DeltaKernelError``, rocq/Attention/Float/DeltaKernelError.v; proved on branch
-delta-reweight, merged into main later).
+(``Ojas.Attention.Float.DeltaKernelError``, rocq/Attention/Float/DeltaKernelError.v, from branch delta-reweight).
 
 The theorem bounds ``|sum_c dO_c out_c - D|`` (``out`` the forward kernel's stored output, ``D = sum_k P_k dp_k``,
 ``dp_k = dO . v_k``, ``P`` the exact softmax) by ``delta_kernel_bound``::
