@@ -416,6 +416,36 @@ def _row_counted_bound(
     return _grouped(w, r, yw, kw, p_rows, counts, changes)
 
 
+def _lse_group_constants(
+    n_t: int,
+    head_dim: int,
+    arg: bool,
+    *,
+    block_n: int,
+    max_abs_q: float,
+    max_abs_k: float,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = ab.EXP2_ERROR,
+    log2_error: float = ab.LOG2_ERROR,
+    dot: ab.DotModel = "fp32",
+) -> tuple[float, float, float, float] | None:
+    """One group's constants of :func:`~ojas_ref.verification.bounds.attention._lse_rows`
+    (:func:`~ojas_ref.verification.bounds.attention._lse_row_constants` of ``_lse_bound_q``, with ``arg`` at
+    ``afe_bL_arg``) at ``n_t`` keys and the keywords of
+    :func:`~ojas_ref.verification.bounds.attention.attention_lse_error_bound`; ``None`` where ``afe_bL_arg < 1``
+    fails (``inf``), ``ValueError`` as that bound where ``afe_bL < 1`` fails (not ``arg``)."""
+    p, sc = ab._attention_bound_args(n_t, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error)
+    args = ab._lse_args(n_t, log2_error, exp2_error, sc, p)
+    got = ab._lse_bound_q(dot, args, head_dim, block_n, n_t, -(-n_t // block_n), arg)
+    if got is None and not arg:
+        raise ValueError(
+            f"side condition afe_bL < 1 of attention_lse_error fails for n_keys={n_t}, "
+            f"head_dim={head_dim}, block_n={block_n}, exp2_error={exp2_error}"
+        )
+    return ab._lse_row_constants(got, dot, args, head_dim)
+
+
 def _lse_grouped(
     dsc: torch.Tensor,
     kw: dict,
@@ -432,36 +462,40 @@ def _lse_grouped(
     each group's lse bound at its constants: the per-pair one (at most the all-rows one), with ``arg`` the one
     with the exp2 argument's rounding per pair (:func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`,
     ``dsc`` then :func:`exp_arg_shift`, and ``row_score_max`` each row's :func:`_row_score_abs_max`), or with
-    ``changes`` the counted one."""
+    ``changes`` the counted one. The same values as one call of those bounds per group: without ``changes`` each
+    group's exact constants once (:func:`_lse_group_constants`, memoized), then every row at once
+    (:func:`~ojas_ref.verification.bounds.attention._lse_rows`); with ``changes`` one call of
+    :func:`~ojas_ref.verification.bounds.attention_running.lse_counted_bound` per group of tiles and level, at its
+    rows' levels of ``changes``."""
     errs = ae.unary_errors(device, n_keys)  # the log2 domain of n_keys covers every row's N <= n_keys
     bound = ab.attention_lse_arg_bound if arg else ab.attention_lse_error_bound
     rm = {} if row_score_max is None else {"row_score_max": row_score_max}
     if changes is None:
-        out = bound(n_keys, head_dim, score_shift=dsc, **errs, **kw, **rm).clone()
-    else:
-        out = torch.full_like(dsc, torch.inf, dtype=F64)
-    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS)
-    cl = torch.zeros_like(level, dtype=torch.int64) if changes is None else _change_level(changes)
-    for t in counts.unique().tolist():
-        rows = (counts == t).nonzero().flatten()
-        dt, pt, lv, ct, ot = (x[:, :, rows] for x in (dsc, p_rows, level, cl, out))
-        mt = None if row_score_max is None else row_score_max[:, :, rows]
-        n_t = min(n_keys, t * kw["block_n"])
-        for b in lv.unique().tolist():
-            sel = lv == b
-            g_kw = dict(kw, qk_abs_sum=min(pt[sel].max().item(), kw["qk_abs_sum"]))
-            ds, cs, got = dt[sel], ct[sel], ot[sel]
-            ms = {} if mt is None else {"row_score_max": mt[sel]}
-            if changes is None:
-                got = torch.minimum(got, bound(n_t, head_dim, score_shift=ds, **errs, **g_kw, **ms))
-            else:
-                for c in cs.unique().tolist():
-                    sub = cs == c
-                    mc = {n: x[sub] for n, x in ms.items()}
-                    got[sub] = ar.lse_counted_bound(n_t, head_dim, ds[sub], c, arg=arg, **errs, **g_kw, **mc)
-            ot[sel] = got
-        out[:, :, rows] = ot
-    return out
+        out = bound(n_keys, head_dim, score_shift=dsc, **errs, **kw, **rm)
+    level = torch.ceil(p_rows / p_rows.max().clamp_min(torch.finfo(F64).tiny) * _P_LEVELS).to(torch.int64)
+    tl = (counts.to(torch.int64) * (_P_LEVELS + 1) + level).flatten()  # counts broadcast
+    keys, inv = torch.unique(tl, return_inverse=True)
+    p_g = torch.full(keys.shape, -torch.inf, dtype=F64, device=dsc.device)
+    p_g = p_g.scatter_reduce_(0, inv, p_rows.flatten().to(F64), "amax").tolist()
+    groups = [
+        (min(n_keys, key // (_P_LEVELS + 1) * kw["block_n"]), dict(kw, qk_abs_sum=min(p, kw["qk_abs_sum"])))
+        for key, p in zip(keys.tolist(), p_g)
+    ]
+    shift = dsc.to(F64).flatten()
+    if changes is None:
+        consts = [_lse_group_constants(n_t, head_dim, arg, **errs, **g_kw) for n_t, g_kw in groups]
+        rows = ab._lse_rows(shift, consts, inv, arg, None if row_score_max is None else row_score_max.flatten())
+        return torch.minimum(out, rows.reshape(dsc.shape))
+    cl, rms = _change_level(changes).flatten(), None if row_score_max is None else row_score_max.flatten()
+    order = torch.argsort(inv, stable=True)
+    sizes = torch.bincount(inv, minlength=len(groups)).tolist()
+    got, start = torch.empty_like(shift), 0
+    for (n_t, g_kw), size in zip(groups, sizes):
+        sel = order[start : start + size]
+        ms = {} if rms is None else {"row_score_max": rms[sel]}
+        got[sel] = ar.lse_counted_bound(n_t, head_dim, shift[sel], cl[sel], arg=arg, **errs, **g_kw, **ms)
+        start += size
+    return got.reshape(dsc.shape)
 
 
 def _row_lse_bound(

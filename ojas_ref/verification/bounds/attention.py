@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, ClassVar, Self, Union
 
 import torch
@@ -208,6 +209,17 @@ def dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
     dot = _dot_model(dot)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    return _dot_constants(dot, n)
+
+
+#: entries kept by each memo of the exact-rational constants below (pure functions of hashable arguments: the
+#: bounds evaluate them once per group of rows, mostly at arguments already seen)
+_MEMO = 1 << 16
+
+
+@lru_cache(maxsize=_MEMO)
+def _dot_constants(dot: str | Tf32x3Dot | TensorCoreDot, n: int) -> tuple[Fraction, Fraction]:
+    """:func:`dot_error_constants` at a checked ``dot`` and ``n``, memoized."""
     u = Fraction(_FP32_U)
     if dot == "fp32":
         if not n * u < 1:
@@ -351,9 +363,11 @@ def _grid_up(x: Fraction) -> Fraction:
     return Fraction(-((-x.numerator * _POW_GRID) // x.denominator), _POW_GRID)
 
 
+@lru_cache(maxsize=_MEMO)
 def _pow_up(x: Fraction, k: int) -> Fraction:
     """An upper bound of ``x^k`` (``x >= 0``, ``k >= 0``): repeated squaring with every product rounded
-    up to a multiple of ``2^-256`` (the factors are >= 0, so every step stays at or above the exact power)."""
+    up to a multiple of ``2^-256`` (the factors are >= 0, so every step stays at or above the exact power);
+    memoized."""
     r, b = Fraction(1), _grid_up(x)
     while k:
         if k & 1:
@@ -364,8 +378,9 @@ def _pow_up(x: Fraction, k: int) -> Fraction:
     return r
 
 
+@lru_cache(maxsize=_MEMO)
 def _exp_up(x: Fraction) -> Fraction:
-    """An upper bound of ``e^x`` for ``x >= 0``: ``(1 + y + y^2)^(2^j)`` at ``y = x / 2^j <= 1``."""
+    """An upper bound of ``e^x`` for ``x >= 0``: ``(1 + y + y^2)^(2^j)`` at ``y = x / 2^j <= 1``; memoized."""
     j = 0
     while x > 2**j:
         j += 1
@@ -973,10 +988,11 @@ def _exp_down(x: Fraction) -> Fraction:
     return r
 
 
+@lru_cache(maxsize=_MEMO)
 def _ln_up(n: int) -> Fraction:
     """A rational ``LN >= ln n`` (``n >= 1``), ``n <= exp(LN)`` checked by :func:`_exp_down`: the float
     ``ln n (1 + 2^-40) + 2^-40`` (the candidate ``attention_lse`` gives the oracle), its margin doubled until
-    the check passes."""
+    the check passes; memoized."""
     margin = 2.0**-40
     while True:
         ln = Fraction(math.log(n) * (1.0 + margin) + margin)
@@ -1026,7 +1042,23 @@ def _lse_bound_q(
         )
         if got is not _NO_ORACLE:
             return None if got is None else (Fraction(got) - delta, delta)
-    u, ue, ee, ea, el, ucl = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea", "el", "ucl"))
+    return _lse_bound_hand(_dot_model(dot), tuple(args.items()), head_dim, block_n, n_keys, tiles, arg)
+
+
+@lru_cache(maxsize=_MEMO)
+def _lse_bound_hand(
+    dot: str | Tf32x3Dot | TensorCoreDot,
+    items: tuple[tuple[str, float], ...],
+    head_dim: int,
+    block_n: int,
+    n_keys: int,
+    tiles: int,
+    arg: bool,
+) -> tuple[Fraction, Fraction] | None:
+    """:func:`_lse_bound_q`'s hand copy at ``args = dict(items)``, memoized."""
+    args = dict(items)
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    u, ue, ee, ea = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea"))
     X = _exp_up(u * 2 * smax)
     P1 = _pow_up(1 + u, block_n - 1)
     CG = _pow_up((1 + ue) * (1 + u) ** 2, tiles)
@@ -1034,10 +1066,16 @@ def _lse_bound_q(
     bL = _afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles, arg)
     if not bL < 1:
         return None
-    NL = bL / (1 - bL)
-    A = smax + 2 * (_ln_up(n_keys) + NL) + el
+    return _lse_bound_nl(smax, bL / (1 - bL), n_keys, args), delta
+
+
+def _lse_bound_nl(smax: Fraction, nl: Fraction, n_keys: int, args: dict[str, float]) -> Fraction:
+    """``lse_bound u ea el ucl smax 0 LN NL`` of ``Ojas.Attention.Float.SavedLseError`` without ``delta``
+    (``NL = nl``, ``LN`` of :func:`_ln_up`), exact: ``A = smax + 2 (LN + NL) + el``, ``A2 = (1 + u) A + ea``."""
+    u, ea, el, ucl = (Fraction(args[k]) for k in ("u", "ea", "el", "ucl"))
+    A = smax + 2 * (_ln_up(n_keys) + nl) + el
     A2 = (1 + u) * A + ea
-    return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
+    return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + nl
 
 
 # an upper bound of 1 / ln 2 = log2 e (the float64 nearest, within 2^-52 relative, raised by 2^-50)
@@ -1061,11 +1099,58 @@ def _lse_rowmax_shift(
     if not isinstance(row_score_max, torch.Tensor) or row_score_max.shape != shift.shape:
         raise ValueError(f"row_score_max must be a tensor shaped like score_shift {tuple(shift.shape)}")
     smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
-    u, ucl = Fraction(args["u"]), Fraction(args["ucl"])
-    coef = (1 + u) * (u * (1 + ucl) + ucl) + u  # d lse_bound / d smax
+    coef = _smax_coef()
     rm = cb._check(row_score_max, "row_score_max")
     sm = torch.clamp(cb.scale_upper(cb.add_upper(rm, _float_up(delta)), _INV_LN2_UP), max=_float_up(smax))
     return cb.add_upper(shift, cb.add_upper(cb.scale_upper(sm, coef), _float_up(base - coef * smax)))
+
+
+@lru_cache(maxsize=1)
+def _smax_coef() -> Fraction:
+    """``d lse_bound / d smax = (1 + u) (u (1 + ucl) + ucl) + u`` at :func:`_lse_args`' ``u``, ``ucl``."""
+    u, ucl = Fraction(_FP32_U), Fraction(_LN2_CONST_ERROR)
+    return (1 + u) * (u * (1 + ucl) + ucl) + u
+
+
+def _lse_row_constants(
+    got: tuple[Fraction, Fraction] | None, dot: DotModel, args: dict[str, float], head_dim: int
+) -> tuple[float, float, float, float] | None:
+    """``(D, B, S, B2)`` of ``got = (lse_bound(Dsc := 0), delta)`` (:func:`_lse_bound_q`), each rounded up, for
+    :func:`_lse_rows`: ``D = delta``, ``B = lse_bound(0)``, ``S = smax``, ``B2 = B - coef smax``
+    (:func:`_lse_rowmax_shift`, :func:`_smax_coef`); ``None`` for ``None`` (``afe_bL < 1`` fails)."""
+    if got is None:
+        return None
+    base, delta = got
+    smax = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))[0]
+    return tuple(_float_up(x) for x in (delta, base, smax, base - _smax_coef() * smax))
+
+
+def _lse_rows(
+    shift: torch.Tensor,
+    consts: list[tuple[float, float, float, float] | None],
+    index: torch.Tensor,
+    arg: bool,
+    row_score_max: torch.Tensor | None,
+) -> torch.Tensor:
+    """The rows' lse bounds, each at the constants ``consts[index]`` (:func:`_lse_row_constants`; ``inf`` where
+    ``None``), elementwise as :func:`_lse_shift_bound` (``shift`` capped at ``D``, plus ``B``; not ``arg``) and
+    :func:`_lse_rowmax_shift` (``shift + B``, or with ``row_score_max`` ``shift + coef min((row_score_max + D)
+    / ln 2, S) + B2``, ``coef`` of :func:`_smax_coef`), rounded up: ``shift`` float64, ``index`` int64 of its
+    shape."""
+    bad = torch.tensor([c is None for c in consts], dtype=torch.bool, device=shift.device)[index]
+    table = torch.tensor([(0.0,) * 4 if c is None else c for c in consts], dtype=torch.float64, device=shift.device)
+    d, b, smax, b2 = table.reshape(-1, 4)[index].movedim(-1, 0)
+    if not arg:
+        rows = cb.add_upper(torch.minimum(shift, d), b)
+    elif row_score_max is None:
+        rows = cb.add_upper(shift, b)
+    else:
+        if not isinstance(row_score_max, torch.Tensor) or row_score_max.shape != shift.shape:
+            raise ValueError(f"row_score_max must be a tensor shaped like score_shift {tuple(shift.shape)}")
+        rm = cb._check(row_score_max, "row_score_max")
+        sm = torch.minimum(cb.scale_upper(cb.add_upper(rm, d), _INV_LN2_UP), smax)
+        rows = cb.add_upper(shift, cb.add_upper(cb.scale_upper(sm, _smax_coef()), b2))
+    return rows.masked_fill(bad, math.inf)
 
 
 def _uniform_lse_bound(dot: DotModel, args: dict[str, float], head_dim: int, block_n: int, n_keys: int) -> float | None:
@@ -1228,7 +1313,15 @@ _LOG2E_CONST_ERROR = 2.0**-24 + 2.0**-52
 def _score_terms_q(dot: DotModel, head_dim: int, p: Fraction, scale: Fraction) -> tuple[Fraction, Fraction]:
     """``score_max_de``, ``score_delta_de`` of ``Ojas.Attention.Float.ForwardError`` (the bounds of
     ``score2_with_error``) at the dot's error ``g_rel p + g_abs``, exact rationals; for "fp32" they
-    are ``score_max_q``, ``score_delta_q`` of ``Ojas.Bounds.Attention``."""
+    are ``score_max_q``, ``score_delta_q`` of ``Ojas.Bounds.Attention``; memoized."""
+    return _score_terms(_dot_model(dot), head_dim, p, scale)
+
+
+@lru_cache(maxsize=_MEMO)
+def _score_terms(
+    dot: str | Tf32x3Dot | TensorCoreDot, head_dim: int, p: Fraction, scale: Fraction
+) -> tuple[Fraction, Fraction]:
+    """:func:`_score_terms_q` at a checked ``dot``."""
     u, ea, uc = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_QK_SCALE_ERROR)
     g_rel, g_abs = dot_error_constants(dot, head_dim)
     de = g_rel * p + g_abs

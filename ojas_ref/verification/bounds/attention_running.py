@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 import torch
 
@@ -385,21 +386,53 @@ def _lse_counted_base(
 ):
     """``(lse_bound(Dsc := 0), delta)`` as ``bounds.attention._lse_bound_q`` (exact rationals) with ``CG := CGc =
     cg^C (1 + u)^Tt`` (``C = changes``, ``Tt`` the tiles) in ``afe_bL`` (with ``arg``, ``afe_bL_arg``); None when
-    ``afe_bL < 1`` fails there."""
-    tiles = -(-n_keys // block_n)
-    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
-    u, ue, ee, ea, el, ucl = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea", "el", "ucl"))
-    X = ab._exp_up(u * 2 * smax)
-    P1 = ab._pow_up(1 + u, block_n - 1)
-    CG = ab._pow_up((1 + ue) * (1 + u) ** 2, changes) * ab._pow_up(1 + u, tiles)
-    CR = ab._pow_up((1 + ue + ee) * (1 + u) ** 2, tiles)
-    bL = ab._afe_bL(dict(u=u, ue=ue, ee=ee, ea=ea, X=X, P1=P1, CG=CG, CR=CR), block_n, n_keys, tiles, arg)
+    ``afe_bL < 1`` fails there. ``afe_bL`` is affine in ``CG`` and ``lse_bound`` in ``NL``: their coefficients
+    once per constants (:func:`_lse_counted_affine`), the same exact rationals at every count."""
+    a, b, k0, k1, delta = _lse_counted_affine(ab._dot_model(dot), tuple(args.items()), head_dim, block_n, n_keys, arg)
+    bL = a * _counted_cg(Fraction(args["ue"]), Fraction(args["u"]), changes, -(-n_keys // block_n)) + b
     if not bL < 1:
         return None
-    NL = bL / (1 - bL)
-    A = smax + 2 * (ab._ln_up(n_keys) + NL) + el
-    A2 = (1 + u) * A + ea
-    return u * A2 * (1 + ucl) + ea + A2 * ucl + (u * A + ea) + el + NL, delta
+    return k0 + k1 * (bL / (1 - bL)), delta
+
+
+@lru_cache(maxsize=ab._MEMO)
+def _counted_cg(ue: Fraction, u: Fraction, changes: int, tiles: int) -> Fraction:
+    """``CGc = cg^C (1 + u)^Tt`` (``cg = (1 + ue) (1 + u)^2``, ``C = changes``, ``Tt = tiles``), each power rounded
+    up (:func:`~ojas_ref.verification.bounds.attention._pow_up`); memoized."""
+    return ab._pow_up((1 + ue) * (1 + u) ** 2, changes) * ab._pow_up(1 + u, tiles)
+
+
+@lru_cache(maxsize=ab._MEMO)
+def _lse_counted_affine(
+    dot: DotModel,
+    items: tuple[tuple[str, float], ...],
+    head_dim: int,
+    block_n: int,
+    n_keys: int,
+    arg: bool,
+) -> tuple[Fraction, Fraction, Fraction, Fraction, Fraction]:
+    """``(a, b, K0, K1, delta)`` at ``args = dict(items)``, exact rationals: ``afe_bL = a CG + b`` (with ``arg``
+    ``afe_bL_arg``; :func:`~ojas_ref.verification.bounds.attention._afe_bL` at ``CG`` 0 and 1) and ``lse_bound(Dsc
+    := 0) = K0 + K1 NL`` (:func:`~ojas_ref.verification.bounds.attention._lse_bound_nl` at ``NL`` 0 and 1), the
+    other constants as ``_lse_bound_q``'s; both affine, checked at 2 (``RuntimeError`` if not); memoized."""
+    args = dict(items)
+    tiles = -(-n_keys // block_n)
+    smax, delta = _score_terms_q(dot, head_dim, Fraction(args["p"]), Fraction(args["scale"]))
+    u, ue, ee, ea = (Fraction(args[k]) for k in ("u", "ue", "ee", "ea"))
+    k = dict(u=u, ue=ue, ee=ee, ea=ea, X=ab._exp_up(u * 2 * smax), P1=ab._pow_up(1 + u, block_n - 1))
+    k["CR"] = ab._pow_up((1 + ue + ee) * (1 + u) ** 2, tiles)
+
+    def bl(cg: int) -> Fraction:
+        return ab._afe_bL(dict(k, CG=Fraction(cg)), block_n, n_keys, tiles, arg)
+
+    def lse(nl: int) -> Fraction:
+        return ab._lse_bound_nl(smax, Fraction(nl), n_keys, args)
+
+    b, k0 = bl(0), lse(0)
+    a, k1 = bl(1) - b, lse(1) - k0
+    if bl(2) != 2 * a + b or lse(2) != k0 + 2 * k1:
+        raise RuntimeError("afe_bL is not affine in CG or lse_bound in NL: _lse_counted_affine no longer applies")
+    return a, b, k0, k1, delta
 
 
 def lse_counted_bound(
@@ -424,14 +457,14 @@ def lse_counted_bound(
     (``attention_lse_error_masked_dot_counted_pp_arg``), ``afe_bL_arg`` at ``CGc`` and ``score_shift`` the shift
     of :func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`, not capped; with ``arg``,
     ``row_score_max`` as for :func:`~ojas_ref.verification.bounds.attention.attention_lse_arg_bound`
-    (``attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax``). ``ValueError`` as the per-pair bound's, for
-    ``changes`` not an integer >= 0, or for ``row_score_max`` without ``arg``."""
-    if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
-        raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
-    if row_score_max is not None and not arg:
-        raise ValueError("row_score_max goes with arg=True (the _pp_arg_rowmax theorems)")
+    (``attention_lse_error_masked_counted_tf32x3_op_pp_arg_rowmax``). ``changes`` may be an integer tensor shaped
+    like ``score_shift``, each row at its own count (the constants once per count). ``ValueError`` as the per-pair
+    bound's, for ``changes`` not an integer >= 0 (or such a tensor), or for ``row_score_max`` without ``arg``."""
     if not isinstance(score_shift, torch.Tensor):
         raise ValueError(f"score_shift must be a tensor, got {type(score_shift).__name__}")
+    _check_changes(changes, score_shift)
+    if row_score_max is not None and not arg:
+        raise ValueError("row_score_max goes with arg=True (the _pp_arg_rowmax theorems)")
     ab.attention_lse_error_bound(n_keys, head_dim, score_shift=score_shift, **kw)
     full = dict(dict(scale=None, qk_abs_sum=None, exp2_error=ab.EXP2_ERROR, log2_error=ab.LOG2_ERROR, dot="fp32"), **kw)
     p, scale = ab._attention_bound_args(
@@ -439,10 +472,27 @@ def lse_counted_bound(
         full["exp2_error"],
     )  # fmt: skip
     args = ab._lse_args(n_keys, full["log2_error"], full["exp2_error"], scale, p)
-    got = _lse_counted_base(full["dot"], args, head_dim, full["block_n"], n_keys, changes, arg)
-    if got is None:
+    if isinstance(changes, torch.Tensor):
+        cs, index = torch.unique(changes, return_inverse=True)
+        cs = cs.tolist()
+    else:
+        cs, index = [changes], torch.zeros(score_shift.shape, dtype=torch.int64, device=score_shift.device)
+    dot, bn = full["dot"], full["block_n"]
+    consts = [
+        ab._lse_row_constants(_lse_counted_base(dot, args, head_dim, bn, n_keys, c, arg), dot, args, head_dim)
+        for c in cs
+    ]
+    if all(c is None for c in consts):
         return torch.full_like(score_shift, math.inf, dtype=F64)
-    base, delta = got
-    if arg:
-        return ab._lse_rowmax_shift(score_shift.to(F64), base, full["dot"], args, head_dim, row_score_max)
-    return cb.add_upper(torch.clamp(score_shift.to(F64), max=_float_up(delta)), _float_up(base))
+    return ab._lse_rows(score_shift.to(F64), consts, index, arg, row_score_max)
+
+
+def _check_changes(changes: int | torch.Tensor, score_shift: torch.Tensor) -> None:
+    """``ValueError`` unless ``changes`` is an integer >= 0 or an integer tensor >= 0 shaped like ``score_shift``."""
+    if isinstance(changes, torch.Tensor):
+        if changes.dtype.is_floating_point or changes.is_complex() or changes.dtype == torch.bool:
+            raise ValueError(f"changes must be an integer tensor, got {changes.dtype}")
+        if changes.shape != score_shift.shape or bool((changes < 0).any()):
+            raise ValueError(f"changes must be >= 0 and shaped like score_shift {tuple(score_shift.shape)}")
+    elif isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
+        raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
