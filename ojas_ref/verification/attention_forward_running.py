@@ -364,29 +364,58 @@ def _grouped(
     changes: torch.Tensor | None,
 ) -> torch.Tensor:
     """The rows grouped as :func:`_row_grouped_bound` says (and by :func:`_change_level` of ``changes`` when
-    given), each group's bound at its constants: the per-pair one, or with ``changes`` the counted one."""
+    given), each group's bound at its constants: the per-pair one, or with ``changes`` the counted one. The same
+    values and errors as one call of ``attention_forward_running_bound`` (or ``forward_counted_bound``) per group,
+    in the groups' order: each group's constants once (:func:`_group_constants`), then every row at once
+    (``_afr_rows``, ``_counted_rows``: the same operations entry by entry)."""
     ev, sk, bn, top = w.shape[-1], kw["n_keys"], kw["block_n"], p_rows.max().clamp_min(torch.finfo(F64).tiny)
     level = torch.ceil(p_rows / top * _P_LEVELS).to(torch.int64)
     n_lev = 2 * sk  # the levels of changes (< sk) are below 2 sk
     cl = torch.zeros_like(level) if changes is None else _change_level(changes)
     gid = ((counts.to(torch.int64) * (_P_LEVELS + 1) + level) * n_lev + cl).flatten()  # counts broadcast
-    order = torch.argsort(gid, stable=True)
-    gs, ps = gid[order], p_rows.flatten()[order]
-    ws, rs, ys = (x.reshape(-1, ev)[order] for x in (w, r, yw))
-    out_s, start = torch.empty_like(ws), 0
-    for key, size in zip(*(x.tolist() for x in torch.unique_consecutive(gs, return_counts=True))):
-        g = slice(start, start + size)
-        p = min(ps[g].max().item(), kw["qk_abs_sum"])  # both upper bounds of the group's sum |q k|
+    keys, inv = torch.unique(gid, return_inverse=True)
+    p_g = torch.full(keys.shape, -torch.inf, dtype=F64, device=w.device)
+    p_g = p_g.scatter_reduce_(0, inv, p_rows.flatten().to(F64), "amax").tolist()
+    rows = [x.reshape(-1, ev) for x in (w, r, yw)]
+    bad = _bad_groups(rows, inv, len(p_g))
+    consts = []
+    for g, (key, p) in enumerate(zip(keys.tolist(), p_g)):
         tiles, c = divmod(key, n_lev)
-        g_kw = dict(kw, n_keys=min(sk, tiles // (_P_LEVELS + 1) * bn), qk_abs_sum=p)
-        if changes is None:
-            out_s[g] = ab.attention_forward_running_bound(ws[g], rs[g], score_perturbation=ys[g], **g_kw)
-        else:
-            out_s[g] = ar.forward_counted_bound(ws[g], rs[g], ys[g], c, **g_kw)
-        start += size
-    out = torch.empty_like(ws)
-    out[order] = out_s
-    return out.reshape(w.shape)
+        g_kw = dict(kw, n_keys=min(sk, tiles // (_P_LEVELS + 1) * bn), qk_abs_sum=min(p, kw["qk_abs_sum"]))
+        consts.append(_group_constants(g_kw, None if changes is None else c))
+        for name, b in zip(("prob_abs_v", "run_err", "score_perturbation"), bad):
+            if b[g]:
+                raise ValueError(f"{name} must be a real tensor, finite and >= 0")
+    table = torch.tensor([(0.0,) * 4 if c is None else c for c in consts], dtype=F64, device=w.device)
+    per_row = tuple(table.reshape(-1, 4)[inv].movedim(-1, 0)[..., None])
+    w64, r64, y64 = (x.to(F64) for x in rows)
+    if changes is None:
+        out = ab._afr_rows(w64, r64, y64, per_row)
+    else:
+        none = torch.tensor([c is None for c in consts], dtype=torch.bool, device=w.device)[inv]
+        out = ar._counted_rows(w64, r64, y64, per_row).masked_fill(none[:, None], torch.inf)
+    return out.to(w.dtype).reshape(w.shape)
+
+
+def _group_constants(g_kw: dict, changes: int | None) -> tuple[float, float, float, float] | None:
+    """One group's constants: ``(afr_rel, afr_C, afr_abs, afr_ypp)`` of the per-pair bound at ``g_kw``
+    (``attention_forward_running_bound``'s keywords, its errors), or with ``changes`` the counted bound's
+    ``(afr_rel, afr_C, afr_ypp, afr_abs)`` (``None`` where its ``afe_bL < 1`` fails: ``inf``), after the
+    per-pair bound's checks (``forward_counted_bound``'s)."""
+    return ab._afr_pp_constants(**g_kw) if changes is None else ar._forward_counted_group(changes, g_kw)
+
+
+def _bad_groups(rows: list[torch.Tensor], inv: torch.Tensor, n_groups: int) -> list[list[bool]]:
+    """Per tensor of ``rows`` ([R, Ev] each) and per group (``inv`` [R] the rows' groups): whether a row of the
+    group is not finite and >= 0 (complex: every group), as ``attention_forward_running_bound`` checks."""
+    out = []
+    for t in rows:
+        if t.is_complex():
+            out.append([True] * n_groups)
+            continue
+        bad_row = ~((t >= 0) & torch.isfinite(t)).all(-1)
+        out.append((torch.bincount(inv, weights=bad_row.to(F64), minlength=n_groups) > 0).tolist())
+    return out
 
 
 def _row_grouped_bound(

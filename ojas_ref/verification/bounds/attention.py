@@ -467,9 +467,23 @@ def _afr_bounds(
     ``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_pp`` instead, ``afr_rel`` and
     ``afr_C`` at ``Y = 0`` and ``afr_ypp`` (key ``ypp``)."""
     k = _afa_constants(dot, args, head_dim, block_n, tiles)
-    bL, HA, rA = _afa_terms(k, block_n, n_keys, tiles)
-    if not bL < 1:
+    terms = _afa_terms(k, block_n, n_keys, tiles)
+    if not terms[0] < 1:
         return None
+    return _afr_from_terms(k, terms, block_n, n_keys, tiles, per_pair)
+
+
+def _afr_from_terms(
+    k: dict[str, Any],
+    terms: tuple[Fraction, Fraction, Fraction],
+    block_n: int,
+    n_keys: int,
+    tiles: int,
+    per_pair: bool = False,
+) -> dict[str, Fraction]:
+    """:func:`_afr_bounds`' values at the constants ``k`` and ``terms = (afe_bL, afa_HA, afa_rA)`` (``afe_bL <
+    1``), exact rationals."""
+    bL, HA, rA = terms
     u, ue, ee, ea, us, es, V, X = (k[n] for n in ("u", "ue", "ee", "ea", "us", "es", "V", "X"))
     Y = Fraction(0) if per_pair else k["Y"]
     g_rel, g_abs = k["g_rel"], k["g_abs"]
@@ -755,6 +769,29 @@ def _afr_checked(
 ) -> dict[str, Fraction]:
     """The arguments checked and :func:`_afr_bounds` (``per_pair`` passed on); ``ValueError`` for "fp32" or a
     failed side condition."""
+    k, terms, tiles = _afr_prepared(
+        n_keys, head_dim, block_n, dtype, max_abs_q, max_abs_k, max_abs_v, scale, qk_abs_sum, exp2_error,
+        storage_rounding, dot,
+    )  # fmt: skip
+    return _afr_from_terms(k, terms, block_n, n_keys, tiles, per_pair)
+
+
+def _afr_prepared(
+    n_keys: int,
+    head_dim: int,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    scale: float | None,
+    qk_abs_sum: float | None,
+    exp2_error: float,
+    storage_rounding: str,
+    dot: DotModel,
+) -> tuple[dict[str, Any], tuple[Fraction, Fraction, Fraction], int]:
+    """:func:`_afr_checked`'s checks, then ``(k, (afe_bL, afa_HA, afa_rA), Tt)`` (:func:`_afa_constants`,
+    :func:`_afa_terms`); ``ValueError`` for "fp32" or a failed side condition."""
     if _dot_model(dot) == "fp32":
         raise ValueError(
             "dot must be a Tf32x3Dot or a TensorCoreDot: ForwardAccRunning.v has no instance for 'fp32' "
@@ -764,13 +801,14 @@ def _afr_checked(
         n_keys, head_dim, block_n, max_abs_q, max_abs_k, scale, qk_abs_sum, exp2_error, dtype=dtype, max_abs_v=max_abs_v
     )
     args, tiles = _afe_args(n_keys, block_n, dtype, storage_rounding, exp2_error, scale, p, max_abs_v)
-    got = _afr_bounds(dot, args, head_dim, block_n, n_keys, tiles, per_pair)
-    if got is None:
+    k = _afa_constants(dot, args, head_dim, block_n, tiles)
+    terms = _afa_terms(k, block_n, n_keys, tiles)
+    if not terms[0] < 1:
         raise ValueError(
             f"side condition afe_bL < 1 of attention_forward_acc_running fails for n_keys={n_keys}, "
             f"head_dim={head_dim}, block_n={block_n}, dtype={dtype}, exp2_error={exp2_error}, dot={dot}"
         )
-    return got
+    return k, terms, tiles
 
 
 def attention_forward_running_rate(
@@ -902,9 +940,59 @@ def attention_forward_running_bound(
         if t.shape != prob_abs_v.shape:
             raise ValueError(f"{name} must have prob_abs_v's shape {tuple(prob_abs_v.shape)}, got {tuple(t.shape)}")
     rel, coef, absolute = (_float_up(c[n]) for n in ("rel", "C", "abs"))
+    ypp = _float_up(c["ypp"]) if per_pair else None
+    return _afr_rows(prob_abs_v, run_err, score_perturbation, (rel, coef, absolute, ypp))
+
+
+def _afr_pp_constants(
+    n_keys: int,
+    head_dim: int,
+    *,
+    block_n: int,
+    dtype: torch.dtype,
+    max_abs_q: float,
+    max_abs_k: float,
+    max_abs_v: float,
+    dot: DotModel,
+    scale: float | None = None,
+    qk_abs_sum: float | None = None,
+    exp2_error: float = EXP2_ERROR,
+    storage_rounding: str = "nearest",
+) -> tuple[float, float, float, float]:
+    """``(afr_rel, afr_C, afr_abs, afr_ypp)`` of :func:`attention_forward_running_bound` with
+    ``score_perturbation`` (the per-pair form), each rounded up to a float, for :func:`_afr_rows`; arguments and
+    errors (but the tensors') as that bound's."""
+    c = _afr_checked(
+        n_keys,
+        head_dim,
+        block_n,
+        dtype,
+        max_abs_q,
+        max_abs_k,
+        max_abs_v,
+        scale,
+        qk_abs_sum,
+        exp2_error,
+        storage_rounding,
+        dot,
+        True,
+    )
+    return tuple(_float_up(c[n]) for n in ("rel", "C", "abs", "ypp"))
+
+
+def _afr_rows(
+    prob_abs_v: torch.Tensor,
+    run_err: torch.Tensor,
+    score_perturbation: torch.Tensor | None,
+    consts: tuple[float | torch.Tensor, ...],
+) -> torch.Tensor:
+    """``(rel W + C R + abs + ypp Yw) ROUND_UP`` in float64, in that order (``ypp Yw`` only with
+    ``score_perturbation``): ``consts = (rel, C, abs, ypp)`` floats, or float64 tensors that broadcast (each
+    row's group's, the same products and sums entry by entry)."""
+    rel, coef, absolute, ypp = consts
     got = rel * prob_abs_v.to(torch.float64) + coef * run_err.to(torch.float64) + absolute
-    if per_pair:
-        got = got + _float_up(c["ypp"]) * score_perturbation.to(torch.float64)
+    if score_perturbation is not None:
+        got = got + ypp * score_perturbation.to(torch.float64)
     return got * _ROUND_UP
 
 

@@ -373,11 +373,42 @@ def forward_counted_bound(
     if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
         raise ValueError(f"changes must be an integer >= 0, got {changes!r}")
     ab.attention_forward_running_bound(prob_abs_v, run_err, score_perturbation=score_perturbation, **kw)
-    full = dict(dict(scale=None, qk_abs_sum=None, exp2_error=ab.EXP2_ERROR, storage_rounding="nearest"), **kw)
+    full = dict(_FORWARD_DEFAULTS, **kw)
     c = _counted_constants(full, changes)
     w, r, y = (t.to(F64) for t in (prob_abs_v, run_err, score_perturbation))
     if c is None:
         return torch.full_like(w, math.inf)
+    return _counted_rows(w, r, y, c)
+
+
+#: the defaults of ``attention_forward_running_bound``'s optional keywords
+_FORWARD_DEFAULTS = dict(scale=None, qk_abs_sum=None, exp2_error=ab.EXP2_ERROR, storage_rounding="nearest")
+_FORWARD_ARGS = (
+    "n_keys", "head_dim", "block_n", "dtype", "max_abs_q", "max_abs_k", "max_abs_v", "scale", "qk_abs_sum",
+    "exp2_error", "storage_rounding", "dot",
+)  # fmt: skip
+
+
+def _forward_counted_group(changes: int, kw: dict) -> tuple[float, float, float, float] | None:
+    """:func:`_counted_constants` at :func:`forward_counted_bound`'s keywords ``kw`` after the per-pair bound's
+    checks and errors (``bounds.attention._afr_prepared``), from its constants computed once: the same exact
+    rationals (``afe_bL`` at ``CGc``; ``afa_HA``, ``afa_rA`` and the rest do not depend on ``CG``; ``_afr_from_terms``
+    at ``Y = 0`` is :func:`_counted_constants`' formulas)."""
+    full = dict(_FORWARD_DEFAULTS, **kw)
+    k, (_, ha, ra), tiles = ab._afr_prepared(*(full[n] for n in _FORWARD_ARGS))
+    k = dict(k, CG=_counted_cg(k["ue"], k["u"], changes, tiles))
+    bl = ab._afe_bL(k, full["block_n"], full["n_keys"], tiles)
+    if not bl < 1:
+        return None
+    c = ab._afr_from_terms(k, (bl, ha, ra), full["block_n"], full["n_keys"], tiles, True)
+    return tuple(_float_up(c[n]) for n in ("rel", "C", "ypp", "abs"))
+
+
+def _counted_rows(
+    w: torch.Tensor, r: torch.Tensor, y: torch.Tensor, c: tuple[float | torch.Tensor, ...]
+) -> torch.Tensor:
+    """``(afr_rel W + afr_C R + afr_ypp Yw + afr_abs) ROUND_UP`` in float64, in that order, at ``c`` of
+    :func:`_counted_constants`: floats, or float64 tensors that broadcast (each row's group's)."""
     return (c[0] * w + c[1] * r + c[2] * y + c[3]) * _ROUND_UP
 
 
