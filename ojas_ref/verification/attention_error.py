@@ -656,15 +656,16 @@ def _dv_running_bound(
     lse_error: float | torch.Tensor,
 ) -> torch.Tensor:
     """``dv_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) for every stored dV entry
-    [B, Hkv, Sk, Ev]: ``(1 + us) (run_err g_rel g_abs bs + sum_x r x) + us S + es`` over the query
-    tiles of the dK/dV kernel for the key's tile, in the kernel's order (query heads of the group,
+    [B, Hkv, Sk, Ev]: ``(1 + us) (run_err_split g_acc g_dot g_abs as cs + sum_x r x) + us S + es`` over the
+    query tiles of the dK/dV kernel for the key's tile, in the kernel's order (query heads of the group,
     then the tiles from :func:`_first_query_tile`: a tile whose rows are all masked for the key is a
-    tile), ``S = prob_abs_do``, ``(g_rel, g_abs)`` the accumulating dot's constants over ``bm`` rows.
+    tile), ``S = prob_abs_do``, ``(g_acc, g_dot, g_abs)`` the accumulating dot's constants over ``bm`` rows
+    (``acc_dot_split_model``: :func:`~ojas_ref.verification.bounds.attention.acc_dot_split_constants`).
     Every item ``x = (i, j)`` has ``z x = P_ij dO_ic`` and ``r x = ((H x - 1) P_ij + cw) |dO_ic|``
     (0 where masked), ``H x = (1 + us)(1 + ue) X x`` with ``X x - 1`` from the pair's own score error
     ``delta x`` (:func:`_pair_exp2_factors`: :func:`~ojas_ref.verification.score_errors.score_error_block`
     of the dK/dV kernel's ``dot(k, q^T)``) and its query row's ``Dl x`` (``lse_error`` [B, Hq, Sq], each
-    row's lse bound, or one for every row); ``bs`` from the running tensors of
+    row's lse bound, or one for every row); ``as``, ``cs`` from the running tensors of
     :class:`~ojas_ref.verification.bounds.attention_running.RunningAcc`: the float64 ``P~^T dO`` of each
     tile within ``dot_error`` plus ``|P~ - P| |dO|`` of the exact one (P between ``softmax_bounds``),
     ``sum |z| <= P_up^T |dO|``."""
@@ -730,7 +731,7 @@ def dv_error_bound(
 
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's
     order (the interpreter's IEEE float32 dots, the blocked float32 model); the float64 evaluation
-    of ``bs``, ``S``, the score errors and ``X`` (certified upper bounds under
+    of ``as``, ``cs``, ``S``, the score errors and ``X`` (certified upper bounds under
     :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     c = _backward_constants(q, k, is_causal, scale, do.shape[-1])
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
@@ -840,14 +841,15 @@ def _grad_tile_step(acc: ar.RunningAcc, t: dict, w: torch.Tensor, gc: float, act
 
 
 def _dq_block_error(
-    t: dict, kf: torch.Tensor, gc: float, n_active: torch.Tensor, qn: int, g: tuple[float, float]
+    t: dict, kf: torch.Tensor, gc: float, n_active: torch.Tensor, qn: int, g: tuple[float, float, float]
 ) -> torch.Tensor:
-    """``run_err + sum r`` of dQ (upper bound) for a block of query rows, every key tile of ``qn`` keys
+    """``run_err_split + sum r`` of dQ (upper bound) for a block of query rows, every key tile of ``qn`` keys
     at once (:func:`~ojas_ref.verification.bounds.attention_running.running_error_prefix`): ``t`` the
     pair terms of :func:`_grad_pair_terms` [.., rows, Sk], ``kf`` the float64 keys [.., Sk, E],
     ``n_active`` [rows, 1] the number of key tiles the dQ kernel runs for each row, ``g`` the
-    accumulating dot's ``(g_rel, g_abs)``; the last tile padded with zero items (exact zeros, counted
-    in its ``dot_error``)."""
+    accumulating dot's ``(g_acc, g_dot, g_abs)``
+    (:func:`~ojas_ref.verification.bounds.attention_running.acc_constants_up`); the last tile padded with
+    zero items (exact zeros, counted in its ``dot_error``)."""
     sk = kf.shape[-2]
     n_t, pad = -(-sk // qn), -(-sk // qn) * qn - sk
     kt = torch.nn.functional.pad(kf, (0, 0, 0, pad)).unflatten(-2, (n_t, qn)).movedim(-3, 0)
@@ -915,10 +917,11 @@ def _grad_running_bounds(
     """``dk_error_acc_running_pp`` and ``dq_error_acc_running_pp`` (``grad_error_acc_running_pp``,
     ``Ojas.Attention.Float.RunningAccErrorPP``: ``Ojas.Attention.Float.RunningAccError``'s
     ``dk_error_acc_running``, ``dq_error_acc_running`` with the ``dp`` dot's error per pair) for every
-    stored dK [B, Hkv, Sk, E] and dQ [B, Hq, Sq, E] entry: ``grad_bound scale ucs (run_err g_rel g_abs bs +
-    sum_x r x) S1`` (``S1`` the sums of :func:`exact_grads` ``ex``) over the tiles the kernels run, in
-    their order: dK the dK/dV kernel's query tiles (:func:`_first_query_tile`, every query head of the
-    group), dQ the dQ kernel's key tiles (:func:`_last_key_end`). Items have ``z x = P (dP - D) w`` and
+    stored dK [B, Hkv, Sk, E] and dQ [B, Hq, Sq, E] entry: ``grad_bound scale ucs (run_err_split g_acc g_dot
+    g_abs as cs + sum_x r x) S1`` (``acc_dot_split_model``'s constants, ``S1`` the sums of :func:`exact_grads`
+    ``ex``) over the tiles the kernels run, in their order: dK the dK/dV kernel's query tiles
+    (:func:`_first_query_tile`, every query head of the group), dQ the dQ kernel's key tiles
+    (:func:`_last_key_end`). Items have ``z x = P (dP - D) w`` and
     ``r x = gacc_A(E x) h1 x + gacc_B(E x) h2 x + gacc_c(E x, Ym, (1 + u)(eP x + eDm) + ea, W)`` (0 where
     masked; ``gacc_c`` taken at the largest ``eP``, monotone), ``E x = (1 + ue) X x`` from the pair's own
     score error (:func:`_pair_exp2_factors`, the larger of the dK/dV kernel's ``dot(k, q^T)`` and the dQ
@@ -1131,8 +1134,8 @@ def grad_error_bounds(
     not a theorem about the forward.
     Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`).
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order;
-    the float64 evaluation of the running premises' ``bs`` and the score errors (certified upper bounds
-    under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
+    the float64 evaluation of the running premises' ``as``, ``cs`` and the score errors (certified upper
+    bounds under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
     c = _backward_constants(q, k, is_causal, scale, v.shape[-1])

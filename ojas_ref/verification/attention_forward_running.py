@@ -205,7 +205,10 @@ def _sums(
         p_lo, p_up = cb.softmax_bounds(s, score_error)
         vt = torch.nn.functional.pad(vr[:, :, :keys], (0, 0, 0, n_tiles * block_n - keys))
         y, err, a = _block_sums(pr, p_lo, p_up, vt.unflatten(2, (n_tiles, block_n)), n_tiles, block_n)
-        part = [cb.sum_upper(a, 0), ar.running_error_prefix(y, err, a, torch.zeros_like(a), n_act[:, None], rate, 0.0)]
+        part = [
+            cb.sum_upper(a, 0),
+            ar.running_error_prefix(y, err, a, torch.zeros_like(a), n_act[:, None], rate, rate, 0.0),
+        ]
         if dot is not None:
             d = se.score_error_block(r0, qc, kr[:, :, :keys], is_causal, scale, dot, "qk")
             part += _block_per_pair(p_up, d, vr[:, :, :keys].abs())

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ojas_ref.verification.bounds import attention as ab
+from ojas_ref.verification.bounds import attention_running as ar
 from ojas_ref.verification.bounds import common
 
 U = Fraction(2) ** -24
@@ -249,6 +250,26 @@ def test_acc_constants(n):
     assert ab.acc_dot_error_constants(ab.TENSOR_CORE_BF16_H100, n) == (_gamma(d16, -(-n // 16)), 0)
     with pytest.raises(NotImplementedError, match="ref='term'"):
         ab.acc_dot_error_constants(ab.TensorCoreDot(block=16, ref="term"), n)
+
+
+@pytest.mark.parametrize("n", [1, 64, 128])
+def test_acc_split_constants(n):
+    """``acc_dot_split_model``'s ``(g_acc, g_dot, g_abs)``: for "fp32" and 3xTF32 (``acc_of_dot_split_model``:
+    ``acc`` added in one float32 rounding) ``u``, ``u + (1 + u) g``, ``(1 + u) ga + eta``, ``(g, ga)`` the dot's
+    from 0; the H100's tensor-core chain (``acc_dot_split_of_model``) its ``g_rel`` twice, ``g_abs``; rounded up
+    to floats by ``acc_constants_up``."""
+    for dot in ("fp32", ab.TF32X3_H100):
+        g, ga = ab.dot_error_constants(dot, n)
+        assert ab.acc_dot_split_constants(dot, n) == (U, U + (1 + U) * g, (1 + U) * ga + ETA)
+        assert ab.acc_dot_split_constants(dot, n)[1:] == ab.acc_dot_error_constants(dot, n)
+    g_rel, g_abs = ab.acc_dot_error_constants(ab.TENSOR_CORE_BF16_H100, n)
+    assert ab.acc_dot_split_constants(ab.TENSOR_CORE_BF16_H100, n) == (g_rel, g_rel, g_abs) and g_abs == 0
+    for dot in ("fp32", ab.TF32X3_H100, ab.TENSOR_CORE_BF16_H100):
+        up = ar.acc_constants_up(dot, n)
+        exact = ab.acc_dot_split_constants(dot, n)
+        assert all(Fraction(math.nextafter(f, -math.inf)) < x <= Fraction(f) for f, x in zip(up, exact, strict=True))
+    with pytest.raises(NotImplementedError, match="ref='term'"):
+        ab.acc_dot_split_constants(ab.TensorCoreDot(block=16, ref="term"), n)
 
 
 def test_dv_accumulates_with_the_model():

@@ -1,9 +1,10 @@
 """The running accumulation bounds of the attention backward (``Ojas.Attention.Float.RunningAccError``;
 ojas_ref/verification/bounds/attention_running.py and the running parts of
 ojas_ref/verification/attention_error.py): ``run_err``'s float64 evaluation against the exact rational
-fold (and a mutant without the ``g b`` term, caught), :class:`RunningAcc` against the exact premise, and
-the running dV / dK / dQ bounds against the interpreter's kernels (within, and at most the a-priori
-bounds), much tighter over many tiles."""
+fold ``run_err_split`` (and a mutant without the ``g_acc a`` term, caught), :class:`RunningAcc` and
+:func:`running_error_prefix` against the exact premise and each other, both equal to the one-constant form
+at ``g_acc == g_dot``, and the running dV / dK / dQ bounds against the interpreter's kernels (within, and at
+most the a-priori bounds), much tighter over many tiles."""
 
 from __future__ import annotations
 
@@ -32,25 +33,33 @@ F64 = torch.float64
 INF = torch.tensor(math.inf, dtype=F64)
 
 
-def _exact_run_err(g: Fraction, ga: Fraction, bs: list[float]) -> Fraction:
-    """``run_err g ga bs`` over exact rationals: ``fold_left (fun e b => (1 + g) e + g b + ga) bs 0``."""
+def _exact_run_err(g_acc: Fraction, g_dot: Fraction, ga: Fraction, a_s: list, c_s: list) -> Fraction:
+    """``run_err_split g_acc g_dot ga as cs`` over exact rationals: ``fold_left2 (fun e a c => (1 + g_acc) e
+    + g_acc a + g_dot c + ga) as cs 0``."""
     e = Fraction(0)
-    for b in bs:
-        e = (1 + g) * e + g * Fraction(b) + ga
+    for a, c in zip(a_s, c_s, strict=True):
+        e = (1 + g_acc) * e + g_acc * Fraction(a) + g_dot * Fraction(c) + ga
     return e
+
+
+def _random_constants(rng: random.Random, split: bool) -> tuple[Fraction, Fraction, Fraction]:
+    """``(g_acc, g_dot, ga)`` exact rationals: ``g_acc = g_dot`` unless ``split`` (then ``g_acc`` up to
+    2^-10 times ``g_dot``, as float32's ``u`` against a dot's ``gamma``)."""
+    g_dot = Fraction(rng.randint(1, 2**20), 2 ** rng.randint(30, 60))
+    g_acc = g_dot / rng.randint(1, 2**10) if split else g_dot
+    return g_acc, g_dot, Fraction(rng.randint(0, 2**10), 2 ** rng.randint(100, 160))
 
 
 def _run_err_is_upper(fn) -> bool:
     """Whether ``fn`` (``run_err``'s signature) is at least the exact fold on 200 random folds of
-    random lengths, magnitudes and constants (``g``, ``ga`` exact rationals rounded up first)."""
+    random lengths, magnitudes and constants (exact rationals rounded up first; half of them split)."""
     rng = random.Random(0)
-    for _ in range(200):
+    for i in range(200):
         n = rng.randint(1, 40)
-        bs = [rng.uniform(0, 1) * 2.0 ** rng.randint(-30, 30) for _ in range(n)]
-        g = Fraction(rng.randint(1, 2**20), 2 ** rng.randint(30, 60))
-        ga = Fraction(rng.randint(0, 2**10), 2 ** rng.randint(100, 160))
-        got = fn(torch.tensor(bs, dtype=F64), _float_up(g), _float_up(ga))
-        if Fraction(got.item()) < _exact_run_err(g, ga, bs):
+        a_s, c_s = ([rng.uniform(0, 1) * 2.0 ** rng.randint(-30, 30) for _ in range(n)] for _ in range(2))
+        g = _random_constants(rng, i % 2 == 1)
+        got = fn(torch.tensor(a_s, dtype=F64), torch.tensor(c_s, dtype=F64), *(_float_up(x) for x in g))
+        if Fraction(got.item()) < _exact_run_err(*g, a_s, c_s):
             return False
     return True
 
@@ -59,63 +68,145 @@ def test_run_err_is_at_least_the_exact_fold():
     assert _run_err_is_upper(ar.run_err)
 
 
-def test_run_err_mutant_without_g_b_is_caught(monkeypatch):
-    """Dropping ``g b`` from the step (the accumulator's own error on the running sum) goes below the
+def test_run_err_mutant_without_g_acc_a_is_caught(monkeypatch):
+    """Dropping ``g_acc a`` from the step (the accumulator's own error on the running sum) goes below the
     exact fold: the check above fails on it."""
 
-    def mutant(e, b, g_rel, g_abs):
-        return cb.add_upper(cb.add_upper(e, cb.mul_upper(e, g_rel)), g_abs)
+    def mutant(e, a, c, g_acc, g_dot, g_abs):
+        return cb.add_upper(cb.add_upper(e, cb.mul_upper(e, g_acc)), cb.add_upper(cb.mul_upper(c, g_dot), g_abs))
 
     monkeypatch.setattr(ar, "run_err_step", mutant)
     assert not _run_err_is_upper(ar.run_err)
 
 
 def test_run_err_bad_arguments_raise():
-    with pytest.raises(ValueError, match="bs"):
-        ar.run_err(torch.tensor([1.0, -1.0], dtype=F64), 1e-6, 0.0)
-    with pytest.raises(ValueError, match="g_rel"):
-        ar.run_err(torch.tensor([1.0], dtype=F64), -1e-6, 0.0)
+    one = torch.tensor([1.0], dtype=F64)
+    with pytest.raises(ValueError, match="a_s"):
+        ar.run_err(torch.tensor([1.0, -1.0], dtype=F64), torch.ones(2, dtype=F64), 1e-6, 1e-6, 0.0)
+    with pytest.raises(ValueError, match="c_s"):
+        ar.run_err(one, one * math.nan, 1e-6, 1e-6, 0.0)
+    with pytest.raises(ValueError, match="one shape"):
+        ar.run_err(one, torch.ones(2, dtype=F64), 1e-6, 1e-6, 0.0)
+    for i, name in enumerate(("g_acc", "g_dot", "g_abs")):
+        g = [1e-6, 1e-6, 0.0]
+        g[i] = -1e-6
+        with pytest.raises(ValueError, match=name):
+            ar.run_err(one, one, *g)
 
 
-@pytest.mark.parametrize("prefix", [False, True], ids=["steps", "closed-form"])
-def test_running_acc_is_at_least_the_exact_premise(prefix):
-    """:class:`RunningAcc` (one tile at a time, inactive tiles left alone) and
-    :func:`running_error_prefix` (every tile at once, the first ``n`` tiles of each entry) fed float64
-    tile sums (within ``dot_error`` of the exact ones) give at least ``run_err g ga bs + sum r`` at the
-    EXACT ``bs_t = |Z_t| + R_t + sum_tile (|z| + r)`` over the tiles run, and the two agree."""
-    gen = torch.Generator().manual_seed(1)
-    n_tiles, n, entries = 12, 8, 5
+def _old_step(e: torch.Tensor, b: torch.Tensor, g: float, ga: float) -> torch.Tensor:
+    """The one-constant ``run_err``'s step as evaluated before the split: ``(1 + g) e + g b + ga`` rounded up."""
+    return ar.up_add(ar.up_add(e, ar.up_mul(e, g)), ar.up_add(ar.up_mul(b, g), ga))
+
+
+def _old_running_acc(z, err, a, r, active, g: float, ga: float) -> torch.Tensor:
+    """The one-constant :class:`RunningAcc` (``b_t = a_t + c_t`` in one rounding), tiles along dim 0."""
+    zs, ze, rs, e = (torch.zeros_like(a[0]) for _ in range(4))
+    for t in range(z.shape[0]):
+        b = ar.up_add(ar.up_add(ar.up_add(zs.abs(), ze), rs), ar.up_add(a[t], r[t]))
+        e = torch.where(active[t], _old_step(e, b, g, ga), e)
+        z_new = zs + z[t]
+        ze = torch.where(active[t], ar.up_add(ar.up_add(ze, err[t]), ar.up_mul(z_new.abs(), cb.U64)), ze)
+        zs, rs = torch.where(active[t], z_new, zs), torch.where(active[t], ar.up_add(rs, r[t]), rs)
+    return ar.up_add(e, rs)
+
+
+def _old_prefix(z, err, a, r, n_run, g: float, ga: float) -> torch.Tensor:
+    """The one-constant :func:`running_error_prefix` as evaluated before the split."""
+    t = z.shape[0]
+    g2, c2 = cb._dot_consts(t)
+    z_abs = z.cumsum(0).abs() + z.abs().cumsum(0) * _float_up(g2) + err.cumsum(0) + _float_up(c2)
+    r_in = r.cumsum(0)
+    b = a + r
+    b[1:] += z_abs[:-1] + r_in[:-1]
+    grow = 1 + Fraction(g)
+    w, big = ar._powers_up(1 / grow, t, b.device)[:, None], ar._powers_up(grow, t, b.device)[:, None]
+    e = ((b * g + ga) * w).cumsum(0) * big
+    idx = (n_run - 1)[None]
+    total = (e.gather(0, idx) + r_in.gather(0, idx))[0]
+    return ar.up_add(ar.up_mul(total, _float_up(1 / (1 - Fraction(2 * t + 40, 2**53)))), ar._UNDERFLOW)
+
+
+def _tiles(seed: int, n_tiles: int = 12, n: int = 8, entries: int = 5):
+    """Random items [tiles, n, entries] ``z`` (magnitudes 2^-8 .. 2^8 per tile) and ``r``, and the float64
+    per-tile ``(sum z, its dot_error, sum |z| up, sum r up)`` :class:`RunningAcc` takes."""
+    gen = torch.Generator().manual_seed(seed)
     z = torch.randn(n_tiles, n, entries, generator=gen, dtype=F64) * torch.exp2(
         torch.randint(-8, 8, (n_tiles, 1, entries), generator=gen).to(F64)
     )
     r = torch.rand(n_tiles, n, entries, generator=gen, dtype=F64) * 1e-3
+    a = cb.sum_upper(z.abs(), 1)
+    return z, r, (z.sum(1), cb.dot_error(a, n), a, cb.sum_upper(r, 1))
+
+
+def test_one_constant_form_at_g_acc_equal_g_dot():
+    """At ``g_acc == g_dot`` every evaluation is the one-constant form's, bit for bit: the step and the fold
+    at ``b = a + c``, :class:`RunningAcc` and :func:`running_error_prefix` (two sets of constants, random
+    tiles, entries running 1 .. 12 of them); with ``g_acc < g_dot`` the closed form is smaller past the
+    first tile."""
+    rng = random.Random(7)
+    gen = torch.Generator().manual_seed(7)
+    e, a, c = (torch.rand(50, generator=gen, dtype=F64) * 2.0**10 for _ in range(3))
+    for seed in range(2):
+        g, _, ga = (_float_up(x) for x in _random_constants(rng, False))
+        assert torch.equal(ar.run_err_step(e, a, c, g, g, ga), _old_step(e, ar.up_add(a, c), g, ga))
+        ref = torch.zeros(5, dtype=F64)
+        for t in range(10):
+            ref = _old_step(ref, ar.up_add(a.view(5, 10)[:, t], c.view(5, 10)[:, t]), g, ga)
+        assert torch.equal(ar.run_err(a.view(5, 10), c.view(5, 10), g, g, ga), ref)
+        z, r, sums = _tiles(seed)
+        n_run = torch.randint(1, z.shape[0] + 1, (z.shape[-1],), generator=gen)
+        active = torch.arange(z.shape[0])[:, None] < n_run
+        acc = ar.RunningAcc((z.shape[-1],), torch.device("cpu"), g, g, ga)
+        for t in range(z.shape[0]):
+            acc.step(*(x[t] for x in sums), active[t])
+        assert torch.equal(acc.error(), _old_running_acc(*sums, active, g, ga))
+        old = _old_prefix(*sums, n_run, g, ga)
+        assert torch.equal(ar.running_error_prefix(*sums, n_run, g, g, ga), old)
+        split = ar.running_error_prefix(*sums, n_run, g / 64, g, ga)
+        assert (split <= old).all() and (split < old)[n_run > 1].all()
+
+
+@pytest.mark.parametrize(
+    "g", [(Fraction(3, 2**20),) * 2, (Fraction(1, 2**24), Fraction(3, 2**20))], ids=["one", "split"]
+)
+@pytest.mark.parametrize("prefix", [False, True], ids=["steps", "closed-form"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_running_acc_is_at_least_the_exact_premise(prefix, g, seed):
+    """:class:`RunningAcc` (one tile at a time, inactive tiles left alone) and
+    :func:`running_error_prefix` (every tile at once, the first ``n`` tiles of each entry) fed float64
+    tile sums (within ``dot_error`` of the exact ones) give at least ``run_err_split g_acc g_dot ga as cs +
+    sum r`` at the EXACT ``a_t = |Z_t| + R_t``, ``c_t = sum_tile (|z| + r)`` over the tiles run, and the two
+    agree (``g_acc = g_dot`` and ``g_acc = u`` below ``g_dot``)."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    z, r, sums = _tiles(seed)
+    n_tiles, entries = z.shape[0], z.shape[-1]
     if prefix:
         n_run = torch.randint(1, n_tiles + 1, (entries,), generator=gen)
         active = torch.arange(n_tiles)[:, None] < n_run
     else:
         active = torch.rand(n_tiles, entries, generator=gen) < 0.7
-    g, ga = Fraction(3, 2**20), Fraction(1, 2**140)
-    acc = ar.RunningAcc((entries,), torch.device("cpu"), _float_up(g), _float_up(ga))
-    a = cb.sum_upper(z.abs(), 1)
+    g_acc, g_dot, ga = *g, Fraction(1, 2**140)
+    g_up = tuple(_float_up(x) for x in (g_acc, g_dot, ga))
+    acc = ar.RunningAcc((entries,), torch.device("cpu"), *g_up)
     for t in range(n_tiles):
-        acc.step(z[t].sum(0), cb.dot_error(a[t], n), a[t], cb.sum_upper(r[t], 0), active[t])
+        acc.step(*(x[t] for x in sums), active[t])
     got = acc.error()
     if prefix:
-        closed = ar.running_error_prefix(
-            z.sum(1), cb.dot_error(a, n), a, cb.sum_upper(r, 1), n_run, _float_up(g), _float_up(ga)
-        )
+        closed = ar.running_error_prefix(*sums, n_run, *g_up)
         torch.testing.assert_close(closed, got, rtol=1e-12, atol=0)
         got = closed
     for c in range(entries):
-        zs, rs, bs = Fraction(0), Fraction(0), []
+        zs, rs, a_s, c_s = Fraction(0), Fraction(0), [], []
         for t in range(n_tiles):
             if not active[t, c]:
                 continue
             tz = [Fraction(x) for x in z[t, :, c].tolist()]
             tr = [Fraction(x) for x in r[t, :, c].tolist()]
-            bs.append(abs(zs) + rs + sum(abs(x) for x in tz) + sum(tr))
+            a_s.append(abs(zs) + rs)
+            c_s.append(sum(abs(x) for x in tz) + sum(tr))
             zs, rs = zs + sum(tz), rs + sum(tr)
-        assert Fraction(got[c].item()) >= _exact_run_err(g, ga, bs) + rs, c
+        assert Fraction(got[c].item()) >= _exact_run_err(g_acc, g_dot, ga, a_s, c_s) + rs, c
 
 
 def test_tile_orders_follow_the_kernels():

@@ -39,6 +39,7 @@ __all__ = [
     "TensorCoreDot",
     "Tf32x3Dot",
     "acc_dot_error_constants",
+    "acc_dot_split_constants",
     "dot_error_constants",
     "attention_delta_error_bound",
     "attention_dk_error_bound",
@@ -270,6 +271,25 @@ def acc_dot_error_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction]:
     g, ga = dot_error_constants(dot, n)
     u = Fraction(_FP32_U)
     return u + (1 + u) * g, (1 + u) * ga + Fraction(_FP32_ETA)
+
+
+def acc_dot_split_constants(dot: DotModel, n: int) -> tuple[Fraction, Fraction, Fraction]:
+    """``(g_acc, g_dot, g_abs)`` of the ACCUMULATING dot ``tl.dot(a, b, acc)`` of ``dot``'s kind on vectors
+    of length ``n`` (exact rationals): the computed result is within
+    ``g_acc |acc| + g_dot sum_i |a_i b_i| + g_abs`` of ``acc + a.b``
+    (``Ojas.Attention.Float.RunningAccError.acc_dot_split_model``), the running theorems' model.
+
+    * "fp32" and a :class:`Tf32x3Dot`: the dot from 0 (:func:`dot_error_constants`' ``g, ga``), then
+      ``acc`` added in one float32 rounding: ``u``, ``u + (1 + u) g``, ``(1 + u) ga + eta``
+      (``acc_of_dot_split_model``; ``blocked_acc_dot_split_model``, ``tf32x3_tc_op_acc_dot_split_model``);
+    * a :class:`TensorCoreDot` with ``ref="operands"``: :func:`acc_dot_error_constants`' ``g_rel`` for both,
+      ``g_abs`` (``acc_dot_split_of_model`` of ``tc_acc_op_dot_model``).
+
+    Raises as :func:`acc_dot_error_constants`."""
+    g_rel, g_abs = acc_dot_error_constants(dot, n)
+    if isinstance(_dot_model(dot), TensorCoreDot):
+        return g_rel, g_rel, g_abs
+    return Fraction(_FP32_U), g_rel, g_abs
 
 
 def _score_dot_error(dot: DotModel, head_dim: int, p: float) -> float | None:

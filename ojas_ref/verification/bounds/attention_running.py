@@ -1,24 +1,26 @@
 """The RUNNING form of the attention backward's accumulation bounds (rocq/Attention/Float/RunningAccError.v).
 
 The dK/dV and dQ kernels accumulate their tiles with ``acc = tl.dot(a, b, acc)``, a model with
-``|result - (acc + a.b)| <= g_rel (|acc| + sum |a_i b_i|) + g_abs`` (``acc_dot_model``,
-:func:`~ojas_ref.verification.bounds.attention.acc_dot_error_constants`). ``acc_chain_running_error``
-charges tile ``t`` with ``g_rel`` times the running accumulator, not the a-priori sum of every
-term: over tiles ``0 .. T - 1`` with ``e_0 = 0``::
+``|result - (acc + a.b)| <= g_acc |acc| + g_dot sum |a_i b_i| + g_abs`` (``acc_dot_split_model``,
+:func:`~ojas_ref.verification.bounds.attention.acc_dot_split_constants`; float32's accumulator is added in
+one rounding, ``g_acc = u``). ``acc_chain_running_error`` charges tile ``t`` with ``g_acc`` times the
+running accumulator and ``g_dot`` times the tile's own terms, not the a-priori sum of every term: over
+tiles ``0 .. T - 1`` with ``e_0 = 0``::
 
-    run_err g ga bs = fold_left (fun e b => (1 + g) e + g b + ga) bs 0,
-    |fold of accf - sum_x z x| <= run_err g_rel g_abs bs + sum_x r x,
+    run_err_split g_acc g_dot ga as cs
+        = fold_left2 (fun e a c => (1 + g_acc) e + g_acc a + g_dot c + ga) as cs 0,
+    |fold of accf - sum_x z x| <= run_err_split g_acc g_dot g_abs as cs + sum_x r x,
 
-whenever every item's computed term is within ``r x`` of ``z x`` and ``bs`` meets
-``running_premise``: ``bs_t >= |sum of z over tiles < t| + (sum of r over tiles < t) + sum over tile
-t of (|z x| + r x)``. Here:
+whenever every item's computed term is within ``r x`` of ``z x`` and ``as``, ``cs`` meet
+``running_split_premise``: ``a_t >= |sum of z over tiles < t| + (sum of r over tiles < t)``, ``c_t >= sum
+over tile t of (|z x| + r x)``. Here:
 
-* :func:`acc_constants_up`: ``(g_rel, g_abs)`` of the accumulating dot, rounded up to floats;
+* :func:`acc_constants_up`: ``(g_acc, g_dot, g_abs)`` of the accumulating dot, rounded up to floats;
 * :func:`up_add`, :func:`up_mul`, :func:`up_matmul`, :func:`up_dot_error`: the roundings up of
   :mod:`~ojas_ref.verification.bounds.certified` without their per-operation finiteness checks (no
   device synchronisation; the folds' results are checked once);
 * :func:`run_err_step` / :func:`run_err`: the fold evaluated in float64, every operation rounded up,
-  so the result is at least the real ``run_err`` of any real ``bs`` below the given ones;
+  so the result is at least the real ``run_err_split`` of any real ``as``, ``cs`` below the given ones;
 * :class:`RunningAcc`: the running tensors of one fold (the signed prefix sum ``Z`` of the float64
   tile sums with a certified bound of its error, the prefix of ``r``, ``e``), one tile at a time:
   memory of one accumulator, whatever the number of tiles (dV, dK: the dK/dV kernel's query tiles);
@@ -51,7 +53,7 @@ from ojas_ref.verification.bounds.attention import (
     _LOG2E_CONST_ERROR,
     DotModel,
     _score_terms_q,
-    acc_dot_error_constants,
+    acc_dot_split_constants,
 )
 from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _ROUND_UP, _float_up
 
@@ -79,12 +81,11 @@ F64 = torch.float64
 LN2_UP = Fraction(6931471805599454, 10**16)
 
 
-def acc_constants_up(dot: DotModel, n: int) -> tuple[float, float]:
-    """``(g_rel, g_abs)`` of ``tl.dot(a, b, acc)`` of ``dot``'s kind over ``n`` products
-    (:func:`~ojas_ref.verification.bounds.attention.acc_dot_error_constants`, exact rationals),
+def acc_constants_up(dot: DotModel, n: int) -> tuple[float, float, float]:
+    """``(g_acc, g_dot, g_abs)`` of ``tl.dot(a, b, acc)`` of ``dot``'s kind over ``n`` products
+    (:func:`~ojas_ref.verification.bounds.attention.acc_dot_split_constants`, exact rationals),
     each rounded up to a float."""
-    g_rel, g_abs = acc_dot_error_constants(dot, n)
-    return _float_up(g_rel), _float_up(g_abs)
+    return tuple(_float_up(g) for g in acc_dot_split_constants(dot, n))
 
 
 _INF: dict[torch.device, torch.Tensor] = {}
@@ -132,27 +133,37 @@ def up_dot_error(abs_sum: torch.Tensor, k: int) -> torch.Tensor:
     return up_add(up_mul(abs_sum, _float_up(g)), _float_up(c))
 
 
-def run_err_step(e: torch.Tensor, b: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
-    """One step of ``run_err``'s fold, ``(1 + g) e + g b + ga``, rounded up (``e``, ``b`` >= 0
-    float64 upper bounds, ``g_rel``, ``g_abs`` >= 0 floats at least the exact constants)."""
-    grow = up_add(e, up_mul(e, g_rel))  # >= (1 + g) e
-    return up_add(grow, up_add(up_mul(b, g_rel), g_abs))
+def run_err_step(
+    e: torch.Tensor, a: torch.Tensor, c: torch.Tensor, g_acc: float, g_dot: float, g_abs: float
+) -> torch.Tensor:
+    """One step of ``run_err_split``'s fold, ``(1 + g_acc) e + g_acc a + g_dot c + ga``, rounded up (``e``,
+    ``a``, ``c`` >= 0 float64 upper bounds, ``g_acc``, ``g_dot``, ``g_abs`` >= 0 floats at least the exact
+    constants); at ``g_acc == g_dot`` as ``g (a + c)``, the one-constant ``run_err``'s step at ``b = a + c``."""
+    grow = up_add(e, up_mul(e, g_acc))  # >= (1 + g_acc) e
+    if g_acc == g_dot:
+        term = up_mul(up_add(a, c), g_acc)
+    else:
+        term = up_add(up_mul(a, g_acc), up_mul(c, g_dot))
+    return up_add(grow, up_add(term, g_abs))
 
 
-def run_err(bs: torch.Tensor, g_rel: float, g_abs: float) -> torch.Tensor:
-    """``run_err g_rel g_abs bs`` over the LAST dimension of ``bs`` (one fold per leading index,
-    ``e_0 = 0``), every operation rounded up: at least the exact value for the real ``bs``,
-    ``g_rel``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or non-finite input,
-    or a result beyond float64."""
-    for name, val in (("g_rel", g_rel), ("g_abs", g_abs)):
+def run_err(a_s: torch.Tensor, c_s: torch.Tensor, g_acc: float, g_dot: float, g_abs: float) -> torch.Tensor:
+    """``run_err_split g_acc g_dot g_abs as cs`` over the LAST dimension of ``a_s``, ``c_s`` (one shape; one
+    fold per leading index, ``e_0 = 0``), every operation rounded up: at least the exact value for the real
+    ``as``, ``cs``, ``g_acc``, ``g_dot``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or
+    non-finite input, or a result beyond float64."""
+    for name, val in (("g_acc", g_acc), ("g_dot", g_dot), ("g_abs", g_abs)):
         if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
-    bs = bs.to(F64)
-    if not bool((torch.isfinite(bs) & (bs >= 0)).all()):
-        raise ValueError("bs must be finite and >= 0")
-    e = torch.zeros(bs.shape[:-1], dtype=F64, device=bs.device)
-    for t in range(bs.shape[-1]):
-        e = run_err_step(e, bs[..., t], float(g_rel), float(g_abs))
+    a_s, c_s = a_s.to(F64), c_s.to(F64)
+    if a_s.shape != c_s.shape:
+        raise ValueError(f"a_s and c_s must have one shape, got {tuple(a_s.shape)} and {tuple(c_s.shape)}")
+    for name, t in (("a_s", a_s), ("c_s", c_s)):
+        if not bool((torch.isfinite(t) & (t >= 0)).all()):
+            raise ValueError(f"{name} must be finite and >= 0")
+    e = torch.zeros(a_s.shape[:-1], dtype=F64, device=a_s.device)
+    for t in range(a_s.shape[-1]):
+        e = run_err_step(e, a_s[..., t], c_s[..., t], float(g_acc), float(g_dot), float(g_abs))
     return _finite(e)
 
 
@@ -167,17 +178,18 @@ class RunningAcc:
     """The running quantities of ``acc_chain_running_error`` for a tensor of accumulator entries,
     one tile at a time (:meth:`step`): ``z_sum`` the float64 prefix sum of the tiles' float64 sums
     and ``z_err`` a certified bound of its distance to the exact prefix ``sum z``, ``r_sum`` an upper
-    bound of the prefix of ``r``, ``e`` an upper bound of ``run_err`` over the tiles so far (``bs_t``
-    the upper bound of ``running_premise``'s quantity built from these). Entries whose ``active`` is
-    False at a step are left alone: the kernel does not run that tile for them. The steps do not
-    synchronise with the device (no finiteness checks): :meth:`error` checks the result once."""
+    bound of the prefix of ``r``, ``e`` an upper bound of ``run_err_split`` over the tiles so far
+    (``a_t``, ``c_t`` the upper bounds of ``running_split_premise``'s quantities built from these; the
+    constants those of :func:`acc_constants_up`). Entries whose ``active`` is False at a step are left
+    alone: the kernel does not run that tile for them. The steps do not synchronise with the device (no
+    finiteness checks): :meth:`error` checks the result once."""
 
-    def __init__(self, shape: tuple[int, ...], device: torch.device, g_rel: float, g_abs: float) -> None:
+    def __init__(self, shape: tuple[int, ...], device: torch.device, g_acc: float, g_dot: float, g_abs: float) -> None:
         self.z_sum = torch.zeros(shape, dtype=F64, device=device)
         self.z_err = torch.zeros_like(self.z_sum)
         self.r_sum = torch.zeros_like(self.z_sum)
         self.e = torch.zeros_like(self.z_sum)
-        self.g_rel, self.g_abs = float(g_rel), float(g_abs)
+        self.g_acc, self.g_dot, self.g_abs = float(g_acc), float(g_dot), float(g_abs)
 
     def step(
         self,
@@ -191,8 +203,8 @@ class RunningAcc:
         ``abs_sum >= sum |z x|``, ``r_sum >= sum r x`` over its items (all >= 0 but ``tile_sum``);
         ``active`` (broadcasting against the entries) where the kernel runs the tile, every entry if None."""
         z_abs = up_add(self.z_sum.abs(), self.z_err)  # >= |exact prefix of z|
-        b = up_add(up_add(z_abs, self.r_sum), up_add(abs_sum, r_sum))
-        e = run_err_step(self.e, b, self.g_rel, self.g_abs)
+        a, c = up_add(z_abs, self.r_sum), up_add(abs_sum, r_sum)
+        e = run_err_step(self.e, a, c, self.g_acc, self.g_dot, self.g_abs)
         z_sum = self.z_sum + tile_sum  # |fl(x) - x| <= u |fl(x)| for a rounded sum
         z_err = up_add(up_add(self.z_err, tile_err), up_mul(z_sum.abs(), cb.U64))
         r = up_add(self.r_sum, r_sum)
@@ -205,7 +217,7 @@ class RunningAcc:
             self.r_sum = torch.where(active, r, self.r_sum)
 
     def error(self) -> torch.Tensor:
-        """An upper bound of ``run_err g_rel g_abs bs + sum_x r x`` after the last tile (``ValueError``
+        """An upper bound of ``run_err_split g_acc g_dot g_abs as cs + sum_x r x`` after the last tile (``ValueError``
         if not finite)."""
         return _finite(up_add(self.e, self.r_sum))
 
@@ -232,36 +244,44 @@ def running_error_prefix(
     abs_sum: torch.Tensor,
     r_sum: torch.Tensor,
     n_active: torch.Tensor,
-    g_rel: float,
+    g_acc: float,
+    g_dot: float,
     g_abs: float,
 ) -> torch.Tensor:
     """What :class:`RunningAcc` gives after running the tiles ``0 .. n - 1`` (``n = n_active`` per entry,
     >= 1, broadcasting against the entries), every tile at once: the tiles along dim 0 of ``tile_sum``
     (float64 sums of ``z``), ``tile_err`` (>= their distances to the exact sums), ``abs_sum >= sum |z|``,
-    ``r_sum >= sum r``. The fold in closed form, ``run_err g ga bs`` after ``n`` tiles ``= sum_{t < n}
-    (1 + g)^(n - 1 - t) (g b_t + ga) = (1 + g)^(n - 1) sum_{t < n} (1 + g)^-t (g b_t + ga)``, with
-    ``bs_t`` from float64 prefix sums (``cumsum``: each prefix a tree of additions over its terms; the
-    signed one within ``dot_error`` of its terms' absolute sum).
+    ``r_sum >= sum r``. The fold in closed form, ``run_err_split g_acc g_dot ga as cs`` after ``n`` tiles
+    ``= sum_{t < n} (1 + g_acc)^(n - 1 - t) (g_acc a_t + g_dot c_t + ga) = (1 + g_acc)^(n - 1) sum_{t < n}
+    (1 + g_acc)^-t (g_acc a_t + g_dot c_t + ga)``, with ``a_t``, ``c_t`` from float64 prefix sums (``cumsum``:
+    each prefix a tree of additions over its terms; the signed one within ``dot_error`` of its terms'
+    absolute sum); at ``g_acc == g_dot`` the term as ``g (a_t + c_t)``.
 
     Evaluated plainly in float64, then enlarged once: past the signed prefix (whose error is a term),
-    every operation adds or multiplies nonnegative numbers (``g_rel``, ``g_abs`` and the powers of
-    ``1 + g`` at least the exact ones), at most ``2 T + 40`` roundings on a path (two cumsums of ``T``
-    tiles), so the exact value is at most the computed one over ``(1 - (2 T + 40) u)`` plus the
-    underflows' ``2^-900``. An upper bound of ``run_err g_rel g_abs bs + sum_x r x`` over those tiles
-    (``ValueError`` if not finite)."""
+    every operation adds or multiplies nonnegative numbers (``g_acc``, ``g_dot``, ``g_abs`` and the powers
+    of ``1 + g_acc`` at least the exact ones), at most ``2 T + 40`` roundings on a path (two cumsums of
+    ``T`` tiles), so the exact value is at most the computed one over ``(1 - (2 T + 40) u)`` plus the
+    underflows' ``2^-900``. An upper bound of ``run_err_split g_acc g_dot g_abs as cs + sum_x r x`` over
+    those tiles (``ValueError`` if not finite)."""
     t = tile_sum.shape[0]
     g2, c2 = cb._dot_consts(t)
     z_abs = tile_sum.cumsum(0).abs() + tile_sum.abs().cumsum(0) * _float_up(g2) + tile_err.cumsum(0) + _float_up(c2)
     r_in = r_sum.cumsum(0)
-    b = abs_sum + r_sum
-    b[1:] += z_abs[:-1] + r_in[:-1]
-    grow = Fraction(1) + Fraction(g_rel)
-    view = (t,) + (1,) * (b.dim() - 1)
-    w, big = _powers_up(1 / grow, t, b.device).view(view), _powers_up(grow, t, b.device)
+    c = abs_sum + r_sum
+    if g_acc == g_dot:
+        c[1:] += z_abs[:-1] + r_in[:-1]
+        term = c * g_acc + g_abs
+    else:
+        term = c * g_dot
+        term[1:] += (z_abs[:-1] + r_in[:-1]) * g_acc
+        term += g_abs
+    grow = Fraction(1) + Fraction(g_acc)
+    view = (t,) + (1,) * (c.dim() - 1)
+    w, big = _powers_up(1 / grow, t, c.device).view(view), _powers_up(grow, t, c.device)
     if not big[-1].item() < 2.0**20:
-        raise ValueError(f"(1 + g_rel)^(tiles - 1) = {big[-1].item()} is beyond the underflow allowance (2^20)")
-    e = ((b * g_rel + g_abs) * w).cumsum(0) * big.view(view)  # e after tiles 0 .. t
-    idx = (n_active.to(torch.int64) - 1).expand(b.shape[1:])[None]
+        raise ValueError(f"(1 + g_acc)^(tiles - 1) = {big[-1].item()} is beyond the underflow allowance (2^20)")
+    e = (term * w).cumsum(0) * big.view(view)  # e after tiles 0 .. t
+    idx = (n_active.to(torch.int64) - 1).expand(c.shape[1:])[None]
     total = (e.gather(0, idx) + r_in.gather(0, idx))[0]
     return _finite(up_add(up_mul(total, _float_up(1 / (1 - Fraction(2 * t + 40, 2**53)))), _UNDERFLOW))
 
