@@ -635,7 +635,7 @@ def _pair_exp2_factors(
     operands: str,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: per pair of the query rows ``q`` (from ``r0``) and the keys ``k`` (one per
-    query head), ``X x - 1 >= 2^(2 (delta x + Dl x) + u Am + ea) - 1`` of the running theorems
+    query head), ``X x - 1 >= 2^((delta x + Dl x) / ln 2 + u Am + ea) - 1`` of the running theorems
     (:func:`~ojas_ref.verification.bounds.attention_running.exp2_factor_minus_one`), ``delta x`` the
     pair's own score error (:func:`~ojas_ref.verification.score_errors.score_error_block` at the device's
     dot model, ``operands`` the kernel's first operand: the minimum of the model's actual error and the

@@ -172,18 +172,49 @@ def test_bad_arguments_raise():
         se.score_errors(q * 1e19, q * 1e19, False, 1.0, ab.TF32X3_H100)
 
 
+def _mp(x: Fraction):
+    return mpmath.mpf(x.numerator) / x.denominator
+
+
 def test_exp2_factor_minus_one_bounds_the_power():
+    """At least ``2^((delta + Dl) / ln 2 + u Am + ea) - 1`` (the running theorems' premise, 200-bit), within
+    1% of it for small arguments."""
     dl, am = Fraction(3, 10**6), Fraction(40)
     delta = torch.tensor([0.0, 1e-9, 1e-6, 1e-3, 0.1], dtype=F64)
     x1 = ar.exp2_factor_minus_one(delta, dl, am)
     u, ea = Fraction(ab._FP32_U), Fraction(ab._FP32_ETA)
-    for dx, got in zip(delta.tolist(), x1.tolist()):
-        x = 2 * (Fraction(dx) + dl) + u * am + ea
-        assert got >= mpmath.power(2, mpmath.mpf(x.numerator) / x.denominator) - 1
-        if dx <= 1e-3:  # y / (1 - y) exceeds e^y - 1 by a relative y / 2 or so
-            assert got <= 1.01 * float(mpmath.power(2, mpmath.mpf(x.numerator) / x.denominator) - 1)
+    with mpmath.workprec(200):
+        for dx, got in zip(delta.tolist(), x1.tolist()):
+            power = mpmath.power(2, _mp(Fraction(dx) + dl) / mpmath.log(2) + _mp(u * am + ea)) - 1
+            assert got >= power
+            if dx <= 1e-3:  # y / (1 - y) exceeds e^y - 1 by a relative y / 2 or so
+                assert got <= 1.01 * float(power)
     with pytest.raises(ValueError, match="too large"):
-        ar.exp2_factor_minus_one(torch.tensor([1.0], dtype=F64), dl, am)
+        ar.exp2_factor_minus_one(torch.tensor([0.6], dtype=F64), dl, am)
+
+
+@pytest.mark.parametrize("tensor_dl", [False, True], ids=["number", "rows"])
+def test_exp2_arg_is_the_new_premise_below_the_old(tensor_dl):
+    """The exponent ``y`` of ``exp2_factor_minus_one``: at least ``(delta + Dl) + (u Am + ea) ln 2`` (exact
+    rationals, ``LN2_UP`` above the 200-bit ln 2), at most the old premise's ``(2 delta + 2 Dl + u Am + ea)
+    ln 2`` evaluated as before (``Rpower 2 (2 (delta + Dl) + ...)``), on a few values."""
+    with mpmath.workprec(200):
+        assert _mp(ar.LN2_UP) > mpmath.log(2)
+    u, ea = Fraction(ab._FP32_U), Fraction(ab._FP32_ETA)
+    delta = torch.tensor([0.0, 2.0**-1074, 1e-9, 1e-6, 1e-3, 0.1], dtype=F64)
+    for dl, am in ((Fraction(0), Fraction(0)), (Fraction(3, 10**6), Fraction(40)), (Fraction(1, 7), Fraction(10**4))):
+        arg = torch.tensor([float(dl)] * len(delta), dtype=F64) if tensor_dl else dl
+        dlq = Fraction(float(dl)) if tensor_dl else dl
+        y = ar._exp2_arg(delta, arg, am)
+        c0 = (
+            cb.add_upper(cb.scale_upper(arg, 2 * ar.LN2_UP), ab._float_up((u * am + ea) * ar.LN2_UP))
+            if tensor_dl
+            else ab._float_up((2 * dl + u * am + ea) * ar.LN2_UP)
+        )
+        old = cb.add_upper(cb.scale_upper(delta, 2 * ar.LN2_UP), c0)
+        assert (y <= old).all()
+        for dx, got in zip(delta.tolist(), y.tolist()):
+            assert Fraction(got) >= Fraction(dx) + dlq + (u * am + ea) * ar.LN2_UP
 
 
 @pytest.mark.parametrize("causal", [False, True])

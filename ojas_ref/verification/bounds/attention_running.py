@@ -27,7 +27,7 @@ over tile t of (|z x| + r x)``. Here:
 * :func:`running_error_prefix`: the same fold over the first ``n`` tiles of every entry in closed
   form, all tiles at once (dQ: the dQ kernel's key tiles, a prefix of its loop for every row);
 * :func:`exp2_premise_terms`, :func:`exp2_premise_rows`, :func:`exp2_factor_minus_one`: ``X x - 1 >=
-  2^(2 (delta x + Dl x) + u Am + ea) - 1`` per pair, from the pair's own score error ``delta x`` and its
+  2^((delta x + Dl x) / ln 2 + u Am + ea) - 1`` per pair, from the pair's own score error ``delta x`` and its
   query row's lse premise ``Dl x``;
 * :func:`grad_bound_up`: ``grad_bound scale ucs eA S1`` of ``Ojas.Attention.Float.DkDqError``;
 * :func:`forward_counted_bound`: the forward output's per-pair running bound with the key tiles that leave
@@ -289,7 +289,7 @@ def running_error_prefix(
 def exp2_premise_terms(
     dot: DotModel, head_dim: int, scale: float, qk_abs_sum: float, max_abs_lse: float, lse_error: float
 ) -> tuple[Fraction, Fraction]:
-    """``(Dl, Am)`` of the running theorems' exp2 premise ``X x >= 2^(2 (delta x + Dl) + u Am + ea)``,
+    """``(Dl, Am)`` of the running theorems' exp2 premise ``X x >= 2^((delta x + Dl) / ln 2 + u Am + ea)``,
     exact rationals: ``Dl`` from ``lse2_close`` (``Ojas.Attention.Float.DvError``: ``|lse - LSE| <=
     lse_error``, ``|LSE| <= max_abs_lse``), ``Am`` from ``score_max_de`` at ``qk_abs_sum`` (at least every
     pair's ``sum |q k|``) plus the lse's magnitude."""
@@ -315,19 +315,23 @@ def exp2_premise_rows(lse_abs: torch.Tensor, lse_error: torch.Tensor) -> torch.T
     return cb.add_upper(cb.add_upper(lse_error.to(F64), cb.scale_upper(lmax, u * (1 + uc2) + uc2)), _float_up(ea))
 
 
+def _exp2_arg(delta: torch.Tensor, dl: Fraction | torch.Tensor, am: Fraction) -> torch.Tensor:
+    """Per entry ``y >= (delta + Dl) + (u Am + ea) ln 2`` (float64, :func:`exp2_factor_minus_one`'s
+    arguments), every operation rounded up, ``ln 2`` by ``LN2_UP``."""
+    c = (Fraction(_FP32_U) * am + Fraction(_FP32_ETA)) * LN2_UP
+    c0 = cb.add_upper(dl.to(F64), _float_up(c)) if isinstance(dl, torch.Tensor) else _float_up(dl + c)
+    return cb.add_upper(delta.to(F64), c0)
+
+
 def exp2_factor_minus_one(delta: torch.Tensor, dl: Fraction | torch.Tensor, am: Fraction) -> torch.Tensor:
-    """Per entry an upper bound of ``2^(2 (delta + Dl) + u Am + ea) - 1`` (float64, ``delta >= 0`` the
+    """Per entry an upper bound of ``2^((delta + Dl) / ln 2 + u Am + ea) - 1`` (float64, ``delta >= 0`` the
     pairs' score errors, e.g. :func:`~ojas_ref.verification.score_errors.score_error_block`; ``Dl`` a number
     or a float64 tensor that broadcasts against ``delta``, e.g. per row of :func:`exp2_premise_rows`), so that
-    ``X x = 1 + result`` meets the running theorems' premise: ``e^y - 1 <= y / (1 - y)`` for ``y < 1``
-    (``Ojas.Bounds.Softmax.expm1_le_small``) at ``y >= (2 delta + 2 Dl + u Am + ea) ln 2``, every operation
-    rounded up (the denominator down). ``ValueError`` where ``y >= 1/2``."""
-    u, ea = Fraction(_FP32_U), Fraction(_FP32_ETA)
-    if isinstance(dl, torch.Tensor):
-        c0 = cb.add_upper(cb.scale_upper(dl.to(F64), 2 * LN2_UP), _float_up((u * am + ea) * LN2_UP))
-    else:
-        c0 = _float_up((2 * dl + u * am + ea) * LN2_UP)
-    y = cb.add_upper(cb.scale_upper(delta.to(F64), 2 * LN2_UP), c0)
+    ``X x = 1 + result`` meets the running theorems' premise ``Rpower 2 ((delta + Dl) / ln 2 + u Am + ea) <=
+    X``: that power is ``e^y`` at ``y = (delta + Dl) + (u Am + ea) ln 2`` (the ``1 / ln 2`` cancels exactly),
+    and ``e^y - 1 <= y / (1 - y)`` for ``y < 1`` (``Ojas.Bounds.Softmax.expm1_le_small``), every operation
+    rounded up (:func:`_exp2_arg`; the denominator down). ``ValueError`` where ``y >= 1/2``."""
+    y = _exp2_arg(delta, dl, am)
     if not bool((y < 0.5).all()):
         raise ValueError(f"the exp2 argument error {y.max().item()} is too large (>= 1/2 after ln 2)")
     return cb.div_upper(y, (1.0 - y).nextafter_(torch.zeros((), dtype=F64, device=y.device)))
