@@ -348,7 +348,7 @@ Theorem dv_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_ac
      Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta x
      /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl x
      /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am x
-     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x) ->
+     /\ Rpower 2 ((delta x + Dl x) / ln 2 + u * Am x + ea) <= X x) ->
   let P := fun x => exp (scale * dot_R (fst x) k - Lx x) in
   let H := fun x => (1 + us) * ((1 + ue) * X x) in
   let cw := (1 + us) * ee + es in
@@ -428,7 +428,7 @@ Lemma grad_acc_item_close : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta
   Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
   Rabs (l2 x * ln 2 - Lx) <= Dl ->
   Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
   Rabs (dPx - Dx) <= Ym -> Rabs (w x) <= W ->
   let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
@@ -493,7 +493,7 @@ Lemma grad_error_acc_running_items : forall accf n g_acc g_dot g_abs vis c cs sc
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
      /\ Rabs (l2 x * ln 2 - Lx x) <= Dl x
      /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am x
-     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
+     /\ Rpower 2 ((delta x + Dl x) / ln 2 + u * Am x + ea) <= X x
      /\ Rabs (dp x - dPx x) <= eP x
      /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
@@ -552,7 +552,7 @@ Theorem grad_error_acc_running_with : forall accf n g_acc g_dot g_abs vis c cs s
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
      /\ Rabs (l2 x * ln 2 - Lx x) <= Dl x
      /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am x
-     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
+     /\ Rpower 2 ((delta x + Dl x) / ln 2 + u * Am x + ea) <= X x
      /\ Rabs (dp x - dPx x) <= eP
      /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
@@ -590,7 +590,7 @@ Theorem dk_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_ac
      Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta x
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl x
      /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am x
-     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
+     /\ Rpower 2 ((delta x + Dl x) / ln 2 + u * Am x + ea) <= X x
      /\ length (snd (fst x)) = Ev /\ dot_abs v (snd (fst x)) <= Pd
      /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
@@ -634,7 +634,7 @@ Theorem dq_error_acc_running : forall (accf : R -> list R -> list R -> R) n g_ac
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta y
      /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am y
-     /\ Rpower 2 (2 * (delta y + Dl) + u * Am y + ea) <= X y
+     /\ Rpower 2 ((delta y + Dl) / ln 2 + u * Am y + ea) <= X y
      /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
   let eP := gp_rel * Pd + gp_abs in

@@ -44,7 +44,7 @@ Theorem grad_error_acc_running_pp : forall accf n g_acc g_dot g_abs vis c cs sca
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta x
      /\ Rabs (l2 x * ln 2 - Lx x) <= Dl x
      /\ Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am x
-     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
+     /\ Rpower 2 ((delta x + Dl x) / ln 2 + u * Am x + ea) <= X x
      /\ Rabs (dp x - dPx x) <= eP x
      /\ Rabs (dl x - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dPx x - Dx x) <= Ym /\ Rabs (w x) <= W) ->
@@ -75,7 +75,7 @@ Theorem dk_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g
      Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta x
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl x
      /\ Rabs (score2_with A_ sdot c k (fst (fst x)) - fst (snd x)) <= Am x
-     /\ Rpower 2 (2 * (delta x + Dl x) + u * Am x + ea) <= X x
+     /\ Rpower 2 ((delta x + Dl x) / ln 2 + u * Am x + ea) <= X x
      /\ Rabs (pdot v (snd (fst x)) - dot_R v (snd (fst x))) <= eP x
      /\ Rabs (snd (snd x) - Dx x) <= eD x /\ eD x <= eDm
      /\ Rabs (dot_R v (snd (fst x)) - Dx x) <= Ym /\ Rabs (nth e (fst (fst x)) 0) <= W) ->
@@ -111,7 +111,7 @@ Theorem dq_error_acc_running_pp : forall (accf : R -> list R -> list R -> R) n g
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta y
      /\ Rabs (score2_with A_ sdot c q (fst y) - l2) <= Am y
-     /\ Rpower 2 (2 * (delta y + Dl) + u * Am y + ea) <= X y
+     /\ Rpower 2 ((delta y + Dl) / ln 2 + u * Am y + ea) <= X y
      /\ Rabs (pdot dO (snd y) - dot_R dO (snd y)) <= eP y
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W) ->
   let E := fun y => (1 + ue) * X y in

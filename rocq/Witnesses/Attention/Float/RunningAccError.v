@@ -35,7 +35,7 @@ Definition acc_chain_running_error_witness :=
 Lemma wr_v_items : forall x, In x (concat [[wv_x]]) -> (fun _ : list R * (R * R) => true) x = true ->
   Rabs (score2 (mp_a wM) wa_c (fst x) [1] * ln 2 - 1 * dot_R (fst x) [1]) <= ws_delta /\
   Rabs (snd (snd x) * ln 2 - ws * ln 2) <= 0 /\ Rabs (score2 (mp_a wM) wa_c (fst x) [1] - snd (snd x)) <= 0 /\
-  Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea) <= Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea).
+  Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea) <= Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea).
 Proof.
   intros x Hx Hv; destruct (wv_items x Hx Hv) as [H1 [H2 [H3 _]]].
   split; [exact H1 | split; [exact H2 | split; [exact H3 | apply Rle_refl]]].
@@ -43,7 +43,7 @@ Qed.
 
 Definition dv_error_acc_running_witness :=
   dv_error_acc_running wM _ 1 _ _ _ (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2)
-    (fun _ => ws_delta) (fun _ => Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) (fun _ => 0) (fun _ => 0)
+    (fun _ => ws_delta) (fun _ => Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea)) (fun _ => 0) (fun _ => 0)
     (running_split_bp _ _ _) (running_split_bt _ _ _)
     blocked_acc_dot_split_model_witness ltac:(repeat constructor) wr_v_items (running_split_bs_premise _ _ _).
 
