@@ -1413,9 +1413,13 @@ End Tf32x3.
     Triton's 3xTF32 [tf32x3_tc_op_acc_dot_model], which adds [c] after the
     three TF32 dots chained from 0), and the H100's tensor-core chain from
     [c] ([tc_acc_op_dot_model]: the accumulator aligned and truncated with
-    each block of products).  [tile_acc_dot_step]: one key tile of the
-    forward's [acc = tl.dot (p.to(v.dtype), v, acc * alpha)] with any of
-    them, in the [inv] form of [rescale_step]. *)
+    each block of products).  The first three as NumeratorError.v's
+    [acc_dot_split_model] too, [c] charged with the one addition's rounding
+    only ([acc_of_dot_split_model], [blocked_acc_dot_split_model],
+    [tf32x3_tc_op_acc_dot_split_model]: RunningAccError.v's backward bounds).
+    [tile_acc_dot_step]: one key tile of the forward's
+    [acc = tl.dot (p.to(v.dtype), v, acc * alpha)] with any of them, in the
+    [inv] form of [rescale_step]. *)
 
 (** A dot from 0 within [g_rel sum |a_i b_i| + g_abs], then [out (c + dot)]
     with [|out x - x| <= ur |x| + er]. *)

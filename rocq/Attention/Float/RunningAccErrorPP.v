@@ -13,7 +13,9 @@
     [dot_model] premise.  [eDm] still bounds the [eD x] inside [gacc_c], which
     now takes the item's [eP x].  The lse's error [Dl x] and the magnitude [Am x] of
     [s2 - lse2] are per item as in [grad_error_acc_running_with] (in dQ, of one query
-    row, [Dl] is one number).  Not covered: as [grad_error_acc_running_with]. *)
+    row, [Dl] is one number).  As there, the accumulating dot is any [acc_dot_split_model]
+    and the running bound [run_err_split] of bounds [bp], [bt] meeting
+    [running_split_premise].  Not covered: as [grad_error_acc_running_with]. *)
 
 From Coq Require Import Reals List Lra.
 From Ojas Require Import VectorFacts FloatModel.DotError FloatModel.MixedPrecision FloatModel.Notations Attention.BackwardCorrect.
