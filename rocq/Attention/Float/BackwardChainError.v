@@ -364,18 +364,19 @@ Proof.
               Hcs Hexp0 Hrow HLm Hshape Hdepth HDd HdO HEv Huc2 Hc2) as [HDl [HAl Hd]].
   assert (HeD' : Rabs (tree_sum A_ shape - D) <= eD) by (eapply Rle_trans; [exact Hd | exact HeD]).
   assert (Hitems : forall y, In y (concat btiles) -> bvis y = true ->
-     Rabs (score2 A_ c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= score_delta A_ scale uc E P
+     Rabs (score2 A_ c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= 2 * ln 2 * score_delta A_ scale uc E P
      /\ Rabs (score2 A_ c q (fst y) - rnd (lse * c2)) <= chain_Am uc2 (score_max A_ scale uc E P) Lb Lm
      /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W).
   { intros y Hin Hv; destruct (Hkeys y Hin Hv) as [Hly [HPy Hrest]].
     destruct (score2_error A_ c scale uc q (fst y) E P Hq Hly HE1 HEu Hs Huc Hc HPy) as [Hd1 Hm1].
-    split; [exact Hd1 | split; [| exact Hrest]].
+    split; [exact (le_2ln2 _ _ Hd1) | split; [| exact Hrest]].
     unfold chain_Am, lse.
     unfold Rminus; eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_Ropp; lra. }
   exact (dq_error M bvis c cs scale ucs q dO (rnd (lse * c2)) (tree_sum A_ shape) e btiles LSE D eD
-           (score_delta A_ scale uc E P) (chain_Dl uc2 Lb Lm) (chain_Am uc2 (score_max A_ scale uc E P) Lb Lm)
-           X Ev Pd Ym W b ltac:(lra) Hucs Hcsc HPd HYm HW HdO HEv HEvu HBt Hbu HX HDl HeD' Hitems).
+           (2 * ln 2 * score_delta A_ scale uc E P) (2 * ln 2 * chain_Dl uc2 Lb Lm)
+           (chain_Am uc2 (score_max A_ scale uc E P) Lb Lm) X Ev Pd Ym W b ltac:(lra) Hucs Hcsc HPd HYm HW HdO HEv
+           HEvu HBt Hbu (dv_exp2_premise_scaled _ _ _ _ _ HX) (le_2ln2 _ _ HDl) HeD' Hitems).
 Qed.
 
 (** ** dK: one key, the query rows of its tiles, each with its own forward *)
@@ -431,13 +432,15 @@ Proof.
   intros T rq rdO rfvis rfts rshape rvis c scale uc P V cl ucl LN Lb r a c2 uc2 Lm cs ucs k v e rtiles
     E B N Tt Ev Dd X Pd eDm Ym W b Lx Dx eD Hcs Hexp0 Huc2 Hc2 Hucs Hcsc HPd HeDm HYm HW Hk Hv HEv HEvu HDd
     HBt Hbu Hrows HX.
+  apply dv_exp2_premise_scaled in HX.
   pose proof Hcs as [[X0 [Y [P1 [CG [CR [Hpre _]]]]]] _ _ _ _].
   pose proof Hpre as [HE1 HEu HV Hs Huc Hc HB HX0 HY HP HG HC HbL].
   pose proof (blocked_dot_model A_ Ev HEv HEvu) as Hdm.
   apply (grad_error M T (fun _ => k) rq (fun x => rnd (fwd_lse c cl (rq x) (rfvis x 0%nat) (rfts x 0%nat) * c2))
            (fun x => blocked_dot A_ (length v) v (rdO x)) (fun x => tree_sum A_ (rshape x)) (fun x => nth e (rq x) 0)
            rvis c cs scale ucs rtiles Lx (fun x => dot_R v (rdO x)) Dx eD
-           (score_delta A_ scale uc E P) (chain_Dl uc2 Lb Lm) (chain_Am uc2 (score_max A_ scale uc E P) Lb Lm)
+           (2 * ln 2 * score_delta A_ scale uc E P) (2 * ln 2 * chain_Dl uc2 Lb Lm)
+           (chain_Am uc2 (score_max A_ scale uc E P) Lb Lm)
            X (dot_err A_ Ev Pd) eDm Ym W b); auto.
   - lra.
   - exact (dm_eP_nonneg (bdot A_) Ev _ _ Pd Hdm HPd).
@@ -447,7 +450,8 @@ Proof.
     destruct (forward_row_close (rq x) (rdO x) c scale uc P V cl ucl LN Lb r a c2 uc2 Lm E B N Tt Ev Dd
                 (rfvis x) (rfts x) (rshape x) Hcs Hexp0 Hrow HLx Hsh Hdep HDd HdOx HEv Huc2 Hc2) as [HDl [HAl Hd]].
     destruct (score2_error A_ c scale uc k (rq x) E P Hk Hqx HE1 HEu Hs Huc Hc HPx) as [Hd1 Hm1].
-    split; [exact Hd1 | split; [exact HDl | split; [| split; [| split; [exact Hd | repeat split; assumption]]]]].
+    split; [exact (le_2ln2 _ _ Hd1) | split; [exact (le_2ln2 _ _ HDl) | split; [| split; [| split; [exact Hd |
+      repeat split; assumption]]]]].
     + unfold chain_Am; unfold Rminus; eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_Ropp; lra.
     + exact (dm_eP_bound (bdot A_) Ev _ _ Pd v (rdO x) Hdm Hv HdOx HPdx).
 Qed.
@@ -510,20 +514,21 @@ Proof.
               fvis fts shape Hcs Hexp0 Hrow HLm Hshape Hdepth HDd HdO HEv Huc2 Hc2) as [HDl [HAl Hd]].
   assert (HeD' : Rabs (tree_sum A_ shape - D) <= eD) by (eapply Rle_trans; [exact Hd | exact HeD]).
   assert (Hitems : forall y, In y (concat btiles) -> bvis y = true ->
-     Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= score_delta_de A_ scale uc P de
+     Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= 2 * ln 2 * score_delta_de A_ scale uc P de
      /\ Rabs (score2_with A_ sdot c q (fst y) - rnd (lse * c2)) <= chain_Am uc2 (score_max_de A_ scale uc P de) Lb Lm
      /\ length (snd y) = Ev /\ dot_abs dO (snd y) <= Pd
      /\ Rabs (dot_R dO (snd y) - D) <= Ym /\ Rabs (nth e (fst y) 0) <= W).
   { intros y Hin Hv; destruct (Hkeys y Hin Hv) as [Hly [HPy Hrest]].
     destruct (score2_with_error A_ sdot E gs_rel gs_abs c scale uc q (fst y) P Hsdm Hq Hly Hs Huc Hc HPy)
       as [Hd1 Hm1].
-    split; [exact Hd1 | split; [| exact Hrest]].
+    split; [exact (le_2ln2 _ _ Hd1) | split; [| exact Hrest]].
     unfold chain_Am, lse, de.
     unfold Rminus; eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_Ropp; lra. }
   exact (dq_error_acc M accf n g_rel g_abs sdot pdot gp_rel gp_abs bvis c cs scale ucs q dO (rnd (lse * c2))
-           (tree_sum A_ shape) e btiles LSE D eD (score_delta_de A_ scale uc P de) (chain_Dl uc2 Lb Lm)
-           (chain_Am uc2 (score_max_de A_ scale uc P de) Lb Lm) X Ev Pd Ym W
-           Hm Hn ltac:(lra) Hucs Hcsc HPd HYm HW HdO Hpdm HX HDl HeD' Hitems).
+           (tree_sum A_ shape) e btiles LSE D eD (2 * ln 2 * score_delta_de A_ scale uc P de)
+           (2 * ln 2 * chain_Dl uc2 Lb Lm) (chain_Am uc2 (score_max_de A_ scale uc P de) Lb Lm) X Ev Pd Ym W
+           Hm Hn ltac:(lra) Hucs Hcsc HPd HYm HW HdO Hpdm (dv_exp2_premise_scaled _ _ _ _ _ HX) (le_2ln2 _ _ HDl)
+           HeD' Hitems).
 Qed.
 
 (** The dK kernel with the GPU's dots over rows of any type ([dk_kernel_rows] with [accf]). *)
@@ -578,13 +583,15 @@ Proof.
   intros accf n g_rel g_abs sdot pdot gs_rel gs_abs gp_rel gp_abs T rq rdO rfvis rfts rshape rvis
     c scale uc P V cl ucl LN Lb r a c2 uc2 Lm cs ucs k v e rtiles E B N Tt Ev Dd X Pd eDm Ym W Lx Dx eD de
     Hcs Hexp0 Hm Hn Huc2 Hc2 Hucs Hcsc HPd HeDm HYm HW Hk Hv HEv Hpdm HDd Hrows HX.
+  apply dv_exp2_premise_scaled in HX.
   pose proof Hcs as [Hsdm [X0 [Y [P1 [CG [CR [Hpre _]]]]]] _ _ _ _].
   pose proof Hpre as [HV Hs Huc Hc HB HX0 HY HP HG HC HbL].
   apply (grad_error_acc_with M T sdot (fun _ => k) rq
            (fun x => rnd (fwd_lse_with sdot c cl (rq x) (rfvis x 0%nat) (rfts x 0%nat) * c2))
            (fun x => pdot v (rdO x)) (fun x => tree_sum A_ (rshape x)) (fun x => nth e (rq x) 0)
            accf n g_rel g_abs rvis c cs scale ucs rtiles Lx (fun x => dot_R v (rdO x)) Dx eD
-           (score_delta_de A_ scale uc P de) (chain_Dl uc2 Lb Lm) (chain_Am uc2 (score_max_de A_ scale uc P de) Lb Lm)
+           (2 * ln 2 * score_delta_de A_ scale uc P de) (2 * ln 2 * chain_Dl uc2 Lb Lm)
+           (chain_Am uc2 (score_max_de A_ scale uc P de) Lb Lm)
            X (gp_rel * Pd + gp_abs) eDm Ym W); auto.
   - lra.
   - exact (dm_eP_nonneg pdot Ev gp_rel gp_abs Pd Hpdm HPd).
@@ -595,7 +602,8 @@ Proof.
                 E B N Tt Ev Dd (rfvis x) (rfts x) (rshape x) Hcs Hexp0 Hrow HLx Hsh Hdep HDd HdOx HEv Huc2 Hc2)
       as [HDl [HAl Hd]].
     destruct (score2_with_error A_ sdot E gs_rel gs_abs c scale uc k (rq x) P Hsdm Hk Hqx Hs Huc Hc HPx) as [Hd1 Hm1].
-    split; [exact Hd1 | split; [exact HDl | split; [| split; [| split; [exact Hd | repeat split; assumption]]]]].
+    split; [exact (le_2ln2 _ _ Hd1) | split; [exact (le_2ln2 _ _ HDl) | split; [| split; [| split; [exact Hd |
+      repeat split; assumption]]]]].
     + unfold chain_Am, de; unfold Rminus; eapply Rle_trans; [apply Rabs_triang |]; rewrite Rabs_Ropp; lra.
     + exact (dm_eP_bound pdot Ev gp_rel gp_abs Pd v (rdO x) Hpdm Hv HdOx HPdx).
 Qed.

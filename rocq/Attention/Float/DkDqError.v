@@ -48,7 +48,7 @@
       S1 = sum_x P_x |Y_x| |w_x|,  SR = sum_x P_x cR_x |w_x|,
       cR_x = (1 + u) (eP + eD_x) + ea,  Y_x = dP_x - D_x,
     [gA], [gB], [gc] the closed forms [grad_A], [grad_B], [grad_c] of
-    [E = (1 + ue) X] ([X >= 2^(2 (delta + Dl) + u Am + ea)] as in
+    [E = (1 + ue) X] ([X >= 2^((delta + Dl) / ln 2 + u Am + ea)] as in
     [dv_error]), [g = gamma u ((b - 1) + (t - 1))], [n] the number of
     items, [t] of tiles.  [S1] and [SR] are computed by the caller from the
     exact probabilities (a-posteriori).  Masked items are exact zeros;
@@ -262,7 +262,7 @@ Lemma grad_ds_close_with : forall c scale (x : T) (Lx dPx Dx eDx : R) delta Dl A
   Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
   Rabs (l2 x * ln 2 - Lx) <= Dl ->
   Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
   Rabs (dPx - Dx) <= Ym ->
   let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
@@ -306,7 +306,7 @@ Lemma grad_term_close_with : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delt
   Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
   Rabs (l2 x * ln 2 - Lx) <= Dl ->
   Rabs (score2_with A_ sdot c (qv x) (kv x) - l2 x) <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
   Rabs (dPx - Dx) <= Ym -> Rabs (w x) <= W ->
   let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
@@ -360,7 +360,7 @@ Theorem grad_error_with : forall vis c cs scale ucs (tiles : list (list T)) (Lx 
   0 <= eP -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
   Forall (fun tl => (length tl <= b)%nat) tiles ->
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta
      /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
@@ -457,7 +457,7 @@ Theorem grad_error_acc_with : forall accf n g_rel g_abs vis c cs scale ucs (tile
   acc_dot_model accf n g_rel g_abs -> Forall (fun tl => length tl = n) tiles ->
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= eP -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta
      /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
@@ -580,7 +580,7 @@ Lemma grad_term_close : forall vis c scale (x : T) (Lx dPx Dx eDx : R) delta Dl 
   Rabs (score2 A_ c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta ->
   Rabs (l2 x * ln 2 - Lx) <= Dl ->
   Rabs (score2 A_ c (qv x) (kv x) - l2 x) <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (dp x - dPx) <= eP -> Rabs (dl x - Dx) <= eDx -> eDx <= eDm ->
   Rabs (dPx - Dx) <= Ym -> Rabs (w x) <= W ->
   let P := exp (scale * dot_R (qv x) (kv x) - Lx) in
@@ -596,7 +596,7 @@ Theorem grad_error : forall vis c cs scale ucs (tiles : list (list T)) (Lx dPx D
   0 <= eP -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
   Forall (fun tl => (length tl <= b)%nat) tiles ->
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2 A_ c (qv x) (kv x) * ln 2 - scale * dot_R (qv x) (kv x)) <= delta
      /\ Rabs (l2 x * ln 2 - Lx x) <= Dl
@@ -692,7 +692,7 @@ Theorem dk_error_dot : forall (sdot pdot : list R -> list R -> R) (gp_rel gp_abs
   length v = Ev -> dot_model pdot Ev gp_rel gp_abs ->
   Forall (fun tl => (length tl <= b)%nat) tiles ->
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
@@ -733,7 +733,7 @@ Theorem dq_error_dot : forall (sdot pdot : list R -> list R -> R) (gp_rel gp_abs
   length dO = Ev -> dot_model pdot Ev gp_rel gp_abs ->
   Forall (fun tl => (length tl <= b)%nat) tiles ->
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
@@ -790,7 +790,7 @@ Theorem dk_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
   length v = Ev -> dot_model pdot Ev gp_rel gp_abs ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ sdot c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
@@ -832,7 +832,7 @@ Theorem dq_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= Pd -> 0 <= Ym -> 0 <= W ->
   length dO = Ev -> dot_model pdot Ev gp_rel gp_abs ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ sdot c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
@@ -881,7 +881,7 @@ Theorem dk_error_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n 
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
   length v = Ev ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ dotf c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
@@ -921,7 +921,7 @@ Theorem dq_error_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n 
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= Pd -> 0 <= Ym -> 0 <= W ->
   length dO = Ev ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ dotf c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
@@ -959,7 +959,7 @@ Theorem dk_error_tc_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n : na
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= Pd -> 0 <= eDm -> 0 <= Ym -> 0 <= W ->
   length v = Ev ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2_with A_ dotf c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
@@ -999,7 +999,7 @@ Theorem dq_error_tc_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb qe n : na
   0 <= scale -> 0 <= ucs -> Rabs (cs - scale) <= ucs * scale ->
   0 <= Pd -> 0 <= Ym -> 0 <= W ->
   length dO = Ev ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2_with A_ dotf c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta
@@ -1034,7 +1034,7 @@ Theorem dk_error : forall vis c cs scale ucs k v e tiles (Lx Dx eD : (list R * l
   length v = Ev -> (1 <= Ev)%nat -> INR Ev * u < 1 ->
   Forall (fun tl => (length tl <= b)%nat) tiles ->
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   (forall x, In x (concat tiles) -> vis x = true ->
      Rabs (score2 A_ c k (fst (fst x)) * ln 2 - scale * dot_R k (fst (fst x))) <= delta
      /\ Rabs (fst (snd x) * ln 2 - Lx x) <= Dl
@@ -1069,7 +1069,7 @@ Theorem dq_error : forall vis c cs scale ucs q dO l2 dl e tiles (Lx D eD : R)
   length dO = Ev -> (1 <= Ev)%nat -> INR Ev * u < 1 ->
   Forall (fun tl => (length tl <= b)%nat) tiles ->
   INR ((b - 1) + (length tiles - 1)) * u < 1 ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (l2 * ln 2 - Lx) <= Dl -> Rabs (dl - D) <= eD ->
   (forall y, In y (concat tiles) -> vis y = true ->
      Rabs (score2 A_ c q (fst y) * ln 2 - scale * dot_R q (fst y)) <= delta

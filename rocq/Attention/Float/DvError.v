@@ -19,7 +19,7 @@
       |rnd_s (dV) - sum_i vis_i P_i dO_i|
         <= (1 + us) (((1 + g) F - 1) S + (1 + g) n c) + us S + es,
       P_i = exp (scale q_i.k - LSE_i),  S = sum_i vis_i P_i |dO_i|,
-      F = (1 + u) (1 + us) (1 + ue) X,  X >= 2^(2 (delta + Dl) + u Am + ea),
+      F = (1 + u) (1 + us) (1 + ue) X,  X >= 2^((delta + Dl) / ln 2 + u Am + ea),
       c = (1 + u) ((1 + us) ee + es) D + ea,  g = gamma u ((b - 1) + (t - 1)),
     [n] the number of query terms, [t] of query tiles.  [S] is computed from
     the exact probabilities by the caller (a-posteriori; [S <= n D] a priori).
@@ -87,21 +87,41 @@ Definition dv_kernel_with dotf vis c k (tiles : list (list (list R * (R * R)))) 
 Definition dv_F (X : R) : R := (1 + u) * (1 + us) * ((1 + ue) * X).
 Definition dv_c (D : R) : R := (1 + u) * ((1 + us) * ee + es) * D + ea.
 
-(** The exponential's factor [X >= 2^(2 (delta + Dl) + u Am + ea)] is at least 1. *)
+(** The exponential's factor [X >= 2^((delta + Dl) / ln 2 + u Am + ea)] is at least 1. *)
 Lemma dv_X_ge_1 : forall delta Dl Am X, 0 <= delta -> 0 <= Dl -> 0 <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X -> 1 <= X.
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X -> 1 <= X.
 Proof.
   intros delta Dl Am X Hd Hl Ha HX.
-  pose proof (ff_u_nonneg A_); pose proof (ff_eta_nonneg A_).
+  pose proof (ff_u_nonneg A_); pose proof (ff_eta_nonneg A_); pose proof afe_ln2_bounds as [L1 L2].
   eapply Rle_trans; [| exact HX]; apply ose_rpow_ge_1.
-  assert (0 <= u * Am) by (apply Rmult_le_pos; lra). lra.
+  assert (0 <= u * Am) by (apply Rmult_le_pos; lra).
+  assert (0 <= (delta + Dl) / ln 2)
+    by (unfold Rdiv; apply Rmult_le_pos; [lra | left; apply Rinv_0_lt_compat; lra]).
+  lra.
+Qed.
+
+(** The former premise [2^(2 (delta + Dl) + b + e) <= X] is this one at [2 ln 2 delta],
+    [2 ln 2 Dl] (BackwardChainError.v's theorems keep it), and a bound [delta >= |x|] is one
+    of [2 ln 2 delta >= delta]. *)
+Lemma dv_exp2_premise_scaled : forall delta Dl b e X,
+  Rpower 2 (2 * (delta + Dl) + b + e) <= X ->
+  Rpower 2 ((2 * ln 2 * delta + 2 * ln 2 * Dl) / ln 2 + b + e) <= X.
+Proof.
+  intros delta Dl b e X HX; pose proof afe_ln2_bounds as [L1 L2].
+  replace ((2 * ln 2 * delta + 2 * ln 2 * Dl) / ln 2) with (2 * (delta + Dl)) by (field; lra); exact HX.
+Qed.
+
+Lemma le_2ln2 : forall x delta, Rabs x <= delta -> Rabs x <= 2 * ln 2 * delta.
+Proof.
+  intros x delta H; pose proof afe_ln2_bounds as [L1 L2]; pose proof (Rabs_pos x).
+  assert (delta <= 2 * ln 2 * delta) by nra. lra.
 Qed.
 
 Lemma dv_weight_close_with : forall (dotf : list R -> list R -> R) c k (x : list R * (R * R)) scale (Lx : R) delta Dl Am X,
   Rabs (score2_with A_ dotf c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
   Rabs (snd (snd x) * ln 2 - Lx) <= Dl ->
   Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (dv_p_with dotf c k x - exp (scale * dot_R (fst x) k - Lx))
   <= ((1 + ue) * X - 1) * exp (scale * dot_R (fst x) k - Lx) + ee.
 Proof.
@@ -112,24 +132,22 @@ Proof.
   set (P := exp (scale * dot_R (fst x) k - Lx)).
   set (t := (scale * dot_R (fst x) k - Lx) / ln 2).
   assert (EP : P = Rpower 2 t) by (unfold P, t, Rpower; f_equal; field; lra).
-  assert (Hat : Rabs ((s - l2) - t) <= 2 * (delta + Dl)).
+  assert (Hat : Rabs ((s - l2) - t) <= (delta + Dl) / ln 2).
   { replace ((s - l2) - t) with (((s * ln 2 - scale * dot_R (fst x) k) - (l2 * ln 2 - Lx)) / ln 2)
       by (unfold t; field; lra).
     unfold Rdiv; rewrite Rabs_mult, (Rabs_right (/ ln 2)) by (left; apply Rinv_0_lt_compat; lra).
-    assert (/ ln 2 <= 2) by (apply (Rmult_le_reg_l (ln 2)); [lra |]; rewrite Rinv_r by lra; lra).
     assert (Rabs (s * ln 2 - scale * dot_R (fst x) k - (l2 * ln 2 - Lx)) <= delta + Dl).
     { replace (s * ln 2 - scale * dot_R (fst x) k - (l2 * ln 2 - Lx))
         with ((s * ln 2 - scale * dot_R (fst x) k) + - (l2 * ln 2 - Lx)) by ring.
       eapply Rle_trans; [apply Rabs_triang | rewrite Rabs_Ropp; lra]. }
-    pose proof (Rabs_pos (s * ln 2 - scale * dot_R (fst x) k - (l2 * ln 2 - Lx))).
-    pose proof (Rabs_pos (s * ln 2 - scale * dot_R (fst x) k)); nra. }
+    apply Rmult_le_compat_r; [left; apply Rinv_0_lt_compat; lra | assumption]. }
   pose proof (ff_abs A_ (s - l2)) as Hr.
   set (ra := rnd (s - l2)) in *.
-  assert (Hrt : Rabs (ra - t) <= 2 * (delta + Dl) + u * Am + ea).
+  assert (Hrt : Rabs (ra - t) <= (delta + Dl) / ln 2 + u * Am + ea).
   { replace (ra - t) with ((ra - (s - l2)) + ((s - l2) - t)) by ring.
     eapply Rle_trans; [apply Rabs_triang |].
     assert (u * Rabs (s - l2) <= u * Am) by (apply Rmult_le_compat_l; lra). lra. }
-  set (Dt := 2 * (delta + Dl) + u * Am + ea) in *.
+  set (Dt := (delta + Dl) / ln 2 + u * Am + ea) in *.
   assert (HW : Rpower 2 ra = P * Rpower 2 (ra - t)) by (rewrite EP, <- Rpower_plus; f_equal; ring).
   pose proof (sp_Rabs_le_inv _ _ Hrt) as [R1 R2].
   assert (Hup : Rpower 2 (ra - t) <= X) by (eapply Rle_trans; [apply ost_rpow_le, R2 | exact HX]).
@@ -164,7 +182,7 @@ Lemma dv_weight_close : forall c k (x : list R * (R * R)) scale (Lx : R) delta D
   Rabs (score2 A_ c (fst x) k * ln 2 - scale * dot_R (fst x) k) <= delta ->
   Rabs (snd (snd x) * ln 2 - Lx) <= Dl ->
   Rabs (score2 A_ c (fst x) k - snd (snd x)) <= Am ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   Rabs (dv_p c k x - exp (scale * dot_R (fst x) k - Lx))
   <= ((1 + ue) * X - 1) * exp (scale * dot_R (fst x) k - Lx) + ee.
 Proof. exact (dv_weight_close_with (bdot A_)). Qed.
@@ -200,7 +218,7 @@ Theorem dv_error_dot : forall (dotf : list R -> list R -> R) vis c scale k (tile
      /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
      /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
      /\ Rabs (fst (snd x)) <= D) ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   let g := gamma u ((b - 1) + (length tiles - 1)) in
   let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
   let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
@@ -296,7 +314,7 @@ Theorem dv_error : forall vis c scale k (tiles : list (list (list R * (R * R))))
      /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
      /\ Rabs (score2 A_ c (fst x) k - snd (snd x)) <= Am
      /\ Rabs (fst (snd x)) <= D) ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   let g := gamma u ((b - 1) + (length tiles - 1)) in
   let Pd := fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * fst (snd x) else 0 in
   let S := rsum (map (fun x => if vis x then exp (scale * dot_R (fst x) k - Lx x) * Rabs (fst (snd x)) else 0)
@@ -375,7 +393,7 @@ Theorem dv_error_acc : forall (accf : R -> list R -> list R -> R) n g_rel g_abs 
      /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
      /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
      /\ Rabs (fst (snd x)) <= D) ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   let G := (1 + g_rel) ^ length tiles in
   let H := (1 + us) * ((1 + ue) * X) in
   let cw := (1 + us) * ee + es in
@@ -480,7 +498,7 @@ Theorem dv_error_tf32x3_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb n : n
      /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
      /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
      /\ Rabs (fst (snd x)) <= D) ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   let G := (1 + (u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur kb qb)) ^ length tiles in
   let H := (1 + us) * ((1 + ue) * X) in
   let cw := (1 + us) * ee + es in
@@ -515,7 +533,7 @@ Theorem dv_error_tc_op : forall (out : R -> R) (ur : R) (F : Z) (kb qb n : nat)
      /\ Rabs (snd (snd x) * ln 2 - Lx x) <= Dl
      /\ Rabs (score2_with A_ dotf c (fst x) k - snd (snd x)) <= Am
      /\ Rabs (fst (snd x)) <= D) ->
-  Rpower 2 (2 * (delta + Dl) + u * Am + ea) <= X ->
+  Rpower 2 ((delta + Dl) / ln 2 + u * Am + ea) <= X ->
   let G := (1 + gamma (tc_delta (bpow radix2 (1 - F)) ur kb) qb) ^ length tiles in
   let H := (1 + us) * ((1 + ue) * X) in
   let cw := (1 + us) * ee + es in

@@ -1413,9 +1413,13 @@ End Tf32x3.
     Triton's 3xTF32 [tf32x3_tc_op_acc_dot_model], which adds [c] after the
     three TF32 dots chained from 0), and the H100's tensor-core chain from
     [c] ([tc_acc_op_dot_model]: the accumulator aligned and truncated with
-    each block of products).  [tile_acc_dot_step]: one key tile of the
-    forward's [acc = tl.dot (p.to(v.dtype), v, acc * alpha)] with any of
-    them, in the [inv] form of [rescale_step]. *)
+    each block of products).  The first three as NumeratorError.v's
+    [acc_dot_split_model] too, [c] charged with the one addition's rounding
+    only ([acc_of_dot_split_model], [blocked_acc_dot_split_model],
+    [tf32x3_tc_op_acc_dot_split_model]: RunningAccError.v's backward bounds).
+    [tile_acc_dot_step]: one key tile of the forward's
+    [acc = tl.dot (p.to(v.dtype), v, acc * alpha)] with any of them, in the
+    [inv] form of [rescale_step]. *)
 
 (** A dot from 0 within [g_rel sum |a_i b_i| + g_abs], then [out (c + dot)]
     with [|out x - x| <= ur |x| + er]. *)
@@ -1495,6 +1499,64 @@ Theorem tf32x3_tc_op_acc_dot_model : forall (out out32 : R -> R) (ur u32 e32 : R
 Proof.
   intros out out32 ur u32 e32 F k q E Hur Hout Hu32 Hout32 Hk Hq HE Hn.
   exact (acc_of_dot_model _ out32 E _ _ u32 e32 (tf32x3_tc_op_dot_model out ur F k q E Hur Hout Hk Hq HE Hn)
+           Hu32 Hout32).
+Qed.
+
+(** The same instances with the accumulator charged apart (NumeratorError.v's
+    [acc_dot_split_model]): a dot from 0 within [g_rel sum |a_i b_i| + g_abs],
+    then [out (c + dot)] with [|out x - x| <= ur |x| + er], is within
+    [ur |c| + (ur + (1 + ur) g_rel) sum |a_i b_i| + (1 + ur) g_abs + er] of
+    [c + a.b]: [c] suffers the one rounding [ur] only. *)
+Theorem acc_of_dot_split_model : forall (dotf : list R -> list R -> R) (out : R -> R) (n : nat) (g_rel g_abs ur er : R),
+  dot_model dotf n g_rel g_abs -> 0 <= ur ->
+  (forall x, Rabs (out x - x) <= ur * Rabs x + er) ->
+  acc_dot_split_model (fun c a b => out (c + dotf a b)) n ur (ur + (1 + ur) * g_rel) ((1 + ur) * g_abs + er).
+Proof.
+  intros dotf out n g ga ur er Hd Hur Hout.
+  pose proof (dm_rel_nonneg _ _ _ _ Hd) as Hg.
+  split; [exact Hur | nra |].
+  intros c a b Ha Hb.
+  pose proof (dm_err _ _ _ _ Hd a b Ha Hb) as He.
+  change (rsum (map (fun xy => fst xy * snd xy) (combine a b))) with (dot_R a b).
+  change (rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))) with (dot_abs a b).
+  pose proof (dot_R_abs a b) as HA.
+  pose proof (Hout (c + dotf a b)) as Ho.
+  set (d := dotf a b) in *; set (D := dot_R a b) in *; set (A := dot_abs a b) in *.
+  replace (out (c + d) - (c + D)) with ((out (c + d) - (c + d)) + (d - D)) by ring.
+  eapply Rle_trans; [apply Rabs_triang |].
+  assert (Hcd : Rabs (c + d) <= Rabs c + A + (g * A + ga)).
+  { replace (c + d) with (c + D + (d - D)) by ring.
+    eapply Rle_trans; [apply Rabs_triang |].
+    pose proof (Rabs_triang c D); lra. }
+  assert (E1 : ur * Rabs (c + d) <= ur * (Rabs c + A + (g * A + ga))) by (apply Rmult_le_compat_l; lra).
+  nra.
+Qed.
+
+(** The fp32 per-product model ([blocked_acc_dot_model]) split: [g_acc = u],
+    [g_dot = u + (1 + u) gamma_E], [g_abs = (1 + u) (1 + gamma_(E-1)) E eta + eta]. *)
+Theorem blocked_acc_dot_split_model : forall (A : FloatFormat) E, (1 <= E)%nat -> INR E * ff_u A < 1 ->
+  acc_dot_split_model (fun c a b => ff_rnd A (c + bdot A a b)) E
+    (ff_u A)
+    (ff_u A + (1 + ff_u A) * gamma (ff_u A) E)
+    ((1 + ff_u A) * ((1 + gamma (ff_u A) (E - 1)) * INR E * ff_eta A) + ff_eta A).
+Proof.
+  intros A E HE Hu.
+  exact (acc_of_dot_split_model (bdot A) (ff_rnd A) E _ _ _ _ (blocked_dot_model A E HE Hu) (ff_u_nonneg A)
+           (ff_abs A)).
+Qed.
+
+(** Triton's 3xTF32 [tl.dot (a, b, c)] ([tf32x3_tc_op_acc_dot_model]) split:
+    [g_acc = u32], [g_dot = u32 + (1 + u32) tf32x3_tc_rel], [g_abs = (1 + u32) 0 + e32]. *)
+Theorem tf32x3_tc_op_acc_dot_split_model : forall (out out32 : R -> R) (ur u32 e32 : R) (F : Z) (k q E : nat),
+  0 <= ur -> (forall x, Rabs (out x - x) <= ur * Rabs x) ->
+  0 <= u32 -> (forall x, Rabs (out32 x - x) <= u32 * Rabs x + e32) ->
+  (1 <= k)%nat -> (1 <= q)%nat -> (E <= q * k)%nat ->
+  INR (3 * q) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
+  acc_dot_split_model (tf32x3_acc_fn F out out32 k) E
+    u32 (u32 + (1 + u32) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k q) ((1 + u32) * 0 + e32).
+Proof.
+  intros out out32 ur u32 e32 F k q E Hur Hout Hu32 Hout32 Hk Hq HE Hn.
+  exact (acc_of_dot_split_model _ out32 E _ _ u32 e32 (tf32x3_tc_op_dot_model out ur F k q E Hur Hout Hk Hq HE Hn)
            Hu32 Hout32).
 Qed.
 

@@ -82,6 +82,32 @@ Record acc_dot_model (accf : R -> list R -> list R -> R) (n : nat) (g_rel g_abs 
     <= g_rel * (Rabs c + rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))) + g_abs
 }.
 
+(** The accumulating dot with one constant for the accumulator and one for the
+    products: [acc_dot_split_model accf n g_acc g_dot g_abs] says that on vectors
+    of length [n] the computed [accf c a b] is within
+    [g_acc |c| + g_dot sum_i |a_i b_i| + g_abs] of [c + sum_i a_i b_i].  A dot
+    from 0 then one rounded addition to [c] charges [c] with that one rounding
+    only (ForwardError.v's [acc_of_dot_split_model], [blocked_acc_dot_split_model],
+    [tf32x3_tc_op_acc_dot_split_model]); any [acc_dot_model] is one with
+    [g_acc = g_dot = g_rel] ([acc_dot_split_of_model]: the tensor cores'
+    chain from [c], [tc_acc_op_dot_model]). *)
+Record acc_dot_split_model (accf : R -> list R -> list R -> R) (n : nat) (g_acc g_dot g_abs : R) : Prop := {
+  adsm_acc_nonneg : 0 <= g_acc;
+  adsm_dot_nonneg : 0 <= g_dot;
+  adsm_err : forall c a b, length a = n -> length b = n ->
+    Rabs (accf c a b - (c + rsum (map (fun xy => fst xy * snd xy) (combine a b))))
+    <= g_acc * Rabs c + g_dot * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)) + g_abs
+}.
+
+(** The one-constant model is the split one with [g_acc = g_dot]. *)
+Lemma acc_dot_split_of_model : forall accf n g_rel g_abs,
+  acc_dot_model accf n g_rel g_abs -> acc_dot_split_model accf n g_rel g_rel g_abs.
+Proof.
+  intros accf n g ga Hm; pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg.
+  split; [exact Hg | exact Hg |].
+  intros c a b Ha Hb; pose proof (adm_err _ _ _ _ Hm c a b Ha Hb) as H; lra.
+Qed.
+
 (** Weights [f x] within [(H - 1) W x + c] of [W x >= 0], times [v x]: the
     weighted sums are within [(H - 1) sum W |v| + c sum |v|], and the
     computed weights' [sum |f v|] is at most [H sum W |v| + c sum |v|]. *)

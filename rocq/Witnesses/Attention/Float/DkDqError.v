@@ -20,7 +20,7 @@ Open Scope R_scope.
 Local Notation u := (ff_u (mp_a wM)).
 Local Notation ea := (ff_eta (mp_a wM)).
 
-Definition wg_X : R := Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea).
+Definition wg_X : R := Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea).
 
 Lemma wg_cs : Rabs (1 - 1) <= 0 * 1.
 Proof. rewrite Rmult_0_l; apply ws_zero. Qed.
@@ -191,7 +191,7 @@ Definition dk_error_tf32x3_op_witness :=
   dk_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1] 0
     [[([1], [1], (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1], 1))]]
     (fun _ => score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2) (fun _ => 1) (fun _ => 0)
-    wh_d3 0 0 (Rpower 2 (2 * (wh_d3 + 0) + u * 0 + ea)) 1 1 0 0 1
+    wh_d3 0 0 (Rpower 2 ((wh_d3 + 0) / ln 2 + u * 0 + ea)) 1 1 0 0 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3 ltac:(lia) ltac:(lia)
     w_delta_op3 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) (Rle_refl 0) Rle_0_1
     eq_refl (Rle_refl _) (wh_items_k wv_dotf3 wh_d3 wh_err3).
@@ -199,7 +199,7 @@ Definition dk_error_tf32x3_op_witness :=
 Definition dq_error_tf32x3_op_witness :=
   dq_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1]
     (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1]) 1 0 [[([1], [1])]]
-    (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2) 1 0 wh_d3 0 0 (Rpower 2 (2 * (wh_d3 + 0) + u * 0 + ea))
+    (score2_with (mp_a wM) wv_dotf3 wa_c [0] [1] * ln 2) 1 0 wh_d3 0 0 (Rpower 2 ((wh_d3 + 0) / ln 2 + u * 0 + ea))
     1 1 0 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3 ltac:(lia) ltac:(lia)
     w_delta_op3 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1
@@ -209,7 +209,7 @@ Definition dk_error_tc_op_witness :=
   dk_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1] 0
     [[([1], [1], (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1], 1))]]
     (fun _ => score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2) (fun _ => 1) (fun _ => 0)
-    wh_d1 0 0 (Rpower 2 (2 * (wh_d1 + 0) + u * 0 + ea)) 1 1 0 0 1
+    wh_d1 0 0 (Rpower 2 ((wh_d1 + 0) / ln 2 + u * 0 + ea)) 1 1 0 0 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1 ltac:(lia) ltac:(lia)
     wt_delta_op1 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) (Rle_refl 0) Rle_0_1
     eq_refl (Rle_refl _) (wh_items_k wv_dotf1 wh_d1 wh_err1).
@@ -217,7 +217,7 @@ Definition dk_error_tc_op_witness :=
 Definition dq_error_tc_op_witness :=
   dq_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 1 (fun _ => true) wa_c 1 1 0 [0] [1]
     (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1]) 1 0 [[([1], [1])]]
-    (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2) 1 0 wh_d1 0 0 (Rpower 2 (2 * (wh_d1 + 0) + u * 0 + ea))
+    (score2_with (mp_a wM) wv_dotf1 wa_c [0] [1] * ln 2) 1 0 wh_d1 0 0 (Rpower 2 ((wh_d1 + 0) / ln 2 + u * 0 + ea))
     1 1 0 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1 ltac:(lia) ltac:(lia)
     wt_delta_op1 ltac:(repeat constructor) Rle_0_1 (Rle_refl 0) wg_cs Rle_0_1 (Rle_refl 0) Rle_0_1

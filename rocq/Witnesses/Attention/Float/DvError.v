@@ -2,7 +2,7 @@
     [scale = 1], the fp32 constant [c = rnd (1 / ln 2)] ([uc = u], Witnesses/Bounds/Attention.v),
     one key [[1]] and one query [[1]] whose saved [lse2] is its own score [s] ([Am = 0]),
     [Lx = s ln 2] ([Dl = 0]), [dO = 1], [delta] the score error of [score2_error],
-    [X = 2^(2 delta + ea)]; [lse2_close] at [lse = LSE = 0], [c2 = c].  Every premise proved
+    [X = 2^(delta / ln 2 + ea)]; [lse2_close] at [lse = LSE = 0], [c2 = c].  Every premise proved
     together.  [ws], [ws_err], [ws_dot] serve the witnesses of DkDqError.v too. *)
 
 From Coq Require Import Reals ZArith List Lra Lia.
@@ -49,7 +49,7 @@ Qed.
 
 Definition dv_error_witness :=
   dv_error wM (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
-    (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1 1
+    (Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea)) 1 1
     ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1 ltac:(repeat constructor) ws_b wv_items (Rle_refl _).
 
 Lemma wv_c2 : Rabs (wa_c * ln 2 - 1) <= u.
@@ -61,13 +61,13 @@ Definition lse2_close_witness :=
 (** The scores' dot as a parameter, at its blocked fp32 instance. *)
 Definition dv_error_dot_witness :=
   dv_error_dot wM (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
-    (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1 1
+    (Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea)) 1 1
     ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1 ltac:(repeat constructor) ws_b wv_items (Rle_refl _).
 
 (** [dV] accumulated by [tl.dot] over query tiles of one row, at the fp32 per-product model. *)
 Definition dv_error_acc_witness :=
   dv_error_acc wM _ 1 _ _ (bdot (mp_a wM)) (fun _ => true) wa_c 1 [1] [[wv_x]] (fun _ => ws * ln 2) ws_delta 0 0
-    (Rpower 2 (2 * (ws_delta + 0) + u * 0 + ea)) 1
+    (Rpower 2 ((ws_delta + 0) / ln 2 + u * 0 + ea)) 1
     blocked_acc_dot_model_witness ltac:(repeat constructor) ws_delta_nonneg (Rle_refl 0) (Rle_refl 0) Rle_0_1
     wv_items (Rle_refl _).
 
@@ -113,7 +113,7 @@ Definition dv_error_tf32x3_op_witness :=
   dv_error_tf32x3_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => true) wa_c 1 [0]
     [[([1], (1, score2_with (mp_a wM) wv_dotf3 wa_c [1] [0]))]]
     (fun _ => score2_with (mp_a wM) wv_dotf3 wa_c [1] [0] * ln 2) wv_d3 0 0
-    (Rpower 2 (2 * (wv_d3 + 0) + u * 0 + ea)) 1
+    (Rpower 2 ((wv_d3 + 0) / ln 2 + u * 0 + ea)) 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3
     ltac:(repeat constructor) (w_delta_nonneg wv_dotf3 _ _ [1] [0] tf32x3_tc_op_dot_model_witness eq_refl eq_refl)
     (Rle_refl 0) (Rle_refl 0) Rle_0_1 (wv_items_with wv_dotf3 wv_d3 wv_err3) (Rle_refl _).
@@ -127,7 +127,7 @@ Definition dv_error_tc_op_witness :=
   dv_error_tc_op wM (rz_flx 24) (bpow radix2 (1 - 24)) 26 8 1 1 (fun _ => true) wa_c 1 [0]
     [[([1], (1, score2_with (mp_a wM) wv_dotf1 wa_c [1] [0]))]]
     (fun _ => score2_with (mp_a wM) wv_dotf1 wa_c [1] [0] * ln 2) wv_d1 0 0
-    (Rpower 2 (2 * (wv_d1 + 0) + u * 0 + ea)) 1
+    (Rpower 2 ((wv_d1 + 0) / ln 2 + u * 0 + ea)) 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) ltac:(lia) ltac:(lia) ltac:(lia) wt_delta_op1
     ltac:(repeat constructor) (w_delta_nonneg wv_dotf1 _ _ [1] [0] tc_op_dot_model_witness eq_refl eq_refl)
     (Rle_refl 0) (Rle_refl 0) Rle_0_1 (wv_items_with wv_dotf1 wv_d1 wv_err1) (Rle_refl _).

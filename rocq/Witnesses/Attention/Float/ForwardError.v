@@ -231,6 +231,17 @@ Definition tf32x3_tc_op_acc_dot_model_witness :=
   tf32x3_tc_op_acc_dot_model (rz_flx 24) (ff_rnd (mp_a wM)) (bpow radix2 (1 - 24)) u (ff_eta (mp_a wM)) 26 8 1 1
     (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) (ff_u_nonneg _) (ff_abs _) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3.
 
+(** The split instances (the accumulator charged apart), at the same instances. *)
+Definition acc_of_dot_split_model_witness :=
+  acc_of_dot_split_model (bdot (mp_a wM)) (ff_rnd (mp_a wM)) 1 _ _ u (ff_eta (mp_a wM)) wf_dm
+    (ff_u_nonneg _) (ff_abs _).
+
+Definition blocked_acc_dot_split_model_witness := blocked_acc_dot_split_model (mp_a wM) 1 (le_n 1) wf_E_u.
+
+Definition tf32x3_tc_op_acc_dot_split_model_witness :=
+  tf32x3_tc_op_acc_dot_split_model (rz_flx 24) (ff_rnd (mp_a wM)) (bpow radix2 (1 - 24)) u (ff_eta (mp_a wM)) 26 8 1 1
+    (bpow_ge_0 _ _) (rz_flx_err 24 eq_refl) (ff_u_nonneg _) (ff_abs _) ltac:(lia) ltac:(lia) ltac:(lia) w_delta_op3.
+
 (** One tile of one key of score [0] and value [1] at [m = m' = K = 0], from [acc = 0]. *)
 Lemma wf_acc_svs : forall sv, In sv [(0, 1)] ->
   ff_fmt (mp_a wM) (fst sv) /\ fst sv <= 0 /\ 0 - fst sv <= 0.
