@@ -9,9 +9,11 @@ The theorem bounds ``|sum_c dO_c out_c - D|`` (``out`` the forward kernel's stor
     + lb / (1 - lb) |D| + sum_c |dO_c| (store_ur |out_c| + store_er),
 
 with ``tw_k = (1 + ue)^Tt 2^(u Kk_k) e^(dl_k) - 1``, ``r = Tt ((1 + ue + ee) (1 + ue))^Tt 2^(u K) ee e^dmax``,
-``pm = (1 + ue + ee)^Tt``, ``sa = us r + es pm e^dmax``, ``rho = (1 + g) (1 + u)``,
-``EB_c = rho^Tt (sum_(t < Tt) (rho - 1) Pre_c,t + (rho - 1) Tt Aa_c + g (Av_c + Aa_c)) + rho^Tt Tt pm ((1 + g) ea
-+ ga) e^dmax`` (``Av``, ``Aa``, ``Pre`` as ``dk_Av``, ``dk_Aa``, ``dk_Pre``), ``tb >= sum_k P_k tw_k + N r``, ``lb >=
+``pm = (1 + ue + ee)^Tt``, ``sa = us r + es pm e^dmax``, ``rho = (1 + g_acc) (1 + u)``,
+``EB_c = rho^Tt (sum_(t < Tt) (rho - 1) Pre_c,t + (rho - 1) Tt Aa_c + g_dot (Av_c + Aa_c)) + rho^Tt Tt pm ((1 +
+g_acc) ea + ga) e^dmax`` (``Av``, ``Aa``, ``Pre`` as ``dk_Av``, ``dk_Aa``, ``dk_Pre``; per tile the accumulator is
+rescaled by ``alpha``, one rounding ``u``, then the P.V dot adds the tile's products to it: the signed prefixes
+``Pre`` grow by ``rho``, the products are charged ``g_dot``), ``tb >= sum_k P_k tw_k + N r``, ``lb >=
 (1 + u)^(n - 1 + 2 Tt) - 1 + Tt l_growth^Tt ea e^dmax / (1 - tb)``, ``l_growth = (1 + u)^2 (1 + ue + ee)``. Here
 :func:`delta_kernel_error_bound` evaluates it for every query row at the row's own ``Tt`` (the forward kernel's key
 tiles for the row's query tile, :func:`~ojas_ref.verification.attention_forward_running._tile_counts`), ``n`` the
@@ -31,9 +33,11 @@ forward's key tile, the caller's numbers:
   rationals rounded up, every operation rounded up (denominators down).
 
 The constants: ``u``, ``ea`` float32's, ``ue`` the device's ``exp2_error``, ``ee`` its absolute term,
-``us``, ``es`` the storage format's (``_storage`` at the device's rounding), ``g``, ``ga`` the accumulating P.V
-dot's (``acc_dot_error_constants`` over ``n`` keys: ``tf32x3_tc_op_acc_dot_model`` for float32, theorem
-``attention_delta_kernel_error_tf32x3_op``; ``tc_acc_op_dot_model`` for 16-bit inputs, ``_tc_op``).
+``us``, ``es`` the storage format's (``_storage`` at the device's rounding), ``g_acc``, ``g_dot``, ``ga`` the
+accumulating P.V dot's (``acc_dot_split_constants`` over ``n`` keys, ``acc_dot_split_model``: for float32
+``tf32x3_tc_op_acc_dot_split_model``, the accumulator added in one float32 rounding after the three TF32 dots,
+``g_acc = u``, theorem ``attention_delta_kernel_error_tf32x3_op``; for 16-bit inputs ``tc_acc_op_dot_model``,
+``g_acc = g_dot``, ``_tc_op``).
 
 Not covered: what the theorem's header does not cover (ForwardAccError.v's); the ``exp2`` accuracy (an
 assumption, as every bound here); a "truncate" storage rounding (no Coq format instance: the formula at its
@@ -80,9 +84,9 @@ def _check_args(
 
 def _constants(dtype: torch.dtype, c: dict, block_n: int) -> dict[str, Fraction]:
     """The model's constants, exact rationals: ``u``, ``ea``, ``ue``, ``ee``, ``us``, ``es``, the P.V dot's
-    ``g``, ``ga`` over ``block_n`` keys, ``n = block_n``."""
+    ``g_acc``, ``g_dot``, ``ga`` over ``block_n`` keys (``acc_dot_split_constants``), ``n = block_n``."""
     us, es = (Fraction(x) for x in _storage(dtype, c["rounding"]))
-    g, ga = ab.acc_dot_error_constants(c["dot"], block_n)
+    g_acc, g_dot, ga = ab.acc_dot_split_constants(c["dot"], block_n)
     return dict(
         u=Fraction(_FP32_U),
         ea=Fraction(_FP32_ETA),
@@ -90,7 +94,8 @@ def _constants(dtype: torch.dtype, c: dict, block_n: int) -> dict[str, Fraction]
         ee=Fraction(_EXP2_ABS_ERROR),
         us=us,
         es=es,
-        g=g,
+        g_acc=g_acc,
+        g_dot=g_dot,
         ga=ga,
         n=Fraction(block_n),
     )
@@ -99,15 +104,16 @@ def _constants(dtype: torch.dtype, c: dict, block_n: int) -> dict[str, Fraction]
 def _tile_tables(k: dict[str, Fraction], tiles: int) -> dict[str, torch.Tensor]:
     """Per number of tiles ``Tt = 0 .. tiles``, float64 upper bounds [tiles + 1] of the factors that depend on it:
     ``c1 = (1 + ue)^Tt`` and ``c1 - 1``, ``R = Tt ((1 + ue + ee)(1 + ue))^Tt ee``, ``pm``, ``la = (1 + u)^(n - 1 +
-    2 Tt) - 1``, ``lg = Tt l_growth^Tt ea``, ``rho^Tt`` times ``rho - 1``, ``(rho - 1) Tt``, ``g`` and ``Tt pm ((1 +
-    g) ea + ga)``. Each base rounded up to a float first (the factors grow with it), then exact powers."""
-    u, ue, ee, g = k["u"], k["ue"], k["ee"], k["g"]
+    2 Tt) - 1``, ``lg = Tt l_growth^Tt ea``, ``rho^Tt`` (``rho = (1 + g_acc) (1 + u)``) times ``rho - 1``, ``(rho -
+    1) Tt``, ``g_dot`` and ``Tt pm ((1 + g_acc) ea + ga)``. Each base rounded up to a float first (the factors grow
+    with it), then exact powers."""
+    u, ue, ee, g_acc, g_dot = k["u"], k["ue"], k["ee"], k["g_acc"], k["g_dot"]
 
     def up(x: Fraction) -> Fraction:
         return Fraction(_float_up(x))
 
     b_ue, b_pm, b_r = up(1 + ue), up(1 + ue + ee), up((1 + ue + ee) * (1 + ue))
-    b_lg, b_rho = up((1 + u) ** 2 * (1 + ue + ee)), up((1 + g) * (1 + u))
+    b_lg, b_rho = up((1 + u) ** 2 * (1 + ue + ee)), up((1 + g_acc) * (1 + u))
     names = ("c1", "c1m1", "R", "pm", "la", "lg", "rho1", "rhoT", "rhog", "ea")
     rows: dict[str, list[float]] = {n: [] for n in names}
     for t in range(tiles + 1):
@@ -121,8 +127,8 @@ def _tile_tables(k: dict[str, Fraction], tiles: int) -> dict[str, torch.Tensor]:
             lg=t * b_lg**t * k["ea"],
             rho1=rho * (b_rho - 1),
             rhoT=rho * (b_rho - 1) * t,
-            rhog=rho * g,
-            ea=rho * t * pm * ((1 + g) * k["ea"] + k["ga"]),
+            rhog=rho * g_dot,
+            ea=rho * t * pm * ((1 + g_acc) * k["ea"] + k["ga"]),
         )
         for n in names:
             rows[n].append(_float_up(vals[n]))

@@ -6,8 +6,10 @@
     they are instantiated from the kernel's run ([kernel_run_acc] from [kernel_start d]
     over the key tiles, ForwardAccError.v) by ForwardSharedWeights.v's lemmas over the
     final shared list, and every premise left is the model's (formats, [exp2]'s accuracy,
-    the accumulating dot's [acc_dot_model]) or a number the caller computes from the
-    exact softmax.
+    the accumulating dot's [acc_dot_split_model]) or a number the caller computes from the
+    exact softmax.  The accumulating dot is the split model [acc_dot_split_model accf n
+    g_acc g_dot ga] (NumeratorError.v): the accumulator charged [g_acc], the tile's products
+    [g_dot].
 
     The exact side (one query row, keys [ks = concat tiles], the masked keys' [P] zero):
       P_k = e^(S_k) / sum_(j visible) e^(S_j),   dp_k = sum_c dO_c v_kc,   D = sum_k P_k dp_k,
@@ -21,12 +23,15 @@
                                                          its arguments' roundings, the score's)
       r    = Rw K Tt e^dmax = Tt ((1 + ue + ee) (1 + ue))^Tt 2^(u K) ee e^dmax
                                                         (the [exp2] underflow [ee] terms)
-      pm   = (1 + ue + ee)^Tt,   sa = us r + es pm e^dmax,   rho = (1 + g) (1 + u),
+      pm   = (1 + ue + ee)^Tt,   sa = us r + es pm e^dmax,   rho = (1 + g_acc) (1 + u),
       Av_c = sum_k P_k |v_kc|,
       Aa_c = sum_k P_k ((1 + us) tw_k + us) |v_kc| + ((1 + us) r + es pm e^dmax) sum_(k visible) |v_kc|,
       Pre_c,t = |sum_(k in the first t tiles) P_k v_kc|     (the exact signed prefixes),
-      EB_c = rho^Tt (sum_(t < Tt) (rho - 1) Pre_c,t + (rho - 1) Tt Aa_c + g (Av_c + Aa_c))
-             + rho^Tt Tt pm ((1 + g) ea + ga) e^dmax,
+      EB_c = rho^Tt (sum_(t < Tt) (rho - 1) Pre_c,t + (rho - 1) Tt Aa_c + g_dot (Av_c + Aa_c))
+             + rho^Tt Tt pm ((1 + g_acc) ea + ga) e^dmax,
+    (per tile the accumulator is rescaled by [alpha], one rounding [u], then the dot adds
+    the tile's products to it: the accumulator, so the prefixes [Pre_c,t], grow by [rho],
+    the tile's products are charged [g_dot]; ForwardSharedWeights.v's [acc_step_shared]),
     and premises [sum_k P_k tw_k + N r <= tb < 1] ([N] the number of visible keys) and
     [(1 + u)^(n - 1 + 2 Tt) - 1 + Tt l_growth^Tt ea e^dmax / (1 - tb) <= lb < 1]:
       |sum_c dO_c out_c - D|
@@ -39,14 +44,15 @@
     [p] ([us]) and the accumulation on [|dp_k|] and [|dO_c|], the P.V dot's prefixes
     signed.  At [dl = 0], [tw_k] is about [Tt ue + u Kk_k ln 2] and [tb] its mean: the
     leading terms are [sum_k P_k (tw_k + tb) |dp_k - D|], [us sum_k P_k |dp_k|], the
-    accumulation's [g (Av_c + Aa_c)] and [(rho - 1) Pre_c,t] on [|dO_c|], and [lb |D|].
+    accumulation's [g_dot (Av_c + Aa_c)] and [(rho - 1) Pre_c,t] on [|dO_c|], and [lb |D|].
 
     The right-hand side is [delta_kernel_bound] (its pieces [dk_P], [dk_dp], [dk_D],
     [dk_tw], [dk_r], [dk_Av], [dk_Aa], [dk_Pre], [dk_EB]), the premises on the run and
     the caller's numbers the bundle [dk_premises] (with the gaps [Kk], [dk_tb_sum <= tb],
     [dk_lam <= lb]); the theorem [attention_delta_kernel_error] is over any key type
-    ([Key], the kernel's [sc], [vis], [val]), any [acc_dot_model] P.V dot, any model whose
-    [exp2] is nonnegative.
+    ([Key], the kernel's [sc], [vis], [val]), any [acc_dot_split_model] P.V dot (a one-constant
+    [acc_dot_model accf n g ga] is the case [g_acc = g_dot = g], [acc_dot_split_of_model]: the
+    bound as before the split), any model whose [exp2] is nonnegative.
 
     [attention_delta_kernel_error_dot]: the same with the kernel's scores
     [sc_k = rnd (dotf q k * c)] ([score2_with], [dotf] any [dot_model] with [g_rel], [g_abs])
@@ -57,9 +63,12 @@
     ([m0 = - score_max_de], every gap [Kk_k = K]).
 
     The H100 instances [attention_delta_kernel_error_tf32x3_op] (float32: the P.V dot in
-    3xTF32, [tf32x3_tc_op_acc_dot_model]) and [attention_delta_kernel_error_tc_op] (bf16/fp16:
-    the tensor cores' chain, [tc_acc_op_dot_model]) fix the kernel's P.V dot and its [g],
-    [ga]; their scores' errors [dl] stay the caller's premise.
+    3xTF32, [tf32x3_tc_op_acc_dot_split_model]: the accumulator added in one float32
+    rounding after the three dots, [g_acc = u], [rho = (1 + u)^2]) and
+    [attention_delta_kernel_error_tc_op] (bf16/fp16: the tensor cores' chain from the
+    accumulator, [tc_acc_op_dot_model] through [acc_dot_split_of_model], [g_acc = g_dot = g])
+    fix the kernel's P.V dot and its constants; their scores' errors [dl] stay the caller's
+    premise.
 
     Not covered here: what ForwardAccError.v's header does not cover; the caller's
     evaluation of the sums over the exact softmax (upper bounds, its own rounding
@@ -211,13 +220,14 @@ Definition dk_Aa (P tw : Key -> R) (r pm dmax : R) (ks : list Key) (c : nat) : R
   + ((1 + us) * r + es * pm * exp dmax) * rsum (map (fun k => Rabs (val k c)) (filter vis ks)).
 Definition dk_Pre (P : Key -> R) (n : nat) (ks : list Key) (c t : nat) : R :=
   Rabs (rsum (map (fun k => P k * val k c) (firstn (t * n) ks))).
-Definition dk_EB (n : nat) (g ga : R) (P tw : Key -> R) (ks : list Key) (Tt : nat) (r pm dmax : R) (c : nat) : R :=
-  rho_acc M g ^ Tt * (rsum (map (fun t => (rho_acc M g - 1) * dk_Pre P n ks c t) (seq 0 Tt))
-                      + (rho_acc M g - 1) * INR Tt * dk_Aa P tw r pm dmax ks c
-                      + g * (dk_Av P ks c + dk_Aa P tw r pm dmax ks c))
-  + rho_acc M g ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax.
+Definition dk_EB (n : nat) (g_acc g_dot ga : R) (P tw : Key -> R) (ks : list Key) (Tt : nat) (r pm dmax : R)
+    (c : nat) : R :=
+  rho_acc M g_acc ^ Tt * (rsum (map (fun t => (rho_acc M g_acc - 1) * dk_Pre P n ks c t) (seq 0 Tt))
+                          + (rho_acc M g_acc - 1) * INR Tt * dk_Aa P tw r pm dmax ks c
+                          + g_dot * (dk_Av P ks c + dk_Aa P tw r pm dmax ks c))
+  + rho_acc M g_acc ^ Tt * INR Tt * pm * ((1 + g_acc) * ea + ga) * exp dmax.
 
-Definition delta_kernel_bound (n : nat) (g ga : R) (se dl Kk : Key -> R) (tiles : list (list Key))
+Definition delta_kernel_bound (n : nat) (g_acc g_dot ga : R) (se dl Kk : Key -> R) (tiles : list (list Key))
     (cs : list nat) (dO out : nat -> R) (K dmax tb lb : R) : R :=
   let ks := concat tiles in
   let Tt := length tiles in
@@ -228,7 +238,7 @@ Definition delta_kernel_bound (n : nat) (g ga : R) (se dl Kk : Key -> R) (tiles 
   let r := dk_r Tt K dmax in
   let pm := (1 + ue + ee) ^ Tt in
   let sa := us * r + es * pm * exp dmax in
-  let EB := dk_EB n g ga P tw ks Tt r pm dmax in
+  let EB := dk_EB n g_acc g_dot ga P tw ks Tt r pm dmax in
   (rsum (map (fun k => P k * (tw k + tb) * Rabs (dp k - D)) ks) + r * rsum (map (fun k => Rabs (dp k - D)) (filter vis ks))
    + rsum (map (fun k => P k * us * (1 + tw k) * Rabs (dp k)) ks) + sa * rsum (map (fun k => Rabs (dp k)) (filter vis ks))
    + rsum (map (fun c => Rabs (dO c) * EB c) cs)) / ((1 - tb) * (1 - lb))
@@ -258,20 +268,21 @@ Record dk_premises (n : nat) (se dl Kk : Key -> R) (d : nat) (tiles : list (list
 (** The backward's [delta] of the kernel's stored output against the exact [D] (see the
     header): [out_c = rs (rnd (acc_c / l))] after the kernel's tiles, the exact scores
     [se] in nats, the kernel's within [dl <= dmax] of them. *)
-Theorem attention_delta_kernel_error : forall (n : nat) (g ga : R) (se dl Kk : Key -> R) (d : nat)
+Theorem attention_delta_kernel_error : forall (n : nat) (g_acc g_dot ga : R) (se dl Kk : Key -> R) (d : nat)
     (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
   let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
-  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> dk_premises n se dl Kk d tiles cs m0 K dmax tb lb ->
+  (forall x, 0 <= exp2 x) -> acc_dot_split_model accf n g_acc g_dot ga ->
+  dk_premises n se dl Kk d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D se (concat tiles) cs dO)
-  <= delta_kernel_bound n g ga se dl Kk tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound n g_acc g_dot ga se dl Kk tiles cs dO out K dmax tb lb.
 Proof.
-  intros n g ga se dl Kk d tiles cs dO m0 K dmax tb lb st out Hexp Hm
+  intros n g gd ga se dl Kk d tiles cs dO m0 K dmax tb lb st out Hexp Hm
     [HK Hn Hsc Hdl Hgap [q0 [Hq0 Hv0]] Hcs Htb Htb1 Hlb Hlb1].
   unfold delta_kernel_bound; cbv zeta.
   set (ks := concat tiles) in *; set (Tt := length tiles) in *; set (P := dk_P se ks); set (dp := dk_dp cs dO).
   set (D := dk_D se ks cs dO); set (tw := dk_tw Tt Kk dl); set (r := dk_r Tt K dmax); set (pm := (1 + ue + ee) ^ Tt).
-  set (sa := us * r + es * pm * exp dmax); set (EB := dk_EB n g ga P tw ks Tt r pm dmax).
+  set (sa := us * r + es * pm * exp dmax); set (EB := dk_EB n g gd ga P tw ks Tt r pm dmax).
   set (rho := rho_acc M g); set (Av := dk_Av P ks); set (Aa := dk_Aa P tw r pm dmax ks); set (Pre := dk_Pre P n ks).
   change (rsum (map (fun k => P k * tw k) ks) + INR (length (filter vis ks)) * r <= tb) in Htb.
   change ((1 + u) ^ (n - 1 + 2 * Tt) - 1 + INR Tt * l_growth M ^ Tt * ea * exp dmax / (1 - tb) <= lb) in Hlb.
@@ -279,7 +290,8 @@ Proof.
   pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   pose proof (ff_u_nonneg S_) as Hus; pose proof (ff_eta_nonneg S_) as Hes.
   pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
-  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  pose proof (adsm_acc_nonneg _ _ _ _ _ Hm) as Hg; pose proof (adsm_dot_nonneg _ _ _ _ _ Hm) as Hgd.
+  pose proof (adsm_abs_nonneg _ _ _ _ _ Hm) as Hga.
   pose proof ln_lt_2 as Hln2.
   set (L := srun (kernel_start d) [] tiles).
   assert (HLk : map (sw_key Key) L = ks)
@@ -430,7 +442,7 @@ Proof.
   assert (Hrho : 1 <= rho) by (unfold rho, rho_acc; assert (0 <= g * u) by (apply Rmult_le_pos; lra); nra).
   assert (HEc : forall c, In c cs -> Rabs (Ec c) <= Lc * EB c).
   { intros c Hc.
-    destruct (acc_kernel_shared_final M Key sc vis val accf n g ga Hm Hexp d tiles c Hn Hfmt (Hcs c Hc)) as [E [Ex HEb]].
+    destruct (acc_kernel_shared_final M Key sc vis val accf n g gd ga Hm Hexp d tiles c Hn Hfmt (Hcs c Hc)) as [E [Ex HEb]].
     fold st L in Ex, HEb.
     assert (EE : Ec c = E) by (unfold Ec; rewrite Ex; ring).
     rewrite EE; eapply Rle_trans; [exact HEb |]; clear EE Ex HEb.
@@ -486,21 +498,21 @@ Proof.
                   <= Lc * (rsum (map (Pre c) (seq 0 Tt)) + INR Tt * Aa c)).
     { eapply Rle_trans; [apply bw_rsum_le; intros t _; apply Hpre |].
       rewrite rsum_map_scal_l, rsum_map_plus, ost_rsum_const, seq_length; apply Rle_refl. }
-    assert (Hterms : acc_err_terms M Key val n g c L 0 Tt
-                     <= Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c))).
+    assert (Hterms : acc_err_terms M Key val n g gd c L 0 Tt
+                     <= Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + gd * (Av c + Aa c))).
     { unfold acc_err_terms; rewrite rsum_map_plus, !rsum_map_scal_l, Htl; change (rho_acc M g) with rho.
       assert (H1 : (rho - 1) * rsum (map (fun t => Rabs (sw_num M Key val c (firstn (0 + t * n) L))) (seq 0 Tt))
                    <= (rho - 1) * (Lc * (rsum (map (Pre c) (seq 0 Tt)) + INR Tt * Aa c)))
         by (apply Rmult_le_compat_l; lra).
-      assert (H2 : g * sw_abs M Key val c L <= g * (Lc * (Av c + Aa c))) by (apply Rmult_le_compat_l; lra).
-      replace (Lc * ((rho - 1) * rsum (map (Pre c) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c)))
-        with ((rho - 1) * (Lc * (rsum (map (Pre c) (seq 0 Tt)) + INR Tt * Aa c)) + g * (Lc * (Av c + Aa c)))
+      assert (H2 : gd * sw_abs M Key val c L <= gd * (Lc * (Av c + Aa c))) by (apply Rmult_le_compat_l; lra).
+      replace (Lc * ((rho - 1) * rsum (map (Pre c) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + gd * (Av c + Aa c)))
+        with ((rho - 1) * (Lc * (rsum (map (Pre c) (seq 0 Tt)) + INR Tt * Aa c)) + gd * (Lc * (Av c + Aa c)))
         by ring.
       lra. }
     change (rho_acc M g) with rho; fold Tt.
     assert (Hrt : 0 <= rho ^ Tt) by (apply pow_le; lra).
-    assert (H1 : rho ^ Tt * acc_err_terms M Key val n g c L 0 Tt
-                 <= rho ^ Tt * (Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c))))
+    assert (H1 : rho ^ Tt * acc_err_terms M Key val n g gd c L 0 Tt
+                 <= rho ^ Tt * (Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + gd * (Av c + Aa c))))
       by (apply Rmult_le_compat_l; assumption).
     set (X := rho ^ Tt * INR Tt * (1 + ue + ee) ^ Tt * ((1 + g) * ea + ga)).
     assert (HX : 0 <= X).
@@ -511,9 +523,9 @@ Proof.
     unfold EB, dk_EB; fold pm in X; unfold X in *.
     change (rho_acc M g) with rho; change (dk_Pre P n ks) with Pre; change (dk_Aa P tw r pm dmax ks) with Aa.
     change (dk_Av P ks) with Av.
-    replace (Lc * (rho ^ Tt * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c))
+    replace (Lc * (rho ^ Tt * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + gd * (Av c + Aa c))
                    + rho ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax))
-      with (rho ^ Tt * (Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + g * (Av c + Aa c)))
+      with (rho ^ Tt * (Lc * (rsum (map (fun t => (rho - 1) * Pre c t) (seq 0 Tt)) + (rho - 1) * INR Tt * Aa c + gd * (Av c + Aa c)))
             + Lc * (rho ^ Tt * INR Tt * pm * ((1 + g) * ea + ga) * exp dmax)) by ring.
     lra. }
   (* the store *)
@@ -605,7 +617,7 @@ Qed.
     [score2_with_error] at the key's own [dot_abs q k]), [dmax] and the score range
     [K = 2 score_max_de] at a bound [P] of every [dot_abs q k]. *)
 Theorem attention_delta_kernel_error_dot : forall (dotf : list R -> list R -> R) (E : nat) (g_rel g_abs : R)
-    (accf : R -> list R -> list R -> R) (n : nat) (g ga : R) (q : list R) (c scale uc P : R)
+    (accf : R -> list R -> list R -> R) (n : nat) (g_acc g_dot ga : R) (q : list R) (c scale uc P : R)
     (vis : list R * list R -> bool) (d : nat) (tiles : list (list (list R * list R))) (cs : list nat)
     (dO : nat -> R) (tb lb : R),
   let sck := fun kv : list R * list R => score2_with A_ dotf c q (fst kv) in
@@ -617,7 +629,7 @@ Theorem attention_delta_kernel_error_dot : forall (dotf : list R -> list R -> R)
   let K := 2 * score_max_de A_ scale uc P (g_rel * P + g_abs) in
   let st := kernel_run_acc M (list R * list R) sck vis valk accf (kernel_start d) tiles in
   let out := fun i => ff_rnd S_ (rnd (nth i (ks_acc st) 0 / ks_l st)) in
-  (forall x, 0 <= exp2 x) -> acc_dot_model accf n g ga -> dot_model dotf E g_rel g_abs ->
+  (forall x, 0 <= exp2 x) -> acc_dot_split_model accf n g_acc g_dot ga -> dot_model dotf E g_rel g_abs ->
   0 < scale -> 0 <= uc -> Rabs (c * ln 2 - scale) <= uc * scale -> length q = E ->
   (forall kv, In kv (concat tiles) -> vis kv = true -> length (fst kv) = E /\ dot_abs q (fst kv) <= P) ->
   (forall tl, In tl tiles -> length tl = n) ->
@@ -626,9 +638,9 @@ Theorem attention_delta_kernel_error_dot : forall (dotf : list R -> list R -> R)
   dk_tb_sum M (list R * list R) vis se dl (fun _ => K) tiles K dmax <= tb -> tb < 1 ->
   dk_lam M n (length tiles) dmax tb <= lb -> lb < 1 ->
   Rabs (rsum (map (fun i => dO i * out i) cs) - dk_D (list R * list R) vis valk se (concat tiles) cs dO)
-  <= delta_kernel_bound M (list R * list R) vis valk n g ga se dl (fun _ => K) tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound M (list R * list R) vis valk n g_acc g_dot ga se dl (fun _ => K) tiles cs dO out K dmax tb lb.
 Proof.
-  intros dotf E g_rel g_abs accf n g ga q c scale uc P vis d tiles cs dO tb lb sck valk se dl dmax K st out
+  intros dotf E g_rel g_abs accf n g_acc g_dot ga q c scale uc P vis d tiles cs dO tb lb sck valk se dl dmax K st out
     Hexp Hm Hdm Hs Huc Hc Hq Hkeys Hn Hvis Hcs Htb Htb1 Hlb Hlb1.
   set (smax := score_max_de A_ scale uc P (g_rel * P + g_abs)) in *.
   pose proof (dm_rel_nonneg _ _ _ _ Hdm) as Hgr.
@@ -639,7 +651,7 @@ Proof.
                 (Rle_refl _)) as [H1 H2].
     destruct (score_de_mono scale uc (dot_abs q (fst kv)) P g_rel g_abs ltac:(lra) Huc Hgr HP) as [H3 H4].
     split; [exact H1 | split; [exact H3 | eapply Rle_trans; [exact H2 | exact H4]]]. }
-  apply (attention_delta_kernel_error M (list R * list R) sck vis valk accf n g ga se dl (fun _ => K) d tiles cs dO
+  apply (attention_delta_kernel_error M (list R * list R) sck vis valk accf n g_acc g_dot ga se dl (fun _ => K) d tiles cs dO
            (- smax) K dmax tb lb Hexp Hm); split; try assumption.
   - destruct Hvis as [kv [Hkv Hv]]; destruct (Hone kv Hkv Hv) as [_ [_ H]]; pose proof (Rabs_pos (sck kv)); unfold K; lra.
   - intros kv Hkv Hv; destruct (Hone kv Hkv Hv) as [_ [_ H]]; apply Rabs_le_inv in H.
@@ -655,10 +667,11 @@ End DeltaKernelDot.
 
     [attention_delta_kernel_error] with the P.V [tl.dot (p, v, acc * alpha)] of the H100
     (ForwardError.v PART F, as [attention_forward_acc_posteriori_tf32x3_op] / [_tc_op]):
-    float32, Triton's 3xTF32 ([tf32x3_acc_fn], [tf32x3_tc_op_acc_dot_model]:
-    [g = u + (1 + u) tf32x3_tc_rel (2^(1-F)) ur k qv], [ga = (1 + u) 0 + ea]); bf16/fp16,
-    the tensor cores' chain from [acc * alpha] ([tc_acc_fn], [tc_acc_op_dot_model]:
-    [g = gamma (tc_delta (2^(1-F)) ur k) qv], [ga = 0]); tiles of [n <= qv k] keys.  The
+    float32, Triton's 3xTF32 ([tf32x3_acc_fn], [tf32x3_tc_op_acc_dot_split_model]:
+    [g_acc = u], [g_dot = u + (1 + u) tf32x3_tc_rel (2^(1-F)) ur k qv], [ga = (1 + u) 0 + ea]);
+    bf16/fp16, the tensor cores' chain from [acc * alpha] ([tc_acc_fn], [tc_acc_op_dot_model]
+    as a split model, [acc_dot_split_of_model]: [g_acc = g_dot = gamma (tc_delta (2^(1-F)) ur k) qv],
+    [ga = 0]); tiles of [n <= qv k] keys.  The
     scores' errors [dl] stay premises (the caller's per pair, as PerPairScoreError.v). *)
 
 Section DeltaKernelH100.
@@ -673,7 +686,7 @@ Variables (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> 
 Theorem attention_delta_kernel_error_tf32x3_op : forall (tco : R -> R) (ur : R) (F : Z) (k qv n : nat)
     (se dl Kk : Key -> R) (d : nat) (tiles : list (list Key)) (cs : list nat) (dO : nat -> R) (m0 K dmax tb lb : R),
   let accf := tf32x3_acc_fn F tco rnd k in
-  let g := u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qv in
+  let g_dot := u + (1 + u) * tf32x3_tc_rel (bpow radix2 (1 - F)) ur k qv in
   let ga := (1 + u) * 0 + ea in
   let st := kernel_run_acc M Key sc vis val accf (kernel_start d) tiles in
   let out := fun c => ff_rnd S_ (rnd (nth c (ks_acc st) 0 / ks_l st)) in
@@ -682,11 +695,11 @@ Theorem attention_delta_kernel_error_tf32x3_op : forall (tco : R -> R) (ur : R) 
   INR (3 * qv) * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
   (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl Kk d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D Key vis val se (concat tiles) cs dO)
-  <= delta_kernel_bound M Key vis val n g ga se dl Kk tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound M Key vis val n u g_dot ga se dl Kk tiles cs dO out K dmax tb lb.
 Proof.
-  intros tco ur F k qv n se dl Kk d tiles cs dO m0 K dmax tb lb accf g ga st out Hur Htco Hk Hqv Hn Hd Hexp.
-  exact (attention_delta_kernel_error M Key sc vis val accf n g ga se dl Kk d tiles cs dO m0 K dmax tb lb Hexp
-           (tf32x3_tc_op_acc_dot_model tco rnd ur u ea F k qv n Hur Htco (ff_u_nonneg _) (ff_abs _) Hk Hqv Hn Hd)).
+  intros tco ur F k qv n se dl Kk d tiles cs dO m0 K dmax tb lb accf g_dot ga st out Hur Htco Hk Hqv Hn Hd Hexp.
+  exact (attention_delta_kernel_error M Key sc vis val accf n u g_dot ga se dl Kk d tiles cs dO m0 K dmax tb lb Hexp
+           (tf32x3_tc_op_acc_dot_split_model tco rnd ur u ea F k qv n Hur Htco (ff_u_nonneg _) (ff_abs _) Hk Hqv Hn Hd)).
 Qed.
 
 Theorem attention_delta_kernel_error_tc_op : forall (tco : R -> R) (ur : R) (F : Z) (k qv n : nat)
@@ -700,11 +713,11 @@ Theorem attention_delta_kernel_error_tc_op : forall (tco : R -> R) (ur : R) (F :
   INR qv * tc_delta (bpow radix2 (1 - F)) ur k < 1 ->
   (forall x, 0 <= exp2 x) -> dk_premises M Key sc vis n se dl Kk d tiles cs m0 K dmax tb lb ->
   Rabs (rsum (map (fun c => dO c * out c) cs) - dk_D Key vis val se (concat tiles) cs dO)
-  <= delta_kernel_bound M Key vis val n g 0 se dl Kk tiles cs dO out K dmax tb lb.
+  <= delta_kernel_bound M Key vis val n g g 0 se dl Kk tiles cs dO out K dmax tb lb.
 Proof.
   intros tco ur F k qv n se dl Kk d tiles cs dO m0 K dmax tb lb accf g st out Hur Htco Hk Hqv Hn Hd Hexp.
-  exact (attention_delta_kernel_error M Key sc vis val accf n g 0 se dl Kk d tiles cs dO m0 K dmax tb lb Hexp
-           (tc_acc_op_dot_model tco ur F k qv n Hur Htco Hk Hqv Hn Hd)).
+  exact (attention_delta_kernel_error M Key sc vis val accf n g g 0 se dl Kk d tiles cs dO m0 K dmax tb lb Hexp
+           (acc_dot_split_of_model _ _ _ _ (tc_acc_op_dot_model tco ur F k qv n Hur Htco Hk Hqv Hn Hd))).
 Qed.
 
 End DeltaKernelH100.

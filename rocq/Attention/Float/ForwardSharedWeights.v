@@ -26,14 +26,16 @@
       [lam] is [attention_delta_ratio_error]'s [lam] once [eta] is moved into it
       ([common_factor_absorb] at [Smin = Lc (1 - tb)], the weights' sum being
       [Lc sum_k P_k (1 + b_k) >= Lc (1 - tb)]).
-    - [acc_step_shared]: one tile into a coordinate of [acc] ([acc_dot_model accf n g ga]):
-      [acc = Nw + E] to [a Nw + sum P V] within
-      [rho a |E| + (rho - 1) a |Nw| + g sum |P V| + (1 + g) ea + ga], [rho = (1 + g) (1 + u)].
+    - [acc_step_shared]: one tile into a coordinate of [acc] ([acc_dot_split_model accf n
+      g_acc g_dot ga]): [acc = Nw + E] to [a Nw + sum P V] within
+      [rho a |E| + (rho - 1) a |Nw| + g_dot sum |P V| + (1 + g_acc) ea + ga],
+      [rho = (1 + g_acc) (1 + u)] (the rescale's rounding and the accumulator's; an
+      [acc_dot_model] is the case [g_acc = g_dot], [acc_dot_split_of_model]).
     - [acc_kernel_shared_final]: from [kernel_start], tiles of [n] keys, coordinate [c]:
         acc_c = sum_k rs(p_k) pi_k v_kc + E_c      ([sw_num c L], [L] the final shared list),
         |E_c| <= rho^Tt sum_t ((rho - 1) |sum_(k before tile t) rs(p_k) pi_k v_kc|
-                               + g sum_(k in tile t) |rs(p_k) pi_k v_kc|)     ([acc_err_terms])
-                 + rho^Tt Tt (1 + ue + ee)^Tt ((1 + g) ea + ga):
+                               + g_dot sum_(k in tile t) |rs(p_k) pi_k v_kc|)  ([acc_err_terms])
+                 + rho^Tt Tt (1 + ue + ee)^Tt ((1 + g_acc) ea + ga):
       the roundings of [acc alpha] and of the accumulating dot charged on the signed
       prefixes of the SHARED numerator (as ForwardAccRunning.v charges them on the exact
       one), none of the weights' errors.
@@ -352,21 +354,38 @@ Variable M : MixedModel.
 Import ModelNotations.
 Import ExpNotations.
 
-(** One tile into one coordinate of the accumulator, [acc' = accf (rnd (acc alpha)) P V]:
-    if [acc = Nw + E] then [acc'] is within
-      (1 + g) (1 + u) a |E| + ((1 + g) (1 + u) - 1) a |Nw| + g sum |P V| + (1 + g) ea + ga
-    of [a Nw + sum P V]: the error so far grows by [(1 + g) (1 + u) a], and the roundings are
-    charged on the shared numerator [Nw] (not on the weights' errors). *)
-Lemma acc_step_shared : forall accf n g ga x a Nw E (P V : list R),
-  acc_dot_model accf n g ga -> length P = n -> length V = n -> 0 <= a -> x = Nw + E ->
-  Rabs (accf (rnd (x * a)) P V - (a * Nw + dot_R P V))
-  <= (1 + g) * (1 + u) * a * Rabs E + ((1 + g) * (1 + u) - 1) * a * Rabs Nw + g * dot_abs P V
-     + (1 + g) * ea + ga.
+(** The split model's absolute term is nonnegative (its bound at [c = 0] and zero vectors). *)
+Lemma adsm_abs_nonneg : forall accf n g_acc g_dot ga, acc_dot_split_model accf n g_acc g_dot ga -> 0 <= ga.
 Proof.
-  intros accf n g ga x a Nw E P V Hm HP HV Ha Ex.
-  pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
+  intros accf n g_acc g_dot ga Hm.
+  assert (Z : forall (f : R * R -> R) m, (forall x y, f (x, y) = x * y \/ f (x, y) = Rabs (x * y)) ->
+            rsum (map f (combine (repeat 0 m) (repeat 0 m))) = 0).
+  { intros f m Hf; induction m as [|m IH]; [reflexivity |].
+    cbn [repeat combine map]; rewrite rsum_cons, IH.
+    destruct (Hf 0 0) as [E | E]; rewrite E, Rmult_0_l; [ring | rewrite Rabs_R0; ring]. }
+  pose proof (adsm_err _ _ _ _ _ Hm 0 (repeat 0 n) (repeat 0 n) (repeat_length 0 n) (repeat_length 0 n)) as H.
+  rewrite (Z (fun xy => fst xy * snd xy)) in H by (intros; left; reflexivity).
+  rewrite (Z (fun xy => Rabs (fst xy * snd xy))) in H by (intros; right; reflexivity).
+  rewrite Rabs_R0, !Rmult_0_r in H; pose proof (Rabs_pos (accf 0 (repeat 0 n) (repeat 0 n) - (0 + 0))); lra.
+Qed.
+
+(** One tile into one coordinate of the accumulator, [acc' = accf (rnd (acc alpha)) P V]
+    ([acc_dot_split_model accf n g_acc g_dot ga]): if [acc = Nw + E] then [acc'] is within
+      rho a |E| + (rho - 1) a |Nw| + g_dot sum |P V| + (1 + g_acc) ea + ga,
+      rho = (1 + g_acc) (1 + u),
+    of [a Nw + sum P V]: the error so far grows by [rho a] (the rescale's rounding [u], the
+    accumulator's [g_acc]), and the roundings are charged on the shared numerator [Nw] (not
+    on the weights' errors), the tile's products on [g_dot]. *)
+Lemma acc_step_shared : forall accf n g_acc g_dot ga x a Nw E (P V : list R),
+  acc_dot_split_model accf n g_acc g_dot ga -> length P = n -> length V = n -> 0 <= a -> x = Nw + E ->
+  Rabs (accf (rnd (x * a)) P V - (a * Nw + dot_R P V))
+  <= (1 + g_acc) * (1 + u) * a * Rabs E + ((1 + g_acc) * (1 + u) - 1) * a * Rabs Nw + g_dot * dot_abs P V
+     + (1 + g_acc) * ea + ga.
+Proof.
+  intros accf n g gd ga x a Nw E P V Hm HP HV Ha Ex.
+  pose proof (adsm_acc_nonneg _ _ _ _ _ Hm) as Hg; pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
   set (y := rnd (x * a)).
-  pose proof (adm_err _ _ _ _ Hm y P V HP HV) as Hd.
+  pose proof (adsm_err _ _ _ _ _ Hm y P V HP HV) as Hd.
   change (rsum (map (fun xy => fst xy * snd xy) (combine P V))) with (dot_R P V) in Hd.
   change (rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine P V))) with (dot_abs P V) in Hd.
   pose proof (ff_abs A_ (x * a)) as Hy; fold y in Hy.
@@ -397,9 +416,9 @@ Import ModelNotations.
 Import ExpNotations.
 
 Variables (Key : Type) (sc : Key -> R) (vis : Key -> bool) (val : Key -> nat -> R) (accf : R -> list R -> list R -> R).
-Variables (n : nat) (g ga : R).
+Variables (n : nat) (g_acc g_dot ga : R).
 
-Hypothesis Hm : acc_dot_model accf n g ga.
+Hypothesis Hm : acc_dot_split_model accf n g_acc g_dot ga.
 Hypothesis exp2_nonneg : forall x, 0 <= exp2 x.
 
 Local Notation step := (kernel_step_acc M Key sc vis val accf).
@@ -417,7 +436,7 @@ Definition sw_num (c : nat) (ws : list (Key * R * R)) : R :=
 Definition tile_pv_abs (st : kstate) (tl : list Key) (c : nat) : R :=
   dot_abs (map (fun k => ff_rnd S_ (kweight M Key sc vis (newmax st tl) k)) tl) (map (fun k => val k c) tl).
 
-Definition rho_acc : R := (1 + g) * (1 + u).
+Definition rho_acc : R := (1 + g_acc) * (1 + u).
 
 Fixpoint acc_err_run (c : nat) (st : kstate) (ws : list (Key * R * R)) (EB : R) (tiles : list (list Key)) : R :=
   match tiles with
@@ -425,7 +444,7 @@ Fixpoint acc_err_run (c : nat) (st : kstate) (ws : list (Key * R * R)) (EB : R) 
   | tl :: rest =>
       acc_err_run c (step st tl) (snext st ws tl)
         (rho_acc * alpha st tl * EB + (rho_acc - 1) * alpha st tl * Rabs (sw_num c ws)
-         + g * tile_pv_abs st tl c + (1 + g) * ea + ga) rest
+         + g_dot * tile_pv_abs st tl c + (1 + g_acc) * ea + ga) rest
   end.
 
 Lemma sw_num_next : forall st ws tl c,
@@ -444,7 +463,7 @@ Proof. intros [x|] m'; cbn [kalpha]; [apply exp2_nonneg | lra]. Qed.
 
 Lemma rho_acc_nonneg : 0 <= rho_acc.
 Proof.
-  unfold rho_acc; pose proof (adm_rel_nonneg _ _ _ _ Hm); pose proof (ff_u_nonneg A_).
+  unfold rho_acc; pose proof (adsm_acc_nonneg _ _ _ _ _ Hm); pose proof (ff_u_nonneg A_).
   apply Rmult_le_pos; lra.
 Qed.
 
@@ -473,7 +492,7 @@ Proof.
     pose proof (Hn tl (or_introl eq_refl)) as Hl.
     set (P := map (fun k => ff_rnd S_ (kweight M Key sc vis (newmax st tl) k)) tl).
     set (V := map (fun k => val k c) tl).
-    pose proof (acc_step_shared M accf n g ga (nth c (ks_acc st) 0) (alpha st tl) (sw_num c ws) E P V Hm
+    pose proof (acc_step_shared M accf n g_acc g_dot ga (nth c (ks_acc st) 0) (alpha st tl) (sw_num c ws) E P V Hm
                   ltac:(unfold P; rewrite map_length; exact Hl) ltac:(unfold V; rewrite map_length; exact Hl) Ha0 Ex) as Hs.
     unfold P, V in Hs; rewrite <- (kernel_step_acc_nth M Key sc vis val accf st tl c Hc), <- sw_num_next in Hs.
     destruct (IH (step st tl) (snext st ws tl) _ _ c
@@ -553,7 +572,7 @@ Definition sw_abs (c : nat) (ws : list (Key * R * R)) : R :=
     signed prefix before it and its own absolute sum, in the final list [L]. *)
 Definition acc_err_terms (c : nat) (L : list (Key * R * R)) (w0 Tt : nat) : R :=
   rsum (map (fun t => (rho_acc - 1) * Rabs (sw_num c (firstn (w0 + t * n) L))
-                      + g * sw_abs c (firstn n (skipn (w0 + t * n) L))) (seq 0 Tt)).
+                      + g_dot * sw_abs c (firstn n (skipn (w0 + t * n) L))) (seq 0 Tt)).
 
 Lemma sw_num_scale : forall f c ws, sw_num c (map (sw_scale f) ws) = f * sw_num c ws.
 Proof.
@@ -574,11 +593,12 @@ Lemma acc_err_run_final : forall tiles st ws EB c,
   acc_err_run c st ws EB tiles
   <= rho_acc ^ length tiles * (alpha_prod st tiles * EB
        + acc_err_terms c (srun st ws tiles) (length ws) (length tiles))
-     + rho_acc ^ length tiles * INR (length tiles) * (1 + ue + ee) ^ length tiles * ((1 + g) * ea + ga).
+     + rho_acc ^ length tiles * INR (length tiles) * (1 + ue + ee) ^ length tiles * ((1 + g_acc) * ea + ga).
 Proof.
   induction tiles as [|tl rest IH]; intros st ws EB c Hn Hsc Hmf.
   - cbn [acc_err_run alpha_prod length pow INR]; unfold acc_err_terms; cbn [seq map]; unfold rsum; cbn [fold_right]; lra.
-  - pose proof (adm_rel_nonneg _ _ _ _ Hm) as Hg; pose proof (adm_abs_nonneg _ _ _ _ Hm) as Hga.
+  - pose proof (adsm_acc_nonneg _ _ _ _ _ Hm) as Hg; pose proof (adsm_dot_nonneg _ _ _ _ _ Hm) as Hgd.
+    pose proof (adsm_abs_nonneg _ _ _ _ _ Hm) as Hga.
     pose proof (ff_u_nonneg A_) as Hu; pose proof (ff_eta_nonneg A_) as Hea.
     pose proof (mp_ue_nonneg M) as Hue; pose proof (mp_eta_e_nonneg M) as Hee.
     assert (Hr1 : 1 <= rho_acc) by (unfold rho_acc; nra).
@@ -594,7 +614,7 @@ Proof.
     set (L' := alpha_prod (step st tl) rest) in *.
     set (L := srun (step st tl) (snext st ws tl) rest).
     set (T := length rest).
-    set (Ab := (1 + g) * ea + ga).
+    set (Ab := (1 + g_acc) * ea + ga).
     assert (HAb : 0 <= Ab) by (unfold Ab; nra).
     cbn [acc_err_run alpha_prod length shared_run]; fold a L' L T.
     eapply Rle_trans; [apply IH; [intros; apply Hn; right; assumption | exact Hsc2 | exact Hmf'] |]; fold L L' T.
@@ -621,7 +641,7 @@ Proof.
       unfold sw_ws, sw_p, sw_pi, sw_key; cbn [fst snd]; rewrite Rmult_1_r; reflexivity. }
     assert (Esplit : acc_err_terms c L (length ws) (S T)
                      = Rabs (sw_num c (firstn (length ws + 0 * n) L)) * (rho_acc - 1)
-                       + g * sw_abs c (firstn n (skipn (length ws + 0 * n) L))
+                       + g_dot * sw_abs c (firstn n (skipn (length ws + 0 * n) L))
                        + acc_err_terms c L (length (snext st ws tl)) T).
     { unfold acc_err_terms; cbn [seq map]; rewrite <- seq_shift, rsum_cons, map_map.
       f_equal; [ring | f_equal]; apply map_ext; intros t.
@@ -636,16 +656,16 @@ Proof.
     set (P := rho_acc ^ T) in *; set (Q := (1 + ue + ee) ^ T) in *; fold T in HL1; fold Q in HL1.
     assert (HP : 1 <= P) by (apply pow_R1_Rle; lra).
     assert (HQ : 1 <= Q) by (apply pow_R1_Rle; lra).
-    assert (HX : 0 <= (rho_acc - 1) * (L' * (a * Rabs (sw_num c ws))) + g * (L' * tile_pv_abs st tl c) + Tm).
+    assert (HX : 0 <= (rho_acc - 1) * (L' * (a * Rabs (sw_num c ws))) + g_dot * (L' * tile_pv_abs st tl c) + Tm).
     { assert (0 <= tile_pv_abs st tl c).
       { unfold tile_pv_abs, dot_abs; apply rsum_nonneg; intros z Hz; apply in_map_iff in Hz; destruct Hz as [x [<- _]]; apply Rabs_pos. }
       pose proof (Rabs_pos (sw_num c ws)).
       assert (0 <= L' * (a * Rabs (sw_num c ws))) by (apply Rmult_le_pos; [lra | apply Rmult_le_pos; lra]).
       assert (0 <= L' * tile_pv_abs st tl c) by (apply Rmult_le_pos; lra).
       assert (0 <= (rho_acc - 1) * (L' * (a * Rabs (sw_num c ws)))) by (apply Rmult_le_pos; lra).
-      assert (0 <= g * (L' * tile_pv_abs st tl c)) by (apply Rmult_le_pos; lra).
+      assert (0 <= g_dot * (L' * tile_pv_abs st tl c)) by (apply Rmult_le_pos; lra).
       lra. }
-    set (X := (rho_acc - 1) * (L' * (a * Rabs (sw_num c ws))) + g * (L' * tile_pv_abs st tl c) + Tm) in HX.
+    set (X := (rho_acc - 1) * (L' * (a * Rabs (sw_num c ws))) + g_dot * (L' * tile_pv_abs st tl c) + Tm) in HX.
     assert (H1 : P * X <= rho_acc * P * X) by (assert (0 <= P * X) by (apply Rmult_le_pos; lra); nra).
     assert (H2 : L' * Ab <= Q * Ab) by (apply Rmult_le_compat_r; lra).
     assert (H3 : P * (Q * Ab) <= rho_acc * P * ((1 + ue + ee) * Q) * Ab).
@@ -670,7 +690,7 @@ Lemma acc_kernel_shared_final : forall d tiles c,
   exists E, nth c (ks_acc (kernel_run_acc M Key sc vis val accf (kernel_start d) tiles)) 0
             = sw_num c (srun (kernel_start d) [] tiles) + E
     /\ Rabs E <= rho_acc ^ length tiles * acc_err_terms c (srun (kernel_start d) [] tiles) 0 (length tiles)
-               + rho_acc ^ length tiles * INR (length tiles) * (1 + ue + ee) ^ length tiles * ((1 + g) * ea + ga).
+               + rho_acc ^ length tiles * INR (length tiles) * (1 + ue + ee) ^ length tiles * ((1 + g_acc) * ea + ga).
 Proof.
   intros d tiles c Hn Hsc Hc.
   destruct (acc_kernel_shared d tiles c Hn Hsc Hc) as [E [Ex HE]].

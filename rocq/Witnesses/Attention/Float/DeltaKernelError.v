@@ -1,6 +1,6 @@
 (** * Witnesses of Attention/Float/DeltaKernelError.v (ojas_ref/verification/proof_audit.py):
     [bf16_fp32] ([wM]); one tile of one visible key, value [1] ([n = 1], the fp32
-    per-product accumulating dot [blocked_acc_dot_model], one output coordinate), [dO = 1],
+    per-product accumulating dot split, [blocked_acc_dot_split_model], one output coordinate), [dO = 1],
     [tb = lb = 1/2].  [attention_delta_kernel_error]: the key is its score [0], the exact
     score [0] with no score error ([dl = dmax = 0], [K = 0]).  [attention_delta_kernel_error_dot]:
     the key [([1], [1])] against the query [[1]] by the blocked fp32 dot, [c = rnd (1 / ln 2)],
@@ -89,8 +89,8 @@ Proof. exact (Build_dk_premises _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ (Rle_refl 0) wdk
 
 Definition attention_delta_kernel_error_witness :=
   attention_delta_kernel_error wM R (fun s => s) (fun _ => true) (fun _ _ => 1)
-    (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ (fun _ => 0) (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat]
-    (fun _ => 1) 0 0 0 (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_model_witness wdk_pre.
+    (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ _ (fun _ => 0) (fun _ => 0) (fun _ => 0) 1 [[0]] [0%nat]
+    (fun _ => 1) 0 0 0 (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_split_model_witness wdk_pre.
 
 (** ** The scores by the blocked fp32 dot: the witnesses' query [[1]], one key [([1], [1])],
     [c = rnd (1 / ln 2)], [scale = 1], [uc = u], [P = 1] (Witnesses/Attention/Float/ForwardError.v) *)
@@ -173,8 +173,8 @@ Qed.
 
 Definition attention_delta_kernel_error_dot_witness :=
   attention_delta_kernel_error_dot wM (bdot (mp_a wM)) 1 _ _
-    (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ [1] wa_c 1 (ff_u (mp_a wM)) 1 (fun _ => true) 1
-    [[([1], [1])]] [0%nat] (fun _ => 1) (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_model_witness wf_dm Rlt_0_1
+    (fun c a b => ff_rnd (mp_a wM) (c + bdot (mp_a wM) a b)) 1 _ _ _ [1] wa_c 1 (ff_u (mp_a wM)) 1 (fun _ => true) 1
+    [[([1], [1])]] [0%nat] (fun _ => 1) (/ 2) (/ 2) wdk_exp2_nonneg blocked_acc_dot_split_model_witness wf_dm Rlt_0_1
     (ff_u_nonneg _) wa_c_err eq_refl wdk_dot_keys wdk_dot_tiles_n wdk_dot_vis wdk_cs wdk_dot_tb wdk_half_lt_1
     wdk_dot_lb wdk_half_lt_1.
 
