@@ -1422,15 +1422,17 @@ End Tf32x3.
     [inv] form of [rescale_step]. *)
 
 (** A dot from 0 within [g_rel sum |a_i b_i| + g_abs], then [out (c + dot)]
-    with [|out x - x| <= ur |x| + er]. *)
-Theorem acc_of_dot_model : forall (dotf : list R -> list R -> R) (out : R -> R) (n : nat) (g_rel g_abs ur er : R),
+    with [|out x - x| <= ur |x| + er], is within
+    [ur |c| + (ur + (1 + ur) g_rel) sum |a_i b_i| + (1 + ur) g_abs + er] of
+    [c + a.b]: [c] suffers the one rounding [ur] only. *)
+Theorem acc_of_dot_split_model : forall (dotf : list R -> list R -> R) (out : R -> R) (n : nat) (g_rel g_abs ur er : R),
   dot_model dotf n g_rel g_abs -> 0 <= ur ->
   (forall x, Rabs (out x - x) <= ur * Rabs x + er) ->
-  acc_dot_model (fun c a b => out (c + dotf a b)) n (ur + (1 + ur) * g_rel) ((1 + ur) * g_abs + er).
+  acc_dot_split_model (fun c a b => out (c + dotf a b)) n ur (ur + (1 + ur) * g_rel) ((1 + ur) * g_abs + er).
 Proof.
   intros dotf out n g ga ur er Hd Hur Hout.
   pose proof (dm_rel_nonneg _ _ _ _ Hd) as Hg.
-  split; [nra |].
+  split; [exact Hur | nra |].
   intros c a b Ha Hb.
   pose proof (dm_err _ _ _ _ Hd a b Ha Hb) as He.
   change (rsum (map (fun xy => fst xy * snd xy) (combine a b))) with (dot_R a b).
@@ -1445,9 +1447,20 @@ Proof.
     eapply Rle_trans; [apply Rabs_triang |].
     pose proof (Rabs_triang c D); lra. }
   assert (E1 : ur * Rabs (c + d) <= ur * (Rabs c + A + (g * A + ga))) by (apply Rmult_le_compat_l; lra).
-  assert (E2 : 0 <= (1 + ur) * g * Rabs c) by (pose proof (Rabs_pos c); apply Rmult_le_pos; nra).
   nra.
 Qed.
+
+(** The same as one constant (NumeratorError.v's [acc_dot_model]). *)
+Theorem acc_of_dot_model : forall (dotf : list R -> list R -> R) (out : R -> R) (n : nat) (g_rel g_abs ur er : R),
+  dot_model dotf n g_rel g_abs -> 0 <= ur ->
+  (forall x, Rabs (out x - x) <= ur * Rabs x + er) ->
+  acc_dot_model (fun c a b => out (c + dotf a b)) n (ur + (1 + ur) * g_rel) ((1 + ur) * g_abs + er).
+Proof.
+  intros dotf out n g ga ur er Hd Hur Hout.
+  pose proof (dm_rel_nonneg _ _ _ _ Hd) as Hg.
+  apply (acc_dot_model_of_split _ _ ur); [exact (acc_of_dot_split_model dotf out n g ga ur er Hd Hur Hout) | nra].
+Qed.
+
 
 (** The fp32 per-product model of the forward and backward theorems: the
     products rounded to [A] and summed ([bdot]) from 0, the sum added to
@@ -1500,36 +1513,6 @@ Proof.
   intros out out32 ur u32 e32 F k q E Hur Hout Hu32 Hout32 Hk Hq HE Hn.
   exact (acc_of_dot_model _ out32 E _ _ u32 e32 (tf32x3_tc_op_dot_model out ur F k q E Hur Hout Hk Hq HE Hn)
            Hu32 Hout32).
-Qed.
-
-(** The same instances with the accumulator charged apart (NumeratorError.v's
-    [acc_dot_split_model]): a dot from 0 within [g_rel sum |a_i b_i| + g_abs],
-    then [out (c + dot)] with [|out x - x| <= ur |x| + er], is within
-    [ur |c| + (ur + (1 + ur) g_rel) sum |a_i b_i| + (1 + ur) g_abs + er] of
-    [c + a.b]: [c] suffers the one rounding [ur] only. *)
-Theorem acc_of_dot_split_model : forall (dotf : list R -> list R -> R) (out : R -> R) (n : nat) (g_rel g_abs ur er : R),
-  dot_model dotf n g_rel g_abs -> 0 <= ur ->
-  (forall x, Rabs (out x - x) <= ur * Rabs x + er) ->
-  acc_dot_split_model (fun c a b => out (c + dotf a b)) n ur (ur + (1 + ur) * g_rel) ((1 + ur) * g_abs + er).
-Proof.
-  intros dotf out n g ga ur er Hd Hur Hout.
-  pose proof (dm_rel_nonneg _ _ _ _ Hd) as Hg.
-  split; [exact Hur | nra |].
-  intros c a b Ha Hb.
-  pose proof (dm_err _ _ _ _ Hd a b Ha Hb) as He.
-  change (rsum (map (fun xy => fst xy * snd xy) (combine a b))) with (dot_R a b).
-  change (rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b))) with (dot_abs a b).
-  pose proof (dot_R_abs a b) as HA.
-  pose proof (Hout (c + dotf a b)) as Ho.
-  set (d := dotf a b) in *; set (D := dot_R a b) in *; set (A := dot_abs a b) in *.
-  replace (out (c + d) - (c + D)) with ((out (c + d) - (c + d)) + (d - D)) by ring.
-  eapply Rle_trans; [apply Rabs_triang |].
-  assert (Hcd : Rabs (c + d) <= Rabs c + A + (g * A + ga)).
-  { replace (c + d) with (c + D + (d - D)) by ring.
-    eapply Rle_trans; [apply Rabs_triang |].
-    pose proof (Rabs_triang c D); lra. }
-  assert (E1 : ur * Rabs (c + d) <= ur * (Rabs c + A + (g * A + ga))) by (apply Rmult_le_compat_l; lra).
-  nra.
 Qed.
 
 (** The fp32 per-product model ([blocked_acc_dot_model]) split: [g_acc = u],

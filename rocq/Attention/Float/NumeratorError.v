@@ -99,6 +99,16 @@ Record acc_dot_split_model (accf : R -> list R -> list R -> R) (n : nat) (g_acc 
     <= g_acc * Rabs c + g_dot * rsum (map (fun xy => Rabs (fst xy * snd xy)) (combine a b)) + g_abs
 }.
 
+(** A split model with [g_acc <= g_dot] is a one-constant model at [g_dot]. *)
+Lemma acc_dot_model_of_split : forall accf n g_acc g_dot g_abs,
+  acc_dot_split_model accf n g_acc g_dot g_abs -> g_acc <= g_dot -> acc_dot_model accf n g_dot g_abs.
+Proof.
+  intros accf n ga gd gb Hm Hle; pose proof (adsm_dot_nonneg _ _ _ _ _ Hm) as Hd.
+  split; [exact Hd |].
+  intros c a b Ha Hb; eapply Rle_trans; [exact (adsm_err _ _ _ _ _ Hm c a b Ha Hb) |].
+  pose proof (Rabs_pos c); nra.
+Qed.
+
 (** The one-constant model is the split one with [g_acc = g_dot]. *)
 Lemma acc_dot_split_of_model : forall accf n g_rel g_abs,
   acc_dot_model accf n g_rel g_abs -> acc_dot_split_model accf n g_rel g_rel g_abs.
