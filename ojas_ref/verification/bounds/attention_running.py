@@ -7,12 +7,12 @@ one rounding, ``g_acc = u``). ``acc_chain_running_error`` charges tile ``t`` wit
 running accumulator and ``g_dot`` times the tile's own terms, not the a-priori sum of every term: over
 tiles ``0 .. T - 1`` with ``e_0 = 0``::
 
-    run_err_split g_acc g_dot ga as cs
-        = fold_left2 (fun e a c => (1 + g_acc) e + g_acc a + g_dot c + ga) as cs 0,
-    |fold of accf - sum_x z x| <= run_err_split g_acc g_dot g_abs as cs + sum_x r x,
+    run_err_split g_acc g_dot ga bp bt
+        = fold_left (fun e (a, c) => (1 + g_acc) e + g_acc a + g_dot c + ga) (combine bp bt) 0,
+    |fold of accf - sum_x z x| <= run_err_split g_acc g_dot g_abs bp bt + sum_x r x,
 
-whenever every item's computed term is within ``r x`` of ``z x`` and ``as``, ``cs`` meet
-``running_split_premise``: ``a_t >= |sum of z over tiles < t| + (sum of r over tiles < t)``, ``c_t >= sum
+whenever every item's computed term is within ``r x`` of ``z x`` and ``bp``, ``bt`` meet
+``running_split_premise``: ``a_t = bp_t >= |sum of z over tiles < t| + (sum of r over tiles < t)``, ``c_t = bt_t >= sum
 over tile t of (|z x| + r x)``. Here:
 
 * :func:`acc_constants_up`: ``(g_acc, g_dot, g_abs)`` of the accumulating dot, rounded up to floats;
@@ -20,7 +20,7 @@ over tile t of (|z x| + r x)``. Here:
   :mod:`~ojas_ref.verification.bounds.certified` without their per-operation finiteness checks (no
   device synchronisation; the folds' results are checked once);
 * :func:`run_err_step` / :func:`run_err`: the fold evaluated in float64, every operation rounded up,
-  so the result is at least the real ``run_err_split`` of any real ``as``, ``cs`` below the given ones;
+  so the result is at least the real ``run_err_split`` of any real ``bp``, ``bt`` below the given ones;
 * :class:`RunningAcc`: the running tensors of one fold (the signed prefix sum ``Z`` of the float64
   tile sums with a certified bound of its error, the prefix of ``r``, ``e``), one tile at a time:
   memory of one accumulator, whatever the number of tiles (dV, dK: the dK/dV kernel's query tiles);
@@ -148,9 +148,9 @@ def run_err_step(
 
 
 def run_err(a_s: torch.Tensor, c_s: torch.Tensor, g_acc: float, g_dot: float, g_abs: float) -> torch.Tensor:
-    """``run_err_split g_acc g_dot g_abs as cs`` over the LAST dimension of ``a_s``, ``c_s`` (one shape; one
+    """``run_err_split g_acc g_dot g_abs bp bt`` over the LAST dimension of ``a_s``, ``c_s`` (one shape; one
     fold per leading index, ``e_0 = 0``), every operation rounded up: at least the exact value for the real
-    ``as``, ``cs``, ``g_acc``, ``g_dot``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or
+    ``bp``, ``bt`` (here ``a_s``, ``c_s``), ``g_acc``, ``g_dot``, ``g_abs`` at most the given ones. ``ValueError`` on a negative or
     non-finite input, or a result beyond float64."""
     for name, val in (("g_acc", g_acc), ("g_dot", g_dot), ("g_abs", g_abs)):
         if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0):
@@ -217,7 +217,7 @@ class RunningAcc:
             self.r_sum = torch.where(active, r, self.r_sum)
 
     def error(self) -> torch.Tensor:
-        """An upper bound of ``run_err_split g_acc g_dot g_abs as cs + sum_x r x`` after the last tile (``ValueError``
+        """An upper bound of ``run_err_split g_acc g_dot g_abs bp bt + sum_x r x`` after the last tile (``ValueError``
         if not finite)."""
         return _finite(up_add(self.e, self.r_sum))
 
@@ -251,7 +251,7 @@ def running_error_prefix(
     """What :class:`RunningAcc` gives after running the tiles ``0 .. n - 1`` (``n = n_active`` per entry,
     >= 1, broadcasting against the entries), every tile at once: the tiles along dim 0 of ``tile_sum``
     (float64 sums of ``z``), ``tile_err`` (>= their distances to the exact sums), ``abs_sum >= sum |z|``,
-    ``r_sum >= sum r``. The fold in closed form, ``run_err_split g_acc g_dot ga as cs`` after ``n`` tiles
+    ``r_sum >= sum r``. The fold in closed form, ``run_err_split g_acc g_dot ga bp bt`` after ``n`` tiles
     ``= sum_{t < n} (1 + g_acc)^(n - 1 - t) (g_acc a_t + g_dot c_t + ga) = (1 + g_acc)^(n - 1) sum_{t < n}
     (1 + g_acc)^-t (g_acc a_t + g_dot c_t + ga)``, with ``a_t``, ``c_t`` from float64 prefix sums (``cumsum``:
     each prefix a tree of additions over its terms; the signed one within ``dot_error`` of its terms'
@@ -261,7 +261,7 @@ def running_error_prefix(
     every operation adds or multiplies nonnegative numbers (``g_acc``, ``g_dot``, ``g_abs`` and the powers
     of ``1 + g_acc`` at least the exact ones), at most ``2 T + 40`` roundings on a path (two cumsums of
     ``T`` tiles), so the exact value is at most the computed one over ``(1 - (2 T + 40) u)`` plus the
-    underflows' ``2^-900``. An upper bound of ``run_err_split g_acc g_dot g_abs as cs + sum_x r x`` over
+    underflows' ``2^-900``. An upper bound of ``run_err_split g_acc g_dot g_abs bp bt + sum_x r x`` over
     those tiles (``ValueError`` if not finite)."""
     t = tile_sum.shape[0]
     g2, c2 = cb._dot_consts(t)
