@@ -246,42 +246,6 @@ def _per_token(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: floa
     return tuple(torch.cat(o) if o else None for o in out)
 
 
-def measured_loss_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """Per token ``ce_loss_posteriori``'s bound (no cap) with each logit's error measured on ``z``
-    (the run's own logits, ``kernel_logits``; ``measured_logit_errors``: certified against the
-    exact logits) and ``B`` the stream's bound at their ``max |z|`` with, on CUDA, the tile sum's
-    identified depth."""
-    from ojas_ref.verification.bounds.linear_cross_entropy import linear_cross_entropy_loss_posteriori_bound
-    from ojas_ref.verification.linear_cross_entropy_error import (
-        _row_chunks,
-        lse_bound,
-        measured_logit_errors,
-        measured_premise_depth,
-        stream_block_v,
-    )
-
-    N, V = x.shape[0], w.shape[0]
-    lo, hi = torch.aminmax(z)
-    mB = lse_bound(
-        x.device.type,
-        V,
-        1,
-        dtype=x.dtype,
-        block_v=stream_block_v(x.dtype, x.device.type),
-        exact_logits=True,
-        max_abs_logit=max(-lo.item(), hi.item()),
-        tile_sum_depth=measured_premise_depth(x),
-    )
-    ww, out = w.to(F64), []
-    for r in _row_chunks(N):
-        h = x[r].to(F64)
-        y = h @ ww.t()
-        errors = measured_logit_errors(h, ww, y, z[r])
-        out.append(linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target[r], errors, mB))
-        del h, y, errors
-    return torch.cat(out)
-
-
 def _exact_lse_rows(z: torch.Tensor, cap: float | None) -> torch.Tensor:
     """float64 logsumexp of each row of ``z`` (capped), a block of rows at a time."""
     from ojas_ref.verification.linear_cross_entropy_error import _row_chunks, exact_lse
@@ -321,6 +285,8 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     from ojas_ref.verification.linear_cross_entropy_error import (
         dot_abs_sum,
         lse_bound,
+        measured_loss_bounds,
+        measured_premise_depth,
         stream_block_v,
         unary_errors,
     )
@@ -363,7 +329,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     )
     mb = None
     if cap is None:  # ce_loss_posteriori on the run's logits' measured errors, B at their max |z|
-        mb = measured_loss_bounds(x, w, target, z)
+        mb = measured_loss_bounds(x, w, target, z, tile_sum_depth=measured_premise_depth(x))
         post.update(
             loss_meas_bound=mb.max().item(),
             loss_meas_ratio=mb.max().item() / max(err, 1e-300),
@@ -431,6 +397,8 @@ def run(sizes: dict, device: str) -> dict:
     from ojas_ref.verification.linear_cross_entropy_error import (
         measured_exp_error,
         measured_log_error,
+        measured_loss_bounds,
+        measured_premise_depth,
         measured_tanh_error,
         unary_errors,
     )
@@ -505,7 +473,8 @@ def run(sizes: dict, device: str) -> dict:
                 # the tolerances the tests compute on the mutant's run: a measured-logit bound on its own logits
                 meas_t = dict(lse=None, loss=None, dh=None, dw=None)
                 if cap is None:
-                    meas_t["loss"] = measured_loss_bounds(x, w, fwd_target, z_t)
+                    depth = measured_premise_depth(x)
+                    meas_t["loss"] = measured_loss_bounds(x, w, fwd_target, z_t, tile_sum_depth=depth)
                     meas_t["dh"], meas_t["dw"] = measured_grad_bounds(x, w, target, zg_t)
                 del z_t, zg_t
                 for name, got in (("lse", lse_t), ("loss", loss_t), ("dh", gx_t), ("dw", gw_t)):
