@@ -25,6 +25,15 @@ record says a premise failed), and on the GPU the rows kernel's ``tl.sum`` tree 
   3-product forward within its bound, normal and peaked rows (targets aligned with the hidden
   states), ignored tokens exactly 0, on the CPU and (``-m gpu``) at V = 128256, D = 4096;
   ratios printed (``-s``).
+* The same theorems (``ce_loss_posteriori``, ``ce_gp_dh_error`` / ``ce_gp_dw_error``) with each
+  logit's error measured (``measured_loss_bounds``, ``gradient_posteriori_bounds(logits=...)``) on
+  the logits the kernel's token chunks computed in the very run checked (``kernel_logits``, which
+  refuses a run that is not one 3-product pass over the kept tokens), on the CPU and (``-m gpu``) at
+  V = 128256 with the tile sum's identified depth: the premise is checked on the logits of the
+  outputs it bounds, not on ``stored_logits``' recomputation (one product over all rows, which
+  cuBLAS may sum in another order than the chunks': the GPU test prints whether it matched; on the
+  CPU it equals them). These bounds, with the two above, are the float32 bar's loss / dH / dW
+  tolerances (benchmarks/bench_linear_cross_entropy_error.py: per token / entry the smallest).
 
 The gradients: ``linear_cross_entropy_grad_error_bound`` is the value of
 ``Ojas.LinearCrossEntropy.Float.GradError.ce_dh_error`` (dH) and ``ce_dw_error`` (dW over the
