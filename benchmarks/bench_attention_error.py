@@ -56,7 +56,9 @@ checked on the saved tensors in this run; ``dq_tolerance_from``, ``dk_tolerance_
 10 sqrt(n), n the terms of the sum: g S for dV and dK, S for dQ; bfloat16 100x); float32 rows also
 run the same kernel with TF32 dots (``attention_error.tf32_dots``, the setting restored after it):
 ``tf32_observed`` its largest error against the same exact values, ``discrimination`` =
-tolerance / tf32_observed against 1/8, and ``tf32_caught``: whether an entry of the mutant's error
+tolerance / tf32_observed against 1/8 (``tf32_to_float32`` = tf32_observed / observed and
+``discrimination_floor``, the least discrimination a tolerance at the tightness floor could have:
+``float32_bar``), and ``tf32_caught``: whether an entry of the mutant's error
 exceeds its tolerance (out: or the a-priori bound), i.e. whether the float32 tests fail on it (dQ, dK:
 against the bounds of the float32 run, whose inputs are the float32 forward's saved out and lse;
 tests/verification/test_tf32_mutant.py feeds the mutant's own, with proved and measured inputs).
@@ -103,6 +105,7 @@ def float32_bar(
     tolerance: float,
     tf32_observed: float | None = None,
     n_terms: int | None = None,
+    tf32_tolerance: float | None = None,
 ) -> dict[str, float]:
     """One record's metrics of issue 28's float32 bar for ``quantity`` (out, lse, dv, dq, dk, loss,
     dh, dw): ``observed`` the largest error of the kernel, ``tolerance`` the largest value of the
@@ -110,7 +113,20 @@ def float32_bar(
     (:data:`TIGHTNESS_BAR`; the sums' gradients ``min(1000, 10 sqrt(n_terms))``, ``sqrt_n`` given;
     bfloat16 :data:`BF16_TIGHTNESS_BAR`); float32 also ``tf32_observed`` (the largest error of the
     same kernel with TF32 dots) and ``discrimination`` = tolerance / tf32_observed against
-    :data:`DISCRIMINATION_BAR`. ``*_ok``: 1 when at or under the bar, else 0."""
+    :data:`DISCRIMINATION_BAR`; with ``tf32_tolerance`` (recorded: the largest tolerance the tests
+    compute on the mutant's run, where a premise measured on the run's data makes it differ from
+    the float32 run's) ``discrimination`` = tf32_tolerance / tf32_observed. ``*_ok``: 1 when at or
+    under the bar, else 0.
+
+    ``tf32_to_float32`` = tf32_observed / observed (how much the TF32 dots change the error) and
+    ``discrimination_floor`` = ``floor / tf32_to_float32``, ``floor`` = ``sqrt_n`` for the sums'
+    gradients (the tightness of a sound deterministic bound on a signed sum of n terms: the bar's
+    floor) and 1 otherwise (a sound tolerance is at least the observed error): the least
+    discrimination of any tolerance of tightness at least ``floor`` fixed across the two runs
+    (tolerance / tf32_observed = tightness / tf32_to_float32). Above :data:`DISCRIMINATION_BAR`
+    no such tolerance meets both bars (tightness at most ``tf32_to_float32 / 8`` would be below
+    the floor): the reason a row cannot meet discrimination, and the floor it hits. (In units of
+    the bar, ``discrimination_floor / DISCRIMINATION_BAR`` = ``8 floor / tf32_to_float32``.)"""
     if quantity not in (*TIGHTNESS_BAR, *SUM_QUANTITIES):
         raise ValueError(f"quantity must be one of {(*TIGHTNESS_BAR, *SUM_QUANTITIES)}, got {quantity!r}")
     if dtype not in (torch.float32, torch.bfloat16):
@@ -132,12 +148,19 @@ def float32_bar(
             raise ValueError(
                 f"tf32_observed (the TF32 mutant's largest error) is needed for float32, got {tf32_observed!r}"
             )
-        disc = tolerance / max(tf32_observed, 1e-300)
+        if tf32_tolerance is not None and not tf32_tolerance >= 0:
+            raise ValueError(f"tf32_tolerance must be a nonnegative number, got {tf32_tolerance!r}")
+        if tf32_tolerance is not None:
+            out["tf32_tolerance"] = tf32_tolerance
+        disc = (tolerance if tf32_tolerance is None else tf32_tolerance) / max(tf32_observed, 1e-300)
+        ratio = tf32_observed / max(observed, 1e-300)
         out.update(
             tf32_observed=tf32_observed,
             discrimination=disc,
             discrimination_bar=DISCRIMINATION_BAR,
             discrimination_ok=int(disc <= DISCRIMINATION_BAR),
+            tf32_to_float32=ratio,
+            discrimination_floor=out.get("sqrt_n", 1.0) / max(ratio, 1e-300),
         )
     return out
 
@@ -153,7 +176,8 @@ def bar_line(record: dict) -> str:
     if "discrimination" in m:
         line += (
             f" | TF32 {m['tf32_observed']:.3e} tolerance/TF32 {m['discrimination']:.3g} (bar 1/8: "
-            f"{'ok' if m['discrimination_ok'] else 'OVER'}) caught {bool(m['tf32_caught'])}"
+            f"{'ok' if m['discrimination_ok'] else 'OVER'}; floor {m['discrimination_floor']:.3g}, "
+            f"TF32/float32 {m['tf32_to_float32']:.3g}) caught {bool(m['tf32_caught'])}"
         )
     return line
 

@@ -87,6 +87,7 @@ BAR_METRICS = (
     "tf32_observed",
     "discrimination",
     "discrimination_ok",
+    "discrimination_floor",
     "tf32_caught",
 )
 #: metrics that are 1 / 0 flags, shown as yes / no
@@ -97,8 +98,10 @@ BAR_ABOUT = (
     "against `tightness_bar` (float32: 100x lse and loss, 300x out and dW, dV / dQ / dK / dH at most 1000x and "
     "within 10x of the sqrt(n) floor of a sum of n terms; bfloat16: 100x); float32 also the same kernel with "
     "TF32 dots (the mutant, `attention_error.tf32_dots`): `tf32_observed` its largest error, `discrimination` = "
-    "tolerance / tf32_observed (bar: at most 1/8), `tf32_caught` whether an entry of the mutant's error exceeds "
-    "its tolerance (the float32 tests fail on it)."
+    "tolerance / tf32_observed (bar: at most 1/8; cross-entropy: the tolerance the tests compute on the mutant's "
+    "run), `discrimination_floor` the least discrimination any tolerance at the tightness floor (1, or sqrt(n) for "
+    "a sum) could have, floor / (tf32_observed / observed): above 1/8 the row cannot meet both bars, "
+    "`tf32_caught` whether an entry of the mutant's error exceeds its tolerance (the float32 tests fail on it)."
 )
 
 

@@ -27,7 +27,12 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   4-product schedule (reduction "none" or ``products=4``, token weights from grad_output);
   :func:`gradient_posteriori_bounds` those of ``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error``
   / ``ce_gp_dw_error`` (each entry of G with its own exponent error: tight for confident tokens),
-  optionally on the measured errors of the :func:`stored_logits`; :func:`tile_sum_identification`
+  optionally on the measured errors (:func:`measured_logit_errors`) of the logits the kernel
+  computed in the run (:func:`kernel_logits`; :func:`stored_logits` recomputes them, equal only
+  where checked); :func:`measured_loss_bounds` the per-token bounds of
+  ``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori`` on such measured errors (no
+  theorem bounds the lse alone from measured logits: it would compose ``ce_stream_lse_close`` with
+  ``ce_shift_lse_close`` at ``zt = yt = 0``, not stated in Coq); :func:`tile_sum_identification`
   the tree of the rows kernel's ``tl.sum`` (layout, depth), identified bit for bit on a device
   (:func:`checked_tile_sum_depth` its depth; :func:`matching_tree_layouts` the identification);
 * :func:`unary_errors`: the constants of the ``tl.exp``, ``tl.log``, softcap tanh and division
@@ -47,7 +52,7 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +64,7 @@ from ojas_ref.verification.bounds.linear_cross_entropy import (
     LINEAR_CROSS_ENTROPY_LOG_ERROR,
     LINEAR_CROSS_ENTROPY_TANH_ERROR,
     linear_cross_entropy_logit_error_bound,
+    linear_cross_entropy_loss_posteriori_bound,
     linear_cross_entropy_lse_error_bound,
     linear_cross_entropy_merge_lse_error_bound,
 )
@@ -764,9 +770,18 @@ def measured_premise_depth(x: torch.Tensor) -> int | None:
 
 
 def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The logits [N, V] that the 3-product schedule stores for ``_rows_kernel`` (``_mm_into``,
-    rounded to the input dtype), computed twice: ``ValueError`` unless bitwise equal (the
-    kernel's own call must give these)."""
+    """The logits [N, V] of ``_mm_into(z, x, w^T)`` (the product the 3-product schedule stores for
+    ``_rows_kernel``, rounded to the input dtype), recomputed: one call over all N rows, computed
+    twice, ``ValueError`` unless bitwise equal.
+
+    What this does not cover: the kernel makes one such call per token chunk, over that chunk's
+    rows (the kept tokens gathered into a workspace when some are ignored), of
+    ``_three_products_plan``'s sizes, writing into its workspace or into grad_input's memory.
+    cuBLAS picks its algorithm (tiles, split-K: the order of each dot's sum) by the shapes, so
+    a product over other rows need not round as the kernel's does; equality with the kernel's
+    own logits holds only where it is checked (:func:`kernel_logits` records those; the
+    benchmark's ``*_logits_match``). A measured-logit bound must take the logits of the run
+    whose outputs it bounds: :func:`kernel_logits`'."""
     from ojas_kernels import linear_cross_entropy as kernels
 
     zs = []
@@ -777,6 +792,113 @@ def stored_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if not torch.equal(*zs):
         raise ValueError("the logit product is not deterministic: the measured logits need not be the kernel's")
     return zs[0]
+
+
+def kernel_logits(
+    run: Callable[[], Any], x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100
+) -> tuple[Any, torch.Tensor]:
+    """``(run(), z)``: ``run`` (a call that runs the 3-product schedule, ``_three_products``, once
+    on ``x``, ``w`` and ``target``: the forward or forward + backward of ``linear_cross_entropy``)
+    and ``z`` [N, V] in ``x``'s dtype, the logits that the schedule's own ``_mm_into`` calls wrote
+    in that run: each token chunk's product, copied as the call returns, before ``_rows_kernel``
+    streams it and overwrites it with G. These are the logits the kernel's lse, loss and G come
+    from (the same cuBLAS call, shapes and memory), so the measured-logit premise of
+    ``ce_loss_posteriori`` / ``ce_arg_posteriori`` (each logit's error ``|z - y|``) is checked on
+    the very logits of the outputs it bounds. Each call is checked: its left operand the next
+    kept tokens' rows of ``x`` (the chunks in order), its right ``w^T``; ``ValueError`` unless the
+    calls cover the K kept tokens once each (e.g. the 4-product schedule ran instead). The
+    ignored tokens' rows (which no bound charges: their G rows and loss are 0) are filled by
+    :func:`stored_logits`' product over those rows, so that ``max |z|`` stays finite and
+    realistic. No theorem covers this recording itself (Python around the kernel's calls)."""
+    from ojas_kernels import linear_cross_entropy_three_products as three
+
+    N, V = x.shape[0], w.shape[0]
+    keep = target != ignore_index
+    kept = keep.nonzero().squeeze(1)
+    z = torch.empty(N, V, dtype=x.dtype, device=x.device)
+    if bool((~keep).any()):
+        ign = (~keep).nonzero().squeeze(1)
+        rows = torch.empty(len(ign), V, dtype=x.dtype, device=x.device)
+        three._mm_into(rows, x[ign], w.t())
+        z.index_copy_(0, ign, rows)
+        del rows
+    done = [0]
+    real = three._mm_into
+
+    def record(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        real(out, a, b)
+        n, r0 = out.shape[0], done[0]
+        idx = kept[r0 : r0 + n]
+        if out.shape[1] != V or len(idx) != n or not torch.equal(a, x[idx]) or not torch.equal(b, w.t()):
+            raise ValueError("a logit product of the run is not the next kept tokens' rows of x times w^T")
+        z.index_copy_(0, idx, out)
+        done[0] += n
+
+    three._mm_into = record
+    try:
+        result = run()
+    finally:
+        three._mm_into = real
+    if done[0] != len(kept):
+        raise ValueError(f"the run's logit products covered {done[0]} tokens, not the {len(kept)} kept ones")
+    return result, z
+
+
+def measured_logit_errors(h: torch.Tensor, ww: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Certified bounds [n, V] of ``|z - h . w_v|`` for computed logits ``z`` [n, V] and the
+    float64 logits ``y = h @ ww^T`` (``h`` [n, D], ``ww`` [V, D] float64): the float64
+    ``|z - y|`` rounded up, plus :func:`logit_score_error` (the float64 product's own error)."""
+    es = logit_score_error(cb.matmul_upper(h.abs(), ww.abs().t()).max().item() if y.numel() else 0.0, h.shape[1])
+    return cb.add_upper(cb.add_upper(z.to(F64), -y).abs(), es)
+
+
+def measured_loss_bounds(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    logits: torch.Tensor,
+    *,
+    ignore_index: int = -100,
+    exp_error: float | None = None,
+    tile_sum_depth: int | None = None,
+) -> torch.Tensor:
+    """Per-token bounds [N] (0 at ignored tokens) of
+    :func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_loss_posteriori_bound`
+    (``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori``; no softcap, bias, label
+    smoothing or z-loss) for the 3-product STREAM forward on these inputs, with each logit's error
+    measured on ``logits`` [N, V] (the logits of the run whose loss is bounded,
+    :func:`kernel_logits`; :func:`measured_logit_errors`: certified against the exact logits; the
+    theorem takes any logit errors, no premise on cuBLAS's order) and ``B`` the stream's own bound
+    (:func:`lse_bound` with ``exact_logits``) at their ``max |z|``; ``tile_sum_depth``: the
+    stream's tile-sum depth premise (default any order; :func:`checked_tile_sum_depth` on a
+    device). Not proved: the float64 softmax and the sum ``E`` (as the bound function says)."""
+    N, V = x.shape[0], w.shape[0]
+    if logits.shape != (N, V):
+        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
+    lo, hi = torch.aminmax(logits)  # max |z| without a copy of the logits
+    B = lse_bound(
+        x.device.type,
+        V,
+        1,
+        dtype=x.dtype,
+        block_v=stream_block_v(x.dtype, x.device),
+        exact_logits=True,
+        max_abs_logit=max(-lo.item(), hi.item()),
+        exp_error=_wrapper_errors(x, V, exp_error)["exp_error"],
+        tile_sum_depth=tile_sum_depth,
+    )
+    ww, out = w.to(F64), []
+    for r in _row_chunks(N):
+        h = x[r].to(F64)
+        y = h @ ww.t()
+        errors = measured_logit_errors(h, ww, y, logits[r])
+        out.append(
+            linear_cross_entropy_loss_posteriori_bound(
+                torch.softmax(y, dim=1), target[r], errors, B, ignore_index=ignore_index
+            )
+        )
+        del h, y, errors
+    return torch.cat(out)
 
 
 def gradient_posteriori_bounds(
@@ -800,10 +922,11 @@ def gradient_posteriori_bounds(
     entry's exponent error from ``ce_arg_posteriori`` with ``delta`` the logit bound (as in
     :func:`gradient_bounds`) and ``B`` the stream's own bound at the logits' magnitude bound, or
     ``delta + Dl`` (the a-priori lse bound) where that is smaller;
-    the token chunks of the kernel's plan. With ``logits`` (the kernel's stored logits,
-    :func:`stored_logits`): each logit's error measured, ``|z - y|`` against the exact ones (a
-    certified bound: the float64 ``|z - y~|`` rounded up plus :func:`logit_score_error`) (``ce_arg_posteriori`` takes any logit errors: no premise on cuBLAS's order), and ``B``
-    at ``max |z|``. ``tile_sum_depth``: the stream's tile-sum depth premise (default: any order,
+    the token chunks of the kernel's plan. With ``logits`` (the logits of the run whose
+    gradients are bounded, :func:`kernel_logits`; :func:`stored_logits` only where checked equal):
+    each logit's error measured (:func:`measured_logit_errors`: the float64 ``|z - y~|`` rounded up
+    plus :func:`logit_score_error`; ``ce_arg_posteriori`` takes any logit errors: no premise on
+    cuBLAS's order), and ``B`` at ``max |z|``. ``tile_sum_depth``: the stream's tile-sum depth premise (default: any order,
     ``block_v - 1``; :func:`checked_tile_sum_depth` identifies the kernel's on a device).
     ``chunk_size``: vocabulary rows per block of the dW sums and bound (as :func:`gradient_bounds`)."""
     from ojas_kernels import linear_cross_entropy as kernels
@@ -842,8 +965,7 @@ def gradient_posteriori_bounds(
         h, errors = x[r].to(F64), None
         y = h @ ww.t()
         if logits is not None:  # |z - y_exact| <= |z - y~| (rounded up) + the float64 logits' error
-            es = logit_score_error(cb.matmul_upper(h.abs(), ww.abs().t()).max().item() if y.numel() else 0.0, D)
-            errors = cb.add_upper(cb.add_upper(logits[r].to(F64), -y).abs(), es)
+            errors = measured_logit_errors(h, ww, y, logits[r])
         factors = linear_cross_entropy_entry_posteriori_factors(
             torch.log_softmax(y, dim=1),
             target[r],

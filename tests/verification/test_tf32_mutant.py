@@ -11,9 +11,13 @@ mutant: a kernel that silently dropped to TF32) and restores the setting after i
   (S = 4096, E = 128, causal: out within the a-priori and the a-posteriori forward bounds, lse,
   dV, and dQ, dK with proved and measured inputs) and of
   test_linear_cross_entropy_error_bound.py (V = 128256, D = 4096, 1024 tokens, every seventh
-  ignored: the loss within the a-priori and the a-posteriori bounds, the lse within
-  ``ce_lse_error``'s, dH and dW within ``ce_dh_error`` / ``ce_dw_error`` and ``ce_gp_*``) run on the
-  mutant's outputs, the tolerances computed as those tests compute them: the mutant really is
+  ignored: the loss within the a-priori bound and ``ce_loss_posteriori``'s at the a-priori delta and at
+  the logit errors measured on the logits the run computed (``kernel_logits``), the lse within
+  ``ce_lse_error``'s, dH and dW within ``ce_dh_error`` / ``ce_dw_error`` and ``ce_gp_*`` at delta and at
+  the measured logit errors) run on the mutant's outputs, the tolerances computed as those tests
+  compute them (the measured-logit ones on the mutant's own logits, which those theorems cover
+  whatever their errors: they cannot catch TF32 logits, only the bounds whose float32-product
+  premise the mutant breaks can): the mutant really is
   less precise (its largest error at least 16x the float32 kernel's), the float32 tests fail on it
   (some quantity out of its tolerance), and, quantity by quantity, which tolerance catches it.
   Quantities whose float32 tolerance is too loose to catch TF32 are strict xfails (an XPASS
@@ -125,6 +129,26 @@ def test_float32_bar_tightness(quantity, n_terms, bar):
     assert over["tightness_ok"] == 0 and over["discrimination_ok"] == 0
     if n_terms is not None:
         assert m["sqrt_n"] == pytest.approx(math.sqrt(n_terms)) and m["n_terms"] == n_terms
+    assert m["tf32_to_float32"] == pytest.approx(8 * bar)
+    assert m["discrimination_floor"] == pytest.approx(math.sqrt(n_terms or 1) / (8 * bar))
+
+
+def test_float32_bar_discrimination_floor_and_the_mutants_tolerance():
+    """``discrimination_floor``: the least discrimination of a tolerance at the tightness floor (1,
+    or sqrt(n) for a sum): TF32 4x the float32 error leaves no sound tolerance within 1/8 of it
+    (floor 1/4); dH over n = 10^4 terms needs the mutant 800x worse (floor sqrt(n) / 800 = 1/8).
+    ``tf32_tolerance`` (the tolerance the tests compute on the mutant's run) replaces the float32
+    run's in ``discrimination``."""
+    m = float32_bar("loss", torch.float32, 1.0, 2.0, 4.0)
+    assert m["tf32_to_float32"] == 4.0 and m["discrimination_floor"] == 0.25 > DISCRIMINATION_BAR
+    assert m["discrimination"] == 0.5 and m["discrimination_ok"] == 0 and "tf32_tolerance" not in m
+    d = float32_bar("dh", torch.float32, 1.0, 100.0, 800.0, 10_000)
+    assert d["discrimination_floor"] == pytest.approx(DISCRIMINATION_BAR) and d["discrimination_ok"] == 1
+    t = float32_bar("loss", torch.float32, 1.0, 2.0, 64.0, tf32_tolerance=16.0)
+    assert t["tolerance"] == 2.0 and t["tf32_tolerance"] == 16.0
+    assert t["discrimination"] == 0.25 and t["discrimination_ok"] == 0 and t["discrimination_floor"] == 1 / 64
+    with pytest.raises(ValueError, match="tf32_tolerance"):
+        float32_bar("loss", torch.float32, 1.0, 2.0, 64.0, tf32_tolerance=float("nan"))
 
 
 def test_float32_bar_bfloat16_is_100x_without_discrimination():
@@ -180,6 +204,7 @@ def test_report_shows_the_float32_bar_table(tmp_path):
     got = dict(zip(head, cells))
     assert got["tightness"] == "99.00" and got["tightness_ok"] == "yes"
     assert got["discrimination"] == "0.099" and got["discrimination_ok"] == "yes" and got["tf32_caught"] == "yes"
+    assert got["discrimination_floor"] == "1.000e-03"  # 1 / (1e-3 / 1e-6)
     line = next(r for r in bar_part.splitlines() if r.startswith("| out"))
     got = dict(zip(head, (c.strip() for c in line.strip("|").split("|"))))
     assert got["discrimination"] == "9.90" and got["discrimination_ok"] == "no" and got["tf32_caught"] == "no"
@@ -320,7 +345,10 @@ def _ce_mutant(device: str = "cuda", n: int = 1024, D: int = 4096, V: int = 1282
         exact_gradients,
         gradient_bounds,
         gradient_posteriori_bounds,
+        kernel_logits,
         kernel_stream_lse,
+        measured_loss_bounds,
+        measured_premise_depth,
         stored_logits,
         stream_block_v,
     )
@@ -333,24 +361,32 @@ def _ce_mutant(device: str = "cuda", n: int = 1024, D: int = 4096, V: int = 1282
     target[::7] = -100
     kept = target != -100
     z32 = stored_logits(x, w)
-    with tf32_dots():
-        opts, cfg = kernels._Options(0.0, 0.0, None), kernels.default_config(x.dtype, x.device)
-        loss = kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
-        z = stored_logits(x, w)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    opts, cfg = kernels._Options(0.0, 0.0, None), kernels.default_config(x.dtype, x.device)
+    with tf32_dots():  # the mutant's runs, and the logits each computed (the tests' measured premises)
+        loss, z = kernel_logits(
+            lambda: kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss,
+            x,
+            w,
+            target,
+        )
         lse, _ = kernel_stream_lse(z, torch.where(kept, target, 0))
-        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-        kernels.linear_cross_entropy(xr, wr, target, reduction="mean").backward()
+        _, zg = kernel_logits(
+            lambda: kernels.linear_cross_entropy(xr, wr, target, reduction="mean").backward(), x, w, target
+        )
     y = x.to(F64) @ w.to(F64).t()
     lse_ex = torch.logsumexp(y, dim=1)
     ref = lse_ex - y.gather(1, torch.where(kept, target, 0)[:, None]).squeeze(1)
-    P, bv = dot_abs_sum(x, w), stream_block_v(x.dtype, device)
+    P, bv, depth = dot_abs_sum(x, w), stream_block_v(x.dtype, device), measured_premise_depth(x)
     lse_b = linear_cross_entropy_lse_error_bound(V, D, dtype=x.dtype, block_v=bv, dot_abs_sum=P)
     delta, zmax = linear_cross_entropy_logit_error_bound(V, D, dtype=x.dtype, dot_abs_sum=P)
     loss_b = linear_cross_entropy_loss_error_bound(lse_b, delta, ref[kept].abs().max().item())
     B = linear_cross_entropy_lse_error_bound(V, 1, dtype=x.dtype, block_v=bv, exact_logits=True, max_abs_logit=zmax)
     pb = linear_cross_entropy_loss_posteriori_bound(torch.softmax(y, dim=1), target, delta, B)[kept]
+    mb = measured_loss_bounds(x, w, target, z, tile_sum_depth=depth)[kept]  # on the mutant's own logits
     el = (loss.to(F64) - ref)[kept].abs()
-    res = {"loss": (bool((el > loss_b).any() or (el > pb).any()), el.max().item() / min(loss_b, pb.max().item()))}
+    tol = torch.minimum(pb.clamp_max(loss_b), mb)  # the test asserts all three: a token's tolerance is the least
+    res = {"loss": (bool((el > tol).any()), el.max().item() / tol.max().item())}
     lse_err = (lse.to(F64) - lse_ex)[kept].abs().max().item()
     res["lse"] = (lse_err > lse_b, lse_err / lse_b)
     del y
@@ -358,11 +394,12 @@ def _ce_mutant(device: str = "cuda", n: int = 1024, D: int = 4096, V: int = 1282
     bounds = (
         gradient_bounds(x, w, target, reduction="mean"),
         gradient_posteriori_bounds(x, w, target, reduction="mean"),
+        gradient_posteriori_bounds(x, w, target, reduction="mean", logits=zg, tile_sum_depth=depth),
     )
     for i, (name, got) in enumerate((("dh", xr.grad), ("dw", wr.grad))):
         err = (got.to(F64) - exact[i]).abs()
-        tol = torch.minimum(bounds[0][i], bounds[1][i])
-        res[name] = (any(bool((err > b[i]).any()) for b in bounds), err.max().item() / tol.max().item())
+        tol = torch.minimum(torch.minimum(bounds[0][i], bounds[1][i]), bounds[2][i])
+        res[name] = (bool((err > tol).any()), err.max().item() / tol.max().item())
     res["_logit_errors"] = tuple((t.to(F64) - x.to(F64) @ w.to(F64).t()).abs().max().item() for t in (z32, z))
     return res
 
