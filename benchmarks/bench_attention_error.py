@@ -113,10 +113,11 @@ def float32_bar(
     (:data:`TIGHTNESS_BAR`; the sums' gradients ``min(1000, 10 sqrt(n_terms))``, ``sqrt_n`` given;
     bfloat16 :data:`BF16_TIGHTNESS_BAR`); float32 also ``tf32_observed`` (the largest error of the
     same kernel with TF32 dots) and ``discrimination`` = tolerance / tf32_observed against
-    :data:`DISCRIMINATION_BAR`; with ``tf32_tolerance`` (recorded: the largest tolerance the tests
-    compute on the mutant's run, where a premise measured on the run's data makes it differ from
-    the float32 run's) ``discrimination`` = tf32_tolerance / tf32_observed. ``*_ok``: 1 when at or
-    under the bar, else 0.
+    :data:`DISCRIMINATION_BAR` (issue 28's words: the float32 tolerance against the mutant's error);
+    with ``tf32_tolerance`` (the largest tolerance the tests compute on the mutant's run, where a
+    premise measured on the run's data makes it differ from the float32 run's) also
+    ``tf32_own_discrimination`` = tf32_tolerance / tf32_observed (whether the tests, run on the
+    mutant, could still fail on this quantity). ``*_ok``: 1 when at or under the bar, else 0.
 
     ``tf32_to_float32`` = tf32_observed / observed (how much the TF32 dots change the error) and
     ``discrimination_floor`` = ``floor / tf32_to_float32``, ``floor`` = ``sqrt_n`` for the sums'
@@ -152,7 +153,8 @@ def float32_bar(
             raise ValueError(f"tf32_tolerance must be a nonnegative number, got {tf32_tolerance!r}")
         if tf32_tolerance is not None:
             out["tf32_tolerance"] = tf32_tolerance
-        disc = (tolerance if tf32_tolerance is None else tf32_tolerance) / max(tf32_observed, 1e-300)
+            out["tf32_own_discrimination"] = tf32_tolerance / max(tf32_observed, 1e-300)
+        disc = tolerance / max(tf32_observed, 1e-300)
         ratio = tf32_observed / max(observed, 1e-300)
         out.update(
             tf32_observed=tf32_observed,

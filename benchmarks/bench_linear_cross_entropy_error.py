@@ -96,9 +96,10 @@ tokens' rows of dH, all bounds 0, count as not). Tightness bars 100x
 same exact values: ``tf32_observed``; ``tf32_tolerance`` the largest tolerance the tests compute on
 the mutant's run (its measured-logit bounds on the mutant's own logits, which the theorems cover
 whatever their errors: a measured-logit bound of the loss never catches TF32 logits, only the bounds
-whose premise the mutant breaks, float32 products, can); ``discrimination`` = tf32_tolerance /
-tf32_observed (bar 1/8); ``tf32_caught``: whether an entry of the mutant's error exceeds that
-tolerance (the float32 tests fail on it); ``tf32_to_float32`` and ``discrimination_floor`` (the least
+whose premise the mutant breaks, float32 products, can); ``discrimination`` = tolerance /
+tf32_observed (bar 1/8: the float32 run's tolerance against the mutant's error, as for attention) and
+``tf32_own_discrimination`` = tf32_tolerance / tf32_observed; ``tf32_caught``: whether an entry of
+the mutant's error exceeds the tolerance of the mutant's own run (the float32 tests fail on it); ``tf32_to_float32`` and ``discrimination_floor`` (the least
 discrimination of any tolerance at the tightness floor: above 1/8 the row cannot meet both bars) as
 ``float32_bar`` defines them.
 ``--records FILE`` appends the rows and the bar records (benchmarks/records.py).

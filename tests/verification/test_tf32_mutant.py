@@ -137,8 +137,8 @@ def test_float32_bar_discrimination_floor_and_the_mutants_tolerance():
     """``discrimination_floor``: the least discrimination of a tolerance at the tightness floor (1,
     or sqrt(n) for a sum): TF32 4x the float32 error leaves no sound tolerance within 1/8 of it
     (floor 1/4); dH over n = 10^4 terms needs the mutant 800x worse (floor sqrt(n) / 800 = 1/8).
-    ``tf32_tolerance`` (the tolerance the tests compute on the mutant's run) replaces the float32
-    run's in ``discrimination``."""
+    ``tf32_tolerance`` (the tolerance the tests compute on the mutant's run) gives
+    ``tf32_own_discrimination``; ``discrimination`` stays the float32 run's tolerance / TF32 error."""
     m = float32_bar("loss", torch.float32, 1.0, 2.0, 4.0)
     assert m["tf32_to_float32"] == 4.0 and m["discrimination_floor"] == 0.25 > DISCRIMINATION_BAR
     assert m["discrimination"] == 0.5 and m["discrimination_ok"] == 0 and "tf32_tolerance" not in m
@@ -146,7 +146,8 @@ def test_float32_bar_discrimination_floor_and_the_mutants_tolerance():
     assert d["discrimination_floor"] == pytest.approx(DISCRIMINATION_BAR) and d["discrimination_ok"] == 1
     t = float32_bar("loss", torch.float32, 1.0, 2.0, 64.0, tf32_tolerance=16.0)
     assert t["tolerance"] == 2.0 and t["tf32_tolerance"] == 16.0
-    assert t["discrimination"] == 0.25 and t["discrimination_ok"] == 0 and t["discrimination_floor"] == 1 / 64
+    assert t["discrimination"] == 2.0 / 64 and t["discrimination_ok"] == 1 and t["discrimination_floor"] == 1 / 64
+    assert t["tf32_own_discrimination"] == 0.25
     with pytest.raises(ValueError, match="tf32_tolerance"):
         float32_bar("loss", torch.float32, 1.0, 2.0, 64.0, tf32_tolerance=float("nan"))
 
