@@ -78,14 +78,17 @@ bounds with ``softcap`` (``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_
 premises also the division in ``_cap_chain``, ``LINEAR_CROSS_ENTROPY_DIV_ERROR``).
 
 ``lse_bound`` / ``lse_observed``: the kernel's lse (its rows kernel on its stored logits,
-``kernel_forward``) against the float64 logsumexp, within ``ce_lse_error``'s bound.
+``kernel_forward``) against the float64 logsumexp, within ``ce_lse_error``'s bound;
+``lse_meas_bound`` / ``lse_meas_ratio`` / ``lse_meas_holds`` (no softcap): the largest per-token
+``linear_cross_entropy_error.measured_lse_bounds``
+(``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_lse_posteriori``: the stream's own bound at
+delta = 0 plus ``-ln(1 - E)``, ``E = sum_v p_v (e^|z_v - y_v| - 1)``, each logit's error measured on
+the run's logits as for ``loss_meas_*``), its ratio, whether every token is within its own.
 The float32 bar (issue 28, item 4; the result's ``float32_bar``, one record per row and quantity:
 lse, loss, dh, dw; ``bench_attention_error.float32_bar``): the tolerance is, per token / entry, the
 smallest of the proved bounds that the cross-entropy tests assert
 (tests/verification/test_linear_cross_entropy_error_bound.py, test_tf32_mutant.py's ``_ce_mutant``):
-lse: the a-priori ``ce_lse_error`` bound (no theorem bounds the lse from measured logits: it would
-compose ``LossPosteriori.ce_stream_lse_close`` with ``ce_shift_lse_close`` at ``zt = yt = 0``, a
-theorem not stated in Coq); loss: the a-priori ``ce_loss_error``, ``ce_loss_posteriori`` at the
+lse: the a-priori ``ce_lse_error`` and ``ce_lse_posteriori`` at the measured logit errors; loss: the a-priori ``ce_loss_error``, ``ce_loss_posteriori`` at the
 a-priori ``delta`` and ``ce_loss_posteriori`` at the measured logit errors; dH, dW: ``ce_dh_error`` /
 ``ce_dw_error``, ``ce_gp_*`` at ``delta`` and ``ce_gp_*`` at the measured logit errors; softcap rows
 the a-priori bounds only (no a-posteriori theorem with a softcap: left to do). ``tolerance_from_measured``:
@@ -276,8 +279,8 @@ def kernel_forward(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: 
 def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None) -> tuple:
     """The loss and row-loop columns of one row: the 3-product forward's per-token loss and the
     row loop alone against float64 (capped at ``cap`` when given), and their bounds; and, for the
-    float32 bar, ``{name: dict(exact, fixed, meas, err)}`` of the lse (the a-priori bound; no
-    measured-logit lse theorem) and the loss (per token the smaller of the a-priori and the
+    float32 bar, ``{name: dict(exact, fixed, meas, err)}`` of the lse (the a-priori bound, and
+    ``ce_lse_posteriori`` at the measured logit errors; softcap: a priori only) and the loss (per token the smaller of the a-priori and the
     a-posteriori bounds at the a-priori ``delta``, and the measured-logit bound; softcap: a priori
     only)."""
     from ojas_ref.verification.bounds.linear_cross_entropy import (
@@ -288,6 +291,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         dot_abs_sum,
         lse_bound,
         measured_loss_bounds,
+        measured_lse_bounds,
         measured_premise_depth,
         stream_block_v,
         unary_errors,
@@ -329,9 +333,17 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     on_b = lse_bound(
         device, V, 1, dtype=dtype, block_v=bv, exact_logits=True, max_abs_logit=z.abs().max().item(), softcap=cap
     )
-    mb = None
-    if cap is None:  # ce_loss_posteriori on the run's logits' measured errors, B at their max |z|
-        mb = measured_loss_bounds(x, w, target, z, tile_sum_depth=measured_premise_depth(x))
+    mb = mlb = None
+    lse_err = (lse.to(F64) - lse_ex).abs()
+    if cap is None:  # ce_loss_posteriori / ce_lse_posteriori on the run's logits' measured errors, B at their max |z|
+        depth = measured_premise_depth(x)
+        mb = measured_loss_bounds(x, w, target, z, tile_sum_depth=depth)
+        mlb = measured_lse_bounds(x, w, z, tile_sum_depth=depth)
+        post.update(
+            lse_meas_bound=mlb.max().item(),
+            lse_meas_ratio=mlb.max().item() / max(lse_err.max().item(), 1e-300),
+            lse_meas_holds=bool((lse_err <= mlb).all()),
+        )
         post.update(
             loss_meas_bound=mb.max().item(),
             loss_meas_ratio=mb.max().item() / max(err, 1e-300),
@@ -339,7 +351,6 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
             loss_meas_vs_trivial=mb.max().item() / trivial,
             loss_post_vs_trivial=pb.max().item() / trivial,
         )
-    lse_err = (lse.to(F64) - lse_ex).abs()
     del z
     covered = dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest"
     cols = dict(
@@ -366,7 +377,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         **{f"{name}_used": value for name, value in used.items()},
     )
     bar = dict(
-        lse=dict(exact=lse_ex, fixed=torch.tensor(lse_b), meas=None, err=lse_err),
+        lse=dict(exact=lse_ex, fixed=torch.tensor(lse_b, dtype=F64), meas=mlb, err=lse_err),
         loss=dict(exact=ref, fixed=best, meas=mb, err=err_tok),
     )
     return cols, bar
@@ -400,6 +411,7 @@ def run(sizes: dict, device: str) -> dict:
         measured_exp_error,
         measured_log_error,
         measured_loss_bounds,
+        measured_lse_bounds,
         measured_premise_depth,
         measured_tanh_error,
         unary_errors,
@@ -447,6 +459,7 @@ def run(sizes: dict, device: str) -> dict:
             r["holds"] = (
                 r["holds"]
                 and r.get("loss_meas_holds", True)
+                and r.get("lse_meas_holds", True)
                 and all(r.get(f"{g}{k}_holds", True) for g in ("dh", "dw") for k in ("", "_post", "_meas"))
             )
             for g in ("dh", "dw"):
@@ -477,6 +490,7 @@ def run(sizes: dict, device: str) -> dict:
                 if cap is None:
                     depth = measured_premise_depth(x)
                     meas_t["loss"] = measured_loss_bounds(x, w, fwd_target, z_t, tile_sum_depth=depth)
+                    meas_t["lse"] = measured_lse_bounds(x, w, z_t, tile_sum_depth=depth)
                     del z_t  # before the gradient bounds' float64 peak
                     meas_t["dh"], meas_t["dw"] = measured_grad_bounds(x, w, target, zg_t)
                 z_t = zg_t = None

@@ -30,9 +30,9 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
   optionally on the measured errors (:func:`measured_logit_errors`) of the logits the kernel
   computed in the run (:func:`kernel_logits`; :func:`stored_logits` recomputes them, equal only
   where checked); :func:`measured_loss_bounds` the per-token bounds of
-  ``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori`` on such measured errors (no
-  theorem bounds the lse alone from measured logits: it would compose ``ce_stream_lse_close`` with
-  ``ce_shift_lse_close`` at ``zt = yt = 0``, not stated in Coq); :func:`tile_sum_identification`
+  ``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_loss_posteriori`` on such measured errors,
+  :func:`measured_lse_bounds` the per-row bounds of ``LossPosteriori.ce_lse_posteriori`` (the rows
+  kernel's lse of those logits); :func:`tile_sum_identification`
   the tree of the rows kernel's ``tl.sum`` (layout, depth), identified bit for bit on a device
   (:func:`checked_tile_sum_depth` its depth; :func:`matching_tree_layouts` the identification);
 * :func:`unary_errors`: the constants of the ``tl.exp``, ``tl.log``, softcap tanh and division
@@ -66,6 +66,7 @@ from ojas_ref.verification.bounds.linear_cross_entropy import (
     linear_cross_entropy_logit_error_bound,
     linear_cross_entropy_loss_posteriori_bound,
     linear_cross_entropy_lse_error_bound,
+    linear_cross_entropy_lse_posteriori_bound,
     linear_cross_entropy_merge_lse_error_bound,
 )
 from ojas_ref.verification.bounds.linear_cross_entropy_grad import (
@@ -897,6 +898,52 @@ def measured_loss_bounds(
                 torch.softmax(y, dim=1), target[r], errors, B, ignore_index=ignore_index
             )
         )
+        del h, y, errors
+    return torch.cat(out)
+
+
+def measured_lse_bounds(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    logits: torch.Tensor,
+    *,
+    exp_error: float | None = None,
+    tile_sum_depth: int | None = None,
+) -> torch.Tensor:
+    """Per-row bounds [N] of
+    :func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_lse_posteriori_bound`
+    (``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_lse_posteriori``; no softcap or bias) on
+    ``|lse - ln sum_v e^(h . w_v)|``, ``lse`` the rows kernel's STREAM lse of ``logits`` [N, V] (the
+    logits of the run whose lse is bounded, :func:`kernel_logits`; the lse of those logits by the
+    rows kernel, :func:`kernel_stream_lse`), with each logit's error measured on them
+    (:func:`measured_logit_errors`: certified against the exact logits; the theorem takes any
+    logit errors, no premise on cuBLAS's order) and ``B`` the stream's own bound (:func:`lse_bound`
+    with ``exact_logits``) at their ``max |z|``, as :func:`measured_loss_bounds`; ``tile_sum_depth``:
+    the stream's tile-sum depth premise (default any order; :func:`checked_tile_sum_depth` on a
+    device). Every row is bounded (the lse has no target: ignored tokens' rows too, whatever
+    logits they hold). Not proved: the float64 softmax and the sum ``E`` (as the bound function
+    says)."""
+    N, V = x.shape[0], w.shape[0]
+    if logits.shape != (N, V):
+        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
+    lo, hi = torch.aminmax(logits)  # max |z| without a copy of the logits
+    B = lse_bound(
+        x.device.type,
+        V,
+        1,
+        dtype=x.dtype,
+        block_v=stream_block_v(x.dtype, x.device),
+        exact_logits=True,
+        max_abs_logit=max(-lo.item(), hi.item()),
+        exp_error=_wrapper_errors(x, V, exp_error)["exp_error"],
+        tile_sum_depth=tile_sum_depth,
+    )
+    ww, out = w.to(F64), []
+    for r in _row_chunks(N):
+        h = x[r].to(F64)
+        y = h @ ww.t()
+        errors = measured_logit_errors(h, ww, y, logits[r])
+        out.append(linear_cross_entropy_lse_posteriori_bound(torch.softmax(y, dim=1), errors, B))
         del h, y, errors
     return torch.cat(out)
 

@@ -470,6 +470,39 @@ def linear_cross_entropy_loss_posteriori_bound(
     return torch.where(keep, bound, torch.zeros_like(bound))
 
 
+def linear_cross_entropy_lse_posteriori_bound(
+    probs: torch.Tensor, logit_error: torch.Tensor | float, stream_lse_bound: float
+) -> torch.Tensor:
+    """Per-row bounds [N] on ``|lse_kernel - ln sum_v e^(y_v)|`` for the lse that the 3-product
+    STREAM schedule's rows kernel computes from the logits ``z`` it reads, no softcap, in which
+    the logits' errors enter weighted by the softmax of the exact logits.
+
+    Implements ``Ojas.LinearCrossEntropy.Float.LossPosteriori.ce_lse_posteriori``
+    (rocq/LinearCrossEntropy/Float/LossPosteriori.v): ``B + NP``, ``NP = -ln(1 - E)`` (float64
+    ``log1p``), ``E = sum_v p_v (e^(delta_v) - 1)`` (an upper bound of the theorem's
+    ``sum_v p_v (e^|z_v - y_v| - 1)``), with ``probs`` [N, V] the exact softmax of the exact
+    logits ``y`` (the caller's, e.g. float64), ``logit_error`` a bound ``delta_v`` of each
+    computed logit's error (a scalar or [N, V]: a premise; measured in
+    ``linear_cross_entropy_error.measured_lse_bounds``) and ``stream_lse_bound`` the theorem's
+    ``B``: :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True`` and
+    ``max_abs_logit`` a bound of the computed logits. Every row is bounded (the theorem has no
+    target). Unlike the loss (:func:`linear_cross_entropy_loss_posteriori_bound`) the target's own
+    error does not cancel: for a confident row ``E`` tends to ``e^(delta_t) - 1``, not to 0.
+    Not proved: this float64 evaluation of ``E`` (enlarged by a relative ``4 (V + 8) 2^-53``,
+    then everything by 2^-40) and the caller's probabilities. Where the a-priori
+    :func:`linear_cross_entropy_lse_error_bound` is smaller it is the better one; both are
+    theorems, so their minimum is a bound. Raises ``ValueError`` when ``E >= 1`` in a row
+    (vacuous)."""
+    f64 = torch.float64
+    p = probs.to(f64)
+    n, v = p.shape
+    d = torch.as_tensor(logit_error, dtype=f64, device=p.device).expand(n, v)
+    e = (p * torch.expm1(d)).sum(1) * (1 + 4 * (v + 8) * 2.0**-53)
+    if bool((e >= 1).any()):
+        raise ValueError(f"the bound is vacuous: E = {e.max().item()} >= 1")
+    return (float(stream_lse_bound) - torch.log1p(-e)) * _ROUND_UP
+
+
 def linear_cross_entropy_softcap_logit_error_bound(
     raw_error: float,
     softcap: float,

@@ -24,12 +24,17 @@
       ([ce_lse_error_up] applied to the computed logits as exact ones).
       For a peaked row ([p_t -> 1], [y_t - ln sum e^y -> 0]) [Eb -> 0] and the
       bound goes to [(1 + u) B], the stream's rounding, whatever [delta].
+    - [ce_lse_posteriori]: the kernel's lse against [ln sum e^y]:
+        <= B + NP,  NP >= - ln (1 - Eb),  Eb >= sum_v p_v (e^|z_v - y_v| - 1)
+      (the two results above at [zt = yt = 0]; no target: the logits' own
+      errors, softmax-weighted, so a peaked row keeps its target's error).
 
     Covered: the 3-product STREAM schedule's tile loop ([ce_run], any tiling,
     fp32 rounding with underflow as in [ce_lse_error_up]), the final log and
     the rounded subtraction; any logit errors (no premise [|z - y| <= delta]).
     Not covered: how [Eb] is obtained (the caller's exact probabilities and
-    per-logit error bounds [|d_v| <= delta_v + delta_t], evaluated in float64
+    per-logit error bounds [|d_v| <= delta_v + delta_t], for the lse
+    [|z_v - y_v| <= delta_v], evaluated in float64
     by ojas_ref/verification/linear_cross_entropy_error.py, not proved); the two-level
     schedule; softcap, label smoothing, z-loss, bias; FMA contraction;
     overflow. *)
@@ -198,6 +203,37 @@ Proof.
     with ((rnd (lse - zt) - (ln (ce_sum_exp fst zs) - zt)) + ((ln (ce_sum_exp fst zs) - zt) - (LSE - yt))) by ring.
   eapply Rle_trans; [apply Rabs_triang |].
   unfold ce_loss_post_bound; lra.
+Qed.
+
+(** The kernel's lse [rnd (m + lg l)], from the stream state [(m, l)] of the
+    computed logits [z = fst], against the lse of the exact logits [y = snd]:
+    the stream's own error [B] plus [NP >= - ln (1 - Eb)], [Eb] bounding
+    [sum_v p_v (e^|z_v - y_v| - 1)] ([ce_wterm 0 0]: [ce_shift_lse_close] at
+    [zt = yt = 0]).  Unlike the loss the target's own error does not cancel:
+    for a peaked row [Eb] tends to [e^|z_t - y_t| - 1], not to 0. *)
+Theorem ce_lse_posteriori : forall (zy0 : R * R) (tiles : list (list (R * R))) ts (Dt Bt Tt Nn : nat)
+    Zmax XK LN NL P1 QT AT Eb NP,
+  let st := run ts (fst zy0, 0) tiles in
+  let bL := ce_bL_p u ue ee ea XK P1 QT AT Bt Tt Nn in
+  let zs := concat tiles in
+  In zy0 zs -> sum_ok M ts Dt Bt ->
+  Forall (fun tl => (length tl <= Bt)%nat) tiles -> (length tiles <= Tt)%nat -> (length zs <= Nn)%nat ->
+  (forall zy, In zy zs -> fmt (fst zy) /\ Rabs (fst zy) <= Zmax) ->
+  exp (u * (2 * Zmax)) <= XK -> (1 + u) ^ Dt <= P1 -> ce_Q u ue ^ Tt <= QT -> ce_a u ue ee XK ^ Tt <= AT ->
+  bL < 1 -> ln (INR Nn) <= LN -> - ln (1 - bL) <= NL -> lmin <= 1 - bL -> (1 + bL) * exp LN <= lmax ->
+  0 <= Eb < 1 -> rsum (map (ce_wterm 0 0) zs) <= Eb * ce_sum_exp snd zs -> - ln (1 - Eb) <= NP ->
+  Rabs (rnd (fst st + lg (snd st)) - ln (ce_sum_exp snd zs)) <= ce_lse_bound u el Zmax LN NL 0 + NP.
+Proof.
+  intros zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT Eb NP st bL zs
+         H0 Hts HB HT HN Hz HXK HP HQ HA HbL HLN HNL Hlmin Hlmax HE HW HNP.
+  pose proof (ce_stream_lse_close zy0 tiles ts Dt Bt Tt Nn Zmax XK LN NL P1 QT AT H0 Hts HB HT HN Hz
+                HXK HP HQ HA HbL HLN HNL Hlmin Hlmax) as Hlse; fold st zs in Hlse.
+  assert (Hne : zs <> []) by (intros E; rewrite E in H0; destruct H0).
+  pose proof (ce_shift_lse_close zs 0 0 Eb NP Hne HE HW HNP) as Hs; rewrite !Rminus_0_r in Hs.
+  replace (rnd (fst st + lg (snd st)) - ln (ce_sum_exp snd zs))
+    with ((rnd (fst st + lg (snd st)) - ln (ce_sum_exp fst zs)) + (ln (ce_sum_exp fst zs) - ln (ce_sum_exp snd zs)))
+    by ring.
+  eapply Rle_trans; [apply Rabs_triang | lra].
 Qed.
 
 End LossPost.

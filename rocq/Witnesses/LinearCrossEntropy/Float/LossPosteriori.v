@@ -32,3 +32,10 @@ Definition ce_loss_posteriori_witness :=
                   0 1 0 (- ln (1 - w_bL)) ((1 + u) ^ 0) (ce_Q u u ^ 1) (ce_a u u eta 1 ^ 1) 0 0 0 0
                   _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _);
         first [ apply w_row_ok2 | apply w_wterm_0 | apply w_neg_ln_1 | lra | w_close ]).
+
+Definition ce_lse_posteriori_witness :=
+  ltac:(refine (ce_lse_posteriori wM w_ex u eta (ff_u_nonneg _) (ff_eta_nonneg _) w_ex_err_neg
+                  w_lg w_el (/ 2) 4 w_lg_fmt w_lg_err (0, 0) [[(0, 0)]] (tile_sum (mp_a wM)) 0 1 1 1
+                  0 1 0 (- ln (1 - w_bL)) ((1 + u) ^ 0) (ce_Q u u ^ 1) (ce_a u u eta 1 ^ 1) 0 0
+                  _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _);
+        first [ apply w_row_ok2 | apply w_wterm_0 | apply w_neg_ln_1 | lra | w_close ]).
