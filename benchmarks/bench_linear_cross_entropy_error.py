@@ -447,6 +447,8 @@ def run(sizes: dict, device: str) -> dict:
                 f"| measured logits {r.get('loss_meas_ratio', float('nan')):8.1f} "
                 f"| / trivial {r['loss_vs_trivial']:.2g} {r.get('loss_post_vs_trivial', float('nan')):.2g} "
                 f"{r.get('loss_meas_vs_trivial', float('nan')):.2g} "
+                f"| lse: bound {r['lse_bound']:.3e} measured logits {r.get('lse_meas_bound', float('nan')):.3e} "
+                f"observed {r['lse_observed']:.3e} "
                 f"| row loop: bound {r['online_bound']:.3e} observed "
                 f"{r['online_observed']:.3e} ratio {r['online_ratio']:8.1f} | holds={r['holds']} "
                 f"covered={r['covered']}",

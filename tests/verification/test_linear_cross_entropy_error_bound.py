@@ -938,7 +938,8 @@ def test_gpu_tile_sum_depth_identified(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_llama3_size_measured_premise_bounds(dtype, peaked):
     """V = 128256, 64 distinct targets (every eighth ignored): the lse (ce_lse_posteriori: the rows
-    kernel's lse of the forward's logits, every row), the loss (ce_loss_posteriori) and the gradients (ce_gp_dh_error / ce_gp_dw_error) within their bounds with each logit's error
+    kernel's lse of the forward's logits, every row), the loss (ce_loss_posteriori) and the
+    gradients (ce_gp_dh_error / ce_gp_dw_error) within their bounds with each logit's error
     measured on the logits the kernel's token chunks computed in the run checked (``kernel_logits``:
     the forward's for the loss, the forward + backward's for the gradients) and the tile sum's
     identified depth (the device's record); whether ``stored_logits`` (one product over all rows)
