@@ -55,6 +55,13 @@ grad_output) and ``ce_dw4_error`` (dW: the token weights inside G, one product o
 tokens) per entry; checked on the CPU with a per-token grad_output (zeros, a negative entry,
 ignored tokens) for "none" and a scalar for "mean", mutants (the weight applied twice in G, the
 backward's lse shifted by 2^-10) outside, and on the GPU at V = 128256, D = 4096.
+
+With a softcap (``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori.ce_loss_posteriori_softcap``,
+``measured_softcap_loss_bounds``): each raw logit's error measured on the logits of the 3-product
+forward's own run, capped by ``sc_logit_error`` at the tanh premise, weighted by the float64 capped
+softmax; on the CPU (caps 30 and 5, float32 and bfloat16) every kept token's loss within its bound,
+the bound below the a-priori ``ce_loss_error_softcap`` one at the median token, the uncapped loss
+outside it (the benchmark's softcap rows take per token the smaller of the two as the loss tolerance).
 """
 
 from __future__ import annotations
