@@ -630,6 +630,35 @@ def test_softcap_loss_within_measured_logit_bound(dtype, cap):
         linear_cross_entropy_softcap_loss_posteriori_bound(torch.softmax(yc, dim=1), target, -1.0, 0.0, cap)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("cap", [30.0, 5.0])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_softcap_measured_loss_bound(dtype, cap):
+    """V = 128256, D = 4096, 64 tokens (every eighth ignored), caps 30 and 5: the kernel's capped
+    loss within ``ce_loss_posteriori_softcap``'s bound at the measured raw-logit errors of the run's
+    own logits (``kernel_logits``), the device's tanh premise (its record's ``softcap tanh c=...``)
+    and tile-sum depth (the ratio bound / observed printed; not run on a GPU when written)."""
+    _device_premises(f"softcap tanh c={cap:g}")  # skip without the record; fail where it failed
+    x, w, target = _gpu_case(64, dtype)
+    target[::8] = -100
+    kept = target != -100
+    depth = _tile_sum_depth(dtype)
+    opts, cfg = kernels._Options(0.0, 0.0, cap), kernels.default_config(dtype, x.device)
+
+    def run():
+        return kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+
+    loss, z = kernel_logits(run, x, w, target)
+    mb = measured_softcap_loss_bounds(x, w, target, z, cap, tile_sum_depth=depth)
+    yc = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
+    t0 = torch.where(kept, target, 0)
+    ref = torch.logsumexp(yc, 1) - yc.gather(1, t0[:, None]).squeeze(1)
+    el = torch.where(kept, (loss.to(F64) - ref).abs(), torch.zeros_like(ref))
+    del yc
+    print(f"{dtype} cap {cap}: loss error {el.max().item():.3e} ratio {(mb.max() / el.max()).item():.1f}")
+    assert bool((el <= mb).all()) and bool((mb[~kept] == 0).all())
+
+
 def test_tree_sum_adds_every_element_once():
     """The emulated tl.sum tree (linear_cross_entropy_error._tree_sum) on integer rows (exact in float32): the
     exact row sums, for the layouts the rows kernel compiles to (4 or 8 per thread, 32 lanes,
