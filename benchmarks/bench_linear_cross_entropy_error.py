@@ -48,7 +48,7 @@ smallest per-entry bound / error, ``*_max_ratio`` the largest bound over the lar
 (``Ojas.LinearCrossEntropy.Float.GradPosteriori.ce_gp_dh_error`` / ``ce_gp_dw_error``: each entry of G with
 its own exponent error, tight for confident tokens),
 ``*_best_bound`` / ``*_best_max_ratio`` entry by entry the smaller of the two (both theorems);
-``*_meas_*`` and ``loss_meas_*`` (no softcap) the same a-posteriori theorems (``ce_gp_*``,
+``*_meas_*`` and ``loss_meas_*`` (no softcap; the softcap rows' ``loss_meas_*``: below) the same a-posteriori theorems (``ce_gp_*``,
 ``ce_loss_posteriori``) with each logit's error measured (``linear_cross_entropy_error.measured_logit_errors``:
 certified against the exact logits) on the logits the kernel's token chunks computed in the very run
 whose outputs are bounded (``linear_cross_entropy_error.kernel_logits``: each chunk's own ``_mm_into`` call
@@ -75,7 +75,10 @@ the float64 capped reference ``c tanh(y / c)``, the bounds with ``softcap`` (the
 the premise ``tanh_abs_error`` (the kernel's ``_cap_tanh`` measured on the device, assumed at most
 ``LINEAR_CROSS_ENTROPY_TANH_ERROR``); the gradient columns against autograd of the capped loss, the
 bounds with ``softcap`` (``Ojas.LinearCrossEntropy.Float.SoftcapGradError.sc_dh_error`` / ``sc_dw_error``;
-premises also the division in ``_cap_chain``, ``LINEAR_CROSS_ENTROPY_DIV_ERROR``).
+premises also the division in ``_cap_chain``, ``LINEAR_CROSS_ENTROPY_DIV_ERROR``); ``loss_meas_*`` of a
+softcap row: ``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori.ce_loss_posteriori_softcap``
+(``linear_cross_entropy_error.measured_softcap_loss_bounds``: each raw logit's error measured on the run's
+own logits, capped by ``sc_logit_error`` at the row's tanh premise, weighted by the float64 capped softmax).
 
 ``lse_bound`` / ``lse_observed``: the kernel's lse (its rows kernel on its stored logits,
 ``kernel_forward``) against the float64 logsumexp, within ``ce_lse_error``'s bound;
@@ -91,7 +94,8 @@ smallest of the proved bounds that the cross-entropy tests assert
 lse: the a-priori ``ce_lse_error`` and ``ce_lse_posteriori`` at the measured logit errors; loss: the a-priori ``ce_loss_error``, ``ce_loss_posteriori`` at the
 a-priori ``delta`` and ``ce_loss_posteriori`` at the measured logit errors; dH, dW: ``ce_dh_error`` /
 ``ce_dw_error``, ``ce_gp_*`` at ``delta`` and ``ce_gp_*`` at the measured logit errors; softcap rows
-the a-priori bounds only (no a-posteriori theorem with a softcap: left to do). ``tolerance_from_measured``:
+the a-priori bounds, and for the loss ``ce_loss_posteriori_softcap`` at the measured raw-logit errors (no
+a-posteriori softcap theorem for the lse, dH, dW: left to do). ``tolerance_from_measured``:
 the share of tokens / entries where the measured-logit bound is strictly the smallest (the ignored
 tokens' rows of dH, all bounds 0, count as not). Tightness bars 100x
 (lse, loss), 300x (dW), dH 1000x and 10 sqrt(V); float32 rows also run the kernel with TF32 dots
@@ -168,6 +172,15 @@ def measured_grad_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         logits=z,
         tile_sum_depth=measured_premise_depth(x),
     )
+
+
+def softcap_measured_loss_bounds(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, z: torch.Tensor, cap: float):
+    """Per-token loss bounds of ``ce_loss_posteriori_softcap`` (``measured_softcap_loss_bounds``) with
+    each raw logit's error measured on ``z`` (the run's own raw logits, ``kernel_logits``), the tanh
+    premise of ``unary_errors`` for this device and cap and, on CUDA, the tile sum's identified depth."""
+    from ojas_ref.verification.linear_cross_entropy_error import measured_premise_depth, measured_softcap_loss_bounds
+
+    return measured_softcap_loss_bounds(x, w, target, z, cap, tile_sum_depth=measured_premise_depth(x))
 
 
 def grad_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap: float | None = None) -> tuple:
@@ -282,7 +295,7 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
     float32 bar, ``{name: dict(exact, fixed, meas, err)}`` of the lse (the a-priori bound, and
     ``ce_lse_posteriori`` at the measured logit errors; softcap: a priori only) and the loss (per token the smaller of the a-priori and the
     a-posteriori bounds at the a-priori ``delta``, and the measured-logit bound; softcap: a priori
-    only)."""
+    only, and ``ce_loss_posteriori_softcap``'s measured-raw-logit bound for the loss)."""
     from ojas_ref.verification.bounds.linear_cross_entropy import (
         linear_cross_entropy_logit_error_bound,
         linear_cross_entropy_loss_error_bound,
@@ -327,6 +340,15 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
             loss_post_holds=bool((err_tok <= pb).all()),
             loss_best_bound=best.max().item(),
             loss_best_ratio=best.max().item() / max(err, 1e-300),
+        )
+    smb = None
+    if cap is not None:  # ce_loss_posteriori_softcap on the run's raw logits' measured errors
+        smb = softcap_measured_loss_bounds(x, w, target, z, cap)
+        post.update(
+            loss_meas_bound=smb.max().item(),
+            loss_meas_ratio=smb.max().item() / max(err, 1e-300),
+            loss_meas_holds=bool((err_tok <= smb).all()),
+            loss_meas_vs_trivial=smb.max().item() / trivial,
         )
     # the row loop alone, on the logits the kernel reads (rounded to dtype as it stores them)
     on_err = (lse.to(F64) - _exact_lse_rows(z, cap)).abs().max().item()
@@ -380,6 +402,8 @@ def forward_columns(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, cap:
         lse=dict(exact=lse_ex, fixed=torch.tensor(lse_b, dtype=F64), meas=mlb, err=lse_err),
         loss=dict(exact=ref, fixed=best, meas=mb, err=err_tok),
     )
+    if smb is not None:  # the softcap rows' loss tolerance: per token the smaller of it and the a-priori bound
+        bar["loss"]["meas"] = smb
     return cols, bar
 
 
@@ -489,6 +513,8 @@ def run(sizes: dict, device: str) -> dict:
                     gx_t, gw_t, zg_t = _kernel_grads(x, w, target, cap)
                 # the tolerances the tests compute on the mutant's run: a measured-logit bound on its own logits
                 meas_t = dict(lse=None, loss=None, dh=None, dw=None)
+                if cap is not None:  # ce_loss_posteriori_softcap on the mutant's own raw logits
+                    meas_t["loss"] = softcap_measured_loss_bounds(x, w, fwd_target, z_t, cap)
                 if cap is None:
                     depth = measured_premise_depth(x)
                     meas_t["loss"] = measured_loss_bounds(x, w, fwd_target, z_t, tile_sum_depth=depth)

@@ -61,7 +61,7 @@ From Ojas Require Export LinearCrossEntropy.Float.LseLossError LinearCrossEntrop
 From Ojas Require Export LinearCrossEntropy.Float.WeightedGradError LinearCrossEntropy.Float.SoftcapError.
 From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradError LinearCrossEntropy.Float.LossPosteriori.
 From Ojas Require Export LinearCrossEntropy.Float.GradPosteriori LinearCrossEntropy.Float.GradChainError.
-From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradChainError.
+From Ojas Require Export LinearCrossEntropy.Float.SoftcapGradChainError LinearCrossEntropy.Float.SoftcapPosteriori.
 
 (** ** Reversible coupling stacks *)
 From Ojas Require Export Reversible.Coupling Reversible.Stack Reversible.FixedPoint Reversible.Gradient.

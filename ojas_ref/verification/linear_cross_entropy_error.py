@@ -11,7 +11,10 @@ of rocq/LinearCrossEntropy/Float/LseLossError.v; its value is
 * :func:`measured_exp_error`, :func:`measured_log_error`: the premises ``ex_err`` /
   ``lg_err`` (``tl.exp`` on x <= 0, ``tl.log`` on [1, 2^24]) measured on a device;
   :func:`measured_tanh_error` the softcap's ``th_err``
-  (``Ojas.LinearCrossEntropy.Float.SoftcapError``: the kernel's ``_cap_tanh``); :func:`kernel_cap`
+  (``Ojas.LinearCrossEntropy.Float.SoftcapError``: the kernel's ``_cap_tanh``; at it,
+  :func:`measured_softcap_loss_bounds` the per-token bounds of
+  ``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori.ce_loss_posteriori_softcap`` on the measured
+  raw-logit errors of a run's logits, :func:`kernel_logits`); :func:`kernel_cap`
   the kernel's ``_cap_tanh`` / ``_cap_chain`` on given raw logits, :func:`kernel_divide` its
   division ``z / c`` (``dv_err``); sampled (the benchmark's check): ``ojas verify-device``
   (:mod:`ojas_ref.verification.device_premises`) checks these premises on every float32 input;
@@ -851,6 +854,76 @@ def measured_logit_errors(h: torch.Tensor, ww: torch.Tensor, y: torch.Tensor, z:
     ``|z - y|`` rounded up, plus :func:`logit_score_error` (the float64 product's own error)."""
     es = logit_score_error(cb.matmul_upper(h.abs(), ww.abs().t()).max().item() if y.numel() else 0.0, h.shape[1])
     return cb.add_upper(cb.add_upper(z.to(F64), -y).abs(), es)
+
+
+def measured_softcap_loss_bounds(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    target: torch.Tensor,
+    logits: torch.Tensor,
+    softcap: float,
+    *,
+    ignore_index: int = -100,
+    exp_error: float | None = None,
+    tanh_error: float | None = None,
+    tile_sum_depth: int | None = None,
+) -> torch.Tensor:
+    """Per-token bounds [N] (0 at ignored tokens) of
+    :func:`~ojas_ref.verification.bounds.linear_cross_entropy.linear_cross_entropy_softcap_loss_posteriori_bound`
+    (``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori.ce_loss_posteriori_softcap``; no bias, label
+    smoothing or z-loss) on ``|loss - (ln sum_v e^(c tanh(y_v / c)) - c tanh(y_t / c))|`` for the
+    3-product STREAM forward with ``softcap = c`` on these inputs, with each RAW logit's error measured
+    on ``logits`` [N, V] (the raw logits of the run whose loss is bounded, :func:`kernel_logits`: the
+    schedule's products, which the rows kernel caps as it streams them; :func:`measured_logit_errors`:
+    certified against the exact ``h . w_v``; the theorem takes any raw-logit errors, no premise on
+    cuBLAS's order), each capped logit's error bound ``sc_delta`` of it (``sc_logit_error``) at the
+    tanh premise ``tanh_error`` (default :func:`unary_errors`' for this device and cap: on CUDA the
+    measured one where ``ojas verify-device`` checked the cap, else the assumed
+    ``LINEAR_CROSS_ENTROPY_TANH_ERROR``; relative part 0), the weights the float64 softmax of the
+    capped float64 logits (:func:`exact_capped`), and ``B`` the stream's own bound (:func:`lse_bound`
+    with ``exact_logits``) at ``sc_zmax``; ``tile_sum_depth``: the stream's tile-sum depth premise
+    (default any order; :func:`checked_tile_sum_depth` on a device). Not proved: the float64
+    softmax and the sum ``E`` (as the bound functions say)."""
+    from ojas_ref.verification.bounds.linear_cross_entropy import (
+        linear_cross_entropy_softcap_logit_error_bound,
+        linear_cross_entropy_softcap_loss_posteriori_bound,
+    )
+
+    N, V = x.shape[0], w.shape[0]
+    if logits.shape != (N, V):
+        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
+    errs = _wrapper_errors(x, V, exp_error, softcap)
+    th = errs["tanh_error"] if tanh_error is None else tanh_error
+    _, zmax = linear_cross_entropy_softcap_logit_error_bound(0.0, softcap, tanh_error=th)
+    B = lse_bound(
+        x.device.type,
+        V,
+        1,
+        dtype=x.dtype,
+        block_v=stream_block_v(x.dtype, x.device),
+        exact_logits=True,
+        max_abs_logit=zmax,  # the capped logits' bound sc_zmax, the theorem's Zmax
+        exp_error=errs["exp_error"],
+        tile_sum_depth=tile_sum_depth,
+    )
+    ww, out = w.to(F64), []
+    for r in _row_chunks(N):
+        h = x[r].to(F64)
+        y = h @ ww.t()
+        errors = measured_logit_errors(h, ww, y, logits[r])
+        out.append(
+            linear_cross_entropy_softcap_loss_posteriori_bound(
+                torch.softmax(exact_capped(y, softcap), dim=1),
+                target[r],
+                errors,
+                B,
+                softcap,
+                tanh_error=th,
+                ignore_index=ignore_index,
+            )
+        )
+        del h, y, errors
+    return torch.cat(out)
 
 
 def measured_loss_bounds(

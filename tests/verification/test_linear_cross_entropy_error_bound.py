@@ -59,6 +59,13 @@ grad_output) and ``ce_dw4_error`` (dW: the token weights inside G, one product o
 tokens) per entry; checked on the CPU with a per-token grad_output (zeros, a negative entry,
 ignored tokens) for "none" and a scalar for "mean", mutants (the weight applied twice in G, the
 backward's lse shifted by 2^-10) outside, and on the GPU at V = 128256, D = 4096.
+
+With a softcap (``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori.ce_loss_posteriori_softcap``,
+``measured_softcap_loss_bounds``): each raw logit's error measured on the logits of the 3-product
+forward's own run, capped by ``sc_logit_error`` at the tanh premise, weighted by the float64 capped
+softmax; on the CPU (caps 30 and 5, float32 and bfloat16) every kept token's loss within its bound,
+the bound below the a-priori ``ce_loss_error_softcap`` one at the median token, the uncapped loss
+outside it (the benchmark's softcap rows take per token the smaller of the two as the loss tolerance).
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ from ojas_ref.verification.bounds.linear_cross_entropy import (  # noqa: E402
     linear_cross_entropy_loss_error_bound,
     linear_cross_entropy_loss_posteriori_bound,
     linear_cross_entropy_lse_error_bound,
+    linear_cross_entropy_softcap_loss_posteriori_bound,
 )
 from ojas_ref.verification.bounds import common as bounds_common  # noqa: E402
 from ojas_ref.verification.bounds import linear_cross_entropy as lce_bounds  # noqa: E402
@@ -96,6 +104,8 @@ from ojas_ref.verification.bounds.linear_cross_entropy_grad import (  # noqa: E4
 )
 from ojas_ref.verification.linear_cross_entropy_error import (  # noqa: E402
     emulated_stream_lse,
+    exact_capped,
+    measured_softcap_loss_bounds,
     exact_gradients,
     exact_lse,
     gradient_bounds,
@@ -606,6 +616,84 @@ def test_stored_logits_are_the_kernels():
 
     with pytest.raises(ValueError, match="covered 0 tokens"):
         kernel_logits(run_four, x, w, target)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cap", [30.0, 5.0])
+def test_softcap_loss_within_measured_logit_bound(dtype, cap):
+    """``ce_loss_posteriori_softcap`` with each raw logit's error measured on the logits the
+    3-product forward with a softcap computed in the run whose loss is checked (``kernel_logits``,
+    ``measured_softcap_loss_bounds``): every kept token's loss within its bound against the float64
+    capped reference, ignored tokens 0; the bound below the a-priori ``ce_loss_error_softcap`` bound
+    at the typical (median) token; and tight enough to tell the cap: the uncapped reference loss
+    is outside it at some token."""
+    N, D, V = 13, 64, 700
+    gen = _gen(21)
+    x = torch.randn(N, D, generator=gen).to(dtype)
+    w = (torch.randn(V, D, generator=gen) * 0.6).to(dtype)  # raw logits up to about 20: both caps bite
+    target = torch.randint(0, V, (N,), generator=gen)
+    target[[2, 7]] = -100
+    cfg = dataclasses.replace(kernels.default_config(dtype, torch.device("cpu")), token_chunk=5)
+    opts = kernels._Options(0.0, 0.0, cap)
+
+    def run():
+        return kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+
+    loss, z = kernel_logits(run, x, w, target)
+    kept = target != -100
+    t = torch.where(kept, target, 0)
+    y = x.to(F64) @ w.to(F64).t()
+    yc = exact_capped(y, cap)
+    ref = torch.where(kept, torch.logsumexp(yc, dim=1) - yc.gather(1, t[:, None]).squeeze(1), 0.0)
+    raw = torch.where(kept, torch.logsumexp(y, dim=1) - y.gather(1, t[:, None]).squeeze(1), 0.0)
+    err = (loss.to(F64) - ref).abs()
+    mb = measured_softcap_loss_bounds(x, w, target, z, cap, exp_error=CPU_EXP_ERROR)
+    P = (x.to(F64).abs() @ w.to(F64).abs().t()).max().item()
+    kw = dict(dtype=dtype, dot_abs_sum=P, softcap=cap)
+    lse_b = linear_cross_entropy_lse_error_bound(V, D, block_v=cfg.rows.block_v, exp_error=CPU_EXP_ERROR, **kw)
+    delta, _ = linear_cross_entropy_logit_error_bound(V, D, **kw)
+    prior = linear_cross_entropy_loss_error_bound(lse_b, delta, ref.abs().max().item())
+    top, typical = err.max().item(), mb[kept].median().item()
+    print(
+        f"{dtype} cap {cap}: loss error {top:.3e}, measured-logit bound max {mb.max().item():.3e} "
+        f"(ratio {mb.max().item() / max(top, 1e-300):.1f}) median {typical:.3e}, a priori {prior:.3e} "
+        f"(ratio {prior / max(top, 1e-300):.1f})"
+    )
+    assert bool((err <= mb).all()), (err, mb)
+    assert bool((mb[~kept] == 0).all()) and bool((loss[~kept] == 0).all()) and bool((mb[kept] > 0).all())
+    assert typical < prior, (typical, prior)
+    assert bool(((loss.to(F64) - raw).abs() > mb)[kept].any())  # the uncapped loss is caught
+    with pytest.raises(ValueError, match="raw_logit_error"):
+        linear_cross_entropy_softcap_loss_posteriori_bound(torch.softmax(yc, dim=1), target, -1.0, 0.0, cap)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cap", [30.0, 5.0])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_llama3_size_softcap_measured_loss_bound(dtype, cap):
+    """V = 128256, D = 4096, 64 tokens (every eighth ignored), caps 30 and 5: the kernel's capped
+    loss within ``ce_loss_posteriori_softcap``'s bound at the measured raw-logit errors of the run's
+    own logits (``kernel_logits``), the device's tanh premise (its record's ``softcap tanh c=...``)
+    and tile-sum depth (the ratio bound / observed printed; not run on a GPU when written)."""
+    _device_premises(f"softcap tanh c={cap:g}")  # skip without the record; fail where it failed
+    x, w, target = _gpu_case(64, dtype)
+    target[::8] = -100
+    kept = target != -100
+    depth = _tile_sum_depth(dtype)
+    opts, cfg = kernels._Options(0.0, 0.0, cap), kernels.default_config(dtype, x.device)
+
+    def run():
+        return kernels._three_products(x, w, None, target, -100, "sum", opts, (True, False, False), cfg).loss
+
+    loss, z = kernel_logits(run, x, w, target)
+    mb = measured_softcap_loss_bounds(x, w, target, z, cap, tile_sum_depth=depth)
+    yc = exact_capped(x.to(F64) @ w.to(F64).t(), cap)
+    t0 = torch.where(kept, target, 0)
+    ref = torch.logsumexp(yc, 1) - yc.gather(1, t0[:, None]).squeeze(1)
+    el = torch.where(kept, (loss.to(F64) - ref).abs(), torch.zeros_like(ref))
+    del yc
+    print(f"{dtype} cap {cap}: loss error {el.max().item():.3e} ratio {(mb.max() / el.max()).item():.1f}")
+    assert bool((el <= mb).all()) and bool((mb[~kept] == 0).all())
 
 
 def test_tree_sum_adds_every_element_once():

@@ -41,6 +41,7 @@ __all__ = [
     "linear_cross_entropy_reduction_error_bound",
     "linear_cross_entropy_softcap_chain_error_bound",
     "linear_cross_entropy_softcap_logit_error_bound",
+    "linear_cross_entropy_softcap_loss_posteriori_bound",
     "linear_cross_entropy_token_error_bound",
 ]
 
@@ -520,6 +521,55 @@ def linear_cross_entropy_softcap_logit_error_bound(
         raise ValueError("softcap must be a finite number > 0, got None")
     d, z = _softcapped(Fraction(float(raw_error)), None, softcap, tanh_error, tanh_rel_error)
     return _float_up(d) * _ROUND_UP, _float_up(z) * _ROUND_UP
+
+
+def linear_cross_entropy_softcap_loss_posteriori_bound(
+    capped_probs: torch.Tensor,
+    target: torch.Tensor,
+    raw_logit_error: torch.Tensor | float,
+    stream_lse_bound: float,
+    softcap: float,
+    *,
+    tanh_error: float = LINEAR_CROSS_ENTROPY_TANH_ERROR,
+    tanh_rel_error: float = 0.0,
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Per-token bounds [N] on ``|loss_kernel - (ln sum_v e^(c tanh(y_v / c)) - c tanh(y_t / c))|``
+    (0 at ignored tokens) for the 3-product STREAM schedule with ``softcap = c`` (``_softcap``: each
+    raw logit ``r`` capped to ``rnd(c * th(r))``), no bias / label smoothing / z-loss, the capped
+    logits' errors weighted by the softmax of the exact capped logits.
+
+    Implements ``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori.ce_loss_posteriori_softcap``
+    (rocq/LinearCrossEntropy/Float/SoftcapPosteriori.v): each raw logit within ``dr_v``
+    (``raw_logit_error``, a scalar or [N, V]: a premise, e.g. measured,
+    ``linear_cross_entropy_error.measured_logit_errors``) gives the capped logit's bound
+    ``dz_v >= sc_delta(dr_v) = dr_v + c (ut + et) + u c (1 + ut + et) + eta`` (``sc_logit_error``;
+    here ``dr_v`` plus :func:`linear_cross_entropy_softcap_logit_error_bound`'s ``sc_delta`` at 0,
+    rounded up), then the theorem's ``(1 + u) (B + NP) + u (-ln p_t)``, ``NP = -ln(1 - E)``,
+    ``E = sum_(v != t) p_v (e^(dz_v + dz_t) - 1)`` (the weighted premise less the target's term) by
+    :func:`linear_cross_entropy_loss_posteriori_bound` on the ``dz``. ``capped_probs`` [N, V]: the
+    softmax of the exact capped logits ``c tanh(y / c)`` (the caller's, e.g. float64);
+    ``stream_lse_bound``: the theorem's ``B = ce_lse_bound u el sc_zmax LN NL 0``, i.e.
+    :func:`linear_cross_entropy_lse_error_bound` with ``exact_logits=True``, no ``softcap`` and
+    ``max_abs_logit`` at least ``sc_zmax`` (the second value of
+    :func:`linear_cross_entropy_softcap_logit_error_bound`). Premise: the kernel's computed tanh within
+    ``tanh_rel_error |tanh| + tanh_error`` (``th_err``). Not proved: the caller's probabilities and
+    this float64 evaluation of ``dz`` and ``E`` (as :func:`linear_cross_entropy_loss_posteriori_bound`
+    says). The a-priori :func:`linear_cross_entropy_loss_error_bound` with the capped ``sc_delta``
+    (``ce_loss_error_softcap``) is also a theorem: per token their minimum is a bound. Raises
+    ``ValueError`` when ``E >= 1`` at a kept token (vacuous)."""
+    from ojas_ref.verification.bounds.certified import add_upper
+
+    k, _ = linear_cross_entropy_softcap_logit_error_bound(
+        0.0, softcap, tanh_error=tanh_error, tanh_rel_error=tanh_rel_error
+    )
+    d = torch.as_tensor(raw_logit_error, dtype=torch.float64, device=capped_probs.device)
+    if not bool(torch.isfinite(d).all()) or bool((d < 0).any()):
+        raise ValueError("raw_logit_error must be finite and >= 0")
+    dz = add_upper(d, k)  # >= dr + sc_delta(0) = sc_delta(dr): sc_delta is dr plus a constant
+    return linear_cross_entropy_loss_posteriori_bound(
+        capped_probs, target, dz, stream_lse_bound, ignore_index=ignore_index
+    )
 
 
 def linear_cross_entropy_softcap_chain_error_bound(
