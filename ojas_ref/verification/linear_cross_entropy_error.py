@@ -856,6 +856,53 @@ def measured_logit_errors(h: torch.Tensor, ww: torch.Tensor, y: torch.Tensor, z:
     return cb.add_upper(cb.add_upper(z.to(F64), -y).abs(), es)
 
 
+def _check_logits(x: torch.Tensor, w: torch.Tensor, logits: torch.Tensor) -> None:
+    """``ValueError`` unless ``logits`` is [N, V] for ``x`` [N, D] and ``w`` [V, D]."""
+    if logits.shape != (x.shape[0], w.shape[0]):
+        raise ValueError(f"logits must be [N, V] = {(x.shape[0], w.shape[0])}, got {tuple(logits.shape)}")
+
+
+def _max_abs(logits: torch.Tensor) -> float:
+    """``max |z|`` of ``logits`` without a copy of them."""
+    lo, hi = torch.aminmax(logits)
+    return max(-lo.item(), hi.item())
+
+
+def _stream_bound(
+    x: torch.Tensor, vocab_size: int, max_abs_logit: float, exp_error: float, tile_sum_depth: int | None
+) -> float:
+    """``B``, the rows kernel's own STREAM bound (:func:`lse_bound` with ``exact_logits``) at logits within
+    ``max_abs_logit``, for ``x``'s dtype and device."""
+    return lse_bound(
+        x.device.type,
+        vocab_size,
+        1,
+        dtype=x.dtype,
+        block_v=stream_block_v(x.dtype, x.device),
+        exact_logits=True,
+        max_abs_logit=max_abs_logit,
+        exp_error=exp_error,
+        tile_sum_depth=tile_sum_depth,
+    )
+
+
+def _over_row_chunks(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    logits: torch.Tensor,
+    bound_of: Callable[[slice, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """``bound_of(r, y, errors)`` over the token chunks ``r`` (:func:`_row_chunks`), concatenated: ``y`` the
+    chunk's float64 logits ``h . w_v``, ``errors`` its logits' measured errors (:func:`measured_logit_errors`)."""
+    ww, out = w.to(F64), []
+    for r in _row_chunks(x.shape[0]):
+        h = x[r].to(F64)
+        y = h @ ww.t()
+        out.append(bound_of(r, y, measured_logit_errors(h, ww, y, logits[r])))
+        del h, y
+    return torch.cat(out)
+
+
 def measured_softcap_loss_bounds(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -889,41 +936,25 @@ def measured_softcap_loss_bounds(
         linear_cross_entropy_softcap_loss_posteriori_bound,
     )
 
-    N, V = x.shape[0], w.shape[0]
-    if logits.shape != (N, V):
-        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
-    errs = _wrapper_errors(x, V, exp_error, softcap)
+    _check_logits(x, w, logits)
+    errs = _wrapper_errors(x, w.shape[0], exp_error, softcap)
     th = errs["tanh_error"] if tanh_error is None else tanh_error
     _, zmax = linear_cross_entropy_softcap_logit_error_bound(0.0, softcap, tanh_error=th)
-    B = lse_bound(
-        x.device.type,
-        V,
-        1,
-        dtype=x.dtype,
-        block_v=stream_block_v(x.dtype, x.device),
-        exact_logits=True,
-        max_abs_logit=zmax,  # the capped logits' bound sc_zmax, the theorem's Zmax
-        exp_error=errs["exp_error"],
-        tile_sum_depth=tile_sum_depth,
+    B = _stream_bound(x, w.shape[0], zmax, errs["exp_error"], tile_sum_depth)  # at sc_zmax, the theorem's Zmax
+    return _over_row_chunks(
+        x,
+        w,
+        logits,
+        lambda r, y, errors: linear_cross_entropy_softcap_loss_posteriori_bound(
+            torch.softmax(exact_capped(y, softcap), dim=1),
+            target[r],
+            errors,
+            B,
+            softcap,
+            tanh_error=th,
+            ignore_index=ignore_index,
+        ),
     )
-    ww, out = w.to(F64), []
-    for r in _row_chunks(N):
-        h = x[r].to(F64)
-        y = h @ ww.t()
-        errors = measured_logit_errors(h, ww, y, logits[r])
-        out.append(
-            linear_cross_entropy_softcap_loss_posteriori_bound(
-                torch.softmax(exact_capped(y, softcap), dim=1),
-                target[r],
-                errors,
-                B,
-                softcap,
-                tanh_error=th,
-                ignore_index=ignore_index,
-            )
-        )
-        del h, y, errors
-    return torch.cat(out)
 
 
 def measured_loss_bounds(
@@ -946,33 +977,18 @@ def measured_loss_bounds(
     (:func:`lse_bound` with ``exact_logits``) at their ``max |z|``; ``tile_sum_depth``: the
     stream's tile-sum depth premise (default any order; :func:`checked_tile_sum_depth` on a
     device). Not proved: the float64 softmax and the sum ``E`` (as the bound function says)."""
-    N, V = x.shape[0], w.shape[0]
-    if logits.shape != (N, V):
-        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
-    lo, hi = torch.aminmax(logits)  # max |z| without a copy of the logits
-    B = lse_bound(
-        x.device.type,
-        V,
-        1,
-        dtype=x.dtype,
-        block_v=stream_block_v(x.dtype, x.device),
-        exact_logits=True,
-        max_abs_logit=max(-lo.item(), hi.item()),
-        exp_error=_wrapper_errors(x, V, exp_error)["exp_error"],
-        tile_sum_depth=tile_sum_depth,
+    _check_logits(x, w, logits)
+    B = _stream_bound(
+        x, w.shape[0], _max_abs(logits), _wrapper_errors(x, w.shape[0], exp_error)["exp_error"], tile_sum_depth
     )
-    ww, out = w.to(F64), []
-    for r in _row_chunks(N):
-        h = x[r].to(F64)
-        y = h @ ww.t()
-        errors = measured_logit_errors(h, ww, y, logits[r])
-        out.append(
-            linear_cross_entropy_loss_posteriori_bound(
-                torch.softmax(y, dim=1), target[r], errors, B, ignore_index=ignore_index
-            )
-        )
-        del h, y, errors
-    return torch.cat(out)
+    return _over_row_chunks(
+        x,
+        w,
+        logits,
+        lambda r, y, errors: linear_cross_entropy_loss_posteriori_bound(
+            torch.softmax(y, dim=1), target[r], errors, B, ignore_index=ignore_index
+        ),
+    )
 
 
 def measured_lse_bounds(
@@ -996,29 +1012,13 @@ def measured_lse_bounds(
     device). Every row is bounded (the lse has no target: ignored tokens' rows too, whatever
     logits they hold). Not proved: the float64 softmax and the sum ``E`` (as the bound function
     says)."""
-    N, V = x.shape[0], w.shape[0]
-    if logits.shape != (N, V):
-        raise ValueError(f"logits must be [N, V] = {(N, V)}, got {tuple(logits.shape)}")
-    lo, hi = torch.aminmax(logits)  # max |z| without a copy of the logits
-    B = lse_bound(
-        x.device.type,
-        V,
-        1,
-        dtype=x.dtype,
-        block_v=stream_block_v(x.dtype, x.device),
-        exact_logits=True,
-        max_abs_logit=max(-lo.item(), hi.item()),
-        exp_error=_wrapper_errors(x, V, exp_error)["exp_error"],
-        tile_sum_depth=tile_sum_depth,
+    _check_logits(x, w, logits)
+    B = _stream_bound(
+        x, w.shape[0], _max_abs(logits), _wrapper_errors(x, w.shape[0], exp_error)["exp_error"], tile_sum_depth
     )
-    ww, out = w.to(F64), []
-    for r in _row_chunks(N):
-        h = x[r].to(F64)
-        y = h @ ww.t()
-        errors = measured_logit_errors(h, ww, y, logits[r])
-        out.append(linear_cross_entropy_lse_posteriori_bound(torch.softmax(y, dim=1), errors, B))
-        del h, y, errors
-    return torch.cat(out)
+    return _over_row_chunks(
+        x, w, logits, lambda r, y, errors: linear_cross_entropy_lse_posteriori_bound(torch.softmax(y, dim=1), errors, B)
+    )
 
 
 def gradient_posteriori_bounds(
