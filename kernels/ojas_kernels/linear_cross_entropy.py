@@ -87,7 +87,8 @@ recomputes the gradients the first one handed over, by the same computation
 
 Rounding (in floating point, ``rocq/LinearCrossEntropy/Float/``): the lse and loss
 (``Ojas.LinearCrossEntropy.Float.LseLossError``, ``Ojas.LinearCrossEntropy.Float.LossPosteriori``, with a
-cap ``Ojas.LinearCrossEntropy.Float.SoftcapError``; ``linear_cross_entropy_kernels``), the 3-product
+cap ``Ojas.LinearCrossEntropy.Float.SoftcapError`` and, the loss a posteriori,
+``Ojas.LinearCrossEntropy.Float.SoftcapPosteriori``; ``linear_cross_entropy_kernels``), the 3-product
 schedule's gradients (``Ojas.LinearCrossEntropy.Float.GradError``,
 ``Ojas.LinearCrossEntropy.Float.GradPosteriori``, with a cap
 ``Ojas.LinearCrossEntropy.Float.SoftcapGradError``), the 4-product schedule's
