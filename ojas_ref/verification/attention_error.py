@@ -54,7 +54,7 @@ import contextlib
 import functools
 import math
 from fractions import Fraction
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -102,6 +102,82 @@ __all__ = [
 ]
 
 F64 = torch.float64
+F32 = torch.float32
+
+
+def _fingerprint(t: torch.Tensor) -> tuple:
+    """What identifies a tensor's current contents: its storage, layout, dtype, device and version counter
+    (bumped by every in-place write)."""
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device), t._version)
+
+
+def _cached(cache: dict | None, key: tuple, tensors: tuple[torch.Tensor, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()``, once per ``cache`` and ``key``: ``cache`` is a dict the caller passes to the bounds of ONE
+    set of inputs (:func:`forward_posteriori_bound`, :func:`lse_error_bound`, :func:`dv_error_bound`,
+    :func:`grad_error_bounds`, ``cache=``) so that what they share (the dot model's scores of every pair, the
+    backward's constants, ...) is computed once: the same values (the same operations on the same inputs),
+    only not recomputed. ``key`` names the value and its non-tensor arguments, ``tensors`` the inputs it
+    was computed from: ``ValueError`` if they are not the ones of the cached entry (other tensors, or changed
+    in place since). ``None``: no cache, ``compute()``."""
+    if cache is None:
+        return compute()
+    fp = tuple(_fingerprint(t) for t in tensors)
+    if key in cache:
+        got_fp, value = cache[key]
+        if got_fp != fp:
+            raise ValueError(f"the cache's {key[0]!r} was computed for other inputs: one cache per set of inputs")
+        return value
+    value = compute()
+    cache[key] = (fp, value)
+    return value
+
+
+def _storage_device(q: torch.Tensor, k: torch.Tensor, cache: dict) -> torch.device:
+    """Where the cache keeps its [B, Hq, Sq, Sk] float32 entries (the model's scores and ``dp`` dots): ``cache``'s
+    ``"storage"`` if given, else q's device unless that is a GPU with less than three times four such
+    tensors' bytes of memory (then the CPU's memory)."""
+    if "storage" in cache:
+        return torch.device(cache["storage"])
+    if q.device.type != "cuda":
+        return q.device
+    need = 16 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    return q.device if 3 * need <= torch.cuda.get_device_properties(q.device).total_memory else torch.device("cpu")
+
+
+def _score_slices(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    operands: str,
+    cache: dict | None,
+    rows: slice,
+    group: int | None = None,
+) -> dict[str, torch.Tensor] | None:
+    """``score_error_block``'s ``scores`` for the query rows ``rows`` of every query head (``group`` None) or of
+    the query heads ``h g + group`` (``g = Hq / Hkv``, one per key head ``h``, as :func:`_grad_running_bounds`
+    takes them), from the model's scores of every pair (:func:`~ojas_ref.verification.score_errors.model_scores_all`
+    of the whole ``q`` [B, Hq, Sq, E] and ``k`` [B, Hkv, Sk, E], computed once per ``cache``, for the dot's first
+    operands ``operands`` names); None without a cache or for a model ``score_error_block`` does not run."""
+    model = _dot_model(dot)
+    if cache is None or model == "fp32" or model.block is None:
+        return None
+    firsts = {"qk": ["q"], "kq": ["k"], "both": ["q", "k"]}[operands]
+    if isinstance(model, TensorCoreDot):
+        firsts = firsts[:1]  # as score_error_block
+    out = {}
+    for f in firsts:
+        full = _cached(
+            cache,
+            ("model_scores", f, is_causal, scale, repr(dot)),
+            (q, k),
+            lambda f=f: se.model_scores_all(q, k, is_causal, scale, dot, f, _storage_device(q, k, cache)),
+        )
+        if group is not None:
+            full = full.unflatten(1, (k.shape[1], -1))[:, :, group]
+        out[f] = full[:, :, rows]
+    return out
 
 
 def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
@@ -122,9 +198,17 @@ def _scores(r0: int, qc: torch.Tensor, kr: torch.Tensor, is_causal: bool, scale:
     return s
 
 
-def _qk_abs_sum(q: torch.Tensor, k: torch.Tensor) -> float:
-    """A certified upper bound of ``max_ij sum_c |q_ic k_jc|`` (:func:`~ojas_ref.verification.bounds.certified.matmul_upper`)."""
-    return max(cb.matmul_upper(qc.abs(), kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k))
+def _qk_abs_sum(q: torch.Tensor, k: torch.Tensor, cache: dict | None = None) -> float:
+    """A certified upper bound of ``max_ij sum_c |q_ic k_jc|`` (:func:`~ojas_ref.verification.bounds.certified.matmul_upper`);
+    once per ``cache`` (:func:`_cached`)."""
+    return _cached(
+        cache,
+        ("qk_abs_sum",),
+        (q, k),
+        lambda: max(
+            cb.matmul_upper(qc.abs(), kr.abs().transpose(-1, -2)).max().item() for _, qc, kr in _row_blocks(q, k)
+        ),
+    )
 
 
 def _score_error(q: torch.Tensor, scale: float, qk_abs_sum: float) -> float:
@@ -348,7 +432,12 @@ def unary_errors(device_type: str, n_keys: int) -> dict[str, float]:
 
 
 def _bound_inputs(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, block_n: int | None, value_dim: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    block_n: int | None,
+    value_dim: int | None = None,
+    cache: dict | None = None,
 ) -> dict:
     """block_n (the kernel's forward key tile, ``default_config`` of ``max(E, Ev)`` as the kernels' launch
     picks it, ``Ev = value_dim``, default E; unless given), max|q|, max|k| and a certified upper bound
@@ -362,7 +451,7 @@ def _bound_inputs(
         block_n=block_n,
         max_abs_q=q.abs().max().item(),
         max_abs_k=k.abs().max().item(),
-        qk_abs_sum=_qk_abs_sum(q, k),
+        qk_abs_sum=_qk_abs_sum(q, k, cache),
     )
 
 
@@ -400,7 +489,14 @@ def _prob_abs_v(
 
 
 def forward_posteriori_bound(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None = None,
+    *,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """The entry-by-entry bound on ``|out - exact_attention|`` [B, Hq, S, Ev]
     (``attention_forward_posteriori_bound``) with ``W >= P |v|`` certified: the upper probabilities
@@ -408,18 +504,44 @@ def forward_posteriori_bound(
     With a device's dot model (CUDA) and the kernel's own tiles (``block_n`` None), also the per-pair
     running bound (``Ojas.Attention.Float.PerPairScoreError.attention_forward_acc_running_tf32x3_op_pp``,
     ``_tc_op_pp``: :func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`):
-    both are proved, so their minimum is."""
-    return _forward_bounds(q, k, v, is_causal, scale, block_n)[0]
+    both are proved, so their minimum is. ``cache``: a dict shared with the other bounds of the same inputs
+    (:func:`_cached`: what they share computed once, the same values)."""
+    return _forward_bounds(q, k, v, is_causal, scale, block_n, cache)[0]
 
 
 def _forward_bounds(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float, block_n: int | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None,
+    cache: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(forward_posteriori_bound, per-pair lse bounds)``: the second [B, Hq, Sq] each row's
     ``attention_lse_error_masked_tf32x3_op_pp`` (``_dot_pp`` at ``tc_op_dot_model``) at its own constants, of the
     same pass over the pairs (:func:`~ojas_ref.verification.attention_forward_running.forward_per_pair_bounds`),
-    None where that pass does not run ("fp32", or ``block_n`` given)."""
-    inputs = _bound_inputs(q, k, is_causal, block_n, v.shape[-1])
+    None where that pass does not run ("fp32", or ``block_n`` given). Once per ``cache`` (copies returned)."""
+    got = _cached(
+        cache,
+        ("forward_bounds", is_causal, scale, block_n),
+        (q, k, v),
+        lambda: _forward_bounds_of(q, k, v, is_causal, scale, block_n, cache),
+    )
+    return tuple(None if t is None else t.clone() for t in got)
+
+
+def _forward_bounds_of(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_n: int | None,
+    cache: dict | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_forward_bounds`, computed."""
+    inputs = _bound_inputs(q, k, is_causal, block_n, v.shape[-1], cache)
     post = attention_forward_posteriori_bound(
         _prob_abs_v(q, k, v, is_causal, scale, _score_error(q, scale, inputs["qk_abs_sum"])),
         k.shape[2],
@@ -436,7 +558,7 @@ def _forward_bounds(
         return post, None
     from ojas_ref.verification.attention_forward_running import forward_per_pair_bounds
 
-    out_b, lse_b = forward_per_pair_bounds(q, k, v, is_causal, scale)
+    out_b, lse_b = forward_per_pair_bounds(q, k, v, is_causal, scale, cache=cache)
     return torch.minimum(post, out_b), lse_b
 
 
@@ -449,6 +571,7 @@ def _lse_error(
     errs: dict,
     bnd: dict,
     per_pair: float | None = None,
+    cache: dict | None = None,
 ) -> float:
     """A proved bound on ``max |lse - exact_lse|`` at the dot model ``dot``, the unary premises ``errs`` and
     the forward's :func:`_bound_inputs` ``bnd``: ``attention_lse_error_bound`` (one uniform score error
@@ -460,7 +583,7 @@ def _lse_error(
     if dot == "fp32":
         return uniform
     if per_pair is None:
-        dsc = lse_score_error(q, k, is_causal, scale).max().item()
+        dsc = _lse_row_terms(q, k, is_causal, scale, cache)[0].max().item()
         per_pair = attention_lse_error_bound(k.shape[2], q.shape[-1], score_shift=dsc, **kw)
     return min(uniform, per_pair)
 
@@ -472,14 +595,17 @@ def lse_error_bound(
     scale: float,
     block_n: int | None = None,
     value_dim: int | None = None,
+    *,
+    cache: dict | None = None,
 ) -> float:
     """The proved bound on ``max |lse - exact_lse|`` for these inputs: ``attention_lse_error_bound``, with
     a device's dot model (CUDA) the smaller of it and the per-pair bound
     (``Ojas.Attention.Float.PerPairScoreError.attention_lse_error_masked_tf32x3_op_pp``; ``Dsc`` of
     :func:`lse_score_error`): :func:`_lse_error`. ``value_dim``: the values' head dim where it is not
-    q's (the kernel's key tile is picked for the larger of the two)."""
+    q's (the kernel's key tile is picked for the larger of the two). ``cache``: as :func:`forward_posteriori_bound`'s."""
     dot, errs = kernel_dot(q.device.type, q.dtype), unary_errors(q.device.type, k.shape[2])
-    return _lse_error(q, k, is_causal, scale, dot, errs, _bound_inputs(q, k, is_causal, block_n, value_dim))
+    bnd = _bound_inputs(q, k, is_causal, block_n, value_dim, cache)
+    return _lse_error(q, k, is_causal, scale, dot, errs, bnd, None, cache)
 
 
 def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float) -> torch.Tensor:
@@ -494,21 +620,33 @@ def lse_score_error(q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: fl
 
 
 def _lse_row_terms(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, cache: dict | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(Dsc, changes, Dsc_arg)`` [B, Hq, Sq]: :func:`lse_score_error`'s ``Dsc`` and, from the same scores and
     pair errors, each row's count of keys that may raise the running max
     (:func:`~ojas_ref.verification.attention_forward_running._row_max_changes`) and the shift with the exp2
-    argument's rounding per pair (:func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`)."""
+    argument's rounding per pair (:func:`~ojas_ref.verification.attention_forward_running.exp_arg_shift`).
+    Once per ``cache`` (copies returned)."""
+    got = _cached(
+        cache, ("lse_row_terms", is_causal, scale), (q, k), lambda: _lse_row_terms_of(q, k, is_causal, scale, cache)
+    )
+    return tuple(t.clone() for t in got)
+
+
+def _lse_row_terms_of(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, cache: dict | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_lse_row_terms`, computed."""
     from ojas_ref.verification.attention_forward_running import _row_max_changes, exp_arg_shift
 
     dot = kernel_dot(q.device.type, q.dtype)
-    es = _score_error(q, scale, _qk_abs_sum(q, k))
+    es = _score_error(q, scale, _qk_abs_sum(q, k, cache))
     shifts, changes, arg_shifts = [], [], []
     for r0, qc, kr in _row_blocks(q, k):
         s = _scores(r0, qc, kr, is_causal, scale)
         p_up = cb.softmax_bounds(s, es)[1]
-        d = se.score_error_block(r0, qc, kr, is_causal, scale, dot, "qk")
+        rows = _score_slices(q, k, is_causal, scale, dot, "qk", cache, slice(r0, r0 + qc.shape[2]))
+        d = se.score_error_block(r0, qc, kr, is_causal, scale, dot, "qk", rows)
         d_max = d.amax(-1)
         mean = cb.sum_upper(cb.mul_upper(p_up, cb.add_upper(d, cb.mul_upper(d, d))), -1)
         shifts.append(torch.where(d_max <= 1.0, torch.minimum(mean, d_max), d_max))
@@ -518,7 +656,7 @@ def _lse_row_terms(
 
 
 def _row_lse_errors(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, c: dict, value_dim: int
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, c: dict, value_dim: int, cache: dict | None = None
 ) -> torch.Tensor:
     """[B, Hq, Sq] float64: per query row a proved bound on ``|lse - exact_lse|``, the backward's lse premise
     ``Dl x`` of the items of that row: :func:`_lse_error` (all rows' constants) and, with a device's dot model,
@@ -539,32 +677,51 @@ def _row_lse_errors(
 
     bn, sq, sk, e = c["bnd"]["block_n"], q.shape[2], k.shape[2], q.shape[-1]
     kw = dict(scale=scale, dot=c["dot"], **c["bnd"])
-    dsc, changes, dsc_arg = _lse_row_terms(q, k, is_causal, scale)
+    dsc, changes, dsc_arg = _lse_row_terms(q, k, is_causal, scale, cache)
     all_rows = attention_lse_error_bound(sk, e, score_shift=dsc.max().item(), **c["errs"], **kw)
     uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], all_rows)
     rows = torch.full(q.shape[:3], uniform, dtype=F64, device=q.device)
     bm = default_config(max(e, value_dim), q.dtype, q.device, is_causal).fwd.block_m
     counts = afr._tile_counts(sq, sk, bm, bn, is_causal).to(q.device)
-    p_rows, device = afr._row_qk_abs_sum(q, k, is_causal), q.device.type
+    p_rows, device = afr._row_qk_abs_sum(q, k, is_causal, cache), q.device.type
     got = afr._row_lse_bound(dsc, kw, p_rows, counts, e, sk, device)
     counted = afr._row_lse_counted_bound(dsc, kw, p_rows, counts, e, sk, device, changes)
-    row_max = afr._row_score_abs_max(q, k, is_causal, scale, c["es"])
+    row_max = afr._row_score_abs_max(q, k, is_causal, scale, c["es"], cache)
     arg = afr._row_lse_arg_bound(dsc_arg, kw, p_rows, counts, e, sk, device, changes, row_max)
     return torch.minimum(torch.minimum(rows, arg), torch.minimum(got, counted))
 
 
 def _backward_constants(
-    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, value_dim: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    value_dim: int | None = None,
+    cache: dict | None = None,
 ) -> dict:
     """What every backward bound here takes from the inputs and the device: the kernels' tiles
     (``default_config`` of ``max(E, Ev)``, ``Ev = value_dim`` (default E), as the kernels' launch picks it: ``bm``,
     ``bn`` of the dK/dV kernel, ``qm``, ``qn`` of the dQ kernel), the
     forward's :func:`_bound_inputs`, the float64 scores' error ``es`` (:func:`_score_error`), the lse's
-    bounds, the dot model, the unary premises' constants and the storage rounding."""
+    bounds, the dot model, the unary premises' constants and the storage rounding. Once per ``cache`` (a copy
+    of the dict returned)."""
+    got = _cached(
+        cache,
+        ("backward_constants", is_causal, scale, value_dim),
+        (q, k),
+        lambda: _backward_constants_of(q, k, is_causal, scale, value_dim, cache),
+    )
+    return dict(got)
+
+
+def _backward_constants_of(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, value_dim: int | None, cache: dict | None
+) -> dict:
+    """:func:`_backward_constants`, computed."""
     from ojas_kernels.attention import default_config
 
     cfg = default_config(max(q.shape[-1], value_dim or q.shape[-1]), q.dtype, q.device, is_causal)
-    bnd = _bound_inputs(q, k, is_causal, None, value_dim)
+    bnd = _bound_inputs(q, k, is_causal, None, value_dim, cache)
     es = _score_error(q, scale, bnd["qk_abs_sum"])
     lse_lo, lse_hi = _lse_bounds(q, k, is_causal, scale, es)
     return dict(
@@ -633,6 +790,7 @@ def _pair_exp2_factors(
     c: dict,
     premises: tuple[torch.Tensor, Fraction],
     operands: str,
+    scores: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: per pair of the query rows ``q`` (from ``r0``) and the keys ``k`` (one per
     query head), ``X x - 1 >= 2^((delta x + Dl x) / ln 2 + u Am + ea) - 1`` of the running theorems
@@ -640,8 +798,9 @@ def _pair_exp2_factors(
     pair's own score error (:func:`~ojas_ref.verification.score_errors.score_error_block` at the device's
     dot model, ``operands`` the kernel's first operand: the minimum of the model's actual error and the
     worst case at the pair's ``sum |q k|``, both proved bounds), ``premises = (Dl, Am)``: ``Dl`` [..., R]
-    the rows' (:func:`_exp2_premises`), ``Am`` uniform."""
-    delta = se.score_error_block(r0, q, k, is_causal, scale, c["dot"], operands)
+    the rows' (:func:`_exp2_premises`), ``Am`` uniform; ``scores`` the model's scores of these pairs where
+    already computed (:func:`_score_slices`)."""
+    delta = se.score_error_block(r0, q, k, is_causal, scale, c["dot"], operands, scores)
     return ar.exp2_factor_minus_one(delta, premises[0][..., None], premises[1])
 
 
@@ -654,6 +813,7 @@ def _dv_running_bound(
     scale: float,
     c: dict,
     lse_error: float | torch.Tensor,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """``dv_error_acc_running`` (``Ojas.Attention.Float.RunningAccError``) for every stored dV entry
     [B, Hkv, Sk, Ev]: ``(1 + us) (run_err_split g_acc g_dot g_abs as cs + sum_x r x) + us S + es`` over the
@@ -681,13 +841,14 @@ def _dv_running_bound(
     rows = _block_rows(b * hkv * sk, bm)
     dl, am = _exp2_premises(c, lse_error, q.shape[-1], scale)
     heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, dl))
-    for qh, dh, lh in zip(*heads):
+    for gi, (qh, dh, lh) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             s = _scores(r0, qc, kf, is_causal, scale)
             pr, (p_lo, p_up) = torch.softmax(s, -1), cb.softmax_bounds(s, c["es"])
             pre = (lh[:, :, r0 : r0 + rows], am)
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "kq")
+            scores = _score_slices(q, k, is_causal, scale, dot, "kq", cache, slice(r0, r0 + rows), gi)
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "kq", scores)
             h = cb.add_upper(cb.scale_upper(x1, e1), _float_up(e1 - 1))
             del x1
             d = dh[:, :, r0 : r0 + rows].to(F64)
@@ -714,6 +875,8 @@ def dv_error_bound(
     prob_abs_do: torch.Tensor,
     is_causal: bool,
     scale: float,
+    *,
+    cache: dict | None = None,
 ) -> torch.Tensor:
     """Proved a-posteriori bounds on |dV - exact| [B, Hkv, Sk, Ev] (``prob_abs_do`` from
     :func:`exact_dv`), with the forward's lse bound of each query row (:func:`_row_lse_errors`:
@@ -732,10 +895,11 @@ def dv_error_bound(
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's
     order (the interpreter's IEEE float32 dots, the blocked float32 model); the float64 evaluation
     of ``as``, ``cs``, ``S``, the score errors and ``X`` (certified upper bounds under
-    :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
-    c = _backward_constants(q, k, is_causal, scale, do.shape[-1])
+    :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations).
+    ``cache``: as :func:`forward_posteriori_bound`'s."""
+    c = _backward_constants(q, k, is_causal, scale, do.shape[-1], cache)
     g, sq, bm, bnd = q.shape[1] // k.shape[1], q.shape[2], c["bm"], c["bnd"]
-    lse_rows = _row_lse_errors(q, k, is_causal, scale, c, do.shape[-1])
+    lse_rows = _row_lse_errors(q, k, is_causal, scale, c, do.shape[-1], cache)
     old = attention_dv_error_bound(
         prob_abs_do,
         g * sq,
@@ -754,7 +918,7 @@ def dv_error_bound(
         storage_rounding=c["rounding"],
         dot=c["dot"],
     )
-    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows))
+    return torch.minimum(old, _dv_running_bound(q, k, do, prob_abs_do, is_causal, scale, c, lse_rows, cache))
 
 
 def _delta_output_error(
@@ -870,8 +1034,29 @@ def _dq_block_error(
     return torch.cat(out, -2)
 
 
+def _dp_runs(r0: int, do: torch.Tensor, v: torch.Tensor, is_causal: bool, dot: DotModel) -> list[torch.Tensor]:
+    """The model's ``dp`` dots that :func:`_pair_dp_errors` compares with the float64 ones, float64 [..., R, n]
+    holding float32 values (the keys up to ``n``, the block's last row under a causal mask): ``dot(dO, v^T)``
+    and for 3xTF32 also ``dot(v, dO^T)`` transposed; [] for a model without blocks."""
+    model = _dot_model(dot)
+    if model == "fp32" or model.block is None:
+        return []
+    n = min(v.shape[-2], r0 + do.shape[-2]) if is_causal else v.shape[-2]
+    vn = v[..., :n, :]
+    runs = [se.model_dots(do, vn, dot)]
+    if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
+        runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
+    return runs
+
+
 def _pair_dp_errors(
-    r0: int, do: torch.Tensor, v: torch.Tensor, pd_up: torch.Tensor, is_causal: bool, dot: DotModel
+    r0: int,
+    do: torch.Tensor,
+    v: torch.Tensor,
+    pd_up: torch.Tensor,
+    is_causal: bool,
+    dot: DotModel,
+    runs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: per pair of the rows ``do`` [..., R, Ev] (rows ``r0 ..``) and the values ``v``
     [..., Sk, Ev] (the kernels' dtype, one per row head), an upper bound ``eP`` of ``|dp - dO_i . v_j|``
@@ -882,7 +1067,8 @@ def _pair_dp_errors(
     the model's actual error on the data (:func:`~ojas_ref.verification.score_errors.model_dots`, tested
     against the kernels, not proved equal; the larger of the two operand orders) against the float64 dot,
     within ``dot_error(pd_up)`` of the real one. Under a causal mask the keys after the block's last row
-    keep the worst case (masked for every row)."""
+    keep the worst case (masked for every row). ``runs``: :func:`_dp_runs` of these arguments where already
+    computed (any device, float32 or float64: the same values)."""
     gp_rel, gp_abs = dot_error_constants(dot, v.shape[-1])
     bound = cb.add_upper(cb.scale_upper(pd_up, gp_rel), _float_up(gp_abs))
     model = _dot_model(dot)
@@ -892,9 +1078,9 @@ def _pair_dp_errors(
     vn = v[..., :n, :]
     exact = do.to(F64) @ vn.to(F64).transpose(-1, -2)
     slack = cb.dot_error(pd_up[..., :n], v.shape[-1])
-    runs = [se.model_dots(do, vn, dot)]
-    if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
-        runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
+    if runs is None:
+        runs = _dp_runs(r0, do, v, is_causal, dot)
+    runs = [m.to(device=do.device, dtype=F64) for m in runs]
     err = functools.reduce(
         torch.maximum, (torch.maximum(cb.add_upper(m, -exact), cb.add_upper(exact, -m)) for m in runs)
     )
@@ -913,6 +1099,7 @@ def _grad_running_bounds(
     delta_error: torch.Tensor,
     lse_error: float | torch.Tensor,
     ex: dict,
+    cache: dict | None = None,
 ) -> dict[str, torch.Tensor]:
     """``dk_error_acc_running_pp`` and ``dq_error_acc_running_pp`` (``grad_error_acc_running_pp``,
     ``Ojas.Attention.Float.RunningAccErrorPP``: ``Ojas.Attention.Float.RunningAccError``'s
@@ -954,8 +1141,18 @@ def _grad_running_bounds(
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
             pre = (lh[:, :, r0 : r0 + rows], am)
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "both")
-            e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot)
+            scores = _score_slices(q, k, is_causal, scale, dot, "both", cache, slice(r0, r0 + rows), gi)
+            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "both", scores)
+            d_rows = dh[:, :, r0 : r0 + rows]
+            runs = None
+            if cache is not None:  # the same blocks in every call: the model's dp dots once per cache
+                runs = _cached(
+                    cache,
+                    ("dp_runs", gi, r0, rows, is_causal, repr(dot)),
+                    (do, v),
+                    lambda: [m.to(_storage_device(q, k, cache), F32) for m in _dp_runs(r0, d_rows, v, is_causal, dot)],
+                )
+            e_p = _pair_dp_errors(r0, d_rows, v, blk["pd_up"], is_causal, dot, runs)
             cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
                 cb.scale_upper(cb.add_upper(e_p, eh[:, :, r0 : r0 + rows, None].to(F64)), 1 + u), _float_up(ea)
             )
@@ -983,6 +1180,7 @@ def _grad_premises(
     scale: float,
     inputs: str,
     c: dict,
+    cache: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(eD, lse_error)``: the premises ``|delta_i - D_i| <= eD_i`` and ``|lse_i - LSE_i| <= lse_error_i``
     [B, Hq, Sq] of the dQ / dK theorems: ``attention_delta_error_bound`` plus, "proved",
@@ -997,12 +1195,12 @@ def _grad_premises(
     dof = do.to(F64)
     ed = attention_delta_error_bound(cb.sum_upper(cb.mul_upper(out.to(F64), dof), -1), v.shape[-1])
     if inputs == "proved":
-        fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None)
+        fwd, lse_pp = _forward_bounds(q, k, v, is_causal, scale, None, cache)
         e_out = cb.sum_upper(cb.mul_upper(fwd, dof), -1)
         if c["dot"] != "fp32":
             from ojas_ref.verification.attention_delta import delta_kernel_error_bound
 
-            e_out = torch.minimum(e_out, delta_kernel_error_bound(q, k, v, do, out, is_causal, scale, c))
+            e_out = torch.minimum(e_out, delta_kernel_error_bound(q, k, v, do, out, is_causal, scale, c, cache=cache))
         ed = cb.add_upper(ed, e_out)
         uniform = _lse_error(q, k, is_causal, scale, c["dot"], c["errs"], c["bnd"], math.inf)
         rows = torch.full(ed.shape, uniform, dtype=F64, device=ed.device)
@@ -1101,6 +1299,8 @@ def grad_error_bounds(
     is_causal: bool,
     scale: float,
     inputs: str = "proved",
+    *,
+    cache: dict | None = None,
 ) -> dict:
     """The float64 exact ``dq``, ``dk`` and the proved a-posteriori bounds ``dq_bound``, ``dk_bound``
     on |kernel - exact| entry by entry for the backward kernels' tiles (``default_config``), fed with
@@ -1135,17 +1335,21 @@ def grad_error_bounds(
     Every data sum here is a certified upper bound of the exact one (:mod:`~ojas_ref.verification.bounds.certified`).
     No theorem covers: FMA contraction, ``exp2_error`` (an assumption); with "fp32" the MMA's order;
     the float64 evaluation of the running premises' ``as``, ``cs`` and the score errors (certified upper
-    bounds under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations)."""
+    bounds under :mod:`~ojas_ref.verification.bounds.certified`'s premises on torch's float64 operations).
+    ``cache``: as :func:`forward_posteriori_bound`'s (one dict for both ``inputs`` and the other bounds of the
+    same ``q``, ``k``, ``v``, ``do``: the model's scores and ``dp`` dots, the forward's bounds, the constants
+    computed once); without one, a cache of this call."""
     if inputs not in ("proved", "measured"):
         raise ValueError(f"inputs must be 'proved' or 'measured', got {inputs!r}")
-    c = _backward_constants(q, k, is_causal, scale, v.shape[-1])
+    cache = {} if cache is None else cache
+    c = _backward_constants(q, k, is_causal, scale, v.shape[-1], cache)
     if inputs == "proved" and c["dot"] == "fp32":
         ex, dq, dk = _chain_grad_bounds(q, k, v, do, out, is_causal, scale, c)
         return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=dq, dk_bound=dk)
-    ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c)
+    ed, lse_err = _grad_premises(q, k, v, do, out, lse, is_causal, scale, inputs, c, cache)
     ex = exact_grads(q, k, v, do, is_causal, scale, ed)
     dq, dk = _apriori_grad_bounds(q, k, v, c, ex, ed, lse_err.max().item(), scale)
-    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex)
+    run = _grad_running_bounds(q, k, v, do, is_causal, scale, c, ed, lse_err, ex, cache)
     return dict(dq=ex["dq"], dk=ex["dk"], dq_bound=torch.minimum(dq, run["dq"]), dk_bound=torch.minimum(dk, run["dk"]))
 
 

@@ -47,7 +47,7 @@ from ojas_ref.verification.bounds.attention import _dot_model, dot_error_constan
 from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _float_up
 from ojas_ref.verification.device_premises import _round_bits
 
-__all__ = ["OPERANDS", "model_dots", "model_scores", "score_error_block", "score_errors"]
+__all__ = ["OPERANDS", "model_dots", "model_scores", "model_scores_all", "score_error_block", "score_errors"]
 
 F32, F64 = torch.float32, torch.float64
 #: the kernels' log2(e) (``ojas_kernels.attention_args._LOG2E``): ``qk_scale = float32(scale * LOG2E)``
@@ -184,7 +184,14 @@ def _scores_of(q: torch.Tensor, k: torch.Tensor, first: str, scale: float, model
 
 
 def score_error_block(
-    r0: int, q: torch.Tensor, k: torch.Tensor, is_causal: bool, scale: float, dot: DotModel, operands: str = "qk"
+    r0: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    operands: str = "qk",
+    scores: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """float64 [..., R, Sk]: for the query rows ``q`` [..., R, E] (rows ``r0 ..`` of the sequence) against
     the keys ``k`` [..., Sk, E] (one per query head: repeat GQA's key heads first), a certified upper bound
@@ -192,7 +199,10 @@ def score_error_block(
     causally masked ``j > i``): the minimum of the model's actual error (``dot`` a :class:`TensorCoreDot`
     or a :class:`Tf32x3Dot` with blocks; ``operands`` names the dot's first operand: "qk", "kq" or
     "both", the larger) and the worst case at the pair's ``sum |q k|`` (alone for other models: "fp32").
-    Module docstring."""
+    ``scores``: the model's scores of these pairs already computed (``{"q": .., "k": ..}`` [..., R, >= Sk],
+    :func:`model_scores_all`'s entries for these rows and heads, any device, float32 or float64; only the
+    visible pairs' entries are read): then not computed again, the same values (each pair's model score
+    depends on its own two rows only). Module docstring."""
     if operands not in OPERANDS:
         raise ValueError(f"operands must be one of {OPERANDS}, got {operands!r}")
     if q.shape[-1] != k.shape[-1] or q.shape[:-2] != k.shape[:-2]:
@@ -200,7 +210,16 @@ def score_error_block(
     if is_causal and q.shape[-2] > _CAUSAL_ROWS:  # per chunk of rows, only the keys up to its last row
         return torch.cat(
             [
-                score_error_block(r0 + i, q[..., i : i + _CAUSAL_ROWS, :], k, True, scale, dot, operands)
+                score_error_block(
+                    r0 + i,
+                    q[..., i : i + _CAUSAL_ROWS, :],
+                    k,
+                    True,
+                    scale,
+                    dot,
+                    operands,
+                    None if scores is None else {f: s[..., i : i + _CAUSAL_ROWS, :] for f, s in scores.items()},
+                )
                 for i in range(0, q.shape[-2], _CAUSAL_ROWS)
             ],
             -2,
@@ -218,15 +237,45 @@ def score_error_block(
         firsts = {"qk": ["q"], "kq": ["k"], "both": ["q", "k"]}[operands]
         if isinstance(model, TensorCoreDot):
             firsts = firsts[:1]  # exact products: the same scores either way
-        errs = [
-            _model_error(_scores_of(q, k, first, scale, model), exact, abs_sum, q.shape[-1], scale) for first in firsts
-        ]
+        if scores is None:
+            s2 = {first: _scores_of(q, k, first, scale, model) for first in firsts}
+        else:
+            s2 = {first: scores[first][..., : k.shape[-2]].to(device=q.device, dtype=F64) for first in firsts}
+        errs = [_model_error(s2[first], exact, abs_sum, q.shape[-1], scale) for first in firsts]
         bound = torch.minimum(bound, errs[0] if len(errs) == 1 else torch.maximum(*errs))
     if is_causal:
         i = torch.arange(r0, r0 + q.shape[-2], device=q.device)[:, None]
         bound = bound.masked_fill(torch.arange(k.shape[-2], device=q.device)[None, :] > i, 0.0)
         bound = torch.nn.functional.pad(bound, (0, sk - k.shape[-2]))
     return bound
+
+
+def model_scores_all(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    dot: DotModel,
+    first: str,
+    storage: torch.device | str | None = None,
+) -> torch.Tensor:
+    """float32 [B, Hq, Sq, Sk] on ``storage`` (default q's device): the model's scores
+    (:func:`model_scores`, ``first`` "q" or "k" the dot's first operand) of every pair, q [B, Hq, Sq, E],
+    k [B, Hkv, Sk, E] (GQA: key heads repeated), as :func:`score_error_block` computes them (the same
+    chunks of :data:`_CAUSAL_ROWS` rows; under a causal mask only the keys up to a chunk's last row, the
+    others 0), ``ValueError`` where one overflows float32. For ``score_error_block``'s ``scores``: the
+    values are float32 (``model_scores`` rounds to float32), so storing them in float32 is exact."""
+    if first not in ("q", "k"):
+        raise ValueError(f"first must be 'q' or 'k', got {first!r}")
+    model = _dot_model(dot)
+    kr = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    sq, sk = q.shape[2], k.shape[2]
+    out = torch.zeros(q.shape[:3] + (sk,), dtype=F32, device=q.device if storage is None else storage)
+    for r0 in range(0, sq, _CAUSAL_ROWS):
+        qc = q[:, :, r0 : r0 + _CAUSAL_ROWS]
+        keys = min(sk, r0 + qc.shape[2]) if is_causal else sk
+        out[:, :, r0 : r0 + qc.shape[2], :keys] = _scores_of(qc, kr[:, :, :keys], first, scale, model).to(F32)
+    return out
 
 
 def score_errors(
