@@ -79,11 +79,10 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
 
 def _round32(x: torch.Tensor, out: str) -> torch.Tensor:
     """float64 ``x`` (exact) rounded to float32 to nearest even or toward zero, as float64."""
-    r = x.to(F32).to(F64)
+    r32 = x.to(F32)
+    r = r32.to(F64)
     if out == "truncate":
-        r = torch.where(
-            r.abs() > x.abs(), torch.nextafter(r.to(F32), torch.zeros((), dtype=F32, device=r.device)).to(F64), r
-        )
+        r = torch.where(r.abs() > x.abs(), torch.nextafter(r32, torch.zeros((), dtype=F32, device=r.device)).to(F64), r)
     return r
 
 
@@ -104,7 +103,8 @@ def _chain(model: TensorCoreDot | Tf32x3Dot, groups: list[tuple[torch.Tensor, to
                 ref = _exponent(t).amax(-1)
             big = torch.maximum(ref, _exponent(acc))
             q = (big - model.bits + 1).clamp(-1000, 1000)  # pairs with no nonzero term: zeroed below
-            total = (t.mul_(_pow2(-q)[..., None]).trunc_().sum(-1) + torch.trunc(acc * _pow2(-q))) * _pow2(q)
+            down = _pow2(-q)  # once for the terms and the accumulator
+            total = (t.mul_(down[..., None]).trunc_().sum(-1) + torch.trunc(acc * down)) * _pow2(q)
             acc = torch.where(big > _NONE // 2, _round32(total, model.out), 0.0)
     return acc
 
