@@ -180,6 +180,36 @@ def _score_slices(
     return out
 
 
+def _dp_slices(
+    q: torch.Tensor,
+    do: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    dot: DotModel,
+    cache: dict | None,
+    rows: slice,
+    group: int,
+) -> list[torch.Tensor] | None:
+    """:func:`_pair_dp_errors`' ``runs`` for the query rows ``rows`` of the query heads ``h g + group`` (as
+    :func:`_score_slices`): the model's ``dot(dO, v^T)`` and for 3xTF32 also ``dot(v, dO^T)`` of every pair
+    (:func:`~ojas_ref.verification.score_errors.model_dots_all`, computed once per ``cache``, float32 [.., R, Sk],
+    0 after each chunk's last row under a causal mask); None without a cache or for a model without blocks."""
+    model = _dot_model(dot)
+    if cache is None or model == "fp32" or model.block is None:
+        return None
+    firsts = ["a", "b"] if isinstance(model, Tf32x3Dot) else ["a"]  # lo a . hi b first: the order matters
+    out = []
+    for f in firsts:
+        full = _cached(
+            cache,
+            ("model_dp_dots", f, is_causal, repr(dot)),
+            (do, v),
+            lambda f=f: se.model_dots_all(do, v, is_causal, dot, f, _storage_device(q, v, cache)),
+        )
+        out.append(full.unflatten(1, (v.shape[1], -1))[:, :, group][:, :, rows])
+    return out
+
+
 def _row_blocks(q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
     """(first row, float64 query rows, float64 keys repeated to the query heads)."""
     kr = k.to(F64).repeat_interleave(q.shape[1] // k.shape[1], 1)
@@ -1034,21 +1064,6 @@ def _dq_block_error(
     return torch.cat(out, -2)
 
 
-def _dp_runs(r0: int, do: torch.Tensor, v: torch.Tensor, is_causal: bool, dot: DotModel) -> list[torch.Tensor]:
-    """The model's ``dp`` dots that :func:`_pair_dp_errors` compares with the float64 ones, float64 [..., R, n]
-    holding float32 values (the keys up to ``n``, the block's last row under a causal mask): ``dot(dO, v^T)``
-    and for 3xTF32 also ``dot(v, dO^T)`` transposed; [] for a model without blocks."""
-    model = _dot_model(dot)
-    if model == "fp32" or model.block is None:
-        return []
-    n = min(v.shape[-2], r0 + do.shape[-2]) if is_causal else v.shape[-2]
-    vn = v[..., :n, :]
-    runs = [se.model_dots(do, vn, dot)]
-    if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
-        runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
-    return runs
-
-
 def _pair_dp_errors(
     r0: int,
     do: torch.Tensor,
@@ -1067,8 +1082,10 @@ def _pair_dp_errors(
     the model's actual error on the data (:func:`~ojas_ref.verification.score_errors.model_dots`, tested
     against the kernels, not proved equal; the larger of the two operand orders) against the float64 dot,
     within ``dot_error(pd_up)`` of the real one. Under a causal mask the keys after the block's last row
-    keep the worst case (masked for every row). ``runs``: :func:`_dp_runs` of these arguments where already
-    computed (any device, float32 or float64: the same values)."""
+    keep the worst case (masked for every row). ``runs``: the model's dots of these rows where already computed
+    (:func:`_dp_slices`, [..., R, >= n], any device; 0 after the last row of each chunk of
+    ``score_errors._CAUSAL_ROWS`` rows under a causal mask): the same values at the pairs computed, and the
+    worst case kept at the others (masked pairs, after the row: no visible pair's bound changes)."""
     gp_rel, gp_abs = dot_error_constants(dot, v.shape[-1])
     bound = cb.add_upper(cb.scale_upper(pd_up, gp_rel), _float_up(gp_abs))
     model = _dot_model(dot)
@@ -1079,12 +1096,20 @@ def _pair_dp_errors(
     exact = do.to(F64) @ vn.to(F64).transpose(-1, -2)
     slack = cb.dot_error(pd_up[..., :n], v.shape[-1])
     if runs is None:
-        runs = _dp_runs(r0, do, v, is_causal, dot)
-    runs = [m.to(device=do.device, dtype=F64) for m in runs]
+        runs = [se.model_dots(do, vn, dot)]
+        if isinstance(model, Tf32x3Dot):  # lo a . hi b first: the order matters
+            runs.append(se.model_dots(vn, do, dot).transpose(-1, -2))
+        computed = None
+    else:
+        runs = [m[..., :n].to(device=do.device, dtype=F64) for m in runs]
+        i = torch.arange(r0, r0 + do.shape[-2], device=do.device)[:, None]
+        ends = ((i // se._CAUSAL_ROWS + 1) * se._CAUSAL_ROWS).clamp_max(v.shape[-2])  # each chunk's keys
+        computed = torch.arange(n, device=do.device)[None, :] < ends if is_causal else None
     err = functools.reduce(
         torch.maximum, (torch.maximum(cb.add_upper(m, -exact), cb.add_upper(exact, -m)) for m in runs)
     )
-    bound[..., :n] = torch.minimum(bound[..., :n], cb.add_upper(err, slack))
+    got = torch.minimum(bound[..., :n], cb.add_upper(err, slack))
+    bound[..., :n] = got if computed is None else torch.where(computed, got, bound[..., :n])
     return bound
 
 
@@ -1143,16 +1168,8 @@ def _grad_running_bounds(
             pre = (lh[:, :, r0 : r0 + rows], am)
             scores = _score_slices(q, k, is_causal, scale, dot, "both", cache, slice(r0, r0 + rows), gi)
             x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "both", scores)
-            d_rows = dh[:, :, r0 : r0 + rows]
-            runs = None
-            if cache is not None:  # the same blocks in every call: the model's dp dots once per cache
-                runs = _cached(
-                    cache,
-                    ("dp_runs", gi, r0, rows, is_causal, repr(dot)),
-                    (do, v),
-                    lambda: [m.to(_storage_device(q, k, cache), F32) for m in _dp_runs(r0, d_rows, v, is_causal, dot)],
-                )
-            e_p = _pair_dp_errors(r0, d_rows, v, blk["pd_up"], is_causal, dot, runs)
+            runs = _dp_slices(q, do, v, is_causal, dot, cache, slice(r0, r0 + rows), gi)
+            e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot, runs)
             cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
                 cb.scale_upper(cb.add_upper(e_p, eh[:, :, r0 : r0 + rows, None].to(F64)), 1 + u), _float_up(ea)
             )

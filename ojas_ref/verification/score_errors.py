@@ -47,7 +47,15 @@ from ojas_ref.verification.bounds.attention import _dot_model, dot_error_constan
 from ojas_ref.verification.bounds.common import _FP32_ETA, _FP32_U, _float_up
 from ojas_ref.verification.device_premises import _round_bits
 
-__all__ = ["OPERANDS", "model_dots", "model_scores", "model_scores_all", "score_error_block", "score_errors"]
+__all__ = [
+    "OPERANDS",
+    "model_dots",
+    "model_dots_all",
+    "model_scores",
+    "model_scores_all",
+    "score_error_block",
+    "score_errors",
+]
 
 F32, F64 = torch.float32, torch.float64
 #: the kernels' log2(e) (``ojas_kernels.attention_args._LOG2E``): ``qk_scale = float32(scale * LOG2E)``
@@ -268,13 +276,42 @@ def model_scores_all(
     if first not in ("q", "k"):
         raise ValueError(f"first must be 'q' or 'k', got {first!r}")
     model = _dot_model(dot)
+    return _all_pairs(q, k, is_causal, lambda a, b: _scores_of(a, b, first, scale, model), storage)
+
+
+def model_dots_all(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    is_causal: bool,
+    dot: DotModel,
+    first: str,
+    storage: torch.device | str | None = None,
+) -> torch.Tensor:
+    """float32 [B, H, Sa, Sb] on ``storage`` (default a's device): :func:`model_dots` of every pair of rows of
+    ``a`` [B, H, Sa, E] and ``b`` [B, Hb, Sb, E] (``Hb`` dividing ``H``: repeated), ``first`` "a" (``dotf(a_i,
+    b_j)``) or "b" (``dotf(b_j, a_i)``, transposed), in chunks of :data:`_CAUSAL_ROWS` rows of ``a``, under a
+    causal mask only the ``b`` rows up to a chunk's last row (the others 0). ``ValueError`` for a model
+    without blocks. float32 values: exact in float32."""
+    if first not in ("a", "b"):
+        raise ValueError(f"first must be 'a' or 'b', got {first!r}")
+    if first == "a":
+        return _all_pairs(a, b, is_causal, lambda x, y: model_dots(x, y, dot), storage)
+    return _all_pairs(a, b, is_causal, lambda x, y: model_dots(y, x, dot).transpose(-1, -2), storage)
+
+
+def _all_pairs(
+    q: torch.Tensor, k: torch.Tensor, is_causal: bool, fn, storage: torch.device | str | None
+) -> torch.Tensor:
+    """float32 [B, Hq, Sq, Sk]: ``fn(q rows, k rows)`` (float64 [B, Hq, R, keys] of float32 values) for every
+    chunk of :data:`_CAUSAL_ROWS` rows of ``q`` [B, Hq, Sq, E] against ``k`` [B, Hkv, Sk, E] repeated to Hq
+    heads, the keys up to the chunk's last row under a causal mask (0 after), stored on ``storage``."""
     kr = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
     sq, sk = q.shape[2], k.shape[2]
     out = torch.zeros(q.shape[:3] + (sk,), dtype=F32, device=q.device if storage is None else storage)
     for r0 in range(0, sq, _CAUSAL_ROWS):
         qc = q[:, :, r0 : r0 + _CAUSAL_ROWS]
         keys = min(sk, r0 + qc.shape[2]) if is_causal else sk
-        out[:, :, r0 : r0 + qc.shape[2], :keys] = _scores_of(qc, kr[:, :, :keys], first, scale, model).to(F32)
+        out[:, :, r0 : r0 + qc.shape[2], :keys] = fn(qc, kr[:, :, :keys]).to(F32)
     return out
 
 
