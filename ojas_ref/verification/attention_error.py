@@ -1013,25 +1013,50 @@ def _grad_pair_terms(blk: dict, h: dict, cr: torch.Tensor) -> dict[str, torch.Te
     ``h1 >= P |dP - D|``, ``ew >= |py - P (dP - D)|`` (``|P~ - P| |y| + P |y - Y| + u |py|``), the
     weight ``rw >= gacc_A(E) h1 + gacc_B(E) P cR`` of ``r`` (``cR`` the row's ``(1 + u)(eP + eD_i) + ea``,
     ``h = {"ga", "gb"}`` the pairs' own terms, :func:`_grad_pair_factors`) and ``vis`` (1 where visible)."""
+    t = _grad_pair_base(blk)
+    return dict(t, rw=_grad_pair_rw(blk, t, h, cr))
+
+
+def _grad_pair_base(blk: dict) -> dict[str, torch.Tensor]:
+    """:func:`_grad_pair_terms` but ``rw`` (which alone depends on the premises): ``py``, ``h1``, ``ew``, ``vis``."""
     pr, p_lo, p_up, y = blk["pr"], blk["p_lo"], blk["p_up"], blk["y"]
     py = pr * y
     dp = torch.maximum(cb.add_upper(pr, -p_lo), cb.add_upper(p_up, -pr)).clamp_min(0.0)
     ew = cb.add_upper(cb.add_upper(cb.mul_upper(dp, y), cb.mul_upper(p_up, blk["ey"])), cb.mul_upper(py, cb.U64))
     h1 = cb.mul_upper(p_up, blk["ya"])
-    rw = cb.add_upper(cb.mul_upper(h["ga"], h1), cb.mul_upper(h["gb"], cb.mul_upper(p_up, cr)))
-    return dict(py=py, h1=h1, ew=ew, rw=rw, vis=(blk["s"] > -math.inf).to(F64))
+    return dict(py=py, h1=h1, ew=ew, vis=(blk["s"] > -math.inf).to(F64))
+
+
+def _grad_pair_rw(blk: dict, t: dict, h: dict, cr: torch.Tensor) -> torch.Tensor:
+    """:func:`_grad_pair_terms`' ``rw`` from its other terms ``t`` (:func:`_grad_pair_base`)."""
+    return cb.add_upper(cb.mul_upper(h["ga"], t["h1"]), cb.mul_upper(h["gb"], cb.mul_upper(blk["p_up"], cr)))
 
 
 def _grad_tile_step(acc: ar.RunningAcc, t: dict, w: torch.Tensor, gc: float, active: torch.Tensor) -> None:
     """One query tile of dK: ``t`` the pair terms of :func:`_grad_pair_terms` [.., keys, rows] (rows the
     tile's items), ``w`` the rows' ``q`` [.., rows, E]: ``z = py w`` summed in float64 within
     ``dot_error`` plus ``ew |w|``, ``sum |z| <= h1 |w|``, ``sum r <= rw |w| + gc n_visible``."""
+    _grad_tile_steps([acc], t, [t["rw"]], w, [gc], active)
+
+
+def _grad_tile_steps(
+    accs: list[ar.RunningAcc],
+    t: dict,
+    rws: list[torch.Tensor],
+    w: torch.Tensor,
+    gcs: list[float],
+    active: torch.Tensor,
+) -> None:
+    """:func:`_grad_tile_step` for several accumulators of the same tile, each with its own ``rw`` and ``gc``
+    (``t``'s ``rw`` not read): ``z``, its error and ``sum |z|`` once, ``sum r`` per accumulator."""
     wa = w.abs()
     a = ar.up_matmul(t["h1"], wa)
     e_w = ar.up_matmul(t["ew"], wa)
     err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_w), w.shape[-2]), e_w)
-    r = ar.up_add(ar.up_matmul(t["rw"], wa), ar.up_mul(t["vis"].sum(-1, keepdim=True), gc))
-    acc.step(t["py"] @ w, err, a, r, active)
+    z = t["py"] @ w
+    for acc, rw, gc in zip(accs, rws, gcs):
+        r = ar.up_add(ar.up_matmul(rw, wa), ar.up_mul(t["vis"].sum(-1, keepdim=True), gc))
+        acc.step(z, err, a, r, active)
 
 
 def _dq_block_error(
@@ -1044,24 +1069,41 @@ def _dq_block_error(
     accumulating dot's ``(g_acc, g_dot, g_abs)``
     (:func:`~ojas_ref.verification.bounds.attention_running.acc_constants_up`); the last tile padded with
     zero items (exact zeros, counted in its ``dot_error``)."""
+    return _dq_block_errors(t, [t["rw"]], kf, [gc], n_active, qn, g)[0]
+
+
+def _dq_block_errors(
+    t: dict,
+    rws: list[torch.Tensor],
+    kf: torch.Tensor,
+    gcs: list[float],
+    n_active: torch.Tensor,
+    qn: int,
+    g: tuple[float, float, float],
+) -> list[torch.Tensor]:
+    """:func:`_dq_block_error` for several ``rw`` and ``gc`` of the same pairs (``t``'s ``rw`` not read): the
+    tiles' sums, errors and ``sum |z|`` once, ``sum r`` and the running fold per pair of them."""
     sk = kf.shape[-2]
     n_t, pad = -(-sk // qn), -(-sk // qn) * qn - sk
     kt = torch.nn.functional.pad(kf, (0, 0, 0, pad)).unflatten(-2, (n_t, qn)).movedim(-3, 0)
     ka = kt.abs()
     rows = t["py"].shape[-2]
     sub = max(1, 2**25 // (n_t * kf.shape[0] * kf.shape[1] * kf.shape[-1]))  # [tiles, .., sub, E] tensors
-    out = []
+    outs: list[list[torch.Tensor]] = [[] for _ in rws]
+
+    def tiles(x: torch.Tensor, i0: int) -> torch.Tensor:
+        return torch.nn.functional.pad(x[..., i0 : i0 + sub, :], (0, pad)).unflatten(-1, (n_t, qn)).movedim(-2, 0)
+
     for i0 in range(0, rows, sub):
-        tt = {
-            n: torch.nn.functional.pad(x[..., i0 : i0 + sub, :], (0, pad)).unflatten(-1, (n_t, qn)).movedim(-2, 0)
-            for n, x in t.items()
-        }
+        tt = {n: tiles(x, i0) for n, x in t.items() if n != "rw"}
         a = ar.up_matmul(tt["h1"], ka)
         e_w = ar.up_matmul(tt["ew"], ka)
         err = ar.up_add(ar.up_dot_error(ar.up_add(a, e_w), qn), e_w)
-        r = ar.up_add(ar.up_matmul(tt["rw"], ka), ar.up_mul(tt["vis"].sum(-1, keepdim=True), gc))
-        out.append(ar.running_error_prefix(tt["py"] @ kt, err, a, r, n_active[i0 : i0 + sub], *g))
-    return torch.cat(out, -2)
+        z = tt["py"] @ kt
+        for out, rw, gc in zip(outs, rws, gcs):
+            r = ar.up_add(ar.up_matmul(tiles(rw, i0), ka), ar.up_mul(tt["vis"].sum(-1, keepdim=True), gc))
+            out.append(ar.running_error_prefix(z, err, a, r, n_active[i0 : i0 + sub], *g))
+    return [torch.cat(out, -2) for out in outs]
 
 
 def _pair_dp_errors(
@@ -1141,49 +1183,82 @@ def _grad_running_bounds(
     (``lse_error`` [B, Hq, Sq] per row or one for every row, :func:`_exp2_premises`), ``h1 = P |dP - D| |w|``, ``h2 = P ((1 + u)(eP x
     + eD_i) + ea) |w|``, ``eD = delta_error`` [B, Hq, Sq], ``eP x`` the pair's own ``dp`` error
     (:func:`_pair_dp_errors`, at most the dot model's at ``ex``'s ``dp_abs_sum``), ``Ym`` ``max_abs_y``."""
+    return _grad_running_bounds_modes(q, k, v, do, is_causal, scale, c, [(delta_error, lse_error, ex)], cache)[0]
+
+
+def _grad_running_bounds_modes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    c: dict,
+    modes: list[tuple[torch.Tensor, float | torch.Tensor, dict]],
+    cache: dict | None = None,
+) -> list[dict[str, torch.Tensor]]:
+    """:func:`_grad_running_bounds` for each ``(delta_error, lse_error, ex)`` of ``modes`` (the premises of
+    :func:`grad_error_bounds`' inputs), in one pass over the pairs: what does not depend on the premises (the
+    pairs' float64 quantities, score and ``dp`` errors, ``P (dP - D)`` and its sums, their errors) computed once
+    per block and tile, the premises' terms (``X x - 1``, ``r x`` and its sums, the running accumulators) per
+    mode; each mode's values those of its own call (the same operations on the same numbers)."""
     dot, bnd = c["dot"], c["bnd"]
     u, ea, ee = Fraction(_FP32_U), Fraction(_FP32_ETA), Fraction(_EXP2_ABS_ERROR)
     us, es_s = (Fraction(x) for x in _storage(q.dtype, c["rounding"]))
     b, hq, sq, e_dim = q.shape
     hkv, sk, ev = k.shape[1], k.shape[2], v.shape[-1]
     gp_rel, gp_abs = dot_error_constants(dot, ev)
-    ep = gp_rel * Fraction(ex["dp_abs_sum"]) + gp_abs
-    crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
-    k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
-    gc = {name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")}  # gacc_c, W = max |w|
     bm, qn = c["bm"], c["qn"]
-    dk_acc = ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm))
-    dq_err = torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device)
+    gcs, dk_accs, dq_errs, premises = [], [], [], []
+    for delta_error, lse_error, ex in modes:
+        ep = gp_rel * Fraction(ex["dp_abs_sum"]) + gp_abs
+        crm = (1 + u) * (ep + Fraction(delta_error.max().item())) + ea
+        k0 = (1 + us) * ((1 + u) * ee * ((1 + u) * Fraction(ex["max_abs_y"]) + crm) + ea) + es_s
+        gcs.append({name: _float_up(k0 * Fraction(bnd[f"max_abs_{name}"])) for name in ("q", "k")})  # gacc_c
+        dk_accs.append(ar.RunningAcc((b, hkv, sk, e_dim), q.device, *ar.acc_constants_up(dot, bm)))
+        dq_errs.append(torch.zeros(b, hkv, hq // hkv, sq, e_dim, dtype=F64, device=q.device))
+        dl, am = _exp2_premises(c, lse_error, e_dim, scale)
+        premises.append((delta_error.unflatten(1, (hkv, -1)).unbind(2), dl.unflatten(1, (hkv, -1)).unbind(2), am))
     first = _first_query_tile(sk, bm, c["bn"], is_causal, q.device)[:, None]
     n_keys = -(-_last_key_end(sq, sk, c["qm"], is_causal, q.device)[:, None] // qn)  # key tiles run per row
     g_dq = ar.acc_constants_up(dot, qn)
     kf, vf = k.to(F64), v.to(F64)
     rows = _block_rows(b * hkv * sk, bm)
-    dl, am = _exp2_premises(c, lse_error, e_dim, scale)
-    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do, delta_error, dl))
-    for gi, (qh, dh, eh, lh) in enumerate(zip(*heads)):
+    heads = (t.unflatten(1, (hkv, -1)).unbind(2) for t in (q, do))
+    for gi, (qh, dh) in enumerate(zip(*heads)):
         for r0 in range(0, sq, rows):
             qc = qh[:, :, r0 : r0 + rows].to(F64)
             blk = _dscores(r0, qc, kf, vf, dh[:, :, r0 : r0 + rows].to(F64), is_causal, scale, c["es"])
-            pre = (lh[:, :, r0 : r0 + rows], am)
             scores = _score_slices(q, k, is_causal, scale, dot, "both", cache, slice(r0, r0 + rows), gi)
-            x1 = _pair_exp2_factors(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, c, pre, "both", scores)
+            delta = se.score_error_block(r0, qh[:, :, r0 : r0 + rows], k, is_causal, scale, dot, "both", scores)
             runs = _dp_slices(q, do, v, is_causal, dot, cache, slice(r0, r0 + rows), gi)
             e_p = _pair_dp_errors(r0, dh[:, :, r0 : r0 + rows], v, blk["pd_up"], is_causal, dot, runs)
-            cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
-                cb.scale_upper(cb.add_upper(e_p, eh[:, :, r0 : r0 + rows, None].to(F64)), 1 + u), _float_up(ea)
-            )
-            t = _grad_pair_terms(blk, _grad_pair_factors(c, x1, q), cr)
-            del blk, x1, e_p, cr
+            t = _grad_pair_base(blk)
+            rws = []
+            for eh, lh, am in premises:  # _pair_exp2_factors at the mode's premises, of the same delta
+                x1 = ar.exp2_factor_minus_one(delta, lh[gi][:, :, r0 : r0 + rows][..., None], am)
+                cr = cb.add_upper(  # (1 + u)(eP x + eD_i) + ea per pair
+                    cb.scale_upper(cb.add_upper(e_p, eh[gi][:, :, r0 : r0 + rows, None].to(F64)), 1 + u),
+                    _float_up(ea),
+                )
+                rws.append(_grad_pair_rw(blk, t, _grad_pair_factors(c, x1, q), cr))
+                del x1, cr
+            del blk, delta, e_p
             for t0 in range(0, qc.shape[2], bm):  # dK: the query tiles of this block, items = rows
                 tt = {n: x[..., t0 : t0 + bm, :].transpose(-1, -2) for n, x in t.items()}
-                _grad_tile_step(dk_acc, tt, qc[..., t0 : t0 + bm, :], gc["q"], first <= r0 + t0)
-            dq_err[:, :, gi, r0 : r0 + rows] = _dq_block_error(t, kf, gc["k"], n_keys[r0 : r0 + rows], qn, g_dq)
+                rw_t = [rw[..., t0 : t0 + bm, :].transpose(-1, -2) for rw in rws]
+                _grad_tile_steps(dk_accs, tt, rw_t, qc[..., t0 : t0 + bm, :], [g["q"] for g in gcs], first <= r0 + t0)
+            got = _dq_block_errors(t, rws, kf, [g["k"] for g in gcs], n_keys[r0 : r0 + rows], qn, g_dq)
+            for dq_err, x in zip(dq_errs, got):
+                dq_err[:, :, gi, r0 : r0 + rows] = x
     sc, ucs = Fraction(scale), Fraction(_SCALE_CONST_ERROR)
-    return dict(
-        dk=ar.grad_bound_up(dk_acc.error(), ex["dk_sums"][0], sc, ucs, us, es_s),
-        dq=ar.grad_bound_up(dq_err.flatten(1, 2), ex["dq_sums"][0], sc, ucs, us, es_s),
-    )
+    return [
+        dict(
+            dk=ar.grad_bound_up(dk_acc.error(), ex["dk_sums"][0], sc, ucs, us, es_s),
+            dq=ar.grad_bound_up(dq_err.flatten(1, 2), ex["dq_sums"][0], sc, ucs, us, es_s),
+        )
+        for dk_acc, dq_err, (_, _, ex) in zip(dk_accs, dq_errs, modes)
+    ]
 
 
 def _grad_premises(
